@@ -1,0 +1,56 @@
+package ringq
+
+import "context"
+
+// Dispatch fans one producer out to n single-producer, single-consumer rings. Each item
+// goes to ring key(&item) % n, so items with the same key stay in order.
+//
+// The producer goroutine calls Push and finally Close; worker i is the single consumer of
+// Ring(i). N and Ring are safe from any goroutine; Close is safe from any goroutine too.
+type Dispatch[T any] struct {
+	rings []*Ring[T]
+	key   func(*T) uint64
+	// scratch holds the item while key looks at it: taking the address of Push's argument
+	// would make every argument escape to the heap. Producer-owned.
+	scratch T
+}
+
+// NewDispatch returns a Dispatch over n rings of the given capacity (see New); n below 1
+// counts as 1. key must not retain the pointer it is given. NewDispatch panics if key is
+// nil.
+func NewDispatch[T any](n, capacity int, key func(*T) uint64, opts ...Option) *Dispatch[T] {
+	if key == nil {
+		panic("ringq: NewDispatch with a nil key function")
+	}
+	n = max(n, 1)
+	cfg := buildConfig(opts)
+	d := &Dispatch[T]{rings: make([]*Ring[T], n), key: key}
+	for i := range d.rings {
+		d.rings[i] = newRing[T](capacity, cfg, newNotifier())
+	}
+	return d
+}
+
+// Push adds v to ring key(&v) % N(), blocking while that ring is full. It returns
+// ctx.Err() if ctx ends first and ErrClosed if the ring is closed. Producer only.
+func (d *Dispatch[T]) Push(ctx context.Context, v T) error {
+	d.scratch = v
+	i := d.key(&d.scratch) % uint64(len(d.rings))
+	var zero T
+	d.scratch = zero
+	return d.rings[i].Push(ctx, v)
+}
+
+// Ring returns ring i, 0 <= i < N(). Worker i is its only consumer.
+func (d *Dispatch[T]) Ring(i int) *Ring[T] { return d.rings[i] }
+
+// N returns the number of rings.
+func (d *Dispatch[T]) N() int { return len(d.rings) }
+
+// Close closes every ring: each worker drains its ring and then gets ErrClosed. Usually
+// called by the producer after its last Push. Idempotent.
+func (d *Dispatch[T]) Close() {
+	for _, r := range d.rings {
+		r.Close()
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ringq
+
+const raceEnabled = false

@@ -1,0 +1,409 @@
+package ringq
+
+import (
+	"context"
+	"errors"
+	"math/bits"
+	"sync/atomic"
+)
+
+// ErrClosed is returned by Push and PushN once the ring is closed, and by Pop and PopN
+// once the ring is closed and every item pushed before Close has been popped.
+var ErrClosed = errors.New("ringq: ring closed")
+
+const (
+	// closedBit is the top bit of the tail word. Close sets it with a compare-and-swap, and
+	// the producer publishes with a compare-and-swap against its own copy of the tail, so
+	// a push either lands before Close (and will be popped) or fails with ErrClosed.
+	closedBit = uint64(1) << 63
+	// idxMask selects the 63-bit index part of head and tail. Indices count modulo 2^63.
+	idxMask = closedBit - 1
+	// maxCapacity bounds New's capacity argument.
+	maxCapacity = 1 << 40
+)
+
+// Ring is a bounded single-producer, single-consumer FIFO queue.
+//
+// One goroutine at a time may act as the producer (TryPush, Push, TryPushN, PushN) and one
+// goroutine at a time as the consumer (TryPop, Pop, TryPopN, PopN). Close, Len and Cap are
+// safe from any goroutine. See the package documentation for the algorithm.
+type Ring[T any] struct {
+	_ pad
+
+	// Read-only after construction.
+	buf     []T
+	mask    uint64 // len(buf)-1
+	spin    int
+	yield   int
+	debug   bool
+	readers *notifier // the consumer parks here; shared by the rings of a Merge
+	writers *notifier // the producer parks here
+
+	_ pad
+
+	// Producer's cache line.
+	tail       atomic.Uint64 // index of the next slot to fill, | closedBit once closed
+	ptail      uint64        // producer's own copy of tail's index (it alone advances it)
+	cachedHead uint64        // producer's last view of head
+	pushing    atomic.Uint32 // debug: a producer call is running
+
+	_ pad
+
+	// Consumer's cache line.
+	head       atomic.Uint64 // index of the next slot to empty
+	phead      uint64        // consumer's own copy of head (it alone advances it)
+	cachedTail uint64        // consumer's last view of tail's index
+	popping    atomic.Uint32 // debug: a consumer call is running
+
+	_ pad
+}
+
+// New returns an empty ring holding at least capacity items: capacity is rounded up to a
+// power of two, and values below 1 count as 1. New panics if capacity exceeds 1<<40, like
+// make does for an impossible size; that is a programming error, not input to validate.
+func New[T any](capacity int, opts ...Option) *Ring[T] {
+	cfg := buildConfig(opts)
+	return newRing[T](capacity, cfg, newNotifier())
+}
+
+func newRing[T any](capacity int, cfg config, readers *notifier) *Ring[T] {
+	if capacity > maxCapacity {
+		panic("ringq: capacity exceeds 1<<40")
+	}
+	size := uint64(1)
+	if capacity > 1 {
+		size = 1 << bits.Len64(uint64(capacity-1))
+	}
+	r := &Ring[T]{
+		buf:     make([]T, size),
+		mask:    size - 1,
+		spin:    cfg.spin,
+		yield:   cfg.yield,
+		debug:   cfg.debug,
+		readers: readers,
+		writers: newNotifier(),
+	}
+	if cfg.hasStart {
+		r.tail.Store(cfg.start)
+		r.head.Store(cfg.start)
+		r.ptail, r.cachedHead = cfg.start, cfg.start
+		r.phead, r.cachedTail = cfg.start, cfg.start
+	}
+	return r
+}
+
+// Cap returns the ring's capacity (a power of two). Safe from any goroutine.
+func (r *Ring[T]) Cap() int { return len(r.buf) }
+
+// Len returns the number of items in the ring. Safe from any goroutine; from a goroutine
+// other than the producer or consumer the value is a snapshot that may already be stale.
+func (r *Ring[T]) Len() int {
+	h := r.head.Load() // head first: tail never moves backwards, so t-h cannot underflow
+	t := r.tail.Load() & idxMask
+	return int(min((t-h)&idxMask, uint64(len(r.buf))))
+}
+
+// Close closes the ring. Pushes that have not completed fail with ErrClosed; the consumer
+// still pops every item that was pushed before, then gets ErrClosed. Close wakes every
+// blocked Push and Pop. It is idempotent and safe from any goroutine, but the usual owner is
+// the producer, after its last push.
+func (r *Ring[T]) Close() {
+	for {
+		t := r.tail.Load()
+		if t&closedBit != 0 {
+			return
+		}
+		if r.tail.CompareAndSwap(t, t|closedBit) {
+			break
+		}
+	}
+	r.readers.signal()
+	r.writers.signal()
+}
+
+// closed reports whether Close has been called.
+func (r *Ring[T]) closed() bool { return r.tail.Load()&closedBit != 0 }
+
+// ---- producer side ----
+
+// TryPush adds v if there is room and reports whether it did. It returns false when the
+// ring is full or closed. Producer only.
+func (r *Ring[T]) TryPush(v T) bool {
+	if r.debug {
+		r.enterProducer()
+		defer r.pushing.Store(0)
+	}
+	ok, _ := r.push1(v)
+	return ok
+}
+
+// Push adds v, blocking while the ring is full. It returns ctx.Err() if ctx ends first and
+// ErrClosed if the ring is or becomes closed; in both cases v was not added. Producer only.
+func (r *Ring[T]) Push(ctx context.Context, v T) error {
+	if r.debug {
+		r.enterProducer()
+		defer r.pushing.Store(0)
+	}
+	for {
+		ok, err := r.push1(v)
+		if ok || err != nil {
+			return err
+		}
+		if err := r.writers.await(ctx, r.spin, r.yield, r.writable); err != nil {
+			return err
+		}
+	}
+}
+
+// TryPushN adds as many leading items of vs as fit without blocking and returns how many.
+// It publishes them with one atomic operation. It returns 0 when the ring is full or
+// closed. Producer only.
+func (r *Ring[T]) TryPushN(vs []T) int {
+	if r.debug {
+		r.enterProducer()
+		defer r.pushing.Store(0)
+	}
+	n, _ := r.pushSome(vs)
+	return n
+}
+
+// PushN adds all of vs in order, blocking while the ring is full, and publishes each run
+// of items that fits with one atomic operation. It returns len(vs) and nil, or the number
+// of leading items added before ctx ended (ctx.Err()) or the ring was closed (ErrClosed).
+// Producer only.
+func (r *Ring[T]) PushN(ctx context.Context, vs []T) (int, error) {
+	if r.debug {
+		r.enterProducer()
+		defer r.pushing.Store(0)
+	}
+	done := 0
+	for done < len(vs) {
+		n, err := r.pushSome(vs[done:])
+		done += n
+		if err != nil {
+			return done, err
+		}
+		if n == 0 {
+			if err := r.writers.await(ctx, r.spin, r.yield, r.writable); err != nil {
+				return done, err
+			}
+		}
+	}
+	return done, nil
+}
+
+// push1 adds v if there is room. It returns (false, nil) when full, (false, ErrClosed)
+// when closed.
+func (r *Ring[T]) push1(v T) (bool, error) {
+	t := r.ptail
+	size := uint64(len(r.buf))
+	if (t-r.cachedHead)&idxMask >= size {
+		r.cachedHead = r.head.Load()
+		if (t-r.cachedHead)&idxMask >= size {
+			if r.closed() {
+				return false, ErrClosed
+			}
+			return false, nil
+		}
+	}
+	i := t & r.mask
+	r.buf[i] = v
+	next := (t + 1) & idxMask
+	if !r.tail.CompareAndSwap(t, next) { // fails only if Close set closedBit
+		var zero T
+		r.buf[i] = zero
+		return false, ErrClosed
+	}
+	r.ptail = next
+	r.readers.signal()
+	return true, nil
+}
+
+// pushSome copies as many leading items of vs as fit and publishes them at once.
+func (r *Ring[T]) pushSome(vs []T) (int, error) {
+	if len(vs) == 0 {
+		return 0, nil
+	}
+	t := r.ptail
+	size := uint64(len(r.buf))
+	free := size - (t-r.cachedHead)&idxMask
+	if free < uint64(len(vs)) {
+		r.cachedHead = r.head.Load()
+		free = size - (t-r.cachedHead)&idxMask
+		if free == 0 {
+			if r.closed() {
+				return 0, ErrClosed
+			}
+			return 0, nil
+		}
+	}
+	n := int(min(free, uint64(len(vs))))
+	i := t & r.mask
+	first := r.buf[i:]
+	c := copy(first, vs[:n])
+	copy(r.buf, vs[c:n])
+	next := (t + uint64(n)) & idxMask
+	if !r.tail.CompareAndSwap(t, next) { // closed meanwhile: take the copies back
+		clear(first[:c])
+		clear(r.buf[:n-c])
+		return 0, ErrClosed
+	}
+	r.ptail = next
+	r.readers.signal()
+	return n, nil
+}
+
+// writable is the producer's wake-up condition: room in the ring, or closed.
+func (r *Ring[T]) writable() bool {
+	if (r.ptail-r.head.Load())&idxMask < uint64(len(r.buf)) {
+		return true
+	}
+	return r.closed()
+}
+
+func (r *Ring[T]) enterProducer() {
+	if !r.pushing.CompareAndSwap(0, 1) {
+		panic("ringq: concurrent producers on a single-producer Ring")
+	}
+}
+
+// ---- consumer side ----
+
+// TryPop removes and returns the oldest item if there is one. It returns the zero value
+// and false when the ring is empty (closed or not). Consumer only.
+func (r *Ring[T]) TryPop() (T, bool) {
+	if r.debug {
+		r.enterConsumer()
+		defer r.popping.Store(0)
+	}
+	v, ok, _ := r.pop1()
+	return v, ok
+}
+
+// Pop removes and returns the oldest item, blocking while the ring is empty. It returns
+// ctx.Err() if ctx ends first, and ErrClosed once the ring is closed and drained.
+// Consumer only.
+func (r *Ring[T]) Pop(ctx context.Context) (T, error) {
+	if r.debug {
+		r.enterConsumer()
+		defer r.popping.Store(0)
+	}
+	for {
+		v, ok, err := r.pop1()
+		if ok || err != nil {
+			return v, err
+		}
+		if err := r.readers.await(ctx, r.spin, r.yield, r.readable); err != nil {
+			return v, err
+		}
+	}
+}
+
+// TryPopN moves up to len(dst) of the oldest items into dst without blocking and returns
+// how many; 0 when the ring is empty. Consumer only.
+func (r *Ring[T]) TryPopN(dst []T) int {
+	if r.debug {
+		r.enterConsumer()
+		defer r.popping.Store(0)
+	}
+	n, _ := r.popSome(dst)
+	return n
+}
+
+// PopN moves at least one and at most len(dst) of the oldest items into dst, blocking
+// while the ring is empty, and returns how many. The slots it empties are released with
+// one atomic operation. It returns ctx.Err() if ctx ends first, and ErrClosed once the
+// ring is closed and drained. With an empty dst it returns 0, nil at once. Consumer only.
+func (r *Ring[T]) PopN(ctx context.Context, dst []T) (int, error) {
+	if r.debug {
+		r.enterConsumer()
+		defer r.popping.Store(0)
+	}
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	for {
+		n, err := r.popSome(dst)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if err := r.readers.await(ctx, r.spin, r.yield, r.readable); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// pop1 removes the oldest item. It returns ErrClosed when the ring is closed and empty.
+func (r *Ring[T]) pop1() (v T, ok bool, err error) {
+	h := r.phead
+	if h == r.cachedTail {
+		t := r.tail.Load()
+		r.cachedTail = t & idxMask
+		if h == r.cachedTail {
+			if t&closedBit != 0 {
+				return v, false, ErrClosed
+			}
+			return v, false, nil
+		}
+	}
+	i := h & r.mask
+	v = r.buf[i]
+	var zero T
+	r.buf[i] = zero // do not pin what the item points to
+	h = (h + 1) & idxMask
+	r.head.Store(h)
+	r.phead = h
+	r.writers.signal()
+	return v, true, nil
+}
+
+// popSome moves up to len(dst) items into dst and releases their slots at once. It
+// returns ErrClosed when the ring is closed and empty.
+func (r *Ring[T]) popSome(dst []T) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	h := r.phead
+	avail := (r.cachedTail - h) & idxMask
+	if avail < uint64(len(dst)) {
+		t := r.tail.Load()
+		r.cachedTail = t & idxMask
+		avail = (r.cachedTail - h) & idxMask
+		if avail == 0 {
+			if t&closedBit != 0 {
+				return 0, ErrClosed
+			}
+			return 0, nil
+		}
+	}
+	n := int(min(avail, uint64(len(dst))))
+	i := h & r.mask
+	first := r.buf[i:]
+	if len(first) > n {
+		first = first[:n]
+	}
+	c := copy(dst, first)
+	clear(first)
+	if c < n {
+		second := r.buf[:n-c]
+		copy(dst[c:], second)
+		clear(second)
+	}
+	h = (h + uint64(n)) & idxMask
+	r.head.Store(h)
+	r.phead = h
+	r.writers.signal()
+	return n, nil
+}
+
+// readable is the consumer's wake-up condition: an item in the ring, or closed.
+func (r *Ring[T]) readable() bool {
+	t := r.tail.Load()
+	return t&idxMask != r.phead || t&closedBit != 0
+}
+
+func (r *Ring[T]) enterConsumer() {
+	if !r.popping.CompareAndSwap(0, 1) {
+		panic("ringq: concurrent consumers on a single-consumer Ring")
+	}
+}
