@@ -1,0 +1,242 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fields splits a binary COPY tuple into its fields; nil means NULL.
+func fields(t *testing.T, tup []byte) [][]byte {
+	t.Helper()
+	if len(tup) < 2 {
+		t.Fatalf("tuple too short: %x", tup)
+	}
+	n := int(binary.BigEndian.Uint16(tup))
+	tup = tup[2:]
+	out := make([][]byte, 0, n)
+	for range n {
+		if len(tup) < 4 {
+			t.Fatalf("truncated tuple")
+		}
+		l := int32(binary.BigEndian.Uint32(tup))
+		tup = tup[4:]
+		if l == -1 {
+			out = append(out, nil)
+			continue
+		}
+		if int(l) > len(tup) {
+			t.Fatalf("field length %d beyond tuple", l)
+		}
+		out = append(out, tup[:l:l])
+		tup = tup[l:]
+	}
+	if len(tup) != 0 {
+		t.Fatalf("%d trailing bytes", len(tup))
+	}
+	return out
+}
+
+func mustCompile(t testing.TB, cols ...Column) *Mapper {
+	t.Helper()
+	m, err := Compile(cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func hx(s string) []byte {
+	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+func be32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
+func be16(v uint16) []byte { return binary.BigEndian.AppendUint16(nil, v) }
+
+// numericBytes builds a binary numeric from its parts.
+func numericBytes(weight int16, sign uint16, dscale uint16, digits ...uint16) []byte {
+	b := be16(uint16(len(digits)))
+	b = append(b, be16(uint16(weight))...)
+	b = append(b, be16(sign)...)
+	b = append(b, be16(dscale)...)
+	for _, d := range digits {
+		b = append(b, be16(d)...)
+	}
+	return b
+}
+
+var null = []byte(nil)
+
+func tsMicros(s string) []byte {
+	tm, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		panic(err)
+	}
+	return be64(uint64(tm.UnixMicro() - pgEpochMicros))
+}
+
+func TestAppendTupleTypes(t *testing.T) {
+	type tc struct {
+		name     string
+		typ      Type
+		json     string // the value of key "v"; "" means the key is absent
+		required bool
+		want     []byte // nil with code "" means NULL
+		code     string
+	}
+	cases := []tc{
+		// text
+		{"text string", TypeText, `"héllo"`, false, []byte("héllo"), ""},
+		{"text escapes", TypeText, `"a\"b\\c\n\u00e9"`, false, []byte("a\"b\\c\né"), ""},
+		{"text number", TypeText, `21.375e0`, false, []byte("21.375e0"), ""},
+		{"text bool", TypeText, `true`, false, []byte("true"), ""},
+		{"text object", TypeText, `{ "a" : [1, "x\u0000"] }`, false, []byte(`{"a":[1,"x\u0000"]}`), ""},
+		{"text NUL", TypeText, `"a\u0000b"`, false, nil, CodeNULInText},
+		{"text null", TypeText, `null`, false, null, ""},
+		{"text absent", TypeText, ``, false, null, ""},
+		{"text required null", TypeText, `null`, true, nil, CodeRequiredMissing},
+		{"text required absent", TypeText, ``, true, nil, CodeRequiredMissing},
+		{"text surrogate pair", TypeText, `"\ud83d\ude00"`, false, []byte("😀"), ""},
+		{"text lone surrogate", TypeText, `"\ud83d"`, false, nil, CodeInvalidJSON},
+		// uuid
+		{"uuid lower", TypeUUID, `"3f0c9a2e-1b7d-4c8e-9f00-0123456789ab"`, false, hx("3f0c9a2e1b7d4c8e9f000123456789ab"), ""},
+		{"uuid upper", TypeUUID, `"3F0C9A2E-1B7D-4C8E-9F00-0123456789AB"`, false, hx("3f0c9a2e1b7d4c8e9f000123456789ab"), ""},
+		{"uuid braced", TypeUUID, `"{3f0c9a2e-1b7d-4c8e-9f00-0123456789ab}"`, false, nil, CodeInvalidFormat},
+		{"uuid no hyphens", TypeUUID, `"3f0c9a2e1b7d4c8e9f000123456789ab"`, false, nil, CodeInvalidFormat},
+		{"uuid bad hex", TypeUUID, `"3f0c9a2e-1b7d-4c8e-9f00-0123456789ag"`, false, nil, CodeInvalidFormat},
+		{"uuid number", TypeUUID, `42`, false, nil, CodeWrongType},
+		// ints
+		{"int2", TypeInt2, `-32768`, false, be16(0x8000), ""},
+		{"int2 max", TypeInt2, `32767`, false, be16(0x7fff), ""},
+		{"int2 overflow", TypeInt2, `32768`, false, nil, CodeOutOfRange},
+		{"int4", TypeInt4, `2147483647`, false, be32(0x7fffffff), ""},
+		{"int4 neg", TypeInt4, `-1`, false, be32(0xffffffff), ""},
+		{"int4 overflow", TypeInt4, `-2147483649`, false, nil, CodeOutOfRange},
+		{"int8 min", TypeInt8, `-9223372036854775808`, false, be64(1 << 63), ""},
+		{"int8 max", TypeInt8, `9223372036854775807`, false, be64(math.MaxInt64), ""},
+		{"int8 overflow", TypeInt8, `9223372036854775808`, false, nil, CodeOutOfRange},
+		{"int8 huge", TypeInt8, `123456789012345678901234567890`, false, nil, CodeOutOfRange},
+		{"int8 string", TypeInt8, `"123456"`, false, be64(123456), ""},
+		{"int8 string junk", TypeInt8, `"12a"`, false, nil, CodeInvalidFormat},
+		{"int8 string float", TypeInt8, `"1.5"`, false, nil, CodeInvalidFormat},
+		{"int8 fraction", TypeInt8, `1.5`, false, nil, CodeWrongType},
+		{"int8 exponent", TypeInt8, `1e3`, false, nil, CodeWrongType},
+		{"int8 bool", TypeInt8, `true`, false, nil, CodeWrongType},
+		{"int8 object", TypeInt8, `{}`, false, nil, CodeWrongType},
+		{"int4 negative zero", TypeInt4, `-0`, false, be32(0), ""},
+		// floats
+		{"float8", TypeFloat8, `21.375`, false, be64(math.Float64bits(21.375)), ""},
+		{"float8 exp", TypeFloat8, `-1.5E-3`, false, be64(math.Float64bits(-0.0015)), ""},
+		{"float8 int", TypeFloat8, `7`, false, be64(math.Float64bits(7)), ""},
+		{"float8 string", TypeFloat8, `"0.25"`, false, be64(math.Float64bits(0.25)), ""},
+		{"float8 NaN string", TypeFloat8, `"NaN"`, false, nil, CodeInvalidFormat},
+		{"float8 overflow", TypeFloat8, `1e400`, false, nil, CodeOutOfRange},
+		{"float4", TypeFloat4, `0.1`, false, be32(math.Float32bits(0.1)), ""},
+		{"float4 overflow", TypeFloat4, `1e39`, false, nil, CodeOutOfRange},
+		{"float8 bool", TypeFloat8, `false`, false, nil, CodeWrongType},
+		// numeric
+		{"numeric int", TypeNumeric, `12345`, false, numericBytes(1, 0, 0, 1, 2345), ""},
+		{"numeric frac", TypeNumeric, `-12.50`, false, numericBytes(0, 0x4000, 2, 12, 5000), ""},
+		{"numeric small", TypeNumeric, `0.000123`, false, numericBytes(-1, 0, 6, 1, 2300), ""},
+		{"numeric zero", TypeNumeric, `0.00`, false, numericBytes(0, 0, 2), ""},
+		{"numeric neg zero", TypeNumeric, `-0`, false, numericBytes(0, 0, 0), ""},
+		{"numeric exp", TypeNumeric, `1.5e3`, false, numericBytes(0, 0, 0, 1500), ""},
+		{"numeric big exp", TypeNumeric, `1e8`, false, numericBytes(2, 0, 0, 1), ""},
+		{"numeric neg exp", TypeNumeric, `15e-5`, false, numericBytes(-1, 0, 5, 1, 5000), ""},
+		{"numeric string", TypeNumeric, `"99999999.9999"`, false, numericBytes(1, 0, 4, 9999, 9999, 9999), ""},
+		{"numeric huge exp", TypeNumeric, `1e99999999`, false, nil, CodeOutOfRange},
+		{"numeric tiny", TypeNumeric, `1e-20000`, false, nil, CodeOutOfRange},
+		{"numeric bad string", TypeNumeric, `"1,5"`, false, nil, CodeInvalidFormat},
+		{"numeric bool", TypeNumeric, `true`, false, nil, CodeWrongType},
+		// bool
+		{"bool true", TypeBool, `true`, false, []byte{1}, ""},
+		{"bool false", TypeBool, `false`, false, []byte{0}, ""},
+		{"bool string", TypeBool, `"true"`, false, []byte{1}, ""},
+		{"bool bad string", TypeBool, `"yes"`, false, nil, CodeInvalidFormat},
+		{"bool number", TypeBool, `1`, false, nil, CodeWrongType},
+		// timestamptz
+		{"ts Z", TypeTimestamptz, `"2026-11-29T19:59:15.123456Z"`, false, tsMicros("2026-11-29T19:59:15.123456Z"), ""},
+		{"ts offset", TypeTimestamptz, `"2026-11-29T21:59:15+02:00"`, false, tsMicros("2026-11-29T19:59:15Z"), ""},
+		{"ts neg offset", TypeTimestamptz, `"2026-11-29T19:59:15.5-05:30"`, false, tsMicros("2026-11-30T01:29:15.5Z"), ""},
+		{"ts nanos round", TypeTimestamptz, `"2000-01-01T00:00:00.0000015Z"`, false, be64(2), ""},
+		{"ts nanos trunc", TypeTimestamptz, `"2000-01-01T00:00:00.0000014999Z"`, false, be64(1), ""},
+		{"ts round carry", TypeTimestamptz, `"1999-12-31T23:59:59.9999999Z"`, false, be64(0), ""},
+		{"ts before epoch", TypeTimestamptz, `"1970-01-01T00:00:00Z"`, false, tsMicros("1970-01-01T00:00:00Z"), ""},
+		{"ts year 0", TypeTimestamptz, `"0000-03-01T00:00:00Z"`, false, tsMicros("0000-03-01T00:00:00Z"), ""},
+		{"ts lowercase", TypeTimestamptz, `"2026-11-29t19:59:15z"`, false, tsMicros("2026-11-29T19:59:15Z"), ""},
+		{"ts no zone", TypeTimestamptz, `"2026-11-29T19:59:15"`, false, nil, CodeInvalidFormat},
+		{"ts space", TypeTimestamptz, `"2026-11-29 19:59:15Z"`, false, nil, CodeInvalidFormat},
+		{"ts bad day", TypeTimestamptz, `"2026-02-29T00:00:00Z"`, false, nil, CodeInvalidFormat},
+		{"ts leap day", TypeTimestamptz, `"2024-02-29T00:00:00Z"`, false, tsMicros("2024-02-29T00:00:00Z"), ""},
+		{"ts hour 24", TypeTimestamptz, `"2026-11-29T24:00:00Z"`, false, nil, CodeInvalidFormat},
+		{"ts empty frac", TypeTimestamptz, `"2026-11-29T19:59:15.Z"`, false, nil, CodeInvalidFormat},
+		{"ts number", TypeTimestamptz, `1764446355`, false, nil, CodeWrongType},
+		// date
+		{"date", TypeDate, `"2000-01-02"`, false, be32(1), ""},
+		{"date before", TypeDate, `"1999-12-31"`, false, be32(0xffffffff), ""},
+		{"date bad", TypeDate, `"2026-13-01"`, false, nil, CodeInvalidFormat},
+		{"date with time", TypeDate, `"2026-11-29T00:00:00Z"`, false, nil, CodeInvalidFormat},
+		{"date number", TypeDate, `20261129`, false, nil, CodeWrongType},
+		// jsonb
+		{"jsonb object", TypeJSONB, `{"a": 1, "b\n": ["x", null, true]}`, false, append([]byte{1}, `{"a":1,"b\n":["x",null,true]}`...), ""},
+		{"jsonb string", TypeJSONB, `"a\"b"`, false, append([]byte{1}, `"a\"b"`...), ""},
+		{"jsonb number", TypeJSONB, `1.50`, false, append([]byte{1}, `1.50`...), ""},
+		{"jsonb bool", TypeJSONB, `false`, false, append([]byte{1}, `false`...), ""},
+		{"jsonb NUL", TypeJSONB, `{"a":"\u0000"}`, false, nil, CodeNULInText},
+		{"jsonb NUL string", TypeJSONB, `"\u0000"`, false, nil, CodeNULInText},
+		{"jsonb null is NULL", TypeJSONB, `null`, false, null, ""},
+		// bytea
+		{"bytea", TypeBytea, `"AAEC/w=="`, false, []byte{0, 1, 2, 0xff}, ""},
+		{"bytea empty", TypeBytea, `""`, false, []byte{}, ""},
+		{"bytea bad", TypeBytea, `"AAEC/w"`, false, nil, CodeInvalidFormat},
+		{"bytea number", TypeBytea, `1`, false, nil, CodeWrongType},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := mustCompile(t, Column{Name: "v", From: "json:v", Type: c.typ, Required: c.required})
+			payload := `{"other":1}`
+			if c.json != "" {
+				payload = `{"other":1,"v":` + c.json + `}`
+			}
+			ev := &Event{Data: []byte(payload)}
+			prefix := []byte("keep")
+			got, err := m.NewEncoder(0).AppendTuple(prefix, ev)
+			if c.code != "" {
+				var de *DecodeError
+				if !errors.As(err, &de) {
+					t.Fatalf("err = %v, want a *DecodeError with code %s", err, c.code)
+				}
+				if de.Code != c.code {
+					t.Fatalf("code = %s (%v), want %s", de.Code, err, c.code)
+				}
+				if string(got) != "keep" {
+					t.Fatalf("dst changed on error: %q", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if !bytes.HasPrefix(got, prefix) {
+				t.Fatalf("prefix lost")
+			}
+			f := fields(t, got[len(prefix):])
+			if len(f) != 1 {
+				t.Fatalf("%d fields", len(f))
+			}
+			if (c.want == nil) != (f[0] == nil) || !bytes.Equal(f[0], c.want) {
+				t.Fatalf("field = %x (%q), want %x (%q)", f[0], f[0], c.want, c.want)
+			}
+		})
+	}
+}

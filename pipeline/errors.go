@@ -1,0 +1,36 @@
+package pipeline
+
+import "fmt"
+
+// Codes of a DecodeError, also used as DeadLetter.Code.
+const (
+	CodeInvalidJSON     = "invalid_json"     // the payload is not valid JSON (or holds a lone UTF-16 surrogate escape)
+	CodeRequiredMissing = "required_missing" // a required value is absent or null
+	CodeWrongType       = "wrong_type"       // the value's JSON kind cannot fill the column's type
+	CodeInvalidFormat   = "invalid_format"   // a string does not parse as the column's type (uuid, timestamp, number...)
+	CodeOutOfRange      = "out_of_range"     // the value parses but does not fit the column's type
+	CodeInvalidUTF8     = "invalid_utf8"     // text or JSON that is not valid UTF-8
+	CodeNULInText       = "nul_in_text"      // a NUL character, which PostgreSQL text and jsonb cannot store
+	CodeTooLarge        = "too_large"        // the payload is larger than max_event_bytes
+)
+
+// DecodeError says why an event cannot become a row. It is permanent: the
+// same event fails the same way every time, so it belongs on the
+// dead-letter subject.
+type DecodeError struct {
+	Column string // the column's name; "" when the event as a whole is at fault
+	Code   string // one of the Code* constants
+	Reason string // human-readable detail; never contains the payload
+}
+
+func (e *DecodeError) Error() string {
+	if e.Column == "" {
+		return "decode: " + e.Code + ": " + e.Reason
+	}
+	return fmt.Sprintf("decode column %q: %s: %s", e.Column, e.Code, e.Reason)
+}
+
+// DeadLetter returns the dead letter for the event that failed.
+func (e *DecodeError) DeadLetter() DeadLetter {
+	return DeadLetter{Stage: StageDecode, Code: e.Code, Reason: e.Error()}
+}

@@ -1,0 +1,69 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+)
+
+// Msg is the handle of one JetStream message as the later stages need it:
+// settle it once its fate is known. jetstream.Msg satisfies it, so neither
+// pipeline nor sink imports NATS.
+type Msg interface {
+	Ack() error
+	Nak() error
+	NakWithDelay(delay time.Duration) error
+	InProgress() error
+	Term() error
+	TermWithReason(reason string) error
+}
+
+// Event is one message as the consumer received it. It travels by value
+// through ring #1; Data and Header alias the message's own buffers and must
+// not be modified.
+type Event struct {
+	Msg         Msg
+	Subject     string
+	Data        []byte
+	Header      map[string][]string // nats.Header's underlying type
+	Stream      string
+	StreamSeq   uint64
+	ConsumerSeq uint64
+	Delivered   uint64    // delivery count, 1 on first delivery
+	Published   time.Time // JetStream's store time
+	Received    time.Time // when the consumer took it
+	MsgID       string    // Nats-Msg-Id header, "" when absent
+}
+
+// Row is one decoded event on its way to the sink: the event it came from
+// (kept to settle it and, if the database refuses the row, to dead-letter it)
+// and the row's fields in PostgreSQL's binary COPY tuple format.
+type Row struct {
+	Event Event
+	// Tuple is a complete binary COPY tuple: int16 field count, then per
+	// field an int32 length (-1 for NULL) and that many bytes. The sink
+	// writes it verbatim between the COPY header and trailer.
+	Tuple []byte
+}
+
+// Stage names the stage that gave up on an event, for dead-letter headers.
+const (
+	StageDecode = "decode"
+	StageSink   = "sink"
+)
+
+// DeadLetter says why an event could not be stored.
+type DeadLetter struct {
+	Stage    string // StageDecode or StageSink
+	Reason   string // human-readable error text
+	Code     string // short machine-readable reason (e.g. "invalid_json", "required_missing", "too_large")
+	SQLState string // PostgreSQL SQLSTATE when the database refused the row
+}
+
+// DeadLetterer parks an event that can never be stored on the dead-letter
+// subject and settles the original. Implementations publish first, wait for
+// the server's acknowledgement, and only then terminate the original; if the
+// publish fails they must not ack or terminate it (nak it with a delay
+// instead) and return the error. The consumer package implements it.
+type DeadLetterer interface {
+	DeadLetter(ctx context.Context, ev *Event, dl DeadLetter) error
+}

@@ -1,0 +1,234 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrInvalidMapping is wrapped by every error Compile returns: the column
+// list cannot be turned into a Mapper.
+var ErrInvalidMapping = errors.New("invalid column mapping")
+
+// sourceKind says where a column's value comes from.
+type sourceKind uint8
+
+const (
+	srcPayload sourceKind = iota + 1
+	srcJSON
+	srcHeader
+	srcMetaStream
+	srcMetaStreamSeq
+	srcMetaConsumerSeq
+	srcMetaSubject
+	srcMetaPublished
+	srcMetaReceived
+	srcMetaDelivered
+	srcMetaMsgID
+)
+
+// metaSources maps the names after "meta:" to their source kinds.
+var metaSources = map[string]sourceKind{
+	"stream":       srcMetaStream,
+	"stream_seq":   srcMetaStreamSeq,
+	"consumer_seq": srcMetaConsumerSeq,
+	"subject":      srcMetaSubject,
+	"published_at": srcMetaPublished,
+	"received_at":  srcMetaReceived,
+	"delivered":    srcMetaDelivered,
+	"msg_id":       srcMetaMsgID,
+}
+
+// allTypes lists every supported type, in the order the docs name them.
+var allTypes = []Type{
+	TypeText, TypeUUID, TypeInt2, TypeInt4, TypeInt8, TypeFloat4, TypeFloat8,
+	TypeNumeric, TypeBool, TypeTimestamptz, TypeDate, TypeJSONB, TypeBytea,
+}
+
+// compatible lists the types each source kind can fill. JSON values and
+// headers can fill every type; the checks that remain happen per event.
+var compatible = map[sourceKind][]Type{
+	srcPayload:         {TypeJSONB, TypeBytea, TypeText},
+	srcJSON:            allTypes,
+	srcHeader:          allTypes,
+	srcMetaStream:      {TypeText},
+	srcMetaSubject:     {TypeText},
+	srcMetaMsgID:       {TypeText, TypeUUID},
+	srcMetaStreamSeq:   {TypeInt8, TypeNumeric, TypeText},
+	srcMetaConsumerSeq: {TypeInt8, TypeNumeric, TypeText},
+	srcMetaDelivered:   {TypeInt2, TypeInt4, TypeInt8, TypeNumeric, TypeText},
+	srcMetaPublished:   {TypeTimestamptz, TypeText},
+	srcMetaReceived:    {TypeTimestamptz, TypeText},
+}
+
+// column is a compiled Column.
+type column struct {
+	Column
+	src  sourceKind
+	path []string // srcJSON: object keys / array indexes; srcHeader: path[0] is the header name
+}
+
+// Mapper turns events into binary COPY tuples for a fixed list of columns.
+// A Mapper is immutable and safe for concurrent use; the per-goroutine
+// state lives in an Encoder (see NewEncoder).
+type Mapper struct {
+	cols     []column
+	pub      []Column
+	needJSON bool // some column reads the JSON payload, so it must be valid JSON
+}
+
+// RawColumns returns the raw-mode mapping used when the config lists no
+// columns: stream text, stream_seq int8, subject text, published_at
+// timestamptz, received_at timestamptz, msg_id text, payload jsonb.
+func RawColumns() []Column {
+	return []Column{
+		{Name: "stream", From: "meta:stream", Type: TypeText, Required: true},
+		{Name: "stream_seq", From: "meta:stream_seq", Type: TypeInt8, Required: true},
+		{Name: "subject", From: "meta:subject", Type: TypeText, Required: true},
+		{Name: "published_at", From: "meta:published_at", Type: TypeTimestamptz},
+		{Name: "received_at", From: "meta:received_at", Type: TypeTimestamptz},
+		{Name: "msg_id", From: "meta:msg_id", Type: TypeText},
+		{Name: "payload", From: "payload", Type: TypeJSONB, Required: true},
+	}
+}
+
+// Compile checks cols and returns a Mapper for them. An empty list is an
+// error; callers that want raw mode pass RawColumns(). Every error wraps
+// ErrInvalidMapping and names the column's index and name and how to fix it.
+func Compile(cols []Column) (*Mapper, error) {
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("%w: no columns; list at least one, or use the raw-mode columns", ErrInvalidMapping)
+	}
+	if len(cols) > 1600 {
+		// PostgreSQL's MaxTupleAttributeNumber; also keeps the int16 field count valid.
+		return nil, fmt.Errorf("%w: %d columns; PostgreSQL allows at most 1600 per table", ErrInvalidMapping, len(cols))
+	}
+	m := &Mapper{cols: make([]column, len(cols)), pub: append([]Column(nil), cols...)}
+	seen := make(map[string]int, len(cols))
+	for i, c := range cols {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: column %d (%q): %s", ErrInvalidMapping, i, c.Name, fmt.Sprintf(format, args...))
+		}
+		if c.Name == "" {
+			return nil, bad("name is empty; give every column a name")
+		}
+		if strings.IndexByte(c.Name, 0) >= 0 {
+			return nil, bad("name contains a NUL byte")
+		}
+		if j, dup := seen[c.Name]; dup {
+			return nil, bad("name is already used by column %d; column names must be unique", j)
+		}
+		seen[c.Name] = i
+		if !validType(c.Type) {
+			return nil, bad("unknown type %q; use one of %s", c.Type, typeList(allTypes))
+		}
+		cc := column{Column: c}
+		switch from := c.From; {
+		case from == "payload":
+			cc.src = srcPayload
+		case strings.HasPrefix(from, "meta:"):
+			k, ok := metaSources[from[len("meta:"):]]
+			if !ok {
+				return nil, bad("unknown source %q; meta: takes one of stream, stream_seq, consumer_seq, subject, published_at, received_at, delivered, msg_id", from)
+			}
+			cc.src = k
+		case strings.HasPrefix(from, "header:"):
+			name := from[len("header:"):]
+			if name == "" {
+				return nil, bad("source %q names no header; write header:<Name>", from)
+			}
+			cc.src, cc.path = srcHeader, []string{name}
+		case strings.HasPrefix(from, "json:"):
+			path, err := parseDotted(from[len("json:"):])
+			if err != nil {
+				return nil, bad("source %q: %v", from, err)
+			}
+			cc.src, cc.path = srcJSON, path
+		case strings.HasPrefix(from, "/"):
+			path, err := parsePointer(from)
+			if err != nil {
+				return nil, bad("source %q: %v", from, err)
+			}
+			cc.src, cc.path = srcJSON, path
+		case from == "":
+			return nil, bad("source is empty; set from to payload, meta:<field>, header:<Name>, json:<dotted.path> or a JSON pointer like /a/b")
+		default:
+			return nil, bad("unknown source %q; use payload, meta:<field>, header:<Name>, json:<dotted.path> or a JSON pointer like /a/b", from)
+		}
+		if ok := typeIn(c.Type, compatible[cc.src]); !ok {
+			return nil, bad("source %q cannot fill a %s column; use one of %s", c.From, c.Type, typeList(compatible[cc.src]))
+		}
+		if cc.src == srcJSON || (cc.src == srcPayload && c.Type == TypeJSONB) {
+			m.needJSON = true
+		}
+		m.cols[i] = cc
+	}
+	return m, nil
+}
+
+// Columns returns a copy of the columns the Mapper was compiled from, in
+// tuple order.
+func (m *Mapper) Columns() []Column { return append([]Column(nil), m.pub...) }
+
+// parseDotted splits a json: path such as "tags.site" or "items.0.id".
+// Keys that contain dots need a JSON pointer instead.
+func parseDotted(p string) ([]string, error) {
+	if p == "" {
+		return nil, errors.New("empty path; write json:<key> or json:<a.b.c>")
+	}
+	parts := strings.Split(p, ".")
+	for _, k := range parts {
+		if k == "" {
+			return nil, errors.New("empty key in dotted path; for keys with dots or empty keys use a JSON pointer like /a.b/c")
+		}
+	}
+	return parts, nil
+}
+
+// parsePointer parses an RFC 6901 JSON pointer ("/a/b~1c/0"). The empty
+// pointer (the whole document) is not accepted: use payload for that.
+func parsePointer(p string) ([]string, error) {
+	parts := strings.Split(p[1:], "/")
+	for i, k := range parts {
+		if !strings.Contains(k, "~") {
+			continue
+		}
+		var b strings.Builder
+		for j := 0; j < len(k); j++ {
+			if k[j] != '~' {
+				b.WriteByte(k[j])
+				continue
+			}
+			if j+1 >= len(k) || (k[j+1] != '0' && k[j+1] != '1') {
+				return nil, errors.New(`bad escape in JSON pointer; "~" must be followed by 0 (for ~) or 1 (for /)`)
+			}
+			if k[j+1] == '0' {
+				b.WriteByte('~')
+			} else {
+				b.WriteByte('/')
+			}
+			j++
+		}
+		parts[i] = b.String()
+	}
+	return parts, nil
+}
+
+func validType(t Type) bool { return typeIn(t, allTypes) }
+
+func typeIn(t Type, ts []Type) bool {
+	for _, x := range ts {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+func typeList(ts []Type) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = string(t)
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,524 @@
+package pipeline
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"math"
+	"strconv"
+
+	"github.com/valyala/fastjson"
+)
+
+// This file holds the per-type encoders: each appends one value in
+// PostgreSQL's binary send format and allocates nothing unless it fails.
+
+// appendNumber encodes s, the text of a JSON number (fromJSON) or of a
+// string, as a numeric type.
+func appendNumber(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeError) {
+	switch t {
+	case TypeInt2, TypeInt4, TypeInt8:
+		if !isInteger(s) {
+			if fromJSON {
+				return dst, wrongType(t, "a number with a fraction or exponent")
+			}
+			return dst, invalidFormat(t, "want an integer such as 42")
+		}
+		v, ok := parseInt64(s)
+		if !ok {
+			return dst, outOfRange(t, "")
+		}
+		return appendIntValue(dst, t, v)
+	case TypeFloat4, TypeFloat8:
+		if !isJSONNumber(s) {
+			return dst, invalidFormat(t, "want a JSON number such as 21.5")
+		}
+		bits := 64
+		if t == TypeFloat4 {
+			bits = 32
+		}
+		f, err := strconv.ParseFloat(s, bits)
+		if err != nil || math.IsInf(f, 0) {
+			return dst, outOfRange(t, "")
+		}
+		if t == TypeFloat4 {
+			return binary.BigEndian.AppendUint32(dst, math.Float32bits(float32(f))), nil
+		}
+		return binary.BigEndian.AppendUint64(dst, math.Float64bits(f)), nil
+	default: // numeric
+		if !isJSONNumber(s) {
+			return dst, invalidFormat(t, "want a JSON number such as 12.50")
+		}
+		return appendNumeric(dst, s)
+	}
+}
+
+func appendIntValue(dst []byte, t Type, v int64) ([]byte, *DecodeError) {
+	switch t {
+	case TypeInt2:
+		if v < math.MinInt16 || v > math.MaxInt16 {
+			return dst, outOfRange(t, "")
+		}
+		return binary.BigEndian.AppendUint16(dst, uint16(v)), nil
+	case TypeInt4:
+		if v < math.MinInt32 || v > math.MaxInt32 {
+			return dst, outOfRange(t, "")
+		}
+		return binary.BigEndian.AppendUint32(dst, uint32(v)), nil
+	default:
+		return binary.BigEndian.AppendUint64(dst, uint64(v)), nil
+	}
+}
+
+// isInteger reports whether s is -?[0-9]+.
+func isInteger(s string) bool {
+	if len(s) > 0 && s[0] == '-' {
+		s = s[1:]
+	}
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// parseInt64 parses a string isInteger accepted; ok is false on overflow.
+func parseInt64(s string) (int64, bool) {
+	neg := s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	var u uint64
+	for i := 0; i < len(s); i++ {
+		d := uint64(s[i] - '0')
+		if u > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		u = u*10 + d
+	}
+	if neg {
+		if u > 1<<63 {
+			return 0, false
+		}
+		return int64(-u), true //nolint:gosec // -u wraps to the right value, 1<<63 included
+	}
+	if u > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(u), true
+}
+
+// isJSONNumber reports whether s follows the JSON number grammar
+// (-?int(.frac)?([eE][+-]?exp)?), except that leading zeros are allowed.
+func isJSONNumber(s string) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	d := i
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == d {
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		d = i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		d = i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	return i == len(s)
+}
+
+// Limits of PostgreSQL's numeric as numeric_recv accepts it.
+const (
+	numericMaxDScale = 0x3FFF         // NUMERIC_DSCALE_MAX
+	numericMaxWeight = math.MaxInt16  // NUMERIC_WEIGHT_MAX
+	numericMinWeight = math.MinInt16  // a weight below this cannot be sent
+	numericMaxDigits = math.MaxUint16 // ndigits is sent as uint16; the weight and dscale limits keep it far below
+	numericPosSign   = 0x0000
+	numericNegSign   = 0x4000
+)
+
+var pow10x4 = [4]uint16{1, 10, 100, 1000}
+
+// appendNumeric encodes s (isJSONNumber) in numeric's binary format:
+// int16 ndigits, int16 weight, uint16 sign, uint16 dscale, then ndigits
+// base-10000 digits, most significant first. The value is exact: the
+// display scale is the number of fraction digits the text shows (after
+// applying the exponent), as PostgreSQL's text input would give.
+func appendNumeric(dst []byte, s string) ([]byte, *DecodeError) {
+	neg := s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	mant, exp := s, int64(0)
+	for i := 0; i < len(s); i++ {
+		if s[i] == 'e' || s[i] == 'E' {
+			mant = s[:i]
+			e := s[i+1:]
+			eneg := e[0] == '-'
+			if e[0] == '-' || e[0] == '+' {
+				e = e[1:]
+			}
+			for j := 0; j < len(e); j++ {
+				exp = exp*10 + int64(e[j]-'0')
+				if exp > 1_000_000 {
+					return dst, outOfRange(TypeNumeric, "exponent too large")
+				}
+			}
+			if eneg {
+				exp = -exp
+			}
+			break
+		}
+	}
+	intPart, frac := mant, ""
+	for i := 0; i < len(mant); i++ {
+		if mant[i] == '.' {
+			intPart, frac = mant[:i], mant[i+1:]
+			break
+		}
+	}
+	n := len(intPart) + len(frac)
+	digit := func(k int) byte {
+		if k < len(intPart) {
+			return intPart[k] - '0'
+		}
+		return frac[k-len(intPart)] - '0'
+	}
+	f := int64(len(frac)) - exp // value = digits * 10^-f
+	dscale := max(f, 0)
+	if dscale > numericMaxDScale {
+		return dst, outOfRange(TypeNumeric, "more than 16383 digits after the decimal point")
+	}
+	lo, hi := 0, n-1
+	for lo < n && digit(lo) == 0 {
+		lo++
+	}
+	if lo == n { // zero
+		dst = binary.BigEndian.AppendUint16(dst, 0)
+		dst = binary.BigEndian.AppendUint16(dst, 0)
+		dst = binary.BigEndian.AppendUint16(dst, numericPosSign)
+		return binary.BigEndian.AppendUint16(dst, uint16(dscale)), nil
+	}
+	for digit(hi) == 0 {
+		hi--
+	}
+	// The digit at index k stands for 10^pow(k).
+	pow := func(k int) int64 { return int64(n-1-k) - f }
+	weight := floorDiv4(pow(lo))
+	low := floorDiv4(pow(hi))
+	if weight > numericMaxWeight || low < numericMinWeight {
+		return dst, outOfRange(TypeNumeric, "")
+	}
+	nd := weight - low + 1
+	if nd > numericMaxDigits {
+		return dst, outOfRange(TypeNumeric, "too many significant digits")
+	}
+	dst = binary.BigEndian.AppendUint16(dst, uint16(nd))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(int16(weight)))
+	if neg {
+		dst = binary.BigEndian.AppendUint16(dst, numericNegSign)
+	} else {
+		dst = binary.BigEndian.AppendUint16(dst, numericPosSign)
+	}
+	dst = binary.BigEndian.AppendUint16(dst, uint16(dscale))
+	base := len(dst)
+	for range nd {
+		dst = append(dst, 0, 0)
+	}
+	for k := lo; k <= hi; k++ {
+		d := digit(k)
+		if d == 0 {
+			continue
+		}
+		p := pow(k)
+		g := floorDiv4(p)
+		at := base + 2*int(weight-g)
+		v := binary.BigEndian.Uint16(dst[at:]) + uint16(d)*pow10x4[p-4*g]
+		binary.BigEndian.PutUint16(dst[at:], v)
+	}
+	return dst, nil
+}
+
+func floorDiv4(p int64) int64 {
+	if p >= 0 {
+		return p / 4
+	}
+	return -((-p + 3) / 4)
+}
+
+// appendUUID accepts the canonical 8-4-4-4-12 form in either case.
+func appendUUID(dst []byte, s string) ([]byte, *DecodeError) {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return dst, invalidFormat(TypeUUID, "want the canonical form xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+	}
+	start := len(dst)
+	for i := 0; i < 36; {
+		if s[i] == '-' {
+			i++
+			continue
+		}
+		h, ok1 := unhex(s[i])
+		l, ok2 := unhex(s[i+1])
+		if !ok1 || !ok2 {
+			return dst[:start], invalidFormat(TypeUUID, "not a hex digit")
+		}
+		dst = append(dst, h<<4|l)
+		i += 2
+	}
+	return dst, nil
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// daysFromCivil returns the days since 1970-01-01 of a proleptic Gregorian
+// date (H. Hinnant's algorithm).
+func daysFromCivil(y, m, d int64) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	if y < 0 && y%400 != 0 {
+		era = (y - 399) / 400
+	}
+	yoe := y - era*400
+	mp := (m + 9) % 12
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return era*146097 + doe - 719468
+}
+
+const pgEpochDays = 10957 // 2000-01-01 in days since 1970-01-01
+
+func daysIn(y, m int64) int64 {
+	switch m {
+	case 2:
+		if y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
+
+func digits(s string, n int) (int64, bool) {
+	if len(s) < n {
+		return 0, false
+	}
+	var v int64
+	for i := 0; i < n; i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(s[i]-'0')
+	}
+	return v, true
+}
+
+// parseYMD parses "YYYY-MM-DD" at the start of s into days since 2000-01-01.
+func parseYMD(s string) (int64, bool) {
+	if len(s) < 10 || s[4] != '-' || s[7] != '-' {
+		return 0, false
+	}
+	y, ok1 := digits(s, 4)
+	m, ok2 := digits(s[5:], 2)
+	d, ok3 := digits(s[8:], 2)
+	if !ok1 || !ok2 || !ok3 || m < 1 || m > 12 || d < 1 || d > daysIn(y, m) {
+		return 0, false
+	}
+	return daysFromCivil(y, m, d) - pgEpochDays, true
+}
+
+// parseDate parses "YYYY-MM-DD" into days since 2000-01-01.
+func parseDate(s string) (int32, bool) {
+	if len(s) != 10 {
+		return 0, false
+	}
+	d, ok := parseYMD(s)
+	return int32(d), ok
+}
+
+// parseTimestamp parses an RFC 3339 timestamp (YYYY-MM-DDTHH:MM:SS, an
+// optional fraction of any length, then Z or ±HH:MM) into microseconds
+// since 2000-01-01 UTC, rounding the fraction half up to microseconds.
+// Four-digit years always lie inside PostgreSQL's timestamptz range.
+func parseTimestamp(s string) (int64, *DecodeError) {
+	bad := func() (int64, *DecodeError) {
+		return 0, invalidFormat(TypeTimestamptz, "want RFC 3339 such as 2026-11-29T19:59:15.123456Z")
+	}
+	days, ok := parseYMD(s)
+	if !ok || len(s) < 20 || (s[10] != 'T' && s[10] != 't') || s[13] != ':' || s[16] != ':' {
+		return bad()
+	}
+	h, ok1 := digits(s[11:], 2)
+	mi, ok2 := digits(s[14:], 2)
+	sec, ok3 := digits(s[17:], 2)
+	if !ok1 || !ok2 || !ok3 || h > 23 || mi > 59 || sec > 59 {
+		return bad()
+	}
+	rest := s[19:]
+	var us int64
+	if rest[0] == '.' {
+		i := 1
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			if i <= 6 {
+				us = us*10 + int64(rest[i]-'0')
+			} else if i == 7 && rest[i] >= '5' {
+				us++
+			}
+			i++
+		}
+		if i == 1 {
+			return bad()
+		}
+		for j := i; j <= 6; j++ {
+			us *= 10
+		}
+		rest = rest[i:]
+	}
+	var off int64
+	switch {
+	case rest == "Z" || rest == "z":
+	case len(rest) == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':':
+		oh, ok1 := digits(rest[1:], 2)
+		om, ok2 := digits(rest[4:], 2)
+		if !ok1 || !ok2 || oh > 23 || om > 59 {
+			return bad()
+		}
+		off = oh*3600 + om*60
+		if rest[0] == '-' {
+			off = -off
+		}
+	default:
+		return bad()
+	}
+	secs := days*86400 + h*3600 + mi*60 + sec - off
+	return secs*1_000_000 + us, nil
+}
+
+// appendBase64 decodes standard base64 (with padding) straight into dst.
+func appendBase64(dst []byte, s string) ([]byte, *DecodeError) {
+	start := len(dst)
+	n := base64.StdEncoding.DecodedLen(len(s))
+	dst = append(dst, make([]byte, n)...)
+	w, err := base64.StdEncoding.Decode(dst[start:], s2bView(s))
+	if err != nil {
+		return dst[:start], invalidFormat(TypeBytea, "want standard base64 with padding")
+	}
+	return dst[:start+w], nil
+}
+
+// appendJSON writes v as compact JSON. nul reports a string (or key) that
+// holds a NUL character, which jsonb cannot store.
+func appendJSON(dst []byte, v *fastjson.Value) (out []byte, nul bool) {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object()
+		dst = append(dst, '{')
+		first := true
+		o.Visit(func(k []byte, vv *fastjson.Value) {
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			nul = nul || hasNUL(k)
+			dst = appendJSONString(dst, b2s(k))
+			dst = append(dst, ':')
+			var n bool
+			dst, n = appendJSON(dst, vv)
+			nul = nul || n
+		})
+		return append(dst, '}'), nul
+	case fastjson.TypeArray:
+		a, _ := v.Array()
+		dst = append(dst, '[')
+		for i, vv := range a {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			var n bool
+			dst, n = appendJSON(dst, vv)
+			nul = nul || n
+		}
+		return append(dst, ']'), nul
+	case fastjson.TypeString:
+		sb, _ := v.StringBytes()
+		return appendJSONString(dst, b2s(sb)), hasNUL(sb)
+	default: // number, true, false, null: MarshalTo writes their JSON text
+		return v.MarshalTo(dst), false
+	}
+}
+
+func hasNUL(b []byte) bool {
+	for _, c := range b {
+		if c == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString quotes s (valid UTF-8) as a JSON string.
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	last := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[last:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+		}
+		last = i + 1
+	}
+	dst = append(dst, s[last:]...)
+	return append(dst, '"')
+}
