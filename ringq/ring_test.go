@@ -1,0 +1,268 @@
+package ringq
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestCapacityRoundsUp(t *testing.T) {
+	for _, tc := range []struct{ in, want int }{{-3, 1}, {0, 1}, {1, 1}, {2, 2}, {3, 4}, {5, 8}, {8, 8}, {1000, 1024}} {
+		if got := New[int](tc.in).Cap(); got != tc.want {
+			t.Errorf("New(%d).Cap() = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestTryPushTryPop(t *testing.T) {
+	r := New[int](4)
+	if _, ok := r.TryPop(); ok {
+		t.Fatal("TryPop on an empty ring succeeded")
+	}
+	for i := range 4 {
+		if !r.TryPush(i) {
+			t.Fatalf("TryPush(%d) failed with room left", i)
+		}
+	}
+	if r.TryPush(99) {
+		t.Fatal("TryPush on a full ring succeeded")
+	}
+	if r.Len() != 4 {
+		t.Fatalf("Len = %d, want 4", r.Len())
+	}
+	for i := range 4 {
+		v, ok := r.TryPop()
+		if !ok || v != i {
+			t.Fatalf("TryPop = %d, %v; want %d, true", v, ok, i)
+		}
+	}
+	if r.Len() != 0 {
+		t.Fatalf("Len = %d, want 0", r.Len())
+	}
+}
+
+func TestBatchWrapsAroundTheBuffer(t *testing.T) {
+	ctx := context.Background()
+	r := New[int](8)
+	next, want := 0, 0
+	dst := make([]int, 5)
+	for range 100 {
+		vs := []int{next, next + 1, next + 2}
+		if n := r.TryPushN(vs); n != 3 {
+			t.Fatalf("TryPushN = %d, want 3", n)
+		}
+		next += 3
+		n, err := r.PopN(ctx, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range dst[:n] {
+			if v != want {
+				t.Fatalf("popped %d, want %d", v, want)
+			}
+			want++
+		}
+	}
+	for want < next {
+		n := r.TryPopN(dst)
+		if n == 0 {
+			t.Fatalf("ring empty at %d, want %d items", want, next)
+		}
+		for _, v := range dst[:n] {
+			if v != want {
+				t.Fatalf("popped %d, want %d", v, want)
+			}
+			want++
+		}
+	}
+}
+
+func TestTryPushNPartial(t *testing.T) {
+	r := New[int](4)
+	if n := r.TryPushN([]int{1, 2, 3, 4, 5, 6}); n != 4 {
+		t.Fatalf("TryPushN into an empty ring of 4 = %d, want 4", n)
+	}
+	if n := r.TryPushN([]int{7}); n != 0 {
+		t.Fatalf("TryPushN into a full ring = %d, want 0", n)
+	}
+	if n, err := r.PopN(context.Background(), nil); n != 0 || err != nil {
+		t.Fatalf("PopN(nil) = %d, %v; want 0, nil", n, err)
+	}
+}
+
+func TestPoppedSlotsAreZeroed(t *testing.T) {
+	ctx := context.Background()
+	r := New[*[64]byte](8)
+	for i := range 8 {
+		if err := r.Push(ctx, new([64]byte)); err != nil {
+			t.Fatalf("Push %d: %v", i, err)
+		}
+	}
+	if _, err := r.Pop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]*[64]byte, 3)
+	if n := r.TryPopN(dst); n != 3 {
+		t.Fatalf("TryPopN = %d, want 3", n)
+	}
+	if _, ok := r.TryPop(); !ok {
+		t.Fatal("TryPop failed")
+	}
+	if n, err := r.PopN(ctx, dst); n != 3 || err != nil {
+		t.Fatalf("PopN = %d, %v; want 3, nil", n, err)
+	}
+	for i, p := range r.buf {
+		if p != nil {
+			t.Errorf("slot %d still holds a popped item", i)
+		}
+	}
+}
+
+func TestCloseDrainsThenErrClosed(t *testing.T) {
+	ctx := context.Background()
+	r := New[int](8)
+	for i := range 3 {
+		if err := r.Push(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Close()
+	r.Close() // idempotent
+	if err := r.Push(ctx, 3); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Push after Close = %v, want ErrClosed", err)
+	}
+	if r.TryPush(3) {
+		t.Fatal("TryPush after Close succeeded")
+	}
+	if n, err := r.PushN(ctx, []int{3, 4}); n != 0 || !errors.Is(err, ErrClosed) {
+		t.Fatalf("PushN after Close = %d, %v; want 0, ErrClosed", n, err)
+	}
+	for i := range 3 {
+		v, err := r.Pop(ctx)
+		if err != nil || v != i {
+			t.Fatalf("Pop = %d, %v; want %d, nil", v, err, i)
+		}
+	}
+	if _, err := r.Pop(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Pop on a closed, drained ring = %v, want ErrClosed", err)
+	}
+	if _, err := r.PopN(ctx, make([]int, 4)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("PopN on a closed, drained ring = %v, want ErrClosed", err)
+	}
+}
+
+// TestCloseWakesBlockedSides closes a ring from a third goroutine while its producer is
+// blocked on a full ring and another ring's consumer is blocked on an empty one.
+func TestCloseWakesBlockedSides(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	full, empty := New[int](2, WithSpin(0), WithYield(0)), New[int](2, WithSpin(0), WithYield(0))
+	full.TryPush(1)
+	full.TryPush(2)
+	pushErr, popErr := make(chan error, 1), make(chan error, 1)
+	go func() { pushErr <- full.Push(ctx, 3) }()
+	go func() {
+		_, err := empty.Pop(ctx)
+		popErr <- err
+	}()
+	waitFor(t, "the producer parks", func() bool { return parked(full.writers) })
+	waitFor(t, "the consumer parks", func() bool { return parked(empty.readers) })
+	full.Close()
+	empty.Close()
+	if err := <-pushErr; !errors.Is(err, ErrClosed) {
+		t.Errorf("blocked Push = %v, want ErrClosed", err)
+	}
+	if err := <-popErr; !errors.Is(err, ErrClosed) {
+		t.Errorf("blocked Pop = %v, want ErrClosed", err)
+	}
+	// The items pushed before Close are still delivered.
+	for want := 1; want <= 2; want++ {
+		if v, err := full.Pop(ctx); v != want || err != nil {
+			t.Fatalf("Pop after Close = %d, %v; want %d, nil", v, err, want)
+		}
+	}
+}
+
+func TestCancelWhileBlocked(t *testing.T) {
+	r := New[int](1, WithSpin(0), WithYield(0))
+	r.TryPush(1)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() { errs <- r.Push(ctx, 2) }()
+	waitFor(t, "the producer parks", func() bool { return parked(r.writers) })
+	cancel()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Push after cancel = %v, want context.Canceled", err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() {
+		_, err := r.PushN(ctx, []int{2, 3})
+		errs <- err
+	}()
+	waitFor(t, "the producer parks in PushN", func() bool { return parked(r.writers) })
+	cancel()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("PushN after cancel = %v, want context.Canceled", err)
+	}
+
+	if v, err := r.Pop(context.Background()); v != 1 || err != nil {
+		t.Fatalf("Pop = %d, %v; want 1, nil", v, err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() {
+		_, err := r.Pop(ctx)
+		errs <- err
+	}()
+	waitFor(t, "the consumer parks", func() bool { return parked(r.readers) })
+	cancel()
+	if err := <-errs; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Pop after cancel = %v, want context.Canceled", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if _, err := r.PopN(ctx, make([]int, 4)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("PopN past its deadline = %v, want context.DeadlineExceeded", err)
+	}
+	if r.Len() != 0 {
+		t.Fatalf("Len after cancelled pushes = %d, want 0", r.Len())
+	}
+}
+
+// TestMisuseDetected checks that a second producer (or consumer) entering while the first
+// is inside a call panics instead of corrupting the ring.
+func TestMisuseDetected(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := New[int](1, WithDebug(true), WithSpin(0), WithYield(0))
+	r.TryPush(1)
+	done := make(chan error, 1)
+	go func() { done <- r.Push(ctx, 2) }() // blocks inside the producer side
+	waitFor(t, "the producer parks", func() bool { return parked(r.writers) })
+	mustPanic(t, "second producer", func() { r.TryPush(3) })
+	cancel()
+	<-done
+
+	r2 := New[int](1, WithDebug(true), WithSpin(0), WithYield(0))
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	go func() {
+		_, err := r2.Pop(ctx2)
+		done <- err
+	}()
+	waitFor(t, "the consumer parks", func() bool { return parked(r2.readers) })
+	mustPanic(t, "second consumer", func() { r2.TryPop() })
+	cancel2()
+	<-done
+}
+
+func mustPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("%s: no panic", what)
+		}
+	}()
+	f()
+}
