@@ -1,0 +1,21 @@
+// Package testenv gives tests the real servers jetsink talks to: an embedded
+// nats-server with JetStream on a random loopback port, and a throwaway
+// PostgreSQL cluster started from the installed PostgreSQL binaries (initdb,
+// pg_ctl, postgres) on a free port.
+//
+// PostgreSQL refuses to run as root, so when the test process is root the
+// cluster runs as the "postgres" user in a directory that user owns (not
+// t.TempDir, which is root-only). Set JETSINK_TEST_DATABASE_URL to use an
+// existing server instead; each test then gets a fresh database on it.
+//
+// Tests that cannot get a server fail with a message that says how to
+// provide one; nothing here skips.
+//
+// Packages that use Postgres call Main from TestMain so that the shared
+// cluster is stopped when the test binary ends and goroutine leaks are
+// reported:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+//
+// Everything here is safe for concurrent use by parallel tests.
+package testenv
