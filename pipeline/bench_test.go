@@ -1,0 +1,151 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// benchPayload is a realistic telemetry event (~180 bytes).
+var benchPayload = []byte(`{"id":"3f0c9a2e-1b7d-4c8e-9f00-0123456789ab","ts":"2026-11-29T19:59:15.123456Z","device":"dev-0042","kind":"temperature","value":21.375,"seq":123456,"tags":{"site":"ams-3","rack":"r12"}}`)
+
+// benchColumns maps benchPayload to 8 columns.
+var benchColumns = []Column{
+	{Name: "id", From: "json:id", Type: TypeUUID, Required: true},
+	{Name: "ts", From: "json:ts", Type: TypeTimestamptz},
+	{Name: "device", From: "json:device", Type: TypeText},
+	{Name: "kind", From: "json:kind", Type: TypeText},
+	{Name: "value", From: "json:value", Type: TypeFloat8},
+	{Name: "seq", From: "json:seq", Type: TypeInt8},
+	{Name: "site", From: "json:tags.site", Type: TypeText},
+	{Name: "body", From: "payload", Type: TypeJSONB},
+}
+
+// BenchmarkAppendTuple is the hot path as the workers run it.
+func BenchmarkAppendTuple(b *testing.B) {
+	enc := mustCompile(b, benchColumns...).NewEncoder(1 << 20)
+	ev := &Event{Data: benchPayload, Subject: "events.dev-0042"}
+	buf := make([]byte, 0, 1024)
+	b.SetBytes(int64(len(benchPayload)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		buf, err = enc.AppendTuple(buf[:0], ev)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// telemetry holds the extracted fields for the library comparison.
+type telemetry struct {
+	ID     string  `json:"id"`
+	TS     string  `json:"ts"`
+	Device string  `json:"device"`
+	Kind   string  `json:"kind"`
+	Value  float64 `json:"value"`
+	Seq    int64   `json:"seq"`
+	Tags   struct {
+		Site string `json:"site"`
+	} `json:"tags"`
+}
+
+// encodeTelemetry writes the same 8-column tuple AppendTuple writes, from
+// fields another JSON library extracted, so the comparison measures the
+// JSON library and nothing else.
+func encodeTelemetry(b *testing.B, dst []byte, t *telemetry, payload []byte) []byte {
+	field := func(dst []byte, f func([]byte) ([]byte, *DecodeError)) []byte {
+		at := len(dst)
+		dst = append(dst, 0, 0, 0, 0)
+		dst, derr := f(dst)
+		if derr != nil {
+			b.Fatal(derr)
+		}
+		binary.BigEndian.PutUint32(dst[at:], uint32(len(dst)-at-4))
+		return dst
+	}
+	dst = binary.BigEndian.AppendUint16(dst, 8)
+	dst = field(dst, func(d []byte) ([]byte, *DecodeError) { return appendUUID(d, t.ID) })
+	dst = field(dst, func(d []byte) ([]byte, *DecodeError) { return appendString(d, TypeTimestamptz, t.TS, true) })
+	dst = field(dst, func(d []byte) ([]byte, *DecodeError) { return appendString(d, TypeText, t.Device, true) })
+	dst = field(dst, func(d []byte) ([]byte, *DecodeError) { return appendString(d, TypeText, t.Kind, true) })
+	dst = field(dst, func(d []byte) ([]byte, *DecodeError) {
+		return binary.BigEndian.AppendUint64(d, math.Float64bits(t.Value)), nil
+	})
+	dst = field(dst, func(d []byte) ([]byte, *DecodeError) { return binary.BigEndian.AppendUint64(d, uint64(t.Seq)), nil })
+	dst = field(dst, func(d []byte) ([]byte, *DecodeError) { return appendString(d, TypeText, t.Tags.Site, true) })
+	dst = field(dst, func(d []byte) ([]byte, *DecodeError) { return append(append(d, 1), payload...), nil })
+	return dst
+}
+
+// BenchmarkJSONLibraries compares the candidate JSON libraries on the same
+// event and the same 8-column tuple, in one run. Each variant validates the
+// payload (the jsonb column needs it) and extracts the seven fields.
+func BenchmarkJSONLibraries(b *testing.B) {
+	b.Run("fastjson", func(b *testing.B) { // the real encoder
+		enc := mustCompile(b, benchColumns...).NewEncoder(0)
+		ev := &Event{Data: benchPayload}
+		buf := make([]byte, 0, 1024)
+		b.ReportAllocs()
+		for b.Loop() {
+			var err error
+			if buf, err = enc.AppendTuple(buf[:0], ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding_json_struct", func(b *testing.B) {
+		buf := make([]byte, 0, 1024)
+		b.ReportAllocs()
+		for b.Loop() {
+			var t telemetry
+			if err := json.Unmarshal(benchPayload, &t); err != nil {
+				b.Fatal(err)
+			}
+			buf = encodeTelemetry(b, buf[:0], &t, benchPayload)
+		}
+	})
+	b.Run("encoding_json_map", func(b *testing.B) {
+		buf := make([]byte, 0, 1024)
+		b.ReportAllocs()
+		for b.Loop() {
+			var m map[string]any
+			if err := json.Unmarshal(benchPayload, &m); err != nil {
+				b.Fatal(err)
+			}
+			var t telemetry
+			t.ID, _ = m["id"].(string)
+			t.TS, _ = m["ts"].(string)
+			t.Device, _ = m["device"].(string)
+			t.Kind, _ = m["kind"].(string)
+			t.Value, _ = m["value"].(float64)
+			f, _ := m["seq"].(float64)
+			t.Seq = int64(f)
+			tags, _ := m["tags"].(map[string]any)
+			t.Tags.Site, _ = tags["site"].(string)
+			buf = encodeTelemetry(b, buf[:0], &t, benchPayload)
+		}
+	})
+	b.Run("gjson", func(b *testing.B) {
+		buf := make([]byte, 0, 1024)
+		b.ReportAllocs()
+		for b.Loop() {
+			s := b2s(benchPayload)
+			if !gjson.Valid(s) {
+				b.Fatal("invalid")
+			}
+			var t telemetry
+			t.ID = gjson.Get(s, "id").Str
+			t.TS = gjson.Get(s, "ts").Str
+			t.Device = gjson.Get(s, "device").Str
+			t.Kind = gjson.Get(s, "kind").Str
+			t.Value = gjson.Get(s, "value").Num
+			t.Seq = gjson.Get(s, "seq").Int()
+			t.Tags.Site = gjson.Get(s, "tags.site").Str
+			buf = encodeTelemetry(b, buf[:0], &t, benchPayload)
+		}
+	})
+}
