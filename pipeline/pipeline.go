@@ -1,0 +1,209 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jetsink/jetsink/ringq"
+)
+
+// ErrInvalidConfig is wrapped by the errors of Config.Validate and New.
+var ErrInvalidConfig = errors.New("invalid pipeline config")
+
+// Pin modes: how a worker goroutine is tied to the machine.
+const (
+	PinNone   = "none"   // the Go scheduler moves workers freely (default)
+	PinThread = "thread" // each worker locks its OS thread (runtime.LockOSThread)
+	PinCPU    = "cpu"    // as thread, and the thread is bound to one CPU of the allowed set, round-robin
+)
+
+// Config sizes the pipeline. The zero value is not valid; start from
+// DefaultConfig.
+type Config struct {
+	// Workers is the number of worker goroutines; 0 means PhysicalCores().
+	Workers int
+	// Pin is PinNone (default), PinThread or PinCPU. Measured on a 2-vCPU
+	// machine, pinning made the worker hand-off slower (see BENCHMARKS.md),
+	// so it stays off unless a benchmark on the target machine says otherwise.
+	Pin string
+	// RingSize is the capacity of each worker's input and output ring
+	// (rounded up to a power of two by ringq). Default 8192.
+	RingSize int
+	// MaxEventBytes is the largest payload the workers decode; larger ones
+	// are dead-lettered with CodeTooLarge. Default 1 MiB.
+	MaxEventBytes int64
+}
+
+// Defaults of Config.
+const (
+	DefaultRingSize      = 8192
+	DefaultMaxEventBytes = 1 << 20
+	maxWorkers           = 4096
+	maxRingSize          = 1 << 24
+)
+
+// DefaultConfig returns the documented defaults: Workers 0 (physical cores),
+// Pin "none", RingSize 8192, MaxEventBytes 1 MiB.
+func DefaultConfig() Config {
+	return Config{Workers: 0, Pin: PinNone, RingSize: DefaultRingSize, MaxEventBytes: DefaultMaxEventBytes}
+}
+
+// Validate checks every field and returns an error wrapping
+// ErrInvalidConfig that names the config key, or nil.
+func (c Config) Validate() error {
+	switch {
+	case c.Workers < 0 || c.Workers > maxWorkers:
+		return fmt.Errorf("%w: pipeline.workers is %d; use 0 (one per physical core) or 1..%d", ErrInvalidConfig, c.Workers, maxWorkers)
+	case c.Pin != PinNone && c.Pin != PinThread && c.Pin != PinCPU:
+		return fmt.Errorf("%w: pipeline.pin is %q; use none, thread or cpu", ErrInvalidConfig, c.Pin)
+	case c.RingSize < 2 || c.RingSize > maxRingSize:
+		return fmt.Errorf("%w: pipeline.ring_size is %d; use 2..%d (8192 is the default)", ErrInvalidConfig, c.RingSize, maxRingSize)
+	case c.MaxEventBytes < 1:
+		return fmt.Errorf("%w: pipeline.max_event_bytes is %d; it must be at least 1 (1MiB is the default)", ErrInvalidConfig, c.MaxEventBytes)
+	}
+	return nil
+}
+
+// Pipeline runs the decode workers between the consumer's dispatch rings
+// and the sink's merge rings. Build it with New; Run it once.
+type Pipeline struct {
+	cfg     Config
+	workers int
+	m       *Mapper
+	dl      DeadLetterer
+	log     *slog.Logger
+	cpus    []int // PinCPU: the CPUs to hand out, from this process's affinity mask
+	running atomic.Bool
+	stats   []workerStats
+}
+
+// workerStats are one worker's counters, padded against false sharing.
+type workerStats struct {
+	rows, deadLettered, deadLetterFailed atomic.Uint64
+	_                                    [40]byte
+}
+
+// Stats are cumulative counts since New.
+type Stats struct {
+	Rows             uint64 // events encoded and pushed to the output rings
+	DeadLettered     uint64 // undecodable events handed to the DeadLetterer successfully
+	DeadLetterFailed uint64 // DeadLetterer calls that failed (the event was nak'ed, not lost)
+}
+
+// New returns a Pipeline for cfg. It returns an error wrapping
+// ErrInvalidConfig if cfg is invalid or m or dl is nil. A nil log discards.
+func New(cfg Config, m *Mapper, dl DeadLetterer, log *slog.Logger) (*Pipeline, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, fmt.Errorf("%w: no column mapping", ErrInvalidConfig)
+	}
+	if dl == nil {
+		return nil, fmt.Errorf("%w: no dead-letterer", ErrInvalidConfig)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n := cfg.Workers
+	if n == 0 {
+		n = PhysicalCores()
+	}
+	p := &Pipeline{cfg: cfg, workers: n, m: m, dl: dl, log: log, stats: make([]workerStats, n)}
+	if cfg.Pin == PinCPU {
+		cpus, err := allowedCPUs()
+		if err != nil {
+			return nil, fmt.Errorf("%w: pipeline.pin is cpu but the CPU affinity mask is unreadable: %w", ErrInvalidConfig, err)
+		}
+		p.cpus = cpus
+	}
+	return p, nil
+}
+
+// Workers returns the number of workers Run expects: the number of rings
+// the Dispatch and the Merge passed to Run must each have.
+func (p *Pipeline) Workers() int { return p.workers }
+
+// Stats returns the counters summed over the workers. Safe from any goroutine.
+func (p *Pipeline) Stats() Stats {
+	var s Stats
+	for i := range p.stats {
+		s.Rows += p.stats[i].rows.Load()
+		s.DeadLettered += p.stats[i].deadLettered.Load()
+		s.DeadLetterFailed += p.stats[i].deadLetterFailed.Load()
+	}
+	return s
+}
+
+// Key returns the dispatch key of ev: FNV-1a (64-bit) of its subject, so
+// that events of one subject go to one worker and keep their order. Pass it
+// to ringq.NewDispatch. It allocates nothing.
+func Key(ev *Event) uint64 {
+	const (
+		offset64 = 14695981039346656037
+		prime64  = 1099511628211
+	)
+	h := uint64(offset64)
+	s := ev.Subject
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= prime64
+	}
+	return h
+}
+
+// Run starts one worker per ring of in and blocks until all have stopped.
+// Worker i is the only consumer of in.Ring(i) and the only producer of
+// out.Ring(i). A worker stops when its input ring is closed and drained, or
+// when ctx ends; either way it closes out.Ring(i) on its way out (whoever
+// sends closes), so the sink sees every output ring close.
+//
+// Run returns nil after a clean drain, ctx.Err() if ctx ended first, and an
+// error wrapping ErrInvalidConfig if in and out differ in their number of
+// rings (or differ from Workers()) or Run is called twice; a worker that
+// finds its output ring closed under it returns ringq.ErrClosed, wrapped.
+func (p *Pipeline) Run(ctx context.Context, in *ringq.Dispatch[Event], out *ringq.Merge[Row]) error {
+	if in.N() != out.N() || in.N() != p.workers {
+		return fmt.Errorf("%w: %d input rings and %d output rings for %d workers", ErrInvalidConfig, in.N(), out.N(), p.workers)
+	}
+	if !p.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: Run called twice", ErrInvalidConfig)
+	}
+	// A worker that fails stops its siblings, as errgroup would.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		werr error
+	)
+	for i := range in.N() {
+		w := &worker{
+			id:    i,
+			p:     p,
+			enc:   p.m.NewEncoder(p.cfg.MaxEventBytes),
+			in:    in.Ring(i),
+			out:   out.Ring(i),
+			stats: &p.stats[i],
+		}
+		wg.Go(func() {
+			if err := w.run(wctx); err != nil {
+				mu.Lock()
+				if werr == nil {
+					werr = err
+				}
+				mu.Unlock()
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return werr
+}

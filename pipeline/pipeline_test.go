@@ -1,0 +1,327 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/jetsink/jetsink/ringq"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// recordingDeadLetterer is the DeadLetterer interface's recording
+// implementation: it keeps what it was given and can be told to fail.
+type recordingDeadLetterer struct {
+	mu    sync.Mutex
+	got   []recorded
+	fail  error
+	calls int
+}
+
+type recorded struct {
+	subject string
+	seq     uint64
+	dl      DeadLetter
+}
+
+func (r *recordingDeadLetterer) DeadLetter(_ context.Context, ev *Event, dl DeadLetter) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if r.fail != nil {
+		return r.fail
+	}
+	r.got = append(r.got, recorded{subject: ev.Subject, seq: ev.StreamSeq, dl: dl})
+	return nil
+}
+
+func (r *recordingDeadLetterer) snapshot() []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]recorded(nil), r.got...)
+}
+
+var orderColumns = []Column{
+	{Name: "subject", From: "meta:subject", Type: TypeText, Required: true},
+	{Name: "n", From: "json:n", Type: TypeInt8, Required: true},
+}
+
+func testConfig(workers int, pin string) Config {
+	c := DefaultConfig()
+	c.Workers = workers
+	c.Pin = pin
+	c.RingSize = 64 // small, so back-pressure is exercised
+	return c
+}
+
+// runPipeline pushes evs through a pipeline and returns the rows in the
+// order the merge produced them, and Run's error.
+func runPipeline(t *testing.T, cfg Config, cols []Column, dl DeadLetterer, evs []Event) ([]Row, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := New(cfg, mustCompile(t, cols...), dl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := ringq.NewDispatch[Event](p.Workers(), cfg.RingSize, Key)
+	out := ringq.NewMerge[Row](p.Workers(), cfg.RingSize)
+
+	var wg sync.WaitGroup
+	var runErr, pushErr error
+	wg.Go(func() { runErr = p.Run(ctx, in, out) })
+	wg.Go(func() {
+		defer in.Close()
+		for _, ev := range evs {
+			if pushErr = in.Push(ctx, ev); pushErr != nil {
+				return
+			}
+		}
+	})
+	var rows []Row
+	buf := make([]Row, 100)
+	for {
+		n, err := out.PopN(ctx, buf)
+		if errors.Is(err, ringq.ErrClosed) {
+			break
+		}
+		if err != nil {
+			t.Errorf("pop rows: %v", err)
+			break
+		}
+		rows = append(rows, buf[:n]...)
+	}
+	wg.Wait()
+	if pushErr != nil {
+		t.Errorf("push events: %v", pushErr)
+	}
+	return rows, runErr
+}
+
+func TestRunKeepsSubjectOrderAndDrains(t *testing.T) {
+	for _, pin := range []string{PinNone, PinThread, PinCPU} {
+		t.Run(pin, func(t *testing.T) {
+			const subjects, perSubject = 17, 400
+			var evs []Event
+			seq := uint64(0)
+			for i := range perSubject {
+				for s := range subjects {
+					seq++
+					ev := Event{Subject: "events.dev-" + strconv.Itoa(s), StreamSeq: seq,
+						Data: fmt.Appendf(nil, `{"n":%d}`, i)}
+					if i%97 == 5 && s == 3 {
+						ev.Data = []byte(`{"n":`) // undecodable
+					}
+					evs = append(evs, ev)
+				}
+			}
+			dl := &recordingDeadLetterer{}
+			rows, err := runPipeline(t, testConfig(3, pin), orderColumns, dl, evs)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			bad := dl.snapshot()
+			if len(rows)+len(bad) != len(evs) {
+				t.Fatalf("%d rows + %d dead letters, want %d events", len(rows), len(bad), len(evs))
+			}
+			last := map[string]int64{}
+			for _, r := range rows {
+				f := fields(t, r.Tuple)
+				subj := string(f[0])
+				if subj != r.Event.Subject {
+					t.Fatalf("tuple subject %q, event subject %q", subj, r.Event.Subject)
+				}
+				n := int64(be64toU(f[1]))
+				if prev, ok := last[subj]; ok && n <= prev {
+					t.Fatalf("subject %s: n=%d after %d: order lost", subj, n, prev)
+				}
+				last[subj] = n
+			}
+			for _, b := range bad {
+				if b.subject != "events.dev-3" || b.dl.Stage != StageDecode || b.dl.Code != CodeInvalidJSON {
+					t.Fatalf("unexpected dead letter %+v", b)
+				}
+			}
+			if len(bad) == 0 {
+				t.Fatal("no dead letters")
+			}
+		})
+	}
+}
+
+func be64toU(b []byte) uint64 {
+	var v uint64
+	for _, c := range b {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}
+
+func TestRunDeadLetterFailureIsLoggedNotFatal(t *testing.T) {
+	dl := &recordingDeadLetterer{fail: errors.New("publish timed out")}
+	evs := []Event{
+		{Subject: "a", Data: []byte(`{"n":1}`)},
+		{Subject: "a", Data: []byte(`nope`)},
+		{Subject: "a", Data: []byte(`{"n":2}`)},
+	}
+	rows, err := runPipeline(t, testConfig(1, PinNone), orderColumns, dl, evs)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(rows) != 2 || dl.calls != 1 {
+		t.Fatalf("%d rows, %d dead-letter calls; want 2 and 1", len(rows), dl.calls)
+	}
+}
+
+func TestRunTooLarge(t *testing.T) {
+	cfg := testConfig(1, PinNone)
+	cfg.MaxEventBytes = 10
+	dl := &recordingDeadLetterer{}
+	evs := []Event{{Subject: "a", Data: []byte(`{"n":1}`)}, {Subject: "a", Data: []byte(`{"n":12345678}`)}}
+	rows, err := runPipeline(t, cfg, orderColumns, dl, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := dl.snapshot()
+	if len(rows) != 1 || len(got) != 1 || got[0].dl.Code != CodeTooLarge {
+		t.Fatalf("rows %d, dead letters %+v", len(rows), got)
+	}
+}
+
+func TestRunCancelClosesOutputs(t *testing.T) {
+	p, err := New(testConfig(2, PinNone), mustCompile(t, orderColumns...), &recordingDeadLetterer{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := ringq.NewDispatch[Event](2, 8, Key)
+	out := ringq.NewMerge[Row](2, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, in, out) }()
+	if err := in.Push(ctx, Event{Subject: "x", Data: []byte(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	// Every output ring is closed: the merge drains and reports ErrClosed.
+	buf := make([]Row, 8)
+	tctx, tcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer tcancel()
+	for {
+		_, err := out.PopN(tctx, buf)
+		if errors.Is(err, ringq.ErrClosed) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("PopN: %v", err)
+		}
+	}
+}
+
+func TestRunRingMismatch(t *testing.T) {
+	p, err := New(testConfig(2, PinNone), mustCompile(t, orderColumns...), &recordingDeadLetterer{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Run(context.Background(), ringq.NewDispatch[Event](2, 8, Key), ringq.NewMerge[Row](3, 8))
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Run = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := DefaultConfig()
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("DefaultConfig invalid: %v", err)
+	}
+	cases := []struct {
+		name string
+		mod  func(*Config)
+		key  string
+	}{
+		{"negative workers", func(c *Config) { c.Workers = -1 }, "pipeline.workers"},
+		{"too many workers", func(c *Config) { c.Workers = 1 << 20 }, "pipeline.workers"},
+		{"bad pin", func(c *Config) { c.Pin = "core" }, "pipeline.pin"},
+		{"empty pin", func(c *Config) { c.Pin = "" }, "pipeline.pin"},
+		{"ring 0", func(c *Config) { c.RingSize = 0 }, "pipeline.ring_size"},
+		{"ring huge", func(c *Config) { c.RingSize = 1 << 30 }, "pipeline.ring_size"},
+		{"max bytes 0", func(c *Config) { c.MaxEventBytes = 0 }, "pipeline.max_event_bytes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			c.mod(&cfg)
+			err := cfg.Validate()
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), c.key) {
+				t.Fatalf("error %q does not name %s", err, c.key)
+			}
+		})
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	m := mustCompile(t, orderColumns...)
+	dl := &recordingDeadLetterer{}
+	if _, err := New(Config{}, m, dl, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("zero Config: %v", err)
+	}
+	if _, err := New(DefaultConfig(), nil, dl, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("nil mapper: %v", err)
+	}
+	if _, err := New(DefaultConfig(), m, nil, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("nil dead-letterer: %v", err)
+	}
+	p, err := New(DefaultConfig(), m, dl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Workers() != PhysicalCores() {
+		t.Errorf("Workers() = %d, want PhysicalCores() = %d", p.Workers(), PhysicalCores())
+	}
+}
+
+func TestPhysicalCores(t *testing.T) {
+	n := PhysicalCores()
+	if n < 1 || n > runtime.GOMAXPROCS(0) {
+		t.Fatalf("PhysicalCores() = %d, GOMAXPROCS %d", n, runtime.GOMAXPROCS(0))
+	}
+	if _, err := physicalCores(t.TempDir()); err == nil {
+		t.Fatal("physicalCores on an empty directory: no error")
+	}
+}
+
+func TestKey(t *testing.T) {
+	for _, s := range []string{"", "events.dev-0042", "a.b.c"} {
+		h := fnv.New64a()
+		h.Write([]byte(s))
+		if got, want := Key(&Event{Subject: s}), h.Sum64(); got != want {
+			t.Errorf("Key(%q) = %x, want %x", s, got, want)
+		}
+	}
+	ev := &Event{Subject: "events.dev-0042"}
+	if a := testing.AllocsPerRun(100, func() { Key(ev) }); a != 0 {
+		t.Errorf("Key allocates %v times", a)
+	}
+}
