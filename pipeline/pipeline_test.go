@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/jetsink/jetsink/tests/testenv"
 
 	"github.com/jetsink/jetsink/ringq"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testenv.Main(m)
 }
 
 // recordingDeadLetterer is the DeadLetterer interface's recording

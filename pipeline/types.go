@@ -37,7 +37,8 @@ func appendNumber(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 			bits = 32
 		}
 		f, err := strconv.ParseFloat(s, bits)
-		if err != nil || math.IsInf(f, 0) {
+		if err != nil || math.IsInf(f, 0) || (f == 0 && nonZeroMantissa(s)) {
+			// Overflow, or underflow to zero: PostgreSQL's input refuses both.
 			return dst, outOfRange(t, "")
 		}
 		if t == TypeFloat4 {
@@ -50,6 +51,20 @@ func appendNumber(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 		}
 		return appendNumeric(dst, s)
 	}
+}
+
+// nonZeroMantissa reports whether the number s has a non-zero digit
+// before its exponent.
+func nonZeroMantissa(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == 'e' || c == 'E':
+			return false
+		case c >= '1' && c <= '9':
+			return true
+		}
+	}
+	return false
 }
 
 func appendIntValue(dst []byte, t Type, v int64) ([]byte, *DecodeError) {

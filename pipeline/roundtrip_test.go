@@ -1,0 +1,289 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// copyTuples COPYs tuples into table in binary format, as the sink does.
+func copyTuples(t *testing.T, ctx context.Context, conn *pgx.Conn, table string, cols []Column, tuples [][]byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	buf.WriteString("PGCOPY\n\xff\r\n\x00")
+	buf.Write(make([]byte, 8)) // flags, header extension length
+	for _, tup := range tuples {
+		buf.Write(tup)
+	}
+	buf.Write(binary.BigEndian.AppendUint16(nil, 0xffff))
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	sql := fmt.Sprintf("COPY %s (%s) FROM STDIN (FORMAT binary)", pgx.Identifier{table}.Sanitize(), strings.Join(names, ", "))
+	tag, err := conn.PgConn().CopyFrom(ctx, &buf, sql)
+	if err != nil {
+		t.Fatalf("copy: %v", err)
+	}
+	if int(tag.RowsAffected()) != len(tuples) {
+		t.Fatalf("copied %d rows, want %d", tag.RowsAffected(), len(tuples))
+	}
+}
+
+func createTable(t *testing.T, ctx context.Context, conn *pgx.Conn, table string, cols []Column) {
+	t.Helper()
+	defs := make([]string, len(cols))
+	for i, c := range cols {
+		defs[i] = pgx.Identifier{c.Name}.Sanitize() + " " + string(c.Type)
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE TABLE %s (%s)", pgx.Identifier{table}.Sanitize(), strings.Join(defs, ", "))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func encodeAll(t *testing.T, m *Mapper, evs []Event) [][]byte {
+	t.Helper()
+	enc := m.NewEncoder(0)
+	var out [][]byte
+	for i := range evs {
+		tup, err := enc.AppendTuple(nil, &evs[i])
+		if err != nil {
+			t.Fatalf("event %d (%s): %v", i, evs[i].Data, err)
+		}
+		out = append(out, tup)
+	}
+	return out
+}
+
+// TestRoundTripPostgres COPYs encoded tuples of every type into a real
+// PostgreSQL and reads the values back as text.
+func TestRoundTripPostgres(t *testing.T) {
+	pg := testenv.Postgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn := pg.Conn(t)
+	if _, err := conn.Exec(ctx, "SET TIME ZONE 'UTC'"); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("every type", func(t *testing.T) {
+		cols := []Column{
+			{Name: "c_text", From: "json:text", Type: TypeText},
+			{Name: "c_uuid", From: "json:uuid", Type: TypeUUID},
+			{Name: "c_int2", From: "json:int2", Type: TypeInt2},
+			{Name: "c_int4", From: "json:int4", Type: TypeInt4},
+			{Name: "c_int8", From: "json:int8", Type: TypeInt8},
+			{Name: "c_float4", From: "json:float4", Type: TypeFloat4},
+			{Name: "c_float8", From: "json:float8", Type: TypeFloat8},
+			{Name: "c_numeric", From: "json:numeric", Type: TypeNumeric},
+			{Name: "c_bool", From: "json:bool", Type: TypeBool},
+			{Name: "c_ts", From: "json:ts", Type: TypeTimestamptz},
+			{Name: "c_date", From: "json:date", Type: TypeDate},
+			{Name: "c_jsonb", From: "/obj", Type: TypeJSONB},
+			{Name: "c_bytea", From: "json:bytes", Type: TypeBytea},
+			{Name: "c_seq", From: "meta:stream_seq", Type: TypeNumeric},
+			{Name: "c_body", From: "payload", Type: TypeJSONB},
+		}
+		evs := []Event{
+			{StreamSeq: 18446744073709551615, Data: []byte(`{"text":"héllo \"q\"\n😀","uuid":"3F0C9A2E-1B7D-4C8E-9F00-0123456789AB",` +
+				`"int2":-32768,"int4":2147483647,"int8":"-9223372036854775808","float4":0.1,"float8":21.375,` +
+				`"numeric":-12.50,"bool":true,"ts":"2026-11-29T21:59:15.123456+02:00","date":"1999-12-31",` +
+				`"obj":{"a":[1,"x\t"],"b":null,"c\u00e9":1.50},"bytes":"AAEC/w=="}`)},
+			{StreamSeq: 0, Data: []byte(`{"text":null,"obj":null}`)},
+			{StreamSeq: 10000, Data: []byte(`{"text":{"k":[true,false]},"numeric":"1e-5","ts":"0000-03-01T00:00:00Z","date":"9999-12-31","float8":-0,"bool":false,"bytes":""}`)},
+		}
+		want := [][]string{
+			{"héllo \"q\"\n😀", "3f0c9a2e-1b7d-4c8e-9f00-0123456789ab", "-32768", "2147483647", "-9223372036854775808",
+				"0.1", "21.375", "-12.50", "true", "2026-11-29 19:59:15.123456+00", "1999-12-31",
+				`{"a": [1, "x\t"], "b": null, "cé": 1.50}`, `\x000102ff`, "18446744073709551615", string(evs[0].Data)},
+			{`{"k":[true,false]}`, "NULL", "NULL", "NULL", "NULL", "NULL", "-0", "0.00001", "false", "0001-03-01 00:00:00+00 BC", "9999-12-31",
+				"NULL", `\x`, "10000", string(evs[2].Data)},
+			{"NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "NULL", "0", string(evs[1].Data)},
+		}
+		createTable(t, ctx, conn, "every_type", cols)
+		copyTuples(t, ctx, conn, "every_type", cols, encodeAll(t, mustCompile(t, cols...), evs))
+
+		sel := make([]string, len(cols))
+		for i, c := range cols {
+			sel[i] = fmt.Sprintf("coalesce(%s::text, 'NULL')", pgx.Identifier{c.Name}.Sanitize())
+		}
+		rows, err := conn.Query(ctx, "SELECT "+strings.Join(sel, ", ")+" FROM every_type ORDER BY c_seq DESC")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]string, error) {
+			vals := make([]string, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			return vals, r.Scan(ptrs...)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// jsonb normalises the payload; compare the payload column as jsonb.
+		for i := range want {
+			for j := range cols {
+				w := want[i][j]
+				if cols[j].Name == "c_body" {
+					var eq bool
+					if err := conn.QueryRow(ctx, "SELECT $1::jsonb = $2::jsonb", got[i][j], w).Scan(&eq); err != nil || !eq {
+						t.Errorf("row %d c_body = %s, want %s (%v)", i, got[i][j], w, err)
+					}
+					continue
+				}
+				if got[i][j] != w {
+					t.Errorf("row %d %s = %q, want %q", i, cols[j].Name, got[i][j], w)
+				}
+			}
+		}
+	})
+
+	// Numbers and timestamps: the same JSON value goes both to a text column
+	// (its JSON text) and to the typed column; PostgreSQL's own text input
+	// must agree with our binary encoding.
+	t.Run("agrees with text input", func(t *testing.T) {
+		cols := []Column{
+			{Name: "src", From: "json:v", Type: TypeText},
+			{Name: "n", From: "json:v", Type: TypeNumeric},
+			{Name: "f8", From: "json:v", Type: TypeFloat8},
+		}
+		nums := []string{"0", "-0", "0.000", "1", "-1", "9999", "10000", "0.0001", "0.00012", "123.456", "-99999999.99999999",
+			"12345678901234567890.123456789", "1e10", "1.5e-7", "123e-2", "1E+3", "0e-20", "5e-324", "1.7976931348623157e308",
+			"3.4028235e38", "1e-45", "100000000", "0.1", "1e300", "-1e-300"}
+		r := rand.New(rand.NewPCG(1, 2))
+		for range 300 {
+			s := strconv.FormatInt(r.Int64N(1e12)-5e11, 10)
+			if r.IntN(2) == 0 {
+				s += "." + strconv.Itoa(r.IntN(1e6))
+			}
+			if r.IntN(3) == 0 {
+				s += "e" + strconv.Itoa(r.IntN(80)-40)
+			}
+			nums = append(nums, s)
+		}
+		evs := make([]Event, len(nums))
+		for i, s := range nums {
+			evs[i] = Event{Data: []byte(`{"v":` + s + `}`)}
+		}
+		createTable(t, ctx, conn, "numbers", cols)
+		copyTuples(t, ctx, conn, "numbers", cols, encodeAll(t, mustCompile(t, cols...), evs))
+		rows, err := conn.Query(ctx, `SELECT src, n::text, src::numeric::text FROM numbers
+			WHERE n::text <> src::numeric::text OR f8 <> src::float8`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad, err := pgx.CollectRows(rows, pgx.RowTo[[]string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bad {
+			t.Errorf("disagreement: %v", b)
+		}
+		var count int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM numbers").Scan(&count); err != nil || count != len(nums) {
+			t.Fatalf("count %d (%v), want %d", count, err, len(nums))
+		}
+	})
+
+	t.Run("float4 agrees with text input", func(t *testing.T) {
+		cols := []Column{{Name: "src", From: "json:v", Type: TypeText}, {Name: "f4", From: "json:v", Type: TypeFloat4}}
+		nums := []string{"0", "-0", "0.1", "3.4028235e38", "-3.4028235e38", "1e-45", "1.17549435e-38", "16777217", "21.375"}
+		r := rand.New(rand.NewPCG(5, 6))
+		for range 300 {
+			nums = append(nums, strconv.FormatInt(r.Int64N(1e9)-5e8, 10)+"."+strconv.Itoa(r.IntN(1e6))+"e"+strconv.Itoa(r.IntN(50)-30))
+		}
+		evs := make([]Event, len(nums))
+		for i, s := range nums {
+			evs[i] = Event{Data: []byte(`{"v":` + s + `}`)}
+		}
+		createTable(t, ctx, conn, "float4s", cols)
+		copyTuples(t, ctx, conn, "float4s", cols, encodeAll(t, mustCompile(t, cols...), evs))
+		rows, err := conn.Query(ctx, `SELECT src, f4::text FROM float4s WHERE f4 <> src::float4`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad, err := pgx.CollectRows(rows, pgx.RowTo[[]string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bad {
+			t.Errorf("disagreement: %v", b)
+		}
+		// Values PostgreSQL's text input refuses as out of range are refused here too.
+		for _, s := range []string{"3.5e38", "1e-46", "1e39"} {
+			_, err := mustCompile(t, cols...).NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(`{"v":` + s + `}`)})
+			if de, ok := err.(*DecodeError); !ok || de.Code != CodeOutOfRange {
+				t.Errorf("%s: %v, want out_of_range", s, err)
+			}
+			if _, err := conn.Exec(ctx, "SELECT $1::text::float4", s); err == nil {
+				t.Errorf("%s: PostgreSQL accepts it, the encoder does not", s)
+			}
+		}
+	})
+
+	t.Run("numeric limits", func(t *testing.T) {
+		cols := []Column{{Name: "src", From: "json:v", Type: TypeText}, {Name: "n", From: "json:v", Type: TypeNumeric}}
+		nums := []string{"1e131071", "-9.99e131071", "1e-16383", "123456789e-16383", "1" + strings.Repeat("0", 4000) + "." + strings.Repeat("7", 16383)}
+		evs := make([]Event, len(nums))
+		for i, s := range nums {
+			evs[i] = Event{Data: []byte(`{"v":` + s + `}`)}
+		}
+		createTable(t, ctx, conn, "numeric_limits", cols)
+		copyTuples(t, ctx, conn, "numeric_limits", cols, encodeAll(t, mustCompile(t, cols...), evs))
+		var bad int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM numeric_limits WHERE n <> src::numeric OR n::text <> src::numeric::text").Scan(&bad); err != nil || bad != 0 {
+			t.Fatalf("%d disagreements (%v)", bad, err)
+		}
+		for _, s := range []string{"1e131072", "1e-16384"} {
+			_, err := mustCompile(t, cols...).NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(`{"v":` + s + `}`)})
+			if de, ok := err.(*DecodeError); !ok || de.Code != CodeOutOfRange {
+				t.Errorf("%s: %v, want out_of_range", s, err)
+			}
+			if _, err := conn.Exec(ctx, "SELECT $1::numeric", s); err == nil {
+				t.Errorf("%s: PostgreSQL accepts it, the encoder does not", s)
+			}
+		}
+	})
+
+	t.Run("timestamps agree", func(t *testing.T) {
+		cols := []Column{{Name: "src", From: "json:v", Type: TypeText}, {Name: "ts", From: "json:v", Type: TypeTimestamptz},
+			{Name: "d", From: "json:d", Type: TypeDate}, {Name: "dsrc", From: "json:d", Type: TypeText}}
+		r := rand.New(rand.NewPCG(3, 4))
+		var evs []Event
+		for _, s := range []string{"0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z", "2000-01-01T00:00:00Z", "1999-12-31T23:59:59.999999-15:59",
+			"2024-02-29T12:00:00.5+14:00", "1970-01-01T00:00:00.000001Z"} {
+			evs = append(evs, Event{Data: []byte(`{"v":"` + s + `","d":"` + s[:10] + `"}`)})
+		}
+		for range 300 {
+			tm := time.Unix(r.Int64N(300e9)-62e9, r.Int64N(1e9)).In(time.FixedZone("", (r.IntN(48)-24)*1800))
+			tm = tm.Truncate(time.Microsecond)
+			s := tm.Format(time.RFC3339Nano)
+			evs = append(evs, Event{Data: []byte(`{"v":"` + s + `","d":"` + s[:10] + `"}`)})
+		}
+		createTable(t, ctx, conn, "stamps", cols)
+		copyTuples(t, ctx, conn, "stamps", cols, encodeAll(t, mustCompile(t, cols...), evs))
+		rows, err := conn.Query(ctx, `SELECT src, ts::text FROM stamps WHERE ts <> src::timestamptz OR d <> dsrc::date`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad, err := pgx.CollectRows(rows, pgx.RowTo[[]string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bad {
+			t.Errorf("disagreement: %v", b)
+		}
+	})
+}
