@@ -1,0 +1,102 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Check reports whether one dependency is usable; nil means ready.
+type Check func(ctx context.Context) error
+
+// Admin is the admin HTTP handler.
+type Admin struct {
+	checks  map[string]Check
+	timeout time.Duration
+	mux     *http.ServeMux
+}
+
+// NewAdmin builds the handler with named readiness checks.
+func NewAdmin(checks map[string]Check) *Admin {
+	a := &Admin{checks: checks, timeout: 2 * time.Second, mux: http.NewServeMux()}
+	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	a.mux.HandleFunc("GET /readyz", a.readyz)
+	return a
+}
+
+// Handle adds a handler (e.g. /metrics).
+func (a *Admin) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
+
+// ServeHTTP implements http.Handler.
+func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// Ready runs every check and returns the failures by name, sorted.
+func (a *Admin) Ready(ctx context.Context) []string {
+	names := make([]string, 0, len(a.checks))
+	for name := range a.checks {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var failed []string
+	for _, name := range names {
+		cctx, cancel := context.WithTimeout(ctx, a.timeout)
+		err := a.checks[name](cctx)
+		cancel()
+		if err != nil {
+			failed = append(failed, name+": "+err.Error())
+		}
+	}
+	return failed
+}
+
+func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if failed := a.Ready(r.Context()); len(failed) > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "not ready")
+		fmt.Fprintln(w, strings.Join(failed, "\n"))
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// Serve listens on addr and serves h until ctx is cancelled, then shuts the
+// server down (waiting up to 2s for requests in flight). It returns the
+// listen error, or nil after a clean shutdown. The listener is bound before
+// Serve returns control only through ready, which is closed (if non-nil)
+// once it accepts connections.
+func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- net.Addr) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("admin listener %s: %w", addr, err)
+	}
+	if ready != nil {
+		ready <- l.Addr()
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("admin listener %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("admin listener shutdown: %w", err)
+	}
+	return nil
+}
