@@ -1,0 +1,336 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// ErrInvalidConfig is wrapped by every error Validate returns. The message
+// names the offending key (as in the YAML file, e.g. nats.ack_wait) and says
+// how to fix it.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Defaults of the nats: section; see Config for what each means.
+const (
+	DefaultURL               = "nats://127.0.0.1:4222"
+	DefaultStream            = "EVENTS"
+	DefaultSubject           = "events.>"
+	DefaultConsumer          = "jetsink"
+	DefaultAckWait           = 30 * time.Second
+	DefaultMaxDeliver        = 10
+	DefaultDeadLetterSubject = "jetsink.dlq.EVENTS"
+	DefaultPullMaxMessages   = 1024
+	DefaultPullExpiry        = 30 * time.Second
+	DefaultPullHeartbeat     = 5 * time.Second
+	// DefaultMaxAckPending is what New asks for when Config.MaxAckPending is
+	// 0 and the caller did not derive a value with DeriveMaxAckPending. It is
+	// deliberately generous: what jetsink holds in memory is bounded by its
+	// own rings and batches, so max_ack_pending only has to be large enough
+	// never to be the bottleneck (the server's own default, 1000, caps a
+	// 5000-row batch policy at one short batch per max_delay).
+	DefaultMaxAckPending = 32768
+)
+
+// maxNameLen is JetStream's limit on stream and consumer names.
+const maxNameLen = 255
+
+// Config is the nats: section of the jetsink configuration. The yaml tags are
+// the key names of the file; DefaultConfig gives the documented defaults.
+type Config struct {
+	// URL of the NATS server; several may be given separated by commas.
+	// Credentials embedded in the URL are never logged. Default
+	// nats://127.0.0.1:4222.
+	URL string `yaml:"url"`
+	// CredsFile is a JWT + NKey credentials file (decentralised auth).
+	CredsFile string `yaml:"creds_file"`
+	// User and Password authenticate with a username and password. Mutually
+	// exclusive with CredsFile and NKeyFile.
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+	// NKeyFile is a file holding an NKey seed. Mutually exclusive with
+	// CredsFile and User/Password.
+	NKeyFile string `yaml:"nkey_file"`
+	// TLS configures a TLS connection; empty fields are not used.
+	TLS TLSConfig `yaml:"tls"`
+
+	// Stream is the JetStream stream to consume. Default EVENTS.
+	Stream string `yaml:"stream"`
+	// Subjects the stream captures; used only when CreateStream is set.
+	// Default ["events.>"].
+	Subjects []string `yaml:"subjects"`
+	// CreateStream makes New create the stream (file storage, Subjects) or
+	// update its subjects. When false New binds to an existing stream and
+	// fails with ErrStreamNotFound if there is none. Default false.
+	CreateStream bool `yaml:"create_stream"`
+	// Consumer is the name of the durable pull consumer, created or updated
+	// by New. Several jetsink instances with the same name share the work.
+	// Default jetsink.
+	Consumer string `yaml:"consumer"`
+	// FilterSubject restricts the consumer to matching subjects; "" takes
+	// the whole stream.
+	FilterSubject string `yaml:"filter_subject"`
+	// AckWait is how long JetStream waits for an ack before redelivering.
+	// At least 1s. Default 30s.
+	AckWait time.Duration `yaml:"ack_wait"`
+	// MaxDeliver caps deliveries of one message; -1 means unlimited.
+	// Default 10.
+	MaxDeliver int `yaml:"max_deliver"`
+	// MaxAckPending caps the messages delivered and not yet acked. 0 means
+	// derived: the wiring calls DeriveMaxAckPending with what its rings and
+	// batches can hold; if it is still 0, New uses DefaultMaxAckPending.
+	// -1 means unlimited. Must not be below PullMaxMessages.
+	MaxAckPending int `yaml:"max_ack_pending"`
+	// DeadLetterSubject receives events that can never be stored. Some
+	// stream other than Stream must capture it (a stream capturing its own
+	// dead letters would loop). Default jetsink.dlq.EVENTS.
+	DeadLetterSubject string `yaml:"dead_letter_subject"`
+
+	// PullMaxMessages bounds the messages buffered by the pull iterator;
+	// a new pull is sent when half of them have been taken. Default 1024:
+	// enough to keep two cores busy between pulls, small next to ring #1.
+	PullMaxMessages int `yaml:"pull_max_messages"`
+	// PullMaxBytes additionally caps the bytes of one pull request; 0 (the
+	// default) means no byte cap. It must be at least the server's
+	// max_payload (New checks), or a larger message would stall the
+	// consumer for good. No byte cap by default because the rest of the
+	// chain (rings, batches) is bounded in events, not bytes, so a byte cap
+	// here alone would not bound memory in bytes; bound the event size with
+	// the server's max_payload and pipeline.max_event_bytes instead.
+	PullMaxBytes int `yaml:"pull_max_bytes"`
+	// PullExpiry is how long one pull request waits on the server. At least
+	// 1s. Default 30s.
+	PullExpiry time.Duration `yaml:"pull_expiry"`
+	// PullHeartbeat is the idle heartbeat the server sends on an open pull;
+	// two missed heartbeats make Run re-check the consumer and pull again.
+	// At least 100ms and at most half of PullExpiry. Default 5s.
+	PullHeartbeat time.Duration `yaml:"pull_heartbeat"`
+}
+
+// TLSConfig is the nats.tls: section.
+type TLSConfig struct {
+	// CAFile is a PEM bundle of the CAs trusted to sign the server's
+	// certificate.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are the client certificate and its key, for
+	// servers that verify clients. Give both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		URL:               DefaultURL,
+		Stream:            DefaultStream,
+		Subjects:          []string{DefaultSubject},
+		Consumer:          DefaultConsumer,
+		AckWait:           DefaultAckWait,
+		MaxDeliver:        DefaultMaxDeliver,
+		DeadLetterSubject: DefaultDeadLetterSubject,
+		PullMaxMessages:   DefaultPullMaxMessages,
+		PullExpiry:        DefaultPullExpiry,
+		PullHeartbeat:     DefaultPullHeartbeat,
+	}
+}
+
+// DeriveMaxAckPending sets MaxAckPending, when it is 0, to inFlight (what the
+// rest of the chain can hold: ring slots plus open batch rows) plus
+// PullMaxMessages, so that the server never throttles the consumer below what
+// jetsink can buffer. An explicit MaxAckPending is left alone.
+func (c *Config) DeriveMaxAckPending(inFlight int) {
+	if c.MaxAckPending == 0 && inFlight > 0 {
+		c.MaxAckPending = inFlight + c.PullMaxMessages
+	}
+}
+
+// maxAckPending is what New asks the server for.
+func (c *Config) maxAckPending() int {
+	if c.MaxAckPending == 0 {
+		return max(DefaultMaxAckPending, c.PullMaxMessages)
+	}
+	return c.MaxAckPending
+}
+
+// Validate checks the configuration without touching the network. Every
+// error wraps ErrInvalidConfig, names the key and says how to fix it. It never
+// quotes the password or the content of a credentials file.
+func (c *Config) Validate() error {
+	if err := validateURLs(c.URL); err != nil {
+		return err
+	}
+	auth := 0
+	if c.User != "" || c.Password != "" {
+		auth++
+		if c.User == "" {
+			return fmt.Errorf("%w: nats.password is set without nats.user; set both or neither", ErrInvalidConfig)
+		}
+	}
+	if c.CredsFile != "" {
+		auth++
+	}
+	if c.NKeyFile != "" {
+		auth++
+	}
+	if auth > 1 {
+		return fmt.Errorf("%w: nats.user/password, nats.creds_file and nats.nkey_file are alternatives; set only one of them", ErrInvalidConfig)
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		return fmt.Errorf("%w: nats.tls.cert_file and nats.tls.key_file go together; set both or neither", ErrInvalidConfig)
+	}
+	if err := validName("nats.stream", c.Stream, DefaultStream); err != nil {
+		return err
+	}
+	if err := validName("nats.consumer", c.Consumer, DefaultConsumer); err != nil {
+		return err
+	}
+	if c.CreateStream && len(c.Subjects) == 0 {
+		return fmt.Errorf("%w: nats.subjects is empty; with nats.create_stream: true give the subjects the stream captures, e.g. [\"events.>\"]", ErrInvalidConfig)
+	}
+	for i, s := range c.Subjects {
+		if err := validSubject(s, true); err != nil {
+			return fmt.Errorf("%w: nats.subjects[%d] %q: %s", ErrInvalidConfig, i, s, err)
+		}
+	}
+	if c.FilterSubject != "" {
+		if err := validSubject(c.FilterSubject, true); err != nil {
+			return fmt.Errorf("%w: nats.filter_subject %q: %s", ErrInvalidConfig, c.FilterSubject, err)
+		}
+	}
+	if c.AckWait < time.Second {
+		return fmt.Errorf("%w: nats.ack_wait must be at least 1s (got %s)", ErrInvalidConfig, c.AckWait)
+	}
+	if c.MaxDeliver == 0 || c.MaxDeliver < -1 {
+		return fmt.Errorf("%w: nats.max_deliver must be -1 (unlimited) or at least 1 (got %d)", ErrInvalidConfig, c.MaxDeliver)
+	}
+	if c.PullMaxMessages < 1 {
+		return fmt.Errorf("%w: nats.pull_max_messages must be at least 1 (got %d); %d is a good start", ErrInvalidConfig, c.PullMaxMessages, DefaultPullMaxMessages)
+	}
+	if c.PullMaxBytes < 0 {
+		return fmt.Errorf("%w: nats.pull_max_bytes must be 0 (no byte cap) or positive (got %d)", ErrInvalidConfig, c.PullMaxBytes)
+	}
+	if c.MaxAckPending < -1 {
+		return fmt.Errorf("%w: nats.max_ack_pending must be 0 (derived), -1 (unlimited) or positive (got %d)", ErrInvalidConfig, c.MaxAckPending)
+	}
+	if c.MaxAckPending > 0 && c.MaxAckPending < c.PullMaxMessages {
+		return fmt.Errorf("%w: nats.max_ack_pending (%d) is below nats.pull_max_messages (%d); raise it or set 0 to derive it", ErrInvalidConfig, c.MaxAckPending, c.PullMaxMessages)
+	}
+	if c.PullExpiry < time.Second {
+		return fmt.Errorf("%w: nats.pull_expiry must be at least 1s (got %s)", ErrInvalidConfig, c.PullExpiry)
+	}
+	if c.PullHeartbeat < 100*time.Millisecond || c.PullHeartbeat > c.PullExpiry/2 {
+		return fmt.Errorf("%w: nats.pull_heartbeat must be between 100ms and half of nats.pull_expiry (got %s with expiry %s)", ErrInvalidConfig, c.PullHeartbeat, c.PullExpiry)
+	}
+	if c.DeadLetterSubject == "" {
+		return fmt.Errorf("%w: nats.dead_letter_subject is empty; set a subject that another stream captures, e.g. %s", ErrInvalidConfig, DefaultDeadLetterSubject)
+	}
+	if err := validSubject(c.DeadLetterSubject, false); err != nil {
+		return fmt.Errorf("%w: nats.dead_letter_subject %q: %s", ErrInvalidConfig, c.DeadLetterSubject, err)
+	}
+	if c.CreateStream {
+		if err := checkNoLoop(c.Stream, c.Subjects, c.DeadLetterSubject); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkNoLoop fails when one of the stream's subjects captures the
+// dead-letter subject: dead letters would be consumed again.
+func checkNoLoop(stream string, subjects []string, dlq string) error {
+	for _, s := range subjects {
+		if subjectMatches(s, dlq) {
+			return fmt.Errorf("%w: nats.dead_letter_subject %q is captured by stream %s's subject %q, so dead letters would be consumed again; use a subject outside the stream, e.g. jetsink.dlq.%s, captured by a stream of its own",
+				ErrInvalidConfig, dlq, stream, s, stream)
+		}
+	}
+	return nil
+}
+
+func validateURLs(list string) error {
+	if strings.TrimSpace(list) == "" {
+		return fmt.Errorf("%w: nats.url is empty; set it, e.g. %s", ErrInvalidConfig, DefaultURL)
+	}
+	for i, raw := range strings.Split(list, ",") {
+		raw = strings.TrimSpace(raw)
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			// Do not quote raw: it may carry a password.
+			return fmt.Errorf("%w: nats.url entry %d is not a URL like nats://host:4222", ErrInvalidConfig, i+1)
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("%w: nats.url entry %d has scheme %q; use nats://, tls://, ws:// or wss://", ErrInvalidConfig, i+1, u.Scheme)
+		}
+	}
+	return nil
+}
+
+// validName checks a stream or consumer name the way the server does.
+func validName(key, name, example string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: %s is empty; set a name such as %s", ErrInvalidConfig, key, example)
+	case len(name) > maxNameLen:
+		return fmt.Errorf("%w: %s is %d bytes long; JetStream allows %d", ErrInvalidConfig, key, len(name), maxNameLen)
+	case strings.ContainsAny(name, ".*>/\\"):
+		return fmt.Errorf("%w: %s %q may not contain '.', '*', '>', '/' or '\\'", ErrInvalidConfig, key, name)
+	}
+	for _, r := range name {
+		if r <= ' ' || r == 0x7f {
+			return fmt.Errorf("%w: %s %q may not contain whitespace or control characters", ErrInvalidConfig, key, name)
+		}
+	}
+	return nil
+}
+
+// validSubject checks a NATS subject; wildcards are allowed only when
+// wildcards is set.
+func validSubject(s string, wildcards bool) error {
+	if s == "" {
+		return errors.New("empty subject")
+	}
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f {
+			return errors.New("subjects may not contain whitespace or control characters")
+		}
+	}
+	tokens := strings.Split(s, ".")
+	for i, t := range tokens {
+		switch {
+		case t == "":
+			return errors.New("empty token (leading, trailing or double '.')")
+		case t == "*" || t == ">":
+			if !wildcards {
+				return errors.New("must be a literal subject without '*' or '>'")
+			}
+			if t == ">" && i != len(tokens)-1 {
+				return errors.New("'>' must be the last token")
+			}
+		case strings.ContainsAny(t, "*>"):
+			return errors.New("'*' and '>' must be whole tokens")
+		}
+	}
+	return nil
+}
+
+// subjectMatches reports whether the pattern (which may hold wildcards)
+// matches the literal subject.
+func subjectMatches(pattern, subject string) bool {
+	for {
+		p, prest, pmore := strings.Cut(pattern, ".")
+		s, srest, smore := strings.Cut(subject, ".")
+		switch {
+		case p == ">":
+			return true
+		case p != "*" && p != s:
+			return false
+		case !pmore || !smore:
+			return pmore == smore
+		}
+		pattern, subject = prest, srest
+	}
+}

@@ -1,0 +1,273 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrStreamNotFound is returned by New when nats.create_stream is false and
+// the stream does not exist. It also matches jetstream.ErrStreamNotFound.
+var ErrStreamNotFound = errors.New("stream not found")
+
+// closeWait bounds how long Close waits for the connection to drain.
+const closeWait = 10 * time.Second
+
+// Consumer is a connection to NATS bound to one stream and one durable pull
+// consumer. Run is called by one goroutine; DeadLetter, Lag, Stats and Ready
+// are safe from any goroutine.
+type Consumer struct {
+	cfg    Config
+	log    *slog.Logger
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	closed chan struct{} // closed by the connection's closed handler
+
+	// cons is the durable consumer handle; Run replaces it when it has to
+	// re-create the consumer.
+	cons atomic.Pointer[consumerHandle]
+
+	stats counters
+}
+
+type consumerHandle struct{ jetstream.Consumer }
+
+type counters struct {
+	received          atomic.Uint64
+	redelivered       atomic.Uint64
+	deadLettered      atomic.Uint64
+	deadLetterFailed  atomic.Uint64
+	iteratorRestarts  atomic.Uint64
+	heartbeatsMissing atomic.Uint64
+}
+
+// Stats are the consumer's counters since New.
+type Stats struct {
+	Received          uint64 // messages pushed into the dispatch
+	Redelivered       uint64 // of which delivered more than once
+	DeadLettered      uint64 // dead letters published and their original terminated
+	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed)
+	IteratorRestarts  uint64 // pull iterators re-created after an error
+	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow)
+}
+
+// Lag is the durable consumer's backlog as the server reports it.
+type Lag struct {
+	NumPending     uint64 // messages in the stream not yet delivered
+	NumAckPending  int    // delivered and not yet acked
+	NumRedelivered int    // delivered more than once and not yet acked
+	NumWaiting     int    // open pull requests
+	AckFloor       uint64 // stream sequence below which everything is acked
+}
+
+// New validates cfg, connects to NATS, creates or binds the stream and
+// creates or updates the durable pull consumer.
+//
+// The connection reconnects forever with capped exponential backoff; it logs
+// disconnects and reconnects on log. With cfg.CreateStream the stream is
+// created with file storage, or its subjects updated. Otherwise a missing
+// stream fails with an error wrapping ErrStreamNotFound. Errors from Validate
+// wrap ErrInvalidConfig; so does a dead-letter subject the bound stream
+// itself captures, or a nats.pull_max_bytes below the server's max_payload.
+// ctx bounds the setup only.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
+	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{})}
+
+	opts, err := c.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		// nats.go's errors do not quote credentials.
+		return nil, fmt.Errorf("connect to nats.url: %w", err)
+	}
+	c.nc = nc
+	if err := c.setup(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	log.Info("nats consumer ready", "url", nc.ConnectedUrlRedacted(), "max_ack_pending", cfg.maxAckPending())
+	return c, nil
+}
+
+func (c *Consumer) natsOptions() ([]nats.Option, error) {
+	cfg := &c.cfg
+	opts := []nats.Option{
+		nats.Name("jetsink"),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(reconnectDelay),
+		nats.DrainTimeout(closeWait),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			c.log.Warn("nats disconnected", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			c.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			c.log.Error("nats async error", "subscription", subject, "err", err)
+		}),
+	}
+	if cfg.User != "" {
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.NKeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(cfg.NKeyFile)
+		if err != nil {
+			// The error may quote the file; say only which key failed.
+			return nil, fmt.Errorf("%w: nats.nkey_file %q is not a readable NKey seed file", ErrInvalidConfig, cfg.NKeyFile)
+		}
+		opts = append(opts, o)
+	}
+	if cfg.TLS.CAFile != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLS.CAFile))
+	}
+	if cfg.TLS.CertFile != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLS.CertFile, cfg.TLS.KeyFile))
+	}
+	return opts, nil
+}
+
+// reconnectDelay is 100ms doubling per attempt up to 5s, with 20% jitter.
+func reconnectDelay(attempts int) time.Duration {
+	d := 5 * time.Second
+	if attempts < 6 {
+		d = 100 * time.Millisecond << attempts
+	}
+	return d + rand.N(d/5+1)
+}
+
+func (c *Consumer) setup(ctx context.Context) error {
+	cfg := &c.cfg
+	if cfg.PullMaxBytes > 0 && int64(cfg.PullMaxBytes) < c.nc.MaxPayload() {
+		return fmt.Errorf("%w: nats.pull_max_bytes (%d) is below the server's max_payload (%d), so a large message would stall the consumer; raise it or set 0",
+			ErrInvalidConfig, cfg.PullMaxBytes, c.nc.MaxPayload())
+	}
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	c.js = js
+	if err := c.ensureStream(ctx); err != nil {
+		return err
+	}
+	return c.ensureConsumer(ctx)
+}
+
+// ensureStream creates or updates the stream (CreateStream) or checks that
+// it exists, and refuses a stream that captures the dead-letter subject.
+func (c *Consumer) ensureStream(ctx context.Context) error {
+	cfg := &c.cfg
+	var stream jetstream.Stream
+	var err error
+	if cfg.CreateStream {
+		stream, err = c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:     cfg.Stream,
+			Subjects: cfg.Subjects,
+			Storage:  jetstream.FileStorage,
+		})
+		if err != nil {
+			return fmt.Errorf("create or update stream %s: %w", cfg.Stream, err)
+		}
+	} else {
+		stream, err = c.js.Stream(ctx, cfg.Stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("%w: %w: nats.stream %s does not exist; create it or set nats.create_stream: true",
+				ErrStreamNotFound, err, cfg.Stream)
+		}
+		if err != nil {
+			return fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
+		}
+	}
+	return checkNoLoop(cfg.Stream, stream.CachedInfo().Config.Subjects, cfg.DeadLetterSubject)
+}
+
+// ensureConsumer creates or updates the durable pull consumer and publishes
+// its handle for Run and Lag.
+func (c *Consumer) ensureConsumer(ctx context.Context) error {
+	cfg := &c.cfg
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       cfg.Consumer,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: cfg.maxAckPending(),
+		FilterSubject: cfg.FilterSubject,
+	})
+	if err != nil {
+		return fmt.Errorf("create or update consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
+	}
+	c.cons.Store(&consumerHandle{cons})
+	return nil
+}
+
+// Close drains the connection (pending acks and publishes are flushed) and
+// waits up to 10s for it to close. Call it after Run has returned; a Run
+// still going returns an error. Idempotent.
+func (c *Consumer) Close() {
+	if err := c.nc.Drain(); err != nil {
+		// Already closed, or reconnecting: nothing to flush to.
+		c.nc.Close()
+	}
+	select {
+	case <-c.closed:
+	case <-time.After(closeWait + time.Second):
+		c.nc.Close()
+		<-c.closed
+	}
+}
+
+// Ready reports whether the connection to NATS is up.
+func (c *Consumer) Ready() bool { return c.nc.IsConnected() }
+
+// Lag asks the server for the consumer's backlog. It returns the
+// jetstream error when the server cannot answer (e.g.
+// jetstream.ErrConsumerNotFound, context errors).
+func (c *Consumer) Lag(ctx context.Context) (Lag, error) {
+	info, err := c.cons.Load().Info(ctx)
+	if err != nil {
+		return Lag{}, fmt.Errorf("consumer info: %w", err)
+	}
+	return Lag{
+		NumPending:     info.NumPending,
+		NumAckPending:  info.NumAckPending,
+		NumRedelivered: info.NumRedelivered,
+		NumWaiting:     info.NumWaiting,
+		AckFloor:       info.AckFloor.Stream,
+	}, nil
+}
+
+// Stats returns the counters. Safe from any goroutine.
+func (c *Consumer) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		Received:          s.received.Load(),
+		Redelivered:       s.redelivered.Load(),
+		DeadLettered:      s.deadLettered.Load(),
+		DeadLetterFailed:  s.deadLetterFailed.Load(),
+		IteratorRestarts:  s.iteratorRestarts.Load(),
+		HeartbeatsMissing: s.heartbeatsMissing.Load(),
+	}
+}

@@ -1,0 +1,143 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// ErrDeadLetter is wrapped by DeadLetter when the dead letter could not be
+// published; the original was nak'ed with a delay, not acked or terminated.
+var ErrDeadLetter = errors.New("dead-letter publish failed")
+
+// Headers jetsink adds to a dead letter, next to the original headers.
+const (
+	HeaderSubject   = "Jetsink-Subject"    // original subject
+	HeaderStream    = "Jetsink-Stream"     // original stream
+	HeaderStreamSeq = "Jetsink-Stream-Seq" // original stream sequence
+	HeaderDelivered = "Jetsink-Delivered"  // delivery count when it was given up
+	HeaderStage     = "Jetsink-Stage"      // pipeline.StageDecode or pipeline.StageSink
+	HeaderReason    = "Jetsink-Reason"     // error text, one line, at most MaxReasonLen bytes
+	HeaderCode      = "Jetsink-Code"       // short machine-readable reason
+	HeaderSQLState  = "Jetsink-SQLState"   // PostgreSQL SQLSTATE, when there is one
+	HeaderOrigMsgID = "Jetsink-Msg-Id"     // the original Nats-Msg-Id, when there was one
+)
+
+// MaxReasonLen bounds the Jetsink-Reason header, in bytes.
+const MaxReasonLen = 512
+
+// Nak delays after a failed dead-letter publish: 2s doubling per delivery,
+// at most 60s.
+const (
+	dlNakBase = 2 * time.Second
+	dlNakMax  = 60 * time.Second
+)
+
+// DeadLetter publishes ev to nats.dead_letter_subject, waits for the
+// stream's acknowledgement, and only then terminates the original with the
+// reason code (pipeline.DeadLetterer). The dead letter carries the original
+// body and headers, except JetStream's own Nats-* control headers, which
+// would act on the dead-letter stream (the original Nats-Msg-Id moves to
+// Jetsink-Msg-Id); it gets Nats-Msg-Id "<stream>:<stream_seq>" so a poison
+// event redelivered before its Term lands is stored once, and the Jetsink-*
+// headers above.
+//
+// If the publish fails, the original is nak'ed with a delay growing with its
+// delivery count and the error returned wraps ErrDeadLetter. If the publish
+// succeeds and the Term fails, the error is returned as is (the message will
+// come back and be de-duplicated). Safe for concurrent use.
+func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter) error {
+	if ev.Msg == nil {
+		return fmt.Errorf("%w: event %s:%d has no message handle", ErrDeadLetter, ev.Stream, ev.StreamSeq)
+	}
+	m := c.deadLetterMsg(ev, dl)
+	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+		c.stats.deadLetterFailed.Add(1)
+		delay := nakDelay(ev.Delivered)
+		c.log.Error("dead-letter publish failed; event nak'ed for redelivery",
+			"subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
+			"dead_letter_subject", c.cfg.DeadLetterSubject, "retry_in", delay, "err", err)
+		if nerr := ev.Msg.NakWithDelay(delay); nerr != nil {
+			return fmt.Errorf("%w: publish to %s: %w (nak: %w)", ErrDeadLetter, c.cfg.DeadLetterSubject, err, nerr)
+		}
+		return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
+	}
+	c.stats.deadLettered.Add(1)
+	c.log.Warn("event dead-lettered", "subject", ev.Subject, "stream_seq", ev.StreamSeq,
+		"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState)
+	reason := dl.Code
+	if reason == "" {
+		reason = "dead_letter"
+	}
+	if err := ev.Msg.TermWithReason(reason); err != nil {
+		return fmt.Errorf("terminate dead-lettered event %s:%d: %w", ev.Stream, ev.StreamSeq, err)
+	}
+	return nil
+}
+
+func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *nats.Msg {
+	h := make(nats.Header, len(ev.Header)+10)
+	for k, v := range ev.Header {
+		if strings.HasPrefix(k, "Nats-") {
+			continue
+		}
+		h[k] = v
+	}
+	if ev.MsgID != "" {
+		h.Set(HeaderOrigMsgID, ev.MsgID)
+	}
+	seq := strconv.FormatUint(ev.StreamSeq, 10)
+	h.Set(HeaderMsgID, ev.Stream+":"+seq)
+	h.Set(HeaderSubject, ev.Subject)
+	h.Set(HeaderStream, ev.Stream)
+	h.Set(HeaderStreamSeq, seq)
+	h.Set(HeaderDelivered, strconv.FormatUint(ev.Delivered, 10))
+	h.Set(HeaderStage, oneLine(dl.Stage, 64))
+	h.Set(HeaderReason, oneLine(dl.Reason, MaxReasonLen))
+	h.Set(HeaderCode, oneLine(dl.Code, 64))
+	if dl.SQLState != "" {
+		h.Set(HeaderSQLState, oneLine(dl.SQLState, 16))
+	}
+	return &nats.Msg{Subject: c.cfg.DeadLetterSubject, Header: h, Data: ev.Data}
+}
+
+// oneLine makes s a safe header value: control characters (CR, LF, tabs...) and
+// line separators become spaces, invalid UTF-8 is replaced, and the result is cut to at most
+// n bytes on a rune boundary.
+func oneLine(s string, n int) string {
+	var b strings.Builder
+	b.Grow(min(len(s), n))
+	for _, r := range s {
+		switch {
+		case r == utf8.RuneError:
+			r = '?'
+		case unicode.IsControl(r), r == '\u2028', r == '\u2029':
+			r = ' '
+		}
+		if b.Len()+utf8.RuneLen(r) > n {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// nakDelay is how long a message waits after a failed dead-letter publish.
+func nakDelay(delivered uint64) time.Duration {
+	if delivered < 1 {
+		delivered = 1
+	}
+	if delivered > 6 {
+		return dlNakMax
+	}
+	return min(dlNakBase<<(delivered-1), dlNakMax)
+}

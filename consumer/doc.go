@@ -1,0 +1,52 @@
+// Package consumer is jetsink's only contact with NATS: it connects, makes
+// sure the JetStream stream and the durable pull consumer exist, pulls
+// messages continuously into ring #1 (a ringq.Dispatch keyed by subject), and
+// parks events that can never be stored on the dead-letter subject.
+//
+// # Flow
+//
+// New validates the Config, connects (reconnecting forever with capped
+// backoff), creates or binds the stream and creates or updates the durable
+// consumer (explicit acks, nats.ack_wait, nats.max_deliver,
+// nats.max_ack_pending, nats.filter_subject). Run pulls with nats.go's
+// Messages iterator: up to nats.pull_max_messages (and optionally
+// nats.pull_max_bytes per pull) buffered in the client, a new pull sent when
+// half are taken, idle heartbeats from the server. Each message becomes a
+// pipeline.Event (one Metadata parse; Data and Header alias nats.go's
+// buffers) pushed into the dispatch, which blocks while the worker's ring is
+// full: that is where back-pressure reaches JetStream, which keeps the backlog
+// on disk. The consumer never acks; the sink does, after COMMIT.
+//
+// # Goroutines
+//
+// Run's loop runs on the caller's goroutine; Run is the single producer of
+// the dispatch and closes it before returning. nats.go runs its own
+// goroutines (reader, flusher, the iterator's pull loop and status watcher);
+// they end with the iterator (Run stops or drains it before returning) and
+// with the connection (Close). Nothing here outlives Close.
+//
+// # Shutdown
+//
+// Run takes two contexts. When intake ends, Run stops pulling, drains the
+// messages already delivered to this client into the dispatch, closes it and
+// returns nil; when hard ends, it gives up promptly (unpushed messages are
+// redelivered by JetStream after ack_wait). Close drains the connection so
+// the acks the sink sent are flushed; call it after Run and after the sink
+// has settled its last batch.
+//
+// # Concurrency
+//
+// DeadLetter (pipeline.DeadLetterer), Lag, Stats and Ready are safe from any
+// goroutine; DeadLetter is called by many workers at once. Run must not run
+// twice at the same time on one Consumer.
+//
+// # Errors
+//
+// Validate and New wrap ErrInvalidConfig for configuration mistakes (never
+// quoting a password or credentials). New wraps ErrStreamNotFound when the
+// stream is missing and nats.create_stream is false. DeadLetter wraps
+// ErrDeadLetter when the publish failed (the original was nak'ed with a
+// delay, never acked or terminated). Run returns nil after a clean intake
+// shutdown, and otherwise wraps the hard context's error, ringq.ErrClosed
+// or jetstream.ErrConnectionClosed.
+package consumer
