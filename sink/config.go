@@ -1,0 +1,189 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrInvalidConfig is wrapped by every error Validate and New return for a
+// configuration the sink cannot run with. The text names the key and says
+// how to fix it; it never contains the connection string.
+var ErrInvalidConfig = errors.New("invalid postgres config")
+
+// Mode is the delivery mode.
+type Mode string
+
+// The delivery modes.
+const (
+	// AtLeastOnce acks a message after the transaction holding its row has
+	// committed; a crash between COMMIT and ack stores the row twice.
+	AtLeastOnce Mode = "at-least-once"
+	// ExactlyOnce additionally moves every batch through a staging table with
+	// INSERT ... ON CONFLICT (stream, stream_seq) DO NOTHING, so that a
+	// redelivered message adds nothing.
+	ExactlyOnce Mode = "exactly-once"
+)
+
+// Config is the postgres: section of the config file. The zero value is not
+// usable; start from DefaultConfig.
+type Config struct {
+	// URL is the connection string (postgres:// URL or key=value DSN). It is
+	// never logged nor put into an error.
+	URL string `yaml:"url"`
+	// Table is "table" or "schema.table"; quote a part ("My.Schema"."t")
+	// to keep a dot or upper case in it. Default "events".
+	Table string `yaml:"table"`
+	// CreateTable runs Init (CREATE TABLE IF NOT EXISTS, and the unique index
+	// in exactly-once mode) at start-up. Default false.
+	CreateTable bool `yaml:"create_table"`
+	// Mode is AtLeastOnce (default) or ExactlyOnce.
+	Mode Mode `yaml:"mode"`
+	// Batch says when a batch is cut.
+	Batch BatchConfig `yaml:"batch"`
+	// Connections is the number of committers, each with its own connection,
+	// so that one batch is COPYed while the next one fills. Default 2.
+	Connections int `yaml:"connections"`
+	// AppName is the application_name of the sink's connections (visible in
+	// pg_stat_activity). Default "jetsink".
+	AppName string `yaml:"app_name"`
+	// Retry bounds the backoff between attempts of a failed batch.
+	Retry RetryConfig `yaml:"retry"`
+	// InProgressEvery is how often the messages of a batch that is held
+	// (growing while the committers are busy, waiting for a committer,
+	// blocked on a lock, retrying) are told InProgress so that JetStream does
+	// not redeliver them. The wiring sets it to nats.ack_wait/2; 0 turns it
+	// off. Not a YAML key.
+	InProgressEvery time.Duration `yaml:"-"`
+}
+
+// BatchConfig is postgres.batch: a batch is cut at MaxRows OR MaxBytes OR
+// MaxDelay, whichever comes first (see the package doc for MaxDelay).
+type BatchConfig struct {
+	MaxRows  int           `yaml:"max_rows"`  // default 5000
+	MaxBytes int           `yaml:"max_bytes"` // sum of tuple lengths; default 4 MiB
+	MaxDelay time.Duration `yaml:"max_delay"` // default 20ms
+}
+
+// RetryConfig is postgres.retry: capped exponential backoff with jitter.
+type RetryConfig struct {
+	Initial time.Duration `yaml:"initial"` // default 100ms
+	Max     time.Duration `yaml:"max"`     // default 5s
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		URL:         "postgres://postgres@127.0.0.1:5432/postgres",
+		Table:       "events",
+		Mode:        AtLeastOnce,
+		Batch:       BatchConfig{MaxRows: 5000, MaxBytes: 4 << 20, MaxDelay: 20 * time.Millisecond},
+		Connections: 2,
+		AppName:     "jetsink",
+		Retry:       RetryConfig{Initial: 100 * time.Millisecond, Max: 5 * time.Second},
+	}
+}
+
+// Validate checks every field and returns the first problem, wrapping
+// ErrInvalidConfig.
+func (c *Config) Validate() error {
+	if c.URL == "" {
+		return fmt.Errorf("%w: postgres.url is empty; set it or JETSINK_DATABASE_URL", ErrInvalidConfig)
+	}
+	if _, err := pgconn.ParseConfig(c.URL); err != nil {
+		// The parse error may quote the URL with its password: do not wrap it.
+		return fmt.Errorf("%w: postgres.url cannot be parsed as a postgres:// URL or key=value connection string", ErrInvalidConfig)
+	}
+	if _, err := ParseTable(c.Table); err != nil {
+		return err
+	}
+	switch c.Mode {
+	case AtLeastOnce, ExactlyOnce:
+	default:
+		return fmt.Errorf("%w: postgres.mode is %q; use %q or %q", ErrInvalidConfig, c.Mode, AtLeastOnce, ExactlyOnce)
+	}
+	if c.Batch.MaxRows < 1 {
+		return fmt.Errorf("%w: postgres.batch.max_rows must be >= 1 (default 5000)", ErrInvalidConfig)
+	}
+	if c.Batch.MaxBytes < 1 {
+		return fmt.Errorf("%w: postgres.batch.max_bytes must be >= 1 (default 4MiB)", ErrInvalidConfig)
+	}
+	if c.Batch.MaxDelay < 0 {
+		return fmt.Errorf("%w: postgres.batch.max_delay must be >= 0 (default 20ms)", ErrInvalidConfig)
+	}
+	if c.Connections < 1 || c.Connections > 64 {
+		return fmt.Errorf("%w: postgres.connections must be between 1 and 64 (default 2)", ErrInvalidConfig)
+	}
+	if c.AppName == "" || strings.ContainsRune(c.AppName, 0) {
+		return fmt.Errorf("%w: postgres.app_name must be a non-empty string without NUL (default jetsink)", ErrInvalidConfig)
+	}
+	if c.Retry.Initial <= 0 {
+		return fmt.Errorf("%w: postgres.retry.initial must be > 0 (default 100ms)", ErrInvalidConfig)
+	}
+	if c.Retry.Max < c.Retry.Initial {
+		return fmt.Errorf("%w: postgres.retry.max must be >= postgres.retry.initial (default 5s)", ErrInvalidConfig)
+	}
+	if c.InProgressEvery < 0 {
+		return fmt.Errorf("%w: in-progress interval must be >= 0 (it is nats.ack_wait/2)", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// ParseTable splits "table" or "schema.table" on the first dot outside
+// double quotes into a pgx.Identifier. A part that starts with a double
+// quote ends at the matching quote and may hold dots ("" is a literal
+// quote); any other part is taken verbatim up to the next dot, quotes
+// included. Names are not folded to lower case: they are always quoted as
+// identifiers, so "Events" and "events" are different tables. Empty
+// parts and more than two parts are errors wrapping ErrInvalidConfig.
+func ParseTable(s string) (pgx.Identifier, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: postgres.table %q %s; use table or schema.table (quote a part with \" to keep a dot in it)", ErrInvalidConfig, s, why)
+	}
+	var parts []string
+	var cur strings.Builder
+	quoted, inQuotes := false, false
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case inQuotes && ch == '"' && i+1 < len(s) && s[i+1] == '"':
+			cur.WriteByte('"')
+			i++
+		case inQuotes && ch == '"':
+			inQuotes = false
+		case !inQuotes && ch == '"' && cur.Len() == 0 && !quoted:
+			inQuotes, quoted = true, true
+		case !inQuotes && ch == '.':
+			if cur.Len() == 0 {
+				return nil, bad("has an empty part")
+			}
+			parts = append(parts, cur.String())
+			cur.Reset()
+			quoted = false
+		case !inQuotes && quoted:
+			return nil, bad("has characters after a closing quote")
+		default:
+			cur.WriteByte(ch)
+		}
+	}
+	if inQuotes {
+		return nil, bad("has an unterminated quote")
+	}
+	if cur.Len() == 0 {
+		return nil, bad("has an empty part")
+	}
+	parts = append(parts, cur.String())
+	if len(parts) > 2 {
+		return nil, bad("has more than two parts")
+	}
+	for _, p := range parts {
+		if strings.ContainsRune(p, 0) {
+			return nil, bad("contains NUL")
+		}
+	}
+	return pgx.Identifier(parts), nil
+}

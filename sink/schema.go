@@ -1,0 +1,233 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// pgType is a column type as PostgreSQL names it, with the OID of the type
+// binary COPY writes (the column must have exactly this type).
+type pgType struct {
+	name string
+	oid  uint32
+}
+
+var pgTypes = map[pipeline.Type]pgType{
+	pipeline.TypeText:        {"text", 25},
+	pipeline.TypeUUID:        {"uuid", 2950},
+	pipeline.TypeInt2:        {"smallint", 21},
+	pipeline.TypeInt4:        {"integer", 23},
+	pipeline.TypeInt8:        {"bigint", 20},
+	pipeline.TypeFloat4:      {"real", 700},
+	pipeline.TypeFloat8:      {"double precision", 701},
+	pipeline.TypeNumeric:     {"numeric", 1700},
+	pipeline.TypeBool:        {"boolean", 16},
+	pipeline.TypeTimestamptz: {"timestamptz", 1184},
+	pipeline.TypeDate:        {"date", 1082},
+	pipeline.TypeJSONB:       {"jsonb", 3802},
+	pipeline.TypeBytea:       {"bytea", 17},
+}
+
+// DDL returns the statements Init runs: CREATE TABLE IF NOT EXISTS with one
+// column per mapped column (NOT NULL where Required) and, in exactly-once
+// mode, CREATE UNIQUE INDEX IF NOT EXISTS on (stream, stream_seq). Every
+// name is a quoted identifier.
+func (s *Sink) DDL() []string {
+	defs := make([]string, len(s.cols))
+	for i, c := range s.cols {
+		defs[i] = pgx.Identifier{c.Name}.Sanitize() + " " + pgTypes[c.Type].name
+		if c.Required {
+			defs[i] += " NOT NULL"
+		}
+	}
+	ddl := []string{"CREATE TABLE IF NOT EXISTS " + s.table.Sanitize() + " (\n\t" + strings.Join(defs, ",\n\t") + "\n)"}
+	if s.cfg.Mode == ExactlyOnce {
+		ddl = append(ddl, "CREATE UNIQUE INDEX IF NOT EXISTS "+pgx.Identifier{s.indexName()}.Sanitize()+
+			" ON "+s.table.Sanitize()+" ("+pgx.Identifier{s.streamC}.Sanitize()+", "+pgx.Identifier{s.seqC}.Sanitize()+")")
+	}
+	return ddl
+}
+
+// indexName is the exactly-once unique index's name, <table>_stream_seq_key
+// cut to PostgreSQL's 63-byte limit on a UTF-8 boundary.
+func (s *Sink) indexName() string {
+	base := s.table[len(s.table)-1]
+	const suffix = "_stream_seq_key"
+	if len(base)+len(suffix) > 63 {
+		n := 63 - len(suffix)
+		for n > 0 && base[n]&0xC0 == 0x80 {
+			n--
+		}
+		base = base[:n]
+	}
+	return base + suffix
+}
+
+// Init runs DDL in one transaction. Errors name the statement's object, not
+// the connection string.
+func (s *Sink) Init(ctx context.Context) error {
+	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
+		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+			for _, q := range s.DDL() {
+				if _, err := tx.Exec(ctx, q); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("create table %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	return nil
+}
+
+// ProblemKind classifies a Problem.
+type ProblemKind string
+
+// The problems Check finds.
+const (
+	ProblemTableMissing  ProblemKind = "table_missing"
+	ProblemColumnMissing ProblemKind = "column_missing"
+	ProblemTypeMismatch  ProblemKind = "type_mismatch"
+	ProblemNotNull       ProblemKind = "not_null"
+	ProblemNoUniqueIndex ProblemKind = "no_unique_index"
+)
+
+// Problem is one difference between the mapping and the table.
+type Problem struct {
+	Kind    ProblemKind
+	Column  string // "" for table-level problems
+	Message string // what is wrong
+	Fix     string // how to fix it (often a SQL statement)
+}
+
+func (p Problem) String() string { return p.Message + "; fix: " + p.Fix }
+
+// Check compares the mapping with the table in the database and returns
+// every problem found (none: the sink can write). The error is for failing
+// to ask (connection, permission), not for problems.
+func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
+	var probs []Problem
+	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
+		var err error
+		probs, err = s.check(ctx, c)
+		return err
+	})
+	return probs, err
+}
+
+func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
+	tname := s.table.Sanitize()
+	var oid *uint32
+	if err := c.QueryRow(ctx, "SELECT to_regclass($1)::oid", tname).Scan(&oid); err != nil {
+		return nil, fmt.Errorf("check table %s on %s: %w", tname, s.where, err)
+	}
+	if oid == nil {
+		return []Problem{{
+			Kind:    ProblemTableMissing,
+			Message: fmt.Sprintf("table %s does not exist (or is not on search_path)", tname),
+			Fix:     "run `jetsink init`, set postgres.create_table: true, or run: " + strings.Join(s.DDL(), "; "),
+		}}, nil
+	}
+	type attr struct {
+		typ                       uint32
+		format                    string
+		notNull, hasDefault, auto bool
+		num                       int16
+	}
+	attrs := map[string]attr{}
+	rows, err := c.Query(ctx, `SELECT attname, attnum, atttypid, format_type(atttypid, atttypmod), attnotnull, atthasdef,
+		attidentity <> '' OR attgenerated <> ''
+		FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, *oid)
+	if err != nil {
+		return nil, fmt.Errorf("check columns of %s on %s: %w", tname, s.where, err)
+	}
+	for rows.Next() {
+		var name string
+		var a attr
+		if err := rows.Scan(&name, &a.num, &a.typ, &a.format, &a.notNull, &a.hasDefault, &a.auto); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("check columns of %s on %s: %w", tname, s.where, err)
+		}
+		attrs[name] = a
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("check columns of %s on %s: %w", tname, s.where, err)
+	}
+
+	var probs []Problem
+	mapped := map[string]pipeline.Column{}
+	for _, c := range s.cols {
+		mapped[c.Name] = c
+		want := pgTypes[c.Type]
+		col := pgx.Identifier{c.Name}.Sanitize()
+		a, ok := attrs[c.Name]
+		switch {
+		case !ok:
+			probs = append(probs, Problem{Kind: ProblemColumnMissing, Column: c.Name,
+				Message: fmt.Sprintf("column %s of %s does not exist", col, tname),
+				Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", tname, col, want.name)})
+		case a.typ != want.oid:
+			probs = append(probs, Problem{Kind: ProblemTypeMismatch, Column: c.Name,
+				Message: fmt.Sprintf("column %s of %s is %s but the mapping writes %s (binary COPY needs the exact type)", col, tname, a.format, want.name),
+				Fix: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s, or change the column's type in postgres.columns",
+					tname, col, want.name)})
+		case a.notNull && !c.Required:
+			probs = append(probs, Problem{Kind: ProblemNotNull, Column: c.Name,
+				Message: fmt.Sprintf("column %s of %s is NOT NULL but its mapping is not required: an event without it is dead-lettered by the database, one batch bisect at a time", col, tname),
+				Fix:     fmt.Sprintf("set required: true on column %s in postgres.columns, or ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", c.Name, tname, col)})
+		}
+	}
+	for name, a := range attrs {
+		if _, ok := mapped[name]; ok || !a.notNull || a.hasDefault || a.auto {
+			continue
+		}
+		col := pgx.Identifier{name}.Sanitize()
+		probs = append(probs, Problem{Kind: ProblemNotNull, Column: name,
+			Message: fmt.Sprintf("column %s of %s is NOT NULL without a default and nothing maps to it: every insert fails", col, tname),
+			Fix:     fmt.Sprintf("map a value to %s in postgres.columns, give it a DEFAULT, or ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", name, tname, col)})
+	}
+	if s.cfg.Mode == ExactlyOnce {
+		ok, err := s.hasUniqueIndex(ctx, c, *oid, attrs[s.streamC].num, attrs[s.seqC].num)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			probs = append(probs, Problem{Kind: ProblemNoUniqueIndex,
+				Message: fmt.Sprintf("exactly-once mode needs a unique index on %s (%s, %s) and there is none", tname,
+					pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()),
+				Fix: s.DDL()[1]})
+		}
+	}
+	return probs, nil
+}
+
+// hasUniqueIndex reports whether a plain unique index (no predicate, no
+// expression) has exactly the key columns {a, b}, which ON CONFLICT (a, b)
+// can infer.
+func (s *Sink) hasUniqueIndex(ctx context.Context, c *pgx.Conn, rel uint32, a, b int16) (bool, error) {
+	if a == 0 || b == 0 {
+		return false, nil
+	}
+	rows, err := c.Query(ctx, `SELECT (indkey::int2[])[0:indnkeyatts-1] FROM pg_index
+		WHERE indrelid = $1 AND indisunique AND indisvalid AND indpred IS NULL AND indexprs IS NULL`, rel)
+	if err != nil {
+		return false, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[[]int16])
+	if err != nil {
+		return false, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	for _, k := range keys {
+		if len(k) == 2 && ((k[0] == a && k[1] == b) || (k[0] == b && k[1] == a)) {
+			return true, nil
+		}
+	}
+	return false, nil
+}

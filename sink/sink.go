@@ -1,0 +1,232 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// Acker settles a message once its row is stored. pipeline.Msg (and so
+// jetstream.Msg) satisfies it; the sink needs nothing else from NATS.
+type Acker interface {
+	Ack() error
+	InProgress() error
+}
+
+// Source is the sink's input: the fan-in of the workers' output rings
+// (*ringq.Merge[pipeline.Row]). PopN blocks until it moves at least one row
+// and returns ringq.ErrClosed once every producer is done and everything is
+// drained; TryPopN never blocks. One goroutine (the batcher) calls them.
+type Source interface {
+	PopN(ctx context.Context, dst []pipeline.Row) (int, error)
+	TryPopN(dst []pipeline.Row) int
+}
+
+// Stats are cumulative counters, safe to read at any time.
+type Stats struct {
+	Batches            uint64 // batches committed (a bisected batch counts once per committed piece)
+	Rows               uint64 // rows committed (in exactly-once mode: offered; conflicts add nothing)
+	Bytes              uint64 // tuple bytes committed
+	Retries            uint64 // failed attempts that were retried
+	PossibleDuplicates uint64 // rows whose COMMIT outcome was unknown in at-least-once mode and were sent again
+	ConfigErrors       uint64 // attempts that failed with a configuration-class error (42xxx, 28xxx, ...)
+	BisectCopies       uint64 // extra COPYs spent isolating poison rows
+	DeadLettered       uint64 // rows dead-lettered by the sink
+	DeadLetterErrors   uint64 // dead-letter calls that failed (the message was nak'ed, not acked)
+	AckErrors          uint64 // Ack calls that failed (the message will be redelivered)
+	InProgress         uint64 // InProgress calls sent
+	InProgressErrors   uint64 // InProgress calls that failed
+}
+
+type counters struct {
+	batches, rows, bytes, retries, possibleDups, configErrs, bisectCopies atomic.Uint64
+	deadLettered, deadLetterErrs, ackErrs, inProgress, inProgressErrs     atomic.Uint64
+}
+
+// Sink writes rows to one PostgreSQL table in batches and settles their
+// messages. Create it with New, run it with Run, and Close it after Run has
+// returned. Ping, Stats, DDL, Init and Check are safe at any time.
+type Sink struct {
+	cfg     Config
+	table   pgx.Identifier
+	cols    []pipeline.Column
+	dl      pipeline.DeadLetterer
+	log     *slog.Logger
+	connCfg *pgx.ConnConfig
+	where   string // host:port/db for messages; never the password
+	streamC string // exactly-once: name of the meta:stream column
+	seqC    string // exactly-once: name of the meta:stream_seq column
+
+	copySQL    string // COPY into the table (at-least-once) or the staging table
+	stageSQL   string // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging
+	insertSQL  string // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
+	adminMu    sync.Mutex
+	admin      *pgx.Conn // the "+1" connection: Ping, Init, Check; nil until needed
+	seenErrsMu sync.Mutex
+	seenErrs   map[string]struct{} // configuration errors already logged
+
+	st counters
+}
+
+// stagingTable is the exactly-once staging table, one per connection.
+var stagingTable = pgx.Identifier{"pg_temp", "jetsink_staging"}
+
+// New validates cfg and cols and prepares Connections+1 connections
+// (application_name AppName): one per committer and one for Ping, Init and
+// Check. It connects lazily, so a database that is down at start-up only
+// delays the first commit, unless cfg.CreateTable is set: then it runs Init
+// and returns its error. Errors wrap
+// ErrInvalidConfig for a bad config or mapping; connection errors name
+// host, port and database only.
+func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.DeadLetterer, log *slog.Logger) (*Sink, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("%w: postgres.columns is empty; list the columns or pass the raw-mode columns", ErrInvalidConfig)
+	}
+	if dl == nil {
+		return nil, fmt.Errorf("%w: no dead-letterer: the sink needs one to park rows the database refuses", ErrInvalidConfig)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	table, _ := ParseTable(cfg.Table)
+	s := &Sink{cfg: cfg, table: table, cols: append([]pipeline.Column(nil), cols...), dl: dl, seenErrs: map[string]struct{}{}}
+	seen := map[string]bool{}
+	for _, c := range s.cols {
+		if c.Name == "" || strings.ContainsRune(c.Name, 0) {
+			return nil, fmt.Errorf("%w: postgres.columns: a column has an empty name or one with NUL", ErrInvalidConfig)
+		}
+		if seen[c.Name] {
+			return nil, fmt.Errorf("%w: postgres.columns: column %q is listed twice", ErrInvalidConfig, c.Name)
+		}
+		seen[c.Name] = true
+		if _, ok := pgTypes[c.Type]; !ok {
+			return nil, fmt.Errorf("%w: postgres.columns: column %q has unknown type %q", ErrInvalidConfig, c.Name, c.Type)
+		}
+		switch c.From {
+		case "meta:stream":
+			s.streamC = c.Name
+		case "meta:stream_seq":
+			s.seqC = c.Name
+		}
+	}
+	if cfg.Mode == ExactlyOnce && (s.streamC == "" || s.seqC == "") {
+		return nil, fmt.Errorf("%w: postgres.mode exactly-once needs a column from meta:stream and one from meta:stream_seq in postgres.columns (the unique key); add them or use at-least-once", ErrInvalidConfig)
+	}
+	s.buildSQL()
+
+	cc, err := pgx.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: postgres.url cannot be parsed", ErrInvalidConfig)
+	}
+	cc.RuntimeParams["application_name"] = cfg.AppName
+	s.connCfg = cc
+	s.where = fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)
+	s.log = log.With("component", "sink", "table", s.table.Sanitize(), "db", s.where)
+	if cfg.CreateTable {
+		if err := s.Init(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// connect opens one connection. The error names host, port and database.
+func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
+	c, err := pgx.ConnectConfig(ctx, s.connCfg.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres %s: %w", s.where, err)
+	}
+	return c, nil
+}
+
+// withAdmin runs f on the admin connection, (re)connecting it as needed and
+// dropping it after an error that closed it.
+func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	if s.admin != nil && s.admin.IsClosed() {
+		s.admin = nil
+	}
+	if s.admin == nil {
+		c, err := s.connect(ctx)
+		if err != nil {
+			return err
+		}
+		s.admin = c
+	}
+	err := f(s.admin)
+	if err != nil && s.admin.IsClosed() {
+		s.admin = nil
+	}
+	return err
+}
+
+func (s *Sink) buildSQL() {
+	names := make([]string, len(s.cols))
+	for i, c := range s.cols {
+		names[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	list := strings.Join(names, ", ")
+	target := s.table.Sanitize()
+	if s.cfg.Mode == ExactlyOnce {
+		target = stagingTable.Sanitize()
+		s.stageSQL = "CREATE TEMP TABLE IF NOT EXISTS " + pgx.Identifier{stagingTable[1]}.Sanitize() + " (LIKE " +
+			s.table.Sanitize() + " INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+		s.insertSQL = "INSERT INTO " + s.table.Sanitize() + " (" + list + ") SELECT " + list + " FROM " +
+			stagingTable.Sanitize() + " ON CONFLICT (" + pgx.Identifier{s.streamC}.Sanitize() + ", " +
+			pgx.Identifier{s.seqC}.Sanitize() + ") DO NOTHING"
+	}
+	s.copySQL = "COPY " + target + " (" + list + ") FROM STDIN (FORMAT binary)"
+}
+
+// Close closes the admin connection. Run closes the committers' own
+// connections before it returns; call Close after Run has returned.
+func (s *Sink) Close() {
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	if s.admin != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = s.admin.Close(ctx)
+		s.admin = nil
+	}
+}
+
+// Ping checks that PostgreSQL answers (for /readyz). The error names host,
+// port and database only.
+func (s *Sink) Ping(ctx context.Context) error {
+	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { return c.Ping(ctx) }); err != nil {
+		return fmt.Errorf("ping postgres %s: %w", s.where, err)
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Sink) Stats() Stats {
+	return Stats{
+		Batches:            s.st.batches.Load(),
+		Rows:               s.st.rows.Load(),
+		Bytes:              s.st.bytes.Load(),
+		Retries:            s.st.retries.Load(),
+		PossibleDuplicates: s.st.possibleDups.Load(),
+		ConfigErrors:       s.st.configErrs.Load(),
+		BisectCopies:       s.st.bisectCopies.Load(),
+		DeadLettered:       s.st.deadLettered.Load(),
+		DeadLetterErrors:   s.st.deadLetterErrs.Load(),
+		AckErrors:          s.st.ackErrs.Load(),
+		InProgress:         s.st.inProgress.Load(),
+		InProgressErrors:   s.st.inProgressErrs.Load(),
+	}
+}
