@@ -1,0 +1,106 @@
+package embedded
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// NATSServer is an in-process nats-server with JetStream, bound to
+// 127.0.0.1. Shutdown and Restart keep the port and the store directory, so
+// clients reconnect and streams survive as with a real restart.
+type NATSServer struct {
+	mu       sync.Mutex
+	srv      *server.Server
+	port     int
+	storeDir string
+	ownDir   bool
+}
+
+// StartNATS starts a JetStream server on a random loopback port. storeDir ""
+// makes a temporary one that Destroy removes.
+func StartNATS(storeDir string) (*NATSServer, error) {
+	n := &NATSServer{storeDir: storeDir, port: -1}
+	if storeDir == "" {
+		dir, err := os.MkdirTemp("", "jetsink-nats-")
+		if err != nil {
+			return nil, fmt.Errorf("nats store dir: %w", err)
+		}
+		n.storeDir, n.ownDir = dir, true
+	}
+	if err := n.start(); err != nil {
+		n.Destroy()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *NATSServer) start() error {
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "jetsink-embedded",
+		Host:       "127.0.0.1",
+		Port:       n.port,
+		JetStream:  true,
+		StoreDir:   n.storeDir,
+		NoLog:      true,
+		NoSigs:     true,
+	})
+	if err != nil {
+		return fmt.Errorf("embedded nats-server: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return fmt.Errorf("embedded nats-server not ready after 10s")
+	}
+	addr, ok := srv.Addr().(*net.TCPAddr)
+	if !ok {
+		srv.Shutdown()
+		return fmt.Errorf("embedded nats-server listens on %v, want TCP", srv.Addr())
+	}
+	n.srv, n.port = srv, addr.Port
+	return nil
+}
+
+// URL is the client URL, e.g. nats://127.0.0.1:40123.
+func (n *NATSServer) URL() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return fmt.Sprintf("nats://127.0.0.1:%d", n.port)
+}
+
+// StoreDir is the JetStream store directory.
+func (n *NATSServer) StoreDir() string { return n.storeDir }
+
+// Shutdown stops the server; a no-op when already stopped.
+func (n *NATSServer) Shutdown() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+// Restart starts a stopped server again on the same port and store.
+func (n *NATSServer) Restart() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.srv != nil {
+		return fmt.Errorf("embedded nats-server is running")
+	}
+	return n.start()
+}
+
+// Destroy shuts the server down and removes a store directory it made.
+func (n *NATSServer) Destroy() {
+	n.Shutdown()
+	if n.ownDir {
+		_ = os.RemoveAll(n.storeDir)
+	}
+}

@@ -1,0 +1,230 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// HowToProvidePostgres says how to get PostgreSQL when it is missing.
+const HowToProvidePostgres = "install PostgreSQL 15 so that initdb and pg_ctl are on PATH " +
+	"(Debian: apt-get install postgresql-15; binaries in /usr/lib/postgresql/15/bin), " +
+	"or point jetsink at a server of your own"
+
+// Cluster is a throwaway PostgreSQL cluster in a temporary directory.
+type Cluster struct {
+	mu      sync.Mutex
+	dir     string // parent of data/ and the socket
+	port    int
+	bin     string // directory holding initdb, pg_ctl, postgres
+	cred    *syscall.Credential
+	opts    clusterOptions
+	running bool
+}
+
+type clusterOptions struct {
+	fsync bool
+}
+
+// ClusterOption changes how NewCluster configures the server.
+type ClusterOption func(*clusterOptions)
+
+// WithFsync keeps fsync on, as in production; by default tests turn it off
+// (commits still reach the OS before they return, so killing PostgreSQL
+// loses nothing; only a machine crash could).
+func WithFsync() ClusterOption { return func(o *clusterOptions) { o.fsync = true } }
+
+// StartPostgres initdbs and starts a throwaway cluster in a new temporary
+// directory on a free loopback port, as the "postgres" user when the process
+// is root (PostgreSQL refuses root). The caller must call Destroy. Errors say
+// how to provide PostgreSQL when its binaries are missing.
+func StartPostgres(opts ...ClusterOption) (*Cluster, error) {
+	var o clusterOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return startCluster(o)
+}
+
+// URL connects to database db as the superuser "postgres".
+func (c *Cluster) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
+}
+
+// Port is the TCP port the cluster listens on (127.0.0.1).
+func (c *Cluster) Port() int { return c.port }
+
+// Stop stops the server with pg_ctl's mode: "smart", "fast" or "immediate"
+// (immediate is a crash: no checkpoint, recovery on the next start).
+func (c *Cluster) Stop(mode string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running {
+		return nil
+	}
+	if err := c.run(30*time.Second, "pg_ctl", "-D", c.dataDir(), "-m", mode, "-w", "-t", "30", "stop"); err != nil {
+		return fmt.Errorf("pg_ctl stop -m %s: %w", mode, err)
+	}
+	c.running = false
+	return nil
+}
+
+// Start starts a stopped server again on the same port and data directory.
+func (c *Cluster) Start() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.start()
+}
+
+// Destroy stops the server and removes its directory.
+func (c *Cluster) Destroy() error {
+	err := c.Stop("immediate")
+	if rmErr := os.RemoveAll(c.dir); rmErr != nil && err == nil {
+		err = rmErr
+	}
+	return err
+}
+
+func (c *Cluster) dataDir() string { return filepath.Join(c.dir, "data") }
+
+func startCluster(o clusterOptions) (*Cluster, error) {
+	bin, err := findPostgresBin()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{bin: bin, opts: o}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("running as root, and PostgreSQL refuses root, but there is no user %q to run it as (%v); create it (useradd -r postgres) or %s", "postgres", err, HowToProvidePostgres)
+		}
+		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	dir, err := os.MkdirTemp("", "jetsink-pg-")
+	if err != nil {
+		return nil, fmt.Errorf("cluster dir: %w", err)
+	}
+	c.dir = dir
+	if err := os.Chmod(dir, 0o755); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("cluster dir: %w", err)
+	}
+	if c.cred != nil {
+		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("give cluster dir to postgres: %w", err)
+		}
+	}
+	if err := c.run(2*time.Minute, "initdb", "-D", c.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		c.port, err = freePort()
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		if err = c.start(); err == nil {
+			return c, nil
+		}
+		if attempt == 2 {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+}
+
+func (c *Cluster) start() error {
+	if c.running {
+		return nil
+	}
+	fsync := "off"
+	if c.opts.fsync {
+		fsync = "on"
+	}
+	serverOpts := strings.Join([]string{
+		"-p", strconv.Itoa(c.port),
+		"-k", c.dir,
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "fsync=" + fsync,
+		"-c", "max_connections=200",
+		"-c", "shared_buffers=128MB",
+	}, " ")
+	logFile := filepath.Join(c.dir, "server.log")
+	if err := c.run(60*time.Second, "pg_ctl", "-D", c.dataDir(), "-l", logFile, "-o", serverOpts, "-w", "-t", "60", "start"); err != nil {
+		log, _ := os.ReadFile(logFile)
+		return fmt.Errorf("pg_ctl start on port %d: %w\nserver log:\n%s", c.port, err, lastLines(string(log), 20))
+	}
+	c.running = true
+	return nil
+}
+
+// run runs one of the PostgreSQL binaries, as the postgres user when root.
+func (c *Cluster) run(timeout time.Duration, name string, args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "LANG=C")
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+		cmd.Env = append(cmd.Env, "HOME="+c.dir, "USER=postgres")
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func findPostgresBin() (string, error) {
+	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+	for i := len(matches) - 1; i >= 0; i-- { // newest version last in lexical order
+		dir := filepath.Dir(matches[i])
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	return "", errors.New("PostgreSQL server binaries (initdb, pg_ctl) not found: " + HowToProvidePostgres)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
