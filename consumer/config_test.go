@@ -1,0 +1,212 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sentinel stands in for a secret; no error or log line may contain it.
+const sentinel = "S3CRET-SENTINEL-d41d8cd9"
+
+func TestDefaultConfigIsValid(t *testing.T) {
+	cfg := DefaultConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("DefaultConfig().Validate() = %v", err)
+	}
+	if cfg.URL != "nats://127.0.0.1:4222" || cfg.Stream != "EVENTS" || cfg.Consumer != "jetsink" ||
+		cfg.AckWait != 30*time.Second || cfg.MaxDeliver != 10 || cfg.DeadLetterSubject != "jetsink.dlq.EVENTS" ||
+		len(cfg.Subjects) != 1 || cfg.Subjects[0] != "events.>" || cfg.CreateStream || cfg.MaxAckPending != 0 {
+		t.Fatalf("DefaultConfig() differs from DESIGN.md: %+v", cfg)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Config)
+		key    string // "" means valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"url empty", func(c *Config) { c.URL = " " }, "nats.url"},
+		{"url not a url", func(c *Config) { c.URL = "127.0.0.1" }, "nats.url"},
+		{"url bad scheme", func(c *Config) { c.URL = "http://127.0.0.1:4222" }, "nats.url"},
+		{"url list", func(c *Config) { c.URL = "nats://a:4222, tls://b:4222" }, ""},
+		{"url list with bad entry", func(c *Config) { c.URL = "nats://a:4222,:bad" }, "nats.url"},
+		{"user and password", func(c *Config) { c.User, c.Password = "u", "p" }, ""},
+		{"password without user", func(c *Config) { c.Password = "p" }, "nats.password"},
+		{"user and creds", func(c *Config) { c.User, c.CredsFile = "u", "/x.creds" }, "nats.user/password"},
+		{"creds and nkey", func(c *Config) { c.CredsFile, c.NKeyFile = "/x.creds", "/x.nk" }, "nats.creds_file"},
+		{"creds alone", func(c *Config) { c.CredsFile = "/x.creds" }, ""},
+		{"tls cert without key", func(c *Config) { c.TLS.CertFile = "/c.pem" }, "nats.tls.cert_file"},
+		{"tls key without cert", func(c *Config) { c.TLS.KeyFile = "/k.pem" }, "nats.tls.cert_file"},
+		{"tls full", func(c *Config) { c.TLS = TLSConfig{CAFile: "/ca", CertFile: "/c", KeyFile: "/k"} }, ""},
+		{"stream empty", func(c *Config) { c.Stream = "" }, "nats.stream"},
+		{"stream with dot", func(c *Config) { c.Stream = "EV.ENTS" }, "nats.stream"},
+		{"stream with wildcard", func(c *Config) { c.Stream = "EV*" }, "nats.stream"},
+		{"stream with space", func(c *Config) { c.Stream = "EV ENTS" }, "nats.stream"},
+		{"stream with slash", func(c *Config) { c.Stream = "EV/ENTS" }, "nats.stream"},
+		{"stream too long", func(c *Config) { c.Stream = strings.Repeat("S", 256) }, "nats.stream"},
+		{"consumer empty", func(c *Config) { c.Consumer = "" }, "nats.consumer"},
+		{"consumer with >", func(c *Config) { c.Consumer = "a>" }, "nats.consumer"},
+		{"consumer with tab", func(c *Config) { c.Consumer = "a\tb" }, "nats.consumer"},
+		{"create without subjects", func(c *Config) { c.CreateStream, c.Subjects = true, nil }, "nats.subjects"},
+		{"bind without subjects", func(c *Config) { c.Subjects = nil }, ""},
+		{"subject empty token", func(c *Config) { c.Subjects = []string{"events..x"} }, "nats.subjects[0]"},
+		{"subject > not last", func(c *Config) { c.Subjects = []string{"a.>.b"} }, "nats.subjects[0]"},
+		{"subject partial wildcard", func(c *Config) { c.Subjects = []string{"a.b*"} }, "nats.subjects[0]"},
+		{"subject with space", func(c *Config) { c.Subjects = []string{"a", "a b"} }, "nats.subjects[1]"},
+		{"filter subject bad", func(c *Config) { c.FilterSubject = "events." }, "nats.filter_subject"},
+		{"filter subject ok", func(c *Config) { c.FilterSubject = "events.*.x" }, ""},
+		{"ack_wait below 1s", func(c *Config) { c.AckWait = 999 * time.Millisecond }, "nats.ack_wait"},
+		{"ack_wait 1s", func(c *Config) { c.AckWait = time.Second }, ""},
+		{"max_deliver 0", func(c *Config) { c.MaxDeliver = 0 }, "nats.max_deliver"},
+		{"max_deliver -2", func(c *Config) { c.MaxDeliver = -2 }, "nats.max_deliver"},
+		{"max_deliver unlimited", func(c *Config) { c.MaxDeliver = -1 }, ""},
+		{"max_deliver 1", func(c *Config) { c.MaxDeliver = 1 }, ""},
+		{"max_ack_pending -2", func(c *Config) { c.MaxAckPending = -2 }, "nats.max_ack_pending"},
+		{"max_ack_pending below pull", func(c *Config) { c.MaxAckPending = 10 }, "nats.max_ack_pending"},
+		{"max_ack_pending unlimited", func(c *Config) { c.MaxAckPending = -1 }, ""},
+		{"max_ack_pending explicit", func(c *Config) { c.MaxAckPending = 50000 }, ""},
+		{"pull_max_messages 0", func(c *Config) { c.PullMaxMessages = 0 }, "nats.pull_max_messages"},
+		{"pull_max_bytes negative", func(c *Config) { c.PullMaxBytes = -1 }, "nats.pull_max_bytes"},
+		{"pull_max_bytes set", func(c *Config) { c.PullMaxBytes = 8 << 20 }, ""},
+		{"pull_expiry below 1s", func(c *Config) { c.PullExpiry = 500 * time.Millisecond }, "nats.pull_expiry"},
+		{"pull_heartbeat too small", func(c *Config) { c.PullHeartbeat = 50 * time.Millisecond }, "nats.pull_heartbeat"},
+		{"pull_heartbeat over half expiry", func(c *Config) { c.PullHeartbeat = 16 * time.Second }, "nats.pull_heartbeat"},
+		{"dlq empty", func(c *Config) { c.DeadLetterSubject = "" }, "nats.dead_letter_subject"},
+		{"dlq wildcard", func(c *Config) { c.DeadLetterSubject = "dlq.*" }, "nats.dead_letter_subject"},
+		{"dlq bad token", func(c *Config) { c.DeadLetterSubject = "dlq..x" }, "nats.dead_letter_subject"},
+		{"dlq captured by stream", func(c *Config) {
+			c.CreateStream, c.DeadLetterSubject = true, "events.dlq"
+		}, "nats.dead_letter_subject"},
+		{"dlq captured by *", func(c *Config) {
+			c.CreateStream, c.Subjects, c.DeadLetterSubject = true, []string{"a", "dlq.*"}, "dlq.x"
+		}, "nats.dead_letter_subject"},
+		{"dlq outside stream", func(c *Config) {
+			c.CreateStream, c.Subjects, c.DeadLetterSubject = true, []string{"dlq.*"}, "dlq.x.y"
+		}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.change(&cfg)
+			err := cfg.Validate()
+			if tt.key == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate() = %v, want an error wrapping ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), tt.key) {
+				t.Fatalf("Validate() = %q, want it to name %s", err, tt.key)
+			}
+		})
+	}
+}
+
+// TestValidateNeverQuotesSecrets runs every rule that can fire with a
+// secret in the config and checks the secret is not in the message.
+func TestValidateNeverQuotesSecrets(t *testing.T) {
+	cases := []func(*Config){
+		func(c *Config) { c.User, c.Password, c.CredsFile = "u", sentinel, "/x.creds" },
+		func(c *Config) { c.Password = sentinel },
+		func(c *Config) { c.URL = "nats://u:" + sentinel + "@host:notaport" },
+		func(c *Config) { c.URL = "ftp://u:" + sentinel + "@host:4222" },
+		func(c *Config) { c.URL = "nats://a:4222,%%" + sentinel },
+	}
+	for i, change := range cases {
+		cfg := DefaultConfig()
+		change(&cfg)
+		err := cfg.Validate()
+		if err == nil {
+			t.Fatalf("case %d: Validate() = nil, want an error", i)
+		}
+		if strings.Contains(err.Error(), sentinel) {
+			t.Fatalf("case %d: error quotes the secret: %v", i, err)
+		}
+	}
+}
+
+func TestSubjectMatches(t *testing.T) {
+	tests := []struct {
+		pattern, subject string
+		want             bool
+	}{
+		{"a.b", "a.b", true},
+		{"a.b", "a.b.c", false},
+		{"a.b.c", "a.b", false},
+		{"a.*", "a.b", true},
+		{"a.*", "a.b.c", false},
+		{"a.>", "a.b.c", true},
+		{"a.>", "a", false},
+		{">", "a", true},
+		{"*.b", "a.b", true},
+		{"*.b", "a.c", false},
+		{"events.>", "jetsink.dlq.EVENTS", false},
+	}
+	for _, tt := range tests {
+		if got := subjectMatches(tt.pattern, tt.subject); got != tt.want {
+			t.Errorf("subjectMatches(%q, %q) = %v, want %v", tt.pattern, tt.subject, got, tt.want)
+		}
+	}
+}
+
+func TestDeriveMaxAckPending(t *testing.T) {
+	cfg := DefaultConfig()
+	if got := cfg.maxAckPending(); got != DefaultMaxAckPending {
+		t.Fatalf("maxAckPending() with 0 = %d, want %d", got, DefaultMaxAckPending)
+	}
+	cfg.DeriveMaxAckPending(20000)
+	if want := 20000 + DefaultPullMaxMessages; cfg.MaxAckPending != want {
+		t.Fatalf("DeriveMaxAckPending(20000) set %d, want %d", cfg.MaxAckPending, want)
+	}
+	cfg.DeriveMaxAckPending(1) // explicit values stay
+	if want := 20000 + DefaultPullMaxMessages; cfg.MaxAckPending != want {
+		t.Fatalf("DeriveMaxAckPending overwrote an explicit value: %d", cfg.MaxAckPending)
+	}
+}
+
+func TestOneLine(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"plain", "plain"},
+		{"two\nlines\r\n", "two lines"},
+		{"tab\there", "tab here"},
+		{"bad \xff utf8", "bad ? utf8"},
+		{"sep\u2028x", "sep x"},
+		{strings.Repeat("é", 400), strings.Repeat("é", MaxReasonLen/2)},
+	}
+	for _, tt := range tests {
+		if got := oneLine(tt.in, MaxReasonLen); got != tt.want {
+			t.Errorf("oneLine(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestNakDelay(t *testing.T) {
+	want := []time.Duration{2 * time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 60 * time.Second, 60 * time.Second}
+	for d, w := range want {
+		if got := nakDelay(uint64(d)); got != w {
+			t.Errorf("nakDelay(%d) = %s, want %s", d, got, w)
+		}
+	}
+	if got := nakDelay(1 << 40); got != 60*time.Second {
+		t.Errorf("nakDelay(huge) = %s", got)
+	}
+}
+
+func ExampleConfig_Validate() {
+	cfg := DefaultConfig()
+	cfg.AckWait = 500 * time.Millisecond
+	err := cfg.Validate()
+	fmt.Println(errors.Is(err, ErrInvalidConfig))
+	fmt.Println(err)
+	// Output:
+	// true
+	// invalid config: nats.ack_wait must be at least 1s (got 500ms)
+}
