@@ -1,0 +1,355 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/ringq"
+)
+
+// carrySize is how many rows the batcher pops from the Source at once.
+// Popped rows wait in the carry until they fit into a batch, so that
+// max_rows and max_bytes are exact.
+const carrySize = 256
+
+// batch is a set of rows committed in one transaction. Batch objects are
+// reused: Connections+1 of them circulate between the batcher (one open
+// batch) and the committers (one each), plus the carry.
+type batch struct {
+	mu    sync.Mutex     // guards rows (length), lo, since and beat against the heartbeat
+	rows  []pipeline.Row // capacity fixed at creation
+	lo    int            // rows[:lo] are settled (acked or dead-lettered); settlement is a prefix
+	bytes int            // sum of len(Tuple) of rows
+	since time.Time      // when the first row came in; zero when empty
+	beat  time.Time      // when InProgress was last sent for the batch
+
+	deadline time.Time // batcher only: since + max_delay
+}
+
+// reset empties the batch and drops its references to rows.
+func (b *batch) reset() {
+	b.mu.Lock()
+	clear(b.rows)
+	b.rows = b.rows[:0]
+	b.lo, b.bytes = 0, 0
+	b.since, b.beat = time.Time{}, time.Time{}
+	b.mu.Unlock()
+}
+
+// run is the state of one Run call.
+type run struct {
+	s     *Sink
+	src   Source
+	work  chan *batch   // batcher -> committers; unbuffered so that a send means a committer took it
+	ready chan struct{} // committer -> batcher: one token per committer waiting for work
+	free  chan *batch   // committers -> batcher: emptied batches
+	carry *batch        // rows popped and not yet in a batch (rows[lo:])
+	all   []*batch      // every batch and the carry, for the heartbeat
+
+	wakeMu sync.Mutex
+	wake   context.CancelFunc // ends the batcher's wait for rows when a committer frees up
+}
+
+// Run moves rows from src into the table until src reports closed
+// (ringq.ErrClosed) and every popped row is committed and acked (or
+// dead-lettered); then it returns nil. ctx is the hard context: cancelling
+// it abandons uncommitted batches (their messages are not acked and will be
+// redelivered) and Run returns ctx.Err(). Run never returns another error:
+// database failures are retried until ctx ends. Every goroutine Run starts
+// has ended when it returns. Run must not be called twice at once.
+func (s *Sink) Run(ctx context.Context, src Source) error {
+	n := s.cfg.Connections
+	r := &run{
+		s:     s,
+		src:   src,
+		work:  make(chan *batch),
+		ready: make(chan struct{}, n),
+		free:  make(chan *batch, n+1),
+		carry: &batch{rows: make([]pipeline.Row, 0, carrySize)},
+	}
+	r.all = append(r.all, r.carry)
+	for range n + 1 {
+		b := &batch{rows: make([]pipeline.Row, 0, s.cfg.Batch.MaxRows)}
+		r.all = append(r.all, b)
+		r.free <- b
+	}
+
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		c := &committer{s: s, r: r, bo: backoff{initial: s.cfg.Retry.Initial, max: s.cfg.Retry.Max}}
+		wg.Go(func() { errs[i] = c.loop(ctx) })
+	}
+	stopBeat := make(chan struct{})
+	var beatWG sync.WaitGroup
+	if s.cfg.InProgressEvery > 0 {
+		beatWG.Go(func() { r.heartbeat(ctx, stopBeat) })
+	}
+
+	err := r.batcher(ctx)
+	wg.Wait()
+	close(stopBeat)
+	beatWG.Wait()
+	if err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// batcher is the one goroutine that pops rows and cuts batches.
+//
+// The rule: a batch is handed to a committer as soon as one is free and no
+// more rows are waiting; it grows only while every committer is busy, and
+// it is cut (stops growing and waits for the next free committer) when it
+// reaches max_rows or max_bytes, or when max_delay has passed since its
+// first row. So an idle sink commits a single row at once, and a busy one
+// commits big batches.
+func (r *run) batcher(ctx context.Context) error {
+	defer close(r.work)
+	cfg := &r.s.cfg.Batch
+	var wctx context.Context // the wait for more rows while all committers are busy; nil when none
+	wcancel := context.CancelFunc(func() {})
+	defer func() { wcancel() }()
+	endWait := func() { wcancel(); wctx, wcancel = nil, func() {} }
+
+	b, err := r.take(ctx)
+	if err != nil {
+		return err
+	}
+	closed := false
+	for {
+		full := r.top(b, cfg)
+		if len(b.rows) == 0 {
+			if closed {
+				return nil
+			}
+			n, err := r.src.PopN(ctx, r.carry.rows[:carrySize])
+			if errors.Is(err, ringq.ErrClosed) {
+				closed = true
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			r.setCarry(n)
+			continue
+		}
+		claimed := false
+		if !full && !closed {
+			claimed = r.claim()
+			if !claimed && time.Now().Before(b.deadline) {
+				// Every committer is busy: let the batch grow until more
+				// rows come, a committer frees up, or max_delay has passed.
+				if wctx == nil {
+					wctx, wcancel = context.WithDeadline(ctx, b.deadline)
+				}
+				r.setWake(wcancel)
+				if claimed = r.claim(); !claimed {
+					n, err := r.src.PopN(wctx, r.carry.rows[:carrySize])
+					r.setWake(nil)
+					switch {
+					case n > 0:
+						r.setCarry(n)
+					case errors.Is(err, ringq.ErrClosed):
+						closed = true
+					case ctx.Err() != nil:
+						return ctx.Err()
+					default: // woken by a committer, or max_delay passed
+						endWait()
+					}
+					continue
+				}
+				r.setWake(nil)
+			}
+		}
+		if !claimed {
+			// The batch is cut (full, source closed, or max_delay passed):
+			// it stops growing and waits for the next free committer.
+			select {
+			case <-r.ready:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		// A committer is ours (its token was taken): hand the batch over.
+		endWait()
+		select {
+		case r.work <- b:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if b, err = r.take(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// claim takes a waiting committer's token without blocking.
+func (r *run) claim() bool {
+	select {
+	case <-r.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// take gets an empty batch. One is always free or about to be: there are
+// Connections+1 and each committer returns its batch before asking for work.
+func (r *run) take(ctx context.Context) (*batch, error) {
+	select {
+	case b := <-r.free:
+		return b, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (r *run) setWake(f context.CancelFunc) {
+	r.wakeMu.Lock()
+	r.wake = f
+	r.wakeMu.Unlock()
+}
+
+// wakeBatcher ends the batcher's wait for rows, if it is waiting, so that it
+// hands its open batch to the committer that just freed up. The committer
+// sends its ready token first: either the batcher sees the token after
+// registering its wake, or the committer sees the registered wake here.
+func (r *run) wakeBatcher() {
+	r.wakeMu.Lock()
+	f := r.wake
+	r.wake = nil
+	r.wakeMu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// setCarry records that n rows were popped into the carry.
+func (r *run) setCarry(n int) {
+	c := r.carry
+	c.mu.Lock()
+	c.rows = c.rows[:n]
+	c.lo = 0
+	c.since, c.beat = time.Now(), time.Time{}
+	c.mu.Unlock()
+}
+
+// top moves rows into b, from the carry and then from the Source without
+// blocking, until b is full or no row is waiting. It reports whether b is
+// full: max_rows reached, or the next row would pass max_bytes. A row larger
+// than max_bytes goes alone into a batch.
+func (r *run) top(b *batch, cfg *BatchConfig) bool {
+	for {
+		c := r.carry
+		if c.lo == len(c.rows) {
+			if len(c.rows) > 0 {
+				c.reset()
+			}
+			if len(b.rows) >= cfg.MaxRows || b.bytes >= cfg.MaxBytes {
+				return true
+			}
+			n := r.src.TryPopN(c.rows[:carrySize])
+			if n == 0 {
+				return false
+			}
+			r.setCarry(n)
+		}
+		if r.fill(b, cfg) {
+			return true
+		}
+	}
+}
+
+// fill moves rows from the carry into b until the carry is empty (false) or
+// b is full (true).
+func (r *run) fill(b *batch, cfg *BatchConfig) bool {
+	c := r.carry
+	c.mu.Lock()
+	b.mu.Lock()
+	defer c.mu.Unlock()
+	defer b.mu.Unlock()
+	if len(b.rows) == 0 && c.lo < len(c.rows) {
+		b.since = c.since
+		b.deadline = b.since.Add(cfg.MaxDelay)
+		b.beat = c.beat
+	}
+	full := false
+	i := c.lo
+	for ; i < len(c.rows); i++ {
+		sz := len(c.rows[i].Tuple)
+		if len(b.rows) == cfg.MaxRows || (len(b.rows) > 0 && b.bytes+sz > cfg.MaxBytes) {
+			full = true
+			break
+		}
+		b.rows = append(b.rows, c.rows[i])
+		b.bytes += sz
+	}
+	clear(c.rows[c.lo:i])
+	c.lo = i
+	return full || len(b.rows) == cfg.MaxRows || b.bytes >= cfg.MaxBytes
+}
+
+// heartbeat sends InProgress for the messages of every batch (and the
+// carry) that has been held for InProgressEvery since its first row or its
+// last heartbeat, until stop is closed or ctx ends.
+func (r *run) heartbeat(ctx context.Context, stop <-chan struct{}) {
+	every := r.s.cfg.InProgressEvery
+	t := time.NewTicker(max(every/4, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			for _, b := range r.all {
+				r.s.beat(b, now, every)
+			}
+		}
+	}
+}
+
+func (s *Sink) beat(b *batch, now time.Time, every time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.lo >= len(b.rows) {
+		return
+	}
+	last := b.beat
+	if last.IsZero() {
+		last = b.since
+	}
+	if now.Sub(last) < every {
+		return
+	}
+	b.beat = now
+	var sent, failed uint64
+	for i := b.lo; i < len(b.rows); i++ {
+		a := acker(&b.rows[i])
+		if a == nil {
+			continue
+		}
+		sent++
+		if err := a.InProgress(); err != nil {
+			failed++
+		}
+	}
+	s.st.inProgress.Add(sent)
+	if failed > 0 {
+		s.st.inProgressErrs.Add(failed)
+		s.log.Warn("in-progress failed; JetStream may redeliver these messages while they are still held", "messages", failed)
+	}
+}
+
+// acker returns the row's message as the Acker the sink needs, nil if none.
+func acker(row *pipeline.Row) Acker {
+	if row.Event.Msg == nil {
+		return nil
+	}
+	return row.Event.Msg
+}

@@ -1,0 +1,327 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// The binary COPY stream around the tuples: signature, flags (0) and header
+// extension length (0); the trailer is a field count of -1.
+var (
+	copyHeader  = []byte("PGCOPY\n\xff\r\n\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00")
+	copyTrailer = []byte{0xff, 0xff}
+)
+
+// copyReader streams a binary COPY of rows: header, each Tuple verbatim,
+// trailer. It walks the rows without concatenating them.
+type copyReader struct {
+	rows []pipeline.Row
+	i    int // next row, while part == 1
+	off  int // offset in the current piece
+	part int // 0 header, 1 tuples, 2 trailer, 3 done
+}
+
+func (r *copyReader) reset(rows []pipeline.Row) { *r = copyReader{rows: rows} }
+
+func (r *copyReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		var cur []byte
+		switch r.part {
+		case 0:
+			cur = copyHeader
+		case 1:
+			if r.i == len(r.rows) {
+				r.part, r.off = 2, 0
+				continue
+			}
+			cur = r.rows[r.i].Tuple
+		case 2:
+			cur = copyTrailer
+		default:
+			return n, io.EOF
+		}
+		k := copy(p[n:], cur[r.off:])
+		n += k
+		r.off += k
+		if r.off == len(cur) {
+			r.off = 0
+			if r.part == 1 {
+				r.i++
+			} else {
+				r.part++
+			}
+		}
+	}
+	return n, nil
+}
+
+// committer is one of the Connections goroutines that commit batches. It
+// owns its connection.
+type committer struct {
+	s      *Sink
+	r      *run
+	conn   *pgx.Conn
+	staged bool // exactly-once: the staging table exists on conn
+	rd     copyReader
+	bo     backoff
+}
+
+// loop commits batches until the batcher closes work (nil) or ctx ends.
+func (c *committer) loop(ctx context.Context) error {
+	defer c.closeConn()
+	for {
+		c.r.ready <- struct{}{} // never blocks: at most one token per committer
+		c.r.wakeBatcher()
+		var b *batch
+		select {
+		case b = <-c.r.work:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if b == nil {
+			return nil
+		}
+		err := c.process(ctx, b)
+		b.reset()
+		c.r.free <- b // never blocks: Connections+1 slots
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (c *committer) closeConn() {
+	if c.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = c.conn.Close(ctx)
+		c.conn = nil
+	}
+}
+
+// process commits b and settles every row: acked after commit, or
+// dead-lettered if the database refuses it. It returns only ctx.Err().
+func (c *committer) process(ctx context.Context, b *batch) error {
+	rows := b.rows
+	lo := 0
+	for lo < len(rows) {
+		if lo > 0 {
+			c.s.st.bisectCopies.Add(1) // the rest after a poison row
+		}
+		err := c.commitRetry(ctx, rows[lo:])
+		if err == nil {
+			c.settle(b, lo, len(rows))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		p, perr, err := c.findPoison(ctx, b, lo, len(rows), err)
+		if err != nil {
+			return err
+		}
+		c.deadLetter(ctx, b, p, perr)
+		lo = p + 1
+	}
+	return nil
+}
+
+// findPoison isolates the first row of rows[lo:hi] that the database
+// refuses, knowing that rows[lo:hi] as a whole failed with a data error. It
+// commits (and acks) good prefixes on the way: rows[lo:mid] is tried; if it
+// commits, the poison is in rows[mid:hi]; if not, it is in rows[lo:mid]. That
+// is ceil(log2(hi-lo)) COPYs; process adds one for the rest of the batch.
+func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last error) (int, error, error) {
+	rows := b.rows
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		c.s.st.bisectCopies.Add(1)
+		err := c.commitRetry(ctx, rows[lo:mid])
+		switch {
+		case err == nil:
+			c.settle(b, lo, mid)
+			lo = mid
+		case ctx.Err() != nil:
+			return 0, nil, ctx.Err()
+		default:
+			hi, last = mid, err
+		}
+	}
+	return lo, last, nil
+}
+
+// commitRetry commits rows in one transaction, retrying transient and
+// configuration errors with backoff until ctx ends. It returns nil, a
+// data-class error (SQLSTATE 22/23), or ctx.Err().
+func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error {
+	c.bo.reset()
+	for attempt := 0; ; attempt++ {
+		unknown, err := c.attempt(ctx, rows)
+		if err == nil {
+			if attempt > 0 {
+				c.s.log.Info("batch committed after retries", "rows", len(rows), "attempts", attempt+1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		cl := classify(err)
+		if cl == classData {
+			return err
+		}
+		c.s.st.retries.Add(1)
+		if unknown && c.s.cfg.Mode == AtLeastOnce {
+			c.s.st.possibleDups.Add(uint64(len(rows)))
+		}
+		wait := c.bo.next()
+		switch {
+		case cl == classConfig:
+			c.s.st.configErrs.Add(1)
+			c.s.logConfigError(err)
+		case attempt == 0:
+			c.s.log.Warn("batch failed; retrying until it commits", "rows", len(rows), "err", err,
+				"commit_outcome_unknown", unknown, "retry_in", wait)
+		default:
+			c.s.log.Debug("batch failed again", "rows", len(rows), "attempt", attempt+1, "err", err, "retry_in", wait)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// logConfigError logs a configuration-class error loudly, once per distinct
+// SQLSTATE and message.
+func (s *Sink) logConfigError(err error) {
+	key := err.Error()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		key = pgErr.Code + " " + pgErr.Message
+	}
+	s.seenErrsMu.Lock()
+	_, seen := s.seenErrs[key]
+	if !seen {
+		s.seenErrs[key] = struct{}{}
+	}
+	s.seenErrsMu.Unlock()
+	if !seen {
+		s.log.Error("the database refuses every batch; fix the table or the permissions (`jetsink check` says what differs): "+
+			"events wait in JetStream and the batch is retried until then", "err", err)
+	}
+}
+
+// attempt runs one transaction: BEGIN; COPY; (exactly-once: INSERT ...
+// SELECT ... ON CONFLICT DO NOTHING); COMMIT. unknown reports that COMMIT
+// was sent and no answer came back, so the rows may have been committed.
+func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown bool, err error) {
+	s := c.s
+	if c.conn != nil && c.conn.IsClosed() {
+		c.closeConn()
+	}
+	if c.conn == nil {
+		conn, err := s.connect(ctx)
+		if err != nil {
+			return false, err
+		}
+		c.conn, c.staged = conn, false
+	}
+	tx, err := c.conn.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(ctx) // closes the connection if it cannot roll back
+		}
+	}()
+	if s.cfg.Mode == ExactlyOnce && !c.staged {
+		if _, err := tx.Exec(ctx, s.stageSQL); err != nil {
+			return false, fmt.Errorf("create staging table: %w", err)
+		}
+	}
+	c.rd.reset(rows)
+	_, err = tx.Conn().PgConn().CopyFrom(ctx, &c.rd, s.copySQL)
+	c.rd.reset(nil)
+	if err != nil {
+		return false, fmt.Errorf("copy %d rows: %w", len(rows), err)
+	}
+	if s.cfg.Mode == ExactlyOnce {
+		if _, err := tx.Exec(ctx, s.insertSQL); err != nil {
+			return false, fmt.Errorf("move %d rows from staging: %w", len(rows), err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return outcomeUnknown(err), fmt.Errorf("commit %d rows: %w", len(rows), err)
+	}
+	c.staged = true
+	return false, nil
+}
+
+// settle acks rows[lo:hi] of b, which have just been committed.
+func (c *committer) settle(b *batch, lo, hi int) {
+	b.mu.Lock()
+	b.lo = hi
+	b.mu.Unlock()
+	var bytes, failed uint64
+	var first error
+	for i := lo; i < hi; i++ {
+		row := &b.rows[i]
+		bytes += uint64(len(row.Tuple))
+		a := acker(row)
+		if a == nil {
+			continue
+		}
+		if err := a.Ack(); err != nil {
+			failed++
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	st := &c.s.st
+	st.batches.Add(1)
+	st.rows.Add(uint64(hi - lo))
+	st.bytes.Add(bytes)
+	if failed > 0 {
+		st.ackErrs.Add(failed)
+		c.s.log.Warn("ack failed after commit; those messages will be redelivered (a duplicate row in at-least-once mode)",
+			"messages", failed, "of", hi-lo, "err", first)
+	}
+}
+
+// deadLetter parks row p of b, which the database refuses with err. If the
+// dead-letterer fails, it has nak'ed the message: the row is not acked.
+func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) {
+	b.mu.Lock()
+	b.lo = p + 1
+	b.mu.Unlock()
+	row := &b.rows[p]
+	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: "data", Reason: err.Error()}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		dl.SQLState = pgErr.Code
+		dl.Reason = pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+		if pgErr.Code[:2] == "23" {
+			dl.Code = "constraint"
+		}
+	}
+	if derr := c.s.dl.DeadLetter(ctx, &row.Event, dl); derr != nil {
+		c.s.st.deadLetterErrs.Add(1)
+		c.s.log.Warn("dead-letter failed; the message was nak'ed and will come back", "stream", row.Event.Stream,
+			"stream_seq", row.Event.StreamSeq, "sqlstate", dl.SQLState, "err", derr)
+		return
+	}
+	c.s.st.deadLettered.Add(1)
+	c.s.log.Info("row refused by the database, dead-lettered", "stream", row.Event.Stream,
+		"stream_seq", row.Event.StreamSeq, "sqlstate", dl.SQLState, "reason", dl.Reason)
+}

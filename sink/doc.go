@@ -1,0 +1,68 @@
+// Package sink writes decoded rows to one PostgreSQL table in batches with
+// binary COPY and settles their JetStream messages: a message is acked only
+// after the transaction holding its row has committed.
+//
+// # Goroutines
+//
+// Run starts, and waits for before it returns:
+//   - the batcher (Run's own goroutine): the only caller of Source.PopN and
+//     TryPopN; it cuts batches and hands them to committers;
+//   - Connections committers: each owns one connection and commits one batch
+//     at a time (BEGIN; COPY; COMMIT; ack), so that one batch is copied
+//     while the next one fills;
+//   - a heartbeat, when InProgressEvery > 0: it sends InProgress for the
+//     messages of every batch held longer than that (growing, waiting for a
+//     committer, blocked on a lock, retrying).
+//
+// Batch objects are reused (Connections+1 of them, plus a 256-row carry),
+// so the hot path allocates nothing per row. Ping, Stats, DDL, Init and
+// Check are safe concurrently with Run; Close must come after Run.
+//
+// # Batching
+//
+// A batch is cut at Batch.MaxRows rows OR Batch.MaxBytes bytes of tuples
+// (both exact; a single larger row goes alone) OR Batch.MaxDelay. MaxDelay
+// is not a wait: when a committer is free and rows are waiting, the batcher
+// gathers what is waiting and hands it over at once, so a single row at an
+// idle sink is committed immediately. A batch grows only while every
+// committer is busy, and MaxDelay bounds how long it keeps growing then
+// (counted from its first row); after that it stops growing and waits for
+// the next free committer, and rows back up in the rings (back-pressure).
+//
+// # Delivery
+//
+// at-least-once (default): COMMIT, then Ack every message of the batch. A
+// crash or a failed Ack between the two redelivers the message and stores
+// the row twice. exactly-once: each batch is COPYed into a per-connection
+// temporary staging table (ON COMMIT DELETE ROWS) and moved with INSERT ...
+// SELECT ... ON CONFLICT (stream, stream_seq) DO NOTHING in the same
+// transaction, so a redelivered message adds nothing (a stream deleted and
+// re-created restarts its sequence: its rows then conflict with old ones).
+// Order is not promised.
+//
+// # Failures
+//
+// Errors are classified with predicates (SQLSTATE class via errors.As,
+// pgconn.SafeToRetry, pgconn.Timeout, net.Error, pgconn.ErrConnClosed):
+//   - transient (class 08, 40, 53, 57, 58, 55P03, lost connection,
+//     timeout): the whole batch is retried with capped exponential backoff
+//     and jitter (Retry.Initial..Retry.Max) until the hard context ends;
+//   - COMMIT with no answer: outcome unknown, treated as not committed and
+//     retried; in at-least-once mode its rows count as PossibleDuplicates;
+//   - data (class 22, 23): the batch is bisected; good rows are committed
+//     and acked, each refused row is dead-lettered through the
+//     DeadLetterer (which terms it, or naks it and returns an error, in
+//     which case it is not acked). At most ceil(log2(n))+1 extra COPYs per
+//     refused row;
+//   - everything else (42xxx undefined table or column, 42501 permission,
+//     28xxx authentication, ...) means the table or the grants do not fit.
+//     The operator can fix that without losing an event, so the batch is
+//     retried with backoff like a transient error, and logged at error level
+//     once per distinct error. Nothing is dead-lettered for it.
+//
+// # Errors
+//
+// Validate, New and ParseTable return errors wrapping ErrInvalidConfig.
+// Run returns nil or the hard context's error. Errors never contain the
+// connection string; they name host, port and database.
+package sink

@@ -1,0 +1,103 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// class is what the sink does about a failed attempt.
+type class int
+
+const (
+	// classTransient: the database or the network hiccuped (SQLSTATE class
+	// 08, 40, 53, 55P03, 57, 58; lost connection; timeout). Retry the whole
+	// batch with backoff.
+	classTransient class = iota
+	// classData: the database refused a row (SQLSTATE class 22 or 23).
+	// Bisect the batch to find it and dead-letter it.
+	classData
+	// classConfig: the table or the permissions do not fit the mapping
+	// (42xxx, 28xxx, 3Dxxx, 3Fxxx, 0Axxx and any other server error). The
+	// operator can fix it without losing an event, so the batch is retried
+	// with backoff like a transient error, but logged loudly, once per
+	// distinct error.
+	classConfig
+)
+
+// classify says how to handle err (never nil). It uses predicates only.
+func classify(err error) class {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		code := pgErr.Code
+		if len(code) != 5 {
+			return classConfig
+		}
+		switch code[:2] {
+		case "22", "23":
+			return classData
+		case "08", "40", "53", "57", "58":
+			return classTransient
+		}
+		if code == "55P03" || code == "55006" { // lock_not_available, object_in_use
+			return classTransient
+		}
+		return classConfig
+	}
+	var netErr net.Error
+	switch {
+	case pgconn.Timeout(err), pgconn.SafeToRetry(err),
+		errors.As(err, &netErr),
+		errors.Is(err, pgconn.ErrConnClosed),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return classTransient
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return classTransient
+	}
+	// Anything else (a protocol surprise, a closed tx) is retried on a new
+	// connection and reported like a configuration error: loudly.
+	return classConfig
+}
+
+// outcomeUnknown reports whether a failed COMMIT may have committed: the
+// server did not answer (any error that is not a server error response).
+func outcomeUnknown(err error) bool {
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr)
+}
+
+// backoff is capped exponential backoff with full jitter in [d/2, d).
+type backoff struct {
+	initial, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.initial
+	} else {
+		b.cur = min(b.cur*2, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(half+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits d or until ctx ends, returning ctx.Err() then.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
