@@ -1,0 +1,127 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNotAcked is returned when JetStream did not acknowledge every publish.
+var ErrNotAcked = errors.New("publishes not acknowledged by JetStream")
+
+// Options says what to publish.
+type Options struct {
+	Subject  string        // subject prefix; events go to <Subject>.<device>
+	Subjects int           // number of distinct devices (subjects), >= 1
+	Events   int           // publish this many (preload), or
+	Rate     float64       // events per second, open loop, for
+	Duration time.Duration // this long (Rate and Duration go together)
+	Run      uint64        // run id: makes ids and Nats-Msg-Ids unique per run
+	First    uint64        // first sequence number (default 0)
+	// MaxPending bounds async publishes awaiting their PubAck (default 4096).
+	MaxPending int
+	// Progress, when set, is called about every 100ms with the count sent.
+	Progress func(sent int)
+}
+
+// Result counts what happened.
+type Result struct {
+	Sent    int
+	Acked   int
+	Failed  int
+	Elapsed time.Duration
+}
+
+// MsgID is the Nats-Msg-Id of event seq of run.
+func MsgID(run, seq uint64) string {
+	return strconv.FormatUint(run, 36) + "-" + strconv.FormatUint(seq, 10)
+}
+
+// Publish publishes events and waits for every PubAck. It returns an error
+// wrapping ErrNotAcked if any publish failed, and ctx's error if cancelled.
+func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
+	if o.Subject == "" {
+		return Result{}, errors.New("loadgen: Subject is required")
+	}
+	if o.Subjects < 1 {
+		o.Subjects = 1
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 4096
+	}
+	total := o.Events
+	var interval time.Duration
+	if o.Rate > 0 {
+		if o.Duration <= 0 {
+			return Result{}, errors.New("loadgen: Rate needs Duration")
+		}
+		total = int(o.Rate * o.Duration.Seconds())
+		interval = time.Duration(float64(time.Second) / o.Rate)
+	}
+	var failed atomic.Int64
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(o.MaxPending),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { failed.Add(1) }))
+	if err != nil {
+		return Result{}, fmt.Errorf("loadgen: %w", err)
+	}
+	start := time.Now()
+	lastProgress := start
+	buf := make([]byte, 0, 256)
+	var res Result
+	for i := 0; i < total; i++ {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		seq := o.First + uint64(i)
+		if interval > 0 {
+			// Open loop: event i is due at start + i*interval, whatever
+			// happened to the ones before it.
+			if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return res, ctx.Err()
+				case <-t.C:
+				}
+			}
+		}
+		ev := Make(o.Run, seq, o.Subjects)
+		buf = ev.AppendJSON(buf[:0])
+		msg := &nats.Msg{
+			Subject: ev.Subject(o.Subject),
+			Data:    append([]byte(nil), buf...),
+			Header:  nats.Header{jetstream.MsgIDHeader: []string{MsgID(o.Run, seq)}},
+		}
+		if _, err := js.PublishMsgAsync(msg); err != nil {
+			failed.Add(1)
+		}
+		res.Sent++
+		if o.Progress != nil && time.Since(lastProgress) >= 100*time.Millisecond {
+			o.Progress(res.Sent)
+			lastProgress = time.Now()
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	res.Elapsed = time.Since(start)
+	res.Failed = int(failed.Load())
+	res.Acked = res.Sent - res.Failed
+	if o.Progress != nil {
+		o.Progress(res.Sent)
+	}
+	if res.Failed > 0 {
+		return res, fmt.Errorf("%w: %d of %d", ErrNotAcked, res.Failed, res.Sent)
+	}
+	return res, nil
+}
