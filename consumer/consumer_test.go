@@ -1,0 +1,193 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+func TestNewCreatesStreamAndConsumer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = 7 * time.Second
+	cfg.MaxDeliver = 3
+	cfg.FilterSubject = strings.TrimSuffix(cfg.Subjects[0], ">") + "keep.>"
+	c := newConsumer(t, ctx, cfg)
+	if !c.Ready() {
+		t.Fatal("Ready() = false right after New")
+	}
+
+	js := jsFor(t, srv)
+	s, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatalf("stream was not created: %v", err)
+	}
+	sc := s.CachedInfo().Config
+	if sc.Storage != jetstream.FileStorage || len(sc.Subjects) != 1 || sc.Subjects[0] != cfg.Subjects[0] {
+		t.Fatalf("stream config = storage %v subjects %v, want file storage and %v", sc.Storage, sc.Subjects, cfg.Subjects)
+	}
+	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatalf("consumer was not created: %v", err)
+	}
+	cc := cons.CachedInfo().Config
+	if cc.Durable != cfg.Consumer || cc.AckPolicy != jetstream.AckExplicitPolicy || cc.AckWait != 7*time.Second ||
+		cc.MaxDeliver != 3 || cc.MaxAckPending != DefaultMaxAckPending || cc.FilterSubject != cfg.FilterSubject {
+		t.Fatalf("consumer config = %+v", cc)
+	}
+
+	// A second instance with a changed setting updates, not fails.
+	cfg.MaxAckPending = 5000
+	newConsumer(t, ctx, cfg)
+	cons, err = js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cons.CachedInfo().Config.MaxAckPending; got != 5000 {
+		t.Fatalf("MaxAckPending after update = %d, want 5000", got)
+	}
+	lag, err := c.Lag(ctx)
+	if err != nil {
+		t.Fatalf("Lag: %v", err)
+	}
+	if lag.NumPending != 0 || lag.NumAckPending != 0 {
+		t.Fatalf("Lag on an empty stream = %+v", lag)
+	}
+}
+
+func TestNewMissingStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	c, err := New(ctx, cfg, testLogger(t, nil))
+	if err == nil {
+		c.Close()
+		t.Fatal("New bound to a stream that does not exist")
+	}
+	if !errors.Is(err, ErrStreamNotFound) || !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("New = %v, want ErrStreamNotFound", err)
+	}
+	if !strings.Contains(err.Error(), "nats.create_stream: true") || !strings.Contains(err.Error(), cfg.Stream) {
+		t.Fatalf("error does not say what to do: %v", err)
+	}
+}
+
+func TestNewBindsExistingStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	js := jsFor(t, srv)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CreateStream = false
+	cfg.Subjects = nil
+	newConsumer(t, ctx, cfg)
+	if _, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatalf("consumer was not created on the existing stream: %v", err)
+	}
+}
+
+func TestNewRefusesStreamCapturingDeadLetters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	js := jsFor(t, srv)
+	// The existing stream takes everything, dead letters included.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: []string{"in.>", "dlq.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CreateStream = false
+	c, err := New(ctx, cfg, testLogger(t, nil))
+	if err == nil {
+		c.Close()
+		t.Fatal("New accepted a stream that captures its own dead letters")
+	}
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nats.dead_letter_subject") {
+		t.Fatalf("New = %v, want ErrInvalidConfig naming nats.dead_letter_subject", err)
+	}
+}
+
+func TestNewPullMaxBytesBelowMaxPayload(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.PullMaxBytes = 64 << 10
+	c, err := New(ctx, cfg, testLogger(t, nil))
+	if err == nil {
+		c.Close()
+		t.Fatal("New accepted pull_max_bytes below the server's max_payload")
+	}
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nats.pull_max_bytes") {
+		t.Fatalf("New = %v, want ErrInvalidConfig naming nats.pull_max_bytes", err)
+	}
+}
+
+func TestNewUnreachableServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	srv.Shutdown()
+	cfg.URL = strings.Replace(cfg.URL, "nats://", "nats://u:"+sentinel+"@", 1)
+	c, err := New(ctx, cfg, testLogger(t, nil))
+	if err == nil {
+		c.Close()
+		t.Fatal("New succeeded without a server")
+	}
+	if strings.Contains(err.Error(), sentinel) {
+		t.Fatalf("error quotes the password: %v", err)
+	}
+}
+
+// TestSecretsNeverLogged goes through connect, consume, disconnect,
+// reconnect and close with a password and checks no log line carries it.
+func TestSecretsNeverLogged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	for _, withURL := range []bool{false, true} {
+		cfg := testConfig(t, srv)
+		if withURL {
+			cfg.URL = strings.Replace(cfg.URL, "nats://", "nats://jetsink:"+sentinel+"@", 1)
+		} else {
+			cfg.User, cfg.Password = "jetsink", sentinel
+		}
+		var logs syncBuffer
+		c, err := New(ctx, cfg, testLogger(t, &logs))
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		r := startRun(t, ctx, c, 1, 64, 16)
+		srv.Shutdown()
+		waitFor(t, ctx, "disconnect", func() bool { return !c.Ready() })
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, "reconnect", c.Ready)
+		if err := r.stop(t, ctx); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		c.Close()
+		out := logs.String()
+		if !strings.Contains(out, "nats reconnected") {
+			t.Fatalf("reconnect was not logged:\n%s", out)
+		}
+		if strings.Contains(out, sentinel) {
+			t.Fatalf("a log line carries the password:\n%s", out)
+		}
+	}
+}

@@ -1,0 +1,262 @@
+package consumer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/ringq"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+var nameSeq atomic.Uint64
+
+// uniqueName turns the test's name into a unique stream name.
+func uniqueName(t testing.TB) string {
+	var b strings.Builder
+	for _, r := range t.Name() {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return fmt.Sprintf("%s_%d", b.String(), nameSeq.Add(1))
+}
+
+// testConfig is a config for a fresh stream of the test's own on srv, with
+// short heartbeats so that lost pulls are noticed quickly.
+func testConfig(t testing.TB, srv *testenv.NATSServer) Config {
+	t.Helper()
+	name := uniqueName(t)
+	cfg := DefaultConfig()
+	cfg.URL = srv.URL()
+	cfg.Stream = name
+	cfg.Subjects = []string{"in." + name + ".>"}
+	cfg.CreateStream = true
+	cfg.Consumer = "c_" + name
+	cfg.DeadLetterSubject = "dlq." + name
+	cfg.PullExpiry = 2 * time.Second
+	cfg.PullHeartbeat = 500 * time.Millisecond
+	return cfg
+}
+
+// testLogger writes to the test log, or to buf when it is not nil.
+func testLogger(t testing.TB, buf io.Writer) *slog.Logger {
+	t.Helper()
+	if buf == nil {
+		buf = tWriter{t}
+	}
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newConsumer runs New and closes the consumer in t.Cleanup.
+func newConsumer(t testing.TB, ctx context.Context, cfg Config) *Consumer {
+	t.Helper()
+	c, err := New(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// publish publishes n messages numbered offset..offset+n-1 over the given
+// number of subjects: message g goes to in.<stream>.s<g%subjects> with body
+// "<g>", Nats-Msg-Id "m<g>" and a traceparent header.
+func publish(t testing.TB, ctx context.Context, js jetstream.JetStream, cfg Config, n, subjects, offset int) {
+	t.Helper()
+	for g := offset; g < offset+n; g++ {
+		m := &nats.Msg{
+			Subject: subjectOf(cfg, g, subjects),
+			Data:    strconv.AppendInt(nil, int64(g), 10),
+			Header:  nats.Header{},
+		}
+		m.Header.Set(HeaderMsgID, "m"+strconv.Itoa(g))
+		m.Header.Set("traceparent", traceparent)
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			t.Fatalf("publish %d: %v", g, err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatalf("publish: %d acks missing: %v", js.PublishAsyncPending(), ctx.Err())
+	}
+}
+
+const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// subjectOf is the subject message g is published on.
+func subjectOf(cfg Config, g, subjects int) string {
+	return strings.TrimSuffix(cfg.Subjects[0], ">") + "s" + strconv.Itoa(g%subjects)
+}
+
+// bodyIndex parses the body publish wrote.
+func bodyIndex(t testing.TB, ev *pipeline.Event) int {
+	t.Helper()
+	g, err := strconv.Atoi(string(ev.Data))
+	if err != nil {
+		t.Fatalf("body %q of %s:%d is not a message index", ev.Data, ev.Stream, ev.StreamSeq)
+	}
+	return g
+}
+
+// key sends events of one subject to one ring (FNV-1a), like pipeline.Key.
+func key(ev *pipeline.Event) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(ev.Subject); i++ {
+		h ^= uint64(ev.Subject[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// got is one event as a drainer popped it from its ring.
+type got struct {
+	ring int
+	ev   pipeline.Event
+}
+
+// runner runs Consumer.Run into a real Dispatch drained by one goroutine per
+// ring; the drainers forward every event to events.
+type runner struct {
+	out      *ringq.Dispatch[pipeline.Event]
+	events   chan got
+	cancel   context.CancelFunc // intake
+	done     chan error         // Run's result
+	drainers sync.WaitGroup
+	popErrs  atomic.Int64 // drainer errors other than ErrClosed
+}
+
+// startRun starts Run with intake derived from ctx and hard = ctx.
+func startRun(t testing.TB, ctx context.Context, c *Consumer, rings, capacity, buffer int) *runner {
+	t.Helper()
+	r := &runner{
+		out:    ringq.NewDispatch(rings, capacity, key),
+		events: make(chan got, buffer),
+		done:   make(chan error, 1),
+	}
+	intake, cancel := context.WithCancel(ctx)
+	r.cancel = cancel
+	for i := 0; i < rings; i++ {
+		r.drainers.Add(1)
+		go func() {
+			defer r.drainers.Done()
+			buf := make([]pipeline.Event, 64)
+			for {
+				n, err := r.out.Ring(i).PopN(ctx, buf)
+				for _, ev := range buf[:n] {
+					select {
+					case r.events <- got{ring: i, ev: ev}:
+					case <-ctx.Done():
+						return
+					}
+				}
+				if err != nil {
+					if !errors.Is(err, ringq.ErrClosed) {
+						r.popErrs.Add(1)
+					}
+					return
+				}
+			}
+		}()
+	}
+	go func() { r.done <- c.Run(intake, ctx, r.out) }()
+	t.Cleanup(func() {
+		cancel()
+		r.drainers.Wait()
+	})
+	return r
+}
+
+// stop cancels intake and returns Run's result; the drainers have ended
+// (the dispatch was closed) when it returns nil.
+func (r *runner) stop(t testing.TB, ctx context.Context) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		r.drainers.Wait()
+		return err
+	case <-ctx.Done():
+		t.Fatalf("Run did not return after intake was cancelled: %v", ctx.Err())
+		return nil
+	}
+}
+
+// next returns the next event or fails the test at ctx's deadline.
+func (r *runner) next(t testing.TB, ctx context.Context) got {
+	t.Helper()
+	select {
+	case g := <-r.events:
+		return g
+	case err := <-r.done:
+		t.Fatalf("Run returned early: %v", err)
+	case <-ctx.Done():
+		t.Fatalf("no event before the deadline: %v", ctx.Err())
+	}
+	return got{}
+}
+
+// waitFor polls cond every 20ms until it holds or ctx ends.
+func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		}
+	}
+}
+
+// jsFor returns a JetStream client on its own connection to srv.
+func jsFor(t testing.TB, srv *testenv.NATSServer) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatalf("jetstream.New: %v", err)
+	}
+	return js
+}
