@@ -1,0 +1,259 @@
+package sink
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/ringq"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// testCols is the mapping of the tests' tables.
+var testCols = []pipeline.Column{
+	{Name: "stream", From: "meta:stream", Type: pipeline.TypeText, Required: true},
+	{Name: "stream_seq", From: "meta:stream_seq", Type: pipeline.TypeInt8, Required: true},
+	{Name: "payload", From: "payload", Type: pipeline.TypeJSONB},
+}
+
+// tuple encodes (stream text, stream_seq int8, payload jsonb) as a binary
+// COPY tuple, as the pipeline's encoder does.
+func tuple(stream string, seq int64, payload string) []byte {
+	b := binary.BigEndian.AppendUint16(nil, 3)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(stream)))
+	b = append(b, stream...)
+	b = binary.BigEndian.AppendUint32(b, 8)
+	b = binary.BigEndian.AppendUint64(b, uint64(seq))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)+1))
+	b = append(b, 1) // jsonb binary format version
+	return append(b, payload...)
+}
+
+// recMsg is a pipeline.Msg that records how it was settled.
+type recMsg struct {
+	acks, naks, inProgress, terms atomic.Int32
+	failAck                       bool
+}
+
+func (m *recMsg) Ack() error {
+	m.acks.Add(1)
+	if m.failAck {
+		return fmt.Errorf("ack: %w", os.ErrDeadlineExceeded)
+	}
+	return nil
+}
+func (m *recMsg) Nak() error                         { m.naks.Add(1); return nil }
+func (m *recMsg) NakWithDelay(time.Duration) error   { m.naks.Add(1); return nil }
+func (m *recMsg) InProgress() error                  { m.inProgress.Add(1); return nil }
+func (m *recMsg) Term() error                        { m.terms.Add(1); return nil }
+func (m *recMsg) TermWithReason(reason string) error { m.terms.Add(1); return nil }
+
+// recDL is a DeadLetterer that records the dead letters and terms the
+// message, or naks it and fails when fail is set.
+type recDL struct {
+	mu   sync.Mutex
+	got  []pipeline.DeadLetter
+	seqs []uint64
+	fail bool
+}
+
+func (d *recDL) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fail {
+		_ = ev.Msg.NakWithDelay(time.Second)
+		return fmt.Errorf("publish dead letter: %w", os.ErrDeadlineExceeded)
+	}
+	d.got = append(d.got, dl)
+	d.seqs = append(d.seqs, ev.StreamSeq)
+	return ev.Msg.TermWithReason(dl.Reason)
+}
+
+func (d *recDL) letters() ([]pipeline.DeadLetter, []uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]pipeline.DeadLetter(nil), d.got...), append([]uint64(nil), d.seqs...)
+}
+
+// rows makes n rows of stream "S" with sequences from, from+1, ...
+func rows(from, n int, payload func(seq int) string) ([]pipeline.Row, []*recMsg) {
+	rs := make([]pipeline.Row, n)
+	ms := make([]*recMsg, n)
+	for i := range n {
+		seq := from + i
+		p := `{"n":` + fmt.Sprint(seq) + `}`
+		if payload != nil {
+			p = payload(seq)
+		}
+		ms[i] = &recMsg{}
+		rs[i] = pipeline.Row{
+			Event: pipeline.Event{Msg: ms[i], Stream: "S", StreamSeq: uint64(seq), Subject: "events.x"},
+			Tuple: tuple("S", int64(seq), p),
+		}
+	}
+	return rs, ms
+}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// uniqueName is a table (and application) name of the test's own.
+func uniqueName(t *testing.T) string {
+	r := strings.NewReplacer("/", "_", " ", "_", "-", "_")
+	return strings.ToLower(r.Replace(t.Name())) + fmt.Sprintf("_%d", time.Now().UnixNano()%1e6)
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// newTestSink creates a sink on url for a table of the test's own (created
+// by Init unless mut turns CreateTable off).
+func newTestSink(t *testing.T, ctx context.Context, url string, mut func(*Config)) (*Sink, *recDL) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.URL = url
+	cfg.Table = uniqueName(t)
+	cfg.AppName = "jetsink_" + cfg.Table
+	cfg.CreateTable = true
+	cfg.Retry = RetryConfig{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}
+	if mut != nil {
+		mut(&cfg)
+	}
+	dl := &recDL{}
+	s, err := New(ctx, cfg, testCols, dl, testLogger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s, dl
+}
+
+// source is a real fan-in of one ring, as the pipeline feeds the sink.
+type source struct {
+	*ringq.Merge[pipeline.Row]
+}
+
+func newSource() source { return source{ringq.NewMerge[pipeline.Row](1, 8192)} }
+
+func (s source) push(t *testing.T, ctx context.Context, rs []pipeline.Row) {
+	t.Helper()
+	if _, err := s.Ring(0).PushN(ctx, rs); err != nil {
+		t.Fatalf("push rows: %v", err)
+	}
+}
+
+func (s source) close() { s.Ring(0).Close() }
+
+// runSink runs s.Run in a goroutine; the returned function waits for it.
+func runSink(t *testing.T, ctx context.Context, s *Sink, src Source) func() error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, src) }()
+	var once sync.Once
+	var err error
+	wait := func() error {
+		once.Do(func() { err = <-done })
+		return err
+	}
+	t.Cleanup(func() { _ = wait() })
+	return wait
+}
+
+// waitFor polls cond until it holds or ctx ends.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+func allAcked(ms []*recMsg) func() bool {
+	return func() bool {
+		for _, m := range ms {
+			if m.acks.Load() == 0 {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func count(t *testing.T, ctx context.Context, conn *pgx.Conn, table string) int {
+	t.Helper()
+	id, err := ParseTable(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+id.Sanitize()).Scan(&n); err != nil {
+		t.Fatalf("count rows: %v", err)
+	}
+	return n
+}
+
+// txSizes returns the number of rows of each transaction that wrote to
+// table, in commit order (by xmin).
+func txSizes(t *testing.T, ctx context.Context, conn *pgx.Conn, table string) []int {
+	t.Helper()
+	id, _ := ParseTable(table)
+	rs, err := conn.Query(ctx, "SELECT count(*)::int FROM "+id.Sanitize()+" GROUP BY xmin::text::bigint ORDER BY min(stream_seq)")
+	if err != nil {
+		t.Fatalf("tx sizes: %v", err)
+	}
+	sizes, err := pgx.CollectRows(rs, pgx.RowTo[int])
+	if err != nil {
+		t.Fatalf("tx sizes: %v", err)
+	}
+	return sizes
+}
+
+// waitingOnLock reports whether a backend of app waits for a lock.
+func waitingOnLock(t *testing.T, ctx context.Context, conn *pgx.Conn, app string) func() bool {
+	return func() bool {
+		var n int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", app).Scan(&n)
+		if err != nil {
+			t.Errorf("pg_stat_activity: %v", err)
+			return false
+		}
+		return n > 0
+	}
+}
+
+var errCanceled = context.Canceled
+
+func testCtxCancel(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithCancel(parent)
+}
+
+func fmtAny(v any) string { return fmt.Sprintf("%v", v) }

@@ -1,0 +1,427 @@
+package sink
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		mut  func(*Config)
+		key  string // "" = valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"empty url", func(c *Config) { c.URL = "" }, "postgres.url"},
+		{"bad url", func(c *Config) { c.URL = "postgres://u:s3cret@host:notaport/db" }, "postgres.url"},
+		{"empty table", func(c *Config) { c.Table = "" }, "postgres.table"},
+		{"empty schema", func(c *Config) { c.Table = ".events" }, "postgres.table"},
+		{"three parts", func(c *Config) { c.Table = "a.b.c" }, "postgres.table"},
+		{"bad mode", func(c *Config) { c.Mode = "once" }, "postgres.mode"},
+		{"max_rows", func(c *Config) { c.Batch.MaxRows = 0 }, "postgres.batch.max_rows"},
+		{"max_bytes", func(c *Config) { c.Batch.MaxBytes = 0 }, "postgres.batch.max_bytes"},
+		{"max_delay", func(c *Config) { c.Batch.MaxDelay = -1 }, "postgres.batch.max_delay"},
+		{"connections", func(c *Config) { c.Connections = 0 }, "postgres.connections"},
+		{"app_name", func(c *Config) { c.AppName = "" }, "postgres.app_name"},
+		{"retry initial", func(c *Config) { c.Retry.Initial = 0 }, "postgres.retry.initial"},
+		{"retry max", func(c *Config) { c.Retry.Max = time.Millisecond }, "postgres.retry.max"},
+		{"in progress", func(c *Config) { c.InProgressEvery = -time.Second }, "in-progress"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tc.mut(&c)
+			err := c.Validate()
+			if tc.key == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate = %v, want ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), tc.key) {
+				t.Errorf("error %q does not name %s", err, tc.key)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("error %q leaks the password", err)
+			}
+		})
+	}
+}
+
+func TestParseTable(t *testing.T) {
+	cases := []struct {
+		in   string
+		want []string // nil = error
+	}{
+		{"events", []string{"events"}},
+		{"public.events", []string{"public", "events"}},
+		{`"My.Schema".Events`, []string{"My.Schema", "Events"}},
+		{`"a""b".c`, []string{`a"b`, "c"}},
+		{`x"; drop table y; --`, []string{`x"; drop table y; --`}},
+		{"", nil},
+		{".t", nil},
+		{"s.", nil},
+		{"a.b.c", nil},
+		{`"unterminated`, nil},
+		{`"q"x`, nil},
+		{`""`, nil},
+	}
+	for _, tc := range cases {
+		got, err := ParseTable(tc.in)
+		if tc.want == nil {
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Errorf("ParseTable(%q) = %q, %v; want ErrInvalidConfig", tc.in, got, err)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got, "\x00") != strings.Join(tc.want, "\x00") {
+			t.Errorf("ParseTable(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestNewRejectsExactlyOnceWithoutKey(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	cfg := DefaultConfig()
+	cfg.Mode = ExactlyOnce
+	_, err := New(ctx, cfg, testCols[2:], &recDL{}, nil)
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "meta:stream") {
+		t.Fatalf("New = %v, want ErrInvalidConfig naming meta:stream", err)
+	}
+}
+
+// An idle sink commits a single row at once: with max_delay of an hour the
+// row is acked long before that.
+func TestCommitsAtOnceWhenIdle(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Batch.MaxDelay = time.Hour })
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+
+	rs, ms := rows(1, 1, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the row to be acked", allAcked(ms))
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 1 {
+		t.Fatalf("table has %d rows, want 1", n)
+	}
+	rs, ms = rows(2, 1, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the second row to be acked", allAcked(ms))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestCutMaxRows(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Batch.MaxRows = 10; c.Connections = 1 })
+	src := newSource()
+	rs, ms := rows(1, 35, nil)
+	src.push(t, ctx, rs) // all waiting before Run starts
+	src.close()
+	if err := s.Run(ctx, src); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !allAcked(ms)() {
+		t.Fatal("not every message acked")
+	}
+	got := txSizes(t, ctx, pg.Conn(t), s.cfg.Table)
+	if want := []int{10, 10, 10, 5}; !equal(got, want) {
+		t.Fatalf("transaction sizes %v, want %v", got, want)
+	}
+	if st := s.Stats(); st.Batches != 4 || st.Rows != 35 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestCutMaxBytes(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	rs, ms := rows(1, 20, func(int) string { return `{"pad":"xxxxxxxx"}` })
+	size := len(rs[0].Tuple)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Batch.MaxBytes = 3*size + size/2; c.Connections = 1 })
+	src := newSource()
+	src.push(t, ctx, rs)
+	src.close()
+	if err := s.Run(ctx, src); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !allAcked(ms)() {
+		t.Fatal("not every message acked")
+	}
+	got := txSizes(t, ctx, pg.Conn(t), s.cfg.Table)
+	if want := []int{3, 3, 3, 3, 3, 3, 2}; !equal(got, want) {
+		t.Fatalf("transaction sizes %v, want %v", got, want)
+	}
+}
+
+// While the only committer is busy (blocked on a locked table) the next
+// batch grows; max_delay bounds how long: with max_delay 0 it is cut at
+// once and a later row goes into a batch of its own, with an hour it takes
+// the later row too. Nothing is acked while the table is locked; InProgress
+// is sent for held messages; everything is acked after the unlock.
+func TestLockedTableAndMaxDelay(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+		want  []int
+	}{
+		{"max_delay_0", 0, []int{1, 1, 1}},
+		{"max_delay_1h", time.Hour, []int{1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
+				c.Connections = 1
+				c.Batch.MaxDelay = tc.delay
+				c.InProgressEvery = 20 * time.Millisecond
+			})
+			admin := pg.Conn(t)
+			locker := pg.Conn(t)
+			tx, err := locker.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+				t.Fatal(err)
+			}
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+
+			a, ma := rows(1, 1, nil)
+			src.push(t, ctx, a)
+			waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+			b, mb := rows(2, 1, nil)
+			src.push(t, ctx, b)
+			waitFor(t, ctx, "the second row to be popped", func() bool { return src.Len() == 0 })
+			c, mc := rows(3, 1, nil)
+			src.push(t, ctx, c)
+			all := append(append(ma, mb...), mc...)
+			waitFor(t, ctx, "InProgress for the held messages", func() bool {
+				return ma[0].inProgress.Load() >= 2 && mb[0].inProgress.Load() >= 2
+			})
+			for i, m := range all {
+				if m.acks.Load() != 0 {
+					t.Fatalf("message %d acked while the table is locked", i)
+				}
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, ctx, "every message acked", allAcked(all))
+			src.close()
+			if err := wait(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if got := txSizes(t, ctx, admin, s.cfg.Table); !equal(got, tc.want) {
+				t.Fatalf("transaction sizes %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Cancelling the hard context while a batch cannot commit returns ctx.Err()
+// and leaves zero rows committed and zero messages acked.
+func TestCancelWhileLockedCommitsNothing(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	admin := pg.Conn(t)
+	locker := pg.Conn(t)
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := testCtxCancel(ctx)
+	src := newSource()
+	wait := runSink(t, runCtx, s, src)
+	rs, ms := rows(1, 100, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+	cancel()
+	if err := wait(); !errors.Is(err, errCanceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != 0 {
+		t.Fatalf("%d rows committed", n)
+	}
+	for i, m := range ms {
+		if m.acks.Load() != 0 {
+			t.Fatalf("message %d acked", i)
+		}
+	}
+}
+
+func TestExactlyOnceDedupe(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = ExactlyOnce; c.Batch.MaxRows = 64 })
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	first, m1 := rows(1, 500, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "first delivery acked", allAcked(m1))
+	again, m2 := rows(1, 500, nil) // redelivery of the same events
+	more, m3 := rows(501, 10, nil)
+	src.push(t, ctx, again)
+	src.push(t, ctx, more)
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !allAcked(m2)() || !allAcked(m3)() {
+		t.Fatal("redelivered or new messages not acked")
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 510 {
+		t.Fatalf("table has %d rows, want 510", n)
+	}
+}
+
+// A table named like an injection is created and written as a quoted
+// identifier; the statement in its name never runs.
+func TestHostileTableName(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	if _, err := admin.Exec(ctx, "CREATE TABLE y (i int)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		name := `x"; drop table y; --` + string(mode)
+		s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Table = name; c.Mode = mode })
+		src := newSource()
+		rs, ms := rows(1, 3, nil)
+		src.push(t, ctx, rs)
+		src.close()
+		if err := s.Run(ctx, src); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if !allAcked(ms)() {
+			t.Fatal("not acked")
+		}
+		if n := count(t, ctx, admin, `"`+strings.ReplaceAll(name, `"`, `""`)+`"`); n != 3 {
+			t.Fatalf("%s: %d rows, want 3", mode, n)
+		}
+		probs, err := s.Check(ctx)
+		if err != nil || len(probs) != 0 {
+			t.Fatalf("Check = %v, %v", probs, err)
+		}
+	}
+	if n := count(t, ctx, admin, "y"); n != 0 {
+		t.Fatalf("y: %d rows", n)
+	}
+}
+
+// One row in a batch violates a CHECK constraint: the other rows are
+// committed and acked, the poison row is dead-lettered (and not acked),
+// within ceil(log2(n))+1 extra COPYs.
+func TestBisectPoisonRow(t *testing.T) {
+	for _, tc := range []struct {
+		mode   Mode
+		poison []int
+		failDL bool
+	}{
+		{AtLeastOnce, []int{37}, false},
+		{ExactlyOnce, []int{1}, false},
+		{AtLeastOnce, []int{100}, false},
+		{AtLeastOnce, []int{10, 90}, false},
+		{AtLeastOnce, []int{50}, true},
+	} {
+		t.Run(strings.ReplaceAll(strings.Trim(strings.Join(strings.Fields(fmtAny(tc)), "_"), "{}"), " ", ""), func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = tc.mode; c.Connections = 1 })
+			dl.fail = tc.failDL
+			admin := pg.Conn(t)
+			if _, err := admin.Exec(ctx, "ALTER TABLE "+s.table.Sanitize()+" ADD CONSTRAINT ok CHECK (payload->>'bad' IS NULL)"); err != nil {
+				t.Fatal(err)
+			}
+			bad := map[int]bool{}
+			for _, p := range tc.poison {
+				bad[p] = true
+			}
+			rs, ms := rows(1, 100, func(seq int) string {
+				if bad[seq] {
+					return `{"bad":true}`
+				}
+				return `{}`
+			})
+			src := newSource()
+			src.push(t, ctx, rs)
+			src.close()
+			if err := s.Run(ctx, src); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if n := count(t, ctx, admin, s.cfg.Table); n != 100-len(tc.poison) {
+				t.Fatalf("%d rows committed, want %d", n, 100-len(tc.poison))
+			}
+			for i, m := range ms {
+				seq := i + 1
+				switch {
+				case !bad[seq] && (m.acks.Load() != 1 || m.terms.Load() != 0):
+					t.Errorf("good row %d: acks %d terms %d", seq, m.acks.Load(), m.terms.Load())
+				case bad[seq] && m.acks.Load() != 0:
+					t.Errorf("poison row %d acked", seq)
+				case bad[seq] && !tc.failDL && m.terms.Load() != 1:
+					t.Errorf("poison row %d not termed", seq)
+				case bad[seq] && tc.failDL && m.naks.Load() != 1:
+					t.Errorf("poison row %d not nak'ed after a failed dead letter", seq)
+				}
+			}
+			letters, seqs := dl.letters()
+			st := s.Stats()
+			if tc.failDL {
+				if len(letters) != 0 || st.DeadLetterErrors != uint64(len(tc.poison)) {
+					t.Fatalf("letters %v, stats %+v", letters, st)
+				}
+			} else {
+				if len(letters) != len(tc.poison) {
+					t.Fatalf("dead letters %v for %v", seqs, tc.poison)
+				}
+				for i, l := range letters {
+					if !bad[int(seqs[i])] || l.Stage != pipeline.StageSink || l.Code != "constraint" || l.SQLState != "23514" || l.Reason == "" {
+						t.Errorf("dead letter %+v for seq %d", l, seqs[i])
+					}
+				}
+			}
+			bound := uint64(len(tc.poison)) * uint64(math.Ceil(math.Log2(100))+1)
+			if st.BisectCopies > bound {
+				t.Errorf("%d extra COPYs, bound %d", st.BisectCopies, bound)
+			}
+			t.Logf("extra COPYs: %d (bound %d)", st.BisectCopies, bound)
+		})
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
