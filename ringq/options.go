@@ -3,8 +3,8 @@ package ringq
 // Default waiting policy. A waiter re-checks its condition defaultSpin times, then calls
 // runtime.Gosched defaultYield times (re-checking after each), then parks on a channel.
 const (
-	defaultSpin  = 128
-	defaultYield = 4
+	defaultSpin  = 4
+	defaultYield = 2
 )
 
 // Option configures a Ring, Dispatch or Merge. Options are applied in order; later ones win.
@@ -32,14 +32,14 @@ func buildConfig(opts []Option) config {
 }
 
 // WithSpin sets how many times a blocked Push or Pop re-checks the ring before it starts
-// yielding the processor. 0 disables spinning; negative values count as 0. Default 128.
+// yielding the processor. 0 disables spinning; negative values count as 0. Default 4.
 // Spinning only helps when the other side is running on another core at the same moment.
 func WithSpin(n int) Option {
 	return func(c *config) { c.spin = max(n, 0) }
 }
 
 // WithYield sets how many times a blocked Push or Pop calls runtime.Gosched (re-checking
-// after each) before it parks. 0 disables yielding; negative values count as 0. Default 4.
+// after each) before it parks. 0 disables yielding; negative values count as 0. Default 2.
 func WithYield(n int) Option {
 	return func(c *config) { c.yield = max(n, 0) }
 }
