@@ -1,0 +1,28 @@
+# jetsink — make targets. `make test` is what CI runs.
+GO      ?= go
+PKGS    ?= ./...
+TIMEOUT ?= 20m
+
+.PHONY: all build test vet race bench fmt clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -o bin/jetsink ./cmd/jetsink
+
+vet:
+	$(GO) vet $(PKGS)
+
+# go vet, then every package's tests under the race detector, against real
+# servers (embedded nats-server, throwaway PostgreSQL clusters).
+test: vet
+	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 $(PKGS)
+
+fmt:
+	gofmt -l -w .
+
+clean:
+	rm -rf bin

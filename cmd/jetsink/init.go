@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/sink"
+)
+
+// noDeadLetters is the dead-letterer of commands that never process rows.
+type noDeadLetters struct{}
+
+func (noDeadLetters) DeadLetter(context.Context, *pipeline.Event, pipeline.DeadLetter) error {
+	return errors.New("this command does not process events")
+}
+
+func newInitCmd() *cobra.Command {
+	var cf configFlags
+	var printOnly bool
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create the table (and, in exactly-once mode, its unique index) from the mapping",
+		Long: `Create the target table from postgres.columns (or raw mode's columns) if it
+does not exist, and in exactly-once mode the unique index on (stream, stream_seq)
+that makes redeliveries harmless. Existing tables are left alone; run
+'jetsink check' to compare one with the mapping. --print shows the SQL instead.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := cf.load()
+			if err != nil {
+				return err
+			}
+			log := newLogger(cfg, os.Stderr)
+			mapper, err := pipeline.Compile(cfg.Columns())
+			if err != nil {
+				return err
+			}
+			sinkCfg := cfg.Postgres.Config
+			sinkCfg.CreateTable = false // New would run Init itself; --print must not
+			s, err := sink.New(cmd.Context(), sinkCfg, mapper.Columns(), noDeadLetters{}, log)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if printOnly {
+				for _, stmt := range s.DDL() {
+					fmt.Fprintln(cmd.OutOrStdout(), strings.TrimSpace(stmt)+";")
+				}
+				return nil
+			}
+			if err := s.Init(cmd.Context()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "table %s ready (%s)\n", cfg.Postgres.Table, cfg.Postgres.Mode)
+			return nil
+		},
+	}
+	cf.register(cmd.Flags())
+	cmd.Flags().BoolVar(&printOnly, "print", false, "print the SQL instead of running it")
+	return cmd
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/sink"
+)
+
+// errAborted marks a run whose drain was cut short.
+var errAborted = errors.New("aborted")
+
+// usageError is a bad command line.
+type usageError struct{ error }
+
+func isSectionConfigError(err error) bool {
+	return errors.Is(err, consumer.ErrInvalidConfig) || errors.Is(err, sink.ErrInvalidConfig) ||
+		errors.Is(err, pipeline.ErrInvalidConfig) || errors.Is(err, pipeline.ErrInvalidMapping)
+}
+
+// configFlags are the flags every command that needs the configuration has.
+type configFlags struct {
+	file     string
+	set      []string
+	natsURL  string
+	dbURL    string
+	stream   string
+	table    string
+	mode     string
+	logLevel string
+}
+
+func (f *configFlags) register(fs *pflag.FlagSet) {
+	fs.StringVarP(&f.file, "config", "c", os.Getenv("JETSINK_CONFIG"), "YAML config file (env JETSINK_CONFIG)")
+	fs.StringArrayVar(&f.set, "set", nil, "override any key, e.g. --set postgres.batch.max_rows=1000 (repeatable)")
+	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server URL (nats.url)")
+	fs.StringVar(&f.dbURL, "database-url", "", "PostgreSQL URL (postgres.url)")
+	fs.StringVar(&f.stream, "stream", "", "JetStream stream (nats.stream)")
+	fs.StringVar(&f.table, "table", "", "target table (postgres.table)")
+	fs.StringVar(&f.mode, "mode", "", "at-least-once or exactly-once (postgres.mode)")
+	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (log.level)")
+}
+
+// load reads file, environment and flags, flags winning.
+func (f *configFlags) load() (config.Config, error) {
+	set := []string{}
+	for _, kv := range []struct{ key, val string }{
+		{"nats.url", f.natsURL}, {"postgres.url", f.dbURL}, {"nats.stream", f.stream},
+		{"postgres.table", f.table}, {"postgres.mode", f.mode}, {"log.level", f.logLevel},
+	} {
+		if kv.val != "" {
+			set = append(set, kv.key+"="+kv.val)
+		}
+	}
+	set = append(set, f.set...)
+	return config.Load(config.Source{File: f.file, Env: os.Environ(), Set: set})
+}
+
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level)) // validated already
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "jetsink",
+		Short: "Move events from NATS JetStream into PostgreSQL, fast, with back-pressure, and lose none",
+		Long: strings.TrimSpace(`
+jetsink reads a JetStream stream through a durable pull consumer, maps each
+JSON event to a row of typed columns, writes rows in batches with binary COPY
+inside a transaction, and acks each message only after its transaction has
+committed. A slow database slows the consumer; the backlog waits in JetStream.
+
+Configuration: a YAML file (--config), overridden by JETSINK_* environment
+variables (JETSINK_NATS_URL, JETSINK_DATABASE_URL, any key as
+JETSINK_<SECTION>_<KEY>), overridden by flags (--set key=value).`),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newRunCmd(), newInitCmd(), newKeysCmd(), newHealthcheckCmd())
+	return root
+}
+
+// newKeysCmd lists every configuration key with its environment variable.
+func newKeysCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "keys",
+		Short: "List every configuration key, its type, default and environment variable",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w := cmd.OutOrStdout()
+			for _, k := range config.Keys() {
+				fmt.Fprintf(w, "%-36s %-9s %-40s %s\n", k.Path, k.Type, config.EnvName(k.Path), config.DefaultValue(k.Path))
+			}
+			return nil
+		},
+	}
+}

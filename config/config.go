@@ -1,0 +1,127 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/sink"
+)
+
+// ErrInvalidConfig is wrapped by every error that a bad value causes here
+// (the sections' Validate methods wrap their own ErrInvalidConfig sentinels).
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Config is the whole configuration of one jetsink process.
+type Config struct {
+	NATS      consumer.Config `yaml:"nats"`
+	Pipeline  pipeline.Config `yaml:"pipeline"`
+	Postgres  Postgres        `yaml:"postgres"`
+	Telemetry Telemetry       `yaml:"telemetry"`
+	Log       Log             `yaml:"log"`
+	// DrainTimeout bounds the graceful drain after SIGTERM/SIGINT: stop
+	// pulling, empty the rings, commit and ack the last batch. Past it the
+	// process gives up; nothing uncommitted is acked. Default 30s.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+}
+
+// Postgres is the sink's configuration plus the column mapping.
+type Postgres struct {
+	sink.Config `yaml:",inline"`
+	// Columns maps event values to table columns; empty means raw mode
+	// (pipeline.RawColumns).
+	Columns []pipeline.Column `yaml:"columns"`
+}
+
+// Telemetry configures traces, metrics and the admin listener.
+type Telemetry struct {
+	ServiceName  string  `yaml:"service_name"`
+	OTLPEndpoint string  `yaml:"otlp_endpoint"`
+	SampleRatio  float64 `yaml:"sample_ratio"`
+	Listen       string  `yaml:"listen"`
+}
+
+// Log configures log/slog output.
+type Log struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // text | json
+}
+
+// Default returns the configuration used for every key the file, the
+// environment and the flags leave unset.
+func Default() Config {
+	return Config{
+		NATS:     consumer.DefaultConfig(),
+		Pipeline: pipeline.DefaultConfig(),
+		Postgres: Postgres{Config: sink.DefaultConfig()},
+		Telemetry: Telemetry{
+			ServiceName: "jetsink",
+			SampleRatio: 1.0,
+			Listen:      "127.0.0.1:9464",
+		},
+		Log:          Log{Level: "info", Format: "text"},
+		DrainTimeout: 30 * time.Second,
+	}
+}
+
+// Columns returns the effective mapping: the configured columns, or raw
+// mode's when none are configured.
+func (c *Config) Columns() []pipeline.Column {
+	if len(c.Postgres.Columns) == 0 {
+		return pipeline.RawColumns()
+	}
+	return c.Postgres.Columns
+}
+
+// Validate checks every section and the rules that span sections. It
+// returns the first problem found, wrapping ErrInvalidConfig or the
+// section's sentinel.
+func (c *Config) Validate() error {
+	if err := c.NATS.Validate(); err != nil {
+		return err
+	}
+	if err := c.Pipeline.Validate(); err != nil {
+		return err
+	}
+	if err := c.Postgres.Config.Validate(); err != nil {
+		return err
+	}
+	if _, err := pipeline.Compile(c.Columns()); err != nil {
+		return fmt.Errorf("%w: postgres.columns: %w", ErrInvalidConfig, err)
+	}
+	if c.Postgres.Mode == sink.ExactlyOnce {
+		if !hasSource(c.Columns(), "meta:stream") || !hasSource(c.Columns(), "meta:stream_seq") {
+			return fmt.Errorf("%w: postgres.mode exactly-once needs columns from meta:stream and meta:stream_seq "+
+				"(they carry the unique key); add {name: stream, from: \"meta:stream\", type: text} and "+
+				"{name: stream_seq, from: \"meta:stream_seq\", type: int8} to postgres.columns", ErrInvalidConfig)
+		}
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("%w: log.level must be debug, info, warn or error, not %q", ErrInvalidConfig, c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return fmt.Errorf("%w: log.format must be text or json, not %q", ErrInvalidConfig, c.Log.Format)
+	}
+	if c.Telemetry.SampleRatio < 0 || c.Telemetry.SampleRatio > 1 {
+		return fmt.Errorf("%w: telemetry.sample_ratio must be between 0 and 1, not %g", ErrInvalidConfig, c.Telemetry.SampleRatio)
+	}
+	if c.DrainTimeout <= 0 {
+		return fmt.Errorf("%w: drain_timeout must be positive (e.g. 30s)", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func hasSource(cols []pipeline.Column, from string) bool {
+	for _, col := range cols {
+		if col.From == from {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,190 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/sink"
+)
+
+func TestDefaultsAreValid(t *testing.T) {
+	cfg := Default()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+}
+
+func TestPrecedenceFileEnvSet(t *testing.T) {
+	file := []byte(`
+nats:
+  url: nats://file:4222
+  stream: FROMFILE
+  ack_wait: 10s
+postgres:
+  table: file_table
+  batch: {max_rows: 100, max_bytes: 1MiB}
+`)
+	env := []string{
+		"JETSINK_NATS_STREAM=FROMENV",
+		"JETSINK_DATABASE_URL=postgres://env@127.0.0.1:5432/envdb",
+		"JETSINK_POSTGRES_TABLE=env_table",
+		"JETSINK_NATS_SUBJECTS=a.>, b.>",
+		"PATH=/usr/bin", // not ours
+		"JETSINK_TEST_DATABASE_URL=postgres://ignored", // the tests' own
+	}
+	set := []string{"postgres.table=flag_table", "postgres.batch.max_bytes=512KiB"}
+	cfg, err := Parse(file, env, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"nats.url from file", cfg.NATS.URL, "nats://file:4222"},
+		{"nats.stream env over file", cfg.NATS.Stream, "FROMENV"},
+		{"nats.ack_wait duration", cfg.NATS.AckWait, 10 * time.Second},
+		{"postgres.url alias", cfg.Postgres.URL, "postgres://env@127.0.0.1:5432/envdb"},
+		{"postgres.table flag over env", cfg.Postgres.Table, "flag_table"},
+		{"batch.max_rows from file", cfg.Postgres.Batch.MaxRows, 100},
+		{"batch.max_bytes flag size", int64(cfg.Postgres.Batch.MaxBytes), int64(512 << 10)},
+		{"subjects list", strings.Join(cfg.NATS.Subjects, "|"), "a.>|b.>"},
+		{"untouched default", cfg.Log.Level, "info"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestParseErrorsNameTheKey(t *testing.T) {
+	cases := []struct {
+		name      string
+		file      string
+		env, set  []string
+		wantInErr string
+	}{
+		{"unknown key in file", "postgres:\n  tabel: x\n", nil, nil, "tabel"},
+		{"unknown section", "postgress: {}\n", nil, nil, "postgress"},
+		{"not a mapping", "- a\n- b\n", nil, nil, "mapping"},
+		{"bad size", "pipeline:\n  max_event_bytes: lots\n", nil, nil, "pipeline.max_event_bytes"},
+		{"bad duration", "nats:\n  ack_wait: soon\n", nil, nil, "soon"},
+		{"unknown env", "", []string{"JETSINK_NATS_UR=x"}, nil, "JETSINK_NATS_UR"},
+		{"unknown --set key", "", nil, []string{"postgres.batch.rows=1"}, "postgres.batch.rows"},
+		{"--set without =", "", nil, []string{"postgres.table"}, "key=value"},
+		{"--set into a value", "", nil, []string{"postgres.table.x=1"}, "postgres.table.x"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.file), c.env, c.set)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Errorf("error does not wrap ErrInvalidConfig: %v", err)
+			}
+			if !strings.Contains(err.Error(), c.wantInErr) {
+				t.Errorf("error %q does not mention %q", err, c.wantInErr)
+			}
+		})
+	}
+}
+
+func TestValidateCrossSectionRules(t *testing.T) {
+	cfg := Default()
+	cfg.Postgres.Mode = sink.ExactlyOnce
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("exactly-once in raw mode (which has stream and stream_seq) should pass: %v", err)
+	}
+	cfg.Postgres.Columns = []pipeline.Column{{Name: "id", From: "json:id", Type: "uuid"}}
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "meta:stream_seq") {
+		t.Fatalf("exactly-once without meta:stream/meta:stream_seq columns: got %v", err)
+	}
+	cfg = Default()
+	cfg.Log.Format = "xml"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "log.format") {
+		t.Fatalf("log.format xml: got %v", err)
+	}
+	cfg = Default()
+	cfg.Telemetry.SampleRatio = 1.5
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "telemetry.sample_ratio") {
+		t.Fatalf("sample_ratio 1.5: got %v", err)
+	}
+}
+
+func TestLoadReadsFileAndValidates(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "jetsink.yaml")
+	if err := os.WriteFile(path, []byte("postgres:\n  batch: {max_rows: 0}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(Source{File: path}); err == nil || !strings.Contains(err.Error(), "max_rows") {
+		t.Fatalf("max_rows 0: got %v", err)
+	}
+	if _, err := Load(Source{File: filepath.Join(dir, "missing.yaml")}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("missing file: got %v", err)
+	}
+}
+
+func TestErrorsNeverShowThePassword(t *testing.T) {
+	const secret = "s3cr3t-SENTINEL"
+	_, err := Load(Source{Env: []string{
+		"JETSINK_DATABASE_URL=postgres://u:" + secret + "@127.0.0.1:5432/db",
+		"JETSINK_NATS_PASSWORD=" + secret,
+		"JETSINK_POSTGRES_BATCH_MAX_ROWS=-1",
+	}})
+	if err == nil {
+		t.Fatal("max_rows -1 accepted")
+	}
+	if strings.Contains(err.Error(), secret) {
+		t.Fatalf("error shows the password: %v", err)
+	}
+}
+
+func TestKeysHaveEnvNamesAndDefaults(t *testing.T) {
+	keys := Keys()
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if seen[k.Path] {
+			t.Errorf("key %s listed twice", k.Path)
+		}
+		seen[k.Path] = true
+	}
+	for _, want := range []string{"nats.url", "nats.ack_wait", "nats.max_ack_pending", "nats.dead_letter_subject",
+		"pipeline.workers", "pipeline.pin", "pipeline.ring_size", "pipeline.max_event_bytes",
+		"postgres.url", "postgres.table", "postgres.mode", "postgres.batch.max_rows", "postgres.batch.max_bytes",
+		"postgres.batch.max_delay", "telemetry.sample_ratio", "log.level", "drain_timeout"} {
+		if !seen[want] {
+			t.Errorf("key %s missing from Keys()", want)
+		}
+	}
+	if got := EnvName("postgres.batch.max_rows"); got != "JETSINK_POSTGRES_BATCH_MAX_ROWS" {
+		t.Errorf("EnvName = %s", got)
+	}
+	if got := DefaultValue("postgres.batch.max_delay"); got != "20ms" {
+		t.Errorf("default postgres.batch.max_delay = %q, want 20ms", got)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("nats: {url: nats://x:4222}\n"), "JETSINK_NATS_STREAM=S", "postgres.table=t")
+	f.Add([]byte("postgres:\n  batch: {max_bytes: 4MiB}\n  columns:\n    - {name: id, from: json:id, type: uuid}\n"), "", "")
+	f.Add([]byte("{"), "JETSINK_X=1", "=")
+	f.Fuzz(func(t *testing.T, file []byte, env, set string) {
+		cfg, err := Parse(file, []string{env}, []string{set})
+		if err != nil {
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("error does not wrap ErrInvalidConfig: %v", err)
+			}
+			return
+		}
+		_ = cfg.Validate() // must not panic
+	})
+}

@@ -1,0 +1,17 @@
+// Package config loads jetsink's configuration: a YAML file, overridden by
+// JETSINK_* environment variables, overridden by command-line settings.
+//
+// Every key has a documented default (see Default and the README). Any key
+// can be set from the environment by upper-casing its dotted path and
+// replacing dots with underscores: nats.ack_wait is JETSINK_NATS_ACK_WAIT,
+// postgres.batch.max_rows is JETSINK_POSTGRES_BATCH_MAX_ROWS. A few keys have
+// shorter aliases (JETSINK_DATABASE_URL for postgres.url). List values take
+// commas (JETSINK_NATS_SUBJECTS="a.>,b.>"); postgres.columns is file-only.
+// Keys whose name ends in "bytes" take sizes such as 4MiB or 512KB as well as
+// plain integers; durations are Go durations (20ms, 30s).
+//
+// Unknown keys are errors, so a typo never silently leaves a default in
+// place. Validate checks every value and the rules that span sections; its
+// errors wrap ErrInvalidConfig (or the section's own sentinel) and name the
+// key and the fix. Nothing here logs, and no error contains a password.
+package config

@@ -1,0 +1,115 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+)
+
+// Key is one settable configuration key.
+type Key struct {
+	Path string       // dotted path, e.g. postgres.batch.max_rows
+	Kind reflect.Kind // reflect.String, Int, Bool, Float64, Slice (of strings), ...
+	Type string       // Go type, for help text
+}
+
+// Keys lists every key that the environment and --set can set, in a stable
+// order (postgres.columns is file-only).
+func Keys() []Key {
+	var out []Key
+	walkKeys(reflect.TypeOf(Config{}), "", &out)
+	return out
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+func walkKeys(t reflect.Type, prefix string, out *[]Key) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag := f.Tag.Get("yaml")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "-" {
+			continue
+		}
+		if opts == "inline" {
+			walkKeys(f.Type, prefix, out)
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		path := name
+		if prefix != "" {
+			path = prefix + "." + name
+		}
+		ft := f.Type
+		switch {
+		case ft == durationType:
+			*out = append(*out, Key{Path: path, Kind: reflect.Int64, Type: "duration"})
+		case ft.Kind() == reflect.Struct:
+			walkKeys(ft, path, out)
+		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.String:
+			*out = append(*out, Key{Path: path, Kind: reflect.Slice, Type: "list"})
+		case ft.Kind() == reflect.Slice || ft.Kind() == reflect.Map || ft.Kind() == reflect.Pointer:
+			// file-only (postgres.columns)
+		default:
+			*out = append(*out, Key{Path: path, Kind: ft.Kind(), Type: ft.Kind().String()})
+		}
+	}
+}
+
+// EnvName is the environment variable that sets a key.
+func EnvName(path string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
+}
+
+// DefaultValue renders a key's default as it would be written in the file.
+func DefaultValue(path string) string {
+	v := reflect.ValueOf(Default())
+	for _, part := range strings.Split(path, ".") {
+		f, ok := fieldByYAML(v, part)
+		if !ok {
+			return ""
+		}
+		v = f
+	}
+	if d, ok := v.Interface().(time.Duration); ok {
+		return d.String()
+	}
+	if v.Kind() == reflect.Slice {
+		parts := make([]string, v.Len())
+		for i := range parts {
+			parts[i] = fmt.Sprint(v.Index(i).Interface())
+		}
+		return strings.Join(parts, ",")
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+func fieldByYAML(v reflect.Value, name string) (reflect.Value, bool) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if opts == "inline" {
+			if got, ok := fieldByYAML(v.Field(i), name); ok {
+				return got, true
+			}
+			continue
+		}
+		if tag == "" {
+			tag = strings.ToLower(f.Name)
+		}
+		if tag == name {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
+}

@@ -1,0 +1,16 @@
+// Package processor wires the stages of one jetsink process together:
+//
+//	consumer --ring #1 (ringq.Dispatch, one SPSC ring per worker)--> pipeline workers
+//	         --ring #2 (ringq.Merge, one SPSC ring per worker)--> sink --COMMIT--> ack
+//
+// It is the one place that knows every stage; the stages know only the
+// pipeline's Event and Row types and the rings between them.
+//
+// Goroutines: Run starts one goroutine per stage (the consumer loop, the
+// pipeline's Run, the sink's Run) and waits for all of them before it
+// returns. Shutdown uses two contexts: cancelling intake stops the consumer
+// from pulling; each stage then drains into the next, the sink commits and
+// acks the last batch under hard, and Run returns nil. Cancelling hard gives
+// up at once: nothing that is not committed is acked, and JetStream
+// redelivers it after ack_wait.
+package processor

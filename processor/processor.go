@@ -1,0 +1,132 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/ringq"
+	"github.com/jetsink/jetsink/sink"
+)
+
+// Processor is one running jetsink: connected to NATS and PostgreSQL, ready
+// to Run.
+type Processor struct {
+	cfg      config.Config
+	log      *slog.Logger
+	mapper   *pipeline.Mapper
+	consumer *consumer.Consumer
+	sink     *sink.Sink
+	pipeline *pipeline.Pipeline
+	workers  int
+}
+
+// New connects to NATS and PostgreSQL and builds the stages. cfg must have
+// passed Validate. Errors come from the stage that failed (consumer, sink or
+// pipeline sentinels, wrapped with the operation).
+func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, error) {
+	mapper, err := pipeline.Compile(cfg.Columns())
+	if err != nil {
+		return nil, fmt.Errorf("compile mapping: %w", err)
+	}
+	p := &Processor{cfg: cfg, log: log, mapper: mapper}
+	p.workers = cfg.Pipeline.Workers
+	if p.workers == 0 {
+		p.workers = pipeline.PhysicalCores()
+	}
+	cfg.Pipeline.Workers = p.workers
+	// What the chain can hold beyond the pull buffer: both rings of every
+	// worker and one open batch per connection plus the one being filled.
+	cfg.NATS.DeriveMaxAckPending(2*p.workers*cfg.Pipeline.RingSize +
+		(cfg.Postgres.Connections+1)*cfg.Postgres.Batch.MaxRows)
+	p.cfg = cfg
+
+	p.consumer, err = consumer.New(ctx, cfg.NATS, log)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS: %w", err)
+	}
+	sinkCfg := cfg.Postgres.Config
+	if sinkCfg.InProgressEvery == 0 {
+		sinkCfg.InProgressEvery = cfg.NATS.AckWait / 2
+	}
+	p.sink, err = sink.New(ctx, sinkCfg, mapper.Columns(), p.consumer, log)
+	if err != nil {
+		p.consumer.Close()
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	p.pipeline, err = pipeline.New(cfg.Pipeline, mapper, p.consumer, log)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("build pipeline: %w", err)
+	}
+	return p, nil
+}
+
+// Run moves events until intake is cancelled and everything taken in is
+// committed and acked (returns nil), until hard is cancelled (returns
+// hard's error), or until a stage fails (returns its error after the others
+// have stopped).
+func (p *Processor) Run(intake, hard context.Context) error {
+	hard, cancelHard := context.WithCancelCause(hard)
+	defer cancelHard(nil)
+	intake, cancelIntake := context.WithCancel(intake)
+	defer cancelIntake()
+
+	in := ringq.NewDispatch[pipeline.Event](p.workers, p.cfg.Pipeline.RingSize, pipeline.Key)
+	out := ringq.NewMerge[pipeline.Row](p.workers, p.cfg.Pipeline.RingSize)
+
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	stage := func(name string, run func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(); err != nil && !errors.Is(err, context.Canceled) {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				mu.Unlock()
+				// One stage failing stops the whole chain: nothing after it
+				// can make progress, and nothing before it may be acked.
+				cancelHard(err)
+			}
+		}()
+	}
+	stage("consumer", func() error { return p.consumer.Run(intake, hard, in) })
+	stage("pipeline", func() error { return p.pipeline.Run(hard, in, out) })
+	stage("sink", func() error { return p.sink.Run(hard, out) })
+	p.log.Info("jetsink running", "workers", p.workers, "stream", p.cfg.NATS.Stream,
+		"consumer", p.cfg.NATS.Consumer, "table", p.cfg.Postgres.Table, "mode", p.cfg.Postgres.Mode)
+	wg.Wait()
+
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := context.Cause(hard); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Consumer gives access to the consumer for health checks and lag.
+func (p *Processor) Consumer() *consumer.Consumer { return p.consumer }
+
+// Sink gives access to the sink for health checks and statistics.
+func (p *Processor) Sink() *sink.Sink { return p.sink }
+
+// Close releases the connections. Call it after Run returns.
+func (p *Processor) Close() {
+	if p.sink != nil {
+		p.sink.Close()
+	}
+	if p.consumer != nil {
+		p.consumer.Close()
+	}
+}

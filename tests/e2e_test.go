@@ -1,0 +1,149 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jetsink/jetsink/loadgen"
+	"github.com/jetsink/jetsink/sink"
+)
+
+// TestEndToEnd publishes 100,000 events over 1,000 subjects and checks that
+// exactly those land in the table, every one acked, with every column of a
+// sample equal to what was published.
+func TestEndToEnd(t *testing.T) {
+	for _, mode := range []sink.Mode{sink.AtLeastOnce, sink.ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			const events, subjects = 100_000, 1_000
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			e.createStreams(ctx)
+			begin := time.Now()
+			e.publish(ctx, 0, events, subjects)
+			published := time.Since(begin)
+
+			begin = time.Now()
+			r := e.start(ctx, e.config(mode))
+			e.waitDrained(ctx, events)
+			elapsed := time.Since(begin)
+			r.drain(t)
+			t.Logf("%s: published %d in %v; drained in %v (%.0f events/s, under -race when run by make test)",
+				mode, events, published.Round(time.Millisecond), elapsed.Round(time.Millisecond), events/elapsed.Seconds())
+
+			if n := e.rows(ctx); n != events {
+				t.Fatalf("%d rows, want %d", n, events)
+			}
+			info := e.consumerInfo(ctx)
+			if info.NumPending != 0 || info.NumAckPending != 0 {
+				t.Fatalf("consumer pending %d, ack pending %d after drain", info.NumPending, info.NumAckPending)
+			}
+			e.checkSample(ctx, events, 300)
+		})
+	}
+}
+
+// checkSample compares n random rows column by column with the events
+// loadgen published.
+func (e *env) checkSample(ctx context.Context, events, n int) {
+	e.t.Helper()
+	seqs := make([]int64, n)
+	for i := range seqs {
+		seqs[i] = rand.Int64N(int64(events))
+	}
+	rows, err := e.db.Query(ctx, "SELECT id::text, ts, device, kind, value, seq, site, body::text, stream, stream_seq FROM "+
+		pgx.Identifier{e.table}.Sanitize()+" WHERE seq = ANY($1)", seqs)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	checked := 0
+	for rows.Next() {
+		var (
+			id, device, kind, site, body, stream string
+			ts                                   time.Time
+			value                                float64
+			seq, streamSeq                       int64
+		)
+		if err := rows.Scan(&id, &ts, &device, &kind, &value, &seq, &site, &body, &stream, &streamSeq); err != nil {
+			e.t.Fatal(err)
+		}
+		want := loadgen.Make(e.run, uint64(seq), 1_000)
+		got := fmt.Sprintf("%s %s %s %s %g %s", id, ts.UTC().Format(time.RFC3339Nano), device, kind, value, site)
+		exp := fmt.Sprintf("%s %s %s %s %g %s", want.UUID(), want.TS.Format(time.RFC3339Nano), want.Device, want.Kind, want.Value, want.Site)
+		if got != exp {
+			e.t.Errorf("seq %d: row %q, published %q", seq, got, exp)
+		}
+		var gotBody, wantBody any
+		if err := json.Unmarshal([]byte(body), &gotBody); err != nil {
+			e.t.Errorf("seq %d: body %q: %v", seq, body, err)
+		}
+		_ = json.Unmarshal(want.AppendJSON(nil), &wantBody)
+		if fmt.Sprint(gotBody) != fmt.Sprint(wantBody) {
+			e.t.Errorf("seq %d: body %s, published %s", seq, body, want.AppendJSON(nil))
+		}
+		if stream != e.stream || streamSeq < 1 {
+			e.t.Errorf("seq %d: stream %q seq %d", seq, stream, streamSeq)
+		}
+		checked++
+	}
+	if err := rows.Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	if checked < n/2 { // seqs may repeat; most must be found
+		e.t.Fatalf("only %d of %d sampled rows found", checked, n)
+	}
+}
+
+// TestAckOnlyAfterCommit holds an ACCESS EXCLUSIVE lock on the table: the
+// events arrive but nothing may be acked until the lock goes and the rows
+// commit.
+func TestAckOnlyAfterCommit(t *testing.T) {
+	const events = 1_000
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e.createStreams(ctx)
+	cfg := e.config(sink.AtLeastOnce)
+	r := e.start(ctx, cfg) // creates the table
+
+	locker := e.pg.Conn(t)
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{e.table}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(ctx, 0, events, 10)
+
+	// Every event is delivered to jetsink ...
+	waitFor(t, ctx, "all events delivered", func() (bool, string) {
+		info := e.consumerInfo(ctx)
+		return info.NumPending == 0 && info.NumAckPending == events,
+			fmt.Sprintf("pending %d, ack pending %d", info.NumPending, info.NumAckPending)
+	})
+	// ... and while the lock holds, none is acked: watch for a while.
+	watchUntil := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(watchUntil) {
+		info := e.consumerInfo(ctx)
+		if info.AckFloor.Stream != 0 || info.NumAckPending != events {
+			t.Fatalf("acked while the table was locked: ack floor %d, ack pending %d", info.AckFloor.Stream, info.NumAckPending)
+		}
+		time.Sleep(100 * time.Millisecond) // observation interval, not a wait for a condition
+	}
+	if err := tx.Rollback(ctx); err != nil { // releases the lock
+		t.Fatal(err)
+	}
+	e.waitDrained(ctx, events)
+	r.drain(t)
+	if n := e.rows(ctx); n != events {
+		t.Fatalf("%d rows, want %d", n, events)
+	}
+}
