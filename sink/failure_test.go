@@ -1,0 +1,147 @@
+package sink
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// The sink's connection is killed (pg_terminate_backend) while it waits for
+// a lock with a batch in flight: the batch is retried on a new connection,
+// every row lands once, every message is acked after its commit.
+func TestRetryAfterTerminateBackend(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1 })
+	admin := pg.Conn(t)
+	locker := pg.Conn(t)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+
+	first, m1 := rows(1, 100, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "first rows acked", allAcked(m1))
+
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	second, m2 := rows(101, 100, nil)
+	src.push(t, ctx, second)
+	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+	var killed int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1) k", s.cfg.AppName).Scan(&killed); err != nil || killed == 0 {
+		t.Fatalf("terminate the sink's backends: %d, %v", killed, err)
+	}
+	waitFor(t, ctx, "a retry", func() bool { return s.Stats().Retries > 0 })
+	for i, m := range m2 {
+		if m.acks.Load() != 0 {
+			t.Fatalf("message %d acked before its commit", i)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "second rows acked", allAcked(m2))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != 200 {
+		t.Fatalf("%d rows, want 200", n)
+	}
+	t.Logf("stats %+v", s.Stats())
+}
+
+// PostgreSQL crashes (pg_ctl stop -m immediate) and comes back: batches are
+// retried until they commit; nothing is acked before its commit and nothing
+// is lost. exactly-once mode makes the count exact even if a COMMIT's
+// outcome was unknown.
+func TestRetryAcrossServerRestart(t *testing.T) {
+	ctx := testCtx(t, 120*time.Second)
+	cluster := testenv.NewCluster(t)
+	s, _ := newTestSink(t, ctx, cluster.URL("postgres"), func(c *Config) { c.Mode = ExactlyOnce; c.Batch.MaxRows = 50 })
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+
+	first, m1 := rows(1, 200, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "first rows acked", allAcked(m1))
+
+	if err := cluster.Stop("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	second, m2 := rows(201, 200, nil)
+	src.push(t, ctx, second)
+	waitFor(t, ctx, "a retry while the server is down", func() bool { return s.Stats().Retries > 0 })
+	for i, m := range m2 {
+		if m.acks.Load() != 0 {
+			t.Fatalf("message %d acked while the server is down", i)
+		}
+	}
+	if err := cluster.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "second rows acked", allAcked(m2))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	conn := (&testenv.PG{URL: cluster.URL("postgres")}).Conn(t)
+	if n := count(t, ctx, conn, s.cfg.Table); n != 400 {
+		t.Fatalf("%d rows, want 400", n)
+	}
+	t.Logf("stats %+v", s.Stats())
+}
+
+// A missing table is a configuration error: batches are retried (not
+// dead-lettered, not acked) until the operator creates the table.
+func TestMissingTableRetriedUntilCreated(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false })
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 10, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "retries of the config error", func() bool { return s.Stats().ConfigErrors >= 2 })
+	for i, m := range ms {
+		if m.acks.Load() != 0 || m.terms.Load() != 0 {
+			t.Fatalf("message %d settled while the table is missing", i)
+		}
+	}
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "rows acked", allAcked(ms))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if l, _ := dl.letters(); len(l) != 0 {
+		t.Fatalf("dead letters %v", l)
+	}
+}
+
+// An Ack that fails after a commit is counted and logged; the row stays.
+func TestAckErrorCounted(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	rs, ms := rows(1, 5, nil)
+	ms[2].failAck = true
+	src := newSource()
+	src.push(t, ctx, rs)
+	src.close()
+	if err := s.Run(ctx, src); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if st := s.Stats(); st.AckErrors != 1 || st.Rows != 5 {
+		t.Fatalf("stats %+v", st)
+	}
+}

@@ -1,0 +1,105 @@
+package sink
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+func TestDDL(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	cfg := DefaultConfig()
+	cfg.Table = `app."Events"`
+	cfg.Mode = ExactlyOnce
+	s, err := New(ctx, cfg, testCols, &recDL{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := s.DDL()
+	want := []string{
+		"CREATE TABLE IF NOT EXISTS \"app\".\"Events\" (\n\t\"stream\" text NOT NULL,\n\t\"stream_seq\" bigint NOT NULL,\n\t\"payload\" jsonb\n)",
+		`CREATE UNIQUE INDEX IF NOT EXISTS "Events_stream_seq_key" ON "app"."Events" ("stream", "stream_seq")`,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("DDL:\n%q\nwant\n%q", got, want)
+	}
+}
+
+func TestInitAndCheck(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false; c.Mode = ExactlyOnce })
+	tbl := s.table.Sanitize()
+	kinds := func() []ProblemKind {
+		t.Helper()
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		var k []ProblemKind
+		for _, p := range probs {
+			if p.Message == "" || p.Fix == "" {
+				t.Errorf("problem without message or fix: %+v", p)
+			}
+			k = append(k, p.Kind)
+		}
+		return k
+	}
+	if k := kinds(); !slices.Equal(k, []ProblemKind{ProblemTableMissing}) {
+		t.Fatalf("missing table: %v", k)
+	}
+	exec := func(q string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec("CREATE TABLE " + tbl + " (stream text, payload text, extra int NOT NULL)")
+	k := kinds()
+	slices.Sort(k)
+	want := []ProblemKind{ProblemColumnMissing, ProblemNoUniqueIndex, ProblemNotNull, ProblemTypeMismatch}
+	if !slices.Equal(k, want) {
+		t.Fatalf("wrong table: %v, want %v", k, want)
+	}
+	exec("DROP TABLE " + tbl)
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Init(ctx); err != nil {
+		t.Fatalf("Init twice: %v", err)
+	}
+	if k := kinds(); len(k) != 0 {
+		t.Fatalf("after Init: %v", k)
+	}
+	exec("ALTER TABLE " + tbl + " ALTER COLUMN payload DROP NOT NULL, ALTER COLUMN stream SET NOT NULL")
+	exec("ALTER TABLE " + tbl + " ADD COLUMN id bigint GENERATED ALWAYS AS IDENTITY, ADD COLUMN at timestamptz NOT NULL DEFAULT now()")
+	if k := kinds(); len(k) != 0 {
+		t.Fatalf("identity and default columns: %v", k)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+}
+
+func TestPingErrorHasNoPassword(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	cfg := DefaultConfig()
+	cfg.URL = "postgres://jet:s3cret@127.0.0.1:1/nodb?connect_timeout=2"
+	s, err := New(ctx, cfg, testCols, &recDL{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Ping(ctx)
+	if err == nil {
+		t.Fatal("Ping to port 1 succeeded")
+	}
+	if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "127.0.0.1:1/nodb") {
+		t.Fatalf("Ping error %q", err)
+	}
+}
