@@ -156,7 +156,7 @@ func Compile(cols []Column) (*Mapper, error) {
 			return nil, bad("unknown source %q; use payload, meta:<field>, header:<Name>, json:<dotted.path> or a JSON pointer like /a/b", from)
 		}
 		if ok := typeIn(c.Type, compatible[cc.src]); !ok {
-			return nil, bad("source %q cannot fill a %s column; use one of %s", c.From, c.Type, typeList(compatible[cc.src]))
+			return nil, bad("source %q cannot fill a column of type %s; use one of %s", c.From, c.Type, typeList(compatible[cc.src]))
 		}
 		if cc.src == srcJSON || (cc.src == srcPayload && c.Type == TypeJSONB) {
 			m.needJSON = true

@@ -29,7 +29,7 @@ func TestCompileRejects(t *testing.T) {
 		{"seq as int4", []Column{{Name: "a", From: "meta:stream_seq", Type: TypeInt4}}, "use one of int8, numeric, text"},
 		{"payload as uuid", []Column{{Name: "a", From: "payload", Type: TypeUUID}}, "use one of jsonb, bytea, text"},
 		{"time as int8", []Column{{Name: "a", From: "meta:published_at", Type: TypeInt8}}, "use one of timestamptz, text"},
-		{"subject as jsonb", []Column{{Name: "a", From: "meta:subject", Type: TypeJSONB}}, "cannot fill a jsonb column"},
+		{"subject as jsonb", []Column{{Name: "a", From: "meta:subject", Type: TypeJSONB}}, "cannot fill a column of type jsonb"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

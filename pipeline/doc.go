@@ -1,0 +1,91 @@
+// Package pipeline is jetsink's middle stage: it turns JetStream events into
+// table rows already encoded in PostgreSQL's binary COPY tuple format, in
+// parallel, so the sink only has to write bytes.
+//
+// # Data flow and goroutines
+//
+// The consumer pushes each Event into a ringq.Dispatch keyed by Key (FNV-1a
+// of the subject), so every subject lands on one worker and keeps its order.
+// Pipeline.Run starts one worker goroutine per dispatch ring and waits for
+// all of them before it returns; no goroutine outlives Run. Worker i is the
+// only consumer of the dispatch's ring i and the only producer of the
+// ringq.Merge's ring i, which it closes when it stops (whoever sends
+// closes). A worker pops events in batches of 64, encodes each with its own
+// Encoder, pushes the rows in one batch, and blocks when its output ring is
+// full: back-pressure goes from the sink through the workers to the
+// consumer. It stops when its input ring is closed and drained (Run then
+// returns nil) or when ctx ends (Run returns ctx.Err()).
+//
+// An event that cannot become a row (invalid JSON, a required value
+// missing, a value of the wrong type or out of range, NUL in text, a
+// payload over max_event_bytes) is handed to the DeadLetterer with
+// StageDecode and the DecodeError's code. If that fails the DeadLetterer
+// has nak'ed the event, so it is not lost; the worker logs a warning and
+// goes on with the next event.
+//
+// Each Row.Tuple is a slice of its own that nothing rewrites: tuples are
+// carved out of 64 KiB slabs that a worker fills once and then drops, so
+// the sink may keep rows until its transaction commits.
+//
+// # Mapping
+//
+// Compile checks a column list once and returns an immutable Mapper. The
+// hot call is Encoder.AppendTuple; an Encoder holds a reused JSON parser
+// (valyala/fastjson, chosen by benchmark: see BENCHMARKS.md) and allocates
+// nothing per event once warm. Sources: "payload"; "meta:<field>" for
+// stream, stream_seq, consumer_seq, subject, published_at, received_at,
+// delivered and msg_id; "header:<Name>" (case-sensitive, first value, as
+// nats.Header.Get); "json:<dotted.path>" (numeric keys index arrays) or an
+// RFC 6901 JSON pointer "/a/b~1c". A missing value or JSON null is SQL
+// NULL, or CodeRequiredMissing when the column is required.
+//
+// When any column reads JSON, or the payload goes to a jsonb column, the
+// whole payload must be valid UTF-8 and strict JSON (RFC 8259; no NaN, no
+// raw control characters) without lone UTF-16 surrogate escapes, as
+// PostgreSQL's jsonb input demands. With duplicate keys the first one wins
+// for json: columns, while jsonb keeps the last, as PostgreSQL does.
+//
+// Type rules, for a JSON value (headers and metadata strings follow the
+// string rules):
+//
+//   - text: strings as they are; numbers and booleans as their JSON text;
+//     objects and arrays as compact JSON. NUL and invalid UTF-8 are refused.
+//   - uuid: the canonical 8-4-4-4-12 hex form, either case. Braces and the
+//     32-digit form are refused.
+//   - int2, int4, int8: JSON integers, or strings holding one ("42");
+//     range-checked. A fraction or exponent (1.5, 1e3) is wrong_type.
+//   - float4, float8: JSON numbers or strings in JSON number syntax; NaN and
+//     Infinity are refused, as are overflow and underflow to zero.
+//   - numeric: JSON numbers or strings in JSON number syntax, exact, with the
+//     display scale the text shows (1.50 stays 1.50); PostgreSQL's limits
+//     (131072 digits before the point, 16383 after) apply.
+//   - bool: true or false, or the strings "true" and "false".
+//   - timestamptz: RFC 3339 strings (T or t, Z or ±hh:mm, any number of
+//     fraction digits, rounded half up to microseconds). Numbers are
+//     refused: epoch seconds and milliseconds are too easy to confuse.
+//     Four-digit years always lie inside PostgreSQL's range.
+//   - date: "YYYY-MM-DD".
+//   - jsonb: any JSON value, written compactly; \u0000 anywhere in it is
+//     refused with nul_in_text (PostgreSQL refuses it with SQLSTATE 22P05).
+//   - bytea: JSON strings in standard base64 with padding; the payload and
+//     header values as their raw bytes.
+//
+// # Concurrency
+//
+// Mapper, Key, PhysicalCores and Pipeline.Stats are safe for concurrent use.
+// An Encoder belongs to one goroutine. Pipeline.Run may be called once.
+//
+// # Errors
+//
+// Compile returns errors wrapping ErrInvalidMapping; Config.Validate and New
+// return errors wrapping ErrInvalidConfig, naming the config key
+// (pipeline.workers, pipeline.pin, pipeline.ring_size,
+// pipeline.max_event_bytes). AppendTuple returns a *DecodeError whose Code
+// is one of the Code* constants.
+//
+// # Pinning
+//
+// Config.Pin "thread" locks each worker to an OS thread; "cpu" also binds
+// that thread to one CPU of the process's affinity mask, round-robin. The
+// default is "none"; BENCHMARKS.md has the measurements.
+package pipeline
