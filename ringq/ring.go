@@ -240,8 +240,13 @@ func (r *Ring[T]) pushSome(vs []T) (int, error) {
 	n := int(min(free, uint64(len(vs))))
 	i := t & r.mask
 	first := r.buf[i:]
-	c := copy(first, vs[:n])
-	copy(r.buf, vs[c:n])
+	c := 1
+	if n == 1 { // skip the bulk copy machinery for one item
+		first[0] = vs[0]
+	} else {
+		c = copy(first, vs[:n])
+		copy(r.buf, vs[c:n])
+	}
 	next := (t + uint64(n)) & idxMask
 	if !r.tail.CompareAndSwap(t, next) { // closed meanwhile: take the copies back
 		clear(first[:c])
@@ -378,16 +383,21 @@ func (r *Ring[T]) popSome(dst []T) (int, error) {
 	}
 	n := int(min(avail, uint64(len(dst))))
 	i := h & r.mask
-	first := r.buf[i:]
-	if len(first) > n {
-		first = first[:n]
-	}
-	c := copy(dst, first)
-	clear(first)
-	if c < n {
-		second := r.buf[:n-c]
-		copy(dst[c:], second)
-		clear(second)
+	if n == 1 { // skip the bulk copy and clear machinery for one item
+		var zero T
+		dst[0], r.buf[i] = r.buf[i], zero
+	} else {
+		first := r.buf[i:]
+		if len(first) > n {
+			first = first[:n]
+		}
+		c := copy(dst, first)
+		clear(first)
+		if c < n {
+			second := r.buf[:n-c]
+			copy(dst[c:], second)
+			clear(second)
+		}
 	}
 	h = (h + uint64(n)) & idxMask
 	r.head.Store(h)
