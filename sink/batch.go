@@ -77,6 +77,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 		r.free <- b
 	}
 
+	s.logProblems(ctx)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -93,10 +94,27 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	wg.Wait()
 	close(stopBeat)
 	beatWG.Wait()
-	if err != nil {
-		return err
+	for _, e := range errs {
+		if err == nil {
+			err = e
+		}
 	}
-	return errors.Join(errs...)
+	return err
+}
+
+// logProblems compares the mapping with the table once, so that a table
+// that does not fit is reported before the first batch fails on it.
+func (s *Sink) logProblems(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	probs, err := s.Check(ctx)
+	if err != nil {
+		s.log.Warn("cannot compare the column mapping with the table yet", "err", err)
+		return
+	}
+	for _, p := range probs {
+		s.log.Error("the table does not fit the column mapping", "problem", p.Message, "fix", p.Fix)
+	}
 }
 
 // batcher is the one goroutine that pops rows and cuts batches.

@@ -75,6 +75,13 @@ type RetryConfig struct {
 	Max     time.Duration `yaml:"max"`     // default 5s
 }
 
+// Upper bounds: Connections+1 batches of max_rows rows are allocated up
+// front, and a batch holds at most max_bytes of tuples in memory.
+const (
+	maxBatchRows  = 1 << 20
+	maxBatchBytes = 1 << 30
+)
+
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -106,11 +113,11 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("%w: postgres.mode is %q; use %q or %q", ErrInvalidConfig, c.Mode, AtLeastOnce, ExactlyOnce)
 	}
-	if c.Batch.MaxRows < 1 {
-		return fmt.Errorf("%w: postgres.batch.max_rows must be >= 1 (default 5000)", ErrInvalidConfig)
+	if c.Batch.MaxRows < 1 || c.Batch.MaxRows > maxBatchRows {
+		return fmt.Errorf("%w: postgres.batch.max_rows must be between 1 and %d (default 5000)", ErrInvalidConfig, maxBatchRows)
 	}
-	if c.Batch.MaxBytes < 1 {
-		return fmt.Errorf("%w: postgres.batch.max_bytes must be >= 1 (default 4MiB)", ErrInvalidConfig)
+	if c.Batch.MaxBytes < 1 || c.Batch.MaxBytes > maxBatchBytes {
+		return fmt.Errorf("%w: postgres.batch.max_bytes must be between 1 and 1GiB (default 4MiB)", ErrInvalidConfig)
 	}
 	if c.Batch.MaxDelay < 0 {
 		return fmt.Errorf("%w: postgres.batch.max_delay must be >= 0 (default 20ms)", ErrInvalidConfig)

@@ -23,7 +23,8 @@ const (
 	// Bisect the batch to find it and dead-letter it.
 	classData
 	// classConfig: the table or the permissions do not fit the mapping
-	// (42xxx, 28xxx, 3Dxxx, 3Fxxx, 0Axxx and any other server error). The
+	// (42xxx, 28xxx, 3Dxxx, 3Fxxx, 22P03/22P04 from a column of another
+	// type than the mapping's, and any other server error). The
 	// operator can fix it without losing an event, so the batch is retried
 	// with backoff like a transient error, but logged loudly, once per
 	// distinct error.
@@ -36,6 +37,13 @@ func classify(err error) class {
 	if errors.As(err, &pgErr) {
 		code := pgErr.Code
 		if len(code) != 5 {
+			return classConfig
+		}
+		if code == "22P03" || code == "22P04" {
+			// invalid_binary_representation, bad_copy_file_format: the
+			// column's type does not match the mapping's (binary COPY
+			// needs the exact type), so every row would fail. That is
+			// the table's fault, not the row's: do not dead-letter.
 			return classConfig
 		}
 		switch code[:2] {

@@ -66,7 +66,7 @@ type Sink struct {
 	seqC    string // exactly-once: name of the meta:stream_seq column
 
 	copySQL    string // COPY into the table (at-least-once) or the staging table
-	stageSQL   string // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging
+	stageSQL   string // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
 	insertSQL  string // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
 	adminMu    sync.Mutex
 	admin      *pgx.Conn // the "+1" connection: Ping, Init, Check; nil until needed
@@ -182,8 +182,11 @@ func (s *Sink) buildSQL() {
 	target := s.table.Sanitize()
 	if s.cfg.Mode == ExactlyOnce {
 		target = stagingTable.Sanitize()
-		s.stageSQL = "CREATE TEMP TABLE IF NOT EXISTS " + pgx.Identifier{stagingTable[1]}.Sanitize() + " (LIKE " +
-			s.table.Sanitize() + " INCLUDING DEFAULTS) ON COMMIT DELETE ROWS"
+		// Only the mapped columns, with the table's types and no
+		// constraints: LIKE would copy the NOT NULL of an identity or
+		// defaulted column that COPY does not fill.
+		s.stageSQL = "CREATE TEMP TABLE IF NOT EXISTS " + pgx.Identifier{stagingTable[1]}.Sanitize() +
+			" ON COMMIT DELETE ROWS AS SELECT " + list + " FROM " + s.table.Sanitize() + " WITH NO DATA"
 		s.insertSQL = "INSERT INTO " + s.table.Sanitize() + " (" + list + ") SELECT " + list + " FROM " +
 			stagingTable.Sanitize() + " ON CONFLICT (" + pgx.Identifier{s.streamC}.Sanitize() + ", " +
 			pgx.Identifier{s.seqC}.Sanitize() + ") DO NOTHING"

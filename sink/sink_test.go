@@ -425,3 +425,34 @@ func equal(a, b []int) bool {
 	}
 	return true
 }
+
+// exactly-once works on a table with columns the mapping does not fill
+// (identity, defaults): the staging table holds the mapped columns only.
+func TestExactlyOnceWithIdentityColumn(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = ExactlyOnce })
+	admin := pg.Conn(t)
+	if _, err := admin.Exec(ctx, "ALTER TABLE "+s.table.Sanitize()+
+		" ADD COLUMN id bigint GENERATED ALWAYS AS IDENTITY, ADD COLUMN at timestamptz NOT NULL DEFAULT now()"); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource()
+	a, ma := rows(1, 20, nil)
+	b, mb := rows(11, 20, nil)
+	src.push(t, ctx, a)
+	src.push(t, ctx, b)
+	src.close()
+	if err := s.Run(ctx, src); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !allAcked(ma)() || !allAcked(mb)() {
+		t.Fatal("not every message acked")
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != 30 {
+		t.Fatalf("%d rows, want 30", n)
+	}
+	if st := s.Stats(); st.DeadLettered != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
