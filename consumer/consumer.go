@@ -112,7 +112,10 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(reconnectDelay),
 		nats.DrainTimeout(closeWait),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err == nil && (nc.IsClosed() || nc.IsDraining()) {
+				return // our own Close
+			}
 			c.log.Warn("nats disconnected", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {

@@ -1,0 +1,350 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/ringq"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+func TestRunDeliversEveryMessageOnceInSubjectOrder(t *testing.T) {
+	const (
+		n        = 20000
+		subjects = 37
+		rings    = 4
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+
+	start := time.Now()
+	publish(t, ctx, js, cfg, n/2, subjects, 0) // a backlog before Run starts
+	r := startRun(t, ctx, c, rings, 256, n)
+	publish(t, ctx, js, cfg, n/2, subjects, n/2) // and a live stream while it runs
+
+	seen := make(map[uint64]bool, n)
+	consumerSeqs := make(map[uint64]bool, n)
+	lastOf := make(map[string]int) // subject -> last body index
+	ringOf := make(map[string]int) // subject -> ring it went to
+	for len(seen) < n {
+		g := r.next(t, ctx)
+		ev := &g.ev
+		i := bodyIndex(t, ev)
+		if seen[ev.StreamSeq] {
+			t.Fatalf("stream seq %d delivered twice", ev.StreamSeq)
+		}
+		seen[ev.StreamSeq] = true
+		if consumerSeqs[ev.ConsumerSeq] {
+			t.Fatalf("consumer seq %d seen twice", ev.ConsumerSeq)
+		}
+		consumerSeqs[ev.ConsumerSeq] = true
+		switch {
+		case ev.StreamSeq != uint64(i+1):
+			t.Fatalf("message %d has stream seq %d, want %d", i, ev.StreamSeq, i+1)
+		case ev.Stream != cfg.Stream:
+			t.Fatalf("Stream = %q, want %q", ev.Stream, cfg.Stream)
+		case ev.Subject != subjectOf(cfg, i, subjects):
+			t.Fatalf("message %d on %q, want %q", i, ev.Subject, subjectOf(cfg, i, subjects))
+		case ev.MsgID != "m"+strconv.Itoa(i):
+			t.Fatalf("MsgID = %q, want m%d", ev.MsgID, i)
+		case len(ev.Header["traceparent"]) != 1 || ev.Header["traceparent"][0] != traceparent:
+			t.Fatalf("headers = %v, want the traceparent", ev.Header)
+		case ev.Delivered != 1:
+			t.Fatalf("message %d delivered %d times", i, ev.Delivered)
+		case ev.Published.Before(start.Add(-time.Second)) || ev.Published.After(time.Now()):
+			t.Fatalf("Published = %v, outside the test", ev.Published)
+		case ev.Received.Before(ev.Published.Add(-time.Second)):
+			t.Fatalf("Received %v before Published %v", ev.Received, ev.Published)
+		case ev.Msg == nil:
+			t.Fatal("event without a message handle")
+		}
+		if ring, ok := ringOf[ev.Subject]; ok && ring != g.ring {
+			t.Fatalf("subject %s went to rings %d and %d", ev.Subject, ring, g.ring)
+		}
+		ringOf[ev.Subject] = g.ring
+		if last, ok := lastOf[ev.Subject]; ok && i <= last {
+			t.Fatalf("subject %s: message %d after %d", ev.Subject, i, last)
+		}
+		lastOf[ev.Subject] = i
+		if err := ev.Msg.Ack(); err != nil {
+			t.Fatalf("ack %d: %v", ev.StreamSeq, err)
+		}
+	}
+	waitFor(t, ctx, "all acks", func() bool {
+		lag, err := c.Lag(ctx)
+		return err == nil && lag.NumPending == 0 && lag.NumAckPending == 0 && lag.AckFloor == n
+	})
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run after intake cancel = %v, want nil", err)
+	}
+	if r.popErrs.Load() != 0 {
+		t.Fatal("a drainer saw an error other than ErrClosed")
+	}
+	if extra := len(r.events); extra != 0 {
+		t.Fatalf("%d events more than published", extra)
+	}
+	if st := c.Stats(); st.Received != n || st.Redelivered != 0 {
+		t.Fatalf("Stats = %+v, want %d received, none redelivered", st, n)
+	}
+}
+
+// collectUntilStopped cancels intake and gathers every event Run still
+// hands over until it returns and the drainers have ended.
+func (r *runner) collectUntilStopped(t *testing.T, ctx context.Context) ([]got, error) {
+	t.Helper()
+	r.cancel()
+	drained := make(chan struct{})
+	go func() {
+		r.drainers.Wait()
+		close(drained)
+	}()
+	var evs []got
+	var runErr error
+	runDone := false
+	for !runDone || drained != nil {
+		select {
+		case g := <-r.events:
+			evs = append(evs, g)
+		case runErr = <-r.done:
+			runDone = true
+			r.done = nil
+		case <-drained:
+			drained = nil
+		case <-ctx.Done():
+			t.Fatalf("Run did not stop after intake was cancelled: %v", ctx.Err())
+		}
+	}
+	for len(r.events) > 0 {
+		evs = append(evs, <-r.events)
+	}
+	return evs, runErr
+}
+
+func TestRunIntakeCancelLosesNothing(t *testing.T) {
+	const n = 5000
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = 2 * time.Second
+	c := newConsumer(t, ctx, cfg)
+	publish(t, ctx, jsFor(t, srv), cfg, n, 11, 0)
+
+	// Small rings and a small hand-off so that Run is blocked in Push with
+	// the pull buffer full when intake is cancelled.
+	r := startRun(t, ctx, c, 2, 16, 8)
+	acked := make(map[uint64]bool, n)
+	for len(acked) < 1000 {
+		g := r.next(t, ctx)
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		acked[g.ev.StreamSeq] = true
+	}
+	rest, err := r.collectUntilStopped(t, ctx)
+	if err != nil {
+		t.Fatalf("Run after intake cancel = %v, want nil", err)
+	}
+	if r.popErrs.Load() != 0 {
+		t.Fatal("a drainer saw an error other than ErrClosed: the dispatch was not closed cleanly")
+	}
+	// Whatever Run handed over while draining is left unacked: it must come
+	// back to the next Run, as must everything never delivered.
+	unacked := make(map[uint64]bool)
+	for _, g := range rest {
+		if !acked[g.ev.StreamSeq] {
+			unacked[g.ev.StreamSeq] = true
+		}
+	}
+	t.Logf("first run: %d acked, %d handed over while draining (left unacked)", len(acked), len(unacked))
+	if len(acked)+len(unacked) >= n {
+		t.Fatalf("the first run took everything (%d); the test needs a backlog left", len(acked)+len(unacked))
+	}
+
+	r2 := startRun(t, ctx, c, 2, 256, n)
+	for len(acked) < n {
+		g := r2.next(t, ctx)
+		ev := &g.ev
+		if unacked[ev.StreamSeq] && ev.Delivered < 2 {
+			t.Fatalf("unacked seq %d came back with delivery count %d", ev.StreamSeq, ev.Delivered)
+		}
+		delete(unacked, ev.StreamSeq)
+		if err := ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		acked[ev.StreamSeq] = true
+	}
+	if len(unacked) != 0 {
+		t.Fatalf("%d unacked messages never came back", len(unacked))
+	}
+	waitFor(t, ctx, "all acks", func() bool {
+		lag, err := c.Lag(ctx)
+		return err == nil && lag.NumPending == 0 && lag.NumAckPending == 0
+	})
+	if err := r2.stop(t, ctx); err != nil {
+		t.Fatalf("second Run = %v", err)
+	}
+}
+
+func TestRunSurvivesServerRestart(t *testing.T) {
+	const n = 10000
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = 2 * time.Second
+	c := newConsumer(t, ctx, cfg)
+	pubConn := srv.Connect(t)
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, n/2, 7, 0)
+
+	r := startRun(t, ctx, c, 2, 64, n)
+	acked := make(map[uint64]bool, n)
+	dups := 0
+	take := func(until int) {
+		t.Helper()
+		for len(acked) < until {
+			g := r.next(t, ctx)
+			if acked[g.ev.StreamSeq] {
+				dups++ // redelivery of a message whose ack the restart lost
+			}
+			acked[g.ev.StreamSeq] = true
+			if err := g.ev.Msg.Ack(); err != nil && !errors.Is(err, context.Canceled) {
+				t.Logf("ack %d: %v", g.ev.StreamSeq, err)
+			}
+		}
+	}
+	take(1000)
+	srv.Shutdown()
+	waitFor(t, ctx, "the consumer to notice the shutdown", func() bool { return !c.Ready() })
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "reconnect", func() bool { return c.Ready() && pubConn.IsConnected() })
+	js2 := jsFor(t, srv)
+	publish(t, ctx, js2, cfg, n/2, 7, n/2)
+	take(n)
+	waitFor(t, ctx, "all acks", func() bool {
+		// Late redeliveries of messages whose acks the restart lost.
+		for len(r.events) > 0 {
+			g := <-r.events
+			dups++
+			_ = g.ev.Msg.Ack()
+		}
+		lag, err := c.Lag(ctx)
+		return err == nil && lag.NumPending == 0 && lag.NumAckPending == 0
+	})
+	t.Logf("restart: %d redeliveries, stats %+v", dups, c.Stats())
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+}
+
+func TestRunRecreatesDeletedConsumer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 10, 2, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	for i := 0; i < 10; i++ {
+		g := r.next(t, ctx)
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 10, 2, 10)
+	// The re-created consumer starts from the beginning of the stream (its
+	// ack state went with it); what matters is that the new messages come.
+	got := make(map[int]bool)
+	for len(got) < 10 {
+		g := r.next(t, ctx)
+		if i := bodyIndex(t, &g.ev); i >= 10 {
+			got[i] = true
+		}
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Stats().IteratorRestarts == 0 {
+		t.Fatal("IteratorRestarts = 0 after the consumer was deleted")
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+func TestRunHardCancelReturnsPromptly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	publish(t, ctx, jsFor(t, srv), cfg, 100, 1, 0)
+
+	// Nobody pops: Run blocks in Push once the one-slot ring is full.
+	out := ringq.NewDispatch(1, 1, key)
+	intake, stopIntake := context.WithCancel(ctx)
+	defer stopIntake()
+	hard, stopHard := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(intake, hard, out) }()
+	waitFor(t, ctx, "the ring to fill", func() bool { return out.Ring(0).Len() == 1 })
+
+	stopIntake() // the drain is stuck behind the full ring...
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned %v while its drain was blocked and hard was alive", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	began := time.Now()
+	stopHard() // ...until hard gives up
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v, want it to wrap context.Canceled", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Run did not return after hard was cancelled")
+	}
+	if d := time.Since(began); d > 2*time.Second {
+		t.Fatalf("Run took %s to return after hard was cancelled", d)
+	}
+	if _, err := out.Ring(0).Pop(ctx); err != nil {
+		t.Fatalf("the pushed event is gone: %v", err)
+	}
+	if _, err := out.Ring(0).Pop(ctx); !errors.Is(err, ringq.ErrClosed) {
+		t.Fatalf("Pop after Run returned = %v, want ErrClosed (Run closes the dispatch)", err)
+	}
+}
+
+func TestRunClosesDispatchWhenIntakeAlreadyCancelled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	c := newConsumer(t, ctx, testConfig(t, srv))
+	out := ringq.NewDispatch(2, 4, func(*pipeline.Event) uint64 { return 0 })
+	intake, stop := context.WithCancel(ctx)
+	stop()
+	if err := c.Run(intake, ctx, out); err != nil {
+		t.Fatalf("Run with intake already over = %v, want nil", err)
+	}
+	for i := 0; i < out.N(); i++ {
+		if _, err := out.Ring(i).Pop(ctx); !errors.Is(err, ringq.ErrClosed) {
+			t.Fatalf("ring %d: Pop = %v, want ErrClosed", i, err)
+		}
+	}
+}
