@@ -110,23 +110,28 @@ func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *na
 	return &nats.Msg{Subject: c.cfg.DeadLetterSubject, Header: h, Data: ev.Data}
 }
 
-// oneLine makes s a safe header value: control characters (CR, LF, tabs...) and
-// line separators become spaces, invalid UTF-8 is replaced, and the result is cut to at most
-// n bytes on a rune boundary.
+// oneLine makes s a safe header value: whitespace, control characters and
+// line separators become one space per run, invalid UTF-8 becomes '?', and
+// the result is cut to at most n bytes on a rune boundary.
 func oneLine(s string, n int) string {
 	var b strings.Builder
 	b.Grow(min(len(s), n))
+	space := false // the last rune written was a space
 	for _, r := range s {
 		switch {
 		case r == utf8.RuneError:
 			r = '?'
-		case unicode.IsControl(r), r == '\u2028', r == '\u2029':
+		case unicode.IsSpace(r), unicode.IsControl(r), r == '\u2028', r == '\u2029':
+			if space {
+				continue
+			}
 			r = ' '
 		}
 		if b.Len()+utf8.RuneLen(r) > n {
 			break
 		}
 		b.WriteRune(r)
+		space = r == ' '
 	}
 	return strings.TrimSpace(b.String())
 }

@@ -1,0 +1,235 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// dlqStream creates the stream that captures cfg's dead letters.
+func dlqStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config) jetstream.Stream {
+	t.Helper()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:     "DLQ_" + cfg.Stream,
+		Subjects: []string{cfg.DeadLetterSubject},
+	})
+	if err != nil {
+		t.Fatalf("create dead-letter stream: %v", err)
+	}
+	return s
+}
+
+func TestDeadLetterPublishesThenTerminates(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = time.Second
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	dlq := dlqStream(t, ctx, js, cfg)
+
+	orig := &nats.Msg{Subject: subjectOf(cfg, 0, 1), Data: []byte(`{"id": not json`), Header: nats.Header{}}
+	orig.Header.Set(HeaderMsgID, "orig-1")
+	orig.Header.Set("traceparent", traceparent)
+	orig.Header["X-Custom"] = []string{"a", "b"}
+	// A JetStream control header that would make the dead-letter publish
+	// fail if it were copied: the DLQ stream is not cfg.Stream.
+	orig.Header.Set("Nats-Expected-Stream", cfg.Stream)
+	if _, err := js.PublishMsg(ctx, orig); err != nil {
+		t.Fatal(err)
+	}
+
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	reason := "invalid character 'n'\r\nlooking for beginning of value " + strings.Repeat("x", 2*MaxReasonLen)
+	err := c.DeadLetter(ctx, &ev, pipeline.DeadLetter{
+		Stage:    pipeline.StageDecode,
+		Reason:   reason,
+		Code:     "invalid_json",
+		SQLState: "22P02",
+	})
+	if err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+
+	m, err := dlq.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatalf("no dead letter stored: %v", err)
+	}
+	if string(m.Data) != string(orig.Data) || m.Subject != cfg.DeadLetterSubject {
+		t.Fatalf("dead letter = %q on %s, want the original body on %s", m.Data, m.Subject, cfg.DeadLetterSubject)
+	}
+	h := m.Header
+	want := map[string]string{
+		HeaderMsgID:     cfg.Stream + ":1",
+		HeaderOrigMsgID: "orig-1",
+		HeaderSubject:   orig.Subject,
+		HeaderStream:    cfg.Stream,
+		HeaderStreamSeq: "1",
+		HeaderDelivered: "1",
+		HeaderStage:     pipeline.StageDecode,
+		HeaderCode:      "invalid_json",
+		HeaderSQLState:  "22P02",
+		"traceparent":   traceparent,
+	}
+	for k, v := range want {
+		if got := h.Get(k); got != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+	if got := h.Values("X-Custom"); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Errorf("X-Custom = %v, want [a b]", got)
+	}
+	if got := h.Get("Nats-Expected-Stream"); got != "" {
+		t.Errorf("control header Nats-Expected-Stream was copied: %q", got)
+	}
+	gotReason := h.Get(HeaderReason)
+	if strings.ContainsAny(gotReason, "\r\n") || len(gotReason) > MaxReasonLen ||
+		!strings.HasPrefix(gotReason, "invalid character 'n' looking for beginning of value xxx") {
+		t.Errorf("reason = %q (%d bytes), want one line of at most %d bytes", gotReason, len(gotReason), MaxReasonLen)
+	}
+
+	// Terminated, so acked as far as the consumer goes: the ack floor moves
+	// past it and nothing is pending, now and after ack_wait has passed.
+	waitFor(t, ctx, "the term", func() bool {
+		lag, err := c.Lag(ctx)
+		return err == nil && lag.AckFloor == 1 && lag.NumAckPending == 0
+	})
+	if st := c.Stats(); st.DeadLettered != 1 || st.DeadLetterFailed != 0 {
+		t.Fatalf("Stats = %+v", st)
+	}
+
+	// The same poison event dead-lettered again (a redelivery racing its
+	// Term) is stored once.
+	ack, err := js.PublishMsg(ctx, c.deadLetterMsg(&ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ack.Duplicate {
+		t.Fatal("a second dead letter for the same event was stored again")
+	}
+
+	// Publish one more message: it is the next thing Run hands over, so the
+	// dead-lettered one did not come back in between.
+	if _, err := js.Publish(ctx, subjectOf(cfg, 1, 1), []byte("next")); err != nil {
+		t.Fatal(err)
+	}
+	next := r.next(t, ctx).ev
+	if next.StreamSeq != 2 {
+		t.Fatalf("after the dead letter Run handed over seq %d (delivered %d), want 2", next.StreamSeq, next.Delivered)
+	}
+	if err := next.Msg.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeadLetterWithoutStreamNaks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = 20 * time.Second // a redelivery within the test is the nak's doing
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	began := time.Now()
+	err := c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageSink, Reason: "value too long", Code: "sql_22001", SQLState: "22001"})
+	if !errors.Is(err, ErrDeadLetter) {
+		t.Fatalf("DeadLetter with no stream on %s = %v, want ErrDeadLetter", cfg.DeadLetterSubject, err)
+	}
+	if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("DeadLetter = %v, want it to wrap the publish error", err)
+	}
+	if st := c.Stats(); st.DeadLetterFailed != 1 || st.DeadLettered != 0 {
+		t.Fatalf("Stats = %+v", st)
+	}
+	lag, err := c.Lag(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lag.AckFloor != 0 {
+		t.Fatalf("ack floor = %d after a failed dead letter: the event was acked or terminated", lag.AckFloor)
+	}
+	// Nak'ed with a delay: it comes back, well before ack_wait.
+	again := r.next(t, ctx).ev
+	if again.StreamSeq != ev.StreamSeq || again.Delivered != 2 {
+		t.Fatalf("got seq %d delivery %d, want seq %d again", again.StreamSeq, again.Delivered, ev.StreamSeq)
+	}
+	if d := time.Since(began); d < nakDelay(1)-500*time.Millisecond || d > cfg.AckWait/2 {
+		t.Fatalf("redelivered after %s, want about %s", d, nakDelay(1))
+	}
+	if err := again.Msg.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeadLetterConcurrent(t *testing.T) {
+	const n, workers = 200, 8
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	dlq := dlqStream(t, ctx, js, cfg)
+	publish(t, ctx, js, cfg, n, 5, 0)
+
+	r := startRun(t, ctx, c, 1, 256, n)
+	evs := make(chan pipeline.Event, n)
+	for i := 0; i < n; i++ {
+		evs <- r.next(t, ctx).ev
+	}
+	close(evs)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range evs {
+				errs <- c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Reason: "bad", Code: "w" + strconv.Itoa(w)})
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("DeadLetter: %v", err)
+		}
+	}
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != n {
+		t.Fatalf("dead-letter stream holds %d messages, want %d", info.State.Msgs, n)
+	}
+	waitFor(t, ctx, "every term", func() bool {
+		lag, err := c.Lag(ctx)
+		return err == nil && lag.AckFloor == n && lag.NumAckPending == 0
+	})
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+}
