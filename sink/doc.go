@@ -14,6 +14,12 @@
 //     messages of every batch held longer than that (growing, waiting for a
 //     committer, blocked on a lock, retrying).
 //
+// Each committer owns one *pgx.Conn and reconnects it after it breaks; a
+// separate admin connection serves Ping, Init and Check (Connections+1 in
+// all, application_name AppName). A pool buys nothing here: every
+// connection has exactly one user, and the exactly-once staging table is
+// per connection state the committer tracks itself.
+//
 // Batch objects are reused (Connections+1 of them, plus a 256-row carry),
 // so the hot path allocates nothing per row. Ping, Stats, DDL, Init and
 // Check are safe concurrently with Run; Close must come after Run.

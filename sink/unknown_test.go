@@ -1,0 +1,158 @@
+package sink
+
+import (
+	"bytes"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// commitCutter is a TCP proxy to PostgreSQL that, once armed, lets one
+// COMMIT through, waits for the server's answer (so the transaction has
+// committed), drops the answer and cuts the connection: the client cannot
+// know the outcome.
+type commitCutter struct {
+	ln    net.Listener
+	to    string
+	armed atomic.Bool
+	cut   atomic.Int32
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// commitQuery is the simple-protocol Query message pgx sends for Commit.
+var commitQuery = []byte("Q\x00\x00\x00\x0bcommit\x00")
+
+func newCommitCutter(t *testing.T, dbURL string) (*commitCutter, string) {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &commitCutter{ln: ln, to: u.Host}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	u.Host = ln.Addr().String()
+	return p, u.String()
+}
+
+func (p *commitCutter) track(c net.Conn) {
+	p.mu.Lock()
+	p.conns = append(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *commitCutter) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.to)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		p.track(client)
+		p.track(server)
+		var cutNext atomic.Bool
+		p.wg.Go(func() { // server -> client
+			defer client.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := server.Read(buf)
+				if n > 0 && cutNext.Load() {
+					p.cut.Add(1)
+					server.Close()
+					return
+				}
+				if n > 0 {
+					if _, werr := client.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+		p.wg.Go(func() { // client -> server
+			defer server.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := client.Read(buf)
+				if n > 0 {
+					if bytes.Contains(buf[:n], commitQuery) && p.armed.CompareAndSwap(true, false) {
+						cutNext.Store(true)
+					}
+					if _, werr := server.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+}
+
+// The connection drops after the server committed and before the answer
+// arrived: the batch is retried. at-least-once stores it twice and counts
+// possible duplicates; exactly-once stores it once.
+func TestCommitOutcomeUnknown(t *testing.T) {
+	for _, tc := range []struct {
+		mode     Mode
+		wantRows int
+		wantDups uint64
+	}{
+		{AtLeastOnce, 20, 10},
+		{ExactlyOnce, 10, 0},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			proxy, proxied := newCommitCutter(t, pg.URL)
+			s, _ := newTestSink(t, ctx, proxied, func(c *Config) { c.Mode = tc.mode })
+			proxy.armed.Store(true)
+			src := newSource()
+			rs, ms := rows(1, 10, nil)
+			src.push(t, ctx, rs)
+			src.close()
+			if err := s.Run(ctx, src); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if proxy.cut.Load() != 1 {
+				t.Fatalf("the proxy cut %d connections, want 1", proxy.cut.Load())
+			}
+			if !allAcked(ms)() {
+				t.Fatal("not every message acked")
+			}
+			st := s.Stats()
+			if st.Retries < 1 || st.PossibleDuplicates != tc.wantDups {
+				t.Fatalf("stats %+v", st)
+			}
+			if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != tc.wantRows {
+				t.Fatalf("%d rows, want %d", n, tc.wantRows)
+			}
+		})
+	}
+}
