@@ -322,6 +322,11 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 		return
 	}
 	c.s.st.deadLettered.Add(1)
-	c.s.log.Info("row refused by the database, dead-lettered", "stream", row.Event.Stream,
-		"stream_seq", row.Event.StreamSeq, "sqlstate", dl.SQLState, "reason", dl.Reason)
+	// The reason may quote a value of the row: it goes to the dead letter,
+	// not into the log.
+	attrs := []any{"stream", row.Event.Stream, "stream_seq", row.Event.StreamSeq, "sqlstate", dl.SQLState}
+	if pgErr != nil {
+		attrs = append(attrs, "constraint", pgErr.ConstraintName, "column", pgErr.ColumnName)
+	}
+	c.s.log.Info("row refused by the database, dead-lettered", attrs...)
 }
