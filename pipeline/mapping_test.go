@@ -210,3 +210,38 @@ func TestAppendTupleAllocs(t *testing.T) {
 		t.Fatalf("AppendTuple allocates %v times per event", a)
 	}
 }
+
+// TestEveryTypeAllocs checks that every encoder, not only the benchmark's,
+// is allocation-free on the success path.
+func TestEveryTypeAllocs(t *testing.T) {
+	cols := append([]Column{
+		{Name: "seqnum", From: "meta:stream_seq", Type: TypeNumeric},
+		{Name: "seqtext", From: "meta:stream_seq", Type: TypeText},
+		{Name: "pubtext", From: "meta:published_at", Type: TypeText},
+		{Name: "pub", From: "meta:published_at", Type: TypeTimestamptz},
+		{Name: "hint", From: "header:N", Type: TypeInt8},
+		{Name: "hjson", From: "header:J", Type: TypeJSONB},
+		{Name: "numtext", From: "json:f8", Type: TypeText},
+		{Name: "numjson", From: "json:f8", Type: TypeJSONB},
+		{Name: "strjson", From: "json:t", Type: TypeJSONB},
+	}, fuzzColumns...)
+	enc := mustCompile(t, cols...).NewEncoder(0)
+	ev := &Event{
+		StreamSeq: 123456789, Published: time.Now(),
+		Header: map[string][]string{"N": {"42"}, "J": {`{"a":[1,2]}`}, "H": {`"x"`}},
+		Data: []byte(`{"t":"x\ty","u":"3F0C9A2E-1B7D-4C8E-9F00-0123456789AB","i2":-32768,"i4":"2147483647",` +
+			`"i8":-9223372036854775808,"f4":3.4e38,"f8":-0.5,"n":"-1.50e-2","b":"false","ts":"2000-01-01T00:00:00.1234567-02:00",` +
+			`"d":"2000-02-29","o":[{"k":["\u00e9",{"z":null}]},true],"y":"AAEC/w=="}`),
+	}
+	buf := make([]byte, 0, 4096)
+	if _, err := enc.AppendTuple(buf, ev); err != nil {
+		t.Fatal(err)
+	}
+	if a := testing.AllocsPerRun(100, func() {
+		if _, err := enc.AppendTuple(buf[:0], ev); err != nil {
+			t.Fatal(err)
+		}
+	}); a != 0 {
+		t.Fatalf("AppendTuple allocates %v times per event", a)
+	}
+}

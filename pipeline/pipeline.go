@@ -162,6 +162,9 @@ func Key(ev *Event) uint64 {
 // when ctx ends; either way it closes out.Ring(i) on its way out (whoever
 // sends closes), so the sink sees every output ring close.
 //
+// Events a worker holds when ctx ends are neither stored nor settled;
+// JetStream redelivers them after AckWait, as for any unacknowledged message.
+//
 // Run returns nil after a clean drain, ctx.Err() if ctx ended first, and an
 // error wrapping ErrInvalidConfig if in and out differ in their number of
 // rings (or differ from Workers()) or Run is called twice; a worker that
