@@ -1,0 +1,286 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/ringq"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// benchStream preloads a fresh stream with n events of about 200 bytes over
+// 64 subjects and returns its config.
+func benchStream(b *testing.B, ctx context.Context, srv *testenv.NATSServer, n int) Config {
+	b.Helper()
+	cfg := testConfig(b, srv)
+	cfg.PullHeartbeat = DefaultPullHeartbeat
+	cfg.PullExpiry = DefaultPullExpiry
+	js := jsFor(b, srv)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"id":"6f1c2a9e-8d3b-4c57-9a0e-1b2c3d4e5f60","ts":"2026-11-29T20:00:00Z","tags":{"site":"ams-1"},"value":42.5,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
+	for i := 0; i < n; i++ {
+		m := &nats.Msg{Subject: subjectOf(cfg, i, 64), Data: body, Header: nats.Header{}}
+		m.Header.Set(HeaderMsgID, "m"+strconv.Itoa(i))
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			b.Fatal(err)
+		}
+		if i%2000 == 1999 || i == n-1 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				b.Fatal(ctx.Err())
+			}
+		}
+	}
+	return cfg
+}
+
+// BenchmarkRun measures messages per second from a preloaded stream through
+// Run into a Dispatch whose rings are drained by goroutines that Ack, next to
+// the obvious alternative: nats.go's iterator acking directly, no dispatch.
+// allocs/op counts the whole process, the embedded nats-server included;
+// BenchmarkPush isolates what Run itself adds per message.
+func BenchmarkRun(b *testing.B) {
+	b.Run("consumer.Run", func(b *testing.B) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		srv := testenv.NATS(b)
+		cfg := benchStream(b, ctx, srv, b.N)
+		cfg.CreateStream = false
+		c, err := New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+
+		const rings = 2
+		out := ringq.NewDispatch(rings, 8192, key)
+		var acked atomic.Int64
+		var ackErrs atomic.Int64
+		allDone := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := 0; i < rings; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]pipeline.Event, 64)
+				for {
+					n, err := out.Ring(i).PopN(ctx, buf)
+					for j := range buf[:n] {
+						if buf[j].Msg.Ack() != nil {
+							ackErrs.Add(1)
+						}
+						buf[j] = pipeline.Event{}
+					}
+					if n > 0 && acked.Add(int64(n)) == int64(b.N) {
+						close(allDone)
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+		intake, stop := context.WithCancel(ctx)
+		defer stop()
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		runErr := make(chan error, 1)
+		go func() { runErr <- c.Run(intake, ctx, out) }()
+		select {
+		case <-allDone:
+		case <-ctx.Done():
+			b.Fatalf("only %d of %d messages arrived", acked.Load(), b.N)
+		}
+		elapsed := time.Since(start)
+		b.StopTimer()
+		stop()
+		if err := <-runErr; err != nil {
+			b.Fatal(err)
+		}
+		wg.Wait()
+		if ackErrs.Load() != 0 {
+			b.Fatalf("%d acks failed", ackErrs.Load())
+		}
+		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	})
+
+	b.Run("raw-iterator", func(b *testing.B) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		srv := testenv.NATS(b)
+		cfg := benchStream(b, ctx, srv, b.N)
+		js := jsFor(b, srv)
+		cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+			Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: DefaultMaxAckPending,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.PullMaxMessages), jetstream.PullHeartbeat(cfg.PullHeartbeat))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer iter.Stop()
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			msg, err := iter.Next()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := msg.Metadata(); err != nil {
+				b.Fatal(err)
+			}
+			if err := msg.Ack(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		elapsed := time.Since(start)
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	})
+}
+
+// BenchmarkConsumeCallback is the other shape nats.go offers: Consume with
+// a callback on nats.go's own goroutine, acking directly. Run uses the
+// Messages iterator instead so that its loop stays on the caller's goroutine
+// and Push can block under the hard context; this shows what that costs.
+func BenchmarkConsumeCallback(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	srv := testenv.NATS(b)
+	cfg := benchStream(b, ctx, srv, b.N)
+	js := jsFor(b, srv)
+	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+		Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: DefaultMaxAckPending,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n, failed atomic.Int64
+	done := make(chan struct{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		if _, err := msg.Metadata(); err != nil {
+			failed.Add(1)
+		}
+		if msg.Ack() != nil {
+			failed.Add(1)
+		}
+		if n.Add(1) == int64(b.N) {
+			close(done)
+		}
+	}, jetstream.PullMaxMessages(cfg.PullMaxMessages), jetstream.PullHeartbeat(cfg.PullHeartbeat))
+	if err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		b.Fatalf("only %d of %d messages arrived", n.Load(), b.N)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cc.Stop()
+	<-cc.Closed()
+	if failed.Load() != 0 {
+		b.Fatalf("%d metadata/ack failures", failed.Load())
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+}
+
+// fakeMsg is a jetstream.Msg with fixed metadata, so that BenchmarkPush
+// measures Run's own per-message work: wrap, count, push.
+type fakeMsg struct {
+	meta   jetstream.MsgMetadata
+	header nats.Header
+	data   []byte
+}
+
+func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) { return &m.meta, nil }
+func (m *fakeMsg) Data() []byte                              { return m.data }
+func (m *fakeMsg) Headers() nats.Header                      { return m.header }
+func (m *fakeMsg) Subject() string                           { return "in.bench.s1" }
+func (m *fakeMsg) Reply() string                             { return "" }
+func (m *fakeMsg) Ack() error                                { return nil }
+func (m *fakeMsg) DoubleAck(context.Context) error           { return nil }
+func (m *fakeMsg) Nak() error                                { return nil }
+func (m *fakeMsg) NakWithDelay(time.Duration) error          { return nil }
+func (m *fakeMsg) InProgress() error                         { return nil }
+func (m *fakeMsg) Term() error                               { return nil }
+func (m *fakeMsg) TermWithReason(string) error               { return nil }
+
+// BenchmarkPush is Run's per-message cost without the network: Metadata,
+// the Event, the counters and Dispatch.Push into a ring drained by a
+// goroutine. It must not allocate.
+func BenchmarkPush(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &Consumer{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	msg := &fakeMsg{
+		meta:   jetstream.MsgMetadata{Stream: "EVENTS", NumDelivered: 1, Timestamp: time.Now()},
+		header: nats.Header{HeaderMsgID: []string{"m1"}},
+		data:   []byte(`{"id":1}`),
+	}
+	out := ringq.NewDispatch(1, 8192, key)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]pipeline.Event, 64)
+		for {
+			if _, err := out.Ring(0).PopN(ctx, buf); err != nil {
+				return
+			}
+		}
+	}()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.push(ctx, out, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	out.Close()
+	<-done
+	if got := c.Stats().Received; got != uint64(b.N) {
+		b.Fatalf("Received = %d, want %d", got, b.N)
+	}
+}
+
+func TestPushDoesNotAllocate(t *testing.T) {
+	ctx := context.Background()
+	c := &Consumer{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	msg := &fakeMsg{header: nats.Header{HeaderMsgID: []string{"m1"}}}
+	out := ringq.NewDispatch(1, 1024, key)
+	defer out.Close()
+	allocs := testing.AllocsPerRun(500, func() {
+		if err := c.push(ctx, out, msg); err != nil && !errors.Is(err, ringq.ErrClosed) {
+			t.Fatal(err)
+		}
+		if _, ok := out.Ring(0).TryPop(); !ok {
+			t.Fatal("pushed event not in the ring")
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("push allocates %.1f times per message, want 0", allocs)
+	}
+}
