@@ -169,14 +169,16 @@ func (r *run) batcher(ctx context.Context) error {
 					n, err := r.src.PopN(wctx, r.carry.rows[:carrySize])
 					r.setWake(nil)
 					switch {
-					case n > 0:
+					case n > 0 || err == nil:
 						r.setCarry(n)
 					case errors.Is(err, ringq.ErrClosed):
 						closed = true
 					case ctx.Err() != nil:
 						return ctx.Err()
-					default: // woken by a committer, or max_delay passed
+					case wctx.Err() != nil: // woken by a committer, or max_delay passed
 						endWait()
+					default:
+						return err
 					}
 					continue
 				}
