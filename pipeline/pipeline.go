@@ -21,21 +21,21 @@ const (
 	PinCPU    = "cpu"    // as thread, and the thread is bound to one CPU of the allowed set, round-robin
 )
 
-// Config sizes the pipeline. The zero value is not valid; start from
-// DefaultConfig.
+// Config sizes the pipeline; the yaml tags are the keys under pipeline: in
+// the config file. The zero value is not valid; start from DefaultConfig.
 type Config struct {
 	// Workers is the number of worker goroutines; 0 means PhysicalCores().
-	Workers int
+	Workers int `yaml:"workers"`
 	// Pin is PinNone (default), PinThread or PinCPU. Measured on a 2-vCPU
 	// machine, pinning made the worker hand-off slower (see BENCHMARKS.md),
 	// so it stays off unless a benchmark on the target machine says otherwise.
-	Pin string
+	Pin string `yaml:"pin"`
 	// RingSize is the capacity of each worker's input and output ring
 	// (rounded up to a power of two by ringq). Default 8192.
-	RingSize int
+	RingSize int `yaml:"ring_size"`
 	// MaxEventBytes is the largest payload the workers decode; larger ones
 	// are dead-lettered with CodeTooLarge. Default 1 MiB.
-	MaxEventBytes int64
+	MaxEventBytes int64 `yaml:"max_event_bytes"`
 }
 
 // Defaults of Config.
