@@ -32,8 +32,15 @@ type notifier struct {
 	_        pad
 	sleepers atomic.Int32
 	wake     chan struct{}
-	_        pad
+	// coldWaits is how many more waits skip the yield phase because a recent wait had to
+	// park anyway: when items trickle in, yielding only burns CPU before the inevitable park.
+	// Owned by the single waiter.
+	coldWaits int
+	_         pad
 }
+
+// coldWaitsAfterPark is how many waits after a park go straight from spinning to parking.
+const coldWaitsAfterPark = 16
 
 func newNotifier() *notifier {
 	return &notifier{wake: make(chan struct{}, 1)}
@@ -50,12 +57,17 @@ func (n *notifier) signal() {
 }
 
 // await returns nil once ready reports true, or ctx.Err() if ctx ends first. It spins,
-// then yields, then parks; while parked it uses no CPU.
+// then yields, then parks; while parked it uses no CPU. After a wait that had to park, the
+// next coldWaitsAfterPark waits skip the yields.
 func (n *notifier) await(ctx context.Context, spin, yield int, ready func() bool) error {
 	for range spin {
 		if ready() {
 			return nil
 		}
+	}
+	if n.coldWaits > 0 {
+		n.coldWaits--
+		yield = 0
 	}
 	for range yield {
 		runtime.Gosched()
@@ -63,6 +75,7 @@ func (n *notifier) await(ctx context.Context, spin, yield int, ready func() bool
 			return nil
 		}
 	}
+	n.coldWaits = coldWaitsAfterPark
 	done := ctx.Done()
 	for {
 		n.sleepers.Add(1)
@@ -70,12 +83,17 @@ func (n *notifier) await(ctx context.Context, spin, yield int, ready func() bool
 			n.sleepers.Add(-1)
 			return nil
 		}
-		select {
-		case <-n.wake:
+		if done == nil { // context.Background and friends: a plain receive is cheaper
+			<-n.wake
 			n.sleepers.Add(-1)
-		case <-done:
-			n.sleepers.Add(-1)
-			return ctx.Err()
+		} else {
+			select {
+			case <-n.wake:
+				n.sleepers.Add(-1)
+			case <-done:
+				n.sleepers.Add(-1)
+				return ctx.Err()
+			}
 		}
 		if ready() {
 			return nil
