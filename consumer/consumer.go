@@ -44,6 +44,7 @@ type counters struct {
 	redelivered       atomic.Uint64
 	deadLettered      atomic.Uint64
 	deadLetterFailed  atomic.Uint64
+	maxDelivered      atomic.Uint64
 	iteratorRestarts  atomic.Uint64
 	heartbeatsMissing atomic.Uint64
 }
@@ -53,7 +54,8 @@ type Stats struct {
 	Received          uint64 // messages pushed into the dispatch
 	Redelivered       uint64 // of which delivered more than once
 	DeadLettered      uint64 // dead letters published and their original terminated
-	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed)
+	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed, or left in the stream)
+	MaxDelivered      uint64 // events dead-lettered on the server's max_deliver advisory
 	IteratorRestarts  uint64 // pull iterators re-created after an error
 	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow)
 }
@@ -68,7 +70,10 @@ type Lag struct {
 }
 
 // New validates cfg, connects to NATS, creates or binds the stream and
-// creates or updates the durable pull consumer.
+// creates or updates the durable pull consumer. It also subscribes to the
+// server's MAX_DELIVERIES advisory for that consumer and dead-letters each
+// event that ran out of deliveries (Jetsink-Stage "deliver", Jetsink-Code
+// "max_deliver").
 //
 // The connection reconnects forever with capped exponential backoff; it logs
 // disconnects and reconnects on log. With cfg.CreateStream the stream is
@@ -176,7 +181,10 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if err := c.ensureStream(ctx); err != nil {
 		return err
 	}
-	return c.ensureConsumer(ctx)
+	if err := c.ensureConsumer(ctx); err != nil {
+		return err
+	}
+	return c.watchMaxDeliveries()
 }
 
 // ensureStream creates or updates the stream (CreateStream) or checks that
@@ -270,6 +278,7 @@ func (c *Consumer) Stats() Stats {
 		Redelivered:       s.redelivered.Load(),
 		DeadLettered:      s.deadLettered.Load(),
 		DeadLetterFailed:  s.deadLetterFailed.Load(),
+		MaxDelivered:      s.maxDelivered.Load(),
 		IteratorRestarts:  s.iteratorRestarts.Load(),
 		HeartbeatsMissing: s.heartbeatsMissing.Load(),
 	}

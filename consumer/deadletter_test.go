@@ -233,3 +233,44 @@ func TestDeadLetterConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestMaxDeliverAdvisoryDeadLetters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = time.Second
+	cfg.MaxDeliver = 2
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	dlq := dlqStream(t, ctx, js, cfg)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+
+	// Never settle it: it is delivered twice, then the server gives up and
+	// says so in the advisory.
+	r := startRun(t, ctx, c, 1, 16, 16)
+	for want := uint64(1); want <= 2; want++ {
+		if ev := r.next(t, ctx).ev; ev.Delivered != want {
+			t.Fatalf("delivery %d has count %d", want, ev.Delivered)
+		}
+	}
+	waitFor(t, ctx, "the max-deliver dead letter", func() bool {
+		info, err := dlq.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	})
+	m, err := dlq.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Data) != "0" || m.Header.Get(HeaderCode) != CodeMaxDeliver || m.Header.Get(HeaderStage) != StageDeliver ||
+		m.Header.Get(HeaderDelivered) != "2" || m.Header.Get(HeaderMsgID) != cfg.Stream+":1" ||
+		m.Header.Get(HeaderOrigMsgID) != "m0" || m.Header.Get("traceparent") != traceparent {
+		t.Fatalf("dead letter = %q %v", m.Data, m.Header)
+	}
+	if st := c.Stats(); st.MaxDelivered != 1 {
+		t.Fatalf("Stats = %+v, want MaxDelivered 1", st)
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -17,13 +17,18 @@
 // full: that is where back-pressure reaches JetStream, which keeps the backlog
 // on disk. The consumer never acks; the sink does, after COMMIT.
 //
+// An event that reaches nats.max_deliver without an ack is never delivered
+// again. New subscribes to the server's MAX_DELIVERIES advisory for the
+// consumer; on each, the event is read back from the stream by sequence and
+// published to the dead-letter subject (stage "deliver", code "max_deliver").
+//
 // # Goroutines
 //
 // Run's loop runs on the caller's goroutine; Run is the single producer of
 // the dispatch and closes it before returning. nats.go runs its own
-// goroutines (reader, flusher, the iterator's pull loop and status watcher);
-// they end with the iterator (Run stops or drains it before returning) and
-// with the connection (Close). Nothing here outlives Close.
+// goroutines (reader, flusher, the iterator's pull loop and status watcher,
+// the advisory subscription's handler); they end with the iterator (Run stops
+// or drains it before returning) and with the connection (Close). Nothing here outlives Close.
 //
 // # Shutdown
 //
