@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,9 +34,13 @@ type Options struct {
 type Result struct {
 	Sent    int
 	Acked   int
-	Failed  int
+	Failed  int // not acknowledged after every retry
+	Retried int // publishes sent again after a failed or timed-out PubAck
 	Elapsed time.Duration
 }
+
+// maxRetries bounds how often a publish whose PubAck failed is sent again.
+const maxRetries = 5
 
 // MsgID is the Nats-Msg-Id of event seq of run.
 func MsgID(run, seq uint64) string {
@@ -64,10 +68,17 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 		total = int(o.Rate * o.Duration.Seconds())
 		interval = time.Duration(float64(time.Second) / o.Rate)
 	}
-	var failed atomic.Int64
+	var (
+		mu     sync.Mutex
+		failed []*nats.Msg // awaiting a retry
+	)
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(o.MaxPending),
-		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { failed.Add(1) }))
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, _ error) {
+			mu.Lock()
+			failed = append(failed, m)
+			mu.Unlock()
+		}))
 	if err != nil {
 		return Result{}, fmt.Errorf("loadgen: %w", err)
 	}
@@ -101,7 +112,9 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			Header:  nats.Header{jetstream.MsgIDHeader: []string{MsgID(o.Run, seq)}},
 		}
 		if _, err := js.PublishMsgAsync(msg); err != nil {
-			failed.Add(1)
+			mu.Lock()
+			failed = append(failed, msg)
+			mu.Unlock()
 		}
 		res.Sent++
 		if o.Progress != nil && time.Since(lastProgress) >= 100*time.Millisecond {
@@ -109,13 +122,33 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			lastProgress = time.Now()
 		}
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return res, ctx.Err()
+	// A PubAck that times out on a busy server does not mean the message was
+	// not stored: publish it again with the same Nats-Msg-Id, and JetStream's
+	// duplicate window stores it at most once.
+	for attempt := 0; ; attempt++ {
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+		mu.Lock()
+		retry := failed
+		failed = nil
+		mu.Unlock()
+		if len(retry) == 0 || attempt == maxRetries {
+			res.Failed = len(retry)
+			break
+		}
+		res.Retried += len(retry)
+		for _, m := range retry {
+			if _, err := js.PublishMsgAsync(m); err != nil {
+				mu.Lock()
+				failed = append(failed, m)
+				mu.Unlock()
+			}
+		}
 	}
 	res.Elapsed = time.Since(start)
-	res.Failed = int(failed.Load())
 	res.Acked = res.Sent - res.Failed
 	if o.Progress != nil {
 		o.Progress(res.Sent)
