@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding/binary"
 	"encoding/json"
+	"hash/fnv"
 	"math"
 	"testing"
 
@@ -146,6 +147,54 @@ func BenchmarkJSONLibraries(b *testing.B) {
 			t.Seq = gjson.Get(s, "seq").Int()
 			t.Tags.Site = gjson.Get(s, "tags.site").Str
 			buf = encodeTelemetry(b, buf[:0], &t, benchPayload)
+		}
+	})
+}
+
+// BenchmarkRowTuple compares how a worker gives each row its own tuple:
+// carving from a slab (what encode does) against one make per row.
+func BenchmarkRowTuple(b *testing.B) {
+	m := mustCompile(b, benchColumns...)
+	ev := &Event{Data: benchPayload}
+	b.Run("slab", func(b *testing.B) {
+		w := &worker{enc: m.NewEncoder(0)}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := w.encode(ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("make_per_row", func(b *testing.B) {
+		enc := m.NewEncoder(0)
+		var scratch []byte
+		b.ReportAllocs()
+		for b.Loop() {
+			var err error
+			if scratch, err = enc.AppendTuple(scratch[:0], ev); err != nil {
+				b.Fatal(err)
+			}
+			t := make([]byte, len(scratch))
+			copy(t, scratch)
+		}
+	})
+}
+
+// BenchmarkKey compares Key with hash/fnv on the same subject.
+func BenchmarkKey(b *testing.B) {
+	ev := &Event{Subject: "events.telemetry.dev-0042"}
+	b.Run("Key", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = Key(ev)
+		}
+	})
+	b.Run("hash_fnv", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			h := fnv.New64a()
+			h.Write([]byte(ev.Subject))
+			_ = h.Sum64()
 		}
 	})
 }
