@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
+
+	"github.com/jetsink/jetsink/telemetry"
 
 	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/consumer"
@@ -24,6 +28,8 @@ type Processor struct {
 	sink     *sink.Sink
 	pipeline *pipeline.Pipeline
 	workers  int
+
+	adminAddr atomic.Pointer[net.Addr]
 }
 
 // New connects to NATS and PostgreSQL and builds the stages. cfg must have
@@ -77,6 +83,14 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	intake, cancelIntake := context.WithCancel(intake)
 	defer cancelIntake()
 
+	if p.cfg.Telemetry.Listen != "" {
+		stopAdmin, err := p.serveAdmin(hard)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
+	}
+
 	in := ringq.NewDispatch[pipeline.Event](p.workers, p.cfg.Pipeline.RingSize, pipeline.Key)
 	out := ringq.NewMerge[pipeline.Row](p.workers, p.cfg.Pipeline.RingSize)
 
@@ -111,6 +125,47 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	}
 	if err := context.Cause(hard); err != nil {
 		return err
+	}
+	return nil
+}
+
+// serveAdmin starts the admin listener (/healthz, /readyz) and returns the
+// function that stops it and waits for it.
+func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
+	admin := telemetry.NewAdmin(map[string]telemetry.Check{
+		"nats": func(context.Context) error {
+			if !p.consumer.Ready() {
+				return errors.New("not connected")
+			}
+			return nil
+		},
+		"postgres": p.sink.Ping,
+	})
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- telemetry.Serve(ctx, p.cfg.Telemetry.Listen, admin, ready) }()
+	select {
+	case addr := <-ready:
+		p.adminAddr.Store(&addr)
+		p.log.Info("admin listener", "addr", addr.String())
+	case err := <-done:
+		cancel()
+		return nil, err
+	}
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			p.log.Warn("admin listener", "err", err)
+		}
+	}, nil
+}
+
+// AdminAddr is the admin listener's address once Run has started it, nil
+// before or when telemetry.listen is empty.
+func (p *Processor) AdminAddr() net.Addr {
+	if a := p.adminAddr.Load(); a != nil {
+		return *a
 	}
 	return nil
 }
