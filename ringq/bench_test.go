@@ -3,6 +3,7 @@ package ringq
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -23,6 +24,18 @@ type ev struct {
 }
 
 func mkEv(i int) ev { return ev{seq: uint64(i), key: uint64(i)} }
+
+// consumed receives a checksum from every consumer, so that consumers read what they are
+// handed (a channel receive into the blank identifier would skip the copy out).
+var consumed atomic.Uint64
+
+func sumSeq(vs []ev) uint64 {
+	var s uint64
+	for i := range vs {
+		s += vs[i].seq
+	}
+	return s
+}
 
 // ---- the mutex+slice baseline ----
 
@@ -133,8 +146,11 @@ func BenchmarkSPSC(b *testing.B) {
 			}
 			close(ch)
 		}}, []func(){func() {
-			for range ch {
+			var sum uint64
+			for v := range ch {
+				sum += v.seq
 			}
+			consumed.Add(sum)
 		}})
 	})
 	b.Run("batch=1/q=mutex", func(b *testing.B) {
@@ -148,8 +164,11 @@ func BenchmarkSPSC(b *testing.B) {
 			q.close()
 		}}, []func(){func() {
 			var one [1]ev
+			var sum uint64
 			for q.popN(one[:]) > 0 {
+				sum += one[0].seq
 			}
+			consumed.Add(sum)
 		}})
 	})
 	b.Run("batch=1/q=ring", func(b *testing.B) {
@@ -162,10 +181,14 @@ func BenchmarkSPSC(b *testing.B) {
 			}
 			r.Close()
 		}}, []func(){func() {
+			var sum uint64
 			for {
-				if _, err := r.Pop(ctx); err != nil {
+				v, err := r.Pop(ctx)
+				if err != nil {
+					consumed.Add(sum)
 					return
 				}
+				sum += v.seq
 			}
 		}})
 	})
@@ -179,8 +202,11 @@ func BenchmarkSPSC(b *testing.B) {
 			}
 			close(ch)
 		}}, []func(){func() {
-			for range ch {
+			var sum uint64
+			for a := range ch {
+				sum += sumSeq(a[:])
 			}
+			consumed.Add(sum)
 		}})
 	})
 	b.Run("batch=64/q=mutex", func(b *testing.B) {
@@ -194,8 +220,11 @@ func BenchmarkSPSC(b *testing.B) {
 			q.close()
 		}}, []func(){func() {
 			var a [64]ev
-			for q.popN(a[:]) > 0 {
+			var sum uint64
+			for n := q.popN(a[:]); n > 0; n = q.popN(a[:]) {
+				sum += sumSeq(a[:n])
 			}
+			consumed.Add(sum)
 		}})
 	})
 	b.Run("batch=64/q=ring", func(b *testing.B) {
@@ -211,10 +240,14 @@ func BenchmarkSPSC(b *testing.B) {
 			r.Close()
 		}}, []func(){func() {
 			var a [64]ev
+			var sum uint64
 			for {
-				if _, err := r.PopN(ctx, a[:]); err != nil {
+				n, err := r.PopN(ctx, a[:])
+				if err != nil {
+					consumed.Add(sum)
 					return
 				}
+				sum += sumSeq(a[:n])
 			}
 		}})
 	})
@@ -242,8 +275,11 @@ func BenchmarkFanIn2(b *testing.B) {
 			}
 		}
 		run(b, prods, []func(){func() {
-			for range ch {
+			var sum uint64
+			for v := range ch {
+				sum += v.seq
 			}
+			consumed.Add(sum)
 		}})
 	})
 	b.Run("batch=1/q=mutex", func(b *testing.B) {
@@ -266,8 +302,11 @@ func BenchmarkFanIn2(b *testing.B) {
 		}
 		run(b, prods, []func(){func() {
 			var one [1]ev
+			var sum uint64
 			for q.popN(one[:]) > 0 {
+				sum += one[0].seq
 			}
+			consumed.Add(sum)
 		}})
 	})
 	b.Run("batch=1/q=ring", func(b *testing.B) {
@@ -286,10 +325,14 @@ func BenchmarkFanIn2(b *testing.B) {
 		}
 		run(b, prods, []func(){func() {
 			var one [1]ev
+			var sum uint64
 			for {
-				if _, err := m.PopN(ctx, one[:]); err != nil {
+				n, err := m.PopN(ctx, one[:])
+				if err != nil {
+					consumed.Add(sum)
 					return
 				}
+				sum += sumSeq(one[:n])
 			}
 		}})
 	})
@@ -312,8 +355,11 @@ func BenchmarkFanIn2(b *testing.B) {
 			}
 		}
 		run(b, prods, []func(){func() {
-			for range ch {
+			var sum uint64
+			for a := range ch {
+				sum += sumSeq(a[:])
 			}
+			consumed.Add(sum)
 		}})
 	})
 	b.Run("batch=64/q=mutex", func(b *testing.B) {
@@ -336,8 +382,11 @@ func BenchmarkFanIn2(b *testing.B) {
 		}
 		run(b, prods, []func(){func() {
 			var a [64]ev
-			for q.popN(a[:]) > 0 {
+			var sum uint64
+			for n := q.popN(a[:]); n > 0; n = q.popN(a[:]) {
+				sum += sumSeq(a[:n])
 			}
+			consumed.Add(sum)
 		}})
 	})
 	b.Run("batch=64/q=ring", func(b *testing.B) {
@@ -358,10 +407,14 @@ func BenchmarkFanIn2(b *testing.B) {
 		}
 		run(b, prods, []func(){func() {
 			var a [64]ev
+			var sum uint64
 			for {
-				if _, err := m.PopN(ctx, a[:]); err != nil {
+				n, err := m.PopN(ctx, a[:])
+				if err != nil {
+					consumed.Add(sum)
 					return
 				}
+				sum += sumSeq(a[:n])
 			}
 		}})
 	})
@@ -378,8 +431,11 @@ func BenchmarkFanOut2(b *testing.B) {
 		for c := range chs {
 			chs[c] = make(chan ev, benchCap)
 			cons[c] = func() {
-				for range chs[c] {
+				var sum uint64
+				for v := range chs[c] {
+					sum += v.seq
 				}
+				consumed.Add(sum)
 			}
 		}
 		run(b, []func(){func() {
@@ -399,8 +455,11 @@ func BenchmarkFanOut2(b *testing.B) {
 			qs[c] = newMutexQueue(benchCap)
 			cons[c] = func() {
 				var one [1]ev
+				var sum uint64
 				for qs[c].popN(one[:]) > 0 {
+					sum += one[0].seq
 				}
+				consumed.Add(sum)
 			}
 		}
 		run(b, []func(){func() {
@@ -420,10 +479,14 @@ func BenchmarkFanOut2(b *testing.B) {
 		for c := range cons {
 			cons[c] = func() {
 				r := d.Ring(c)
+				var sum uint64
 				for {
-					if _, err := r.Pop(ctx); err != nil {
+					v, err := r.Pop(ctx)
+					if err != nil {
+						consumed.Add(sum)
 						return
 					}
+					sum += v.seq
 				}
 			}
 		}
@@ -443,8 +506,11 @@ func BenchmarkFanOut2(b *testing.B) {
 		for c := range chs {
 			chs[c] = make(chan [64]ev, benchCap/64)
 			cons[c] = func() {
-				for range chs[c] {
+				var sum uint64
+				for a := range chs[c] {
+					sum += sumSeq(a[:])
 				}
+				consumed.Add(sum)
 			}
 		}
 		run(b, []func(){func() {
@@ -474,8 +540,11 @@ func BenchmarkFanOut2(b *testing.B) {
 			qs[c] = newMutexQueue(benchCap)
 			cons[c] = func() {
 				var a [64]ev
-				for qs[c].popN(a[:]) > 0 {
+				var sum uint64
+				for n := qs[c].popN(a[:]); n > 0; n = qs[c].popN(a[:]) {
+					sum += sumSeq(a[:n])
 				}
+				consumed.Add(sum)
 			}
 		}
 		run(b, []func(){func() {
@@ -503,10 +572,14 @@ func BenchmarkFanOut2(b *testing.B) {
 			cons[c] = func() {
 				r := d.Ring(c)
 				var a [64]ev
+				var sum uint64
 				for {
-					if _, err := r.PopN(ctx, a[:]); err != nil {
+					n, err := r.PopN(ctx, a[:])
+					if err != nil {
+						consumed.Add(sum)
 						return
 					}
+					sum += sumSeq(a[:n])
 				}
 			}
 		}
