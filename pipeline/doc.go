@@ -65,8 +65,10 @@
 //     refused: epoch seconds and milliseconds are too easy to confuse.
 //     Four-digit years always lie inside PostgreSQL's range.
 //   - date: "YYYY-MM-DD".
-//   - jsonb: any JSON value, written compactly; \u0000 anywhere in it is
-//     refused with nul_in_text (PostgreSQL refuses it with SQLSTATE 22P05).
+//   - jsonb: any JSON value, written compactly (the payload column keeps the
+//     payload's bytes); \u0000 anywhere in it is refused with nul_in_text
+//     (PostgreSQL refuses it with SQLSTATE 22P05), and a number beyond
+//     numeric's range with out_of_range (PostgreSQL: SQLSTATE 22003).
 //   - bytea: JSON strings in standard base64 with padding; the payload and
 //     header values as their raw bytes.
 //

@@ -22,7 +22,9 @@ type Encoder struct {
 	maxEventBytes int64
 	p             fastjson.Parser
 	nul           bool   // the current payload holds a \u0000 escape
+	bigNum        bool   // the current payload may hold a number beyond numeric's range
 	scratch       []byte // a number's JSON text
+	numBuf        []byte // throwaway output of numeric range checks
 }
 
 // NewEncoder returns an Encoder for m. Payloads longer than maxEventBytes
@@ -46,7 +48,7 @@ func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 			" bytes; max_event_bytes is " + strconv.FormatInt(e.maxEventBytes, 10)}
 	}
 	var root *fastjson.Value
-	e.nul = false
+	e.nul, e.bigNum = false, false
 	if m.needJSON {
 		var derr *DecodeError
 		if root, derr = e.parse(data); derr != nil {
@@ -69,7 +71,7 @@ func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 			}
 			dst, derr = e.appendJSONValue(dst, c.Type, v)
 		case srcPayload:
-			dst, derr = e.appendPayload(dst, c.Type, data)
+			dst, derr = e.appendPayload(dst, c.Type, data, root)
 		case srcHeader:
 			vs := ev.Header[c.path[0]]
 			if len(vs) == 0 {
@@ -119,6 +121,7 @@ func (e *Encoder) parse(data []byte) (*fastjson.Value, *DecodeError) {
 		}
 		e.nul = nul
 	}
+	e.bigNum = len(data) > numericMaxDScale || mayHaveExponent(data)
 	root, err := e.p.ParseBytes(data)
 	if err != nil { // nesting deeper than fastjson.MaxDepth
 		return nil, &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON: " + trimTail(err.Error())}
@@ -198,6 +201,9 @@ func (e *Encoder) appendJSONValue(dst []byte, t Type, v *fastjson.Value) ([]byte
 		case TypeText:
 			return v.MarshalTo(dst), nil // the number's JSON text
 		case TypeJSONB:
+			if e.bigNum && !e.numbersFit(v) {
+				return dst, jsonbNumberRange()
+			}
 			return v.MarshalTo(append(dst, 1)), nil
 		case TypeInt2, TypeInt4, TypeInt8, TypeFloat4, TypeFloat8, TypeNumeric:
 		default:
@@ -225,6 +231,9 @@ func (e *Encoder) appendJSONValue(dst []byte, t Type, v *fastjson.Value) ([]byte
 			dst, _ = appendJSON(dst, v)
 			return dst, nil
 		case TypeJSONB:
+			if e.bigNum && !e.numbersFit(v) {
+				return dst, jsonbNumberRange()
+			}
 			var nul bool
 			dst, nul = appendJSON(append(dst, 1), v)
 			if nul {
@@ -239,12 +248,61 @@ func (e *Encoder) appendJSONValue(dst []byte, t Type, v *fastjson.Value) ([]byte
 	}
 }
 
+// mayHaveExponent reports whether b holds a digit followed by e or E: a
+// cheap over-approximation of "b holds a number with an exponent".
+func mayHaveExponent(b []byte) bool {
+	for i := 1; i < len(b); i++ {
+		if (b[i] == 'e' || b[i] == 'E') && b[i-1] >= '0' && b[i-1] <= '9' {
+			return true
+		}
+	}
+	return false
+}
+
+// numbersFit reports whether every number in v fits PostgreSQL's numeric,
+// which jsonb stores its numbers in (it refuses 1e131072 or 1e-16384 with
+// SQLSTATE 22003). Only called when the payload may hold such a number.
+func (e *Encoder) numbersFit(v *fastjson.Value) bool {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		o, _ := v.Object()
+		ok := true
+		o.Visit(func(_ []byte, vv *fastjson.Value) { ok = ok && e.numbersFit(vv) })
+		return ok
+	case fastjson.TypeArray:
+		a, _ := v.Array()
+		for _, vv := range a {
+			if !e.numbersFit(vv) {
+				return false
+			}
+		}
+		return true
+	case fastjson.TypeNumber:
+		e.scratch = v.MarshalTo(e.scratch[:0])
+		if len(e.scratch) < 64 && bytes.IndexByte(e.scratch, 'e') < 0 && bytes.IndexByte(e.scratch, 'E') < 0 {
+			return true // short and without exponent: far inside the range
+		}
+		var derr *DecodeError
+		e.numBuf, derr = appendNumeric(e.numBuf[:0], b2s(e.scratch))
+		return derr == nil
+	default:
+		return true
+	}
+}
+
+func jsonbNumberRange() *DecodeError {
+	return &DecodeError{Code: CodeOutOfRange, Reason: "a JSON number is beyond the range of numeric, in which PostgreSQL jsonb stores numbers"}
+}
+
 // appendPayload encodes the whole payload as type t.
-func (e *Encoder) appendPayload(dst []byte, t Type, data []byte) ([]byte, *DecodeError) {
+func (e *Encoder) appendPayload(dst []byte, t Type, data []byte, root *fastjson.Value) ([]byte, *DecodeError) {
 	switch t {
 	case TypeJSONB:
 		if e.nul {
 			return dst, nulInJSONB()
+		}
+		if e.bigNum && !e.numbersFit(root) {
+			return dst, jsonbNumberRange()
 		}
 		return append(append(dst, 1), data...), nil
 	case TypeText:

@@ -195,6 +195,9 @@ func TestAppendTupleTypes(t *testing.T) {
 		{"jsonb NUL", TypeJSONB, `{"a":"\u0000"}`, false, nil, CodeNULInText},
 		{"jsonb NUL string", TypeJSONB, `"\u0000"`, false, nil, CodeNULInText},
 		{"jsonb null is NULL", TypeJSONB, `null`, false, null, ""},
+		{"jsonb big number", TypeJSONB, `1e131072`, false, nil, CodeOutOfRange},
+		{"jsonb nested big number", TypeJSONB, `{"x":[1e-16384]}`, false, nil, CodeOutOfRange},
+		{"jsonb number at the limit", TypeJSONB, `[1e131071]`, false, append([]byte{1}, `[1e131071]`...), ""},
 		// bytea
 		{"bytea", TypeBytea, `"AAEC/w=="`, false, []byte{0, 1, 2, 0xff}, ""},
 		{"bytea empty", TypeBytea, `""`, false, []byte{}, ""},

@@ -174,6 +174,11 @@ func TestPayloadJSONChecks(t *testing.T) {
 		{``, CodeInvalidJSON},
 		{"{\"a\":\"\xc3\x28\"}", CodeInvalidUTF8},
 		{strings.Repeat("[", 400) + strings.Repeat("]", 400), CodeInvalidJSON},
+		{`{"a":[1e131071, -1e-16383, 2E+3]}`, ""},
+		{`{"a":[1e131072]}`, CodeOutOfRange},
+		{`{"a":{"b":-1e-16384}}`, CodeOutOfRange},
+		{`{"a":"1e999999"}`, ""}, // a string, not a number
+		{`{"a":1` + strings.Repeat("0", 131072) + `}`, CodeOutOfRange},
 	}
 	for _, c := range cases {
 		_, err := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(c.payload)})
@@ -183,7 +188,7 @@ func TestPayloadJSONChecks(t *testing.T) {
 			t.Errorf("%q: %v", c.payload, err)
 		case c.code != "" && (!errors.As(err, &de) || de.Code != c.code):
 			t.Errorf("%q: err = %v, want %s", c.payload, err, c.code)
-		case c.code != "" && de.Column != "" && c.code != CodeNULInText:
+		case c.code != "" && de.Column != "" && c.code != CodeNULInText && c.code != CodeOutOfRange:
 			t.Errorf("%q: whole-payload error names column %q", c.payload, de.Column)
 		}
 	}

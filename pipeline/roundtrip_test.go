@@ -246,6 +246,11 @@ func TestRoundTripPostgres(t *testing.T) {
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM numeric_limits WHERE n <> src::numeric OR n::text <> src::numeric::text").Scan(&bad); err != nil || bad != 0 {
 			t.Fatalf("%d disagreements (%v)", bad, err)
 		}
+		// jsonb stores its numbers as numeric: the same limits hold inside it.
+		jcols := []Column{{Name: "j", From: "payload", Type: TypeJSONB}, {Name: "k", From: "json:a", Type: TypeJSONB}}
+		createTable(t, ctx, conn, "jsonb_limits", jcols)
+		copyTuples(t, ctx, conn, "jsonb_limits", jcols, encodeAll(t, mustCompile(t, jcols...),
+			[]Event{{Data: []byte(`{"a":[1e131071,-1e-16383,"1e999999"]}`)}}))
 		for _, s := range []string{"1e131072", "1e-16384"} {
 			_, err := mustCompile(t, cols...).NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(`{"v":` + s + `}`)})
 			if de, ok := err.(*DecodeError); !ok || de.Code != CodeOutOfRange {
