@@ -88,9 +88,13 @@ type Config struct {
 	// dead letters would loop). Default jetsink.dlq.EVENTS.
 	DeadLetterSubject string `yaml:"dead_letter_subject"`
 
-	// PullMaxMessages bounds the messages buffered by the pull iterator;
+	// PullMaxMessages bounds the messages buffered by the pull subscription;
 	// a new pull is sent when half of them have been taken. Default 1024:
 	// enough to keep two cores busy between pulls, small next to ring #1.
+	// nats.go counts a subscription holding more than 64 MiB as a slow
+	// consumer and drops messages (JetStream redelivers them after
+	// ack_wait), so keep pull_max_messages x typical event size well below
+	// that, or set PullMaxBytes.
 	PullMaxMessages int `yaml:"pull_max_messages"`
 	// PullMaxBytes additionally caps the bytes of one pull request; 0 (the
 	// default) means no byte cap. It must be at least the server's

@@ -45,7 +45,7 @@ type counters struct {
 	deadLettered      atomic.Uint64
 	deadLetterFailed  atomic.Uint64
 	maxDelivered      atomic.Uint64
-	iteratorRestarts  atomic.Uint64
+	resubscribes      atomic.Uint64
 	heartbeatsMissing atomic.Uint64
 }
 
@@ -56,7 +56,7 @@ type Stats struct {
 	DeadLettered      uint64 // dead letters published and their original terminated
 	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed, or left in the stream)
 	MaxDelivered      uint64 // events dead-lettered on the server's max_deliver advisory
-	IteratorRestarts  uint64 // pull iterators re-created after an error
+	Resubscribes      uint64 // pull subscriptions started again after one ended
 	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow)
 }
 
@@ -279,7 +279,7 @@ func (c *Consumer) Stats() Stats {
 		DeadLettered:      s.deadLettered.Load(),
 		DeadLetterFailed:  s.deadLetterFailed.Load(),
 		MaxDelivered:      s.maxDelivered.Load(),
-		IteratorRestarts:  s.iteratorRestarts.Load(),
+		Resubscribes:      s.resubscribes.Load(),
 		HeartbeatsMissing: s.heartbeatsMissing.Load(),
 	}
 }

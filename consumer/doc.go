@@ -9,11 +9,11 @@
 // backoff), creates or binds the stream and creates or updates the durable
 // consumer (explicit acks, nats.ack_wait, nats.max_deliver,
 // nats.max_ack_pending, nats.filter_subject). Run pulls with nats.go's
-// Messages iterator: up to nats.pull_max_messages (and optionally
-// nats.pull_max_bytes per pull) buffered in the client, a new pull sent when
-// half are taken, idle heartbeats from the server. Each message becomes a
-// pipeline.Event (one Metadata parse; Data and Header alias nats.go's
-// buffers) pushed into the dispatch, which blocks while the worker's ring is
+// Consume: up to nats.pull_max_messages (and optionally nats.pull_max_bytes
+// per pull) buffered in the client, a new pull sent when half are taken,
+// idle heartbeats from the server. Each message becomes a pipeline.Event (one
+// Metadata parse; Data and Header alias nats.go's buffers) pushed into the
+// dispatch, which blocks while the worker's ring is
 // full: that is where back-pressure reaches JetStream, which keeps the backlog
 // on disk. The consumer never acks; the sink does, after COMMIT.
 //
@@ -24,11 +24,14 @@
 //
 // # Goroutines
 //
-// Run's loop runs on the caller's goroutine; Run is the single producer of
-// the dispatch and closes it before returning. nats.go runs its own
-// goroutines (reader, flusher, the iterator's pull loop and status watcher,
-// the advisory subscription's handler); they end with the iterator (Run stops
-// or drains it before returning) and with the connection (Close). Nothing here outlives Close.
+// Run blocks on the caller's goroutine, supervising. The pushes happen on
+// nats.go's delivery goroutine of the pull subscription, one message at a
+// time; Run starts a new subscription only after the previous one's delivery
+// goroutine has returned, so the dispatch has one producer at a time, and Run
+// closes it before returning. nats.go's other goroutines (reader, flusher,
+// pull loop, status watcher, the advisory subscription's handler) end with
+// the subscription and with the connection (Close). Nothing here outlives
+// Close.
 //
 // # Shutdown
 //

@@ -15,7 +15,7 @@ import (
 // HeaderMsgID is the header JetStream de-duplicates on.
 const HeaderMsgID = "Nats-Msg-Id"
 
-// Back-off between attempts to re-create the pull iterator or the consumer.
+// Back-off between attempts to subscribe or to re-create the consumer.
 const (
 	retryMin = 100 * time.Millisecond
 	retryMax = 5 * time.Second
@@ -26,125 +26,181 @@ const (
 // how back-pressure reaches JetStream). It is the producer of out and closes
 // it before returning, whatever the outcome.
 //
-// Run survives disconnects and server restarts: nats.go re-issues the pull
-// on reconnect; when heartbeats stop or the iterator fails (consumer deleted,
-// stream re-created), Run checks the stream and consumer, re-creates them
-// (the stream only with nats.create_stream) and opens a new iterator, with
-// capped backoff, logging each step.
+// Run consumes with nats.go's Consume: the pushes happen on nats.go's
+// delivery goroutine for the pull subscription, one message at a time, while
+// Run's own goroutine supervises. A new subscription starts only after the
+// previous one's delivery goroutine has finished, so out always has exactly
+// one producer at a time.
 //
-// When ctx (intake) ends, Run stops pulling, drains the iterator so messages
-// already delivered to this client are still pushed, and returns nil. That
-// drain and those pushes are bounded by hard. When hard ends, Run returns
-// promptly with an error wrapping hard's error; messages it took but did not
-// push are not acked and JetStream redelivers them after nats.ack_wait.
+// Run survives disconnects and server restarts: nats.go re-issues the pull
+// on reconnect and when heartbeats stop. When heartbeats stop Run also checks
+// that the stream and consumer still exist; when they are gone, or the
+// subscription ends by itself (consumer deleted), Run re-creates them (the
+// stream only with nats.create_stream) and subscribes again, with capped
+// backoff, logging each step.
+//
+// When ctx (intake) ends, Run stops pulling, drains the subscription so
+// messages already delivered to this client are still pushed, and returns
+// nil. That drain and those pushes are bounded by hard. When hard ends, Run
+// returns promptly with an error wrapping hard's error; messages it took but
+// did not push are nak'ed, the rest are redelivered after nats.ack_wait.
 // Run returns an error wrapping ringq.ErrClosed if out was closed by someone
 // else and one wrapping jetstream.ErrConnectionClosed if Close was called.
 // Run must not be called concurrently with itself.
 func (c *Consumer) Run(ctx, hard context.Context, out *ringq.Dispatch[pipeline.Event]) error {
 	defer out.Close()
-
-	// intake ends with ctx or hard, so one NextContext watches both.
-	intake, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stopAfter := context.AfterFunc(hard, cancel)
-	defer stopAfter()
-
-	// Built once: each NextContext allocates its closure.
-	nextIntake := jetstream.NextContext(intake)
-	nextHard := jetstream.NextContext(hard)
-
-	var iter jetstream.MessagesContext
-	defer func() {
-		if iter != nil {
-			iter.Stop()
-		}
-	}()
 	backoff := retryMin
-pull:
 	for {
-		if iter == nil {
-			var err error
-			iter, err = c.open(intake)
-			if err != nil {
-				if intake.Err() != nil {
-					break pull
-				}
-				c.log.Error("open pull iterator; retrying", "err", err, "retry_in", backoff)
-				if !sleep(intake, backoff) {
-					break pull
-				}
-				backoff = min(2*backoff, retryMax)
-				continue
-			}
+		if err := hard.Err(); err != nil {
+			return fmt.Errorf("consume: shutdown cut short: %w", err)
 		}
-		msg, err := iter.Next(nextIntake)
-		if err == nil {
-			backoff = retryMin
-			if err := c.push(hard, out, msg); err != nil {
-				return err
-			}
+		if ctx.Err() != nil {
+			return nil
+		}
+		s, err := c.subscribe(hard, out)
+		if err != nil {
+			c.log.Error("subscribe to the consumer; retrying", "err", err, "retry_in", backoff)
+			sleep(ctx, hard, backoff)
+			backoff = min(2*backoff, retryMax)
 			continue
 		}
-		if intake.Err() != nil {
-			break pull
+		began := time.Now()
+		over, err := c.serve(ctx, hard, s)
+		if over {
+			return err
 		}
-		switch {
-		case errors.Is(err, jetstream.ErrNoHeartbeat):
-			// The iterator pulls again by itself; find out whether the
-			// consumer is still there (a restart with a lost store, a
-			// re-created stream or consumer answer pulls with silence).
-			c.stats.heartbeatsMissing.Add(1)
-			c.log.Warn("pull heartbeats missed; checking the consumer")
-			if c.recheck(intake) {
-				iter.Stop()
-				iter = nil
-				c.stats.iteratorRestarts.Add(1)
-			}
-		case errors.Is(err, jetstream.ErrConnectionClosed):
-			return fmt.Errorf("consume: %w", err)
-		default:
-			// Consumer deleted, bad request, iterator closed under us.
-			c.log.Warn("pull iterator failed; re-creating it", "err", err, "retry_in", backoff)
-			iter.Stop()
-			iter = nil
-			c.stats.iteratorRestarts.Add(1)
-			if !sleep(intake, backoff) {
-				break pull
+		if time.Since(began) > time.Minute {
+			backoff = retryMin
+		}
+		// The subscription ended without us (consumer deleted, ...) or was
+		// ended to re-create the consumer: subscribe again.
+		c.stats.resubscribes.Add(1)
+		if !s.recreated {
+			c.log.Warn("pull subscription ended; re-creating the consumer", "retry_in", backoff)
+			if !sleep(ctx, hard, backoff) {
+				continue
 			}
 			backoff = min(2*backoff, retryMax)
-			if err := c.ensureAll(intake); err != nil && intake.Err() == nil {
+			if err := c.ensureAll(ctx); err != nil && ctx.Err() == nil {
 				c.log.Error("re-create stream/consumer", "err", err)
 			}
 		}
 	}
+}
 
-	if err := hard.Err(); err != nil {
-		return fmt.Errorf("consume: shutdown cut short: %w", err)
-	}
-	if iter == nil {
-		return nil
-	}
-	// Intake ended: stop pulling and push what this client already holds.
-	iter.Drain()
-	for {
-		msg, err := iter.Next(nextHard)
-		if err == nil {
-			if err := c.push(hard, out, msg); err != nil {
-				return err
-			}
-			continue
+// session is one Consume subscription.
+type session struct {
+	cc     jetstream.ConsumeContext
+	closed <-chan struct{} // closed once the delivery goroutine has returned
+	errs   chan error      // errors nats.go reports; sends never block
+	// pushErr carries the first failed Push (hard over, out closed); after
+	// it the handler only naks.
+	pushErr   chan error
+	failed    bool // delivery goroutine only
+	recreated bool // the consumer was re-created while this session ran
+}
+
+// subscribe starts a Consume subscription whose handler pushes into out.
+func (c *Consumer) subscribe(hard context.Context, out *ringq.Dispatch[pipeline.Event]) (*session, error) {
+	cfg := &c.cfg
+	s := &session{errs: make(chan error, 16), pushErr: make(chan error, 1)}
+	handle := func(msg jetstream.Msg) {
+		if s.failed {
+			_ = msg.Nak()
+			return
 		}
-		switch {
-		case hard.Err() != nil:
-			return fmt.Errorf("consume: drain cut short: %w", hard.Err())
-		case errors.Is(err, jetstream.ErrNoHeartbeat):
-			continue
-		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-			iter = nil
-			return nil
-		default:
-			c.log.Warn("pull iterator failed while draining", "err", err)
-			return nil
+		if err := c.push(hard, out, msg); err != nil {
+			s.failed = true
+			s.pushErr <- err
+		}
+	}
+	onErr := func(_ jetstream.ConsumeContext, err error) {
+		select {
+		case s.errs <- err:
+		default: // Run is behind; the next error will do
+		}
+	}
+	opts := make([]jetstream.PullConsumeOpt, 0, 4)
+	if cfg.PullMaxBytes > 0 {
+		opts = append(opts, jetstream.PullMaxMessagesWithBytesLimit(cfg.PullMaxMessages, cfg.PullMaxBytes))
+	} else {
+		opts = append(opts, jetstream.PullMaxMessages(cfg.PullMaxMessages))
+	}
+	opts = append(opts,
+		jetstream.PullExpiry(cfg.PullExpiry),
+		jetstream.PullHeartbeat(cfg.PullHeartbeat),
+		jetstream.ConsumeErrHandler(onErr),
+	)
+	cc, err := c.cons.Load().Consume(handle, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("consume: %w", err)
+	}
+	s.cc = cc
+	// Taken now, while the subscription is valid: this channel is closed
+	// only after the delivery goroutine has returned.
+	s.closed = cc.Closed()
+	return s, nil
+}
+
+// serve watches one session until it ends. over says Run is to return err;
+// otherwise Run subscribes again.
+func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err error) {
+	for {
+		select {
+		case <-ctx.Done():
+			// Intake over: stop pulling, push what this client holds.
+			s.cc.Drain()
+			select {
+			case <-s.closed:
+				select {
+				case err := <-s.pushErr:
+					return true, err
+				default:
+					return true, nil
+				}
+			case <-hard.Done():
+				// Do not wait for nats.go's drain: the handler now only naks.
+				return true, fmt.Errorf("consume: drain cut short: %w", hard.Err())
+			}
+		case <-hard.Done():
+			s.cc.Stop()
+			return true, fmt.Errorf("consume: shutdown cut short: %w", hard.Err())
+		case err := <-s.pushErr:
+			s.cc.Stop()
+			return true, err
+		case err := <-s.errs:
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+				c.log.Warn("pull subscription", "err", err)
+				continue
+			}
+			// nats.go pulls again by itself; find out whether the consumer
+			// is still there (a restart that lost the store, a re-created
+			// stream or consumer answer pulls with silence).
+			c.stats.heartbeatsMissing.Add(1)
+			c.log.Warn("pull heartbeats missed; checking the consumer")
+			if !c.recheck(ctx) {
+				continue
+			}
+			s.recreated = true
+			s.cc.Stop()
+			select {
+			case <-s.closed:
+				return false, nil
+			case <-hard.Done():
+				return true, fmt.Errorf("consume: shutdown cut short: %w", hard.Err())
+			}
+		case <-s.closed:
+			// Ended by nats.go: consumer deleted, bad request, connection
+			// closed.
+			if c.nc.IsClosed() {
+				return true, fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)
+			}
+			select {
+			case err := <-s.pushErr:
+				return true, err
+			default:
+				return false, nil
+			}
 		}
 	}
 }
@@ -185,29 +241,9 @@ func (c *Consumer) push(hard context.Context, out *ringq.Dispatch[pipeline.Event
 	return nil
 }
 
-// open starts a pull iterator on the current consumer.
-func (c *Consumer) open(ctx context.Context) (jetstream.MessagesContext, error) {
-	cfg := &c.cfg
-	opts := make([]jetstream.PullMessagesOpt, 0, 4)
-	if cfg.PullMaxBytes > 0 {
-		opts = append(opts, jetstream.PullMaxMessagesWithBytesLimit(cfg.PullMaxMessages, cfg.PullMaxBytes))
-	} else {
-		opts = append(opts, jetstream.PullMaxMessages(cfg.PullMaxMessages))
-	}
-	opts = append(opts,
-		jetstream.PullExpiry(cfg.PullExpiry),
-		jetstream.PullHeartbeat(cfg.PullHeartbeat),
-	)
-	iter, err := c.cons.Load().Messages(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("open pull iterator: %w", err)
-	}
-	return iter, nil
-}
-
 // recheck looks the consumer up and re-creates what is missing. It reports
-// whether the consumer was re-created, in which case the iterator must be
-// re-opened.
+// whether the consumer was re-created, in which case Run must subscribe
+// again.
 func (c *Consumer) recheck(ctx context.Context) bool {
 	if !c.nc.IsConnected() {
 		return false // reconnecting: nats.go re-pulls once it is back
@@ -240,14 +276,16 @@ func (c *Consumer) ensureAll(ctx context.Context) error {
 	return c.ensureConsumer(ctx)
 }
 
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d or until intake or hard ends; it reports whether d passed.
+func sleep(intake, hard context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-ctx.Done():
+	case <-intake.Done():
+		return false
+	case <-hard.Done():
 		return false
 	}
 }

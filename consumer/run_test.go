@@ -279,8 +279,8 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if c.Stats().IteratorRestarts == 0 {
-		t.Fatal("IteratorRestarts = 0 after the consumer was deleted")
+	if c.Stats().Resubscribes == 0 {
+		t.Fatal("Resubscribes = 0 after the consumer was deleted")
 	}
 	if err := r.stop(t, ctx); err != nil {
 		t.Fatalf("Run = %v", err)
