@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -57,10 +58,16 @@ type run struct {
 // (ringq.ErrClosed) and every popped row is committed and acked (or
 // dead-lettered); then it returns nil. ctx is the hard context: cancelling
 // it abandons uncommitted batches (their messages are not acked and will be
-// redelivered) and Run returns ctx.Err(). Run never returns another error:
-// database failures are retried until ctx ends. Every goroutine Run starts
-// has ended when it returns. Run must not be called twice at once.
+// redelivered) and Run returns ctx.Err(). A Source error other than
+// ringq.ErrClosed is returned as is, after the batches handed over are
+// done. Database failures are never returned: they are retried until ctx
+// ends. Without a DeadLetterer (New with nil) Run returns an error wrapping
+// ErrInvalidConfig at once. Every goroutine Run starts has ended when it
+// returns. Run must not be called twice at once.
 func (s *Sink) Run(ctx context.Context, src Source) error {
+	if s.dl == nil {
+		return fmt.Errorf("%w: sink: Run needs a dead-letterer (New was given nil)", ErrInvalidConfig)
+	}
 	n := s.cfg.Connections
 	r := &run{
 		s:     s,

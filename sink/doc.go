@@ -66,9 +66,17 @@
 //     retried with backoff like a transient error, and logged at error level
 //     once per distinct error. Nothing is dead-lettered for it.
 //
+// # Use
+//
+//	s, err := sink.New(ctx, cfg, mapper.Columns(), deadLetterer, log)
+//	merge := ringq.NewMerge[pipeline.Row](workers, ringSize) // the workers' output rings
+//	err = s.Run(hardCtx, merge) // nil once every ring is closed and drained
+//	s.Close()
+//
 // # Errors
 //
 // Validate, New and ParseTable return errors wrapping ErrInvalidConfig.
-// Run returns nil or the hard context's error. Errors never contain the
+// Run returns nil, the hard context's error, or a Source's own error.
+// Errors never contain the
 // connection string; they name host, port and database.
 package sink

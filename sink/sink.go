@@ -83,7 +83,8 @@ var stagingTable = pgx.Identifier{"pg_temp", "jetsink_staging"}
 // (application_name AppName): one per committer and one for Ping, Init and
 // Check. It connects lazily, so a database that is down at start-up only
 // delays the first commit, unless cfg.CreateTable is set: then it runs Init
-// and returns its error. Errors wrap
+// and returns its error. dl may be nil for a Sink that only serves DDL,
+// Init, Check and Ping (jetsink check/init); Run needs it. Errors wrap
 // ErrInvalidConfig for a bad config or mapping; connection errors name
 // host, port and database only.
 func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.DeadLetterer, log *slog.Logger) (*Sink, error) {
@@ -92,9 +93,6 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	}
 	if len(cols) == 0 {
 		return nil, fmt.Errorf("%w: postgres.columns is empty; list the columns or pass the raw-mode columns", ErrInvalidConfig)
-	}
-	if dl == nil {
-		return nil, fmt.Errorf("%w: no dead-letterer: the sink needs one to park rows the database refuses", ErrInvalidConfig)
 	}
 	if log == nil {
 		log = slog.Default()
