@@ -348,3 +348,67 @@ func TestRunClosesDispatchWhenIntakeAlreadyCancelled(t *testing.T) {
 		}
 	}
 }
+
+func TestRunRecreatesDeletedStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 5, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	for i := 0; i < 5; i++ {
+		if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
+		t.Fatal(err)
+	}
+	// With nats.create_stream, Run puts stream and consumer back.
+	waitFor(t, ctx, "the stream to be re-created", func() bool {
+		_, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		return err == nil
+	})
+	publish(t, ctx, js, cfg, 5, 1, 100)
+	for i := 0; i < 5; i++ {
+		ev := r.next(t, ctx).ev
+		if got := bodyIndex(t, &ev); got != 100+i || ev.StreamSeq != uint64(i+1) {
+			t.Fatalf("after re-creation got message %d at seq %d, want %d at seq %d", got, ev.StreamSeq, 100+i, i+1)
+		}
+		if err := ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+func TestRunWithPullMaxBytes(t *testing.T) {
+	const n = 3000
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.PullMaxMessages = 256
+	cfg.PullMaxBytes = 2 << 20
+	c := newConsumer(t, ctx, cfg)
+	publish(t, ctx, jsFor(t, srv), cfg, n, 3, 0)
+	r := startRun(t, ctx, c, 2, 128, n)
+	seen := make(map[uint64]bool, n)
+	for len(seen) < n {
+		ev := r.next(t, ctx).ev
+		if seen[ev.StreamSeq] {
+			t.Fatalf("seq %d twice", ev.StreamSeq)
+		}
+		seen[ev.StreamSeq] = true
+		if err := ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
