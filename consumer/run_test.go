@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/ringq"
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -407,6 +409,56 @@ func TestRunWithPullMaxBytes(t *testing.T) {
 		if err := ev.Msg.Ack(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+// TestRunRecoversWhenServerLosesStream restarts the server under a memory
+// stream, so the stream and consumer are gone afterwards: pulls meet
+// silence, heartbeats stop, and once an operator re-creates the stream Run
+// re-creates the consumer and carries on.
+func TestRunRecoversWhenServerLosesStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	js := jsFor(t, srv)
+	streamCfg := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.MemoryStorage}
+	if _, err := js.CreateStream(ctx, streamCfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CreateStream = false
+	c := newConsumer(t, ctx, cfg)
+	publish(t, ctx, js, cfg, 3, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	for i := 0; i < 3; i++ {
+		if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Shutdown()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "reconnect", c.Ready)
+	js2 := jsFor(t, srv)
+	if _, err := js2.CreateStream(ctx, streamCfg); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js2, cfg, 3, 1, 10)
+	for i := 0; i < 3; i++ {
+		ev := r.next(t, ctx).ev
+		if got := bodyIndex(t, &ev); got != 10+i {
+			t.Fatalf("got message %d, want %d", got, 10+i)
+		}
+		if err := ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.Stats(); st.HeartbeatsMissing == 0 || st.Resubscribes == 0 {
+		t.Fatalf("Stats = %+v: want the heartbeat check to have re-created the consumer", st)
 	}
 	if err := r.stop(t, ctx); err != nil {
 		t.Fatalf("Run = %v", err)
