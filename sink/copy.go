@@ -188,6 +188,10 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		case cl == classConfig:
 			c.s.st.configErrs.Add(1)
 			c.s.logConfigError(err)
+			// Start the next attempt on a fresh connection: the table may
+			// be fixed by then, and a staging table or cached statement
+			// from before the fix would keep failing.
+			c.closeConn()
 		case attempt == 0:
 			c.s.log.Warn("batch failed; retrying until it commits", "rows", len(rows), "err", err,
 				"commit_outcome_unknown", unknown, "retry_in", wait)
