@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +17,37 @@ import (
 
 	"github.com/jetsink/jetsink/tests/testenv"
 )
+
+// rowStrings collects a row of any width for error messages.
+func rowStrings(r pgx.CollectableRow) ([]string, error) {
+	vals, err := r.Values()
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		out[i] = fmt.Sprint(v)
+	}
+	return out, err
+}
+
+// readCorpusEntry reads a "go test fuzz v1" file holding a []byte and a string.
+func readCorpusEntry(t *testing.T, path string) ([]byte, string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%s: %d lines", path, len(lines))
+	}
+	unq := func(line, prefix string) string {
+		v, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(line, prefix), ")"))
+		if err != nil {
+			t.Fatalf("%s: %q: %v", path, line, err)
+		}
+		return v
+	}
+	return []byte(unq(lines[1], "[]byte(")), unq(lines[2], "string(")
+}
 
 // copyTuples COPYs tuples into table in binary format, as the sink does.
 func copyTuples(t *testing.T, ctx context.Context, conn *pgx.Conn, table string, cols []Column, tuples [][]byte) {
@@ -184,7 +217,7 @@ func TestRoundTripPostgres(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bad, err := pgx.CollectRows(rows, pgx.RowTo[[]string])
+		bad, err := pgx.CollectRows(rows, rowStrings)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +247,7 @@ func TestRoundTripPostgres(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bad, err := pgx.CollectRows(rows, pgx.RowTo[[]string])
+		bad, err := pgx.CollectRows(rows, rowStrings)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,6 +263,79 @@ func TestRoundTripPostgres(t *testing.T) {
 			if _, err := conn.Exec(ctx, "SELECT $1::text::float4", s); err == nil {
 				t.Errorf("%s: PostgreSQL accepts it, the encoder does not", s)
 			}
+		}
+	})
+
+	// Whatever the encoder accepts, PostgreSQL must accept: COPY every
+	// fuzz corpus entry that encodes.
+	t.Run("fuzz corpus", func(t *testing.T) {
+		dir := filepath.Join("testdata", "fuzz", "FuzzAppendTuple")
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		createTable(t, ctx, conn, "fuzz_corpus", fuzzColumns)
+		enc := mustCompile(t, fuzzColumns...).NewEncoder(1 << 16)
+		accepted := 0
+		for _, e := range entries {
+			payload, header := readCorpusEntry(t, filepath.Join(dir, e.Name()))
+			tup, err := enc.AppendTuple(nil, &Event{Data: payload, Header: map[string][]string{"H": {header}}})
+			if err != nil {
+				continue
+			}
+			accepted++
+			var buf bytes.Buffer
+			buf.WriteString("PGCOPY\n\xff\r\n\x00")
+			buf.Write(make([]byte, 8))
+			buf.Write(tup)
+			buf.Write([]byte{0xff, 0xff})
+			if _, err := conn.PgConn().CopyFrom(ctx, &buf, "COPY fuzz_corpus FROM STDIN (FORMAT binary)"); err != nil {
+				t.Errorf("%s: PostgreSQL refuses what the encoder accepted: %v\npayload %q header %q", e.Name(), err, payload, header)
+			}
+		}
+		if accepted == 0 {
+			t.Fatal("no corpus entry encodes")
+		}
+		t.Logf("%d of %d corpus entries encode; PostgreSQL took them all", accepted, len(entries))
+	})
+
+	// Random JSON documents: the jsonb the encoder re-serialises from a
+	// sub-value must equal what PostgreSQL parses from the original bytes,
+	// and text from a JSON string must equal jsonb's own ->> extraction
+	// (JSON null is SQL NULL in our columns).
+	t.Run("random json", func(t *testing.T) {
+		cols := []Column{
+			{Name: "doc", From: "payload", Type: TypeJSONB},
+			{Name: "o", From: "json:o", Type: TypeJSONB},
+			{Name: "s", From: "json:s", Type: TypeText},
+			{Name: "n", From: "json:n", Type: TypeNumeric},
+		}
+		r := rand.New(rand.NewPCG(7, 8))
+		evs := make([]Event, 400)
+		for i := range evs {
+			var b strings.Builder
+			b.WriteString(`{"o":`)
+			randJSON(r, &b, 4)
+			b.WriteString(`,"s":`)
+			randString(r, &b)
+			b.WriteString(`,"n":`)
+			randNumber(r, &b)
+			b.WriteString(`}`)
+			evs[i] = Event{Data: []byte(b.String())}
+		}
+		createTable(t, ctx, conn, "random_json", cols)
+		copyTuples(t, ctx, conn, "random_json", cols, encodeAll(t, mustCompile(t, cols...), evs))
+		rows, err := conn.Query(ctx, `SELECT doc::text, o::text FROM random_json
+			WHERE o IS DISTINCT FROM nullif(doc->'o', 'null'::jsonb) OR s IS DISTINCT FROM doc->>'s' OR n <> (doc->>'n')::numeric`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad, err := pgx.CollectRows(rows, rowStrings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bad {
+			t.Errorf("disagreement: doc %s, o %s", b[0], b[1])
 		}
 	})
 
@@ -283,7 +389,7 @@ func TestRoundTripPostgres(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bad, err := pgx.CollectRows(rows, pgx.RowTo[[]string])
+		bad, err := pgx.CollectRows(rows, rowStrings)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,4 +397,71 @@ func TestRoundTripPostgres(t *testing.T) {
 			t.Errorf("disagreement: %v", b)
 		}
 	})
+}
+
+// randJSON writes a random JSON value nested up to depth levels.
+func randJSON(r *rand.Rand, b *strings.Builder, depth int) {
+	k := r.IntN(7)
+	if depth == 0 {
+		k = r.IntN(5)
+	}
+	switch k {
+	case 0:
+		randString(r, b)
+	case 1:
+		randNumber(r, b)
+	case 2:
+		b.WriteString([]string{"true", "false", "null"}[r.IntN(3)])
+	case 3, 4:
+		randString(r, b)
+	case 5:
+		b.WriteString("[")
+		for i := range r.IntN(4) {
+			if i > 0 {
+				b.WriteString(" , ")
+			}
+			randJSON(r, b, depth-1)
+		}
+		b.WriteString("]")
+	default:
+		b.WriteString("{")
+		for i := range r.IntN(4) {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			randString(r, b)
+			b.WriteString(" :\t")
+			randJSON(r, b, depth-1)
+		}
+		b.WriteString("}")
+	}
+}
+
+// randString writes a JSON string with escapes and multi-byte characters.
+func randString(r *rand.Rand, b *strings.Builder) {
+	parts := []string{"a", "Z", "é", "日本", "😀", `\"`, `\\`, `\/`, `\n`, `\t`, `\b`, `\f`, `\r`, `\u00e9`, `\u0001`,
+		`\u001F`, `\ud83d\ude00`, `\uFFFF`, " ", "\u2028", "~", "'"}
+	b.WriteString(`"`)
+	for range r.IntN(8) {
+		b.WriteString(parts[r.IntN(len(parts))])
+	}
+	b.WriteString(`"`)
+}
+
+// randNumber writes a JSON number, sometimes with a fraction or exponent.
+func randNumber(r *rand.Rand, b *strings.Builder) {
+	if r.IntN(2) == 0 {
+		b.WriteString("-")
+	}
+	if r.IntN(5) == 0 {
+		b.WriteString("0")
+	} else {
+		b.WriteString(strconv.FormatUint(r.Uint64()>>r.IntN(64), 10))
+	}
+	if r.IntN(2) == 0 {
+		b.WriteString("." + strconv.Itoa(r.IntN(1e6)))
+	}
+	if r.IntN(3) == 0 {
+		b.WriteString([]string{"e", "E", "e+", "e-", "E-"}[r.IntN(5)] + strconv.Itoa(r.IntN(400)))
+	}
 }
