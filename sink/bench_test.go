@@ -175,6 +175,7 @@ func BenchmarkRun(b *testing.B) {
 			var wg sync.WaitGroup
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := cpuTime(b)
 			wg.Go(func() {
 				defer src.close()
 				left := b.N
@@ -192,6 +193,7 @@ func BenchmarkRun(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "client-cpu-ns/row")
 			st := s.Stats()
 			b.ReportMetric(float64(st.Rows)/float64(max(st.Batches, 1)), "rows/batch")
 		})
