@@ -118,7 +118,8 @@
 //
 // Push, PushN and Dispatch.Push return ErrClosed once the ring is closed. Pop, PopN and
 // Merge.PopN return ErrClosed once the ring (for a Merge: every ring) is closed and
-// drained. Every blocking call returns ctx.Err() when its context ends first. Nothing is
+// drained. Every blocking call returns ctx.Err() when its context ends while it waits (a
+// call that does not have to wait succeeds even if ctx is already done). Nothing is
 // added or removed by a call that returns an error, except the leading items counted by
 // PushN.
 package ringq

@@ -32,9 +32,11 @@ type notifier struct {
 	_        pad
 	sleepers atomic.Int32
 	wake     chan struct{}
+	_        pad
 	// coldWaits is how many more waits skip the yield phase because a recent wait had to
 	// park anyway: when items trickle in, yielding only burns CPU before the inevitable park.
-	// Owned by the single waiter.
+	// Owned by the single waiter, and on its own cache line so that the signallers' loads
+	// of sleepers do not miss whenever the waiter updates it.
 	coldWaits int
 	_         pad
 }
