@@ -151,7 +151,7 @@ func (c *Config) DeriveMaxAckPending(inFlight int) {
 }
 
 // maxAckPending is what New asks the server for.
-func (c *Config) maxAckPending() int {
+func (c Config) maxAckPending() int {
 	if c.MaxAckPending == 0 {
 		return max(DefaultMaxAckPending, c.PullMaxMessages)
 	}
@@ -161,7 +161,7 @@ func (c *Config) maxAckPending() int {
 // Validate checks the configuration without touching the network. Every
 // error wraps ErrInvalidConfig, names the key and says how to fix it. It never
 // quotes the password or the content of a credentials file.
-func (c *Config) Validate() error {
+func (c Config) Validate() error {
 	if err := validateURLs(c.URL); err != nil {
 		return err
 	}

@@ -58,6 +58,9 @@ func (c *Consumer) Run(ctx, hard context.Context, out *ringq.Dispatch[pipeline.E
 			return nil
 		}
 		s, err := c.subscribe(hard, out)
+		if err != nil && c.nc.IsClosed() {
+			return fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)
+		}
 		if err != nil {
 			c.log.Error("subscribe to the consumer; retrying", "err", err, "retry_in", backoff)
 			sleep(ctx, hard, backoff)

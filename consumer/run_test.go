@@ -464,3 +464,18 @@ func TestRunRecoversWhenServerLosesStream(t *testing.T) {
 		t.Fatalf("Run = %v", err)
 	}
 }
+
+func TestRunAfterCloseFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	c := newConsumer(t, ctx, testConfig(t, srv))
+	c.Close()
+	out := ringq.NewDispatch(1, 4, key)
+	if err := c.Run(ctx, ctx, out); !errors.Is(err, jetstream.ErrConnectionClosed) {
+		t.Fatalf("Run on a closed consumer = %v, want ErrConnectionClosed", err)
+	}
+	if _, err := out.Ring(0).Pop(ctx); !errors.Is(err, ringq.ErrClosed) {
+		t.Fatalf("Pop = %v, want ErrClosed", err)
+	}
+}
