@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -12,13 +10,6 @@ import (
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
 )
-
-// noDeadLetters is the dead-letterer of commands that never process rows.
-type noDeadLetters struct{}
-
-func (noDeadLetters) DeadLetter(context.Context, *pipeline.Event, pipeline.DeadLetter) error {
-	return errors.New("this command does not process events")
-}
 
 func newInitCmd() *cobra.Command {
 	var cf configFlags
@@ -42,8 +33,8 @@ that makes redeliveries harmless. Existing tables are left alone; run
 				return err
 			}
 			sinkCfg := cfg.Postgres.Config
-			sinkCfg.CreateTable = false // New would run Init itself; --print must not
-			s, err := sink.New(cmd.Context(), sinkCfg, mapper.Columns(), noDeadLetters{}, log)
+			sinkCfg.CreateTable = false                                            // New would run Init itself; --print must not
+			s, err := sink.New(cmd.Context(), sinkCfg, mapper.Columns(), nil, log) // init never processes rows
 			if err != nil {
 				return err
 			}
