@@ -32,6 +32,9 @@ const (
 	HeaderOrigMsgID = "Jetsink-Msg-Id"     // the original Nats-Msg-Id, when there was one
 )
 
+// Consumer parks events for the pipeline and sink stages.
+var _ pipeline.DeadLetterer = (*Consumer)(nil)
+
 // MaxReasonLen bounds the Jetsink-Reason header, in bytes.
 const MaxReasonLen = 512
 
