@@ -191,3 +191,33 @@ func TestSecretsNeverLogged(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseFlushesAcks acks and closes at once: Close drains the
+// connection, so the server has every ack afterwards.
+func TestCloseFlushesAcks(t *testing.T) {
+	const n = 2000
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, n, 4, 0)
+	r := startRun(t, ctx, c, 2, 256, n)
+	for i := 0; i < n; i++ {
+		if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if c.Ready() {
+		t.Fatal("Ready() = true after Close")
+	}
+	waitFor(t, ctx, "the acks on the server", func() bool {
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		return err == nil && cons.CachedInfo().AckFloor.Stream == n
+	})
+}
