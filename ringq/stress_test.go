@@ -216,7 +216,7 @@ func TestStressDispatch(t *testing.T) {
 	for _, workers := range []int{2, 3} {
 		t.Run(fmt.Sprint(workers), func(t *testing.T) {
 			ctx := stressCtx(t)
-			d := NewDispatch(workers, 64, func(v *item) uint64 { return uint64(v.src) })
+			d := NewDispatch(workers, 64, func(v *item) uint64 { return uint64(v.src) }, withStartIndex(idxMask-5000))
 			seed := uint64(time.Now().UnixNano())
 			checkers := make([]*checker, workers)
 			errs := make([]error, workers)
