@@ -212,7 +212,38 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 			return fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
 		}
 	}
-	return checkNoLoop(cfg.Stream, stream.CachedInfo().Config.Subjects, cfg.DeadLetterSubject)
+	if err := checkNoLoop(cfg.Stream, stream.CachedInfo().Config.Subjects, cfg.DeadLetterSubject); err != nil {
+		return err
+	}
+	if cfg.CreateStream {
+		return c.ensureDeadLetterStream(ctx)
+	}
+	return nil
+}
+
+// ensureDeadLetterStream creates <stream>_DLQ for the dead-letter subject
+// when no stream captures it yet, so that with create_stream a fresh
+// deployment can park poison events from the start. Without create_stream
+// jetsink creates nothing; `jetsink check` warns instead.
+func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
+	cfg := &c.cfg
+	_, err := c.js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("look up the stream of nats.dead_letter_subject %s: %w", cfg.DeadLetterSubject, err)
+	}
+	name := cfg.Stream + "_DLQ"
+	if _, err := c.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:     name,
+		Subjects: []string{cfg.DeadLetterSubject},
+		Storage:  jetstream.FileStorage,
+	}); err != nil {
+		return fmt.Errorf("create dead-letter stream %s for %s: %w", name, cfg.DeadLetterSubject, err)
+	}
+	c.log.Info("created dead-letter stream", "dlq_stream", name, "subject", cfg.DeadLetterSubject)
+	return nil
 }
 
 // ensureConsumer creates or updates the durable pull consumer and publishes

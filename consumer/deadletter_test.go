@@ -16,9 +16,17 @@ import (
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
-// dlqStream creates the stream that captures cfg's dead letters.
+// dlqStream returns the stream that captures cfg's dead letters: the one
+// New made (create_stream), or a new one.
 func dlqStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config) jetstream.Stream {
 	t.Helper()
+	if name, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject); err == nil {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("dead-letter stream: %v", err)
+		}
+		return s
+	}
 	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:     "DLQ_" + cfg.Stream,
 		Subjects: []string{cfg.DeadLetterSubject},
@@ -143,8 +151,14 @@ func TestDeadLetterWithoutStreamNaks(t *testing.T) {
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	cfg.AckWait = 20 * time.Second // a redelivery within the test is the nak's doing
-	c := newConsumer(t, ctx, cfg)
+	// An operator-made stream and no create_stream: nothing makes a
+	// dead-letter stream, so the dead-letter publish has nowhere to go.
 	js := jsFor(t, srv)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CreateStream = false
+	c := newConsumer(t, ctx, cfg)
 	publish(t, ctx, js, cfg, 1, 1, 0)
 
 	r := startRun(t, ctx, c, 1, 16, 16)

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/sink"
+)
+
+// errCheckFailed is returned when check found problems that would stop run.
+var errCheckFailed = errors.New("check found problems")
+
+func newCheckCmd() *cobra.Command {
+	var cf configFlags
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Validate the config, reach NATS and PostgreSQL, compare the mapping with the table",
+		Long: `Validate the configuration, connect to NATS and PostgreSQL, and report what
+'jetsink run' would find: the stream, the durable consumer, a stream for the
+dead-letter subject, the table, and each mapped column's type against the
+table's. It creates and changes nothing. Exit status 0 when run would work
+(warnings allowed), 1 when something must be fixed first, 2 for a bad config.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := cf.load()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintln(out, "config: ok")
+			log := newLogger(cfg, os.Stderr)
+			ctx := cmd.Context()
+			failed := 0
+			report := func(section string, warning bool, text string) {
+				level := "error"
+				if warning {
+					level = "warning"
+				} else {
+					failed++
+				}
+				fmt.Fprintf(out, "%s: %s: %s\n", section, level, text)
+			}
+
+			natsProblems, err := consumer.Check(ctx, cfg.NATS, log)
+			if err != nil {
+				report("nats", false, err.Error())
+			} else {
+				for _, p := range natsProblems {
+					report("nats", p.Warning, p.String())
+				}
+				if len(natsProblems) == 0 {
+					fmt.Fprintf(out, "nats: ok (stream %s, consumer %s)\n", cfg.NATS.Stream, cfg.NATS.Consumer)
+				}
+			}
+
+			mapper, err := pipeline.Compile(cfg.Columns())
+			if err != nil {
+				return err
+			}
+			s, err := sink.New(ctx, cfg.Postgres.Config, mapper.Columns(), nil, log)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			switch pgProblems, err := s.Check(ctx); {
+			case err != nil:
+				report("postgres", false, err.Error())
+			case len(pgProblems) == 0:
+				fmt.Fprintf(out, "postgres: ok (table %s matches the %d mapped columns)\n", cfg.Postgres.Table, len(mapper.Columns()))
+			default:
+				for _, p := range pgProblems {
+					// A missing table is only a warning when run will create it.
+					report("postgres", p.Kind == sink.ProblemTableMissing && cfg.Postgres.CreateTable, p.String())
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("%w: %d to fix", errCheckFailed, failed)
+			}
+			return nil
+		},
+	}
+	cf.register(cmd.Flags())
+	return cmd
+}

@@ -1,0 +1,109 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Problem is one thing Check found wrong (Warning false: run would fail or
+// misbehave) or worth knowing (Warning true).
+type Problem struct {
+	Warning bool
+	Message string
+	Fix     string
+}
+
+func (p Problem) String() string {
+	if p.Fix == "" {
+		return p.Message
+	}
+	return p.Message + "; fix: " + p.Fix
+}
+
+// Check connects to NATS and reports what `jetsink run` would find, without
+// creating or changing anything: the stream, the durable consumer, and a
+// stream capturing the dead-letter subject. The error is for a failure to
+// check at all (bad config wraps ErrInvalidConfig; an unreachable server is
+// the connect error).
+func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{})}
+	opts, err := c.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, nats.MaxReconnects(0), nats.Timeout(5*time.Second))
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats.url: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return nil, fmt.Errorf("JetStream is not available on nats.url: %w", err)
+	}
+	var problems []Problem
+	stream, err := js.Stream(ctx, cfg.Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound) && cfg.CreateStream:
+		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("stream %s does not exist yet; run will create it (create_stream: true)", cfg.Stream)})
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		problems = append(problems, Problem{Message: fmt.Sprintf("stream %s does not exist", cfg.Stream),
+			Fix: "create it (nats stream add) or set nats.create_stream: true"})
+	case err != nil:
+		return nil, fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
+	default:
+		info := stream.CachedInfo()
+		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
+			problems = append(problems, Problem{Message: err.Error()})
+		}
+		problems = append(problems, checkConsumer(ctx, stream, cfg)...)
+	}
+	if _, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject); errors.Is(err, jetstream.ErrStreamNotFound) {
+		p := Problem{Message: fmt.Sprintf("no stream captures nats.dead_letter_subject %s: events that cannot be stored would be nak'ed again and again instead of parked", cfg.DeadLetterSubject),
+			Fix: fmt.Sprintf("create one, e.g. nats stream add %s_DLQ --subjects %s, or set nats.create_stream: true", cfg.Stream, cfg.DeadLetterSubject)}
+		if cfg.CreateStream {
+			p = Problem{Warning: true, Message: fmt.Sprintf("no stream captures %s yet; run will create %s_DLQ (create_stream: true)", cfg.DeadLetterSubject, cfg.Stream)}
+		}
+		problems = append(problems, p)
+	} else if err != nil {
+		return nil, fmt.Errorf("look up the stream of nats.dead_letter_subject: %w", err)
+	}
+	return problems, nil
+}
+
+// checkConsumer compares an existing durable consumer with the config.
+func checkConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) []Problem {
+	cons, err := stream.Consumer(ctx, cfg.Consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it", cfg.Consumer)}}
+	}
+	if err != nil {
+		return []Problem{{Message: fmt.Sprintf("look up consumer %s: %v", cfg.Consumer, err)}}
+	}
+	cc := cons.CachedInfo().Config
+	var problems []Problem
+	if cc.AckPolicy != jetstream.AckExplicitPolicy || cc.DeliverSubject != "" {
+		problems = append(problems, Problem{Message: fmt.Sprintf("consumer %s is not an explicit-ack pull consumer, and a consumer's kind cannot be changed", cfg.Consumer),
+			Fix: "delete it (nats consumer rm) or choose another nats.consumer"})
+	}
+	if cc.AckWait != cfg.AckWait || cc.MaxDeliver != cfg.MaxDeliver || cc.FilterSubject != cfg.FilterSubject {
+		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("consumer %s has ack_wait %s, max_deliver %d, filter %q; run will update it to %s, %d, %q",
+			cfg.Consumer, cc.AckWait, cc.MaxDeliver, cc.FilterSubject, cfg.AckWait, cfg.MaxDeliver, cfg.FilterSubject)})
+	}
+	return problems
+}

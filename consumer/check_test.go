@@ -1,0 +1,92 @@
+package consumer
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+func problemsText(ps []Problem) string {
+	var b strings.Builder
+	for _, p := range ps {
+		if p.Warning {
+			b.WriteString("warning: ")
+		}
+		b.WriteString(p.String())
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func TestCheckReportsWithoutChangingAnything(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+
+	// Nothing exists: the stream is an error, the dead-letter stream too.
+	ps, err := Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := problemsText(ps)
+	if !strings.Contains(text, "stream "+cfg.Stream+" does not exist") || !strings.Contains(text, "no stream captures nats.dead_letter_subject") {
+		t.Fatalf("problems:\n%s", text)
+	}
+	if _, err := js.Stream(ctx, cfg.Stream); err == nil {
+		t.Fatal("Check created the stream")
+	}
+
+	// Stream and dead-letter stream exist, consumer not yet: warnings only.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream + "_DLQ", Subjects: []string{cfg.DeadLetterSubject}}); err != nil {
+		t.Fatal(err)
+	}
+	ps, err = Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if !p.Warning {
+			t.Fatalf("unexpected error-level problem: %s", p)
+		}
+	}
+	if !strings.Contains(problemsText(ps), "does not exist yet; run will create it") {
+		t.Fatalf("problems:\n%s", problemsText(ps))
+	}
+
+	// A push consumer under the same name cannot be turned into ours.
+	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckNonePolicy}); err != nil {
+		t.Fatal(err)
+	}
+	ps, err = Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(problemsText(ps), "not an explicit-ack pull consumer") {
+		t.Fatalf("problems:\n%s", problemsText(ps))
+	}
+}
+
+func TestCreateStreamAlsoCreatesDeadLetterStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv) // create_stream: true
+	newConsumer(t, ctx, cfg)
+	name, err := jsFor(t, srv).StreamNameBySubject(ctx, cfg.DeadLetterSubject)
+	if err != nil || name != cfg.Stream+"_DLQ" {
+		t.Fatalf("stream for %s = %q, %v; want %s_DLQ", cfg.DeadLetterSubject, name, err, cfg.Stream)
+	}
+	// A second start finds it and creates nothing more.
+	newConsumer(t, ctx, cfg)
+}

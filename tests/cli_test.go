@@ -1,0 +1,97 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/sink"
+)
+
+// jetsinkCmd runs the binary and returns its combined output and exit code.
+func jetsinkCmd(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, jetsinkBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	default:
+		t.Fatalf("jetsink %v: %v\n%s", args, err, out)
+		return "", -1
+	}
+}
+
+func TestCLIHelpEverywhere(t *testing.T) {
+	for _, sub := range []string{"", "run", "check", "init", "publish", "demo", "keys", "healthcheck"} {
+		args := []string{"--help"}
+		if sub != "" {
+			args = []string{sub, "--help"}
+		}
+		out, code := jetsinkCmd(t, nil, args...)
+		if code != 0 || !strings.Contains(out, "Usage:") {
+			t.Errorf("jetsink %s --help: exit %d\n%s", sub, code, out)
+		}
+	}
+}
+
+func TestCLIBadConfigNamesTheKey(t *testing.T) {
+	out, code := jetsinkCmd(t, []string{"JETSINK_POSTGRES_BATCH_MAX_ROWS=0"}, "check")
+	if code != 2 || !strings.Contains(out, "max_rows") {
+		t.Fatalf("exit %d, want 2 naming max_rows:\n%s", code, out)
+	}
+	out, code = jetsinkCmd(t, nil, "run", "--set", "postgres.tabel=x")
+	if code != 2 || !strings.Contains(out, "postgres.tabel") {
+		t.Fatalf("exit %d, want 2 naming postgres.tabel:\n%s", code, out)
+	}
+}
+
+func TestCLIInitAndCheck(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfgPath := e.writeConfig(sink.ExactlyOnce)
+	noCreate := []string{"JETSINK_POSTGRES_CREATE_TABLE=false"}
+
+	// Nothing exists yet: check says what to fix and fails.
+	out, code := jetsinkCmd(t, noCreate, "check", "--config", cfgPath)
+	if code != 1 || !strings.Contains(out, "stream "+e.stream+" does not exist") || !strings.Contains(out, "does not exist") {
+		t.Fatalf("check before setup: exit %d\n%s", code, out)
+	}
+
+	out, code = jetsinkCmd(t, nil, "init", "--config", cfgPath, "--print")
+	if code != 0 || !strings.Contains(out, "CREATE TABLE IF NOT EXISTS") || !strings.Contains(out, "CREATE UNIQUE INDEX") {
+		t.Fatalf("init --print: exit %d\n%s", code, out)
+	}
+	if e.tableRows(ctx) != 0 {
+		t.Fatal("init --print touched the database")
+	}
+	if out, code = jetsinkCmd(t, nil, "init", "--config", cfgPath); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	e.createStreams(ctx)
+	out, code = jetsinkCmd(t, noCreate, "check", "--config", cfgPath)
+	if code != 0 || !strings.Contains(out, "postgres: ok") {
+		t.Fatalf("check after init: exit %d\n%s", code, out)
+	}
+
+	// A column whose type no longer matches is named.
+	if _, err := e.db.Exec(ctx, `ALTER TABLE `+e.table+` ALTER COLUMN value TYPE text`); err != nil {
+		t.Fatal(err)
+	}
+	out, code = jetsinkCmd(t, noCreate, "check", "--config", cfgPath)
+	if code != 1 || !strings.Contains(out, `column "value"`) {
+		t.Fatalf("check with a wrong column type: exit %d\n%s", code, out)
+	}
+	t.Logf("check output:\n%s", out)
+}
