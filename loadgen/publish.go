@@ -28,6 +28,11 @@ type Options struct {
 	MaxPending int
 	// Progress, when set, is called about every 100ms with the count sent.
 	Progress func(sent int)
+	// Stamp sets each event's ts to its scheduled send time (open loop) or
+	// its send time (preload) instead of Base + seq ms, so that a benchmark
+	// measures latency from the schedule (no coordinated omission). Stamped
+	// events are no longer a pure function of (run, seq).
+	Stamp bool
 }
 
 // Result counts what happened.
@@ -91,10 +96,11 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			return res, err
 		}
 		seq := o.First + uint64(i)
+		due := start.Add(time.Duration(i) * interval)
 		if interval > 0 {
 			// Open loop: event i is due at start + i*interval, whatever
 			// happened to the ones before it.
-			if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			if wait := time.Until(due); wait > 0 {
 				t := time.NewTimer(wait)
 				select {
 				case <-ctx.Done():
@@ -105,6 +111,12 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			}
 		}
 		ev := Make(o.Run, seq, o.Subjects)
+		if o.Stamp {
+			if interval == 0 {
+				due = time.Now()
+			}
+			ev.TS = due.UTC()
+		}
 		buf = ev.AppendJSON(buf[:0])
 		msg := &nats.Msg{
 			Subject: ev.Subject(o.Subject),
