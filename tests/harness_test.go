@@ -15,7 +15,6 @@ import (
 
 	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/loadgen"
-	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/processor"
 	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -60,23 +59,6 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// typedColumns is an 8-column mapping of loadgen's events plus the
-// (stream, stream_seq) key exactly-once mode needs.
-func typedColumns() []pipeline.Column {
-	return []pipeline.Column{
-		{Name: "id", From: "json:id", Type: pipeline.TypeUUID, Required: true},
-		{Name: "ts", From: "json:ts", Type: pipeline.TypeTimestamptz, Required: true},
-		{Name: "device", From: "json:device", Type: pipeline.TypeText},
-		{Name: "kind", From: "json:kind", Type: pipeline.TypeText},
-		{Name: "value", From: "json:value", Type: pipeline.TypeFloat8},
-		{Name: "seq", From: "json:seq", Type: pipeline.TypeInt8},
-		{Name: "site", From: "json:tags.site", Type: pipeline.TypeText},
-		{Name: "body", From: "payload", Type: pipeline.TypeJSONB},
-		{Name: "stream", From: "meta:stream", Type: pipeline.TypeText},
-		{Name: "stream_seq", From: "meta:stream_seq", Type: pipeline.TypeInt8},
-	}
-}
-
 // config is a processor configuration for this env.
 func (e *env) config(mode sink.Mode) config.Config {
 	cfg := config.Default()
@@ -94,7 +76,7 @@ func (e *env) config(mode sink.Mode) config.Config {
 	cfg.Postgres.CreateTable = true
 	cfg.Postgres.Mode = mode
 	cfg.Postgres.Batch.MaxRows = 1000
-	cfg.Postgres.Columns = typedColumns()
+	cfg.Postgres.Columns = loadgen.Columns()
 	cfg.DrainTimeout = 30 * time.Second
 	if err := cfg.Validate(); err != nil {
 		e.t.Fatalf("test config: %v", err)

@@ -16,27 +16,9 @@ import (
 	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/embedded"
 	"github.com/jetsink/jetsink/loadgen"
-	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/processor"
 	"github.com/jetsink/jetsink/sink"
 )
-
-// demoColumns maps loadgen's telemetry events to eight typed columns plus
-// the (stream, stream_seq) key.
-func demoColumns() []pipeline.Column {
-	return []pipeline.Column{
-		{Name: "id", From: "json:id", Type: pipeline.TypeUUID, Required: true},
-		{Name: "ts", From: "json:ts", Type: pipeline.TypeTimestamptz, Required: true},
-		{Name: "device", From: "json:device", Type: pipeline.TypeText},
-		{Name: "kind", From: "json:kind", Type: pipeline.TypeText},
-		{Name: "value", From: "json:value", Type: pipeline.TypeFloat8},
-		{Name: "seq", From: "json:seq", Type: pipeline.TypeInt8},
-		{Name: "site", From: "json:tags.site", Type: pipeline.TypeText},
-		{Name: "body", From: "payload", Type: pipeline.TypeJSONB},
-		{Name: "stream", From: "meta:stream", Type: pipeline.TypeText},
-		{Name: "stream_seq", From: "meta:stream_seq", Type: pipeline.TypeInt8},
-	}
-}
 
 func newDemoCmd() *cobra.Command {
 	var (
@@ -82,7 +64,7 @@ remove everything. --keep leaves both servers up until Ctrl-C so you can look.`,
 			cfg.Postgres.URL = pg.URL("postgres")
 			cfg.Postgres.CreateTable = true
 			cfg.Postgres.Mode = sink.Mode(mode)
-			cfg.Postgres.Columns = demoColumns()
+			cfg.Postgres.Columns = loadgen.Columns()
 			cfg.Telemetry.Listen = "127.0.0.1:0"
 			if err := cfg.Validate(); err != nil {
 				return err
