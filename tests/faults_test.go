@@ -1,0 +1,387 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// Fault scenarios: each publishes while a fault happens, lets the fault
+// heal, waits until the stream has drained, and hands the table and the
+// dead-letter stream to the checker (checker_test.go). Each logs a line
+// starting with SUMMARY with its counts.
+
+var modes = []sink.Mode{sink.AtLeastOnce, sink.ExactlyOnce}
+
+// faultConfig is e.config with short retries, so that a scenario spends its
+// time on the fault, not on backoff.
+func (e *env) faultConfig(mode sink.Mode) config.Config {
+	cfg := e.config(mode)
+	cfg.Postgres.Retry = sink.RetryConfig{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond}
+	return cfg
+}
+
+func (e *env) exec(ctx context.Context, sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.db.Exec(ctx, sql, args...); err != nil {
+		e.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (e *env) tableID() string { return pgx.Identifier{e.table}.Sanitize() }
+
+// 5) A poison row: a CHECK constraint that one event in 10,000 violates. The
+// good rows are committed, the poison rows dead-lettered with SQLSTATE
+// 23514, stage sink.
+func TestFaultPoisonRow(t *testing.T) {
+	const events = 20_000
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			e.createStreams(ctx)
+			r := e.start(ctx, e.faultConfig(mode)) // creates the table
+			e.exec(ctx, "ALTER TABLE "+e.tableID()+" ADD CONSTRAINT poison CHECK (seq % 10000 <> 1234)")
+
+			x := newExpected()
+			pub := e.publishDuring(ctx, x, 0, events, 8000, 100)
+			pub.wait(t, ctx)
+			e.waitSettled(ctx, x)
+			r.drain(t)
+
+			v := e.check(ctx, x)
+			wantDead := map[uint64]bool{}
+			for s := range x.seqs {
+				if s%10000 == 1234 {
+					wantDead[s] = true
+				}
+			}
+			if len(v.deadLetters) != len(wantDead) {
+				t.Errorf("%d dead letters, want %d", len(v.deadLetters), len(wantDead))
+			}
+			for _, d := range v.deadLetters {
+				if d.get(consumer.HeaderStage) != pipeline.StageSink || d.get(consumer.HeaderSQLState) != "23514" ||
+					d.get(consumer.HeaderCode) != "constraint" {
+					t.Errorf("dead letter %d: stage %q sqlstate %q code %q, want sink 23514 constraint",
+						d.seq, d.get(consumer.HeaderStage), d.get(consumer.HeaderSQLState), d.get(consumer.HeaderCode))
+				}
+			}
+			if n := e.count(ctx, "SELECT count(*) FROM "+e.tableID()+" WHERE seq % 10000 = 1234"); n != 0 {
+				t.Errorf("%d poison rows in the table", n)
+			}
+			st := r.p.Sink().Stats()
+			t.Logf("sink: %d bisect COPYs, %d dead-lettered", st.BisectCopies, st.DeadLettered)
+			e.judge("5 poison row (CHECK 23514)", mode, v, sinkAllowance(st))
+		})
+	}
+}
+
+// malformed is one kind of bad input and the Jetsink-Code it must get.
+type malformed struct {
+	name string
+	code string
+	data []byte
+}
+
+func malformedInputs() []malformed {
+	good := `"id":"3f0c9a2e-1b7d-4c8e-9f00-0123456789ab","ts":"2026-11-29T00:00:00Z"`
+	return []malformed{
+		{"truncated-json", pipeline.CodeInvalidJSON, []byte(`{"id":`)},
+		{"not-json", pipeline.CodeInvalidJSON, []byte(`hello`)},
+		{"raw-nul-in-string", pipeline.CodeInvalidJSON, []byte("{" + good + ",\"device\":\"a\x00b\"}")},
+		{"wrong-type-bool", pipeline.CodeWrongType, []byte(`{` + good + `,"seq":true}`)},
+		{"wrong-type-object", pipeline.CodeWrongType, []byte(`{` + good + `,"value":{"x":1}}`)},
+		{"wrong-format-int", pipeline.CodeInvalidFormat, []byte(`{` + good + `,"seq":"abc"}`)},
+		{"bad-uuid", pipeline.CodeInvalidFormat, []byte(`{"id":"nope","ts":"2026-11-29T00:00:00Z"}`)},
+		{"missing-id", pipeline.CodeRequiredMissing, []byte(`{"ts":"2026-11-29T00:00:00Z","seq":-1}`)},
+		{"null-ts", pipeline.CodeRequiredMissing, []byte(`{"id":"3f0c9a2e-1b7d-4c8e-9f00-0123456789ab","ts":null}`)},
+		{"nul-escape-in-text", pipeline.CodeNULInText, []byte(`{` + good + `,"device":"a\u0000b"}`)},
+		{"invalid-utf8", pipeline.CodeInvalidUTF8, []byte("{" + good + ",\"device\":\"a\xff\xfeb\"}")},
+		{"too-large", pipeline.CodeTooLarge, []byte(`{` + good + `,"pad":"` + strings.Repeat("x", 5000) + `"}`)},
+		{"int8-out-of-range", pipeline.CodeOutOfRange, []byte(`{` + good + `,"seq":9223372036854775808}`)},
+		{"float8-out-of-range", pipeline.CodeOutOfRange, []byte(`{` + good + `,"value":1e400}`)},
+		{"int-with-exponent", pipeline.CodeWrongType, []byte(`{` + good + `,"seq":1e30}`)},
+		// RFC 3339 has four-digit years, so a timestamp beyond
+		// PostgreSQL's range (294276 AD) cannot be written in it.
+		{"ts-year-99999", pipeline.CodeInvalidFormat, []byte(`{"id":"3f0c9a2e-1b7d-4c8e-9f00-0123456789ab","ts":"99999-01-01T00:00:00Z"}`)},
+		{"ts-number", pipeline.CodeWrongType, []byte(`{"id":"3f0c9a2e-1b7d-4c8e-9f00-0123456789ab","ts":1732838400}`)},
+	}
+}
+
+// 6) Malformed input mixed into valid traffic: each kind is dead-lettered
+// with its Jetsink-Code and stage decode, body and headers intact; the rest
+// is stored.
+func TestFaultMalformedInput(t *testing.T) {
+	const events, copies = 10_000, 3
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			e.createStreams(ctx)
+			cfg := e.faultConfig(mode)
+			cfg.Pipeline.MaxEventBytes = 4096
+			r := e.start(ctx, cfg)
+
+			x := newExpected()
+			pub := e.publishDuring(ctx, x, 0, events, 8000, 100)
+			bad := map[string]malformed{} // by Nats-Msg-Id
+			for i := range copies {
+				for _, m := range malformedInputs() {
+					id := fmt.Sprintf("bad-%s-%d", m.name, i)
+					msg := &nats.Msg{Subject: e.prefix + ".bad." + m.name, Data: m.data,
+						Header: nats.Header{jetstream.MsgIDHeader: {id}, "X-Test": {m.name}}}
+					if _, err := e.js.PublishMsg(ctx, msg); err != nil {
+						t.Fatalf("publish %s: %v", id, err)
+					}
+					bad[id] = m
+					x.other[id] = true
+				}
+				time.Sleep(200 * time.Millisecond) // spread the copies over the valid traffic, not a wait for a condition
+			}
+			pub.wait(t, ctx)
+			e.waitSettled(ctx, x)
+			r.drain(t)
+
+			v := e.check(ctx, x)
+			got := 0
+			for _, d := range v.deadLetters {
+				id := d.get(consumer.HeaderOrigMsgID)
+				m, ok := bad[id]
+				if !ok {
+					t.Errorf("dead letter %d for %q, which was valid", d.seq, id)
+					continue
+				}
+				got++
+				if d.get(consumer.HeaderCode) != m.code || d.get(consumer.HeaderStage) != pipeline.StageDecode {
+					t.Errorf("%s: code %q stage %q (reason %q), want %q decode", m.name, d.get(consumer.HeaderCode),
+						d.get(consumer.HeaderStage), d.get(consumer.HeaderReason), m.code)
+				}
+				if !bytes.Equal(d.data, m.data) || d.get("X-Test") != m.name ||
+					d.get(consumer.HeaderSubject) != e.prefix+".bad."+m.name || d.get(consumer.HeaderStreamSeq) == "" {
+					t.Errorf("%s: dead letter does not carry the original body, headers and subject: %v", m.name, d.header)
+				}
+			}
+			if got != len(bad) {
+				t.Errorf("%d malformed events dead-lettered, want %d", got, len(bad))
+			}
+			e.judge(fmt.Sprintf("6 malformed input (%d kinds)", len(malformedInputs())), mode, v, sinkAllowance(r.p.Sink().Stats()))
+		})
+	}
+}
+
+// 8) Serialization failures and deadlocks raised by a trigger on the first
+// statements (counted by a sequence, which a rollback does not undo): the
+// batches are retried, nothing is lost, the retries are counted.
+func TestFaultSerializationFailure(t *testing.T) {
+	const events, failures = 10_000, 6
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			e.createStreams(ctx)
+			r := e.start(ctx, e.faultConfig(mode))
+			e.exec(ctx, "CREATE SEQUENCE fault_n")
+			e.exec(ctx, fmt.Sprintf(`CREATE FUNCTION fault_inject() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE n bigint := nextval('fault_n');
+BEGIN
+  IF n <= %d THEN RAISE EXCEPTION 'injected serialization failure %%', n USING ERRCODE = '40001'; END IF;
+  IF n <= %d THEN RAISE EXCEPTION 'injected deadlock %%', n USING ERRCODE = '40P01'; END IF;
+  RETURN NULL;
+END $$`, failures/2, failures))
+			e.exec(ctx, "CREATE TRIGGER fault_inject BEFORE INSERT ON "+e.tableID()+" FOR EACH STATEMENT EXECUTE FUNCTION fault_inject()")
+
+			x := newExpected()
+			pub := e.publishDuring(ctx, x, 0, events, 8000, 100)
+			pub.wait(t, ctx)
+			e.waitSettled(ctx, x)
+			r.drain(t)
+
+			v := e.check(ctx, x)
+			st := r.p.Sink().Stats()
+			fired := e.count(ctx, "SELECT last_value FROM fault_n")
+			t.Logf("trigger fired %d times; sink retries %d, dead-lettered %d", fired, st.Retries, st.DeadLettered)
+			if st.Retries < failures {
+				t.Errorf("sink counted %d retries, want at least %d", st.Retries, failures)
+			}
+			if v.dead != 0 {
+				t.Errorf("%d dead letters; a transient error must never dead-letter", v.dead)
+			}
+			e.judge("8 40001/40P01 trigger", mode, v, sinkAllowance(st))
+		})
+	}
+}
+
+// 3) pg_terminate_backend on the sink's connections while they COPY: the
+// batch is retried on a new connection.
+func TestFaultTerminateBackend(t *testing.T) {
+	const events, kills = 12_000, 5
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			e.createStreams(ctx)
+			cfg := e.faultConfig(mode)
+			r := e.start(ctx, cfg)
+
+			x := newExpected()
+			pub := e.publishDuring(ctx, x, 0, events, 4000, 100)
+			killed, midCopy := 0, 0
+			var lastKill time.Time
+		loop:
+			for killed < kills {
+				select {
+				case err := <-pub.done:
+					pub.done <- err
+					break loop
+				default:
+				}
+				if time.Since(lastKill) < 200*time.Millisecond {
+					time.Sleep(5 * time.Millisecond) // pacing between kills, not a wait for a condition
+					continue
+				}
+				var n, copying int
+				err := e.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE q ILIKE 'copy%') FROM (
+  SELECT pg_terminate_backend(pid) AS ok, query AS q FROM pg_stat_activity
+  WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()
+    AND state = 'active' AND query ILIKE 'copy%') k WHERE ok`, cfg.Postgres.AppName).Scan(&n, &copying)
+				if err != nil {
+					t.Fatalf("terminate: %v", err)
+				}
+				if n > 0 {
+					killed += n
+					midCopy += copying
+					lastKill = time.Now()
+				}
+			}
+			pub.wait(t, ctx)
+			e.waitSettled(ctx, x)
+			r.drain(t)
+
+			v := e.check(ctx, x)
+			st := r.p.Sink().Stats()
+			t.Logf("terminated %d backends mid-COPY; sink retries %d, possible duplicates %d", midCopy, st.Retries, st.PossibleDuplicates)
+			if midCopy == 0 {
+				t.Errorf("no backend caught mid-COPY; the scenario did not happen")
+			}
+			e.judge("3 pg_terminate_backend", mode, v, sinkAllowance(st))
+		})
+	}
+}
+
+// 4) The NATS server stops and restarts on the same store while events are
+// published and consumed. Acks sent just before the stop may be lost with
+// it, so in at-least-once mode the allowance includes the redeliveries the
+// consumer counted.
+func TestFaultNATSRestart(t *testing.T) {
+	const events = 10_000
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			e.createStreams(ctx)
+			r := e.start(ctx, e.faultConfig(mode))
+
+			x := newExpected()
+			pub := e.publishDuring(ctx, x, 0, events, 2500, 100)
+			waitFor(t, ctx, "some rows before the restart", func() (bool, string) {
+				n := e.rows(ctx)
+				return n >= events/5, fmt.Sprintf("%d rows", n)
+			})
+			e.nats.Shutdown()
+			time.Sleep(2 * time.Second) // the outage itself
+			if err := e.nats.Restart(); err != nil {
+				t.Fatalf("restart nats: %v", err)
+			}
+			pub.wait(t, ctx)
+			e.waitSettled(ctx, x)
+			r.drain(t)
+
+			v := e.check(ctx, x)
+			st, cs := r.p.Sink().Stats(), r.p.Consumer().Stats()
+			t.Logf("consumer: %d redelivered, %d resubscribes, %d missed heartbeats; sink ack errors %d",
+				cs.Redelivered, cs.Resubscribes, cs.HeartbeatsMissing, st.AckErrors)
+			e.judge("4 NATS restart", mode, v, sinkAllowance(st)+int64(cs.Redelivered))
+		})
+	}
+}
+
+// newEnvOn is newEnv on a database of the caller's choosing (a cluster the
+// test stops and starts).
+func newEnvOn(t *testing.T, pg *testenv.PG) *env {
+	t.Helper()
+	n := uniq.Add(1)
+	e := &env{
+		t:      t,
+		nats:   testenv.NATS(t),
+		pg:     pg,
+		stream: fmt.Sprintf("E2E_%d", n),
+		prefix: fmt.Sprintf("e2e%d", n),
+		table:  fmt.Sprintf("events_%d", n),
+		run:    uint64(time.Now().UnixNano()),
+	}
+	e.nc = e.nats.Connect(t)
+	var err error
+	if e.js, err = jetstream.New(e.nc); err != nil {
+		t.Fatal(err)
+	}
+	e.db = e.pg.Conn(t)
+	return e
+}
+
+// 2) PostgreSQL crashes (pg_ctl stop -m immediate) while batches commit and
+// comes back after a pause.
+func TestFaultPostgresCrash(t *testing.T) {
+	const events, outage = 10_000, 10 * time.Second
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel() // mostly waiting for the outage
+			c := testenv.NewCluster(t)
+			e := newEnvOn(t, &testenv.PG{URL: c.URL("postgres"), Cluster: c})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			e.createStreams(ctx)
+			r := e.start(ctx, e.faultConfig(mode))
+
+			x := newExpected()
+			pub := e.publishDuring(ctx, x, 0, events, 1000, 100)
+			waitFor(t, ctx, "some rows before the crash", func() (bool, string) {
+				n := e.rows(ctx)
+				return n >= events/5, fmt.Sprintf("%d rows", n)
+			})
+			if err := c.Stop("immediate"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(outage) // the outage itself
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			e.db = e.pg.Conn(t) // the old one died with the server
+			pub.wait(t, ctx)
+			e.waitSettled(ctx, x)
+			r.drain(t)
+
+			v := e.check(ctx, x)
+			st := r.p.Sink().Stats()
+			t.Logf("sink: retries %d, possible duplicates %d", st.Retries, st.PossibleDuplicates)
+			e.judge("2 postgres crash (10s)", mode, v, sinkAllowance(st))
+		})
+	}
+}
