@@ -1,0 +1,589 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/embedded"
+	"github.com/jetsink/jetsink/loadgen"
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// ErrInvalidOptions is wrapped by Run's errors for options it cannot run.
+var ErrInvalidOptions = errors.New("invalid bench options")
+
+// The scenarios.
+const (
+	ScenarioDrain = "drain" // preload Events, then start the consumer and time the drain
+	ScenarioRate  = "rate"  // start the consumer, publish open loop at Rate for Duration
+)
+
+// The engines a run measures.
+const (
+	EngineJetsink  = "jetsink"
+	EngineBaseline = "baseline"
+)
+
+// Variant is one column of a side-by-side comparison: --set overrides
+// passed to the jetsink subprocess only.
+type Variant struct {
+	Name string   `json:"name"`
+	Set  []string `json:"set,omitempty"`
+}
+
+// Options says what to run.
+type Options struct {
+	// Exe is the jetsink binary; its "run" and "bench baseline" commands are
+	// started as subprocesses.
+	Exe string
+	// Base is the configuration the generated one starts from: NATS and
+	// PostgreSQL URLs (unless Embedded) and every tuning key. Stream,
+	// subjects, consumer, table, columns, telemetry.listen and the log
+	// level are set per run.
+	Base config.Config
+	// Embedded starts an embedded nats-server and a throwaway PostgreSQL
+	// cluster with fsync on (and track_commit_timestamp on).
+	Embedded bool
+	Scenario string
+	Events   int           // drain: events to preload
+	Rate     float64       // rate: events per second
+	Duration time.Duration // rate: for this long
+	Subjects int           // distinct subjects (devices); default 1000
+	// Compare runs the baseline consumer too, on the same preloaded stream.
+	Compare bool
+	// Count repeats the whole measurement; default 1.
+	Count int
+	// Variants run jetsink once per variant; default one with no overrides.
+	Variants []Variant
+	// Timeout bounds one engine's run (from its start to the last ack);
+	// default 10 minutes.
+	Timeout time.Duration
+	// Progress receives one line per step; nil discards them.
+	Progress io.Writer
+}
+
+// Result is one engine's measurement in one repetition.
+type Result struct {
+	Engine    string  `json:"engine"`
+	Variant   string  `json:"variant,omitempty"`
+	Rep       int     `json:"rep"`
+	Published int     `json:"published"`
+	Rows      int64   `json:"rows"`
+	Duplicate int64   `json:"duplicate_rows"`
+	Missing   int64   `json:"missing"`
+	PublishPS float64 `json:"publish_per_s"`
+	// Elapsed runs from the subprocess's start (drain) or the first
+	// scheduled send (rate) to the last commit.
+	ElapsedS      float64      `json:"elapsed_s"`
+	StartupS      float64      `json:"startup_s"` // subprocess start to first commit (drain)
+	EventsPerSec  float64      `json:"events_per_s"`
+	CPUSeconds    float64      `json:"cpu_s"`
+	CPUPerEvent   float64      `json:"cpu_us_per_event"`
+	CPUPerMillion float64      `json:"cpu_s_per_million"`
+	PeakRSS       int64        `json:"peak_rss_bytes"`
+	Redelivered   int64        `json:"redelivered"`
+	Latency       Percentiles  `json:"latency"`
+	LatencyFrom   string       `json:"latency_commit_time"` // pg_xact_commit_timestamp or committed_at
+	Curve         []CurvePoint `json:"percentile_curve"`
+	Timeline      []TimePoint  `json:"timeline"`
+	Batches       Batches      `json:"batches"`
+	Load1         float64      `json:"load1"` // one-minute load average when the run ended
+}
+
+// Report is everything Run measured.
+type Report struct {
+	Scenario string     `json:"scenario"`
+	Events   int        `json:"events,omitempty"`
+	Rate     float64    `json:"rate,omitempty"`
+	Duration string     `json:"duration,omitempty"`
+	Subjects int        `json:"subjects"`
+	Target   string     `json:"target"` // "embedded (fsync on)" or "configured"
+	CPUs     int        `json:"cpus"`
+	GoVer    string     `json:"go"`
+	Started  time.Time  `json:"started"`
+	LoadAvg  [2]float64 `json:"load1_before_after"`
+	Results  []Result   `json:"results"`
+	Summary  []Summary  `json:"summary"`
+}
+
+// Run runs the scenario Count times and returns the report. Errors wrap
+// ErrInvalidOptions, or say which step failed (with the subprocess's last
+// output when it failed); ctx's error when cancelled.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	say := func(format string, args ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, format+"\n", args...)
+		}
+	}
+	rep := &Report{Scenario: o.Scenario, Subjects: o.Subjects, CPUs: runtime.NumCPU(), GoVer: runtime.Version(),
+		Started: time.Now().UTC(), Target: "configured"}
+	rep.LoadAvg[0] = loadAvg1()
+	if o.Scenario == ScenarioDrain {
+		rep.Events = o.Events
+	} else {
+		rep.Rate, rep.Duration = o.Rate, o.Duration.String()
+	}
+
+	cfg := o.Base
+	if o.Embedded {
+		rep.Target = "embedded (fsync on)"
+		ns, err := embedded.StartNATS("")
+		if err != nil {
+			return nil, err
+		}
+		defer ns.Destroy()
+		pg, err := embedded.StartPostgres(embedded.WithFsync())
+		if err != nil {
+			return nil, err
+		}
+		defer pg.Destroy()
+		cfg.NATS.URL, cfg.Postgres.URL = ns.URL(), pg.URL("postgres")
+		if err := trackCommitTimestamps(ctx, pg); err != nil {
+			return nil, err
+		}
+		say("embedded NATS %s, throwaway PostgreSQL on port %d (fsync on)", ns.URL(), pg.Port())
+	}
+	nc, err := nats.Connect(cfg.NATS.URL, nats.Name("jetsink-bench"))
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect to NATS: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	db, err := pgx.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect to PostgreSQL: %w", err)
+	}
+	defer db.Close(context.WithoutCancel(ctx))
+	var track string
+	if err := db.QueryRow(ctx, "SHOW track_commit_timestamp").Scan(&track); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "jetsink-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+
+	b := &bencher{o: o, cfg: cfg, js: js, db: db, dir: dir, byCommitTS: track == "on", say: say,
+		id: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
+	for r := 0; r < o.Count; r++ {
+		for _, v := range o.Variants {
+			res, err := b.repetition(ctx, r, v)
+			rep.Results = append(rep.Results, res...)
+			if err != nil {
+				rep.LoadAvg[1] = loadAvg1()
+				rep.Summary = summarize(rep.Results)
+				return rep, err
+			}
+		}
+	}
+	rep.LoadAvg[1] = loadAvg1()
+	rep.Summary = summarize(rep.Results)
+	return rep, nil
+}
+
+func (o *Options) defaults() error {
+	if o.Exe == "" {
+		return fmt.Errorf("%w: the jetsink binary is required", ErrInvalidOptions)
+	}
+	if o.Subjects <= 0 {
+		o.Subjects = 1000
+	}
+	if o.Count <= 0 {
+		o.Count = 1
+	}
+	if len(o.Variants) == 0 {
+		o.Variants = []Variant{{}}
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	switch o.Scenario {
+	case ScenarioDrain:
+		if o.Events <= 0 {
+			return fmt.Errorf("%w: drain needs --events >= 1", ErrInvalidOptions)
+		}
+	case ScenarioRate:
+		if o.Rate <= 0 || o.Duration <= 0 {
+			return fmt.Errorf("%w: rate needs --rate > 0 and --duration > 0", ErrInvalidOptions)
+		}
+		if o.Rate*o.Duration.Seconds() < 1 {
+			return fmt.Errorf("%w: --rate x --duration publishes no event", ErrInvalidOptions)
+		}
+	default:
+		return fmt.Errorf("%w: --scenario must be %s or %s, not %q", ErrInvalidOptions, ScenarioDrain, ScenarioRate, o.Scenario)
+	}
+	return nil
+}
+
+// trackCommitTimestamps turns track_commit_timestamp on and restarts the
+// cluster, so that a row's commit time is its transaction's.
+func trackCommitTimestamps(ctx context.Context, pg *embedded.Cluster) error {
+	db, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("bench: connect to PostgreSQL: %w", err)
+	}
+	_, err = db.Exec(ctx, "ALTER SYSTEM SET track_commit_timestamp = on")
+	_ = db.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("bench: track_commit_timestamp: %w", err)
+	}
+	if err := pg.Stop("fast"); err != nil {
+		return fmt.Errorf("bench: restart PostgreSQL: %w", err)
+	}
+	if err := pg.Start(); err != nil {
+		return fmt.Errorf("bench: restart PostgreSQL: %w", err)
+	}
+	return nil
+}
+
+// bencher holds one Run's connections.
+type bencher struct {
+	o          Options
+	cfg        config.Config
+	js         jetstream.JetStream
+	db         *pgx.Conn
+	dir        string
+	id         string
+	byCommitTS bool
+	seq        int
+	say        func(string, ...any)
+}
+
+// target names one engine's stream, consumer and table.
+type target struct {
+	engine, stream, prefix, consumer, table string
+	variant                                 Variant
+}
+
+func (b *bencher) names() (stream, prefix string) {
+	b.seq++
+	return fmt.Sprintf("BENCH_%s_%d", b.id, b.seq), fmt.Sprintf("bench%s_%d", b.id, b.seq)
+}
+
+// repetition measures every engine once for variant v.
+func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result, error) {
+	engines := []string{EngineJetsink}
+	if b.o.Compare {
+		engines = append(engines, EngineBaseline)
+		if rep%2 == 1 { // alternate the order: neither always runs on a warmer machine
+			engines[0], engines[1] = engines[1], engines[0]
+		}
+	}
+	var results []Result
+	if b.o.Scenario == ScenarioDrain {
+		stream, prefix := b.names()
+		if err := b.createStream(ctx, stream, prefix); err != nil {
+			return nil, err
+		}
+		defer b.deleteStream(stream)
+		b.say("rep %d%s: preloading %d events into %s", rep+1, variantSuffix(v), b.o.Events, stream)
+		pub, err := loadgen.Publish(ctx, b.js.Conn(), loadgen.Options{Subject: prefix, Subjects: b.o.Subjects,
+			Events: b.o.Events, Run: uint64(time.Now().UnixNano()), Stamp: true})
+		if err != nil {
+			return nil, fmt.Errorf("bench: preload: %w", err)
+		}
+		for _, e := range engines {
+			t := target{engine: e, stream: stream, prefix: prefix, consumer: "bench_" + e,
+				table: strings.ToLower(stream) + "_" + e, variant: v}
+			res, err := b.drain(ctx, t, pub)
+			res.Rep = rep + 1
+			results = append(results, res)
+			if err != nil {
+				return results, err
+			}
+			b.say("  %s", res.line())
+		}
+		return results, nil
+	}
+	for _, e := range engines {
+		stream, prefix := b.names()
+		if err := b.createStream(ctx, stream, prefix); err != nil {
+			return results, err
+		}
+		t := target{engine: e, stream: stream, prefix: prefix, consumer: "bench_" + e,
+			table: strings.ToLower(stream) + "_" + e, variant: v}
+		b.say("rep %d%s: %s at %.0f/s for %v", rep+1, variantSuffix(v), e, b.o.Rate, b.o.Duration)
+		res, err := b.rate(ctx, t)
+		b.deleteStream(stream)
+		res.Rep = rep + 1
+		results = append(results, res)
+		if err != nil {
+			return results, err
+		}
+		b.say("  %s", res.line())
+	}
+	return results, nil
+}
+
+func variantSuffix(v Variant) string {
+	if v.Name == "" {
+		return ""
+	}
+	return " [" + v.Name + "]"
+}
+
+func (b *bencher) createStream(ctx context.Context, stream, prefix string) error {
+	if _, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
+		Storage: jetstream.FileStorage}); err != nil {
+		return fmt.Errorf("bench: create stream %s: %w", stream, err)
+	}
+	return nil
+}
+
+// deleteStream removes a run's stream and the dead-letter stream jetsink
+// made for it.
+func (b *bencher) deleteStream(stream string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = b.js.DeleteStream(ctx, stream)
+	_ = b.js.DeleteStream(ctx, stream+"_DLQ")
+}
+
+// createTable makes the benchmark table: the mapped columns plus
+// committed_at, which COPY fills with its default.
+func (b *bencher) createTable(ctx context.Context, table string) error {
+	t := pgx.Identifier{table}.Sanitize()
+	_, err := b.db.Exec(ctx, "DROP TABLE IF EXISTS "+t+"; CREATE TABLE "+t+` (
+	id uuid NOT NULL, ts timestamptz NOT NULL, device text, kind text, value double precision,
+	seq bigint, site text, body jsonb, stream text, stream_seq bigint,
+	committed_at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	if err != nil {
+		return fmt.Errorf("bench: create table %s: %w", table, err)
+	}
+	return nil
+}
+
+func (b *bencher) dropTable(table string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _ = b.db.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+}
+
+// Columns is the benchmark's mapping: loadgen's telemetry events to eight
+// typed columns (uuid, timestamptz, text, float8, int8, jsonb) plus the
+// (stream, stream_seq) key.
+func Columns() []pipeline.Column {
+	return []pipeline.Column{
+		{Name: "id", From: "json:id", Type: pipeline.TypeUUID, Required: true},
+		{Name: "ts", From: "json:ts", Type: pipeline.TypeTimestamptz, Required: true},
+		{Name: "device", From: "json:device", Type: pipeline.TypeText},
+		{Name: "kind", From: "json:kind", Type: pipeline.TypeText},
+		{Name: "value", From: "json:value", Type: pipeline.TypeFloat8},
+		{Name: "seq", From: "json:seq", Type: pipeline.TypeInt8},
+		{Name: "site", From: "json:tags.site", Type: pipeline.TypeText},
+		{Name: "body", From: "payload", Type: pipeline.TypeJSONB},
+		{Name: "stream", From: "meta:stream", Type: pipeline.TypeText},
+		{Name: "stream_seq", From: "meta:stream_seq", Type: pipeline.TypeInt8},
+	}
+}
+
+// start starts t's engine as a subprocess.
+func (b *bencher) start(t target) (*child, error) {
+	if t.engine == EngineBaseline {
+		return startChild(b.o.Exe, "bench", "baseline", "--nats-url", b.cfg.NATS.URL, "--stream", t.stream,
+			"--consumer", t.consumer, "--database-url", b.cfg.Postgres.URL, "--table", t.table)
+	}
+	cfg := b.cfg
+	cfg.NATS.Stream = t.stream
+	cfg.NATS.Subjects = []string{t.prefix + ".>"}
+	cfg.NATS.CreateStream = true
+	cfg.NATS.Consumer = t.consumer
+	cfg.NATS.DeadLetterSubject = "benchdlq." + t.prefix
+	cfg.Postgres.Table = t.table
+	cfg.Postgres.CreateTable = false
+	cfg.Postgres.Columns = Columns()
+	cfg.Telemetry.Listen = ""
+	cfg.Log.Level = "warn"
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bench: write config: %w", err)
+	}
+	path := filepath.Join(b.dir, t.table+".yaml")
+	if err := os.WriteFile(path, raw, 0o600); err != nil { // it holds the database URL
+		return nil, fmt.Errorf("bench: write config: %w", err)
+	}
+	args := []string{"run", "--config", path}
+	for _, kv := range t.variant.Set {
+		args = append(args, "--set", kv)
+	}
+	return startChild(b.o.Exe, args...)
+}
+
+// waitAcked polls the consumer until every message of the stream up to
+// lastSeq is acked and nothing is pending.
+func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uint64) (*jetstream.ConsumerInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
+	defer cancel()
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bench: %s did not drain within %v: %w", t.engine, b.o.Timeout, ctx.Err())
+		case <-c.done:
+			return nil, fmt.Errorf("bench: %s exited early (%v):\n%s", t.engine, c.err, c.out.String())
+		case <-tick.C:
+		}
+		info, err := b.js.Consumer(ctx, t.stream, t.consumer)
+		if err != nil {
+			continue // not created yet
+		}
+		ci := info.CachedInfo()
+		if ci.AckFloor.Stream >= lastSeq && ci.NumPending == 0 && ci.NumAckPending == 0 {
+			return ci, nil
+		}
+	}
+}
+
+// waitReady polls until t's consumer exists and has a pull request open.
+func (b *bencher) waitReady(ctx context.Context, c *child, t target) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: %s not consuming after a minute: %w\n%s", t.engine, ctx.Err(), c.out.String())
+		case <-c.done:
+			return fmt.Errorf("bench: %s exited early (%v):\n%s", t.engine, c.err, c.out.String())
+		case <-tick.C:
+		}
+		if info, err := b.js.Consumer(ctx, t.stream, t.consumer); err == nil {
+			if ci, err := info.Info(ctx); err == nil && ci.NumWaiting > 0 {
+				return nil
+			}
+		}
+	}
+}
+
+// drain starts t's engine on the preloaded stream and measures it.
+func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Result, error) {
+	res := Result{Engine: t.engine, Variant: t.variant.Name, Published: pub.Acked,
+		PublishPS: float64(pub.Acked) / pub.Elapsed.Seconds()}
+	if err := b.createTable(ctx, t.table); err != nil {
+		return res, err
+	}
+	defer b.dropTable(t.table)
+	c, err := b.start(t)
+	if err != nil {
+		return res, err
+	}
+	ci, err := b.waitAcked(ctx, c, t, uint64(pub.Acked))
+	if err != nil {
+		c.kill()
+		return res, err
+	}
+	usage, stopErr := c.stop(30 * time.Second)
+	if err := b.finish(ctx, &res, t, ci, usage, c.started); err != nil {
+		return res, err
+	}
+	if stopErr != nil {
+		return res, fmt.Errorf("bench: %s: %w\n%s", t.engine, stopErr, c.out.String())
+	}
+	return res, nil
+}
+
+// rate starts t's engine, publishes open loop, and measures it.
+func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
+	res := Result{Engine: t.engine, Variant: t.variant.Name}
+	if err := b.createTable(ctx, t.table); err != nil {
+		return res, err
+	}
+	defer b.dropTable(t.table)
+	c, err := b.start(t)
+	if err != nil {
+		return res, err
+	}
+	if err := b.waitReady(ctx, c, t); err != nil {
+		c.kill()
+		return res, err
+	}
+	pubStart := time.Now()
+	pub, err := loadgen.Publish(ctx, b.js.Conn(), loadgen.Options{Subject: t.prefix, Subjects: b.o.Subjects,
+		Rate: b.o.Rate, Duration: b.o.Duration, Run: uint64(time.Now().UnixNano()), Stamp: true})
+	if err != nil {
+		c.kill()
+		return res, fmt.Errorf("bench: publish: %w", err)
+	}
+	res.Published, res.PublishPS = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds()
+	ci, err := b.waitAcked(ctx, c, t, uint64(pub.Acked))
+	if err != nil {
+		c.kill()
+		return res, err
+	}
+	usage, stopErr := c.stop(30 * time.Second)
+	if err := b.finish(ctx, &res, t, ci, usage, pubStart); err != nil {
+		return res, err
+	}
+	if stopErr != nil {
+		return res, fmt.Errorf("bench: %s: %w\n%s", t.engine, stopErr, c.out.String())
+	}
+	return res, nil
+}
+
+// finish fills res from the table, the consumer and the child's usage.
+func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstream.ConsumerInfo, u Usage, from time.Time) error {
+	res.Load1 = loadAvg1()
+	window := time.Second
+	if b.o.Scenario == ScenarioRate && b.o.Duration < 20*time.Second {
+		window = max(b.o.Duration/20, 10*time.Millisecond)
+	}
+	f, err := measureTable(ctx, b.db, t.table, b.byCommitTS, window)
+	if err != nil {
+		return fmt.Errorf("bench: measure %s: %w", t.table, err)
+	}
+	res.LatencyFrom = "committed_at (copy time)"
+	if b.byCommitTS {
+		res.LatencyFrom = "pg_xact_commit_timestamp"
+	}
+	res.Rows, res.Duplicate = f.rows, f.rows-f.distinctSeqs
+	res.Missing = int64(res.Published) - f.distinctSeqs
+	res.Latency, res.Curve, res.Timeline, res.Batches = f.latency, f.curve, f.timeline, f.batches
+	if !f.last.IsZero() {
+		res.ElapsedS = f.last.Sub(from).Seconds()
+		res.StartupS = f.first.Sub(from).Seconds()
+		if res.ElapsedS > 0 {
+			res.EventsPerSec = float64(f.distinctSeqs) / res.ElapsedS
+		}
+	}
+	res.CPUSeconds = u.CPU.Seconds()
+	if res.Published > 0 {
+		res.CPUPerEvent = u.CPU.Seconds() * 1e6 / float64(res.Published)
+		res.CPUPerMillion = res.CPUPerEvent
+	}
+	res.PeakRSS = u.PeakRSS
+	res.Redelivered = int64(ci.Delivered.Consumer) - int64(res.Published)
+	return nil
+}
+
+func (r Result) line() string {
+	s := fmt.Sprintf("%-8s %9.0f events/s  CPU %5.2f µs/event  RSS %5.1f MiB  latency p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms  batches %d (p50 %d rows)  redelivered %d  load %.2f",
+		r.Engine, r.EventsPerSec, r.CPUPerEvent, float64(r.PeakRSS)/(1<<20), r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max,
+		r.Batches.Count, r.Batches.P50, r.Redelivered, r.Load1)
+	if r.Missing != 0 || r.Duplicate != 0 {
+		s += fmt.Sprintf("  MISSING %d DUPLICATE %d", r.Missing, r.Duplicate)
+	}
+	return s
+}

@@ -1,0 +1,34 @@
+// Package bench is `jetsink bench`: it runs a scenario end to end against
+// NATS JetStream and PostgreSQL and measures jetsink from the outside.
+//
+// A scenario is drain (preload N events, then start jetsink and time how
+// long it takes to commit and ack them all) or rate (start jetsink, publish
+// open loop at a fixed rate for a duration, wait until everything is
+// committed). jetsink runs as a subprocess (`jetsink run --config <generated
+// YAML>`), so that its CPU time (user+sys, from the child's rusage) and peak
+// RSS (VmHWM from /proc/<pid>/status) are its own and not the publisher's or
+// the embedded servers'.
+//
+// Latency is publish-to-commit measured from each event's *scheduled* send
+// time (loadgen.Options.Stamp puts it in the event's ts), so a stalled
+// system does not hide its own delay (no coordinated omission). The commit
+// time of a row is pg_xact_commit_timestamp(xmin) when the server tracks
+// commit timestamps (the embedded server is restarted with
+// track_commit_timestamp=on), else the row's committed_at column
+// (DEFAULT clock_timestamp(), filled by COPY), which is when the row was
+// copied, a little before its COMMIT. Rows per transaction (grouped by
+// xmin) give the batch-size distribution.
+//
+// Baseline is the consumer a competent engineer writes first (one
+// goroutine, Consume into a channel, 1,000 messages or 50 ms,
+// BEGIN/CopyFrom/COMMIT, ack each). It runs as the hidden
+// `jetsink bench baseline` subprocess on the same preloaded stream through
+// its own durable consumer and table, so the two are compared in the same
+// run under the same load. It is not on jetsink's run path. Like the tests
+// and loadgen, this package talks to both NATS and PostgreSQL: it stands
+// outside the stages whose boundaries STYLE.md draws.
+//
+// Run owns every goroutine and subprocess it starts and waits for them; it
+// is not safe to run two benchmarks against the same servers at once with
+// the same Options.ID.
+package bench

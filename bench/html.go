@@ -1,0 +1,137 @@
+package bench
+
+import (
+	"fmt"
+	"html"
+	"io"
+	"math"
+	"strings"
+)
+
+// series is one line of a plot.
+type series struct {
+	name string
+	xs   []float64
+	ys   []float64
+}
+
+var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"}
+
+// svgPlot draws line series on linear x and log10 y axes. xTick labels x
+// positions (nil: plain numbers).
+func svgPlot(title, xLabel, yLabel string, ss []series, xTicks []float64, xTickLabel func(float64) string) string {
+	const W, H, L, R, T, B = 760.0, 360.0, 70.0, 170.0, 30.0, 45.0
+	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for _, s := range ss {
+		for i := range s.xs {
+			xmin, xmax = math.Min(xmin, s.xs[i]), math.Max(xmax, s.xs[i])
+			y := math.Max(s.ys[i], 0.01)
+			ymin, ymax = math.Min(ymin, y), math.Max(ymax, y)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="11">`, W, H)
+	fmt.Fprintf(&b, `<text x="%.0f" y="18" font-size="13" font-weight="bold">%s</text>`, L, html.EscapeString(title))
+	if math.IsInf(xmin, 1) {
+		b.WriteString(`<text x="100" y="100">no data</text></svg>`)
+		return b.String()
+	}
+	if xmax == xmin {
+		xmax = xmin + 1
+	}
+	lo, hi := math.Floor(math.Log10(ymin)), math.Ceil(math.Log10(ymax))
+	if hi == lo {
+		hi = lo + 1
+	}
+	px := func(x float64) float64 { return L + (x-xmin)/(xmax-xmin)*(W-L-R) }
+	py := func(y float64) float64 {
+		return H - B - (math.Log10(math.Max(y, 0.01))-lo)/(hi-lo)*(H-T-B)
+	}
+	fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`, L, T, W-L-R, H-T-B)
+	for e := lo; e <= hi; e++ {
+		y := py(math.Pow(10, e))
+		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end">%g</text>`,
+			L, W-R, y, y, L-4, y+4, math.Pow(10, e))
+	}
+	if xTicks == nil {
+		for i := 0; i <= 5; i++ {
+			xTicks = append(xTicks, xmin+float64(i)*(xmax-xmin)/5)
+		}
+	}
+	if xTickLabel == nil {
+		xTickLabel = func(x float64) string { return fmt.Sprintf("%.3g", x) }
+	}
+	for _, x := range xTicks {
+		if x < xmin || x > xmax {
+			continue
+		}
+		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.0f" y2="%.0f" stroke="#eee"/><text x="%.1f" y="%.0f" text-anchor="middle">%s</text>`,
+			px(x), px(x), T, H-B, px(x), H-B+14, html.EscapeString(xTickLabel(x)))
+	}
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">%s</text>`, L+(W-L-R)/2, H-8, html.EscapeString(xLabel))
+	fmt.Fprintf(&b, `<text transform="translate(14 %.0f) rotate(-90)" text-anchor="middle">%s</text>`, T+(H-T-B)/2, html.EscapeString(yLabel))
+	for i, s := range ss {
+		c := palette[i%len(palette)]
+		var pts []string
+		for j := range s.xs {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s.xs[j]), py(s.ys[j])))
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, c, strings.Join(pts, " "))
+		ly := T + 12 + float64(i)*16
+		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="%s" stroke-width="2"/><text x="%.0f" y="%.0f">%s</text>`,
+			W-R+8, W-R+26, ly-4, ly-4, c, W-R+30, ly, html.EscapeString(s.name))
+	}
+	b.WriteString(`</svg>`)
+	return b.String()
+}
+
+// nines maps a percentile to -log10(1-p/100), so 90, 99, 99.9 are evenly spaced.
+func nines(p float64) float64 { return -math.Log10(math.Max(1-p/100, 1e-6)) }
+
+// WriteHTML writes a self-contained HTML report: the summary, a
+// latency-over-time plot and a percentile plot per run (inline SVG, no
+// external assets).
+func (r *Report) WriteHTML(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString(`<!doctype html><html><head><meta charset="utf-8"><title>jetsink bench</title>
+<style>body{font-family:sans-serif;margin:24px;max-width:1000px}pre{background:#f6f6f6;padding:12px;overflow-x:auto;font-size:12px}</style></head><body>`)
+	fmt.Fprintf(&b, "<h1>jetsink bench: %s</h1>\n<pre>", html.EscapeString(r.Scenario))
+	var text strings.Builder
+	_ = r.WriteText(&text)
+	b.WriteString(html.EscapeString(text.String()))
+	b.WriteString("</pre>\n")
+
+	name := func(x Result) string {
+		n := fmt.Sprintf("%s #%d", x.Engine, x.Rep)
+		if x.Variant != "" {
+			n += " " + x.Variant
+		}
+		return n
+	}
+	var overTime, curves []series
+	for _, x := range r.Results {
+		var p99 series
+		p99.name = name(x) + " p99"
+		mx := series{name: name(x) + " max"}
+		for _, t := range x.Timeline {
+			p99.xs, p99.ys = append(p99.xs, t.T), append(p99.ys, t.P99)
+			mx.xs, mx.ys = append(mx.xs, t.T), append(mx.ys, t.Max)
+		}
+		overTime = append(overTime, p99, mx)
+		c := series{name: name(x)}
+		for _, p := range x.Curve {
+			c.xs, c.ys = append(c.xs, nines(p.Percentile)), append(c.ys, p.Ms)
+		}
+		curves = append(curves, c)
+	}
+	b.WriteString("<h2>Latency over time</h2>\n<p>Per window of scheduled send time: p99 and max of publish-to-commit latency.</p>\n")
+	b.WriteString(svgPlot("publish-to-commit latency over time", "seconds since the first scheduled send", "ms (log)", overTime, nil, nil))
+	b.WriteString("\n<h2>Latency by percentile</h2>\n")
+	ticks := []float64{nines(0), nines(90), nines(99), nines(99.9), nines(99.99), nines(99.999)}
+	labels := map[float64]string{ticks[0]: "0", ticks[1]: "90", ticks[2]: "99", ticks[3]: "99.9", ticks[4]: "99.99", ticks[5]: "99.999"}
+	b.WriteString(svgPlot("publish-to-commit latency by percentile", "percentile", "ms (log)", curves, ticks,
+		func(x float64) string { return labels[x] }))
+	b.WriteString("\n</body></html>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/jackc/pgx/v5"
+)
+
+// Latencies are recorded in microseconds from 1 µs to 1 hour with 3
+// significant digits.
+const (
+	histMin    = 1
+	histMax    = int64(time.Hour / time.Microsecond)
+	histDigits = 3
+)
+
+// Percentiles of a latency distribution, in milliseconds.
+type Percentiles struct {
+	Count int64   `json:"count"`
+	P50   float64 `json:"p50_ms"`
+	P90   float64 `json:"p90_ms"`
+	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p99_9_ms"`
+	Max   float64 `json:"max_ms"`
+	Mean  float64 `json:"mean_ms"`
+}
+
+func percentiles(h *hdrhistogram.Histogram) Percentiles {
+	ms := func(us int64) float64 { return float64(us) / 1000 }
+	return Percentiles{
+		Count: h.TotalCount(),
+		P50:   ms(h.ValueAtQuantile(50)),
+		P90:   ms(h.ValueAtQuantile(90)),
+		P99:   ms(h.ValueAtQuantile(99)),
+		P999:  ms(h.ValueAtQuantile(99.9)),
+		Max:   ms(h.Max()),
+		Mean:  h.Mean() / 1000,
+	}
+}
+
+// CurvePoint is one point of the percentile plot.
+type CurvePoint struct {
+	Percentile float64 `json:"percentile"`
+	Ms         float64 `json:"ms"`
+}
+
+// curveQuantiles are the percentiles the percentile plot shows.
+var curveQuantiles = []float64{0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999, 100}
+
+// TimePoint is one window of the latency-over-time plot.
+type TimePoint struct {
+	T     float64 `json:"t_s"` // window start, seconds after the first scheduled send
+	Count int64   `json:"count"`
+	P50   float64 `json:"p50_ms"`
+	P99   float64 `json:"p99_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+// Batches describes rows per committed transaction.
+type Batches struct {
+	Count int     `json:"count"`
+	Min   int64   `json:"min"`
+	P50   int64   `json:"p50"`
+	P90   int64   `json:"p90"`
+	Max   int64   `json:"max"`
+	Mean  float64 `json:"mean"`
+}
+
+// tableFacts is what the table says about one run.
+type tableFacts struct {
+	rows, distinctSeqs int64
+	first, last        time.Time // first and last commit
+	latency            Percentiles
+	curve              []CurvePoint
+	timeline           []TimePoint
+	batches            Batches
+}
+
+// measureTable reads every row's scheduled time and commit time. byCommitTS
+// uses pg_xact_commit_timestamp(xmin) (track_commit_timestamp on), else the
+// committed_at column.
+func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bool, window time.Duration) (tableFacts, error) {
+	var f tableFacts
+	t := pgx.Identifier{table}.Sanitize()
+	commit := "committed_at"
+	if byCommitTS {
+		commit = "pg_xact_commit_timestamp(xmin)"
+	}
+	if err := db.QueryRow(ctx, "SELECT count(*), count(DISTINCT stream_seq) FROM "+t).Scan(&f.rows, &f.distinctSeqs); err != nil {
+		return f, fmt.Errorf("count rows: %w", err)
+	}
+	if f.rows == 0 {
+		return f, nil
+	}
+	rows, err := db.Query(ctx, "SELECT ts, "+commit+" FROM "+t+" ORDER BY ts")
+	if err != nil {
+		return f, fmt.Errorf("read latencies: %w", err)
+	}
+	all := hdrhistogram.New(histMin, histMax, histDigits)
+	var (
+		start, winStart time.Time
+		win             *hdrhistogram.Histogram
+	)
+	flushWin := func() {
+		if win != nil && win.TotalCount() > 0 {
+			p := percentiles(win)
+			f.timeline = append(f.timeline, TimePoint{T: winStart.Sub(start).Seconds(), Count: p.Count, P50: p.P50, P99: p.P99, Max: p.Max})
+		}
+	}
+	for rows.Next() {
+		var ts, at time.Time
+		if err := rows.Scan(&ts, &at); err != nil {
+			rows.Close()
+			return f, fmt.Errorf("read latencies: %w", err)
+		}
+		if start.IsZero() {
+			start, winStart = ts, ts
+			win = hdrhistogram.New(histMin, histMax, histDigits)
+		}
+		for ts.Sub(winStart) >= window {
+			flushWin()
+			win.Reset()
+			winStart = winStart.Add(window)
+		}
+		if f.first.IsZero() || at.Before(f.first) {
+			f.first = at
+		}
+		if at.After(f.last) {
+			f.last = at
+		}
+		us := max(at.Sub(ts).Microseconds(), histMin) // clock steps cannot make it negative
+		_ = all.RecordValue(min(us, histMax))
+		_ = win.RecordValue(min(us, histMax))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return f, fmt.Errorf("read latencies: %w", err)
+	}
+	flushWin()
+	f.latency = percentiles(all)
+	for _, q := range curveQuantiles {
+		f.curve = append(f.curve, CurvePoint{Percentile: q, Ms: float64(all.ValueAtQuantile(q)) / 1000})
+	}
+
+	brows, err := db.Query(ctx, "SELECT count(*) FROM "+t+" GROUP BY xmin")
+	if err != nil {
+		return f, fmt.Errorf("batch sizes: %w", err)
+	}
+	sizes, err := pgx.CollectRows(brows, pgx.RowTo[int64])
+	if err != nil {
+		return f, fmt.Errorf("batch sizes: %w", err)
+	}
+	f.batches = batchStats(sizes)
+	return f, nil
+}
+
+func batchStats(sizes []int64) Batches {
+	if len(sizes) == 0 {
+		return Batches{}
+	}
+	sort.Slice(sizes, func(i, j int) bool { return sizes[i] < sizes[j] })
+	var sum int64
+	for _, s := range sizes {
+		sum += s
+	}
+	at := func(q float64) int64 { return sizes[int(math.Ceil(q*float64(len(sizes))))-1] }
+	return Batches{Count: len(sizes), Min: sizes[0], P50: at(0.5), P90: at(0.9), Max: sizes[len(sizes)-1],
+		Mean: float64(sum) / float64(len(sizes))}
+}

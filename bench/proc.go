@@ -1,0 +1,172 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// child is a jetsink (or baseline) subprocess.
+type child struct {
+	cmd     *exec.Cmd
+	started time.Time
+	out     *tailBuffer
+	done    chan struct{} // closed when the process has exited
+	err     error         // Wait's error, valid after done
+}
+
+// Usage is what the kernel accounted to a child process.
+type Usage struct {
+	CPU     time.Duration // user + system
+	PeakRSS int64         // bytes: VmHWM, or rusage's ru_maxrss once exited
+}
+
+// startChild starts exe args with the JETSINK_* variables removed from the
+// environment (the generated config is the whole truth).
+func startChild(exe string, args ...string) (*child, error) {
+	cmd := exec.Command(exe, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "JETSINK_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	out := &tailBuffer{max: 16 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
+	c := &child{cmd: cmd, out: out, done: make(chan struct{})}
+	c.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", exe, err)
+	}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// peakRSS reads VmHWM from /proc/<pid>/status; 0 when unavailable.
+func (c *child) peakRSS() int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// stop sends SIGTERM (jetsink drains and exits 0), waits up to grace, then
+// kills. It returns the child's usage over its whole life; hwm is the VmHWM
+// read before the signal (rusage's ru_maxrss covers the same peak).
+func (c *child) stop(grace time.Duration) (Usage, error) {
+	hwm := c.peakRSS()
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	var exitErr error
+	select {
+	case <-c.done:
+		exitErr = c.err
+	case <-time.After(grace):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		exitErr = fmt.Errorf("did not exit %v after SIGTERM; killed", grace)
+	}
+	return c.usage(hwm), exitErr
+}
+
+// usage reads the rusage of an exited child.
+func (c *child) usage(hwm int64) Usage {
+	u := Usage{PeakRSS: hwm}
+	ps := c.cmd.ProcessState
+	if ps == nil {
+		return u
+	}
+	u.CPU = ps.UserTime() + ps.SystemTime()
+	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru.Maxrss<<10 > u.PeakRSS {
+		u.PeakRSS = ru.Maxrss << 10 // kilobytes on Linux
+	}
+	return u
+}
+
+// exited returns the exit error when the child has already exited early.
+func (c *child) exited() error {
+	select {
+	case <-c.done:
+		if c.err == nil {
+			return errors.New("exited with status 0 before the benchmark finished")
+		}
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// kill ends the child at once (used on errors).
+func (c *child) kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}
+
+// waitGone is a helper for context-aware waits on a child.
+func (c *child) waitCtx(ctx context.Context) error {
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf bytes.Buffer
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf.Write(p)
+	if n := t.buf.Len(); n > t.max {
+		t.buf.Next(n - t.max)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.buf.String()
+}
+
+// loadAvg1 is the one-minute load average from /proc/loadavg; -1 if unknown.
+func loadAvg1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}

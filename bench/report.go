@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// Stat is the median and spread of one figure over the repetitions.
+type Stat struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	N      int     `json:"n"`
+}
+
+// Spread is (max-min)/median, 0 when there is one value.
+func (s Stat) Spread() float64 {
+	if s.Median == 0 {
+		return 0
+	}
+	return (s.Max - s.Min) / s.Median
+}
+
+func stat(vs []float64) Stat {
+	if len(vs) == 0 {
+		return Stat{}
+	}
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Stat{Median: m, Min: s[0], Max: s[len(s)-1], N: len(s)}
+}
+
+// Summary aggregates one engine and variant over the repetitions. Ratio is
+// the median over repetitions of this engine's events/s divided by the
+// baseline's in the same repetition (0 without --compare).
+type Summary struct {
+	Engine       string `json:"engine"`
+	Variant      string `json:"variant,omitempty"`
+	EventsPerSec Stat   `json:"events_per_s"`
+	CPUPerEvent  Stat   `json:"cpu_us_per_event"`
+	PeakRSSMiB   Stat   `json:"peak_rss_mib"`
+	P99          Stat   `json:"latency_p99_ms"`
+	P999         Stat   `json:"latency_p99_9_ms"`
+	Max          Stat   `json:"latency_max_ms"`
+	Load1        Stat   `json:"load1"`
+	Ratio        Stat   `json:"ratio_to_baseline"`
+}
+
+func summarize(rs []Result) []Summary {
+	type key struct{ engine, variant string }
+	var order []key
+	groups := map[key][]Result{}
+	baseline := map[int]float64{} // rep -> baseline events/s
+	for _, r := range rs {
+		k := key{r.Engine, r.Variant}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+		if r.Engine == EngineBaseline {
+			baseline[r.Rep] = r.EventsPerSec
+		}
+	}
+	var out []Summary
+	for _, k := range order {
+		g := groups[k]
+		col := func(f func(Result) float64) Stat {
+			vs := make([]float64, len(g))
+			for i, r := range g {
+				vs[i] = f(r)
+			}
+			return stat(vs)
+		}
+		s := Summary{Engine: k.engine, Variant: k.variant,
+			EventsPerSec: col(func(r Result) float64 { return r.EventsPerSec }),
+			CPUPerEvent:  col(func(r Result) float64 { return r.CPUPerEvent }),
+			PeakRSSMiB:   col(func(r Result) float64 { return float64(r.PeakRSS) / (1 << 20) }),
+			P99:          col(func(r Result) float64 { return r.Latency.P99 }),
+			P999:         col(func(r Result) float64 { return r.Latency.P999 }),
+			Max:          col(func(r Result) float64 { return r.Latency.Max }),
+			Load1:        col(func(r Result) float64 { return r.Load1 }),
+		}
+		var ratios []float64
+		for _, r := range g {
+			if b, ok := baseline[r.Rep]; ok && b > 0 && r.Engine != EngineBaseline {
+				ratios = append(ratios, r.EventsPerSec/b)
+			}
+		}
+		s.Ratio = stat(ratios)
+		out = append(out, s)
+	}
+	return out
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes the human summary.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	switch r.Scenario {
+	case ScenarioDrain:
+		fmt.Fprintf(&b, "scenario drain: %d events preloaded over %d subjects; %s; %d CPUs; %s\n", r.Events, r.Subjects, r.Target, r.CPUs, r.GoVer)
+	default:
+		fmt.Fprintf(&b, "scenario rate: %.0f events/s for %s over %d subjects (open loop); %s; %d CPUs; %s\n", r.Rate, r.Duration, r.Subjects, r.Target, r.CPUs, r.GoVer)
+	}
+	fmt.Fprintf(&b, "load average (1 min) before %.2f, after %.2f\n\n", r.LoadAvg[0], r.LoadAvg[1])
+	fmt.Fprintln(&b, "per run:")
+	for _, x := range r.Results {
+		v := ""
+		if x.Variant != "" {
+			v = " [" + x.Variant + "]"
+		}
+		fmt.Fprintf(&b, "  #%d%s %s\n", x.Rep, v, x.line())
+		fmt.Fprintf(&b, "      published %d, committed %d rows (missing %d, duplicate %d), elapsed %.3fs (startup %.3fs), CPU %.2fs, batches min/p50/p90/max %d/%d/%d/%d mean %.0f\n",
+			x.Published, x.Rows, x.Missing, x.Duplicate, x.ElapsedS, x.StartupS, x.CPUSeconds,
+			x.Batches.Min, x.Batches.P50, x.Batches.P90, x.Batches.Max, x.Batches.Mean)
+	}
+	if len(r.Results) > 0 {
+		fmt.Fprintf(&b, "  latency is from each event's scheduled send time to %s\n", r.Results[0].LatencyFrom)
+	}
+	fmt.Fprintln(&b, "\nsummary (median [min..max] over repetitions):")
+	for _, s := range r.Summary {
+		name := s.Engine
+		if s.Variant != "" {
+			name += " [" + s.Variant + "]"
+		}
+		fmt.Fprintf(&b, "  %-22s events/s %s  CPU µs/event %s  peak RSS MiB %s  p99 ms %s  p99.9 ms %s  max ms %s",
+			name, fmtStat(s.EventsPerSec, 0), fmtStat(s.CPUPerEvent, 2), fmtStat(s.PeakRSSMiB, 1),
+			fmtStat(s.P99, 1), fmtStat(s.P999, 1), fmtStat(s.Max, 1))
+		if s.Ratio.N > 0 {
+			fmt.Fprintf(&b, "  x baseline %s", fmtStat(s.Ratio, 2))
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func fmtStat(s Stat, prec int) string {
+	if s.N <= 1 {
+		return fmt.Sprintf("%.*f", prec, s.Median)
+	}
+	return fmt.Sprintf("%.*f [%.*f..%.*f]", prec, s.Median, prec, s.Min, prec, s.Max)
+}

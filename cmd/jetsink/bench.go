@@ -1,0 +1,159 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/jetsink/jetsink/bench"
+	"github.com/jetsink/jetsink/config"
+)
+
+func newBenchCmd() *cobra.Command {
+	var (
+		cf       configFlags
+		o        bench.Options
+		compare  string
+		matrix   string
+		jsonOut  bool
+		htmlFile string
+		quiet    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmark jetsink end to end: throughput, publish-to-commit latency, CPU and memory",
+		Long: `Run a scenario end to end and measure jetsink from the outside.
+
+  --scenario drain   preload --events events, then start jetsink and time how
+                     long it takes to commit and ack them all
+  --scenario rate    start jetsink, publish open loop at --rate events/s for
+                     --duration, and wait until everything is committed
+
+By default it runs on an embedded nats-server and a throwaway PostgreSQL
+cluster with fsync on; with --config (or --nats-url/--database-url, or
+JETSINK_CONFIG) it runs against those servers, creating and dropping its own
+streams and tables. jetsink runs as a subprocess ("jetsink run"), so its CPU
+time and peak RSS are its own. Latency runs from each event's scheduled send
+time to its transaction's commit (no coordinated omission).
+
+--compare baseline runs the straightforward consumer on the same preloaded
+data in the same run and prints the ratio. --matrix key=v1,v2 runs jetsink
+once per value (e.g. --matrix pipeline.pin=none,thread,cpu); --set overrides
+apply to jetsink only.`,
+		Example: `  jetsink bench --scenario drain --events 1000000 --compare baseline --count 3
+  jetsink bench --scenario rate --rate 20000 --duration 60s --html report.html
+  jetsink bench --scenario drain --events 200000 --matrix pipeline.workers=1,2,4 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the jetsink binary: %w", err)
+			}
+			o.Exe = exe
+			o.Embedded = cf.file == "" && cf.natsURL == "" && cf.dbURL == "" &&
+				os.Getenv("JETSINK_NATS_URL") == "" && os.Getenv("JETSINK_DATABASE_URL") == ""
+			// --set goes to the jetsink subprocess, on top of the config.
+			sets := cf.set
+			cf.set = nil
+			if o.Embedded {
+				o.Base = config.Default()
+			} else if o.Base, err = cf.load(); err != nil {
+				return err
+			}
+			switch compare {
+			case "":
+			case "baseline":
+				o.Compare = true
+			default:
+				return usageError{fmt.Errorf("--compare takes only %q", "baseline")}
+			}
+			if matrix == "" {
+				o.Variants = []bench.Variant{{Set: sets}}
+			} else {
+				key, vals, ok := strings.Cut(matrix, "=")
+				if !ok || key == "" || vals == "" {
+					return usageError{fmt.Errorf("--matrix wants key=v1,v2,..., e.g. pipeline.pin=none,thread")}
+				}
+				for _, v := range strings.Split(vals, ",") {
+					o.Variants = append(o.Variants, bench.Variant{Name: key + "=" + v, Set: append(append([]string(nil), sets...), key+"="+v)})
+				}
+			}
+			if !quiet {
+				o.Progress = cmd.ErrOrStderr()
+			}
+			rep, err := bench.Run(ctx, o)
+			if rep != nil {
+				if htmlFile != "" {
+					if herr := writeHTML(htmlFile, rep); herr != nil && err == nil {
+						err = herr
+					}
+				}
+				if jsonOut {
+					_ = rep.WriteJSON(cmd.OutOrStdout())
+				} else {
+					_ = rep.WriteText(cmd.OutOrStdout())
+				}
+			}
+			return err
+		},
+	}
+	cf.register(cmd.Flags())
+	f := cmd.Flags()
+	f.StringVar(&o.Scenario, "scenario", bench.ScenarioDrain, "drain or rate")
+	f.IntVar(&o.Events, "events", 200_000, "drain: events to preload")
+	f.Float64Var(&o.Rate, "rate", 20_000, "rate: events per second, open loop")
+	f.DurationVar(&o.Duration, "duration", 10*time.Second, "rate: how long to publish")
+	f.IntVar(&o.Subjects, "subjects", 1000, "distinct subjects (devices)")
+	f.StringVar(&compare, "compare", "", "baseline: also run the straightforward consumer on the same data")
+	f.IntVar(&o.Count, "count", 1, "repetitions (median and spread are reported)")
+	f.StringVar(&matrix, "matrix", "", "run jetsink once per value of a key, e.g. pipeline.pin=none,thread,cpu")
+	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on one engine's run after this long")
+	f.BoolVar(&jsonOut, "json", false, "print the report as JSON instead of the summary")
+	f.StringVar(&htmlFile, "html", "", "also write a self-contained HTML report (inline SVG) to this file")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
+	cmd.AddCommand(newBenchBaselineCmd())
+	return cmd
+}
+
+// newBenchBaselineCmd is the baseline consumer bench compares against, run
+// as a subprocess so that its CPU and memory are measured like jetsink's.
+func newBenchBaselineCmd() *cobra.Command {
+	var c bench.BaselineConfig
+	cmd := &cobra.Command{
+		Use:    "baseline",
+		Short:  "The straightforward consumer `jetsink bench --compare baseline` measures (internal)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return bench.RunBaseline(ctx, c)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL")
+	f.StringVar(&c.Stream, "stream", "", "stream")
+	f.StringVar(&c.Consumer, "consumer", "", "durable consumer")
+	f.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL")
+	f.StringVar(&c.Table, "table", "", "table")
+	return cmd
+}
+
+func writeHTML(path string, rep *bench.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("html report: %w", err)
+	}
+	if err := rep.WriteHTML(f); err != nil {
+		f.Close()
+		return fmt.Errorf("html report: %w", err)
+	}
+	return f.Close()
+}
