@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/loadgen"
+	"github.com/jetsink/jetsink/processor"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+var binary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// jetsinkBinary builds cmd/jetsink once per test binary, without -race so
+// that the subprocess runs at its real speed.
+func jetsinkBinary(t testing.TB) string {
+	t.Helper()
+	binary.once.Do(func() {
+		dir, err := os.MkdirTemp("", "jetsink-bench-bin-")
+		if err != nil {
+			binary.err = err
+			return
+		}
+		binary.path = filepath.Join(dir, "jetsink")
+		if out, err := exec.Command("go", "build", "-o", binary.path, "../cmd/jetsink").CombinedOutput(); err != nil {
+			binary.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if binary.err != nil {
+		t.Fatalf("build jetsink: %v", binary.err)
+	}
+	t.Cleanup(func() {}) // the binary is shared by the tests; the OS temp dir holds it
+	return binary.path
+}
+
+// checkReport checks what must hold whatever the machine's speed: every
+// published event committed once, percentiles monotone, batch sizes adding
+// up, CPU and memory measured.
+func checkReport(t *testing.T, rep *Report, engines int) {
+	t.Helper()
+	if len(rep.Results) != engines {
+		t.Fatalf("%d results, want %d", len(rep.Results), engines)
+	}
+	for _, r := range rep.Results {
+		if r.Published == 0 || r.Missing != 0 || r.Rows-r.Duplicate != int64(r.Published) {
+			t.Errorf("%s: published %d, rows %d, duplicate %d, missing %d", r.Engine, r.Published, r.Rows, r.Duplicate, r.Missing)
+		}
+		if r.Duplicate > max(r.Redelivered, 0) {
+			t.Errorf("%s: %d duplicate rows but only %d redeliveries", r.Engine, r.Duplicate, r.Redelivered)
+		}
+		l := r.Latency
+		if l.Count != r.Rows || !(0 < l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
+			t.Errorf("%s: latency not complete and monotone: %+v", r.Engine, l)
+		}
+		for i := 1; i < len(r.Curve); i++ {
+			if r.Curve[i].Ms < r.Curve[i-1].Ms || r.Curve[i].Percentile <= r.Curve[i-1].Percentile {
+				t.Errorf("%s: percentile curve not monotone at %d: %+v", r.Engine, i, r.Curve)
+			}
+		}
+		var inWindows int64
+		for _, p := range r.Timeline {
+			inWindows += p.Count
+		}
+		if inWindows != r.Rows {
+			t.Errorf("%s: timeline holds %d rows, want %d", r.Engine, inWindows, r.Rows)
+		}
+		b := r.Batches
+		if b.Count == 0 || b.Min < 1 || b.Min > b.P50 || b.P50 > b.P90 || b.P90 > b.Max ||
+			int64(b.Mean*float64(b.Count)+0.5) != r.Rows {
+			t.Errorf("%s: batches inconsistent with %d rows: %+v", r.Engine, r.Rows, b)
+		}
+		if r.EventsPerSec <= 0 || r.ElapsedS <= 0 || r.CPUSeconds <= 0 || r.PeakRSS <= 0 {
+			t.Errorf("%s: figures missing: %+v", r.Engine, r)
+		}
+	}
+	if len(rep.Summary) != engines {
+		t.Errorf("%d summaries, want %d", len(rep.Summary), engines)
+	}
+	var text, js, html bytes.Buffer
+	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "summary") {
+		t.Errorf("text report: %v\n%s", err, text.String())
+	}
+	if err := rep.WriteJSON(&js); err != nil || !strings.Contains(js.String(), `"p99_9_ms"`) {
+		t.Errorf("JSON report: %v", err)
+	}
+	if err := rep.WriteHTML(&html); err != nil || strings.Count(html.String(), "<svg") != 2 ||
+		strings.Contains(html.String(), "http://") && !strings.Contains(html.String(), `xmlns="http://www.w3.org/2000/svg"`) {
+		t.Errorf("HTML report: %v", err)
+	}
+}
+
+// TestDrainCompareBaseline runs a short drain of jetsink and the baseline on
+// the servers the tests use (committed_at stands in for the commit time).
+func TestDrainCompareBaseline(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ns, pg := testenv.NATS(t), testenv.Postgres(t)
+	base := config.Default()
+	base.NATS.URL, base.Postgres.URL = ns.URL(), pg.URL
+	base.Pipeline.Workers = 2
+	rep, err := Run(ctx, Options{Exe: jetsinkBinary(t), Base: base, Scenario: ScenarioDrain, Events: 20_000,
+		Subjects: 100, Compare: true, Timeout: 3 * time.Minute, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep, 2)
+	if s := rep.Summary; s[0].Ratio.N != 1 || s[0].Ratio.Median <= 0 {
+		t.Errorf("no ratio to the baseline: %+v", s[0])
+	}
+	if got := rep.Results[0].LatencyFrom; !strings.HasPrefix(got, "committed_at") && !strings.HasPrefix(got, "pg_xact") {
+		t.Errorf("latency source %q", got)
+	}
+}
+
+// TestRateEmbedded runs 2 s at 2,000 events/s open loop on the embedded
+// default (its own nats-server and PostgreSQL with fsync and commit
+// timestamps on).
+func TestRateEmbedded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if os.Getenv(testenv.EnvDatabaseURL) != "" {
+		// The embedded default is what is under test here; it needs local
+		// PostgreSQL binaries, which a JETSINK_TEST_DATABASE_URL setup may lack.
+		t.Log("runs the embedded default regardless of " + testenv.EnvDatabaseURL)
+	}
+	rep, err := Run(ctx, Options{Exe: jetsinkBinary(t), Base: config.Default(), Embedded: true, Scenario: ScenarioRate,
+		Rate: 2000, Duration: 2 * time.Second, Subjects: 50, Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep, 1)
+	r := rep.Results[0]
+	if r.Published != 4000 {
+		t.Errorf("published %d, want 4000", r.Published)
+	}
+	if r.LatencyFrom != "pg_xact_commit_timestamp" {
+		t.Errorf("embedded run measured latency to %q, want the commit timestamp", r.LatencyFrom)
+	}
+	if len(r.Timeline) < 10 {
+		t.Errorf("timeline has %d windows for a 2 s run, want about 20", len(r.Timeline))
+	}
+}
+
+// testWriter sends progress lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []Options{
+		{},
+		{Exe: "x", Scenario: "soak"},
+		{Exe: "x", Scenario: ScenarioDrain},
+		{Exe: "x", Scenario: ScenarioRate, Rate: 10},
+		{Exe: "x", Scenario: ScenarioRate, Rate: 0.1, Duration: time.Second},
+	} {
+		if _, err := Run(context.Background(), o); err == nil {
+			t.Errorf("Run(%+v) accepted", o)
+		}
+	}
+}
+
+// BenchmarkDrain drives the processor in-process over b.N preloaded events
+// (use -benchtime=200000x) on an embedded nats-server and the test
+// PostgreSQL, for a CPU profile of jetsink's own code: the processor runs
+// under the pprof label stage=jetsink (goroutines it starts inherit it), so
+//
+//	go test ./bench -run '^$' -bench Drain -benchtime 200000x -cpuprofile cpu.out
+//	go tool pprof -tagfocus stage=jetsink -top cpu.out
+//
+// leaves out the publisher and the embedded nats-server.
+func BenchmarkDrain(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	ns, pg := testenv.NATS(b), testenv.Postgres(b)
+	nc := ns.Connect(b)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	db := pg.Conn(b)
+	bb := &bencher{js: js, db: db}
+	stream, prefix := "BENCH_DRAIN", "benchdrain"
+	if err := bb.createStream(ctx, stream, prefix); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := loadgen.Publish(ctx, nc, loadgen.Options{Subject: prefix, Subjects: 1000, Events: b.N, Run: 1, Stamp: true}); err != nil {
+		b.Fatal(err)
+	}
+	if err := bb.createTable(ctx, "bench_drain"); err != nil {
+		b.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.NATS.URL, cfg.NATS.Stream, cfg.NATS.Subjects, cfg.NATS.CreateStream = ns.URL(), stream, []string{prefix + ".>"}, true
+	cfg.NATS.DeadLetterSubject = "benchdlq.drain"
+	cfg.Postgres.URL, cfg.Postgres.Table, cfg.Postgres.Columns = pg.URL, "bench_drain", Columns()
+	cfg.Telemetry.Listen = ""
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	var runErr error
+	pprof.Do(ctx, pprof.Labels("stage", "jetsink"), func(ctx context.Context) {
+		p, err := processor.New(ctx, cfg, log)
+		if err != nil {
+			runErr = err
+			return
+		}
+		defer p.Close()
+		intake, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(intake, ctx) }()
+		for p.Sink().Stats().Rows < uint64(b.N) && ctx.Err() == nil {
+			select {
+			case runErr = <-done:
+				stop()
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		stop()
+		runErr = <-done
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if runErr != nil {
+		b.Fatal(runErr)
+	}
+	var n int64
+	if err := db.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{"bench_drain"}.Sanitize()).Scan(&n); err != nil || n < int64(b.N) {
+		b.Fatalf("committed %d of %d rows: %v", n, b.N, err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+}
