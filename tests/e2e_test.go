@@ -31,7 +31,7 @@ func TestEndToEnd(t *testing.T) {
 
 			begin = time.Now()
 			r := e.start(ctx, e.config(mode))
-			e.waitDrained(ctx, events)
+			e.waitDrained(ctx, events, r)
 			elapsed := time.Since(begin)
 			r.drain(t)
 			t.Logf("%s: published %d in %v; drained in %v (%.0f events/s, under -race when run by make test)",
@@ -141,7 +141,7 @@ func TestAckOnlyAfterCommit(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil { // releases the lock
 		t.Fatal(err)
 	}
-	e.waitDrained(ctx, events)
+	e.waitDrained(ctx, events, r)
 	r.drain(t)
 	if n := e.rows(ctx); n != events {
 		t.Fatalf("%d rows, want %d", n, events)

@@ -78,6 +78,7 @@ func (e *env) config(mode sink.Mode) config.Config {
 	cfg.Postgres.Batch.MaxRows = 1000
 	cfg.Postgres.Columns = loadgen.Columns()
 	cfg.DrainTimeout = 30 * time.Second
+	cfg.Telemetry.Listen = "127.0.0.1:0" // tests run in parallel processes
 	if err := cfg.Validate(); err != nil {
 		e.t.Fatalf("test config: %v", err)
 	}
@@ -205,9 +206,17 @@ func (e *env) consumerInfo(ctx context.Context) *jetstream.ConsumerInfo {
 
 // waitDrained waits until the table holds want distinct ids and the
 // consumer has nothing pending or unacked.
-func (e *env) waitDrained(ctx context.Context, want int64) {
+func (e *env) waitDrained(ctx context.Context, want int64, running ...*running) {
 	e.t.Helper()
 	waitFor(e.t, ctx, fmt.Sprintf("%d rows and an empty consumer", want), func() (bool, string) {
+		for _, r := range running {
+			select {
+			case err := <-r.done:
+				r.done <- err // for Cleanup
+				e.t.Fatalf("processor stopped while draining: %v", err)
+			default:
+			}
+		}
 		ids := e.count(ctx, "SELECT count(DISTINCT id) FROM "+pgx.Identifier{e.table}.Sanitize())
 		info := e.consumerInfo(ctx)
 		state := fmt.Sprintf("distinct ids %d, pending %d, ack pending %d, redelivered %d", ids, info.NumPending, info.NumAckPending, info.NumRedelivered)
