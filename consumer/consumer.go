@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/pipeline"
 )
 
 // ErrStreamNotFound is returned by New when nats.create_stream is false and
@@ -35,7 +37,17 @@ type Consumer struct {
 	cons atomic.Pointer[consumerHandle]
 
 	stats counters
+
+	// traceMsg starts an event's span (telemetry.Tracing.StartMessage);
+	// nil when tracing is off. Set before Run.
+	traceMsg func(ev *pipeline.Event)
 }
+
+// SetTracer makes Run call start for each event it receives, before the
+// event is pushed, so that start can set ev.Span (telemetry's
+// Tracing.StartMessage does, for sampled messages). nil turns it off. Call
+// it before Run, not concurrently with it.
+func (c *Consumer) SetTracer(start func(ev *pipeline.Event)) { c.traceMsg = start }
 
 type consumerHandle struct{ jetstream.Consumer }
 

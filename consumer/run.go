@@ -236,9 +236,16 @@ func (c *Consumer) push(hard context.Context, out *ringq.Dispatch[pipeline.Event
 	if ev.Delivered > 1 {
 		c.stats.redelivered.Add(1)
 	}
+	if c.traceMsg != nil {
+		c.traceMsg(&ev)
+	}
 	if err := out.Push(hard, ev); err != nil {
 		// Taken but not handed on: let JetStream redeliver it soon.
 		_ = msg.Nak()
+		if ev.Span != nil {
+			ev.Span.RecordError(err)
+			ev.Span.End()
+		}
 		return fmt.Errorf("consume: push event: %w", err)
 	}
 	return nil

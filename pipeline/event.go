@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Msg is the handle of one JetStream message as the later stages need it:
@@ -32,6 +34,14 @@ type Event struct {
 	Published   time.Time // JetStream's store time
 	Received    time.Time // when the consumer took it
 	MsgID       string    // Nats-Msg-Id header, "" when absent
+	// Span is the message's CONSUMER span ("process <subject>"), nil when
+	// tracing is off or the message is not sampled, so checking it for nil
+	// is all an unsampled event costs. The consumer starts it on receipt
+	// (parented on the publisher's traceparent); whoever settles the
+	// message ends it (telemetry.EndMessage): the sink after the ack, the
+	// dead-letterer, or the consumer when it naks. Its SpanContext is what
+	// the sink's "copy <table>" batch span links to.
+	Span trace.Span
 }
 
 // Row is one decoded event on its way to the sink: the event it came from

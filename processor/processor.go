@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jetsink/jetsink/telemetry"
 
@@ -28,6 +29,8 @@ type Processor struct {
 	sink     *sink.Sink
 	pipeline *pipeline.Pipeline
 	workers  int
+	tracing  *telemetry.Tracing
+	metrics  *telemetry.Metrics
 
 	adminAddr atomic.Pointer[net.Addr]
 }
@@ -52,24 +55,44 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		(cfg.Postgres.Connections+1)*cfg.Postgres.Batch.MaxRows)
 	p.cfg = cfg
 
+	tc := cfg.Telemetry
+	p.tracing, err = telemetry.NewTracing(ctx, telemetry.Config{ServiceName: tc.ServiceName, OTLPEndpoint: tc.OTLPEndpoint,
+		SampleRatio: tc.SampleRatio, MaxLinks: cfg.Postgres.Batch.MaxRows})
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	if p.metrics, err = telemetry.NewMetrics(tc.ServiceName); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+
 	p.consumer, err = consumer.New(ctx, cfg.NATS, log)
 	if err != nil {
+		p.Close()
 		return nil, fmt.Errorf("connect to NATS: %w", err)
 	}
+	if p.tracing.Enabled() {
+		p.consumer.SetTracer(p.tracing.StartMessage)
+	}
+	// Dead letters from the workers and the sink are counted by reason and
+	// end the message's span.
+	dl := &telemetry.DeadLetterer{Next: p.consumer, Metrics: p.metrics}
 	sinkCfg := cfg.Postgres.Config
 	if sinkCfg.InProgressEvery == 0 {
 		sinkCfg.InProgressEvery = cfg.NATS.AckWait / 2
 	}
-	p.sink, err = sink.New(ctx, sinkCfg, mapper.Columns(), p.consumer, log)
+	p.sink, err = sink.New(ctx, sinkCfg, mapper.Columns(), dl, log)
 	if err != nil {
-		p.consumer.Close()
+		p.Close()
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
-	p.pipeline, err = pipeline.New(cfg.Pipeline, mapper, p.consumer, log)
+	p.sink.Instrument(p.tracing, p.metrics)
+	p.pipeline, err = pipeline.New(cfg.Pipeline, mapper, dl, log)
 	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("build pipeline: %w", err)
 	}
+	log.Info("telemetry", "tracing", p.tracing.Enabled(), "sample_ratio", tc.SampleRatio, "service", tc.ServiceName)
 	return p, nil
 }
 
@@ -93,6 +116,17 @@ func (p *Processor) Run(intake, hard context.Context) error {
 
 	in := ringq.NewDispatch[pipeline.Event](p.workers, p.cfg.Pipeline.RingSize, pipeline.Key)
 	out := ringq.NewMerge[pipeline.Row](p.workers, p.cfg.Pipeline.RingSize)
+	unobserve, err := p.observe(in, out)
+	if err != nil {
+		return err
+	}
+	defer unobserve()
+	// Export the spans of everything settled, within what is left of hard.
+	defer func() {
+		if err := p.tracing.Flush(hard); err != nil {
+			p.log.Warn("tracing: spans not flushed", "err", err)
+		}
+	}()
 
 	var (
 		wg   sync.WaitGroup
@@ -141,6 +175,7 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 		},
 		"postgres": p.sink.Ping,
 	})
+	admin.Handle("GET /metrics", p.metrics.Handler())
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
@@ -176,7 +211,9 @@ func (p *Processor) Consumer() *consumer.Consumer { return p.consumer }
 // Sink gives access to the sink for health checks and statistics.
 func (p *Processor) Sink() *sink.Sink { return p.sink }
 
-// Close releases the connections. Call it after Run returns.
+// Close releases the connections and shuts telemetry down (spans not yet
+// exported get up to 5s more; Run has flushed them already). Call it after
+// Run returns.
 func (p *Processor) Close() {
 	if p.sink != nil {
 		p.sink.Close()
@@ -184,4 +221,15 @@ func (p *Processor) Close() {
 	if p.consumer != nil {
 		p.consumer.Close()
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.tracing.Shutdown(ctx); err != nil {
+		p.log.Warn("tracing shutdown", "err", err)
+	}
+	if err := p.metrics.Shutdown(ctx); err != nil {
+		p.log.Warn("metrics shutdown", "err", err)
+	}
 }
+
+// Tracing is the processor's tracing (Enabled false when off).
+func (p *Processor) Tracing() *telemetry.Tracing { return p.tracing }

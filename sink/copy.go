@@ -9,8 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/telemetry"
 )
 
 // The binary COPY stream around the tuples: signature, flags (0) and header
@@ -73,6 +75,13 @@ type committer struct {
 	staged bool // exactly-once: the staging table exists on conn
 	rd     copyReader
 	bo     backoff
+
+	// Telemetry of the batch being processed.
+	span    trace.Span    // its "copy <table>" span, nil if not traced
+	took    time.Duration // the last committed transaction's duration
+	retries uint64        // attempts retried
+	settled int           // rows acked
+	bytes   int           // their tuple bytes
 }
 
 // loop commits batches until the batcher closes work (nil) or ctx ends.
@@ -110,8 +119,15 @@ func (c *committer) closeConn() {
 
 // process commits b and settles every row: acked after commit, or
 // dead-lettered if the database refuses it. It returns only ctx.Err().
-func (c *committer) process(ctx context.Context, b *batch) error {
+func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
+	c.retries, c.settled, c.bytes = 0, 0, 0
+	if c.span = c.s.tracing.StartCopy(c.s.cfg.Table, rows); c.span != nil {
+		defer func() {
+			telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, err)
+			c.span = nil
+		}()
+	}
 	lo := 0
 	for lo < len(rows) {
 		if lo > 0 {
@@ -165,8 +181,10 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error {
 	c.bo.reset()
 	for attempt := 0; ; attempt++ {
+		began := time.Now()
 		unknown, err := c.attempt(ctx, rows)
 		if err == nil {
+			c.took = time.Since(began)
 			if attempt > 0 {
 				c.s.log.Info("batch committed after retries", "rows", len(rows), "attempts", attempt+1)
 			}
@@ -180,6 +198,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 			return err
 		}
 		c.s.st.retries.Add(1)
+		c.retries++
 		if unknown && c.s.cfg.Mode == AtLeastOnce {
 			c.s.st.possibleDups.Add(uint64(len(rows)))
 		}
@@ -285,13 +304,19 @@ func (c *committer) settle(b *batch, lo, hi int) {
 		if a == nil {
 			continue
 		}
-		if err := a.Ack(); err != nil {
+		err := a.Ack()
+		if err != nil {
 			failed++
 			if first == nil {
 				first = err
 			}
 		}
+		telemetry.EndMessage(&row.Event, "ack", err)
 	}
+	c.settled += hi - lo
+	c.bytes += int(bytes)
+	telemetry.Acked(c.span, hi-lo, int(failed))
+	c.s.metrics.BatchCommitted(context.Background(), b.rows[lo:hi], int(bytes), c.took)
 	st := &c.s.st
 	st.batches.Add(1)
 	st.rows.Add(uint64(hi - lo))

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/telemetry"
 )
 
 // Acker settles a message once its row is stored. pipeline.Msg (and so
@@ -74,6 +75,18 @@ type Sink struct {
 	seenErrs   map[string]struct{} // configuration errors already logged
 
 	st counters
+
+	// Set by Instrument before Run; nil records nothing.
+	tracing *telemetry.Tracing
+	metrics *telemetry.Metrics
+}
+
+// Instrument makes Run trace each batch as a "copy <table>" span linked to
+// its sampled messages, end every message's span when it is acked, and
+// record batch and latency metrics. Either may be nil. Call it before Run,
+// not concurrently with it.
+func (s *Sink) Instrument(t *telemetry.Tracing, m *telemetry.Metrics) {
+	s.tracing, s.metrics = t, m
 }
 
 // stagingTable is the exactly-once staging table, one per connection.

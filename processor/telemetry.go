@@ -1,0 +1,96 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/ringq"
+	"github.com/jetsink/jetsink/telemetry"
+)
+
+// Lag is fetched at most this often, however often /metrics is scraped.
+const (
+	lagTTL     = 2 * time.Second
+	lagTimeout = time.Second
+)
+
+// observe registers the observable instruments: counters read from the
+// stages' Stats (nothing is added to the hot path for them), ring occupancy
+// per ring, and the consumer's lag, cached for lagTTL. The returned
+// function unregisters them.
+func (p *Processor) observe(in *ringq.Dispatch[pipeline.Event], out *ringq.Merge[pipeline.Row]) (func(), error) {
+	m := p.metrics.Meter()
+	var errs []error
+	counter := func(name, desc string) metric.Int64ObservableCounter {
+		c, err := m.Int64ObservableCounter(name, metric.WithDescription(desc), metric.WithUnit("{event}"))
+		errs = append(errs, err)
+		return c
+	}
+	gauge := func(name, desc, unit string) metric.Int64ObservableGauge {
+		g, err := m.Int64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = append(errs, err)
+		return g
+	}
+	received := counter("jetsink.events.received", "Messages taken from JetStream and handed to the workers")
+	redelivered := counter("jetsink.events.redelivered", "Received messages that JetStream had delivered before")
+	committed := counter("jetsink.events.committed", "Rows committed to PostgreSQL (their messages are then acked)")
+	maxDelivered := counter("jetsink.events.max_delivered", "Events dead-lettered on JetStream's MAX_DELIVERIES advisory")
+	dlFailed := counter("jetsink.dead_letter.failures", "Dead-letter publishes that failed (the message was nak'ed, not lost)")
+	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")
+	ackErrs := counter("jetsink.ack.failures", "Acks refused after commit (the message comes back: a duplicate in at-least-once mode)")
+	batches, err := m.Int64ObservableCounter("jetsink.batches.committed",
+		metric.WithDescription("Transactions that committed a batch"), metric.WithUnit("{batch}"))
+	errs = append(errs, err)
+	retries, err := m.Int64ObservableCounter("jetsink.batch.retries",
+		metric.WithDescription("Batch transactions that failed and were retried"), metric.WithUnit("{attempt}"))
+	errs = append(errs, err)
+	ring := gauge("jetsink.ring.occupancy", "Events waiting in a ring (in: consumer to worker, out: worker to sink)", "{event}")
+	pending := gauge("jetsink.consumer.pending", "Messages in the stream not yet delivered to the durable consumer", "{message}")
+	ackPending := gauge("jetsink.consumer.ack_pending", "Messages delivered and not yet acked", "{message}")
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("metric instrument: %w", err)
+		}
+	}
+
+	inAttrs := make([]metric.ObserveOption, in.N())
+	outAttrs := make([]metric.ObserveOption, out.N())
+	for i := range in.N() {
+		w := attribute.String("worker", strconv.Itoa(i))
+		inAttrs[i] = metric.WithAttributes(attribute.String("ring", "in"), w)
+		outAttrs[i] = metric.WithAttributes(attribute.String("ring", "out"), w)
+	}
+	lag := &telemetry.Cached[consumer.Lag]{TTL: lagTTL, Timeout: lagTimeout, Fetch: p.consumer.Lag}
+	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		cs, ss := p.consumer.Stats(), p.sink.Stats()
+		o.ObserveInt64(received, int64(cs.Received))
+		o.ObserveInt64(redelivered, int64(cs.Redelivered))
+		o.ObserveInt64(maxDelivered, int64(cs.MaxDelivered))
+		o.ObserveInt64(dlFailed, int64(cs.DeadLetterFailed))
+		o.ObserveInt64(committed, int64(ss.Rows))
+		o.ObserveInt64(possibleDups, int64(ss.PossibleDuplicates))
+		o.ObserveInt64(ackErrs, int64(ss.AckErrors))
+		o.ObserveInt64(batches, int64(ss.Batches))
+		o.ObserveInt64(retries, int64(ss.Retries))
+		for i := range in.N() {
+			o.ObserveInt64(ring, int64(in.Ring(i).Len()), inAttrs[i])
+			o.ObserveInt64(ring, int64(out.Ring(i).Len()), outAttrs[i])
+		}
+		if l, err := lag.Get(ctx); err == nil {
+			o.ObserveInt64(pending, int64(l.NumPending))
+			o.ObserveInt64(ackPending, int64(l.NumAckPending))
+		}
+		return nil
+	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, batches, retries, ring, pending, ackPending)
+	if err != nil {
+		return nil, fmt.Errorf("metric callback: %w", err)
+	}
+	return func() { _ = reg.Unregister() }, nil
+}

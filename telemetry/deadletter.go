@@ -1,0 +1,50 @@
+package telemetry
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+func stageAttr(s string) attribute.KeyValue { return attribute.String("stage", s) }
+func codeAttr(s string) attribute.KeyValue  { return attribute.String("code", s) }
+
+// DeadLetterer wraps the pipeline.DeadLetterer that the pipeline and the
+// sink share: each dead letter is counted by stage and code
+// (jetsink.events.dead_lettered) and ends the message's span, failed with
+// the reason, whether the publish worked ("dead_letter") or the message was
+// nak'ed for redelivery ("nak", with the dead-letter error). Safe for
+// concurrent use if Next is.
+type DeadLetterer struct {
+	Next    pipeline.DeadLetterer
+	Metrics *Metrics // nil: not counted
+}
+
+// DeadLetter calls Next and returns its error unchanged.
+func (d *DeadLetterer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter) error {
+	err := d.Next.DeadLetter(ctx, ev, dl)
+	if err != nil {
+		EndMessage(ev, "nak", err)
+		return err
+	}
+	d.Metrics.DeadLettered(ctx, dl.Stage, dl.Code)
+	if ev.Span != nil {
+		ev.Span.SetAttributes(stageAttr(dl.Stage), codeAttr(dl.Code), attribute.String("db.response.status_code", dl.SQLState))
+		EndMessage(ev, "dead_letter", deadLetterError{dl})
+	}
+	return nil
+}
+
+type deadLetterError struct{ dl pipeline.DeadLetter }
+
+func (e deadLetterError) Error() string {
+	// Not the reason: it may quote a value of the event, which belongs in
+	// the dead letter, not in a trace backend.
+	msg := "dead-lettered at " + e.dl.Stage + " (" + e.dl.Code + ")"
+	if e.dl.SQLState != "" {
+		msg += ", SQLSTATE " + e.dl.SQLState
+	}
+	return msg
+}

@@ -1,0 +1,153 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// Metrics owns the meter provider whose only reader is a Prometheus
+// exporter on a registry of its own; Handler serves it. The instruments
+// recorded on the hot path are created once here; everything the stages
+// already count (consumer.Stats, sink.Stats, ...) is read by observable
+// instruments at scrape time instead (see Observe). Safe for concurrent use;
+// a nil *Metrics records nothing.
+type Metrics struct {
+	mp      *sdkmetric.MeterProvider
+	meter   metric.Meter
+	handler http.Handler
+
+	batchRows    metric.Int64Histogram
+	batchBytes   metric.Int64Histogram
+	commitDur    metric.Float64Histogram
+	latency      metric.Float64Histogram
+	deadLettered metric.Int64Counter
+}
+
+// NewMetrics builds the meter provider and the hot-path instruments.
+// Errors are the SDK's, wrapped.
+func NewMetrics(serviceName string) (*Metrics, error) {
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	res, err := newResource(serviceName)
+	if err != nil {
+		return nil, err
+	}
+	m := &Metrics{
+		mp:      sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)),
+		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}
+	m.meter = m.mp.Meter(Scope)
+	seconds := metric.WithExplicitBucketBoundaries(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
+	var errs [5]error
+	m.batchRows, errs[0] = m.meter.Int64Histogram("jetsink.batch.rows",
+		metric.WithDescription("Rows per committed batch (one COPY transaction)"), metric.WithUnit("{row}"),
+		metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000))
+	m.batchBytes, errs[1] = m.meter.Int64Histogram("jetsink.batch.size",
+		metric.WithDescription("Bytes of binary COPY tuples per committed batch"), metric.WithUnit("By"),
+		metric.WithExplicitBucketBoundaries(1<<10, 16<<10, 64<<10, 256<<10, 1<<20, 4<<20, 16<<20, 64<<20))
+	m.commitDur, errs[2] = m.meter.Float64Histogram("jetsink.commit.duration",
+		metric.WithDescription("Duration of the transaction that committed a batch: BEGIN, COPY, COMMIT"), metric.WithUnit("s"), seconds)
+	m.latency, errs[3] = m.meter.Float64Histogram("jetsink.event.latency",
+		metric.WithDescription("From the JetStream publish (stream store time) to the commit of the event's row"), metric.WithUnit("s"), seconds)
+	m.deadLettered, errs[4] = m.meter.Int64Counter("jetsink.events.dead_lettered",
+		metric.WithDescription("Events parked on the dead-letter subject, by stage and reason code"), metric.WithUnit("{event}"))
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("metric instrument: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Handler serves the metrics in the Prometheus text format (/metrics).
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// Meter is jetsink's meter, for observable instruments.
+func (m *Metrics) Meter() metric.Meter { return m.meter }
+
+// Shutdown stops the meter provider: callbacks are unregistered and
+// scrapes return nothing more. It returns the SDK's error.
+func (m *Metrics) Shutdown(ctx context.Context) error {
+	if m == nil {
+		return nil
+	}
+	if err := m.mp.Shutdown(ctx); err != nil {
+		return fmt.Errorf("shut down metrics: %w", err)
+	}
+	return nil
+}
+
+// BatchCommitted records one committed batch: its rows and bytes, how long
+// the committing transaction took, and for each row the time from its
+// JetStream publish to now. It allocates nothing.
+func (m *Metrics) BatchCommitted(ctx context.Context, rows []pipeline.Row, bytes int, took time.Duration) {
+	if m == nil || len(rows) == 0 {
+		return
+	}
+	m.batchRows.Record(ctx, int64(len(rows)))
+	m.batchBytes.Record(ctx, int64(bytes))
+	m.commitDur.Record(ctx, took.Seconds())
+	now := time.Now()
+	for i := range rows {
+		if p := rows[i].Event.Published; !p.IsZero() {
+			m.latency.Record(ctx, now.Sub(p).Seconds())
+		}
+	}
+}
+
+// DeadLettered counts one event parked by stage with reason code.
+func (m *Metrics) DeadLettered(ctx context.Context, stage, code string) {
+	if m == nil {
+		return
+	}
+	m.deadLettered.Add(ctx, 1, metric.WithAttributes(stageAttr(stage), codeAttr(code)))
+}
+
+// Cached is a value fetched at most once per TTL however often it is read:
+// the JetStream lag gauges read it at every scrape without sending a
+// request to the server each time. Get blocks only the first reader after
+// the TTL, for at most the fetch's timeout. Safe for concurrent use.
+type Cached[T any] struct {
+	TTL     time.Duration
+	Timeout time.Duration
+	Fetch   func(ctx context.Context) (T, error)
+
+	mu   sync.Mutex
+	at   time.Time
+	val  T
+	err  error
+	have bool
+}
+
+// Get returns the cached value, refreshing it when older than TTL. It
+// returns the last fetch's error (and the last good value) when that
+// failed.
+func (c *Cached[T]) Get(ctx context.Context) (T, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.have && time.Since(c.at) < c.TTL {
+		return c.val, c.err
+	}
+	fctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	v, err := c.Fetch(fctx)
+	c.at, c.have, c.err = time.Now(), true, err
+	if err == nil {
+		c.val = v
+	}
+	return c.val, c.err
+}

@@ -1,0 +1,475 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// ErrInvalidConfig is wrapped by the errors New and NewTracing return for a
+// configuration they cannot use (a bad endpoint URL or protocol).
+var ErrInvalidConfig = errors.New("invalid telemetry config")
+
+// Scope is the instrumentation scope of jetsink's tracer and meter.
+const Scope = "github.com/jetsink/jetsink"
+
+// Config says where traces go and how many are kept. The zero value means
+// tracing is off unless the standard OTEL_EXPORTER_OTLP_ENDPOINT (or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) variable names a collector.
+type Config struct {
+	// ServiceName is service.name; OTEL_SERVICE_NAME and
+	// OTEL_RESOURCE_ATTRIBUTES override it. Default "jetsink".
+	ServiceName string
+	// OTLPEndpoint is the collector's base URL, as OTEL_EXPORTER_OTLP_ENDPOINT:
+	// http://host:4318 (OTLP/HTTP, /v1/traces is appended when the URL has
+	// no path), https://... (with TLS), grpc://host:4317 or grpcs://...
+	// (OTLP/gRPC). With http(s) URLs, OTEL_EXPORTER_OTLP_PROTOCOL=grpc
+	// selects gRPC. Empty: the OTEL_EXPORTER_OTLP_* variables decide, and
+	// when they name no endpoint tracing is off (a no-op provider).
+	OTLPEndpoint string
+	// SampleRatio is the share of root traces kept (0..1); messages whose
+	// publisher sent a traceparent follow the publisher's decision
+	// (parent-based sampling). A negative ratio leaves the choice to the
+	// SDK and OTEL_TRACES_SAMPLER (publishers use that).
+	SampleRatio float64
+	// MaxLinks bounds the links of one span (a batch span links every
+	// sampled message). Default 128; jetsink passes postgres.batch.max_rows.
+	MaxLinks int
+}
+
+// Tracing owns the tracer provider and starts jetsink's spans. A nil
+// *Tracing, or one built without an endpoint, traces nothing at the cost of
+// a nil check. All methods are safe for concurrent use.
+type Tracing struct {
+	tp     *sdktrace.TracerProvider // nil when off
+	tracer trace.Tracer
+	prop   propagation.TraceContext
+	// rootBound: a root is sampled when a random 63-bit number is below it
+	// (the rule of sdktrace.TraceIDRatioBased).
+	rootBound uint64
+}
+
+// forceKey marks a context whose root span the sampler must keep: jetsink
+// decides root sampling before it builds anything for a message, so that an
+// unsampled one costs one random number.
+type forceKey struct{}
+
+var forced = context.WithValue(context.Background(), forceKey{}, true)
+
+// rootSampler keeps roots started under forced and applies the ratio to the
+// rest.
+type rootSampler struct{ ratio sdktrace.Sampler }
+
+func (s rootSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if p.ParentContext.Value(forceKey{}) != nil {
+		return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+	}
+	return s.ratio.ShouldSample(p)
+}
+
+func (s rootSampler) Description() string { return "JetsinkRoot{" + s.ratio.Description() + "}" }
+
+// NewTracing builds the tracer provider: OTLP over HTTP or gRPC as Config
+// and the standard OTEL_* variables say, batched export, parent-based
+// sampling with cfg.SampleRatio for roots. Without an endpoint it returns a
+// Tracing that is off (Enabled false). Errors wrap ErrInvalidConfig or the
+// exporter's error.
+func NewTracing(ctx context.Context, cfg Config) (*Tracing, error) {
+	t := &Tracing{tracer: noop.NewTracerProvider().Tracer(Scope)}
+	if off() {
+		return t, nil
+	}
+	exp, err := newExporter(ctx, cfg.OTLPEndpoint)
+	if err != nil || exp == nil {
+		return t, err
+	}
+	res, err := newResource(cfg.ServiceName)
+	if err != nil {
+		return nil, err
+	}
+	limits := sdktrace.NewSpanLimits()
+	if cfg.MaxLinks > limits.LinkCountLimit {
+		limits.LinkCountLimit = cfg.MaxLinks
+	}
+	opts := []sdktrace.TracerProviderOption{
+		sdktrace.WithBatcher(exp, sdktrace.WithMaxQueueSize(16384), sdktrace.WithMaxExportBatchSize(1024)),
+		sdktrace.WithResource(res),
+		sdktrace.WithRawSpanLimits(limits),
+	}
+	if cfg.SampleRatio >= 0 {
+		ratio := min(cfg.SampleRatio, 1)
+		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(rootSampler{sdktrace.TraceIDRatioBased(ratio)})))
+		t.rootBound = uint64(ratio * (1 << 63))
+		if ratio >= 1 {
+			t.rootBound = 1 << 63
+		}
+	}
+	t.tp = sdktrace.NewTracerProvider(opts...)
+	t.tracer = t.tp.Tracer(Scope)
+	return t, nil
+}
+
+// off reports whether the standard variables switch tracing off.
+func off() bool {
+	if v, _ := strconv.ParseBool(os.Getenv("OTEL_SDK_DISABLED")); v {
+		return true
+	}
+	return os.Getenv("OTEL_TRACES_EXPORTER") == "none"
+}
+
+// newExporter picks the OTLP exporter; nil, nil when no endpoint is known.
+func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, error) {
+	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if proto == "" {
+		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	if endpoint == "" {
+		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+			return nil, nil
+		}
+		// The exporters read every OTEL_EXPORTER_OTLP_* variable themselves.
+		switch proto {
+		case "grpc":
+			return wrapExp(otlptracegrpc.New(ctx))
+		case "", "http/protobuf":
+			return wrapExp(otlptracehttp.New(ctx))
+		default:
+			return nil, fmt.Errorf("%w: OTEL_EXPORTER_OTLP_PROTOCOL %q; use grpc or http/protobuf", ErrInvalidConfig, proto)
+		}
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("%w: telemetry.otlp_endpoint %q is not a URL such as http://127.0.0.1:4318 or grpc://127.0.0.1:4317", ErrInvalidConfig, endpoint)
+	}
+	switch u.Scheme {
+	case "grpc", "grpcs":
+		proto = "grpc"
+		u.Scheme = map[string]string{"grpc": "http", "grpcs": "https"}[u.Scheme]
+	case "http", "https":
+	default:
+		return nil, fmt.Errorf("%w: telemetry.otlp_endpoint %q: scheme must be http, https, grpc or grpcs", ErrInvalidConfig, endpoint)
+	}
+	if proto == "grpc" {
+		return wrapExp(otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(u.String())))
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/v1/traces"
+	}
+	return wrapExp(otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String())))
+}
+
+func wrapExp[E sdktrace.SpanExporter](e E, err error) (sdktrace.SpanExporter, error) {
+	if err != nil {
+		return nil, fmt.Errorf("otlp trace exporter: %w", err)
+	}
+	return e, nil
+}
+
+// newResource is service.name (overridable by OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES) plus the SDK's own attributes.
+func newResource(service string) (*resource.Resource, error) {
+	if service == "" {
+		service = "jetsink"
+	}
+	base := resource.NewSchemaless(attribute.String("service.name", service))
+	res, err := resource.Merge(resource.Default(), base)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource: %w", err)
+	}
+	env, err := resource.New(context.Background(), resource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource from OTEL_* variables: %w", err)
+	}
+	res, err = resource.Merge(res, env)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry resource: %w", err)
+	}
+	return res, nil
+}
+
+// Enabled reports whether spans are exported.
+func (t *Tracing) Enabled() bool { return t != nil && t.tp != nil }
+
+// Tracer is jetsink's tracer: a no-op one when tracing is off.
+func (t *Tracing) Tracer() trace.Tracer {
+	if t == nil {
+		return noop.NewTracerProvider().Tracer(Scope)
+	}
+	return t.tracer
+}
+
+// Provider is the tracer provider, nil when tracing is off.
+func (t *Tracing) Provider() *sdktrace.TracerProvider {
+	if t == nil {
+		return nil
+	}
+	return t.tp
+}
+
+// Flush exports the spans ended so far, within ctx. It returns ctx's error
+// or the exporter's.
+func (t *Tracing) Flush(ctx context.Context) error {
+	if !t.Enabled() {
+		return nil
+	}
+	if err := t.tp.ForceFlush(ctx); err != nil {
+		return fmt.Errorf("flush spans: %w", err)
+	}
+	return nil
+}
+
+// Shutdown flushes and stops the provider within ctx; spans started later
+// are dropped. It returns ctx's error or the exporter's.
+func (t *Tracing) Shutdown(ctx context.Context) error {
+	if !t.Enabled() {
+		return nil
+	}
+	if err := t.tp.Shutdown(ctx); err != nil {
+		return fmt.Errorf("shut down tracing: %w", err)
+	}
+	return nil
+}
+
+// sampleRoot decides whether a message without a traceparent is traced.
+func (t *Tracing) sampleRoot() bool {
+	switch t.rootBound {
+	case 0:
+		return false
+	case 1 << 63:
+		return true
+	}
+	return rand.Uint64()>>1 < t.rootBound
+}
+
+// StartMessage starts the CONSUMER span "process <subject>" of one message
+// and stores it in ev.Span, parented on the publisher's traceparent header
+// when there is one. It does nothing, and allocates nothing, when tracing
+// is off or the message is not sampled: a traceparent whose sampled flag is
+// clear, or a root that loses the sample_ratio draw. The span starts at
+// ev.Received; whoever settles the message ends it (see EndMessage).
+func (t *Tracing) StartMessage(ev *pipeline.Event) {
+	if t == nil || t.tp == nil {
+		return
+	}
+	parent := forced
+	switch tp := traceparent(ev.Header); {
+	case tp == "":
+		if !t.sampleRoot() {
+			return
+		}
+	case !sampledFlag(tp):
+		return // parent-based: the publisher did not sample it
+	default:
+		parent = t.prop.Extract(context.Background(), Carrier(ev.Header))
+		if !trace.SpanContextFromContext(parent).IsValid() {
+			if !t.sampleRoot() {
+				return
+			}
+			parent = forced
+		}
+	}
+	attrs := make([]attribute.KeyValue, 0, 9)
+	attrs = append(attrs,
+		attribute.String("messaging.system", "nats"),
+		attribute.String("messaging.operation.type", "process"),
+		attribute.String("messaging.operation.name", "process"),
+		attribute.String("messaging.destination.name", ev.Subject),
+		attribute.Int("messaging.message.body.size", len(ev.Data)),
+		attribute.String("messaging.nats.stream", ev.Stream),
+		attribute.Int64("messaging.nats.stream_sequence", int64(ev.StreamSeq)),
+		attribute.Int64("messaging.nats.delivery_count", int64(ev.Delivered)),
+	)
+	if ev.MsgID != "" {
+		attrs = append(attrs, attribute.String("messaging.message.id", ev.MsgID))
+	}
+	_, ev.Span = t.tracer.Start(parent, "process "+ev.Subject,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(ev.Received),
+		trace.WithAttributes(attrs...))
+}
+
+// EndMessage ends ev's span, if it has one, with how the message was
+// settled: outcome is "ack", "dead_letter", "nak" or "term"; a non-nil err
+// marks the span failed. Safe to call for every event: without a span it is
+// a nil check.
+func EndMessage(ev *pipeline.Event, outcome string, err error) {
+	sp := ev.Span
+	if sp == nil {
+		return
+	}
+	sp.SetAttributes(attribute.String("jetsink.settle", outcome))
+	if err != nil {
+		sp.RecordError(err)
+		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End()
+}
+
+// StartCopy starts the CLIENT span "copy <table>" of one batch, linked to
+// the span of every sampled message in rows, or returns nil when no message
+// of the batch is sampled (then the batch costs one pass over rows). The
+// span is a new root, always kept. The caller ends it with EndCopy.
+func (t *Tracing) StartCopy(table string, rows []pipeline.Row) trace.Span {
+	if t == nil || t.tp == nil {
+		return nil
+	}
+	n := 0
+	for i := range rows {
+		if rows[i].Event.Span != nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	links := make([]trace.Link, 0, n)
+	for i := range rows {
+		if sp := rows[i].Event.Span; sp != nil {
+			links = append(links, trace.Link{SpanContext: sp.SpanContext()})
+		}
+	}
+	_, sp := t.tracer.Start(forced, "copy "+table,
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithNewRoot(),
+		trace.WithLinks(links...),
+		trace.WithAttributes(
+			attribute.String("db.system.name", "postgresql"),
+			attribute.String("db.collection.name", table),
+			attribute.String("db.operation.name", "COPY"),
+			attribute.String("messaging.system", "nats"),
+			attribute.Int("messaging.batch.message_count", len(rows)),
+		))
+	return sp
+}
+
+// EndCopy ends a batch span from StartCopy (nil does nothing) with the rows
+// and bytes committed, the attempts retried and the error that stopped it,
+// if any.
+func EndCopy(sp trace.Span, rows, bytes int, retries uint64, err error) {
+	if sp == nil {
+		return
+	}
+	sp.SetAttributes(
+		attribute.Int("db.response.returned_rows", rows),
+		attribute.Int("jetsink.batch.rows", rows),
+		attribute.Int("jetsink.batch.bytes", bytes),
+		attribute.Int64("jetsink.batch.retries", int64(retries)),
+	)
+	if err != nil {
+		sp.RecordError(err)
+		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End()
+}
+
+// traceparent returns the message's traceparent header: "traceparent" as
+// W3C and most NATS clients write it, or "Traceparent" as
+// propagation.HeaderCarrier does. It allocates nothing.
+func traceparent(h map[string][]string) string {
+	if v := h["traceparent"]; len(v) > 0 {
+		return v[0]
+	}
+	if v := h["Traceparent"]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// sampledFlag reads the sampled bit of a version-00 traceparent
+// ("00-<32 hex>-<16 hex>-<2 hex>"); a value of another shape counts as
+// sampled so that Extract decides.
+func sampledFlag(tp string) bool {
+	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
+		return true
+	}
+	var v byte
+	switch c := tp[54]; {
+	case c >= '0' && c <= '9':
+		v = c - '0'
+	case c >= 'a' && c <= 'f':
+		v = c - 'a' + 10
+	default:
+		return true
+	}
+	return v&1 == 1
+}
+
+// Carrier adapts NATS headers (nats.Header's underlying map) to
+// propagation.TextMapCarrier. Set writes the key as the propagator names it
+// (lower case: "traceparent", "tracestate", as other NATS clients expect,
+// NATS headers being case-sensitive); Get finds a key in that form or in
+// the canonical MIME form ("Traceparent") that propagation.HeaderCarrier
+// writes.
+type Carrier map[string][]string
+
+// Get returns the first value of key, "" if absent.
+func (c Carrier) Get(key string) string {
+	if v := c[key]; len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range c {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// Set replaces key's values with value.
+func (c Carrier) Set(key, value string) { c[key] = []string{value} }
+
+// Keys lists the keys.
+func (c Carrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// InjectTrace writes ctx's span context into NATS headers h as W3C
+// traceparent/tracestate, so that jetsink parents its process span on the
+// publisher's span. h must be non-nil (nats.Header{} or msg.Header). It
+// writes nothing when ctx carries no valid span context. Any Go publisher
+// can do the same:
+//
+//	msg := nats.NewMsg(subject)
+//	telemetry.InjectTrace(ctx, msg.Header)
+//	// or, without jetsink: propagation.TraceContext{}.Inject(ctx, telemetry.Carrier(msg.Header))
+func InjectTrace(ctx context.Context, h map[string][]string) {
+	propagation.TraceContext{}.Inject(ctx, Carrier(h))
+}
+
+// ExtractTrace returns ctx with the span context found in NATS headers h
+// (as InjectTrace or propagation.HeaderCarrier wrote it), or ctx unchanged.
+func ExtractTrace(ctx context.Context, h map[string][]string) context.Context {
+	return propagation.TraceContext{}.Extract(ctx, Carrier(h))
+}
+
+// Acked adds an "ack" event to a batch span (nil does nothing): n messages
+// acked after the commit, failed of them refused by the server.
+func Acked(sp trace.Span, n, failed int) {
+	if sp == nil {
+		return
+	}
+	sp.AddEvent("ack", trace.WithAttributes(
+		attribute.Int("messaging.batch.message_count", n),
+		attribute.Int("jetsink.ack.failed", failed)))
+}
