@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -26,8 +25,8 @@ type child struct {
 
 // Usage is what the kernel accounted to a child process.
 type Usage struct {
-	CPU     time.Duration // user + system
-	PeakRSS int64         // bytes: VmHWM, or rusage's ru_maxrss once exited
+	CPU     time.Duration // user + system, from the exited child's rusage
+	PeakRSS int64         // bytes: VmHWM of the child's own address space
 }
 
 // startChild starts exe args with the JETSINK_* variables removed from the
@@ -71,8 +70,8 @@ func (c *child) peakRSS() int64 {
 }
 
 // stop sends SIGTERM (jetsink drains and exits 0), waits up to grace, then
-// kills. It returns the child's usage over its whole life; hwm is the VmHWM
-// read before the signal (rusage's ru_maxrss covers the same peak).
+// kills. It returns the child's CPU over its whole life and its VmHWM read
+// just before the signal.
 func (c *child) stop(grace time.Duration) (Usage, error) {
 	hwm := c.peakRSS()
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
@@ -96,7 +95,10 @@ func (c *child) usage(hwm int64) Usage {
 		return u
 	}
 	u.CPU = ps.UserTime() + ps.SystemTime()
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && ru.Maxrss<<10 > u.PeakRSS {
+	// ru_maxrss survives execve: it starts at the forking parent's RSS (here
+	// the bench process with its embedded nats-server), so it is only a
+	// fallback when /proc could not be read.
+	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && u.PeakRSS == 0 {
 		u.PeakRSS = ru.Maxrss << 10 // kilobytes on Linux
 	}
 	return u
@@ -119,16 +121,6 @@ func (c *child) exited() error {
 func (c *child) kill() {
 	_ = c.cmd.Process.Kill()
 	<-c.done
-}
-
-// waitGone is a helper for context-aware waits on a child.
-func (c *child) waitCtx(ctx context.Context) error {
-	select {
-	case <-c.done:
-		return c.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // tailBuffer keeps the last max bytes written to it.
