@@ -1,0 +1,350 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os/exec"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jetsink/jetsink/sink"
+)
+
+// Fault scenarios that need jetsink as a process of its own: kill -9, its
+// memory under a locked table, and what its configuration does with hostile
+// names and secrets.
+
+// 1) kill -9 of the jetsink process mid-batch while events are still being
+// published; a new process takes over. At-least-once may duplicate the
+// batches that had committed and not yet been acked: connections x max_rows
+// (2 x 1000 in writeConfig).
+func TestFaultKill9DuringPublish(t *testing.T) {
+	const events = 20_000
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			e.createStreams(ctx)
+			cfgPath := e.writeConfig(mode)
+			first := e.spawn(cfgPath)
+
+			x := newExpected()
+			pub := e.publishDuring(ctx, x, 0, events, 4000, 100)
+			waitFor(t, ctx, "a quarter of the events committed", func() (bool, string) {
+				n := e.tableRows(ctx)
+				return n >= events/4, fmt.Sprintf("%d rows", n)
+			})
+			if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			first.wait(t, 10*time.Second)
+			atKill := e.rows(ctx)
+
+			second := e.spawn(cfgPath)
+			pub.wait(t, ctx)
+			e.waitSettled(ctx, x)
+			if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := second.wait(t, 40*time.Second); code != 0 {
+				t.Fatalf("second run: exit status %d; output:\n%s", code, second.stderr.String())
+			}
+			v := e.check(ctx, x)
+			t.Logf("%d rows at the kill", atKill)
+			e.judge("1 kill -9 during publish", mode, v, 2*1000)
+		})
+	}
+}
+
+// procStatus reads VmRSS and VmHWM (KiB) of pid.
+func procStatus(pid int) (rss, hwm int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			rss = n
+		case "VmHWM":
+			hwm = n
+		}
+	}
+	return rss, hwm, sc.Err()
+}
+
+// redeliveries is how often the durable consumer delivered a message again:
+// its delivery sequence counts every delivery, the stream sequence each
+// message once (the stream holds only this test's events, from 1).
+func (e *env) redeliveries(ctx context.Context) uint64 {
+	info := e.consumerInfo(ctx)
+	return info.Delivered.Consumer - info.Delivered.Stream
+}
+
+// 7) The table is locked (ACCESS EXCLUSIVE) for 15s, three times ack_wait
+// (5s), while the publisher sends far more than drains (nothing drains
+// during the lock). The process's memory stays bounded (back-pressure keeps
+// the backlog in JetStream), nothing is redelivered (InProgress), nothing is
+// lost.
+func TestFaultTableLocked(t *testing.T) {
+	const (
+		warm, events = 2_000, 25_000
+		lock         = 15 * time.Second
+		rssBoundKiB  = 200 << 10 // 200 MiB
+	)
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel() // mostly waiting for the lock
+			e := newEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			e.createStreams(ctx)
+			p := e.spawn(e.writeConfig(mode)) // ack_wait 5s
+			pid := p.cmd.Process.Pid
+
+			x := newExpected()
+			e.publishDuring(ctx, x, 0, warm, 0, 100).wait(t, ctx)
+			e.waitSettled(ctx, x)
+			_, warmHWM, _ := procStatus(pid)
+
+			locker := e.pg.Conn(t)
+			tx, err := locker.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, "LOCK TABLE "+e.tableID()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+				t.Fatal(err)
+			}
+			lockedAt := time.Now()
+			pub := e.publishDuring(ctx, x, warm, events, float64(events)/(lock.Seconds()-3), 100)
+			var maxRSS int64
+			for time.Since(lockedAt) < lock {
+				rss, _, err := procStatus(pid)
+				if err != nil {
+					t.Fatalf("read /proc/%d/status: %v; output:\n%s", pid, err, p.stderr.String())
+				}
+				maxRSS = max(maxRSS, rss)
+				time.Sleep(250 * time.Millisecond) // sampling interval, not a wait for a condition
+			}
+			info := e.consumerInfo(ctx)
+			redeliveredInLock := e.redeliveries(ctx)
+			if err := tx.Rollback(ctx); err != nil { // releases the lock
+				t.Fatal(err)
+			}
+			pub.wait(t, ctx)
+			e.waitSettled(ctx, x)
+			_, hwm, _ := procStatus(pid)
+			redelivered := e.redeliveries(ctx)
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if code := p.wait(t, 40*time.Second); code != 0 {
+				t.Fatalf("exit status %d; output:\n%s", code, p.stderr.String())
+			}
+
+			v := e.check(ctx, x)
+			t.Logf("lock %v: published %d during it, %d acked; at its end the consumer had %d pending in JetStream and %d delivered unacked",
+				lock, events, 0, info.NumPending, info.NumAckPending)
+			t.Logf("RSS: max VmRSS during the lock %d MiB, VmHWM %d MiB (after warm-up %d MiB); bound %d MiB",
+				maxRSS>>10, hwm>>10, warmHWM>>10, rssBoundKiB>>10)
+			t.Logf("redeliveries: %d during the lock, %d in all", redeliveredInLock, redelivered)
+			if hwm > rssBoundKiB {
+				t.Errorf("VmHWM %d MiB is over the %d MiB bound", hwm>>10, rssBoundKiB>>10)
+			}
+			if redelivered != 0 {
+				t.Errorf("%d redeliveries with a lock (%v) longer than ack_wait (5s): events held by jetsink got no InProgress", redelivered, lock)
+			}
+			e.judge("7 table locked 15s", mode, v, 0)
+		})
+	}
+}
+
+// jsonString quotes s for YAML (a JSON string is a YAML double-quoted scalar).
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// 9) Hostile identifiers are quoted, never executed, end to end (config ->
+// init -> run); secrets from the DSN, nats.password and a creds file never
+// appear in any output, of a failing configuration or of a working one.
+func TestFaultHostileNamesAndSecrets(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e.createStreams(ctx)
+	secret := fmt.Sprintf("Sentinel%dSecret", e.run%1_000_000)
+	e.table = `ev"; DROP TABLE victim; --`
+	valueCol := `va"lue'); DROP TABLE victim; --`
+	e.exec(ctx, "CREATE TABLE victim (x int)")
+
+	dsn := strings.Replace(e.pg.URL, "postgres@", "postgres:"+secret+"@", 1)
+	if dsn == e.pg.URL {
+		t.Fatalf("cannot put a password into %s", e.pg.URL)
+	}
+	creds := filepath.Join(t.TempDir(), "bad.creds")
+	if err := os.WriteFile(creds, []byte("-----BEGIN NATS USER JWT-----\n"+secret+"\n------END NATS USER JWT------\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	closed := closedPort(t)
+	yaml := func(natsURL, natsAuth, pgURL string) string {
+		cfg := fmt.Sprintf(`
+nats:
+  url: %s
+%s
+  stream: %s
+  consumer: jetsink
+  dead_letter_subject: dlq.%s
+  ack_wait: 5s
+pipeline: {workers: 2, ring_size: 1024}
+postgres:
+  url: %s
+  table: %s
+  mode: exactly-once
+  batch: {max_rows: 1000, max_delay: 20ms}
+  columns:
+    - {name: id, from: "json:id", type: uuid, required: true}
+    - {name: ts, from: "json:ts", type: timestamptz, required: true}
+    - {name: %s, from: "json:value", type: float8}
+    - {name: seq, from: "json:seq", type: int8}
+    - {name: stream, from: "meta:stream", type: text}
+    - {name: stream_seq, from: "meta:stream_seq", type: int8}
+drain_timeout: 30s
+telemetry: {listen: "127.0.0.1:0"}
+log: {level: debug, format: text}
+`, jsonString(natsURL), natsAuth, e.stream, e.stream, jsonString(pgURL), jsonString(e.table), jsonString(valueCol))
+		path := filepath.Join(t.TempDir(), "jetsink.yaml")
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	userPass := "  user: jetsink\n  password: " + jsonString(secret)
+	credsFile := "  creds_file: " + jsonString(creds)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgDown := *u
+	pgDown.Host = fmt.Sprintf("127.0.0.1:%d", closed)
+	badPort := pgDown.String()
+	badDB := strings.Replace(dsn, u.Path, "/no_such_db", 1)
+	noLeak := func(what, out string) {
+		t.Helper()
+		if strings.Contains(out, secret) {
+			t.Errorf("%s: the secret appears in the output:\n%s", what, out)
+		}
+	}
+	// run connects to PostgreSQL lazily and retries it for ever, so it is
+	// run only where NATS fails it at once.
+	pgOnly, natsOnly, all := []string{"check", "init"}, []string{"check", "run"}, []string{"check", "init", "run"}
+	failing := []struct {
+		name, cfg string
+		cmds      []string
+	}{
+		{"postgres down", yaml(e.nats.URL(), userPass, badPort), pgOnly},
+		{"no such database", yaml(e.nats.URL(), userPass, badDB), pgOnly},
+		{"unparsable dsn", yaml(e.nats.URL(), userPass, "postgres://postgres:"+secret+"@[::1/x"), all},
+		{"nats down", yaml(fmt.Sprintf("nats://127.0.0.1:%d", closed), userPass, dsn), natsOnly},
+		{"bad creds file", yaml(e.nats.URL(), credsFile, dsn), natsOnly},
+	}
+	for _, f := range failing {
+		for _, cmd := range f.cmds {
+			out, code := jetsinkTimed(t, 20*time.Second, cmd, "--config", f.cfg)
+			if code == 0 {
+				t.Errorf("%s: jetsink %s succeeded:\n%s", f.name, cmd, out)
+			}
+			noLeak(f.name+": jetsink "+cmd, out)
+		}
+	}
+
+	good := yaml(e.nats.URL(), userPass, dsn)
+	out, code := jetsinkCmd(t, []string{"JETSINK_CONFIG="}, "init", "--config", good)
+	noLeak("init", out)
+	if code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	p := e.spawn(good)
+	x := newExpected()
+	e.publishDuring(ctx, x, 0, 1_000, 0, 10).wait(t, ctx)
+	e.waitSettled(ctx, x)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 40*time.Second); code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, p.stderr.String())
+	}
+	noLeak("run", p.stderr.String())
+	out, _ = jetsinkCmd(t, []string{"JETSINK_CONFIG="}, "check", "--config", good)
+	noLeak("check", out)
+
+	if n := e.count(ctx, "SELECT count(*) FROM pg_class WHERE relname = 'victim'"); n != 1 {
+		t.Fatalf("table victim is gone: an identifier was executed")
+	}
+	if n := e.count(ctx, "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2",
+		pgx.Identifier{e.table}.Sanitize(), valueCol); n != 1 {
+		t.Fatalf("column %q not found in table %q", valueCol, e.table)
+	}
+	if n := e.count(ctx, "SELECT count(*) FROM "+e.tableID()+" WHERE "+pgx.Identifier{valueCol}.Sanitize()+" IS NOT NULL"); n != 1_000 {
+		t.Errorf("%d rows with the hostile column filled, want 1000", n)
+	}
+	v := e.check(ctx, x)
+	e.judge("9 hostile names, secrets", sink.ExactlyOnce, v, 0)
+}
+
+// jetsinkTimed runs the binary for at most d and returns its output and
+// exit code (-1 when it had to be killed).
+func jetsinkTimed(t *testing.T, d time.Duration, args ...string) (string, int) {
+	t.Helper()
+	bin := jetsinkBinary(t) // may build it: not on d's clock
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "JETSINK_CONFIG=")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Errorf("jetsink %v did not return within %v:\n%s", args, d, out)
+		return string(out), -1
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	default:
+		t.Fatalf("jetsink %v: %v\n%s", args, err, out)
+		return "", -1
+	}
+}
+
+// closedPort is a loopback port nothing listens on.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return port
+}
