@@ -10,6 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jetsink/jetsink/telemetry"
 )
 
 // ErrNotAcked is returned when JetStream did not acknowledge every publish.
@@ -33,6 +37,11 @@ type Options struct {
 	// measures latency from the schedule (no coordinated omission). Stamped
 	// events are no longer a pure function of (run, seq).
 	Stamp bool
+	// Tracer, when set, wraps each publish in a PRODUCER span "send
+	// <subject>" (a child of ctx's span, if any) and sends its W3C
+	// traceparent in the message headers, so that jetsink's process span
+	// is its child. nil: no spans, no trace headers.
+	Tracer trace.Tracer
 }
 
 // Result counts what happened.
@@ -123,10 +132,23 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			Data:    append([]byte(nil), buf...),
 			Header:  nats.Header{jetstream.MsgIDHeader: []string{MsgID(o.Run, seq)}},
 		}
+		var span trace.Span
+		if o.Tracer != nil {
+			var sctx context.Context
+			sctx, span = o.Tracer.Start(ctx, "send "+msg.Subject, trace.WithSpanKind(trace.SpanKindProducer),
+				trace.WithAttributes(attribute.String("messaging.system", "nats"),
+					attribute.String("messaging.operation.type", "send"),
+					attribute.String("messaging.destination.name", msg.Subject),
+					attribute.String("messaging.message.id", msg.Header.Get(jetstream.MsgIDHeader))))
+			telemetry.InjectTrace(sctx, msg.Header)
+		}
 		if _, err := js.PublishMsgAsync(msg); err != nil {
 			mu.Lock()
 			failed = append(failed, msg)
 			mu.Unlock()
+		}
+		if span != nil {
+			span.End()
 		}
 		res.Sent++
 		if o.Progress != nil && time.Since(lastProgress) >= 100*time.Millisecond {

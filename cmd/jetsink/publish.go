@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/jetsink/jetsink/loadgen"
+	"github.com/jetsink/jetsink/telemetry"
 )
 
 func newPublishCmd() *cobra.Command {
@@ -30,7 +32,12 @@ Nats-Msg-Id of <run>-<seq> so that retries are stored once.
 Either --events N (as fast as JetStream acknowledges), or --rate R --duration D
 (open loop: event i is sent at start + i/R whatever happened before, so a slow
 system does not lower the offered load). Exits non-zero if any publish was not
-acknowledged by JetStream after retries. A stream must capture the subjects.`,
+acknowledged by JetStream after retries. A stream must capture the subjects.
+
+With OTEL_EXPORTER_OTLP_ENDPOINT set, each publish is a PRODUCER span
+"send <subject>" (service OTEL_SERVICE_NAME, default jetsink-publish; sampler
+OTEL_TRACES_SAMPLER) and carries its W3C traceparent header, so that jetsink's
+process span is its child.`,
 		Example: `  jetsink publish --nats-url nats://127.0.0.1:4222 --subject events --events 1000000
   jetsink publish --subject events --rate 20000 --duration 60s`,
 		Args: cobra.NoArgs,
@@ -46,6 +53,21 @@ acknowledged by JetStream after retries. A stream must capture the subjects.`,
 				return fmt.Errorf("connect to %s: %w", url, err)
 			}
 			defer nc.Close()
+			tr, err := telemetry.NewTracing(cmd.Context(), telemetry.Config{
+				ServiceName: envOr("OTEL_SERVICE_NAME", "jetsink-publish"), SampleRatio: -1})
+			if err != nil {
+				return err
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 10*time.Second)
+				defer cancel()
+				if err := tr.Shutdown(ctx); err != nil {
+					fmt.Fprintln(cmd.ErrOrStderr(), "tracing:", err)
+				}
+			}()
+			if tr.Enabled() {
+				o.Tracer = tr.Tracer()
+			}
 			if o.Run == 0 {
 				o.Run = uint64(time.Now().UnixNano())
 			}
