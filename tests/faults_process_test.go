@@ -172,9 +172,13 @@ func TestFaultTableLocked(t *testing.T) {
 				t.Errorf("VmHWM %d MiB is over the %d MiB bound", hwm>>10, rssBoundKiB>>10)
 			}
 			if redelivered != 0 {
+				// Known bug: only the sink's batches get InProgress; events in
+				// nats.go's pull buffer and the rings do not.
 				t.Errorf("%d redeliveries with a lock (%v) longer than ack_wait (5s): events held by jetsink got no InProgress", redelivered, lock)
 			}
-			e.judge("7 table locked 15s", mode, v, 0)
+			// Each redelivery above may add a duplicate; the test has
+			// failed already if there was one.
+			e.judge("7 table locked 15s", mode, v, int64(redelivered))
 		})
 	}
 }
