@@ -1,0 +1,26 @@
+package dlq
+
+import "errors"
+
+// Sentinel errors. Replay wraps them with the dead-letter sequence and the
+// underlying error.
+var (
+	// ErrInvalidOptions: the Options cannot be used (no stream, a bad
+	// subject pattern, an empty or reversed range).
+	ErrInvalidOptions = errors.New("dlq: invalid options")
+	// ErrNotDeadLetter: a message of the dead-letter stream lacks the
+	// Jetsink-Subject or Jetsink-Stream header, so there is nowhere to
+	// replay it. Replay counts it as skipped and goes on.
+	ErrNotDeadLetter = errors.New("dlq: not a jetsink dead letter")
+	// ErrPublish: the re-publish was not acknowledged; the dead letter is
+	// left in place.
+	ErrPublish = errors.New("dlq: re-publish failed")
+	// ErrWrongStream: the re-published event was stored by another stream
+	// than the one it came from (the subjects changed since); the dead
+	// letter is left in place.
+	ErrWrongStream = errors.New("dlq: re-published to another stream")
+	// ErrDelete: the event was re-published but its dead letter could not
+	// be deleted; a later replay is de-duplicated within the event stream's
+	// duplicate window.
+	ErrDelete = errors.New("dlq: delete replayed dead letter failed")
+)

@@ -1,0 +1,276 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/embedded"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// setup starts an embedded server with an event stream EV (ev.>) and a
+// dead-letter stream EV_DLQ (dlq.EV) holding n dead letters: letter i has
+// subject ev.<i%3>, code "c<i%2>", stage decode for even i and sink for odd.
+func setup(t *testing.T, n int) (jetstream.JetStream, context.Context) {
+	t.Helper()
+	srv, err := embedded.StartNATS("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Destroy)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: "EV", Subjects: []string{"ev.>"}},
+		{Name: "EV_DLQ", Subjects: []string{"dlq.EV"}},
+	} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		stage := "decode"
+		if i%2 == 1 {
+			stage = "sink"
+		}
+		h := nats.Header{
+			consumer.HeaderSubject:   {fmt.Sprintf("ev.%d", i%3)},
+			consumer.HeaderStream:    {"EV"},
+			consumer.HeaderStreamSeq: {strconv.Itoa(100 + i)},
+			consumer.HeaderStage:     {stage},
+			consumer.HeaderCode:      {fmt.Sprintf("c%d", i%2)},
+			consumer.HeaderReason:    {"test"},
+			consumer.HeaderOrigMsgID: {fmt.Sprintf("orig-%d", i)},
+			jetstream.MsgIDHeader:    {fmt.Sprintf("EV:%d", 100+i)},
+			"Traceparent":            {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+		}
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return js, ctx
+}
+
+func streamMsgs(t *testing.T, ctx context.Context, js jetstream.JetStream, name string) uint64 {
+	t.Helper()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func TestReplayDryRunChangesNothing(t *testing.T) {
+	js, ctx := setup(t, 10)
+	var seen []uint64
+	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ", DryRun: true, Filter: Filter{Codes: []string{"c1"}}},
+		func(l *Letter, o Outcome) {
+			if o != (Outcome{}) {
+				t.Errorf("dry run outcome %+v", o)
+			}
+			seen = append(seen, l.Seq)
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Scanned != 10 || rep.Matched != 5 || rep.Replayed != 0 || len(seen) != 5 {
+		t.Fatalf("report %+v, seen %v", rep, seen)
+	}
+	if n := streamMsgs(t, ctx, js, "EV"); n != 0 {
+		t.Fatalf("dry run published %d events", n)
+	}
+	if n := streamMsgs(t, ctx, js, "EV_DLQ"); n != 10 {
+		t.Fatalf("dry run left %d dead letters, want 10", n)
+	}
+}
+
+func TestReplayRepublishesAndDeletes(t *testing.T) {
+	js, ctx := setup(t, 12)
+	f := Filter{Stages: []string{"decode"}, Subject: "ev.*"} // even i: 6 letters
+	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ", Filter: f}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Matched != 6 || rep.Replayed != 6 || rep.Deleted != 6 || rep.Failed != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	if n := streamMsgs(t, ctx, js, "EV_DLQ"); n != 6 {
+		t.Fatalf("%d dead letters left, want 6", n)
+	}
+	// The replayed events: original subject, body and headers, no
+	// Jetsink-* header, a fresh Nats-Msg-Id.
+	oc, err := js.OrderedConsumer(ctx, "EV", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := oc.Fetch(6, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for m := range batch.Messages() {
+		got++
+		var i int
+		if _, err := fmt.Sscanf(string(m.Data()), `{"i":%d}`, &i); err != nil || i%2 != 0 {
+			t.Errorf("replayed body %q", m.Data())
+		}
+		if m.Subject() != fmt.Sprintf("ev.%d", i%3) {
+			t.Errorf("letter %d replayed to %s", i, m.Subject())
+		}
+		h := m.Headers()
+		for k := range h {
+			if len(k) > 8 && k[:8] == "Jetsink-" {
+				t.Errorf("letter %d: header %s kept", i, k)
+			}
+		}
+		if h.Get("Traceparent") == "" {
+			t.Errorf("letter %d: original header lost", i)
+		}
+		if id := h.Get(jetstream.MsgIDHeader); id != fmt.Sprintf("orig-%d:replay:%d", i, i+1) {
+			t.Errorf("letter %d: Nats-Msg-Id %q", i, id)
+		}
+	}
+	if got != 6 {
+		t.Fatalf("%d events in EV, want 6", got)
+	}
+
+	// Replaying again finds only the odd ones.
+	rep, err = Replay(ctx, js, Options{Stream: "EV_DLQ", Filter: f}, nil)
+	if err != nil || rep.Matched != 0 || rep.Scanned != 6 {
+		t.Fatalf("second replay: %+v, %v", rep, err)
+	}
+}
+
+func TestReplayKeepAndDuplicateWindow(t *testing.T) {
+	js, ctx := setup(t, 4)
+	for range 2 {
+		rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ", Keep: true}, nil)
+		if err != nil || rep.Replayed != 4 || rep.Deleted != 0 {
+			t.Fatalf("replay --keep: %+v, %v", rep, err)
+		}
+	}
+	// Same dead letters, same replay ids: the duplicate window stored them once.
+	if n := streamMsgs(t, ctx, js, "EV"); n != 4 {
+		t.Fatalf("%d events after two replays of 4 letters, want 4", n)
+	}
+	if n := streamMsgs(t, ctx, js, "EV_DLQ"); n != 4 {
+		t.Fatalf("--keep deleted dead letters: %d left", n)
+	}
+}
+
+func TestReplaySeqRangeAndLimit(t *testing.T) {
+	js, ctx := setup(t, 10)
+	var seqs []uint64
+	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ", DryRun: true, Filter: Filter{FirstSeq: 3, LastSeq: 8}, Limit: 4},
+		func(l *Letter, _ Outcome) { seqs = append(seqs, l.Seq) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(seqs) != "[3 4 5 6]" || rep.Matched != 4 {
+		t.Fatalf("seqs %v, report %+v", seqs, rep)
+	}
+}
+
+func TestReplayWrongStreamKeepsTheLetter(t *testing.T) {
+	js, ctx := setup(t, 1)
+	// The event stream no longer captures ev.0; another stream does.
+	if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"other.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ELSEWHERE", Subjects: []string{"ev.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	var out Outcome
+	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ"}, func(_ *Letter, o Outcome) { out = o })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(out.Err, ErrWrongStream) || rep.Failed != 1 || rep.Deleted != 0 {
+		t.Fatalf("outcome %+v, report %+v", out, rep)
+	}
+	if n := streamMsgs(t, ctx, js, "EV_DLQ"); n != 1 {
+		t.Fatalf("dead letter deleted after a replay to the wrong stream")
+	}
+}
+
+func TestReplaySkipsForeignMessages(t *testing.T) {
+	js, ctx := setup(t, 2)
+	if _, err := js.Publish(ctx, "dlq.EV", []byte("not a dead letter")); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ", DryRun: true}, nil)
+	if err != nil || rep.Scanned != 3 || rep.Skipped != 1 || rep.Matched != 2 {
+		t.Fatalf("report %+v, %v", rep, err)
+	}
+}
+
+func TestReplayInvalidOptions(t *testing.T) {
+	js, ctx := setup(t, 0)
+	for _, o := range []Options{
+		{},
+		{Stream: "EV_DLQ", Filter: Filter{FirstSeq: 5, LastSeq: 2}},
+		{Stream: "EV_DLQ", Filter: Filter{Subject: "ev.>.x"}},
+		{Stream: "EV_DLQ", Filter: Filter{Subject: "ev.a*"}},
+	} {
+		if _, err := Replay(ctx, js, o, nil); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)
+		}
+	}
+	if _, err := Replay(ctx, js, Options{Stream: "NOPE"}, nil); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("missing stream: %v", err)
+	}
+	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ"}, nil)
+	if err != nil || rep != (Report{}) {
+		t.Errorf("empty stream: %+v, %v", rep, err)
+	}
+}
+
+func TestFilterMatch(t *testing.T) {
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	l := &Letter{Seq: 7, Time: at, Subject: "events.dev-1.x", Code: "constraint", Stage: "sink"}
+	for _, tc := range []struct {
+		f    Filter
+		want bool
+	}{
+		{Filter{}, true},
+		{Filter{Codes: []string{"invalid_json", "constraint"}}, true},
+		{Filter{Codes: []string{"invalid_json"}}, false},
+		{Filter{Stages: []string{"decode"}}, false},
+		{Filter{Subject: "events.>"}, true},
+		{Filter{Subject: "events.*.x"}, true},
+		{Filter{Subject: "events.*"}, false},
+		{Filter{Subject: "events.dev-1.x.y"}, false},
+		{Filter{Since: at}, true},
+		{Filter{Since: at.Add(time.Second)}, false},
+		{Filter{Until: at}, false},
+		{Filter{FirstSeq: 7, LastSeq: 7}, true},
+		{Filter{FirstSeq: 8}, false},
+	} {
+		if got := tc.f.Match(l); got != tc.want {
+			t.Errorf("%+v: %v, want %v", tc.f, got, tc.want)
+		}
+	}
+}
