@@ -93,7 +93,7 @@ JETSINK_<SECTION>_<KEY>), overridden by flags (--set key=value).`),
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCmd(), newCheckCmd(), newInitCmd(), newKeysCmd(), newHealthcheckCmd(), newPublishCmd(), newDemoCmd(), newBenchCmd())
+	root.AddCommand(newRunCmd(), newCheckCmd(), newInitCmd(), newKeysCmd(), newHealthcheckCmd(), newPublishCmd(), newDemoCmd(), newBenchCmd(), newDLQCmd())
 	return root
 }
 

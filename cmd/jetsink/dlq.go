@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/dlq"
+)
+
+func newDLQCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "Work with dead letters: list them, replay them after a fix",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newDLQReplayCmd())
+	return cmd
+}
+
+func newDLQReplayCmd() *cobra.Command {
+	var (
+		cf                   configFlags
+		stream, since, until string
+		seqRange             string
+		f                    dlq.Filter
+		o                    dlq.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Re-publish dead letters to their original subjects (after the cause is fixed)",
+		Long: `Re-publish dead letters to the subjects they came from, so that jetsink
+stores them once whatever refused them (the mapping, the table, a constraint)
+has been fixed.
+
+Dead letters are read from the dead-letter stream (the one capturing
+nats.dead_letter_subject, or --dlq-stream) with an ordered consumer, up to
+its last message when the command starts. Each one the filters select is
+published to its Jetsink-Subject with its original body and headers, minus
+the Jetsink-* headers, and with Nats-Msg-Id "<original id>:replay:<dead-letter
+seq>" so that the event stream's duplicate window does not swallow it. After
+the event stream acknowledges it (and only if that is the stream it came
+from) the dead letter is deleted from the dead-letter stream, unless --keep.
+A failure leaves the dead letter in place; replaying it again within the
+duplicate window stores it once.
+
+--dry-run lists what would be replayed and changes nothing. Filters combine
+(all must match). Exit status 1 if any replay failed.`,
+		Example: `  jetsink dlq replay --config jetsink.yaml --dry-run
+  jetsink dlq replay --config jetsink.yaml --code constraint --since 2h
+  jetsink dlq replay --config jetsink.yaml --stage decode --subject 'events.dev-1.>' --seq 100-250`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := cf.load()
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			if f.Since, err = parseWhen(since, now); err != nil {
+				return usageError{fmt.Errorf("--since: %w", err)}
+			}
+			if f.Until, err = parseWhen(until, now); err != nil {
+				return usageError{fmt.Errorf("--until: %w", err)}
+			}
+			if f.FirstSeq, f.LastSeq, err = parseSeqRange(seqRange); err != nil {
+				return usageError{fmt.Errorf("--seq: %w", err)}
+			}
+			o.Filter = f
+			if err := f.Validate(); err != nil {
+				return usageError{err}
+			}
+
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			nc, err := natsConnect(cfg.NATS)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return fmt.Errorf("jetstream: %w", err)
+			}
+			o.Stream = stream
+			if o.Stream == "" {
+				lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+				o.Stream, err = js.StreamNameBySubject(lctx, cfg.NATS.DeadLetterSubject)
+				lcancel()
+				if err != nil {
+					return fmt.Errorf("find the stream capturing nats.dead_letter_subject %s (or pass --dlq-stream): %w", cfg.NATS.DeadLetterSubject, err)
+				}
+			}
+			w := cmd.OutOrStdout()
+			verb := "replay"
+			if o.DryRun {
+				verb = "would replay"
+			}
+			rep, err := dlq.Replay(ctx, js, o, func(l *dlq.Letter, out dlq.Outcome) {
+				state := verb
+				switch {
+				case out.Err != nil:
+					state = "FAILED: " + out.Err.Error()
+				case out.Deleted:
+					state = "replayed, deleted"
+				case out.Replayed:
+					state = "replayed, kept"
+				}
+				fmt.Fprintf(w, "%d %s %s stage=%s code=%s sqlstate=%s from=%s:%d reason=%q: %s\n",
+					l.Seq, l.Time.UTC().Format(time.RFC3339), l.Subject, l.Stage, l.Code, l.SQLState,
+					l.Stream, l.StreamSeq, l.Reason, state)
+			})
+			fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, skipped %d (not dead letters), failed %d\n",
+				o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, rep.Skipped, rep.Failed)
+			if errors.Is(err, dlq.ErrInvalidOptions) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			if rep.Failed > 0 {
+				return fmt.Errorf("%d of %d dead letters not replayed or not deleted; they stay in %s", rep.Failed, rep.Matched, o.Stream)
+			}
+			return nil
+		},
+	}
+	cf.register(cmd.Flags())
+	fl := cmd.Flags()
+	fl.StringVar(&stream, "dlq-stream", "", "dead-letter stream (default: the stream capturing nats.dead_letter_subject)")
+	fl.StringSliceVar(&f.Codes, "code", nil, "only these Jetsink-Code values, e.g. constraint,invalid_json (repeatable)")
+	fl.StringSliceVar(&f.Stages, "stage", nil, "only these stages: decode, sink, deliver (repeatable)")
+	fl.StringVar(&f.Subject, "subject", "", "only original subjects matching this NATS pattern ('*' one token, '>' the rest)")
+	fl.StringVar(&since, "since", "", "only dead letters parked since this time (RFC 3339) or this long ago (e.g. 2h)")
+	fl.StringVar(&until, "until", "", "only dead letters parked before this time (RFC 3339) or this long ago")
+	fl.StringVar(&seqRange, "seq", "", "only these dead-letter stream sequences: N, N-M or N-")
+	fl.IntVar(&o.Limit, "limit", 0, "stop after this many dead letters (0: all)")
+	fl.BoolVar(&o.DryRun, "dry-run", false, "list what would be replayed; publish and delete nothing")
+	fl.BoolVar(&o.Keep, "keep", false, "re-publish but keep the dead letters in their stream")
+	return cmd
+}
+
+// parseWhen reads an RFC 3339 time or a duration before now; "" is zero.
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither a duration (2h) nor an RFC 3339 time", s)
+	}
+	return t, nil
+}
+
+// parseSeqRange reads N, N-M or N-.
+func parseSeqRange(s string) (first, last uint64, err error) {
+	if s == "" {
+		return 0, 0, nil
+	}
+	a, b, isRange := strings.Cut(s, "-")
+	if first, err = strconv.ParseUint(a, 10, 64); err != nil || first == 0 {
+		return 0, 0, fmt.Errorf("%q: want N, N-M or N- with N >= 1", s)
+	}
+	if !isRange {
+		return first, first, nil
+	}
+	if b == "" {
+		return first, 0, nil
+	}
+	if last, err = strconv.ParseUint(b, 10, 64); err != nil || last < first {
+		return 0, 0, fmt.Errorf("%q: want N, N-M or N- with M >= N", s)
+	}
+	return first, last, nil
+}
+
+// natsConnect connects with the nats: section's URL and credentials. Its
+// errors never quote the password or the credentials.
+func natsConnect(cfg consumer.Config) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("jetsink-dlq"), nats.Timeout(5 * time.Second)}
+	if cfg.User != "" {
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.NKeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(cfg.NKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: nats.nkey_file %q is not a readable NKey seed file", consumer.ErrInvalidConfig, cfg.NKeyFile)
+		}
+		opts = append(opts, o)
+	}
+	if cfg.TLS.CAFile != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLS.CAFile))
+	}
+	if cfg.TLS.CertFile != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLS.CertFile, cfg.TLS.KeyFile))
+	}
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats.url: %w", err)
+	}
+	return nc, nil
+}
