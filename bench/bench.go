@@ -86,6 +86,9 @@ type Result struct {
 	Duplicate int64   `json:"duplicate_rows"`
 	Missing   int64   `json:"missing"`
 	PublishPS float64 `json:"publish_per_s"`
+	// PubRetried counts publishes sent again after a failed or late PubAck;
+	// a retried event keeps its scheduled time, so its latency shows it.
+	PubRetried int `json:"publish_retried"`
 	// Elapsed runs from the subprocess's start (drain) or the first
 	// scheduled send (rate) to the last commit.
 	ElapsedS      float64      `json:"elapsed_s"`
@@ -481,7 +484,7 @@ func (b *bencher) waitReady(ctx context.Context, c *child, t target) error {
 // drain starts t's engine on the preloaded stream and measures it.
 func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Result, error) {
 	res := Result{Engine: t.engine, Variant: t.variant.Name, Published: pub.Acked,
-		PublishPS: float64(pub.Acked) / pub.Elapsed.Seconds()}
+		PublishPS: float64(pub.Acked) / pub.Elapsed.Seconds(), PubRetried: pub.Retried}
 	if err := b.createTable(ctx, t.table); err != nil {
 		return res, err
 	}
@@ -527,7 +530,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		c.kill()
 		return res, fmt.Errorf("bench: publish: %w", err)
 	}
-	res.Published, res.PublishPS = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds()
+	res.Published, res.PublishPS, res.PubRetried = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds(), pub.Retried
 	ci, err := b.waitAcked(ctx, c, t, uint64(pub.Acked))
 	if err != nil {
 		c.kill()
