@@ -100,6 +100,12 @@ func NewTracing(ctx context.Context, cfg Config) (*Tracing, error) {
 	if err != nil || exp == nil {
 		return t, err
 	}
+	return newTracing(exp, cfg)
+}
+
+// newTracing builds an enabled Tracing exporting to exp.
+func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
+	t := &Tracing{}
 	res, err := newResource(cfg.ServiceName)
 	if err != nil {
 		return nil, err
@@ -314,7 +320,9 @@ func EndMessage(ev *pipeline.Event, outcome string, err error) {
 	if sp == nil {
 		return
 	}
-	sp.SetAttributes(attribute.String("jetsink.settle", outcome))
+	if outcome != "ack" { // ack is the rule; say only the exceptions
+		sp.SetAttributes(attribute.String("jetsink.settle", outcome))
+	}
 	if err != nil {
 		sp.RecordError(err)
 		sp.SetStatus(codes.Error, err.Error())

@@ -1,0 +1,222 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// discard is a span exporter that drops everything: the benchmarks measure
+// jetsink's side, not a collector.
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
+
+func newTestTracing(t testing.TB, exp sdktrace.SpanExporter, ratio float64) *Tracing {
+	t.Helper()
+	tr, err := newTracing(exp, Config{ServiceName: "test", SampleRatio: ratio, MaxLinks: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	return tr
+}
+
+func event(h nats.Header) pipeline.Event {
+	return pipeline.Event{Subject: "events.dev1", Data: []byte(`{"id":1}`), Header: h, Stream: "EVENTS",
+		StreamSeq: 42, Delivered: 1, Received: time.Now(), MsgID: "run-42"}
+}
+
+func TestInjectExtractRoundTrip(t *testing.T) {
+	tr := newTestTracing(t, discard{}, 1)
+	ctx, sp := tr.Tracer().Start(context.Background(), "publish")
+	defer sp.End()
+	h := nats.Header{}
+	InjectTrace(ctx, h)
+	if h.Get("traceparent") == "" {
+		t.Fatalf("no traceparent header in %v", h)
+	}
+	got := trace.SpanContextFromContext(ExtractTrace(context.Background(), h))
+	if got.TraceID() != sp.SpanContext().TraceID() || got.SpanID() != sp.SpanContext().SpanID() || !got.IsSampled() {
+		t.Fatalf("extracted %v, want %v", got, sp.SpanContext())
+	}
+	// propagation.HeaderCarrier writes the canonical MIME key; jetsink
+	// reads that too.
+	h2 := nats.Header{}
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h2))
+	if _, ok := h2["Traceparent"]; !ok {
+		t.Fatalf("HeaderCarrier wrote %v", h2)
+	}
+	if got := trace.SpanContextFromContext(ExtractTrace(context.Background(), h2)); got.SpanID() != sp.SpanContext().SpanID() {
+		t.Fatalf("extracted from canonical keys: %v", got)
+	}
+}
+
+func TestStartMessageParentAndSampling(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tr, err := newTracing(exp, Config{ServiceName: "test", SampleRatio: 0, MaxLinks: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Shutdown(context.Background()) }()
+
+	// A sampled publisher: the message span is its child even at ratio 0.
+	pub, err := newTracing(discard{}, Config{ServiceName: "pub", SampleRatio: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pub.Shutdown(context.Background()) }()
+	ctx, psp := pub.Tracer().Start(context.Background(), "send")
+	h := nats.Header{}
+	InjectTrace(ctx, h)
+	psp.End()
+	ev := event(h)
+	tr.StartMessage(&ev)
+	if ev.Span == nil {
+		t.Fatal("sampled parent: no span")
+	}
+	rows := []pipeline.Row{{Event: ev}, {Event: event(nil)}}
+	cp := tr.StartCopy("events", rows)
+	if cp == nil {
+		t.Fatal("no copy span for a batch with a sampled message")
+	}
+	Acked(cp, 2, 0)
+	EndMessage(&ev, "ack", nil)
+	EndCopy(cp, 2, 100, 1, nil)
+
+	// An unsampled parent and a root at ratio 0: nothing.
+	h2 := nats.Header{"traceparent": []string{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}}
+	for _, e := range []pipeline.Event{event(h2), event(nil)} {
+		tr.StartMessage(&e)
+		if e.Span != nil {
+			t.Fatalf("unsampled message got a span (headers %v)", e.Header)
+		}
+	}
+	if err := tr.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans exported, want process and copy", len(spans))
+	}
+	proc, copySp := spans[0], spans[1]
+	if proc.Name != "process events.dev1" || proc.SpanKind != trace.SpanKindConsumer || proc.Parent.SpanID() != psp.SpanContext().SpanID() {
+		t.Errorf("process span %q kind %v parent %v, want child of %v", proc.Name, proc.SpanKind, proc.Parent.SpanID(), psp.SpanContext().SpanID())
+	}
+	if copySp.Name != "copy events" || copySp.SpanKind != trace.SpanKindClient || len(copySp.Links) != 1 ||
+		copySp.Links[0].SpanContext.SpanID() != proc.SpanContext.SpanID() {
+		t.Errorf("copy span %q kind %v links %v", copySp.Name, copySp.SpanKind, copySp.Links)
+	}
+}
+
+func TestDeadLettererEndsSpanAndCounts(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tr := newTestTracing(t, exp, 1)
+	m, err := NewMetrics("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Shutdown(context.Background()) }()
+	fail := errors.New("publish failed")
+	for _, next := range []error{nil, fail} {
+		d := &DeadLetterer{Next: dlFunc(func() error { return next }), Metrics: m}
+		ev := event(nil)
+		tr.StartMessage(&ev)
+		if err := d.DeadLetter(context.Background(), &ev, pipeline.DeadLetter{Stage: "decode", Code: "invalid_json"}); !errors.Is(err, next) {
+			t.Fatalf("DeadLetter = %v, want %v", err, next)
+		}
+	}
+	_ = tr.Flush(context.Background())
+	spans := exp.GetSpans()
+	if len(spans) != 2 || spans[0].Status.Code.String() != "Error" || spans[1].Status.Code.String() != "Error" {
+		t.Fatalf("spans %v", spans)
+	}
+}
+
+type dlFunc func() error
+
+func (f dlFunc) DeadLetter(context.Context, *pipeline.Event, pipeline.DeadLetter) error { return f() }
+
+// TestUnsampledAllocatesNothing: tracing on, an unsampled message (no
+// traceparent and ratio 0, or a traceparent with the sampled flag clear)
+// costs no allocation, and neither does its copy span or settling it.
+func TestUnsampledAllocatesNothing(t *testing.T) {
+	tr := newTestTracing(t, discard{}, 0)
+	h := nats.Header{"traceparent": []string{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}}
+	for _, hdr := range []nats.Header{nil, h} {
+		ev := event(hdr)
+		rows := []pipeline.Row{{Event: ev}}
+		if n := testing.AllocsPerRun(1000, func() {
+			tr.StartMessage(&rows[0].Event)
+			if sp := tr.StartCopy("events", rows); sp != nil {
+				t.Fatal("copy span for an unsampled batch")
+			}
+			EndMessage(&rows[0].Event, "ack", nil)
+		}); n != 0 {
+			t.Errorf("headers %v: %v allocations per unsampled event, want 0", hdr, n)
+		}
+	}
+}
+
+// BenchmarkTraceEvent is the per-event cost of the instrumented hot path:
+// StartMessage on receipt, the batch's copy span (1000 rows, amortised),
+// EndMessage on ack, for tracing off (no provider), on at 1% and at 100%
+// (roots: messages without a traceparent), exporting through the batch
+// processor to an exporter that drops the spans.
+func BenchmarkTraceEvent(b *testing.B) {
+	const batch = 1000
+	for _, c := range []struct {
+		name  string
+		ratio float64
+	}{{"off", -1}, {"ratio=0.01", 0.01}, {"ratio=1", 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			var tr *Tracing
+			if c.ratio >= 0 {
+				tr = newTestTracing(b, discard{}, c.ratio)
+			}
+			rows := make([]pipeline.Row, batch)
+			proto := event(nil)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; {
+				n := min(batch, b.N-i)
+				for j := range rows[:n] {
+					rows[j].Event = proto
+					tr.StartMessage(&rows[j].Event)
+				}
+				sp := tr.StartCopy("events", rows[:n])
+				for j := range rows[:n] {
+					EndMessage(&rows[j].Event, "ack", nil)
+				}
+				Acked(sp, n, 0)
+				EndCopy(sp, n, n*200, 0, nil)
+				i += n
+			}
+		})
+	}
+}
+
+func ExampleInjectTrace() {
+	msg := nats.NewMsg("events.dev1")
+	// ctx carries the publisher's span (here a fixed one).
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    trace.TraceID{0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd, 0x84, 0x48, 0xeb, 0x21, 0x1c, 0x80, 0x31, 0x9c},
+		SpanID:     trace.SpanID{0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31},
+		TraceFlags: trace.FlagsSampled,
+	})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	InjectTrace(ctx, msg.Header)
+	fmt.Println(msg.Header.Get("traceparent"))
+	// Output: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
+}

@@ -1,0 +1,158 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// adminGet fetches path from the processor's admin listener.
+func adminGet(t *testing.T, ctx context.Context, r *running, path string) (int, string) {
+	t.Helper()
+	waitFor(t, ctx, "the admin listener", func() (bool, string) { return r.p.AdminAddr() != nil, "not listening" })
+	addr := r.p.AdminAddr()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+addr.String()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// metricValue returns the value of the sample line "name{...} v" or "name v"
+// whose labels contain every one of labels; -1 if absent.
+func metricValue(body, name string, labels ...string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if !ok {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			return v
+		}
+	}
+	return -1
+}
+
+// TestMetricsAfterRun: after a run, /metrics says as many events committed
+// as the table holds, and the other families are there.
+func TestMetricsAfterRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	e := newEnv(t)
+	cfg := e.config(sink.AtLeastOnce)
+	const n = 3000
+	e.createStreams(ctx)
+	e.publish(ctx, 0, n, 50)
+	r := e.start(ctx, cfg)
+	e.waitDrained(ctx, n, r)
+
+	var body string
+	waitFor(t, ctx, "jetsink_events_committed_total to reach the table's rows", func() (bool, string) {
+		var code int
+		code, body = adminGet(t, ctx, r, "/metrics")
+		got := metricValue(body, "jetsink_events_committed_total")
+		return code == 200 && got == float64(e.rows(ctx)), fmt.Sprintf("status %d, committed %v, rows %d", code, got, e.rows(ctx))
+	})
+	if got := metricValue(body, "jetsink_events_received_total"); got < n {
+		t.Errorf("jetsink_events_received_total = %v, want >= %d", got, n)
+	}
+	for _, name := range []string{
+		"jetsink_batch_rows_count", "jetsink_batch_size_bytes_sum", "jetsink_commit_duration_seconds_count",
+		"jetsink_event_latency_seconds_count", "jetsink_batches_committed_total", "jetsink_batch_retries_total",
+		"jetsink_events_redelivered_total",
+	} {
+		if metricValue(body, name) < 0 {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	if got := metricValue(body, "jetsink_event_latency_seconds_count"); got != n {
+		t.Errorf("latency samples = %v, want %d (one per committed row)", got, n)
+	}
+	if metricValue(body, "jetsink_ring_occupancy", `ring="in"`, `worker="0"`) < 0 ||
+		metricValue(body, "jetsink_ring_occupancy", `ring="out"`, `worker="1"`) < 0 {
+		t.Errorf("/metrics has no ring occupancy per ring:\n%s", grep(body, "ring_occupancy"))
+	}
+	if got := metricValue(body, "jetsink_consumer_pending"); got != 0 {
+		t.Errorf("jetsink_consumer_pending = %v, want 0 after the drain", got)
+	}
+	if metricValue(body, "jetsink_consumer_ack_pending") < 0 {
+		t.Errorf("/metrics has no jetsink_consumer_ack_pending")
+	}
+	r.drain(t)
+}
+
+func grep(body, s string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestReadyzFollowsPostgres: /readyz is 503 naming postgres while the
+// database is stopped, and 200 again once it is back.
+func TestReadyzFollowsPostgres(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	e := newEnv(t)
+	c := testenv.NewCluster(t)
+	cfg := e.config(sink.AtLeastOnce)
+	cfg.Postgres.URL = c.URL("postgres")
+	e.createStreams(ctx)
+	e.publish(ctx, 0, 100, 5)
+	r := e.start(ctx, cfg)
+
+	ready := func(want int) func() (bool, string) {
+		return func() (bool, string) {
+			code, body := adminGet(t, ctx, r, "/readyz")
+			return code == want, fmt.Sprintf("%d %q", code, body)
+		}
+	}
+	waitFor(t, ctx, "/readyz 200", ready(200))
+	if err := c.Stop("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "/readyz 503 with PostgreSQL stopped", ready(503))
+	if _, body := adminGet(t, ctx, r, "/readyz"); !strings.Contains(body, "postgres") {
+		t.Errorf("/readyz body does not name postgres: %q", body)
+	}
+	if code, _ := adminGet(t, ctx, r, "/healthz"); code != 200 {
+		t.Errorf("/healthz = %d while PostgreSQL is down; the process is alive", code)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "/readyz 200 after PostgreSQL is back", ready(200))
+	r.drain(t)
+}
