@@ -52,7 +52,8 @@ func Postgres(t testing.TB) *PG {
 		if shared.cluster == nil && shared.err == nil {
 			shared.cluster, shared.err = embedded.StartPostgres()
 		}
-		cluster, err := shared.cluster, shared.err
+		var err error
+		cluster, err = shared.cluster, shared.err // not :=, which would leave PG.Cluster nil
 		shared.mu.Unlock()
 		if err != nil {
 			t.Fatalf("no PostgreSQL for this test: %v; or set %s to a server of your own", err, EnvDatabaseURL)
