@@ -21,6 +21,7 @@ import (
 	"github.com/jetsink/jetsink/embedded"
 	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/sink"
 )
 
 // ErrInvalidOptions is wrapped by Run's errors for options it cannot run.
@@ -373,6 +374,11 @@ func (b *bencher) createTable(ctx context.Context, table string) error {
 	committed_at timestamptz NOT NULL DEFAULT clock_timestamp())`)
 	if err != nil {
 		return fmt.Errorf("bench: create table %s: %w", table, err)
+	}
+	if b.cfg.Postgres.Mode == sink.ExactlyOnce {
+		if _, err := b.db.Exec(ctx, "CREATE UNIQUE INDEX ON "+t+" (stream, stream_seq)"); err != nil {
+			return fmt.Errorf("bench: create the exactly-once index on %s: %w", table, err)
+		}
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jetsink/jetsink/bench"
-	"github.com/jetsink/jetsink/config"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -42,7 +41,8 @@ time and peak RSS are its own. Latency runs from each event's scheduled send
 time to its transaction's commit (no coordinated omission).
 
 --compare baseline runs the straightforward consumer on the same preloaded
-data in the same run and prints the ratio. --matrix key=v1,v2 runs jetsink
+data in the same run and prints the ratio. --stream and --table are ignored:
+each run makes (and removes) its own. --matrix key=v1,v2 runs jetsink
 once per value (e.g. --matrix pipeline.pin=none,thread,cpu); --set overrides
 apply to jetsink only.`,
 		Example: `  jetsink bench --scenario drain --events 1000000 --compare baseline --count 3
@@ -62,9 +62,10 @@ apply to jetsink only.`,
 			// --set goes to the jetsink subprocess, on top of the config.
 			sets := cf.set
 			cf.set = nil
-			if o.Embedded {
-				o.Base = config.Default()
-			} else if o.Base, err = cf.load(); err != nil {
+			// Embedded or not, the file, JETSINK_* and flags such as --mode
+			// give every key but the servers' URLs (and the stream, consumer
+			// and table, which bench names per run).
+			if o.Base, err = cf.load(); err != nil {
 				return err
 			}
 			switch compare {
