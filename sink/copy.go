@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,10 @@ var (
 // copyReader streams a binary COPY of rows: header, each Tuple verbatim,
 // trailer. It walks the rows without concatenating them.
 type copyReader struct {
+	// mu is held by Read and close: after an error pgx's CopyFrom can
+	// return while its goroutine is still in Read, so close waits for
+	// that Read and makes later ones return io.EOF.
+	mu   sync.Mutex
 	rows []pipeline.Row
 	i    int // next row, while part == 1
 	off  int // offset in the current piece
@@ -33,7 +38,17 @@ type copyReader struct {
 
 func (r *copyReader) reset(rows []pipeline.Row) { *r = copyReader{rows: rows} }
 
+// close ends the stream: a Read in progress finishes first, later ones
+// return io.EOF, and the rows are no longer referenced.
+func (r *copyReader) close() {
+	r.mu.Lock()
+	r.rows, r.part = nil, 3
+	r.mu.Unlock()
+}
+
 func (r *copyReader) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	n := 0
 	for n < len(p) {
 		var cur []byte
@@ -73,7 +88,6 @@ type committer struct {
 	r      *run
 	conn   *pgx.Conn
 	staged bool // exactly-once: the staging table exists on conn
-	rd     copyReader
 	bo     backoff
 
 	// Telemetry of the batch being processed.
@@ -272,9 +286,11 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 			return false, fmt.Errorf("create staging table: %w", err)
 		}
 	}
-	c.rd.reset(rows)
-	_, err = tx.Conn().PgConn().CopyFrom(ctx, &c.rd, s.copySQL)
-	c.rd.reset(nil)
+	// A reader per attempt, closed before the rows can change: pgx may
+	// return from a failed COPY while its goroutine still reads.
+	rd := &copyReader{rows: rows}
+	_, err = tx.Conn().PgConn().CopyFrom(ctx, rd, s.copySQL)
+	rd.close()
 	if err != nil {
 		return false, fmt.Errorf("copy %d rows: %w", len(rows), err)
 	}
