@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetsink/jetsink/pipeline"
 )
@@ -40,14 +41,15 @@ type Consumer struct {
 
 	// traceMsg starts an event's span (telemetry.Tracing.StartMessage);
 	// nil when tracing is off. Set before Run.
-	traceMsg func(ev *pipeline.Event)
+	traceMsg func(ev pipeline.Event) trace.Span
 }
 
 // SetTracer makes Run call start for each event it receives, before the
-// event is pushed, so that start can set ev.Span (telemetry's
-// Tracing.StartMessage does, for sampled messages). nil turns it off. Call
-// it before Run, not concurrently with it.
-func (c *Consumer) SetTracer(start func(ev *pipeline.Event)) { c.traceMsg = start }
+// event is pushed, and store the span it returns (nil: not sampled) in
+// ev.Span; telemetry's Tracing.StartMessage is such a function. The event
+// goes by value so that push keeps it on the stack (no allocation). nil
+// turns it off. Call it before Run, not concurrently with it.
+func (c *Consumer) SetTracer(start func(ev pipeline.Event) trace.Span) { c.traceMsg = start }
 
 type consumerHandle struct{ jetstream.Consumer }
 

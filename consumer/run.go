@@ -237,7 +237,7 @@ func (c *Consumer) push(hard context.Context, out *ringq.Dispatch[pipeline.Event
 		c.stats.redelivered.Add(1)
 	}
 	if c.traceMsg != nil {
-		c.traceMsg(&ev)
+		ev.Span = c.traceMsg(ev)
 	}
 	if err := out.Push(hard, ev); err != nil {
 		// Taken but not handed on: let JetStream redeliver it soon.

@@ -264,29 +264,30 @@ func (t *Tracing) sampleRoot() bool {
 	return rand.Uint64()>>1 < t.rootBound
 }
 
-// StartMessage starts the CONSUMER span "process <subject>" of one message
-// and stores it in ev.Span, parented on the publisher's traceparent header
-// when there is one. It does nothing, and allocates nothing, when tracing
-// is off or the message is not sampled: a traceparent whose sampled flag is
+// StartMessage starts the CONSUMER span "process <subject>" of one message,
+// to be stored in ev.Span, parented on the publisher's traceparent header
+// when there is one. It returns nil, and allocates nothing, when tracing is
+// off or the message is not sampled: a traceparent whose sampled flag is
 // clear, or a root that loses the sample_ratio draw. The span starts at
-// ev.Received; whoever settles the message ends it (see EndMessage).
-func (t *Tracing) StartMessage(ev *pipeline.Event) {
+// ev.Received; whoever settles the message ends it (see EndMessage). ev
+// goes by value so that the caller's event does not escape to the heap.
+func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 	if t == nil || t.tp == nil {
-		return
+		return nil
 	}
 	parent := forced
 	switch tp := traceparent(ev.Header); {
 	case tp == "":
 		if !t.sampleRoot() {
-			return
+			return nil
 		}
 	case !sampledFlag(tp):
-		return // parent-based: the publisher did not sample it
+		return nil // parent-based: the publisher did not sample it
 	default:
 		parent = t.prop.Extract(context.Background(), Carrier(ev.Header))
 		if !trace.SpanContextFromContext(parent).IsValid() {
 			if !t.sampleRoot() {
-				return
+				return nil
 			}
 			parent = forced
 		}
@@ -305,10 +306,11 @@ func (t *Tracing) StartMessage(ev *pipeline.Event) {
 	if ev.MsgID != "" {
 		attrs = append(attrs, attribute.String("messaging.message.id", ev.MsgID))
 	}
-	_, ev.Span = t.tracer.Start(parent, "process "+ev.Subject,
+	_, sp := t.tracer.Start(parent, "process "+ev.Subject,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithTimestamp(ev.Received),
 		trace.WithAttributes(attrs...))
+	return sp
 }
 
 // EndMessage ends ev's span, if it has one, with how the message was

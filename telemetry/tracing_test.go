@@ -82,7 +82,7 @@ func TestStartMessageParentAndSampling(t *testing.T) {
 	InjectTrace(ctx, h)
 	psp.End()
 	ev := event(h)
-	tr.StartMessage(&ev)
+	ev.Span = tr.StartMessage(ev)
 	if ev.Span == nil {
 		t.Fatal("sampled parent: no span")
 	}
@@ -98,7 +98,7 @@ func TestStartMessageParentAndSampling(t *testing.T) {
 	// An unsampled parent and a root at ratio 0: nothing.
 	h2 := nats.Header{"traceparent": []string{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}}
 	for _, e := range []pipeline.Event{event(h2), event(nil)} {
-		tr.StartMessage(&e)
+		e.Span = tr.StartMessage(e)
 		if e.Span != nil {
 			t.Fatalf("unsampled message got a span (headers %v)", e.Header)
 		}
@@ -132,7 +132,7 @@ func TestDeadLettererEndsSpanAndCounts(t *testing.T) {
 	for _, next := range []error{nil, fail} {
 		d := &DeadLetterer{Next: dlFunc(func() error { return next }), Metrics: m}
 		ev := event(nil)
-		tr.StartMessage(&ev)
+		ev.Span = tr.StartMessage(ev)
 		if err := d.DeadLetter(context.Background(), &ev, pipeline.DeadLetter{Stage: "decode", Code: "invalid_json"}); !errors.Is(err, next) {
 			t.Fatalf("DeadLetter = %v, want %v", err, next)
 		}
@@ -158,7 +158,7 @@ func TestUnsampledAllocatesNothing(t *testing.T) {
 		ev := event(hdr)
 		rows := []pipeline.Row{{Event: ev}}
 		if n := testing.AllocsPerRun(1000, func() {
-			tr.StartMessage(&rows[0].Event)
+			rows[0].Event.Span = tr.StartMessage(rows[0].Event)
 			if sp := tr.StartCopy("events", rows); sp != nil {
 				t.Fatal("copy span for an unsampled batch")
 			}
@@ -193,7 +193,7 @@ func BenchmarkTraceEvent(b *testing.B) {
 				n := min(batch, b.N-i)
 				for j := range rows[:n] {
 					rows[j].Event = proto
-					tr.StartMessage(&rows[j].Event)
+					rows[j].Event.Span = tr.StartMessage(rows[j].Event)
 				}
 				sp := tr.StartCopy("events", rows[:n])
 				for j := range rows[:n] {
