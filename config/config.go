@@ -8,6 +8,7 @@ import (
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/telemetry"
 )
 
 // ErrInvalidConfig is wrapped by every error that a bad value causes here
@@ -37,10 +38,19 @@ type Postgres struct {
 
 // Telemetry configures traces, metrics and the admin listener.
 type Telemetry struct {
-	ServiceName  string  `yaml:"service_name"`
-	OTLPEndpoint string  `yaml:"otlp_endpoint"`
-	SampleRatio  float64 `yaml:"sample_ratio"`
-	Listen       string  `yaml:"listen"`
+	// ServiceName is the traces' and metrics' service.name (default
+	// jetsink); OTEL_SERVICE_NAME overrides it.
+	ServiceName string `yaml:"service_name"`
+	// OTLPEndpoint is the collector's base URL: http(s)://host:4318 for
+	// OTLP/HTTP, grpc(s)://host:4317 for OTLP/gRPC. Empty: the standard
+	// OTEL_EXPORTER_OTLP_* variables decide; with none, tracing is off.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// SampleRatio is the share of messages without a traceparent that are
+	// traced (0..1, default 1); the others follow their publisher's choice.
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// Listen is the admin listener (/healthz, /readyz, /metrics); empty
+	// turns it off. Default 127.0.0.1:9464.
+	Listen string `yaml:"listen"`
 }
 
 // Log configures log/slog output.
@@ -110,6 +120,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Telemetry.SampleRatio < 0 || c.Telemetry.SampleRatio > 1 {
 		return fmt.Errorf("%w: telemetry.sample_ratio must be between 0 and 1, not %g", ErrInvalidConfig, c.Telemetry.SampleRatio)
+	}
+	if err := telemetry.CheckEndpoint(c.Telemetry.OTLPEndpoint); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.DrainTimeout <= 0 {
 		return fmt.Errorf("%w: drain_timeout must be positive (e.g. 30s)", ErrInvalidConfig)

@@ -160,17 +160,14 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 			return nil, fmt.Errorf("%w: OTEL_EXPORTER_OTLP_PROTOCOL %q; use grpc or http/protobuf", ErrInvalidConfig, proto)
 		}
 	}
-	u, err := url.Parse(endpoint)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("%w: telemetry.otlp_endpoint %q is not a URL such as http://127.0.0.1:4318 or grpc://127.0.0.1:4317", ErrInvalidConfig, endpoint)
+	if err := CheckEndpoint(endpoint); err != nil {
+		return nil, err
 	}
+	u, _ := url.Parse(endpoint)
 	switch u.Scheme {
 	case "grpc", "grpcs":
 		proto = "grpc"
 		u.Scheme = map[string]string{"grpc": "http", "grpcs": "https"}[u.Scheme]
-	case "http", "https":
-	default:
-		return nil, fmt.Errorf("%w: telemetry.otlp_endpoint %q: scheme must be http, https, grpc or grpcs", ErrInvalidConfig, endpoint)
 	}
 	if proto == "grpc" {
 		return wrapExp(otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(u.String())))
@@ -179,6 +176,24 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 		u.Path = "/v1/traces"
 	}
 	return wrapExp(otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String())))
+}
+
+// CheckEndpoint reports whether endpoint is usable as Config.OTLPEndpoint:
+// empty, or an http, https, grpc or grpcs URL with a host. The error wraps
+// ErrInvalidConfig.
+func CheckEndpoint(endpoint string) error {
+	if endpoint == "" {
+		return nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("%w: telemetry.otlp_endpoint %q is not a URL such as http://127.0.0.1:4318 or grpc://127.0.0.1:4317", ErrInvalidConfig, endpoint)
+	}
+	switch u.Scheme {
+	case "http", "https", "grpc", "grpcs":
+		return nil
+	}
+	return fmt.Errorf("%w: telemetry.otlp_endpoint %q: the scheme must be http, https, grpc or grpcs", ErrInvalidConfig, endpoint)
 }
 
 func wrapExp[E sdktrace.SpanExporter](e E, err error) (sdktrace.SpanExporter, error) {

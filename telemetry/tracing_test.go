@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -219,4 +220,36 @@ func ExampleInjectTrace() {
 	InjectTrace(ctx, msg.Header)
 	fmt.Println(msg.Header.Get("traceparent"))
 	// Output: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
+}
+
+func TestNewTracingEndpoints(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+	ctx := context.Background()
+	check := func(endpoint string, want bool) {
+		t.Helper()
+		tr, err := NewTracing(ctx, Config{OTLPEndpoint: endpoint, SampleRatio: 1})
+		if err != nil {
+			t.Fatalf("%q: %v", endpoint, err)
+		}
+		if tr.Enabled() != want {
+			t.Errorf("%q (env %q): Enabled = %v, want %v", endpoint, os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), tr.Enabled(), want)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_ = tr.Shutdown(sctx)
+	}
+	check("", false)
+	check("http://127.0.0.1:1", true)
+	check("grpc://127.0.0.1:1", true)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	check("", true)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	check("", true)
+	for _, bad := range []string{"ftp://host", "127.0.0.1:4318", "http://"} {
+		if _, err := NewTracing(ctx, Config{OTLPEndpoint: bad}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%q: err = %v, want ErrInvalidConfig", bad, err)
+		}
+	}
 }
