@@ -101,3 +101,39 @@ func TestPublishOpenLoopAndFailures(t *testing.T) {
 		t.Fatalf("open loop: %+v, %v", res, err)
 	}
 }
+
+func TestPublishStampsScheduledSendTime(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc := ns.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, _ := jetstream.New(nc)
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ST", Subjects: []string{"st.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if _, err := Publish(ctx, nc, Options{Subject: "st", Rate: 1000, Duration: 100 * time.Millisecond, Run: 4, Stamp: true}); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	ts := func(seq uint64) time.Time {
+		m, err := stream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev struct{ TS time.Time }
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		return ev.TS
+	}
+	first, last := ts(1), ts(100)
+	// Open loop: event i is stamped start + i*interval, exactly, whenever it was sent.
+	if got := last.Sub(first); got != 99*time.Millisecond {
+		t.Errorf("stamps of events 0 and 99 are %v apart, want 99ms", got)
+	}
+	if first.Before(before.Truncate(time.Microsecond)) || last.After(after) {
+		t.Errorf("stamps %v..%v outside the publish window %v..%v", first, last, before, after)
+	}
+}
