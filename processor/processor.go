@@ -81,6 +81,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	if sinkCfg.InProgressEvery == 0 {
 		sinkCfg.InProgressEvery = cfg.NATS.AckWait / 2
 	}
+	// While the database stalls, the sink takes in what the rings and the
+	// pull buffer hold, so that InProgress reaches every in-flight message.
+	sinkCfg.HoldRows = 2*p.workers*cfg.Pipeline.RingSize + cfg.NATS.PullMaxMessages
 	p.sink, err = sink.New(ctx, sinkCfg, mapper.Columns(), dl, log)
 	if err != nil {
 		p.Close()

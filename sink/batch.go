@@ -69,16 +69,19 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 		return fmt.Errorf("%w: sink: Run needs a dead-letterer (New was given nil)", ErrInvalidConfig)
 	}
 	n := s.cfg.Connections
+	// Spare batches hold cut batches while every committer is busy (see
+	// Config.HoldRows); their row slices are allocated once, here.
+	spare := (max(s.cfg.HoldRows, 0) + s.cfg.Batch.MaxRows - 1) / s.cfg.Batch.MaxRows
 	r := &run{
 		s:     s,
 		src:   src,
 		work:  make(chan *batch),
 		ready: make(chan struct{}, n),
-		free:  make(chan *batch, n+1),
+		free:  make(chan *batch, n+1+spare),
 		carry: &batch{rows: make([]pipeline.Row, 0, carrySize)},
 	}
 	r.all = append(r.all, r.carry)
-	for range n + 1 {
+	for range n + 1 + spare {
 		b := &batch{rows: make([]pipeline.Row, 0, s.cfg.Batch.MaxRows)}
 		r.all = append(r.all, b)
 		r.free <- b
@@ -128,26 +131,41 @@ func (s *Sink) logProblems(ctx context.Context) {
 //
 // The rule: a batch is handed to a committer as soon as one is free and no
 // more rows are waiting; it grows only while every committer is busy, and
-// it is cut (stops growing and waits for the next free committer) when it
-// reaches max_rows or max_bytes, or when max_delay has passed since its
-// first row. So an idle sink commits a single row at once, and a busy one
-// commits big batches.
+// it is cut (stops growing) when it reaches max_rows or max_bytes, or when
+// max_delay has passed since its first row. So an idle sink commits a single
+// row at once, and a busy one commits big batches. A cut batch waits for the
+// next free committer in the held queue (oldest first) while the batcher
+// opens a spare batch and keeps taking rows, up to Config.HoldRows, so that
+// while the database stalls the in-flight messages sit in batches the
+// heartbeat keeps alive (InProgress) rather than in the rings before the
+// sink. With no spare batch left the batcher waits for a committer, and the
+// rings fill: back-pressure.
 func (r *run) batcher(ctx context.Context) error {
 	defer close(r.work)
 	cfg := &r.s.cfg.Batch
-	var wctx context.Context // the wait for more rows while all committers are busy; nil when none
-	wcancel := context.CancelFunc(func() {})
-	defer func() { wcancel() }()
-	endWait := func() { wcancel(); wctx, wcancel = nil, func() {} }
-
+	var held []*batch // cut batches waiting for a committer, oldest first
 	b, err := r.take(ctx)
 	if err != nil {
 		return err
 	}
 	closed := false
+	// handOldest gives a committer whose token was taken the oldest held
+	// batch, or the open one (then a new one is opened).
+	handOldest := func() error {
+		if len(held) > 0 {
+			next := held[0]
+			held = append(held[:0], held[1:]...)
+			return r.hand(ctx, next)
+		}
+		if err := r.hand(ctx, b); err != nil {
+			return err
+		}
+		b, err = r.take(ctx)
+		return err
+	}
 	for {
 		full := r.top(b, cfg)
-		if len(b.rows) == 0 {
+		if len(held) == 0 && len(b.rows) == 0 {
 			if closed {
 				return nil
 			}
@@ -162,55 +180,95 @@ func (r *run) batcher(ctx context.Context) error {
 			r.setCarry(n)
 			continue
 		}
-		claimed := false
-		if !full && !closed {
-			claimed = r.claim()
-			if !claimed && time.Now().Before(b.deadline) {
-				// Every committer is busy: let the batch grow until more
-				// rows come, a committer frees up, or max_delay has passed.
-				if wctx == nil {
-					wctx, wcancel = context.WithDeadline(ctx, b.deadline)
-				}
-				r.setWake(wcancel)
-				if claimed = r.claim(); !claimed {
-					n, err := r.src.PopN(wctx, r.carry.rows[:carrySize])
-					r.setWake(nil)
-					switch {
-					case n > 0 || err == nil:
-						r.setCarry(n)
-					case errors.Is(err, ringq.ErrClosed):
-						closed = true
-					case ctx.Err() != nil:
-						return ctx.Err()
-					case wctx.Err() != nil: // woken by a committer, or max_delay passed
-						endWait()
-					default:
-						return err
-					}
-					continue
-				}
-				r.setWake(nil)
+		if r.claim() {
+			if err := handOldest(); err != nil {
+				return err
+			}
+			continue
+		}
+		// Every committer is busy.
+		cut := full || closed || (len(b.rows) > 0 && !time.Now().Before(b.deadline))
+		if cut && len(b.rows) > 0 {
+			if nb, ok := r.tryTake(); ok {
+				held = append(held, b) // wait for a committer; keep taking rows
+				b = nb
+				continue
 			}
 		}
-		if !claimed {
-			// The batch is cut (full, source closed, or max_delay passed):
-			// it stops growing and waits for the next free committer.
+		if cut || closed {
+			// Nothing more to take in: wait for a committer.
 			select {
 			case <-r.ready:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
+			if err := handOldest(); err != nil {
+				return err
+			}
+			continue
 		}
-		// A committer is ours (its token was taken): hand the batch over.
-		endWait()
-		select {
-		case r.work <- b:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if b, err = r.take(ctx); err != nil {
+		// Wait for more rows, a free committer, or b's max_delay.
+		woke, err := r.wait(ctx, b)
+		switch {
+		case errors.Is(err, ringq.ErrClosed):
+			closed = true
+		case err != nil:
 			return err
+		case woke:
+			// a committer freed up, or max_delay passed: look again
 		}
+	}
+}
+
+// wait pops rows into the carry, blocking until some come, a committer
+// frees up (woke), or b's max_delay passes (woke) when b has rows.
+func (r *run) wait(ctx context.Context, b *batch) (woke bool, err error) {
+	var wctx context.Context
+	var cancel context.CancelFunc
+	if len(b.rows) > 0 {
+		wctx, cancel = context.WithDeadline(ctx, b.deadline)
+	} else {
+		wctx, cancel = context.WithCancel(ctx)
+	}
+	defer cancel()
+	r.setWake(cancel)
+	defer r.setWake(nil)
+	if len(r.ready) > 0 { // a committer freed up before the wake was set
+		return true, nil
+	}
+	n, err := r.src.PopN(wctx, r.carry.rows[:carrySize])
+	switch {
+	case n > 0:
+		r.setCarry(n)
+		return false, nil
+	case errors.Is(err, ringq.ErrClosed):
+		return false, err
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case wctx.Err() != nil:
+		return true, nil
+	default:
+		return false, err
+	}
+}
+
+// hand gives b to the committer whose token was taken.
+func (r *run) hand(ctx context.Context, b *batch) error {
+	select {
+	case r.work <- b:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// tryTake gets an empty batch if one is free now.
+func (r *run) tryTake() (*batch, bool) {
+	select {
+	case b := <-r.free:
+		return b, true
+	default:
+		return nil, false
 	}
 }
 

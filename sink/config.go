@@ -59,6 +59,13 @@ type Config struct {
 	// not redeliver them. The wiring sets it to nats.ack_wait/2; 0 turns it
 	// off. Not a YAML key.
 	InProgressEvery time.Duration `yaml:"-"`
+	// HoldRows is how many rows the stages before the sink can hold (ring
+	// slots plus the pull buffer); set by the wiring, not a YAML key. While
+	// every committer is busy the sink keeps taking rows into spare batches,
+	// up to HoldRows, so that a stalled database finds every in-flight
+	// message in a batch that InProgress reaches instead of in a ring where
+	// nothing does. 0 keeps no spare batches.
+	HoldRows int `yaml:"-"`
 }
 
 // BatchConfig is postgres.batch: a batch is cut at MaxRows OR MaxBytes OR

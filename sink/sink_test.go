@@ -456,3 +456,67 @@ func TestExactlyOnceWithIdentityColumn(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// While the table is locked, the sink keeps taking rows into spare batches
+// up to HoldRows, so the Source (the rings) empties and every message gets
+// InProgress; beyond HoldRows it stops taking (back-pressure). After the
+// unlock everything commits once, in order of arrival per batch.
+func TestHoldRowsWhileLocked(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Connections = 1
+		c.Batch.MaxRows = 100
+		c.HoldRows = 300
+		c.InProgressEvery = 20 * time.Millisecond
+	})
+	admin := pg.Conn(t)
+	locker := pg.Conn(t)
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	first, mFirst := rows(1, 1, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+
+	// 1 committing + 100 open + 300 held: 400 more rows all leave the
+	// Source; the next 150 mostly stay in it.
+	held, mHeld := rows(2, 400, nil)
+	src.push(t, ctx, held)
+	waitFor(t, ctx, "the held rows to leave the source", func() bool { return src.Len() == 0 })
+	waitFor(t, ctx, "InProgress for every held message", func() bool {
+		for _, m := range append(mFirst, mHeld...) {
+			if m.inProgress.Load() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	extra, mExtra := rows(402, 150, nil)
+	src.push(t, ctx, extra)
+	waitFor(t, ctx, "the batcher to stop taking rows", func() bool { return src.Len() >= 100 })
+	all := append(append(mFirst, mHeld...), mExtra...)
+	for i, m := range all {
+		if m.acks.Load() != 0 {
+			t.Fatalf("message %d acked while the table is locked", i)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "every message acked", allAcked(all))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != 551 {
+		t.Fatalf("%d rows, want 551", n)
+	}
+}
