@@ -83,7 +83,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	}
 	// While the database stalls, the sink takes in what the rings and the
 	// pull buffer hold, so that InProgress reaches every in-flight message.
+	// It can hold as many rows as JetStream lets this consumer have unacked.
 	sinkCfg.HoldRows = 2*p.workers*cfg.Pipeline.RingSize + cfg.NATS.PullMaxMessages
+	if cfg.NATS.MaxAckPending > sinkCfg.HoldRows {
+		sinkCfg.HoldRows = cfg.NATS.MaxAckPending
+	}
 	p.sink, err = sink.New(ctx, sinkCfg, mapper.Columns(), dl, log)
 	if err != nil {
 		p.Close()

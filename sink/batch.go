@@ -28,6 +28,7 @@ type batch struct {
 	beat  time.Time      // when InProgress was last sent for the batch
 
 	deadline time.Time // batcher only: since + max_delay
+	spare    bool      // made to hold rows during a stall; dropped after its commit
 }
 
 // reset empties the batch and drops its references to rows.
@@ -48,7 +49,8 @@ type run struct {
 	ready chan struct{} // committer -> batcher: one token per committer waiting for work
 	free  chan *batch   // committers -> batcher: emptied batches
 	carry *batch        // rows popped and not yet in a batch (rows[lo:])
-	all   []*batch      // every batch and the carry, for the heartbeat
+	allMu sync.Mutex
+	all   []*batch // every batch and the carry, for the heartbeat; spare batches come and go
 
 	wakeMu sync.Mutex
 	wake   context.CancelFunc // ends the batcher's wait for rows when a committer frees up
@@ -69,19 +71,16 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 		return fmt.Errorf("%w: sink: Run needs a dead-letterer (New was given nil)", ErrInvalidConfig)
 	}
 	n := s.cfg.Connections
-	// Spare batches hold cut batches while every committer is busy (see
-	// Config.HoldRows); their row slices are allocated once, here.
-	spare := (max(s.cfg.HoldRows, 0) + s.cfg.Batch.MaxRows - 1) / s.cfg.Batch.MaxRows
 	r := &run{
 		s:     s,
 		src:   src,
 		work:  make(chan *batch),
 		ready: make(chan struct{}, n),
-		free:  make(chan *batch, n+1+spare),
+		free:  make(chan *batch, n+1),
 		carry: &batch{rows: make([]pipeline.Row, 0, carrySize)},
 	}
 	r.all = append(r.all, r.carry)
-	for range n + 1 + spare {
+	for range n + 1 {
 		b := &batch{rows: make([]pipeline.Row, 0, s.cfg.Batch.MaxRows)}
 		r.all = append(r.all, b)
 		r.free <- b
@@ -144,6 +143,7 @@ func (r *run) batcher(ctx context.Context) error {
 	defer close(r.work)
 	cfg := &r.s.cfg.Batch
 	var held []*batch // cut batches waiting for a committer, oldest first
+	heldRows := 0     // rows in held
 	b, err := r.take(ctx)
 	if err != nil {
 		return err
@@ -155,6 +155,7 @@ func (r *run) batcher(ctx context.Context) error {
 		if len(held) > 0 {
 			next := held[0]
 			held = append(held[:0], held[1:]...)
+			heldRows -= len(next.rows)
 			return r.hand(ctx, next)
 		}
 		if err := r.hand(ctx, b); err != nil {
@@ -188,12 +189,15 @@ func (r *run) batcher(ctx context.Context) error {
 		}
 		// Every committer is busy.
 		cut := full || closed || (len(b.rows) > 0 && !time.Now().Before(b.deadline))
-		if cut && len(b.rows) > 0 {
-			if nb, ok := r.tryTake(); ok {
-				held = append(held, b) // wait for a committer; keep taking rows
-				b = nb
-				continue
+		if cut && len(b.rows) > 0 && heldRows+len(b.rows) <= r.s.cfg.HoldRows {
+			// b waits for a committer; keep taking rows into another batch.
+			held = append(held, b)
+			heldRows += len(b.rows)
+			var ok bool
+			if b, ok = r.tryTake(); !ok {
+				b = r.newSpare()
 			}
+			continue
 		}
 		if cut || closed {
 			// Nothing more to take in: wait for a committer.
@@ -262,6 +266,34 @@ func (r *run) hand(ctx context.Context, b *batch) error {
 	}
 }
 
+// newSpare makes a batch to hold rows while every committer is busy; its
+// committer drops it after the commit, so spare memory lasts as long as the
+// stall.
+func (r *run) newSpare() *batch {
+	b := &batch{rows: make([]pipeline.Row, 0, min(r.s.cfg.Batch.MaxRows, carrySize)), spare: true}
+	r.allMu.Lock()
+	r.all = append(r.all, b)
+	r.allMu.Unlock()
+	return b
+}
+
+// release returns a committed batch: a regular one to the free list, a
+// spare one to the garbage collector.
+func (r *run) release(b *batch) {
+	if !b.spare {
+		r.free <- b // never blocks: Connections+1 slots
+		return
+	}
+	r.allMu.Lock()
+	for i, x := range r.all {
+		if x == b {
+			r.all = append(r.all[:i], r.all[i+1:]...)
+			break
+		}
+	}
+	r.allMu.Unlock()
+}
+
 // tryTake gets an empty batch if one is free now.
 func (r *run) tryTake() (*batch, bool) {
 	select {
@@ -319,7 +351,15 @@ func (r *run) setCarry(n int) {
 	c.mu.Lock()
 	c.rows = c.rows[:n]
 	c.lo = 0
-	c.since, c.beat = time.Now(), time.Time{}
+	// The heartbeat's clock starts when JetStream delivered the oldest of
+	// these rows, not when they reached the sink: ack_wait runs from then.
+	since := time.Now()
+	for i := range c.rows {
+		if rc := c.rows[i].Event.Received; !rc.IsZero() && rc.Before(since) {
+			since = rc
+		}
+	}
+	c.since, c.beat = since, time.Time{}
 	c.mu.Unlock()
 }
 
@@ -385,6 +425,7 @@ func (r *run) heartbeat(ctx context.Context, stop <-chan struct{}) {
 	every := r.s.cfg.InProgressEvery
 	t := time.NewTicker(max(every/4, time.Millisecond))
 	defer t.Stop()
+	var snap []*batch
 	for {
 		select {
 		case <-stop:
@@ -392,7 +433,10 @@ func (r *run) heartbeat(ctx context.Context, stop <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			for _, b := range r.all {
+			r.allMu.Lock()
+			snap = append(snap[:0], r.all...)
+			r.allMu.Unlock()
+			for _, b := range snap {
 				r.s.beat(b, now, every)
 			}
 		}

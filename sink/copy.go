@@ -115,7 +115,7 @@ func (c *committer) loop(ctx context.Context) error {
 		}
 		err := c.process(ctx, b)
 		b.reset()
-		c.r.free <- b // never blocks: Connections+1 slots
+		c.r.release(b)
 		if err != nil {
 			return err
 		}
