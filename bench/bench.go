@@ -20,7 +20,6 @@ import (
 	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/embedded"
 	"github.com/jetsink/jetsink/loadgen"
-	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
 )
 
@@ -389,24 +388,6 @@ func (b *bencher) dropTable(table string) {
 	_, _ = b.db.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
 }
 
-// Columns is the benchmark's mapping: loadgen's telemetry events to eight
-// typed columns (uuid, timestamptz, text, float8, int8, jsonb) plus the
-// (stream, stream_seq) key.
-func Columns() []pipeline.Column {
-	return []pipeline.Column{
-		{Name: "id", From: "json:id", Type: pipeline.TypeUUID, Required: true},
-		{Name: "ts", From: "json:ts", Type: pipeline.TypeTimestamptz, Required: true},
-		{Name: "device", From: "json:device", Type: pipeline.TypeText},
-		{Name: "kind", From: "json:kind", Type: pipeline.TypeText},
-		{Name: "value", From: "json:value", Type: pipeline.TypeFloat8},
-		{Name: "seq", From: "json:seq", Type: pipeline.TypeInt8},
-		{Name: "site", From: "json:tags.site", Type: pipeline.TypeText},
-		{Name: "body", From: "payload", Type: pipeline.TypeJSONB},
-		{Name: "stream", From: "meta:stream", Type: pipeline.TypeText},
-		{Name: "stream_seq", From: "meta:stream_seq", Type: pipeline.TypeInt8},
-	}
-}
-
 // start starts t's engine as a subprocess.
 func (b *bencher) start(t target) (*child, error) {
 	if t.engine == EngineBaseline {
@@ -421,7 +402,7 @@ func (b *bencher) start(t target) (*child, error) {
 	cfg.NATS.DeadLetterSubject = "benchdlq." + t.prefix
 	cfg.Postgres.Table = t.table
 	cfg.Postgres.CreateTable = false
-	cfg.Postgres.Columns = Columns()
+	cfg.Postgres.Columns = loadgen.Columns()
 	cfg.Telemetry.Listen = ""
 	cfg.Log.Level = "warn"
 	raw, err := yaml.Marshal(cfg)

@@ -216,7 +216,7 @@ func BenchmarkDrain(b *testing.B) {
 	cfg := config.Default()
 	cfg.NATS.URL, cfg.NATS.Stream, cfg.NATS.Subjects, cfg.NATS.CreateStream = ns.URL(), stream, []string{prefix + ".>"}, true
 	cfg.NATS.DeadLetterSubject = "benchdlq.drain"
-	cfg.Postgres.URL, cfg.Postgres.Table, cfg.Postgres.Columns = pg.URL, "bench_drain", Columns()
+	cfg.Postgres.URL, cfg.Postgres.Table, cfg.Postgres.Columns = pg.URL, "bench_drain", loadgen.Columns()
 	cfg.Telemetry.Listen = ""
 	if err := cfg.Validate(); err != nil {
 		b.Fatal(err)

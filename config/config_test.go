@@ -34,7 +34,7 @@ postgres:
 		"JETSINK_DATABASE_URL=postgres://env@127.0.0.1:5432/envdb",
 		"JETSINK_POSTGRES_TABLE=env_table",
 		"JETSINK_NATS_SUBJECTS=a.>, b.>",
-		"PATH=/usr/bin", // not ours
+		"PATH=/usr/bin",                                // not ours
 		"JETSINK_TEST_DATABASE_URL=postgres://ignored", // the tests' own
 	}
 	set := []string{"postgres.table=flag_table", "postgres.batch.max_bytes=512KiB"}

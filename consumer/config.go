@@ -245,7 +245,7 @@ func (c Config) Validate() error {
 // dead-letter subject: dead letters would be consumed again.
 func checkNoLoop(stream string, subjects []string, dlq string) error {
 	for _, s := range subjects {
-		if subjectMatches(s, dlq) {
+		if SubjectMatches(s, dlq) {
 			return fmt.Errorf("%w: nats.dead_letter_subject %q is captured by stream %s's subject %q, so dead letters would be consumed again; use a subject outside the stream, e.g. jetsink.dlq.%s, captured by a stream of its own",
 				ErrInvalidConfig, dlq, stream, s, stream)
 		}
@@ -321,9 +321,9 @@ func validSubject(s string, wildcards bool) error {
 	return nil
 }
 
-// subjectMatches reports whether the pattern (which may hold wildcards)
-// matches the literal subject.
-func subjectMatches(pattern, subject string) bool {
+// SubjectMatches reports whether the NATS subject pattern (which may hold
+// the * and > wildcards) matches the literal subject.
+func SubjectMatches(pattern, subject string) bool {
 	for {
 		p, prest, pmore := strings.Cut(pattern, ".")
 		s, srest, smore := strings.Cut(subject, ".")

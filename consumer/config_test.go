@@ -151,8 +151,8 @@ func TestSubjectMatches(t *testing.T) {
 		{"events.>", "jetsink.dlq.EVENTS", false},
 	}
 	for _, tt := range tests {
-		if got := subjectMatches(tt.pattern, tt.subject); got != tt.want {
-			t.Errorf("subjectMatches(%q, %q) = %v, want %v", tt.pattern, tt.subject, got, tt.want)
+		if got := SubjectMatches(tt.pattern, tt.subject); got != tt.want {
+			t.Errorf("SubjectMatches(%q, %q) = %v, want %v", tt.pattern, tt.subject, got, tt.want)
 		}
 	}
 }

@@ -149,6 +149,19 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 			c.log.Error("nats async error", "subscription", subject, "err", err)
 		}),
 	}
+	auth, err := cfg.AuthOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, auth...)
+	return opts, nil
+}
+
+// AuthOptions are the nats.go options for the nats: section's credentials
+// and TLS files, for every client jetsink opens (the consumer, check, dlq).
+// Errors wrap ErrInvalidConfig and never quote a secret.
+func (cfg *Config) AuthOptions() ([]nats.Option, error) {
+	var opts []nats.Option
 	if cfg.User != "" {
 		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
 	}

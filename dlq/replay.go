@@ -92,7 +92,7 @@ func (f Filter) Match(l *Letter) bool {
 		!f.Until.IsZero() && !l.Time.Before(f.Until),
 		len(f.Codes) > 0 && !contains(f.Codes, l.Code),
 		len(f.Stages) > 0 && !contains(f.Stages, l.Stage),
-		f.Subject != "" && !subjectMatches(f.Subject, l.Subject):
+		f.Subject != "" && !consumer.SubjectMatches(f.Subject, l.Subject):
 		return false
 	}
 	return true
@@ -105,24 +105,6 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// subjectMatches reports whether the pattern (which may hold wildcards)
-// matches the literal subject.
-func subjectMatches(pattern, subject string) bool {
-	for {
-		p, prest, pmore := strings.Cut(pattern, ".")
-		s, srest, smore := strings.Cut(subject, ".")
-		switch {
-		case p == ">":
-			return true
-		case p != "*" && p != s:
-			return false
-		case !pmore || !smore:
-			return pmore == smore
-		}
-		pattern, subject = prest, srest
-	}
 }
 
 // Options says what Replay does.

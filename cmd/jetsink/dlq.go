@@ -186,25 +186,11 @@ func parseSeqRange(s string) (first, last uint64, err error) {
 // errors never quote the password or the credentials.
 func natsConnect(cfg consumer.Config) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name("jetsink-dlq"), nats.Timeout(5 * time.Second)}
-	if cfg.User != "" {
-		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	auth, err := cfg.AuthOptions()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.CredsFile != "" {
-		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
-	}
-	if cfg.NKeyFile != "" {
-		o, err := nats.NkeyOptionFromSeed(cfg.NKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: nats.nkey_file %q is not a readable NKey seed file", consumer.ErrInvalidConfig, cfg.NKeyFile)
-		}
-		opts = append(opts, o)
-	}
-	if cfg.TLS.CAFile != "" {
-		opts = append(opts, nats.RootCAs(cfg.TLS.CAFile))
-	}
-	if cfg.TLS.CertFile != "" {
-		opts = append(opts, nats.ClientCert(cfg.TLS.CertFile, cfg.TLS.KeyFile))
-	}
+	opts = append(opts, auth...)
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats.url: %w", err)
