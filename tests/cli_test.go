@@ -15,9 +15,10 @@ import (
 // jetsinkCmd runs the binary and returns its combined output and exit code.
 func jetsinkCmd(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
+	bin := jetsinkBinary(t) // the first call builds it: not on the command's clock
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, jetsinkBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
