@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 TIMEOUT ?= 20m
 
-.PHONY: all build test vet race bench fmt clean
+.PHONY: all build test vet race bench fmt clean jaeger
 
 all: build
 
@@ -14,9 +14,14 @@ vet:
 	$(GO) vet $(PKGS)
 
 # go vet, then every package's tests under the race detector, against real
-# servers (embedded nats-server, throwaway PostgreSQL clusters).
-test: vet
+# servers (embedded nats-server, throwaway PostgreSQL clusters, Jaeger v2).
+test: vet jaeger
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
+
+# Jaeger v2 for the tracing test: built once from the Go module proxy into
+# ~/.cache/jetsink (a no-op when it is there; the first build takes minutes).
+jaeger:
+	@tools/jaeger/build.sh >/dev/null
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 $(PKGS)
