@@ -1,12 +1,14 @@
 package sink
 
 import (
+	"context"
 	"errors"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -190,15 +192,7 @@ func TestLockedTableAndMaxDelay(t *testing.T) {
 				c.InProgressEvery = 20 * time.Millisecond
 			})
 			admin := pg.Conn(t)
-			locker := pg.Conn(t)
-			tx, err := locker.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(ctx)
-			if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-				t.Fatal(err)
-			}
+			tx := lockTable(t, ctx, pg, s)
 			src := newSource()
 			wait := runSink(t, ctx, s, src)
 
@@ -241,15 +235,7 @@ func TestCancelWhileLockedCommitsNothing(t *testing.T) {
 	pg := testenv.Postgres(t)
 	s, _ := newTestSink(t, ctx, pg.URL, nil)
 	admin := pg.Conn(t)
-	locker := pg.Conn(t)
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	tx := lockTable(t, ctx, pg, s)
 	runCtx, cancel := testCtxCancel(ctx)
 	src := newSource()
 	wait := runSink(t, runCtx, s, src)
@@ -471,15 +457,7 @@ func TestHoldRowsWhileLocked(t *testing.T) {
 		c.InProgressEvery = 20 * time.Millisecond
 	})
 	admin := pg.Conn(t)
-	locker := pg.Conn(t)
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	tx := lockTable(t, ctx, pg, s)
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
 	first, mFirst := rows(1, 1, nil)
@@ -519,4 +497,20 @@ func TestHoldRowsWhileLocked(t *testing.T) {
 	if n := count(t, ctx, admin, s.cfg.Table); n != 551 {
 		t.Fatalf("%d rows, want 551", n)
 	}
+}
+
+// lockTable takes an ACCESS EXCLUSIVE lock on s's table in a transaction of
+// its own, rolled back (unlocking) at the end of the test unless the test
+// commits it first.
+func lockTable(t *testing.T, ctx context.Context, pg *testenv.PG, s *Sink) pgx.Tx {
+	t.Helper()
+	tx, err := pg.Conn(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
