@@ -49,6 +49,7 @@ func WithFsync() ClusterOption { return func(o *clusterOptions) { o.fsync = true
 // is root (PostgreSQL refuses root). The caller must call Destroy. Errors say
 // how to provide PostgreSQL when its binaries are missing.
 func StartPostgres(opts ...ClusterOption) (*Cluster, error) {
+	sweepOnce.Do(sweepOrphans)
 	var o clusterOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -103,14 +104,8 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{bin: bin, opts: o}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root, and PostgreSQL refuses root, but there is no user %q to run it as (%v); create it (useradd -r postgres) or %s", "postgres", err, HowToProvidePostgres)
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if c.cred, err = postgresCredential(); err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "jetsink-pg-")
 	if err != nil {
@@ -126,6 +121,12 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("give cluster dir to postgres: %w", err)
 		}
+	}
+	// Who made it: a later StartPostgres removes the cluster if this
+	// process dies without doing so (a test binary killed by -timeout).
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("cluster dir: %w", err)
 	}
 	if err := c.run(2*time.Minute, "initdb", "-D", c.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
 		_ = os.RemoveAll(dir)
@@ -227,4 +228,57 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// ownerFile holds the pid of the process that made a cluster directory.
+const ownerFile = "owner.pid"
+
+var sweepOnce sync.Once
+
+// sweepOrphans stops and removes throwaway clusters whose owning process
+// died without destroying them, so that killed test runs do not leave
+// servers behind. A directory without an owner file, or whose owner is
+// alive, is left alone.
+func sweepOrphans() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "jetsink-pg-*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || processAlive(pid) {
+			continue
+		}
+		bin, err := findPostgresBin()
+		if err != nil {
+			return
+		}
+		cred, err := postgresCredential()
+		if err != nil {
+			return
+		}
+		c := &Cluster{dir: dir, bin: bin, cred: cred, running: true}
+		_ = c.Destroy() // stop fails harmlessly when the server is already gone
+	}
+}
+
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// postgresCredential is the user to run PostgreSQL as: the "postgres" user
+// when this process is root (PostgreSQL refuses root), nil otherwise.
+func postgresCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root, and PostgreSQL refuses root, but there is no user %q to run it as (%v); create it (useradd -r postgres) or %s", "postgres", err, HowToProvidePostgres)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
