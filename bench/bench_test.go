@@ -3,14 +3,10 @@ package bench
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime/pprof"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,33 +20,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-var binary struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// jetsinkBinary builds cmd/jetsink once per test binary, without -race so
-// that the subprocess runs at its real speed.
-func jetsinkBinary(t testing.TB) string {
-	t.Helper()
-	binary.once.Do(func() {
-		dir, err := os.MkdirTemp("", "jetsink-bench-bin-")
-		if err != nil {
-			binary.err = err
-			return
-		}
-		binary.path = filepath.Join(dir, "jetsink")
-		if out, err := exec.Command("go", "build", "-o", binary.path, "../cmd/jetsink").CombinedOutput(); err != nil {
-			binary.err = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if binary.err != nil {
-		t.Fatalf("build jetsink: %v", binary.err)
-	}
-	return binary.path
-}
 
 // checkReport checks what must hold whatever the machine's speed: every
 // published event committed once, percentiles monotone, batch sizes adding
@@ -118,7 +87,7 @@ func TestDrainCompareBaseline(t *testing.T) {
 	base := config.Default()
 	base.NATS.URL, base.Postgres.URL = ns.URL(), pg.URL
 	base.Pipeline.Workers = 2
-	rep, err := Run(ctx, Options{Exe: jetsinkBinary(t), Base: base, Scenario: ScenarioDrain, Events: 20_000,
+	rep, err := Run(ctx, Options{Exe: testenv.Jetsink(t), Base: base, Scenario: ScenarioDrain, Events: 20_000,
 		Subjects: 100, Compare: true, Timeout: 3 * time.Minute, Progress: testWriter{t}})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +112,7 @@ func TestRateEmbedded(t *testing.T) {
 		// PostgreSQL binaries, which a JETSINK_TEST_DATABASE_URL setup may lack.
 		t.Log("runs the embedded default regardless of " + testenv.EnvDatabaseURL)
 	}
-	rep, err := Run(ctx, Options{Exe: jetsinkBinary(t), Base: config.Default(), Embedded: true, Scenario: ScenarioRate,
+	rep, err := Run(ctx, Options{Exe: testenv.Jetsink(t), Base: config.Default(), Embedded: true, Scenario: ScenarioRate,
 		Rate: 2000, Duration: 2 * time.Second, Subjects: 50, Timeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)

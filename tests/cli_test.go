@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // jetsinkCmd runs the binary and returns its combined output and exit code.
 func jetsinkCmd(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
-	bin := jetsinkBinary(t) // the first call builds it: not on the command's clock
+	bin := testenv.Jetsink(t) // the first call builds it: not on the command's clock
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // Fault scenarios that need jetsink as a process of its own: kill -9, its
@@ -321,7 +322,7 @@ log: {level: debug, format: text}
 // exit code (-1 when it had to be killed).
 func jetsinkTimed(t *testing.T, d time.Duration, args ...string) (string, int) {
 	t.Helper()
-	bin := jetsinkBinary(t) // may build it: not on d's clock
+	bin := testenv.Jetsink(t) // may build it: not on d's clock
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)

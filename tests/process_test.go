@@ -8,41 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
-
-var binary struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// jetsinkBinary builds cmd/jetsink once per test binary (without -race, so
-// the subprocess runs at its real speed).
-func jetsinkBinary(t *testing.T) string {
-	t.Helper()
-	binary.once.Do(func() {
-		dir, err := os.MkdirTemp("", "jetsink-bin-")
-		if err != nil {
-			binary.err = err
-			return
-		}
-		binary.path = filepath.Join(dir, "jetsink")
-		cmd := exec.Command("go", "build", "-o", binary.path, "../cmd/jetsink")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binary.err = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if binary.err != nil {
-		t.Fatalf("build jetsink: %v", binary.err)
-	}
-	return binary.path
-}
 
 // writeConfig writes the YAML a user would write for this env.
 func (e *env) writeConfig(mode sink.Mode) string {
@@ -97,7 +69,7 @@ type proc struct {
 func (e *env) spawn(configPath string) *proc {
 	e.t.Helper()
 	p := &proc{stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(jetsinkBinary(e.t), "run", "--config", configPath)
+	p.cmd = exec.Command(testenv.Jetsink(e.t), "run", "--config", configPath)
 	p.cmd.Stdout = p.stderr
 	p.cmd.Stderr = p.stderr
 	p.cmd.Env = append(os.Environ(), "JETSINK_CONFIG=")

@@ -1,0 +1,47 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+var jetsinkBin struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// Jetsink builds the jetsink command once per test binary, without -race so
+// that a subprocess runs at its real speed, and returns its path. Main
+// removes it when the tests end.
+func Jetsink(t testing.TB) string {
+	t.Helper()
+	jetsinkBin.once.Do(func() {
+		dir, err := os.MkdirTemp("", "jetsink-bin-")
+		if err != nil {
+			jetsinkBin.err = err
+			return
+		}
+		jetsinkBin.dir = dir
+		jetsinkBin.path = filepath.Join(dir, "jetsink")
+		out, err := exec.Command("go", "build", "-o", jetsinkBin.path, "github.com/jetsink/jetsink/cmd/jetsink").CombinedOutput()
+		if err != nil {
+			jetsinkBin.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if jetsinkBin.err != nil {
+		t.Fatalf("build jetsink: %v", jetsinkBin.err)
+	}
+	return jetsinkBin.path
+}
+
+func removeJetsink() {
+	if jetsinkBin.dir != "" {
+		_ = os.RemoveAll(jetsinkBin.dir)
+	}
+}
