@@ -323,29 +323,6 @@ func TestFaultNATSRestart(t *testing.T) {
 	}
 }
 
-// newEnvOn is newEnv on a database of the caller's choosing (a cluster the
-// test stops and starts).
-func newEnvOn(t *testing.T, pg *testenv.PG) *env {
-	t.Helper()
-	n := uniq.Add(1)
-	e := &env{
-		t:      t,
-		nats:   testenv.NATS(t),
-		pg:     pg,
-		stream: fmt.Sprintf("E2E_%d", n),
-		prefix: fmt.Sprintf("e2e%d", n),
-		table:  fmt.Sprintf("events_%d", n),
-		run:    uint64(time.Now().UnixNano()),
-	}
-	e.nc = e.nats.Connect(t)
-	var err error
-	if e.js, err = jetstream.New(e.nc); err != nil {
-		t.Fatal(err)
-	}
-	e.db = e.pg.Conn(t)
-	return e
-}
-
 // 2) PostgreSQL crashes (pg_ctl stop -m immediate) while batches commit and
 // comes back after 10s, as long as ack_wait.
 func TestFaultPostgresCrash(t *testing.T) {

@@ -40,11 +40,18 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvOn(t, testenv.Postgres(t))
+}
+
+// newEnvOn is newEnv on a database of the caller's choosing (e.g. on a
+// cluster the test stops and starts).
+func newEnvOn(t *testing.T, pg *testenv.PG) *env {
+	t.Helper()
 	n := uniq.Add(1)
 	e := &env{
 		t:      t,
 		nats:   testenv.NATS(t),
-		pg:     testenv.Postgres(t),
+		pg:     pg,
 		stream: fmt.Sprintf("E2E_%d", n),
 		prefix: fmt.Sprintf("e2e%d", n),
 		table:  fmt.Sprintf("events_%d", n),
