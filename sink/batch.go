@@ -43,14 +43,15 @@ func (b *batch) reset() {
 
 // run is the state of one Run call.
 type run struct {
-	s     *Sink
-	src   Source
-	work  chan *batch   // batcher -> committers; unbuffered so that a send means a committer took it
-	ready chan struct{} // committer -> batcher: one token per committer waiting for work
-	free  chan *batch   // committers -> batcher: emptied batches
-	carry *batch        // rows popped and not yet in a batch (rows[lo:])
-	allMu sync.Mutex
-	all   []*batch // every batch and the carry, for the heartbeat; spare batches come and go
+	s       *Sink
+	src     Source
+	work    chan *batch   // batcher -> committers; unbuffered so that a send means a committer took it
+	ready   chan struct{} // committer -> batcher: one token per committer waiting for work
+	free    chan *batch   // committers -> batcher: emptied batches
+	carry   *batch        // rows popped and not yet in a batch (rows[lo:])
+	all     []*batch      // the regular batches and the carry, for the heartbeat (fixed at start)
+	spareMu sync.Mutex
+	spares  map[*batch]struct{} // spare batches now in use, for the heartbeat
 
 	wakeMu sync.Mutex
 	wake   context.CancelFunc // ends the batcher's wait for rows when a committer frees up
@@ -72,12 +73,13 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	}
 	n := s.cfg.Connections
 	r := &run{
-		s:     s,
-		src:   src,
-		work:  make(chan *batch),
-		ready: make(chan struct{}, n),
-		free:  make(chan *batch, n+1),
-		carry: &batch{rows: make([]pipeline.Row, 0, carrySize)},
+		s:      s,
+		src:    src,
+		work:   make(chan *batch),
+		ready:  make(chan struct{}, n),
+		free:   make(chan *batch, n+1),
+		carry:  &batch{rows: make([]pipeline.Row, 0, carrySize)},
+		spares: map[*batch]struct{}{},
 	}
 	r.all = append(r.all, r.carry)
 	for range n + 1 {
@@ -271,9 +273,9 @@ func (r *run) hand(ctx context.Context, b *batch) error {
 // stall.
 func (r *run) newSpare() *batch {
 	b := &batch{rows: make([]pipeline.Row, 0, min(r.s.cfg.Batch.MaxRows, carrySize)), spare: true}
-	r.allMu.Lock()
-	r.all = append(r.all, b)
-	r.allMu.Unlock()
+	r.spareMu.Lock()
+	r.spares[b] = struct{}{}
+	r.spareMu.Unlock()
 	return b
 }
 
@@ -284,14 +286,9 @@ func (r *run) release(b *batch) {
 		r.free <- b // never blocks: Connections+1 slots
 		return
 	}
-	r.allMu.Lock()
-	for i, x := range r.all {
-		if x == b {
-			r.all = append(r.all[:i], r.all[i+1:]...)
-			break
-		}
-	}
-	r.allMu.Unlock()
+	r.spareMu.Lock()
+	delete(r.spares, b)
+	r.spareMu.Unlock()
 }
 
 // tryTake gets an empty batch if one is free now.
@@ -433,9 +430,12 @@ func (r *run) heartbeat(ctx context.Context, stop <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			r.allMu.Lock()
 			snap = append(snap[:0], r.all...)
-			r.allMu.Unlock()
+			r.spareMu.Lock()
+			for b := range r.spares {
+				snap = append(snap, b)
+			}
+			r.spareMu.Unlock()
 			for _, b := range snap {
 				r.s.beat(b, now, every)
 			}
