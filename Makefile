@@ -14,9 +14,12 @@ vet:
 	$(GO) vet $(PKGS)
 
 # go vet, then every package's tests under the race detector, against real
-# servers (embedded nats-server, throwaway PostgreSQL clusters, Jaeger v2).
+# servers (embedded nats-server, throwaway PostgreSQL clusters, Jaeger v2);
+# then the zero-allocation tests again in a normal build (the race detector
+# allocates, and ringq's are built only without it).
 test: vet jaeger
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
+	$(GO) test -count=1 -run 'Alloc' ./ringq ./pipeline ./consumer ./telemetry
 
 # Jaeger v2 for the tracing test: built once from the Go module proxy into
 # ~/.cache/jetsink (a no-op when it is there; the first build takes minutes).

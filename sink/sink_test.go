@@ -479,7 +479,14 @@ func TestHoldRowsWhileLocked(t *testing.T) {
 	})
 	extra, mExtra := rows(402, 150, nil)
 	src.push(t, ctx, extra)
-	waitFor(t, ctx, "the batcher to stop taking rows", func() bool { return src.Len() >= 100 })
+	// Back-pressure: over a window, the batcher must leave them in the
+	// Source (the carry may take what fits in no batch: nothing here).
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+		if n := src.Len(); n < 150 {
+			t.Fatalf("the batcher took %d rows beyond HoldRows", 150-n)
+		}
+		time.Sleep(20 * time.Millisecond) // observation interval, not a wait for a condition
+	}
 	all := append(append(mFirst, mHeld...), mExtra...)
 	for i, m := range all {
 		if m.acks.Load() != 0 {
