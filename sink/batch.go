@@ -172,7 +172,7 @@ func (r *run) batcher(ctx context.Context) error {
 			if closed {
 				return nil
 			}
-			n, err := r.src.PopN(ctx, r.carry.rows[:carrySize])
+			n, err := r.src.PopN(ctx, r.carry.rows[:r.room(b)])
 			if errors.Is(err, ringq.ErrClosed) {
 				closed = true
 				continue
@@ -214,21 +214,19 @@ func (r *run) batcher(ctx context.Context) error {
 			continue
 		}
 		// Wait for more rows, a free committer, or b's max_delay.
-		woke, err := r.wait(ctx, b)
-		switch {
-		case errors.Is(err, ringq.ErrClosed):
+		// (Woken by a free committer or max_delay, the loop looks again.)
+		if err := r.wait(ctx, b); errors.Is(err, ringq.ErrClosed) {
 			closed = true
-		case err != nil:
+		} else if err != nil {
 			return err
-		case woke:
-			// a committer freed up, or max_delay passed: look again
 		}
 	}
 }
 
 // wait pops rows into the carry, blocking until some come, a committer
-// frees up (woke), or b's max_delay passes (woke) when b has rows.
-func (r *run) wait(ctx context.Context, b *batch) (woke bool, err error) {
+// frees up, or b's max_delay passes when b has rows. It returns
+// ringq.ErrClosed once the Source is closed and drained.
+func (r *run) wait(ctx context.Context, b *batch) error {
 	var wctx context.Context
 	var cancel context.CancelFunc
 	if len(b.rows) > 0 {
@@ -240,22 +238,29 @@ func (r *run) wait(ctx context.Context, b *batch) (woke bool, err error) {
 	r.setWake(cancel)
 	defer r.setWake(nil)
 	if len(r.ready) > 0 { // a committer freed up before the wake was set
-		return true, nil
+		return nil
 	}
-	n, err := r.src.PopN(wctx, r.carry.rows[:carrySize])
+	n, err := r.src.PopN(wctx, r.carry.rows[:r.room(b)])
 	switch {
 	case n > 0:
 		r.setCarry(n)
-		return false, nil
+		return nil
 	case errors.Is(err, ringq.ErrClosed):
-		return false, err
+		return err
 	case ctx.Err() != nil:
-		return false, ctx.Err()
+		return ctx.Err()
 	case wctx.Err() != nil:
-		return true, nil
+		return nil
 	default:
-		return false, err
+		return err
 	}
+}
+
+// room is how many rows to pop at most: what b can still take, so that the
+// carry never holds rows that fit in no batch (which would take rows out of
+// the Source beyond HoldRows and weaken back-pressure).
+func (r *run) room(b *batch) int {
+	return max(1, min(carrySize, r.s.cfg.Batch.MaxRows-len(b.rows)))
 }
 
 // hand gives b to the committer whose token was taken.
@@ -374,7 +379,7 @@ func (r *run) top(b *batch, cfg *BatchConfig) bool {
 			if len(b.rows) >= cfg.MaxRows || b.bytes >= cfg.MaxBytes {
 				return true
 			}
-			n := r.src.TryPopN(c.rows[:carrySize])
+			n := r.src.TryPopN(c.rows[:r.room(b)])
 			if n == 0 {
 				return false
 			}
