@@ -82,7 +82,11 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 		reason = "dead_letter"
 	}
 	if err := ev.Msg.TermWithReason(reason); err != nil {
-		return fmt.Errorf("terminate dead-lettered event %s:%d: %w", ev.Stream, ev.StreamSeq, err)
+		// The dead letter is stored: this is not a failed dead letter. The
+		// event comes back after ack_wait, its dead letter is de-duplicated
+		// by Nats-Msg-Id, and it is terminated then.
+		c.log.Warn("dead letter stored, but terminating the original failed; it will be redelivered and terminated again",
+			"stream_seq", ev.StreamSeq, "err", err)
 	}
 	return nil
 }

@@ -24,11 +24,9 @@ import (
 type Processor struct {
 	cfg      config.Config
 	log      *slog.Logger
-	mapper   *pipeline.Mapper
 	consumer *consumer.Consumer
 	sink     *sink.Sink
 	pipeline *pipeline.Pipeline
-	workers  int
 	tracing  *telemetry.Tracing
 	metrics  *telemetry.Metrics
 
@@ -43,15 +41,14 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	if err != nil {
 		return nil, fmt.Errorf("compile mapping: %w", err)
 	}
-	p := &Processor{cfg: cfg, log: log, mapper: mapper}
-	p.workers = cfg.Pipeline.Workers
-	if p.workers == 0 {
-		p.workers = pipeline.PhysicalCores()
+	p := &Processor{log: log}
+	if cfg.Pipeline.Workers == 0 {
+		cfg.Pipeline.Workers = pipeline.PhysicalCores()
 	}
-	cfg.Pipeline.Workers = p.workers
+	workers := cfg.Pipeline.Workers
 	// What the chain can hold beyond the pull buffer: both rings of every
 	// worker and one open batch per connection plus the one being filled.
-	cfg.NATS.DeriveMaxAckPending(2*p.workers*cfg.Pipeline.RingSize +
+	cfg.NATS.DeriveMaxAckPending(2*workers*cfg.Pipeline.RingSize +
 		(cfg.Postgres.Connections+1)*cfg.Postgres.Batch.MaxRows)
 	p.cfg = cfg
 
@@ -84,7 +81,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	// While the database stalls, the sink takes in what the rings and the
 	// pull buffer hold, so that InProgress reaches every in-flight message.
 	// It can hold as many rows as JetStream lets this consumer have unacked.
-	sinkCfg.HoldRows = 2*p.workers*cfg.Pipeline.RingSize + cfg.NATS.PullMaxMessages
+	sinkCfg.HoldRows = 2*workers*cfg.Pipeline.RingSize + cfg.NATS.PullMaxMessages
 	if cfg.NATS.MaxAckPending > sinkCfg.HoldRows {
 		sinkCfg.HoldRows = cfg.NATS.MaxAckPending
 	}
@@ -121,16 +118,19 @@ func (p *Processor) Run(intake, hard context.Context) error {
 		defer stopAdmin()
 	}
 
-	in := ringq.NewDispatch[pipeline.Event](p.workers, p.cfg.Pipeline.RingSize, pipeline.Key)
-	out := ringq.NewMerge[pipeline.Row](p.workers, p.cfg.Pipeline.RingSize)
+	in := ringq.NewDispatch[pipeline.Event](p.cfg.Pipeline.Workers, p.cfg.Pipeline.RingSize, pipeline.Key)
+	out := ringq.NewMerge[pipeline.Row](p.cfg.Pipeline.Workers, p.cfg.Pipeline.RingSize)
 	unobserve, err := p.observe(in, out)
 	if err != nil {
 		return err
 	}
 	defer unobserve()
-	// Export the spans of everything settled, within what is left of hard.
+	// Export the spans of everything settled. hard may be over already (a
+	// stage failed, or the drain timed out): give the flush a moment anyway.
 	defer func() {
-		if err := p.tracing.Flush(hard); err != nil {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(hard), 5*time.Second)
+		defer cancel()
+		if err := p.tracing.Flush(fctx); err != nil {
 			p.log.Warn("tracing: spans not flushed", "err", err)
 		}
 	}()
@@ -157,7 +157,7 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	stage("consumer", func() error { return p.consumer.Run(intake, hard, in) })
 	stage("pipeline", func() error { return p.pipeline.Run(hard, in, out) })
 	stage("sink", func() error { return p.sink.Run(hard, out) })
-	p.log.Info("jetsink running", "workers", p.workers, "stream", p.cfg.NATS.Stream,
+	p.log.Info("jetsink running", "workers", p.cfg.Pipeline.Workers, "stream", p.cfg.NATS.Stream,
 		"consumer", p.cfg.NATS.Consumer, "table", p.cfg.Postgres.Table, "mode", p.cfg.Postgres.Mode)
 	wg.Wait()
 
