@@ -36,8 +36,6 @@ type copyReader struct {
 	part int // 0 header, 1 tuples, 2 trailer, 3 done
 }
 
-func (r *copyReader) reset(rows []pipeline.Row) { *r = copyReader{rows: rows} }
-
 // close ends the stream: a Read in progress finishes first, later ones
 // return io.EOF, and the rows are no longer referenced.
 func (r *copyReader) close() {

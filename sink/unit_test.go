@@ -24,8 +24,7 @@ func TestCopyReader(t *testing.T) {
 	}
 	want = append(want, copyTrailer...)
 	for _, size := range []int{1, 2, 3, 7, 19, 64, 65536} {
-		var rd copyReader
-		rd.reset(rs)
+		rd := &copyReader{rows: rs}
 		var got []byte
 		buf := make([]byte, size)
 		for {
@@ -42,9 +41,7 @@ func TestCopyReader(t *testing.T) {
 			t.Fatalf("read size %d: stream differs", size)
 		}
 	}
-	var rd copyReader
-	rd.reset(nil)
-	got, _ := io.ReadAll(&rd)
+	got, _ := io.ReadAll(&copyReader{})
 	if !bytes.Equal(got, append(append([]byte(nil), copyHeader...), copyTrailer...)) {
 		t.Fatalf("empty batch: %q", got)
 	}
