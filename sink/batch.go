@@ -52,6 +52,11 @@ type run struct {
 	all     []*batch      // the regular batches and the carry, for the heartbeat (fixed at start)
 	spareMu sync.Mutex
 	spares  map[*batch]struct{} // spare batches now in use, for the heartbeat
+	// holdAfter is how long a cut batch waits for a committer before the
+	// batcher treats it as a stall and starts spare batches: half of
+	// InProgressEvery, so that rows taken in then get their first
+	// InProgress well within ack_wait. 0 (no heartbeat): never.
+	holdAfter time.Duration
 
 	wakeMu sync.Mutex
 	wake   context.CancelFunc // ends the batcher's wait for rows when a committer frees up
@@ -80,6 +85,9 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 		free:   make(chan *batch, n+1),
 		carry:  &batch{rows: make([]pipeline.Row, 0, carrySize)},
 		spares: map[*batch]struct{}{},
+	}
+	if s.cfg.HoldRows > 0 {
+		r.holdAfter = s.cfg.InProgressEvery / 2
 	}
 	r.all = append(r.all, r.carry)
 	for range n + 1 {
@@ -135,12 +143,15 @@ func (s *Sink) logProblems(ctx context.Context) {
 // it is cut (stops growing) when it reaches max_rows or max_bytes, or when
 // max_delay has passed since its first row. So an idle sink commits a single
 // row at once, and a busy one commits big batches. A cut batch waits for the
-// next free committer in the held queue (oldest first) while the batcher
-// opens a spare batch and keeps taking rows, up to Config.HoldRows, so that
-// while the database stalls the in-flight messages sit in batches the
-// heartbeat keeps alive (InProgress) rather than in the rings before the
-// sink. With no spare batch left the batcher waits for a committer, and the
-// rings fill: back-pressure.
+// next free committer; meanwhile the rings fill: back-pressure. Only when it
+// has waited for InProgressEvery/2 (since JetStream delivered its oldest
+// row) does the batcher call it a stall: the batch joins the held queue
+// (oldest first) and the batcher opens a spare batch and keeps taking rows,
+// up to Config.HoldRows, so that the in-flight messages sit in batches the
+// heartbeat keeps alive (InProgress) rather than in the rings, where nothing
+// does. Past HoldRows it waits for a committer again. Holding only on a
+// stall keeps a merely busy sink (a drain) from holding max_ack_pending
+// rows in memory.
 func (r *run) batcher(ctx context.Context) error {
 	defer close(r.work)
 	cfg := &r.s.cfg.Batch
@@ -190,9 +201,12 @@ func (r *run) batcher(ctx context.Context) error {
 			continue
 		}
 		// Every committer is busy.
-		cut := full || closed || (len(b.rows) > 0 && !time.Now().Before(b.deadline))
-		if cut && len(b.rows) > 0 && heldRows+len(b.rows) <= r.s.cfg.HoldRows {
-			// b waits for a committer; keep taking rows into another batch.
+		now := time.Now()
+		cut := full || closed || (len(b.rows) > 0 && !now.Before(b.deadline))
+		canHold := cut && len(b.rows) > 0 && heldRows+len(b.rows) <= r.s.cfg.HoldRows && r.holdAfter > 0
+		if canHold && (len(held) > 0 || !now.Before(b.since.Add(r.holdAfter))) {
+			// A stall: b waits for a committer; keep taking rows into
+			// another batch, where the heartbeat reaches them.
 			held = append(held, b)
 			heldRows += len(b.rows)
 			var ok bool
@@ -202,11 +216,20 @@ func (r *run) batcher(ctx context.Context) error {
 			continue
 		}
 		if cut || closed {
-			// Nothing more to take in: wait for a committer.
-			select {
-			case <-r.ready:
-			case <-ctx.Done():
-				return ctx.Err()
+			// Nothing more to take in: wait for a committer, or until b
+			// has waited long enough to count as a stall.
+			if canHold {
+				if stalled, err := r.awaitCommitter(ctx, b.since.Add(r.holdAfter).Sub(now)); err != nil {
+					return err
+				} else if stalled {
+					continue
+				}
+			} else {
+				select {
+				case <-r.ready:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
 			if err := handOldest(); err != nil {
 				return err
@@ -261,6 +284,21 @@ func (r *run) wait(ctx context.Context, b *batch) error {
 // the Source beyond HoldRows and weaken back-pressure).
 func (r *run) room(b *batch) int {
 	return max(1, min(carrySize, r.s.cfg.Batch.MaxRows-len(b.rows)))
+}
+
+// awaitCommitter waits for a committer's token (false) or for d to pass
+// (true: the open batch now counts as stalled).
+func (r *run) awaitCommitter(ctx context.Context, d time.Duration) (bool, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-r.ready:
+		return false, nil
+	case <-t.C:
+		return true, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
 }
 
 // hand gives b to the committer whose token was taken.

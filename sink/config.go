@@ -60,11 +60,12 @@ type Config struct {
 	// off. Not a YAML key.
 	InProgressEvery time.Duration `yaml:"-"`
 	// HoldRows is how many rows the stages before the sink can hold (ring
-	// slots plus the pull buffer); set by the wiring, not a YAML key. While
-	// every committer is busy the sink keeps taking rows into spare batches,
-	// up to HoldRows, so that a stalled database finds every in-flight
-	// message in a batch that InProgress reaches instead of in a ring where
-	// nothing does. 0 keeps no spare batches.
+	// slots plus the pull buffer); set by the wiring, not a YAML key. Once a
+	// cut batch has waited InProgressEvery/2 for a committer (a stall), the
+	// sink keeps taking rows into spare batches, up to HoldRows, so that a
+	// stalled database finds every in-flight message in a batch that
+	// InProgress reaches instead of in a ring where nothing does. 0, or
+	// InProgressEvery 0, keeps no spare batches.
 	HoldRows int `yaml:"-"`
 }
 

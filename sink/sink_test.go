@@ -506,6 +506,50 @@ func TestHoldRowsWhileLocked(t *testing.T) {
 	}
 }
 
+// A database that is busy but not stalled (the open batch has waited less
+// than InProgressEvery/2) gets back-pressure, not spare batches: rows beyond
+// the open batch stay in the Source, so a drain does not hold
+// max_ack_pending rows in memory.
+func TestNoHoldWhileBusy(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Connections = 1
+		c.Batch.MaxRows = 100
+		c.HoldRows = 300
+		c.InProgressEvery = 10 * time.Minute
+	})
+	admin := pg.Conn(t)
+	tx := lockTable(t, ctx, pg, s)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	first, mFirst := rows(1, 1, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+
+	more, mMore := rows(2, 400, nil)
+	src.push(t, ctx, more)
+	waitFor(t, ctx, "the open batch to fill", func() bool { return src.Len() <= 300 })
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
+		if n := src.Len(); n < 300 {
+			t.Fatalf("the batcher took %d rows beyond the open batch while merely busy", 300-n)
+		}
+		time.Sleep(20 * time.Millisecond) // observation interval, not a wait for a condition
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all := append(mFirst, mMore...)
+	waitFor(t, ctx, "every message acked", allAcked(all))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != 401 {
+		t.Fatalf("%d rows, want 401", n)
+	}
+}
+
 // lockTable takes an ACCESS EXCLUSIVE lock on s's table in a transaction of
 // its own, rolled back (unlocking) at the end of the test unless the test
 // commits it first.
