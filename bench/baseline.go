@@ -38,7 +38,7 @@ type telemetry struct {
 }
 
 // baselineColumns are the table's mapped columns, in COPY order.
-var baselineColumns = []string{"id", "ts", "device", "kind", "value", "seq", "site", "body", "stream", "stream_seq"}
+var baselineColumns = []string{"id", "ts", "device", "kind", "value", "seq", "site", "body", "stream", "stream_seq", "published_at"}
 
 // RunBaseline is the straightforward consumer: one goroutine, Consume's
 // callback feeding a channel, a batch of BatchRows messages or BatchDelay,
@@ -118,7 +118,7 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
 				return fmt.Errorf("baseline: metadata: %w", err)
 			}
 			rows = append(rows, []any{[16]byte(id), ev.TS, ev.Device, ev.Kind, ev.Value, ev.Seq, ev.Tags.Site,
-				json.RawMessage(m.Data()), md.Stream, int64(md.Sequence.Stream)})
+				json.RawMessage(m.Data()), md.Stream, int64(md.Sequence.Stream), md.Timestamp})
 		}
 		// The final batch is written even when ctx is already cancelled.
 		wctx := context.WithoutCancel(ctx)

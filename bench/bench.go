@@ -20,6 +20,7 @@ import (
 	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/embedded"
 	"github.com/jetsink/jetsink/loadgen"
+	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
 )
 
@@ -91,20 +92,26 @@ type Result struct {
 	PubRetried int `json:"publish_retried"`
 	// Elapsed runs from the subprocess's start (drain) or the first
 	// scheduled send (rate) to the last commit.
-	ElapsedS      float64      `json:"elapsed_s"`
-	StartupS      float64      `json:"startup_s"` // subprocess start to first commit (drain)
-	EventsPerSec  float64      `json:"events_per_s"`
-	CPUSeconds    float64      `json:"cpu_s"`
-	CPUPerEvent   float64      `json:"cpu_us_per_event"`
-	CPUPerMillion float64      `json:"cpu_s_per_million"`
-	PeakRSS       int64        `json:"peak_rss_bytes"`
-	Redelivered   int64        `json:"redelivered"`
-	Latency       Percentiles  `json:"latency"`
-	LatencyFrom   string       `json:"latency_commit_time"` // pg_xact_commit_timestamp or committed_at
-	Curve         []CurvePoint `json:"percentile_curve"`
-	Timeline      []TimePoint  `json:"timeline"`
-	Batches       Batches      `json:"batches"`
-	Load1         float64      `json:"load1"` // one-minute load average when the run ended
+	ElapsedS      float64     `json:"elapsed_s"`
+	StartupS      float64     `json:"startup_s"` // subprocess start to first commit (drain)
+	EventsPerSec  float64     `json:"events_per_s"`
+	CPUSeconds    float64     `json:"cpu_s"`
+	CPUPerEvent   float64     `json:"cpu_us_per_event"`
+	CPUPerMillion float64     `json:"cpu_s_per_million"`
+	PeakRSS       int64       `json:"peak_rss_bytes"`
+	Redelivered   int64       `json:"redelivered"`
+	Latency       Percentiles `json:"latency"`
+	LatencyFrom   string      `json:"latency_commit_time"` // pg_xact_commit_timestamp or committed_at
+	// Latency split at the moment JetStream stored the event (its
+	// metadata timestamp, the published_at column): scheduled send ->
+	// stored is the publisher's and nats-server's part, stored -> commit
+	// is the engine's (delivery, decode, batching, COPY, COMMIT).
+	LatencyToStream Percentiles  `json:"latency_to_stream"`
+	LatencyInEngine Percentiles  `json:"latency_stream_to_commit"`
+	Curve           []CurvePoint `json:"percentile_curve"`
+	Timeline        []TimePoint  `json:"timeline"`
+	Batches         Batches      `json:"batches"`
+	Load1           float64      `json:"load1"` // one-minute load average when the run ended
 }
 
 // Report is everything Run measured.
@@ -369,7 +376,7 @@ func (b *bencher) createTable(ctx context.Context, table string) error {
 	t := pgx.Identifier{table}.Sanitize()
 	_, err := b.db.Exec(ctx, "DROP TABLE IF EXISTS "+t+"; CREATE TABLE "+t+` (
 	id uuid NOT NULL, ts timestamptz NOT NULL, device text, kind text, value double precision,
-	seq bigint, site text, body jsonb, stream text, stream_seq bigint,
+	seq bigint, site text, body jsonb, stream text, stream_seq bigint, published_at timestamptz,
 	committed_at timestamptz NOT NULL DEFAULT clock_timestamp())`)
 	if err != nil {
 		return fmt.Errorf("bench: create table %s: %w", table, err)
@@ -388,6 +395,12 @@ func (b *bencher) dropTable(table string) {
 	_, _ = b.db.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
 }
 
+// benchColumns is loadgen's mapping plus the JetStream timestamp, which
+// splits the latency into the part before the stream and the engine's.
+func benchColumns() []pipeline.Column {
+	return append(loadgen.Columns(), pipeline.Column{Name: "published_at", From: "meta:published_at", Type: pipeline.TypeTimestamptz})
+}
+
 // start starts t's engine as a subprocess.
 func (b *bencher) start(t target) (*child, error) {
 	if t.engine == EngineBaseline {
@@ -402,7 +415,7 @@ func (b *bencher) start(t target) (*child, error) {
 	cfg.NATS.DeadLetterSubject = "benchdlq." + t.prefix
 	cfg.Postgres.Table = t.table
 	cfg.Postgres.CreateTable = false
-	cfg.Postgres.Columns = loadgen.Columns()
+	cfg.Postgres.Columns = benchColumns()
 	cfg.Telemetry.Listen = ""
 	cfg.Log.Level = "warn"
 	raw, err := yaml.Marshal(cfg)
@@ -551,6 +564,7 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 	res.Rows, res.Duplicate = f.rows, f.rows-f.distinctSeqs
 	res.Missing = int64(res.Published) - f.distinctSeqs
 	res.Latency, res.Curve, res.Timeline, res.Batches = f.latency, f.curve, f.timeline, f.batches
+	res.LatencyToStream, res.LatencyInEngine = f.toStream, f.inEngine
 	if !f.last.IsZero() {
 		res.ElapsedS = f.last.Sub(from).Seconds()
 		res.StartupS = f.first.Sub(from).Seconds()
@@ -572,6 +586,11 @@ func (r Result) line() string {
 	s := fmt.Sprintf("%-8s %9.0f events/s  CPU %5.2f µs/event  RSS %5.1f MiB  latency p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms  batches %d (p50 %d rows)  redelivered %d  load %.2f",
 		r.Engine, r.EventsPerSec, r.CPUPerEvent, float64(r.PeakRSS)/(1<<20), r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max,
 		r.Batches.Count, r.Batches.P50, r.Redelivered, r.Load1)
+	if r.LatencyInEngine.Count > 0 {
+		s += fmt.Sprintf("\n           of which send->stored p50 %.1f p99 %.1f max %.1f ms, stored->commit p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms",
+			r.LatencyToStream.P50, r.LatencyToStream.P99, r.LatencyToStream.Max,
+			r.LatencyInEngine.P50, r.LatencyInEngine.P99, r.LatencyInEngine.P999, r.LatencyInEngine.Max)
+	}
 	if r.Missing != 0 || r.Duplicate != 0 {
 		s += fmt.Sprintf("  MISSING %d DUPLICATE %d", r.Missing, r.Duplicate)
 	}

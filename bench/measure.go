@@ -76,6 +76,7 @@ type tableFacts struct {
 	rows, distinctSeqs int64
 	first, last        time.Time // first and last commit
 	latency            Percentiles
+	toStream, inEngine Percentiles // split at published_at (JetStream's store time)
 	curve              []CurvePoint
 	timeline           []TimePoint
 	batches            Batches
@@ -97,11 +98,13 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	if f.rows == 0 {
 		return f, nil
 	}
-	rows, err := db.Query(ctx, "SELECT ts, "+commit+" FROM "+t+" ORDER BY ts")
+	rows, err := db.Query(ctx, "SELECT ts, published_at, "+commit+" FROM "+t+" ORDER BY ts")
 	if err != nil {
 		return f, fmt.Errorf("read latencies: %w", err)
 	}
 	all := hdrhistogram.New(histMin, histMax, histDigits)
+	toStream := hdrhistogram.New(histMin, histMax, histDigits)
+	inEngine := hdrhistogram.New(histMin, histMax, histDigits)
 	var (
 		start, winStart time.Time
 		win             *hdrhistogram.Histogram
@@ -114,7 +117,8 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	}
 	for rows.Next() {
 		var ts, at time.Time
-		if err := rows.Scan(&ts, &at); err != nil {
+		var stored *time.Time // NULL in tables without the column filled
+		if err := rows.Scan(&ts, &stored, &at); err != nil {
 			rows.Close()
 			return f, fmt.Errorf("read latencies: %w", err)
 		}
@@ -135,6 +139,10 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 		}
 		us := max(at.Sub(ts).Microseconds(), histMin) // clock steps cannot make it negative
 		_ = all.RecordValue(min(us, histMax))
+		if stored != nil {
+			_ = toStream.RecordValue(clampUS(stored.Sub(ts)))
+			_ = inEngine.RecordValue(clampUS(at.Sub(*stored)))
+		}
 		_ = win.RecordValue(min(us, histMax))
 	}
 	rows.Close()
@@ -143,6 +151,9 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	}
 	flushWin()
 	f.latency = percentiles(all)
+	if inEngine.TotalCount() > 0 {
+		f.toStream, f.inEngine = percentiles(toStream), percentiles(inEngine)
+	}
 	for _, q := range curveQuantiles {
 		f.curve = append(f.curve, CurvePoint{Percentile: q, Ms: float64(all.ValueAtQuantile(q)) / 1000})
 	}
@@ -157,6 +168,11 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	}
 	f.batches = batchStats(sizes)
 	return f, nil
+}
+
+// clampUS is d in whole microseconds within the histograms' range.
+func clampUS(d time.Duration) int64 {
+	return min(max(d.Microseconds(), histMin), histMax)
 }
 
 func batchStats(sizes []int64) Batches {
