@@ -51,6 +51,10 @@ type Telemetry struct {
 	// Listen is the admin listener (/healthz, /readyz, /metrics); empty
 	// turns it off. Default 127.0.0.1:9464.
 	Listen string `yaml:"listen"`
+	// Pprof also serves Go's profiles under /debug/pprof/ on the admin
+	// listener (CPU, heap, allocations, goroutines). Off by default: a
+	// profile costs CPU while it runs and the heap one shows event data.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Log configures log/slog output.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,6 +185,13 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 		"postgres": p.sink.Ping,
 	})
 	admin.Handle("GET /metrics", p.metrics.Handler())
+	if p.cfg.Telemetry.Pprof {
+		admin.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))
+		admin.Handle("/debug/pprof/cmdline", http.HandlerFunc(pprof.Cmdline))
+		admin.Handle("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))
+		admin.Handle("/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
+		admin.Handle("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
