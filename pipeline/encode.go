@@ -14,23 +14,24 @@ import (
 )
 
 // Encoder holds the reusable state one goroutine needs to turn events into
-// tuples: a JSON parser and scratch space. It is not safe for concurrent
-// use; give each worker its own (Mapper.NewEncoder). After the first few
-// events an Encoder allocates nothing on the success path.
+// tuples: the payload scanner's results and scratch space. It is not safe
+// for concurrent use; give each worker its own (Mapper.NewEncoder). After
+// the first few events an Encoder allocates nothing on the success path.
 type Encoder struct {
 	m             *Mapper
 	maxEventBytes int64
-	p             fastjson.Parser
-	nul           bool   // the current payload holds a \u0000 escape
-	bigNum        bool   // the current payload may hold a number beyond numeric's range
-	scratch       []byte // a number's JSON text
-	numBuf        []byte // throwaway output of numeric range checks
+	vals          []jsonValue // per path node: the value scan found there
+	nul           bool        // the current payload holds a \u0000 escape
+	badNums       []span      // numbers of the current payload beyond numeric's range
+	strBuf        []byte      // an unescaped string value
+	keyBuf        []byte      // an unescaped key or string inside appendCompact
+	numBuf        []byte      // throwaway output of numeric range checks
 }
 
 // NewEncoder returns an Encoder for m. Payloads longer than maxEventBytes
 // fail with CodeTooLarge; 0 or less means no limit.
 func (m *Mapper) NewEncoder(maxEventBytes int64) *Encoder {
-	return &Encoder{m: m, maxEventBytes: maxEventBytes}
+	return &Encoder{m: m, maxEventBytes: maxEventBytes, vals: make([]jsonValue, len(m.nodes))}
 }
 
 // isNull is the internal marker a value encoder returns for SQL NULL.
@@ -47,13 +48,8 @@ func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 		return dst, &DecodeError{Code: CodeTooLarge, Reason: "payload is " + strconv.Itoa(len(data)) +
 			" bytes; max_event_bytes is " + strconv.FormatInt(e.maxEventBytes, 10)}
 	}
-	var root *fastjson.Value
-	e.nul, e.bigNum = false, false
-	if m.needJSON {
-		var derr *DecodeError
-		if root, derr = e.parse(data); derr != nil {
-			return dst, derr
-		}
+	if m.needJSON && !e.scan(data) {
+		return dst, e.scanError(data)
 	}
 	start := len(dst)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(m.cols)))
@@ -64,14 +60,14 @@ func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 		var derr *DecodeError
 		switch c.src {
 		case srcJSON:
-			v := root.Get(c.path...)
-			if v == nil || v.Type() == fastjson.TypeNull {
+			v := e.vals[c.node]
+			if v.kind == kindAbsent || v.kind == kindNull {
 				derr = isNull
 				break
 			}
-			dst, derr = e.appendJSONValue(dst, c.Type, v)
+			dst, derr = e.appendJSONValue(dst, c.Type, data, v)
 		case srcPayload:
-			dst, derr = e.appendPayload(dst, c.Type, data, root)
+			dst, derr = e.appendPayload(dst, c.Type, data)
 		case srcHeader:
 			vs := ev.Header[c.path[0]]
 			if len(vs) == 0 {
@@ -102,31 +98,6 @@ func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 		}
 	}
 	return dst, nil
-}
-
-// parse checks that data is JSON PostgreSQL would accept and parses it.
-func (e *Encoder) parse(data []byte) (*fastjson.Value, *DecodeError) {
-	if !utf8.Valid(data) {
-		return nil, &DecodeError{Code: CodeInvalidUTF8, Reason: "payload is not valid UTF-8"}
-	}
-	// fastjson's parser is lenient (NaN, raw control characters, bad
-	// escapes); its validator is strict, so run it first.
-	if err := fastjson.ValidateBytes(data); err != nil {
-		return nil, &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON: " + trimTail(err.Error())}
-	}
-	if bytes.IndexByte(data, '\\') >= 0 {
-		nul, ok := scanEscapes(data)
-		if !ok {
-			return nil, &DecodeError{Code: CodeInvalidJSON, Reason: "payload has a lone UTF-16 surrogate escape"}
-		}
-		e.nul = nul
-	}
-	e.bigNum = len(data) > numericMaxDScale || mayHaveExponent(data)
-	root, err := e.p.ParseBytes(data)
-	if err != nil { // nesting deeper than fastjson.MaxDepth
-		return nil, &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON: " + trimTail(err.Error())}
-	}
-	return root, nil
 }
 
 // trimTail drops the payload excerpt fastjson appends to its errors.
@@ -175,44 +146,46 @@ func scanEscapes(b []byte) (nul, ok bool) {
 
 // hex4 decodes four hex digits, already validated by the JSON validator.
 func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		default:
-			c -= 'A' - 10
-		}
-		r = r<<4 | rune(c)
-	}
+	r, _ := unhex4(b, 0)
 	return r
 }
 
-// appendJSONValue encodes a non-null JSON value as type t.
-func (e *Encoder) appendJSONValue(dst []byte, t Type, v *fastjson.Value) ([]byte, *DecodeError) {
-	switch v.Type() {
-	case fastjson.TypeString:
-		sb, _ := v.StringBytes()
-		return appendString(dst, t, b2s(sb), true)
-	case fastjson.TypeNumber:
+// stringValue returns the text of the string v of data, unescaped.
+func (e *Encoder) stringValue(data []byte, v jsonValue) string {
+	if !v.esc {
+		return b2s(data[v.start:v.end])
+	}
+	e.strBuf = appendUnescaped(e.strBuf[:0], data[v.start:v.end])
+	return b2s(e.strBuf)
+}
+
+// appendJSONValue encodes v, a non-null value of data, as type t.
+func (e *Encoder) appendJSONValue(dst []byte, t Type, data []byte, v jsonValue) ([]byte, *DecodeError) {
+	switch v.kind {
+	case kindString:
+		s := e.stringValue(data, v)
+		if t == TypeText && !e.nul {
+			// The payload passed the scan, so s is valid UTF-8, and
+			// without a \u0000 escape it holds no NUL.
+			return append(dst, s...), nil
+		}
+		return appendString(dst, t, s, true)
+	case kindNumber:
+		num := data[v.start:v.end]
 		switch t {
 		case TypeText:
-			return v.MarshalTo(dst), nil // the number's JSON text
+			return append(dst, num...), nil // the number's JSON text
 		case TypeJSONB:
-			if e.bigNum && !e.numbersFit(v) {
+			if !e.numbersFit(v.start, v.end) {
 				return dst, jsonbNumberRange()
 			}
-			return v.MarshalTo(append(dst, 1)), nil
+			return append(append(dst, 1), num...), nil
 		case TypeInt2, TypeInt4, TypeInt8, TypeFloat4, TypeFloat8, TypeNumeric:
-		default:
-			return dst, wrongType(t, "a number")
+			return appendNumber(dst, t, b2s(num), true)
 		}
-		e.scratch = v.MarshalTo(e.scratch[:0])
-		return appendNumber(dst, t, b2s(e.scratch), true)
-	case fastjson.TypeTrue, fastjson.TypeFalse:
-		b := v.Type() == fastjson.TypeTrue
+		return dst, wrongType(t, "a number")
+	case kindTrue, kindFalse:
+		b := v.kind == kindTrue
 		switch t {
 		case TypeBool:
 			if b {
@@ -226,67 +199,25 @@ func (e *Encoder) appendJSONValue(dst []byte, t Type, v *fastjson.Value) ([]byte
 		}
 		return dst, wrongType(t, "a boolean")
 	default: // object or array
+		raw := data[v.start:v.end]
 		switch t {
 		case TypeText:
-			dst, _ = appendJSON(dst, v)
-			return dst, nil
+			return e.appendCompact(dst, raw), nil
 		case TypeJSONB:
-			if e.bigNum && !e.numbersFit(v) {
+			if !e.numbersFit(v.start, v.end) {
 				return dst, jsonbNumberRange()
 			}
-			var nul bool
-			dst, nul = appendJSON(append(dst, 1), v)
-			if nul {
-				return dst, nulInJSONB()
+			if e.nul {
+				if nul, _ := scanEscapes(raw); nul {
+					return dst, nulInJSONB()
+				}
 			}
-			return dst, nil
+			return e.appendCompact(append(dst, 1), raw), nil
 		}
-		if v.Type() == fastjson.TypeObject {
+		if v.kind == kindObject {
 			return dst, wrongType(t, "an object")
 		}
 		return dst, wrongType(t, "an array")
-	}
-}
-
-// mayHaveExponent reports whether b holds a digit followed by e or E: a
-// cheap over-approximation of "b holds a number with an exponent".
-func mayHaveExponent(b []byte) bool {
-	for i := 1; i < len(b); i++ {
-		if (b[i] == 'e' || b[i] == 'E') && b[i-1] >= '0' && b[i-1] <= '9' {
-			return true
-		}
-	}
-	return false
-}
-
-// numbersFit reports whether every number in v fits PostgreSQL's numeric,
-// which jsonb stores its numbers in (it refuses 1e131072 or 1e-16384 with
-// SQLSTATE 22003). Only called when the payload may hold such a number.
-func (e *Encoder) numbersFit(v *fastjson.Value) bool {
-	switch v.Type() {
-	case fastjson.TypeObject:
-		o, _ := v.Object()
-		ok := true
-		o.Visit(func(_ []byte, vv *fastjson.Value) { ok = ok && e.numbersFit(vv) })
-		return ok
-	case fastjson.TypeArray:
-		a, _ := v.Array()
-		for _, vv := range a {
-			if !e.numbersFit(vv) {
-				return false
-			}
-		}
-		return true
-	case fastjson.TypeNumber:
-		e.scratch = v.MarshalTo(e.scratch[:0])
-		if len(e.scratch) < 64 && bytes.IndexByte(e.scratch, 'e') < 0 && bytes.IndexByte(e.scratch, 'E') < 0 {
-			return true // short and without exponent: far inside the range
-		}
-		var derr *DecodeError
-		e.numBuf, derr = appendNumeric(e.numBuf[:0], b2s(e.scratch))
-		return derr == nil
-	default:
-		return true
 	}
 }
 
@@ -295,19 +226,23 @@ func jsonbNumberRange() *DecodeError {
 }
 
 // appendPayload encodes the whole payload as type t.
-func (e *Encoder) appendPayload(dst []byte, t Type, data []byte, root *fastjson.Value) ([]byte, *DecodeError) {
+func (e *Encoder) appendPayload(dst []byte, t Type, data []byte) ([]byte, *DecodeError) {
 	switch t {
 	case TypeJSONB:
+		// The payload passed the scan (a jsonb payload column makes the
+		// Mapper need JSON), so its text is what jsonb's input takes.
 		if e.nul {
 			return dst, nulInJSONB()
 		}
-		if e.bigNum && !e.numbersFit(root) {
+		if len(e.badNums) > 0 {
 			return dst, jsonbNumberRange()
 		}
 		return append(append(dst, 1), data...), nil
 	case TypeText:
-		if derr := checkText(b2s(data)); derr != nil {
-			return dst, derr
+		if !e.m.needJSON { // else the scan found valid UTF-8 and no NUL byte
+			if derr := checkText(b2s(data)); derr != nil {
+				return dst, derr
+			}
 		}
 		return append(dst, data...), nil
 	default: // bytea
@@ -424,6 +359,9 @@ func appendJSONText(dst []byte, s string) ([]byte, *DecodeError) {
 	}
 	if err := fastjson.Validate(s); err != nil {
 		return dst, &DecodeError{Code: CodeInvalidJSON, Reason: "value is not valid JSON: " + trimTail(err.Error())}
+	}
+	if rawControlInString(s2bView(s)) { // fastjson.Validate misses some
+		return dst, &DecodeError{Code: CodeInvalidJSON, Reason: "value is not valid JSON: a string holds a raw control character"}
 	}
 	if strings.IndexByte(s, '\\') >= 0 {
 		nul, ok := scanEscapes(s2bView(s))

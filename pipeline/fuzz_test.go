@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/big"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,6 +149,72 @@ func FuzzTimestamp(f *testing.F) {
 		want := tm.Round(time.Microsecond).UnixMicro() - pgEpochMicros
 		if us != want {
 			t.Fatalf("%q: %d µs, time.Parse says %d", s, us, want)
+		}
+	})
+}
+
+// scanColumns reaches what fuzzColumns does not: nested and array paths,
+// paths sharing a prefix, an object as text, a number and a boolean as
+// jsonb, and the payload as text.
+var scanColumns = []Column{
+	{Name: "a", From: "json:a", Type: TypeText},
+	{Name: "ab", From: "json:a.b", Type: TypeJSONB},
+	{Name: "a0", From: "json:a.0", Type: TypeText},
+	{Name: "a01", From: "/a/01/x", Type: TypeInt8},
+	{Name: "t", From: "json:t", Type: TypeJSONB},
+	{Name: "tn", From: "json:t", Type: TypeNumeric},
+	{Name: "empty", From: "/", Type: TypeText},
+	{Name: "slash", From: "/a~1b", Type: TypeText},
+	{Name: "arr", From: "json:o.1", Type: TypeJSONB},
+	{Name: "body", From: "payload", Type: TypeText},
+}
+
+// FuzzScanMatchesFastjson checks the scanner against the fastjson-based
+// encoder it replaced (ref_encoder_test.go): the same tuple, or the same
+// error with the same code, column and reason, for every payload. It also
+// runs FuzzAppendTuple's corpus.
+func FuzzScanMatchesFastjson(f *testing.F) {
+	for _, s := range []string{
+		string(benchPayload),
+		`{"a":{"b":[1,2e3,"x"],"0":"\u00e9"},"t":1e131072,"o":[0,{"k":"\u0000"}]}`,
+		`{"a":[{"x":1},{"x":"42"}],"":"e","a/b":"\ud83d\ude00","t":true}`,
+		`{"\u0061":{"b":1},"a":{"b":2},"t":-0.5E-3}`,
+		` [ 1 , {"a" : null} ] `,
+		`{"a":"\"\\\/\b\f\n\r\t\u001f"}`,
+		`{"a":1}x`, `{"a":01}`, `{"a":"\ud800"}`, "{\"a\":\"\xff\"}",
+	} {
+		f.Add([]byte(s), `{"h":1}`)
+	}
+	dir := filepath.Join("testdata", "fuzz", "FuzzAppendTuple")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, ent := range ents {
+		payload, header := readCorpusEntry(f, filepath.Join(dir, ent.Name()))
+		f.Add(payload, header)
+	}
+	maps := [][]Column{fuzzColumns, scanColumns, benchColumns}
+	type pair struct {
+		enc *Encoder
+		ref *refEncoder
+	}
+	var encs []pair
+	for _, cols := range maps {
+		m := mustCompile(f, cols...)
+		encs = append(encs, pair{m.NewEncoder(1 << 16), newRefEncoder(m, 1<<16)})
+	}
+	f.Fuzz(func(t *testing.T, payload []byte, header string) {
+		ev := &Event{Data: payload, Header: map[string][]string{"H": {header}}}
+		for i, p := range encs {
+			got, gerr := p.enc.AppendTuple([]byte("pre"), ev)
+			want, werr := p.ref.AppendTuple([]byte("pre"), ev)
+			if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+				t.Fatalf("mapping %d, payload %q:\nscanner:  %v\nfastjson: %v", i, payload, gerr, werr)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("mapping %d, payload %q:\nscanner:  %q\nfastjson: %q", i, payload, got, want)
+			}
 		}
 	})
 }

@@ -66,6 +66,7 @@ type column struct {
 	Column
 	src  sourceKind
 	path []string // srcJSON: object keys / array indexes; srcHeader: path[0] is the header name
+	node int32    // srcJSON: the path's last node in Mapper.nodes
 }
 
 // Mapper turns events into binary COPY tuples for a fixed list of columns.
@@ -74,7 +75,8 @@ type column struct {
 type Mapper struct {
 	cols     []column
 	pub      []Column
-	needJSON bool // some column reads the JSON payload, so it must be valid JSON
+	needJSON bool       // some column reads the JSON payload, so it must be valid JSON
+	nodes    []pathNode // the json: paths as a trie, for the scanner
 }
 
 // RawColumns returns the raw-mode mapping used when the config lists no
@@ -144,12 +146,14 @@ func Compile(cols []Column) (*Mapper, error) {
 				return nil, bad("source %q: %v", from, err)
 			}
 			cc.src, cc.path = srcJSON, path
+			m.nodes, cc.node = addPath(m.nodes, path)
 		case strings.HasPrefix(from, "/"):
 			path, err := parsePointer(from)
 			if err != nil {
 				return nil, bad("source %q: %v", from, err)
 			}
 			cc.src, cc.path = srcJSON, path
+			m.nodes, cc.node = addPath(m.nodes, path)
 		case from == "":
 			return nil, bad("source is empty; set from to payload, meta:<field>, header:<Name>, json:<dotted.path> or a JSON pointer like /a/b")
 		default:
@@ -160,6 +164,9 @@ func Compile(cols []Column) (*Mapper, error) {
 		}
 		if cc.src == srcJSON || (cc.src == srcPayload && c.Type == TypeJSONB) {
 			m.needJSON = true
+			if len(m.nodes) == 0 {
+				m.nodes = append(m.nodes, pathNode{idx: -1}) // the scanner's root
+			}
 		}
 		m.cols[i] = cc
 	}

@@ -96,7 +96,7 @@ func TestMetaHeaderPayload(t *testing.T) {
 	ev := &Event{
 		Stream: "S", StreamSeq: 1<<63 + 1, ConsumerSeq: 7, Delivered: 3, Subject: "s.1", Published: ts,
 		MsgID:  "3f0c9a2e-1b7d-4c8e-9f00-0123456789ab",
-		Header: map[string][]string{"X-Count": {"12", "13"}, "X-Bad": {"a\x00"}, "X-JSON": {`{"k":[1]}`}, "X-Time": {"2026-11-29T19:59:15Z"}},
+		Header: map[string][]string{"X-Count": {"12", "13"}, "X-Bad": {"a\x00"}, "X-JSON": {`{"k":[1]}`}, "X-Ctl": {"\"\x01\\\\n\""}, "X-Time": {"2026-11-29T19:59:15Z"}},
 		Data:   []byte("not json \xff"),
 	}
 	cases := []struct {
@@ -122,6 +122,7 @@ func TestMetaHeaderPayload(t *testing.T) {
 		{"header:x-count", TypeText, nil, ""}, // header names are case-sensitive, as in nats.Header
 		{"header:X-Bad", TypeText, nil, CodeNULInText},
 		{"header:X-JSON", TypeJSONB, []byte("\x01{\"k\":[1]}"), ""},
+		{"header:X-Ctl", TypeJSONB, nil, CodeInvalidJSON}, // fastjson.Validate alone let this through
 		{"header:X-Count", TypeBytea, []byte("12"), ""},
 		{"header:X-Time", TypeTimestamptz, tsMicros("2026-11-29T19:59:15Z"), ""},
 		{"header:X-Time", TypeJSONB, nil, CodeInvalidJSON},
@@ -170,6 +171,7 @@ func TestPayloadJSONChecks(t *testing.T) {
 		{`{"a":NaN}`, CodeInvalidJSON},
 		{`{"a":01}`, CodeInvalidJSON},
 		{"{\"a\":\"\x01\"}", CodeInvalidJSON},
+		{"{\"a\":\"\x01\\\\n\"}", CodeInvalidJSON}, // fastjson.Validate alone let this through
 		{`{"a":1}x`, CodeInvalidJSON},
 		{``, CodeInvalidJSON},
 		{"{\"a\":\"\xc3\x28\"}", CodeInvalidUTF8},

@@ -29,7 +29,7 @@ func rowStrings(r pgx.CollectableRow) ([]string, error) {
 }
 
 // readCorpusEntry reads a "go test fuzz v1" file holding a []byte and a string.
-func readCorpusEntry(t *testing.T, path string) ([]byte, string) {
+func readCorpusEntry(t testing.TB, path string) ([]byte, string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"math"
 	"strconv"
-
-	"github.com/valyala/fastjson"
 )
 
 // This file holds the per-type encoders: each appends one value in
@@ -456,56 +454,6 @@ func appendBase64(dst []byte, s string) ([]byte, *DecodeError) {
 		return dst[:start], invalidFormat(TypeBytea, "want standard base64 with padding")
 	}
 	return dst[:start+w], nil
-}
-
-// appendJSON writes v as compact JSON. nul reports a string (or key) that
-// holds a NUL character, which jsonb cannot store.
-func appendJSON(dst []byte, v *fastjson.Value) (out []byte, nul bool) {
-	switch v.Type() {
-	case fastjson.TypeObject:
-		o, _ := v.Object()
-		dst = append(dst, '{')
-		first := true
-		o.Visit(func(k []byte, vv *fastjson.Value) {
-			if !first {
-				dst = append(dst, ',')
-			}
-			first = false
-			nul = nul || hasNUL(k)
-			dst = appendJSONString(dst, b2s(k))
-			dst = append(dst, ':')
-			var n bool
-			dst, n = appendJSON(dst, vv)
-			nul = nul || n
-		})
-		return append(dst, '}'), nul
-	case fastjson.TypeArray:
-		a, _ := v.Array()
-		dst = append(dst, '[')
-		for i, vv := range a {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			var n bool
-			dst, n = appendJSON(dst, vv)
-			nul = nul || n
-		}
-		return append(dst, ']'), nul
-	case fastjson.TypeString:
-		sb, _ := v.StringBytes()
-		return appendJSONString(dst, b2s(sb)), hasNUL(sb)
-	default: // number, true, false, null: MarshalTo writes their JSON text
-		return v.MarshalTo(dst), false
-	}
-}
-
-func hasNUL(b []byte) bool {
-	for _, c := range b {
-		if c == 0 {
-			return true
-		}
-	}
-	return false
 }
 
 const hexDigits = "0123456789abcdef"

@@ -1,0 +1,545 @@
+package pipeline
+
+import (
+	"bytes"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/valyala/fastjson"
+)
+
+// This file holds the payload scanner: one pass over the bytes that checks
+// everything PostgreSQL's jsonb input and the json: columns need (UTF-8,
+// strict JSON as fastjson.Validate has it, no lone surrogate escapes,
+// nesting within fastjson.MaxDepth), notes what later steps need (whether
+// a \u0000 escape occurs, which numbers lie beyond numeric's range), and
+// records where the values of the json: paths lie, so nothing is parsed
+// twice and no tree is built. It accepts exactly what the fastjson-based
+// checks it replaced accepted; when it refuses a payload, scanError runs
+// those checks to name the reason in their words.
+
+// jsonKind is the kind of a JSON value the scanner found at a path.
+type jsonKind uint8
+
+const (
+	kindAbsent jsonKind = iota // the path is not in the payload
+	kindNull
+	kindString
+	kindNumber
+	kindTrue
+	kindFalse
+	kindObject
+	kindArray
+)
+
+// jsonValue locates a value in the payload: data[start:end] is the value's
+// JSON text, except for strings, where it is the text between the quotes.
+type jsonValue struct {
+	start, end int
+	kind       jsonKind
+	esc        bool // a string with escapes, which must be unescaped
+}
+
+// pathNode is one step of the compiled json: paths. The nodes form a trie
+// rooted at node 0; a column reads the value of its path's last node.
+type pathNode struct {
+	key      string  // object key this node stands for
+	idx      int     // the array index key names (as fastjson's Get reads it), or -1
+	children []int32 // node ids
+}
+
+// addPath adds path to the trie and returns the id of its last node.
+func addPath(nodes []pathNode, path []string) ([]pathNode, int32) {
+	if len(nodes) == 0 {
+		nodes = append(nodes, pathNode{idx: -1})
+	}
+	cur := int32(0)
+next:
+	for _, k := range path {
+		for _, c := range nodes[cur].children {
+			if nodes[c].key == k {
+				cur = c
+				continue next
+			}
+		}
+		idx, err := strconv.Atoi(k)
+		if err != nil || idx < 0 {
+			idx = -1
+		}
+		nodes = append(nodes, pathNode{key: k, idx: idx})
+		id := int32(len(nodes) - 1)
+		nodes[cur].children = append(nodes[cur].children, id)
+		cur = id
+	}
+	return nodes, cur
+}
+
+// span is a range of the payload.
+type span struct{ start, end int }
+
+// scan checks data and records the values of the Mapper's paths in e.vals,
+// whether a \u0000 escape occurs (e.nul) and the numbers beyond numeric's
+// range (e.badNums). It reports whether data is acceptable.
+func (e *Encoder) scan(data []byte) bool {
+	e.nul = false
+	e.badNums = e.badNums[:0]
+	clear(e.vals)
+	i := skipWS(data, 0)
+	i, ok := e.scanValue(data, i, 0, 1)
+	return ok && skipWS(data, i) == len(data)
+}
+
+// scanError names why scan refused data, running the checks scan stands
+// in for in the order they ran before: UTF-8, then JSON syntax, then
+// surrogate escapes, then nesting depth. fastjson.Validate misses a raw
+// control character in a string when an escape follows it in that string
+// ("\x01\\n"), which RFC 8259 and PostgreSQL refuse; the scanner refuses it
+// too, and scanError names it after the syntax check.
+func (e *Encoder) scanError(data []byte) *DecodeError {
+	if !utf8.Valid(data) {
+		return &DecodeError{Code: CodeInvalidUTF8, Reason: "payload is not valid UTF-8"}
+	}
+	if err := fastjson.ValidateBytes(data); err != nil {
+		return &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON: " + trimTail(err.Error())}
+	}
+	if rawControlInString(data) {
+		return rawControlError()
+	}
+	if _, ok := scanEscapes(data); !ok {
+		return &DecodeError{Code: CodeInvalidJSON, Reason: "payload has a lone UTF-16 surrogate escape"}
+	}
+	var p fastjson.Parser
+	if _, err := p.ParseBytes(data); err != nil { // nesting deeper than fastjson.MaxDepth
+		return &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON: " + trimTail(err.Error())}
+	}
+	// Not reached while scan and the checks above agree (FuzzScanMatchesFastjson).
+	return &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON"}
+}
+
+// rawControlInString reports whether a string of the JSON text b (valid
+// as fastjson.Validate has it) holds a raw control character.
+func rawControlInString(b []byte) bool {
+	in := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			in = !in
+		case c == '\\' && in:
+			i++
+		case c < 0x20 && in:
+			return true
+		}
+	}
+	return false
+}
+
+func rawControlError() *DecodeError {
+	return &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON: a string holds a raw control character"}
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanValue scans the value at b[i] (after white space), which node stands
+// for (-1: none). depth counts as fastjson's parser does: 1 at the top.
+func (e *Encoder) scanValue(b []byte, i int, node int32, depth int) (int, bool) {
+	if i >= len(b) || depth > fastjson.MaxDepth {
+		return i, false
+	}
+	start := i
+	var kind jsonKind
+	switch b[i] {
+	case '"':
+		end, esc, ok := e.scanString(b, i+1)
+		if node >= 0 {
+			e.vals[node] = jsonValue{start: i + 1, end: end - 1, kind: kindString, esc: esc}
+		}
+		return end, ok
+	case '{':
+		return e.scanObject(b, i, node, depth)
+	case '[':
+		return e.scanArray(b, i, node, depth)
+	case 't':
+		if !bytes.HasPrefix(b[i:], []byte("true")) {
+			return i, false
+		}
+		i, kind = i+4, kindTrue
+	case 'f':
+		if !bytes.HasPrefix(b[i:], []byte("false")) {
+			return i, false
+		}
+		i, kind = i+5, kindFalse
+	case 'n':
+		if !bytes.HasPrefix(b[i:], []byte("null")) {
+			return i, false
+		}
+		i, kind = i+4, kindNull
+	default:
+		var ok bool
+		if i, ok = e.scanNumber(b, i); !ok {
+			return i, false
+		}
+		kind = kindNumber
+	}
+	if node >= 0 {
+		e.vals[node] = jsonValue{start: start, end: i, kind: kind}
+	}
+	return i, true
+}
+
+func (e *Encoder) scanObject(b []byte, i int, node int32, depth int) (int, bool) {
+	start := i
+	var kids []int32
+	if node >= 0 {
+		kids = e.m.nodes[node].children
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return i, false
+			}
+			end, esc, ok := e.scanString(b, i+1)
+			if !ok {
+				return end, false
+			}
+			child := int32(-1)
+			if len(kids) > 0 {
+				child = e.matchKey(kids, b[i+1:end-1], esc)
+			}
+			i = skipWS(b, end)
+			if i >= len(b) || b[i] != ':' {
+				return i, false
+			}
+			if i, ok = e.scanValue(b, skipWS(b, i+1), child, depth+1); !ok {
+				return i, false
+			}
+			i = skipWS(b, i)
+			if i >= len(b) {
+				return i, false
+			}
+			if b[i] == ',' {
+				i = skipWS(b, i+1)
+				continue
+			}
+			if b[i] != '}' {
+				return i, false
+			}
+			i++
+			break
+		}
+	}
+	if node >= 0 {
+		e.vals[node] = jsonValue{start: start, end: i, kind: kindObject}
+	}
+	return i, true
+}
+
+func (e *Encoder) scanArray(b []byte, i int, node int32, depth int) (int, bool) {
+	start := i
+	var kids []int32
+	if node >= 0 {
+		kids = e.m.nodes[node].children
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		i++
+	} else {
+		for n := 0; ; n++ {
+			child := int32(-1)
+			for _, k := range kids {
+				if e.m.nodes[k].idx == n {
+					child = k
+					break
+				}
+			}
+			var ok bool
+			if i, ok = e.scanValue(b, i, child, depth+1); !ok {
+				return i, false
+			}
+			i = skipWS(b, i)
+			if i >= len(b) {
+				return i, false
+			}
+			if b[i] == ',' {
+				i = skipWS(b, i+1)
+				continue
+			}
+			if b[i] != ']' {
+				return i, false
+			}
+			i++
+			break
+		}
+	}
+	if node >= 0 {
+		e.vals[node] = jsonValue{start: start, end: i, kind: kindArray}
+	}
+	return i, true
+}
+
+// matchKey returns the child of kids that key (a raw key, escaped when esc)
+// names, or -1. Only a key's first occurrence matches: with duplicate keys
+// the first one wins, as fastjson's Object.Get has it.
+func (e *Encoder) matchKey(kids []int32, key []byte, esc bool) int32 {
+	if esc {
+		e.keyBuf = appendUnescaped(e.keyBuf[:0], key)
+		key = e.keyBuf
+	}
+	for _, k := range kids {
+		if e.m.nodes[k].key == string(key) {
+			if e.vals[k].kind != kindAbsent {
+				return -1 // a later duplicate
+			}
+			return k
+		}
+	}
+	return -1
+}
+
+// strClass sorts string bytes: 0 plain, 1 '"', 2 '\\', 3 control
+// character, 4 the first byte of a multi-byte UTF-8 sequence (or junk).
+var strClass = func() (t [256]uint8) {
+	for c := range 0x20 {
+		t[c] = 3
+	}
+	t['"'], t['\\'] = 1, 2
+	for c := 0x80; c < 0x100; c++ {
+		t[c] = 4
+	}
+	return t
+}()
+
+// scanString scans the rest of a string whose opening quote is at i-1 and
+// returns the index after its closing quote; esc reports escapes.
+func (e *Encoder) scanString(b []byte, i int) (end int, esc, ok bool) {
+	for {
+		for i < len(b) && strClass[b[i]] == 0 {
+			i++
+		}
+		if i >= len(b) {
+			return i, esc, false
+		}
+		switch strClass[b[i]] {
+		case 1:
+			return i + 1, esc, true
+		case 2:
+			esc = true
+			if i, ok = e.scanEscape(b, i); !ok {
+				return i, esc, false
+			}
+		case 3:
+			return i, esc, false
+		default:
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				return i, esc, false
+			}
+			i += size
+		}
+	}
+}
+
+// scanEscape checks the escape at b[i] == '\\' and returns the index after
+// it. A \u0000 sets e.nul; a surrogate escape must be a high one followed
+// by a low one, as PostgreSQL's JSON parser demands.
+func (e *Encoder) scanEscape(b []byte, i int) (int, bool) {
+	if i+1 >= len(b) {
+		return i, false
+	}
+	switch b[i+1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return i + 2, true
+	case 'u':
+		r, ok := unhex4(b, i+2)
+		switch {
+		case !ok:
+			return i, false
+		case r == 0:
+			e.nul = true
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+12 > len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
+				return i, false
+			}
+			if lo, ok := unhex4(b, i+8); !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return i, false
+			}
+			return i + 12, true
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return i, false
+		}
+		return i + 6, true
+	}
+	return i, false
+}
+
+// unhexTab maps a hex digit to its value and anything else to 0xFF.
+var unhexTab = func() (t [256]byte) {
+	for c := range t {
+		t[c] = 0xFF
+	}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c] = c - 'a' + 10
+		t[c-'a'+'A'] = c - 'a' + 10
+	}
+	return t
+}()
+
+// unhex4 decodes the four hex digits at b[i:].
+func unhex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	h0, h1, h2, h3 := unhexTab[b[i]], unhexTab[b[i+1]], unhexTab[b[i+2]], unhexTab[b[i+3]]
+	if (h0|h1|h2|h3)&0xF0 != 0 {
+		return 0, false
+	}
+	return rune(h0)<<12 | rune(h1)<<8 | rune(h2)<<4 | rune(h3), true
+}
+
+func isDigit(c byte) bool { return c-'0' <= 9 }
+
+// scanNumber scans the JSON number at b[i]. A number with an exponent or
+// of 64 characters or more is checked against numeric's range, which jsonb
+// stores numbers in; shorter ones without an exponent always fit.
+func (e *Encoder) scanNumber(b []byte, i int) (int, bool) {
+	start := i
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= len(b):
+		return i, false
+	case b[i] == '0':
+		i++
+	case isDigit(b[i]):
+		i++
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	default:
+		return i, false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+		if i == d {
+			return i, false
+		}
+	}
+	exp := false
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		exp = true
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+		if i == d {
+			return i, false
+		}
+	}
+	if exp || i-start >= 64 {
+		var derr *DecodeError
+		if e.numBuf, derr = appendNumeric(e.numBuf[:0], b2s(b[start:i])); derr != nil {
+			e.badNums = append(e.badNums, span{start, i})
+		}
+	}
+	return i, true
+}
+
+// numbersFit reports whether every number in data[start:end] fits numeric.
+func (e *Encoder) numbersFit(start, end int) bool {
+	for _, s := range e.badNums {
+		if s.start >= start && s.end <= end {
+			return false
+		}
+	}
+	return true
+}
+
+// appendUnescaped appends the text of the raw JSON string s (valid, with
+// no lone surrogate escapes) to dst.
+func appendUnescaped(dst, s []byte) []byte {
+	for {
+		i := bytes.IndexByte(s, '\\')
+		if i < 0 {
+			return append(dst, s...)
+		}
+		dst = append(dst, s[:i]...)
+		c := s[i+1]
+		s = s[i+2:]
+		switch c {
+		case 'u':
+			r, _ := unhex4(s, 0)
+			s = s[4:]
+			if utf16.IsSurrogate(r) {
+				lo, _ := unhex4(s, 2)
+				r = utf16.DecodeRune(r, lo)
+				s = s[6:]
+			}
+			dst = utf8.AppendRune(dst, r)
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		default: // '"', '\\', '/'
+			dst = append(dst, c)
+		}
+	}
+}
+
+// appendCompact appends the JSON text b (scanned) without white space and
+// with every string written as appendJSONString writes it: the compact
+// form that text and jsonb columns get for objects and arrays.
+func (e *Encoder) appendCompact(dst, b []byte) []byte {
+	for i := 0; i < len(b); {
+		switch c := b[i]; c {
+		case ' ', '\t', '\n', '\r':
+			i++
+		case '"':
+			j := i + 1
+			esc := false
+			for b[j] != '"' {
+				if b[j] == '\\' {
+					esc = true
+					j++
+				}
+				j++
+			}
+			if esc {
+				e.keyBuf = appendUnescaped(e.keyBuf[:0], b[i+1:j])
+				dst = appendJSONString(dst, b2s(e.keyBuf))
+			} else {
+				dst = append(dst, b[i:j+1]...)
+			}
+			i = j + 1
+		default:
+			dst = append(dst, c)
+			i++
+		}
+	}
+	return dst
+}
