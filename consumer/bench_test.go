@@ -208,10 +208,14 @@ func BenchmarkConsumeCallback(b *testing.B) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 }
 
+// benchReply is a v2 ack reply subject as nats-server 2.10+ sends it.
+const benchReply = "$JS.ACK._.ACCHASH.EVENTS.bench.1.42.42.1764450000000000000.0.TOKEN"
+
 // fakeMsg is a jetstream.Msg with fixed metadata, so that BenchmarkPush
 // measures Run's own per-message work: wrap, count, push.
 type fakeMsg struct {
 	meta   jetstream.MsgMetadata
+	reply  string
 	header nats.Header
 	data   []byte
 }
@@ -220,7 +224,7 @@ func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) { return &m.meta, n
 func (m *fakeMsg) Data() []byte                              { return m.data }
 func (m *fakeMsg) Headers() nats.Header                      { return m.header }
 func (m *fakeMsg) Subject() string                           { return "in.bench.s1" }
-func (m *fakeMsg) Reply() string                             { return "" }
+func (m *fakeMsg) Reply() string                             { return m.reply }
 func (m *fakeMsg) Ack() error                                { return nil }
 func (m *fakeMsg) DoubleAck(context.Context) error           { return nil }
 func (m *fakeMsg) Nak() error                                { return nil }
@@ -238,6 +242,7 @@ func BenchmarkPush(b *testing.B) {
 	c := &Consumer{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	msg := &fakeMsg{
 		meta:   jetstream.MsgMetadata{Stream: "EVENTS", NumDelivered: 1, Timestamp: time.Now()},
+		reply:  benchReply,
 		header: nats.Header{HeaderMsgID: []string{"m1"}},
 		data:   []byte(`{"id":1}`),
 	}
@@ -270,7 +275,7 @@ func BenchmarkPush(b *testing.B) {
 func TestPushDoesNotAllocate(t *testing.T) {
 	ctx := context.Background()
 	c := &Consumer{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	msg := &fakeMsg{header: nats.Header{HeaderMsgID: []string{"m1"}}}
+	msg := &fakeMsg{reply: benchReply, header: nats.Header{HeaderMsgID: []string{"m1"}}}
 	out := ringq.NewDispatch(1, 1024, key)
 	defer out.Close()
 	allocs := testing.AllocsPerRun(500, func() {

@@ -210,10 +210,10 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 
 // push wraps msg and pushes it into out under hard.
 func (c *Consumer) push(hard context.Context, out *ringq.Dispatch[pipeline.Event], msg jetstream.Msg) error {
-	meta, err := msg.Metadata()
-	if err != nil {
+	meta, ok := parseAckReply(msg.Reply())
+	if !ok {
 		// Not a JetStream message: nothing to settle, nothing to store.
-		c.log.Error("message without JetStream metadata dropped", "subject", msg.Subject(), "err", err)
+		c.log.Error("message without JetStream metadata dropped", "subject", msg.Subject(), "reply", msg.Reply())
 		return nil
 	}
 	h := msg.Headers()
@@ -222,11 +222,11 @@ func (c *Consumer) push(hard context.Context, out *ringq.Dispatch[pipeline.Event
 		Subject:     msg.Subject(),
 		Data:        msg.Data(),
 		Header:      h,
-		Stream:      meta.Stream,
-		StreamSeq:   meta.Sequence.Stream,
-		ConsumerSeq: meta.Sequence.Consumer,
-		Delivered:   meta.NumDelivered,
-		Published:   meta.Timestamp,
+		Stream:      meta.stream,
+		StreamSeq:   meta.streamSeq,
+		ConsumerSeq: meta.consSeq,
+		Delivered:   meta.delivered,
+		Published:   meta.published,
 		Received:    time.Now(),
 	}
 	if v := h[HeaderMsgID]; len(v) > 0 {
