@@ -39,11 +39,13 @@ const (
 	EngineBaseline = "baseline"
 )
 
-// Variant is one column of a side-by-side comparison: --set overrides
-// passed to the jetsink subprocess only.
+// Variant is one column of a side-by-side comparison: --set overrides and
+// environment variables (NAME=value, e.g. GOGC=200) passed to the jetsink
+// subprocess only.
 type Variant struct {
 	Name string   `json:"name"`
 	Set  []string `json:"set,omitempty"`
+	Env  []string `json:"env,omitempty"`
 }
 
 // Options says what to run.
@@ -404,7 +406,7 @@ func benchColumns() []pipeline.Column {
 // start starts t's engine as a subprocess.
 func (b *bencher) start(t target) (*child, error) {
 	if t.engine == EngineBaseline {
-		return startChild(b.o.Exe, "bench", "baseline", "--nats-url", b.cfg.NATS.URL, "--stream", t.stream,
+		return startChild(b.o.Exe, nil, "bench", "baseline", "--nats-url", b.cfg.NATS.URL, "--stream", t.stream,
 			"--consumer", t.consumer, "--database-url", b.cfg.Postgres.URL, "--table", t.table)
 	}
 	cfg := b.cfg
@@ -430,7 +432,7 @@ func (b *bencher) start(t target) (*child, error) {
 	for _, kv := range t.variant.Set {
 		args = append(args, "--set", kv)
 	}
-	return startChild(b.o.Exe, args...)
+	return startChild(b.o.Exe, t.variant.Env, args...)
 }
 
 // waitAcked polls the consumer until every message of the stream up to

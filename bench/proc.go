@@ -31,13 +31,14 @@ type Usage struct {
 
 // startChild starts exe args with the JETSINK_* variables removed from the
 // environment (the generated config is the whole truth).
-func startChild(exe string, args ...string) (*child, error) {
+func startChild(exe string, env []string, args ...string) (*child, error) {
 	cmd := exec.Command(exe, args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "JETSINK_") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.Env = append(cmd.Env, env...) // later entries win
 	out := &tailBuffer{max: 16 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
 	c := &child{cmd: cmd, out: out, done: make(chan struct{})}

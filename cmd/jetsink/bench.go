@@ -43,7 +43,8 @@ time to its transaction's commit (no coordinated omission).
 --compare baseline runs the straightforward consumer on the same preloaded
 data in the same run and prints the ratio. --stream and --table are ignored:
 each run makes (and removes) its own. --matrix key=v1,v2 runs jetsink
-once per value (e.g. --matrix pipeline.pin=none,thread,cpu); --set overrides
+once per value (e.g. --matrix pipeline.pin=none,thread,cpu; env:NAME sets an
+environment variable instead, e.g. --matrix env:GOGC=100,200); --set overrides
 apply to jetsink only.`,
 		Example: `  jetsink bench --scenario drain --events 1000000 --compare baseline --count 3
   jetsink bench --scenario rate --rate 20000 --duration 60s --html report.html
@@ -83,7 +84,13 @@ apply to jetsink only.`,
 					return usageError{fmt.Errorf("--matrix wants key=v1,v2,..., e.g. pipeline.pin=none,thread")}
 				}
 				for _, v := range strings.Split(vals, ",") {
-					o.Variants = append(o.Variants, bench.Variant{Name: key + "=" + v, Set: append(append([]string(nil), sets...), key+"="+v)})
+					vr := bench.Variant{Name: key + "=" + v, Set: sets}
+					if name, ok := strings.CutPrefix(key, "env:"); ok {
+						vr.Env = []string{name + "=" + v}
+					} else {
+						vr.Set = append(append([]string(nil), sets...), key+"="+v)
+					}
+					o.Variants = append(o.Variants, vr)
 				}
 			}
 			if !quiet {
@@ -114,7 +121,7 @@ apply to jetsink only.`,
 	f.IntVar(&o.Subjects, "subjects", 1000, "distinct subjects (devices)")
 	f.StringVar(&compare, "compare", "", "baseline: also run the straightforward consumer on the same data")
 	f.IntVar(&o.Count, "count", 1, "repetitions (median and spread are reported)")
-	f.StringVar(&matrix, "matrix", "", "run jetsink once per value of a key, e.g. pipeline.pin=none,thread,cpu")
+	f.StringVar(&matrix, "matrix", "", "run jetsink once per value of a key (or env:NAME), e.g. pipeline.pin=none,thread,cpu")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on one engine's run after this long")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON instead of the summary")
 	f.StringVar(&htmlFile, "html", "", "also write a self-contained HTML report (inline SVG) to this file")
