@@ -114,6 +114,7 @@ func TestAppendTupleTypes(t *testing.T) {
 		{"uuid braced", TypeUUID, `"{3f0c9a2e-1b7d-4c8e-9f00-0123456789ab}"`, false, nil, CodeInvalidFormat},
 		{"uuid no hyphens", TypeUUID, `"3f0c9a2e1b7d4c8e9f000123456789ab"`, false, nil, CodeInvalidFormat},
 		{"uuid bad hex", TypeUUID, `"3f0c9a2e-1b7d-4c8e-9f00-0123456789ag"`, false, nil, CodeInvalidFormat},
+		{"uuid late hyphen", TypeUUID, `"00000000-0000-0000-0000-0000000000-0"`, false, nil, CodeInvalidFormat}, // the old loop indexed past the end
 		{"uuid number", TypeUUID, `42`, false, nil, CodeWrongType},
 		// ints
 		{"int2", TypeInt2, `-32768`, false, be16(0x8000), ""},

@@ -233,7 +233,6 @@ func (e *refEncoder) numbersFit(v *fastjson.Value) bool {
 	}
 }
 
-
 // appendPayload encodes the whole payload as type t.
 func (e *refEncoder) appendPayload(dst []byte, t Type, data []byte, root *fastjson.Value) ([]byte, *DecodeError) {
 	switch t {
@@ -304,7 +303,6 @@ func refHasNUL(b []byte) bool {
 	}
 	return false
 }
-
 
 // refGet is fastjson's Value.Get with the first of duplicate keys winning
 // after unescaping, as the package documents.

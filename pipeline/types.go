@@ -283,38 +283,25 @@ func floorDiv4(p int64) int64 {
 	return -((-p + 3) / 4)
 }
 
+// uuidHex holds the offsets of the 16 hex digit pairs of a canonical UUID.
+var uuidHex = [16]uint8{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
+
 // appendUUID accepts the canonical 8-4-4-4-12 form in either case.
 func appendUUID(dst []byte, s string) ([]byte, *DecodeError) {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return dst, invalidFormat(TypeUUID, "want the canonical form xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
 	}
-	start := len(dst)
-	for i := 0; i < 36; {
-		if s[i] == '-' {
-			i++
-			continue
-		}
-		h, ok1 := unhex(s[i])
-		l, ok2 := unhex(s[i+1])
-		if !ok1 || !ok2 {
-			return dst[:start], invalidFormat(TypeUUID, "not a hex digit")
-		}
-		dst = append(dst, h<<4|l)
-		i += 2
+	var u [16]byte
+	var bad byte
+	for k, p := range uuidHex {
+		h, l := unhexTab[s[p]], unhexTab[s[p+1]]
+		bad |= h | l
+		u[k] = h<<4 | l
 	}
-	return dst, nil
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
-	case c >= 'A' && c <= 'F':
-		return c - 'A' + 10, true
+	if bad&0xF0 != 0 {
+		return dst, invalidFormat(TypeUUID, "not a hex digit")
 	}
-	return 0, false
+	return append(dst, u[:]...), nil
 }
 
 // daysFromCivil returns the days since 1970-01-01 of a proleptic Gregorian
