@@ -72,9 +72,18 @@ func (m *Merge[T]) TryPopN(dst []T) int {
 // Consumer only.
 func (m *Merge[T]) PopN(ctx context.Context, dst []T) (int, error) {
 	if m.debug {
-		m.enterConsumer()
-		defer m.popping.Store(0)
+		return m.popNDebug(ctx, dst)
 	}
+	return m.popN(ctx, dst)
+}
+
+func (m *Merge[T]) popNDebug(ctx context.Context, dst []T) (int, error) {
+	m.enterConsumer()
+	defer m.popping.Store(0)
+	return m.popN(ctx, dst)
+}
+
+func (m *Merge[T]) popN(ctx context.Context, dst []T) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}

@@ -60,3 +60,10 @@ func WithDebug(on bool) Option {
 func withStartIndex(i uint64) Option {
 	return func(c *config) { c.start, c.hasStart = i&idxMask, true }
 }
+
+// withoutChecks turns the misuse checks off even in race-detector builds. Push and Pop skip
+// their fast paths while the checks are on, so tests use it to run those paths under -race
+// too.
+func withoutChecks() Option {
+	return func(c *config) { c.debug = false }
+}

@@ -130,9 +130,15 @@ func (r *Ring[T]) closed() bool { return r.tail.Load()&closedBit != 0 }
 // ring is full or closed. Producer only.
 func (r *Ring[T]) TryPush(v T) bool {
 	if r.debug {
-		r.enterProducer()
-		defer r.pushing.Store(0)
+		return r.tryPushDebug(v)
 	}
+	ok, _ := r.push1(v)
+	return ok
+}
+
+func (r *Ring[T]) tryPushDebug(v T) bool {
+	r.enterProducer()
+	defer r.pushing.Store(0)
 	ok, _ := r.push1(v)
 	return ok
 }
@@ -140,6 +146,25 @@ func (r *Ring[T]) TryPush(v T) bool {
 // Push adds v, blocking while the ring is full. It returns ctx.Err() if ctx ends first and
 // ErrClosed if the ring is or becomes closed; in both cases v was not added. Producer only.
 func (r *Ring[T]) Push(ctx context.Context, v T) error {
+	// The fast path is push1 written out: one call and one copy of v fewer per item.
+	t := r.ptail
+	if r.debug || (t-r.cachedHead)&idxMask >= uint64(len(r.buf)) {
+		return r.pushSlow(ctx, v)
+	}
+	i := t & r.mask
+	r.buf[i] = v
+	if !r.tail.CompareAndSwap(t, (t+1)&idxMask) { // fails only if Close set closedBit
+		var zero T
+		r.buf[i] = zero
+		return ErrClosed
+	}
+	r.ptail = (t + 1) & idxMask
+	r.readers.signal()
+	return nil
+}
+
+// pushSlow is Push when the cached head says full, or with the misuse checks on.
+func (r *Ring[T]) pushSlow(ctx context.Context, v T) error {
 	if r.debug {
 		r.enterProducer()
 		defer r.pushing.Store(0)
@@ -278,9 +303,15 @@ func (r *Ring[T]) enterProducer() {
 // and false when the ring is empty (closed or not). Consumer only.
 func (r *Ring[T]) TryPop() (T, bool) {
 	if r.debug {
-		r.enterConsumer()
-		defer r.popping.Store(0)
+		return r.tryPopDebug()
 	}
+	v, ok, _ := r.pop1()
+	return v, ok
+}
+
+func (r *Ring[T]) tryPopDebug() (T, bool) {
+	r.enterConsumer()
+	defer r.popping.Store(0)
 	v, ok, _ := r.pop1()
 	return v, ok
 }
@@ -288,7 +319,25 @@ func (r *Ring[T]) TryPop() (T, bool) {
 // Pop removes and returns the oldest item, blocking while the ring is empty. It returns
 // ctx.Err() if ctx ends first, and ErrClosed once the ring is closed and drained.
 // Consumer only.
-func (r *Ring[T]) Pop(ctx context.Context) (T, error) {
+func (r *Ring[T]) Pop(ctx context.Context) (v T, err error) {
+	// The fast path is pop1 written out: one call and two copies of v fewer per item.
+	h := r.phead
+	if r.debug || h == r.cachedTail {
+		return r.popSlow(ctx)
+	}
+	i := h & r.mask
+	v = r.buf[i]
+	var zero T
+	r.buf[i] = zero // do not pin what the item points to
+	h = (h + 1) & idxMask
+	r.head.Store(h)
+	r.phead = h
+	r.writers.signal()
+	return v, nil
+}
+
+// popSlow is Pop when the cached tail says empty, or with the misuse checks on.
+func (r *Ring[T]) popSlow(ctx context.Context) (T, error) {
 	if r.debug {
 		r.enterConsumer()
 		defer r.popping.Store(0)

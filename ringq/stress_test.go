@@ -130,6 +130,7 @@ func TestStressSPSC(t *testing.T) {
 		{"default", nil},
 		{"park-only", []Option{WithSpin(0), WithYield(0)}},
 		{"wraparound", []Option{withStartIndex(idxMask - stressItems/2)}},
+		{"unchecked", []Option{withoutChecks(), withStartIndex(idxMask - stressItems/2)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := stressCtx(t)
@@ -153,7 +154,7 @@ func TestStressSPSC(t *testing.T) {
 			if err := c.complete(stressItems); err != nil {
 				t.Fatalf("seed %d: %v", seed, err)
 			}
-			if tc.name == "wraparound" && r.head.Load() > stressItems {
+			if (tc.name == "wraparound" || tc.name == "unchecked") && r.head.Load() > stressItems {
 				t.Fatalf("head = %d: the indices did not wrap", r.head.Load())
 			}
 		})
@@ -164,7 +165,11 @@ func TestStressMerge(t *testing.T) {
 	for _, producers := range []int{2, 3} {
 		t.Run(fmt.Sprint(producers), func(t *testing.T) {
 			ctx := stressCtx(t)
-			m := NewMerge[item](producers, 64, withStartIndex(idxMask-1000))
+			opts := []Option{withStartIndex(idxMask - 1000)}
+			if producers == 3 {
+				opts = append(opts, withoutChecks()) // the fast paths, under -race too
+			}
+			m := NewMerge[item](producers, 64, opts...)
 			seed := uint64(time.Now().UnixNano())
 			errs := make([]error, producers)
 			var wg sync.WaitGroup
@@ -216,7 +221,11 @@ func TestStressDispatch(t *testing.T) {
 	for _, workers := range []int{2, 3} {
 		t.Run(fmt.Sprint(workers), func(t *testing.T) {
 			ctx := stressCtx(t)
-			d := NewDispatch(workers, 64, func(v *item) uint64 { return uint64(v.src) }, withStartIndex(idxMask-5000))
+			opts := []Option{withStartIndex(idxMask - 5000)}
+			if workers == 3 {
+				opts = append(opts, withoutChecks()) // the fast paths, under -race too
+			}
+			d := NewDispatch(workers, 64, func(v *item) uint64 { return uint64(v.src) }, opts...)
 			seed := uint64(time.Now().UnixNano())
 			checkers := make([]*checker, workers)
 			errs := make([]error, workers)
@@ -276,7 +285,11 @@ func TestStressCloseRacesPushes(t *testing.T) {
 	ctx := stressCtx(t)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	for round := range 300 {
-		r := New[item](8)
+		var opts []Option
+		if round%2 == 1 {
+			opts = append(opts, withoutChecks()) // the fast paths, under -race too
+		}
+		r := New[item](8, opts...)
 		c := newChecker(1)
 		var pushed int
 		var wg sync.WaitGroup
