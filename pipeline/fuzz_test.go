@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -215,6 +216,26 @@ func FuzzScanMatchesFastjson(f *testing.F) {
 			if !bytes.Equal(got, want) {
 				t.Fatalf("mapping %d, payload %q:\nscanner:  %q\nfastjson: %q", i, payload, got, want)
 			}
+		}
+	})
+}
+
+// FuzzFloat64Short checks parseFloat64Short against strconv.ParseFloat.
+func FuzzFloat64Short(f *testing.F) {
+	for _, s := range []string{"21.375", "-0", "-0.0", "0.1", "999999999999999", "9999999999999999", "1.000000000000001", "123456.789012345", "00000000000000.5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !isJSONNumber(s) {
+			return
+		}
+		got, ok := parseFloat64Short(s)
+		if !ok {
+			return
+		}
+		want, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("%q: %v (%x), ParseFloat says %v (%x), %v", s, got, math.Float64bits(got), want, math.Float64bits(want), err)
 		}
 	})
 }

@@ -27,8 +27,13 @@ func appendNumber(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 		}
 		return appendIntValue(dst, t, v)
 	case TypeFloat4, TypeFloat8:
-		if !isJSONNumber(s) {
+		if !fromJSON && !isJSONNumber(s) { // a JSON number passed the scan
 			return dst, invalidFormat(t, "want a JSON number such as 21.5")
+		}
+		if t == TypeFloat8 {
+			if f, ok := parseFloat64Short(s); ok {
+				return binary.BigEndian.AppendUint64(dst, math.Float64bits(f)), nil
+			}
 		}
 		bits := 64
 		if t == TypeFloat4 {
@@ -44,11 +49,51 @@ func appendNumber(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 		}
 		return binary.BigEndian.AppendUint64(dst, math.Float64bits(f)), nil
 	default: // numeric
-		if !isJSONNumber(s) {
+		if !fromJSON && !isJSONNumber(s) {
 			return dst, invalidFormat(t, "want a JSON number such as 12.50")
 		}
 		return appendNumeric(dst, s)
 	}
+}
+
+// pow10f64 holds the powers of ten a float64 represents exactly.
+var pow10f64 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
+// parseFloat64Short parses s (isJSONNumber) when it has no exponent and at
+// most 15 digits: the digits then make an integer a float64 holds exactly,
+// and one division by an exact power of ten rounds correctly, so the result
+// is strconv.ParseFloat's (Clinger's fast path, which ParseFloat also takes,
+// without its general parsing). ok is false for any other s.
+func parseFloat64Short(s string) (f float64, ok bool) {
+	i, neg := 0, false
+	if s[0] == '-' {
+		i, neg = 1, true
+	}
+	var mant uint64
+	nd, frac := 0, -1
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c == '.' {
+			frac = 0
+			continue
+		}
+		if c < '0' || c > '9' || nd == 15 {
+			return 0, false
+		}
+		mant = mant*10 + uint64(c-'0')
+		nd++
+		if frac >= 0 {
+			frac++
+		}
+	}
+	f = float64(mant)
+	if frac > 0 {
+		f /= pow10f64[frac]
+	}
+	if neg {
+		f = -f
+	}
+	return f, true
 }
 
 // nonZeroMantissa reports whether the number s has a non-zero digit
