@@ -148,7 +148,7 @@ func (r *Ring[T]) tryPushDebug(v T) bool {
 func (r *Ring[T]) Push(ctx context.Context, v T) error {
 	// The fast path is push1 written out: one call and one copy of v fewer per item.
 	t := r.ptail
-	if r.debug || (t-r.cachedHead)&idxMask >= uint64(len(r.buf)) {
+	if r.debug || (t-r.cachedHead)&idxMask >= uint64(len(r.buf)) && !r.refreshHead(t) {
 		return r.pushSlow(ctx, v)
 	}
 	i := t & r.mask
@@ -163,7 +163,13 @@ func (r *Ring[T]) Push(ctx context.Context, v T) error {
 	return nil
 }
 
-// pushSlow is Push when the cached head says full, or with the misuse checks on.
+// refreshHead reloads the producer's view of head and reports whether slot t is free.
+func (r *Ring[T]) refreshHead(t uint64) bool {
+	r.cachedHead = r.head.Load()
+	return (t-r.cachedHead)&idxMask < uint64(len(r.buf))
+}
+
+// pushSlow is Push when the ring is full, or with the misuse checks on.
 func (r *Ring[T]) pushSlow(ctx context.Context, v T) error {
 	if r.debug {
 		r.enterProducer()
@@ -221,15 +227,11 @@ func (r *Ring[T]) PushN(ctx context.Context, vs []T) (int, error) {
 // when closed.
 func (r *Ring[T]) push1(v T) (bool, error) {
 	t := r.ptail
-	size := uint64(len(r.buf))
-	if (t-r.cachedHead)&idxMask >= size {
-		r.cachedHead = r.head.Load()
-		if (t-r.cachedHead)&idxMask >= size {
-			if r.closed() {
-				return false, ErrClosed
-			}
-			return false, nil
+	if (t-r.cachedHead)&idxMask >= uint64(len(r.buf)) && !r.refreshHead(t) {
+		if r.closed() {
+			return false, ErrClosed
 		}
+		return false, nil
 	}
 	i := t & r.mask
 	r.buf[i] = v
@@ -302,16 +304,25 @@ func (r *Ring[T]) enterProducer() {
 // TryPop removes and returns the oldest item if there is one. It returns the zero value
 // and false when the ring is empty (closed or not). Consumer only.
 func (r *Ring[T]) TryPop() (T, bool) {
-	if r.debug {
-		return r.tryPopDebug()
+	// The same fast path as Pop's.
+	h := r.phead
+	if r.debug || h == r.cachedTail && !r.refreshTail(h) {
+		return r.tryPopSlow()
 	}
-	v, ok, _ := r.pop1()
-	return v, ok
+	i := h & r.mask
+	v := r.buf[i]
+	var zero T
+	r.buf[i] = zero // do not pin what the item points to
+	r.release(h)
+	return v, true
 }
 
-func (r *Ring[T]) tryPopDebug() (T, bool) {
-	r.enterConsumer()
-	defer r.popping.Store(0)
+// tryPopSlow is TryPop when the ring is empty, or with the misuse checks on.
+func (r *Ring[T]) tryPopSlow() (T, bool) {
+	if r.debug {
+		r.enterConsumer()
+		defer r.popping.Store(0)
+	}
 	v, ok, _ := r.pop1()
 	return v, ok
 }
@@ -319,24 +330,38 @@ func (r *Ring[T]) tryPopDebug() (T, bool) {
 // Pop removes and returns the oldest item, blocking while the ring is empty. It returns
 // ctx.Err() if ctx ends first, and ErrClosed once the ring is closed and drained.
 // Consumer only.
-func (r *Ring[T]) Pop(ctx context.Context) (v T, err error) {
-	// The fast path is pop1 written out: one call and two copies of v fewer per item.
+func (r *Ring[T]) Pop(ctx context.Context) (T, error) {
+	// The fast path is pop1 written out. A T larger than four words goes through memory,
+	// and each call that returns one costs copies (and store-forwarding stalls), so the
+	// common case calls nothing that returns a T: not even when the cached tail says
+	// empty but the real one does not, which is every item when the consumer keeps up.
 	h := r.phead
-	if r.debug || h == r.cachedTail {
+	if r.debug || h == r.cachedTail && !r.refreshTail(h) {
 		return r.popSlow(ctx)
 	}
 	i := h & r.mask
-	v = r.buf[i]
+	v := r.buf[i]
 	var zero T
 	r.buf[i] = zero // do not pin what the item points to
+	r.release(h)
+	return v, nil
+}
+
+// refreshTail reloads the consumer's view of tail and reports whether slot h is filled.
+func (r *Ring[T]) refreshTail(h uint64) bool {
+	r.cachedTail = r.tail.Load() & idxMask
+	return r.cachedTail != h
+}
+
+// release hands slot h, just emptied, back to the producer.
+func (r *Ring[T]) release(h uint64) {
 	h = (h + 1) & idxMask
 	r.head.Store(h)
 	r.phead = h
 	r.writers.signal()
-	return v, nil
 }
 
-// popSlow is Pop when the cached tail says empty, or with the misuse checks on.
+// popSlow is Pop when the ring is empty, or with the misuse checks on.
 func (r *Ring[T]) popSlow(ctx context.Context) (T, error) {
 	if r.debug {
 		r.enterConsumer()
@@ -404,10 +429,7 @@ func (r *Ring[T]) pop1() (v T, ok bool, err error) {
 	v = r.buf[i]
 	var zero T
 	r.buf[i] = zero // do not pin what the item points to
-	h = (h + 1) & idxMask
-	r.head.Store(h)
-	r.phead = h
-	r.writers.signal()
+	r.release(h)
 	return v, true, nil
 }
 
