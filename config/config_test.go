@@ -28,6 +28,7 @@ nats:
 postgres:
   table: file_table
   batch: {max_rows: 100, max_bytes: 1MiB}
+memory_limit: 48MiB
 `)
 	env := []string{
 		"JETSINK_NATS_STREAM=FROMENV",
@@ -55,6 +56,7 @@ postgres:
 		{"batch.max_bytes flag size", int64(cfg.Postgres.Batch.MaxBytes), int64(512 << 10)},
 		{"subjects list", strings.Join(cfg.NATS.Subjects, "|"), "a.>|b.>"},
 		{"untouched default", cfg.Log.Level, "info"},
+		{"memory_limit size", cfg.MemoryLimit, int64(48 << 20)},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

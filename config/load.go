@@ -196,8 +196,8 @@ func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 	return nil
 }
 
-// normalizeSizes turns human sizes under keys ending in "bytes" into plain
-// integers.
+// normalizeSizes turns human sizes under keys ending in "bytes" (and
+// memory_limit) into plain integers.
 func normalizeSizes(node *yaml.Node, prefix string) error {
 	if node.Kind != yaml.MappingNode {
 		return nil
@@ -214,7 +214,7 @@ func normalizeSizes(node *yaml.Node, prefix string) error {
 			}
 			continue
 		}
-		if val.Kind != yaml.ScalarNode || !strings.HasSuffix(key, "bytes") {
+		if val.Kind != yaml.ScalarNode || !(strings.HasSuffix(key, "bytes") || key == "memory_limit") {
 			continue
 		}
 		if _, err := strconv.ParseInt(val.Value, 10, 64); err == nil {
