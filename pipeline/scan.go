@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -198,6 +200,7 @@ func (e *Encoder) scanObject(b []byte, i int, node int32, depth int) (int, bool)
 	if node >= 0 {
 		kids = e.m.nodes[node].children
 	}
+	next := 0 // the child in kids the next key most likely names
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		i++
@@ -212,7 +215,9 @@ func (e *Encoder) scanObject(b []byte, i int, node int32, depth int) (int, bool)
 			}
 			child := int32(-1)
 			if len(kids) > 0 {
-				child = e.matchKey(kids, b[i+1:end-1], esc)
+				if p := e.matchKey(kids, next, b[i+1:end-1], esc); p >= 0 {
+					child, next = kids[p], p+1
+				}
 			}
 			i = skipWS(b, end)
 			if i >= len(b) || b[i] != ':' {
@@ -285,23 +290,31 @@ func (e *Encoder) scanArray(b []byte, i int, node int32, depth int) (int, bool) 
 	return i, true
 }
 
-// matchKey returns the child of kids that key (a raw key, escaped when esc)
-// names, or -1. Only a key's first occurrence matches: with duplicate keys
-// the first one wins, as fastjson's Object.Get has it.
-func (e *Encoder) matchKey(kids []int32, key []byte, esc bool) int32 {
+// matchKey returns the position in kids of the child that key (a raw key,
+// escaped when esc) names, or -1. It tries kids[next] first: keys tend to
+// come in the order the columns name them. Only a key's first occurrence
+// matches: with duplicate keys the first one wins, as the package documents.
+func (e *Encoder) matchKey(kids []int32, next int, key []byte, esc bool) int {
 	if esc {
 		e.keyBuf = appendUnescaped(e.keyBuf[:0], key)
 		key = e.keyBuf
 	}
-	for _, k := range kids {
-		if e.m.nodes[k].key == string(key) {
-			if e.vals[k].kind != kindAbsent {
-				return -1 // a later duplicate
+	nodes := e.m.nodes
+	p := -1
+	if next < len(kids) && nodes[kids[next]].key == string(key) {
+		p = next
+	} else {
+		for j, k := range kids {
+			if nodes[k].key == string(key) {
+				p = j
+				break
 			}
-			return k
 		}
 	}
-	return -1
+	if p < 0 || e.vals[kids[p]].kind != kindAbsent { // absent, or a later duplicate
+		return -1
+	}
+	return p
 }
 
 // strClass sorts string bytes: 0 plain, 1 '"', 2 '\\', 3 control
@@ -321,9 +334,7 @@ var strClass = func() (t [256]uint8) {
 // returns the index after its closing quote; esc reports escapes.
 func (e *Encoder) scanString(b []byte, i int) (end int, esc, ok bool) {
 	for {
-		for i < len(b) && strClass[b[i]] == 0 {
-			i++
-		}
+		i = skipPlain(b, i)
 		if i >= len(b) {
 			return i, esc, false
 		}
@@ -345,6 +356,28 @@ func (e *Encoder) scanString(b []byte, i int) (end int, esc, ok bool) {
 			i += size
 		}
 	}
+}
+
+// skipPlain returns the index of the first byte at or after b[i] that is
+// not plain (strClass 0), or len(b). It tests eight bytes at a time: a
+// byte is flagged when it is below 0x20, '"', '\\' or 0x80 and up; the
+// borrows of the zero-byte test can flag bytes after a flagged one, never
+// before it, so the lowest flag is exact.
+func skipPlain(b []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for i+8 <= len(b) {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q, bs := x^(ones*'"'), x^(ones*'\\')
+		m := ((x-ones*0x20)&^x | (q-ones)&^q | (bs-ones)&^bs | x) & highs
+		if m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+		i += 8
+	}
+	for i < len(b) && strClass[b[i]] == 0 {
+		i++
+	}
+	return i
 }
 
 // scanEscape checks the escape at b[i] == '\\' and returns the index after
