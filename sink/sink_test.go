@@ -449,20 +449,7 @@ func TestExactlyOnceWithIdentityColumn(t *testing.T) {
 // unlock everything commits once, in order of arrival per batch.
 func TestHoldRowsWhileLocked(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
-	pg := testenv.Postgres(t)
-	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
-		c.Connections = 1
-		c.Batch.MaxRows = 100
-		c.HoldRows = 300
-		c.InProgressEvery = 20 * time.Millisecond
-	})
-	admin := pg.Conn(t)
-	tx := lockTable(t, ctx, pg, s)
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	first, mFirst := rows(1, 1, nil)
-	src.push(t, ctx, first)
-	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+	s, admin, tx, src, wait, mFirst := lockedSink(t, ctx, 20*time.Millisecond)
 
 	// 1 committing + 100 open + 300 held: 400 more rows all leave the
 	// Source; the next 150 mostly stay in it.
@@ -512,20 +499,7 @@ func TestHoldRowsWhileLocked(t *testing.T) {
 // max_ack_pending rows in memory.
 func TestNoHoldWhileBusy(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
-	pg := testenv.Postgres(t)
-	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
-		c.Connections = 1
-		c.Batch.MaxRows = 100
-		c.HoldRows = 300
-		c.InProgressEvery = 10 * time.Minute
-	})
-	admin := pg.Conn(t)
-	tx := lockTable(t, ctx, pg, s)
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	first, mFirst := rows(1, 1, nil)
-	src.push(t, ctx, first)
-	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+	s, admin, tx, src, wait, mFirst := lockedSink(t, ctx, 10*time.Minute)
 
 	more, mMore := rows(2, 400, nil)
 	src.push(t, ctx, more)
@@ -548,6 +522,29 @@ func TestNoHoldWhileBusy(t *testing.T) {
 	if n := count(t, ctx, admin, s.cfg.Table); n != 401 {
 		t.Fatalf("%d rows, want 401", n)
 	}
+}
+
+// lockedSink runs a sink with one connection, max_rows 100, HoldRows 300 and
+// the given InProgressEvery, locks its table and pushes row 1, which its
+// committer is left waiting on the lock with.
+func lockedSink(t *testing.T, ctx context.Context, every time.Duration) (s *Sink, admin *pgx.Conn, tx pgx.Tx, src source, wait func() error, mFirst []*recMsg) {
+	t.Helper()
+	pg := testenv.Postgres(t)
+	s, _ = newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Connections = 1
+		c.Batch.MaxRows = 100
+		c.HoldRows = 300
+		c.InProgressEvery = every
+	})
+	admin = pg.Conn(t)
+	tx = lockTable(t, ctx, pg, s)
+	src = newSource()
+	wait = runSink(t, ctx, s, src)
+	var first []pipeline.Row
+	first, mFirst = rows(1, 1, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+	return s, admin, tx, src, wait, mFirst
 }
 
 // lockTable takes an ACCESS EXCLUSIVE lock on s's table in a transaction of
