@@ -108,8 +108,18 @@ type Result struct {
 	// metadata timestamp, the published_at column): scheduled send ->
 	// stored is the publisher's and nats-server's part, stored -> commit
 	// is the engine's (delivery, decode, batching, COPY, COMMIT).
-	LatencyToStream Percentiles  `json:"latency_to_stream"`
-	LatencyInEngine Percentiles  `json:"latency_stream_to_commit"`
+	LatencyToStream Percentiles `json:"latency_to_stream"`
+	LatencyInEngine Percentiles `json:"latency_stream_to_commit"`
+	// The engine's part split at the row's COPY (its committed_at, a
+	// clock_timestamp() default): stored -> COPY is delivery, decode and
+	// waiting for a batch and a connection; COPY -> commit is the rest of
+	// the COPY and the COMMIT (fsync). Only with commit timestamps.
+	LatencyBeforeCopy   Percentiles `json:"latency_stream_to_copy,omitzero"`
+	LatencyCopyToCommit Percentiles `json:"latency_copy_to_commit,omitzero"`
+	// stored -> COPY split again where the engine received the event (its
+	// received_at; jetsink only): JetStream delivery, then jetsink itself.
+	LatencyDelivery Percentiles  `json:"latency_stream_to_received,omitzero"`
+	LatencyInside   Percentiles  `json:"latency_received_to_copy,omitzero"`
 	Curve           []CurvePoint `json:"percentile_curve"`
 	Timeline        []TimePoint  `json:"timeline"`
 	Batches         Batches      `json:"batches"`
@@ -378,7 +388,7 @@ func (b *bencher) createTable(ctx context.Context, table string) error {
 	t := pgx.Identifier{table}.Sanitize()
 	_, err := b.db.Exec(ctx, "DROP TABLE IF EXISTS "+t+"; CREATE TABLE "+t+` (
 	id uuid NOT NULL, ts timestamptz NOT NULL, device text, kind text, value double precision,
-	seq bigint, site text, body jsonb, stream text, stream_seq bigint, published_at timestamptz,
+	seq bigint, site text, body jsonb, stream text, stream_seq bigint, published_at timestamptz, received_at timestamptz,
 	committed_at timestamptz NOT NULL DEFAULT clock_timestamp())`)
 	if err != nil {
 		return fmt.Errorf("bench: create table %s: %w", table, err)
@@ -400,7 +410,9 @@ func (b *bencher) dropTable(table string) {
 // benchColumns is loadgen's mapping plus the JetStream timestamp, which
 // splits the latency into the part before the stream and the engine's.
 func benchColumns() []pipeline.Column {
-	return append(loadgen.Columns(), pipeline.Column{Name: "published_at", From: "meta:published_at", Type: pipeline.TypeTimestamptz})
+	return append(loadgen.Columns(),
+		pipeline.Column{Name: "published_at", From: "meta:published_at", Type: pipeline.TypeTimestamptz},
+		pipeline.Column{Name: "received_at", From: "meta:received_at", Type: pipeline.TypeTimestamptz})
 }
 
 // start starts t's engine as a subprocess.
@@ -567,6 +579,8 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 	res.Missing = int64(res.Published) - f.distinctSeqs
 	res.Latency, res.Curve, res.Timeline, res.Batches = f.latency, f.curve, f.timeline, f.batches
 	res.LatencyToStream, res.LatencyInEngine = f.toStream, f.inEngine
+	res.LatencyBeforeCopy, res.LatencyCopyToCommit = f.beforeCopy, f.copyToCommit
+	res.LatencyDelivery, res.LatencyInside = f.delivery, f.inside
 	if !f.last.IsZero() {
 		res.ElapsedS = f.last.Sub(from).Seconds()
 		res.StartupS = f.first.Sub(from).Seconds()
@@ -592,6 +606,16 @@ func (r Result) line() string {
 		s += fmt.Sprintf("\n           of which send->stored p50 %.1f p99 %.1f max %.1f ms, stored->commit p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms",
 			r.LatencyToStream.P50, r.LatencyToStream.P99, r.LatencyToStream.Max,
 			r.LatencyInEngine.P50, r.LatencyInEngine.P99, r.LatencyInEngine.P999, r.LatencyInEngine.Max)
+	}
+	if r.LatencyCopyToCommit.Count > 0 {
+		s += fmt.Sprintf("\n           stored->COPY p50 %.1f p99 %.1f max %.1f ms, COPY->commit p50 %.1f p99 %.1f max %.1f ms",
+			r.LatencyBeforeCopy.P50, r.LatencyBeforeCopy.P99, r.LatencyBeforeCopy.Max,
+			r.LatencyCopyToCommit.P50, r.LatencyCopyToCommit.P99, r.LatencyCopyToCommit.Max)
+	}
+	if r.LatencyInside.Count > 0 {
+		s += fmt.Sprintf("\n           stored->received p50 %.1f p99 %.1f max %.1f ms, received->COPY p50 %.1f p99 %.1f max %.1f ms",
+			r.LatencyDelivery.P50, r.LatencyDelivery.P99, r.LatencyDelivery.Max,
+			r.LatencyInside.P50, r.LatencyInside.P99, r.LatencyInside.Max)
 	}
 	if r.Missing != 0 || r.Duplicate != 0 {
 		s += fmt.Sprintf("  MISSING %d DUPLICATE %d", r.Missing, r.Duplicate)

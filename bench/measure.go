@@ -77,9 +77,13 @@ type tableFacts struct {
 	first, last        time.Time // first and last commit
 	latency            Percentiles
 	toStream, inEngine Percentiles // split at published_at (JetStream's store time)
-	curve              []CurvePoint
-	timeline           []TimePoint
-	batches            Batches
+	// inEngine split again at the row's COPY (committed_at), when the
+	// commit time is the real commit timestamp.
+	beforeCopy, copyToCommit Percentiles
+	delivery, inside         Percentiles // beforeCopy split at received_at (jetsink fills it)
+	curve                    []CurvePoint
+	timeline                 []TimePoint
+	batches                  Batches
 }
 
 // measureTable reads every row's scheduled time and commit time. byCommitTS
@@ -98,13 +102,17 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	if f.rows == 0 {
 		return f, nil
 	}
-	rows, err := db.Query(ctx, "SELECT ts, published_at, "+commit+" FROM "+t+" ORDER BY ts")
+	rows, err := db.Query(ctx, "SELECT ts, published_at, received_at, committed_at, "+commit+" FROM "+t+" ORDER BY ts")
 	if err != nil {
 		return f, fmt.Errorf("read latencies: %w", err)
 	}
 	all := hdrhistogram.New(histMin, histMax, histDigits)
 	toStream := hdrhistogram.New(histMin, histMax, histDigits)
 	inEngine := hdrhistogram.New(histMin, histMax, histDigits)
+	beforeCopy := hdrhistogram.New(histMin, histMax, histDigits)
+	copyToCommit := hdrhistogram.New(histMin, histMax, histDigits)
+	delivery := hdrhistogram.New(histMin, histMax, histDigits)
+	inside := hdrhistogram.New(histMin, histMax, histDigits)
 	var (
 		start, winStart time.Time
 		win             *hdrhistogram.Histogram
@@ -116,9 +124,9 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 		}
 	}
 	for rows.Next() {
-		var ts, at time.Time
-		var stored *time.Time // NULL in tables without the column filled
-		if err := rows.Scan(&ts, &stored, &at); err != nil {
+		var ts, copied, at time.Time
+		var stored, received *time.Time // NULL where the engine does not fill them
+		if err := rows.Scan(&ts, &stored, &received, &copied, &at); err != nil {
 			rows.Close()
 			return f, fmt.Errorf("read latencies: %w", err)
 		}
@@ -142,6 +150,14 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 		if stored != nil {
 			_ = toStream.RecordValue(clampUS(stored.Sub(ts)))
 			_ = inEngine.RecordValue(clampUS(at.Sub(*stored)))
+			if byCommitTS {
+				_ = beforeCopy.RecordValue(clampUS(copied.Sub(*stored)))
+				_ = copyToCommit.RecordValue(clampUS(at.Sub(copied)))
+				if received != nil {
+					_ = delivery.RecordValue(clampUS(received.Sub(*stored)))
+					_ = inside.RecordValue(clampUS(copied.Sub(*received)))
+				}
+			}
 		}
 		_ = win.RecordValue(min(us, histMax))
 	}
@@ -153,6 +169,12 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	f.latency = percentiles(all)
 	if inEngine.TotalCount() > 0 {
 		f.toStream, f.inEngine = percentiles(toStream), percentiles(inEngine)
+	}
+	if beforeCopy.TotalCount() > 0 {
+		f.beforeCopy, f.copyToCommit = percentiles(beforeCopy), percentiles(copyToCommit)
+	}
+	if inside.TotalCount() > 0 {
+		f.delivery, f.inside = percentiles(delivery), percentiles(inside)
 	}
 	for _, q := range curveQuantiles {
 		f.curve = append(f.curve, CurvePoint{Percentile: q, Ms: float64(all.ValueAtQuantile(q)) / 1000})
