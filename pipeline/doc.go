@@ -30,11 +30,14 @@
 // # Mapping
 //
 // Compile checks a column list once and returns an immutable Mapper. The
-// hot call is Encoder.AppendTuple; an Encoder holds a reused JSON parser
-// (valyala/fastjson, chosen by benchmark: see BENCHMARKS.md) and allocates
-// nothing per event once warm. Sources: "payload"; "meta:<field>" for
-// stream, stream_seq, consumer_seq, subject, published_at, received_at,
-// delivered and msg_id; "header:<Name>" (case-sensitive, first value, as
+// hot call is Encoder.AppendTuple. It reads a JSON payload in one pass of
+// its own scanner (scan.go), which validates the payload and records where
+// the json: paths' values lie without building a tree; fastjson only words
+// the reason for a refused payload and validates header values bound for
+// jsonb (BENCHMARKS.md has the comparison). An Encoder allocates nothing
+// per event once warm. Sources: "payload"; "meta:<field>" for stream,
+// stream_seq, consumer_seq, subject, published_at, received_at, delivered
+// and msg_id; "header:<Name>" (case-sensitive, first value, as
 // nats.Header.Get); "json:<dotted.path>" (numeric keys index arrays) or an
 // RFC 6901 JSON pointer "/a/b~1c". A missing value or JSON null is SQL
 // NULL, or CodeRequiredMissing when the column is required.
@@ -42,8 +45,9 @@
 // When any column reads JSON, or the payload goes to a jsonb column, the
 // whole payload must be valid UTF-8 and strict JSON (RFC 8259; no NaN, no
 // raw control characters) without lone UTF-16 surrogate escapes, as
-// PostgreSQL's jsonb input demands. With duplicate keys the first one wins
-// for json: columns, while jsonb keeps the last, as PostgreSQL does.
+// PostgreSQL's jsonb input demands, and nested at most 300 deep. With
+// duplicate keys the first one wins for json: columns, while jsonb keeps
+// the last, as PostgreSQL does.
 //
 // Type rules, for a JSON value (headers and metadata strings follow the
 // string rules):
