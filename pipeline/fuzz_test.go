@@ -155,13 +155,14 @@ func FuzzTimestamp(f *testing.F) {
 }
 
 // scanColumns reaches what fuzzColumns does not: nested and array paths,
-// paths sharing a prefix, an object as text, a number and a boolean as
-// jsonb, and the payload as text.
+// paths sharing a prefix, two paths to one array element, an object as
+// text, a number and a boolean as jsonb, and the payload as text.
 var scanColumns = []Column{
 	{Name: "a", From: "json:a", Type: TypeText},
 	{Name: "ab", From: "json:a.b", Type: TypeJSONB},
 	{Name: "a0", From: "json:a.0", Type: TypeText},
 	{Name: "a01", From: "/a/01/x", Type: TypeInt8},
+	{Name: "a1", From: "json:a.1", Type: TypeJSONB}, // the same array element as /a/01
 	{Name: "t", From: "json:t", Type: TypeJSONB},
 	{Name: "tn", From: "json:t", Type: TypeNumeric},
 	{Name: "empty", From: "/", Type: TypeText},
@@ -181,6 +182,7 @@ func FuzzScanMatchesFastjson(f *testing.F) {
 		`{"a":[{"x":1},{"x":"42"}],"":"e","a/b":"\ud83d\ude00","t":true}`,
 		`{"\u0061":{"b":1},"a":{"b":2},"t":-0.5E-3}`,
 		` [ 1 , {"a" : null} ] `,
+		`{"a":[0,{"x":"42"}],"t":1}`,
 		`{"a":"\"\\\/\b\f\n\r\t\u001f"}`,
 		`{"a":1}x`, `{"a":01}`, `{"a":"\ud800"}`, "{\"a\":\"\xff\"}",
 	} {

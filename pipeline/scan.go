@@ -258,16 +258,27 @@ func (e *Encoder) scanArray(b []byte, i int, node int32, depth int) (int, bool) 
 		i++
 	} else {
 		for n := 0; ; n++ {
-			child := int32(-1)
+			child, more := int32(-1), false
 			for _, k := range kids {
 				if e.m.nodes[k].idx == n {
+					if child >= 0 {
+						more = true
+						break
+					}
 					child = k
-					break
 				}
 			}
+			at := i
 			var ok bool
 			if i, ok = e.scanValue(b, i, child, depth+1); !ok {
 				return i, false
+			}
+			if more { // "1", "01" and "+1" are nodes of their own: scan the element again for each
+				for _, k := range kids {
+					if k != child && e.m.nodes[k].idx == n {
+						e.scanValue(b, at, k, depth+1)
+					}
+				}
 			}
 			i = skipWS(b, i)
 			if i >= len(b) {
