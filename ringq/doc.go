@@ -110,9 +110,12 @@
 // parked goroutine costs no CPU. Sequential consistency rules out a lost wake-up: either
 // the signaller sees the sleeper, or the sleeper's re-check sees the new index. A Merge's
 // rings share one eventcount for their consumer, so a push into any ring wakes it without
-// polling. Long spinning measured slower on a busy two-core machine than parking, because
-// the spinner keeps stealing the cache line the other side is writing; the defaults spin
-// very little.
+// polling. Long spinning measured slower on a busy two-core machine than parking (there the
+// spinner takes CPU time the other side needs), so the defaults spin very little. The cost
+// shows in a saturated single-item hand-off: waits are rare (a few per thousand items), but
+// a parked side is woken into the waker's run queue and resumes only tens of microseconds
+// later, so producer and consumer partly take turns instead of running side by side. See
+// BENCHMARKS.md.
 //
 // # Errors
 //
