@@ -372,7 +372,39 @@ func appendJSONText(dst []byte, s string) ([]byte, *DecodeError) {
 			return dst, nulInJSONB()
 		}
 	}
+	if !textNumbersFit(s) {
+		return dst, jsonbNumberRange()
+	}
 	return append(append(dst, 1), s...), nil
+}
+
+// textNumbersFit reports whether every number of the JSON text s (valid)
+// fits numeric, as jsonb needs; like scanNumber it checks only numbers with
+// an exponent or of 64 characters or more.
+func textNumbersFit(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"':
+			for i++; s[i] != '"'; i++ {
+				if s[i] == '\\' {
+					i++
+				}
+			}
+		case c == '-' || isDigit(c):
+			j, exp := i+1, false
+			for ; j < len(s) && (isDigit(s[j]) || strings.IndexByte("+-.eE", s[j]) >= 0); j++ {
+				exp = exp || s[j] == 'e' || s[j] == 'E'
+			}
+			if exp || j-i >= 64 {
+				var buf [64]byte
+				if _, derr := appendNumeric(buf[:0], s[i:j]); derr != nil {
+					return false
+				}
+			}
+			i = j - 1
+		}
+	}
+	return true
 }
 
 func checkText(s string) *DecodeError {

@@ -219,6 +219,11 @@ const (
 	numericNegSign   = 0x4000
 )
 
+// numericMaxExp bounds a number's exponent as numeric_in (text) does: it
+// refuses |exponent| >= INT_MAX/2, and below that only the weight and the
+// dscale count, so 0e1000001 is 0.
+const numericMaxExp = math.MaxInt32 / 2
+
 var pow10x4 = [4]uint16{1, 10, 100, 1000}
 
 // appendNumeric encodes s (isJSONNumber) in numeric's binary format:
@@ -242,7 +247,7 @@ func appendNumeric(dst []byte, s string) ([]byte, *DecodeError) {
 			}
 			for j := 0; j < len(e); j++ {
 				exp = exp*10 + int64(e[j]-'0')
-				if exp > 1_000_000 {
+				if exp >= numericMaxExp {
 					return dst, outOfRange(TypeNumeric, "exponent too large")
 				}
 			}
