@@ -339,6 +339,75 @@ func TestRoundTripPostgres(t *testing.T) {
 		}
 	})
 
+	// The scanner's edges: what it accepts PostgreSQL's jsonb input must
+	// accept, with the same value; what it refuses jsonb refuses too,
+	// except nesting beyond 300, which the package documents.
+	t.Run("scanner edges", func(t *testing.T) {
+		cols := []Column{
+			{Name: "seq", From: "meta:stream_seq", Type: TypeInt8},
+			{Name: "raw", From: "payload", Type: TypeText},
+			{Name: "doc", From: "payload", Type: TypeJSONB},
+			{Name: "v", From: "json:v", Type: TypeJSONB},
+			{Name: "vt", From: "json:v", Type: TypeText},
+			{Name: "h", From: "header:H", Type: TypeJSONB},
+		}
+		deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+		good := []string{
+			`{"v":"\ud83d\ude00 \uDBFF\uDFFF \uFFFE \u00e9 \u001f \/ \" \\ \b\f\n\r\t"}`,
+			"{\"v\":\"\x7f \xef\xbf\xbf \xf4\x8f\xbf\xbf \xe2\x80\xa8 \u00a0\"}",
+			"{\"v\":\"abcdefg\xc3\xa9\",\"w\":\"abcdefgh\\\\\"}",
+			" \t\r\n{ \"v\" : [ -0 , 0.0 , 1E5 , 1e+5 , 1.0e0 , -1.5E-3 , 0e1000001 , 1e131071 , -1e-16383 ] } \n",
+			`{"v":` + "1" + strings.Repeat("0", 70) + `.5}`,
+			`{"v":0.` + strings.Repeat("0", 63) + `1}`,
+			`{"v":` + deep(299) + `}`, // 300 deep with the object
+			`{"v":{"":{"":""}},"\u0076x":1}`, `{"\u0076":"x\u00e9"}`,
+			`"v"`, `null`, `-0`, `[]`,
+		}
+		bad := []string{
+			`{"v":"\u0000"}`, `{"\u0000":1}`, `{"\u0076":{"k\u0000ey":1}}`, `{"v":"\ud800"}`, `{"v":"\udc00\ud800"}`, `{"v":"\ud800\u0041"}`,
+			`{"v":1e131072}`, `{"v":[1e-16384]}`, `{"v":0e1073741823}`,
+			"{\"v\":\"\x01\"}", "{\"v\":\"\x01\\\\n\"}", "{\"v\":\"\xed\xa0\x80\"}", "{\"v\":\"\xc0\xaf\"}", "{\"v\":\"\xf4\x90\x80\x80\"}",
+			"{\"v\":\"abcdefg\xc3\"}", "\"abcdefghijklmno\xe2\x82",
+			`{"v":01}`, `{"v":1.}`, `{"v":.1}`, `{"v":+1}`, `{"v":1e}`, `{"v":NaN}`, `{"v":-Infinity}`,
+			`{"v":"\x"}`, `{"v":"\U0041"}`, `{"v":1,}`, `[1,]`, `{"v":1}x`, "{\"v\":1}\f", "\xef\xbb\xbf{}", ``, ` `,
+		}
+		var evs []Event
+		for i, p := range good {
+			evs = append(evs, Event{StreamSeq: uint64(i), Data: []byte(p), Header: map[string][]string{"H": {p}}})
+		}
+		m := mustCompile(t, cols...)
+		createTable(t, ctx, conn, "scanner_edges", cols)
+		copyTuples(t, ctx, conn, "scanner_edges", cols, encodeAll(t, m, evs))
+		rows, err := conn.Query(ctx, `SELECT seq::text, raw FROM scanner_edges WHERE doc IS DISTINCT FROM raw::jsonb
+			OR h IS DISTINCT FROM raw::jsonb OR v IS DISTINCT FROM nullif(raw::jsonb->'v', 'null')
+			OR (jsonb_typeof(raw::jsonb->'v') = 'string' AND vt IS DISTINCT FROM raw::jsonb->>'v')
+			OR (jsonb_typeof(raw::jsonb->'v') IN ('object', 'array') AND vt::jsonb IS DISTINCT FROM raw::jsonb->'v')`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		diff, err := pgx.CollectRows(rows, rowStrings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range diff {
+			t.Errorf("disagreement: event %s: %q", d[0], d[1])
+		}
+		for _, p := range append(bad, `{"v":`+deep(300)+`}`) {
+			_, err := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(p)})
+			if err == nil {
+				t.Errorf("%q: the encoder accepts it", p)
+			}
+			_, herr := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(`{}`), Header: map[string][]string{"H": {p}}})
+			if herr == nil && !strings.Contains(p, deep(300)) {
+				t.Errorf("%q: the encoder accepts it as a header value for jsonb", p)
+			}
+			_, pgErr := conn.Exec(ctx, "SELECT convert_from($1::bytea, 'UTF8')::jsonb", []byte(p))
+			if pgErr == nil && !strings.Contains(p, deep(300)) {
+				t.Errorf("%q: PostgreSQL accepts it, the encoder refuses it: %v", p, err)
+			}
+		}
+	})
+
 	t.Run("numeric limits", func(t *testing.T) {
 		cols := []Column{{Name: "src", From: "json:v", Type: TypeText}, {Name: "n", From: "json:v", Type: TypeNumeric}}
 		nums := []string{"1e131071", "-9.99e131071", "1e-16383", "123456789e-16383", "1" + strings.Repeat("0", 4000) + "." + strings.Repeat("7", 16383)}
