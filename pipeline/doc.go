@@ -72,7 +72,9 @@
 //   - jsonb: any JSON value, written compactly (the payload column keeps the
 //     payload's bytes); \u0000 anywhere in it is refused with nul_in_text
 //     (PostgreSQL refuses it with SQLSTATE 22P05), and a number beyond
-//     numeric's range with out_of_range (PostgreSQL: SQLSTATE 22003).
+//     numeric's range with out_of_range (PostgreSQL: SQLSTATE 22003). A
+//     header value must be JSON as the payload must, nested at most 300
+//     deep in arrays and objects.
 //   - bytea: JSON strings in standard base64 with padding; the payload and
 //     header values as their raw bytes.
 //

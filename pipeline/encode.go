@@ -357,6 +357,9 @@ func appendJSONText(dst []byte, s string) ([]byte, *DecodeError) {
 	if !utf8.ValidString(s) {
 		return dst, &DecodeError{Code: CodeInvalidUTF8, Reason: "value is not valid UTF-8"}
 	}
+	if nestsDeeper(s2bView(s), fastjson.MaxDepth) {
+		return dst, nestingError("value")
+	}
 	if err := fastjson.Validate(s); err != nil {
 		return dst, &DecodeError{Code: CodeInvalidJSON, Reason: "value is not valid JSON: " + trimTail(err.Error())}
 	}

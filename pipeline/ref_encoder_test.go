@@ -12,7 +12,9 @@ package pipeline
 // first of duplicate keys wins; refGet (and the scanner) read 1. And one
 // check was added: a raw control character in a string that also holds an
 // escape ("\x01\\n"), which fastjson.Validate let through and PostgreSQL
-// refuses, is invalid_json.
+// refuses, is invalid_json. And one later: brackets nested deeper than
+// fastjson.MaxDepth are refused before fastjson.Validate runs (nestsDeeper),
+// whose time and memory grow with the square of the depth.
 
 import (
 	"bytes"
@@ -109,6 +111,9 @@ func (e *refEncoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 func (e *refEncoder) parse(data []byte) (*fastjson.Value, *DecodeError) {
 	if !utf8.Valid(data) {
 		return nil, &DecodeError{Code: CodeInvalidUTF8, Reason: "payload is not valid UTF-8"}
+	}
+	if nestsDeeper(data, fastjson.MaxDepth) { // added after the scanner: fastjson.Validate is quadratic in the depth
+		return nil, nestingError("payload")
 	}
 	// fastjson's parser is lenient (NaN, raw control characters, bad
 	// escapes); its validator is strict, so run it first.

@@ -3,7 +3,9 @@ package pipeline
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestScanArrayIndexAliases: "1", "01" and "+1" all index element 1 of an
@@ -94,6 +96,57 @@ func TestNumericHugeExponentOfZero(t *testing.T) {
 			}
 		case !errors.As(err, &de) || de.Code != c.code:
 			t.Errorf("%s: err = %v, want %s", c.v, err, c.code)
+		}
+	}
+}
+
+// FuzzHeaderJSONBMatchesPayload: a header value bound for jsonb is checked
+// by fastjson and textNumbersFit, the payload by the scanner; both must
+// take and refuse the same texts, with the same codes, but for nesting
+// beyond 300, which only the payload refuses.
+func FuzzHeaderJSONBMatchesPayload(f *testing.F) {
+	for _, s := range []string{`{"a":[1e131071,-1e-16383,"1e999999"]}`, `[1e131072]`, `{"k":-1.5E+3,"e":true}`, `"\u0000"`, `0e1000001`,
+		`-0.` + strings.Repeat("0", 70) + `1`, `{"a":"\"1e999999"}`, "{\"a\":\"\x01\\\\n\"}", `[` + strings.Repeat("1", 131073) + `]`} {
+		f.Add(s)
+	}
+	hdr := mustCompile(f, Column{Name: "h", From: "header:H", Type: TypeJSONB}).NewEncoder(0)
+	body := mustCompile(f, Column{Name: "b", From: "payload", Type: TypeJSONB}).NewEncoder(0)
+	f.Fuzz(func(t *testing.T, s string) {
+		_, herr := hdr.AppendTuple(nil, &Event{Header: map[string][]string{"H": {s}}})
+		_, berr := body.AppendTuple(nil, &Event{Data: []byte(s)})
+		var hde, bde *DecodeError
+		errors.As(herr, &hde)
+		errors.As(berr, &bde)
+		switch {
+		case herr == nil && berr == nil:
+		case herr == nil && strings.Contains(berr.Error(), "depth"):
+		case herr == nil || berr == nil || hde.Code != bde.Code:
+			t.Fatalf("%q:\nheader:  %v\npayload: %v", s, herr, berr)
+		}
+	})
+}
+
+// TestDeepNestingRefusedCheaply: fastjson's validator has no depth limit
+// and words its error once per level, so on deep unbalanced input it took
+// time and memory quadratic in the depth (10 KB of "[" took 36 s and 9 GB
+// to refuse, 1 MiB would stall a worker for good) and gave a reason as
+// long as that. Payloads and header values nested beyond 300 are refused
+// without it, with a short reason.
+func TestDeepNestingRefusedCheaply(t *testing.T) {
+	m := mustCompile(t, Column{Name: "b", From: "payload", Type: TypeJSONB}, Column{Name: "h", From: "header:H", Type: TypeJSONB})
+	for _, p := range []string{strings.Repeat("[", 2000), strings.Repeat(`{"a":`, 2000) + "1", strings.Repeat("[", 1<<20),
+		strings.Repeat("[", 400) + strings.Repeat("]", 400), `["\"[[[[` + strings.Repeat("[", 400) + `"]x`} {
+		start := time.Now()
+		_, perr := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(p), Header: map[string][]string{"H": {"1"}}})
+		_, herr := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte("1"), Header: map[string][]string{"H": {p}}})
+		for _, err := range []error{perr, herr} {
+			var de *DecodeError
+			if !errors.As(err, &de) || de.Code != CodeInvalidJSON || len(de.Reason) > 200 {
+				t.Errorf("%.20q...: %.200v, want a short invalid_json", p, err)
+			}
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%.20q...: %v to refuse", p, d)
 		}
 	}
 }
