@@ -94,16 +94,25 @@ type Result struct {
 	PubRetried int `json:"publish_retried"`
 	// Elapsed runs from the subprocess's start (drain) or the first
 	// scheduled send (rate) to the last commit.
-	ElapsedS      float64     `json:"elapsed_s"`
-	StartupS      float64     `json:"startup_s"` // subprocess start to first commit (drain)
-	EventsPerSec  float64     `json:"events_per_s"`
-	CPUSeconds    float64     `json:"cpu_s"`
-	CPUPerEvent   float64     `json:"cpu_us_per_event"`
-	CPUPerMillion float64     `json:"cpu_s_per_million"`
-	PeakRSS       int64       `json:"peak_rss_bytes"`
-	Redelivered   int64       `json:"redelivered"`
-	Latency       Percentiles `json:"latency"`
-	LatencyFrom   string      `json:"latency_commit_time"` // pg_xact_commit_timestamp or committed_at
+	ElapsedS      float64 `json:"elapsed_s"`
+	StartupS      float64 `json:"startup_s"` // subprocess start to first commit (drain)
+	EventsPerSec  float64 `json:"events_per_s"`
+	CPUSeconds    float64 `json:"cpu_s"`
+	CPUPerEvent   float64 `json:"cpu_us_per_event"`
+	CPUPerMillion float64 `json:"cpu_s_per_million"`
+	PeakRSS       int64   `json:"peak_rss_bytes"`
+	// Where the machine's CPU went while this engine ran (its start to its
+	// last ack; Linux only): every process's busy time per event, the share
+	// of the machine that was busy, and the bench process's own time per
+	// event (the embedded nats-server and the publisher live there). The
+	// rest of MachineCPUPerEvent - CPUPerEvent - BenchCPUPerEvent is mostly
+	// PostgreSQL (and whatever else runs on the machine).
+	MachineCPUPerEvent float64     `json:"machine_cpu_us_per_event,omitempty"`
+	MachineBusy        float64     `json:"machine_busy_share,omitempty"`
+	BenchCPUPerEvent   float64     `json:"bench_process_cpu_us_per_event,omitempty"`
+	Redelivered        int64       `json:"redelivered"`
+	Latency            Percentiles `json:"latency"`
+	LatencyFrom        string      `json:"latency_commit_time"` // pg_xact_commit_timestamp or committed_at
 	// Latency split at the moment JetStream stored the event (its
 	// metadata timestamp, the published_at column): scheduled send ->
 	// stored is the publisher's and nats-server's part, stored -> commit
@@ -503,6 +512,7 @@ func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Resu
 		return res, err
 	}
 	defer b.dropTable(t.table)
+	before, cpuOK := sampleCPU()
 	c, err := b.start(t)
 	if err != nil {
 		return res, err
@@ -511,6 +521,9 @@ func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Resu
 	if err != nil {
 		c.kill()
 		return res, err
+	}
+	if after, ok := sampleCPU(); ok && cpuOK {
+		res.machineCPU(before, after)
 	}
 	usage, stopErr := c.stop(30 * time.Second)
 	if err := b.finish(ctx, &res, t, ci, usage, c.started); err != nil {
@@ -529,6 +542,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		return res, err
 	}
 	defer b.dropTable(t.table)
+	before, cpuOK := sampleCPU()
 	c, err := b.start(t)
 	if err != nil {
 		return res, err
@@ -550,6 +564,9 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		c.kill()
 		return res, err
 	}
+	if after, ok := sampleCPU(); ok && cpuOK {
+		res.machineCPU(before, after)
+	}
 	usage, stopErr := c.stop(30 * time.Second)
 	if err := b.finish(ctx, &res, t, ci, usage, pubStart); err != nil {
 		return res, err
@@ -558,6 +575,20 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		return res, fmt.Errorf("bench: %s: %w\n%s", t.engine, stopErr, c.out.String())
 	}
 	return res, nil
+}
+
+// machineCPU fills the machine-wide CPU figures from two samples. It
+// needs res.Published.
+func (r *Result) machineCPU(before, after cpuSample) {
+	if r.Published == 0 {
+		return
+	}
+	busy, idle := after.busy-before.busy, after.idle-before.idle
+	r.MachineCPUPerEvent = busy.Seconds() * 1e6 / float64(r.Published)
+	if busy+idle > 0 {
+		r.MachineBusy = float64(busy) / float64(busy+idle)
+	}
+	r.BenchCPUPerEvent = (after.self - before.self).Seconds() * 1e6 / float64(r.Published)
 }
 
 // finish fills res from the table, the consumer and the child's usage.
@@ -602,6 +633,10 @@ func (r Result) line() string {
 	s := fmt.Sprintf("%-8s %9.0f events/s  CPU %5.2f µs/event  RSS %5.1f MiB  latency p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms  batches %d (p50 %d rows)  redelivered %d  load %.2f",
 		r.Engine, r.EventsPerSec, r.CPUPerEvent, float64(r.PeakRSS)/(1<<20), r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max,
 		r.Batches.Count, r.Batches.P50, r.Redelivered, r.Load1)
+	if r.MachineCPUPerEvent > 0 {
+		s += fmt.Sprintf("\n           machine %.0f%% busy, %.2f µs CPU/event in all: %.2f this engine, %.2f nats-server+bench, %.2f the rest (PostgreSQL, other)",
+			100*r.MachineBusy, r.MachineCPUPerEvent, r.CPUPerEvent, r.BenchCPUPerEvent, r.MachineCPUPerEvent-r.CPUPerEvent-r.BenchCPUPerEvent)
+	}
 	if r.LatencyInEngine.Count > 0 {
 		s += fmt.Sprintf("\n           of which send->stored p50 %.1f p99 %.1f max %.1f ms, stored->commit p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms",
 			r.LatencyToStream.P50, r.LatencyToStream.P99, r.LatencyToStream.Max,

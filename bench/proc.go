@@ -163,3 +163,39 @@ func loadAvg1() float64 {
 	}
 	return v
 }
+
+// cpuSample is the machine's CPU time (all CPUs, from /proc/stat) and this
+// process's own (user+sys) at one moment.
+type cpuSample struct {
+	at         time.Time
+	busy, idle time.Duration // machine: busy = user+nice+system+irq+softirq+steal; idle = idle+iowait
+	self       time.Duration // this process (the embedded nats-server lives here)
+}
+
+// sampleCPU reads a cpuSample; ok is false where /proc/stat is missing.
+func sampleCPU() (s cpuSample, ok bool) {
+	s.at = time.Now()
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return s, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return s, false
+	}
+	var v [8]float64 // user nice system idle iowait irq softirq steal, in clock ticks
+	for i := range v {
+		if v[i], err = strconv.ParseFloat(f[i+1], 64); err != nil {
+			return s, false
+		}
+	}
+	const tick = float64(time.Second) / 100 // USER_HZ is 100 on Linux
+	s.busy = time.Duration((v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) * tick)
+	s.idle = time.Duration((v[3] + v[4]) * tick)
+	return s, true
+}
