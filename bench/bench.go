@@ -133,6 +133,9 @@ type Result struct {
 	Timeline        []TimePoint  `json:"timeline"`
 	Batches         Batches      `json:"batches"`
 	Load1           float64      `json:"load1"` // one-minute load average when the run ended
+	// Log holds the engine's warnings and errors (the first 10 in the tail
+	// of its output): a heartbeat missed, a retried batch.
+	Log []string `json:"log,omitempty"`
 }
 
 // Report is everything Run measured.
@@ -526,6 +529,7 @@ func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Resu
 		res.machineCPU(before, after)
 	}
 	usage, stopErr := c.stop(30 * time.Second)
+	res.Log = c.problems(10)
 	if err := b.finish(ctx, &res, t, ci, usage, c.started); err != nil {
 		return res, err
 	}
@@ -568,6 +572,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		res.machineCPU(before, after)
 	}
 	usage, stopErr := c.stop(30 * time.Second)
+	res.Log = c.problems(10)
 	if err := b.finish(ctx, &res, t, ci, usage, pubStart); err != nil {
 		return res, err
 	}
@@ -651,6 +656,9 @@ func (r Result) line() string {
 		s += fmt.Sprintf("\n           stored->received p50 %.1f p99 %.1f max %.1f ms, received->COPY p50 %.1f p99 %.1f max %.1f ms",
 			r.LatencyDelivery.P50, r.LatencyDelivery.P99, r.LatencyDelivery.Max,
 			r.LatencyInside.P50, r.LatencyInside.P99, r.LatencyInside.Max)
+	}
+	for _, l := range r.Log {
+		s += "\n           log: " + l
 	}
 	if r.Missing != 0 || r.Duplicate != 0 {
 		s += fmt.Sprintf("  MISSING %d DUPLICATE %d", r.Missing, r.Duplicate)

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"runtime/pprof"
@@ -226,4 +227,16 @@ func BenchmarkDrain(b *testing.B) {
 		b.Fatalf("committed %d of %d rows: %v", n, b.N, err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+}
+
+func TestChildProblems(t *testing.T) {
+	c := &child{out: &tailBuffer{max: 1 << 10}}
+	fmt.Fprintln(c.out, `time=1 level=INFO msg=started`)
+	fmt.Fprintln(c.out, `time=2 level=WARN msg="pull heartbeats missed; checking the consumer"`)
+	fmt.Fprintln(c.out, `{"time":3,"level":"ERROR","msg":"commit failed"}`)
+	fmt.Fprintln(c.out, `time=4 level=WARN msg=third`)
+	got := c.problems(2)
+	if len(got) != 2 || !strings.Contains(got[0], "heartbeats missed") || !strings.Contains(got[1], "commit failed") {
+		t.Fatalf("problems(2) = %q", got)
+	}
 }

@@ -147,6 +147,22 @@ func (t *tailBuffer) String() string {
 	return t.buf.String()
 }
 
+// problems returns the engine's warning and error log lines (text or JSON
+// slog format) from the tail of its output, at most max of them.
+func (c *child) problems(max int) []string {
+	var out []string
+	for _, line := range strings.Split(c.out.String(), "\n") {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") ||
+			strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
+			if len(out) == max {
+				break
+			}
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
 // loadAvg1 is the one-minute load average from /proc/loadavg; -1 if unknown.
 func loadAvg1() float64 {
 	b, err := os.ReadFile("/proc/loadavg")
