@@ -520,23 +520,7 @@ func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Resu
 	if err != nil {
 		return res, err
 	}
-	ci, err := b.waitAcked(ctx, c, t, uint64(pub.Acked))
-	if err != nil {
-		c.kill()
-		return res, err
-	}
-	if after, ok := sampleCPU(); ok && cpuOK {
-		res.machineCPU(before, after)
-	}
-	usage, stopErr := c.stop(30 * time.Second)
-	res.Log = c.problems(10)
-	if err := b.finish(ctx, &res, t, ci, usage, c.started); err != nil {
-		return res, err
-	}
-	if stopErr != nil {
-		return res, fmt.Errorf("bench: %s: %w\n%s", t.engine, stopErr, c.out.String())
-	}
-	return res, nil
+	return res, b.settle(ctx, &res, c, t, before, cpuOK, c.started)
 }
 
 // rate starts t's engine, publishes open loop, and measures it.
@@ -563,23 +547,31 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		return res, fmt.Errorf("bench: publish: %w", err)
 	}
 	res.Published, res.PublishPS, res.PubRetried = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds(), pub.Retried
-	ci, err := b.waitAcked(ctx, c, t, uint64(pub.Acked))
+	return res, b.settle(ctx, &res, c, t, before, cpuOK, pubStart)
+}
+
+// settle waits until t's engine c has acked the res.Published events, stops
+// it and fills res: the machine's CPU since before (when cpuOK), the
+// engine's usage and log problems, and what the table says, with elapsed
+// time counted from from.
+func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, before cpuSample, cpuOK bool, from time.Time) error {
+	ci, err := b.waitAcked(ctx, c, t, uint64(res.Published))
 	if err != nil {
 		c.kill()
-		return res, err
+		return err
 	}
 	if after, ok := sampleCPU(); ok && cpuOK {
 		res.machineCPU(before, after)
 	}
 	usage, stopErr := c.stop(30 * time.Second)
 	res.Log = c.problems(10)
-	if err := b.finish(ctx, &res, t, ci, usage, pubStart); err != nil {
-		return res, err
+	if err := b.finish(ctx, res, t, ci, usage, from); err != nil {
+		return err
 	}
 	if stopErr != nil {
-		return res, fmt.Errorf("bench: %s: %w\n%s", t.engine, stopErr, c.out.String())
+		return fmt.Errorf("bench: %s: %w\n%s", t.engine, stopErr, c.out.String())
 	}
-	return res, nil
+	return nil
 }
 
 // machineCPU fills the machine-wide CPU figures from two samples. It

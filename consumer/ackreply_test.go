@@ -20,7 +20,7 @@ func TestParseAckReply(t *testing.T) {
 	}{
 		{"$JS.ACK.EVENTS.jetsink.3.1042.77." + tm + ".9", true, ackMeta{"EVENTS", 3, 1042, 77, ts}},
 		{"$JS.ACK._.HASH.EVENTS.jetsink.1.5.6." + tm + ".0.RANDOM", true, ackMeta{"EVENTS", 1, 5, 6, ts}},
-		{"$JS.ACK.hub.HASH.S.c.2.5.6." + tm + ".0", true, ackMeta{"S", 2, 5, 6, ts}},           // 11 tokens
+		{"$JS.ACK.hub.HASH.S.c.2.5.6." + tm + ".0", true, ackMeta{"S", 2, 5, 6, ts}},         // 11 tokens
 		{"$JS.ACK.hub.HASH.S.c.2.5.6." + tm + ".0.R.extra", true, ackMeta{"S", 2, 5, 6, ts}}, // future tokens
 		{"$JS.ACK.S.c.x.5.6." + tm + ".0", true, ackMeta{"S", 0, 5, 6, ts}},                  // not a number reads 0
 		{"$JS.ACK.S.c.1.5.6." + tm, false, ackMeta{}},                                        // 8 tokens
