@@ -468,29 +468,14 @@ func TestHoldRowsWhileLocked(t *testing.T) {
 	src.push(t, ctx, extra)
 	// Back-pressure: over a window, the batcher must leave them in the
 	// Source (the carry may take what fits in no batch: nothing here).
-	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
-		if n := src.Len(); n < 150 {
-			t.Fatalf("the batcher took %d rows beyond HoldRows", 150-n)
-		}
-		time.Sleep(20 * time.Millisecond) // observation interval, not a wait for a condition
-	}
+	staysAtLeast(t, src, 150, "beyond HoldRows")
 	all := append(append(mFirst, mHeld...), mExtra...)
 	for i, m := range all {
 		if m.acks.Load() != 0 {
 			t.Fatalf("message %d acked while the table is locked", i)
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "every message acked", allAcked(all))
-	src.close()
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if n := count(t, ctx, admin, s.cfg.Table); n != 551 {
-		t.Fatalf("%d rows, want 551", n)
-	}
+	unlockAndFinish(t, ctx, tx, src, wait, all, admin, s, 551)
 }
 
 // A database that is busy but not stalled (the open batch has waited less
@@ -504,23 +489,37 @@ func TestNoHoldWhileBusy(t *testing.T) {
 	more, mMore := rows(2, 400, nil)
 	src.push(t, ctx, more)
 	waitFor(t, ctx, "the open batch to fill", func() bool { return src.Len() <= 300 })
+	staysAtLeast(t, src, 300, "beyond the open batch while merely busy")
+	unlockAndFinish(t, ctx, tx, src, wait, append(mFirst, mMore...), admin, s, 401)
+}
+
+// staysAtLeast watches src for 300 ms: it must keep at least n rows
+// (back-pressure), or the test fails saying the batcher took rows what.
+func staysAtLeast(t *testing.T, src source, n int, what string) {
+	t.Helper()
 	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); {
-		if n := src.Len(); n < 300 {
-			t.Fatalf("the batcher took %d rows beyond the open batch while merely busy", 300-n)
+		if got := src.Len(); got < n {
+			t.Fatalf("the batcher took %d rows %s", n-got, what)
 		}
 		time.Sleep(20 * time.Millisecond) // observation interval, not a wait for a condition
 	}
+}
+
+// unlockAndFinish commits tx (releasing the lock), waits for every message of
+// all to be acked, ends the sink's Source and Run, and checks that the table
+// has want rows.
+func unlockAndFinish(t *testing.T, ctx context.Context, tx pgx.Tx, src source, wait func() error, all []*recMsg, admin *pgx.Conn, s *Sink, want int) {
+	t.Helper()
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	all := append(mFirst, mMore...)
 	waitFor(t, ctx, "every message acked", allAcked(all))
 	src.close()
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if n := count(t, ctx, admin, s.cfg.Table); n != 401 {
-		t.Fatalf("%d rows, want 401", n)
+	if n := count(t, ctx, admin, s.cfg.Table); n != want {
+		t.Fatalf("%d rows, want %d", n, want)
 	}
 }
 
