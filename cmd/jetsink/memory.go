@@ -8,25 +8,26 @@ import (
 
 // gcPercentWithLimit is GOGC under a memory limit: with the limit capping
 // the heap, the collector can wait for 4x the live heap before running,
-// which in a drain cut jetsink's CPU per event (BENCHMARKS.md, "GC").
+// which in a drain cut jetsink's CPU per event (BENCHMARKS.md, "GC and
+// memory").
 const gcPercentWithLimit = 400
 
 // applyMemoryLimit sets the Go soft memory limit from memory_limit, and
-// raises GOGC with it, unless GOMEMLIMIT / GOGC are set (the runtime has
-// already applied those). It logs what is in force.
+// GOGC 400 with it, unless GOMEMLIMIT / GOGC are set (the runtime has
+// already applied those). It logs what it did.
 func applyMemoryLimit(limit int64, log *slog.Logger) {
-	_, envLimit := os.LookupEnv("GOMEMLIMIT")
-	_, envGC := os.LookupEnv("GOGC")
-	if limit > 0 && !envLimit {
-		debug.SetMemoryLimit(limit)
-		if !envGC {
-			debug.SetGCPercent(gcPercentWithLimit)
-		}
+	if limit <= 0 {
+		return
 	}
-	cur := debug.SetMemoryLimit(-1) // -1 reads without changing
-	gc := debug.SetGCPercent(-1)
-	debug.SetGCPercent(gc)
-	if cur != int64(^uint64(0)>>1) || gc != 100 {
-		log.Info("memory", "soft_limit_bytes", cur, "gogc", gc)
+	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+		log.Info("memory_limit not applied: GOMEMLIMIT is set", "GOMEMLIMIT", v)
+		return
 	}
+	debug.SetMemoryLimit(limit)
+	gogc, ok := os.LookupEnv("GOGC")
+	if !ok {
+		debug.SetGCPercent(gcPercentWithLimit)
+		gogc = "400"
+	}
+	log.Info("memory", "soft_limit_bytes", limit, "gogc", gogc)
 }
