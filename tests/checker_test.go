@@ -276,6 +276,16 @@ type publisher struct {
 	res  loadgen.Result
 }
 
+// finish waits for every publish of pub and for every event of x to be
+// settled, drains r, and checks the table against x.
+func (e *env) finish(t *testing.T, ctx context.Context, pub *publisher, x *expected, r *running) verdict {
+	t.Helper()
+	pub.wait(t, ctx)
+	e.waitSettled(ctx, x)
+	r.drain(t)
+	return e.check(ctx, x)
+}
+
 // publishDuring starts publishing n loadgen events from first at rate
 // events/s (0: as fast as acknowledged) and adds them to x.
 func (e *env) publishDuring(ctx context.Context, x *expected, first uint64, n int, rate float64, subjects int) *publisher {
