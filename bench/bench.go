@@ -310,6 +310,12 @@ type target struct {
 	variant                                 Variant
 }
 
+// newTarget names engine's consumer and table on stream.
+func newTarget(engine, stream, prefix string, v Variant) target {
+	return target{engine: engine, stream: stream, prefix: prefix, consumer: "bench_" + engine,
+		table: strings.ToLower(stream) + "_" + engine, variant: v}
+}
+
 func (b *bencher) names() (stream, prefix string) {
 	b.seq++
 	return fmt.Sprintf("BENCH_%s_%d", b.id, b.seq), fmt.Sprintf("bench%s_%d", b.id, b.seq)
@@ -338,8 +344,7 @@ func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result,
 			return nil, fmt.Errorf("bench: preload: %w", err)
 		}
 		for _, e := range engines {
-			t := target{engine: e, stream: stream, prefix: prefix, consumer: "bench_" + e,
-				table: strings.ToLower(stream) + "_" + e, variant: v}
+			t := newTarget(e, stream, prefix, v)
 			res, err := b.drain(ctx, t, pub)
 			res.Rep = rep + 1
 			results = append(results, res)
@@ -355,8 +360,7 @@ func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result,
 		if err := b.createStream(ctx, stream, prefix); err != nil {
 			return results, err
 		}
-		t := target{engine: e, stream: stream, prefix: prefix, consumer: "bench_" + e,
-			table: strings.ToLower(stream) + "_" + e, variant: v}
+		t := newTarget(e, stream, prefix, v)
 		b.say("rep %d%s: %s at %.0f/s for %v", rep+1, variantSuffix(v), e, b.o.Rate, b.o.Duration)
 		res, err := b.rate(ctx, t)
 		b.deleteStream(stream)

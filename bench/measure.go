@@ -145,8 +145,8 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 		if at.After(f.last) {
 			f.last = at
 		}
-		us := max(at.Sub(ts).Microseconds(), histMin) // clock steps cannot make it negative
-		_ = all.RecordValue(min(us, histMax))
+		us := clampUS(at.Sub(ts)) // clock steps cannot make it negative
+		_ = all.RecordValue(us)
 		if stored != nil {
 			_ = toStream.RecordValue(clampUS(stored.Sub(ts)))
 			_ = inEngine.RecordValue(clampUS(at.Sub(*stored)))
@@ -159,7 +159,7 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 				}
 			}
 		}
-		_ = win.RecordValue(min(us, histMax))
+		_ = win.RecordValue(us)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
