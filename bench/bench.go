@@ -107,12 +107,15 @@ type Result struct {
 	// event (the embedded nats-server and the publisher live there). The
 	// rest of MachineCPUPerEvent - CPUPerEvent - BenchCPUPerEvent is mostly
 	// PostgreSQL (and whatever else runs on the machine).
-	MachineCPUPerEvent float64     `json:"machine_cpu_us_per_event,omitempty"`
-	MachineBusy        float64     `json:"machine_busy_share,omitempty"`
-	BenchCPUPerEvent   float64     `json:"bench_process_cpu_us_per_event,omitempty"`
-	Redelivered        int64       `json:"redelivered"`
-	Latency            Percentiles `json:"latency"`
-	LatencyFrom        string      `json:"latency_commit_time"` // pg_xact_commit_timestamp or committed_at
+	MachineCPUPerEvent float64 `json:"machine_cpu_us_per_event,omitempty"`
+	MachineBusy        float64 `json:"machine_busy_share,omitempty"`
+	BenchCPUPerEvent   float64 `json:"bench_process_cpu_us_per_event,omitempty"`
+	// The embedded PostgreSQL's CPU per event (postmaster and children);
+	// 0 against a configured server.
+	PostgresCPUPerEvent float64     `json:"postgres_cpu_us_per_event,omitempty"`
+	Redelivered         int64       `json:"redelivered"`
+	Latency             Percentiles `json:"latency"`
+	LatencyFrom         string      `json:"latency_commit_time"` // pg_xact_commit_timestamp or committed_at
 	// Latency split at the moment JetStream stored the event (its
 	// metadata timestamp, the published_at column): scheduled send ->
 	// stored is the publisher's and nats-server's part, stored -> commit
@@ -176,6 +179,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 
 	cfg := o.Base
+	pgPID := 0
 	if o.Embedded {
 		rep.Target = "embedded (fsync on)"
 		ns, err := embedded.StartNATS("")
@@ -192,6 +196,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err := trackCommitTimestamps(ctx, pg); err != nil {
 			return nil, err
 		}
+		pgPID = pg.PID()
 		say("embedded NATS %s, throwaway PostgreSQL on port %d (fsync on)", ns.URL(), pg.Port())
 	}
 	nc, err := nats.Connect(cfg.NATS.URL, nats.Name("jetsink-bench"))
@@ -218,7 +223,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer os.RemoveAll(dir)
 
-	b := &bencher{o: o, cfg: cfg, js: js, db: db, dir: dir, byCommitTS: track == "on", say: say,
+	b := &bencher{o: o, cfg: cfg, js: js, db: db, dir: dir, byCommitTS: track == "on", say: say, pgPID: pgPID,
 		id: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
 	for r := 0; r < o.Count; r++ {
 		for _, v := range o.Variants {
@@ -300,6 +305,7 @@ type bencher struct {
 	dir        string
 	id         string
 	byCommitTS bool
+	pgPID      int // the embedded postmaster, or 0
 	seq        int
 	say        func(string, ...any)
 }
@@ -519,7 +525,7 @@ func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Resu
 		return res, err
 	}
 	defer b.dropTable(t.table)
-	before, cpuOK := sampleCPU()
+	before, cpuOK := sampleCPU(b.pgPID)
 	c, err := b.start(t)
 	if err != nil {
 		return res, err
@@ -534,7 +540,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		return res, err
 	}
 	defer b.dropTable(t.table)
-	before, cpuOK := sampleCPU()
+	before, cpuOK := sampleCPU(b.pgPID)
 	c, err := b.start(t)
 	if err != nil {
 		return res, err
@@ -564,7 +570,7 @@ func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, b
 		c.kill()
 		return err
 	}
-	if after, ok := sampleCPU(); ok && cpuOK {
+	if after, ok := sampleCPU(b.pgPID); ok && cpuOK {
 		res.machineCPU(before, after)
 	}
 	usage, stopErr := c.stop(30 * time.Second)
@@ -590,6 +596,9 @@ func (r *Result) machineCPU(before, after cpuSample) {
 		r.MachineBusy = float64(busy) / float64(busy+idle)
 	}
 	r.BenchCPUPerEvent = (after.self - before.self).Seconds() * 1e6 / float64(r.Published)
+	if before.pgOK && after.pgOK {
+		r.PostgresCPUPerEvent = (after.pg - before.pg).Seconds() * 1e6 / float64(r.Published)
+	}
 }
 
 // finish fills res from the table, the consumer and the child's usage.
@@ -635,8 +644,14 @@ func (r Result) line() string {
 		r.Engine, r.EventsPerSec, r.CPUPerEvent, float64(r.PeakRSS)/(1<<20), r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max,
 		r.Batches.Count, r.Batches.P50, r.Redelivered, r.Load1)
 	if r.MachineCPUPerEvent > 0 {
-		s += fmt.Sprintf("\n           machine %.0f%% busy, %.2f µs CPU/event in all: %.2f this engine, %.2f nats-server+bench, %.2f the rest (PostgreSQL, other)",
-			100*r.MachineBusy, r.MachineCPUPerEvent, r.CPUPerEvent, r.BenchCPUPerEvent, r.MachineCPUPerEvent-r.CPUPerEvent-r.BenchCPUPerEvent)
+		rest := r.MachineCPUPerEvent - r.CPUPerEvent - r.BenchCPUPerEvent
+		s += fmt.Sprintf("\n           machine %.0f%% busy, %.2f µs CPU/event in all: %.2f this engine, %.2f nats-server+bench, ",
+			100*r.MachineBusy, r.MachineCPUPerEvent, r.CPUPerEvent, r.BenchCPUPerEvent)
+		if r.PostgresCPUPerEvent > 0 {
+			s += fmt.Sprintf("%.2f PostgreSQL, %.2f other", r.PostgresCPUPerEvent, rest-r.PostgresCPUPerEvent)
+		} else {
+			s += fmt.Sprintf("%.2f the rest (PostgreSQL, other)", rest)
+		}
 	}
 	if r.LatencyInEngine.Count > 0 {
 		s += fmt.Sprintf("\n           of which send->stored p50 %.1f p99 %.1f max %.1f ms, stored->commit p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms",

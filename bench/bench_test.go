@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"testing"
@@ -128,6 +130,33 @@ func TestRateEmbedded(t *testing.T) {
 	}
 	if len(r.Timeline) < 10 {
 		t.Errorf("timeline has %d windows for a 2 s run, want about 20", len(r.Timeline))
+	}
+	if runtime.GOOS == "linux" && r.PostgresCPUPerEvent <= 0 {
+		t.Errorf("no PostgreSQL CPU measured for the embedded server: %v µs/event", r.PostgresCPUPerEvent)
+	}
+}
+
+// treeCPU counts a child's CPU while it runs and after it was reaped.
+func TestTreeCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	before, ok := treeCPU(os.Getpid())
+	if !ok {
+		t.Fatal("treeCPU cannot read this process")
+	}
+	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	child := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	after, _ := treeCPU(os.Getpid())
+	// USER_HZ ticks: allow one tick of rounding each for utime and stime.
+	if got := after - before; got < child-20*time.Millisecond {
+		t.Fatalf("treeCPU grew by %v while a reaped child used %v", got, child)
+	}
+	if child < 50*time.Millisecond {
+		t.Fatalf("the child used only %v: the check above proves nothing", child)
 	}
 }
 

@@ -180,20 +180,27 @@ func loadAvg1() float64 {
 	return v
 }
 
-// cpuSample is the machine's CPU time (all CPUs, from /proc/stat) and this
-// process's own (user+sys) at one moment.
+// cpuSample is the machine's CPU time (all CPUs, from /proc/stat), this
+// process's own (user+sys) and, for an embedded PostgreSQL, the server's at
+// one moment.
 type cpuSample struct {
 	at         time.Time
 	busy, idle time.Duration // machine: busy = user+nice+system+irq+softirq+steal; idle = idle+iowait
 	self       time.Duration // this process (the embedded nats-server lives here)
+	pg         time.Duration // the postmaster and its children, live and reaped
+	pgOK       bool
 }
 
 // sampleCPU reads a cpuSample; ok is false where /proc/stat is missing.
-func sampleCPU() (s cpuSample, ok bool) {
+// pgPID is the embedded postmaster's process ID, or 0.
+func sampleCPU(pgPID int) (s cpuSample, ok bool) {
 	s.at = time.Now()
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if pgPID > 0 {
+		s.pg, s.pgOK = treeCPU(pgPID)
 	}
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -213,5 +220,61 @@ func sampleCPU() (s cpuSample, ok bool) {
 	const tick = float64(time.Second) / 100 // USER_HZ is 100 on Linux
 	s.busy = time.Duration((v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) * tick)
 	s.idle = time.Duration((v[3] + v[4]) * tick)
+	return s, true
+}
+
+// treeCPU is the CPU time (user+sys) of process pid, of the children it
+// has reaped, and of its live children: for a postmaster, the whole
+// server, since backends are its children and it reaps them as they exit.
+func treeCPU(pid int) (time.Duration, bool) {
+	f, ok := procStat(pid)
+	if !ok {
+		return 0, false
+	}
+	total := f.utime + f.stime + f.cutime + f.cstime
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		child, err := strconv.Atoi(d.Name())
+		if err != nil || child == pid {
+			continue
+		}
+		if c, ok := procStat(child); ok && c.ppid == pid {
+			total += c.utime + c.stime
+		}
+	}
+	const tick = float64(time.Second) / 100 // USER_HZ
+	return time.Duration(float64(total) * tick), true
+}
+
+type statFields struct {
+	ppid                         int
+	utime, stime, cutime, cstime int64 // clock ticks
+}
+
+// procStat reads the fields of /proc/pid/stat that treeCPU needs.
+func procStat(pid int) (statFields, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return statFields{}, false
+	}
+	// The command name is in parentheses and may hold spaces: the
+	// fields after it start with the state (field 3 of proc(5)).
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return statFields{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 {
+		return statFields{}, false
+	}
+	var s statFields
+	var v [5]int64
+	for k, idx := range [5]int{1, 11, 12, 13, 14} { // ppid utime stime cutime cstime
+		if v[k], err = strconv.ParseInt(f[idx], 10, 64); err != nil {
+			return statFields{}, false
+		}
+	}
+	s.ppid = int(v[0])
+	s.utime, s.stime, s.cutime, s.cstime = v[1], v[2], v[3], v[4]
 	return s, true
 }

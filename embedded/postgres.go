@@ -65,6 +65,21 @@ func (c *Cluster) URL(db string) string {
 // Port is the TCP port the cluster listens on (127.0.0.1).
 func (c *Cluster) Port() int { return c.port }
 
+// PID is the postmaster's process ID, or 0 when the server is not running
+// or its pid file cannot be read.
+func (c *Cluster) PID() int {
+	b, err := os.ReadFile(filepath.Join(c.dataDir(), "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
 // Stop stops the server with pg_ctl's mode: "smart", "fast" or "immediate"
 // (immediate is a crash: no checkpoint, recovery on the next start).
 func (c *Cluster) Stop(mode string) error {
