@@ -12,13 +12,15 @@ import (
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
-// commitCutter is a TCP proxy to PostgreSQL that, once armed, lets one
-// COMMIT through, waits for the server's answer (so the transaction has
-// committed), drops the answer and cuts the connection: the client cannot
-// know the outcome.
+// commitCutter is a TCP proxy to PostgreSQL that, once armed, lets the one
+// message that commits through (COMMIT, or in at-least-once mode the
+// CopyDone that ends the COPY), waits for the server's answer (so the
+// transaction has committed), drops the answer and cuts the connection: the
+// client cannot know the outcome.
 type commitCutter struct {
 	ln    net.Listener
 	to    string
+	mode  Mode
 	armed atomic.Bool
 	cut   atomic.Int32
 	wg    sync.WaitGroup
@@ -26,10 +28,24 @@ type commitCutter struct {
 	conns []net.Conn
 }
 
-// commitQuery is the simple-protocol Query message pgx sends for Commit.
-var commitQuery = []byte("Q\x00\x00\x00\x0bcommit\x00")
+// commitQuery is the simple-protocol Query message pgx sends for Commit;
+// copyDone ends a COPY, and pgx flushes right after it, so it ends the
+// bytes the proxy reads.
+var (
+	commitQuery = []byte("Q\x00\x00\x00\x0bcommit\x00")
+	copyDone    = []byte("c\x00\x00\x00\x04")
+)
 
-func newCommitCutter(t *testing.T, dbURL string) (*commitCutter, string) {
+// commits reports whether b, read from the client, holds the message that
+// commits a batch in mode m.
+func commits(m Mode, b []byte) bool {
+	if m == AtLeastOnce {
+		return bytes.HasSuffix(b, copyDone)
+	}
+	return bytes.Contains(b, commitQuery)
+}
+
+func newCommitCutter(t *testing.T, dbURL string, m Mode) (*commitCutter, string) {
 	t.Helper()
 	u, err := url.Parse(dbURL)
 	if err != nil {
@@ -39,7 +55,7 @@ func newCommitCutter(t *testing.T, dbURL string) (*commitCutter, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &commitCutter{ln: ln, to: u.Host}
+	p := &commitCutter{ln: ln, to: u.Host, mode: m}
 	p.wg.Go(p.accept)
 	t.Cleanup(func() {
 		ln.Close()
@@ -100,7 +116,7 @@ func (p *commitCutter) accept() {
 			for {
 				n, err := client.Read(buf)
 				if n > 0 {
-					if bytes.Contains(buf[:n], commitQuery) && p.armed.CompareAndSwap(true, false) {
+					if commits(p.mode, buf[:n]) && p.armed.CompareAndSwap(true, false) {
 						cutNext.Store(true)
 					}
 					if _, werr := server.Write(buf[:n]); werr != nil {
@@ -130,7 +146,7 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			ctx := testCtx(t, 30*time.Second)
 			pg := testenv.Postgres(t)
-			proxy, proxied := newCommitCutter(t, pg.URL)
+			proxy, proxied := newCommitCutter(t, pg.URL, tc.mode)
 			s, _ := newTestSink(t, ctx, proxied, func(c *Config) { c.Mode = tc.mode })
 			proxy.armed.Store(true)
 			src := newSource()
