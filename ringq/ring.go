@@ -455,8 +455,11 @@ func (r *Ring[T]) popSome(dst []T) (int, error) {
 	n := int(min(avail, uint64(len(dst))))
 	i := h & r.mask
 	if n == 1 { // skip the bulk copy and clear machinery for one item
+		// Two statements, not a tuple assignment: that one goes through a temporary
+		// on the stack and stalls reading it back.
+		dst[0] = r.buf[i]
 		var zero T
-		dst[0], r.buf[i] = r.buf[i], zero
+		r.buf[i] = zero
 	} else {
 		first := r.buf[i:]
 		if len(first) > n {
