@@ -88,6 +88,9 @@ func (m *Merge[T]) popN(ctx context.Context, dst []T) (int, error) {
 		return 0, nil
 	}
 	for {
+		if len(dst) == 1 && !m.debug && m.tryPop1(&dst[0]) {
+			return 1, nil
+		}
 		n, done := m.tryPopN(dst)
 		if n > 0 {
 			return n, nil
@@ -132,6 +135,34 @@ func (m *Merge[T]) tryPopN(dst []T) (n int, done bool) {
 		}
 	}
 	return n, closed == k
+}
+
+// tryPop1 is tryPopN for a single item without popSome's batch arithmetic: it moves the
+// oldest item of the first ring that has one, in the same round-robin order, into *dst. It
+// reports false when every ring looked empty; tryPopN then tells empty from closed. With
+// the misuse checks on, popN goes through tryPopN only, which makes them.
+func (m *Merge[T]) tryPop1(dst *T) bool {
+	k := len(m.rings)
+	i := m.next
+	m.next++
+	if m.next == k {
+		m.next = 0
+	}
+	for range k {
+		r := m.rings[i]
+		if h := r.phead; h != r.cachedTail || r.refreshTail(h) {
+			j := h & r.mask
+			*dst = r.buf[j]
+			var zero T
+			r.buf[j] = zero // do not pin what the item points to
+			r.release(h)
+			return true
+		}
+		if i++; i == k {
+			i = 0
+		}
+	}
+	return false
 }
 
 // ready is the consumer's wake-up condition: an item in some ring, or every ring closed.
