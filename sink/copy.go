@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,69 +14,6 @@ import (
 	"github.com/jetsink/jetsink/telemetry"
 )
 
-// The binary COPY stream around the tuples: signature, flags (0) and header
-// extension length (0); the trailer is a field count of -1.
-var (
-	copyHeader  = []byte("PGCOPY\n\xff\r\n\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00")
-	copyTrailer = []byte{0xff, 0xff}
-)
-
-// copyReader streams a binary COPY of rows: header, each Tuple verbatim,
-// trailer. It walks the rows without concatenating them.
-type copyReader struct {
-	// mu is held by Read and close: after an error pgx's CopyFrom can
-	// return while its goroutine is still in Read, so close waits for
-	// that Read and makes later ones return io.EOF.
-	mu   sync.Mutex
-	rows []pipeline.Row
-	i    int // next row, while part == 1
-	off  int // offset in the current piece
-	part int // 0 header, 1 tuples, 2 trailer, 3 done
-}
-
-// close ends the stream: a Read in progress finishes first, later ones
-// return io.EOF, and the rows are no longer referenced.
-func (r *copyReader) close() {
-	r.mu.Lock()
-	r.rows, r.part = nil, 3
-	r.mu.Unlock()
-}
-
-func (r *copyReader) Read(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for n < len(p) {
-		var cur []byte
-		switch r.part {
-		case 0:
-			cur = copyHeader
-		case 1:
-			if r.i == len(r.rows) {
-				r.part, r.off = 2, 0
-				continue
-			}
-			cur = r.rows[r.i].Tuple
-		case 2:
-			cur = copyTrailer
-		default:
-			return n, io.EOF
-		}
-		k := copy(p[n:], cur[r.off:])
-		n += k
-		r.off += k
-		if r.off == len(cur) {
-			r.off = 0
-			if r.part == 1 {
-				r.i++
-			} else {
-				r.part++
-			}
-		}
-	}
-	return n, nil
-}
-
 // committer is one of the Connections goroutines that commit batches. It
 // owns its connection.
 type committer struct {
@@ -86,6 +21,7 @@ type committer struct {
 	r      *run
 	conn   *pgx.Conn
 	staged bool // exactly-once: the staging table exists on conn
+	wire   copyWire
 	bo     backoff
 
 	// Telemetry of the batch being processed.
@@ -277,8 +213,9 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 		c.conn, c.staged = conn, false
 	}
 	if s.cfg.Mode == AtLeastOnce {
-		if err := c.copy(ctx, rows); err != nil {
-			return outcomeUnknown(err) && !pgconn.SafeToRetry(err), err
+		sent, err := c.copy(ctx, rows)
+		if err != nil {
+			return sent && outcomeUnknown(err), err
 		}
 		return false, nil
 	}
@@ -296,7 +233,7 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 			return false, fmt.Errorf("create staging table: %w", err)
 		}
 	}
-	if err := c.copy(ctx, rows); err != nil {
+	if _, err := c.copy(ctx, rows); err != nil {
 		return false, err
 	}
 	if _, err := tx.Exec(ctx, s.insertSQL); err != nil {
@@ -309,17 +246,24 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 	return false, nil
 }
 
-// copy sends rows with one binary COPY on the committer's connection.
-func (c *committer) copy(ctx context.Context, rows []pipeline.Row) error {
-	// A reader per attempt, closed before the rows can change: pgx may
-	// return from a failed COPY while its goroutine still reads.
-	rd := &copyReader{rows: rows}
-	_, err := c.conn.PgConn().CopyFrom(ctx, rd, c.s.copySQL)
-	rd.close()
+// copy sends rows with one binary COPY on the committer's connection (see
+// sendCopy). After an error the server did not answer with, the connection
+// is closed: its state is unknown.
+func (c *committer) copy(ctx context.Context, rows []pipeline.Row) (sent bool, err error) {
+	sent, err = sendCopy(ctx, c.conn.PgConn(), &c.wire, c.s.copySQL, rows)
 	if err != nil {
-		return fmt.Errorf("copy %d rows: %w", len(rows), err)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || ctx.Err() != nil {
+			c.closeConn()
+		}
+		return sent, fmt.Errorf("copy %d rows: %w", len(rows), err)
 	}
-	return nil
+	if ctx.Err() != nil {
+		// Committed before the cancel request reached the server; the
+		// connection may carry a deadline now.
+		c.closeConn()
+	}
+	return sent, nil
 }
 
 // settle acks rows[lo:hi] of b, which have just been committed.

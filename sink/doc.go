@@ -8,8 +8,8 @@
 //   - the batcher (Run's own goroutine): the only caller of Source.PopN and
 //     TryPopN; it cuts batches and hands them to committers;
 //   - Connections committers: each owns one connection and commits one batch
-//     at a time (BEGIN; COPY; COMMIT; ack), so that one batch is copied
-//     while the next one fills;
+//     at a time (COPY, which commits by itself; then ack), so that one batch
+//     is copied while the next one fills;
 //   - a heartbeat, when InProgressEvery > 0: it sends InProgress for the
 //     messages of every batch held longer than that (growing, waiting for a
 //     committer, blocked on a lock, retrying).
@@ -34,12 +34,21 @@
 // committer is busy, and MaxDelay bounds how long it keeps growing then
 // (counted from its first row); after that it stops growing and waits for
 // the next free committer, and rows back up in the rings (back-pressure).
+// Batch.MinDelay (linger, 0 by default) changes "at once": a batch that is
+// not full waits for a free committer until its oldest row has been in
+// jetsink that long, so a steady trickle makes fewer, larger transactions.
 //
 // # Delivery
 //
-// at-least-once (default): COMMIT, then Ack every message of the batch. A
+// at-least-once (default): one COPY statement per batch, which PostgreSQL
+// runs as a transaction of its own, then Ack every message of the batch. A
 // crash or a failed Ack between the two redelivers the message and stores
-// the row twice. exactly-once: each batch is COPYed into a per-connection
+// the row twice. The statement, the rows and CopyDone go out without
+// waiting for the server in between (one write for a small batch), and the
+// answer is read once; BEGIN and COMMIT would cost two more round trips.
+// When the hard context ends while the COPY waits (a locked table), the
+// sink sends the server a cancel request and reads the answer, so that a
+// statement it gave up on cannot commit later. exactly-once: each batch is COPYed into a per-connection
 // temporary staging table (ON COMMIT DELETE ROWS) and moved with INSERT ...
 // SELECT ... ON CONFLICT (stream, stream_seq) DO NOTHING in the same
 // transaction, so a redelivered message adds nothing (a stream deleted and
@@ -53,8 +62,9 @@
 //   - transient (class 08, 40, 53, 57, 58, 55P03, lost connection,
 //     timeout): the whole batch is retried with capped exponential backoff
 //     and jitter (Retry.Initial..Retry.Max) until the hard context ends;
-//   - COMMIT with no answer: outcome unknown, treated as not committed and
-//     retried; in at-least-once mode its rows count as PossibleDuplicates;
+//   - COMMIT (at-least-once: the whole COPY) sent and no answer: outcome
+//     unknown, treated as not committed and retried; in at-least-once mode
+//     its rows count as PossibleDuplicates;
 //   - data (class 22, 23): the batch is bisected; good rows are committed
 //     and acked, each refused row is dead-lettered through the
 //     DeadLetterer (which terms it, or naks it and returns an error, in

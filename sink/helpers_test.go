@@ -250,6 +250,20 @@ func waitingOnLock(t *testing.T, ctx context.Context, conn *pgx.Conn, app string
 	}
 }
 
+// noActiveBackend reports whether no backend of app runs a statement: a
+// statement a vanished client left behind would still commit.
+func noActiveBackend(t *testing.T, ctx context.Context, conn *pgx.Conn, app string) func() bool {
+	return func() bool {
+		var n int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state <> 'idle'", app).Scan(&n)
+		if err != nil {
+			t.Errorf("pg_stat_activity: %v", err)
+			return false
+		}
+		return n == 0
+	}
+}
+
 var errCanceled = context.Canceled
 
 func testCtxCancel(parent context.Context) (context.Context, context.CancelFunc) {

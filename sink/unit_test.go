@@ -2,10 +2,12 @@ package sink
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -13,37 +15,89 @@ import (
 	"github.com/jetsink/jetsink/pipeline"
 )
 
-// copyReader streams header, tuples and trailer exactly, whatever the size
-// of the reads.
-func TestCopyReader(t *testing.T) {
-	rs, _ := rows(1, 7, nil)
-	rs[3].Tuple = tuple("S", 4, string(bytes.Repeat([]byte("x"), 300)))
-	want := append([]byte(nil), copyHeader...)
-	for _, r := range rs {
-		want = append(want, r.Tuple...)
-	}
-	want = append(want, copyTrailer...)
-	for _, size := range []int{1, 2, 3, 7, 19, 64, 65536} {
-		rd := &copyReader{rows: rs}
-		var got []byte
-		buf := make([]byte, size)
-		for {
-			n, err := rd.Read(buf)
-			got = append(got, buf[:n]...)
-			if err == io.EOF {
-				break
+// copyWire's writes, read back as protocol messages, are one Query, then
+// CopyData messages whose payloads are exactly header, tuples and trailer,
+// then CopyDone; no write but the one holding a larger row passes
+// copyChunk.
+func TestCopyWire(t *testing.T) {
+	const sql = "COPY t (a) FROM STDIN (FORMAT binary)"
+	for _, tc := range []struct {
+		name string
+		n    int
+		big  int // index of a row larger than copyChunk, or -1
+	}{
+		{"empty", 0, -1},
+		{"one", 1, -1},
+		{"many", 5000, -1},
+		{"big row", 40, 17},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, _ := rows(1, tc.n, func(seq int) string { return fmt.Sprintf(`{"n":%d,"pad":"%0100d"}`, seq, seq) })
+			if tc.big >= 0 {
+				rs[tc.big].Tuple = tuple("S", 18, `{"pad":"`+strings.Repeat("x", copyChunk+100)+`"}`)
 			}
-			if err != nil {
-				t.Fatal(err)
+			want := append([]byte(nil), copyHeader...)
+			for _, r := range rs {
+				want = append(want, r.Tuple...)
 			}
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("read size %d: stream differs", size)
-		}
-	}
-	got, _ := io.ReadAll(&copyReader{})
-	if !bytes.Equal(got, append(append([]byte(nil), copyHeader...), copyTrailer...)) {
-		t.Fatalf("empty batch: %q", got)
+			want = append(want, copyTrailer...)
+
+			var w copyWire
+			var writes [][]byte
+			write := func(b []byte) error {
+				writes = append(writes, append([]byte(nil), b...))
+				return nil
+			}
+			w.begin(sql)
+			for i := range rs {
+				if w.full(len(rs[i].Tuple)) {
+					_ = w.flush(write)
+				}
+				w.buf = append(w.buf, rs[i].Tuple...)
+			}
+			writes = append(writes, append([]byte(nil), w.end()...))
+
+			var stream, all []byte
+			for i, b := range writes {
+				if len(b) > copyChunk && !(tc.big >= 0 && len(b) < copyChunk+len(rs[tc.big].Tuple)+64) {
+					t.Errorf("write %d is %d bytes, over copyChunk", i, len(b))
+				}
+				all = append(all, b...)
+			}
+			var types []byte
+			for len(all) > 0 {
+				if len(all) < 5 {
+					t.Fatalf("%d stray bytes", len(all))
+				}
+				typ, n := all[0], int(binary.BigEndian.Uint32(all[1:5]))
+				body := all[5 : 1+n]
+				switch typ {
+				case 'Q':
+					if string(body) != sql+"\x00" {
+						t.Fatalf("query %q", body)
+					}
+				case 'd':
+					stream = append(stream, body...)
+				case 'c':
+					if n != 4 {
+						t.Fatalf("CopyDone length %d", n)
+					}
+				default:
+					t.Fatalf("message type %q", typ)
+				}
+				types = append(types, typ)
+				all = all[1+n:]
+			}
+			if types[0] != 'Q' || types[len(types)-1] != 'c' || bytes.Count(types, []byte{'c'}) != 1 {
+				t.Fatalf("message order %q", types)
+			}
+			if !bytes.Equal(stream, want) {
+				t.Fatalf("COPY stream differs: %d bytes, want %d", len(stream), len(want))
+			}
+			if tc.n == 5000 && len(writes) < 2 {
+				t.Fatalf("5000 rows in %d write(s): the chunking never ran", len(writes))
+			}
+		})
 	}
 }
 

@@ -1,0 +1,188 @@
+package sink
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// One COPY ... FROM STDIN on the wire, without waiting between messages:
+// the statement (Query), the binary COPY stream in CopyData messages, and
+// CopyDone go out in writes of up to copyChunk bytes, and the answers are
+// read once, up to ReadyForQuery. PostgreSQL ignores CopyData and CopyDone
+// that arrive after the statement failed, so nothing needs its
+// CopyInResponse first. A small batch is one write and one read; pgx's
+// CopyFrom takes three writes, a goroutine to read the rows and a
+// background reader per call.
+
+// copyChunk is how many bytes are gathered for one write. The buffer is per
+// committer and grows past copyChunk only for a single larger row.
+const copyChunk = 256 << 10
+
+// cancelWait bounds how long a cancelled COPY waits for the server to
+// answer its cancel request before the connection is given up.
+const cancelWait = 5 * time.Second
+
+// The binary COPY stream around the tuples: signature, flags (0) and header
+// extension length (0); the trailer is a field count of -1.
+var (
+	copyHeader  = []byte("PGCOPY\n\xff\r\n\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00")
+	copyTrailer = []byte{0xff, 0xff}
+)
+
+// copyWire builds the messages of one COPY into buf.
+type copyWire struct {
+	buf  []byte
+	open int // offset of the open CopyData message, -1 if none
+}
+
+// begin starts a COPY of sql: the Query message, and a CopyData message
+// holding the stream header.
+func (w *copyWire) begin(sql string) {
+	w.buf = append(w.buf[:0], 'Q')
+	w.buf = binary.BigEndian.AppendUint32(w.buf, uint32(4+len(sql)+1))
+	w.buf = append(w.buf, sql...)
+	w.buf = append(w.buf, 0)
+	w.openData()
+	w.buf = append(w.buf, copyHeader...)
+}
+
+func (w *copyWire) openData() {
+	w.open = len(w.buf)
+	w.buf = append(w.buf, 'd', 0, 0, 0, 0)
+}
+
+// closeData fills in the length of the open CopyData message.
+func (w *copyWire) closeData() {
+	if w.open >= 0 {
+		binary.BigEndian.PutUint32(w.buf[w.open+1:], uint32(len(w.buf)-w.open-1))
+		w.open = -1
+	}
+}
+
+// full reports whether adding n more bytes should wait for a write first.
+func (w *copyWire) full(n int) bool { return len(w.buf) > 0 && len(w.buf)+n > copyChunk }
+
+// flush writes what is gathered and opens a new CopyData message.
+func (w *copyWire) flush(write func([]byte) error) error {
+	w.closeData()
+	err := write(w.buf)
+	w.buf = w.buf[:0]
+	w.openData()
+	return err
+}
+
+// end closes the stream: trailer, CopyDone.
+func (w *copyWire) end() []byte {
+	w.buf = append(w.buf, copyTrailer...)
+	w.closeData()
+	w.buf = append(w.buf, 'c', 0, 0, 0, 4)
+	return w.buf
+}
+
+// shrink drops a buffer that a large row grew well past copyChunk.
+func (w *copyWire) shrink() {
+	if cap(w.buf) > 4*copyChunk {
+		w.buf = nil
+	}
+}
+
+// sendCopy runs one COPY of rows on pg. sent reports that every byte,
+// CopyDone included, was written: an error after that (other than the
+// server's own) leaves open whether the statement committed.
+//
+// Cancelling ctx while writing ends the write (the statement cannot commit
+// without CopyDone). Cancelling it while waiting for the answer (a locked
+// table) sends the server a cancel request and reads on, for up to
+// cancelWait: the answer then says whether the COPY committed before the
+// cancel reached it, so a shutdown does not leave the outcome unknown.
+func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, rows []pipeline.Row) (sent bool, err error) {
+	defer w.shrink()
+	nc := pg.Conn()
+	stopWrites := context.AfterFunc(ctx, func() { _ = nc.SetWriteDeadline(time.Unix(1, 0)) })
+	write := func(b []byte) error {
+		_, err := nc.Write(b)
+		return err
+	}
+	w.begin(sql)
+	for i := range rows {
+		t := rows[i].Tuple
+		if w.full(len(t)) {
+			if err := w.flush(write); err != nil {
+				stopWrites()
+				return false, writeErr(ctx, err)
+			}
+		}
+		w.buf = append(w.buf, t...)
+	}
+	err = write(w.end())
+	if !stopWrites() {
+		// ctx ended: the write deadline may be set, or about to be.
+		if err == nil {
+			err = ctx.Err()
+		}
+		return false, writeErr(ctx, err)
+	}
+	if err != nil {
+		return false, writeErr(ctx, err)
+	}
+	return true, readCopyResult(ctx, pg)
+}
+
+// writeErr reports a failed write as the context's error when that caused
+// it.
+func writeErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// readCopyResult reads the server's answers to one COPY up to
+// ReadyForQuery and returns its error, if any.
+func readCopyResult(ctx context.Context, pg *pgconn.PgConn) error {
+	nc := pg.Conn()
+	done := make(chan struct{})
+	defer close(done)
+	stop := context.AfterFunc(ctx, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+		defer cancel()
+		if pg.CancelRequest(cctx) == nil {
+			// Give the server time to answer, then stop waiting.
+			select {
+			case <-done:
+				return
+			case <-cctx.Done():
+			}
+		}
+		_ = nc.SetReadDeadline(time.Unix(1, 0))
+	})
+	defer stop()
+	var pgErr error
+	for {
+		msg, err := pg.ReceiveMessage(context.Background())
+		if err != nil {
+			if pgErr != nil { // e.g. FATAL, then the server closed
+				return pgErr
+			}
+			if ctx.Err() != nil {
+				return errors.Join(ctx.Err(), err)
+			}
+			return err
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.ErrorResponse:
+			if pgErr == nil {
+				pgErr = pgconn.ErrorResponseToPgError(msg)
+			}
+		case *pgproto3.ReadyForQuery:
+			return pgErr
+		}
+	}
+}
