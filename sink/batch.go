@@ -194,14 +194,17 @@ func (r *run) batcher(ctx context.Context) error {
 			r.setCarry(n)
 			continue
 		}
-		if r.claim() {
+		now := time.Now()
+		// min_delay: a batch that is not full waits until its oldest row
+		// has been in jetsink that long before it takes a free committer.
+		linger := cfg.MinDelay > 0 && !full && !closed && len(held) == 0 && now.Before(b.since.Add(cfg.MinDelay))
+		if !linger && r.claim() {
 			if err := handOldest(); err != nil {
 				return err
 			}
 			continue
 		}
-		// Every committer is busy.
-		now := time.Now()
+		// Every committer is busy, or b lingers.
 		cut := full || closed || (len(b.rows) > 0 && !now.Before(b.deadline))
 		canHold := cut && len(b.rows) > 0 && heldRows+len(b.rows) <= r.s.cfg.HoldRows && r.holdAfter > 0
 		if canHold && (len(held) > 0 || !now.Before(b.since.Add(r.holdAfter))) {
@@ -236,9 +239,10 @@ func (r *run) batcher(ctx context.Context) error {
 			}
 			continue
 		}
-		// Wait for more rows, a free committer, or b's max_delay.
-		// (Woken by a free committer or max_delay, the loop looks again.)
-		if err := r.wait(ctx, b); errors.Is(err, ringq.ErrClosed) {
+		// Wait for more rows, a free committer, or b's max_delay; while b
+		// lingers, for more rows or the end of its min_delay.
+		// (Woken by a free committer or a deadline, the loop looks again.)
+		if err := r.wait(ctx, b, linger); errors.Is(err, ringq.ErrClosed) {
 			closed = true
 		} else if err != nil {
 			return err
@@ -247,21 +251,28 @@ func (r *run) batcher(ctx context.Context) error {
 }
 
 // wait pops rows into the carry, blocking until some come, a committer
-// frees up, or b's max_delay passes when b has rows. It returns
-// ringq.ErrClosed once the Source is closed and drained.
-func (r *run) wait(ctx context.Context, b *batch) error {
+// frees up, or b's max_delay passes when b has rows. While b lingers
+// (min_delay), a free committer does not end the wait, and b's min_delay
+// does. It returns ringq.ErrClosed once the Source is closed and drained.
+func (r *run) wait(ctx context.Context, b *batch, linger bool) error {
 	var wctx context.Context
 	var cancel context.CancelFunc
-	if len(b.rows) > 0 {
+	switch {
+	case linger:
+		// MinDelay <= MaxDelay: b's min_delay ends no later than b.deadline.
+		wctx, cancel = context.WithDeadline(ctx, b.since.Add(r.s.cfg.Batch.MinDelay))
+	case len(b.rows) > 0:
 		wctx, cancel = context.WithDeadline(ctx, b.deadline)
-	} else {
+	default:
 		wctx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
-	r.setWake(cancel)
-	defer r.setWake(nil)
-	if len(r.ready) > 0 { // a committer freed up before the wake was set
-		return nil
+	if !linger {
+		r.setWake(cancel)
+		defer r.setWake(nil)
+		if len(r.ready) > 0 { // a committer freed up before the wake was set
+			return nil
+		}
 	}
 	n, err := r.src.PopN(wctx, r.carry.rows[:r.room(b)])
 	switch {

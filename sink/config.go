@@ -70,11 +70,17 @@ type Config struct {
 }
 
 // BatchConfig is postgres.batch: a batch is cut at MaxRows OR MaxBytes OR
-// MaxDelay, whichever comes first (see the package doc for MaxDelay).
+// MaxDelay, whichever comes first (see the package doc for MaxDelay and
+// MinDelay).
 type BatchConfig struct {
 	MaxRows  int           `yaml:"max_rows"`  // default 5000
 	MaxBytes int           `yaml:"max_bytes"` // sum of tuple lengths; default 4 MiB
 	MaxDelay time.Duration `yaml:"max_delay"` // default 20ms
+	// MinDelay (linger) holds a batch that is not full back from a free
+	// connection until its oldest row has been in jetsink that long, so
+	// that a steady trickle makes fewer, larger transactions. 0 hands rows
+	// over at once. At most MaxDelay.
+	MinDelay time.Duration `yaml:"min_delay"`
 }
 
 // RetryConfig is postgres.retry: capped exponential backoff with jitter.
@@ -129,6 +135,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Batch.MaxDelay < 0 {
 		return fmt.Errorf("%w: postgres.batch.max_delay must be >= 0 (default 20ms)", ErrInvalidConfig)
+	}
+	if c.Batch.MinDelay < 0 || c.Batch.MinDelay > c.Batch.MaxDelay {
+		return fmt.Errorf("%w: postgres.batch.min_delay must be between 0 and max_delay (%v)", ErrInvalidConfig, c.Batch.MaxDelay)
 	}
 	if c.Connections < 1 || c.Connections > 64 {
 		return fmt.Errorf("%w: postgres.connections must be between 1 and 64 (default 2)", ErrInvalidConfig)

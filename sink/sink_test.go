@@ -29,6 +29,8 @@ func TestValidate(t *testing.T) {
 		{"max_rows", func(c *Config) { c.Batch.MaxRows = 0 }, "postgres.batch.max_rows"},
 		{"max_bytes", func(c *Config) { c.Batch.MaxBytes = 0 }, "postgres.batch.max_bytes"},
 		{"max_delay", func(c *Config) { c.Batch.MaxDelay = -1 }, "postgres.batch.max_delay"},
+		{"min_delay negative", func(c *Config) { c.Batch.MinDelay = -1 }, "postgres.batch.min_delay"},
+		{"min_delay over max_delay", func(c *Config) { c.Batch.MinDelay = time.Second }, "postgres.batch.min_delay"},
 		{"connections", func(c *Config) { c.Connections = 0 }, "postgres.connections"},
 		{"app_name", func(c *Config) { c.AppName = "" }, "postgres.app_name"},
 		{"retry initial", func(c *Config) { c.Retry.Initial = 0 }, "postgres.retry.initial"},
@@ -122,6 +124,47 @@ func TestCommitsAtOnceWhenIdle(t *testing.T) {
 	src.close()
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// min_delay holds a batch that is not full back from the idle committer
+// until its oldest row is that old, so rows arriving meanwhile join it; a
+// full batch goes at once while a later one still lingers.
+func TestMinDelay(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	const linger = 2 * time.Second
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Batch.MaxRows, c.Batch.MinDelay, c.Batch.MaxDelay, c.Connections = 10, linger, time.Hour, 1
+	})
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+
+	start := time.Now()
+	first, ms1 := rows(1, 3, nil)
+	src.push(t, ctx, first)
+	time.Sleep(linger / 10)
+	second, ms2 := rows(4, 3, nil)
+	src.push(t, ctx, second)
+	waitFor(t, ctx, "the lingering rows to be acked", allAcked(append(ms1, ms2...)))
+	if took := time.Since(start); took < linger {
+		t.Fatalf("a 6-row batch was committed after %v, before min_delay %v", took, linger)
+	}
+
+	full, msFull := rows(7, 10, nil)
+	late, msLate := rows(17, 2, nil)
+	src.push(t, ctx, append(full, late...))
+	waitFor(t, ctx, "the full batch to be acked", allAcked(msFull))
+	if allAcked(msLate)() {
+		t.Fatal("the 2 rows after a full batch were committed before their min_delay")
+	}
+	waitFor(t, ctx, "the late rows to be acked", allAcked(msLate))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got, want := txSizes(t, ctx, pg.Conn(t), s.cfg.Table), []int{6, 10, 2}; !equal(got, want) {
+		t.Fatalf("transaction sizes %v, want %v", got, want)
 	}
 }
 
