@@ -122,13 +122,10 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, r
 		w.buf = append(w.buf, t...)
 	}
 	err = write(w.end())
-	if !stopWrites() {
-		// ctx ended: the write deadline may be set, or about to be.
-		if err == nil {
-			err = ctx.Err()
-		}
-		return false, writeErr(ctx, err)
-	}
+	// Once CopyDone is out, the server may commit even if ctx has ended
+	// meanwhile: read the answer (which cancels on the server if ctx has
+	// ended). A write deadline set by stopWrites' func does not affect it.
+	stopWrites()
 	if err != nil {
 		return false, writeErr(ctx, err)
 	}
