@@ -1,9 +1,6 @@
 package ringq
 
-import (
-	"context"
-	"unsafe"
-)
+import "context"
 
 // Dispatch fans one producer out to n single-producer, single-consumer rings. Each item
 // goes to ring key(&item) % n, so items with the same key stay in order.
@@ -13,14 +10,17 @@ import (
 type Dispatch[T any] struct {
 	rings []*Ring[T]
 	key   func(*T) uint64
+	// scratch holds the item while key looks at it and the ring copies it.
+	// Producer-owned.
+	scratch T
 	// mask is N()-1 when N() is a power of two, so that Push computes key % N() as
 	// key & mask instead of with a division (tens of cycles); 0 otherwise.
 	mask uint64
 }
 
 // NewDispatch returns a Dispatch over n rings of the given capacity (see New); n below 1
-// counts as 1. key must not retain the pointer it is given: it points into Push's stack
-// frame and is valid only during the call. NewDispatch panics if key is nil.
+// counts as 1. key must not retain the pointer it is given. NewDispatch panics if key is
+// nil.
 func NewDispatch[T any](n, capacity int, key func(*T) uint64, opts ...Option) *Dispatch[T] {
 	if key == nil {
 		panic("ringq: NewDispatch with a nil key function")
@@ -40,26 +40,22 @@ func NewDispatch[T any](n, capacity int, key func(*T) uint64, opts ...Option) *D
 // Push adds v to ring key(&v) % N(), blocking while that ring is full. It returns
 // ctx.Err() if ctx ends first and ErrClosed if the ring is closed. Producer only.
 func (d *Dispatch[T]) Push(ctx context.Context, v T) error {
-	k := d.key(noescape(&v))
+	// key looks at a copy in a Dispatch field: handing it &v would move every
+	// pushed item to the heap (key is unknown code), and hiding &v from escape
+	// analysis would let a key that keeps the pointer keep a pointer into a dead
+	// stack frame. The ring copies from the field, which is then cleared.
+	d.scratch = v
+	k := d.key(&d.scratch)
 	var i uint64
 	if d.mask != 0 || len(d.rings) == 1 {
 		i = k & d.mask
 	} else {
 		i = k % uint64(len(d.rings))
 	}
-	return d.rings[i].pushPtr(ctx, &v)
-}
-
-// noescape hides p from escape analysis, so that passing &v to the unknown key function
-// does not move every pushed item to the heap. It is what strings.Builder does with its own
-// address (internal/abi.NoEscape), and it is safe for the same reason: the pointer does not
-// outlive the call it is passed to, because NewDispatch requires that key not retain it.
-// The earlier way, copying v into a field of the Dispatch for key to look at and zeroing
-// it afterwards, cost two copies of the item per push, and the first one stalled reading
-// back the argument Push had just spilled (a failed store forward). See BENCHMARKS.md.
-func noescape[T any](p *T) *T {
-	x := uintptr(unsafe.Pointer(p))
-	return *(**T)(unsafe.Pointer(&x))
+	err := d.rings[i].pushPtr(ctx, &d.scratch)
+	var zero T
+	d.scratch = zero
+	return err
 }
 
 // Ring returns ring i, 0 <= i < N(). Worker i is its only consumer.
