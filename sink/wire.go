@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -97,6 +98,12 @@ func (w *copyWire) shrink() {
 // CopyDone included, was written: an error after that (other than the
 // server's own) leaves open whether the statement committed.
 //
+// The answers are read while the rows go out (by a goroutine that ends
+// before sendCopy returns): the server may write while it reads the COPY,
+// a NOTICE per row from a trigger for instance, and once both sides' socket
+// buffers were full, a writer that only reads afterwards and a server that
+// cannot write would wait for each other forever.
+//
 // Cancelling ctx while writing ends the write (the statement cannot commit
 // without CopyDone). Cancelling it while waiting for the answer (a locked
 // table) sends the server a cancel request and reads on, for up to
@@ -105,7 +112,27 @@ func (w *copyWire) shrink() {
 func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, rows []pipeline.Row) (sent bool, err error) {
 	defer w.shrink()
 	nc := pg.Conn()
+	answer := make(chan error, 1)
+	go func() { answer <- readCopyResult(ctx, pg) }()
+	if err := writeCopy(ctx, nc, w, sql, rows); err != nil {
+		// No CopyDone went out: the statement cannot commit, and the
+		// connection is given up. Stop the reader.
+		_ = nc.SetReadDeadline(time.Unix(1, 0))
+		<-answer
+		return false, writeErr(ctx, err)
+	}
+	// Once CopyDone is out, the server may commit even if ctx has ended
+	// meanwhile: wait for the answer (the reader cancels on the server if
+	// ctx has ended).
+	return true, <-answer
+}
+
+// writeCopy writes the statement, the rows and CopyDone.
+func writeCopy(ctx context.Context, nc net.Conn, w *copyWire, sql string, rows []pipeline.Row) error {
 	stopWrites := context.AfterFunc(ctx, func() { _ = nc.SetWriteDeadline(time.Unix(1, 0)) })
+	// A write deadline set by stopWrites' func after this returned does
+	// not matter: ctx has ended, and the connection is closed then.
+	defer stopWrites()
 	write := func(b []byte) error {
 		_, err := nc.Write(b)
 		return err
@@ -115,21 +142,12 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, r
 		t := rows[i].Tuple
 		if w.full(len(t)) {
 			if err := w.flush(write); err != nil {
-				stopWrites()
-				return false, writeErr(ctx, err)
+				return err
 			}
 		}
 		w.buf = append(w.buf, t...)
 	}
-	err = write(w.end())
-	// Once CopyDone is out, the server may commit even if ctx has ended
-	// meanwhile: read the answer (which cancels on the server if ctx has
-	// ended). A write deadline set by stopWrites' func does not affect it.
-	stopWrites()
-	if err != nil {
-		return false, writeErr(ctx, err)
-	}
-	return true, readCopyResult(ctx, pg)
+	return write(w.end())
 }
 
 // writeErr reports a failed write as the context's error when that caused
