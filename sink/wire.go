@@ -160,25 +160,33 @@ func writeErr(ctx context.Context, err error) error {
 }
 
 // readCopyResult reads the server's answers to one COPY up to
-// ReadyForQuery and returns its error, if any.
+// ReadyForQuery and returns its error, if any. When ctx ends first, it
+// sends a cancel request and waits up to cancelWait for the answer; the
+// cancel request's goroutine has ended when it returns.
 func readCopyResult(ctx context.Context, pg *pgconn.PgConn) error {
 	nc := pg.Conn()
-	done := make(chan struct{})
-	defer close(done)
+	answered, endCancel := context.WithCancel(context.Background())
+	cancelDone := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
-		cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+		defer close(cancelDone)
+		cctx, cancel := context.WithTimeout(answered, cancelWait)
 		defer cancel()
 		if pg.CancelRequest(cctx) == nil {
 			// Give the server time to answer, then stop waiting.
-			select {
-			case <-done:
-				return
-			case <-cctx.Done():
-			}
+			<-cctx.Done()
 		}
-		_ = nc.SetReadDeadline(time.Unix(1, 0))
+		if answered.Err() == nil {
+			_ = nc.SetReadDeadline(time.Unix(1, 0))
+		}
 	})
-	defer stop()
+	defer func() {
+		// The answer is in: a cancel request still on its way is moot
+		// (and ctx has ended, so the connection is closed after this).
+		endCancel()
+		if !stop() {
+			<-cancelDone
+		}
+	}()
 	var pgErr error
 	for {
 		msg, err := pg.ReceiveMessage(context.Background())

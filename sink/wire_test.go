@@ -1,12 +1,19 @@
 package sink
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -44,5 +51,153 @@ func TestCopyWhileServerSendsNotices(t *testing.T) {
 	}
 	if n := count(t, ctx, admin, s.cfg.Table); n != len(rs) {
 		t.Fatalf("%d rows, want %d", n, len(rs))
+	}
+}
+
+// fakePG is a PostgreSQL server of the test's own on a loopback port: it
+// accepts one connection (AuthenticationOk at once), hands each cancel
+// request to the test, and runs the test's script on the connection.
+type fakePG struct {
+	cancels chan struct{} // one value per cancel request received
+	closed  atomic.Int32  // cancel connections the client has closed
+	wg      sync.WaitGroup
+}
+
+// connectFake starts a fakePG running script and connects to it.
+func connectFake(t *testing.T, ctx context.Context, script func(be *pgproto3.Backend, f *fakePG)) (*pgconn.PgConn, *fakePG) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakePG{cancels: make(chan struct{}, 4)}
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		f.wg.Wait()
+	})
+	f.wg.Go(func() {
+		first := true
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			main := first
+			first = false
+			f.wg.Go(func() {
+				be := pgproto3.NewBackend(c, c)
+				msg, err := be.ReceiveStartupMessage()
+				if err != nil {
+					return
+				}
+				if _, ok := msg.(*pgproto3.CancelRequest); ok {
+					f.cancels <- struct{}{}
+					// Like a server that is slow to close: the client
+					// closes the cancel connection itself.
+					return
+				}
+				if !main {
+					return
+				}
+				be.Send(&pgproto3.AuthenticationOk{})
+				be.Send(&pgproto3.BackendKeyData{ProcessID: 42, SecretKey: []byte{1, 2, 3, 4}})
+				be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+				if be.Flush() != nil {
+					return
+				}
+				script(be, f)
+			})
+		}
+	})
+	cfg, err := pgconn.ParseConfig("postgres://u@" + ln.Addr().String() + "/db?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := cfg.DialFunc
+	dials := 0
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		dials++ // the first dial is the connection; later ones cancel
+		if dials == 1 {
+			return c, nil
+		}
+		return &closeCounter{Conn: c, n: &f.closed}, nil
+	}
+	pg, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close(context.Background()) })
+	return pg, f
+}
+
+type closeCounter struct {
+	net.Conn
+	n    *atomic.Int32
+	once sync.Once
+}
+
+func (c *closeCounter) Close() error {
+	c.once.Do(func() { c.n.Add(1) })
+	return c.Conn.Close()
+}
+
+// receiveCopy reads one COPY from the client, up to CopyDone.
+func receiveCopy(be *pgproto3.Backend) bool {
+	for {
+		msg, err := be.Receive()
+		if err != nil {
+			return false
+		}
+		if _, ok := msg.(*pgproto3.CopyDone); ok {
+			return true
+		}
+	}
+}
+
+// When the hard context ends while a COPY waits, the cancel request's
+// goroutine has ended (its connection closed) by the time sendCopy
+// returns: none outlives the call.
+func TestCopyCancelEndsWithCall(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	hard, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pg, f := connectFake(t, ctx, func(be *pgproto3.Backend, f *fakePG) {
+		if !receiveCopy(be) {
+			return
+		}
+		cancel()
+		select {
+		case <-f.cancels:
+		case <-ctx.Done():
+			return
+		}
+		be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "57014",
+			Message: "canceling statement due to user request"})
+		be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		_ = be.Flush()
+	})
+	rs, _ := rows(1, 3, nil)
+	var w copyWire
+	sent, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
+	var pgErr *pgconn.PgError
+	if !sent || !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+		t.Fatalf("sendCopy = %v, %v; want true, 57014", sent, err)
+	}
+	if n := f.closed.Load(); n != 1 {
+		t.Fatalf("%d cancel connections closed when sendCopy returned, want 1", n)
 	}
 }
