@@ -112,7 +112,7 @@ func (w *copyWire) shrink() {
 func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, rows []pipeline.Row) (sent bool, err error) {
 	defer w.shrink()
 	nc := pg.Conn()
-	answer := make(chan error, 1)
+	answer := make(chan copyResult, 1)
 	go func() { answer <- readCopyResult(ctx, pg) }()
 	if err := writeCopy(ctx, nc, w, sql, rows); err != nil {
 		// No CopyDone went out: the statement cannot commit, and the
@@ -124,7 +124,24 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, r
 	// Once CopyDone is out, the server may commit even if ctx has ended
 	// meanwhile: wait for the answer (the reader cancels on the server if
 	// ctx has ended).
-	return true, <-answer
+	res := <-answer
+	if res.complete && res.err != nil {
+		// The COPY is done (in autocommit: committed), and then the
+		// connection failed or the backend ended (FATAL) before
+		// ReadyForQuery. Report the COPY, and close the connection so
+		// that the next statement does not go to a dead one.
+		_ = pg.Close(context.Background())
+		return true, nil
+	}
+	return true, res.err
+}
+
+// copyResult is the answer to one COPY. complete reports that its
+// CommandComplete arrived (with no error before it): a COPY in autocommit
+// has committed by then, since the server commits before it reports.
+type copyResult struct {
+	complete bool
+	err      error
 }
 
 // writeCopy writes the statement, the rows and CopyDone.
@@ -160,10 +177,10 @@ func writeErr(ctx context.Context, err error) error {
 }
 
 // readCopyResult reads the server's answers to one COPY up to
-// ReadyForQuery and returns its error, if any. When ctx ends first, it
+// ReadyForQuery (or an error) and returns its outcome. When ctx ends first, it
 // sends a cancel request and waits up to cancelWait for the answer; the
 // cancel request's goroutine has ended when it returns.
-func readCopyResult(ctx context.Context, pg *pgconn.PgConn) error {
+func readCopyResult(ctx context.Context, pg *pgconn.PgConn) (res copyResult) {
 	nc := pg.Conn()
 	answered, endCancel := context.WithCancel(context.Background())
 	cancelDone := make(chan struct{})
@@ -191,21 +208,26 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn) error {
 	for {
 		msg, err := pg.ReceiveMessage(context.Background())
 		if err != nil {
-			if pgErr != nil { // e.g. FATAL, then the server closed
-				return pgErr
+			switch {
+			case pgErr != nil: // e.g. ERROR, then the server closed
+				res.err = pgErr
+			case ctx.Err() != nil:
+				res.err = errors.Join(ctx.Err(), err)
+			default: // a FATAL error comes here too (pgconn closes on it)
+				res.err = err
 			}
-			if ctx.Err() != nil {
-				return errors.Join(ctx.Err(), err)
-			}
-			return err
+			return res
 		}
 		switch msg := msg.(type) {
+		case *pgproto3.CommandComplete:
+			res.complete = pgErr == nil
 		case *pgproto3.ErrorResponse:
 			if pgErr == nil {
 				pgErr = pgconn.ErrorResponseToPgError(msg)
 			}
 		case *pgproto3.ReadyForQuery:
-			return pgErr
+			res.err = pgErr
+			return res
 		}
 	}
 }

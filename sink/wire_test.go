@@ -116,6 +116,7 @@ func connectFake(t *testing.T, ctx context.Context, script func(be *pgproto3.Bac
 					return
 				}
 				script(be, f)
+				c.Close()
 			})
 		}
 	})
@@ -165,6 +166,38 @@ func receiveCopy(be *pgproto3.Backend) bool {
 		if _, ok := msg.(*pgproto3.CopyDone); ok {
 			return true
 		}
+	}
+}
+
+// A COPY in autocommit has committed once its CommandComplete arrived: an
+// error after it (the backend ended, or the connection broke, before
+// ReadyForQuery) must not make the sink send the batch again as if it had
+// failed, and the connection is closed for the next attempt.
+func TestCopyCompleteThenFatal(t *testing.T) {
+	for _, fatal := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fatal=%v", fatal), func(t *testing.T) {
+			ctx := testCtx(t, 10*time.Second)
+			pg, _ := connectFake(t, ctx, func(be *pgproto3.Backend, _ *fakePG) {
+				if !receiveCopy(be) {
+					return
+				}
+				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("COPY 3")})
+				if fatal {
+					be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01",
+						Message: "terminating connection due to administrator command"})
+				}
+				_ = be.Flush()
+			}) // then the fake closes the connection
+			rs, _ := rows(1, 3, nil)
+			var w copyWire
+			sent, err := sendCopy(ctx, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
+			if !sent || err != nil {
+				t.Fatalf("sendCopy = %v, %v; want true, nil (the COPY committed)", sent, err)
+			}
+			if !pg.IsClosed() {
+				t.Fatal("the connection is still open")
+			}
+		})
 	}
 }
 
