@@ -138,6 +138,12 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 			}
 			return nil
 		}
+		if unknown && c.s.cfg.Mode == AtLeastOnce {
+			// The rows may be in the table, and they will come again:
+			// retried here, or redelivered by JetStream when ctx has
+			// ended (they are not acked).
+			c.s.st.possibleDups.Add(uint64(len(rows)))
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -147,9 +153,6 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		}
 		c.s.st.retries.Add(1)
 		c.retries++
-		if unknown && c.s.cfg.Mode == AtLeastOnce {
-			c.s.st.possibleDups.Add(uint64(len(rows)))
-		}
 		wait := c.bo.next()
 		switch {
 		case cl == classConfig:

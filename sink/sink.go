@@ -37,7 +37,7 @@ type Stats struct {
 	Rows               uint64 // rows committed (in exactly-once mode: offered; conflicts add nothing)
 	Bytes              uint64 // tuple bytes committed
 	Retries            uint64 // failed attempts that were retried
-	PossibleDuplicates uint64 // rows whose COMMIT outcome was unknown in at-least-once mode and were sent again
+	PossibleDuplicates uint64 // rows whose COMMIT outcome was unknown in at-least-once mode (sent again, or left to redelivery at shutdown)
 	ConfigErrors       uint64 // attempts that failed with a configuration-class error (42xxx, 28xxx, ...)
 	BisectCopies       uint64 // extra COPYs spent isolating poison rows
 	DeadLettered       uint64 // rows dead-lettered by the sink

@@ -2,6 +2,8 @@ package sink
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"net"
 	"net/url"
 	"sync"
@@ -23,6 +25,9 @@ type commitCutter struct {
 	mode  Mode
 	armed atomic.Bool
 	cut   atomic.Int32
+	// hold: instead of cutting the connection, keep it open and drop
+	// everything the server sends on it from then on.
+	hold  atomic.Bool
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns []net.Conn
@@ -97,6 +102,12 @@ func (p *commitCutter) accept() {
 				n, err := server.Read(buf)
 				if n > 0 && cutNext.Load() {
 					p.cut.Add(1)
+					if p.hold.Load() {
+						for err == nil {
+							_, err = server.Read(buf)
+						}
+						return
+					}
 					server.Close()
 					return
 				}
@@ -170,5 +181,38 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 				t.Fatalf("%d rows, want %d", n, tc.wantRows)
 			}
 		})
+	}
+}
+
+// The hard context ends while the answer to an at-least-once COPY is lost
+// (the COPY has committed; the server's answers never arrive): the sink
+// cannot know the outcome, acks nothing, and counts the rows as possible
+// duplicates, since JetStream will deliver them again.
+func TestOutcomeUnknownAtShutdownCounted(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	proxy, proxied := newCommitCutter(t, pg.URL, AtLeastOnce)
+	proxy.hold.Store(true)
+	s, _ := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections = 1 })
+	proxy.armed.Store(true)
+	hard, cancel := context.WithCancel(ctx)
+	defer cancel()
+	src := newSource()
+	wait := runSink(t, hard, s, src)
+	rs, ms := rows(1, 10, nil)
+	src.push(t, ctx, rs)
+	admin := pg.Conn(t)
+	waitFor(t, ctx, "the COPY to commit", func() bool { return proxy.cut.Load() == 1 && count(t, ctx, admin, s.cfg.Table) == 10 })
+	cancel()
+	if err := wait(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	for i, m := range ms {
+		if m.acks.Load() != 0 {
+			t.Fatalf("message %d acked without a known commit", i)
+		}
+	}
+	if st := s.Stats(); st.PossibleDuplicates != 10 {
+		t.Fatalf("PossibleDuplicates = %d, want 10 (stats %+v)", st.PossibleDuplicates, st)
 	}
 }
