@@ -9,7 +9,8 @@
 //     TryPopN; it cuts batches and hands them to committers;
 //   - Connections committers: each owns one connection and commits one batch
 //     at a time (COPY, which commits by itself; then ack), so that one batch
-//     is copied while the next one fills;
+//     is copied while the next one fills; during a COPY it reads the
+//     server's answers in a goroutine of its own, which ends with the COPY;
 //   - a heartbeat, when InProgressEvery > 0: it sends InProgress for the
 //     messages of every batch held longer than that (growing, waiting for a
 //     committer, blocked on a lock, retrying).
@@ -44,12 +45,15 @@
 // runs as a transaction of its own, then Ack every message of the batch. A
 // crash or a failed Ack between the two redelivers the message and stores
 // the row twice. The statement, the rows and CopyDone go out without
-// waiting for the server in between (one write for a small batch), and the
-// answer is read once; BEGIN and COMMIT would cost two more round trips.
-// When the hard context ends while the COPY waits (a locked table), the
-// sink sends the server a cancel request and reads the answer, so that a
-// statement it gave up on cannot commit later. exactly-once: each batch is COPYed into a per-connection
-// temporary staging table (ON COMMIT DELETE ROWS) and moved with INSERT ...
+// waiting for the server in between (one write for a small batch), while
+// the answers are read as they come; BEGIN and COMMIT would cost two more
+// round trips. When the hard context ends while the COPY waits (a locked
+// table), the sink sends the server a cancel request and reads the answer,
+// so that a statement it gave up on cannot commit later; a COPY whose
+// CommandComplete arrived has committed, whatever follows it.
+//
+// exactly-once: each batch is COPYed into a per-connection temporary
+// staging table (ON COMMIT DELETE ROWS) and moved with INSERT ...
 // SELECT ... ON CONFLICT (stream, stream_seq) DO NOTHING in the same
 // transaction, so a redelivered message adds nothing (a stream deleted and
 // re-created restarts its sequence: its rows then conflict with old ones).

@@ -15,12 +15,12 @@ import (
 
 // One COPY ... FROM STDIN on the wire, without waiting between messages:
 // the statement (Query), the binary COPY stream in CopyData messages, and
-// CopyDone go out in writes of up to copyChunk bytes, and the answers are
-// read once, up to ReadyForQuery. PostgreSQL ignores CopyData and CopyDone
-// that arrive after the statement failed, so nothing needs its
-// CopyInResponse first. A small batch is one write and one read; pgx's
-// CopyFrom takes three writes, a goroutine to read the rows and a
-// background reader per call.
+// CopyDone go out in writes of up to copyChunk bytes, while a goroutine
+// reads the answers up to ReadyForQuery (the server may write during the
+// COPY: see sendCopy). PostgreSQL ignores CopyData and CopyDone that arrive
+// after the statement failed, so nothing needs its CopyInResponse first. A
+// small batch is one write and one read; pgx's CopyFrom takes three writes
+// and waits for CopyInResponse in between.
 
 // copyChunk is how many bytes are gathered for one write. The buffer is per
 // committer and grows past copyChunk only for a single larger row.
