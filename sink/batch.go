@@ -31,6 +31,12 @@ type batch struct {
 	spare    bool      // made to hold rows during a stall; dropped after its commit
 }
 
+// lingerEnd is when b stops lingering: min_delay after its oldest row, but
+// no later than its max_delay deadline.
+func (b *batch) lingerEnd(cfg *BatchConfig) time.Time {
+	return b.since.Add(min(cfg.MinDelay, cfg.MaxDelay))
+}
+
 // reset empties the batch and drops its references to rows.
 func (b *batch) reset() {
 	b.mu.Lock()
@@ -197,7 +203,7 @@ func (r *run) batcher(ctx context.Context) error {
 		now := time.Now()
 		// min_delay: a batch that is not full waits until its oldest row
 		// has been in jetsink that long before it takes a free committer.
-		linger := cfg.MinDelay > 0 && !full && !closed && len(held) == 0 && now.Before(b.since.Add(cfg.MinDelay))
+		linger := cfg.MinDelay > 0 && !full && !closed && len(held) == 0 && now.Before(b.lingerEnd(cfg))
 		if !linger && r.claim() {
 			if err := handOldest(); err != nil {
 				return err
@@ -259,8 +265,7 @@ func (r *run) wait(ctx context.Context, b *batch, linger bool) error {
 	var cancel context.CancelFunc
 	switch {
 	case linger:
-		// MinDelay <= MaxDelay: b's min_delay ends no later than b.deadline.
-		wctx, cancel = context.WithDeadline(ctx, b.since.Add(r.s.cfg.Batch.MinDelay))
+		wctx, cancel = context.WithDeadline(ctx, b.lingerEnd(&r.s.cfg.Batch))
 	case len(b.rows) > 0:
 		wctx, cancel = context.WithDeadline(ctx, b.deadline)
 	default:

@@ -79,7 +79,7 @@ type BatchConfig struct {
 	// MinDelay (linger) holds a batch that is not full back from a free
 	// connection until its oldest row has been in jetsink that long, so
 	// that a steady trickle makes fewer, larger transactions. 0 hands rows
-	// over at once. At most MaxDelay.
+	// over at once; a value above MaxDelay acts as MaxDelay. Default 5ms.
 	MinDelay time.Duration `yaml:"min_delay"`
 }
 
@@ -102,7 +102,7 @@ func DefaultConfig() Config {
 		URL:         "postgres://postgres@127.0.0.1:5432/postgres",
 		Table:       "events",
 		Mode:        AtLeastOnce,
-		Batch:       BatchConfig{MaxRows: 5000, MaxBytes: 4 << 20, MaxDelay: 20 * time.Millisecond},
+		Batch:       BatchConfig{MaxRows: 5000, MaxBytes: 4 << 20, MaxDelay: 20 * time.Millisecond, MinDelay: 5 * time.Millisecond},
 		Connections: 2,
 		AppName:     "jetsink",
 		Retry:       RetryConfig{Initial: 100 * time.Millisecond, Max: 5 * time.Second},
@@ -136,8 +136,8 @@ func (c *Config) Validate() error {
 	if c.Batch.MaxDelay < 0 {
 		return fmt.Errorf("%w: postgres.batch.max_delay must be >= 0 (default 20ms)", ErrInvalidConfig)
 	}
-	if c.Batch.MinDelay < 0 || c.Batch.MinDelay > c.Batch.MaxDelay {
-		return fmt.Errorf("%w: postgres.batch.min_delay must be between 0 and max_delay (%v)", ErrInvalidConfig, c.Batch.MaxDelay)
+	if c.Batch.MinDelay < 0 {
+		return fmt.Errorf("%w: postgres.batch.min_delay must be >= 0 (default 5ms)", ErrInvalidConfig)
 	}
 	if c.Connections < 1 || c.Connections > 64 {
 		return fmt.Errorf("%w: postgres.connections must be between 1 and 64 (default 2)", ErrInvalidConfig)

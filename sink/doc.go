@@ -35,9 +35,10 @@
 // committer is busy, and MaxDelay bounds how long it keeps growing then
 // (counted from its first row); after that it stops growing and waits for
 // the next free committer, and rows back up in the rings (back-pressure).
-// Batch.MinDelay (linger, 0 by default) changes "at once": a batch that is
-// not full waits for a free committer until its oldest row has been in
-// jetsink that long, so a steady trickle makes fewer, larger transactions.
+// Batch.MinDelay (linger, 5ms by default) changes "at once": a batch that
+// is not full waits for a free committer until its oldest row has been in
+// jetsink that long (at most MaxDelay), so a steady trickle makes fewer,
+// larger transactions.
 //
 // # Delivery
 //
