@@ -239,29 +239,25 @@ func txSizes(t *testing.T, ctx context.Context, conn *pgx.Conn, table string) []
 
 // waitingOnLock reports whether a backend of app waits for a lock.
 func waitingOnLock(t *testing.T, ctx context.Context, conn *pgx.Conn, app string) func() bool {
-	return func() bool {
-		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", app).Scan(&n)
-		if err != nil {
-			t.Errorf("pg_stat_activity: %v", err)
-			return false
-		}
-		return n > 0
-	}
+	return func() bool { return backends(t, ctx, conn, app, "wait_event_type = 'Lock'") > 0 }
 }
 
 // noActiveBackend reports whether no backend of app runs a statement: a
 // statement a vanished client left behind would still commit.
 func noActiveBackend(t *testing.T, ctx context.Context, conn *pgx.Conn, app string) func() bool {
-	return func() bool {
-		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state <> 'idle'", app).Scan(&n)
-		if err != nil {
-			t.Errorf("pg_stat_activity: %v", err)
-			return false
-		}
-		return n == 0
+	return func() bool { return backends(t, ctx, conn, app, "state <> 'idle'") == 0 }
+}
+
+// backends counts the backends of app that match cond, a condition on
+// pg_stat_activity; -1 after an error.
+func backends(t *testing.T, ctx context.Context, conn *pgx.Conn, app, cond string) int {
+	var n int
+	err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND "+cond, app).Scan(&n)
+	if err != nil {
+		t.Errorf("pg_stat_activity: %v", err)
+		return -1
 	}
+	return n
 }
 
 var errCanceled = context.Canceled
