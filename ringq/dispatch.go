@@ -10,8 +10,7 @@ import "context"
 type Dispatch[T any] struct {
 	rings []*Ring[T]
 	key   func(*T) uint64
-	// scratch holds the item while key looks at it and the ring copies it.
-	// Producer-owned.
+	// scratch holds the item while key looks at it. Producer-owned.
 	scratch T
 	// mask is N()-1 when N() is a power of two, so that Push computes key % N() as
 	// key & mask instead of with a division (tens of cycles); 0 otherwise.
@@ -43,19 +42,18 @@ func (d *Dispatch[T]) Push(ctx context.Context, v T) error {
 	// key looks at a copy in a Dispatch field: handing it &v would move every
 	// pushed item to the heap (key is unknown code), and hiding &v from escape
 	// analysis would let a key that keeps the pointer keep a pointer into a dead
-	// stack frame. The ring copies from the field, which is then cleared.
+	// stack frame.
 	d.scratch = v
 	k := d.key(&d.scratch)
+	var zero T
+	d.scratch = zero
 	var i uint64
 	if d.mask != 0 || len(d.rings) == 1 {
 		i = k & d.mask
 	} else {
 		i = k % uint64(len(d.rings))
 	}
-	err := d.rings[i].pushPtr(ctx, &d.scratch)
-	var zero T
-	d.scratch = zero
-	return err
+	return d.rings[i].Push(ctx, v)
 }
 
 // Ring returns ring i, 0 <= i < N(). Worker i is its only consumer.

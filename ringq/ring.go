@@ -163,25 +163,6 @@ func (r *Ring[T]) Push(ctx context.Context, v T) error {
 	return nil
 }
 
-// pushPtr is Push of *v, for Dispatch.Push, which has the item in memory already: one
-// copy of it fewer than calling Push.
-func (r *Ring[T]) pushPtr(ctx context.Context, v *T) error {
-	t := r.ptail
-	if r.debug || (t-r.cachedHead)&idxMask >= uint64(len(r.buf)) && !r.refreshHead(t) {
-		return r.pushSlow(ctx, *v)
-	}
-	i := t & r.mask
-	r.buf[i] = *v
-	if !r.tail.CompareAndSwap(t, (t+1)&idxMask) { // fails only if Close set closedBit
-		var zero T
-		r.buf[i] = zero
-		return ErrClosed
-	}
-	r.ptail = (t + 1) & idxMask
-	r.readers.signal()
-	return nil
-}
-
 // refreshHead reloads the producer's view of head and reports whether slot t is free.
 func (r *Ring[T]) refreshHead(t uint64) bool {
 	r.cachedHead = r.head.Load()
