@@ -205,6 +205,9 @@ func (s *Sink) logConfigError(err error) {
 // committed.
 func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown bool, err error) {
 	s := c.s
+	if err := ctx.Err(); err != nil {
+		return false, err // given up: a COPY sent now would only be cancelled
+	}
 	if c.conn != nil && c.conn.IsClosed() {
 		c.closeConn()
 	}
