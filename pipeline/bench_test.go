@@ -82,6 +82,24 @@ func encodeTelemetry(b *testing.B, dst []byte, t *telemetry, payload []byte) []b
 	return dst
 }
 
+// tupleAppender is what the encoder and the reference encoder have in common.
+type tupleAppender interface {
+	AppendTuple(dst []byte, ev *Event) ([]byte, error)
+}
+
+// benchAppend encodes benchPayload with enc b.N times.
+func benchAppend(b *testing.B, enc tupleAppender) {
+	ev := &Event{Data: benchPayload}
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if buf, err = enc.AppendTuple(buf[:0], ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkJSONLibraries compares the candidate JSON libraries on the same
 // event and the same 8-column tuple, in one run. Each variant validates the
 // payload (the jsonb column needs it) and extracts the seven fields.
@@ -89,28 +107,10 @@ func encodeTelemetry(b *testing.B, dst []byte, t *telemetry, payload []byte) []b
 // only the JSON handling differs.
 func BenchmarkJSONLibraries(b *testing.B) {
 	b.Run("scanner", func(b *testing.B) { // the real encoder: one pass, no tree
-		enc := mustCompile(b, benchColumns...).NewEncoder(0)
-		ev := &Event{Data: benchPayload}
-		buf := make([]byte, 0, 1024)
-		b.ReportAllocs()
-		for b.Loop() {
-			var err error
-			if buf, err = enc.AppendTuple(buf[:0], ev); err != nil {
-				b.Fatal(err)
-			}
-		}
+		benchAppend(b, mustCompile(b, benchColumns...).NewEncoder(0))
 	})
 	b.Run("fastjson", func(b *testing.B) { // the encoder before the scanner (ref_encoder_test.go)
-		enc := newRefEncoder(mustCompile(b, benchColumns...), 0)
-		ev := &Event{Data: benchPayload}
-		buf := make([]byte, 0, 1024)
-		b.ReportAllocs()
-		for b.Loop() {
-			var err error
-			if buf, err = enc.AppendTuple(buf[:0], ev); err != nil {
-				b.Fatal(err)
-			}
-		}
+		benchAppend(b, newRefEncoder(mustCompile(b, benchColumns...), 0))
 	})
 	b.Run("encoding_json_struct", func(b *testing.B) {
 		buf := make([]byte, 0, 1024)
