@@ -257,17 +257,14 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 // is closed: its state is unknown.
 func (c *committer) copy(ctx context.Context, rows []pipeline.Row) (sent bool, err error) {
 	sent, err = sendCopy(ctx, c.conn.PgConn(), &c.wire, c.s.copySQL, rows)
-	if err != nil {
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || ctx.Err() != nil {
-			c.closeConn()
-		}
-		return sent, fmt.Errorf("copy %d rows: %w", len(rows), err)
-	}
-	if ctx.Err() != nil {
-		// Committed before the cancel request reached the server; the
-		// connection may carry a deadline now.
+	var pgErr *pgconn.PgError
+	if ctx.Err() != nil || err != nil && !errors.As(err, &pgErr) {
+		// No answer from the server, or ctx has ended (the connection may
+		// carry a deadline now, even after a COPY that committed).
 		c.closeConn()
+	}
+	if err != nil {
+		return sent, fmt.Errorf("copy %d rows: %w", len(rows), err)
 	}
 	return sent, nil
 }

@@ -19,8 +19,9 @@ import (
 // reads the answers up to ReadyForQuery (the server may write during the
 // COPY: see sendCopy). PostgreSQL ignores CopyData and CopyDone that arrive
 // after the statement failed, so nothing needs its CopyInResponse first. A
-// small batch is one write and one read; pgx's CopyFrom takes three writes
-// and waits for CopyInResponse in between.
+// small batch is one write; pgx's CopyFrom makes three (the statement, the
+// data from a goroutine that reads the rows, CopyDone) and starts a
+// background reader per call.
 
 // copyChunk is how many bytes are gathered for one write. The buffer is per
 // committer and grows past copyChunk only for a single larger row.
