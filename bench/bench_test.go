@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -136,16 +137,42 @@ func TestRateEmbedded(t *testing.T) {
 	}
 }
 
-// treeCPU counts a child's CPU while it runs and after it was reaped.
+// treeCPU counts a live child's CPU (as for a running backend) and a child
+// the parent has reaped (as for a backend that has exited).
 func TestTreeCPU(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc")
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const burn = `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done`
+	// The parent shell starts a child that burns CPU and then stays alive.
+	parent := exec.Command("sh", "-c", "sh -c '"+burn+"; sleep 60' & wait")
+	parent.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = syscall.Kill(-parent.Process.Pid, syscall.SIGKILL)
+		_ = parent.Wait()
+	}()
+	for {
+		got, ok := treeCPU(parent.Process.Pid)
+		if ok && got >= 40*time.Millisecond {
+			break // the live child's CPU is counted
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("treeCPU of a shell whose live child burns CPU stays at %v", got)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
 	before, ok := treeCPU(os.Getpid())
 	if !ok {
 		t.Fatal("treeCPU cannot read this process")
 	}
-	cmd := exec.Command("sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
+	cmd := exec.Command("sh", "-c", burn)
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
