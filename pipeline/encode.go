@@ -78,25 +78,34 @@ func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 		default:
 			dst, derr = appendMeta(dst, c, ev)
 		}
-		switch {
-		case derr == isNull:
-			if c.Required {
-				return dst[:start], &DecodeError{Column: c.Name, Code: CodeRequiredMissing,
-					Reason: "value of " + c.From + " is missing or null and the column is required"}
-			}
-			dst = dst[:at]
-			dst = binary.BigEndian.AppendUint32(dst, math.MaxUint32) // -1: NULL
-		case derr != nil:
-			derr.Column = c.Name
+		if dst, derr = endField(dst, at, c, derr); derr != nil {
 			return dst[:start], derr
-		default:
-			n := len(dst) - at - 4
-			if n > math.MaxInt32 {
-				return dst[:start], &DecodeError{Column: c.Name, Code: CodeTooLarge, Reason: "value exceeds 2 GiB"}
-			}
-			binary.BigEndian.PutUint32(dst[at:], uint32(n))
 		}
 	}
+	return dst, nil
+}
+
+// endField ends column c's field, whose 4-byte length starts at at: SQL
+// NULL when the value encoder said isNull (an error if c is required), its
+// length otherwise. A non-nil error is named for c; the caller drops the
+// tuple then.
+func endField(dst []byte, at int, c *column, derr *DecodeError) ([]byte, *DecodeError) {
+	switch {
+	case derr == isNull:
+		if c.Required {
+			return dst, &DecodeError{Column: c.Name, Code: CodeRequiredMissing,
+				Reason: "value of " + c.From + " is missing or null and the column is required"}
+		}
+		return binary.BigEndian.AppendUint32(dst[:at], math.MaxUint32), nil // -1: NULL
+	case derr != nil:
+		derr.Column = c.Name
+		return dst, derr
+	}
+	n := len(dst) - at - 4
+	if n > math.MaxInt32 {
+		return dst, &DecodeError{Column: c.Name, Code: CodeTooLarge, Reason: "value exceeds 2 GiB"}
+	}
+	binary.BigEndian.PutUint32(dst[at:], uint32(n))
 	return dst, nil
 }
 

@@ -19,7 +19,6 @@ package pipeline
 import (
 	"bytes"
 	"encoding/binary"
-	"math"
 	"strconv"
 	"unicode/utf8"
 
@@ -85,23 +84,8 @@ func (e *refEncoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 		default:
 			dst, derr = appendMeta(dst, c, ev)
 		}
-		switch {
-		case derr == isNull:
-			if c.Required {
-				return dst[:start], &DecodeError{Column: c.Name, Code: CodeRequiredMissing,
-					Reason: "value of " + c.From + " is missing or null and the column is required"}
-			}
-			dst = dst[:at]
-			dst = binary.BigEndian.AppendUint32(dst, math.MaxUint32) // -1: NULL
-		case derr != nil:
-			derr.Column = c.Name
+		if dst, derr = endField(dst, at, c, derr); derr != nil {
 			return dst[:start], derr
-		default:
-			n := len(dst) - at - 4
-			if n > math.MaxInt32 {
-				return dst[:start], &DecodeError{Column: c.Name, Code: CodeTooLarge, Reason: "value exceeds 2 GiB"}
-			}
-			binary.BigEndian.PutUint32(dst[at:], uint32(n))
 		}
 	}
 	return dst, nil
