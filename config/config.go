@@ -30,10 +30,16 @@ type Config struct {
 	// run" maps (heap, stacks, runtime data; not the binary's own pages):
 	// debug.SetMemoryLimit. With a limit, the garbage collector also runs
 	// less often while the heap is far below it (GOGC 400 instead of 100),
-	// which saves CPU; near the limit it works harder, up to half the CPU,
-	// and past it memory grows rather than the process failing. 0: no
-	// limit, GOGC 100 (Go's defaults). The GOMEMLIMIT and GOGC environment
-	// variables override this key. Size in bytes or e.g. 48MiB.
+	// which saves CPU. "auto" (MemoryLimitAuto, the default) keeps the limit
+	// at 40MiB, or, when the live heap needs more, at the runtime's other
+	// memory plus twice the live heap (the room Go's default GOGC 100
+	// gives), recomputed after every collection: the collector then never
+	// runs more often than with Go's defaults. A fixed size is a fixed
+	// limit: near it the collector works harder, up to half the CPU, and
+	// past it memory grows rather than the process failing. 0: no limit,
+	// GOGC 100 (Go's defaults). The GOMEMLIMIT and GOGC environment
+	// variables override this key. "auto", 0, or a size in bytes or e.g.
+	// 48MiB.
 	MemoryLimit int64 `yaml:"memory_limit"`
 }
 
@@ -72,6 +78,10 @@ type Log struct {
 	Format string `yaml:"format"` // text | json
 }
 
+// MemoryLimitAuto is Config.MemoryLimit for memory_limit: auto (the
+// default): a soft limit that follows the live heap; see Config.MemoryLimit.
+const MemoryLimitAuto = -1
+
 // Default returns the configuration used for every key the file, the
 // environment and the flags leave unset.
 func Default() Config {
@@ -86,6 +96,7 @@ func Default() Config {
 		},
 		Log:          Log{Level: "info", Format: "text"},
 		DrainTimeout: 30 * time.Second,
+		MemoryLimit:  MemoryLimitAuto,
 	}
 }
 
@@ -137,8 +148,8 @@ func (c *Config) Validate() error {
 	if err := telemetry.CheckEndpoint(c.Telemetry.OTLPEndpoint); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if c.MemoryLimit < 0 || (c.MemoryLimit > 0 && c.MemoryLimit < 16<<20) {
-		return fmt.Errorf("%w: memory_limit must be 0 (none) or at least 16MiB (got %d bytes); jetsink's runtime alone needs ~10MiB", ErrInvalidConfig, c.MemoryLimit)
+	if c.MemoryLimit < MemoryLimitAuto || (c.MemoryLimit > 0 && c.MemoryLimit < 16<<20) {
+		return fmt.Errorf("%w: memory_limit must be auto, 0 (none) or at least 16MiB (got %d bytes); jetsink's runtime alone needs ~10MiB", ErrInvalidConfig, c.MemoryLimit)
 	}
 	if c.DrainTimeout <= 0 {
 		return fmt.Errorf("%w: drain_timeout must be positive (e.g. 30s)", ErrInvalidConfig)

@@ -65,6 +65,46 @@ memory_limit: 48MiB
 	}
 }
 
+func TestMemoryLimitAuto(t *testing.T) {
+	if got := Default().MemoryLimit; got != MemoryLimitAuto {
+		t.Errorf("default memory_limit %d, want auto (%d)", got, MemoryLimitAuto)
+	}
+	for _, c := range []struct {
+		name     string
+		file     string
+		env, set []string
+		want     int64
+	}{
+		{"file auto", "memory_limit: auto\n", nil, nil, MemoryLimitAuto},
+		{"file AUTO", "memory_limit: AUTO\n", nil, nil, MemoryLimitAuto},
+		{"env auto over file size", "memory_limit: 48MiB\n", []string{"JETSINK_MEMORY_LIMIT=auto"}, nil, MemoryLimitAuto},
+		{"--set size over auto", "memory_limit: auto\n", nil, []string{"memory_limit=64MiB"}, 64 << 20},
+		{"--set auto", "", nil, []string{"memory_limit=auto"}, MemoryLimitAuto},
+		{"zero", "memory_limit: 0\n", nil, nil, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(c.file), c.env, c.set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.MemoryLimit != c.want {
+				t.Errorf("memory_limit %d, want %d", cfg.MemoryLimit, c.want)
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("does not validate: %v", err)
+			}
+		})
+	}
+	cfg := Default()
+	cfg.MemoryLimit = -2
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "memory_limit") {
+		t.Errorf("memory_limit -2: got %v", err)
+	}
+	if _, err := Parse([]byte("memory_limit: automatic\n"), nil, nil); err == nil || !strings.Contains(err.Error(), "memory_limit") {
+		t.Errorf("memory_limit automatic: got %v", err)
+	}
+}
+
 func TestParseErrorsNameTheKey(t *testing.T) {
 	cases := []struct {
 		name      string

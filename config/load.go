@@ -197,7 +197,7 @@ func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 }
 
 // normalizeSizes turns human sizes under keys ending in "bytes" (and
-// memory_limit) into plain integers.
+// memory_limit, whose "auto" becomes MemoryLimitAuto) into plain integers.
 func normalizeSizes(node *yaml.Node, prefix string) error {
 	if node.Kind != yaml.MappingNode {
 		return nil
@@ -218,6 +218,10 @@ func normalizeSizes(node *yaml.Node, prefix string) error {
 			continue
 		}
 		if _, err := strconv.ParseInt(val.Value, 10, 64); err == nil {
+			continue
+		}
+		if key == "memory_limit" && strings.EqualFold(val.Value, "auto") {
+			val.Value, val.Tag, val.Style = strconv.Itoa(MemoryLimitAuto), "!!int", 0
 			continue
 		}
 		n, err := humanize.ParseBytes(val.Value)

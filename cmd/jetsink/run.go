@@ -66,7 +66,7 @@ committed has been acked, so JetStream redelivers it.`,
 			}()
 			defer func() { close(done); <-watcherDone }()
 
-			applyMemoryLimit(cfg.MemoryLimit, log)
+			defer applyMemoryLimit(cfg.MemoryLimit, log)()
 			p, err := processor.New(hard, cfg, log)
 			if err != nil {
 				return err
