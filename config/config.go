@@ -26,18 +26,17 @@ type Config struct {
 	// pulling, empty the rings, commit and ack the last batch. Past it the
 	// process gives up; nothing uncommitted is acked. Default 30s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
-	// MemoryLimit is a soft limit on the memory the Go runtime of "jetsink
-	// run" maps (heap, stacks, runtime data; not the binary's own pages):
-	// debug.SetMemoryLimit. With a limit, the garbage collector also runs
-	// less often while the heap is far below it (GOGC 400 instead of 100),
-	// which saves CPU. "auto" (MemoryLimitAuto, the default) keeps the limit
-	// at 40MiB, or, when the live heap needs more, at the runtime's other
-	// memory plus twice the live heap (the room Go's default GOGC 100
-	// gives), recomputed after every collection: the collector then never
-	// runs more often than with Go's defaults. A fixed size is a fixed
-	// limit: near it the collector works harder, up to half the CPU, and
-	// past it memory grows rather than the process failing. 0: no limit,
-	// GOGC 100 (Go's defaults). The GOMEMLIMIT and GOGC environment
+	// MemoryLimit paces the Go garbage collector of "jetsink run".
+	// "auto" (MemoryLimitAuto, the default) sets no limit but adjusts GOGC
+	// after every collection so that the next one starts when the heap
+	// reaches 32MiB, or twice the live heap if that is more: the collector
+	// runs far less often than Go's default on jetsink's small heap, and
+	// never more often with a large one. A size is Go's soft memory limit
+	// (debug.SetMemoryLimit: heap, stacks and runtime data; not the
+	// binary's own pages) with GOGC 400 under it: the tightest bound on
+	// memory, but near it the collector works harder, up to half the CPU,
+	// and past it memory grows rather than the process failing. 0: Go's
+	// defaults (no limit, GOGC 100). The GOMEMLIMIT and GOGC environment
 	// variables override this key. "auto", 0, or a size in bytes or e.g.
 	// 48MiB.
 	MemoryLimit int64 `yaml:"memory_limit"`
@@ -79,7 +78,7 @@ type Log struct {
 }
 
 // MemoryLimitAuto is Config.MemoryLimit for memory_limit: auto (the
-// default): a soft limit that follows the live heap; see Config.MemoryLimit.
+// default): GOGC paced for a small heap; see Config.MemoryLimit.
 const MemoryLimitAuto = -1
 
 // Default returns the configuration used for every key the file, the

@@ -11,23 +11,28 @@ import (
 	"github.com/jetsink/jetsink/config"
 )
 
-// gcPercentWithLimit is GOGC under a memory limit: with the limit capping
-// the heap, the collector can wait for 4x the live heap before running,
-// which in a drain cut jetsink's CPU per event (BENCHMARKS.md, "GC and
-// memory").
+// gcPercentWithLimit is GOGC under a fixed memory limit: with the limit
+// capping the heap, the collector can wait for 4x the live heap before
+// running, which in a drain cut jetsink's CPU per event (BENCHMARKS.md, "GC
+// and memory").
 const gcPercentWithLimit = 400
 
-// autoLimitFloor is the soft limit memory_limit: auto keeps while the live
-// heap is small. With it, the 1M-event bench drain (180-byte events) peaked
-// at 60-62 MiB RSS against 67-72 MiB with no limit, and used less CPU
-// (BENCHMARKS.md).
-const autoLimitFloor = 40 << 20
+// autoHeapGoal is the heap size at which memory_limit: auto lets the
+// collector run while the live heap is small (below half of it).
+const autoHeapGoal = 32 << 20
 
-// applyMemoryLimit sets the Go soft memory limit from memory_limit, and
-// GOGC 400 with it, unless GOMEMLIMIT / GOGC are set (the runtime has
-// already applied those). It logs what it did. For config.MemoryLimitAuto
-// it starts an autoLimit; the returned stop ends it (and is a no-op
-// otherwise).
+// GOGC bounds for memory_limit: auto. 100 is Go's default: auto never makes
+// the collector run more often than that.
+const (
+	autoMinGCPercent = 100
+	autoMaxGCPercent = 1000
+)
+
+// applyMemoryLimit applies memory_limit, unless GOMEMLIMIT or GOGC are set
+// (the runtime has already applied those; a fixed limit still applies
+// under GOGC): a size sets Go's soft memory limit and GOGC 400 with it;
+// config.MemoryLimitAuto starts a gcTuner; 0 leaves Go's defaults. It logs
+// what it did. The returned stop ends the tuner (a no-op otherwise).
 func applyMemoryLimit(limit int64, log *slog.Logger) (stop func()) {
 	stop = func() {}
 	if limit == 0 {
@@ -37,40 +42,48 @@ func applyMemoryLimit(limit int64, log *slog.Logger) (stop func()) {
 		log.Info("memory_limit not applied: GOMEMLIMIT is set", "GOMEMLIMIT", v)
 		return stop
 	}
-	gogc, ok := os.LookupEnv("GOGC")
-	if !ok {
+	gogc, gogcSet := os.LookupEnv("GOGC")
+	if limit == config.MemoryLimitAuto {
+		if gogcSet {
+			log.Info("memory_limit auto not applied: GOGC is set", "GOGC", gogc)
+			return stop
+		}
+		t := startGCTuner(autoHeapGoal)
+		log.Info("memory", "memory_limit", "auto", "heap_goal_bytes", autoHeapGoal)
+		return t.stop
+	}
+	if !gogcSet {
 		debug.SetGCPercent(gcPercentWithLimit)
 		gogc = "400"
-	}
-	if limit == config.MemoryLimitAuto {
-		a := startAutoLimit(autoLimitFloor)
-		log.Info("memory", "soft_limit", "auto", "floor_bytes", autoLimitFloor, "gogc", gogc)
-		return a.stop
 	}
 	debug.SetMemoryLimit(limit)
 	log.Info("memory", "soft_limit_bytes", limit, "gogc", gogc)
 	return stop
 }
 
-// autoLimit keeps Go's soft memory limit at
+// gcTuner sets GOGC after every collection so that the next one starts
+// when the heap reaches goal, or twice the live heap if that is more:
 //
-//	max(floor, the runtime's memory outside the heap + 2 x the live heap)
+//	GOGC = clamp(100 x (goal - live) / (live + stacks + globals), 100, 1000)
 //
-// recomputing it after every collection. While the live heap is small the
-// floor binds, and GOGC 400 under it makes the collector run far less often
-// than Go's default (GOGC 100 on a small heap collects every few MiB
-// allocated; nats.go allocates ~1.2 KiB per message). When the live heap
-// grows (large events, a large max_ack_pending) the limit moves up with it,
-// leaving room for the heap to double, as GOGC 100 would: a fixed limit
-// below the live heap would make the collector run back to back, and this
-// one never lets it run more often than Go's default.
-type autoLimit struct {
-	floor   int64
+// (Go's heap goal is live + (live + stacks + globals) x GOGC/100).
+// jetsink's live heap is small (the events in flight) while nats.go
+// allocates ~1.2 KiB per message, so at Go's default GOGC 100 the collector
+// runs every few MiB; with the tuner it runs every ~20 MiB. When the live
+// heap grows past goal/2 (large events, a large max_ack_pending) GOGC stays
+// at 100: never more collections than Go's default.
+//
+// It sets no memory limit: a limit that the heap reaches in every cycle
+// makes the allocator hand pages back to the OS and fault them in again
+// (runtime.madvise was 8% of jetsink's CPU in a drain under a 40 MiB limit).
+type gcTuner struct {
+	goal    uint64
+	last    atomic.Int64 // GOGC last set
 	stopped atomic.Bool
-	// set applies a limit; debug.SetMemoryLimit outside tests.
-	set func(int64) int64
-	// after is called after each update (tests).
-	after func(limit int64)
+	// set applies GOGC; debug.SetGCPercent outside tests.
+	set func(int) int
+	// after is called after each collection with the GOGC in force (tests).
+	after func(gogc int)
 }
 
 // sentinel is allocated once per cycle; its cleanup runs after a collection
@@ -81,53 +94,52 @@ type sentinel struct {
 	_ [2]uint64
 }
 
-func startAutoLimit(floor int64) *autoLimit {
-	a := &autoLimit{floor: floor, set: debug.SetMemoryLimit}
-	a.set(floor)
-	a.arm()
-	return a
+func startGCTuner(goal uint64) *gcTuner {
+	t := &gcTuner{goal: goal, set: debug.SetGCPercent}
+	t.collected()
+	return t
 }
 
 // arm plants the sentinel whose cleanup runs after the next collection.
-func (a *autoLimit) arm() {
-	runtime.AddCleanup(&sentinel{}, (*autoLimit).collected, a)
+func (t *gcTuner) arm() {
+	runtime.AddCleanup(&sentinel{}, (*gcTuner).collected, t)
 }
 
-// collected runs on the runtime's cleanup goroutine after a collection.
-func (a *autoLimit) collected() {
-	if a.stopped.Load() {
+// collected runs on the runtime's cleanup goroutine after a collection (and
+// once from startGCTuner).
+func (t *gcTuner) collected() {
+	if t.stopped.Load() {
 		return
 	}
-	m := readMemStats()
-	limit := a.limit(m)
-	a.set(limit)
-	if a.after != nil {
-		a.after(limit)
+	p := t.percent(readGCStats())
+	if int64(p) != t.last.Load() {
+		t.set(p)
+		t.last.Store(int64(p))
 	}
-	a.arm()
+	if t.after != nil {
+		t.after(p)
+	}
+	t.arm()
 }
 
-// stop ends the updates; the last limit stays.
-func (a *autoLimit) stop() { a.stopped.Store(true) }
+// stop ends the updates; the last GOGC stays.
+func (t *gcTuner) stop() { t.stopped.Store(true) }
 
-// memStats is what autoLimit reads after a collection.
-type memStats struct {
-	live    uint64 // live heap marked by the last collection
-	nonHeap uint64 // what the runtime maps besides heap spans: stacks, metadata, buffers
+// gcStats is what gcTuner reads after a collection.
+type gcStats struct {
+	live  uint64 // heap marked live by the last collection
+	roots uint64 // scannable stacks and globals, which Go's heap goal adds to live
 }
 
-var memSamples = []string{
+var gcSamples = []string{
 	"/gc/heap/live:bytes",
-	"/memory/classes/total:bytes",
-	"/memory/classes/heap/released:bytes",
-	"/memory/classes/heap/free:bytes",
-	"/memory/classes/heap/objects:bytes",
-	"/memory/classes/heap/unused:bytes",
+	"/gc/scan/stack:bytes",
+	"/gc/scan/globals:bytes",
 }
 
-func readMemStats() memStats {
-	s := make([]metrics.Sample, len(memSamples))
-	for i, name := range memSamples {
+func readGCStats() gcStats {
+	s := make([]metrics.Sample, len(gcSamples))
+	for i, name := range gcSamples {
 		s[i].Name = name
 	}
 	metrics.Read(s)
@@ -137,20 +149,14 @@ func readMemStats() memStats {
 		}
 		return s[i].Value.Uint64()
 	}
-	// Heap spans (objects, live or not yet swept, their unused tails, free
-	// and released pages) are left out: right after a collection most of
-	// them are garbage not yet swept, which says nothing of what the heap
-	// needs.
-	total, heap := v(1), v(2)+v(3)+v(4)+v(5)
-	return memStats{live: v(0), nonHeap: total - min(total, heap)}
+	return gcStats{live: v(0), roots: v(1) + v(2)}
 }
 
-// limit is the soft limit for m: the floor, or room for the live heap to
-// double on top of the runtime's other memory, whichever is larger.
-func (a *autoLimit) limit(m memStats) int64 {
-	want := m.nonHeap + 2*m.live
-	if want > uint64(a.floor) {
-		return int64(min(want, 1<<62))
+// percent is the GOGC that puts the next collection at t.goal.
+func (t *gcTuner) percent(m gcStats) int {
+	if m.live >= t.goal {
+		return autoMinGCPercent
 	}
-	return a.floor
+	p := 100 * (t.goal - m.live) / max(m.live+m.roots, 1)
+	return int(min(max(p, autoMinGCPercent), autoMaxGCPercent))
 }

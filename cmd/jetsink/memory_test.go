@@ -65,19 +65,30 @@ func TestApplyMemoryLimit(t *testing.T) {
 			t.Errorf("GOGC %d, want GOGC's 150 left alone", got)
 		}
 	})
-	t.Run("auto sets the floor and GOGC", func(t *testing.T) {
+	t.Run("auto tunes GOGC and sets no limit", func(t *testing.T) {
 		restoreGC(t)
 		unsetenv(t, "GOMEMLIMIT")
 		unsetenv(t, "GOGC")
 		debug.SetMemoryLimit(math.MaxInt64)
 		stop := applyMemoryLimit(config.MemoryLimitAuto, log)
 		defer stop()
-		// The floor, or more if this test binary's live heap needs it.
-		if got := debug.SetMemoryLimit(-1); got < autoLimitFloor || got == math.MaxInt64 {
-			t.Errorf("memory limit %d, want at least the floor %d", got, autoLimitFloor)
+		if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+			t.Errorf("memory limit %d, want none", got)
 		}
-		if got := debug.SetGCPercent(100); got != gcPercentWithLimit {
-			t.Errorf("GOGC %d, want %d", got, gcPercentWithLimit)
+		// This test binary's live heap is far below autoHeapGoal/2.
+		if got := debug.SetGCPercent(-1); got <= autoMinGCPercent || got > autoMaxGCPercent {
+			t.Errorf("GOGC %d, want in (%d, %d]", got, autoMinGCPercent, autoMaxGCPercent)
+		}
+	})
+	t.Run("auto leaves GOGC alone when set", func(t *testing.T) {
+		restoreGC(t)
+		unsetenv(t, "GOMEMLIMIT")
+		t.Setenv("GOGC", "150")
+		debug.SetGCPercent(150)
+		stop := applyMemoryLimit(config.MemoryLimitAuto, log)
+		defer stop()
+		if got := debug.SetGCPercent(100); got != 150 {
+			t.Errorf("GOGC %d, want GOGC's 150 left alone", got)
 		}
 	})
 	t.Run("zero does nothing", func(t *testing.T) {
@@ -91,79 +102,79 @@ func TestApplyMemoryLimit(t *testing.T) {
 	})
 }
 
-func TestAutoLimitFormula(t *testing.T) {
-	a := &autoLimit{floor: 40 << 20}
+func TestGCTunerPercent(t *testing.T) {
+	tu := &gcTuner{goal: 32 << 20}
 	cases := []struct {
 		name string
-		m    memStats
-		want int64
+		m    gcStats
+		want int
 	}{
-		{"small heap: the floor", memStats{live: 8 << 20, nonHeap: 12 << 20}, 40 << 20},
-		{"at the floor", memStats{live: 15 << 20, nonHeap: 10 << 20}, 40 << 20},
-		{"large heap: room to double", memStats{live: 100 << 20, nonHeap: 30 << 20}, 230 << 20},
+		{"small heap: the collector waits for the goal", gcStats{live: 8 << 20}, 300},
+		{"roots count like Go's pacer counts them", gcStats{live: 6 << 20, roots: 2 << 20}, 325},
+		{"tiny heap: capped", gcStats{live: 1 << 20}, autoMaxGCPercent},
+		{"half the goal: Go's default", gcStats{live: 16 << 20}, 100},
+		{"above the goal: Go's default", gcStats{live: 500 << 20}, 100},
+		{"nothing read", gcStats{}, autoMaxGCPercent},
 	}
 	for _, c := range cases {
-		if got := a.limit(c.m); got != c.want {
-			t.Errorf("%s: limit %d MiB, want %d MiB", c.name, got>>20, c.want>>20)
+		if got := tu.percent(c.m); got != c.want {
+			t.Errorf("%s: GOGC %d, want %d", c.name, got, c.want)
 		}
 	}
 }
 
-// TestAutoLimitFollowsTheLiveHeap runs the real mechanism (a cleanup after
-// each collection, runtime/metrics) with the limit recorded instead of
-// applied: the limit rises above a live heap that outgrows the floor,
-// comes back to the floor when the heap is freed, and stays put once
-// stopped.
-func TestAutoLimitFollowsTheLiveHeap(t *testing.T) {
-	const floor = 16 << 20
-	limits := make(chan int64, 64)
-	a := &autoLimit{floor: floor, set: func(int64) int64 { return 0 }}
-	a.after = func(l int64) {
+// TestGCTunerFollowsTheLiveHeap runs the real mechanism (a cleanup after
+// each collection, runtime/metrics) with GOGC recorded instead of applied:
+// GOGC drops to Go's default while a live heap above the goal is held, rises
+// again when it is freed, and stays put once stopped.
+func TestGCTunerFollowsTheLiveHeap(t *testing.T) {
+	const goal = 32 << 20
+	seen := make(chan int, 64)
+	tu := &gcTuner{goal: goal, set: func(int) int { return 0 }}
+	tu.after = func(p int) {
 		select {
-		case limits <- l:
+		case seen <- p:
 		default:
 		}
 	}
-	a.arm()
-	defer a.stop()
+	tu.arm()
+	defer tu.stop()
 
-	// waitFor collects until a limit satisfies ok, forcing collections.
-	waitFor := func(what string, ok func(int64) bool) int64 {
+	// waitFor collects until a GOGC satisfies ok, forcing collections.
+	waitFor := func(what string, ok func(int) bool) {
 		t.Helper()
 		deadline := time.After(10 * time.Second)
 		for {
 			runtime.GC()
 			select {
-			case l := <-limits:
-				if ok(l) {
-					return l
+			case p := <-seen:
+				if ok(p) {
+					return
 				}
 			case <-time.After(50 * time.Millisecond):
 			case <-deadline:
-				t.Fatalf("no limit %s within 10s", what)
+				t.Fatalf("no GOGC %s within 10s", what)
 			}
 		}
 	}
-	const big = 64 << 20
-	ballast := make([]byte, big)
+	ballast := make([]byte, 64<<20)
 	for i := 0; i < len(ballast); i += 4096 {
 		ballast[i] = 1
 	}
-	l := waitFor("of twice a 64 MiB live heap", func(l int64) bool { return l >= 2*big })
+	waitFor("of 100 with 64 MiB live", func(p int) bool { return p == autoMinGCPercent })
 	runtime.KeepAlive(ballast)
-	t.Logf("with 64 MiB live: limit %d MiB", l>>20)
 	ballast = nil
-	waitFor("back at the floor", func(l int64) bool { return l == floor })
+	waitFor("above 100 once the heap is freed", func(p int) bool { return p > autoMinGCPercent })
 
-	a.stop()
-	for len(limits) > 0 {
-		<-limits
+	tu.stop()
+	for len(seen) > 0 {
+		<-seen
 	}
 	for range 3 {
 		runtime.GC()
 	}
 	time.Sleep(50 * time.Millisecond)
-	if len(limits) != 0 {
-		t.Errorf("limit still updated after stop: %d", <-limits)
+	if len(seen) != 0 {
+		t.Errorf("GOGC still updated after stop: %d", <-seen)
 	}
 }
