@@ -48,8 +48,11 @@
 // the row twice. The statement, the rows and CopyDone go out without
 // waiting for the server in between (one write for a small batch), while
 // the answers are read as they come; BEGIN and COMMIT would cost two more
-// round trips. When the hard context ends while the COPY waits (a locked
-// table), the sink sends the server a cancel request and reads the answer,
+// round trips. Once the server has refused the COPY (an ErrorResponse),
+// the rest of the batch is not sent: the server would only drop it, and
+// the connection is ready for the next statement without it. When the
+// hard context ends while the COPY waits (a locked table), the sink sends
+// the server a cancel request and reads the answer,
 // so that a statement it gave up on cannot commit later; a COPY whose
 // CommandComplete arrived has committed, whatever follows it.
 //

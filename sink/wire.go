@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,11 +18,20 @@ import (
 // the statement (Query), the binary COPY stream in CopyData messages, and
 // CopyDone go out in writes of up to copyChunk bytes, while a goroutine
 // reads the answers up to ReadyForQuery (the server may write during the
-// COPY: see sendCopy). PostgreSQL ignores CopyData and CopyDone that arrive
-// after the statement failed, so nothing needs its CopyInResponse first. A
-// small batch is one write; pgx's CopyFrom makes three (the statement, the
-// data from a goroutine that reads the rows, CopyDone) and starts a
-// background reader per call.
+// COPY: see sendCopy). A small batch is one write; pgx's CopyFrom makes
+// three (the statement, the data from a goroutine that reads the rows,
+// CopyDone) and starts a background reader per call.
+//
+// Nothing waits for CopyInResponse: a COPY sent as a simple Query that
+// fails (before or during copy-in) answers ErrorResponse and ReadyForQuery
+// at once, and the server then drops every CopyData, CopyDone and CopyFail
+// that still arrives ("the rest of that message is discarded and
+// ReadyForQuery is issued. [...] any subsequent CopyData, CopyDone, or
+// CopyFail messages issued by the frontend will simply be dropped",
+// protocol-flow.html, COPY Operations). So once the reader has seen the
+// ErrorResponse, the writer stops before its next write: every write ends
+// on a message boundary, and the connection is ready for the next
+// statement without a CopyDone or CopyFail.
 
 // copyChunk is how many bytes are gathered for one write. The buffer is per
 // committer and grows past copyChunk only for a single larger row.
@@ -42,7 +52,16 @@ var (
 type copyWire struct {
 	buf  []byte
 	open int // offset of the open CopyData message, -1 if none
+
+	// Kept here, in the committer's reused state, rather than allocated
+	// per COPY: refused is set by the COPY's reader when an ErrorResponse
+	// arrives (the statement has failed, and the writer sends nothing
+	// more).
+	refused atomic.Bool
 }
+
+// errRefused ends writeCopy early: the server has refused the COPY.
+var errRefused = errors.New("the server refused the COPY")
 
 // begin starts a COPY of sql: the Query message, and a CopyData message
 // holding the stream header.
@@ -103,7 +122,9 @@ func (w *copyWire) shrink() {
 // before sendCopy returns): the server may write while it reads the COPY,
 // a NOTICE per row from a trigger for instance, and once both sides' socket
 // buffers were full, a writer that only reads afterwards and a server that
-// cannot write would wait for each other forever.
+// cannot write would wait for each other forever. Once an ErrorResponse
+// has arrived, no more is written (see the top of this file): a COPY
+// refused at its first row costs the bytes in flight, not the batch.
 //
 // Cancelling ctx while writing ends the write (the statement cannot commit
 // without CopyDone). Cancelling it while waiting for the answer (a locked
@@ -113,9 +134,16 @@ func (w *copyWire) shrink() {
 func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, rows []pipeline.Row) (sent bool, err error) {
 	defer w.shrink()
 	nc := pg.Conn()
+	w.refused.Store(false)
 	answer := make(chan copyResult, 1)
-	go func() { answer <- readCopyResult(ctx, pg) }()
+	go func() { answer <- readCopyResult(ctx, pg, w) }()
 	if err := writeCopy(ctx, nc, w, sql, rows); err != nil {
+		if errors.Is(err, errRefused) {
+			// The server has failed the statement and reads on to
+			// ReadyForQuery by itself; the connection stays usable.
+			res := <-answer
+			return false, res.err
+		}
 		// No CopyDone went out: the statement cannot commit, and the
 		// connection is given up. Stop the reader.
 		_ = nc.SetReadDeadline(time.Unix(1, 0))
@@ -152,6 +180,9 @@ func writeCopy(ctx context.Context, nc net.Conn, w *copyWire, sql string, rows [
 	// not matter: ctx has ended, and the connection is closed then.
 	defer stopWrites()
 	write := func(b []byte) error {
+		if w.refused.Load() {
+			return errRefused
+		}
 		_, err := nc.Write(b)
 		return err
 	}
@@ -178,10 +209,11 @@ func writeErr(ctx context.Context, err error) error {
 }
 
 // readCopyResult reads the server's answers to one COPY up to
-// ReadyForQuery (or an error) and returns its outcome. When ctx ends first, it
-// sends a cancel request and waits up to cancelWait for the answer; the
-// cancel request's goroutine has ended when it returns.
-func readCopyResult(ctx context.Context, pg *pgconn.PgConn) (res copyResult) {
+// ReadyForQuery (or an error) and returns its outcome; it sets w.refused
+// when an ErrorResponse arrives. When ctx ends first, it sends a cancel
+// request and waits up to cancelWait for the answer; the cancel request's
+// goroutine has ended when it returns.
+func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res copyResult) {
 	nc := pg.Conn()
 	answered, endCancel := context.WithCancel(context.Background())
 	cancelDone := make(chan struct{})
@@ -225,6 +257,7 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn) (res copyResult) {
 		case *pgproto3.ErrorResponse:
 			if pgErr == nil {
 				pgErr = pgconn.ErrorResponseToPgError(msg)
+				w.refused.Store(true)
 			}
 		case *pgproto3.ReadyForQuery:
 			res.err = pgErr

@@ -234,3 +234,95 @@ func TestCopyCancelEndsWithCall(t *testing.T) {
 		t.Fatalf("%d cancel connections closed when sendCopy returned, want 1", n)
 	}
 }
+
+// countConn counts the bytes written to a connection.
+type countConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// The server refuses a large COPY at its first row: the writer stops once
+// the ErrorResponse is in instead of sending the whole batch for the server
+// to drop, and the connection is left idle (ReadyForQuery) and takes the
+// next COPY and query as usual.
+func TestCopyStopsWritingAfterError(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pgt := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pgt.URL, nil)
+	admin := pgt.Conn(t)
+	tbl := s.table.Sanitize()
+	if _, err := admin.Exec(ctx, "ALTER TABLE "+tbl+" ADD CONSTRAINT ok CHECK (payload->>'bad' IS NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgconn.ParseConfig(pgt.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written atomic.Int64
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countConn{Conn: c, n: &written}, nil
+	}
+	pg, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close(context.Background()) })
+	pid := pg.PID()
+
+	pad := strings.Repeat("p", 16<<10)
+	rs, _ := rows(1, 2048, func(seq int) string { // 32 MiB
+		if seq == 1 {
+			return `{"bad":true}`
+		}
+		return fmt.Sprintf(`{"n":%d,"pad":%q}`, seq, pad)
+	})
+	total := 0
+	for _, r := range rs {
+		total += len(r.Tuple)
+	}
+	var w copyWire
+	before := written.Load()
+	sent, err := sendCopy(ctx, pg, &w, s.copySQL, rs)
+	wrote := written.Load() - before
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+		t.Fatalf("sendCopy = %v, %v; want 23514", sent, err)
+	}
+	t.Logf("wrote %d of the batch's %d bytes before stopping", wrote, total)
+	if wrote > int64(total/4) {
+		t.Fatalf("wrote %d bytes of a %d-byte batch refused at its first row", wrote, total)
+	}
+	if sent {
+		t.Fatal("sendCopy reports CopyDone sent")
+	}
+	if pg.IsClosed() || pg.TxStatus() != 'I' {
+		t.Fatalf("connection closed %v, transaction status %q; want open and idle", pg.IsClosed(), pg.TxStatus())
+	}
+
+	good := rs[1:101]
+	sent, err = sendCopy(ctx, pg, &w, s.copySQL, good)
+	if !sent || err != nil {
+		t.Fatalf("next COPY on the connection: %v, %v; want true, nil", sent, err)
+	}
+	res, err := pg.Exec(ctx, "SELECT count(*) FROM "+tbl).ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "100" {
+		t.Fatalf("query after the COPYs: %v, %v", res, err)
+	}
+	if pg.PID() != pid || pg.IsClosed() {
+		t.Fatal("the connection was replaced")
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != len(good) {
+		t.Fatalf("%d rows, want %d", n, len(good))
+	}
+}
