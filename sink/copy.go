@@ -86,6 +86,12 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			c.settle(b, lo, len(rows))
 			return nil
 		}
+		if cerr := committedMiscount(err); cerr != nil {
+			// Committed: settled like a commit, whether or not ctx
+			// has ended.
+			c.deadLetterMiscounted(ctx, b, lo, len(rows), cerr)
+			return nil
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -114,6 +120,9 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 		case err == nil:
 			c.settle(b, lo, mid)
 			lo = mid
+		case committedMiscount(err) != nil:
+			c.deadLetterMiscounted(ctx, b, lo, mid, committedMiscount(err))
+			lo = mid
 		case ctx.Err() != nil:
 			return 0, nil, ctx.Err()
 		default:
@@ -125,7 +134,8 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 
 // commitRetry commits rows in one transaction, retrying transient and
 // configuration errors with backoff until ctx ends. It returns nil, a
-// data-class error (SQLSTATE 22/23), or ctx.Err().
+// data-class error (SQLSTATE 22/23), a *miscountError of a COPY that
+// committed, or ctx.Err().
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error {
 	c.bo.reset()
 	for attempt := 0; ; attempt++ {
@@ -137,6 +147,9 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 				c.s.log.Info("batch committed after retries", "rows", len(rows), "attempts", attempt+1)
 			}
 			return nil
+		}
+		if committedMiscount(err) != nil {
+			return err // committed: dead-lettered, never sent again
 		}
 		if unknown && c.s.cfg.Mode == AtLeastOnce {
 			// The rows may be in the table, and they will come again:
@@ -219,11 +232,11 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 		c.conn, c.staged = conn, false
 	}
 	if s.cfg.Mode == AtLeastOnce {
-		sent, err := c.copy(ctx, rows)
-		if err != nil {
+		sent, err := c.copy(ctx, rows, true)
+		if err != nil && committedMiscount(err) == nil {
 			return sent && outcomeUnknown(err), err
 		}
-		return false, nil
+		return false, err
 	}
 	tx, err := c.conn.Begin(ctx)
 	if err != nil {
@@ -239,7 +252,7 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 			return false, fmt.Errorf("create staging table: %w", err)
 		}
 	}
-	if _, err := c.copy(ctx, rows); err != nil {
+	if _, err := c.copy(ctx, rows, false); err != nil {
 		return false, err
 	}
 	if _, err := tx.Exec(ctx, s.insertSQL); err != nil {
@@ -254,9 +267,12 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 
 // copy sends rows with one binary COPY on the committer's connection (see
 // sendCopy). After an error the server did not answer with, the connection
-// is closed: its state is unknown.
-func (c *committer) copy(ctx context.Context, rows []pipeline.Row) (sent bool, err error) {
-	sent, err = sendCopy(ctx, c.conn.PgConn(), &c.wire, c.s.copySQL, rows)
+// is closed: its state is unknown. A COPY that succeeds with a row count
+// other than len(rows) returns a *miscountError; autocommit says whether
+// the COPY committed by itself (at-least-once) or inside a transaction
+// that the error rolls back (exactly-once).
+func (c *committer) copy(ctx context.Context, rows []pipeline.Row, autocommit bool) (sent bool, err error) {
+	sent, stored, err := sendCopy(ctx, c.conn.PgConn(), &c.wire, c.s.copySQL, rows)
 	var pgErr *pgconn.PgError
 	if ctx.Err() != nil || err != nil && !errors.As(err, &pgErr) {
 		// No answer from the server, or ctx has ended (the connection may
@@ -266,7 +282,41 @@ func (c *committer) copy(ctx context.Context, rows []pipeline.Row) (sent bool, e
 	if err != nil {
 		return sent, fmt.Errorf("copy %d rows: %w", len(rows), err)
 	}
+	if stored != int64(len(rows)) {
+		return sent, &miscountError{sent: len(rows), stored: stored, committed: autocommit}
+	}
 	return sent, nil
+}
+
+// miscountError reports a COPY that succeeded while the server counted
+// another number of rows than were sent: a BEFORE INSERT trigger that
+// returned NULL (or a foreign table's wrapper) left rows out, or the tag
+// could not be read (stored -1). Which rows are missing is unknown.
+type miscountError struct {
+	sent      int
+	stored    int64 // -1: no row count in the CommandComplete tag
+	committed bool  // the COPY committed (at-least-once, autocommit)
+}
+
+func (e *miscountError) Error() string {
+	what := "rolled back"
+	if e.committed {
+		what = "committed"
+	}
+	if e.stored < 0 {
+		return fmt.Sprintf("copy %d rows: %s without a row count in its CommandComplete tag", e.sent, what)
+	}
+	return fmt.Sprintf("copy %d rows: %s with %d rows counted by the server", e.sent, what, e.stored)
+}
+
+// committedMiscount returns err's *miscountError if it reports a COPY that
+// committed, nil otherwise.
+func committedMiscount(err error) *miscountError {
+	var e *miscountError
+	if errors.As(err, &e) && e.committed {
+		return e
+	}
+	return nil
 }
 
 // settle acks rows[lo:hi] of b, which have just been committed.
@@ -323,13 +373,9 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 			dl.Code = "constraint"
 		}
 	}
-	if derr := c.s.dl.DeadLetter(ctx, &row.Event, dl); derr != nil {
-		c.s.st.deadLetterErrs.Add(1)
-		c.s.log.Warn("dead-letter failed; the message was nak'ed and will come back", "stream", row.Event.Stream,
-			"stream_seq", row.Event.StreamSeq, "sqlstate", dl.SQLState, "err", derr)
+	if !c.park(ctx, row, dl) {
 		return
 	}
-	c.s.st.deadLettered.Add(1)
 	// The reason may quote a value of the row: it goes to the dead letter,
 	// not into the log.
 	attrs := []any{"stream", row.Event.Stream, "stream_seq", row.Event.StreamSeq, "sqlstate", dl.SQLState}
@@ -337,4 +383,54 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 		attrs = append(attrs, "constraint", pgErr.ConstraintName, "column", pgErr.ColumnName)
 	}
 	c.s.log.Info("row refused by the database, dead-lettered", attrs...)
+}
+
+// codeRowCount is the dead-letter code of the rows of a COPY that
+// committed with another row count than the rows sent.
+const codeRowCount = "row_count"
+
+// deadLetterMiscounted settles rows[lo:hi] of b, whose COPY committed while
+// the server counted e.stored rows of them: some of them are not in the
+// table (or, with a trigger that redirects rows elsewhere, not where the
+// count looks), and which ones is unknown. Acking them would lose those
+// silently; sending them again would store the others twice, and a
+// trigger would drop the same rows again. So every row of the COPY is
+// dead-lettered (code "row_count"): the dead-letter subject holds every
+// event that may be missing, for the operator to check and replay.
+func (c *committer) deadLetterMiscounted(ctx context.Context, b *batch, lo, hi int, e *miscountError) {
+	b.mu.Lock()
+	b.lo = hi
+	b.mu.Unlock()
+	st := &c.s.st
+	st.miscounts.Add(1)
+	if e.stored >= 0 && e.stored < int64(e.sent) {
+		st.uncounted.Add(uint64(int64(e.sent) - e.stored))
+	}
+	c.s.log.Error("a COPY committed with another row count than the rows sent (a BEFORE INSERT trigger returning NULL, "+
+		"or a foreign table, leaves rows out): its messages are dead-lettered with code "+codeRowCount+", not acked",
+		"rows_sent", e.sent, "rows_counted", e.stored, "first_stream_seq", b.rows[lo].Event.StreamSeq)
+	reason := fmt.Sprintf("the COPY holding this row committed, but PostgreSQL counted %d of its %d rows; "+
+		"this row may be missing from the table", e.stored, e.sent)
+	if e.stored < 0 {
+		reason = fmt.Sprintf("the COPY holding this row committed without a row count for its %d rows; "+
+			"this row may be missing from the table", e.sent)
+	}
+	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: codeRowCount, Reason: reason}
+	for i := lo; i < hi; i++ {
+		c.park(ctx, &b.rows[i], dl)
+	}
+}
+
+// park hands row to the dead-letterer and counts the outcome. It reports
+// whether the row was dead-lettered; if not, the dead-letterer has nak'ed
+// its message (it comes back) and the failure is logged.
+func (c *committer) park(ctx context.Context, row *pipeline.Row, dl pipeline.DeadLetter) bool {
+	if derr := c.s.dl.DeadLetter(ctx, &row.Event, dl); derr != nil {
+		c.s.st.deadLetterErrs.Add(1)
+		c.s.log.Warn("dead-letter failed; the message was nak'ed and will come back", "stream", row.Event.Stream,
+			"stream_seq", row.Event.StreamSeq, "code", dl.Code, "sqlstate", dl.SQLState, "err", derr)
+		return false
+	}
+	c.s.st.deadLettered.Add(1)
+	return true
 }

@@ -52,9 +52,25 @@
 // the rest of the batch is not sent: the server would only drop it, and
 // the connection is ready for the next statement without it. When the
 // hard context ends while the COPY waits (a locked table), the sink sends
-// the server a cancel request and reads the answer,
-// so that a statement it gave up on cannot commit later; a COPY whose
-// CommandComplete arrived has committed, whatever follows it.
+// the server a cancel request and reads the answer, so that a statement it
+// gave up on cannot commit later; a COPY whose CommandComplete arrived has
+// committed, whatever follows it.
+//
+// A batch is acked as stored only when that CommandComplete counts exactly
+// the rows sent ("COPY n"). A BEFORE INSERT trigger that returns NULL, or a
+// foreign table, makes the server count fewer: the COPY has committed, but
+// some rows are not in the table (or, with a trigger that redirects them,
+// elsewhere), and the count does not say which. Acking would lose those
+// rows silently, and sending the batch again would store the others twice
+// (the trigger drops the same rows again). So every row of that COPY is
+// dead-lettered with code "row_count" and a reason giving both counts,
+// Stats.Miscounts and Stats.Uncounted count it, and one line is logged at
+// error level: the dead-letter subject then holds every event that may be
+// missing, for the operator to check against the table and replay. (In
+// exactly-once mode the COPY goes into the staging table, which has no
+// triggers; a miscount there is rolled back and retried like a
+// configuration error. The INSERT that follows is not checked: its count
+// is lower by the conflicts anyway.)
 //
 // exactly-once: each batch is COPYed into a per-connection temporary
 // staging table (ON COMMIT DELETE ROWS) and moved with INSERT ...
@@ -78,6 +94,8 @@
 //     DeadLetterer (which terms it, or naks it and returns an error, in
 //     which case it is not acked). At most ceil(log2(n))+1 extra COPYs per
 //     refused row;
+//   - a COPY that committed with another row count than the rows sent (see
+//     Delivery): not retried; its rows are dead-lettered, not acked;
 //   - everything else (42xxx undefined table or column, 42501 permission,
 //     28xxx authentication, ...) means the table or the grants do not fit.
 //     The operator can fix that without losing an event, so the batch is

@@ -41,6 +41,8 @@ type Stats struct {
 	ConfigErrors       uint64 // attempts that failed with a configuration-class error (42xxx, 28xxx, ...)
 	BisectCopies       uint64 // extra COPYs spent isolating poison rows
 	DeadLettered       uint64 // rows dead-lettered by the sink
+	Miscounts          uint64 // at-least-once COPYs that committed with a row count other than the rows sent (their rows were dead-lettered, code "row_count", not acked)
+	Uncounted          uint64 // rows sent minus rows counted in those COPYs: rows that may be missing from the table
 	DeadLetterErrors   uint64 // dead-letter calls that failed (the message was nak'ed, not acked)
 	AckErrors          uint64 // Ack calls that failed (the message will be redelivered)
 	InProgress         uint64 // InProgress calls sent
@@ -50,6 +52,7 @@ type Stats struct {
 type counters struct {
 	batches, rows, bytes, retries, possibleDups, configErrs, bisectCopies atomic.Uint64
 	deadLettered, deadLetterErrs, ackErrs, inProgress, inProgressErrs     atomic.Uint64
+	miscounts, uncounted                                                  atomic.Uint64
 }
 
 // Sink writes rows to one PostgreSQL table in batches and settles their
@@ -238,6 +241,8 @@ func (s *Sink) Stats() Stats {
 		ConfigErrors:       s.st.configErrs.Load(),
 		BisectCopies:       s.st.bisectCopies.Load(),
 		DeadLettered:       s.st.deadLettered.Load(),
+		Miscounts:          s.st.miscounts.Load(),
+		Uncounted:          s.st.uncounted.Load(),
 		DeadLetterErrors:   s.st.deadLetterErrs.Load(),
 		AckErrors:          s.st.ackErrs.Load(),
 		InProgress:         s.st.inProgress.Load(),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -132,6 +133,50 @@ func TestClassify(t *testing.T) {
 	if outcomeUnknown(&pgconn.PgError{Code: "40001"}) || !outcomeUnknown(io.ErrUnexpectedEOF) {
 		t.Error("outcomeUnknown")
 	}
+}
+
+// copyCount reads "COPY n" and nothing else.
+func TestCopyCount(t *testing.T) {
+	for _, tc := range []struct {
+		tag  string
+		want int64
+	}{
+		{"COPY 0", 0},
+		{"COPY 5000", 5000},
+		{"COPY 9223372036854775807", 9223372036854775807},
+		{"COPY 9223372036854775808", -1},
+		{"COPY 9999999999999999999", -1},
+		{"COPY 00000000000000000000042", 42},
+		{"COPY ", -1},
+		{"COPY", -1},
+		{"COPY -1", -1},
+		{"COPY 1 2", -1},
+		{"INSERT 0 5", -1},
+		{"copy 5", -1},
+		{"", -1},
+	} {
+		if got := copyCount([]byte(tc.tag)); got != tc.want {
+			t.Errorf("copyCount(%q) = %d, want %d", tc.tag, got, tc.want)
+		}
+	}
+}
+
+// copyCount never panics, and agrees with strconv on what it accepts.
+func FuzzCopyCount(f *testing.F) {
+	for _, s := range []string{"COPY 0", "COPY 12", "COPY ", "INSERT 0 1", "COPY 99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, tag string) {
+		n := copyCount([]byte(tag))
+		digits, ok := strings.CutPrefix(tag, "COPY ")
+		want, err := strconv.ParseInt(digits, 10, 64)
+		if !ok || err != nil || want < 0 || strings.ContainsAny(digits, "+-") {
+			want = -1
+		}
+		if n != want {
+			t.Fatalf("copyCount(%q) = %d, want %d", tag, n, want)
+		}
+	})
 }
 
 func TestBackoffBounds(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
 	"net"
 	"sync/atomic"
 	"time"
@@ -116,7 +117,10 @@ func (w *copyWire) shrink() {
 
 // sendCopy runs one COPY of rows on pg. sent reports that every byte,
 // CopyDone included, was written: an error after that (other than the
-// server's own) leaves open whether the statement committed.
+// server's own) leaves open whether the statement committed. stored is the
+// row count of the CommandComplete tag ("COPY n"), -1 if there was none or
+// it could not be read; in autocommit the COPY has committed when err is
+// nil, whatever stored says.
 //
 // The answers are read while the rows go out (by a goroutine that ends
 // before sendCopy returns): the server may write while it reads the COPY,
@@ -131,7 +135,7 @@ func (w *copyWire) shrink() {
 // table) sends the server a cancel request and reads on, for up to
 // cancelWait: the answer then says whether the COPY committed before the
 // cancel reached it, so a shutdown does not leave the outcome unknown.
-func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, rows []pipeline.Row) (sent bool, err error) {
+func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, rows []pipeline.Row) (sent bool, stored int64, err error) {
 	defer w.shrink()
 	nc := pg.Conn()
 	w.refused.Store(false)
@@ -142,13 +146,13 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, r
 			// The server has failed the statement and reads on to
 			// ReadyForQuery by itself; the connection stays usable.
 			res := <-answer
-			return false, res.err
+			return false, -1, res.err
 		}
 		// No CopyDone went out: the statement cannot commit, and the
 		// connection is given up. Stop the reader.
 		_ = nc.SetReadDeadline(time.Unix(1, 0))
 		<-answer
-		return false, writeErr(ctx, err)
+		return false, -1, writeErr(ctx, err)
 	}
 	// Once CopyDone is out, the server may commit even if ctx has ended
 	// meanwhile: wait for the answer (the reader cancels on the server if
@@ -160,17 +164,37 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, r
 		// ReadyForQuery. Report the COPY, and close the connection so
 		// that the next statement does not go to a dead one.
 		_ = pg.Close(context.Background())
-		return true, nil
+		return true, res.stored, nil
 	}
-	return true, res.err
+	return true, res.stored, res.err
 }
 
 // copyResult is the answer to one COPY. complete reports that its
 // CommandComplete arrived (with no error before it): a COPY in autocommit
 // has committed by then, since the server commits before it reports.
+// stored is the row count in that CommandComplete, -1 without one.
 type copyResult struct {
 	complete bool
+	stored   int64
 	err      error
+}
+
+// copyCount reads the row count of a COPY's CommandComplete tag, "COPY n";
+// -1 if the tag is not that.
+func copyCount(tag []byte) int64 {
+	const prefix = "COPY "
+	if len(tag) <= len(prefix) || string(tag[:len(prefix)]) != prefix {
+		return -1
+	}
+	var n int64
+	for _, c := range tag[len(prefix):] {
+		d := int64(c - '0')
+		if c < '0' || c > '9' || n > (math.MaxInt64-d)/10 {
+			return -1
+		}
+		n = n*10 + d
+	}
+	return n
 }
 
 // writeCopy writes the statement, the rows and CopyDone.
@@ -214,6 +238,7 @@ func writeErr(ctx context.Context, err error) error {
 // request and waits up to cancelWait for the answer; the cancel request's
 // goroutine has ended when it returns.
 func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res copyResult) {
+	res.stored = -1
 	nc := pg.Conn()
 	answered, endCancel := context.WithCancel(context.Background())
 	cancelDone := make(chan struct{})
@@ -254,6 +279,7 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res co
 		switch msg := msg.(type) {
 		case *pgproto3.CommandComplete:
 			res.complete = pgErr == nil
+			res.stored = copyCount(msg.CommandTag)
 		case *pgproto3.ErrorResponse:
 			if pgErr == nil {
 				pgErr = pgconn.ErrorResponseToPgError(msg)

@@ -190,9 +190,9 @@ func TestCopyCompleteThenFatal(t *testing.T) {
 			}) // then the fake closes the connection
 			rs, _ := rows(1, 3, nil)
 			var w copyWire
-			sent, err := sendCopy(ctx, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
-			if !sent || err != nil {
-				t.Fatalf("sendCopy = %v, %v; want true, nil (the COPY committed)", sent, err)
+			sent, stored, err := sendCopy(ctx, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
+			if !sent || stored != 3 || err != nil {
+				t.Fatalf("sendCopy = %v, %d, %v; want true, 3, nil (the COPY committed)", sent, stored, err)
 			}
 			if !pg.IsClosed() {
 				t.Fatal("the connection is still open")
@@ -225,7 +225,7 @@ func TestCopyCancelEndsWithCall(t *testing.T) {
 	})
 	rs, _ := rows(1, 3, nil)
 	var w copyWire
-	sent, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
+	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
 	var pgErr *pgconn.PgError
 	if !sent || !errors.As(err, &pgErr) || pgErr.Code != "57014" {
 		t.Fatalf("sendCopy = %v, %v; want true, 57014", sent, err)
@@ -293,7 +293,7 @@ func TestCopyStopsWritingAfterError(t *testing.T) {
 	}
 	var w copyWire
 	before := written.Load()
-	sent, err := sendCopy(ctx, pg, &w, s.copySQL, rs)
+	sent, _, err := sendCopy(ctx, pg, &w, s.copySQL, rs)
 	wrote := written.Load() - before
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
@@ -311,9 +311,9 @@ func TestCopyStopsWritingAfterError(t *testing.T) {
 	}
 
 	good := rs[1:101]
-	sent, err = sendCopy(ctx, pg, &w, s.copySQL, good)
-	if !sent || err != nil {
-		t.Fatalf("next COPY on the connection: %v, %v; want true, nil", sent, err)
+	sent, stored, err := sendCopy(ctx, pg, &w, s.copySQL, good)
+	if !sent || stored != int64(len(good)) || err != nil {
+		t.Fatalf("next COPY on the connection: %v, %d, %v; want true, %d, nil", sent, stored, err, len(good))
 	}
 	res, err := pg.Exec(ctx, "SELECT count(*) FROM "+tbl).ReadAll()
 	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "100" {
