@@ -52,9 +52,10 @@
 // the rest of the batch is not sent: the server would only drop it, and
 // the connection is ready for the next statement without it. When the
 // hard context ends while the COPY waits (a locked table), the sink sends
-// the server a cancel request and reads the answer, so that a statement it
-// gave up on cannot commit later; a COPY whose CommandComplete arrived has
-// committed, whatever follows it.
+// the server a cancel request, again after a short pause while the cancel
+// connection fails (for up to cancelWait, 5s, in all), and reads the
+// answer, so that a statement it gave up on cannot commit later; a COPY
+// whose CommandComplete arrived has committed, whatever follows it.
 //
 // A batch is acked as stored only when that CommandComplete counts exactly
 // the rows sent ("COPY n"). A BEFORE INSERT trigger that returns NULL, or a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"sync/atomic"
@@ -38,8 +39,10 @@ import (
 // committer and grows past copyChunk only for a single larger row.
 const copyChunk = 256 << 10
 
-// cancelWait bounds how long a cancelled COPY waits for the server to
-// answer its cancel request before the connection is given up.
+// cancelWait bounds how long a COPY given up on (ctx ended after CopyDone)
+// waits for its answer: the cancel request, sent again while its
+// connection fails, and the server's answer to the COPY, together. Then
+// the connection is given up and the outcome is unknown.
 const cancelWait = 5 * time.Second
 
 // The binary COPY stream around the tuples: signature, flags (0) and header
@@ -47,6 +50,16 @@ const cancelWait = 5 * time.Second
 var (
 	copyHeader  = []byte("PGCOPY\n\xff\r\n\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00")
 	copyTrailer = []byte{0xff, 0xff}
+)
+
+// cancelRetry is the first pause before a cancel request that could not
+// be sent (its connection failed) is sent again; it doubles up to
+// cancelRetryMax. cancelAttempt bounds one attempt, so that a dial that
+// hangs is tried again within cancelWait.
+const (
+	cancelRetry    = 50 * time.Millisecond
+	cancelRetryMax = time.Second
+	cancelAttempt  = time.Second
 )
 
 // copyWire builds the messages of one COPY into buf.
@@ -57,8 +70,10 @@ type copyWire struct {
 	// Kept here, in the committer's reused state, rather than allocated
 	// per COPY: refused is set by the COPY's reader when an ErrorResponse
 	// arrives (the statement has failed, and the writer sends nothing
-	// more).
-	refused atomic.Bool
+	// more); cancelErr by the reader's cancel request goroutine before it
+	// ends (see readCopyResult).
+	refused   atomic.Bool
+	cancelErr error
 }
 
 // errRefused ends writeCopy early: the server has refused the COPY.
@@ -246,10 +261,10 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res co
 		defer close(cancelDone)
 		cctx, cancel := context.WithTimeout(answered, cancelWait)
 		defer cancel()
-		if pg.CancelRequest(cctx) == nil {
-			// Give the server time to answer, then stop waiting.
-			<-cctx.Done()
-		}
+		w.cancelErr = cancelCopy(cctx, pg)
+		// Give the server time to answer (after a failed cancel request
+		// too: the COPY may end by itself), then stop waiting.
+		<-cctx.Done()
 		if answered.Err() == nil {
 			_ = nc.SetReadDeadline(time.Unix(1, 0))
 		}
@@ -260,6 +275,12 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res co
 		endCancel()
 		if !stop() {
 			<-cancelDone
+			var pgErr *pgconn.PgError
+			if res.err != nil && w.cancelErr != nil && !res.complete && !errors.As(res.err, &pgErr) {
+				// No answer: say why the cancel did not get one.
+				res.err = errors.Join(res.err, w.cancelErr)
+			}
+			w.cancelErr = nil
 		}
 	}()
 	var pgErr error
@@ -289,5 +310,33 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res co
 			res.err = pgErr
 			return res
 		}
+	}
+}
+
+// cancelCopy asks the server to cancel pg's statement, sending the cancel
+// request again after a pause (cancelRetry, doubling up to cancelRetryMax)
+// while its connection fails, until one goes out or ctx ends. A cancel
+// request that is not sent leaves the COPY running, and one blocked on a
+// lock commits once the lock is gone: its rows are then stored although
+// the sink has given up on them (a duplicate once they are redelivered).
+// The error is the last attempt's, nil once one was sent.
+func cancelCopy(ctx context.Context, pg *pgconn.PgConn) error {
+	pause := cancelRetry
+	for {
+		actx, cancel := context.WithTimeout(ctx, cancelAttempt)
+		err := pg.CancelRequest(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		err = fmt.Errorf("cancel request: %w", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, cancelRetryMax)
 	}
 }

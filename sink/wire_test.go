@@ -60,7 +60,10 @@ func TestCopyWhileServerSendsNotices(t *testing.T) {
 type fakePG struct {
 	cancels chan struct{} // one value per cancel request received
 	closed  atomic.Int32  // cancel connections the client has closed
-	wg      sync.WaitGroup
+	// failDials is how many of the next cancel connections fail to dial
+	// (-1: all); dials counts the cancel dials tried.
+	failDials, dials atomic.Int32
+	wg               sync.WaitGroup
 }
 
 // connectFake starts a fakePG running script and connects to it.
@@ -125,14 +128,21 @@ func connectFake(t *testing.T, ctx context.Context, script func(be *pgproto3.Bac
 		t.Fatal(err)
 	}
 	dial := cfg.DialFunc
-	dials := 0
+	first := true // the first dial is the connection; later ones cancel
 	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if !first {
+			f.dials.Add(1)
+			if n := f.failDials.Load(); n != 0 {
+				f.failDials.CompareAndSwap(n, max(n-1, -1))
+				return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("connection refused (test)")}
+			}
+		}
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		dials++ // the first dial is the connection; later ones cancel
-		if dials == 1 {
+		if first {
+			first = false
 			return c, nil
 		}
 		return &closeCounter{Conn: c, n: &f.closed}, nil
@@ -233,6 +243,81 @@ func TestCopyCancelEndsWithCall(t *testing.T) {
 	if n := f.closed.Load(); n != 1 {
 		t.Fatalf("%d cancel connections closed when sendCopy returned, want 1", n)
 	}
+}
+
+// A cancel request whose connection fails is sent again: the COPY given up
+// on is cancelled on the server and its outcome is known (57014, not
+// committed) instead of left open.
+func TestCopyCancelRetried(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	hard, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pg, f := connectFake(t, ctx, func(be *pgproto3.Backend, f *fakePG) {
+		if !receiveCopy(be) {
+			return
+		}
+		cancel()
+		select {
+		case <-f.cancels:
+		case <-ctx.Done():
+			return
+		}
+		be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "57014",
+			Message: "canceling statement due to user request"})
+		be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		_ = be.Flush()
+	})
+	f.failDials.Store(2)
+	rs, _ := rows(1, 3, nil)
+	var w copyWire
+	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
+	var pgErr *pgconn.PgError
+	if !sent || !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+		t.Fatalf("sendCopy = %v, %v; want true, 57014", sent, err)
+	}
+	if n := f.dials.Load(); n != 3 {
+		t.Fatalf("%d cancel dials, want 3 (two failed, then one sent)", n)
+	}
+	if n := f.closed.Load(); n != 1 {
+		t.Fatalf("%d cancel connections closed when sendCopy returned, want 1", n)
+	}
+}
+
+// When no cancel request gets through and the server never answers, the
+// COPY is given up after cancelWait (shutdown stays bounded), having tried
+// the cancel request several times; the outcome is unknown and the error
+// says why.
+func TestCopyCancelFailsWithinCancelWait(t *testing.T) {
+	ctx := testCtx(t, cancelWait+10*time.Second)
+	hard, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pg, f := connectFake(t, ctx, func(be *pgproto3.Backend, f *fakePG) {
+		if !receiveCopy(be) {
+			return
+		}
+		cancel()
+		for { // never answers; reads until the client closes
+			if _, err := be.Receive(); err != nil {
+				return
+			}
+		}
+	})
+	f.failDials.Store(-1)
+	rs, _ := rows(1, 3, nil)
+	var w copyWire
+	start := time.Now()
+	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
+	took := time.Since(start)
+	if !sent || err == nil || !outcomeUnknown(err) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "cancel request") {
+		t.Fatalf("sendCopy = %v, %v; want true and an unknown outcome naming the cancel request", sent, err)
+	}
+	if took < cancelWait-time.Second || took > cancelWait+2*time.Second {
+		t.Fatalf("sendCopy took %v, want about cancelWait (%v)", took, cancelWait)
+	}
+	if n := f.dials.Load(); n < 3 {
+		t.Fatalf("%d cancel dials within cancelWait, want several", n)
+	}
+	t.Logf("gave up after %v and %d cancel dials", took, f.dials.Load())
 }
 
 // countConn counts the bytes written to a connection.
