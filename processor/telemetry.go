@@ -45,6 +45,11 @@ func (p *Processor) observe(in *ringq.Dispatch[pipeline.Event], out *ringq.Merge
 	dlFailed := counter("jetsink.dead_letter.failures", "Dead-letter publishes that failed (the message was nak'ed, not lost)")
 	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")
 	ackErrs := counter("jetsink.ack.failures", "Acks refused after commit (the message comes back: a duplicate in at-least-once mode)")
+	miscounts, err := m.Int64ObservableCounter("jetsink.copy.miscounts",
+		metric.WithDescription("COPYs that committed with a row count other than the rows sent (their rows were dead-lettered, code row_count)"),
+		metric.WithUnit("{statement}"))
+	errs = append(errs, err)
+	uncounted := counter("jetsink.events.uncounted", "Rows sent in miscounted COPYs minus the rows the server counted: rows that may be missing from the table")
 	batches, err := m.Int64ObservableCounter("jetsink.batches.committed",
 		metric.WithDescription("Transactions that committed a batch"), metric.WithUnit("{batch}"))
 	errs = append(errs, err)
@@ -77,6 +82,8 @@ func (p *Processor) observe(in *ringq.Dispatch[pipeline.Event], out *ringq.Merge
 		o.ObserveInt64(committed, int64(ss.Rows))
 		o.ObserveInt64(possibleDups, int64(ss.PossibleDuplicates))
 		o.ObserveInt64(ackErrs, int64(ss.AckErrors))
+		o.ObserveInt64(miscounts, int64(ss.Miscounts))
+		o.ObserveInt64(uncounted, int64(ss.Uncounted))
 		o.ObserveInt64(batches, int64(ss.Batches))
 		o.ObserveInt64(retries, int64(ss.Retries))
 		for i := range in.N() {
@@ -88,7 +95,7 @@ func (p *Processor) observe(in *ringq.Dispatch[pipeline.Event], out *ringq.Merge
 			o.ObserveInt64(ackPending, int64(l.NumAckPending))
 		}
 		return nil
-	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, batches, retries, ring, pending, ackPending)
+	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, miscounts, uncounted, batches, retries, ring, pending, ackPending)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
 	}

@@ -87,7 +87,7 @@ func TestMetricsAfterRun(t *testing.T) {
 	for _, name := range []string{
 		"jetsink_batch_rows_count", "jetsink_batch_size_bytes_sum", "jetsink_commit_duration_seconds_count",
 		"jetsink_event_latency_seconds_count", "jetsink_batches_committed_total", "jetsink_batch_retries_total",
-		"jetsink_events_redelivered_total",
+		"jetsink_events_redelivered_total", "jetsink_copy_miscounts_total", "jetsink_events_uncounted_total",
 	} {
 		if metricValue(body, name) < 0 {
 			t.Errorf("/metrics has no %s", name)
