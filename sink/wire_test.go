@@ -211,75 +211,53 @@ func TestCopyCompleteThenFatal(t *testing.T) {
 	}
 }
 
-// When the hard context ends while a COPY waits, the cancel request's
-// goroutine has ended (its connection closed) by the time sendCopy
-// returns: none outlives the call.
-func TestCopyCancelEndsWithCall(t *testing.T) {
-	ctx := testCtx(t, 10*time.Second)
-	hard, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pg, f := connectFake(t, ctx, func(be *pgproto3.Backend, f *fakePG) {
-		if !receiveCopy(be) {
-			return
-		}
-		cancel()
-		select {
-		case <-f.cancels:
-		case <-ctx.Done():
-			return
-		}
-		be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "57014",
-			Message: "canceling statement due to user request"})
-		be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
-		_ = be.Flush()
-	})
-	rs, _ := rows(1, 3, nil)
-	var w copyWire
-	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
-	var pgErr *pgconn.PgError
-	if !sent || !errors.As(err, &pgErr) || pgErr.Code != "57014" {
-		t.Fatalf("sendCopy = %v, %v; want true, 57014", sent, err)
-	}
-	if n := f.closed.Load(); n != 1 {
-		t.Fatalf("%d cancel connections closed when sendCopy returned, want 1", n)
-	}
-}
-
-// A cancel request whose connection fails is sent again: the COPY given up
-// on is cancelled on the server and its outcome is known (57014, not
-// committed) instead of left open.
-func TestCopyCancelRetried(t *testing.T) {
-	ctx := testCtx(t, 10*time.Second)
-	hard, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pg, f := connectFake(t, ctx, func(be *pgproto3.Backend, f *fakePG) {
-		if !receiveCopy(be) {
-			return
-		}
-		cancel()
-		select {
-		case <-f.cancels:
-		case <-ctx.Done():
-			return
-		}
-		be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "57014",
-			Message: "canceling statement due to user request"})
-		be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
-		_ = be.Flush()
-	})
-	f.failDials.Store(2)
-	rs, _ := rows(1, 3, nil)
-	var w copyWire
-	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
-	var pgErr *pgconn.PgError
-	if !sent || !errors.As(err, &pgErr) || pgErr.Code != "57014" {
-		t.Fatalf("sendCopy = %v, %v; want true, 57014", sent, err)
-	}
-	if n := f.dials.Load(); n != 3 {
-		t.Fatalf("%d cancel dials, want 3 (two failed, then one sent)", n)
-	}
-	if n := f.closed.Load(); n != 1 {
-		t.Fatalf("%d cancel connections closed when sendCopy returned, want 1", n)
+// When the hard context ends while a COPY waits, the COPY is cancelled on
+// the server and its outcome is known (57014, not committed), and the
+// cancel request's goroutine has ended (its connection closed) by the time
+// sendCopy returns: none outlives the call. A cancel request whose
+// connection fails is sent again.
+func TestCopyCancel(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		failDials int32
+	}{
+		{"ends with the call", 0},
+		{"retried after failed dials", 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := testCtx(t, 10*time.Second)
+			hard, cancel := context.WithCancel(ctx)
+			defer cancel()
+			pg, f := connectFake(t, ctx, func(be *pgproto3.Backend, f *fakePG) {
+				if !receiveCopy(be) {
+					return
+				}
+				cancel()
+				select {
+				case <-f.cancels:
+				case <-ctx.Done():
+					return
+				}
+				be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "57014",
+					Message: "canceling statement due to user request"})
+				be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+				_ = be.Flush()
+			})
+			f.failDials.Store(c.failDials)
+			rs, _ := rows(1, 3, nil)
+			var w copyWire
+			sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
+			var pgErr *pgconn.PgError
+			if !sent || !errors.As(err, &pgErr) || pgErr.Code != "57014" {
+				t.Fatalf("sendCopy = %v, %v; want true, 57014", sent, err)
+			}
+			if n := f.dials.Load(); n != c.failDials+1 {
+				t.Fatalf("%d cancel dials, want %d (%d failed, then one sent)", n, c.failDials+1, c.failDials)
+			}
+			if n := f.closed.Load(); n != 1 {
+				t.Fatalf("%d cancel connections closed when sendCopy returned, want 1", n)
+			}
+		})
 	}
 }
 
