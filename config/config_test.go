@@ -213,6 +213,17 @@ func TestKeysHaveEnvNamesAndDefaults(t *testing.T) {
 	if got := DefaultValue("postgres.batch.max_delay"); got != "20ms" {
 		t.Errorf("default postgres.batch.max_delay = %q, want 20ms", got)
 	}
+	if got := DefaultValue("memory_limit"); got != "auto" {
+		t.Errorf("default memory_limit = %q, want auto", got)
+	}
+	types := map[string]string{}
+	for _, k := range keys {
+		types[k.Path] = k.Type
+	}
+	if types["memory_limit"] != "size|auto" || types["postgres.batch.max_bytes"] != "size" || types["postgres.batch.max_rows"] != "int" {
+		t.Errorf("types: memory_limit %q, postgres.batch.max_bytes %q, postgres.batch.max_rows %q; want size|auto, size, int",
+			types["memory_limit"], types["postgres.batch.max_bytes"], types["postgres.batch.max_rows"])
+	}
 }
 
 func FuzzParse(f *testing.F) {

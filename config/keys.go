@@ -56,10 +56,20 @@ func walkKeys(t reflect.Type, prefix string, out *[]Key) {
 			*out = append(*out, Key{Path: path, Kind: reflect.Slice, Type: "list"})
 		case ft.Kind() == reflect.Slice || ft.Kind() == reflect.Map || ft.Kind() == reflect.Pointer:
 			// file-only (postgres.columns)
+		case name == "memory_limit":
+			*out = append(*out, Key{Path: path, Kind: ft.Kind(), Type: "size|auto"})
+		case isSizeKey(name):
+			*out = append(*out, Key{Path: path, Kind: ft.Kind(), Type: "size"})
 		default:
 			*out = append(*out, Key{Path: path, Kind: ft.Kind(), Type: ft.Kind().String()})
 		}
 	}
+}
+
+// isSizeKey reports whether a key (its last path element) takes sizes
+// such as 4MiB: the keys ending in "bytes", and memory_limit.
+func isSizeKey(name string) bool {
+	return strings.HasSuffix(name, "bytes") || name == "memory_limit"
 }
 
 // EnvName is the environment variable that sets a key.
@@ -79,6 +89,9 @@ func DefaultValue(path string) string {
 	}
 	if d, ok := v.Interface().(time.Duration); ok {
 		return d.String()
+	}
+	if path == "memory_limit" && v.Int() == MemoryLimitAuto {
+		return "auto"
 	}
 	if v.Kind() == reflect.Slice {
 		parts := make([]string, v.Len())

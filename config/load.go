@@ -214,7 +214,7 @@ func normalizeSizes(node *yaml.Node, prefix string) error {
 			}
 			continue
 		}
-		if val.Kind != yaml.ScalarNode || !(strings.HasSuffix(key, "bytes") || key == "memory_limit") {
+		if val.Kind != yaml.ScalarNode || !isSizeKey(key) {
 			continue
 		}
 		if _, err := strconv.ParseInt(val.Value, 10, 64); err == nil {
