@@ -110,12 +110,13 @@
 // parked goroutine costs no CPU. Sequential consistency rules out a lost wake-up: either
 // the signaller sees the sleeper, or the sleeper's re-check sees the new index. A Merge's
 // rings share one eventcount for their consumer, so a push into any ring wakes it without
-// polling. Long spinning measured slower on a busy two-core machine than parking (there the
-// spinner takes CPU time the other side needs), so the defaults spin very little. The cost
-// shows in a saturated single-item hand-off: waits are rare (a few per thousand items), but
-// a parked side is woken into the waker's run queue and resumes only tens of microseconds
-// later, so producer and consumer partly take turns instead of running side by side. See
-// BENCHMARKS.md.
+// polling. The defaults spin very little, because spinning longer (1-10 µs) measured
+// slower than parking on two cores, busy or quiet: on a busy machine the spinner takes CPU
+// time the other side needs; on a quiet one a spin that catches the next item hands over
+// that one item, so the two sides fall into lockstep, a wait every 5-13 items, with both
+// cores busy. In a saturated single-item hand-off waits are rare (a few per thousand
+// items) and a parked side resumes only tens of microseconds after its wake-up, long
+// enough for the other side to run hundreds of items ahead. See BENCHMARKS.md.
 //
 // # Errors
 //
