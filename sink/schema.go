@@ -97,6 +97,10 @@ const (
 	ProblemTypeMismatch  ProblemKind = "type_mismatch"
 	ProblemNotNull       ProblemKind = "not_null"
 	ProblemNoUniqueIndex ProblemKind = "no_unique_index"
+	// ProblemRowTrigger is a warning: the table has enabled BEFORE INSERT
+	// row triggers. One that returns NULL leaves its row out of the COPY,
+	// and the sink then dead-letters the whole batch (code row_count).
+	ProblemRowTrigger ProblemKind = "row_trigger"
 )
 
 // Problem is one difference between the mapping and the table.
@@ -105,6 +109,8 @@ type Problem struct {
 	Column  string // "" for table-level problems
 	Message string // what is wrong
 	Fix     string // how to fix it (often a SQL statement)
+	// Warning marks a problem the sink can write despite (ProblemRowTrigger).
+	Warning bool
 }
 
 func (p Problem) String() string { return p.Message + "; fix: " + p.Fix }
@@ -193,6 +199,17 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			Message: fmt.Sprintf("column %s of %s is NOT NULL without a default and nothing maps to it: every insert fails", col, tname),
 			Fix:     fmt.Sprintf("map a value to %s in postgres.columns, give it a DEFAULT, or ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", name, tname, col)})
 	}
+	triggers, err := s.rowTriggers(ctx, c, *oid)
+	if err != nil {
+		return nil, err
+	}
+	if len(triggers) > 0 {
+		probs = append(probs, Problem{Kind: ProblemRowTrigger, Warning: true,
+			Message: fmt.Sprintf("%s has BEFORE INSERT row triggers (%s): if one returns NULL, its row is left out of the COPY, "+
+				"and jetsink dead-letters every row of that batch (code row_count) since it cannot tell which rows are missing",
+				tname, strings.Join(triggers, ", ")),
+			Fix: "make sure these triggers never return NULL for jetsink's rows, or write into a table without them"})
+	}
 	if s.cfg.Mode == ExactlyOnce {
 		ok, err := s.hasUniqueIndex(ctx, c, *oid, attrs[s.streamC].num, attrs[s.seqC].num)
 		if err != nil {
@@ -206,6 +223,23 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		}
 	}
 	return probs, nil
+}
+
+// rowTriggers returns the names of rel's user triggers that fire BEFORE
+// INSERT FOR EACH ROW in a normal session (enabled, or enabled ALWAYS).
+// tgtype bits: 1 row, 2 before, 4 insert.
+func (s *Sink) rowTriggers(ctx context.Context, c *pgx.Conn, rel uint32) ([]string, error) {
+	rows, err := c.Query(ctx, `SELECT tgname FROM pg_trigger
+		WHERE tgrelid = $1 AND NOT tgisinternal AND tgtype & 7 = 7 AND tgenabled IN ('O', 'A')
+		ORDER BY tgname`, rel)
+	if err != nil {
+		return nil, fmt.Errorf("check triggers of %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("check triggers of %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	return names, nil
 }
 
 // hasUniqueIndex reports whether a plain unique index (no predicate, no

@@ -81,6 +81,26 @@ func TestInitAndCheck(t *testing.T) {
 	if k := kinds(); len(k) != 0 {
 		t.Fatalf("identity and default columns: %v", k)
 	}
+	exec(`CREATE FUNCTION keep_row() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'`)
+	exec("CREATE TRIGGER after_ins AFTER INSERT ON " + tbl + " FOR EACH ROW EXECUTE FUNCTION keep_row()")
+	exec("CREATE TRIGGER before_stmt BEFORE INSERT ON " + tbl + " FOR EACH STATEMENT EXECUTE FUNCTION keep_row()")
+	exec("CREATE TRIGGER before_upd BEFORE UPDATE ON " + tbl + " FOR EACH ROW EXECUTE FUNCTION keep_row()")
+	exec("CREATE TRIGGER off BEFORE INSERT ON " + tbl + " FOR EACH ROW EXECUTE FUNCTION keep_row()")
+	exec("ALTER TABLE " + tbl + " DISABLE TRIGGER off")
+	if k := kinds(); len(k) != 0 {
+		t.Fatalf("triggers that cannot drop an inserted row: %v", k)
+	}
+	exec("CREATE TRIGGER b_ins BEFORE INSERT OR UPDATE ON " + tbl + " FOR EACH ROW EXECUTE FUNCTION keep_row()")
+	exec("CREATE TRIGGER a_always BEFORE INSERT ON " + tbl + " FOR EACH ROW EXECUTE FUNCTION keep_row()")
+	exec("ALTER TABLE " + tbl + " ENABLE ALWAYS TRIGGER a_always")
+	probs, err := s.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(probs) != 1 || probs[0].Kind != ProblemRowTrigger || !probs[0].Warning ||
+		!strings.Contains(probs[0].Message, "(a_always, b_ins)") {
+		t.Fatalf("BEFORE INSERT row triggers: %+v, want one row_trigger warning naming a_always and b_ins", probs)
+	}
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping: %v", err)
 	}

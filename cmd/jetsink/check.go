@@ -75,7 +75,7 @@ table's. It creates and changes nothing. Exit status 0 when run would work
 			default:
 				for _, p := range pgProblems {
 					// A missing table is only a warning when run will create it.
-					report("postgres", p.Kind == sink.ProblemTableMissing && cfg.Postgres.CreateTable, p.String())
+					report("postgres", p.Warning || p.Kind == sink.ProblemTableMissing && cfg.Postgres.CreateTable, p.String())
 				}
 			}
 			if failed > 0 {
