@@ -289,7 +289,7 @@ func TestCopyCancelFailsWithinCancelWait(t *testing.T) {
 	if !sent || err == nil || !outcomeUnknown(err) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "cancel request") {
 		t.Fatalf("sendCopy = %v, %v; want true and an unknown outcome naming the cancel request", sent, err)
 	}
-	if took < cancelWait-time.Second || took > cancelWait+2*time.Second {
+	if took < cancelWait-time.Second || took > cancelWait+5*time.Second { // bounded, with room for a loaded machine
 		t.Fatalf("sendCopy took %v, want about cancelWait (%v)", took, cancelWait)
 	}
 	if n := f.dials.Load(); n < 3 {
