@@ -37,6 +37,14 @@ func (b *batch) lingerEnd(cfg *BatchConfig) time.Time {
 	return b.since.Add(min(cfg.MinDelay, cfg.MaxDelay))
 }
 
+// settledTo records that rows[:hi] are settled (acked or dead-lettered), so
+// that the heartbeat stops sending InProgress for them.
+func (b *batch) settledTo(hi int) {
+	b.mu.Lock()
+	b.lo = hi
+	b.mu.Unlock()
+}
+
 // reset empties the batch and drops its references to rows.
 func (b *batch) reset() {
 	b.mu.Lock()

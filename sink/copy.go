@@ -321,9 +321,7 @@ func committedMiscount(err error) *miscountError {
 
 // settle acks rows[lo:hi] of b, which have just been committed.
 func (c *committer) settle(b *batch, lo, hi int) {
-	b.mu.Lock()
-	b.lo = hi
-	b.mu.Unlock()
+	b.settledTo(hi)
 	var bytes, failed uint64
 	var first error
 	for i := lo; i < hi; i++ {
@@ -360,9 +358,7 @@ func (c *committer) settle(b *batch, lo, hi int) {
 // deadLetter parks row p of b, which the database refuses with err. If the
 // dead-letterer fails, it has nak'ed the message: the row is not acked.
 func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) {
-	b.mu.Lock()
-	b.lo = p + 1
-	b.mu.Unlock()
+	b.settledTo(p + 1)
 	row := &b.rows[p]
 	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: "data", Reason: err.Error()}
 	var pgErr *pgconn.PgError
@@ -398,9 +394,7 @@ const codeRowCount = "row_count"
 // dead-lettered (code "row_count"): the dead-letter subject holds every
 // event that may be missing, for the operator to check and replay.
 func (c *committer) deadLetterMiscounted(ctx context.Context, b *batch, lo, hi int, e *miscountError) {
-	b.mu.Lock()
-	b.lo = hi
-	b.mu.Unlock()
+	b.settledTo(hi)
 	st := &c.s.st
 	st.miscounts.Add(1)
 	if e.stored >= 0 && e.stored < int64(e.sent) {
