@@ -69,7 +69,7 @@ func applyMemoryLimit(limit int64, log *slog.Logger) (stop func()) {
 // (Go's heap goal is live + (live + stacks + globals) x GOGC/100).
 // jetsink's live heap is small (the events in flight) while nats.go
 // allocates ~1.2 KiB per message, so at Go's default GOGC 100 the collector
-// runs after as many MiB as are live (7-17 MiB in the bench drain); with the
+// runs after as many MiB as are live (7-24 MiB in the bench drain); with the
 // tuner, after 15-25 MiB there. When the live heap grows past goal/2 (large
 // events, a large max_ack_pending) GOGC stays at 100: never more
 // collections than Go's default.
