@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,7 +237,7 @@ func TestLockedTableAndMaxDelay(t *testing.T) {
 			})
 			admin := pg.Conn(t)
 			tx := lockTable(t, ctx, pg, s)
-			src := newSource()
+			src := &toppedSource{source: newSource()}
 			wait := runSink(t, ctx, s, src)
 
 			a, ma := rows(1, 1, nil)
@@ -244,7 +245,10 @@ func TestLockedTableAndMaxDelay(t *testing.T) {
 			waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
 			b, mb := rows(2, 1, nil)
 			src.push(t, ctx, b)
-			waitFor(t, ctx, "the second row to be popped", func() bool { return src.Len() == 0 })
+			// Row 3 must come after the batcher has taken in everything
+			// waiting with row 2 (its top-up found nothing), not while it
+			// may still top the batch up: "popped" alone left a window.
+			waitFor(t, ctx, "the second row's batch to be topped up", func() bool { return src.emptyAfter.Load() >= 2 })
 			c, mc := rows(3, 1, nil)
 			src.push(t, ctx, c)
 			all := append(append(ma, mb...), mc...)
@@ -269,6 +273,27 @@ func TestLockedTableAndMaxDelay(t *testing.T) {
 			}
 		})
 	}
+}
+
+// toppedSource records how many rows had been popped when a TryPopN last
+// found nothing: the batcher tops a batch up with TryPopN until it does.
+type toppedSource struct {
+	source
+	popped, emptyAfter atomic.Int64
+}
+
+func (s *toppedSource) PopN(ctx context.Context, dst []pipeline.Row) (int, error) {
+	n, err := s.source.PopN(ctx, dst)
+	s.popped.Add(int64(n))
+	return n, err
+}
+
+func (s *toppedSource) TryPopN(dst []pipeline.Row) int {
+	n := s.source.TryPopN(dst)
+	if s.popped.Add(int64(n)); n == 0 {
+		s.emptyAfter.Store(s.popped.Load())
+	}
+	return n
 }
 
 // Cancelling the hard context while a batch cannot commit returns ctx.Err()
