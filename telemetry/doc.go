@@ -46,9 +46,12 @@
 //
 // NewMetrics builds a meter provider whose reader is a Prometheus exporter
 // on a registry of its own; Metrics.Handler serves it at /metrics. Hot-path
-// instruments (batch rows and bytes, commit duration, publish-to-commit
-// latency, dead letters by stage and code) are recorded once per batch or
-// per dead letter without allocating; the stages' own counters (consumer,
+// instruments (batch rows and bytes, commit duration, dead letters by stage
+// and code) are recorded once per batch or per dead letter without
+// allocating. The publish-to-commit latency, one value per row, is counted a
+// batch at a time by a histogram of jetsink's own (eventLatency) that the
+// exporter reads as a metric Producer: ~5 ns per row against ~100 for the
+// SDK's Record (BenchmarkBatchCommitted). The stages' own counters (consumer,
 // sink) and the ring lengths are read by observable instruments at scrape
 // time (registered by the processor), and the consumer's lag is fetched at
 // most every few seconds (Cached).

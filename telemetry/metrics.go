@@ -30,7 +30,7 @@ type Metrics struct {
 	batchRows    metric.Int64Histogram
 	batchBytes   metric.Int64Histogram
 	commitDur    metric.Float64Histogram
-	latency      metric.Float64Histogram
+	latency      *eventLatency
 	deadLettered metric.Int64Counter
 }
 
@@ -38,7 +38,8 @@ type Metrics struct {
 // Errors are the SDK's, wrapped.
 func NewMetrics(serviceName string) (*Metrics, error) {
 	reg := prometheus.NewRegistry()
-	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	latency := newEventLatency()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithProducer(latency))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
@@ -49,10 +50,11 @@ func NewMetrics(serviceName string) (*Metrics, error) {
 	m := &Metrics{
 		mp:      sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)),
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		latency: latency,
 	}
 	m.meter = m.mp.Meter(Scope)
-	seconds := metric.WithExplicitBucketBoundaries(.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
-	var errs [5]error
+	seconds := metric.WithExplicitBucketBoundaries(latencyBounds[:]...)
+	var errs [4]error
 	m.batchRows, errs[0] = m.meter.Int64Histogram("jetsink.batch.rows",
 		metric.WithDescription("Rows per committed batch (one COPY transaction)"), metric.WithUnit("{row}"),
 		metric.WithExplicitBucketBoundaries(1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000))
@@ -61,9 +63,7 @@ func NewMetrics(serviceName string) (*Metrics, error) {
 		metric.WithExplicitBucketBoundaries(1<<10, 16<<10, 64<<10, 256<<10, 1<<20, 4<<20, 16<<20, 64<<20))
 	m.commitDur, errs[2] = m.meter.Float64Histogram("jetsink.commit.duration",
 		metric.WithDescription("Duration of the transaction that committed a batch: BEGIN, COPY, COMMIT"), metric.WithUnit("s"), seconds)
-	m.latency, errs[3] = m.meter.Float64Histogram("jetsink.event.latency",
-		metric.WithDescription("From the JetStream publish (stream store time) to the commit of the event's row"), metric.WithUnit("s"), seconds)
-	m.deadLettered, errs[4] = m.meter.Int64Counter("jetsink.events.dead_lettered",
+	m.deadLettered, errs[3] = m.meter.Int64Counter("jetsink.events.dead_lettered",
 		metric.WithDescription("Events parked on the dead-letter subject, by stage and reason code"), metric.WithUnit("{event}"))
 	for _, err := range errs {
 		if err != nil {
@@ -101,12 +101,7 @@ func (m *Metrics) BatchCommitted(ctx context.Context, rows []pipeline.Row, bytes
 	m.batchRows.Record(ctx, int64(len(rows)))
 	m.batchBytes.Record(ctx, int64(bytes))
 	m.commitDur.Record(ctx, took.Seconds())
-	now := time.Now()
-	for i := range rows {
-		if p := rows[i].Event.Published; !p.IsZero() {
-			m.latency.Record(ctx, now.Sub(p).Seconds())
-		}
-	}
+	m.latency.record(time.Now(), rows)
 }
 
 // DeadLettered counts one event parked by stage with reason code.
