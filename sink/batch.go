@@ -158,13 +158,16 @@ func (s *Sink) logProblems(ctx context.Context) {
 //
 // The rule: a batch is handed to a committer as soon as one is free and no
 // more rows are waiting; it grows only while every committer is busy, and
-// it is cut (stops growing) when it reaches max_rows or max_bytes, or when
-// max_delay has passed since its first row. So an idle sink commits a single
-// row at once, and a busy one commits big batches. A cut batch waits for the
-// next free committer; meanwhile the rings fill: back-pressure. Only when it
-// has waited for InProgressEvery/2 (since JetStream delivered its oldest
-// row) does the batcher call it a stall: the batch joins the held queue
-// (oldest first) and the batcher opens a spare batch and keeps taking rows,
+// it is cut when it reaches max_rows or max_bytes, or when max_delay has
+// passed since its first row. So an idle sink commits a single row at once,
+// and a busy one commits big batches. A cut batch waits for the next free
+// committer; meanwhile the rings fill: back-pressure. Only when it has
+// waited for InProgressEvery/2 (since JetStream delivered its oldest row)
+// does the batcher call it a stall: the rows waiting in the rings by then
+// join the batch (it grows this once more, never past max_rows or
+// max_bytes, which delays none of its rows: they all wait for a committer
+// anyway), the batch joins the held queue (oldest first) and the batcher
+// opens a spare batch and keeps taking rows,
 // up to Config.HoldRows, so that the in-flight messages sit in batches the
 // heartbeat keeps alive (InProgress) rather than in the rings, where nothing
 // does. Past HoldRows it waits for a committer again. Holding only on a

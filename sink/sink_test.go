@@ -275,6 +275,55 @@ func TestLockedTableAndMaxDelay(t *testing.T) {
 	}
 }
 
+// A batch cut by max_delay takes no rows while it waits for a committer,
+// except once: when the wait becomes a stall, the rows waiting by then join
+// it before it is held, and rows after that go to a spare batch. Row 3 comes
+// after row 2's batch was cut and before the stall (InProgressEvery/2 = 2 s
+// later), row 4 after the stall: transactions [1 2 1]. Without the top-up
+// row 3 goes to a spare batch of its own: [1 1 1 1] (max_delay 0 cuts every
+// batch at its first row).
+func TestStallTopsUpTheCutBatchOnce(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Connections = 1
+		c.Batch.MaxDelay = 0
+		c.HoldRows = 300
+		c.InProgressEvery = 4 * time.Second
+	})
+	admin := pg.Conn(t)
+	tx := lockTable(t, ctx, pg, s)
+	src := &toppedSource{source: newSource()}
+	wait := runSink(t, ctx, s, src)
+
+	a, ma := rows(1, 1, nil)
+	src.push(t, ctx, a)
+	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+	b, mb := rows(2, 1, nil)
+	src.push(t, ctx, b)
+	waitFor(t, ctx, "the second row's batch to be cut", func() bool { return src.emptyAfter.Load() >= 2 })
+	c, mc := rows(3, 1, nil)
+	src.push(t, ctx, c)
+	// Before the stall the cut batch takes nothing; at the stall row 3
+	// leaves the Source.
+	waitFor(t, ctx, "the stall to take row 3", func() bool { return src.popped.Load() >= 3 })
+	d, md := rows(4, 1, nil)
+	src.push(t, ctx, d)
+	waitFor(t, ctx, "the spare batch to take row 4", func() bool { return src.popped.Load() >= 4 })
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all := append(append(append(ma, mb...), mc...), md...)
+	waitFor(t, ctx, "every message acked", allAcked(all))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got, want := txSizes(t, ctx, admin, s.cfg.Table), []int{1, 2, 1}; !equal(got, want) {
+		t.Fatalf("transaction sizes %v, want %v", got, want)
+	}
+}
+
 // toppedSource records how many rows had been popped when a TryPopN last
 // found nothing: the batcher tops a batch up with TryPopN until it does.
 type toppedSource struct {
