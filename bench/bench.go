@@ -66,6 +66,12 @@ type Options struct {
 	Rate     float64       // rate: events per second
 	Duration time.Duration // rate: for this long
 	Subjects int           // distinct subjects (devices); default 1000
+	// LockFor, when positive (rate only), takes an ACCESS EXCLUSIVE lock on
+	// the engine's table LockAt after the first scheduled send and holds it
+	// for LockFor while the publisher keeps its rate: what the engine does
+	// while the database stalls (its memory, redeliveries) and how long it
+	// takes to catch up. The engine's RSS is sampled throughout.
+	LockAt, LockFor time.Duration
 	// Compare runs the baseline consumer too, on the same preloaded stream.
 	Compare bool
 	// Count repeats the whole measurement; default 1.
@@ -135,6 +141,11 @@ type Result struct {
 	Curve           []CurvePoint `json:"percentile_curve"`
 	Timeline        []TimePoint  `json:"timeline"`
 	Batches         Batches      `json:"batches"`
+	// RSS is the engine's resident set (VmRSS) over the run, the most of
+	// each second from samples every 250 ms (rate scenario).
+	RSS []RSSPoint `json:"rss,omitempty"`
+	// Lock is what happened around the table lock (Options.LockFor).
+	Lock *LockResult `json:"lock,omitempty"`
 	Load1           float64      `json:"load1"` // one-minute load average when the run ended
 	// Log holds the engine's warnings and errors (the first 10 in the tail
 	// of its output): a heartbeat missed, a retried batch.
@@ -269,8 +280,14 @@ func (o *Options) defaults() error {
 		if o.Rate*o.Duration.Seconds() < 1 {
 			return fmt.Errorf("%w: --rate x --duration publishes no event", ErrInvalidOptions)
 		}
+		if o.LockFor < 0 || o.LockAt < 0 || o.LockFor > 0 && o.LockAt >= o.Duration {
+			return fmt.Errorf("%w: --lock-at must be within --duration (%v), and neither it nor --lock-for negative", ErrInvalidOptions, o.Duration)
+		}
 	default:
 		return fmt.Errorf("%w: --scenario must be %s or %s, not %q", ErrInvalidOptions, ScenarioDrain, ScenarioRate, o.Scenario)
+	}
+	if o.LockFor != 0 && o.Scenario != ScenarioRate {
+		return fmt.Errorf("%w: --lock-for needs --scenario rate", ErrInvalidOptions)
 	}
 	return nil
 }
@@ -545,19 +562,44 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	rss := sampleRSS(c.cmd.Process.Pid, 250*time.Millisecond)
 	if err := b.waitReady(ctx, c, t); err != nil {
+		rss.stop()
 		c.kill()
 		return res, err
 	}
 	pubStart := time.Now()
+	var lock *tableLock
+	if b.o.LockFor > 0 {
+		var err error
+		if lock, err = b.lockTable(ctx, t.table, pubStart.Add(b.o.LockAt), b.o.LockFor); err != nil {
+			rss.stop()
+			c.kill()
+			return res, err
+		}
+	}
 	pub, err := loadgen.Publish(ctx, b.js.Conn(), loadgen.Options{Subject: t.prefix, Subjects: b.o.Subjects,
 		Rate: b.o.Rate, Duration: b.o.Duration, Run: uint64(time.Now().UnixNano()), Stamp: true})
+	if err == nil && lock != nil {
+		err = lock.wait()
+	}
 	if err != nil {
+		if lock != nil {
+			lock.cancel()
+			_ = lock.wait()
+		}
+		rss.stop()
 		c.kill()
 		return res, fmt.Errorf("bench: publish: %w", err)
 	}
 	res.Published, res.PublishPS, res.PubRetried = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds(), pub.Retried
-	return res, b.settle(ctx, &res, c, t, before, cpuOK, pubStart)
+	err = b.settle(ctx, &res, c, t, before, cpuOK, pubStart)
+	samples := rss.stop()
+	res.RSS = perSecond(samples, pubStart)
+	if lock != nil && err == nil {
+		res.Lock = lock.result(samples, pubStart, pubStart.Add(time.Duration(res.ElapsedS*float64(time.Second))))
+	}
+	return res, err
 }
 
 // settle waits until t's engine c has acked the res.Published events, stops
@@ -667,6 +709,10 @@ func (r Result) line() string {
 		s += fmt.Sprintf("\n           stored->received p50 %.1f p99 %.1f max %.1f ms, received->COPY p50 %.1f p99 %.1f max %.1f ms",
 			r.LatencyDelivery.P50, r.LatencyDelivery.P99, r.LatencyDelivery.Max,
 			r.LatencyInside.P50, r.LatencyInside.P99, r.LatencyInside.Max)
+	}
+	if l := r.Lock; l != nil {
+		s += fmt.Sprintf("\n           table locked at %.1f s for %.1f s: RSS %.1f MiB before, at most %.1f during (%+.1f); last commit %.1f s after the release",
+			l.AtS, l.HeldS, mib(l.RSSBefore), mib(l.RSSMaxDuring), mib(l.RSSGrowth), l.CatchUpS)
 	}
 	for _, l := range r.Log {
 		s += "\n           log: " + l

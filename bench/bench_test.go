@@ -75,8 +75,13 @@ func checkReport(t *testing.T, rep *Report, engines int) {
 	if err := rep.WriteJSON(&js); err != nil || !strings.Contains(js.String(), `"p99_9_ms"`) {
 		t.Errorf("JSON report: %v", err)
 	}
-	// Self-contained: two inline plots, nothing loaded from elsewhere.
-	if err := rep.WriteHTML(&html); err != nil || strings.Count(html.String(), "<svg") != 2 ||
+	// Self-contained: two inline plots (three with the RSS of a rate run),
+	// nothing loaded from elsewhere.
+	plots := 2
+	if rep.Scenario == ScenarioRate {
+		plots = 3
+	}
+	if err := rep.WriteHTML(&html); err != nil || strings.Count(html.String(), "<svg") != plots ||
 		strings.Contains(html.String(), "src=") || strings.Contains(html.String(), "href=") {
 		t.Errorf("HTML report: %v", err)
 	}
@@ -134,6 +139,45 @@ func TestRateEmbedded(t *testing.T) {
 	}
 	if runtime.GOOS == "linux" && r.PostgresCPUPerEvent <= 0 {
 		t.Errorf("no PostgreSQL CPU measured for the embedded server: %v µs/event", r.PostgresCPUPerEvent)
+	}
+}
+
+// TestRateWithLock locks the table for 1.5 s of a 3 s run at 2,000
+// events/s: every event is still committed once, none is redelivered (the
+// lock is far shorter than ack_wait), events sent as the lock was taken wait
+// for its release, and the lock's RSS figures come from the sampler.
+func TestRateWithLock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Options{Exe: testenv.Jetsink(t), Base: config.Default(), Embedded: true, Scenario: ScenarioRate,
+		Rate: 2000, Duration: 3 * time.Second, Subjects: 50, Timeout: 2 * time.Minute,
+		LockAt: 500 * time.Millisecond, LockFor: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep, 1)
+	r := rep.Results[0]
+	l := r.Lock
+	if l == nil {
+		t.Fatal("no lock result")
+	}
+	if r.Published != 6000 || r.Missing != 0 || r.Duplicate != 0 || r.Redelivered != 0 {
+		t.Errorf("published %d, missing %d, duplicate %d, redelivered %d; want 6000, 0, 0, 0", r.Published, r.Missing, r.Duplicate, r.Redelivered)
+	}
+	if l.AtS < 0.5 || l.HeldS < 1.5 || l.CatchUpS <= 0 {
+		t.Errorf("lock at %.3f s held %.3f s, caught up %.3f s after; want >= 0.5, >= 1.5, > 0", l.AtS, l.HeldS, l.CatchUpS)
+	}
+	if waited := r.Latency.Max / 1000; waited < l.HeldS-0.3 {
+		t.Errorf("max latency %.3f s while the table was locked for %.3f s: commits did not wait for the lock", waited, l.HeldS)
+	}
+	if l.RSSBefore <= 0 || l.RSSMaxDuring <= 0 || l.RSSGrowth != l.RSSMaxDuring-l.RSSBefore {
+		t.Errorf("lock RSS before %d, max during %d, growth %d", l.RSSBefore, l.RSSMaxDuring, l.RSSGrowth)
+	}
+	if len(r.RSS) < 3 {
+		t.Errorf("RSS timeline %v: want a point per second of a 3 s run", r.RSS)
+	}
+	if s := rep.Summary[0].LockRSSGrowthMiB; s.N != 1 {
+		t.Errorf("summary lock RSS growth %+v, want one value", s)
 	}
 }
 
@@ -202,6 +246,9 @@ func TestOptionsValidate(t *testing.T) {
 		{Exe: "x", Scenario: ScenarioDrain},
 		{Exe: "x", Scenario: ScenarioRate, Rate: 10},
 		{Exe: "x", Scenario: ScenarioRate, Rate: 0.1, Duration: time.Second},
+		{Exe: "x", Scenario: ScenarioRate, Rate: 10, Duration: time.Second, LockAt: time.Second, LockFor: time.Second},
+		{Exe: "x", Scenario: ScenarioRate, Rate: 10, Duration: time.Second, LockFor: -time.Second},
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, LockFor: time.Second},
 	} {
 		if _, err := Run(context.Background(), o); err == nil {
 			t.Errorf("Run(%+v) accepted", o)

@@ -131,6 +131,21 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	labels := map[float64]string{ticks[0]: "0", ticks[1]: "90", ticks[2]: "99", ticks[3]: "99.9", ticks[4]: "99.99", ticks[5]: "99.999"}
 	b.WriteString(svgPlot("publish-to-commit latency by percentile", "percentile", "ms (log)", curves, ticks,
 		func(x float64) string { return labels[x] }))
+	var rss []series
+	for _, x := range r.Results {
+		if len(x.RSS) == 0 {
+			continue
+		}
+		s := series{name: name(x)}
+		for _, p := range x.RSS {
+			s.xs, s.ys = append(s.xs, float64(p.TS)), append(s.ys, mib(p.RSS))
+		}
+		rss = append(rss, s)
+	}
+	if len(rss) > 0 {
+		b.WriteString("\n<h2>Memory over time</h2>\n<p>The engine's resident set (VmRSS), the most of each second; with --lock-for, the table was locked from the time the summary gives.</p>\n")
+		b.WriteString(svgPlot("engine RSS over time", "seconds since the first scheduled send", "MiB (log)", rss, nil, nil))
+	}
 	b.WriteString("\n</body></html>\n")
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -55,19 +55,25 @@ func startChild(exe string, env []string, args ...string) (*child, error) {
 
 // peakRSS reads VmHWM from /proc/<pid>/status; 0 when unavailable.
 func (c *child) peakRSS() int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	kb, _ := procStatusKB(c.cmd.Process.Pid, "VmHWM:")
+	return kb << 10
+}
+
+// procStatusKB reads one "Name:   123 kB" field of /proc/<pid>/status.
+func procStatusKB(pid int, field string) (int64, bool) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
+		if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb, err == nil
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // stop sends SIGTERM (jetsink drains and exits 0), waits up to grace, then

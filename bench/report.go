@@ -52,6 +52,9 @@ type Summary struct {
 	P99Engine    Stat   `json:"latency_stream_to_commit_p99_ms"` // the engine's part of P99
 	Load1        Stat   `json:"load1"`
 	Ratio        Stat   `json:"ratio_to_baseline"`
+	// LockRSSGrowthMiB is the engine's RSS growth while the table was
+	// locked (Options.LockFor).
+	LockRSSGrowthMiB Stat `json:"lock_rss_growth_mib,omitzero"`
 }
 
 func summarize(rs []Result) []Summary {
@@ -96,6 +99,13 @@ func summarize(rs []Result) []Summary {
 			}
 		}
 		s.Ratio = stat(ratios)
+		var growth []float64
+		for _, r := range g {
+			if r.Lock != nil {
+				growth = append(growth, mib(r.Lock.RSSGrowth))
+			}
+		}
+		s.LockRSSGrowthMiB = stat(growth)
 		out = append(out, s)
 	}
 	return out
@@ -146,6 +156,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		if s.Ratio.N > 0 {
 			fmt.Fprintf(&b, "  x baseline %s", fmtStat(s.Ratio, 2))
+		}
+		if s.LockRSSGrowthMiB.N > 0 {
+			fmt.Fprintf(&b, "  RSS growth while locked MiB %s", fmtStat(s.LockRSSGrowthMiB, 1))
 		}
 		b.WriteString("\n")
 	}

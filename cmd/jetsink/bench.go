@@ -31,7 +31,11 @@ func newBenchCmd() *cobra.Command {
   --scenario drain   preload --events events, then start jetsink and time how
                      long it takes to commit and ack them all
   --scenario rate    start jetsink, publish open loop at --rate events/s for
-                     --duration, and wait until everything is committed
+                     --duration, and wait until everything is committed;
+                     with --lock-for D, lock the table (ACCESS EXCLUSIVE)
+                     --lock-at after the first send for D meanwhile, and
+                     report jetsink's memory before and during the lock,
+                     redeliveries, and how long it took to catch up
 
 By default it runs on an embedded nats-server and a throwaway PostgreSQL
 cluster with fsync on; with --config (or --nats-url/--database-url, or
@@ -48,6 +52,7 @@ environment variable instead, e.g. --matrix env:GOGC=100,200); --set overrides
 apply to jetsink only.`,
 		Example: `  jetsink bench --scenario drain --events 1000000 --compare baseline --count 3
   jetsink bench --scenario rate --rate 20000 --duration 60s --html report.html
+  jetsink bench --scenario rate --rate 20000 --duration 90s --lock-at 15s --lock-for 60s
   jetsink bench --scenario drain --events 200000 --matrix pipeline.workers=1,2,4 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -118,6 +123,8 @@ apply to jetsink only.`,
 	f.IntVar(&o.Events, "events", 200_000, "drain: events to preload")
 	f.Float64Var(&o.Rate, "rate", 20_000, "rate: events per second, open loop")
 	f.DurationVar(&o.Duration, "duration", 10*time.Second, "rate: how long to publish")
+	f.DurationVar(&o.LockAt, "lock-at", 10*time.Second, "rate: when to lock the table, after the first send (with --lock-for)")
+	f.DurationVar(&o.LockFor, "lock-for", 0, "rate: hold an ACCESS EXCLUSIVE lock on the table this long (0: no lock)")
 	f.IntVar(&o.Subjects, "subjects", 1000, "distinct subjects (devices)")
 	f.StringVar(&compare, "compare", "", "baseline: also run the straightforward consumer on the same data")
 	f.IntVar(&o.Count, "count", 1, "repetitions (median and spread are reported)")
