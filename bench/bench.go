@@ -145,8 +145,8 @@ type Result struct {
 	// each second from samples every 250 ms (rate scenario).
 	RSS []RSSPoint `json:"rss,omitempty"`
 	// Lock is what happened around the table lock (Options.LockFor).
-	Lock *LockResult `json:"lock,omitempty"`
-	Load1           float64      `json:"load1"` // one-minute load average when the run ended
+	Lock  *LockResult `json:"lock,omitempty"`
+	Load1 float64     `json:"load1"` // one-minute load average when the run ended
 	// Log holds the engine's warnings and errors (the first 10 in the tail
 	// of its output): a heartbeat missed, a retried batch.
 	Log []string `json:"log,omitempty"`
