@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,7 +25,11 @@ var latencyBounds = [...]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .
 // and the Prometheus exporter reads it as an external metric Producer, so
 // /metrics shows it as before: same name, unit, scope and buckets, a
 // cumulative histogram with the SDK's bucket rule (a value equal to a bound
-// counts in that bound's bucket). Safe for concurrent use.
+// counts in that bound's bucket). Two differences: the series is there,
+// all zero, from the start (the SDK's appeared with the first value), and
+// a Producer belongs to one reader, so a metric reader added besides the
+// Prometheus exporter would have to be given it too. Safe for concurrent
+// use.
 type eventLatency struct {
 	start  time.Time
 	limits [len(latencyBounds)]time.Duration // latencyBounds as durations
@@ -63,7 +68,7 @@ func (h *eventLatency) record(now time.Time, rows []pipeline.Row) {
 	var (
 		counts [len(latencyBounds) + 1]uint64
 		n      uint64
-		sum    time.Duration
+		sum    float64 // seconds, as the SDK sums: a Duration would wrap
 	)
 	for i := range rows {
 		p := rows[i].Event.Published
@@ -73,7 +78,7 @@ func (h *eventLatency) record(now time.Time, rows []pipeline.Row) {
 		d := now.Sub(p)
 		counts[h.bucket(d)]++
 		n++
-		sum += d // a batch's sum cannot overflow: 292 years in all
+		sum += d.Seconds()
 	}
 	if n == 0 {
 		return
@@ -83,7 +88,7 @@ func (h *eventLatency) record(now time.Time, rows []pipeline.Row) {
 		h.counts[i] += c
 	}
 	h.count += n
-	h.sum += sum.Seconds()
+	h.sum += sum
 	h.mu.Unlock()
 }
 
@@ -92,7 +97,7 @@ func (h *eventLatency) Produce(context.Context) ([]metricdata.ScopeMetrics, erro
 	dp := metricdata.HistogramDataPoint[float64]{
 		StartTime: h.start,
 		Time:      time.Now(),
-		Bounds:    latencyBounds[:],
+		Bounds:    slices.Clone(latencyBounds[:]), // the reader's own copy, as the SDK hands out
 	}
 	h.mu.Lock()
 	dp.BucketCounts = append([]uint64(nil), h.counts[:]...)

@@ -124,6 +124,7 @@ func BenchmarkBatchCommitted(b *testing.B) {
 	for i := range rows {
 		rows[i].Event.Published = now.Add(-time.Duration(i) * 3 * time.Millisecond)
 	}
+	b.ReportAllocs()
 	b.Run("sdk", func(b *testing.B) {
 		for b.Loop() {
 			for i := range rows {
@@ -138,4 +139,20 @@ func BenchmarkBatchCommitted(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(rows)), "ns/row")
 	})
+}
+
+// TestEventLatencySumDoesNotWrap: a backfill batch of month-old rows sums
+// to more than a time.Duration holds (~292 years); the sum must not wrap.
+func TestEventLatencySumDoesNotWrap(t *testing.T) {
+	h := newEventLatency()
+	now := time.Now()
+	const age, n = 30 * 24 * time.Hour, 5000
+	rows := make([]pipeline.Row, n)
+	for i := range rows {
+		rows[i].Event.Published = now.Add(-age)
+	}
+	h.record(now, rows)
+	if want := n * age.Seconds(); math.Abs(h.sum-want) > 1e-9*want || h.count != n || h.counts[len(latencyBounds)] != n {
+		t.Fatalf("sum %v s, count %d, +Inf bucket %d; want %v s, %d, %d", h.sum, h.count, h.counts[len(latencyBounds)], want, n, n)
+	}
 }
