@@ -158,16 +158,14 @@ func (s *Sink) logProblems(ctx context.Context) {
 //
 // The rule: a batch is handed to a committer as soon as one is free and no
 // more rows are waiting; it grows only while every committer is busy, and
-// it is cut when it reaches max_rows or max_bytes, or when max_delay has
-// passed since its first row. So an idle sink commits a single row at once,
-// and a busy one commits big batches. A cut batch waits for the next free
-// committer; meanwhile the rings fill: back-pressure. Only when it has
-// waited for InProgressEvery/2 (since JetStream delivered its oldest row)
-// does the batcher call it a stall: the rows waiting in the rings by then
-// join the batch (it grows this once more, never past max_rows or
-// max_bytes, which delays none of its rows: they all wait for a committer
-// anyway), the batch joins the held queue (oldest first) and the batcher
-// opens a spare batch and keeps taking rows,
+// it is cut (stops growing) when it reaches max_rows or max_bytes, or when
+// max_delay has passed since its first row. So an idle sink commits a single
+// row at once, and a busy one commits big batches. A cut batch waits for the
+// next free committer; meanwhile the rings fill: back-pressure. Only when it
+// has waited for InProgressEvery/2 (since JetStream delivered its oldest
+// row) does the batcher call it a stall: the batch joins the held queue
+// (oldest first) as it is, and the batcher opens a spare batch and keeps
+// taking rows,
 // up to Config.HoldRows, so that the in-flight messages sit in batches the
 // heartbeat keeps alive (InProgress) rather than in the rings, where nothing
 // does. Past HoldRows it waits for a committer again. Holding only on a
@@ -197,6 +195,16 @@ func (r *run) batcher(ctx context.Context) error {
 		}
 		b, err = r.take(ctx)
 		return err
+	}
+	// hold queues b, cut and stalled, and opens another batch to take rows
+	// into, where the heartbeat reaches them.
+	hold := func() {
+		held = append(held, b)
+		heldRows += len(b.rows)
+		var ok bool
+		if b, ok = r.tryTake(); !ok {
+			b = r.newSpare()
+		}
 	}
 	for {
 		full := r.top(b, cfg)
@@ -229,14 +237,7 @@ func (r *run) batcher(ctx context.Context) error {
 		cut := full || closed || (len(b.rows) > 0 && !now.Before(b.deadline))
 		canHold := cut && len(b.rows) > 0 && heldRows+len(b.rows) <= r.s.cfg.HoldRows && r.holdAfter > 0
 		if canHold && (len(held) > 0 || !now.Before(b.since.Add(r.holdAfter))) {
-			// A stall: b waits for a committer; keep taking rows into
-			// another batch, where the heartbeat reaches them.
-			held = append(held, b)
-			heldRows += len(b.rows)
-			var ok bool
-			if b, ok = r.tryTake(); !ok {
-				b = r.newSpare()
-			}
+			hold()
 			continue
 		}
 		if cut || closed {
@@ -246,6 +247,9 @@ func (r *run) batcher(ctx context.Context) error {
 				if stalled, err := r.awaitCommitter(ctx, b.since.Add(r.holdAfter).Sub(now)); err != nil {
 					return err
 				} else if stalled {
+					// Hold b as it is: topping it up first could take
+					// it past HoldRows, and then nothing would be held.
+					hold()
 					continue
 				}
 			} else {

@@ -33,10 +33,9 @@
 // gathers what is waiting and hands it over at once, so a single row at an
 // idle sink is committed immediately. A batch grows only while every
 // committer is busy, and MaxDelay bounds how long it keeps growing then
-// (counted from its first row); after that it waits for the next free
-// committer, and rows back up in the rings (back-pressure). If that wait
-// becomes a stall (see Config.HoldRows), the rows waiting by then join the
-// batch once, within MaxRows and MaxBytes, before it is held.
+// (counted from its first row); after that it stops growing and waits for
+// the next free committer, and rows back up in the rings (back-pressure),
+// until the wait becomes a stall (see Config.HoldRows).
 // Batch.MinDelay (linger, 5ms by default) changes "at once": a batch that
 // is not full waits for a free committer until its oldest row has been in
 // jetsink that long (at most MaxDelay), so a steady trickle makes fewer,
