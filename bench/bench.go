@@ -280,8 +280,8 @@ func (o *Options) defaults() error {
 		if o.Rate*o.Duration.Seconds() < 1 {
 			return fmt.Errorf("%w: --rate x --duration publishes no event", ErrInvalidOptions)
 		}
-		if o.LockFor < 0 || o.LockAt < 0 || o.LockFor > 0 && o.LockAt >= o.Duration {
-			return fmt.Errorf("%w: --lock-at must be within --duration (%v), and neither it nor --lock-for negative", ErrInvalidOptions, o.Duration)
+		if o.LockFor != 0 && (o.LockFor < minLockFor || o.LockAt < 0 || o.LockAt >= o.Duration) {
+			return fmt.Errorf("%w: --lock-for must be at least %v and --lock-at within --duration (%v), not negative", ErrInvalidOptions, minLockFor, o.Duration)
 		}
 	default:
 		return fmt.Errorf("%w: --scenario must be %s or %s, not %q", ErrInvalidOptions, ScenarioDrain, ScenarioRate, o.Scenario)
@@ -568,36 +568,46 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		c.kill()
 		return res, err
 	}
+	pubCtx, stopPub := context.WithCancelCause(ctx)
+	defer stopPub(nil)
 	pubStart := time.Now()
 	var lock *tableLock
 	if b.o.LockFor > 0 {
 		var err error
-		if lock, err = b.lockTable(ctx, t.table, pubStart.Add(b.o.LockAt), b.o.LockFor); err != nil {
+		if lock, err = b.lockTable(ctx, t.table, pubStart.Add(b.o.LockAt), b.o.LockFor, rss.mark, stopPub); err != nil {
 			rss.stop()
 			c.kill()
 			return res, err
 		}
 	}
-	pub, err := loadgen.Publish(ctx, b.js.Conn(), loadgen.Options{Subject: t.prefix, Subjects: b.o.Subjects,
+	pub, err := loadgen.Publish(pubCtx, b.js.Conn(), loadgen.Options{Subject: t.prefix, Subjects: b.o.Subjects,
 		Rate: b.o.Rate, Duration: b.o.Duration, Run: uint64(time.Now().UnixNano()), Stamp: true})
-	if err == nil && lock != nil {
-		err = lock.wait()
+	if err != nil {
+		err = fmt.Errorf("bench: publish: %w", err)
+	}
+	if lock != nil {
+		if err != nil {
+			lock.cancel()
+		}
+		if lerr := lock.wait(); lerr != nil && (err == nil || context.Cause(pubCtx) == lerr) {
+			err = lerr // the lock failed and stopped the publisher
+		}
 	}
 	if err != nil {
-		if lock != nil {
-			lock.cancel()
-			_ = lock.wait()
-		}
 		rss.stop()
 		c.kill()
-		return res, fmt.Errorf("bench: publish: %w", err)
+		return res, err
 	}
 	res.Published, res.PublishPS, res.PubRetried = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds(), pub.Retried
 	err = b.settle(ctx, &res, c, t, before, cpuOK, pubStart)
 	samples := rss.stop()
 	res.RSS = perSecond(samples, pubStart)
 	if lock != nil && err == nil {
-		res.Lock = lock.result(samples, pubStart, pubStart.Add(time.Duration(res.ElapsedS*float64(time.Second))))
+		caughtUp, cerr := lastCommitSentBy(ctx, b.db, t.table, b.byCommitTS, lock.held)
+		if cerr != nil {
+			return res, fmt.Errorf("bench: measure the catch-up: %w", cerr)
+		}
+		res.Lock = lock.result(samples, pubStart, caughtUp)
 	}
 	return res, err
 }
@@ -711,8 +721,8 @@ func (r Result) line() string {
 			r.LatencyInside.P50, r.LatencyInside.P99, r.LatencyInside.Max)
 	}
 	if l := r.Lock; l != nil {
-		s += fmt.Sprintf("\n           table locked at %.1f s for %.1f s: RSS %.1f MiB before, at most %.1f during (%+.1f); last commit %.1f s after the release",
-			l.AtS, l.HeldS, mib(l.RSSBefore), mib(l.RSSMaxDuring), mib(l.RSSGrowth), l.CatchUpS)
+		s += fmt.Sprintf("\n           table locked at %.1f s for %.1f s: RSS %.1f MiB as it was taken, at most %.1f while held (%+.1f), %.1f catching up; everything sent before the release committed %.1f s after it",
+			l.AtS, l.HeldS, mib(l.RSSBefore), mib(l.RSSMaxDuring), mib(l.RSSGrowth), mib(l.RSSMaxCatchUp), l.CatchUpS)
 	}
 	for _, l := range r.Log {
 		s += "\n           log: " + l

@@ -28,6 +28,12 @@
 // and loadgen, this package talks to both NATS and PostgreSQL: it stands
 // outside the stages whose boundaries STYLE.md draws.
 //
+// A rate run can lock the engine's table (Options.LockFor): a goroutine
+// holds an ACCESS EXCLUSIVE lock on a connection of its own from LockAt for
+// LockFor, while another samples the engine's VmRSS every 250 ms (and as
+// the lock is granted and released), to show what the engine's memory,
+// redeliveries and catch-up do while the database stalls.
+//
 // Run owns every goroutine and subprocess it starts and waits for them; it
 // is not safe to run two benchmarks against the same servers at once with
 // the same Options.ID.

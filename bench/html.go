@@ -17,9 +17,10 @@ type series struct {
 
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"}
 
-// svgPlot draws line series on linear x and log10 y axes. xTick labels x
-// positions (nil: plain numbers).
-func svgPlot(title, xLabel, yLabel string, ss []series, xTicks []float64, xTickLabel func(float64) string) string {
+// svgPlot draws line series on a linear x axis and a log10 y axis, or a
+// linear one from 0 (linearY). xTick labels x positions (nil: plain
+// numbers).
+func svgPlot(title, xLabel, yLabel string, ss []series, xTicks []float64, xTickLabel func(float64) string, linearY bool) string {
 	const W, H, L, R, T, B = 760.0, 360.0, 70.0, 170.0, 30.0, 45.0
 	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, s := range ss {
@@ -39,19 +40,33 @@ func svgPlot(title, xLabel, yLabel string, ss []series, xTicks []float64, xTickL
 	if xmax == xmin {
 		xmax = xmin + 1
 	}
-	lo, hi := math.Floor(math.Log10(ymin)), math.Ceil(math.Log10(ymax))
-	if hi == lo {
-		hi = lo + 1
-	}
 	px := func(x float64) float64 { return L + (x-xmin)/(xmax-xmin)*(W-L-R) }
-	py := func(y float64) float64 {
-		return H - B - (math.Log10(math.Max(y, 0.01))-lo)/(hi-lo)*(H-T-B)
+	var py func(float64) float64
+	var yTicks []float64
+	if linearY {
+		step := math.Pow(10, math.Floor(math.Log10(ymax)))
+		top := math.Ceil(ymax/step) * step
+		py = func(y float64) float64 { return H - B - y/top*(H-T-B) }
+		for y := 0.0; y <= top; y += step {
+			yTicks = append(yTicks, y)
+		}
+	} else {
+		lo, hi := math.Floor(math.Log10(ymin)), math.Ceil(math.Log10(ymax))
+		if hi == lo {
+			hi = lo + 1
+		}
+		py = func(y float64) float64 {
+			return H - B - (math.Log10(math.Max(y, 0.01))-lo)/(hi-lo)*(H-T-B)
+		}
+		for e := lo; e <= hi; e++ {
+			yTicks = append(yTicks, math.Pow(10, e))
+		}
 	}
 	fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`, L, T, W-L-R, H-T-B)
-	for e := lo; e <= hi; e++ {
-		y := py(math.Pow(10, e))
+	for _, yt := range yTicks {
+		y := py(yt)
 		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end">%g</text>`,
-			L, W-R, y, y, L-4, y+4, math.Pow(10, e))
+			L, W-R, y, y, L-4, y+4, yt)
 	}
 	if xTicks == nil {
 		for i := 0; i <= 5; i++ {
@@ -125,12 +140,12 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		curves = append(curves, c)
 	}
 	b.WriteString("<h2>Latency over time</h2>\n<p>Per window of scheduled send time: p99 and max of publish-to-commit latency.</p>\n")
-	b.WriteString(svgPlot("publish-to-commit latency over time", "seconds since the first scheduled send", "ms (log)", overTime, nil, nil))
+	b.WriteString(svgPlot("publish-to-commit latency over time", "seconds since the first scheduled send", "ms (log)", overTime, nil, nil, false))
 	b.WriteString("\n<h2>Latency by percentile</h2>\n")
 	ticks := []float64{nines(0), nines(90), nines(99), nines(99.9), nines(99.99), nines(99.999)}
 	labels := map[float64]string{ticks[0]: "0", ticks[1]: "90", ticks[2]: "99", ticks[3]: "99.9", ticks[4]: "99.99", ticks[5]: "99.999"}
 	b.WriteString(svgPlot("publish-to-commit latency by percentile", "percentile", "ms (log)", curves, ticks,
-		func(x float64) string { return labels[x] }))
+		func(x float64) string { return labels[x] }, false))
 	var rss []series
 	for _, x := range r.Results {
 		if len(x.RSS) == 0 {
@@ -144,7 +159,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	}
 	if len(rss) > 0 {
 		b.WriteString("\n<h2>Memory over time</h2>\n<p>The engine's resident set (VmRSS), the most of each second; with --lock-for, the table was locked from the time the summary gives.</p>\n")
-		b.WriteString(svgPlot("engine RSS over time", "seconds since the first scheduled send", "MiB (log)", rss, nil, nil))
+		b.WriteString(svgPlot("engine RSS over time", "seconds since the first scheduled send", "MiB", rss, nil, nil, true))
 	}
 	b.WriteString("\n</body></html>\n")
 	_, err := io.WriteString(w, b.String())

@@ -210,3 +210,20 @@ func batchStats(sizes []int64) Batches {
 	return Batches{Count: len(sizes), Min: sizes[0], P50: at(0.5), P90: at(0.9), Max: sizes[len(sizes)-1],
 		Mean: float64(sum) / float64(len(sizes))}
 }
+
+// lastCommitSentBy returns the commit time of the last row of table whose
+// event was scheduled at or before t: when everything sent by then was in.
+func lastCommitSentBy(ctx context.Context, db *pgx.Conn, table string, byCommitTS bool, t time.Time) (time.Time, error) {
+	commit := "committed_at"
+	if byCommitTS {
+		commit = "pg_xact_commit_timestamp(xmin)"
+	}
+	var last *time.Time
+	if err := db.QueryRow(ctx, "SELECT max("+commit+") FROM "+pgx.Identifier{table}.Sanitize()+" WHERE ts <= $1", t).Scan(&last); err != nil {
+		return time.Time{}, err
+	}
+	if last == nil {
+		return t, nil
+	}
+	return *last, nil
+}

@@ -284,3 +284,77 @@ func procStat(pid int) (statFields, bool) {
 	s.utime, s.stime, s.cutime, s.cstime = v[1], v[2], v[3], v[4]
 	return s, true
 }
+
+type rssSample struct {
+	at  time.Time
+	rss int64
+}
+
+// rssSampler reads a process's VmRSS every interval until stopped, and
+// whenever mark is called. At most Options.Timeout long: ~4 samples a
+// second of 24 bytes.
+type rssSampler struct {
+	pid   int
+	stopc chan struct{}
+	once  sync.Once
+	done  chan struct{}
+
+	mu      sync.Mutex
+	samples []rssSample
+}
+
+func sampleRSS(pid int, every time.Duration) *rssSampler {
+	s := &rssSampler{pid: pid, stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			s.mark()
+			select {
+			case <-t.C:
+			case <-s.stopc:
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// mark takes a sample now. Safe from any goroutine.
+func (s *rssSampler) mark() {
+	kb, ok := procStatusKB(s.pid, "VmRSS:")
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	s.samples = append(s.samples, rssSample{time.Now(), kb << 10})
+	s.mu.Unlock()
+}
+
+// stop ends the sampling and returns the samples, in time order (each is
+// timed under the lock).
+func (s *rssSampler) stop() []rssSample {
+	s.once.Do(func() { close(s.stopc) })
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.samples
+}
+
+// perSecond keeps the highest sample of each second after start (samples
+// before start count in second 0).
+func perSecond(samples []rssSample, start time.Time) []RSSPoint {
+	var out []RSSPoint
+	for _, s := range samples {
+		ts := max(0, int(s.at.Sub(start)/time.Second))
+		if n := len(out); n > 0 && out[n-1].TS == ts {
+			out[n-1].RSS = max(out[n-1].RSS, s.rss)
+			continue
+		}
+		out = append(out, RSSPoint{TS: ts, RSS: s.rss})
+	}
+	return out
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }

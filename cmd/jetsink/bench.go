@@ -63,6 +63,9 @@ apply to jetsink only.`,
 				return fmt.Errorf("find the jetsink binary: %w", err)
 			}
 			o.Exe = exe
+			if cmd.Flags().Changed("lock-at") && o.LockFor == 0 {
+				return fmt.Errorf("%w: --lock-at needs --lock-for", bench.ErrInvalidOptions)
+			}
 			o.Embedded = cf.file == "" && cf.natsURL == "" && cf.dbURL == "" &&
 				os.Getenv("JETSINK_NATS_URL") == "" && os.Getenv("JETSINK_DATABASE_URL") == ""
 			// --set goes to the jetsink subprocess, on top of the config.
@@ -123,7 +126,7 @@ apply to jetsink only.`,
 	f.IntVar(&o.Events, "events", 200_000, "drain: events to preload")
 	f.Float64Var(&o.Rate, "rate", 20_000, "rate: events per second, open loop")
 	f.DurationVar(&o.Duration, "duration", 10*time.Second, "rate: how long to publish")
-	f.DurationVar(&o.LockAt, "lock-at", 10*time.Second, "rate: when to lock the table, after the first send (with --lock-for)")
+	f.DurationVar(&o.LockAt, "lock-at", 5*time.Second, "rate: when to lock the table, after the first send (with --lock-for)")
 	f.DurationVar(&o.LockFor, "lock-for", 0, "rate: hold an ACCESS EXCLUSIVE lock on the table this long (0: no lock)")
 	f.IntVar(&o.Subjects, "subjects", 1000, "distinct subjects (devices)")
 	f.StringVar(&compare, "compare", "", "baseline: also run the straightforward consumer on the same data")
