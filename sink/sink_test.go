@@ -229,48 +229,20 @@ func TestLockedTableAndMaxDelay(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
-			pg := testenv.Postgres(t)
-			s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
-				c.Connections = 1
+			r := startTwoRowsLocked(t, ctx, func(c *Config) {
 				c.Batch.MaxDelay = tc.delay
 				c.InProgressEvery = 20 * time.Millisecond
 			})
-			admin := pg.Conn(t)
-			tx := lockTable(t, ctx, pg, s)
-			src := &toppedSource{source: newSource()}
-			wait := runSink(t, ctx, s, src)
-
-			a, ma := rows(1, 1, nil)
-			src.push(t, ctx, a)
-			waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
-			b, mb := rows(2, 1, nil)
-			src.push(t, ctx, b)
-			// Row 3 must come after the batcher has taken in everything
-			// waiting with row 2 (its top-up found nothing), not while it
-			// may still top the batch up: "popped" alone left a window.
-			waitFor(t, ctx, "the second row's batch to be topped up", func() bool { return src.emptyAfter.Load() >= 2 })
-			c, mc := rows(3, 1, nil)
-			src.push(t, ctx, c)
-			all := append(append(ma, mb...), mc...)
+			r.push(t, ctx, 3)
 			waitFor(t, ctx, "InProgress for the held messages", func() bool {
-				return ma[0].inProgress.Load() >= 2 && mb[0].inProgress.Load() >= 2
+				return r.msgs[0].inProgress.Load() >= 2 && r.msgs[1].inProgress.Load() >= 2
 			})
-			for i, m := range all {
+			for i, m := range r.msgs {
 				if m.acks.Load() != 0 {
 					t.Fatalf("message %d acked while the table is locked", i)
 				}
 			}
-			if err := tx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, ctx, "every message acked", allAcked(all))
-			src.close()
-			if err := wait(); err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			if got := txSizes(t, ctx, admin, s.cfg.Table); !equal(got, tc.want) {
-				t.Fatalf("transaction sizes %v, want %v", got, tc.want)
-			}
+			r.finish(t, ctx, tc.want)
 		})
 	}
 }
@@ -285,46 +257,77 @@ func TestLockedTableAndMaxDelay(t *testing.T) {
 // [1 2 1].
 func TestStallHoldsTheCutBatchAsItIs(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
-	pg := testenv.Postgres(t)
-	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
-		c.Connections = 1
+	r := startTwoRowsLocked(t, ctx, func(c *Config) {
 		c.Batch.MaxDelay = 0
 		c.HoldRows = 300
 		c.InProgressEvery = 10 * time.Second
 	})
-	admin := pg.Conn(t)
-	tx := lockTable(t, ctx, pg, s)
-	src := &toppedSource{source: newSource()}
-	wait := runSink(t, ctx, s, src)
-
-	a, ma := rows(1, 1, nil)
-	src.push(t, ctx, a)
-	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
-	b, mb := rows(2, 1, nil)
-	src.push(t, ctx, b)
-	waitFor(t, ctx, "the second row's batch to be cut", func() bool { return src.emptyAfter.Load() >= 2 })
-	cutSeen := time.Now()
-	c, mc := rows(3, 1, nil)
-	src.push(t, ctx, c)
-	if late := time.Since(cutSeen); late > 4*time.Second {
+	r.push(t, ctx, 3)
+	if late := time.Since(r.cut); late > 4*time.Second {
 		t.Fatalf("row 3 was pushed %v after row 2's batch was cut, maybe after the stall: the test proves nothing on a machine this slow", late)
 	}
 	// Before the stall the cut batch takes nothing; at the stall row 3
 	// leaves the Source.
-	waitFor(t, ctx, "the stall to take row 3", func() bool { return src.popped.Load() >= 3 })
-	d, md := rows(4, 1, nil)
-	src.push(t, ctx, d)
-	waitFor(t, ctx, "the spare batch to take row 4", func() bool { return src.popped.Load() >= 4 })
-	if err := tx.Commit(ctx); err != nil {
+	waitFor(t, ctx, "the stall to take row 3", func() bool { return r.src.popped.Load() >= 3 })
+	r.push(t, ctx, 4)
+	waitFor(t, ctx, "the spare batch to take row 4", func() bool { return r.src.popped.Load() >= 4 })
+	r.finish(t, ctx, []int{1, 1, 1, 1})
+}
+
+// twoRowsLocked is a one-connection sink whose table is locked: row 1 is
+// committing (waiting for the lock) and row 2's batch has been cut, or
+// topped up as far as it goes (cut is when that was seen).
+type twoRowsLocked struct {
+	s     *Sink
+	admin *pgx.Conn
+	tx    pgx.Tx
+	src   *toppedSource
+	wait  func() error
+	msgs  []*recMsg
+	cut   time.Time
+}
+
+func startTwoRowsLocked(t *testing.T, ctx context.Context, set func(*Config)) *twoRowsLocked {
+	t.Helper()
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Connections = 1
+		set(c)
+	})
+	r := &twoRowsLocked{s: s, admin: pg.Conn(t), tx: lockTable(t, ctx, pg, s), src: &toppedSource{source: newSource()}}
+	r.wait = runSink(t, ctx, s, r.src)
+	r.push(t, ctx, 1)
+	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, r.admin, s.cfg.AppName))
+	r.push(t, ctx, 2)
+	// The next row must come after the batcher has taken in everything
+	// waiting with row 2 (its top-up found nothing), not while it may
+	// still top the batch up: "popped" alone left a window.
+	waitFor(t, ctx, "the second row's batch to be topped up", func() bool { return r.src.emptyAfter.Load() >= 2 })
+	r.cut = time.Now()
+	return r
+}
+
+// push pushes row seq.
+func (r *twoRowsLocked) push(t *testing.T, ctx context.Context, seq int) {
+	t.Helper()
+	rs, ms := rows(seq, 1, nil)
+	r.msgs = append(r.msgs, ms...)
+	r.src.push(t, ctx, rs)
+}
+
+// finish releases the lock, waits for every message to be acked and Run to
+// end, and checks the transaction sizes.
+func (r *twoRowsLocked) finish(t *testing.T, ctx context.Context, want []int) {
+	t.Helper()
+	if err := r.tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	all := append(append(append(ma, mb...), mc...), md...)
-	waitFor(t, ctx, "every message acked", allAcked(all))
-	src.close()
-	if err := wait(); err != nil {
+	waitFor(t, ctx, "every message acked", allAcked(r.msgs))
+	r.src.close()
+	if err := r.wait(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if got, want := txSizes(t, ctx, admin, s.cfg.Table), []int{1, 1, 1, 1}; !equal(got, want) {
+	if got := txSizes(t, ctx, r.admin, r.s.cfg.Table); !equal(got, want) {
 		t.Fatalf("transaction sizes %v, want %v", got, want)
 	}
 }
