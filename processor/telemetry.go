@@ -46,7 +46,7 @@ func (p *Processor) observe(in *ringq.Dispatch[pipeline.Event], out *ringq.Merge
 	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")
 	ackErrs := counter("jetsink.ack.failures", "Acks refused after commit (the message comes back: a duplicate in at-least-once mode)")
 	miscounts, err := m.Int64ObservableCounter("jetsink.copy.miscounts",
-		metric.WithDescription("COPYs that committed with a row count other than the rows sent (their rows were dead-lettered, code row_count)"),
+		metric.WithDescription("COPYs (exactly-once: transactions) that committed with rows missing from the table (their rows were dead-lettered, code row_count)"),
 		metric.WithUnit("{statement}"))
 	errs = append(errs, err)
 	uncounted := counter("jetsink.events.uncounted", "Rows sent in miscounted COPYs minus the rows the server counted: rows that may be missing from the table")

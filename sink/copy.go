@@ -255,13 +255,28 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 	if _, err := c.copy(ctx, rows, false); err != nil {
 		return false, err
 	}
-	if _, err := tx.Exec(ctx, s.insertSQL); err != nil {
+	tag, err := tx.Exec(ctx, s.insertSQL)
+	if err != nil {
 		return false, fmt.Errorf("move %d rows from staging: %w", len(rows), err)
+	}
+	// Fewer rows inserted than staged: conflicts (rows stored before, which
+	// is what this mode is for) or rows that a BEFORE INSERT trigger or a
+	// rule left out. Only the latter are missing from the table; count them
+	// before COMMIT empties the staging table. An index probe per staged
+	// row, and only when something did not insert.
+	var missing int64
+	if tag.RowsAffected() < int64(len(rows)) {
+		if err := tx.QueryRow(ctx, s.missingSQL).Scan(&missing); err != nil {
+			return false, fmt.Errorf("look for staged rows missing from the table: %w", err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return outcomeUnknown(err), fmt.Errorf("commit %d rows: %w", len(rows), err)
 	}
 	c.staged = true
+	if missing > 0 {
+		return false, &miscountError{sent: len(rows), stored: int64(len(rows)) - missing, committed: true, insert: true}
+	}
 	return false, nil
 }
 
@@ -291,14 +306,21 @@ func (c *committer) copy(ctx context.Context, rows []pipeline.Row, autocommit bo
 // miscountError reports a COPY that succeeded while the server counted
 // another number of rows than were sent: a BEFORE INSERT trigger that
 // returned NULL (or a foreign table's wrapper) left rows out, or the tag
-// could not be read (stored -1). Which rows are missing is unknown.
+// could not be read (stored -1). Or, with insert set (exactly-once), a
+// transaction whose INSERT from staging left rows out of the table: stored
+// is then how many of the rows sent are in it. Which rows are missing is
+// not known to the sink.
 type miscountError struct {
 	sent      int
 	stored    int64 // -1: no row count in the CommandComplete tag
-	committed bool  // the COPY committed (at-least-once, autocommit)
+	committed bool  // the COPY committed (at-least-once, autocommit), or the transaction did (insert)
+	insert    bool  // exactly-once: the INSERT from staging, not the COPY, lost rows
 }
 
 func (e *miscountError) Error() string {
+	if e.insert {
+		return fmt.Sprintf("move %d rows from staging: committed with %d of them in the table", e.sent, e.stored)
+	}
 	what := "rolled back"
 	if e.committed {
 		what = "committed"
@@ -400,11 +422,18 @@ func (c *committer) deadLetterMiscounted(ctx context.Context, b *batch, lo, hi i
 	if e.stored >= 0 && e.stored < int64(e.sent) {
 		st.uncounted.Add(uint64(int64(e.sent) - e.stored))
 	}
-	c.s.log.Error("a COPY committed with another row count than the rows sent (a BEFORE INSERT trigger returning NULL, "+
-		"or a foreign table, leaves rows out): its messages are dead-lettered with code "+codeRowCount+", not acked",
-		"rows_sent", e.sent, "rows_counted", e.stored, "first_stream_seq", b.rows[lo].Event.StreamSeq)
+	what := "a COPY committed with another row count than the rows sent (a BEFORE INSERT trigger returning NULL, " +
+		"or a foreign table, leaves rows out)"
 	reason := fmt.Sprintf("the COPY holding this row committed, but PostgreSQL counted %d of its %d rows; "+
 		"this row may be missing from the table", e.stored, e.sent)
+	if e.insert {
+		what = "a transaction committed with rows of its batch missing from the table (a BEFORE INSERT trigger " +
+			"returning NULL, or a rule, left them out)"
+		reason = fmt.Sprintf("the transaction holding this row committed, but only %d of its %d rows are in the table; "+
+			"this row may be missing from it (replaying stores only the missing rows: exactly-once)", e.stored, e.sent)
+	}
+	c.s.log.Error(what+": its messages are dead-lettered with code "+codeRowCount+", not acked",
+		"rows_sent", e.sent, "rows_counted", e.stored, "first_stream_seq", b.rows[lo].Event.StreamSeq)
 	if e.stored < 0 {
 		reason = fmt.Sprintf("the COPY holding this row committed without a row count for its %d rows; "+
 			"this row may be missing from the table", e.sent)

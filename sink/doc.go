@@ -68,11 +68,15 @@
 // dead-lettered with code "row_count" and a reason giving both counts,
 // Stats.Miscounts and Stats.Uncounted count it, and one line is logged at
 // error level: the dead-letter subject then holds every event that may be
-// missing, for the operator to check against the table and replay. (In
+// missing, for the operator to check against the table and replay. In
 // exactly-once mode the COPY goes into the staging table, which has no
-// triggers; a miscount there is rolled back and retried like a
-// configuration error. The INSERT that follows is not checked: its count
-// is lower by the conflicts anyway.)
+// triggers (a miscount there is rolled back and retried like a
+// configuration error); the INSERT that follows inserts fewer rows than
+// staged whenever some conflict, so when it does, one more query (an index
+// probe per staged row) counts the staged rows the table lacks before
+// COMMIT. Any such row was left out by a trigger or a rule: the same as
+// above, every row of the batch is dead-lettered with code "row_count", and
+// replaying them stores only the missing ones.
 //
 // exactly-once: each batch is COPYed into a per-connection temporary
 // staging table (ON COMMIT DELETE ROWS) and moved with INSERT ...
