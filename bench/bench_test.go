@@ -181,6 +181,35 @@ func TestRateWithLock(t *testing.T) {
 	}
 }
 
+// A lock that cannot be taken (here: no such table) reports its error from
+// wait, calls fail with it (the publisher stops), and never marks; one that
+// is cancelled while it waits to start returns at once.
+func TestTableLockFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := &bencher{cfg: config.Default()}
+	b.cfg.Postgres.URL = testenv.Postgres(t).URL
+	var failed error
+	marks := 0
+	l, err := b.lockTable(ctx, "no_such_table", time.Now(), time.Second, func() { marks++ }, func(err error) { failed = err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.wait(); err == nil || !strings.Contains(err.Error(), "no_such_table") || failed != err || marks != 0 {
+		t.Fatalf("wait = %v, fail got %v, %d marks; want the lock's error twice and no mark", err, failed, marks)
+	}
+
+	failed = nil
+	l, err = b.lockTable(ctx, "no_such_table", time.Now().Add(time.Hour), time.Second, func() { marks++ }, func(err error) { failed = err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.cancel()
+	if err := l.wait(); err != context.Canceled || failed != nil {
+		t.Fatalf("cancelled lock: wait = %v, fail got %v; want context.Canceled and no call", err, failed)
+	}
+}
+
 // treeCPU counts a live child's CPU (as for a running backend) and a child
 // the parent has reaped (as for a backend that has exited).
 func TestTreeCPU(t *testing.T) {
