@@ -46,10 +46,10 @@ func (p *Processor) observe(in *ringq.Dispatch[pipeline.Event], out *ringq.Merge
 	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")
 	ackErrs := counter("jetsink.ack.failures", "Acks refused after commit (the message comes back: a duplicate in at-least-once mode)")
 	miscounts, err := m.Int64ObservableCounter("jetsink.copy.miscounts",
-		metric.WithDescription("COPYs (exactly-once: transactions) that committed with rows missing from the table (their rows were dead-lettered, code row_count)"),
+		metric.WithDescription("COPYs that committed with a row count other than the rows sent, and exactly-once batches that committed with rows missing from the table (dead-lettered, code row_count)"),
 		metric.WithUnit("{statement}"))
 	errs = append(errs, err)
-	uncounted := counter("jetsink.events.uncounted", "Rows sent in miscounted COPYs minus the rows the server counted: rows that may be missing from the table")
+	uncounted := counter("jetsink.events.uncounted", "Rows sent in miscounted COPYs minus the rows the server counted, and rows missing after an exactly-once batch: rows that may be missing from the table")
 	batches, err := m.Int64ObservableCounter("jetsink.batches.committed",
 		metric.WithDescription("Transactions that committed a batch"), metric.WithUnit("{batch}"))
 	errs = append(errs, err)

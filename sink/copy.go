@@ -83,7 +83,11 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 		}
 		err := c.commitRetry(ctx, rows[lo:])
 		if err == nil {
-			c.settle(b, lo, len(rows))
+			c.settle(b, lo, len(rows), nil)
+			return nil
+		}
+		if me := committedMissing(err); me != nil {
+			c.settleMissing(ctx, b, lo, len(rows), me)
 			return nil
 		}
 		if cerr := committedMiscount(err); cerr != nil {
@@ -118,7 +122,10 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 		err := c.commitRetry(ctx, rows[lo:mid])
 		switch {
 		case err == nil:
-			c.settle(b, lo, mid)
+			c.settle(b, lo, mid, nil)
+			lo = mid
+		case committedMissing(err) != nil:
+			c.settleMissing(ctx, b, lo, mid, committedMissing(err))
 			lo = mid
 		case committedMiscount(err) != nil:
 			c.deadLetterMiscounted(ctx, b, lo, mid, committedMiscount(err))
@@ -148,8 +155,8 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 			}
 			return nil
 		}
-		if committedMiscount(err) != nil {
-			return err // committed: dead-lettered, never sent again
+		if committedMiscount(err) != nil || committedMissing(err) != nil {
+			return err // committed: settled, never sent again
 		}
 		if unknown && c.s.cfg.Mode == AtLeastOnce {
 			// The rows may be in the table, and they will come again:
@@ -260,24 +267,75 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 		return false, fmt.Errorf("move %d rows from staging: %w", len(rows), err)
 	}
 	// Fewer rows inserted than staged: conflicts (rows stored before, which
-	// is what this mode is for) or rows that a BEFORE INSERT trigger or a
-	// rule left out. Only the latter are missing from the table; count them
-	// before COMMIT empties the staging table. An index probe per staged
-	// row, and only when something did not insert.
-	var missing int64
+	// is what this mode is for) or rows that a BEFORE INSERT trigger
+	// returning NULL (or a DO INSTEAD NOTHING rule) left out. Only the
+	// latter are missing from the table; find their keys before COMMIT
+	// empties the staging table. One more query, only when something did
+	// not insert.
+	var missing map[rowKey]struct{}
 	if tag.RowsAffected() < int64(len(rows)) {
-		if err := tx.QueryRow(ctx, s.missingSQL).Scan(&missing); err != nil {
-			return false, fmt.Errorf("look for staged rows missing from the table: %w", err)
+		if missing, err = missingKeys(ctx, tx, s.missingSQL); err != nil {
+			return false, err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return outcomeUnknown(err), fmt.Errorf("commit %d rows: %w", len(rows), err)
 	}
 	c.staged = true
-	if missing > 0 {
-		return false, &miscountError{sent: len(rows), stored: int64(len(rows)) - missing, committed: true, insert: true}
+	if len(missing) > 0 {
+		return false, &missingError{sent: len(rows), keys: missing}
 	}
 	return false, nil
+}
+
+// rowKey is a row's exactly-once key: its message's stream and sequence.
+type rowKey struct {
+	stream string
+	seq    uint64
+}
+
+func keyOf(row *pipeline.Row) rowKey { return rowKey{row.Event.Stream, row.Event.StreamSeq} }
+
+// missingKeys runs the exactly-once missingSQL in tx.
+func missingKeys(ctx context.Context, tx pgx.Tx, sql string) (map[rowKey]struct{}, error) {
+	rs, err := tx.Query(ctx, sql)
+	if err != nil {
+		return nil, fmt.Errorf("look for staged rows missing from the table: %w", err)
+	}
+	keys := map[rowKey]struct{}{}
+	var k rowKey
+	var seq int64
+	if _, err := pgx.ForEachRow(rs, []any{&k.stream, &seq}, func() error {
+		k.seq = uint64(seq)
+		keys[k] = struct{}{}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("look for staged rows missing from the table: %w", err)
+	}
+	return keys, nil
+}
+
+// missingError reports an exactly-once transaction that committed while
+// the INSERT from staging left the rows with these keys out of the table:
+// a BEFORE INSERT trigger returned NULL for them, or a rule dropped them
+// (or a trigger changed their key, so that they are stored under another
+// one). The other rows of the batch are stored.
+type missingError struct {
+	sent int
+	keys map[rowKey]struct{}
+}
+
+func (e *missingError) Error() string {
+	return fmt.Sprintf("move %d rows from staging: committed with %d of them missing from the table", e.sent, len(e.keys))
+}
+
+// committedMissing returns err's *missingError, nil if it is none.
+func committedMissing(err error) *missingError {
+	var e *missingError
+	if errors.As(err, &e) {
+		return e
+	}
+	return nil
 }
 
 // copy sends rows with one binary COPY on the committer's connection (see
@@ -306,21 +364,14 @@ func (c *committer) copy(ctx context.Context, rows []pipeline.Row, autocommit bo
 // miscountError reports a COPY that succeeded while the server counted
 // another number of rows than were sent: a BEFORE INSERT trigger that
 // returned NULL (or a foreign table's wrapper) left rows out, or the tag
-// could not be read (stored -1). Or, with insert set (exactly-once), a
-// transaction whose INSERT from staging left rows out of the table: stored
-// is then how many of the rows sent are in it. Which rows are missing is
-// not known to the sink.
+// could not be read (stored -1). Which rows are missing is unknown.
 type miscountError struct {
 	sent      int
 	stored    int64 // -1: no row count in the CommandComplete tag
-	committed bool  // the COPY committed (at-least-once, autocommit), or the transaction did (insert)
-	insert    bool  // exactly-once: the INSERT from staging, not the COPY, lost rows
+	committed bool  // the COPY committed (at-least-once, autocommit)
 }
 
 func (e *miscountError) Error() string {
-	if e.insert {
-		return fmt.Sprintf("move %d rows from staging: committed with %d of them in the table", e.sent, e.stored)
-	}
 	what := "rolled back"
 	if e.committed {
 		what = "committed"
@@ -341,13 +392,24 @@ func committedMiscount(err error) *miscountError {
 	return nil
 }
 
-// settle acks rows[lo:hi] of b, which have just been committed.
-func (c *committer) settle(b *batch, lo, hi int) {
+// settle acks rows[lo:hi] of b, which have just been committed, except
+// those whose key is in skip (the caller dead-letters them).
+func (c *committer) settle(b *batch, lo, hi int, skip map[rowKey]struct{}) {
 	b.settledTo(hi)
 	var bytes, failed uint64
 	var first error
+	stored := b.rows[lo:hi]
+	if skip != nil {
+		stored = make([]pipeline.Row, 0, hi-lo) // a rare path: copies are fine
+	}
 	for i := lo; i < hi; i++ {
 		row := &b.rows[i]
+		if skip != nil {
+			if _, ok := skip[keyOf(row)]; ok {
+				continue
+			}
+			stored = append(stored, *row)
+		}
 		bytes += uint64(len(row.Tuple))
 		a := acker(row)
 		if a == nil {
@@ -362,18 +424,41 @@ func (c *committer) settle(b *batch, lo, hi int) {
 		}
 		telemetry.EndMessage(&row.Event, "ack", err)
 	}
-	c.settled += hi - lo
+	n := len(stored)
+	c.settled += n
 	c.bytes += int(bytes)
-	telemetry.Acked(c.span, hi-lo, int(failed))
-	c.s.metrics.BatchCommitted(context.Background(), b.rows[lo:hi], int(bytes), c.took)
+	telemetry.Acked(c.span, n, int(failed))
+	c.s.metrics.BatchCommitted(context.Background(), stored, int(bytes), c.took)
 	st := &c.s.st
 	st.batches.Add(1)
-	st.rows.Add(uint64(hi - lo))
+	st.rows.Add(uint64(n))
 	st.bytes.Add(bytes)
 	if failed > 0 {
 		st.ackErrs.Add(failed)
 		c.s.log.Warn("ack failed after commit; those messages will be redelivered (a duplicate row in at-least-once mode)",
-			"messages", failed, "of", hi-lo, "err", first)
+			"messages", failed, "of", n, "err", first)
+	}
+}
+
+// settleMissing settles rows[lo:hi] of b, whose exactly-once transaction
+// committed with the rows of e.keys missing from the table: the stored
+// rows are acked, the missing ones dead-lettered (code "row_count"), so
+// that replaying the dead letters stores each of them once.
+func (c *committer) settleMissing(ctx context.Context, b *batch, lo, hi int, e *missingError) {
+	c.settle(b, lo, hi, e.keys)
+	st := &c.s.st
+	st.miscounts.Add(1)
+	st.uncounted.Add(uint64(len(e.keys)))
+	c.s.log.Error("an exactly-once batch committed with rows missing from the table (a BEFORE INSERT trigger returned "+
+		"NULL for them, a DO INSTEAD NOTHING rule dropped them, or a trigger changed their key): they are dead-lettered "+
+		"with code "+codeRowCount+", the others acked", "rows", hi-lo, "missing", len(e.keys))
+	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: codeRowCount,
+		Reason: "the transaction holding this row committed without it in the table: a BEFORE INSERT trigger returned NULL " +
+			"for it, a rule dropped it, or a trigger stored it under another key; the rest of its batch was stored"}
+	for i := lo; i < hi; i++ {
+		if _, ok := e.keys[keyOf(&b.rows[i])]; ok {
+			c.park(ctx, &b.rows[i], dl)
+		}
 	}
 }
 
@@ -422,18 +507,11 @@ func (c *committer) deadLetterMiscounted(ctx context.Context, b *batch, lo, hi i
 	if e.stored >= 0 && e.stored < int64(e.sent) {
 		st.uncounted.Add(uint64(int64(e.sent) - e.stored))
 	}
-	what := "a COPY committed with another row count than the rows sent (a BEFORE INSERT trigger returning NULL, " +
-		"or a foreign table, leaves rows out)"
+	c.s.log.Error("a COPY committed with another row count than the rows sent (a BEFORE INSERT trigger returning NULL, "+
+		"or a foreign table, leaves rows out): its messages are dead-lettered with code "+codeRowCount+", not acked",
+		"rows_sent", e.sent, "rows_counted", e.stored, "first_stream_seq", b.rows[lo].Event.StreamSeq)
 	reason := fmt.Sprintf("the COPY holding this row committed, but PostgreSQL counted %d of its %d rows; "+
 		"this row may be missing from the table", e.stored, e.sent)
-	if e.insert {
-		what = "a transaction committed with rows of its batch missing from the table (a BEFORE INSERT trigger " +
-			"returning NULL, or a rule, left them out)"
-		reason = fmt.Sprintf("the transaction holding this row committed, but only %d of its %d rows are in the table; "+
-			"this row may be missing from it (replaying stores only the missing rows: exactly-once)", e.stored, e.sent)
-	}
-	c.s.log.Error(what+": its messages are dead-lettered with code "+codeRowCount+", not acked",
-		"rows_sent", e.sent, "rows_counted", e.stored, "first_stream_seq", b.rows[lo].Event.StreamSeq)
 	if e.stored < 0 {
 		reason = fmt.Sprintf("the COPY holding this row committed without a row count for its %d rows; "+
 			"this row may be missing from the table", e.sent)

@@ -72,11 +72,13 @@
 // exactly-once mode the COPY goes into the staging table, which has no
 // triggers (a miscount there is rolled back and retried like a
 // configuration error); the INSERT that follows inserts fewer rows than
-// staged whenever some conflict, so when it does, one more query (an index
-// probe per staged row) counts the staged rows the table lacks before
-// COMMIT. Any such row was left out by a trigger or a rule: the same as
-// above, every row of the batch is dead-lettered with code "row_count", and
-// replaying them stores only the missing ones.
+// staged whenever some conflict, so when it does, one more query finds the
+// keys of the staged rows the table lacks, before COMMIT. A BEFORE INSERT
+// trigger returning NULL or a DO INSTEAD NOTHING rule left those out (or a
+// trigger stored them under another key): here the sink knows which they
+// are, so only they are dead-lettered with code "row_count" and the rest of
+// the batch is acked. Replaying a dead letter publishes a new message (a
+// new stream sequence), which is stored once if nothing drops it again.
 //
 // exactly-once: each batch is COPYed into a per-connection temporary
 // staging table (ON COMMIT DELETE ROWS) and moved with INSERT ...

@@ -204,11 +204,17 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		return nil, err
 	}
 	if len(triggers) > 0 {
-		probs = append(probs, Problem{Kind: ProblemRowTrigger, Warning: true,
-			Message: fmt.Sprintf("%s has BEFORE INSERT row triggers (%s): if one returns NULL, its row is left out of the COPY, "+
-				"and jetsink dead-letters every row of that batch (code row_count) since it cannot tell which rows are missing",
-				tname, strings.Join(triggers, ", ")),
-			Fix: "make sure these triggers never return NULL for jetsink's rows, or write into a table without them"})
+		msg := fmt.Sprintf("%s has BEFORE INSERT row triggers (%s): if one returns NULL, its row is left out of the COPY, "+
+			"and jetsink dead-letters every row of that batch (code row_count) since it cannot tell which rows are missing",
+			tname, strings.Join(triggers, ", "))
+		fix := "make sure these triggers never return NULL for jetsink's rows, or write into a table without them"
+		if s.cfg.Mode == ExactlyOnce {
+			msg = fmt.Sprintf("%s has BEFORE INSERT row triggers (%s): a row one returns NULL for, or whose %s or %s it "+
+				"changes, is missing under its key after the INSERT, and jetsink dead-letters it (code row_count)",
+				tname, strings.Join(triggers, ", "), s.streamC, s.seqC)
+			fix = "make sure these triggers never return NULL for jetsink's rows nor change their key, or write into a table without them"
+		}
+		probs = append(probs, Problem{Kind: ProblemRowTrigger, Warning: true, Message: msg, Fix: fix})
 	}
 	if s.cfg.Mode == ExactlyOnce {
 		ok, err := s.hasUniqueIndex(ctx, c, *oid, attrs[s.streamC].num, attrs[s.seqC].num)

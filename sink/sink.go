@@ -41,8 +41,8 @@ type Stats struct {
 	ConfigErrors       uint64 // attempts that failed with a configuration-class error (42xxx, 28xxx, ...)
 	BisectCopies       uint64 // extra COPYs spent isolating poison rows
 	DeadLettered       uint64 // rows dead-lettered by the sink
-	Miscounts          uint64 // at-least-once COPYs that committed with a row count other than the rows sent, and exactly-once transactions that committed with staged rows missing from the table (their rows were dead-lettered, code "row_count", not acked)
-	Uncounted          uint64 // rows sent minus rows counted (or found in the table) in those: rows that may be missing from the table
+	Miscounts          uint64 // at-least-once COPYs that committed with a row count other than the rows sent (all their rows were dead-lettered, code "row_count", not acked), and exactly-once batches that committed with rows missing from the table (those rows were)
+	Uncounted          uint64 // rows sent minus rows counted in those COPYs, plus the rows missing after those batches: rows that may be missing from the table
 	DeadLetterErrors   uint64 // dead-letter calls that failed (the message was nak'ed, not acked)
 	AckErrors          uint64 // Ack calls that failed (the message will be redelivered)
 	InProgress         uint64 // InProgress calls sent
@@ -72,7 +72,7 @@ type Sink struct {
 	copySQL    string // COPY into the table (at-least-once) or the staging table
 	stageSQL   string // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
 	insertSQL  string // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
-	missingSQL string // exactly-once: how many staged rows the table lacks after the INSERT
+	missingSQL string // exactly-once: the keys of the staged rows the table lacks after the INSERT
 	adminMu    sync.Mutex
 	admin      *pgx.Conn // the "+1" connection: Ping, Init, Check; nil until needed
 	seenErrsMu sync.Mutex
@@ -206,7 +206,7 @@ func (s *Sink) buildSQL() {
 			stagingTable.Sanitize() + " ON CONFLICT (" + pgx.Identifier{s.streamC}.Sanitize() + ", " +
 			pgx.Identifier{s.seqC}.Sanitize() + ") DO NOTHING"
 		stream, seq := pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()
-		s.missingSQL = "SELECT count(*) FROM " + stagingTable.Sanitize() + " s WHERE NOT EXISTS (SELECT 1 FROM " +
+		s.missingSQL = "SELECT s." + stream + ", s." + seq + " FROM " + stagingTable.Sanitize() + " s WHERE NOT EXISTS (SELECT 1 FROM " +
 			s.table.Sanitize() + " t WHERE t." + stream + " = s." + stream + " AND t." + seq + " = s." + seq + ")"
 	}
 	s.copySQL = "COPY " + target + " (" + list + ") FROM STDIN (FORMAT binary)"
