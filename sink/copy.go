@@ -142,7 +142,8 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 // commitRetry commits rows in one transaction, retrying transient and
 // configuration errors with backoff until ctx ends. It returns nil, a
 // data-class error (SQLSTATE 22/23), a *miscountError of a COPY that
-// committed, or ctx.Err().
+// committed, a *missingError of an exactly-once batch that committed with
+// rows missing, or ctx.Err().
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error {
 	c.bo.reset()
 	for attempt := 0; ; attempt++ {
@@ -220,7 +221,9 @@ func (s *Sink) logConfigError(err error) {
 // explicit COMMIT, and saves BEGIN's and COMMIT's round trips and parses,
 // which at low rates cost more than the COPY of a small batch. Exactly-once
 // runs BEGIN; COPY into the staging table; INSERT ... SELECT ... ON
-// CONFLICT DO NOTHING; COMMIT. unknown reports that the statement that
+// CONFLICT DO NOTHING; when that inserted fewer rows than staged, a query
+// for the keys of staged rows the table lacks; COMMIT (and returns a
+// *missingError if there were any). unknown reports that the statement that
 // commits was sent and no answer came back, so the rows may have been
 // committed.
 func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown bool, err error) {

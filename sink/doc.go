@@ -103,7 +103,9 @@
 //     which case it is not acked). At most ceil(log2(n))+1 extra COPYs per
 //     refused row;
 //   - a COPY that committed with another row count than the rows sent (see
-//     Delivery): not retried; its rows are dead-lettered, not acked;
+//     Delivery): not retried; its rows are dead-lettered, not acked; an
+//     exactly-once batch that committed with rows missing from the table:
+//     those rows are dead-lettered, the others acked;
 //   - everything else (42xxx undefined table or column, 42501 permission,
 //     28xxx authentication, ...) means the table or the grants do not fit.
 //     The operator can fix that without losing an event, so the batch is
