@@ -101,6 +101,11 @@ const (
 	// row triggers. One that returns NULL leaves its row out of the COPY,
 	// and the sink then dead-letters the whole batch (code row_count).
 	ProblemRowTrigger ProblemKind = "row_trigger"
+	// ProblemInsertRule: in exactly-once mode the table has INSERT rules.
+	// INSERT ... ON CONFLICT fails on such a table (SQLSTATE 0A000), and
+	// stores nothing under a DO INSTEAD NOTHING rule. (COPY, at-least-once,
+	// does not run rules.)
+	ProblemInsertRule ProblemKind = "insert_rule"
 )
 
 // Problem is one difference between the mapping and the table.
@@ -217,6 +222,17 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		probs = append(probs, Problem{Kind: ProblemRowTrigger, Warning: true, Message: msg, Fix: fix})
 	}
 	if s.cfg.Mode == ExactlyOnce {
+		rules, err := s.insertRules(ctx, c, *oid)
+		if err != nil {
+			return nil, err
+		}
+		if len(rules) > 0 {
+			probs = append(probs, Problem{Kind: ProblemInsertRule,
+				Message: fmt.Sprintf("%s has INSERT rules (%s): exactly-once's INSERT ... ON CONFLICT fails on it "+
+					"(SQLSTATE 0A000, retried until the table changes), or under DO INSTEAD NOTHING stores nothing",
+					tname, strings.Join(rules, ", ")),
+				Fix: "drop the rules (DROP RULE name ON " + tname + "), or use at-least-once mode (COPY does not run rules)"})
+		}
 		ok, err := s.hasUniqueIndex(ctx, c, *oid, attrs[s.streamC].num, attrs[s.seqC].num)
 		if err != nil {
 			return nil, err
@@ -244,6 +260,20 @@ func (s *Sink) rowTriggers(ctx context.Context, c *pgx.Conn, rel uint32) ([]stri
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("check triggers of %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	return names, nil
+}
+
+// insertRules returns the names of the enabled INSERT rules on rel.
+func (s *Sink) insertRules(ctx context.Context, c *pgx.Conn, rel uint32) ([]string, error) {
+	rows, err := c.Query(ctx, `SELECT rulename::text FROM pg_rewrite
+		WHERE ev_class = $1 AND ev_type = '3' AND ev_enabled IN ('O', 'A') ORDER BY rulename`, rel)
+	if err != nil {
+		return nil, fmt.Errorf("check rules of %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("check rules of %s on %s: %w", s.table.Sanitize(), s.where, err)
 	}
 	return names, nil
 }

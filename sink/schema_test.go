@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -100,6 +102,24 @@ func TestInitAndCheck(t *testing.T) {
 	if len(probs) != 1 || probs[0].Kind != ProblemRowTrigger || !probs[0].Warning ||
 		!strings.Contains(probs[0].Message, "(a_always, b_ins)") {
 		t.Fatalf("BEFORE INSERT row triggers: %+v, want one row_trigger warning naming a_always and b_ins", probs)
+	}
+	exec("DROP TRIGGER b_ins ON " + tbl + "; DROP TRIGGER a_always ON " + tbl)
+	exec("CREATE RULE on_upd AS ON UPDATE TO " + tbl + " DO INSTEAD NOTHING")
+	exec("CREATE RULE off_ins AS ON INSERT TO " + tbl + " DO INSTEAD NOTHING")
+	exec("ALTER TABLE " + tbl + " DISABLE RULE off_ins")
+	if k := kinds(); len(k) != 0 {
+		t.Fatalf("rules that leave exactly-once's INSERT alone: %v", k)
+	}
+	exec("CREATE RULE ins_nothing AS ON INSERT TO " + tbl + " DO INSTEAD NOTHING")
+	logTbl := pgx.Identifier{s.cfg.Table + "_log"}.Sanitize()
+	exec("CREATE TABLE " + logTbl + " (stream text)")
+	exec("CREATE RULE ins_also AS ON INSERT TO " + tbl + " DO ALSO INSERT INTO " + logTbl + " VALUES (NEW.stream)")
+	if probs, err = s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(probs) != 1 || probs[0].Kind != ProblemInsertRule || probs[0].Warning ||
+		!strings.Contains(probs[0].Message, "(ins_also, ins_nothing)") {
+		t.Fatalf("INSERT rules in exactly-once mode: %+v, want one insert_rule problem naming ins_also and ins_nothing", probs)
 	}
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping: %v", err)
