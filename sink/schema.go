@@ -251,31 +251,28 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 // INSERT FOR EACH ROW in a normal session (enabled, or enabled ALWAYS).
 // tgtype bits: 1 row, 2 before, 4 insert.
 func (s *Sink) rowTriggers(ctx context.Context, c *pgx.Conn, rel uint32) ([]string, error) {
-	rows, err := c.Query(ctx, `SELECT tgname FROM pg_trigger
+	return s.catalogNames(ctx, c, "triggers", `SELECT tgname::text FROM pg_trigger
 		WHERE tgrelid = $1 AND NOT tgisinternal AND tgtype & 7 = 7 AND tgenabled IN ('O', 'A')
 		ORDER BY tgname`, rel)
-	if err != nil {
-		return nil, fmt.Errorf("check triggers of %s on %s: %w", s.table.Sanitize(), s.where, err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("check triggers of %s on %s: %w", s.table.Sanitize(), s.where, err)
-	}
-	return names, nil
 }
 
 // insertRules returns the names of the enabled INSERT rules on rel.
 func (s *Sink) insertRules(ctx context.Context, c *pgx.Conn, rel uint32) ([]string, error) {
-	rows, err := c.Query(ctx, `SELECT rulename::text FROM pg_rewrite
+	return s.catalogNames(ctx, c, "rules", `SELECT rulename::text FROM pg_rewrite
 		WHERE ev_class = $1 AND ev_type = '3' AND ev_enabled IN ('O', 'A') ORDER BY rulename`, rel)
-	if err != nil {
-		return nil, fmt.Errorf("check rules of %s on %s: %w", s.table.Sanitize(), s.where, err)
+}
+
+// catalogNames runs a catalog query for rel that returns names; what names
+// them in errors.
+func (s *Sink) catalogNames(ctx context.Context, c *pgx.Conn, what, sql string, rel uint32) ([]string, error) {
+	rows, err := c.Query(ctx, sql, rel)
+	if err == nil {
+		var names []string
+		if names, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+			return names, nil
+		}
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("check rules of %s on %s: %w", s.table.Sanitize(), s.where, err)
-	}
-	return names, nil
+	return nil, fmt.Errorf("check %s of %s on %s: %w", what, s.table.Sanitize(), s.where, err)
 }
 
 // hasUniqueIndex reports whether a plain unique index (no predicate, no
