@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -291,13 +292,15 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 	return false, nil
 }
 
-// rowKey is a row's exactly-once key: its message's stream and sequence.
+// rowKey is a row's exactly-once key: its message's stream and sequence, as
+// text (the columns' types are the mapping's: bigint, numeric or text).
 type rowKey struct {
-	stream string
-	seq    uint64
+	stream, seq string
 }
 
-func keyOf(row *pipeline.Row) rowKey { return rowKey{row.Event.Stream, row.Event.StreamSeq} }
+func keyOf(row *pipeline.Row) rowKey {
+	return rowKey{row.Event.Stream, strconv.FormatUint(row.Event.StreamSeq, 10)}
+}
 
 // missingKeys runs the exactly-once missingSQL in tx.
 func missingKeys(ctx context.Context, tx pgx.Tx, sql string) (map[rowKey]struct{}, error) {
@@ -307,9 +310,7 @@ func missingKeys(ctx context.Context, tx pgx.Tx, sql string) (map[rowKey]struct{
 	}
 	keys := map[rowKey]struct{}{}
 	var k rowKey
-	var seq int64
-	if _, err := pgx.ForEachRow(rs, []any{&k.stream, &seq}, func() error {
-		k.seq = uint64(seq)
+	if _, err := pgx.ForEachRow(rs, []any{&k.stream, &k.seq}, func() error {
 		keys[k] = struct{}{}
 		return nil
 	}); err != nil {

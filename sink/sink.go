@@ -206,7 +206,7 @@ func (s *Sink) buildSQL() {
 			stagingTable.Sanitize() + " ON CONFLICT (" + pgx.Identifier{s.streamC}.Sanitize() + ", " +
 			pgx.Identifier{s.seqC}.Sanitize() + ") DO NOTHING"
 		stream, seq := pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()
-		s.missingSQL = "SELECT s." + stream + ", s." + seq + " FROM " + stagingTable.Sanitize() + " s WHERE NOT EXISTS (SELECT 1 FROM " +
+		s.missingSQL = "SELECT s." + stream + "::text, s." + seq + "::text FROM " + stagingTable.Sanitize() + " s WHERE NOT EXISTS (SELECT 1 FROM " +
 			s.table.Sanitize() + " t WHERE t." + stream + " = s." + stream + " AND t." + seq + " = s." + seq + ")"
 	}
 	s.copySQL = "COPY " + target + " (" + list + ") FROM STDIN (FORMAT binary)"
