@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -158,6 +159,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 			return nil
 		}
 		if committedMiscount(err) != nil || committedMissing(err) != nil {
+			c.took = time.Since(began)
 			return err // committed: settled, never sent again
 		}
 		if unknown && c.s.cfg.Mode == AtLeastOnce {
@@ -311,6 +313,7 @@ func missingKeys(ctx context.Context, tx pgx.Tx, sql string) (map[rowKey]struct{
 	keys := map[rowKey]struct{}{}
 	var k rowKey
 	if _, err := pgx.ForEachRow(rs, []any{&k.stream, &k.seq}, func() error {
+		k.seq = integralText(k.seq)
 		keys[k] = struct{}{}
 		return nil
 	}); err != nil {
@@ -319,11 +322,22 @@ func missingKeys(ctx context.Context, tx pgx.Tx, sql string) (map[rowKey]struct{
 	return keys, nil
 }
 
+// integralText drops the zero fraction a numeric(p,s) column's text has
+// ("7.00" -> "7"), so that it compares with keyOf's decimal sequence.
+func integralText(s string) string {
+	if i := strings.IndexByte(s, '.'); i >= 0 && strings.Trim(s[i+1:], "0") == "" {
+		return s[:i]
+	}
+	return s
+}
+
 // missingError reports an exactly-once transaction that committed while
 // the INSERT from staging left the rows with these keys out of the table:
 // a BEFORE INSERT trigger returned NULL for them, or a rule dropped them
 // (or a trigger changed their key, so that they are stored under another
-// one). The other rows of the batch are stored.
+// one; that shows only when another row of the batch conflicted, since
+// only then is the table searched). The other rows of the batch are
+// stored.
 type missingError struct {
 	sent int
 	keys map[rowKey]struct{}
@@ -409,7 +423,7 @@ func (c *committer) settle(b *batch, lo, hi int, skip map[rowKey]struct{}) {
 	for i := lo; i < hi; i++ {
 		row := &b.rows[i]
 		if skip != nil {
-			if _, ok := skip[keyOf(row)]; ok {
+			if hasKey(skip, keyOf(row)) {
 				continue
 			}
 			stored = append(stored, *row)
@@ -449,21 +463,40 @@ func (c *committer) settle(b *batch, lo, hi int, skip map[rowKey]struct{}) {
 // rows are acked, the missing ones dead-lettered (code "row_count"), so
 // that replaying the dead letters stores each of them once.
 func (c *committer) settleMissing(ctx context.Context, b *batch, lo, hi int, e *missingError) {
+	found := map[rowKey]struct{}{}
+	for i := lo; i < hi; i++ {
+		if k := keyOf(&b.rows[i]); hasKey(e.keys, k) {
+			found[k] = struct{}{}
+		}
+	}
+	if len(found) < len(e.keys) {
+		// A key the server returned matches no row: the keys cannot be
+		// trusted to say which rows are missing, so none is acked.
+		c.s.log.Error("the keys of an exactly-once batch's missing rows match none of its rows; every row is dead-lettered",
+			"rows", hi-lo, "missing_keys", len(e.keys))
+		c.deadLetterMiscounted(ctx, b, lo, hi, &miscountError{sent: hi - lo, stored: int64(hi - lo - len(e.keys)), committed: true})
+		return
+	}
 	c.settle(b, lo, hi, e.keys)
 	st := &c.s.st
 	st.miscounts.Add(1)
 	st.uncounted.Add(uint64(len(e.keys)))
 	c.s.log.Error("an exactly-once batch committed with rows missing from the table (a BEFORE INSERT trigger returned "+
 		"NULL for them, a DO INSTEAD NOTHING rule dropped them, or a trigger changed their key): they are dead-lettered "+
-		"with code "+codeRowCount+", the others acked", "rows", hi-lo, "missing", len(e.keys))
+		"with code "+codeRowCount+", the others acked", "rows", hi-lo, "missing_keys", len(e.keys))
 	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: codeRowCount,
 		Reason: "the transaction holding this row committed without it in the table: a BEFORE INSERT trigger returned NULL " +
 			"for it, a rule dropped it, or a trigger stored it under another key; the rest of its batch was stored"}
 	for i := lo; i < hi; i++ {
-		if _, ok := e.keys[keyOf(&b.rows[i])]; ok {
+		if hasKey(e.keys, keyOf(&b.rows[i])) {
 			c.park(ctx, &b.rows[i], dl)
 		}
 	}
+}
+
+func hasKey(keys map[rowKey]struct{}, k rowKey) bool {
+	_, ok := keys[k]
+	return ok
 }
 
 // deadLetter parks row p of b, which the database refuses with err. If the

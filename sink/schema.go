@@ -99,13 +99,15 @@ const (
 	ProblemNoUniqueIndex ProblemKind = "no_unique_index"
 	// ProblemRowTrigger is a warning: the table has enabled BEFORE INSERT
 	// row triggers. One that returns NULL leaves its row out of the COPY,
-	// and the sink then dead-letters the whole batch (code row_count).
+	// and the sink then dead-letters the whole batch (code row_count); in
+	// exactly-once mode, only the rows missing from the table.
 	ProblemRowTrigger ProblemKind = "row_trigger"
-	// ProblemInsertRule: in exactly-once mode the table has INSERT rules.
-	// INSERT ... ON CONFLICT fails on such a table (SQLSTATE 0A000), and
-	// stores nothing under a DO INSTEAD NOTHING rule. (COPY, at-least-once,
-	// does not run rules.)
-	ProblemInsertRule ProblemKind = "insert_rule"
+	// ProblemRule: in exactly-once mode the table has UPDATE rules (even
+	// disabled ones) or enabled INSERT rules. INSERT ... ON CONFLICT fails
+	// on such a table (SQLSTATE 0A000), except under an INSERT rule DO
+	// INSTEAD NOTHING, where it stores nothing. (COPY, at-least-once, does
+	// not run rules.)
+	ProblemRule ProblemKind = "rule"
 )
 
 // Problem is one difference between the mapping and the table.
@@ -214,24 +216,26 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			tname, strings.Join(triggers, ", "))
 		fix := "make sure these triggers never return NULL for jetsink's rows, or write into a table without them"
 		if s.cfg.Mode == ExactlyOnce {
-			msg = fmt.Sprintf("%s has BEFORE INSERT row triggers (%s): a row one returns NULL for, or whose %s or %s it "+
-				"changes, is missing under its key after the INSERT, and jetsink dead-letters it (code row_count)",
+			msg = fmt.Sprintf("%s has BEFORE INSERT row triggers (%s): a row one returns NULL for is missing after the "+
+				"INSERT, and jetsink dead-letters it (code row_count); one that changes %s or %s makes its row look "+
+				"missing, and dead-lettered although stored, whenever another row of its batch conflicts",
 				tname, strings.Join(triggers, ", "), s.streamC, s.seqC)
 			fix = "make sure these triggers never return NULL for jetsink's rows nor change their key, or write into a table without them"
 		}
 		probs = append(probs, Problem{Kind: ProblemRowTrigger, Warning: true, Message: msg, Fix: fix})
 	}
 	if s.cfg.Mode == ExactlyOnce {
-		rules, err := s.insertRules(ctx, c, *oid)
+		rules, err := s.conflictRules(ctx, c, *oid)
 		if err != nil {
 			return nil, err
 		}
 		if len(rules) > 0 {
-			probs = append(probs, Problem{Kind: ProblemInsertRule,
-				Message: fmt.Sprintf("%s has INSERT rules (%s): exactly-once's INSERT ... ON CONFLICT fails on it "+
-					"(SQLSTATE 0A000, retried until the table changes), or under DO INSTEAD NOTHING stores nothing",
+			probs = append(probs, Problem{Kind: ProblemRule,
+				Message: fmt.Sprintf("%s has UPDATE or INSERT rules (%s): exactly-once's INSERT ... ON CONFLICT fails on it "+
+					"(SQLSTATE 0A000, retried until the table changes), or under an INSERT rule DO INSTEAD NOTHING stores nothing",
 					tname, strings.Join(rules, ", ")),
-				Fix: "drop the rules (DROP RULE name ON " + tname + "), or use at-least-once mode (COPY does not run rules)"})
+				Fix: "drop the rules (DROP RULE name ON " + tname + "; an UPDATE rule blocks it even when disabled), " +
+					"or use at-least-once mode, where COPY does not run rules (so they do not do what they were made for either)"})
 		}
 		ok, err := s.hasUniqueIndex(ctx, c, *oid, attrs[s.streamC].num, attrs[s.seqC].num)
 		if err != nil {
@@ -256,10 +260,12 @@ func (s *Sink) rowTriggers(ctx context.Context, c *pgx.Conn, rel uint32) ([]stri
 		ORDER BY tgname`, rel)
 }
 
-// insertRules returns the names of the enabled INSERT rules on rel.
-func (s *Sink) insertRules(ctx context.Context, c *pgx.Conn, rel uint32) ([]string, error) {
+// conflictRules returns the names of the rules on rel that stop INSERT ...
+// ON CONFLICT: UPDATE rules, enabled or not (PostgreSQL refuses it with
+// any), and enabled INSERT rules. ev_type: '2' UPDATE, '3' INSERT.
+func (s *Sink) conflictRules(ctx context.Context, c *pgx.Conn, rel uint32) ([]string, error) {
 	return s.catalogNames(ctx, c, "rules", `SELECT rulename::text FROM pg_rewrite
-		WHERE ev_class = $1 AND ev_type = '3' AND ev_enabled IN ('O', 'A') ORDER BY rulename`, rel)
+		WHERE ev_class = $1 AND (ev_type = '2' OR ev_type = '3' AND ev_enabled IN ('O', 'A')) ORDER BY rulename`, rel)
 }
 
 // catalogNames runs a catalog query for rel that returns names; what names

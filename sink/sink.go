@@ -34,7 +34,7 @@ type Source interface {
 // Stats are cumulative counters, safe to read at any time.
 type Stats struct {
 	Batches            uint64 // batches committed (a bisected batch counts once per committed piece)
-	Rows               uint64 // rows committed (in exactly-once mode: offered; conflicts add nothing)
+	Rows               uint64 // rows committed (in exactly-once mode: offered and in the table after the commit; conflicts add nothing to it)
 	Bytes              uint64 // tuple bytes committed
 	Retries            uint64 // failed attempts that were retried
 	PossibleDuplicates uint64 // rows whose COMMIT outcome was unknown in at-least-once mode (sent again, or left to redelivery at shutdown)

@@ -832,3 +832,44 @@ func allSettled(ms []*recMsg) func() bool {
 		return true
 	}
 }
+
+// settleMissing trusts the keys only if each matches a row of the piece: a
+// key that matches none (a column type whose text differs from the
+// sequence's) dead-letters every row, as a COPY miscount does, instead of
+// acking a row that may be the missing one.
+func TestSettleMissingUnmatchedKey(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = ExactlyOnce })
+	c := &committer{s: s}
+	for _, tc := range []struct {
+		key           rowKey
+		acked, termed int
+	}{
+		{rowKey{"S", "2"}, 2, 1},   // matches row 2: only it is dead-lettered
+		{rowKey{"S", "2.5"}, 0, 3}, // matches nothing: all are
+	} {
+		rs, ms := rows(1, 3, nil)
+		b := &batch{rows: rs}
+		l0, _ := dl.letters()
+		c.settleMissing(ctx, b, 0, 3, &missingError{sent: 3, keys: map[rowKey]struct{}{tc.key: {}}})
+		acked, termed := 0, 0
+		for _, m := range ms {
+			acked += int(m.acks.Load())
+			termed += int(m.terms.Load())
+		}
+		l1, _ := dl.letters()
+		if acked != tc.acked || termed != tc.termed || len(l1)-len(l0) != tc.termed {
+			t.Errorf("key %v: %d acked, %d termed, %d dead letters; want %d, %d, %d", tc.key, acked, termed,
+				len(l1)-len(l0), tc.acked, tc.termed, tc.termed)
+		}
+	}
+}
+
+func TestIntegralText(t *testing.T) {
+	for in, want := range map[string]string{"7": "7", "7.00": "7", "70": "70", "7.50": "7.50", "7.": "7", "100.0": "100"} {
+		if got := integralText(in); got != want {
+			t.Errorf("integralText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
