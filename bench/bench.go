@@ -563,10 +563,13 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		return res, err
 	}
 	rss := sampleRSS(c.cmd.Process.Pid, 250*time.Millisecond)
-	if err := b.waitReady(ctx, c, t); err != nil {
+	abort := func(err error) (Result, error) {
 		rss.stop()
 		c.kill()
 		return res, err
+	}
+	if err := b.waitReady(ctx, c, t); err != nil {
+		return abort(err)
 	}
 	pubCtx, stopPub := context.WithCancelCause(ctx)
 	defer stopPub(nil)
@@ -575,9 +578,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	if b.o.LockFor > 0 {
 		var err error
 		if lock, err = b.lockTable(ctx, t.table, pubStart.Add(b.o.LockAt), b.o.LockFor, rss.mark, stopPub); err != nil {
-			rss.stop()
-			c.kill()
-			return res, err
+			return abort(err)
 		}
 	}
 	pub, err := loadgen.Publish(pubCtx, b.js.Conn(), loadgen.Options{Subject: t.prefix, Subjects: b.o.Subjects,
@@ -594,9 +595,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		}
 	}
 	if err != nil {
-		rss.stop()
-		c.kill()
-		return res, err
+		return abort(err)
 	}
 	res.Published, res.PublishPS, res.PubRetried = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds(), pub.Retried
 	err = b.settle(ctx, &res, c, t, before, cpuOK, pubStart)

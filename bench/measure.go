@@ -92,10 +92,7 @@ type tableFacts struct {
 func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bool, window time.Duration) (tableFacts, error) {
 	var f tableFacts
 	t := pgx.Identifier{table}.Sanitize()
-	commit := "committed_at"
-	if byCommitTS {
-		commit = "pg_xact_commit_timestamp(xmin)"
-	}
+	commit := commitTime(byCommitTS)
 	if err := db.QueryRow(ctx, "SELECT count(*), count(DISTINCT stream_seq) FROM "+t).Scan(&f.rows, &f.distinctSeqs); err != nil {
 		return f, fmt.Errorf("count rows: %w", err)
 	}
@@ -214,10 +211,7 @@ func batchStats(sizes []int64) Batches {
 // lastCommitSentBy returns the commit time of the last row of table whose
 // event was scheduled at or before t: when everything sent by then was in.
 func lastCommitSentBy(ctx context.Context, db *pgx.Conn, table string, byCommitTS bool, t time.Time) (time.Time, error) {
-	commit := "committed_at"
-	if byCommitTS {
-		commit = "pg_xact_commit_timestamp(xmin)"
-	}
+	commit := commitTime(byCommitTS)
 	var last *time.Time
 	if err := db.QueryRow(ctx, "SELECT max("+commit+") FROM "+pgx.Identifier{table}.Sanitize()+" WHERE ts <= $1", t).Scan(&last); err != nil {
 		return time.Time{}, err
@@ -226,4 +220,13 @@ func lastCommitSentBy(ctx context.Context, db *pgx.Conn, table string, byCommitT
 		return t, nil
 	}
 	return *last, nil
+}
+
+// commitTime is the SQL for a row's commit time: its transaction's commit
+// timestamp when the server tracks them, else its committed_at column.
+func commitTime(byCommitTS bool) string {
+	if byCommitTS {
+		return "pg_xact_commit_timestamp(xmin)"
+	}
+	return "committed_at"
 }
