@@ -48,7 +48,12 @@
 // The producer writes slot tail & mask and then publishes tail+1; the consumer reads slot
 // head & mask, zeroes it (so the ring does not keep the item's buffers alive), and then
 // publishes head+1. PushN and PopN move a whole run of slots (two copies when the run wraps
-// the array) and publish the index once. Each side keeps a cached copy of the other side's
+// the array) and publish the index once. Single-item pops (Pop, TryPop, a Merge's PopN into
+// one slot) publish lazily: they read their slots and hand them back, zeroed, Cap/8 at a
+// time (at most 32), and at once when the consumer finds the ring empty or pops a batch.
+// That saves an atomic store per item, and it keeps the consumer from writing zeros into
+// the cache line the producer is filling next. The price: a producer waiting on a full
+// ring may wait for up to that many more pops, and Len may count them as still there. Each side keeps a cached copy of the other side's
 // index and re-reads the real one only when the cache says full (producer) or empty
 // (consumer), so in steady state neither side touches the other's cache line for every
 // item. Each index sits on its own cache line (128 bytes, for the adjacent-line prefetcher)

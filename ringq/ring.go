@@ -20,6 +20,8 @@ const (
 	idxMask = closedBit - 1
 	// maxCapacity bounds New's capacity argument.
 	maxCapacity = 1 << 40
+	// maxLazy bounds how many slots single-item pops keep before handing them back.
+	maxLazy = 32
 )
 
 // Ring is a bounded single-producer, single-consumer FIFO queue.
@@ -33,6 +35,7 @@ type Ring[T any] struct {
 	// Read-only after construction.
 	buf     []T
 	mask    uint64 // len(buf)-1
+	lazy    uint64 // single-item pops hand slots back this many at a time (see take)
 	spin    int
 	yield   int
 	debug   bool
@@ -50,8 +53,9 @@ type Ring[T any] struct {
 	_ pad
 
 	// Consumer's cache line.
-	head       atomic.Uint64 // index of the next slot to empty
-	phead      uint64        // consumer's own copy of head (it alone advances it)
+	head       atomic.Uint64 // index of the next slot the producer may not fill yet
+	phead      uint64        // index of the next slot to empty (head <= phead)
+	pubHead    uint64        // consumer's copy of head: slots [pubHead, phead) are popped, not yet handed back
 	cachedTail uint64        // consumer's last view of tail's index
 	popping    atomic.Uint32 // debug: a consumer call is running
 
@@ -77,6 +81,7 @@ func newRing[T any](capacity int, cfg config, readers *notifier) *Ring[T] {
 	r := &Ring[T]{
 		buf:     make([]T, size),
 		mask:    size - 1,
+		lazy:    max(1, min(size/8, maxLazy)),
 		spin:    cfg.spin,
 		yield:   cfg.yield,
 		debug:   cfg.debug,
@@ -87,7 +92,7 @@ func newRing[T any](capacity int, cfg config, readers *notifier) *Ring[T] {
 		r.tail.Store(cfg.start)
 		r.head.Store(cfg.start)
 		r.ptail, r.cachedHead = cfg.start, cfg.start
-		r.phead, r.cachedTail = cfg.start, cfg.start
+		r.phead, r.pubHead, r.cachedTail = cfg.start, cfg.start, cfg.start
 	}
 	return r
 }
@@ -97,6 +102,8 @@ func (r *Ring[T]) Cap() int { return len(r.buf) }
 
 // Len returns the number of items in the ring. Safe from any goroutine; from a goroutine
 // other than the producer or consumer the value is a snapshot that may already be stale.
+// While the consumer pops single items it may count up to Cap/8 (at most 32) items it has
+// already popped, until it hands their slots back (see Pop).
 func (r *Ring[T]) Len() int {
 	h := r.head.Load() // head first: tail never moves backwards, so t-h cannot underflow
 	t := r.tail.Load() & idxMask
@@ -309,11 +316,8 @@ func (r *Ring[T]) TryPop() (T, bool) {
 	if r.debug || h == r.cachedTail && !r.refreshTail(h) {
 		return r.tryPopSlow()
 	}
-	i := h & r.mask
-	v := r.buf[i]
-	var zero T
-	r.buf[i] = zero // do not pin what the item points to
-	r.release(h)
+	v := r.buf[h&r.mask]
+	r.take(h)
 	return v, true
 }
 
@@ -330,6 +334,10 @@ func (r *Ring[T]) tryPopSlow() (T, bool) {
 // Pop removes and returns the oldest item, blocking while the ring is empty. It returns
 // ctx.Err() if ctx ends first, and ErrClosed once the ring is closed and drained.
 // Consumer only.
+//
+// Pop and TryPop hand the emptied slots back to the producer Cap/8 at a time (at most 32),
+// and all at once when they find the ring empty or PopN/TryPopN runs: until then the
+// producer cannot refill them, and the ring still references their items.
 func (r *Ring[T]) Pop(ctx context.Context) (T, error) {
 	// The fast path is pop1 written out. A T larger than four words goes through memory,
 	// and each call that returns one costs copies (and store-forwarding stalls), so the
@@ -339,11 +347,8 @@ func (r *Ring[T]) Pop(ctx context.Context) (T, error) {
 	if r.debug || h == r.cachedTail && !r.refreshTail(h) {
 		return r.popSlow(ctx)
 	}
-	i := h & r.mask
-	v := r.buf[i]
-	var zero T
-	r.buf[i] = zero // do not pin what the item points to
-	r.release(h)
+	v := r.buf[h&r.mask]
+	r.take(h)
 	return v, nil
 }
 
@@ -353,12 +358,44 @@ func (r *Ring[T]) refreshTail(h uint64) bool {
 	return r.cachedTail != h
 }
 
-// release hands slot h, just emptied, back to the producer.
-func (r *Ring[T]) release(h uint64) {
+// take marks slot h, just read by a single-item pop, as popped. The slots go back to the
+// producer r.lazy at a time, and whenever the consumer finds the ring empty or pops a
+// batch: one atomic store, one look for a parked producer and one clearing pass per
+// r.lazy items instead of per item, and no clearing of a slot next to the one the
+// producer is filling (which would pull that cache line back and forth).
+func (r *Ring[T]) take(h uint64) {
 	h = (h + 1) & idxMask
-	r.head.Store(h)
 	r.phead = h
+	if (h-r.pubHead)&idxMask >= r.lazy {
+		r.release(h)
+	}
+}
+
+// release zeroes the popped slots [pubHead, h), so that the ring does not keep what their
+// items point to alive, and hands them back to the producer by publishing head = h.
+func (r *Ring[T]) release(h uint64) {
+	p := r.pubHead
+	if n := (h - p) & idxMask; n > 0 {
+		first := r.buf[p&r.mask:]
+		if uint64(len(first)) >= n {
+			clear(first[:n])
+		} else {
+			clear(first)
+			clear(r.buf[:n-uint64(len(first))])
+		}
+	}
+	r.head.Store(h)
+	r.pubHead = h
 	r.writers.signal()
+}
+
+// flush hands back the slots single-item pops have kept. The consumer calls it before it
+// waits, and when it finds the ring empty, so the producer never waits for room that
+// only the consumer knows about.
+func (r *Ring[T]) flush() {
+	if r.phead != r.pubHead {
+		r.release(r.phead)
+	}
 }
 
 // popSlow is Pop when the ring is empty, or with the misuse checks on.
@@ -419,17 +456,15 @@ func (r *Ring[T]) pop1() (v T, ok bool, err error) {
 		t := r.tail.Load()
 		r.cachedTail = t & idxMask
 		if h == r.cachedTail {
+			r.flush()
 			if t&closedBit != 0 {
 				return v, false, ErrClosed
 			}
 			return v, false, nil
 		}
 	}
-	i := h & r.mask
-	v = r.buf[i]
-	var zero T
-	r.buf[i] = zero // do not pin what the item points to
-	r.release(h)
+	v = r.buf[h&r.mask]
+	r.take(h)
 	return v, true, nil
 }
 
@@ -446,6 +481,7 @@ func (r *Ring[T]) popSome(dst []T) (int, error) {
 		r.cachedTail = t & idxMask
 		avail = (r.cachedTail - h) & idxMask
 		if avail == 0 {
+			r.flush()
 			if t&closedBit != 0 {
 				return 0, ErrClosed
 			}
@@ -454,29 +490,17 @@ func (r *Ring[T]) popSome(dst []T) (int, error) {
 	}
 	n := int(min(avail, uint64(len(dst))))
 	i := h & r.mask
-	if n == 1 { // skip the bulk copy and clear machinery for one item
-		// Two statements, not a tuple assignment: that one goes through a temporary
-		// on the stack and stalls reading it back.
+	if n == 1 { // skip the bulk copy machinery for one item
 		dst[0] = r.buf[i]
-		var zero T
-		r.buf[i] = zero
 	} else {
-		first := r.buf[i:]
-		if len(first) > n {
-			first = first[:n]
-		}
-		c := copy(dst, first)
-		clear(first)
+		c := copy(dst[:n], r.buf[i:])
 		if c < n {
-			second := r.buf[:n-c]
-			copy(dst[c:], second)
-			clear(second)
+			copy(dst[c:n], r.buf)
 		}
 	}
 	h = (h + uint64(n)) & idxMask
-	r.head.Store(h)
 	r.phead = h
-	r.writers.signal()
+	r.release(h) // and the slots single-item pops kept, if any
 	return n, nil
 }
 

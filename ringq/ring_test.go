@@ -93,8 +93,8 @@ func TestTryPushNPartial(t *testing.T) {
 
 func TestPoppedSlotsAreZeroed(t *testing.T) {
 	ctx := context.Background()
-	r := New[*[64]byte](8)
-	for i := range 8 {
+	r := New[*[64]byte](64) // single-item pops hand slots back 8 at a time
+	for i := range 10 {
 		if err := r.Push(ctx, new([64]byte)); err != nil {
 			t.Fatalf("Push %d: %v", i, err)
 		}
@@ -112,9 +112,50 @@ func TestPoppedSlotsAreZeroed(t *testing.T) {
 	if n, err := r.PopN(ctx, dst); n != 3 || err != nil {
 		t.Fatalf("PopN = %d, %v; want 3, nil", n, err)
 	}
+	for range 2 { // kept by the consumer until it finds the ring empty
+		if _, err := r.Pop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := r.TryPop(); ok {
+		t.Fatal("TryPop on an empty ring succeeded")
+	}
 	for i, p := range r.buf {
 		if p != nil {
 			t.Errorf("slot %d still holds a popped item", i)
+		}
+	}
+	if r.Len() != 0 {
+		t.Errorf("Len = %d after every item was popped, want 0", r.Len())
+	}
+}
+
+// TestSingleItemPopsHandBackSlots checks the bound on how long single-item pops keep
+// their slots: a full ring of 64 has room again after 8 of them (Cap/8).
+func TestSingleItemPopsHandBackSlots(t *testing.T) {
+	ctx := context.Background()
+	r := New[int](64, withStartIndex(idxMask-20)) // and across the index wrap
+	next := 0
+	for r.TryPush(next) {
+		next++
+	}
+	want := 0
+	for round := range 20 {
+		for range 8 {
+			v, err := r.Pop(ctx)
+			if err != nil || v != want {
+				t.Fatalf("round %d: Pop = %d, %v; want %d, nil", round, v, err, want)
+			}
+			want++
+		}
+		for i := range 8 {
+			if !r.TryPush(next) {
+				t.Fatalf("round %d: TryPush %d of 8 failed after 8 pops", round, i+1)
+			}
+			next++
+		}
+		if r.TryPush(next) {
+			t.Fatalf("round %d: TryPush succeeded on a full ring", round)
 		}
 	}
 }
