@@ -70,7 +70,9 @@ func (m *Merge[T]) TryPopN(dst []T) int {
 // PopN moves at least one and at most len(dst) items into dst, blocking until some ring
 // has one, and returns how many. It returns ctx.Err() if ctx ends first, and ErrClosed
 // once every ring is closed and drained. With an empty dst it returns 0, nil at once.
-// Consumer only.
+// With a one-item dst it keeps taking from the ring it took from last while that ring has
+// items the consumer has already seen there (never more than the ring's capacity in a
+// row), then goes on round-robin like TryPopN. Consumer only.
 func (m *Merge[T]) PopN(ctx context.Context, dst []T) (int, error) {
 	if m.debug {
 		return m.popNDebug(ctx, dst)
