@@ -26,9 +26,10 @@
 // # Index states
 //
 // A Ring is a power-of-two array of slots and two free-running counters: head, the number
-// of items popped so far, written only by the consumer; and tail, the number of items
-// pushed so far, written only by the producer. Item number i lives in slot i & mask. The
-// ring holds tail-head items (unsigned, modulo the index space), so full and empty need
+// of slots the consumer has emptied and handed back, written only by the consumer; and
+// tail, the number of items pushed so far, written only by the producer. Item number i
+// lives in slot i & mask. The ring holds tail-head items (unsigned, modulo the index
+// space), so full and empty need
 // no spare slot and no flag. With capacity 4 (mask 3):
 //
 //	empty: head == tail                 h
@@ -45,19 +46,22 @@
 //	wrapped: head = 2^63-1, tail = 2          t  h
 //	three items, in slots 3, 0, 1      [b][c][ ][a]     slot(2^63-1) = 3, slot(0) = 0
 //
-// The producer writes slot tail & mask and then publishes tail+1; the consumer reads slot
-// head & mask, zeroes it (so the ring does not keep the item's buffers alive), and then
-// publishes head+1. PushN and PopN move a whole run of slots (two copies when the run wraps
-// the array) and publish the index once. Single-item pops (Pop, TryPop, a Merge's PopN into
-// one slot) publish lazily: they read their slots and hand them back, zeroed, Cap/8 at a
-// time (at most 32), and at once when the consumer finds the ring empty or pops a batch.
-// That saves an atomic store per item, and it keeps the consumer from writing zeros into
-// the cache line the producer is filling next. The price: a producer waiting on a full
-// ring may wait for up to that many more pops, and Len may count them as still there. Each side keeps a cached copy of the other side's
-// index and re-reads the real one only when the cache says full (producer) or empty
-// (consumer), so in steady state neither side touches the other's cache line for every
-// item. Each index sits on its own cache line (128 bytes, for the adjacent-line prefetcher)
-// next to that side's private fields.
+// The producer writes slot tail & mask and then publishes tail+1. The consumer reads slot
+// head & mask, zeroes it (so the ring does not keep the item's buffers alive), and hands
+// it back by publishing head+1. PushN and PopN move a whole run of slots (two copies when
+// the run wraps the array) and publish the index once. Single-item pops (Pop, TryPop, a
+// Merge's PopN into one slot) hand their slots back lazily: the consumer keeps its own
+// count of what it has read and zeroes and publishes every max(1, Cap/8) slots (at most
+// 32), and at once when it finds the ring empty or pops a batch, so it never waits, or
+// reports empty or closed, while it keeps slots. That saves an atomic store per item and
+// keeps the consumer from writing zeros into the cache line the producer is filling next.
+// The price: a producer waiting on a full ring may have to wait for up to that many more
+// pops, a consumer that stops popping keeps up to that many items referenced, and Len
+// counts them. Each side keeps a cached copy of the other side's index and re-reads the
+// real one only when the cache says full (producer) or empty (consumer), so in steady
+// state neither side touches the other's cache line for every item. Each index sits on
+// its own cache line (128 bytes, for the adjacent-line prefetcher) next to that side's
+// private fields.
 //
 // # Memory ordering
 //

@@ -16,7 +16,6 @@ type Merge[T any] struct {
 	yield   int
 	debug   bool
 	next    int // round-robin start of the next pop; consumer-owned
-	cur     int // the ring the last single-item pop came from; consumer-owned
 	popping atomic.Uint32
 }
 
@@ -45,7 +44,9 @@ func (m *Merge[T]) Ring(i int) *Ring[T] { return m.rings[i] }
 // N returns the number of rings.
 func (m *Merge[T]) N() int { return len(m.rings) }
 
-// Len returns the number of items in all rings. Safe from any goroutine (a snapshot).
+// Len returns the number of items in all rings. Safe from any goroutine (a snapshot). Like
+// Ring.Len it may count items that one-item PopN calls have taken but not yet handed back
+// (see Ring.Pop).
 func (m *Merge[T]) Len() int {
 	n := 0
 	for _, r := range m.rings {
@@ -70,9 +71,8 @@ func (m *Merge[T]) TryPopN(dst []T) int {
 // PopN moves at least one and at most len(dst) items into dst, blocking until some ring
 // has one, and returns how many. It returns ctx.Err() if ctx ends first, and ErrClosed
 // once every ring is closed and drained. With an empty dst it returns 0, nil at once.
-// With a one-item dst it keeps taking from the ring it took from last while that ring has
-// items the consumer has already seen there (never more than the ring's capacity in a
-// row), then goes on round-robin like TryPopN. Consumer only.
+// Each call starts at the ring after the one the previous call started at, like TryPopN.
+// Consumer only.
 func (m *Merge[T]) PopN(ctx context.Context, dst []T) (int, error) {
 	if m.debug {
 		return m.popNDebug(ctx, dst)
@@ -145,13 +145,6 @@ func (m *Merge[T]) tryPopN(dst []T) (n int, done bool) {
 // reports false when every ring looked empty; tryPopN then tells empty from closed. With
 // the misuse checks on, popN goes through tryPopN only, which makes them.
 func (m *Merge[T]) tryPop1(dst *T) bool {
-	// Items of the ring that served last time, already seen in its tail, come first:
-	// taking them touches none of the producers' cache lines.
-	if r := m.rings[m.cur]; r.phead != r.cachedTail {
-		*dst = r.buf[r.phead&r.mask]
-		r.take(r.phead)
-		return true
-	}
 	k := len(m.rings)
 	i := m.next
 	m.next++
@@ -163,7 +156,6 @@ func (m *Merge[T]) tryPop1(dst *T) bool {
 		if h := r.phead; h != r.cachedTail || r.refreshTail(h) {
 			*dst = r.buf[h&r.mask]
 			r.take(h)
-			m.cur = i
 			return true
 		}
 		if i++; i == k {

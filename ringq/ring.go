@@ -53,9 +53,9 @@ type Ring[T any] struct {
 	_ pad
 
 	// Consumer's cache line.
-	head       atomic.Uint64 // index of the next slot the producer may not fill yet
-	phead      uint64        // index of the next slot to empty (head <= phead)
-	pubHead    uint64        // consumer's copy of head: slots [pubHead, phead) are popped, not yet handed back
+	head       atomic.Uint64 // index of the first slot not yet handed back to the producer
+	phead      uint64        // index of the next slot to read (phead >= head)
+	pubHead    uint64        // consumer's copy of head; slots [pubHead, phead) are read, kept
 	cachedTail uint64        // consumer's last view of tail's index
 	popping    atomic.Uint32 // debug: a consumer call is running
 
@@ -102,8 +102,8 @@ func (r *Ring[T]) Cap() int { return len(r.buf) }
 
 // Len returns the number of items in the ring. Safe from any goroutine; from a goroutine
 // other than the producer or consumer the value is a snapshot that may already be stale.
-// While the consumer pops single items it may count up to Cap/8 (at most 32) items it has
-// already popped, until it hands their slots back (see Pop).
+// While the consumer pops single items it may count items it has already popped, fewer
+// than max(1, Cap/8) and at most 31, until it hands their slots back (see Pop).
 func (r *Ring[T]) Len() int {
 	h := r.head.Load() // head first: tail never moves backwards, so t-h cannot underflow
 	t := r.tail.Load() & idxMask
@@ -335,9 +335,10 @@ func (r *Ring[T]) tryPopSlow() (T, bool) {
 // ctx.Err() if ctx ends first, and ErrClosed once the ring is closed and drained.
 // Consumer only.
 //
-// Pop and TryPop hand the emptied slots back to the producer Cap/8 at a time (at most 32),
-// and all at once when they find the ring empty or PopN/TryPopN runs: until then the
-// producer cannot refill them, and the ring still references their items.
+// Pop and TryPop hand the emptied slots back to the producer max(1, Cap/8) at a time (at
+// most 32), and all at once when they find the ring empty or when PopN or TryPopN pops
+// items: until then the producer cannot refill them, and the ring still references their
+// items.
 func (r *Ring[T]) Pop(ctx context.Context) (T, error) {
 	// The fast path is pop1 written out. A T larger than four words goes through memory,
 	// and each call that returns one costs copies (and store-forwarding stalls), so the
@@ -389,9 +390,9 @@ func (r *Ring[T]) release(h uint64) {
 	r.writers.signal()
 }
 
-// flush hands back the slots single-item pops have kept. The consumer calls it before it
-// waits, and when it finds the ring empty, so the producer never waits for room that
-// only the consumer knows about.
+// flush hands back the slots single-item pops have kept. The consumer calls it whenever
+// it finds the ring empty, so it never waits, or reports empty or closed, while it keeps
+// slots; and a producer waiting on a full ring is waiting for items still to be popped.
 func (r *Ring[T]) flush() {
 	if r.phead != r.pubHead {
 		r.release(r.phead)

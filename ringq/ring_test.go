@@ -130,11 +130,82 @@ func TestPoppedSlotsAreZeroed(t *testing.T) {
 	}
 }
 
-// TestSingleItemPopsHandBackSlots checks the bound on how long single-item pops keep
-// their slots: a full ring of 64 has room again after 8 of them (Cap/8).
-func TestSingleItemPopsHandBackSlots(t *testing.T) {
+// TestKeptSlotsAreZeroedAcrossTheWrap pops single items from rings whose slots run past
+// the end of the array: every hand-back must zero what it hands back, both parts of it.
+func TestKeptSlotsAreZeroedAcrossTheWrap(t *testing.T) {
 	ctx := context.Background()
-	r := New[int](64, withStartIndex(idxMask-20)) // and across the index wrap
+	for _, checks := range []bool{true, false} {
+		opts := []Option{withStartIndex(idxMask - 5)} // slot 58 of 64 first
+		if !checks {
+			opts = append(opts, withoutChecks())
+		}
+		r := New[*[8]byte](64, opts...)
+		m := NewMerge[*[8]byte](2, 64, opts...)
+		for range 40 {
+			if err := r.Push(ctx, new([8]byte)); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				if err := m.Ring(i).Push(ctx, new([8]byte)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for range 40 { // five hand-backs of 8, the first across the array's end
+			if _, err := r.Pop(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		one := make([]*[8]byte, 1)
+		for range 2*40 - 3 { // a Merge's one-item pops keep slots too
+			if _, err := m.PopN(ctx, one); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := m.TryPopN(make([]*[8]byte, 8)); n != 3 {
+			t.Fatalf("TryPopN = %d, want the last 3", n)
+		}
+		if n := m.TryPopN(one); n != 0 {
+			t.Fatalf("TryPopN on empty rings = %d", n)
+		}
+		for name, r := range map[string]*Ring[*[8]byte]{"ring": r, "merge ring 0": m.Ring(0), "merge ring 1": m.Ring(1)} {
+			for i, p := range r.buf {
+				if p != nil {
+					t.Errorf("checks %v: %s: slot %d still holds a popped item", checks, name, i)
+				}
+			}
+			if r.Len() != 0 || r.head.Load() != r.phead {
+				t.Errorf("checks %v: %s: Len = %d, head %d, consumer at %d", checks, name, r.Len(), r.head.Load(), r.phead)
+			}
+		}
+	}
+}
+
+// TestSingleItemPopsHandBackSlots checks the bound on how long single-item pops keep
+// their slots: a full ring of 64 has room again after 8 of them (Cap/8), popped with Pop
+// or with a Merge's one-item PopN.
+func TestSingleItemPopsHandBackSlots(t *testing.T) {
+	for _, merge := range []bool{false, true} {
+		opts := []Option{withStartIndex(idxMask - 20), withoutChecks()} // across the index wrap
+		var r *Ring[int]
+		pop := func(ctx context.Context) (int, error) { return r.Pop(ctx) }
+		if merge {
+			m := NewMerge[int](1, 64, opts...)
+			r = m.Ring(0)
+			one := make([]int, 1)
+			pop = func(ctx context.Context) (int, error) {
+				_, err := m.PopN(ctx, one)
+				return one[0], err
+			}
+		} else {
+			r = New[int](64, opts...)
+		}
+		testHandBack(t, r, pop)
+	}
+}
+
+func testHandBack(t *testing.T, r *Ring[int], pop func(context.Context) (int, error)) {
+	ctx := context.Background()
 	next := 0
 	for r.TryPush(next) {
 		next++
@@ -142,9 +213,9 @@ func TestSingleItemPopsHandBackSlots(t *testing.T) {
 	want := 0
 	for round := range 20 {
 		for range 8 {
-			v, err := r.Pop(ctx)
+			v, err := pop(ctx)
 			if err != nil || v != want {
-				t.Fatalf("round %d: Pop = %d, %v; want %d, nil", round, v, err, want)
+				t.Fatalf("round %d: pop = %d, %v; want %d, nil", round, v, err, want)
 			}
 			want++
 		}

@@ -122,6 +122,21 @@ func consume(ctx context.Context, r *Ring[item], c *checker, seed uint64) error 
 	}
 }
 
+// checkDrained fails the test unless every slot of r is zero and every slot was handed
+// back: what a ring must look like once its consumer has seen ErrClosed.
+func checkDrained[T comparable](t *testing.T, r *Ring[T]) {
+	t.Helper()
+	var zero T
+	for i, v := range r.buf {
+		if v != zero {
+			t.Fatalf("slot %d still holds an item after the drain", i)
+		}
+	}
+	if h := r.head.Load(); h != r.phead {
+		t.Fatalf("head = %d, consumer at %d: slots not handed back after the drain", h, r.phead)
+	}
+}
+
 func TestStressSPSC(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -154,6 +169,7 @@ func TestStressSPSC(t *testing.T) {
 			if err := c.complete(stressItems); err != nil {
 				t.Fatalf("seed %d: %v", seed, err)
 			}
+			checkDrained(t, r)
 			if (tc.name == "wraparound" || tc.name == "unchecked") && r.head.Load() > stressItems {
 				t.Fatalf("head = %d: the indices did not wrap", r.head.Load())
 			}
@@ -191,8 +207,12 @@ func TestStressMerge(t *testing.T) {
 					}
 					continue
 				}
+				size := 1 // half the pops take one item: tryPop1 and its kept slots
+				if rng.IntN(2) == 0 {
+					size = rng.IntN(len(dst)) + 1
+				}
 				var n int
-				n, cerr = m.PopN(ctx, dst[:rng.IntN(len(dst))+1])
+				n, cerr = m.PopN(ctx, dst[:size])
 				for _, v := range dst[:n] {
 					c.see(v)
 				}
@@ -211,6 +231,9 @@ func TestStressMerge(t *testing.T) {
 			}
 			if m.Len() != 0 {
 				t.Fatalf("Len = %d after drain", m.Len())
+			}
+			for i := range m.N() {
+				checkDrained(t, m.Ring(i))
 			}
 		})
 	}
@@ -433,6 +456,36 @@ func TestNoLostWakeup(t *testing.T) {
 			if v := <-got; v != i {
 				t.Fatalf("got %d, want %d", v, i)
 			}
+		}
+	})
+
+	// Producer parks on a full ring of 64; the consumer pops single items, which hand
+	// their slots back 8 at a time: each eighth pop must wake the producer.
+	t.Run("full-lazy", func(t *testing.T) {
+		r := New[int](64, append(opts, withoutChecks())...)
+		var wg sync.WaitGroup
+		var perr error
+		wg.Go(func() {
+			defer r.Close()
+			for i := range items {
+				if perr = r.Push(ctx, i); perr != nil {
+					return
+				}
+			}
+		})
+		for i := range items {
+			if i%8 == 0 && i+64 < items {
+				waitFor(t, "the producer parks", func() bool { return parked(r.writers) || r.closed() })
+			}
+			v, err := r.Pop(ctx)
+			if err != nil || v != i {
+				wg.Wait()
+				t.Fatalf("Pop = %d, %v; want %d, nil", v, err, i)
+			}
+		}
+		wg.Wait()
+		if perr != nil {
+			t.Fatal(perr)
 		}
 	})
 
