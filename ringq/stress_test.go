@@ -459,64 +459,46 @@ func TestNoLostWakeup(t *testing.T) {
 		}
 	})
 
+	// Producer parks on a full ring; the consumer frees one slot at a time.
+	t.Run("full", func(t *testing.T) {
+		drainParked(t, New[int](1, opts...), items, 1)
+	})
+
 	// Producer parks on a full ring of 64; the consumer pops single items, which hand
 	// their slots back 8 at a time: each eighth pop must wake the producer.
 	t.Run("full-lazy", func(t *testing.T) {
-		r := New[int](64, append(opts, withoutChecks())...)
-		var wg sync.WaitGroup
-		var perr error
-		wg.Go(func() {
-			defer r.Close()
-			for i := range items {
-				if perr = r.Push(ctx, i); perr != nil {
-					return
-				}
-			}
-		})
-		for i := range items {
-			if i%8 == 0 && i+64 < items {
-				waitFor(t, "the producer parks", func() bool { return parked(r.writers) || r.closed() })
-			}
-			v, err := r.Pop(ctx)
-			if err != nil || v != i {
-				wg.Wait()
-				t.Fatalf("Pop = %d, %v; want %d, nil", v, err, i)
-			}
-		}
-		wg.Wait()
-		if perr != nil {
-			t.Fatal(perr)
-		}
+		drainParked(t, New[int](64, append(opts, withoutChecks())...), items, 8)
 	})
+}
 
-	// Producer parks on a full ring; the consumer frees one slot at a time.
-	t.Run("full", func(t *testing.T) {
-		r := New[int](1, opts...)
-		var wg sync.WaitGroup
-		var perr error
-		wg.Go(func() {
-			defer r.Close()
-			for i := range items {
-				if perr = r.Push(ctx, i); perr != nil {
-					return
-				}
-			}
-		})
+// drainParked pushes 0..items-1 into r from a goroutine, and pops them in order, waiting
+// before every every-th pop until the producer has parked on the full ring.
+func drainParked(t *testing.T, r *Ring[int], items, every int) {
+	ctx := stressCtx(t)
+	var wg sync.WaitGroup
+	var perr error
+	wg.Go(func() {
+		defer r.Close()
 		for i := range items {
-			if i+1 < items {
-				waitFor(t, "the producer parks", func() bool { return parked(r.writers) || r.closed() })
+			if perr = r.Push(ctx, i); perr != nil {
+				return
 			}
-			v, err := r.Pop(ctx)
-			if err != nil || v != i {
-				wg.Wait()
-				t.Fatalf("Pop = %d, %v; want %d, nil", v, err, i)
-			}
-		}
-		wg.Wait()
-		if perr != nil {
-			t.Fatal(perr)
 		}
 	})
+	for i := range items {
+		if i%every == 0 && i+r.Cap() < items {
+			waitFor(t, "the producer parks", func() bool { return parked(r.writers) || r.closed() })
+		}
+		v, err := r.Pop(ctx)
+		if err != nil || v != i {
+			wg.Wait()
+			t.Fatalf("Pop = %d, %v; want %d, nil", v, err, i)
+		}
+	}
+	wg.Wait()
+	if perr != nil {
+		t.Fatal(perr)
+	}
 }
 
 // TestTrickleRandomTiming pushes items one at a time with random pauses while the consumer uses
