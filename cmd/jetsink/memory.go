@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jetsink/jetsink/config"
@@ -21,11 +22,19 @@ const gcPercentWithLimit = 400
 // collector run while the live heap is small (below half of it).
 const autoHeapGoal = 32 << 20
 
+// goHeapMinimum is Go's smallest heap goal at GOGC 100. At other settings it
+// scales with GOGC: 4 MiB x GOGC/100 (heapMinimum in the runtime's
+// mgcpacer.go), however small the live heap.
+const goHeapMinimum = 4 << 20
+
 // GOGC bounds for memory_limit: auto. 100 is Go's default: auto never makes
-// the collector run more often than that.
+// the collector run more often than that. The upper bound keeps Go's minimum
+// heap goal at autoHeapGoal (GOGC 800 for 32 MiB): with more, a small live
+// heap (at start, or after a quiet spell) would let the heap grow past
+// autoHeapGoal before the next collection, to 40 MiB at GOGC 1000.
 const (
 	autoMinGCPercent = 100
-	autoMaxGCPercent = 1000
+	autoMaxGCPercent = 100 * autoHeapGoal / goHeapMinimum
 )
 
 // applyMemoryLimit applies memory_limit, unless GOMEMLIMIT or GOGC are set
@@ -64,7 +73,7 @@ func applyMemoryLimit(limit int64, log *slog.Logger) (stop func()) {
 // gcTuner sets GOGC after every collection so that the next one starts
 // when the heap reaches goal, or twice the live heap if that is more:
 //
-//	GOGC = clamp(100 x (goal - live) / (live + stacks + globals), 100, 1000)
+//	GOGC = clamp(100 x (goal - live) / (live + stacks + globals), 100, 800)
 //
 // (Go's heap goal is live + (live + stacks + globals) x GOGC/100).
 // jetsink's live heap is small (the events in flight) while nats.go
@@ -80,7 +89,10 @@ func applyMemoryLimit(limit int64, log *slog.Logger) (stop func()) {
 type gcTuner struct {
 	goal    uint64
 	last    atomic.Int64 // GOGC last set
-	stopped atomic.Bool
+	// mu makes stop wait for a running collected: after stop returns,
+	// GOGC is not set again.
+	mu      sync.Mutex
+	stopped bool
 	// set applies GOGC; debug.SetGCPercent outside tests.
 	set func(int) int
 	// after is called after each collection with the GOGC in force (tests).
@@ -109,7 +121,9 @@ func (t *gcTuner) arm() {
 // collected runs on the runtime's cleanup goroutine after a collection (and
 // once from startGCTuner).
 func (t *gcTuner) collected() {
-	if t.stopped.Load() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
 		return
 	}
 	p := t.percent(readGCStats())
@@ -124,7 +138,11 @@ func (t *gcTuner) collected() {
 }
 
 // stop ends the updates; the last GOGC stays.
-func (t *gcTuner) stop() { t.stopped.Store(true) }
+func (t *gcTuner) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	t.mu.Unlock()
+}
 
 // gcStats is what gcTuner reads after a collection.
 type gcStats struct {

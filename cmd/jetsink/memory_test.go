@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -120,6 +121,26 @@ func TestGCTunerPercent(t *testing.T) {
 		if got := tu.percent(c.m); got != c.want {
 			t.Errorf("%s: GOGC %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// TestGCTunerHeapGoal applies the tuner's GOGC for this test binary's small
+// live heap and reads the heap goal the runtime then uses: the goal must be
+// autoHeapGoal, not Go's minimum heap goal at that GOGC (4 MiB x GOGC/100),
+// which was 40 MiB when the tuner allowed GOGC 1000.
+func TestGCTunerHeapGoal(t *testing.T) {
+	restoreGC(t)
+	runtime.GC()
+	m := readGCStats()
+	if m.live+m.roots >= autoHeapGoal/2 {
+		t.Fatalf("this test binary's live heap is %d bytes; the check needs one far below %d", m.live+m.roots, autoHeapGoal/2)
+	}
+	tu := &gcTuner{goal: autoHeapGoal}
+	debug.SetGCPercent(tu.percent(m))
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+	metrics.Read(s)
+	if got := s[0].Value.Uint64(); got > autoHeapGoal {
+		t.Errorf("heap goal %d MiB at GOGC %d, want at most %d MiB", got>>20, tu.percent(m), autoHeapGoal>>20)
 	}
 }
 
