@@ -87,8 +87,8 @@ func applyMemoryLimit(limit int64, log *slog.Logger) (stop func()) {
 // makes the allocator hand pages back to the OS and fault them in again
 // (runtime.madvise was 8% of jetsink's CPU in a drain under a 40 MiB limit).
 type gcTuner struct {
-	goal    uint64
-	last    atomic.Int64 // GOGC last set
+	goal uint64
+	last atomic.Int64 // GOGC last set
 	// mu makes stop wait for a running collected: after stop returns,
 	// GOGC is not set again.
 	mu      sync.Mutex
