@@ -24,7 +24,9 @@ const autoHeapGoal = 32 << 20
 
 // goHeapMinimum is Go's smallest heap goal at GOGC 100. At other settings it
 // scales with GOGC: 4 MiB x GOGC/100 (heapMinimum in the runtime's
-// mgcpacer.go), however small the live heap.
+// mgcpacer.go), however small the live heap. (A toolchain built with
+// GOEXPERIMENT=heapminimum512kib uses 512 KiB; there the cap below lets a
+// tiny live heap collect earlier than at 32 MiB, never later.)
 const goHeapMinimum = 4 << 20
 
 // GOGC bounds for memory_limit: auto. 100 is Go's default: auto never makes
@@ -75,7 +77,8 @@ func applyMemoryLimit(limit int64, log *slog.Logger) (stop func()) {
 //
 //	GOGC = clamp(100 x (goal - live) / (live + stacks + globals), 100, 800)
 //
-// (Go's heap goal is live + (live + stacks + globals) x GOGC/100).
+// (Go's heap goal is max(live + (live + stacks + globals) x GOGC/100,
+// 4 MiB x GOGC/100)).
 // jetsink's live heap is small (the events in flight) while nats.go
 // allocates ~1.2 KiB per message, so at Go's default GOGC 100 the collector
 // runs after as many MiB as are live (7-24 MiB in the bench drain); with the
@@ -96,6 +99,7 @@ type gcTuner struct {
 	// set applies GOGC; debug.SetGCPercent outside tests.
 	set func(int) int
 	// after is called after each collection with the GOGC in force (tests).
+	// Neither set nor after may call stop (they run under mu).
 	after func(gogc int)
 }
 
@@ -137,7 +141,8 @@ func (t *gcTuner) collected() {
 	t.arm()
 }
 
-// stop ends the updates; the last GOGC stays.
+// stop ends the updates, waiting for one that is running; the last GOGC
+// stays.
 func (t *gcTuner) stop() {
 	t.mu.Lock()
 	t.stopped = true

@@ -125,22 +125,23 @@ func TestGCTunerPercent(t *testing.T) {
 }
 
 // TestGCTunerHeapGoal applies the tuner's GOGC for this test binary's small
-// live heap and reads the heap goal the runtime then uses: the goal must be
-// autoHeapGoal, not Go's minimum heap goal at that GOGC (4 MiB x GOGC/100),
-// which was 40 MiB when the tuner allowed GOGC 1000.
+// live heap, small enough that the cap applies, and reads the heap goal the
+// runtime then uses: it must be autoHeapGoal, not Go's minimum heap goal at
+// that GOGC (4 MiB x GOGC/100), which was 40 MiB when the cap was 1000.
 func TestGCTunerHeapGoal(t *testing.T) {
 	restoreGC(t)
 	runtime.GC()
 	m := readGCStats()
-	if m.live+m.roots >= autoHeapGoal/2 {
-		t.Fatalf("this test binary's live heap is %d bytes; the check needs one far below %d", m.live+m.roots, autoHeapGoal/2)
-	}
 	tu := &gcTuner{goal: autoHeapGoal}
-	debug.SetGCPercent(tu.percent(m))
+	p := tu.percent(m)
+	if p != autoMaxGCPercent {
+		t.Fatalf("GOGC %d for a live heap of %d bytes (and %d of roots): the check needs a live heap small enough for the cap, %d", p, m.live, m.roots, autoMaxGCPercent)
+	}
+	debug.SetGCPercent(p)
 	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
 	metrics.Read(s)
-	if got := s[0].Value.Uint64(); got > autoHeapGoal {
-		t.Errorf("heap goal %d MiB at GOGC %d, want at most %d MiB", got>>20, tu.percent(m), autoHeapGoal>>20)
+	if got := s[0].Value.Uint64(); got != autoHeapGoal {
+		t.Errorf("heap goal %d bytes at GOGC %d, want %d (32 MiB)", got, p, autoHeapGoal)
 	}
 }
 
