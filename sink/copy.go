@@ -122,12 +122,13 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 		mid := lo + (hi-lo)/2
 		c.s.st.bisectCopies.Add(1)
 		err := c.commitRetry(ctx, rows[lo:mid])
+		me := committedMissing(err)
 		switch {
 		case err == nil:
 			c.settle(b, lo, mid, nil)
 			lo = mid
-		case committedMissing(err) != nil:
-			c.settleMissing(ctx, b, lo, mid, committedMissing(err))
+		case me != nil:
+			c.settleMissing(ctx, b, lo, mid, me)
 			lo = mid
 		case committedMiscount(err) != nil:
 			c.deadLetterMiscounted(ctx, b, lo, mid, committedMiscount(err))

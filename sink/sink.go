@@ -202,11 +202,10 @@ func (s *Sink) buildSQL() {
 		// defaulted column that COPY does not fill.
 		s.stageSQL = "CREATE TEMP TABLE IF NOT EXISTS " + pgx.Identifier{stagingTable[1]}.Sanitize() +
 			" ON COMMIT DELETE ROWS AS SELECT " + list + " FROM " + s.table.Sanitize() + " WITH NO DATA"
-		s.insertSQL = "INSERT INTO " + s.table.Sanitize() + " (" + list + ") SELECT " + list + " FROM " +
-			stagingTable.Sanitize() + " ON CONFLICT (" + pgx.Identifier{s.streamC}.Sanitize() + ", " +
-			pgx.Identifier{s.seqC}.Sanitize() + ") DO NOTHING"
 		stream, seq := pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()
-		s.missingSQL = "SELECT s." + stream + "::text, s." + seq + "::text FROM " + stagingTable.Sanitize() + " s WHERE NOT EXISTS (SELECT 1 FROM " +
+		s.insertSQL = "INSERT INTO " + s.table.Sanitize() + " (" + list + ") SELECT " + list + " FROM " +
+			target + " ON CONFLICT (" + stream + ", " + seq + ") DO NOTHING"
+		s.missingSQL = "SELECT s." + stream + "::text, s." + seq + "::text FROM " + target + " s WHERE NOT EXISTS (SELECT 1 FROM " +
 			s.table.Sanitize() + " t WHERE t." + stream + " = s." + stream + " AND t." + seq + " = s." + seq + ")"
 	}
 	s.copySQL = "COPY " + target + " (" + list + ") FROM STDIN (FORMAT binary)"

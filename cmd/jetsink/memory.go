@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
-	"sync/atomic"
 
 	"github.com/jetsink/jetsink/config"
 )
@@ -91,7 +90,7 @@ func applyMemoryLimit(limit int64, log *slog.Logger) (stop func()) {
 // (runtime.madvise was 8% of jetsink's CPU in a drain under a 40 MiB limit).
 type gcTuner struct {
 	goal uint64
-	last atomic.Int64 // GOGC last set
+	last int64 // GOGC last set; guarded by mu
 	// mu makes stop wait for a running collected: after stop returns,
 	// GOGC is not set again.
 	mu      sync.Mutex
@@ -131,9 +130,9 @@ func (t *gcTuner) collected() {
 		return
 	}
 	p := t.percent(readGCStats())
-	if int64(p) != t.last.Load() {
+	if int64(p) != t.last {
 		t.set(p)
-		t.last.Store(int64(p))
+		t.last = int64(p)
 	}
 	if t.after != nil {
 		t.after(p)
