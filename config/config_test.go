@@ -200,7 +200,7 @@ func TestKeysHaveEnvNamesAndDefaults(t *testing.T) {
 		seen[k.Path] = true
 	}
 	for _, want := range []string{"nats.url", "nats.ack_wait", "nats.max_ack_pending", "nats.dead_letter_subject",
-		"pipeline.workers", "pipeline.pin", "pipeline.ring_size", "pipeline.max_event_bytes",
+		"pipeline.workers", "pipeline.pin", "pipeline.ring_size", "pipeline.max_event_bytes", "pipeline.handoff",
 		"postgres.url", "postgres.table", "postgres.mode", "postgres.batch.max_rows", "postgres.batch.max_bytes",
 		"postgres.batch.max_delay", "telemetry.sample_ratio", "log.level", "drain_timeout"} {
 		if !seen[want] {

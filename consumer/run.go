@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/pipeline"
-	"github.com/jetsink/jetsink/ringq"
 )
 
 // HeaderMsgID is the header JetStream de-duplicates on.
@@ -20,6 +19,14 @@ const (
 	retryMin = 100 * time.Millisecond
 	retryMax = 5 * time.Second
 )
+
+// Output is where Run pushes events: a pipeline.Handoff, or a
+// *ringq.Dispatch[pipeline.Event]. Push returns ringq.ErrClosed once it is
+// closed; Run calls Close when it returns.
+type Output interface {
+	Push(ctx context.Context, ev pipeline.Event) error
+	Close()
+}
 
 // Run pulls messages continuously and pushes each, wrapped in a
 // pipeline.Event, into out (blocking while the chosen ring is full, which is
@@ -47,7 +54,7 @@ const (
 // Run returns an error wrapping ringq.ErrClosed if out was closed by someone
 // else and one wrapping jetstream.ErrConnectionClosed if Close was called.
 // Run must not be called concurrently with itself.
-func (c *Consumer) Run(ctx, hard context.Context, out *ringq.Dispatch[pipeline.Event]) error {
+func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 	defer out.Close()
 	backoff := retryMin
 	for {
@@ -104,7 +111,7 @@ type session struct {
 }
 
 // subscribe starts a Consume subscription whose handler pushes into out.
-func (c *Consumer) subscribe(hard context.Context, out *ringq.Dispatch[pipeline.Event]) (*session, error) {
+func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error) {
 	cfg := &c.cfg
 	s := &session{errs: make(chan error, 16), pushErr: make(chan error, 1)}
 	handle := func(msg jetstream.Msg) {
@@ -209,7 +216,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 }
 
 // push wraps msg and pushes it into out under hard.
-func (c *Consumer) push(hard context.Context, out *ringq.Dispatch[pipeline.Event], msg jetstream.Msg) error {
+func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg) error {
 	meta, ok := parseAckReply(msg.Reply())
 	if !ok {
 		// Not a JetStream message: nothing to settle, nothing to store.

@@ -21,6 +21,12 @@ const (
 	PinCPU    = "cpu"    // as thread, and the thread is bound to one CPU of the allowed set, round-robin
 )
 
+// Hand-off kinds: the queues between the consumer, the workers and the sink.
+const (
+	HandoffRing    = "ring"    // ringq: one SPSC ring per worker in, one per worker out (default)
+	HandoffChannel = "channel" // buffered channels, to measure the rings against (see ChanHandoff)
+)
+
 // Config sizes the pipeline; the yaml tags are the keys under pipeline: in
 // the config file. The zero value is not valid; start from DefaultConfig.
 type Config struct {
@@ -38,6 +44,10 @@ type Config struct {
 	// MaxEventBytes is the largest payload the workers decode; larger ones
 	// are dead-lettered with CodeTooLarge. Default 1 MiB.
 	MaxEventBytes int64 `yaml:"max_event_bytes"`
+	// Handoff is HandoffRing (default) or HandoffChannel. It exists to
+	// compare the two with jetsink bench (--matrix pipeline.handoff=ring,channel);
+	// BENCHMARKS.md has the figures behind the default.
+	Handoff string `yaml:"handoff"`
 }
 
 // Defaults of Config.
@@ -49,9 +59,9 @@ const (
 )
 
 // DefaultConfig returns the documented defaults: Workers 0 (physical cores),
-// Pin "none", RingSize 1024, MaxEventBytes 1 MiB.
+// Pin "none", RingSize 1024, MaxEventBytes 1 MiB, Handoff "ring".
 func DefaultConfig() Config {
-	return Config{Workers: 0, Pin: PinNone, RingSize: DefaultRingSize, MaxEventBytes: DefaultMaxEventBytes}
+	return Config{Workers: 0, Pin: PinNone, RingSize: DefaultRingSize, MaxEventBytes: DefaultMaxEventBytes, Handoff: HandoffRing}
 }
 
 // Validate checks every field and returns an error wrapping
@@ -66,6 +76,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: pipeline.ring_size is %d; use 2..%d (1024 is the default)", ErrInvalidConfig, c.RingSize, maxRingSize)
 	case c.MaxEventBytes < 1:
 		return fmt.Errorf("%w: pipeline.max_event_bytes is %d; it must be at least 1 (1MiB is the default)", ErrInvalidConfig, c.MaxEventBytes)
+	case c.Handoff != HandoffRing && c.Handoff != HandoffChannel:
+		return fmt.Errorf("%w: pipeline.handoff is %q; use ring or channel", ErrInvalidConfig, c.Handoff)
 	}
 	return nil
 }
@@ -175,6 +187,16 @@ func (p *Pipeline) Run(ctx context.Context, in *ringq.Dispatch[Event], out *ring
 	if in.N() != out.N() || in.N() != p.workers {
 		return fmt.Errorf("%w: %d input rings and %d output rings for %d workers", ErrInvalidConfig, in.N(), out.N(), p.workers)
 	}
+	return p.RunHandoff(ctx, &RingHandoff{In: in, Out: out})
+}
+
+// RunHandoff is Run over any Handoff: worker i pops from h.Input(i) and
+// pushes to h.Output(i), which it closes when it stops. h.N() must be
+// Workers().
+func (p *Pipeline) RunHandoff(ctx context.Context, h Handoff) error {
+	if h.N() != p.workers {
+		return fmt.Errorf("%w: a hand-off for %d workers, want %d", ErrInvalidConfig, h.N(), p.workers)
+	}
 	if !p.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run called twice", ErrInvalidConfig)
 	}
@@ -186,13 +208,13 @@ func (p *Pipeline) Run(ctx context.Context, in *ringq.Dispatch[Event], out *ring
 		mu   sync.Mutex
 		werr error
 	)
-	for i := range in.N() {
+	for i := range h.N() {
 		w := &worker{
 			id:    i,
 			p:     p,
 			enc:   p.m.NewEncoder(p.cfg.MaxEventBytes),
-			in:    in.Ring(i),
-			out:   out.Ring(i),
+			in:    h.Input(i),
+			out:   h.Output(i),
 			stats: &p.stats[i],
 		}
 		wg.Go(func() {

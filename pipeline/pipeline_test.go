@@ -76,16 +76,21 @@ func runPipeline(t *testing.T, cfg Config, cols []Column, dl DeadLetterer, evs [
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := ringq.NewDispatch[Event](p.Workers(), cfg.RingSize, Key)
-	out := ringq.NewMerge[Row](p.Workers(), cfg.RingSize)
+	h := NewHandoff(cfg.Handoff, p.Workers(), cfg.RingSize)
 
 	var wg sync.WaitGroup
 	var runErr, pushErr error
-	wg.Go(func() { runErr = p.Run(ctx, in, out) })
 	wg.Go(func() {
-		defer in.Close()
+		if rh, ok := h.(*RingHandoff); ok {
+			runErr = p.Run(ctx, rh.In, rh.Out)
+		} else {
+			runErr = p.RunHandoff(ctx, h)
+		}
+	})
+	wg.Go(func() {
+		defer h.Close()
 		for _, ev := range evs {
-			if pushErr = in.Push(ctx, ev); pushErr != nil {
+			if pushErr = h.Push(ctx, ev); pushErr != nil {
 				return
 			}
 		}
@@ -93,7 +98,7 @@ func runPipeline(t *testing.T, cfg Config, cols []Column, dl DeadLetterer, evs [
 	var rows []Row
 	buf := make([]Row, 100)
 	for {
-		n, err := out.PopN(ctx, buf)
+		n, err := h.PopN(ctx, buf)
 		if errors.Is(err, ringq.ErrClosed) {
 			break
 		}
@@ -111,8 +116,11 @@ func runPipeline(t *testing.T, cfg Config, cols []Column, dl DeadLetterer, evs [
 }
 
 func TestRunKeepsSubjectOrderAndDrains(t *testing.T) {
-	for _, pin := range []string{PinNone, PinThread, PinCPU} {
-		t.Run(pin, func(t *testing.T) {
+	variants := []struct{ pin, handoff string }{
+		{PinNone, HandoffRing}, {PinThread, HandoffRing}, {PinCPU, HandoffRing}, {PinNone, HandoffChannel},
+	}
+	for _, v := range variants {
+		t.Run(v.pin+"/"+v.handoff, func(t *testing.T) {
 			const subjects, perSubject = 17, 400
 			var evs []Event
 			seq := uint64(0)
@@ -128,7 +136,9 @@ func TestRunKeepsSubjectOrderAndDrains(t *testing.T) {
 				}
 			}
 			dl := &recordingDeadLetterer{}
-			rows, err := runPipeline(t, testConfig(3, pin), orderColumns, dl, evs)
+			cfg := testConfig(3, v.pin)
+			cfg.Handoff = v.handoff
+			rows, err := runPipeline(t, cfg, orderColumns, dl, evs)
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
@@ -201,16 +211,21 @@ func TestRunTooLarge(t *testing.T) {
 }
 
 func TestRunCancelClosesOutputs(t *testing.T) {
+	for _, kind := range []string{HandoffRing, HandoffChannel} {
+		t.Run(kind, func(t *testing.T) { testRunCancelClosesOutputs(t, kind) })
+	}
+}
+
+func testRunCancelClosesOutputs(t *testing.T, kind string) {
 	p, err := New(testConfig(2, PinNone), mustCompile(t, orderColumns...), &recordingDeadLetterer{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := ringq.NewDispatch[Event](2, 8, Key)
-	out := ringq.NewMerge[Row](2, 8)
+	h := NewHandoff(kind, 2, 8)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx, in, out) }()
-	if err := in.Push(ctx, Event{Subject: "x", Data: []byte(`{"n":1}`)}); err != nil {
+	go func() { done <- p.RunHandoff(ctx, h) }()
+	if err := h.Push(ctx, Event{Subject: "x", Data: []byte(`{"n":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
@@ -222,12 +237,12 @@ func TestRunCancelClosesOutputs(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
 	}
-	// Every output ring is closed: the merge drains and reports ErrClosed.
+	// Every output is closed: the sink's side drains and reports ErrClosed.
 	buf := make([]Row, 8)
 	tctx, tcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer tcancel()
 	for {
-		_, err := out.PopN(tctx, buf)
+		_, err := h.PopN(tctx, buf)
 		if errors.Is(err, ringq.ErrClosed) {
 			break
 		}
@@ -265,6 +280,8 @@ func TestConfigValidate(t *testing.T) {
 		{"ring 0", func(c *Config) { c.RingSize = 0 }, "pipeline.ring_size"},
 		{"ring huge", func(c *Config) { c.RingSize = 1 << 30 }, "pipeline.ring_size"},
 		{"max bytes 0", func(c *Config) { c.MaxEventBytes = 0 }, "pipeline.max_event_bytes"},
+		{"bad handoff", func(c *Config) { c.Handoff = "chan" }, "pipeline.handoff"},
+		{"empty handoff", func(c *Config) { c.Handoff = "" }, "pipeline.handoff"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

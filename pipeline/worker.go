@@ -25,8 +25,8 @@ type worker struct {
 	id      int
 	p       *Pipeline
 	enc     *Encoder
-	in      *ringq.Ring[Event]
-	out     *ringq.Ring[Row]
+	in      Input
+	out     Output
 	stats   *workerStats
 	scratch []byte // the tuple being encoded
 	slab    []byte // tuples are carved from here; a slab is never written twice
@@ -64,7 +64,7 @@ func (w *worker) run(ctx context.Context) error {
 		clear(evs[:n]) // let the payloads go once their rows do
 		if _, err := w.out.PushN(ctx, rows); err != nil {
 			if errors.Is(err, ringq.ErrClosed) {
-				return fmt.Errorf("pipeline worker %d: push rows: output ring closed by someone else: %w", w.id, err)
+				return fmt.Errorf("pipeline worker %d: push rows: output closed by someone else: %w", w.id, err)
 			}
 			return err
 		}

@@ -17,7 +17,6 @@ import (
 	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/pipeline"
-	"github.com/jetsink/jetsink/ringq"
 	"github.com/jetsink/jetsink/sink"
 )
 
@@ -120,9 +119,12 @@ func (p *Processor) Run(intake, hard context.Context) error {
 		defer stopAdmin()
 	}
 
-	in := ringq.NewDispatch[pipeline.Event](p.cfg.Pipeline.Workers, p.cfg.Pipeline.RingSize, pipeline.Key)
-	out := ringq.NewMerge[pipeline.Row](p.cfg.Pipeline.Workers, p.cfg.Pipeline.RingSize)
-	unobserve, err := p.observe(in, out)
+	h := pipeline.NewHandoff(p.cfg.Pipeline.Handoff, p.cfg.Pipeline.Workers, p.cfg.Pipeline.RingSize)
+	var in consumer.Output = h
+	if rh, ok := h.(*pipeline.RingHandoff); ok {
+		in = rh.In // one call per event fewer
+	}
+	unobserve, err := p.observe(h)
 	if err != nil {
 		return err
 	}
@@ -157,9 +159,9 @@ func (p *Processor) Run(intake, hard context.Context) error {
 		}()
 	}
 	stage("consumer", func() error { return p.consumer.Run(intake, hard, in) })
-	stage("pipeline", func() error { return p.pipeline.Run(hard, in, out) })
-	stage("sink", func() error { return p.sink.Run(hard, out) })
-	p.log.Info("jetsink running", "workers", p.cfg.Pipeline.Workers, "stream", p.cfg.NATS.Stream,
+	stage("pipeline", func() error { return p.pipeline.RunHandoff(hard, h) })
+	stage("sink", func() error { return p.sink.Run(hard, h) })
+	p.log.Info("jetsink running", "workers", p.cfg.Pipeline.Workers, "handoff", p.cfg.Pipeline.Handoff, "stream", p.cfg.NATS.Stream,
 		"consumer", p.cfg.NATS.Consumer, "table", p.cfg.Postgres.Table, "mode", p.cfg.Postgres.Mode)
 	wg.Wait()
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/pipeline"
-	"github.com/jetsink/jetsink/ringq"
 	"github.com/jetsink/jetsink/telemetry"
 )
 
@@ -25,7 +24,7 @@ const (
 // stages' Stats (nothing is added to the hot path for them), ring occupancy
 // per ring, and the consumer's lag, cached for lagTTL. The returned
 // function unregisters them.
-func (p *Processor) observe(in *ringq.Dispatch[pipeline.Event], out *ringq.Merge[pipeline.Row]) (func(), error) {
+func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	m := p.metrics.Meter()
 	var errs []error
 	counter := func(name, desc string) metric.Int64ObservableCounter {
@@ -65,9 +64,9 @@ func (p *Processor) observe(in *ringq.Dispatch[pipeline.Event], out *ringq.Merge
 		}
 	}
 
-	inAttrs := make([]metric.ObserveOption, in.N())
-	outAttrs := make([]metric.ObserveOption, out.N())
-	for i := range in.N() {
+	inAttrs := make([]metric.ObserveOption, h.N())
+	outAttrs := make([]metric.ObserveOption, h.N())
+	for i := range h.N() {
 		w := attribute.String("worker", strconv.Itoa(i))
 		inAttrs[i] = metric.WithAttributes(attribute.String("ring", "in"), w)
 		outAttrs[i] = metric.WithAttributes(attribute.String("ring", "out"), w)
@@ -86,9 +85,9 @@ func (p *Processor) observe(in *ringq.Dispatch[pipeline.Event], out *ringq.Merge
 		o.ObserveInt64(uncounted, int64(ss.Uncounted))
 		o.ObserveInt64(batches, int64(ss.Batches))
 		o.ObserveInt64(retries, int64(ss.Retries))
-		for i := range in.N() {
-			o.ObserveInt64(ring, int64(in.Ring(i).Len()), inAttrs[i])
-			o.ObserveInt64(ring, int64(out.Ring(i).Len()), outAttrs[i])
+		for i := range h.N() {
+			o.ObserveInt64(ring, int64(h.InLen(i)), inAttrs[i])
+			o.ObserveInt64(ring, int64(h.OutLen(i)), outAttrs[i])
 		}
 		if l, err := lag.Get(ctx); err == nil {
 			o.ObserveInt64(pending, int64(l.NumPending))

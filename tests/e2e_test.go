@@ -11,15 +11,30 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/jetsink/jetsink/loadgen"
+	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
 )
 
 // TestEndToEnd publishes 100,000 events over 1,000 subjects and checks that
 // exactly those land in the table, every one acked, with every column of a
-// sample equal to what was published.
+// sample equal to what was published: in both modes with the rings, and
+// at-least-once with the channel hand-off that jetsink bench compares them to.
 func TestEndToEnd(t *testing.T) {
-	for _, mode := range []sink.Mode{sink.AtLeastOnce, sink.ExactlyOnce} {
-		t.Run(string(mode), func(t *testing.T) {
+	variants := []struct {
+		mode    sink.Mode
+		handoff string
+	}{
+		{sink.AtLeastOnce, pipeline.HandoffRing},
+		{sink.ExactlyOnce, pipeline.HandoffRing},
+		{sink.AtLeastOnce, pipeline.HandoffChannel},
+	}
+	for _, v := range variants {
+		mode := v.mode
+		name := string(mode)
+		if v.handoff != pipeline.HandoffRing {
+			name += "/handoff=" + v.handoff
+		}
+		t.Run(name, func(t *testing.T) {
 			const events, subjects = 100_000, 1_000
 			e := newEnv(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -30,12 +45,14 @@ func TestEndToEnd(t *testing.T) {
 			published := time.Since(begin)
 
 			begin = time.Now()
-			r := e.start(ctx, e.config(mode))
+			cfg := e.config(mode)
+			cfg.Pipeline.Handoff = v.handoff
+			r := e.start(ctx, cfg)
 			e.waitDrained(ctx, events, r)
 			elapsed := time.Since(begin)
 			r.drain(t)
 			t.Logf("%s: published %d in %v; drained in %v (%.0f events/s, under -race when run by make test)",
-				mode, events, published.Round(time.Millisecond), elapsed.Round(time.Millisecond), events/elapsed.Seconds())
+				name, events, published.Round(time.Millisecond), elapsed.Round(time.Millisecond), events/elapsed.Seconds())
 
 			if n := e.rows(ctx); n != events {
 				t.Fatalf("%d rows, want %d", n, events)

@@ -1,0 +1,157 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/ringq"
+)
+
+// TestChanHandoffPushAfterClose: a push after Close, as from a delivery
+// goroutine still running when a shutdown is cut short, gets ErrClosed
+// instead of a panic, and the worker drains what came before, then stops.
+func TestChanHandoffPushAfterClose(t *testing.T) {
+	h := NewChanHandoff(1, 4)
+	ctx := context.Background()
+	for i := range 3 {
+		if err := h.Push(ctx, Event{Subject: "a", StreamSeq: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Close()
+	h.Close() // idempotent
+	if err := h.Push(ctx, Event{Subject: "a"}); !errors.Is(err, ringq.ErrClosed) {
+		t.Fatalf("Push after Close = %v, want ErrClosed", err)
+	}
+	in := h.Input(0)
+	dst := make([]Event, 2)
+	var got []uint64
+	for {
+		n, err := in.PopN(ctx, dst)
+		if errors.Is(err, ringq.ErrClosed) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range dst[:n] {
+			got = append(got, ev.StreamSeq)
+		}
+	}
+	if len(got) != 3 || got[0] != 0 || got[1] != 1 || got[2] != 2 {
+		t.Fatalf("popped %v, want [0 1 2]", got)
+	}
+}
+
+// TestChanHandoffBlockedPush: a push blocked on a full channel returns
+// ctx.Err() when ctx ends and ErrClosed when Close comes.
+func TestChanHandoffBlockedPush(t *testing.T) {
+	h := NewChanHandoff(1, 1)
+	if err := h.Push(context.Background(), Event{Subject: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.Push(ctx, Event{Subject: "a"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Push on a full channel = %v, want DeadlineExceeded", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.Push(context.Background(), Event{Subject: "a"}) }()
+	time.Sleep(20 * time.Millisecond) // let it block (if it has not, Close still ends it)
+	h.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ringq.ErrClosed) {
+			t.Fatalf("blocked Push after Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not wake the blocked Push")
+	}
+}
+
+// TestChanHandoffOutputs: the sink's side reports ErrClosed only after every
+// worker has closed its output (a second Close of one does not count twice)
+// and every row is popped; a PushN after Close gets ErrClosed.
+func TestChanHandoffOutputs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := NewChanHandoff(3, 4)
+	for i := range 3 {
+		rows := []Row{{Event: Event{Subject: strconv.Itoa(i)}}, {Event: Event{Subject: strconv.Itoa(i)}}}
+		if n, err := h.Output(i).PushN(ctx, rows); n != 2 || err != nil {
+			t.Fatalf("PushN = %d, %v", n, err)
+		}
+	}
+	h.Output(0).Close()
+	h.Output(0).Close()
+	h.Output(1).Close()
+	if _, err := h.Output(0).PushN(ctx, []Row{{}}); !errors.Is(err, ringq.ErrClosed) {
+		t.Fatalf("PushN after Close = %v, want ErrClosed", err)
+	}
+	if h.OutLen(0) != 6 || h.OutLen(1) != 0 {
+		t.Fatalf("OutLen = %d, %d; want 6, 0", h.OutLen(0), h.OutLen(1))
+	}
+	dst := make([]Row, 4)
+	if n := h.TryPopN(dst); n != 4 {
+		t.Fatalf("TryPopN = %d, want 4", n)
+	}
+	if n, err := h.PopN(ctx, dst); n != 2 || err != nil {
+		t.Fatalf("PopN = %d, %v; want 2, nil", n, err)
+	}
+	// Worker 2 is still open: PopN waits.
+	short, cancelShort := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancelShort()
+	if _, err := h.PopN(short, dst); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("PopN with an output open = %v, want DeadlineExceeded", err)
+	}
+	h.Output(2).Close()
+	if _, err := h.PopN(ctx, dst); !errors.Is(err, ringq.ErrClosed) {
+		t.Fatalf("PopN after every Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestHandoffsRouteByKey: both hand-offs send an event to worker
+// Key(ev) % N(), so per-subject order holds through either.
+func TestHandoffsRouteByKey(t *testing.T) {
+	ctx := context.Background()
+	for _, kind := range []string{HandoffRing, HandoffChannel} {
+		t.Run(kind, func(t *testing.T) {
+			h := NewHandoff(kind, 3, 64)
+			for i := range 30 {
+				ev := Event{Subject: "s" + strconv.Itoa(i)}
+				if err := h.Push(ctx, ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.Close()
+			total := 0
+			for w := range h.N() {
+				if h.InLen(w) == 0 {
+					t.Errorf("worker %d got nothing of 30 subjects", w)
+				}
+				dst := make([]Event, 64)
+				for {
+					n, err := h.Input(w).PopN(ctx, dst)
+					if errors.Is(err, ringq.ErrClosed) {
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, ev := range dst[:n] {
+						if want := int(Key(&ev) % 3); want != w {
+							t.Fatalf("%s went to worker %d, want %d", ev.Subject, w, want)
+						}
+					}
+					total += n
+				}
+			}
+			if total != 30 {
+				t.Fatalf("%d events popped, want 30", total)
+			}
+		})
+	}
+}
