@@ -21,8 +21,9 @@ const (
 )
 
 // Output is where Run pushes events: a pipeline.Handoff, or a
-// *ringq.Dispatch[pipeline.Event]. Push returns ringq.ErrClosed once it is
-// closed; Run calls Close when it returns.
+// *ringq.Dispatch[pipeline.Event]. Push returns ringq.ErrClosed when it
+// was closed first (a pipeline.ChanHandoff may still take a push that
+// races Close); Run calls Close when it returns.
 type Output interface {
 	Push(ctx context.Context, ev pipeline.Event) error
 	Close()

@@ -10,7 +10,9 @@
 // all of them before it returns; no goroutine outlives Run. Worker i is the
 // only consumer of the dispatch's ring i and the only producer of the
 // ringq.Merge's ring i, which it closes when it stops (whoever sends
-// closes). A worker pops events in batches of 64, encodes each with its own
+// closes). RunHandoff does the same over any Handoff: RingHandoff is those
+// rings, ChanHandoff buffered channels to measure them against (config key
+// pipeline.handoff). A worker pops events in batches of 64, encodes each with its own
 // Encoder, pushes the rows in one batch, and blocks when its output ring is
 // full: back-pressure goes from the sink through the workers to the
 // consumer. It stops when its input ring is closed and drained (Run then
@@ -81,14 +83,15 @@
 // # Concurrency
 //
 // Mapper, Key, PhysicalCores and Pipeline.Stats are safe for concurrent use.
-// An Encoder belongs to one goroutine. Pipeline.Run may be called once.
+// An Encoder belongs to one goroutine. Pipeline.Run or RunHandoff may be
+// called once.
 //
 // # Errors
 //
 // Compile returns errors wrapping ErrInvalidMapping; Config.Validate and New
 // return errors wrapping ErrInvalidConfig, naming the config key
 // (pipeline.workers, pipeline.pin, pipeline.ring_size,
-// pipeline.max_event_bytes). AppendTuple returns a *DecodeError whose Code
+// pipeline.max_event_bytes, pipeline.handoff). AppendTuple returns a *DecodeError whose Code
 // is one of the Code* constants.
 //
 // # Pinning

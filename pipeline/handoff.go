@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -15,8 +16,9 @@ type Input interface {
 }
 
 // Output is a worker's output queue. PushN blocks until all of rows are in
-// (or ctx ends, or the queue is closed: ringq.ErrClosed); the worker calls
-// Close after its last PushN.
+// (or ctx ends, or the queue is closed: ringq.ErrClosed). The worker that
+// pushes calls Close after its last PushN, and only it: a ChanHandoff's
+// output must not be closed under a PushN that is still sending.
 type Output interface {
 	PushN(ctx context.Context, rows []Row) (int, error)
 	Close()
@@ -101,15 +103,24 @@ func (h *RingHandoff) OutLen(i int) int { return h.Out.Ring(i).Len() }
 // batch as they do with the rings: one blocking receive, then up to a
 // batch of receives that do not block.
 //
-// The input channels are never closed: the consumer's delivery goroutine
-// may still push after Close when a shutdown is cut short, and a send on a
-// closed channel panics. Close closes a done channel instead; a push that
-// finds it closed returns ringq.ErrClosed (and the consumer naks), and a
-// worker that finds it closed drains its channel and stops. An event pushed
-// in the instant between a worker's last drain and its stop is never
-// stored or acked, and JetStream redelivers it after ack_wait, as it does
-// every message a cut-short shutdown leaves unacked. The output channel is
-// closed by the last worker to close its Output, after all their sends.
+// Its guarantees on Close are weaker than the rings'. The input channels
+// are never closed: the consumer's delivery goroutine may still push after
+// Close when a shutdown is cut short, and a send on a closed channel
+// panics. Close closes a done channel instead. A Push that starts after
+// Close returns ringq.ErrClosed (and the consumer naks the message), and a
+// worker that finds done closed drains its channel and stops. But a Push
+// running at the same time as Close may still succeed, and its event may
+// land after the worker's last drain: it is then never stored, acked or
+// nak'ed, and JetStream redelivers it after ack_wait, as it does every
+// message a cut-short shutdown leaves unacked. (A ring decides with one
+// compare-and-swap whether a push landed before Close, so there every
+// event pushed is popped.) The clean intake drain is not affected: the
+// consumer closes only after its delivery goroutine has returned.
+//
+// The output channel is closed by the last worker to close its Output,
+// after all their sends. Workers send rows one at a time, as the first
+// version of such code does; a channel of row batches would take fewer
+// locks.
 type ChanHandoff struct {
 	in      []chan Event
 	out     chan Row
@@ -122,10 +133,11 @@ type ChanHandoff struct {
 
 // NewChanHandoff returns a ChanHandoff for n workers (n below 1 counts as
 // 1): n input channels of capacity events and one output channel of
-// n x capacity rows, as many slots as the rings would have.
+// n x capacity rows, as many slots as the rings would have (capacity is
+// rounded up to a power of two, as ringq does).
 func NewChanHandoff(n, capacity int) *ChanHandoff {
 	n = max(n, 1)
-	capacity = max(capacity, 1)
+	capacity = 1 << bits.Len(uint(max(capacity, 1)-1))
 	h := &ChanHandoff{
 		in:      make([]chan Event, n),
 		out:     make(chan Row, n*capacity),
@@ -144,8 +156,8 @@ func NewChanHandoff(n, capacity int) *ChanHandoff {
 }
 
 // Push sends ev to worker Key(ev) % N(), blocking while its channel is
-// full. It returns ctx.Err() if ctx ends first and ringq.ErrClosed after
-// Close.
+// full. It returns ctx.Err() if ctx ends first and ringq.ErrClosed if
+// Close came first; a Push racing Close may succeed (see ChanHandoff).
 func (h *ChanHandoff) Push(ctx context.Context, ev Event) error {
 	k := Key(&ev)
 	var i uint64
@@ -220,8 +232,8 @@ func (h *ChanHandoff) TryPopN(dst []Row) int {
 // InLen returns how many events wait in worker i's channel.
 func (h *ChanHandoff) InLen(i int) int { return len(h.in[i]) }
 
-// OutLen returns, for i 0, how many rows wait in the shared output channel;
-// for other i, 0.
+// OutLen returns, for i 0, how many rows wait in the shared output channel
+// (all workers' rows); for other i, 0.
 func (h *ChanHandoff) OutLen(i int) int {
 	if i == 0 {
 		return len(h.out)

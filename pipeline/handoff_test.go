@@ -23,8 +23,12 @@ func TestChanHandoffPushAfterClose(t *testing.T) {
 	}
 	h.Close()
 	h.Close() // idempotent
-	if err := h.Push(ctx, Event{Subject: "a"}); !errors.Is(err, ringq.ErrClosed) {
-		t.Fatalf("Push after Close = %v, want ErrClosed", err)
+	// The channel has room: without the check before the send, select would
+	// pick the send about half the time.
+	for range 100 {
+		if err := h.Push(ctx, Event{Subject: "a"}); !errors.Is(err, ringq.ErrClosed) {
+			t.Fatalf("Push after Close = %v, want ErrClosed", err)
+		}
 	}
 	in := h.Input(0)
 	dst := make([]Event, 2)
@@ -153,5 +157,52 @@ func TestHandoffsRouteByKey(t *testing.T) {
 				t.Fatalf("%d events popped, want 30", total)
 			}
 		})
+	}
+}
+
+// TestNewHandoffKinds: each kind builds its own hand-off, with the rings'
+// capacity rounding for the channels too.
+func TestNewHandoffKinds(t *testing.T) {
+	if _, ok := NewHandoff(HandoffRing, 2, 8).(*RingHandoff); !ok {
+		t.Error("ring: not a *RingHandoff")
+	}
+	h, ok := NewHandoff(HandoffChannel, 2, 1000).(*ChanHandoff)
+	if !ok {
+		t.Fatal("channel: not a *ChanHandoff")
+	}
+	if cap(h.in[0]) != 1024 || cap(h.out) != 2048 {
+		t.Fatalf("channel capacities %d and %d, want 1024 and 2048 (as ringq rounds)", cap(h.in[0]), cap(h.out))
+	}
+}
+
+// TestRunHandoffChecks: RunHandoff refuses a hand-off for another number of
+// workers, a RingHandoff whose rings do not pair up, and a second run.
+func TestRunHandoffChecks(t *testing.T) {
+	newP := func() *Pipeline {
+		p, err := New(testConfig(2, PinNone), mustCompile(t, orderColumns...), &recordingDeadLetterer{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ctx := context.Background()
+	if err := newP().RunHandoff(ctx, NewChanHandoff(3, 8)); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("3 channels for 2 workers: %v, want ErrInvalidConfig", err)
+	}
+	bad := &RingHandoff{In: ringq.NewDispatch[Event](2, 8, Key), Out: ringq.NewMerge[Row](3, 8)}
+	if err := newP().RunHandoff(ctx, bad); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("2 input and 3 output rings: %v, want ErrInvalidConfig", err)
+	}
+	p := newP()
+	for _, kind := range []string{HandoffChannel, HandoffRing} {
+		h := NewHandoff(kind, 2, 8)
+		h.Close() // nothing to do: the workers drain and stop
+		err := p.RunHandoff(ctx, h)
+		if kind == HandoffChannel && err != nil {
+			t.Fatalf("first run: %v", err)
+		}
+		if kind == HandoffRing && !errors.Is(err, ErrInvalidConfig) {
+			t.Fatalf("second run: %v, want ErrInvalidConfig", err)
+		}
 	}
 }

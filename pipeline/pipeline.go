@@ -197,6 +197,9 @@ func (p *Pipeline) RunHandoff(ctx context.Context, h Handoff) error {
 	if h.N() != p.workers {
 		return fmt.Errorf("%w: a hand-off for %d workers, want %d", ErrInvalidConfig, h.N(), p.workers)
 	}
+	if rh, ok := h.(*RingHandoff); ok && rh.Out.N() != rh.In.N() {
+		return fmt.Errorf("%w: %d input rings and %d output rings for %d workers", ErrInvalidConfig, rh.In.N(), rh.Out.N(), p.workers)
+	}
 	if !p.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run called twice", ErrInvalidConfig)
 	}
