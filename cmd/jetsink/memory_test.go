@@ -114,7 +114,8 @@ func TestGCTunerPercent(t *testing.T) {
 		{"roots count like Go's pacer counts them", gcStats{live: 6 << 20, roots: 2 << 20}, 325},
 		{"tiny heap: capped", gcStats{live: 1 << 20}, autoMaxGCPercent},
 		{"half the goal: Go's default", gcStats{live: 16 << 20}, 100},
-		{"above the goal: Go's default", gcStats{live: 500 << 20}, 100},
+		{"three quarters of the goal: the floor", gcStats{live: 24 << 20}, 50},
+		{"above the goal: the floor", gcStats{live: 500 << 20}, 50},
 		{"nothing read", gcStats{}, autoMaxGCPercent},
 	}
 	for _, c := range cases {
@@ -183,10 +184,10 @@ func TestGCTunerFollowsTheLiveHeap(t *testing.T) {
 	for i := 0; i < len(ballast); i += 4096 {
 		ballast[i] = 1
 	}
-	waitFor("of 100 with 64 MiB live", func(p int) bool { return p == autoMinGCPercent })
+	waitFor("at the floor with 64 MiB live", func(p int) bool { return p == autoMinGCPercent })
 	runtime.KeepAlive(ballast)
 	ballast = nil
-	waitFor("above 100 once the heap is freed", func(p int) bool { return p > autoMinGCPercent })
+	waitFor("above the floor once the heap is freed", func(p int) bool { return p > autoMinGCPercent })
 
 	tu.stop()
 	for len(seen) > 0 {
