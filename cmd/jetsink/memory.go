@@ -29,12 +29,17 @@ const autoHeapGoal = 32 << 20
 const goHeapMinimum = 4 << 20
 
 // GOGC bounds for memory_limit: auto. The lower bound, 50, lets the heap
-// grow to 1.5x the live heap when that is above autoHeapGoal, where Go's
-// default (100) lets it double: in the bench drain the live heap peaks when
-// the sink is briefly behind, and 50 took 9.4 MiB off jetsink's peak RSS at
-// no measurable CPU cost (10 paired drains, BENCHMARKS.md, session 7). While
-// the live heap is that large the collector runs up to twice as often as at
-// Go's default. The upper bound keeps Go's minimum heap goal at
+// grow to 1.5x the live heap once that exceeds autoHeapGoal (live ~21 MiB
+// and more), where Go's default (100) lets it double: in the bench drain
+// the live heap peaks when the sink is briefly behind, and 50 took 9.4 MiB
+// off jetsink's peak RSS, with no CPU cost that 10 paired drains could
+// resolve (BENCHMARKS.md, session 7). The price: from 16 MiB live a
+// collection comes sooner than at Go's default, and from ~21 MiB twice as
+// often, so the collector's work per allocated byte doubles there; when
+// large events or a large max_ack_pending keep the live heap there for a
+// whole backlog, that lasts, and mark assists slow the allocating
+// goroutines (nats.go's reader first). memory_limit: 0 gives Go's default
+// back. The upper bound keeps Go's minimum heap goal at
 // autoHeapGoal (GOGC 800 for 32 MiB): with more, a small live heap (at
 // start, or after a quiet spell) would let the heap grow past autoHeapGoal
 // before the next collection, to 40 MiB at GOGC 1000.
@@ -86,10 +91,10 @@ func applyMemoryLimit(limit int64, log *slog.Logger) (stop func()) {
 // jetsink's live heap is small (the events in flight) while nats.go
 // allocates ~1.2 KiB per message, so at Go's default GOGC 100 the collector
 // runs after as many MiB as are live (7-24 MiB in the bench drain); with the
-// tuner, after 15-25 MiB there. When the live heap grows past 2/3 of goal
-// (the sink behind, large events, a large max_ack_pending) GOGC stays at
-// 50: memory before CPU, as a sink whose in-flight events are bounded
-// should be.
+// tuner, after 25 MiB at 7 MiB live, 16 at 16 MiB (as at Go's default) and
+// 11-12 at 21-24 MiB. When the live heap grows past 2/3 of goal (the sink
+// behind, large events, a large max_ack_pending) GOGC stays at 50: the
+// tuner trades collector CPU for a third less heap above the live one.
 //
 // It sets no memory limit: a limit that the heap reaches in every cycle
 // makes the allocator hand pages back to the OS and fault them in again

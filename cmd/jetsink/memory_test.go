@@ -114,6 +114,8 @@ func TestGCTunerPercent(t *testing.T) {
 		{"roots count like Go's pacer counts them", gcStats{live: 6 << 20, roots: 2 << 20}, 325},
 		{"tiny heap: capped", gcStats{live: 1 << 20}, autoMaxGCPercent},
 		{"half the goal: Go's default", gcStats{live: 16 << 20}, 100},
+		{"between: below Go's default, above the floor", gcStats{live: 20 << 20}, 60},
+		{"roots push it to the floor sooner", gcStats{live: 20 << 20, roots: 2 << 20}, 54},
 		{"three quarters of the goal: the floor", gcStats{live: 24 << 20}, 50},
 		{"above the goal: the floor", gcStats{live: 500 << 20}, 50},
 		{"nothing read", gcStats{}, autoMaxGCPercent},
@@ -148,7 +150,7 @@ func TestGCTunerHeapGoal(t *testing.T) {
 
 // TestGCTunerFollowsTheLiveHeap runs the real mechanism (a cleanup after
 // each collection, runtime/metrics) with GOGC recorded instead of applied:
-// GOGC drops to Go's default while a live heap above the goal is held, rises
+// GOGC drops to the floor (50) while a live heap above the goal is held, rises
 // again when it is freed, and stays put once stopped.
 func TestGCTunerFollowsTheLiveHeap(t *testing.T) {
 	const goal = 32 << 20
