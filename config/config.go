@@ -31,11 +31,12 @@ type Config struct {
 	// after every collection so that the next one starts when the heap
 	// reaches 32MiB, or 1.5x the live heap if that is more: the collector
 	// runs far less often than Go's default on jetsink's small heap, and up
-	// to twice as often with a large one, to hold memory down. A size is Go's soft memory limit
-	// (debug.SetMemoryLimit: heap, stacks and runtime data; not the
-	// binary's own pages) with GOGC 400 under it: the tightest bound on
-	// memory, but near it the collector works harder, up to half the CPU,
-	// and past it memory grows rather than the process failing. 0: Go's
+	// to twice as often with a large one, to hold memory down. A size is
+	// Go's soft memory limit (debug.SetMemoryLimit: heap, stacks and
+	// runtime data; not the binary's own pages) with GOGC 400 under it: the
+	// tightest bound on memory, but near it the collector works harder, up
+	// to half the CPU, and past it memory grows rather than the process
+	// failing. 0: Go's
 	// defaults (no limit, GOGC 100). The GOMEMLIMIT and GOGC environment
 	// variables override this key. "auto", 0, or a size in bytes or e.g.
 	// 48MiB.

@@ -127,7 +127,6 @@ type ChanHandoff struct {
 	done    chan struct{}
 	once    sync.Once
 	open    atomic.Int64 // workers whose Output is not closed yet
-	mask    uint64       // N()-1 when N() is a power of two, else 0
 	outputs []chanOutput
 }
 
@@ -148,9 +147,6 @@ func NewChanHandoff(n, capacity int) *ChanHandoff {
 		h.in[i] = make(chan Event, capacity)
 		h.outputs[i].h = h
 	}
-	if n&(n-1) == 0 {
-		h.mask = uint64(n - 1)
-	}
 	h.open.Store(int64(n))
 	return h
 }
@@ -159,13 +155,7 @@ func NewChanHandoff(n, capacity int) *ChanHandoff {
 // full. It returns ctx.Err() if ctx ends first and ringq.ErrClosed if
 // Close came first; a Push racing Close may succeed (see ChanHandoff).
 func (h *ChanHandoff) Push(ctx context.Context, ev Event) error {
-	k := Key(&ev)
-	var i uint64
-	if h.mask != 0 || len(h.in) == 1 {
-		i = k & h.mask
-	} else {
-		i = k % uint64(len(h.in))
-	}
+	i := Key(&ev) % uint64(len(h.in))
 	select {
 	case <-h.done:
 		return ringq.ErrClosed
@@ -214,14 +204,18 @@ func (h *ChanHandoff) PopN(ctx context.Context, dst []Row) (int, error) {
 }
 
 // TryPopN receives up to len(dst) rows without blocking.
-func (h *ChanHandoff) TryPopN(dst []Row) int {
+func (h *ChanHandoff) TryPopN(dst []Row) int { return tryRecv(h.out, dst) }
+
+// tryRecv receives up to len(dst) items from ch without blocking; it stops
+// at an empty or closed channel.
+func tryRecv[T any](ch chan T, dst []T) int {
 	for n := range dst {
 		select {
-		case r, ok := <-h.out:
+		case v, ok := <-ch:
 			if !ok {
 				return n
 			}
-			dst[n] = r
+			dst[n] = v
 		default:
 			return n
 		}
@@ -258,26 +252,14 @@ func (in chanInput) PopN(ctx context.Context, dst []Event) (int, error) {
 		dst[0] = ev
 	case <-in.done:
 		// Closed: drain what is left, then report it.
-		if n := in.tryPopN(dst); n > 0 {
+		if n := tryRecv(in.ch, dst); n > 0 {
 			return n, nil
 		}
 		return 0, ringq.ErrClosed
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	return 1 + in.tryPopN(dst[1:]), nil
-}
-
-func (in chanInput) tryPopN(dst []Event) int {
-	for n := range dst {
-		select {
-		case ev := <-in.ch:
-			dst[n] = ev
-		default:
-			return n
-		}
-	}
-	return len(dst)
+	return 1 + tryRecv(in.ch, dst[1:]), nil
 }
 
 type chanOutput struct {
