@@ -119,11 +119,7 @@ func (p *Processor) Run(intake, hard context.Context) error {
 		defer stopAdmin()
 	}
 
-	h := pipeline.NewHandoff(p.cfg.Pipeline.Handoff, p.cfg.Pipeline.Workers, p.cfg.Pipeline.RingSize)
-	var in consumer.Output = h
-	if rh, ok := h.(*pipeline.RingHandoff); ok {
-		in = rh.In // one call per event fewer
-	}
+	h, in := newHandoff(p.cfg.Pipeline)
 	unobserve, err := p.observe(h)
 	if err != nil {
 		return err
@@ -251,3 +247,14 @@ func (p *Processor) Close() {
 
 // Tracing is the processor's tracing (Enabled false when off).
 func (p *Processor) Tracing() *telemetry.Tracing { return p.tracing }
+
+// newHandoff builds the hand-off cfg.Handoff names for cfg.Workers workers
+// (already resolved from 0), and what the consumer pushes into: the
+// hand-off itself, or for rings its Dispatch, one call per event fewer.
+func newHandoff(cfg pipeline.Config) (pipeline.Handoff, consumer.Output) {
+	h := pipeline.NewHandoff(cfg.Handoff, cfg.Workers, cfg.RingSize)
+	if rh, ok := h.(*pipeline.RingHandoff); ok {
+		return h, rh.In
+	}
+	return h, h
+}
