@@ -194,15 +194,14 @@ func TestRunHandoffChecks(t *testing.T) {
 		t.Errorf("2 input and 3 output rings: %v, want ErrInvalidConfig", err)
 	}
 	p := newP()
-	for _, kind := range []string{HandoffChannel, HandoffRing} {
-		h := NewHandoff(kind, 2, 8)
-		h.Close() // nothing to do: the workers drain and stop
-		err := p.RunHandoff(ctx, h)
-		if kind == HandoffChannel && err != nil {
-			t.Fatalf("first run: %v", err)
-		}
-		if kind == HandoffRing && !errors.Is(err, ErrInvalidConfig) {
-			t.Fatalf("second run: %v, want ErrInvalidConfig", err)
-		}
+	h := NewChanHandoff(2, 8)
+	h.Close() // nothing to do: the workers find their inputs closed and stop
+	if err := p.RunHandoff(ctx, h); err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	h = NewChanHandoff(2, 8)
+	h.Close() // without the check, the second run would stop as cleanly as the first
+	if err := p.RunHandoff(ctx, h); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("second run: %v, want ErrInvalidConfig", err)
 	}
 }

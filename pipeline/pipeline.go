@@ -184,9 +184,6 @@ func Key(ev *Event) uint64 {
 // rings (or differ from Workers()) or Run is called twice; a worker that
 // finds its output ring closed under it returns ringq.ErrClosed, wrapped.
 func (p *Pipeline) Run(ctx context.Context, in *ringq.Dispatch[Event], out *ringq.Merge[Row]) error {
-	if in.N() != out.N() || in.N() != p.workers {
-		return fmt.Errorf("%w: %d input rings and %d output rings for %d workers", ErrInvalidConfig, in.N(), out.N(), p.workers)
-	}
 	return p.RunHandoff(ctx, &RingHandoff{In: in, Out: out})
 }
 
@@ -194,11 +191,11 @@ func (p *Pipeline) Run(ctx context.Context, in *ringq.Dispatch[Event], out *ring
 // pushes to h.Output(i), which it closes when it stops. h.N() must be
 // Workers().
 func (p *Pipeline) RunHandoff(ctx context.Context, h Handoff) error {
-	if h.N() != p.workers {
-		return fmt.Errorf("%w: a hand-off for %d workers, want %d", ErrInvalidConfig, h.N(), p.workers)
-	}
 	if rh, ok := h.(*RingHandoff); ok && rh.Out.N() != rh.In.N() {
 		return fmt.Errorf("%w: %d input rings and %d output rings for %d workers", ErrInvalidConfig, rh.In.N(), rh.Out.N(), p.workers)
+	}
+	if h.N() != p.workers {
+		return fmt.Errorf("%w: a hand-off for %d workers, want %d", ErrInvalidConfig, h.N(), p.workers)
 	}
 	if !p.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run called twice", ErrInvalidConfig)

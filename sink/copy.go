@@ -122,7 +122,7 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 		mid := lo + (hi-lo)/2
 		c.s.st.bisectCopies.Add(1)
 		err := c.commitRetry(ctx, rows[lo:mid])
-		me := committedMissing(err)
+		me, mc := committedMissing(err), committedMiscount(err)
 		switch {
 		case err == nil:
 			c.settle(b, lo, mid, nil)
@@ -130,8 +130,8 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 		case me != nil:
 			c.settleMissing(ctx, b, lo, mid, me)
 			lo = mid
-		case committedMiscount(err) != nil:
-			c.deadLetterMiscounted(ctx, b, lo, mid, committedMiscount(err))
+		case mc != nil:
+			c.deadLetterMiscounted(ctx, b, lo, mid, mc)
 			lo = mid
 		case ctx.Err() != nil:
 			return 0, nil, ctx.Err()
