@@ -106,7 +106,13 @@ type Result struct {
 	CPUSeconds    float64 `json:"cpu_s"`
 	CPUPerEvent   float64 `json:"cpu_us_per_event"`
 	CPUPerMillion float64 `json:"cpu_s_per_million"`
-	PeakRSS       int64   `json:"peak_rss_bytes"`
+	// SteadyCPUPerEvent is the engine's CPU per event while it works, from
+	// the first poll of the consumer that saw an ack (drain) or the first
+	// send (rate) to its last ack: without its start and shutdown, which
+	// CPUPerEvent (its whole life) includes. 0 when that window is under a
+	// second (Linux only).
+	SteadyCPUPerEvent float64 `json:"steady_cpu_us_per_event,omitempty"`
+	PeakRSS           int64   `json:"peak_rss_bytes"`
 	// Where the machine's CPU went while this engine ran (its start to its
 	// last ack; Linux only): every process's busy time per event, the share
 	// of the machine that was busy, and the bench process's own time per
@@ -487,8 +493,10 @@ func (b *bencher) start(t target) (*child, error) {
 }
 
 // waitAcked polls the consumer until every message of the stream up to
-// lastSeq is acked and nothing is pending.
-func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uint64) (*jetstream.ConsumerInfo, error) {
+// lastSeq is acked and nothing is pending. It also returns the engine's CPU
+// per event from first to the last poll (see steadyCPU); without a first
+// mark, from the first poll that saw an ack.
+func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uint64, first cpuMark) (*jetstream.ConsumerInfo, float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
 	defer cancel()
 	tick := time.NewTicker(25 * time.Millisecond)
@@ -496,9 +504,9 @@ func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uin
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("bench: %s did not drain within %v: %w", t.engine, b.o.Timeout, ctx.Err())
+			return nil, 0, fmt.Errorf("bench: %s did not drain within %v: %w", t.engine, b.o.Timeout, ctx.Err())
 		case <-c.done:
-			return nil, fmt.Errorf("bench: %s exited early (%v):\n%s", t.engine, c.err, c.out.String())
+			return nil, 0, fmt.Errorf("bench: %s exited early (%v):\n%s", t.engine, c.err, c.out.String())
 		case <-tick.C:
 		}
 		info, err := b.js.Consumer(ctx, t.stream, t.consumer)
@@ -506,10 +514,60 @@ func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uin
 			continue // not created yet
 		}
 		ci := info.CachedInfo()
-		if ci.AckFloor.Stream >= lastSeq && ci.NumPending == 0 && ci.NumAckPending == 0 {
-			return ci, nil
+		done := ci.AckFloor.Stream >= lastSeq && ci.NumPending == 0 && ci.NumAckPending == 0
+		if first.at.IsZero() || done {
+			m, ok := markCPU(c.cmd.Process.Pid, ci)
+			switch {
+			case done && ok:
+				return ci, steadyCPU(first, m), nil
+			case done:
+				return ci, 0, nil
+			case ok && m.acked > 0:
+				first = m
+			}
 		}
 	}
+}
+
+// cpuMark is a process's CPU time when a consumer had acked so many messages.
+type cpuMark struct {
+	at    time.Time
+	ticks int64  // user + system, clock ticks of 1/100 s
+	acked uint64 // messages acked: delivered minus those pending an ack
+}
+
+// cpuNow samples pid's CPU time, with nothing acked.
+func cpuNow(pid int) (cpuMark, bool) {
+	f, ok := procStat(pid)
+	if !ok {
+		return cpuMark{}, false
+	}
+	return cpuMark{at: time.Now(), ticks: f.utime + f.stime}, true
+}
+
+// markCPU samples pid's CPU time right after ci was fetched. Counting
+// acked messages as delivered-minus-pending assumes a stream numbered from
+// 1 without gaps, which the bench's streams are.
+func markCPU(pid int, ci *jetstream.ConsumerInfo) (cpuMark, bool) {
+	m, ok := cpuNow(pid)
+	if !ok {
+		return m, false
+	}
+	if d, p := ci.Delivered.Stream, uint64(max(ci.NumAckPending, 0)); d > p {
+		m.acked = d - p
+	}
+	return m, true
+}
+
+// steadyCPU is the CPU per acked message, in µs, between two marks: the
+// engine at work, without its start (connecting, creating the consumer, the
+// first batch) or its shutdown. 0 when there is no first mark or the window
+// is shorter than a second, where the 10 ms clock tick would make it coarse.
+func steadyCPU(first, last cpuMark) float64 {
+	if first.at.IsZero() || last.at.Sub(first.at) < time.Second || last.acked <= first.acked {
+		return 0
+	}
+	return float64(last.ticks-first.ticks) * 1e4 / float64(last.acked-first.acked)
 }
 
 // waitReady polls until t's consumer exists and has a pull request open.
@@ -547,7 +605,7 @@ func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Resu
 	if err != nil {
 		return res, err
 	}
-	return res, b.settle(ctx, &res, c, t, before, cpuOK, c.started)
+	return res, b.settle(ctx, &res, c, t, before, cpuOK, c.started, cpuMark{})
 }
 
 // rate starts t's engine, publishes open loop, and measures it.
@@ -574,6 +632,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	pubCtx, stopPub := context.WithCancelCause(ctx)
 	defer stopPub(nil)
 	pubStart := time.Now()
+	first, _ := cpuNow(c.cmd.Process.Pid) // the load starts: nothing is acked yet
 	var lock *tableLock
 	if b.o.LockFor > 0 {
 		var err error
@@ -598,7 +657,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		return abort(err)
 	}
 	res.Published, res.PublishPS, res.PubRetried = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds(), pub.Retried
-	err = b.settle(ctx, &res, c, t, before, cpuOK, pubStart)
+	err = b.settle(ctx, &res, c, t, before, cpuOK, pubStart, first)
 	samples := rss.stop()
 	res.RSS = perSecond(samples, pubStart)
 	if lock != nil && err == nil {
@@ -613,14 +672,15 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 
 // settle waits until t's engine c has acked the res.Published events, stops
 // it and fills res: the machine's CPU since before (when cpuOK), the
-// engine's usage and log problems, and what the table says, with elapsed
-// time counted from from.
-func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, before cpuSample, cpuOK bool, from time.Time) error {
-	ci, err := b.waitAcked(ctx, c, t, uint64(res.Published))
+// engine's usage and log problems, its steady CPU since first (see
+// waitAcked), and what the table says, with elapsed time counted from from.
+func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, before cpuSample, cpuOK bool, from time.Time, first cpuMark) error {
+	ci, steady, err := b.waitAcked(ctx, c, t, uint64(res.Published), first)
 	if err != nil {
 		c.kill()
 		return err
 	}
+	res.SteadyCPUPerEvent = steady
 	if after, ok := sampleCPU(b.pgPID); ok && cpuOK {
 		res.machineCPU(before, after)
 	}
@@ -691,8 +751,12 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 }
 
 func (r Result) line() string {
-	s := fmt.Sprintf("%-8s %9.0f events/s  CPU %5.2f µs/event  RSS %5.1f MiB  latency p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms  batches %d (p50 %d rows)  redelivered %d  load %.2f",
-		r.Engine, r.EventsPerSec, r.CPUPerEvent, float64(r.PeakRSS)/(1<<20), r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max,
+	steady := ""
+	if r.SteadyCPUPerEvent > 0 {
+		steady = fmt.Sprintf(" (%.2f steady)", r.SteadyCPUPerEvent)
+	}
+	s := fmt.Sprintf("%-8s %9.0f events/s  CPU %5.2f µs/event%s  RSS %5.1f MiB  latency p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms  batches %d (p50 %d rows)  redelivered %d  load %.2f",
+		r.Engine, r.EventsPerSec, r.CPUPerEvent, steady, float64(r.PeakRSS)/(1<<20), r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max,
 		r.Batches.Count, r.Batches.P50, r.Redelivered, r.Load1)
 	if r.MachineCPUPerEvent > 0 {
 		rest := r.MachineCPUPerEvent - r.CPUPerEvent - r.BenchCPUPerEvent

@@ -140,6 +140,30 @@ func TestRateEmbedded(t *testing.T) {
 	if runtime.GOOS == "linux" && r.PostgresCPUPerEvent <= 0 {
 		t.Errorf("no PostgreSQL CPU measured for the embedded server: %v µs/event", r.PostgresCPUPerEvent)
 	}
+	if runtime.GOOS == "linux" && (r.SteadyCPUPerEvent <= 0 || rep.Summary[0].SteadyCPUPerEvent.N != 1) {
+		t.Errorf("no steady CPU measured over 2 s of acks: %v µs/event, summary %+v", r.SteadyCPUPerEvent, rep.Summary[0].SteadyCPUPerEvent)
+	}
+}
+
+// steadyCPU divides the CPU between two marks by the acks between them, and
+// gives nothing for a window it cannot measure well.
+func TestSteadyCPU(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	first := cpuMark{at: t0, ticks: 100, acked: 10_000}
+	for _, c := range []struct {
+		name        string
+		first, last cpuMark
+		want        float64
+	}{
+		{"150 ticks over 30,000 acks", first, cpuMark{at: t0.Add(2 * time.Second), ticks: 250, acked: 40_000}, 50},
+		{"no first mark", cpuMark{}, cpuMark{at: t0.Add(2 * time.Second), ticks: 250, acked: 40_000}, 0},
+		{"under a second", first, cpuMark{at: t0.Add(999 * time.Millisecond), ticks: 250, acked: 40_000}, 0},
+		{"no acks in between", first, cpuMark{at: t0.Add(2 * time.Second), ticks: 250, acked: 10_000}, 0},
+	} {
+		if got := steadyCPU(c.first, c.last); got != c.want {
+			t.Errorf("%s: steadyCPU = %v µs/event, want %v", c.name, got, c.want)
+		}
+	}
 }
 
 // TestRateWithLock locks the table for 1.5 s of a 3 s run at 2,000

@@ -45,13 +45,16 @@ type Summary struct {
 	Variant      string `json:"variant,omitempty"`
 	EventsPerSec Stat   `json:"events_per_s"`
 	CPUPerEvent  Stat   `json:"cpu_us_per_event"`
-	PeakRSSMiB   Stat   `json:"peak_rss_mib"`
-	P99          Stat   `json:"latency_p99_ms"`
-	P999         Stat   `json:"latency_p99_9_ms"`
-	Max          Stat   `json:"latency_max_ms"`
-	P99Engine    Stat   `json:"latency_stream_to_commit_p99_ms"` // the engine's part of P99
-	Load1        Stat   `json:"load1"`
-	Ratio        Stat   `json:"ratio_to_baseline"`
+	// SteadyCPUPerEvent leaves out the engine's start and shutdown (see
+	// Result); N counts the runs that measured it.
+	SteadyCPUPerEvent Stat `json:"steady_cpu_us_per_event,omitzero"`
+	PeakRSSMiB        Stat `json:"peak_rss_mib"`
+	P99               Stat `json:"latency_p99_ms"`
+	P999              Stat `json:"latency_p99_9_ms"`
+	Max               Stat `json:"latency_max_ms"`
+	P99Engine         Stat `json:"latency_stream_to_commit_p99_ms"` // the engine's part of P99
+	Load1             Stat `json:"load1"`
+	Ratio             Stat `json:"ratio_to_baseline"`
 	// LockRSSGrowthMiB is the engine's RSS growth while the table was
 	// locked (Options.LockFor).
 	LockRSSGrowthMiB Stat `json:"lock_rss_growth_mib,omitzero"`
@@ -99,12 +102,16 @@ func summarize(rs []Result) []Summary {
 			}
 		}
 		s.Ratio = stat(ratios)
-		var growth []float64
+		var growth, steady []float64
 		for _, r := range g {
 			if r.Lock != nil {
 				growth = append(growth, mib(r.Lock.RSSGrowth))
 			}
+			if r.SteadyCPUPerEvent > 0 {
+				steady = append(steady, r.SteadyCPUPerEvent)
+			}
 		}
+		s.SteadyCPUPerEvent = stat(steady)
 		s.LockRSSGrowthMiB = stat(growth)
 		out = append(out, s)
 	}
@@ -151,6 +158,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  %-22s events/s %s  CPU µs/event %s  peak RSS MiB %s  p99 ms %s  p99.9 ms %s  max ms %s",
 			name, fmtStat(s.EventsPerSec, 0), fmtStat(s.CPUPerEvent, 2), fmtStat(s.PeakRSSMiB, 1),
 			fmtStat(s.P99, 1), fmtStat(s.P999, 1), fmtStat(s.Max, 1))
+		if s.SteadyCPUPerEvent.N > 0 {
+			fmt.Fprintf(&b, "  steady CPU µs/event %s", fmtStat(s.SteadyCPUPerEvent, 2))
+		}
 		if s.P99Engine.Median > 0 {
 			fmt.Fprintf(&b, "  stored->commit p99 ms %s", fmtStat(s.P99Engine, 1))
 		}
