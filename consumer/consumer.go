@@ -39,6 +39,10 @@ type Consumer struct {
 
 	stats counters
 
+	// mdRetry is the first and the longest wait between attempts to
+	// dead-letter an event that reached max_deliver (maxDeliverRetry).
+	mdRetry [2]time.Duration
+
 	// traceMsg starts an event's span (telemetry.Tracing.StartMessage);
 	// nil when tracing is off. Set before Run.
 	traceMsg func(ev pipeline.Event) trace.Span
@@ -104,7 +108,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 		log = slog.Default()
 	}
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
-	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{})}
+	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}),
+		mdRetry: maxDeliverRetry}
 
 	opts, err := c.natsOptions()
 	if err != nil {

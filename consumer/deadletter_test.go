@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -286,5 +287,95 @@ func TestMaxDeliverAdvisoryDeadLetters(t *testing.T) {
 	}
 	if err := r.stop(t, ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// outageBeforeMaxDeliver makes the dead-letter subject unavailable (its
+// stream deleted), publishes one event and lets it be delivered
+// cfg.MaxDeliver times without settling it, so that the server gives up on
+// it while no dead letter can be stored. maxDeliverRetry is set to retry for
+// the test and restored after it.
+func outageBeforeMaxDeliver(t *testing.T, ctx context.Context, retry [2]time.Duration, log io.Writer) (*Consumer, Config, jetstream.JetStream, *runner) {
+	t.Helper()
+	saved := maxDeliverRetry
+	maxDeliverRetry = retry
+	t.Cleanup(func() { maxDeliverRetry = saved })
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = time.Second
+	cfg.MaxDeliver = 2
+	c, err := New(ctx, cfg, testLogger(t, log))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(c.Close)
+	js := jsFor(t, srv)
+	name, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
+	if err != nil {
+		t.Fatalf("dead-letter stream: %v", err)
+	}
+	if err := js.DeleteStream(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	for want := uint64(1); want <= 2; want++ {
+		if ev := r.next(t, ctx).ev; ev.Delivered != want {
+			t.Fatalf("delivery %d has count %d", want, ev.Delivered)
+		}
+	}
+	return c, cfg, js, r
+}
+
+// An event that reaches max_deliver while the dead-letter stream is gone is
+// dead-lettered once the stream is back, however many attempts that takes:
+// JetStream will not deliver it again, so giving up would lose it. (The
+// handler used to give up after 4 attempts.)
+func TestMaxDeliverDeadLetterOutlastsOutage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}, nil)
+	waitFor(t, ctx, "eight failed attempts", func() bool { return c.Stats().DeadLetterFailed >= 8 })
+	dlq := dlqStream(t, ctx, js, cfg) // the outage ends
+	waitFor(t, ctx, "the max-deliver dead letter", func() bool {
+		info, err := dlq.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	})
+	m, err := dlq.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Data) != "0" || m.Header.Get(HeaderCode) != CodeMaxDeliver || m.Header.Get(HeaderMsgID) != cfg.Stream+":1" {
+		t.Fatalf("dead letter = %q %v", m.Data, m.Header)
+	}
+	waitFor(t, ctx, "the success counted", func() bool { return c.Stats().MaxDelivered == 1 })
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Stopping while an advisory's event cannot be dead-lettered does not wait
+// out the retry delay, and the log says which event stays in the stream.
+func TestMaxDeliverRetryEndsWithClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	var log syncBuffer
+	c, _, _, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, &log)
+	waitFor(t, ctx, "a failed attempt", func() bool { return c.Stats().DeadLetterFailed >= 1 })
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Drain waits for the handler; Close gives up on Drain after closeWait
+	// and would leave the handler asleep (goleak would then fail the
+	// package).
+	closed := make(chan struct{})
+	go func() { c.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(closeWait):
+		t.Fatal("Close waited for the max-deliver retry's hour")
+	}
+	if s := log.String(); !strings.Contains(s, "stays in the stream at this sequence") || !strings.Contains(s, "stream_seq=1") {
+		t.Fatalf("log does not say where the event stays:\n%s", s)
 	}
 }

@@ -21,6 +21,9 @@
 // again. New subscribes to the server's MAX_DELIVERIES advisory for the
 // consumer; on each, the event is read back from the stream by sequence and
 // published to the dead-letter subject (stage "deliver", code "max_deliver").
+// Nothing else will bring the event back, so that publish is retried, with
+// backoff, until it succeeds or the connection closes (then an ERROR line
+// names the stream sequence where the event stays).
 //
 // # Goroutines
 //

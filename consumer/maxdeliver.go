@@ -19,11 +19,14 @@ const StageDeliver = "deliver"
 // CodeMaxDeliver is the Jetsink-Code of such a dead letter.
 const CodeMaxDeliver = "max_deliver"
 
-// maxDeliverAttempts and maxDeliverTimeout bound the work on one advisory.
-const (
-	maxDeliverAttempts = 4
-	maxDeliverTimeout  = 10 * time.Second
-)
+// An advisory's event is dead-lettered with attempts of at most
+// maxDeliverTimeout each, maxDeliverRetry[0] apart at first and doubling to
+// maxDeliverRetry[1], for as long as the connection is open: JetStream will
+// not deliver the event again, so giving up would lose it. New copies
+// maxDeliverRetry (a variable so that tests can shorten it).
+const maxDeliverTimeout = 10 * time.Second
+
+var maxDeliverRetry = [2]time.Duration{time.Second, 30 * time.Second}
 
 // maxDeliverAdvisory is the part of JetStream's
 // io.nats.jetstream.advisory.v1.max_deliver event jetsink reads.
@@ -36,11 +39,17 @@ type maxDeliverAdvisory struct {
 
 // watchMaxDeliveries subscribes to the server's MAX_DELIVERIES advisory for
 // the consumer. The subscription lives as long as the connection; nats.go
-// runs the handler on its own goroutine, one advisory at a time.
+// runs the handler on its own goroutine, one advisory at a time, and keeps
+// the advisories that arrive meanwhile: without a limit, since dropping one
+// would lose its event.
 func (c *Consumer) watchMaxDeliveries() error {
 	subject := fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.%s", c.cfg.Stream, c.cfg.Consumer)
-	if _, err := c.nc.Subscribe(subject, c.onMaxDeliveries); err != nil {
+	sub, err := c.nc.Subscribe(subject, c.onMaxDeliveries)
+	if err != nil {
 		return fmt.Errorf("subscribe to max-deliveries advisories: %w", err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return fmt.Errorf("max-deliveries advisories: unlimited pending: %w", err)
 	}
 	return nil
 }
@@ -49,33 +58,61 @@ func (c *Consumer) watchMaxDeliveries() error {
 // not deliver it again, so without this it would sit in the stream unseen.
 // The event is read back from the stream by sequence and published like any
 // dead letter (same Nats-Msg-Id, so several jetsink instances receiving the
-// same advisory store it once). There is nothing to terminate. If it cannot
-// be published after a few attempts it stays in the stream, and the log line
-// says where.
+// same advisory store it once). There is nothing to terminate.
+//
+// It tries until it succeeds, backing off to one attempt every
+// maxDeliverRetry[1], and gives up only when the connection closes or
+// drains (jetsink is stopping): then the log line says where the event
+// stays in the stream. Advisories that arrive meanwhile wait their turn.
 func (c *Consumer) onMaxDeliveries(m *nats.Msg) {
 	var adv maxDeliverAdvisory
 	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
 		c.log.Error("unreadable max-deliveries advisory", "err", err)
 		return
 	}
-	delay := time.Second
-	var err error
-	for attempt := 1; attempt <= maxDeliverAttempts; attempt++ {
-		if err = c.deadLetterBySeq(adv); err == nil {
+	delay := c.mdRetry[0]
+	for attempt := 1; ; attempt++ {
+		err := c.deadLetterBySeq(adv)
+		if err == nil {
 			c.stats.maxDelivered.Add(1)
 			c.log.Warn("event reached nats.max_deliver; dead-lettered",
-				"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries)
+				"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt)
 			return
 		}
-		if c.nc.IsClosed() || c.nc.IsDraining() || attempt == maxDeliverAttempts {
-			break
+		c.stats.deadLetterFailed.Add(1)
+		if c.stopping() || !c.sleepUnlessStopping(delay) {
+			c.log.Error("event reached nats.max_deliver and could not be dead-lettered before jetsink stopped; it stays in the stream at this sequence, and JetStream will not deliver it again",
+				"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt, "err", err)
+			return
 		}
-		time.Sleep(delay)
-		delay *= 2
+		c.log.Error("event reached nats.max_deliver and could not be dead-lettered yet; retrying",
+			"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt, "retry_in", delay, "err", err)
+		delay = min(2*delay, c.mdRetry[1])
 	}
-	c.stats.deadLetterFailed.Add(1)
-	c.log.Error("event reached nats.max_deliver and could not be dead-lettered; it stays in the stream at this sequence",
-		"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "err", err)
+}
+
+// stopping reports whether the connection is closed or draining.
+func (c *Consumer) stopping() bool { return c.nc.IsClosed() || c.nc.IsDraining() }
+
+// sleepUnlessStopping waits d; it reports false, early, once the
+// connection starts closing or draining. nats.go's Drain waits for this
+// handler, so it looks every 100 ms rather than sleeping d at once.
+func (c *Consumer) sleepUnlessStopping(d time.Duration) bool {
+	const step = 100 * time.Millisecond
+	for end := time.Now().Add(d); ; {
+		left := time.Until(end)
+		if left <= 0 {
+			return !c.stopping()
+		}
+		select {
+		case <-c.closed:
+			return false
+		case <-time.After(min(step, left)):
+		}
+		if c.stopping() {
+			return false
+		}
+	}
 }
 
 func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory) error {
