@@ -32,6 +32,13 @@ type committer struct {
 	retries uint64        // attempts retried
 	settled int           // rows acked
 	bytes   int           // their tuple bytes
+
+	// suspectBase is the sink's committed-row count when the batch being
+	// processed first failed with a classSuspect error, -1 before that.
+	// Rows committed since then, on any connection, show that the table
+	// takes rows, so that the error comes from the rows that fail.
+	suspectBase int64
+	hold        bool // commitRetry retries classSuspect errors (see process)
 }
 
 // loop commits batches until the batcher closes work (nil) or ctx ends.
@@ -71,7 +78,7 @@ func (c *committer) closeConn() {
 // dead-lettered if the database refuses it. It returns only ctx.Err().
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
-	c.retries, c.settled, c.bytes = 0, 0, 0
+	c.retries, c.settled, c.bytes, c.suspectBase, c.hold = 0, 0, 0, -1, false
 	if c.span = c.s.tracing.StartCopy(c.s.cfg.Table, rows); c.span != nil {
 		defer func() {
 			telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, err)
@@ -84,18 +91,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			c.s.st.bisectCopies.Add(1) // the rest after a poison row
 		}
 		err := c.commitRetry(ctx, rows[lo:])
-		if err == nil {
-			c.settle(b, lo, len(rows), nil)
-			return nil
-		}
-		if me := committedMissing(err); me != nil {
-			c.settleMissing(ctx, b, lo, len(rows), me)
-			return nil
-		}
-		if cerr := committedMiscount(err); cerr != nil {
-			// Committed: settled like a commit, whether or not ctx
-			// has ended.
-			c.deadLetterMiscounted(ctx, b, lo, len(rows), cerr)
+		if c.settleCommitted(ctx, b, lo, len(rows), err) {
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -105,10 +101,120 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 		if err != nil {
 			return err
 		}
+		if classify(perr) == classSuspect {
+			// Row p fails with an error that a row may cause, or the
+			// table (see classSuspect).
+			switch {
+			case c.tableTakesRows():
+				// findPoison may have blamed row p on an error its piece
+				// had before the table changed: try it alone.
+				c.s.st.bisectCopies.Add(1)
+				perr = c.commitRetry(ctx, rows[p:p+1])
+				if c.settleCommitted(ctx, b, p, p+1, perr) {
+					lo = p + 1
+					continue
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+			case c.probe(ctx, b, p):
+				// A row of the batch committed alone: the table takes
+				// rows. Settled, it was moved to p; bisect again.
+				lo = p + 1
+				continue
+			case ctx.Err() != nil:
+				return ctx.Err()
+			default:
+				// Still nothing committed: it may be the table. Retry the
+				// rest as a whole, like a configuration error, until it
+				// commits or rows commit elsewhere.
+				c.hold = true
+				err := c.commitRetry(ctx, rows[lo:])
+				c.hold = false
+				if c.settleCommitted(ctx, b, lo, len(rows), err) {
+					return nil
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				continue // the table takes rows now: bisect again
+			}
+		}
 		c.deadLetter(ctx, b, p, perr)
 		lo = p + 1
 	}
 	return nil
+}
+
+// suspectProbes is how many single rows probe tries.
+const suspectProbes = 6
+
+// probe looks for a row of b.rows[p+1:] that commits on its own, after row
+// p failed with a classSuspect error and no row had committed since (so p
+// is the first unsettled row). It tries up to suspectProbes rows spread
+// over the rest (the last, the middle, the quarters, ...), each swapped
+// into place p first, so that settlement stays a prefix; the suspect row
+// takes its place. It reports whether one committed (it is then settled).
+func (c *committer) probe(ctx context.Context, b *batch, p int) bool {
+	rows := b.rows
+	n := len(rows) - p - 1 // rows after p
+	tried := map[int]bool{}
+	for i := 0; i < suspectProbes && len(tried) < n; i++ {
+		// Offsets into rows[p+1:]: n-1, n/2, n/4, 3n/4, n/8, ...
+		var off int
+		switch i {
+		case 0:
+			off = n - 1
+		default:
+			den := 2 << ((i - 1) / 2)
+			off = n / den
+			if i%2 == 0 {
+				off = n - n/den - 1
+			}
+		}
+		q := p + 1 + min(max(off, 0), n-1)
+		if tried[q] {
+			continue
+		}
+		tried[q] = true
+		b.mu.Lock()
+		rows[p], rows[q] = rows[q], rows[p]
+		b.mu.Unlock()
+		c.s.st.bisectCopies.Add(1)
+		err := c.commitRetry(ctx, rows[p:p+1])
+		if c.settleCommitted(ctx, b, p, p+1, err) {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// settleCommitted settles rows[lo:hi] of b if err, from committing them,
+// says that they committed, and reports whether it did.
+func (c *committer) settleCommitted(ctx context.Context, b *batch, lo, hi int, err error) bool {
+	if err == nil {
+		c.settle(b, lo, hi, nil)
+		return true
+	}
+	if me := committedMissing(err); me != nil {
+		c.settleMissing(ctx, b, lo, hi, me)
+		return true
+	}
+	if cerr := committedMiscount(err); cerr != nil {
+		// Committed: settled like a commit, whether or not ctx has ended.
+		c.deadLetterMiscounted(ctx, b, lo, hi, cerr)
+		return true
+	}
+	return false
+}
+
+// tableTakesRows reports whether rows have committed, on any connection,
+// since the batch being processed first failed with a classSuspect error.
+func (c *committer) tableTakesRows() bool {
+	return c.suspectBase >= 0 && int64(c.s.st.rows.Load()) > c.suspectBase
 }
 
 // findPoison isolates the first row of rows[lo:hi] that the database
@@ -146,7 +252,9 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 // configuration errors with backoff until ctx ends. It returns nil, a
 // data-class error (SQLSTATE 22/23), a *miscountError of a COPY that
 // committed, a *missingError of an exactly-once batch that committed with
-// rows missing, or ctx.Err().
+// rows missing, or ctx.Err(). A classSuspect error it returns at once,
+// unless c.hold is set: then it retries it like a configuration error until
+// rows commit elsewhere (tableTakesRows).
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error {
 	c.bo.reset()
 	for attempt := 0; ; attempt++ {
@@ -173,6 +281,15 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 			return ctx.Err()
 		}
 		cl := classify(err)
+		if cl == classSuspect {
+			if c.suspectBase < 0 {
+				c.suspectBase = int64(c.s.st.rows.Load())
+			}
+			if !c.hold || c.tableTakesRows() {
+				return err
+			}
+			cl = classConfig
+		}
 		if cl == classData {
 			return err
 		}
@@ -510,8 +627,11 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 	if errors.As(err, &pgErr) {
 		dl.SQLState = pgErr.Code
 		dl.Reason = pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
-		if pgErr.Code[:2] == "23" {
+		switch {
+		case pgErr.Code[:2] == "23":
 			dl.Code = "constraint"
+		case classify(err) == classSuspect:
+			dl.Code = "refused"
 		}
 	}
 	if !c.park(ctx, row, dl) {

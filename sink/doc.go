@@ -102,7 +102,17 @@
 //     DeadLetterer (which terms it, or naks it and returns an error, in
 //     which case it is not acked). At most ceil(log2(n))+1 extra COPYs per
 //     refused row;
-//   - a COPY that committed with another row count than the rows sent (see
+//   - an error that a row may cause but the table may as well (a
+//     trigger's RAISE, class P0; an index entry too large, 54000): the
+//     batch is bisected the same way, but a row that fails alone is
+//     dead-lettered (code "refused") only once some row has committed, on
+//     any connection, since the batch first failed: that shows the table
+//     takes rows. Until then up to 6 other rows of the batch are tried
+//     alone to show it; if none commits, the rest of the batch is retried
+//     like a configuration error (below) until it commits or rows commit
+//     elsewhere. So a trigger that refuses every row dead-letters nothing,
+//     and a lone refused row waits, retried, until other rows commit;
+////   - a COPY that committed with another row count than the rows sent (see
 //     Delivery): not retried; its rows are dead-lettered, not acked; an
 //     exactly-once batch that committed with rows missing from the table:
 //     those rows are dead-lettered, the others acked;

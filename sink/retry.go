@@ -29,6 +29,14 @@ const (
 	// with backoff like a transient error, but logged loudly, once per
 	// distinct error.
 	classConfig
+	// classSuspect: an error that a row may cause although it is outside
+	// classes 22 and 23: a trigger's RAISE (class P0) or an index entry
+	// too large for its index (54000). It may as well come from the table
+	// (a trigger that refuses every row), so such a batch is bisected, and
+	// a row that fails alone is dead-lettered only once some row has
+	// committed, on any connection, since the batch first failed; until
+	// then it is retried and logged like classConfig (see commitRetry).
+	classSuspect
 )
 
 // classify says how to handle err (never nil). It uses predicates only.
@@ -45,6 +53,9 @@ func classify(err error) class {
 			// needs the exact type), so every row would fail. That is
 			// the table's fault, not the row's: do not dead-letter.
 			return classConfig
+		}
+		if code[:2] == "P0" || code == "54000" {
+			return classSuspect
 		}
 		switch code[:2] {
 		case "22", "23":

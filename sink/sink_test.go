@@ -450,20 +450,62 @@ func TestHostileTableName(t *testing.T) {
 	}
 }
 
-// One row in a batch violates a CHECK constraint: the other rows are
-// committed and acked, the poison row is dead-lettered (and not acked),
-// within ceil(log2(n))+1 extra COPYs.
+// refuseBadRows makes the table refuse rows whose payload has "bad": with a
+// CHECK constraint (SQLSTATE 23514, a data error) or with a BEFORE INSERT
+// trigger that raises (P0001, which the sink cannot tell from a table that
+// refuses every row until some row commits). It returns the dead-letter
+// code and SQLSTATE to expect.
+func refuseBadRows(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx.Identifier, trigger bool) (string, string) {
+	t.Helper()
+	if !trigger {
+		if _, err := admin.Exec(ctx, "ALTER TABLE "+table.Sanitize()+" ADD CONSTRAINT ok CHECK (payload->>'bad' IS NULL)"); err != nil {
+			t.Fatal(err)
+		}
+		return "constraint", "23514"
+	}
+	raiseOn(t, ctx, admin, table, "NEW.payload->>'bad' IS NOT NULL")
+	return "refused", "P0001"
+}
+
+// raiseOn adds a BEFORE INSERT trigger to table that raises an exception
+// (SQLSTATE P0001) for rows where cond holds.
+func raiseOn(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx.Identifier, cond string) {
+	t.Helper()
+	fn := pgx.Identifier{table[len(table)-1] + "_refuse"}.Sanitize()
+	if _, err := admin.Exec(ctx, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF "+cond+
+		" THEN RAISE EXCEPTION 'row refused'; END IF; RETURN NEW; END $$"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE TRIGGER refuse BEFORE INSERT ON "+table.Sanitize()+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// One row in a batch is refused, by a CHECK constraint or by a trigger that
+// raises: the other rows are committed and acked, the poison row is
+// dead-lettered (and not acked), within ceil(log2(n))+1 extra COPYs for a
+// constraint. A trigger's error could also mean that the table refuses
+// every row, so until a row has committed the sink tries the rows after the
+// suspect one first (one more bisection), and it tries a suspect row alone
+// once more before dead-lettering it.
 func TestBisectPoisonRow(t *testing.T) {
 	for _, tc := range []struct {
-		mode   Mode
-		poison []int
-		failDL bool
+		mode    Mode
+		poison  []int
+		failDL  bool
+		trigger bool
 	}{
-		{AtLeastOnce, []int{37}, false},
-		{ExactlyOnce, []int{1}, false},
-		{AtLeastOnce, []int{100}, false},
-		{AtLeastOnce, []int{10, 90}, false},
-		{AtLeastOnce, []int{50}, true},
+		{AtLeastOnce, []int{37}, false, false},
+		{ExactlyOnce, []int{1}, false, false},
+		{AtLeastOnce, []int{100}, false, false},
+		{AtLeastOnce, []int{10, 90}, false, false},
+		{AtLeastOnce, []int{50}, true, false},
+		{AtLeastOnce, []int{37}, false, true},
+		{AtLeastOnce, []int{1}, false, true},
+		{ExactlyOnce, []int{1}, false, true},
+		{AtLeastOnce, []int{100}, false, true},
+		{AtLeastOnce, []int{1, 2, 90}, false, true},
+		{AtLeastOnce, []int{50}, true, true},
 	} {
 		t.Run(strings.ReplaceAll(strings.Trim(strings.Join(strings.Fields(fmtAny(tc)), "_"), "{}"), " ", ""), func(t *testing.T) {
 			ctx := testCtx(t, 30*time.Second)
@@ -471,9 +513,7 @@ func TestBisectPoisonRow(t *testing.T) {
 			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = tc.mode; c.Connections = 1 })
 			dl.fail = tc.failDL
 			admin := pg.Conn(t)
-			if _, err := admin.Exec(ctx, "ALTER TABLE "+s.table.Sanitize()+" ADD CONSTRAINT ok CHECK (payload->>'bad' IS NULL)"); err != nil {
-				t.Fatal(err)
-			}
+			code, sqlstate := refuseBadRows(t, ctx, admin, s.table, tc.trigger)
 			bad := map[int]bool{}
 			for _, p := range tc.poison {
 				bad[p] = true
@@ -517,17 +557,98 @@ func TestBisectPoisonRow(t *testing.T) {
 					t.Fatalf("dead letters %v for %v", seqs, tc.poison)
 				}
 				for i, l := range letters {
-					if !bad[int(seqs[i])] || l.Stage != pipeline.StageSink || l.Code != "constraint" || l.SQLState != "23514" || l.Reason == "" {
+					if !bad[int(seqs[i])] || l.Stage != pipeline.StageSink || l.Code != code || l.SQLState != sqlstate || l.Reason == "" {
 						t.Errorf("dead letter %+v for seq %d", l, seqs[i])
 					}
 				}
 			}
-			bound := uint64(len(tc.poison)) * uint64(math.Ceil(math.Log2(100))+1)
+			per := uint64(math.Ceil(math.Log2(100)) + 1)
+			if tc.trigger {
+				per = 2*per + 1
+			}
+			bound := uint64(len(tc.poison)) * per
 			if st.BisectCopies > bound {
 				t.Errorf("%d extra COPYs, bound %d", st.BisectCopies, bound)
 			}
 			t.Logf("extra COPYs: %d (bound %d)", st.BisectCopies, bound)
 		})
+	}
+}
+
+// A trigger that refuses every row is the table's doing, not the rows':
+// nothing is dead-lettered or acked while it is there (the batch is retried
+// like a configuration error), and everything commits once it is dropped.
+func TestTriggerRefusingEveryRowIsRetried(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 2 })
+	admin := pg.Conn(t)
+	raiseOn(t, ctx, admin, s.table, "true")
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 40, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "retries of the refused batch", func() bool { return s.Stats().ConfigErrors >= 5 })
+	for i, m := range ms {
+		if m.acks.Load() != 0 || m.terms.Load() != 0 || m.naks.Load() != 0 {
+			t.Fatalf("message %d settled while every row is refused", i)
+		}
+	}
+	if _, err := admin.Exec(ctx, "DROP TRIGGER refuse ON "+s.table.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "rows acked", allAcked(ms))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if l, _ := dl.letters(); len(l) != 0 {
+		t.Fatalf("dead letters %v", l)
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != 40 {
+		t.Fatalf("%d rows committed, want 40", n)
+	}
+}
+
+// A one-row batch refused by a trigger cannot show by itself that the row is
+// at fault: it is retried while nothing else commits. Rows that commit on
+// the other connection meanwhile show it, and then it is dead-lettered.
+func TestTriggerRefusedRowAloneDeadLetteredOnceOthersCommit(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Connections = 2
+		c.Batch.MaxRows = 1
+	})
+	admin := pg.Conn(t)
+	code, sqlstate := refuseBadRows(t, ctx, admin, s.table, true)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 20, func(seq int) string {
+		if seq == 1 {
+			return `{"bad":true}`
+		}
+		return `{}`
+	})
+	src.push(t, ctx, rs[:1])
+	waitFor(t, ctx, "the lone row retried", func() bool { return s.Stats().ConfigErrors >= 2 })
+	if ms[0].terms.Load() != 0 || ms[0].acks.Load() != 0 {
+		t.Fatal("the lone refused row was settled before any other row committed")
+	}
+	src.push(t, ctx, rs[1:])
+	waitFor(t, ctx, "the good rows acked and the bad one termed", func() bool {
+		return allAcked(ms[1:])() && ms[0].terms.Load() == 1
+	})
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	letters, seqs := dl.letters()
+	if len(letters) != 1 || seqs[0] != 1 || letters[0].Code != code || letters[0].SQLState != sqlstate || ms[0].acks.Load() != 0 {
+		t.Fatalf("dead letters %+v for %v, row 1 acked %d times", letters, seqs, ms[0].acks.Load())
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != 19 {
+		t.Fatalf("%d rows committed, want 19", n)
 	}
 }
 
