@@ -112,7 +112,7 @@
 //     like a configuration error (below) until it commits or rows commit
 //     elsewhere. So a trigger that refuses every row dead-letters nothing,
 //     and a lone refused row waits, retried, until other rows commit;
-////   - a COPY that committed with another row count than the rows sent (see
+//   - a COPY that committed with another row count than the rows sent (see
 //     Delivery): not retried; its rows are dead-lettered, not acked; an
 //     exactly-once batch that committed with rows missing from the table:
 //     those rows are dead-lettered, the others acked;
