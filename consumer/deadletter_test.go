@@ -379,3 +379,33 @@ func TestMaxDeliverRetryEndsWithClose(t *testing.T) {
 		t.Fatalf("log does not say where the event stays:\n%s", s)
 	}
 }
+
+// An event that reached max_deliver and then left the stream (its limits
+// removed it, or someone deleted it) cannot be dead-lettered ever: the
+// handler says so once and stops retrying, so that the advisories behind it
+// get their turn.
+func TestMaxDeliverRetryStopsWhenTheEventIsGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	var log syncBuffer
+	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}, &log)
+	waitFor(t, ctx, "a failed attempt", func() bool { return c.Stats().DeadLetterFailed >= 1 })
+	stream, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.DeleteMsg(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the handler to give up", func() bool {
+		return strings.Contains(log.String(), "is no longer in the stream")
+	})
+	failed := c.Stats().DeadLetterFailed
+	time.Sleep(500 * time.Millisecond) // five retry periods
+	if now := c.Stats().DeadLetterFailed; now != failed {
+		t.Fatalf("still retrying: %d failed attempts, then %d", failed, now)
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -22,8 +22,9 @@
 // consumer; on each, the event is read back from the stream by sequence and
 // published to the dead-letter subject (stage "deliver", code "max_deliver").
 // Nothing else will bring the event back, so that publish is retried, with
-// backoff, until it succeeds or the connection closes (then an ERROR line
-// names the stream sequence where the event stays).
+// backoff, until it succeeds, the event has left the stream, or the
+// connection closes (then an ERROR line names the stream sequence where the
+// event stays).
 //
 // # Goroutines
 //

@@ -3,10 +3,12 @@ package consumer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/pipeline"
 )
@@ -61,9 +63,10 @@ func (c *Consumer) watchMaxDeliveries() error {
 // same advisory store it once). There is nothing to terminate.
 //
 // It tries until it succeeds, backing off to one attempt every
-// maxDeliverRetry[1], and gives up only when the connection closes or
-// drains (jetsink is stopping): then the log line says where the event
-// stays in the stream. Advisories that arrive meanwhile wait their turn.
+// maxDeliverRetry[1], and gives up only when the event or its stream is
+// gone, or when the connection closes or drains (jetsink is stopping): then
+// the log line says where the event stays in the stream. Advisories that
+// arrive meanwhile wait their turn.
 func (c *Consumer) onMaxDeliveries(m *nats.Msg) {
 	var adv maxDeliverAdvisory
 	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
@@ -80,6 +83,12 @@ func (c *Consumer) onMaxDeliveries(m *nats.Msg) {
 			return
 		}
 		c.stats.deadLetterFailed.Add(1)
+		if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			// Nothing to dead-letter any more, now or later.
+			c.log.Error("event reached nats.max_deliver and is no longer in the stream (removed by its limits, or deleted): it cannot be dead-lettered",
+				"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "err", err)
+			return
+		}
 		if c.stopping() || !c.sleepUnlessStopping(delay) {
 			c.log.Error("event reached nats.max_deliver and could not be dead-lettered before jetsink stopped; it stays in the stream at this sequence, and JetStream will not deliver it again",
 				"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt, "err", err)

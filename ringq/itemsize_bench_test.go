@@ -11,7 +11,7 @@ import (
 // items share a cache line instead of 1.6, so it shows how much of a single-item hand-off
 // is the item's own cache-line traffic, which every queue pays. The code is written out
 // for uint64 rather than shared with the ev benchmarks through a type parameter: a generic
-// benchmark loop measured up to 25% slower for some element types, for both queues.
+// benchmark loop measured 20-30% slower for ev, for both queues.
 //
 //	go test -run '^$' -bench 'Word|SPSC/batch=1|FanIn2/batch=1' -benchmem -count 6 ./ringq
 func BenchmarkWord(b *testing.B) {

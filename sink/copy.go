@@ -33,12 +33,13 @@ type committer struct {
 	settled int           // rows acked
 	bytes   int           // their tuple bytes
 
-	// suspectBase is the sink's committed-row count when the batch being
-	// processed first failed with a classSuspect error, -1 before that.
-	// Rows committed since then, on any connection, show that the table
-	// takes rows, so that the error comes from the rows that fail.
-	suspectBase int64
-	hold        bool // commitRetry retries classSuspect errors (see process)
+	// suspectSeq is the number (counters.attemptSeq) of the attempt that
+	// failed with a classSuspect error first since the last row was
+	// dead-lettered for one, 0 if none did. A commit of an attempt that
+	// started later, on any connection, shows that the table takes rows,
+	// so that the error comes from the rows that fail.
+	suspectSeq uint64
+	hold       bool // commitRetry retries classSuspect errors (see process)
 }
 
 // loop commits batches until the batcher closes work (nil) or ctx ends.
@@ -78,7 +79,7 @@ func (c *committer) closeConn() {
 // dead-lettered if the database refuses it. It returns only ctx.Err().
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
-	c.retries, c.settled, c.bytes, c.suspectBase, c.hold = 0, 0, 0, -1, false
+	c.retries, c.settled, c.bytes, c.suspectSeq, c.hold = 0, 0, 0, 0, false
 	if c.span = c.s.tracing.StartCopy(c.s.cfg.Table, rows); c.span != nil {
 		defer func() {
 			telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, err)
@@ -127,7 +128,9 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			default:
 				// Still nothing committed: it may be the table. Retry the
 				// rest as a whole, like a configuration error, until it
-				// commits or rows commit elsewhere.
+				// commits or rows commit elsewhere. (findPoison may have
+				// settled rows before p: committed with a miscount.)
+				lo = p
 				c.hold = true
 				err := c.commitRetry(ctx, rows[lo:])
 				c.hold = false
@@ -140,39 +143,34 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				continue // the table takes rows now: bisect again
 			}
 		}
+		if classify(perr) == classSuspect {
+			c.suspectSeq = 0 // the next refused row needs a commit of its own to show the table takes rows
+		}
 		c.deadLetter(ctx, b, p, perr)
 		lo = p + 1
 	}
 	return nil
 }
 
-// suspectProbes is how many single rows probe tries.
-const suspectProbes = 6
+// suspectProbes are the rows probe tries, as fractions of the way through
+// the rows after the suspect one: the last, the middle, the quarters, ...
+var suspectProbes = [...]float64{1, 1.0 / 2, 1.0 / 4, 3.0 / 4, 1.0 / 8, 5.0 / 8}
 
 // probe looks for a row of b.rows[p+1:] that commits on its own, after row
 // p failed with a classSuspect error and no row had committed since (so p
-// is the first unsettled row). It tries up to suspectProbes rows spread
-// over the rest (the last, the middle, the quarters, ...), each swapped
-// into place p first, so that settlement stays a prefix; the suspect row
-// takes its place. It reports whether one committed (it is then settled).
+// is the first unsettled row). It tries up to len(suspectProbes) rows,
+// each swapped into place p first, so that settlement stays a prefix; the
+// suspect row takes its place. It reports whether one committed (it is then
+// settled).
 func (c *committer) probe(ctx context.Context, b *batch, p int) bool {
 	rows := b.rows
 	n := len(rows) - p - 1 // rows after p
 	tried := map[int]bool{}
-	for i := 0; i < suspectProbes && len(tried) < n; i++ {
-		// Offsets into rows[p+1:]: n-1, n/2, n/4, 3n/4, n/8, ...
-		var off int
-		switch i {
-		case 0:
-			off = n - 1
-		default:
-			den := 2 << ((i - 1) / 2)
-			off = n / den
-			if i%2 == 0 {
-				off = n - n/den - 1
-			}
+	for _, f := range suspectProbes {
+		if n == 0 {
+			break
 		}
-		q := p + 1 + min(max(off, 0), n-1)
+		q := p + min(max(int(f*float64(n)), 1), n) // 1..n rows after p
 		if tried[q] {
 			continue
 		}
@@ -211,10 +209,10 @@ func (c *committer) settleCommitted(ctx context.Context, b *batch, lo, hi int, e
 	return false
 }
 
-// tableTakesRows reports whether rows have committed, on any connection,
-// since the batch being processed first failed with a classSuspect error.
+// tableTakesRows reports whether an attempt that started after the one
+// numbered c.suspectSeq has committed, on any connection.
 func (c *committer) tableTakesRows() bool {
-	return c.suspectBase >= 0 && int64(c.s.st.rows.Load()) > c.suspectBase
+	return c.suspectSeq > 0 && c.s.st.committedStart.Load() > c.suspectSeq
 }
 
 // findPoison isolates the first row of rows[lo:hi] that the database
@@ -259,7 +257,13 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 	c.bo.reset()
 	for attempt := 0; ; attempt++ {
 		began := time.Now()
+		seq := c.s.st.attemptSeq.Add(1)
 		unknown, err := c.attempt(ctx, rows)
+		if err == nil { // a commit that left rows out shows less: not counted
+			for cur := c.s.st.committedStart.Load(); cur < seq && !c.s.st.committedStart.CompareAndSwap(cur, seq); {
+				cur = c.s.st.committedStart.Load()
+			}
+		}
 		if err == nil {
 			c.took = time.Since(began)
 			if attempt > 0 {
@@ -282,13 +286,12 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		}
 		cl := classify(err)
 		if cl == classSuspect {
-			if c.suspectBase < 0 {
-				c.suspectBase = int64(c.s.st.rows.Load())
+			if c.suspectSeq == 0 {
+				c.suspectSeq = seq
 			}
 			if !c.hold || c.tableTakesRows() {
 				return err
 			}
-			cl = classConfig
 		}
 		if cl == classData {
 			return err
@@ -297,6 +300,10 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		c.retries++
 		wait := c.bo.next()
 		switch {
+		case cl == classSuspect:
+			c.s.st.configErrs.Add(1)
+			c.s.logSuspect(err)
+			c.closeConn()
 		case cl == classConfig:
 			c.s.st.configErrs.Add(1)
 			c.s.logConfigError(err)
@@ -313,6 +320,28 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		if err := sleep(ctx, wait); err != nil {
 			return err
 		}
+	}
+}
+
+// logSuspect logs a classSuspect error that is being retried, once per
+// SQLSTATE: its message may quote a row's values (a trigger's RAISE), which
+// go to dead letters, not into the log.
+func (s *Sink) logSuspect(err error) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		s.logConfigError(err)
+		return
+	}
+	key := "suspect " + pgErr.Code
+	s.seenErrsMu.Lock()
+	_, seen := s.seenErrs[key]
+	if !seen {
+		s.seenErrs[key] = struct{}{}
+	}
+	s.seenErrsMu.Unlock()
+	if !seen {
+		s.log.Error("the database refuses rows (a trigger raised, or an index limit), and no row has committed since to show "+
+			"that the table takes any: retrying them until one commits here or elsewhere, or the table is fixed", "sqlstate", pgErr.Code)
 	}
 }
 

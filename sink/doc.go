@@ -105,13 +105,17 @@
 //   - an error that a row may cause but the table may as well (a
 //     trigger's RAISE, class P0; an index entry too large, 54000): the
 //     batch is bisected the same way, but a row that fails alone is
-//     dead-lettered (code "refused") only once some row has committed, on
-//     any connection, since the batch first failed: that shows the table
-//     takes rows. Until then up to 6 other rows of the batch are tried
-//     alone to show it; if none commits, the rest of the batch is retried
-//     like a configuration error (below) until it commits or rows commit
-//     elsewhere. So a trigger that refuses every row dead-letters nothing,
-//     and a lone refused row waits, retried, until other rows commit;
+//     dead-lettered (code "refused") only if a commit attempt that started
+//     after the failure has committed, on any connection: that shows the
+//     table takes rows. Each such row needs a commit of its own. Until
+//     then up to 6 other rows of the batch are tried alone; if none
+//     commits, the rest of the batch is retried like a configuration error
+//     (below) until it commits or rows commit elsewhere. So a trigger that
+//     refuses every row dead-letters nothing, and one that starts refusing
+//     every row partway through a batch at most the row where it started.
+//     Refused rows that hold every connection while nothing else can
+//     commit are retried until the table is fixed, like a configuration
+//     error;
 //   - a COPY that committed with another row count than the rows sent (see
 //     Delivery): not retried; its rows are dead-lettered, not acked; an
 //     exactly-once batch that committed with rows missing from the table:

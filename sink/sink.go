@@ -53,6 +53,12 @@ type counters struct {
 	batches, rows, bytes, retries, possibleDups, configErrs, bisectCopies atomic.Uint64
 	deadLettered, deadLetterErrs, ackErrs, inProgress, inProgressErrs     atomic.Uint64
 	miscounts, uncounted                                                  atomic.Uint64
+
+	// attemptSeq numbers the sink's commit attempts as they start;
+	// committedStart is the highest number of an attempt that committed.
+	// A commit whose attempt started after a failure shows that the table
+	// took rows after it (committer.tableTakesRows).
+	attemptSeq, committedStart atomic.Uint64
 }
 
 // Sink writes rows to one PostgreSQL table in batches and settles their

@@ -994,3 +994,89 @@ func TestIntegralText(t *testing.T) {
 		}
 	}
 }
+
+// A table that takes 50 rows and then refuses every row (a quota trigger):
+// the row at which it started refusing may be dead-lettered, since the rows
+// before it committed after its batch failed, but no other: the rest is
+// retried like a configuration error until the trigger goes.
+func TestTriggerStartsRefusingMidBatch(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1 })
+	admin := pg.Conn(t)
+	raiseOn(t, ctx, admin, s.table, "(SELECT count(*) FROM "+s.table.Sanitize()+") >= 50")
+	src := newSource()
+	rs, ms := rows(1, 100, nil)
+	src.push(t, ctx, rs)
+	wait := runSink(t, ctx, s, src)
+	waitFor(t, ctx, "the rest retried", func() bool { return s.Stats().ConfigErrors >= 3 })
+	if l, seqs := dl.letters(); len(l) > 1 {
+		t.Fatalf("%d rows dead-lettered (%v) while the table refused every row", len(l), seqs)
+	}
+	if _, err := admin.Exec(ctx, "DROP TRIGGER refuse ON "+s.table.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	letters, _ := dl.letters()
+	for i, m := range ms {
+		if m.acks.Load()+m.terms.Load() != 1 {
+			t.Errorf("row %d: acks %d terms %d", i+1, m.acks.Load(), m.terms.Load())
+		}
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != 100-len(letters) {
+		t.Fatalf("%d rows committed and %d dead-lettered of 100", n, len(letters))
+	}
+}
+
+// Rows that a trigger drops (RETURN NULL: a COPY that commits with a
+// miscount, dead-lettered as row_count) before rows it refuses: while the
+// refused ones are retried, the dropped ones are not sent again, and every
+// row is settled once.
+func TestRefusedRowsAfterDroppedRowsSettledOnce(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1 })
+	admin := pg.Conn(t)
+	fn := pgx.Identifier{s.table[len(s.table)-1] + "_f"}.Sanitize()
+	if _, err := admin.Exec(ctx, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "+
+		"IF NEW.payload->>'skip' IS NOT NULL THEN RETURN NULL; END IF; RAISE EXCEPTION 'closed'; END $$"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE TRIGGER refuse BEFORE INSERT ON "+s.table.Sanitize()+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()"); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource()
+	rs, ms := rows(1, 8, func(seq int) string {
+		if seq <= 4 {
+			return `{"skip":true}`
+		}
+		return `{}`
+	})
+	src.push(t, ctx, rs)
+	wait := runSink(t, ctx, s, src)
+	waitFor(t, ctx, "the refused rows retried", func() bool { return s.Stats().ConfigErrors >= 3 })
+	if _, err := admin.Exec(ctx, "DROP TRIGGER refuse ON "+s.table.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for i, m := range ms {
+		if m.acks.Load()+m.terms.Load() != 1 || (i < 4) != (m.terms.Load() == 1) {
+			t.Errorf("row %d: acks %d terms %d", i+1, m.acks.Load(), m.terms.Load())
+		}
+	}
+	letters, seqs := dl.letters()
+	for i, l := range letters {
+		if l.Code != codeRowCount || seqs[i] > 4 {
+			t.Errorf("dead letter %+v for seq %d", l, seqs[i])
+		}
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != 4 {
+		t.Fatalf("%d rows in the table, want rows 5-8", n)
+	}
+}
