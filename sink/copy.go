@@ -688,7 +688,6 @@ const codeRowCount = "row_count"
 // dead-lettered (code "row_count"): the dead-letter subject holds every
 // event that may be missing, for the operator to check and replay.
 func (c *committer) deadLetterMiscounted(ctx context.Context, b *batch, lo, hi int, e *miscountError) {
-	b.settledTo(hi)
 	st := &c.s.st
 	st.miscounts.Add(1)
 	if e.stored >= 0 && e.stored < int64(e.sent) {
@@ -705,6 +704,9 @@ func (c *committer) deadLetterMiscounted(ctx context.Context, b *batch, lo, hi i
 	}
 	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: codeRowCount, Reason: reason}
 	for i := lo; i < hi; i++ {
+		// One at a time, so that the heartbeat keeps the rows still waiting
+		// for their dead letter from being redelivered.
+		b.settledTo(i + 1)
 		c.park(ctx, &b.rows[i], dl)
 	}
 }

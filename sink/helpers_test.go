@@ -67,9 +67,12 @@ type recDL struct {
 	got  []pipeline.DeadLetter
 	seqs []uint64
 	fail bool
+	// delay is how long each DeadLetter takes (a slow dead-letter stream).
+	delay time.Duration
 }
 
 func (d *recDL) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter) error {
+	time.Sleep(d.delay)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fail {

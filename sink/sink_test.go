@@ -1080,3 +1080,34 @@ func TestRefusedRowsAfterDroppedRowsSettledOnce(t *testing.T) {
 		t.Fatalf("%d rows in the table, want rows 5-8", n)
 	}
 }
+
+// While the rows of a miscounted COPY are dead-lettered one by one through
+// a slow dead-letter stream, those still waiting keep getting InProgress,
+// so that JetStream does not redeliver them meanwhile.
+func TestMiscountedRowsKeptAliveWhileDeadLettered(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.InProgressEvery = 50 * time.Millisecond })
+	dl.delay = 150 * time.Millisecond
+	admin := pg.Conn(t)
+	fn := pgx.Identifier{s.table[len(s.table)-1] + "_drop"}.Sanitize()
+	if _, err := admin.Exec(ctx, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE TRIGGER drop_all BEFORE INSERT ON "+s.table.Sanitize()+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()"); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource()
+	rs, ms := rows(1, 6, nil)
+	src.push(t, ctx, rs)
+	src.close()
+	if err := s.Run(ctx, src); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if l, _ := dl.letters(); len(l) != 6 {
+		t.Fatalf("%d dead letters, want 6", len(l))
+	}
+	if got := ms[5].inProgress.Load(); got == 0 {
+		t.Fatal("the last row got no InProgress in the ~750 ms its dead letter waited for the others")
+	}
+}
