@@ -332,14 +332,7 @@ func (s *Sink) logSuspect(err error) {
 		s.logConfigError(err)
 		return
 	}
-	key := "suspect " + pgErr.Code
-	s.seenErrsMu.Lock()
-	_, seen := s.seenErrs[key]
-	if !seen {
-		s.seenErrs[key] = struct{}{}
-	}
-	s.seenErrsMu.Unlock()
-	if !seen {
+	if s.firstSeen("suspect " + pgErr.Code) {
 		s.log.Error("the database refuses rows (a trigger raised, or an index limit), and no row has committed since to show "+
 			"that the table takes any: retrying them until one commits here or elsewhere, or the table is fixed", "sqlstate", pgErr.Code)
 	}
@@ -353,16 +346,21 @@ func (s *Sink) logConfigError(err error) {
 	if errors.As(err, &pgErr) {
 		key = pgErr.Code + " " + pgErr.Message
 	}
-	s.seenErrsMu.Lock()
-	_, seen := s.seenErrs[key]
-	if !seen {
-		s.seenErrs[key] = struct{}{}
-	}
-	s.seenErrsMu.Unlock()
-	if !seen {
+	if s.firstSeen(key) {
 		s.log.Error("the database refuses every batch; fix the table or the permissions (`jetsink check` says what differs): "+
 			"events wait in JetStream and the batch is retried until then", "err", err)
 	}
+}
+
+// firstSeen reports whether key is new to s.seenErrs, and records it.
+func (s *Sink) firstSeen(key string) bool {
+	s.seenErrsMu.Lock()
+	defer s.seenErrsMu.Unlock()
+	if _, seen := s.seenErrs[key]; seen {
+		return false
+	}
+	s.seenErrs[key] = struct{}{}
+	return true
 }
 
 // attempt runs one transaction. In at-least-once mode that is a single
