@@ -118,6 +118,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
+				c.suspectSeq = 0 // the next refused row needs a commit of its own
 			case c.probe(ctx, b, p):
 				// A row of the batch committed alone: the table takes
 				// rows. Settled, it was moved to p; bisect again.
@@ -142,9 +143,6 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				}
 				continue // the table takes rows now: bisect again
 			}
-		}
-		if classify(perr) == classSuspect {
-			c.suspectSeq = 0 // the next refused row needs a commit of its own to show the table takes rows
 		}
 		c.deadLetter(ctx, b, p, perr)
 		lo = p + 1
@@ -259,12 +257,12 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		began := time.Now()
 		seq := c.s.st.attemptSeq.Add(1)
 		unknown, err := c.attempt(ctx, rows)
-		if err == nil { // a commit that left rows out shows less: not counted
+		if err == nil {
+			// Raise committedStart to seq. (A commit that left rows out,
+			// below, shows less about the table: not counted.)
 			for cur := c.s.st.committedStart.Load(); cur < seq && !c.s.st.committedStart.CompareAndSwap(cur, seq); {
 				cur = c.s.st.committedStart.Load()
 			}
-		}
-		if err == nil {
 			c.took = time.Since(began)
 			if attempt > 0 {
 				c.s.log.Info("batch committed after retries", "rows", len(rows), "attempts", attempt+1)

@@ -33,9 +33,10 @@ const (
 	// classes 22 and 23: a trigger's RAISE (class P0) or an index entry
 	// too large for its index (54000). It may as well come from the table
 	// (a trigger that refuses every row), so such a batch is bisected, and
-	// a row that fails alone is dead-lettered only once some row has
-	// committed, on any connection, since the batch first failed; until
-	// then it is retried and logged like classConfig (see commitRetry).
+	// a row that fails alone is dead-lettered only once a commit attempt
+	// that started after the failure has committed, on any connection;
+	// until then it is retried and logged like classConfig (see
+	// committer.process).
 	classSuspect
 )
 
