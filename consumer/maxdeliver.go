@@ -42,16 +42,14 @@ type maxDeliverAdvisory struct {
 // watchMaxDeliveries subscribes to the server's MAX_DELIVERIES advisory for
 // the consumer. The subscription lives as long as the connection; nats.go
 // runs the handler on its own goroutine, one advisory at a time, and keeps
-// the advisories that arrive meanwhile: without a limit, since dropping one
-// would lose its event.
+// those that arrive meanwhile within its default pending limits (512k
+// messages, 64 MB): memory stays bounded. Past them nats.go drops
+// advisories and reports a slow consumer, which New's error handler logs
+// at ERROR with this subject: those events stay in the stream.
 func (c *Consumer) watchMaxDeliveries() error {
 	subject := fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.%s", c.cfg.Stream, c.cfg.Consumer)
-	sub, err := c.nc.Subscribe(subject, c.onMaxDeliveries)
-	if err != nil {
+	if _, err := c.nc.Subscribe(subject, c.onMaxDeliveries); err != nil {
 		return fmt.Errorf("subscribe to max-deliveries advisories: %w", err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		return fmt.Errorf("max-deliveries advisories: unlimited pending: %w", err)
 	}
 	return nil
 }
