@@ -39,133 +39,31 @@ type committer struct {
 	// started later, on any connection, shows that the table takes rows,
 	// so that the error comes from the rows that fail.
 	suspectSeq uint64
-
-	// aside holds rows refused with a classSuspect error while nothing
-	// showed that the table takes rows (see process): a spare batch, kept
-	// alive by the heartbeat, retried by loop once a commit attempt that
-	// started after asideSeq has committed, or at asideDue. nil if none.
-	aside     *batch
-	asideSeq  uint64
-	asideWait time.Duration
-	asideDue  time.Time
+	hold       bool // commitRetry retries classSuspect errors (see process)
 }
 
-// loop commits batches until the batcher closes work (nil) and no rows are
-// set aside, or ctx ends.
+// loop commits batches until the batcher closes work (nil) or ctx ends.
 func (c *committer) loop(ctx context.Context) error {
 	defer c.closeConn()
 	for {
-		if c.asideReady() {
-			if err := c.retryAside(ctx); err != nil {
-				return err
-			}
-		}
 		c.r.ready <- struct{}{} // never blocks: at most one token per committer
 		c.r.wakeBatcher()
 		var b *batch
-		var due <-chan time.Time
-		var t *time.Timer
-		if c.aside != nil {
-			t = time.NewTimer(time.Until(c.asideDue))
-			due = t.C
-		}
 		select {
 		case b = <-c.r.work:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-due:
-			// Time to retry the rows set aside: stop waiting for work.
-			// Take a token back (tokens only count waiting committers);
-			// if the batcher has just taken them all, it is handing work
-			// to a waiting committer, and that may be this one.
-			select {
-			case <-c.r.ready:
-				continue
-			case b = <-c.r.work:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if t != nil {
-			t.Stop()
 		}
 		if b == nil {
-			// The batcher is done: settle what was set aside, if anything.
-			for c.aside != nil {
-				if err := sleep(ctx, time.Until(c.asideDue)); err != nil {
-					return err
-				}
-				if err := c.retryAside(ctx); err != nil {
-					return err
-				}
-			}
 			return nil
 		}
-		err := c.process(ctx, b, 0)
+		err := c.process(ctx, b)
 		b.reset()
 		c.r.release(b)
 		if err != nil {
 			return err
 		}
 	}
-}
-
-// asideReady reports whether rows set aside are due for another try: a
-// commit attempt that started after they were set aside has committed, or
-// their backoff has passed.
-func (c *committer) asideReady() bool {
-	return c.aside != nil && (c.s.st.committedStart.Load() > c.asideSeq || !time.Now().Before(c.asideDue))
-}
-
-// retryAside processes the rows set aside again; once all are settled the
-// spare batch goes back (process sets them aside again if they still fail).
-func (c *committer) retryAside(ctx context.Context) error {
-	a := c.aside
-	if err := c.process(ctx, a, c.asideSeq); err != nil {
-		return err
-	}
-	if a.lo >= len(a.rows) {
-		c.aside = nil
-		a.reset()
-		c.r.release(a)
-	}
-	return nil
-}
-
-// setAside moves the unsettled rows b.rows[lo:], refused with a classSuspect
-// error with nothing to show that the table takes rows, into c.aside, so
-// that the committer can take new rows, whose commits can show it: while
-// every committer waited on refused rows, nothing else could commit. The
-// heartbeat keeps them InProgress there. For c.aside itself it only
-// schedules the next try, backing off from Retry.Initial to Retry.Max.
-func (c *committer) setAside(b *batch, lo int, err error) {
-	c.s.st.configErrs.Add(1)
-	c.s.logSuspect(err)
-	c.asideSeq = c.s.st.attemptSeq.Load()
-	if b == c.aside {
-		c.asideWait = min(2*c.asideWait, c.s.cfg.Retry.Max)
-		c.asideDue = time.Now().Add(c.asideWait)
-		return
-	}
-	if c.aside == nil {
-		c.aside = c.r.newSpare()
-	}
-	a := c.aside
-	b.mu.Lock()
-	moved := b.rows[lo:]
-	since := b.since
-	a.mu.Lock()
-	a.rows = append(a.rows, moved...)
-	if a.since.IsZero() || since.Before(a.since) {
-		a.since = since // the heartbeat's clock: the oldest row's
-	}
-	a.beat = time.Time{}
-	a.mu.Unlock()
-	clear(moved)
-	b.rows = b.rows[:lo]
-	b.mu.Unlock()
-	c.asideWait = c.s.cfg.Retry.Initial
-	c.asideDue = time.Now().Add(c.asideWait)
 }
 
 func (c *committer) closeConn() {
@@ -177,23 +75,20 @@ func (c *committer) closeConn() {
 	}
 }
 
-// process commits b's unsettled rows and settles each: acked after commit,
-// or dead-lettered if the database refuses it, or set aside (setAside). It
-// returns only ctx.Err(). suspectSeq is where c.suspectSeq starts: 0 for a
-// new batch, c.asideSeq for rows set aside.
-func (c *committer) process(ctx context.Context, b *batch, suspectSeq uint64) (err error) {
+// process commits b and settles every row: acked after commit, or
+// dead-lettered if the database refuses it. It returns only ctx.Err().
+func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
-	c.retries, c.settled, c.bytes, c.suspectSeq = 0, 0, 0, suspectSeq
+	c.retries, c.settled, c.bytes, c.suspectSeq, c.hold = 0, 0, 0, 0, false
 	if c.span = c.s.tracing.StartCopy(c.s.cfg.Table, rows); c.span != nil {
 		defer func() {
 			telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, err)
 			c.span = nil
 		}()
 	}
-	start := b.lo // 0, or for rows set aside, where the last try stopped
-	lo := start
+	lo := 0
 	for lo < len(rows) {
-		if lo > start {
+		if lo > 0 {
 			c.s.st.bisectCopies.Add(1) // the rest after a poison row
 		}
 		err := c.commitRetry(ctx, rows[lo:])
@@ -223,13 +118,7 @@ func (c *committer) process(ctx context.Context, b *batch, suspectSeq uint64) (e
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if b != c.aside {
-					// In a new batch the next refused row needs a commit of
-					// its own: the table may have started refusing rows
-					// since. Rows set aside were all refused before the
-					// commit that got them retried.
-					c.suspectSeq = 0
-				}
+				c.suspectSeq = 0 // the next refused row needs a commit of its own
 			case c.probe(ctx, b, p):
 				// A row of the batch committed alone: the table takes
 				// rows. Settled, it was moved to p; bisect again.
@@ -238,12 +127,21 @@ func (c *committer) process(ctx context.Context, b *batch, suspectSeq uint64) (e
 			case ctx.Err() != nil:
 				return ctx.Err()
 			default:
-				// Still nothing committed: it may be the table. Set the
-				// rest aside, to be tried again once rows commit or after
-				// a backoff. (findPoison may have settled rows before p:
-				// committed with a miscount.)
-				c.setAside(b, p, perr)
-				return nil
+				// Still nothing committed: it may be the table. Retry the
+				// rest as a whole, like a configuration error, until it
+				// commits or rows commit elsewhere. (findPoison may have
+				// settled rows before p: committed with a miscount.)
+				lo = p
+				c.hold = true
+				err := c.commitRetry(ctx, rows[lo:])
+				c.hold = false
+				if c.settleCommitted(ctx, b, lo, len(rows), err) {
+					return nil
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				continue // the table takes rows now: bisect again
 			}
 		}
 		c.deadLetter(ctx, b, p, perr)
@@ -350,8 +248,9 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 // configuration errors with backoff until ctx ends. It returns nil, a
 // data-class error (SQLSTATE 22/23), a *miscountError of a COPY that
 // committed, a *missingError of an exactly-once batch that committed with
-// rows missing, or ctx.Err(). A classSuspect error it returns at once
-// (process deals with it).
+// rows missing, or ctx.Err(). A classSuspect error it returns at once,
+// unless c.hold is set: then it retries it like a configuration error until
+// rows commit elsewhere (tableTakesRows).
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error {
 	c.bo.reset()
 	for attempt := 0; ; attempt++ {
@@ -388,7 +287,9 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 			if c.suspectSeq == 0 {
 				c.suspectSeq = seq
 			}
-			return err
+			if !c.hold || c.tableTakesRows() {
+				return err
+			}
 		}
 		if cl == classData {
 			return err
@@ -397,6 +298,10 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		c.retries++
 		wait := c.bo.next()
 		switch {
+		case cl == classSuspect:
+			c.s.st.configErrs.Add(1)
+			c.s.logSuspect(err)
+			c.closeConn()
 		case cl == classConfig:
 			c.s.st.configErrs.Add(1)
 			c.s.logConfigError(err)
@@ -416,7 +321,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 	}
 }
 
-// logSuspect logs a classSuspect error whose rows are set aside, once per
+// logSuspect logs a classSuspect error that is being retried, once per
 // SQLSTATE: its message may quote a row's values (a trigger's RAISE), which
 // go to dead letters, not into the log.
 func (s *Sink) logSuspect(err error) {
@@ -427,7 +332,7 @@ func (s *Sink) logSuspect(err error) {
 	}
 	if s.firstSeen("suspect " + pgErr.Code) {
 		s.log.Error("the database refuses rows (a trigger raised, or an index limit), and no row has committed since to show "+
-			"that the table takes any: they are set aside and tried again once rows commit, or the table is fixed", "sqlstate", pgErr.Code)
+			"that the table takes any: retrying them until one commits here or elsewhere, or the table is fixed", "sqlstate", pgErr.Code)
 	}
 }
 

@@ -3,7 +3,6 @@ package sink
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -1110,58 +1109,5 @@ func TestMiscountedRowsKeptAliveWhileDeadLettered(t *testing.T) {
 	}
 	if got := ms[5].inProgress.Load(); got == 0 {
 		t.Fatal("the last row got no InProgress in the ~750 ms its dead letter waited for the others")
-	}
-}
-
-// Refused rows that arrive alone, one after another, are set aside rather
-// than held by their connections, so that rows behind them still commit,
-// which then shows that the table takes rows and gets the refused ones
-// dead-lettered. (While a connection held each refused row, two of them
-// stopped the default sink, and one a sink with one connection.)
-func TestRefusedRowsDoNotHoldEveryConnection(t *testing.T) {
-	for _, conns := range []int{1, 2} {
-		t.Run(fmt.Sprintf("connections=%d", conns), func(t *testing.T) {
-			ctx := testCtx(t, 60*time.Second)
-			pg := testenv.Postgres(t)
-			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = conns })
-			admin := pg.Conn(t)
-			code, sqlstate := refuseBadRows(t, ctx, admin, s.table, true)
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-			rs, ms := rows(1, 12, func(seq int) string {
-				if seq <= 2 {
-					return `{"bad":true}`
-				}
-				return `{}`
-			})
-			src.push(t, ctx, rs[:1])
-			waitFor(t, ctx, "the first refused row retried", func() bool { return s.Stats().ConfigErrors >= 2 })
-			src.push(t, ctx, rs[1:2])
-			before := s.Stats().ConfigErrors
-			waitFor(t, ctx, "the second refused row tried", func() bool { return s.Stats().ConfigErrors >= before+2 })
-			if l, _ := dl.letters(); len(l) != 0 {
-				t.Fatalf("refused rows dead-lettered before any row committed: %v", l)
-			}
-			src.push(t, ctx, rs[2:])
-			waitFor(t, ctx, "the good rows acked and the refused ones termed", func() bool {
-				return allAcked(ms[2:])() && ms[0].terms.Load() == 1 && ms[1].terms.Load() == 1
-			})
-			src.close()
-			if err := wait(); err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			letters, seqs := dl.letters()
-			if len(letters) != 2 {
-				t.Fatalf("dead letters %+v for %v", letters, seqs)
-			}
-			for i, l := range letters {
-				if seqs[i] > 2 || l.Code != code || l.SQLState != sqlstate {
-					t.Errorf("dead letter %+v for seq %d", l, seqs[i])
-				}
-			}
-			if n := count(t, ctx, admin, s.cfg.Table); n != 10 {
-				t.Fatalf("%d rows committed, want 10", n)
-			}
-		})
 	}
 }
