@@ -532,7 +532,7 @@ func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uin
 // cpuMark is a process's CPU time when a consumer had acked so many messages.
 type cpuMark struct {
 	at    time.Time
-	ticks int64  // user + system, clock ticks of 1/100 s
+	ticks int64  // user + system, in clockTick
 	acked uint64 // messages acked: delivered minus those pending an ack
 }
 
@@ -567,7 +567,8 @@ func steadyCPU(first, last cpuMark) float64 {
 	if first.at.IsZero() || last.at.Sub(first.at) < time.Second || last.acked <= first.acked {
 		return 0
 	}
-	return float64(last.ticks-first.ticks) * 1e4 / float64(last.acked-first.acked)
+	cpu := time.Duration(last.ticks-first.ticks) * clockTick
+	return float64(cpu.Microseconds()) / float64(last.acked-first.acked)
 }
 
 // waitReady polls until t's consumer exists and has a pull request open.

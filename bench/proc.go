@@ -223,7 +223,7 @@ func sampleCPU(pgPID int) (s cpuSample, ok bool) {
 			return s, false
 		}
 	}
-	const tick = float64(time.Second) / 100 // USER_HZ is 100 on Linux
+	const tick = float64(clockTick)
 	s.busy = time.Duration((v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) * tick)
 	s.idle = time.Duration((v[3] + v[4]) * tick)
 	return s, true
@@ -248,9 +248,12 @@ func treeCPU(pid int) (time.Duration, bool) {
 			total += c.utime + c.stime
 		}
 	}
-	const tick = float64(time.Second) / 100 // USER_HZ
-	return time.Duration(float64(total) * tick), true
+	return time.Duration(total) * clockTick, true
 }
+
+// clockTick is the unit of the CPU times in /proc: 1/USER_HZ, and USER_HZ
+// is 100 on Linux.
+const clockTick = time.Second / 100
 
 type statFields struct {
 	ppid                         int

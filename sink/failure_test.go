@@ -118,14 +118,7 @@ func TestMissingTableRetriedUntilCreated(t *testing.T) {
 	if err := s.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "rows acked", allAcked(ms))
-	src.close()
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if l, _ := dl.letters(); len(l) != 0 {
-		t.Fatalf("dead letters %v", l)
-	}
+	finishClean(t, ctx, src, wait, dl, ms)
 }
 
 // An Ack that fails after a commit is counted and logged; the row stays.

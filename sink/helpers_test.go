@@ -270,3 +270,17 @@ func testCtxCancel(parent context.Context) (context.Context, context.CancelFunc)
 }
 
 func fmtAny(v any) string { return fmt.Sprintf("%v", v) }
+
+// finishClean waits until every message of ms is acked, closes src, waits
+// for Run (wait) to return nil, and checks that nothing was dead-lettered.
+func finishClean(t *testing.T, ctx context.Context, src source, wait func() error, dl *recDL, ms []*recMsg) {
+	t.Helper()
+	waitFor(t, ctx, "rows acked", allAcked(ms))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if l, _ := dl.letters(); len(l) != 0 {
+		t.Fatalf("dead letters %v", l)
+	}
+}

@@ -597,14 +597,7 @@ func TestTriggerRefusingEveryRowIsRetried(t *testing.T) {
 	if _, err := admin.Exec(ctx, "DROP TRIGGER refuse ON "+s.table.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "rows acked", allAcked(ms))
-	src.close()
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if l, _ := dl.letters(); len(l) != 0 {
-		t.Fatalf("dead letters %v", l)
-	}
+	finishClean(t, ctx, src, wait, dl, ms)
 	if n := count(t, ctx, admin, s.cfg.Table); n != 40 {
 		t.Fatalf("%d rows committed, want 40", n)
 	}
