@@ -12,6 +12,7 @@ type ackMeta struct {
 	streamSeq uint64
 	consSeq   uint64
 	published time.Time
+	pending   uint64 // messages after this one not yet delivered to the consumer
 }
 
 // parseAckReply reads a JetStream ack reply subject without allocating
@@ -47,6 +48,7 @@ func parseAckReply(reply string) (ackMeta, bool) {
 		streamSeq: parseNum(tok[3]),
 		consSeq:   parseNum(tok[4]),
 		published: time.Unix(0, int64(parseNum(tok[5]))),
+		pending:   parseNum(tok[6]),
 	}, true
 }
 

@@ -18,19 +18,20 @@ func TestParseAckReply(t *testing.T) {
 		ok    bool
 		want  ackMeta
 	}{
-		{"$JS.ACK.EVENTS.jetsink.3.1042.77." + tm + ".9", true, ackMeta{"EVENTS", 3, 1042, 77, ts}},
-		{"$JS.ACK._.HASH.EVENTS.jetsink.1.5.6." + tm + ".0.RANDOM", true, ackMeta{"EVENTS", 1, 5, 6, ts}},
-		{"$JS.ACK.hub.HASH.S.c.2.5.6." + tm + ".0", true, ackMeta{"S", 2, 5, 6, ts}},         // 11 tokens
-		{"$JS.ACK.hub.HASH.S.c.2.5.6." + tm + ".0.R.extra", true, ackMeta{"S", 2, 5, 6, ts}}, // future tokens
-		{"$JS.ACK.S.c.x.5.6." + tm + ".0", true, ackMeta{"S", 0, 5, 6, ts}},                  // not a number reads 0
-		{"$JS.ACK.S.c.1.5.6." + tm, false, ackMeta{}},                                        // 8 tokens
-		{"$JS.ACK.a.b.S.c.1.5.6." + tm + "", false, ackMeta{}},                               // 10 tokens
+		{"$JS.ACK.EVENTS.jetsink.3.1042.77." + tm + ".9", true, ackMeta{"EVENTS", 3, 1042, 77, ts, 9}},
+		{"$JS.ACK._.HASH.EVENTS.jetsink.1.5.6." + tm + ".12.RANDOM", true, ackMeta{"EVENTS", 1, 5, 6, ts, 12}},
+		{"$JS.ACK.hub.HASH.S.c.2.5.6." + tm + ".0", true, ackMeta{"S", 2, 5, 6, ts, 0}},         // 11 tokens
+		{"$JS.ACK.hub.HASH.S.c.2.5.6." + tm + ".0.R.extra", true, ackMeta{"S", 2, 5, 6, ts, 0}}, // future tokens
+		{"$JS.ACK.S.c.x.5.6." + tm + ".0", true, ackMeta{"S", 0, 5, 6, ts, 0}},                  // not a number reads 0
+		{"$JS.ACK.S.c.1.5.6." + tm, false, ackMeta{}},                                           // 8 tokens
+		{"$JS.ACK.a.b.S.c.1.5.6." + tm + "", false, ackMeta{}},                                  // 10 tokens
 		{"_INBOX.abc.def.1.2.3.4.5.6", false, ackMeta{}},
 		{"", false, ackMeta{}},
 	} {
 		got, ok := parseAckReply(tc.reply)
 		if ok != tc.ok || (ok && (got.stream != tc.want.stream || got.delivered != tc.want.delivered ||
-			got.streamSeq != tc.want.streamSeq || got.consSeq != tc.want.consSeq || !got.published.Equal(tc.want.published))) {
+			got.streamSeq != tc.want.streamSeq || got.consSeq != tc.want.consSeq || !got.published.Equal(tc.want.published) ||
+			got.pending != tc.want.pending)) {
 			t.Errorf("parseAckReply(%q) = %+v, %v; want %+v, %v", tc.reply, got, ok, tc.want, tc.ok)
 		}
 	}
@@ -70,7 +71,7 @@ func TestParseAckReplyMatchesMetadata(t *testing.T) {
 		}
 		got, ok := parseAckReply(msg.Reply())
 		if !ok || got.stream != md.Stream || got.delivered != md.NumDelivered || got.streamSeq != md.Sequence.Stream ||
-			got.consSeq != md.Sequence.Consumer || !got.published.Equal(md.Timestamp) {
+			got.consSeq != md.Sequence.Consumer || !got.published.Equal(md.Timestamp) || got.pending != md.NumPending {
 			t.Fatalf("parseAckReply(%q) = %+v, %v; Metadata says %+v", msg.Reply(), got, ok, md)
 		}
 	}

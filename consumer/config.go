@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -115,6 +116,14 @@ type Config struct {
 	// default of 5s the bench saw 10 s gaps in ~1 of 6 drains. At least
 	// 100ms and at most half of PullExpiry. Default 1s.
 	PullHeartbeat time.Duration `yaml:"pull_heartbeat"`
+
+	// StoredSeq, when set, returns the highest sequence of stream that the
+	// table already holds rows for (0: none). The exactly-once wiring sets
+	// it (sink.Sink.StoredSeq), as rows are keyed by (stream, stream_seq)
+	// there: with CreateStream, a missing stream is then created to
+	// continue past those rows, and Run refuses a stream whose sequence
+	// restarted under them (ErrSequenceRestarted). Not a file key.
+	StoredSeq func(ctx context.Context, stream string) (uint64, error) `yaml:"-"`
 }
 
 // TLSConfig is the nats.tls: section.

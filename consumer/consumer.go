@@ -39,6 +39,9 @@ type Consumer struct {
 
 	stats counters
 
+	// seq is what checkSeq knows of the stream's sequence.
+	seq seqGuard
+
 	// mdRetry is the first and the longest wait between attempts to
 	// dead-letter an event that reached max_deliver (maxDeliverRetry).
 	mdRetry [2]time.Duration
@@ -226,11 +229,7 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 	var stream jetstream.Stream
 	var err error
 	if cfg.CreateStream {
-		stream, err = c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:     cfg.Stream,
-			Subjects: cfg.Subjects,
-			Storage:  jetstream.FileStorage,
-		})
+		stream, err = c.createStream(ctx)
 		if err != nil {
 			return fmt.Errorf("create or update stream %s: %w", cfg.Stream, err)
 		}

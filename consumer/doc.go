@@ -26,6 +26,24 @@
 // connection closes (then an ERROR line names the stream sequence where the
 // event stays).
 //
+// # A stream that restarts its sequence
+//
+// A stream deleted and re-created starts again at sequence 1. In
+// exactly-once mode rows are keyed by (stream, stream_seq), so its events
+// would conflict with the old rows and be skipped as duplicates. The wiring
+// then sets Config.StoredSeq (the table's highest sequence for the stream),
+// and:
+//   - with nats.create_stream, a missing stream is created with first_seq
+//     past the table's rows and past every message of the old stream this
+//     process has seen (those may still be on their way to the table);
+//   - before each subscription Run compares the stream with the table, and
+//     returns ErrSequenceRestarted, acking nothing, when the stream ends
+//     below the table's highest sequence, or when it was re-created since
+//     the last check and starts at or below what was stored or seen.
+//
+// Not detected: a stream deleted and re-created while jetsink was stopped
+// and refilled past the table's rows before it starts again.
+//
 // # Goroutines
 //
 // Run blocks on the caller's goroutine, supervising. The pushes happen on

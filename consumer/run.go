@@ -58,6 +58,7 @@ type Output interface {
 func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 	defer out.Close()
 	backoff := retryMin
+	ensure := false // the stream or consumer went away: re-create them first
 	for {
 		if err := hard.Err(); err != nil {
 			return fmt.Errorf("consume: shutdown cut short: %w", err)
@@ -65,14 +66,35 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		retry := func(what string, err error) {
+			c.log.Error(what+"; retrying", "err", err, "retry_in", backoff)
+			sleep(ctx, hard, backoff)
+			backoff = min(2*backoff, retryMax)
+		}
+		if ensure {
+			if err := c.ensureAll(ctx); err != nil {
+				if ctx.Err() == nil {
+					retry("re-create stream/consumer", err)
+				}
+				continue
+			}
+			ensure = false
+		}
+		if err := c.checkSeq(ctx); err != nil {
+			if errors.Is(err, ErrSequenceRestarted) {
+				return fmt.Errorf("consume: %w", err)
+			}
+			if ctx.Err() == nil {
+				retry("check the stream's sequence against the table", err)
+			}
+			continue
+		}
 		s, err := c.subscribe(hard, out)
 		if err != nil && c.nc.IsClosed() {
 			return fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)
 		}
 		if err != nil {
-			c.log.Error("subscribe to the consumer; retrying", "err", err, "retry_in", backoff)
-			sleep(ctx, hard, backoff)
-			backoff = min(2*backoff, retryMax)
+			retry("subscribe to the consumer", err)
 			continue
 		}
 		began := time.Now()
@@ -83,18 +105,17 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 		if time.Since(began) > time.Minute {
 			backoff = retryMin
 		}
-		// The subscription ended without us (consumer deleted, ...) or was
-		// ended to re-create the consumer: subscribe again.
+		// The subscription ended without us (consumer deleted, ...) or
+		// because the consumer or its stream is gone: re-create them and
+		// subscribe again.
 		c.stats.resubscribes.Add(1)
-		if !s.recreated {
+		ensure = true
+		if !s.gone {
 			c.log.Warn("pull subscription ended; re-creating the consumer", "retry_in", backoff)
 			if !sleep(ctx, hard, backoff) {
 				continue
 			}
 			backoff = min(2*backoff, retryMax)
-			if err := c.ensureAll(ctx); err != nil && ctx.Err() == nil {
-				c.log.Error("re-create stream/consumer", "err", err)
-			}
 		}
 	}
 }
@@ -106,9 +127,9 @@ type session struct {
 	errs   chan error      // errors nats.go reports; sends never block
 	// pushErr carries the first failed Push (hard over, out closed); after
 	// it the handler only naks.
-	pushErr   chan error
-	failed    bool // delivery goroutine only
-	recreated bool // the consumer was re-created while this session ran
+	pushErr chan error
+	failed  bool // delivery goroutine only
+	gone    bool // the consumer or its stream went away while this session ran
 }
 
 // subscribe starts a Consume subscription whose handler pushes into out.
@@ -192,7 +213,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			if !c.recheck(ctx) {
 				continue
 			}
-			s.recreated = true
+			s.gone = true
 			s.cc.Stop()
 			select {
 			case <-s.closed:
@@ -240,6 +261,9 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg) err
 	if v := h[HeaderMsgID]; len(v) > 0 {
 		ev.MsgID = v[0]
 	}
+	if end := meta.streamSeq + meta.pending; end > c.seq.seenEnd.Load() {
+		c.seq.seenEnd.Store(end)
+	}
 	c.stats.received.Add(1)
 	if ev.Delivered > 1 {
 		c.stats.redelivered.Add(1)
@@ -259,9 +283,10 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg) err
 	return nil
 }
 
-// recheck looks the consumer up and re-creates what is missing. It reports
-// whether the consumer was re-created, in which case Run must subscribe
-// again.
+// recheck looks the consumer up. It reports whether the consumer, or the
+// stream it was on, is gone (the stream was deleted, perhaps re-created
+// since; the consumer was deleted): Run must then re-create what is
+// missing, check the stream's sequence, and subscribe again.
 func (c *Consumer) recheck(ctx context.Context) bool {
 	if !c.nc.IsConnected() {
 		return false // reconnecting: nats.go re-pulls once it is back
@@ -271,13 +296,11 @@ func (c *Consumer) recheck(ctx context.Context) bool {
 	_, err := c.js.Consumer(rctx, c.cfg.Stream, c.cfg.Consumer)
 	switch {
 	case err == nil:
-		return false
+		// Another instance sharing the consumer may have re-created a
+		// deleted stream and the consumer on it already.
+		return c.streamReplaced(rctx)
 	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 		c.log.Warn("consumer gone; re-creating it", "err", err)
-		if err := c.ensureAll(rctx); err != nil {
-			c.log.Error("re-create stream/consumer", "err", err)
-			return false
-		}
 		return true
 	default:
 		c.log.Warn("consumer check failed", "err", err)

@@ -64,17 +64,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 
-	p.consumer, err = consumer.New(ctx, cfg.NATS, log)
-	if err != nil {
-		p.Close()
-		return nil, fmt.Errorf("connect to NATS: %w", err)
-	}
-	if p.tracing.Enabled() {
-		p.consumer.SetTracer(p.tracing.StartMessage)
-	}
 	// Dead letters from the workers and the sink are counted by reason and
-	// end the message's span.
-	dl := &telemetry.DeadLetterer{Next: p.consumer, Metrics: p.metrics}
+	// end the message's span; they go out through the consumer, made below.
+	dl := &telemetry.DeadLetterer{Metrics: p.metrics}
 	sinkCfg := cfg.Postgres.Config
 	if sinkCfg.InProgressEvery == 0 {
 		sinkCfg.InProgressEvery = cfg.NATS.AckWait / 2
@@ -90,6 +82,21 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	natsCfg := cfg.NATS
+	if sinkCfg.Mode == sink.ExactlyOnce {
+		// Rows are keyed by (stream, stream_seq): a stream re-created
+		// from sequence 1 would have its events skipped as duplicates.
+		natsCfg.StoredSeq = p.sink.StoredSeq
+	}
+	p.consumer, err = consumer.New(ctx, natsCfg, log)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("connect to NATS: %w", err)
+	}
+	dl.Next = p.consumer
+	if p.tracing.Enabled() {
+		p.consumer.SetTracer(p.tracing.StartMessage)
 	}
 	p.sink.Instrument(p.tracing, p.metrics)
 	p.pipeline, err = pipeline.New(cfg.Pipeline, mapper, dl, log)

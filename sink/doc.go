@@ -83,8 +83,11 @@
 // exactly-once: each batch is COPYed into a per-connection temporary
 // staging table (ON COMMIT DELETE ROWS) and moved with INSERT ...
 // SELECT ... ON CONFLICT (stream, stream_seq) DO NOTHING in the same
-// transaction, so a redelivered message adds nothing (a stream deleted and
-// re-created restarts its sequence: its rows then conflict with old ones).
+// transaction, so a redelivered message adds nothing. A stream deleted and
+// re-created restarts its sequence, and its rows would conflict with old
+// ones: StoredSeq tells the consumer the table's highest sequence, so that
+// it re-creates a stream past it and refuses one that restarted (package
+// consumer, "A stream that restarts its sequence").
 // Order is not promised.
 //
 // # Failures

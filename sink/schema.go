@@ -2,10 +2,13 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jetsink/jetsink/pipeline"
 )
@@ -303,4 +306,42 @@ func (s *Sink) hasUniqueIndex(ctx context.Context, c *pgx.Conn, rel uint32, a, b
 		}
 	}
 	return false, nil
+}
+
+// StoredSeq returns the highest stream sequence the table holds for stream
+// (0: none, or no table yet). Exactly-once only: it reads the key columns,
+// through their unique index unless the sequence column is text (then it
+// reads every row of stream). The consumer asks it before it creates the
+// stream, so that a re-created stream continues past the table's rows,
+// and before it subscribes, to refuse a stream whose sequence restarted
+// under the table (consumer.Config.StoredSeq).
+func (s *Sink) StoredSeq(ctx context.Context, stream string) (uint64, error) {
+	if s.cfg.Mode != ExactlyOnce {
+		return 0, fmt.Errorf("%w: StoredSeq needs postgres.mode exactly-once", ErrInvalidConfig)
+	}
+	seq := pgx.Identifier{s.seqC}.Sanitize()
+	if s.seqText {
+		seq += "::numeric"
+	}
+	q := "SELECT max(" + seq + ")::numeric::text FROM " + s.table.Sanitize() +
+		" WHERE " + pgx.Identifier{s.streamC}.Sanitize() + " = $1"
+	var max *string
+	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
+		return c.QueryRow(ctx, q, stream).Scan(&max)
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") { // no such table or schema yet
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the highest %s stored for stream %s in %s on %s: %w", s.seqC, stream, s.table.Sanitize(), s.where, err)
+	}
+	if max == nil {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(integralText(*max), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the highest %s stored for stream %s in %s is %q, not a stream sequence", s.seqC, stream, s.table.Sanitize(), *max)
+	}
+	return n, nil
 }

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -142,5 +144,62 @@ func TestPingErrorHasNoPassword(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "127.0.0.1:1/nodb") {
 		t.Fatalf("Ping error %q", err)
+	}
+}
+
+// StoredSeq reads the highest sequence stored for one stream, ordering text
+// sequences as numbers, and reads a missing table as empty.
+func TestStoredSeq(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	for _, typ := range []pipeline.Type{pipeline.TypeInt8, pipeline.TypeNumeric, pipeline.TypeText} {
+		t.Run(string(typ), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.URL = pg.URL
+			cfg.Table = uniqueName(t)
+			cfg.Mode = ExactlyOnce
+			cols := []pipeline.Column{
+				{Name: "str", From: "meta:stream", Type: pipeline.TypeText},
+				{Name: "sq", From: "meta:stream_seq", Type: typ},
+			}
+			s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			got := func(stream string) uint64 {
+				t.Helper()
+				n, err := s.StoredSeq(ctx, stream)
+				if err != nil {
+					t.Fatalf("StoredSeq(%s): %v", stream, err)
+				}
+				return n
+			}
+			if n := got("S"); n != 0 {
+				t.Fatalf("no table: %d, want 0", n)
+			}
+			if err := s.Init(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := got("S"); n != 0 {
+				t.Fatalf("empty table: %d, want 0", n)
+			}
+			// 99 sorts above 100 as text; stream T's rows are not S's.
+			if _, err := admin.Exec(ctx, "INSERT INTO "+s.table.Sanitize()+
+				" VALUES ('S', '99'), ('S', '100'), ('S', '7'), ('T', '5000')"); err != nil {
+				t.Fatal(err)
+			}
+			if n := got("S"); n != 100 {
+				t.Fatalf("StoredSeq(S) = %d, want 100", n)
+			}
+			if n := got("U"); n != 0 {
+				t.Fatalf("StoredSeq(U) = %d, want 0", n)
+			}
+		})
+	}
+	s, _ := newTestSink(t, ctx, pg.URL, nil) // at-least-once
+	if _, err := s.StoredSeq(ctx, "S"); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("StoredSeq in at-least-once mode: %v, want ErrInvalidConfig", err)
 	}
 }

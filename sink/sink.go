@@ -74,6 +74,7 @@ type Sink struct {
 	where   string // host:port/db for messages; never the password
 	streamC string // exactly-once: name of the meta:stream column
 	seqC    string // exactly-once: name of the meta:stream_seq column
+	seqText bool   // exactly-once: that column is text (ordered as text, not as numbers)
 
 	copySQL    string // COPY into the table (at-least-once) or the staging table
 	stageSQL   string // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
@@ -138,7 +139,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 		case "meta:stream":
 			s.streamC = c.Name
 		case "meta:stream_seq":
-			s.seqC = c.Name
+			s.seqC, s.seqText = c.Name, c.Type == pipeline.TypeText
 		}
 	}
 	if cfg.Mode == ExactlyOnce && (s.streamC == "" || s.seqC == "") {

@@ -1,0 +1,150 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrSequenceRestarted is returned by Run when, with Config.StoredSeq set
+// (exactly-once), the stream's sequence starts again below rows the table
+// already holds for it: the stream was deleted and re-created. Exactly-once
+// keys rows by (stream, stream_seq), so the new events would conflict with
+// old rows and be skipped as duplicates. Run refuses to consume such a
+// stream; nothing of it is acked, and its events stay in it.
+var ErrSequenceRestarted = errors.New("stream sequence restarted under stored rows")
+
+// seqGuard is what the consumer knows of the stream's sequence, for
+// Config.StoredSeq. Only Run's goroutine (and New, before it) uses the
+// plain fields; seenEnd is written by the delivery goroutine.
+type seqGuard struct {
+	// created is the stream's creation time as the last check saw it; a
+	// different one means the stream was re-created since.
+	created time.Time
+	checked bool
+	// seenEnd is the highest stream sequence + pending count of any message
+	// delivered: the end of the stream as of that delivery. Rows up to it
+	// may still be on their way to the table after the stream is deleted.
+	// Only the delivery goroutine (one at a time) raises it.
+	seenEnd atomic.Uint64
+}
+
+// storedSeqTimeout bounds one Config.StoredSeq call.
+const storedSeqTimeout = 30 * time.Second
+
+// storedSeq calls Config.StoredSeq for the stream, within storedSeqTimeout.
+func (c *Consumer) storedSeq(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, storedSeqTimeout)
+	defer cancel()
+	return c.cfg.StoredSeq(ctx, c.cfg.Stream)
+}
+
+// continueSeq is the first sequence for a stream that Config.StoredSeq
+// needs created: past every row the table holds for it and every message
+// of it this process has seen (which may not have committed yet).
+func (c *Consumer) continueSeq(ctx context.Context) (uint64, error) {
+	stored, err := c.storedSeq(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("create stream %s: it must continue past the table's rows: %w", c.cfg.Stream, err)
+	}
+	return max(stored, c.seq.seenEnd.Load()) + 1, nil
+}
+
+// createStream creates the stream (file storage, Subjects) or updates the
+// subjects of the one there. With Config.StoredSeq a new stream starts past
+// the rows the table holds for a stream of that name (FirstSeq), so that
+// re-creating a deleted stream does not restart its sequence under them.
+func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
+	cfg := &c.cfg
+	sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.FileStorage}
+	if cfg.StoredSeq != nil {
+		_, err := c.js.Stream(ctx, cfg.Stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			first, err := c.continueSeq(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if first > 1 {
+				sc.FirstSeq = first
+			}
+			stream, err := c.js.CreateStream(ctx, sc)
+			if err == nil {
+				if first > 1 {
+					c.log.Warn("created stream continuing the sequence of the rows stored for it", "first_seq", first)
+				}
+				return stream, nil
+			}
+			if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				return nil, err
+			}
+			sc.FirstSeq = 0 // someone else created it just now; checkSeq judges it
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return c.js.CreateOrUpdateStream(ctx, sc)
+}
+
+// checkSeq returns an error wrapping ErrSequenceRestarted when, with
+// Config.StoredSeq set, the stream's messages would reuse sequences the
+// table already holds rows for:
+//   - the stream ends below the table's highest sequence for it, or
+//   - the stream was re-created since the last check and starts at or below
+//     the table's highest sequence or the end of the stream seen before.
+//
+// A stream deleted and re-created while jetsink was not running, and
+// refilled past the table's rows since, is not detected. Other errors are
+// for failing to ask (NATS or PostgreSQL unreachable).
+func (c *Consumer) checkSeq(ctx context.Context) error {
+	if c.cfg.StoredSeq == nil {
+		return nil
+	}
+	stream, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
+	}
+	info := stream.CachedInfo()
+	stored, err := c.storedSeq(ctx)
+	if err != nil {
+		return err
+	}
+	st := info.State
+	next := st.LastSeq + 1 // the lowest sequence the consumer can deliver
+	if st.Msgs > 0 {
+		next = st.FirstSeq
+	}
+	replaced := c.seq.checked && !info.Created.Equal(c.seq.created)
+	end := stored
+	if replaced {
+		end = max(stored, c.seq.seenEnd.Load())
+	}
+	if st.LastSeq < stored || (replaced && next <= end) {
+		return fmt.Errorf("%w: nats.stream %s now holds sequences %d..%d (created %s), but sequences up to %d are stored or on their way: "+
+			"in exactly-once mode its events would be skipped as duplicates of older rows. Re-create the stream with "+
+			"first_seq %d, or point postgres.table at a new table (with nats.create_stream, jetsink re-creates a missing stream that way)",
+			ErrSequenceRestarted, c.cfg.Stream, st.FirstSeq, st.LastSeq, info.Created.UTC().Format(time.RFC3339), end, end+1)
+	}
+	c.seq.created, c.seq.checked = info.Created, true
+	return nil
+}
+
+// streamReplaced reports whether, with Config.StoredSeq set, the stream is
+// no longer the one the last checkSeq saw (deleted and re-created).
+func (c *Consumer) streamReplaced(ctx context.Context) bool {
+	if c.cfg.StoredSeq == nil || !c.seq.checked {
+		return false
+	}
+	stream, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return errors.Is(err, jetstream.ErrStreamNotFound)
+	}
+	if stream.CachedInfo().Created.Equal(c.seq.created) {
+		return false
+	}
+	c.log.Warn("stream re-created; checking its sequence", "created", stream.CachedInfo().Created)
+	return true
+}
