@@ -368,7 +368,9 @@ func TestRunRecreatesDeletedStream(t *testing.T) {
 	if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
 		t.Fatal(err)
 	}
-	// With nats.create_stream, Run puts stream and consumer back.
+	// With nats.create_stream, Run puts stream and consumer back; the
+	// stream continues the sequence, so that no late ack of an old
+	// message can settle a new one.
 	waitFor(t, ctx, "the stream to be re-created", func() bool {
 		_, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
 		return err == nil
@@ -376,8 +378,8 @@ func TestRunRecreatesDeletedStream(t *testing.T) {
 	publish(t, ctx, js, cfg, 5, 1, 100)
 	for i := 0; i < 5; i++ {
 		ev := r.next(t, ctx).ev
-		if got := bodyIndex(t, &ev); got != 100+i || ev.StreamSeq != uint64(i+1) {
-			t.Fatalf("after re-creation got message %d at seq %d, want %d at seq %d", got, ev.StreamSeq, 100+i, i+1)
+		if got := bodyIndex(t, &ev); got != 100+i || ev.StreamSeq != uint64(6+i) {
+			t.Fatalf("after re-creation got message %d at seq %d, want %d at seq %d", got, ev.StreamSeq, 100+i, 6+i)
 		}
 		if err := ev.Msg.Ack(); err != nil {
 			t.Fatal(err)

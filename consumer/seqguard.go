@@ -43,48 +43,54 @@ func (c *Consumer) storedSeq(ctx context.Context) (uint64, error) {
 	return c.cfg.StoredSeq(ctx, c.cfg.Stream)
 }
 
-// continueSeq is the first sequence for a stream that Config.StoredSeq
-// needs created: past every row the table holds for it and every message
-// of it this process has seen (which may not have committed yet).
+// continueSeq is the first sequence for a stream that has to be created:
+// past every message of a stream of that name this process has seen (the
+// sink may still ack those, and an ack names a stream sequence) and, with
+// Config.StoredSeq, past every row the table holds for it. 0 when neither
+// asks for more than the server's default.
 func (c *Consumer) continueSeq(ctx context.Context) (uint64, error) {
-	stored, err := c.storedSeq(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("create stream %s: it must continue past the table's rows: %w", c.cfg.Stream, err)
+	end := c.seq.seenEnd.Load()
+	if c.cfg.StoredSeq != nil {
+		stored, err := c.storedSeq(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("create stream %s: it must continue past the table's rows: %w", c.cfg.Stream, err)
+		}
+		end = max(end, stored)
 	}
-	return max(stored, c.seq.seenEnd.Load()) + 1, nil
+	if end == 0 {
+		return 0, nil
+	}
+	return end + 1, nil
 }
 
 // createStream creates the stream (file storage, Subjects) or updates the
-// subjects of the one there. With Config.StoredSeq a new stream starts past
-// the rows the table holds for a stream of that name (FirstSeq), so that
-// re-creating a deleted stream does not restart its sequence under them.
+// subjects of the one there. A new stream starts past the sequences that
+// continueSeq knows of (FirstSeq), so that a deleted stream re-created
+// does not reuse them: no late ack of an old message can then settle a new
+// one, and in exactly-once mode no new row collides with an old one.
 func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	cfg := &c.cfg
 	sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.FileStorage}
-	if cfg.StoredSeq != nil {
-		_, err := c.js.Stream(ctx, cfg.Stream)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			first, err := c.continueSeq(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if first > 1 {
-				sc.FirstSeq = first
-			}
-			stream, err := c.js.CreateStream(ctx, sc)
-			if err == nil {
-				if first > 1 {
-					c.log.Warn("created stream continuing the sequence of the rows stored for it", "first_seq", first)
-				}
-				return stream, nil
-			}
-			if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-				return nil, err
-			}
-			sc.FirstSeq = 0 // someone else created it just now; checkSeq judges it
-		} else if err != nil {
+	_, err := c.js.Stream(ctx, cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		first, err := c.continueSeq(ctx)
+		if err != nil {
 			return nil, err
 		}
+		sc.FirstSeq = first
+		stream, err := c.js.CreateStream(ctx, sc)
+		if err == nil {
+			if first > 0 {
+				c.log.Warn("created stream continuing the sequence of the one before", "first_seq", first)
+			}
+			return stream, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, err
+		}
+		sc.FirstSeq = 0 // someone else created it just now; checkSeq judges it
+	} else if err != nil {
+		return nil, err
 	}
 	return c.js.CreateOrUpdateStream(ctx, sc)
 }
