@@ -28,7 +28,9 @@ func (p Problem) String() string {
 
 // Check connects to NATS and reports what `jetsink run` would find, without
 // creating or changing anything: the stream, the durable consumer, and a
-// stream capturing the dead-letter subject. The error is for a failure to
+// stream capturing the dead-letter subject; with cfg.StoredSeq, a stream
+// whose sequence restarted under the table's rows (see Run). The error is
+// for a failure to
 // check at all (bad config wraps ErrInvalidConfig; an unreachable server is
 // the connect error).
 func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error) {
@@ -72,6 +74,15 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			problems = append(problems, Problem{Message: err.Error()})
 		}
 		problems = append(problems, checkConsumer(ctx, stream, cfg)...)
+		if cfg.StoredSeq != nil {
+			stored, err := cfg.StoredSeq(ctx, cfg.Stream)
+			if err == nil {
+				err = restarted(cfg.Stream, info, stored, stored, false)
+			}
+			if err != nil {
+				problems = append(problems, Problem{Message: "stream sequence against the table: " + err.Error()})
+			}
+		}
 	}
 	if _, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject); errors.Is(err, jetstream.ErrStreamNotFound) {
 		p := Problem{Message: fmt.Sprintf("no stream captures nats.dead_letter_subject %s: events that cannot be stored would be nak'ed again and again instead of parked", cfg.DeadLetterSubject),

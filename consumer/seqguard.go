@@ -118,24 +118,35 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st := info.State
-	next := st.LastSeq + 1 // the lowest sequence the consumer can deliver
-	if st.Msgs > 0 {
-		next = st.FirstSeq
-	}
 	replaced := c.seq.checked && !info.Created.Equal(c.seq.created)
 	end := stored
 	if replaced {
 		end = max(stored, c.seq.seenEnd.Load())
 	}
-	if st.LastSeq < stored || (replaced && next <= end) {
-		return fmt.Errorf("%w: nats.stream %s now holds sequences %d..%d (created %s), but sequences up to %d are stored or on their way: "+
-			"in exactly-once mode its events would be skipped as duplicates of older rows. Re-create the stream with "+
-			"first_seq %d, or point postgres.table at a new table (with nats.create_stream, jetsink re-creates a missing stream that way)",
-			ErrSequenceRestarted, c.cfg.Stream, st.FirstSeq, st.LastSeq, info.Created.UTC().Format(time.RFC3339), end, end+1)
+	if err := restarted(c.cfg.Stream, info, stored, end, replaced); err != nil {
+		return err
 	}
 	c.seq.created, c.seq.checked = info.Created, true
 	return nil
+}
+
+// restarted returns an error wrapping ErrSequenceRestarted when the stream
+// info describes ends below stored, or, replaced (re-created since it was
+// last seen), starts at or below end.
+func restarted(name string, info *jetstream.StreamInfo, stored, end uint64, replaced bool) error {
+	st := info.State
+	next := st.LastSeq + 1 // the lowest sequence a consumer can still be delivered
+	if st.Msgs > 0 {
+		next = st.FirstSeq
+	}
+	if st.LastSeq >= stored && (!replaced || next > end) {
+		return nil
+	}
+	end = max(end, stored)
+	return fmt.Errorf("%w: nats.stream %s now holds sequences %d..%d (created %s), but sequences up to %d are stored or on their way: "+
+		"in exactly-once mode its events would be skipped as duplicates of older rows. Re-create the stream with "+
+		"first_seq %d, or point postgres.table at a new table (with nats.create_stream, jetsink re-creates a missing stream that way)",
+		ErrSequenceRestarted, name, st.FirstSeq, st.LastSeq, info.Created.UTC().Format(time.RFC3339), end, end+1)
 }
 
 // streamReplaced reports whether, with Config.StoredSeq set, the stream is

@@ -65,10 +65,18 @@ func TestCLIInitAndCheck(t *testing.T) {
 	cfgPath := e.writeConfig(sink.ExactlyOnce)
 	noCreate := []string{"JETSINK_POSTGRES_CREATE_TABLE=false"}
 
-	// Nothing exists yet: check says what to fix and fails.
+	// Nothing exists yet: check says what to fix and fails, and creates
+	// nothing, not even with create_table.
 	out, code := jetsinkCmd(t, noCreate, "check", "--config", cfgPath)
 	if code != 1 || !strings.Contains(out, "stream "+e.stream+" does not exist") || !strings.Contains(out, "does not exist") {
 		t.Fatalf("check before setup: exit %d\n%s", code, out)
+	}
+	if _, code = jetsinkCmd(t, []string{"JETSINK_POSTGRES_CREATE_TABLE=true"}, "check", "--config", cfgPath); code != 1 {
+		t.Fatalf("check before setup with create_table: exit %d, want 1", code)
+	}
+	var exists bool
+	if err := e.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", e.table).Scan(&exists); err != nil || exists {
+		t.Fatalf("check created the table (%v)", err)
 	}
 
 	out, code = jetsinkCmd(t, nil, "init", "--config", cfgPath, "--print")
@@ -85,6 +93,19 @@ func TestCLIInitAndCheck(t *testing.T) {
 	out, code = jetsinkCmd(t, noCreate, "check", "--config", cfgPath)
 	if code != 0 || !strings.Contains(out, "postgres: ok") {
 		t.Fatalf("check after init: exit %d\n%s", code, out)
+	}
+
+	// Rows stored past the stream's last sequence: the stream was deleted
+	// and re-created, and exactly-once would skip its events.
+	if _, err := e.db.Exec(ctx, `INSERT INTO `+e.table+` (id, ts, stream, stream_seq) VALUES (gen_random_uuid(), now(), $1, 500)`, e.stream); err != nil {
+		t.Fatal(err)
+	}
+	out, code = jetsinkCmd(t, noCreate, "check", "--config", cfgPath)
+	if code != 1 || !strings.Contains(out, "stream sequence restarted") || !strings.Contains(out, "first_seq 501") {
+		t.Fatalf("check with rows past the stream's sequence: exit %d\n%s", code, out)
+	}
+	if _, err := e.db.Exec(ctx, `TRUNCATE `+e.table); err != nil {
+		t.Fatal(err)
 	}
 
 	// A column whose type no longer matches is named.

@@ -23,8 +23,10 @@ func newCheckCmd() *cobra.Command {
 		Long: `Validate the configuration, connect to NATS and PostgreSQL, and report what
 'jetsink run' would find: the stream, the durable consumer, a stream for the
 dead-letter subject, the table, and each mapped column's type against the
-table's. It creates and changes nothing. Exit status 0 when run would work
-(warnings allowed), 1 when something must be fixed first, 2 for a bad config.`,
+table's; in exactly-once mode also a stream whose sequence restarted below
+the table's rows (deleted and re-created). It creates and changes nothing.
+Exit status 0 when run would work (warnings allowed), 1 when something must
+be fixed first, 2 for a bad config.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := cf.load()
@@ -46,7 +48,23 @@ table's. It creates and changes nothing. Exit status 0 when run would work
 				fmt.Fprintf(out, "%s: %s: %s\n", section, level, text)
 			}
 
-			natsProblems, err := consumer.Check(ctx, cfg.NATS, log)
+			mapper, err := pipeline.Compile(cfg.Columns())
+			if err != nil {
+				return err
+			}
+			pgCfg := cfg.Postgres.Config
+			pgCfg.CreateTable = false // check creates nothing
+			s, err := sink.New(ctx, pgCfg, mapper.Columns(), nil, log)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+
+			natsCfg := cfg.NATS
+			if pgCfg.Mode == sink.ExactlyOnce {
+				natsCfg.StoredSeq = s.StoredSeq
+			}
+			natsProblems, err := consumer.Check(ctx, natsCfg, log)
 			if err != nil {
 				report("nats", false, err.Error())
 			} else {
@@ -58,15 +76,6 @@ table's. It creates and changes nothing. Exit status 0 when run would work
 				}
 			}
 
-			mapper, err := pipeline.Compile(cfg.Columns())
-			if err != nil {
-				return err
-			}
-			s, err := sink.New(ctx, cfg.Postgres.Config, mapper.Columns(), nil, log)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
 			switch pgProblems, err := s.Check(ctx); {
 			case err != nil:
 				report("postgres", false, err.Error())
