@@ -41,6 +41,9 @@ type Consumer struct {
 
 	// seq is what checkSeq knows of the stream's sequence.
 	seq seqGuard
+	// stranded records, in the consumer's metadata, the events that
+	// reached max_deliver and are not dead-lettered yet.
+	stranded stranded
 
 	// mdRetry is the first and the longest wait between attempts to
 	// dead-letter an event that reached max_deliver (maxDeliverRetry).
@@ -219,7 +222,11 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if err := c.ensureConsumer(ctx); err != nil {
 		return err
 	}
-	return c.watchMaxDeliveries()
+	if err := c.watchMaxDeliveries(); err != nil {
+		return err
+	}
+	c.resumeStranded()
+	return nil
 }
 
 // ensureStream creates or updates the stream (CreateStream) or checks that
@@ -277,25 +284,6 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 	return nil
 }
 
-// ensureConsumer creates or updates the durable pull consumer and publishes
-// its handle for Run and Lag.
-func (c *Consumer) ensureConsumer(ctx context.Context) error {
-	cfg := &c.cfg
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       cfg.Consumer,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    cfg.MaxDeliver,
-		MaxAckPending: cfg.maxAckPending(),
-		FilterSubject: cfg.FilterSubject,
-	})
-	if err != nil {
-		return fmt.Errorf("create or update consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
-	}
-	c.cons.Store(&consumerHandle{cons})
-	return nil
-}
-
 // Close drains the connection (pending acks and publishes are flushed) and
 // waits up to 10s for it to close. Call it after Run has returned; a Run
 // still going returns an error. Idempotent.
@@ -310,6 +298,7 @@ func (c *Consumer) Close() {
 		c.nc.Close()
 		<-c.closed
 	}
+	c.stranded.resume.Wait() // ends once the connection has closed
 }
 
 // Ready reports whether the connection to NATS is up.

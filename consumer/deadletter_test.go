@@ -406,3 +406,33 @@ func TestMaxDeliverRetryStopsWhenTheEventIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An event whose max-deliver dead letter is still failing when jetsink
+// stops is recorded in the consumer's metadata, and the next start
+// dead-letters it once the dead-letter stream is back; the record is then
+// cleared. (Before the record, the event stayed in the stream unseen.)
+func TestMaxDeliverRetryResumesAfterRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, nil)
+	record := func() string {
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cons.CachedInfo().Config.Metadata[strandedKey]
+	}
+	waitFor(t, ctx, "the event recorded", func() bool { return record() == "1:2" })
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+
+	dlq := dlqStream(t, ctx, js, cfg)
+	c2 := newConsumer(t, ctx, cfg)
+	waitMaxDeliverLetter(t, ctx, dlq, cfg)
+	waitFor(t, ctx, "the record cleared", func() bool { return record() == "" })
+	if st := c2.Stats(); st.MaxDelivered != 1 {
+		t.Fatalf("restarted consumer: %+v", st)
+	}
+}

@@ -71,6 +71,16 @@ func (c *Consumer) onMaxDeliveries(m *nats.Msg) {
 		c.log.Error("unreadable max-deliveries advisory", "err", err)
 		return
 	}
+	c.deadLetterMaxDelivered(adv, false)
+}
+
+// deadLetterMaxDelivered dead-letters adv's event, retrying as
+// onMaxDeliveries says. After the first failed attempt the event is
+// recorded in the consumer's metadata (recorded: it is already), so that
+// if jetsink stops first the next start resumes it; the record is cleared
+// once the dead letter is stored or the event is gone. It reports false
+// when it stopped because the connection is closing.
+func (c *Consumer) deadLetterMaxDelivered(adv maxDeliverAdvisory, recorded bool) bool {
 	delay := c.mdRetry[0]
 	for attempt := 1; ; attempt++ {
 		err := c.deadLetterBySeq(adv)
@@ -78,19 +88,34 @@ func (c *Consumer) onMaxDeliveries(m *nats.Msg) {
 			c.stats.maxDelivered.Add(1)
 			c.log.Warn("event reached nats.max_deliver; dead-lettered",
 				"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt)
-			return
+			if recorded {
+				c.record(adv, false)
+			}
+			return true
 		}
 		c.stats.deadLetterFailed.Add(1)
 		if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 			// Nothing to dead-letter any more, now or later.
 			c.log.Error("event reached nats.max_deliver and is no longer in the stream (removed by its limits, or deleted): it cannot be dead-lettered",
 				"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "err", err)
-			return
+			if recorded {
+				c.record(adv, false)
+			}
+			return true
+		}
+		if !recorded && !c.stopping() {
+			recorded = c.record(adv, true)
 		}
 		if c.stopping() || !c.sleepUnlessStopping(delay) {
+			if recorded {
+				c.log.Error("event reached nats.max_deliver and could not be dead-lettered before jetsink stopped; it stays in the stream at this sequence, "+
+					"recorded in the consumer's metadata, and the next start retries it",
+					"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt, "err", err)
+				return false
+			}
 			c.log.Error("event reached nats.max_deliver and could not be dead-lettered before jetsink stopped; it stays in the stream at this sequence, and JetStream will not deliver it again",
 				"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt, "err", err)
-			return
+			return false
 		}
 		c.log.Error("event reached nats.max_deliver and could not be dead-lettered yet; retrying",
 			"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt, "retry_in", delay, "err", err)
