@@ -260,7 +260,7 @@ func BenchmarkPush(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := c.push(ctx, out, msg); err != nil {
+		if err := c.push(ctx, out, msg, &session{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -279,7 +279,7 @@ func TestPushDoesNotAllocate(t *testing.T) {
 	out := ringq.NewDispatch(1, 1024, key)
 	defer out.Close()
 	allocs := testing.AllocsPerRun(500, func() {
-		if err := c.push(ctx, out, msg); err != nil && !errors.Is(err, ringq.ErrClosed) {
+		if err := c.push(ctx, out, msg, &session{}); err != nil && !errors.Is(err, ringq.ErrClosed) {
 			t.Fatal(err)
 		}
 		if _, ok := out.Ring(0).TryPop(); !ok {

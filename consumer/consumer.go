@@ -45,6 +45,9 @@ type Consumer struct {
 	// reached max_deliver and are not dead-lettered yet.
 	stranded stranded
 
+	// recheckRefused is refusedRecheck as New found it.
+	recheckRefused time.Duration
+
 	// mdRetry is the first and the longest wait between attempts to
 	// dead-letter an event that reached max_deliver (maxDeliverRetry).
 	mdRetry [2]time.Duration
@@ -115,7 +118,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	}
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
 	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}),
-		mdRetry: maxDeliverRetry}
+		mdRetry: maxDeliverRetry, recheckRefused: refusedRecheck}
 
 	opts, err := c.natsOptions()
 	if err != nil {
@@ -150,6 +153,12 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			c.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+			if c.cfg.StoredSeq != nil {
+				// While the connection was down the stream may have been
+				// re-created, and nats.go's pulls go on with whatever
+				// stream answers: Run checks again before taking more.
+				c.seq.suspect.Store(true)
+			}
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {

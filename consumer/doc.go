@@ -24,25 +24,43 @@
 // Nothing else will bring the event back, so that publish is retried, with
 // backoff, until it succeeds, the event has left the stream, or the
 // connection closes (then an ERROR line names the stream sequence where the
-// event stays).
+// event stays, and the record below brings it back at the next start).
 //
 // # A stream that restarts its sequence
 //
-// A stream deleted and re-created starts again at sequence 1. In
-// exactly-once mode rows are keyed by (stream, stream_seq), so its events
-// would conflict with the old rows and be skipped as duplicates. The wiring
-// then sets Config.StoredSeq (the table's highest sequence for the stream),
-// and:
+// A stream deleted and re-created starts again at sequence 1, and an ack
+// names a stream sequence, which the server matches by sequence alone. In
+// exactly-once mode rows are also keyed by (stream, stream_seq), so a
+// restarted stream's events would conflict with the old rows and be
+// skipped as duplicates. So:
 //   - with nats.create_stream, a missing stream is created with first_seq
-//     past the table's rows and past every message of the old stream this
-//     process has seen (those may still be on their way to the table);
-//   - before each subscription Run compares the stream with the table, and
-//     returns ErrSequenceRestarted, acking nothing, when the stream ends
-//     below the table's highest sequence, or when it was re-created since
-//     the last check and starts at or below what was stored or seen.
+//     past every message of the old stream this process was delivered
+//     (their rows and acks may still be on their way) and, in exactly-once
+//     mode, past the table's highest sequence for it (Config.StoredSeq);
+//   - in exactly-once mode, before each subscription Run compares the
+//     stream with the table and refuses (Refused wraps
+//     ErrSequenceRestarted; /readyz reports it) a stream that ends below the
+//     table's highest sequence, or that replaced the stream last accepted
+//     and starts at or below the highest sequence stored or delivered. A
+//     refused stream is marked in the consumer's metadata, so a restart
+//     still refuses it after it has been refilled past the stored rows.
+//     Run takes nothing from it and looks again every 30 s; what it took
+//     before goes on to the table. Re-creating the stream with first_seq
+//     past the stored rows, or pointing postgres.table at a new table, ends
+//     the refusal;
+//   - a message from a consumer created since the session began (its
+//     consumer sequence went back), or the first after a reconnect, is
+//     nak'ed and Run checks the stream again before taking more.
 //
-// Not detected: a stream deleted and re-created while jetsink was stopped
-// and refilled past the table's rows before it starts again.
+// Not detected: a stream deleted and re-created while no jetsink was
+// running and refilled past the table's rows before the next start; and,
+// with several instances sharing the consumer, rows another instance still
+// has on their way (each knows only its own deliveries).
+//
+// Events that reached max_deliver and whose dead letter is still failing
+// are recorded in the consumer's metadata (jetsink_max_deliver_pending, at
+// most 1000), and New resumes their dead letters: JetStream sends the
+// advisory only once. Other metadata keys of the consumer are kept.
 //
 // # Goroutines
 //

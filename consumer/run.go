@@ -66,33 +66,37 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if c.nc.IsClosed() {
+			return fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)
+		}
 		retry := func(what string, err error) {
+			if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+				ensure = true
+			}
+			if ctx.Err() != nil || c.nc.IsClosed() {
+				return
+			}
 			c.log.Error(what+"; retrying", "err", err, "retry_in", backoff)
 			sleep(ctx, hard, backoff)
 			backoff = min(2*backoff, retryMax)
 		}
 		if ensure {
 			if err := c.ensureAll(ctx); err != nil {
-				if ctx.Err() == nil {
-					retry("re-create stream/consumer", err)
-				}
+				retry("re-create stream/consumer", err)
 				continue
 			}
 			ensure = false
 		}
-		if err := c.checkSeq(ctx); err != nil {
-			if errors.Is(err, ErrSequenceRestarted) {
-				return fmt.Errorf("consume: %w", err)
-			}
-			if ctx.Err() == nil {
-				retry("check the stream's sequence against the table", err)
-			}
+		if err := c.checkSeq(ctx); errors.Is(err, ErrSequenceRestarted) {
+			c.refuse(ctx, hard, err)
+			ensure = true // the stream may be re-created meanwhile, without the consumer
+			continue
+		} else if err != nil {
+			retry("check the stream's sequence against the table", err)
 			continue
 		}
+		c.seq.refused.Store(nil)
 		s, err := c.subscribe(hard, out)
-		if err != nil && c.nc.IsClosed() {
-			return fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)
-		}
 		if err != nil {
 			retry("subscribe to the consumer", err)
 			continue
@@ -120,6 +124,21 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 	}
 }
 
+// refuse holds off a stream checkSeq refused: it logs why (at ERROR, once
+// at first and every 5 minutes), makes Refused report it, and waits refusedRecheck before Run
+// looks again. Meanwhile nothing is pulled, and what was taken before goes
+// on to the table and is acked as usual; the events of the refused stream
+// wait in it until it is re-created past the stored rows or postgres.table
+// names another table.
+func (c *Consumer) refuse(ctx, hard context.Context, err error) {
+	first := c.seq.refused.Swap(&err) == nil
+	if first || time.Since(c.seq.refusedLogged) >= 10*c.recheckRefused {
+		c.log.Error("not consuming the stream: its sequence restarted under stored rows; checking again every "+c.recheckRefused.String(), "err", err)
+		c.seq.refusedLogged = time.Now()
+	}
+	sleep(ctx, hard, c.recheckRefused)
+}
+
 // session is one Consume subscription.
 type session struct {
 	cc     jetstream.ConsumeContext
@@ -128,20 +147,27 @@ type session struct {
 	// pushErr carries the first failed Push (hard over, out closed); after
 	// it the handler only naks.
 	pushErr chan error
-	failed  bool // delivery goroutine only
-	gone    bool // the consumer or its stream went away while this session ran
+	// replaced has a value once push met errConsumerReplaced; after it the
+	// handler only naks.
+	replaced chan struct{}
+	failed   bool   // delivery goroutine only
+	lastCons uint64 // delivery goroutine only: the last consumer sequence pushed
+	gone     bool   // the consumer or its stream went away while this session ran
 }
 
 // subscribe starts a Consume subscription whose handler pushes into out.
 func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error) {
 	cfg := &c.cfg
-	s := &session{errs: make(chan error, 16), pushErr: make(chan error, 1)}
+	s := &session{errs: make(chan error, 16), pushErr: make(chan error, 1), replaced: make(chan struct{}, 1)}
 	handle := func(msg jetstream.Msg) {
 		if s.failed {
 			_ = msg.Nak()
 			return
 		}
-		if err := c.push(hard, out, msg); err != nil {
+		if err := c.push(hard, out, msg, s); errors.Is(err, errConsumerReplaced) {
+			s.failed = true
+			s.replaced <- struct{}{}
+		} else if err != nil {
 			s.failed = true
 			s.pushErr <- err
 		}
@@ -200,6 +226,9 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 		case err := <-s.pushErr:
 			s.cc.Stop()
 			return true, err
+		case <-s.replaced:
+			c.log.Warn("consumer re-created, or connection re-established, while consuming; checking the stream again")
+			return s.leave(hard)
 		case err := <-s.errs:
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 				c.log.Warn("pull subscription", "err", err)
@@ -210,16 +239,8 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			// stream or consumer answer pulls with silence).
 			c.stats.heartbeatsMissing.Add(1)
 			c.log.Warn("pull heartbeats missed; checking the consumer")
-			if !c.recheck(ctx) {
-				continue
-			}
-			s.gone = true
-			s.cc.Stop()
-			select {
-			case <-s.closed:
-				return false, nil
-			case <-hard.Done():
-				return true, fmt.Errorf("consume: shutdown cut short: %w", hard.Err())
+			if c.recheck(ctx) {
+				return s.leave(hard)
 			}
 		case <-s.closed:
 			// Ended by nats.go: consumer deleted, bad request, connection
@@ -237,13 +258,23 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 	}
 }
 
-// push wraps msg and pushes it into out under hard.
-func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg) error {
+// push wraps msg and pushes it into out under hard. With Config.StoredSeq
+// it takes nothing from a consumer created since session s began, or
+// after a reconnect, before the stream is checked again
+// (errConsumerReplaced).
+func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *session) error {
 	meta, ok := parseAckReply(msg.Reply())
 	if !ok {
 		// Not a JetStream message: nothing to settle, nothing to store.
 		c.log.Error("message without JetStream metadata dropped", "subject", msg.Subject(), "reply", msg.Reply())
 		return nil
+	}
+	if c.cfg.StoredSeq != nil {
+		if meta.consSeq <= s.lastCons || c.seq.suspect.Load() {
+			_ = msg.Nak()
+			return errConsumerReplaced
+		}
+		s.lastCons = meta.consSeq
 	}
 	h := msg.Headers()
 	ev := pipeline.Event{
@@ -260,6 +291,9 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg) err
 	}
 	if v := h[HeaderMsgID]; len(v) > 0 {
 		ev.MsgID = v[0]
+	}
+	if meta.streamSeq > c.seq.seenMax.Load() {
+		c.seq.seenMax.Store(meta.streamSeq)
 	}
 	if end := meta.streamSeq + meta.pending; end > c.seq.seenEnd.Load() {
 		c.seq.seenEnd.Store(end)
@@ -281,6 +315,19 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg) err
 		return fmt.Errorf("consume: push event: %w", err)
 	}
 	return nil
+}
+
+// leave ends the session because its consumer or stream went away (Run
+// re-creates them), as serve returns.
+func (s *session) leave(hard context.Context) (over bool, err error) {
+	s.gone = true
+	s.cc.Stop()
+	select {
+	case <-s.closed:
+		return false, nil
+	case <-hard.Done():
+		return true, fmt.Errorf("consume: shutdown cut short: %w", hard.Err())
+	}
 }
 
 // recheck looks the consumer up. It reports whether the consumer, or the

@@ -10,28 +10,53 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrSequenceRestarted is returned by Run when, with Config.StoredSeq set
-// (exactly-once), the stream's sequence starts again below rows the table
-// already holds for it: the stream was deleted and re-created. Exactly-once
-// keys rows by (stream, stream_seq), so the new events would conflict with
-// old rows and be skipped as duplicates. Run refuses to consume such a
-// stream; nothing of it is acked, and its events stay in it.
+// ErrSequenceRestarted is what Refused wraps when, with Config.StoredSeq
+// set (exactly-once), the stream's sequence starts again below rows the
+// table already holds for it: the stream was deleted and re-created.
+// Exactly-once keys rows by (stream, stream_seq), so the new events would
+// conflict with old rows and be skipped as duplicates. Run then takes
+// nothing from the stream (what it took before still reaches the table)
+// and looks again every 30 s; the stream's events wait in it.
 var ErrSequenceRestarted = errors.New("stream sequence restarted under stored rows")
 
 // seqGuard is what the consumer knows of the stream's sequence, for
 // Config.StoredSeq. Only Run's goroutine (and New, before it) uses the
-// plain fields; seenEnd is written by the delivery goroutine.
+// plain fields; seenMax and seenEnd are written by the delivery goroutine.
 type seqGuard struct {
-	// created is the stream's creation time as the last check saw it; a
-	// different one means the stream was re-created since.
+	// created is the stream's creation time as the last accepted check saw
+	// it; a different one means the stream was re-created since.
 	created time.Time
 	checked bool
-	// seenEnd is the highest stream sequence + pending count of any message
-	// delivered: the end of the stream as of that delivery. Rows up to it
-	// may still be on their way to the table after the stream is deleted.
-	// Only the delivery goroutine (one at a time) raises it.
-	seenEnd atomic.Uint64
+	// refused is why the last check refused the stream (nil: it accepted);
+	// refusedLogged is when that was last logged.
+	refused       atomic.Pointer[error]
+	refusedLogged time.Time
+	// seenMax is the highest stream sequence of any message delivered, and
+	// seenEnd the highest such sequence + its pending count: the end of the
+	// stream as of that delivery. Rows up to seenMax may still be on their
+	// way to the table after the stream is deleted; a stream re-created
+	// starts past seenEnd. Only the delivery goroutine (one at a time)
+	// raises them.
+	seenMax, seenEnd atomic.Uint64
+	// suspect is set on reconnect and cleared by a check that accepted:
+	// a session that receives a message meanwhile ends for a new check.
+	suspect atomic.Bool
 }
+
+// errConsumerReplaced is push's error for a message that must not be taken
+// before the stream is checked again: it comes from a consumer created
+// since the session began (its consumer sequence went back), or after a
+// reconnect. The message is nak'ed; Run ends the session and checks.
+var errConsumerReplaced = errors.New("consumer re-created or reconnected; checking the stream again")
+
+// replacedKey is the consumer's metadata key that marks its stream (by
+// creation time, RFC 3339) as one that replaced a stream jetsink had
+// consumed into the table, so that a restart still judges it as re-created.
+const replacedKey = "jetsink_stream_replaced"
+
+// refusedRecheck is how often Run looks again at a refused stream (a
+// variable so that tests can shorten it; New copies it).
+var refusedRecheck = 30 * time.Second
 
 // storedSeqTimeout bounds one Config.StoredSeq call.
 const storedSeqTimeout = 30 * time.Second
@@ -99,12 +124,13 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 // Config.StoredSeq set, the stream's messages would reuse sequences the
 // table already holds rows for:
 //   - the stream ends below the table's highest sequence for it, or
-//   - the stream was re-created since the last check and starts at or below
-//     the table's highest sequence or the end of the stream seen before.
+//   - the stream was re-created since the last accepted check (or, before
+//     a restart, since the check that marked it in the consumer's metadata)
+//     and starts at or below the table's highest sequence or the highest
+//     one delivered of the stream before it.
 //
-// A stream deleted and re-created while jetsink was not running, and
-// refilled past the table's rows since, is not detected. Other errors are
-// for failing to ask (NATS or PostgreSQL unreachable).
+// A refused stream is marked in the consumer's metadata (replacedKey).
+// Other errors are for failing to ask (NATS or PostgreSQL unreachable).
 func (c *Consumer) checkSeq(ctx context.Context) error {
 	if c.cfg.StoredSeq == nil {
 		return nil
@@ -118,15 +144,62 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	replaced := c.seq.checked && !info.Created.Equal(c.seq.created)
+	marked := c.markedReplaced(info.Created)
+	replaced := marked || (c.seq.checked && !info.Created.Equal(c.seq.created))
 	end := stored
 	if replaced {
-		end = max(stored, c.seq.seenEnd.Load())
+		end = max(stored, c.seq.seenMax.Load())
 	}
 	if err := restarted(c.cfg.Stream, info, stored, end, replaced); err != nil {
+		if !marked {
+			c.markReplaced(info.Created, true)
+		}
 		return err
 	}
+	if marked {
+		c.markReplaced(info.Created, false)
+	}
 	c.seq.created, c.seq.checked = info.Created, true
+	c.seq.suspect.Store(false)
+	return nil
+}
+
+// markedReplaced reports whether the consumer's metadata marks the stream
+// created at created as a replacement.
+func (c *Consumer) markedReplaced(created time.Time) bool {
+	s := &c.stranded
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.meta[replacedKey]
+	return ok && v == created.UTC().Format(time.RFC3339Nano)
+}
+
+// markReplaced sets (on) or clears the consumer's replacedKey.
+func (c *Consumer) markReplaced(created time.Time, on bool) {
+	s := &c.stranded
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.meta == nil {
+		s.meta = map[string]string{}
+	}
+	if on {
+		s.meta[replacedKey] = created.UTC().Format(time.RFC3339Nano)
+	} else {
+		delete(s.meta, replacedKey)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), strandedTimeout)
+	defer cancel()
+	if _, err := c.js.UpdateConsumer(ctx, c.cfg.Stream, c.consumerConfig()); err != nil {
+		c.log.Error("could not update the consumer's metadata", "key", replacedKey, "set", on, "err", err)
+	}
+}
+
+// Refused returns why the stream is refused (wrapping ErrSequenceRestarted),
+// or nil. Safe from any goroutine; the readiness check reports it.
+func (c *Consumer) Refused() error {
+	if p := c.seq.refused.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 
@@ -150,7 +223,9 @@ func restarted(name string, info *jetstream.StreamInfo, stored, end uint64, repl
 }
 
 // streamReplaced reports whether, with Config.StoredSeq set, the stream is
-// no longer the one the last checkSeq saw (deleted and re-created).
+// no longer the one the last checkSeq accepted (deleted, and perhaps
+// re-created). Run asks after heartbeats stopped while the consumer is
+// there: another instance may have re-created both.
 func (c *Consumer) streamReplaced(ctx context.Context) bool {
 	if c.cfg.StoredSeq == nil || !c.seq.checked {
 		return false

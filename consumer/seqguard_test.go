@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,6 +50,9 @@ func TestStoredSeqCountsMessagesInFlight(t *testing.T) {
 	})
 
 	t.Run("re-created by someone else", func(t *testing.T) {
+		saved := refusedRecheck
+		refusedRecheck = 100 * time.Millisecond
+		t.Cleanup(func() { refusedRecheck = saved })
 		cfg := testConfig(t, srv)
 		cfg.CreateStream = false
 		cfg.StoredSeq = noRows
@@ -62,22 +66,180 @@ func TestStoredSeqCountsMessagesInFlight(t *testing.T) {
 		for range 5 {
 			r.next(t, ctx)
 		}
-		if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.CreateStream(ctx, sc); err != nil {
-			t.Fatal(err)
-		}
-		publish(t, ctx, js, cfg, 10, 1, 100) // past the 5 seen, so only the creation time tells
-		select {
-		case err := <-r.done:
-			if !errors.Is(err, ErrSequenceRestarted) {
-				t.Fatalf("Run = %v, want ErrSequenceRestarted", err)
+		recreate := func(first uint64) {
+			t.Helper()
+			if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
+				t.Fatal(err)
 			}
+			sc.FirstSeq = first
+			if _, err := js.CreateStream(ctx, sc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recreate(0)
+		publish(t, ctx, js, cfg, 10, 1, 100) // past the 5 seen, so only the creation time tells
+		waitFor(t, ctx, "the stream refused", func() bool { return errors.Is(c.Refused(), ErrSequenceRestarted) })
+		select {
 		case g := <-r.events:
-			t.Fatalf("message %d of the re-created stream delivered", g.ev.StreamSeq)
-		case <-ctx.Done():
-			t.Fatal("Run went on with a re-created stream")
+			t.Fatalf("message %d of the refused stream delivered", g.ev.StreamSeq)
+		case err := <-r.done:
+			t.Fatalf("Run returned %v; it waits for the stream to be fixed", err)
+		case <-time.After(5 * refusedRecheck):
+		}
+
+		// Re-created past what was delivered, it is consumed.
+		recreate(6)
+		publish(t, ctx, js, cfg, 1, 1, 200)
+		if ev := r.next(t, ctx).ev; ev.StreamSeq != 6 {
+			t.Fatalf("first message of the fixed stream has sequence %d, want 6", ev.StreamSeq)
+		}
+		if err := c.Refused(); err != nil {
+			t.Fatalf("still refused: %v", err)
+		}
+		if err := r.stop(t, ctx); err != nil {
+			t.Fatalf("Run = %v", err)
 		}
 	})
+}
+
+// What a lagging consumer was told is pending, but never received, is not
+// "on its way": a stream re-created past the stored rows is consumed.
+func TestStoredSeqIgnoresUndeliveredBacklog(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	cfg.MaxAckPending = 5
+	cfg.PullMaxMessages = 5
+	var table atomic.Uint64
+	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return table.Load(), nil }
+	sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}
+	if _, err := js.CreateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 100, 1, 0)
+	c := newConsumer(t, ctx, cfg)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	for range 5 {
+		r.next(t, ctx)
+	}
+	table.Store(5) // those 5 stored; 95 never delivered
+	if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
+		t.Fatal(err)
+	}
+	sc.FirstSeq = 6
+	if _, err := js.CreateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 1, 1, 100)
+	if ev := r.next(t, ctx).ev; ev.StreamSeq != 6 {
+		t.Fatalf("delivered sequence %d, want 6", ev.StreamSeq)
+	}
+	if err := c.Refused(); err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+// A stream and consumer deleted and re-created from 1 while the connection
+// is down answer nats.go's pulls after the reconnect as if nothing had
+// happened; Run checks the stream again before it takes a message.
+func TestStoredSeqChecksAfterReconnect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 100, nil }
+	js := jsFor(t, srv)
+	sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}
+	if _, err := js.CreateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 100, 1, 0)
+	c := newConsumer(t, ctx, cfg)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	for range 100 {
+		if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Shutdown()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	js2 := jsFor(t, srv) // an operator's script, connected first
+	if err := js2.DeleteStream(ctx, cfg.Stream); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js2.CreateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	c.stranded.mu.Lock()
+	cc := c.consumerConfig()
+	c.stranded.mu.Unlock()
+	if _, err := js2.CreateOrUpdateConsumer(ctx, cfg.Stream, cc); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js2, cfg, 3, 1, 1000)
+	waitFor(t, ctx, "the stream refused", func() bool { return errors.Is(c.Refused(), ErrSequenceRestarted) })
+	select {
+	case g := <-r.events:
+		t.Fatalf("message at sequence %d of the re-created stream delivered under 100 stored rows", g.ev.StreamSeq)
+	default:
+	}
+}
+
+// Run re-creates a stream that is gone before its first check, and returns
+// when the connection is closed while it retries.
+func TestStoredSeqRunRecreatesAndCloses(t *testing.T) {
+	for _, mode := range []string{"at-least-once", "exactly-once"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			js := jsFor(t, srv)
+			cfg := testConfig(t, srv)
+			if mode == "exactly-once" {
+				cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 0, nil }
+			}
+			c := newConsumer(t, ctx, cfg)
+			if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
+				t.Fatal(err)
+			}
+			r := startRun(t, ctx, c, 1, 64, 1000)
+			waitFor(t, ctx, "Run to re-create the stream", func() bool {
+				_, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+				return err == nil
+			})
+			publish(t, ctx, js, cfg, 1, 1, 0)
+			r.next(t, ctx)
+			if err := r.stop(t, ctx); err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+
+			// Without create_stream, Run retries until the stream is back;
+			// Close ends that.
+			cfg.CreateStream = false
+			c2 := newConsumer(t, ctx, cfg)
+			r2 := startRun(t, ctx, c2, 1, 64, 1000)
+			if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // Run now retries
+			c2.Close()
+			select {
+			case err := <-r2.done:
+				if !errors.Is(err, jetstream.ErrConnectionClosed) {
+					t.Fatalf("Run = %v, want ErrConnectionClosed", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("Run did not return within 15s of Close")
+			}
+		})
+	}
 }

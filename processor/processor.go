@@ -185,7 +185,7 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 			if !p.consumer.Ready() {
 				return errors.New("not connected")
 			}
-			return nil
+			return p.consumer.Refused() // a stream whose sequence restarted: not consuming
 		},
 		"postgres": p.sink.Ping,
 	})

@@ -310,8 +310,9 @@ func (s *Sink) hasUniqueIndex(ctx context.Context, c *pgx.Conn, rel uint32, a, b
 
 // StoredSeq returns the highest stream sequence the table holds for stream
 // (0: none, or no table yet). Exactly-once only: it reads the key columns,
-// through their unique index unless the sequence column is text (then it
-// reads every row of stream). The consumer asks it before it creates the
+// one index entry with the unique index on (stream, stream_seq) that init
+// creates; with a text sequence column, or an index led by stream_seq, it
+// reads every row of stream. The consumer asks it before it creates the
 // stream, so that a re-created stream continues past the table's rows,
 // and before it subscribes, to refuse a stream whose sequence restarted
 // under the table (consumer.Config.StoredSeq).

@@ -14,48 +14,67 @@ import (
 )
 
 // Exactly-once keys rows by (stream, stream_seq). A stream deleted while
-// jetsink runs with nats.create_stream is re-created by jetsink past the
-// rows stored for it, so the events published to the new stream are stored
-// too, not skipped as duplicates of the old ones.
+// jetsink runs with nats.create_stream, or while it is stopped, is
+// re-created by jetsink past the rows stored for it, so the events
+// published to the new stream are stored too, not skipped as duplicates of
+// the old ones.
 func TestExactlyOnceRecreatedStreamContinuesSequence(t *testing.T) {
 	const events = 2000
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r := e.start(ctx, e.config(sink.ExactlyOnce)) // creates the stream
+	cfg := e.config(sink.ExactlyOnce)
+	r := e.start(ctx, cfg) // creates the stream
 	e.publish(ctx, 0, events, 10)
 	e.waitDrained(ctx, events, r)
 
+	recreated := func(stored uint64) {
+		t.Helper()
+		var st jetstream.StreamState
+		waitFor(t, ctx, "jetsink to re-create the stream", func() (bool, string) {
+			s, err := e.js.Stream(ctx, e.stream)
+			if err != nil {
+				return false, err.Error()
+			}
+			st = s.CachedInfo().State
+			return true, ""
+		})
+		if st.LastSeq < stored {
+			t.Fatalf("re-created stream starts at sequence %d, within the %d stored", st.LastSeq+1, stored)
+		}
+	}
+	// While jetsink runs.
 	if err := e.js.DeleteStream(ctx, e.stream); err != nil {
 		t.Fatal(err)
 	}
-	var info *jetstream.StreamInfo
-	waitFor(t, ctx, "jetsink to re-create the stream", func() (bool, string) {
-		s, err := e.js.Stream(ctx, e.stream)
-		if err != nil {
-			return false, err.Error()
-		}
-		info = s.CachedInfo()
-		return true, ""
-	})
-	if info.Config.FirstSeq <= events {
-		t.Fatalf("re-created stream starts at sequence %d, within the %d stored", info.Config.FirstSeq, events)
-	}
+	recreated(events)
 	e.publish(ctx, events, events, 10)
 	e.waitDrained(ctx, 2*events, r)
-	if n := e.rows(ctx); n != 2*events {
-		t.Fatalf("%d rows, want %d", n, 2*events)
+
+	// While it is stopped: only the table knows the old sequence.
+	r.drain(t)
+	if err := e.js.DeleteStream(ctx, e.stream); err != nil {
+		t.Fatal(err)
+	}
+	r = e.start(ctx, cfg)
+	recreated(2 * events)
+	e.publish(ctx, 2*events, events, 10)
+	e.waitDrained(ctx, 3*events, r)
+	if n := e.rows(ctx); n != 3*events {
+		t.Fatalf("%d rows, want %d", n, 3*events)
 	}
 	r.drain(t)
 }
 
 // A stream re-created from sequence 1 by someone else is refused, while
-// jetsink runs and again at start-up, without acking any of its events;
-// re-created past the stored rows, it is consumed.
+// jetsink runs and again after a restart, even once it has been refilled
+// past the stored rows; nothing of it is acked, and the rows of the old
+// stream that were on their way still reach the table. Re-created past the
+// stored rows, it is consumed.
 func TestExactlyOnceRefusesRestartedSequence(t *testing.T) {
-	const events = 1000
+	const events, inFlight = 1000, 50
 	e := newEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	e.createStreams(ctx)
 	cfg := e.config(sink.ExactlyOnce)
@@ -75,39 +94,64 @@ func TestExactlyOnceRefusesRestartedSequence(t *testing.T) {
 	}
 	refused := func(r *running, when string) {
 		t.Helper()
-		select {
-		case err := <-r.done:
-			r.done <- err // for Cleanup
-			if !errors.Is(err, consumer.ErrSequenceRestarted) {
-				t.Fatalf("%s: Run returned %v, want ErrSequenceRestarted", when, err)
+		waitFor(t, ctx, when+": the stream refused", func() (bool, string) {
+			select {
+			case err := <-r.done:
+				r.done <- err // for Cleanup
+				t.Fatalf("%s: Run returned %v; it waits for the stream to be fixed", when, err)
+			default:
 			}
-			t.Logf("%s: %v", when, err)
-		case <-ctx.Done():
-			t.Fatalf("%s: Run went on with a restarted sequence", when)
-		}
-		if n := e.rows(ctx); n != events {
-			t.Fatalf("%s: %d rows, want %d", when, n, events)
-		}
-		// Not one event of the new stream acked (the consumer may be gone
-		// with a stream re-created after the refusal).
-		if c, err := e.js.Consumer(ctx, e.stream, "jetsink"); err == nil {
-			if info, err := c.Info(ctx); err == nil && info.AckFloor.Stream != 0 {
-				t.Fatalf("%s: new stream acked up to %d", when, info.AckFloor.Stream)
-			}
+			err := r.p.Consumer().Refused()
+			return errors.Is(err, consumer.ErrSequenceRestarted), fmt.Sprint(err)
+		})
+		t.Logf("%s: %v", when, r.p.Consumer().Refused())
+		// Not one event of the new stream acked.
+		if info := e.consumerInfo(ctx); info.AckFloor.Stream != 0 || info.Delivered.Stream != 0 {
+			t.Fatalf("%s: new stream delivered up to %d, acked up to %d", when, info.Delivered.Stream, info.AckFloor.Stream)
 		}
 	}
 
+	// Rows of the old stream held up by a lock when it is replaced.
+	tx, err := e.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+e.tableID()+" IN EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(ctx, events, inFlight, 2)
+	waitFor(t, ctx, "the held-up rows taken in", func() (bool, string) {
+		n := r.p.Consumer().Stats().Received
+		return n >= events+inFlight, fmt.Sprintf("%d received", n)
+	})
 	recreate(0)
-	e.publish(ctx, events, 10, 2)
+	e.publish(ctx, 2*events, 10, 2)
 	refused(r, "while running")
-	refused(e.start(ctx, cfg), "at start-up")
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the held-up rows stored", func() (bool, string) {
+		n := e.rows(ctx)
+		return n == events+inFlight, fmt.Sprintf("%d rows", n)
+	})
 
-	recreate(events + 1)
-	e.publish(ctx, events, 10, 2) // the 10 events went with the stream
+	// Refilled past the stored rows, and jetsink restarted: still refused.
+	r.drain(t)
+	e.publish(ctx, 3*events, events+inFlight, 10)
 	r = e.start(ctx, cfg)
-	e.waitDrained(ctx, events+10, r)
-	if n := e.count(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE stream_seq > %d", e.tableID(), events)); n != 10 {
-		t.Fatalf("%d rows past sequence %d, want 10", n, events)
+	refused(r, "after a restart")
+	r.drain(t)
+	if n := e.rows(ctx); n != events+inFlight {
+		t.Fatalf("%d rows, want %d", n, events+inFlight)
+	}
+
+	// Re-created past the stored rows: consumed.
+	recreate(events + inFlight + 1)
+	e.publish(ctx, 5*events, 10, 2)
+	r = e.start(ctx, cfg)
+	e.waitDrained(ctx, events+inFlight+10, r)
+	if n := e.count(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE stream_seq > %d", e.tableID(), events+inFlight)); n != 10 {
+		t.Fatalf("%d rows past sequence %d, want 10", n, events+inFlight)
 	}
 	r.drain(t)
 }
