@@ -56,27 +56,11 @@ func TestStoredSeqCountsMessagesInFlight(t *testing.T) {
 		cfg := testConfig(t, srv)
 		cfg.CreateStream = false
 		cfg.StoredSeq = noRows
-		sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}
-		if _, err := js.CreateStream(ctx, sc); err != nil {
-			t.Fatal(err)
-		}
-		c := newConsumer(t, ctx, cfg)
-		publish(t, ctx, js, cfg, 5, 1, 0)
-		r := startRun(t, ctx, c, 1, 64, 1000)
+		c, r := operatorStream(t, ctx, js, cfg, 5, 1000)
 		for range 5 {
 			r.next(t, ctx)
 		}
-		recreate := func(first uint64) {
-			t.Helper()
-			if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
-				t.Fatal(err)
-			}
-			sc.FirstSeq = first
-			if _, err := js.CreateStream(ctx, sc); err != nil {
-				t.Fatal(err)
-			}
-		}
-		recreate(0)
+		recreateStream(t, ctx, js, cfg, 0)
 		publish(t, ctx, js, cfg, 10, 1, 100) // past the 5 seen, so only the creation time tells
 		waitFor(t, ctx, "the stream refused", func() bool { return errors.Is(c.Refused(), ErrSequenceRestarted) })
 		select {
@@ -88,17 +72,8 @@ func TestStoredSeqCountsMessagesInFlight(t *testing.T) {
 		}
 
 		// Re-created past what was delivered, it is consumed.
-		recreate(6)
-		publish(t, ctx, js, cfg, 1, 1, 200)
-		if ev := r.next(t, ctx).ev; ev.StreamSeq != 6 {
-			t.Fatalf("first message of the fixed stream has sequence %d, want 6", ev.StreamSeq)
-		}
-		if err := c.Refused(); err != nil {
-			t.Fatalf("still refused: %v", err)
-		}
-		if err := r.stop(t, ctx); err != nil {
-			t.Fatalf("Run = %v", err)
-		}
+		recreateStream(t, ctx, js, cfg, 6)
+		consumedFrom(t, ctx, js, cfg, c, r, 6)
 	})
 }
 
@@ -115,34 +90,13 @@ func TestStoredSeqIgnoresUndeliveredBacklog(t *testing.T) {
 	cfg.PullMaxMessages = 5
 	var table atomic.Uint64
 	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return table.Load(), nil }
-	sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}
-	if _, err := js.CreateStream(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	publish(t, ctx, js, cfg, 100, 1, 0)
-	c := newConsumer(t, ctx, cfg)
-	r := startRun(t, ctx, c, 1, 64, 1000)
+	c, r := operatorStream(t, ctx, js, cfg, 100, 1000)
 	for range 5 {
 		r.next(t, ctx)
 	}
 	table.Store(5) // those 5 stored; 95 never delivered
-	if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
-		t.Fatal(err)
-	}
-	sc.FirstSeq = 6
-	if _, err := js.CreateStream(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	publish(t, ctx, js, cfg, 1, 1, 100)
-	if ev := r.next(t, ctx).ev; ev.StreamSeq != 6 {
-		t.Fatalf("delivered sequence %d, want 6", ev.StreamSeq)
-	}
-	if err := c.Refused(); err != nil {
-		t.Fatalf("refused: %v", err)
-	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	recreateStream(t, ctx, js, cfg, 6)
+	consumedFrom(t, ctx, js, cfg, c, r, 6)
 }
 
 // A stream and consumer deleted and re-created from 1 while the connection
@@ -155,14 +109,7 @@ func TestStoredSeqChecksAfterReconnect(t *testing.T) {
 	cfg := testConfig(t, srv)
 	cfg.CreateStream = false
 	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 100, nil }
-	js := jsFor(t, srv)
-	sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}
-	if _, err := js.CreateStream(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	publish(t, ctx, js, cfg, 100, 1, 0)
-	c := newConsumer(t, ctx, cfg)
-	r := startRun(t, ctx, c, 1, 64, 1000)
+	c, r := operatorStream(t, ctx, jsFor(t, srv), cfg, 100, 1000)
 	for range 100 {
 		if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
 			t.Fatal(err)
@@ -173,12 +120,7 @@ func TestStoredSeqChecksAfterReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	js2 := jsFor(t, srv) // an operator's script, connected first
-	if err := js2.DeleteStream(ctx, cfg.Stream); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js2.CreateStream(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	recreateStream(t, ctx, js2, cfg, 0)
 	c.stranded.mu.Lock()
 	cc := c.consumerConfig()
 	c.stranded.mu.Unlock()
@@ -241,5 +183,45 @@ func TestStoredSeqRunRecreatesAndCloses(t *testing.T) {
 				t.Fatal("Run did not return within 15s of Close")
 			}
 		})
+	}
+}
+
+// consumedFrom publishes one message, checks that Run delivers it at
+// sequence seq and does not refuse the stream, and stops Run.
+func consumedFrom(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config, c *Consumer, r *runner, seq uint64) {
+	t.Helper()
+	publish(t, ctx, js, cfg, 1, 1, 100)
+	if ev := r.next(t, ctx).ev; ev.StreamSeq != seq {
+		t.Fatalf("delivered sequence %d, want %d", ev.StreamSeq, seq)
+	}
+	if err := c.Refused(); err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+// operatorStream creates cfg's stream as an operator would, publishes n
+// messages to it, and starts Run on a new Consumer.
+func operatorStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config, n, buffer int) (*Consumer, *runner) {
+	t.Helper()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, n, 1, 0)
+	c := newConsumer(t, ctx, cfg)
+	return c, startRun(t, ctx, c, 1, 64, buffer)
+}
+
+// recreateStream deletes cfg's stream and creates it again, starting at
+// first (0: the server's default, 1).
+func recreateStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config, first uint64) {
+	t.Helper()
+	if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, FirstSeq: first}); err != nil {
+		t.Fatal(err)
 	}
 }
