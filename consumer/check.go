@@ -77,7 +77,12 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		if cfg.StoredSeq != nil {
 			stored, err := cfg.StoredSeq(ctx, cfg.Stream)
 			if err == nil {
-				err = restarted(cfg.Stream, info, stored, stored, false)
+				// A stream run refused before stays judged as a replacement.
+				marked := false
+				if cons, cerr := stream.Consumer(ctx, cfg.Consumer); cerr == nil {
+					marked = cons.CachedInfo().Config.Metadata[replacedKey] == info.Created.UTC().Format(time.RFC3339Nano)
+				}
+				err = restarted(cfg.Stream, info, stored, stored, marked)
 			}
 			if err != nil {
 				problems = append(problems, Problem{Message: "stream sequence against the table: " + err.Error()})

@@ -146,6 +146,7 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		nats.CustomReconnectDelay(reconnectDelay),
 		nats.DrainTimeout(closeWait),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			c.seq.gen.Add(1) // see the reconnect handler
 			if err == nil && (nc.IsClosed() || nc.IsDraining()) {
 				return // our own Close
 			}
@@ -153,12 +154,10 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			c.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
-			if c.cfg.StoredSeq != nil {
-				// While the connection was down the stream may have been
-				// re-created, and nats.go's pulls go on with whatever
-				// stream answers: Run checks again before taking more.
-				c.seq.suspect.Store(true)
-			}
+			// While the connection was down the stream may have been
+			// re-created, and nats.go's pulls go on with whatever stream
+			// answers: push has Run check again before it takes more.
+			c.seq.gen.Add(1)
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -234,8 +233,11 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if err := c.watchMaxDeliveries(); err != nil {
 		return err
 	}
-	c.resumeStranded()
-	return nil
+	stream, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
+	}
+	return c.loadStranded(ctx, stream.CachedInfo().Created)
 }
 
 // ensureStream creates or updates the stream (CreateStream) or checks that
@@ -307,7 +309,7 @@ func (c *Consumer) Close() {
 		c.nc.Close()
 		<-c.closed
 	}
-	c.stranded.resume.Wait() // ends once the connection has closed
+	c.stranded.loop.Wait() // ends once the connection has closed
 }
 
 // Ready reports whether the connection to NATS is up.

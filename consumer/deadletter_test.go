@@ -372,7 +372,7 @@ func TestMaxDeliverRetryEndsWithClose(t *testing.T) {
 	case <-time.After(closeWait):
 		t.Fatal("Close waited for the max-deliver retry's hour")
 	}
-	if s := log.String(); !strings.Contains(s, "stays in the stream at this sequence") || !strings.Contains(s, "stream_seq=1") {
+	if s := log.String(); !strings.Contains(s, "they stay in the stream at these sequences") || !strings.Contains(s, "events=1:2") {
 		t.Fatalf("log does not say where the event stays:\n%s", s)
 	}
 }
@@ -407,22 +407,35 @@ func TestMaxDeliverRetryStopsWhenTheEventIsGone(t *testing.T) {
 	}
 }
 
-// An event whose max-deliver dead letter is still failing when jetsink
-// stops is recorded in the consumer's metadata, and the next start
-// dead-letters it once the dead-letter stream is back; the record is then
-// cleared. (Before the record, the event stayed in the stream unseen.)
+// Events whose max-deliver dead letter is still failing when jetsink stops
+// are recorded in the consumer's metadata, every one of them, and the next
+// start dead-letters them once the dead-letter stream is back; the record
+// is then cleared. (Before the record, they stayed in the stream unseen.)
 func TestMaxDeliverRetryResumesAfterRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, nil)
-	record := func() string {
-		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cons.CachedInfo().Config.Metadata[strandedKey]
+	saved := maxDeliverRetry
+	maxDeliverRetry = [2]time.Duration{time.Hour, time.Hour}
+	t.Cleanup(func() { maxDeliverRetry = saved })
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = time.Second
+	cfg.MaxDeliver = 2
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	name, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
+	if err != nil {
+		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the event recorded", func() bool { return record() == "1:2" })
+	if err := js.DeleteStream(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 2, 2, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	for range 4 {
+		r.next(t, ctx) // two deliveries each, never settled
+	}
+	waitFor(t, ctx, "both events recorded", func() bool { return record(t, ctx, js, cfg) == "1:2,2:2" })
 	if err := r.stop(t, ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -430,9 +443,58 @@ func TestMaxDeliverRetryResumesAfterRestart(t *testing.T) {
 
 	dlq := dlqStream(t, ctx, js, cfg)
 	c2 := newConsumer(t, ctx, cfg)
-	waitMaxDeliverLetter(t, ctx, dlq, cfg)
-	waitFor(t, ctx, "the record cleared", func() bool { return record() == "" })
-	if st := c2.Stats(); st.MaxDelivered != 1 {
+	waitFor(t, ctx, "both dead letters", func() bool {
+		info, err := dlq.Info(ctx)
+		return err == nil && info.State.Msgs == 2
+	})
+	waitFor(t, ctx, "the record cleared", func() bool { return record(t, ctx, js, cfg) == "" })
+	if st := c2.Stats(); st.MaxDelivered != 2 {
 		t.Fatalf("restarted consumer: %+v", st)
 	}
+}
+
+// A record left for a stream that was deleted and re-created since is
+// dropped, not applied to the new stream's events at those sequences.
+func TestMaxDeliverRecordGoesWithItsStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	var log syncBuffer
+	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, &log)
+	waitFor(t, ctx, "the event recorded", func() bool { return record(t, ctx, js, cfg) == "1:2" })
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	recreateStream(t, ctx, js, cfg, 0)
+	publish(t, ctx, js, cfg, 1, 1, 500) // another event at sequence 1
+	dlq := dlqStream(t, ctx, js, cfg)
+	// The consumer went with the stream; put the old record on a new one,
+	// as a process that kept it in memory would.
+	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy,
+		Metadata: map[string]string{strandedKey: "1:2", strandedStreamKey: "2020-01-01T00:00:00Z"}}); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := New(ctx, cfg, testLogger(t, &log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c2.Close)
+	waitFor(t, ctx, "the record dropped", func() bool { return record(t, ctx, js, cfg) == "" })
+	if !strings.Contains(log.String(), "is for a stream since deleted") {
+		t.Fatalf("log does not say the record was dropped:\n%s", log.String())
+	}
+	time.Sleep(500 * time.Millisecond)
+	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("dead-letter stream: %d messages (%v), want none", info.State.Msgs, err)
+	}
+}
+
+// record is the consumer's record of max-delivered events.
+func record(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config) string {
+	t.Helper()
+	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cons.CachedInfo().Config.Metadata[strandedKey]
 }

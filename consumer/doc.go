@@ -43,24 +43,35 @@
 //     table's highest sequence, or that replaced the stream last accepted
 //     and starts at or below the highest sequence stored or delivered. A
 //     refused stream is marked in the consumer's metadata, so a restart
-//     still refuses it after it has been refilled past the stored rows.
-//     Run takes nothing from it and looks again every 30 s; what it took
-//     before goes on to the table. Re-creating the stream with first_seq
-//     past the stored rows, or pointing postgres.table at a new table, ends
-//     the refusal;
-//   - a message from a consumer created since the session began (its
-//     consumer sequence went back), or the first after a reconnect, is
-//     nak'ed and Run checks the stream again before taking more.
+//     still refuses it after it has been refilled past the stored rows, and
+//     `jetsink check` reports it. Run takes nothing from it and looks again
+//     every 30 s; what it took before goes on to the table. Re-creating the
+//     stream with first_seq past the stored rows, or pointing
+//     postgres.table at a new table, ends the refusal. Meanwhile the
+//     stream's own limits (max_age, max_msgs, max_bytes) still apply to
+//     its events;
+//   - in exactly-once mode, a session's first message, one whose consumer
+//     sequence went back (a consumer created since), and one after a
+//     disconnect wait while Run confirms the stream is the one it checked;
+//     only if it is not, and is refused, are they nak'ed.
 //
 // Not detected: a stream deleted and re-created while no jetsink was
-// running and refilled past the table's rows before the next start; and,
-// with several instances sharing the consumer, rows another instance still
-// has on their way (each knows only its own deliveries).
+// running and refilled past the table's rows before the next start (or
+// whose consumer, which carries the mark, was deleted); and, with several
+// instances sharing the consumer, rows another instance still has on their
+// way (each knows only its own deliveries).
 //
-// Events that reached max_deliver and whose dead letter is still failing
-// are recorded in the consumer's metadata (jetsink_max_deliver_pending, at
-// most 1000), and New resumes their dead letters: JetStream sends the
-// advisory only once. Other metadata keys of the consumer are kept.
+// Events that reached max_deliver and whose dead letter failed are
+// recorded in the consumer's metadata (jetsink_max_deliver_pending, with
+// the stream's creation time), each as its advisory arrives, and retried
+// by one loop; New resumes the record, since JetStream sends the advisory
+// only once. A record of a stream re-created since is dropped (its events
+// went with it). Not recorded: past 1000 events, or when the metadata
+// cannot be written (NATS unreachable, or jetsink draining); those are
+// retried in memory only, as before. Each write reads the metadata first
+// and changes only jetsink's keys, so other keys and the entries of other
+// instances stay (two instances writing at the same moment can still lose
+// one entry).
 //
 // # Goroutines
 //

@@ -60,68 +60,66 @@ func (c *Consumer) watchMaxDeliveries() error {
 // dead letter (same Nats-Msg-Id, so several jetsink instances receiving the
 // same advisory store it once). There is nothing to terminate.
 //
-// It tries until it succeeds, backing off to one attempt every
-// maxDeliverRetry[1], and gives up only when the event or its stream is
-// gone, or when the connection closes or drains (jetsink is stopping): then
-// the log line says where the event stays in the stream. Advisories that
-// arrive meanwhile wait their turn.
+// One attempt is made here, so that the advisories behind it get theirs
+// at once. If it fails, the event goes on the record in the consumer's
+// metadata (strand) and the retry loop tries it again, backing off to one
+// attempt every maxDeliverRetry[1], until it succeeds or the event or its
+// stream is gone. If jetsink stops first, the record stays and the next
+// start resumes it.
 func (c *Consumer) onMaxDeliveries(m *nats.Msg) {
 	var adv maxDeliverAdvisory
 	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
 		c.log.Error("unreadable max-deliveries advisory", "err", err)
 		return
 	}
-	c.deadLetterMaxDelivered(adv, false)
+	done, created, err := c.deadLetterMaxDelivered(adv, time.Time{})
+	if done {
+		return
+	}
+	c.log.Error("event reached nats.max_deliver and could not be dead-lettered yet; recording it and retrying",
+		"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "err", err)
+	if created.IsZero() {
+		// The stream could not be looked up: record it against the stream
+		// this process knows, if any; the retry looks again.
+		created = c.stranded.stream
+	}
+	c.strand(adv, created)
 }
 
-// deadLetterMaxDelivered dead-letters adv's event, retrying as
-// onMaxDeliveries says. After the first failed attempt the event is
-// recorded in the consumer's metadata (recorded: it is already), so that
-// if jetsink stops first the next start resumes it; the record is cleared
-// once the dead letter is stored or the event is gone. It reports false
-// when it stopped because the connection is closing.
-func (c *Consumer) deadLetterMaxDelivered(adv maxDeliverAdvisory, recorded bool) bool {
-	delay := c.mdRetry[0]
-	for attempt := 1; ; attempt++ {
-		err := c.deadLetterBySeq(adv)
-		if err == nil {
-			c.stats.maxDelivered.Add(1)
-			c.log.Warn("event reached nats.max_deliver; dead-lettered",
-				"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt)
-			if recorded {
-				c.record(adv, false)
-			}
-			return true
-		}
+// tryMaxDelivered is one attempt of the retry loop for an event of the
+// stream created at created.
+func (c *Consumer) tryMaxDelivered(adv maxDeliverAdvisory, created time.Time) (done bool, err error) {
+	done, _, err = c.deadLetterMaxDelivered(adv, created)
+	return done, err
+}
+
+// deadLetterMaxDelivered makes one attempt to dead-letter adv's event.
+// done reports that nothing is left to do: the dead letter is stored, or
+// the event (or its stream, when created is set and the stream's creation
+// time differs) is gone. created returns the stream's creation time when
+// it could be looked up.
+func (c *Consumer) deadLetterMaxDelivered(adv maxDeliverAdvisory, in time.Time) (done bool, created time.Time, err error) {
+	created, err = c.deadLetterBySeq(adv, in)
+	switch {
+	case err == nil:
+		c.stats.maxDelivered.Add(1)
+		c.log.Warn("event reached nats.max_deliver; dead-lettered", "stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries)
+		return true, created, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, errStreamReplaced):
+		// Nothing to dead-letter any more, now or later.
 		c.stats.deadLetterFailed.Add(1)
-		if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-			// Nothing to dead-letter any more, now or later.
-			c.log.Error("event reached nats.max_deliver and is no longer in the stream (removed by its limits, or deleted): it cannot be dead-lettered",
-				"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "err", err)
-			if recorded {
-				c.record(adv, false)
-			}
-			return true
-		}
-		if !recorded && !c.stopping() {
-			recorded = c.record(adv, true)
-		}
-		if c.stopping() || !c.sleepUnlessStopping(delay) {
-			if recorded {
-				c.log.Error("event reached nats.max_deliver and could not be dead-lettered before jetsink stopped; it stays in the stream at this sequence, "+
-					"recorded in the consumer's metadata, and the next start retries it",
-					"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt, "err", err)
-				return false
-			}
-			c.log.Error("event reached nats.max_deliver and could not be dead-lettered before jetsink stopped; it stays in the stream at this sequence, and JetStream will not deliver it again",
-				"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt, "err", err)
-			return false
-		}
-		c.log.Error("event reached nats.max_deliver and could not be dead-lettered yet; retrying",
-			"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "attempts", attempt, "retry_in", delay, "err", err)
-		delay = min(2*delay, c.mdRetry[1])
+		c.log.Error("event reached nats.max_deliver and is no longer in the stream (removed by its limits, or deleted): it cannot be dead-lettered",
+			"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "err", err)
+		return true, created, err
+	default:
+		c.stats.deadLetterFailed.Add(1)
+		return false, created, err
 	}
 }
+
+// errStreamReplaced: the stream of a recorded event was deleted (and
+// re-created) since; the event went with it.
+var errStreamReplaced = errors.New("the event's stream was deleted since")
 
 // stopping reports whether the connection is closed or draining.
 func (c *Consumer) stopping() bool { return c.nc.IsClosed() || c.nc.IsDraining() }
@@ -147,16 +145,23 @@ func (c *Consumer) sleepUnlessStopping(d time.Duration) bool {
 	}
 }
 
-func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory) error {
+// deadLetterBySeq reads adv's event back from the stream and publishes its
+// dead letter. With in set, the stream must be the one created then. It
+// returns the stream's creation time when it could look it up.
+func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory, in time.Time) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), maxDeliverTimeout)
 	defer cancel()
 	stream, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
-		return fmt.Errorf("look up stream: %w", err)
+		return time.Time{}, fmt.Errorf("look up stream: %w", err)
+	}
+	created := stream.CachedInfo().Created
+	if !in.IsZero() && !created.Equal(in) {
+		return created, errStreamReplaced
 	}
 	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
 	if err != nil {
-		return fmt.Errorf("read stream seq %d: %w", adv.StreamSeq, err)
+		return created, fmt.Errorf("read stream seq %d: %w", adv.StreamSeq, err)
 	}
 	ev := pipeline.Event{
 		Subject:   raw.Subject,
@@ -175,7 +180,7 @@ func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory) error {
 		Reason: fmt.Sprintf("not acked after %d deliveries (nats.max_deliver)", adv.Deliveries),
 	}
 	if _, err := c.js.PublishMsg(ctx, c.deadLetterMsg(&ev, dl)); err != nil {
-		return fmt.Errorf("publish to %s: %w", c.cfg.DeadLetterSubject, err)
+		return created, fmt.Errorf("publish to %s: %w", c.cfg.DeadLetterSubject, err)
 	}
-	return nil
+	return created, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -124,12 +125,12 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 	}
 }
 
-// refuse holds off a stream checkSeq refused: it logs why (at ERROR, once
-// at first and every 5 minutes), makes Refused report it, and waits refusedRecheck before Run
-// looks again. Meanwhile nothing is pulled, and what was taken before goes
-// on to the table and is acked as usual; the events of the refused stream
-// wait in it until it is re-created past the stored rows or postgres.table
-// names another table.
+// refuse holds off a stream checkSeq refused: it logs why (at ERROR, at
+// first and then every 5 minutes), makes Refused report it, and waits
+// refusedRecheck before Run looks again. Meanwhile nothing is pulled, and
+// what was taken before goes on to the table and is acked as usual; the
+// events of the refused stream wait in it until it is re-created past the
+// stored rows or postgres.table names another table.
 func (c *Consumer) refuse(ctx, hard context.Context, err error) {
 	first := c.seq.refused.Swap(&err) == nil
 	if first || time.Since(c.seq.refusedLogged) >= 10*c.recheckRefused {
@@ -147,29 +148,56 @@ type session struct {
 	// pushErr carries the first failed Push (hard over, out closed); after
 	// it the handler only naks.
 	pushErr chan error
-	// replaced has a value once push met errConsumerReplaced; after it the
-	// handler only naks.
-	replaced chan struct{}
+	// With Config.StoredSeq, push asks serve (ask) to verify the stream
+	// and waits for the answer (verdict) before it takes a session's first
+	// message, one whose consumer sequence went back, or one after a
+	// reconnect. quit is closed when serve stops answering.
+	ask      chan struct{}
+	verdict  chan error
+	quit     chan struct{}
+	quitOnce sync.Once
 	failed   bool   // delivery goroutine only
 	lastCons uint64 // delivery goroutine only: the last consumer sequence pushed
 	gone     bool   // the consumer or its stream went away while this session ran
 }
 
+// await asks serve to verify the stream and returns its verdict.
+func (s *session) await(hard context.Context) error {
+	select {
+	case s.ask <- struct{}{}:
+	case <-s.quit:
+		return errNotVerified
+	case <-hard.Done():
+		return hard.Err()
+	}
+	select {
+	case err := <-s.verdict:
+		return err
+	case <-s.quit:
+		return errNotVerified
+	case <-hard.Done():
+		return hard.Err()
+	}
+}
+
+// stopAnswering makes await return at once from now on: serve is leaving.
+func (s *session) stopAnswering() { s.quitOnce.Do(func() { close(s.quit) }) }
+
 // subscribe starts a Consume subscription whose handler pushes into out.
 func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error) {
 	cfg := &c.cfg
-	s := &session{errs: make(chan error, 16), pushErr: make(chan error, 1), replaced: make(chan struct{}, 1)}
+	s := &session{errs: make(chan error, 16), pushErr: make(chan error, 1),
+		ask: make(chan struct{}), verdict: make(chan error, 1), quit: make(chan struct{})}
 	handle := func(msg jetstream.Msg) {
 		if s.failed {
 			_ = msg.Nak()
 			return
 		}
-		if err := c.push(hard, out, msg, s); errors.Is(err, errConsumerReplaced) {
+		if err := c.push(hard, out, msg, s); err != nil {
 			s.failed = true
-			s.replaced <- struct{}{}
-		} else if err != nil {
-			s.failed = true
-			s.pushErr <- err
+			if !errors.Is(err, errNotVerified) {
+				s.pushErr <- err
+			}
 		}
 	}
 	onErr := func(_ jetstream.ConsumeContext, err error) {
@@ -203,10 +231,13 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 // serve watches one session until it ends. over says Run is to return err;
 // otherwise Run subscribes again.
 func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err error) {
+	defer s.stopAnswering()
 	for {
 		select {
 		case <-ctx.Done():
-			// Intake over: stop pulling, push what this client holds.
+			// Intake over: stop pulling, push what this client holds (a
+			// message still to be verified is nak'ed).
+			s.stopAnswering()
 			s.cc.Drain()
 			select {
 			case <-s.closed:
@@ -226,9 +257,17 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 		case err := <-s.pushErr:
 			s.cc.Stop()
 			return true, err
-		case <-s.replaced:
-			c.log.Warn("consumer re-created, or connection re-established, while consuming; checking the stream again")
-			return s.leave(hard)
+		case <-s.ask:
+			err := c.verify(ctx)
+			s.verdict <- err
+			if err != nil {
+				if errors.Is(err, ErrSequenceRestarted) {
+					c.log.Warn("stream re-created while consuming; its sequence restarted under stored rows", "err", err)
+				} else {
+					c.log.Warn("could not verify the stream while consuming; subscribing again", "err", err)
+				}
+				return s.leave(hard)
+			}
 		case err := <-s.errs:
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 				c.log.Warn("pull subscription", "err", err)
@@ -259,9 +298,9 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 }
 
 // push wraps msg and pushes it into out under hard. With Config.StoredSeq
-// it takes nothing from a consumer created since session s began, or
-// after a reconnect, before the stream is checked again
-// (errConsumerReplaced).
+// it takes a session's first message, one from a consumer created since
+// (its consumer sequence went back), or one after a reconnect only once
+// serve has verified the stream (session.await).
 func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *session) error {
 	meta, ok := parseAckReply(msg.Reply())
 	if !ok {
@@ -270,9 +309,14 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		return nil
 	}
 	if c.cfg.StoredSeq != nil {
-		if meta.consSeq <= s.lastCons || c.seq.suspect.Load() {
-			_ = msg.Nak()
-			return errConsumerReplaced
+		if s.lastCons == 0 || meta.consSeq <= s.lastCons || c.seq.gen.Load() != c.seq.checkedGen.Load() {
+			if err := s.await(hard); err != nil {
+				_ = msg.Nak()
+				if hard.Err() != nil {
+					return fmt.Errorf("consume: push event: %w", hard.Err())
+				}
+				return fmt.Errorf("%w: %w", errNotVerified, err)
+			}
 		}
 		s.lastCons = meta.consSeq
 	}
@@ -321,6 +365,7 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 // re-creates them), as serve returns.
 func (s *session) leave(hard context.Context) (over bool, err error) {
 	s.gone = true
+	s.stopAnswering()
 	s.cc.Stop()
 	select {
 	case <-s.closed:

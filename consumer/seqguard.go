@@ -16,7 +16,8 @@ import (
 // Exactly-once keys rows by (stream, stream_seq), so the new events would
 // conflict with old rows and be skipped as duplicates. Run then takes
 // nothing from the stream (what it took before still reaches the table)
-// and looks again every 30 s; the stream's events wait in it.
+// and looks again every 30 s; the stream's events wait in it, within its
+// own limits (max_age, max_msgs, max_bytes).
 var ErrSequenceRestarted = errors.New("stream sequence restarted under stored rows")
 
 // seqGuard is what the consumer knows of the stream's sequence, for
@@ -38,16 +39,15 @@ type seqGuard struct {
 	// starts past seenEnd. Only the delivery goroutine (one at a time)
 	// raises them.
 	seenMax, seenEnd atomic.Uint64
-	// suspect is set on reconnect and cleared by a check that accepted:
-	// a session that receives a message meanwhile ends for a new check.
-	suspect atomic.Bool
+	// gen counts disconnects and reconnects; checkedGen is gen as it was
+	// when the last accepted check began. While they differ, the stream
+	// may have been replaced unseen.
+	gen, checkedGen atomic.Uint64
 }
 
-// errConsumerReplaced is push's error for a message that must not be taken
-// before the stream is checked again: it comes from a consumer created
-// since the session began (its consumer sequence went back), or after a
-// reconnect. The message is nak'ed; Run ends the session and checks.
-var errConsumerReplaced = errors.New("consumer re-created or reconnected; checking the stream again")
+// errNotVerified is push's error for a message Run could not confirm comes
+// from the stream it checked; the message is nak'ed and the session ends.
+var errNotVerified = errors.New("message not verified against the checked stream")
 
 // replacedKey is the consumer's metadata key that marks its stream (by
 // creation time, RFC 3339) as one that replaced a stream jetsink had
@@ -135,6 +135,7 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 	if c.cfg.StoredSeq == nil {
 		return nil
 	}
+	gen := c.seq.gen.Load()
 	stream, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
 		return fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
@@ -144,7 +145,10 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	marked := c.markedReplaced(info.Created)
+	marked, err := c.markedReplaced(ctx, info.Created)
+	if err != nil {
+		return err
+	}
 	replaced := marked || (c.seq.checked && !info.Created.Equal(c.seq.created))
 	end := stored
 	if replaced {
@@ -160,18 +164,39 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 		c.markReplaced(info.Created, false)
 	}
 	c.seq.created, c.seq.checked = info.Created, true
-	c.seq.suspect.Store(false)
+	c.seq.checkedGen.Store(gen)
 	return nil
+}
+
+// verify confirms, for push, that the stream is still the one checkSeq
+// accepted (the same creation time), and otherwise checks it again: a
+// session's first message, a consumer sequence that went back, or a
+// reconnect since the check may mean the stream was replaced unseen.
+func (c *Consumer) verify(ctx context.Context) error {
+	gen := c.seq.gen.Load()
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	stream, err := c.js.Stream(vctx, c.cfg.Stream)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
+	}
+	if c.seq.checked && stream.CachedInfo().Created.Equal(c.seq.created) {
+		c.seq.checkedGen.Store(gen)
+		return nil
+	}
+	c.log.Warn("stream re-created while consuming; checking its sequence", "created", stream.CachedInfo().Created)
+	return c.checkSeq(ctx)
 }
 
 // markedReplaced reports whether the consumer's metadata marks the stream
 // created at created as a replacement.
-func (c *Consumer) markedReplaced(created time.Time) bool {
-	s := &c.stranded
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.meta[replacedKey]
-	return ok && v == created.UTC().Format(time.RFC3339Nano)
+func (c *Consumer) markedReplaced(ctx context.Context, created time.Time) (bool, error) {
+	meta, err := c.currentMeta(ctx)
+	if err != nil {
+		return false, err
+	}
+	v, ok := meta[replacedKey]
+	return ok && v == created.UTC().Format(time.RFC3339Nano), nil
 }
 
 // markReplaced sets (on) or clears the consumer's replacedKey.
@@ -179,17 +204,14 @@ func (c *Consumer) markReplaced(created time.Time, on bool) {
 	s := &c.stranded
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.meta == nil {
-		s.meta = map[string]string{}
-	}
-	if on {
-		s.meta[replacedKey] = created.UTC().Format(time.RFC3339Nano)
-	} else {
-		delete(s.meta, replacedKey)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), strandedTimeout)
-	defer cancel()
-	if _, err := c.js.UpdateConsumer(ctx, c.cfg.Stream, c.consumerConfig()); err != nil {
+	err := c.updateMeta(0, func(meta map[string]string) {
+		if on {
+			meta[replacedKey] = created.UTC().Format(time.RFC3339Nano)
+		} else {
+			delete(meta, replacedKey)
+		}
+	})
+	if err != nil {
 		c.log.Error("could not update the consumer's metadata", "key", replacedKey, "set", on, "err", err)
 	}
 }

@@ -121,9 +121,7 @@ func TestStoredSeqChecksAfterReconnect(t *testing.T) {
 	}
 	js2 := jsFor(t, srv) // an operator's script, connected first
 	recreateStream(t, ctx, js2, cfg, 0)
-	c.stranded.mu.Lock()
-	cc := c.consumerConfig()
-	c.stranded.mu.Unlock()
+	cc := c.consumerConfig(nil)
 	if _, err := js2.CreateOrUpdateConsumer(ctx, cfg.Stream, cc); err != nil {
 		t.Fatal(err)
 	}

@@ -14,47 +14,42 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// strandedKey is the durable consumer's metadata key under which jetsink
-// records the events that reached max_deliver and are not dead-lettered
-// yet, as "<stream_seq>:<deliveries>" separated by commas. JetStream will
-// not deliver such an event again and sends its advisory once, so this
-// record is what lets a restarted jetsink finish the dead letter: New
-// reads it and resumes each. The record lives in the server with the
-// consumer; updating it needs no permission beyond creating the consumer.
-const strandedKey = "jetsink_max_deliver_pending"
+// The durable consumer's metadata keys under which jetsink records the
+// events that reached max_deliver and are not dead-lettered yet:
+// strandedKey lists "<stream_seq>:<deliveries>" separated by commas, and
+// strandedStreamKey names the stream they are in by its creation time
+// (RFC 3339), so that a record is never applied to a stream re-created
+// since. JetStream will not deliver such an event again and sends its
+// advisory once, so this record is what lets a restarted jetsink finish
+// the dead letter. It lives in the server with the consumer; updating it
+// needs no permission beyond creating the consumer.
+const (
+	strandedKey       = "jetsink_max_deliver_pending"
+	strandedStreamKey = "jetsink_max_deliver_stream"
+)
 
-// strandedMax bounds the record. Past it, an event is retried in memory
-// only, as before the record existed, and an ERROR line says so.
+// strandedMax bounds the record (~42 KB, under the server's 128 KB for
+// metadata). Past it, an event is retried in memory only, and an ERROR
+// line says so.
 const strandedMax = 1000
 
-// strandedTimeout bounds one update of the record.
+// strandedTimeout bounds one read or update of the record.
 const strandedTimeout = 10 * time.Second
 
-// stranded is the record and the consumer's other metadata, guarded by mu,
-// which also serialises the consumer updates that carry it.
+// stranded is the set of events waiting for their max-deliver dead letter,
+// guarded by mu, which also serialises the consumer updates that carry it.
 type stranded struct {
-	mu     sync.Mutex
-	loaded bool              // the existing consumer's metadata was read (New)
-	meta   map[string]string // the consumer's metadata other than strandedKey
-	seqs   map[uint64]uint64 // stream sequence -> deliveries
-	resume sync.WaitGroup    // the goroutine New starts to resume the record
+	mu      sync.Mutex
+	seqs    map[uint64]uint64 // stream sequence -> deliveries
+	stream  time.Time         // creation time of the stream they are in
+	running bool              // the retry loop is running
+	loop    sync.WaitGroup    // the retry loop, which Close waits for
 }
 
-// load reads the record and the other metadata keys of the existing
-// consumer, if any. Keys the server sets itself ("_nats." ...) are left to
-// it. Lock held.
-func (s *stranded) load(cfg *jetstream.ConsumerConfig) (bad string) {
-	s.meta = map[string]string{}
-	s.seqs = map[uint64]uint64{}
-	if cfg == nil {
-		return ""
-	}
-	for k, v := range cfg.Metadata {
-		if !strings.HasPrefix(k, "_nats.") && k != strandedKey {
-			s.meta[k] = v
-		}
-	}
-	for _, e := range strings.Split(cfg.Metadata[strandedKey], ",") {
+// parseRecord reads a strandedKey value; bad is an entry it could not read.
+func parseRecord(v string) (seqs map[uint64]uint64, bad string) {
+	seqs = map[uint64]uint64{}
+	for _, e := range strings.Split(v, ",") {
 		if e == "" {
 			continue
 		}
@@ -65,38 +60,27 @@ func (s *stranded) load(cfg *jetstream.ConsumerConfig) (bad string) {
 			bad = e
 			continue
 		}
-		s.seqs[sn] = dn
+		seqs[sn] = dn
 	}
-	return bad
+	return seqs, bad
 }
 
-// metadata is what the consumer's metadata should be now. Lock held.
-func (s *stranded) metadata() map[string]string {
-	if len(s.meta) == 0 && len(s.seqs) == 0 {
-		return nil
-	}
-	m := maps.Clone(s.meta)
-	if m == nil {
-		m = map[string]string{}
-	}
-	if len(s.seqs) > 0 {
-		var b strings.Builder
-		for _, seq := range slices.Sorted(maps.Keys(s.seqs)) {
-			if b.Len() > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(strconv.FormatUint(seq, 10))
-			b.WriteByte(':')
-			b.WriteString(strconv.FormatUint(s.seqs[seq], 10))
+func formatRecord(seqs map[uint64]uint64) string {
+	var b strings.Builder
+	for _, seq := range slices.Sorted(maps.Keys(seqs)) {
+		if b.Len() > 0 {
+			b.WriteByte(',')
 		}
-		m[strandedKey] = b.String()
+		b.WriteString(strconv.FormatUint(seq, 10))
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatUint(seqs[seq], 10))
 	}
-	return m
+	return b.String()
 }
 
-// consumerConfig is the durable consumer as jetsink wants it, carrying the
-// record. Lock held.
-func (c *Consumer) consumerConfig() jetstream.ConsumerConfig {
+// consumerConfig is the durable consumer as jetsink wants it, with meta as
+// its metadata.
+func (c *Consumer) consumerConfig(meta map[string]string) jetstream.ConsumerConfig {
 	cfg := &c.cfg
 	return jetstream.ConsumerConfig{
 		Durable:       cfg.Consumer,
@@ -105,33 +89,78 @@ func (c *Consumer) consumerConfig() jetstream.ConsumerConfig {
 		MaxDeliver:    cfg.MaxDeliver,
 		MaxAckPending: cfg.maxAckPending(),
 		FilterSubject: cfg.FilterSubject,
-		Metadata:      c.stranded.metadata(),
+		Metadata:      meta,
 	}
 }
 
+// currentMeta reads the consumer's metadata as the server has it now
+// (nil, nil when there is no consumer yet), without the keys the server
+// sets itself ("_nats." ...).
+func (c *Consumer) currentMeta(ctx context.Context) (map[string]string, error) {
+	cons, err := c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up consumer %s on stream %s: %w", c.cfg.Consumer, c.cfg.Stream, err)
+	}
+	meta := map[string]string{}
+	for k, v := range cons.CachedInfo().Config.Metadata {
+		if !strings.HasPrefix(k, "_nats.") {
+			meta[k] = v
+		}
+	}
+	return meta, nil
+}
+
+// mergeMeta is meta (read from the server) with this process's record laid
+// over it: entries another instance recorded stay, except resolved (which
+// this process has just dead-lettered or found gone). Lock held.
+func (s *stranded) mergeMeta(meta map[string]string, resolved uint64) map[string]string {
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	rec := map[uint64]uint64{}
+	stream := s.stream
+	if t, err := time.Parse(time.RFC3339Nano, meta[strandedStreamKey]); err == nil && (t.Equal(stream) || t.IsZero() || stream.IsZero()) {
+		rec, _ = parseRecord(meta[strandedKey])
+		if stream.IsZero() {
+			stream = t
+		}
+	}
+	delete(rec, resolved)
+	for seq, dc := range s.seqs {
+		if len(rec) >= strandedMax {
+			break
+		}
+		rec[seq] = dc
+	}
+	delete(meta, strandedKey)
+	delete(meta, strandedStreamKey)
+	if len(rec) > 0 {
+		meta[strandedKey] = formatRecord(rec)
+		meta[strandedStreamKey] = stream.UTC().Format(time.RFC3339Nano)
+	}
+	if len(meta) == 0 {
+		return nil
+	}
+	return meta
+}
+
 // ensureConsumer creates or updates the durable pull consumer and publishes
-// its handle for Run and Lag. The first time (New) it reads the record of
-// an existing consumer; later it writes back what this process holds.
+// its handle for Run and Lag. It keeps the consumer's metadata as the
+// server has it, with this process's record of max-delivered events laid
+// over it.
 func (c *Consumer) ensureConsumer(ctx context.Context) error {
 	cfg := &c.cfg
 	s := &c.stranded
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.loaded {
-		var old *jetstream.ConsumerConfig
-		cons, err := c.js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-		switch {
-		case err == nil:
-			old = &cons.CachedInfo().Config
-		case !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound):
-			return fmt.Errorf("look up consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
-		}
-		if bad := s.load(old); bad != "" {
-			c.log.Error("unreadable entry in the consumer's record of max-delivered events; ignored", "key", strandedKey, "entry", bad)
-		}
-		s.loaded = true
+	meta, err := c.currentMeta(ctx)
+	if err != nil {
+		return err
 	}
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig())
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(s.mergeMeta(meta, 0)))
 	if err != nil {
 		return fmt.Errorf("create or update consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
 	}
@@ -139,59 +168,146 @@ func (c *Consumer) ensureConsumer(ctx context.Context) error {
 	return nil
 }
 
-// record adds (add) or removes an event of the record and writes it to the
-// consumer. It reports whether the event is in the written record.
-func (c *Consumer) record(adv maxDeliverAdvisory, add bool) bool {
+// updateMeta rewrites the consumer's metadata: as the server has it, with
+// change applied and this process's record laid over it. Lock held.
+func (c *Consumer) updateMeta(resolved uint64, change func(map[string]string)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), strandedTimeout)
+	defer cancel()
+	meta, err := c.currentMeta(ctx)
+	if err != nil {
+		return err
+	}
+	if meta == nil {
+		return fmt.Errorf("consumer %s on stream %s: %w", c.cfg.Consumer, c.cfg.Stream, jetstream.ErrConsumerNotFound)
+	}
+	if change != nil {
+		change(meta)
+	}
+	_, err = c.js.UpdateConsumer(ctx, c.cfg.Stream, c.consumerConfig(c.stranded.mergeMeta(meta, resolved)))
+	return err
+}
+
+// loadStranded reads the record an earlier process left, for the stream
+// created at created, and starts the retry loop for it. A record of a
+// stream deleted since is dropped: those events went with it.
+func (c *Consumer) loadStranded(ctx context.Context, created time.Time) error {
+	meta, err := c.currentMeta(ctx)
+	if err != nil || meta[strandedKey] == "" {
+		return err
+	}
+	rec, bad := parseRecord(meta[strandedKey])
+	if bad != "" {
+		c.log.Error("unreadable entry in the consumer's record of max-delivered events; ignored", "key", strandedKey, "entry", bad)
+	}
+	// A record written while the stream could not be looked up has no
+	// creation time: it is applied.
+	if t, err := time.Parse(time.RFC3339Nano, meta[strandedStreamKey]); err == nil && !t.IsZero() && !t.Equal(created) {
+		c.log.Error("the consumer's record of max-delivered events is for a stream since deleted; those events went with it",
+			"events", formatRecord(rec), "recorded_stream_created", meta[strandedStreamKey], "stream_created", created)
+		rec = nil
+	}
 	s := &c.stranded
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, had := s.seqs[adv.StreamSeq]
-	switch {
-	case add && had, !add && !had:
-		return had
-	case add && len(s.seqs) >= strandedMax:
-		c.log.Error("too many events waiting for a max-deliver dead letter to record another; this one is retried in memory only",
-			"stream_seq", adv.StreamSeq, "recorded", len(s.seqs))
-		return false
-	case add:
-		s.seqs[adv.StreamSeq] = adv.Deliveries
-	default:
-		delete(s.seqs, adv.StreamSeq)
+	s.seqs, s.stream = rec, created
+	if rec == nil {
+		return c.updateMeta(0, nil) // clears the record
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), strandedTimeout)
-	defer cancel()
-	if _, err := c.js.UpdateConsumer(ctx, c.cfg.Stream, c.consumerConfig()); err != nil {
-		c.log.Error("could not update the consumer's record of max-delivered events", "stream_seq", adv.StreamSeq, "add", add, "err", err)
-		if add {
-			delete(s.seqs, adv.StreamSeq) // not recorded: the next attempt tries again
-		}
-		return false
+	if len(rec) > 0 {
+		c.log.Warn("resuming the dead letters of events that reached max_deliver before the last stop", "events", len(rec))
+		c.startRetryLoop(0)
 	}
-	return add
+	return nil
 }
 
-// resumeStranded dead-letters, one after the other, the events of the
-// record New read: an earlier process stopped before it could. It runs on
-// its own goroutine, which Close waits for.
-func (c *Consumer) resumeStranded() {
+// strand adds adv's event (in the stream created at created) to the record
+// and makes sure the retry loop runs.
+func (c *Consumer) strand(adv maxDeliverAdvisory, created time.Time) {
 	s := &c.stranded
 	s.mu.Lock()
-	var advs []maxDeliverAdvisory
-	for _, seq := range slices.Sorted(maps.Keys(s.seqs)) {
-		advs = append(advs, maxDeliverAdvisory{Stream: c.cfg.Stream, Consumer: c.cfg.Consumer, StreamSeq: seq, Deliveries: s.seqs[seq]})
+	defer s.mu.Unlock()
+	if s.seqs == nil || !created.Equal(s.stream) {
+		if len(s.seqs) > 0 {
+			c.log.Error("the stream was re-created; events waiting for a max-deliver dead letter went with it", "events", formatRecord(s.seqs))
+		}
+		s.seqs, s.stream = map[uint64]uint64{}, created
 	}
-	s.mu.Unlock()
-	if len(advs) == 0 {
+	s.seqs[adv.StreamSeq] = adv.Deliveries
+	if len(s.seqs) > strandedMax {
+		c.log.Error("too many events waiting for a max-deliver dead letter to record another; this one is retried in memory only",
+			"stream_seq", adv.StreamSeq, "recorded", strandedMax)
+	} else if err := c.updateMeta(0, nil); err != nil {
+		c.log.Error("could not record the event in the consumer's metadata; it is retried in memory only", "stream_seq", adv.StreamSeq, "err", err)
+	}
+	c.startRetryLoop(c.mdRetry[0])
+}
+
+// startRetryLoop starts the retry loop unless it runs. Lock held.
+func (c *Consumer) startRetryLoop(first time.Duration) {
+	s := &c.stranded
+	if s.running {
 		return
 	}
-	c.log.Warn("resuming the dead letters of events that reached max_deliver before the last stop", "events", len(advs))
-	s.resume.Add(1)
+	s.running = true
+	s.loop.Add(1)
 	go func() {
-		defer s.resume.Done()
-		for _, adv := range advs {
-			if !c.deadLetterMaxDelivered(adv, true) {
-				return // stopping
-			}
-		}
+		defer s.loop.Done()
+		c.retryStranded(first)
 	}()
+}
+
+// retryStranded dead-letters the events of the record, backing off from
+// mdRetry[0] to mdRetry[1] between rounds, until none is left or the
+// connection closes or drains (the record stays for the next start).
+func (c *Consumer) retryStranded(delay time.Duration) {
+	s := &c.stranded
+	for attempt := 1; ; attempt++ {
+		if delay > 0 && (c.stopping() || !c.sleepUnlessStopping(delay)) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.running = false
+			c.log.Error("events that reached nats.max_deliver could not be dead-lettered before jetsink stopped; they stay in the stream at these sequences, "+
+				"recorded in the consumer's metadata for the next start", "events", formatRecord(s.seqs))
+			return
+		}
+		delay = max(delay, c.mdRetry[0])
+		s.mu.Lock()
+		todo := maps.Clone(s.seqs)
+		created := s.stream
+		s.mu.Unlock()
+		for _, seq := range slices.Sorted(maps.Keys(todo)) {
+			adv := maxDeliverAdvisory{Stream: c.cfg.Stream, Consumer: c.cfg.Consumer, StreamSeq: seq, Deliveries: todo[seq]}
+			done, err := c.tryMaxDelivered(adv, created)
+			if done {
+				c.resolve(adv, created)
+				continue
+			}
+			c.log.Error("event reached nats.max_deliver and could not be dead-lettered yet; retrying",
+				"stream_seq", seq, "attempts", attempt, "retry_in", delay, "err", err)
+		}
+		s.mu.Lock()
+		if len(s.seqs) == 0 {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		delay = min(2*delay, c.mdRetry[1])
+	}
+}
+
+// resolve takes adv's event off the record once its dead letter is stored
+// or the event is gone.
+func (c *Consumer) resolve(adv maxDeliverAdvisory, created time.Time) {
+	s := &c.stranded
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !created.Equal(s.stream) {
+		return
+	}
+	delete(s.seqs, adv.StreamSeq)
+	if err := c.updateMeta(adv.StreamSeq, nil); err != nil {
+		c.log.Warn("could not clear the event from the consumer's record of max-delivered events; the next start dead-letters it again (stored once if within the dead-letter stream's duplicate window)",
+			"stream_seq", adv.StreamSeq, "err", err)
+	}
 }

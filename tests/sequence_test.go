@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,6 +142,9 @@ func TestExactlyOnceRefusesRestartedSequence(t *testing.T) {
 	r = e.start(ctx, cfg)
 	refused(r, "after a restart")
 	r.drain(t)
+	if out, code := jetsinkCmd(t, nil, "check", "--config", e.writeConfig(sink.ExactlyOnce)); code != 1 || !strings.Contains(out, "stream sequence restarted") {
+		t.Fatalf("check on the refused stream: exit %d\n%s", code, out)
+	}
 	if n := e.rows(ctx); n != events+inFlight {
 		t.Fatalf("%d rows, want %d", n, events+inFlight)
 	}
