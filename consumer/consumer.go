@@ -230,14 +230,12 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if err := c.ensureConsumer(ctx); err != nil {
 		return err
 	}
-	if err := c.watchMaxDeliveries(); err != nil {
-		return err
-	}
 	stream, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
 		return fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
 	}
-	return c.loadStranded(ctx, stream.CachedInfo().Created)
+	c.loadStranded(ctx, stream.CachedInfo().Created)
+	return c.watchMaxDeliveries()
 }
 
 // ensureStream creates or updates the stream (CreateStream) or checks that
@@ -309,7 +307,7 @@ func (c *Consumer) Close() {
 		c.nc.Close()
 		<-c.closed
 	}
-	c.stranded.loop.Wait() // ends once the connection has closed
+	c.stranded.stopRetrying() // the loop ends once the connection has closed
 }
 
 // Ready reports whether the connection to NATS is up.

@@ -3,7 +3,10 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -299,12 +302,16 @@ func waitMaxDeliverLetter(t *testing.T, ctx context.Context, dlq jetstream.Strea
 }
 
 // outageBeforeMaxDeliver makes the dead-letter subject unavailable (its
-// stream deleted), publishes one event and lets it be delivered
-// cfg.MaxDeliver times without settling it, so that the server gives up on
+// stream deleted), publishes one event (or n[0], one per subject) and lets
+// each be delivered cfg.MaxDeliver times without settling it, so that the server gives up on
 // it while no dead letter can be stored. maxDeliverRetry is set to retry for
 // the test and restored after it.
-func outageBeforeMaxDeliver(t *testing.T, ctx context.Context, retry [2]time.Duration, log io.Writer) (*Consumer, Config, jetstream.JetStream, *runner) {
+func outageBeforeMaxDeliver(t *testing.T, ctx context.Context, retry [2]time.Duration, log io.Writer, n ...int) (*Consumer, Config, jetstream.JetStream, *runner) {
 	t.Helper()
+	events := 1
+	if len(n) > 0 {
+		events = n[0]
+	}
 	saved := maxDeliverRetry
 	maxDeliverRetry = retry
 	t.Cleanup(func() { maxDeliverRetry = saved })
@@ -325,11 +332,13 @@ func outageBeforeMaxDeliver(t *testing.T, ctx context.Context, retry [2]time.Dur
 	if err := js.DeleteStream(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	publish(t, ctx, js, cfg, 1, 1, 0)
+	publish(t, ctx, js, cfg, events, events, 0)
 	r := startRun(t, ctx, c, 1, 16, 16)
-	for want := uint64(1); want <= 2; want++ {
-		if ev := r.next(t, ctx).ev; ev.Delivered != want {
-			t.Fatalf("delivery %d has count %d", want, ev.Delivered)
+	delivered := map[uint64]uint64{}
+	for range 2 * events {
+		ev := r.next(t, ctx).ev
+		if delivered[ev.StreamSeq]++; ev.Delivered != delivered[ev.StreamSeq] {
+			t.Fatalf("delivery %d of message %d has count %d", delivered[ev.StreamSeq], ev.StreamSeq, ev.Delivered)
 		}
 	}
 	return c, cfg, js, r
@@ -414,27 +423,7 @@ func TestMaxDeliverRetryStopsWhenTheEventIsGone(t *testing.T) {
 func TestMaxDeliverRetryResumesAfterRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	saved := maxDeliverRetry
-	maxDeliverRetry = [2]time.Duration{time.Hour, time.Hour}
-	t.Cleanup(func() { maxDeliverRetry = saved })
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv)
-	cfg.AckWait = time.Second
-	cfg.MaxDeliver = 2
-	c := newConsumer(t, ctx, cfg)
-	js := jsFor(t, srv)
-	name, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteStream(ctx, name); err != nil {
-		t.Fatal(err)
-	}
-	publish(t, ctx, js, cfg, 2, 2, 0)
-	r := startRun(t, ctx, c, 1, 16, 16)
-	for range 4 {
-		r.next(t, ctx) // two deliveries each, never settled
-	}
+	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, nil, 2)
 	waitFor(t, ctx, "both events recorded", func() bool { return record(t, ctx, js, cfg) == "1:2,2:2" })
 	if err := r.stop(t, ctx); err != nil {
 		t.Fatal(err)
@@ -471,7 +460,7 @@ func TestMaxDeliverRecordGoesWithItsStream(t *testing.T) {
 	// The consumer went with the stream; put the old record on a new one,
 	// as a process that kept it in memory would.
 	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy,
-		Metadata: map[string]string{strandedKey: "1:2", strandedStreamKey: "2020-01-01T00:00:00Z"}}); err != nil {
+		Metadata: map[string]string{strandedKey: "1:2:1577836800000000000"}}); err != nil { // a stream of 2020
 		t.Fatal(err)
 	}
 	c2, err := New(ctx, cfg, testLogger(t, &log))
@@ -480,7 +469,7 @@ func TestMaxDeliverRecordGoesWithItsStream(t *testing.T) {
 	}
 	t.Cleanup(c2.Close)
 	waitFor(t, ctx, "the record dropped", func() bool { return record(t, ctx, js, cfg) == "" })
-	if !strings.Contains(log.String(), "is for a stream since deleted") {
+	if !strings.Contains(log.String(), "names events of a stream since deleted") {
 		t.Fatalf("log does not say the record was dropped:\n%s", log.String())
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -489,12 +478,68 @@ func TestMaxDeliverRecordGoesWithItsStream(t *testing.T) {
 	}
 }
 
-// record is the consumer's record of max-delivered events.
+// record is the consumer's record of max-delivered events as
+// "<seq>:<deliveries>,...", each entry checked to name the current stream.
 func record(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config) string {
 	t.Helper()
 	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cons.CachedInfo().Config.Metadata[strandedKey]
+	stream, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, bad := parseRecord(cons.CachedInfo().Config.Metadata[strandedKey])
+	if bad != "" {
+		t.Fatalf("unreadable record entry %q", bad)
+	}
+	var out []string
+	for _, seq := range slices.Sorted(maps.Keys(rec)) {
+		e := fmt.Sprintf("%d:%d", seq, rec[seq].deliveries)
+		if rec[seq].stream != stream.CachedInfo().Created.UnixNano() {
+			e += "(another stream)"
+		}
+		out = append(out, e)
+	}
+	return strings.Join(out, ",")
+}
+
+// Instances sharing the consumer keep each other's entries of the record,
+// and an entry whose stream could not be looked up is kept.
+func TestMaxDeliverRecordSharedByInstances(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	a, b := newConsumer(t, ctx, cfg), newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	stream, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := stream.CachedInfo().Created
+	// Not running the retry loops: only the record is under test.
+	for _, c := range []*Consumer{a, b} {
+		c.stranded.mu.Lock()
+		c.stranded.closing = true
+		c.stranded.mu.Unlock()
+	}
+	a.strand(maxDeliverAdvisory{StreamSeq: 1, Deliveries: 2}, created)
+	b.strand(maxDeliverAdvisory{StreamSeq: 3, Deliveries: 2}, time.Time{}) // stream unknown
+	if err := a.ensureConsumer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("1:2:%d,3:2:0", created.UnixNano())
+	if got := cons.CachedInfo().Config.Metadata[strandedKey]; got != want {
+		t.Fatalf("record %q, want %q", got, want)
+	}
+	a.resolve(1, strandedEntry{deliveries: 2, stream: created.UnixNano()})
+	if got := record(t, ctx, js, cfg); got != "3:2(another stream)" { // b's entry, untagged
+		t.Fatalf("after a resolved its entry: record %q", got)
+	}
 }

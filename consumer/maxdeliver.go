@@ -78,19 +78,7 @@ func (c *Consumer) onMaxDeliveries(m *nats.Msg) {
 	}
 	c.log.Error("event reached nats.max_deliver and could not be dead-lettered yet; recording it and retrying",
 		"stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries, "err", err)
-	if created.IsZero() {
-		// The stream could not be looked up: record it against the stream
-		// this process knows, if any; the retry looks again.
-		created = c.stranded.stream
-	}
-	c.strand(adv, created)
-}
-
-// tryMaxDelivered is one attempt of the retry loop for an event of the
-// stream created at created.
-func (c *Consumer) tryMaxDelivered(adv maxDeliverAdvisory, created time.Time) (done bool, err error) {
-	done, _, err = c.deadLetterMaxDelivered(adv, created)
-	return done, err
+	c.strand(adv, created) // created is zero if the stream could not be looked up
 }
 
 // deadLetterMaxDelivered makes one attempt to dead-letter adv's event.

@@ -174,7 +174,12 @@ func (s *session) await(hard context.Context) error {
 	case err := <-s.verdict:
 		return err
 	case <-s.quit:
-		return errNotVerified
+		select {
+		case err := <-s.verdict: // answered just before
+			return err
+		default:
+			return errNotVerified
+		}
 	case <-hard.Done():
 		return hard.Err()
 	}
@@ -235,21 +240,29 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 	for {
 		select {
 		case <-ctx.Done():
-			// Intake over: stop pulling, push what this client holds (a
-			// message still to be verified is nak'ed).
-			s.stopAnswering()
+			// Intake over: stop pulling, push what this client holds,
+			// verifying the stream still where push asks (bounded by hard).
 			s.cc.Drain()
-			select {
-			case <-s.closed:
+			for {
 				select {
-				case err := <-s.pushErr:
-					return true, err
-				default:
-					return true, nil
+				case <-s.ask:
+					err := c.verifyPatiently(hard, hard)
+					s.verdict <- err
+					if err != nil {
+						s.stopAnswering() // the rest is nak'ed
+					}
+					continue
+				case <-s.closed:
+					select {
+					case err := <-s.pushErr:
+						return true, err
+					default:
+						return true, nil
+					}
+				case <-hard.Done():
+					// Do not wait for nats.go's drain: the handler now only naks.
+					return true, fmt.Errorf("consume: drain cut short: %w", hard.Err())
 				}
-			case <-hard.Done():
-				// Do not wait for nats.go's drain: the handler now only naks.
-				return true, fmt.Errorf("consume: drain cut short: %w", hard.Err())
 			}
 		case <-hard.Done():
 			s.cc.Stop()
@@ -258,7 +271,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			s.cc.Stop()
 			return true, err
 		case <-s.ask:
-			err := c.verify(ctx)
+			err := c.verifyPatiently(ctx, hard)
 			s.verdict <- err
 			if err != nil {
 				if errors.Is(err, ErrSequenceRestarted) {
@@ -359,6 +372,25 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		return fmt.Errorf("consume: push event: %w", err)
 	}
 	return nil
+}
+
+// verifyPatiently is verify, tried again while it fails for a reason
+// other than a refusal (NATS or PostgreSQL unreachable), so that a
+// reconnect or a short outage does not cost the waiting message a
+// delivery. It gives up when ctx or hard ends or the connection closes.
+func (c *Consumer) verifyPatiently(ctx, hard context.Context) error {
+	wait := retryMin
+	for {
+		err := c.verify(ctx)
+		if err == nil || errors.Is(err, ErrSequenceRestarted) || ctx.Err() != nil || hard.Err() != nil || c.nc.IsClosed() {
+			return err
+		}
+		c.log.Warn("could not verify the stream yet; the message waits", "err", err, "retry_in", wait)
+		if !sleep(ctx, hard, wait) {
+			return err
+		}
+		wait = min(2*wait, retryMax)
+	}
 }
 
 // leave ends the session because its consumer or stream went away (Run

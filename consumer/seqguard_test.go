@@ -223,3 +223,46 @@ func recreateStream(t *testing.T, ctx context.Context, js jetstream.JetStream, c
 		t.Fatal(err)
 	}
 }
+
+// Messages buffered in the client when NATS goes away for longer than one
+// verification attempt wait for the stream to be verified after the
+// reconnect; none is nak'ed (with max_deliver 1 a nak would dead-letter it).
+func TestStoredSeqOutageCostsNoDelivery(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.MaxDeliver = 1
+	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 0, nil }
+	js := jsFor(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	const n = 40
+	publish(t, ctx, js, cfg, n, 1, 0)
+	r := startRun(t, ctx, c, 1, 2, 1) // a tiny ring and nobody reading: push blocks
+	got := map[uint64]uint64{}
+	ev := r.next(t, ctx).ev
+	got[ev.StreamSeq] = ev.Delivered
+	srv.Shutdown()
+	// Now take what the client holds: the first message after the
+	// disconnect has to be verified while the server is away.
+	restarted := make(chan error, 1)
+	time.AfterFunc(7*time.Second, func() { restarted <- srv.Restart() }) // past verify's 5 s lookup
+	for len(got) < n {
+		ev := r.next(t, ctx).ev
+		got[ev.StreamSeq] = ev.Delivered
+	}
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	for seq, d := range got {
+		if d != 1 {
+			t.Fatalf("message %d delivered %d times", seq, d)
+		}
+	}
+	if st := c.Stats(); st.MaxDelivered != 0 {
+		t.Fatalf("%d dead-lettered at max_deliver", st.MaxDelivered)
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
