@@ -52,8 +52,18 @@
 //     its events;
 //   - in exactly-once mode, a session's first message, one whose consumer
 //     sequence went back (a consumer created since), and one after a
-//     disconnect wait while Run confirms the stream is the one it checked;
-//     only if it is not, and is refused, are they nak'ed.
+//     disconnect wait while Run confirms the stream is the one it checked
+//     (retrying while NATS or PostgreSQL is away; no InProgress is sent
+//     meanwhile, so a wait past ack_wait brings a redelivery). If the
+//     stream was replaced, the session ends and what the client holds of
+//     the old stream goes with it (the new one may reuse its sequences);
+//     the new stream is then checked like any other.
+//
+// With nats.create_stream in exactly-once mode, New needs the table's
+// highest sequence to create a missing stream: with PostgreSQL down then,
+// it fails (and says so) rather than create a stream from 1. The checks
+// need stream and consumer INFO on NATS and, for StoredSeq, SELECT on the
+// table's key columns.
 //
 // Not detected: a stream deleted and re-created while no jetsink was
 // running and refilled past the table's rows before the next start (or

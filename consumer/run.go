@@ -71,7 +71,7 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			return fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)
 		}
 		retry := func(what string, err error) {
-			if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			if missing(err) {
 				ensure = true
 			}
 			if ctx.Err() != nil || c.nc.IsClosed() {
@@ -83,8 +83,13 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 		}
 		if ensure {
 			if err := c.ensureAll(ctx); err != nil {
-				retry("re-create stream/consumer", err)
-				continue
+				if missing(err) || c.cons.Load() == nil {
+					retry("re-create stream/consumer", err)
+					continue
+				}
+				// Both are there; what failed (say, the dead-letter stream)
+				// is not worth stopping for.
+				c.log.Error("update stream/consumer; consuming on", "err", err)
 			}
 			ensure = false
 		}
@@ -123,6 +128,12 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			backoff = min(2*backoff, retryMax)
 		}
 	}
+}
+
+// missing reports whether err says the stream or the consumer does not
+// exist.
+func missing(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, ErrStreamNotFound)
 }
 
 // refuse holds off a stream checkSeq refused: it logs why (at ERROR, at
@@ -272,13 +283,22 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			return true, err
 		case <-s.ask:
 			err := c.verifyPatiently(ctx, hard)
+			if err != nil && !errors.Is(err, ErrSequenceRestarted) && !errors.Is(err, errStreamChanged) && ctx.Err() != nil {
+				err = c.verifyPatiently(hard, hard) // intake ended meanwhile: verify for the drain
+			}
 			s.verdict <- err
-			if err != nil {
-				if errors.Is(err, ErrSequenceRestarted) {
-					c.log.Warn("stream re-created while consuming; its sequence restarted under stored rows", "err", err)
-				} else {
-					c.log.Warn("could not verify the stream while consuming; subscribing again", "err", err)
-				}
+			switch {
+			case err == nil:
+			case errors.Is(err, ErrSequenceRestarted):
+				c.log.Warn("stream re-created while consuming; its sequence restarted under stored rows", "err", err)
+				return s.leave(hard)
+			case errors.Is(err, errStreamChanged):
+				// What the client still holds may be the old stream's, whose
+				// sequences the new one reuses: let it go with its stream.
+				c.log.Warn("stream re-created while consuming; subscribing to the new one afresh")
+				return s.leave(hard)
+			default:
+				c.log.Warn("could not verify the stream while consuming; subscribing again", "err", err)
 				return s.leave(hard)
 			}
 		case err := <-s.errs:
@@ -382,8 +402,9 @@ func (c *Consumer) verifyPatiently(ctx, hard context.Context) error {
 	wait := retryMin
 	for {
 		err := c.verify(ctx)
-		if err == nil || errors.Is(err, ErrSequenceRestarted) || ctx.Err() != nil || hard.Err() != nil || c.nc.IsClosed() {
-			return err
+		if err == nil || errors.Is(err, ErrSequenceRestarted) || errors.Is(err, errStreamChanged) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+			ctx.Err() != nil || hard.Err() != nil || c.nc.IsClosed() {
+			return err // a stream gone is Run's to re-create
 		}
 		c.log.Warn("could not verify the stream yet; the message waits", "err", err, "retry_in", wait)
 		if !sleep(ctx, hard, wait) {

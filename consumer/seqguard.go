@@ -96,7 +96,10 @@ func (c *Consumer) continueSeq(ctx context.Context) (uint64, error) {
 func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	cfg := &c.cfg
 	sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.FileStorage}
-	_, err := c.js.Stream(ctx, cfg.Stream)
+	existing, err := c.js.Stream(ctx, cfg.Stream)
+	if err == nil {
+		sc.FirstSeq = existing.CachedInfo().Config.FirstSeq // as it was created
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		first, err := c.continueSeq(ctx)
 		if err != nil {
@@ -169,9 +172,12 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 }
 
 // verify confirms, for push, that the stream is still the one checkSeq
-// accepted (the same creation time), and otherwise checks it again: a
-// session's first message, a consumer sequence that went back, or a
-// reconnect since the check may mean the stream was replaced unseen.
+// accepted (the same creation time): a session's first message, a
+// consumer sequence that went back, or a reconnect since the check may
+// mean the stream was replaced unseen. A replaced stream is checked again:
+// refused (ErrSequenceRestarted), or accepted, and then errStreamChanged
+// ends the session, so that nothing the client holds of the old stream is
+// taken.
 func (c *Consumer) verify(ctx context.Context) error {
 	gen := c.seq.gen.Load()
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -185,8 +191,16 @@ func (c *Consumer) verify(ctx context.Context) error {
 		return nil
 	}
 	c.log.Warn("stream re-created while consuming; checking its sequence", "created", stream.CachedInfo().Created)
-	return c.checkSeq(ctx)
+	if err := c.checkSeq(ctx); err != nil {
+		return err
+	}
+	return errStreamChanged
 }
+
+// errStreamChanged is verify's answer for a stream that was re-created and
+// accepted: the session ends, and what the client holds of the old stream
+// goes with it (its sequences may be the new stream's too).
+var errStreamChanged = errors.New("stream re-created; subscribing afresh")
 
 // markedReplaced reports whether the consumer's metadata marks the stream
 // created at created as a replacement.
