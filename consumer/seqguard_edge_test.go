@@ -19,7 +19,7 @@ func TestStoredSeqIntakeEndDuringVerifyStillDrains(t *testing.T) {
 	defer cancel()
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
-	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 0, nil }
+	cfg.StoredSeq = noRows
 	js := jsFor(t, srv)
 	c := newConsumer(t, ctx, cfg)
 	const n = 40
@@ -171,7 +171,7 @@ func TestStoredSeqLostStreamIsRecreated(t *testing.T) {
 	defer cancel()
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
-	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 0, nil }
+	cfg.StoredSeq = noRows
 	js := jsFor(t, srv)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)

@@ -22,7 +22,6 @@ func TestStoredSeqCountsMessagesInFlight(t *testing.T) {
 	defer cancel()
 	srv := testenv.NATS(t)
 	js := jsFor(t, srv)
-	noRows := func(context.Context, string) (uint64, error) { return 0, nil }
 
 	t.Run("create_stream", func(t *testing.T) {
 		cfg := testConfig(t, srv)
@@ -145,7 +144,7 @@ func TestStoredSeqRunRecreatesAndCloses(t *testing.T) {
 			js := jsFor(t, srv)
 			cfg := testConfig(t, srv)
 			if mode == "exactly-once" {
-				cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 0, nil }
+				cfg.StoredSeq = noRows
 			}
 			c := newConsumer(t, ctx, cfg)
 			if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
@@ -233,7 +232,7 @@ func TestStoredSeqOutageCostsNoDelivery(t *testing.T) {
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	cfg.MaxDeliver = 1
-	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 0, nil }
+	cfg.StoredSeq = noRows
 	js := jsFor(t, srv)
 	c := newConsumer(t, ctx, cfg)
 	const n = 40
@@ -266,3 +265,6 @@ func TestStoredSeqOutageCostsNoDelivery(t *testing.T) {
 		t.Fatalf("Run = %v", err)
 	}
 }
+
+// noRows is a Config.StoredSeq for an empty table.
+func noRows(context.Context, string) (uint64, error) { return 0, nil }
