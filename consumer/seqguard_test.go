@@ -227,13 +227,8 @@ func recreateStream(t *testing.T, ctx context.Context, js jetstream.JetStream, c
 // verification attempt wait for the stream to be verified after the
 // reconnect; none is nak'ed (with max_deliver 1 a nak would dead-letter it).
 func TestStoredSeqOutageCostsNoDelivery(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv)
+	ctx, srv, cfg, js := guardedTest(t, 90*time.Second)
 	cfg.MaxDeliver = 1
-	cfg.StoredSeq = noRows
-	js := jsFor(t, srv)
 	c := newConsumer(t, ctx, cfg)
 	const n = 40
 	publish(t, ctx, js, cfg, n, 1, 0)
@@ -268,3 +263,15 @@ func TestStoredSeqOutageCostsNoDelivery(t *testing.T) {
 
 // noRows is a Config.StoredSeq for an empty table.
 func noRows(context.Context, string) (uint64, error) { return 0, nil }
+
+// guardedTest is an exactly-once consumer test's context (ended after d or
+// with the test), server, config (StoredSeq: an empty table) and client.
+func guardedTest(t *testing.T, d time.Duration) (context.Context, *testenv.NATSServer, Config, jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.StoredSeq = noRows
+	return ctx, srv, cfg, jsFor(t, srv)
+}
