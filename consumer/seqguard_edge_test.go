@@ -15,7 +15,8 @@ import (
 // under hard, as Run promises. (A first version stopped the session
 // instead: 7 of 40 pushed.)
 func TestStoredSeqIntakeEndDuringVerifyStillDrains(t *testing.T) {
-	ctx, srv, cfg, js := guardedTest(t, 60*time.Second)
+	ctx, cancel, srv, cfg, js := guardedTest(t, 60*time.Second)
+	defer cancel()
 	c := newConsumer(t, ctx, cfg)
 	const n = 40
 	publish(t, ctx, js, cfg, n, 1, 0)
@@ -162,7 +163,8 @@ func TestStoredSeqPurgeThenRestartKeepsLastSeq(t *testing.T) {
 // after the reconnect waits for serve to verify the stream; "stream not
 // found" is not waited out but handed to Run, which re-creates it.
 func TestStoredSeqLostStreamIsRecreated(t *testing.T) {
-	ctx, srv, cfg, js := guardedTest(t, 60*time.Second)
+	ctx, cancel, srv, cfg, js := guardedTest(t, 60*time.Second)
+	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}

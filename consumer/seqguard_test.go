@@ -227,7 +227,8 @@ func recreateStream(t *testing.T, ctx context.Context, js jetstream.JetStream, c
 // verification attempt wait for the stream to be verified after the
 // reconnect; none is nak'ed (with max_deliver 1 a nak would dead-letter it).
 func TestStoredSeqOutageCostsNoDelivery(t *testing.T) {
-	ctx, srv, cfg, js := guardedTest(t, 90*time.Second)
+	ctx, cancel, srv, cfg, js := guardedTest(t, 90*time.Second)
+	defer cancel()
 	cfg.MaxDeliver = 1
 	c := newConsumer(t, ctx, cfg)
 	const n = 40
@@ -264,14 +265,15 @@ func TestStoredSeqOutageCostsNoDelivery(t *testing.T) {
 // noRows is a Config.StoredSeq for an empty table.
 func noRows(context.Context, string) (uint64, error) { return 0, nil }
 
-// guardedTest is an exactly-once consumer test's context (ended after d or
-// with the test), server, config (StoredSeq: an empty table) and client.
-func guardedTest(t *testing.T, d time.Duration) (context.Context, *testenv.NATSServer, Config, jetstream.JetStream) {
+// guardedTest is an exactly-once consumer test's context (ended after d;
+// the test defers cancel, so that it ends before the runners' clean-up
+// waits for their drainers), server, config (StoredSeq: an empty table)
+// and client.
+func guardedTest(t *testing.T, d time.Duration) (context.Context, context.CancelFunc, *testenv.NATSServer, Config, jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	cfg.StoredSeq = noRows
-	return ctx, srv, cfg, jsFor(t, srv)
+	return ctx, cancel, srv, cfg, jsFor(t, srv)
 }
