@@ -97,10 +97,10 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	cfg := &c.cfg
 	sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.FileStorage}
 	existing, err := c.js.Stream(ctx, cfg.Stream)
-	if err == nil {
+	switch {
+	case err == nil:
 		sc.FirstSeq = existing.CachedInfo().Config.FirstSeq // as it was created
-	}
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
 		first, err := c.continueSeq(ctx)
 		if err != nil {
 			return nil, err
@@ -117,7 +117,7 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 			return nil, err
 		}
 		sc.FirstSeq = 0 // someone else created it just now; checkSeq judges it
-	} else if err != nil {
+	default:
 		return nil, err
 	}
 	return c.js.CreateOrUpdateStream(ctx, sc)
