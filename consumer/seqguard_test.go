@@ -218,9 +218,21 @@ func recreateStream(t *testing.T, ctx context.Context, js jetstream.JetStream, c
 	if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, FirstSeq: first}); err != nil {
-		t.Fatal(err)
+	createStreamSoon(t, ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, FirstSeq: first})
+}
+
+// createStreamSoon creates a stream, trying again for a few seconds: just
+// after a delete or a restart the server may still be removing the old
+// store ("error creating store for stream", seen in CI).
+func createStreamSoon(t *testing.T, ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err = js.CreateStream(ctx, sc); err == nil {
+			return
+		}
 	}
+	t.Fatalf("create stream %s: %v", sc.Name, err)
 }
 
 // Messages buffered in the client when NATS goes away for longer than one

@@ -89,9 +89,13 @@ func TestExactlyOnceRefusesRestartedSequence(t *testing.T) {
 		if err := e.js.DeleteStream(ctx, e.stream); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: e.stream, Subjects: []string{e.prefix + ".>"}, FirstSeq: first}); err != nil {
-			t.Fatal(err)
-		}
+		// Just after the delete the server may still be removing the old
+		// store ("error creating store for stream"): try for a while.
+		sc := jetstream.StreamConfig{Name: e.stream, Subjects: []string{e.prefix + ".>"}, FirstSeq: first}
+		waitFor(t, ctx, "the stream re-created", func() (bool, string) {
+			_, err := e.js.CreateStream(ctx, sc)
+			return err == nil, fmt.Sprint(err)
+		})
 	}
 	refused := func(r *running, when string) {
 		t.Helper()
