@@ -80,7 +80,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 				// A stream run refused before stays judged as a replacement.
 				marked := false
 				if cons, cerr := stream.Consumer(ctx, cfg.Consumer); cerr == nil {
-					marked = cons.CachedInfo().Config.Metadata[replacedKey] == info.Created.UTC().Format(time.RFC3339Nano)
+					marked = cons.CachedInfo().Config.Metadata[replacedKey] == replacedMark(info.Created)
 				}
 				err = restarted(cfg.Stream, info, stored, stored, marked)
 			}

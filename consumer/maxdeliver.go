@@ -93,7 +93,7 @@ func (c *Consumer) deadLetterMaxDelivered(adv maxDeliverAdvisory, in time.Time) 
 		c.stats.maxDelivered.Add(1)
 		c.log.Warn("event reached nats.max_deliver; dead-lettered", "stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries)
 		return true, created, nil
-	case errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, errStreamReplaced):
+	case errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, errEventStreamGone):
 		// Nothing to dead-letter any more, now or later.
 		c.stats.deadLetterFailed.Add(1)
 		c.log.Error("event reached nats.max_deliver and is no longer in the stream (removed by its limits, or deleted): it cannot be dead-lettered",
@@ -105,9 +105,9 @@ func (c *Consumer) deadLetterMaxDelivered(adv maxDeliverAdvisory, in time.Time) 
 	}
 }
 
-// errStreamReplaced: the stream of a recorded event was deleted (and
+// errEventStreamGone: the stream of a recorded event was deleted (and
 // re-created) since; the event went with it.
-var errStreamReplaced = errors.New("the event's stream was deleted since")
+var errEventStreamGone = errors.New("the event's stream was deleted since")
 
 // stopping reports whether the connection is closed or draining.
 func (c *Consumer) stopping() bool { return c.nc.IsClosed() || c.nc.IsDraining() }
@@ -145,7 +145,7 @@ func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory, in time.Time) (time.T
 	}
 	created := stream.CachedInfo().Created
 	if !in.IsZero() && !created.Equal(in) {
-		return created, errStreamReplaced
+		return created, errEventStreamGone
 	}
 	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
 	if err != nil {

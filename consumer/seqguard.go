@@ -25,9 +25,9 @@ var ErrSequenceRestarted = errors.New("stream sequence restarted under stored ro
 // plain fields; seenMax and seenEnd are written by the delivery goroutine.
 type seqGuard struct {
 	// created is the stream's creation time as the last accepted check saw
-	// it; a different one means the stream was re-created since.
+	// it (zero before the first); a different one means the stream was
+	// re-created since.
 	created time.Time
-	checked bool
 	// refused is why the last check refused the stream (nil: it accepted);
 	// refusedLogged is when that was last logged.
 	refused       atomic.Pointer[error]
@@ -152,7 +152,7 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	replaced := marked || (c.seq.checked && !info.Created.Equal(c.seq.created))
+	replaced := marked || (!c.seq.created.IsZero() && !info.Created.Equal(c.seq.created))
 	end := stored
 	if replaced {
 		end = max(stored, c.seq.seenMax.Load())
@@ -166,7 +166,7 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 	if marked {
 		c.markReplaced(info.Created, false)
 	}
-	c.seq.created, c.seq.checked = info.Created, true
+	c.seq.created = info.Created
 	c.seq.checkedGen.Store(gen)
 	return nil
 }
@@ -180,17 +180,14 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 // taken.
 func (c *Consumer) verify(ctx context.Context) error {
 	gen := c.seq.gen.Load()
-	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	stream, err := c.js.Stream(vctx, c.cfg.Stream)
-	cancel()
+	same, err := c.sameStream(ctx)
 	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
+		return err
 	}
-	if c.seq.checked && stream.CachedInfo().Created.Equal(c.seq.created) {
+	if same {
 		c.seq.checkedGen.Store(gen)
 		return nil
 	}
-	c.log.Warn("stream re-created while consuming; checking its sequence", "created", stream.CachedInfo().Created)
 	if err := c.checkSeq(ctx); err != nil {
 		return err
 	}
@@ -210,8 +207,11 @@ func (c *Consumer) markedReplaced(ctx context.Context, created time.Time) (bool,
 		return false, err
 	}
 	v, ok := meta[replacedKey]
-	return ok && v == created.UTC().Format(time.RFC3339Nano), nil
+	return ok && v == replacedMark(created), nil
 }
+
+// replacedMark is replacedKey's value for the stream created at created.
+func replacedMark(created time.Time) string { return created.UTC().Format(time.RFC3339Nano) }
 
 // markReplaced sets (on) or clears the consumer's replacedKey.
 func (c *Consumer) markReplaced(created time.Time, on bool) {
@@ -220,7 +220,7 @@ func (c *Consumer) markReplaced(created time.Time, on bool) {
 	defer s.mu.Unlock()
 	err := c.updateMeta(0, func(meta map[string]string) {
 		if on {
-			meta[replacedKey] = created.UTC().Format(time.RFC3339Nano)
+			meta[replacedKey] = replacedMark(created)
 		} else {
 			delete(meta, replacedKey)
 		}
@@ -263,16 +263,26 @@ func restarted(name string, info *jetstream.StreamInfo, stored, end uint64, repl
 // re-created). Run asks after heartbeats stopped while the consumer is
 // there: another instance may have re-created both.
 func (c *Consumer) streamReplaced(ctx context.Context) bool {
-	if c.cfg.StoredSeq == nil || !c.seq.checked {
+	if c.cfg.StoredSeq == nil || c.seq.created.IsZero() {
 		return false
 	}
+	same, err := c.sameStream(ctx)
+	return !same && (err == nil || errors.Is(err, jetstream.ErrStreamNotFound))
+}
+
+// sameStream reports whether the stream is the one the last checkSeq
+// accepted (the same creation time), and logs when it is not.
+func (c *Consumer) sameStream(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	stream, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
-		return errors.Is(err, jetstream.ErrStreamNotFound)
+		return false, fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
 	}
-	if stream.CachedInfo().Created.Equal(c.seq.created) {
-		return false
+	created := stream.CachedInfo().Created
+	if !c.seq.created.IsZero() && created.Equal(c.seq.created) {
+		return true, nil
 	}
-	c.log.Warn("stream re-created; checking its sequence", "created", stream.CachedInfo().Created)
-	return true
+	c.log.Warn("stream re-created; checking its sequence", "created", created)
+	return false, nil
 }

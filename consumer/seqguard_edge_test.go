@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +18,12 @@ import (
 func TestStoredSeqIntakeEndDuringVerifyStillDrains(t *testing.T) {
 	ctx, cancel, srv, cfg, js := guardedTest(t, 60*time.Second)
 	defer cancel()
-	c := newConsumer(t, ctx, cfg)
+	var log syncBuffer
+	c, err := New(ctx, cfg, testLogger(t, &log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
 	const n = 40
 	publish(t, ctx, js, cfg, n, 1, 0)
 	r := startRun(t, ctx, c, 1, 2, 1)
@@ -28,9 +34,11 @@ func TestStoredSeqIntakeEndDuringVerifyStillDrains(t *testing.T) {
 	for range 3 {
 		got[r.next(t, ctx).ev.StreamSeq] = true
 	}
-	time.Sleep(time.Second) // serve now waits in verifyPatiently
-	r.cancel()              // intake over: drain
-	time.Sleep(500 * time.Millisecond)
+	const waits = "could not verify the stream yet"
+	waitFor(t, ctx, "serve waiting to verify", func() bool { return strings.Contains(log.String(), waits) })
+	before := strings.Count(log.String(), waits)
+	r.cancel() // intake over: drain
+	waitFor(t, ctx, "the verification tried again for the drain", func() bool { return strings.Count(log.String(), waits) > before })
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +99,10 @@ func TestStoredSeqOldBufferedMessagesGoWithTheirStream(t *testing.T) {
 		seen[ev.StreamSeq]++
 		body[ev.StreamSeq] = bodyIndex(t, &ev)
 	}
+	// Let the handler fill the tiny ring and block; whatever seenMax is then,
+	// first_seq past it keeps the new stream acceptable and old buffered
+	// messages overlapping it (were it read early, the stream would be
+	// refused instead, and nothing pushed twice either way).
 	time.Sleep(500 * time.Millisecond)
 	max = c.seq.seenMax.Load()
 	first := max + 5

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -164,12 +165,17 @@ func TestStoredSeqRunRecreatesAndCloses(t *testing.T) {
 			// Without create_stream, Run retries until the stream is back;
 			// Close ends that.
 			cfg.CreateStream = false
-			c2 := newConsumer(t, ctx, cfg)
+			var log syncBuffer
+			c2, err := New(ctx, cfg, testLogger(t, &log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c2.Close)
 			r2 := startRun(t, ctx, c2, 1, 64, 1000)
 			if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Second) // Run now retries
+			waitFor(t, ctx, "Run retrying", func() bool { return strings.Contains(log.String(), "; retrying") })
 			c2.Close()
 			select {
 			case err := <-r2.done:
