@@ -166,15 +166,35 @@ func BenchmarkJSONLibraries(b *testing.B) {
 }
 
 // BenchmarkRowTuple compares how a worker gives each row its own tuple:
-// carving from a slab (what encode does) against one make per row.
+// carving from a slab that the sink releases in batches of 1,000 rows (what
+// a drain does), from slabs never released (left to the GC), and one make
+// per row.
 func BenchmarkRowTuple(b *testing.B) {
 	m := mustCompile(b, benchColumns...)
 	ev := &Event{Data: benchPayload}
-	b.Run("slab", func(b *testing.B) {
+	b.Run("slab_released", func(b *testing.B) {
+		w := &worker{enc: m.NewEncoder(0)}
+		defer w.retire()
+		rows := make([]Row, 0, 1000)
+		b.ReportAllocs()
+		for b.Loop() {
+			t, sl, err := w.encode(ev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rows = append(rows, Row{Tuple: t, slab: sl})
+			if len(rows) == cap(rows) {
+				ReleaseRows(rows)
+				rows = rows[:0]
+			}
+		}
+		ReleaseRows(rows)
+	})
+	b.Run("slab_dropped", func(b *testing.B) {
 		w := &worker{enc: m.NewEncoder(0)}
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := w.encode(ev); err != nil {
+			if _, _, err := w.encode(ev); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -51,8 +51,12 @@ type Row struct {
 	Event Event
 	// Tuple is a complete binary COPY tuple: int16 field count, then per
 	// field an int32 length (-1 for NULL) and that many bytes. The sink
-	// writes it verbatim between the COPY header and trailer.
+	// writes it verbatim between the COPY header and trailer. A worker's
+	// tuples share blocks that are reused once ReleaseRows gave back every
+	// row of one: after that, Tuple is nil.
 	Tuple []byte
+
+	slab *slab // the block Tuple was carved from; nil if it has its own
 }
 
 // Stage names the stage that gave up on an event, for dead-letter headers.

@@ -29,7 +29,8 @@ type worker struct {
 	out     Output
 	stats   *workerStats
 	scratch []byte // the tuple being encoded
-	slab    []byte // tuples are carved from here; a slab is never written twice
+	slab    *slab  // tuples are carved from here; nil before the first
+	carved  int64  // rows carved from slab
 }
 
 // run is the worker loop; see Pipeline.Run.
@@ -40,6 +41,7 @@ func (w *worker) run(ctx context.Context) error {
 		return err
 	}
 	defer unpin()
+	defer w.retire()
 
 	evs := make([]Event, batchSize)
 	rows := make([]Row, 0, batchSize)
@@ -54,12 +56,12 @@ func (w *worker) run(ctx context.Context) error {
 		rows = rows[:0]
 		for i := range evs[:n] {
 			ev := &evs[i]
-			tuple, derr := w.encode(ev)
+			tuple, sl, derr := w.encode(ev)
 			if derr != nil {
 				w.deadLetter(ctx, ev, derr)
 				continue
 			}
-			rows = append(rows, Row{Event: *ev, Tuple: tuple})
+			rows = append(rows, Row{Event: *ev, Tuple: tuple, slab: sl})
 		}
 		clear(evs[:n]) // let the payloads go once their rows do
 		if _, err := w.out.PushN(ctx, rows); err != nil {
@@ -73,15 +75,16 @@ func (w *worker) run(ctx context.Context) error {
 	}
 }
 
-// encode returns ev's tuple in a slice of its own: rows wait in the sink's
-// batch until commit, so a tuple's bytes are never reused. Tuples are
-// carved from 64 KiB slabs (one allocation per few hundred rows); a slab is
-// dropped, never rewritten, when full, and the GC frees it with its last row.
-func (w *worker) encode(ev *Event) ([]byte, error) {
+// encode returns ev's tuple in a slice of its own, and the slab it was
+// carved from (nil for a tuple with an allocation of its own). Rows wait in
+// the sink's batch until commit, so a slab is not written again until the
+// worker has retired it and the sink has released every row carved from
+// it (ReleaseRows).
+func (w *worker) encode(ev *Event) ([]byte, *slab, error) {
 	var err error
 	w.scratch, err = w.enc.AppendTuple(w.scratch[:0], ev)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n := len(w.scratch)
 	if n > ownSliceAbove {
@@ -90,14 +93,26 @@ func (w *worker) encode(ev *Event) ([]byte, error) {
 		if cap(w.scratch) > 4*slabSize {
 			w.scratch = nil // do not keep a huge scratch buffer after an outlier
 		}
-		return t, nil
+		return t, nil, nil
 	}
-	if cap(w.slab)-len(w.slab) < n {
-		w.slab = make([]byte, 0, slabSize)
+	if w.slab == nil || cap(w.slab.buf)-len(w.slab.buf) < n {
+		w.retire()
+		w.slab = newSlab()
 	}
-	off := len(w.slab)
-	w.slab = append(w.slab, w.scratch...)
-	return w.slab[off : off+n : off+n], nil
+	s := w.slab
+	off := len(s.buf)
+	s.buf = append(s.buf, w.scratch...)
+	w.carved++
+	return s.buf[off : off+n : off+n], s, nil
+}
+
+// retire stops carving from the current slab: it goes back to the pool
+// once its rows are released.
+func (w *worker) retire() {
+	if w.slab != nil {
+		w.slab.release(slabBias - w.carved)
+		w.slab, w.carved = nil, 0
+	}
 }
 
 // deadLetter hands an undecodable event to the DeadLetterer. If that fails

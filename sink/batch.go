@@ -45,9 +45,11 @@ func (b *batch) settledTo(hi int) {
 	b.mu.Unlock()
 }
 
-// reset empties the batch and drops its references to rows.
+// reset empties the batch and gives its rows' tuples back to the workers
+// (pipeline.ReleaseRows): nothing reads them after this.
 func (b *batch) reset() {
 	b.mu.Lock()
+	pipeline.ReleaseRows(b.rows)
 	clear(b.rows)
 	b.rows = b.rows[:0]
 	b.lo, b.bytes = 0, 0

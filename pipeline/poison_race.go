@@ -1,0 +1,6 @@
+//go:build race
+
+package pipeline
+
+// poisonSlabs: see slab.release.
+const poisonSlabs = true

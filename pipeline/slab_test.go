@@ -1,0 +1,125 @@
+package pipeline
+
+import (
+	"bytes"
+	"testing"
+)
+
+// carve makes n rows with worker w, as run does.
+func carve(t *testing.T, w *worker, n int) []Row {
+	t.Helper()
+	rows := make([]Row, 0, n)
+	for range n {
+		tuple, sl, err := w.encode(&Event{Data: benchPayload})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, Row{Tuple: tuple, slab: sl})
+	}
+	return rows
+}
+
+// A slab is reused only once its worker has moved on and every row carved
+// from it is released, whatever order those come in.
+func TestSlabFreedAfterLastRowAndRetire(t *testing.T) {
+	m := mustCompile(t, benchColumns...)
+	w := &worker{enc: m.NewEncoder(0)}
+	rows := carve(t, w, 3)
+	s := rows[0].slab
+	if s == nil || rows[1].slab != s || rows[2].slab != s {
+		t.Fatal("three small rows are not carved from one slab")
+	}
+	want := append([]byte(nil), rows[2].Tuple...)
+
+	ReleaseRows(rows[:2])
+	if rows[0].Tuple != nil || rows[0].slab != nil {
+		t.Fatal("a released row keeps its tuple")
+	}
+	w.retire() // the worker moves on; rows[2] is still held
+	if got := s.refs.Load(); got != 1 {
+		t.Fatalf("refs after 2 of 3 rows released and the slab retired: %d, want 1", got)
+	}
+	if !bytes.Equal(rows[2].Tuple, want) {
+		t.Fatal("a held row's tuple changed after the others were released")
+	}
+
+	// Rows carved while the first slab was still held come from another.
+	more := carve(t, w, 1)
+	if more[0].slab == s {
+		t.Fatal("a slab with a held row was carved again")
+	}
+	if !bytes.Equal(rows[2].Tuple, want) {
+		t.Fatal("a held row's tuple changed when another was carved")
+	}
+
+	ReleaseRows(rows[2:])
+	if got := s.refs.Load(); got != 0 {
+		t.Fatalf("refs after every row released: %d, want 0", got)
+	}
+	if poisonSlabs && s.buf[:1][0] != 0xA5 {
+		t.Fatal("a freed slab is not poisoned in a race build")
+	}
+	ReleaseRows(more)
+	w.retire()
+}
+
+// While the worker carves, releasing every row so far does not free the
+// slab: the bias keeps it.
+func TestSlabHeldWhileCarving(t *testing.T) {
+	m := mustCompile(t, benchColumns...)
+	w := &worker{enc: m.NewEncoder(0)}
+	defer w.retire()
+	rows := carve(t, w, 5)
+	s := rows[0].slab
+	ReleaseRows(rows)
+	if got := s.refs.Load(); got != slabBias-5 {
+		t.Fatalf("refs: %d, want slabBias-5", got)
+	}
+	next := carve(t, w, 1)
+	if next[0].slab != s {
+		t.Fatal("the worker left a slab that had room")
+	}
+	ReleaseRows(next)
+}
+
+// A full slab is retired and the next row goes to a new one; rows larger
+// than ownSliceAbove get their own allocation and no slab.
+func TestSlabRollsOver(t *testing.T) {
+	m := mustCompile(t, benchColumns...)
+	w := &worker{enc: m.NewEncoder(0)}
+	defer w.retire()
+	var rows []Row
+	for len(rows) == 0 || rows[len(rows)-1].slab == rows[0].slab {
+		rows = append(rows, carve(t, w, 1)...)
+		if len(rows) > slabSize {
+			t.Fatal("a slab never filled")
+		}
+	}
+	first := rows[0].slab
+	ReleaseRows(rows[:len(rows)-1])
+	if got := first.refs.Load(); got != 0 {
+		t.Fatalf("a full slab with every row released: refs %d, want 0", got)
+	}
+	ReleaseRows(rows[len(rows)-1:])
+
+	big := Row{Tuple: make([]byte, ownSliceAbove+1)}
+	ReleaseRows([]Row{big}) // no slab: skipped, nothing to give back
+}
+
+// Releasing a row twice (a copy released from two places) is a bug that
+// would hand another event's bytes to a reader; it panics rather than
+// corrupting the count silently.
+func TestSlabDoubleReleasePanics(t *testing.T) {
+	m := mustCompile(t, benchColumns...)
+	w := &worker{enc: m.NewEncoder(0)}
+	rows := carve(t, w, 1)
+	w.retire()
+	dup := rows[0]
+	ReleaseRows(rows)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a second release of one row did not panic")
+		}
+	}()
+	ReleaseRows([]Row{dup})
+}
