@@ -178,11 +178,11 @@ func BenchmarkRowTuple(b *testing.B) {
 		rows := make([]Row, 0, 1000)
 		b.ReportAllocs()
 		for b.Loop() {
-			t, sl, err := w.encode(ev)
+			row, err := w.encode(ev)
 			if err != nil {
 				b.Fatal(err)
 			}
-			rows = append(rows, Row{Tuple: t, slab: sl})
+			rows = append(rows, row)
 			if len(rows) == cap(rows) {
 				ReleaseRows(rows)
 				rows = rows[:0]
@@ -194,7 +194,7 @@ func BenchmarkRowTuple(b *testing.B) {
 		w := &worker{enc: m.NewEncoder(0)}
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, err := w.encode(ev); err != nil {
+			if _, err := w.encode(ev); err != nil {
 				b.Fatal(err)
 			}
 		}

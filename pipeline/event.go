@@ -52,11 +52,14 @@ type Row struct {
 	// Tuple is a complete binary COPY tuple: int16 field count, then per
 	// field an int32 length (-1 for NULL) and that many bytes. The sink
 	// writes it verbatim between the COPY header and trailer. A worker's
-	// tuples share blocks that are reused once ReleaseRows gave back every
-	// row of one: after that, Tuple is nil.
+	// tuples share blocks that are written again once the worker has moved
+	// on from one and ReleaseRows has given back every row carved from it;
+	// ReleaseRows sets the Tuple of the rows it is given to nil (a copy of
+	// a row keeps its own, which must not be read after that).
 	Tuple []byte
 
-	slab *slab // the block Tuple was carved from; nil if it has its own
+	slab *slab  // the block Tuple was carved from; nil if it has its own
+	gen  uint64 // slab's gen when Tuple was carved
 }
 
 // Stage names the stage that gave up on an event, for dead-letter headers.

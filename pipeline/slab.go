@@ -15,9 +15,15 @@ import (
 // is still carving, however many rows are released meanwhile (a worker
 // carves far fewer than slabBias rows from one slab), and it lets the
 // worker count its rows without an atomic operation per row.
+//
+// gen counts the slab's uses: each row records the gen it was carved in, so
+// that a row released again after its slab was reused (a copy released
+// from a second place) is caught instead of taking a reference that
+// belongs to another row.
 type slab struct {
 	buf  []byte
 	refs atomic.Int64
+	gen  atomic.Uint64
 }
 
 const slabBias = 1 << 40
@@ -29,6 +35,7 @@ func newSlab() *slab {
 	s := slabPool.Get().(*slab)
 	s.buf = s.buf[:0]
 	s.refs.Store(slabBias)
+	s.gen.Add(1)
 	return s
 }
 
@@ -53,6 +60,12 @@ func (s *slab) release(n int64) {
 	}
 }
 
+// mismatch is ReleaseRows' answer to a row carved in an earlier use of its
+// slab than the present one.
+func mismatch() {
+	panic("pipeline: a row released after its slab was reused (released twice?)")
+}
+
 // ReleaseRows gives the memory of rows' tuples back to the workers, to be
 // reused for later rows, and clears each row's Tuple. Call it once for
 // each row a worker made, when nothing will read its Tuple again: the sink
@@ -64,6 +77,7 @@ func (s *slab) release(n int64) {
 func ReleaseRows(rows []Row) {
 	var (
 		cur *slab
+		gen uint64
 		n   int64
 	)
 	for i := range rows {
@@ -75,10 +89,13 @@ func ReleaseRows(rows []Row) {
 			if cur != nil {
 				cur.release(n)
 			}
-			cur, n = r.slab, 0
+			cur, gen, n = r.slab, r.slab.gen.Load(), 0
+		}
+		if r.gen != gen {
+			mismatch()
 		}
 		n++
-		r.slab, r.Tuple = nil, nil
+		r.slab, r.gen, r.Tuple = nil, 0, nil
 	}
 	if cur != nil {
 		cur.release(n)

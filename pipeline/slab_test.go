@@ -10,11 +10,11 @@ func carve(t *testing.T, w *worker, n int) []Row {
 	t.Helper()
 	rows := make([]Row, 0, n)
 	for range n {
-		tuple, sl, err := w.encode(&Event{Data: benchPayload})
+		row, err := w.encode(&Event{Data: benchPayload})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rows = append(rows, Row{Tuple: tuple, slab: sl})
+		rows = append(rows, row)
 	}
 	return rows
 }
@@ -119,6 +119,32 @@ func TestSlabDoubleReleasePanics(t *testing.T) {
 	defer func() {
 		if recover() == nil {
 			t.Fatal("a second release of one row did not panic")
+		}
+	}()
+	ReleaseRows([]Row{dup})
+}
+
+// A copy of a row released after its slab went back into use must not take
+// one of the new rows' references (that would free the slab under a held
+// row): the generation check panics instead.
+func TestSlabReleaseAfterReusePanics(t *testing.T) {
+	m := mustCompile(t, benchColumns...)
+	w := &worker{enc: m.NewEncoder(0)}
+	rows := carve(t, w, 1)
+	w.retire()
+	dup := rows[0]
+	s := dup.slab
+	ReleaseRows(rows)
+	// The slab's next use, as newSlab starts it (the pool may hand any
+	// slab out, so the test takes this one's place itself).
+	s.refs.Store(slabBias)
+	s.gen.Add(1)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("releasing a row of the slab's previous use did not panic")
+		}
+		if got := s.refs.Load(); got != slabBias {
+			t.Fatalf("the stale release took a reference: refs %d, want slabBias", got)
 		}
 	}()
 	ReleaseRows([]Row{dup})

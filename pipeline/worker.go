@@ -31,6 +31,7 @@ type worker struct {
 	scratch []byte // the tuple being encoded
 	slab    *slab  // tuples are carved from here; nil before the first
 	carved  int64  // rows carved from slab
+	gen     uint64 // slab's gen
 }
 
 // run is the worker loop; see Pipeline.Run.
@@ -56,12 +57,12 @@ func (w *worker) run(ctx context.Context) error {
 		rows = rows[:0]
 		for i := range evs[:n] {
 			ev := &evs[i]
-			tuple, sl, derr := w.encode(ev)
+			row, derr := w.encode(ev)
 			if derr != nil {
 				w.deadLetter(ctx, ev, derr)
 				continue
 			}
-			rows = append(rows, Row{Event: *ev, Tuple: tuple, slab: sl})
+			rows = append(rows, row)
 		}
 		clear(evs[:n]) // let the payloads go once their rows do
 		if _, err := w.out.PushN(ctx, rows); err != nil {
@@ -75,16 +76,15 @@ func (w *worker) run(ctx context.Context) error {
 	}
 }
 
-// encode returns ev's tuple in a slice of its own, and the slab it was
-// carved from (nil for a tuple with an allocation of its own). Rows wait in
+// encode returns ev's row, its tuple in a slice of its own. Rows wait in
 // the sink's batch until commit, so a slab is not written again until the
 // worker has retired it and the sink has released every row carved from
 // it (ReleaseRows).
-func (w *worker) encode(ev *Event) ([]byte, *slab, error) {
+func (w *worker) encode(ev *Event) (Row, error) {
 	var err error
 	w.scratch, err = w.enc.AppendTuple(w.scratch[:0], ev)
 	if err != nil {
-		return nil, nil, err
+		return Row{}, err
 	}
 	n := len(w.scratch)
 	if n > ownSliceAbove {
@@ -93,17 +93,18 @@ func (w *worker) encode(ev *Event) ([]byte, *slab, error) {
 		if cap(w.scratch) > 4*slabSize {
 			w.scratch = nil // do not keep a huge scratch buffer after an outlier
 		}
-		return t, nil, nil
+		return Row{Event: *ev, Tuple: t}, nil
 	}
 	if w.slab == nil || cap(w.slab.buf)-len(w.slab.buf) < n {
 		w.retire()
 		w.slab = newSlab()
+		w.gen = w.slab.gen.Load()
 	}
 	s := w.slab
 	off := len(s.buf)
 	s.buf = append(s.buf, w.scratch...)
 	w.carved++
-	return s.buf[off : off+n : off+n], s, nil
+	return Row{Event: *ev, Tuple: s.buf[off : off+n : off+n], slab: s, gen: w.gen}, nil
 }
 
 // retire stops carving from the current slab: it goes back to the pool
