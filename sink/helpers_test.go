@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -90,9 +91,10 @@ func (d *recDL) letters() ([]pipeline.DeadLetter, []uint64) {
 	return append([]pipeline.DeadLetter(nil), d.got...), append([]uint64(nil), d.seqs...)
 }
 
-// rows makes n rows of stream "S" with sequences from, from+1, ...
+// rows makes n rows of stream "S" with sequences from, from+1, ..., encoded
+// by a real pipeline worker (carved).
 func rows(from, n int, payload func(seq int) string) ([]pipeline.Row, []*recMsg) {
-	rs := make([]pipeline.Row, n)
+	evs := make([]pipeline.Event, n)
 	ms := make([]*recMsg, n)
 	for i := range n {
 		seq := from + i
@@ -101,12 +103,69 @@ func rows(from, n int, payload func(seq int) string) ([]pipeline.Row, []*recMsg)
 			p = payload(seq)
 		}
 		ms[i] = &recMsg{}
-		rs[i] = pipeline.Row{
-			Event: pipeline.Event{Msg: ms[i], Stream: "S", StreamSeq: uint64(seq), Subject: "events.x"},
-			Tuple: tuple("S", int64(seq), p),
+		evs[i] = pipeline.Event{Msg: ms[i], Stream: "S", StreamSeq: uint64(seq), Subject: "events.x", Data: []byte(p)}
+	}
+	return carved(evs), ms
+}
+
+// testMapper is testCols compiled, as the processor compiles the mapping.
+var testMapper = func() *pipeline.Mapper {
+	m, err := pipeline.Compile(testCols)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}()
+
+// carved runs evs through a pipeline worker and returns their rows in
+// order. Their tuples are carved from the workers' slabs, which the sink
+// gives back after settling (pipeline.ReleaseRows) and which are written
+// again after that: a sink that read a tuple after its release would
+// write another event's bytes, or, in race builds, a pattern PostgreSQL
+// refuses. An event the worker cannot encode panics: the tests' payloads
+// are all valid.
+func carved(evs []pipeline.Event) []pipeline.Row {
+	ctx := context.Background()
+	p, err := pipeline.New(pipeline.Config{Workers: 1, Pin: pipeline.PinNone, RingSize: max(len(evs), 2),
+		MaxEventBytes: pipeline.DefaultMaxEventBytes, Handoff: pipeline.HandoffRing}, testMapper, panicDL{}, nil)
+	if err != nil {
+		panic(err)
+	}
+	h := pipeline.NewHandoff(pipeline.HandoffRing, 1, max(len(evs), 1)) // room for all: push, then pop
+	done := make(chan error, 1)
+	go func() { done <- p.RunHandoff(ctx, h) }()
+	for _, ev := range evs {
+		if err := h.Push(ctx, ev); err != nil {
+			panic(err)
 		}
 	}
-	return rs, ms
+	h.Close()
+	out := make([]pipeline.Row, 0, len(evs))
+	buf := make([]pipeline.Row, 256)
+	for {
+		n, err := h.PopN(ctx, buf)
+		out = append(out, buf[:n]...)
+		if errors.Is(err, ringq.ErrClosed) {
+			break
+		}
+		if err != nil {
+			panic(err)
+		}
+	}
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	if len(out) != len(evs) {
+		panic(fmt.Sprintf("carved %d rows of %d events", len(out), len(evs)))
+	}
+	return out
+}
+
+// panicDL is the DeadLetterer of carved: every test event must encode.
+type panicDL struct{}
+
+func (panicDL) DeadLetter(_ context.Context, ev *pipeline.Event, dl pipeline.DeadLetter) error {
+	panic(fmt.Sprintf("test event %d not encoded: %s", ev.StreamSeq, dl.Reason))
 }
 
 func testCtx(t *testing.T, d time.Duration) context.Context {
