@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
-// writeConfig writes the YAML a user would write for this env.
-func (e *env) writeConfig(mode sink.Mode) string {
+// writeConfig writes the YAML a user would write for this env. Each extra
+// setting is "nats.<key>: <value>" or "postgres.<key>: <value>", a line
+// added to that section.
+func (e *env) writeConfig(mode sink.Mode, extra ...string) string {
 	e.t.Helper()
 	yaml := fmt.Sprintf(`
 nats:
@@ -26,7 +29,7 @@ nats:
   consumer: jetsink
   dead_letter_subject: dlq.%s
   ack_wait: 5s
-pipeline:
+%spipeline:
   workers: 2
   ring_size: 1024
 postgres:
@@ -36,7 +39,7 @@ postgres:
   mode: %s
   connections: 2
   batch: {max_rows: 1000, max_bytes: 1MiB, max_delay: 20ms}
-  columns:
+%s  columns:
     - {name: id, from: "json:id", type: uuid, required: true}
     - {name: ts, from: "json:ts", type: timestamptz, required: true}
     - {name: device, from: "json:device", type: text}
@@ -51,12 +54,24 @@ drain_timeout: 30s
 telemetry:
   listen: 127.0.0.1:0
 log: {level: info, format: text}
-`, e.nats.URL(), e.stream, e.stream, e.pg.URL, e.table, mode)
+`, e.nats.URL(), e.stream, e.stream, sectionLines(extra, "nats."), e.pg.URL, e.table, mode, sectionLines(extra, "postgres."))
 	path := filepath.Join(e.t.TempDir(), "jetsink.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		e.t.Fatal(err)
 	}
 	return path
+}
+
+// sectionLines is the lines of extra that start with prefix, without it,
+// indented for their section.
+func sectionLines(extra []string, prefix string) string {
+	var b strings.Builder
+	for _, l := range extra {
+		if rest, ok := strings.CutPrefix(l, prefix); ok {
+			b.WriteString("  " + rest + "\n")
+		}
+	}
+	return b.String()
 }
 
 // proc is a jetsink subprocess.
