@@ -67,13 +67,16 @@ func mismatch() {
 }
 
 // ReleaseRows gives the memory of rows' tuples back to the workers, to be
-// reused for later rows, and clears each row's Tuple. Call it once for
-// each row a worker made, when nothing will read its Tuple again: the sink
-// does after the row is settled. A row that is never released costs
-// nothing but garbage collection; a row released while its Tuple is still
-// read hands that reader another event's bytes, so a Row copied elsewhere
-// must not be released from both places. Rows made by hand, without a
-// worker, are skipped.
+// reused for later rows, and sets the Tuple of each row it gives back to
+// nil; rows that own their tuple (over 8 KiB, or made without a worker)
+// are left as they are. Call it once for each row a worker made, when
+// nothing will read its Tuple again: the sink does after the row is
+// settled. A row that is never released costs nothing but garbage
+// collection. A row released while its Tuple is still read hands that
+// reader another event's bytes, so a Row copied elsewhere must not be read
+// after either copy is released, nor released from both places: a second
+// release panics (the slab's count goes below zero, or the row's
+// generation is not the slab's any more).
 func ReleaseRows(rows []Row) {
 	var (
 		cur *slab
