@@ -2,8 +2,14 @@ package pipeline
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 )
+
+// testWorker is a worker for the telemetry mapping, outside a pipeline.
+func testWorker(t *testing.T) *worker {
+	return &worker{enc: mustCompile(t, benchColumns...).NewEncoder(0)}
+}
 
 // carve makes n rows with worker w, as run does.
 func carve(t *testing.T, w *worker, n int) []Row {
@@ -22,8 +28,7 @@ func carve(t *testing.T, w *worker, n int) []Row {
 // A slab is reused only once its worker has moved on and every row carved
 // from it is released, whatever order those come in.
 func TestSlabFreedAfterLastRowAndRetire(t *testing.T) {
-	m := mustCompile(t, benchColumns...)
-	w := &worker{enc: m.NewEncoder(0)}
+	w := testWorker(t)
 	rows := carve(t, w, 3)
 	s := rows[0].slab
 	if s == nil || rows[1].slab != s || rows[2].slab != s {
@@ -66,8 +71,7 @@ func TestSlabFreedAfterLastRowAndRetire(t *testing.T) {
 // While the worker carves, releasing every row so far does not free the
 // slab: the bias keeps it.
 func TestSlabHeldWhileCarving(t *testing.T) {
-	m := mustCompile(t, benchColumns...)
-	w := &worker{enc: m.NewEncoder(0)}
+	w := testWorker(t)
 	defer w.retire()
 	rows := carve(t, w, 5)
 	s := rows[0].slab
@@ -85,8 +89,7 @@ func TestSlabHeldWhileCarving(t *testing.T) {
 // A full slab is retired and the next row goes to a new one; rows larger
 // than ownSliceAbove get their own allocation and no slab.
 func TestSlabRollsOver(t *testing.T) {
-	m := mustCompile(t, benchColumns...)
-	w := &worker{enc: m.NewEncoder(0)}
+	w := testWorker(t)
 	defer w.retire()
 	var rows []Row
 	for len(rows) == 0 || rows[len(rows)-1].slab == rows[0].slab {
@@ -106,46 +109,35 @@ func TestSlabRollsOver(t *testing.T) {
 	ReleaseRows([]Row{big}) // no slab: skipped, nothing to give back
 }
 
-// Releasing a row twice (a copy released from two places) is a bug that
-// would hand another event's bytes to a reader; it panics rather than
-// corrupting the count silently.
-func TestSlabDoubleReleasePanics(t *testing.T) {
-	m := mustCompile(t, benchColumns...)
-	w := &worker{enc: m.NewEncoder(0)}
-	rows := carve(t, w, 1)
-	w.retire()
-	dup := rows[0]
-	ReleaseRows(rows)
-	defer func() {
-		if recover() == nil {
-			t.Fatal("a second release of one row did not panic")
-		}
-	}()
-	ReleaseRows([]Row{dup})
-}
-
-// A copy of a row released after its slab went back into use must not take
-// one of the new rows' references (that would free the slab under a held
-// row): the generation check panics instead.
-func TestSlabReleaseAfterReusePanics(t *testing.T) {
-	m := mustCompile(t, benchColumns...)
-	w := &worker{enc: m.NewEncoder(0)}
-	rows := carve(t, w, 1)
-	w.retire()
-	dup := rows[0]
-	s := dup.slab
-	ReleaseRows(rows)
-	// The slab's next use, as newSlab starts it (the pool may hand any
-	// slab out, so the test takes this one's place itself).
-	s.refs.Store(slabBias)
-	s.gen.Add(1)
-	defer func() {
-		if recover() == nil {
-			t.Fatal("releasing a row of the slab's previous use did not panic")
-		}
-		if got := s.refs.Load(); got != slabBias {
-			t.Fatalf("the stale release took a reference: refs %d, want slabBias", got)
-		}
-	}()
-	ReleaseRows([]Row{dup})
+// A second release of one row (a copy released from two places) would hand
+// another event's bytes to a reader; it panics instead, whether the slab is
+// still waiting for its rows (the count goes below zero) or already in use
+// again (the generation check), and then it takes none of the new rows'
+// references, which would free the slab under a held row.
+func TestSlabSecondReleasePanics(t *testing.T) {
+	for _, reused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reused=%v", reused), func(t *testing.T) {
+			w := testWorker(t)
+			rows := carve(t, w, 1)
+			w.retire()
+			dup := rows[0]
+			s := dup.slab
+			ReleaseRows(rows)
+			if reused {
+				// The slab's next use, as newSlab starts it (the pool may
+				// hand any slab out, so the test takes its place itself).
+				s.refs.Store(slabBias)
+				s.gen.Add(1)
+			}
+			defer func() {
+				if recover() == nil {
+					t.Fatal("a second release of one row did not panic")
+				}
+				if got := s.refs.Load(); reused && got != slabBias {
+					t.Fatalf("the stale release took a reference: refs %d, want slabBias", got)
+				}
+			}()
+			ReleaseRows([]Row{dup})
+		})
+	}
 }
