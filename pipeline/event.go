@@ -59,7 +59,7 @@ type Row struct {
 	Tuple []byte
 
 	slab *slab  // the block Tuple was carved from; nil if it has its own
-	gen  uint64 // slab's gen when Tuple was carved
+	gen  uint16 // slab's generation when Tuple was carved
 }
 
 // Stage names the stage that gave up on an event, for dead-letter headers.

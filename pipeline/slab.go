@@ -9,54 +9,72 @@ import (
 // slabPool, to be carved again, once the worker has moved on to another
 // slab and every row carved from it has been released (ReleaseRows).
 //
-// refs counts down to zero: it starts at slabBias, every released row
-// takes 1, and the worker takes slabBias minus the rows it carved when it
-// retires the slab. The bias keeps the count above zero while the worker
-// is still carving, however many rows are released meanwhile (a worker
-// carves far fewer than slabBias rows from one slab), and it lets the
-// worker count its rows without an atomic operation per row.
-//
-// gen counts the slab's uses: each row records the gen it was carved in, so
-// that a row released again after its slab was reused (a copy released
-// from a second place) is caught instead of taking a reference that
-// belongs to another row.
+// state holds, in one word so that both are checked and changed together,
+// the slab's generation (the top 16 bits: which use of the slab this is)
+// and a count (the rest) that goes down to zero: it starts at slabBias,
+// every released row takes 1, and the worker takes slabBias minus the rows
+// it carved when it retires the slab. The bias keeps the count above zero
+// while the worker is still carving, however many rows are released
+// meanwhile (a worker carves far fewer than slabBias rows from one slab),
+// and it lets the worker count its rows without an atomic operation per
+// row. Each row records the generation it was carved in, so that a row
+// released again after its slab was reused (a copy released from a second
+// place) is caught instead of taking a reference that belongs to another
+// row.
 type slab struct {
-	buf  []byte
-	refs atomic.Int64
-	gen  atomic.Uint64
+	buf   []byte
+	state atomic.Uint64
 }
 
-const slabBias = 1 << 40
+const (
+	slabBias  = 1 << 40
+	genShift  = 48
+	countMask = 1<<genShift - 1
+)
 
 var slabPool = sync.Pool{New: func() any { return &slab{buf: make([]byte, 0, slabSize)} }}
 
-// newSlab takes an empty slab from the pool, or makes one.
+// newSlab takes an empty slab from the pool, or makes one, and starts its
+// next generation.
 func newSlab() *slab {
 	s := slabPool.Get().(*slab)
 	s.buf = s.buf[:0]
-	s.refs.Store(slabBias)
-	s.gen.Add(1)
+	s.state.Store(uint64(s.gen()+1)<<genShift | slabBias)
 	return s
 }
 
-// release takes n references off s and returns it to the pool when none is
-// left.
-func (s *slab) release(n int64) {
-	switch left := s.refs.Add(-n); {
-	case left == 0:
-		if poisonSlabs {
-			// Race-detector builds (every test run in CI): a tuple read
-			// after its release reads this pattern, which no COPY
-			// tuple starts with (a negative field count), so the
-			// server refuses it and tests see the mistake.
-			b := s.buf[:cap(s.buf)]
-			for i := range b {
-				b[i] = 0xA5
+// gen is the slab's present generation.
+func (s *slab) gen() uint16 { return uint16(s.state.Load() >> genShift) }
+
+// count is what is left of the slab's count.
+func (s *slab) count() int64 { return int64(s.state.Load() & countMask) }
+
+// release takes n references of generation gen off s and returns it to the
+// pool when none is left.
+func (s *slab) release(n int64, gen uint16) {
+	for {
+		old := s.state.Load()
+		switch left := int64(old&countMask) - n; {
+		case uint16(old>>genShift) != gen:
+			mismatch()
+		case left < 0:
+			panic("pipeline: a row released twice")
+		case !s.state.CompareAndSwap(old, old-uint64(n)):
+			continue // a release of another row of the slab came first
+		case left == 0:
+			if poisonSlabs {
+				// Race-detector builds (every test run in CI): a tuple
+				// read after its release reads this pattern, which no
+				// COPY tuple starts with (a negative field count), so
+				// the server refuses it and tests see the mistake.
+				b := s.buf[:cap(s.buf)]
+				for i := range b {
+					b[i] = 0xA5
+				}
 			}
+			slabPool.Put(s)
 		}
-		slabPool.Put(s)
-	case left < 0:
-		panic("pipeline: a row released twice")
+		return
 	}
 }
 
@@ -80,7 +98,7 @@ func mismatch() {
 func ReleaseRows(rows []Row) {
 	var (
 		cur *slab
-		gen uint64
+		gen uint16
 		n   int64
 	)
 	for i := range rows {
@@ -88,19 +106,16 @@ func ReleaseRows(rows []Row) {
 		if r.slab == nil {
 			continue
 		}
-		if r.slab != cur {
+		if r.slab != cur || r.gen != gen {
 			if cur != nil {
-				cur.release(n)
+				cur.release(n, gen)
 			}
-			cur, gen, n = r.slab, r.slab.gen.Load(), 0
-		}
-		if r.gen != gen {
-			mismatch()
+			cur, gen, n = r.slab, r.gen, 0
 		}
 		n++
 		r.slab, r.gen, r.Tuple = nil, 0, nil
 	}
 	if cur != nil {
-		cur.release(n)
+		cur.release(n, gen)
 	}
 }

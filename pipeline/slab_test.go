@@ -41,7 +41,7 @@ func TestSlabFreedAfterLastRowAndRetire(t *testing.T) {
 		t.Fatal("a released row keeps its tuple")
 	}
 	w.retire() // the worker moves on; rows[2] is still held
-	if got := s.refs.Load(); got != 1 {
+	if got := s.count(); got != 1 {
 		t.Fatalf("refs after 2 of 3 rows released and the slab retired: %d, want 1", got)
 	}
 	if !bytes.Equal(rows[2].Tuple, want) {
@@ -58,7 +58,7 @@ func TestSlabFreedAfterLastRowAndRetire(t *testing.T) {
 	}
 
 	ReleaseRows(rows[2:])
-	if got := s.refs.Load(); got != 0 {
+	if got := s.count(); got != 0 {
 		t.Fatalf("refs after every row released: %d, want 0", got)
 	}
 	if poisonSlabs && s.buf[:1][0] != 0xA5 {
@@ -76,7 +76,7 @@ func TestSlabHeldWhileCarving(t *testing.T) {
 	rows := carve(t, w, 5)
 	s := rows[0].slab
 	ReleaseRows(rows)
-	if got := s.refs.Load(); got != slabBias-5 {
+	if got := s.count(); got != slabBias-5 {
 		t.Fatalf("refs: %d, want slabBias-5", got)
 	}
 	next := carve(t, w, 1)
@@ -100,7 +100,7 @@ func TestSlabRollsOver(t *testing.T) {
 	}
 	first := rows[0].slab
 	ReleaseRows(rows[:len(rows)-1])
-	if got := first.refs.Load(); got != 0 {
+	if got := first.count(); got != 0 {
 		t.Fatalf("a full slab with every row released: refs %d, want 0", got)
 	}
 	ReleaseRows(rows[len(rows)-1:])
@@ -126,14 +126,13 @@ func TestSlabSecondReleasePanics(t *testing.T) {
 			if reused {
 				// The slab's next use, as newSlab starts it (the pool may
 				// hand any slab out, so the test takes its place itself).
-				s.refs.Store(slabBias)
-				s.gen.Add(1)
+				s.state.Store(uint64(s.gen()+1)<<genShift | slabBias)
 			}
 			defer func() {
 				if recover() == nil {
 					t.Fatal("a second release of one row did not panic")
 				}
-				if got := s.refs.Load(); reused && got != slabBias {
+				if got := s.count(); reused && got != slabBias {
 					t.Fatalf("the stale release took a reference: refs %d, want slabBias", got)
 				}
 			}()

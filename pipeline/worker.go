@@ -31,7 +31,7 @@ type worker struct {
 	scratch []byte // the tuple being encoded
 	slab    *slab  // tuples are carved from here; nil before the first
 	carved  int64  // rows carved from slab
-	gen     uint64 // slab's gen
+	gen     uint16 // slab's generation
 }
 
 // run is the worker loop; see Pipeline.Run.
@@ -98,7 +98,7 @@ func (w *worker) encode(ev *Event) (Row, error) {
 	if w.slab == nil || cap(w.slab.buf)-len(w.slab.buf) < n {
 		w.retire()
 		w.slab = newSlab()
-		w.gen = w.slab.gen.Load()
+		w.gen = w.slab.gen()
 	}
 	s := w.slab
 	off := len(s.buf)
@@ -111,7 +111,7 @@ func (w *worker) encode(ev *Event) (Row, error) {
 // once its rows are released.
 func (w *worker) retire() {
 	if w.slab != nil {
-		w.slab.release(slabBias - w.carved)
+		w.slab.release(slabBias-w.carved, w.gen)
 		w.slab, w.carved = nil, 0
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -74,16 +75,34 @@ func sectionLines(extra []string, prefix string) string {
 	return b.String()
 }
 
+// output is a subprocess's combined output, safe to read while it runs.
+type output struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
 // proc is a jetsink subprocess.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *output
 	done   chan error
 }
 
 func (e *env) spawn(configPath string) *proc {
 	e.t.Helper()
-	p := &proc{stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &proc{stderr: &output{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(testenv.Jetsink(e.t), "run", "--config", configPath)
 	p.cmd.Stdout = p.stderr
 	p.cmd.Stderr = p.stderr
