@@ -50,6 +50,18 @@ func commits(m Mode, b []byte) bool {
 	return bytes.Contains(b, commitQuery)
 }
 
+// committed reports whether b, read from the server after commits, holds
+// the answer to that message, the CommandComplete of the COPY or of the
+// COMMIT: the server has committed once it sends it. What comes before it
+// (the CopyInResponse of a COPY whose statement, rows and CopyDone went out
+// in one write) passes.
+func committed(m Mode, b []byte) bool {
+	if m == AtLeastOnce {
+		return bytes.Contains(b, []byte("COPY "))
+	}
+	return bytes.Contains(b, []byte("COMMIT\x00"))
+}
+
 func newCommitCutter(t *testing.T, dbURL string, m Mode) (*commitCutter, string) {
 	t.Helper()
 	u, err := url.Parse(dbURL)
@@ -100,7 +112,7 @@ func (p *commitCutter) accept() {
 			buf := make([]byte, 32<<10)
 			for {
 				n, err := server.Read(buf)
-				if n > 0 && cutNext.Load() {
+				if n > 0 && cutNext.Load() && committed(p.mode, buf[:n]) {
 					p.cut.Add(1)
 					if p.hold.Load() {
 						for err == nil {
