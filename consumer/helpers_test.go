@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -70,23 +69,8 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log buffer safe for the logger's concurrent writers.
+type syncBuffer = testenv.SyncBuffer
 
 // newConsumer runs New and closes the consumer in t.Cleanup.
 func newConsumer(t testing.TB, ctx context.Context, cfg Config) *Consumer {

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -75,34 +73,16 @@ func sectionLines(extra []string, prefix string) string {
 	return b.String()
 }
 
-// output is a subprocess's combined output, safe to read while it runs.
-type output struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
-}
-
 // proc is a jetsink subprocess.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *output
+	stderr *testenv.SyncBuffer
 	done   chan error
 }
 
 func (e *env) spawn(configPath string) *proc {
 	e.t.Helper()
-	p := &proc{stderr: &output{}, done: make(chan error, 1)}
+	p := &proc{stderr: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(testenv.Jetsink(e.t), "run", "--config", configPath)
 	p.cmd.Stdout = p.stderr
 	p.cmd.Stderr = p.stderr
