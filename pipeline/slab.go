@@ -56,7 +56,7 @@ func (s *slab) release(n int64, gen uint16) {
 		old := s.state.Load()
 		switch left := int64(old&countMask) - n; {
 		case uint16(old>>genShift) != gen:
-			mismatch()
+			panic("pipeline: a row released after its slab was reused (released twice?)")
 		case left < 0:
 			panic("pipeline: a row released twice")
 		case !s.state.CompareAndSwap(old, old-uint64(n)):
@@ -76,12 +76,6 @@ func (s *slab) release(n int64, gen uint16) {
 		}
 		return
 	}
-}
-
-// mismatch is ReleaseRows' answer to a row carved in an earlier use of its
-// slab than the present one.
-func mismatch() {
-	panic("pipeline: a row released after its slab was reused (released twice?)")
 }
 
 // ReleaseRows gives the memory of rows' tuples back to the workers, to be

@@ -31,7 +31,7 @@ type worker struct {
 	scratch []byte // the tuple being encoded
 	slab    *slab  // tuples are carved from here; nil before the first
 	carved  int64  // rows carved from slab
-	gen     uint16 // slab's generation
+	gen     uint16 // slab's generation, kept so that a row costs no atomic load
 }
 
 // run is the worker loop; see Pipeline.Run.

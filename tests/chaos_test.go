@@ -98,7 +98,7 @@ func TestChaos(t *testing.T) {
 			const rate = 2000
 			x := newExpected()
 			pub := e.publishDuring(ctx, x, 0, int(rate*dur.Seconds()), rate, 100)
-			ch := &chaos{e: e, c: c, rng: rng, cfgPath: cfgPath}
+			ch := &chaos{e: e, rng: rng, cfgPath: cfgPath}
 			ch.start(t, ctx)
 
 			done := map[string]int{}
@@ -127,14 +127,10 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// chaos is one TestChaos run: its servers, the schedule's random source and
-// the jetsink process of the moment.
+// chaos is one TestChaos run: its env (on a cluster of its own), the
+// schedule's random source and the jetsink process of the moment.
 type chaos struct {
-	e *env
-	c interface {
-		Stop(string) error
-		Start() error
-	}
+	e       *env
 	rng     *rand.Rand
 	cfgPath string
 	p       *proc
@@ -191,11 +187,11 @@ func (ch *chaos) do(t *testing.T, ctx context.Context, fault string) {
 		ch.stop(t)
 		ch.start(t, ctx)
 	case "postgres-crash":
-		if err := ch.c.Stop("immediate"); err != nil {
+		if err := e.pg.Cluster.Stop("immediate"); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(ch.between(500*time.Millisecond, 3*time.Second))
-		if err := ch.c.Start(); err != nil {
+		if err := e.pg.Cluster.Start(); err != nil {
 			t.Fatal(err)
 		}
 		e.db = e.pg.Conn(t) // the old one died with the server
@@ -209,10 +205,7 @@ func (ch *chaos) do(t *testing.T, ctx context.Context, fault string) {
 		if _, err := e.db.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"); err != nil {
 			t.Fatalf("terminate backends: %v", err)
 		}
-	case "lock-table":
-		if e.tableRows(ctx) == 0 {
-			return // not created yet: nothing to lock
-		}
+	case "lock-table": // jetsink running has created the table
 		tx, err := e.db.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
