@@ -45,6 +45,13 @@ type Consumer struct {
 	// reached max_deliver and are not dead-lettered yet.
 	stranded stranded
 
+	// epochs tells the sink and the dead-letter path which events came
+	// from a stream that has been replaced since (see pipeline.Epochs);
+	// streamCreated is the creation time of the stream the last session
+	// consumed (Run's goroutine only).
+	epochs        pipeline.Epochs
+	streamCreated time.Time
+
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration
 
@@ -64,6 +71,12 @@ type Consumer struct {
 // turns it off. Call it before Run, not concurrently with it.
 func (c *Consumer) SetTracer(start func(ev pipeline.Event) trace.Span) { c.traceMsg = start }
 
+// Epochs returns the epochs the consumer stamps on its events (Event.Epoch).
+// Whoever acks them (the sink) must skip an event whose epoch is not the
+// one Hold returns: its stream was replaced since, and the ack would land
+// on another event. DeadLetter does the same for its terms.
+func (c *Consumer) Epochs() *pipeline.Epochs { return &c.epochs }
+
 type consumerHandle struct{ jetstream.Consumer }
 
 type counters struct {
@@ -74,6 +87,8 @@ type counters struct {
 	maxDelivered      atomic.Uint64
 	resubscribes      atomic.Uint64
 	heartbeatsMissing atomic.Uint64
+	epochs            atomic.Uint64
+	staleTerms        atomic.Uint64
 }
 
 // Stats are the consumer's counters since New.
@@ -85,6 +100,8 @@ type Stats struct {
 	MaxDelivered      uint64 // events dead-lettered on the server's max_deliver advisory
 	Resubscribes      uint64 // pull subscriptions started again after one ended
 	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow)
+	Epochs            uint64 // new epochs: the stream or consumer was replaced under events in flight
+	StaleTerms        uint64 // dead letters stored whose original was not terminated: its stream was replaced
 }
 
 // Lag is the durable consumer's backlog as the server reports it.
@@ -341,5 +358,7 @@ func (c *Consumer) Stats() Stats {
 		MaxDelivered:      s.maxDelivered.Load(),
 		Resubscribes:      s.resubscribes.Load(),
 		HeartbeatsMissing: s.heartbeatsMissing.Load(),
+		Epochs:            s.epochs.Load(),
+		StaleTerms:        s.staleTerms.Load(),
 	}
 }

@@ -50,14 +50,17 @@ const (
 // reason code (pipeline.DeadLetterer). The dead letter carries the original
 // body and headers, except JetStream's own Nats-* control headers, which
 // would act on the dead-letter stream (the original Nats-Msg-Id moves to
-// Jetsink-Msg-Id); it gets Nats-Msg-Id "<stream>:<stream_seq>" so a poison
-// event redelivered before its Term lands is stored once, and the Jetsink-*
+// Jetsink-Msg-Id); it gets Nats-Msg-Id deadLetterID(ev) so a poison event
+// redelivered before its Term lands is stored once, and the Jetsink-*
 // headers above.
 //
 // If the publish fails, the original is nak'ed with a delay growing with its
 // delivery count and the error returned wraps ErrDeadLetter. If the publish
-// succeeds and the Term fails, the error is returned as is (the message will
-// come back and be de-duplicated). Safe for concurrent use.
+// succeeds and the Term fails, DeadLetter logs it and returns nil (the
+// message will come back, its dead letter is de-duplicated, and it is
+// terminated then). An event whose stream was replaced since it was taken
+// (its Epoch is not the consumer's) is not terminated: the term would land
+// on the new stream's event with the same sequence. Safe for concurrent use.
 func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter) error {
 	if ev.Msg == nil {
 		return fmt.Errorf("%w: event %s:%d has no message handle", ErrDeadLetter, ev.Stream, ev.StreamSeq)
@@ -81,7 +84,18 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	if reason == "" {
 		reason = "dead_letter"
 	}
-	if err := ev.Msg.TermWithReason(reason); err != nil {
+	if cur := c.epochs.Hold(); ev.Epoch != cur {
+		c.epochs.Release()
+		// Its stream was replaced: a term would land on the new stream's
+		// event with the same sequence.
+		c.stats.staleTerms.Add(1)
+		c.log.Warn("dead letter stored; the original is not terminated, its stream was re-created since",
+			"stream_seq", ev.StreamSeq)
+		return nil
+	}
+	err := ev.Msg.TermWithReason(reason)
+	c.epochs.Release()
+	if err != nil {
 		// The dead letter is stored: this is not a failed dead letter. The
 		// event comes back after ack_wait, its dead letter is de-duplicated
 		// by Nats-Msg-Id, and it is terminated then.
@@ -89,6 +103,23 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 			"stream_seq", ev.StreamSeq, "err", err)
 	}
 	return nil
+}
+
+// deadLetterID is a dead letter's Nats-Msg-Id:
+// "<stream>:<stream_seq>:<store time, Unix ns>". Every delivery of one event,
+// and the max_deliver path's read of it from the stream, give the same id,
+// so the dead-letter stream's duplicate window keeps one dead letter per
+// event. The store time tells apart two events with one sequence, of a
+// stream deleted and re-created under the same name: with the sequence
+// alone, JetStream would drop the second event's dead letter as a duplicate
+// of the first's and report success, and the second event would be
+// terminated with no dead letter stored.
+func deadLetterID(ev *pipeline.Event) string {
+	id := ev.Stream + ":" + strconv.FormatUint(ev.StreamSeq, 10)
+	if ev.Published.IsZero() {
+		return id
+	}
+	return id + ":" + strconv.FormatInt(ev.Published.UnixNano(), 10)
 }
 
 func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *nats.Msg {
@@ -103,7 +134,7 @@ func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *na
 		h.Set(HeaderOrigMsgID, ev.MsgID)
 	}
 	seq := strconv.FormatUint(ev.StreamSeq, 10)
-	h.Set(HeaderMsgID, ev.Stream+":"+seq)
+	h.Set(HeaderMsgID, deadLetterID(ev))
 	h.Set(HeaderSubject, ev.Subject)
 	h.Set(HeaderStream, ev.Stream)
 	h.Set(HeaderStreamSeq, seq)

@@ -82,9 +82,15 @@ func TestDeadLetterPublishesThenTerminates(t *testing.T) {
 	if string(m.Data) != string(orig.Data) || m.Subject != cfg.DeadLetterSubject {
 		t.Fatalf("dead letter = %q on %s, want the original body on %s", m.Data, m.Subject, cfg.DeadLetterSubject)
 	}
+	// The id is the one the max-deliver path gives the same event: it
+	// reads the event back from the stream, with its store time.
+	stored, err := jsStreamMsg(t, ctx, js, cfg.Stream, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := m.Header
 	want := map[string]string{
-		HeaderMsgID:     cfg.Stream + ":1",
+		HeaderMsgID:     cfg.Stream + ":1:" + strconv.FormatInt(stored.Time.UnixNano(), 10),
 		HeaderOrigMsgID: "orig-1",
 		HeaderSubject:   orig.Subject,
 		HeaderStream:    cfg.Stream,
@@ -295,7 +301,7 @@ func waitMaxDeliverLetter(t *testing.T, ctx context.Context, dlq jetstream.Strea
 		t.Fatal(err)
 	}
 	if string(m.Data) != "0" || m.Header.Get(HeaderCode) != CodeMaxDeliver || m.Header.Get(HeaderStage) != StageDeliver ||
-		m.Header.Get(HeaderDelivered) != "2" || m.Header.Get(HeaderMsgID) != cfg.Stream+":1" ||
+		m.Header.Get(HeaderDelivered) != "2" || !isDeadLetterID(m.Header.Get(HeaderMsgID), cfg.Stream, 1) ||
 		m.Header.Get(HeaderOrigMsgID) != "m0" || m.Header.Get("traceparent") != traceparent {
 		t.Fatalf("dead letter = %q %v", m.Data, m.Header)
 	}
@@ -550,4 +556,24 @@ func TestMaxDeliverRecordSharedByInstances(t *testing.T) {
 	if got := record(t, ctx, js, cfg); got != "3:2(another stream)" { // b's entry, untagged
 		t.Fatalf("after a resolved its entry: record %q", got)
 	}
+}
+
+// jsStreamMsg reads message seq of stream.
+func jsStreamMsg(t *testing.T, ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	t.Helper()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	return st.GetMsg(ctx, seq)
+}
+
+// isDeadLetterID reports whether id is "<stream>:<seq>:<Unix ns>".
+func isDeadLetterID(id, stream string, seq uint64) bool {
+	ns, ok := strings.CutPrefix(id, stream+":"+strconv.FormatUint(seq, 10)+":")
+	if !ok {
+		return false
+	}
+	_, err := strconv.ParseInt(ns, 10, 64)
+	return err == nil
 }

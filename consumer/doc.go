@@ -57,7 +57,19 @@
 //     meanwhile, so a wait past ack_wait brings a redelivery). If the
 //     stream was replaced, the session ends and what the client holds of
 //     the old stream goes with it (the new one may reuse its sequences);
-//     the new stream is then checked like any other.
+//     the new stream is then checked like any other;
+//   - in both modes, events are stamped with the consumer's epoch
+//     (pipeline.Epochs, Event.Epoch), and Run starts a new epoch before it
+//     re-creates a missing stream or consumer, when a session begins on a
+//     stream created at another time than the last session's, and when a
+//     session's consumer sequence goes back (a consumer created since).
+//     Each new epoch waits until no ack or term is being sent and flushes
+//     those sent before; from then on the sink does not ack, and
+//     DeadLetter does not terminate, events of an earlier epoch (their
+//     rows are written all the same). An old ack would otherwise settle the
+//     new stream's event with the same sequence. The server queues acks and
+//     pull requests apart, so an ack sent just before the new epoch can
+//     still reach a consumer someone else re-created, after it delivered.
 //
 // With nats.create_stream in exactly-once mode, New needs the table's
 // highest sequence to create a missing stream: with PostgreSQL down then,

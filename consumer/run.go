@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -59,7 +60,8 @@ type Output interface {
 func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 	defer out.Close()
 	backoff := retryMin
-	ensure := false // the stream or consumer went away: re-create them first
+	ensure := false   // the stream or consumer went away: re-create them first
+	advanced := false // a new epoch started since the last session began
 	for {
 		if err := hard.Err(); err != nil {
 			return fmt.Errorf("consume: shutdown cut short: %w", err)
@@ -82,6 +84,12 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			backoff = min(2*backoff, retryMax)
 		}
 		if ensure {
+			if !advanced && !c.streamCreated.IsZero() {
+				// Before re-creating anything: acks flushed now reach no
+				// consumer, or the old one, never the new one's events.
+				c.newEpoch(slog.LevelInfo, "stream or consumer gone")
+				advanced = true
+			}
 			if err := c.ensureAll(ctx); err != nil {
 				if missing(err) || c.cons.Load() == nil {
 					retry("re-create stream/consumer", err)
@@ -102,11 +110,16 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			continue
 		}
 		c.seq.refused.Store(nil)
+		if err := c.enterStream(ctx, advanced); err != nil {
+			retry("look up the stream", err)
+			continue
+		}
 		s, err := c.subscribe(hard, out)
 		if err != nil {
 			retry("subscribe to the consumer", err)
 			continue
 		}
+		advanced = false
 		began := time.Now()
 		over, err := c.serve(ctx, hard, s)
 		if over {
@@ -127,6 +140,42 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			}
 			backoff = min(2*backoff, retryMax)
 		}
+	}
+}
+
+// enterStream looks the stream up before a session subscribes and, unless
+// advanced says Run has just done so, starts a new epoch if it is not the
+// stream the previous session consumed (it was deleted and re-created
+// since, and the consumer with it): from then on the acks and terms of
+// the old stream's events still on their way are skipped, and those sent
+// before are flushed to the server before the new session pulls.
+func (c *Consumer) enterStream(ctx context.Context, advanced bool) error {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stream, err := c.js.Stream(lctx, c.cfg.Stream)
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
+	}
+	created := stream.CachedInfo().Created
+	if !advanced && !c.streamCreated.IsZero() && !created.Equal(c.streamCreated) {
+		c.newEpoch(slog.LevelWarn, "stream re-created")
+	}
+	c.streamCreated = created
+	return nil
+}
+
+// newEpoch starts a new epoch (see pipeline.Epochs), once no ack or term
+// is being sent, and flushes the ones sent before to the server.
+func (c *Consumer) newEpoch(level slog.Level, why string) {
+	e := c.epochs.Advance()
+	c.stats.epochs.Add(1)
+	c.log.Log(context.Background(), level, why+": the acks and terms of events taken before are skipped from now on "+
+		"(a re-created stream reuses their sequences); their rows are still written, and JetStream redelivers "+
+		"those that are still in a stream", "epoch", e)
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.nc.FlushWithContext(fctx); err != nil {
+		c.log.Warn("flush before the new epoch", "err", err)
 	}
 }
 
@@ -341,6 +390,12 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		c.log.Error("message without JetStream metadata dropped", "subject", msg.Subject(), "reply", msg.Reply())
 		return nil
 	}
+	if s.lastCons != 0 && meta.consSeq <= s.lastCons {
+		// A consumer created since this session began (its sequence went
+		// back): its stream may have replaced the one the events still on
+		// their way came from.
+		c.newEpoch(slog.LevelWarn, "consumer re-created while consuming")
+	}
 	if c.cfg.StoredSeq != nil {
 		if s.lastCons == 0 || meta.consSeq <= s.lastCons || c.seq.gen.Load() != c.seq.checkedGen.Load() {
 			if err := s.await(hard); err != nil {
@@ -351,8 +406,8 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 				return fmt.Errorf("%w: %w", errNotVerified, err)
 			}
 		}
-		s.lastCons = meta.consSeq
 	}
+	s.lastCons = meta.consSeq
 	h := msg.Headers()
 	ev := pipeline.Event{
 		Msg:         msg,
@@ -365,6 +420,7 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		Delivered:   meta.delivered,
 		Published:   meta.published,
 		Received:    time.Now(),
+		Epoch:       c.epochs.Current(),
 	}
 	if v := h[HeaderMsgID]; len(v) > 0 {
 		ev.MsgID = v[0]

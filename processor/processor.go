@@ -99,6 +99,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		p.consumer.SetTracer(p.tracing.StartMessage)
 	}
 	p.sink.Instrument(p.tracing, p.metrics)
+	p.sink.SetEpochs(p.consumer.Epochs())
 	p.pipeline, err = pipeline.New(cfg.Pipeline, mapper, dl, log)
 	if err != nil {
 		p.Close()

@@ -553,16 +553,22 @@ func committedMiscount(err error) *miscountError {
 	return nil
 }
 
+// errStaleEpoch ends the span of a committed row's message that is not
+// acked because its stream was replaced (see Sink.SetEpochs).
+var errStaleEpoch = errors.New("not acked: the stream was re-created since the message was taken")
+
 // settle acks rows[lo:hi] of b, which have just been committed, except
-// those whose key is in skip (the caller dead-letters them).
+// those whose key is in skip (the caller dead-letters them) and those taken
+// in an earlier epoch than the consumer's (see Sink.SetEpochs).
 func (c *committer) settle(b *batch, lo, hi int, skip map[rowKey]struct{}) {
 	b.settledTo(hi)
-	var bytes, failed uint64
+	var bytes, failed, stale uint64
 	var first error
 	stored := b.rows[lo:hi]
 	if skip != nil {
 		stored = make([]pipeline.Row, 0, hi-lo) // a rare path: copies are fine
 	}
+	epoch := c.s.epochs.Hold()
 	for i := lo; i < hi; i++ {
 		row := &b.rows[i]
 		if skip != nil {
@@ -576,6 +582,11 @@ func (c *committer) settle(b *batch, lo, hi int, skip map[rowKey]struct{}) {
 		if a == nil {
 			continue
 		}
+		if row.Event.Epoch != epoch {
+			stale++
+			telemetry.EndMessage(&row.Event, "ack", errStaleEpoch)
+			continue
+		}
 		err := a.Ack()
 		if err != nil {
 			failed++
@@ -585,6 +596,7 @@ func (c *committer) settle(b *batch, lo, hi int, skip map[rowKey]struct{}) {
 		}
 		telemetry.EndMessage(&row.Event, "ack", err)
 	}
+	c.s.epochs.Release()
 	n := len(stored)
 	c.settled += n
 	c.bytes += int(bytes)
@@ -594,6 +606,11 @@ func (c *committer) settle(b *batch, lo, hi int, skip map[rowKey]struct{}) {
 	st.batches.Add(1)
 	st.rows.Add(uint64(n))
 	st.bytes.Add(bytes)
+	if stale > 0 {
+		st.staleAcks.Add(stale)
+		c.s.log.Warn("rows committed but not acked: their stream was re-created since they were taken, and an ack "+
+			"would settle the new stream's event with the same sequence", "messages", stale, "of", n)
+	}
 	if failed > 0 {
 		st.ackErrs.Add(failed)
 		c.s.log.Warn("ack failed after commit; those messages will be redelivered (a duplicate row in at-least-once mode)",

@@ -45,6 +45,7 @@ type Stats struct {
 	Uncounted          uint64 // rows sent minus rows counted in those COPYs, plus the rows missing after those batches: rows that may be missing from the table
 	DeadLetterErrors   uint64 // dead-letter calls that failed (the message was nak'ed, not acked)
 	AckErrors          uint64 // Ack calls that failed (the message will be redelivered)
+	StaleAcks          uint64 // committed rows not acked because their stream was replaced since they were taken (see pipeline.Epochs)
 	InProgress         uint64 // InProgress calls sent
 	InProgressErrors   uint64 // InProgress calls that failed
 }
@@ -52,7 +53,7 @@ type Stats struct {
 type counters struct {
 	batches, rows, bytes, retries, possibleDups, configErrs, bisectCopies atomic.Uint64
 	deadLettered, deadLetterErrs, ackErrs, inProgress, inProgressErrs     atomic.Uint64
-	miscounts, uncounted                                                  atomic.Uint64
+	miscounts, uncounted, staleAcks                                       atomic.Uint64
 
 	// attemptSeq numbers the sink's commit attempts as they start;
 	// committedStart is the highest number of an attempt that committed.
@@ -90,6 +91,9 @@ type Sink struct {
 	// Set by Instrument before Run; nil records nothing.
 	tracing *telemetry.Tracing
 	metrics *telemetry.Metrics
+
+	// epochs is the consumer's (SetEpochs); nil acks every committed row.
+	epochs *pipeline.Epochs
 }
 
 // Instrument makes Run trace each batch as a "copy <table>" span linked to
@@ -99,6 +103,13 @@ type Sink struct {
 func (s *Sink) Instrument(t *telemetry.Tracing, m *telemetry.Metrics) {
 	s.tracing, s.metrics = t, m
 }
+
+// SetEpochs gives the sink the consumer's epochs: a committed row whose
+// event was taken in an earlier epoch (its stream was deleted and
+// re-created since, see pipeline.Epochs) is not acked, since the ack would
+// settle the new stream's event with the same sequence. Call it before
+// Run, not concurrently with it.
+func (s *Sink) SetEpochs(e *pipeline.Epochs) { s.epochs = e }
 
 // stagingTable is the exactly-once staging table, one per connection.
 var stagingTable = pgx.Identifier{"pg_temp", "jetsink_staging"}
@@ -255,6 +266,7 @@ func (s *Sink) Stats() Stats {
 		Uncounted:          s.st.uncounted.Load(),
 		DeadLetterErrors:   s.st.deadLetterErrs.Load(),
 		AckErrors:          s.st.ackErrs.Load(),
+		StaleAcks:          s.st.staleAcks.Load(),
 		InProgress:         s.st.inProgress.Load(),
 		InProgressErrors:   s.st.inProgressErrs.Load(),
 	}

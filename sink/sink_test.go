@@ -1104,3 +1104,41 @@ func TestMiscountedRowsKeptAliveWhileDeadLettered(t *testing.T) {
 		t.Fatal("the last row got no InProgress in the ~750 ms its dead letter waited for the others")
 	}
 }
+
+// Rows taken before the consumer's epoch advanced (their stream was
+// re-created since) are committed like the others but not acked: an ack
+// would settle the new stream's event with the same sequence.
+func TestStaleEpochCommittedNotAcked(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	epochs := &pipeline.Epochs{}
+	s.SetEpochs(epochs)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+
+	old, oldMsgs := rows(1, 3, nil)
+	epochs.Advance()
+	fresh, freshMsgs := rows(4, 3, nil)
+	for i := range fresh {
+		fresh[i].Event.Epoch = epochs.Current()
+	}
+	src.push(t, ctx, append(old, fresh...))
+	waitFor(t, ctx, "the current epoch's rows to be acked", allAcked(freshMsgs))
+	waitFor(t, ctx, "every row to be committed", func() bool { return s.Stats().Rows == 6 })
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 6 {
+		t.Fatalf("table has %d rows, want 6", n)
+	}
+	for i, m := range oldMsgs {
+		if a := m.acks.Load(); a != 0 {
+			t.Errorf("row %d of the earlier epoch acked %d times", i+1, a)
+		}
+	}
+	if st := s.Stats(); st.StaleAcks != 3 {
+		t.Errorf("StaleAcks = %d, want 3", st.StaleAcks)
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

@@ -1,0 +1,63 @@
+package pipeline
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Epochs numbers the streams the consumer has taken events from, so that
+// an event of a stream that was deleted and re-created under it is never
+// acked or terminated: JetStream matches an ack to a message by stream
+// sequence alone, and a re-created stream starts its sequence again at 1,
+// so a late ack of an old event would settle the new event with the same
+// sequence, and a crash before that event's row commits would lose it.
+//
+// The consumer stamps each event with Current (Event.Epoch) and calls
+// Advance before it takes events from a stream that may have replaced the
+// previous one. Whoever settles events (the sink's acks, the dead-letter
+// path's terms) brackets the settling with Hold and Release and skips the
+// events whose epoch is not the one Hold returned: JetStream redelivers
+// them if their stream still exists, so that costs a duplicate row at
+// worst. Advance waits for every Hold to be released, so once it returns
+// no settling of an older epoch starts; the consumer then flushes the
+// acks sent so far to the server before it pulls from the new stream.
+//
+// A nil *Epochs is valid: its epoch is always 0 and nothing is skipped.
+// All methods are safe from any goroutine.
+type Epochs struct {
+	mu  sync.RWMutex
+	cur atomic.Uint64
+}
+
+// Current returns the epoch to stamp on an event taken now.
+func (e *Epochs) Current() uint64 {
+	if e == nil {
+		return 0
+	}
+	return e.cur.Load()
+}
+
+// Hold blocks Advance until Release and returns the current epoch. Events
+// of any other epoch must not be acked or terminated before Release.
+func (e *Epochs) Hold() uint64 {
+	if e == nil {
+		return 0
+	}
+	e.mu.RLock()
+	return e.cur.Load()
+}
+
+// Release ends a Hold.
+func (e *Epochs) Release() {
+	if e != nil {
+		e.mu.RUnlock()
+	}
+}
+
+// Advance starts a new epoch, after every Hold in progress is released,
+// and returns it.
+func (e *Epochs) Advance() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cur.Add(1)
+}
