@@ -58,18 +58,24 @@
 //     stream was replaced, the session ends and what the client holds of
 //     the old stream goes with it (the new one may reuse its sequences);
 //     the new stream is then checked like any other;
-//   - in both modes, events are stamped with the consumer's epoch
-//     (pipeline.Epochs, Event.Epoch), and Run starts a new epoch before it
-//     re-creates a missing stream or consumer, when a session begins on a
-//     stream created at another time than the last session's, and when a
-//     session's consumer sequence goes back (a consumer created since).
+//   - in both modes, each session stamps its events with an epoch
+//     (pipeline.Epochs, Event.Epoch), and a new epoch begins when the
+//     stream is gone or replaced: before Run re-creates a missing stream
+//     (or the consumer of a replaced one), when a session begins on a
+//     stream created at another time than the last session's, when serve
+//     finds the stream replaced (verify; recheck after missed heartbeats,
+//     in both modes), and when a session's consumer sequence goes back.
 //     Each new epoch waits until no ack or term is being sent and flushes
 //     those sent before; from then on the sink does not ack, and
 //     DeadLetter does not terminate, events of an earlier epoch (their
 //     rows are written all the same). An old ack would otherwise settle the
-//     new stream's event with the same sequence. The server queues acks and
-//     pull requests apart, so an ack sent just before the new epoch can
-//     still reach a consumer someone else re-created, after it delivered.
+//     new stream's event with the same sequence. A consumer re-created on
+//     the same stream starts no epoch: no sequence is reused. When recheck
+//     finds the stream replaced in at-least-once mode, the session drains
+//     what the client holds (pushed, stale) instead of dropping it. Left
+//     open: the server queues acks and pull requests apart, so an ack sent
+//     after a consumer someone else re-created has delivered to this
+//     client, and before the new epoch, can settle a new event.
 //
 // With nats.create_stream in exactly-once mode, New needs the table's
 // highest sequence to create a missing stream: with PostgreSQL down then,

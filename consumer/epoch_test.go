@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -152,5 +153,108 @@ func TestEpochAdvancesWhenConsumerSequenceGoesBack(t *testing.T) {
 	if back.Epoch == b.Epoch || back.Epoch != c.Epochs().Current() || c.Stats().Epochs != 1 {
 		t.Fatalf("after the consumer sequence went back: epoch %d, before %d, current %d, %d new",
 			back.Epoch, b.Epoch, c.Epochs().Current(), c.Stats().Epochs)
+	}
+}
+
+// A consumer deleted and re-created on the same stream reuses no
+// sequence: the acks of the events on their way still settle the right
+// events, so no new epoch begins.
+func TestEpochKeptWhenOnlyTheConsumerIsRecreated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	before := r.next(t, ctx).ev
+	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the consumer re-created", func() bool { return c.Stats().Resubscribes > 0 })
+	publish(t, ctx, js, cfg, 1, 1, 1)
+	var after pipeline.Event
+	for after.Data == nil || bodyIndex(t, &after) != 1 {
+		after = r.next(t, ctx).ev // the first event may come again from the new consumer
+	}
+	if after.Epoch != before.Epoch || c.Stats().Epochs != 0 {
+		t.Fatalf("epoch %d -> %d (%d new) after only the consumer was re-created", before.Epoch, after.Epoch, c.Stats().Epochs)
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+// recheck, after missed heartbeats, tells a stream re-created with its
+// consumer (someone else's doing, without a 409 to end the session) from
+// the same stream, and a consumer gone from its stream.
+func TestRecheckSeesAReplacedStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	if err := c.enterStream(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if leave, replaced := c.recheck(ctx); leave || replaced {
+		t.Fatalf("same stream and consumer: leave %v, replaced %v", leave, replaced)
+	}
+	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	if leave, replaced := c.recheck(ctx); !leave || replaced {
+		t.Fatalf("consumer deleted: leave %v, replaced %v; want true, false", leave, replaced)
+	}
+	recreateStream(t, ctx, js, cfg, 0)
+	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if leave, replaced := c.recheck(ctx); !leave || !replaced {
+		t.Fatalf("stream and consumer re-created: leave %v, replaced %v; want true, true", leave, replaced)
+	}
+}
+
+// A max-deliver advisory raised before the stream was re-created names an
+// event that went with the old stream: the new event at its sequence is
+// not dead-lettered. One raised after is.
+func TestMaxDeliverAdvisoryOfAReplacedStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg) // creates the stream and <stream>_DLQ
+	raised := time.Now().UTC()
+	recreateStream(t, ctx, js, cfg, 0)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	dlq, err := js.Stream(ctx, cfg.Stream+"_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	letters := func() uint64 {
+		t.Helper()
+		info, err := dlq.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+
+	adv := maxDeliverAdvisory{Stream: cfg.Stream, Consumer: cfg.Consumer, StreamSeq: 1, Deliveries: 5, Time: raised}
+	if done, _, err := c.deadLetterMaxDelivered(adv, time.Time{}); !done || !errors.Is(err, errEventStreamGone) {
+		t.Fatalf("advisory older than the stream: done %v, err %v; want done, errEventStreamGone", done, err)
+	}
+	if n := letters(); n != 0 {
+		t.Fatalf("%d dead letters for an event of the deleted stream", n)
+	}
+	adv.Time = time.Now().UTC()
+	if done, _, err := c.deadLetterMaxDelivered(adv, time.Time{}); !done || err != nil {
+		t.Fatalf("advisory of the current stream: done %v, err %v", done, err)
+	}
+	if n := letters(); n != 1 {
+		t.Fatalf("%d dead letters, want 1", n)
 	}
 }

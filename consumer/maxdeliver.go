@@ -33,10 +33,11 @@ var maxDeliverRetry = [2]time.Duration{time.Second, 30 * time.Second}
 // maxDeliverAdvisory is the part of JetStream's
 // io.nats.jetstream.advisory.v1.max_deliver event jetsink reads.
 type maxDeliverAdvisory struct {
-	Stream     string `json:"stream"`
-	Consumer   string `json:"consumer"`
-	StreamSeq  uint64 `json:"stream_seq"`
-	Deliveries uint64 `json:"deliveries"`
+	Stream     string    `json:"stream"`
+	Consumer   string    `json:"consumer"`
+	StreamSeq  uint64    `json:"stream_seq"`
+	Deliveries uint64    `json:"deliveries"`
+	Time       time.Time `json:"timestamp"` // when the server raised it; zero for a recorded event
 }
 
 // watchMaxDeliveries subscribes to the server's MAX_DELIVERIES advisory for
@@ -134,7 +135,8 @@ func (c *Consumer) sleepUnlessStopping(d time.Duration) bool {
 }
 
 // deadLetterBySeq reads adv's event back from the stream and publishes its
-// dead letter. With in set, the stream must be the one created then. It
+// dead letter. With in set, the stream must be the one created then; a
+// fresh advisory's stream must have been created before the advisory. It
 // returns the stream's creation time when it could look it up.
 func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory, in time.Time) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), maxDeliverTimeout)
@@ -144,7 +146,9 @@ func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory, in time.Time) (time.T
 		return time.Time{}, fmt.Errorf("look up stream: %w", err)
 	}
 	created := stream.CachedInfo().Created
-	if !in.IsZero() && !created.Equal(in) {
+	if !in.IsZero() && !created.Equal(in) || created.After(adv.Time) && !adv.Time.IsZero() {
+		// The event's stream was deleted since (and re-created: the event
+		// at its sequence now is another).
 		return created, errEventStreamGone
 	}
 	raw, err := stream.GetMsg(ctx, adv.StreamSeq)

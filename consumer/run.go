@@ -84,10 +84,10 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			backoff = min(2*backoff, retryMax)
 		}
 		if ensure {
-			if !advanced && !c.streamCreated.IsZero() {
-				// Before re-creating anything: acks flushed now reach no
-				// consumer, or the old one, never the new one's events.
-				c.newEpoch(slog.LevelInfo, "stream or consumer gone")
+			if !advanced && c.streamChanged(ctx) {
+				// Before re-creating anything: the acks flushed now reach
+				// no consumer, or the old one, not the new one's events.
+				c.newEpoch(slog.LevelWarn, "stream deleted or re-created")
 				advanced = true
 			}
 			if err := c.ensureAll(ctx); err != nil {
@@ -125,6 +125,7 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 		if over {
 			return err
 		}
+		advanced = s.advanced
 		if time.Since(began) > time.Minute {
 			backoff = retryMin
 		}
@@ -164,9 +165,36 @@ func (c *Consumer) enterStream(ctx context.Context, advanced bool) error {
 	return nil
 }
 
+// newSessionEpoch starts a new epoch for serve, which ends session s
+// because its stream was replaced: what s still pushes keeps s's epoch, and
+// is not settled. Run then does not start another before the next session.
+func (c *Consumer) newSessionEpoch(s *session, why string) {
+	c.newEpoch(slog.LevelWarn, why)
+	s.advanced = true
+}
+
+// streamChanged reports whether the stream is gone or is not the one the
+// last session consumed (another creation time). A failed look-up says
+// nothing, and reports false.
+func (c *Consumer) streamChanged(ctx context.Context) bool {
+	if c.streamCreated.IsZero() {
+		return false // no session yet: no event taken
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream, err := c.js.Stream(lctx, c.cfg.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	return !stream.CachedInfo().Created.Equal(c.streamCreated)
+}
+
 // newEpoch starts a new epoch (see pipeline.Epochs), once no ack or term
-// is being sent, and flushes the ones sent before to the server.
-func (c *Consumer) newEpoch(level slog.Level, why string) {
+// is being sent, flushes the ones sent before to the server, and returns it.
+func (c *Consumer) newEpoch(level slog.Level, why string) uint64 {
 	e := c.epochs.Advance()
 	c.stats.epochs.Add(1)
 	c.log.Log(context.Background(), level, why+": the acks and terms of events taken before are skipped from now on "+
@@ -177,6 +205,7 @@ func (c *Consumer) newEpoch(level slog.Level, why string) {
 	if err := c.nc.FlushWithContext(fctx); err != nil {
 		c.log.Warn("flush before the new epoch", "err", err)
 	}
+	return e
 }
 
 // missing reports whether err says the stream or the consumer does not
@@ -188,9 +217,10 @@ func missing(err error) bool {
 // refuse holds off a stream checkSeq refused: it logs why (at ERROR, at
 // first and then every 5 minutes), makes Refused report it, and waits
 // refusedRecheck before Run looks again. Meanwhile nothing is pulled, and
-// what was taken before goes on to the table and is acked as usual; the
-// events of the refused stream wait in it until it is re-created past the
-// stored rows or postgres.table names another table.
+// what was taken before goes on to the table, not acked (its stream was
+// replaced: a new epoch began); the events of the refused stream wait in
+// it until it is re-created past the stored rows or postgres.table names
+// another table.
 func (c *Consumer) refuse(ctx, hard context.Context, err error) {
 	first := c.seq.refused.Swap(&err) == nil
 	if first || time.Since(c.seq.refusedLogged) >= 10*c.recheckRefused {
@@ -218,7 +248,13 @@ type session struct {
 	quitOnce sync.Once
 	failed   bool   // delivery goroutine only
 	lastCons uint64 // delivery goroutine only: the last consumer sequence pushed
-	gone     bool   // the consumer or its stream went away while this session ran
+	// epoch is stamped on the events the session pushes: the consumer's
+	// epoch when it subscribed, or the one push started when the consumer
+	// sequence went back. An epoch started by serve (the stream was
+	// replaced) makes whatever the session still pushes stale.
+	epoch    uint64
+	gone     bool // the consumer or its stream went away while this session ran
+	advanced bool // serve started a new epoch before ending the session
 }
 
 // await asks serve to verify the stream and returns its verdict.
@@ -252,7 +288,8 @@ func (s *session) stopAnswering() { s.quitOnce.Do(func() { close(s.quit) }) }
 func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error) {
 	cfg := &c.cfg
 	s := &session{errs: make(chan error, 16), pushErr: make(chan error, 1),
-		ask: make(chan struct{}), verdict: make(chan error, 1), quit: make(chan struct{})}
+		ask: make(chan struct{}), verdict: make(chan error, 1), quit: make(chan struct{}),
+		epoch: c.epochs.Current()}
 	handle := func(msg jetstream.Msg) {
 		if s.failed {
 			_ = msg.Nak()
@@ -340,11 +377,13 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			case err == nil:
 			case errors.Is(err, ErrSequenceRestarted):
 				c.log.Warn("stream re-created while consuming; its sequence restarted under stored rows", "err", err)
+				c.newSessionEpoch(s, "stream re-created while consuming")
 				return s.leave(hard)
 			case errors.Is(err, errStreamChanged):
 				// What the client still holds may be the old stream's, whose
 				// sequences the new one reuses: let it go with its stream.
 				c.log.Warn("stream re-created while consuming; subscribing to the new one afresh")
+				c.newSessionEpoch(s, "stream re-created while consuming")
 				return s.leave(hard)
 			default:
 				c.log.Warn("could not verify the stream while consuming; subscribing again", "err", err)
@@ -360,8 +399,24 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			// stream or consumer answer pulls with silence).
 			c.stats.heartbeatsMissing.Add(1)
 			c.log.Warn("pull heartbeats missed; checking the consumer")
-			if c.recheck(ctx) {
+			leave, replaced := c.recheck(ctx)
+			switch {
+			case !leave:
+			case !replaced:
 				return s.leave(hard)
+			case c.cfg.StoredSeq != nil:
+				// Exactly-once: push would not take the new stream's
+				// events before serve verified it.
+				c.newSessionEpoch(s, "stream deleted or re-created while consuming")
+				return s.leave(hard)
+			default:
+				// nats.go may have pulled from a consumer someone
+				// re-created, and an old ack sent before the new epoch
+				// may have settled one of those events: push what the
+				// client holds (stale: stored, not acked) rather than
+				// drop it.
+				c.newSessionEpoch(s, "stream deleted or re-created while consuming")
+				return s.leaveDraining(hard)
 			}
 		case <-s.closed:
 			// Ended by nats.go: consumer deleted, bad request, connection
@@ -394,7 +449,7 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		// A consumer created since this session began (its sequence went
 		// back): its stream may have replaced the one the events still on
 		// their way came from.
-		c.newEpoch(slog.LevelWarn, "consumer re-created while consuming")
+		s.epoch = c.newEpoch(slog.LevelWarn, "consumer re-created while consuming")
 	}
 	if c.cfg.StoredSeq != nil {
 		if s.lastCons == 0 || meta.consSeq <= s.lastCons || c.seq.gen.Load() != c.seq.checkedGen.Load() {
@@ -420,7 +475,7 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		Delivered:   meta.delivered,
 		Published:   meta.published,
 		Received:    time.Now(),
-		Epoch:       c.epochs.Current(),
+		Epoch:       s.epoch,
 	}
 	if v := h[HeaderMsgID]; len(v) > 0 {
 		ev.MsgID = v[0]
@@ -476,6 +531,20 @@ func (s *session) leave(hard context.Context) (over bool, err error) {
 	s.gone = true
 	s.stopAnswering()
 	s.cc.Stop()
+	return s.awaitClosed(hard)
+}
+
+// leaveDraining is leave, except that the messages the client holds are
+// pushed (bounded by hard) rather than dropped.
+func (s *session) leaveDraining(hard context.Context) (over bool, err error) {
+	s.gone = true
+	s.stopAnswering()
+	s.cc.Drain()
+	return s.awaitClosed(hard)
+}
+
+// awaitClosed waits for the session's delivery goroutine to return.
+func (s *session) awaitClosed(hard context.Context) (over bool, err error) {
 	select {
 	case <-s.closed:
 		return false, nil
@@ -484,28 +553,34 @@ func (s *session) leave(hard context.Context) (over bool, err error) {
 	}
 }
 
-// recheck looks the consumer up. It reports whether the consumer, or the
-// stream it was on, is gone (the stream was deleted, perhaps re-created
-// since; the consumer was deleted): Run must then re-create what is
-// missing, check the stream's sequence, and subscribe again.
-func (c *Consumer) recheck(ctx context.Context) bool {
+// recheck looks the consumer up. leave reports whether the consumer, or
+// the stream it was on, is gone or replaced (the stream was deleted,
+// perhaps re-created since, the consumer with it; the consumer was
+// deleted): Run must then re-create what is missing, check the stream's
+// sequence, and subscribe again. replaced reports that the stream is not
+// the one the session began on.
+func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 	if !c.nc.IsConnected() {
-		return false // reconnecting: nats.go re-pulls once it is back
+		return false, false // reconnecting: nats.go re-pulls once it is back
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := c.js.Consumer(rctx, c.cfg.Stream, c.cfg.Consumer)
 	switch {
 	case err == nil:
-		// Another instance sharing the consumer may have re-created a
-		// deleted stream and the consumer on it already.
-		return c.streamReplaced(rctx)
+		// Another instance sharing the consumer, or an operator, may have
+		// re-created a deleted stream and the consumer on it already.
+		if c.streamChanged(rctx) {
+			c.log.Warn("stream re-created, and the consumer on it")
+			return true, true
+		}
+		return false, false
 	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 		c.log.Warn("consumer gone; re-creating it", "err", err)
-		return true
+		return true, c.streamChanged(rctx)
 	default:
 		c.log.Warn("consumer check failed", "err", err)
-		return false
+		return false, false
 	}
 }
 

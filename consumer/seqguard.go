@@ -258,18 +258,6 @@ func restarted(name string, info *jetstream.StreamInfo, stored, end uint64, repl
 		ErrSequenceRestarted, name, st.FirstSeq, st.LastSeq, info.Created.UTC().Format(time.RFC3339), end, end+1)
 }
 
-// streamReplaced reports whether, with Config.StoredSeq set, the stream is
-// no longer the one the last checkSeq accepted (deleted, and perhaps
-// re-created). Run asks after heartbeats stopped while the consumer is
-// there: another instance may have re-created both.
-func (c *Consumer) streamReplaced(ctx context.Context) bool {
-	if c.cfg.StoredSeq == nil || c.seq.created.IsZero() {
-		return false
-	}
-	same, err := c.sameStream(ctx)
-	return !same && (err == nil || errors.Is(err, jetstream.ErrStreamNotFound))
-}
-
 // sameStream reports whether the stream is the one the last checkSeq
 // accepted (the same creation time), and logs when it is not.
 func (c *Consumer) sameStream(ctx context.Context) (bool, error) {

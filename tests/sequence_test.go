@@ -84,19 +84,7 @@ func TestExactlyOnceRefusesRestartedSequence(t *testing.T) {
 	e.publish(ctx, 0, events, 10)
 	e.waitDrained(ctx, events, r)
 
-	recreate := func(first uint64) {
-		t.Helper()
-		if err := e.js.DeleteStream(ctx, e.stream); err != nil {
-			t.Fatal(err)
-		}
-		// Just after the delete the server may still be removing the old
-		// store ("error creating store for stream"): try for a while.
-		sc := jetstream.StreamConfig{Name: e.stream, Subjects: []string{e.prefix + ".>"}, FirstSeq: first}
-		waitFor(t, ctx, "the stream re-created", func() (bool, string) {
-			_, err := e.js.CreateStream(ctx, sc)
-			return err == nil, fmt.Sprint(err)
-		})
-	}
+	recreate := func(first uint64) { e.recreateStream(ctx, first) }
 	refused := func(r *running, when string) {
 		t.Helper()
 		waitFor(t, ctx, when+": the stream refused", func() (bool, string) {
@@ -160,6 +148,68 @@ func TestExactlyOnceRefusesRestartedSequence(t *testing.T) {
 	e.waitDrained(ctx, events+inFlight+10, r)
 	if n := e.count(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE stream_seq > %d", e.tableID(), events+inFlight)); n != 10 {
 		t.Fatalf("%d rows past sequence %d, want 10", n, events+inFlight)
+	}
+	r.drain(t)
+}
+
+// recreateStream deletes the event stream and creates it again as an
+// operator would, starting at sequence first (0: 1).
+func (e *env) recreateStream(ctx context.Context, first uint64) {
+	e.t.Helper()
+	if err := e.js.DeleteStream(ctx, e.stream); err != nil {
+		e.t.Fatal(err)
+	}
+	// Just after the delete the server may still be removing the old
+	// store ("error creating store for stream"): try for a while.
+	sc := jetstream.StreamConfig{Name: e.stream, Subjects: []string{e.prefix + ".>"}, FirstSeq: first}
+	waitFor(e.t, ctx, "the stream re-created", func() (bool, string) {
+		_, err := e.js.CreateStream(ctx, sc)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// At-least-once, a stream re-created from sequence 1 by someone else while
+// rows of the old stream are held up by a lock: those rows still reach the
+// table but are not acked, since their sequences now name events of the
+// new stream, which all reach the table and are acked by their own rows.
+func TestAtLeastOnceRecreatedStreamSkipsOldAcks(t *testing.T) {
+	const inFlight, fresh = 50, 100
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e.createStreams(ctx)
+	cfg := e.config(sink.AtLeastOnce)
+	cfg.NATS.CreateStream = false
+	r := e.start(ctx, cfg)
+	received := func(n uint64) {
+		t.Helper()
+		waitFor(t, ctx, fmt.Sprintf("%d events taken in", n), func() (bool, string) {
+			got := r.p.Consumer().Stats().Received
+			return got >= n, fmt.Sprintf("%d received", got)
+		})
+	}
+
+	tx, err := e.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+e.tableID()+" IN EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	e.publish(ctx, 0, inFlight, 2) // sequences 1..inFlight, held up
+	received(inFlight)
+	e.recreateStream(ctx, 0)
+	e.publish(ctx, inFlight, fresh, 2) // sequences 1..fresh of the new stream
+	received(inFlight + fresh)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitDrained(ctx, inFlight+fresh, r)
+	if st := r.p.Sink().Stats(); st.StaleAcks != inFlight {
+		t.Fatalf("%d committed rows not acked, want the %d of the deleted stream", st.StaleAcks, inFlight)
+	}
+	if info := e.consumerInfo(ctx); info.AckFloor.Stream != fresh {
+		t.Fatalf("new stream acked up to %d, want %d", info.AckFloor.Stream, fresh)
 	}
 	r.drain(t)
 }
