@@ -32,6 +32,8 @@ type Consumer struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	closed chan struct{} // closed by the connection's closed handler
+	// reconnected has a token after each reconnect, for serve.
+	reconnected chan struct{}
 
 	// cons is the durable consumer handle; Run replaces it when it has to
 	// re-create the consumer.
@@ -134,7 +136,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 		log = slog.Default()
 	}
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
-	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}),
+	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
 		mdRetry: maxDeliverRetry, recheckRefused: refusedRecheck}
 
 	opts, err := c.natsOptions()
@@ -173,8 +175,13 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 			c.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
 			// While the connection was down the stream may have been
 			// re-created, and nats.go's pulls go on with whatever stream
-			// answers: push has Run check again before it takes more.
+			// answers: push (exactly-once) or serve (at-least-once) has
+			// Run check it again.
 			c.seq.gen.Add(1)
+			select {
+			case c.reconnected <- struct{}{}:
+			default: // one pending look is enough
+			}
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {

@@ -63,19 +63,23 @@
 //     stream is gone or replaced: before Run re-creates a missing stream
 //     (or the consumer of a replaced one), when a session begins on a
 //     stream created at another time than the last session's, when serve
-//     finds the stream replaced (verify; recheck after missed heartbeats,
-//     in both modes), and when a session's consumer sequence goes back.
-//     Each new epoch waits until no ack or term is being sent and flushes
-//     those sent before; from then on the sink does not ack, and
-//     DeadLetter does not terminate, events of an earlier epoch (their
-//     rows are written all the same). An old ack would otherwise settle the
-//     new stream's event with the same sequence. A consumer re-created on
-//     the same stream starts no epoch: no sequence is reused. When recheck
-//     finds the stream replaced in at-least-once mode, the session drains
-//     what the client holds (pushed, stale) instead of dropping it. Left
-//     open: the server queues acks and pull requests apart, so an ack sent
-//     after a consumer someone else re-created has delivered to this
-//     client, and before the new epoch, can settle a new event.
+//     finds the stream replaced (exactly-once: verify; both modes: recheck
+//     after missed heartbeats; at-least-once: a look after each
+//     reconnect), and, in at-least-once mode, when a session's consumer
+//     sequence goes back. Each new epoch waits until no ack or term is
+//     being sent and flushes those sent before; from then on the sink does
+//     not ack, and DeadLetter does not terminate, events of an earlier
+//     epoch (their rows are written all the same). An old ack would
+//     otherwise settle the new stream's event with the same sequence. A
+//     consumer re-created on the same stream starts no epoch when Run
+//     re-creates it (no sequence is reused); one re-created by someone
+//     else while a session runs does, in at-least-once mode, which costs
+//     a redelivery of what is in flight. When serve finds the stream
+//     replaced in at-least-once mode, the session drains what the client
+//     holds (pushed, stale) instead of dropping it. Left open: the server
+//     queues acks and pull requests apart, so an ack sent after a consumer
+//     someone else re-created has delivered to this client, and before
+//     the new epoch, can settle a new event.
 //
 // With nats.create_stream in exactly-once mode, New needs the table's
 // highest sequence to create a missing stream: with PostgreSQL down then,
@@ -88,6 +92,10 @@
 // whose consumer, which carries the mark, was deleted); and, with several
 // instances sharing the consumer, rows another instance still has on their
 // way (each knows only its own deliveries).
+//
+// An advisory names its event by sequence only: one whose event at that
+// sequence was stored more than 5 s after the advisory was raised belongs
+// to a deleted stream, and is dropped.
 //
 // Events that reached max_deliver and whose dead letter failed are
 // recorded in the consumer's metadata (jetsink_max_deliver_pending, with

@@ -217,9 +217,9 @@ func TestRecheckSeesAReplacedStream(t *testing.T) {
 	}
 }
 
-// A max-deliver advisory raised before the stream was re-created names an
-// event that went with the old stream: the new event at its sequence is
-// not dead-lettered. One raised after is.
+// A max-deliver advisory raised well before the event at its sequence was
+// stored names an event that went with a deleted stream: the new event at
+// its sequence is not dead-lettered. One raised after is.
 func TestMaxDeliverAdvisoryOfAReplacedStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -227,7 +227,7 @@ func TestMaxDeliverAdvisoryOfAReplacedStream(t *testing.T) {
 	js := jsFor(t, srv)
 	cfg := testConfig(t, srv)
 	c := newConsumer(t, ctx, cfg) // creates the stream and <stream>_DLQ
-	raised := time.Now().UTC()
+	raised := time.Now().UTC().Add(-2 * advisorySkew)
 	recreateStream(t, ctx, js, cfg, 0)
 	publish(t, ctx, js, cfg, 1, 1, 0)
 	dlq, err := js.Stream(ctx, cfg.Stream+"_DLQ")
@@ -256,5 +256,53 @@ func TestMaxDeliverAdvisoryOfAReplacedStream(t *testing.T) {
 	}
 	if n := letters(); n != 1 {
 		t.Fatalf("%d dead letters, want 1", n)
+	}
+}
+
+// At-least-once, a stream and consumer deleted and re-created from 1 while
+// the connection is down answer nats.go's pulls after the reconnect with no
+// 409 and no missed heartbeat: the events taken before become stale, and
+// every new event comes (again, if need be) in the current epoch. serve's
+// look at the stream after the reconnect and push's check of the consumer
+// sequence each catch it; the test fails only without both.
+func TestEpochAfterAReconnectToAReplacedStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	cfg.AckWait = 2 * time.Second // stale deliveries of new events come back soon
+	c, r := operatorStream(t, ctx, jsFor(t, srv), cfg, 3, 1000)
+	var old []pipeline.Event
+	for range 3 {
+		old = append(old, r.next(t, ctx).ev)
+	}
+	srv.Shutdown()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	js2 := jsFor(t, srv) // an operator's script, connected first
+	recreateStream(t, ctx, js2, cfg, 0)
+	if _, err := js2.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil)); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js2, cfg, 3, 1, 1000)
+	current := map[int]bool{}
+	for len(current) < 3 {
+		ev := r.next(t, ctx).ev
+		if g := bodyIndex(t, &ev); g >= 1000 && ev.Epoch == c.Epochs().Current() {
+			current[g] = true
+			if err := ev.Msg.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, ev := range old {
+		if ev.Epoch == c.Epochs().Current() {
+			t.Fatalf("event %d of the deleted stream is still in the current epoch %d", ev.StreamSeq, ev.Epoch)
+		}
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v", err)
 	}
 }

@@ -30,6 +30,14 @@ const maxDeliverTimeout = 10 * time.Second
 
 var maxDeliverRetry = [2]time.Duration{time.Second, 30 * time.Second}
 
+// advisorySkew is how much later than a max-deliver advisory the event at
+// its sequence must have been stored for jetsink to judge it another event
+// (of a re-created stream): in a cluster the stream leader that stamps the
+// store time and the consumer leader that raises the advisory read
+// different clocks. Erring the other way would leave an event that reached
+// max_deliver without its dead letter.
+const advisorySkew = 5 * time.Second
+
 // maxDeliverAdvisory is the part of JetStream's
 // io.nats.jetstream.advisory.v1.max_deliver event jetsink reads.
 type maxDeliverAdvisory struct {
@@ -135,9 +143,10 @@ func (c *Consumer) sleepUnlessStopping(d time.Duration) bool {
 }
 
 // deadLetterBySeq reads adv's event back from the stream and publishes its
-// dead letter. With in set, the stream must be the one created then; a
-// fresh advisory's stream must have been created before the advisory. It
-// returns the stream's creation time when it could look it up.
+// dead letter. With in set, the stream must be the one created then; the
+// event of a fresh advisory must have been stored before the advisory was
+// raised (give or take advisorySkew). It returns the stream's creation
+// time when it could look it up.
 func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory, in time.Time) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), maxDeliverTimeout)
 	defer cancel()
@@ -146,14 +155,18 @@ func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory, in time.Time) (time.T
 		return time.Time{}, fmt.Errorf("look up stream: %w", err)
 	}
 	created := stream.CachedInfo().Created
-	if !in.IsZero() && !created.Equal(in) || created.After(adv.Time) && !adv.Time.IsZero() {
-		// The event's stream was deleted since (and re-created: the event
-		// at its sequence now is another).
+	if !in.IsZero() && !created.Equal(in) {
 		return created, errEventStreamGone
 	}
 	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
 	if err != nil {
 		return created, fmt.Errorf("read stream seq %d: %w", adv.StreamSeq, err)
+	}
+	if !adv.Time.IsZero() && raw.Time.After(adv.Time.Add(advisorySkew)) {
+		// Stored after the advisory about it was raised: the advisory's
+		// event went with a deleted stream, and this is a re-created
+		// stream's event at the same sequence.
+		return created, errEventStreamGone
 	}
 	ev := pipeline.Event{
 		Subject:   raw.Subject,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -125,7 +126,7 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 		if over {
 			return err
 		}
-		advanced = s.advanced
+		advanced = s.advanced.Load() || s.pushAdvanced.Load()
 		if time.Since(began) > time.Minute {
 			backoff = retryMin
 		}
@@ -169,8 +170,8 @@ func (c *Consumer) enterStream(ctx context.Context, advanced bool) error {
 // because its stream was replaced: what s still pushes keeps s's epoch, and
 // is not settled. Run then does not start another before the next session.
 func (c *Consumer) newSessionEpoch(s *session, why string) {
+	s.advanced.Store(true) // first: push must not make what it pushes from now on current
 	c.newEpoch(slog.LevelWarn, why)
-	s.advanced = true
 }
 
 // streamChanged reports whether the stream is gone or is not the one the
@@ -252,9 +253,14 @@ type session struct {
 	// epoch when it subscribed, or the one push started when the consumer
 	// sequence went back. An epoch started by serve (the stream was
 	// replaced) makes whatever the session still pushes stale.
-	epoch    uint64
-	gone     bool // the consumer or its stream went away while this session ran
-	advanced bool // serve started a new epoch before ending the session
+	epoch uint64
+	// advanced: serve started a new epoch to end the session (it found
+	// the stream replaced). pushAdvanced: push started one when the
+	// consumer sequence went back; what it pushed since is the new
+	// consumer's. Either way Run does not start another before the next
+	// session.
+	advanced, pushAdvanced atomic.Bool
+	gone                   bool // the consumer or its stream went away while this session ran
 }
 
 // await asks serve to verify the stream and returns its verdict.
@@ -389,6 +395,18 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				c.log.Warn("could not verify the stream while consuming; subscribing again", "err", err)
 				return s.leave(hard)
 			}
+		case <-c.reconnected:
+			if c.cfg.StoredSeq != nil {
+				continue // push has serve verify the stream after a reconnect
+			}
+			// While the connection was down the stream may have been
+			// re-created, with the consumer, and nats.go's pulls go on with
+			// whatever answers them.
+			if c.streamChanged(ctx) {
+				c.log.Warn("stream re-created while disconnected")
+				c.newSessionEpoch(s, "stream re-created while disconnected")
+				return s.leaveDraining(hard)
+			}
 		case err := <-s.errs:
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 				c.log.Warn("pull subscription", "err", err)
@@ -445,11 +463,15 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		c.log.Error("message without JetStream metadata dropped", "subject", msg.Subject(), "reply", msg.Reply())
 		return nil
 	}
-	if s.lastCons != 0 && meta.consSeq <= s.lastCons {
+	if c.cfg.StoredSeq == nil && s.lastCons != 0 && meta.consSeq <= s.lastCons && !s.advanced.Load() {
 		// A consumer created since this session began (its sequence went
 		// back): its stream may have replaced the one the events still on
-		// their way came from.
+		// their way came from, and this may be the new stream's event.
+		// (Exactly-once verifies the stream first, below.) Not once serve
+		// has started an epoch to end the session: what it still pushes
+		// stays stale.
 		s.epoch = c.newEpoch(slog.LevelWarn, "consumer re-created while consuming")
+		s.pushAdvanced.Store(true)
 	}
 	if c.cfg.StoredSeq != nil {
 		if s.lastCons == 0 || meta.consSeq <= s.lastCons || c.seq.gen.Load() != c.seq.checkedGen.Load() {

@@ -418,9 +418,10 @@ func TestRunWithPullMaxBytes(t *testing.T) {
 }
 
 // TestRunRecoversWhenServerLosesStream restarts the server under a memory
-// stream, so the stream and consumer are gone afterwards: pulls meet
-// silence, heartbeats stop, and once an operator re-creates the stream Run
-// re-creates the consumer and carries on.
+// stream, so the stream and consumer are gone afterwards: Run sees it when
+// it looks at the stream after the reconnect (before this look, the pulls
+// met silence until heartbeats stopped), and once an operator re-creates
+// the stream Run re-creates the consumer and carries on.
 func TestRunRecoversWhenServerLosesStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -459,8 +460,8 @@ func TestRunRecoversWhenServerLosesStream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := c.Stats(); st.HeartbeatsMissing == 0 || st.Resubscribes == 0 {
-		t.Fatalf("Stats = %+v: want the heartbeat check to have re-created the consumer", st)
+	if st := c.Stats(); st.Resubscribes == 0 {
+		t.Fatalf("Stats = %+v: want the consumer re-created", st)
 	}
 	if err := r.stop(t, ctx); err != nil {
 		t.Fatalf("Run = %v", err)
