@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -206,13 +205,7 @@ func (ch *chaos) do(t *testing.T, ctx context.Context, fault string) {
 			t.Fatalf("terminate backends: %v", err)
 		}
 	case "lock-table": // jetsink running has created the table
-		tx, err := e.db.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{e.table}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-			t.Fatalf("lock table: %v", err)
-		}
+		tx := e.lockTable(ctx, e.db, "ACCESS EXCLUSIVE")
 		time.Sleep(ch.between(500*time.Millisecond, 3*time.Second))
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatalf("unlock table: %v", err)

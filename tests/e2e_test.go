@@ -130,14 +130,7 @@ func TestAckOnlyAfterCommit(t *testing.T) {
 	cfg := e.config(sink.AtLeastOnce)
 	r := e.start(ctx, cfg) // creates the table
 
-	locker := e.pg.Conn(t)
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{e.table}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.lockTable(ctx, e.pg.Conn(t), "ACCESS EXCLUSIVE")
 	e.publish(ctx, 0, events, 10)
 
 	// Every event is delivered to jetsink ...

@@ -128,14 +128,7 @@ func TestFaultTableLocked(t *testing.T) {
 			e.waitSettled(ctx, x)
 			_, warmHWM, _ := procStatus(pid)
 
-			locker := e.pg.Conn(t)
-			tx, err := locker.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := tx.Exec(ctx, "LOCK TABLE "+e.tableID()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-				t.Fatal(err)
-			}
+			tx := e.lockTable(ctx, e.pg.Conn(t), "ACCESS EXCLUSIVE")
 			lockedAt := time.Now()
 			atLock := e.consumerInfo(ctx)
 			pub := e.publishDuring(ctx, x, warm, events, float64(events)/(lock.Seconds()-3), 100)

@@ -194,6 +194,21 @@ func (e *env) count(ctx context.Context, query string, args ...any) int64 {
 	return n
 }
 
+// lockTable locks the event table in mode (ACCESS EXCLUSIVE stops reads
+// too, EXCLUSIVE lets them through) in a transaction on conn; ending the
+// transaction releases it.
+func (e *env) lockTable(ctx context.Context, conn *pgx.Conn, mode string) pgx.Tx {
+	e.t.Helper()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+e.tableID()+" IN "+mode+" MODE"); err != nil {
+		e.t.Fatalf("lock table: %v", err)
+	}
+	return tx
+}
+
 func (e *env) rows(ctx context.Context) int64 {
 	return e.count(ctx, "SELECT count(*) FROM "+pgx.Identifier{e.table}.Sanitize())
 }

@@ -105,13 +105,7 @@ func TestExactlyOnceRefusesRestartedSequence(t *testing.T) {
 	}
 
 	// Rows of the old stream held up by a lock when it is replaced.
-	tx, err := e.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+e.tableID()+" IN EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.lockTable(ctx, e.db, "EXCLUSIVE")
 	e.publish(ctx, events, inFlight, 2)
 	waitFor(t, ctx, "the held-up rows taken in", func() (bool, string) {
 		n := r.p.Consumer().Stats().Received
@@ -189,13 +183,7 @@ func TestAtLeastOnceRecreatedStreamSkipsOldAcks(t *testing.T) {
 		})
 	}
 
-	tx, err := e.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+e.tableID()+" IN EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.lockTable(ctx, e.db, "EXCLUSIVE")
 	e.publish(ctx, 0, inFlight, 2) // sequences 1..inFlight, held up
 	received(inFlight)
 	e.recreateStream(ctx, 0)
