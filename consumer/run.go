@@ -85,7 +85,7 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			backoff = min(2*backoff, retryMax)
 		}
 		if ensure {
-			if !advanced && c.streamChanged(ctx) {
+			if changed, _ := c.streamChanged(ctx); changed && !advanced {
 				// Before re-creating anything: the acks flushed now reach
 				// no consumer, or the old one, not the new one's events.
 				c.newEpoch(slog.LevelWarn, "stream deleted or re-created")
@@ -126,7 +126,7 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 		if over {
 			return err
 		}
-		advanced = s.advanced.Load() || s.pushAdvanced.Load()
+		advanced = s.advanced.Load()
 		if time.Since(began) > time.Minute {
 			backoff = retryMin
 		}
@@ -176,21 +176,21 @@ func (c *Consumer) newSessionEpoch(s *session, why string) {
 
 // streamChanged reports whether the stream is gone or is not the one the
 // last session consumed (another creation time). A failed look-up says
-// nothing, and reports false.
-func (c *Consumer) streamChanged(ctx context.Context) bool {
+// neither: it returns false and the error.
+func (c *Consumer) streamChanged(ctx context.Context) (bool, error) {
 	if c.streamCreated.IsZero() {
-		return false // no session yet: no event taken
+		return false, nil // no session yet: no event taken
 	}
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	stream, err := c.js.Stream(lctx, c.cfg.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return true
+		return true, nil
 	}
 	if err != nil {
-		return false
+		return false, fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
 	}
-	return !stream.CachedInfo().Created.Equal(c.streamCreated)
+	return !stream.CachedInfo().Created.Equal(c.streamCreated), nil
 }
 
 // newEpoch starts a new epoch (see pipeline.Epochs), once no ack or term
@@ -255,12 +255,12 @@ type session struct {
 	// replaced) makes whatever the session still pushes stale.
 	epoch uint64
 	// advanced: serve started a new epoch to end the session (it found
-	// the stream replaced). pushAdvanced: push started one when the
-	// consumer sequence went back; what it pushed since is the new
-	// consumer's. Either way Run does not start another before the next
-	// session.
-	advanced, pushAdvanced atomic.Bool
-	gone                   bool // the consumer or its stream went away while this session ran
+	// the stream replaced); Run does not start another before the next
+	// session, and push does not start one, so that what it still pushes
+	// stays stale. (An epoch push started does not count for Run: the
+	// stream may have been replaced after it.)
+	advanced atomic.Bool
+	gone     bool // the consumer or its stream went away while this session ran
 }
 
 // await asks serve to verify the stream and returns its verdict.
@@ -402,7 +402,14 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			// While the connection was down the stream may have been
 			// re-created, with the consumer, and nats.go's pulls go on with
 			// whatever answers them.
-			if c.streamChanged(ctx) {
+			changed, err := c.streamChanged(ctx)
+			if err != nil {
+				// Not knowing is not good enough: subscribe again, and
+				// let Run look (it retries) before it pulls.
+				c.log.Warn("could not look at the stream after the reconnect; subscribing again", "err", err)
+				return s.leaveDraining(hard)
+			}
+			if changed {
 				c.log.Warn("stream re-created while disconnected")
 				c.newSessionEpoch(s, "stream re-created while disconnected")
 				return s.leaveDraining(hard)
@@ -471,7 +478,6 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		// has started an epoch to end the session: what it still pushes
 		// stays stale.
 		s.epoch = c.newEpoch(slog.LevelWarn, "consumer re-created while consuming")
-		s.pushAdvanced.Store(true)
 	}
 	if c.cfg.StoredSeq != nil {
 		if s.lastCons == 0 || meta.consSeq <= s.lastCons || c.seq.gen.Load() != c.seq.checkedGen.Load() {
@@ -592,14 +598,15 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 	case err == nil:
 		// Another instance sharing the consumer, or an operator, may have
 		// re-created a deleted stream and the consumer on it already.
-		if c.streamChanged(rctx) {
+		if changed, _ := c.streamChanged(rctx); changed {
 			c.log.Warn("stream re-created, and the consumer on it")
 			return true, true
 		}
 		return false, false
 	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 		c.log.Warn("consumer gone; re-creating it", "err", err)
-		return true, c.streamChanged(rctx)
+		changed, _ := c.streamChanged(rctx)
+		return true, changed
 	default:
 		c.log.Warn("consumer check failed", "err", err)
 		return false, false

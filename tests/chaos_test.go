@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
