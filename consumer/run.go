@@ -85,11 +85,14 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			backoff = min(2*backoff, retryMax)
 		}
 		if ensure {
-			if changed, _ := c.streamChanged(ctx); changed && !advanced {
+			if !advanced {
 				// Before re-creating anything: the acks flushed now reach
 				// no consumer, or the old one, not the new one's events.
-				c.newEpoch(slog.LevelWarn, "stream deleted or re-created")
-				advanced = true
+				// (A failed look: enterStream decides, retrying.)
+				if changed, _ := c.streamChanged(ctx); changed {
+					c.newEpoch(slog.LevelWarn, "stream deleted or re-created")
+					advanced = true
+				}
 			}
 			if err := c.ensureAll(ctx); err != nil {
 				if missing(err) || c.cons.Load() == nil {
