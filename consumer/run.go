@@ -155,13 +155,10 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 // the old stream's events still on their way are skipped, and those sent
 // before are flushed to the server before the new session pulls.
 func (c *Consumer) enterStream(ctx context.Context, advanced bool) error {
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	stream, err := c.js.Stream(lctx, c.cfg.Stream)
+	created, err := c.streamCreatedAt(ctx)
 	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
+		return err
 	}
-	created := stream.CachedInfo().Created
 	if !advanced && !c.streamCreated.IsZero() && !created.Equal(c.streamCreated) {
 		c.newEpoch(slog.LevelWarn, "stream re-created")
 	}
@@ -184,16 +181,25 @@ func (c *Consumer) streamChanged(ctx context.Context) (bool, error) {
 	if c.streamCreated.IsZero() {
 		return false, nil // no session yet: no event taken
 	}
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	stream, err := c.js.Stream(lctx, c.cfg.Stream)
+	created, err := c.streamCreatedAt(ctx)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return true, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
+		return false, err
 	}
-	return !stream.CachedInfo().Created.Equal(c.streamCreated), nil
+	return !created.Equal(c.streamCreated), nil
+}
+
+// streamCreatedAt looks the stream up and returns its creation time.
+func (c *Consumer) streamCreatedAt(ctx context.Context) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
+	}
+	return stream.CachedInfo().Created, nil
 }
 
 // newEpoch starts a new epoch (see pipeline.Epochs), once no ack or term

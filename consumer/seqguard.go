@@ -261,13 +261,10 @@ func restarted(name string, info *jetstream.StreamInfo, stored, end uint64, repl
 // sameStream reports whether the stream is the one the last checkSeq
 // accepted (the same creation time), and logs when it is not.
 func (c *Consumer) sameStream(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	stream, err := c.js.Stream(ctx, c.cfg.Stream)
+	created, err := c.streamCreatedAt(ctx)
 	if err != nil {
-		return false, fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
+		return false, err
 	}
-	created := stream.CachedInfo().Created
 	if !c.seq.created.IsZero() && created.Equal(c.seq.created) {
 		return true, nil
 	}
