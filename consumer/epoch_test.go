@@ -263,8 +263,10 @@ func TestMaxDeliverAdvisoryOfAReplacedStream(t *testing.T) {
 // the connection is down answer nats.go's pulls after the reconnect with no
 // 409 and no missed heartbeat: the events taken before become stale, and
 // every new event comes (again, if need be) in the current epoch. serve's
-// look at the stream after the reconnect and push's check of the consumer
-// sequence each catch it; the test fails only without both.
+// look at the stream after the reconnect or push's check of the consumer
+// sequence catches it: which one depends on whether jetsink reconnects
+// before or after the operator's script re-creates the stream (both race
+// for the restarted server), and the test fails only without both.
 func TestEpochAfterAReconnectToAReplacedStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
