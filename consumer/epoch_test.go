@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,4 +311,141 @@ func TestEpochAfterAReconnectToAReplacedStream(t *testing.T) {
 	if err := r.stop(t, ctx); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
+}
+
+// The same, with jetsink kept away (a proxy refusing it) until the stream
+// and consumer are re-created: the look at the stream after the reconnect
+// finds the replacement, whatever push sees.
+func TestEpochLookAfterReconnect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	proxy := newGateProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
+	cfg := testConfig(t, srv)
+	cfg.URL = proxy.url()
+	cfg.CreateStream = false
+	cfg.AckWait = 2 * time.Second
+	js := jsFor(t, srv) // the operator's, straight to the server
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 3, 1, 0)
+	var log syncBuffer
+	c, err := New(ctx, cfg, testLogger(t, &log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	var old []pipeline.Event
+	for range 3 {
+		old = append(old, r.next(t, ctx).ev)
+	}
+
+	proxy.cut()
+	waitFor(t, ctx, "jetsink disconnected", func() bool { return strings.Contains(log.String(), "nats disconnected") })
+	recreateStream(t, ctx, js, cfg, 0)
+	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil)); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 3, 1, 1000)
+	proxy.reopen()
+
+	waitFor(t, ctx, "the look after the reconnect", func() bool {
+		return strings.Contains(log.String(), "stream re-created while disconnected")
+	})
+	current := map[int]bool{}
+	for len(current) < 3 {
+		ev := r.next(t, ctx).ev
+		if g := bodyIndex(t, &ev); g >= 1000 && ev.Epoch == c.Epochs().Current() {
+			current[g] = true
+			if err := ev.Msg.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, ev := range old {
+		if ev.Epoch == c.Epochs().Current() {
+			t.Fatalf("event %d of the deleted stream is still in the current epoch %d", ev.StreamSeq, ev.Epoch)
+		}
+	}
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
+
+// gateProxy forwards TCP connections to target while open. cut closes
+// every connection and turns new ones away (accepted and closed at once)
+// until reopen.
+type gateProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	open   bool
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newGateProxy(t *testing.T, target string) *gateProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &gateProxy{ln: ln, target: target, open: true}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *gateProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *gateProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if !p.open {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		for _, pair := range [][2]net.Conn{{c, s}, {s, c}} {
+			p.wg.Go(func() {
+				_, _ = io.Copy(pair[0], pair[1])
+				pair[0].Close()
+				pair[1].Close()
+			})
+		}
+	}
+}
+
+func (p *gateProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open = false
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *gateProxy) reopen() {
+	p.mu.Lock()
+	p.open = true
+	p.mu.Unlock()
 }
