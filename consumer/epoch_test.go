@@ -36,10 +36,7 @@ func TestEpochKeepsOldSettlementsOffANewStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, r := operatorStream(t, ctx, js, cfg, 3, 1000)
-	var old []pipeline.Event
-	for range 3 {
-		old = append(old, r.next(t, ctx).ev)
-	}
+	old := takeN(t, ctx, r, 3)
 	first := c.Epochs().Current()
 	for _, ev := range old {
 		if ev.Epoch != first {
@@ -279,38 +276,13 @@ func TestEpochAfterAReconnectToAReplacedStream(t *testing.T) {
 	cfg.CreateStream = false
 	cfg.AckWait = 2 * time.Second // stale deliveries of new events come back soon
 	c, r := operatorStream(t, ctx, jsFor(t, srv), cfg, 3, 1000)
-	var old []pipeline.Event
-	for range 3 {
-		old = append(old, r.next(t, ctx).ev)
-	}
+	old := takeN(t, ctx, r, 3)
 	srv.Shutdown()
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	js2 := jsFor(t, srv) // an operator's script, connected first
-	recreateStream(t, ctx, js2, cfg, 0)
-	if _, err := js2.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil)); err != nil {
-		t.Fatal(err)
-	}
-	publish(t, ctx, js2, cfg, 3, 1, 1000)
-	current := map[int]bool{}
-	for len(current) < 3 {
-		ev := r.next(t, ctx).ev
-		if g := bodyIndex(t, &ev); g >= 1000 && ev.Epoch == c.Epochs().Current() {
-			current[g] = true
-			if err := ev.Msg.Ack(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, ev := range old {
-		if ev.Epoch == c.Epochs().Current() {
-			t.Fatalf("event %d of the deleted stream is still in the current epoch %d", ev.StreamSeq, ev.Epoch)
-		}
-	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	replaceStream(t, ctx, jsFor(t, srv), cfg, c) // an operator's script, connected first
+	replacedCleanly(t, ctx, c, r, old)
 }
 
 // The same, with jetsink kept away (a proxy refusing it) until the stream
@@ -337,23 +309,45 @@ func TestEpochLookAfterReconnect(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	r := startRun(t, ctx, c, 1, 64, 1000)
-	var old []pipeline.Event
-	for range 3 {
-		old = append(old, r.next(t, ctx).ev)
-	}
+	old := takeN(t, ctx, r, 3)
 
 	proxy.cut()
 	waitFor(t, ctx, "jetsink disconnected", func() bool { return strings.Contains(log.String(), "nats disconnected") })
-	recreateStream(t, ctx, js, cfg, 0)
-	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil)); err != nil {
-		t.Fatal(err)
-	}
-	publish(t, ctx, js, cfg, 3, 1, 1000)
+	replaceStream(t, ctx, js, cfg, c)
 	proxy.reopen()
 
 	waitFor(t, ctx, "the look after the reconnect", func() bool {
 		return strings.Contains(log.String(), "stream re-created while disconnected")
 	})
+	replacedCleanly(t, ctx, c, r, old)
+}
+
+// takeN returns the next n events r delivers.
+func takeN(t *testing.T, ctx context.Context, r *runner, n int) []pipeline.Event {
+	t.Helper()
+	evs := make([]pipeline.Event, 0, n)
+	for range n {
+		evs = append(evs, r.next(t, ctx).ev)
+	}
+	return evs
+}
+
+// replaceStream deletes cfg's stream and re-creates it from sequence 1, with
+// c's consumer on it, as an operator would, and publishes events 1000-1002.
+func replaceStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config, c *Consumer) {
+	t.Helper()
+	recreateStream(t, ctx, js, cfg, 0)
+	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil)); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 3, 1, 1000)
+}
+
+// replacedCleanly checks, after replaceStream, that each new event comes
+// (again, if need be) in c's current epoch, acking it then, and that the
+// events old taken before are not in it; then it stops r.
+func replacedCleanly(t *testing.T, ctx context.Context, c *Consumer, r *runner, old []pipeline.Event) {
+	t.Helper()
 	current := map[int]bool{}
 	for len(current) < 3 {
 		ev := r.next(t, ctx).ev
