@@ -178,9 +178,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, ctx, "reconnect", c.Ready)
-		if err := r.stop(t, ctx); err != nil {
-			t.Fatalf("Run: %v", err)
-		}
+		r.stopClean(t, ctx)
 		c.Close()
 		out := logs.String()
 		if !strings.Contains(out, "nats reconnected") {
@@ -209,9 +207,7 @@ func TestCloseFlushesAcks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.stopClean(t, ctx)
 	c.Close()
 	if c.Ready() {
 		t.Fatal("Ready() = true after Close")

@@ -150,9 +150,7 @@ func TestDeadLetterPublishesThenTerminates(t *testing.T) {
 	if err := next.Msg.Ack(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.stopClean(t, ctx)
 }
 
 func TestDeadLetterWithoutStreamNaks(t *testing.T) {
@@ -202,9 +200,7 @@ func TestDeadLetterWithoutStreamNaks(t *testing.T) {
 	if err := again.Msg.Ack(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.stopClean(t, ctx)
 }
 
 func TestDeadLetterConcurrent(t *testing.T) {
@@ -253,9 +249,7 @@ func TestDeadLetterConcurrent(t *testing.T) {
 		lag, err := c.Lag(ctx)
 		return err == nil && lag.AckFloor == n && lag.NumAckPending == 0
 	})
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.stopClean(t, ctx)
 }
 
 func TestMaxDeliverAdvisoryDeadLetters(t *testing.T) {
@@ -282,9 +276,7 @@ func TestMaxDeliverAdvisoryDeadLetters(t *testing.T) {
 	if st := c.Stats(); st.MaxDelivered != 1 {
 		t.Fatalf("Stats = %+v, want MaxDelivered 1", st)
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.stopClean(t, ctx)
 }
 
 // waitMaxDeliverLetter waits until dlq holds one message and checks that it
@@ -361,9 +353,7 @@ func TestMaxDeliverDeadLetterOutlastsOutage(t *testing.T) {
 	waitFor(t, ctx, "eight failed attempts", func() bool { return c.Stats().DeadLetterFailed >= 8 })
 	waitMaxDeliverLetter(t, ctx, dlqStream(t, ctx, js, cfg), cfg) // the outage ends
 	waitFor(t, ctx, "the success counted", func() bool { return c.Stats().MaxDelivered == 1 })
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.stopClean(t, ctx)
 }
 
 // Stopping while an advisory's event cannot be dead-lettered does not wait
@@ -374,9 +364,7 @@ func TestMaxDeliverRetryEndsWithClose(t *testing.T) {
 	var log syncBuffer
 	c, _, _, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, &log)
 	waitFor(t, ctx, "a failed attempt", func() bool { return c.Stats().DeadLetterFailed >= 1 })
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.stopClean(t, ctx)
 	// Drain waits for the handler; Close gives up on Drain after closeWait
 	// and would leave the handler asleep (goleak would then fail the
 	// package).
@@ -417,9 +405,7 @@ func TestMaxDeliverRetryStopsWhenTheEventIsGone(t *testing.T) {
 	if now := c.Stats().DeadLetterFailed; now != failed {
 		t.Fatalf("still retrying: %d failed attempts, then %d", failed, now)
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.stopClean(t, ctx)
 }
 
 // Events whose max-deliver dead letter is still failing when jetsink stops
@@ -431,9 +417,7 @@ func TestMaxDeliverRetryResumesAfterRestart(t *testing.T) {
 	defer cancel()
 	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, nil, 2)
 	waitFor(t, ctx, "both events recorded", func() bool { return record(t, ctx, js, cfg) == "1:2,2:2" })
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.stopClean(t, ctx)
 	c.Close()
 
 	dlq := dlqStream(t, ctx, js, cfg)
@@ -456,9 +440,7 @@ func TestMaxDeliverRecordGoesWithItsStream(t *testing.T) {
 	var log syncBuffer
 	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, &log)
 	waitFor(t, ctx, "the event recorded", func() bool { return record(t, ctx, js, cfg) == "1:2" })
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.stopClean(t, ctx)
 	c.Close()
 	recreateStream(t, ctx, js, cfg, 0)
 	publish(t, ctx, js, cfg, 1, 1, 500) // another event at sequence 1

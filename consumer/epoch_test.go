@@ -116,9 +116,7 @@ func TestEpochKeepsOldSettlementsOffANewStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the old ack to settle the new event", func() bool { return ackPending() == 1 })
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	r.stopClean(t, ctx)
 }
 
 // A consumer sequence that goes back within a session (the consumer was
@@ -182,9 +180,7 @@ func TestEpochKeptWhenOnlyTheConsumerIsRecreated(t *testing.T) {
 	if after.Epoch != before.Epoch || c.Stats().Epochs != 0 {
 		t.Fatalf("epoch %d -> %d (%d new) after only the consumer was re-created", before.Epoch, after.Epoch, c.Stats().Epochs)
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	r.stopClean(t, ctx)
 }
 
 // recheck, after missed heartbeats, tells a stream re-created with its
@@ -363,9 +359,7 @@ func replacedCleanly(t *testing.T, ctx context.Context, c *Consumer, r *runner, 
 			t.Fatalf("event %d of the deleted stream is still in the current epoch %d", ev.StreamSeq, ev.Epoch)
 		}
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	r.stopClean(t, ctx)
 }
 
 // gateProxy forwards TCP connections to target while open. cut closes

@@ -209,6 +209,14 @@ func (r *runner) stop(t testing.TB, ctx context.Context) error {
 	}
 }
 
+// stopClean is stop, failing the test unless Run returned nil.
+func (r *runner) stopClean(t testing.TB, ctx context.Context) {
+	t.Helper()
+	if err := r.stop(t, ctx); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+}
+
 // next returns the next event or fails the test at ctx's deadline.
 func (r *runner) next(t testing.TB, ctx context.Context) got {
 	t.Helper()

@@ -84,9 +84,7 @@ func TestRunDeliversEveryMessageOnceInSubjectOrder(t *testing.T) {
 		lag, err := c.Lag(ctx)
 		return err == nil && lag.NumPending == 0 && lag.NumAckPending == 0 && lag.AckFloor == n
 	})
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run after intake cancel = %v, want nil", err)
-	}
+	r.stopClean(t, ctx)
 	if r.popErrs.Load() != 0 {
 		t.Fatal("a drainer saw an error other than ErrClosed")
 	}
@@ -245,9 +243,7 @@ func TestRunSurvivesServerRestart(t *testing.T) {
 		return err == nil && lag.NumPending == 0 && lag.NumAckPending == 0
 	})
 	t.Logf("restart: %d redeliveries, stats %+v", dups, c.Stats())
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v, want nil", err)
-	}
+	r.stopClean(t, ctx)
 }
 
 func TestRunRecreatesDeletedConsumer(t *testing.T) {
@@ -284,9 +280,7 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 	if c.Stats().Resubscribes == 0 {
 		t.Fatal("Resubscribes = 0 after the consumer was deleted")
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	r.stopClean(t, ctx)
 }
 
 func TestRunHardCancelReturnsPromptly(t *testing.T) {
@@ -385,9 +379,7 @@ func TestRunRecreatesDeletedStream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	r.stopClean(t, ctx)
 }
 
 func TestRunWithPullMaxBytes(t *testing.T) {
@@ -412,9 +404,7 @@ func TestRunWithPullMaxBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	r.stopClean(t, ctx)
 }
 
 // TestRunRecoversWhenServerLosesStream restarts the server under a memory
@@ -463,9 +453,7 @@ func TestRunRecoversWhenServerLosesStream(t *testing.T) {
 	if st := c.Stats(); st.Resubscribes == 0 {
 		t.Fatalf("Stats = %+v: want the consumer re-created", st)
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	r.stopClean(t, ctx)
 }
 
 func TestRunAfterCloseFails(t *testing.T) {

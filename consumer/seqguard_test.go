@@ -44,9 +44,7 @@ func TestStoredSeqCountsMessagesInFlight(t *testing.T) {
 		if ev := r.next(t, ctx).ev; ev.StreamSeq != 6 {
 			t.Fatalf("first message of the re-created stream has sequence %d, want 6", ev.StreamSeq)
 		}
-		if err := r.stop(t, ctx); err != nil {
-			t.Fatalf("Run = %v", err)
-		}
+		r.stopClean(t, ctx)
 	})
 
 	t.Run("re-created by someone else", func(t *testing.T) {
@@ -158,9 +156,7 @@ func TestStoredSeqRunRecreatesAndCloses(t *testing.T) {
 			})
 			publish(t, ctx, js, cfg, 1, 1, 0)
 			r.next(t, ctx)
-			if err := r.stop(t, ctx); err != nil {
-				t.Fatalf("Run = %v", err)
-			}
+			r.stopClean(t, ctx)
 
 			// Without create_stream, Run retries until the stream is back;
 			// Close ends that.
@@ -200,9 +196,7 @@ func consumedFrom(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg
 	if err := c.Refused(); err != nil {
 		t.Fatalf("refused: %v", err)
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	r.stopClean(t, ctx)
 }
 
 // operatorStream creates cfg's stream as an operator would, publishes n
@@ -275,9 +269,7 @@ func TestStoredSeqOutageCostsNoDelivery(t *testing.T) {
 	if st := c.Stats(); st.MaxDelivered != 0 {
 		t.Fatalf("%d dead-lettered at max_deliver", st.MaxDelivered)
 	}
-	if err := r.stop(t, ctx); err != nil {
-		t.Fatalf("Run = %v", err)
-	}
+	r.stopClean(t, ctx)
 }
 
 // noRows is a Config.StoredSeq for an empty table.

@@ -12,9 +12,11 @@ import (
 // so a late ack of an old event would settle the new event with the same
 // sequence, and a crash before that event's row commits would lose it.
 //
-// The consumer stamps each event with Current (Event.Epoch) and calls
-// Advance before it takes events from a stream that may have replaced the
-// previous one. Whoever settles events (the sink's acks, the dead-letter
+// The consumer stamps each event with an epoch (Event.Epoch): Current as
+// its pull session began, or the one it started in that session. It calls
+// Advance when it finds the stream replaced, before it takes events from
+// the new one where it can; events a session takes after that keep the
+// session's older epoch. Whoever settles events (the sink's acks, the dead-letter
 // path's terms) brackets the settling with Hold and Release and skips the
 // events whose epoch is not the one Hold returned: JetStream redelivers
 // them if their stream still exists, so that costs a duplicate row at

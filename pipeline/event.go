@@ -34,8 +34,8 @@ type Event struct {
 	Published   time.Time // JetStream's store time
 	Received    time.Time // when the consumer took it
 	MsgID       string    // Nats-Msg-Id header, "" when absent
-	// Epoch is the consumer's Epochs.Current when it took the message:
-	// settle it (ack, term) only while Epochs.Hold returns the same.
+	// Epoch is the consumer's epoch for the message (see Epochs): settle
+	// it (ack, term) only while Epochs.Hold returns the same.
 	Epoch uint64
 	// Span is the message's CONSUMER span ("process <subject>"), nil when
 	// tracing is off or the message is not sampled, so checking it for nil
