@@ -79,9 +79,10 @@ type BatchConfig struct {
 	// MinDelay (linger) holds a batch that is not full back from a free
 	// connection until its oldest row has been in jetsink that long, so
 	// that a steady trickle makes fewer, larger transactions. 0 hands rows
-	// over at once; a value above MaxDelay acts as MaxDelay. Default 10ms
-	// (BENCHMARKS.md, session 5: at 20k/s on two busy cores it halved the
-	// p99 against 5ms, at 3 ms more p50).
+	// over at once; a value above MaxDelay acts as MaxDelay. Default 2ms
+	// (BENCHMARKS.md, session 12: at 20k/s on two cores a third busy, the
+	// p99 was 8-9 ms against 12-24 ms at 5-10ms; on two saturated cores,
+	// session 5, 10ms halved the p99 against 5ms).
 	MinDelay time.Duration `yaml:"min_delay"`
 }
 
@@ -104,7 +105,7 @@ func DefaultConfig() Config {
 		URL:         "postgres://postgres@127.0.0.1:5432/postgres",
 		Table:       "events",
 		Mode:        AtLeastOnce,
-		Batch:       BatchConfig{MaxRows: 5000, MaxBytes: 4 << 20, MaxDelay: 20 * time.Millisecond, MinDelay: 10 * time.Millisecond},
+		Batch:       BatchConfig{MaxRows: 5000, MaxBytes: 4 << 20, MaxDelay: 20 * time.Millisecond, MinDelay: 2 * time.Millisecond},
 		Connections: 2,
 		AppName:     "jetsink",
 		Retry:       RetryConfig{Initial: 100 * time.Millisecond, Max: 5 * time.Second},
@@ -139,7 +140,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: postgres.batch.max_delay must be >= 0 (default 20ms)", ErrInvalidConfig)
 	}
 	if c.Batch.MinDelay < 0 {
-		return fmt.Errorf("%w: postgres.batch.min_delay must be >= 0 (default 10ms)", ErrInvalidConfig)
+		return fmt.Errorf("%w: postgres.batch.min_delay must be >= 0 (default 2ms)", ErrInvalidConfig)
 	}
 	if c.Connections < 1 || c.Connections > 64 {
 		return fmt.Errorf("%w: postgres.connections must be between 1 and 64 (default 2)", ErrInvalidConfig)

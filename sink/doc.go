@@ -36,7 +36,7 @@
 // (counted from its first row); after that it stops growing and waits for
 // the next free committer, and rows back up in the rings (back-pressure),
 // until the wait becomes a stall (see Config.HoldRows).
-// Batch.MinDelay (linger, 10ms by default) changes "at once": a batch that
+// Batch.MinDelay (linger, 2ms by default) changes "at once": a batch that
 // is not full waits for a free committer until its oldest row has been in
 // jetsink that long (at most MaxDelay), so a steady trickle makes fewer,
 // larger transactions.
