@@ -153,13 +153,25 @@ func DefaultConfig() Config {
 	}
 }
 
+// MaxDerivedAckPending caps what DeriveMaxAckPending derives. Each message
+// in flight holds ~1.2 KiB of heap besides its payload (nats.go's message and
+// header map, the row's tuple), and the heap's peak follows what is in
+// flight. In 1M-event bench drains (180-byte events) the uncapped default,
+// 20,120, took the peak RSS over 64 MiB in 3 of 6 runs (64.8-69.1 MiB) and
+// 10,000 in none of 6 (58.9-60.4), at the same rate and CPU per event
+// (BENCHMARKS.md, session 12): at ~190k events/s a commit cycle of ~40 ms
+// needs ~8,000. A larger max_ack_pending can be set explicitly.
+const MaxDerivedAckPending = 10000
+
 // DeriveMaxAckPending sets MaxAckPending, when it is 0, to inFlight (what the
 // rest of the chain can hold: ring slots plus open batch rows) plus
-// PullMaxMessages, so that the server never throttles the consumer below what
-// jetsink can buffer. An explicit MaxAckPending is left alone.
+// PullMaxMessages, at most MaxDerivedAckPending (but never below
+// PullMaxMessages), so that the server does not throttle the consumer
+// below what jetsink can use while memory stays bounded. An explicit
+// MaxAckPending is left alone.
 func (c *Config) DeriveMaxAckPending(inFlight int) {
 	if c.MaxAckPending == 0 && inFlight > 0 {
-		c.MaxAckPending = inFlight + c.PullMaxMessages
+		c.MaxAckPending = max(min(inFlight+c.PullMaxMessages, MaxDerivedAckPending), c.PullMaxMessages)
 	}
 }
 

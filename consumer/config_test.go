@@ -162,13 +162,24 @@ func TestDeriveMaxAckPending(t *testing.T) {
 	if got := cfg.maxAckPending(); got != DefaultMaxAckPending {
 		t.Fatalf("maxAckPending() with 0 = %d, want %d", got, DefaultMaxAckPending)
 	}
-	cfg.DeriveMaxAckPending(20000)
-	if want := 20000 + DefaultPullMaxMessages; cfg.MaxAckPending != want {
-		t.Fatalf("DeriveMaxAckPending(20000) set %d, want %d", cfg.MaxAckPending, want)
+	cfg.DeriveMaxAckPending(5000)
+	if want := 5000 + DefaultPullMaxMessages; cfg.MaxAckPending != want {
+		t.Fatalf("DeriveMaxAckPending(5000) set %d, want %d", cfg.MaxAckPending, want)
 	}
-	cfg.DeriveMaxAckPending(1) // explicit values stay
-	if want := 20000 + DefaultPullMaxMessages; cfg.MaxAckPending != want {
+	cfg.DeriveMaxAckPending(1) // explicit (or already derived) values stay
+	if want := 5000 + DefaultPullMaxMessages; cfg.MaxAckPending != want {
 		t.Fatalf("DeriveMaxAckPending overwrote an explicit value: %d", cfg.MaxAckPending)
+	}
+	cfg = DefaultConfig()
+	cfg.DeriveMaxAckPending(20000) // the default chain: capped
+	if cfg.MaxAckPending != MaxDerivedAckPending {
+		t.Fatalf("DeriveMaxAckPending(20000) set %d, want the cap %d", cfg.MaxAckPending, MaxDerivedAckPending)
+	}
+	cfg = DefaultConfig()
+	cfg.PullMaxMessages = 2 * MaxDerivedAckPending // validation wants max_ack_pending >= this
+	cfg.DeriveMaxAckPending(20000)
+	if cfg.MaxAckPending != cfg.PullMaxMessages {
+		t.Fatalf("DeriveMaxAckPending with pull_max_messages %d set %d, want as many", cfg.PullMaxMessages, cfg.MaxAckPending)
 	}
 }
 
