@@ -28,8 +28,8 @@ const (
 	DefaultPullHeartbeat     = 1 * time.Second
 	// DefaultMaxAckPending is what New asks for when Config.MaxAckPending is
 	// 0 and the caller did not derive a value with DeriveMaxAckPending. It is
-	// deliberately generous: what jetsink holds in memory is bounded by its
-	// own rings and batches, so max_ack_pending only has to be large enough
+	// deliberately generous: a caller without rings and batches of its own
+	// to derive from still should not be throttled, so it only has to be large enough
 	// never to be the bottleneck (the server's own default, 1000, caps a
 	// 5000-row batch policy at one short batch per max_delay).
 	DefaultMaxAckPending = 32768
@@ -81,7 +81,8 @@ type Config struct {
 	MaxDeliver int `yaml:"max_deliver"`
 	// MaxAckPending caps the messages delivered and not yet acked. 0 means
 	// derived: the wiring calls DeriveMaxAckPending with what its rings and
-	// batches can hold; if it is still 0, New uses DefaultMaxAckPending.
+	// batches can hold (at most MaxDerivedAckPending); if it is still 0, New
+	// uses DefaultMaxAckPending.
 	// -1 means unlimited. Must not be below PullMaxMessages.
 	MaxAckPending int `yaml:"max_ack_pending"`
 	// DeadLetterSubject receives events that can never be stored. Some
