@@ -160,8 +160,10 @@ func DefaultConfig() Config {
 // flight. In 1M-event bench drains (180-byte events) the uncapped default,
 // 20,120, took the peak RSS over 64 MiB in 3 of 6 runs (64.8-69.1 MiB) and
 // 10,000 in none of 6 (58.9-60.4), at the same rate and CPU per event
-// (BENCHMARKS.md, session 12): at ~190k events/s a commit cycle of ~40 ms
-// needs ~8,000. A larger max_ack_pending can be set explicitly.
+// (BENCHMARKS.md, session 12). At ~190k events/s, 10,000 is ~50 ms of
+// events; in those drains an event's p50 from receipt to its COPY was 11-14
+// ms and from COPY to commit 4-6 ms. A larger max_ack_pending can be set
+// explicitly.
 const MaxDerivedAckPending = 10000
 
 // DeriveMaxAckPending sets MaxAckPending, when it is 0, to inFlight (what the
