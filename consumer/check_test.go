@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,4 +90,43 @@ func TestCreateStreamAlsoCreatesDeadLetterStream(t *testing.T) {
 	}
 	// A second start finds it and creates nothing more.
 	newConsumer(t, ctx, cfg)
+}
+
+// With create_stream, a stream that is already there keeps the configuration
+// its owner gave it; only its subjects follow nats.subjects. An update sends
+// the whole configuration, so one built from jetsink's config alone would
+// reset the limits and the duplicate window to their defaults.
+func TestCreateStreamKeepsExistingConfig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv) // create_stream: true
+	owner := jetstream.StreamConfig{
+		Name:       cfg.Stream,
+		Subjects:   []string{"old." + cfg.Stream + ".>"},
+		Storage:    jetstream.FileStorage,
+		MaxAge:     time.Hour,
+		MaxBytes:   64 << 20,
+		Duplicates: 5 * time.Second,
+	}
+	if _, err := js.CreateStream(ctx, owner); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	check := func(what string) {
+		t.Helper()
+		s, err := js.Stream(ctx, cfg.Stream)
+		if err != nil {
+			t.Fatalf("%s: stream info: %v", what, err)
+		}
+		got := s.CachedInfo().Config
+		if !slices.Equal(got.Subjects, cfg.Subjects) || got.MaxAge != owner.MaxAge || got.MaxBytes != owner.MaxBytes || got.Duplicates != owner.Duplicates {
+			t.Fatalf("%s: subjects %v, max_age %v, max_bytes %d, duplicates %v; want subjects %v and the rest as created (%v, %d, %v)",
+				what, got.Subjects, got.MaxAge, got.MaxBytes, got.Duplicates, cfg.Subjects, owner.MaxAge, owner.MaxBytes, owner.Duplicates)
+		}
+	}
+	newConsumer(t, ctx, cfg) // subjects differ: updated
+	check("after the subjects changed")
+	newConsumer(t, ctx, cfg) // subjects the same: left alone
+	check("after a second start")
 }

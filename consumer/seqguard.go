@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -89,23 +90,21 @@ func (c *Consumer) continueSeq(ctx context.Context) (uint64, error) {
 }
 
 // createStream creates the stream (file storage, Subjects) or updates the
-// subjects of the one there. A new stream starts past the sequences that
-// continueSeq knows of (FirstSeq), so that a deleted stream re-created
-// does not reuse them: no late ack of an old message can then settle a new
-// one, and in exactly-once mode no new row collides with an old one.
+// subjects of the one there, leaving the rest of its configuration (limits,
+// duplicate window, replicas, ...) as its owner set it. A new stream starts
+// past the sequences that continueSeq knows of (FirstSeq), so that a deleted
+// stream re-created does not reuse them: no late ack of an old message can
+// then settle a new one, and in exactly-once mode no new row collides with
+// an old one.
 func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	cfg := &c.cfg
-	sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.FileStorage}
 	existing, err := c.js.Stream(ctx, cfg.Stream)
-	switch {
-	case err == nil:
-		sc.FirstSeq = existing.CachedInfo().Config.FirstSeq // as it was created
-	case errors.Is(err, jetstream.ErrStreamNotFound):
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		first, err := c.continueSeq(ctx)
 		if err != nil {
 			return nil, err
 		}
-		sc.FirstSeq = first
+		sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.FileStorage, FirstSeq: first}
 		stream, err := c.js.CreateStream(ctx, sc)
 		if err == nil {
 			if first > 0 {
@@ -116,11 +115,23 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return nil, err
 		}
-		sc.FirstSeq = 0 // someone else created it just now; checkSeq judges it
-	default:
+		// Someone else created it just now; checkSeq judges its sequences.
+		existing, err = c.js.Stream(ctx, cfg.Stream)
+		if err != nil {
+			return nil, err
+		}
+	} else if err != nil {
 		return nil, err
 	}
-	return c.js.CreateOrUpdateStream(ctx, sc)
+	// An update replaces the whole configuration: start from the stream's own,
+	// or every field left out (max_age, max_bytes, the duplicate window...)
+	// would go back to its default.
+	sc := existing.CachedInfo().Config
+	if slices.Equal(sc.Subjects, cfg.Subjects) {
+		return existing, nil
+	}
+	sc.Subjects = cfg.Subjects
+	return c.js.UpdateStream(ctx, sc)
 }
 
 // checkSeq returns an error wrapping ErrSequenceRestarted when, with
