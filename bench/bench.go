@@ -66,6 +66,11 @@ type Options struct {
 	Rate     float64       // rate: events per second
 	Duration time.Duration // rate: for this long
 	Subjects int           // distinct subjects (devices); default 1000
+	// ColdPostgres leaves the embedded cluster as initdb made it. By default
+	// its WAL is prepared like that of a server that has been running (see
+	// warmWAL), and each engine's run starts after a CHECKPOINT.
+	ColdPostgres bool
+
 	// LockFor, when positive (rate only), takes an ACCESS EXCLUSIVE lock on
 	// the engine's table LockAt after the first scheduled send and holds it
 	// for LockFor while the publisher keeps its rate: what the engine does
@@ -165,7 +170,7 @@ type Report struct {
 	Rate     float64    `json:"rate,omitempty"`
 	Duration string     `json:"duration,omitempty"`
 	Subjects int        `json:"subjects"`
-	Target   string     `json:"target"` // "embedded (fsync on)" or "configured"
+	Target   string     `json:"target"` // "embedded (fsync on...)" or "configured"
 	CPUs     int        `json:"cpus"`
 	GoVer    string     `json:"go"`
 	Started  time.Time  `json:"started"`
@@ -210,11 +215,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		defer pg.Destroy()
 		cfg.NATS.URL, cfg.Postgres.URL = ns.URL(), pg.URL("postgres")
-		if err := trackCommitTimestamps(ctx, pg); err != nil {
+		if !o.ColdPostgres {
+			rep.Target = "embedded (fsync on, WAL segments recycled, CHECKPOINT before each run)"
+			say("preparing PostgreSQL's WAL: 64 segments (1 GB) to recycle")
+		}
+		if err := prepareEmbedded(ctx, pg, !o.ColdPostgres); err != nil {
 			return nil, err
 		}
 		pgPID = pg.PID()
-		say("embedded NATS %s, throwaway PostgreSQL on port %d (fsync on)", ns.URL(), pg.Port())
+		say("embedded NATS %s, throwaway PostgreSQL on port %d %s", ns.URL(), pg.Port(), strings.TrimPrefix(rep.Target, "embedded "))
 	}
 	nc, err := nats.Connect(cfg.NATS.URL, nats.Name("jetsink-bench"))
 	if err != nil {
@@ -241,7 +250,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer os.RemoveAll(dir)
 
 	b := &bencher{o: o, cfg: cfg, js: js, db: db, dir: dir, byCommitTS: track == "on", say: say, pgPID: pgPID,
-		id: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
+		checkpoint: o.Embedded && !o.ColdPostgres,
+		id:         strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
 	for r := 0; r < o.Count; r++ {
 		for _, v := range o.Variants {
 			res, err := b.repetition(ctx, r, v)
@@ -261,6 +271,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 func (o *Options) defaults() error {
 	if o.Exe == "" {
 		return fmt.Errorf("%w: the jetsink binary is required", ErrInvalidOptions)
+	}
+	if o.ColdPostgres && !o.Embedded {
+		return fmt.Errorf("%w: --cold-postgres applies to the embedded PostgreSQL only, not to a configured server", ErrInvalidOptions)
 	}
 	if o.Subjects <= 0 {
 		o.Subjects = 1000
@@ -298,23 +311,71 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// trackCommitTimestamps turns track_commit_timestamp on and restarts the
-// cluster, so that a row's commit time is its transaction's.
-func trackCommitTimestamps(ctx context.Context, pg *embedded.Cluster) error {
-	db, err := pgx.Connect(ctx, pg.URL("postgres"))
-	if err != nil {
-		return fmt.Errorf("bench: connect to PostgreSQL: %w", err)
+// prepareEmbedded turns track_commit_timestamp on and restarts the cluster,
+// so that a row's commit time is its transaction's. With warm, it also
+// gives the cluster what a server that has been running has: WAL segments
+// to recycle. A new cluster has one, and then every 16 MB of WAL creates a
+// new segment file, zero-filled and fsynced while commits wait; at 20,000
+// events/s that is one every ~2 s, and the latency of the seconds after
+// each showed it. A server past its first checkpoints renames old segments
+// for reuse instead. So: keep up to 1 GB of them (min_wal_size;
+// max_wal_size stays at its default, 1 GB), make 64 by switching segments,
+// and let a CHECKPOINT recycle them: 35-38 end up ready (~580 MB; the
+// switches trigger a checkpoint of their own), more than a minute at
+// 20,000 events/s writes (~470 MB), and the checkpoints of longer runs
+// recycle more.
+func prepareEmbedded(ctx context.Context, pg *embedded.Cluster, warm bool) error {
+	settings := []string{"ALTER SYSTEM SET track_commit_timestamp = on"}
+	if warm {
+		settings = append(settings, "ALTER SYSTEM SET min_wal_size = '1GB'")
 	}
-	_, err = db.Exec(ctx, "ALTER SYSTEM SET track_commit_timestamp = on")
-	_ = db.Close(ctx)
-	if err != nil {
-		return fmt.Errorf("bench: track_commit_timestamp: %w", err)
+	if err := execAll(ctx, pg, settings); err != nil {
+		return err
 	}
 	if err := pg.Stop("fast"); err != nil {
 		return fmt.Errorf("bench: restart PostgreSQL: %w", err)
 	}
 	if err := pg.Start(); err != nil {
 		return fmt.Errorf("bench: restart PostgreSQL: %w", err)
+	}
+	if !warm {
+		return nil
+	}
+	return execAll(ctx, pg, []string{
+		// Each switch needs WAL written since the last one: a logical
+		// decoding message is a WAL record and nothing else.
+		`DO $$BEGIN FOR i IN 1..64 LOOP
+			PERFORM pg_logical_emit_message(false, 'jetsink-bench', 'warm');
+			PERFORM pg_switch_wal();
+		END LOOP; END$$`,
+		"CHECKPOINT",
+	})
+}
+
+// execAll runs each statement on a new connection to pg's postgres database.
+func execAll(ctx context.Context, pg *embedded.Cluster, stmts []string) error {
+	db, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("bench: connect to PostgreSQL: %w", err)
+	}
+	defer db.Close(context.WithoutCancel(ctx))
+	for i, q := range stmts {
+		if _, err := db.Exec(ctx, q); err != nil {
+			return fmt.Errorf("bench: prepare PostgreSQL (statement %d of %d): %w", i+1, len(stmts), err)
+		}
+	}
+	return nil
+}
+
+// checkpointFirst runs a CHECKPOINT before an engine's run, when b.checkpoint is
+// set: every run starts with the dirty pages of the ones before written out
+// and their WAL recycled, whatever ran earlier.
+func (b *bencher) checkpointFirst(ctx context.Context) error {
+	if !b.checkpoint {
+		return nil
+	}
+	if _, err := b.db.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("bench: CHECKPOINT before the run: %w", err)
 	}
 	return nil
 }
@@ -328,7 +389,8 @@ type bencher struct {
 	dir        string
 	id         string
 	byCommitTS bool
-	pgPID      int // the embedded postmaster, or 0
+	pgPID      int  // the embedded postmaster, or 0
+	checkpoint bool // CHECKPOINT before each engine's run
 	seq        int
 	say        func(string, ...any)
 }
@@ -601,6 +663,9 @@ func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Resu
 		return res, err
 	}
 	defer b.dropTable(t.table)
+	if err := b.checkpointFirst(ctx); err != nil {
+		return res, err
+	}
 	before, cpuOK := sampleCPU(b.pgPID)
 	c, err := b.start(t)
 	if err != nil {
@@ -616,6 +681,9 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		return res, err
 	}
 	defer b.dropTable(t.table)
+	if err := b.checkpointFirst(ctx); err != nil {
+		return res, err
+	}
 	before, cpuOK := sampleCPU(b.pgPID)
 	c, err := b.start(t)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/embedded"
 	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/processor"
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -145,6 +146,50 @@ func TestRateEmbedded(t *testing.T) {
 	}
 }
 
+// prepareEmbedded turns commit timestamps on either way; prepared warm,
+// the cluster has WAL segments ready past the current one (recycled ones;
+// a new cluster has at most one), so that the runs' WAL does not create
+// and fsync new ones.
+func TestPrepareEmbedded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pg, err := embedded.StartPostgres(embedded.WithFsync())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Destroy()
+	look := func(what string) (segments int, track, minWAL string) {
+		t.Helper()
+		db, err := pgx.Connect(ctx, pg.URL("postgres"))
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		defer db.Close(ctx)
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_ls_waldir()
+			WHERE name ~ '^[0-9A-F]{24}$' AND name > pg_walfile_name(pg_current_wal_lsn())`).Scan(&segments); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if err := db.QueryRow(ctx, "SELECT current_setting('track_commit_timestamp'), current_setting('min_wal_size')").Scan(&track, &minWAL); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return segments, track, minWAL
+	}
+	if err := prepareEmbedded(ctx, pg, false); err != nil {
+		t.Fatal(err)
+	}
+	if n, track, _ := look("cold"); n > 3 || track != "on" {
+		t.Fatalf("cold: %d WAL segments ahead, track_commit_timestamp %s; want a new cluster's few and on", n, track)
+	}
+	if err := prepareEmbedded(ctx, pg, true); err != nil {
+		t.Fatal(err)
+	}
+	if n, track, minWAL := look("warm"); n < 30 || track != "on" || minWAL != "1GB" {
+		t.Fatalf("warm: %d WAL segments ahead, track_commit_timestamp %s, min_wal_size %s; want >= 30 ahead (480 MB), on, 1GB", n, track, minWAL)
+	} else {
+		t.Logf("warm: %d WAL segments ahead", n)
+	}
+}
+
 // steadyCPU divides the CPU between two marks by the acks between them, and
 // gives nothing for a window it cannot measure well.
 func TestSteadyCPU(t *testing.T) {
@@ -175,7 +220,8 @@ func TestRateWithLock(t *testing.T) {
 	defer cancel()
 	rep, err := Run(ctx, Options{Exe: testenv.Jetsink(t), Base: config.Default(), Embedded: true, Scenario: ScenarioRate,
 		Rate: 2000, Duration: 3 * time.Second, Subjects: 50, Timeout: 2 * time.Minute,
-		LockAt: 500 * time.Millisecond, LockFor: 1500 * time.Millisecond})
+		LockAt: 500 * time.Millisecond, LockFor: 1500 * time.Millisecond,
+		ColdPostgres: true}) // TestRateEmbedded runs the prepared one
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,6 +349,7 @@ func TestOptionsValidate(t *testing.T) {
 		{Exe: "x", Scenario: ScenarioRate, Rate: 10, Duration: time.Second, LockFor: -time.Second},
 		{Exe: "x", Scenario: ScenarioRate, Rate: 10, Duration: 5 * time.Second, LockFor: 100 * time.Millisecond},
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, LockFor: time.Second},
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, ColdPostgres: true}, // not embedded
 	} {
 		if _, err := Run(context.Background(), o); err == nil {
 			t.Errorf("Run(%+v) accepted", o)

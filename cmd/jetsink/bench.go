@@ -38,7 +38,9 @@ func newBenchCmd() *cobra.Command {
                      redeliveries, and how long it took to catch up
 
 By default it runs on an embedded nats-server and a throwaway PostgreSQL
-cluster with fsync on; with --config (or --nats-url/--database-url, or
+cluster with fsync on, prepared like a running server: WAL segments to
+recycle, and a CHECKPOINT before each engine's run (--cold-postgres: as
+initdb made it); with --config (or --nats-url/--database-url, or
 JETSINK_CONFIG) it runs against those servers, creating and dropping its own
 streams and tables. jetsink runs as a subprocess ("jetsink run"), so its CPU
 time and peak RSS are its own. Latency runs from each event's scheduled send
@@ -133,6 +135,7 @@ apply to jetsink only.`,
 	f.IntVar(&o.Count, "count", 1, "repetitions (median and spread are reported)")
 	f.StringVar(&matrix, "matrix", "", "run jetsink once per value of a key (or env:NAME), e.g. pipeline.pin=none,thread,cpu")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on one engine's run after this long")
+	f.BoolVar(&o.ColdPostgres, "cold-postgres", false, "embedded: leave the throwaway PostgreSQL as initdb made it (no recycled WAL, no CHECKPOINT before each run)")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON instead of the summary")
 	f.StringVar(&htmlFile, "html", "", "also write a self-contained HTML report (inline SVG) to this file")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
