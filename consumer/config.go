@@ -63,8 +63,10 @@ type Config struct {
 	// Default ["events.>"].
 	Subjects []string `yaml:"subjects"`
 	// CreateStream makes New create the stream (file storage, Subjects) or
-	// update its subjects. When false New binds to an existing stream and
-	// fails with ErrStreamNotFound if there is none. Default false.
+	// update its subjects, leaving the rest of an existing stream's
+	// configuration (limits, duplicate window, replicas) as it is. When false
+	// New binds to an existing stream and fails with ErrStreamNotFound if
+	// there is none. Default false.
 	CreateStream bool `yaml:"create_stream"`
 	// Consumer is the name of the durable pull consumer, created or updated
 	// by New. Several jetsink instances with the same name share the work.
