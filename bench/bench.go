@@ -66,6 +66,10 @@ type Options struct {
 	Rate     float64       // rate: events per second
 	Duration time.Duration // rate: for this long
 	Subjects int           // distinct subjects (devices); default 1000
+	// DuplicateWindow is the streams' JetStream duplicate window; 0 leaves
+	// the server's default (2 minutes). The publisher sets Nats-Msg-Id on
+	// every event, and nats-server keeps each ID for the window.
+	DuplicateWindow time.Duration
 	// ColdPostgres leaves the embedded cluster as initdb made it. By default
 	// its WAL is prepared like that of a server that has been running (see
 	// warmWAL), and each engine's run starts after a CHECKPOINT.
@@ -272,6 +276,9 @@ func (o *Options) defaults() error {
 	if o.Exe == "" {
 		return fmt.Errorf("%w: the jetsink binary is required", ErrInvalidOptions)
 	}
+	if o.DuplicateWindow < 0 {
+		return fmt.Errorf("%w: --duplicate-window must not be negative", ErrInvalidOptions)
+	}
 	if o.ColdPostgres && !o.Embedded {
 		return fmt.Errorf("%w: --cold-postgres applies to the embedded PostgreSQL only, not to a configured server", ErrInvalidOptions)
 	}
@@ -474,7 +481,7 @@ func variantSuffix(v Variant) string {
 
 func (b *bencher) createStream(ctx context.Context, stream, prefix string) error {
 	if _, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
-		Storage: jetstream.FileStorage}); err != nil {
+		Storage: jetstream.FileStorage, Duplicates: b.o.DuplicateWindow}); err != nil {
 		return fmt.Errorf("bench: create stream %s: %w", stream, err)
 	}
 	return nil

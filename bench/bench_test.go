@@ -350,6 +350,7 @@ func TestOptionsValidate(t *testing.T) {
 		{Exe: "x", Scenario: ScenarioRate, Rate: 10, Duration: 5 * time.Second, LockFor: 100 * time.Millisecond},
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, LockFor: time.Second},
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, ColdPostgres: true}, // not embedded
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: -time.Second},
 	} {
 		if _, err := Run(context.Background(), o); err == nil {
 			t.Errorf("Run(%+v) accepted", o)

@@ -135,6 +135,7 @@ apply to jetsink only.`,
 	f.IntVar(&o.Count, "count", 1, "repetitions (median and spread are reported)")
 	f.StringVar(&matrix, "matrix", "", "run jetsink once per value of a key (or env:NAME), e.g. pipeline.pin=none,thread,cpu")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on one engine's run after this long")
+	f.DurationVar(&o.DuplicateWindow, "duplicate-window", 0, "the streams' JetStream duplicate window (0: the server's default, 2m)")
 	f.BoolVar(&o.ColdPostgres, "cold-postgres", false, "embedded: leave the throwaway PostgreSQL as initdb made it (no recycled WAL, no CHECKPOINT before each run)")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON instead of the summary")
 	f.StringVar(&htmlFile, "html", "", "also write a self-contained HTML report (inline SVG) to this file")
