@@ -181,6 +181,9 @@ type Report struct {
 	LoadAvg  [2]float64 `json:"load1_before_after"`
 	Results  []Result   `json:"results"`
 	Summary  []Summary  `json:"summary"`
+
+	// DupWindow is the streams' duplicate window ("server default" for 0).
+	DupWindow string `json:"duplicate_window"`
 }
 
 // Run runs the scenario Count times and returns the report. Errors wrap
@@ -196,7 +199,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep := &Report{Scenario: o.Scenario, Subjects: o.Subjects, CPUs: runtime.NumCPU(), GoVer: runtime.Version(),
-		Started: time.Now().UTC(), Target: "configured"}
+		Started: time.Now().UTC(), Target: "configured", DupWindow: "server default"}
+	if o.DuplicateWindow > 0 {
+		rep.DupWindow = o.DuplicateWindow.String()
+	}
 	rep.LoadAvg[0] = loadAvg1()
 	if o.Scenario == ScenarioDrain {
 		rep.Events = o.Events
@@ -221,7 +227,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		cfg.NATS.URL, cfg.Postgres.URL = ns.URL(), pg.URL("postgres")
 		if !o.ColdPostgres {
 			rep.Target = "embedded (fsync on, WAL segments recycled, CHECKPOINT before each run)"
-			say("preparing PostgreSQL's WAL: 64 segments (1 GB) to recycle")
+			say("preparing PostgreSQL's WAL: 64 segment switches and a CHECKPOINT leave ~35 segments to recycle")
 		}
 		if err := prepareEmbedded(ctx, pg, !o.ColdPostgres); err != nil {
 			return nil, err
@@ -323,14 +329,15 @@ func (o *Options) defaults() error {
 // gives the cluster what a server that has been running has: WAL segments
 // to recycle. A new cluster has one, and then every 16 MB of WAL creates a
 // new segment file, zero-filled and fsynced while commits wait; at 20,000
-// events/s that is one every ~2 s, and the latency of the seconds after
-// each showed it. A server past its first checkpoints renames old segments
-// for reuse instead. So: keep up to 1 GB of them (min_wal_size;
-// max_wal_size stays at its default, 1 GB), make 64 by switching segments,
-// and let a CHECKPOINT recycle them: 35-38 end up ready (~580 MB; the
-// switches trigger a checkpoint of their own), more than a minute at
-// 20,000 events/s writes (~470 MB), and the checkpoints of longer runs
-// recycle more.
+// events/s that is one every ~2 s, and in one cold run most of them from
+// 20 s on came with a slow second (an effect on the p99 of whole runs was
+// not measurable: BENCHMARKS.md, session 13). A server past its first
+// checkpoints renames old segments for reuse instead. So: keep up to 1 GB
+// of them (min_wal_size; max_wal_size stays at its default, 1 GB), make 64
+// by switching segments, and let a CHECKPOINT recycle them: 35-38 end up
+// ready (~580 MB; the switches trigger a checkpoint of their own), more
+// than a minute at 20,000 events/s writes (~470 MB), and the checkpoints
+// of longer runs recycle more.
 func prepareEmbedded(ctx context.Context, pg *embedded.Cluster, warm bool) error {
 	settings := []string{"ALTER SYSTEM SET track_commit_timestamp = on"}
 	if warm {

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -352,8 +353,8 @@ func TestOptionsValidate(t *testing.T) {
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, ColdPostgres: true}, // not embedded
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: -time.Second},
 	} {
-		if _, err := Run(context.Background(), o); err == nil {
-			t.Errorf("Run(%+v) accepted", o)
+		if _, err := Run(context.Background(), o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("Run(%+v) = %v, want ErrInvalidOptions", o, err)
 		}
 	}
 }

@@ -134,6 +134,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	default:
 		fmt.Fprintf(&b, "scenario rate: %.0f events/s for %s over %d subjects (open loop); %s; %d CPUs; %s\n", r.Rate, r.Duration, r.Subjects, r.Target, r.CPUs, r.GoVer)
 	}
+	fmt.Fprintf(&b, "streams' duplicate window: %s\n", r.DupWindow)
 	fmt.Fprintf(&b, "load average (1 min) before %.2f, after %.2f\n\n", r.LoadAvg[0], r.LoadAvg[1])
 	fmt.Fprintln(&b, "per run:")
 	for _, x := range r.Results {
