@@ -101,7 +101,7 @@ func (m *Merge[T]) popN(ctx context.Context, dst []T) (int, error) {
 		if done {
 			return 0, ErrClosed
 		}
-		if err := m.note.await(ctx, m.spin, m.yield, m.ready); err != nil {
+		if err := m.note.await(ctx, m.spin, m.yield, true, m.ready); err != nil {
 			return 0, err
 		}
 	}

@@ -59,15 +59,18 @@ func (n *notifier) signal() {
 }
 
 // await returns nil once ready reports true, or ctx.Err() if ctx ends first. It spins,
-// then yields, then parks; while parked it uses no CPU. After a wait that had to park, the
-// next coldWaitsAfterPark waits skip the yields.
-func (n *notifier) await(ctx context.Context, spin, yield int, ready func() bool) error {
+// then yields, then parks; while parked it uses no CPU. With cold set, after a wait that
+// had to park the next coldWaitsAfterPark cold waits skip the yields. A single-item
+// producer waits warm (always yields first): when both sides of a ring park after a
+// recent park, they take turns filling and emptying it instead of running side by side
+// (ringq/BENCHMARKS.md, session 13).
+func (n *notifier) await(ctx context.Context, spin, yield int, cold bool, ready func() bool) error {
 	for range spin {
 		if ready() {
 			return nil
 		}
 	}
-	if n.coldWaits > 0 {
+	if cold && n.coldWaits > 0 {
 		n.coldWaits--
 		yield = 0
 	}
@@ -77,7 +80,9 @@ func (n *notifier) await(ctx context.Context, spin, yield int, ready func() bool
 			return nil
 		}
 	}
-	n.coldWaits = coldWaitsAfterPark
+	if cold {
+		n.coldWaits = coldWaitsAfterPark
+	}
 	done := ctx.Done()
 	for {
 		n.sleepers.Add(1)

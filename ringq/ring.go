@@ -187,7 +187,7 @@ func (r *Ring[T]) pushSlow(ctx context.Context, v T) error {
 		if ok || err != nil {
 			return err
 		}
-		if err := r.writers.await(ctx, r.spin, r.yield, r.writable); err != nil {
+		if err := r.writers.await(ctx, r.spin, r.yield, false, r.writable); err != nil {
 			return err
 		}
 	}
@@ -222,7 +222,7 @@ func (r *Ring[T]) PushN(ctx context.Context, vs []T) (int, error) {
 			return done, err
 		}
 		if n == 0 {
-			if err := r.writers.await(ctx, r.spin, r.yield, r.writable); err != nil {
+			if err := r.writers.await(ctx, r.spin, r.yield, true, r.writable); err != nil {
 				return done, err
 			}
 		}
@@ -410,7 +410,7 @@ func (r *Ring[T]) popSlow(ctx context.Context) (T, error) {
 		if ok || err != nil {
 			return v, err
 		}
-		if err := r.readers.await(ctx, r.spin, r.yield, r.readable); err != nil {
+		if err := r.readers.await(ctx, r.spin, r.yield, true, r.readable); err != nil {
 			return v, err
 		}
 	}
@@ -444,7 +444,7 @@ func (r *Ring[T]) PopN(ctx context.Context, dst []T) (int, error) {
 		if n > 0 || err != nil {
 			return n, err
 		}
-		if err := r.readers.await(ctx, r.spin, r.yield, r.readable); err != nil {
+		if err := r.readers.await(ctx, r.spin, r.yield, true, r.readable); err != nil {
 			return 0, err
 		}
 	}
