@@ -72,7 +72,7 @@ type Options struct {
 	DuplicateWindow time.Duration
 	// ColdPostgres leaves the embedded cluster as initdb made it. By default
 	// its WAL is prepared like that of a server that has been running (see
-	// warmWAL), and each engine's run starts after a CHECKPOINT.
+	// prepareEmbedded), and each engine's run starts after a CHECKPOINT.
 	ColdPostgres bool
 
 	// LockFor, when positive (rate only), takes an ACCESS EXCLUSIVE lock on
@@ -260,8 +260,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer os.RemoveAll(dir)
 
 	b := &bencher{o: o, cfg: cfg, js: js, db: db, dir: dir, byCommitTS: track == "on", say: say, pgPID: pgPID,
-		checkpoint: o.Embedded && !o.ColdPostgres,
-		id:         strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
+		id: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
 	for r := 0; r < o.Count; r++ {
 		for _, v := range o.Variants {
 			res, err := b.repetition(ctx, r, v)
@@ -381,11 +380,11 @@ func execAll(ctx context.Context, pg *embedded.Cluster, stmts []string) error {
 	return nil
 }
 
-// checkpointFirst runs a CHECKPOINT before an engine's run, when b.checkpoint is
-// set: every run starts with the dirty pages of the ones before written out
-// and their WAL recycled, whatever ran earlier.
+// checkpointFirst runs a CHECKPOINT before an engine's run on the prepared
+// embedded cluster: every run starts with the dirty pages of the ones before
+// written out and their WAL recycled, whatever ran earlier.
 func (b *bencher) checkpointFirst(ctx context.Context) error {
-	if !b.checkpoint {
+	if !b.o.Embedded || b.o.ColdPostgres {
 		return nil
 	}
 	if _, err := b.db.Exec(ctx, "CHECKPOINT"); err != nil {
@@ -403,8 +402,7 @@ type bencher struct {
 	dir        string
 	id         string
 	byCommitTS bool
-	pgPID      int  // the embedded postmaster, or 0
-	checkpoint bool // CHECKPOINT before each engine's run
+	pgPID      int // the embedded postmaster, or 0
 	seq        int
 	say        func(string, ...any)
 }

@@ -23,10 +23,10 @@
 // running (unless Options.ColdPostgres): a new cluster creates, zero-fills
 // and fsyncs a 16 MB WAL segment file whenever it fills one (every ~2 s at
 // 20,000 events/s) while commits wait; a running server recycles old
-// segments instead. So the bench
-// has segments made and recycled before the first run (prepareEmbedded), and
-// runs a CHECKPOINT before each engine's run, so that every run starts with
-// the pages of the runs before it written out.
+// segments instead. So the bench has segments made and recycled before the
+// first run (prepareEmbedded), and runs a CHECKPOINT before each engine's
+// run, so that every run starts with the pages of the runs before it
+// written out.
 //
 // Baseline is the consumer a competent engineer writes first (one
 // goroutine, Consume into a channel, 1,000 messages or 50 ms,
