@@ -119,7 +119,8 @@
 // parked goroutine costs no CPU. Sequential consistency rules out a lost wake-up: either
 // the signaller sees the sleeper, or the sleeper's re-check sees the new index. A Merge's
 // rings share one eventcount for their consumer, so a push into any ring wakes it without
-// polling. The defaults spin very little, because spinning longer (1-10 µs) measured
+// polling; that consumer does not spin, because its check reads every ring's tail, the
+// lines the producers are writing. The defaults spin very little, because spinning longer (1-10 µs) measured
 // slower than parking on two cores, busy or quiet: on a busy machine the spinner takes CPU
 // time the other side needs; on a quiet one a spin that catches the next item hands over
 // that one item, so the two sides fall into lockstep, a wait every 5-13 items, with both

@@ -12,7 +12,6 @@ import (
 type Merge[T any] struct {
 	rings   []*Ring[T]
 	note    *notifier // shared by every ring as its readers notifier
-	spin    int
 	yield   int
 	debug   bool
 	next    int // round-robin start of the next pop; consumer-owned
@@ -27,7 +26,6 @@ func NewMerge[T any](n, capacity int, opts ...Option) *Merge[T] {
 	m := &Merge[T]{
 		rings: make([]*Ring[T], n),
 		note:  newNotifier(),
-		spin:  cfg.spin,
 		yield: cfg.yield,
 		debug: cfg.debug,
 	}
@@ -101,7 +99,10 @@ func (m *Merge[T]) popN(ctx context.Context, dst []T) (int, error) {
 		if done {
 			return 0, ErrClosed
 		}
-		if err := m.note.await(ctx, m.spin, m.yield, true, m.ready); err != nil {
+		// No spinning: ready reads every ring's tail, the lines the producers are
+		// writing, and probing them slowed a 2->1 fan-in of 40-byte items by 1.8x
+		// (ringq/BENCHMARKS.md, session 13).
+		if err := m.note.await(ctx, 0, m.yield, true, m.ready); err != nil {
 			return 0, err
 		}
 	}

@@ -34,6 +34,8 @@ func buildConfig(opts []Option) config {
 // WithSpin sets how many times a blocked Push or Pop re-checks the ring before it starts
 // yielding the processor. 0 disables spinning; negative values count as 0. Default 4.
 // Spinning only helps when the other side is running on another core at the same moment.
+// A Merge's consumer never spins (its check reads every ring's tail); the option applies to
+// the producers of its rings.
 func WithSpin(n int) Option {
 	return func(c *config) { c.spin = max(n, 0) }
 }
