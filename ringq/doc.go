@@ -120,11 +120,11 @@
 // the signaller sees the sleeper, or the sleeper's re-check sees the new index. A Merge's
 // rings share one eventcount for their consumer, so a push into any ring wakes it without
 // polling; that consumer does not spin, because its check reads every ring's tail, the
-// lines the producers are writing. The defaults spin very little, because spinning longer (1-10 µs) measured
-// slower than parking on two cores, busy or quiet: on a busy machine the spinner takes CPU
-// time the other side needs; on a quiet one a spin that catches the next item hands over
-// that one item, so the two sides fall into lockstep, a wait every 5-13 items, with both
-// cores busy. In a saturated single-item hand-off waits are rare (a few per thousand
+// lines the producers are writing. The defaults spin very little, because spinning longer
+// (1-10 µs) measured slower than parking on two cores, busy or quiet: on a busy machine
+// the spinner takes CPU time the other side needs; on a quiet one a spin that catches the
+// next item hands over that one item, so the two sides fall into lockstep, a wait every
+// 5-13 items, with both cores busy. In a saturated single-item hand-off waits are rare (a few per thousand
 // items) and a parked side resumes only tens of microseconds after its wake-up, long
 // enough for the other side to run hundreds of items ahead. After a wait that had to
 // park, the next 16 waits of PushN, Pop, PopN and Merge.PopN skip the yields, so that a
