@@ -33,15 +33,17 @@ type notifier struct {
 	sleepers atomic.Int32
 	wake     chan struct{}
 	_        pad
-	// coldWaits is how many more waits skip the yield phase because a recent wait had to
-	// park anyway: when items trickle in, yielding only burns CPU before the inevitable park.
+	// coldWaits is how many more cold waits (see await) skip the yield phase because a
+	// recent cold wait had to park anyway: when items trickle in, yielding only burns CPU
+	// before the inevitable park. Warm waits neither use nor set it.
 	// Owned by the single waiter, and on its own cache line so that the signallers' loads
 	// of sleepers do not miss whenever the waiter updates it.
 	coldWaits int
 	_         pad
 }
 
-// coldWaitsAfterPark is how many waits after a park go straight from spinning to parking.
+// coldWaitsAfterPark is how many cold waits after a park go straight from spinning to
+// parking.
 const coldWaitsAfterPark = 16
 
 func newNotifier() *notifier {
