@@ -159,7 +159,7 @@ func TestPrepareEmbedded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pg.Destroy()
-	look := func(what string) (segments int, track, minWAL string) {
+	look := func(what string) (segments int, track, minWAL, maxWAL string) {
 		t.Helper()
 		db, err := pgx.Connect(ctx, pg.URL("postgres"))
 		if err != nil {
@@ -170,22 +170,33 @@ func TestPrepareEmbedded(t *testing.T) {
 			WHERE name ~ '^[0-9A-F]{24}$' AND name > pg_walfile_name(pg_current_wal_lsn())`).Scan(&segments); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if err := db.QueryRow(ctx, "SELECT current_setting('track_commit_timestamp'), current_setting('min_wal_size')").Scan(&track, &minWAL); err != nil {
+		if err := db.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp'),
+			current_setting('min_wal_size'), current_setting('max_wal_size')`).Scan(&track, &minWAL, &maxWAL); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		return segments, track, minWAL
+		return segments, track, minWAL, maxWAL
 	}
 	if err := prepareEmbedded(ctx, pg, false); err != nil {
 		t.Fatal(err)
 	}
-	if n, track, _ := look("cold"); n > 3 || track != "on" {
+	if n, track, _, _ := look("cold"); n > 3 || track != "on" {
 		t.Fatalf("cold: %d WAL segments ahead, track_commit_timestamp %s; want a new cluster's few and on", n, track)
 	}
 	if err := prepareEmbedded(ctx, pg, true); err != nil {
 		t.Fatal(err)
 	}
-	if n, track, minWAL := look("warm"); n < 30 || track != "on" || minWAL != "1GB" {
-		t.Fatalf("warm: %d WAL segments ahead, track_commit_timestamp %s, min_wal_size %s; want >= 30 ahead (480 MB), on, 1GB", n, track, minWAL)
+	// pg_reload_conf only signals the postmaster: give the new max_wal_size a
+	// moment to reach a new connection's backend.
+	var n int
+	var track, minWAL, maxWAL string
+	for range 50 {
+		if n, track, minWAL, maxWAL = look("warm"); maxWAL == "1GB" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n < 60 || track != "on" || minWAL != "1GB" || maxWAL != "1GB" {
+		t.Fatalf("warm: %d WAL segments ahead, track_commit_timestamp %s, min_wal_size %s, max_wal_size %s; want >= 60 ahead (960 MB), on, 1GB, 1GB", n, track, minWAL, maxWAL)
 	} else {
 		t.Logf("warm: %d WAL segments ahead", n)
 	}
