@@ -437,3 +437,32 @@ func (p *gateProxy) reopen() {
 	p.open = true
 	p.mu.Unlock()
 }
+
+// After missed heartbeats, recheck logs the server's view of the consumer
+// (nats-io/nats.go#1622: no waiting pull while nats.go believes one open),
+// so that whoever reads the warning can tell a lost pull from a slow server.
+func TestRecheckLogsTheConsumerState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	var buf syncBuffer
+	c, err := New(ctx, cfg, testLogger(t, &buf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	publish(t, ctx, js, cfg, 3, 1, 0)
+	if leave, replaced := c.recheck(ctx); leave || replaced {
+		t.Fatalf("same stream and consumer: leave %v, replaced %v", leave, replaced)
+	}
+	const msg = `msg="consumer state after missed heartbeats"`
+	const state = "waiting_pulls=0 ack_pending=0 pending=3 delivered_stream_seq=0 ack_floor_stream_seq=0"
+	for line := range strings.Lines(buf.String()) {
+		if strings.Contains(line, msg) && strings.HasSuffix(strings.TrimSpace(line), state) {
+			return
+		}
+	}
+	t.Fatalf("log:\n%s\nwant a line with %s ending in %s", buf.String(), msg, state)
+}

@@ -602,9 +602,15 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := c.js.Consumer(rctx, c.cfg.Stream, c.cfg.Consumer)
+	cons, err := c.js.Consumer(rctx, c.cfg.Stream, c.cfg.Consumer)
 	switch {
 	case err == nil:
+		// The server's side of the stall, for whoever reads the warning.
+		if ci := cons.CachedInfo(); ci != nil {
+			c.log.Warn("consumer state after missed heartbeats", "waiting_pulls", ci.NumWaiting,
+				"ack_pending", ci.NumAckPending, "pending", ci.NumPending,
+				"delivered_stream_seq", ci.Delivered.Stream, "ack_floor_stream_seq", ci.AckFloor.Stream)
+		}
 		// Another instance sharing the consumer, or an operator, may have
 		// re-created a deleted stream and the consumer on it already.
 		if changed, _ := c.streamChanged(rctx); changed {
