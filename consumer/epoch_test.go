@@ -454,11 +454,17 @@ func TestRecheckLogsTheConsumerState(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	publish(t, ctx, js, cfg, 3, 1, 0)
+	// The server counts a new message's pending for its consumers after it
+	// has sent the PubAck: wait until it says 3.
+	waitFor(t, ctx, "3 pending", func() bool {
+		ci, err := c.cons.Load().Info(ctx)
+		return err == nil && ci.NumPending == 3
+	})
 	if leave, replaced := c.recheck(ctx); leave || replaced {
 		t.Fatalf("same stream and consumer: leave %v, replaced %v", leave, replaced)
 	}
 	const msg = `msg="consumer state after missed heartbeats"`
-	const state = "waiting_pulls=0 ack_pending=0 pending=3 delivered_stream_seq=0 ack_floor_stream_seq=0"
+	const state = "waiting_pulls=0 ack_pending=0 max_ack_pending=32768 pending=3 delivered_stream_seq=0 seen_stream_seq=0 ack_floor_stream_seq=0"
 	for line := range strings.Lines(buf.String()) {
 		if strings.Contains(line, msg) && strings.HasSuffix(strings.TrimSpace(line), state) {
 			return

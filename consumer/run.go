@@ -605,11 +605,18 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 	cons, err := c.js.Consumer(rctx, c.cfg.Stream, c.cfg.Consumer)
 	switch {
 	case err == nil:
-		// The server's side of the stall, for whoever reads the warning.
+		// The server's side of the stall next to what this consumer has
+		// seen, for whoever reads the warning. nats.go has pulled again
+		// before it reported the missed heartbeats, so waiting_pulls
+		// counts that new pull; the rest tells a server that stopped
+		// delivering (delivered = seen, pending > 0) from deliveries that
+		// did not arrive (delivered > seen), and both from max_ack_pending
+		// holding them back (ack_pending = max_ack_pending).
 		if ci := cons.CachedInfo(); ci != nil {
 			c.log.Warn("consumer state after missed heartbeats", "waiting_pulls", ci.NumWaiting,
-				"ack_pending", ci.NumAckPending, "pending", ci.NumPending,
-				"delivered_stream_seq", ci.Delivered.Stream, "ack_floor_stream_seq", ci.AckFloor.Stream)
+				"ack_pending", ci.NumAckPending, "max_ack_pending", ci.Config.MaxAckPending,
+				"pending", ci.NumPending, "delivered_stream_seq", ci.Delivered.Stream,
+				"seen_stream_seq", c.seq.seenMax.Load(), "ack_floor_stream_seq", ci.AckFloor.Stream)
 		}
 		// Another instance sharing the consumer, or an operator, may have
 		// re-created a deleted stream and the consumer on it already.
