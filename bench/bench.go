@@ -329,8 +329,9 @@ func (o *Options) defaults() error {
 // to recycle. A new cluster has one, and then every 16 MB of WAL creates a
 // new segment file, zero-filled and fsynced while commits wait; at 20,000
 // events/s that is one every ~2 s, at 50,000 one every ~0.8 s. A server past
-// its first checkpoints renames old segments for reuse instead, keeping up to
-// min_wal_size of them past the latest checkpoint. So: min_wal_size 1 GB,
+// its first checkpoints renames old segments for reuse instead, keeping at
+// least min_wal_size of them past the latest checkpoint (more, up to
+// max_wal_size, when its checkpoints lie further apart). So: min_wal_size 1 GB,
 // 64 segments made by switching, and a CHECKPOINT that recycles all 64
 // (~1 GB, ~50 s of WAL at 50,000 events/s; the runs' own checkpoints recycle
 // more). max_wal_size is raised to 4 GB while the switches run, so that
