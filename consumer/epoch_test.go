@@ -439,8 +439,8 @@ func (p *gateProxy) reopen() {
 }
 
 // After missed heartbeats, recheck logs the server's view of the consumer
-// (nats-io/nats.go#1622: no waiting pull while nats.go believes one open),
-// so that whoever reads the warning can tell a lost pull from a slow server.
+// next to the highest stream sequence jetsink has seen, for whoever reads
+// the warning (nats-io/nats.go#1622 is one such stall).
 func TestRecheckLogsTheConsumerState(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

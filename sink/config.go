@@ -48,8 +48,8 @@ type Config struct {
 	// Connections is the number of committers, each with its own connection,
 	// so that batches are COPYed while the next ones fill and one slow
 	// commit does not hold the rest up. Default 4: at 50,000 events/s it
-	// cut the p99 by a fifth against 2, at the same CPU, and made no
-	// difference in drains or at 20,000 events/s (BENCHMARKS.md, session 14).
+	// cut the p99 by a fifth against 2, at the same CPU; drains and the p99
+	// at 20,000 events/s did not change (BENCHMARKS.md, session 14).
 	Connections int `yaml:"connections"`
 	// AppName is the application_name of the sink's connections (visible in
 	// pg_stat_activity). Default "jetsink".
