@@ -227,7 +227,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		cfg.NATS.URL, cfg.Postgres.URL = ns.URL(), pg.URL("postgres")
 		if !o.ColdPostgres {
 			rep.Target = "embedded (fsync on, WAL segments recycled, CHECKPOINT before each run)"
-			say("preparing PostgreSQL's WAL: 64 segment switches and a CHECKPOINT leave ~64 segments (1 GB) to recycle")
+			say("preparing PostgreSQL's WAL: %d segment switches and a CHECKPOINT leave ~%d segments (%d MB) to recycle",
+				warmSegments, warmSegments, warmSegments*16)
 		}
 		if err := prepareEmbedded(ctx, pg, !o.ColdPostgres); err != nil {
 			return nil, err
@@ -340,6 +341,10 @@ func (o *Options) defaults() error {
 // events/s the run created new segments from ~30 s on), and is reset to its
 // default, 1 GB, afterwards. An effect on the figures has not been
 // measurable at either rate (BENCHMARKS.md, sessions 13 and 14).
+// warmSegments is how many WAL segments prepareEmbedded makes and recycles:
+// min_wal_size (1 GB) of 16 MB segments.
+const warmSegments = 64
+
 func prepareEmbedded(ctx context.Context, pg *embedded.Cluster, warm bool) error {
 	settings := []string{"ALTER SYSTEM SET track_commit_timestamp = on"}
 	if warm {
@@ -360,10 +365,10 @@ func prepareEmbedded(ctx context.Context, pg *embedded.Cluster, warm bool) error
 	return execAll(ctx, pg, []string{
 		// Each switch needs WAL written since the last one: a logical
 		// decoding message is a WAL record and nothing else.
-		`DO $$BEGIN FOR i IN 1..64 LOOP
+		fmt.Sprintf(`DO $$BEGIN FOR i IN 1..%d LOOP
 			PERFORM pg_logical_emit_message(false, 'jetsink-bench', 'warm');
 			PERFORM pg_switch_wal();
-		END LOOP; END$$`,
+		END LOOP; END$$`, warmSegments),
 		"CHECKPOINT",
 		"ALTER SYSTEM RESET max_wal_size",
 		"SELECT pg_reload_conf()", // max_wal_size needs no restart
