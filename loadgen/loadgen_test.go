@@ -3,10 +3,13 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -135,5 +138,106 @@ func TestPublishStampsScheduledSendTime(t *testing.T) {
 	}
 	if first.Before(before.Truncate(time.Microsecond)) || last.After(after) {
 		t.Errorf("stamps %v..%v outside the publish window %v..%v", first, last, before, after)
+	}
+}
+
+// A publish whose PubAck never comes is sent again after AckWait, and the
+// duplicate window stores it once.
+func TestPublishResendsWithoutPubAck(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc := ns.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, _ := jetstream.New(nc)
+	const n = 200
+	// Until the stream exists a plain subscriber takes the events and
+	// answers none of them; it creates the stream once it has them all.
+	created := make(chan error, 1)
+	var got int
+	var sub *nats.Subscription
+	sub, err := nc.Subscribe("nr.>", func(*nats.Msg) {
+		if got++; got == n {
+			_ = sub.Unsubscribe()
+			go func() {
+				_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "NR", Subjects: []string{"nr.>"}})
+				created <- err
+			}()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Publish(ctx, nc, Options{Subject: "nr", Subjects: 10, Events: n, Run: 5, AckWait: 100 * time.Millisecond})
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || res.Retried != n || res.Acked != n || res.Failed != 0 {
+		t.Fatalf("publish: %+v, %v; want all %d resent and acknowledged", res, err, n)
+	}
+	info, err := js.Stream(ctx, "NR")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := info.CachedInfo().State; s.Msgs != n {
+		t.Fatalf("stream holds %d messages, want %d", s.Msgs, n)
+	}
+}
+
+// JetStream's error PubAcks count as failures, with their description.
+func TestPublishReportsJetStreamErrors(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc := ns.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FULL", Subjects: []string{"full.>"},
+		MaxMsgs: 10, Discard: jetstream.DiscardNew}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Publish(ctx, nc, Options{Subject: "full", Events: 25, Run: 6})
+	if !errors.Is(err, ErrNotAcked) || !strings.Contains(err.Error(), "maximum messages exceeded") {
+		t.Fatalf("error %v, want ErrNotAcked naming the stream's limit", err)
+	}
+	if res.Acked != 10 || res.Failed != 15 || res.Retried != 15*maxRetries {
+		t.Fatalf("publish: %+v; want 10 acknowledged, 15 failed after %d resends each", res, maxRetries)
+	}
+}
+
+// The PubAcks in flight when the connection drops are lost with it: they
+// are sent again after the reconnect, not after AckWait.
+func TestPublishResendsAfterReconnect(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc := ns.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, _ := jetstream.New(nc)
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RC", Subjects: []string{"rc.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restarted bool
+	var restartErr error
+	o := Options{Subject: "rc", Subjects: 10, Rate: 4000, Duration: time.Second, Run: 7, AckWait: time.Hour}
+	o.Progress = func(sent int) {
+		if sent >= 1000 && sent < 4000 && !restarted {
+			restarted = true
+			ns.Shutdown()
+			restartErr = ns.Restart()
+		}
+	}
+	res, err := Publish(ctx, nc, o)
+	if !restarted || restartErr != nil {
+		t.Fatalf("the server was not restarted while publishing: %v", restartErr)
+	}
+	if err != nil || res.Acked != 4000 || res.Retried == 0 {
+		t.Fatalf("publish: %+v, %v; want 4000 acknowledged, some resent", res, err)
+	}
+	t.Logf("%+v", res)
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 4000 {
+		t.Fatalf("stream holds %d messages, want 4000", info.State.Msgs)
 	}
 }

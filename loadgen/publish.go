@@ -1,9 +1,13 @@
 package loadgen
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -30,6 +34,10 @@ type Options struct {
 	First    uint64        // first sequence number (default 0)
 	// MaxPending bounds async publishes awaiting their PubAck (default 4096).
 	MaxPending int
+	// AckWait is how long a publish may wait for its PubAck before it counts
+	// as failed and is sent again (default 5s). Keep it well under the
+	// stream's duplicate window, which is what stores a resent event once.
+	AckWait time.Duration
 	// Progress, when set, is called about every 100ms with the count sent.
 	Progress func(sent int)
 	// Stamp sets each event's ts to its scheduled send time (open loop) or
@@ -56,6 +64,10 @@ type Result struct {
 // maxRetries bounds how often a publish whose PubAck failed is sent again.
 const maxRetries = 5
 
+// retryWait is the pause before each round of resends (nats.go waits as
+// long before it resends a publish that found no stream).
+const retryWait = 250 * time.Millisecond
+
 // sendTick is the open-loop publisher's shortest sleep.
 const sendTick = time.Millisecond
 
@@ -76,6 +88,9 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	if o.MaxPending <= 0 {
 		o.MaxPending = 4096
 	}
+	if o.AckWait <= 0 {
+		o.AckWait = 5 * time.Second
+	}
 	total := o.Events
 	var interval time.Duration
 	if o.Rate > 0 {
@@ -85,30 +100,19 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 		total = int(o.Rate * o.Duration.Seconds())
 		interval = time.Duration(float64(time.Second) / o.Rate)
 	}
-	var (
-		mu     sync.Mutex
-		failed []*nats.Msg // awaiting a retry
-	)
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(o.MaxPending),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, _ error) {
-			mu.Lock()
-			failed = append(failed, m)
-			mu.Unlock()
-		}))
+	p, err := newPublisher(ctx, nc, o)
 	if err != nil {
-		return Result{}, fmt.Errorf("loadgen: %w", err)
+		return Result{}, err
 	}
-	start := time.Now()
-	lastProgress := start
-	buf := make([]byte, 0, 256)
+	defer p.close()
+	lastProgress := p.start
 	var res Result
 	for i := 0; i < total; i++ {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
 		seq := o.First + uint64(i)
-		due := start.Add(time.Duration(i) * interval)
+		due := p.start.Add(time.Duration(i) * interval)
 		if interval > 0 {
 			// Open loop: event i is due at start + i*interval, whatever
 			// happened to the ones before it. The publisher sleeps at
@@ -118,85 +122,340 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			// of a timer and a flush per event, which at 20k/s cost the
 			// publisher and nats-server most of a core.
 			if wait := time.Until(due); wait > 0 {
-				t := time.NewTimer(max(wait, sendTick))
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return res, ctx.Err()
-				case <-t.C:
+				if err := p.sleep(ctx, max(wait, sendTick)); err != nil {
+					return res, err
 				}
 			}
 		}
-		ev := Make(o.Run, seq, o.Subjects)
+		if err := p.waitPending(ctx, o.MaxPending-1); err != nil {
+			return res, err
+		}
+		var stamp int64
 		if o.Stamp {
 			if interval == 0 {
 				due = time.Now()
 			}
-			ev.TS = due.UTC()
+			stamp = due.UnixNano()
 		}
-		buf = ev.AppendJSON(buf[:0])
-		msg := &nats.Msg{
-			Subject: ev.Subject(o.Subject),
-			Data:    append([]byte(nil), buf...),
-			Header:  nats.Header{jetstream.MsgIDHeader: []string{MsgID(o.Run, seq)}},
-		}
-		var span trace.Span
-		if o.Tracer != nil {
-			var sctx context.Context
-			sctx, span = o.Tracer.Start(ctx, "send "+msg.Subject, trace.WithSpanKind(trace.SpanKindProducer),
-				trace.WithAttributes(attribute.String("messaging.system", "nats"),
-					attribute.String("messaging.operation.type", "send"),
-					attribute.String("messaging.destination.name", msg.Subject),
-					attribute.String("messaging.message.id", msg.Header.Get(jetstream.MsgIDHeader))))
-			telemetry.InjectTrace(sctx, msg.Header)
-		}
-		if _, err := js.PublishMsgAsync(msg); err != nil {
-			mu.Lock()
-			failed = append(failed, msg)
-			mu.Unlock()
-		}
-		if span != nil {
-			span.End()
-		}
+		p.send(ctx, seq, stamp)
 		res.Sent++
 		if o.Progress != nil && time.Since(lastProgress) >= 100*time.Millisecond {
 			o.Progress(res.Sent)
 			lastProgress = time.Now()
 		}
 	}
-	// A PubAck that times out on a busy server does not mean the message was
-	// not stored: publish it again with the same Nats-Msg-Id, and JetStream's
-	// duplicate window stores it at most once.
+	// A PubAck that fails or does not come in time does not mean the
+	// message was not stored: publish it again with the same Nats-Msg-Id,
+	// and JetStream's duplicate window stores it at most once.
 	for attempt := 0; ; attempt++ {
-		select {
-		case <-js.PublishAsyncComplete():
-		case <-ctx.Done():
-			return res, ctx.Err()
+		if err := p.waitPending(ctx, 0); err != nil {
+			return res, err
 		}
-		mu.Lock()
-		retry := failed
-		failed = nil
-		mu.Unlock()
+		retry := p.takeFailed()
 		if len(retry) == 0 || attempt == maxRetries {
 			res.Failed = len(retry)
 			break
 		}
 		res.Retried += len(retry)
-		for _, m := range retry {
-			if _, err := js.PublishMsgAsync(m); err != nil {
-				mu.Lock()
-				failed = append(failed, m)
-				mu.Unlock()
+		if err := p.sleep(ctx, retryWait); err != nil {
+			return res, err
+		}
+		for _, f := range retry {
+			if err := p.waitPending(ctx, o.MaxPending-1); err != nil {
+				return res, err
 			}
+			p.send(ctx, f.seq, f.stamp)
 		}
 	}
-	res.Elapsed = time.Since(start)
+	res.Elapsed = time.Since(p.start)
 	res.Acked = res.Sent - res.Failed
 	if o.Progress != nil {
 		o.Progress(res.Sent)
 	}
 	if res.Failed > 0 {
-		return res, fmt.Errorf("%w: %d of %d", ErrNotAcked, res.Failed, res.Sent)
+		return res, fmt.Errorf("%w: %d of %d (last: %v)", ErrNotAcked, res.Failed, res.Sent, p.lastErr())
 	}
 	return res, nil
+}
+
+// publisher sends events with a reply subject of its own, <inbox>.<seq>,
+// and reads the PubAcks on one wildcard subscription. It keeps what it
+// needs to send an event again, (seq, stamp), not the message: an event is
+// a function of (run, seq) and its stamp. Unlike nats.go's PublishAsync it
+// allocates no future, timer or map entry with pointers per publish and
+// decodes a PubAck's JSON only when it is not the plain success shape.
+type publisher struct {
+	nc     *nats.Conn
+	o      Options
+	start  time.Time
+	prefix string // reply subject prefix, "<inbox>."
+	sub    *nats.Subscription
+	status chan nats.Status // RECONNECTING or CLOSED: the PubAcks in flight are lost
+
+	// Used only by the sending goroutine.
+	msg      nats.Msg
+	buf      []byte
+	subjects []string // per device, made on first use
+	timer    *time.Timer
+
+	mu      sync.Mutex
+	pending map[uint64]inFlight // by seq
+	failed  []failedPub
+	err     error // the last failure's cause
+	limit   int   // wake the sender when len(pending) <= limit
+	wake    chan struct{}
+}
+
+type inFlight struct {
+	stamp int64 // the event's ts in Unix ns; 0: Base + seq ms
+	sent  int64 // time since start, ns
+}
+
+type failedPub struct {
+	seq   uint64
+	stamp int64
+}
+
+func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, error) {
+	p := &publisher{
+		nc:       nc,
+		o:        o,
+		prefix:   nc.NewInbox() + ".",
+		subjects: make([]string, o.Subjects),
+		timer:    time.NewTimer(time.Hour),
+		pending:  make(map[uint64]inFlight, o.MaxPending),
+		limit:    -1,
+		wake:     make(chan struct{}, 1),
+		buf:      make([]byte, 0, 256),
+	}
+	p.timer.Stop()
+	if o.Tracer == nil {
+		p.msg.Header = nats.Header{jetstream.MsgIDHeader: []string{""}}
+	}
+	sub, err := nc.Subscribe(p.prefix+"*", p.onReply)
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: subscribe to PubAcks: %w", err)
+	}
+	// Make sure the server has the subscription before the first PubAck.
+	fctx, cancel := context.WithTimeout(ctx, o.AckWait)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("loadgen: %w", err)
+	}
+	p.sub = sub
+	p.status = nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
+	p.start = time.Now()
+	return p, nil
+}
+
+func (p *publisher) close() {
+	if p.status != nil {
+		p.nc.RemoveStatusListener(p.status)
+	}
+	_ = p.sub.Unsubscribe()
+}
+
+// send publishes event seq (with ts stamp, if not 0) and records it as in
+// flight before the PubAck can arrive.
+func (p *publisher) send(ctx context.Context, seq uint64, stamp int64) {
+	ev := Make(p.o.Run, seq, p.o.Subjects)
+	if stamp != 0 {
+		ev.TS = time.Unix(0, stamp).UTC()
+	}
+	p.buf = ev.AppendJSON(p.buf[:0])
+	dev := seq % uint64(p.o.Subjects)
+	if p.subjects[dev] == "" {
+		p.subjects[dev] = ev.Subject(p.o.Subject)
+	}
+	m := &p.msg
+	m.Subject = p.subjects[dev]
+	m.Reply = p.prefix + strconv.FormatUint(seq, 10)
+	m.Data = p.buf
+	var span trace.Span
+	if p.o.Tracer != nil {
+		// A fresh header per message: one left from the last message
+		// could carry its traceparent.
+		m.Header = nats.Header{jetstream.MsgIDHeader: []string{MsgID(p.o.Run, seq)}}
+		var sctx context.Context
+		sctx, span = p.o.Tracer.Start(ctx, "send "+m.Subject, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("messaging.system", "nats"),
+				attribute.String("messaging.operation.type", "send"),
+				attribute.String("messaging.destination.name", m.Subject),
+				attribute.String("messaging.message.id", m.Header.Get(jetstream.MsgIDHeader))))
+		telemetry.InjectTrace(sctx, m.Header)
+	} else {
+		m.Header[jetstream.MsgIDHeader][0] = MsgID(p.o.Run, seq)
+	}
+	p.mu.Lock()
+	p.pending[seq] = inFlight{stamp: stamp, sent: int64(time.Since(p.start))}
+	p.mu.Unlock()
+	if err := p.nc.PublishMsg(m); err != nil {
+		p.mu.Lock()
+		if _, ok := p.pending[seq]; ok {
+			delete(p.pending, seq)
+			p.failLocked(seq, stamp, err)
+		}
+		p.mu.Unlock()
+	}
+	if span != nil {
+		span.End()
+	}
+}
+
+// onReply settles the publish its subject names.
+func (p *publisher) onReply(m *nats.Msg) {
+	seq, err := strconv.ParseUint(m.Subject[len(p.prefix):], 10, 64)
+	if err != nil {
+		return
+	}
+	cause := pubAckError(m)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f, ok := p.pending[seq]
+	if !ok {
+		return // settled already: timed out and queued to be sent again
+	}
+	delete(p.pending, seq)
+	if cause != nil {
+		p.failLocked(seq, f.stamp, cause)
+	}
+	if len(p.pending) <= p.limit {
+		p.limit = -1
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+var pubAckOK = []byte(`{"stream":"`)
+
+// pubAckError is nil if m is a PubAck that stored (or de-duplicated) the
+// message. nats-server writes a success as {"stream":"S","seq":N,...} and
+// a failure as {"error":{...}}; anything else is decoded in full.
+func pubAckError(m *nats.Msg) error {
+	if bytes.HasPrefix(m.Data, pubAckOK) {
+		return nil
+	}
+	if len(m.Data) == 0 {
+		if st := m.Header.Get("Status"); st != "" {
+			if st == "503" {
+				return jetstream.ErrNoStreamResponse
+			}
+			return fmt.Errorf("status %s %s", st, m.Header.Get("Description"))
+		}
+		return jetstream.ErrInvalidJSAck
+	}
+	var r struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Stream string `json:"stream"`
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return fmt.Errorf("%w: %v", jetstream.ErrInvalidJSAck, err)
+	}
+	if r.Error != nil {
+		return fmt.Errorf("%s (%d)", r.Error.Description, r.Error.Code)
+	}
+	if r.Stream == "" {
+		return jetstream.ErrInvalidJSAck
+	}
+	return nil
+}
+
+// failLocked queues seq to be sent again. p.mu is held.
+func (p *publisher) failLocked(seq uint64, stamp int64, cause error) {
+	p.failed = append(p.failed, failedPub{seq: seq, stamp: stamp})
+	p.err = cause
+}
+
+// waitPending returns once at most n publishes await their PubAck. While it
+// waits, publishes whose PubAck is later than AckWait, or was lost with a
+// reconnect, count as failed.
+func (p *publisher) waitPending(ctx context.Context, n int) error {
+	for {
+		p.mu.Lock()
+		if len(p.pending) <= n {
+			p.mu.Unlock()
+			return nil
+		}
+		p.limit = n
+		p.mu.Unlock()
+		p.timer.Reset(p.o.AckWait / 4)
+		select {
+		case <-ctx.Done():
+			p.timer.Stop()
+			return ctx.Err()
+		case <-p.wake:
+			p.timer.Stop()
+		case _, open := <-p.status:
+			p.timer.Stop()
+			p.connectionLost(open)
+		case <-p.timer.C:
+			p.expire(int64(time.Since(p.start) - p.o.AckWait))
+		}
+	}
+}
+
+// sleep waits d, or until ctx is done. A reconnect meanwhile fails the
+// publishes in flight.
+func (p *publisher) sleep(ctx context.Context, d time.Duration) error {
+	p.timer.Reset(d)
+	for {
+		select {
+		case <-ctx.Done():
+			p.timer.Stop()
+			return ctx.Err()
+		case _, open := <-p.status:
+			p.connectionLost(open)
+		case <-p.timer.C:
+			return nil
+		}
+	}
+}
+
+// connectionLost fails the publishes in flight after a status change; a
+// closed status channel is not one and is not read again.
+func (p *publisher) connectionLost(open bool) {
+	if !open {
+		p.status = nil
+		return
+	}
+	p.expire(-1)
+}
+
+// expire counts as failed every publish sent before the time since start
+// given (-1: all of them).
+func (p *publisher) expire(before int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for seq, f := range p.pending {
+		if before < 0 || f.sent < before {
+			delete(p.pending, seq)
+			if before < 0 {
+				p.failLocked(seq, f.stamp, errors.New("connection lost before the PubAck"))
+			} else {
+				p.failLocked(seq, f.stamp, fmt.Errorf("no PubAck within %v", p.o.AckWait))
+			}
+		}
+	}
+}
+
+// takeFailed returns the publishes to send again, in sequence order.
+func (p *publisher) takeFailed() []failedPub {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.failed
+	p.failed = nil
+	slices.SortFunc(f, func(a, b failedPub) int { return cmp.Compare(a.seq, b.seq) })
+	return f
+}
+
+func (p *publisher) lastErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
 }
