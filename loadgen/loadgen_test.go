@@ -171,7 +171,9 @@ func TestPublishResendsWithoutPubAck(t *testing.T) {
 	if err := <-created; err != nil {
 		t.Fatal(err)
 	}
-	if err != nil || res.Retried != n || res.Acked != n || res.Failed != 0 {
+	// Every event was sent again at least once (more if a resend came
+	// before the stream was ready), and stored once.
+	if err != nil || res.Retried < n || res.Acked != n || res.Failed != 0 {
 		t.Fatalf("publish: %+v, %v; want all %d resent and acknowledged", res, err, n)
 	}
 	info, err := js.Stream(ctx, "NR")
@@ -239,5 +241,67 @@ func TestPublishResendsAfterReconnect(t *testing.T) {
 	}
 	if info.State.Msgs != 4000 {
 		t.Fatalf("stream holds %d messages, want 4000", info.State.Msgs)
+	}
+}
+
+// firstResend publishes o to a subject where a plain subscriber takes the
+// events and answers none, and returns when the first event arrives a
+// second time, measured from the start.
+func firstResend(t *testing.T, o Options) time.Duration {
+	t.Helper()
+	ns := testenv.NATS(t)
+	nc := ns.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type arrival struct {
+		id string
+		at time.Time
+	}
+	arrivals := make(chan arrival, 1000)
+	if _, err := nc.Subscribe(o.Subject+".>", func(m *nats.Msg) {
+		select {
+		case arrivals <- arrival{m.Header.Get(jetstream.MsgIDHeader), time.Now()}:
+		default:
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		_, _ = Publish(pctx, nc, o)
+	}()
+	defer func() { stop(); <-done }()
+	seen := map[string]bool{}
+	for {
+		select {
+		case a := <-arrivals:
+			if seen[a.id] {
+				return a.at.Sub(start)
+			}
+			seen[a.id] = true
+		case <-ctx.Done():
+			t.Fatal("no publish was sent again")
+		}
+	}
+}
+
+// Nothing is sent again before its AckWait has passed, also while the
+// publisher waits for room under MaxPending.
+func TestPublishWaitsAckWaitBeforeResending(t *testing.T) {
+	const ackWait = time.Second
+	if d := firstResend(t, Options{Subject: "aw", Events: 10, MaxPending: 5, Run: 8, AckWait: ackWait}); d < ackWait {
+		t.Fatalf("an event was sent again %v after the start, before AckWait (%v)", d, ackWait)
+	}
+}
+
+// In open loop a failed publish is sent again during the run, not after
+// its end, so the duplicate window need not cover the run.
+func TestPublishResendsDuringTheRun(t *testing.T) {
+	const run = 3 * time.Second
+	if d := firstResend(t, Options{Subject: "dr", Rate: 100, Duration: run, Run: 9, AckWait: 100 * time.Millisecond}); d >= run/2 {
+		t.Fatalf("the first resend came %v after the start of a %v run; want it within AckWait + 250ms or so", d, run)
 	}
 }

@@ -2,13 +2,13 @@ package loadgen
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,8 +35,9 @@ type Options struct {
 	// MaxPending bounds async publishes awaiting their PubAck (default 4096).
 	MaxPending int
 	// AckWait is how long a publish may wait for its PubAck before it counts
-	// as failed and is sent again (default 5s). Keep it well under the
-	// stream's duplicate window, which is what stores a resent event once.
+	// as failed and is sent again (default 5s). A resend is stored once only
+	// within the stream's duplicate window, which must cover up to 5 x
+	// (AckWait + 250ms) after the first send.
 	AckWait time.Duration
 	// Progress, when set, is called about every 100ms with the count sent.
 	Progress func(sent int)
@@ -61,12 +62,21 @@ type Result struct {
 	Elapsed time.Duration
 }
 
-// maxRetries bounds how often a publish whose PubAck failed is sent again.
-const maxRetries = 5
+// A PubAck that fails, or does not come within AckWait, does not mean the
+// message was not stored: the publisher sends it again with the same
+// Nats-Msg-Id, retryWait after the failure (nats.go waits as long before
+// it resends a publish that found no stream), up to maxRetries times, and
+// JetStream's duplicate window stores it at most once. So the window must
+// cover maxRetries x (AckWait + retryWait) from the first send: 26 s with
+// the default AckWait.
+const (
+	maxRetries = 5
+	retryWait  = 250 * time.Millisecond
+)
 
-// retryWait is the pause before each round of resends (nats.go waits as
-// long before it resends a publish that found no stream).
-const retryWait = 250 * time.Millisecond
+// checkEvery is how often the publisher looks for publishes to expire or
+// to send again.
+const checkEvery = 50 * time.Millisecond
 
 // sendTick is the open-loop publisher's shortest sleep.
 const sendTick = time.Millisecond
@@ -127,7 +137,7 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 				}
 			}
 		}
-		if err := p.waitPending(ctx, o.MaxPending-1); err != nil {
+		if err := p.waitPending(ctx, o.MaxPending-1, 0); err != nil {
 			return res, err
 		}
 		var stamp int64
@@ -137,34 +147,30 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			}
 			stamp = due.UnixNano()
 		}
-		p.send(ctx, seq, stamp)
+		p.send(ctx, seq, stamp, 1)
 		res.Sent++
+		if err := p.maintain(ctx, &res); err != nil {
+			return res, err
+		}
 		if o.Progress != nil && time.Since(lastProgress) >= 100*time.Millisecond {
 			o.Progress(res.Sent)
 			lastProgress = time.Now()
 		}
 	}
-	// A PubAck that fails or does not come in time does not mean the
-	// message was not stored: publish it again with the same Nats-Msg-Id,
-	// and JetStream's duplicate window stores it at most once.
-	for attempt := 0; ; attempt++ {
-		if err := p.waitPending(ctx, 0); err != nil {
+	// Wait for the last PubAcks, resending what fails, until every publish
+	// is acknowledged or given up.
+	for {
+		if err := p.resendDue(ctx, &res); err != nil {
 			return res, err
 		}
-		retry := p.takeFailed()
-		if len(retry) == 0 || attempt == maxRetries {
-			res.Failed = len(retry)
+		p.mu.Lock()
+		idle := len(p.pending) == 0 && len(p.failed) == 0
+		p.mu.Unlock()
+		if idle {
 			break
 		}
-		res.Retried += len(retry)
-		if err := p.sleep(ctx, retryWait); err != nil {
+		if err := p.waitPending(ctx, 0, checkEvery); err != nil {
 			return res, err
-		}
-		for _, f := range retry {
-			if err := p.waitPending(ctx, o.MaxPending-1); err != nil {
-				return res, err
-			}
-			p.send(ctx, f.seq, f.stamp)
 		}
 	}
 	res.Elapsed = time.Since(p.start)
@@ -178,12 +184,13 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	return res, nil
 }
 
-// publisher sends events with a reply subject of its own, <inbox>.<seq>,
-// and reads the PubAcks on one wildcard subscription. It keeps what it
-// needs to send an event again, (seq, stamp), not the message: an event is
-// a function of (run, seq) and its stamp. Unlike nats.go's PublishAsync it
-// allocates no future, timer or map entry with pointers per publish and
-// decodes a PubAck's JSON only when it is not the plain success shape.
+// publisher sends events with a reply subject of its own,
+// <inbox>.<seq>_<try>, and reads the PubAcks on one wildcard subscription.
+// It keeps what it needs to send an event again, (seq, stamp), not the
+// message: an event is a function of (run, seq) and its stamp. Unlike
+// nats.go's PublishAsync it allocates no future, timer or map entry with
+// pointers per publish and decodes a PubAck's JSON only when it is not the
+// plain success shape.
 type publisher struct {
 	nc     *nats.Conn
 	o      Options
@@ -193,27 +200,33 @@ type publisher struct {
 	status chan nats.Status // RECONNECTING or CLOSED: the PubAcks in flight are lost
 
 	// Used only by the sending goroutine.
-	msg      nats.Msg
-	buf      []byte
-	subjects []string // per device, made on first use
-	timer    *time.Timer
+	msg        nats.Msg
+	buf        []byte
+	subjects   []string // per device, made on first use
+	timer      *time.Timer
+	due        []failedPub // resendDue's scratch
+	nextCheck  time.Duration
+	nextExpire time.Duration
 
 	mu      sync.Mutex
 	pending map[uint64]inFlight // by seq
-	failed  []failedPub
-	err     error // the last failure's cause
-	limit   int   // wake the sender when len(pending) <= limit
+	failed  []failedPub         // oldest first
+	err     error               // the last failure's cause
+	limit   int                 // wake the sender when len(pending) <= limit
 	wake    chan struct{}
 }
 
 type inFlight struct {
 	stamp int64 // the event's ts in Unix ns; 0: Base + seq ms
 	sent  int64 // time since start, ns
+	try   int   // 1 for the first send
 }
 
 type failedPub struct {
 	seq   uint64
 	stamp int64
+	try   int   // the send that failed
+	at    int64 // when it failed, time since start in ns
 }
 
 func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, error) {
@@ -237,7 +250,7 @@ func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, er
 		return nil, fmt.Errorf("loadgen: subscribe to PubAcks: %w", err)
 	}
 	// Make sure the server has the subscription before the first PubAck.
-	fctx, cancel := context.WithTimeout(ctx, o.AckWait)
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := nc.FlushWithContext(fctx); err != nil {
 		_ = sub.Unsubscribe()
@@ -246,6 +259,7 @@ func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, er
 	p.sub = sub
 	p.status = nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
 	p.start = time.Now()
+	p.nextExpire = o.AckWait / 4
 	return p, nil
 }
 
@@ -256,9 +270,9 @@ func (p *publisher) close() {
 	_ = p.sub.Unsubscribe()
 }
 
-// send publishes event seq (with ts stamp, if not 0) and records it as in
-// flight before the PubAck can arrive.
-func (p *publisher) send(ctx context.Context, seq uint64, stamp int64) {
+// send publishes event seq (with ts stamp, if not 0) for the try-th time
+// and records it as in flight before the PubAck can arrive.
+func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) {
 	ev := Make(p.o.Run, seq, p.o.Subjects)
 	if stamp != 0 {
 		ev.TS = time.Unix(0, stamp).UTC()
@@ -270,7 +284,7 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64) {
 	}
 	m := &p.msg
 	m.Subject = p.subjects[dev]
-	m.Reply = p.prefix + strconv.FormatUint(seq, 10)
+	m.Reply = p.prefix + strconv.FormatUint(seq, 10) + "_" + strconv.Itoa(try)
 	m.Data = p.buf
 	var span trace.Span
 	if p.o.Tracer != nil {
@@ -287,14 +301,15 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64) {
 	} else {
 		m.Header[jetstream.MsgIDHeader][0] = MsgID(p.o.Run, seq)
 	}
+	f := inFlight{stamp: stamp, sent: int64(time.Since(p.start)), try: try}
 	p.mu.Lock()
-	p.pending[seq] = inFlight{stamp: stamp, sent: int64(time.Since(p.start))}
+	p.pending[seq] = f
 	p.mu.Unlock()
 	if err := p.nc.PublishMsg(m); err != nil {
 		p.mu.Lock()
-		if _, ok := p.pending[seq]; ok {
+		if g, ok := p.pending[seq]; ok && g.try == try {
 			delete(p.pending, seq)
-			p.failLocked(seq, stamp, err)
+			p.failLocked(seq, f, err)
 		}
 		p.mu.Unlock()
 	}
@@ -305,8 +320,14 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64) {
 
 // onReply settles the publish its subject names.
 func (p *publisher) onReply(m *nats.Msg) {
-	seq, err := strconv.ParseUint(m.Subject[len(p.prefix):], 10, 64)
-	if err != nil {
+	token := m.Subject[len(p.prefix):]
+	i := strings.IndexByte(token, '_')
+	if i < 0 {
+		return
+	}
+	seq, err1 := strconv.ParseUint(token[:i], 10, 64)
+	try, err2 := strconv.Atoi(token[i+1:])
+	if err1 != nil || err2 != nil {
 		return
 	}
 	cause := pubAckError(m)
@@ -314,11 +335,15 @@ func (p *publisher) onReply(m *nats.Msg) {
 	defer p.mu.Unlock()
 	f, ok := p.pending[seq]
 	if !ok {
-		return // settled already: timed out and queued to be sent again
+		return // settled already, or failed and waiting to be sent again
 	}
+	if cause != nil && f.try != try {
+		return // an earlier send's failure; this send may still succeed
+	}
+	// A success settles the event whichever send it answers: it is stored.
 	delete(p.pending, seq)
 	if cause != nil {
-		p.failLocked(seq, f.stamp, cause)
+		p.failLocked(seq, f, cause)
 	}
 	if len(p.pending) <= p.limit {
 		p.limit = -1
@@ -366,16 +391,72 @@ func pubAckError(m *nats.Msg) error {
 	return nil
 }
 
-// failLocked queues seq to be sent again. p.mu is held.
-func (p *publisher) failLocked(seq uint64, stamp int64, cause error) {
-	p.failed = append(p.failed, failedPub{seq: seq, stamp: stamp})
+// failLocked queues the failed send f of seq to be sent again. p.mu is held.
+func (p *publisher) failLocked(seq uint64, f inFlight, cause error) {
+	p.failed = append(p.failed, failedPub{seq: seq, stamp: f.stamp, try: f.try, at: int64(time.Since(p.start))})
 	p.err = cause
 }
 
-// waitPending returns once at most n publishes await their PubAck. While it
-// waits, publishes whose PubAck is later than AckWait, or was lost with a
-// reconnect, count as failed.
-func (p *publisher) waitPending(ctx context.Context, n int) error {
+// maintain runs between sends, every checkEvery: it expires publishes
+// whose PubAck is later than AckWait and sends again what failed.
+func (p *publisher) maintain(ctx context.Context, res *Result) error {
+	now := time.Since(p.start)
+	if now < p.nextCheck {
+		return nil
+	}
+	p.nextCheck = now + checkEvery
+	p.expireLate(now)
+	return p.resendDue(ctx, res)
+}
+
+// expireLate counts as failed the publishes sent more than AckWait before
+// now, at most once every AckWait/4.
+func (p *publisher) expireLate(now time.Duration) {
+	if now < p.nextExpire {
+		return
+	}
+	p.nextExpire = now + p.o.AckWait/4
+	p.expire(int64(now-p.o.AckWait), fmt.Errorf("no PubAck within %v", p.o.AckWait))
+}
+
+// resendDue sends again each failed publish whose retryWait has passed, or
+// gives it up (counting it in res.Failed) after maxRetries resends.
+func (p *publisher) resendDue(ctx context.Context, res *Result) error {
+	now := int64(time.Since(p.start))
+	p.mu.Lock()
+	due, keep := p.due[:0], p.failed[:0]
+	for _, f := range p.failed {
+		if now-f.at >= int64(retryWait) {
+			due = append(due, f)
+		} else {
+			keep = append(keep, f)
+		}
+	}
+	p.failed = keep
+	p.mu.Unlock()
+	p.due = due[:0]
+	for _, f := range due {
+		if f.try > maxRetries {
+			res.Failed++
+			continue
+		}
+		if err := p.waitPending(ctx, p.o.MaxPending-1, 0); err != nil {
+			return err
+		}
+		p.send(ctx, f.seq, f.stamp, f.try+1)
+		res.Retried++
+	}
+	return nil
+}
+
+// waitPending returns once at most n publishes await their PubAck, or after
+// maxWait (0: no limit). While it waits, publishes whose PubAck is later
+// than AckWait, or was lost with a reconnect, count as failed.
+func (p *publisher) waitPending(ctx context.Context, n int, maxWait time.Duration) error {
+	var deadline time.Duration
+	if maxWait > 0 {
+		deadline = time.Since(p.start) + maxWait
+	}
 	for {
 		p.mu.Lock()
 		if len(p.pending) <= n {
@@ -384,7 +465,15 @@ func (p *publisher) waitPending(ctx context.Context, n int) error {
 		}
 		p.limit = n
 		p.mu.Unlock()
-		p.timer.Reset(p.o.AckWait / 4)
+		now := time.Since(p.start)
+		if deadline > 0 && now >= deadline {
+			return nil
+		}
+		d := max(p.nextExpire-now, time.Millisecond)
+		if deadline > 0 {
+			d = min(d, deadline-now)
+		}
+		p.timer.Reset(d)
 		select {
 		case <-ctx.Done():
 			p.timer.Stop()
@@ -395,7 +484,7 @@ func (p *publisher) waitPending(ctx context.Context, n int) error {
 			p.timer.Stop()
 			p.connectionLost(open)
 		case <-p.timer.C:
-			p.expire(int64(time.Since(p.start) - p.o.AckWait))
+			p.expireLate(time.Since(p.start))
 		}
 	}
 }
@@ -424,34 +513,20 @@ func (p *publisher) connectionLost(open bool) {
 		p.status = nil
 		return
 	}
-	p.expire(-1)
+	p.expire(math.MaxInt64, errors.New("connection lost before the PubAck"))
 }
 
-// expire counts as failed every publish sent before the time since start
-// given (-1: all of them).
-func (p *publisher) expire(before int64) {
+// expire counts as failed every publish sent before the given time since
+// start.
+func (p *publisher) expire(before int64, cause error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for seq, f := range p.pending {
-		if before < 0 || f.sent < before {
+		if f.sent < before {
 			delete(p.pending, seq)
-			if before < 0 {
-				p.failLocked(seq, f.stamp, errors.New("connection lost before the PubAck"))
-			} else {
-				p.failLocked(seq, f.stamp, fmt.Errorf("no PubAck within %v", p.o.AckWait))
-			}
+			p.failLocked(seq, f, cause)
 		}
 	}
-}
-
-// takeFailed returns the publishes to send again, in sequence order.
-func (p *publisher) takeFailed() []failedPub {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	f := p.failed
-	p.failed = nil
-	slices.SortFunc(f, func(a, b failedPub) int { return cmp.Compare(a.seq, b.seq) })
-	return f
 }
 
 func (p *publisher) lastErr() error {
