@@ -458,3 +458,28 @@ func TestChildProblems(t *testing.T) {
 		t.Fatalf("problems(2) = %q", got)
 	}
 }
+
+// With --matrix and --compare baseline, each variant's repetition has its
+// own baseline run, and its ratio is taken against that run.
+func TestSummaryRatioPairsEachVariantWithItsBaseline(t *testing.T) {
+	var rs []Result
+	for rep := 1; rep <= 2; rep++ {
+		for _, v := range []struct {
+			name          string
+			engine, basel float64
+		}{{"a", 100, 50}, {"b", 90, 60}} {
+			rs = append(rs,
+				Result{Engine: EngineJetsink, Variant: v.name, Rep: rep, EventsPerSec: v.engine},
+				Result{Engine: EngineBaseline, Variant: v.name, Rep: rep, EventsPerSec: v.basel})
+		}
+	}
+	want := map[string]float64{"a": 2, "b": 1.5}
+	for _, s := range summarize(rs) {
+		if s.Engine != EngineJetsink {
+			continue
+		}
+		if s.Ratio.N != 2 || s.Ratio.Min != want[s.Variant] || s.Ratio.Max != want[s.Variant] {
+			t.Errorf("variant %s: ratio %+v, want %v in both repetitions", s.Variant, s.Ratio, want[s.Variant])
+		}
+	}
+}

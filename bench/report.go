@@ -64,7 +64,13 @@ func summarize(rs []Result) []Summary {
 	type key struct{ engine, variant string }
 	var order []key
 	groups := map[key][]Result{}
-	baseline := map[int]float64{} // rep -> baseline events/s
+	// Each variant's repetition runs its own baseline: a ratio is taken
+	// against that one, never against another variant's.
+	type run struct {
+		variant string
+		rep     int
+	}
+	baseline := map[run]float64{} // baseline events/s
 	for _, r := range rs {
 		k := key{r.Engine, r.Variant}
 		if _, ok := groups[k]; !ok {
@@ -72,7 +78,7 @@ func summarize(rs []Result) []Summary {
 		}
 		groups[k] = append(groups[k], r)
 		if r.Engine == EngineBaseline {
-			baseline[r.Rep] = r.EventsPerSec
+			baseline[run{r.Variant, r.Rep}] = r.EventsPerSec
 		}
 	}
 	var out []Summary
@@ -97,7 +103,7 @@ func summarize(rs []Result) []Summary {
 		}
 		var ratios []float64
 		for _, r := range g {
-			if b, ok := baseline[r.Rep]; ok && b > 0 && r.Engine != EngineBaseline {
+			if b, ok := baseline[run{r.Variant, r.Rep}]; ok && b > 0 && r.Engine != EngineBaseline {
 				ratios = append(ratios, r.EventsPerSec/b)
 			}
 		}
