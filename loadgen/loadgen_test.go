@@ -17,6 +17,38 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
+// jsEnv is an embedded JetStream server, a connection to it, and a context
+// that ends with the test or after a minute.
+type jsEnv struct {
+	ns  *testenv.NATSServer
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	ctx context.Context
+}
+
+func newJSEnv(t *testing.T) *jsEnv {
+	t.Helper()
+	ns := testenv.NATS(t)
+	nc := ns.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return &jsEnv{ns: ns, nc: nc, js: js, ctx: ctx}
+}
+
+// stream creates the stream cfg.
+func (e *jsEnv) stream(t *testing.T, cfg jetstream.StreamConfig) jetstream.Stream {
+	t.Helper()
+	s, err := e.js.CreateStream(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestEventIsDeterministicValidJSON(t *testing.T) {
 	a, b := Make(7, 42, 1000), Make(7, 42, 1000)
 	if a != b {
@@ -55,18 +87,9 @@ func TestEventIsDeterministicValidJSON(t *testing.T) {
 }
 
 func TestPublishStoresEveryEventOnce(t *testing.T) {
-	ns := testenv.NATS(t)
-	nc := ns.Connect(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LG", Subjects: []string{"lg.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newJSEnv(t)
+	ctx, nc := e.ctx, e.nc
+	stream := e.stream(t, jetstream.StreamConfig{Name: "LG", Subjects: []string{"lg.>"}})
 	opts := Options{Subject: "lg", Subjects: 50, Events: 5000, Run: 1}
 	res, err := Publish(ctx, nc, opts)
 	if err != nil || res.Acked != 5000 {
@@ -86,19 +109,14 @@ func TestPublishStoresEveryEventOnce(t *testing.T) {
 }
 
 func TestPublishOpenLoopAndFailures(t *testing.T) {
-	ns := testenv.NATS(t)
-	nc := ns.Connect(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	e := newJSEnv(t)
+	ctx, nc := e.ctx, e.nc
 	// No stream captures the subject: every publish must be counted failed.
 	res, err := Publish(ctx, nc, Options{Subject: "nowhere", Events: 20, Run: 2})
 	if err == nil || res.Failed != 20 {
 		t.Fatalf("publish without a stream: %+v, %v", res, err)
 	}
-	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OL", Subjects: []string{"ol.>"}}); err != nil {
-		t.Fatal(err)
-	}
+	e.stream(t, jetstream.StreamConfig{Name: "OL", Subjects: []string{"ol.>"}})
 	res, err = Publish(ctx, nc, Options{Subject: "ol", Rate: 2000, Duration: 250 * time.Millisecond, Run: 3})
 	if err != nil || res.Sent != 500 || res.Acked != 500 {
 		t.Fatalf("open loop: %+v, %v", res, err)
@@ -106,15 +124,9 @@ func TestPublishOpenLoopAndFailures(t *testing.T) {
 }
 
 func TestPublishStampsScheduledSendTime(t *testing.T) {
-	ns := testenv.NATS(t)
-	nc := ns.Connect(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	js, _ := jetstream.New(nc)
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ST", Subjects: []string{"st.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newJSEnv(t)
+	ctx, nc := e.ctx, e.nc
+	stream := e.stream(t, jetstream.StreamConfig{Name: "ST", Subjects: []string{"st.>"}})
 	before := time.Now()
 	if _, err := Publish(ctx, nc, Options{Subject: "st", Rate: 1000, Duration: 100 * time.Millisecond, Run: 4, Stamp: true}); err != nil {
 		t.Fatal(err)
@@ -144,11 +156,8 @@ func TestPublishStampsScheduledSendTime(t *testing.T) {
 // A publish whose PubAck never comes is sent again after AckWait, and the
 // duplicate window stores it once.
 func TestPublishResendsWithoutPubAck(t *testing.T) {
-	ns := testenv.NATS(t)
-	nc := ns.Connect(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	js, _ := jetstream.New(nc)
+	e := newJSEnv(t)
+	ctx, nc, js := e.ctx, e.nc, e.js
 	const n = 200
 	// Until the stream exists a plain subscriber takes the events and
 	// answers none of them; it creates the stream once it has them all.
@@ -187,16 +196,9 @@ func TestPublishResendsWithoutPubAck(t *testing.T) {
 
 // JetStream's error PubAcks count as failures, with their description.
 func TestPublishReportsJetStreamErrors(t *testing.T) {
-	ns := testenv.NATS(t)
-	nc := ns.Connect(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FULL", Subjects: []string{"full.>"},
-		MaxMsgs: 10, Discard: jetstream.DiscardNew}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := Publish(ctx, nc, Options{Subject: "full", Events: 25, Run: 6})
+	e := newJSEnv(t)
+	e.stream(t, jetstream.StreamConfig{Name: "FULL", Subjects: []string{"full.>"}, MaxMsgs: 10, Discard: jetstream.DiscardNew})
+	res, err := Publish(e.ctx, e.nc, Options{Subject: "full", Events: 25, Run: 6})
 	if !errors.Is(err, ErrNotAcked) || !strings.Contains(err.Error(), "maximum messages exceeded") {
 		t.Fatalf("error %v, want ErrNotAcked naming the stream's limit", err)
 	}
@@ -208,15 +210,9 @@ func TestPublishReportsJetStreamErrors(t *testing.T) {
 // The PubAcks in flight when the connection drops are lost with it: they
 // are sent again after the reconnect, not after AckWait.
 func TestPublishResendsAfterReconnect(t *testing.T) {
-	ns := testenv.NATS(t)
-	nc := ns.Connect(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	js, _ := jetstream.New(nc)
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RC", Subjects: []string{"rc.>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newJSEnv(t)
+	ctx, nc, ns := e.ctx, e.nc, e.ns
+	stream := e.stream(t, jetstream.StreamConfig{Name: "RC", Subjects: []string{"rc.>"}})
 	var restarted bool
 	var restartErr error
 	o := Options{Subject: "rc", Subjects: 10, Rate: 4000, Duration: time.Second, Run: 7, AckWait: time.Hour}
@@ -249,10 +245,8 @@ func TestPublishResendsAfterReconnect(t *testing.T) {
 // second time, measured from the start.
 func firstResend(t *testing.T, o Options) time.Duration {
 	t.Helper()
-	ns := testenv.NATS(t)
-	nc := ns.Connect(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	e := newJSEnv(t)
+	ctx, nc := e.ctx, e.nc
 	type arrival struct {
 		id string
 		at time.Time
