@@ -103,7 +103,7 @@ process span is its child.`,
 	f.Uint64Var(&o.Run, "run", 0, "run id for ids and Nats-Msg-Ids (default: the clock)")
 	f.Uint64Var(&o.First, "first", 0, "first sequence number")
 	f.IntVar(&o.MaxPending, "max-pending", 4096, "async publishes awaiting their PubAck")
-	f.DurationVar(&o.AckWait, "ack-wait", 5*time.Second, "send a publish again when its PubAck has not come within this (keep it under the stream's duplicate window)")
+	f.DurationVar(&o.AckWait, "ack-wait", 5*time.Second, "send a publish again when its PubAck has not come within this; the stream's duplicate window must cover 5 x (ack-wait + 250ms)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
 	return cmd
 }
