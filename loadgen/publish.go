@@ -164,19 +164,31 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			return res, err
 		}
 		p.mu.Lock()
-		idle := len(p.pending) == 0 && len(p.failed) == 0
+		pending, failed := len(p.pending), len(p.failed)
 		p.mu.Unlock()
-		if idle {
-			break
+		var err error
+		switch {
+		case pending == 0 && failed == 0:
+			return p.finish(res)
+		case pending == 0:
+			// Only resends waiting for their retryWait: waitPending
+			// would return at once.
+			err = p.sleep(ctx, checkEvery)
+		default:
+			err = p.waitPending(ctx, 0, checkEvery)
 		}
-		if err := p.waitPending(ctx, 0, checkEvery); err != nil {
+		if err != nil {
 			return res, err
 		}
 	}
+}
+
+// finish completes res once every publish is acknowledged or given up.
+func (p *publisher) finish(res Result) (Result, error) {
 	res.Elapsed = time.Since(p.start)
 	res.Acked = res.Sent - res.Failed
-	if o.Progress != nil {
-		o.Progress(res.Sent)
+	if p.o.Progress != nil {
+		p.o.Progress(res.Sent)
 	}
 	if res.Failed > 0 {
 		return res, fmt.Errorf("%w: %d of %d (last: %v)", ErrNotAcked, res.Failed, res.Sent, p.lastErr())
@@ -202,9 +214,9 @@ type publisher struct {
 	// Used only by the sending goroutine.
 	msg        nats.Msg
 	buf        []byte
+	reply      []byte   // the reply subject being built
 	subjects   []string // per device, made on first use
 	timer      *time.Timer
-	due        []failedPub // resendDue's scratch
 	nextCheck  time.Duration
 	nextExpire time.Duration
 
@@ -284,7 +296,11 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) 
 	}
 	m := &p.msg
 	m.Subject = p.subjects[dev]
-	m.Reply = p.prefix + strconv.FormatUint(seq, 10) + "_" + strconv.Itoa(try)
+	p.reply = append(p.reply[:0], p.prefix...)
+	p.reply = strconv.AppendUint(p.reply, seq, 10)
+	p.reply = append(p.reply, '_')
+	p.reply = strconv.AppendInt(p.reply, int64(try), 10)
+	m.Reply = string(p.reply)
 	m.Data = p.buf
 	var span trace.Span
 	if p.o.Tracer != nil {
@@ -307,7 +323,7 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) 
 	p.mu.Unlock()
 	if err := p.nc.PublishMsg(m); err != nil {
 		p.mu.Lock()
-		if g, ok := p.pending[seq]; ok && g.try == try {
+		if _, ok := p.pending[seq]; ok { // not settled by an earlier send's PubAck meanwhile
 			delete(p.pending, seq)
 			p.failLocked(seq, f, err)
 		}
@@ -424,7 +440,8 @@ func (p *publisher) expireLate(now time.Duration) {
 func (p *publisher) resendDue(ctx context.Context, res *Result) error {
 	now := int64(time.Since(p.start))
 	p.mu.Lock()
-	due, keep := p.due[:0], p.failed[:0]
+	var due []failedPub
+	keep := p.failed[:0]
 	for _, f := range p.failed {
 		if now-f.at >= int64(retryWait) {
 			due = append(due, f)
@@ -434,7 +451,6 @@ func (p *publisher) resendDue(ctx context.Context, res *Result) error {
 	}
 	p.failed = keep
 	p.mu.Unlock()
-	p.due = due[:0]
 	for _, f := range due {
 		if f.try > maxRetries {
 			res.Failed++
