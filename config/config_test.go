@@ -105,6 +105,20 @@ func TestMemoryLimitAuto(t *testing.T) {
 	}
 }
 
+// A duration written as a bare 0 is zero (YAML alone refuses it), in the
+// file, the environment and --set.
+func TestZeroDurationWithoutUnit(t *testing.T) {
+	cfg, err := Parse([]byte("postgres:\n  batch: {min_delay: 0}\n"),
+		[]string{"JETSINK_POSTGRES_BATCH_MAX_DELAY=0"}, []string{"postgres.batch.overlap_delay=0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cfg.Postgres.Batch
+	if b.MinDelay != 0 || b.MaxDelay != 0 || b.OverlapDelay != 0 {
+		t.Fatalf("min_delay %v, max_delay %v, overlap_delay %v; want all 0", b.MinDelay, b.MaxDelay, b.OverlapDelay)
+	}
+}
+
 func TestParseErrorsNameTheKey(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -117,6 +131,8 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"not a mapping", "- a\n- b\n", nil, nil, "mapping"},
 		{"bad size", "pipeline:\n  max_event_bytes: lots\n", nil, nil, "pipeline.max_event_bytes"},
 		{"bad duration", "nats:\n  ack_wait: soon\n", nil, nil, "soon"},
+		{"duration without a unit", "postgres:\n  batch: {max_delay: 20}\n", nil, nil, "postgres.batch.max_delay: \"20\" has no unit"},
+		{"--set duration without a unit", "", nil, []string{"nats.ack_wait=30"}, "nats.ack_wait: \"30\" has no unit"},
 		{"unknown env", "", []string{"JETSINK_NATS_UR=x"}, nil, "JETSINK_NATS_UR"},
 		{"unknown --set key", "", nil, []string{"postgres.batch.rows=1"}, "postgres.batch.rows"},
 		{"--set without =", "", nil, []string{"postgres.table"}, "key=value"},

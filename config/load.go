@@ -128,7 +128,13 @@ func parse(raw []byte, env, set []string) (Config, error) {
 			return Config{}, fmt.Errorf("%w: --set %s: %w", ErrInvalidConfig, path, err)
 		}
 	}
-	if err := normalizeSizes(root, ""); err != nil {
+	durations := map[string]bool{}
+	for _, k := range keys {
+		if k.Type == "duration" {
+			durations[k.Path] = true
+		}
+	}
+	if err := normalizeScalars(root, "", durations); err != nil {
 		return Config{}, err
 	}
 	text, err := yaml.Marshal(root)
@@ -196,9 +202,12 @@ func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 	return nil
 }
 
-// normalizeSizes turns human sizes under keys ending in "bytes" (and
-// memory_limit, whose "auto" becomes MemoryLimitAuto) into plain integers.
-func normalizeSizes(node *yaml.Node, prefix string) error {
+// normalizeScalars turns human sizes under keys ending in "bytes" (and
+// memory_limit, whose "auto" becomes MemoryLimitAuto) into plain integers,
+// and a duration written as 0 into 0s (YAML decodes a bare number into a
+// duration as an error); another bare number for a duration is an error
+// that asks for a unit.
+func normalizeScalars(node *yaml.Node, prefix string, durations map[string]bool) error {
 	if node.Kind != yaml.MappingNode {
 		return nil
 	}
@@ -209,8 +218,17 @@ func normalizeSizes(node *yaml.Node, prefix string) error {
 			path = prefix + "." + key
 		}
 		if val.Kind == yaml.MappingNode {
-			if err := normalizeSizes(val, path); err != nil {
+			if err := normalizeScalars(val, path, durations); err != nil {
 				return err
+			}
+			continue
+		}
+		if val.Kind == yaml.ScalarNode && durations[path] {
+			if f, err := strconv.ParseFloat(val.Value, 64); err == nil {
+				if f != 0 {
+					return fmt.Errorf("%w: %s: %q has no unit (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, path, val.Value)
+				}
+				val.Value, val.Tag, val.Style = "0s", "!!str", 0
 			}
 			continue
 		}
