@@ -20,21 +20,30 @@ const carrySize = 256
 // reused: Connections+1 of them circulate between the batcher (one open
 // batch) and the committers (one each), plus the carry.
 type batch struct {
-	mu    sync.Mutex     // guards rows (length), lo, since and beat against the heartbeat
-	rows  []pipeline.Row // capacity fixed at creation
-	lo    int            // rows[:lo] are settled (acked or dead-lettered); settlement is a prefix
-	bytes int            // sum of len(Tuple) of rows
-	since time.Time      // when the first row came in; zero when empty
-	beat  time.Time      // when InProgress was last sent for the batch
+	mu     sync.Mutex     // guards rows (length), lo, since and beat against the heartbeat
+	rows   []pipeline.Row // capacity fixed at creation
+	lo     int            // rows[:lo] are settled (acked or dead-lettered); settlement is a prefix
+	bytes  int            // sum of len(Tuple) of rows
+	since  time.Time      // when JetStream delivered its oldest row; zero when empty
+	opened time.Time      // when its first row came into the batch
+	beat   time.Time      // when InProgress was last sent for the batch
 
 	deadline time.Time // batcher only: since + max_delay
 	spare    bool      // made to hold rows during a stall; dropped after its commit
 }
 
-// lingerEnd is when b stops lingering: min_delay after its oldest row, but
-// no later than its max_delay deadline.
-func (b *batch) lingerEnd(cfg *BatchConfig) time.Time {
-	return b.since.Add(min(cfg.MinDelay, cfg.MaxDelay))
+// lingerEnd is when b, not full, stops waiting for a free committer: when
+// its oldest row has been in jetsink for min_delay; while another
+// committer is busy, overlap_delay after b opened, if that is later (see
+// BatchConfig.OverlapDelay). Either delay is at most max_delay.
+func (b *batch) lingerEnd(cfg *BatchConfig, busy bool) time.Time {
+	end := b.since.Add(min(cfg.MinDelay, cfg.MaxDelay))
+	if busy && cfg.OverlapDelay > 0 {
+		if o := b.opened.Add(min(cfg.OverlapDelay, cfg.MaxDelay)); o.After(end) {
+			return o
+		}
+	}
+	return end
 }
 
 // settledTo records that rows[:hi] are settled (acked or dead-lettered), so
@@ -53,8 +62,15 @@ func (b *batch) reset() {
 	clear(b.rows)
 	b.rows = b.rows[:0]
 	b.lo, b.bytes = 0, 0
-	b.since, b.beat = time.Time{}, time.Time{}
+	b.since, b.beat, b.opened = time.Time{}, time.Time{}, time.Time{}
 	b.mu.Unlock()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // run is the state of one Run call.
@@ -159,7 +175,9 @@ func (s *Sink) logProblems(ctx context.Context) {
 // batcher is the one goroutine that pops rows and cuts batches.
 //
 // The rule: a batch is handed to a committer as soon as one is free and no
-// more rows are waiting; it grows only while every committer is busy, and
+// more rows are waiting (after min_delay, or overlap_delay while another
+// committer is busy, unless it is full); it grows only while it lingers so
+// or every committer is busy, and
 // it is cut (stops growing) when it reaches max_rows or max_bytes, or when
 // max_delay has passed since its first row. So an idle sink commits a single
 // row at once, and a busy one commits big batches. A cut batch waits for the
@@ -227,10 +245,23 @@ func (r *run) batcher(ctx context.Context) error {
 		}
 		now := time.Now()
 		// min_delay: a batch that is not full waits until its oldest row
-		// has been in jetsink that long before it takes a free committer.
-		linger := cfg.MinDelay > 0 && !full && !closed && len(held) == 0 && now.Before(b.lingerEnd(cfg))
+		// has been in jetsink that long before it takes a free committer;
+		// overlap_delay instead while another committer is busy (free
+		// can only grow meanwhile: only the batcher takes tokens).
+		free := len(r.ready)
+		busy := free < r.s.cfg.Connections
+		lingerEnd := b.lingerEnd(cfg, busy)
+		linger := !full && !closed && len(held) == 0 && now.Before(lingerEnd)
 		if !linger && r.claim() {
 			if err := handOldest(); err != nil {
+				return err
+			}
+			continue
+		}
+		if linger && !now.Before(b.deadline) {
+			// Past max_delay b stops growing, but it may still wait out
+			// overlap_delay for a busy committer to free up.
+			if err := r.wait(ctx, lingerEnd, free, 0); err != nil {
 				return err
 			}
 			continue
@@ -267,9 +298,25 @@ func (r *run) batcher(ctx context.Context) error {
 			continue
 		}
 		// Wait for more rows, a free committer, or b's max_delay; while b
-		// lingers, for more rows or the end of its min_delay.
+		// lingers, for more rows or the end of its linger, and while it
+		// lingers for overlap_delay also for another committer to free
+		// up (with none busy, min_delay applies).
 		// (Woken by a free committer or a deadline, the loop looks again.)
-		if err := r.wait(ctx, b, linger); errors.Is(err, ringq.ErrClosed) {
+		var until time.Time
+		wakeAbove := -1 // no wake
+		switch {
+		case !linger:
+			wakeAbove = 0 // claim failed: no committer was free
+			if len(b.rows) > 0 {
+				until = b.deadline
+			}
+		case lingerEnd.After(b.lingerEnd(cfg, false)):
+			// overlap_delay: until max_delay (then b stops growing).
+			until, wakeAbove = minTime(lingerEnd, b.deadline), free
+		default:
+			until = lingerEnd
+		}
+		if err := r.wait(ctx, until, wakeAbove, r.room(b)); errors.Is(err, ringq.ErrClosed) {
 			closed = true
 		} else if err != nil {
 			return err
@@ -277,30 +324,32 @@ func (r *run) batcher(ctx context.Context) error {
 	}
 }
 
-// wait pops rows into the carry, blocking until some come, a committer
-// frees up, or b's max_delay passes when b has rows. While b lingers
-// (min_delay), a free committer does not end the wait, and b's min_delay
-// does. It returns ringq.ErrClosed once the Source is closed and drained.
-func (r *run) wait(ctx context.Context, b *batch, linger bool) error {
+// wait pops up to n rows into the carry, blocking until some come, until
+// (unless it is zero), or, when wakeAbove >= 0, until more than wakeAbove
+// committers are free (it registers a wake for that). With n 0 it pops
+// nothing and waits for the other two. It returns ringq.ErrClosed once the
+// Source is closed and drained.
+func (r *run) wait(ctx context.Context, until time.Time, wakeAbove, n int) error {
 	var wctx context.Context
 	var cancel context.CancelFunc
-	switch {
-	case linger:
-		wctx, cancel = context.WithDeadline(ctx, b.lingerEnd(&r.s.cfg.Batch))
-	case len(b.rows) > 0:
-		wctx, cancel = context.WithDeadline(ctx, b.deadline)
-	default:
+	if until.IsZero() {
 		wctx, cancel = context.WithCancel(ctx)
+	} else {
+		wctx, cancel = context.WithDeadline(ctx, until)
 	}
 	defer cancel()
-	if !linger {
+	if wakeAbove >= 0 {
 		r.setWake(cancel)
 		defer r.setWake(nil)
-		if len(r.ready) > 0 { // a committer freed up before the wake was set
+		if len(r.ready) > wakeAbove { // a committer freed up before the wake was set
 			return nil
 		}
 	}
-	n, err := r.src.PopN(wctx, r.carry.rows[:r.room(b)])
+	if n == 0 {
+		<-wctx.Done()
+		return ctx.Err()
+	}
+	n, err := r.src.PopN(wctx, r.carry.rows[:n])
 	switch {
 	case n > 0:
 		r.setCarry(n)
@@ -475,6 +524,7 @@ func (r *run) fill(b *batch, cfg *BatchConfig) bool {
 	defer c.mu.Unlock()
 	defer b.mu.Unlock()
 	if len(b.rows) == 0 && c.lo < len(c.rows) {
+		b.opened = time.Now()
 		b.since = c.since
 		b.deadline = b.since.Add(cfg.MaxDelay)
 		b.beat = c.beat

@@ -87,6 +87,20 @@ type BatchConfig struct {
 	// p99 was 8-9 ms against 12-24 ms at 5-10ms; on two saturated cores,
 	// session 5, 10ms halved the p99 against 5ms).
 	MinDelay time.Duration `yaml:"min_delay"`
+	// OverlapDelay holds a batch that is not full back from a free
+	// connection while another connection is still committing: it waits
+	// for that one to free up (then it goes at once), or until
+	// OverlapDelay (at most MaxDelay) has passed since its first row came
+	// into it. So a second connection commits beside the first only when
+	// the batch is full or the first falls behind, and a drain makes
+	// fewer, larger transactions, which cost PostgreSQL less per row than
+	// concurrent small ones (BENCHMARKS.md, session 16). Counted from the
+	// batch's first row, not from JetStream's delivery like MinDelay and
+	// MaxDelay: in a backlog rows reach the sink already older than
+	// MaxDelay. Past MaxDelay the batch stops growing but may still wait.
+	// 0: a free connection takes the batch after MinDelay, busy or not.
+	// Default 20ms.
+	OverlapDelay time.Duration `yaml:"overlap_delay"`
 }
 
 // RetryConfig is postgres.retry: capped exponential backoff with jitter.
@@ -108,7 +122,7 @@ func DefaultConfig() Config {
 		URL:         "postgres://postgres@127.0.0.1:5432/postgres",
 		Table:       "events",
 		Mode:        AtLeastOnce,
-		Batch:       BatchConfig{MaxRows: 5000, MaxBytes: 4 << 20, MaxDelay: 20 * time.Millisecond, MinDelay: 2 * time.Millisecond},
+		Batch:       BatchConfig{MaxRows: 5000, MaxBytes: 4 << 20, MaxDelay: 20 * time.Millisecond, MinDelay: 2 * time.Millisecond, OverlapDelay: 20 * time.Millisecond},
 		Connections: 4,
 		AppName:     "jetsink",
 		Retry:       RetryConfig{Initial: 100 * time.Millisecond, Max: 5 * time.Second},
@@ -144,6 +158,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Batch.MinDelay < 0 {
 		return fmt.Errorf("%w: postgres.batch.min_delay must be >= 0 (default 2ms)", ErrInvalidConfig)
+	}
+	if c.Batch.OverlapDelay < 0 {
+		return fmt.Errorf("%w: postgres.batch.overlap_delay must be >= 0 (default %v)", ErrInvalidConfig, DefaultConfig().Batch.OverlapDelay)
 	}
 	if c.Connections < 1 || c.Connections > 64 {
 		return fmt.Errorf("%w: postgres.connections must be between 1 and 64 (default 4)", ErrInvalidConfig)

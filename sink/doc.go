@@ -39,7 +39,12 @@
 // Batch.MinDelay (linger, 2ms by default) changes "at once": a batch that
 // is not full waits for a free committer until its oldest row has been in
 // jetsink that long (at most MaxDelay), so a steady trickle makes fewer,
-// larger transactions.
+// larger transactions. Batch.OverlapDelay does the same while another
+// committer is busy, with a longer wait (at most MaxDelay): the batch
+// waits for the busy committer (when it frees up, the batch goes at once),
+// so a second committer commits beside it only when the first falls
+// behind or the batch is full. Concurrent small COPYs into one table cost
+// PostgreSQL more per row than one larger one (BENCHMARKS.md, session 16).
 //
 // # Delivery
 //

@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -167,6 +168,90 @@ func TestMinDelay(t *testing.T) {
 	}
 	if got, want := txSizes(t, ctx, pg.Conn(t), s.cfg.Table), []int{6, 10, 2}; !equal(got, want) {
 		t.Fatalf("transaction sizes %v, want %v", got, want)
+	}
+}
+
+// overlap_delay: while one committer is busy, a batch that is not full
+// waits for it (a committer freeing up with none busy takes it at once),
+// or takes another committer once overlap_delay has passed since it
+// opened; a full batch takes another committer at once. Row 1 holds
+// committer 1 in pg_sleep while rows 2..16 arrive (max_rows 10). Rows
+// delivered long ago (a backlog) are past max_delay when they reach the
+// sink: their batch stops growing, but still waits out overlap_delay.
+func TestOverlapDelay(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		overlap  time.Duration
+		maxDelay time.Duration
+		old      bool // rows 2..16 were delivered a minute ago
+		sleep    int  // seconds row 1 holds its committer
+	}{
+		{"off", 0, time.Hour, false, 3},
+		{"1s", time.Second, time.Hour, false, 5},
+		{"longer than the busy commit", time.Hour, time.Hour, false, 3},
+		{"rows past max_delay", time.Hour, time.Second, true, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
+				c.Connections, c.Batch.MaxRows, c.Batch.MinDelay, c.Batch.MaxDelay = 2, 10, 0, tc.maxDelay
+				c.Batch.OverlapDelay = tc.overlap
+			})
+			admin := pg.Conn(t)
+			triggerOn(t, ctx, admin, s.table, "slow", "NEW.payload->>'slow' IS NOT NULL",
+				fmt.Sprintf("PERFORM pg_sleep(%d)", tc.sleep))
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+
+			rs, ms := rows(1, 16, func(seq int) string {
+				if seq == 1 {
+					return `{"slow":true}`
+				}
+				return `{}`
+			})
+			if tc.old {
+				for i := 1; i < len(rs); i++ {
+					rs[i].Event.Received = time.Now().Add(-time.Minute)
+				}
+			}
+			src.push(t, ctx, rs[:1])
+			waitFor(t, ctx, "row 1 to sleep in its COPY", func() bool {
+				return backends(t, ctx, admin, s.cfg.AppName, "wait_event = 'PgSleep'") == 1
+			})
+			start := time.Now()
+			src.push(t, ctx, rs[1:])
+			waitFor(t, ctx, "the full batch (rows 2..11) to be acked", allAcked(ms[1:11]))
+			if allAcked(ms[:1])() {
+				t.Fatal("row 1 was acked before pg_sleep ended")
+			}
+			late := ms[11:]
+			// How long rows 12..16 wait beside the busy committer: 0 means
+			// until it frees up.
+			wantWait := min(tc.overlap, tc.maxDelay)
+			if wantWait == time.Hour {
+				wantWait = 0
+			}
+			if wantWait == 0 && tc.overlap > 0 && allAcked(late)() {
+				t.Fatal("rows 12..16 were committed beside the busy committer")
+			}
+			waitFor(t, ctx, "rows 12..16 to be acked", allAcked(late))
+			took := time.Since(start)
+			if row1 := allAcked(ms[:1])(); (wantWait == 0 && tc.overlap > 0) != row1 {
+				t.Fatalf("rows 12..16 committed after %v; row 1 acked: %v", took, row1)
+			}
+			if took < wantWait {
+				t.Fatalf("rows 12..16 were committed after %v, before overlap_delay %v", took, wantWait)
+			}
+			waitFor(t, ctx, "row 1 to be acked", allAcked(ms[:1]))
+			src.close()
+			if err := wait(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if got, want := txSizes(t, ctx, admin, s.cfg.Table), []int{1, 10, 5}; !equal(got, want) {
+				t.Fatalf("transaction sizes %v, want %v", got, want)
+			}
+		})
 	}
 }
 
@@ -471,12 +556,19 @@ func refuseBadRows(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx
 // (SQLSTATE P0001) for rows where cond holds.
 func raiseOn(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx.Identifier, cond string) {
 	t.Helper()
-	fn := pgx.Identifier{table[len(table)-1] + "_refuse"}.Sanitize()
+	triggerOn(t, ctx, admin, table, "refuse", cond, "RAISE EXCEPTION 'row refused'")
+}
+
+// triggerOn adds a BEFORE INSERT trigger called name to table that runs
+// the PL/pgSQL statement action for rows where cond holds.
+func triggerOn(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx.Identifier, name, cond, action string) {
+	t.Helper()
+	fn := pgx.Identifier{table[len(table)-1] + "_" + name}.Sanitize()
 	if _, err := admin.Exec(ctx, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF "+cond+
-		" THEN RAISE EXCEPTION 'row refused'; END IF; RETURN NEW; END $$"); err != nil {
+		" THEN "+action+"; END IF; RETURN NEW; END $$"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Exec(ctx, "CREATE TRIGGER refuse BEFORE INSERT ON "+table.Sanitize()+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()"); err != nil {
+	if _, err := admin.Exec(ctx, "CREATE TRIGGER "+name+" BEFORE INSERT ON "+table.Sanitize()+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()"); err != nil {
 		t.Fatal(err)
 	}
 }
