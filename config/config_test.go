@@ -108,14 +108,14 @@ func TestMemoryLimitAuto(t *testing.T) {
 // A duration written as a bare 0 is zero (YAML alone refuses it), in the
 // file, the environment and --set.
 func TestZeroDurationWithoutUnit(t *testing.T) {
-	cfg, err := Parse([]byte("postgres:\n  batch: {min_delay: 0}\n"),
+	cfg, err := Parse([]byte("postgres:\n  batch: {min_delay: 0.0, max_rows: 7}\nnats:\n  ack_wait: \"0\"\n"),
 		[]string{"JETSINK_POSTGRES_BATCH_MAX_DELAY=0"}, []string{"postgres.batch.overlap_delay=0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := cfg.Postgres.Batch
-	if b.MinDelay != 0 || b.MaxDelay != 0 || b.OverlapDelay != 0 {
-		t.Fatalf("min_delay %v, max_delay %v, overlap_delay %v; want all 0", b.MinDelay, b.MaxDelay, b.OverlapDelay)
+	if b.MinDelay != 0 || b.MaxDelay != 0 || b.OverlapDelay != 0 || cfg.NATS.AckWait != 0 {
+		t.Fatalf("min_delay %v, max_delay %v, overlap_delay %v, ack_wait %v; want all 0", b.MinDelay, b.MaxDelay, b.OverlapDelay, cfg.NATS.AckWait)
 	}
 }
 
@@ -133,6 +133,9 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"bad duration", "nats:\n  ack_wait: soon\n", nil, nil, "soon"},
 		{"duration without a unit", "postgres:\n  batch: {max_delay: 20}\n", nil, nil, "postgres.batch.max_delay: \"20\" has no unit"},
 		{"--set duration without a unit", "", nil, []string{"nats.ack_wait=30"}, "nats.ack_wait: \"30\" has no unit"},
+		{"hex duration", "nats:\n  ack_wait: 0x10\n", nil, nil, "nats.ack_wait: \"0x10\" has no unit"},
+		{"infinite duration", "nats:\n  ack_wait: .inf\n", nil, nil, "nats.ack_wait: \".inf\" has no unit"},
+		{"quoted duration without a unit", "nats:\n  ack_wait: \"30\"\n", nil, nil, "nats.ack_wait: \"30\" is not a duration"},
 		{"unknown env", "", []string{"JETSINK_NATS_UR=x"}, nil, "JETSINK_NATS_UR"},
 		{"unknown --set key", "", nil, []string{"postgres.batch.rows=1"}, "postgres.batch.rows"},
 		{"--set without =", "", nil, []string{"postgres.table"}, "key=value"},

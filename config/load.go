@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"go.yaml.in/yaml/v3"
@@ -204,9 +205,9 @@ func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 
 // normalizeScalars turns human sizes under keys ending in "bytes" (and
 // memory_limit, whose "auto" becomes MemoryLimitAuto) into plain integers,
-// and a duration written as 0 into 0s (YAML decodes a bare number into a
-// duration as an error); another bare number for a duration is an error
-// that asks for a unit.
+// and a duration written as the number 0 into 0s (YAML refuses to decode a
+// number into a duration); another number for a duration is an error that
+// asks for a unit.
 func normalizeScalars(node *yaml.Node, prefix string, durations map[string]bool) error {
 	if node.Kind != yaml.MappingNode {
 		return nil
@@ -224,11 +225,20 @@ func normalizeScalars(node *yaml.Node, prefix string, durations map[string]bool)
 			continue
 		}
 		if val.Kind == yaml.ScalarNode && durations[path] {
-			if f, err := strconv.ParseFloat(val.Value, 64); err == nil {
-				if f != 0 {
+			// A number as YAML reads one (0x10, 1_000, .inf too); a
+			// quoted "0" is a string, which time.ParseDuration takes.
+			// (Checked here so that the error names the key.)
+			switch val.ShortTag() {
+			case "!!int", "!!float":
+				var f float64
+				if err := val.Decode(&f); err != nil || f != 0 {
 					return fmt.Errorf("%w: %s: %q has no unit (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, path, val.Value)
 				}
 				val.Value, val.Tag, val.Style = "0s", "!!str", 0
+			case "!!str":
+				if _, err := time.ParseDuration(val.Value); err != nil {
+					return fmt.Errorf("%w: %s: %q is not a duration (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, path, val.Value)
+				}
 			}
 			continue
 		}

@@ -25,7 +25,7 @@ type batch struct {
 	lo     int            // rows[:lo] are settled (acked or dead-lettered); settlement is a prefix
 	bytes  int            // sum of len(Tuple) of rows
 	since  time.Time      // when JetStream delivered its oldest row; zero when empty
-	opened time.Time      // when its first row came into the batch
+	opened time.Time      // batcher only: when its first row came into the batch
 	beat   time.Time      // when InProgress was last sent for the batch
 
 	deadline time.Time // batcher only: since + max_delay
@@ -33,9 +33,9 @@ type batch struct {
 }
 
 // lingerEnd is when b, not full, stops waiting for a free committer: when
-// its oldest row has been in jetsink for min_delay; while another
-// committer is busy, overlap_delay after b opened, if that is later (see
-// BatchConfig.OverlapDelay). Either delay is at most max_delay.
+// its oldest row has been in jetsink for min_delay; while any other
+// committer is busy, the later of that and overlap_delay after b opened
+// (see BatchConfig.OverlapDelay). Either delay is at most max_delay.
 func (b *batch) lingerEnd(cfg *BatchConfig, busy bool) time.Time {
 	end := b.since.Add(min(cfg.MinDelay, cfg.MaxDelay))
 	if busy && cfg.OverlapDelay > 0 {
@@ -175,13 +175,15 @@ func (s *Sink) logProblems(ctx context.Context) {
 // batcher is the one goroutine that pops rows and cuts batches.
 //
 // The rule: a batch is handed to a committer as soon as one is free and no
-// more rows are waiting (after min_delay, or overlap_delay while another
-// committer is busy, unless it is full); it grows only while it lingers so
-// or every committer is busy, and
-// it is cut (stops growing) when it reaches max_rows or max_bytes, or when
-// max_delay has passed since its first row. So an idle sink commits a single
-// row at once, and a busy one commits big batches. A cut batch waits for the
-// next free committer; meanwhile the rings fill: back-pressure. Only when it
+// more rows are waiting, unless it lingers (min_delay; overlap_delay while
+// another committer is busy; a full batch never lingers); it grows only
+// while it lingers or every committer is busy, and it is cut (stops
+// taking rows) when it reaches max_rows or max_bytes, or when max_delay
+// has passed since JetStream delivered its oldest row. So an idle sink
+// commits a single row at once, and a busy one commits big batches. A cut
+// batch waits for the next free committer (or, lingering, for overlap_delay
+// to pass or the other committers to free up); meanwhile the rings fill:
+// back-pressure. Only when it
 // has waited for InProgressEvery/2 (since JetStream delivered its oldest
 // row) does the batcher call it a stall: the batch joins the held queue
 // (oldest first) as it is, and the batcher opens a spare batch and keeps
@@ -246,8 +248,9 @@ func (r *run) batcher(ctx context.Context) error {
 		now := time.Now()
 		// min_delay: a batch that is not full waits until its oldest row
 		// has been in jetsink that long before it takes a free committer;
-		// overlap_delay instead while another committer is busy (free
-		// can only grow meanwhile: only the batcher takes tokens).
+		// while another committer is busy, also until overlap_delay after
+		// b opened (free can only grow meanwhile: only the batcher takes
+		// tokens).
 		free := len(r.ready)
 		busy := free < r.s.cfg.Connections
 		lingerEnd := b.lingerEnd(cfg, busy)
@@ -259,8 +262,9 @@ func (r *run) batcher(ctx context.Context) error {
 			continue
 		}
 		if linger && !now.Before(b.deadline) {
-			// Past max_delay b stops growing, but it may still wait out
-			// overlap_delay for a busy committer to free up.
+			// Past max_delay b waits out overlap_delay for a busy
+			// committer to free up without popping rows, as a cut batch
+			// waits for a committer.
 			if err := r.wait(ctx, lingerEnd, free, 0); err != nil {
 				return err
 			}
@@ -311,7 +315,7 @@ func (r *run) batcher(ctx context.Context) error {
 				until = b.deadline
 			}
 		case lingerEnd.After(b.lingerEnd(cfg, false)):
-			// overlap_delay: until max_delay (then b stops growing).
+			// overlap_delay: until max_delay (then b stops taking rows).
 			until, wakeAbove = minTime(lingerEnd, b.deadline), free
 		default:
 			until = lingerEnd
@@ -328,7 +332,7 @@ func (r *run) batcher(ctx context.Context) error {
 // (unless it is zero), or, when wakeAbove >= 0, until more than wakeAbove
 // committers are free (it registers a wake for that). With n 0 it pops
 // nothing and waits for the other two. It returns ringq.ErrClosed once the
-// Source is closed and drained.
+// Source is closed and drained (with n 0, never).
 func (r *run) wait(ctx context.Context, until time.Time, wakeAbove, n int) error {
 	var wctx context.Context
 	var cancel context.CancelFunc

@@ -73,8 +73,8 @@ type Config struct {
 }
 
 // BatchConfig is postgres.batch: a batch is cut at MaxRows OR MaxBytes OR
-// MaxDelay, whichever comes first (see the package doc for MaxDelay and
-// MinDelay).
+// MaxDelay, whichever comes first (see the package doc for MaxDelay,
+// MinDelay and OverlapDelay).
 type BatchConfig struct {
 	MaxRows  int           `yaml:"max_rows"`  // default 5000
 	MaxBytes int           `yaml:"max_bytes"` // sum of tuple lengths; default 4 MiB
@@ -88,18 +88,17 @@ type BatchConfig struct {
 	// session 5, 10ms halved the p99 against 5ms).
 	MinDelay time.Duration `yaml:"min_delay"`
 	// OverlapDelay holds a batch that is not full back from a free
-	// connection while another connection is still committing: it waits
-	// for that one to free up (then it goes at once), or until
-	// OverlapDelay (at most MaxDelay) has passed since its first row came
-	// into it. So a second connection commits beside the first only when
-	// the batch is full or the first falls behind, and a drain makes
-	// fewer, larger transactions, which cost PostgreSQL less per row than
-	// concurrent small ones (BENCHMARKS.md, session 16). Counted from the
-	// batch's first row, not from JetStream's delivery like MinDelay and
-	// MaxDelay: in a backlog rows reach the sink already older than
-	// MaxDelay. Past MaxDelay the batch stops growing but may still wait.
-	// 0: a free connection takes the batch after MinDelay, busy or not.
-	// Default 20ms.
+	// connection while any other connection is committing: it waits until
+	// none is (and MinDelay has passed), or until OverlapDelay (at most
+	// MaxDelay) has passed since the batch opened, whichever comes first.
+	// So a second connection commits beside the first only when the batch
+	// is full or the first falls behind, and a drain makes fewer, larger
+	// transactions, which cost PostgreSQL less per row than concurrent
+	// small ones (BENCHMARKS.md, session 16). Counted from when the
+	// batch's first row came into it, not from JetStream's delivery like
+	// MinDelay and MaxDelay: in a backlog, rows reach the sink already
+	// older than MaxDelay. 0: a free connection takes the batch after
+	// MinDelay, busy or not. Default 20ms.
 	OverlapDelay time.Duration `yaml:"overlap_delay"`
 }
 

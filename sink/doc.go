@@ -29,23 +29,27 @@
 //
 // A batch is cut at Batch.MaxRows rows OR Batch.MaxBytes bytes of tuples
 // (both exact; a single larger row goes alone) OR Batch.MaxDelay. MaxDelay
-// is not a wait: when a committer is free and rows are waiting, the batcher
-// gathers what is waiting and hands it over at once, so a single row at an
-// idle sink is committed immediately. A batch grows only while every
-// committer is busy, and MaxDelay bounds how long it keeps growing then
-// (counted from its first row); after that it stops growing and waits for
-// the next free committer, and rows back up in the rings (back-pressure),
-// until the wait becomes a stall (see Config.HoldRows).
+// is not a wait: when every committer is free and rows are waiting, the
+// batcher gathers what is waiting and hands it over at once, so a single
+// row at an idle sink is committed immediately. A batch grows while every
+// committer is busy or while it lingers (below), and MaxDelay bounds how
+// long it keeps growing (counted from when JetStream delivered its oldest
+// row); after that it stops taking rows and waits, and rows back up in the
+// rings (back-pressure), until the wait becomes a stall (see
+// Config.HoldRows). Rows that are waiting when it is handed over still go
+// into it, up to MaxRows and MaxBytes.
+//
 // Batch.MinDelay (linger, 2ms by default) changes "at once": a batch that
 // is not full waits for a free committer until its oldest row has been in
 // jetsink that long (at most MaxDelay), so a steady trickle makes fewer,
-// larger transactions. Batch.OverlapDelay does the same while another
-// committer is busy, with a longer wait (at most MaxDelay): the batch
-// waits for the busy committer (when it frees up, the batch goes at once),
-// so a second committer commits beside it only when the first falls
-// behind or the batch is full. Concurrent small COPYs into one table cost
-// PostgreSQL more per row than one larger one (BENCHMARKS.md, session 16).
-//
+// larger transactions. Batch.OverlapDelay (20ms by default, at most
+// MaxDelay) applies while any other committer is busy: a batch that is not
+// full then waits until no other committer is busy (and its MinDelay has
+// passed), or until OverlapDelay has passed since the batch opened (its
+// first row came into it), whichever comes first. So a second committer
+// commits beside the first only when the batch is full or the first falls
+// behind: concurrent small COPYs into one table cost PostgreSQL more per
+// row than one larger one (BENCHMARKS.md, session 16).
 // # Delivery
 //
 // at-least-once (default): one COPY statement per batch, which PostgreSQL

@@ -33,6 +33,7 @@ func TestValidate(t *testing.T) {
 		{"max_bytes", func(c *Config) { c.Batch.MaxBytes = 0 }, "postgres.batch.max_bytes"},
 		{"max_delay", func(c *Config) { c.Batch.MaxDelay = -1 }, "postgres.batch.max_delay"},
 		{"min_delay negative", func(c *Config) { c.Batch.MinDelay = -1 }, "postgres.batch.min_delay"},
+		{"overlap_delay negative", func(c *Config) { c.Batch.OverlapDelay = -1 }, "postgres.batch.overlap_delay"},
 		{"min_delay over max_delay", func(c *Config) { c.Batch.MinDelay = time.Second }, ""},
 		{"connections", func(c *Config) { c.Connections = 0 }, "postgres.connections"},
 		{"app_name", func(c *Config) { c.AppName = "" }, "postgres.app_name"},
@@ -252,6 +253,51 @@ func TestOverlapDelay(t *testing.T) {
 				t.Fatalf("transaction sizes %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// With two committers busy, a lingering batch waits until both are free
+// (overlap_delay an hour): row 1 holds committer A for 2 s, a full batch
+// with row 2 holds B for 4 s, and rows 12..16 go only after B is done.
+func TestOverlapDelayWaitsForEveryBusyCommitter(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Connections, c.Batch.MaxRows, c.Batch.MinDelay, c.Batch.MaxDelay = 3, 10, 0, time.Hour
+		c.Batch.OverlapDelay = time.Hour
+	})
+	admin := pg.Conn(t)
+	triggerOn(t, ctx, admin, s.table, "slow", "NEW.payload ? 'sleep'", "PERFORM pg_sleep((NEW.payload->>'sleep')::float8)")
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 16, func(seq int) string {
+		switch seq {
+		case 1:
+			return `{"sleep":2}`
+		case 2:
+			return `{"sleep":4}`
+		}
+		return `{}`
+	})
+	sleeping := func(n int) func() bool {
+		return func() bool { return backends(t, ctx, admin, s.cfg.AppName, "wait_event = 'PgSleep'") == n }
+	}
+	src.push(t, ctx, rs[:1])
+	waitFor(t, ctx, "row 1 to sleep in its COPY", sleeping(1))
+	src.push(t, ctx, rs[1:11])
+	waitFor(t, ctx, "row 2 to sleep in its COPY", sleeping(2))
+	src.push(t, ctx, rs[11:])
+	waitFor(t, ctx, "row 1 to be acked", allAcked(ms[:1]))
+	waitFor(t, ctx, "rows 12..16 to be acked", allAcked(ms[11:]))
+	if !allAcked(ms[1:11])() {
+		t.Fatal("rows 12..16 were committed while rows 2..11 were still committing")
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got, want := txSizes(t, ctx, admin, s.cfg.Table), []int{1, 10, 5}; !equal(got, want) {
+		t.Fatalf("transaction sizes %v, want %v", got, want)
 	}
 }
 
