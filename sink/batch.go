@@ -20,30 +20,27 @@ const carrySize = 256
 // reused: Connections+1 of them circulate between the batcher (one open
 // batch) and the committers (one each), plus the carry.
 type batch struct {
-	mu     sync.Mutex     // guards rows (length), lo, since and beat against the heartbeat
-	rows   []pipeline.Row // capacity fixed at creation
-	lo     int            // rows[:lo] are settled (acked or dead-lettered); settlement is a prefix
-	bytes  int            // sum of len(Tuple) of rows
-	since  time.Time      // when JetStream delivered its oldest row; zero when empty
-	opened time.Time      // batcher only: when its first row came into the batch
-	beat   time.Time      // when InProgress was last sent for the batch
+	mu    sync.Mutex     // guards rows (length), lo, since and beat against the heartbeat
+	rows  []pipeline.Row // capacity fixed at creation
+	lo    int            // rows[:lo] are settled (acked or dead-lettered); settlement is a prefix
+	bytes int            // sum of len(Tuple) of rows
+	since time.Time      // when JetStream delivered its oldest row; zero when empty
+	beat  time.Time      // when InProgress was last sent for the batch
 
 	deadline time.Time // batcher only: since + max_delay
 	spare    bool      // made to hold rows during a stall; dropped after its commit
 }
 
 // lingerEnd is when b, not full, stops waiting for a free committer: when
-// its oldest row has been in jetsink for min_delay; while any other
-// committer is busy, the later of that and overlap_delay after b opened
-// (see BatchConfig.OverlapDelay). Either delay is at most max_delay.
+// its oldest row has been in jetsink for min_delay, or, while any other
+// committer is busy, for overlap_delay if that is longer (see
+// BatchConfig.OverlapDelay); at most max_delay.
 func (b *batch) lingerEnd(cfg *BatchConfig, busy bool) time.Time {
-	end := b.since.Add(min(cfg.MinDelay, cfg.MaxDelay))
-	if busy && cfg.OverlapDelay > 0 {
-		if o := b.opened.Add(min(cfg.OverlapDelay, cfg.MaxDelay)); o.After(end) {
-			return o
-		}
+	d := cfg.MinDelay
+	if busy {
+		d = max(d, cfg.OverlapDelay)
 	}
-	return end
+	return b.since.Add(min(d, cfg.MaxDelay))
 }
 
 // settledTo records that rows[:hi] are settled (acked or dead-lettered), so
@@ -62,15 +59,8 @@ func (b *batch) reset() {
 	clear(b.rows)
 	b.rows = b.rows[:0]
 	b.lo, b.bytes = 0, 0
-	b.since, b.beat, b.opened = time.Time{}, time.Time{}, time.Time{}
+	b.since, b.beat = time.Time{}, time.Time{}
 	b.mu.Unlock()
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 // run is the state of one Run call.
@@ -181,8 +171,7 @@ func (s *Sink) logProblems(ctx context.Context) {
 // taking rows) when it reaches max_rows or max_bytes, or when max_delay
 // has passed since JetStream delivered its oldest row. So an idle sink
 // commits a single row at once, and a busy one commits big batches. A cut
-// batch waits for the next free committer (or, lingering, for overlap_delay
-// to pass or the other committers to free up); meanwhile the rings fill:
+// batch waits for the next free committer; meanwhile the rings fill:
 // back-pressure. Only when it
 // has waited for InProgressEvery/2 (since JetStream delivered its oldest
 // row) does the batcher call it a stall: the batch joins the held queue
@@ -248,24 +237,14 @@ func (r *run) batcher(ctx context.Context) error {
 		now := time.Now()
 		// min_delay: a batch that is not full waits until its oldest row
 		// has been in jetsink that long before it takes a free committer;
-		// while another committer is busy, also until overlap_delay after
-		// b opened (free can only grow meanwhile: only the batcher takes
-		// tokens).
+		// overlap_delay, if longer, while another committer is busy (free
+		// can only grow meanwhile: only the batcher takes tokens).
 		free := len(r.ready)
 		busy := free < r.s.cfg.Connections
 		lingerEnd := b.lingerEnd(cfg, busy)
 		linger := !full && !closed && len(held) == 0 && now.Before(lingerEnd)
 		if !linger && r.claim() {
 			if err := handOldest(); err != nil {
-				return err
-			}
-			continue
-		}
-		if linger && !now.Before(b.deadline) {
-			// Past max_delay b waits out overlap_delay for a busy
-			// committer to free up without popping rows, as a cut batch
-			// waits for a committer.
-			if err := r.wait(ctx, lingerEnd, free, 0); err != nil {
 				return err
 			}
 			continue
@@ -315,8 +294,8 @@ func (r *run) batcher(ctx context.Context) error {
 				until = b.deadline
 			}
 		case lingerEnd.After(b.lingerEnd(cfg, false)):
-			// overlap_delay: until max_delay (then b stops taking rows).
-			until, wakeAbove = minTime(lingerEnd, b.deadline), free
+			// overlap_delay: its end comes sooner if the others free up.
+			until, wakeAbove = lingerEnd, free
 		default:
 			until = lingerEnd
 		}
@@ -330,9 +309,8 @@ func (r *run) batcher(ctx context.Context) error {
 
 // wait pops up to n rows into the carry, blocking until some come, until
 // (unless it is zero), or, when wakeAbove >= 0, until more than wakeAbove
-// committers are free (it registers a wake for that). With n 0 it pops
-// nothing and waits for the other two. It returns ringq.ErrClosed once the
-// Source is closed and drained (with n 0, never).
+// committers are free (it registers a wake for that). It returns
+// ringq.ErrClosed once the Source is closed and drained.
 func (r *run) wait(ctx context.Context, until time.Time, wakeAbove, n int) error {
 	var wctx context.Context
 	var cancel context.CancelFunc
@@ -348,10 +326,6 @@ func (r *run) wait(ctx context.Context, until time.Time, wakeAbove, n int) error
 		if len(r.ready) > wakeAbove { // a committer freed up before the wake was set
 			return nil
 		}
-	}
-	if n == 0 {
-		<-wctx.Done()
-		return ctx.Err()
 	}
 	n, err := r.src.PopN(wctx, r.carry.rows[:n])
 	switch {
@@ -528,7 +502,6 @@ func (r *run) fill(b *batch, cfg *BatchConfig) bool {
 	defer c.mu.Unlock()
 	defer b.mu.Unlock()
 	if len(b.rows) == 0 && c.lo < len(c.rows) {
-		b.opened = time.Now()
 		b.since = c.since
 		b.deadline = b.since.Add(cfg.MaxDelay)
 		b.beat = c.beat

@@ -89,16 +89,13 @@ type BatchConfig struct {
 	MinDelay time.Duration `yaml:"min_delay"`
 	// OverlapDelay holds a batch that is not full back from a free
 	// connection while any other connection is committing: it waits until
-	// none is (and MinDelay has passed), or until OverlapDelay (at most
-	// MaxDelay) has passed since the batch opened, whichever comes first.
-	// So a second connection commits beside the first only when the batch
-	// is full or the first falls behind, and a drain makes fewer, larger
-	// transactions, which cost PostgreSQL less per row than concurrent
-	// small ones (BENCHMARKS.md, session 16). Counted from when the
-	// batch's first row came into it, not from JetStream's delivery like
-	// MinDelay and MaxDelay: in a backlog, rows reach the sink already
-	// older than MaxDelay. 0: a free connection takes the batch after
-	// MinDelay, busy or not. Default 20ms.
+	// none is (and MinDelay has passed), or until its oldest row has been
+	// in jetsink for OverlapDelay (at most MaxDelay), whichever comes
+	// first. So a second connection commits beside the first only when
+	// the batch is full or the first falls behind, and a drain makes
+	// fewer, larger transactions, which cost PostgreSQL less per row than
+	// concurrent small ones (BENCHMARKS.md, session 16). 0: a free
+	// connection takes the batch after MinDelay, busy or not. Default 20ms.
 	OverlapDelay time.Duration `yaml:"overlap_delay"`
 }
 

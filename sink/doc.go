@@ -45,8 +45,8 @@
 // larger transactions. Batch.OverlapDelay (20ms by default, at most
 // MaxDelay) applies while any other committer is busy: a batch that is not
 // full then waits until no other committer is busy (and its MinDelay has
-// passed), or until OverlapDelay has passed since the batch opened (its
-// first row came into it), whichever comes first. So a second committer
+// passed), or until its oldest row has been in jetsink for OverlapDelay,
+// whichever comes first. So a second committer
 // commits beside the first only when the batch is full or the first falls
 // behind: concurrent small COPYs into one table cost PostgreSQL more per
 // row than one larger one (BENCHMARKS.md, session 16).

@@ -174,29 +174,29 @@ func TestMinDelay(t *testing.T) {
 
 // overlap_delay: while one committer is busy, a batch that is not full
 // waits for it (a committer freeing up with none busy takes it at once),
-// or takes another committer once overlap_delay has passed since it
-// opened; a full batch takes another committer at once. Row 1 holds
-// committer 1 in pg_sleep while rows 2..16 arrive (max_rows 10). Rows
-// delivered long ago (a backlog) are past max_delay when they reach the
-// sink: their batch stops growing, but still waits out overlap_delay.
+// or takes another committer once its oldest row has been in jetsink for
+// overlap_delay; a full batch takes another committer at once. Row 1 holds
+// committer 1 in pg_sleep while rows 2..16 arrive (max_rows 10). Rows that
+// JetStream delivered long ago (a backlog) do not wait.
 func TestOverlapDelay(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		overlap  time.Duration
-		maxDelay time.Duration
-		old      bool // rows 2..16 were delivered a minute ago
-		sleep    int  // seconds row 1 holds its committer
+		name    string
+		overlap time.Duration
+		old     bool          // rows 2..16 were delivered a minute ago
+		sleep   int           // seconds row 1 holds its committer
+		beside  bool          // rows 12..16 commit while row 1 sleeps
+		minWait time.Duration // ... but not before this
 	}{
-		{"off", 0, time.Hour, false, 3},
-		{"1s", time.Second, time.Hour, false, 5},
-		{"longer than the busy commit", time.Hour, time.Hour, false, 3},
-		{"rows past max_delay", time.Hour, time.Second, true, 5},
+		{"off", 0, false, 3, true, 0},
+		{"1s", time.Second, false, 5, true, time.Second},
+		{"longer than the busy commit", time.Hour, false, 3, false, 0},
+		{"rows delivered long ago", 30 * time.Second, true, 5, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
 			pg := testenv.Postgres(t)
 			s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
-				c.Connections, c.Batch.MaxRows, c.Batch.MinDelay, c.Batch.MaxDelay = 2, 10, 0, tc.maxDelay
+				c.Connections, c.Batch.MaxRows, c.Batch.MinDelay, c.Batch.MaxDelay = 2, 10, 0, time.Hour
 				c.Batch.OverlapDelay = tc.overlap
 			})
 			admin := pg.Conn(t)
@@ -227,22 +227,16 @@ func TestOverlapDelay(t *testing.T) {
 				t.Fatal("row 1 was acked before pg_sleep ended")
 			}
 			late := ms[11:]
-			// How long rows 12..16 wait beside the busy committer: 0 means
-			// until it frees up.
-			wantWait := min(tc.overlap, tc.maxDelay)
-			if wantWait == time.Hour {
-				wantWait = 0
-			}
-			if wantWait == 0 && tc.overlap > 0 && allAcked(late)() {
+			if !tc.beside && allAcked(late)() {
 				t.Fatal("rows 12..16 were committed beside the busy committer")
 			}
 			waitFor(t, ctx, "rows 12..16 to be acked", allAcked(late))
 			took := time.Since(start)
-			if row1 := allAcked(ms[:1])(); (wantWait == 0 && tc.overlap > 0) != row1 {
-				t.Fatalf("rows 12..16 committed after %v; row 1 acked: %v", took, row1)
+			if row1 := allAcked(ms[:1])(); row1 == tc.beside {
+				t.Fatalf("rows 12..16 committed after %v; row 1 acked before them: %v, want %v", took, row1, !tc.beside)
 			}
-			if took < wantWait {
-				t.Fatalf("rows 12..16 were committed after %v, before overlap_delay %v", took, wantWait)
+			if took < tc.minWait {
+				t.Fatalf("rows 12..16 were committed after %v, before overlap_delay %v", took, tc.minWait)
 			}
 			waitFor(t, ctx, "row 1 to be acked", allAcked(ms[:1]))
 			src.close()
