@@ -108,6 +108,17 @@ func rows(from, n int, payload func(seq int) string) ([]pipeline.Row, []*recMsg)
 	return carved(evs), ms
 }
 
+// firstPayload is a payload function for rows: first for seq 1, {} for the
+// others.
+func firstPayload(first string) func(seq int) string {
+	return func(seq int) string {
+		if seq == 1 {
+			return first
+		}
+		return `{}`
+	}
+}
+
 // testMapper is testCols compiled, as the processor compiles the mapping.
 var testMapper = func() *pipeline.Mapper {
 	m, err := pipeline.Compile(testCols)
@@ -297,6 +308,20 @@ func txSizes(t *testing.T, ctx context.Context, conn *pgx.Conn, table string) []
 		t.Fatalf("tx sizes: %v", err)
 	}
 	return sizes
+}
+
+// closeAndCheckTxSizes closes src, waits for Run to return nil, and checks
+// the sizes of the transactions that stored table's rows (ordered by their
+// first stream_seq).
+func closeAndCheckTxSizes(t *testing.T, ctx context.Context, src source, wait func() error, conn *pgx.Conn, table string, want ...int) {
+	t.Helper()
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := txSizes(t, ctx, conn, table); !equal(got, want) {
+		t.Fatalf("transaction sizes %v, want %v", got, want)
+	}
 }
 
 // waitingOnLock reports whether a backend of app waits for a lock.

@@ -163,13 +163,7 @@ func TestMinDelay(t *testing.T) {
 		t.Fatal("the 2 rows after a full batch were committed before their min_delay")
 	}
 	waitFor(t, ctx, "the late rows to be acked", allAcked(msLate))
-	src.close()
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if got, want := txSizes(t, ctx, pg.Conn(t), s.cfg.Table), []int{6, 10, 2}; !equal(got, want) {
-		t.Fatalf("transaction sizes %v, want %v", got, want)
-	}
+	closeAndCheckTxSizes(t, ctx, src, wait, pg.Conn(t), s.cfg.Table, 6, 10, 2)
 }
 
 // overlap_delay: while one committer is busy, a batch that is not full
@@ -205,12 +199,7 @@ func TestOverlapDelay(t *testing.T) {
 			src := newSource()
 			wait := runSink(t, ctx, s, src)
 
-			rs, ms := rows(1, 16, func(seq int) string {
-				if seq == 1 {
-					return `{"slow":true}`
-				}
-				return `{}`
-			})
+			rs, ms := rows(1, 16, firstPayload(`{"slow":true}`))
 			if tc.old {
 				for i := 1; i < len(rs); i++ {
 					rs[i].Event.Received = time.Now().Add(-time.Minute)
@@ -239,13 +228,7 @@ func TestOverlapDelay(t *testing.T) {
 				t.Fatalf("rows 12..16 were committed after %v, before overlap_delay %v", took, tc.minWait)
 			}
 			waitFor(t, ctx, "row 1 to be acked", allAcked(ms[:1]))
-			src.close()
-			if err := wait(); err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			if got, want := txSizes(t, ctx, admin, s.cfg.Table), []int{1, 10, 5}; !equal(got, want) {
-				t.Fatalf("transaction sizes %v, want %v", got, want)
-			}
+			closeAndCheckTxSizes(t, ctx, src, wait, admin, s.cfg.Table, 1, 10, 5)
 		})
 	}
 }
@@ -286,13 +269,7 @@ func TestOverlapDelayWaitsForEveryBusyCommitter(t *testing.T) {
 	if !allAcked(ms[1:11])() {
 		t.Fatal("rows 12..16 were committed while rows 2..11 were still committing")
 	}
-	src.close()
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if got, want := txSizes(t, ctx, admin, s.cfg.Table), []int{1, 10, 5}; !equal(got, want) {
-		t.Fatalf("transaction sizes %v, want %v", got, want)
-	}
+	closeAndCheckTxSizes(t, ctx, src, wait, admin, s.cfg.Table, 1, 10, 5)
 }
 
 func TestCutMaxRows(t *testing.T) {
@@ -749,12 +726,7 @@ func TestTriggerRefusedRowAloneDeadLetteredOnceOthersCommit(t *testing.T) {
 	code, sqlstate := refuseBadRows(t, ctx, admin, s.table, true)
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
-	rs, ms := rows(1, 20, func(seq int) string {
-		if seq == 1 {
-			return `{"bad":true}`
-		}
-		return `{}`
-	})
+	rs, ms := rows(1, 20, firstPayload(`{"bad":true}`))
 	src.push(t, ctx, rs[:1])
 	waitFor(t, ctx, "the lone row retried", func() bool { return s.Stats().ConfigErrors >= 2 })
 	if ms[0].terms.Load() != 0 || ms[0].acks.Load() != 0 {
