@@ -188,18 +188,8 @@ func TestOverlapDelay(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
-			pg := testenv.Postgres(t)
-			s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
-				c.Connections, c.Batch.MaxRows, c.Batch.MinDelay, c.Batch.MaxDelay = 2, 10, 0, time.Hour
-				c.Batch.OverlapDelay = tc.overlap
-			})
-			admin := pg.Conn(t)
-			triggerOn(t, ctx, admin, s.table, "slow", "NEW.payload->>'slow' IS NOT NULL",
-				fmt.Sprintf("PERFORM pg_sleep(%d)", tc.sleep))
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-
-			rs, ms := rows(1, 16, firstPayload(`{"slow":true}`))
+			s, admin, src, wait := sleepySink(t, ctx, 2, tc.overlap)
+			rs, ms := rows(1, 16, firstPayload(fmt.Sprintf(`{"sleep":%d}`, tc.sleep)))
 			if tc.old {
 				for i := 1; i < len(rs); i++ {
 					rs[i].Event.Received = time.Now().Add(-time.Minute)
@@ -233,20 +223,29 @@ func TestOverlapDelay(t *testing.T) {
 	}
 }
 
+// sleepySink runs a sink with conns committers, max_rows 10, no min_delay,
+// max_delay an hour and the given overlap_delay on a table where a row
+// whose payload has a "sleep" key holds its COPY in pg_sleep that many
+// seconds.
+func sleepySink(t *testing.T, ctx context.Context, conns int, overlap time.Duration) (*Sink, *pgx.Conn, source, func() error) {
+	t.Helper()
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Connections, c.Batch.MaxRows, c.Batch.MinDelay, c.Batch.MaxDelay = conns, 10, 0, time.Hour
+		c.Batch.OverlapDelay = overlap
+	})
+	admin := pg.Conn(t)
+	triggerOn(t, ctx, admin, s.table, "slow", "NEW.payload ? 'sleep'", "PERFORM pg_sleep((NEW.payload->>'sleep')::float8)")
+	src := newSource()
+	return s, admin, src, runSink(t, ctx, s, src)
+}
+
 // With two committers busy, a lingering batch waits until both are free
 // (overlap_delay an hour): row 1 holds committer A for 2 s, a full batch
 // with row 2 holds B for 4 s, and rows 12..16 go only after B is done.
 func TestOverlapDelayWaitsForEveryBusyCommitter(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
-	pg := testenv.Postgres(t)
-	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
-		c.Connections, c.Batch.MaxRows, c.Batch.MinDelay, c.Batch.MaxDelay = 3, 10, 0, time.Hour
-		c.Batch.OverlapDelay = time.Hour
-	})
-	admin := pg.Conn(t)
-	triggerOn(t, ctx, admin, s.table, "slow", "NEW.payload ? 'sleep'", "PERFORM pg_sleep((NEW.payload->>'sleep')::float8)")
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
+	s, admin, src, wait := sleepySink(t, ctx, 3, time.Hour)
 	rs, ms := rows(1, 16, func(seq int) string {
 		switch seq {
 		case 1:
