@@ -36,8 +36,7 @@
 // long it keeps growing (counted from when JetStream delivered its oldest
 // row); after that it stops taking rows and waits, and rows back up in the
 // rings (back-pressure), until the wait becomes a stall (see
-// Config.HoldRows). Rows that are waiting when it is handed over still go
-// into it, up to MaxRows and MaxBytes.
+// Config.HoldRows).
 //
 // Batch.MinDelay (linger, 2ms by default) changes "at once": a batch that
 // is not full waits for a free committer until its oldest row has been in
@@ -46,10 +45,10 @@
 // MaxDelay) applies while any other committer is busy: a batch that is not
 // full then waits until no other committer is busy (and its MinDelay has
 // passed), or until its oldest row has been in jetsink for OverlapDelay,
-// whichever comes first. So a second committer
-// commits beside the first only when the batch is full or the first falls
-// behind: concurrent small COPYs into one table cost PostgreSQL more per
-// row than one larger one (BENCHMARKS.md, session 16).
+// whichever comes first. So a second committer commits beside the first
+// only when the batch is full or the first falls behind: concurrent small
+// COPYs into one table cost PostgreSQL more per row than one larger one
+// (BENCHMARKS.md, session 16).
 // # Delivery
 //
 // at-least-once (default): one COPY statement per batch, which PostgreSQL
