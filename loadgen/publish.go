@@ -115,7 +115,7 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 		return Result{}, err
 	}
 	defer p.close()
-	lastProgress := p.start
+	var lastProgress time.Duration // since p.start
 	var res Result
 	for i := 0; i < total; i++ {
 		if err := ctx.Err(); err != nil {
@@ -147,14 +147,14 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			}
 			stamp = due.UnixNano()
 		}
-		p.send(ctx, seq, stamp, 1)
+		now := p.send(ctx, seq, stamp, 1)
 		res.Sent++
-		if err := p.maintain(ctx, &res); err != nil {
+		if err := p.maintain(ctx, &res, now); err != nil {
 			return res, err
 		}
-		if o.Progress != nil && time.Since(lastProgress) >= 100*time.Millisecond {
+		if o.Progress != nil && now-lastProgress >= 100*time.Millisecond {
 			o.Progress(res.Sent)
-			lastProgress = time.Now()
+			lastProgress = now
 		}
 	}
 	// Wait for the last PubAcks, resending what fails, until every publish
@@ -283,8 +283,10 @@ func (p *publisher) close() {
 }
 
 // send publishes event seq (with ts stamp, if not 0) for the try-th time
-// and records it as in flight before the PubAck can arrive.
-func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) {
+// and records it as in flight before the PubAck can arrive. It returns
+// when it sent, as time since start (one clock read per event, shared
+// with its caller).
+func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) time.Duration {
 	ev := Make(p.o.Run, seq, p.o.Subjects)
 	if stamp != 0 {
 		ev.TS = time.Unix(0, stamp).UTC()
@@ -317,7 +319,8 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) 
 	} else {
 		m.Header[jetstream.MsgIDHeader][0] = MsgID(p.o.Run, seq)
 	}
-	f := inFlight{stamp: stamp, sent: int64(time.Since(p.start)), try: try}
+	now := time.Since(p.start)
+	f := inFlight{stamp: stamp, sent: int64(now), try: try}
 	p.mu.Lock()
 	p.pending[seq] = f
 	p.mu.Unlock()
@@ -332,6 +335,7 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) 
 	if span != nil {
 		span.End()
 	}
+	return now
 }
 
 // onReply settles the publish its subject names.
@@ -414,9 +418,9 @@ func (p *publisher) failLocked(seq uint64, f inFlight, cause error) {
 }
 
 // maintain runs between sends, every checkEvery: it expires publishes
-// whose PubAck is later than AckWait and sends again what failed.
-func (p *publisher) maintain(ctx context.Context, res *Result) error {
-	now := time.Since(p.start)
+// whose PubAck is later than AckWait and sends again what failed. now is
+// the time since start.
+func (p *publisher) maintain(ctx context.Context, res *Result, now time.Duration) error {
 	if now < p.nextCheck {
 		return nil
 	}

@@ -196,9 +196,7 @@ func TestOverlapDelay(t *testing.T) {
 				}
 			}
 			src.push(t, ctx, rs[:1])
-			waitFor(t, ctx, "row 1 to sleep in its COPY", func() bool {
-				return backends(t, ctx, admin, s.cfg.AppName, "wait_event = 'PgSleep'") == 1
-			})
+			waitFor(t, ctx, "row 1 to sleep in its COPY", sleeping(t, ctx, admin, s, 1))
 			start := time.Now()
 			src.push(t, ctx, rs[1:])
 			waitFor(t, ctx, "the full batch (rows 2..11) to be acked", allAcked(ms[1:11]))
@@ -240,6 +238,11 @@ func sleepySink(t *testing.T, ctx context.Context, conns int, overlap time.Durat
 	return s, admin, src, runSink(t, ctx, s, src)
 }
 
+// sleeping reports whether exactly n of s's backends wait in pg_sleep.
+func sleeping(t *testing.T, ctx context.Context, admin *pgx.Conn, s *Sink, n int) func() bool {
+	return func() bool { return backends(t, ctx, admin, s.cfg.AppName, "wait_event = 'PgSleep'") == n }
+}
+
 // With two committers busy, a lingering batch waits until both are free
 // (overlap_delay an hour): row 1 holds committer A for 2 s, a full batch
 // with row 2 holds B for 4 s, and rows 12..16 go only after B is done.
@@ -255,13 +258,10 @@ func TestOverlapDelayWaitsForEveryBusyCommitter(t *testing.T) {
 		}
 		return `{}`
 	})
-	sleeping := func(n int) func() bool {
-		return func() bool { return backends(t, ctx, admin, s.cfg.AppName, "wait_event = 'PgSleep'") == n }
-	}
 	src.push(t, ctx, rs[:1])
-	waitFor(t, ctx, "row 1 to sleep in its COPY", sleeping(1))
+	waitFor(t, ctx, "row 1 to sleep in its COPY", sleeping(t, ctx, admin, s, 1))
 	src.push(t, ctx, rs[1:11])
-	waitFor(t, ctx, "row 2 to sleep in its COPY", sleeping(2))
+	waitFor(t, ctx, "row 2 to sleep in its COPY", sleeping(t, ctx, admin, s, 2))
 	src.push(t, ctx, rs[11:])
 	waitFor(t, ctx, "row 1 to be acked", allAcked(ms[:1]))
 	waitFor(t, ctx, "rows 12..16 to be acked", allAcked(ms[11:]))
