@@ -131,6 +131,32 @@ func TestCommitsAtOnceWhenIdle(t *testing.T) {
 	}
 }
 
+// Every committer connects when Run starts, before any row arrives, so
+// that no batch waits for a connect: 3 committers and the admin connection
+// are open while the source is still empty, and the first row commits.
+func TestCommittersConnectBeforeTheFirstBatch(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 3 })
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+
+	admin := pg.Conn(t)
+	waitFor(t, ctx, "3 committer connections and the admin one", func() bool {
+		return backends(t, ctx, admin, s.cfg.AppName, "true") == 4
+	})
+	rs, ms := rows(1, 1, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the row to be acked", allAcked(ms))
+	if n := backends(t, ctx, admin, s.cfg.AppName, "true"); n != 4 {
+		t.Fatalf("%d connections after the first batch, want 4 (3 committers and the admin)", n)
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 // min_delay holds a batch that is not full back from the idle committer
 // until its oldest row is that old, so rows arriving meanwhile join it; a
 // full batch goes at once while a later one still lingers.
