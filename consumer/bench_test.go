@@ -208,6 +208,17 @@ func BenchmarkConsumeCallback(b *testing.B) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 }
 
+var parsedMeta ackMeta
+
+// BenchmarkParseAckReply reads the metadata of benchReply, once per
+// delivered message in Run.
+func BenchmarkParseAckReply(b *testing.B) {
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		parsedMeta, _ = parseAckReply(benchReply)
+	}
+}
+
 // benchReply is a v2 ack reply subject as nats-server 2.10+ sends it.
 const benchReply = "$JS.ACK._.ACCHASH.EVENTS.bench.1.42.42.1764450000000000000.0.TOKEN"
 
