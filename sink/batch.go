@@ -121,9 +121,11 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	s.logProblems(ctx)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
+	warmCtx, stopWarm := context.WithCancel(ctx)
+	defer stopWarm()
 	for i := range n {
 		c := &committer{s: s, r: r, bo: backoff{initial: s.cfg.Retry.Initial, max: s.cfg.Retry.Max}}
-		wg.Go(func() { errs[i] = c.loop(ctx) })
+		wg.Go(func() { errs[i] = c.loop(ctx, warmCtx) })
 	}
 	stopBeat := make(chan struct{})
 	var beatWG sync.WaitGroup
@@ -132,6 +134,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	}
 
 	err := r.batcher(ctx)
+	stopWarm() // every batch is handed over: a committer still connecting has none
 	wg.Wait()
 	close(stopBeat)
 	beatWG.Wait()

@@ -42,13 +42,18 @@ type committer struct {
 	hold       bool // commitRetry retries classSuspect errors (see process)
 }
 
-// loop commits batches until the batcher closes work (nil) or ctx ends.
-func (c *committer) loop(ctx context.Context) error {
+// loop commits batches until the batcher closes work (nil) or ctx ends. It
+// connects (warm, under warmCtx) once it has first offered itself, so that
+// every committer counts as free from the start and a batch handed over
+// meanwhile goes to whichever committer is connected first.
+func (c *committer) loop(ctx, warmCtx context.Context) error {
 	defer c.closeConn()
-	c.warm(ctx)
-	for {
+	for first := true; ; first = false {
 		c.r.ready <- struct{}{} // never blocks: at most one token per committer
 		c.r.wakeBatcher()
+		if first {
+			c.warm(warmCtx)
+		}
 		var b *batch
 		select {
 		case b = <-c.r.work:
@@ -67,23 +72,25 @@ func (c *committer) loop(ctx context.Context) error {
 	}
 }
 
-// warmTimeout bounds how long a committer tries to connect before it first
-// offers itself; after that the first batch it takes connects.
-const warmTimeout = 10 * time.Second
+// warmTimeout bounds how long a committer tries to connect at start; after
+// that the first batch it takes connects. A variable for the tests.
+var warmTimeout = 10 * time.Second
 
-// warm opens the committer's connection before it first offers itself, so
-// that no batch waits for a connect: ~20 ms on the project's machine
-// against its own PostgreSQL, more with TLS or a remote server. Opened
-// lazily, it landed on whichever batch first needed the committer, in the
-// middle of a run once overlap_delay let a second commit start. A failure
-// is left to that batch's attempt, which retries with backoff and logs; the
-// database being down at start is reported by the startup check already.
+// warm opens the committer's connection when Run starts, all committers at
+// once, so that the first batches of a run do not each wait for a connect:
+// ~20 ms on the project's machine against its own PostgreSQL, more with TLS
+// or a remote server. (Committers take batches in turn, so connecting on
+// first use put one connect on each of the first Connections batches.) A
+// failure is left to the first batch's attempt, which retries with backoff
+// and logs; a database that is down at start is reported by the startup
+// check already. Run cancels ctx once the batcher is done, so that a
+// connect that hangs does not hold up its return.
 func (c *committer) warm(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
 	defer cancel()
 	conn, err := c.s.connect(ctx)
 	if err != nil {
-		c.s.log.Debug("could not connect ahead of the first batch; it will", "err", err)
+		c.s.log.Debug("could not connect ahead of the first batch; its attempt will", "err", err)
 		return
 	}
 	c.conn, c.staged = conn, false

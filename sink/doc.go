@@ -15,8 +15,9 @@
 //     messages of every batch held longer than that (growing, waiting for a
 //     committer, blocked on a lock, retrying).
 //
-// Each committer owns one *pgx.Conn, opens it when Run starts (so that no
-// batch waits for a connect) and reconnects it after it breaks; a
+// Each committer owns one *pgx.Conn, opens it when Run starts (all at once,
+// so that the first batches do not each wait for a connect) and reconnects
+// it after it breaks; a
 // separate admin connection serves Ping, Init and Check (Connections+1 in
 // all, application_name AppName). A pool buys nothing here: every
 // connection has exactly one user, and the exactly-once staging table is

@@ -116,9 +116,10 @@ var stagingTable = pgx.Identifier{"pg_temp", "jetsink_staging"}
 
 // New validates cfg and cols and prepares Connections+1 connections
 // (application_name AppName): one per committer and one for Ping, Init and
-// Check. It connects lazily, so a database that is down at start-up only
-// delays the first commit, unless cfg.CreateTable is set: then it runs Init
-// and returns its error. dl may be nil for a Sink that only serves DDL,
+// Check. New itself connects only when cfg.CreateTable is set: then it
+// runs Init and returns its error. Otherwise a database that is down at
+// start-up only delays the first commit: Run opens the committers'
+// connections when it starts, and retries them for ever. dl may be nil for a Sink that only serves DDL,
 // Init, Check and Ping (jetsink check/init); Run needs it. Errors wrap
 // ErrInvalidConfig for a bad config or mapping; connection errors name
 // host, port and database only.

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,6 +159,94 @@ func TestCommittersConnectBeforeTheFirstBatch(t *testing.T) {
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+}
+
+// A committer whose connect hangs at start holds nothing up: with 3
+// committers and only the first connection through (the admin one is
+// open already), the first row goes to the committer that connected, even
+// though overlap_delay would make a batch wait for a busy committer; and
+// Run returns as soon as the source is closed and drained, without waiting
+// for the hanging connects to time out.
+func TestHangingConnectAtStartHoldsNothingUp(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	old := warmTimeout
+	warmTimeout = 5 * time.Minute
+	t.Cleanup(func() { warmTimeout = old })
+	pg := testenv.Postgres(t)
+	dbURL := connectHolder(t, pg.URL, 2)
+	s, _ := newTestSink(t, ctx, dbURL, func(c *Config) {
+		c.Connections, c.Batch.MinDelay, c.Batch.OverlapDelay, c.Batch.MaxDelay = 3, 0, time.Hour, time.Hour
+	})
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+
+	rs, ms := rows(1, 1, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the row to be acked", allAcked(ms))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 1 {
+		t.Fatalf("table has %d rows, want 1", n)
+	}
+}
+
+// connectHolder is a TCP proxy to the PostgreSQL at dbURL that passes the
+// first n connections through and holds every later one open without an
+// answer, so that their connects hang. It returns dbURL pointing at it.
+func connectHolder(t *testing.T, dbURL string, n int) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := u.Host
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	track := func(c net.Conn) {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+	}
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			track(client)
+			if i >= n {
+				continue // held: nothing is read or answered
+			}
+			server, err := net.Dial("tcp", to)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			track(server)
+			wg.Go(func() { _, _ = io.Copy(server, client); server.Close() })
+			wg.Go(func() { _, _ = io.Copy(client, server); client.Close() })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	u.Host = ln.Addr().String()
+	return u.String()
 }
 
 // min_delay holds a batch that is not full back from the idle committer

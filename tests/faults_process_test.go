@@ -254,8 +254,8 @@ log: {level: debug, format: text}
 			t.Errorf("%s: the secret appears in the output:\n%s", what, out)
 		}
 	}
-	// run connects to PostgreSQL lazily and retries it for ever, so it is
-	// run only where NATS fails it at once.
+	// run retries PostgreSQL for ever, so it is run only where NATS fails
+	// it at once.
 	pgOnly, natsOnly, all := []string{"check", "init"}, []string{"check", "run"}, []string{"check", "init", "run"}
 	failing := []struct {
 		name, cfg string
