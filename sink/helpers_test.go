@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -367,4 +369,51 @@ func finishClean(t *testing.T, ctx context.Context, src source, wait func() erro
 	if l, _ := dl.letters(); len(l) != 0 {
 		t.Fatalf("dead letters %v", l)
 	}
+}
+
+// listener is a test's TCP listener on 127.0.0.1. When the test ends it
+// closes the listener and every connection passed to track, then waits for
+// the goroutines started on wg.
+type listener struct {
+	net.Listener
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func listen(t *testing.T) *listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &listener{Listener: ln}
+	t.Cleanup(func() {
+		ln.Close()
+		l.mu.Lock()
+		for _, c := range l.conns {
+			c.Close()
+		}
+		l.mu.Unlock()
+		l.wg.Wait()
+	})
+	return l
+}
+
+func (l *listener) track(c net.Conn) {
+	l.mu.Lock()
+	l.conns = append(l.conns, c)
+	l.mu.Unlock()
+}
+
+// proxy returns dbURL with its host replaced by l's address, and the host
+// it named: for a proxy listening on l.
+func (l *listener) proxy(t *testing.T, dbURL string) (proxied, target string) {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, u.Host = u.Host, l.Addr().String()
+	return u.String(), target
 }

@@ -7,10 +7,8 @@ import (
 	"io"
 	"math"
 	"net"
-	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,32 +195,15 @@ func TestHangingConnectAtStartHoldsNothingUp(t *testing.T) {
 // answer, so that their connects hang. It returns dbURL pointing at it.
 func connectHolder(t *testing.T, dbURL string, n int) string {
 	t.Helper()
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	to := u.Host
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	track := func(c net.Conn) {
-		mu.Lock()
-		conns = append(conns, c)
-		mu.Unlock()
-	}
-	wg.Go(func() {
+	l := listen(t)
+	proxied, to := l.proxy(t, dbURL)
+	l.wg.Go(func() {
 		for i := 0; ; i++ {
-			client, err := ln.Accept()
+			client, err := l.Accept()
 			if err != nil {
 				return
 			}
-			track(client)
+			l.track(client)
 			if i >= n {
 				continue // held: nothing is read or answered
 			}
@@ -231,22 +212,12 @@ func connectHolder(t *testing.T, dbURL string, n int) string {
 				client.Close()
 				continue
 			}
-			track(server)
-			wg.Go(func() { _, _ = io.Copy(server, client); server.Close() })
-			wg.Go(func() { _, _ = io.Copy(client, server); client.Close() })
+			l.track(server)
+			l.wg.Go(func() { _, _ = io.Copy(server, client); server.Close() })
+			l.wg.Go(func() { _, _ = io.Copy(client, server); client.Close() })
 		}
 	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	u.Host = ln.Addr().String()
-	return u.String()
+	return proxied
 }
 
 // min_delay holds a batch that is not full back from the idle committer

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/url"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,17 +18,14 @@ import (
 // transaction has committed), drops the answer and cuts the connection: the
 // client cannot know the outcome.
 type commitCutter struct {
-	ln    net.Listener
+	l     *listener
 	to    string
 	mode  Mode
 	armed atomic.Bool
 	cut   atomic.Int32
 	// hold: instead of cutting the connection, keep it open and drop
 	// everything the server sends on it from then on.
-	hold  atomic.Bool
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns []net.Conn
+	hold atomic.Bool
 }
 
 // commitQuery is the simple-protocol Query message pgx sends for Commit;
@@ -64,38 +59,16 @@ func committed(m Mode, b []byte) bool {
 
 func newCommitCutter(t *testing.T, dbURL string, m Mode) (*commitCutter, string) {
 	t.Helper()
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &commitCutter{ln: ln, to: u.Host, mode: m}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	u.Host = ln.Addr().String()
-	return p, u.String()
-}
-
-func (p *commitCutter) track(c net.Conn) {
-	p.mu.Lock()
-	p.conns = append(p.conns, c)
-	p.mu.Unlock()
+	l := listen(t)
+	proxied, to := l.proxy(t, dbURL)
+	p := &commitCutter{l: l, to: to, mode: m}
+	l.wg.Go(p.accept)
+	return p, proxied
 }
 
 func (p *commitCutter) accept() {
 	for {
-		client, err := p.ln.Accept()
+		client, err := p.l.Accept()
 		if err != nil {
 			return
 		}
@@ -104,10 +77,10 @@ func (p *commitCutter) accept() {
 			client.Close()
 			continue
 		}
-		p.track(client)
-		p.track(server)
+		p.l.track(client)
+		p.l.track(server)
 		var cutNext atomic.Bool
-		p.wg.Go(func() { // server -> client
+		p.l.wg.Go(func() { // server -> client
 			defer client.Close()
 			buf := make([]byte, 32<<10)
 			for {
@@ -133,7 +106,7 @@ func (p *commitCutter) accept() {
 				}
 			}
 		})
-		p.wg.Go(func() { // client -> server
+		p.l.wg.Go(func() { // client -> server
 			defer server.Close()
 			buf := make([]byte, 32<<10)
 			for {

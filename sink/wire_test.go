@@ -63,41 +63,24 @@ type fakePG struct {
 	// failDials is how many of the next cancel connections fail to dial
 	// (-1: all); dials counts the cancel dials tried.
 	failDials, dials atomic.Int32
-	wg               sync.WaitGroup
 }
 
 // connectFake starts a fakePG running script and connects to it.
 func connectFake(t *testing.T, ctx context.Context, script func(be *pgproto3.Backend, f *fakePG)) (*pgconn.PgConn, *fakePG) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listen(t)
 	f := &fakePG{cancels: make(chan struct{}, 4)}
-	var conns []net.Conn
-	var mu sync.Mutex
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		f.wg.Wait()
-	})
-	f.wg.Go(func() {
+	ln.wg.Go(func() {
 		first := true
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
+			ln.track(c)
 			main := first
 			first = false
-			f.wg.Go(func() {
+			ln.wg.Go(func() {
 				be := pgproto3.NewBackend(c, c)
 				msg, err := be.ReceiveStartupMessage()
 				if err != nil {
