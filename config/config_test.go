@@ -119,6 +119,17 @@ func TestZeroDurationWithoutUnit(t *testing.T) {
 	}
 }
 
+// YAML anchors, aliases and merge keys work as YAML defines them.
+func TestYAMLAliases(t *testing.T) {
+	cfg, err := Parse([]byte("nats:\n  ack_wait: &w 30s\npostgres:\n  batch: &b\n    max_rows: 100\n    max_delay: *w\n"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Postgres.Batch.MaxDelay != 30*time.Second || cfg.NATS.AckWait != 30*time.Second || cfg.Postgres.Batch.MaxRows != 100 {
+		t.Fatalf("max_delay %v, ack_wait %v, max_rows %d; want 30s, 30s, 100", cfg.Postgres.Batch.MaxDelay, cfg.NATS.AckWait, cfg.Postgres.Batch.MaxRows)
+	}
+}
+
 func TestParseErrorsNameTheKey(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -140,6 +151,18 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"unknown --set key", "", nil, []string{"postgres.batch.rows=1"}, "postgres.batch.rows"},
 		{"--set without =", "", nil, []string{"postgres.table"}, "key=value"},
 		{"--set into a value", "", nil, []string{"postgres.table.x=1"}, "postgres.table.x"},
+		// Where the value came from: the file's line (not the merged
+		// document's), the variable, or the flag.
+		{"file line", "# c\n\nnats:\n  url: nats://x:4222\n\npipeline:\n  # n\n  workers: abc\n", nil, nil, `line 8: pipeline.workers: "abc" is not a whole number`},
+		{"env not a number", "", []string{"JETSINK_PIPELINE_WORKERS=abc"}, nil, `JETSINK_PIPELINE_WORKERS: pipeline.workers: "abc" is not a whole number`},
+		{"--set not a boolean", "", nil, []string{"telemetry.pprof=maybe"}, `--set: telemetry.pprof: "maybe" is not true or false`},
+		{"env not a float", "", []string{"JETSINK_TELEMETRY_SAMPLE_RATIO=most"}, nil, `JETSINK_TELEMETRY_SAMPLE_RATIO: telemetry.sample_ratio: "most" is not a number`},
+		{"env duration without a unit", "", []string{"JETSINK_POSTGRES_BATCH_MAX_DELAY=5"}, nil, `JETSINK_POSTGRES_BATCH_MAX_DELAY: postgres.batch.max_delay: "5" has no unit`},
+		{"typo", "# c\n\npipeline:\n  wrkers: 2\n", nil, nil, "line 4: pipeline.wrkers: no such key (did you mean pipeline.workers?)"},
+		{"list for a single value", "pipeline:\n  workers: [1, 2]\n", nil, nil, "line 2: pipeline.workers takes a single value"},
+		{"value for a section", "postgres:\n  batch: 5\n", nil, nil, "line 2: postgres.batch is a section"},
+		{"typo in a column", "# c\n\npostgres:\n  columns:\n    - name: x\n      frm: json:a\n", nil, nil, "line 6: postgres.columns[0].frm: no such key (did you mean from?)"},
+		{"list for a column's type", "# c\n\n\npostgres:\n  columns:\n    - name: x\n      type: [a]\n", nil, nil, "postgres.columns: line 7: cannot unmarshal !!seq"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -18,29 +18,25 @@ type Key struct {
 // order (postgres.columns is file-only).
 func Keys() []Key {
 	var out []Key
-	walkKeys(reflect.TypeOf(Config{}), "", &out)
+	walkKeys(reflect.TypeOf(Config{}), "", &out, nil)
 	return out
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))
 
-func walkKeys(t reflect.Type, prefix string, out *[]Key) {
+// walkKeys appends t's settable keys under prefix to out, and adds the
+// paths and types of its file-only keys (lists of structs, maps) to
+// fileOnly unless it is nil.
+func walkKeys(t reflect.Type, prefix string, out *[]Key, fileOnly map[string]reflect.Type) {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		if !f.IsExported() {
+		name, inline, ok := yamlName(f)
+		if !ok {
 			continue
 		}
-		tag := f.Tag.Get("yaml")
-		name, opts, _ := strings.Cut(tag, ",")
-		if name == "-" {
+		if inline {
+			walkKeys(f.Type, prefix, out, fileOnly)
 			continue
-		}
-		if opts == "inline" {
-			walkKeys(f.Type, prefix, out)
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
 		}
 		path := name
 		if prefix != "" {
@@ -51,11 +47,14 @@ func walkKeys(t reflect.Type, prefix string, out *[]Key) {
 		case ft == durationType:
 			*out = append(*out, Key{Path: path, Kind: reflect.Int64, Type: "duration"})
 		case ft.Kind() == reflect.Struct:
-			walkKeys(ft, path, out)
+			walkKeys(ft, path, out, fileOnly)
 		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.String:
 			*out = append(*out, Key{Path: path, Kind: reflect.Slice, Type: "list"})
 		case ft.Kind() == reflect.Slice || ft.Kind() == reflect.Map || ft.Kind() == reflect.Pointer:
 			// file-only (postgres.columns)
+			if fileOnly != nil {
+				fileOnly[path] = ft
+			}
 		case name == "memory_limit":
 			*out = append(*out, Key{Path: path, Kind: ft.Kind(), Type: "size|auto"})
 		case isSizeKey(name):
@@ -64,6 +63,26 @@ func walkKeys(t reflect.Type, prefix string, out *[]Key) {
 			*out = append(*out, Key{Path: path, Kind: ft.Kind(), Type: ft.Kind().String()})
 		}
 	}
+}
+
+// yamlName is the key yaml.v3 reads struct field f from: its tag's name,
+// or its name in lower case; inline for a struct whose fields are read as
+// the parent's; ok false for a field yaml.v3 skips.
+func yamlName(f reflect.StructField) (name string, inline, ok bool) {
+	if !f.IsExported() {
+		return "", false, false
+	}
+	name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if name == "-" {
+		return "", false, false
+	}
+	if opts == "inline" {
+		return "", true, true
+	}
+	if name == "" {
+		name = strings.ToLower(f.Name)
+	}
+	return name, false, true
 }
 
 // isSizeKey reports whether a key (its last path element) takes sizes
@@ -106,19 +125,15 @@ func DefaultValue(path string) string {
 func fieldByYAML(v reflect.Value, name string) (reflect.Value, bool) {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() {
+		tag, inline, ok := yamlName(t.Field(i))
+		if !ok {
 			continue
 		}
-		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if opts == "inline" {
+		if inline {
 			if got, ok := fieldByYAML(v.Field(i), name); ok {
 				return got, true
 			}
 			continue
-		}
-		if tag == "" {
-			tag = strings.ToLower(f.Name)
 		}
 		if tag == name {
 			return v.Field(i), true

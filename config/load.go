@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"reflect"
 	"sort"
@@ -42,7 +43,8 @@ type Source struct {
 // Load builds the configuration from defaults, the file, the environment
 // and the overrides, in that order of precedence (later wins), and
 // validates it. Errors wrap ErrInvalidConfig (or a section's sentinel) and
-// name the key at fault.
+// name the key at fault; errors in a value also say where it came from:
+// the file's line, the environment variable or --set.
 func Load(src Source) (Config, error) {
 	var raw []byte
 	if src.File != "" {
@@ -100,6 +102,7 @@ func parse(raw []byte, env, set []string) (Config, error) {
 		envKeys[alias] = path
 	}
 	var fromEnv []string
+	origin := map[string]string{} // key path -> the variable or flag that set it last
 	for _, kv := range env {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || !strings.HasPrefix(name, EnvPrefix) || envIgnored[name] || strings.HasPrefix(name, "JETSINK_TEST_") {
@@ -110,6 +113,7 @@ func parse(raw []byte, env, set []string) (Config, error) {
 			return Config{}, fmt.Errorf("%w: environment variable %s is not a jetsink setting (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL)", ErrInvalidConfig, name)
 		}
 		fromEnv = append(fromEnv, name)
+		origin[path] = name
 		if err := setPath(root, path, value, known[path]); err != nil {
 			return Config{}, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err)
 		}
@@ -125,17 +129,16 @@ func parse(raw []byte, env, set []string) (Config, error) {
 		if !ok {
 			return Config{}, fmt.Errorf("%w: --set %s: no such key (see `jetsink run --help` for the keys)", ErrInvalidConfig, path)
 		}
+		origin[path] = "--set"
 		if err := setPath(root, path, value, kind); err != nil {
 			return Config{}, fmt.Errorf("%w: --set %s: %w", ErrInvalidConfig, path, err)
 		}
 	}
-	durations := map[string]bool{}
-	for _, k := range keys {
-		if k.Type == "duration" {
-			durations[k.Path] = true
-		}
+	sc := newSchema(keys, origin)
+	if err := sc.check(root, ""); err != nil {
+		return Config{}, err
 	}
-	if err := normalizeScalars(root, "", durations); err != nil {
+	if err := sc.normalize(root, ""); err != nil {
 		return Config{}, err
 	}
 	text, err := yaml.Marshal(root)
@@ -203,60 +206,347 @@ func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 	return nil
 }
 
-// normalizeScalars turns human sizes under keys ending in "bytes" (and
+// schema is what parse knows of the keys, to check the merged tree and
+// name the key, and where its value came from, in every error: the
+// decoder's own errors give line numbers of the merged document, which
+// are not the file's, and Go type names.
+type schema struct {
+	keys     map[string]Key
+	sections map[string]bool         // paths that hold keys (nats, postgres.batch, ...)
+	fileOnly map[string]reflect.Type // keys only the file sets (postgres.columns), and their types
+	origin   map[string]string       // key path -> the variable or flag that set it last
+}
+
+func newSchema(keys []Key, origin map[string]string) *schema {
+	sc := &schema{keys: map[string]Key{}, sections: map[string]bool{}, fileOnly: map[string]reflect.Type{}, origin: origin}
+	walkKeys(reflect.TypeOf(Config{}), "", new([]Key), sc.fileOnly)
+	for _, k := range keys {
+		sc.keys[k.Path] = k
+	}
+	for p := range sc.keys {
+		for i := strings.LastIndexByte(p, '.'); i > 0; i = strings.LastIndexByte(p[:i], '.') {
+			sc.sections[p[:i]] = true
+		}
+	}
+	for p := range sc.fileOnly {
+		for i := strings.LastIndexByte(p, '.'); i > 0; i = strings.LastIndexByte(p[:i], '.') {
+			sc.sections[p[:i]] = true
+		}
+	}
+	return sc
+}
+
+// at says where path's value came from: "JETSINK_X: ", "--set: ",
+// "line N: " for the file, or nothing.
+func (sc *schema) at(path string, key, val *yaml.Node) string {
+	switch {
+	case sc.origin[path] != "":
+		return sc.origin[path] + ": "
+	case val.Line > 0:
+		return fmt.Sprintf("line %d: ", val.Line)
+	case key.Line > 0:
+		return fmt.Sprintf("line %d: ", key.Line)
+	}
+	return ""
+}
+
+// check walks a mapping of the merged tree: every key must exist, a
+// section must hold a mapping, a list key a list and any other key a
+// single value. A null value (a key with nothing after it) keeps the
+// default.
+func (sc *schema) check(node *yaml.Node, prefix string) error {
+	for j := 0; j+1 < len(node.Content); j += 2 {
+		kn, val := node.Content[j], deref(node.Content[j+1])
+		if kn.ShortTag() == "!!merge" { // <<: *anchor
+			if err := merged(val, prefix, sc.check); err != nil {
+				return err
+			}
+			continue
+		}
+		path := kn.Value
+		if prefix != "" {
+			path = prefix + "." + kn.Value
+		}
+		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
+			continue
+		}
+		if t, ok := sc.fileOnly[path]; ok {
+			if err := checkFileOnly(val, path, t); err != nil {
+				return err
+			}
+			continue
+		}
+		if sc.sections[path] {
+			if val.Kind != yaml.MappingNode {
+				return fmt.Errorf("%w: %s%s is a section: write its keys under it", ErrInvalidConfig, sc.at(path, kn, val), path)
+			}
+			if err := sc.check(val, path); err != nil {
+				return err
+			}
+			continue
+		}
+		k, ok := sc.keys[path]
+		if !ok {
+			return fmt.Errorf("%w: %s%s: no such key%s", ErrInvalidConfig, sc.at(path, kn, val), path, sc.suggest(prefix, kn.Value))
+		}
+		switch {
+		case k.Kind == reflect.Slice && val.Kind != yaml.SequenceNode:
+			return fmt.Errorf("%w: %s%s takes a list, e.g. [a, b]", ErrInvalidConfig, sc.at(path, kn, val), path)
+		case k.Kind != reflect.Slice && val.Kind != yaml.ScalarNode:
+			return fmt.Errorf("%w: %s%s takes a single value (%s), not a list or a section", ErrInvalidConfig, sc.at(path, kn, val), path, k.Type)
+		}
+	}
+	return nil
+}
+
+// suggest returns " (did you mean X?)" for the key or section under prefix
+// whose last element is nearest to name, if it is near enough to be a typo.
+func (sc *schema) suggest(prefix, name string) string {
+	var siblings []string
+	add := func(p string) {
+		parent, last := "", p
+		if i := strings.LastIndexByte(p, '.'); i >= 0 {
+			parent, last = p[:i], p[i+1:]
+		}
+		if parent == prefix {
+			siblings = append(siblings, last)
+		}
+	}
+	for p := range sc.keys {
+		add(p)
+	}
+	for p := range sc.sections {
+		add(p)
+	}
+	for p := range sc.fileOnly {
+		add(p)
+	}
+	if prefix != "" {
+		prefix += "."
+	}
+	return suggestion(prefix, name, siblings)
+}
+
+// suggestion returns " (did you mean <prefix><c>?)" for the candidate
+// nearest to name, if it is near enough to be a typo, or "".
+func suggestion(prefix, name string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := editDistance(name, c); d < bestD || d == bestD && c < best {
+			best, bestD = c, d
+		}
+	}
+	if best == "" || bestD > len(name)/2 {
+		return ""
+	}
+	return " (did you mean " + prefix + best + "?)"
+}
+
+// checkFileOnly checks a file-only key's value (postgres.columns) against
+// its Go type: field names, with the file's line numbers, then the values,
+// by decoding the subtree alone (the decoder's errors carry the line of
+// the node at fault, which in the merged document they would not).
+func checkFileOnly(val *yaml.Node, path string, t reflect.Type) error {
+	if err := checkFields(val, path, t); err != nil {
+		return err
+	}
+	if err := val.Decode(reflect.New(t).Interface()); err != nil {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, path, describeYAMLError(err))
+	}
+	return nil
+}
+
+// checkFields reports the first mapping key in n that t has no field for,
+// naming its path and line; values of the wrong shape are left to the
+// decoder.
+func checkFields(n *yaml.Node, path string, t reflect.Type) error {
+	n = deref(n)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+		for i, e := range n.Content {
+			if err := checkFields(e, fmt.Sprintf("%s[%d]", path, i), t.Elem()); err != nil {
+				return err
+			}
+		}
+	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			if err := checkFields(n.Content[j+1], path+"."+n.Content[j].Value, t.Elem()); err != nil {
+				return err
+			}
+		}
+	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+		if reflect.PointerTo(t).Implements(reflect.TypeFor[yaml.Unmarshaler]()) {
+			return nil
+		}
+		fields := yamlFields(t)
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			kn := n.Content[j]
+			ft, ok := fields[kn.Value]
+			if !ok {
+				names := make([]string, 0, len(fields))
+				for name := range fields {
+					names = append(names, name)
+				}
+				return fmt.Errorf("%w: line %d: %s.%s: no such key%s", ErrInvalidConfig, kn.Line, path, kn.Value, suggestion("", kn.Value, names))
+			}
+			if err := checkFields(n.Content[j+1], path+"."+kn.Value, ft); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// yamlFields maps the YAML names of struct t's fields (as yaml.v3 names
+// them: the tag's, or the field's name in lower case; inline structs
+// flattened) to their types.
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, inline, ok := yamlName(f)
+		switch {
+		case !ok:
+		case inline:
+			maps.Copy(out, yamlFields(f.Type))
+		default:
+			out[name] = f.Type
+		}
+	}
+	return out
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// deref follows YAML aliases (*anchor) to the node they name.
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// merged applies f to the mappings a merge key (<<) brings in: one, or a
+// list of them.
+func merged(val *yaml.Node, prefix string, f func(*yaml.Node, string) error) error {
+	if val.Kind == yaml.SequenceNode {
+		for _, m := range val.Content {
+			if err := f(deref(m), prefix); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return f(val, prefix)
+}
+
+// normalize turns human sizes under keys ending in "bytes" (and
 // memory_limit, whose "auto" becomes MemoryLimitAuto) into plain integers,
 // and a duration written as the number 0 into 0s (YAML refuses to decode a
 // number into a duration); another number for a duration is an error that
-// asks for a unit.
-func normalizeScalars(node *yaml.Node, prefix string, durations map[string]bool) error {
+// asks for a unit. It checks that every other number and boolean reads as
+// one. Run after check: every key is known.
+func (sc *schema) normalize(node *yaml.Node, prefix string) error {
 	if node.Kind != yaml.MappingNode {
 		return nil
 	}
 	for j := 0; j+1 < len(node.Content); j += 2 {
-		key, val := node.Content[j].Value, node.Content[j+1]
+		kn, val := node.Content[j], deref(node.Content[j+1])
+		if kn.ShortTag() == "!!merge" {
+			if err := merged(val, prefix, sc.normalize); err != nil {
+				return err
+			}
+			continue
+		}
+		key := kn.Value
 		path := key
 		if prefix != "" {
 			path = prefix + "." + key
 		}
 		if val.Kind == yaml.MappingNode {
-			if err := normalizeScalars(val, path, durations); err != nil {
+			if err := sc.normalize(val, path); err != nil {
 				return err
 			}
 			continue
 		}
-		if val.Kind == yaml.ScalarNode && durations[path] {
+		if val.Kind != yaml.ScalarNode || val.ShortTag() == "!!null" {
+			continue
+		}
+		at := sc.at(path, kn, val)
+		k := sc.keys[path]
+		if k.Type == "duration" {
 			// A number as YAML reads one (0x10, 1_000, .inf too); a
 			// quoted "0" is a string, which time.ParseDuration takes.
-			// (Checked here so that the error names the key.)
 			switch val.ShortTag() {
 			case "!!int", "!!float":
 				var f float64
 				if err := val.Decode(&f); err != nil || f != 0 {
-					return fmt.Errorf("%w: %s: %q has no unit (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, path, val.Value)
+					return fmt.Errorf("%w: %s%s: %q has no unit (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, at, path, val.Value)
 				}
 				val.Value, val.Tag, val.Style = "0s", "!!str", 0
 			case "!!str":
 				if _, err := time.ParseDuration(val.Value); err != nil {
-					return fmt.Errorf("%w: %s: %q is not a duration (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, path, val.Value)
+					return fmt.Errorf("%w: %s%s: %q is not a duration (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, at, path, val.Value)
 				}
 			}
 			continue
 		}
-		if val.Kind != yaml.ScalarNode || !isSizeKey(key) {
+		if isSizeKey(key) {
+			if _, err := strconv.ParseInt(val.Value, 10, 64); err == nil {
+				continue
+			}
+			if key == "memory_limit" && strings.EqualFold(val.Value, "auto") {
+				val.Value, val.Tag, val.Style = strconv.Itoa(MemoryLimitAuto), "!!int", 0
+				continue
+			}
+			n, err := humanize.ParseBytes(val.Value)
+			if err != nil || n > 1<<53 {
+				return fmt.Errorf("%w: %s%s: %q is not a size (use e.g. 4MiB, 512KiB or a number of bytes)", ErrInvalidConfig, at, path, val.Value)
+			}
+			val.Value, val.Tag, val.Style = strconv.FormatUint(n, 10), "!!int", 0
 			continue
 		}
-		if _, err := strconv.ParseInt(val.Value, 10, 64); err == nil {
-			continue
+		var err error
+		want := ""
+		switch k.Kind {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			var v int64
+			err, want = val.Decode(&v), "a whole number"
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			var v uint64
+			err, want = val.Decode(&v), "a whole number, 0 or more"
+		case reflect.Float32, reflect.Float64:
+			var v float64
+			err, want = val.Decode(&v), "a number"
+		case reflect.Bool:
+			var v bool
+			err, want = val.Decode(&v), "true or false"
 		}
-		if key == "memory_limit" && strings.EqualFold(val.Value, "auto") {
-			val.Value, val.Tag, val.Style = strconv.Itoa(MemoryLimitAuto), "!!int", 0
-			continue
+		if err != nil {
+			return fmt.Errorf("%w: %s%s: %q is not %s", ErrInvalidConfig, at, path, val.Value, want)
 		}
-		n, err := humanize.ParseBytes(val.Value)
-		if err != nil || n > 1<<53 {
-			return fmt.Errorf("%w: %s: %q is not a size (use e.g. 4MiB, 512KiB or a number of bytes)", ErrInvalidConfig, path, val.Value)
-		}
-		val.Value, val.Tag, val.Style = strconv.FormatUint(n, 10), "!!int", 0
 	}
 	return nil
 }
