@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,14 +120,64 @@ func TestZeroDurationWithoutUnit(t *testing.T) {
 	}
 }
 
-// YAML anchors, aliases and merge keys work as YAML defines them.
+// YAML anchors, aliases and merge keys work as YAML defines them, in
+// sections and in postgres.columns; an alias normalized for one key (a
+// size) leaves its anchor's value as it was for another.
 func TestYAMLAliases(t *testing.T) {
-	cfg, err := Parse([]byte("nats:\n  ack_wait: &w 30s\npostgres:\n  batch: &b\n    max_rows: 100\n    max_delay: *w\n"), nil, nil)
+	file := `
+nats:
+  ack_wait: &w 30s
+  stream: &n "0"
+pipeline:
+  workers: 3
+postgres:
+  batch:
+    <<: {max_rows: 100}
+    max_delay: *w
+    max_bytes: *n
+  columns:
+    - &c {name: a, from: "json:a", type: text}
+    - {<<: *c, name: b, from: "json:b"}
+`
+	cfg, err := Parse([]byte(file), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Postgres.Batch.MaxDelay != 30*time.Second || cfg.NATS.AckWait != 30*time.Second || cfg.Postgres.Batch.MaxRows != 100 {
-		t.Fatalf("max_delay %v, ack_wait %v, max_rows %d; want 30s, 30s, 100", cfg.Postgres.Batch.MaxDelay, cfg.NATS.AckWait, cfg.Postgres.Batch.MaxRows)
+	b := cfg.Postgres.Batch
+	if b.MaxDelay != 30*time.Second || cfg.NATS.AckWait != 30*time.Second || b.MaxRows != 100 || b.MaxBytes != 0 || cfg.NATS.Stream != "0" {
+		t.Fatalf("max_delay %v, ack_wait %v, max_rows %d, max_bytes %d, stream %q; want 30s, 30s, 100, 0, \"0\"",
+			b.MaxDelay, cfg.NATS.AckWait, b.MaxRows, b.MaxBytes, cfg.NATS.Stream)
+	}
+	cols := cfg.Postgres.Columns
+	if len(cols) != 2 || cols[1].Name != "b" || cols[1].From != "json:b" || cols[1].Type != cols[0].Type {
+		t.Fatalf("columns %+v; want b to take a's type", cols)
+	}
+}
+
+// A key with nothing after it (YAML's null), a list key included, keeps
+// its default; so does a value that YAML reads as an integer when quoted
+// for a size key, and a section left empty still takes variables.
+func TestNullKeepsTheDefault(t *testing.T) {
+	def := Default()
+	cfg, err := Parse([]byte("nats:\n  subjects:\n  ack_wait:\npostgres:\n  batch:\n    max_rows:\n    max_bytes:\n"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.NATS.Subjects, def.NATS.Subjects) || cfg.NATS.AckWait != def.NATS.AckWait ||
+		cfg.Postgres.Batch.MaxRows != def.Postgres.Batch.MaxRows || cfg.Postgres.Batch.MaxBytes != def.Postgres.Batch.MaxBytes {
+		t.Fatalf("nulls changed defaults: subjects %v, ack_wait %v, max_rows %d, max_bytes %d",
+			cfg.NATS.Subjects, cfg.NATS.AckWait, cfg.Postgres.Batch.MaxRows, cfg.Postgres.Batch.MaxBytes)
+	}
+	cfg, err = Parse([]byte("postgres:\n  # url: ...\n  batch:\n    max_bytes: \"1024\"\n"), []string{"JETSINK_DATABASE_URL=postgres://db/x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Postgres.URL != "postgres://db/x" || cfg.Postgres.Batch.MaxBytes != 1024 {
+		t.Fatalf("url %q, max_bytes %d; want postgres://db/x, 1024", cfg.Postgres.URL, cfg.Postgres.Batch.MaxBytes)
+	}
+	cfg, err = Parse([]byte("pipeline:\n  workers: 0x2\ntelemetry:\n  pprof: on\n"), nil, nil)
+	if err != nil || cfg.Pipeline.Workers != 2 || !cfg.Telemetry.Pprof {
+		t.Fatalf("0x2 and on: workers %d, pprof %v, err %v", cfg.Pipeline.Workers, cfg.Telemetry.Pprof, err)
 	}
 }
 
@@ -155,13 +206,21 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		// document's), the variable, or the flag.
 		{"file line", "# c\n\nnats:\n  url: nats://x:4222\n\npipeline:\n  # n\n  workers: abc\n", nil, nil, `line 8: pipeline.workers: "abc" is not a whole number`},
 		{"env not a number", "", []string{"JETSINK_PIPELINE_WORKERS=abc"}, nil, `JETSINK_PIPELINE_WORKERS: pipeline.workers: "abc" is not a whole number`},
-		{"--set not a boolean", "", nil, []string{"telemetry.pprof=maybe"}, `--set: telemetry.pprof: "maybe" is not true or false`},
+		{"--set not a boolean", "", nil, []string{"telemetry.pprof=maybe"}, `--set telemetry.pprof: "maybe" is not true or false`},
 		{"env not a float", "", []string{"JETSINK_TELEMETRY_SAMPLE_RATIO=most"}, nil, `JETSINK_TELEMETRY_SAMPLE_RATIO: telemetry.sample_ratio: "most" is not a number`},
 		{"env duration without a unit", "", []string{"JETSINK_POSTGRES_BATCH_MAX_DELAY=5"}, nil, `JETSINK_POSTGRES_BATCH_MAX_DELAY: postgres.batch.max_delay: "5" has no unit`},
 		{"typo", "# c\n\npipeline:\n  wrkers: 2\n", nil, nil, "line 4: pipeline.wrkers: no such key (did you mean pipeline.workers?)"},
 		{"list for a single value", "pipeline:\n  workers: [1, 2]\n", nil, nil, "line 2: pipeline.workers takes a single value"},
 		{"value for a section", "postgres:\n  batch: 5\n", nil, nil, "line 2: postgres.batch is a section"},
-		{"typo in a column", "# c\n\npostgres:\n  columns:\n    - name: x\n      frm: json:a\n", nil, nil, "line 6: postgres.columns[0].frm: no such key (did you mean from?)"},
+		{"typo in a column", "# c\n\npostgres:\n  columns:\n    - name: x\n      frm: json:a\n", nil, nil, "line 6: postgres.columns[0].frm: no such key (did you mean postgres.columns[0].from?)"},
+		{"a variable over the file's value", "pipeline:\n  workers: 2\n", []string{"JETSINK_PIPELINE_WORKERS=abc"}, nil, `JETSINK_PIPELINE_WORKERS: pipeline.workers: "abc"`},
+		{"the line of an alias, not of its anchor", "pipeline:\n  workers: &w 2\npostgres:\n  batch:\n    max_delay: *w\n", nil, nil, `line 5: postgres.batch.max_delay: "2" has no unit`},
+		{"unknown key without a value", "pipeline:\n  wrkers:\n", nil, nil, "line 2: pipeline.wrkers: no such key"},
+		{"dotted key in the file", "postgres.url: x\n", nil, nil, "line 1: postgres.url: in the file a key is one name"},
+		{"swapped letters", "nats:\n  ulr: x\n", nil, nil, "(did you mean nats.url?)"},
+		{"a map in a list", "nats:\n  subjects: [{a: 1}]\n", nil, nil, "nats.subjects takes a list of single values"},
+		{"alias that contains itself", "nats: &a\n  <<: *a\n", nil, nil, "contains itself"},
+		{"key set twice", "pipeline:\n  workers: 1\n  workers: 2\n", nil, nil, `"workers" already defined at line 2`},
 		{"list for a column's type", "# c\n\n\npostgres:\n  columns:\n    - name: x\n      type: [a]\n", nil, nil, "postgres.columns: line 7: cannot unmarshal !!seq"},
 	}
 	for _, c := range cases {
@@ -272,6 +331,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("nats: {url: nats://x:4222}\n"), "JETSINK_NATS_STREAM=S", "postgres.table=t")
 	f.Add([]byte("postgres:\n  batch: {max_bytes: 4MiB}\n  columns:\n    - {name: id, from: json:id, type: uuid}\n"), "", "")
 	f.Add([]byte("{"), "JETSINK_X=1", "=")
+	f.Add([]byte("nats: &a\n  <<: *a\n"), "", "")
+	f.Add([]byte("x: &a {<<: [*a]}\npostgres:\n  columns:\n    - &c {<<: *c}\n"), "JETSINK_POSTGRES_BATCH_MAX_ROWS=", "nats.ack_wait=")
+	f.Add([]byte("postgres:\n  batch: {<<: &b {max_rows: 1}, max_delay: *b}\n"), "", "")
 	f.Fuzz(func(t *testing.T, file []byte, env, set string) {
 		cfg, err := Parse(file, []string{env}, []string{set})
 		if err != nil {

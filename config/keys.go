@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 )
@@ -76,7 +77,7 @@ func yamlName(f reflect.StructField) (name string, inline, ok bool) {
 	if name == "-" {
 		return "", false, false
 	}
-	if opts == "inline" {
+	if slices.Contains(strings.Split(opts, ","), "inline") {
 		return "", true, true
 	}
 	if name == "" {

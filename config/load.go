@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"reflect"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -101,7 +100,6 @@ func parse(raw []byte, env, set []string) (Config, error) {
 	for alias, path := range envAliases {
 		envKeys[alias] = path
 	}
-	var fromEnv []string
 	origin := map[string]string{} // key path -> the variable or flag that set it last
 	for _, kv := range env {
 		name, value, ok := strings.Cut(kv, "=")
@@ -112,13 +110,11 @@ func parse(raw []byte, env, set []string) (Config, error) {
 		if !ok {
 			return Config{}, fmt.Errorf("%w: environment variable %s is not a jetsink setting (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL)", ErrInvalidConfig, name)
 		}
-		fromEnv = append(fromEnv, name)
 		origin[path] = name
 		if err := setPath(root, path, value, known[path]); err != nil {
 			return Config{}, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err)
 		}
 	}
-	sort.Strings(fromEnv)
 	for _, kv := range set {
 		path, value, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -133,6 +129,12 @@ func parse(raw []byte, env, set []string) (Config, error) {
 		if err := setPath(root, path, value, kind); err != nil {
 			return Config{}, fmt.Errorf("%w: --set %s: %w", ErrInvalidConfig, path, err)
 		}
+	}
+	// Decoded once as plain YAML first: an alias that contains itself, or
+	// aliases that multiply without bound, are errors here (with the
+	// file's line) before check follows them.
+	if err := root.Decode(new(any)); err != nil {
+		return Config{}, fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err))
 	}
 	sc := newSchema(keys, origin)
 	if err := sc.check(root, ""); err != nil {
@@ -198,6 +200,9 @@ func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 			}
 			return nil
 		}
+		if child.Kind == yaml.ScalarNode && child.ShortTag() == "!!null" {
+			*child = yaml.Node{Kind: yaml.MappingNode} // "postgres:" with every key commented out
+		}
 		if child.Kind != yaml.MappingNode {
 			return fmt.Errorf("%s is not a section", strings.Join(parts[:i+1], "."))
 		}
@@ -236,66 +241,88 @@ func newSchema(keys []Key, origin map[string]string) *schema {
 	return sc
 }
 
-// at says where path's value came from: "JETSINK_X: ", "--set: ",
-// "line N: " for the file, or nothing.
-func (sc *schema) at(path string, key, val *yaml.Node) string {
-	switch {
-	case sc.origin[path] != "":
-		return sc.origin[path] + ": "
-	case val.Line > 0:
-		return fmt.Sprintf("line %d: ", val.Line)
-	case key.Line > 0:
-		return fmt.Sprintf("line %d: ", key.Line)
+// at says where path's value came from: "JETSINK_X: ", "--set ", or
+// "line N: " for the file: the line of a single value or of the alias
+// that names it, else the key's (a block's first line is its first
+// child's). raw is the value before aliases are followed.
+func (sc *schema) at(path string, key, raw *yaml.Node) string {
+	switch o := sc.origin[path]; {
+	case o == "--set":
+		return "--set "
+	case o != "":
+		return o + ": "
+	}
+	line := key.Line
+	if (raw.Kind == yaml.ScalarNode || raw.Kind == yaml.AliasNode) && raw.Line > 0 {
+		line = raw.Line
+	}
+	if line > 0 {
+		return fmt.Sprintf("line %d: ", line)
 	}
 	return ""
 }
 
 // check walks a mapping of the merged tree: every key must exist, a
-// section must hold a mapping, a list key a list and any other key a
-// single value. A null value (a key with nothing after it) keeps the
-// default.
+// section must hold a mapping, a list key a list of single values and any
+// other key a single value. A key with a null value (nothing after it) is
+// removed, so that it keeps its default. parse has had the tree decoded
+// once already, so that aliases that contain themselves, or multiply
+// without bound, are errors before this follows them.
 func (sc *schema) check(node *yaml.Node, prefix string) error {
+	kept := node.Content[:0] // pairs are kept in place; kept never passes the pair being read
 	for j := 0; j+1 < len(node.Content); j += 2 {
-		kn, val := node.Content[j], deref(node.Content[j+1])
+		kn, raw := node.Content[j], node.Content[j+1]
+		val := deref(raw)
 		if kn.ShortTag() == "!!merge" { // <<: *anchor
 			if err := merged(val, prefix, sc.check); err != nil {
 				return err
 			}
+			kept = append(kept, kn, raw)
 			continue
 		}
 		path := kn.Value
 		if prefix != "" {
 			path = prefix + "." + kn.Value
 		}
-		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
-			continue
+		if strings.Contains(kn.Value, ".") { // setPath splits the variables' and flags' paths
+			return fmt.Errorf("%w: %s%s: in the file a key is one name: nest it under its section", ErrInvalidConfig, sc.at(path, kn, kn), kn.Value)
 		}
-		if t, ok := sc.fileOnly[path]; ok {
+		k, isKey := sc.keys[path]
+		t, isFileOnly := sc.fileOnly[path]
+		if !isKey && !isFileOnly && !sc.sections[path] {
+			return fmt.Errorf("%w: %s%s: no such key%s", ErrInvalidConfig, sc.at(path, kn, kn), path, sc.suggest(prefix, kn.Value))
+		}
+		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
+			continue // dropped: the default stays
+		}
+		kept = append(kept, kn, raw)
+		switch {
+		case isFileOnly:
 			if err := checkFileOnly(val, path, t); err != nil {
 				return err
 			}
-			continue
-		}
-		if sc.sections[path] {
+		case sc.sections[path]:
 			if val.Kind != yaml.MappingNode {
-				return fmt.Errorf("%w: %s%s is a section: write its keys under it", ErrInvalidConfig, sc.at(path, kn, val), path)
+				return fmt.Errorf("%w: %s%s is a section: write its keys under it", ErrInvalidConfig, sc.at(path, kn, raw), path)
 			}
 			if err := sc.check(val, path); err != nil {
 				return err
 			}
-			continue
-		}
-		k, ok := sc.keys[path]
-		if !ok {
-			return fmt.Errorf("%w: %s%s: no such key%s", ErrInvalidConfig, sc.at(path, kn, val), path, sc.suggest(prefix, kn.Value))
-		}
-		switch {
-		case k.Kind == reflect.Slice && val.Kind != yaml.SequenceNode:
-			return fmt.Errorf("%w: %s%s takes a list, e.g. [a, b]", ErrInvalidConfig, sc.at(path, kn, val), path)
-		case k.Kind != reflect.Slice && val.Kind != yaml.ScalarNode:
-			return fmt.Errorf("%w: %s%s takes a single value (%s), not a list or a section", ErrInvalidConfig, sc.at(path, kn, val), path, k.Type)
+		case k.Kind == reflect.Slice:
+			if val.Kind != yaml.SequenceNode {
+				return fmt.Errorf("%w: %s%s takes a list, e.g. [a, b]", ErrInvalidConfig, sc.at(path, kn, raw), path)
+			}
+			for _, item := range val.Content {
+				if deref(item).Kind != yaml.ScalarNode {
+					return fmt.Errorf("%w: %s%s takes a list of single values, e.g. [a, b]", ErrInvalidConfig, sc.at(path, kn, item), path)
+				}
+			}
+		case val.Kind != yaml.ScalarNode:
+			return fmt.Errorf("%w: %s%s takes a single value (%s), not a list or a section", ErrInvalidConfig, sc.at(path, kn, raw), path, k.Type)
 		}
 	}
+	clear(node.Content[len(kept):])
+	node.Content = kept
 	return nil
 }
 
@@ -384,13 +411,19 @@ func checkFields(n *yaml.Node, path string, t reflect.Type) error {
 		fields := yamlFields(t)
 		for j := 0; j+1 < len(n.Content); j += 2 {
 			kn := n.Content[j]
+			if kn.ShortTag() == "!!merge" {
+				if err := merged(deref(n.Content[j+1]), path, func(m *yaml.Node, p string) error { return checkFields(m, p, t) }); err != nil {
+					return err
+				}
+				continue
+			}
 			ft, ok := fields[kn.Value]
 			if !ok {
 				names := make([]string, 0, len(fields))
 				for name := range fields {
 					names = append(names, name)
 				}
-				return fmt.Errorf("%w: line %d: %s.%s: no such key%s", ErrInvalidConfig, kn.Line, path, kn.Value, suggestion("", kn.Value, names))
+				return fmt.Errorf("%w: line %d: %s.%s: no such key%s", ErrInvalidConfig, kn.Line, path, kn.Value, suggestion(path+".", kn.Value, names))
 			}
 			if err := checkFields(n.Content[j+1], path+"."+kn.Value, ft); err != nil {
 				return err
@@ -419,25 +452,31 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 	return out
 }
 
-// editDistance is the Levenshtein distance between a and b, in bytes.
+// editDistance is the number of single-byte insertions, deletions,
+// substitutions and swaps of neighbours that turn a into b (optimal string
+// alignment), so that "ulr" is one edit from "url".
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }
 
 // deref follows YAML aliases (*anchor) to the node they name.
@@ -451,15 +490,18 @@ func deref(n *yaml.Node) *yaml.Node {
 // merged applies f to the mappings a merge key (<<) brings in: one, or a
 // list of them.
 func merged(val *yaml.Node, prefix string, f func(*yaml.Node, string) error) error {
+	ms := []*yaml.Node{val}
 	if val.Kind == yaml.SequenceNode {
-		for _, m := range val.Content {
-			if err := f(deref(m), prefix); err != nil {
+		ms = val.Content
+	}
+	for _, m := range ms {
+		if m = deref(m); m.Kind == yaml.MappingNode {
+			if err := f(m, prefix); err != nil {
 				return err
 			}
 		}
-		return nil
 	}
-	return f(val, prefix)
+	return nil
 }
 
 // normalize turns human sizes under keys ending in "bytes" (and
@@ -473,7 +515,8 @@ func (sc *schema) normalize(node *yaml.Node, prefix string) error {
 		return nil
 	}
 	for j := 0; j+1 < len(node.Content); j += 2 {
-		kn, val := node.Content[j], deref(node.Content[j+1])
+		kn, raw := node.Content[j], node.Content[j+1]
+		val := deref(raw)
 		if kn.ShortTag() == "!!merge" {
 			if err := merged(val, prefix, sc.normalize); err != nil {
 				return err
@@ -494,7 +537,12 @@ func (sc *schema) normalize(node *yaml.Node, prefix string) error {
 		if val.Kind != yaml.ScalarNode || val.ShortTag() == "!!null" {
 			continue
 		}
-		at := sc.at(path, kn, val)
+		at := sc.at(path, kn, raw)
+		if raw != val { // an alias: rewrite a copy, not the anchored value other keys share
+			cp := *val
+			cp.Anchor = ""
+			val, node.Content[j+1] = &cp, &cp
+		}
 		k := sc.keys[path]
 		if k.Type == "duration" {
 			// A number as YAML reads one (0x10, 1_000, .inf too); a
@@ -510,11 +558,14 @@ func (sc *schema) normalize(node *yaml.Node, prefix string) error {
 				if _, err := time.ParseDuration(val.Value); err != nil {
 					return fmt.Errorf("%w: %s%s: %q is not a duration (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, at, path, val.Value)
 				}
+			default:
+				return fmt.Errorf("%w: %s%s: %q is not a duration (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, at, path, val.Value)
 			}
 			continue
 		}
 		if isSizeKey(key) {
 			if _, err := strconv.ParseInt(val.Value, 10, 64); err == nil {
+				val.Tag, val.Style = "!!int", 0 // "1024" in quotes too
 				continue
 			}
 			if key == "memory_limit" && strings.EqualFold(val.Value, "auto") {
@@ -528,25 +579,23 @@ func (sc *schema) normalize(node *yaml.Node, prefix string) error {
 			val.Value, val.Tag, val.Style = strconv.FormatUint(n, 10), "!!int", 0
 			continue
 		}
-		var err error
-		want := ""
-		switch k.Kind {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			var v int64
-			err, want = val.Decode(&v), "a whole number"
-		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-			var v uint64
-			err, want = val.Decode(&v), "a whole number, 0 or more"
-		case reflect.Float32, reflect.Float64:
-			var v float64
-			err, want = val.Decode(&v), "a number"
-		case reflect.Bool:
-			var v bool
-			err, want = val.Decode(&v), "true or false"
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %s%s: %q is not %s", ErrInvalidConfig, at, path, val.Value, want)
+		if w, ok := scalarWants[k.Kind]; ok {
+			if err := val.Decode(reflect.New(w.typ).Interface()); err != nil {
+				return fmt.Errorf("%w: %s%s: %q is not %s", ErrInvalidConfig, at, path, val.Value, w.want)
+			}
 		}
 	}
 	return nil
+}
+
+// scalarWants says, for each kind of number or boolean config's keys have,
+// what a value must decode as and how to ask for it.
+var scalarWants = map[reflect.Kind]struct {
+	typ  reflect.Type
+	want string
+}{
+	reflect.Int:     {reflect.TypeFor[int](), "a whole number"},
+	reflect.Int64:   {reflect.TypeFor[int64](), "a whole number"},
+	reflect.Float64: {reflect.TypeFor[float64](), "a number"},
+	reflect.Bool:    {reflect.TypeFor[bool](), "true or false"},
 }
