@@ -154,6 +154,18 @@ postgres:
 	}
 }
 
+// A variable or flag replaces the file's value for its key only, even
+// when that value is an anchor other keys name.
+func TestOverrideOfAnAnchoredValue(t *testing.T) {
+	cfg, err := Parse([]byte("postgres:\n  batch:\n    max_delay: &d 40ms\n    overlap_delay: *d\n"), nil, []string{"postgres.batch.max_delay=50ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := cfg.Postgres.Batch; b.MaxDelay != 50*time.Millisecond || b.OverlapDelay != 40*time.Millisecond {
+		t.Fatalf("max_delay %v, overlap_delay %v; want 50ms, 40ms", b.MaxDelay, b.OverlapDelay)
+	}
+}
+
 // A key with nothing after it (YAML's null), a list key included, keeps
 // its default; so does a value that YAML reads as an integer when quoted
 // for a size key, and a section left empty still takes variables.
@@ -174,6 +186,10 @@ func TestNullKeepsTheDefault(t *testing.T) {
 	}
 	if cfg.Postgres.URL != "postgres://db/x" || cfg.Postgres.Batch.MaxBytes != 1024 {
 		t.Fatalf("url %q, max_bytes %d; want postgres://db/x, 1024", cfg.Postgres.URL, cfg.Postgres.Batch.MaxBytes)
+	}
+	cfg, err = Parse([]byte("pipeline:\n  max_event_bytes: 08\npostgres:\n  batch:\n    max_bytes: 09\n"), []string{"JETSINK_PIPELINE_MAX_EVENT_BYTES=010"}, nil)
+	if err != nil || cfg.Pipeline.MaxEventBytes != 10 || cfg.Postgres.Batch.MaxBytes != 9 {
+		t.Fatalf("sizes with a leading zero: max_event_bytes %d, max_bytes %d, err %v; want 10, 9", cfg.Pipeline.MaxEventBytes, cfg.Postgres.Batch.MaxBytes, err)
 	}
 	cfg, err = Parse([]byte("pipeline:\n  workers: 0x2\ntelemetry:\n  pprof: on\n"), nil, nil)
 	if err != nil || cfg.Pipeline.Workers != 2 || !cfg.Telemetry.Pprof {
@@ -216,10 +232,12 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"a variable over the file's value", "pipeline:\n  workers: 2\n", []string{"JETSINK_PIPELINE_WORKERS=abc"}, nil, `JETSINK_PIPELINE_WORKERS: pipeline.workers: "abc"`},
 		{"the line of an alias, not of its anchor", "pipeline:\n  workers: &w 2\npostgres:\n  batch:\n    max_delay: *w\n", nil, nil, `line 5: postgres.batch.max_delay: "2" has no unit`},
 		{"unknown key without a value", "pipeline:\n  wrkers:\n", nil, nil, "line 2: pipeline.wrkers: no such key"},
-		{"dotted key in the file", "postgres.url: x\n", nil, nil, "line 1: postgres.url: in the file a key is one name"},
+		{"dotted key in the file", "postgres.url: x\n", nil, nil, "line 1: postgres.url: a key in the file is one name"},
 		{"swapped letters", "nats:\n  ulr: x\n", nil, nil, "(did you mean nats.url?)"},
 		{"a map in a list", "nats:\n  subjects: [{a: 1}]\n", nil, nil, "nats.subjects takes a list of single values"},
 		{"alias that contains itself", "nats: &a\n  <<: *a\n", nil, nil, "contains itself"},
+		{"alias that contains itself, behind a merge", "nats:\n  tls:\n  <<: {tls: &t {<<: *t}}\n", nil, nil, "contains itself"},
+		{"column that contains itself, behind a merge", "postgres:\n  columns:\n  <<: {columns: [&c {<<: *c}]}\n", nil, nil, "contains itself"},
 		{"key set twice", "pipeline:\n  workers: 1\n  workers: 2\n", nil, nil, `"workers" already defined at line 2`},
 		{"list for a column's type", "# c\n\n\npostgres:\n  columns:\n    - name: x\n      type: [a]\n", nil, nil, "postgres.columns: line 7: cannot unmarshal !!seq"},
 	}
@@ -334,6 +352,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("nats: &a\n  <<: *a\n"), "", "")
 	f.Add([]byte("x: &a {<<: [*a]}\npostgres:\n  columns:\n    - &c {<<: *c}\n"), "JETSINK_POSTGRES_BATCH_MAX_ROWS=", "nats.ack_wait=")
 	f.Add([]byte("postgres:\n  batch: {<<: &b {max_rows: 1}, max_delay: *b}\n"), "", "")
+	f.Add([]byte("nats:\n  tls:\n  <<: {tls: &t {<<: *t}}\n"), "JETSINK_NATS_TLS_CA_FILE=x", "")
+	f.Add([]byte("postgres:\n  columns:\n  <<: {columns: [&c {<<: *c}]}\n"), "", "")
 	f.Fuzz(func(t *testing.T, file []byte, env, set string) {
 		cfg, err := Parse(file, []string{env}, []string{set})
 		if err != nil {

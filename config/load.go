@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -130,9 +131,9 @@ func parse(raw []byte, env, set []string) (Config, error) {
 			return Config{}, fmt.Errorf("%w: --set %s: %w", ErrInvalidConfig, path, err)
 		}
 	}
-	// Decoded once as plain YAML first: an alias that contains itself, or
-	// aliases that multiply without bound, are errors here (with the
-	// file's line) before check follows them.
+	// Decoded once as plain YAML first: most aliases that contain
+	// themselves or multiply without bound fail here, with yaml.v3's own
+	// checks; the walks below guard against the rest (walkGuard).
 	if err := root.Decode(new(any)); err != nil {
 		return Config{}, fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err))
 	}
@@ -172,40 +173,47 @@ func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 	parts := strings.Split(path, ".")
 	node := root
 	for i, part := range parts {
-		var child *yaml.Node
+		at := -1 // index of the value in node.Content
 		for j := 0; j+1 < len(node.Content); j += 2 {
 			if node.Content[j].Value == part {
-				child = node.Content[j+1]
+				at = j + 1
 				break
 			}
 		}
-		last := i == len(parts)-1
-		if child == nil {
-			child = &yaml.Node{Kind: yaml.MappingNode}
-			node.Content = append(node.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: part}, child)
+		if at < 0 {
+			node.Content = append(node.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: part}, &yaml.Node{Kind: yaml.MappingNode})
+			at = len(node.Content) - 1
 		}
-		if last {
-			if kind == reflect.Slice {
-				*child = yaml.Node{Kind: yaml.SequenceNode}
+		// Values are replaced, never written through: the file's node may
+		// be an anchor that aliases elsewhere still name.
+		if i == len(parts)-1 {
+			v := &yaml.Node{Kind: yaml.ScalarNode, Value: value}
+			switch kind {
+			case reflect.Slice:
+				v = &yaml.Node{Kind: yaml.SequenceNode}
 				for _, item := range strings.Split(value, ",") {
 					if item = strings.TrimSpace(item); item != "" {
-						child.Content = append(child.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: item, Tag: "!!str"})
+						v.Content = append(v.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: item, Tag: "!!str"})
 					}
 				}
-				return nil
+			case reflect.String:
+				v.Tag = "!!str" // "on", "null", "0755" stay strings
 			}
-			*child = yaml.Node{Kind: yaml.ScalarNode, Value: value}
-			if kind == reflect.String {
-				child.Tag = "!!str" // "on", "null", "0755" stay strings
-			}
+			node.Content[at] = v
 			return nil
 		}
-		if child.Kind == yaml.ScalarNode && child.ShortTag() == "!!null" {
-			*child = yaml.Node{Kind: yaml.MappingNode} // "postgres:" with every key commented out
-		}
-		if child.Kind != yaml.MappingNode {
+		child := deref(node.Content[at])
+		switch {
+		case child.Kind == yaml.ScalarNode && child.ShortTag() == "!!null":
+			child = &yaml.Node{Kind: yaml.MappingNode} // "postgres:" with every key commented out
+		case child.Kind == yaml.MappingNode:
+			cp := *child // a copy to add to: the section may be an anchor, or an alias of one
+			cp.Anchor, cp.Content = "", slices.Clone(child.Content)
+			child = &cp
+		default:
 			return fmt.Errorf("%s is not a section", strings.Join(parts[:i+1], "."))
 		}
+		node.Content[at] = child
 		node = child
 	}
 	return nil
@@ -216,6 +224,7 @@ func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 // decoder's own errors give line numbers of the merged document, which
 // are not the file's, and Go type names.
 type schema struct {
+	guard    walkGuard
 	keys     map[string]Key
 	sections map[string]bool         // paths that hold keys (nats, postgres.batch, ...)
 	fileOnly map[string]reflect.Type // keys only the file sets (postgres.columns), and their types
@@ -265,10 +274,14 @@ func (sc *schema) at(path string, key, raw *yaml.Node) string {
 // check walks a mapping of the merged tree: every key must exist, a
 // section must hold a mapping, a list key a list of single values and any
 // other key a single value. A key with a null value (nothing after it) is
-// removed, so that it keeps its default. parse has had the tree decoded
-// once already, so that aliases that contain themselves, or multiply
-// without bound, are errors before this follows them.
+// removed, so that it keeps its default (unless it is an anchor, which an
+// alias may name). sc.guard stops aliases that contain themselves or
+// multiply without bound.
 func (sc *schema) check(node *yaml.Node, prefix string) error {
+	if err := sc.guard.enter(node); err != nil {
+		return err
+	}
+	defer sc.guard.leave(node)
 	kept := node.Content[:0] // pairs are kept in place; kept never passes the pair being read
 	for j := 0; j+1 < len(node.Content); j += 2 {
 		kn, raw := node.Content[j], node.Content[j+1]
@@ -284,21 +297,21 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 		if prefix != "" {
 			path = prefix + "." + kn.Value
 		}
-		if strings.Contains(kn.Value, ".") { // setPath splits the variables' and flags' paths
-			return fmt.Errorf("%w: %s%s: in the file a key is one name: nest it under its section", ErrInvalidConfig, sc.at(path, kn, kn), kn.Value)
+		if strings.Contains(kn.Value, ".") { // only the file can have one: setPath splits paths
+			return fmt.Errorf("%w: line %d: %s: a key in the file is one name; nest each part under the one before", ErrInvalidConfig, kn.Line, path)
 		}
 		k, isKey := sc.keys[path]
 		t, isFileOnly := sc.fileOnly[path]
 		if !isKey && !isFileOnly && !sc.sections[path] {
 			return fmt.Errorf("%w: %s%s: no such key%s", ErrInvalidConfig, sc.at(path, kn, kn), path, sc.suggest(prefix, kn.Value))
 		}
-		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
+		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" && val.Anchor == "" {
 			continue // dropped: the default stays
 		}
 		kept = append(kept, kn, raw)
 		switch {
 		case isFileOnly:
-			if err := checkFileOnly(val, path, t); err != nil {
+			if err := checkFileOnly(&sc.guard, val, path, t); err != nil {
 				return err
 			}
 		case sc.sections[path]:
@@ -373,8 +386,8 @@ func suggestion(prefix, name string, candidates []string) string {
 // its Go type: field names, with the file's line numbers, then the values,
 // by decoding the subtree alone (the decoder's errors carry the line of
 // the node at fault, which in the merged document they would not).
-func checkFileOnly(val *yaml.Node, path string, t reflect.Type) error {
-	if err := checkFields(val, path, t); err != nil {
+func checkFileOnly(g *walkGuard, val *yaml.Node, path string, t reflect.Type) error {
+	if err := checkFields(g, val, path, t); err != nil {
 		return err
 	}
 	if err := val.Decode(reflect.New(t).Interface()); err != nil {
@@ -386,21 +399,27 @@ func checkFileOnly(val *yaml.Node, path string, t reflect.Type) error {
 // checkFields reports the first mapping key in n that t has no field for,
 // naming its path and line; values of the wrong shape are left to the
 // decoder.
-func checkFields(n *yaml.Node, path string, t reflect.Type) error {
+func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type) error {
 	n = deref(n)
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		if err := g.enter(n); err != nil {
+			return err
+		}
+		defer g.leave(n)
+	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	switch {
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		for i, e := range n.Content {
-			if err := checkFields(e, fmt.Sprintf("%s[%d]", path, i), t.Elem()); err != nil {
+			if err := checkFields(g, e, fmt.Sprintf("%s[%d]", path, i), t.Elem()); err != nil {
 				return err
 			}
 		}
 	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
 		for j := 0; j+1 < len(n.Content); j += 2 {
-			if err := checkFields(n.Content[j+1], path+"."+n.Content[j].Value, t.Elem()); err != nil {
+			if err := checkFields(g, n.Content[j+1], path+"."+n.Content[j].Value, t.Elem()); err != nil {
 				return err
 			}
 		}
@@ -412,7 +431,7 @@ func checkFields(n *yaml.Node, path string, t reflect.Type) error {
 		for j := 0; j+1 < len(n.Content); j += 2 {
 			kn := n.Content[j]
 			if kn.ShortTag() == "!!merge" {
-				if err := merged(deref(n.Content[j+1]), path, func(m *yaml.Node, p string) error { return checkFields(m, p, t) }); err != nil {
+				if err := merged(deref(n.Content[j+1]), path, func(m *yaml.Node, p string) error { return checkFields(g, m, p, t) }); err != nil {
 					return err
 				}
 				continue
@@ -425,7 +444,7 @@ func checkFields(n *yaml.Node, path string, t reflect.Type) error {
 				}
 				return fmt.Errorf("%w: line %d: %s.%s: no such key%s", ErrInvalidConfig, kn.Line, path, kn.Value, suggestion(path+".", kn.Value, names))
 			}
-			if err := checkFields(n.Content[j+1], path+"."+kn.Value, ft); err != nil {
+			if err := checkFields(g, n.Content[j+1], path+"."+kn.Value, ft); err != nil {
 				return err
 			}
 		}
@@ -479,6 +498,35 @@ func editDistance(a, b string) int {
 	return d[len(a)][len(b)]
 }
 
+// walkGuard stops a walk through aliases that re-enters a node it is
+// inside (an alias that contains itself) or visits too many nodes (aliases
+// that multiply): the probe decode in parse does not see values a merge
+// key brings in under keys the mapping sets itself.
+type walkGuard struct {
+	inside map[*yaml.Node]bool
+	visits int
+}
+
+// maxWalk bounds the nodes a walk visits; a config file has hundreds.
+const maxWalk = 100_000
+
+func (g *walkGuard) enter(n *yaml.Node) error {
+	if g.inside == nil {
+		g.inside = map[*yaml.Node]bool{}
+	}
+	g.visits++
+	switch {
+	case g.inside[n]:
+		return fmt.Errorf("%w: line %d: a YAML alias contains itself", ErrInvalidConfig, n.Line)
+	case g.visits > maxWalk:
+		return fmt.Errorf("%w: line %d: YAML aliases expand to more than %d values", ErrInvalidConfig, n.Line, maxWalk)
+	}
+	g.inside[n] = true
+	return nil
+}
+
+func (g *walkGuard) leave(n *yaml.Node) { delete(g.inside, n) }
+
 // deref follows YAML aliases (*anchor) to the node they name.
 func deref(n *yaml.Node) *yaml.Node {
 	for n.Kind == yaml.AliasNode && n.Alias != nil {
@@ -514,6 +562,10 @@ func (sc *schema) normalize(node *yaml.Node, prefix string) error {
 	if node.Kind != yaml.MappingNode {
 		return nil
 	}
+	if err := sc.guard.enter(node); err != nil {
+		return err
+	}
+	defer sc.guard.leave(node)
 	for j := 0; j+1 < len(node.Content); j += 2 {
 		kn, raw := node.Content[j], node.Content[j+1]
 		val := deref(raw)
@@ -564,8 +616,9 @@ func (sc *schema) normalize(node *yaml.Node, prefix string) error {
 			continue
 		}
 		if isSizeKey(key) {
-			if _, err := strconv.ParseInt(val.Value, 10, 64); err == nil {
-				val.Tag, val.Style = "!!int", 0 // "1024" in quotes too
+			if n, err := strconv.ParseInt(val.Value, 10, 64); err == nil {
+				// "1024" in quotes too; written back so that 08 is 8
+				val.Value, val.Tag, val.Style = strconv.FormatInt(n, 10), "!!int", 0
 				continue
 			}
 			if key == "memory_limit" && strings.EqualFold(val.Value, "auto") {

@@ -119,8 +119,9 @@ var stagingTable = pgx.Identifier{"pg_temp", "jetsink_staging"}
 // Check. New itself connects only when cfg.CreateTable is set: then it
 // runs Init and returns its error. Otherwise a database that is down at
 // start-up only delays the first commit: Run opens the committers'
-// connections when it starts, and retries them for ever. dl may be nil for a Sink that only serves DDL,
-// Init, Check and Ping (jetsink check/init); Run needs it. Errors wrap
+// connections when it starts, and retries them for ever. dl may be nil
+// for a Sink that only serves DDL, Init, Check and Ping (jetsink
+// check/init); Run needs it. Errors wrap
 // ErrInvalidConfig for a bad config or mapping; connection errors name
 // host, port and database only.
 func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.DeadLetterer, log *slog.Logger) (*Sink, error) {
