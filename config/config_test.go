@@ -155,7 +155,9 @@ postgres:
 }
 
 // A variable or flag replaces the file's value for its key only, even
-// when that value is an anchor other keys name.
+// when that value is an anchor other keys name (in a list too); a value
+// rewritten for one key (a size) is not rewritten for its aliases; aliases
+// of an anchored null keep their defaults.
 func TestOverrideOfAnAnchoredValue(t *testing.T) {
 	cfg, err := Parse([]byte("postgres:\n  batch:\n    max_delay: &d 40ms\n    overlap_delay: *d\n"), nil, []string{"postgres.batch.max_delay=50ms"})
 	if err != nil {
@@ -163,6 +165,19 @@ func TestOverrideOfAnAnchoredValue(t *testing.T) {
 	}
 	if b := cfg.Postgres.Batch; b.MaxDelay != 50*time.Millisecond || b.OverlapDelay != 40*time.Millisecond {
 		t.Fatalf("max_delay %v, overlap_delay %v; want 50ms, 40ms", b.MaxDelay, b.OverlapDelay)
+	}
+	cfg, err = Parse([]byte("nats:\n  stream: &s S1\n  subjects: [*s]\n"), []string{"JETSINK_NATS_STREAM=S2"}, nil)
+	if err != nil || cfg.NATS.Stream != "S2" || !slices.Equal(cfg.NATS.Subjects, []string{"S1"}) {
+		t.Fatalf("stream %q, subjects %v, err %v; want S2, [S1]", cfg.NATS.Stream, cfg.NATS.Subjects, err)
+	}
+	cfg, err = Parse([]byte("pipeline:\n  max_event_bytes: &n 010\n  workers: *n\n"), nil, nil)
+	if err != nil || cfg.Pipeline.MaxEventBytes != 10 || cfg.Pipeline.Workers != 8 {
+		t.Fatalf("max_event_bytes %d, workers %d, err %v; want 10 and 8 (YAML reads 010 as octal for a number)", cfg.Pipeline.MaxEventBytes, cfg.Pipeline.Workers, err)
+	}
+	def := Default()
+	cfg, err = Parse([]byte("nats:\n  tls: &t\n  subjects: *t\npostgres:\n  batch:\n    max_rows: &r\n    max_bytes: *r\n"), nil, nil)
+	if err != nil || !slices.Equal(cfg.NATS.Subjects, def.NATS.Subjects) || cfg.Postgres.Batch.MaxRows != def.Postgres.Batch.MaxRows || cfg.Postgres.Batch.MaxBytes != def.Postgres.Batch.MaxBytes {
+		t.Fatalf("aliases of nulls: subjects %v, max_rows %d, max_bytes %d, err %v; want the defaults", cfg.NATS.Subjects, cfg.Postgres.Batch.MaxRows, cfg.Postgres.Batch.MaxBytes, err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"reflect"
@@ -144,14 +143,12 @@ func parse(raw []byte, env, set []string) (Config, error) {
 	if err := sc.normalize(root, ""); err != nil {
 		return Config{}, err
 	}
-	text, err := yaml.Marshal(root)
-	if err != nil {
-		return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
+	// The checked tree is decoded as it is, not written out and read
+	// again: its nodes keep the file's lines for the decoder's errors, and
+	// aliases keep their anchors after a variable replaced an anchored
+	// value. check has rejected unknown keys everywhere.
 	cfg := Default()
-	dec := yaml.NewDecoder(bytes.NewReader(text))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+	if err := root.Decode(&cfg); err != nil {
 		return Config{}, fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err))
 	}
 	return cfg, nil
@@ -274,9 +271,8 @@ func (sc *schema) at(path string, key, raw *yaml.Node) string {
 // check walks a mapping of the merged tree: every key must exist, a
 // section must hold a mapping, a list key a list of single values and any
 // other key a single value. A key with a null value (nothing after it) is
-// removed, so that it keeps its default (unless it is an anchor, which an
-// alias may name). sc.guard stops aliases that contain themselves or
-// multiply without bound.
+// removed, so that it keeps its default. sc.guard stops aliases that
+// contain themselves or multiply without bound.
 func (sc *schema) check(node *yaml.Node, prefix string) error {
 	if err := sc.guard.enter(node); err != nil {
 		return err
@@ -305,8 +301,8 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 		if !isKey && !isFileOnly && !sc.sections[path] {
 			return fmt.Errorf("%w: %s%s: no such key%s", ErrInvalidConfig, sc.at(path, kn, kn), path, sc.suggest(prefix, kn.Value))
 		}
-		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" && val.Anchor == "" {
-			continue // dropped: the default stays
+		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
+			continue // dropped: the default stays (aliases still reach an anchored null)
 		}
 		kept = append(kept, kn, raw)
 		switch {
@@ -590,7 +586,7 @@ func (sc *schema) normalize(node *yaml.Node, prefix string) error {
 			continue
 		}
 		at := sc.at(path, kn, raw)
-		if raw != val { // an alias: rewrite a copy, not the anchored value other keys share
+		if raw != val || val.Anchor != "" { // rewrite a copy, not a value aliases elsewhere share
 			cp := *val
 			cp.Anchor = ""
 			val, node.Content[j+1] = &cp, &cp
