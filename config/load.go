@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"os"
 	"reflect"
@@ -217,9 +218,9 @@ func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 }
 
 // schema is what parse knows of the keys, to check the merged tree and
-// name the key, and where its value came from, in every error: the
-// decoder's own errors give line numbers of the merged document, which
-// are not the file's, and Go type names.
+// name the key, and where its value came from, in every error (the
+// decoder names Go types and fields, not keys, and knows nothing of
+// variables and flags).
 type schema struct {
 	guard    walkGuard
 	keys     map[string]Key
@@ -234,14 +235,11 @@ func newSchema(keys []Key, origin map[string]string) *schema {
 	for _, k := range keys {
 		sc.keys[k.Path] = k
 	}
-	for p := range sc.keys {
-		for i := strings.LastIndexByte(p, '.'); i > 0; i = strings.LastIndexByte(p[:i], '.') {
-			sc.sections[p[:i]] = true
-		}
-	}
-	for p := range sc.fileOnly {
-		for i := strings.LastIndexByte(p, '.'); i > 0; i = strings.LastIndexByte(p[:i], '.') {
-			sc.sections[p[:i]] = true
+	for _, paths := range []iter.Seq[string]{maps.Keys(sc.keys), maps.Keys(sc.fileOnly)} {
+		for p := range paths {
+			for i := strings.LastIndexByte(p, '.'); i > 0; i = strings.LastIndexByte(p[:i], '.') {
+				sc.sections[p[:i]] = true
+			}
 		}
 	}
 	return sc
@@ -339,23 +337,16 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 // whose last element is nearest to name, if it is near enough to be a typo.
 func (sc *schema) suggest(prefix, name string) string {
 	var siblings []string
-	add := func(p string) {
-		parent, last := "", p
-		if i := strings.LastIndexByte(p, '.'); i >= 0 {
-			parent, last = p[:i], p[i+1:]
+	for _, paths := range []iter.Seq[string]{maps.Keys(sc.keys), maps.Keys(sc.sections), maps.Keys(sc.fileOnly)} {
+		for p := range paths {
+			parent, last := "", p
+			if i := strings.LastIndexByte(p, '.'); i >= 0 {
+				parent, last = p[:i], p[i+1:]
+			}
+			if parent == prefix {
+				siblings = append(siblings, last)
+			}
 		}
-		if parent == prefix {
-			siblings = append(siblings, last)
-		}
-	}
-	for p := range sc.keys {
-		add(p)
-	}
-	for p := range sc.sections {
-		add(p)
-	}
-	for p := range sc.fileOnly {
-		add(p)
 	}
 	if prefix != "" {
 		prefix += "."
@@ -380,8 +371,7 @@ func suggestion(prefix, name string, candidates []string) string {
 
 // checkFileOnly checks a file-only key's value (postgres.columns) against
 // its Go type: field names, with the file's line numbers, then the values,
-// by decoding the subtree alone (the decoder's errors carry the line of
-// the node at fault, which in the merged document they would not).
+// by decoding the subtree alone, so that the error names the key.
 func checkFileOnly(g *walkGuard, val *yaml.Node, path string, t reflect.Type) error {
 	if err := checkFields(g, val, path, t); err != nil {
 		return err
@@ -434,11 +424,8 @@ func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type) error 
 			}
 			ft, ok := fields[kn.Value]
 			if !ok {
-				names := make([]string, 0, len(fields))
-				for name := range fields {
-					names = append(names, name)
-				}
-				return fmt.Errorf("%w: line %d: %s.%s: no such key%s", ErrInvalidConfig, kn.Line, path, kn.Value, suggestion(path+".", kn.Value, names))
+				return fmt.Errorf("%w: line %d: %s.%s: no such key%s", ErrInvalidConfig, kn.Line, path, kn.Value,
+					suggestion(path+".", kn.Value, slices.Collect(maps.Keys(fields))))
 			}
 			if err := checkFields(g, n.Content[j+1], path+"."+kn.Value, ft); err != nil {
 				return err
