@@ -88,20 +88,15 @@ func parse(raw []byte, env, set []string) (Config, error) {
 			}
 		}
 	}
-	keys := Keys()
-	known := make(map[string]reflect.Kind, len(keys))
-	for _, k := range keys {
-		known[k.Path] = k.Kind
-	}
+	sc := newSchema()
 	// Environment, then flags: later overrides win.
-	envKeys := make(map[string]string, len(keys))
-	for _, k := range keys {
-		envKeys[EnvName(k.Path)] = k.Path
+	envKeys := make(map[string]string, len(sc.keys))
+	for path := range sc.keys {
+		envKeys[EnvName(path)] = path
 	}
 	for alias, path := range envAliases {
 		envKeys[alias] = path
 	}
-	origin := map[string]string{} // key path -> the variable or flag that set it last
 	for _, kv := range env {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || !strings.HasPrefix(name, EnvPrefix) || envIgnored[name] || strings.HasPrefix(name, "JETSINK_TEST_") {
@@ -111,8 +106,8 @@ func parse(raw []byte, env, set []string) (Config, error) {
 		if !ok {
 			return Config{}, fmt.Errorf("%w: environment variable %s is not a jetsink setting (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL)", ErrInvalidConfig, name)
 		}
-		origin[path] = name
-		if err := setPath(root, path, value, known[path]); err != nil {
+		sc.origin[path] = name
+		if err := setPath(root, path, value, sc.keys[path].Kind); err != nil {
 			return Config{}, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err)
 		}
 	}
@@ -122,12 +117,12 @@ func parse(raw []byte, env, set []string) (Config, error) {
 			return Config{}, fmt.Errorf("%w: --set %q: want key=value, e.g. --set postgres.batch.max_rows=1000", ErrInvalidConfig, kv)
 		}
 		path = strings.TrimSpace(path)
-		kind, ok := known[path]
+		k, ok := sc.keys[path]
 		if !ok {
 			return Config{}, fmt.Errorf("%w: --set %s: no such key (see `jetsink run --help` for the keys)", ErrInvalidConfig, path)
 		}
-		origin[path] = "--set"
-		if err := setPath(root, path, value, kind); err != nil {
+		sc.origin[path] = "--set"
+		if err := setPath(root, path, value, k.Kind); err != nil {
 			return Config{}, fmt.Errorf("%w: --set %s: %w", ErrInvalidConfig, path, err)
 		}
 	}
@@ -137,11 +132,7 @@ func parse(raw []byte, env, set []string) (Config, error) {
 	if err := root.Decode(new(any)); err != nil {
 		return Config{}, fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err))
 	}
-	sc := newSchema(keys, origin)
 	if err := sc.check(root, ""); err != nil {
-		return Config{}, err
-	}
-	if err := sc.normalize(root, ""); err != nil {
 		return Config{}, err
 	}
 	// The checked tree is decoded as it is, not written out and read
@@ -229,9 +220,10 @@ type schema struct {
 	origin   map[string]string       // key path -> the variable or flag that set it last
 }
 
-func newSchema(keys []Key, origin map[string]string) *schema {
-	sc := &schema{keys: map[string]Key{}, sections: map[string]bool{}, fileOnly: map[string]reflect.Type{}, origin: origin}
-	walkKeys(reflect.TypeOf(Config{}), "", new([]Key), sc.fileOnly)
+func newSchema() *schema {
+	sc := &schema{keys: map[string]Key{}, sections: map[string]bool{}, fileOnly: map[string]reflect.Type{}, origin: map[string]string{}}
+	var keys []Key
+	walkKeys(reflect.TypeOf(Config{}), "", &keys, sc.fileOnly)
 	for _, k := range keys {
 		sc.keys[k.Path] = k
 	}
@@ -268,9 +260,10 @@ func (sc *schema) at(path string, key, raw *yaml.Node) string {
 
 // check walks a mapping of the merged tree: every key must exist, a
 // section must hold a mapping, a list key a list of single values and any
-// other key a single value. A key with a null value (nothing after it) is
-// removed, so that it keeps its default. sc.guard stops aliases that
-// contain themselves or multiply without bound.
+// other key a single value, which scalar checks and normalizes. A key with
+// a null value (nothing after it) is removed, so that it keeps its
+// default. sc.guard stops aliases that contain themselves or multiply
+// without bound.
 func (sc *schema) check(node *yaml.Node, prefix string) error {
 	if err := sc.guard.enter(node); err != nil {
 		return err
@@ -302,7 +295,6 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
 			continue // dropped: the default stays (aliases still reach an anchored null)
 		}
-		kept = append(kept, kn, raw)
 		switch {
 		case isFileOnly:
 			if err := checkFileOnly(&sc.guard, val, path, t); err != nil {
@@ -326,7 +318,13 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 			}
 		case val.Kind != yaml.ScalarNode:
 			return fmt.Errorf("%w: %s%s takes a single value (%s), not a list or a section", ErrInvalidConfig, sc.at(path, kn, raw), path, k.Type)
+		default:
+			var err error
+			if raw, err = sc.scalar(path, k, kn, raw); err != nil {
+				return err
+			}
 		}
+		kept = append(kept, kn, raw)
 	}
 	clear(node.Content[len(kept):])
 	node.Content = kept
@@ -535,93 +533,65 @@ func merged(val *yaml.Node, prefix string, f func(*yaml.Node, string) error) err
 	return nil
 }
 
-// normalize turns human sizes under keys ending in "bytes" (and
-// memory_limit, whose "auto" becomes MemoryLimitAuto) into plain integers,
-// and a duration written as the number 0 into 0s (YAML refuses to decode a
-// number into a duration); another number for a duration is an error that
-// asks for a unit. It checks that every other number and boolean reads as
-// one. Run after check: every key is known.
-func (sc *schema) normalize(node *yaml.Node, prefix string) error {
-	if node.Kind != yaml.MappingNode {
-		return nil
+// scalar checks and normalizes the single value of key k (at path) and
+// returns the node to keep in its place: human sizes under keys ending in
+// "bytes" (and memory_limit, whose "auto" becomes MemoryLimitAuto) become
+// plain integers, and a duration written as the number 0 becomes 0s (YAML
+// refuses to decode a number into a duration); another number for a
+// duration is an error that asks for a unit, and every other number and
+// boolean must read as one. A value that an alias names, or that is an
+// anchor, is rewritten as a copy, so that other keys sharing it keep it.
+func (sc *schema) scalar(path string, k Key, kn, raw *yaml.Node) (*yaml.Node, error) {
+	at := sc.at(path, kn, raw)
+	val := deref(raw)
+	if raw != val || val.Anchor != "" {
+		cp := *val
+		cp.Anchor = ""
+		val = &cp
 	}
-	if err := sc.guard.enter(node); err != nil {
-		return err
+	key := kn.Value
+	if k.Type == "duration" {
+		// A number as YAML reads one (0x10, 1_000, .inf too); a
+		// quoted "0" is a string, which time.ParseDuration takes.
+		switch val.ShortTag() {
+		case "!!int", "!!float":
+			var f float64
+			if err := val.Decode(&f); err != nil || f != 0 {
+				return nil, fmt.Errorf("%w: %s%s: %q has no unit (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, at, path, val.Value)
+			}
+			val.Value, val.Tag, val.Style = "0s", "!!str", 0
+		case "!!str":
+			if _, err := time.ParseDuration(val.Value); err != nil {
+				return nil, fmt.Errorf("%w: %s%s: %q is not a duration (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, at, path, val.Value)
+			}
+		default:
+			return nil, fmt.Errorf("%w: %s%s: %q is not a duration (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, at, path, val.Value)
+		}
+		return val, nil
 	}
-	defer sc.guard.leave(node)
-	for j := 0; j+1 < len(node.Content); j += 2 {
-		kn, raw := node.Content[j], node.Content[j+1]
-		val := deref(raw)
-		if kn.ShortTag() == "!!merge" {
-			if err := merged(val, prefix, sc.normalize); err != nil {
-				return err
-			}
-			continue
+	if isSizeKey(key) {
+		if n, err := strconv.ParseInt(val.Value, 10, 64); err == nil {
+			// "1024" in quotes too; written back so that 08 is 8
+			val.Value, val.Tag, val.Style = strconv.FormatInt(n, 10), "!!int", 0
+			return val, nil
 		}
-		key := kn.Value
-		path := key
-		if prefix != "" {
-			path = prefix + "." + key
+		if key == "memory_limit" && strings.EqualFold(val.Value, "auto") {
+			val.Value, val.Tag, val.Style = strconv.Itoa(MemoryLimitAuto), "!!int", 0
+			return val, nil
 		}
-		if val.Kind == yaml.MappingNode {
-			if err := sc.normalize(val, path); err != nil {
-				return err
-			}
-			continue
+		n, err := humanize.ParseBytes(val.Value)
+		if err != nil || n > 1<<53 {
+			return nil, fmt.Errorf("%w: %s%s: %q is not a size (use e.g. 4MiB, 512KiB or a number of bytes)", ErrInvalidConfig, at, path, val.Value)
 		}
-		if val.Kind != yaml.ScalarNode || val.ShortTag() == "!!null" {
-			continue
-		}
-		at := sc.at(path, kn, raw)
-		if raw != val || val.Anchor != "" { // rewrite a copy, not a value aliases elsewhere share
-			cp := *val
-			cp.Anchor = ""
-			val, node.Content[j+1] = &cp, &cp
-		}
-		k := sc.keys[path]
-		if k.Type == "duration" {
-			// A number as YAML reads one (0x10, 1_000, .inf too); a
-			// quoted "0" is a string, which time.ParseDuration takes.
-			switch val.ShortTag() {
-			case "!!int", "!!float":
-				var f float64
-				if err := val.Decode(&f); err != nil || f != 0 {
-					return fmt.Errorf("%w: %s%s: %q has no unit (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, at, path, val.Value)
-				}
-				val.Value, val.Tag, val.Style = "0s", "!!str", 0
-			case "!!str":
-				if _, err := time.ParseDuration(val.Value); err != nil {
-					return fmt.Errorf("%w: %s%s: %q is not a duration (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, at, path, val.Value)
-				}
-			default:
-				return fmt.Errorf("%w: %s%s: %q is not a duration (use e.g. 20ms, 5s or 1m30s)", ErrInvalidConfig, at, path, val.Value)
-			}
-			continue
-		}
-		if isSizeKey(key) {
-			if n, err := strconv.ParseInt(val.Value, 10, 64); err == nil {
-				// "1024" in quotes too; written back so that 08 is 8
-				val.Value, val.Tag, val.Style = strconv.FormatInt(n, 10), "!!int", 0
-				continue
-			}
-			if key == "memory_limit" && strings.EqualFold(val.Value, "auto") {
-				val.Value, val.Tag, val.Style = strconv.Itoa(MemoryLimitAuto), "!!int", 0
-				continue
-			}
-			n, err := humanize.ParseBytes(val.Value)
-			if err != nil || n > 1<<53 {
-				return fmt.Errorf("%w: %s%s: %q is not a size (use e.g. 4MiB, 512KiB or a number of bytes)", ErrInvalidConfig, at, path, val.Value)
-			}
-			val.Value, val.Tag, val.Style = strconv.FormatUint(n, 10), "!!int", 0
-			continue
-		}
-		if w, ok := scalarWants[k.Kind]; ok {
-			if err := val.Decode(reflect.New(w.typ).Interface()); err != nil {
-				return fmt.Errorf("%w: %s%s: %q is not %s", ErrInvalidConfig, at, path, val.Value, w.want)
-			}
+		val.Value, val.Tag, val.Style = strconv.FormatUint(n, 10), "!!int", 0
+		return val, nil
+	}
+	if w, ok := scalarWants[k.Kind]; ok {
+		if err := val.Decode(reflect.New(w.typ).Interface()); err != nil {
+			return nil, fmt.Errorf("%w: %s%s: %q is not %s", ErrInvalidConfig, at, path, val.Value, w.want)
 		}
 	}
-	return nil
+	return val, nil
 }
 
 // scalarWants says, for each kind of number or boolean config's keys have,

@@ -175,14 +175,12 @@ func (s *Sink) logProblems(ctx context.Context) {
 // has passed since JetStream delivered its oldest row. So an idle sink
 // commits a single row at once, and a busy one commits big batches. A cut
 // batch waits for the next free committer; meanwhile the rings fill:
-// back-pressure. Only when it
-// has waited for InProgressEvery/2 (since JetStream delivered its oldest
-// row) does the batcher call it a stall: the batch joins the held queue
-// (oldest first) as it is, and the batcher opens a spare batch and keeps
-// taking rows,
-// up to Config.HoldRows, so that the in-flight messages sit in batches the
-// heartbeat keeps alive (InProgress) rather than in the rings, where nothing
-// does. Past HoldRows it waits for a committer again. Holding only on a
+// back-pressure. Only when it has waited for InProgressEvery/2 (since
+// JetStream delivered its oldest row) does the batcher call it a stall:
+// the batch joins the held queue (oldest first) as it is, and the batcher
+// opens a spare batch and keeps taking rows, up to Config.HoldRows, so that
+// the in-flight messages sit in batches the heartbeat keeps alive
+// (InProgress) rather than in the rings, where nothing does. Past HoldRows it waits for a committer again. Holding only on a
 // stall keeps a merely busy sink (a drain) from holding max_ack_pending
 // rows in memory.
 func (r *run) batcher(ctx context.Context) error {

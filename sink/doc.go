@@ -17,9 +17,8 @@
 //
 // Each committer owns one *pgx.Conn, opens it when Run starts (all at once,
 // so that the first batches do not each wait for a connect) and reconnects
-// it after it breaks; a
-// separate admin connection serves Ping, Init and Check (Connections+1 in
-// all, application_name AppName). A pool buys nothing here: every
+// it after it breaks; a separate admin connection serves Ping, Init and
+// Check (Connections+1 in all, application_name AppName). A pool buys nothing here: every
 // connection has exactly one user, and the exactly-once staging table is
 // per connection state the committer tracks itself.
 //
@@ -51,6 +50,7 @@
 // only when the batch is full or the first falls behind: concurrent small
 // COPYs into one table cost PostgreSQL more per row than one larger one
 // (BENCHMARKS.md, session 16).
+//
 // # Delivery
 //
 // at-least-once (default): one COPY statement per batch, which PostgreSQL

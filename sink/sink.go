@@ -121,9 +121,8 @@ var stagingTable = pgx.Identifier{"pg_temp", "jetsink_staging"}
 // start-up only delays the first commit: Run opens the committers'
 // connections when it starts, and retries them for ever. dl may be nil
 // for a Sink that only serves DDL, Init, Check and Ping (jetsink
-// check/init); Run needs it. Errors wrap
-// ErrInvalidConfig for a bad config or mapping; connection errors name
-// host, port and database only.
+// check/init); Run needs it. Errors wrap ErrInvalidConfig for a bad config
+// or mapping; connection errors name host, port and database only.
 func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.DeadLetterer, log *slog.Logger) (*Sink, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
