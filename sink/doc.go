@@ -56,10 +56,15 @@
 // at-least-once (default): one COPY statement per batch, which PostgreSQL
 // runs as a transaction of its own, then Ack every message of the batch. A
 // crash or a failed Ack between the two redelivers the message and stores
-// the row twice. The statement, the rows and CopyDone go out without
-// waiting for the server in between (one write for a small batch), while
-// the answers are read as they come; BEGIN and COMMIT would cost two more
-// round trips. Once the server has refused the COPY (an ErrorResponse),
+// the row twice. The statement, the rows and CopyDone of a batch of up to
+// 32 KiB go out without waiting for the server in between (one write),
+// while the answers are read as they come; BEGIN and COMMIT would cost two
+// more round trips. A larger batch waits for the server to take the COPY
+// (CopyInResponse, sent once it holds the table's lock) before its rows,
+// one round trip: so a COPY waiting for a lock leaves nothing
+// unacknowledged in the sockets, and Config.TCPUserTimeout, which ends a
+// connection whose data has gone unacknowledged that long, gives up only
+// on a server that has gone silent (or stopped reading mid-COPY). Once the server has refused the COPY (an ErrorResponse),
 // the rest of the batch is not sent: the server would only drop it, and
 // the connection is ready for the next statement without it. When the
 // hard context ends while the COPY waits (a locked table), the sink sends

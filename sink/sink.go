@@ -164,6 +164,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 		return nil, fmt.Errorf("%w: postgres.url cannot be parsed", ErrInvalidConfig)
 	}
 	cc.RuntimeParams["application_name"] = cfg.AppName
+	cc.DialFunc = dialFunc(cfg.TCPUserTimeout)
 	s.connCfg = cc
 	s.where = fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)
 	s.log = log.With("component", "sink", "table", s.table.Sanitize(), "db", s.where)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -39,6 +37,11 @@ func TestValidate(t *testing.T) {
 		{"min_delay over max_delay", func(c *Config) { c.Batch.MinDelay = time.Second }, ""},
 		{"connections", func(c *Config) { c.Connections = 0 }, "postgres.connections"},
 		{"app_name", func(c *Config) { c.AppName = "" }, "postgres.app_name"},
+		{"tcp_user_timeout off", func(c *Config) { c.TCPUserTimeout = 0 }, ""},
+		{"tcp_user_timeout 1s", func(c *Config) { c.TCPUserTimeout = time.Second }, ""},
+		{"tcp_user_timeout negative", func(c *Config) { c.TCPUserTimeout = -time.Second }, "postgres.tcp_user_timeout"},
+		{"tcp_user_timeout under 1s", func(c *Config) { c.TCPUserTimeout = 999 * time.Millisecond }, "postgres.tcp_user_timeout"},
+		{"tcp_user_timeout over 24h", func(c *Config) { c.TCPUserTimeout = 25 * time.Hour }, "postgres.tcp_user_timeout"},
 		{"retry initial", func(c *Config) { c.Retry.Initial = 0 }, "postgres.retry.initial"},
 		{"retry max", func(c *Config) { c.Retry.Max = time.Millisecond }, "postgres.retry.max"},
 		{"in progress", func(c *Config) { c.InProgressEvery = -time.Second }, "in-progress"},
@@ -197,26 +200,7 @@ func connectHolder(t *testing.T, dbURL string, n int) string {
 	t.Helper()
 	l := listen(t)
 	proxied, to := l.proxy(t, dbURL)
-	l.wg.Go(func() {
-		for i := 0; ; i++ {
-			client, err := l.Accept()
-			if err != nil {
-				return
-			}
-			l.track(client)
-			if i >= n {
-				continue // held: nothing is read or answered
-			}
-			server, err := net.Dial("tcp", to)
-			if err != nil {
-				client.Close()
-				continue
-			}
-			l.track(server)
-			l.wg.Go(func() { _, _ = io.Copy(server, client); server.Close() })
-			l.wg.Go(func() { _, _ = io.Copy(client, server); client.Close() })
-		}
-	})
+	l.pass(to, n)
 	return proxied
 }
 
