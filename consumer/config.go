@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns. The message
@@ -127,6 +129,12 @@ type Config struct {
 	// continue past those rows, and Run refuses a stream whose sequence
 	// restarted under them (ErrSequenceRestarted). Not a file key.
 	StoredSeq func(ctx context.Context, stream string) (uint64, error) `yaml:"-"`
+
+	// For tests: the consumer's connection dials with dialer when it is
+	// set, and pings every pingEvery instead of pingInterval when it is
+	// not 0.
+	dialer    nats.CustomDialer
+	pingEvery time.Duration
 }
 
 // TLSConfig is the nats.tls: section.

@@ -6,7 +6,8 @@
 // # Flow
 //
 // New validates the Config, connects (reconnecting forever with capped
-// backoff), creates or binds the stream and creates or updates the durable
+// backoff; a connection whose server left two pings 20 s apart unanswered
+// is given up as stale and reconnected), creates or binds the stream and creates or updates the durable
 // consumer (explicit acks, nats.ack_wait, nats.max_deliver,
 // nats.max_ack_pending, nats.filter_subject). Run pulls with nats.go's
 // Consume: up to nats.pull_max_messages (and optionally nats.pull_max_bytes

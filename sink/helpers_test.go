@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -372,7 +371,7 @@ func finishClean(t *testing.T, ctx context.Context, src source, wait func() erro
 	}
 }
 
-// listener is a test's TCP listener, on 127.0.0.1 unless made by listenOn. When the test ends it
+// listener is a test's TCP listener on 127.0.0.1. When the test ends it
 // closes the listener and every connection passed to track, then waits for
 // the goroutines started on wg.
 type listener struct {
@@ -382,12 +381,9 @@ type listener struct {
 	conns []net.Conn
 }
 
-func listen(t *testing.T) *listener { return listenOn(t, "127.0.0.1:0") }
-
-// listenOn is listen on addr.
-func listenOn(t *testing.T, addr string) *listener {
+func listen(t *testing.T) *listener {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,39 +406,22 @@ func (l *listener) track(c net.Conn) {
 	l.mu.Unlock()
 }
 
-// pass forwards the first n connections to to, both ways, and holds every
-// later one open without an answer.
-func (l *listener) pass(to string, n int) {
-	l.wg.Go(func() {
-		for i := 0; ; i++ {
-			client, err := l.Accept()
-			if err != nil {
-				return
-			}
-			l.track(client)
-			if i >= n {
-				continue // held: nothing is read or answered
-			}
-			server, err := net.Dial("tcp", to)
-			if err != nil {
-				client.Close()
-				continue
-			}
-			l.track(server)
-			l.wg.Go(func() { _, _ = io.Copy(server, client); server.Close() })
-			l.wg.Go(func() { _, _ = io.Copy(client, server); client.Close() })
-		}
-	})
+// proxy returns dbURL with its host replaced by l's address, and the host
+// it had.
+func (l *listener) proxy(t *testing.T, dbURL string) (proxied, target string) {
+	t.Helper()
+	return withHost(t, dbURL, l.Addr().String())
 }
 
-// proxy returns dbURL with its host replaced by l's address, and the host
-// it named: for a proxy listening on l.
-func (l *listener) proxy(t *testing.T, dbURL string) (proxied, target string) {
+// withHost returns dbURL with its host:port replaced by host, and the one
+// it had.
+func withHost(t *testing.T, dbURL, host string) (string, string) {
 	t.Helper()
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	target, u.Host = u.Host, l.Addr().String()
-	return u.String(), target
+	old := u.Host
+	u.Host = host
+	return u.String(), old
 }

@@ -198,9 +198,8 @@ func TestHangingConnectAtStartHoldsNothingUp(t *testing.T) {
 // answer, so that their connects hang. It returns dbURL pointing at it.
 func connectHolder(t *testing.T, dbURL string, n int) string {
 	t.Helper()
-	l := listen(t)
-	proxied, to := l.proxy(t, dbURL)
-	l.pass(to, n)
+	_, to := withHost(t, dbURL, "")
+	proxied, _ := withHost(t, dbURL, testenv.Proxy(t, "127.0.0.1:0", to, n))
 	return proxied
 }
 
