@@ -54,17 +54,19 @@ type Config struct {
 	// AppName is the application_name of the sink's connections (visible in
 	// pg_stat_activity). Default "jetsink".
 	AppName string `yaml:"app_name"`
-	// TCPUserTimeout is how long data jetsink sent to PostgreSQL may go
-	// unacknowledged by the server's host (and keepalive probes
-	// unanswered) before the connection is given up (TCP_USER_TIMEOUT, as
-	// libpq's tcp_user_timeout; Linux only). Without it a server that
+	// DeadConnectionTimeout is how long a connection that a batch is using
+	// may go without a sign of life from the server's host before jetsink
+	// gives it up and retries the batch on a new one: data sent and not
+	// acknowledged, or TCP keepalive or window probes unanswered, for that
+	// long (read from the kernel's TCP_INFO). Without it a server that
 	// vanishes without closing the connection (a failover that moves the
 	// address, a firewall that drops the connection's state, a dead host)
-	// holds a COPY for the kernel's retransmission limit, ~15 minutes by
-	// default. A lock wait does not count: nothing is unacknowledged while
-	// the server waits (see the package doc). 0 leaves the system's
-	// default. Default 60s.
-	TCPUserTimeout time.Duration `yaml:"tcp_user_timeout"`
+	// holds a COPY until the kernel gives up retransmitting, ~15 minutes by
+	// default. A server that is alive answers probes even while it reads
+	// nothing (a lock wait, a full window), so only a server that is gone
+	// or unreachable counts. It also bounds a connect when postgres.url sets
+	// no connect_timeout. 0 turns it off. Default 60s.
+	DeadConnectionTimeout time.Duration `yaml:"dead_connection_timeout"`
 	// Retry bounds the backoff between attempts of a failed batch.
 	Retry RetryConfig `yaml:"retry"`
 	// InProgressEvery is how often the messages of a batch that is held
@@ -121,22 +123,22 @@ type RetryConfig struct {
 const (
 	maxBatchRows  = 1 << 20
 	maxBatchBytes = 1 << 30
-	// maxTCPUserTimeout keeps TCP_USER_TIMEOUT's milliseconds well inside
-	// an int on every platform.
-	maxTCPUserTimeout = 24 * time.Hour
+	// maxDeadConnectionTimeout keeps the timeout's milliseconds well inside
+	// TCP_INFO's 32-bit counters.
+	maxDeadConnectionTimeout = 24 * time.Hour
 )
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		URL:            "postgres://postgres@127.0.0.1:5432/postgres",
-		Table:          "events",
-		Mode:           AtLeastOnce,
-		Batch:          BatchConfig{MaxRows: 5000, MaxBytes: 4 << 20, MaxDelay: 20 * time.Millisecond, MinDelay: 2 * time.Millisecond, OverlapDelay: 20 * time.Millisecond},
-		Connections:    4,
-		AppName:        "jetsink",
-		TCPUserTimeout: 60 * time.Second,
-		Retry:          RetryConfig{Initial: 100 * time.Millisecond, Max: 5 * time.Second},
+		URL:                   "postgres://postgres@127.0.0.1:5432/postgres",
+		Table:                 "events",
+		Mode:                  AtLeastOnce,
+		Batch:                 BatchConfig{MaxRows: 5000, MaxBytes: 4 << 20, MaxDelay: 20 * time.Millisecond, MinDelay: 2 * time.Millisecond, OverlapDelay: 20 * time.Millisecond},
+		Connections:           4,
+		AppName:               "jetsink",
+		DeadConnectionTimeout: 60 * time.Second,
+		Retry:                 RetryConfig{Initial: 100 * time.Millisecond, Max: 5 * time.Second},
 	}
 }
 
@@ -179,8 +181,8 @@ func (c *Config) Validate() error {
 	if c.AppName == "" || strings.ContainsRune(c.AppName, 0) {
 		return fmt.Errorf("%w: postgres.app_name must be a non-empty string without NUL (default jetsink)", ErrInvalidConfig)
 	}
-	if c.TCPUserTimeout != 0 && (c.TCPUserTimeout < time.Second || c.TCPUserTimeout > maxTCPUserTimeout) {
-		return fmt.Errorf("%w: postgres.tcp_user_timeout must be 0 (the system's default) or between 1s and 24h (default 60s)", ErrInvalidConfig)
+	if c.DeadConnectionTimeout != 0 && (c.DeadConnectionTimeout < time.Second || c.DeadConnectionTimeout > maxDeadConnectionTimeout) {
+		return fmt.Errorf("%w: postgres.dead_connection_timeout must be 0 (off) or between 1s and 24h (default 60s)", ErrInvalidConfig)
 	}
 	if c.Retry.Initial <= 0 {
 		return fmt.Errorf("%w: postgres.retry.initial must be > 0 (default 100ms)", ErrInvalidConfig)

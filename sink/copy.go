@@ -417,6 +417,12 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 		}
 		c.conn, c.staged = conn, false
 	}
+	stop := watchConn(c.conn.PgConn().Conn(), s.cfg.DeadConnectionTimeout)
+	defer func() {
+		if stop() && err != nil {
+			err = fmt.Errorf("no sign of life from the server for %v, connection given up: %w", s.cfg.DeadConnectionTimeout, err)
+		}
+	}()
 	if s.cfg.Mode == AtLeastOnce {
 		sent, err := c.copy(ctx, rows, true)
 		if err != nil && committedMiscount(err) == nil {

@@ -56,15 +56,10 @@
 // at-least-once (default): one COPY statement per batch, which PostgreSQL
 // runs as a transaction of its own, then Ack every message of the batch. A
 // crash or a failed Ack between the two redelivers the message and stores
-// the row twice. The statement, the rows and CopyDone of a batch of up to
-// 32 KiB go out without waiting for the server in between (one write),
-// while the answers are read as they come; BEGIN and COMMIT would cost two
-// more round trips. A larger batch waits for the server to take the COPY
-// (CopyInResponse, sent once it holds the table's lock) before its rows,
-// one round trip: so a COPY waiting for a lock leaves nothing
-// unacknowledged in the sockets, and Config.TCPUserTimeout, which ends a
-// connection whose data has gone unacknowledged that long, gives up only
-// on a server that has gone silent (or stopped reading mid-COPY). Once the server has refused the COPY (an ErrorResponse),
+// the row twice. The statement, the rows and CopyDone go out without
+// waiting for the server in between (one write for a small batch), while
+// the answers are read as they come; BEGIN and COMMIT would cost two more
+// round trips. Once the server has refused the COPY (an ErrorResponse),
 // the rest of the batch is not sent: the server would only drop it, and
 // the connection is ready for the next statement without it. When the
 // hard context ends while the COPY waits (a locked table), the sink sends
@@ -143,6 +138,17 @@
 //     The operator can fix that without losing an event, so the batch is
 //     retried with backoff like a transient error, and logged at error level
 //     once per distinct error. Nothing is dead-lettered for it.
+//
+// A connection whose server has gone silent without closing it (a dead
+// host, a firewall that dropped its state) is a lost connection too, but
+// the kernel reports it only after ~15 minutes of retransmissions. While
+// a batch uses a connection, a watch reads the kernel's TCP_INFO for it
+// (every Config.DeadConnectionTimeout/10, at most every 5s) and closes it
+// once data has gone unacknowledged, or two or more keepalive or window
+// probes in a row unanswered, for DeadConnectionTimeout; the batch is
+// then retried. A live server answers probes even while it reads nothing,
+// so a COPY waiting for a lock keeps its connection however long it waits
+// (see watchConn for why not TCP_USER_TIMEOUT).
 //
 // # Use
 //

@@ -11,11 +11,11 @@ import (
 )
 
 // A server that stops answering in the middle of a run, without closing
-// the connection, costs tcp_user_timeout, not the kernel's ~15 minutes of
-// retransmissions: the COPY sent into the cut path fails with a timeout,
+// the connection, costs dead_connection_timeout, not the kernel's ~15
+// minutes of retransmissions: the COPY sent into the cut path is given up,
 // the batch is retried on a new connection, and once the path is back it
 // commits, once.
-func TestVanishedServerNoticedAfterTCPUserTimeout(t *testing.T) {
+func TestVanishedServerNoticedAfterDeadConnectionTimeout(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
 	p := testenv.NewPartition(t)
@@ -23,7 +23,7 @@ func TestVanishedServerNoticedAfterTCPUserTimeout(t *testing.T) {
 	proxied, _ := withHost(t, pg.URL, testenv.Proxy(t, p.HostIP+":0", to, math.MaxInt))
 	s, _ := newTestSink(t, ctx, proxied, func(c *Config) {
 		c.Connections = 1
-		c.TCPUserTimeout = time.Second
+		c.DeadConnectionTimeout = time.Second
 		c.Batch.MinDelay = 0
 	})
 	dial := s.connCfg.DialFunc // the committers' sockets are made inside the namespace

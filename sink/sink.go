@@ -164,7 +164,6 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 		return nil, fmt.Errorf("%w: postgres.url cannot be parsed", ErrInvalidConfig)
 	}
 	cc.RuntimeParams["application_name"] = cfg.AppName
-	cc.DialFunc = dialFunc(cfg.TCPUserTimeout)
 	s.connCfg = cc
 	s.where = fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)
 	s.log = log.With("component", "sink", "table", s.table.Sanitize(), "db", s.where)
@@ -178,7 +177,14 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 }
 
 // connect opens one connection. The error names host, port and database.
+// Without a connect_timeout in postgres.url, dead_connection_timeout
+// bounds it: a host that is gone answers no connect either.
 func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
+	if d := s.cfg.DeadConnectionTimeout; d > 0 && s.connCfg.ConnectTimeout == 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
 	c, err := pgx.ConnectConfig(ctx, s.connCfg.Copy())
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres %s: %w", s.where, err)

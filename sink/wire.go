@@ -24,34 +24,16 @@ import (
 // three (the statement, the data from a goroutine that reads the rows,
 // CopyDone) and starts a background reader per call.
 //
-// A COPY of up to copyInWait bytes of rows goes out without waiting for
-// CopyInResponse: a COPY sent as a simple Query that fails (before or
-// during copy-in) answers ErrorResponse and ReadyForQuery at once, and the
-// server then drops every CopyData, CopyDone and CopyFail that still
-// arrives ("the rest of that message is discarded and ReadyForQuery is
-// issued. [...] any subsequent CopyData, CopyDone, or CopyFail messages
-// issued by the frontend will simply be dropped", protocol-flow.html, COPY
-// Operations). So once the reader has seen the ErrorResponse, the writer
-// stops before its next write: every write ends on a message boundary, and
-// the connection is ready for the next statement without a CopyDone or
-// CopyFail.
-//
-// A larger COPY sends its statement alone and waits for CopyInResponse
-// before the rows. The server takes the table's lock before it answers, so
-// while a COPY waits for a lock (LOCK TABLE, a long ALTER) its rows are
-// still in jetsink, not in the sockets: a backend that does not read
-// closes the TCP window once the socket buffers are full, and with data
-// waiting to go out the kernel counts that time against TCP_USER_TIMEOUT
-// (measured on Linux 6.18: a connection whose peer stopped reading ended
-// after the timeout although every window probe was answered). The wait
-// costs one round trip per COPY, next to the tens of milliseconds that
-// COPYing more than copyInWait bytes takes.
-
-// copyInWait is the size of rows above which a COPY waits for the server to
-// take it (CopyInResponse) before sending them. Below it the statement and
-// the rows fit into the receiving socket's first window (64 KiB), so
-// nothing waits on the server however long it waits for a lock.
-const copyInWait = 32 << 10
+// Nothing waits for CopyInResponse: a COPY sent as a simple Query that
+// fails (before or during copy-in) answers ErrorResponse and ReadyForQuery
+// at once, and the server then drops every CopyData, CopyDone and CopyFail
+// that still arrives ("the rest of that message is discarded and
+// ReadyForQuery is issued. [...] any subsequent CopyData, CopyDone, or
+// CopyFail messages issued by the frontend will simply be dropped",
+// protocol-flow.html, COPY Operations). So once the reader has seen the
+// ErrorResponse, the writer stops before its next write: every write ends
+// on a message boundary, and the connection is ready for the next
+// statement without a CopyDone or CopyFail.
 
 // copyChunk is how many bytes are gathered for one write. The buffer is per
 // committer and grows past copyChunk only for a single larger row.
@@ -92,10 +74,6 @@ type copyWire struct {
 	// ends (see readCopyResult).
 	refused   atomic.Bool
 	cancelErr error
-	// copyIn is closed by the reader when CopyInResponse arrives (accepted
-	// is set then) or when it returns; a COPY over copyInWait waits for it.
-	copyIn   chan struct{}
-	accepted atomic.Bool
 }
 
 // errRefused ends writeCopy early: the server has refused the COPY.
@@ -104,21 +82,10 @@ var errRefused = errors.New("the server refused the COPY")
 // begin starts a COPY of sql: the Query message, and a CopyData message
 // holding the stream header.
 func (w *copyWire) begin(sql string) {
-	w.query(sql)
-	w.header()
-}
-
-// query puts the Query message of sql into the empty buffer.
-func (w *copyWire) query(sql string) {
-	w.open = -1
 	w.buf = append(w.buf[:0], 'Q')
 	w.buf = binary.BigEndian.AppendUint32(w.buf, uint32(4+len(sql)+1))
 	w.buf = append(w.buf, sql...)
 	w.buf = append(w.buf, 0)
-}
-
-// header opens the first CopyData message with the stream header.
-func (w *copyWire) header() {
 	w.openData()
 	w.buf = append(w.buf, copyHeader...)
 }
@@ -187,20 +154,13 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, r
 	defer w.shrink()
 	nc := pg.Conn()
 	w.refused.Store(false)
-	w.accepted.Store(false)
-	w.copyIn = make(chan struct{})
 	answer := make(chan copyResult, 1)
 	go func() { answer <- readCopyResult(ctx, pg, w) }()
 	if err := writeCopy(ctx, nc, w, sql, rows); err != nil {
 		if errors.Is(err, errRefused) {
 			// The server has failed the statement and reads on to
-			// ReadyForQuery by itself; the connection stays usable. Or,
-			// before CopyInResponse, the reader ended on the connection's
-			// error.
+			// ReadyForQuery by itself; the connection stays usable.
 			res := <-answer
-			if res.err == nil {
-				res.err = errors.New("the server ended the COPY before taking its rows")
-			}
 			return false, -1, res.err
 		}
 		// No CopyDone went out: the statement cannot commit, and the
@@ -265,22 +225,7 @@ func writeCopy(ctx context.Context, nc net.Conn, w *copyWire, sql string, rows [
 		_, err := nc.Write(b)
 		return err
 	}
-	w.query(sql)
-	if copySize(rows) > copyInWait {
-		if err := write(w.buf); err != nil {
-			return err
-		}
-		w.buf = w.buf[:0]
-		select {
-		case <-w.copyIn:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if !w.accepted.Load() {
-			return errRefused
-		}
-	}
-	w.header()
+	w.begin(sql)
 	for i := range rows {
 		t := rows[i].Tuple
 		if w.full(len(t)) {
@@ -291,15 +236,6 @@ func writeCopy(ctx context.Context, nc net.Conn, w *copyWire, sql string, rows [
 		w.buf = append(w.buf, t...)
 	}
 	return write(w.end())
-}
-
-// copySize is the size of rows' tuples.
-func copySize(rows []pipeline.Row) int {
-	n := 0
-	for i := range rows {
-		n += len(rows[i].Tuple)
-	}
-	return n
 }
 
 // writeErr reports a failed write as the context's error when that caused
@@ -347,12 +283,6 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res co
 			w.cancelErr = nil
 		}
 	}()
-	opened := false
-	defer func() {
-		if !opened {
-			close(w.copyIn)
-		}
-	}()
 	var pgErr error
 	for {
 		msg, err := pg.ReceiveMessage(context.Background())
@@ -368,12 +298,6 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res co
 			return res
 		}
 		switch msg := msg.(type) {
-		case *pgproto3.CopyInResponse:
-			if !opened && pgErr == nil {
-				opened = true
-				w.accepted.Store(true)
-				close(w.copyIn)
-			}
 		case *pgproto3.CommandComplete:
 			res.complete = pgErr == nil
 			res.stored = copyCount(msg.CommandTag)

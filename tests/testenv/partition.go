@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -25,9 +26,10 @@ import (
 type Partition struct {
 	HostIP           string
 	name, hostIf, in string
-	ns               *os.File
-	mu               sync.Mutex
+	mu               sync.Mutex // Cut and Heal
 	cut              bool
+	nsMu             sync.RWMutex // Do reads ns; the cleanup closes it
+	ns               *os.File     // nil once closed
 }
 
 // NewPartition makes a Partition, removed in t.Cleanup.
@@ -37,12 +39,14 @@ func NewPartition(t testing.TB) *Partition {
 		t.Fatal("this test cuts a connection with a network namespace and a veth pair: run it as root (CAP_NET_ADMIN, CAP_SYS_ADMIN), as .ci/run does")
 	}
 	id := fmt.Sprintf("%06x", rand.Uint32()&0xffffff)
-	a, b := rand.IntN(256), rand.IntN(64)*4 // the /30 10.213.a.b
+	// A /30 in 198.18.0.0/15, the range set aside for benchmarking
+	// networks (RFC 2544), which no real network should route.
+	a, b := 18+rand.IntN(2), rand.IntN(256*64)*4
 	p := &Partition{
-		HostIP: fmt.Sprintf("10.213.%d.%d", a, b+1),
+		HostIP: fmt.Sprintf("198.%d.%d.%d", a, b/256, b%256+1),
 		name:   "jsk" + id, hostIf: "jsk" + id + "h", in: "jsk" + id + "n",
 	}
-	inIP := fmt.Sprintf("10.213.%d.%d", a, b+2)
+	inIP := fmt.Sprintf("198.%d.%d.%d", a, b/256, b%256+2)
 
 	ipCmd(t, "netns", "add", p.name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.name).Run() })
@@ -58,8 +62,15 @@ func NewPartition(t testing.TB) *Partition {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ns.Close() })
 	p.ns = ns
+	t.Cleanup(func() {
+		// A dial may still come after the test (pgx sends a cancel
+		// request from a goroutine of its own when a connection fails).
+		p.nsMu.Lock()
+		defer p.nsMu.Unlock()
+		p.ns.Close()
+		p.ns = nil
+	})
 	return p
 }
 
@@ -72,7 +83,9 @@ func ipCmd(t testing.TB, args ...string) {
 
 // Cut drops everything between the namespace and the host until Heal;
 // t.Cleanup heals a partition left cut. Taking only the host's end down
-// is not enough: packets from inside still arrived (Linux 6.18).
+// is not enough: packets from inside still arrived (Linux 6.18). A test
+// that panics (a -timeout) leaves the namespace and the pair behind; they
+// are named jsk<6 hex digits> ("ip netns del", "ip link del").
 func (p *Partition) Cut(t testing.TB) {
 	t.Helper()
 	p.mu.Lock()
@@ -104,6 +117,11 @@ func (p *Partition) Heal(t testing.TB) {
 // A thread that cannot leave the namespace stays locked to the goroutine,
 // and so is never used for anything else.
 func (p *Partition) Do(f func() error) error {
+	p.nsMu.RLock()
+	defer p.nsMu.RUnlock()
+	if p.ns == nil {
+		return errors.New("the test's network namespace is gone")
+	}
 	runtime.LockOSThread()
 	home, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {

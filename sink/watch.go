@@ -1,0 +1,94 @@
+package sink
+
+import (
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// watchConn watches the TCP connection under nc while a batch uses it:
+// once the server's host has given no sign of life for d (see silent), it
+// closes nc, which ends the statement waiting on it with an error. stop
+// ends the watch and reports whether it closed nc. A connection that is
+// not TCP (a unix socket), or d 0, is not watched.
+//
+// Why not TCP_USER_TIMEOUT, which the kernel applies by itself: it also
+// ends a connection whose peer is alive but has closed its receive window
+// for that long with data waiting to go out, which is what a COPY waiting
+// for a lock does once its rows fill the sockets (measured on Linux 6.18:
+// a peer that stopped reading, every window probe answered, lost the
+// connection after the timeout). The lock may be on a partition or held
+// by a transaction that inserted the same key, taken after the server
+// has started reading, so the sink cannot keep its rows back until then.
+// A given-up connection would also leave its backend queued for the lock.
+func watchConn(nc net.Conn, d time.Duration) (stop func() bool) {
+	if d <= 0 {
+		return func() bool { return false }
+	}
+	if t, ok := nc.(interface{ NetConn() net.Conn }); ok { // TLS
+		nc = t.NetConn()
+	}
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return func() bool { return false }
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return func() bool { return false }
+	}
+	every := min(max(d/10, 50*time.Millisecond), 5*time.Second)
+	done := make(chan struct{})
+	var (
+		wg    sync.WaitGroup
+		fired bool
+	)
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if silentFor(rc, d) {
+				fired = true
+				_ = nc.Close()
+				return
+			}
+		}
+	})
+	return func() bool {
+		close(done)
+		wg.Wait()
+		return fired
+	}
+}
+
+// silentFor reports whether the connection behind rc has had no sign of
+// life from the other host for d (see silent); false when TCP_INFO cannot
+// be read.
+func silentFor(rc syscall.RawConn, d time.Duration) bool {
+	var info *unix.TCPInfo
+	var gerr error
+	if err := rc.Control(func(fd uintptr) {
+		info, gerr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil || gerr != nil {
+		return false
+	}
+	return silent(info.Unacked, info.Probes, info.Last_ack_recv, d)
+}
+
+// silent is the rule: no acknowledgement for d (lastAck, in milliseconds)
+// while data is unacknowledged (unacked segments) or while probes go
+// unanswered (probes: keepalive or zero-window probes sent since the last
+// answer). A host that is alive answers every probe, which resets probes to
+// 0, even when its receive window is closed (measured: probes stayed 0
+// through 40 s of a closed window, answered probes backing off to 13 s
+// apart); one probe may be on its way when the watch looks, so it takes two.
+func silent(unacked uint32, probes uint8, lastAck uint32, d time.Duration) bool {
+	return (unacked > 0 || probes >= 2) && time.Duration(lastAck)*time.Millisecond >= d
+}
