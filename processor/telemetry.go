@@ -56,6 +56,9 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	retries, err := m.Int64ObservableCounter("jetsink.batch.retries",
 		metric.WithDescription("Batch transactions that failed and were retried"), metric.WithUnit("{attempt}"))
 	errs = append(errs, err)
+	deadConns, err := m.Int64ObservableCounter("jetsink.postgres.dead_connections",
+		metric.WithDescription("Connections to PostgreSQL given up because the server gave no sign of life for dead_connection_timeout"), metric.WithUnit("{connection}"))
+	errs = append(errs, err)
 	ring := gauge("jetsink.ring.occupancy", "Events waiting in a ring (in: consumer to worker, out: worker to sink)", "{event}")
 	pending := gauge("jetsink.consumer.pending", "Messages in the stream not yet delivered to the durable consumer", "{message}")
 	ackPending := gauge("jetsink.consumer.ack_pending", "Messages delivered and not yet acked", "{message}")
@@ -87,6 +90,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		o.ObserveInt64(uncounted, int64(ss.Uncounted))
 		o.ObserveInt64(batches, int64(ss.Batches))
 		o.ObserveInt64(retries, int64(ss.Retries))
+		o.ObserveInt64(deadConns, int64(ss.DeadConnections))
 		for i := range h.N() {
 			o.ObserveInt64(ring, int64(h.InLen(i)), inAttrs[i])
 			o.ObserveInt64(ring, int64(h.OutLen(i)), outAttrs[i])
@@ -96,7 +100,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 			o.ObserveInt64(ackPending, int64(l.NumAckPending))
 		}
 		return nil
-	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, ring, pending, ackPending)
+	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, ring, pending, ackPending)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
 	}

@@ -64,8 +64,13 @@ type Config struct {
 	// holds a COPY until the kernel gives up retransmitting, ~15 minutes by
 	// default. A server that is alive answers probes even while it reads
 	// nothing (a lock wait, a full window), so only a server that is gone
-	// or unreachable counts. It also bounds a connect when postgres.url sets
-	// no connect_timeout. 0 turns it off. Default 60s.
+	// or unreachable counts. One that dies while its window is closed (a
+	// COPY waiting for a lock) is noticed later, up to ~4 minutes, as the
+	// kernel's window probes are then up to 2 minutes apart. Only the next
+	// TCP hop is watched: behind PgBouncer or a TCP proxy, a dead server
+	// is the proxy's to notice. Without a connect_timeout in postgres.url
+	// it also bounds each connect, to at least 10s. 0 turns it off.
+	// Default 60s.
 	DeadConnectionTimeout time.Duration `yaml:"dead_connection_timeout"`
 	// Retry bounds the backoff between attempts of a failed batch.
 	Retry RetryConfig `yaml:"retry"`
@@ -126,6 +131,10 @@ const (
 	// maxDeadConnectionTimeout keeps the timeout's milliseconds well inside
 	// TCP_INFO's 32-bit counters.
 	maxDeadConnectionTimeout = 24 * time.Hour
+	// minConnectTimeout is the least connect timeout a small
+	// dead_connection_timeout sets: a TLS and SCRAM connect takes several
+	// round trips.
+	minConnectTimeout = 10 * time.Second
 )
 
 // DefaultConfig returns the documented defaults.

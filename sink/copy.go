@@ -419,7 +419,12 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 	}
 	stop := watchConn(c.conn.PgConn().Conn(), s.cfg.DeadConnectionTimeout)
 	defer func() {
-		if stop() && err != nil {
+		if !stop() {
+			return
+		}
+		s.st.deadConns.Add(1)
+		c.closeConn() // closed under pgx's feet: the next attempt connects anew
+		if err != nil {
 			err = fmt.Errorf("no sign of life from the server for %v, connection given up: %w", s.cfg.DeadConnectionTimeout, err)
 		}
 	}()

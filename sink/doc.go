@@ -146,9 +146,13 @@
 // (every Config.DeadConnectionTimeout/10, at most every 5s) and closes it
 // once data has gone unacknowledged, or two or more keepalive or window
 // probes in a row unanswered, for DeadConnectionTimeout; the batch is
-// then retried. A live server answers probes even while it reads nothing,
-// so a COPY waiting for a lock keeps its connection however long it waits
-// (see watchConn for why not TCP_USER_TIMEOUT).
+// then retried, and Stats.DeadConnections counts it. A live server answers
+// probes even while it reads nothing, so a COPY waiting for a lock keeps
+// its connection however long it waits (see watchConn for why not
+// TCP_USER_TIMEOUT). A server that dies while its window is closed is
+// noticed later, up to ~4 minutes (window probes are then up to 2 minutes
+// apart), and only the next TCP hop is watched (a proxy in between is the
+// one to notice a dead server behind it).
 //
 // # Use
 //

@@ -48,12 +48,13 @@ type Stats struct {
 	StaleAcks          uint64 // committed rows not acked because their stream was replaced since they were taken (see pipeline.Epochs)
 	InProgress         uint64 // InProgress calls sent
 	InProgressErrors   uint64 // InProgress calls that failed
+	DeadConnections    uint64 // connections given up because the server gave no sign of life for dead_connection_timeout
 }
 
 type counters struct {
 	batches, rows, bytes, retries, possibleDups, configErrs, bisectCopies atomic.Uint64
 	deadLettered, deadLetterErrs, ackErrs, inProgress, inProgressErrs     atomic.Uint64
-	miscounts, uncounted, staleAcks                                       atomic.Uint64
+	miscounts, uncounted, staleAcks, deadConns                            atomic.Uint64
 
 	// attemptSeq numbers the sink's commit attempts as they start;
 	// committedStart is the highest number of an attempt that committed.
@@ -164,6 +165,12 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 		return nil, fmt.Errorf("%w: postgres.url cannot be parsed", ErrInvalidConfig)
 	}
 	cc.RuntimeParams["application_name"] = cfg.AppName
+	if d := cfg.DeadConnectionTimeout; d > 0 && cc.ConnectTimeout == 0 {
+		// A host that is gone answers no connect either: without a
+		// connect_timeout in the URL, pgx tries each host (and address)
+		// for this long.
+		cc.ConnectTimeout = max(d, minConnectTimeout)
+	}
 	s.connCfg = cc
 	s.where = fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)
 	s.log = log.With("component", "sink", "table", s.table.Sanitize(), "db", s.where)
@@ -177,14 +184,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 }
 
 // connect opens one connection. The error names host, port and database.
-// Without a connect_timeout in postgres.url, dead_connection_timeout
-// bounds it: a host that is gone answers no connect either.
 func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
-	if d := s.cfg.DeadConnectionTimeout; d > 0 && s.connCfg.ConnectTimeout == 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
-	}
 	c, err := pgx.ConnectConfig(ctx, s.connCfg.Copy())
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres %s: %w", s.where, err)
@@ -277,5 +277,6 @@ func (s *Sink) Stats() Stats {
 		StaleAcks:          s.st.staleAcks.Load(),
 		InProgress:         s.st.inProgress.Load(),
 		InProgressErrors:   s.st.inProgressErrs.Load(),
+		DeadConnections:    s.st.deadConns.Load(),
 	}
 }

@@ -40,6 +40,7 @@ func watchConn(nc net.Conn, d time.Duration) (stop func() bool) {
 		return func() bool { return false }
 	}
 	every := min(max(d/10, 50*time.Millisecond), 5*time.Second)
+	start := time.Now()
 	done := make(chan struct{})
 	var (
 		wg    sync.WaitGroup
@@ -54,7 +55,7 @@ func watchConn(nc net.Conn, d time.Duration) (stop func() bool) {
 				return
 			case <-t.C:
 			}
-			if silentFor(rc, d) {
+			if silentFor(rc, d, time.Since(start)) {
 				fired = true
 				_ = nc.Close()
 				return
@@ -69,9 +70,11 @@ func watchConn(nc net.Conn, d time.Duration) (stop func() bool) {
 }
 
 // silentFor reports whether the connection behind rc has had no sign of
-// life from the other host for d (see silent); false when TCP_INFO cannot
-// be read.
-func silentFor(rc syscall.RawConn, d time.Duration) bool {
+// life from the other host for d (see silent), counting from at most
+// watched ago: before the watch began the connection may have been idle,
+// and the time since its last acknowledgement then says nothing about the
+// data just sent. False when TCP_INFO cannot be read.
+func silentFor(rc syscall.RawConn, d, watched time.Duration) bool {
 	var info *unix.TCPInfo
 	var gerr error
 	if err := rc.Control(func(fd uintptr) {
@@ -79,16 +82,17 @@ func silentFor(rc syscall.RawConn, d time.Duration) bool {
 	}); err != nil || gerr != nil {
 		return false
 	}
-	return silent(info.Unacked, info.Probes, info.Last_ack_recv, d)
+	quiet := min(time.Duration(info.Last_ack_recv)*time.Millisecond, watched)
+	return silent(info.Unacked, info.Probes, quiet, d)
 }
 
-// silent is the rule: no acknowledgement for d (lastAck, in milliseconds)
-// while data is unacknowledged (unacked segments) or while probes go
-// unanswered (probes: keepalive or zero-window probes sent since the last
-// answer). A host that is alive answers every probe, which resets probes to
-// 0, even when its receive window is closed (measured: probes stayed 0
-// through 40 s of a closed window, answered probes backing off to 13 s
-// apart); one probe may be on its way when the watch looks, so it takes two.
-func silent(unacked uint32, probes uint8, lastAck uint32, d time.Duration) bool {
-	return (unacked > 0 || probes >= 2) && time.Duration(lastAck)*time.Millisecond >= d
+// silent is the rule: no acknowledgement for quiet >= d while data is
+// unacknowledged (unacked segments) or while probes go unanswered (probes:
+// keepalive or zero-window probes sent since the last answer). A host that
+// is alive answers every probe, which resets probes to 0, even when its
+// receive window is closed (measured: probes stayed 0 through 40 s of a
+// closed window, answered probes backing off to 13 s apart); one probe may
+// be on its way when the watch looks, so it takes two.
+func silent(unacked uint32, probes uint8, quiet, d time.Duration) bool {
+	return (unacked > 0 || probes >= 2) && quiet >= d
 }

@@ -3,9 +3,13 @@ package sink
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -27,7 +31,7 @@ func TestSilentRule(t *testing.T) {
 		{0, 2, 1999, false},
 		{0, 2, 2000, true}, // two probes unanswered, nothing heard for d
 	} {
-		if got := silent(tc.unacked, tc.probes, tc.lastAck, d); got != tc.want {
+		if got := silent(tc.unacked, tc.probes, time.Duration(tc.lastAck)*time.Millisecond, d); got != tc.want {
 			t.Errorf("silent(unacked %d, probes %d, last ack %d ms ago) = %v, want %v", tc.unacked, tc.probes, tc.lastAck, got, tc.want)
 		}
 	}
@@ -35,11 +39,12 @@ func TestSilentRule(t *testing.T) {
 
 // A COPY that waits for a lock four times as long as
 // dead_connection_timeout keeps its connection: its rows (8 MB, more than
-// the sockets buffer) fill the sockets, the server's window closes, and the
-// server's host answers every window probe, which the watch counts as a
-// sign of life. TCP_USER_TIMEOUT instead ended this connection after the
-// timeout ("write: connection timed out", then a retry); so did a watch
-// that looked at the time since the last acknowledgement alone.
+// the sockets buffer) fill the sockets, the server's window closes (the
+// test checks that it did), and the server's host answers every window
+// probe, which the watch counts as a sign of life. TCP_USER_TIMEOUT instead
+// ended this connection after the timeout ("write: connection timed out",
+// then a retry); so did a watch that looked at the time since the last
+// acknowledgement alone.
 func TestLockWaitOutlivesDeadConnectionTimeout(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
@@ -52,6 +57,18 @@ func TestLockWaitOutlivesDeadConnectionTimeout(t *testing.T) {
 		c.Batch.MaxDelay = time.Hour
 		c.Batch.MinDelay = 0
 	})
+	var conns []net.Conn
+	var mu sync.Mutex
+	dial := s.connCfg.DialFunc
+	s.connCfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err == nil {
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+		return c, err
+	}
 	admin := pg.Conn(t)
 	tx := lockTable(t, ctx, pg, s)
 	rs, ms := rows(1, n, func(seq int) string { return fmt.Sprintf(`{"n":%d,"pad":"%s"}`, seq, strings.Repeat("x", pad)) })
@@ -61,14 +78,23 @@ func TestLockWaitOutlivesDeadConnectionTimeout(t *testing.T) {
 	wait := runSink(t, ctx, s, src)
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // before runSink's wait
 	waitFor(t, ctx, "the COPY to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
-	// Four times the timeout: the kernel checks it when a window probe is
-	// due, and probes back off (0.2, 0.4, 0.8, 1.6 s ...).
+	// Four times the timeout: window probes back off (0.2, 0.4, 0.8, 1.6 s
+	// ...), each answered.
+	closed := false
 	end := time.Now().Add(4 * time.Second)
 	for time.Now().Before(end) {
 		if r := s.Stats().Retries; r != 0 {
 			t.Fatalf("the COPY was retried %d times while it waited for the lock", r)
 		}
+		mu.Lock()
+		for _, c := range conns {
+			closed = closed || windowClosed(t, c)
+		}
+		mu.Unlock()
 		time.Sleep(50 * time.Millisecond)
+	}
+	if !closed {
+		t.Fatal("the server's receive window never closed: the COPY did not fill the sockets, so this test showed nothing (raise n or pad)")
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -76,8 +102,8 @@ func TestLockWaitOutlivesDeadConnectionTimeout(t *testing.T) {
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if r := s.Stats().Retries; r != 0 {
-		t.Fatalf("the COPY was retried %d times", r)
+	if st := s.Stats(); st.Retries != 0 || st.DeadConnections != 0 {
+		t.Fatalf("retries %d, dead connections %d; want 0", st.Retries, st.DeadConnections)
 	}
 	if !allAcked(ms)() {
 		t.Fatal("not every message acked")
@@ -89,4 +115,25 @@ func TestLockWaitOutlivesDeadConnectionTimeout(t *testing.T) {
 	if got != n {
 		t.Fatalf("%d rows stored, want %d", got, n)
 	}
+}
+
+// windowClosed reports whether c's peer advertises a zero window while the
+// kernel probes it; false for a connection that is not TCP or is closed.
+func windowClosed(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var info *unix.TCPInfo
+	if err := rc.Control(func(fd uintptr) {
+		info, _ = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil || info == nil {
+		return false
+	}
+	return info.Snd_wnd == 0 && info.Backoff > 0
 }

@@ -17,14 +17,16 @@ import (
 )
 
 // Partition is a network namespace joined to the test's by a veth pair.
-// A socket made inside it (Do) reaches HostIP, the pair's outer end, and
-// Cut takes both ends down, so that whatever either side sends is dropped
-// without an answer, as by a host that died or a firewall that lost the
-// connection's state; Heal brings them up again. Making one needs root
-// (CAP_NET_ADMIN and CAP_SYS_ADMIN) and the ip command of iproute2, as
-// .ci/run has.
+// A socket made inside it (Do) reaches HostIP, the pair's outer end. Cut
+// drops, without a word, every packet from the host to the namespace: what
+// the socket sends still goes out (and may reach a server), but no answer
+// and no acknowledgement comes back, as from a host that died or behind a
+// firewall that lost the connection's state; Heal ends that. Making one
+// needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and the ip command of
+// iproute2, as .ci/run has.
 type Partition struct {
 	HostIP           string
+	inIP             string
 	name, hostIf, in string
 	mu               sync.Mutex // Cut and Heal
 	cut              bool
@@ -46,7 +48,8 @@ func NewPartition(t testing.TB) *Partition {
 		HostIP: fmt.Sprintf("198.%d.%d.%d", a, b/256, b%256+1),
 		name:   "jsk" + id, hostIf: "jsk" + id + "h", in: "jsk" + id + "n",
 	}
-	inIP := fmt.Sprintf("198.%d.%d.%d", a, b/256, b%256+2)
+	p.inIP = fmt.Sprintf("198.%d.%d.%d", a, b/256, b%256+2)
+	inIP := p.inIP
 
 	ipCmd(t, "netns", "add", p.name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.name).Run() })
@@ -81,11 +84,12 @@ func ipCmd(t testing.TB, args ...string) {
 	}
 }
 
-// Cut drops everything between the namespace and the host until Heal;
-// t.Cleanup heals a partition left cut. Taking only the host's end down
-// is not enough: packets from inside still arrived (Linux 6.18). A test
-// that panics (a -timeout) leaves the namespace and the pair behind; they
-// are named jsk<6 hex digits> ("ip netns del", "ip link del").
+// Cut drops everything the host sends to the namespace until Heal, with a
+// blackhole route (a link taken down instead makes the sender's own kernel
+// fail its sends, which is not silence); t.Cleanup heals a partition left
+// cut. A test that panics (a -timeout) leaves the namespace, the pair and
+// the route behind; they are named jsk<6 hex digits> and 198.18-19.x.y
+// ("ip netns del", "ip link del", "ip route del").
 func (p *Partition) Cut(t testing.TB) {
 	t.Helper()
 	p.mu.Lock()
@@ -93,8 +97,7 @@ func (p *Partition) Cut(t testing.TB) {
 	if p.cut {
 		return
 	}
-	ipCmd(t, "link", "set", p.hostIf, "down")
-	ipCmd(t, "-n", p.name, "link", "set", p.in, "down")
+	ipCmd(t, "route", "add", "blackhole", p.inIP+"/32")
 	p.cut = true
 	t.Cleanup(func() { p.Heal(t) })
 }
@@ -107,15 +110,14 @@ func (p *Partition) Heal(t testing.TB) {
 	if !p.cut {
 		return
 	}
-	ipCmd(t, "link", "set", p.hostIf, "up")
-	ipCmd(t, "-n", p.name, "link", "set", p.in, "up")
+	ipCmd(t, "route", "del", "blackhole", p.inIP+"/32")
 	p.cut = false
 }
 
 // Do runs f with the calling goroutine's thread inside the namespace, so
 // that the sockets f makes (a dial) belong to it; they stay there after f.
-// A thread that cannot leave the namespace stays locked to the goroutine,
-// and so is never used for anything else.
+// If the thread cannot leave the namespace, Do returns an error and leaves
+// the goroutine locked to it, in the namespace (the test should fail).
 func (p *Partition) Do(f func() error) error {
 	p.nsMu.RLock()
 	defer p.nsMu.RUnlock()
