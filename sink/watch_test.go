@@ -137,3 +137,30 @@ func windowClosed(t *testing.T, c net.Conn) bool {
 	}
 	return info.Snd_wnd == 0 && info.Backoff > 0
 }
+
+// BenchmarkWatchConn is what the watch costs a batch that ends before its
+// first look (d/10): starting and stopping it.
+func BenchmarkWatchConn(b *testing.B) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			defer c.Close()
+			_, _ = c.Read(make([]byte, 1))
+		}
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		if watchConn(c, time.Minute)() {
+			b.Fatal("fired")
+		}
+	}
+}
