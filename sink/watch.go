@@ -75,15 +75,24 @@ func watchConn(nc net.Conn, d time.Duration) (stop func() bool) {
 // and the time since its last acknowledgement then says nothing about the
 // data just sent. False when TCP_INFO cannot be read.
 func silentFor(rc syscall.RawConn, d, watched time.Duration) bool {
-	var info *unix.TCPInfo
-	var gerr error
-	if err := rc.Control(func(fd uintptr) {
-		info, gerr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-	}); err != nil || gerr != nil {
+	info, err := tcpInfo(rc)
+	if err != nil {
 		return false
 	}
 	quiet := min(time.Duration(info.Last_ack_recv)*time.Millisecond, watched)
 	return silent(info.Unacked, info.Probes, quiet, d)
+}
+
+// tcpInfo reads the kernel's TCP_INFO for the socket behind rc.
+func tcpInfo(rc syscall.RawConn) (*unix.TCPInfo, error) {
+	var info *unix.TCPInfo
+	var gerr error
+	if err := rc.Control(func(fd uintptr) {
+		info, gerr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil {
+		return nil, err
+	}
+	return info, gerr
 }
 
 // silent is the rule: no acknowledgement for quiet >= d while data is

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -129,10 +127,8 @@ func windowClosed(t *testing.T, c net.Conn) bool {
 	if err != nil {
 		return false
 	}
-	var info *unix.TCPInfo
-	if err := rc.Control(func(fd uintptr) {
-		info, _ = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-	}); err != nil || info == nil {
+	info, err := tcpInfo(rc)
+	if err != nil {
 		return false
 	}
 	return info.Snd_wnd == 0 && info.Backoff > 0
