@@ -437,8 +437,20 @@ func TestRunRecoversWhenServerLosesStream(t *testing.T) {
 	}
 	waitFor(t, ctx, "reconnect", c.Ready)
 	js2 := jsFor(t, srv)
-	if _, err := js2.CreateStream(ctx, streamCfg); err != nil {
-		t.Fatal(err)
+	// A JetStream API request sent while the restarted server recovers
+	// may go unanswered (a CI run under load waited out the whole minute
+	// for one): ask again; creating the same stream again is idempotent.
+	for {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js2.CreateStream(actx, streamCfg)
+		acancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		t.Logf("create stream after the restart: %v; asking again", err)
 	}
 	publish(t, ctx, js2, cfg, 3, 1, 10)
 	for i := 0; i < 3; i++ {
