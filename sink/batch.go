@@ -180,9 +180,9 @@ func (s *Sink) logProblems(ctx context.Context) {
 // the batch joins the held queue (oldest first) as it is, and the batcher
 // opens a spare batch and keeps taking rows, up to Config.HoldRows, so that
 // the in-flight messages sit in batches the heartbeat keeps alive
-// (InProgress) rather than in the rings, where nothing does. Past HoldRows it waits for a committer again. Holding only on a
-// stall keeps a merely busy sink (a drain) from holding max_ack_pending
-// rows in memory.
+// (InProgress) rather than in the rings, where nothing does. Past HoldRows
+// it waits for a committer again. Holding only on a stall keeps a merely
+// busy sink (a drain) from holding max_ack_pending rows in memory.
 func (r *run) batcher(ctx context.Context) error {
 	defer close(r.work)
 	cfg := &r.s.cfg.Batch

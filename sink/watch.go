@@ -25,48 +25,66 @@ import (
 // has started reading, so the sink cannot keep its rows back until then.
 // A given-up connection would also leave its backend queued for the lock.
 func watchConn(nc net.Conn, d time.Duration) (stop func() bool) {
-	if d <= 0 {
+	rc, ok := rawTCP(nc)
+	if d <= 0 || !ok {
 		return func() bool { return false }
 	}
+	// A timer rather than a goroutine: most batches end before the first
+	// look. mu orders a look against stop, so that nothing is closed
+	// after stop has returned.
+	w := &watch{nc: nc, rc: rc, d: d, every: min(max(d/10, 50*time.Millisecond), 5*time.Second), start: time.Now()}
+	w.mu.Lock()
+	w.t = time.AfterFunc(w.every, w.look)
+	w.mu.Unlock()
+	return w.stop
+}
+
+// watch is one watchConn.
+type watch struct {
+	nc       net.Conn
+	rc       syscall.RawConn
+	d, every time.Duration
+	start    time.Time
+
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+	fired   bool
+}
+
+func (w *watch) look() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	if silentFor(w.rc, w.d, time.Since(w.start)) {
+		w.fired = true
+		_ = w.nc.Close()
+		return
+	}
+	w.t.Reset(w.every)
+}
+
+func (w *watch) stop() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	w.t.Stop()
+	return w.fired
+}
+
+// rawTCP returns the socket under nc (under TLS too) if it is TCP.
+func rawTCP(nc net.Conn) (syscall.RawConn, bool) {
 	if t, ok := nc.(interface{ NetConn() net.Conn }); ok { // TLS
 		nc = t.NetConn()
 	}
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
-		return func() bool { return false }
+		return nil, false
 	}
 	rc, err := tc.SyscallConn()
-	if err != nil {
-		return func() bool { return false }
-	}
-	every := min(max(d/10, 50*time.Millisecond), 5*time.Second)
-	start := time.Now()
-	done := make(chan struct{})
-	var (
-		wg    sync.WaitGroup
-		fired bool
-	)
-	wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			if silentFor(rc, d, time.Since(start)) {
-				fired = true
-				_ = nc.Close()
-				return
-			}
-		}
-	})
-	return func() bool {
-		close(done)
-		wg.Wait()
-		return fired
-	}
+	return rc, err == nil
 }
 
 // silentFor reports whether the connection behind rc has had no sign of

@@ -119,12 +119,8 @@ func TestLockWaitOutlivesDeadConnectionTimeout(t *testing.T) {
 // kernel probes it; false for a connection that is not TCP or is closed.
 func windowClosed(t *testing.T, c net.Conn) bool {
 	t.Helper()
-	tc, ok := c.(*net.TCPConn)
+	rc, ok := rawTCP(c)
 	if !ok {
-		return false
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
 		return false
 	}
 	info, err := tcpInfo(rc)
@@ -142,12 +138,14 @@ func BenchmarkWatchConn(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	go func() {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
 		if c, err := l.Accept(); err == nil {
 			defer c.Close()
-			_, _ = c.Read(make([]byte, 1))
+			_, _ = c.Read(make([]byte, 1)) // until the client closes
 		}
-	}()
+	})
 	c, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		b.Fatal(err)

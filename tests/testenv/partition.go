@@ -25,13 +25,12 @@ import (
 // needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and the ip command of
 // iproute2, as .ci/run has.
 type Partition struct {
-	HostIP           string
-	inIP             string
-	name, hostIf, in string
-	mu               sync.Mutex // Cut and Heal
-	cut              bool
-	nsMu             sync.RWMutex // Do reads ns; the cleanup closes it
-	ns               *os.File     // nil once closed
+	HostIP string
+	inIP   string     // the namespace's end of the pair
+	mu     sync.Mutex // Cut and Heal
+	cut    bool
+	nsMu   sync.RWMutex // Do reads ns; the cleanup closes it
+	ns     *os.File     // nil once closed
 }
 
 // NewPartition makes a Partition, removed in t.Cleanup.
@@ -46,22 +45,21 @@ func NewPartition(t testing.TB) *Partition {
 	a, b := 18+rand.IntN(2), rand.IntN(256*64)*4
 	p := &Partition{
 		HostIP: fmt.Sprintf("198.%d.%d.%d", a, b/256, b%256+1),
-		name:   "jsk" + id, hostIf: "jsk" + id + "h", in: "jsk" + id + "n",
+		inIP:   fmt.Sprintf("198.%d.%d.%d", a, b/256, b%256+2),
 	}
-	p.inIP = fmt.Sprintf("198.%d.%d.%d", a, b/256, b%256+2)
-	inIP := p.inIP
+	name, hostIf, in := "jsk"+id, "jsk"+id+"h", "jsk"+id+"n"
 
-	ipCmd(t, "netns", "add", p.name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.name).Run() })
-	ipCmd(t, "link", "add", p.hostIf, "type", "veth", "peer", "name", p.in)
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", p.hostIf).Run() })
-	ipCmd(t, "link", "set", p.in, "netns", p.name)
-	ipCmd(t, "addr", "add", p.HostIP+"/30", "dev", p.hostIf)
-	ipCmd(t, "link", "set", p.hostIf, "up")
-	ipCmd(t, "-n", p.name, "addr", "add", inIP+"/30", "dev", p.in)
-	ipCmd(t, "-n", p.name, "link", "set", p.in, "up")
-	ipCmd(t, "-n", p.name, "link", "set", "lo", "up")
-	ns, err := os.Open("/run/netns/" + p.name)
+	ipCmd(t, "netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	ipCmd(t, "link", "add", hostIf, "type", "veth", "peer", "name", in)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", hostIf).Run() })
+	ipCmd(t, "link", "set", in, "netns", name)
+	ipCmd(t, "addr", "add", p.HostIP+"/30", "dev", hostIf)
+	ipCmd(t, "link", "set", hostIf, "up")
+	ipCmd(t, "-n", name, "addr", "add", p.inIP+"/30", "dev", in)
+	ipCmd(t, "-n", name, "link", "set", in, "up")
+	ipCmd(t, "-n", name, "link", "set", "lo", "up")
+	ns, err := os.Open("/run/netns/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
