@@ -268,6 +268,9 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if err := c.ensureStream(ctx); err != nil {
 		return err
 	}
+	if err := c.ensureDeadLetterStream(ctx); err != nil {
+		return err
+	}
 	if err := c.ensureConsumer(ctx); err != nil {
 		return err
 	}
@@ -300,27 +303,30 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 			return fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
 		}
 	}
-	if err := checkNoLoop(cfg.Stream, stream.CachedInfo().Config.Subjects, cfg.DeadLetterSubject); err != nil {
-		return err
-	}
-	if cfg.CreateStream {
-		return c.ensureDeadLetterStream(ctx)
-	}
-	return nil
+	return checkNoLoop(cfg.Stream, stream.CachedInfo().Config.Subjects, cfg.DeadLetterSubject)
 }
+
+// errDeadLetterStream marks ensureDeadLetterStream's errors: when Run
+// re-creates the stream and consumer, only this step failing lets it
+// consume on.
+var errDeadLetterStream = errors.New("dead-letter stream")
 
 // ensureDeadLetterStream creates <stream>_DLQ for the dead-letter subject
 // when no stream captures it yet, so that with create_stream a fresh
 // deployment can park poison events from the start. Without create_stream
-// jetsink creates nothing; `jetsink check` warns instead.
+// jetsink creates nothing; `jetsink check` warns instead. Its errors wrap
+// errDeadLetterStream.
 func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 	cfg := &c.cfg
+	if !cfg.CreateStream {
+		return nil
+	}
 	_, err := c.js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("look up the stream of nats.dead_letter_subject %s: %w", cfg.DeadLetterSubject, err)
+		return fmt.Errorf("%w: look up the stream of nats.dead_letter_subject %s: %w", errDeadLetterStream, cfg.DeadLetterSubject, err)
 	}
 	name := cfg.Stream + "_DLQ"
 	if _, err := c.js.CreateStream(ctx, jetstream.StreamConfig{
@@ -328,7 +334,7 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 		Subjects: []string{cfg.DeadLetterSubject},
 		Storage:  jetstream.FileStorage,
 	}); err != nil {
-		return fmt.Errorf("create dead-letter stream %s for %s: %w", name, cfg.DeadLetterSubject, err)
+		return fmt.Errorf("%w: create %s for %s: %w", errDeadLetterStream, name, cfg.DeadLetterSubject, err)
 	}
 	c.log.Info("created dead-letter stream", "dlq_stream", name, "subject", cfg.DeadLetterSubject)
 	return nil

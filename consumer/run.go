@@ -95,13 +95,13 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 				}
 			}
 			if err := c.ensureAll(ctx); err != nil {
-				if missing(err) || c.cons.Load() == nil {
+				if !errors.Is(err, errDeadLetterStream) {
 					retry("re-create stream/consumer", err)
 					continue
 				}
-				// Both are there; what failed (say, the dead-letter stream)
-				// is not worth stopping for.
-				c.log.Error("update stream/consumer; consuming on", "err", err)
+				// Both are there; a dead-letter stream is not worth
+				// stopping for (a dead letter that finds none is nak'ed).
+				c.log.Error("dead-letter stream not created; consuming on", "err", err)
 			}
 			ensure = false
 		}
@@ -363,6 +363,12 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 					if err != nil {
 						s.stopAnswering() // the rest is nak'ed
 					}
+					if streamGone(err) {
+						// As when intake goes on (below): this session's
+						// events must not be acked into the stream that
+						// now has the name, or takes it next.
+						c.newSessionEpoch(s, "stream re-created or lost while draining")
+					}
 					continue
 				case <-s.closed:
 					select {
@@ -399,6 +405,13 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				// sequences the new one reuses: let it go with its stream.
 				c.log.Warn("stream re-created while consuming; subscribing to the new one afresh")
 				c.newSessionEpoch(s, "stream re-created while consuming")
+				return s.leave(hard)
+			case errors.Is(err, jetstream.ErrStreamNotFound):
+				// Run re-creates it, unless intake has ended: either way
+				// this session's events must not be acked into the stream
+				// that takes the name next.
+				c.log.Warn("stream gone while consuming", "err", err)
+				c.newSessionEpoch(s, "stream lost while consuming")
 				return s.leave(hard)
 			default:
 				c.log.Warn("could not verify the stream while consuming; subscribing again", "err", err)
@@ -523,10 +536,6 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 	if end := meta.streamSeq + meta.pending; end > c.seq.seenEnd.Load() {
 		c.seq.seenEnd.Store(end)
 	}
-	c.stats.received.Add(1)
-	if ev.Delivered > 1 {
-		c.stats.redelivered.Add(1)
-	}
 	if c.traceMsg != nil {
 		ev.Span = c.traceMsg(ev)
 	}
@@ -539,7 +548,17 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		}
 		return fmt.Errorf("consume: push event: %w", err)
 	}
+	c.stats.received.Add(1) // counted once handed on: a nak'ed one comes again
+	if ev.Delivered > 1 {
+		c.stats.redelivered.Add(1)
+	}
 	return nil
+}
+
+// streamGone reports whether verify found the session's stream replaced
+// (accepted or refused) or gone.
+func streamGone(err error) bool {
+	return errors.Is(err, ErrSequenceRestarted) || errors.Is(err, errStreamChanged) || errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // verifyPatiently is verify, tried again while it fails for a reason
@@ -550,8 +569,7 @@ func (c *Consumer) verifyPatiently(ctx, hard context.Context) error {
 	wait := retryMin
 	for {
 		err := c.verify(ctx)
-		if err == nil || errors.Is(err, ErrSequenceRestarted) || errors.Is(err, errStreamChanged) || errors.Is(err, jetstream.ErrStreamNotFound) ||
-			ctx.Err() != nil || hard.Err() != nil || c.nc.IsClosed() {
+		if err == nil || streamGone(err) || ctx.Err() != nil || hard.Err() != nil || c.nc.IsClosed() {
 			return err // a stream gone is Run's to re-create
 		}
 		c.log.Warn("could not verify the stream yet; the message waits", "err", err, "retry_in", wait)
@@ -635,13 +653,16 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 	}
 }
 
-// ensureAll re-creates the stream (only with nats.create_stream) and the
-// consumer.
+// ensureAll re-creates the stream (only with nats.create_stream), the
+// consumer, and then the dead-letter stream (only with create_stream).
 func (c *Consumer) ensureAll(ctx context.Context) error {
 	if err := c.ensureStream(ctx); err != nil {
 		return err
 	}
-	return c.ensureConsumer(ctx)
+	if err := c.ensureConsumer(ctx); err != nil {
+		return err
+	}
+	return c.ensureDeadLetterStream(ctx)
 }
 
 // sleep waits d or until intake or hard ends; it reports whether d passed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -283,6 +284,57 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// The consumer is deleted and someone creates one of the same name that
+// jetsink cannot update (another ack policy). Run must not consume from it
+// as if its own were back: it retries, saying why, and pushes nothing.
+// (Before, any failure to re-create other than "not found" was logged and
+// Run subscribed with its old handle, here to a consumer without acks.)
+func TestRunDoesNotConsumeFromAConsumerItCannotUpdate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	var log syncBuffer
+	c, err := New(ctx, cfg, testLogger(t, &log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 5, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	for range 5 {
+		r.next(t, ctx)
+	}
+	foreign := jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckNonePolicy, FilterSubject: cfg.FilterSubject}
+	waitFor(t, ctx, "the foreign consumer in place", func() bool {
+		// Run may re-create its own in between: delete that and try again.
+		_ = js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer)
+		cons, err := js.CreateConsumer(ctx, cfg.Stream, foreign)
+		return err == nil && cons.CachedInfo().Config.AckPolicy == jetstream.AckNonePolicy
+	})
+	const retrying = "re-create stream/consumer; retrying"
+	waitFor(t, ctx, "Run to refuse the foreign consumer", func() bool {
+		return strings.Contains(log.String(), retrying) || strings.Contains(log.String(), "consuming on")
+	})
+	publish(t, ctx, js, cfg, 5, 1, 5)
+	deadline := time.After(3 * time.Second)
+	for {
+		select {
+		case g := <-r.events:
+			if i := bodyIndex(t, &g.ev); i >= 5 {
+				t.Fatalf("event %d pushed from a consumer jetsink could not update (ack policy none); log:\n%s", i, log.String())
+			}
+			continue
+		case <-deadline:
+		}
+		break
+	}
+	if strings.Contains(log.String(), "consuming on") {
+		t.Fatalf("Run consumed on after failing to update the consumer; log:\n%s", log.String())
+	}
+}
+
 func TestRunHardCancelReturnsPromptly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -324,6 +376,25 @@ func TestRunHardCancelReturnsPromptly(t *testing.T) {
 	}
 	if _, err := out.Ring(0).Pop(ctx); !errors.Is(err, ringq.ErrClosed) {
 		t.Fatalf("Pop after Run returned = %v, want ErrClosed (Run closes the dispatch)", err)
+	}
+}
+
+// A message that could not be handed on (the dispatch was closed by
+// someone else) is nak'ed, and not counted as received: it comes again.
+func TestRunCountsOnlyMessagesHandedOn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
+	out := ringq.NewDispatch(1, 4, key)
+	out.Close()
+	if err := c.Run(ctx, ctx, out); !errors.Is(err, ringq.ErrClosed) {
+		t.Fatalf("Run into a closed dispatch = %v, want it to wrap ringq.ErrClosed", err)
+	}
+	if st := c.Stats(); st.Received != 0 || st.Redelivered != 0 {
+		t.Fatalf("Stats after no message was handed on: Received %d, Redelivered %d; want 0, 0", st.Received, st.Redelivered)
 	}
 }
 

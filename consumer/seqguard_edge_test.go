@@ -208,3 +208,62 @@ func TestStoredSeqLostStreamIsRecreated(t *testing.T) {
 		}
 	}
 }
+
+// Intake ends while the client holds messages taken before a disconnect,
+// and the drain then finds the stream gone (the server lost its store):
+// the epoch advances, as when a session ends with intake going on, so that
+// what the session pushed is not acked into a stream that takes the name
+// later. (Before, only the session that went on advanced it.)
+func TestStoredSeqStreamLostDuringDrainAdvancesEpoch(t *testing.T) {
+	ctx, cancel, srv, cfg, js := guardedTest(t, 60*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CreateStream = false // memory: gone after the restart, and nothing re-creates it
+	var log syncBuffer
+	c, err := New(ctx, cfg, testLogger(t, &log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	publish(t, ctx, js, cfg, 40, 1, 0)
+	r := startRun(t, ctx, c, 1, 2, 1)
+	before := r.next(t, ctx).ev.Epoch
+	srv.Shutdown()
+	waitFor(t, ctx, "the disconnect", func() bool { return c.seq.gen.Load() > 0 })
+	// The handler waits on the full ring with a message it took before the
+	// disconnect; the next one must be verified, and by then intake is over.
+	r.cancel()
+	const waits = "could not verify the stream yet"
+	for !strings.Contains(log.String(), waits) {
+		select {
+		case <-r.events:
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("no verification asked for during the drain")
+		}
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case <-r.events:
+			continue
+		case err := <-r.done:
+			if err != nil {
+				t.Fatalf("Run = %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("Run did not return after the drain")
+		}
+		break
+	}
+	if strings.Contains(log.String(), "subscribing again") {
+		t.Fatalf("the verification ran in the session, not in the drain:\n%s", log.String())
+	}
+	if now := c.Epochs().Current(); now == before {
+		t.Fatalf("epoch still %d after the drain found the stream gone; log:\n%s", now, log.String())
+	}
+}
