@@ -40,9 +40,10 @@
 // Compile checks a column list once and returns an immutable Mapper. The
 // hot call is Encoder.AppendTuple. It reads a JSON payload in one pass of
 // its own scanner (scan.go), which validates the payload and records where
-// the json: paths' values lie without building a tree; fastjson only words
-// the reason for a refused payload and validates header values bound for
-// jsonb (BENCHMARKS.md has the comparison). An Encoder allocates nothing
+// the json: paths' values lie without building a tree; header values bound
+// for jsonb go through the same scanner. fastjson only words some syntax
+// errors of a refused text, and a refusal's reason names the byte offset
+// and quotes none of the text (BENCHMARKS.md has the comparison). An Encoder allocates nothing
 // per event once warm. Sources: "payload"; "meta:<field>" for stream,
 // stream_seq, consumer_seq, subject, published_at, received_at, delivered
 // and msg_id; "header:<Name>" (case-sensitive, first value, as

@@ -9,8 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 	"unsafe"
-
-	"github.com/valyala/fastjson"
 )
 
 // Encoder holds the reusable state one goroutine needs to turn events into
@@ -23,6 +21,8 @@ type Encoder struct {
 	vals          []jsonValue // per path node: the value scan found there
 	nul           bool        // the current payload holds a \u0000 escape
 	badNums       []span      // numbers of the current payload beyond numeric's range
+	fail          failKind    // why the last scanText refused its text
+	failAt        int         // and where
 	strBuf        []byte      // an unescaped string value
 	keyBuf        []byte      // an unescaped key or string inside appendCompact
 	numBuf        []byte      // throwaway output of numeric range checks
@@ -363,26 +363,12 @@ func appendString(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 
 // appendJSONText validates s (a header value) as JSON for a jsonb column.
 func appendJSONText(dst []byte, s string) ([]byte, *DecodeError) {
-	if !utf8.ValidString(s) {
-		return dst, &DecodeError{Code: CodeInvalidUTF8, Reason: "value is not valid UTF-8"}
+	var sc Encoder // the scanner, recording nothing (node -1) but its verdict
+	if !sc.scanText(s2bView(s), -1) {
+		return dst, sc.refusal(s2bView(s), "value")
 	}
-	if nestsDeeper(s2bView(s), fastjson.MaxDepth) {
-		return dst, nestingError("value")
-	}
-	if err := fastjson.Validate(s); err != nil {
-		return dst, &DecodeError{Code: CodeInvalidJSON, Reason: "value is not valid JSON: " + trimTail(err.Error())}
-	}
-	if rawControlInString(s2bView(s)) { // fastjson.Validate misses some
-		return dst, &DecodeError{Code: CodeInvalidJSON, Reason: "value is not valid JSON: a string holds a raw control character"}
-	}
-	if strings.IndexByte(s, '\\') >= 0 {
-		nul, ok := scanEscapes(s2bView(s))
-		if !ok {
-			return dst, &DecodeError{Code: CodeInvalidJSON, Reason: "value has a lone UTF-16 surrogate escape"}
-		}
-		if nul {
-			return dst, nulInJSONB()
-		}
+	if sc.nul {
+		return dst, nulInJSONB()
 	}
 	if !textNumbersFit(s) {
 		return dst, jsonbNumberRange()

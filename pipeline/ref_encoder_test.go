@@ -323,3 +323,24 @@ func refGet(v *fastjson.Value, path []string) *fastjson.Value {
 	}
 	return v
 }
+
+// rawControlInString reports whether a string of the JSON text b (valid
+// as fastjson.Validate has it) holds a raw control character.
+func rawControlInString(b []byte) bool {
+	in := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			in = !in
+		case c == '\\' && in:
+			i++
+		case c < 0x20 && in:
+			return true
+		}
+	}
+	return false
+}
+
+func rawControlError() *DecodeError {
+	return &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON: a string holds a raw control character"}
+}

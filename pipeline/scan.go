@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -18,8 +19,7 @@ import (
 // a \u0000 escape occurs, which numbers lie beyond numeric's range), and
 // records where the values of the json: paths lie, so nothing is parsed
 // twice and no tree is built. It accepts exactly what the fastjson-based
-// checks it replaced accepted; when it refuses a payload, scanError runs
-// those checks to name the reason in their words.
+// checks it replaced accepted; refusal names why it refused a text.
 
 // jsonKind is the kind of a JSON value the scanner found at a path.
 type jsonKind uint8
@@ -87,57 +87,90 @@ func (e *Encoder) scan(data []byte) bool {
 	e.nul = false
 	e.badNums = e.badNums[:0]
 	clear(e.vals)
-	i := skipWS(data, 0)
-	i, ok := e.scanValue(data, i, 0, 1)
-	return ok && skipWS(data, i) == len(data)
+	return e.scanText(data, 0)
 }
 
-// scanError names why scan refused data, running the checks scan stands
-// in for in the order they ran before: UTF-8, then JSON syntax, then
-// surrogate escapes, then nesting depth; brackets nested deeper than
-// fastjson.MaxDepth are named before the syntax (see nestsDeeper). fastjson.Validate misses a raw
-// control character in a string when an escape follows it in that string
-// ("\x01\\n"), which RFC 8259 and PostgreSQL refuse; the scanner refuses it
-// too, and scanError names it after the syntax check.
-func (e *Encoder) scanError(data []byte) *DecodeError {
-	if !utf8.Valid(data) {
-		return &DecodeError{Code: CodeInvalidUTF8, Reason: "payload is not valid UTF-8"}
-	}
-	if nestsDeeper(data, fastjson.MaxDepth) {
-		return nestingError("payload")
-	}
-	if err := fastjson.ValidateBytes(data); err != nil {
-		return &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON: " + trimTail(err.Error())}
-	}
-	if rawControlInString(data) {
-		return rawControlError()
-	}
-	if _, ok := scanEscapes(data); !ok {
-		return &DecodeError{Code: CodeInvalidJSON, Reason: "payload has a lone UTF-16 surrogate escape"}
-	}
-	var p fastjson.Parser
-	if _, err := p.ParseBytes(data); err != nil { // nesting deeper than fastjson.MaxDepth
-		return &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON: " + trimTail(err.Error())}
-	}
-	// Not reached while scan and the checks above agree (FuzzScanMatchesFastjson).
-	return &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON"}
-}
-
-// rawControlInString reports whether a string of the JSON text b (valid
-// as fastjson.Validate has it) holds a raw control character.
-func rawControlInString(b []byte) bool {
-	in := false
-	for i := 0; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			in = !in
-		case c == '\\' && in:
-			i++
-		case c < 0x20 && in:
+// scanText scans the JSON text b from its root, node (-1: record no
+// values), and on failure notes where and, for the failures refusal words
+// itself, why (e.fail, e.failAt).
+func (e *Encoder) scanText(b []byte, node int32) bool {
+	e.fail = failSyntax
+	i, ok := e.scanValue(b, skipWS(b, 0), node, 1)
+	if ok {
+		if i = skipWS(b, i); i == len(b) {
 			return true
 		}
 	}
+	e.failAt = i
 	return false
+}
+
+// failKind is why the scanner refused a text, where refusal words it
+// without fastjson: fastjson cannot tell the second and third from valid
+// text, and for the first it quotes the rest of the text once per level of
+// nesting (a 1 MiB payload took seconds and gigabytes to refuse, and its
+// reason held the payload).
+type failKind uint8
+
+const (
+	failSyntax    failKind = iota // anything else: fastjson words it
+	failLiteral                   // a value starting with t, f or n is not true, false or null
+	failControl                   // a raw control character in a string
+	failSurrogate                 // a lone UTF-16 surrogate escape
+)
+
+// scanError names why scan refused data.
+func (e *Encoder) scanError(data []byte) *DecodeError { return e.refusal(data, "payload") }
+
+// refusal names why scanText refused b, a payload or a value (what). It
+// checks UTF-8 first, then nesting deeper than fastjson.MaxDepth (see
+// nestsDeeper); the failures the scanner noted it words itself, with the
+// byte offset and nothing of the text; any other is a syntax error at the
+// same place for fastjson, which the scanner agrees with on what it
+// accepts (FuzzScanMatchesFastjson), and fastjson words it. The reason
+// never quotes the text.
+func (e *Encoder) refusal(b []byte, what string) *DecodeError {
+	if !utf8.Valid(b) {
+		return &DecodeError{Code: CodeInvalidUTF8, Reason: what + " is not valid UTF-8"}
+	}
+	if nestsDeeper(b, fastjson.MaxDepth) {
+		return nestingError(what)
+	}
+	at := " at byte " + strconv.Itoa(e.failAt)
+	switch e.fail {
+	case failLiteral:
+		return &DecodeError{Code: CodeInvalidJSON, Reason: what + " is not valid JSON: a value that is not true, false or null" + at}
+	case failControl:
+		return &DecodeError{Code: CodeInvalidJSON, Reason: what + " is not valid JSON: a string holds a raw control character" + at}
+	case failSurrogate:
+		return &DecodeError{Code: CodeInvalidJSON, Reason: what + " has a lone UTF-16 surrogate escape" + at}
+	}
+	if err := fastjson.ValidateBytes(b); err != nil {
+		return &DecodeError{Code: CodeInvalidJSON, Reason: what + " is not valid JSON: " + innermost(trimTail(err.Error())) + at}
+	}
+	var p fastjson.Parser
+	if _, err := p.ParseBytes(b); err != nil { // nesting deeper than fastjson.MaxDepth
+		return &DecodeError{Code: CodeInvalidJSON, Reason: what + " is not valid JSON: " + innermost(trimTail(err.Error()))}
+	}
+	// Not reached while scan and fastjson agree (FuzzScanMatchesFastjson).
+	return &DecodeError{Code: CodeInvalidJSON, Reason: what + " is not valid JSON" + at}
+}
+
+// innermost drops the "cannot parse array: " and like prefixes fastjson
+// adds once per level of nesting around the error it met.
+func innermost(msg string) string {
+	for {
+		trimmed := false
+		for _, w := range [...]string{"cannot parse JSON: ", "cannot parse object: ", "cannot parse array: ",
+			"cannot parse object value: ", "cannot parse array value: "} {
+			if rest, ok := strings.CutPrefix(msg, w); ok {
+				msg, trimmed = rest, true
+			}
+		}
+		if !trimmed {
+			return msg
+		}
+	}
 }
 
 // nestsDeeper reports whether the text b opens more than max arrays and
@@ -174,10 +207,6 @@ func nestingError(what string) *DecodeError {
 	return &DecodeError{Code: CodeInvalidJSON, Reason: what + " is not valid JSON: nested deeper than " + strconv.Itoa(fastjson.MaxDepth)}
 }
 
-func rawControlError() *DecodeError {
-	return &DecodeError{Code: CodeInvalidJSON, Reason: "payload is not valid JSON: a string holds a raw control character"}
-}
-
 func skipWS(b []byte, i int) int {
 	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
 		i++
@@ -206,16 +235,19 @@ func (e *Encoder) scanValue(b []byte, i int, node int32, depth int) (int, bool) 
 		return e.scanArray(b, i, node, depth)
 	case 't':
 		if !bytes.HasPrefix(b[i:], []byte("true")) {
+			e.fail = failLiteral
 			return i, false
 		}
 		i, kind = i+4, kindTrue
 	case 'f':
 		if !bytes.HasPrefix(b[i:], []byte("false")) {
+			e.fail = failLiteral
 			return i, false
 		}
 		i, kind = i+5, kindFalse
 	case 'n':
 		if !bytes.HasPrefix(b[i:], []byte("null")) {
+			e.fail = failLiteral
 			return i, false
 		}
 		i, kind = i+4, kindNull
@@ -396,6 +428,7 @@ func (e *Encoder) scanString(b []byte, i int) (end int, esc, ok bool) {
 				return i, esc, false
 			}
 		case 3:
+			e.fail = failControl
 			return i, esc, false
 		default:
 			r, size := utf8.DecodeRune(b[i:])
@@ -447,14 +480,21 @@ func (e *Encoder) scanEscape(b []byte, i int) (int, bool) {
 		case r == 0:
 			e.nul = true
 		case r >= 0xD800 && r <= 0xDBFF:
-			if i+12 > len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
+			if i+8 > len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
+				e.fail = failSurrogate
 				return i, false
 			}
-			if lo, ok := unhex4(b, i+8); !ok || lo < 0xDC00 || lo > 0xDFFF {
+			lo, ok := unhex4(b, i+8)
+			if !ok { // a bad escape after it
+				return i + 6, false
+			}
+			if lo < 0xDC00 || lo > 0xDFFF {
+				e.fail = failSurrogate
 				return i, false
 			}
 			return i + 12, true
 		case r >= 0xDC00 && r <= 0xDFFF:
+			e.fail = failSurrogate
 			return i, false
 		}
 		return i + 6, true

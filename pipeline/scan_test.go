@@ -126,6 +126,40 @@ func FuzzHeaderJSONBMatchesPayload(f *testing.F) {
 	})
 }
 
+// TestBadLiteralRefusedCheaply: fastjson words a value that starts like
+// true, false or null and is not one by quoting the whole rest of the
+// text, once per level of nesting: a 1 MiB payload took seconds and
+// gigabytes to refuse, and the reason (logged, and a dead letter's header)
+// held the payload. Values of the same kinds are refused with a short
+// reason that quotes none of it, as payloads and as header values.
+func TestBadLiteralRefusedCheaply(t *testing.T) {
+	m := mustCompile(t, Column{Name: "b", From: "payload", Type: TypeJSONB}, Column{Name: "h", From: "header:H", Type: TypeJSONB})
+	tail := strings.Repeat("\x01", 1<<18) // raw control bytes: 256 KiB of them
+	for _, p := range []string{
+		`{"a": nope, "ssn":"123-45-6789"}`,
+		`{"a": n` + tail,
+		strings.Repeat("[", 299) + "f" + tail,
+		`["\u0041\n", tru ` + tail,
+		`{"a":"` + "\x01" + `\n", "b": ` + strings.Repeat("[", 299) + "n" + tail, // a raw control character first
+		`{"a":"\ud800", "b": ` + strings.Repeat("[", 299) + "n" + tail,           // a lone surrogate first
+		`{"a": [1, 2` + strings.Repeat(" ", 1<<18) + `"ssn"`,                     // a structural error
+		strings.Repeat("[", 299) + "1 2" + tail,                                  // one, deep
+	} {
+		start := time.Now()
+		_, perr := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(p), Header: map[string][]string{"H": {"1"}}})
+		_, herr := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte("1"), Header: map[string][]string{"H": {p}}})
+		for _, err := range []error{perr, herr} {
+			var de *DecodeError
+			if !errors.As(err, &de) || de.Code != CodeInvalidJSON || len(de.Reason) > 200 || strings.Contains(de.Reason, "ssn") {
+				t.Errorf("%.40q...: %.300v, want a short invalid_json quoting nothing of the input", p, err)
+			}
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%.40q...: %v to refuse", p, d)
+		}
+	}
+}
+
 // TestDeepNestingRefusedCheaply: fastjson's validator has no depth limit
 // and words its error once per level, so on deep unbalanced input it took
 // time and memory quadratic in the depth (10 KB of "[" took 36 s and 9 GB
