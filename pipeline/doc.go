@@ -74,7 +74,8 @@
 //     (131072 digits before the point, 16383 after) apply.
 //   - bool: true or false, or the strings "true" and "false".
 //   - timestamptz: RFC 3339 strings (T or t, Z or ±hh:mm, any number of
-//     fraction digits, rounded half up to microseconds). Numbers are
+//     fraction digits, rounded to microseconds as PostgreSQL rounds its
+//     text input: in binary floating point, ties to even). Numbers are
 //     refused: epoch seconds and milliseconds are too easy to confuse.
 //     Four-digit years always lie inside PostgreSQL's range.
 //   - date: "YYYY-MM-DD".

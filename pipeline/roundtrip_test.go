@@ -448,7 +448,19 @@ func TestRoundTripPostgres(t *testing.T) {
 		r := rand.New(rand.NewPCG(3, 4))
 		var evs []Event
 		for _, s := range []string{"0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z", "2000-01-01T00:00:00Z", "1999-12-31T23:59:59.999999-15:59",
-			"2024-02-29T12:00:00.5+14:00", "1970-01-01T00:00:00.000001Z"} {
+			"2024-02-29T12:00:00.5+14:00", "1970-01-01T00:00:00.000001Z",
+			// finer than microseconds, ties among them: PostgreSQL rounds in binary, ties to even
+			"2026-01-01T00:00:00.0000005Z", "2026-01-01T00:00:00.0000015Z", "2026-01-01T00:00:00.0000025Z",
+			"2026-01-01T00:00:00.1234565Z", "2026-01-01T00:00:00.12345650000000001Z", "2026-01-01T00:00:00.9999995Z",
+			"2026-01-01T23:59:59.9999996+01:00", "9999-12-31T23:59:59.9999994Z", "2026-01-01T00:00:00.00000049999Z"} {
+			evs = append(evs, Event{Data: []byte(`{"v":"` + s + `","d":"` + s[:10] + `"}`)})
+		}
+		for range 300 { // nanoseconds, and the ties at the seventh digit
+			frac := r.Int64N(1e9)
+			if r.IntN(2) == 0 {
+				frac = frac/1000*1000 + 500
+			}
+			s := fmt.Sprintf("20%02d-06-15T12:34:56.%09dZ", r.IntN(100), frac)
 			evs = append(evs, Event{Data: []byte(`{"v":"` + s + `","d":"` + s[:10] + `"}`)})
 		}
 		for range 300 {

@@ -425,8 +425,9 @@ func parseDate(s string) (int32, bool) {
 
 // parseTimestamp parses an RFC 3339 timestamp (YYYY-MM-DDTHH:MM:SS, an
 // optional fraction of any length, then Z or ±HH:MM) into microseconds
-// since 2000-01-01 UTC, rounding the fraction half up to microseconds.
-// Four-digit years always lie inside PostgreSQL's timestamptz range.
+// since 2000-01-01 UTC, rounding the fraction to microseconds as
+// PostgreSQL's text input does (pgFractionMicros). Four-digit years always
+// lie inside PostgreSQL's timestamptz range.
 func parseTimestamp(s string) (int64, *DecodeError) {
 	bad := func() (int64, *DecodeError) {
 		return 0, invalidFormat(TypeTimestamptz, "want RFC 3339 such as 2026-11-29T19:59:15.123456Z")
@@ -448,8 +449,6 @@ func parseTimestamp(s string) (int64, *DecodeError) {
 		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
 			if i <= 6 {
 				us = us*10 + int64(rest[i]-'0')
-			} else if i == 7 && rest[i] >= '5' {
-				us++
 			}
 			i++
 		}
@@ -458,6 +457,9 @@ func parseTimestamp(s string) (int64, *DecodeError) {
 		}
 		for j := i; j <= 6; j++ {
 			us *= 10
+		}
+		if i > 7 { // finer than microseconds: round as PostgreSQL's input does
+			us = pgFractionMicros(rest[:i])
 		}
 		rest = rest[i:]
 	}
@@ -521,4 +523,19 @@ func appendJSONString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[last:]...)
 	return append(dst, '"')
+}
+
+// pgFractionMicros rounds a fraction of a second (".ddddddd...", more than
+// six digits) to microseconds the way PostgreSQL 15's text input does
+// (ParseFractionalSecond: rint(strtod(fraction) * 1e6)): in binary floating
+// point, ties to even, so ".0000005" is 0 µs and ".0000015" is 2, and
+// ".1234565", whose double lies just below the tie, is 123456. Rounding the
+// decimal digits half up instead stored 1 µs more than PostgreSQL would for
+// some of these. The result may be 1,000,000 (".9999996"); the caller adds it.
+func pgFractionMicros(frac string) int64 {
+	f, err := strconv.ParseFloat(frac, 64) // correctly rounded, as glibc's strtod
+	if err != nil {
+		return 0 // not reached: frac is a dot and digits
+	}
+	return int64(math.RoundToEven(f * 1e6))
 }
