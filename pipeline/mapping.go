@@ -141,7 +141,12 @@ func Compile(cols []Column) (*Mapper, error) {
 			}
 			cc.src, cc.path = srcHeader, []string{name}
 		case strings.HasPrefix(from, "json:"):
-			path, err := parseDotted(from[len("json:"):])
+			p := from[len("json:"):]
+			parse := parseDotted
+			if strings.HasPrefix(p, "/") { // json:/a/b is the pointer /a/b, not the key "/a/b"
+				parse = parsePointer
+			}
+			path, err := parse(p)
 			if err != nil {
 				return nil, bad("source %q: %v", from, err)
 			}

@@ -58,6 +58,8 @@ func TestCompilePaths(t *testing.T) {
 		{"/a/b", []string{"a", "b"}},
 		{"/a.b/c~1d/e~0f/~01", []string{"a.b", "c/d", "e~f", "~1"}},
 		{"/", []string{""}},
+		{"json:/tags/site", []string{"tags", "site"}}, // DESIGN.md: json:<dotted.path> or a pointer
+		{"json:/a.b/c~1d", []string{"a.b", "c/d"}},
 	}
 	for _, c := range cases {
 		m := mustCompile(t, Column{Name: "x", From: c.from, Type: TypeText})
