@@ -3,9 +3,11 @@ package tests
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,4 +119,73 @@ func TestCLIInitAndCheck(t *testing.T) {
 		t.Fatalf("check with a wrong column type: exit %d\n%s", code, out)
 	}
 	t.Logf("check output:\n%s", out)
+}
+
+// A second signal while jetsink is still connecting (here to a NATS address
+// that accepts and never answers) exits with 130 and says it was aborted,
+// as during a drain, once the connect under way gives up; it exited 1 with
+// the connect's error before.
+func TestCLISecondSignalWhileConnectingAborts(t *testing.T) {
+	bin := testenv.Jetsink(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held: nothing is read or answered
+		}
+	}()
+	defer func() {
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	}()
+	cmd := exec.Command(bin, "run", "--nats-url", "nats://"+l.Addr().String(), "--database-url", "postgres://jetsink@"+l.Addr().String()+"/db?sslmode=disable",
+		"--set", "nats.stream=S", "--set", "nats.create_stream=true", "--set", "nats.subjects=s.>")
+	cmd.Env = append(os.Environ(), "JETSINK_CONFIG=")
+	var out testenv.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}()
+	select {
+	case c := <-accepted:
+		accepted <- c
+	case err := <-done:
+		t.Fatalf("jetsink exited (%v) before connecting:\n%s", err, out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("jetsink did not connect within 30 s:\n%s", out.String())
+	}
+	for i := range 2 {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			time.Sleep(300 * time.Millisecond) // the first is a drain; let it be handled alone
+		}
+	}
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 130 || !strings.Contains(out.String(), "aborted") {
+			t.Fatalf("jetsink = %v, want exit 130 saying aborted:\n%s", err, out.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("jetsink did not exit within 5 s of the second signal:\n%s", out.String())
+	}
 }

@@ -69,6 +69,9 @@ committed has been acked, so JetStream redelivers it.`,
 			defer applyMemoryLimit(cfg.MemoryLimit, log)()
 			p, err := processor.New(hard, cfg, log)
 			if err != nil {
+				if cause := context.Cause(hard); cause != nil && cause != context.Canceled {
+					return cause // a second signal, or drain_timeout, while still connecting
+				}
 				return err
 			}
 			defer p.Close()
