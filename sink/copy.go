@@ -33,11 +33,14 @@ type committer struct {
 	settled int           // rows acked
 	bytes   int           // their tuple bytes
 
-	// suspectSeq is the number (counters.attemptSeq) of the attempt that
-	// failed with a classSuspect error first since the last row was
-	// dead-lettered for one, 0 if none did. A commit of an attempt that
-	// started later, on any connection, shows that the table takes rows,
-	// so that the error comes from the rows that fail.
+	// suspectSeq is the number of the last attempt that had started
+	// (counters.attemptSeq) when the first classSuspect error since the
+	// last row was dead-lettered for one was seen, 0 if none was. A commit
+	// of an attempt numbered higher, on any connection, started after that
+	// failure and shows that the table takes rows since, so that the error
+	// comes from the rows that fail. (Not the failed attempt's own number:
+	// an attempt that started while it ran may have committed before the
+	// table began to refuse rows.)
 	suspectSeq uint64
 	hold       bool // commitRetry retries classSuspect errors (see process)
 }
@@ -237,8 +240,9 @@ func (c *committer) settleCommitted(ctx context.Context, b *batch, lo, hi int, e
 	return false
 }
 
-// tableTakesRows reports whether an attempt that started after the one
-// numbered c.suspectSeq has committed, on any connection.
+// tableTakesRows reports whether an attempt that started after the
+// classSuspect failure that set c.suspectSeq was seen has committed, on any
+// connection.
 func (c *committer) tableTakesRows() bool {
 	return c.suspectSeq > 0 && c.s.st.committedStart.Load() > c.suspectSeq
 }
@@ -315,7 +319,9 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		cl := classify(err)
 		if cl == classSuspect {
 			if c.suspectSeq == 0 {
-				c.suspectSeq = seq
+				// Not seq: only attempts that start from now on can
+				// show that the table takes rows after this failure.
+				c.suspectSeq = c.s.st.attemptSeq.Load()
 			}
 			if !c.hold || c.tableTakesRows() {
 				return err

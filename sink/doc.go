@@ -93,20 +93,25 @@
 // exactly-once: each batch is COPYed into a per-connection temporary
 // staging table (ON COMMIT DELETE ROWS) and moved with INSERT ...
 // SELECT ... ON CONFLICT (stream, stream_seq) DO NOTHING in the same
-// transaction, so a redelivered message adds nothing. A stream deleted and
-// re-created restarts its sequence, and its rows would conflict with old
-// ones: StoredSeq tells the consumer the table's highest sequence, so that
-// it re-creates a stream past it and refuses one that restarted (package
-// consumer, "A stream that restarts its sequence").
+// transaction, so a redelivered message adds nothing. No unique constraint
+// on exactly those columns may be DEFERRABLE: ON CONFLICT refuses one as
+// its arbiter (SQLSTATE 55000, even beside a non-deferrable index), so
+// every batch would fail; Check reports it (ProblemDeferrableUnique). A
+// stream deleted and re-created restarts its sequence, and its rows would
+// conflict with old ones: StoredSeq tells the consumer the table's highest
+// sequence, so that it re-creates a stream past it and refuses one that
+// restarted (package consumer, "A stream that restarts its sequence").
 // Order is not promised.
 //
 // # Failures
 //
 // Errors are classified with predicates (SQLSTATE class via errors.As,
 // pgconn.SafeToRetry, pgconn.Timeout, net.Error, pgconn.ErrConnClosed):
-//   - transient (class 08, 40, 53, 57, 58, 55P03, lost connection,
-//     timeout): the whole batch is retried with capped exponential backoff
-//     and jitter (Retry.Initial..Retry.Max) until the hard context ends;
+//   - transient (class 08, 40, 53, 57, 58, 55P03, 55006, lost connection,
+//     timeout, and 25P03/25P04, an idle-in-transaction or transaction
+//     timeout that ended the session): the whole batch is retried with
+//     capped exponential backoff and jitter (Retry.Initial..Retry.Max) until
+//     the hard context ends;
 //   - COMMIT (at-least-once: the whole COPY) sent and no answer: outcome
 //     unknown, treated as not committed and retried; in at-least-once mode
 //     its rows count as PossibleDuplicates;
@@ -119,13 +124,15 @@
 //     trigger's RAISE, class P0; an index entry too large, 54000): the
 //     batch is bisected the same way, but a row that fails alone is
 //     dead-lettered (code "refused") only if a commit attempt that started
-//     after the failure has committed, on any connection: that shows the
-//     table takes rows. Each such row needs a commit of its own. Until
-//     then up to 6 other rows of the batch are tried alone; if none
-//     commits, the rest of the batch is retried like a configuration error
-//     (below) until it commits or rows commit elsewhere. So a trigger that
-//     refuses every row dead-letters nothing, and one that starts refusing
-//     every row partway through a batch at most the row where it started.
+//     after the failure was seen has committed, on any connection: that
+//     shows the table takes rows (a commit of an attempt that started
+//     while the failed one ran shows nothing: it may precede the refusal).
+//     Each such row needs a commit of its own. Until then up to 6 other
+//     rows of the batch are tried alone; if none commits, the rest of the
+//     batch is retried like a configuration error (below) until it commits
+//     or rows commit elsewhere. So a trigger that refuses every row
+//     dead-letters nothing, and one that starts refusing every row partway
+//     through a batch at most the row where it started.
 //     Refused rows that hold every connection while nothing else can
 //     commit are retried until the table is fixed, like a configuration
 //     error;

@@ -1,6 +1,10 @@
 package sink
 
 import (
+	"bytes"
+	"net"
+	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,5 +140,116 @@ func TestAckErrorCounted(t *testing.T) {
 	}
 	if st := s.Stats(); st.AckErrors != 1 || st.Rows != 5 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// beginQuery is the simple-protocol Query message pgx sends for Begin.
+var beginQuery = []byte("Q\x00\x00\x00\x0abegin\x00")
+
+// idleProxy is a TCP proxy to PostgreSQL that, once armed, forwards the next
+// BEGIN and then nothing more that its client sends: the transaction sits
+// idle until the server ends the session. It counts the ErrorResponses with
+// SQLSTATE 25P03 (idle_in_transaction_session_timeout) that it passes on.
+type idleProxy struct {
+	l        *listener
+	to       string
+	armed    atomic.Bool
+	timeouts atomic.Int32
+}
+
+func newIdleProxy(t *testing.T, dbURL string) (*idleProxy, string) {
+	t.Helper()
+	l := listen(t)
+	proxied, to := l.proxy(t, dbURL)
+	p := &idleProxy{l: l, to: to}
+	l.wg.Go(p.accept)
+	return p, proxied
+}
+
+func (p *idleProxy) accept() {
+	for {
+		client, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.to)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		p.l.track(client)
+		p.l.track(server)
+		p.l.wg.Go(func() { // server -> client
+			defer client.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := server.Read(buf)
+				if n > 0 {
+					if bytes.Contains(buf[:n], []byte("C25P03\x00")) {
+						p.timeouts.Add(1)
+					}
+					if _, werr := client.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+		p.l.wg.Go(func() { // client -> server
+			defer server.Close()
+			buf := make([]byte, 32<<10)
+			idle := false
+			for {
+				n, err := client.Read(buf)
+				if n > 0 && !idle {
+					if _, werr := server.Write(buf[:n]); werr != nil {
+						return
+					}
+					idle = bytes.Contains(buf[:n], beginQuery) && p.armed.CompareAndSwap(true, false)
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+}
+
+// The server ends an exactly-once transaction that sat idle past
+// idle_in_transaction_session_timeout (FATAL, SQLSTATE 25P03): that is a
+// lost connection, retried with backoff on a new one, not a configuration
+// error; the batch commits once and every message is acked.
+func TestIdleInTransactionTimeoutIsTransient(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	proxy, proxied := newIdleProxy(t, pg.URL)
+	u, err := url.Parse(proxied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("idle_in_transaction_session_timeout", "500") // ms; a runtime parameter of the sink's sessions
+	u.RawQuery = q.Encode()
+	s, dl := newTestSink(t, ctx, u.String(), func(c *Config) {
+		c.Mode = ExactlyOnce
+		c.Connections = 1
+	})
+	proxy.armed.Store(true) // after New, whose Init ran in a transaction of its own
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 10, nil)
+	src.push(t, ctx, rs)
+	finishClean(t, ctx, src, wait, dl, ms)
+	n := proxy.timeouts.Load()
+	if n == 0 {
+		t.Fatal("no session ended by idle_in_transaction_session_timeout")
+	}
+	if st := s.Stats(); st.ConfigErrors != 0 || st.Retries != uint64(n) || st.Rows != 10 {
+		t.Fatalf("stats %+v, want %d retries, no configuration error, 10 rows", st, n)
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 10 {
+		t.Fatalf("%d rows, want 10", n)
 	}
 }

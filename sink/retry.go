@@ -16,7 +16,8 @@ type class int
 
 const (
 	// classTransient: the database or the network hiccuped (SQLSTATE class
-	// 08, 40, 53, 55P03, 57, 58; lost connection; timeout). Retry the whole
+	// 08, 40, 53, 55P03, 55006, 57, 58; 25P03 and 25P04, a session timeout
+	// that ended the connection; lost connection; timeout). Retry the whole
 	// batch with backoff.
 	classTransient class = iota
 	// classData: the database refused a row (SQLSTATE class 22 or 23).
@@ -64,7 +65,14 @@ func classify(err error) class {
 		case "08", "40", "53", "57", "58":
 			return classTransient
 		}
-		if code == "55P03" || code == "55006" { // lock_not_available, object_in_use
+		switch code {
+		case "55P03", "55006": // lock_not_available, object_in_use
+			return classTransient
+		case "25P03", "25P04":
+			// idle_in_transaction_session_timeout, transaction_timeout
+			// (PostgreSQL 17): the server ended the session (FATAL) and
+			// rolled the transaction back. A lost connection, not the
+			// table's fault: the next attempt connects anew.
 			return classTransient
 		}
 		return classConfig

@@ -100,6 +100,11 @@ const (
 	ProblemTypeMismatch  ProblemKind = "type_mismatch"
 	ProblemNotNull       ProblemKind = "not_null"
 	ProblemNoUniqueIndex ProblemKind = "no_unique_index"
+	// ProblemDeferrableUnique: in exactly-once mode a unique or primary key
+	// constraint on exactly (stream, stream_seq) is DEFERRABLE. INSERT ...
+	// ON CONFLICT refuses it as an arbiter (SQLSTATE 55000), even beside a
+	// non-deferrable index on the same columns, so every batch would fail.
+	ProblemDeferrableUnique ProblemKind = "deferrable_unique"
 	// ProblemRowTrigger is a warning: the table has enabled BEFORE INSERT
 	// row triggers. One that returns NULL leaves its row out of the COPY,
 	// and the sink then dead-letters the whole batch (code row_count); in
@@ -240,15 +245,23 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				Fix: "drop the rules (DROP RULE name ON " + tname + "; an UPDATE rule blocks it even when disabled), " +
 					"or use at-least-once mode, where COPY does not run rules (so they do not do what they were made for either)"})
 		}
-		ok, err := s.hasUniqueIndex(ctx, c, *oid, attrs[s.streamC].num, attrs[s.seqC].num)
+		usable, deferrable, err := s.keyIndexes(ctx, c, *oid, attrs[s.streamC].num, attrs[s.seqC].num)
 		if err != nil {
 			return nil, err
 		}
-		if !ok {
+		key := "(" + pgx.Identifier{s.streamC}.Sanitize() + ", " + pgx.Identifier{s.seqC}.Sanitize() + ")"
+		for _, k := range deferrable {
+			con := pgx.Identifier{k.name}.Sanitize()
+			probs = append(probs, Problem{Kind: ProblemDeferrableUnique,
+				Message: fmt.Sprintf("the unique constraint %s on %s %s is DEFERRABLE, and must not be: exactly-once's "+
+					"INSERT ... ON CONFLICT refuses a deferrable constraint as its arbiter (SQLSTATE 55000), even beside a "+
+					"non-deferrable unique index, so every batch would fail and be retried until the constraint changes", con, tname, key),
+				Fix: "ALTER TABLE " + tname + " DROP CONSTRAINT " + con + ", ADD CONSTRAINT " + con + " " + k.immediateDef})
+		}
+		if !usable && len(deferrable) == 0 {
 			probs = append(probs, Problem{Kind: ProblemNoUniqueIndex,
-				Message: fmt.Sprintf("exactly-once mode needs a unique index on %s (%s, %s) and there is none", tname,
-					pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()),
-				Fix: s.DDL()[1]})
+				Message: fmt.Sprintf("exactly-once mode needs a unique index on %s %s and there is none", tname, key),
+				Fix:     s.DDL()[1]})
 		}
 	}
 	return probs, nil
@@ -284,28 +297,59 @@ func (s *Sink) catalogNames(ctx context.Context, c *pgx.Conn, what, sql string, 
 	return nil, fmt.Errorf("check %s of %s on %s: %w", what, s.table.Sanitize(), s.where, err)
 }
 
-// hasUniqueIndex reports whether a plain unique index (no predicate, no
-// expression) has exactly the key columns {a, b}, which ON CONFLICT (a, b)
-// can infer.
-func (s *Sink) hasUniqueIndex(ctx context.Context, c *pgx.Conn, rel uint32, a, b int16) (bool, error) {
+// keyConstraint is a DEFERRABLE unique or primary key constraint on the
+// exactly-once key columns.
+type keyConstraint struct {
+	name         string
+	immediateDef string // its definition without DEFERRABLE, INITIALLY DEFERRED
+}
+
+// keyIndexes looks at the plain unique indexes (no predicate, no
+// expression, valid) whose key columns are exactly {a, b}: those that ON
+// CONFLICT (a, b) infers as its arbiters. usable reports one that is not
+// deferrable; deferrable lists the constraints behind the deferrable ones
+// (indimmediate false), which PostgreSQL refuses as arbiters (SQLSTATE
+// 55000) whether or not a usable one exists beside them. Only a UNIQUE or
+// PRIMARY KEY constraint can be DEFERRABLE, never a CREATE UNIQUE INDEX
+// (Init's).
+func (s *Sink) keyIndexes(ctx context.Context, c *pgx.Conn, rel uint32, a, b int16) (usable bool, deferrable []keyConstraint, err error) {
 	if a == 0 || b == 0 {
-		return false, nil
+		return false, nil, nil
 	}
-	rows, err := c.Query(ctx, `SELECT (indkey::int2[])[0:indnkeyatts-1] FROM pg_index
-		WHERE indrelid = $1 AND indisunique AND indisvalid AND indpred IS NULL AND indexprs IS NULL`, rel)
+	rows, err := c.Query(ctx, `SELECT (i.indkey::int2[])[0:i.indnkeyatts-1], i.indimmediate, ic.relname::text,
+		coalesce(con.conname::text, ''), coalesce(pg_get_constraintdef(con.oid), '')
+		FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+		LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u')
+		WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
+		ORDER BY ic.relname`, rel)
 	if err != nil {
-		return false, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
+		return false, nil, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
 	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[[]int16])
-	if err != nil {
-		return false, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
-	}
-	for _, k := range keys {
-		if len(k) == 2 && ((k[0] == a && k[1] == b) || (k[0] == b && k[1] == a)) {
-			return true, nil
+	var k []int16
+	var immediate bool
+	var index, con, def string
+	_, err = pgx.ForEachRow(rows, []any{&k, &immediate, &index, &con, &def}, func() error {
+		if len(k) != 2 || !((k[0] == a && k[1] == b) || (k[0] == b && k[1] == a)) {
+			return nil
 		}
+		switch {
+		case immediate:
+			usable = true
+		case con != "":
+			// pg_get_constraintdef ends with " DEFERRABLE" and then
+			// " INITIALLY DEFERRED" when the constraint has them.
+			def = strings.TrimSuffix(strings.TrimSuffix(def, " INITIALLY DEFERRED"), " DEFERRABLE")
+			deferrable = append(deferrable, keyConstraint{name: con, immediateDef: def})
+		default: // not expected: only constraints are deferrable
+			deferrable = append(deferrable, keyConstraint{name: index, immediateDef: "UNIQUE (" +
+				pgx.Identifier{s.streamC}.Sanitize() + ", " + pgx.Identifier{s.seqC}.Sanitize() + ")"})
+		}
+		return nil
+	})
+	if err != nil {
+		return false, nil, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
 	}
-	return false, nil
+	return usable, deferrable, nil
 }
 
 // StoredSeq returns the highest stream sequence the table holds for stream

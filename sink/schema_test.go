@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -126,6 +127,69 @@ func TestInitAndCheck(t *testing.T) {
 	}
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping: %v", err)
+	}
+}
+
+// A DEFERRABLE unique or primary key constraint on (stream, stream_seq)
+// cannot be exactly-once's ON CONFLICT arbiter (SQLSTATE 55000), not even
+// beside Init's non-deferrable index: Check reports it, and its fix, run,
+// leaves a table that Check passes and ON CONFLICT works on.
+func TestCheckDeferrableKeyConstraint(t *testing.T) {
+	for _, def := range []string{
+		"CONSTRAINT key UNIQUE (stream, stream_seq) DEFERRABLE",
+		"PRIMARY KEY (stream_seq, stream) DEFERRABLE INITIALLY DEFERRED",
+	} {
+		t.Run(strings.Fields(def)[0], func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			admin := pg.Conn(t)
+			s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false; c.Mode = ExactlyOnce })
+			tbl := s.table.Sanitize()
+			exec := func(q string) error {
+				_, err := admin.Exec(ctx, q)
+				return err
+			}
+			if err := exec("CREATE TABLE " + tbl + " (stream text NOT NULL, stream_seq bigint NOT NULL, payload jsonb, " + def + ")"); err != nil {
+				t.Fatal(err)
+			}
+			insert := "INSERT INTO " + tbl + " VALUES ('S', 1, '{}') ON CONFLICT (stream, stream_seq) DO NOTHING"
+			deferrable := func(when string) Problem {
+				t.Helper()
+				probs, err := s.Check(ctx)
+				if err != nil {
+					t.Fatalf("Check: %v", err)
+				}
+				if len(probs) != 1 || probs[0].Kind != ProblemDeferrableUnique || probs[0].Warning ||
+					!strings.Contains(probs[0].Message, "is DEFERRABLE, and must not be") {
+					t.Fatalf("%s: problems %+v, want one %s problem saying the constraint must not be DEFERRABLE",
+						when, probs, ProblemDeferrableUnique)
+				}
+				var pgErr *pgconn.PgError
+				if err := exec(insert); !errors.As(err, &pgErr) || pgErr.Code != "55000" {
+					t.Fatalf("%s: INSERT ... ON CONFLICT = %v, want SQLSTATE 55000 (the server refuses the arbiter)", when, err)
+				}
+				return probs[0]
+			}
+			deferrable("deferrable constraint")
+			if err := s.Init(ctx); err != nil {
+				t.Fatal(err)
+			}
+			p := deferrable("after Init")
+			if err := exec(p.Fix); err != nil {
+				t.Fatalf("the fix %q: %v", p.Fix, err)
+			}
+			if probs, err := s.Check(ctx); err != nil || len(probs) != 0 {
+				t.Fatalf("after the fix %q: problems %+v, %v", p.Fix, probs, err)
+			}
+			for range 2 {
+				if err := exec(insert); err != nil {
+					t.Fatalf("INSERT ... ON CONFLICT after the fix: %v", err)
+				}
+			}
+			if n := count(t, ctx, admin, s.cfg.Table); n != 1 {
+				t.Fatalf("%d rows, want 1", n)
+			}
+		})
 	}
 }
 

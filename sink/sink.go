@@ -58,8 +58,9 @@ type counters struct {
 
 	// attemptSeq numbers the sink's commit attempts as they start;
 	// committedStart is the highest number of an attempt that committed.
-	// A commit whose attempt started after a failure shows that the table
-	// took rows after it (committer.tableTakesRows).
+	// A commit whose attempt started after a failure was seen (numbered
+	// above attemptSeq as read then) shows that the table took rows after
+	// it (committer.tableTakesRows).
 	attemptSeq, committedStart atomic.Uint64
 }
 

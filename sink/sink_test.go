@@ -1199,6 +1199,58 @@ func TestTriggerStartsRefusingMidBatch(t *testing.T) {
 	}
 }
 
+// A commit is evidence that the table takes rows only if its attempt
+// started after the refusal was seen. Here batch A's COPY waits in a
+// trigger (an advisory lock) while batch B starts after it, on the other
+// connection, and commits; then the table starts refusing every row, and A
+// fails. B's commit came before the failure and shows nothing about the
+// table since: no row of A is dead-lettered ("refused"), A is retried like
+// a configuration error until the table takes rows again.
+func TestCommitBeforeSuspectFailureIsNoEvidence(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 2 })
+	admin := pg.Conn(t)
+	locker := pg.Conn(t)
+	gate := pgx.Identifier{s.cfg.Table + "_gate"}.Sanitize()
+	exec := func(conn *pgx.Conn, q string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(admin, "CREATE TABLE "+gate+" (refuse bool NOT NULL); INSERT INTO "+gate+" VALUES (false)")
+	// Trigger a_wait fires before refuse (triggers fire in name order).
+	triggerOn(t, ctx, admin, s.table, "a_wait", "NEW.payload->>'slow' IS NOT NULL", "PERFORM pg_advisory_xact_lock_shared(7)")
+	raiseOn(t, ctx, admin, s.table, "(SELECT refuse FROM "+gate+")")
+	exec(locker, "SELECT pg_advisory_lock(7)")
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+
+	a, mA := rows(1, 10, firstPayload(`{"slow":true}`))
+	src.push(t, ctx, a)
+	waitFor(t, ctx, "batch A to wait in the trigger", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+	b, mB := rows(11, 10, nil)
+	src.push(t, ctx, b)
+	waitFor(t, ctx, "batch B acked", allAcked(mB))
+	exec(admin, "UPDATE "+gate+" SET refuse = true")
+	exec(locker, "SELECT pg_advisory_unlock(7)")
+	waitFor(t, ctx, "batch A retried", func() bool { return s.Stats().ConfigErrors >= 2 })
+	if l, seqs := dl.letters(); len(l) != 0 {
+		t.Fatalf("rows %v dead-lettered on a commit from before the table refused every row: %+v", seqs, l)
+	}
+	for i, m := range mA {
+		if m.acks.Load() != 0 || m.terms.Load() != 0 {
+			t.Fatalf("row %d settled while every row is refused", i+1)
+		}
+	}
+	exec(admin, "UPDATE "+gate+" SET refuse = false")
+	finishClean(t, ctx, src, wait, dl, mA)
+	if n := count(t, ctx, admin, s.cfg.Table); n != 20 {
+		t.Fatalf("%d rows, want 20", n)
+	}
+}
+
 // Rows that a trigger drops (RETURN NULL: a COPY that commits with a
 // miscount, dead-lettered as row_count) before rows it refuses: while the
 // refused ones are retried, the dropped ones are not sent again, and every
