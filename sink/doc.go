@@ -56,7 +56,10 @@
 // at-least-once (default): one COPY statement per batch, which PostgreSQL
 // runs as a transaction of its own, then Ack every message of the batch. A
 // crash or a failed Ack between the two redelivers the message and stores
-// the row twice. The statement, the rows and CopyDone go out without
+// the row twice; under a unique index on columns the sink writes, the
+// second copy fails the key and is dead-lettered (code constraint) after
+// a bisection of its batch, and Check warns of such an index
+// (ProblemUniqueKey). The statement, the rows and CopyDone go out without
 // waiting for the server in between (one write for a small batch), while
 // the answers are read as they come; BEGIN and COMMIT would cost two more
 // round trips. Once the server has refused the COPY (an ErrorResponse),

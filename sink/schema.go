@@ -110,6 +110,12 @@ const (
 	// and the sink then dead-letters the whole batch (code row_count); in
 	// exactly-once mode, only the rows missing from the table.
 	ProblemRowTrigger ProblemKind = "row_trigger"
+	// ProblemUniqueKey is a warning: in at-least-once mode the table has a
+	// unique index all of whose columns jetsink writes. An event delivered
+	// again (after a crash, a lost ack or a COMMIT whose outcome was lost)
+	// then fails it and is dead-lettered (code constraint) although its row
+	// is stored, each such row found by bisecting its batch.
+	ProblemUniqueKey ProblemKind = "unique_key"
 	// ProblemRule: in exactly-once mode the table has UPDATE rules (even
 	// disabled ones) or enabled INSERT rules. INSERT ... ON CONFLICT fails
 	// on such a table (SQLSTATE 0A000), except under an INSERT rule DO
@@ -124,7 +130,8 @@ type Problem struct {
 	Column  string // "" for table-level problems
 	Message string // what is wrong
 	Fix     string // how to fix it (often a SQL statement)
-	// Warning marks a problem the sink can write despite (ProblemRowTrigger).
+	// Warning marks a problem the sink can write despite (ProblemRowTrigger,
+	// ProblemUniqueKey).
 	Warning bool
 }
 
@@ -232,6 +239,27 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		}
 		probs = append(probs, Problem{Kind: ProblemRowTrigger, Warning: true, Message: msg, Fix: fix})
 	}
+	if s.cfg.Mode == AtLeastOnce {
+		names := map[int16]string{}
+		for name, a := range attrs {
+			if _, ok := mapped[name]; ok {
+				names[a.num] = name
+			}
+		}
+		keys, err := s.writtenUniqueIndexes(ctx, c, *oid, names)
+		if err != nil {
+			return nil, err
+		}
+		if len(keys) > 0 {
+			probs = append(probs, Problem{Kind: ProblemUniqueKey, Warning: true,
+				Message: fmt.Sprintf("%s has unique indexes on columns jetsink writes (%s): in at-least-once mode an event "+
+					"delivered again (after a crash, a lost ack, or a COMMIT whose outcome was lost) fails the key and is "+
+					"dead-lettered (code constraint) although its row is stored, and each such row costs a bisection of its "+
+					"batch (about log2(rows) COPYs)", tname, strings.Join(keys, ", ")),
+				Fix: "use postgres.mode: exactly-once, which skips events stored before by (stream, stream_seq), " +
+					"or drop the unique indexes if duplicate rows are acceptable"})
+		}
+	}
 	if s.cfg.Mode == ExactlyOnce {
 		rules, err := s.conflictRules(ctx, c, *oid)
 		if err != nil {
@@ -274,6 +302,39 @@ func (s *Sink) rowTriggers(ctx context.Context, c *pgx.Conn, rel uint32) ([]stri
 	return s.catalogNames(ctx, c, "triggers", `SELECT tgname::text FROM pg_trigger
 		WHERE tgrelid = $1 AND NOT tgisinternal AND tgtype & 7 = 7 AND tgenabled IN ('O', 'A')
 		ORDER BY tgname`, rel)
+}
+
+// writtenUniqueIndexes returns the valid unique indexes of rel whose key
+// columns are all among written (attnum -> name), each as "name (col,
+// ...)". Indexes on an expression, or on a column jetsink leaves to a
+// default (a serial key), cannot reject a row that only repeats one
+// stored before: they are left out.
+func (s *Sink) writtenUniqueIndexes(ctx context.Context, c *pgx.Conn, rel uint32, written map[int16]string) ([]string, error) {
+	rows, err := c.Query(ctx, `SELECT ic.relname::text, (i.indkey::int2[])[0:i.indnkeyatts-1]
+		FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+		WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid ORDER BY ic.relname`, rel)
+	if err != nil {
+		return nil, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	var out []string
+	var name string
+	var key []int16
+	_, err = pgx.ForEachRow(rows, []any{&name, &key}, func() error {
+		cols := make([]string, 0, len(key))
+		for _, k := range key {
+			col, ok := written[k]
+			if !ok { // an expression (0), or a column jetsink does not write
+				return nil
+			}
+			cols = append(cols, col)
+		}
+		out = append(out, name+" ("+strings.Join(cols, ", ")+")")
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	return out, nil
 }
 
 // conflictRules returns the names of the rules on rel that stop INSERT ...

@@ -193,6 +193,51 @@ func TestCheckDeferrableKeyConstraint(t *testing.T) {
 	}
 }
 
+// In at-least-once mode a unique index on columns jetsink writes turns
+// every redelivered event into a dead letter: check warns of it, and not
+// of a key jetsink leaves to a default.
+func TestCheckWarnsOfAUniqueKeyInAtLeastOnceMode(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false; c.Mode = AtLeastOnce })
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tbl := s.table.Sanitize()
+	check := func() []Problem {
+		t.Helper()
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return probs
+	}
+	if p := check(); len(p) != 0 {
+		t.Fatalf("after Init: %+v", p)
+	}
+	for _, q := range []string{
+		"ALTER TABLE " + tbl + " ADD COLUMN id bigserial PRIMARY KEY",            // jetsink leaves it to its default
+		"CREATE UNIQUE INDEX expr_key ON " + tbl + " (stream, (stream_seq + 1))", // an expression
+		"CREATE UNIQUE INDEX id_seq_key ON " + tbl + " (id, stream_seq)",         // a column jetsink does not write
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := check(); len(p) != 0 {
+		t.Fatalf("unique indexes jetsink's rows cannot repeat: %+v", p)
+	}
+	if _, err := admin.Exec(ctx, "CREATE UNIQUE INDEX seq_key ON "+tbl+" (stream, stream_seq) WHERE stream_seq > 0"); err != nil {
+		t.Fatal(err)
+	}
+	p := check()
+	if len(p) != 1 || p[0].Kind != ProblemUniqueKey || !p[0].Warning || !strings.Contains(p[0].Message, "seq_key (stream, stream_seq)") ||
+		!strings.Contains(p[0].Fix, "exactly-once") {
+		t.Fatalf("a unique index on written columns: %+v, want one unique_key warning naming seq_key and pointing to exactly-once", p)
+	}
+}
+
 func TestPingErrorHasNoPassword(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
 	cfg := DefaultConfig()
