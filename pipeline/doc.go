@@ -74,8 +74,9 @@
 //     (131072 digits before the point, 16383 after) apply.
 //   - bool: true or false, or the strings "true" and "false".
 //   - timestamptz: RFC 3339 strings (T or t, Z or ±hh:mm, any number of
-//     fraction digits, rounded to microseconds as PostgreSQL rounds its
-//     text input: in binary floating point, ties to even). Numbers are
+//     fraction digits, where PostgreSQL's own text input stops at about
+//     128, rounded to microseconds as PostgreSQL rounds that input: in
+//     binary floating point, ties to even). Numbers are
 //     refused: epoch seconds and milliseconds are too easy to confuse.
 //     Four-digit years always lie inside PostgreSQL's range.
 //   - date: "YYYY-MM-DD".

@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/valyala/fastjson"
 )
 
 // Encoder holds the reusable state one goroutine needs to turn events into
@@ -363,8 +365,18 @@ func appendString(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 
 // appendJSONText validates s (a header value) as JSON for a jsonb column.
 func appendJSONText(dst []byte, s string) ([]byte, *DecodeError) {
-	var sc Encoder // the scanner, recording nothing (node -1) but its verdict
-	if !sc.scanText(s2bView(s), -1) {
+	if !utf8.ValidString(s) {
+		return dst, &DecodeError{Code: CodeInvalidUTF8, Reason: "value is not valid UTF-8"}
+	}
+	if nestsDeeper(s2bView(s), fastjson.MaxDepth) {
+		return dst, nestingError("value")
+	}
+	// Then the scanner, recording nothing (node -1) but its verdict; at
+	// depth 0, so that what nestsDeeper lets by, a value inside 300 arrays,
+	// is taken as it was (fastjson.Validate has no depth limit) and as
+	// PostgreSQL takes it.
+	var sc Encoder
+	if !sc.scanText(s2bView(s), -1, 0) {
 		return dst, sc.refusal(s2bView(s), "value")
 	}
 	if sc.nul {

@@ -87,15 +87,17 @@ func (e *Encoder) scan(data []byte) bool {
 	e.nul = false
 	e.badNums = e.badNums[:0]
 	clear(e.vals)
-	return e.scanText(data, 0)
+	return e.scanText(data, 0, 1)
 }
 
 // scanText scans the JSON text b from its root, node (-1: record no
-// values), and on failure notes where and, for the failures refusal words
-// itself, why (e.fail, e.failAt).
-func (e *Encoder) scanText(b []byte, node int32) bool {
+// values), at depth (1 counts as fastjson's parser does; 0 lets a scalar
+// sit inside fastjson.MaxDepth containers, which nestsDeeper allows), and
+// on failure notes where and, for the failures refusal words itself, why
+// (e.fail, e.failAt).
+func (e *Encoder) scanText(b []byte, node int32, depth int) bool {
 	e.fail = failSyntax
-	i, ok := e.scanValue(b, skipWS(b, 0), node, 1)
+	i, ok := e.scanValue(b, skipWS(b, 0), node, depth)
 	if ok {
 		if i = skipWS(b, i); i == len(b) {
 			return true
@@ -117,6 +119,7 @@ const (
 	failLiteral                   // a value starting with t, f or n is not true, false or null
 	failControl                   // a raw control character in a string
 	failSurrogate                 // a lone UTF-16 surrogate escape
+	failDepth                     // nested deeper than fastjson.MaxDepth
 )
 
 // scanError names why scan refused data.
@@ -144,6 +147,8 @@ func (e *Encoder) refusal(b []byte, what string) *DecodeError {
 		return &DecodeError{Code: CodeInvalidJSON, Reason: what + " is not valid JSON: a string holds a raw control character" + at}
 	case failSurrogate:
 		return &DecodeError{Code: CodeInvalidJSON, Reason: what + " has a lone UTF-16 surrogate escape" + at}
+	case failDepth: // a value inside MaxDepth arrays and objects, which nestsDeeper lets by
+		return nestingError(what)
 	}
 	if err := fastjson.ValidateBytes(b); err != nil {
 		return &DecodeError{Code: CodeInvalidJSON, Reason: what + " is not valid JSON: " + innermost(trimTail(err.Error())) + at}
@@ -217,7 +222,11 @@ func skipWS(b []byte, i int) int {
 // scanValue scans the value at b[i] (after white space), which node stands
 // for (-1: none). depth counts as fastjson's parser does: 1 at the top.
 func (e *Encoder) scanValue(b []byte, i int, node int32, depth int) (int, bool) {
-	if i >= len(b) || depth > fastjson.MaxDepth {
+	if depth > fastjson.MaxDepth {
+		e.fail = failDepth
+		return i, false
+	}
+	if i >= len(b) {
 		return i, false
 	}
 	start := i

@@ -100,13 +100,15 @@ func TestNumericHugeExponentOfZero(t *testing.T) {
 	}
 }
 
-// FuzzHeaderJSONBMatchesPayload: a header value bound for jsonb is checked
-// by fastjson and textNumbersFit, the payload by the scanner; both must
-// take and refuse the same texts, with the same codes, but for nesting
-// beyond 300, which only the payload refuses.
+// FuzzHeaderJSONBMatchesPayload: a header value bound for jsonb and a
+// payload both go through the scanner (and a header value through
+// textNumbersFit); both must take and refuse the same texts, with the same
+// codes, but for a value inside 300 arrays or objects, which only the
+// payload refuses (fastjson's parser counts it as depth 301).
 func FuzzHeaderJSONBMatchesPayload(f *testing.F) {
 	for _, s := range []string{`{"a":[1e131071,-1e-16383,"1e999999"]}`, `[1e131072]`, `{"k":-1.5E+3,"e":true}`, `"\u0000"`, `0e1000001`,
-		`-0.` + strings.Repeat("0", 70) + `1`, `{"a":"\"1e999999"}`, "{\"a\":\"\x01\\\\n\"}", `[` + strings.Repeat("1", 131073) + `]`} {
+		`-0.` + strings.Repeat("0", 70) + `1`, `{"a":"\"1e999999"}`, "{\"a\":\"\x01\\\\n\"}", `[` + strings.Repeat("1", 131073) + `]`,
+		strings.Repeat("[", 300) + "1" + strings.Repeat("]", 300)} { // the header takes it, the payload does not
 		f.Add(s)
 	}
 	hdr := mustCompile(f, Column{Name: "h", From: "header:H", Type: TypeJSONB}).NewEncoder(0)
@@ -119,7 +121,7 @@ func FuzzHeaderJSONBMatchesPayload(f *testing.F) {
 		errors.As(berr, &bde)
 		switch {
 		case herr == nil && berr == nil:
-		case herr == nil && strings.Contains(berr.Error(), "depth"):
+		case herr == nil && strings.Contains(berr.Error(), "nested deeper than"):
 		case herr == nil || berr == nil || hde.Code != bde.Code:
 			t.Fatalf("%q:\nheader:  %v\npayload: %v", s, herr, berr)
 		}
@@ -144,6 +146,7 @@ func TestBadLiteralRefusedCheaply(t *testing.T) {
 		`{"a":"\ud800", "b": ` + strings.Repeat("[", 299) + "n" + tail,           // a lone surrogate first
 		`{"a": [1, 2` + strings.Repeat(" ", 1<<18) + `"ssn"`,                     // a structural error
 		strings.Repeat("[", 299) + "1 2" + tail,                                  // one, deep
+		strings.Repeat("[", 299) + "[1], n" + tail,                               // past the depth limit first
 	} {
 		start := time.Now()
 		_, perr := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(p), Header: map[string][]string{"H": {"1"}}})
@@ -181,6 +184,27 @@ func TestDeepNestingRefusedCheaply(t *testing.T) {
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("%.20q...: %v to refuse", p, d)
+		}
+	}
+}
+
+// A value inside 300 arrays: a header value bound for jsonb takes it, as
+// it did with fastjson.Validate and as PostgreSQL does; the payload
+// refuses it (fastjson's parser counted it as depth 301), saying why.
+func TestHeaderTakesAValueInside300Arrays(t *testing.T) {
+	m := mustCompile(t, Column{Name: "b", From: "payload", Type: TypeJSONB}, Column{Name: "h", From: "header:H", Type: TypeJSONB})
+	deep := strings.Repeat("[", 300) + "1" + strings.Repeat("]", 300)
+	if _, err := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte("1"), Header: map[string][]string{"H": {deep}}}); err != nil {
+		t.Errorf("header value inside 300 arrays: %v, want it taken", err)
+	}
+	_, err := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(deep), Header: map[string][]string{"H": {"1"}}})
+	if de, ok := err.(*DecodeError); !ok || de.Code != CodeInvalidJSON || !strings.Contains(de.Reason, "nested deeper than 300") {
+		t.Errorf("payload inside 300 arrays: %v, want invalid_json, nested deeper than 300", err)
+	}
+	for _, hv := range []string{strings.Repeat("[", 301) + strings.Repeat("]", 301), strings.Repeat("[", 301) + "1" + strings.Repeat("]", 301)} {
+		_, err := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte("1"), Header: map[string][]string{"H": {hv}}})
+		if de, ok := err.(*DecodeError); !ok || de.Code != CodeInvalidJSON {
+			t.Errorf("header value inside 301 arrays: %v, want invalid_json", err)
 		}
 	}
 }
