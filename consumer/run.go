@@ -390,7 +390,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			return true, err
 		case <-s.ask:
 			err := c.verifyPatiently(ctx, hard)
-			if err != nil && !errors.Is(err, ErrSequenceRestarted) && !errors.Is(err, errStreamChanged) && ctx.Err() != nil {
+			if err != nil && !streamGone(err) && ctx.Err() != nil {
 				err = c.verifyPatiently(hard, hard) // intake ended meanwhile: verify for the drain
 			}
 			s.verdict <- err
