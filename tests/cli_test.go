@@ -121,10 +121,12 @@ func TestCLIInitAndCheck(t *testing.T) {
 	t.Logf("check output:\n%s", out)
 }
 
-// A second signal while jetsink is still connecting (here to a NATS address
-// that accepts and never answers) exits with 130 and says it was aborted,
-// as during a drain, once the connect under way gives up; it exited 1 with
-// the connect's error before.
+// A second signal while jetsink is still connecting (here NATS and
+// PostgreSQL are one address that accepts and never answers: the sink's
+// first look at PostgreSQL goes on in the background, the NATS connect
+// holds up start-up) exits with 130 and says it was aborted, as during a
+// drain, once the connect under way gives up; it exited 1 with the
+// connect's error before.
 func TestCLISecondSignalWhileConnectingAborts(t *testing.T) {
 	bin := testenv.Jetsink(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
