@@ -241,12 +241,17 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	}
 	if s.cfg.Mode == AtLeastOnce {
 		names := map[int16]string{}
+		perDelivery := map[string]bool{}
 		for name, a := range attrs {
-			if _, ok := mapped[name]; ok {
+			if col, ok := mapped[name]; ok {
 				names[a.num] = name
+				switch col.From {
+				case "meta:received_at", "meta:delivered", "meta:consumer_seq":
+					perDelivery[name] = true
+				}
 			}
 		}
-		keys, err := s.writtenUniqueIndexes(ctx, c, *oid, names)
+		keys, err := s.writtenUniqueIndexes(ctx, c, *oid, names, perDelivery)
 		if err != nil {
 			return nil, err
 		}
@@ -304,13 +309,18 @@ func (s *Sink) rowTriggers(ctx context.Context, c *pgx.Conn, rel uint32) ([]stri
 		ORDER BY tgname`, rel)
 }
 
-// writtenUniqueIndexes returns the valid unique indexes of rel whose key
-// columns are all among written (attnum -> name), each as "name (col,
-// ...)". Indexes on an expression, or on a column jetsink leaves to a
-// default (a serial key), cannot reject a row that only repeats one
-// stored before: they are left out.
-func (s *Sink) writtenUniqueIndexes(ctx context.Context, c *pgx.Conn, rel uint32, written map[int16]string) ([]string, error) {
-	rows, err := c.Query(ctx, `SELECT ic.relname::text, (i.indkey::int2[])[0:i.indnkeyatts-1]
+// writtenUniqueIndexes returns the valid unique indexes of rel that can
+// refuse a row only repeating one stored before, each as "name (col,
+// ...)": those whose columns (key columns, and the columns their
+// expressions and predicate use, from pg_depend) are all among written
+// (attnum -> name). An index on a column jetsink leaves to a default (a
+// serial key) or one that differs per delivery (perDelivery: received_at,
+// delivered, consumer_seq) cannot, and is left out.
+func (s *Sink) writtenUniqueIndexes(ctx context.Context, c *pgx.Conn, rel uint32, written map[int16]string, perDelivery map[string]bool) ([]string, error) {
+	rows, err := c.Query(ctx, `SELECT ic.relname::text, (i.indkey::int2[])[0:i.indnkeyatts-1],
+		array(SELECT d.refobjsubid::int2 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+			AND d.objid = i.indexrelid AND d.refclassid = 'pg_class'::regclass AND d.refobjid = i.indrelid
+			AND d.refobjsubid > 0)
 		FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
 		WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid ORDER BY ic.relname`, rel)
 	if err != nil {
@@ -318,15 +328,24 @@ func (s *Sink) writtenUniqueIndexes(ctx context.Context, c *pgx.Conn, rel uint32
 	}
 	var out []string
 	var name string
-	var key []int16
-	_, err = pgx.ForEachRow(rows, []any{&name, &key}, func() error {
-		cols := make([]string, 0, len(key))
+	var key, used []int16
+	_, err = pgx.ForEachRow(rows, []any{&name, &key, &used}, func() error {
+		var cols []string
 		for _, k := range key {
+			if k == 0 { // an expression: its columns are in used
+				cols = append(cols, "expression")
+				continue
+			}
 			col, ok := written[k]
-			if !ok { // an expression (0), or a column jetsink does not write
+			if !ok || perDelivery[col] {
 				return nil
 			}
 			cols = append(cols, col)
+		}
+		for _, k := range used {
+			if col, ok := written[k]; !ok || perDelivery[col] {
+				return nil
+			}
 		}
 		out = append(out, name+" ("+strings.Join(cols, ", ")+")")
 		return nil

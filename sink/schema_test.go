@@ -194,17 +194,31 @@ func TestCheckDeferrableKeyConstraint(t *testing.T) {
 }
 
 // In at-least-once mode a unique index on columns jetsink writes turns
-// every redelivered event into a dead letter: check warns of it, and not
-// of a key jetsink leaves to a default.
+// every redelivered event into a dead letter: check warns of it, also
+// through an expression, and not of an index on a column jetsink leaves to
+// a default or on one that differs per delivery.
 func TestCheckWarnsOfAUniqueKeyInAtLeastOnceMode(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
 	admin := pg.Conn(t)
-	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false; c.Mode = AtLeastOnce })
+	cfg := DefaultConfig()
+	cfg.URL, cfg.Table, cfg.Mode = pg.URL, uniqueName(t), AtLeastOnce
+	cols := append(slices.Clone(testCols), pipeline.Column{Name: "received_at", From: "meta:received_at", Type: pipeline.TypeTimestamptz})
+	s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	if err := s.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
 	tbl := s.table.Sanitize()
+	exec := func(q string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
 	check := func() []Problem {
 		t.Helper()
 		probs, err := s.Check(ctx)
@@ -216,26 +230,25 @@ func TestCheckWarnsOfAUniqueKeyInAtLeastOnceMode(t *testing.T) {
 	if p := check(); len(p) != 0 {
 		t.Fatalf("after Init: %+v", p)
 	}
-	for _, q := range []string{
-		"ALTER TABLE " + tbl + " ADD COLUMN id bigserial PRIMARY KEY",            // jetsink leaves it to its default
-		"CREATE UNIQUE INDEX expr_key ON " + tbl + " (stream, (stream_seq + 1))", // an expression
-		"CREATE UNIQUE INDEX id_seq_key ON " + tbl + " (id, stream_seq)",         // a column jetsink does not write
-	} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
+	exec("ALTER TABLE " + tbl + " ADD COLUMN id bigserial PRIMARY KEY")                       // jetsink leaves it to its default
+	exec("CREATE UNIQUE INDEX id_seq_key ON " + tbl + " (id, stream_seq)")                    // and with a column jetsink writes
+	exec("CREATE UNIQUE INDEX id_expr_key ON " + tbl + " ((id + stream_seq))")                // through an expression
+	exec("CREATE UNIQUE INDEX delivery_key ON " + tbl + " (stream, stream_seq, received_at)") // differs per delivery
+	if p := check(); len(p) != 0 {
+		t.Fatalf("unique indexes a redelivered row cannot fail: %+v", p)
+	}
+	want := func(what, name string) {
+		t.Helper()
+		p := check()
+		if len(p) != 1 || p[0].Kind != ProblemUniqueKey || !p[0].Warning || !strings.Contains(p[0].Message, name) ||
+			!strings.Contains(p[0].Fix, "exactly-once") {
+			t.Fatalf("%s: %+v, want one unique_key warning naming %s and pointing to exactly-once", what, p, name)
 		}
 	}
-	if p := check(); len(p) != 0 {
-		t.Fatalf("unique indexes jetsink's rows cannot repeat: %+v", p)
-	}
-	if _, err := admin.Exec(ctx, "CREATE UNIQUE INDEX seq_key ON "+tbl+" (stream, stream_seq) WHERE stream_seq > 0"); err != nil {
-		t.Fatal(err)
-	}
-	p := check()
-	if len(p) != 1 || p[0].Kind != ProblemUniqueKey || !p[0].Warning || !strings.Contains(p[0].Message, "seq_key (stream, stream_seq)") ||
-		!strings.Contains(p[0].Fix, "exactly-once") {
-		t.Fatalf("a unique index on written columns: %+v, want one unique_key warning naming seq_key and pointing to exactly-once", p)
-	}
+	exec("CREATE UNIQUE INDEX expr_key ON " + tbl + " (stream, (stream_seq + 1))")
+	want("an expression over written columns", "expr_key (stream, expression)")
+	exec("CREATE UNIQUE INDEX seq_key ON " + tbl + " (stream, stream_seq) WHERE stream_seq > 0")
+	want("a partial index on written columns", "seq_key (stream, stream_seq)")
 }
 
 func TestPingErrorHasNoPassword(t *testing.T) {
