@@ -122,7 +122,9 @@
 //     and acked, each refused row is dead-lettered through the
 //     DeadLetterer (which terms it, or naks it and returns an error, in
 //     which case it is not acked). At most ceil(log2(n))+1 extra COPYs per
-//     refused row;
+//     refused row; after two refused rows in a row the rest is tried in
+//     the pieces the bisection left, so a run of refused rows costs about
+//     two COPYs per row;
 //   - an error that a row may cause but the table may as well (a
 //     trigger's RAISE, class P0; an index entry too large, 54000): the
 //     batch is bisected the same way, but a row that fails alone is
