@@ -2,7 +2,6 @@ package sink
 
 import (
 	"bytes"
-	"net"
 	"net/url"
 	"sync/atomic"
 	"testing"
@@ -151,8 +150,6 @@ var beginQuery = []byte("Q\x00\x00\x00\x0abegin\x00")
 // idle until the server ends the session. It counts the ErrorResponses with
 // SQLSTATE 25P03 (idle_in_transaction_session_timeout) that it passes on.
 type idleProxy struct {
-	l        *listener
-	to       string
 	armed    atomic.Bool
 	timeouts atomic.Int32
 }
@@ -161,60 +158,25 @@ func newIdleProxy(t *testing.T, dbURL string) (*idleProxy, string) {
 	t.Helper()
 	l := listen(t)
 	proxied, to := l.proxy(t, dbURL)
-	p := &idleProxy{l: l, to: to}
-	l.wg.Go(p.accept)
+	p := &idleProxy{}
+	l.relay(to, func() (up, down func([]byte) verdict) {
+		var idle atomic.Bool
+		up = func(b []byte) verdict {
+			if idle.Load() {
+				return drop
+			}
+			idle.Store(bytes.Contains(b, beginQuery) && p.armed.CompareAndSwap(true, false))
+			return pass
+		}
+		down = func(b []byte) verdict {
+			if bytes.Contains(b, []byte("C25P03\x00")) {
+				p.timeouts.Add(1)
+			}
+			return pass
+		}
+		return up, down
+	})
 	return p, proxied
-}
-
-func (p *idleProxy) accept() {
-	for {
-		client, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", p.to)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		p.l.track(client)
-		p.l.track(server)
-		p.l.wg.Go(func() { // server -> client
-			defer client.Close()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := server.Read(buf)
-				if n > 0 {
-					if bytes.Contains(buf[:n], []byte("C25P03\x00")) {
-						p.timeouts.Add(1)
-					}
-					if _, werr := client.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-		p.l.wg.Go(func() { // client -> server
-			defer server.Close()
-			buf := make([]byte, 32<<10)
-			idle := false
-			for {
-				n, err := client.Read(buf)
-				if n > 0 && !idle {
-					if _, werr := server.Write(buf[:n]); werr != nil {
-						return
-					}
-					idle = bytes.Contains(buf[:n], beginQuery) && p.armed.CompareAndSwap(true, false)
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-	}
 }
 
 // The server ends an exactly-once transaction that sat idle past

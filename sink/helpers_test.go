@@ -406,6 +406,63 @@ func (l *listener) track(c net.Conn) {
 	l.mu.Unlock()
 }
 
+// verdict is what a relay does with one read's bytes.
+type verdict int
+
+const (
+	pass verdict = iota // forward them
+	drop                // do not forward them; go on reading
+	cut                 // close the connection to the server; stop
+)
+
+// relay accepts connections on l and forwards each to the server at to,
+// both ways, passing every read through the hooks that hooks makes for the
+// connection: up sees what the client sends, down what the server sends.
+func (l *listener) relay(to string, hooks func() (up, down func([]byte) verdict)) {
+	l.wg.Go(func() {
+		for {
+			client, err := l.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", to)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			l.track(client)
+			l.track(server)
+			up, down := hooks()
+			l.wg.Go(func() { pump(server, client, down, server) })
+			l.wg.Go(func() { pump(client, server, up, server) })
+		}
+	})
+}
+
+// pump copies from src to dst through hook until either fails or hook
+// says cut, which closes server; it closes dst when it ends.
+func pump(src, dst net.Conn, hook func([]byte) verdict, server net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			switch hook(buf[:n]) {
+			case pass:
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			case cut:
+				server.Close()
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // proxy returns dbURL with its host replaced by l's address, and the host
 // it had.
 func (l *listener) proxy(t *testing.T, dbURL string) (proxied, target string) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,8 +17,6 @@ import (
 // transaction has committed), drops the answer and cuts the connection: the
 // client cannot know the outcome.
 type commitCutter struct {
-	l     *listener
-	to    string
 	mode  Mode
 	armed atomic.Bool
 	cut   atomic.Int32
@@ -61,70 +58,32 @@ func newCommitCutter(t *testing.T, dbURL string, m Mode) (*commitCutter, string)
 	t.Helper()
 	l := listen(t)
 	proxied, to := l.proxy(t, dbURL)
-	p := &commitCutter{l: l, to: to, mode: m}
-	l.wg.Go(p.accept)
+	p := &commitCutter{mode: m}
+	l.relay(to, func() (up, down func([]byte) verdict) {
+		var cutNext, holding atomic.Bool
+		up = func(b []byte) verdict {
+			if commits(p.mode, b) && p.armed.CompareAndSwap(true, false) {
+				cutNext.Store(true)
+			}
+			return pass
+		}
+		down = func(b []byte) verdict {
+			switch {
+			case holding.Load():
+				return drop
+			case !cutNext.Load() || !committed(p.mode, b):
+				return pass
+			}
+			p.cut.Add(1)
+			if p.hold.Load() {
+				holding.Store(true)
+				return drop
+			}
+			return cut
+		}
+		return up, down
+	})
 	return p, proxied
-}
-
-func (p *commitCutter) accept() {
-	for {
-		client, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", p.to)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		p.l.track(client)
-		p.l.track(server)
-		var cutNext atomic.Bool
-		p.l.wg.Go(func() { // server -> client
-			defer client.Close()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := server.Read(buf)
-				if n > 0 && cutNext.Load() && committed(p.mode, buf[:n]) {
-					p.cut.Add(1)
-					if p.hold.Load() {
-						for err == nil {
-							_, err = server.Read(buf)
-						}
-						return
-					}
-					server.Close()
-					return
-				}
-				if n > 0 {
-					if _, werr := client.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-		p.l.wg.Go(func() { // client -> server
-			defer server.Close()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := client.Read(buf)
-				if n > 0 {
-					if commits(p.mode, buf[:n]) && p.armed.CompareAndSwap(true, false) {
-						cutNext.Store(true)
-					}
-					if _, werr := server.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		})
-	}
 }
 
 // The connection drops after the server committed and before the answer
