@@ -661,6 +661,32 @@ func triggerOn(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx.Ide
 	}
 }
 
+// runPoisoned runs rows 1..100 through s in one batch, the payload of
+// those bad(seq) marked for refuseBadRows's constraint or trigger, and
+// checks that the others, and only as many, are in the table. It returns
+// the rows' messages.
+func runPoisoned(t *testing.T, ctx context.Context, s *Sink, admin *pgx.Conn, bad func(seq int) bool) []*recMsg {
+	t.Helper()
+	n := 0
+	rs, ms := rows(1, 100, func(seq int) string {
+		if bad(seq) {
+			n++
+			return `{"bad":true}`
+		}
+		return `{}`
+	})
+	src := newSource()
+	src.push(t, ctx, rs)
+	src.close()
+	if err := s.Run(ctx, src); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := count(t, ctx, admin, s.cfg.Table); got != 100-n {
+		t.Fatalf("%d rows committed, want %d", got, 100-n)
+	}
+	return ms
+}
+
 // One row in a batch is refused, by a CHECK constraint or by a trigger that
 // raises: the other rows are committed and acked, the poison row is
 // dead-lettered (and not acked), within ceil(log2(n))+1 extra COPYs for a
@@ -698,21 +724,7 @@ func TestBisectPoisonRow(t *testing.T) {
 			for _, p := range tc.poison {
 				bad[p] = true
 			}
-			rs, ms := rows(1, 100, func(seq int) string {
-				if bad[seq] {
-					return `{"bad":true}`
-				}
-				return `{}`
-			})
-			src := newSource()
-			src.push(t, ctx, rs)
-			src.close()
-			if err := s.Run(ctx, src); err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			if n := count(t, ctx, admin, s.cfg.Table); n != 100-len(tc.poison) {
-				t.Fatalf("%d rows committed, want %d", n, 100-len(tc.poison))
-			}
+			ms := runPoisoned(t, ctx, s, admin, func(seq int) bool { return bad[seq] })
 			for i, m := range ms {
 				seq := i + 1
 				switch {
@@ -788,22 +800,12 @@ func TestBisectRunOfPoisonRows(t *testing.T) {
 				}
 				return false
 			}
+			ms := runPoisoned(t, ctx, s, admin, bad)
 			n := 0
-			rs, ms := rows(1, 100, func(seq int) string {
+			for seq := 1; seq <= 100; seq++ {
 				if bad(seq) {
 					n++
-					return `{"bad":true}`
 				}
-				return `{}`
-			})
-			src := newSource()
-			src.push(t, ctx, rs)
-			src.close()
-			if err := s.Run(ctx, src); err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			if got := count(t, ctx, admin, s.cfg.Table); got != 100-n {
-				t.Fatalf("%d rows committed, want %d", got, 100-n)
 			}
 			for i, m := range ms {
 				if seq := i + 1; bad(seq) != (m.terms.Load() == 1) || bad(seq) == (m.acks.Load() == 1) {
