@@ -177,8 +177,11 @@ func TestCLISecondSignalWhileConnectingAborts(t *testing.T) {
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		if i == 0 {
-			time.Sleep(300 * time.Millisecond) // the first is a drain; let it be handled alone
+		for deadline := time.Now().Add(10 * time.Second); i == 0 && !strings.Contains(out.String(), "draining"); {
+			if time.Now().After(deadline) { // the first signal is a drain: handled alone
+				t.Fatalf("no drain after the first signal:\n%s", out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	select {
