@@ -239,6 +239,10 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		}
 		probs = append(probs, Problem{Kind: ProblemRowTrigger, Warning: true, Message: msg, Fix: fix})
 	}
+	idx, err := s.uniqueIndexes(ctx, c, *oid)
+	if err != nil {
+		return nil, err
+	}
 	if s.cfg.Mode == AtLeastOnce {
 		names := map[int16]string{}
 		perDelivery := map[string]bool{}
@@ -251,11 +255,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				}
 			}
 		}
-		keys, err := s.writtenUniqueIndexes(ctx, c, *oid, names, perDelivery)
-		if err != nil {
-			return nil, err
-		}
-		if len(keys) > 0 {
+		if keys := writtenUniqueIndexes(idx, names, perDelivery); len(keys) > 0 {
 			probs = append(probs, Problem{Kind: ProblemUniqueKey, Warning: true,
 				Message: fmt.Sprintf("%s has unique indexes on columns jetsink writes (%s): in at-least-once mode an event "+
 					"delivered again (after a crash, a lost ack, or a COMMIT whose outcome was lost) fails the key and is "+
@@ -278,10 +278,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				Fix: "drop the rules (DROP RULE name ON " + tname + "; an UPDATE rule blocks it even when disabled), " +
 					"or use at-least-once mode, where COPY does not run rules (so they do not do what they were made for either)"})
 		}
-		usable, deferrable, err := s.keyIndexes(ctx, c, *oid, attrs[s.streamC].num, attrs[s.seqC].num)
-		if err != nil {
-			return nil, err
-		}
+		usable, deferrable := keyIndexes(idx, attrs[s.streamC].num, attrs[s.seqC].num)
 		key := "(" + pgx.Identifier{s.streamC}.Sanitize() + ", " + pgx.Identifier{s.seqC}.Sanitize() + ")"
 		for _, k := range deferrable {
 			con := pgx.Identifier{k.name}.Sanitize()
@@ -309,51 +306,71 @@ func (s *Sink) rowTriggers(ctx context.Context, c *pgx.Conn, rel uint32) ([]stri
 		ORDER BY tgname`, rel)
 }
 
-// writtenUniqueIndexes returns the valid unique indexes of rel that can
-// refuse a row only repeating one stored before, each as "name (col,
-// ...)": those whose columns (key columns, and the columns their
-// expressions and predicate use, from pg_depend) are all among written
-// (attnum -> name). An index on a column jetsink leaves to a default (a
-// serial key) or one that differs per delivery (perDelivery: received_at,
-// delivered, consumer_seq) cannot, and is left out.
-func (s *Sink) writtenUniqueIndexes(ctx context.Context, c *pgx.Conn, rel uint32, written map[int16]string, perDelivery map[string]bool) ([]string, error) {
+// uniqueIndex is a valid unique index of the table, as check reads it.
+type uniqueIndex struct {
+	name      string
+	key       []int16 // key columns' attnums; 0 for an expression
+	used      []int16 // the columns its expressions and predicate use (pg_depend)
+	plain     bool    // no predicate, no expression: ON CONFLICT (cols) can infer it
+	immediate bool    // not DEFERRABLE
+	con, def  string  // the UNIQUE or PRIMARY KEY constraint behind it and its definition, if any
+}
+
+// uniqueIndexes reads rel's valid unique indexes, by name.
+func (s *Sink) uniqueIndexes(ctx context.Context, c *pgx.Conn, rel uint32) ([]uniqueIndex, error) {
 	rows, err := c.Query(ctx, `SELECT ic.relname::text, (i.indkey::int2[])[0:i.indnkeyatts-1],
 		array(SELECT d.refobjsubid::int2 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
 			AND d.objid = i.indexrelid AND d.refclassid = 'pg_class'::regclass AND d.refobjid = i.indrelid
-			AND d.refobjsubid > 0)
+			AND d.refobjsubid > 0),
+		i.indpred IS NULL AND i.indexprs IS NULL, i.indimmediate,
+		coalesce(con.conname::text, ''), coalesce(pg_get_constraintdef(con.oid), '')
 		FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+		LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u')
 		WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid ORDER BY ic.relname`, rel)
-	if err != nil {
-		return nil, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
+	if err == nil {
+		var out []uniqueIndex
+		if out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (uniqueIndex, error) {
+			var u uniqueIndex
+			err := r.Scan(&u.name, &u.key, &u.used, &u.plain, &u.immediate, &u.con, &u.def)
+			return u, err
+		}); err == nil {
+			return out, nil
+		}
 	}
+	return nil, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
+}
+
+// writtenUniqueIndexes returns those of idx that can refuse a row only
+// repeating one stored before, each as "name (col, ...)": those whose
+// columns (key columns, and the columns their expressions and predicate
+// use) are all among written (attnum -> name). An index on a column jetsink
+// leaves to a default (a serial key) or one that differs per delivery
+// (perDelivery: received_at, delivered, consumer_seq) cannot, and is left
+// out.
+func writtenUniqueIndexes(idx []uniqueIndex, written map[int16]string, perDelivery map[string]bool) []string {
 	var out []string
-	var name string
-	var key, used []int16
-	_, err = pgx.ForEachRow(rows, []any{&name, &key, &used}, func() error {
+next:
+	for _, u := range idx {
 		var cols []string
-		for _, k := range key {
+		for _, k := range u.key {
 			if k == 0 { // an expression: its columns are in used
 				cols = append(cols, "expression")
 				continue
 			}
 			col, ok := written[k]
 			if !ok || perDelivery[col] {
-				return nil
+				continue next
 			}
 			cols = append(cols, col)
 		}
-		for _, k := range used {
+		for _, k := range u.used {
 			if col, ok := written[k]; !ok || perDelivery[col] {
-				return nil
+				continue next
 			}
 		}
-		out = append(out, name+" ("+strings.Join(cols, ", ")+")")
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
+		out = append(out, u.name+" ("+strings.Join(cols, ", ")+")")
 	}
-	return out, nil
+	return out
 }
 
 // conflictRules returns the names of the rules on rel that stop INSERT ...
@@ -384,52 +401,33 @@ type keyConstraint struct {
 	immediateDef string // its definition without DEFERRABLE, INITIALLY DEFERRED
 }
 
-// keyIndexes looks at the plain unique indexes (no predicate, no
-// expression, valid) whose key columns are exactly {a, b}: those that ON
-// CONFLICT (a, b) infers as its arbiters. usable reports one that is not
-// deferrable; deferrable lists the constraints behind the deferrable ones
-// (indimmediate false), which PostgreSQL refuses as arbiters (SQLSTATE
-// 55000) whether or not a usable one exists beside them. Only a UNIQUE or
-// PRIMARY KEY constraint can be DEFERRABLE, never a CREATE UNIQUE INDEX
-// (Init's).
-func (s *Sink) keyIndexes(ctx context.Context, c *pgx.Conn, rel uint32, a, b int16) (usable bool, deferrable []keyConstraint, err error) {
+// keyIndexes looks at those of idx that are plain (no predicate, no
+// expression) with key columns exactly {a, b}: those that ON CONFLICT (a,
+// b) infers as its arbiters. usable reports one that is not deferrable;
+// deferrable lists the constraints behind the deferrable ones, which
+// PostgreSQL refuses as arbiters (SQLSTATE 55000) whether or not a usable
+// one exists beside them. Only a UNIQUE or PRIMARY KEY constraint can be
+// DEFERRABLE, never a CREATE UNIQUE INDEX (Init's).
+func keyIndexes(idx []uniqueIndex, a, b int16) (usable bool, deferrable []keyConstraint) {
 	if a == 0 || b == 0 {
-		return false, nil, nil
+		return false, nil
 	}
-	rows, err := c.Query(ctx, `SELECT (i.indkey::int2[])[0:i.indnkeyatts-1], i.indimmediate, ic.relname::text,
-		coalesce(con.conname::text, ''), coalesce(pg_get_constraintdef(con.oid), '')
-		FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
-		LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u')
-		WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
-		ORDER BY ic.relname`, rel)
-	if err != nil {
-		return false, nil, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
-	}
-	var k []int16
-	var immediate bool
-	var index, con, def string
-	_, err = pgx.ForEachRow(rows, []any{&k, &immediate, &index, &con, &def}, func() error {
-		if len(k) != 2 || !((k[0] == a && k[1] == b) || (k[0] == b && k[1] == a)) {
-			return nil
+	for _, u := range idx {
+		k := u.key
+		if !u.plain || len(k) != 2 || !((k[0] == a && k[1] == b) || (k[0] == b && k[1] == a)) {
+			continue
 		}
 		switch {
-		case immediate:
+		case u.immediate:
 			usable = true
-		case con != "":
+		case u.con != "":
 			// pg_get_constraintdef ends with " DEFERRABLE" and then
 			// " INITIALLY DEFERRED" when the constraint has them.
-			def = strings.TrimSuffix(strings.TrimSuffix(def, " INITIALLY DEFERRED"), " DEFERRABLE")
-			deferrable = append(deferrable, keyConstraint{name: con, immediateDef: def})
-		default: // not expected: only constraints are deferrable
-			deferrable = append(deferrable, keyConstraint{name: index, immediateDef: "UNIQUE (" +
-				pgx.Identifier{s.streamC}.Sanitize() + ", " + pgx.Identifier{s.seqC}.Sanitize() + ")"})
+			def := strings.TrimSuffix(strings.TrimSuffix(u.def, " INITIALLY DEFERRED"), " DEFERRABLE")
+			deferrable = append(deferrable, keyConstraint{name: u.con, immediateDef: def})
 		}
-		return nil
-	})
-	if err != nil {
-		return false, nil, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
 	}
-	return usable, deferrable, nil
+	return usable, deferrable
 }
 
 // StoredSeq returns the highest stream sequence the table holds for stream
