@@ -316,6 +316,7 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 // rows commit elsewhere (tableTakesRows).
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error {
 	c.bo.reset()
+	var failing, warned time.Time // when this batch first failed, and was last logged at Warn
 	for attempt := 0; ; attempt++ {
 		began := time.Now()
 		seq := c.s.st.attemptSeq.Add(1)
@@ -362,6 +363,23 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		c.s.st.retries.Add(1)
 		c.retries++
 		wait := c.bo.next()
+		if attempt == 0 {
+			failing, warned = began, time.Now()
+		}
+		// Configuration and suspect errors are logged once per distinct
+		// error for the whole run; a batch that keeps failing, whatever
+		// the class, is logged again every stillFailingEvery.
+		still := attempt > 0 && time.Since(warned) >= stillFailingEvery
+		if still {
+			warned = time.Now()
+			var shown any = err
+			var pgErr *pgconn.PgError
+			if cl == classSuspect && errors.As(err, &pgErr) {
+				shown = "SQLSTATE " + pgErr.Code // its message may quote a row (see logSuspect)
+			}
+			c.s.log.Warn("batch still failing; retrying until it commits", withHint(err, "rows", len(rows), "attempts", attempt+1,
+				"failing_for", time.Since(failing).Round(time.Millisecond), "err", shown, "retry_in", wait)...)
+		}
 		switch {
 		case cl == classSuspect:
 			c.s.st.configErrs.Add(1)
@@ -375,9 +393,9 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 			// from before the fix would keep failing.
 			c.closeConn()
 		case attempt == 0:
-			c.s.log.Warn("batch failed; retrying until it commits", "rows", len(rows), "err", err,
-				"commit_outcome_unknown", unknown, "retry_in", wait)
-		default:
+			c.s.log.Warn("batch failed; retrying until it commits", withHint(err, "rows", len(rows), "err", err,
+				"commit_outcome_unknown", unknown, "retry_in", wait)...)
+		case !still:
 			c.s.log.Debug("batch failed again", "rows", len(rows), "attempt", attempt+1, "err", err, "retry_in", wait)
 		}
 		if err := sleep(ctx, wait); err != nil {

@@ -114,7 +114,9 @@
 //     timeout, and 25P03/25P04, an idle-in-transaction or transaction
 //     timeout that ended the session): the whole batch is retried with
 //     capped exponential backoff and jitter (Retry.Initial..Retry.Max) until
-//     the hard context ends;
+//     the hard context ends; logged at Warn on the first failure and again
+//     every minute while the batch keeps failing, with a hint when a server
+//     timeout (57014, 55P03, 25P03, 25P04) ended the attempt;
 //   - COMMIT (at-least-once: the whole COPY) sent and no answer: outcome
 //     unknown, treated as not committed and retried; in at-least-once mode
 //     its rows count as PossibleDuplicates;

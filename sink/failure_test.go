@@ -2,7 +2,10 @@ package sink
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -213,5 +216,64 @@ func TestIdleInTransactionTimeoutIsTransient(t *testing.T) {
 	}
 	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 10 {
 		t.Fatalf("%d rows, want 10", n)
+	}
+}
+
+// A batch that keeps failing is logged at Warn again every
+// stillFailingEvery with how long it has failed, not only on its first
+// failure; a failure that a server timeout caused says which limits to look
+// at. Here lock_timeout ends every attempt while the table is locked.
+func TestStillFailingBatchIsLoggedAgain(t *testing.T) {
+	defer func(d time.Duration) { stillFailingEvery = d }(stillFailingEvery)
+	stillFailingEvery = 300 * time.Millisecond
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	u, err := url.Parse(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("lock_timeout", "50") // ms; a runtime parameter of the sink's sessions
+	u.RawQuery = q.Encode()
+	s, dl := newTestSink(t, ctx, u.String(), func(c *Config) { c.Connections = 1 })
+	var logs testenv.SyncBuffer
+	s.log = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
+
+	tx, err := pg.Conn(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 10, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the batch logged as still failing twice", func() bool {
+		return strings.Count(logs.String(), "batch still failing") >= 2
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	finishClean(t, ctx, src, wait, dl, ms)
+
+	var warns []string
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "batch") {
+			warns = append(warns, line)
+		}
+	}
+	if retries := s.Stats().Retries; uint64(len(warns)) >= retries {
+		t.Errorf("%d warnings for %d retries: every attempt was logged at Warn", len(warns), retries)
+	}
+	for _, w := range warns {
+		if !strings.Contains(w, "SQLSTATE 55P03") || !strings.Contains(w, "hint=") || !strings.Contains(w, "lock_timeout") {
+			t.Errorf("warning without the lock timeout's hint: %s", w)
+		}
+	}
+	if !strings.Contains(warns[len(warns)-1], "failing_for=") {
+		t.Errorf("the last warning does not say how long the batch has failed: %s", warns[len(warns)-1])
 	}
 }

@@ -94,6 +94,34 @@ func classify(err error) class {
 	return classConfig
 }
 
+// stillFailingEvery is how often a batch that keeps failing with transient
+// errors is logged at Warn again (the attempts between are logged at Debug),
+// so that a long outage stays visible in the log, not only in the retries
+// counter.
+var stillFailingEvery = time.Minute
+
+// withHint appends a "hint" attribute to the log arguments args when a
+// server-side timeout or a cancel ended the attempt that failed with err.
+// Such an error is retried like any transient one, since a lock held
+// elsewhere goes away; but a limit set for jetsink's role or database that
+// is shorter than a batch takes fails every attempt of that batch, for ever.
+func withHint(err error, args ...any) []any {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return args
+	}
+	switch pgErr.Code {
+	case "57014", "55P03", "25P03", "25P04":
+		// query_canceled (statement_timeout, or a cancel request),
+		// lock_not_available (lock_timeout),
+		// idle_in_transaction_session_timeout, transaction_timeout.
+		return append(args, "hint", "a server timeout or a cancel ended the attempt: a lock held elsewhere goes away, but a "+
+			"statement_timeout, lock_timeout, transaction_timeout or idle_in_transaction_session_timeout shorter than a batch "+
+			"takes fails it every time; raise it for jetsink's role (ALTER ROLE ... SET) or lower postgres.batch.max_rows")
+	}
+	return args
+}
+
 // outcomeUnknown reports whether a failed COMMIT may have committed: the
 // server did not answer (any error that is not a server error response).
 func outcomeUnknown(err error) bool {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -834,17 +836,28 @@ func TestBisectRunOfPoisonRows(t *testing.T) {
 // A trigger that refuses every row is the table's doing, not the rows':
 // nothing is dead-lettered or acked while it is there (the batch is retried
 // like a configuration error), and everything commits once it is dropped.
+// The trigger's message, which may quote a row, stays out of the log, also
+// when the batch is logged as still failing.
 func TestTriggerRefusingEveryRowIsRetried(t *testing.T) {
+	defer func(d time.Duration) { stillFailingEvery = d }(stillFailingEvery)
+	stillFailingEvery = 100 * time.Millisecond
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
 	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 2 })
+	var logs testenv.SyncBuffer
+	s.log = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
 	admin := pg.Conn(t)
 	raiseOn(t, ctx, admin, s.table, "true")
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
 	rs, ms := rows(1, 40, nil)
 	src.push(t, ctx, rs)
-	waitFor(t, ctx, "retries of the refused batch", func() bool { return s.Stats().ConfigErrors >= 5 })
+	waitFor(t, ctx, "retries of the refused batch, logged as still failing", func() bool {
+		return s.Stats().ConfigErrors >= 5 && strings.Contains(logs.String(), "batch still failing")
+	})
+	if strings.Contains(logs.String(), "row refused") {
+		t.Error("the trigger's message is in the log")
+	}
 	for i, m := range ms {
 		if m.acks.Load() != 0 || m.terms.Load() != 0 || m.naks.Load() != 0 {
 			t.Fatalf("message %d settled while every row is refused", i)
