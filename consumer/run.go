@@ -359,15 +359,15 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				select {
 				case <-s.ask:
 					err := c.verifyPatiently(hard, hard)
-					s.verdict <- err
-					if err != nil {
-						s.stopAnswering() // the rest is nak'ed
-					}
 					if streamGone(err) {
 						// As when intake goes on (below): this session's
 						// events must not be acked into the stream that
 						// now has the name, or takes it next.
 						c.newSessionEpoch(s, "stream re-created or lost while draining")
+					}
+					s.verdict <- err
+					if err != nil {
+						s.stopAnswering() // the rest is nak'ed
 					}
 					continue
 				case <-s.closed:
@@ -393,25 +393,27 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			if err != nil && !streamGone(err) && ctx.Err() != nil {
 				err = c.verifyPatiently(hard, hard) // intake ended meanwhile: verify for the drain
 			}
-			s.verdict <- err
+			// The epoch advances before push has the verdict, so that no
+			// commit finishing meanwhile acks this session's events into
+			// the stream that now has the name, or takes it next.
 			switch {
-			case err == nil:
 			case errors.Is(err, ErrSequenceRestarted):
 				c.log.Warn("stream re-created while consuming; its sequence restarted under stored rows", "err", err)
 				c.newSessionEpoch(s, "stream re-created while consuming")
-				return s.leave(hard)
 			case errors.Is(err, errStreamChanged):
 				// What the client still holds may be the old stream's, whose
 				// sequences the new one reuses: let it go with its stream.
 				c.log.Warn("stream re-created while consuming; subscribing to the new one afresh")
 				c.newSessionEpoch(s, "stream re-created while consuming")
-				return s.leave(hard)
 			case errors.Is(err, jetstream.ErrStreamNotFound):
-				// Run re-creates it, unless intake has ended: either way
-				// this session's events must not be acked into the stream
-				// that takes the name next.
+				// Run re-creates it, unless intake has ended.
 				c.log.Warn("stream gone while consuming", "err", err)
 				c.newSessionEpoch(s, "stream lost while consuming")
+			}
+			s.verdict <- err
+			switch {
+			case err == nil:
+			case streamGone(err):
 				return s.leave(hard)
 			default:
 				c.log.Warn("could not verify the stream while consuming; subscribing again", "err", err)
