@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -323,5 +324,37 @@ func TestStoredSeq(t *testing.T) {
 	s, _ := newTestSink(t, ctx, pg.URL, nil) // at-least-once
 	if _, err := s.StoredSeq(ctx, "S"); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("StoredSeq in at-least-once mode: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// Ping gives up when its context ends while another call holds the admin
+// connection (StoredSeq may read a whole table), so that /readyz answers
+// within its timeout instead of waiting behind it.
+func TestPingGivesUpWhileAdminIsBusy(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	held, release := make(chan struct{}), make(chan struct{})
+	busy := make(chan error, 1)
+	go func() {
+		busy <- s.withAdmin(ctx, func(*pgx.Conn) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	err := s.Ping(pctx)
+	close(release)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Ping while the admin connection is busy = %v, want its context's deadline", err)
+	}
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping once the admin connection is free: %v", err)
 	}
 }

@@ -79,12 +79,12 @@ type Sink struct {
 	seqC    string // exactly-once: name of the meta:stream_seq column
 	seqText bool   // exactly-once: that column is text (ordered as text, not as numbers)
 
-	copySQL    string // COPY into the table (at-least-once) or the staging table
-	stageSQL   string // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
-	insertSQL  string // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
-	missingSQL string // exactly-once: the keys of the staged rows the table lacks after the INSERT
-	adminMu    sync.Mutex
-	admin      *pgx.Conn // the "+1" connection: Ping, Init, Check; nil until needed
+	copySQL    string        // COPY into the table (at-least-once) or the staging table
+	stageSQL   string        // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
+	insertSQL  string        // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
+	missingSQL string        // exactly-once: the keys of the staged rows the table lacks after the INSERT
+	adminSem   chan struct{} // holds admin: a mutex that a waiter's context can give up
+	admin      *pgx.Conn     // the "+1" connection: Ping, Init, Check; nil until needed
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
 
@@ -136,7 +136,8 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 		log = slog.Default()
 	}
 	table, _ := ParseTable(cfg.Table)
-	s := &Sink{cfg: cfg, table: table, cols: append([]pipeline.Column(nil), cols...), dl: dl, seenErrs: map[string]struct{}{}}
+	s := &Sink{cfg: cfg, table: table, cols: append([]pipeline.Column(nil), cols...), dl: dl, seenErrs: map[string]struct{}{},
+		adminSem: make(chan struct{}, 1)}
 	seen := map[string]bool{}
 	for _, c := range s.cols {
 		if c.Name == "" || strings.ContainsRune(c.Name, 0) {
@@ -194,10 +195,15 @@ func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // withAdmin runs f on the admin connection, (re)connecting it as needed and
-// dropping it after an error that closed it.
+// dropping it after an error that closed it. While another call holds the
+// connection (StoredSeq may read a whole table), it waits until ctx ends.
 func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
-	s.adminMu.Lock()
-	defer s.adminMu.Unlock()
+	select {
+	case s.adminSem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the admin connection: %w", ctx.Err())
+	}
+	defer func() { <-s.adminSem }()
 	if s.admin != nil && s.admin.IsClosed() {
 		s.admin = nil
 	}
@@ -241,8 +247,8 @@ func (s *Sink) buildSQL() {
 // Close closes the admin connection. Run closes the committers' own
 // connections before it returns; call Close after Run has returned.
 func (s *Sink) Close() {
-	s.adminMu.Lock()
-	defer s.adminMu.Unlock()
+	s.adminSem <- struct{}{}
+	defer func() { <-s.adminSem }()
 	if s.admin != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
