@@ -544,10 +544,7 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 	if err := out.Push(hard, ev); err != nil {
 		// Taken but not handed on: let JetStream redeliver it soon.
 		_ = msg.Nak()
-		if ev.Span != nil {
-			ev.Span.RecordError(err)
-			ev.Span.End()
-		}
+		ev.EndSpan("nak", err)
 		return fmt.Errorf("consume: push event: %w", err)
 	}
 	c.stats.received.Add(1) // counted once handed on: a nak'ed one comes again

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -45,6 +47,26 @@ type Event struct {
 	// dead-letterer, or the consumer when it naks. Its SpanContext is what
 	// the sink's "copy <table>" batch span links to.
 	Span trace.Span
+}
+
+// EndSpan ends ev's span, if it has one, with how the message was settled:
+// outcome is "ack", "dead_letter", "nak", "term" or "stale" (not acked: its
+// stream was re-created since it was taken), as the attribute
+// jetsink.settle unless it is "ack"; a non-nil err marks the span failed.
+// Without a span it is a nil check.
+func (ev *Event) EndSpan(outcome string, err error) {
+	sp := ev.Span
+	if sp == nil {
+		return
+	}
+	if outcome != "ack" { // ack is the rule; say only the exceptions
+		sp.SetAttributes(attribute.String("jetsink.settle", outcome))
+	}
+	if err != nil {
+		sp.RecordError(err)
+		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End()
 }
 
 // Row is one decoded event on its way to the sink: the event it came from

@@ -31,7 +31,8 @@ type Processor struct {
 	tracing  *telemetry.Tracing
 	metrics  *telemetry.Metrics
 
-	adminAddr atomic.Pointer[net.Addr]
+	adminAddr   atomic.Pointer[net.Addr]
+	exportStuck atomic.Bool // Run's last flush failed, or Run was stopped hard
 }
 
 // New connects to NATS and PostgreSQL and builds the stages. cfg must have
@@ -114,6 +115,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 // hard's error), or until a stage fails (returns its error after the others
 // have stopped).
 func (p *Processor) Run(intake, hard context.Context) error {
+	aborted := hard.Done() // the caller's: not ended by a stage's failure
 	hard, cancelHard := context.WithCancelCause(hard)
 	defer cancelHard(nil)
 	intake, cancelIntake := context.WithCancel(intake)
@@ -134,12 +136,20 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	}
 	defer unobserve()
 	// Export the spans of everything settled. hard may be over already (a
-	// stage failed, or the drain timed out): give the flush a moment anyway.
+	// stage failed, or the drain timed out): give the flush a moment anyway,
+	// a short one when the caller's hard has ended (a second signal).
 	defer func() {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(hard), 5*time.Second)
+		budget := exportBudget
+		select {
+		case <-aborted:
+			budget = abortedBudget
+		default:
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(hard), budget)
 		defer cancel()
 		if err := p.tracing.Flush(fctx); err != nil {
 			p.log.Warn("tracing: spans not flushed", "err", err)
+			p.exportStuck.Store(true) // Close does not wait as long again
 		}
 	}()
 
@@ -233,9 +243,10 @@ func (p *Processor) Consumer() *consumer.Consumer { return p.consumer }
 // Sink gives access to the sink for health checks and statistics.
 func (p *Processor) Sink() *sink.Sink { return p.sink }
 
-// Close releases the connections and shuts telemetry down (spans not yet
-// exported get up to 5s more; Run has flushed them already). Call it after
-// Run returns.
+// Close releases the connections and shuts telemetry down: spans not yet
+// exported get up to exportBudget more (Run has flushed them already), or
+// abortedBudget when Run's flush failed or Run was stopped hard. Call it
+// after Run returns.
 func (p *Processor) Close() {
 	if p.sink != nil {
 		p.sink.Close()
@@ -243,15 +254,29 @@ func (p *Processor) Close() {
 	if p.consumer != nil {
 		p.consumer.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	budget := exportBudget
+	if p.exportStuck.Load() {
+		budget = abortedBudget
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	if err := p.tracing.Shutdown(ctx); err != nil {
 		p.log.Warn("tracing shutdown", "err", err)
 	}
-	if err := p.metrics.Shutdown(ctx); err != nil {
+	mctx, cancel := context.WithTimeout(context.Background(), abortedBudget)
+	defer cancel()
+	if err := p.metrics.Shutdown(mctx); err != nil {
 		p.log.Warn("metrics shutdown", "err", err)
 	}
 }
+
+// How long the export of the last spans may hold up the end of Run and
+// Close: a collector that takes the connection and never answers would
+// otherwise hold a stopping jetsink for as long as its exporter's timeouts.
+const (
+	exportBudget  = 2 * time.Second
+	abortedBudget = 250 * time.Millisecond
+)
 
 // Tracing is the processor's tracing (Enabled false when off).
 func (p *Processor) Tracing() *telemetry.Tracing { return p.tracing }

@@ -678,7 +678,7 @@ func (c *committer) settle(b *batch, lo, hi int, skip map[rowKey]struct{}) {
 		}
 		if row.Event.Epoch != epoch {
 			stale++
-			telemetry.EndMessage(&row.Event, "ack", errStaleEpoch)
+			telemetry.EndMessage(&row.Event, "stale", errStaleEpoch)
 			continue
 		}
 		err := a.Ack()

@@ -70,9 +70,9 @@ func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
 
 // Serve listens on addr and serves h until ctx is cancelled, then shuts the
 // server down (waiting up to 2s for requests in flight). It returns the
-// listen error, or nil after a clean shutdown. The listener is bound before
-// Serve returns control only through ready, which is closed (if non-nil)
-// once it accepts connections.
+// listen error, or nil after a clean shutdown. If ready is non-nil, Serve
+// sends the bound address on it (so it must be buffered or read) before it
+// serves; a caller that listens on port 0 learns the port from it.
 func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- net.Addr) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -62,7 +62,7 @@ func NewMetrics(serviceName string) (*Metrics, error) {
 		metric.WithDescription("Bytes of binary COPY tuples per committed batch"), metric.WithUnit("By"),
 		metric.WithExplicitBucketBoundaries(1<<10, 16<<10, 64<<10, 256<<10, 1<<20, 4<<20, 16<<20, 64<<20))
 	m.commitDur, errs[2] = m.meter.Float64Histogram("jetsink.commit.duration",
-		metric.WithDescription("Duration of the transaction that committed a batch: BEGIN, COPY, COMMIT"), metric.WithUnit("s"), seconds)
+		metric.WithDescription("Duration of the statements that committed a batch: the COPY (at-least-once, autocommit), or BEGIN, COPY, INSERT, COMMIT (exactly-once)"), metric.WithUnit("s"), seconds)
 	m.deadLettered, errs[3] = m.meter.Int64Counter("jetsink.events.dead_lettered",
 		metric.WithDescription("Events parked on the dead-letter subject, by stage and reason code"), metric.WithUnit("{event}"))
 	for _, err := range errs {

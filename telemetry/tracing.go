@@ -9,6 +9,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -38,8 +40,8 @@ type Config struct {
 	// OTEL_RESOURCE_ATTRIBUTES override it. Default "jetsink".
 	ServiceName string
 	// OTLPEndpoint is the collector's base URL, as OTEL_EXPORTER_OTLP_ENDPOINT:
-	// http://host:4318 (OTLP/HTTP, /v1/traces is appended when the URL has
-	// no path), https://... (with TLS), grpc://host:4317 or grpcs://...
+	// http://host:4318 (OTLP/HTTP, /v1/traces is appended to the path
+	// unless it ends so already), https://... (with TLS), grpc://host:4317 or grpcs://...
 	// (OTLP/gRPC). With http(s) URLs, OTEL_EXPORTER_OTLP_PROTOCOL=grpc
 	// selects gRPC. Empty: the OTEL_EXPORTER_OTLP_* variables decide, and
 	// when they name no endpoint tracing is off (a no-op provider).
@@ -59,6 +61,7 @@ type Config struct {
 // a nil check. All methods are safe for concurrent use.
 type Tracing struct {
 	tp     *sdktrace.TracerProvider // nil when off
+	exp    *stoppable               // tp's exporter; nil when off
 	tracer trace.Tracer
 	prop   propagation.TraceContext
 	// rootBound: a root is sampled when a random 63-bit number is below it
@@ -105,7 +108,7 @@ func NewTracing(ctx context.Context, cfg Config) (*Tracing, error) {
 
 // newTracing builds an enabled Tracing exporting to exp.
 func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
-	t := &Tracing{}
+	t := &Tracing{exp: newStoppable(exp)}
 	res, err := newResource(cfg.ServiceName)
 	if err != nil {
 		return nil, err
@@ -115,7 +118,7 @@ func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 		limits.LinkCountLimit = cfg.MaxLinks
 	}
 	opts := []sdktrace.TracerProviderOption{
-		sdktrace.WithBatcher(exp, sdktrace.WithMaxQueueSize(16384), sdktrace.WithMaxExportBatchSize(1024)),
+		sdktrace.WithBatcher(t.exp, sdktrace.WithMaxQueueSize(16384), sdktrace.WithMaxExportBatchSize(1024)),
 		sdktrace.WithResource(res),
 		sdktrace.WithRawSpanLimits(limits),
 	}
@@ -172,8 +175,10 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 	if proto == "grpc" {
 		return wrapExp(otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(u.String())))
 	}
-	if u.Path == "" || u.Path == "/" {
-		u.Path = "/v1/traces"
+	if !strings.HasSuffix(u.Path, "/v1/traces") {
+		// A base URL, as OTEL_EXPORTER_OTLP_ENDPOINT: the exporter
+		// posts to its path plus /v1/traces.
+		u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
 	}
 	return wrapExp(otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String())))
 }
@@ -257,15 +262,66 @@ func (t *Tracing) Flush(ctx context.Context) error {
 }
 
 // Shutdown flushes and stops the provider within ctx; spans started later
-// are dropped. It returns ctx's error or the exporter's.
+// are dropped. It returns ctx's error or the exporter's. When ctx ends
+// first (a collector that takes the connection and never answers), it
+// cancels the export under way and waits up to stopGrace for the exporter
+// to shut down, so that no export goes on after Shutdown: the spans not
+// exported yet are lost.
 func (t *Tracing) Shutdown(ctx context.Context) error {
 	if !t.Enabled() {
 		return nil
 	}
 	if err := t.tp.Shutdown(ctx); err != nil {
+		t.exp.abort()
 		return fmt.Errorf("shut down tracing: %w", err)
 	}
 	return nil
+}
+
+// stopGrace is how long Shutdown waits for a cancelled export to return and
+// the exporter to shut down.
+const stopGrace = time.Second
+
+// stoppable is an exporter whose exports abort cancels. The batch span
+// processor waits for the export under way before it shuts the exporter
+// down, whatever its Shutdown's context says, and an OTLP export to a
+// collector that never answers ends only when the exporter's timeouts and
+// retries run out (30 s and more).
+type stoppable struct {
+	sdktrace.SpanExporter
+	stop     context.Context // cancelled by abort
+	cancel   context.CancelFunc
+	shutOnce sync.Once
+	shut     chan struct{} // closed when Shutdown has returned
+}
+
+func newStoppable(exp sdktrace.SpanExporter) *stoppable {
+	stop, cancel := context.WithCancel(context.Background())
+	return &stoppable{SpanExporter: exp, stop: stop, cancel: cancel, shut: make(chan struct{})}
+}
+
+func (s *stoppable) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.stop, cancel)()
+	return s.SpanExporter.ExportSpans(ctx, spans)
+}
+
+func (s *stoppable) Shutdown(ctx context.Context) error {
+	defer s.shutOnce.Do(func() { close(s.shut) })
+	return s.SpanExporter.Shutdown(ctx)
+}
+
+// abort cancels the exports under way and those to come, and waits up to
+// stopGrace for the exporter's Shutdown to return.
+func (s *stoppable) abort() {
+	s.cancel()
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case <-s.shut:
+	case <-t.C:
+	}
 }
 
 // sampleRoot decides whether a message without a traceparent is traced.
@@ -329,23 +385,9 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 }
 
 // EndMessage ends ev's span, if it has one, with how the message was
-// settled: outcome is "ack", "dead_letter", "nak" or "term"; a non-nil err
-// marks the span failed. Safe to call for every event: without a span it is
-// a nil check.
-func EndMessage(ev *pipeline.Event, outcome string, err error) {
-	sp := ev.Span
-	if sp == nil {
-		return
-	}
-	if outcome != "ack" { // ack is the rule; say only the exceptions
-		sp.SetAttributes(attribute.String("jetsink.settle", outcome))
-	}
-	if err != nil {
-		sp.RecordError(err)
-		sp.SetStatus(codes.Error, err.Error())
-	}
-	sp.End()
-}
+// settled (see pipeline.Event.EndSpan). Safe to call for every event:
+// without a span it is a nil check.
+func EndMessage(ev *pipeline.Event, outcome string, err error) { ev.EndSpan(outcome, err) }
 
 // StartCopy starts the CLIENT span "copy <table>" of one batch, linked to
 // the span of every sampled message in rows, or returns nil when no message
@@ -405,14 +447,20 @@ func EndCopy(sp trace.Span, rows, bytes int, retries uint64, err error) {
 }
 
 // traceparent returns the message's traceparent header: "traceparent" as
-// W3C and most NATS clients write it, or "Traceparent" as
-// propagation.HeaderCarrier does. It allocates nothing.
+// W3C and most NATS clients write it, "Traceparent" as
+// propagation.HeaderCarrier does, or the key in any other case, as Carrier
+// finds it for Extract. It allocates nothing.
 func traceparent(h map[string][]string) string {
 	if v := h["traceparent"]; len(v) > 0 {
 		return v[0]
 	}
 	if v := h["Traceparent"]; len(v) > 0 {
 		return v[0]
+	}
+	for k, v := range h {
+		if len(k) == len("traceparent") && len(v) > 0 && strings.EqualFold(k, "traceparent") {
+			return v[0]
+		}
 	}
 	return ""
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -119,6 +120,18 @@ func TestStartMessageParentAndSampling(t *testing.T) {
 		copySp.Links[0].SpanContext.SpanID() != proc.SpanContext.SpanID() {
 		t.Errorf("copy span %q kind %v links %v", copySp.Name, copySp.SpanKind, copySp.Links)
 	}
+	// Whatever the case of the header's key (NATS headers are
+	// case-sensitive; Extract reads any case, and so must the sampling).
+	for _, key := range []string{"TraceParent", "TRACEPARENT"} {
+		ev := event(nats.Header{key: h["traceparent"]})
+		if ev.Span = tr.StartMessage(ev); ev.Span == nil {
+			t.Fatalf("sampled parent under the key %q: no span", key)
+		}
+		if got := ev.Span.SpanContext().TraceID(); got != psp.SpanContext().TraceID() {
+			t.Fatalf("key %q: trace %v, want the publisher's %v", key, got, psp.SpanContext().TraceID())
+		}
+		ev.Span.End()
+	}
 }
 
 func TestDeadLettererEndsSpanAndCounts(t *testing.T) {
@@ -130,12 +143,17 @@ func TestDeadLettererEndsSpanAndCounts(t *testing.T) {
 	}
 	defer func() { _ = m.Shutdown(context.Background()) }()
 	fail := errors.New("publish failed")
-	for _, next := range []error{nil, fail} {
+	const counted = `jetsink_events_dead_lettered_total{code="invalid_json",otel_scope_name="github.com/jetsink/jetsink",otel_scope_schema_url="",otel_scope_version="",stage="decode"}`
+	for i, next := range []error{nil, fail} {
 		d := &DeadLetterer{Next: dlFunc(func() error { return next }), Metrics: m}
 		ev := event(nil)
 		ev.Span = tr.StartMessage(ev)
 		if err := d.DeadLetter(context.Background(), &ev, pipeline.DeadLetter{Stage: "decode", Code: "invalid_json"}); !errors.Is(err, next) {
 			t.Fatalf("DeadLetter = %v, want %v", err, next)
+		}
+		// Only the stored dead letter counts; the failed one was nak'ed.
+		if got := scrape(t, m)[counted]; got != 1 {
+			t.Fatalf("after dead letter %d (err %v): %s = %v, want 1", i+1, next, counted, got)
 		}
 	}
 	_ = tr.Flush(context.Background())
@@ -251,5 +269,67 @@ func TestNewTracingEndpoints(t *testing.T) {
 		if _, err := NewTracing(ctx, Config{OTLPEndpoint: bad}); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%q: err = %v, want ErrInvalidConfig", bad, err)
 		}
+	}
+}
+
+// A collector that takes the connection and never answers holds neither
+// Shutdown past its context (and stopGrace) nor, after it, any goroutine
+// (TestMain's goleak): the export under way is cancelled.
+func TestShutdownCancelsAHungExport(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c) // read nothing, answer nothing
+		}
+	}()
+	defer func() {
+		ln.Close()
+		<-accepted
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	exp, err := newExporter(context.Background(), "http://"+ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := newTracing(exp, Config{ServiceName: "test", SampleRatio: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := event(nil)
+	ev.Span = tr.StartMessage(ev)
+	EndMessage(&ev, "ack", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := tr.Flush(ctx); err == nil {
+		t.Fatal("Flush to a collector that never answers returned nil")
+	}
+	// Shutdown's own export of the spans still queued runs on the batch
+	// processor's goroutine, under the processor's export timeout (30 s).
+	ev.Span = tr.StartMessage(ev)
+	EndMessage(&ev, "ack", nil)
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := tr.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v, want its context's deadline", err)
+	}
+	// Without the cancel, the export would hold on for the exporter's
+	// timeout (10 s) and retries (a minute), until the connection closes.
+	select {
+	case <-tr.exp.shut:
+	default:
+		t.Fatalf("the exporter is still exporting %v after Shutdown returned", time.Since(start))
 	}
 }
