@@ -15,7 +15,9 @@ import (
 
 // BaselineConfig says where the baseline consumer reads and writes.
 type BaselineConfig struct {
-	NATSURL     string
+	NATSURL string
+	// NATSOptions are the connection's credentials and TLS settings.
+	NATSOptions []nats.Option
 	Stream      string
 	Consumer    string // durable name
 	DatabaseURL string
@@ -52,7 +54,7 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
 	if cfg.BatchDelay <= 0 {
 		cfg.BatchDelay = 50 * time.Millisecond
 	}
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("jetsink-bench-baseline"))
+	nc, err := nats.Connect(cfg.NATSURL, append([]nats.Option{nats.Name("jetsink-bench-baseline")}, cfg.NATSOptions...)...)
 	if err != nil {
 		return fmt.Errorf("baseline: connect to NATS: %w", err)
 	}

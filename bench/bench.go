@@ -136,7 +136,15 @@ type Result struct {
 	PostgresCPUPerEvent float64     `json:"postgres_cpu_us_per_event,omitempty"`
 	Redelivered         int64       `json:"redelivered"`
 	Latency             Percentiles `json:"latency"`
-	LatencyFrom         string      `json:"latency_commit_time"` // pg_xact_commit_timestamp or committed_at
+	// LatencyFrom says where Latency starts and ends. A rate run's ends
+	// when the bench saw the event's first ack (after its commit's WAL
+	// flush; LatencyAcked rows, the rest at their commit time); a
+	// drain's starts at the engine's start (its events were sent before)
+	// and ends at the commit time (pg_xact_commit_timestamp, or the COPY's
+	// committed_at without commit timestamps): not subscribing to a
+	// drain's acks leaves the bench process's CPU to nats-server.
+	LatencyFrom  string `json:"latency_end"`
+	LatencyAcked int64  `json:"latency_acked_rows,omitempty"`
 	// Latency split at the moment JetStream stored the event (its
 	// metadata timestamp, the published_at column): scheduled send ->
 	// stored is the publisher's and nats-server's part, stored -> commit
@@ -151,11 +159,14 @@ type Result struct {
 	LatencyCopyToCommit Percentiles `json:"latency_copy_to_commit,omitzero"`
 	// stored -> COPY split again where the engine received the event (its
 	// received_at; jetsink only): JetStream delivery, then jetsink itself.
-	LatencyDelivery Percentiles  `json:"latency_stream_to_received,omitzero"`
-	LatencyInside   Percentiles  `json:"latency_received_to_copy,omitzero"`
-	Curve           []CurvePoint `json:"percentile_curve"`
-	Timeline        []TimePoint  `json:"timeline"`
-	Batches         Batches      `json:"batches"`
+	LatencyDelivery Percentiles `json:"latency_stream_to_received,omitzero"`
+	LatencyInside   Percentiles `json:"latency_received_to_copy,omitzero"`
+	// The commit timestamp to the ack's arrival (rate runs with commit
+	// timestamps): the commit's WAL flush, the ack's way to the bench.
+	LatencyCommitToAck Percentiles  `json:"latency_commit_to_ack,omitzero"`
+	Curve              []CurvePoint `json:"percentile_curve"`
+	Timeline           []TimePoint  `json:"timeline"`
+	Batches            Batches      `json:"batches"`
 	// RSS is the engine's resident set (VmRSS) over the run, the most of
 	// each second from samples every 250 ms (rate scenario).
 	RSS []RSSPoint `json:"rss,omitempty"`
@@ -236,11 +247,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		pgPID = pg.PID()
 		say("embedded NATS %s, throwaway PostgreSQL on port %d %s", ns.URL(), pg.Port(), strings.TrimPrefix(rep.Target, "embedded "))
 	}
-	nc, err := nats.Connect(cfg.NATS.URL, nats.Name("jetsink-bench"))
+	nc, err := natsConnect(cfg.NATS, "jetsink-bench")
 	if err != nil {
-		return nil, fmt.Errorf("bench: connect to NATS: %w", err)
+		return nil, err
 	}
 	defer nc.Close()
+	// Acks are read on a connection of their own: the publisher's
+	// PubAcks come in on nc.
+	ackNC, err := natsConnect(cfg.NATS, "jetsink-bench-acks")
+	if err != nil {
+		return nil, err
+	}
+	defer ackNC.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -260,7 +278,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer os.RemoveAll(dir)
 
-	b := &bencher{o: o, cfg: cfg, js: js, db: db, dir: dir, byCommitTS: track == "on", say: say, pgPID: pgPID,
+	b := &bencher{o: o, cfg: cfg, js: js, ackNC: ackNC, db: db, dir: dir, byCommitTS: track == "on", say: say, pgPID: pgPID,
 		id: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
 	for r := 0; r < o.Count; r++ {
 		for _, v := range o.Variants {
@@ -275,7 +293,49 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.LoadAvg[1] = loadAvg1()
 	rep.Summary = summarize(rep.Results)
-	return rep, nil
+	return rep, b.lossCheck(rep.Results)
+}
+
+// ErrLost is wrapped by Run's error when an engine lost events, or
+// duplicated rows in exactly-once mode: the report is still returned.
+var ErrLost = errors.New("events lost or duplicated")
+
+// lossCheck reports the runs that lost events (published, acked by
+// JetStream and missing from the table) and jetsink's exactly-once runs
+// that stored an event twice. At-least-once may store an event twice after
+// a redelivery: that is counted in the report, not an error.
+func (b *bencher) lossCheck(results []Result) error {
+	var bad []string
+	for _, r := range results {
+		name := fmt.Sprintf("%s rep %d%s", r.Engine, r.Rep, variantSuffix(Variant{Name: r.Variant}))
+		if r.Missing != 0 {
+			bad = append(bad, fmt.Sprintf("%s: %d missing", name, r.Missing))
+		}
+		if r.Duplicate != 0 && r.Engine == EngineJetsink && b.exactlyOnce(r.Variant) {
+			bad = append(bad, fmt.Sprintf("%s: %d duplicate rows in exactly-once mode", name, r.Duplicate))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("bench: %w: %s", ErrLost, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// exactlyOnce reports whether jetsink ran the variant named name in
+// exactly-once mode: the base config's mode, unless the variant sets it.
+func (b *bencher) exactlyOnce(name string) bool {
+	mode := string(b.cfg.Postgres.Mode)
+	for _, v := range b.o.Variants {
+		if v.Name != name {
+			continue
+		}
+		for _, kv := range v.Set {
+			if m, ok := strings.CutPrefix(kv, "postgres.mode="); ok {
+				mode = m
+			}
+		}
+	}
+	return mode == string(sink.ExactlyOnce)
 }
 
 func (o *Options) defaults() error {
@@ -408,6 +468,7 @@ type bencher struct {
 	o          Options
 	cfg        config.Config
 	js         jetstream.JetStream
+	ackNC      *nats.Conn // the rate runs' ack subscriptions
 	db         *pgx.Conn
 	dir        string
 	id         string
@@ -547,7 +608,11 @@ func benchColumns() []pipeline.Column {
 // start starts t's engine as a subprocess.
 func (b *bencher) start(t target) (*child, error) {
 	if t.engine == EngineBaseline {
-		return startChild(b.o.Exe, nil, "bench", "baseline", "--nats-url", b.cfg.NATS.URL, "--stream", t.stream,
+		path, err := b.writeConfig(t, b.cfg) // for the NATS credentials
+		if err != nil {
+			return nil, err
+		}
+		return startChild(b.o.Exe, nil, "bench", "baseline", "--config", path, "--nats-url", b.cfg.NATS.URL, "--stream", t.stream,
 			"--consumer", t.consumer, "--database-url", b.cfg.Postgres.URL, "--table", t.table)
 	}
 	cfg := b.cfg
@@ -561,19 +626,29 @@ func (b *bencher) start(t target) (*child, error) {
 	cfg.Postgres.Columns = benchColumns()
 	cfg.Telemetry.Listen = ""
 	cfg.Log.Level = "warn"
-	raw, err := yaml.Marshal(cfg)
+	path, err := b.writeConfig(t, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("bench: write config: %w", err)
-	}
-	path := filepath.Join(b.dir, t.table+".yaml")
-	if err := os.WriteFile(path, raw, 0o600); err != nil { // it holds the database URL
-		return nil, fmt.Errorf("bench: write config: %w", err)
+		return nil, err
 	}
 	args := []string{"run", "--config", path}
 	for _, kv := range t.variant.Set {
 		args = append(args, "--set", kv)
 	}
 	return startChild(b.o.Exe, t.variant.Env, args...)
+}
+
+// writeConfig writes cfg for t's engine into the bench's directory and
+// returns its path.
+func (b *bencher) writeConfig(t target, cfg config.Config) (string, error) {
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		return "", fmt.Errorf("bench: write config: %w", err)
+	}
+	path := filepath.Join(b.dir, t.table+".yaml")
+	if err := os.WriteFile(path, raw, 0o600); err != nil { // it holds the database URL and credentials
+		return "", fmt.Errorf("bench: write config: %w", err)
+	}
+	return path, nil
 }
 
 // waitAcked polls the consumer until every message of the stream up to
@@ -693,7 +768,7 @@ func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Resu
 	if err != nil {
 		return res, err
 	}
-	return res, b.settle(ctx, &res, c, t, before, cpuOK, c.started, cpuMark{})
+	return res, b.settle(ctx, &res, c, t, before, cpuOK, c.started, cpuMark{}, nil)
 }
 
 // rate starts t's engine, publishes open loop, and measures it.
@@ -720,6 +795,11 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	if err := b.waitReady(ctx, c, t); err != nil {
 		return abort(err)
 	}
+	acks, err := recordAcks(b.ackNC, t.stream, t.consumer)
+	if err != nil {
+		return abort(err)
+	}
+	defer acks.stop()
 	pubCtx, stopPub := context.WithCancelCause(ctx)
 	defer stopPub(nil)
 	pubStart := time.Now()
@@ -748,7 +828,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 		return abort(err)
 	}
 	res.Published, res.PublishPS, res.PubRetried = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds(), pub.Retried
-	err = b.settle(ctx, &res, c, t, before, cpuOK, pubStart, first)
+	err = b.settle(ctx, &res, c, t, before, cpuOK, pubStart, first, acks)
 	samples := rss.stop()
 	res.RSS = perSecond(samples, pubStart)
 	if lock != nil && err == nil {
@@ -764,12 +844,17 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 // settle waits until t's engine c has acked the res.Published events, stops
 // it and fills res: the machine's CPU since before (when cpuOK), the
 // engine's usage and log problems, its steady CPU since first (see
-// waitAcked), and what the table says, with elapsed time counted from from.
-func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, before cpuSample, cpuOK bool, from time.Time, first cpuMark) error {
+// waitAcked), and what the table says, with elapsed time counted from from
+// and latency ending at acks, when non-nil (see measureTable).
+func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, before cpuSample, cpuOK bool, from time.Time,
+	first cpuMark, acks *ackTimes) error {
 	ci, steady, err := b.waitAcked(ctx, c, t, uint64(res.Published), first)
 	if err != nil {
 		c.kill()
 		return err
+	}
+	if acks != nil {
+		acks.stop() // every ack is in: the server sends what it has before the drain ends
 	}
 	res.SteadyCPUPerEvent = steady
 	if after, ok := sampleCPU(b.pgPID); ok && cpuOK {
@@ -777,7 +862,7 @@ func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, b
 	}
 	usage, stopErr := c.stop(30 * time.Second)
 	res.Log = c.problems(10)
-	if err := b.finish(ctx, res, t, ci, usage, from); err != nil {
+	if err := b.finish(ctx, res, t, ci, usage, from, acks); err != nil {
 		return err
 	}
 	if stopErr != nil {
@@ -804,20 +889,30 @@ func (r *Result) machineCPU(before, after cpuSample) {
 }
 
 // finish fills res from the table, the consumer and the child's usage.
-func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstream.ConsumerInfo, u Usage, from time.Time) error {
+func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstream.ConsumerInfo, u Usage, from time.Time, acks *ackTimes) error {
 	res.Load1 = loadAvg1()
 	window := time.Second
 	if b.o.Scenario == ScenarioRate && b.o.Duration < 20*time.Second {
 		window = max(b.o.Duration/20, 10*time.Millisecond)
 	}
-	f, err := measureTable(ctx, b.db, t.table, b.byCommitTS, window)
+	f, err := measureTable(ctx, b.db, t.table, b.byCommitTS, window, acks, from)
 	if err != nil {
 		return fmt.Errorf("bench: measure %s: %w", t.table, err)
 	}
-	res.LatencyFrom = "committed_at (copy time)"
+	commit := "committed_at (copy time)"
 	if b.byCommitTS {
-		res.LatencyFrom = "pg_xact_commit_timestamp"
+		commit = "pg_xact_commit_timestamp"
 	}
+	switch {
+	case acks == nil:
+		res.LatencyFrom = commit + ", from the engine's start"
+	case f.acked == f.rows:
+		res.LatencyFrom = "the first ack the bench saw"
+	default:
+		res.LatencyFrom = fmt.Sprintf("the first ack the bench saw (%d of %d rows; the rest %s)", f.acked, f.rows, commit)
+	}
+	res.LatencyAcked = f.acked
+	res.LatencyCommitToAck = f.commitToAck
 	res.Rows, res.Duplicate = f.rows, f.rows-f.distinctSeqs
 	res.Missing = int64(res.Published) - f.distinctSeqs
 	res.Latency, res.Curve, res.Timeline, res.Batches = f.latency, f.curve, f.timeline, f.batches
@@ -873,6 +968,10 @@ func (r Result) line() string {
 		s += fmt.Sprintf("\n           stored->received p50 %.1f p99 %.1f max %.1f ms, received->COPY p50 %.1f p99 %.1f max %.1f ms",
 			r.LatencyDelivery.P50, r.LatencyDelivery.P99, r.LatencyDelivery.Max,
 			r.LatencyInside.P50, r.LatencyInside.P99, r.LatencyInside.Max)
+	}
+	if r.LatencyCommitToAck.Count > 0 {
+		s += fmt.Sprintf("\n           commit->ack seen p50 %.1f p99 %.1f max %.1f ms",
+			r.LatencyCommitToAck.P50, r.LatencyCommitToAck.P99, r.LatencyCommitToAck.Max)
 	}
 	if l := r.Lock; l != nil {
 		s += fmt.Sprintf("\n           table locked at %.1f s for %.1f s: RSS %.1f MiB as it was taken, at most %.1f while held (%+.1f), %.1f catching up; everything sent before the release committed %.1f s after it",

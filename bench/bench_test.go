@@ -22,6 +22,7 @@ import (
 	"github.com/jetsink/jetsink/embedded"
 	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/processor"
+	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -45,6 +46,9 @@ func checkReport(t *testing.T, rep *Report, engines int) {
 		l := r.Latency
 		if l.Count != r.Rows || !(0 < l.P50 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
 			t.Errorf("%s: latency not complete and monotone: %+v", r.Engine, l)
+		}
+		if len(r.Curve) == 0 || r.Curve[0].Percentile != 0 || r.Curve[0].Ms <= 0 {
+			t.Errorf("%s: the curve's 0th percentile is not the least latency: %+v", r.Engine, r.Curve)
 		}
 		for i := 1; i < len(r.Curve); i++ {
 			if r.Curve[i].Ms < r.Curve[i-1].Ms || r.Curve[i].Percentile <= r.Curve[i-1].Percentile {
@@ -107,8 +111,15 @@ func TestDrainCompareBaseline(t *testing.T) {
 	if s := rep.Summary; s[0].Ratio.N != 1 || s[0].Ratio.Median <= 0 {
 		t.Errorf("no ratio to the baseline: %+v", s[0])
 	}
-	if got := rep.Results[0].LatencyFrom; !strings.HasPrefix(got, "committed_at") && !strings.HasPrefix(got, "pg_xact") {
-		t.Errorf("latency source %q", got)
+	for _, r := range rep.Results {
+		if got := r.LatencyFrom; !strings.HasPrefix(got, "committed_at") && !strings.HasPrefix(got, "pg_xact") {
+			t.Errorf("%s: latency source %q", r.Engine, got)
+		}
+		// Counted from the engine's own start, not the preload's sends
+		// (which the second engine would pay the first one's run for).
+		if elapsed := r.ElapsedS * 1000; r.Latency.Max > elapsed+1 {
+			t.Errorf("%s: drain latency max %.1f ms, longer than its run (%.1f ms)", r.Engine, r.Latency.Max, elapsed)
+		}
 	}
 }
 
@@ -133,8 +144,12 @@ func TestRateEmbedded(t *testing.T) {
 	if r.Published != 4000 {
 		t.Errorf("published %d, want 4000", r.Published)
 	}
-	if r.LatencyFrom != "pg_xact_commit_timestamp" {
-		t.Errorf("embedded run measured latency to %q, want the commit timestamp", r.LatencyFrom)
+	if r.LatencyFrom != "the first ack the bench saw" || r.LatencyAcked != r.Rows {
+		t.Errorf("rate run measured latency to %q (%d of %d rows acked), want every row's ack", r.LatencyFrom, r.LatencyAcked, r.Rows)
+	}
+	// The ack comes after the commit: its timestamp, its WAL flush.
+	if c := r.LatencyCommitToAck; c.Count != r.Rows || c.P50 <= 0 {
+		t.Errorf("commit->ack leg %+v for %d rows", c, r.Rows)
 	}
 	if len(r.Timeline) < 10 {
 		t.Errorf("timeline has %d windows for a 2 s run, want about 20", len(r.Timeline))
@@ -480,6 +495,42 @@ func TestSummaryRatioPairsEachVariantWithItsBaseline(t *testing.T) {
 		}
 		if s.Ratio.N != 2 || s.Ratio.Min != want[s.Variant] || s.Ratio.Max != want[s.Variant] {
 			t.Errorf("variant %s: ratio %+v, want %v in both repetitions", s.Variant, s.Ratio, want[s.Variant])
+		}
+	}
+}
+
+// A run that lost an event fails the bench; so does a duplicate row in
+// exactly-once mode (set in the base config or by the variant), not one in
+// at-least-once mode, nor the baseline's.
+func TestLossCheck(t *testing.T) {
+	b := &bencher{o: Options{Variants: []Variant{{}, {Name: "mode=eo", Set: []string{"postgres.mode=exactly-once"}}}}}
+	for _, c := range []struct {
+		r    Result
+		lost bool
+	}{
+		{Result{Engine: EngineJetsink}, false},
+		{Result{Engine: EngineJetsink, Missing: 1}, true},
+		{Result{Engine: EngineBaseline, Missing: -2}, true},
+		{Result{Engine: EngineJetsink, Duplicate: 3}, false},
+		{Result{Engine: EngineJetsink, Variant: "mode=eo", Duplicate: 3}, true},
+		{Result{Engine: EngineBaseline, Variant: "mode=eo", Duplicate: 3}, false},
+	} {
+		if err := b.lossCheck([]Result{c.r}); errors.Is(err, ErrLost) != c.lost {
+			t.Errorf("%+v: %v, want lost %v", c.r, err, c.lost)
+		}
+	}
+	b.cfg.Postgres.Mode = sink.ExactlyOnce
+	if err := b.lossCheck([]Result{{Engine: EngineJetsink, Duplicate: 1}}); !errors.Is(err, ErrLost) {
+		t.Errorf("a duplicate row with exactly-once in the base config: %v", err)
+	}
+}
+
+// Only what acknowledges a message ends its latency.
+func TestIsAck(t *testing.T) {
+	for p, want := range map[string]bool{"": true, "+ACK": true, "+NXT": true, "+NXT {\"batch\":1}": true,
+		"-NAK": false, "+WPI": false, "+TERM": false, "+TERM reason": false} {
+		if got := isAck([]byte(p)); got != want {
+			t.Errorf("isAck(%q) = %v, want %v", p, got, want)
 		}
 	}
 }

@@ -11,13 +11,28 @@
 //
 // Latency is publish-to-commit measured from each event's *scheduled* send
 // time (loadgen.Options.Stamp puts it in the event's ts), so a stalled
-// system does not hide its own delay (no coordinated omission). The commit
-// time of a row is pg_xact_commit_timestamp(xmin) when the server tracks
-// commit timestamps (the embedded server is restarted with
-// track_commit_timestamp=on), else the row's committed_at column
-// (DEFAULT clock_timestamp(), filled by COPY), which is when the row was
-// copied, a little before its COMMIT. Rows per transaction (grouped by
+// system does not hide its own delay (no coordinated omission). In a rate
+// run it ends when the bench sees the event's first ack: it subscribes to
+// the engine's ack subjects ($JS.ACK.<stream>.<consumer>.>) on a
+// connection of its own, and an engine acks only after the row's COMMIT
+// has returned, so the end is on the bench's own clock and after the
+// commit's WAL flush. (pg_xact_commit_timestamp is taken before that
+// flush: on this project's VM the COMMIT returned 1-2 ms after it at the
+// median, tens of ms in the tail.) A drain's latency starts at the
+// engine's start, as its events were sent before, and ends at the commit
+// time, without an ack subscription that would take CPU from nats-server
+// while it delivers at full speed. The commit time of a row is
+// pg_xact_commit_timestamp(xmin) when the server tracks commit timestamps
+// (the embedded server is restarted with track_commit_timestamp=on), else
+// the row's committed_at column (DEFAULT clock_timestamp(), filled by
+// COPY), which is when the row was copied, a little before its COMMIT; the
+// legs of the latency (send to stored, stored to received, to the COPY, to
+// the commit, commit to ack) use it. Rows per transaction (grouped by
 // xmin) give the batch-size distribution.
+//
+// A run that lost an event (acked by JetStream to the publisher, absent
+// from the table), or stored one twice in exactly-once mode, makes Run
+// return ErrLost with the report.
 //
 // The embedded PostgreSQL is also prepared like a server that has been
 // running (unless Options.ColdPostgres): a new cluster creates, zero-fills

@@ -81,6 +81,8 @@ type tableFacts struct {
 	// commit time is the real commit timestamp.
 	beforeCopy, copyToCommit Percentiles
 	delivery, inside         Percentiles // beforeCopy split at received_at (jetsink fills it)
+	commitToAck              Percentiles // the commit timestamp to the ack's arrival (WAL flush, the ack's way)
+	acked                    int64       // rows whose latency ends at their ack (the rest at their commit)
 	curve                    []CurvePoint
 	timeline                 []TimePoint
 	batches                  Batches
@@ -88,8 +90,12 @@ type tableFacts struct {
 
 // measureTable reads every row's scheduled time and commit time. byCommitTS
 // uses pg_xact_commit_timestamp(xmin) (track_commit_timestamp on), else the
-// committed_at column.
-func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bool, window time.Duration) (tableFacts, error) {
+// committed_at column. A row's latency ends when its message's first ack
+// arrived, when acks saw it (the rest end at the commit time), and starts at
+// its scheduled send time or at from, whichever is later: a drain's events
+// were sent before its engine started.
+func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bool, window time.Duration,
+	acks *ackTimes, from time.Time) (tableFacts, error) {
 	var f tableFacts
 	t := pgx.Identifier{table}.Sanitize()
 	commit := commitTime(byCommitTS)
@@ -99,7 +105,7 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	if f.rows == 0 {
 		return f, nil
 	}
-	rows, err := db.Query(ctx, "SELECT ts, published_at, received_at, committed_at, "+commit+" FROM "+t+" ORDER BY ts")
+	rows, err := db.Query(ctx, "SELECT stream_seq, ts, published_at, received_at, committed_at, "+commit+" FROM "+t+" ORDER BY ts")
 	if err != nil {
 		return f, fmt.Errorf("read latencies: %w", err)
 	}
@@ -110,6 +116,7 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	copyToCommit := hdrhistogram.New(histMin, histMax, histDigits)
 	delivery := hdrhistogram.New(histMin, histMax, histDigits)
 	inside := hdrhistogram.New(histMin, histMax, histDigits)
+	commitToAck := hdrhistogram.New(histMin, histMax, histDigits)
 	var (
 		start, winStart time.Time
 		win             *hdrhistogram.Histogram
@@ -121,9 +128,10 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 		}
 	}
 	for rows.Next() {
+		var seq int64
 		var ts, copied, at time.Time
 		var stored, received *time.Time // NULL where the engine does not fill them
-		if err := rows.Scan(&ts, &stored, &received, &copied, &at); err != nil {
+		if err := rows.Scan(&seq, &ts, &stored, &received, &copied, &at); err != nil {
 			rows.Close()
 			return f, fmt.Errorf("read latencies: %w", err)
 		}
@@ -142,7 +150,15 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 		if at.After(f.last) {
 			f.last = at
 		}
-		us := clampUS(at.Sub(ts)) // clock steps cannot make it negative
+		end := at
+		if acked, ok := acks.get(seq); ok {
+			end = acked
+			f.acked++
+			if byCommitTS {
+				_ = commitToAck.RecordValue(clampUS(acked.Sub(at)))
+			}
+		}
+		us := clampUS(end.Sub(later(ts, from))) // clock steps cannot make it negative
 		_ = all.RecordValue(us)
 		if stored != nil {
 			_ = toStream.RecordValue(clampUS(stored.Sub(ts)))
@@ -173,8 +189,15 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	if inside.TotalCount() > 0 {
 		f.delivery, f.inside = percentiles(delivery), percentiles(inside)
 	}
+	if commitToAck.TotalCount() > 0 {
+		f.commitToAck = percentiles(commitToAck)
+	}
 	for _, q := range curveQuantiles {
-		f.curve = append(f.curve, CurvePoint{Percentile: q, Ms: float64(all.ValueAtQuantile(q)) / 1000})
+		v := all.ValueAtQuantile(q)
+		if q == 0 {
+			v = all.Min() // ValueAtQuantile(0) is the lowest bucket's start, 0
+		}
+		f.curve = append(f.curve, CurvePoint{Percentile: q, Ms: float64(v) / 1000})
 	}
 
 	brows, err := db.Query(ctx, "SELECT count(*) FROM "+t+" GROUP BY xmin")
@@ -187,6 +210,14 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	}
 	f.batches = batchStats(sizes)
 	return f, nil
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // clampUS is d in whole microseconds within the histograms' range.

@@ -77,3 +77,11 @@ func parseNum(s string) uint64 {
 	}
 	return n
 }
+
+// AckSubjectSeq returns the stream and the stream sequence that a JetStream
+// ack subject (a delivered message's reply subject, to which its ack is
+// published) names, or false for a subject of another shape.
+func AckSubjectSeq(subject string) (stream string, streamSeq uint64, ok bool) {
+	m, ok := parseAckReply(subject)
+	return m.stream, m.streamSeq, ok
+}

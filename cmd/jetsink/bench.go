@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/jetsink/jetsink/bench"
+	"github.com/jetsink/jetsink/config"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -148,6 +149,7 @@ apply to jetsink only.`,
 // as a subprocess so that its CPU and memory are measured like jetsink's.
 func newBenchBaselineCmd() *cobra.Command {
 	var c bench.BaselineConfig
+	var file string
 	cmd := &cobra.Command{
 		Use:    "baseline",
 		Short:  "The straightforward consumer `jetsink bench --compare baseline` measures (internal)",
@@ -156,10 +158,20 @@ func newBenchBaselineCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			if file != "" {
+				cfg, err := config.Load(config.Source{File: file})
+				if err != nil {
+					return err
+				}
+				if c.NATSOptions, err = cfg.NATS.AuthOptions(); err != nil {
+					return err
+				}
+			}
 			return bench.RunBaseline(ctx, c)
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&file, "config", "", "jetsink config file whose nats: credentials and TLS settings to use")
 	f.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL")
 	f.StringVar(&c.Stream, "stream", "", "stream")
 	f.StringVar(&c.Consumer, "consumer", "", "durable consumer")

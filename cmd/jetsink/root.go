@@ -102,6 +102,9 @@ func newKeysCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "keys",
 		Short: "List every configuration key, its type, default and environment variable",
+		Long: `List every configuration key that the environment and --set can set, with its
+type, environment variable and default. postgres.columns, the mapping, is
+set in the file only (see the README).`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
