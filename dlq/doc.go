@@ -9,19 +9,38 @@
 // Replay walks the dead-letter stream with an ordered consumer (ephemeral,
 // no server-side state, no acks), from the first sequence the Filter allows
 // up to the stream's last sequence when Replay started, so that it ends even
-// while new dead letters arrive. For each dead letter the Filter matches it
-// publishes the original body to Jetsink-Subject with the original headers
-// minus every Jetsink-* header and with a fresh Nats-Msg-Id,
-// "<original msg id>:replay:<dead-letter seq>" ("<stream>:<stream_seq>"
-// stands in for a missing original id), so that the duplicate window of the
-// event stream does not swallow it and a second replay of the same dead
-// letter within the window is stored once. It waits for the PubAck, checks
-// that the stream that stored it is the Jetsink-Stream the event came from,
-// and only then, unless Options.Keep is set, deletes the dead letter from
-// the dead-letter stream. An event is therefore never lost: a failure
+// while new dead letters arrive. It stops at that sequence, or as soon as
+// the stream holds nothing more up to it, whether or not the last letter
+// matches. A fetch that brings nothing while letters up to it remain is a
+// stall, retried with longer waits and then reported as ErrStalled, never
+// taken for the end.
+//
+// For each dead letter the Filter matches it publishes the original body to
+// Jetsink-Subject with the original headers minus every Jetsink-* header
+// and with the Nats-Msg-Id "<original msg id>:replay:<dead-letter seq>"
+// ("<stream>:<stream_seq>" stands in for a missing original id): not the
+// original id, which the event stream may still remember and would drop as
+// a duplicate, but one that is the same for every replay of that dead
+// letter. It waits for the PubAck, checks that the stream that stored it is
+// the Jetsink-Stream the event came from, and only then, unless
+// Options.Keep is set, deletes the dead letter from the dead-letter stream,
+// retrying a failed delete a few times with backoff.
+//
+// An event is therefore never lost, but it can be stored twice: a failure
 // before the PubAck leaves the dead letter in place; a failure to delete
-// after it leaves both, and the next replay is de-duplicated by JetStream
-// within its duplicate window.
+// after it leaves both the event and its dead letter (Report.Undeleted names
+// them). Replaying such a letter again within the event stream's duplicate
+// window (duplicate_window, 2 minutes by default) is dropped by JetStream as
+// a duplicate; after the window, the event is stored again under a new
+// stream sequence, and jetsink writes a second row, in exactly-once mode
+// too, whose key is (stream, stream_seq). Delete such letters instead
+// (nats stream rmm <dead-letter stream> <seq>), or replay them only within
+// the window.
+//
+// Replay takes two contexts: ending intake stops it between letters, while
+// the letter under way is re-published and deleted under hard with a
+// timeout, so that a stop cannot fall between the PubAck and the delete;
+// ending hard gives that letter up too.
 //
 // DryRun lists what would be replayed and changes nothing.
 //

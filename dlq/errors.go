@@ -20,7 +20,12 @@ var (
 	// letter is left in place.
 	ErrWrongStream = errors.New("dlq: re-published to another stream")
 	// ErrDelete: the event was re-published but its dead letter could not
-	// be deleted; a later replay is de-duplicated within the event stream's
-	// duplicate window.
+	// be deleted (Report.Undeleted lists it). A later replay of it is
+	// de-duplicated only within the event stream's duplicate window; after
+	// it, the event is stored twice.
 	ErrDelete = errors.New("dlq: delete replayed dead letter failed")
+	// ErrStalled: the dead-letter stream still holds letters up to where
+	// the replay ends, but several fetches in a row brought none; they stay
+	// in place.
+	ErrStalled = errors.New("dlq: reading the dead-letter stream stalled")
 )

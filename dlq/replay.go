@@ -115,8 +115,13 @@ type Options struct {
 	Keep   bool // re-publish but do not delete the dead letters
 	Limit  int  // stop after this many matches (0: no limit)
 	// FetchWait bounds the wait for the next batch of the stream (default
-	// 2s); Replay ends early only if the stream is truncated meanwhile.
+	// 2s). A wait that brings nothing while the stream still holds a
+	// dead letter to read is a stall: it is retried with twice the wait,
+	// up to 3 times, and then Replay returns ErrStalled.
 	FetchWait time.Duration
+	// LetterTimeout bounds the re-publish and the delete of one dead
+	// letter, retries included (default 30s).
+	LetterTimeout time.Duration
 }
 
 // Outcome is what happened to one matched dead letter.
@@ -134,15 +139,38 @@ type Report struct {
 	Deleted  int
 	Skipped  int // not jetsink dead letters (ErrNotDeadLetter)
 	Failed   int // re-publish or delete failed
+	// Undeleted lists the dead-letter sequences of letters re-published
+	// (acknowledged by their stream) but not deleted although Keep was not
+	// set: each is now both an event and a dead letter, and replaying it
+	// again after the event stream's duplicate window stores it twice.
+	Undeleted []uint64
 }
+
+const (
+	fetchBatch     = 256
+	stallRetries   = 3 // empty fetches retried while letters remain
+	deleteAttempts = 4 // DeleteMsg calls per letter
+	deleteBackoff  = 250 * time.Millisecond
+)
 
 // Replay walks the dead-letter stream (see the package doc) and calls each,
 // if not nil, for every matched letter with its outcome (a zero Outcome in
-// a dry run). It returns an error wrapping ErrInvalidOptions for bad
-// options, the error of reading the stream, or ctx's error; a failed
+// a dry run).
+//
+// It has two contexts, as a drain does. When intake ends, Replay stops
+// before the next letter and returns intake's error; the letter under way
+// is finished: its re-publish and delete run under hard, bounded by
+// Options.LetterTimeout, so that stopping cannot separate the PubAck from
+// the delete. When hard ends, Replay gives that letter up too (it is
+// reported through each, and in Report.Undeleted if it was re-published)
+// and returns hard's error. Pass one context as both to stop anywhere.
+//
+// It returns an error wrapping ErrInvalidOptions for bad options, the error
+// of reading the stream, ErrStalled, or a context's error; a failed
 // re-publish or delete is reported through each and counted in
-// Report.Failed, and Replay goes on with the next letter.
-func Replay(ctx context.Context, js jetstream.JetStream, o Options, each func(*Letter, Outcome)) (Report, error) {
+// Report.Failed (and Report.Undeleted), and Replay goes on with the next
+// letter.
+func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, each func(*Letter, Outcome)) (Report, error) {
 	var rep Report
 	if o.Stream == "" {
 		return rep, fmt.Errorf("%w: no dead-letter stream given", ErrInvalidOptions)
@@ -153,11 +181,23 @@ func Replay(ctx context.Context, js jetstream.JetStream, o Options, each func(*L
 	if o.FetchWait <= 0 {
 		o.FetchWait = 2 * time.Second
 	}
-	stream, err := js.Stream(ctx, o.Stream)
+	if o.LetterTimeout <= 0 {
+		o.LetterTimeout = 30 * time.Second
+	}
+	stopped := func() error {
+		if err := hard.Err(); err != nil {
+			return err
+		}
+		return intake.Err()
+	}
+	if err := stopped(); err != nil {
+		return rep, err
+	}
+	stream, err := js.Stream(intake, o.Stream)
 	if err != nil {
 		return rep, fmt.Errorf("dlq: dead-letter stream %s: %w", o.Stream, err)
 	}
-	info, err := stream.Info(ctx)
+	info, err := stream.Info(intake)
 	if err != nil {
 		return rep, fmt.Errorf("dlq: dead-letter stream %s: %w", o.Stream, err)
 	}
@@ -165,10 +205,12 @@ func Replay(ctx context.Context, js jetstream.JetStream, o Options, each func(*L
 	if o.Filter.LastSeq != 0 {
 		last = min(last, o.Filter.LastSeq)
 	}
-	if info.State.Msgs == 0 || last < max(info.State.FirstSeq, o.Filter.FirstSeq) {
+	first := max(info.State.FirstSeq, o.Filter.FirstSeq)
+	if info.State.Msgs == 0 || last < first ||
+		(!o.Filter.Since.IsZero() && info.State.LastTime.Before(o.Filter.Since)) {
 		return rep, nil
 	}
-	occ := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	occ := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, MaxResetAttempts: 3}
 	switch {
 	case o.Filter.FirstSeq > info.State.FirstSeq:
 		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, o.Filter.FirstSeq
@@ -176,70 +218,156 @@ func Replay(ctx context.Context, js jetstream.JetStream, o Options, each func(*L
 		since := o.Filter.Since
 		occ.DeliverPolicy, occ.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	oc, err := js.OrderedConsumer(ctx, o.Stream, occ)
+	oc, err := js.OrderedConsumer(intake, o.Stream, occ)
 	if err != nil {
 		return rep, fmt.Errorf("dlq: read %s: %w", o.Stream, err)
 	}
+
+	// pos is the last sequence read, or the one before where reading
+	// starts; the stream is read to the end when it holds nothing in
+	// (pos, last].
+	pos, seen := first-1, false
+	wait, stalls := o.FetchWait, 0
 	for {
-		batch, err := oc.Fetch(256, jetstream.FetchMaxWait(o.FetchWait))
+		if err := stopped(); err != nil {
+			return rep, err
+		}
+		got, done, err := func() (int, bool, error) {
+			fctx, cancel := context.WithTimeout(intake, wait)
+			defer cancel()
+			defer context.AfterFunc(hard, cancel)()
+			batch, err := oc.Fetch(fetchBatch, jetstream.FetchContext(fctx))
+			if err != nil {
+				if deadline, _ := fctx.Deadline(); !time.Now().Before(deadline) && stopped() == nil {
+					return 0, false, nil // the wait ran out while the consumer was being made: a stall
+				}
+				return 0, false, err
+			}
+			if ci := oc.CachedInfo(); !seen && ci != nil && ci.Delivered.Stream > pos {
+				pos = ci.Delivered.Stream // where a consumer starting at --since starts
+			}
+			got := 0
+			for m := range batch.Messages() {
+				got++
+				meta, err := m.Metadata()
+				if err != nil {
+					return got, false, err
+				}
+				if meta.Sequence.Stream > last {
+					return got, true, nil
+				}
+				if err := stopped(); err != nil {
+					return got, false, err // between letters
+				}
+				pos, seen = meta.Sequence.Stream, true
+				if rep.scan(hard, js, stream, o, meta, m, each) && o.Limit > 0 && rep.Matched >= o.Limit {
+					return got, true, nil
+				}
+				if pos >= last {
+					return got, true, nil
+				}
+				if meta.NumPending == 0 { // the server has no more for now: if the stream has none, do not wait out the fetch
+					more, err := remains(intake, stream, pos, last)
+					if err != nil {
+						return got, false, err
+					}
+					if !more {
+						return got, true, nil
+					}
+				}
+			}
+			if err := stopped(); err != nil {
+				return got, false, err
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !(errors.Is(err, context.DeadlineExceeded) && fctx.Err() != nil) {
+				return got, false, err
+			}
+			return got, false, nil
+		}()
+		switch {
+		case err != nil && stopped() != nil:
+			return rep, stopped()
+		case err != nil:
+			return rep, fmt.Errorf("dlq: read %s: %w", o.Stream, err)
+		case done:
+			return rep, nil
+		case got > 0:
+			wait, stalls = o.FetchWait, 0
+			continue
+		}
+		// Nothing within the wait. Either the stream holds nothing more up
+		// to last (deleted, expired, or never there past --since), or the
+		// server did not deliver what it holds.
+		more, err := remains(intake, stream, pos, last)
 		if err != nil {
+			if stopped() != nil {
+				return rep, stopped()
+			}
 			return rep, fmt.Errorf("dlq: read %s: %w", o.Stream, err)
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			meta, err := m.Metadata()
-			if err != nil {
-				return rep, fmt.Errorf("dlq: read %s: %w", o.Stream, err)
-			}
-			if meta.Sequence.Stream > last {
-				return rep, nil
-			}
-			rep.Scanned++
-			l, err := letter(meta, m.Headers(), m.Data())
-			if err != nil {
-				rep.Skipped++
-				continue
-			}
-			if !o.Filter.Match(l) {
-				continue
-			}
-			rep.Matched++
-			var out Outcome
-			if !o.DryRun {
-				out = replayOne(ctx, js, stream, l, o.Keep)
-				if out.Replayed {
-					rep.Replayed++
-				}
-				if out.Deleted {
-					rep.Deleted++
-				}
-				if out.Err != nil {
-					rep.Failed++
-				}
-			}
-			if each != nil {
-				each(l, out)
-			}
-			if ctx.Err() != nil {
-				return rep, ctx.Err()
-			}
-			if meta.Sequence.Stream == last || (o.Limit > 0 && rep.Matched >= o.Limit) {
-				return rep, nil
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return rep, fmt.Errorf("dlq: read %s: %w", o.Stream, err)
-		}
-		if got == 0 {
-			// Nothing more within FetchWait: the rest up to last was
-			// deleted meanwhile (or by the filter's start).
-			if ctx.Err() != nil {
-				return rep, ctx.Err()
-			}
+		if !more {
 			return rep, nil
 		}
+		if stalls == stallRetries {
+			return rep, fmt.Errorf("%w: %s holds dead letters after sequence %d, but %d fetches in a row brought none (the last waited %s); they stay in place",
+				ErrStalled, o.Stream, pos, stalls+1, wait)
+		}
+		stalls++
+		wait *= 2
 	}
+}
+
+// scan handles one message of the dead-letter stream and counts it. It
+// reports whether the filter matched it.
+func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jetstream.Stream, o Options,
+	meta *jetstream.MsgMetadata, m jetstream.Msg, each func(*Letter, Outcome)) bool {
+	rep.Scanned++
+	l, err := letter(meta, m.Headers(), m.Data())
+	if err != nil {
+		rep.Skipped++
+		return false
+	}
+	if !o.Filter.Match(l) {
+		return false
+	}
+	rep.Matched++
+	var out Outcome
+	if !o.DryRun {
+		// Stopping intake must not come between the PubAck and the
+		// delete; only hard, or the timeout, may.
+		ctx, cancel := context.WithTimeout(hard, o.LetterTimeout)
+		out = replayOne(ctx, js, stream, l, o.Keep)
+		cancel()
+		if out.Replayed {
+			rep.Replayed++
+		}
+		if out.Deleted {
+			rep.Deleted++
+		}
+		if out.Err != nil {
+			rep.Failed++
+		}
+		if out.Replayed && !out.Deleted && !o.Keep {
+			rep.Undeleted = append(rep.Undeleted, l.Seq)
+		}
+	}
+	if each != nil {
+		each(l, out)
+	}
+	return true
+}
+
+// remains reports whether the stream holds a message with a sequence in
+// (pos, last].
+func remains(ctx context.Context, stream jetstream.Stream, pos, last uint64) (bool, error) {
+	m, err := stream.GetMsg(ctx, pos+1, jetstream.WithGetMsgSubject(">"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return m.Sequence <= last, nil
 }
 
 // letter reads a dead letter's headers.
@@ -265,7 +393,9 @@ func letter(meta *jetstream.MsgMetadata, h nats.Header, data []byte) (*Letter, e
 }
 
 // replayOne re-publishes l and, after its PubAck from the original stream,
-// deletes it from the dead-letter stream unless keep.
+// deletes it from the dead-letter stream unless keep. A failed delete is
+// retried with backoff while ctx lasts; a letter found gone counts as
+// deleted (an earlier attempt whose answer was lost may have deleted it).
 func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream, l *Letter, keep bool) Outcome {
 	ack, err := js.PublishMsg(ctx, l.Msg())
 	if err != nil {
@@ -279,10 +409,28 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 	if keep {
 		return out
 	}
-	if err := dlq.DeleteMsg(ctx, l.Seq); err != nil {
-		out.Err = fmt.Errorf("%w: dead letter %d: %w", ErrDelete, l.Seq, err)
-		return out
+	backoff := deleteBackoff
+	for attempt := 1; ; attempt++ {
+		err = dlq.DeleteMsg(ctx, l.Seq)
+		if err == nil {
+			out.Deleted = true
+			return out
+		}
+		if _, gerr := dlq.GetMsg(ctx, l.Seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+			out.Deleted = true
+			return out
+		}
+		if attempt == deleteAttempts || ctx.Err() != nil {
+			break
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff *= 2
 	}
-	out.Deleted = true
+	out.Err = fmt.Errorf("%w: dead letter %d (re-published to %s as Nats-Msg-Id %s): %w", ErrDelete, l.Seq, l.Subject, l.ReplayMsgID(), err)
 	return out
 }

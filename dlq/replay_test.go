@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -86,7 +87,7 @@ func streamMsgs(t *testing.T, ctx context.Context, js jetstream.JetStream, name 
 func TestReplayDryRunChangesNothing(t *testing.T) {
 	js, ctx := setup(t, 10)
 	var seen []uint64
-	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ", DryRun: true, Filter: Filter{Codes: []string{"c1"}}},
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", DryRun: true, Filter: Filter{Codes: []string{"c1"}}},
 		func(l *Letter, o Outcome) {
 			if o != (Outcome{}) {
 				t.Errorf("dry run outcome %+v", o)
@@ -110,7 +111,7 @@ func TestReplayDryRunChangesNothing(t *testing.T) {
 func TestReplayRepublishesAndDeletes(t *testing.T) {
 	js, ctx := setup(t, 12)
 	f := Filter{Stages: []string{"decode"}, Subject: "ev.*"} // even i: 6 letters
-	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ", Filter: f}, nil)
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", Filter: f}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestReplayRepublishesAndDeletes(t *testing.T) {
 	}
 
 	// Replaying again finds only the odd ones.
-	rep, err = Replay(ctx, js, Options{Stream: "EV_DLQ", Filter: f}, nil)
+	rep, err = Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", Filter: f}, nil)
 	if err != nil || rep.Matched != 0 || rep.Scanned != 6 {
 		t.Fatalf("second replay: %+v, %v", rep, err)
 	}
@@ -167,7 +168,7 @@ func TestReplayRepublishesAndDeletes(t *testing.T) {
 func TestReplayKeepAndDuplicateWindow(t *testing.T) {
 	js, ctx := setup(t, 4)
 	for range 2 {
-		rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ", Keep: true}, nil)
+		rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", Keep: true}, nil)
 		if err != nil || rep.Replayed != 4 || rep.Deleted != 0 {
 			t.Fatalf("replay --keep: %+v, %v", rep, err)
 		}
@@ -184,7 +185,7 @@ func TestReplayKeepAndDuplicateWindow(t *testing.T) {
 func TestReplaySeqRangeAndLimit(t *testing.T) {
 	js, ctx := setup(t, 10)
 	var seqs []uint64
-	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ", DryRun: true, Filter: Filter{FirstSeq: 3, LastSeq: 8}, Limit: 4},
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", DryRun: true, Filter: Filter{FirstSeq: 3, LastSeq: 8}, Limit: 4},
 		func(l *Letter, _ Outcome) { seqs = append(seqs, l.Seq) })
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +205,7 @@ func TestReplayWrongStreamKeepsTheLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out Outcome
-	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ"}, func(_ *Letter, o Outcome) { out = o })
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ"}, func(_ *Letter, o Outcome) { out = o })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestReplaySkipsForeignMessages(t *testing.T) {
 	if _, err := js.Publish(ctx, "dlq.EV", []byte("not a dead letter")); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ", DryRun: true}, nil)
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", DryRun: true}, nil)
 	if err != nil || rep.Scanned != 3 || rep.Skipped != 1 || rep.Matched != 2 {
 		t.Fatalf("report %+v, %v", rep, err)
 	}
@@ -235,15 +236,15 @@ func TestReplayInvalidOptions(t *testing.T) {
 		{Stream: "EV_DLQ", Filter: Filter{Subject: "ev.>.x"}},
 		{Stream: "EV_DLQ", Filter: Filter{Subject: "ev.a*"}},
 	} {
-		if _, err := Replay(ctx, js, o, nil); !errors.Is(err, ErrInvalidOptions) {
+		if _, err := Replay(ctx, ctx, js, o, nil); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)
 		}
 	}
-	if _, err := Replay(ctx, js, Options{Stream: "NOPE"}, nil); !errors.Is(err, jetstream.ErrStreamNotFound) {
+	if _, err := Replay(ctx, ctx, js, Options{Stream: "NOPE"}, nil); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Errorf("missing stream: %v", err)
 	}
-	rep, err := Replay(ctx, js, Options{Stream: "EV_DLQ"}, nil)
-	if err != nil || rep != (Report{}) {
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ"}, nil)
+	if err != nil || !reflect.DeepEqual(rep, Report{}) {
 		t.Errorf("empty stream: %+v, %v", rep, err)
 	}
 }

@@ -5,5 +5,10 @@
 // a free port, run as the "postgres" user when the process is root
 // (PostgreSQL refuses root) in a directory that user owns.
 //
-// Both are safe for concurrent use. Whoever starts one calls Destroy.
+// Both are safe for concurrent use. Whoever starts one calls Destroy. The
+// temporary directories (jetsink-nats-*, jetsink-pg-* in os.TempDir()) hold
+// an owner.pid naming the process that made them; if it dies without
+// Destroy (a panic, SIGKILL, go test -timeout), the next StartNATS("") of
+// any process removes its NATS directories, and the next StartPostgres its
+// clusters, stopping the server first.
 package embedded

@@ -22,11 +22,13 @@ type NATSServer struct {
 }
 
 // StartNATS starts a JetStream server on a random loopback port. storeDir ""
-// makes a temporary one that Destroy removes.
+// makes a temporary one that Destroy removes; if this process dies first, the
+// next StartNATS("") of any process removes it (see the package doc).
 func StartNATS(storeDir string) (*NATSServer, error) {
 	n := &NATSServer{storeDir: storeDir, port: -1}
 	if storeDir == "" {
-		dir, err := os.MkdirTemp("", "jetsink-nats-")
+		sweepOrphansOnce(natsDirPrefix, nil) // an in-process server died with its owner
+		dir, err := ownedTempDir(natsDirPrefix, 0o700)
 		if err != nil {
 			return nil, fmt.Errorf("nats store dir: %w", err)
 		}

@@ -34,6 +34,7 @@ type Cluster struct {
 
 type clusterOptions struct {
 	fsync bool
+	bin   string // directory holding initdb, pg_ctl, postgres; "" finds them (tests set it)
 }
 
 // ClusterOption changes how NewCluster configures the server.
@@ -49,7 +50,7 @@ func WithFsync() ClusterOption { return func(o *clusterOptions) { o.fsync = true
 // is root (PostgreSQL refuses root). The caller must call Destroy. Errors say
 // how to provide PostgreSQL when its binaries are missing.
 func StartPostgres(opts ...ClusterOption) (*Cluster, error) {
-	sweepOnce.Do(sweepOrphans)
+	sweepOrphansOnce(pgDirPrefix, stopOrphan)
 	var o clusterOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -68,15 +69,7 @@ func (c *Cluster) Port() int { return c.port }
 // PID is the postmaster's process ID, or 0 when the server is not running
 // or its pid file cannot be read.
 func (c *Cluster) PID() int {
-	b, err := os.ReadFile(filepath.Join(c.dataDir(), "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		return 0
-	}
+	pid, _ := readPID(filepath.Join(c.dataDir(), "postmaster.pid"))
 	return pid
 }
 
@@ -114,34 +107,30 @@ func (c *Cluster) Destroy() error {
 func (c *Cluster) dataDir() string { return filepath.Join(c.dir, "data") }
 
 func startCluster(o clusterOptions) (*Cluster, error) {
-	bin, err := findPostgresBin()
-	if err != nil {
-		return nil, err
+	bin := o.bin
+	var err error
+	if bin == "" {
+		if bin, err = findPostgresBin(); err != nil {
+			return nil, err
+		}
 	}
 	c := &Cluster{bin: bin, opts: o}
 	if c.cred, err = postgresCredential(); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "jetsink-pg-")
+	// The owner file lets a later StartPostgres stop and remove the cluster
+	// if this process dies without doing so (a test binary killed by
+	// -timeout).
+	dir, err := ownedTempDir(pgDirPrefix, 0o755)
 	if err != nil {
 		return nil, fmt.Errorf("cluster dir: %w", err)
 	}
 	c.dir = dir
-	if err := os.Chmod(dir, 0o755); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("cluster dir: %w", err)
-	}
 	if c.cred != nil {
 		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("give cluster dir to postgres: %w", err)
 		}
-	}
-	// Who made it: a later StartPostgres removes the cluster if this
-	// process dies without doing so (a test binary killed by -timeout).
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("cluster dir: %w", err)
 	}
 	if err := c.run(2*time.Minute, "initdb", "-D", c.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
 		_ = os.RemoveAll(dir)
@@ -159,7 +148,7 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 			return c, nil
 		}
 		if attempt == 2 {
-			_ = os.RemoveAll(dir)
+			_ = os.RemoveAll(dir) // start stopped any server it left
 			return nil, err
 		}
 	}
@@ -183,11 +172,49 @@ func (c *Cluster) start() error {
 	}, " ")
 	logFile := filepath.Join(c.dir, "server.log")
 	if err := c.run(60*time.Second, "pg_ctl", "-D", c.dataDir(), "-l", logFile, "-o", serverOpts, "-w", "-t", "60", "start"); err != nil {
+		// pg_ctl may have given up waiting while the server came up (or
+		// been killed by run's timeout): stop it, so that neither the next
+		// attempt nor a removal of the directory leaves it running.
+		c.stopStray()
 		log, _ := os.ReadFile(logFile)
 		return fmt.Errorf("pg_ctl start on port %d: %w\nserver log:\n%s", c.port, err, lastLines(string(log), 20))
 	}
 	c.running = true
 	return nil
+}
+
+// stopStray stops a server running in the data directory whatever
+// c.running says: one that came up after pg_ctl start gave up, or an
+// orphan's (see sweepOrphans). It reads the pid from postmaster.pid and
+// leaves alone a live process whose command line does not name the data
+// directory (the pid was reused). It tries pg_ctl stop -m immediate, then
+// SIGKILL.
+func (c *Cluster) stopStray() {
+	pid := c.PID()
+	if pid == 0 || !processAlive(pid) || !runsIn(pid, c.dataDir()) {
+		return
+	}
+	if err := c.run(30*time.Second, "pg_ctl", "-D", c.dataDir(), "-m", "immediate", "-w", "-t", "30", "stop"); err == nil {
+		return
+	}
+	if processAlive(pid) && runsIn(pid, c.dataDir()) {
+		_ = syscall.Kill(pid, syscall.SIGKILL) // its children exit when they see the postmaster gone
+	}
+}
+
+// runsIn reports whether process pid's command line names dataDir; true
+// when /proc cannot tell.
+func runsIn(pid int, dataDir string) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		return true
+	}
+	for _, arg := range strings.Split(string(b), "\x00") {
+		if arg == dataDir {
+			return true
+		}
+	}
+	return false
 }
 
 // run runs one of the PostgreSQL binaries, as the postgres user when root.
@@ -245,42 +272,19 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// ownerFile holds the pid of the process that made a cluster directory.
-const ownerFile = "owner.pid"
-
-var sweepOnce sync.Once
-
-// sweepOrphans stops and removes throwaway clusters whose owning process
-// died without destroying them, so that killed test runs do not leave
-// servers behind. A directory without an owner file, or whose owner is
-// alive, is left alone.
-func sweepOrphans() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "jetsink-pg-*"))
-	for _, dir := range dirs {
-		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
-		if err != nil {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 || processAlive(pid) {
-			continue
-		}
-		bin, err := findPostgresBin()
-		if err != nil {
-			return
-		}
-		cred, err := postgresCredential()
-		if err != nil {
-			return
-		}
-		c := &Cluster{dir: dir, bin: bin, cred: cred, running: true}
-		_ = c.Destroy() // stop fails harmlessly when the server is already gone
+// stopOrphan stops the server of an orphaned cluster directory (see
+// sweepOrphans), if one still runs there.
+func stopOrphan(dir string) {
+	bin, err := findPostgresBin()
+	if err != nil {
+		return
 	}
-}
-
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	cred, err := postgresCredential()
+	if err != nil {
+		return
+	}
+	c := &Cluster{dir: dir, bin: bin, cred: cred}
+	c.stopStray()
 }
 
 // postgresCredential is the user to run PostgreSQL as: the "postgres" user

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,13 +32,42 @@ func newDemoCmd() *cobra.Command {
 		Long: `Start an embedded nats-server with JetStream and a throwaway PostgreSQL 15
 cluster (initdb/pg_ctl must be installed; as root it runs as the postgres
 user), publish --events telemetry events over --subjects subjects, run
-jetsink until every event is committed and acked, print what happened, and
-remove everything. --keep leaves both servers up until Ctrl-C so you can look.`,
+jetsink until every event is settled (committed and then acked, or
+dead-lettered), print what happened, and remove everything. --keep leaves
+both servers up until Ctrl-C so you can look.
+
+Ctrl-C (SIGINT or SIGTERM) stops publishing and pulling, lets jetsink commit
+what it holds, removes everything and exits 1 (0 once --keep is waiting); a
+second one gives the drain up and exits with status 130.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
+			// The first signal stops publishing and pulling and lets the
+			// drain finish (or ends --keep); a second one gives the drain
+			// up, as in run, and a third ends the process.
+			intake, stopIntake := context.WithCancelCause(cmd.Context())
+			defer stopIntake(nil)
+			hard, stopHard := context.WithCancelCause(cmd.Context())
+			defer stopHard(nil)
+			errOut := cmd.ErrOrStderr()
+			defer watchSignals(func(sig os.Signal) {
+				fmt.Fprintf(errOut, "jetsink: %s: stopping; a second signal exits at once\n", sig)
+				stopIntake(fmt.Errorf("stopped by %s", sig))
+			}, func(sig os.Signal) {
+				fmt.Fprintf(errOut, "jetsink: second %s: exiting now\n", sig)
+				stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
+			})()
+			// stopped is the error to return once a signal came: the
+			// first one's, or errAborted after a second.
+			stopped := func(err error) error {
+				if cause := context.Cause(hard); errors.Is(cause, errAborted) {
+					return cause
+				}
+				if intake.Err() != nil {
+					return context.Cause(intake)
+				}
+				return err
+			}
 			logLevel := slog.LevelWarn
 			if verbose {
 				logLevel = slog.LevelInfo
@@ -57,21 +85,17 @@ remove everything. --keep leaves both servers up until Ctrl-C so you can look.`,
 			}
 			defer pg.Destroy()
 			fmt.Fprintf(out, "embedded NATS     %s\nthrowaway PostgreSQL 127.0.0.1:%d (fsync on)\n", ns.URL(), pg.Port())
-
-			cfg := config.Default()
-			cfg.NATS.URL = ns.URL()
-			cfg.NATS.CreateStream = true
-			cfg.Postgres.URL = pg.URL("postgres")
-			cfg.Postgres.CreateTable = true
-			cfg.Postgres.Mode = sink.Mode(mode)
-			cfg.Postgres.Columns = loadgen.Columns()
-			cfg.Telemetry.Listen = "127.0.0.1:0"
-			if err := cfg.Validate(); err != nil {
+			if err := stopped(nil); err != nil {
 				return err
 			}
-			p, err := processor.New(ctx, cfg, log)
+
+			cfg, err := demoConfig(ns.URL(), pg.URL("postgres"), sink.Mode(mode))
 			if err != nil {
 				return err
+			}
+			p, err := processor.New(hard, cfg, log)
+			if err != nil {
+				return stopped(err)
 			}
 			defer p.Close()
 
@@ -80,32 +104,39 @@ remove everything. --keep leaves both servers up until Ctrl-C so you can look.`,
 				return err
 			}
 			defer nc.Close()
-			res, err := loadgen.Publish(ctx, nc, loadgen.Options{Subject: "events", Subjects: subjects, Events: events, Run: uint64(time.Now().UnixNano())})
+			res, err := loadgen.Publish(intake, nc, loadgen.Options{Subject: "events", Subjects: subjects, Events: events, Run: uint64(time.Now().UnixNano())})
 			if err != nil {
-				return fmt.Errorf("publish: %w", err)
+				return stopped(fmt.Errorf("publish: %w", err))
 			}
 			fmt.Fprintf(out, "published %d events over %d subjects in %v (%.0f/s)\n",
 				res.Acked, subjects, res.Elapsed.Round(time.Millisecond), float64(res.Acked)/res.Elapsed.Seconds())
 
-			intake, stopIntake := context.WithCancel(ctx)
-			defer stopIntake()
-			done := make(chan error, 1)
+			pull, stopPull := context.WithCancel(intake)
+			defer stopPull()
+			ran := make(chan struct{})
+			var runErr error
 			start := time.Now()
-			go func() { done <- p.Run(intake, context.WithoutCancel(ctx)) }()
-			if err := waitCommitted(ctx, p, uint64(res.Acked), done); err != nil {
-				stopIntake()
-				<-done
-				return err
-			}
+			go func() {
+				defer close(ran)
+				runErr = p.Run(pull, hard)
+			}()
+			err = waitSettled(intake, p, ran)
 			elapsed := time.Since(start)
-			stopIntake()
-			if err := <-done; err != nil {
-				return err
+			stopPull() // settled, or a signal: the drain is quick (a second signal ends it)
+			<-ran
+			if err != nil {
+				if runErr != nil {
+					err = fmt.Errorf("%w: %w", err, runErr)
+				}
+				return stopped(err)
+			}
+			if runErr != nil {
+				return stopped(runErr)
 			}
 			report(out, p, res.Acked, elapsed, cfg)
 			if keep {
 				fmt.Fprintf(out, "\nservers kept up; Ctrl-C to remove them.\n  psql '%s' -c 'SELECT count(*) FROM events'\n", pg.URL("postgres"))
-				<-ctx.Done()
+				<-intake.Done()
 			}
 			return nil
 		},
@@ -119,21 +150,35 @@ remove everything. --keep leaves both servers up until Ctrl-C so you can look.`,
 	return cmd
 }
 
-// waitCommitted polls until want rows are committed and the consumer has
-// nothing pending or unacked.
-func waitCommitted(ctx context.Context, p *processor.Processor, want uint64, done <-chan error) error {
+// demoConfig is the demo's configuration: the embedded servers, the
+// loadgen table, created on the fly.
+func demoConfig(natsURL, pgURL string, mode sink.Mode) (config.Config, error) {
+	cfg := config.Default()
+	cfg.NATS.URL = natsURL
+	cfg.NATS.CreateStream = true
+	cfg.Postgres.URL = pgURL
+	cfg.Postgres.CreateTable = true
+	cfg.Postgres.Mode = mode
+	cfg.Postgres.Columns = loadgen.Columns()
+	cfg.Telemetry.Listen = "127.0.0.1:0"
+	return cfg, cfg.Validate()
+}
+
+// waitSettled polls until the durable consumer has nothing pending and
+// nothing awaiting an ack: every event published before is settled, either
+// committed and then acked or dead-lettered (a dead letter never becomes a
+// row, so counting rows could wait forever). It returns ctx's error, or an
+// error when ran is closed first (the processor stopped).
+func waitSettled(ctx context.Context, p *processor.Processor, ran <-chan struct{}) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case err := <-done:
-			return fmt.Errorf("jetsink stopped early: %w", err)
+		case <-ran:
+			return errors.New("jetsink stopped before every event was settled")
 		case <-tick.C:
-		}
-		if p.Sink().Stats().Rows < want {
-			continue
 		}
 		lag, err := p.Consumer().Lag(ctx)
 		if err == nil && lag.NumPending == 0 && lag.NumAckPending == 0 {
@@ -150,7 +195,12 @@ func report(w io.Writer, p *processor.Processor, events int, elapsed time.Durati
 	}
 	fmt.Fprintf(w, "drained %d events into table %q (%s) in %v: %.0f events/s\n",
 		events, cfg.Postgres.Table, cfg.Postgres.Mode, elapsed.Round(time.Millisecond), float64(events)/elapsed.Seconds())
+	dead := cs.DeadLettered + cs.MaxDelivered // the consumer publishes every dead letter, the sink's too
 	fmt.Fprintf(w, "batches %d (%.0f rows on average), retries %d, dead letters %d, redelivered %d\n",
-		ss.Batches, avg, ss.Retries, ss.DeadLettered+cs.DeadLettered, cs.Redelivered)
+		ss.Batches, avg, ss.Retries, dead, cs.Redelivered)
+	if dead > 0 {
+		fmt.Fprintf(w, "every event committed, then acked, or dead-lettered (see jetsink dlq replay --dry-run); consumer pending 0, ack pending 0\n")
+		return
+	}
 	fmt.Fprintln(w, "every event committed, then acked; consumer pending 0, ack pending 0")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +20,7 @@ import (
 func newDLQCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
-		Short: "Work with dead letters: list them, replay them after a fix",
+		Short: "Work with dead letters: replay them after a fix (replay --dry-run lists them)",
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newDLQReplayCmd())
@@ -48,12 +49,23 @@ published to its Jetsink-Subject with its original body and headers, minus
 the Jetsink-* headers, and with Nats-Msg-Id "<original id>:replay:<dead-letter
 seq>" so that the event stream's duplicate window does not swallow it. After
 the event stream acknowledges it (and only if that is the stream it came
-from) the dead letter is deleted from the dead-letter stream, unless --keep.
-A failure leaves the dead letter in place; replaying it again within the
-duplicate window stores it once.
+from) the dead letter is deleted from the dead-letter stream, unless --keep;
+a failed delete is retried a few times.
+
+A failure before the acknowledgement leaves the dead letter in place. A
+letter re-published but not deleted is named at the end: it is now both an
+event and a dead letter. Replaying it again within the event stream's
+duplicate window (duplicate_window, 2 minutes by default) stores it once,
+since its Nats-Msg-Id is the same; after the window it is stored twice, in
+exactly-once mode too (a new stream sequence). Delete such a letter instead:
+nats stream rmm <dead-letter stream> <seq>.
+
+On SIGINT or SIGTERM the dead letter under way is finished (re-published and
+deleted, within 30 s), the summary is printed, and the exit status is 1; a
+second signal gives that letter up at once and exits with status 130.
 
 --dry-run lists what would be replayed and changes nothing. Filters combine
-(all must match). Exit status 1 if any replay failed.`,
+(all must match). Exit status 1 if any replay or delete failed.`,
 		Example: `  jetsink dlq replay --config jetsink.yaml --dry-run
   jetsink dlq replay --config jetsink.yaml --code constraint --since 2h
   jetsink dlq replay --config jetsink.yaml --stage decode --subject 'events.dev-1.>' --seq 100-250`,
@@ -78,8 +90,21 @@ duplicate window stores it once.
 				return usageError{err}
 			}
 
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
+			// The first signal stops before the next dead letter; the
+			// one under way is finished under hard, which only a second
+			// signal ends (see dlq.Replay).
+			intake, stopIntake := context.WithCancelCause(cmd.Context())
+			defer stopIntake(nil)
+			hard, stopHard := context.WithCancelCause(cmd.Context())
+			defer stopHard(nil)
+			errOut := cmd.ErrOrStderr()
+			defer watchSignals(func(sig os.Signal) {
+				fmt.Fprintf(errOut, "jetsink: %s: stopping after the dead letter under way; a second signal gives it up\n", sig)
+				stopIntake(fmt.Errorf("stopped by %s", sig))
+			}, func(sig os.Signal) {
+				fmt.Fprintf(errOut, "jetsink: second %s: giving up the dead letter under way\n", sig)
+				stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
+			})()
 			nc, err := natsConnect(cfg.NATS)
 			if err != nil {
 				return err
@@ -91,7 +116,7 @@ duplicate window stores it once.
 			}
 			o.Stream = stream
 			if o.Stream == "" {
-				lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+				lctx, lcancel := context.WithTimeout(intake, 10*time.Second)
 				o.Stream, err = js.StreamNameBySubject(lctx, cfg.NATS.DeadLetterSubject)
 				lcancel()
 				if err != nil {
@@ -103,7 +128,7 @@ duplicate window stores it once.
 			if o.DryRun {
 				verb = "would replay"
 			}
-			rep, err := dlq.Replay(ctx, js, o, func(l *dlq.Letter, out dlq.Outcome) {
+			rep, err := dlq.Replay(intake, hard, js, o, func(l *dlq.Letter, out dlq.Outcome) {
 				state := verb
 				switch {
 				case out.Err != nil:
@@ -119,14 +144,30 @@ duplicate window stores it once.
 			})
 			fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, skipped %d (not dead letters), failed %d\n",
 				o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, rep.Skipped, rep.Failed)
-			if errors.Is(err, dlq.ErrInvalidOptions) {
+			// also names the letters re-published but not deleted.
+			also := func(err error) error { return err }
+			if n := len(rep.Undeleted); n > 0 {
+				seqs := make([]string, n)
+				for i, seq := range rep.Undeleted {
+					seqs[i] = strconv.FormatUint(seq, 10)
+				}
+				fmt.Fprintf(w, "re-published but NOT deleted, so both event and dead letter: %s %s; replaying them again after the event stream's duplicate window stores them twice: delete them (nats stream rmm %s <seq>)\n",
+					o.Stream, strings.Join(seqs, " "), o.Stream)
+				also = func(err error) error {
+					return fmt.Errorf("%w; %d dead letters re-published but not deleted (%s sequences %s)", err, n, o.Stream, strings.Join(seqs, ", "))
+				}
+			}
+			switch cause := context.Cause(hard); {
+			case errors.Is(cause, errAborted):
+				return also(cause)
+			case errors.Is(err, dlq.ErrInvalidOptions):
 				return usageError{err}
-			}
-			if err != nil {
-				return err
-			}
-			if rep.Failed > 0 {
-				return fmt.Errorf("%d of %d dead letters not replayed or not deleted; they stay in %s", rep.Failed, rep.Matched, o.Stream)
+			case err != nil && intake.Err() != nil:
+				return also(fmt.Errorf("%w: the dead letters not reached stay in %s; run the command again to go on", context.Cause(intake), o.Stream))
+			case err != nil:
+				return also(err)
+			case rep.Failed > 0:
+				return also(fmt.Errorf("%d of %d dead letters not replayed or not deleted; they stay in %s", rep.Failed, rep.Matched, o.Stream))
 			}
 			return nil
 		},

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/jetsink/jetsink/config"
 )
@@ -38,5 +40,34 @@ func exitCode(err error) int {
 	default:
 		fmt.Fprintln(os.Stderr, "jetsink:", err)
 		return exitFailed
+	}
+}
+
+// watchSignals catches SIGINT and SIGTERM until stop is called: the first
+// calls first, the second calls second and stops catching, so that a third
+// ends the process as if jetsink caught nothing (the way out when what
+// second cancels does not return). stop waits for the watching goroutine.
+func watchSignals(first, second func(os.Signal)) (stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		for i, f := range []func(os.Signal){first, second} {
+			select {
+			case sig := <-sigs:
+				if i == 1 {
+					signal.Stop(sigs)
+				}
+				f(sig)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		<-exited
 	}
 }

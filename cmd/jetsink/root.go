@@ -105,7 +105,7 @@ func newKeysCmd() *cobra.Command {
 		Long: `List every configuration key that the environment and --set can set, with its
 type, environment variable and default. postgres.columns, the mapping, is
 set in the file only (see the README).`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
 			for _, k := range config.Keys() {

@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,33 +37,28 @@ committed has been acked, so JetStream redelivers it.`,
 			hard, stopHard := context.WithCancelCause(ctx)
 			defer stopHard(nil)
 
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			done := make(chan struct{})
-			watcherDone := make(chan struct{})
-			go func() {
-				defer close(watcherDone)
-				select {
-				case sig := <-sigs:
-					log.Info("draining: stopped pulling, committing what is in flight", "signal", sig.String(), "drain_timeout", cfg.DrainTimeout)
-					stopIntake()
-				case <-done:
-					return
-				}
-				timer := time.NewTimer(cfg.DrainTimeout)
-				defer timer.Stop()
-				select {
-				case sig := <-sigs:
-					log.Warn("second signal: exiting now; uncommitted events stay unacked and will be redelivered", "signal", sig.String())
-					stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
-				case <-timer.C:
-					log.Warn("drain timeout: exiting now; uncommitted events stay unacked and will be redelivered", "drain_timeout", cfg.DrainTimeout)
-					stopHard(fmt.Errorf("%w: drain took longer than drain_timeout %s", errAborted, cfg.DrainTimeout))
-				case <-done:
+			var mu sync.Mutex
+			var timer *time.Timer // the drain's deadline, from the first signal
+			defer func() {
+				mu.Lock()
+				defer mu.Unlock()
+				if timer != nil {
+					timer.Stop()
 				}
 			}()
-			defer func() { close(done); <-watcherDone }()
+			defer watchSignals(func(sig os.Signal) {
+				log.Info("draining: stopped pulling, committing what is in flight", "signal", sig.String(), "drain_timeout", cfg.DrainTimeout)
+				stopIntake()
+				mu.Lock()
+				defer mu.Unlock()
+				timer = time.AfterFunc(cfg.DrainTimeout, func() {
+					log.Warn("drain timeout: exiting now; uncommitted events stay unacked and will be redelivered", "drain_timeout", cfg.DrainTimeout)
+					stopHard(fmt.Errorf("%w: drain took longer than drain_timeout %s", errAborted, cfg.DrainTimeout))
+				})
+			}, func(sig os.Signal) {
+				log.Warn("second signal: exiting now; uncommitted events stay unacked and will be redelivered", "signal", sig.String())
+				stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
+			})()
 
 			defer applyMemoryLimit(cfg.MemoryLimit, log)()
 			p, err := processor.New(hard, cfg, log)

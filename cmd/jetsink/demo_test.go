@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/loadgen"
+	"github.com/jetsink/jetsink/processor"
+	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// A poison event never becomes a row; the demo's wait ends all the same,
+// once it is dead-lettered.
+func TestWaitSettledCountsDeadLetters(t *testing.T) {
+	const events = 20
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ns := testenv.NATS(t)
+	pg := testenv.Postgres(t)
+	cfg, err := demoConfig(ns.URL(), pg.URL, sink.AtLeastOnce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := processor.New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	nc := ns.Connect(t)
+	if _, err := loadgen.Publish(ctx, nc, loadgen.Options{Subject: "events", Subjects: 2, Events: events, Run: 1}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "events.poison", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+
+	pull, stopPull := context.WithCancel(ctx)
+	defer stopPull()
+	ran := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(ran)
+		runErr = p.Run(pull, ctx)
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	werr := waitSettled(wctx, p, ran)
+	stopPull()
+	<-ran
+	if werr != nil {
+		t.Fatalf("waitSettled: %v (rows %d, dead letters %d)", werr, p.Sink().Stats().Rows, p.Consumer().Stats().DeadLettered)
+	}
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	if rows, dead := p.Sink().Stats().Rows, p.Consumer().Stats().DeadLettered; rows != events || dead != 1 {
+		t.Fatalf("rows %d, dead letters %d; want %d and 1", rows, dead, events)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	r := startJetsink(t, ctx, "demo", "--events", "300", "--subjects", "3")
+	if code := r.wait(t, ctx); code != 0 {
+		t.Fatalf("exit %d\n%s", code, r.out.String())
+	}
+	if out := r.out.String(); !strings.Contains(out, "drained 300 events") || !strings.Contains(out, "dead letters 0") {
+		t.Fatalf("no report:\n%s", out)
+	}
+}
+
+// A drain that cannot finish (the table is locked) gives way to a second
+// Ctrl-C, which exits 130.
+func TestDemoSecondSignalAbortsAHungDrain(t *testing.T) {
+	catchSignals(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	r := startJetsink(t, ctx, "demo", "--events", "50000", "--subjects", "10")
+
+	r.waitOutput(t, ctx, "throwaway PostgreSQL")
+	port := regexp.MustCompile(`throwaway PostgreSQL 127\.0\.0\.1:(\d+)`).FindStringSubmatch(r.out.String())
+	if port == nil {
+		t.Fatalf("no port in:\n%s", r.out.String())
+	}
+	conn, err := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:"+port[1]+"/postgres?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := lockEvents(t, ctx, conn)
+	// Runs before the cleanup that waits for jetsink: if the second signal
+	// did not end it, releasing the lock lets the drain finish.
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()); _ = conn.Close(context.Background()) })
+	if strings.Contains(r.out.String(), "published") {
+		t.Fatal("the table was locked only after publishing ended: the drain may have finished already")
+	}
+
+	r.waitOutput(t, ctx, "published")
+	waitLockWaiter(t, ctx, "postgres://postgres@127.0.0.1:"+port[1]+"/postgres?sslmode=disable")
+	interrupt(t)
+	r.waitOutput(t, ctx, "stopping; a second signal exits at once")
+	interrupt(t)
+	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer wcancel()
+	if code := r.wait(t, wctx); code != exitAborted {
+		t.Fatalf("exit %d, want %d\n%s", code, exitAborted, r.out.String())
+	}
+}
+
+// lockEvents waits for the demo to create table events and locks it in a
+// transaction that the test ends.
+func lockEvents(t *testing.T, ctx context.Context, conn *pgx.Conn) pgx.Tx {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err = tx.Exec(ctx, "LOCK TABLE events IN ACCESS EXCLUSIVE MODE"); err == nil {
+			return tx
+		}
+		_ = tx.Rollback(ctx)
+		select {
+		case <-ctx.Done():
+			t.Fatalf("table events never appeared: %v", err)
+		case <-tick.C:
+		}
+	}
+}
+
+// waitLockWaiter polls until a session waits for a lock: jetsink's COPY
+// into the locked table, with events taken in that the drain must commit.
+func waitLockWaiter(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("jetsink never waited for the locked table")
+		case <-tick.C:
+		}
+	}
+}

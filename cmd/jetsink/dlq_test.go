@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// dlqSetup starts a server with a dead-letter stream EV_DLQ (dlq.EV) holding
+// n dead letters of stream EV whose subjects, slow.<i>, no stream captures:
+// the test answers their re-publishes itself, when it likes, with a PubAck
+// from EV, through the channel it returns.
+func dlqSetup(t *testing.T, ctx context.Context, n int) (*testenv.NATSServer, jetstream.JetStream, <-chan *nats.Msg) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	nc := srv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		h := nats.Header{
+			consumer.HeaderSubject:   {"slow." + strconv.Itoa(i)},
+			consumer.HeaderStream:    {"EV"},
+			consumer.HeaderStreamSeq: {strconv.Itoa(100 + i)},
+			consumer.HeaderStage:     {"sink"},
+			consumer.HeaderCode:      {"constraint"},
+		}
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pubs := make(chan *nats.Msg, n)
+	sub, err := nc.ChanSubscribe("slow.>", pubs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return srv, js, pubs
+}
+
+func pubAck(t *testing.T, m *nats.Msg, seq int) {
+	t.Helper()
+	if err := m.Respond([]byte(fmt.Sprintf(`{"stream":"EV","seq":%d}`, seq))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func receive(t *testing.T, ctx context.Context, pubs <-chan *nats.Msg) *nats.Msg {
+	t.Helper()
+	select {
+	case m := <-pubs:
+		return m
+	case <-ctx.Done():
+		t.Fatal("no re-publish arrived")
+		return nil
+	}
+}
+
+func dlqLetters(t *testing.T, ctx context.Context, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(ctx, "EV_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// Ctrl-C while a dead letter waits for its PubAck: replay finishes that
+// letter (re-published and deleted), stops before the next, prints the
+// summary and exits 1.
+func TestDLQReplayFirstSignalFinishesTheLetter(t *testing.T) {
+	catchSignals(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, js, pubs := dlqSetup(t, ctx, 3)
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ")
+
+	first := receive(t, ctx, pubs)
+	interrupt(t)
+	r.waitOutput(t, ctx, "stopping after the dead letter under way")
+	pubAck(t, first, 1)
+	if code := r.wait(t, ctx); code != exitFailed {
+		t.Fatalf("exit %d, want %d\n%s", code, exitFailed, r.out.String())
+	}
+	out := r.out.String()
+	if strings.Count(out, "replayed, deleted") != 1 || !strings.Contains(out, "matched 1, replayed 1, deleted 1") {
+		t.Fatalf("want the letter under way replayed and deleted, and the summary:\n%s", out)
+	}
+	if n := dlqLetters(t, ctx, js); n != 2 {
+		t.Fatalf("%d dead letters left, want 2\n%s", n, out)
+	}
+	select {
+	case m := <-pubs:
+		t.Fatalf("letter %s re-published after the signal", m.Subject)
+	default:
+	}
+}
+
+// A second Ctrl-C gives up the letter under way at once (it stays a dead
+// letter) and exits 130 with the summary.
+func TestDLQReplaySecondSignalExitsAtOnce(t *testing.T) {
+	catchSignals(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, js, pubs := dlqSetup(t, ctx, 2)
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ")
+
+	receive(t, ctx, pubs) // and never answer it
+	interrupt(t)
+	r.waitOutput(t, ctx, "stopping after the dead letter under way")
+	interrupt(t)
+	second := time.Now()
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second) // the letter's own timeout is 30 s
+	defer wcancel()
+	if code := r.wait(t, wctx); code != exitAborted {
+		t.Fatalf("exit %d, want %d\n%s", code, exitAborted, r.out.String())
+	}
+	t.Logf("returned %v after the second signal", time.Since(second).Round(time.Millisecond))
+	if out := r.out.String(); !strings.Contains(out, "matched 1, replayed 0, deleted 0") {
+		t.Fatalf("no summary:\n%s", out)
+	}
+	if n := dlqLetters(t, ctx, js); n != 2 {
+		t.Fatalf("%d dead letters left, want 2", n)
+	}
+}
+
+// A letter re-published but not deleted (here the dead-letter stream is
+// sealed meanwhile) is named, with what to do, and the exit status is 1.
+func TestDLQReplayNamesUndeletedLetters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, js, pubs := dlqSetup(t, ctx, 1)
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ")
+
+	m := receive(t, ctx, pubs)
+	s, err := js.Stream(ctx, "EV_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Sealed = true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	pubAck(t, m, 1)
+	if code := r.wait(t, ctx); code != exitFailed {
+		t.Fatalf("exit %d, want %d\n%s", code, exitFailed, r.out.String())
+	}
+	out := r.out.String()
+	if !strings.Contains(out, "NOT deleted, so both event and dead letter: EV_DLQ 1;") || !strings.Contains(out, "duplicate window") {
+		t.Fatalf("the undeleted letter is not named:\n%s", out)
+	}
+	if !strings.Contains(r.err.Error(), "sequences 1") {
+		t.Fatalf("error %q does not name the letter", r.err)
+	}
+}
+
+func TestDLQHelpSaysWhatItDoes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := startJetsink(t, ctx, "dlq", "--help")
+	if code := r.wait(t, ctx); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	out := r.out.String()
+	if strings.Contains(out, "list them") || !strings.Contains(out, "replay") {
+		t.Fatalf("dlq --help promises a command it lacks, or not replay:\n%s", out)
+	}
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// catchSignals keeps SIGINT and SIGTERM, which the test sends to its own
+// process, from ending the test binary while the code under test is not
+// catching them (before it starts, after it stops, or old code that never
+// does).
+func catchSignals(t *testing.T) {
+	t.Helper()
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	t.Cleanup(func() { signal.Stop(ch) })
+}
+
+func interrupt(t *testing.T) {
+	t.Helper()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// jetsinkRun is a command line running in this process.
+type jetsinkRun struct {
+	out  testenv.SyncBuffer // stdout and stderr
+	done chan struct{}
+	err  error
+}
+
+// startJetsink runs jetsink with args in this process until it returns.
+func startJetsink(t *testing.T, ctx context.Context, args ...string) *jetsinkRun {
+	t.Helper()
+	t.Setenv("JETSINK_CONFIG", "")
+	r := &jetsinkRun{done: make(chan struct{})}
+	root := newRoot()
+	root.SetArgs(args)
+	root.SetOut(&r.out)
+	root.SetErr(&r.out)
+	go func() {
+		defer close(r.done)
+		r.err = root.ExecuteContext(ctx)
+	}()
+	t.Cleanup(func() { <-r.done })
+	return r
+}
+
+// waitOutput polls until the output holds want.
+func (r *jetsinkRun) waitOutput(t *testing.T, ctx context.Context, want string) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !strings.Contains(r.out.String(), want) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no %q in the output:\n%s", want, r.out.String())
+		case <-r.done:
+			if !strings.Contains(r.out.String(), want) {
+				t.Fatalf("jetsink returned (%v) without %q in the output:\n%s", r.err, want, r.out.String())
+			}
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// wait waits for the command to return and gives its exit status.
+func (r *jetsinkRun) wait(t *testing.T, ctx context.Context) int {
+	t.Helper()
+	select {
+	case <-r.done:
+		return exitCode(r.err)
+	case <-ctx.Done():
+		t.Fatalf("jetsink did not return:\n%s", r.out.String())
+		return -1
+	}
+}

@@ -1,0 +1,280 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// hookJS is a JetStream whose publishes, streams and ordered consumers a
+// test can interfere with.
+type hookJS struct {
+	jetstream.JetStream
+	afterPublish func()                                                    // called after each PubAck
+	deleteMsg    func(s jetstream.Stream, seq uint64) error                // replaces Stream.DeleteMsg
+	fetch        func(c jetstream.Consumer) (jetstream.MessageBatch, bool) // replaces Fetch when it reports true
+}
+
+func (h *hookJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	ack, err := h.JetStream.PublishMsg(ctx, m, opts...)
+	if err == nil && h.afterPublish != nil {
+		h.afterPublish()
+	}
+	return ack, err
+}
+
+func (h *hookJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	s, err := h.JetStream.Stream(ctx, name)
+	if err != nil || h.deleteMsg == nil {
+		return s, err
+	}
+	return &hookStream{Stream: s, deleteMsg: h.deleteMsg}, nil
+}
+
+func (h *hookJS) OrderedConsumer(ctx context.Context, stream string, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error) {
+	c, err := h.JetStream.OrderedConsumer(ctx, stream, cfg)
+	if err != nil || h.fetch == nil {
+		return c, err
+	}
+	return &hookConsumer{Consumer: c, fetch: h.fetch}, nil
+}
+
+type hookStream struct {
+	jetstream.Stream
+	deleteMsg func(s jetstream.Stream, seq uint64) error
+}
+
+func (s *hookStream) DeleteMsg(_ context.Context, seq uint64) error {
+	return s.deleteMsg(s.Stream, seq)
+}
+
+type hookConsumer struct {
+	jetstream.Consumer
+	fetch func(c jetstream.Consumer) (jetstream.MessageBatch, bool)
+}
+
+func (c *hookConsumer) Fetch(n int, opts ...jetstream.FetchOpt) (jetstream.MessageBatch, error) {
+	if b, ok := c.fetch(c.Consumer); ok {
+		return b, nil
+	}
+	return c.Consumer.Fetch(n, opts...)
+}
+
+// emptyBatch is a fetch that brought nothing: what a server that does not
+// deliver within the wait gives.
+type emptyBatch struct{}
+
+func (emptyBatch) Messages() <-chan jetstream.Msg {
+	ch := make(chan jetstream.Msg)
+	close(ch)
+	return ch
+}
+func (emptyBatch) Error() error { return nil }
+
+// Stopping intake between a letter's PubAck and its delete (Ctrl-C at the
+// worst moment) still deletes that letter, and stops before the next one.
+func TestReplayStopFinishesTheLetterUnderWay(t *testing.T) {
+	js, ctx := setup(t, 5)
+	intake, stop := context.WithCancel(ctx)
+	defer stop()
+	h := &hookJS{JetStream: js, afterPublish: stop}
+	var outs []Outcome
+	rep, err := Replay(intake, ctx, h, Options{Stream: "EV_DLQ"}, func(_ *Letter, o Outcome) { outs = append(outs, o) })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Replay: %v, want context.Canceled", err)
+	}
+	if len(outs) != 1 || !outs[0].Replayed || !outs[0].Deleted || outs[0].Err != nil {
+		t.Fatalf("outcomes %+v, want one letter replayed and deleted", outs)
+	}
+	if rep.Replayed != 1 || rep.Deleted != 1 || rep.Failed != 0 || len(rep.Undeleted) != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	if ev, dl := streamMsgs(t, ctx, js, "EV"), streamMsgs(t, ctx, js, "EV_DLQ"); ev != 1 || dl != 4 {
+		t.Fatalf("%d events, %d dead letters; want 1 and 4 (each letter in exactly one place)", ev, dl)
+	}
+}
+
+// Stopping hard after a PubAck gives the delete up, and the report names
+// the letter that is now both an event and a dead letter.
+func TestReplayHardStopNamesTheUndeletedLetter(t *testing.T) {
+	js, ctx := setup(t, 3)
+	hard, stop := context.WithCancel(ctx)
+	defer stop()
+	h := &hookJS{JetStream: js, afterPublish: stop}
+	var outs []Outcome
+	rep, err := Replay(hard, hard, h, Options{Stream: "EV_DLQ"}, func(_ *Letter, o Outcome) { outs = append(outs, o) })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Replay: %v, want context.Canceled", err)
+	}
+	if len(outs) != 1 || !outs[0].Replayed || outs[0].Deleted || !errors.Is(outs[0].Err, ErrDelete) {
+		t.Fatalf("outcomes %+v, want one replayed, not deleted, ErrDelete", outs)
+	}
+	if !slices.Equal(rep.Undeleted, []uint64{1}) || rep.Failed != 1 {
+		t.Fatalf("report %+v, want Undeleted [1]", rep)
+	}
+	if dl := streamMsgs(t, ctx, js, "EV_DLQ"); dl != 3 {
+		t.Fatalf("%d dead letters, want 3", dl)
+	}
+}
+
+func TestReplayRetriesTheDelete(t *testing.T) {
+	injected := errors.New("injected delete failure")
+	for _, tc := range []struct {
+		name      string
+		deleteMsg func(calls *atomic.Int32) func(jetstream.Stream, uint64) error
+		deleted   bool
+	}{
+		{"one failure", func(calls *atomic.Int32) func(jetstream.Stream, uint64) error {
+			return func(s jetstream.Stream, seq uint64) error {
+				if calls.Add(1) == 1 {
+					return injected
+				}
+				return s.DeleteMsg(context.Background(), seq)
+			}
+		}, true},
+		{"answer lost", func(calls *atomic.Int32) func(jetstream.Stream, uint64) error {
+			return func(s jetstream.Stream, seq uint64) error {
+				calls.Add(1)
+				if err := s.DeleteMsg(context.Background(), seq); err != nil {
+					return err
+				}
+				return nats.ErrTimeout // deleted, but the caller never hears so
+			}
+		}, true},
+		{"always fails", func(calls *atomic.Int32) func(jetstream.Stream, uint64) error {
+			return func(jetstream.Stream, uint64) error { calls.Add(1); return injected }
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			js, ctx := setup(t, 1)
+			var calls atomic.Int32
+			h := &hookJS{JetStream: js, deleteMsg: tc.deleteMsg(&calls)}
+			var out Outcome
+			rep, err := Replay(ctx, ctx, h, Options{Stream: "EV_DLQ"}, func(_ *Letter, o Outcome) { out = o })
+			if err != nil {
+				t.Fatal(err)
+			}
+			left := streamMsgs(t, ctx, js, "EV_DLQ")
+			if tc.deleted {
+				if !out.Deleted || out.Err != nil || rep.Deleted != 1 || len(rep.Undeleted) != 0 || left != 0 {
+					t.Fatalf("outcome %+v, report %+v, %d dead letters left; want deleted", out, rep, left)
+				}
+				return
+			}
+			if out.Deleted || !errors.Is(out.Err, ErrDelete) || !errors.Is(out.Err, injected) ||
+				!slices.Equal(rep.Undeleted, []uint64{1}) || left != 1 {
+				t.Fatalf("outcome %+v, report %+v, %d dead letters left", out, rep, left)
+			}
+			if n := calls.Load(); n != deleteAttempts {
+				t.Fatalf("%d delete attempts, want %d", n, deleteAttempts)
+			}
+		})
+	}
+}
+
+// Replay ends as soon as it has read up to where it ends, without waiting
+// out a fetch: when the last letter does not match the filter, and when
+// the last sequence was deleted (as a previous replay leaves it).
+func TestReplayEndsWithoutWaiting(t *testing.T) {
+	const wait = 20 * time.Second
+	t.Run("last letter filtered out", func(t *testing.T) {
+		js, ctx := setup(t, 4) // letter 4 (i=3) has code c1
+		start := time.Now()
+		rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", DryRun: true, FetchWait: wait, Filter: Filter{Codes: []string{"c0"}}}, nil)
+		if err != nil || rep.Scanned != 4 || rep.Matched != 2 {
+			t.Fatalf("report %+v, %v", rep, err)
+		}
+		if d := time.Since(start); d > wait/2 {
+			t.Fatalf("Replay took %v: it waited for a fetch after the last letter", d)
+		}
+	})
+	t.Run("last sequence deleted", func(t *testing.T) {
+		js, ctx := setup(t, 4)
+		s, err := js.Stream(ctx, "EV_DLQ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteMsg(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", DryRun: true, FetchWait: wait}, nil)
+		if err != nil || rep.Scanned != 3 || rep.Matched != 3 {
+			t.Fatalf("report %+v, %v", rep, err)
+		}
+		if d := time.Since(start); d > wait/2 {
+			t.Fatalf("Replay took %v: it waited for a deleted letter", d)
+		}
+	})
+}
+
+// A fetch that brings nothing while letters remain is retried, not taken
+// for the end of the stream; one that keeps bringing nothing is an error,
+// never a success with letters left behind.
+func TestReplayStall(t *testing.T) {
+	for _, tc := range []struct {
+		stalls  int
+		wantErr error
+	}{
+		{1, nil},
+		{stallRetries, nil},
+		{1000, ErrStalled},
+	} {
+		t.Run(fmt.Sprintf("%d stalls", tc.stalls), func(t *testing.T) {
+			js, ctx := setup(t, 3)
+			n := 0
+			h := &hookJS{JetStream: js, fetch: func(jetstream.Consumer) (jetstream.MessageBatch, bool) {
+				n++
+				return emptyBatch{}, n <= tc.stalls
+			}}
+			rep, err := Replay(ctx, ctx, h, Options{Stream: "EV_DLQ", FetchWait: 50 * time.Millisecond}, nil)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Replay: %v, want %v", err, tc.wantErr)
+			}
+			left := streamMsgs(t, ctx, js, "EV_DLQ")
+			if tc.wantErr == nil && (rep.Deleted != 3 || left != 0) {
+				t.Fatalf("report %+v, %d dead letters left; want all 3 replayed", rep, left)
+			}
+			if tc.wantErr != nil && (rep.Matched != 0 || left != 3) {
+				t.Fatalf("report %+v, %d dead letters left; want none touched", rep, left)
+			}
+		})
+	}
+}
+
+// A replay that starts at --since reads from there, and knows the stream is
+// read to the end when nothing at or after that time is left (the letters
+// before it are not left to read).
+func TestReplaySinceEnds(t *testing.T) {
+	js, ctx := setup(t, 6)
+	s, err := js.Stream(ctx, "EV_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetMsg(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Stream: "EV_DLQ", DryRun: true, FetchWait: 100 * time.Millisecond, Filter: Filter{Since: m.Time}}
+	var seqs []uint64
+	rep, err := Replay(ctx, ctx, js, o, func(l *Letter, _ Outcome) { seqs = append(seqs, l.Seq) })
+	if err != nil || fmt.Sprint(seqs) != "[4 5 6]" || rep.Scanned != 3 {
+		t.Fatalf("seqs %v, report %+v, %v", seqs, rep, err)
+	}
+	for seq := uint64(4); seq <= 6; seq++ {
+		if err := s.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err = Replay(ctx, ctx, js, o, nil)
+	if err != nil || rep.Scanned != 0 {
+		t.Fatalf("with letters 4-6 deleted: report %+v, %v", rep, err)
+	}
+}
