@@ -512,8 +512,7 @@ func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result,
 		}
 		defer b.deleteStream(stream)
 		b.say("rep %d%s: preloading %d events into %s", rep+1, variantSuffix(v), b.o.Events, stream)
-		pub, err := loadgen.Publish(ctx, b.js.Conn(), loadgen.Options{Subject: prefix, Subjects: b.o.Subjects,
-			Events: b.o.Events, Run: uint64(time.Now().UnixNano()), Stamp: true})
+		pub, err := loadgen.Publish(ctx, b.js.Conn(), b.publishOptions(prefix, loadgen.Options{Events: b.o.Events}))
 		if err != nil {
 			return nil, fmt.Errorf("bench: preload: %w", err)
 		}
@@ -546,6 +545,20 @@ func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result,
 		b.say("  %s", res.line())
 	}
 	return results, nil
+}
+
+// publishOptions completes o (the events or the rate) for a run on the
+// subjects under prefix. The events carry each its scheduled send time
+// (Stamp) and no traceparent, so that jetsink samples them as roots at its
+// own ratio, as in the runs before the publisher sent one by default. The
+// PubAck wait is short enough that every resend of an event falls within
+// the streams' duplicate window (loadgen.MaxAckWait), when one is set.
+func (b *bencher) publishOptions(prefix string, o loadgen.Options) loadgen.Options {
+	o.Subject, o.Subjects, o.Run, o.Stamp, o.NoTraceContext = prefix, b.o.Subjects, uint64(time.Now().UnixNano()), true, true
+	if w := loadgen.MaxAckWait(b.o.DuplicateWindow); w > 0 {
+		o.AckWait = w
+	}
+	return o
 }
 
 func variantSuffix(v Variant) string {
@@ -811,8 +824,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 			return abort(err)
 		}
 	}
-	pub, err := loadgen.Publish(pubCtx, b.js.Conn(), loadgen.Options{Subject: t.prefix, Subjects: b.o.Subjects,
-		Rate: b.o.Rate, Duration: b.o.Duration, Run: uint64(time.Now().UnixNano()), Stamp: true})
+	pub, err := loadgen.Publish(pubCtx, b.js.Conn(), b.publishOptions(t.prefix, loadgen.Options{Rate: b.o.Rate, Duration: b.o.Duration}))
 	if err != nil {
 		err = fmt.Errorf("bench: publish: %w", err)
 	}

@@ -1,14 +1,25 @@
 // Package loadgen is jetsink's publisher side: it makes realistic telemetry
 // events (about 180 bytes of JSON: uuid id, RFC 3339 ts, device, kind,
-// value, seq, tags) and publishes them to JetStream with Nats-Msg-Id set,
-// either as fast as JetStream acknowledges (a preload of N events) or
-// open-loop at a fixed rate, where each event's send time is scheduled in
-// advance so that a slow system does not lower the offered load.
+// value, seq, tags) and publishes them to JetStream with Nats-Msg-Id and a
+// W3C traceparent set, either as fast as JetStream acknowledges (a preload
+// of N events) or open-loop at a fixed rate, where each event's send time
+// is scheduled in advance so that a slow system does not lower the offered
+// load. The open loop pauses only when Options.MaxPending publishes await
+// their PubAck (or a resend); the events due meanwhile go out late, and
+// Result.Late counts them.
+//
+// A publish whose PubAck fails or does not come within Options.AckWait is
+// sent again, up to 5 times; the stream's duplicate window must cover
+// ResendSpan(AckWait) for JetStream to store it once. An event whose first
+// send JetStream reports as a duplicate (its Nats-Msg-Id, from Run and
+// First, was used before) counts in Result.Duplicate, not Result.Acked.
 //
 // Events are a pure function of (run, seq): tests and benchmarks can
 // recompute what was published and check every stored value against it.
 //
-// Publish owns its goroutines and waits for them. It is not part of the
-// processor's run path; `jetsink publish`, `jetsink bench`, `jetsink demo`
-// and the end-to-end tests use it.
+// Publish runs on the calling goroutine; the connection's goroutine
+// delivers the PubAcks to it, and nothing of Publish's outlives the call.
+// Concurrent calls are independent. It is not part of the processor's run
+// path; `jetsink publish`, `jetsink bench`, `jetsink demo` and the
+// end-to-end tests use it.
 package loadgen

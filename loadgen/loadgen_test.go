@@ -4,14 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/jetsink/jetsink/telemetry"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -92,12 +96,14 @@ func TestPublishStoresEveryEventOnce(t *testing.T) {
 	stream := e.stream(t, jetstream.StreamConfig{Name: "LG", Subjects: []string{"lg.>"}})
 	opts := Options{Subject: "lg", Subjects: 50, Events: 5000, Run: 1}
 	res, err := Publish(ctx, nc, opts)
-	if err != nil || res.Acked != 5000 {
+	if err != nil || res.Acked != 5000 || res.Duplicate != 0 {
 		t.Fatalf("publish: %+v, %v", res, err)
 	}
-	// Same run again: Nats-Msg-Id makes JetStream store nothing new.
-	if _, err := Publish(ctx, nc, opts); err != nil {
-		t.Fatal(err)
+	// Same run again: Nats-Msg-Id makes JetStream store nothing new, and
+	// the result says so; the stream holds every event, so it is no error.
+	res, err = Publish(ctx, nc, opts)
+	if err != nil || res.Acked != 0 || res.Duplicate != 5000 || res.Failed != 0 {
+		t.Fatalf("publish again: %+v, %v; want all 5000 duplicate, none acked", res, err)
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
@@ -182,7 +188,7 @@ func TestPublishResendsWithoutPubAck(t *testing.T) {
 	}
 	// Every event was sent again at least once (more if a resend came
 	// before the stream was ready), and stored once.
-	if err != nil || res.Retried < n || res.Acked != n || res.Failed != 0 {
+	if err != nil || res.Retried < n || res.Acked != n || res.Duplicate != 0 || res.Failed != 0 {
 		t.Fatalf("publish: %+v, %v; want all %d resent and acknowledged", res, err, n)
 	}
 	info, err := js.Stream(ctx, "NR")
@@ -227,7 +233,7 @@ func TestPublishResendsAfterReconnect(t *testing.T) {
 	if !restarted || restartErr != nil {
 		t.Fatalf("the server was not restarted while publishing: %v", restartErr)
 	}
-	if err != nil || res.Acked != 4000 || res.Retried == 0 {
+	if err != nil || res.Acked != 4000 || res.Duplicate != 0 || res.Retried == 0 {
 		t.Fatalf("publish: %+v, %v; want 4000 acknowledged, some resent", res, err)
 	}
 	info, err := stream.Info(ctx)
@@ -239,61 +245,270 @@ func TestPublishResendsAfterReconnect(t *testing.T) {
 	}
 }
 
-// firstResend publishes o to a subject where a plain subscriber takes the
-// events and answers none, and returns how long after its first send the
-// first event to arrive twice arrived again.
-func firstResend(t *testing.T, o Options) time.Duration {
+// pubAck tells a stored message from a duplicate and from a failure, in
+// the shapes nats-server writes (its fast path puts a space after
+// "duplicate":).
+func TestPubAck(t *testing.T) {
+	for _, tc := range []struct {
+		data, status string
+		dup, fail    bool
+	}{
+		{data: `{"stream":"S","seq":7}`},
+		{data: `{"stream":"S", "domain":"d", "seq":7}`},
+		{data: `{"stream":"S","seq":7,"duplicate": true}`, dup: true},
+		{data: `{"stream":"S","seq":7,"duplicate":true}`, dup: true},
+		{data: `{"stream":"duplicate","seq":7}`},
+		{data: `{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}`, fail: true},
+		{data: `{"seq":7}`, fail: true},
+		{data: `not json`, fail: true},
+		{status: "503", fail: true},
+		{fail: true},
+	} {
+		m := &nats.Msg{Data: []byte(tc.data), Header: nats.Header{}}
+		if tc.status != "" {
+			m.Header.Set("Status", tc.status)
+		}
+		dup, err := pubAck(m)
+		if dup != tc.dup || (err != nil) != tc.fail {
+			t.Errorf("pubAck(%q, status %q) = %v, %v; want duplicate %v, failure %v", tc.data, tc.status, dup, err, tc.dup, tc.fail)
+		}
+	}
+}
+
+// A duplicate PubAck to an event's first send counts it as Duplicate: the
+// stream held it before this call. One to a resend is the expected one (the
+// first send was stored and its PubAck came late) and counts as acked.
+func TestPublisherSettlesDuplicates(t *testing.T) {
+	e := newJSEnv(t)
+	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "sd", Subjects: 1, MaxPending: 10, AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	dup := []byte(`{"stream":"S","seq":1,"duplicate": true}`)
+	p.pending[1] = inFlight{try: 1}
+	p.pending[2] = inFlight{try: 2}
+	p.onReply(&nats.Msg{Subject: p.prefix + "1_1", Data: dup})
+	p.onReply(&nats.Msg{Subject: p.prefix + "2_2", Data: dup})
+	res := p.result(Result{Sent: 2})
+	if res.Duplicate != 1 || res.Acked != 1 || len(p.pending) != 0 {
+		t.Fatalf("%+v, %d pending; want event 1 duplicate, event 2 acked", res, len(p.pending))
+	}
+}
+
+// sends publishes o to subjects where a plain subscriber takes the events
+// and answers none, and returns when each event arrived, by Nats-Msg-Id,
+// once Publish has given every event up.
+func sends(t *testing.T, o Options) map[string][]time.Time {
 	t.Helper()
 	e := newJSEnv(t)
-	ctx, nc := e.ctx, e.nc
-	type arrival struct {
-		id string
-		at time.Time
-	}
-	arrivals := make(chan arrival, 1000)
-	if _, err := nc.Subscribe(o.Subject+".>", func(m *nats.Msg) {
-		select {
-		case arrivals <- arrival{m.Header.Get(jetstream.MsgIDHeader), time.Now()}:
-		default:
-		}
+	var (
+		mu       sync.Mutex
+		arrivals = map[string][]time.Time{}
+		count    int
+	)
+	if _, err := e.nc.Subscribe(o.Subject+".>", func(m *nats.Msg) {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		arrivals[id] = append(arrivals[id], now)
+		count++
 	}); err != nil {
 		t.Fatal(err)
 	}
-	pctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = Publish(pctx, nc, o)
-	}()
-	defer func() { stop(); <-done }()
-	first := map[string]time.Time{}
+	res, err := Publish(e.ctx, e.nc, o)
+	if !errors.Is(err, ErrNotAcked) || res.Failed != o.Total() || res.Retried != maxRetries*o.Total() {
+		t.Fatalf("publish: %+v, %v; want all %d given up after %d resends each", res, err, o.Total(), maxRetries)
+	}
+	want := (1 + maxRetries) * o.Total()
 	for {
-		select {
-		case a := <-arrivals:
-			if at, ok := first[a.id]; ok {
-				return a.at.Sub(at)
+		mu.Lock()
+		got := count
+		mu.Unlock()
+		if got == want {
+			break
+		}
+		if e.ctx.Err() != nil {
+			t.Fatalf("the subscriber got %d messages, want %d", got, want)
+		}
+		time.Sleep(10 * time.Millisecond) // polling
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return arrivals
+}
+
+// A publish without a PubAck is sent again no sooner than AckWait and no
+// later than AckWait + retryWait + slack after the send before it, so that
+// the last resend comes within ResendSpan of the first send, the window the
+// stream's duplicate window must cover: while the publisher waits for room
+// under MaxPending, while the open loop sleeps between events, and after
+// the last event. (The old publisher noticed a late PubAck only every
+// AckWait/4, and in open loop only after a send: 3.6-7.1s here.)
+func TestPublishResendsWithinResendSpan(t *testing.T) {
+	const ackWait = 400 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		o    Options
+	}{
+		{"preload", Options{Events: 20}},
+		{"preload held by MaxPending", Options{Events: 6, MaxPending: 3}},
+		{"open loop", Options{Rate: 200, Duration: time.Second}},
+		{"slow open loop", Options{Rate: 2, Duration: 3 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o := tc.o
+			o.Subject, o.Subjects, o.Run, o.AckWait = "rs", 5, 11, ackWait
+			sent := sends(t, o)
+			for id, at := range sent {
+				for i := 1; i < len(at); i++ {
+					if gap := at[i].Sub(at[i-1]); gap < ackWait || gap > ackWait+retryWait+slack {
+						t.Errorf("event %s was sent again %v after the send before; want AckWait (%v) to %v", id, gap, ackWait, ackWait+retryWait+slack)
+					}
+				}
+				if span := at[len(at)-1].Sub(at[0]); span > ResendSpan(ackWait) {
+					t.Errorf("event %s was sent last %v after its first send, more than ResendSpan %v", id, span, ResendSpan(ackWait))
+				}
 			}
-			first[a.id] = a.at
-		case <-ctx.Done():
-			t.Fatal("no publish was sent again")
+			// The publishes waiting to be sent again hold their places
+			// under MaxPending: a new event goes out only once one of
+			// them is given up.
+			for seq := 0; o.MaxPending > 0 && seq+o.MaxPending < o.Events; seq++ {
+				old, next := sent[MsgID(o.Run, uint64(seq))], sent[MsgID(o.Run, uint64(seq+o.MaxPending))]
+				if next[0].Before(old[len(old)-1]) {
+					t.Errorf("event %d was first sent before event %d was given up, with MaxPending %d", seq+o.MaxPending, seq, o.MaxPending)
+				}
+			}
+		})
+	}
+}
+
+// When MaxPending publishes are unsettled the open loop waits, and counts
+// the events that went out late because of it.
+func TestPublishOpenLoopCountsLateEvents(t *testing.T) {
+	e := newJSEnv(t)
+	// No stream: every send fails at once (no responders) and is sent again
+	// 250ms later, five times, so the first 10 events hold the 10 places
+	// for over a second and the other 10, due 100-190ms, go out late.
+	res, err := Publish(e.ctx, e.nc, Options{Subject: "late", Rate: 100, Duration: 200 * time.Millisecond, MaxPending: 10, Run: 12})
+	if !errors.Is(err, ErrNotAcked) || res.Sent != 20 || res.Late != 10 || res.Failed != 20 {
+		t.Fatalf("publish: %+v, %v; want 20 sent, 10 late, 20 failed", res, err)
+	}
+}
+
+// Every event carries a W3C traceparent: without a Tracer, one that is
+// valid, not sampled, and of a trace of its own; NoTraceContext sends none.
+func TestPublishSendsTraceContext(t *testing.T) {
+	e := newJSEnv(t)
+	stream := e.stream(t, jetstream.StreamConfig{Name: "TC", Subjects: []string{"tc.>"}})
+	if _, err := Publish(e.ctx, e.nc, Options{Subject: "tc", Events: 3, Run: 13}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Publish(e.ctx, e.nc, Options{Subject: "tc", Events: 1, Run: 14, NoTraceContext: true}); err != nil {
+		t.Fatal(err)
+	}
+	traces := map[trace.TraceID]bool{}
+	for seq := uint64(1); seq <= 3; seq++ {
+		m, err := stream.GetMsg(e.ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := trace.SpanContextFromContext(telemetry.ExtractTrace(context.Background(), m.Header))
+		if !sc.IsValid() || sc.IsSampled() || traces[sc.TraceID()] {
+			t.Errorf("message %d: traceparent %q: valid %v, sampled %v, trace seen before %v; want valid, not sampled, new",
+				seq, m.Header.Get("traceparent"), sc.IsValid(), sc.IsSampled(), traces[sc.TraceID()])
+		}
+		traces[sc.TraceID()] = true
+	}
+	m, err := stream.GetMsg(e.ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp := m.Header.Get("traceparent"); tp != "" || m.Header.Get(jetstream.MsgIDHeader) != MsgID(14, 0) {
+		t.Errorf("with NoTraceContext: traceparent %q, Nats-Msg-Id %q; want none, %s", tp, m.Header.Get(jetstream.MsgIDHeader), MsgID(14, 0))
+	}
+}
+
+// A cancelled Publish returns what it counted so far, not zeros.
+func TestPublishCancelledReturnsItsCounts(t *testing.T) {
+	e := newJSEnv(t)
+	stream := e.stream(t, jetstream.StreamConfig{Name: "CN", Subjects: []string{"cn.>"}})
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	// At most MaxPending are unsettled, so once 500 are sent at least 400
+	// are acked.
+	o := Options{Subject: "cn", Events: 1_000_000, MaxPending: 100, Run: 15}
+	o.Progress = func(sent int) {
+		if sent >= 500 {
+			cancel()
 		}
 	}
-}
-
-// Nothing is sent again before its AckWait has passed, also while the
-// publisher waits for room under MaxPending.
-func TestPublishWaitsAckWaitBeforeResending(t *testing.T) {
-	const ackWait = time.Second
-	if d := firstResend(t, Options{Subject: "aw", Events: 10, MaxPending: 5, Run: 8, AckWait: ackWait}); d < ackWait {
-		t.Fatalf("an event was sent again %v after its first send, before AckWait (%v)", d, ackWait)
+	start := time.Now()
+	res, err := Publish(ctx, e.nc, o)
+	elapsed := time.Since(start)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	if res.Sent < 500 || res.Acked < res.Sent-o.MaxPending || res.Acked+res.Duplicate+res.Failed > res.Sent ||
+		res.Elapsed <= 0 || res.Elapsed > elapsed {
+		t.Fatalf("cancelled publish: %+v after %v; want the acks and time so far", res, elapsed)
+	}
+	info, err := stream.Info(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs < uint64(res.Acked) {
+		t.Fatalf("%d acked, but the stream holds %d messages", res.Acked, info.State.Msgs)
 	}
 }
 
-// In open loop a failed publish is sent again during the run, not after
-// its end, so the duplicate window need not cover the run.
-func TestPublishResendsDuringTheRun(t *testing.T) {
-	const run = 3 * time.Second
-	if d := firstResend(t, Options{Subject: "dr", Rate: 100, Duration: run, Run: 9, AckWait: 100 * time.Millisecond}); d >= run/2 {
-		t.Fatalf("the first resend came %v after its first send, in a %v run; want about AckWait + 250ms", d, run)
+func TestOptionsValidateAndTotal(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		o     Options
+		total int // 0: invalid
+	}{
+		{"events", Options{Subject: "s", Events: 5}, 5},
+		{"rate", Options{Subject: "s", Rate: 2000, Duration: 250 * time.Millisecond}, 500},
+		{"rate rounded, not truncated", Options{Subject: "s", Rate: 0.29, Duration: 100 * time.Second}, 29},
+		{"less than one event", Options{Subject: "s", Rate: 0.5, Duration: time.Second}, 0},
+		{"rate without duration", Options{Subject: "s", Rate: 10}, 0},
+		{"duration without rate", Options{Subject: "s", Events: 10, Duration: time.Second}, 0},
+		{"events and rate", Options{Subject: "s", Events: 10, Rate: 10, Duration: time.Second}, 0},
+		{"nothing", Options{Subject: "s"}, 0},
+		{"negative events", Options{Subject: "s", Events: -1}, 0},
+		{"NaN rate", Options{Subject: "s", Rate: math.NaN(), Duration: time.Second}, 0},
+		{"no subject", Options{Events: 5}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			err := o.Validate()
+			switch {
+			case tc.total == 0 && !errors.Is(err, ErrInvalidOptions):
+				t.Fatalf("Validate: %v, want ErrInvalidOptions", err)
+			case tc.total > 0 && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tc.total > 0 && o.Total() != tc.total:
+				t.Fatalf("Total %d, want %d", o.Total(), tc.total)
+			}
+		})
+	}
+	// Publish refuses them before it connects to anything.
+	if _, err := Publish(context.Background(), nil, Options{Subject: "s", Rate: 0.5, Duration: time.Second}); !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("Publish: %v, want ErrInvalidOptions", err)
+	}
+}
+
+func TestResendSpan(t *testing.T) {
+	if got := ResendSpan(0); got != 26500*time.Millisecond {
+		t.Errorf("ResendSpan(default) = %v, want 26.5s", got)
+	}
+	if got := MaxAckWait(10 * time.Second); got != 1700*time.Millisecond || ResendSpan(got) > 10*time.Second {
+		t.Errorf("MaxAckWait(10s) = %v (span %v), want 1.7s", got, ResendSpan(got))
+	}
+	if got := MaxAckWait(time.Second); got != 0 {
+		t.Errorf("MaxAckWait(1s) = %v, want 0", got)
 	}
 }

@@ -3,10 +3,13 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,21 +26,26 @@ import (
 // ErrNotAcked is returned when JetStream did not acknowledge every publish.
 var ErrNotAcked = errors.New("publishes not acknowledged by JetStream")
 
+// ErrInvalidOptions is wrapped by the errors of Options.Validate.
+var ErrInvalidOptions = errors.New("loadgen: invalid options")
+
 // Options says what to publish.
 type Options struct {
 	Subject  string        // subject prefix; events go to <Subject>.<device>
-	Subjects int           // number of distinct devices (subjects), >= 1
+	Subjects int           // number of distinct devices (subjects); 0: 1
 	Events   int           // publish this many (preload), or
 	Rate     float64       // events per second, open loop, for
 	Duration time.Duration // this long (Rate and Duration go together)
 	Run      uint64        // run id: makes ids and Nats-Msg-Ids unique per run
 	First    uint64        // first sequence number (default 0)
-	// MaxPending bounds async publishes awaiting their PubAck (default 4096).
+	// MaxPending bounds the publishes not yet settled: awaiting their
+	// PubAck, or failed and waiting to be sent again (default 4096). At the
+	// bound the publisher waits, also in open loop: the events due
+	// meanwhile go out late and are counted in Result.Late.
 	MaxPending int
 	// AckWait is how long a publish may wait for its PubAck before it counts
 	// as failed and is sent again (default 5s). A resend is stored once only
-	// within the stream's duplicate window, which must cover up to 5 x
-	// (AckWait + 250ms) after the first send.
+	// within the stream's duplicate window, which must cover ResendSpan(AckWait).
 	AckWait time.Duration
 	// Progress, when set, is called about every 100ms with the count sent.
 	Progress func(sent int)
@@ -49,16 +57,71 @@ type Options struct {
 	// Tracer, when set, wraps each publish in a PRODUCER span "send
 	// <subject>" (a child of ctx's span, if any) and sends its W3C
 	// traceparent in the message headers, so that jetsink's process span
-	// is its child. nil: no spans, no trace headers.
+	// is its child. nil: each event still carries a traceparent, with a
+	// random trace and span id and the sampled flag cleared, so that a
+	// consumer that samples parent-based (jetsink does) does not trace it.
 	Tracer trace.Tracer
+	// NoTraceContext, with Tracer nil, sends no traceparent: jetsink then
+	// samples the events as roots, at telemetry.sample_ratio. Benchmarks
+	// of that sampling need it.
+	NoTraceContext bool
 }
 
-// Result counts what happened.
+// Validate reports, wrapping ErrInvalidOptions, options Publish refuses:
+// no Subject; neither or both of Events and Rate; Rate without Duration,
+// or Duration without Rate; a Rate x Duration of less than one event.
+// Zero Subjects, MaxPending and AckWait take their defaults.
+func (o Options) Validate() error {
+	var msg string
+	switch {
+	case o.Subject == "":
+		msg = "Subject is required"
+	case o.Events < 0:
+		msg = "Events must not be negative"
+	case o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):
+		msg = "Rate must be a positive number of events per second"
+	case o.Events > 0 && o.Rate > 0:
+		msg = "give Events or Rate, not both"
+	case o.Rate > 0 && o.Duration <= 0:
+		msg = "Rate needs a positive Duration"
+	case o.Rate == 0 && o.Duration != 0:
+		msg = "Duration goes with Rate; Events are published as fast as acknowledged"
+	case o.Rate == 0 && o.Events == 0:
+		msg = "give Events, or Rate and Duration"
+	case o.Rate > 0 && o.Rate*o.Duration.Seconds() < 1:
+		msg = fmt.Sprintf("Rate x Duration (%g/s x %v) is less than one event", o.Rate, o.Duration)
+	case o.Rate*o.Duration.Seconds() >= 1<<40:
+		msg = "Rate x Duration is too many events"
+	}
+	if msg != "" {
+		return fmt.Errorf("%w: %s", ErrInvalidOptions, msg)
+	}
+	return nil
+}
+
+// Total is the number of events Publish sends: Events, or Rate x Duration
+// rounded to the nearest whole event.
+func (o Options) Total() int {
+	if o.Rate > 0 {
+		return int(math.Round(o.Rate * o.Duration.Seconds()))
+	}
+	return o.Events
+}
+
+// Result counts what happened. Once Publish has returned without being
+// cancelled, Sent = Acked + Duplicate + Failed.
 type Result struct {
-	Sent    int
-	Acked   int
-	Failed  int // not acknowledged after every retry
-	Retried int // publishes sent again after a failed or timed-out PubAck
+	Sent  int // events sent, each once however often it was sent again
+	Acked int // stored: acknowledged by JetStream (a resend's duplicate PubAck included)
+	// Duplicate counts the events whose first send JetStream acknowledged
+	// as a duplicate: it held their Nats-Msg-Id already (Run and First
+	// used before, within the duplicate window) and did not store them again.
+	Duplicate int
+	Failed    int // not acknowledged after every retry
+	Retried   int // publishes sent again after a failed or timed-out PubAck
+	// Late counts, in open loop, the events sent after their due time
+	// because MaxPending publishes were unsettled when they were due.
+	Late    int
 	Elapsed time.Duration
 }
 
@@ -66,20 +129,40 @@ type Result struct {
 // message was not stored: the publisher sends it again with the same
 // Nats-Msg-Id, retryWait after the failure (nats.go waits as long before
 // it resends a publish that found no stream), up to maxRetries times, and
-// JetStream's duplicate window stores it at most once. So the window must
-// cover maxRetries x (AckWait + retryWait) from the first send: 26 s with
-// the default AckWait.
+// JetStream's duplicate window stores it at most once. The publisher
+// notices an expired AckWait or a due resend within slack (it scans for
+// expired publishes at most every scanEvery, and a goroutine may wake
+// late), so a resend goes out at most AckWait + retryWait + slack after
+// the send before it. See ResendSpan.
 const (
 	maxRetries = 5
 	retryWait  = 250 * time.Millisecond
+	slack      = 50 * time.Millisecond
+	scanEvery  = 10 * time.Millisecond
 )
-
-// checkEvery is how often the publisher looks for publishes to expire or
-// to send again.
-const checkEvery = 50 * time.Millisecond
 
 // sendTick is the open-loop publisher's shortest sleep.
 const sendTick = time.Millisecond
+
+// never is a time since start that does not come.
+const never = time.Duration(math.MaxInt64)
+
+// ResendSpan is the longest time from an event's first send to its last
+// resend when PubAcks do not come within ackWait (<= 0: the default 5s):
+// 5 x (ackWait + 300ms), 26.5s with the default. A stream's duplicate
+// window shorter than this may store a late resend a second time.
+func ResendSpan(ackWait time.Duration) time.Duration {
+	if ackWait <= 0 {
+		ackWait = 5 * time.Second
+	}
+	return maxRetries * (ackWait + retryWait + slack)
+}
+
+// MaxAckWait is the longest AckWait whose ResendSpan fits in a duplicate
+// window of window, truncated to 10ms; 0 if none does.
+func MaxAckWait(window time.Duration) time.Duration {
+	return max(window/maxRetries-retryWait-slack, 0).Truncate(10 * time.Millisecond)
+}
 
 // MsgID is the Nats-Msg-Id of event seq of run.
 func MsgID(run, seq uint64) string {
@@ -87,10 +170,13 @@ func MsgID(run, seq uint64) string {
 }
 
 // Publish publishes events and waits for every PubAck. It returns an error
-// wrapping ErrNotAcked if any publish failed, and ctx's error if cancelled.
+// wrapping ErrInvalidOptions if o does not validate, one wrapping
+// ErrNotAcked if any publish failed, and ctx's error if cancelled; the
+// Result counts what happened in every case. Events JetStream already held
+// (Result.Duplicate) are not an error.
 func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
-	if o.Subject == "" {
-		return Result{}, errors.New("loadgen: Subject is required")
+	if err := o.Validate(); err != nil {
+		return Result{}, err
 	}
 	if o.Subjects < 1 {
 		o.Subjects = 1
@@ -101,57 +187,61 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	if o.AckWait <= 0 {
 		o.AckWait = 5 * time.Second
 	}
-	total := o.Events
-	var interval time.Duration
-	if o.Rate > 0 {
-		if o.Duration <= 0 {
-			return Result{}, errors.New("loadgen: Rate needs Duration")
-		}
-		total = int(o.Rate * o.Duration.Seconds())
-		interval = time.Duration(float64(time.Second) / o.Rate)
-	}
+	total := o.Total()
 	p, err := newPublisher(ctx, nc, o)
 	if err != nil {
 		return Result{}, err
 	}
 	defer p.close()
-	var lastProgress time.Duration // since p.start
-	var res Result
+	var (
+		res          Result
+		now          time.Duration // since p.start, as last read
+		lastProgress time.Duration
+		roomAt       = time.Duration(-1) // when the last wait for room under MaxPending ended
+	)
 	for i := 0; i < total; i++ {
 		if err := ctx.Err(); err != nil {
-			return res, err
+			return p.result(res), err
 		}
 		seq := o.First + uint64(i)
-		due := p.start.Add(time.Duration(i) * interval)
-		if interval > 0 {
-			// Open loop: event i is due at start + i*interval, whatever
-			// happened to the ones before it. The publisher sleeps at
-			// least sendTick at a time and then sends everything due,
+		var due time.Duration
+		if o.Rate > 0 {
+			// Open loop: event i is due at start + i/Rate, whatever
+			// happened to the ones before it, as long as fewer than
+			// MaxPending publishes are unsettled. The publisher sleeps
+			// at least sendTick at a time and then sends everything due,
 			// each event stamped with its own due time: an event goes out
 			// up to sendTick late (and its latency counts that), instead
 			// of a timer and a flush per event, which at 20k/s cost the
 			// publisher and nats-server most of a core.
-			if wait := time.Until(due); wait > 0 {
-				if err := p.sleep(ctx, max(wait, sendTick)); err != nil {
-					return res, err
+			due = time.Duration(math.Round(float64(i) * float64(time.Second) / o.Rate))
+			now = time.Since(p.start)
+			if due > now {
+				if now, _, err = p.wait(ctx, &res, now, max(due, now+sendTick), math.MaxInt); err != nil {
+					return p.result(res), err
 				}
 			}
 		}
-		if err := p.waitPending(ctx, o.MaxPending-1, 0); err != nil {
-			return res, err
+		var held bool
+		if now, held, err = p.wait(ctx, &res, now, 0, o.MaxPending-1); err != nil {
+			return p.result(res), err
+		}
+		if held {
+			roomAt = now
+		}
+		if o.Rate > 0 && due < roomAt {
+			res.Late++
 		}
 		var stamp int64
 		if o.Stamp {
-			if interval == 0 {
-				due = time.Now()
+			if o.Rate > 0 {
+				stamp = p.start.Add(due).UnixNano()
+			} else {
+				stamp = time.Now().UnixNano()
 			}
-			stamp = due.UnixNano()
 		}
-		now := p.send(ctx, seq, stamp, 1)
+		now = p.send(ctx, seq, stamp, 1)
 		res.Sent++
-		if err := p.maintain(ctx, &res, now); err != nil {
-			return res, err
-		}
 		if o.Progress != nil && now-lastProgress >= 100*time.Millisecond {
 			o.Progress(res.Sent)
 			lastProgress = now
@@ -159,34 +249,25 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	}
 	// Wait for the last PubAcks, resending what fails, until every publish
 	// is acknowledged or given up.
-	for {
-		if err := p.resendDue(ctx, &res); err != nil {
-			return res, err
-		}
-		p.mu.Lock()
-		pending, failed := len(p.pending), len(p.failed)
-		p.mu.Unlock()
-		var err error
-		switch {
-		case pending == 0 && failed == 0:
-			return p.finish(res)
-		case pending == 0:
-			// Only resends waiting for their retryWait: waitPending
-			// would return at once.
-			err = p.sleep(ctx, checkEvery)
-		default:
-			err = p.waitPending(ctx, 0, checkEvery)
-		}
-		if err != nil {
-			return res, err
-		}
+	if _, _, err := p.wait(ctx, &res, now, 0, 0); err != nil {
+		return p.result(res), err
 	}
+	return p.finish(res)
+}
+
+// result completes res with the counts kept by onReply and the time since
+// the start.
+func (p *publisher) result(res Result) Result {
+	p.mu.Lock()
+	res.Acked, res.Duplicate = p.acked, p.dups
+	p.mu.Unlock()
+	res.Elapsed = time.Since(p.start)
+	return res
 }
 
 // finish completes res once every publish is acknowledged or given up.
 func (p *publisher) finish(res Result) (Result, error) {
-	res.Elapsed = time.Since(p.start)
-	res.Acked = res.Sent - res.Failed
+	res = p.result(res)
 	if p.o.Progress != nil {
 		p.o.Progress(res.Sent)
 	}
@@ -203,28 +284,35 @@ func (p *publisher) finish(res Result) (Result, error) {
 // nats.go's PublishAsync it allocates no future, timer or map entry with
 // pointers per publish and decodes a PubAck's JSON only when it is not the
 // plain success shape.
+//
+// Every publish not yet settled is in pending (sent, awaiting its PubAck)
+// or in failed (waiting retryWait to be sent again); together they hold at
+// most MaxPending, so that a resend never waits for room.
 type publisher struct {
-	nc     *nats.Conn
-	o      Options
-	start  time.Time
-	prefix string // reply subject prefix, "<inbox>."
-	sub    *nats.Subscription
-	status chan nats.Status // RECONNECTING or CLOSED: the PubAcks in flight are lost
+	nc      *nats.Conn
+	o       Options
+	start   time.Time
+	prefix  string // reply subject prefix, "<inbox>."
+	sub     *nats.Subscription
+	status  chan nats.Status // RECONNECTING or CLOSED: the PubAcks in flight are lost
+	errLate error            // the cause of a publish failed for want of a PubAck
 
 	// Used only by the sending goroutine.
 	msg        nats.Msg
 	buf        []byte
 	reply      []byte   // the reply subject being built
+	tp         []byte   // the traceparent being built
 	subjects   []string // per device, made on first use
 	timer      *time.Timer
-	nextCheck  time.Duration
-	nextExpire time.Duration
+	nextExpire time.Duration // when expireLate is next due, since start
 
 	mu      sync.Mutex
 	pending map[uint64]inFlight // by seq
 	failed  []failedPub         // oldest first
+	acked   int                 // settled by a PubAck that stored the event (or a resend of it)
+	dups    int                 // settled by a duplicate PubAck to the first send
 	err     error               // the last failure's cause
-	limit   int                 // wake the sender when len(pending) <= limit
+	limit   int                 // wake the sender when len(pending)+len(failed) <= limit
 	wake    chan struct{}
 }
 
@@ -241,21 +329,30 @@ type failedPub struct {
 	at    int64 // when it failed, time since start in ns
 }
 
+// traceparentHeader is the W3C trace context header, in the lower case
+// propagation.TraceContext writes.
+const traceparentHeader = "traceparent"
+
 func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, error) {
 	p := &publisher{
-		nc:       nc,
-		o:        o,
-		prefix:   nc.NewInbox() + ".",
-		subjects: make([]string, o.Subjects),
-		timer:    time.NewTimer(time.Hour),
-		pending:  make(map[uint64]inFlight, o.MaxPending),
-		limit:    -1,
-		wake:     make(chan struct{}, 1),
-		buf:      make([]byte, 0, 256),
+		nc:         nc,
+		o:          o,
+		prefix:     nc.NewInbox() + ".",
+		errLate:    fmt.Errorf("no PubAck within %v", o.AckWait),
+		subjects:   make([]string, o.Subjects),
+		timer:      time.NewTimer(time.Hour),
+		nextExpire: never,
+		pending:    make(map[uint64]inFlight, o.MaxPending),
+		limit:      -1,
+		wake:       make(chan struct{}, 1),
+		buf:        make([]byte, 0, 256),
 	}
 	p.timer.Stop()
 	if o.Tracer == nil {
 		p.msg.Header = nats.Header{jetstream.MsgIDHeader: []string{""}}
+		if !o.NoTraceContext {
+			p.msg.Header[traceparentHeader] = []string{""}
+		}
 	}
 	sub, err := nc.Subscribe(p.prefix+"*", p.onReply)
 	if err != nil {
@@ -271,7 +368,6 @@ func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, er
 	p.sub = sub
 	p.status = nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
 	p.start = time.Now()
-	p.nextExpire = o.AckWait / 4
 	return p, nil
 }
 
@@ -318,8 +414,15 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) 
 		telemetry.InjectTrace(sctx, m.Header)
 	} else {
 		m.Header[jetstream.MsgIDHeader][0] = MsgID(p.o.Run, seq)
+		if !p.o.NoTraceContext {
+			p.tp = appendUnsampledTraceparent(p.tp[:0])
+			m.Header[traceparentHeader][0] = string(p.tp)
+		}
 	}
 	now := time.Since(p.start)
+	if d := now + p.o.AckWait; d < p.nextExpire {
+		p.nextExpire = d
+	}
 	f := inFlight{stamp: stamp, sent: int64(now), try: try}
 	p.mu.Lock()
 	p.pending[seq] = f
@@ -338,6 +441,29 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) 
 	return now
 }
 
+// appendUnsampledTraceparent appends a W3C traceparent with a random trace
+// id and span id and the sampled flag cleared: a span context that records
+// nothing, for a consumer to see the event's trace context without tracing
+// it. The ids are random, not unguessable (math/rand/v2).
+func appendUnsampledTraceparent(dst []byte) []byte {
+	var id [24]byte // trace id (16 bytes), span id (8)
+	hi, lo, span := rand.Uint64(), rand.Uint64(), rand.Uint64()
+	if hi|lo == 0 {
+		lo = 1 // an all-zero trace id is invalid
+	}
+	if span == 0 {
+		span = 1 // as is an all-zero span id
+	}
+	binary.BigEndian.PutUint64(id[0:], hi)
+	binary.BigEndian.PutUint64(id[8:], lo)
+	binary.BigEndian.PutUint64(id[16:], span)
+	dst = append(dst, "00-"...)
+	dst = hex.AppendEncode(dst, id[:16])
+	dst = append(dst, '-')
+	dst = hex.AppendEncode(dst, id[16:])
+	return append(dst, "-00"...)
+}
+
 // onReply settles the publish its subject names.
 func (p *publisher) onReply(m *nats.Msg) {
 	token := m.Subject[len(p.prefix):]
@@ -350,7 +476,7 @@ func (p *publisher) onReply(m *nats.Msg) {
 	if err1 != nil || err2 != nil {
 		return
 	}
-	cause := pubAckError(m)
+	dup, cause := pubAck(m)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f, ok := p.pending[seq]
@@ -362,167 +488,172 @@ func (p *publisher) onReply(m *nats.Msg) {
 	}
 	// A success settles the event whichever send it answers: it is stored.
 	delete(p.pending, seq)
-	if cause != nil {
+	switch {
+	case cause != nil:
 		p.failLocked(seq, f, cause)
+	case dup && try == 1:
+		// The first send found the Nats-Msg-Id stored already: not by
+		// this call. A resend's duplicate is the expected one.
+		p.dups++
+	default:
+		p.acked++
 	}
-	if len(p.pending) <= p.limit {
+	if p.limit >= 0 && len(p.pending)+len(p.failed) <= p.limit {
 		p.limit = -1
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
+		p.signal()
 	}
 }
 
-var pubAckOK = []byte(`{"stream":"`)
+// signal wakes the sending goroutine if it waits, or makes its next wait
+// look again.
+func (p *publisher) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
 
-// pubAckError is nil if m is a PubAck that stored (or de-duplicated) the
-// message. nats-server writes a success as {"stream":"S","seq":N,...} and
-// a failure as {"error":{...}}; anything else is decoded in full.
-func pubAckError(m *nats.Msg) error {
-	if bytes.HasPrefix(m.Data, pubAckOK) {
-		return nil
+var (
+	pubAckOK  = []byte(`{"stream":"`)
+	pubAckDup = []byte(`"duplicate"`)
+)
+
+// pubAck reports whether m is a PubAck that stored the message (nil), or
+// found it stored already (dup, nil), or failed (the error). nats-server
+// writes a success as {"stream":"S","seq":N,...}, with "duplicate": true
+// when it was a duplicate, and a failure as {"error":{...}}; anything but
+// a plain success is decoded in full.
+func pubAck(m *nats.Msg) (dup bool, err error) {
+	if bytes.HasPrefix(m.Data, pubAckOK) && !bytes.Contains(m.Data, pubAckDup) {
+		return false, nil
 	}
 	if len(m.Data) == 0 {
 		if st := m.Header.Get("Status"); st != "" {
 			if st == "503" {
-				return jetstream.ErrNoStreamResponse
+				return false, jetstream.ErrNoStreamResponse
 			}
-			return fmt.Errorf("status %s %s", st, m.Header.Get("Description"))
+			return false, fmt.Errorf("status %s %s", st, m.Header.Get("Description"))
 		}
-		return jetstream.ErrInvalidJSAck
+		return false, jetstream.ErrInvalidJSAck
 	}
 	var r struct {
 		Error *struct {
 			Code        int    `json:"code"`
 			Description string `json:"description"`
 		} `json:"error"`
-		Stream string `json:"stream"`
+		Stream    string `json:"stream"`
+		Duplicate bool   `json:"duplicate"`
 	}
 	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return fmt.Errorf("%w: %v", jetstream.ErrInvalidJSAck, err)
+		return false, fmt.Errorf("%w: %v", jetstream.ErrInvalidJSAck, err)
 	}
 	if r.Error != nil {
-		return fmt.Errorf("%s (%d)", r.Error.Description, r.Error.Code)
+		return false, fmt.Errorf("%s (%d)", r.Error.Description, r.Error.Code)
 	}
 	if r.Stream == "" {
-		return jetstream.ErrInvalidJSAck
+		return false, jetstream.ErrInvalidJSAck
 	}
-	return nil
+	return r.Duplicate, nil
 }
 
-// failLocked queues the failed send f of seq to be sent again. p.mu is held.
+// failLocked queues the failed send f of seq to be sent again, and wakes
+// the sender to schedule it. p.mu is held.
 func (p *publisher) failLocked(seq uint64, f inFlight, cause error) {
 	p.failed = append(p.failed, failedPub{seq: seq, stamp: f.stamp, try: f.try, at: int64(time.Since(p.start))})
 	p.err = cause
+	p.signal()
 }
 
-// maintain runs between sends, every checkEvery: it expires publishes
-// whose PubAck is later than AckWait and sends again what failed. now is
-// the time since start.
-func (p *publisher) maintain(ctx context.Context, res *Result, now time.Duration) error {
-	if now < p.nextCheck {
-		return nil
-	}
-	p.nextCheck = now + checkEvery
-	p.expireLate(now)
-	return p.resendDue(ctx, res)
-}
-
-// expireLate counts as failed the publishes sent more than AckWait before
-// now, at most once every AckWait/4.
-func (p *publisher) expireLate(now time.Duration) {
-	if now < p.nextExpire {
-		return
-	}
-	p.nextExpire = now + p.o.AckWait/4
-	p.expire(int64(now-p.o.AckWait), fmt.Errorf("no PubAck within %v", p.o.AckWait))
-}
-
-// resendDue sends again each failed publish whose retryWait has passed, or
-// gives it up (counting it in res.Failed) after maxRetries resends.
-func (p *publisher) resendDue(ctx context.Context, res *Result) error {
-	now := int64(time.Since(p.start))
-	p.mu.Lock()
-	var due []failedPub
-	keep := p.failed[:0]
-	for _, f := range p.failed {
-		if now-f.at >= int64(retryWait) {
-			due = append(due, f)
-		} else {
-			keep = append(keep, f)
-		}
-	}
-	p.failed = keep
-	p.mu.Unlock()
-	for _, f := range due {
-		if f.try > maxRetries {
-			res.Failed++
-			continue
-		}
-		if err := p.waitPending(ctx, p.o.MaxPending-1, 0); err != nil {
-			return err
-		}
-		p.send(ctx, f.seq, f.stamp, f.try+1)
-		res.Retried++
-	}
-	return nil
-}
-
-// waitPending returns once at most n publishes await their PubAck, or after
-// maxWait (0: no limit). While it waits, publishes whose PubAck is later
-// than AckWait, or was lost with a reconnect, count as failed.
-func (p *publisher) waitPending(ctx context.Context, n int, maxWait time.Duration) error {
-	var deadline time.Duration
-	if maxWait > 0 {
-		deadline = time.Since(p.start) + maxWait
-	}
+// wait runs the publisher's upkeep (expiring publishes whose PubAck is
+// later than AckWait, sending again what failed) until until has passed
+// and at most limit publishes are unsettled. now is the time since start
+// as the caller last read it. It returns the time since start when it
+// returned, and whether it waited for the limit.
+func (p *publisher) wait(ctx context.Context, res *Result, now, until time.Duration, limit int) (time.Duration, bool, error) {
+	held := false
 	for {
+		if now >= p.nextExpire {
+			p.expireLate(now)
+		}
+		p.resendDue(ctx, res, now)
 		p.mu.Lock()
-		if len(p.pending) <= n {
-			p.mu.Unlock()
-			return nil
+		over := len(p.pending)+len(p.failed) > limit
+		next := p.nextExpire
+		if len(p.failed) > 0 {
+			next = min(next, time.Duration(p.failed[0].at)+retryWait)
 		}
-		p.limit = n
+		p.limit = -1
+		if over {
+			p.limit = limit
+		}
 		p.mu.Unlock()
-		now := time.Since(p.start)
-		if deadline > 0 && now >= deadline {
-			return nil
+		if !over && now >= until {
+			return now, held, nil
 		}
-		d := max(p.nextExpire-now, time.Millisecond)
-		if deadline > 0 {
-			d = min(d, deadline-now)
+		held = held || over
+		d := next - now
+		if now < until {
+			d = min(d, until-now)
 		}
-		p.timer.Reset(d)
+		p.timer.Reset(max(d, 0))
 		select {
 		case <-ctx.Done():
 			p.timer.Stop()
-			return ctx.Err()
+			return now, held, ctx.Err()
 		case <-p.wake:
 			p.timer.Stop()
 		case _, open := <-p.status:
 			p.timer.Stop()
 			p.connectionLost(open)
 		case <-p.timer.C:
-			p.expireLate(time.Since(p.start))
 		}
+		now = time.Since(p.start)
 	}
 }
 
-// sleep waits d, or until ctx is done. A reconnect meanwhile fails the
-// publishes in flight.
-func (p *publisher) sleep(ctx context.Context, d time.Duration) error {
-	p.timer.Reset(d)
-	for {
-		select {
-		case <-ctx.Done():
-			p.timer.Stop()
-			return ctx.Err()
-		case _, open := <-p.status:
-			p.connectionLost(open)
-		case <-p.timer.C:
-			return nil
+// expireLate counts as failed the publishes sent AckWait or more before
+// now, and sets when to look next: when the oldest left reaches AckWait,
+// but not sooner than scanEvery (a scan reads every pending publish).
+func (p *publisher) expireLate(now time.Duration) {
+	cutoff := int64(now - p.o.AckWait)
+	oldest := int64(math.MaxInt64)
+	p.mu.Lock()
+	for seq, f := range p.pending {
+		switch {
+		case f.sent <= cutoff:
+			delete(p.pending, seq)
+			p.failLocked(seq, f, p.errLate)
+		case f.sent < oldest:
+			oldest = f.sent
 		}
+	}
+	p.mu.Unlock()
+	p.nextExpire = never
+	if oldest != math.MaxInt64 {
+		p.nextExpire = max(time.Duration(oldest)+p.o.AckWait, now+scanEvery)
+	}
+}
+
+// resendDue sends again each failed publish whose retryWait has passed at
+// now, or gives it up (counting it in res.Failed) after maxRetries
+// resends. It does not block: a resend takes the room its failed send
+// held under MaxPending.
+func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duration) {
+	for {
+		p.mu.Lock()
+		if len(p.failed) == 0 || time.Duration(p.failed[0].at)+retryWait > now {
+			p.mu.Unlock()
+			return
+		}
+		f := p.failed[0]
+		p.failed = p.failed[1:]
+		p.mu.Unlock()
+		if f.try > maxRetries {
+			res.Failed++
+			continue
+		}
+		p.send(ctx, f.seq, f.stamp, f.try+1)
+		res.Retried++
 	}
 }
 
@@ -533,19 +664,12 @@ func (p *publisher) connectionLost(open bool) {
 		p.status = nil
 		return
 	}
-	p.expire(math.MaxInt64, errors.New("connection lost before the PubAck"))
-}
-
-// expire counts as failed every publish sent before the given time since
-// start.
-func (p *publisher) expire(before int64, cause error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	cause := errors.New("connection lost before the PubAck")
 	for seq, f := range p.pending {
-		if f.sent < before {
-			delete(p.pending, seq)
-			p.failLocked(seq, f, cause)
-		}
+		delete(p.pending, seq)
+		p.failLocked(seq, f, cause)
 	}
 }
 

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -30,23 +32,48 @@ value, seq, tags) to <subject>.<device> over --subjects devices, each with a
 Nats-Msg-Id of <run>-<seq> so that retries are stored once.
 
 Either --events N (as fast as JetStream acknowledges), or --rate R --duration D
-(open loop: event i is sent at start + i/R whatever happened before, so a slow
-system does not lower the offered load). Exits non-zero if any publish was not
-acknowledged by JetStream after retries. A stream must capture the subjects.
+(open loop: event i is due at start + i/R whatever happened before, so a slow
+system does not lower the offered load, except that the publisher pauses
+while --max-pending publishes are unacknowledged; the events due meanwhile go
+out late, counted as "late" in the summary). A stream must capture the
+subjects.
 
-With OTEL_EXPORTER_OTLP_ENDPOINT set, each publish is a PRODUCER span
-"send <subject>" (service OTEL_SERVICE_NAME, default jetsink-publish; sampler
-OTEL_TRACES_SAMPLER) and carries its W3C traceparent header, so that jetsink's
-process span is its child.`,
+A publish whose PubAck fails or does not come within --ack-wait is sent again
+250ms later, up to 5 times: the last resend goes out at most
+5 x (ack-wait + 300ms) after the first send (26.5s by default), and the
+stream's duplicate window must cover that for JetStream to store it once.
+publish reads the window and warns when it is shorter.
+
+Exit status: non-zero if any publish was not acknowledged after the resends.
+Events whose first send JetStream reports as a duplicate (their Nats-Msg-Id
+was used before: a reused --run with overlapping --first) are counted as
+"duplicate", not "acked", with a warning, but exit 0: the stream holds every
+event, so re-running a publish that failed part-way with the same --run
+fills in what is missing and succeeds.
+
+Each event carries a W3C traceparent. With OTEL_EXPORTER_OTLP_ENDPOINT set,
+each publish is a PRODUCER span "send <subject>" (service OTEL_SERVICE_NAME,
+default jetsink-publish; sampler OTEL_TRACES_SAMPLER), the parent of
+jetsink's process span. Without it the traceparent has random ids and the
+sampled flag cleared, so jetsink (sampling parent-based) does not trace the
+events; --no-trace-context sends none, and jetsink samples them at its
+telemetry.sample_ratio.`,
 		Example: `  jetsink publish --nats-url nats://127.0.0.1:4222 --subject events --events 1000000
   jetsink publish --subject events --rate 20000 --duration 60s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if (o.Events > 0) == (o.Rate > 0) {
+			switch {
+			case (o.Events > 0) == (o.Rate > 0):
 				return usageError{fmt.Errorf("give either --events or --rate with --duration")}
-			}
-			if o.Rate > 0 && o.Duration <= 0 {
+			case o.Rate > 0 && o.Duration <= 0:
 				return usageError{fmt.Errorf("--rate needs --duration")}
+			case o.Events > 0 && cmd.Flags().Changed("duration"):
+				return usageError{fmt.Errorf("--duration goes with --rate; --events publishes as fast as acknowledged")}
+			case o.Rate > 0 && o.Rate*o.Duration.Seconds() < 1:
+				return usageError{fmt.Errorf("--rate %g for --duration %v is less than one event", o.Rate, o.Duration)}
+			}
+			if err := o.Validate(); err != nil {
+				return usageError{err}
 			}
 			nc, err := nats.Connect(url, nats.Name("jetsink-publish"))
 			if err != nil {
@@ -71,11 +98,9 @@ process span is its child.`,
 			if o.Run == 0 {
 				o.Run = uint64(time.Now().UnixNano())
 			}
-			total := o.Events
-			if o.Rate > 0 {
-				total = int(o.Rate * o.Duration.Seconds())
-			}
 			out := cmd.ErrOrStderr()
+			warnDuplicateWindow(cmd.Context(), out, nc, o)
+			total := o.Total()
 			if !quiet {
 				progress = plainProgress()
 				if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
@@ -85,11 +110,20 @@ process span is its child.`,
 			start := time.Now()
 			o.Progress = func(sent int) { progress(out, sent, total, start) }
 			res, err := loadgen.Publish(cmd.Context(), nc, o)
-			if !quiet && progress != nil {
+			if !quiet {
 				fmt.Fprintln(out)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "published %d events in %v (%.0f/s); acked %d, retried %d, failed %d; run %d\n",
-				res.Sent, res.Elapsed.Round(time.Millisecond), float64(res.Sent)/res.Elapsed.Seconds(), res.Acked, res.Retried, res.Failed, o.Run)
+			if res.Duplicate > 0 {
+				fmt.Fprintf(out, "warning: JetStream held %d of these events already (Nats-Msg-Ids %s-<seq> used before: --run %d reused with an overlapping --first) and did not store them again\n",
+					res.Duplicate, strconv.FormatUint(o.Run, 36), o.Run)
+			}
+			late := ""
+			if o.Rate > 0 {
+				late = fmt.Sprintf(", late %d", res.Late)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "published %d events in %v (%.0f/s); acked %d, duplicate %d, retried %d, failed %d%s; run %d\n",
+				res.Sent, res.Elapsed.Round(time.Millisecond), float64(res.Sent)/res.Elapsed.Seconds(), res.Acked, res.Duplicate,
+				res.Retried, res.Failed, late, o.Run)
 			return err
 		},
 	}
@@ -102,10 +136,43 @@ process span is its child.`,
 	f.DurationVar(&o.Duration, "duration", 0, "how long to publish at --rate")
 	f.Uint64Var(&o.Run, "run", 0, "run id for ids and Nats-Msg-Ids (default: the clock)")
 	f.Uint64Var(&o.First, "first", 0, "first sequence number")
-	f.IntVar(&o.MaxPending, "max-pending", 4096, "async publishes awaiting their PubAck")
-	f.DurationVar(&o.AckWait, "ack-wait", 5*time.Second, "send a publish again when its PubAck has not come within this; the stream's duplicate window must cover 5 x (ack-wait + 250ms)")
+	f.IntVar(&o.MaxPending, "max-pending", 4096, "publishes awaiting their PubAck or a resend; at this many the publisher pauses, also with --rate")
+	f.DurationVar(&o.AckWait, "ack-wait", 5*time.Second, "send a publish again when its PubAck has not come within this; the stream's duplicate window must cover 5 x (ack-wait + 300ms)")
+	f.BoolVar(&o.NoTraceContext, "no-trace-context", false, "send no traceparent when not tracing (jetsink then samples the events at telemetry.sample_ratio)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
 	return cmd
+}
+
+// warnDuplicateWindow warns on w when the duplicate window of the stream
+// that captures o's first event is shorter than the span over which a
+// publish may be sent again, so that a late resend would be stored twice.
+// A stream it cannot look up is not its business: Publish reports that.
+func warnDuplicateWindow(ctx context.Context, w io.Writer, nc *nats.Conn, o loadgen.Options) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ev := loadgen.Make(o.Run, o.First, o.Subjects)
+	name, err := js.StreamNameBySubject(ctx, ev.Subject(o.Subject))
+	if err != nil {
+		return
+	}
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return
+	}
+	window, span := s.CachedInfo().Config.Duplicates, loadgen.ResendSpan(o.AckWait)
+	if window <= 0 || window >= span {
+		return
+	}
+	fix := fmt.Sprintf("raise the stream's duplicate window to %v or more", span)
+	if ack := loadgen.MaxAckWait(window); ack > 0 {
+		fix = fmt.Sprintf("set --ack-wait %v or less, or raise the stream's duplicate window to %v", ack, span)
+	}
+	fmt.Fprintf(w, "warning: stream %s de-duplicates over %v, but a publish may be sent again up to %v after its first send (5 resends with --ack-wait %v), and a resend after %v would be stored twice: %s\n",
+		name, window, span, o.AckWait, window, fix)
 }
 
 func envOr(name, def string) string {

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// runPublish runs `jetsink publish args...` and returns its stdout,
+// stderr and error.
+func runPublish(t *testing.T, ctx context.Context, args ...string) (string, string, error) {
+	t.Helper()
+	unsetenv(t, "OTEL_EXPORTER_OTLP_ENDPOINT")
+	unsetenv(t, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	var stdout, stderr bytes.Buffer
+	root := newRoot()
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs(append([]string{"publish"}, args...))
+	err := root.ExecuteContext(ctx)
+	return stdout.String(), stderr.String(), err
+}
+
+// Flags that cannot make a run are usage errors, found before connecting.
+func TestPublishCmdUsageErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, args := range [][]string{
+		{"--rate", "0.5", "--duration", "1s"},  // less than one event
+		{"--events", "10", "--duration", "1s"}, // --duration is for --rate
+		{"--rate", "10"},
+		{"--events", "10", "--rate", "10", "--duration", "1s"},
+		{},
+	} {
+		// Nothing listens on port 1: a run that got past the checks would
+		// fail to connect instead.
+		_, _, err := runPublish(t, ctx, append(args, "--nats-url", "nats://127.0.0.1:1", "-q")...)
+		var usage usageError
+		if !errors.As(err, &usage) {
+			t.Errorf("publish %v: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// publish warns when the stream's duplicate window is shorter than the
+// resends may take, and reports, warns about and exits 0 for events the
+// stream held already.
+func TestPublishCmdWarnsAndCountsDuplicates(t *testing.T) {
+	ns := testenv.NATS(t)
+	nc := ns.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PC", Subjects: []string{"pc.>"}, Duplicates: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--nats-url", ns.URL(), "--subject", "pc", "--subjects", "5", "--events", "50", "--run", "42", "-q"}
+	stdout, stderr, err := runPublish(t, ctx, args...)
+	if err != nil || !strings.Contains(stdout, "acked 50, duplicate 0,") {
+		t.Fatalf("first run: %v\n%s%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "--ack-wait 1.7s or less") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("want one line of warning naming --ack-wait 1.7s for a 10s window; stderr:\n%s", stderr)
+	}
+	// Again, with an --ack-wait the window covers.
+	stdout, stderr, err = runPublish(t, ctx, append(args, "--ack-wait", "1.7s")...)
+	if err != nil || !strings.Contains(stdout, "acked 0, duplicate 50,") {
+		t.Fatalf("second run: %v\n%s%s", err, stdout, stderr)
+	}
+	if strings.Contains(stderr, "de-duplicates over") || !strings.Contains(stderr, "--run 42 reused") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("want only the one-line warning about a reused --run; stderr:\n%s", stderr)
+	}
+	st, err := js.Stream(ctx, "PC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 50 {
+		t.Fatalf("stream holds %d messages, want 50", n)
+	}
+	// The open loop reports its late events.
+	stdout, stderr, err = runPublish(t, ctx, "--nats-url", ns.URL(), "--subject", "pc", "--rate", "100", "--duration", "100ms", "--ack-wait", "1s", "-q")
+	if err != nil || !strings.Contains(stdout, "acked 10, duplicate 0, retried 0, failed 0, late 0;") || stderr != "" {
+		t.Fatalf("open loop: %v\n%s%s", err, stdout, stderr)
+	}
+}
