@@ -163,7 +163,10 @@ type Result struct {
 	LatencyInside   Percentiles `json:"latency_received_to_copy,omitzero"`
 	// The commit timestamp to the ack's arrival (rate runs with commit
 	// timestamps): the commit's WAL flush, the ack's way to the bench.
-	LatencyCommitToAck Percentiles  `json:"latency_commit_to_ack,omitzero"`
+	LatencyCommitToAck Percentiles `json:"latency_commit_to_ack,omitzero"`
+	// LatencyToCommit is Latency ended at the commit time instead of the
+	// ack (rate runs), as runs before the bench watched acks measured it.
+	LatencyToCommit Percentiles  `json:"latency_to_commit,omitzero"`
 	Curve              []CurvePoint `json:"percentile_curve"`
 	Timeline           []TimePoint  `json:"timeline"`
 	Batches            Batches      `json:"batches"`
@@ -308,8 +311,11 @@ func (b *bencher) lossCheck(results []Result) error {
 	var bad []string
 	for _, r := range results {
 		name := fmt.Sprintf("%s rep %d%s", r.Engine, r.Rep, variantSuffix(Variant{Name: r.Variant}))
-		if r.Missing != 0 {
+		switch {
+		case r.Missing > 0:
 			bad = append(bad, fmt.Sprintf("%s: %d missing", name, r.Missing))
+		case r.Missing < 0: // the publisher's resend stored twice: the figures count events that were not offered
+			bad = append(bad, fmt.Sprintf("%s: %d more events in the stream than the publisher had acknowledged", name, -r.Missing))
 		}
 		if r.Duplicate != 0 && r.Engine == EngineJetsink && b.exactlyOnce(r.Variant) {
 			bad = append(bad, fmt.Sprintf("%s: %d duplicate rows in exactly-once mode", name, r.Duplicate))
@@ -344,6 +350,10 @@ func (o *Options) defaults() error {
 	}
 	if o.DuplicateWindow < 0 {
 		return fmt.Errorf("%w: --duplicate-window must not be negative", ErrInvalidOptions)
+	}
+	if o.DuplicateWindow > 0 && loadgen.MaxAckWait(o.DuplicateWindow) <= 0 {
+		return fmt.Errorf("%w: --duplicate-window %v is shorter than the publisher's resends need (%v with the shortest PubAck wait)",
+			ErrInvalidOptions, o.DuplicateWindow, loadgen.ResendSpan(10*time.Millisecond))
 	}
 	if o.ColdPostgres && !o.Embedded {
 		return fmt.Errorf("%w: --cold-postgres applies to the embedded PostgreSQL only, not to a configured server", ErrInvalidOptions)
@@ -555,8 +565,8 @@ func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result,
 // the streams' duplicate window (loadgen.MaxAckWait), when one is set.
 func (b *bencher) publishOptions(prefix string, o loadgen.Options) loadgen.Options {
 	o.Subject, o.Subjects, o.Run, o.Stamp, o.NoTraceContext = prefix, b.o.Subjects, uint64(time.Now().UnixNano()), true, true
-	if w := loadgen.MaxAckWait(b.o.DuplicateWindow); w > 0 {
-		o.AckWait = w
+	if b.o.DuplicateWindow > 0 {
+		o.AckWait = min(loadgen.MaxAckWait(b.o.DuplicateWindow), 5*time.Second) // defaults refuses a window too short for any
 	}
 	return o
 }
@@ -924,7 +934,7 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 		res.LatencyFrom = fmt.Sprintf("the first ack the bench saw (%d of %d rows; the rest %s)", f.acked, f.rows, commit)
 	}
 	res.LatencyAcked = f.acked
-	res.LatencyCommitToAck = f.commitToAck
+	res.LatencyCommitToAck, res.LatencyToCommit = f.commitToAck, f.toCommit
 	res.Rows, res.Duplicate = f.rows, f.rows-f.distinctSeqs
 	res.Missing = int64(res.Published) - f.distinctSeqs
 	res.Latency, res.Curve, res.Timeline, res.Batches = f.latency, f.curve, f.timeline, f.batches
@@ -982,8 +992,9 @@ func (r Result) line() string {
 			r.LatencyInside.P50, r.LatencyInside.P99, r.LatencyInside.Max)
 	}
 	if r.LatencyCommitToAck.Count > 0 {
-		s += fmt.Sprintf("\n           commit->ack seen p50 %.1f p99 %.1f max %.1f ms",
-			r.LatencyCommitToAck.P50, r.LatencyCommitToAck.P99, r.LatencyCommitToAck.Max)
+		s += fmt.Sprintf("\n           commit->ack seen p50 %.1f p99 %.1f max %.1f ms; send->commit p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms",
+			r.LatencyCommitToAck.P50, r.LatencyCommitToAck.P99, r.LatencyCommitToAck.Max,
+			r.LatencyToCommit.P50, r.LatencyToCommit.P99, r.LatencyToCommit.P999, r.LatencyToCommit.Max)
 	}
 	if l := r.Lock; l != nil {
 		s += fmt.Sprintf("\n           table locked at %.1f s for %.1f s: RSS %.1f MiB as it was taken, at most %.1f while held (%+.1f), %.1f catching up; everything sent before the release committed %.1f s after it",

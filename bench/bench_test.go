@@ -117,7 +117,8 @@ func TestDrainCompareBaseline(t *testing.T) {
 		}
 		// Counted from the engine's own start, not the preload's sends
 		// (which the second engine would pay the first one's run for).
-		if elapsed := r.ElapsedS * 1000; r.Latency.Max > elapsed+1 {
+		// (The histogram's max is its bucket's top: 3 significant digits.)
+		if elapsed := r.ElapsedS * 1000; r.Latency.Max > elapsed*1.002+1 {
 			t.Errorf("%s: drain latency max %.1f ms, longer than its run (%.1f ms)", r.Engine, r.Latency.Max, elapsed)
 		}
 	}
@@ -379,6 +380,7 @@ func TestOptionsValidate(t *testing.T) {
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, LockFor: time.Second},
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, ColdPostgres: true}, // not embedded
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: -time.Second},
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: time.Second}, // shorter than any resend span
 	} {
 		if _, err := Run(context.Background(), o); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("Run(%+v) = %v, want ErrInvalidOptions", o, err)
@@ -410,7 +412,8 @@ func BenchmarkDrain(b *testing.B) {
 	if err := bb.createStream(ctx, stream, prefix); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := loadgen.Publish(ctx, nc, loadgen.Options{Subject: prefix, Subjects: 1000, Events: b.N, Run: 1, Stamp: true}); err != nil {
+	if _, err := loadgen.Publish(ctx, nc, loadgen.Options{Subject: prefix, Subjects: 1000, Events: b.N, Run: 1, Stamp: true,
+		NoTraceContext: true}); err != nil { // as `jetsink bench` publishes
 		b.Fatal(err)
 	}
 	if err := bb.createTable(ctx, "bench_drain"); err != nil {
@@ -510,7 +513,7 @@ func TestLossCheck(t *testing.T) {
 	}{
 		{Result{Engine: EngineJetsink}, false},
 		{Result{Engine: EngineJetsink, Missing: 1}, true},
-		{Result{Engine: EngineBaseline, Missing: -2}, true},
+		{Result{Engine: EngineBaseline, Missing: -2}, true}, // stored twice by a resend: the figures are off
 		{Result{Engine: EngineJetsink, Duplicate: 3}, false},
 		{Result{Engine: EngineJetsink, Variant: "mode=eo", Duplicate: 3}, true},
 		{Result{Engine: EngineBaseline, Variant: "mode=eo", Duplicate: 3}, false},

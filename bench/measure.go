@@ -82,6 +82,7 @@ type tableFacts struct {
 	beforeCopy, copyToCommit Percentiles
 	delivery, inside         Percentiles // beforeCopy split at received_at (jetsink fills it)
 	commitToAck              Percentiles // the commit timestamp to the ack's arrival (WAL flush, the ack's way)
+	toCommit                 Percentiles // latency to the commit time, when it ends at the ack
 	acked                    int64       // rows whose latency ends at their ack (the rest at their commit)
 	curve                    []CurvePoint
 	timeline                 []TimePoint
@@ -117,6 +118,7 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	delivery := hdrhistogram.New(histMin, histMax, histDigits)
 	inside := hdrhistogram.New(histMin, histMax, histDigits)
 	commitToAck := hdrhistogram.New(histMin, histMax, histDigits)
+	toCommit := hdrhistogram.New(histMin, histMax, histDigits)
 	var (
 		start, winStart time.Time
 		win             *hdrhistogram.Histogram
@@ -157,6 +159,7 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 			if byCommitTS {
 				_ = commitToAck.RecordValue(clampUS(acked.Sub(at)))
 			}
+			_ = toCommit.RecordValue(clampUS(at.Sub(later(ts, from))))
 		}
 		us := clampUS(end.Sub(later(ts, from))) // clock steps cannot make it negative
 		_ = all.RecordValue(us)
@@ -191,6 +194,9 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	}
 	if commitToAck.TotalCount() > 0 {
 		f.commitToAck = percentiles(commitToAck)
+	}
+	if toCommit.TotalCount() > 0 {
+		f.toCommit = percentiles(toCommit)
 	}
 	for _, q := range curveQuantiles {
 		v := all.ValueAtQuantile(q)

@@ -47,7 +47,7 @@ var sweeps struct {
 }
 
 // sweepOrphansOnce is sweepOrphans, once per prefix and process.
-func sweepOrphansOnce(prefix string, stop func(dir string)) {
+func sweepOrphansOnce(prefix string, stop func(dir string) bool) {
 	sweeps.mu.Lock()
 	defer sweeps.mu.Unlock()
 	if sweeps.done[prefix] {
@@ -63,16 +63,17 @@ func sweepOrphansOnce(prefix string, stop func(dir string)) {
 // sweepOrphans removes the directories prefix+"*" in os.TempDir() whose
 // owning process (see ownedTempDir) is dead, calling stop, if not nil, on
 // each first to stop what still runs there. A directory without an owner
-// file, or whose owner is alive, is left alone.
-func sweepOrphans(prefix string, stop func(dir string)) {
+// file, whose owner is alive, or where stop reports that something may
+// still run, is left alone.
+func sweepOrphans(prefix string, stop func(dir string) bool) {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 	for _, dir := range dirs {
 		pid, err := readPID(filepath.Join(dir, ownerFile))
 		if err != nil || processAlive(pid) {
 			continue
 		}
-		if stop != nil {
-			stop(dir)
+		if stop != nil && !stop(dir) {
+			continue
 		}
 		_ = os.RemoveAll(dir)
 	}

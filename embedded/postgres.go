@@ -190,16 +190,23 @@ func (c *Cluster) start() error {
 // directory (the pid was reused). It tries pg_ctl stop -m immediate, then
 // SIGKILL.
 func (c *Cluster) stopStray() {
-	pid := c.PID()
-	if pid == 0 || !processAlive(pid) || !runsIn(pid, c.dataDir()) {
+	if !c.strayRuns() {
 		return
 	}
+	pid := c.PID()
 	if err := c.run(30*time.Second, "pg_ctl", "-D", c.dataDir(), "-m", "immediate", "-w", "-t", "30", "stop"); err == nil {
 		return
 	}
 	if processAlive(pid) && runsIn(pid, c.dataDir()) {
 		_ = syscall.Kill(pid, syscall.SIGKILL) // its children exit when they see the postmaster gone
 	}
+}
+
+// strayRuns reports whether the pid in the data directory's postmaster.pid
+// is alive and runs there.
+func (c *Cluster) strayRuns() bool {
+	pid := c.PID()
+	return pid != 0 && processAlive(pid) && runsIn(pid, c.dataDir())
 }
 
 // runsIn reports whether process pid's command line names dataDir; true
@@ -273,18 +280,21 @@ func lastLines(s string, n int) string {
 }
 
 // stopOrphan stops the server of an orphaned cluster directory (see
-// sweepOrphans), if one still runs there.
-func stopOrphan(dir string) {
+// sweepOrphans), if one still runs there. It reports false when one may
+// still run: the directory must stay.
+func stopOrphan(dir string) bool {
+	c := &Cluster{dir: dir}
 	bin, err := findPostgresBin()
 	if err != nil {
-		return
+		return !c.strayRuns() // cannot stop it: keep its directory while it runs
 	}
 	cred, err := postgresCredential()
 	if err != nil {
-		return
+		return !c.strayRuns()
 	}
-	c := &Cluster{dir: dir, bin: bin, cred: cred}
+	c.bin, c.cred = bin, cred
 	c.stopStray()
+	return true
 }
 
 // postgresCredential is the user to run PostgreSQL as: the "postgres" user

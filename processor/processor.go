@@ -32,7 +32,7 @@ type Processor struct {
 	metrics  *telemetry.Metrics
 
 	adminAddr   atomic.Pointer[net.Addr]
-	exportStuck atomic.Bool // Run's last flush failed, or Run was stopped hard
+	exportStuck atomic.Bool // Run's last flush failed
 }
 
 // New connects to NATS and PostgreSQL and builds the stages. cfg must have
@@ -245,8 +245,9 @@ func (p *Processor) Sink() *sink.Sink { return p.sink }
 
 // Close releases the connections and shuts telemetry down: spans not yet
 // exported get up to exportBudget more (Run has flushed them already), or
-// abortedBudget when Run's flush failed or Run was stopped hard. Call it
-// after Run returns.
+// abortedBudget when Run's flush failed, plus up to a second for an export
+// that had to be cancelled (telemetry.Tracing.Shutdown). Call it after Run
+// returns.
 func (p *Processor) Close() {
 	if p.sink != nil {
 		p.sink.Close()

@@ -61,8 +61,9 @@ exactly-once mode too (a new stream sequence). Delete such a letter instead:
 nats stream rmm <dead-letter stream> <seq>.
 
 On SIGINT or SIGTERM the dead letter under way is finished (re-published and
-deleted, within 30 s), the summary is printed, and the exit status is 1; a
-second signal gives that letter up at once and exits with status 130.
+deleted, within 30 s) and the summary is printed; the exit status is 1 if
+dead letters were left (0 if that letter was the last); a second signal
+gives that letter up at once and exits with status 130.
 
 --dry-run lists what would be replayed and changes nothing. Filters combine
 (all must match). Exit status 1 if any replay or delete failed.`,
