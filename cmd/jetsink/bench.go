@@ -45,7 +45,11 @@ initdb made it); with --config (or --nats-url/--database-url, or
 JETSINK_CONFIG) it runs against those servers, creating and dropping its own
 streams and tables. jetsink runs as a subprocess ("jetsink run"), so its CPU
 time and peak RSS are its own. Latency runs from each event's scheduled send
-time to its transaction's commit (no coordinated omission).
+time (no coordinated omission) to the first ack the bench sees for it, after
+its transaction's commit and the commit's WAL flush (rate; the commit
+timestamp is reported beside it), or from the engine's start to the commit
+(drain, whose events were sent before). A lost event, or a duplicate row in
+exactly-once mode, makes the exit status non-zero.
 
 --compare baseline runs the straightforward consumer on the same preloaded
 data in the same run and prints the ratio. --stream and --table are ignored:
