@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/embedded"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -71,19 +72,6 @@ func setup(t *testing.T, n int) (jetstream.JetStream, context.Context) {
 	return js, ctx
 }
 
-func streamMsgs(t *testing.T, ctx context.Context, js jetstream.JetStream, name string) uint64 {
-	t.Helper()
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
-}
-
 func TestReplayDryRunChangesNothing(t *testing.T) {
 	js, ctx := setup(t, 10)
 	var seen []uint64
@@ -100,10 +88,10 @@ func TestReplayDryRunChangesNothing(t *testing.T) {
 	if rep.Scanned != 10 || rep.Matched != 5 || rep.Replayed != 0 || len(seen) != 5 {
 		t.Fatalf("report %+v, seen %v", rep, seen)
 	}
-	if n := streamMsgs(t, ctx, js, "EV"); n != 0 {
+	if n := testenv.StreamMsgs(t, ctx, js, "EV"); n != 0 {
 		t.Fatalf("dry run published %d events", n)
 	}
-	if n := streamMsgs(t, ctx, js, "EV_DLQ"); n != 10 {
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 10 {
 		t.Fatalf("dry run left %d dead letters, want 10", n)
 	}
 }
@@ -118,7 +106,7 @@ func TestReplayRepublishesAndDeletes(t *testing.T) {
 	if rep.Matched != 6 || rep.Replayed != 6 || rep.Deleted != 6 || rep.Failed != 0 {
 		t.Fatalf("report %+v", rep)
 	}
-	if n := streamMsgs(t, ctx, js, "EV_DLQ"); n != 6 {
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 6 {
 		t.Fatalf("%d dead letters left, want 6", n)
 	}
 	// The replayed events: original subject, body and headers, no
@@ -174,10 +162,10 @@ func TestReplayKeepAndDuplicateWindow(t *testing.T) {
 		}
 	}
 	// Same dead letters, same replay ids: the duplicate window stored them once.
-	if n := streamMsgs(t, ctx, js, "EV"); n != 4 {
+	if n := testenv.StreamMsgs(t, ctx, js, "EV"); n != 4 {
 		t.Fatalf("%d events after two replays of 4 letters, want 4", n)
 	}
-	if n := streamMsgs(t, ctx, js, "EV_DLQ"); n != 4 {
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 4 {
 		t.Fatalf("--keep deleted dead letters: %d left", n)
 	}
 }
@@ -212,7 +200,7 @@ func TestReplayWrongStreamKeepsTheLetter(t *testing.T) {
 	if !errors.Is(out.Err, ErrWrongStream) || rep.Failed != 1 || rep.Deleted != 0 {
 		t.Fatalf("outcome %+v, report %+v", out, rep)
 	}
-	if n := streamMsgs(t, ctx, js, "EV_DLQ"); n != 1 {
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 1 {
 		t.Fatalf("dead letter deleted after a replay to the wrong stream")
 	}
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // hookJS is a JetStream whose publishes, streams and ordered consumers a
@@ -96,7 +98,7 @@ func TestReplayStopFinishesTheLetterUnderWay(t *testing.T) {
 	if rep.Replayed != 1 || rep.Deleted != 1 || rep.Failed != 0 || len(rep.Undeleted) != 0 {
 		t.Fatalf("report %+v", rep)
 	}
-	if ev, dl := streamMsgs(t, ctx, js, "EV"), streamMsgs(t, ctx, js, "EV_DLQ"); ev != 1 || dl != 4 {
+	if ev, dl := testenv.StreamMsgs(t, ctx, js, "EV"), testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); ev != 1 || dl != 4 {
 		t.Fatalf("%d events, %d dead letters; want 1 and 4 (each letter in exactly one place)", ev, dl)
 	}
 }
@@ -119,7 +121,7 @@ func TestReplayHardStopNamesTheUndeletedLetter(t *testing.T) {
 	if !slices.Equal(rep.Undeleted, []uint64{1}) || rep.Failed != 1 {
 		t.Fatalf("report %+v, want Undeleted [1]", rep)
 	}
-	if dl := streamMsgs(t, ctx, js, "EV_DLQ"); dl != 3 {
+	if dl := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); dl != 3 {
 		t.Fatalf("%d dead letters, want 3", dl)
 	}
 }
@@ -161,7 +163,7 @@ func TestReplayRetriesTheDelete(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			left := streamMsgs(t, ctx, js, "EV_DLQ")
+			left := testenv.StreamMsgs(t, ctx, js, "EV_DLQ")
 			if tc.deleted {
 				if !out.Deleted || out.Err != nil || rep.Deleted != 1 || len(rep.Undeleted) != 0 || left != 0 {
 					t.Fatalf("outcome %+v, report %+v, %d dead letters left; want deleted", out, rep, left)
@@ -238,7 +240,7 @@ func TestReplayStall(t *testing.T) {
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("Replay: %v, want %v", err, tc.wantErr)
 			}
-			left := streamMsgs(t, ctx, js, "EV_DLQ")
+			left := testenv.StreamMsgs(t, ctx, js, "EV_DLQ")
 			if tc.wantErr == nil && (rep.Deleted != 3 || left != 0) {
 				t.Fatalf("report %+v, %d dead letters left; want all 3 replayed", rep, left)
 			}

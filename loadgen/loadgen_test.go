@@ -33,14 +33,10 @@ type jsEnv struct {
 func newJSEnv(t *testing.T) *jsEnv {
 	t.Helper()
 	ns := testenv.NATS(t)
-	nc := ns.Connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := ns.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	return &jsEnv{ns: ns, nc: nc, js: js, ctx: ctx}
+	return &jsEnv{ns: ns, nc: js.Conn(), js: js, ctx: ctx}
 }
 
 // stream creates the stream cfg.

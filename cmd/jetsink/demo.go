@@ -45,18 +45,8 @@ second one gives the drain up and exits with status 130.`,
 			// The first signal stops publishing and pulling and lets the
 			// drain finish (or ends --keep); a second one gives the drain
 			// up, as in run, and a third ends the process.
-			intake, stopIntake := context.WithCancelCause(cmd.Context())
-			defer stopIntake(nil)
-			hard, stopHard := context.WithCancelCause(cmd.Context())
-			defer stopHard(nil)
-			errOut := cmd.ErrOrStderr()
-			defer watchSignals(func(sig os.Signal) {
-				fmt.Fprintf(errOut, "jetsink: %s: stopping; a second signal exits at once\n", sig)
-				stopIntake(fmt.Errorf("stopped by %s", sig))
-			}, func(sig os.Signal) {
-				fmt.Fprintf(errOut, "jetsink: second %s: exiting now\n", sig)
-				stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
-			})()
+			intake, hard, stop := signalStages(cmd, "stopping; a second signal exits at once", "exiting now")
+			defer stop()
 			// stopped is the error to return once a signal came: the
 			// first one's, or errAborted after a second.
 			stopped := func(err error) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -94,18 +93,9 @@ gives that letter up at once and exits with status 130.
 			// The first signal stops before the next dead letter; the
 			// one under way is finished under hard, which only a second
 			// signal ends (see dlq.Replay).
-			intake, stopIntake := context.WithCancelCause(cmd.Context())
-			defer stopIntake(nil)
-			hard, stopHard := context.WithCancelCause(cmd.Context())
-			defer stopHard(nil)
-			errOut := cmd.ErrOrStderr()
-			defer watchSignals(func(sig os.Signal) {
-				fmt.Fprintf(errOut, "jetsink: %s: stopping after the dead letter under way; a second signal gives it up\n", sig)
-				stopIntake(fmt.Errorf("stopped by %s", sig))
-			}, func(sig os.Signal) {
-				fmt.Fprintf(errOut, "jetsink: second %s: giving up the dead letter under way\n", sig)
-				stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
-			})()
+			intake, hard, stop := signalStages(cmd, "stopping after the dead letter under way; a second signal gives it up",
+				"giving up the dead letter under way")
+			defer stop()
 			nc, err := natsConnect(cfg.NATS)
 			if err != nil {
 				return err

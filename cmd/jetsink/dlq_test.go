@@ -69,19 +69,6 @@ func receive(t *testing.T, ctx context.Context, pubs <-chan *nats.Msg) *nats.Msg
 	}
 }
 
-func dlqLetters(t *testing.T, ctx context.Context, js jetstream.JetStream) uint64 {
-	t.Helper()
-	s, err := js.Stream(ctx, "EV_DLQ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
-}
-
 // Ctrl-C while a dead letter waits for its PubAck: replay finishes that
 // letter (re-published and deleted), stops before the next, prints the
 // summary and exits 1.
@@ -103,7 +90,7 @@ func TestDLQReplayFirstSignalFinishesTheLetter(t *testing.T) {
 	if strings.Count(out, "replayed, deleted") != 1 || !strings.Contains(out, "matched 1, replayed 1, deleted 1") {
 		t.Fatalf("want the letter under way replayed and deleted, and the summary:\n%s", out)
 	}
-	if n := dlqLetters(t, ctx, js); n != 2 {
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
 		t.Fatalf("%d dead letters left, want 2\n%s", n, out)
 	}
 	select {
@@ -136,7 +123,7 @@ func TestDLQReplaySecondSignalExitsAtOnce(t *testing.T) {
 	if out := r.out.String(); !strings.Contains(out, "matched 1, replayed 0, deleted 0") {
 		t.Fatalf("no summary:\n%s", out)
 	}
-	if n := dlqLetters(t, ctx, js); n != 2 {
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
 		t.Fatalf("%d dead letters left, want 2", n)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/jetsink/jetsink/config"
 )
 
@@ -40,6 +42,28 @@ func exitCode(err error) int {
 	default:
 		fmt.Fprintln(os.Stderr, "jetsink:", err)
 		return exitFailed
+	}
+}
+
+// signalStages returns contexts under cmd's that the first and the second
+// SIGINT or SIGTERM end: intake with "stopped by <signal>", hard with
+// errAborted. Each signal is announced on cmd's stderr with first or
+// second. Call stop when done.
+func signalStages(cmd *cobra.Command, first, second string) (intake, hard context.Context, stop func()) {
+	intake, stopIntake := context.WithCancelCause(cmd.Context())
+	hard, stopHard := context.WithCancelCause(cmd.Context())
+	errOut := cmd.ErrOrStderr()
+	stopWatch := watchSignals(func(sig os.Signal) {
+		fmt.Fprintf(errOut, "jetsink: %s: %s\n", sig, first)
+		stopIntake(fmt.Errorf("stopped by %s", sig))
+	}, func(sig os.Signal) {
+		fmt.Fprintf(errOut, "jetsink: second %s: %s\n", sig, second)
+		stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
+	})
+	return intake, hard, func() {
+		stopWatch()
+		stopIntake(nil)
+		stopHard(nil)
 	}
 }
 

@@ -5,9 +5,12 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"os/exec"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,13 +73,16 @@ func TestApplyMemoryLimit(t *testing.T) {
 		restoreGC(t)
 		unsetenv(t, "GOMEMLIMIT")
 		unsetenv(t, "GOGC")
+		if !freshProcess(t) {
+			return
+		}
 		debug.SetMemoryLimit(math.MaxInt64)
 		stop := applyMemoryLimit(config.MemoryLimitAuto, log)
 		defer stop()
 		if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
 			t.Errorf("memory limit %d, want none", got)
 		}
-		// This test binary's live heap is far below autoHeapGoal/2.
+		// A fresh test process's live heap is far below autoHeapGoal/2.
 		if got := debug.SetGCPercent(-1); got <= autoMinGCPercent || got > autoMaxGCPercent {
 			t.Errorf("GOGC %d, want in (%d, %d]", got, autoMinGCPercent, autoMaxGCPercent)
 		}
@@ -132,6 +138,9 @@ func TestGCTunerPercent(t *testing.T) {
 // runtime then uses: it must be autoHeapGoal, not Go's minimum heap goal at
 // that GOGC (4 MiB x GOGC/100), which was 40 MiB when the cap was 1000.
 func TestGCTunerHeapGoal(t *testing.T) {
+	if !freshProcess(t) {
+		return
+	}
 	restoreGC(t)
 	runtime.GC()
 	m := readGCStats()
@@ -202,4 +211,31 @@ func TestGCTunerFollowsTheLiveHeap(t *testing.T) {
 	if len(seen) != 0 {
 		t.Errorf("GOGC still updated after stop: %d", <-seen)
 	}
+}
+
+// freshProcess runs the calling test (or subtest) alone in a new process
+// of this test binary and reports false, or reports true in that process.
+// A test whose figures depend on the process's live heap must not see what
+// other tests' in-process jetsink runs (demo, dlq replay) left in it.
+func freshProcess(t *testing.T) bool {
+	t.Helper()
+	const env = "JETSINK_TEST_FRESH_PROCESS"
+	switch os.Getenv(env) {
+	case t.Name():
+		return true
+	case "":
+	default:
+		t.Fatalf("%s=%s in a process running %s", env, os.Getenv(env), t.Name()) // no endless chain of processes
+	}
+	parts := strings.Split(t.Name(), "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", strings.Join(parts, "/"), "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), env+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("%s in a fresh process: %v\n%s", t.Name(), err, out)
+	}
+	return false
 }

@@ -54,11 +54,7 @@ func TestPublishCmdUsageErrors(t *testing.T) {
 // stream held already.
 func TestPublishCmdWarnsAndCountsDuplicates(t *testing.T) {
 	ns := testenv.NATS(t)
-	nc := ns.Connect(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := ns.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PC", Subjects: []string{"pc.>"}, Duplicates: 10 * time.Second}); err != nil {

@@ -1,10 +1,12 @@
 package testenv
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/embedded"
 )
@@ -36,4 +38,28 @@ func (n *NATSServer) Connect(t testing.TB) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// JetStream returns a JetStream context on a new connection (see Connect).
+func (n *NATSServer) JetStream(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(n.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// StreamMsgs returns how many messages the stream called name holds.
+func StreamMsgs(t testing.TB, ctx context.Context, js jetstream.JetStream, name string) uint64 {
+	t.Helper()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
 }
