@@ -167,9 +167,9 @@ type Result struct {
 	// LatencyToCommit is Latency ended at the commit time instead of the
 	// ack (rate runs), as runs before the bench watched acks measured it.
 	LatencyToCommit Percentiles  `json:"latency_to_commit,omitzero"`
-	Curve              []CurvePoint `json:"percentile_curve"`
-	Timeline           []TimePoint  `json:"timeline"`
-	Batches            Batches      `json:"batches"`
+	Curve           []CurvePoint `json:"percentile_curve"`
+	Timeline        []TimePoint  `json:"timeline"`
+	Batches         Batches      `json:"batches"`
 	// RSS is the engine's resident set (VmRSS) over the run, the most of
 	// each second from samples every 250 ms (rate scenario).
 	RSS []RSSPoint `json:"rss,omitempty"`
