@@ -2,9 +2,6 @@ package sink
 
 import (
 	"bytes"
-	"io"
-	"log/slog"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -190,14 +187,7 @@ func TestIdleInTransactionTimeoutIsTransient(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
 	proxy, proxied := newIdleProxy(t, pg.URL)
-	u, err := url.Parse(proxied)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("idle_in_transaction_session_timeout", "500") // ms; a runtime parameter of the sink's sessions
-	u.RawQuery = q.Encode()
-	s, dl := newTestSink(t, ctx, u.String(), func(c *Config) {
+	s, dl := newTestSink(t, ctx, withParam(t, proxied, "idle_in_transaction_session_timeout", "500"), func(c *Config) {
 		c.Mode = ExactlyOnce
 		c.Connections = 1
 	})
@@ -224,20 +214,10 @@ func TestIdleInTransactionTimeoutIsTransient(t *testing.T) {
 // failure; a failure that a server timeout caused says which limits to look
 // at. Here lock_timeout ends every attempt while the table is locked.
 func TestStillFailingBatchIsLoggedAgain(t *testing.T) {
-	defer func(d time.Duration) { stillFailingEvery = d }(stillFailingEvery)
-	stillFailingEvery = 300 * time.Millisecond
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
-	u, err := url.Parse(pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("lock_timeout", "50") // ms; a runtime parameter of the sink's sessions
-	u.RawQuery = q.Encode()
-	s, dl := newTestSink(t, ctx, u.String(), func(c *Config) { c.Connections = 1 })
-	var logs testenv.SyncBuffer
-	s.log = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
+	s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "lock_timeout", "50"), func(c *Config) { c.Connections = 1 })
+	logs := captureLog(t, s, 300*time.Millisecond)
 
 	tx, err := pg.Conn(t).Begin(ctx)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -203,6 +204,33 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// captureLog sends s's log (Info and above) to the test's log and to the
+// returned buffer, and has a batch that keeps failing logged again every
+// stillFailing (restored when the test ends). Call it before s runs.
+func captureLog(t *testing.T, s *Sink, stillFailing time.Duration) *testenv.SyncBuffer {
+	t.Helper()
+	prev := stillFailingEvery
+	stillFailingEvery = stillFailing
+	t.Cleanup(func() { stillFailingEvery = prev })
+	logs := &testenv.SyncBuffer{}
+	s.log = slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), nil))
+	return logs
+}
+
+// withParam is dbURL with the runtime parameter key set to value for the
+// sessions opened with it (e.g. lock_timeout, in ms).
+func withParam(t *testing.T, dbURL, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // newTestSink creates a sink on url for a table of the test's own (created

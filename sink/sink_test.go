@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -839,13 +837,10 @@ func TestBisectRunOfPoisonRows(t *testing.T) {
 // The trigger's message, which may quote a row, stays out of the log, also
 // when the batch is logged as still failing.
 func TestTriggerRefusingEveryRowIsRetried(t *testing.T) {
-	defer func(d time.Duration) { stillFailingEvery = d }(stillFailingEvery)
-	stillFailingEvery = 100 * time.Millisecond
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
 	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 2 })
-	var logs testenv.SyncBuffer
-	s.log = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
+	logs := captureLog(t, s, 100*time.Millisecond)
 	admin := pg.Conn(t)
 	raiseOn(t, ctx, admin, s.table, "true")
 	src := newSource()
