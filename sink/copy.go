@@ -715,7 +715,10 @@ func (c *committer) settle(b *batch, lo, hi int, skip map[rowKey]struct{}) {
 // settleMissing settles rows[lo:hi] of b, whose exactly-once transaction
 // committed with the rows of e.keys missing from the table: the stored
 // rows are acked, the missing ones dead-lettered (code "row_count"), so
-// that replaying the dead letters stores each of them once.
+// that replaying the dead letters stores each of them once. The missing
+// rows are dead-lettered first: until settle marks rows[lo:hi] settled,
+// the heartbeat keeps every one of them from being redelivered while a
+// slow dead-letter stream holds the others up.
 func (c *committer) settleMissing(ctx context.Context, b *batch, lo, hi int, e *missingError) {
 	found := map[rowKey]struct{}{}
 	for i := lo; i < hi; i++ {
@@ -731,7 +734,6 @@ func (c *committer) settleMissing(ctx context.Context, b *batch, lo, hi int, e *
 		c.deadLetterMiscounted(ctx, b, lo, hi, &miscountError{sent: hi - lo, stored: int64(hi - lo - len(e.keys)), committed: true})
 		return
 	}
-	c.settle(b, lo, hi, e.keys)
 	st := &c.s.st
 	st.miscounts.Add(1)
 	st.uncounted.Add(uint64(len(e.keys)))
@@ -746,6 +748,7 @@ func (c *committer) settleMissing(ctx context.Context, b *batch, lo, hi int, e *
 			c.park(ctx, &b.rows[i], dl)
 		}
 	}
+	c.settle(b, lo, hi, e.keys)
 }
 
 func hasKey(keys map[rowKey]struct{}, k rowKey) bool {

@@ -73,9 +73,14 @@ type recDL struct {
 	fail bool
 	// delay is how long each DeadLetter takes (a slow dead-letter stream).
 	delay time.Duration
+	// started, if set, is called as each DeadLetter starts.
+	started func(ev *pipeline.Event)
 }
 
 func (d *recDL) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter) error {
+	if d.started != nil {
+		d.started(ev)
+	}
 	time.Sleep(d.delay)
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -1168,6 +1168,55 @@ func TestExactlyOnceMissingRows(t *testing.T) {
 	}
 }
 
+// While the missing rows of an exactly-once batch are dead-lettered one by
+// one through a slow dead-letter stream, those still waiting keep getting
+// InProgress: the batch is marked settled only after they are parked.
+func TestMissingRowsKeptAliveWhileDeadLettered(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Connections = 1
+		c.Mode = ExactlyOnce
+		c.InProgressEvery = 40 * time.Millisecond
+	})
+	admin := pg.Conn(t)
+	addDropTrigger(t, ctx, admin, s)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	t.Cleanup(src.close)
+	first, m1 := rows(1, 2, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "rows 1-2 acked", allAcked(m1))
+	again, ms := rows(1, 6, dropSeqs(4, 5, 6)) // 1-2 conflict: staged, 4-6 missing
+	last := ms[5]
+	var atFirst atomic.Int32
+	atFirst.Store(-1)
+	dl.delay = 250 * time.Millisecond
+	dl.started = func(*pipeline.Event) { atFirst.CompareAndSwap(-1, last.inProgress.Load()) }
+	src.push(t, ctx, again)
+	waitFor(t, ctx, "the batch to be settled", allSettled(ms))
+	if l, seqs := dl.letters(); len(l) != 3 || !slices.Equal(seqs, []uint64{4, 5, 6}) {
+		t.Fatalf("dead letters for seqs %v, want 4, 5, 6", seqs)
+	}
+	if got, before := last.inProgress.Load(), atFirst.Load(); got <= before {
+		t.Fatalf("row 6 got no InProgress in the ~500 ms its dead letter waited for rows 4 and 5 (%d before, %d after)",
+			before, got)
+	}
+	for i, m := range ms {
+		want := [2]int32{1, 0} // acks, terms
+		if i >= 3 {
+			want = [2]int32{0, 1}
+		}
+		if got := [2]int32{m.acks.Load(), m.terms.Load()}; got != want {
+			t.Errorf("message %d: acks, terms %v, want %v", i+1, got, want)
+		}
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 // addDropTrigger adds a BEFORE INSERT trigger to s's table that returns
 // NULL for rows whose payload has a "drop" key.
 func addDropTrigger(t *testing.T, ctx context.Context, admin *pgx.Conn, s *Sink) {
