@@ -566,9 +566,14 @@ func (s *Sink) beat(b *batch, now time.Time, every time.Duration) {
 	}
 	b.beat = now
 	var sent, failed uint64
+	// A row taken before its stream was re-created gets no InProgress:
+	// JetStream would apply it to the new stream's event with the same
+	// sequence (see pipeline.Epochs).
+	epoch := s.epochs.Hold()
 	for i := b.lo; i < len(b.rows); i++ {
-		a := acker(&b.rows[i])
-		if a == nil {
+		row := &b.rows[i]
+		a := acker(row)
+		if a == nil || row.Event.Epoch != epoch {
 			continue
 		}
 		sent++
@@ -576,10 +581,32 @@ func (s *Sink) beat(b *batch, now time.Time, every time.Duration) {
 			failed++
 		}
 	}
+	s.epochs.Release()
 	s.st.inProgress.Add(sent)
 	if failed > 0 {
 		s.st.inProgressErrs.Add(failed)
 		s.log.Warn("in-progress failed; JetStream may redeliver these messages while they are still held", "messages", failed)
+	}
+}
+
+// renew sends InProgress for row, unless the heartbeat is off or its
+// stream was re-created since it was taken, and counts it as the
+// heartbeat does.
+func (s *Sink) renew(row *pipeline.Row) {
+	a := acker(row)
+	if a == nil || s.cfg.InProgressEvery == 0 {
+		return
+	}
+	epoch := s.epochs.Hold()
+	defer s.epochs.Release()
+	if row.Event.Epoch != epoch {
+		return
+	}
+	s.st.inProgress.Add(1)
+	if err := a.InProgress(); err != nil {
+		s.st.inProgressErrs.Add(1)
+		s.log.Warn("in-progress failed before a dead letter; JetStream may redeliver the message meanwhile",
+			"stream_seq", row.Event.StreamSeq, "err", err)
 	}
 }
 

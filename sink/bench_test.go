@@ -102,7 +102,7 @@ func BenchmarkCopy(b *testing.B) {
 					if _, err := c.attempt(ctx, rs); err != nil {
 						b.Fatal(err)
 					}
-					c.settle(bt, 0, n, nil)
+					c.settle(bt, 0, n)
 				}
 				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
 				b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(n*b.N), "client-cpu-ns/row")

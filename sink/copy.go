@@ -252,7 +252,7 @@ func (c *committer) probe(ctx context.Context, b *batch, p int) bool {
 // says that they committed, and reports whether it did.
 func (c *committer) settleCommitted(ctx context.Context, b *batch, lo, hi int, err error) bool {
 	if err == nil {
-		c.settle(b, lo, hi, nil)
+		c.settle(b, lo, hi)
 		return true
 	}
 	if me := committedMissing(err); me != nil {
@@ -289,7 +289,7 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 		me, mc := committedMissing(err), committedMiscount(err)
 		switch {
 		case err == nil:
-			c.settle(b, lo, mid, nil)
+			c.settle(b, lo, mid)
 			lo = mid
 		case me != nil:
 			c.settleMissing(ctx, b, lo, mid, me)
@@ -652,25 +652,16 @@ func committedMiscount(err error) *miscountError {
 var errStaleEpoch = errors.New("not acked: the stream was re-created since the message was taken")
 
 // settle acks rows[lo:hi] of b, which have just been committed, except
-// those whose key is in skip (the caller dead-letters them) and those taken
-// in an earlier epoch than the consumer's (see Sink.SetEpochs).
-func (c *committer) settle(b *batch, lo, hi int, skip map[rowKey]struct{}) {
+// those taken in an earlier epoch than the consumer's (see
+// Sink.SetEpochs).
+func (c *committer) settle(b *batch, lo, hi int) {
 	b.settledTo(hi)
 	var bytes, failed, stale uint64
 	var first error
 	stored := b.rows[lo:hi]
-	if skip != nil {
-		stored = make([]pipeline.Row, 0, hi-lo) // a rare path: copies are fine
-	}
 	epoch := c.s.epochs.Hold()
 	for i := lo; i < hi; i++ {
 		row := &b.rows[i]
-		if skip != nil {
-			if hasKey(skip, keyOf(row)) {
-				continue
-			}
-			stored = append(stored, *row)
-		}
 		bytes += uint64(len(row.Tuple))
 		a := acker(row)
 		if a == nil {
@@ -716,9 +707,9 @@ func (c *committer) settle(b *batch, lo, hi int, skip map[rowKey]struct{}) {
 // committed with the rows of e.keys missing from the table: the stored
 // rows are acked, the missing ones dead-lettered (code "row_count"), so
 // that replaying the dead letters stores each of them once. The missing
-// rows are dead-lettered first: until settle marks rows[lo:hi] settled,
-// the heartbeat keeps every one of them from being redelivered while a
-// slow dead-letter stream holds the others up.
+// rows are moved to the front of rows[lo:hi] and dead-lettered first, one
+// at a time (parkHeld), so that the heartbeat keeps the rows still waiting
+// from being redelivered while a slow dead-letter stream holds them up.
 func (c *committer) settleMissing(ctx context.Context, b *batch, lo, hi int, e *missingError) {
 	found := map[rowKey]struct{}{}
 	for i := lo; i < hi; i++ {
@@ -743,12 +734,19 @@ func (c *committer) settleMissing(ctx context.Context, b *batch, lo, hi int, e *
 	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: codeRowCount,
 		Reason: "the transaction holding this row committed without it in the table: a BEFORE INSERT trigger returned NULL " +
 			"for it, a rule dropped it, or a trigger stored it under another key; the rest of its batch was stored"}
+	m := lo // rows[lo:m] are the missing ones
+	b.mu.Lock()
 	for i := lo; i < hi; i++ {
 		if hasKey(e.keys, keyOf(&b.rows[i])) {
-			c.park(ctx, &b.rows[i], dl)
+			b.rows[m], b.rows[i] = b.rows[i], b.rows[m]
+			m++
 		}
 	}
-	c.settle(b, lo, hi, e.keys)
+	b.mu.Unlock()
+	for i := lo; i < m; i++ {
+		c.parkHeld(ctx, b, i, dl)
+	}
+	c.settle(b, m, hi)
 }
 
 func hasKey(keys map[rowKey]struct{}, k rowKey) bool {
@@ -759,7 +757,6 @@ func hasKey(keys map[rowKey]struct{}, k rowKey) bool {
 // deadLetter parks row p of b, which the database refuses with err. If the
 // dead-letterer fails, it has nak'ed the message: the row is not acked.
 func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) {
-	b.settledTo(p + 1)
 	row := &b.rows[p]
 	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: "data", Reason: err.Error()}
 	var pgErr *pgconn.PgError
@@ -773,7 +770,7 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 			dl.Code = "refused"
 		}
 	}
-	if !c.park(ctx, row, dl) {
+	if !c.parkHeld(ctx, b, p, dl) {
 		return
 	}
 	// The reason may quote a value of the row: it goes to the dead letter,
@@ -814,11 +811,22 @@ func (c *committer) deadLetterMiscounted(ctx context.Context, b *batch, lo, hi i
 	}
 	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: codeRowCount, Reason: reason}
 	for i := lo; i < hi; i++ {
-		// One at a time, so that the heartbeat keeps the rows still waiting
-		// for their dead letter from being redelivered.
-		b.settledTo(i + 1)
-		c.park(ctx, &b.rows[i], dl)
+		c.parkHeld(ctx, b, i, dl)
 	}
+}
+
+// parkHeld dead-letters row i of b, whose rows before it are settled. It
+// marks rows[:i+1] settled first, so that the heartbeat sends no
+// InProgress for the row once it is parked (nats.go refuses it for a
+// terminated message, and the refusal would look like a failed heartbeat),
+// and renews the row's ack wait instead, so that JetStream does not
+// redeliver it while its dead letter is published. Rows after i keep their
+// heartbeat while they wait.
+func (c *committer) parkHeld(ctx context.Context, b *batch, i int, dl pipeline.DeadLetter) bool {
+	b.settledTo(i + 1)
+	row := &b.rows[i]
+	c.s.renew(row)
+	return c.park(ctx, row, dl)
 }
 
 // park hands row to the dead-letterer and counts the outcome. It reports

@@ -58,9 +58,20 @@ func (m *recMsg) Ack() error {
 	}
 	return nil
 }
-func (m *recMsg) Nak() error                         { m.naks.Add(1); return nil }
-func (m *recMsg) NakWithDelay(time.Duration) error   { m.naks.Add(1); return nil }
-func (m *recMsg) InProgress() error                  { m.inProgress.Add(1); return nil }
+func (m *recMsg) Nak() error                       { m.naks.Add(1); return nil }
+func (m *recMsg) NakWithDelay(time.Duration) error { m.naks.Add(1); return nil }
+
+// InProgress is refused once the message is settled, as nats.go's is.
+func (m *recMsg) InProgress() error {
+	if m.acks.Load()+m.naks.Load()+m.terms.Load() > 0 {
+		return errAlreadySettled
+	}
+	m.inProgress.Add(1)
+	return nil
+}
+
+var errAlreadySettled = errors.New("message was already acknowledged")
+
 func (m *recMsg) Term() error                        { m.terms.Add(1); return nil }
 func (m *recMsg) TermWithReason(reason string) error { m.terms.Add(1); return nil }
 

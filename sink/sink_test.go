@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -716,8 +717,16 @@ func TestBisectPoisonRow(t *testing.T) {
 		t.Run(strings.ReplaceAll(strings.Trim(strings.Join(strings.Fields(fmtAny(tc)), "_"), "{}"), " ", ""), func(t *testing.T) {
 			ctx := testCtx(t, 30*time.Second)
 			pg := testenv.Postgres(t)
-			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = tc.mode; c.Connections = 1 })
+			// No heartbeat within the test: each poison row's ack wait is
+			// renewed just before its dead letter, or not at all.
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = tc.mode; c.Connections = 1; c.InProgressEvery = time.Hour })
 			dl.fail = tc.failDL
+			var unrenewed atomic.Int32
+			dl.started = func(ev *pipeline.Event) {
+				if ev.Msg.(*recMsg).inProgress.Load() != 1 {
+					unrenewed.Add(1)
+				}
+			}
 			admin := pg.Conn(t)
 			code, sqlstate := refuseBadRows(t, ctx, admin, s.table, tc.trigger)
 			bad := map[int]bool{}
@@ -738,8 +747,14 @@ func TestBisectPoisonRow(t *testing.T) {
 					t.Errorf("poison row %d not nak'ed after a failed dead letter", seq)
 				}
 			}
+			if n := unrenewed.Load(); n > 0 {
+				t.Errorf("%d dead letters started without one InProgress for their message just before", n)
+			}
 			letters, seqs := dl.letters()
 			st := s.Stats()
+			if st.InProgressErrors != 0 {
+				t.Errorf("%d InProgress refused", st.InProgressErrors)
+			}
 			if tc.failDL {
 				if len(letters) != 0 || st.DeadLetterErrors != uint64(len(tc.poison)) {
 					t.Fatalf("letters %v, stats %+v", letters, st)
@@ -1188,19 +1203,29 @@ func TestMissingRowsKeptAliveWhileDeadLettered(t *testing.T) {
 	src.push(t, ctx, first)
 	waitFor(t, ctx, "rows 1-2 acked", allAcked(m1))
 	again, ms := rows(1, 6, dropSeqs(4, 5, 6)) // 1-2 conflict: staged, 4-6 missing
-	last := ms[5]
-	var atFirst atomic.Int32
-	atFirst.Store(-1)
+	var mu sync.Mutex
+	at := map[uint64]int32{} // row 6's InProgress count as each dead letter started
 	dl.delay = 250 * time.Millisecond
-	dl.started = func(*pipeline.Event) { atFirst.CompareAndSwap(-1, last.inProgress.Load()) }
+	dl.started = func(ev *pipeline.Event) {
+		mu.Lock()
+		at[ev.StreamSeq] = ms[5].inProgress.Load()
+		mu.Unlock()
+	}
 	src.push(t, ctx, again)
 	waitFor(t, ctx, "the batch to be settled", allSettled(ms))
 	if l, seqs := dl.letters(); len(l) != 3 || !slices.Equal(seqs, []uint64{4, 5, 6}) {
 		t.Fatalf("dead letters for seqs %v, want 4, 5, 6", seqs)
 	}
-	if got, before := last.inProgress.Load(), atFirst.Load(); got <= before {
-		t.Fatalf("row 6 got no InProgress in the ~500 ms its dead letter waited for rows 4 and 5 (%d before, %d after)",
-			before, got)
+	mu.Lock()
+	defer mu.Unlock()
+	// Row 6's own dead letter adds one InProgress just before it: more is
+	// the heartbeat, in the ~500 ms rows 4 and 5 took.
+	if at[6]-at[4] < 2 {
+		t.Fatalf("row 6 got %d InProgress in the ~500 ms its dead letter waited for rows 4 and 5 (%d, then %d)",
+			at[6]-at[4], at[4], at[6])
+	}
+	if st := s.Stats(); st.InProgressErrors != 0 {
+		t.Fatalf("%d InProgress refused: the heartbeat reached messages already dead-lettered", st.InProgressErrors)
 	}
 	for i, m := range ms {
 		want := [2]int32{1, 0} // acks, terms
@@ -1462,6 +1487,46 @@ func TestMiscountedRowsKeptAliveWhileDeadLettered(t *testing.T) {
 	}
 	if got := ms[5].inProgress.Load(); got == 0 {
 		t.Fatal("the last row got no InProgress in the ~750 ms its dead letter waited for the others")
+	}
+}
+
+// The heartbeat sends no InProgress for a held row once its stream was
+// re-created: JetStream would apply it to the new stream's event with the
+// same sequence. A row of the new epoch held behind it keeps getting them.
+func TestHeartbeatSkipsStaleEpoch(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.InProgressEvery = 20 * time.Millisecond })
+	epochs := &pipeline.Epochs{}
+	s.SetEpochs(epochs)
+	admin := pg.Conn(t)
+	tx := lockTable(t, ctx, pg, s)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	t.Cleanup(src.close)
+	old, oldMsgs := rows(1, 1, nil)
+	src.push(t, ctx, old)
+	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+	waitFor(t, ctx, "InProgress for the held row", func() bool { return oldMsgs[0].inProgress.Load() >= 2 })
+	epochs.Advance() // returns once no heartbeat of the old epoch is under way
+	before := oldMsgs[0].inProgress.Load()
+	fresh, freshMsgs := rows(2, 1, nil)
+	fresh[0].Event.Epoch = epochs.Current()
+	src.push(t, ctx, fresh)
+	waitFor(t, ctx, "InProgress for the new epoch's row", func() bool { return freshMsgs[0].inProgress.Load() >= 3 })
+	if after := oldMsgs[0].inProgress.Load(); after != before {
+		t.Fatalf("the earlier epoch's row got %d InProgress after its stream was re-created", after-before)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the new epoch's row acked", allAcked(freshMsgs))
+	if a := oldMsgs[0].acks.Load(); a != 0 {
+		t.Fatalf("the earlier epoch's row acked %d times", a)
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
 
