@@ -6,10 +6,11 @@
 // Jetsink-Stream-Seq, Jetsink-Stage, Jetsink-Code, Jetsink-SQLState,
 // Jetsink-Reason, Jetsink-Msg-Id (the original Nats-Msg-Id).
 //
-// Replay walks the dead-letter stream with an ordered consumer (ephemeral,
-// no server-side state, no acks), from the first sequence the Filter allows
-// up to the stream's last sequence when Replay started, so that it ends even
-// while new dead letters arrive. It stops at that sequence, or as soon as
+// Replay walks the dead-letter stream in order, as jetstream's ordered
+// consumer does (each fetch a new ephemeral consumer without acks, deleted
+// after it) but under Replay's contexts, from the first sequence the Filter
+// allows up to the stream's last sequence when Replay started, so that it
+// ends even while new dead letters arrive. It stops at that sequence, or as soon as
 // the stream holds nothing more up to it, whether or not the last letter
 // matches. A fetch that brings nothing while letters up to it remain is a
 // stall, retried with longer waits and then reported as ErrStalled, never
@@ -40,7 +41,8 @@
 // Replay takes two contexts: ending intake stops it between letters, while
 // the letter under way is re-published and deleted under hard with a
 // timeout, so that a stop cannot fall between the PubAck and the delete;
-// ending hard gives that letter up too.
+// ending hard gives that letter up too, and ends any wait on NATS at once,
+// whether the server answers or not.
 //
 // DryRun lists what would be replayed and changes nothing.
 //

@@ -193,11 +193,16 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 	if err := stopped(); err != nil {
 		return rep, err
 	}
-	stream, err := js.Stream(intake, o.Stream)
+	// read is intake that hard ends too: whatever reads the stream stops
+	// on either.
+	read, stopRead := context.WithCancelCause(intake)
+	defer stopRead(nil)
+	defer context.AfterFunc(hard, func() { stopRead(context.Cause(hard)) })()
+	stream, err := js.Stream(read, o.Stream)
 	if err != nil {
 		return rep, fmt.Errorf("dlq: dead-letter stream %s: %w", o.Stream, err)
 	}
-	info, err := stream.Info(intake)
+	info, err := stream.Info(read)
 	if err != nil {
 		return rep, fmt.Errorf("dlq: dead-letter stream %s: %w", o.Stream, err)
 	}
@@ -210,17 +215,15 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 		(!o.Filter.Since.IsZero() && info.State.LastTime.Before(o.Filter.Since)) {
 		return rep, nil
 	}
-	occ := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, MaxResetAttempts: 3}
+	var rd *reader
 	switch {
 	case o.Filter.FirstSeq > info.State.FirstSeq:
-		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, o.Filter.FirstSeq
+		rd = newReader(js, o.Stream, jetstream.DeliverByStartSequencePolicy, o.Filter.FirstSeq, nil)
 	case !o.Filter.Since.IsZero():
 		since := o.Filter.Since
-		occ.DeliverPolicy, occ.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
-	}
-	oc, err := js.OrderedConsumer(intake, o.Stream, occ)
-	if err != nil {
-		return rep, fmt.Errorf("dlq: read %s: %w", o.Stream, err)
+		rd = newReader(js, o.Stream, jetstream.DeliverByStartTimePolicy, 0, &since)
+	default:
+		rd = newReader(js, o.Stream, jetstream.DeliverAllPolicy, 0, nil)
 	}
 
 	// pos is the last sequence read, or the one before where reading
@@ -233,17 +236,21 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 			return rep, err
 		}
 		got, done, err := func() (int, bool, error) {
-			fctx, cancel := context.WithTimeout(intake, wait)
+			fctx, cancel := context.WithTimeout(read, wait)
 			defer cancel()
-			defer context.AfterFunc(hard, cancel)()
-			batch, err := oc.Fetch(fetchBatch, jetstream.FetchContext(fctx))
+			after := uint64(0) // where the reader starts, until a letter is read
+			if seen {
+				after = pos
+			}
+			defer rd.drop(hard)
+			batch, err := rd.fetch(fctx, after, fetchBatch)
 			if err != nil {
 				if deadline, _ := fctx.Deadline(); !time.Now().Before(deadline) && stopped() == nil {
 					return 0, false, nil // the wait ran out while the consumer was being made: a stall
 				}
 				return 0, false, err
 			}
-			if ci := oc.CachedInfo(); !seen && ci != nil && ci.Delivered.Stream > pos {
+			if ci := rd.cons.CachedInfo(); !seen && ci != nil && ci.Delivered.Stream > pos {
 				pos = ci.Delivered.Stream // where a consumer starting at --since starts
 			}
 			got := 0
@@ -267,7 +274,7 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 					return got, true, nil
 				}
 				if meta.NumPending == 0 { // the server has no more for now: if the stream has none, do not wait out the fetch
-					more, err := remains(intake, stream, pos, last)
+					more, err := remains(read, stream, pos, last)
 					if err != nil {
 						return got, false, err
 					}
@@ -298,7 +305,7 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 		// Nothing within the wait. Either the stream holds nothing more up
 		// to last (deleted, expired, or never there past --since), or the
 		// server did not deliver what it holds.
-		more, err := remains(intake, stream, pos, last)
+		more, err := remains(read, stream, pos, last)
 		if err != nil {
 			if stopped() != nil {
 				return rep, stopped()

@@ -25,6 +25,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // subject ev.<i%3>, code "c<i%2>", stage decode for even i and sink for odd.
 func setup(t *testing.T, n int) (jetstream.JetStream, context.Context) {
 	t.Helper()
+	_, js, ctx := setupServer(t, n)
+	return js, ctx
+}
+
+// setupServer is setup that also returns the server, for a test to stop.
+func setupServer(t *testing.T, n int) (*embedded.NATSServer, jetstream.JetStream, context.Context) {
+	t.Helper()
 	srv, err := embedded.StartNATS("")
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +76,7 @@ func setup(t *testing.T, n int) (jetstream.JetStream, context.Context) {
 			t.Fatal(err)
 		}
 	}
-	return js, ctx
+	return srv, js, ctx
 }
 
 func TestReplayDryRunChangesNothing(t *testing.T) {
@@ -93,6 +100,17 @@ func TestReplayDryRunChangesNothing(t *testing.T) {
 	}
 	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 10 {
 		t.Fatalf("dry run left %d dead letters, want 10", n)
+	}
+	s, err := js.Stream(ctx, "EV_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Consumers; n != 0 {
+		t.Fatalf("%d consumers left on the dead-letter stream", n)
 	}
 }
 

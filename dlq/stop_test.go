@@ -15,8 +15,8 @@ import (
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
-// hookJS is a JetStream whose publishes, streams and ordered consumers a
-// test can interfere with.
+// hookJS is a JetStream whose publishes, streams and consumers a test can
+// interfere with.
 type hookJS struct {
 	jetstream.JetStream
 	afterPublish func()                                                    // called after each PubAck
@@ -40,8 +40,8 @@ func (h *hookJS) Stream(ctx context.Context, name string) (jetstream.Stream, err
 	return &hookStream{Stream: s, deleteMsg: h.deleteMsg}, nil
 }
 
-func (h *hookJS) OrderedConsumer(ctx context.Context, stream string, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error) {
-	c, err := h.JetStream.OrderedConsumer(ctx, stream, cfg)
+func (h *hookJS) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := h.JetStream.CreateConsumer(ctx, stream, cfg)
 	if err != nil || h.fetch == nil {
 		return c, err
 	}
@@ -279,4 +279,63 @@ func TestReplaySinceEnds(t *testing.T) {
 	if err != nil || rep.Scanned != 0 {
 		t.Fatalf("with letters 4-6 deleted: report %+v, %v", rep, err)
 	}
+}
+
+// When the server goes away, ending hard ends Replay at once whatever it
+// waits for: the next fetch (jetstream's ordered consumer re-made its
+// consumer there under timeouts of its own, 10 s three times, whatever the
+// contexts said), or the delete of the letter under way, which is then
+// reported as re-published but not deleted.
+func TestReplayHardStopWhenTheServerIsGone(t *testing.T) {
+	// grace is how long after the server's end hard ends: Replay is
+	// blocked on NATS by then. The old fetch took over 30 s.
+	const grace, within = 300 * time.Millisecond, 5 * time.Second
+	t.Run("fetching", func(t *testing.T) {
+		srv, js, ctx := setupServer(t, fetchBatch+1)
+		hard, giveUp := context.WithCancel(ctx)
+		defer giveUp()
+		var gone time.Time
+		each := func(l *Letter, _ Outcome) {
+			if l.Seq == fetchBatch { // the last of the first fetch: the next one finds no server
+				srv.Shutdown()
+				gone = time.Now()
+				time.AfterFunc(grace, giveUp)
+			}
+		}
+		rep, err := Replay(hard, hard, js, Options{Stream: "EV_DLQ", DryRun: true}, each)
+		took := time.Since(gone)
+		if !errors.Is(err, context.Canceled) || rep.Scanned != fetchBatch {
+			t.Fatalf("Replay: %+v, %v; want %d letters scanned and context.Canceled", rep, err, fetchBatch)
+		}
+		if took > within {
+			t.Fatalf("Replay returned %v after the server stopped, %v after hard ended", took.Round(time.Millisecond), (took - grace).Round(time.Millisecond))
+		}
+	})
+	t.Run("deleting", func(t *testing.T) {
+		srv, js, ctx := setupServer(t, 2)
+		hard, giveUp := context.WithCancel(ctx)
+		defer giveUp()
+		intake, stop := context.WithCancel(hard)
+		defer stop()
+		var gone time.Time
+		h := &hookJS{JetStream: js, afterPublish: func() {
+			srv.Shutdown()
+			gone = time.Now()
+			stop()
+			time.AfterFunc(grace, giveUp)
+		}}
+		var outs []Outcome
+		rep, err := Replay(intake, hard, h, Options{Stream: "EV_DLQ"}, func(_ *Letter, o Outcome) { outs = append(outs, o) })
+		took := time.Since(gone)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Replay: %v, want context.Canceled", err)
+		}
+		if len(outs) != 1 || !outs[0].Replayed || outs[0].Deleted || !errors.Is(outs[0].Err, ErrDelete) ||
+			!slices.Equal(rep.Undeleted, []uint64{1}) || rep.Failed != 1 {
+			t.Fatalf("outcomes %+v, report %+v; want letter 1 replayed, not deleted, and named", outs, rep)
+		}
+		if took > within {
+			t.Fatalf("Replay returned %v after the server stopped, %v after hard ended", took.Round(time.Millisecond), (took - grace).Round(time.Millisecond))
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -42,8 +43,8 @@ stores them once whatever refused them (the mapping, the table, a constraint)
 has been fixed.
 
 Dead letters are read from the dead-letter stream (the one capturing
-nats.dead_letter_subject, or --dlq-stream) with an ordered consumer, up to
-its last message when the command starts. Each one the filters select is
+nats.dead_letter_subject, or --dlq-stream) in order, up to its last
+message when the command starts. Each one the filters select is
 published to its Jetsink-Subject with its original body and headers, minus
 the Jetsink-* headers, and with Nats-Msg-Id "<original id>:replay:<dead-letter
 seq>" so that the event stream's duplicate window does not swallow it. After
@@ -96,8 +97,11 @@ gives that letter up at once and exits with status 130.
 			intake, hard, stop := signalStages(cmd, "stopping after the dead letter under way; a second signal gives it up",
 				"giving up the dead letter under way")
 			defer stop()
-			nc, err := natsConnect(cfg.NATS)
+			nc, err := natsConnect(hard, cfg.NATS)
 			if err != nil {
+				if hard.Err() != nil {
+					return fmt.Errorf("connect to nats.url: %w", context.Cause(hard))
+				}
 				return err
 			}
 			defer nc.Close()
@@ -215,9 +219,12 @@ func parseSeqRange(s string) (first, last uint64, err error) {
 }
 
 // natsConnect connects with the nats: section's URL and credentials. Its
-// errors never quote the password or the credentials.
-func natsConnect(cfg consumer.Config) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name("jetsink-dlq"), nats.Timeout(5 * time.Second)}
+// errors never quote the password or the credentials. Ending ctx ends a
+// connect under way, and closes the connection's sockets.
+func natsConnect(ctx context.Context, cfg consumer.Config) (*nats.Conn, error) {
+	const timeout = 5 * time.Second
+	opts := []nats.Option{nats.Name("jetsink-dlq"), nats.Timeout(timeout),
+		nats.SetCustomDialer(&ctxDialer{ctx: ctx, Dialer: net.Dialer{Timeout: timeout}})}
 	auth, err := cfg.AuthOptions()
 	if err != nil {
 		return nil, err
@@ -228,4 +235,21 @@ func natsConnect(cfg consumer.Config) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect to nats.url: %w", err)
 	}
 	return nc, nil
+}
+
+// ctxDialer dials under ctx, and closes what it dialed when ctx ends: a
+// server that accepts and never answers would otherwise hold nats.Connect
+// for its whole timeout, whatever the signals said.
+type ctxDialer struct {
+	ctx context.Context
+	net.Dialer
+}
+
+func (d *ctxDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := d.DialContext(d.ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(d.ctx, func() { _ = c.Close() })
+	return c, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -126,6 +127,68 @@ func TestDLQReplaySecondSignalExitsAtOnce(t *testing.T) {
 	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
 		t.Fatalf("%d dead letters left, want 2", n)
 	}
+}
+
+// A server that accepts the connection and never answers: a second Ctrl-C
+// ends the connect at once (not after its 5 s timeout) and exits 130.
+func TestDLQReplaySecondSignalEndsTheConnect(t *testing.T) {
+	catchSignals(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr, accepted := silentServer(t)
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", "nats://"+addr, "--dlq-stream", "EV_DLQ")
+
+	select {
+	case <-accepted:
+	case <-ctx.Done():
+		t.Fatal("jetsink did not connect")
+	}
+	interrupt(t)
+	r.waitOutput(t, ctx, "stopping after the dead letter under way")
+	interrupt(t)
+	second := time.Now()
+	if code := r.wait(t, ctx); code != exitAborted {
+		t.Fatalf("exit %d (%v), want %d\n%s", code, r.err, exitAborted, r.out.String())
+	}
+	if d := time.Since(second); d > 3*time.Second {
+		t.Fatalf("returned %v after the second signal", d.Round(time.Millisecond))
+	}
+}
+
+// silentServer listens on a loopback port and holds each connection open
+// without a word, as a hung server does. It returns the address and a
+// channel told of each connection; all is closed when the test ends.
+func silentServer(t *testing.T) (string, <-chan struct{}) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{}, 16)
+	done := make(chan struct{})
+	var conns []net.Conn
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-done
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().String(), accepted
 }
 
 // A letter re-published but not deleted (here the dead-letter stream is
