@@ -55,7 +55,8 @@ const (
 // headers above.
 //
 // If the publish fails, the original is nak'ed with a delay growing with its
-// delivery count and the error returned wraps ErrDeadLetter. If the publish
+// delivery count (unless its stream was replaced since, see below) and the
+// error returned wraps ErrDeadLetter. If the publish
 // succeeds and the Term fails, DeadLetter logs it and returns nil (the
 // message will come back, its dead letter is de-duplicated, and it is
 // terminated then). An event whose stream was replaced since it was taken
@@ -69,10 +70,21 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	if _, err := c.js.PublishMsg(ctx, m); err != nil {
 		c.stats.deadLetterFailed.Add(1)
 		delay := nakDelay(ev.Delivered)
+		if cur := c.epochs.Hold(); ev.Epoch != cur {
+			c.epochs.Release()
+			// Its stream was replaced: a nak would send the new stream's
+			// event with the same sequence back while it may be in flight.
+			c.log.Error("dead-letter publish failed; the event is not nak'ed, its stream was re-created since",
+				"subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
+				"dead_letter_subject", c.cfg.DeadLetterSubject, "err", err)
+			return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
+		}
+		nerr := ev.Msg.NakWithDelay(delay)
+		c.epochs.Release()
 		c.log.Error("dead-letter publish failed; event nak'ed for redelivery",
 			"subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
 			"dead_letter_subject", c.cfg.DeadLetterSubject, "retry_in", delay, "err", err)
-		if nerr := ev.Msg.NakWithDelay(delay); nerr != nil {
+		if nerr != nil {
 			return fmt.Errorf("%w: publish to %s: %w (nak: %w)", ErrDeadLetter, c.cfg.DeadLetterSubject, err, nerr)
 		}
 		return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)

@@ -107,6 +107,20 @@ func TestEpochKeepsOldSettlementsOffANewStream(t *testing.T) {
 	}
 	waitFor(t, ctx, "only the terminated new event to leave the pending set", func() bool { return ackPending() == 2 })
 
+	// An old event's dead letter that fails naks nothing: the nak would
+	// send the new event with its sequence back, in nakDelay(1).
+	if err := js.DeleteStream(ctx, cfg.Stream+"_DLQ"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeadLetter(ctx, &old[2], dl); !errors.Is(err, ErrDeadLetter) {
+		t.Fatalf("DeadLetter(old) without a dead-letter stream = %v, want ErrDeadLetter", err)
+	}
+	select {
+	case g := <-r.events:
+		t.Fatalf("event %d delivered again (delivery %d) after an old event's failed dead letter", g.ev.StreamSeq, g.ev.Delivered)
+	case <-time.After(nakDelay(1) + time.Second):
+	}
+
 	// What the epoch prevents: acking the old event whose sequence the
 	// second new event now has settles that new event.
 	if old[1].StreamSeq != fresh[1].StreamSeq {
