@@ -524,8 +524,15 @@ func (r *run) fill(b *batch, cfg *BatchConfig) bool {
 }
 
 // heartbeat sends InProgress for the messages of every batch (and the
-// carry) that has been held for InProgressEvery since its first row or its
-// last heartbeat, until stop is closed or ctx ends.
+// carry) that has been held for InProgressEvery since its last heartbeat,
+// or for half of it since its first row, until stop is closed or ctx ends.
+// The first comes sooner because a row's clock starts before the consumer
+// stamps it Received: during a stall it may have waited in nats.go's pull
+// buffer until the sink started taking rows into spare batches, which it
+// does InProgressEvery/2 into the stall (holdAfter). So a row is at most
+// about InProgressEvery/2 + InProgressEvery/2 + the ticker's InProgressEvery/4
+// old at its first InProgress, and InProgressEvery * 5/4 at each later
+// one: with InProgressEvery = ack_wait/2, 0.625 of ack_wait either way.
 func (r *run) heartbeat(ctx context.Context, stop <-chan struct{}) {
 	every := r.s.cfg.InProgressEvery
 	t := time.NewTicker(max(every/4, time.Millisecond))
@@ -551,17 +558,19 @@ func (r *run) heartbeat(ctx context.Context, stop <-chan struct{}) {
 	}
 }
 
+// beat sends InProgress for b's unsettled rows if b was last beaten every
+// ago, or, never beaten, its oldest row came every/2 ago (see heartbeat).
 func (s *Sink) beat(b *batch, now time.Time, every time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.lo >= len(b.rows) {
 		return
 	}
-	last := b.beat
+	last, due := b.beat, every
 	if last.IsZero() {
-		last = b.since
+		last, due = b.since, every/2
 	}
-	if now.Sub(last) < every {
+	if now.Sub(last) < due {
 		return
 	}
 	b.beat = now

@@ -1490,6 +1490,44 @@ func TestMiscountedRowsKeptAliveWhileDeadLettered(t *testing.T) {
 	}
 }
 
+// A held row gets its first InProgress half an interval after it came, not
+// a whole one: it may have waited in the stages before the sink, where no
+// heartbeat reaches, for up to half an interval before it came. With an
+// interval of 6 s the first beat falls 3-4.5 s after the row (the ticker
+// runs every 1.5 s); a whole interval would put it at 6-7.5 s.
+func TestFirstInProgressAfterHalfTheInterval(t *testing.T) {
+	const every = 6 * time.Second
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.InProgressEvery = every })
+	admin := pg.Conn(t)
+	tx := lockTable(t, ctx, pg, s)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	t.Cleanup(src.close)
+	rs, ms := rows(1, 1, nil)
+	pushed := time.Now()
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+	byCtx, cancel := context.WithDeadline(ctx, pushed.Add(every*11/12))
+	defer cancel()
+	for ms[0].inProgress.Load() == 0 {
+		select {
+		case <-byCtx.Done():
+			t.Fatalf("no InProgress %v after the row came", time.Since(pushed).Round(time.Millisecond))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the row acked", allAcked(ms))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 // The heartbeat sends no InProgress for a held row once its stream was
 // re-created: JetStream would apply it to the new stream's event with the
 // same sequence. A row of the new epoch held behind it keeps getting them.
