@@ -12,8 +12,9 @@
 //     is copied while the next one fills; during a COPY it reads the
 //     server's answers in a goroutine of its own, which ends with the COPY;
 //   - a heartbeat, when InProgressEvery > 0: it sends InProgress for the
-//     messages of every batch held longer than that (growing, waiting for a
-//     committer, blocked on a lock, retrying).
+//     messages of every batch held (growing, waiting for a committer,
+//     blocked on a lock, retrying, waiting for dead letters), half that
+//     interval after its oldest row came and then every interval.
 //
 // Each committer owns one *pgx.Conn, opens it when Run starts (all at once,
 // so that the first batches do not each wait for a connect) and reconnects
