@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -80,8 +81,12 @@ type Config struct {
 	// AckWait is how long JetStream waits for an ack before redelivering.
 	// At least 1s. Default 30s.
 	AckWait time.Duration `yaml:"ack_wait"`
-	// MaxDeliver caps deliveries of one message; -1 means unlimited.
-	// Default 10.
+	// MaxDeliver caps the deliveries of one message that jetsink tries to
+	// store; -1 means unlimited. Default 10. The durable consumer is made
+	// with one delivery more (its MaxDeliver is MaxDeliver+1): a message
+	// delivered past MaxDeliver is not decoded but dead-lettered (stage
+	// "deliver", code "max_deliver") and terminated, so that it is stored
+	// even if no jetsink was running when its last try ran out.
 	MaxDeliver int `yaml:"max_deliver"`
 	// MaxAckPending caps the messages delivered and not yet acked. 0 means
 	// derived: the wiring calls DeriveMaxAckPending with what its rings and
@@ -247,6 +252,10 @@ func (c Config) Validate() error {
 	if c.MaxDeliver == 0 || c.MaxDeliver < -1 {
 		return fmt.Errorf("%w: nats.max_deliver must be -1 (unlimited) or at least 1 (got %d)", ErrInvalidConfig, c.MaxDeliver)
 	}
+	if c.MaxDeliver >= math.MaxInt32 {
+		// The consumer is made with one delivery more (serverMaxDeliver).
+		return fmt.Errorf("%w: nats.max_deliver must be below %d (got %d); -1 is unlimited", ErrInvalidConfig, math.MaxInt32, c.MaxDeliver)
+	}
 	if c.PullMaxMessages < 1 {
 		return fmt.Errorf("%w: nats.pull_max_messages must be at least 1 (got %d); %d is a good start", ErrInvalidConfig, c.PullMaxMessages, DefaultPullMaxMessages)
 	}
@@ -375,4 +384,16 @@ func SubjectMatches(pattern, subject string) bool {
 		}
 		pattern, subject = prest, srest
 	}
+}
+
+// serverMaxDeliver is the durable consumer's MaxDeliver for MaxDeliver:
+// one delivery more, which jetsink takes only to dead-letter the message
+// (pipeline.Event.Exhausted), so that the server gives up on a message,
+// and raises the MAX_DELIVERIES advisory that nobody may be listening to,
+// only after that dead letter failed too. -1 (unlimited) stays -1.
+func (c *Config) serverMaxDeliver() int {
+	if c.MaxDeliver < 0 {
+		return -1
+	}
+	return c.MaxDeliver + 1
 }

@@ -3,6 +3,7 @@ package consumer
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,8 @@ func TestValidate(t *testing.T) {
 		{"max_deliver -2", func(c *Config) { c.MaxDeliver = -2 }, "nats.max_deliver"},
 		{"max_deliver unlimited", func(c *Config) { c.MaxDeliver = -1 }, ""},
 		{"max_deliver 1", func(c *Config) { c.MaxDeliver = 1 }, ""},
+		{"max_deliver huge", func(c *Config) { c.MaxDeliver = math.MaxInt32 }, "nats.max_deliver"},
+		{"max_deliver largest", func(c *Config) { c.MaxDeliver = math.MaxInt32 - 1 }, ""},
 		{"max_ack_pending -2", func(c *Config) { c.MaxAckPending = -2 }, "nats.max_ack_pending"},
 		{"max_ack_pending below pull", func(c *Config) { c.MaxAckPending = 10 }, "nats.max_ack_pending"},
 		{"max_ack_pending unlimited", func(c *Config) { c.MaxAckPending = -1 }, ""},

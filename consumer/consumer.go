@@ -98,9 +98,9 @@ type counters struct {
 type Stats struct {
 	Received          uint64 // messages pushed into the dispatch
 	Redelivered       uint64 // of which delivered more than once
-	DeadLettered      uint64 // dead letters published and their original terminated
+	DeadLettered      uint64 // dead letters published for the workers and the sink (not MaxDelivered's)
 	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed, or left in the stream)
-	MaxDelivered      uint64 // events dead-lettered on the server's max_deliver advisory
+	MaxDelivered      uint64 // events dead-lettered past nats.max_deliver: on their extra delivery (DeadLetter), or from the server's advisory
 	Resubscribes      uint64 // pull subscriptions started again after one ended
 	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow)
 	Epochs            uint64 // new epochs: the stream or consumer was replaced under events in flight
@@ -117,10 +117,13 @@ type Lag struct {
 }
 
 // New validates cfg, connects to NATS, creates or binds the stream and
-// creates or updates the durable pull consumer. It also subscribes to the
-// server's MAX_DELIVERIES advisory for that consumer and dead-letters each
-// event that ran out of deliveries (Jetsink-Stage "deliver", Jetsink-Code
-// "max_deliver").
+// creates or updates the durable pull consumer, whose MaxDeliver is
+// nats.max_deliver + 1: Run marks a delivery past nats.max_deliver
+// (pipeline.Event.Exhausted) for the worker to dead-letter. New also
+// subscribes to the server's MAX_DELIVERIES advisory for that consumer and
+// dead-letters each event the server gave up on, which happens only when
+// that extra delivery was not settled either (Jetsink-Stage "deliver",
+// Jetsink-Code "max_deliver", both ways).
 //
 // The connection reconnects forever with capped exponential backoff; it logs
 // disconnects and reconnects on log. With cfg.CreateStream the stream is

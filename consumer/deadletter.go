@@ -25,7 +25,7 @@ const (
 	HeaderStream    = "Jetsink-Stream"     // original stream
 	HeaderStreamSeq = "Jetsink-Stream-Seq" // original stream sequence
 	HeaderDelivered = "Jetsink-Delivered"  // delivery count when it was given up
-	HeaderStage     = "Jetsink-Stage"      // pipeline.StageDecode or pipeline.StageSink
+	HeaderStage     = "Jetsink-Stage"      // pipeline.StageDecode, StageSink or StageDeliver
 	HeaderReason    = "Jetsink-Reason"     // error text, one line, at most MaxReasonLen bytes
 	HeaderCode      = "Jetsink-Code"       // short machine-readable reason
 	HeaderSQLState  = "Jetsink-SQLState"   // PostgreSQL SQLSTATE, when there is one
@@ -54,9 +54,12 @@ const (
 // redelivered before its Term lands is stored once, and the Jetsink-*
 // headers above.
 //
-// If the publish fails, the original is nak'ed with a delay growing with its
+// The publish may take min(5 s, nats.ack_wait/8), and less if ctx ends
+// first. If it fails, the original is nak'ed with a delay growing with its
 // delivery count (unless its stream was replaced since, see below) and the
-// error returned wraps ErrDeadLetter. If the publish
+// error returned wraps ErrDeadLetter. An event dl.Stage StageDeliver
+// names (delivered past nats.max_deliver) is counted in Stats.MaxDelivered,
+// every other in Stats.DeadLettered. If the publish
 // succeeds and the Term fails, DeadLetter logs it and returns nil (the
 // message will come back, its dead letter is de-duplicated, and it is
 // terminated then). An event whose stream was replaced since it was taken
@@ -67,7 +70,10 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 		return fmt.Errorf("%w: event %s:%d has no message handle", ErrDeadLetter, ev.Stream, ev.StreamSeq)
 	}
 	m := c.deadLetterMsg(ev, dl)
-	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, c.deadLetterTimeout())
+	_, err := c.js.PublishMsg(pctx, m)
+	cancel()
+	if err != nil {
 		c.stats.deadLetterFailed.Add(1)
 		delay := nakDelay(ev.Delivered)
 		if cur := c.epochs.Hold(); ev.Epoch != cur {
@@ -81,17 +87,26 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 		}
 		nerr := ev.Msg.NakWithDelay(delay)
 		c.epochs.Release()
-		c.log.Error("dead-letter publish failed; event nak'ed for redelivery",
-			"subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
+		msg := "dead-letter publish failed; event nak'ed for redelivery"
+		if dl.Stage == StageDeliver {
+			// Its last delivery: the server gives up on it once the delay
+			// has passed, and its advisory brings it to onMaxDeliveries.
+			msg = "dead-letter publish failed; event nak'ed, and dead-lettered from the server's max-deliveries advisory after retry_in"
+		}
+		c.log.Error(msg, "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
 			"dead_letter_subject", c.cfg.DeadLetterSubject, "retry_in", delay, "err", err)
 		if nerr != nil {
 			return fmt.Errorf("%w: publish to %s: %w (nak: %w)", ErrDeadLetter, c.cfg.DeadLetterSubject, err, nerr)
 		}
 		return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
 	}
-	c.stats.deadLettered.Add(1)
+	if dl.Stage == StageDeliver {
+		c.stats.maxDelivered.Add(1) // with the advisory's: Stats.MaxDelivered
+	} else {
+		c.stats.deadLettered.Add(1)
+	}
 	c.log.Warn("event dead-lettered", "subject", ev.Subject, "stream_seq", ev.StreamSeq,
-		"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState)
+		"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered)
 	reason := dl.Code
 	if reason == "" {
 		reason = "dead_letter"
@@ -105,7 +120,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 			"stream_seq", ev.StreamSeq)
 		return nil
 	}
-	err := ev.Msg.TermWithReason(reason)
+	err = ev.Msg.TermWithReason(reason)
 	c.epochs.Release()
 	if err != nil {
 		// The dead letter is stored: this is not a failed dead letter. The
@@ -184,6 +199,15 @@ func oneLine(s string, n int) string {
 		space = r == ' '
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// deadLetterTimeout bounds one dead-letter publish: min(5 s, ack_wait/8).
+// A worker dead-letters on its own goroutine, and nothing renews the
+// ack wait of the events behind it in its ring meanwhile, so a run of
+// poison events while the dead-letter stream is slow must not hold them
+// near their ack_wait. (nats.go's own default is 5 s.)
+func (c *Consumer) deadLetterTimeout() time.Duration {
+	return min(5*time.Second, c.cfg.AckWait/8)
 }
 
 // nakDelay is how long a message waits after a failed dead-letter publish.

@@ -203,6 +203,57 @@ func TestDeadLetterWithoutStreamNaks(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// A dead-letter publish that gets no answer (here a plain subscriber on
+// the subject, which never replies, and no stream) gives up after
+// min(5 s, ack_wait/8), not after nats.go's 5 s, and the event is nak'ed:
+// a worker dead-lettering a run of poison events must not hold the events
+// behind it in its ring near their ack_wait.
+func TestDeadLetterPublishIsBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = 2 * time.Second // a publish may take 250ms
+	js := jsFor(t, srv)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CreateStream = false // no dead-letter stream
+	c := newConsumer(t, ctx, cfg)
+	nc := srv.Connect(t)
+	silent, err := nc.SubscribeSync(cfg.DeadLetterSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	began := time.Now()
+	err = c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"})
+	took := time.Since(began)
+	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("DeadLetter with nobody answering = %v, want ErrDeadLetter wrapping context.DeadlineExceeded", err)
+	}
+	if want := cfg.AckWait / 8; took < want || took > want+time.Second {
+		t.Fatalf("DeadLetter gave up after %s, want about %s", took, want)
+	}
+	waitFor(t, ctx, "the dead letter at the silent subscriber", func() bool {
+		n, _, _ := silent.Pending()
+		return n == 1
+	})
+	again := r.next(t, ctx).ev // nak'ed: it comes back
+	if again.StreamSeq != ev.StreamSeq || again.Delivered != 2 {
+		t.Fatalf("got seq %d delivery %d, want seq %d again", again.StreamSeq, again.Delivered, ev.StreamSeq)
+	}
+	if err := again.Msg.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	r.stopClean(t, ctx)
+}
+
 func TestDeadLetterConcurrent(t *testing.T) {
 	const n, workers = 200, 8
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -252,6 +303,9 @@ func TestDeadLetterConcurrent(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// The backstop: an event whose extra delivery (past max_deliver) is not
+// settled either, as when the jetsink holding it stalls, is given up by the
+// server, and dead-lettered from the server's advisory.
 func TestMaxDeliverAdvisoryDeadLetters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -264,16 +318,17 @@ func TestMaxDeliverAdvisoryDeadLetters(t *testing.T) {
 	dlq := dlqStream(t, ctx, js, cfg)
 	publish(t, ctx, js, cfg, 1, 1, 0)
 
-	// Never settle it: it is delivered twice, then the server gives up and
-	// says so in the advisory.
+	// Never settle it: it is delivered twice to be stored, once more to be
+	// dead-lettered, then the server gives up and says so in the advisory.
 	r := startRun(t, ctx, c, 1, 16, 16)
-	for want := uint64(1); want <= 2; want++ {
-		if ev := r.next(t, ctx).ev; ev.Delivered != want {
-			t.Fatalf("delivery %d has count %d", want, ev.Delivered)
+	for want := uint64(1); want <= 3; want++ {
+		ev := r.next(t, ctx).ev
+		if ev.Delivered != want || ev.Exhausted != (want == 3) {
+			t.Fatalf("delivery %d has count %d, exhausted %v", want, ev.Delivered, ev.Exhausted)
 		}
 	}
 	waitMaxDeliverLetter(t, ctx, dlq, cfg)
-	if st := c.Stats(); st.MaxDelivered != 1 {
+	if st := c.Stats(); st.MaxDelivered != 1 || st.DeadLettered != 0 {
 		t.Fatalf("Stats = %+v, want MaxDelivered 1", st)
 	}
 	r.stopClean(t, ctx)
@@ -281,7 +336,8 @@ func TestMaxDeliverAdvisoryDeadLetters(t *testing.T) {
 
 // waitMaxDeliverLetter waits until dlq holds one message and checks that it
 // is the max-deliver dead letter of the event publish numbered 0 (body "0",
-// Nats-Msg-Id "m0", a traceparent), delivered twice, first in cfg's stream.
+// Nats-Msg-Id "m0", a traceparent), delivered cfg.MaxDeliver+1 times, first
+// in cfg's stream.
 func waitMaxDeliverLetter(t *testing.T, ctx context.Context, dlq jetstream.Stream, cfg Config) {
 	t.Helper()
 	waitFor(t, ctx, "the max-deliver dead letter", func() bool {
@@ -293,7 +349,7 @@ func waitMaxDeliverLetter(t *testing.T, ctx context.Context, dlq jetstream.Strea
 		t.Fatal(err)
 	}
 	if string(m.Data) != "0" || m.Header.Get(HeaderCode) != CodeMaxDeliver || m.Header.Get(HeaderStage) != StageDeliver ||
-		m.Header.Get(HeaderDelivered) != "2" || !isDeadLetterID(m.Header.Get(HeaderMsgID), cfg.Stream, 1) ||
+		m.Header.Get(HeaderDelivered) != strconv.Itoa(cfg.MaxDeliver+1) || !isDeadLetterID(m.Header.Get(HeaderMsgID), cfg.Stream, 1) ||
 		m.Header.Get(HeaderOrigMsgID) != "m0" || m.Header.Get("traceparent") != traceparent {
 		t.Fatalf("dead letter = %q %v", m.Data, m.Header)
 	}
@@ -301,10 +357,12 @@ func waitMaxDeliverLetter(t *testing.T, ctx context.Context, dlq jetstream.Strea
 
 // outageBeforeMaxDeliver makes the dead-letter subject unavailable (its
 // stream deleted), publishes one event (or n[0], one per subject) and lets
-// each be delivered cfg.MaxDeliver times without settling it, so that the server gives up on
-// it while no dead letter can be stored. maxDeliverRetry is set to retry for
-// the test and restored after it.
-func outageBeforeMaxDeliver(t *testing.T, ctx context.Context, retry [2]time.Duration, log io.Writer, n ...int) (*Consumer, Config, jetstream.JetStream, *runner) {
+// each be delivered cfg.MaxDeliver times without settling it, and then
+// once more, marked Exhausted: the extra deliveries are returned,
+// unsettled, so that unless the test settles them the server gives up on
+// each after ack_wait while no dead letter can be stored. maxDeliverRetry
+// is set to retry for the test and restored after it.
+func outageBeforeMaxDeliver(t *testing.T, ctx context.Context, retry [2]time.Duration, log io.Writer, n ...int) (*Consumer, Config, jetstream.JetStream, *runner, []pipeline.Event) {
 	t.Helper()
 	events := 1
 	if len(n) > 0 {
@@ -333,24 +391,42 @@ func outageBeforeMaxDeliver(t *testing.T, ctx context.Context, retry [2]time.Dur
 	publish(t, ctx, js, cfg, events, events, 0)
 	r := startRun(t, ctx, c, 1, 16, 16)
 	delivered := map[uint64]uint64{}
-	for range 2 * events {
+	var last []pipeline.Event
+	for range (cfg.MaxDeliver + 1) * events {
 		ev := r.next(t, ctx).ev
 		if delivered[ev.StreamSeq]++; ev.Delivered != delivered[ev.StreamSeq] {
 			t.Fatalf("delivery %d of message %d has count %d", delivered[ev.StreamSeq], ev.StreamSeq, ev.Delivered)
 		}
+		if ev.Exhausted != (ev.Delivered > uint64(cfg.MaxDeliver)) {
+			t.Fatalf("delivery %d of message %d: exhausted %v", ev.Delivered, ev.StreamSeq, ev.Exhausted)
+		}
+		if ev.Exhausted {
+			last = append(last, ev)
+		}
 	}
-	return c, cfg, js, r
+	return c, cfg, js, r, last
 }
 
-// An event that reaches max_deliver while the dead-letter stream is gone is
-// dead-lettered once the stream is back, however many attempts that takes:
-// JetStream will not deliver it again, so giving up would lose it. (The
-// handler used to give up after 4 attempts.)
+// An event delivered past max_deliver while the dead-letter stream is gone:
+// its dead letter fails, and it is nak'ed (with nakDelay); the server then
+// gives up on it and raises its advisory, and the advisory path
+// dead-letters it once the stream is back, however many attempts that
+// takes: JetStream will not deliver it again, so giving up would lose it.
+// (The handler used to give up after 4 attempts.)
 func TestMaxDeliverDeadLetterOutlastsOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}, nil)
-	waitFor(t, ctx, "eight failed attempts", func() bool { return c.Stats().DeadLetterFailed >= 8 })
+	c, cfg, js, r, last := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}, nil)
+	// What the worker does with the extra delivery.
+	if err := c.DeadLetter(ctx, &last[0], pipeline.MaxDeliverDeadLetter(last[0].Delivered)); !errors.Is(err, ErrDeadLetter) {
+		t.Fatalf("DeadLetter of the extra delivery without a dead-letter stream = %v, want ErrDeadLetter", err)
+	}
+	nakked := time.Now()
+	waitFor(t, ctx, "eight failed attempts", func() bool { return c.Stats().DeadLetterFailed >= 1+8 })
+	// The advisory came when the nak's delay ran out, not after ack_wait.
+	if d := time.Since(nakked); d < nakDelay(last[0].Delivered)-time.Second {
+		t.Fatalf("advisory path failing after %s, before the nak's %s", d, nakDelay(last[0].Delivered))
+	}
 	waitMaxDeliverLetter(t, ctx, dlqStream(t, ctx, js, cfg), cfg) // the outage ends
 	waitFor(t, ctx, "the success counted", func() bool { return c.Stats().MaxDelivered == 1 })
 	r.stopClean(t, ctx)
@@ -362,7 +438,7 @@ func TestMaxDeliverRetryEndsWithClose(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	var log syncBuffer
-	c, _, _, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, &log)
+	c, _, _, r, _ := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, &log)
 	waitFor(t, ctx, "a failed attempt", func() bool { return c.Stats().DeadLetterFailed >= 1 })
 	r.stopClean(t, ctx)
 	// Drain waits for the handler; Close gives up on Drain after closeWait
@@ -375,7 +451,7 @@ func TestMaxDeliverRetryEndsWithClose(t *testing.T) {
 	case <-time.After(closeWait):
 		t.Fatal("Close waited for the max-deliver retry's hour")
 	}
-	if s := log.String(); !strings.Contains(s, "they stay in the stream at these sequences") || !strings.Contains(s, "events=1:2") {
+	if s := log.String(); !strings.Contains(s, "they stay in the stream at these sequences") || !strings.Contains(s, "events=1:3") {
 		t.Fatalf("log does not say where the event stays:\n%s", s)
 	}
 }
@@ -388,7 +464,7 @@ func TestMaxDeliverRetryStopsWhenTheEventIsGone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	var log syncBuffer
-	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}, &log)
+	c, cfg, js, r, _ := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}, &log)
 	waitFor(t, ctx, "a failed attempt", func() bool { return c.Stats().DeadLetterFailed >= 1 })
 	stream, err := js.Stream(ctx, cfg.Stream)
 	if err != nil {
@@ -415,8 +491,8 @@ func TestMaxDeliverRetryStopsWhenTheEventIsGone(t *testing.T) {
 func TestMaxDeliverRetryResumesAfterRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, nil, 2)
-	waitFor(t, ctx, "both events recorded", func() bool { return record(t, ctx, js, cfg) == "1:2,2:2" })
+	c, cfg, js, r, _ := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, nil, 2)
+	waitFor(t, ctx, "both events recorded", func() bool { return record(t, ctx, js, cfg) == "1:3,2:3" })
 	r.stopClean(t, ctx)
 	c.Close()
 
@@ -438,8 +514,8 @@ func TestMaxDeliverRecordGoesWithItsStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	var log syncBuffer
-	c, cfg, js, r := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, &log)
-	waitFor(t, ctx, "the event recorded", func() bool { return record(t, ctx, js, cfg) == "1:2" })
+	c, cfg, js, r, _ := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, &log)
+	waitFor(t, ctx, "the event recorded", func() bool { return record(t, ctx, js, cfg) == "1:3" })
 	r.stopClean(t, ctx)
 	c.Close()
 	recreateStream(t, ctx, js, cfg, 0)

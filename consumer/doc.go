@@ -8,8 +8,8 @@
 // New validates the Config, connects (reconnecting forever with capped
 // backoff; a connection whose server left two pings 20 s apart unanswered
 // is given up as stale and reconnected), creates or binds the stream and creates or updates the durable
-// consumer (explicit acks, nats.ack_wait, nats.max_deliver,
-// nats.max_ack_pending, nats.filter_subject). Run pulls with nats.go's
+// consumer (explicit acks, nats.ack_wait, nats.max_deliver plus one (see
+// below), nats.max_ack_pending, nats.filter_subject). Run pulls with nats.go's
 // Consume: up to nats.pull_max_messages (and optionally nats.pull_max_bytes
 // per pull) buffered in the client, a new pull sent when half are taken,
 // idle heartbeats from the server. Each message becomes a pipeline.Event (one
@@ -18,14 +18,37 @@
 // full: that is where back-pressure reaches JetStream, which keeps the backlog
 // on disk. The consumer never acks; the sink does, after COMMIT.
 //
-// An event that reaches nats.max_deliver without an ack is never delivered
-// again. New subscribes to the server's MAX_DELIVERIES advisory for the
-// consumer; on each, the event is read back from the stream by sequence and
-// published to the dead-letter subject (stage "deliver", code "max_deliver").
-// Nothing else will bring the event back, so that publish is retried, with
-// backoff, until it succeeds, the event has left the stream, or the
-// connection closes (then an ERROR line names the stream sequence where the
-// event stays, and the record below brings it back at the next start).
+// # max_deliver
+//
+// jetsink tries to store an event nats.max_deliver times, and the durable
+// consumer allows one delivery more (its MaxDeliver is nats.max_deliver+1;
+// unlimited stays unlimited). Run marks a delivery whose count is past
+// nats.max_deliver (pipeline.Event.Exhausted); the worker that takes it
+// hands it, undecoded, to DeadLetter (stage "deliver", code
+// "max_deliver"), which publishes it to the dead-letter subject and
+// terminates it, as any dead letter. That extra delivery is an ordinary
+// one, made whenever a jetsink pulls: an event whose last try ran out
+// while no jetsink was running (all stopped or crash-looping, or
+// disconnected) stays in the stream and is dead-lettered when one is back.
+//
+// The server gives up on an event only when the extra delivery is not
+// settled within ack_wait either: its dead letter failed (DeadLetter naks
+// it with a delay), or the jetsink holding it stalled or lost its
+// connection. It then raises its MAX_DELIVERIES advisory once and never
+// delivers the event again. New subscribes to that advisory for the
+// consumer; on each, the event is read back from the stream by sequence
+// and published to the dead-letter subject (stage "deliver", code
+// "max_deliver"). Nothing else will bring the event back, so that publish
+// is retried, with backoff, until it succeeds, the event has left the
+// stream, or the connection closes (then an ERROR line names the stream
+// sequence where the event stays, and the record below brings it back at
+// the next start). Left open: an advisory raised while no jetsink is
+// subscribed is lost, and its event with it; that now takes the extra
+// delivery itself going unsettled (a failed dead letter, or a jetsink
+// that stopped or lost its connection while holding it) with no jetsink
+// subscribed when the server gives up. And a delivery jetsink still holds
+// past ack_wait (a stall InProgress did not cover) can be both stored,
+// when its row commits later, and dead-lettered from the next one.
 //
 // # A stream that restarts its sequence
 //
@@ -98,7 +121,7 @@
 // sequence was stored more than 5 s after the advisory was raised belongs
 // to a deleted stream, and is dropped.
 //
-// Events that reached max_deliver and whose dead letter failed are
+// Events named by a max-deliveries advisory whose dead letter failed are
 // recorded in the consumer's metadata (jetsink_max_deliver_pending, with
 // the stream's creation time), each as its advisory arrives, and retried
 // by one loop; New resumes the record, since JetStream sends the advisory

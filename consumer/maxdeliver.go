@@ -14,12 +14,13 @@ import (
 )
 
 // StageDeliver is the Jetsink-Stage of a dead letter for an event that
-// reached nats.max_deliver without being acked: no stage gave up on it, the
-// deliveries ran out.
-const StageDeliver = "deliver"
+// was delivered past nats.max_deliver without being stored: no stage gave
+// up on it, the deliveries ran out (pipeline.StageDeliver).
+const StageDeliver = pipeline.StageDeliver
 
-// CodeMaxDeliver is the Jetsink-Code of such a dead letter.
-const CodeMaxDeliver = "max_deliver"
+// CodeMaxDeliver is the Jetsink-Code of such a dead letter
+// (pipeline.CodeMaxDeliver).
+const CodeMaxDeliver = pipeline.CodeMaxDeliver
 
 // An advisory's event is dead-lettered with attempts of at most
 // maxDeliverTimeout each, maxDeliverRetry[0] apart at first and doubling to
@@ -63,8 +64,14 @@ func (c *Consumer) watchMaxDeliveries() error {
 	return nil
 }
 
-// onMaxDeliveries dead-letters the event an advisory names: JetStream will
-// not deliver it again, so without this it would sit in the stream unseen.
+// onMaxDeliveries dead-letters the event an advisory names. The durable
+// consumer allows one delivery more than nats.max_deliver (serverMaxDeliver),
+// and that last delivery is dead-lettered by the worker that takes it
+// (pipeline.Event.Exhausted), so the server raises this advisory only when
+// that delivery was not settled within ack_wait either: its dead letter
+// failed and it was nak'ed, or jetsink stalled or lost its connection
+// while it held it. JetStream will not deliver the event again, so
+// without this it would sit in the stream unseen.
 // The event is read back from the stream by sequence and published like any
 // dead letter (same Nats-Msg-Id, so several jetsink instances receiving the
 // same advisory store it once). There is nothing to terminate.
@@ -179,11 +186,7 @@ func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory, in time.Time) (time.T
 		Received:  time.Now(),
 		MsgID:     raw.Header.Get(HeaderMsgID),
 	}
-	dl := pipeline.DeadLetter{
-		Stage:  StageDeliver,
-		Code:   CodeMaxDeliver,
-		Reason: fmt.Sprintf("not acked after %d deliveries (nats.max_deliver)", adv.Deliveries),
-	}
+	dl := pipeline.MaxDeliverDeadLetter(adv.Deliveries)
 	if _, err := c.js.PublishMsg(ctx, c.deadLetterMsg(&ev, dl)); err != nil {
 		return created, fmt.Errorf("publish to %s: %w", c.cfg.DeadLetterSubject, err)
 	}

@@ -307,7 +307,7 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 		epoch: c.epochs.Current()}
 	handle := func(msg jetstream.Msg) {
 		if s.failed {
-			_ = msg.Nak()
+			c.nak(msg, s.epoch)
 			return
 		}
 		if err := c.push(hard, out, msg, s); err != nil {
@@ -506,7 +506,12 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 	if c.cfg.StoredSeq != nil {
 		if s.lastCons == 0 || meta.consSeq <= s.lastCons || c.seq.gen.Load() != c.seq.checkedGen.Load() {
 			if err := s.await(hard); err != nil {
-				_ = msg.Nak()
+				// Not nak'ed when serve found the stream replaced (it
+				// starts a new epoch before the verdict): this may be the
+				// old stream's message, whose nak would land on the new
+				// stream's event with its sequence. It comes back after
+				// ack_wait if its stream still has it.
+				c.nak(msg, s.epoch)
 				if hard.Err() != nil {
 					return fmt.Errorf("consume: push event: %w", hard.Err())
 				}
@@ -528,6 +533,9 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		Published:   meta.published,
 		Received:    time.Now(),
 		Epoch:       s.epoch,
+		// Past nats.max_deliver: the worker dead-letters it undecoded.
+		// The server allows this one delivery more (serverMaxDeliver).
+		Exhausted: c.cfg.MaxDeliver > 0 && meta.delivered > uint64(c.cfg.MaxDeliver),
 	}
 	if v := h[HeaderMsgID]; len(v) > 0 {
 		ev.MsgID = v[0]
@@ -543,8 +551,11 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 	}
 	if err := out.Push(hard, ev); err != nil {
 		// Taken but not handed on: let JetStream redeliver it soon.
-		_ = msg.Nak()
-		ev.EndSpan("nak", err)
+		if c.nak(msg, ev.Epoch) {
+			ev.EndSpan("nak", err)
+		} else {
+			ev.EndSpan("stale", err)
+		}
 		return fmt.Errorf("consume: push event: %w", err)
 	}
 	c.stats.received.Add(1) // counted once handed on: a nak'ed one comes again
@@ -552,6 +563,21 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		c.stats.redelivered.Add(1)
 	}
 	return nil
+}
+
+// nak naks msg, taken in epoch, unless a new epoch has begun since (see
+// pipeline.Epochs): its stream was replaced, and JetStream would apply the
+// nak to the new stream's event with the same sequence, sending it again
+// while it may be in flight. A message not nak'ed comes back after
+// ack_wait if its stream still has it. nak reports whether it nak'ed.
+func (c *Consumer) nak(msg jetstream.Msg, epoch uint64) bool {
+	if cur := c.epochs.Hold(); epoch != cur {
+		c.epochs.Release()
+		return false
+	}
+	_ = msg.Nak()
+	c.epochs.Release()
+	return true
 }
 
 // streamGone reports whether verify found the session's stream replaced

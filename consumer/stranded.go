@@ -86,14 +86,17 @@ func formatRecord(rec map[uint64]strandedEntry) string {
 }
 
 // consumerConfig is the durable consumer as jetsink wants it, with meta as
-// its metadata.
+// its metadata. Its MaxDeliver is one more than nats.max_deliver
+// (serverMaxDeliver); the server accepts that change on an existing
+// consumer, so a durable made before with MaxDeliver = nats.max_deliver is
+// updated by ensureConsumer.
 func (c *Consumer) consumerConfig(meta map[string]string) jetstream.ConsumerConfig {
 	cfg := &c.cfg
 	return jetstream.ConsumerConfig{
 		Durable:       cfg.Consumer,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
-		MaxDeliver:    cfg.MaxDeliver,
+		MaxDeliver:    cfg.serverMaxDeliver(),
 		MaxAckPending: cfg.maxAckPending(),
 		FilterSubject: cfg.FilterSubject,
 		Metadata:      meta,

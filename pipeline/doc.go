@@ -21,9 +21,12 @@
 // An event that cannot become a row (invalid JSON, a required value
 // missing, a value of the wrong type or out of range, NUL in text, a
 // payload over max_event_bytes) is handed to the DeadLetterer with
-// StageDecode and the DecodeError's code. If that fails the DeadLetterer
-// has nak'ed the event, so it is not lost; the worker logs a warning and
-// goes on with the next event.
+// StageDecode and the DecodeError's code. An event the consumer marked
+// Exhausted (delivered past nats.max_deliver) is not decoded at all: it is
+// handed to the DeadLetterer with StageDeliver and CodeMaxDeliver
+// (MaxDeliverDeadLetter). If the DeadLetterer fails it has nak'ed the
+// event, so it is not lost; the worker logs a warning and goes on with the
+// next event.
 //
 // Each Row.Tuple is a slice of its own that nothing rewrites while the row
 // is held: tuples are carved out of 64 KiB slabs, and a slab is carved again

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -39,6 +40,12 @@ type Event struct {
 	// Epoch is the consumer's epoch for the message (see Epochs): settle
 	// it (ack, term) only while Epochs.Hold returns the same.
 	Epoch uint64
+	// Exhausted: the consumer took the message past nats.max_deliver
+	// (Delivered is above it). It is not decoded: the worker dead-letters
+	// it (MaxDeliverDeadLetter). JetStream, whose MaxDeliver is one more,
+	// gives up on it (MAX_DELIVERIES advisory) only if that delivery is
+	// not settled either.
+	Exhausted bool
 	// Span is the message's CONSUMER span ("process <subject>"), nil when
 	// tracing is off or the message is not sampled, so checking it for nil
 	// is all an unsampled event costs. The consumer starts it on receipt
@@ -91,11 +98,26 @@ type Row struct {
 const (
 	StageDecode = "decode"
 	StageSink   = "sink"
+	// StageDeliver: no stage gave up on the event, its deliveries ran out
+	// (nats.max_deliver) before any of them was stored.
+	StageDeliver = "deliver"
 )
+
+// CodeMaxDeliver is the DeadLetter.Code of an event dead-lettered with
+// StageDeliver.
+const CodeMaxDeliver = "max_deliver"
+
+// MaxDeliverDeadLetter is the dead letter of an event that was delivered
+// (the count) times without being stored: taken past nats.max_deliver
+// (Event.Exhausted), or named by JetStream's MAX_DELIVERIES advisory.
+func MaxDeliverDeadLetter(delivered uint64) DeadLetter {
+	return DeadLetter{Stage: StageDeliver, Code: CodeMaxDeliver,
+		Reason: fmt.Sprintf("delivered %d times without being stored (nats.max_deliver)", delivered)}
+}
 
 // DeadLetter says why an event could not be stored.
 type DeadLetter struct {
-	Stage    string // StageDecode or StageSink
+	Stage    string // StageDecode, StageSink or StageDeliver
 	Reason   string // human-readable error text
 	Code     string // short machine-readable reason (e.g. "invalid_json", "required_missing", "too_large")
 	SQLState string // PostgreSQL SQLSTATE when the database refused the row

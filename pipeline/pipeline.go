@@ -104,7 +104,7 @@ type workerStats struct {
 // Stats are cumulative counts since New.
 type Stats struct {
 	Rows             uint64 // events encoded and pushed to the output rings
-	DeadLettered     uint64 // undecodable events handed to the DeadLetterer successfully
+	DeadLettered     uint64 // events handed to the DeadLetterer successfully: undecodable, or Exhausted
 	DeadLetterFailed uint64 // DeadLetterer calls that failed (the event was nak'ed, not lost)
 }
 

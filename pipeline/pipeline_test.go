@@ -195,6 +195,36 @@ func TestRunDeadLetterFailureIsLoggedNotFatal(t *testing.T) {
 	}
 }
 
+// An event the consumer marked Exhausted (delivered past nats.max_deliver)
+// is dead-lettered undecoded, whatever it holds, with stage deliver and
+// code max_deliver; the events around it become rows.
+func TestRunDeadLettersExhaustedUndecoded(t *testing.T) {
+	dl := &recordingDeadLetterer{}
+	evs := []Event{
+		{Subject: "a", StreamSeq: 1, Data: []byte(`{"n":1}`), Delivered: 1},
+		{Subject: "a", StreamSeq: 2, Data: []byte(`{"n":2}`), Delivered: 11, Exhausted: true},
+		{Subject: "a", StreamSeq: 3, Data: []byte(`nope`), Delivered: 12, Exhausted: true},
+		{Subject: "a", StreamSeq: 4, Data: []byte(`{"n":4}`), Delivered: 10},
+	}
+	rows, err := runPipeline(t, testConfig(1, PinNone), orderColumns, dl, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Event.StreamSeq != 1 || rows[1].Event.StreamSeq != 4 {
+		t.Fatalf("%d rows, want those of events 1 and 4", len(rows))
+	}
+	got := dl.snapshot()
+	if len(got) != 2 {
+		t.Fatalf("dead letters %+v, want 2", got)
+	}
+	for i, d := range got {
+		want := fmt.Sprintf("delivered %d times without being stored", evs[i+1].Delivered)
+		if d.seq != evs[i+1].StreamSeq || d.dl.Stage != StageDeliver || d.dl.Code != CodeMaxDeliver || !strings.Contains(d.dl.Reason, want) {
+			t.Fatalf("dead letter %d = %+v, want event %d at stage %s, code %s, reason %q", i, d, evs[i+1].StreamSeq, StageDeliver, CodeMaxDeliver, want)
+		}
+	}
+}
+
 func TestRunTooLarge(t *testing.T) {
 	cfg := testConfig(1, PinNone)
 	cfg.MaxEventBytes = 10

@@ -57,9 +57,15 @@ func (w *worker) run(ctx context.Context) error {
 		rows = rows[:0]
 		for i := range evs[:n] {
 			ev := &evs[i]
+			if ev.Exhausted {
+				// Past nats.max_deliver: not decoded, whatever it holds.
+				w.deadLetter(ctx, ev, MaxDeliverDeadLetter(ev.Delivered), "")
+				continue
+			}
 			row, derr := w.encode(ev)
 			if derr != nil {
-				w.deadLetter(ctx, ev, derr)
+				dl, column := decodeDeadLetter(derr)
+				w.deadLetter(ctx, ev, dl, column)
 				continue
 			}
 			rows = append(rows, row)
@@ -116,27 +122,35 @@ func (w *worker) retire() {
 	}
 }
 
-// deadLetter hands an undecodable event to the DeadLetterer. If that fails
-// the DeadLetterer has nak'ed the event (it will come back), so the worker
-// logs and carries on.
-func (w *worker) deadLetter(ctx context.Context, ev *Event, err error) {
+// decodeDeadLetter is the dead letter of an event encode refused, and the
+// column at fault ("" for the event as a whole).
+func decodeDeadLetter(err error) (DeadLetter, string) {
 	var de *DecodeError
 	if !errors.As(err, &de) {
 		de = &DecodeError{Code: CodeInvalidJSON, Reason: err.Error()}
 	}
+	return de.DeadLetter(), de.Column
+}
+
+// deadLetter hands an event that will not become a row (undecodable, or
+// past nats.max_deliver) to the DeadLetterer. If that fails the
+// DeadLetterer has nak'ed the event (it will come back), so the worker
+// logs and carries on.
+func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, column string) {
 	attrs := []slog.Attr{
 		slog.String("subject", ev.Subject),
 		slog.String("stream", ev.Stream),
 		slog.Uint64("stream_seq", ev.StreamSeq),
-		slog.String("code", de.Code),
-		slog.String("column", de.Column),
+		slog.String("stage", dl.Stage),
+		slog.String("code", dl.Code),
+		slog.String("column", column),
 	}
-	if dlErr := w.p.dl.DeadLetter(ctx, ev, de.DeadLetter()); dlErr != nil {
+	if dlErr := w.p.dl.DeadLetter(ctx, ev, dl); dlErr != nil {
 		w.stats.deadLetterFailed.Add(1)
 		w.p.log.LogAttrs(ctx, slog.LevelWarn, "dead-letter failed; event nak'ed for redelivery",
 			append(attrs, slog.String("error", dlErr.Error()))...)
 		return
 	}
 	w.stats.deadLettered.Add(1)
-	w.p.log.LogAttrs(ctx, slog.LevelInfo, "event dead-lettered", append(attrs, slog.String("reason", de.Reason))...)
+	w.p.log.LogAttrs(ctx, slog.LevelInfo, "event dead-lettered", append(attrs, slog.String("reason", dl.Reason))...)
 }
