@@ -75,7 +75,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	cancel()
 	if err != nil {
 		c.stats.deadLetterFailed.Add(1)
-		delay := nakDelay(ev.Delivered)
+		delay := nakDelay(uint64(ev.Delivered))
 		if cur := c.epochs.Hold(); ev.Epoch != cur {
 			c.epochs.Release()
 			// Its stream was replaced: a nak would send the new stream's
@@ -165,7 +165,7 @@ func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *na
 	h.Set(HeaderSubject, ev.Subject)
 	h.Set(HeaderStream, ev.Stream)
 	h.Set(HeaderStreamSeq, seq)
-	h.Set(HeaderDelivered, strconv.FormatUint(ev.Delivered, 10))
+	h.Set(HeaderDelivered, strconv.FormatUint(uint64(ev.Delivered), 10))
 	h.Set(HeaderStage, oneLine(dl.Stage, 64))
 	h.Set(HeaderReason, oneLine(dl.Reason, MaxReasonLen))
 	h.Set(HeaderCode, oneLine(dl.Code, 64))

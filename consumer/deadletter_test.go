@@ -321,7 +321,7 @@ func TestMaxDeliverAdvisoryDeadLetters(t *testing.T) {
 	// Never settle it: it is delivered twice to be stored, once more to be
 	// dead-lettered, then the server gives up and says so in the advisory.
 	r := startRun(t, ctx, c, 1, 16, 16)
-	for want := uint64(1); want <= 3; want++ {
+	for want := uint32(1); want <= 3; want++ {
 		ev := r.next(t, ctx).ev
 		if ev.Delivered != want || ev.Exhausted != (want == 3) {
 			t.Fatalf("delivery %d has count %d, exhausted %v", want, ev.Delivered, ev.Exhausted)
@@ -390,14 +390,14 @@ func outageBeforeMaxDeliver(t *testing.T, ctx context.Context, retry [2]time.Dur
 	}
 	publish(t, ctx, js, cfg, events, events, 0)
 	r := startRun(t, ctx, c, 1, 16, 16)
-	delivered := map[uint64]uint64{}
+	delivered := map[uint64]uint32{}
 	var last []pipeline.Event
 	for range (cfg.MaxDeliver + 1) * events {
 		ev := r.next(t, ctx).ev
 		if delivered[ev.StreamSeq]++; ev.Delivered != delivered[ev.StreamSeq] {
 			t.Fatalf("delivery %d of message %d has count %d", delivered[ev.StreamSeq], ev.StreamSeq, ev.Delivered)
 		}
-		if ev.Exhausted != (ev.Delivered > uint64(cfg.MaxDeliver)) {
+		if ev.Exhausted != (ev.Delivered > uint32(cfg.MaxDeliver)) {
 			t.Fatalf("delivery %d of message %d: exhausted %v", ev.Delivered, ev.StreamSeq, ev.Exhausted)
 		}
 		if ev.Exhausted {
@@ -418,14 +418,14 @@ func TestMaxDeliverDeadLetterOutlastsOutage(t *testing.T) {
 	defer cancel()
 	c, cfg, js, r, last := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}, nil)
 	// What the worker does with the extra delivery.
-	if err := c.DeadLetter(ctx, &last[0], pipeline.MaxDeliverDeadLetter(last[0].Delivered)); !errors.Is(err, ErrDeadLetter) {
+	if err := c.DeadLetter(ctx, &last[0], pipeline.MaxDeliverDeadLetter(uint64(last[0].Delivered))); !errors.Is(err, ErrDeadLetter) {
 		t.Fatalf("DeadLetter of the extra delivery without a dead-letter stream = %v, want ErrDeadLetter", err)
 	}
 	nakked := time.Now()
 	waitFor(t, ctx, "eight failed attempts", func() bool { return c.Stats().DeadLetterFailed >= 1+8 })
 	// The advisory came when the nak's delay ran out, not after ack_wait.
-	if d := time.Since(nakked); d < nakDelay(last[0].Delivered)-time.Second {
-		t.Fatalf("advisory path failing after %s, before the nak's %s", d, nakDelay(last[0].Delivered))
+	if d := time.Since(nakked); d < nakDelay(uint64(last[0].Delivered))-time.Second {
+		t.Fatalf("advisory path failing after %s, before the nak's %s", d, nakDelay(uint64(last[0].Delivered)))
 	}
 	waitMaxDeliverLetter(t, ctx, dlqStream(t, ctx, js, cfg), cfg) // the outage ends
 	waitFor(t, ctx, "the success counted", func() bool { return c.Stats().MaxDelivered == 1 })

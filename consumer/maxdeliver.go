@@ -181,7 +181,7 @@ func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory, in time.Time) (time.T
 		Header:    raw.Header,
 		Stream:    c.cfg.Stream,
 		StreamSeq: raw.Sequence,
-		Delivered: adv.Deliveries,
+		Delivered: pipeline.DeliveryCount(adv.Deliveries),
 		Published: raw.Time,
 		Received:  time.Now(),
 		MsgID:     raw.Header.Get(HeaderMsgID),

@@ -96,7 +96,7 @@ func TestMaxDeliverExtraDeliveryDeadLettered(t *testing.T) {
 	}
 	publish(t, ctx, js, cfg, 1, 1, 0)
 	pr := startPipeline(t, ctx, c)
-	for want := uint64(1); want <= 2; want++ {
+	for want := uint32(1); want <= 2; want++ {
 		row := pr.next(t, ctx)
 		if row.Event.Delivered != want || row.Event.Exhausted {
 			t.Fatalf("row of delivery %d: count %d, exhausted %v", want, row.Event.Delivered, row.Event.Exhausted)
@@ -258,7 +258,7 @@ func TestPushMarksDeliveriesPastMaxDeliver(t *testing.T) {
 	defer cancel()
 	for _, tc := range []struct {
 		max       int
-		delivered uint64
+		delivered uint32
 		want      bool
 	}{{2, 1, false}, {2, 2, false}, {2, 3, true}, {2, 7, true}, {1, 2, true}, {-1, 1000, false}} {
 		c := &Consumer{log: testLogger(t, nil), cfg: Config{MaxDeliver: tc.max}}

@@ -529,7 +529,7 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		Stream:      meta.stream,
 		StreamSeq:   meta.streamSeq,
 		ConsumerSeq: meta.consSeq,
-		Delivered:   meta.delivered,
+		Delivered:   pipeline.DeliveryCount(meta.delivered),
 		Published:   meta.published,
 		Received:    time.Now(),
 		Epoch:       s.epoch,

@@ -246,7 +246,7 @@ func TestStoredSeqOutageCostsNoDelivery(t *testing.T) {
 	const n = 40
 	publish(t, ctx, js, cfg, n, 1, 0)
 	r := startRun(t, ctx, c, 1, 2, 1) // a tiny ring and nobody reading: push blocks
-	got := map[uint64]uint64{}
+	got := map[uint64]uint32{}
 	ev := r.next(t, ctx).ev
 	got[ev.StreamSeq] = ev.Delivered
 	srv.Shutdown()

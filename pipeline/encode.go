@@ -278,7 +278,7 @@ func appendMeta(dst []byte, c *column, ev *Event) ([]byte, *DecodeError) {
 	case srcMetaConsumerSeq:
 		return appendUint(dst, c.Type, ev.ConsumerSeq)
 	case srcMetaDelivered:
-		return appendUint(dst, c.Type, ev.Delivered)
+		return appendUint(dst, c.Type, uint64(ev.Delivered))
 	case srcMetaPublished:
 		return appendTime(dst, c.Type, ev.Published)
 	default: // srcMetaReceived

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -33,19 +34,22 @@ type Event struct {
 	Stream      string
 	StreamSeq   uint64
 	ConsumerSeq uint64
-	Delivered   uint64    // delivery count, 1 on first delivery
-	Published   time.Time // JetStream's store time
-	Received    time.Time // when the consumer took it
-	MsgID       string    // Nats-Msg-Id header, "" when absent
-	// Epoch is the consumer's epoch for the message (see Epochs): settle
-	// it (ack, term) only while Epochs.Hold returns the same.
-	Epoch uint64
+	// Delivered is the delivery count, 1 on first delivery (at most
+	// MaxUint32). It is 32 bits so that it and Exhausted share one word:
+	// Event stays 192 bytes, three cache lines, as it crosses the rings.
+	Delivered uint32
 	// Exhausted: the consumer took the message past nats.max_deliver
 	// (Delivered is above it). It is not decoded: the worker dead-letters
 	// it (MaxDeliverDeadLetter). JetStream, whose MaxDeliver is one more,
 	// gives up on it (MAX_DELIVERIES advisory) only if that delivery is
 	// not settled either.
 	Exhausted bool
+	Published time.Time // JetStream's store time
+	Received  time.Time // when the consumer took it
+	MsgID     string    // Nats-Msg-Id header, "" when absent
+	// Epoch is the consumer's epoch for the message (see Epochs): settle
+	// it (ack, term) only while Epochs.Hold returns the same.
+	Epoch uint64
 	// Span is the message's CONSUMER span ("process <subject>"), nil when
 	// tracing is off or the message is not sampled, so checking it for nil
 	// is all an unsampled event costs. The consumer starts it on receipt
@@ -54,6 +58,11 @@ type Event struct {
 	// dead-letterer, or the consumer when it naks. Its SpanContext is what
 	// the sink's "copy <table>" batch span links to.
 	Span trace.Span
+}
+
+// DeliveryCount is n as Event.Delivered holds it: at most MaxUint32.
+func DeliveryCount(n uint64) uint32 {
+	return uint32(min(n, math.MaxUint32))
 }
 
 // EndSpan ends ev's span, if it has one, with how the message was settled:

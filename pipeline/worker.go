@@ -59,7 +59,7 @@ func (w *worker) run(ctx context.Context) error {
 			ev := &evs[i]
 			if ev.Exhausted {
 				// Past nats.max_deliver: not decoded, whatever it holds.
-				w.deadLetter(ctx, ev, MaxDeliverDeadLetter(ev.Delivered), "")
+				w.deadLetter(ctx, ev, MaxDeliverDeadLetter(uint64(ev.Delivered)), "")
 				continue
 			}
 			row, derr := w.encode(ev)
