@@ -54,8 +54,8 @@ const (
 // redelivered before its Term lands is stored once, and the Jetsink-*
 // headers above.
 //
-// The publish may take min(5 s, nats.ack_wait/8), and less if ctx ends
-// first. If it fails, the original is nak'ed with a delay growing with its
+// The publish may take min(5 s, nats.ack_wait/8), at least 500 ms, and
+// less if ctx ends first. If it fails, the original is nak'ed with a delay growing with its
 // delivery count (unless its stream was replaced since, see below) and the
 // error returned wraps ErrDeadLetter. An event dl.Stage StageDeliver
 // names (delivered past nats.max_deliver) is counted in Stats.MaxDelivered,
@@ -125,9 +125,11 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	if err != nil {
 		// The dead letter is stored: this is not a failed dead letter. The
 		// event comes back after ack_wait, its dead letter is de-duplicated
-		// by Nats-Msg-Id, and it is terminated then.
-		c.log.Warn("dead letter stored, but terminating the original failed; it will be redelivered and terminated again",
-			"stream_seq", ev.StreamSeq, "err", err)
+		// by Nats-Msg-Id, and it is terminated then; past nats.max_deliver
+		// the server raises its advisory instead, whose dead letter is
+		// de-duplicated the same way.
+		c.log.Warn("dead letter stored, but terminating the original failed; it will come back (or, past nats.max_deliver, "+
+			"its advisory) and its dead letter is not stored twice", "stream_seq", ev.StreamSeq, "err", err)
 	}
 	return nil
 }
@@ -201,13 +203,16 @@ func oneLine(s string, n int) string {
 	return strings.TrimSpace(b.String())
 }
 
-// deadLetterTimeout bounds one dead-letter publish: min(5 s, ack_wait/8).
-// A worker dead-letters on its own goroutine, and nothing renews the
-// ack wait of the events behind it in its ring meanwhile, so a run of
-// poison events while the dead-letter stream is slow must not hold them
-// near their ack_wait. (nats.go's own default is 5 s.)
+// deadLetterTimeout bounds one dead-letter publish: min(5 s, ack_wait/8),
+// but at least 500 ms, which a PubAck from a replicated stream under load
+// may need. A worker dead-letters on its own goroutine, and nothing renews
+// the ack wait of the events behind it in its ring (or of the rows it has
+// decoded and not yet pushed) meanwhile, so each slow dead letter brings
+// them closer to their ack_wait; this keeps one from taking a large part
+// of it. A run of poison events while the dead-letter stream hangs can
+// still add up to ack_wait. (nats.go's own default is 5 s.)
 func (c *Consumer) deadLetterTimeout() time.Duration {
-	return min(5*time.Second, c.cfg.AckWait/8)
+	return max(min(5*time.Second, c.cfg.AckWait/8), 500*time.Millisecond)
 }
 
 // nakDelay is how long a message waits after a failed dead-letter publish.

@@ -213,7 +213,7 @@ func TestDeadLetterPublishIsBounded(t *testing.T) {
 	defer cancel()
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
-	cfg.AckWait = 2 * time.Second // a publish may take 250ms
+	cfg.AckWait = 8 * time.Second // a publish may take 1 s
 	js := jsFor(t, srv)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
 		t.Fatal(err)

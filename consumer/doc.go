@@ -20,7 +20,8 @@
 //
 // # max_deliver
 //
-// jetsink tries to store an event nats.max_deliver times, and the durable
+// jetsink tries to store an event nats.max_deliver times (every delivery
+// counts, also those jetsink nak'ed itself), and the durable
 // consumer allows one delivery more (its MaxDeliver is nats.max_deliver+1;
 // unlimited stays unlimited). Run marks a delivery whose count is past
 // nats.max_deliver (pipeline.Event.Exhausted); the worker that takes it

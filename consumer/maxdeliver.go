@@ -103,8 +103,14 @@ func (c *Consumer) onMaxDeliveries(m *nats.Msg) {
 // time differs) is gone. created returns the stream's creation time when
 // it could be looked up.
 func (c *Consumer) deadLetterMaxDelivered(adv maxDeliverAdvisory, in time.Time) (done bool, created time.Time, err error) {
-	created, err = c.deadLetterBySeq(adv, in)
+	created, dup, err := c.deadLetterBySeq(adv, in)
 	switch {
+	case err == nil && dup:
+		// Stored already: by the worker that took its extra delivery
+		// (whose term then failed), or by another jetsink that heard this
+		// advisory. Counted there.
+		c.log.Info("event reached nats.max_deliver; its dead letter was stored already", "stream_seq", adv.StreamSeq)
+		return true, created, nil
 	case err == nil:
 		c.stats.maxDelivered.Add(1)
 		c.log.Warn("event reached nats.max_deliver; dead-lettered", "stream_seq", adv.StreamSeq, "deliveries", adv.Deliveries)
@@ -153,27 +159,28 @@ func (c *Consumer) sleepUnlessStopping(d time.Duration) bool {
 // dead letter. With in set, the stream must be the one created then; the
 // event of a fresh advisory must have been stored before the advisory was
 // raised (give or take advisorySkew). It returns the stream's creation
-// time when it could look it up.
-func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory, in time.Time) (time.Time, error) {
+// time when it could look it up, and whether the dead-letter stream had
+// the letter already (its Nats-Msg-Id within the duplicate window).
+func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory, in time.Time) (created time.Time, dup bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), maxDeliverTimeout)
 	defer cancel()
 	stream, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("look up stream: %w", err)
+		return time.Time{}, false, fmt.Errorf("look up stream: %w", err)
 	}
-	created := stream.CachedInfo().Created
+	created = stream.CachedInfo().Created
 	if !in.IsZero() && !created.Equal(in) {
-		return created, errEventStreamGone
+		return created, false, errEventStreamGone
 	}
 	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
 	if err != nil {
-		return created, fmt.Errorf("read stream seq %d: %w", adv.StreamSeq, err)
+		return created, false, fmt.Errorf("read stream seq %d: %w", adv.StreamSeq, err)
 	}
 	if !adv.Time.IsZero() && raw.Time.After(adv.Time.Add(advisorySkew)) {
 		// Stored after the advisory about it was raised: the advisory's
 		// event went with a deleted stream, and this is a re-created
 		// stream's event at the same sequence.
-		return created, errEventStreamGone
+		return created, false, errEventStreamGone
 	}
 	ev := pipeline.Event{
 		Subject:   raw.Subject,
@@ -187,8 +194,9 @@ func (c *Consumer) deadLetterBySeq(adv maxDeliverAdvisory, in time.Time) (time.T
 		MsgID:     raw.Header.Get(HeaderMsgID),
 	}
 	dl := pipeline.MaxDeliverDeadLetter(adv.Deliveries)
-	if _, err := c.js.PublishMsg(ctx, c.deadLetterMsg(&ev, dl)); err != nil {
-		return created, fmt.Errorf("publish to %s: %w", c.cfg.DeadLetterSubject, err)
+	ack, err := c.js.PublishMsg(ctx, c.deadLetterMsg(&ev, dl))
+	if err != nil {
+		return created, false, fmt.Errorf("publish to %s: %w", c.cfg.DeadLetterSubject, err)
 	}
-	return created, nil
+	return created, ack.Duplicate, nil
 }

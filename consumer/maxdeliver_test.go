@@ -318,3 +318,31 @@ func TestOldMaxDeliverReportedAndUpdated(t *testing.T) {
 		t.Fatalf("check after New: %v\n%s", err, problemsText(ps))
 	}
 }
+
+// An advisory for an event whose dead letter is stored already (by the
+// worker that took its extra delivery and failed to terminate it, or by
+// another jetsink that heard the same advisory) stores nothing more and
+// counts nothing more.
+func TestMaxDeliverAdvisoryOfAStoredLetterCountsOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg) // creates the stream and <stream>_DLQ
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	dlq := dlqStream(t, ctx, js, cfg)
+	adv := maxDeliverAdvisory{Stream: cfg.Stream, Consumer: cfg.Consumer, StreamSeq: 1, Deliveries: 3, Time: time.Now().UTC()}
+	for i := range 2 {
+		if done, _, err := c.deadLetterMaxDelivered(adv, time.Time{}); !done || err != nil {
+			t.Fatalf("advisory %d: done %v, err %v", i+1, done, err)
+		}
+	}
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, st := info.State.Msgs, c.Stats(); n != 1 || st.MaxDelivered != 1 {
+		t.Fatalf("%d dead letters, MaxDelivered %d; want 1 and 1", n, st.MaxDelivered)
+	}
+}

@@ -73,7 +73,9 @@ func (r *reader) fetch(ctx context.Context, after uint64, n int) (jetstream.Mess
 
 // drop deletes the current consumer, if any, under ctx (bounded by
 // dropTimeout) and forgets it. A consumer it fails to delete, or does not
-// try to once ctx has ended, the server removes after readerInactive.
+// try to once ctx has ended, the server removes after readerInactive; so
+// does one the server made after fetch's creation request had timed out
+// on this side (fetch never learnt its name).
 func (r *reader) drop(ctx context.Context) {
 	if r.cons == nil {
 		return

@@ -529,10 +529,13 @@ func (r *run) fill(b *batch, cfg *BatchConfig) bool {
 // The first comes sooner because a row's clock starts before the consumer
 // stamps it Received: during a stall it may have waited in nats.go's pull
 // buffer until the sink started taking rows into spare batches, which it
-// does InProgressEvery/2 into the stall (holdAfter). So a row is at most
-// about InProgressEvery/2 + InProgressEvery/2 + the ticker's InProgressEvery/4
-// old at its first InProgress, and InProgressEvery * 5/4 at each later
-// one: with InProgressEvery = ack_wait/2, 0.625 of ack_wait either way.
+// does InProgressEvery/2 into the stall (holdAfter). So a batch's oldest
+// row is at most about InProgressEvery/2 + InProgressEvery/2 + the
+// ticker's InProgressEvery/4 old at its first InProgress, and
+// InProgressEvery * 5/4 at each later one: with InProgressEvery =
+// ack_wait/2, 0.625 of ack_wait. A row that joins a batch after a beat
+// waits for the batch's next one, up to InProgressEvery * 5/4 after it
+// joined.
 func (r *run) heartbeat(ctx context.Context, stop <-chan struct{}) {
 	every := r.s.cfg.InProgressEvery
 	t := time.NewTicker(max(every/4, time.Millisecond))
