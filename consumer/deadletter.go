@@ -55,11 +55,12 @@ const (
 // headers above.
 //
 // The publish may take min(5 s, nats.ack_wait/8), at least 500 ms, and
-// less if ctx ends first. If it fails, the original is nak'ed with a delay growing with its
-// delivery count (unless its stream was replaced since, see below) and the
-// error returned wraps ErrDeadLetter. An event dl.Stage StageDeliver
-// names (delivered past nats.max_deliver) is counted in Stats.MaxDelivered,
-// every other in Stats.DeadLettered. If the publish
+// less if ctx ends first. If it fails, the original is nak'ed with a delay
+// growing with its delivery count (unless its stream was replaced since,
+// see below) and the error returned wraps ErrDeadLetter. An event of
+// dl.Stage pipeline.StageDeliver (delivered past nats.max_deliver) is
+// counted in Stats.MaxDelivered, every other in Stats.DeadLettered. If the
+// publish
 // succeeds and the Term fails, DeadLetter logs it and returns nil (the
 // message will come back, its dead letter is de-duplicated, and it is
 // terminated then). An event whose stream was replaced since it was taken
@@ -76,8 +77,8 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	if err != nil {
 		c.stats.deadLetterFailed.Add(1)
 		delay := nakDelay(uint64(ev.Delivered))
-		if cur := c.epochs.Hold(); ev.Epoch != cur {
-			c.epochs.Release()
+		var nerr error
+		if !c.epochs.IfCurrent(ev.Epoch, func() { nerr = ev.Msg.NakWithDelay(delay) }) {
 			// Its stream was replaced: a nak would send the new stream's
 			// event with the same sequence back while it may be in flight.
 			c.log.Error("dead-letter publish failed; the event is not nak'ed, its stream was re-created since",
@@ -85,10 +86,8 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 				"dead_letter_subject", c.cfg.DeadLetterSubject, "err", err)
 			return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
 		}
-		nerr := ev.Msg.NakWithDelay(delay)
-		c.epochs.Release()
 		msg := "dead-letter publish failed; event nak'ed for redelivery"
-		if dl.Stage == StageDeliver {
+		if dl.Stage == pipeline.StageDeliver {
 			// Its last delivery: the server gives up on it once the delay
 			// has passed, and its advisory brings it to onMaxDeliveries.
 			msg = "dead-letter publish failed; event nak'ed, and dead-lettered from the server's max-deliveries advisory after retry_in"
@@ -100,7 +99,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 		}
 		return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
 	}
-	if dl.Stage == StageDeliver {
+	if dl.Stage == pipeline.StageDeliver {
 		c.stats.maxDelivered.Add(1) // with the advisory's: Stats.MaxDelivered
 	} else {
 		c.stats.deadLettered.Add(1)
@@ -111,8 +110,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	if reason == "" {
 		reason = "dead_letter"
 	}
-	if cur := c.epochs.Hold(); ev.Epoch != cur {
-		c.epochs.Release()
+	if !c.epochs.IfCurrent(ev.Epoch, func() { err = ev.Msg.TermWithReason(reason) }) {
 		// Its stream was replaced: a term would land on the new stream's
 		// event with the same sequence.
 		c.stats.staleTerms.Add(1)
@@ -120,8 +118,6 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 			"stream_seq", ev.StreamSeq)
 		return nil
 	}
-	err = ev.Msg.TermWithReason(reason)
-	c.epochs.Release()
 	if err != nil {
 		// The dead letter is stored: this is not a failed dead letter. The
 		// event comes back after ack_wait, its dead letter is de-duplicated

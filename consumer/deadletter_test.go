@@ -348,7 +348,7 @@ func waitMaxDeliverLetter(t *testing.T, ctx context.Context, dlq jetstream.Strea
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(m.Data) != "0" || m.Header.Get(HeaderCode) != CodeMaxDeliver || m.Header.Get(HeaderStage) != StageDeliver ||
+	if string(m.Data) != "0" || m.Header.Get(HeaderCode) != pipeline.CodeMaxDeliver || m.Header.Get(HeaderStage) != pipeline.StageDeliver ||
 		m.Header.Get(HeaderDelivered) != strconv.Itoa(cfg.MaxDeliver+1) || !isDeadLetterID(m.Header.Get(HeaderMsgID), cfg.Stream, 1) ||
 		m.Header.Get(HeaderOrigMsgID) != "m0" || m.Header.Get("traceparent") != traceparent {
 		t.Fatalf("dead letter = %q %v", m.Data, m.Header)

@@ -13,15 +13,6 @@ import (
 	"github.com/jetsink/jetsink/pipeline"
 )
 
-// StageDeliver is the Jetsink-Stage of a dead letter for an event that
-// was delivered past nats.max_deliver without being stored: no stage gave
-// up on it, the deliveries ran out (pipeline.StageDeliver).
-const StageDeliver = pipeline.StageDeliver
-
-// CodeMaxDeliver is the Jetsink-Code of such a dead letter
-// (pipeline.CodeMaxDeliver).
-const CodeMaxDeliver = pipeline.CodeMaxDeliver
-
 // An advisory's event is dead-lettered with attempts of at most
 // maxDeliverTimeout each, maxDeliverRetry[0] apart at first and doubling to
 // maxDeliverRetry[1], for as long as the connection is open: JetStream will

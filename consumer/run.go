@@ -571,13 +571,7 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 // while it may be in flight. A message not nak'ed comes back after
 // ack_wait if its stream still has it. nak reports whether it nak'ed.
 func (c *Consumer) nak(msg jetstream.Msg, epoch uint64) bool {
-	if cur := c.epochs.Hold(); epoch != cur {
-		c.epochs.Release()
-		return false
-	}
-	_ = msg.Nak()
-	c.epochs.Release()
-	return true
+	return c.epochs.IfCurrent(epoch, func() { _ = msg.Nak() })
 }
 
 // streamGone reports whether verify found the session's stream replaced

@@ -16,9 +16,10 @@ import (
 // its pull session began, or the one it started in that session. It calls
 // Advance when it finds the stream replaced, before it takes events from
 // the new one where it can; events a session takes after that keep the
-// session's older epoch. Whoever settles events (the sink's acks, the dead-letter
-// path's terms) brackets the settling with Hold and Release and skips the
-// events whose epoch is not the one Hold returned: JetStream redelivers
+// session's older epoch. Whoever settles events (the sink's acks and
+// InProgress, the dead-letter path's terms and naks, the consumer's naks)
+// brackets the settling with Hold and Release (IfCurrent, for one event)
+// and skips the events whose epoch is not the one Hold returned: JetStream redelivers
 // them if their stream still exists, so that costs a duplicate row at
 // worst. Advance waits for every Hold to be released, so once it returns
 // no settling of an older epoch starts; the consumer then flushes the
@@ -54,6 +55,19 @@ func (e *Epochs) Release() {
 	if e != nil {
 		e.mu.RUnlock()
 	}
+}
+
+// IfCurrent calls settle, under a Hold, if epoch is the current one, and
+// reports whether it did: the way to ack, nak, terminate or renew one
+// event of that epoch.
+func (e *Epochs) IfCurrent(epoch uint64, settle func()) bool {
+	if e.Hold() != epoch {
+		e.Release()
+		return false
+	}
+	defer e.Release()
+	settle()
+	return true
 }
 
 // Advance starts a new epoch, after every Hold in progress is released,

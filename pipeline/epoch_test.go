@@ -39,3 +39,32 @@ func TestEpochsAdvanceWaitsForHolds(t *testing.T) {
 	}
 	e.Release()
 }
+
+// IfCurrent settles only an event of the current epoch (a nil Epochs is
+// always at 0), and holds the epoch while it does: an Advance waits.
+func TestEpochsIfCurrent(t *testing.T) {
+	var nilE *Epochs
+	if ran := false; !nilE.IfCurrent(0, func() { ran = true }) || !ran {
+		t.Fatal("a nil Epochs did not settle an epoch-0 event")
+	}
+	var e Epochs
+	e.Advance()
+	if ran := false; e.IfCurrent(0, func() { ran = true }) || ran {
+		t.Fatal("an event of the epoch before was settled")
+	}
+	advanced := make(chan uint64, 1)
+	if !e.IfCurrent(1, func() {
+		go func() { advanced <- e.Advance() }()
+		select {
+		case got := <-advanced:
+			t.Errorf("Advance returned %d while an event was being settled", got)
+			advanced <- got
+		case <-time.After(50 * time.Millisecond):
+		}
+	}) {
+		t.Fatal("an event of the current epoch was not settled")
+	}
+	if got := <-advanced; got != 2 {
+		t.Fatalf("Advance = %d, want 2", got)
+	}
+}

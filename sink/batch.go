@@ -609,13 +609,12 @@ func (s *Sink) renew(row *pipeline.Row) {
 	if a == nil || s.cfg.InProgressEvery == 0 {
 		return
 	}
-	epoch := s.epochs.Hold()
-	defer s.epochs.Release()
-	if row.Event.Epoch != epoch {
+	var err error
+	if !s.epochs.IfCurrent(row.Event.Epoch, func() { err = a.InProgress() }) {
 		return
 	}
 	s.st.inProgress.Add(1)
-	if err := a.InProgress(); err != nil {
+	if err != nil {
 		s.st.inProgressErrs.Add(1)
 		s.log.Warn("in-progress failed before a dead letter; JetStream may redeliver the message meanwhile",
 			"stream_seq", row.Event.StreamSeq, "err", err)

@@ -1511,13 +1511,7 @@ func TestFirstInProgressAfterHalfTheInterval(t *testing.T) {
 	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
 	byCtx, cancel := context.WithDeadline(ctx, pushed.Add(every*11/12))
 	defer cancel()
-	for ms[0].inProgress.Load() == 0 {
-		select {
-		case <-byCtx.Done():
-			t.Fatalf("no InProgress %v after the row came", time.Since(pushed).Round(time.Millisecond))
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitFor(t, byCtx, "an InProgress within 11/12 of the interval", func() bool { return ms[0].inProgress.Load() > 0 })
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
