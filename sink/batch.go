@@ -20,12 +20,12 @@ const carrySize = 256
 // reused: Connections+1 of them circulate between the batcher (one open
 // batch) and the committers (one each), plus the carry.
 type batch struct {
-	mu    sync.Mutex     // guards rows (length), lo, since and beat against the heartbeat
+	mu    sync.Mutex     // guards rows (length), lo, since and due against the heartbeat
 	rows  []pipeline.Row // capacity fixed at creation
 	lo    int            // rows[:lo] are settled (acked or dead-lettered); settlement is a prefix
 	bytes int            // sum of len(Tuple) of rows
 	since time.Time      // when JetStream delivered its oldest row; zero when empty
-	beat  time.Time      // when InProgress was last sent for the batch
+	due   time.Time      // when the heartbeat next sends InProgress for the rows
 
 	deadline time.Time // batcher only: since + max_delay
 	spare    bool      // made to hold rows during a stall; dropped after its commit
@@ -59,7 +59,7 @@ func (b *batch) reset() {
 	clear(b.rows)
 	b.rows = b.rows[:0]
 	b.lo, b.bytes = 0, 0
-	b.since, b.beat = time.Time{}, time.Time{}
+	b.since, b.due = time.Time{}, time.Time{}
 	b.mu.Unlock()
 }
 
@@ -464,7 +464,7 @@ func (r *run) setCarry(n int) {
 			since = rc
 		}
 	}
-	c.since, c.beat = since, time.Time{}
+	c.since, c.due = since, since.Add(r.s.cfg.InProgressEvery/2)
 	c.mu.Unlock()
 }
 
@@ -502,10 +502,23 @@ func (r *run) fill(b *batch, cfg *BatchConfig) bool {
 	b.mu.Lock()
 	defer c.mu.Unlock()
 	defer b.mu.Unlock()
-	if len(b.rows) == 0 && c.lo < len(c.rows) {
-		b.since = c.since
-		b.deadline = b.since.Add(cfg.MaxDelay)
-		b.beat = c.beat
+	if c.lo < len(c.rows) {
+		if len(b.rows) == 0 {
+			b.since, b.due = c.since, c.due
+			b.deadline = b.since.Add(cfg.MaxDelay)
+		} else {
+			// The carry's rows may be older than b's: a worker that was
+			// dead-lettering others of its chunk held them back. b's clocks
+			// take the earlier of the two, so that no row waits for its
+			// InProgress (or its commit) longer than its own clock says.
+			if c.since.Before(b.since) {
+				b.since = c.since
+				b.deadline = b.since.Add(cfg.MaxDelay)
+			}
+			if c.due.Before(b.due) {
+				b.due = c.due
+			}
+		}
 	}
 	full := false
 	i := c.lo
@@ -533,9 +546,9 @@ func (r *run) fill(b *batch, cfg *BatchConfig) bool {
 // row is at most about InProgressEvery/2 + InProgressEvery/2 + the
 // ticker's InProgressEvery/4 old at its first InProgress, and
 // InProgressEvery * 5/4 at each later one: with InProgressEvery =
-// ack_wait/2, 0.625 of ack_wait. A row that joins a batch after a beat
-// waits for the batch's next one, up to InProgressEvery * 5/4 after it
-// joined.
+// ack_wait/2, 0.625 of ack_wait. A row that joins a batch gets the
+// batch's next beat or its own first one (InProgressEvery/2 after it
+// came), whichever is due sooner: fill keeps the earlier due time.
 func (r *run) heartbeat(ctx context.Context, stop <-chan struct{}) {
 	every := r.s.cfg.InProgressEvery
 	t := time.NewTicker(max(every/4, time.Millisecond))
@@ -561,22 +574,15 @@ func (r *run) heartbeat(ctx context.Context, stop <-chan struct{}) {
 	}
 }
 
-// beat sends InProgress for b's unsettled rows if b was last beaten every
-// ago, or, never beaten, its oldest row came every/2 ago (see heartbeat).
+// beat sends InProgress for b's unsettled rows once b is due: every/2
+// after its oldest row came, then every after each beat (see heartbeat).
 func (s *Sink) beat(b *batch, now time.Time, every time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.lo >= len(b.rows) {
+	if b.lo >= len(b.rows) || now.Before(b.due) {
 		return
 	}
-	last, due := b.beat, every
-	if last.IsZero() {
-		last, due = b.since, every/2
-	}
-	if now.Sub(last) < due {
-		return
-	}
-	b.beat = now
+	b.due = now.Add(every)
 	var sent, failed uint64
 	// A row taken before its stream was re-created gets no InProgress:
 	// JetStream would apply it to the new stream's event with the same

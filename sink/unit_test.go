@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -243,5 +244,52 @@ func TestFillLimits(t *testing.T) {
 		if len(b.rows) != tc.want || full != (tc.want < 10) || r.carry.lo != tc.want {
 			t.Errorf("%+v: %d rows, full %v, carry at %d; want %d", tc.cfg, len(b.rows), full, r.carry.lo, tc.want)
 		}
+	}
+}
+
+// Rows older than the batch they join (a worker held them back while it
+// dead-lettered others of its chunk) bring the batch's clocks forward: its
+// max_delay deadline, and its next InProgress, which is then due when
+// theirs is, not a whole interval after the batch's last beat.
+func TestOlderRowsBringTheBatchClocksForward(t *testing.T) {
+	const every = 4 * time.Second
+	cfg := BatchConfig{MaxRows: 100, MaxBytes: 1 << 20, MaxDelay: time.Second}
+	r := &run{s: &Sink{cfg: Config{InProgressEvery: every}}, carry: &batch{rows: make([]pipeline.Row, 0, carrySize)}}
+	t0 := time.Now()
+	take := func(rs []pipeline.Row, received time.Time) {
+		for i := range rs {
+			rs[i].Event.Received = received
+		}
+		copy(r.carry.rows[:len(rs)], rs)
+		r.setCarry(len(rs))
+	}
+	b := &batch{rows: make([]pipeline.Row, 0, cfg.MaxRows)}
+	newer, newerMsgs := rows(1, 2, nil)
+	take(newer, t0)
+	r.fill(b, &cfg)
+	r.s.beat(b, t0.Add(every/2), every) // the batch's first beat
+	if n := newerMsgs[0].inProgress.Load(); n != 1 {
+		t.Fatalf("%d InProgress at the first beat, want 1", n)
+	}
+
+	older, olderMsgs := rows(3, 2, nil)
+	held := t0.Add(-every)
+	take(older, held)
+	r.fill(b, &cfg)
+	if len(b.rows) != 4 || !b.since.Equal(held) || !b.deadline.Equal(held.Add(cfg.MaxDelay)) {
+		t.Fatalf("%d rows, since %v, deadline %v; want 4 rows, since %v, deadline %v",
+			len(b.rows), b.since.Sub(t0), b.deadline.Sub(t0), held.Sub(t0), held.Add(cfg.MaxDelay).Sub(t0))
+	}
+	// The older rows' first beat was due at held + every/2, before they
+	// joined; the batch's own next one is every after its first.
+	r.s.beat(b, t0.Add(every/2+time.Millisecond), every)
+	for i, m := range olderMsgs {
+		if n := m.inProgress.Load(); n != 1 {
+			t.Errorf("older row %d: %d InProgress at the next tick, want 1", i, n)
+		}
+	}
+	r.s.beat(b, t0.Add(every), every) // not due again yet
+	if n := olderMsgs[0].inProgress.Load(); n != 1 {
+		t.Errorf("older row: %d InProgress, want 1: a beat is due every after the last", n)
 	}
 }
