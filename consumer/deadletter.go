@@ -57,7 +57,8 @@ const (
 // The publish may take min(5 s, nats.ack_wait/8), at least 500 ms, and
 // less if ctx ends first. If it fails, the original is nak'ed with a delay
 // growing with its delivery count (unless its stream was replaced since,
-// see below) and the error returned wraps ErrDeadLetter. An event of
+// see below: then the error also wraps pipeline.ErrStaleEpoch) and the
+// error returned wraps ErrDeadLetter. An event of
 // dl.Stage pipeline.StageDeliver (delivered past nats.max_deliver) is
 // counted in Stats.MaxDelivered, every other in Stats.DeadLettered. If the
 // publish
@@ -84,7 +85,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 			c.log.Error("dead-letter publish failed; the event is not nak'ed, its stream was re-created since",
 				"subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
 				"dead_letter_subject", c.cfg.DeadLetterSubject, "err", err)
-			return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
+			return fmt.Errorf("%w: publish to %s: %w; not nak'ed: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err, pipeline.ErrStaleEpoch)
 		}
 		msg := "dead-letter publish failed; event nak'ed for redelivery"
 		if dl.Stage == pipeline.StageDeliver {

@@ -112,8 +112,8 @@ func TestEpochKeepsOldSettlementsOffANewStream(t *testing.T) {
 	if err := js.DeleteStream(ctx, cfg.Stream+"_DLQ"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DeadLetter(ctx, &old[2], dl); !errors.Is(err, ErrDeadLetter) {
-		t.Fatalf("DeadLetter(old) without a dead-letter stream = %v, want ErrDeadLetter", err)
+	if err := c.DeadLetter(ctx, &old[2], dl); !errors.Is(err, ErrDeadLetter) || !errors.Is(err, pipeline.ErrStaleEpoch) {
+		t.Fatalf("DeadLetter(old) without a dead-letter stream = %v, want ErrDeadLetter and pipeline.ErrStaleEpoch", err)
 	}
 	select {
 	case g := <-r.events:

@@ -1,9 +1,26 @@
 package pipeline
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 )
+
+// ErrStaleEpoch is wrapped by a settlement that was skipped because the
+// event's stream was re-created since the event was taken (see Epochs).
+var ErrStaleEpoch = errors.New("its stream was re-created since the message was taken")
+
+// FailedDeadLetter names what became of a message whose DeadLetter call
+// failed with err: "nak" (nak'ed, it comes back), or "stale" when the
+// error wraps ErrStaleEpoch (left alone: a nak would land on the new
+// stream's event with the same sequence). It is the outcome for
+// Event.EndSpan.
+func FailedDeadLetter(err error) string {
+	if errors.Is(err, ErrStaleEpoch) {
+		return "stale"
+	}
+	return "nak"
+}
 
 // Epochs numbers the streams the consumer has taken events from, so that
 // an event of a stream that was deleted and re-created under it is never

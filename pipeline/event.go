@@ -136,7 +136,9 @@ type DeadLetter struct {
 // subject and settles the original. Implementations publish first, wait for
 // the server's acknowledgement, and only then terminate the original; if the
 // publish fails they must not ack or terminate it (nak it with a delay
-// instead) and return the error. The consumer package implements it.
+// instead, unless its epoch is stale: then they leave it and the error
+// wraps ErrStaleEpoch) and return the error. The consumer package
+// implements it.
 type DeadLetterer interface {
 	DeadLetter(ctx context.Context, ev *Event, dl DeadLetter) error
 }

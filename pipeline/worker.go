@@ -147,8 +147,11 @@ func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, colum
 	}
 	if dlErr := w.p.dl.DeadLetter(ctx, ev, dl); dlErr != nil {
 		w.stats.deadLetterFailed.Add(1)
-		w.p.log.LogAttrs(ctx, slog.LevelWarn, "dead-letter failed; event nak'ed for redelivery",
-			append(attrs, slog.String("error", dlErr.Error()))...)
+		msg := "dead-letter failed; event nak'ed for redelivery"
+		if FailedDeadLetter(dlErr) == "stale" {
+			msg = "dead-letter failed; event left to JetStream, its stream was re-created since"
+		}
+		w.p.log.LogAttrs(ctx, slog.LevelWarn, msg, append(attrs, slog.String("error", dlErr.Error()))...)
 		return
 	}
 	w.stats.deadLettered.Add(1)

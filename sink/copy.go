@@ -649,7 +649,7 @@ func committedMiscount(err error) *miscountError {
 
 // errStaleEpoch ends the span of a committed row's message that is not
 // acked because its stream was replaced (see Sink.SetEpochs).
-var errStaleEpoch = errors.New("not acked: the stream was re-created since the message was taken")
+var errStaleEpoch = fmt.Errorf("not acked: %w", pipeline.ErrStaleEpoch)
 
 // settle acks rows[lo:hi] of b, which have just been committed, except
 // those taken in an earlier epoch than the consumer's (see
@@ -835,7 +835,11 @@ func (c *committer) parkHeld(ctx context.Context, b *batch, i int, dl pipeline.D
 func (c *committer) park(ctx context.Context, row *pipeline.Row, dl pipeline.DeadLetter) bool {
 	if derr := c.s.dl.DeadLetter(ctx, &row.Event, dl); derr != nil {
 		c.s.st.deadLetterErrs.Add(1)
-		c.s.log.Warn("dead-letter failed; the message was nak'ed and will come back", "stream", row.Event.Stream,
+		msg := "dead-letter failed; the message was nak'ed and will come back"
+		if pipeline.FailedDeadLetter(derr) == "stale" {
+			msg = "dead-letter failed; the message was left to JetStream, its stream was re-created since"
+		}
+		c.s.log.Warn(msg, "stream", row.Event.Stream,
 			"stream_seq", row.Event.StreamSeq, "code", dl.Code, "sqlstate", dl.SQLState, "err", derr)
 		return false
 	}

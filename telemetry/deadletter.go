@@ -15,7 +15,8 @@ func codeAttr(s string) attribute.KeyValue  { return attribute.String("code", s)
 // sink share: each dead letter is counted by stage and code
 // (jetsink.events.dead_lettered) and ends the message's span, failed with
 // the reason, whether the publish worked ("dead_letter") or the message was
-// nak'ed for redelivery ("nak", with the dead-letter error). Safe for
+// nak'ed for redelivery ("nak", with the dead-letter error), or, its stream
+// re-created since, left alone ("stale"; pipeline.FailedDeadLetter). Safe for
 // concurrent use if Next is.
 type DeadLetterer struct {
 	Next    pipeline.DeadLetterer
@@ -26,7 +27,7 @@ type DeadLetterer struct {
 func (d *DeadLetterer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter) error {
 	err := d.Next.DeadLetter(ctx, ev, dl)
 	if err != nil {
-		EndMessage(ev, "nak", err)
+		EndMessage(ev, pipeline.FailedDeadLetter(err), err)
 		return err
 	}
 	d.Metrics.DeadLettered(ctx, dl.Stage, dl.Code)

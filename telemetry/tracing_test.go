@@ -143,23 +143,37 @@ func TestDeadLettererEndsSpanAndCounts(t *testing.T) {
 	}
 	defer func() { _ = m.Shutdown(context.Background()) }()
 	fail := errors.New("publish failed")
+	stale := fmt.Errorf("publish failed; not nak'ed: %w", pipeline.ErrStaleEpoch)
 	const counted = `jetsink_events_dead_lettered_total{code="invalid_json",otel_scope_name="github.com/jetsink/jetsink",otel_scope_schema_url="",otel_scope_version="",stage="decode"}`
-	for i, next := range []error{nil, fail} {
+	for i, next := range []error{nil, fail, stale} {
 		d := &DeadLetterer{Next: dlFunc(func() error { return next }), Metrics: m}
 		ev := event(nil)
 		ev.Span = tr.StartMessage(ev)
 		if err := d.DeadLetter(context.Background(), &ev, pipeline.DeadLetter{Stage: "decode", Code: "invalid_json"}); !errors.Is(err, next) {
 			t.Fatalf("DeadLetter = %v, want %v", err, next)
 		}
-		// Only the stored dead letter counts; the failed one was nak'ed.
+		// Only the stored dead letter counts; the failed ones were nak'ed
+		// or, their stream re-created, left alone.
 		if got := scrape(t, m)[counted]; got != 1 {
 			t.Fatalf("after dead letter %d (err %v): %s = %v, want 1", i+1, next, counted, got)
 		}
 	}
 	_ = tr.Flush(context.Background())
 	spans := exp.GetSpans()
-	if len(spans) != 2 || spans[0].Status.Code.String() != "Error" || spans[1].Status.Code.String() != "Error" {
-		t.Fatalf("spans %v", spans)
+	if len(spans) != 3 {
+		t.Fatalf("%d spans, want 3: %v", len(spans), spans)
+	}
+	for i, want := range []string{"dead_letter", "nak", "stale"} {
+		sp := spans[i]
+		var settle string
+		for _, kv := range sp.Attributes {
+			if kv.Key == "jetsink.settle" {
+				settle = kv.Value.AsString()
+			}
+		}
+		if sp.Status.Code.String() != "Error" || settle != want {
+			t.Errorf("span %d: status %v, jetsink.settle %q; want Error, %q", i, sp.Status.Code, settle, want)
+		}
 	}
 }
 
