@@ -117,7 +117,7 @@ func checkConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) []P
 		problems = append(problems, Problem{Message: fmt.Sprintf("consumer %s is not an explicit-ack pull consumer, and a consumer's kind cannot be changed", cfg.Consumer),
 			Fix: "delete it (nats consumer rm) or choose another nats.consumer"})
 	}
-	if md := cfg.serverMaxDeliver(); cc.AckWait != cfg.AckWait || cc.MaxDeliver != md || cc.FilterSubject != cfg.FilterSubject {
+	if cc.AckWait != cfg.AckWait || cc.MaxDeliver != durableMaxDeliver || cc.FilterSubject != cfg.FilterSubject {
 		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("consumer %s has ack_wait %s, max_deliver %d, filter %q; run will update it to %s, %s, %q",
 			cfg.Consumer, cc.AckWait, cc.MaxDeliver, cc.FilterSubject, cfg.AckWait, describeMaxDeliver(cfg.MaxDeliver), cfg.FilterSubject)})
 	}
@@ -127,9 +127,9 @@ func checkConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) []P
 // describeMaxDeliver says which MaxDeliver the durable consumer gets for
 // nats.max_deliver n, and why it is not n itself.
 func describeMaxDeliver(n int) string {
-	md := (&Config{MaxDeliver: n}).serverMaxDeliver()
-	if md < 0 {
+	if n < 0 {
 		return "max_deliver -1 (unlimited)"
 	}
-	return fmt.Sprintf("max_deliver %d (nats.max_deliver %d, plus one delivery that only dead-letters the event)", md, n)
+	return fmt.Sprintf("max_deliver -1 (unlimited: jetsink dead-letters an event delivered more than nats.max_deliver %d times "+
+		"itself, and keeps it until that dead letter is stored; a server-side limit could drop it unseen)", n)
 }

@@ -82,11 +82,11 @@ type Config struct {
 	// At least 1s. Default 30s.
 	AckWait time.Duration `yaml:"ack_wait"`
 	// MaxDeliver caps the deliveries of one message that jetsink tries to
-	// store; -1 means unlimited. Default 10. The durable consumer is made
-	// with one delivery more (its MaxDeliver is MaxDeliver+1): a message
-	// delivered past MaxDeliver is not decoded but dead-lettered (stage
-	// "deliver", code "max_deliver") and terminated, so that it is stored
-	// even if no jetsink was running when its last try ran out.
+	// store; -1 means unlimited. Default 10. jetsink enforces it, not the
+	// server (the durable consumer's own MaxDeliver is unlimited,
+	// durableMaxDeliver): a message delivered past MaxDeliver is not
+	// decoded but dead-lettered (stage "deliver", code "max_deliver") and
+	// terminated, and delivered again until that dead letter is stored.
 	MaxDeliver int `yaml:"max_deliver"`
 	// MaxAckPending caps the messages delivered and not yet acked. 0 means
 	// derived: the wiring calls DeriveMaxAckPending with what its rings and
@@ -253,7 +253,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: nats.max_deliver must be -1 (unlimited) or at least 1 (got %d)", ErrInvalidConfig, c.MaxDeliver)
 	}
 	if c.MaxDeliver >= math.MaxInt32 {
-		// The consumer is made with one delivery more (serverMaxDeliver).
+		// Event.Delivered is 32 bits.
 		return fmt.Errorf("%w: nats.max_deliver must be below %d (got %d); -1 is unlimited", ErrInvalidConfig, math.MaxInt32, c.MaxDeliver)
 	}
 	if c.PullMaxMessages < 1 {
@@ -386,14 +386,12 @@ func SubjectMatches(pattern, subject string) bool {
 	}
 }
 
-// serverMaxDeliver is the durable consumer's MaxDeliver for MaxDeliver:
-// one delivery more, which jetsink takes only to dead-letter the message
-// (pipeline.Event.Exhausted), so that the server gives up on a message,
-// and raises the MAX_DELIVERIES advisory that nobody may be listening to,
-// only after that dead letter failed too. -1 (unlimited) stays -1.
-func (c *Config) serverMaxDeliver() int {
-	if c.MaxDeliver < 0 {
-		return -1
-	}
-	return c.MaxDeliver + 1
-}
+// durableMaxDeliver is the durable consumer's MaxDeliver, whatever
+// nats.max_deliver says: unlimited. jetsink enforces nats.max_deliver
+// itself: a delivery past it is dead-lettered undecoded
+// (pipeline.Event.Exhausted), and if that dead letter fails the message
+// is nak'ed and comes back. A server-side limit would let the server give
+// up on a message that is neither stored nor dead-lettered, and say so
+// only in its MAX_DELIVERIES advisory, which nobody may be listening to
+// and which it never repeats.
+const durableMaxDeliver = -1

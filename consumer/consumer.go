@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,9 +45,8 @@ type Consumer struct {
 
 	// seq is what checkSeq knows of the stream's sequence.
 	seq seqGuard
-	// stranded records, in the consumer's metadata, the events that
-	// reached max_deliver and are not dead-lettered yet.
-	stranded stranded
+	// metaMu serialises this process's updates of the consumer's metadata.
+	metaMu sync.Mutex
 
 	// epochs tells the sink and the dead-letter path which events came
 	// from a stream that has been replaced since (see pipeline.Epochs);
@@ -57,10 +57,6 @@ type Consumer struct {
 
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration
-
-	// mdRetry is the first and the longest wait between attempts to
-	// dead-letter an event that reached max_deliver (maxDeliverRetry).
-	mdRetry [2]time.Duration
 
 	// traceMsg starts an event's span (telemetry.Tracing.StartMessage);
 	// nil when tracing is off. Set before Run.
@@ -100,7 +96,7 @@ type Stats struct {
 	Redelivered       uint64 // of which delivered more than once
 	DeadLettered      uint64 // dead letters published for the workers and the sink (not MaxDelivered's)
 	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed, or left in the stream)
-	MaxDelivered      uint64 // events dead-lettered past nats.max_deliver: on their extra delivery (DeadLetter), or from the server's advisory
+	MaxDelivered      uint64 // events dead-lettered on a delivery past nats.max_deliver
 	Resubscribes      uint64 // pull subscriptions started again after one ended
 	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow)
 	Epochs            uint64 // new epochs: the stream or consumer was replaced under events in flight
@@ -118,12 +114,10 @@ type Lag struct {
 
 // New validates cfg, connects to NATS, creates or binds the stream and
 // creates or updates the durable pull consumer, whose MaxDeliver is
-// nats.max_deliver + 1: Run marks a delivery past nats.max_deliver
-// (pipeline.Event.Exhausted) for the worker to dead-letter. New also
-// subscribes to the server's MAX_DELIVERIES advisory for that consumer and
-// dead-letters each event the server gave up on, which happens only when
-// that extra delivery was not settled either (Jetsink-Stage "deliver",
-// Jetsink-Code "max_deliver", both ways).
+// unlimited: Run marks a delivery past nats.max_deliver
+// (pipeline.Event.Exhausted) for the worker to dead-letter (Jetsink-Stage
+// "deliver", Jetsink-Code "max_deliver"), and the server delivers the event
+// again until that dead letter is stored.
 //
 // The connection reconnects forever with capped exponential backoff; it logs
 // disconnects and reconnects on log. With cfg.CreateStream the stream is
@@ -141,7 +135,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	}
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
 	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
-		mdRetry: maxDeliverRetry, recheckRefused: refusedRecheck}
+		recheckRefused: refusedRecheck}
 
 	opts, err := c.natsOptions()
 	if err != nil {
@@ -274,15 +268,7 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if err := c.ensureDeadLetterStream(ctx); err != nil {
 		return err
 	}
-	if err := c.ensureConsumer(ctx); err != nil {
-		return err
-	}
-	stream, err := c.js.Stream(ctx, c.cfg.Stream)
-	if err != nil {
-		return fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
-	}
-	c.loadStranded(ctx, stream.CachedInfo().Created)
-	return c.watchMaxDeliveries()
+	return c.ensureConsumer(ctx)
 }
 
 // ensureStream creates or updates the stream (CreateStream) or checks that
@@ -357,7 +343,6 @@ func (c *Consumer) Close() {
 		c.nc.Close()
 		<-c.closed
 	}
-	c.stranded.stopRetrying() // the loop ends once the connection has closed
 }
 
 // Ready reports whether the connection to NATS is up.

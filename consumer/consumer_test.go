@@ -39,9 +39,9 @@ func TestNewCreatesStreamAndConsumer(t *testing.T) {
 		t.Fatalf("consumer was not created: %v", err)
 	}
 	cc := cons.CachedInfo().Config
-	// MaxDeliver: nats.max_deliver's 3, and the delivery that dead-letters.
+	// MaxDeliver: unlimited, whatever nats.max_deliver says (3); jetsink counts.
 	if cc.Durable != cfg.Consumer || cc.AckPolicy != jetstream.AckExplicitPolicy || cc.AckWait != 7*time.Second ||
-		cc.MaxDeliver != 4 || cc.MaxAckPending != DefaultMaxAckPending || cc.FilterSubject != cfg.FilterSubject {
+		cc.MaxDeliver != -1 || cc.MaxAckPending != DefaultMaxAckPending || cc.FilterSubject != cfg.FilterSubject {
 		t.Fatalf("consumer config = %+v", cc)
 	}
 

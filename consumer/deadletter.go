@@ -73,7 +73,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	}
 	m := c.deadLetterMsg(ev, dl)
 	pctx, cancel := context.WithTimeout(ctx, c.deadLetterTimeout())
-	_, err := c.js.PublishMsg(pctx, m)
+	ack, err := c.js.PublishMsg(pctx, m)
 	cancel()
 	if err != nil {
 		c.stats.deadLetterFailed.Add(1)
@@ -87,26 +87,27 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 				"dead_letter_subject", c.cfg.DeadLetterSubject, "err", err)
 			return fmt.Errorf("%w: publish to %s: %w; not nak'ed: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err, pipeline.ErrStaleEpoch)
 		}
-		msg := "dead-letter publish failed; event nak'ed for redelivery"
-		if dl.Stage == pipeline.StageDeliver {
-			// Its last delivery: the server gives up on it once the delay
-			// has passed, and its advisory brings it to onMaxDeliveries.
-			msg = "dead-letter publish failed; event nak'ed, and dead-lettered from the server's max-deliveries advisory after retry_in"
-		}
-		c.log.Error(msg, "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
+		c.log.Error("dead-letter publish failed; event nak'ed for redelivery", "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
 			"dead_letter_subject", c.cfg.DeadLetterSubject, "retry_in", delay, "err", err)
 		if nerr != nil {
 			return fmt.Errorf("%w: publish to %s: %w (nak: %w)", ErrDeadLetter, c.cfg.DeadLetterSubject, err, nerr)
 		}
 		return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
 	}
-	if dl.Stage == pipeline.StageDeliver {
-		c.stats.maxDelivered.Add(1) // with the advisory's: Stats.MaxDelivered
+	if ack.Duplicate {
+		// Stored by an earlier delivery whose term failed or was lost:
+		// counted then.
+		c.log.Info("event dead-lettered before; terminating it", "subject", ev.Subject, "stream_seq", ev.StreamSeq,
+			"stage", dl.Stage, "code", dl.Code, "delivered", ev.Delivered)
 	} else {
-		c.stats.deadLettered.Add(1)
+		if dl.Stage == pipeline.StageDeliver {
+			c.stats.maxDelivered.Add(1)
+		} else {
+			c.stats.deadLettered.Add(1)
+		}
+		c.log.Warn("event dead-lettered", "subject", ev.Subject, "stream_seq", ev.StreamSeq,
+			"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered)
 	}
-	c.log.Warn("event dead-lettered", "subject", ev.Subject, "stream_seq", ev.StreamSeq,
-		"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered)
 	reason := dl.Code
 	if reason == "" {
 		reason = "dead_letter"
@@ -122,20 +123,18 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	if err != nil {
 		// The dead letter is stored: this is not a failed dead letter. The
 		// event comes back after ack_wait, its dead letter is de-duplicated
-		// by Nats-Msg-Id, and it is terminated then; past nats.max_deliver
-		// the server raises its advisory instead, whose dead letter is
-		// de-duplicated the same way.
-		c.log.Warn("dead letter stored, but terminating the original failed; it will come back (or, past nats.max_deliver, "+
-			"its advisory) and its dead letter is not stored twice", "stream_seq", ev.StreamSeq, "err", err)
+		// by Nats-Msg-Id (within the dead-letter stream's duplicate window),
+		// and it is terminated then.
+		c.log.Warn("dead letter stored, but terminating the original failed; it will come back "+
+			"and its dead letter is not stored twice", "stream_seq", ev.StreamSeq, "err", err)
 	}
 	return nil
 }
 
 // deadLetterID is a dead letter's Nats-Msg-Id:
-// "<stream>:<stream_seq>:<store time, Unix ns>". Every delivery of one event,
-// and the max_deliver path's read of it from the stream, give the same id,
-// so the dead-letter stream's duplicate window keeps one dead letter per
-// event. The store time tells apart two events with one sequence, of a
+// "<stream>:<stream_seq>:<store time, Unix ns>". Every delivery of one event
+// gives the same id, so the dead-letter stream's duplicate window keeps one
+// dead letter per event. The store time tells apart two events with one sequence, of a
 // stream deleted and re-created under the same name: with the sequence
 // alone, JetStream would drop the second event's dead letter as a duplicate
 // of the first's and report success, and the second event would be

@@ -3,10 +3,6 @@ package consumer
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -303,37 +299,6 @@ func TestDeadLetterConcurrent(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
-// The backstop: an event whose extra delivery (past max_deliver) is not
-// settled either, as when the jetsink holding it stalls, is given up by the
-// server, and dead-lettered from the server's advisory.
-func TestMaxDeliverAdvisoryDeadLetters(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv)
-	cfg.AckWait = time.Second
-	cfg.MaxDeliver = 2
-	c := newConsumer(t, ctx, cfg)
-	js := jsFor(t, srv)
-	dlq := dlqStream(t, ctx, js, cfg)
-	publish(t, ctx, js, cfg, 1, 1, 0)
-
-	// Never settle it: it is delivered twice to be stored, once more to be
-	// dead-lettered, then the server gives up and says so in the advisory.
-	r := startRun(t, ctx, c, 1, 16, 16)
-	for want := uint32(1); want <= 3; want++ {
-		ev := r.next(t, ctx).ev
-		if ev.Delivered != want || ev.Exhausted != (want == 3) {
-			t.Fatalf("delivery %d has count %d, exhausted %v", want, ev.Delivered, ev.Exhausted)
-		}
-	}
-	waitMaxDeliverLetter(t, ctx, dlq, cfg)
-	if st := c.Stats(); st.MaxDelivered != 1 || st.DeadLettered != 0 {
-		t.Fatalf("Stats = %+v, want MaxDelivered 1", st)
-	}
-	r.stopClean(t, ctx)
-}
-
 // waitMaxDeliverLetter waits until dlq holds one message and checks that it
 // is the max-deliver dead letter of the event publish numbered 0 (body "0",
 // Nats-Msg-Id "m0", a traceparent), delivered cfg.MaxDeliver+1 times, first
@@ -355,31 +320,20 @@ func waitMaxDeliverLetter(t *testing.T, ctx context.Context, dlq jetstream.Strea
 	}
 }
 
-// outageBeforeMaxDeliver makes the dead-letter subject unavailable (its
-// stream deleted), publishes one event (or n[0], one per subject) and lets
-// each be delivered cfg.MaxDeliver times without settling it, and then
-// once more, marked Exhausted: the extra deliveries are returned,
-// unsettled, so that unless the test settles them the server gives up on
-// each after ack_wait while no dead letter can be stored. maxDeliverRetry
-// is set to retry for the test and restored after it.
-func outageBeforeMaxDeliver(t *testing.T, ctx context.Context, retry [2]time.Duration, log io.Writer, n ...int) (*Consumer, Config, jetstream.JetStream, *runner, []pipeline.Event) {
-	t.Helper()
-	events := 1
-	if len(n) > 0 {
-		events = n[0]
-	}
-	saved := maxDeliverRetry
-	maxDeliverRetry = retry
-	t.Cleanup(func() { maxDeliverRetry = saved })
+// An event whose dead letter fails on its delivery past max_deliver is
+// nak'ed and delivered again, however long the outage lasts and whether or
+// not a jetsink is running when the nak's delay runs out: the server sets
+// no limit of its own, so it never gives up on the event (with the
+// durable's MaxDeliver at max_deliver + 1 it did, and only its
+// MAX_DELIVERIES advisory, sent once, said so).
+func TestMaxDeliverDeadLetterOutlastsOutage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	cfg.AckWait = time.Second
-	cfg.MaxDeliver = 2
-	c, err := New(ctx, cfg, testLogger(t, log))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(c.Close)
+	cfg.MaxDeliver = 1
+	c := newConsumer(t, ctx, cfg)
 	js := jsFor(t, srv)
 	name, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
 	if err != nil {
@@ -388,232 +342,50 @@ func outageBeforeMaxDeliver(t *testing.T, ctx context.Context, retry [2]time.Dur
 	if err := js.DeleteStream(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	publish(t, ctx, js, cfg, events, events, 0)
+	publish(t, ctx, js, cfg, 1, 1, 0)
 	r := startRun(t, ctx, c, 1, 16, 16)
-	delivered := map[uint64]uint32{}
-	var last []pipeline.Event
-	for range (cfg.MaxDeliver + 1) * events {
-		ev := r.next(t, ctx).ev
-		if delivered[ev.StreamSeq]++; ev.Delivered != delivered[ev.StreamSeq] {
-			t.Fatalf("delivery %d of message %d has count %d", delivered[ev.StreamSeq], ev.StreamSeq, ev.Delivered)
-		}
-		if ev.Exhausted != (ev.Delivered > uint32(cfg.MaxDeliver)) {
-			t.Fatalf("delivery %d of message %d: exhausted %v", ev.Delivered, ev.StreamSeq, ev.Exhausted)
-		}
-		if ev.Exhausted {
-			last = append(last, ev)
-		}
+	if ev := r.next(t, ctx).ev; ev.Delivered != 1 || ev.Exhausted {
+		t.Fatalf("first delivery: count %d, exhausted %v", ev.Delivered, ev.Exhausted) // left to run out
 	}
-	return c, cfg, js, r, last
-}
-
-// An event delivered past max_deliver while the dead-letter stream is gone:
-// its dead letter fails, and it is nak'ed (with nakDelay); the server then
-// gives up on it and raises its advisory, and the advisory path
-// dead-letters it once the stream is back, however many attempts that
-// takes: JetStream will not deliver it again, so giving up would lose it.
-// (The handler used to give up after 4 attempts.)
-func TestMaxDeliverDeadLetterOutlastsOutage(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	c, cfg, js, r, last := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}, nil)
-	// What the worker does with the extra delivery.
-	if err := c.DeadLetter(ctx, &last[0], pipeline.MaxDeliverDeadLetter(uint64(last[0].Delivered))); !errors.Is(err, ErrDeadLetter) {
-		t.Fatalf("DeadLetter of the extra delivery without a dead-letter stream = %v, want ErrDeadLetter", err)
+	ev := r.next(t, ctx).ev
+	if ev.Delivered != 2 || !ev.Exhausted {
+		t.Fatalf("second delivery: count %d, exhausted %v; want 2, exhausted", ev.Delivered, ev.Exhausted)
 	}
-	nakked := time.Now()
-	waitFor(t, ctx, "eight failed attempts", func() bool { return c.Stats().DeadLetterFailed >= 1+8 })
-	// The advisory came when the nak's delay ran out, not after ack_wait.
-	if d := time.Since(nakked); d < nakDelay(uint64(last[0].Delivered))-time.Second {
-		t.Fatalf("advisory path failing after %s, before the nak's %s", d, nakDelay(uint64(last[0].Delivered)))
+	// What the worker does with it; the dead-letter stream is gone.
+	if err := c.DeadLetter(ctx, &ev, pipeline.MaxDeliverDeadLetter(uint64(ev.Delivered))); !errors.Is(err, ErrDeadLetter) {
+		t.Fatalf("DeadLetter without a dead-letter stream = %v, want ErrDeadLetter", err)
 	}
-	waitMaxDeliverLetter(t, ctx, dlqStream(t, ctx, js, cfg), cfg) // the outage ends
-	waitFor(t, ctx, "the success counted", func() bool { return c.Stats().MaxDelivered == 1 })
-	r.stopClean(t, ctx)
-}
-
-// Stopping while an advisory's event cannot be dead-lettered does not wait
-// out the retry delay, and the log says which event stays in the stream.
-func TestMaxDeliverRetryEndsWithClose(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	var log syncBuffer
-	c, _, _, r, _ := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, &log)
-	waitFor(t, ctx, "a failed attempt", func() bool { return c.Stats().DeadLetterFailed >= 1 })
-	r.stopClean(t, ctx)
-	// Drain waits for the handler; Close gives up on Drain after closeWait
-	// and would leave the handler asleep (goleak would then fail the
-	// package).
-	closed := make(chan struct{})
-	go func() { c.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(closeWait):
-		t.Fatal("Close waited for the max-deliver retry's hour")
-	}
-	if s := log.String(); !strings.Contains(s, "they stay in the stream at these sequences") || !strings.Contains(s, "events=1:3") {
-		t.Fatalf("log does not say where the event stays:\n%s", s)
-	}
-}
-
-// An event that reached max_deliver and then left the stream (its limits
-// removed it, or someone deleted it) cannot be dead-lettered ever: the
-// handler says so once and stops retrying, so that the advisories behind it
-// get their turn.
-func TestMaxDeliverRetryStopsWhenTheEventIsGone(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	var log syncBuffer
-	c, cfg, js, r, _ := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}, &log)
-	waitFor(t, ctx, "a failed attempt", func() bool { return c.Stats().DeadLetterFailed >= 1 })
-	stream, err := js.Stream(ctx, cfg.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.DeleteMsg(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "the handler to give up", func() bool {
-		return strings.Contains(log.String(), "is no longer in the stream")
-	})
-	failed := c.Stats().DeadLetterFailed
-	time.Sleep(500 * time.Millisecond) // five retry periods
-	if now := c.Stats().DeadLetterFailed; now != failed {
-		t.Fatalf("still retrying: %d failed attempts, then %d", failed, now)
-	}
-	r.stopClean(t, ctx)
-}
-
-// Events whose max-deliver dead letter is still failing when jetsink stops
-// are recorded in the consumer's metadata, every one of them, and the next
-// start dead-letters them once the dead-letter stream is back; the record
-// is then cleared. (Before the record, they stayed in the stream unseen.)
-func TestMaxDeliverRetryResumesAfterRestart(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	c, cfg, js, r, _ := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, nil, 2)
-	waitFor(t, ctx, "both events recorded", func() bool { return record(t, ctx, js, cfg) == "1:3,2:3" })
+	// No jetsink runs while the nak's delay runs out.
 	r.stopClean(t, ctx)
 	c.Close()
+	select {
+	case <-time.After(nakDelay(2) + time.Second):
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
 
 	dlq := dlqStream(t, ctx, js, cfg)
 	c2 := newConsumer(t, ctx, cfg)
-	waitFor(t, ctx, "both dead letters", func() bool {
+	r2 := startRun(t, ctx, c2, 1, 16, 16)
+	ev = r2.next(t, ctx).ev
+	if ev.Delivered != 3 || !ev.Exhausted {
+		t.Fatalf("after the outage: delivery %d, exhausted %v; want 3, exhausted", ev.Delivered, ev.Exhausted)
+	}
+	if err := c2.DeadLetter(ctx, &ev, pipeline.MaxDeliverDeadLetter(uint64(ev.Delivered))); err != nil {
+		t.Fatalf("DeadLetter after the outage: %v", err)
+	}
+	waitFor(t, ctx, "the dead letter", func() bool {
 		info, err := dlq.Info(ctx)
-		return err == nil && info.State.Msgs == 2
+		return err == nil && info.State.Msgs == 1
 	})
-	waitFor(t, ctx, "the record cleared", func() bool { return record(t, ctx, js, cfg) == "" })
-	if st := c2.Stats(); st.MaxDelivered != 2 {
-		t.Fatalf("restarted consumer: %+v", st)
+	waitFor(t, ctx, "the term", func() bool {
+		lag, err := c2.Lag(ctx)
+		return err == nil && lag.AckFloor == 1 && lag.NumAckPending == 0
+	})
+	if st := c2.Stats(); st.MaxDelivered != 1 || st.DeadLetterFailed != 0 {
+		t.Fatalf("stats %+v, want MaxDelivered 1", st)
 	}
-}
-
-// A record left for a stream that was deleted and re-created since is
-// dropped, not applied to the new stream's events at those sequences.
-func TestMaxDeliverRecordGoesWithItsStream(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	var log syncBuffer
-	c, cfg, js, r, _ := outageBeforeMaxDeliver(t, ctx, [2]time.Duration{time.Hour, time.Hour}, &log)
-	waitFor(t, ctx, "the event recorded", func() bool { return record(t, ctx, js, cfg) == "1:3" })
-	r.stopClean(t, ctx)
-	c.Close()
-	recreateStream(t, ctx, js, cfg, 0)
-	publish(t, ctx, js, cfg, 1, 1, 500) // another event at sequence 1
-	dlq := dlqStream(t, ctx, js, cfg)
-	// The consumer went with the stream; put the old record on a new one,
-	// as a process that kept it in memory would.
-	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy,
-		Metadata: map[string]string{strandedKey: "1:2:1577836800000000000"}}); err != nil { // a stream of 2020
-		t.Fatal(err)
-	}
-	c2, err := New(ctx, cfg, testLogger(t, &log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c2.Close)
-	// New has read the record and judged it before returning.
-	if got := record(t, ctx, js, cfg); got != "" {
-		t.Fatalf("record after New: %q, want it dropped", got)
-	}
-	if !strings.Contains(log.String(), "names events of a stream since deleted") {
-		t.Fatalf("log does not say the record was dropped:\n%s", log.String())
-	}
-	c2.stranded.mu.Lock()
-	left, running := len(c2.stranded.seqs), c2.stranded.running
-	c2.stranded.mu.Unlock()
-	if left != 0 || running {
-		t.Fatalf("%d events left to retry (loop running: %v), want none", left, running)
-	}
-	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 0 {
-		t.Fatalf("dead-letter stream: %d messages (%v), want none", info.State.Msgs, err)
-	}
-}
-
-// record is the consumer's record of max-delivered events as
-// "<seq>:<deliveries>,...", each entry checked to name the current stream.
-func record(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config) string {
-	t.Helper()
-	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, cfg.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, bad := parseRecord(cons.CachedInfo().Config.Metadata[strandedKey])
-	if bad != "" {
-		t.Fatalf("unreadable record entry %q", bad)
-	}
-	var out []string
-	for _, seq := range slices.Sorted(maps.Keys(rec)) {
-		e := fmt.Sprintf("%d:%d", seq, rec[seq].deliveries)
-		if rec[seq].stream != stream.CachedInfo().Created.UnixNano() {
-			e += "(another stream)"
-		}
-		out = append(out, e)
-	}
-	return strings.Join(out, ",")
-}
-
-// Instances sharing the consumer keep each other's entries of the record,
-// and an entry whose stream could not be looked up is kept.
-func TestMaxDeliverRecordSharedByInstances(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv)
-	a, b := newConsumer(t, ctx, cfg), newConsumer(t, ctx, cfg)
-	js := jsFor(t, srv)
-	stream, err := js.Stream(ctx, cfg.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	created := stream.CachedInfo().Created
-	// Not running the retry loops: only the record is under test.
-	for _, c := range []*Consumer{a, b} {
-		c.stranded.mu.Lock()
-		c.stranded.closing = true
-		c.stranded.mu.Unlock()
-	}
-	a.strand(maxDeliverAdvisory{StreamSeq: 1, Deliveries: 2}, created)
-	b.strand(maxDeliverAdvisory{StreamSeq: 3, Deliveries: 2}, time.Time{}) // stream unknown
-	if err := a.ensureConsumer(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := fmt.Sprintf("1:2:%d,3:2:0", created.UnixNano())
-	if got := cons.CachedInfo().Config.Metadata[strandedKey]; got != want {
-		t.Fatalf("record %q, want %q", got, want)
-	}
-	a.resolve(1, strandedEntry{deliveries: 2, stream: created.UnixNano()})
-	if got := record(t, ctx, js, cfg); got != "3:2(another stream)" { // b's entry, untagged
-		t.Fatalf("after a resolved its entry: record %q", got)
-	}
+	r2.stopClean(t, ctx)
 }
 
 // jsStreamMsg reads message seq of stream.

@@ -8,7 +8,7 @@
 // New validates the Config, connects (reconnecting forever with capped
 // backoff; a connection whose server left two pings 20 s apart unanswered
 // is given up as stale and reconnected), creates or binds the stream and creates or updates the durable
-// consumer (explicit acks, nats.ack_wait, nats.max_deliver plus one (see
+// consumer (explicit acks, nats.ack_wait, no MaxDeliver of its own (see
 // below), nats.max_ack_pending, nats.filter_subject). Run pulls with nats.go's
 // Consume: up to nats.pull_max_messages (and optionally nats.pull_max_bytes
 // per pull) buffered in the client, a new pull sent when half are taken,
@@ -21,35 +21,26 @@
 // # max_deliver
 //
 // jetsink tries to store an event nats.max_deliver times (every delivery
-// counts, also those jetsink nak'ed itself), and the durable
-// consumer allows one delivery more (its MaxDeliver is nats.max_deliver+1;
-// unlimited stays unlimited). Run marks a delivery whose count is past
-// nats.max_deliver (pipeline.Event.Exhausted); the worker that takes it
-// hands it, undecoded, to DeadLetter (stage "deliver", code
-// "max_deliver"), which publishes it to the dead-letter subject and
-// terminates it, as any dead letter. That extra delivery is an ordinary
-// one, made whenever a jetsink pulls: an event whose last try ran out
-// while no jetsink was running (all stopped or crash-looping, or
-// disconnected) stays in the stream and is dead-lettered when one is back.
+// counts, also those jetsink nak'ed itself), and enforces that limit
+// itself: the durable consumer's MaxDeliver is unlimited. Run marks a
+// delivery whose count is past nats.max_deliver (pipeline.Event.Exhausted);
+// the worker that takes it hands it, undecoded, to DeadLetter (stage
+// "deliver", code "max_deliver"), which publishes it to the dead-letter
+// subject and terminates it, as any dead letter. If that dead letter
+// fails, the event is nak'ed with a delay and comes back, marked again, as
+// often as it takes; an event whose tries ran out while no jetsink was
+// running stays in the stream and is dead-lettered when one is back.
 //
-// The server gives up on an event only when the extra delivery is not
-// settled within ack_wait either: its dead letter failed (DeadLetter naks
-// it with a delay), or the jetsink holding it stalled or lost its
-// connection. It then raises its MAX_DELIVERIES advisory once and never
-// delivers the event again. New subscribes to that advisory for the
-// consumer; on each, the event is read back from the stream by sequence
-// and published to the dead-letter subject (stage "deliver", code
-// "max_deliver"). Nothing else will bring the event back, so that publish
-// is retried, with backoff, until it succeeds, the event has left the
-// stream, or the connection closes (then an ERROR line names the stream
-// sequence where the event stays, and the record below brings it back at
-// the next start). Left open: an advisory raised while no jetsink is
-// subscribed is lost, and its event with it; that now takes the extra
-// delivery itself going unsettled (a failed dead letter, or a jetsink
-// that stopped or lost its connection while holding it) with no jetsink
-// subscribed when the server gives up. And a delivery jetsink still holds
+// So the server never gives up on an event: it raises no MAX_DELIVERIES
+// advisory for jetsink's consumer, and nothing depends on hearing one. (A
+// server-side limit did: the server raises that advisory once and keeps no
+// copy, so an event it gave up on while no jetsink was subscribed was
+// neither stored nor dead-lettered.) Left: a delivery jetsink still holds
 // past ack_wait (a stall InProgress did not cover) can be both stored,
-// when its row commits later, and dead-lettered from the next one.
+// when its row commits later, and dead-lettered from a later delivery;
+// and while the dead-letter subject cannot be written, events past
+// nats.max_deliver keep coming back and, with enough of them, take up
+// nats.max_ack_pending: jetsink then stalls rather than drop them.
 //
 // # A stream that restarts its sequence
 //
@@ -118,22 +109,6 @@
 // instances sharing the consumer, rows another instance still has on their
 // way (each knows only its own deliveries).
 //
-// An advisory names its event by sequence only: one whose event at that
-// sequence was stored more than 5 s after the advisory was raised belongs
-// to a deleted stream, and is dropped.
-//
-// Events named by a max-deliveries advisory whose dead letter failed are
-// recorded in the consumer's metadata (jetsink_max_deliver_pending, with
-// the stream's creation time), each as its advisory arrives, and retried
-// by one loop; New resumes the record, since JetStream sends the advisory
-// only once. A record of a stream re-created since is dropped (its events
-// went with it). Not recorded: past 1000 events, or when the metadata
-// cannot be written (NATS unreachable, or jetsink draining); those are
-// retried in memory only, as before. Each write reads the metadata first
-// and changes only jetsink's keys, so other keys and the entries of other
-// instances stay (two instances writing at the same moment can still lose
-// one entry).
-//
 // # Goroutines
 //
 // Run blocks on the caller's goroutine, supervising. The pushes happen on
@@ -141,7 +116,7 @@
 // time; Run starts a new subscription only after the previous one's delivery
 // goroutine has returned, so the dispatch has one producer at a time, and Run
 // closes it before returning. nats.go's other goroutines (reader, flusher,
-// pull loop, status watcher, the advisory subscription's handler) end with
+// pull loop, status watcher) end with
 // the subscription and with the connection (Close). Nothing here outlives
 // Close.
 //

@@ -228,48 +228,6 @@ func TestRecheckSeesAReplacedStream(t *testing.T) {
 	}
 }
 
-// A max-deliver advisory raised well before the event at its sequence was
-// stored names an event that went with a deleted stream: the new event at
-// its sequence is not dead-lettered. One raised after is.
-func TestMaxDeliverAdvisoryOfAReplacedStream(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	cfg := testConfig(t, srv)
-	c := newConsumer(t, ctx, cfg) // creates the stream and <stream>_DLQ
-	raised := time.Now().UTC().Add(-2 * advisorySkew)
-	recreateStream(t, ctx, js, cfg, 0)
-	publish(t, ctx, js, cfg, 1, 1, 0)
-	dlq, err := js.Stream(ctx, cfg.Stream+"_DLQ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	letters := func() uint64 {
-		t.Helper()
-		info, err := dlq.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.Msgs
-	}
-
-	adv := maxDeliverAdvisory{Stream: cfg.Stream, Consumer: cfg.Consumer, StreamSeq: 1, Deliveries: 5, Time: raised}
-	if done, _, err := c.deadLetterMaxDelivered(adv, time.Time{}); !done || !errors.Is(err, errEventStreamGone) {
-		t.Fatalf("advisory older than the stream: done %v, err %v; want done, errEventStreamGone", done, err)
-	}
-	if n := letters(); n != 0 {
-		t.Fatalf("%d dead letters for an event of the deleted stream", n)
-	}
-	adv.Time = time.Now().UTC()
-	if done, _, err := c.deadLetterMaxDelivered(adv, time.Time{}); !done || err != nil {
-		t.Fatalf("advisory of the current stream: done %v, err %v", done, err)
-	}
-	if n := letters(); n != 1 {
-		t.Fatalf("%d dead letters, want 1", n)
-	}
-}
-
 // At-least-once, a stream and consumer deleted and re-created from 1 while
 // the connection is down answer nats.go's pulls after the reconnect with no
 // 409 and no missed heartbeat: the events taken before become stale, and

@@ -76,10 +76,10 @@ func (pr *pipeRun) next(t *testing.T, ctx context.Context) pipeline.Row {
 	}
 }
 
-// An event nak'ed max_deliver times is delivered once more (the consumer's
-// MaxDeliver is one higher) and dead-lettered on that delivery by the
-// worker, undecoded (its payload, "0", would make a row), then terminated:
-// no row of it, no advisory.
+// An event nak'ed max_deliver times is delivered again (the durable sets
+// no limit of its own) and dead-lettered on that delivery by the worker,
+// undecoded (its payload, "0", would make a row), then terminated: no row
+// of it, no advisory.
 func TestMaxDeliverExtraDeliveryDeadLettered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -143,7 +143,7 @@ func TestMaxDeliverExtraDeliveryDeadLettered(t *testing.T) {
 
 // The event the review found lost: its last allowed delivery runs out
 // while no jetsink runs (here a plain fetch on the durable takes it and
-// never acks it). JetStream keeps it and delivers it once more to the
+// never acks it). JetStream keeps it and delivers it again to the
 // jetsink that comes back, which dead-letters it. (With the consumer's
 // MaxDeliver at nats.max_deliver, the server gave up on it when the ack
 // wait ran out and raised its advisory to nobody: the event was neither
@@ -275,34 +275,30 @@ func TestPushMarksDeliveriesPastMaxDeliver(t *testing.T) {
 	}
 }
 
-// The durable consumer's MaxDeliver is one more than nats.max_deliver. A
-// durable made with nats.max_deliver itself (by jetsink before it took
-// that extra delivery) is reported by check and updated by New.
+// The durable consumer's MaxDeliver is unlimited: jetsink counts
+// deliveries itself. A durable made with a limit (nats.max_deliver + 1, by
+// the jetsink before this one) is reported by check and updated by New.
 func TestOldMaxDeliverReportedAndUpdated(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)
 	js := jsFor(t, srv)
 	cfg := testConfig(t, srv)
-	for n, want := range map[int]int{1: 2, 10: 11, -1: -1} {
-		if got := (&Config{MaxDeliver: n}).serverMaxDeliver(); got != want {
-			t.Fatalf("serverMaxDeliver for max_deliver %d = %d, want %d", n, got, want)
-		}
-	}
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
 		t.Fatal(err)
 	}
 	dlqStream(t, ctx, js, cfg)
 	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer,
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver}); err != nil {
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver + 1}); err != nil {
 		t.Fatal(err)
 	}
 	ps, err := Check(ctx, cfg, testLogger(t, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("consumer %s has ack_wait 30s, max_deliver 10, filter \"\"; run will update it to 30s, "+
-		"max_deliver 11 (nats.max_deliver 10, plus one delivery that only dead-letters the event), \"\"", cfg.Consumer)
+	want := fmt.Sprintf("consumer %s has ack_wait 30s, max_deliver 11, filter \"\"; run will update it to 30s, "+
+		"max_deliver -1 (unlimited: jetsink dead-letters an event delivered more than nats.max_deliver 10 times itself, "+
+		"and keeps it until that dead letter is stored; a server-side limit could drop it unseen), \"\"", cfg.Consumer)
 	if len(ps) != 1 || !ps[0].Warning || ps[0].Message != want {
 		t.Fatalf("problems:\n%s\nwant the warning\n%s", problemsText(ps), want)
 	}
@@ -311,38 +307,41 @@ func TestOldMaxDeliverReportedAndUpdated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cons.CachedInfo().Config.MaxDeliver; got != 11 {
-		t.Fatalf("MaxDeliver after New = %d, want 11", got)
+	if got := cons.CachedInfo().Config.MaxDeliver; got != -1 {
+		t.Fatalf("MaxDeliver after New = %d, want -1", got)
 	}
 	if ps, err := Check(ctx, cfg, testLogger(t, nil)); err != nil || len(ps) != 0 {
 		t.Fatalf("check after New: %v\n%s", err, problemsText(ps))
 	}
 }
 
-// An advisory for an event whose dead letter is stored already (by the
-// worker that took its extra delivery and failed to terminate it, or by
-// another jetsink that heard the same advisory) stores nothing more and
-// counts nothing more.
-func TestMaxDeliverAdvisoryOfAStoredLetterCountsOnce(t *testing.T) {
+// An event dead-lettered twice (its term failed, or was lost, and it came
+// back) has one dead letter, de-duplicated by its Nats-Msg-Id, and is
+// counted once.
+func TestDeadLetterStoredTwiceCountsOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)
 	js := jsFor(t, srv)
 	cfg := testConfig(t, srv)
 	c := newConsumer(t, ctx, cfg) // creates the stream and <stream>_DLQ
-	publish(t, ctx, js, cfg, 1, 1, 0)
 	dlq := dlqStream(t, ctx, js, cfg)
-	adv := maxDeliverAdvisory{Stream: cfg.Stream, Consumer: cfg.Consumer, StreamSeq: 1, Deliveries: 3, Time: time.Now().UTC()}
-	for i := range 2 {
-		if done, _, err := c.deadLetterMaxDelivered(adv, time.Time{}); !done || err != nil {
-			t.Fatalf("advisory %d: done %v, err %v", i+1, done, err)
+	publish(t, ctx, js, cfg, 2, 2, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	for _, dl := range []pipeline.DeadLetter{pipeline.MaxDeliverDeadLetter(11), {Stage: pipeline.StageDecode, Code: "invalid_json"}} {
+		ev := r.next(t, ctx).ev
+		for range 2 {
+			if err := c.DeadLetter(ctx, &ev, dl); err != nil {
+				t.Fatalf("DeadLetter(%s): %v", dl.Stage, err)
+			}
 		}
 	}
 	info, err := dlq.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, st := info.State.Msgs, c.Stats(); n != 1 || st.MaxDelivered != 1 {
-		t.Fatalf("%d dead letters, MaxDelivered %d; want 1 and 1", n, st.MaxDelivered)
+	if n, st := info.State.Msgs, c.Stats(); n != 2 || st.MaxDelivered != 1 || st.DeadLettered != 1 {
+		t.Fatalf("%d dead letters, stats %+v; want 2, MaxDelivered 1 and DeadLettered 1", n, st)
 	}
+	r.stopClean(t, ctx)
 }

@@ -533,8 +533,8 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		Published:   meta.published,
 		Received:    time.Now(),
 		Epoch:       s.epoch,
-		// Past nats.max_deliver: the worker dead-letters it undecoded.
-		// The server allows this one delivery more (serverMaxDeliver).
+		// Past nats.max_deliver: the worker dead-letters it undecoded
+		// (the server sets no limit: durableMaxDeliver).
 		Exhausted: c.cfg.MaxDeliver > 0 && meta.delivered > uint64(c.cfg.MaxDeliver),
 	}
 	if v := h[HeaderMsgID]; len(v) > 0 {

@@ -226,10 +226,9 @@ func replacedMark(created time.Time) string { return created.UTC().Format(time.R
 
 // markReplaced sets (on) or clears the consumer's replacedKey.
 func (c *Consumer) markReplaced(created time.Time, on bool) {
-	s := &c.stranded
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := c.updateMeta(0, func(meta map[string]string) {
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	err := c.updateMeta(func(meta map[string]string) {
 		if on {
 			meta[replacedKey] = replacedMark(created)
 		} else {

@@ -40,9 +40,8 @@ type Event struct {
 	Delivered uint32
 	// Exhausted: the consumer took the message past nats.max_deliver
 	// (Delivered is above it). It is not decoded: the worker dead-letters
-	// it (MaxDeliverDeadLetter). JetStream, whose MaxDeliver is one more,
-	// gives up on it (MAX_DELIVERIES advisory) only if that delivery is
-	// not settled either.
+	// it (MaxDeliverDeadLetter). JetStream, whose MaxDeliver for jetsink's
+	// consumer is unlimited, delivers it again until that is done.
 	Exhausted bool
 	Published time.Time // JetStream's store time
 	Received  time.Time // when the consumer took it
@@ -118,7 +117,7 @@ const CodeMaxDeliver = "max_deliver"
 
 // MaxDeliverDeadLetter is the dead letter of an event that was delivered
 // (the count) times without being stored: taken past nats.max_deliver
-// (Event.Exhausted), or named by JetStream's MAX_DELIVERIES advisory.
+// (Event.Exhausted).
 func MaxDeliverDeadLetter(delivered uint64) DeadLetter {
 	return DeadLetter{Stage: StageDeliver, Code: CodeMaxDeliver,
 		Reason: fmt.Sprintf("delivered %d times without being stored (nats.max_deliver)", delivered)}

@@ -1,0 +1,91 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// metaTimeout bounds one read or update of the consumer's metadata.
+const metaTimeout = 10 * time.Second
+
+// consumerConfig is the durable consumer as jetsink wants it, with meta as
+// its metadata. Its MaxDeliver is unlimited (durableMaxDeliver) whatever
+// nats.max_deliver says; the server accepts that change on an existing
+// consumer, so a durable made before with a limit is updated by
+// ensureConsumer.
+func (c *Consumer) consumerConfig(meta map[string]string) jetstream.ConsumerConfig {
+	cfg := &c.cfg
+	if len(meta) == 0 {
+		meta = nil
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       cfg.Consumer,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    durableMaxDeliver,
+		MaxAckPending: cfg.maxAckPending(),
+		FilterSubject: cfg.FilterSubject,
+		Metadata:      meta,
+	}
+}
+
+// currentMeta reads the consumer's metadata as the server has it now
+// (nil, nil when there is no consumer yet), without the keys the server
+// sets itself ("_nats." ...).
+func (c *Consumer) currentMeta(ctx context.Context) (map[string]string, error) {
+	cons, err := c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up consumer %s on stream %s: %w", c.cfg.Consumer, c.cfg.Stream, err)
+	}
+	meta := map[string]string{}
+	for k, v := range cons.CachedInfo().Config.Metadata {
+		if !strings.HasPrefix(k, "_nats.") {
+			meta[k] = v
+		}
+	}
+	return meta, nil
+}
+
+// ensureConsumer creates or updates the durable pull consumer and publishes
+// its handle for Run and Lag. It keeps the consumer's metadata as the
+// server has it.
+func (c *Consumer) ensureConsumer(ctx context.Context) error {
+	cfg := &c.cfg
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	meta, err := c.currentMeta(ctx)
+	if err != nil {
+		return err
+	}
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(meta))
+	if err != nil {
+		return fmt.Errorf("create or update consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
+	}
+	c.cons.Store(&consumerHandle{cons})
+	return nil
+}
+
+// updateMeta rewrites the consumer's metadata: as the server has it, with
+// change applied, so that keys others set stay. metaMu held.
+func (c *Consumer) updateMeta(change func(map[string]string)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), metaTimeout)
+	defer cancel()
+	meta, err := c.currentMeta(ctx)
+	if err != nil {
+		return err
+	}
+	if meta == nil {
+		return fmt.Errorf("consumer %s on stream %s: %w", c.cfg.Consumer, c.cfg.Stream, jetstream.ErrConsumerNotFound)
+	}
+	change(meta)
+	_, err = c.js.UpdateConsumer(ctx, c.cfg.Stream, c.consumerConfig(meta))
+	return err
+}
