@@ -117,6 +117,9 @@ func checkConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) []P
 		problems = append(problems, Problem{Message: fmt.Sprintf("consumer %s is not an explicit-ack pull consumer, and a consumer's kind cannot be changed", cfg.Consumer),
 			Fix: "delete it (nats consumer rm) or choose another nats.consumer"})
 	}
+	if v := cc.Metadata[strandedKey]; v != "" {
+		problems = append(problems, strandedProblem(v))
+	}
 	if cc.AckWait != cfg.AckWait || cc.MaxDeliver != durableMaxDeliver || cc.FilterSubject != cfg.FilterSubject {
 		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("consumer %s has ack_wait %s, max_deliver %d, filter %q; run will update it to %s, %s, %q",
 			cfg.Consumer, cc.AckWait, cc.MaxDeliver, cc.FilterSubject, cfg.AckWait, describeMaxDeliver(cfg.MaxDeliver), cfg.FilterSubject)})

@@ -94,8 +94,8 @@ type counters struct {
 type Stats struct {
 	Received          uint64 // messages pushed into the dispatch
 	Redelivered       uint64 // of which delivered more than once
-	DeadLettered      uint64 // dead letters published for the workers and the sink (not MaxDelivered's)
-	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed, or left in the stream)
+	DeadLettered      uint64 // dead letters stored for the workers and the sink (not MaxDelivered's); a repeat counts again
+	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed; or, its stream re-created, left alone)
 	MaxDelivered      uint64 // events dead-lettered on a delivery past nats.max_deliver
 	Resubscribes      uint64 // pull subscriptions started again after one ended
 	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow)

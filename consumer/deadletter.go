@@ -16,7 +16,8 @@ import (
 )
 
 // ErrDeadLetter is wrapped by DeadLetter when the dead letter could not be
-// published; the original was nak'ed with a delay, not acked or terminated.
+// published; the original was nak'ed with a delay (unless the error also
+// wraps pipeline.ErrStaleEpoch), not acked or terminated.
 var ErrDeadLetter = errors.New("dead-letter publish failed")
 
 // Headers jetsink adds to a dead letter, next to the original headers.
@@ -94,20 +95,22 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 		}
 		return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
 	}
-	if ack.Duplicate {
-		// Stored by an earlier delivery whose term failed or was lost:
-		// counted then.
-		c.log.Info("event dead-lettered before; terminating it", "subject", ev.Subject, "stream_seq", ev.StreamSeq,
-			"stage", dl.Stage, "code", dl.Code, "delivered", ev.Delivered)
+	// Every stored dead letter counts, a repeat too (JetStream de-duplicated
+	// it: an earlier delivery's publish was stored, and its term failed or
+	// its PubAck was lost), as the pipeline's and the sink's counters and
+	// jetsink_events_dead_lettered_total count it: the PubAck cannot tell
+	// whether that earlier one was counted.
+	if dl.Stage == pipeline.StageDeliver {
+		c.stats.maxDelivered.Add(1)
 	} else {
-		if dl.Stage == pipeline.StageDeliver {
-			c.stats.maxDelivered.Add(1)
-		} else {
-			c.stats.deadLettered.Add(1)
-		}
-		c.log.Warn("event dead-lettered", "subject", ev.Subject, "stream_seq", ev.StreamSeq,
-			"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered)
+		c.stats.deadLettered.Add(1)
 	}
+	msg := "event dead-lettered"
+	if ack.Duplicate {
+		msg = "event dead-lettered before (its dead letter is stored once); terminating it"
+	}
+	c.log.Warn(msg, "subject", ev.Subject, "stream_seq", ev.StreamSeq,
+		"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered)
 	reason := dl.Code
 	if reason == "" {
 		reason = "dead_letter"
@@ -122,9 +125,10 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	}
 	if err != nil {
 		// The dead letter is stored: this is not a failed dead letter. The
-		// event comes back after ack_wait, its dead letter is de-duplicated
-		// by Nats-Msg-Id (within the dead-letter stream's duplicate window),
-		// and it is terminated then.
+		// event comes back after ack_wait and is terminated then; its dead
+		// letter is de-duplicated by Nats-Msg-Id if it comes back within the
+		// dead-letter stream's duplicate window (2 minutes by default), and
+		// stored twice otherwise.
 		c.log.Warn("dead letter stored, but terminating the original failed; it will come back "+
 			"and its dead letter is not stored twice", "stream_seq", ev.StreamSeq, "err", err)
 	}

@@ -13,6 +13,22 @@ import (
 // metaTimeout bounds one read or update of the consumer's metadata.
 const metaTimeout = 10 * time.Second
 
+// strandedKey is where jetsink versions whose durable had a MaxDeliver kept
+// the events the server had given up on before their dead letter was
+// stored ("<stream_seq>:<deliveries>:<stream created, Unix ns>", comma
+// separated). JetStream does not deliver those again and nothing reads
+// the record now, so New logs it and check reports it.
+const strandedKey = "jetsink_max_deliver_pending"
+
+// strandedProblem says what to do about a leftover strandedKey record v.
+func strandedProblem(v string) Problem {
+	return Problem{
+		Message: fmt.Sprintf("the consumer's metadata key %s lists events an earlier jetsink could not dead-letter after JetStream "+
+			"gave up on them (stream_seq:deliveries:stream created): %s; JetStream will not deliver them again", strandedKey, v),
+		Fix: "copy each to the dead-letter subject (nats stream get), then remove the key (nats consumer edit)",
+	}
+}
+
 // consumerConfig is the durable consumer as jetsink wants it, with meta as
 // its metadata. Its MaxDeliver is unlimited (durableMaxDeliver) whatever
 // nats.max_deliver says; the server accepts that change on an existing
@@ -64,6 +80,10 @@ func (c *Consumer) ensureConsumer(ctx context.Context) error {
 	meta, err := c.currentMeta(ctx)
 	if err != nil {
 		return err
+	}
+	if v := meta[strandedKey]; v != "" {
+		p := strandedProblem(v)
+		c.log.Error(p.Message, "fix", p.Fix)
 	}
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(meta))
 	if err != nil {

@@ -25,7 +25,8 @@
 // Exhausted (delivered past nats.max_deliver) is not decoded at all: it is
 // handed to the DeadLetterer with StageDeliver and CodeMaxDeliver
 // (MaxDeliverDeadLetter). If the DeadLetterer fails it has nak'ed the
-// event, so it is not lost; the worker logs a warning and goes on with the
+// event (or left it, its stream re-created since: FailedDeadLetter), so it
+// is not lost; the worker logs a warning and goes on with the
 // next event.
 //
 // Each Row.Tuple is a slice of its own that nothing rewrites while the row

@@ -14,7 +14,9 @@ var ErrStaleEpoch = errors.New("its stream was re-created since the message was 
 // failed with err: "nak" (nak'ed, it comes back), or "stale" when the
 // error wraps ErrStaleEpoch (left alone: a nak would land on the new
 // stream's event with the same sequence). It is the outcome for
-// Event.EndSpan.
+// Event.EndSpan. "nak" also covers the rare failures that nak nothing (the
+// nak itself failed, or the event had no message handle): such a message
+// comes back after ack_wait instead.
 func FailedDeadLetter(err error) string {
 	if errors.Is(err, ErrStaleEpoch) {
 		return "stale"

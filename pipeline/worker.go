@@ -134,8 +134,9 @@ func decodeDeadLetter(err error) (DeadLetter, string) {
 
 // deadLetter hands an event that will not become a row (undecodable, or
 // past nats.max_deliver) to the DeadLetterer. If that fails the
-// DeadLetterer has nak'ed the event (it will come back), so the worker
-// logs and carries on.
+// DeadLetterer has nak'ed the event (it will come back; unless its stream
+// was re-created since, FailedDeadLetter), so the worker logs and carries
+// on.
 func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, column string) {
 	attrs := []slog.Attr{
 		slog.String("subject", ev.Subject),

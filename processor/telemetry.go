@@ -40,7 +40,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	received := counter("jetsink.events.received", "Messages taken from JetStream and handed to the workers")
 	redelivered := counter("jetsink.events.redelivered", "Received messages that JetStream had delivered before")
 	committed := counter("jetsink.events.committed", "Rows committed to PostgreSQL (their messages are then acked)")
-	maxDelivered := counter("jetsink.events.max_delivered", "Events dead-lettered past nats.max_deliver: on their one extra delivery, or from JetStream's MAX_DELIVERIES advisory")
+	maxDelivered := counter("jetsink.events.max_delivered", "Events dead-lettered on a delivery past nats.max_deliver")
 	dlFailed := counter("jetsink.dead_letter.failures", "Dead-letter publishes that failed (the message was nak'ed, not lost)")
 	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")
 	ackErrs := counter("jetsink.ack.failures", "Acks refused after commit (the message comes back: a duplicate in at-least-once mode)")

@@ -537,8 +537,9 @@ func (r *run) fill(b *batch, cfg *BatchConfig) bool {
 }
 
 // heartbeat sends InProgress for the messages of every batch (and the
-// carry) that has been held for InProgressEvery since its last heartbeat,
-// or for half of it since its first row, until stop is closed or ctx ends.
+// carry) once the batch is due (batch.due): half of InProgressEvery after
+// its oldest row came, then InProgressEvery after each beat; until stop is
+// closed or ctx ends.
 // The first comes sooner because a row's clock starts before the consumer
 // stamps it Received: during a stall it may have waited in nats.go's pull
 // buffer until the sink started taking rows into spare batches, which it
@@ -548,7 +549,10 @@ func (r *run) fill(b *batch, cfg *BatchConfig) bool {
 // InProgressEvery * 5/4 at each later one: with InProgressEvery =
 // ack_wait/2, 0.625 of ack_wait. A row that joins a batch gets the
 // batch's next beat or its own first one (InProgressEvery/2 after it
-// came), whichever is due sooner: fill keeps the earlier due time.
+// came), whichever is due sooner: fill keeps the earlier due time. So a
+// held batch that keeps taking rows is beaten more often, at most once a
+// tick (InProgressEvery/4), all its rows each time; a batch lives that
+// long only during a stall, and holds at most max_rows.
 func (r *run) heartbeat(ctx context.Context, stop <-chan struct{}) {
 	every := r.s.cfg.InProgressEvery
 	t := time.NewTicker(max(every/4, time.Millisecond))

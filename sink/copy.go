@@ -755,7 +755,8 @@ func hasKey(keys map[rowKey]struct{}, k rowKey) bool {
 }
 
 // deadLetter parks row p of b, which the database refuses with err. If the
-// dead-letterer fails, it has nak'ed the message: the row is not acked.
+// dead-letterer fails, it has nak'ed the message (unless its stream was
+// re-created since): the row is not acked.
 func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) {
 	row := &b.rows[p]
 	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: "data", Reason: err.Error()}
@@ -831,7 +832,8 @@ func (c *committer) parkHeld(ctx context.Context, b *batch, i int, dl pipeline.D
 
 // park hands row to the dead-letterer and counts the outcome. It reports
 // whether the row was dead-lettered; if not, the dead-letterer has nak'ed
-// its message (it comes back) and the failure is logged.
+// its message (it comes back; see pipeline.FailedDeadLetter for the
+// exception) and the failure is logged.
 func (c *committer) park(ctx context.Context, row *pipeline.Row, dl pipeline.DeadLetter) bool {
 	if derr := c.s.dl.DeadLetter(ctx, &row.Event, dl); derr != nil {
 		c.s.st.deadLetterErrs.Add(1)
