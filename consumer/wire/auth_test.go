@@ -1,0 +1,271 @@
+package wire
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+)
+
+// startServer runs an in-process server on a random loopback port with
+// the options adjust sets, JetStream in a temporary directory.
+func startServer(t *testing.T, adjust func(*server.Options)) *server.Server {
+	t.Helper()
+	o := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), ServerName: "wire-auth"}
+	adjust(o)
+	s, err := server.NewServer(o)
+	if err != nil {
+		t.Fatalf("nats-server: %v", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+func serverURL(s *server.Server, scheme, userinfo string) string {
+	return fmt.Sprintf("%s://%s%s", scheme, userinfo, s.Addr().String())
+}
+
+// dialFlush dials, proves the connection works with a round trip, closes.
+func dialFlush(ctx context.Context, o Options) error {
+	c, err := Dial(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Flush(ctx)
+}
+
+func TestAuthUserPassword(t *testing.T) {
+	const secret = "s3cr3t-Passw0rd"
+	s := startServer(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "jetsink", Password: secret}}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	if err := dialFlush(ctx, Options{URL: serverURL(s, "nats", ""), User: "jetsink", Password: secret}); err != nil {
+		t.Fatalf("user/password: %v", err)
+	}
+	if err := dialFlush(ctx, Options{URL: serverURL(s, "nats", "jetsink:"+secret+"@")}); err != nil {
+		t.Fatalf("user/password in URL: %v", err)
+	}
+	for _, o := range []Options{
+		{URL: serverURL(s, "nats", ""), User: "jetsink", Password: "wrong-" + secret},
+		{URL: serverURL(s, "nats", "jetsink:wrong-"+secret+"@")},
+		{URL: serverURL(s, "nats", "")},
+	} {
+		err := dialFlush(ctx, o)
+		if !errors.Is(err, ErrAuthorization) {
+			t.Errorf("wrong credentials: %v, want ErrAuthorization", err)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("error quotes the password: %v", err)
+		}
+	}
+	if _, err := Dial(ctx, Options{URL: "nats://jetsink:" + secret + "@bad host:1"}); err == nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("bad URL: %v", err)
+	}
+}
+
+func TestAuthNKey(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	s := startServer(t, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
+	dir := t.TempDir()
+	seedFile := filepath.Join(dir, "user.nk")
+	if err := os.WriteFile(seedFile, append(seed, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 30*time.Second)
+	if err := dialFlush(ctx, Options{URL: serverURL(s, "nats", ""), NKeyFile: seedFile}); err != nil {
+		t.Fatalf("nkey: %v", err)
+	}
+	other, _ := nkeys.CreateUser()
+	otherSeed, _ := other.Seed()
+	otherFile := filepath.Join(dir, "other.nk")
+	if err := os.WriteFile(otherFile, otherSeed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := dialFlush(ctx, Options{URL: serverURL(s, "nats", ""), NKeyFile: otherFile}); !errors.Is(err, ErrAuthorization) {
+		t.Errorf("unknown nkey: %v, want ErrAuthorization", err)
+	}
+	garbage := filepath.Join(dir, "garbage.nk")
+	if err := os.WriteFile(garbage, []byte("SUNOTAVALIDSEED"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = dialFlush(ctx, Options{URL: serverURL(s, "nats", ""), NKeyFile: garbage})
+	if !errors.Is(err, ErrInvalidOptions) || strings.Contains(err.Error(), "SUNOTAVALIDSEED") {
+		t.Errorf("bad seed file: %v", err)
+	}
+	if err := dialFlush(ctx, Options{URL: serverURL(s, "nats", ""), NKeyFile: filepath.Join(dir, "missing")}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("missing seed file: %v", err)
+	}
+}
+
+func TestAuthCredsFile(t *testing.T) {
+	okp, _ := nkeys.CreateOperator()
+	opub, _ := okp.PublicKey()
+	akp, _ := nkeys.CreateAccount()
+	apub, _ := akp.PublicKey()
+	ac := jwt.NewAccountClaims(apub)
+	ajwt, err := ac.Encode(okp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ukp, _ := nkeys.CreateUser()
+	upub, _ := ukp.PublicKey()
+	ujwt, err := jwt.NewUserClaims(upub).Encode(akp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	useed, _ := ukp.Seed()
+	creds, err := jwt.FormatUserConfig(ujwt, useed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolver := &server.MemAccResolver{}
+	if err := resolver.Store(apub, ajwt); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, func(o *server.Options) {
+		o.TrustedKeys = []string{opub}
+		o.AccountResolver = resolver
+		o.JetStream = false // the account has no JetStream limits; auth is what is tested
+	})
+	dir := t.TempDir()
+	file := filepath.Join(dir, "user.creds")
+	if err := os.WriteFile(file, creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 30*time.Second)
+	if err := dialFlush(ctx, Options{URL: serverURL(s, "nats", ""), CredsFile: file}); err != nil {
+		t.Fatalf("creds: %v", err)
+	}
+	// A user signed by an account the server does not know is refused.
+	akp2, _ := nkeys.CreateAccount()
+	ujwt2, _ := jwt.NewUserClaims(upub).Encode(akp2)
+	creds2, _ := jwt.FormatUserConfig(ujwt2, useed)
+	file2 := filepath.Join(dir, "stranger.creds")
+	if err := os.WriteFile(file2, creds2, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = dialFlush(ctx, Options{URL: serverURL(s, "nats", ""), CredsFile: file2})
+	if !errors.Is(err, ErrAuthorization) || strings.Contains(err.Error(), string(useed)) {
+		t.Errorf("unknown account: %v, want ErrAuthorization", err)
+	}
+}
+
+// testPKI makes a throwaway CA and a server certificate for 127.0.0.1 and
+// localhost.
+func testPKI(t *testing.T) (serverCfg *tls.Config, roots *x509.CertPool) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "wire test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots = x509.NewCertPool()
+	roots.AddCert(ca)
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}, roots
+}
+
+func TestTLS(t *testing.T) {
+	srvCfg, roots := testPKI(t)
+	s := startServer(t, func(o *server.Options) {
+		o.TLSConfig = srvCfg
+		o.TLS = true
+		o.TLSTimeout = 5
+	})
+	ctx := testCtx(t, 30*time.Second)
+	// Messages flow over TLS: publish with nats.go, consume with wire.
+	nc, err := nats.Connect(serverURL(s, "tls", ""), nats.Secure(&tls.Config{RootCAs: roots}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	preload(t, ctx, js, "TLS", n, 3, jetstream.ConsumerConfig{AckWait: time.Minute})
+	c, err := Dial(ctx, Options{URL: serverURL(s, "nats", ""), TLS: &tls.Config{RootCAs: roots}})
+	if err != nil {
+		t.Fatalf("TLS dial: %v", err)
+	}
+	defer c.Close()
+	got := make(chan *Msg, n)
+	sub, err := c.Consume(PullOptions{Stream: "TLS", Consumer: "C"}, func(m *Msg) { got <- m }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		m := nextMsg(t, got, 10*time.Second)
+		if err := m.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub.Drain()
+	waitClosed(t, sub, 5*time.Second)
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Without the CA the server's certificate is refused; a server that
+	// requires TLS gets it even from a nats:// URL without Options.TLS.
+	err = dialFlush(ctx, Options{URL: serverURL(s, "nats", "")})
+	var unknown x509.UnknownAuthorityError
+	if !errors.As(err, &unknown) {
+		t.Errorf("dial without the CA: %v, want x509.UnknownAuthorityError", err)
+	}
+	// TLS wanted from a server that does not offer it.
+	plain := startServer(t, func(*server.Options) {})
+	if err := dialFlush(ctx, Options{URL: serverURL(plain, "tls", ""), TLS: &tls.Config{RootCAs: roots}}); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("TLS to a plain server: %v, want ErrInvalidOptions", err)
+	}
+}

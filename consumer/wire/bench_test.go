@@ -1,0 +1,139 @@
+package wire
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// BenchmarkConsume drains a stream of b.N messages (~200-byte JSON, two
+// headers) and acks each, with nats.go's Consume as jetsink uses it and
+// with this package. The embedded server runs in this process, so its
+// CPU and allocations are in both numbers: the difference is the client's.
+func BenchmarkConsume(b *testing.B) {
+	srv := testenv.NATS(b)
+	js := srv.JetStream(b)
+	var seq atomic.Int64
+	setup := func(b *testing.B) string {
+		b.Helper()
+		ctx := testCtx(b, 5*time.Minute)
+		name := "BENCH" + strconv.FormatInt(seq.Add(1), 10)
+		preload(b, ctx, js, name, b.N, 64, jetstream.ConsumerConfig{AckWait: 5 * time.Minute})
+		b.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+		return name
+	}
+	const maxMessages = 1000
+
+	b.Run("nats.go", func(b *testing.B) {
+		name := setup(b)
+		ctx := testCtx(b, 5*time.Minute)
+		nc, err := nats.Connect(srv.URL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nc.Close()
+		njs, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cons, err := njs.Consumer(ctx, name, "C")
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan struct{})
+		var count, bad atomic.Int64
+		n := int64(b.N)
+		measure(b, func() {
+			cc, err := cons.Consume(func(m jetstream.Msg) {
+				if m.Headers().Get("Nats-Msg-Id") == "" || len(m.Data()) == 0 || m.Reply() == "" {
+					bad.Add(1)
+				}
+				if err := m.Ack(); err != nil {
+					bad.Add(1)
+				}
+				if count.Add(1) == n {
+					close(done)
+				}
+			}, jetstream.PullMaxMessages(maxMessages), jetstream.PullExpiry(30*time.Second), jetstream.PullHeartbeat(5*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			<-done
+			if err := nc.FlushWithContext(ctx); err != nil {
+				b.Fatal(err)
+			}
+			cc.Stop()
+			<-cc.Closed()
+		})
+		if bad.Load() != 0 {
+			b.Fatalf("%d bad messages or failed acks", bad.Load())
+		}
+	})
+
+	b.Run("wire", func(b *testing.B) {
+		name := setup(b)
+		ctx := testCtx(b, 5*time.Minute)
+		c, err := Dial(ctx, Options{URL: srv.URL()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		done := make(chan struct{})
+		var count, bad atomic.Int64
+		n := int64(b.N)
+		measure(b, func() {
+			sub, err := c.Consume(PullOptions{Stream: name, Consumer: "C", MaxMessages: maxMessages, Expires: 30 * time.Second, Heartbeat: 5 * time.Second},
+				func(m *Msg) {
+					if m.HeaderGet("Nats-Msg-Id") == "" || len(m.Data()) == 0 || m.Reply() == "" {
+						bad.Add(1)
+					}
+					if err := m.Ack(); err != nil {
+						bad.Add(1)
+					}
+					if count.Add(1) == n {
+						close(done)
+					}
+				}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			<-done
+			if err := c.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			sub.Stop()
+			<-sub.Closed()
+		})
+		if bad.Load() != 0 {
+			b.Fatalf("%d bad messages or failed acks", bad.Load())
+		}
+	})
+}
+
+// measure times run and reports msgs/s and the process's CPU per message.
+func measure(b *testing.B, run func()) {
+	b.Helper()
+	cpu := func() int64 {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			b.Fatal(err)
+		}
+		return ru.Utime.Nano() + ru.Stime.Nano()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	c0, t0 := cpu(), time.Now()
+	run()
+	wall, used := time.Since(t0), cpu()-c0
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/wall.Seconds(), "msgs/s")
+	b.ReportMetric(float64(used)/float64(b.N), "cpu-ns/msg")
+}

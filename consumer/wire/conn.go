@@ -1,0 +1,615 @@
+package wire
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nkeys"
+)
+
+// Options configure Dial. The zero value of every field but URL is a
+// usable default.
+type Options struct {
+	// URL of one server: nats://host[:port] or tls://host[:port], with an
+	// optional user:password@ (or token@), used when User is empty. The
+	// port defaults to 4222.
+	URL string
+	// Name is the connection name the server shows in its monitoring.
+	Name string
+	// User and Password authenticate with a user/password pair; a User
+	// without Password is sent as a token.
+	User, Password string
+	// NKeyFile is a file holding an NKey user seed: the server's nonce is
+	// signed with it.
+	NKeyFile string
+	// CredsFile is a decorated credentials file (user JWT and seed).
+	CredsFile string
+	// TLS, when set, is used for the connection (a copy; ServerName
+	// defaults to the URL's host). A server that requires TLS, or a tls://
+	// URL, gets a default configuration when TLS is nil.
+	TLS *tls.Config
+	// PingInterval is how often the client pings the server (default 2m).
+	PingInterval time.Duration
+	// MaxPingsOut: when more pings than this are unanswered the connection
+	// is closed with ErrStaleConnection (default 2).
+	MaxPingsOut int
+	// WriteTimeout bounds each write to the socket (default 10s): a server
+	// that stops reading fails the connection instead of blocking
+	// settlements for ever.
+	WriteTimeout time.Duration
+	// Settle, when set, publishes the messages' settlements (subject: the
+	// message's reply subject; payload: "+ACK", "-NAK", ...) instead of
+	// this connection: for example a nats.go connection that reconnects
+	// and buffers meanwhile, so that a message can still be acked after
+	// the connection that delivered it is gone. It must be safe for
+	// concurrent use and must not keep payload.
+	Settle func(subject string, payload []byte) error
+}
+
+func (o *Options) withDefaults() error {
+	if o.URL == "" {
+		return fmt.Errorf("%w: URL is empty", ErrInvalidOptions)
+	}
+	if o.PingInterval < 0 || o.MaxPingsOut < 0 || o.WriteTimeout < 0 {
+		return fmt.Errorf("%w: negative PingInterval, MaxPingsOut or WriteTimeout", ErrInvalidOptions)
+	}
+	o.PingInterval = cmp.Or(o.PingInterval, 2*time.Minute)
+	o.MaxPingsOut = cmp.Or(o.MaxPingsOut, 2)
+	o.WriteTimeout = cmp.Or(o.WriteTimeout, 10*time.Second)
+	if o.NKeyFile != "" && o.CredsFile != "" {
+		return fmt.Errorf("%w: NKeyFile and CredsFile are exclusive", ErrInvalidOptions)
+	}
+	return nil
+}
+
+// maxPayloadCap is the largest max_payload a server can be configured
+// with; a larger one in INFO is not believed, so that a frame header cannot
+// make the reader allocate without bound.
+const maxPayloadCap = 64 << 20
+
+// serverInfo is the part of INFO the client uses.
+type serverInfo struct {
+	MaxPayload   int    `json:"max_payload"`
+	TLSRequired  bool   `json:"tls_required"`
+	TLSAvailable bool   `json:"tls_available"`
+	Headers      bool   `json:"headers"`
+	Nonce        string `json:"nonce"`
+}
+
+type connectInfo struct {
+	Verbose      bool   `json:"verbose"`
+	Pedantic     bool   `json:"pedantic"`
+	TLSRequired  bool   `json:"tls_required"`
+	Name         string `json:"name,omitempty"`
+	Lang         string `json:"lang"`
+	Version      string `json:"version"`
+	Protocol     int    `json:"protocol"`
+	Headers      bool   `json:"headers"`
+	NoResponders bool   `json:"no_responders"`
+	User         string `json:"user,omitempty"`
+	Pass         string `json:"pass,omitempty"`
+	Token        string `json:"auth_token,omitempty"`
+	NKey         string `json:"nkey,omitempty"`
+	JWT          string `json:"jwt,omitempty"`
+	Sig          string `json:"sig,omitempty"`
+}
+
+// Conn is a connection to one NATS server. It owns three goroutines: the
+// reader (parses what the server sends and hands messages to the Subs),
+// the flusher (writes what settlements and pulls buffered) and the pinger.
+// All end when the connection closes. Its methods are safe for concurrent
+// use.
+type Conn struct {
+	id         uint64 // registry id
+	nc         net.Conn
+	opts       Options
+	maxPayload int
+
+	mu sync.Mutex // guards bw, pongs, sids and nextSID
+	bw *bufio.Writer
+	// pongs holds one entry per PING written and not yet answered, in
+	// order: nil for the pinger's, a channel to close for Flush's and
+	// Drain's.
+	pongs   []chan struct{}
+	nextSID uint64
+	subs    atomic.Pointer[map[uint64]*Sub] // copied on write under mu
+
+	kick     chan struct{} // wakes the flusher; capacity 1 coalesces
+	pingsOut atomic.Int32
+	closed   atomic.Bool
+	done     chan struct{} // closed when the connection has failed or closed
+	failOnce sync.Once
+	err      error // why; set before done is closed
+	wg       sync.WaitGroup
+}
+
+// Dial connects to the server at o.URL, upgrades to TLS where configured or
+// required, authenticates and waits for the server to confirm (PING/PONG).
+// ctx bounds all of that, not the connection's life. Errors wrap
+// ErrInvalidOptions (bad options or an unreadable key file),
+// ErrAuthorization (the server refused the credentials; a *ServerError),
+// ErrProtocol, or the network's error; none quotes a secret.
+func Dial(ctx context.Context, o Options) (*Conn, error) {
+	if err := o.withDefaults(); err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil {
+		// url's error quotes the URL, password included.
+		return nil, fmt.Errorf("%w: URL does not parse", ErrInvalidOptions)
+	}
+	wantTLS := false
+	switch u.Scheme {
+	case "nats":
+	case "tls":
+		wantTLS = true
+	default:
+		return nil, fmt.Errorf("%w: URL scheme %q is not nats or tls", ErrInvalidOptions, u.Scheme)
+	}
+	host := u.Hostname()
+	addr := net.JoinHostPort(host, cmp.Or(u.Port(), "4222"))
+	if o.User == "" && u.User != nil {
+		o.User = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	c, br, err := handshake(ctx, nc, &o, host, wantTLS || o.TLS != nil)
+	if err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	c.wg.Add(3)
+	// The reader goes on with the handshake's buffered reader, which may
+	// already hold what the server sent after its PONG.
+	go c.readLoop(br)
+	go c.flushLoop()
+	go c.pingLoop()
+	return c, nil
+}
+
+// handshake reads INFO, upgrades to TLS, sends CONNECT and waits for the
+// PONG that confirms it, all bounded by ctx. It returns the reader to go
+// on reading with.
+func handshake(ctx context.Context, nc net.Conn, o *Options, host string, wantTLS bool) (*Conn, *bufio.Reader, error) {
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	fail := func(err error) (*Conn, *bufio.Reader, error) {
+		if ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("connect: %w (%w)", ctx.Err(), err)
+		}
+		return nil, nil, err
+	}
+	p := parser{br: bufio.NewReaderSize(nc, readBufSize)}
+	var f frame
+	if err := p.next(&f); err != nil {
+		return fail(fmt.Errorf("read INFO: %w", err))
+	}
+	if f.kind != frameInfo {
+		return fail(protoErr("server did not start with INFO"))
+	}
+	var info serverInfo
+	if err := json.Unmarshal(f.text, &info); err != nil {
+		return fail(protoErr("INFO does not parse: %v", err))
+	}
+	if !info.Headers {
+		return fail(fmt.Errorf("%w: server does not support headers", ErrProtocol))
+	}
+	var conn net.Conn = nc
+	if wantTLS || info.TLSRequired {
+		if !info.TLSRequired && !info.TLSAvailable {
+			return fail(fmt.Errorf("%w: TLS configured but the server does not offer it", ErrInvalidOptions))
+		}
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if o.TLS != nil {
+			cfg = o.TLS.Clone()
+		}
+		if cfg.ServerName == "" {
+			cfg.ServerName = host
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return fail(fmt.Errorf("tls handshake: %w", err))
+		}
+		conn = tc
+		p.br = bufio.NewReaderSize(conn, readBufSize)
+	}
+	ci := connectInfo{
+		TLSRequired: conn != nc, Name: o.Name, Lang: "go", Version: "jetsink-wire",
+		Protocol: 1, Headers: true, NoResponders: true,
+	}
+	if err := credentials(&ci, o, info.Nonce); err != nil {
+		return fail(err)
+	}
+	js, err := json.Marshal(&ci)
+	if err != nil {
+		return fail(fmt.Errorf("encode CONNECT: %w", err))
+	}
+	bw := bufio.NewWriterSize(conn, readBufSize)
+	_, _ = bw.WriteString("CONNECT ")
+	_, _ = bw.Write(js)
+	_, _ = bw.WriteString("\r\nPING\r\n")
+	clear(js) // it holds the password or signature
+	if err := bw.Flush(); err != nil {
+		return fail(fmt.Errorf("send CONNECT: %w", err))
+	}
+	for pong := false; !pong; {
+		if err := p.next(&f); err != nil {
+			return fail(fmt.Errorf("await CONNECT's answer: %w", err))
+		}
+		switch f.kind {
+		case framePong:
+			pong = true
+		case framePing:
+			_, _ = bw.WriteString("PONG\r\n")
+			if err := bw.Flush(); err != nil {
+				return fail(fmt.Errorf("send PONG: %w", err))
+			}
+		case frameErr:
+			return fail(fmt.Errorf("connect: %w", &ServerError{Text: string(f.text)}))
+		case frameMsg:
+			return fail(protoErr("message before CONNECT was confirmed"))
+		}
+	}
+	if !stop() {
+		return fail(ctx.Err())
+	}
+	if err := nc.SetDeadline(time.Time{}); err != nil {
+		return fail(err)
+	}
+	c := &Conn{
+		nc:         &deadlineConn{Conn: conn, timeout: o.WriteTimeout},
+		opts:       *o,
+		maxPayload: 1 << 20, // the server's default
+		kick:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
+	}
+	if info.MaxPayload > 0 {
+		c.maxPayload = min(info.MaxPayload, maxPayloadCap)
+	}
+	c.bw = bufio.NewWriterSize(c.nc, readBufSize)
+	c.subs.Store(&map[uint64]*Sub{})
+	c.id = registerConn(c, o.Settle)
+	return c, p.br, nil
+}
+
+// credentials fills in the CONNECT fields for the configured auth kind.
+func credentials(ci *connectInfo, o *Options, nonce string) error {
+	switch {
+	case o.User != "" && o.Password != "":
+		ci.User, ci.Pass = o.User, o.Password
+	case o.User != "":
+		ci.Token = o.User
+	}
+	var file, what string
+	switch {
+	case o.NKeyFile != "":
+		file, what = o.NKeyFile, "nkey file"
+	case o.CredsFile != "":
+		file, what = o.CredsFile, "creds file"
+	default:
+		return nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("%w: read %s: %w", ErrInvalidOptions, what, err)
+	}
+	defer clear(b)
+	kp, err := nkeys.ParseDecoratedNKey(b)
+	if err != nil {
+		// Its error may quote the file's contents: say only which file.
+		return fmt.Errorf("%w: %s %q holds no valid NKey seed", ErrInvalidOptions, what, file)
+	}
+	defer kp.Wipe()
+	if o.CredsFile != "" {
+		jwt, err := nkeys.ParseDecoratedJWT(b)
+		if err != nil || jwt == "" {
+			return fmt.Errorf("%w: %s %q holds no user JWT", ErrInvalidOptions, what, file)
+		}
+		ci.JWT = jwt
+	} else {
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return fmt.Errorf("%w: %s %q: no public key", ErrInvalidOptions, what, file)
+		}
+		ci.NKey = pub
+	}
+	if nonce != "" {
+		sig, err := kp.Sign([]byte(nonce))
+		if err != nil {
+			return fmt.Errorf("sign the server's nonce: %w", err)
+		}
+		ci.Sig = base64.RawURLEncoding.EncodeToString(sig)
+	}
+	return nil
+}
+
+// deadlineConn bounds every write (see Options.WriteTimeout). Writes are
+// coalesced by the bufio.Writer, so setting the deadline is paid per
+// write to the socket, not per settlement.
+type deadlineConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (d *deadlineConn) Write(p []byte) (int, error) {
+	if err := d.Conn.SetWriteDeadline(time.Now().Add(d.timeout)); err != nil {
+		return 0, err
+	}
+	return d.Conn.Write(p)
+}
+
+// MaxPayload is the server's max_payload.
+func (c *Conn) MaxPayload() int { return c.maxPayload }
+
+// Done is closed when the connection has closed or failed.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err is why the connection ended: ErrConnectionClosed after Close,
+// ErrStaleConnection, a *ServerError, an ErrProtocol, or the read or write
+// error; nil while it is open.
+func (c *Conn) Err() error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// fail closes the connection with err; the first error wins.
+func (c *Conn) fail(err error) {
+	c.failOnce.Do(func() {
+		c.err = err
+		c.closed.Store(true)
+		unregisterConn(c.id)
+		close(c.done)
+		_ = c.nc.Close()
+	})
+}
+
+// closedErr is the error a write on a closed connection returns.
+func (c *Conn) closedErr() error {
+	<-c.done
+	if errors.Is(c.err, ErrConnectionClosed) {
+		return c.err
+	}
+	return fmt.Errorf("%w: %w", ErrConnectionClosed, c.err)
+}
+
+// Close writes out what is buffered (bounded by Options.WriteTimeout),
+// closes the connection and waits for its goroutines. Every Sub ends with
+// ErrConnectionClosed; Close does not wait for their delivery goroutines
+// (it may be called from a handler), their Closed channels tell. It
+// returns the error of the final write, if any.
+func (c *Conn) Close() error {
+	var err error
+	c.mu.Lock()
+	if !c.closed.Load() {
+		err = c.bw.Flush()
+	}
+	c.mu.Unlock()
+	c.fail(ErrConnectionClosed)
+	c.wg.Wait()
+	return err
+}
+
+// Flush returns once the server has read everything written before it:
+// it sends a PING and waits for the PONG. Errors: ctx's, or one wrapping
+// ErrConnectionClosed.
+func (c *Conn) Flush(ctx context.Context) error {
+	ch := make(chan struct{})
+	if err := c.ping(ch, nil); err != nil {
+		return err
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-c.done:
+		return c.closedErr()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ping writes PING (after pre, if any) and queues ch to be closed by its
+// PONG.
+func (c *Conn) ping(ch chan struct{}, pre func(*bufio.Writer)) error {
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return c.closedErr()
+	}
+	if pre != nil {
+		pre(c.bw)
+	}
+	_, _ = c.bw.WriteString("PING\r\n")
+	c.pongs = append(c.pongs, ch)
+	c.mu.Unlock()
+	c.wake()
+	return nil
+}
+
+// wake tells the flusher there is something to write; a pending wake-up
+// covers this write too.
+func (c *Conn) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// write appends to the write buffer under the lock and wakes the flusher.
+// A write error is not returned here: it surfaces in the flusher, which
+// fails the connection.
+func (c *Conn) write(fn func(*bufio.Writer)) error {
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return c.closedErr()
+	}
+	fn(c.bw)
+	c.mu.Unlock()
+	c.wake()
+	return nil
+}
+
+// settle publishes a settlement payload (verb, optional delay in ns,
+// optional reason) to reply. The numbers are formatted in the write
+// buffer's free space, so nothing is allocated.
+func (c *Conn) settle(reply, verb string, delay int64, reason string) error {
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return c.closedErr()
+	}
+	n := len(verb)
+	var num [20]byte
+	digits := 0
+	if delay >= 0 {
+		digits = len(strconv.AppendInt(num[:0], delay, 10))
+		n += len(` {"delay":}`) + digits
+	}
+	if reason != "" {
+		n += 1 + len(reason)
+	}
+	bw := c.bw
+	_, _ = bw.WriteString("PUB ")
+	_, _ = bw.WriteString(reply)
+	_, _ = bw.Write(strconv.AppendInt(append(bw.AvailableBuffer(), ' '), int64(n), 10))
+	_, _ = bw.WriteString("\r\n")
+	_, _ = bw.WriteString(verb)
+	if delay >= 0 {
+		_, _ = bw.WriteString(` {"delay":`)
+		_, _ = bw.Write(strconv.AppendInt(bw.AvailableBuffer(), delay, 10))
+		_ = bw.WriteByte('}')
+	}
+	if reason != "" {
+		_ = bw.WriteByte(' ')
+		_, _ = bw.WriteString(reason)
+	}
+	_, _ = bw.WriteString("\r\n")
+	c.mu.Unlock()
+	c.wake()
+	return nil
+}
+
+// flushLoop writes the buffer out whenever woken: many settlements, one
+// write.
+func (c *Conn) flushLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.kick:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		var err error
+		if c.bw.Buffered() > 0 && !c.closed.Load() {
+			err = c.bw.Flush()
+		}
+		c.mu.Unlock()
+		if err != nil {
+			c.fail(fmt.Errorf("write: %w", err))
+			return
+		}
+	}
+}
+
+// pingLoop pings every PingInterval and gives the connection up when more
+// than MaxPingsOut pings are unanswered.
+func (c *Conn) pingLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-c.done:
+			return
+		}
+		if int(c.pingsOut.Add(1)) > c.opts.MaxPingsOut {
+			c.fail(ErrStaleConnection)
+			return
+		}
+		if c.ping(nil, nil) != nil {
+			return
+		}
+	}
+}
+
+// readLoop parses what the server sends until the connection fails.
+func (c *Conn) readLoop(br *bufio.Reader) {
+	defer c.wg.Done()
+	p := parser{br: br, maxPayload: c.maxPayload}
+	var f frame
+	for {
+		if err := p.next(&f); err != nil {
+			if c.closed.Load() {
+				c.fail(err) // no-op: keeps the first error
+			} else {
+				c.fail(fmt.Errorf("read: %w", err))
+			}
+			return
+		}
+		switch f.kind {
+		case frameMsg:
+			c.dispatch(f.sid, f.msg)
+		case framePing:
+			_ = c.write(func(bw *bufio.Writer) { _, _ = bw.WriteString("PONG\r\n") })
+		case framePong:
+			c.pingsOut.Store(0)
+			c.mu.Lock()
+			var ch chan struct{}
+			if len(c.pongs) > 0 {
+				ch = c.pongs[0]
+				c.pongs[0] = nil
+				c.pongs = c.pongs[1:]
+			}
+			c.mu.Unlock()
+			if ch != nil {
+				close(ch)
+			}
+		case frameErr:
+			e := &ServerError{Text: string(f.text)}
+			if e.fatal() {
+				c.fail(e)
+				return
+			}
+			for _, s := range *c.subs.Load() {
+				s.note(e)
+			}
+		case frameOK, frameInfo:
+			// verbose is off; INFO updates (cluster URLs, lame duck mode)
+			// matter only to a client that reconnects, which this is not.
+		}
+	}
+}
+
+// dispatch hands a message to the Sub its sid belongs to; one for a Sub
+// that has ended is dropped (JetStream redelivers it after ack_wait).
+func (c *Conn) dispatch(sid uint64, m *Msg) {
+	s := (*c.subs.Load())[sid]
+	if s == nil {
+		return
+	}
+	m.conn = c.id
+	s.receive(m)
+}

@@ -1,0 +1,302 @@
+package wire
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+func dialTest(t testing.TB, ctx context.Context, url string) *Conn {
+	t.Helper()
+	c, err := Dial(ctx, Options{URL: url, Name: "wire-test"})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestConsumeDrainsStreamExactlyOnce(t *testing.T) {
+	const n, subjects = 20000, 7
+	ctx := testCtx(t, 2*time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	name := uniqueName("DRAIN")
+	preload(t, ctx, js, name, n, subjects, jetstream.ConsumerConfig{AckWait: time.Minute})
+
+	c := dialTest(t, ctx, srv.URL())
+	var (
+		mu       sync.Mutex
+		seen     = make([]bool, n+1)
+		lastSeq  = make(map[string]uint64)
+		problems []string
+		count    atomic.Int64
+		ackErrs  atomic.Int64
+	)
+	bad := func(s string) {
+		if len(problems) < 10 {
+			problems = append(problems, s)
+		}
+	}
+	handler := func(m *Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		delivered, sseq := ackMeta(t, m.Reply())
+		if delivered != 1 {
+			bad("redelivered " + m.Reply())
+		}
+		if sseq < 1 || sseq > n || seen[sseq] {
+			bad("duplicate or out of range " + m.Reply())
+		} else {
+			seen[sseq] = true
+		}
+		if sseq <= lastSeq[m.Subject()] {
+			bad("out of order on " + m.Subject())
+		}
+		lastSeq[m.Subject()] = sseq
+		i := int(sseq)
+		if want := name + "." + strconv.Itoa(i%subjects); m.Subject() != want {
+			bad("subject " + m.Subject() + " want " + want)
+		}
+		if got, want := m.HeaderGet("Nats-Msg-Id"), name+"-"+strconv.Itoa(i); got != want {
+			bad("Nats-Msg-Id " + got + " want " + want)
+		}
+		if got := m.HeaderGet("traceparent"); len(got) != 55 {
+			bad("traceparent " + got)
+		}
+		if !bytes.Equal(m.Data(), payload(i)) {
+			bad("payload of " + strconv.Itoa(i))
+		}
+		if err := m.Ack(); err != nil {
+			ackErrs.Add(1)
+		}
+		count.Add(1)
+	}
+	rec := newErrRecorder()
+	sub, err := c.Consume(PullOptions{Stream: name, Consumer: "C", MaxMessages: 500, Expires: 5 * time.Second}, handler, rec.onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "all messages handled", func() bool { return count.Load() >= n })
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, name, "C")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "acks landed", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.NumAckPending == 0 && ci.AckFloor.Stream == n && ci.NumPending == 0
+	})
+	sub.Stop()
+	waitClosed(t, sub, 5*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	if got := count.Load(); got != n {
+		t.Errorf("handled %d, want %d", got, n)
+	}
+	if ackErrs.Load() != 0 {
+		t.Errorf("%d acks failed", ackErrs.Load())
+	}
+	if err := sub.Err(); err != nil {
+		t.Errorf("Err after Stop: %v", err)
+	}
+}
+
+// settleFixture is a stream with one message per subject <name>.<kind>,
+// consumed into a channel.
+func settleFixture(t *testing.T, ackWait time.Duration, kinds ...string) (ctx context.Context, name string, js jetstream.JetStream, c *Conn, msgs chan *Msg) {
+	t.Helper()
+	ctx = testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js = srv.JetStream(t)
+	name = uniqueName("SETTLE")
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kinds {
+		if _, err := js.Publish(ctx, name+"."+k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c = dialTest(t, ctx, srv.URL())
+	msgs = make(chan *Msg, 100)
+	sub, err := c.Consume(PullOptions{Stream: name, Consumer: "C", MaxMessages: 10, Expires: 2 * time.Second, Heartbeat: time.Second},
+		func(m *Msg) { msgs <- m }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Stop(); <-sub.Closed() })
+	return ctx, name, js, c, msgs
+}
+
+// next returns the next message for kind, or fails after d.
+func nextMsg(t *testing.T, msgs chan *Msg, d time.Duration) *Msg {
+	t.Helper()
+	select {
+	case m := <-msgs:
+		return m
+	case <-time.After(d):
+		t.Fatalf("no message within %v", d)
+		return nil
+	}
+}
+
+func TestSettlements(t *testing.T) {
+	kinds := []string{"ack", "nak", "delay", "wpi", "term", "termr"}
+	const ackWait = time.Second
+	ctx, name, js, c, msgs := settleFixture(t, ackWait, kinds...)
+	first := make(map[string]*Msg)
+	for range kinds {
+		m := nextMsg(t, msgs, 10*time.Second)
+		first[m.Subject()[len(name)+1:]] = m
+	}
+	start := time.Now()
+	for k, err := range map[string]error{
+		"ack":   first["ack"].Ack(),
+		"nak":   first["nak"].Nak(),
+		"delay": first["delay"].NakWithDelay(1500 * time.Millisecond),
+		"term":  first["term"].Term(),
+		"termr": first["termr"].TermWithReason("bad payload"),
+	} {
+		if err != nil {
+			t.Errorf("%s: %v", k, err)
+		}
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A second final settlement, and InProgress after one, are refused.
+	for k, m := range first {
+		if k == "wpi" {
+			continue
+		}
+		for _, f := range []func() error{m.Ack, m.Nak, m.Term, m.InProgress} {
+			if err := f(); !errors.Is(err, ErrMsgAlreadyAcked) {
+				t.Errorf("%s: second settlement returned %v, want ErrMsgAlreadyAcked", k, err)
+			}
+		}
+	}
+	// InProgress keeps "wpi" from being redelivered past its ack wait.
+	wpi := first["wpi"]
+	redelivered := make(map[string]time.Time)
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	tick := time.NewTicker(ackWait / 3)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-tick.C:
+			if err := wpi.InProgress(); err != nil {
+				t.Fatalf("InProgress: %v", err)
+			}
+		case m := <-msgs:
+			k := m.Subject()[len(name)+1:]
+			d, _ := ackMeta(t, m.Reply())
+			if d != 2 {
+				t.Errorf("%s redelivered with count %d, want 2", k, d)
+			}
+			redelivered[k] = time.Now()
+			if err := m.Ack(); err != nil {
+				t.Errorf("ack redelivered %s: %v", k, err)
+			}
+		}
+	}
+	if err := wpi.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := redelivered["nak"]; !ok {
+		t.Error("nak'ed message not redelivered")
+	}
+	if at, ok := redelivered["delay"]; !ok {
+		t.Error("message nak'ed with delay not redelivered")
+	} else if d := at.Sub(start); d < 1200*time.Millisecond {
+		t.Errorf("NakWithDelay(1.5s) redelivered after %v", d)
+	}
+	for _, k := range []string{"ack", "wpi", "term", "termr"} {
+		if _, ok := redelivered[k]; ok {
+			t.Errorf("%s redelivered", k)
+		}
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, name, "C")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "nothing pending", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0 && ci.AckFloor.Stream == uint64(len(kinds))
+	})
+}
+
+func TestSettleAfterClose(t *testing.T) {
+	_, _, _, c, msgs := settleFixture(t, time.Minute, "a", "b")
+	a, b := nextMsg(t, msgs, 10*time.Second), nextMsg(t, msgs, 10*time.Second)
+	if err := a.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func() error{"Ack": b.Ack, "Nak": b.Nak, "InProgress": b.InProgress, "Term": b.Term,
+		"NakWithDelay": func() error { return b.NakWithDelay(time.Second) }, "TermWithReason": func() error { return b.TermWithReason("x") }} {
+		if err := f(); !errors.Is(err, ErrConnectionClosed) {
+			t.Errorf("%s after Close: %v, want ErrConnectionClosed", name, err)
+		}
+	}
+	if err := c.Flush(context.Background()); !errors.Is(err, ErrConnectionClosed) {
+		t.Errorf("Flush after Close: %v", err)
+	}
+	if _, err := c.Consume(PullOptions{Stream: "S", Consumer: "C"}, func(*Msg) {}, nil); !errors.Is(err, ErrConnectionClosed) {
+		t.Errorf("Consume after Close: %v", err)
+	}
+}
+
+func TestConsumeMaxBytes(t *testing.T) {
+	const n = 2000
+	ctx := testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	preload(t, ctx, js, "BYTES", n, 3, jetstream.ConsumerConfig{AckWait: time.Minute})
+	c := dialTest(t, ctx, srv.URL())
+	// Each request is cut short by max_bytes (a 409 that gives back the
+	// credit of the rest); the Sub keeps pulling to the end.
+	var count atomic.Int64
+	rec := newErrRecorder()
+	sub, err := c.Consume(PullOptions{Stream: "BYTES", Consumer: "C", MaxMessages: 100, MaxBytes: 8 << 10}, func(m *Msg) {
+		if m.Size() > 8<<10 {
+			t.Errorf("message of %d bytes", m.Size())
+		}
+		if err := m.Ack(); err != nil {
+			t.Errorf("ack: %v", err)
+		}
+		count.Add(1)
+	}, rec.onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	eventually(t, 30*time.Second, "all handled", func() bool { return count.Load() == n })
+	select {
+	case err := <-rec.ch:
+		t.Errorf("onErr: %v", err)
+	default:
+	}
+}

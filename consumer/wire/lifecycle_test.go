@@ -1,0 +1,423 @@
+package wire
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// fakeServer accepts one connection, sends info, answers CONNECT's PING
+// with PONG and then runs script with the connection and its reader.
+func fakeServer(t *testing.T, info string, script func(net.Conn, *bufio.Reader)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		conn, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		br := bufio.NewReader(conn)
+		if _, err := conn.Write([]byte("INFO " + info + "\r\n")); err != nil {
+			return
+		}
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if strings.HasPrefix(line, "PING") {
+				break
+			}
+		}
+		script(conn, br)
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	return "nats://" + l.Addr().String()
+}
+
+const fakeInfo = `{"server_id":"fake","headers":true,"max_payload":100}`
+
+// waitErr waits for the connection to end and returns its error.
+func waitErr(t *testing.T, c *Conn) error {
+	t.Helper()
+	select {
+	case <-c.Done():
+		return c.Err()
+	case <-time.After(10 * time.Second):
+		t.Fatal("connection still open")
+		return nil
+	}
+}
+
+func TestFakeServerProtocolErrors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		send string
+		want error
+	}{
+		"garbage":          {"PONG\r\nWHAT IS THIS\r\n", ErrProtocol},
+		"over max_payload": {"PONG\r\nMSG a 1 5000\r\n", ErrProtocol},
+		"bad crlf":         {"PONG\r\nMSG a 1 2\r\nabXY", ErrProtocol},
+		"fatal -ERR":       {"PONG\r\n-ERR 'Unknown Protocol Operation'\r\n", &ServerError{}},
+		"eof mid frame":    {"PONG\r\nMSG a 1 50\r\nabc", ErrConnectionClosed},
+	} {
+		t.Run(name, func(t *testing.T) {
+			url := fakeServer(t, fakeInfo, func(conn net.Conn, br *bufio.Reader) {
+				_, _ = conn.Write([]byte(tc.send))
+				if name != "eof mid frame" {
+					_, _ = br.ReadString(0) // until the client hangs up
+				}
+			})
+			c, err := Dial(testCtx(t, 10*time.Second), Options{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			err = waitErr(t, c)
+			var se *ServerError
+			switch {
+			case errors.As(tc.want, &se):
+				if !errors.As(err, &se) || se.Text != "Unknown Protocol Operation" {
+					t.Errorf("got %v, want the -ERR", err)
+				}
+			case tc.want == ErrConnectionClosed:
+				if !errors.Is(err, ErrConnectionClosed) && !strings.Contains(err.Error(), "unexpected EOF") {
+					t.Errorf("got %v", err)
+				}
+			default:
+				if !errors.Is(err, tc.want) {
+					t.Errorf("got %v, want %v", err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestFakeServerConnect(t *testing.T) {
+	t.Run("authorization violation", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			_, _ = conn.Write([]byte("INFO " + fakeInfo + "\r\n"))
+			_, _ = bufio.NewReader(conn).ReadString('\n')
+			_, _ = conn.Write([]byte("-ERR 'Authorization Violation'\r\n"))
+		}()
+		defer func() { l.Close(); <-done }()
+		_, err = Dial(testCtx(t, 10*time.Second), Options{URL: "nats://" + l.Addr().String(), User: "u", Password: "p4ss"})
+		if !errors.Is(err, ErrAuthorization) || strings.Contains(err.Error(), "p4ss") {
+			t.Errorf("got %v, want ErrAuthorization", err)
+		}
+	})
+	t.Run("no INFO before the deadline", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err = Dial(ctx, Options{URL: "nats://" + l.Addr().String()})
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+			t.Errorf("got %v after %v", err, time.Since(start))
+		}
+	})
+	t.Run("options", func(t *testing.T) {
+		for _, o := range []Options{{}, {URL: "ws://localhost"}, {URL: "nats://x", PingInterval: -1},
+			{URL: "nats://x", NKeyFile: "a", CredsFile: "b"}} {
+			if _, err := Dial(context.Background(), o); !errors.Is(err, ErrInvalidOptions) {
+				t.Errorf("%+v: %v", o, err)
+			}
+		}
+	})
+}
+
+func TestFakeServerPings(t *testing.T) {
+	t.Run("answers PING", func(t *testing.T) {
+		pong := make(chan string, 1)
+		url := fakeServer(t, fakeInfo, func(conn net.Conn, br *bufio.Reader) {
+			_, _ = conn.Write([]byte("PONG\r\nINFO {}\r\n+OK\r\nPING\r\n"))
+			line, _ := br.ReadString('\n')
+			pong <- line
+			_, _ = br.ReadString(0)
+		})
+		c, err := Dial(testCtx(t, 10*time.Second), Options{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		select {
+		case line := <-pong:
+			if line != "PONG\r\n" {
+				t.Errorf("answered %q", line)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("PING not answered")
+		}
+	})
+	t.Run("stale", func(t *testing.T) {
+		url := fakeServer(t, fakeInfo, func(conn net.Conn, br *bufio.Reader) {
+			_, _ = conn.Write([]byte("PONG\r\n"))
+			_, _ = br.ReadString(0) // never answers the pings
+		})
+		c, err := Dial(testCtx(t, 10*time.Second), Options{URL: url, PingInterval: 50 * time.Millisecond, MaxPingsOut: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := waitErr(t, c); !errors.Is(err, ErrStaleConnection) {
+			t.Errorf("got %v, want ErrStaleConnection", err)
+		}
+	})
+}
+
+// consumeInto subscribes a handler that sends every message to a channel.
+func consumeInto(t *testing.T, c *Conn, o PullOptions, rec *errRecorder) (*Sub, chan *Msg) {
+	t.Helper()
+	msgs := make(chan *Msg, 10000)
+	onErr := func(error) {}
+	if rec != nil {
+		onErr = rec.onErr
+	}
+	sub, err := c.Consume(o, func(m *Msg) { msgs <- m }, onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Stop(); <-sub.Closed() })
+	return sub, msgs
+}
+
+func TestServerShutdownEndsSubs(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	preload(t, ctx, js, "SHUT", 10, 1, jetstream.ConsumerConfig{AckWait: time.Minute})
+	c := dialTest(t, ctx, srv.URL())
+	rec := newErrRecorder()
+	sub, msgs := consumeInto(t, c, PullOptions{Stream: "SHUT", Consumer: "C", Expires: 2 * time.Second, Heartbeat: 500 * time.Millisecond}, rec)
+	for range 10 {
+		_ = nextMsg(t, msgs, 10*time.Second).Ack()
+	}
+	srv.Shutdown()
+	waitClosed(t, sub, 10*time.Second)
+	if !errors.Is(sub.Err(), ErrConnectionClosed) {
+		t.Errorf("Sub ended with %v, want ErrConnectionClosed", sub.Err())
+	}
+	rec.wait(t, time.Second, func(err error) bool { return errors.Is(err, ErrConnectionClosed) })
+	if c.Err() == nil {
+		t.Error("Conn.Err is nil after the server went away")
+	}
+}
+
+func TestConsumerDeletedEndsSub(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	preload(t, ctx, js, "DEL", 1, 1, jetstream.ConsumerConfig{AckWait: time.Minute})
+	c := dialTest(t, ctx, srv.URL())
+	rec := newErrRecorder()
+	sub, msgs := consumeInto(t, c, PullOptions{Stream: "DEL", Consumer: "C", Expires: 2 * time.Second, Heartbeat: 500 * time.Millisecond}, rec)
+	_ = nextMsg(t, msgs, 10*time.Second).Ack()
+	if err := js.DeleteConsumer(ctx, "DEL", "C"); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, sub, 10*time.Second)
+	if err := sub.Err(); !errors.Is(err, ErrConsumerDeleted) {
+		t.Errorf("Sub ended with %v, want ErrConsumerDeleted", err)
+	}
+	rec.wait(t, time.Second, func(err error) bool { return errors.Is(err, ErrConsumerDeleted) })
+	if c.Err() != nil {
+		t.Errorf("connection failed: %v", c.Err())
+	}
+}
+
+func TestNoHeartbeat(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	preload(t, ctx, js, "HB", 0, 1, jetstream.ConsumerConfig{AckWait: time.Minute})
+	c := dialTest(t, ctx, srv.URL())
+	rec := newErrRecorder()
+	// Pulls to a consumer that does not exist get a 503 (no responders)
+	// and then silence.
+	_, msgs := consumeInto(t, c, PullOptions{Stream: "HB", Consumer: "MISSING", Expires: 2 * time.Second, Heartbeat: 300 * time.Millisecond}, rec)
+	start := time.Now()
+	rec.wait(t, 5*time.Second, func(err error) bool { return errors.Is(err, ErrNoHeartbeat) })
+	if d := time.Since(start); d < 500*time.Millisecond {
+		t.Errorf("ErrNoHeartbeat after %v, before two heartbeat intervals", d)
+	}
+	// The Sub goes on pulling: once the consumer is there, it delivers.
+	if _, err := js.CreateConsumer(ctx, "HB", jetstream.ConsumerConfig{Durable: "MISSING", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, "HB", 1, 1, 1)
+	if err := nextMsg(t, msgs, 10*time.Second).Ack(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHeartbeatsKeepQuietSubAlive(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	preload(t, ctx, js, "QUIET", 0, 1, jetstream.ConsumerConfig{AckWait: time.Minute})
+	c := dialTest(t, ctx, srv.URL())
+	rec := newErrRecorder()
+	_, msgs := consumeInto(t, c, PullOptions{Stream: "QUIET", Consumer: "C", Expires: time.Second, Heartbeat: 200 * time.Millisecond}, rec)
+	// Several expiries (408s give the credit back, the Sub pulls again)
+	// and no error: the idle heartbeats count as life.
+	time.Sleep(3 * time.Second)
+	select {
+	case err := <-rec.ch:
+		t.Fatalf("onErr on a quiet stream: %v", err)
+	default:
+	}
+	publish(t, ctx, js, "QUIET", 1, 1, 1)
+	if err := nextMsg(t, msgs, 5*time.Second).Ack(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDrainDeliversWhatArrived(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	preload(t, ctx, js, "DRN", 1000, 1, jetstream.ConsumerConfig{AckWait: time.Minute})
+	c := dialTest(t, ctx, srv.URL())
+	release := make(chan struct{})
+	var handled atomic.Int64
+	sub, err := c.Consume(PullOptions{Stream: "DRN", Consumer: "C", MaxMessages: 100}, func(m *Msg) {
+		if handled.Add(1) == 1 {
+			<-release
+		}
+		if err := m.Ack(); err != nil {
+			t.Errorf("ack: %v", err)
+		}
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first handler call holds the goroutine; the other 99 requested
+	// arrive in the buffer.
+	eventually(t, 10*time.Second, "buffer filled", func() bool { return len(sub.ch) == 99 })
+	// The blocked handler does not hold up the reader: a round trip works.
+	if err := c.Flush(ctx); err != nil {
+		t.Fatalf("Flush while the handler is blocked: %v", err)
+	}
+	sub.Drain()
+	close(release)
+	waitClosed(t, sub, 10*time.Second)
+	if err := sub.Err(); err != nil {
+		t.Errorf("Err after Drain: %v", err)
+	}
+	if got := handled.Load(); got != 100 {
+		t.Errorf("handled %d after Drain, want the 100 that arrived", got)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cons, _ := js.Consumer(ctx, "DRN", "C")
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.AckFloor.Stream != 100 {
+		t.Errorf("ack floor %d, want 100", ci.AckFloor.Stream)
+	}
+}
+
+func TestStopIsPrompt(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	preload(t, ctx, js, "STOP", 1000, 1, jetstream.ConsumerConfig{AckWait: time.Minute})
+	c := dialTest(t, ctx, srv.URL())
+	release := make(chan struct{})
+	var handled atomic.Int64
+	sub, err := c.Consume(PullOptions{Stream: "STOP", Consumer: "C", MaxMessages: 100}, func(*Msg) {
+		if handled.Add(1) == 1 {
+			<-release
+		}
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "buffer filled", func() bool { return len(sub.ch) == 99 })
+	sub.Stop()
+	close(release)
+	waitClosed(t, sub, time.Second)
+	if got := handled.Load(); got != 1 {
+		t.Errorf("handled %d, want only the one running at Stop", got)
+	}
+	if sub.Err() != nil {
+		t.Errorf("Err after Stop: %v", sub.Err())
+	}
+}
+
+func TestCloseEndsAllSubs(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	preload(t, ctx, js, "CLS", 10, 1, jetstream.ConsumerConfig{AckWait: time.Minute})
+	c := dialTest(t, ctx, srv.URL())
+	recA, recB := newErrRecorder(), newErrRecorder()
+	a, msgs := consumeInto(t, c, PullOptions{Stream: "CLS", Consumer: "C", MaxMessages: 5}, recA)
+	b, _ := consumeInto(t, c, PullOptions{Stream: "CLS", Consumer: "C", MaxMessages: 5}, recB)
+	_ = nextMsg(t, msgs, 10*time.Second)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Sub{a, b} {
+		waitClosed(t, s, 5*time.Second)
+		if !errors.Is(s.Err(), ErrConnectionClosed) {
+			t.Errorf("Sub ended with %v", s.Err())
+		}
+	}
+	for _, r := range []*errRecorder{recA, recB} {
+		r.wait(t, time.Second, func(err error) bool { return errors.Is(err, ErrConnectionClosed) })
+	}
+	if !errors.Is(c.Err(), ErrConnectionClosed) {
+		t.Errorf("Conn.Err %v", c.Err())
+	}
+}
+
+func TestPullOptions(t *testing.T) {
+	for _, o := range []PullOptions{
+		{Consumer: "C"}, {Stream: "S"}, {Stream: "a.b", Consumer: "C"}, {Stream: "S", Consumer: "C*"},
+		{Stream: "S", Consumer: "C", Expires: 500 * time.Millisecond},
+		{Stream: "S", Consumer: "C", Expires: 2 * time.Second, Heartbeat: 1500 * time.Millisecond},
+		{Stream: "S", Consumer: "C", MaxMessages: -1},
+		{Stream: "S", Consumer: "C", APIPrefix: "a b"},
+	} {
+		if err := o.withDefaults(); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+	o := PullOptions{Stream: "S", Consumer: "C"}
+	if err := o.withDefaults(); err != nil || o.MaxMessages != 500 || o.Expires != 30*time.Second || o.Heartbeat != 15*time.Second || o.APIPrefix != "$JS.API" {
+		t.Errorf("defaults: %+v %v", o, err)
+	}
+}

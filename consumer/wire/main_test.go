@@ -1,0 +1,9 @@
+package wire
+
+import (
+	"testing"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,0 +1,332 @@
+package wire
+
+import (
+	"iter"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Msg is one message as the server delivered it. Its header and bytes live
+// in ONE allocation: the Msg struct sits at the start of a []byte and the
+// subject, reply, header block and payload follow it, so a message costs
+// the garbage collector one object and no pointers to scan (see doc.go).
+// That is why Msg has no pointer fields: the Conn is found through a
+// registry by id, and the strings and slices it returns alias the bytes
+// after it. Those bytes are never modified; callers must not modify them
+// either.
+//
+// A Msg must not be copied (its bytes are not in the copy; vet's
+// copylocks check catches it). It is safe for concurrent use: settlement
+// is decided by an atomic.
+type Msg struct {
+	conn  uint64 // registry id of the Conn that delivered it
+	subj  uint32 // lengths of the four parts that follow the struct
+	reply uint32
+	hdr   uint32
+	data  uint32
+	state atomic.Uint32 // settleNone, settleFinal
+	_     uint32
+}
+
+const msgSize = int(unsafe.Sizeof(Msg{}))
+
+const (
+	settleNone uint32 = iota
+	settleFinal
+)
+
+// newMsg allocates the one []byte that holds a Msg and n bytes after it
+// and returns both views of it.
+func newMsg(n int) (*Msg, []byte) {
+	buf := make([]byte, msgSize+n)
+	// buf is pointer-free memory, at least 8-byte aligned (every size class
+	// above the tiny allocator's 16 bytes is), and Msg has no pointers, so
+	// the garbage collector is indifferent to the cast; *Msg keeps the
+	// whole allocation alive as an interior pointer.
+	m := (*Msg)(unsafe.Pointer(unsafe.SliceData(buf)))
+	return m, buf[msgSize:]
+}
+
+// part returns n bytes of the message at off (counted from the end of the
+// struct) as a string, "" when n is 0 so that no pointer past the
+// allocation is ever formed.
+func (m *Msg) part(off, n uint32) string {
+	if n == 0 {
+		return ""
+	}
+	return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(m), msgSize+int(off))), n)
+}
+
+// Subject is the subject the message was published to.
+func (m *Msg) Subject() string { return m.part(0, m.subj) }
+
+// Reply is the reply subject: for a JetStream message its $JS.ACK subject,
+// which holds the stream and consumer sequences and the delivery count.
+func (m *Msg) Reply() string { return m.part(m.subj, m.reply) }
+
+// Data is the payload, nil when empty. Its capacity equals its length, so
+// appending copies; it must not be modified.
+func (m *Msg) Data() []byte {
+	if m.data == 0 {
+		return nil
+	}
+	s := m.part(m.subj+m.reply+m.hdr, m.data)
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
+// HeaderBlock is the raw header block ("NATS/1.0\r\nKey: value\r\n...\r\n"),
+// "" when the message has none.
+func (m *Msg) HeaderBlock() string { return m.part(m.subj+m.reply, m.hdr) }
+
+// Size is the length of the header block plus the payload, what the server
+// counts against max_bytes.
+func (m *Msg) Size() int { return int(m.hdr) + int(m.data) }
+
+// HeaderGet returns the first value of the header field key, "" when there
+// is none. The match is case-sensitive, as nats.Header.Get's is (nats.go
+// keeps keys as the publisher sent them), so "Nats-Msg-Id" and
+// "traceparent" are found as published. The value aliases the message and
+// has its leading blanks removed, as nats.go does; nothing is allocated.
+func (m *Msg) HeaderGet(key string) string {
+	v, _ := m.HeaderLookup(key)
+	return v
+}
+
+// HeaderLookup is HeaderGet that also says whether the field is there, so
+// that a field with an empty value is told from a missing one.
+func (m *Msg) HeaderLookup(key string) (string, bool) {
+	h := headerFields(m.HeaderBlock())
+	for {
+		k, v, rest, ok := nextField(h)
+		if !ok {
+			return "", false
+		}
+		if k == key {
+			return v, true
+		}
+		h = rest
+	}
+}
+
+// HeaderFields iterates over the header fields in the order they were
+// sent, keys as sent and values as HeaderGet returns them; a key that
+// appears more than once is visited once per value. Lines without a colon
+// and empty keys are skipped, as nats.go skips empty keys.
+func (m *Msg) HeaderFields() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		h := headerFields(m.HeaderBlock())
+		for {
+			k, v, rest, ok := nextField(h)
+			if !ok || !yield(k, v) {
+				return
+			}
+			h = rest
+		}
+	}
+}
+
+// headerFields skips the first line of a header block: "NATS/1.0" and an
+// optional status.
+func headerFields(h string) string {
+	i := strings.IndexByte(h, '\n')
+	if i < 0 {
+		return ""
+	}
+	return h[i+1:]
+}
+
+// nextField returns the first field of h and what follows it; ok is false
+// at the blank line that ends the block or at the end of h.
+func nextField(h string) (key, value, rest string, ok bool) {
+	for len(h) > 0 {
+		var line string
+		if i := strings.IndexByte(h, '\n'); i >= 0 {
+			line, h = h[:i], h[i+1:]
+		} else {
+			line, h = h, ""
+		}
+		line = strings.TrimSuffix(line, "\r")
+		if line == "" {
+			return "", "", "", false
+		}
+		c := strings.IndexByte(line, ':')
+		if c <= 0 {
+			continue
+		}
+		return line[:c], strings.TrimLeft(line[c+1:], " \t"), h, true
+	}
+	return "", "", "", false
+}
+
+// status returns the status code and description of a message whose header
+// block starts "NATS/1.0 <code> <description>", code 0 when it has none.
+func (m *Msg) status() (code int, descr string) {
+	h := m.HeaderBlock()
+	const pre = "NATS/1.0 "
+	if !strings.HasPrefix(h, pre) {
+		return 0, ""
+	}
+	h = h[len(pre):]
+	if i := strings.IndexByte(h, '\n'); i >= 0 {
+		h = h[:i]
+	}
+	h = strings.TrimRight(h, "\r \t")
+	if len(h) < 3 {
+		return 0, ""
+	}
+	for i := range 3 {
+		if h[i] < '0' || h[i] > '9' {
+			return 0, ""
+		}
+		code = code*10 + int(h[i]-'0')
+	}
+	return code, strings.TrimSpace(h[3:])
+}
+
+// Ack acknowledges the message: JetStream will not deliver it again. It
+// returns ErrMsgAlreadyAcked after a final settlement, ErrMsgNoReply, or an
+// error wrapping ErrConnectionClosed. A nil error means the ack is buffered;
+// Conn.Flush tells when the server has read it.
+func (m *Msg) Ack() error { return m.settle("+ACK", -1, "", true) }
+
+// Nak asks JetStream to deliver the message again now. Errors as Ack.
+func (m *Msg) Nak() error { return m.settle("-NAK", -1, "", true) }
+
+// NakWithDelay asks JetStream to deliver the message again after delay
+// (a delay <= 0 is a plain Nak). Errors as Ack.
+func (m *Msg) NakWithDelay(delay time.Duration) error {
+	if delay <= 0 {
+		return m.Nak()
+	}
+	return m.settle("-NAK", int64(delay), "", true)
+}
+
+// InProgress resets the message's ack timer; it can be called any number
+// of times before a final settlement. Errors as Ack.
+func (m *Msg) InProgress() error { return m.settle("+WPI", -1, "", false) }
+
+// Term tells JetStream never to deliver the message again. Errors as Ack.
+func (m *Msg) Term() error { return m.settle("+TERM", -1, "", true) }
+
+// TermWithReason is Term with a reason the server reports in its advisory.
+// Errors as Ack.
+func (m *Msg) TermWithReason(reason string) error {
+	if reason == "" {
+		return m.Term()
+	}
+	return m.settle("+TERM", -1, reason, true)
+}
+
+func (m *Msg) settle(verb string, delay int64, reason string, final bool) error {
+	reply := m.Reply()
+	if reply == "" {
+		return ErrMsgNoReply
+	}
+	if final {
+		if !m.state.CompareAndSwap(settleNone, settleFinal) {
+			return ErrMsgAlreadyAcked
+		}
+	} else if m.state.Load() != settleNone {
+		return ErrMsgAlreadyAcked
+	}
+	var err error
+	switch ref := lookupConn(m.conn); {
+	case ref == nil:
+		err = ErrConnectionClosed
+	case ref.settle != nil:
+		err = ref.settle(reply, settlePayload(verb, delay, reason))
+	default:
+		if c := ref.conn.Load(); c != nil {
+			err = c.settle(reply, verb, delay, reason)
+		} else {
+			err = ErrConnectionClosed
+		}
+	}
+	if err != nil && final {
+		// Not sent: the caller may try again (on a closed connection it
+		// will fail again; JetStream redelivers after ack_wait).
+		m.state.Store(settleNone)
+	}
+	return err
+}
+
+// The registry maps a Msg's connection id to its Conn, so that Msg needs
+// no pointer (see Msg). A Conn leaves it when it closes, which is also how
+// a late settlement learns that the connection is gone; one with
+// Options.Settle stays, without the Conn, since its messages can still be
+// settled (a few bytes per connection ever made).
+var (
+	registry   sync.Map // uint64 -> *connRef
+	registryID atomic.Uint64
+)
+
+// connRef is a registry entry.
+type connRef struct {
+	conn   atomic.Pointer[Conn] // nil once the connection is closed
+	settle func(subject string, payload []byte) error
+}
+
+func registerConn(c *Conn, settle func(string, []byte) error) uint64 {
+	id := registryID.Add(1)
+	ref := &connRef{settle: settle}
+	ref.conn.Store(c)
+	registry.Store(id, ref)
+	return id
+}
+
+func unregisterConn(id uint64) {
+	v, ok := registry.Load(id)
+	if !ok {
+		return
+	}
+	ref := v.(*connRef)
+	ref.conn.Store(nil)
+	if ref.settle == nil {
+		registry.Delete(id)
+	}
+}
+
+func lookupConn(id uint64) *connRef {
+	v, ok := registry.Load(id)
+	if !ok {
+		return nil
+	}
+	return v.(*connRef)
+}
+
+// The settlements' payloads; only a delay or a reason makes one to order.
+var (
+	payloadAck  = []byte("+ACK")
+	payloadNak  = []byte("-NAK")
+	payloadWPI  = []byte("+WPI")
+	payloadTerm = []byte("+TERM")
+)
+
+// settlePayload is what Conn.settle writes after the PUB line, for Options.Settle.
+func settlePayload(verb string, delay int64, reason string) []byte {
+	if delay < 0 && reason == "" {
+		switch verb {
+		case "+ACK":
+			return payloadAck
+		case "-NAK":
+			return payloadNak
+		case "+WPI":
+			return payloadWPI
+		case "+TERM":
+			return payloadTerm
+		}
+	}
+	p := []byte(verb)
+	if delay >= 0 {
+		p = strconv.AppendInt(append(p, ` {"delay":`...), delay, 10)
+		p = append(p, '}')
+	}
+	if reason != "" {
+		p = append(append(p, ' '), reason...)
+	}
+	return p
+}

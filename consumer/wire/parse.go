@@ -1,0 +1,221 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// readBufSize is the reader's buffer: every control line (INFO included)
+// must fit in it, and payloads are copied out of it in one go.
+const readBufSize = 64 << 10
+
+// headerSlack is what a frame may exceed max_payload by: the server checks
+// max_payload when a message is published, and JetStream may add a header
+// or two when it delivers a stored message that was at the limit.
+const headerSlack = 4 << 10
+
+type frameKind uint8
+
+const (
+	frameMsg frameKind = iota + 1
+	framePing
+	framePong
+	frameOK
+	frameErr
+	frameInfo
+)
+
+// frame is one parsed server operation.
+type frame struct {
+	kind frameKind
+	sid  uint64
+	msg  *Msg // frameMsg: the message, in its own allocation
+	// text is INFO's JSON or -ERR's message. It aliases the read buffer:
+	// valid only until the next call of next.
+	text []byte
+}
+
+// parser reads server operations from br. maxPayload bounds MSG and HMSG
+// frames; 0 means not yet known (before INFO), when readBufSize does.
+type parser struct {
+	br         *bufio.Reader
+	maxPayload int
+}
+
+func protoErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrProtocol}, args...)...)
+}
+
+// next reads the next operation into f. Any error is final: the stream is
+// out of step or gone. It never panics on any input.
+func (p *parser) next(f *frame) error {
+	line, err := p.br.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return protoErr("control line longer than %d bytes", readBufSize)
+		}
+		return err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	op, args := line, []byte(nil)
+	if i := bytes.IndexAny(line, " \t"); i >= 0 {
+		op, args = line[:i], line[i+1:]
+	}
+	*f = frame{}
+	switch {
+	case equalFold(op, "MSG"):
+		return p.msg(f, args, false)
+	case equalFold(op, "HMSG"):
+		return p.msg(f, args, true)
+	case equalFold(op, "PING") && len(bytes.TrimSpace(args)) == 0:
+		f.kind = framePing
+	case equalFold(op, "PONG") && len(bytes.TrimSpace(args)) == 0:
+		f.kind = framePong
+	case equalFold(op, "+OK"):
+		f.kind = frameOK
+	case equalFold(op, "-ERR"):
+		f.kind = frameErr
+		t := bytes.TrimSpace(args)
+		if len(t) >= 2 && t[0] == '\'' && t[len(t)-1] == '\'' {
+			t = t[1 : len(t)-1]
+		}
+		f.text = t
+	case equalFold(op, "INFO"):
+		f.kind = frameInfo
+		f.text = bytes.TrimSpace(args)
+	default:
+		return protoErr("unknown operation %.32q", line)
+	}
+	return nil
+}
+
+// msg parses the arguments of MSG (subject sid [reply] size) or HMSG
+// (subject sid [reply] hdr-size total-size) and reads the body.
+func (p *parser) msg(f *frame, args []byte, hmsg bool) error {
+	var a [5][]byte
+	n := 0
+	for {
+		args = trimBlanks(args)
+		if len(args) == 0 {
+			break
+		}
+		if n == len(a) {
+			return protoErr("too many arguments in %s", opName(hmsg))
+		}
+		i := bytes.IndexAny(args, " \t")
+		if i < 0 {
+			i = len(args)
+		}
+		a[n], args = args[:i], args[i:]
+		n++
+	}
+	var subj, sid, reply, hdrArg, sizeArg []byte
+	switch {
+	case !hmsg && n == 3:
+		subj, sid, sizeArg = a[0], a[1], a[2]
+	case !hmsg && n == 4:
+		subj, sid, reply, sizeArg = a[0], a[1], a[2], a[3]
+	case hmsg && n == 4:
+		subj, sid, hdrArg, sizeArg = a[0], a[1], a[2], a[3]
+	case hmsg && n == 5:
+		subj, sid, reply, hdrArg, sizeArg = a[0], a[1], a[2], a[3], a[4]
+	default:
+		return protoErr("%s with %d arguments", opName(hmsg), n)
+	}
+	id, ok1 := parseUint(sid)
+	total, ok2 := parseUint(sizeArg)
+	hdr := uint64(0)
+	ok3 := true
+	if hmsg {
+		hdr, ok3 = parseUint(hdrArg)
+	}
+	if !ok1 || !ok2 || !ok3 || hdr > total {
+		return protoErr("bad %s arguments", opName(hmsg))
+	}
+	limit := uint64(readBufSize)
+	if p.maxPayload > 0 {
+		limit = uint64(p.maxPayload) + headerSlack
+	}
+	if total > limit {
+		return protoErr("%s of %d bytes exceeds max_payload", opName(hmsg), total)
+	}
+	m, body := newMsg(len(subj) + len(reply) + int(total))
+	m.subj, m.reply, m.hdr, m.data = uint32(len(subj)), uint32(len(reply)), uint32(hdr), uint32(total-hdr)
+	// The line aliases the read buffer, which the body read below reuses:
+	// copy the subject and reply first.
+	copy(body, subj)
+	copy(body[len(subj):], reply)
+	if _, err := io.ReadFull(p.br, body[len(subj)+len(reply):]); err != nil {
+		return unexpectedEOF(err)
+	}
+	crlf, err := p.br.Peek(2)
+	if err != nil {
+		return unexpectedEOF(err)
+	}
+	if crlf[0] != '\r' || crlf[1] != '\n' {
+		return protoErr("%s body not followed by CRLF", opName(hmsg))
+	}
+	_, _ = p.br.Discard(2) // cannot fail: Peek has the bytes
+	f.kind, f.sid, f.msg = frameMsg, id, m
+	return nil
+}
+
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+func opName(hmsg bool) string {
+	if hmsg {
+		return "HMSG"
+	}
+	return "MSG"
+}
+
+func trimBlanks(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	return b
+}
+
+// parseUint parses a decimal of at most 19 digits (no overflow).
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
+}
+
+// equalFold compares an operation name with an upper-case literal; the
+// protocol allows any case.
+func equalFold(b []byte, upper string) bool {
+	if len(b) != len(upper) {
+		return false
+	}
+	for i := range len(b) {
+		c := b[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		if c != upper[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,436 @@
+package wire
+
+import (
+	"bufio"
+	"cmp"
+	"crypto/rand"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// PullOptions configure Consume. Zero values take the defaults noted.
+type PullOptions struct {
+	// Stream and Consumer name the durable pull consumer.
+	Stream, Consumer string
+	// APIPrefix is the JetStream API prefix (default "$JS.API"; a domain
+	// or an imported account has another).
+	APIPrefix string
+	// MaxMessages is how many messages are kept requested and not yet
+	// handled (default 500): the Sub asks for more once fewer than half of
+	// them are outstanding, as nats.go's Consume does.
+	MaxMessages int
+	// MaxBytes, when > 0, caps the bytes each pull request may return
+	// (max_bytes), as nats.go's PullMaxMessagesWithBytesLimit does; it
+	// must not be below the largest message, or that message stalls the
+	// consumer.
+	MaxBytes int
+	// Expires is each pull request's lifetime on the server (default 30s,
+	// at least 1s).
+	Expires time.Duration
+	// Heartbeat is the idle heartbeat the server sends while a request
+	// waits (default Expires/2, at most 30s; at most Expires/2).
+	Heartbeat time.Duration
+}
+
+func (o *PullOptions) withDefaults() error {
+	for _, n := range []struct{ what, v string }{{"Stream", o.Stream}, {"Consumer", o.Consumer}} {
+		if n.v == "" || strings.ContainsAny(n.v, " \t\r\n.*>") {
+			return fmt.Errorf("%w: %s %q is not a valid name", ErrInvalidOptions, n.what, n.v)
+		}
+	}
+	o.APIPrefix = strings.TrimSuffix(cmp.Or(o.APIPrefix, "$JS.API"), ".")
+	if strings.ContainsAny(o.APIPrefix, " \t\r\n*>") || o.APIPrefix == "" {
+		return fmt.Errorf("%w: APIPrefix %q is not a valid subject prefix", ErrInvalidOptions, o.APIPrefix)
+	}
+	if o.MaxMessages < 0 || o.MaxBytes < 0 || o.Expires < 0 || o.Heartbeat < 0 {
+		return fmt.Errorf("%w: negative MaxMessages, MaxBytes, Expires or Heartbeat", ErrInvalidOptions)
+	}
+	o.MaxMessages = cmp.Or(o.MaxMessages, 500)
+	o.Expires = cmp.Or(o.Expires, 30*time.Second)
+	if o.Expires < time.Second {
+		return fmt.Errorf("%w: Expires %v is below 1s", ErrInvalidOptions, o.Expires)
+	}
+	if o.Heartbeat == 0 {
+		o.Heartbeat = min(o.Expires/2, 30*time.Second)
+	}
+	if o.Heartbeat > o.Expires/2 {
+		return fmt.Errorf("%w: Heartbeat %v is above half of Expires %v", ErrInvalidOptions, o.Heartbeat, o.Expires)
+	}
+	return nil
+}
+
+// Sub is one pull subscription (see Conn.Consume). It owns one delivery
+// goroutine, which runs the handler and onErr; the connection's reader
+// hands it messages through a buffer of 2*MaxMessages (what is requested
+// and unhandled is at most MaxMessages, twice that for a moment after a
+// missed heartbeat re-pulls; should a server send more, the reader waits:
+// memory stays bounded). Its methods are safe for concurrent use.
+type Sub struct {
+	c         *Conn
+	sid       uint64
+	opts      PullOptions
+	handler   func(*Msg)
+	onErr     func(error)
+	threshold int
+	pullHead  string // "PUB <api>.CONSUMER.MSG.NEXT.<stream>.<consumer> <inbox> "
+
+	ch        chan *Msg
+	notes     chan error    // non-terminal errors from the reader; sends never block
+	quit      chan struct{} // closed when the delivery goroutine leaves
+	halted    atomic.Bool   // Stop or a terminal status: deliver no more
+	stop      chan struct{}
+	stopped   sync.Once
+	drain     sync.Once
+	drained   chan struct{} // closed by the PONG that follows Drain's UNSUB
+	unsub     atomic.Bool   // UNSUB written
+	fatal     chan struct{}
+	fatalOnce sync.Once
+	fErr      error // set before fatal is closed
+	closed    chan struct{}
+	err       error       // set before closed is closed
+	status    atomic.Bool // the reader saw a status frame since the last look
+
+	pmu      sync.Mutex
+	pending  int // messages requested and not yet handled
+	draining bool
+	body     []byte
+}
+
+// Consume subscribes to a fresh inbox and pulls from the durable pull
+// consumer o.Stream/o.Consumer, keeping about o.MaxMessages requested.
+// handler runs on the Sub's delivery goroutine, one message at a time in
+// the order the server sent them; the connection's reader never waits for
+// it except when the buffer is full. onErr (may be nil) runs on the same
+// goroutine with the Sub's errors: ErrNoHeartbeat (it pulls again by
+// itself), *StatusError and *ServerError that do not end it, and, last,
+// the error it ends with: ErrConsumerDeleted, ErrConsumerPushBased,
+// ErrBadRequest, or one wrapping ErrConnectionClosed. Errors returned:
+// ErrInvalidOptions, or one wrapping ErrConnectionClosed.
+func (c *Conn) Consume(o PullOptions, handler func(*Msg), onErr func(error)) (*Sub, error) {
+	if err := o.withDefaults(); err != nil {
+		return nil, err
+	}
+	if handler == nil {
+		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOptions)
+	}
+	if onErr == nil {
+		onErr = func(error) {}
+	}
+	s := &Sub{
+		c: c, opts: o, handler: handler, onErr: onErr,
+		threshold: (o.MaxMessages + 1) / 2,
+		ch:        make(chan *Msg, 2*o.MaxMessages),
+		notes:     make(chan error, 8),
+		quit:      make(chan struct{}),
+		stop:      make(chan struct{}),
+		drained:   make(chan struct{}),
+		fatal:     make(chan struct{}),
+		closed:    make(chan struct{}),
+	}
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return nil, c.closedErr()
+	}
+	c.nextSID++
+	s.sid = c.nextSID
+	inbox := "_INBOX." + rand.Text() + "." + strconv.FormatUint(s.sid, 10)
+	s.pullHead = "PUB " + o.APIPrefix + ".CONSUMER.MSG.NEXT." + o.Stream + "." + o.Consumer + " " + inbox + " "
+	subs := maps.Clone(*c.subs.Load())
+	subs[s.sid] = s
+	c.subs.Store(&subs)
+	_, _ = c.bw.WriteString("SUB " + inbox + " " + strconv.FormatUint(s.sid, 10) + "\r\n")
+	c.mu.Unlock()
+	s.pmu.Lock()
+	s.maybePull()
+	s.pmu.Unlock()
+	go s.run()
+	return s, nil
+}
+
+// Drain stops pulling and unsubscribes; the Sub delivers what the server
+// sent before the unsubscribe, then ends (Closed) with a nil Err. The
+// messages it had requested and not sent, JetStream delivers to the next
+// subscriber (after ack_wait if already on their way). It does not block.
+func (s *Sub) Drain() {
+	s.drain.Do(func() {
+		s.pmu.Lock()
+		s.draining = true
+		s.pmu.Unlock()
+		s.unsub.Store(true)
+		// The PONG to this PING comes after every message the server sent
+		// before it read the UNSUB: once it closes drained, the buffer
+		// holds all there is. On a closed connection the Sub ends anyway.
+		_ = s.c.ping(s.drained, func(bw *bufio.Writer) {
+			_, _ = bw.WriteString("UNSUB " + strconv.FormatUint(s.sid, 10) + "\r\n")
+		})
+	})
+}
+
+// Stop ends the Sub now: the handler is not called again once it returns,
+// and undelivered messages are dropped (JetStream redelivers them after
+// ack_wait). It does not block; Closed tells when the handler has returned.
+func (s *Sub) Stop() {
+	s.stopped.Do(func() {
+		s.halted.Store(true)
+		close(s.stop)
+	})
+}
+
+// Closed is closed once the delivery goroutine has returned: no handler
+// or onErr call is running or will run.
+func (s *Sub) Closed() <-chan struct{} { return s.closed }
+
+// Err is the error the Sub ended with (see Consume), nil after Stop or
+// Drain, and nil while it runs.
+func (s *Sub) Err() error {
+	select {
+	case <-s.closed:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// receive runs on the connection's reader: a status goes to the pull
+// accounting, a message to the delivery goroutine.
+func (s *Sub) receive(m *Msg) {
+	if m.data == 0 && m.hdr > 0 {
+		if code, descr := m.status(); code != 0 {
+			s.onStatus(code, descr, m)
+			return
+		}
+	}
+	select {
+	case s.ch <- m:
+	default:
+		// Full: wait for the handler, unless the Sub or the connection
+		// ends (a handler may Close the connection, which waits for
+		// this goroutine).
+		select {
+		case s.ch <- m:
+		case <-s.quit:
+		case <-s.c.done:
+		}
+	}
+}
+
+// note passes a non-terminal error to onErr; when onErr is behind, errors
+// are dropped rather than stall the reader.
+func (s *Sub) note(err error) {
+	select {
+	case s.notes <- err:
+	default:
+	}
+}
+
+// end ends the Sub with a terminal error.
+func (s *Sub) end(err error) {
+	s.fatalOnce.Do(func() {
+		s.fErr = err
+		s.halted.Store(true)
+		close(s.fatal)
+	})
+}
+
+// onStatus handles a JetStream status on the reader goroutine.
+func (s *Sub) onStatus(code int, descr string, m *Msg) {
+	s.status.Store(true)
+	se := &StatusError{Code: code, Description: descr}
+	lower := strings.ToLower(descr)
+	notify := true
+	reset := false
+	switch {
+	case code == 100: // idle heartbeat (or flow control, not used by pulls)
+		return
+	case code == 400:
+		s.end(fmt.Errorf("%w: %w", ErrBadRequest, se))
+		return
+	case code == 409 && strings.Contains(lower, "consumer deleted"):
+		s.end(fmt.Errorf("%w: %w", ErrConsumerDeleted, se))
+		return
+	case code == 409 && strings.Contains(lower, "push based"):
+		s.end(fmt.Errorf("%w: %w", ErrConsumerPushBased, se))
+		return
+	case code == 408, code == 404:
+		notify = false // a request expired or found nothing: routine
+	case code == 409 && (strings.Contains(lower, "message size exceeds maxbytes") || strings.Contains(lower, "batch completed")):
+		notify = false
+	case code == 409 && strings.Contains(lower, "leadership change"):
+		reset = true // the new leader knows nothing of the requests
+	}
+	left, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Messages")))
+	s.pmu.Lock()
+	if reset {
+		s.pending = 0
+	} else {
+		s.pending = max(s.pending-int(min(left, uint64(s.opts.MaxMessages))), 0)
+	}
+	s.maybePull()
+	s.pmu.Unlock()
+	if notify {
+		s.note(se)
+	}
+}
+
+// maybePull asks for more once fewer than half of MaxMessages are
+// outstanding. pmu must be held.
+func (s *Sub) maybePull() {
+	if s.draining || s.halted.Load() || s.pending >= s.threshold {
+		return
+	}
+	batch := s.opts.MaxMessages - s.pending
+	s.pending = s.opts.MaxMessages
+	b := append(s.body[:0], `{"batch":`...)
+	b = strconv.AppendInt(b, int64(batch), 10)
+	if s.opts.MaxBytes > 0 {
+		b = append(b, `,"max_bytes":`...)
+		b = strconv.AppendInt(b, int64(s.opts.MaxBytes), 10)
+	}
+	b = append(b, `,"expires":`...)
+	b = strconv.AppendInt(b, int64(s.opts.Expires), 10)
+	b = append(b, `,"idle_heartbeat":`...)
+	b = strconv.AppendInt(b, int64(s.opts.Heartbeat), 10)
+	b = append(b, '}')
+	s.body = b
+	// A closed connection ends the Sub through Conn.done; nothing to do.
+	_ = s.c.write(func(bw *bufio.Writer) {
+		_, _ = bw.WriteString(s.pullHead)
+		_, _ = bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(len(b)), 10))
+		_, _ = bw.WriteString("\r\n")
+		_, _ = bw.Write(b)
+		_, _ = bw.WriteString("\r\n")
+	})
+}
+
+// run is the delivery goroutine.
+func (s *Sub) run() {
+	err := s.loop()
+	close(s.quit)
+	s.leave()
+	if err != nil {
+		s.onErr(err)
+	}
+	s.err = err
+	close(s.closed)
+}
+
+// leave removes the Sub from the connection and unsubscribes, unless Drain
+// did or the connection is gone.
+func (s *Sub) leave() {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	subs := maps.Clone(*c.subs.Load())
+	delete(subs, s.sid)
+	c.subs.Store(&subs)
+	if c.closed.Load() || s.unsub.Swap(true) {
+		return
+	}
+	_, _ = c.bw.WriteString("UNSUB " + strconv.FormatUint(s.sid, 10) + "\r\n")
+	c.wake()
+}
+
+// why says why the Sub is to end, if it is.
+func (s *Sub) why() (error, bool) {
+	select {
+	case <-s.stop:
+		return nil, true
+	case <-s.fatal:
+		return s.fErr, true
+	case <-s.c.done:
+		return s.c.closedErr(), true
+	default:
+		return nil, false
+	}
+}
+
+func (s *Sub) loop() error {
+	tick := time.NewTicker(s.opts.Heartbeat)
+	defer tick.Stop()
+	var handled, seen uint64
+	idle := 0
+	for {
+		// While messages are waiting, take them without the full select;
+		// two atomic loads notice Stop, a terminal status or a dead
+		// connection.
+		select {
+		case m := <-s.ch:
+			if s.halted.Load() || s.c.closed.Load() {
+				if err, ok := s.why(); ok {
+					return err
+				}
+			}
+			s.deliver(m)
+			handled++
+			continue
+		default:
+		}
+		select {
+		case m := <-s.ch:
+			if err, ok := s.why(); ok {
+				return err
+			}
+			s.deliver(m)
+			handled++
+		case <-s.stop:
+			return nil
+		case <-s.fatal:
+			return s.fErr
+		case <-s.c.done:
+			return s.c.closedErr()
+		case err := <-s.notes:
+			s.onErr(err)
+		case <-s.drained:
+			for {
+				if err, ok := s.why(); ok {
+					return err
+				}
+				select {
+				case m := <-s.ch:
+					s.deliver(m)
+				default:
+					return nil
+				}
+			}
+		case <-tick.C:
+			// Silence is measured on this goroutine, as nats.go measures
+			// it around its handler: a slow handler is not silence.
+			if s.status.Swap(false) || handled != seen || len(s.ch) > 0 {
+				seen, idle = handled, 0
+				continue
+			}
+			s.pmu.Lock()
+			draining := s.draining
+			s.pmu.Unlock()
+			if draining {
+				continue
+			}
+			if idle++; idle < 2 {
+				continue
+			}
+			idle = 0
+			s.onErr(ErrNoHeartbeat)
+			// As nats.go: forget what was asked and ask afresh.
+			s.pmu.Lock()
+			s.pending = 0
+			s.maybePull()
+			s.pmu.Unlock()
+		}
+	}
+}
+
+func (s *Sub) deliver(m *Msg) {
+	s.handler(m)
+	s.pmu.Lock()
+	if s.pending > 0 {
+		s.pending--
+	}
+	s.maybePull()
+	s.pmu.Unlock()
+}
