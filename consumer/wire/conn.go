@@ -55,8 +55,13 @@ type Options struct {
 	// this connection: for example a nats.go connection that reconnects
 	// and buffers meanwhile, so that a message can still be acked after
 	// the connection that delivered it is gone. It must be safe for
-	// concurrent use and must not keep payload.
+	// concurrent use and must neither keep nor modify payload.
 	Settle func(subject string, payload []byte) error
+	// Dialer, when set, makes the TCP connection (nats.go's CustomDialer
+	// satisfies it); the handshake is still bounded by Dial's ctx.
+	Dialer interface {
+		Dial(network, address string) (net.Conn, error)
+	}
 }
 
 func (o *Options) withDefaults() error {
@@ -130,6 +135,7 @@ type Conn struct {
 	kick     chan struct{} // wakes the flusher; capacity 1 coalesces
 	pingsOut atomic.Int32
 	closed   atomic.Bool
+	byClose  atomic.Bool   // Close ended it, not a failure
 	done     chan struct{} // closed when the connection has failed or closed
 	failOnce sync.Once
 	err      error // why; set before done is closed
@@ -165,8 +171,13 @@ func Dial(ctx context.Context, o Options) (*Conn, error) {
 		o.User = u.User.Username()
 		o.Password, _ = u.User.Password()
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	var nc net.Conn
+	if o.Dialer != nil {
+		nc, err = o.Dialer.Dial("tcp", addr)
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -404,6 +415,10 @@ func (c *Conn) Close() error {
 	if !c.closed.Load() {
 		err = c.bw.Flush()
 	}
+	// Under the lock: a settlement after the final flush must fail, not
+	// be buffered and dropped.
+	c.byClose.Store(true)
+	c.closed.Store(true)
 	c.mu.Unlock()
 	c.fail(ErrConnectionClosed)
 	c.wg.Wait()
@@ -524,6 +539,11 @@ func (c *Conn) flushLoop() {
 		var err error
 		if c.bw.Buffered() > 0 && !c.closed.Load() {
 			err = c.bw.Flush()
+			if err != nil {
+				// bufio keeps the error and drops later writes: no
+				// settlement may be reported buffered from now on.
+				c.closed.Store(true)
+			}
 		}
 		c.mu.Unlock()
 		if err != nil {

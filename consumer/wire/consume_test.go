@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -160,7 +162,7 @@ func nextMsg(t *testing.T, msgs chan *Msg, d time.Duration) *Msg {
 
 func TestSettlements(t *testing.T) {
 	kinds := []string{"ack", "nak", "delay", "wpi", "term", "termr"}
-	const ackWait = time.Second
+	const ackWait = 2 * time.Second // slack for a loaded machine
 	ctx, name, js, c, msgs := settleFixture(t, ackWait, kinds...)
 	first := make(map[string]*Msg)
 	for range kinds {
@@ -171,7 +173,7 @@ func TestSettlements(t *testing.T) {
 	for k, err := range map[string]error{
 		"ack":   first["ack"].Ack(),
 		"nak":   first["nak"].Nak(),
-		"delay": first["delay"].NakWithDelay(1500 * time.Millisecond),
+		"delay": first["delay"].NakWithDelay(3 * time.Second),
 		"term":  first["term"].Term(),
 		"termr": first["termr"].TermWithReason("bad payload"),
 	} {
@@ -196,7 +198,7 @@ func TestSettlements(t *testing.T) {
 	// InProgress keeps "wpi" from being redelivered past its ack wait.
 	wpi := first["wpi"]
 	redelivered := make(map[string]time.Time)
-	deadline := time.Now().Add(2500 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
 	tick := time.NewTicker(ackWait / 3)
 	defer tick.Stop()
 	for time.Now().Before(deadline) {
@@ -225,8 +227,8 @@ func TestSettlements(t *testing.T) {
 	}
 	if at, ok := redelivered["delay"]; !ok {
 		t.Error("message nak'ed with delay not redelivered")
-	} else if d := at.Sub(start); d < 1200*time.Millisecond {
-		t.Errorf("NakWithDelay(1.5s) redelivered after %v", d)
+	} else if d := at.Sub(start); d < 2400*time.Millisecond {
+		t.Errorf("NakWithDelay(3s) redelivered after %v", d)
 	}
 	for _, k := range []string{"ack", "wpi", "term", "termr"} {
 		if _, ok := redelivered[k]; ok {
@@ -247,7 +249,7 @@ func TestSettlements(t *testing.T) {
 }
 
 func TestSettleAfterClose(t *testing.T) {
-	_, _, _, c, msgs := settleFixture(t, time.Minute, "a", "b")
+	ctx, name, js, c, msgs := settleFixture(t, time.Minute, "a", "b")
 	a, b := nextMsg(t, msgs, 10*time.Second), nextMsg(t, msgs, 10*time.Second)
 	if err := a.Ack(); err != nil {
 		t.Fatal(err)
@@ -255,6 +257,16 @@ func TestSettleAfterClose(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Close wrote out the ack buffered before it.
+	_, aSeq := ackMeta(t, a.Reply())
+	cons, err := js.Consumer(ctx, name, "C")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the ack sent before Close applied", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.AckFloor.Stream >= aSeq
+	})
 	for name, f := range map[string]func() error{"Ack": b.Ack, "Nak": b.Nak, "InProgress": b.InProgress, "Term": b.Term,
 		"NakWithDelay": func() error { return b.NakWithDelay(time.Second) }, "TermWithReason": func() error { return b.TermWithReason("x") }} {
 		if err := f(); !errors.Is(err, ErrConnectionClosed) {
@@ -272,10 +284,23 @@ func TestSettleAfterClose(t *testing.T) {
 func TestConsumeMaxBytes(t *testing.T) {
 	const n = 2000
 	ctx := testCtx(t, time.Minute)
-	srv := testenv.NATS(t)
-	js := srv.JetStream(t)
+	// max_bytes may not be below max_payload (a larger message would never
+	// fit a request), so the server's is 8 KiB.
+	srv := startServer(t, func(o *server.Options) { o.MaxPayload = 8 << 10 })
+	nc, err := nats.Connect(serverURL(srv, "nats", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	preload(t, ctx, js, "BYTES", n, 3, jetstream.ConsumerConfig{AckWait: time.Minute})
-	c := dialTest(t, ctx, srv.URL())
+	c := dialTest(t, ctx, serverURL(srv, "nats", ""))
+	if _, err := c.Consume(PullOptions{Stream: "BYTES", Consumer: "C", MaxBytes: 4 << 10}, func(*Msg) {}, nil); !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("MaxBytes below max_payload: %v, want ErrInvalidOptions", err)
+	}
 	// Each request is cut short by max_bytes (a 409 that gives back the
 	// credit of the rest); the Sub keeps pulling to the end.
 	var count atomic.Int64

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -286,10 +288,10 @@ func TestHeartbeatsKeepQuietSubAlive(t *testing.T) {
 	preload(t, ctx, js, "QUIET", 0, 1, jetstream.ConsumerConfig{AckWait: time.Minute})
 	c := dialTest(t, ctx, srv.URL())
 	rec := newErrRecorder()
-	_, msgs := consumeInto(t, c, PullOptions{Stream: "QUIET", Consumer: "C", Expires: time.Second, Heartbeat: 200 * time.Millisecond}, rec)
+	_, msgs := consumeInto(t, c, PullOptions{Stream: "QUIET", Consumer: "C", Expires: 2 * time.Second, Heartbeat: 500 * time.Millisecond}, rec)
 	// Several expiries (408s give the credit back, the Sub pulls again)
 	// and no error: the idle heartbeats count as life.
-	time.Sleep(3 * time.Second)
+	time.Sleep(5 * time.Second)
 	select {
 	case err := <-rec.ch:
 		t.Fatalf("onErr on a quiet stream: %v", err)
@@ -340,12 +342,60 @@ func TestDrainDeliversWhatArrived(t *testing.T) {
 		t.Fatal(err)
 	}
 	cons, _ := js.Consumer(ctx, "DRN", "C")
-	ci, err := cons.Info(ctx)
+	// The server applies acks on a queue of its own: the PONG says they
+	// were read, not applied.
+	eventually(t, 10*time.Second, "ack floor 100", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.AckFloor.Stream == 100
+	})
+}
+
+// When the connection fails, a Sub whose messages are settled through
+// Options.Settle reports the failure, then hands on what had arrived, and
+// those messages can still be settled; JetStream need not deliver them
+// again.
+func TestHeldMessagesOutliveAFailedConnection(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	preload(t, ctx, js, "HELD", 100, 1, jetstream.ConsumerConfig{AckWait: time.Minute})
+	var settled atomic.Int64
+	c, err := Dial(ctx, Options{URL: srv.URL(), Settle: func(string, []byte) error { settled.Add(1); return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ci.AckFloor.Stream != 100 {
-		t.Errorf("ack floor %d, want 100", ci.AckFloor.Stream)
+	t.Cleanup(func() { _ = c.Close() })
+	release := make(chan struct{})
+	var handled, handledAfterErr atomic.Int64
+	var failed atomic.Bool
+	sub, err := c.Consume(PullOptions{Stream: "HELD", Consumer: "C", MaxMessages: 100}, func(m *Msg) {
+		if handled.Add(1) == 1 {
+			<-release
+		}
+		if failed.Load() {
+			handledAfterErr.Add(1)
+		}
+		if err := m.Ack(); err != nil {
+			t.Errorf("ack: %v", err)
+		}
+	}, func(err error) {
+		if errors.Is(err, ErrConnectionClosed) {
+			failed.Store(true)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "buffer filled", func() bool { return len(sub.ch) == 99 })
+	srv.Shutdown()
+	eventually(t, 10*time.Second, "the connection failed", func() bool { return c.Err() != nil })
+	close(release)
+	waitClosed(t, sub, 10*time.Second)
+	if !errors.Is(sub.Err(), ErrConnectionClosed) {
+		t.Errorf("Sub ended with %v, want ErrConnectionClosed", sub.Err())
+	}
+	if h, after, s := handled.Load(), handledAfterErr.Load(), settled.Load(); h != 100 || after != 99 || s != 100 {
+		t.Errorf("handled %d (%d after the error was reported), settled %d; want 100 (99), 100", h, after, s)
 	}
 }
 
@@ -419,5 +469,94 @@ func TestPullOptions(t *testing.T) {
 	o := PullOptions{Stream: "S", Consumer: "C"}
 	if err := o.withDefaults(); err != nil || o.MaxMessages != 500 || o.Expires != 30*time.Second || o.Heartbeat != 15*time.Second || o.APIPrefix != "$JS.API" {
 		t.Errorf("defaults: %+v %v", o, err)
+	}
+}
+
+// A 409 Leadership Change voids the requests still open on the server,
+// not the messages that arrived: the Sub counts those as outstanding
+// until handled, and pulls only what is missing, once fewer than half are.
+// (Counting them as nothing asked for a full batch on top of them at once.)
+func TestLeadershipChangeKeepsArrivedMessagesCounted(t *testing.T) {
+	pulls := make(chan string, 16)
+	sendStatus := make(chan struct{})
+	url := fakeServer(t, `{"server_id":"fake","headers":true,"max_payload":1048576}`, func(conn net.Conn, br *bufio.Reader) {
+		_, _ = conn.Write([]byte("PONG\r\n")) // CONNECT's
+		var inbox, sid string
+		readPull := func() bool {
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					return false
+				}
+				f := strings.Fields(line)
+				switch {
+				case len(f) == 3 && f[0] == "SUB":
+					inbox, sid = f[1], f[2]
+				case len(f) == 1 && f[0] == "PING":
+					_, _ = conn.Write([]byte("PONG\r\n"))
+				case len(f) == 4 && f[0] == "PUB" && strings.Contains(f[1], "MSG.NEXT"):
+					body, err := br.ReadString('\n')
+					if err != nil {
+						return false
+					}
+					pulls <- body
+					return true
+				}
+			}
+		}
+		if !readPull() {
+			return
+		}
+		for i := 1; i <= 9; i++ {
+			_, _ = fmt.Fprintf(conn, "MSG S.x %s $JS.ACK.S.C.1.%d.%d.0.0 1\r\nx\r\n", sid, i, i)
+		}
+		<-sendStatus
+		hdr := "NATS/1.0 409 Leadership Change\r\n\r\n"
+		_, _ = fmt.Fprintf(conn, "HMSG %s %s %d %d\r\n%s\r\n", inbox, sid, len(hdr), len(hdr), hdr)
+		for readPull() {
+		}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c, err := Dial(ctx, Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock() // before the Sub's Stop waits for its handler
+	var handled atomic.Int64
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: 10 * time.Second}, func(*Msg) {
+		if handled.Add(1) == 1 {
+			<-release
+		}
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { unblock(); sub.Stop(); <-sub.Closed() }()
+	batch := func() string {
+		select {
+		case b := <-pulls:
+			return b
+		case <-time.After(10 * time.Second):
+			t.Fatal("no pull")
+			return ""
+		}
+	}
+	if b := batch(); !strings.HasPrefix(b, `{"batch":10,`) {
+		t.Fatalf("first pull %q", b)
+	}
+	eventually(t, 10*time.Second, "8 messages waiting, 1 in the handler", func() bool { return len(sub.ch) == 8 })
+	close(sendStatus)
+	select {
+	case b := <-pulls:
+		t.Fatalf("pulled %q with 9 messages in hand and 10 wanted", b)
+	case <-time.After(500 * time.Millisecond):
+	}
+	unblock()
+	if b := batch(); !strings.HasPrefix(b, `{"batch":6,`) {
+		t.Fatalf("pull after handling 5 of 9: %q, want a batch of 6", b)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -75,6 +76,8 @@ type Sub struct {
 	sid       uint64
 	opts      PullOptions
 	handler   func(*Msg)
+	taken     *Msg         // taken from ch as the connection failed (delivery goroutine only)
+	held      atomic.Int64 // arrived and not yet handled: in ch, or in the handler
 	onErr     func(error)
 	threshold int
 	pullHead  string // "PUB <api>.CONSUMER.MSG.NEXT.<stream>.<consumer> <inbox> "
@@ -109,14 +112,23 @@ type Sub struct {
 // goroutine with the Sub's errors: ErrNoHeartbeat (it pulls again by
 // itself), *StatusError and *ServerError that do not end it, and, last,
 // the error it ends with: ErrConsumerDeleted, ErrConsumerPushBased,
-// ErrBadRequest, or one wrapping ErrConnectionClosed. Errors returned:
-// ErrInvalidOptions, or one wrapping ErrConnectionClosed.
+// ErrBadRequest, or one wrapping ErrConnectionClosed. When the connection
+// fails (not Close), a Sub whose messages can still be settled
+// (Options.Settle) reports that error first, then hands on the messages
+// that had arrived, then ends. Errors returned: ErrInvalidOptions, or one
+// wrapping ErrConnectionClosed.
 func (c *Conn) Consume(o PullOptions, handler func(*Msg), onErr func(error)) (*Sub, error) {
 	if err := o.withDefaults(); err != nil {
 		return nil, err
 	}
 	if handler == nil {
 		return nil, fmt.Errorf("%w: nil handler", ErrInvalidOptions)
+	}
+	if o.MaxBytes > 0 && o.MaxBytes < c.maxPayload {
+		// The server would answer every pull with 409 Message Size
+		// Exceeds MaxBytes for a message larger than that, and the Sub
+		// would pull again and again, delivering nothing.
+		return nil, fmt.Errorf("%w: MaxBytes %d is below the server's max_payload %d", ErrInvalidOptions, o.MaxBytes, c.maxPayload)
 	}
 	if onErr == nil {
 		onErr = func(error) {}
@@ -200,12 +212,15 @@ func (s *Sub) Err() error {
 // receive runs on the connection's reader: a status goes to the pull
 // accounting, a message to the delivery goroutine.
 func (s *Sub) receive(m *Msg) {
-	if m.data == 0 && m.hdr > 0 {
+	// A status has no reply subject; a stored message always has its
+	// $JS.ACK one, whatever its headers say.
+	if m.data == 0 && m.hdr > 0 && m.reply == 0 {
 		if code, descr := m.status(); code != 0 {
 			s.onStatus(code, descr, m)
 			return
 		}
 	}
+	s.held.Add(1)
 	select {
 	case s.ch <- m:
 	default:
@@ -215,7 +230,9 @@ func (s *Sub) receive(m *Msg) {
 		select {
 		case s.ch <- m:
 		case <-s.quit:
+			s.held.Add(-1)
 		case <-s.c.done:
+			s.held.Add(-1)
 		}
 	}
 }
@@ -267,7 +284,9 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 	left, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Messages")))
 	s.pmu.Lock()
 	if reset {
-		s.pending = 0
+		// pending counts what is requested and not yet handled; of that,
+		// only what has arrived is still real.
+		s.pending = int(s.held.Load())
 	} else {
 		s.pending = max(s.pending-int(min(left, uint64(s.opts.MaxMessages))), 0)
 	}
@@ -311,13 +330,47 @@ func (s *Sub) maybePull() {
 // run is the delivery goroutine.
 func (s *Sub) run() {
 	err := s.loop()
+	told := false
+	if s.c.opts.Settle != nil && errors.Is(err, ErrConnectionClosed) && !s.c.byClose.Load() && (s.taken != nil || len(s.ch) > 0) {
+		// The connection failed, but its messages can still be settled
+		// (Options.Settle): hand on what arrived before it did, as
+		// nats.go's Consume keeps its buffer across a reconnect, rather
+		// than have JetStream deliver it again after ack_wait. The
+		// handler hears the error first.
+		s.onErr(err)
+		told = true
+		err = s.handOnHeld(err)
+	}
 	close(s.quit)
 	s.leave()
-	if err != nil {
+	if err != nil && !told {
 		s.onErr(err)
 	}
 	s.err = err
 	close(s.closed)
+}
+
+// handOnHeld delivers the messages s holds after its connection failed
+// with err, and returns err; nil if Stop ends it first.
+func (s *Sub) handOnHeld(err error) error {
+	for {
+		select {
+		case <-s.stop:
+			return nil
+		default:
+		}
+		if m := s.taken; m != nil {
+			s.taken = nil
+			s.handler(m)
+			continue
+		}
+		select {
+		case m := <-s.ch:
+			s.handler(m)
+		default:
+			return err
+		}
+	}
 }
 
 // leave removes the Sub from the connection and unsubscribes, unless Drain
@@ -363,6 +416,7 @@ func (s *Sub) loop() error {
 		case m := <-s.ch:
 			if s.halted.Load() || s.c.closed.Load() {
 				if err, ok := s.why(); ok {
+					s.taken = m // for handOnHeld
 					return err
 				}
 			}
@@ -374,6 +428,7 @@ func (s *Sub) loop() error {
 		select {
 		case m := <-s.ch:
 			if err, ok := s.why(); ok {
+				s.taken = m // for handOnHeld
 				return err
 			}
 			s.deliver(m)
@@ -427,6 +482,7 @@ func (s *Sub) loop() error {
 
 func (s *Sub) deliver(m *Msg) {
 	s.handler(m)
+	s.held.Add(-1)
 	s.pmu.Lock()
 	if s.pending > 0 {
 		s.pending--
