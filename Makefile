@@ -15,11 +15,15 @@ vet:
 
 # go vet, then every package's tests under the race detector, against real
 # servers (embedded nats-server, throwaway PostgreSQL clusters, Jaeger v2);
-# then the zero-allocation tests again in a normal build (the race detector
-# allocates, and ringq's are built only without it).
+# then the consumer's tests again with nats.go's pull client
+# (nats.pull_client: nats.go; the default is wire); then the
+# zero-allocation tests again in a
+# normal build (the race detector allocates, and ringq's are built only
+# without it).
 test: vet jaeger
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
-	$(GO) test -count=1 -run 'Alloc' ./ringq ./pipeline ./consumer ./telemetry
+	JETSINK_TEST_PULL_CLIENT=nats.go $(GO) test -race -count=1 -timeout $(TIMEOUT) ./consumer
+	$(GO) test -count=1 -run 'Alloc' ./ringq ./pipeline ./consumer ./consumer/wire ./telemetry
 
 # Jaeger v2 for the tracing test: built once from the Go module proxy into
 # ~/.cache/jetsink (a no-op when it is there; the first build takes minutes).

@@ -29,6 +29,9 @@ const (
 	DefaultPullMaxMessages   = 1024
 	DefaultPullExpiry        = 30 * time.Second
 	DefaultPullHeartbeat     = 1 * time.Second
+	// PullClient values.
+	PullClientNATSGo = "nats.go"
+	PullClientWire   = "wire"
 	// DefaultMaxAckPending is what New asks for when Config.MaxAckPending is
 	// 0 and the caller did not derive a value with DeriveMaxAckPending. It is
 	// deliberately generous: a caller without rings and batches of its own
@@ -126,6 +129,14 @@ type Config struct {
 	// default of 5s the bench saw 10 s gaps in ~1 of 6 drains. At least
 	// 100ms and at most half of PullExpiry. Default 1s.
 	PullHeartbeat time.Duration `yaml:"pull_heartbeat"`
+	// PullClient is what pulls the messages: "wire" (the default:
+	// consumer/wire, jetsink's own reader of the NATS protocol, on a
+	// connection of its own: it allocates once per message and decodes
+	// headers only when asked; plain TCP or TLS, user/password, nkey and
+	// creds authentication; nats.go pulls over a websocket URL) or
+	// "nats.go" (nats.go's jetstream Consume). Either way the JetStream
+	// API, the acks and dead letters use nats.go's connection.
+	PullClient string `yaml:"pull_client"`
 
 	// StoredSeq, when set, returns the highest sequence of stream that the
 	// table already holds rows for (0: none). The exactly-once wiring sets
@@ -166,6 +177,7 @@ func DefaultConfig() Config {
 		PullMaxMessages:   DefaultPullMaxMessages,
 		PullExpiry:        DefaultPullExpiry,
 		PullHeartbeat:     DefaultPullHeartbeat,
+		PullClient:        PullClientWire,
 	}
 }
 
@@ -270,6 +282,11 @@ func (c Config) Validate() error {
 	}
 	if c.PullExpiry < time.Second {
 		return fmt.Errorf("%w: nats.pull_expiry must be at least 1s (got %s)", ErrInvalidConfig, c.PullExpiry)
+	}
+	switch c.PullClient {
+	case "", PullClientNATSGo, PullClientWire:
+	default:
+		return fmt.Errorf("%w: nats.pull_client must be %q or %q (got %q)", ErrInvalidConfig, PullClientNATSGo, PullClientWire, c.PullClient)
 	}
 	if c.PullHeartbeat < 100*time.Millisecond || c.PullHeartbeat > c.PullExpiry/2 {
 		return fmt.Errorf("%w: nats.pull_heartbeat must be between 100ms and half of nats.pull_expiry (got %s with expiry %s)", ErrInvalidConfig, c.PullHeartbeat, c.PullExpiry)

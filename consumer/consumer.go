@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/jetsink/jetsink/consumer/wire"
 	"github.com/jetsink/jetsink/pipeline"
 )
 
@@ -47,6 +48,12 @@ type Consumer struct {
 	seq seqGuard
 	// metaMu serialises this process's updates of the consumer's metadata.
 	metaMu sync.Mutex
+
+	// wc is the wire pull client's connection (nats.pull_client "wire"),
+	// nil until its first session; Run's goroutine replaces it when it has
+	// died, Close closes it.
+	wc      atomic.Pointer[wire.Conn]
+	wsNoted atomic.Bool // pullsWithWire logged that a websocket URL keeps nats.go
 
 	// epochs tells the sink and the dead-letter path which events came
 	// from a stream that has been replaced since (see pipeline.Epochs);
@@ -333,6 +340,15 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 // waits up to 10s for it to close. Call it after Run has returned; a Run
 // still going returns an error. Idempotent.
 func (c *Consumer) Close() {
+	if wc := c.wc.Load(); wc != nil {
+		// The sink's acks of wire messages went out on it.
+		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+		if err := c.flushWire(ctx); err != nil {
+			c.log.Warn("flush the wire pull client's acks", "err", err)
+		}
+		cancel()
+		_ = wc.Close()
+	}
 	if err := c.nc.Drain(); err != nil {
 		// Already closed, or reconnecting: nothing to flush to.
 		c.nc.Close()

@@ -153,11 +153,11 @@ func deadLetterID(ev *pipeline.Event) string {
 
 func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *nats.Msg {
 	h := make(nats.Header, len(ev.Header)+10)
-	for k, v := range ev.Header {
+	for k, v := range ev.HeaderFields() {
 		if strings.HasPrefix(k, "Nats-") {
 			continue
 		}
-		h[k] = v
+		h[k] = append(h[k], v)
 	}
 	if ev.MsgID != "" {
 		h.Set(HeaderOrigMsgID, ev.MsgID)

@@ -1,11 +1,13 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +52,7 @@ func testConfig(t testing.TB, srv *testenv.NATSServer) Config {
 	cfg.DeadLetterSubject = "dlq." + name
 	cfg.PullExpiry = 2 * time.Second
 	cfg.PullHeartbeat = 500 * time.Millisecond
+	cfg.PullClient = cmp.Or(os.Getenv("JETSINK_TEST_PULL_CLIENT"), cfg.PullClient)
 	return cfg
 }
 

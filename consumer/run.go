@@ -215,6 +215,9 @@ func (c *Consumer) newEpoch(level slog.Level, why string) uint64 {
 	if err := c.nc.FlushWithContext(fctx); err != nil {
 		c.log.Warn("flush before the new epoch", "err", err)
 	}
+	if err := c.flushWire(fctx); err != nil {
+		c.log.Warn("flush the wire pull client before the new epoch", "err", err)
+	}
 	return e
 }
 
@@ -305,7 +308,7 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 	s := &session{errs: make(chan error, 16), pushErr: make(chan error, 1),
 		ask: make(chan struct{}), verdict: make(chan error, 1), quit: make(chan struct{}),
 		epoch: c.epochs.Current()}
-	handle := func(msg jetstream.Msg) {
+	handle := func(msg delivery) {
 		if s.failed {
 			c.nak(msg, s.epoch)
 			return
@@ -317,11 +320,19 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 			}
 		}
 	}
-	onErr := func(_ jetstream.ConsumeContext, err error) {
+	onErr := func(err error) {
 		select {
 		case s.errs <- err:
 		default: // Run is behind; the next error will do
 		}
+	}
+	if c.pullsWithWire() {
+		cc, err := c.consumeWire(hard, handle, onErr)
+		if err != nil {
+			return nil, fmt.Errorf("consume: %w", err)
+		}
+		s.cc, s.closed = cc, cc.Closed()
+		return s, nil
 	}
 	opts := make([]jetstream.PullConsumeOpt, 0, 4)
 	if cfg.PullMaxBytes > 0 {
@@ -332,9 +343,9 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 	opts = append(opts,
 		jetstream.PullExpiry(cfg.PullExpiry),
 		jetstream.PullHeartbeat(cfg.PullHeartbeat),
-		jetstream.ConsumeErrHandler(onErr),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { onErr(err) }),
 	)
-	cc, err := c.cons.Load().Consume(handle, opts...)
+	cc, err := c.cons.Load().Consume(func(msg jetstream.Msg) { handle(msg) }, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("consume: %w", err)
 	}
@@ -487,7 +498,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 // it takes a session's first message, one from a consumer created since
 // (its consumer sequence went back), or one after a reconnect only once
 // serve has verified the stream (session.await).
-func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *session) error {
+func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *session) error {
 	meta, ok := parseAckReply(msg.Reply())
 	if !ok {
 		// Not a JetStream message: nothing to settle, nothing to store.
@@ -520,7 +531,10 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		}
 	}
 	s.lastCons = meta.consSeq
-	h := msg.Headers()
+	var h map[string][]string
+	if jm, ok := msg.(jetstream.Msg); ok {
+		h = jm.Headers()
+	}
 	ev := pipeline.Event{
 		Msg:         msg,
 		Subject:     msg.Subject(),
@@ -537,8 +551,12 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 		// (the server sets no limit: durableMaxDeliver).
 		Exhausted: c.cfg.MaxDeliver > 0 && meta.delivered > uint64(c.cfg.MaxDeliver),
 	}
-	if v := h[HeaderMsgID]; len(v) > 0 {
-		ev.MsgID = v[0]
+	if h != nil {
+		if v := h[HeaderMsgID]; len(v) > 0 {
+			ev.MsgID = v[0]
+		}
+	} else if rh, ok := msg.(pipeline.RawHeader); ok {
+		ev.MsgID = rh.HeaderGet(HeaderMsgID)
 	}
 	if meta.streamSeq > c.seq.seenMax.Load() {
 		c.seq.seenMax.Store(meta.streamSeq)
@@ -570,7 +588,7 @@ func (c *Consumer) push(hard context.Context, out Output, msg jetstream.Msg, s *
 // nak to the new stream's event with the same sequence, sending it again
 // while it may be in flight. A message not nak'ed comes back after
 // ack_wait if its stream still has it. nak reports whether it nak'ed.
-func (c *Consumer) nak(msg jetstream.Msg, epoch uint64) bool {
+func (c *Consumer) nak(msg pipeline.Msg, epoch uint64) bool {
 	return c.epochs.IfCurrent(epoch, func() { _ = msg.Nak() })
 }
 

@@ -71,12 +71,12 @@ func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 		case srcPayload:
 			dst, derr = e.appendPayload(dst, c.Type, data)
 		case srcHeader:
-			vs := ev.Header[c.path[0]]
-			if len(vs) == 0 {
+			v, ok := ev.HeaderLookup(c.path[0])
+			if !ok {
 				derr = isNull
 				break
 			}
-			dst, derr = appendString(dst, c.Type, vs[0], false)
+			dst, derr = appendString(dst, c.Type, v, false)
 		default:
 			dst, derr = appendMeta(dst, c, ev)
 		}

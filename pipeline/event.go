@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"iter"
 	"math"
 	"time"
 
@@ -30,7 +31,7 @@ type Event struct {
 	Msg         Msg
 	Subject     string
 	Data        []byte
-	Header      map[string][]string // nats.Header's underlying type
+	Header      map[string][]string // nats.Header's underlying type; nil when Msg is a RawHeader: use HeaderLookup
 	Stream      string
 	StreamSeq   uint64
 	ConsumerSeq uint64
@@ -57,6 +58,59 @@ type Event struct {
 	// dead-letterer, or the consumer when it naks. Its SpanContext is what
 	// the sink's "copy <table>" batch span links to.
 	Span trace.Span
+}
+
+// RawHeader is implemented by a Msg that keeps its message's header block
+// as received instead of decoding it into a map (consumer/wire's Msg):
+// the consumer leaves Event.Header nil for such a message, and
+// HeaderLookup and HeaderFields read the headers through the Msg. That saves decoding
+// every message's headers when most events need one of them at most.
+type RawHeader interface {
+	// HeaderGet returns the first value of key, matched exactly; "" when
+	// there is none.
+	HeaderGet(key string) string
+	// HeaderFields yields every field, in the order sent.
+	HeaderFields() iter.Seq2[string, string]
+}
+
+// HeaderLookup returns the first value of header key, matched exactly (as
+// a lookup in Header is), and whether the field is there. Through a
+// RawHeader a field with an empty value reads as absent.
+func (ev *Event) HeaderLookup(key string) (string, bool) {
+	if ev.Header != nil {
+		if v := ev.Header[key]; len(v) > 0 {
+			return v[0], true
+		}
+		return "", false
+	}
+	if rh, ok := ev.Msg.(RawHeader); ok {
+		v := rh.HeaderGet(key)
+		return v, v != ""
+	}
+	return "", false
+}
+
+// HeaderFields yields every header field of the event, once per value.
+func (ev *Event) HeaderFields() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		if ev.Header == nil {
+			if rh, ok := ev.Msg.(RawHeader); ok {
+				for k, v := range rh.HeaderFields() {
+					if !yield(k, v) {
+						return
+					}
+				}
+			}
+			return
+		}
+		for k, vs := range ev.Header {
+			for _, v := range vs {
+				if !yield(k, v) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // DeliveryCount is n as Event.Delivered holds it: at most MaxUint32.

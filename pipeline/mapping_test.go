@@ -3,6 +3,8 @@ package pipeline
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"iter"
 	"strings"
 	"testing"
 	"time"
@@ -132,31 +134,70 @@ func TestMetaHeaderPayload(t *testing.T) {
 		{"payload", TypeText, nil, CodeInvalidUTF8},
 		{"payload", TypeJSONB, nil, CodeInvalidUTF8},
 	}
+	// The same event with its headers read from the message (consumer/wire).
+	raw := *ev
+	raw.Msg, raw.Header = rawHeaders(ev.Header), nil
 	for _, c := range cases {
-		t.Run(c.from+"/"+string(c.typ), func(t *testing.T) {
-			m := mustCompile(t, Column{Name: "v", From: c.from, Type: c.typ})
-			tup, err := m.NewEncoder(0).AppendTuple(nil, ev)
-			if c.code != "" {
-				var de *DecodeError
-				wantCol := "v"
-				if c.from == "payload" && c.typ == TypeJSONB {
-					wantCol = "" // the payload as a whole is not JSON
+		evs := []*Event{ev}
+		if strings.HasPrefix(c.from, "header:") {
+			evs = append(evs, &raw)
+		}
+		for _, ev := range evs {
+			t.Run(c.from+"/"+string(c.typ)+fmt.Sprintf("/raw=%v", ev.Header == nil), func(t *testing.T) {
+				m := mustCompile(t, Column{Name: "v", From: c.from, Type: c.typ})
+				tup, err := m.NewEncoder(0).AppendTuple(nil, ev)
+				if c.code != "" {
+					var de *DecodeError
+					wantCol := "v"
+					if c.from == "payload" && c.typ == TypeJSONB {
+						wantCol = "" // the payload as a whole is not JSON
+					}
+					if !errors.As(err, &de) || de.Code != c.code || de.Column != wantCol {
+						t.Fatalf("err = %v, want code %s on column v", err, c.code)
+					}
+					return
 				}
-				if !errors.As(err, &de) || de.Code != c.code || de.Column != wantCol {
-					t.Fatalf("err = %v, want code %s on column v", err, c.code)
+				if err != nil {
+					t.Fatal(err)
 				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			f := fields(t, tup)
-			if (c.want == nil) != (f[0] == nil) || !bytes.Equal(f[0], c.want) {
-				t.Fatalf("field = %x (%q), want %x", f[0], f[0], c.want)
-			}
-		})
+				f := fields(t, tup)
+				if (c.want == nil) != (f[0] == nil) || !bytes.Equal(f[0], c.want) {
+					t.Fatalf("field = %x (%q), want %x", f[0], f[0], c.want)
+				}
+			})
+		}
 	}
 }
+
+// rawHeaders is a Msg whose headers are read through RawHeader, as
+// consumer/wire's are.
+type rawHeaders map[string][]string
+
+func (h rawHeaders) HeaderGet(key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (h rawHeaders) HeaderFields() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for k, vs := range h {
+			for _, v := range vs {
+				if !yield(k, v) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (rawHeaders) Ack() error                       { return nil }
+func (rawHeaders) Nak() error                       { return nil }
+func (rawHeaders) NakWithDelay(time.Duration) error { return nil }
+func (rawHeaders) InProgress() error                { return nil }
+func (rawHeaders) Term() error                      { return nil }
+func (rawHeaders) TermWithReason(string) error      { return nil }
 
 func TestPayloadJSONChecks(t *testing.T) {
 	m := mustCompile(t, Column{Name: "b", From: "payload", Type: TypeJSONB})

@@ -347,7 +347,7 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 		return nil
 	}
 	parent := forced
-	switch tp := traceparent(ev.Header); {
+	switch tp := traceparent(ev.Header, ev.Msg); {
 	case tp == "":
 		if !t.sampleRoot() {
 			return nil
@@ -355,7 +355,7 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 	case !sampledFlag(tp):
 		return nil // parent-based: the publisher did not sample it
 	default:
-		parent = t.prop.Extract(context.Background(), Carrier(ev.Header))
+		parent = t.prop.Extract(context.Background(), carrier(ev.Header, ev.Msg, tp))
 		if !trace.SpanContextFromContext(parent).IsValid() {
 			if !t.sampleRoot() {
 				return nil
@@ -449,8 +449,13 @@ func EndCopy(sp trace.Span, rows, bytes int, retries uint64, err error) {
 // traceparent returns the message's traceparent header: "traceparent" as
 // W3C and most NATS clients write it, "Traceparent" as
 // propagation.HeaderCarrier does, or the key in any other case, as Carrier
-// finds it for Extract. It allocates nothing.
-func traceparent(h map[string][]string) string {
+// finds it for Extract. With h nil the headers are msg's own
+// (pipeline.RawHeader). It allocates nothing unless the key is in another
+// case.
+func traceparent(h map[string][]string, msg pipeline.Msg) string {
+	if h == nil {
+		return rawHeaderFold(msg, "traceparent")
+	}
 	if v := h["traceparent"]; len(v) > 0 {
 		return v[0]
 	}
@@ -463,6 +468,44 @@ func traceparent(h map[string][]string) string {
 		}
 	}
 	return ""
+}
+
+// rawHeaderFold returns the first value of key in msg's header block, if
+// msg is a pipeline.RawHeader: matched exactly, or else ignoring case.
+func rawHeaderFold(msg pipeline.Msg, key string) string {
+	rh, ok := msg.(pipeline.RawHeader)
+	if !ok {
+		return ""
+	}
+	if v := rh.HeaderGet(key); v != "" {
+		return v
+	}
+	return foldFields(rh, key)
+}
+
+// foldFields is rawHeaderFold's scan ignoring case, apart because a range
+// over a function moves its state to the heap: the exact match above
+// stays free.
+func foldFields(rh pipeline.RawHeader, key string) string {
+	for k, v := range rh.HeaderFields() {
+		if len(k) == len(key) && strings.EqualFold(k, key) {
+			return v
+		}
+	}
+	return ""
+}
+
+// carrier is what Extract reads a sampled message's trace context from: h,
+// or, h nil, the traceparent tp and tracestate of msg's own header block.
+func carrier(h map[string][]string, msg pipeline.Msg, tp string) Carrier {
+	if h != nil {
+		return Carrier(h)
+	}
+	c := Carrier{"traceparent": {tp}}
+	if ts := rawHeaderFold(msg, "tracestate"); ts != "" {
+		c["tracestate"] = []string{ts}
+	}
+	return c
 }
 
 // sampledFlag reads the sampled bit of a version-00 traceparent

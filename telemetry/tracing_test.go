@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net"
 	"os"
 	"testing"
@@ -122,17 +123,54 @@ func TestStartMessageParentAndSampling(t *testing.T) {
 	}
 	// Whatever the case of the header's key (NATS headers are
 	// case-sensitive; Extract reads any case, and so must the sampling).
-	for _, key := range []string{"TraceParent", "TRACEPARENT"} {
-		ev := event(nats.Header{key: h["traceparent"]})
-		if ev.Span = tr.StartMessage(ev); ev.Span == nil {
-			t.Fatalf("sampled parent under the key %q: no span", key)
+	// The same headers read from the message's raw header block (Header
+	// nil: consumer/wire's messages).
+	for _, key := range []string{"traceparent", "TraceParent", "TRACEPARENT"} {
+		for _, raw := range []bool{false, true} {
+			ev := event(nats.Header{key: h["traceparent"]})
+			if raw {
+				ev.Msg, ev.Header = &rawMsg{h: ev.Header}, nil
+			}
+			if ev.Span = tr.StartMessage(ev); ev.Span == nil {
+				t.Fatalf("sampled parent under the key %q (raw %v): no span", key, raw)
+			}
+			if got := ev.Span.SpanContext().TraceID(); got != psp.SpanContext().TraceID() {
+				t.Fatalf("key %q (raw %v): trace %v, want the publisher's %v", key, raw, got, psp.SpanContext().TraceID())
+			}
+			ev.Span.End()
 		}
-		if got := ev.Span.SpanContext().TraceID(); got != psp.SpanContext().TraceID() {
-			t.Fatalf("key %q: trace %v, want the publisher's %v", key, got, psp.SpanContext().TraceID())
-		}
-		ev.Span.End()
 	}
 }
+
+// rawMsg is a message whose headers are read through pipeline.RawHeader,
+// as consumer/wire's are.
+type rawMsg struct{ h nats.Header }
+
+func (m *rawMsg) HeaderGet(key string) string {
+	if v := m.h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (m *rawMsg) HeaderFields() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for k, vs := range m.h {
+			for _, v := range vs {
+				if !yield(k, v) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (*rawMsg) Ack() error                       { return nil }
+func (*rawMsg) Nak() error                       { return nil }
+func (*rawMsg) NakWithDelay(time.Duration) error { return nil }
+func (*rawMsg) InProgress() error                { return nil }
+func (*rawMsg) Term() error                      { return nil }
+func (*rawMsg) TermWithReason(string) error      { return nil }
 
 func TestDeadLettererEndsSpanAndCounts(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
@@ -187,8 +225,11 @@ func (f dlFunc) DeadLetter(context.Context, *pipeline.Event, pipeline.DeadLetter
 func TestUnsampledAllocatesNothing(t *testing.T) {
 	tr := newTestTracing(t, discard{}, 0)
 	h := nats.Header{"traceparent": []string{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}}
-	for _, hdr := range []nats.Header{nil, h} {
+	for i, hdr := range []nats.Header{nil, h, h} {
 		ev := event(hdr)
+		if i == 2 { // read from the raw header block
+			ev.Msg, ev.Header = &rawMsg{h: hdr}, nil
+		}
 		rows := []pipeline.Row{{Event: ev}}
 		if n := testing.AllocsPerRun(1000, func() {
 			rows[0].Event.Span = tr.StartMessage(rows[0].Event)
@@ -197,7 +238,7 @@ func TestUnsampledAllocatesNothing(t *testing.T) {
 			}
 			EndMessage(&rows[0].Event, "ack", nil)
 		}); n != 0 {
-			t.Errorf("headers %v: %v allocations per unsampled event, want 0", hdr, n)
+			t.Errorf("headers %v (raw: %v): %v allocations per unsampled event, want 0", hdr, i == 2, n)
 		}
 	}
 }

@@ -1,0 +1,176 @@
+package consumer
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/consumer/wire"
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// delivery is a message as push takes it: a *jetstream.Msg of nats.go's
+// Consume, or a *wire.Msg.
+type delivery interface {
+	pipeline.Msg
+	Subject() string
+	Reply() string
+	Data() []byte
+}
+
+// pullsWithWire reports whether this session pulls with consumer/wire:
+// nats.pull_client is "wire" and nats.go is connected over a scheme wire
+// speaks (not a websocket; then nats.go pulls, and Run says so once).
+func (c *Consumer) pullsWithWire() bool {
+	if c.cfg.PullClient != PullClientWire {
+		return false
+	}
+	u, err := url.Parse(c.nc.ConnectedUrl())
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") {
+		return true // wire.Dial judges the rest
+	}
+	if c.wsNoted.CompareAndSwap(false, true) {
+		c.log.Info("nats.pull_client wire does not speak websocket; nats.go pulls", "url", c.nc.ConnectedUrlRedacted())
+	}
+	return false
+}
+
+// wireConn returns the connection the wire pull client uses: the one it
+// made before while that is alive, else a new one to the server nats.go
+// is connected to, with the same credentials. Run's goroutine only.
+func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
+	if wc := c.wc.Load(); wc != nil {
+		select {
+		case <-wc.Done():
+		default:
+			return wc, nil
+		}
+	}
+	o, err := c.wireOptions()
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*closeWait)
+	defer cancel()
+	wc, err := wire.Dial(dctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("connect the wire pull client: %w", err)
+	}
+	if old := c.wc.Swap(wc); old != nil {
+		_ = old.Close()
+	}
+	return wc, nil
+}
+
+// wireOptions are the consumer's connection settings for wire.Dial.
+func (c *Consumer) wireOptions() (wire.Options, error) {
+	cfg := &c.cfg
+	url := c.nc.ConnectedUrl()
+	if url == "" {
+		return wire.Options{}, errors.New("connect the wire pull client: nats.go is not connected to any server")
+	}
+	o := wire.Options{
+		URL:          url,
+		Name:         "jetsink",
+		User:         cfg.User,
+		Password:     cfg.Password,
+		NKeyFile:     cfg.NKeyFile,
+		CredsFile:    cfg.CredsFile,
+		PingInterval: cmp.Or(cfg.pingEvery, pingInterval),
+		MaxPingsOut:  maxPingsOut,
+		// Acks go through nats.go's connection, which reconnects and
+		// buffers meanwhile: a row committed after the wire connection
+		// died is still acked, as with nats.go's own Consume.
+		Settle: c.nc.Publish,
+	}
+	if cfg.dialer != nil {
+		o.Dialer = cfg.dialer
+	}
+	if cfg.TLS.CAFile != "" || cfg.TLS.CertFile != "" {
+		t := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.TLS.CAFile != "" {
+			pem, err := os.ReadFile(cfg.TLS.CAFile)
+			if err != nil {
+				return wire.Options{}, fmt.Errorf("%w: nats.tls.ca_file %q: %w", ErrInvalidConfig, cfg.TLS.CAFile, err)
+			}
+			t.RootCAs = x509.NewCertPool()
+			if !t.RootCAs.AppendCertsFromPEM(pem) {
+				return wire.Options{}, fmt.Errorf("%w: nats.tls.ca_file %q holds no PEM certificate", ErrInvalidConfig, cfg.TLS.CAFile)
+			}
+		}
+		if cfg.TLS.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+			if err != nil {
+				// The error may quote the key; say only which files.
+				return wire.Options{}, fmt.Errorf("%w: nats.tls.cert_file %q and key_file %q are not a usable pair", ErrInvalidConfig, cfg.TLS.CertFile, cfg.TLS.KeyFile)
+			}
+			t.Certificates = []tls.Certificate{cert}
+		}
+		o.TLS = t
+	}
+	return o, nil
+}
+
+// consumeWire starts a wire pull subscription on the consumer: handle
+// takes its messages and onErr its errors, a missed heartbeat reported as
+// jetstream.ErrNoHeartbeat, as nats.go's Consume reports it. When the wire
+// connection fails the Sub hands on what it holds and ends; Run then
+// subscribes again, on a new connection.
+func (c *Consumer) consumeWire(hard context.Context, handle func(delivery), onErr func(error)) (jetstream.ConsumeContext, error) {
+	wc, err := c.wireConn(hard)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &c.cfg
+	sub, err := wc.Consume(wire.PullOptions{
+		Stream:      cfg.Stream,
+		Consumer:    cfg.Consumer,
+		MaxMessages: cfg.PullMaxMessages,
+		MaxBytes:    cfg.PullMaxBytes,
+		Expires:     cfg.PullExpiry,
+		Heartbeat:   cfg.PullHeartbeat,
+	}, func(m *wire.Msg) { handle(m) }, func(err error) {
+		switch {
+		case errors.Is(err, wire.ErrNoHeartbeat):
+			err = fmt.Errorf("%w (%w)", jetstream.ErrNoHeartbeat, err)
+		case errors.Is(err, wire.ErrConnectionClosed):
+			// What the Sub hands on now arrived before the connection
+			// failed, and the stream may be replaced by the time it is
+			// pushed: as after nats.go's reconnect, push (exactly-once)
+			// verifies the stream first, and serve (at-least-once) looks
+			// at it. This runs on the goroutine that pushes, before them.
+			c.seq.gen.Add(1)
+			select {
+			case c.reconnected <- struct{}{}:
+			default:
+			}
+		}
+		onErr(err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+// flushWire waits until the server has read what the wire connection
+// sent, if there is one. (The acks go through nats.go: Options.Settle.)
+func (c *Consumer) flushWire(ctx context.Context) error {
+	wc := c.wc.Load()
+	if wc == nil {
+		return nil
+	}
+	select {
+	case <-wc.Done():
+		return nil // its acks went with it
+	default:
+	}
+	return wc.Flush(ctx)
+}
