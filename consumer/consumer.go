@@ -54,6 +54,10 @@ type Consumer struct {
 	// died, Close closes it.
 	wc      atomic.Pointer[wire.Conn]
 	wsNoted atomic.Bool // pullsWithWire logged that a websocket URL keeps nats.go
+	// wireDialFails counts failed wire dials in a row; wireGaveUp: nats.go
+	// pulls from now on (wireConn).
+	wireDialFails atomic.Int32
+	wireGaveUp    atomic.Bool
 
 	// epochs tells the sink and the dead-letter path which events came
 	// from a stream that has been replaced since (see pipeline.Epochs);
@@ -183,6 +187,14 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		nats.DrainTimeout(closeWait),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			c.seq.gen.Add(1) // see the reconnect handler
+			if wc := c.wc.Load(); wc != nil {
+				// Pull only while the acks and the API can get through: the
+				// wire session hands on what it holds and ends; Run pulls
+				// again once nats.go is back (and has sent the acks it
+				// buffered, which must not reach a stream's events pulled
+				// meanwhile: see pipeline.Epochs).
+				go wc.Abort()
+			}
 			if err == nil && (nc.IsClosed() || nc.IsDraining()) {
 				return // our own Close
 			}
@@ -341,13 +353,7 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 // still going returns an error. Idempotent.
 func (c *Consumer) Close() {
 	if wc := c.wc.Load(); wc != nil {
-		// The sink's acks of wire messages went out on it.
-		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
-		if err := c.flushWire(ctx); err != nil {
-			c.log.Warn("flush the wire pull client's acks", "err", err)
-		}
-		cancel()
-		_ = wc.Close()
+		_ = wc.Close() // the acks went through nats.go's, drained below
 	}
 	if err := c.nc.Drain(); err != nil {
 		// Already closed, or reconnecting: nothing to flush to.
@@ -361,7 +367,9 @@ func (c *Consumer) Close() {
 	}
 }
 
-// Ready reports whether the connection to NATS is up.
+// Ready reports whether the connection to NATS is up. (A wire pull
+// connection that cannot be made is not waited on for ever: after a few
+// failed dials nats.go pulls, see pullsWithWire.)
 func (c *Consumer) Ready() bool { return c.nc.IsConnected() }
 
 // Lag asks the server for the consumer's backlog. It returns the

@@ -9,11 +9,14 @@
 // backoff; a connection whose server left two pings 20 s apart unanswered
 // is given up as stale and reconnected), creates or binds the stream and creates or updates the durable
 // consumer (explicit acks, nats.ack_wait, no MaxDeliver of its own (see
-// below), nats.max_ack_pending, nats.filter_subject). Run pulls with nats.go's
-// Consume: up to nats.pull_max_messages (and optionally nats.pull_max_bytes
-// per pull) buffered in the client, a new pull sent when half are taken,
-// idle heartbeats from the server. Each message becomes a pipeline.Event (one
-// Metadata parse; Data and Header alias nats.go's buffers) pushed into the
+// below), nats.max_ack_pending, nats.filter_subject). Run pulls with
+// consumer/wire on a connection of its own (nats.pull_client "wire", the
+// default; its acks go through nats.go's connection) or nats.go's Consume:
+// up to nats.pull_max_messages (and optionally nats.pull_max_bytes per
+// pull) requested, a new pull sent when half are taken, idle heartbeats
+// from the server. Each message becomes a pipeline.Event (one reply-subject
+// parse; Data aliases the client's buffer; Header is nats.go's map, or nil
+// for a wire message, whose raw headers pipeline.RawHeader reads) pushed into the
 // dispatch, which blocks while the worker's ring is
 // full: that is where back-pressure reaches JetStream, which keeps the backlog
 // on disk. The consumer never acks; the sink does, after COMMIT.
@@ -112,11 +115,11 @@
 // # Goroutines
 //
 // Run blocks on the caller's goroutine, supervising. The pushes happen on
-// nats.go's delivery goroutine of the pull subscription, one message at a
-// time; Run starts a new subscription only after the previous one's delivery
+// the delivery goroutine of the pull subscription (wire's or nats.go's),
+// one message at a time; Run starts a new subscription only after the previous one's delivery
 // goroutine has returned, so the dispatch has one producer at a time, and Run
 // closes it before returning. nats.go's other goroutines (reader, flusher,
-// pull loop, status watcher) end with
+// pull loop, status watcher) and wire's (reader, flusher, pinger) end with
 // the subscription and with the connection (Close). Nothing here outlives
 // Close.
 //

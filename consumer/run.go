@@ -37,14 +37,17 @@ type Output interface {
 // how back-pressure reaches JetStream). It is the producer of out and closes
 // it before returning, whatever the outcome.
 //
-// Run consumes with nats.go's Consume: the pushes happen on nats.go's
-// delivery goroutine for the pull subscription, one message at a time, while
-// Run's own goroutine supervises. A new subscription starts only after the
-// previous one's delivery goroutine has finished, so out always has exactly
-// one producer at a time.
+// Run consumes with consumer/wire (nats.pull_client "wire", the default) or
+// nats.go's Consume: the pushes happen on the pull subscription's delivery
+// goroutine, one message at a time, while Run's own goroutine supervises. A
+// new subscription starts only after the previous one's delivery goroutine
+// has finished, so out always has exactly one producer at a time.
 //
 // Run survives disconnects and server restarts: nats.go re-issues the pull
-// on reconnect and when heartbeats stop. When heartbeats stop Run also checks
+// on reconnect and when heartbeats stop; a wire subscription ends with its
+// connection (also when nats.go's disconnects: it pulls only while the acks
+// can get through), hands on what it holds, and Run subscribes again on a
+// new connection once nats.go is connected. When heartbeats stop Run also checks
 // that the stream and consumer still exist; when they are gone, or the
 // subscription ends by itself (consumer deleted), Run re-creates them (the
 // stream only with nats.create_stream) and subscribes again, with capped
@@ -133,6 +136,23 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 		if time.Since(began) > time.Minute {
 			backoff = retryMin
 		}
+		if s.connLost.Load() && !s.gone {
+			// The wire connection failed (with the server, or because
+			// nats.go's did: see natsOptions): nothing is gone. Pull again
+			// once nats.go, which carries the acks and the API, is back.
+			c.log.Info("wire pull connection lost; pulling again once NATS is reachable")
+			if time.Since(began) < time.Second {
+				// Lost as soon as made: do not dial in a tight loop.
+				sleep(ctx, hard, backoff)
+				backoff = min(2*backoff, retryMax)
+			}
+			for !c.nc.IsConnected() && !c.nc.IsClosed() {
+				if !sleep(ctx, hard, 100*time.Millisecond) {
+					break
+				}
+			}
+			continue
+		}
 		// The subscription ended without us (consumer deleted, ...) or
 		// because the consumer or its stream is gone: re-create them and
 		// subscribe again.
@@ -215,9 +235,7 @@ func (c *Consumer) newEpoch(level slog.Level, why string) uint64 {
 	if err := c.nc.FlushWithContext(fctx); err != nil {
 		c.log.Warn("flush before the new epoch", "err", err)
 	}
-	if err := c.flushWire(fctx); err != nil {
-		c.log.Warn("flush the wire pull client before the new epoch", "err", err)
-	}
+
 	return e
 }
 
@@ -273,6 +291,9 @@ type session struct {
 	// stream may have been replaced after it.)
 	advanced atomic.Bool
 	gone     bool // the consumer or its stream went away while this session ran
+	// connLost: the session's wire connection failed (consumeWire); Run
+	// pulls again once nats.go is connected, without re-creating anything.
+	connLost atomic.Bool
 }
 
 // await asks serve to verify the stream and returns its verdict.
@@ -327,7 +348,7 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 		}
 	}
 	if c.pullsWithWire() {
-		cc, err := c.consumeWire(hard, handle, onErr)
+		cc, err := c.consumeWire(hard, s, handle, onErr)
 		if err != nil {
 			return nil, fmt.Errorf("consume: %w", err)
 		}

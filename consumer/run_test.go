@@ -1,8 +1,10 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsink/jetsink/consumer/wire"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/ringq"
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -68,6 +71,8 @@ func TestRunDeliversEveryMessageOnceInSubjectOrder(t *testing.T) {
 			t.Fatalf("Received %v before Published %v", ev.Received, ev.Published)
 		case ev.Msg == nil:
 			t.Fatal("event without a message handle")
+		case pulledBy(ev.Msg) != cmp.Or(cfg.PullClient, PullClientWire):
+			t.Fatalf("pulled by %s, want nats.pull_client %q", pulledBy(ev.Msg), cfg.PullClient)
 		}
 		if ring, ok := ringOf[ev.Subject]; ok && ring != g.ring {
 			t.Fatalf("subject %s went to rings %d and %d", ev.Subject, ring, g.ring)
@@ -552,4 +557,15 @@ func TestRunAfterCloseFails(t *testing.T) {
 	if _, err := out.Ring(0).Pop(ctx); !errors.Is(err, ringq.ErrClosed) {
 		t.Fatalf("Pop = %v, want ErrClosed", err)
 	}
+}
+
+// pulledBy names the pull client whose message m is.
+func pulledBy(m pipeline.Msg) string {
+	switch m.(type) {
+	case *wire.Msg:
+		return PullClientWire
+	case jetstream.Msg:
+		return PullClientNATSGo
+	}
+	return fmt.Sprintf("%T", m)
 }

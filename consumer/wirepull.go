@@ -7,8 +7,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,11 +28,19 @@ type delivery interface {
 	Data() []byte
 }
 
+// wireDialTimeout bounds one dial of the wire connection; after
+// wireDialAttempts failed dials in a row while nats.go is connected, nats.go
+// pulls instead (pullsWithWire).
+const (
+	wireDialTimeout  = 10 * time.Second
+	wireDialAttempts = 3
+)
+
 // pullsWithWire reports whether this session pulls with consumer/wire:
 // nats.pull_client is "wire" and nats.go is connected over a scheme wire
 // speaks (not a websocket; then nats.go pulls, and Run says so once).
 func (c *Consumer) pullsWithWire() bool {
-	if c.cfg.PullClient != PullClientWire {
+	if c.cfg.PullClient == PullClientNATSGo || c.wireGaveUp.Load() {
 		return false
 	}
 	u, err := url.Parse(c.nc.ConnectedUrl())
@@ -57,12 +68,20 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	dctx, cancel := context.WithTimeout(ctx, 10*closeWait)
+	dctx, cancel := context.WithTimeout(ctx, wireDialTimeout)
 	defer cancel()
 	wc, err := wire.Dial(dctx, o)
 	if err != nil {
+		if n := c.wireDialFails.Add(1); n >= wireDialAttempts && c.nc.IsConnected() {
+			// nats.go reaches the server and wire does not (a connection
+			// limit, a certificate for another name, ...): consuming with
+			// nats.go beats not consuming.
+			c.wireGaveUp.Store(true)
+			c.log.Error("nats.pull_client wire could not connect; nats.go pulls from now on", "attempts", n, "err", err)
+		}
 		return nil, fmt.Errorf("connect the wire pull client: %w", err)
 	}
+	c.wireDialFails.Store(0)
 	if old := c.wc.Swap(wc); old != nil {
 		_ = old.Close()
 	}
@@ -72,12 +91,12 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 // wireOptions are the consumer's connection settings for wire.Dial.
 func (c *Consumer) wireOptions() (wire.Options, error) {
 	cfg := &c.cfg
-	url := c.nc.ConnectedUrl()
-	if url == "" {
+	connected := c.nc.ConnectedUrl()
+	if connected == "" {
 		return wire.Options{}, errors.New("connect the wire pull client: nats.go is not connected to any server")
 	}
 	o := wire.Options{
-		URL:          url,
+		URL:          connected,
 		Name:         "jetsink",
 		User:         cfg.User,
 		Password:     cfg.Password,
@@ -92,6 +111,16 @@ func (c *Consumer) wireOptions() (wire.Options, error) {
 	}
 	if cfg.dialer != nil {
 		o.Dialer = cfg.dialer
+	}
+	// nats.go verifies a server it learned of from the cluster (its URL
+	// holds an IP) against the configured URL's host name; so must wire.
+	if cu, err := url.Parse(connected); err == nil && net.ParseIP(cu.Hostname()) != nil && (o.TLS != nil || cu.Scheme == "tls") {
+		if first, err := url.Parse(strings.TrimSpace(strings.Split(cfg.URL, ",")[0])); err == nil && first.Hostname() != "" && net.ParseIP(first.Hostname()) == nil {
+			if o.TLS == nil {
+				o.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+			}
+			o.TLS.ServerName = first.Hostname()
+		}
 	}
 	if cfg.TLS.CAFile != "" || cfg.TLS.CertFile != "" {
 		t := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -123,7 +152,7 @@ func (c *Consumer) wireOptions() (wire.Options, error) {
 // jetstream.ErrNoHeartbeat, as nats.go's Consume reports it. When the wire
 // connection fails the Sub hands on what it holds and ends; Run then
 // subscribes again, on a new connection.
-func (c *Consumer) consumeWire(hard context.Context, handle func(delivery), onErr func(error)) (jetstream.ConsumeContext, error) {
+func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(delivery), onErr func(error)) (jetstream.ConsumeContext, error) {
 	wc, err := c.wireConn(hard)
 	if err != nil {
 		return nil, err
@@ -141,6 +170,7 @@ func (c *Consumer) consumeWire(hard context.Context, handle func(delivery), onEr
 		case errors.Is(err, wire.ErrNoHeartbeat):
 			err = fmt.Errorf("%w (%w)", jetstream.ErrNoHeartbeat, err)
 		case errors.Is(err, wire.ErrConnectionClosed):
+			s.connLost.Store(true)
 			// What the Sub hands on now arrived before the connection
 			// failed, and the stream may be replaced by the time it is
 			// pushed: as after nats.go's reconnect, push (exactly-once)
@@ -158,19 +188,4 @@ func (c *Consumer) consumeWire(hard context.Context, handle func(delivery), onEr
 		return nil, err
 	}
 	return sub, nil
-}
-
-// flushWire waits until the server has read what the wire connection
-// sent, if there is one. (The acks go through nats.go: Options.Settle.)
-func (c *Consumer) flushWire(ctx context.Context) error {
-	wc := c.wc.Load()
-	if wc == nil {
-		return nil
-	}
-	select {
-	case <-wc.Done():
-		return nil // its acks went with it
-	default:
-	}
-	return wc.Flush(ctx)
 }

@@ -66,16 +66,19 @@ type Event struct {
 // HeaderLookup and HeaderFields read the headers through the Msg. That saves decoding
 // every message's headers when most events need one of them at most.
 type RawHeader interface {
-	// HeaderGet returns the first value of key, matched exactly; "" when
-	// there is none.
+	// HeaderLookup returns the first value of key, matched exactly, and
+	// whether the field is there.
+	HeaderLookup(key string) (string, bool)
+	// HeaderGet is HeaderLookup's value; HeaderFold matches key ignoring
+	// case. Neither allocates.
 	HeaderGet(key string) string
+	HeaderFold(key string) string
 	// HeaderFields yields every field, in the order sent.
 	HeaderFields() iter.Seq2[string, string]
 }
 
 // HeaderLookup returns the first value of header key, matched exactly (as
-// a lookup in Header is), and whether the field is there. Through a
-// RawHeader a field with an empty value reads as absent.
+// a lookup in Header is), and whether the field is there.
 func (ev *Event) HeaderLookup(key string) (string, bool) {
 	if ev.Header != nil {
 		if v := ev.Header[key]; len(v) > 0 {
@@ -84,8 +87,7 @@ func (ev *Event) HeaderLookup(key string) (string, bool) {
 		return "", false
 	}
 	if rh, ok := ev.Msg.(RawHeader); ok {
-		v := rh.HeaderGet(key)
-		return v, v != ""
+		return rh.HeaderLookup(key)
 	}
 	return "", false
 }

@@ -100,7 +100,7 @@ func TestMetaHeaderPayload(t *testing.T) {
 	ev := &Event{
 		Stream: "S", StreamSeq: 1<<63 + 1, ConsumerSeq: 7, Delivered: 3, Subject: "s.1", Published: ts,
 		MsgID:  "3f0c9a2e-1b7d-4c8e-9f00-0123456789ab",
-		Header: map[string][]string{"X-Count": {"12", "13"}, "X-Bad": {"a\x00"}, "X-JSON": {`{"k":[1]}`}, "X-Ctl": {"\"\x01\\\\n\""}, "X-Time": {"2026-11-29T19:59:15Z"}},
+		Header: map[string][]string{"X-Count": {"12", "13"}, "X-Bad": {"a\x00"}, "X-JSON": {`{"k":[1]}`}, "X-Ctl": {"\"\x01\\\\n\""}, "X-Time": {"2026-11-29T19:59:15Z"}, "X-Empty": {""}},
 		Data:   []byte("not json \xff"),
 	}
 	cases := []struct {
@@ -123,7 +123,8 @@ func TestMetaHeaderPayload(t *testing.T) {
 		{"meta:msg_id", TypeUUID, hx("3f0c9a2e1b7d4c8e9f000123456789ab"), ""},
 		{"header:X-Count", TypeInt4, be32(12), ""},
 		{"header:X-Count", TypeText, []byte("12"), ""},
-		{"header:x-count", TypeText, nil, ""}, // header names are case-sensitive, as in nats.Header
+		{"header:x-count", TypeText, nil, ""},      // header names are case-sensitive, as in nats.Header
+		{"header:X-Empty", TypeText, []byte{}, ""}, // there, empty: not NULL
 		{"header:X-Bad", TypeText, nil, CodeNULInText},
 		{"header:X-JSON", TypeJSONB, []byte("\x01{\"k\":[1]}"), ""},
 		{"header:X-Ctl", TypeJSONB, nil, CodeInvalidJSON}, // fastjson.Validate alone let this through
@@ -174,8 +175,22 @@ func TestMetaHeaderPayload(t *testing.T) {
 type rawHeaders map[string][]string
 
 func (h rawHeaders) HeaderGet(key string) string {
+	v, _ := h.HeaderLookup(key)
+	return v
+}
+
+func (h rawHeaders) HeaderLookup(key string) (string, bool) {
 	if v := h[key]; len(v) > 0 {
-		return v[0]
+		return v[0], true
+	}
+	return "", false
+}
+
+func (h rawHeaders) HeaderFold(key string) string {
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return v[0]
+		}
 	}
 	return ""
 }

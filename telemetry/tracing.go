@@ -480,19 +480,7 @@ func rawHeaderFold(msg pipeline.Msg, key string) string {
 	if v := rh.HeaderGet(key); v != "" {
 		return v
 	}
-	return foldFields(rh, key)
-}
-
-// foldFields is rawHeaderFold's scan ignoring case, apart because a range
-// over a function moves its state to the heap: the exact match above
-// stays free.
-func foldFields(rh pipeline.RawHeader, key string) string {
-	for k, v := range rh.HeaderFields() {
-		if len(k) == len(key) && strings.EqualFold(k, key) {
-			return v
-		}
-	}
-	return ""
+	return rh.HeaderFold(key)
 }
 
 // carrier is what Extract reads a sampled message's trace context from: h,

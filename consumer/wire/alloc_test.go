@@ -44,7 +44,7 @@ func TestHotPathAllocations(t *testing.T) {
 	}
 	m := f.msg
 	if n := testing.AllocsPerRun(1000, func() {
-		if m.Subject() == "" || m.Reply() == "" || len(m.Data()) == 0 || m.HeaderGet("traceparent") == "" || m.HeaderGet("Missing") != "" {
+		if m.Subject() == "" || m.Reply() == "" || len(m.Data()) == 0 || m.HeaderGet("traceparent") == "" || m.HeaderGet("Missing") != "" || m.HeaderFold("TRACEPARENT") == "" || m.HeaderFold("missing") != "" {
 			t.Fatal("accessors")
 		}
 		if _, ok := m.HeaderLookup("Nats-Msg-Id"); !ok {

@@ -425,6 +425,15 @@ func (c *Conn) Close() error {
 	return err
 }
 
+// Abort ends the connection as a failure would, with an error wrapping
+// ErrConnectionClosed: unlike after Close, a Sub settled through
+// Options.Settle hands on what it holds before it ends. It waits for the
+// connection's goroutines.
+func (c *Conn) Abort() {
+	c.fail(fmt.Errorf("%w: aborted", ErrConnectionClosed))
+	c.wg.Wait()
+}
+
 // Flush returns once the server has read everything written before it:
 // it sends a PING and waits for the PONG. Errors: ctx's, or one wrapping
 // ErrConnectionClosed.

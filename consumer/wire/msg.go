@@ -112,6 +112,23 @@ func (m *Msg) HeaderLookup(key string) (string, bool) {
 	}
 }
 
+// HeaderFold returns the first value of the header field key matched
+// ignoring case, "" when there is none; like HeaderGet it allocates
+// nothing.
+func (m *Msg) HeaderFold(key string) string {
+	h := headerFields(m.HeaderBlock())
+	for {
+		k, v, rest, ok := nextField(h)
+		if !ok {
+			return ""
+		}
+		if len(k) == len(key) && strings.EqualFold(k, key) {
+			return v
+		}
+		h = rest
+	}
+}
+
 // HeaderFields iterates over the header fields in the order they were
 // sent, keys as sent and values as HeaderGet returns them; a key that
 // appears more than once is visited once per value. Lines without a colon
