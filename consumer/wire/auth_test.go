@@ -45,6 +45,22 @@ func startServer(t *testing.T, adjust func(*server.Options)) *server.Server {
 	return s
 }
 
+// jetStreamAt is a nats.go JetStream context on a connection to url,
+// closed when the test ends.
+func jetStreamAt(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 func serverURL(s *server.Server, scheme, userinfo string) string {
 	return fmt.Sprintf("%s://%s%s", scheme, userinfo, s.Addr().String())
 }
@@ -224,15 +240,7 @@ func TestTLS(t *testing.T) {
 	})
 	ctx := testCtx(t, 30*time.Second)
 	// Messages flow over TLS: publish with nats.go, consume with wire.
-	nc, err := nats.Connect(serverURL(s, "tls", ""), nats.Secure(&tls.Config{RootCAs: roots}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, serverURL(s, "tls", ""), nats.Secure(&tls.Config{RootCAs: roots}))
 	const n = 50
 	preload(t, ctx, js, "TLS", n, 3, jetstream.ConsumerConfig{AckWait: time.Minute})
 	c, err := Dial(ctx, Options{URL: serverURL(s, "nats", ""), TLS: &tls.Config{RootCAs: roots}})

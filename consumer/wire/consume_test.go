@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -287,15 +286,7 @@ func TestConsumeMaxBytes(t *testing.T) {
 	// max_bytes may not be below max_payload (a larger message would never
 	// fit a request), so the server's is 8 KiB.
 	srv := startServer(t, func(o *server.Options) { o.MaxPayload = 8 << 10 })
-	nc, err := nats.Connect(serverURL(srv, "nats", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, serverURL(srv, "nats", ""))
 	preload(t, ctx, js, "BYTES", n, 3, jetstream.ConsumerConfig{AckWait: time.Minute})
 	c := dialTest(t, ctx, serverURL(srv, "nats", ""))
 	if _, err := c.Consume(PullOptions{Stream: "BYTES", Consumer: "C", MaxBytes: 4 << 10}, func(*Msg) {}, nil); !errors.Is(err, ErrInvalidOptions) {

@@ -17,9 +17,8 @@ import (
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
-// fakeServer accepts one connection, sends info, answers CONNECT's PING
-// with PONG and then runs script with the connection and its reader.
-func fakeServer(t *testing.T, info string, script func(net.Conn, *bufio.Reader)) string {
+// acceptOne serves one connection with serve and returns the URL to dial.
+func acceptOne(t *testing.T, serve func(net.Conn)) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -33,6 +32,17 @@ func fakeServer(t *testing.T, info string, script func(net.Conn, *bufio.Reader))
 			return
 		}
 		defer conn.Close()
+		serve(conn)
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	return "nats://" + l.Addr().String()
+}
+
+// fakeServer accepts one connection, sends info, reads up to CONNECT's
+// PING and then runs script with the connection and its reader.
+func fakeServer(t *testing.T, info string, script func(net.Conn, *bufio.Reader)) string {
+	t.Helper()
+	return acceptOne(t, func(conn net.Conn) {
 		br := bufio.NewReader(conn)
 		if _, err := conn.Write([]byte("INFO " + info + "\r\n")); err != nil {
 			return
@@ -47,9 +57,7 @@ func fakeServer(t *testing.T, info string, script func(net.Conn, *bufio.Reader))
 			}
 		}
 		script(conn, br)
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	return "nats://" + l.Addr().String()
+	})
 }
 
 const fakeInfo = `{"server_id":"fake","headers":true,"max_payload":100}`
@@ -111,24 +119,12 @@ func TestFakeServerProtocolErrors(t *testing.T) {
 
 func TestFakeServerConnect(t *testing.T) {
 	t.Run("authorization violation", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer conn.Close()
+		url := acceptOne(t, func(conn net.Conn) {
 			_, _ = conn.Write([]byte("INFO " + fakeInfo + "\r\n"))
 			_, _ = bufio.NewReader(conn).ReadString('\n')
 			_, _ = conn.Write([]byte("-ERR 'Authorization Violation'\r\n"))
-		}()
-		defer func() { l.Close(); <-done }()
-		_, err = Dial(testCtx(t, 10*time.Second), Options{URL: "nats://" + l.Addr().String(), User: "u", Password: "p4ss"})
+		})
+		_, err := Dial(testCtx(t, 10*time.Second), Options{URL: url, User: "u", Password: "p4ss"})
 		if !errors.Is(err, ErrAuthorization) || strings.Contains(err.Error(), "p4ss") {
 			t.Errorf("got %v, want ErrAuthorization", err)
 		}
