@@ -569,3 +569,52 @@ func pulledBy(m pipeline.Msg) string {
 	}
 	return fmt.Sprintf("%T", m)
 }
+
+// With the wire pull client, a disconnect of nats.go's connection (which
+// carries the acks) ends the wire connection too: nothing is pulled while
+// acks cannot get out. Run pulls again on a new wire connection once
+// nats.go is back, and nothing is lost.
+func TestWireFollowsNATSGoDisconnect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.PullClient = PullClientWire // about wire, whichever suite runs it
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	first := c.wc.Load()
+	if first == nil {
+		t.Fatal("no wire connection after a delivery")
+	}
+	if err := c.nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first.Done():
+	case <-ctx.Done():
+		t.Fatal("the wire connection outlived nats.go's disconnect")
+	}
+	publish(t, ctx, js, cfg, 3, 1, 1)
+	for i := 1; i <= 3; i++ {
+		ev := r.next(t, ctx).ev
+		if got := bodyIndex(t, &ev); got != i {
+			t.Fatalf("got message %d, want %d", got, i)
+		}
+		if err := ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.wc.Load() == first {
+		t.Fatal("still the first wire connection")
+	}
+	waitFor(t, ctx, "all acked", func() bool {
+		lag, err := c.Lag(ctx)
+		return err == nil && lag.AckFloor == 4 && lag.NumAckPending == 0
+	})
+	r.stopClean(t, ctx)
+}
