@@ -206,11 +206,7 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 			// re-created, and nats.go's pulls go on with whatever stream
 			// answers: push (exactly-once) or serve (at-least-once) has
 			// Run check it again.
-			c.seq.gen.Add(1)
-			select {
-			case c.reconnected <- struct{}{}:
-			default: // one pending look is enough
-			}
+			c.lookAgain()
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
@@ -364,6 +360,17 @@ func (c *Consumer) Close() {
 	case <-time.After(closeWait + time.Second):
 		c.nc.Close()
 		<-c.closed
+	}
+}
+
+// lookAgain marks that the stream may have been replaced while a connection
+// was down: push (exactly-once) verifies it before the next message, and
+// serve (at-least-once) looks at it. One pending look is enough.
+func (c *Consumer) lookAgain() {
+	c.seq.gen.Add(1)
+	select {
+	case c.reconnected <- struct{}{}:
+	default:
 	}
 }
 

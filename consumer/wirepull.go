@@ -176,11 +176,7 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 			// pushed: as after nats.go's reconnect, push (exactly-once)
 			// verifies the stream first, and serve (at-least-once) looks
 			// at it. This runs on the goroutine that pushes, before them.
-			c.seq.gen.Add(1)
-			select {
-			case c.reconnected <- struct{}{}:
-			default:
-			}
+			c.lookAgain()
 		}
 		onErr(err)
 	})
