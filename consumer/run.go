@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsink/jetsink/consumer/wire"
 	"github.com/jetsink/jetsink/pipeline"
 )
 
@@ -552,9 +553,24 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 		}
 	}
 	s.lastCons = meta.consSeq
-	var h map[string][]string
-	if jm, ok := msg.(jetstream.Msg); ok {
-		h = jm.Headers()
+	var (
+		h        map[string][]string
+		msgID    string
+		received time.Time
+	)
+	switch m := msg.(type) {
+	case *wire.Msg:
+		// Stamped once per read from the socket, not per message.
+		received, msgID = m.Received(), m.HeaderGet(HeaderMsgID)
+	case jetstream.Msg:
+		if h = m.Headers(); len(h[HeaderMsgID]) > 0 {
+			msgID = h[HeaderMsgID][0]
+		}
+	case pipeline.RawHeader:
+		msgID = m.HeaderGet(HeaderMsgID)
+	}
+	if received.IsZero() {
+		received = time.Now()
 	}
 	ev := pipeline.Event{
 		Msg:         msg,
@@ -566,18 +582,12 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 		ConsumerSeq: meta.consSeq,
 		Delivered:   pipeline.DeliveryCount(meta.delivered),
 		Published:   meta.published,
-		Received:    time.Now(),
+		Received:    received,
+		MsgID:       msgID,
 		Epoch:       s.epoch,
 		// Past nats.max_deliver: the worker dead-letters it undecoded
 		// (the server sets no limit: durableMaxDeliver).
 		Exhausted: c.cfg.MaxDeliver > 0 && meta.delivered > uint64(c.cfg.MaxDeliver),
-	}
-	if h != nil {
-		if v := h[HeaderMsgID]; len(v) > 0 {
-			ev.MsgID = v[0]
-		}
-	} else if rh, ok := msg.(pipeline.RawHeader); ok {
-		ev.MsgID = rh.HeaderGet(HeaderMsgID)
 	}
 	if meta.streamSeq > c.seq.seenMax.Load() {
 		c.seq.seenMax.Store(meta.streamSeq)

@@ -458,12 +458,18 @@ func (r *run) setCarry(n int) {
 	c.lo = 0
 	// The heartbeat's clock starts when JetStream delivered the oldest of
 	// these rows, not when they reached the sink: ack_wait runs from then.
-	since := time.Now()
+	now := time.Now()
+	var age time.Duration
 	for i := range c.rows {
-		if rc := c.rows[i].Event.Received; !rc.IsZero() && rc.Before(since) {
-			since = rc
+		// Received may have no monotonic reading (consumer/wire stamps
+		// the wall clock): age is then measured on the wall clock, and a
+		// clock step in between only moves the first beat (earlier, or
+		// no earlier than now); since keeps now's monotonic reading.
+		if rc := c.rows[i].Event.Received; !rc.IsZero() {
+			age = max(age, now.Sub(rc))
 		}
 	}
+	since := now.Add(-age)
 	c.since, c.due = since, since.Add(r.s.cfg.InProgressEvery/2)
 	c.mu.Unlock()
 }

@@ -293,3 +293,29 @@ func TestOlderRowsBringTheBatchClocksForward(t *testing.T) {
 		t.Errorf("older row: %d InProgress, want 1: a beat is due every after the last", n)
 	}
 }
+
+// consumer/wire stamps Received with the wall clock only: the carry's clock
+// still starts at the oldest receipt and keeps a monotonic reading, so that
+// later beats and deadlines do not follow wall-clock steps.
+func TestCarryClockFromWallOnlyReceipts(t *testing.T) {
+	r := &run{s: &Sink{cfg: Config{InProgressEvery: 4 * time.Second}}, carry: &batch{rows: make([]pipeline.Row, 0, carrySize)}}
+	rs, _ := rows(1, 3, nil)
+	before := time.Now()
+	for i := range rs {
+		age := time.Duration(i+1) * time.Second
+		rs[i].Event.Received = time.Unix(0, before.Add(-age).UnixNano()) // no monotonic reading
+	}
+	copy(r.carry.rows[:len(rs)], rs)
+	r.setCarry(len(rs))
+	after := time.Now()
+	since := r.carry.since
+	if lo, hi := before.Add(-3*time.Second-time.Millisecond), after.Add(-3*time.Second); since.Before(lo) || since.After(hi) {
+		t.Errorf("since %v after the start, want the oldest receipt, 3s before", since.Sub(before))
+	}
+	if !strings.Contains(since.String(), " m=") {
+		t.Errorf("since %v has no monotonic reading", since)
+	}
+	if want := since.Add(2 * time.Second); !r.carry.due.Equal(want) {
+		t.Errorf("due %v, want since + InProgressEvery/2", r.carry.due.Sub(since))
+	}
+}

@@ -181,7 +181,7 @@ func Dial(ctx context.Context, o Options) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	c, br, err := handshake(ctx, nc, &o, host, wantTLS || o.TLS != nil)
+	c, p, err := handshake(ctx, nc, &o, host, wantTLS || o.TLS != nil)
 	if err != nil {
 		_ = nc.Close()
 		return nil, err
@@ -189,7 +189,7 @@ func Dial(ctx context.Context, o Options) (*Conn, error) {
 	c.wg.Add(3)
 	// The reader goes on with the handshake's buffered reader, which may
 	// already hold what the server sent after its PONG.
-	go c.readLoop(br)
+	go c.readLoop(p)
 	go c.flushLoop()
 	go c.pingLoop()
 	return c, nil
@@ -198,16 +198,17 @@ func Dial(ctx context.Context, o Options) (*Conn, error) {
 // handshake reads INFO, upgrades to TLS, sends CONNECT and waits for the
 // PONG that confirms it, all bounded by ctx. It returns the reader to go
 // on reading with.
-func handshake(ctx context.Context, nc net.Conn, o *Options, host string, wantTLS bool) (*Conn, *bufio.Reader, error) {
+func handshake(ctx context.Context, nc net.Conn, o *Options, host string, wantTLS bool) (*Conn, parser, error) {
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	fail := func(err error) (*Conn, *bufio.Reader, error) {
+	fail := func(err error) (*Conn, parser, error) {
 		if ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("connect: %w (%w)", ctx.Err(), err)
+			return nil, parser{}, fmt.Errorf("connect: %w (%w)", ctx.Err(), err)
 		}
-		return nil, nil, err
+		return nil, parser{}, err
 	}
-	p := parser{br: bufio.NewReaderSize(nc, readBufSize)}
+	clock := &readClock{r: nc}
+	p := parser{br: bufio.NewReaderSize(clock, readBufSize), clock: clock}
 	var f frame
 	if err := p.next(&f); err != nil {
 		return fail(fmt.Errorf("read INFO: %w", err))
@@ -239,7 +240,8 @@ func handshake(ctx context.Context, nc net.Conn, o *Options, host string, wantTL
 			return fail(fmt.Errorf("tls handshake: %w", err))
 		}
 		conn = tc
-		p.br = bufio.NewReaderSize(conn, readBufSize)
+		clock.r = tc
+		p.br = bufio.NewReaderSize(clock, readBufSize)
 	}
 	ci := connectInfo{
 		TLSRequired: conn != nc, Name: o.Name, Lang: "go", Version: "jetsink-wire",
@@ -297,7 +299,7 @@ func handshake(ctx context.Context, nc net.Conn, o *Options, host string, wantTL
 	c.bw = bufio.NewWriterSize(c.nc, readBufSize)
 	c.subs.Store(&map[uint64]*Sub{})
 	c.id = registerConn(c, o.Settle)
-	return c, p.br, nil
+	return c, p, nil
 }
 
 // credentials fills in the CONNECT fields for the configured auth kind.
@@ -585,9 +587,9 @@ func (c *Conn) pingLoop() {
 }
 
 // readLoop parses what the server sends until the connection fails.
-func (c *Conn) readLoop(br *bufio.Reader) {
+func (c *Conn) readLoop(p parser) {
 	defer c.wg.Done()
-	p := parser{br: br, maxPayload: c.maxPayload}
+	p.maxPayload = c.maxPayload
 	var f frame
 	for {
 		if err := p.next(&f); err != nil {

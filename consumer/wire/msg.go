@@ -30,6 +30,7 @@ type Msg struct {
 	data  uint32
 	state atomic.Uint32 // settleNone, settleFinal
 	_     uint32
+	recv  int64 // Unix nanoseconds: the read that completed it, 0 if unknown
 }
 
 const msgSize = int(unsafe.Sizeof(Msg{}))
@@ -76,6 +77,17 @@ func (m *Msg) Data() []byte {
 	}
 	s := m.part(m.subj+m.reply+m.hdr, m.data)
 	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
+// Received is when the read from the connection that completed the message
+// returned (the wall clock, read once per read from the socket, which may
+// bring many messages), or the zero Time when not known. It carries no
+// monotonic clock reading.
+func (m *Msg) Received() time.Time {
+	if m.recv == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, m.recv)
 }
 
 // HeaderBlock is the raw header block ("NATS/1.0\r\nKey: value\r\n...\r\n"),

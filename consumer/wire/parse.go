@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // readBufSize is the reader's buffer: every control line (INFO included)
@@ -40,9 +41,30 @@ type frame struct {
 
 // parser reads server operations from br. maxPayload bounds MSG and HMSG
 // frames; 0 means not yet known (before INFO), when readBufSize does.
+// clock, when set, is br's source, and stamps each message with the time
+// of the read that completed it.
 type parser struct {
 	br         *bufio.Reader
 	maxPayload int
+	clock      *readClock
+}
+
+// readClock passes reads through and notes the wall-clock time of the last
+// one that returned bytes: one clock reading per read from the socket,
+// which under load brings many messages, instead of one per message (a
+// clock reading costs ~0.1 µs on a KVM guest; profile in BENCHMARKS.md,
+// session 23). One goroutine reads at a time.
+type readClock struct {
+	r  io.Reader
+	at int64 // Unix nanoseconds
+}
+
+func (c *readClock) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	if n > 0 {
+		c.at = time.Now().UnixNano()
+	}
+	return n, err
 }
 
 func protoErr(format string, args ...any) error {
@@ -64,7 +86,7 @@ func (p *parser) next(f *frame) error {
 		line = line[:n-1]
 	}
 	op, args := line, []byte(nil)
-	if i := bytes.IndexAny(line, " \t"); i >= 0 {
+	if i := indexBlank(line); i >= 0 {
 		op, args = line[:i], line[i+1:]
 	}
 	*f = frame{}
@@ -108,7 +130,7 @@ func (p *parser) msg(f *frame, args []byte, hmsg bool) error {
 		if n == len(a) {
 			return protoErr("too many arguments in %s", opName(hmsg))
 		}
-		i := bytes.IndexAny(args, " \t")
+		i := indexBlank(args)
 		if i < 0 {
 			i = len(args)
 		}
@@ -166,6 +188,9 @@ func (p *parser) msg(f *frame, args []byte, hmsg bool) error {
 		return protoErr("%s body not followed by CRLF", opName(hmsg))
 	}
 	_, _ = p.br.Discard(2) // cannot fail: Peek has the bytes
+	if p.clock != nil {
+		m.recv = p.clock.at
+	}
 	f.kind, f.sid, f.msg = frameMsg, id, m
 	return nil
 }
@@ -182,6 +207,23 @@ func opName(hmsg bool) string {
 		return "HMSG"
 	}
 	return "MSG"
+}
+
+// indexBlank is the index of the first space or tab in b, -1 if none. The
+// server separates arguments with one space; tabs are legal and rare, so
+// the vectorised search for a space goes first and the one for a tab only
+// covers what precedes it (bytes.IndexAny tests byte by byte: 6% of
+// jetsink's CPU in a drain, BENCHMARKS.md session 23).
+func indexBlank(b []byte) int {
+	i := bytes.IndexByte(b, ' ')
+	head := b
+	if i >= 0 {
+		head = b[:i]
+	}
+	if j := bytes.IndexByte(head, '\t'); j >= 0 {
+		return j
+	}
+	return i
 }
 
 func trimBlanks(b []byte) []byte {

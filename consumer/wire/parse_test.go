@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // wantFrame is a frame as the tests compare it.
@@ -199,4 +200,80 @@ func FuzzParser(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestIndexBlank(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+	}{
+		{"", -1}, {"abc", -1}, {" ", 0}, {"\t", 0}, {"ab c", 2}, {"ab\tc", 2},
+		{"ab\t c", 2}, {"ab \tc", 2}, {"a b\tc", 1}, {"a\tb c", 1},
+		{"$JS.ACK.stream.consumer.1.2.3.1700000000000000000.0 17", 51},
+	} {
+		if got := indexBlank([]byte(c.in)); got != c.want {
+			t.Errorf("indexBlank(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+}
+
+// chunkReader returns one chunk per Read, noting when it returned each and
+// sleeping a little first so that successive clock readings differ.
+type chunkReader struct {
+	chunks []string
+	at     []time.Time
+}
+
+func (r *chunkReader) Read(b []byte) (int, error) {
+	if len(r.chunks) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(time.Millisecond)
+	n := copy(b, r.chunks[0])
+	r.chunks[0] = r.chunks[0][n:]
+	if r.chunks[0] == "" {
+		r.chunks = r.chunks[1:]
+	}
+	r.at = append(r.at, time.Now())
+	return n, nil
+}
+
+// A message is stamped with the read that completed it, not the one that
+// brought its control line; without a clock it has no receipt time.
+func TestMsgReceivedIsTheReadThatCompletedIt(t *testing.T) {
+	r := &chunkReader{chunks: []string{"MSG a 1 5\r\nhel", "lo\r\nMSG b 1 2\r\nhi\r\n", "MSG c 1 1\r\nx\r\n"}}
+	clock := &readClock{r: r}
+	p := parser{br: bufio.NewReaderSize(clock, readBufSize), maxPayload: 1 << 20, clock: clock}
+	var got []time.Time
+	var f frame
+	for {
+		err := p.next(&f)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f.msg.Received())
+	}
+	if len(got) != 3 || len(r.at) != 3 {
+		t.Fatalf("%d messages from %d reads, want 3 from 3", len(got), len(r.at))
+	}
+	after := time.Now()
+	within := func(i int, from, to time.Time) {
+		if got[i].Before(from) || got[i].After(to) {
+			t.Errorf("message %d received at %v, want within [%v, %v]", i, got[i], from, to)
+		}
+	}
+	within(0, r.at[1], r.at[2]) // its body ended in the second read
+	within(1, r.at[1], r.at[2])
+	within(2, r.at[2], after)
+
+	p = parser{br: bufio.NewReader(strings.NewReader("MSG a 1 1\r\nx\r\n"))}
+	if err := p.next(&f); err != nil {
+		t.Fatal(err)
+	}
+	if !f.msg.Received().IsZero() {
+		t.Errorf("without a clock: received %v, want the zero Time", f.msg.Received())
+	}
 }
