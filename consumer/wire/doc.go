@@ -57,7 +57,7 @@
 // one object without pointers is cheap for the garbage collector, and the
 // handler receives it on the goroutine that will settle it.
 //
-// Frames larger than the server's max_payload (plus a little header
-// slack) and malformed frames close the connection with ErrProtocol; the
-// parser never panics on any input.
+// Frames larger than 64 MiB, the largest max_payload a server allows (plus
+// a little header slack), and malformed frames close the connection with
+// ErrProtocol; the parser never panics on any input.
 package wire

@@ -80,7 +80,7 @@ func TestFakeServerProtocolErrors(t *testing.T) {
 		want error
 	}{
 		"garbage":          {"PONG\r\nWHAT IS THIS\r\n", ErrProtocol},
-		"over max_payload": {"PONG\r\nMSG a 1 5000\r\n", ErrProtocol},
+		"over 64 MiB":      {"PONG\r\nMSG a 1 70000000\r\n", ErrProtocol},
 		"bad crlf":         {"PONG\r\nMSG a 1 2\r\nabXY", ErrProtocol},
 		"fatal -ERR":       {"PONG\r\n-ERR 'Unknown Protocol Operation'\r\n", &ServerError{}},
 		"eof mid frame":    {"PONG\r\nMSG a 1 50\r\nabc", ErrConnectionClosed},
@@ -114,6 +114,35 @@ func TestFakeServerProtocolErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A message over the server's max_payload (stored under a larger limit
+// elsewhere in a cluster) is read, not taken for a protocol error that
+// would end the connection at every delivery of it.
+func TestFrameOverMaxPayloadIsRead(t *testing.T) {
+	answered := make(chan string, 1)
+	url := fakeServer(t, fakeInfo, func(conn net.Conn, br *bufio.Reader) {
+		body := strings.Repeat("x", 5000) // max_payload is 100
+		_, _ = conn.Write([]byte("PONG\r\nMSG a 1 5000\r\n" + body + "\r\nPING\r\n"))
+		line, _ := br.ReadString('\n')
+		answered <- line
+		_, _ = br.ReadString(0) // until the client hangs up
+	})
+	c, err := Dial(testCtx(t, 10*time.Second), Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case line := <-answered:
+		if line != "PONG\r\n" {
+			t.Fatalf("the client answered the PING after the message with %q", line)
+		}
+	case <-c.Done():
+		t.Fatalf("connection ended: %v", c.Err())
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer to the PING after the message")
 	}
 }
 

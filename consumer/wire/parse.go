@@ -160,13 +160,15 @@ func (p *parser) msg(f *frame, args []byte, hmsg bool) error {
 	if !ok1 || !ok2 || !ok3 || hdr > total {
 		return protoErr("bad %s arguments", opName(hmsg))
 	}
-	// Twice this server's max_payload: in a cluster or over a leafnode a
-	// stream may hold a message stored under a larger limit elsewhere,
-	// which the server delivers unchecked; refusing it would fail the
-	// connection at every delivery.
+	// Not this server's max_payload but the largest any server allows: in
+	// a cluster or over a leafnode a stream may hold a message stored under
+	// a larger limit elsewhere, which the server delivers unchecked, and
+	// refusing it would fail the connection at every delivery, for ever.
+	// The cap still bounds what one frame header can make the reader
+	// allocate.
 	limit := uint64(readBufSize)
 	if p.maxPayload > 0 {
-		limit = uint64(min(2*p.maxPayload, maxPayloadCap)) + headerSlack
+		limit = maxPayloadCap + headerSlack
 	}
 	if total > limit {
 		return protoErr("%s of %d bytes exceeds max_payload", opName(hmsg), total)

@@ -157,7 +157,7 @@ func TestParserRejects(t *testing.T) {
 		"no crlf after body": "MSG a 1 5\r\nhelloXY",
 		"short body":         "MSG a 1 5\r\nhel",
 		"body then eof":      "MSG a 1 5\r\nhello",
-		"oversize":           "MSG a 1 70000\r\n",
+		"oversize":           "MSG a 1 70000000\r\n",
 		"ping with args":     "PING x\r\n",
 		"line too long":      "MSG " + strings.Repeat("a", readBufSize) + " 1 1\r\nx\r\n",
 	} {
