@@ -87,6 +87,10 @@ func TestAuthUserPassword(t *testing.T) {
 	if err := dialFlush(ctx, Options{URL: serverURL(s, "nats", "jetsink:"+secret+"@")}); err != nil {
 		t.Fatalf("user/password in URL: %v", err)
 	}
+	// As in nats.go, the URL's user information wins over the options'.
+	if err := dialFlush(ctx, Options{URL: serverURL(s, "nats", "jetsink:"+secret+"@"), User: "other", Password: "wrong"}); err != nil {
+		t.Fatalf("user/password in URL and options: %v", err)
+	}
 	for _, o := range []Options{
 		{URL: serverURL(s, "nats", ""), User: "jetsink", Password: "wrong-" + secret},
 		{URL: serverURL(s, "nats", "jetsink:wrong-"+secret+"@")},

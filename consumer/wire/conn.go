@@ -24,8 +24,8 @@ import (
 // usable default.
 type Options struct {
 	// URL of one server: nats://host[:port] or tls://host[:port], with an
-	// optional user:password@ (or token@), used when User is empty. The
-	// port defaults to 4222.
+	// optional user:password@ (or token@), which wins over User and
+	// Password, as in nats.go. The port defaults to 4222.
 	URL string
 	// Name is the connection name the server shows in its monitoring.
 	Name string
@@ -167,7 +167,7 @@ func Dial(ctx context.Context, o Options) (*Conn, error) {
 	}
 	host := u.Hostname()
 	addr := net.JoinHostPort(host, cmp.Or(u.Port(), "4222"))
-	if o.User == "" && u.User != nil {
+	if u.User != nil {
 		o.User = u.User.Username()
 		o.Password, _ = u.User.Password()
 	}
