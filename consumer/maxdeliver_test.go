@@ -130,6 +130,9 @@ func TestMaxDeliverExtraDeliveryDeadLettered(t *testing.T) {
 	if st := c.Stats(); st.MaxDelivered != 1 || st.DeadLettered != 0 || st.DeadLetterFailed != 0 {
 		t.Fatalf("consumer stats %+v, want MaxDelivered 1 and nothing else dead-lettered", st)
 	}
+	// The worker counts rows after pushing them, so the row may be here
+	// before its count is.
+	waitFor(t, ctx, "the pipeline to count the third row", func() bool { return pr.p.Stats().Rows >= 3 })
 	if ps := pr.p.Stats(); ps.DeadLettered != 1 || ps.Rows != 3 {
 		t.Fatalf("pipeline stats %+v, want 1 dead-lettered and 3 rows", ps)
 	}

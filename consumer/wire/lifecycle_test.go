@@ -79,11 +79,11 @@ func TestFakeServerProtocolErrors(t *testing.T) {
 		send string
 		want error
 	}{
-		"garbage":          {"PONG\r\nWHAT IS THIS\r\n", ErrProtocol},
-		"over 64 MiB":      {"PONG\r\nMSG a 1 70000000\r\n", ErrProtocol},
-		"bad crlf":         {"PONG\r\nMSG a 1 2\r\nabXY", ErrProtocol},
-		"fatal -ERR":       {"PONG\r\n-ERR 'Unknown Protocol Operation'\r\n", &ServerError{}},
-		"eof mid frame":    {"PONG\r\nMSG a 1 50\r\nabc", ErrConnectionClosed},
+		"garbage":       {"PONG\r\nWHAT IS THIS\r\n", ErrProtocol},
+		"over 64 MiB":   {"PONG\r\nMSG a 1 70000000\r\n", ErrProtocol},
+		"bad crlf":      {"PONG\r\nMSG a 1 2\r\nabXY", ErrProtocol},
+		"fatal -ERR":    {"PONG\r\n-ERR 'Unknown Protocol Operation'\r\n", &ServerError{}},
+		"eof mid frame": {"PONG\r\nMSG a 1 50\r\nabc", ErrConnectionClosed},
 	} {
 		t.Run(name, func(t *testing.T) {
 			url := fakeServer(t, fakeInfo, func(conn net.Conn, br *bufio.Reader) {
