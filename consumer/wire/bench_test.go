@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bufio"
 	"context"
 	"strconv"
 	"sync/atomic"
@@ -136,4 +137,23 @@ func measure(b *testing.B, run func()) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/wall.Seconds(), "msgs/s")
 	b.ReportMetric(float64(used)/float64(b.N), "cpu-ns/msg")
+}
+
+// BenchmarkParse is the reader's per-message parsing without the network:
+// a JetStream delivery as nats-server 2.15 frames it (an HMSG with a $JS.ACK
+// reply, Nats-Msg-Id and traceparent headers, a ~180-byte event).
+func BenchmarkParse(b *testing.B) {
+	hdr := "NATS/1.0\r\nNats-Msg-Id: 0b5f3f6e-8d0c-4a43-9a0e-4a1f0d2c6b11\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00\r\n\r\n"
+	body := `{"id":"0b5f3f6e-8d0c-4a43-9a0e-4a1f0d2c6b11","ts":"2026-12-02T05:00:00.123456Z","device":"dev-0421","kind":"temperature","value":21.75,"seq":123456,"tags":{"site":"b7","rack":"12"}}`
+	frame1 := "HMSG events.dev-0421 1 $JS.ACK.EVENTS.jetsink.1.123456.123456.1764651600123456789.877 " +
+		strconv.Itoa(len(hdr)) + " " + strconv.Itoa(len(hdr)+len(body)) + "\r\n" + hdr + body + "\r\n"
+	p := parser{br: bufio.NewReaderSize(&repeatReader{b: []byte(frame1)}, readBufSize), maxPayload: 1 << 20}
+	var f frame
+	b.SetBytes(int64(len(frame1)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := p.next(&f); err != nil || f.kind != frameMsg {
+			b.Fatal(err)
+		}
+	}
 }
