@@ -69,8 +69,9 @@ type RawHeader interface {
 	// HeaderLookup returns the first value of key, matched exactly, and
 	// whether the field is there.
 	HeaderLookup(key string) (string, bool)
-	// HeaderGet is HeaderLookup's value; HeaderFold matches key ignoring
-	// case. Neither allocates.
+	// HeaderGet is HeaderLookup's value; HeaderFold is the first value
+	// matched exactly, or else the first matched ignoring case. Neither
+	// allocates.
 	HeaderGet(key string) string
 	HeaderFold(key string) string
 	// HeaderFields yields every field, in the order sent.

@@ -187,6 +187,9 @@ func (h rawHeaders) HeaderLookup(key string) (string, bool) {
 }
 
 func (h rawHeaders) HeaderFold(key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
 	for k, v := range h {
 		if len(v) > 0 && strings.EqualFold(k, key) {
 			return v[0]

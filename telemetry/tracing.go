@@ -477,9 +477,6 @@ func rawHeaderFold(msg pipeline.Msg, key string) string {
 	if !ok {
 		return ""
 	}
-	if v := rh.HeaderGet(key); v != "" {
-		return v
-	}
 	return rh.HeaderFold(key)
 }
 

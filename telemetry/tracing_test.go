@@ -160,6 +160,9 @@ func (m *rawMsg) HeaderLookup(key string) (string, bool) {
 }
 
 func (m *rawMsg) HeaderFold(key string) string {
+	if v := m.h[key]; len(v) > 0 {
+		return v[0]
+	}
 	for k, v := range m.h {
 		if len(v) > 0 && strings.EqualFold(k, key) {
 			return v[0]

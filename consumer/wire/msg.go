@@ -125,17 +125,25 @@ func (m *Msg) HeaderLookup(key string) (string, bool) {
 }
 
 // HeaderFold returns the first value of the header field key matched
-// ignoring case, "" when there is none; like HeaderGet it allocates
-// nothing.
+// exactly, or else the first matched ignoring case, "" when there is none:
+// one pass over the block, where HeaderGet and then a case-blind search
+// would take two for a missing field (every event that carries no
+// traceparent, when tracing is on). Like HeaderGet it allocates nothing.
 func (m *Msg) HeaderFold(key string) string {
 	h := headerFields(m.HeaderBlock())
+	folded, found := "", false
 	for {
 		k, v, rest, ok := nextField(h)
 		if !ok {
-			return ""
+			return folded
 		}
-		if len(k) == len(key) && strings.EqualFold(k, key) {
-			return v
+		if len(k) == len(key) {
+			if k == key {
+				return v
+			}
+			if !found && strings.EqualFold(k, key) {
+				folded, found = v, true
+			}
 		}
 		h = rest
 	}

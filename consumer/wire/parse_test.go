@@ -277,3 +277,24 @@ func TestMsgReceivedIsTheReadThatCompletedIt(t *testing.T) {
 		t.Errorf("without a clock: received %v, want the zero Time", f.msg.Received())
 	}
 }
+
+// HeaderFold prefers an exact match anywhere in the block to an earlier
+// match in another case, as HeaderGet followed by a case-blind search did.
+func TestHeaderFoldPrefersExactCase(t *testing.T) {
+	for _, c := range []struct{ block, want string }{
+		{"NATS/1.0\r\nTRACEPARENT: upper\r\ntraceparent: exact\r\n\r\n", "exact"},
+		{"NATS/1.0\r\nTraceParent: mixed\r\nTRACEPARENT: upper\r\n\r\n", "mixed"},
+		{"NATS/1.0\r\nNats-Msg-Id: 1\r\n\r\n", ""},
+		{"NATS/1.0\r\ntraceparentx: no\r\ntrace: no\r\n\r\n", ""},
+	} {
+		in := "HMSG a 1 " + itoa(len(c.block)) + " " + itoa(len(c.block)) + "\r\n" + c.block + "\r\n"
+		p := parser{br: bufio.NewReader(strings.NewReader(in))}
+		var f frame
+		if err := p.next(&f); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.msg.HeaderFold("traceparent"); got != c.want {
+			t.Errorf("%q: HeaderFold = %q, want %q", c.block, got, c.want)
+		}
+	}
+}
