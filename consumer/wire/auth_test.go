@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -279,5 +281,52 @@ func TestTLS(t *testing.T) {
 	plain := startServer(t, func(*server.Options) {})
 	if err := dialFlush(ctx, Options{URL: serverURL(plain, "tls", ""), TLS: &tls.Config{RootCAs: roots}}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("TLS to a plain server: %v, want ErrInvalidOptions", err)
+	}
+}
+
+// The CONNECT that Dial sends for the URL's user information matches
+// nats.go's: it replaces the options' user, password and nkey; user@ is a
+// token and user:@ a user with an empty password.
+func TestURLUserInfoConnect(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	seedFile := filepath.Join(t.TempDir(), "user.nk")
+	if err := os.WriteFile(seedFile, append(seed, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		userinfo string
+		o        Options
+		want     connectInfo
+	}{
+		{"alice:pw@", Options{User: "bob", Password: "x", NKeyFile: seedFile}, connectInfo{User: "alice", Pass: "pw"}},
+		{"tok@", Options{User: "bob", Password: "x"}, connectInfo{Token: "tok"}},
+		{"alice:@", Options{}, connectInfo{User: "alice"}},
+		{"", Options{User: "bob", Password: "x"}, connectInfo{User: "bob", Pass: "x"}},
+	} {
+		got := make(chan connectInfo, 1)
+		url := acceptOne(t, func(conn net.Conn) {
+			_, _ = conn.Write([]byte("INFO {\"server_id\":\"fake\",\"headers\":true,\"nonce\":\"n0nce\"}\r\n"))
+			line, err := bufio.NewReader(conn).ReadString('\n')
+			var ci connectInfo
+			if err == nil {
+				err = json.Unmarshal([]byte(strings.TrimPrefix(strings.TrimSpace(line), "CONNECT ")), &ci)
+			}
+			if err != nil {
+				t.Errorf("CONNECT %q: %v", line, err)
+			}
+			got <- ci
+			_, _ = conn.Write([]byte("-ERR 'Authorization Violation'\r\n"))
+		})
+		c.o.URL = strings.Replace(url, "nats://", "nats://"+c.userinfo, 1)
+		_, _ = Dial(testCtx(t, 10*time.Second), c.o)
+		ci := <-got
+		if ci.User != c.want.User || ci.Pass != c.want.Pass || ci.Token != c.want.Token || (ci.NKey != "") != (c.o.NKeyFile != "" && c.userinfo == "") {
+			t.Errorf("URL user info %q, options %+v: CONNECT user %q pass %q token %q nkey %q; want user %q pass %q token %q",
+				c.userinfo, c.o, ci.User, ci.Pass, ci.Token, ci.NKey, c.want.User, c.want.Pass, c.want.Token)
+		}
 	}
 }

@@ -24,8 +24,8 @@ import (
 // usable default.
 type Options struct {
 	// URL of one server: nats://host[:port] or tls://host[:port], with an
-	// optional user:password@ (or token@), which wins over User and
-	// Password, as in nats.go. The port defaults to 4222.
+	// optional user:password@ (or token@), which replaces User, Password
+	// and NKeyFile, as in nats.go. The port defaults to 4222.
 	URL string
 	// Name is the connection name the server shows in its monitoring.
 	Name string
@@ -62,6 +62,8 @@ type Options struct {
 	Dialer interface {
 		Dial(network, address string) (net.Conn, error)
 	}
+
+	pair bool // the URL's user information held a password, maybe empty
 }
 
 func (o *Options) withDefaults() error {
@@ -168,8 +170,12 @@ func Dial(ctx context.Context, o Options) (*Conn, error) {
 	host := u.Hostname()
 	addr := net.JoinHostPort(host, cmp.Or(u.Port(), "4222"))
 	if u.User != nil {
+		// As nats.go's CONNECT: the URL's user information replaces the
+		// user, password and nkey of the options (a creds file still
+		// applies); user@ is a token, user:@ a user with an empty password.
 		o.User = u.User.Username()
-		o.Password, _ = u.User.Password()
+		o.Password, o.pair = u.User.Password()
+		o.NKeyFile = ""
 	}
 	var nc net.Conn
 	if o.Dialer != nil {
@@ -305,7 +311,7 @@ func handshake(ctx context.Context, nc net.Conn, o *Options, host string, wantTL
 // credentials fills in the CONNECT fields for the configured auth kind.
 func credentials(ci *connectInfo, o *Options, nonce string) error {
 	switch {
-	case o.User != "" && o.Password != "":
+	case o.User != "" && (o.Password != "" || o.pair):
 		ci.User, ci.Pass = o.User, o.Password
 	case o.User != "":
 		ci.Token = o.User

@@ -39,8 +39,9 @@ type frame struct {
 	text []byte
 }
 
-// parser reads server operations from br. maxPayload bounds MSG and HMSG
-// frames; 0 means not yet known (before INFO), when readBufSize does.
+// parser reads server operations from br. maxPayload is the server's
+// max_payload, 0 before INFO: until then readBufSize bounds MSG and HMSG
+// frames, after it maxPayloadCap.
 // clock, when set, is br's source, and stamps each message with the time
 // of the read that completed it.
 type parser struct {
