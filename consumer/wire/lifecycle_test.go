@@ -585,3 +585,90 @@ func TestLeadershipChangeKeepsArrivedMessagesCounted(t *testing.T) {
 		t.Fatalf("pull after handling 5 of 9: %q, want a batch of 6", b)
 	}
 }
+
+// 409 "Message Size Exceeds MaxBytes" ends a pull whose bytes ran out:
+// routine after messages, but in a run with none between, the next message
+// cannot be pulled at all. The Sub says so once per run, and not for the
+// routine case.
+func TestMessageLargerThanMaxBytesReported(t *testing.T) {
+	for _, between := range []bool{false, true} {
+		t.Run(fmt.Sprintf("messages between: %v", between), func(t *testing.T) {
+			const answers = 2*tooBigRun + 1
+			lastPull := make(chan struct{}) // the pull after the last answer: all answers read
+			url := fakeServer(t, `{"server_id":"fake","headers":true,"max_payload":1048576}`, func(conn net.Conn, br *bufio.Reader) {
+				_, _ = conn.Write([]byte("PONG\r\n")) // CONNECT's
+				var inbox, sid string
+				seq := 0
+				for n := 0; ; {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					f := strings.Fields(line)
+					switch {
+					case len(f) == 3 && f[0] == "SUB":
+						inbox, sid = f[1], f[2]
+					case len(f) == 1 && f[0] == "PING":
+						_, _ = conn.Write([]byte("PONG\r\n"))
+					case len(f) == 4 && f[0] == "PUB" && strings.Contains(f[1], "MSG.NEXT"):
+						if _, err := br.ReadString('\n'); err != nil {
+							return
+						}
+						if n++; n > answers {
+							if n == answers+1 {
+								close(lastPull)
+							}
+							continue // left open
+						}
+						if between {
+							seq++
+							_, _ = fmt.Fprintf(conn, "MSG S.x %s $JS.ACK.S.C.1.%d.%d.0.0 1\r\nx\r\n", sid, seq, seq)
+						}
+						hdr := "NATS/1.0 409 Message Size Exceeds MaxBytes\r\nNats-Pending-Messages: 10\r\nNats-Pending-Bytes: 2097152\r\n\r\n"
+						_, _ = fmt.Fprintf(conn, "HMSG %s %s %d %d\r\n%s\r\n", inbox, sid, len(hdr), len(hdr), hdr)
+					}
+				}
+			})
+			ctx := testCtx(t, 30*time.Second)
+			c, err := Dial(ctx, Options{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			errs := make(chan error, 16)
+			sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, MaxBytes: 2 << 20, Expires: 30 * time.Second, Heartbeat: 10 * time.Second},
+				func(m *Msg) { _ = m.Ack() }, func(err error) { errs <- err })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { sub.Stop(); <-sub.Closed() }()
+			select {
+			case <-lastPull:
+			case <-ctx.Done():
+				t.Fatal("the Sub did not pull after every answer")
+			}
+			if between {
+				select {
+				case err := <-errs:
+					t.Fatalf("routine 409s reported: %v", err)
+				case <-time.After(200 * time.Millisecond):
+				}
+				return
+			}
+			var se *StatusError
+			select {
+			case err := <-errs:
+				if !errors.As(err, &se) || se.Code != 409 || !strings.Contains(err.Error(), "larger than the pull's MaxBytes") {
+					t.Fatalf("error %v, want the 409 and why", err)
+				}
+			case <-ctx.Done():
+				t.Fatal("a run of 409s with no message between was not reported")
+			}
+			select {
+			case err := <-errs:
+				t.Fatalf("reported again in the same run: %v", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		})
+	}
+}

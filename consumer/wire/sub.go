@@ -97,6 +97,9 @@ type Sub struct {
 	closed    chan struct{}
 	err       error       // set before closed is closed
 	status    atomic.Bool // the reader saw a status frame since the last look
+	// tooBig counts 409 "Message Size Exceeds MaxBytes" answers since the
+	// last message (reader goroutine only): see onStatus.
+	tooBig int
 
 	pmu      sync.Mutex
 	pending  int // messages requested and not yet handled
@@ -220,6 +223,7 @@ func (s *Sub) receive(m *Msg) {
 			return
 		}
 	}
+	s.tooBig = 0
 	s.held.Add(1)
 	select {
 	case s.ch <- m:
@@ -259,6 +263,7 @@ func (s *Sub) end(err error) {
 func (s *Sub) onStatus(code int, descr string, m *Msg) {
 	s.status.Store(true)
 	se := &StatusError{Code: code, Description: descr}
+	var err error = se
 	lower := strings.ToLower(descr)
 	notify := true
 	reset := false
@@ -276,7 +281,19 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 		return
 	case code == 408, code == 404:
 		notify = false // a request expired or found nothing: routine
-	case code == 409 && (strings.Contains(lower, "message size exceeds maxbytes") || strings.Contains(lower, "batch completed")):
+	case code == 409 && strings.Contains(lower, "message size exceeds maxbytes"):
+		// Routine when a pull's bytes run out after some messages. In a
+		// row with none between, the next message is larger than MaxBytes
+		// (stored under a larger max_payload elsewhere in a cluster): the
+		// Sub pulls again and again and that message never comes. nats.go
+		// says nothing then; say it once per such run.
+		s.tooBig++
+		if s.tooBig != tooBigRun {
+			notify = false
+		} else {
+			err = fmt.Errorf("%w: the next message is larger than the pull's MaxBytes (%d bytes), %d pulls in a row got none: consuming is stuck until MaxBytes is raised or the message removed", se, s.opts.MaxBytes, tooBigRun)
+		}
+	case code == 409 && strings.Contains(lower, "batch completed"):
 		notify = false
 	case code == 409 && strings.Contains(lower, "leadership change"):
 		reset = true // the new leader knows nothing of the requests
@@ -293,9 +310,13 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 	s.maybePull()
 	s.pmu.Unlock()
 	if notify {
-		s.note(se)
+		s.note(err)
 	}
 }
+
+// tooBigRun is how many 409 "Message Size Exceeds MaxBytes" in a row, with
+// no message between, make onStatus report a message too large to pull.
+const tooBigRun = 3
 
 // maybePull asks for more once fewer than half of MaxMessages are
 // outstanding. pmu must be held.
