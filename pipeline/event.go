@@ -45,8 +45,12 @@ type Event struct {
 	// consumer is unlimited, delivers it again until that is done.
 	Exhausted bool
 	Published time.Time // JetStream's store time
-	Received  time.Time // when the consumer took it
-	MsgID     string    // Nats-Msg-Id header, "" when absent
+	// Received is when the consumer took it: with the wire pull client,
+	// the wall-clock time of the socket read that completed the message
+	// (one clock reading per read), without a monotonic reading; with
+	// nats.go's, time.Now() in the consumer.
+	Received time.Time
+	MsgID    string // Nats-Msg-Id header, "" when absent
 	// Epoch is the consumer's epoch for the message (see Epochs): settle
 	// it (ack, term) only while Epochs.Hold returns the same.
 	Epoch uint64
