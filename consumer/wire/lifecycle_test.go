@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -62,6 +63,43 @@ func fakeServer(t *testing.T, info string, script func(net.Conn, *bufio.Reader))
 
 const fakeInfo = `{"server_id":"fake","headers":true,"max_payload":100}`
 
+// writeStatus sends a JetStream status (a header block, no payload) to the
+// Sub's inbox.
+func writeStatus(w io.Writer, inbox, sid, block string) {
+	_, _ = fmt.Fprintf(w, "HMSG %s %s %d %d\r\n%s\r\n", inbox, sid, len(block), len(block), block)
+}
+
+// pullServer is a fake server that takes a Sub's subscription, answers
+// pings, and hands each pull request (the n-th from 1, with its JSON body)
+// to onPull, which writes the answer, if any, to w.
+func pullServer(t *testing.T, onPull func(w io.Writer, inbox, sid string, n int, body string)) string {
+	t.Helper()
+	return fakeServer(t, `{"server_id":"fake","headers":true,"max_payload":1048576}`, func(conn net.Conn, br *bufio.Reader) {
+		_, _ = conn.Write([]byte("PONG\r\n")) // CONNECT's
+		var inbox, sid string
+		for n := 0; ; {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 3 && f[0] == "SUB":
+				inbox, sid = f[1], f[2]
+			case len(f) == 1 && f[0] == "PING":
+				_, _ = conn.Write([]byte("PONG\r\n"))
+			case len(f) == 4 && f[0] == "PUB" && strings.Contains(f[1], "MSG.NEXT"):
+				body, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				n++
+				onPull(conn, inbox, sid, n, body)
+			}
+		}
+	})
+}
+
 // waitErr waits for the connection to end and returns its error.
 func waitErr(t *testing.T, c *Conn) error {
 	t.Helper()
@@ -117,14 +155,14 @@ func TestFakeServerProtocolErrors(t *testing.T) {
 	}
 }
 
-// A message over the server's max_payload (stored under a larger limit
-// elsewhere in a cluster) is read, not taken for a protocol error that
-// would end the connection at every delivery of it.
-func TestFrameOverMaxPayloadIsRead(t *testing.T) {
+// pingAnswer dials a fake server that sends send (after INFO and CONNECT's
+// PING) and returns the line the client writes next, failing the test if
+// the connection ends first.
+func pingAnswer(t *testing.T, send string) string {
+	t.Helper()
 	answered := make(chan string, 1)
 	url := fakeServer(t, fakeInfo, func(conn net.Conn, br *bufio.Reader) {
-		body := strings.Repeat("x", 5000) // max_payload is 100
-		_, _ = conn.Write([]byte("PONG\r\nMSG a 1 5000\r\n" + body + "\r\nPING\r\n"))
+		_, _ = conn.Write([]byte(send))
 		line, _ := br.ReadString('\n')
 		answered <- line
 		_, _ = br.ReadString(0) // until the client hangs up
@@ -136,13 +174,22 @@ func TestFrameOverMaxPayloadIsRead(t *testing.T) {
 	defer c.Close()
 	select {
 	case line := <-answered:
-		if line != "PONG\r\n" {
-			t.Fatalf("the client answered the PING after the message with %q", line)
-		}
+		return line
 	case <-c.Done():
 		t.Fatalf("connection ended: %v", c.Err())
 	case <-time.After(10 * time.Second):
-		t.Fatal("no answer to the PING after the message")
+		t.Fatal("no answer")
+	}
+	return ""
+}
+
+// A message over the server's max_payload (stored under a larger limit
+// elsewhere in a cluster) is read, not taken for a protocol error that
+// would end the connection at every delivery of it.
+func TestFrameOverMaxPayloadIsRead(t *testing.T) {
+	body := strings.Repeat("x", 5000) // max_payload is 100
+	if line := pingAnswer(t, "PONG\r\nMSG a 1 5000\r\n"+body+"\r\nPING\r\n"); line != "PONG\r\n" {
+		t.Fatalf("the client answered the PING after the message with %q", line)
 	}
 }
 
@@ -184,25 +231,8 @@ func TestFakeServerConnect(t *testing.T) {
 
 func TestFakeServerPings(t *testing.T) {
 	t.Run("answers PING", func(t *testing.T) {
-		pong := make(chan string, 1)
-		url := fakeServer(t, fakeInfo, func(conn net.Conn, br *bufio.Reader) {
-			_, _ = conn.Write([]byte("PONG\r\nINFO {}\r\n+OK\r\nPING\r\n"))
-			line, _ := br.ReadString('\n')
-			pong <- line
-			_, _ = br.ReadString(0)
-		})
-		c, err := Dial(testCtx(t, 10*time.Second), Options{URL: url})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		select {
-		case line := <-pong:
-			if line != "PONG\r\n" {
-				t.Errorf("answered %q", line)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("PING not answered")
+		if line := pingAnswer(t, "PONG\r\nINFO {}\r\n+OK\r\nPING\r\n"); line != "PONG\r\n" {
+			t.Errorf("answered %q", line)
 		}
 	})
 	t.Run("stale", func(t *testing.T) {
@@ -504,42 +534,16 @@ func TestPullOptions(t *testing.T) {
 func TestLeadershipChangeKeepsArrivedMessagesCounted(t *testing.T) {
 	pulls := make(chan string, 16)
 	sendStatus := make(chan struct{})
-	url := fakeServer(t, `{"server_id":"fake","headers":true,"max_payload":1048576}`, func(conn net.Conn, br *bufio.Reader) {
-		_, _ = conn.Write([]byte("PONG\r\n")) // CONNECT's
-		var inbox, sid string
-		readPull := func() bool {
-			for {
-				line, err := br.ReadString('\n')
-				if err != nil {
-					return false
-				}
-				f := strings.Fields(line)
-				switch {
-				case len(f) == 3 && f[0] == "SUB":
-					inbox, sid = f[1], f[2]
-				case len(f) == 1 && f[0] == "PING":
-					_, _ = conn.Write([]byte("PONG\r\n"))
-				case len(f) == 4 && f[0] == "PUB" && strings.Contains(f[1], "MSG.NEXT"):
-					body, err := br.ReadString('\n')
-					if err != nil {
-						return false
-					}
-					pulls <- body
-					return true
-				}
-			}
-		}
-		if !readPull() {
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		pulls <- body
+		if n != 1 {
 			return
 		}
 		for i := 1; i <= 9; i++ {
-			_, _ = fmt.Fprintf(conn, "MSG S.x %s $JS.ACK.S.C.1.%d.%d.0.0 1\r\nx\r\n", sid, i, i)
+			_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.%d.%d.0.0 1\r\nx\r\n", sid, i, i)
 		}
 		<-sendStatus
-		hdr := "NATS/1.0 409 Leadership Change\r\n\r\n"
-		_, _ = fmt.Fprintf(conn, "HMSG %s %s %d %d\r\n%s\r\n", inbox, sid, len(hdr), len(hdr), hdr)
-		for readPull() {
-		}
+		writeStatus(w, inbox, sid, "NATS/1.0 409 Leadership Change\r\n\r\n")
 	})
 	ctx := testCtx(t, 30*time.Second)
 	c, err := Dial(ctx, Options{URL: url})
@@ -595,39 +599,17 @@ func TestMessageLargerThanMaxBytesReported(t *testing.T) {
 		t.Run(fmt.Sprintf("messages between: %v", between), func(t *testing.T) {
 			const answers = 2*tooBigRun + 1
 			lastPull := make(chan struct{}) // the pull after the last answer: all answers read
-			url := fakeServer(t, `{"server_id":"fake","headers":true,"max_payload":1048576}`, func(conn net.Conn, br *bufio.Reader) {
-				_, _ = conn.Write([]byte("PONG\r\n")) // CONNECT's
-				var inbox, sid string
-				seq := 0
-				for n := 0; ; {
-					line, err := br.ReadString('\n')
-					if err != nil {
-						return
+			url := pullServer(t, func(w io.Writer, inbox, sid string, n int, _ string) {
+				if n > answers {
+					if n == answers+1 {
+						close(lastPull)
 					}
-					f := strings.Fields(line)
-					switch {
-					case len(f) == 3 && f[0] == "SUB":
-						inbox, sid = f[1], f[2]
-					case len(f) == 1 && f[0] == "PING":
-						_, _ = conn.Write([]byte("PONG\r\n"))
-					case len(f) == 4 && f[0] == "PUB" && strings.Contains(f[1], "MSG.NEXT"):
-						if _, err := br.ReadString('\n'); err != nil {
-							return
-						}
-						if n++; n > answers {
-							if n == answers+1 {
-								close(lastPull)
-							}
-							continue // left open
-						}
-						if between {
-							seq++
-							_, _ = fmt.Fprintf(conn, "MSG S.x %s $JS.ACK.S.C.1.%d.%d.0.0 1\r\nx\r\n", sid, seq, seq)
-						}
-						hdr := "NATS/1.0 409 Message Size Exceeds MaxBytes\r\nNats-Pending-Messages: 10\r\nNats-Pending-Bytes: 2097152\r\n\r\n"
-						_, _ = fmt.Fprintf(conn, "HMSG %s %s %d %d\r\n%s\r\n", inbox, sid, len(hdr), len(hdr), hdr)
-					}
+					return // left open
 				}
+				if between {
+					_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.%d.%d.0.0 1\r\nx\r\n", sid, n, n)
+				}
+				writeStatus(w, inbox, sid, "NATS/1.0 409 Message Size Exceeds MaxBytes\r\nNats-Pending-Messages: 10\r\nNats-Pending-Bytes: 2097152\r\n\r\n")
 			})
 			ctx := testCtx(t, 30*time.Second)
 			c, err := Dial(ctx, Options{URL: url})
