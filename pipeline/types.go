@@ -532,7 +532,36 @@ func appendJSONString(dst []byte, s string) []byte {
 // ".1234565", whose double lies just below the tie, is 123456. Rounding the
 // decimal digits half up instead stored 1 µs more than PostgreSQL would for
 // some of these. The result may be 1,000,000 (".9999996"); the caller adds it.
+//
+// Up to 15 digits the decimal decides, except at an exact decimal tie: the
+// fraction is at least 1e-15 s (1e-9 µs) from a tie, and the double and the
+// product are within ~2.2e-10 µs of the decimal, so rounding the double
+// lands where rounding the decimal half-way up or down does. That skips
+// strconv.ParseFloat, 2.6% of jetsink's CPU in a drain of timestamps with
+// nine fraction digits (BENCHMARKS.md, session 23).
 func pgFractionMicros(frac string) int64 {
+	if k := len(frac) - 1; k >= 7 && k <= 15 {
+		var n int64
+		for i := 1; i < len(frac); i++ {
+			n = n*10 + int64(frac[i]-'0')
+		}
+		unit := int64(1)
+		for range k - 6 {
+			unit *= 10
+		}
+		q, r := n/unit, n%unit
+		switch {
+		case 2*r < unit:
+			return q
+		case 2*r > unit:
+			return q + 1
+		}
+	}
+	return pgFractionMicrosFloat(frac)
+}
+
+// pgFractionMicrosFloat is pgFractionMicros computed as PostgreSQL does.
+func pgFractionMicrosFloat(frac string) int64 {
 	f, err := strconv.ParseFloat(frac, 64) // correctly rounded, as glibc's strtod
 	if err != nil {
 		return 0 // not reached: frac is a dot and digits
