@@ -7,7 +7,6 @@ import (
 	"iter"
 	"net"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -159,17 +158,8 @@ func (m *rawMsg) HeaderLookup(key string) (string, bool) {
 	return "", false
 }
 
-func (m *rawMsg) HeaderFold(key string) string {
-	if v := m.h[key]; len(v) > 0 {
-		return v[0]
-	}
-	for k, v := range m.h {
-		if len(v) > 0 && strings.EqualFold(k, key) {
-			return v[0]
-		}
-	}
-	return ""
-}
+// HeaderFold is Carrier.Get: the exact key first, then any case.
+func (m *rawMsg) HeaderFold(key string) string { return Carrier(m.h).Get(key) }
 
 func (m *rawMsg) HeaderFields() iter.Seq2[string, string] {
 	return func(yield func(string, string) bool) {

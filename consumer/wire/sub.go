@@ -288,9 +288,7 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 		// Sub pulls again and again and that message never comes. nats.go
 		// says nothing then; say it once per such run.
 		s.tooBig++
-		if s.tooBig != tooBigRun {
-			notify = false
-		} else {
+		if notify = s.tooBig == tooBigRun; notify {
 			err = fmt.Errorf("%w: the next message is larger than the pull's MaxBytes (%d bytes), %d pulls in a row got none: consuming is stuck until MaxBytes is raised or the message removed", se, s.opts.MaxBytes, tooBigRun)
 		}
 	case code == 409 && strings.Contains(lower, "batch completed"):
