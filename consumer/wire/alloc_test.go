@@ -2,10 +2,12 @@ package wire
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jetsink/jetsink/pipeline"
 )
@@ -85,9 +87,10 @@ func TestHotPathAllocations(t *testing.T) {
 	}
 }
 
-// With Options.Settle the settlements go through it, with the payloads the
-// connection would have written, plain ones without allocating, and they
-// still do once the connection is closed.
+// With Options.Settle, the settlements of an open connection's messages
+// still go over it; once it is closed they go through Settle, with the
+// payloads the connection would have written, plain ones without
+// allocating.
 func TestSettleThroughOptions(t *testing.T) {
 	var got []string
 	record := false
@@ -97,12 +100,23 @@ func TestSettleThroughOptions(t *testing.T) {
 		}
 		return nil
 	}
-	c := &Conn{kick: make(chan struct{}, 1), done: make(chan struct{}), bw: bufio.NewWriterSize(io.Discard, readBufSize)}
+	var out strings.Builder
+	c := &Conn{kick: make(chan struct{}, 1), done: make(chan struct{}), bw: bufio.NewWriterSize(&out, readBufSize)}
 	c.id = registerConn(c, settle)
 	defer registry.Delete(c.id)
 	m, buf := newMsg(len("s") + len("$JS.ACK.x"))
 	copy(buf, "s$JS.ACK.x")
 	m.subj, m.reply, m.conn = 1, uint32(len("$JS.ACK.x")), c.id
+	record = true
+	if err := m.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.bw.Flush()
+	if want := "PUB $JS.ACK.x 4\r\n+ACK\r\n"; out.String() != want || len(got) != 0 {
+		t.Errorf("open connection: wrote %q and settled %q through Settle; want %q and nothing", out.String(), got, want)
+	}
+	record = false
+	unregisterConn(c.id) // as Close does
 	if n := testing.AllocsPerRun(100, func() {
 		m.state.Store(settleNone)
 		if err := m.Ack(); err != nil {
@@ -112,7 +126,6 @@ func TestSettleThroughOptions(t *testing.T) {
 		t.Errorf("Ack through Settle: %v allocations, want 0", n)
 	}
 	record = true
-	unregisterConn(c.id) // as Close does
 	for _, f := range []func() error{m.InProgress, m.Ack} {
 		m.state.Store(settleNone)
 		if err := f(); err != nil {
@@ -129,5 +142,110 @@ func TestSettleThroughOptions(t *testing.T) {
 		`$JS.ACK.x -NAK {"delay":1500}`, "$JS.ACK.x +TERM bad payload"}
 	if !slices.Equal(got, want) {
 		t.Errorf("settled\n%q\nwant\n%q", got, want)
+	}
+}
+
+// otherMsg is a pipeline.Msg that is not a *Msg: AckAll calls its Ack.
+type otherMsg struct{ acks int }
+
+func (o *otherMsg) Ack() error                       { o.acks++; return nil }
+func (o *otherMsg) Nak() error                       { return nil }
+func (o *otherMsg) NakWithDelay(time.Duration) error { return nil }
+func (o *otherMsg) InProgress() error                { return nil }
+func (o *otherMsg) Term() error                      { return nil }
+func (o *otherMsg) TermWithReason(string) error      { return nil }
+
+// testMsg is a message with reply subject reply (none when "") delivered
+// by the connection with registry id conn.
+func testMsg(conn uint64, reply string) *Msg {
+	m, buf := newMsg(1 + len(reply))
+	copy(buf, "s"+reply)
+	m.subj, m.reply, m.conn = 1, uint32(len(reply)), conn
+	return m
+}
+
+// AckAll writes the +ACKs of one open connection's messages into its
+// buffer, as Ack would and without allocating; a message it cannot ack
+// gets Ack's error, a closed connection's messages go through
+// Options.Settle, and any other pipeline.Msg gets its own Ack.
+func TestAckAll(t *testing.T) {
+	var settled []string
+	open := func(settle func(string, []byte) error) (*Conn, *strings.Builder) {
+		var out strings.Builder
+		c := &Conn{kick: make(chan struct{}, 1), done: make(chan struct{}), bw: bufio.NewWriterSize(&out, readBufSize)}
+		c.id = registerConn(c, settle)
+		t.Cleanup(func() { registry.Delete(c.id) })
+		return c, &out
+	}
+	record := func(subject string, payload []byte) error {
+		settled = append(settled, subject+" "+string(payload))
+		return nil
+	}
+	a, aOut := open(record)
+	b, bOut := open(nil)
+	gone, _ := open(record)
+	unregisterConn(gone.id) // as Close does
+	goneNoSettle, _ := open(nil)
+	unregisterConn(goneNoSettle.id)
+
+	acked := testMsg(a.id, "$JS.ACK.a.3")
+	acked.state.Store(settleFinal)
+	other := &otherMsg{}
+	ms := []pipeline.Msg{
+		testMsg(a.id, "$JS.ACK.a.1"), testMsg(a.id, "$JS.ACK.a.2"),
+		acked, testMsg(a.id, ""), other,
+		testMsg(b.id, "$JS.ACK.b.1"), testMsg(a.id, "$JS.ACK.a.4"),
+		testMsg(gone.id, "$JS.ACK.gone.1"), testMsg(goneNoSettle.id, "$JS.ACK.none.1"),
+		testMsg(a.id, "$JS.ACK.a.5"),
+	}
+	errs := make([]error, len(ms))
+	AckAll(ms, errs)
+	wantErrs := []error{nil, nil, ErrMsgAlreadyAcked, ErrMsgNoReply, nil, nil, nil, nil, ErrConnectionClosed, nil}
+	for i := range ms {
+		if !errors.Is(errs[i], wantErrs[i]) || (wantErrs[i] == nil && errs[i] != nil) {
+			t.Errorf("message %d: %v, want %v", i, errs[i], wantErrs[i])
+		}
+	}
+	_, _ = a.bw.Flush(), b.bw.Flush()
+	if want := "PUB $JS.ACK.a.1 4\r\n+ACK\r\nPUB $JS.ACK.a.2 4\r\n+ACK\r\nPUB $JS.ACK.a.4 4\r\n+ACK\r\nPUB $JS.ACK.a.5 4\r\n+ACK\r\n"; aOut.String() != want {
+		t.Errorf("connection a got\n%q\nwant\n%q", aOut.String(), want)
+	}
+	if want := "PUB $JS.ACK.b.1 4\r\n+ACK\r\n"; bOut.String() != want {
+		t.Errorf("connection b got\n%q\nwant\n%q", bOut.String(), want)
+	}
+	if want := []string{"$JS.ACK.gone.1 +ACK"}; !slices.Equal(settled, want) {
+		t.Errorf("through Settle: %q, want %q", settled, want)
+	}
+	if other.acks != 1 {
+		t.Errorf("the other Msg was acked %d times, want 1", other.acks)
+	}
+	// Acked once: a second AckAll acks nothing.
+	AckAll(ms, errs)
+	if !errors.Is(errs[0], ErrMsgAlreadyAcked) || !errors.Is(errs[5], ErrMsgAlreadyAcked) || !errors.Is(errs[7], ErrMsgAlreadyAcked) {
+		t.Errorf("second AckAll: %v", errs)
+	}
+	// A message that could not be acked can be again.
+	if errs[8] == nil || ms[8].(*Msg).state.Load() != settleNone {
+		t.Errorf("the closed connection's message: %v, state %d; want an error and settleNone", errs[8], ms[8].(*Msg).state.Load())
+	}
+
+	batch := make([]pipeline.Msg, 1000)
+	for i := range batch {
+		batch[i] = testMsg(a.id, "$JS.ACK.STREAM.jetsink.1.1000000.1000000.1764658000000000000.0")
+	}
+	errs = make([]error, len(batch))
+	a.bw.Reset(io.Discard)
+	if n := testing.AllocsPerRun(10, func() {
+		for _, m := range batch {
+			m.(*Msg).state.Store(settleNone)
+		}
+		AckAll(batch, errs)
+	}); n != 0 {
+		t.Errorf("AckAll of 1,000 messages: %v allocations, want 0", n)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("batch message %d: %v", i, err)
+		}
 	}
 }

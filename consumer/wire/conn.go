@@ -50,11 +50,12 @@ type Options struct {
 	// that stops reading fails the connection instead of blocking
 	// settlements for ever.
 	WriteTimeout time.Duration
-	// Settle, when set, publishes the messages' settlements (subject: the
-	// message's reply subject; payload: "+ACK", "-NAK", ...) instead of
-	// this connection: for example a nats.go connection that reconnects
-	// and buffers meanwhile, so that a message can still be acked after
-	// the connection that delivered it is gone. It must be safe for
+	// Settle, when set, publishes the settlements (subject: the message's
+	// reply subject; payload: "+ACK", "-NAK", ...) of this connection's
+	// messages once it is closed: for example a nats.go connection that
+	// reconnects and buffers meanwhile, so that a message can still be
+	// acked after the connection that delivered it is gone. While the
+	// connection is open they go over it. Settle must be safe for
 	// concurrent use and must neither keep nor modify payload.
 	Settle func(subject string, payload []byte) error
 	// Dialer, when set, makes the TCP connection (nats.go's CustomDialer
@@ -491,9 +492,7 @@ func (c *Conn) wake() {
 // A write error is not returned here: it surfaces in the flusher, which
 // fails the connection.
 func (c *Conn) write(fn func(*bufio.Writer)) error {
-	c.mu.Lock()
-	if c.closed.Load() {
-		c.mu.Unlock()
+	if !c.lockOpen() {
 		return c.closedErr()
 	}
 	fn(c.bw)
@@ -506,9 +505,7 @@ func (c *Conn) write(fn func(*bufio.Writer)) error {
 // optional reason) to reply. The numbers are formatted in the write
 // buffer's free space, so nothing is allocated.
 func (c *Conn) settle(reply, verb string, delay int64, reason string) error {
-	c.mu.Lock()
-	if c.closed.Load() {
-		c.mu.Unlock()
+	if !c.lockOpen() {
 		return c.closedErr()
 	}
 	n := len(verb)
@@ -539,6 +536,33 @@ func (c *Conn) settle(reply, verb string, delay int64, reason string) error {
 	_, _ = bw.WriteString("\r\n")
 	c.mu.Unlock()
 	c.wake()
+	return nil
+}
+
+// lockOpen locks c.mu and reports true if c is open; when it is closed it
+// unlocks and reports false.
+func (c *Conn) lockOpen() bool {
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// bufferAck writes m's +ACK into the write buffer, as Msg.Ack would,
+// with c.mu held (see AckAll) and m delivered by c.
+func (c *Conn) bufferAck(m *Msg) error {
+	reply := m.Reply()
+	if reply == "" {
+		return ErrMsgNoReply
+	}
+	if !m.state.CompareAndSwap(settleNone, settleFinal) {
+		return ErrMsgAlreadyAcked
+	}
+	_, _ = c.bw.WriteString("PUB ")
+	_, _ = c.bw.WriteString(reply)
+	_, _ = c.bw.WriteString(" 4\r\n+ACK\r\n")
 	return nil
 }
 

@@ -316,3 +316,58 @@ func TestConsumeMaxBytes(t *testing.T) {
 	default:
 	}
 }
+
+// The acks AckAll buffers reach the server without any other write to
+// wake the flusher (the pull asks for four times the messages, so it asks
+// again only when it expires; the server's first PING is let go by):
+// every message is acked, none is pending.
+func TestAckAllReachesServer(t *testing.T) {
+	const n = 300
+	ctx := testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	name := uniqueName("ACKALL")
+	preload(t, ctx, js, name, n, 3, jetstream.ConsumerConfig{AckWait: time.Minute})
+	c := dialTest(t, ctx, srv.URL())
+	var (
+		mu  sync.Mutex
+		got []*Msg
+	)
+	all := make(chan struct{})
+	sub, err := c.Consume(PullOptions{Stream: name, Consumer: "C", MaxMessages: 4 * n, Expires: 30 * time.Second, Heartbeat: 5 * time.Second}, func(m *Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if got = append(got, m); len(got) == n {
+			close(all)
+		}
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		t.Fatal("the messages did not all arrive")
+	}
+	// nats-server pings a new client once after 2 s, then every 2 min:
+	// let the PONG go by, so that it cannot flush the acks.
+	time.Sleep(3 * time.Second)
+	mu.Lock()
+	errs := make([]error, n)
+	AckAll(got, errs)
+	mu.Unlock()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	cons, err := js.Consumer(ctx, name, "C")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "every message acked", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.AckFloor.Stream == n && ci.NumAckPending == 0
+	})
+}

@@ -19,10 +19,11 @@
 // two to three heartbeat intervals (silence is sampled once per interval,
 // so that a message costs no timer reset). Msg settles a message (Ack, Nak,
 // NakWithDelay, InProgress, Term, TermWithReason) with the payloads
-// JetStream expects, on the connection or through Options.Settle (jetsink
-// passes its nats.go connection's Publish, which reconnects, so that a
-// message outlives the connection that delivered it); *Msg satisfies
-// jetsink's pipeline.Msg.
+// JetStream expects, on the connection that delivered it while that is
+// open, after that through Options.Settle if set (jetsink passes its
+// nats.go connection's Publish, which reconnects, so that a message
+// outlives the connection that delivered it); AckAll acks many messages
+// under one lock per connection. *Msg satisfies jetsink's pipeline.Msg.
 //
 // # What it does not do
 //

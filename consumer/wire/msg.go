@@ -230,6 +230,39 @@ func (m *Msg) status() (code int, descr string) {
 // Conn.Flush tells when the server has read it.
 func (m *Msg) Ack() error { return m.settle("+ACK", -1, "", true) }
 
+// AckAll acks every message of ms, as calling Ack on each would, and puts
+// each one's result in errs (which must be at least as long as ms). The
+// *Msg elements delivered by one open connection, one after another in ms,
+// are written under one lock with one wake-up of its flusher: for
+// committed batches, that is most of the cost of their acks. Any other
+// element is acked with its own Ack method.
+func AckAll[M interface{ Ack() error }](ms []M, errs []error) {
+	errs = errs[:len(ms)]
+	for i := 0; i < len(ms); {
+		m, ok := any(ms[i]).(*Msg)
+		var c *Conn
+		if ok {
+			if ref := lookupConn(m.conn); ref != nil {
+				c = ref.conn.Load()
+			}
+		}
+		if c == nil || !c.lockOpen() {
+			errs[i] = ms[i].Ack()
+			i++
+			continue
+		}
+		for id := m.conn; i < len(ms); i++ {
+			m, ok := any(ms[i]).(*Msg)
+			if !ok || m.conn != id {
+				break
+			}
+			errs[i] = c.bufferAck(m)
+		}
+		c.mu.Unlock()
+		c.wake()
+	}
+}
+
 // Nak asks JetStream to deliver the message again now. Errors as Ack.
 func (m *Msg) Nak() error { return m.settle("-NAK", -1, "", true) }
 
@@ -270,17 +303,15 @@ func (m *Msg) settle(verb string, delay int64, reason string, final bool) error 
 	} else if m.state.Load() != settleNone {
 		return ErrMsgAlreadyAcked
 	}
-	var err error
-	switch ref := lookupConn(m.conn); {
-	case ref == nil:
-		err = ErrConnectionClosed
-	case ref.settle != nil:
-		err = ref.settle(reply, settlePayload(verb, delay, reason))
-	default:
+	// On the connection that delivered it while that is open; after,
+	// through Options.Settle if set.
+	err := ErrConnectionClosed
+	if ref := lookupConn(m.conn); ref != nil {
 		if c := ref.conn.Load(); c != nil {
 			err = c.settle(reply, verb, delay, reason)
-		} else {
-			err = ErrConnectionClosed
+		}
+		if err != nil && ref.settle != nil {
+			err = ref.settle(reply, settlePayload(verb, delay, reason))
 		}
 	}
 	if err != nil && final {
