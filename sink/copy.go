@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,9 @@ type committer struct {
 	// untried, nearest last: where process cuts its next try when poison
 	// rows come one after another.
 	ends []int
+	// Scratch of settle: the messages of a committed piece, their acks' results.
+	acks    []pipeline.Msg
+	ackErrs []error
 }
 
 // loop commits batches until the batcher closes work (nil) or ctx ends. It
@@ -660,11 +664,11 @@ func (c *committer) settle(b *batch, lo, hi int) {
 	var first error
 	stored := b.rows[lo:hi]
 	epoch := c.s.epochs.Hold()
+	acks := c.acks[:0]
 	for i := lo; i < hi; i++ {
 		row := &b.rows[i]
 		bytes += uint64(len(row.Tuple))
-		a := acker(row)
-		if a == nil {
+		if row.Event.Msg == nil {
 			continue
 		}
 		if row.Event.Epoch != epoch {
@@ -672,7 +676,24 @@ func (c *committer) settle(b *batch, lo, hi int) {
 			telemetry.EndMessage(&row.Event, "stale", errStaleEpoch)
 			continue
 		}
-		err := a.Ack()
+		acks = append(acks, row.Event.Msg)
+	}
+	errs := slices.Grow(c.ackErrs[:0], len(acks))[:len(acks)]
+	if c.s.ackAll != nil {
+		c.s.ackAll(acks, errs)
+	} else {
+		ackEach(acks, errs)
+	}
+	c.s.epochs.Release()
+	// The rows acked above, in the same order: each one's result.
+	k := 0
+	for i := lo; i < hi && k < len(acks); i++ {
+		row := &b.rows[i]
+		if row.Event.Msg == nil || row.Event.Epoch != epoch {
+			continue
+		}
+		err := errs[k]
+		k++
 		if err != nil {
 			failed++
 			if first == nil {
@@ -681,7 +702,10 @@ func (c *committer) settle(b *batch, lo, hi int) {
 		}
 		telemetry.EndMessage(&row.Event, "ack", err)
 	}
-	c.s.epochs.Release()
+	// Keep the scratch, not the messages nor the errors.
+	clear(acks)
+	clear(errs)
+	c.acks, c.ackErrs = acks[:0], errs[:0]
 	n := len(stored)
 	c.settled += n
 	c.bytes += int(bytes)

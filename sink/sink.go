@@ -96,6 +96,8 @@ type Sink struct {
 
 	// epochs is the consumer's (SetEpochs); nil acks every committed row.
 	epochs *pipeline.Epochs
+	// ackAll acks a committed batch's messages (SetAckAll); nil: ackEach.
+	ackAll func(ms []pipeline.Msg, errs []error)
 }
 
 // Instrument makes Run trace each batch as a "copy <table>" span linked to
@@ -112,6 +114,19 @@ func (s *Sink) Instrument(t *telemetry.Tracing, m *telemetry.Metrics) {
 // settle the new stream's event with the same sequence. Call it before
 // Run, not concurrently with it.
 func (s *Sink) SetEpochs(e *pipeline.Epochs) { s.epochs = e }
+
+// SetAckAll gives the sink a way to ack the messages of a committed batch
+// in one call, cheaper than Ack on each (consumer.AckAll): ackAll must ack
+// every message of ms and put each result in errs[i]. Without it each
+// message's Ack is called. Call it before Run, not concurrently with it.
+func (s *Sink) SetAckAll(ackAll func(ms []pipeline.Msg, errs []error)) { s.ackAll = ackAll }
+
+// ackEach is the default of SetAckAll.
+func ackEach(ms []pipeline.Msg, errs []error) {
+	for i, m := range ms {
+		errs[i] = m.Ack()
+	}
+}
 
 // stagingTable is the exactly-once staging table, one per connection.
 var stagingTable = pgx.Identifier{"pg_temp", "jetsink_staging"}

@@ -13,6 +13,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -1597,5 +1601,110 @@ func TestStaleEpochCommittedNotAcked(t *testing.T) {
 	src.close()
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// endSpan records how a message's span was ended.
+type endSpan struct {
+	noop.Span
+	mu      sync.Mutex
+	ends    int
+	err     error
+	outcome string
+}
+
+func (s *endSpan) SetAttributes(kv ...attribute.KeyValue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range kv {
+		if a.Key == "jetsink.settle" {
+			s.outcome = a.Value.AsString()
+		}
+	}
+}
+
+func (s *endSpan) RecordError(err error, _ ...trace.EventOption) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err = err
+}
+
+func (s *endSpan) End(...trace.SpanEndOption) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ends++
+}
+
+// With SetAckAll, a committed piece's messages are acked in one call per
+// piece, stale ones left out, and each result reaches its own row: the
+// failed ack is counted and ends that row's span failed, and only that one.
+func TestAckAllSettlesCommittedRows(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	epochs := &pipeline.Epochs{}
+	s.SetEpochs(epochs)
+	var (
+		mu    sync.Mutex
+		calls int
+		given = map[pipeline.Msg]int{}
+	)
+	s.SetAckAll(func(ms []pipeline.Msg, errs []error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		for i, m := range ms {
+			given[m]++
+			errs[i] = m.Ack()
+		}
+	})
+	old, oldMsgs := rows(1, 3, nil)
+	epochs.Advance()
+	fresh, freshMsgs := rows(4, 6, nil)
+	freshMsgs[3].failAck = true
+	all := append(old, fresh...)
+	spans := make([]*endSpan, len(all))
+	for i := range all {
+		spans[i] = &endSpan{}
+		all[i].Event.Span = spans[i]
+		if i >= len(old) {
+			all[i].Event.Epoch = epochs.Current()
+		}
+	}
+	src := newSource()
+	src.push(t, ctx, all)
+	src.close()
+	if err := s.Run(ctx, src); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if st := s.Stats(); st.Rows != 9 || st.AckErrors != 1 || st.StaleAcks != 3 {
+		t.Errorf("stats %+v; want 9 rows, 1 ack error, 3 stale", st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls == 0 || calls > int(s.Stats().Batches) {
+		t.Errorf("AckAll called %d times for %d batches", calls, s.Stats().Batches)
+	}
+	for i, m := range oldMsgs {
+		if given[m] != 0 || m.acks.Load() != 0 {
+			t.Errorf("stale row %d given to AckAll %d times, acked %d", i, given[m], m.acks.Load())
+		}
+	}
+	for i, m := range freshMsgs {
+		if given[m] != 1 || m.acks.Load() != 1 {
+			t.Errorf("row %d given to AckAll %d times, acked %d; want 1, 1", i+len(old), given[m], m.acks.Load())
+		}
+	}
+	for i, sp := range spans {
+		wantErr, wantOutcome := false, ""
+		switch {
+		case i < len(old):
+			wantErr, wantOutcome = true, "stale"
+		case i == len(old)+3:
+			wantErr = true
+		}
+		if sp.ends != 1 || (sp.err != nil) != wantErr || sp.outcome != wantOutcome {
+			t.Errorf("row %d: span ended %d times, err %v, outcome %q; want 1, error %v, %q", i, sp.ends, sp.err, sp.outcome, wantErr, wantOutcome)
+		}
 	}
 }
