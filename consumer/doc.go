@@ -11,7 +11,9 @@
 // consumer (explicit acks, nats.ack_wait, no MaxDeliver of its own (see
 // below), nats.max_ack_pending, nats.filter_subject). Run pulls with
 // consumer/wire on a connection of its own (nats.pull_client "wire", the
-// default; its acks go through nats.go's connection) or nats.go's Consume:
+// default; its messages are acked over that connection while it is open,
+// a committed batch's in one write (AckAll, for sink.Sink.SetAckAll), and
+// through nats.go's connection after) or nats.go's Consume:
 // up to nats.pull_max_messages (and optionally nats.pull_max_bytes per
 // pull) requested, a new pull sent when half are taken, idle heartbeats
 // from the server. Each message becomes a pipeline.Event (one reply-subject

@@ -28,6 +28,13 @@ type delivery interface {
 	Data() []byte
 }
 
+// AckAll acks every message of ms and puts each result in errs, as Ack on
+// each would (for sink.Sink.SetAckAll). The messages the wire pull client
+// delivered over one open connection are acked in one write to it; others,
+// and those whose connection has closed since, one by one (the latter
+// through the consumer's nats.go connection).
+func AckAll(ms []pipeline.Msg, errs []error) { wire.AckAll(ms, errs) }
+
 // wireDialTimeout bounds one dial of the wire connection; after
 // wireDialAttempts failed dials in a row while nats.go is connected, nats.go
 // pulls instead (pullsWithWire).
@@ -104,9 +111,10 @@ func (c *Consumer) wireOptions() (wire.Options, error) {
 		CredsFile:    cfg.CredsFile,
 		PingInterval: cmp.Or(cfg.pingEvery, pingInterval),
 		MaxPingsOut:  maxPingsOut,
-		// Acks go through nats.go's connection, which reconnects and
-		// buffers meanwhile: a row committed after the wire connection
-		// died is still acked, as with nats.go's own Consume.
+		// Settlements go over the wire connection while it is open and
+		// through nats.go's connection after, which reconnects and buffers
+		// meanwhile: a row committed after the wire connection died is
+		// still acked, as with nats.go's own Consume.
 		Settle: c.nc.Publish,
 	}
 	if cfg.dialer != nil {

@@ -101,6 +101,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	}
 	p.sink.Instrument(p.tracing, p.metrics)
 	p.sink.SetEpochs(p.consumer.Epochs())
+	p.sink.SetAckAll(consumer.AckAll)
 	p.pipeline, err = pipeline.New(cfg.Pipeline, mapper, dl, log)
 	if err != nil {
 		p.Close()
