@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -247,5 +249,65 @@ func TestAckAll(t *testing.T) {
 		if err != nil {
 			t.Fatalf("batch message %d: %v", i, err)
 		}
+	}
+}
+
+// failingWriter refuses every write.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+// A connection closed but still registered (its flusher failed, or Close
+// is under way) takes no ack: AckAll sends them through Options.Settle.
+// When the buffer cannot be written out in the middle of AckAll, the
+// connection fails and that message and the rest go through Settle too,
+// none reported acked without having been buffered.
+func TestAckAllClosedOrFailingConnection(t *testing.T) {
+	var settled []string
+	record := func(subject string, payload []byte) error {
+		settled = append(settled, subject)
+		return nil
+	}
+	closing := &Conn{kick: make(chan struct{}, 1), done: make(chan struct{}), bw: bufio.NewWriterSize(io.Discard, readBufSize)}
+	closing.id = registerConn(closing, record)
+	t.Cleanup(func() { registry.Delete(closing.id) })
+	closing.closed.Store(true)
+	closing.err = ErrConnectionClosed
+	close(closing.done)
+	ms := []pipeline.Msg{testMsg(closing.id, "$JS.ACK.c.1"), testMsg(closing.id, "$JS.ACK.c.2")}
+	errs := make([]error, len(ms))
+	AckAll(ms, errs)
+	if errs[0] != nil || errs[1] != nil || !slices.Equal(settled, []string{"$JS.ACK.c.1", "$JS.ACK.c.2"}) {
+		t.Errorf("closed connection: errors %v, through Settle %q", errs, settled)
+	}
+
+	settled = nil
+	client, server := net.Pipe()
+	t.Cleanup(func() { _ = server.Close() })
+	// Room for two acks of these 32-byte reply subjects (44 bytes each).
+	failing := &Conn{nc: client, kick: make(chan struct{}, 1), done: make(chan struct{}), bw: bufio.NewWriterSize(failingWriter{}, 100)}
+	failing.id = registerConn(failing, record)
+	t.Cleanup(func() { registry.Delete(failing.id) })
+	ms = ms[:0]
+	for i := range 5 {
+		ms = append(ms, testMsg(failing.id, "$JS.ACK.failing.0123456789abcd."+strconv.Itoa(i)))
+	}
+	errs = make([]error, len(ms))
+	AckAll(ms, errs)
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("message %d: %v", i, err)
+		}
+	}
+	if want := []string{"$JS.ACK.failing.0123456789abcd.2", "$JS.ACK.failing.0123456789abcd.3", "$JS.ACK.failing.0123456789abcd.4"}; !slices.Equal(settled, want) {
+		t.Errorf("through Settle %q, want %q: the acks after the failed write", settled, want)
+	}
+	select {
+	case <-failing.Done():
+		if !errors.Is(failing.Err(), io.ErrClosedPipe) {
+			t.Errorf("connection failed with %v, want the write error", failing.Err())
+		}
+	default:
+		t.Error("the connection did not fail")
 	}
 }

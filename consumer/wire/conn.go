@@ -550,19 +550,29 @@ func (c *Conn) lockOpen() bool {
 	return true
 }
 
-// bufferAck writes m's +ACK into the write buffer, as Msg.Ack would,
-// with c.mu held (see AckAll) and m delivered by c.
-func (c *Conn) bufferAck(m *Msg) error {
+// bufferAck writes m's +ACK into the write buffer, with c.mu held (see
+// AckAll) and m delivered by c, and sets *res to what Msg.Ack would
+// return. When the buffer, full, could not be written out, it leaves m
+// unsettled, marks c closed (bufio keeps the error and would drop every
+// later write) and returns the error; the caller must then fail c.
+func (c *Conn) bufferAck(m *Msg, res *error) error {
 	reply := m.Reply()
 	if reply == "" {
-		return ErrMsgNoReply
+		*res = ErrMsgNoReply
+		return nil
 	}
 	if !m.state.CompareAndSwap(settleNone, settleFinal) {
-		return ErrMsgAlreadyAcked
+		*res = ErrMsgAlreadyAcked
+		return nil
 	}
 	_, _ = c.bw.WriteString("PUB ")
 	_, _ = c.bw.WriteString(reply)
-	_, _ = c.bw.WriteString(" 4\r\n+ACK\r\n")
+	if _, err := c.bw.WriteString(" 4\r\n+ACK\r\n"); err != nil {
+		m.state.Store(settleNone)
+		c.closed.Store(true)
+		return err
+	}
+	*res = nil
 	return nil
 }
 

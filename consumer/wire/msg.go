@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"fmt"
 	"iter"
 	"strconv"
 	"strings"
@@ -251,14 +252,24 @@ func AckAll[M interface{ Ack() error }](ms []M, errs []error) {
 			i++
 			continue
 		}
+		var werr error
 		for id := m.conn; i < len(ms); i++ {
 			m, ok := any(ms[i]).(*Msg)
 			if !ok || m.conn != id {
 				break
 			}
-			errs[i] = c.bufferAck(m)
+			if werr = c.bufferAck(m, &errs[i]); werr != nil {
+				break
+			}
 		}
 		c.mu.Unlock()
+		if werr != nil {
+			// ms[i] and the rest go through Options.Settle, if set. The
+			// acks buffered before the failed write may be lost, as on
+			// any connection that fails: JetStream redelivers them.
+			c.fail(fmt.Errorf("write: %w", werr))
+			continue
+		}
 		c.wake()
 	}
 }
