@@ -135,7 +135,8 @@ type Config struct {
 	// headers only when asked; plain TCP or TLS, user/password, nkey and
 	// creds authentication; nats.go pulls over a websocket URL) or
 	// "nats.go" (nats.go's jetstream Consume). Either way the JetStream
-	// API, the acks and dead letters use nats.go's connection.
+	// API and dead letters use nats.go's connection; wire's messages are
+	// acked over its own while it is open, and through nats.go's after.
 	PullClient string `yaml:"pull_client"`
 
 	// StoredSeq, when set, returns the highest sequence of stream that the

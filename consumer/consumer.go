@@ -26,6 +26,10 @@ var ErrStreamNotFound = errors.New("stream not found")
 // closeWait bounds how long Close waits for the connection to drain.
 const closeWait = 10 * time.Second
 
+// abortFlush bounds how long the wire connection may take to send the acks
+// it buffered when nats.go's disconnects (see natsOptions).
+const abortFlush = 2 * time.Second
+
 // Consumer is a connection to NATS bound to one stream and one durable pull
 // consumer. Run is called by one goroutine; DeadLetter, Lag, Stats and Ready
 // are safe from any goroutine.
@@ -194,12 +198,19 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			c.seq.gen.Add(1) // see the reconnect handler
 			if wc := c.wc.Load(); wc != nil {
-				// Pull only while the acks and the API can get through: the
-				// wire session hands on what it holds and ends; Run pulls
-				// again once nats.go is back (and has sent the acks it
-				// buffered, which must not reach a stream's events pulled
-				// meanwhile: see pipeline.Epochs).
-				go wc.Abort()
+				// Pull only while the API (and the acks of a closed wire
+				// connection's messages) can get through: the wire session
+				// hands on what it holds and ends; Run pulls again once
+				// nats.go is back (and has sent the acks it buffered, which
+				// must not reach a stream's events pulled meanwhile: see
+				// pipeline.Epochs). The acks the wire connection buffered
+				// are sent first: it may be healthy.
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), abortFlush)
+					defer cancel()
+					_ = wc.Flush(ctx)
+					wc.Abort()
+				}()
 			}
 			if err == nil && (nc.IsClosed() || nc.IsDraining()) {
 				return // our own Close
@@ -350,12 +361,17 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 	return nil
 }
 
-// Close drains the connection (pending acks and publishes are flushed) and
-// waits up to 10s for it to close. Call it after Run has returned; a Run
-// still going returns an error. Idempotent.
+// Close drains the connections (pending acks and publishes are flushed) and
+// waits up to 10s for nats.go's to close. Call it after Run has returned; a
+// Run still going returns an error. Idempotent.
 func (c *Consumer) Close() {
 	if wc := c.wc.Load(); wc != nil {
-		_ = wc.Close() // the acks went through nats.go's, drained below
+		// Wait until the server has read the acks: a socket closed with
+		// unread input is reset, which can discard them.
+		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+		_ = wc.Flush(ctx)
+		cancel()
+		_ = wc.Close()
 	}
 	if err := c.nc.Drain(); err != nil {
 		// Already closed, or reconnecting: nothing to flush to.

@@ -88,7 +88,7 @@
 //     after missed heartbeats; at-least-once: a look after each
 //     reconnect), and, in at-least-once mode, when a session's consumer
 //     sequence goes back. Each new epoch waits until no ack or term is
-//     being sent and flushes those sent before; from then on the sink does
+//     being sent and flushes those sent before, on both connections; from then on the sink does
 //     not ack, and DeadLetter does not terminate, events of an earlier
 //     epoch (their rows are written all the same). An old ack would
 //     otherwise settle the new stream's event with the same sequence. A

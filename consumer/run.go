@@ -46,8 +46,8 @@ type Output interface {
 //
 // Run survives disconnects and server restarts: nats.go re-issues the pull
 // on reconnect and when heartbeats stop; a wire subscription ends with its
-// connection (also when nats.go's disconnects: it pulls only while the acks
-// can get through), hands on what it holds, and Run subscribes again on a
+// connection (also when nats.go's disconnects: it pulls only while the
+// JetStream API can get through), hands on what it holds, and Run subscribes again on a
 // new connection once nats.go is connected. When heartbeats stop Run also checks
 // that the stream and consumer still exist; when they are gone, or the
 // subscription ends by itself (consumer deleted), Run re-creates them (the
@@ -140,7 +140,8 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 		if s.connLost.Load() && !s.gone {
 			// The wire connection failed (with the server, or because
 			// nats.go's did: see natsOptions): nothing is gone. Pull again
-			// once nats.go, which carries the acks and the API, is back.
+			// once nats.go, which carries the API and the acks of the lost
+			// connection's messages, is back.
 			c.log.Info("wire pull connection lost; pulling again once NATS is reachable")
 			if time.Since(began) < time.Second {
 				// Lost as soon as made: do not dial in a tight loop.
@@ -235,6 +236,15 @@ func (c *Consumer) newEpoch(level slog.Level, why string) uint64 {
 	defer cancel()
 	if err := c.nc.FlushWithContext(fctx); err != nil {
 		c.log.Warn("flush before the new epoch", "err", err)
+	}
+	if wc := c.wc.Load(); wc != nil {
+		select {
+		case <-wc.Done(): // its acks went through nats.go's, flushed above
+		default:
+			if err := wc.Flush(fctx); err != nil {
+				c.log.Warn("flush the wire pull connection before the new epoch", "err", err)
+			}
+		}
 	}
 
 	return e
