@@ -157,3 +157,102 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAcks drains a stream of b.N messages with the wire client and
+// acks them in batches of 1,000 from another goroutine, as jetsink's sink
+// does after each COMMIT: one Publish per ack on a nats.go connection (how
+// jetsink acked until session 24), or AckAll on the connection that
+// delivered them. The server runs in this process: cpu-ns/msg is the
+// client's and the server's together.
+func BenchmarkAcks(b *testing.B) {
+	srv := testenv.NATS(b)
+	js := srv.JetStream(b)
+	var seq atomic.Int64
+	const batch = 1000
+	for _, mode := range []string{"nats.go-publish", "wire-AckAll"} {
+		b.Run(mode, func(b *testing.B) {
+			ctx := testCtx(b, 5*time.Minute)
+			name := "ACKS" + strconv.FormatInt(seq.Add(1), 10)
+			preload(b, ctx, js, name, b.N, 64, jetstream.ConsumerConfig{AckWait: 5 * time.Minute})
+			b.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+			nc, err := nats.Connect(srv.URL(), nats.SkipSubjectValidation())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer nc.Close()
+			c, err := Dial(ctx, Options{URL: srv.URL(), Settle: nc.Publish})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			batches := make(chan []*Msg, 4)
+			var bad atomic.Int64
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				errs := make([]error, batch)
+				for ms := range batches {
+					if mode == "wire-AckAll" {
+						AckAll(ms, errs)
+						for _, err := range errs[:len(ms)] {
+							if err != nil {
+								bad.Add(1)
+							}
+						}
+						continue
+					}
+					for _, m := range ms {
+						if err := nc.Publish(m.Reply(), payloadAck); err != nil {
+							bad.Add(1)
+						}
+					}
+				}
+			}()
+			cur := make([]*Msg, 0, batch)
+			n := 0
+			measure(b, func() {
+				sub, err := c.Consume(PullOptions{Stream: name, Consumer: "C", MaxMessages: batch, Expires: 30 * time.Second, Heartbeat: 5 * time.Second},
+					func(m *Msg) {
+						n++
+						if cur = append(cur, m); len(cur) == batch || n == b.N {
+							batches <- cur
+							cur = make([]*Msg, 0, batch)
+						}
+						if n == b.N {
+							close(batches)
+						}
+					}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				<-done
+				if err := c.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := nc.FlushWithContext(ctx); err != nil {
+					b.Fatal(err)
+				}
+				sub.Stop()
+				<-sub.Closed()
+				// The server applies acks on a queue of its own: wait for
+				// them, so that its work on them is counted too.
+				cons, err := js.Consumer(ctx, name, "C")
+				if err != nil {
+					b.Fatal(err)
+				}
+				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+					ci, err := cons.Info(ctx)
+					if err == nil && ci.NumAckPending == 0 && ci.AckFloor.Stream == uint64(b.N) {
+						break
+					}
+					if time.Now().After(deadline) {
+						b.Fatalf("acks not all applied: %+v, %v", ci, err)
+					}
+				}
+			})
+			if bad.Load() != 0 {
+				b.Fatalf("%d failed acks", bad.Load())
+			}
+		})
+	}
+}
