@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -317,10 +318,33 @@ func TestConsumeMaxBytes(t *testing.T) {
 	}
 }
 
+// pongConn counts the PONGs the client writes.
+type pongConn struct {
+	net.Conn
+	pongs atomic.Int64
+}
+
+func (p *pongConn) Write(b []byte) (int, error) {
+	p.pongs.Add(int64(bytes.Count(b, []byte("PONG\r\n"))))
+	return p.Conn.Write(b)
+}
+
+type pongDialer struct{ conn *pongConn }
+
+func (d *pongDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	d.conn = &pongConn{Conn: c}
+	return d.conn, nil
+}
+
 // The acks AckAll buffers reach the server without any other write to
-// wake the flusher (the pull asks for four times the messages, so it asks
-// again only when it expires; the server's first PING is let go by):
-// every message is acked, none is pending.
+// wake the flusher: every message is acked, none is pending. The pull
+// asks for four times the messages, so it asks again only when it expires,
+// and the server's first PING (2 s after the connection; the next comes
+// after 2 min) is answered before the acks are buffered.
 func TestAckAllReachesServer(t *testing.T) {
 	const n = 300
 	ctx := testCtx(t, time.Minute)
@@ -328,7 +352,13 @@ func TestAckAllReachesServer(t *testing.T) {
 	js := srv.JetStream(t)
 	name := uniqueName("ACKALL")
 	preload(t, ctx, js, name, n, 3, jetstream.ConsumerConfig{AckWait: time.Minute})
-	c := dialTest(t, ctx, srv.URL())
+	d := &pongDialer{}
+	c, err := Dial(ctx, Options{URL: srv.URL(), Dialer: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	pongs := d.conn.pongs.Load()
 	var (
 		mu  sync.Mutex
 		got []*Msg
@@ -350,9 +380,7 @@ func TestAckAllReachesServer(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the messages did not all arrive")
 	}
-	// nats-server pings a new client once after 2 s, then every 2 min:
-	// let the PONG go by, so that it cannot flush the acks.
-	time.Sleep(3 * time.Second)
+	eventually(t, 10*time.Second, "the server's first PING answered", func() bool { return d.conn.pongs.Load() > pongs })
 	mu.Lock()
 	errs := make([]error, n)
 	AckAll(got, errs)
