@@ -311,3 +311,27 @@ func TestAckAllClosedOrFailingConnection(t *testing.T) {
 		t.Error("the connection did not fail")
 	}
 }
+
+// A settlement whose write fails fails the connection and goes through
+// Options.Settle, not reported sent and dropped.
+func TestSettleFailingWrite(t *testing.T) {
+	var settled []string
+	client, server := net.Pipe()
+	t.Cleanup(func() { _ = server.Close() })
+	c := &Conn{nc: client, kick: make(chan struct{}, 1), done: make(chan struct{}), bw: bufio.NewWriterSize(failingWriter{}, 16)}
+	c.id = registerConn(c, func(subject string, payload []byte) error {
+		settled = append(settled, subject+" "+string(payload))
+		return nil
+	})
+	t.Cleanup(func() { registry.Delete(c.id) })
+	m := testMsg(c.id, "$JS.ACK.failing.1")
+	if err := m.NakWithDelay(1500); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{`$JS.ACK.failing.1 -NAK {"delay":1500}`}; !slices.Equal(settled, want) {
+		t.Errorf("through Settle %q, want %q", settled, want)
+	}
+	if !errors.Is(c.Err(), io.ErrClosedPipe) {
+		t.Errorf("connection: %v, want failed with the write error", c.Err())
+	}
+}

@@ -533,7 +533,15 @@ func (c *Conn) settle(reply, verb string, delay int64, reason string) error {
 		_ = bw.WriteByte(' ')
 		_, _ = bw.WriteString(reason)
 	}
-	_, _ = bw.WriteString("\r\n")
+	if _, err := bw.WriteString("\r\n"); err != nil {
+		// The buffer, full, could not be written out: bufio keeps the
+		// error and drops every later write. Not sent: the caller may
+		// settle through Options.Settle.
+		c.closed.Store(true)
+		c.mu.Unlock()
+		c.fail(fmt.Errorf("write: %w", err))
+		return c.closedErr()
+	}
 	c.mu.Unlock()
 	c.wake()
 	return nil
