@@ -502,42 +502,12 @@ func (c *Conn) write(fn func(*bufio.Writer)) error {
 }
 
 // settle publishes a settlement payload (verb, optional delay in ns,
-// optional reason) to reply. The numbers are formatted in the write
-// buffer's free space, so nothing is allocated.
+// optional reason) to reply.
 func (c *Conn) settle(reply, verb string, delay int64, reason string) error {
 	if !c.lockOpen() {
 		return c.closedErr()
 	}
-	n := len(verb)
-	var num [20]byte
-	digits := 0
-	if delay >= 0 {
-		digits = len(strconv.AppendInt(num[:0], delay, 10))
-		n += len(` {"delay":}`) + digits
-	}
-	if reason != "" {
-		n += 1 + len(reason)
-	}
-	bw := c.bw
-	_, _ = bw.WriteString("PUB ")
-	_, _ = bw.WriteString(reply)
-	_, _ = bw.Write(strconv.AppendInt(append(bw.AvailableBuffer(), ' '), int64(n), 10))
-	_, _ = bw.WriteString("\r\n")
-	_, _ = bw.WriteString(verb)
-	if delay >= 0 {
-		_, _ = bw.WriteString(` {"delay":`)
-		_, _ = bw.Write(strconv.AppendInt(bw.AvailableBuffer(), delay, 10))
-		_ = bw.WriteByte('}')
-	}
-	if reason != "" {
-		_ = bw.WriteByte(' ')
-		_, _ = bw.WriteString(reason)
-	}
-	if _, err := bw.WriteString("\r\n"); err != nil {
-		// The buffer, full, could not be written out: bufio keeps the
-		// error and drops every later write. Not sent: the caller may
-		// settle through Options.Settle.
-		c.closed.Store(true)
+	if err := c.writeSettle(reply, verb, delay, reason); err != nil {
 		c.mu.Unlock()
 		c.fail(fmt.Errorf("write: %w", err))
 		return c.closedErr()
@@ -558,30 +528,61 @@ func (c *Conn) lockOpen() bool {
 	return true
 }
 
-// bufferAck writes m's +ACK into the write buffer, with c.mu held (see
-// AckAll) and m delivered by c, and sets *res to what Msg.Ack would
-// return. When the buffer, full, could not be written out, it leaves m
-// unsettled, marks c closed (bufio keeps the error and would drop every
-// later write) and returns the error; the caller must then fail c.
-func (c *Conn) bufferAck(m *Msg, res *error) error {
-	reply := m.Reply()
-	if reply == "" {
-		*res = ErrMsgNoReply
-		return nil
+// writeSettle writes a settlement into the write buffer, with c.mu held.
+// The numbers are formatted in the buffer's free space, so nothing is
+// allocated. When the buffer, full, could not be written out it marks c
+// closed (bufio keeps the error and would drop every later write) and
+// returns the error: nothing was sent, and the caller must fail c.
+func (c *Conn) writeSettle(reply, verb string, delay int64, reason string) error {
+	bw := c.bw
+	_, _ = bw.WriteString("PUB ")
+	_, _ = bw.WriteString(reply)
+	var err error
+	if tail := plainTail(verb); tail != "" && delay < 0 && reason == "" {
+		_, err = bw.WriteString(tail)
+	} else {
+		n := len(verb)
+		var num [20]byte
+		if delay >= 0 {
+			n += len(` {"delay":}`) + len(strconv.AppendInt(num[:0], delay, 10))
+		}
+		if reason != "" {
+			n += 1 + len(reason)
+		}
+		_, _ = bw.Write(strconv.AppendInt(append(bw.AvailableBuffer(), ' '), int64(n), 10))
+		_, _ = bw.WriteString("\r\n")
+		_, _ = bw.WriteString(verb)
+		if delay >= 0 {
+			_, _ = bw.WriteString(` {"delay":`)
+			_, _ = bw.Write(strconv.AppendInt(bw.AvailableBuffer(), delay, 10))
+			_ = bw.WriteByte('}')
+		}
+		if reason != "" {
+			_ = bw.WriteByte(' ')
+			_, _ = bw.WriteString(reason)
+		}
+		_, err = bw.WriteString("\r\n")
 	}
-	if !m.state.CompareAndSwap(settleNone, settleFinal) {
-		*res = ErrMsgAlreadyAcked
-		return nil
-	}
-	_, _ = c.bw.WriteString("PUB ")
-	_, _ = c.bw.WriteString(reply)
-	if _, err := c.bw.WriteString(" 4\r\n+ACK\r\n"); err != nil {
-		m.state.Store(settleNone)
+	if err != nil {
 		c.closed.Store(true)
-		return err
 	}
-	*res = nil
-	return nil
+	return err
+}
+
+// plainTail is what follows the reply subject in the PUB of a settlement
+// without delay or reason: the size, the payload and the line ends.
+func plainTail(verb string) string {
+	switch verb {
+	case "+ACK":
+		return " 4\r\n+ACK\r\n"
+	case "-NAK":
+		return " 4\r\n-NAK\r\n"
+	case "+WPI":
+		return " 4\r\n+WPI\r\n"
+	case "+TERM":
+		return " 5\r\n+TERM\r\n"
+	}
+	return ""
 }
 
 // flushLoop writes the buffer out whenever woken: many settlements, one

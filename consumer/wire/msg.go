@@ -258,9 +258,14 @@ func AckAll[M interface{ Ack() error }](ms []M, errs []error) {
 			if !ok || m.conn != id {
 				break
 			}
-			if werr = c.bufferAck(m, &errs[i]); werr != nil {
-				break
+			reply, err := m.claim(true)
+			if err == nil {
+				if werr = c.writeSettle(reply, "+ACK", -1, ""); werr != nil {
+					m.state.Store(settleNone) // not sent
+					break
+				}
 			}
+			errs[i] = err
 		}
 		c.mu.Unlock()
 		if werr != nil {
@@ -302,21 +307,32 @@ func (m *Msg) TermWithReason(reason string) error {
 	return m.settle("+TERM", -1, reason, true)
 }
 
-func (m *Msg) settle(verb string, delay int64, reason string, final bool) error {
+// claim returns m's reply subject if m may be settled: for a final
+// settlement it marks m settled, which the caller undoes if it cannot
+// send it.
+func (m *Msg) claim(final bool) (string, error) {
 	reply := m.Reply()
 	if reply == "" {
-		return ErrMsgNoReply
+		return "", ErrMsgNoReply
 	}
 	if final {
 		if !m.state.CompareAndSwap(settleNone, settleFinal) {
-			return ErrMsgAlreadyAcked
+			return "", ErrMsgAlreadyAcked
 		}
 	} else if m.state.Load() != settleNone {
-		return ErrMsgAlreadyAcked
+		return "", ErrMsgAlreadyAcked
+	}
+	return reply, nil
+}
+
+func (m *Msg) settle(verb string, delay int64, reason string, final bool) error {
+	reply, err := m.claim(final)
+	if err != nil {
+		return err
 	}
 	// On the connection that delivered it while that is open; after,
 	// through Options.Settle if set.
-	err := ErrConnectionClosed
+	err = ErrConnectionClosed
 	if ref := lookupConn(m.conn); ref != nil {
 		if c := ref.conn.Load(); c != nil {
 			err = c.settle(reply, verb, delay, reason)
