@@ -106,17 +106,26 @@ func BenchmarkConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			<-done
-			if err := c.Flush(ctx); err != nil {
-				b.Fatal(err)
-			}
-			sub.Stop()
-			<-sub.Closed()
+			finish(b, ctx, done, sub, c.Flush)
 		})
 		if bad.Load() != 0 {
 			b.Fatalf("%d bad messages or failed acks", bad.Load())
 		}
 	})
+}
+
+// finish waits for done, then for flush (round trips to the server, so
+// that it has read every ack), and stops sub.
+func finish(b *testing.B, ctx context.Context, done <-chan struct{}, sub *Sub, flush ...func(context.Context) error) {
+	b.Helper()
+	<-done
+	for _, f := range flush {
+		if err := f(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sub.Stop()
+	<-sub.Closed()
 }
 
 // measure times run and reports msgs/s and the process's CPU per message.
@@ -225,15 +234,7 @@ func BenchmarkAcks(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				<-done
-				if err := c.Flush(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if err := nc.FlushWithContext(ctx); err != nil {
-					b.Fatal(err)
-				}
-				sub.Stop()
-				<-sub.Closed()
+				finish(b, ctx, done, sub, c.Flush, nc.FlushWithContext)
 				// The server applies acks on a queue of its own: wait for
 				// them, so that its work on them is counted too.
 				cons, err := js.Consumer(ctx, name, "C")

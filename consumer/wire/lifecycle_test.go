@@ -546,11 +546,7 @@ func TestLeadershipChangeKeepsArrivedMessagesCounted(t *testing.T) {
 		writeStatus(w, inbox, sid, "NATS/1.0 409 Leadership Change\r\n\r\n")
 	})
 	ctx := testCtx(t, 30*time.Second)
-	c, err := Dial(ctx, Options{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialTest(t, ctx, url)
 	release := make(chan struct{})
 	var releaseOnce sync.Once
 	unblock := func() { releaseOnce.Do(func() { close(release) }) }
@@ -612,11 +608,7 @@ func TestMessageLargerThanMaxBytesReported(t *testing.T) {
 				writeStatus(w, inbox, sid, "NATS/1.0 409 Message Size Exceeds MaxBytes\r\nNats-Pending-Messages: 10\r\nNats-Pending-Bytes: 2097152\r\n\r\n")
 			})
 			ctx := testCtx(t, 30*time.Second)
-			c, err := Dial(ctx, Options{URL: url})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := dialTest(t, ctx, url)
 			errs := make(chan error, 16)
 			sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, MaxBytes: 2 << 20, Expires: 30 * time.Second, Heartbeat: 10 * time.Second},
 				func(m *Msg) { _ = m.Ack() }, func(err error) { errs <- err })
