@@ -38,6 +38,8 @@ memory_limit: 48MiB
 		"JETSINK_NATS_SUBJECTS=a.>, b.>",
 		"PATH=/usr/bin",                                // not ours
 		"JETSINK_TEST_DATABASE_URL=postgres://ignored", // the tests' own
+		"JETSINK_JAEGER_BIN=/opt/jaeger",               // the tracing test's, named in the README
+		"JETSINK_CONFIG=/elsewhere.yaml",               // the CLI's
 	}
 	set := []string{"postgres.table=flag_table", "postgres.batch.max_bytes=512KiB"}
 	cfg, err := Parse(file, env, set)

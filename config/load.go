@@ -27,7 +27,8 @@ var envAliases = map[string]string{
 
 // envIgnored are JETSINK_ variables that are not config keys.
 var envIgnored = map[string]bool{
-	"JETSINK_CONFIG": true, // the config file path, read by the CLI
+	"JETSINK_CONFIG":     true, // the config file path, read by the CLI
+	"JETSINK_JAEGER_BIN": true, // the Jaeger binary of tools/jaeger and the tracing test (README)
 }
 
 // Source says where to load from. Zero fields are skipped.
