@@ -4,7 +4,8 @@
 // A dead letter (see consumer.DeadLetter) is the original body and headers
 // plus Jetsink-* headers: Jetsink-Subject, Jetsink-Stream,
 // Jetsink-Stream-Seq, Jetsink-Stage, Jetsink-Code, Jetsink-SQLState,
-// Jetsink-Reason, Jetsink-Msg-Id (the original Nats-Msg-Id).
+// Jetsink-Delivered, Jetsink-Reason, Jetsink-Msg-Id (the original
+// Nats-Msg-Id).
 //
 // Replay walks the dead-letter stream in order, as jetstream's ordered
 // consumer does (each fetch a new ephemeral consumer without acks, deleted
@@ -27,10 +28,18 @@
 // Options.Keep is set, deletes the dead letter from the dead-letter stream,
 // retrying a failed delete a few times with backoff.
 //
+// A re-publish that gets no answer (a timeout, a connection lost: the
+// stream may have stored it and the answer was lost) is sent again with the
+// same Nats-Msg-Id, while Options.LetterTimeout lasts; within the duplicate
+// window the stream acknowledges a copy it already holds as a duplicate.
+//
 // An event is therefore never lost, but it can be stored twice: a failure
-// before the PubAck leaves the dead letter in place; a failure to delete
-// after it leaves both the event and its dead letter (Report.Undeleted names
-// them). Replaying such a letter again within the event stream's duplicate
+// before the PubAck leaves the dead letter in place, and when no answer came
+// at all, or another stream stored the event (one the original may source
+// or mirror), the event may be stored nonetheless (Report.Unsure names
+// those); a failure to delete after the PubAck leaves both the event and its
+// dead letter (Report.Undeleted names them), and so does Options.Keep, for
+// every letter. Replaying such a letter again within the event stream's duplicate
 // window (duplicate_window, 2 minutes by default) is dropped by JetStream as
 // a duplicate; after the window, the event is stored again under a new
 // stream sequence, and jetsink writes a second row, in exactly-once mode

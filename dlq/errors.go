@@ -13,11 +13,13 @@ var (
 	// replay it. Replay counts it as skipped and goes on.
 	ErrNotDeadLetter = errors.New("dlq: not a jetsink dead letter")
 	// ErrPublish: the re-publish was not acknowledged; the dead letter is
-	// left in place.
+	// left in place. With Outcome.Unsure no answer came at all, and the
+	// event may have been stored.
 	ErrPublish = errors.New("dlq: re-publish failed")
 	// ErrWrongStream: the re-published event was stored by another stream
-	// than the one it came from (the subjects changed since); the dead
-	// letter is left in place.
+	// than the one it came from (the subjects changed since, or the
+	// original sources or mirrors that stream); the dead letter is left in
+	// place, and Report.Unsure names it.
 	ErrWrongStream = errors.New("dlq: re-published to another stream")
 	// ErrDelete: the event was re-published but its dead letter could not
 	// be deleted (Report.Undeleted lists it). A later replay of it is

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/pipeline"
 )
 
 // Letter is one dead letter as read from the dead-letter stream.
@@ -65,13 +66,20 @@ type Filter struct {
 	LastSeq  uint64    // and at most this (0: no upper bound)
 }
 
-// Validate checks the filter; errors wrap ErrInvalidOptions.
+// Validate checks the filter; errors wrap ErrInvalidOptions. A stage must
+// be one jetsink writes (decode, sink, deliver); codes are not checked, a
+// new jetsink version may add some.
 func (f Filter) Validate() error {
 	if f.LastSeq != 0 && f.LastSeq < f.FirstSeq {
 		return fmt.Errorf("%w: sequence range %d-%d is reversed", ErrInvalidOptions, f.FirstSeq, f.LastSeq)
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
 		return fmt.Errorf("%w: --until must be after --since", ErrInvalidOptions)
+	}
+	for _, st := range f.Stages {
+		if st != pipeline.StageDecode && st != pipeline.StageSink && st != pipeline.StageDeliver {
+			return fmt.Errorf("%w: stage %q: want %s, %s or %s", ErrInvalidOptions, st, pipeline.StageDecode, pipeline.StageSink, pipeline.StageDeliver)
+		}
 	}
 	if f.Subject != "" {
 		for i, t := range strings.Split(f.Subject, ".") {
@@ -126,9 +134,16 @@ type Options struct {
 
 // Outcome is what happened to one matched dead letter.
 type Outcome struct {
-	Replayed bool  // re-published and acknowledged by its original stream
-	Deleted  bool  // removed from the dead-letter stream
-	Err      error // why not, wrapping one of the sentinels
+	Replayed bool // re-published and acknowledged by its original stream
+	Deleted  bool // removed from the dead-letter stream
+	// Unsure: the letter stays in the dead-letter stream although its
+	// event may be stored: no answer to the re-publish came (ErrPublish;
+	// JetStream may have stored it and the answer was lost), or another
+	// stream than the original stored it (ErrWrongStream), from where a
+	// source or mirror may bring it to the original. Report.Unsure lists
+	// it.
+	Unsure bool
+	Err    error // why not, wrapping one of the sentinels
 }
 
 // Report counts one Replay.
@@ -144,6 +159,11 @@ type Report struct {
 	// set: each is now both an event and a dead letter, and replaying it
 	// again after the event stream's duplicate window stores it twice.
 	Undeleted []uint64
+	// Unsure lists the dead-letter sequences of letters left in place
+	// whose event may have been stored all the same (Outcome.Unsure):
+	// replaying one again within the event stream's duplicate window is
+	// safe, after it the event may be stored twice.
+	Unsure []uint64
 }
 
 const (
@@ -151,6 +171,13 @@ const (
 	stallRetries   = 3 // empty fetches retried while letters remain
 	deleteAttempts = 4 // DeleteMsg calls per letter
 	deleteBackoff  = 250 * time.Millisecond
+	// A re-publish that gets no answer is sent again, with the same
+	// Nats-Msg-Id (so the event stream keeps one copy within its
+	// duplicate window), while Options.LetterTimeout lasts; each attempt
+	// waits at most publishWait or a third of LetterTimeout.
+	publishWait       = 5 * time.Second
+	publishBackoff    = 250 * time.Millisecond
+	publishBackoffMax = 2 * time.Second
 )
 
 // Replay walks the dead-letter stream (see the package doc) and calls each,
@@ -343,7 +370,7 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 		// Stopping intake must not come between the PubAck and the
 		// delete; only hard, or the timeout, may.
 		ctx, cancel := context.WithTimeout(hard, o.LetterTimeout)
-		out = replayOne(ctx, js, stream, l, o.Keep)
+		out = replayOne(ctx, js, stream, l, o.Keep, min(publishWait, o.LetterTimeout/3))
 		cancel()
 		if out.Replayed {
 			rep.Replayed++
@@ -356,6 +383,9 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 		}
 		if out.Replayed && !out.Deleted && !o.Keep {
 			rep.Undeleted = append(rep.Undeleted, l.Seq)
+		}
+		if out.Unsure {
+			rep.Unsure = append(rep.Unsure, l.Seq)
 		}
 	}
 	if each != nil {
@@ -400,17 +430,24 @@ func letter(meta *jetstream.MsgMetadata, h nats.Header, data []byte) (*Letter, e
 }
 
 // replayOne re-publishes l and, after its PubAck from the original stream,
-// deletes it from the dead-letter stream unless keep. A failed delete is
-// retried with backoff while ctx lasts; a letter found gone counts as
+// deletes it from the dead-letter stream unless keep. A re-publish that
+// gets no answer within wait is sent again (see publish); a failed delete
+// is retried with backoff while ctx lasts; a letter found gone counts as
 // deleted (an earlier attempt whose answer was lost may have deleted it).
-func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream, l *Letter, keep bool) Outcome {
-	ack, err := js.PublishMsg(ctx, l.Msg())
+func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream, l *Letter, keep bool, wait time.Duration) Outcome {
+	ack, err := publish(ctx, js, l, wait)
 	if err != nil {
-		return Outcome{Err: fmt.Errorf("%w: dead letter %d to %s: %w", ErrPublish, l.Seq, l.Subject, err)}
+		if refused(err) {
+			return Outcome{Err: fmt.Errorf("%w: dead letter %d to %s: %w", ErrPublish, l.Seq, l.Subject, err)}
+		}
+		return Outcome{Unsure: true, Err: fmt.Errorf("%w: dead letter %d to %s: no answer from the event stream (%w), "+
+			"so it may have been stored; it stays in the dead-letter stream (replayed again within the event stream's duplicate window, "+
+			"its Nats-Msg-Id %s is stored once)", ErrPublish, l.Seq, l.Subject, err, l.ReplayMsgID())}
 	}
 	if ack.Stream != l.Stream {
-		return Outcome{Err: fmt.Errorf("%w: dead letter %d to %s was stored by stream %s, not %s; it stays in the dead-letter stream",
-			ErrWrongStream, l.Seq, l.Subject, ack.Stream, l.Stream)}
+		return Outcome{Unsure: true, Err: fmt.Errorf("%w: dead letter %d to %s was stored by stream %s, not %s; it stays in the dead-letter stream "+
+			"(if %s sources or mirrors %s, the event reaches it all the same)",
+			ErrWrongStream, l.Seq, l.Subject, ack.Stream, l.Stream, l.Stream, ack.Stream)}
 	}
 	out := Outcome{Replayed: true}
 	if keep {
@@ -440,4 +477,43 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 	}
 	out.Err = fmt.Errorf("%w: dead letter %d (re-published to %s as Nats-Msg-Id %s): %w", ErrDelete, l.Seq, l.Subject, l.ReplayMsgID(), err)
 	return out
+}
+
+// publish re-publishes l and waits for the event stream's PubAck, each
+// attempt for at most wait. An attempt that gets no answer (a timeout, a
+// connection lost) leaves open whether the stream stored the event, so it
+// is sent again, with the same Nats-Msg-Id, until an answer comes or ctx
+// ends: within the stream's duplicate window a copy already stored is
+// acknowledged as a duplicate instead of stored again. An answer that
+// refuses it (see refused) ends the attempts.
+func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait time.Duration) (*jetstream.PubAck, error) {
+	backoff := publishBackoff
+	for {
+		actx, cancel := context.WithTimeout(ctx, wait)
+		ack, err := js.PublishMsg(actx, l.Msg())
+		cancel()
+		if err == nil || refused(err) || ctx.Err() != nil {
+			return ack, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		backoff = min(2*backoff, publishBackoffMax)
+	}
+}
+
+// refused reports whether a re-publish failed with an answer, or before
+// anything was sent, so that the event is certainly not stored: the stream
+// answered with an error, no stream captures the subject, or the client
+// refused the message.
+func refused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrHeadersNotSupported)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -215,7 +216,7 @@ func TestReplayWrongStreamKeepsTheLetter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(out.Err, ErrWrongStream) || rep.Failed != 1 || rep.Deleted != 0 {
+	if !errors.Is(out.Err, ErrWrongStream) || rep.Failed != 1 || rep.Deleted != 0 || !out.Unsure || !slices.Equal(rep.Unsure, []uint64{1}) {
 		t.Fatalf("outcome %+v, report %+v", out, rep)
 	}
 	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 1 {
@@ -241,6 +242,7 @@ func TestReplayInvalidOptions(t *testing.T) {
 		{Stream: "EV_DLQ", Filter: Filter{FirstSeq: 5, LastSeq: 2}},
 		{Stream: "EV_DLQ", Filter: Filter{Subject: "ev.>.x"}},
 		{Stream: "EV_DLQ", Filter: Filter{Subject: "ev.a*"}},
+		{Stream: "EV_DLQ", Filter: Filter{Stages: []string{"sink", "decoder"}}},
 	} {
 		if _, err := Replay(ctx, ctx, js, o, nil); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)

@@ -22,10 +22,24 @@ type hookJS struct {
 	afterPublish func()                                                    // called after each PubAck
 	deleteMsg    func(s jetstream.Stream, seq uint64) error                // replaces Stream.DeleteMsg
 	fetch        func(c jetstream.Consumer) (jetstream.MessageBatch, bool) // replaces Fetch when it reports true
+	// loseAnswer, when it reports true for the n-th publish (from 1), drops
+	// that publish's answer after the server has acted on it: the caller
+	// gets what a PubAck lost on the way gives, a timeout.
+	loseAnswer func(n int) bool
+	published  []*nats.Msg // every message PublishMsg was given
+	answers    []*jetstream.PubAck
 }
 
 func (h *hookJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	h.published = append(h.published, m)
 	ack, err := h.JetStream.PublishMsg(ctx, m, opts...)
+	if err == nil && h.loseAnswer != nil && h.loseAnswer(len(h.published)) {
+		<-ctx.Done() // the caller's wait for the answer runs out
+		return nil, ctx.Err()
+	}
+	if err == nil {
+		h.answers = append(h.answers, ack)
+	}
 	if err == nil && h.afterPublish != nil {
 		h.afterPublish()
 	}
@@ -338,4 +352,82 @@ func TestReplayHardStopWhenTheServerIsGone(t *testing.T) {
 			t.Fatalf("Replay returned %v after the server stopped, %v after hard ended", took.Round(time.Millisecond), (took - grace).Round(time.Millisecond))
 		}
 	})
+}
+
+// A re-publish whose answer is lost after the stream stored the event is
+// sent again with the same Nats-Msg-Id: the stream answers that it holds it
+// already (a duplicate), and the letter is deleted, the event stored once.
+// When no answer ever comes, the letter stays and the report names it as
+// one whose event may be stored.
+func TestReplayRetriesARepublishWithoutAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		loseAnswer func(n int) bool
+		replayed   bool
+	}{
+		{"first answer lost", func(n int) bool { return n == 1 }, true},
+		{"every answer lost", func(int) bool { return true }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			js, ctx := setup(t, 1)
+			h := &hookJS{JetStream: js, loseAnswer: tc.loseAnswer}
+			var out Outcome
+			rep, err := Replay(ctx, ctx, h, Options{Stream: "EV_DLQ", LetterTimeout: 1500 * time.Millisecond},
+				func(_ *Letter, o Outcome) { out = o })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(h.published) < 2 {
+				t.Fatalf("%d publishes, want the lost answer's publish sent again", len(h.published))
+			}
+			for _, m := range h.published {
+				if id := m.Header.Get(jetstream.MsgIDHeader); id != h.published[0].Header.Get(jetstream.MsgIDHeader) || id == "" {
+					t.Fatalf("re-publish with Nats-Msg-Id %q, want the first one's, %q", id, h.published[0].Header.Get(jetstream.MsgIDHeader))
+				}
+			}
+			ev, dl := testenv.StreamMsgs(t, ctx, js, "EV"), testenv.StreamMsgs(t, ctx, js, "EV_DLQ")
+			if ev != 1 {
+				t.Fatalf("%d events after %d publishes, want 1", ev, len(h.published))
+			}
+			if tc.replayed {
+				if len(h.answers) != 1 || !h.answers[0].Duplicate {
+					t.Fatalf("answers %+v, want one, a duplicate", h.answers)
+				}
+				if !out.Replayed || !out.Deleted || out.Unsure || out.Err != nil || dl != 0 || len(rep.Unsure) != 0 {
+					t.Fatalf("outcome %+v, report %+v, %d dead letters left; want replayed and deleted", out, rep, dl)
+				}
+				return
+			}
+			if out.Replayed || out.Deleted || !out.Unsure || !errors.Is(out.Err, ErrPublish) || dl != 1 ||
+				!slices.Equal(rep.Unsure, []uint64{1}) || rep.Failed != 1 || len(rep.Undeleted) != 0 {
+				t.Fatalf("outcome %+v, report %+v, %d dead letters left; want the letter kept and named unsure", out, rep, dl)
+			}
+		})
+	}
+}
+
+// A re-publish the stream refuses (here: full, with the discard-new policy)
+// is certainly not stored: it is not sent again, and not named unsure.
+func TestReplayRefusedRepublishIsNotRetried(t *testing.T) {
+	js, ctx := setup(t, 1)
+	if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"ev.>"}, MaxMsgs: 1, Discard: jetstream.DiscardNew}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "ev.full", nil); err != nil {
+		t.Fatal(err)
+	}
+	h := &hookJS{JetStream: js}
+	var out Outcome
+	rep, err := Replay(ctx, ctx, h, Options{Stream: "EV_DLQ"}, func(_ *Letter, o Outcome) { out = o })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var apiErr *jetstream.APIError
+	if len(h.published) != 1 || !errors.Is(out.Err, ErrPublish) || !errors.As(out.Err, &apiErr) || out.Unsure ||
+		len(rep.Unsure) != 0 || rep.Failed != 1 {
+		t.Fatalf("%d publishes, outcome %+v, report %+v; want one refused publish, not unsure", len(h.published), out, rep)
+	}
+	if dl := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); dl != 1 {
+		t.Fatalf("%d dead letters, want 1", dl)
+	}
 }
