@@ -37,11 +37,8 @@ func jetsinkCmd(t *testing.T, env []string, args ...string) (string, int) {
 }
 
 func TestCLIHelpEverywhere(t *testing.T) {
-	for _, sub := range []string{"", "run", "check", "init", "publish", "demo", "keys", "healthcheck"} {
-		args := []string{"--help"}
-		if sub != "" {
-			args = []string{sub, "--help"}
-		}
+	for _, sub := range []string{"", "run", "check", "init", "publish", "demo", "keys", "healthcheck", "bench", "dlq", "dlq replay"} {
+		args := append(strings.Fields(sub), "--help")
 		out, code := jetsinkCmd(t, nil, args...)
 		if code != 0 || !strings.Contains(out, "Usage:") {
 			t.Errorf("jetsink %s --help: exit %d\n%s", sub, code, out)

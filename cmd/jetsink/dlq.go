@@ -53,8 +53,12 @@ from) the dead letter is deleted from the dead-letter stream, unless --keep;
 a failed delete is retried a few times.
 
 A failure before the acknowledgement leaves the dead letter in place. A
-letter re-published but not deleted is named at the end: it is now both an
-event and a dead letter. Replaying it again within the event stream's
+re-publish that gets no answer at all (the event stream may have stored it)
+is sent again with the same Nats-Msg-Id within the letter's 30 s; if no
+answer comes, or another stream than the original stored it, the letter is
+named at the end as one whose event may be stored. A letter re-published
+but not deleted is named at the end too: it is now both an event and a
+dead letter. --keep leaves every replayed letter so, and says so. Replaying it again within the event stream's
 duplicate window (duplicate_window, 2 minutes by default) stores it once,
 since its Nats-Msg-Id is the same; after the window it is stored twice, in
 exactly-once mode too (a new stream sequence). Delete such a letter instead:
@@ -139,18 +143,30 @@ gives that letter up at once and exits with status 130.
 			})
 			fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, skipped %d (not dead letters), failed %d\n",
 				o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, rep.Skipped, rep.Failed)
-			// also names the letters re-published but not deleted.
+			// also names the letters re-published but not deleted, and
+			// those whose event may be stored although they stay.
 			also := func(err error) error { return err }
 			if n := len(rep.Undeleted); n > 0 {
-				seqs := make([]string, n)
-				for i, seq := range rep.Undeleted {
-					seqs[i] = strconv.FormatUint(seq, 10)
-				}
+				seqs := seqList(rep.Undeleted)
 				fmt.Fprintf(w, "re-published but NOT deleted, so both event and dead letter: %s %s; replaying them again after the event stream's duplicate window stores them twice: delete them (nats stream rmm %s <seq>)\n",
 					o.Stream, strings.Join(seqs, " "), o.Stream)
 				also = func(err error) error {
 					return fmt.Errorf("%w; %d dead letters re-published but not deleted (%s sequences %s)", err, n, o.Stream, strings.Join(seqs, ", "))
 				}
+			}
+			if n := len(rep.Unsure); n > 0 {
+				seqs := seqList(rep.Unsure)
+				fmt.Fprintf(w, "left in place although their event MAY be stored (no answer to the re-publish, or another stream stored it): %s %s; "+
+					"check the event stream before replaying them again after its duplicate window, which would store them twice\n",
+					o.Stream, strings.Join(seqs, " "))
+				before := also
+				also = func(err error) error {
+					return fmt.Errorf("%w; %d dead letters whose event may be stored (%s sequences %s)", before(err), n, o.Stream, strings.Join(seqs, ", "))
+				}
+			}
+			if o.Keep && rep.Replayed > 0 {
+				fmt.Fprintf(w, "--keep: the %d replayed dead letters stay in %s; replaying them again after the event stream's duplicate window stores their events twice\n",
+					rep.Replayed, o.Stream)
 			}
 			switch cause := context.Cause(hard); {
 			case errors.Is(cause, errAborted):
@@ -167,7 +183,7 @@ gives that letter up at once and exits with status 130.
 			return nil
 		},
 	}
-	cf.register(cmd.Flags())
+	cf.registerNATS(cmd.Flags()) // not --stream, --table, --mode, --database-url: replay uses none
 	fl := cmd.Flags()
 	fl.StringVar(&stream, "dlq-stream", "", "dead-letter stream (default: the stream capturing nats.dead_letter_subject)")
 	fl.StringSliceVar(&f.Codes, "code", nil, "only these Jetsink-Code values, e.g. constraint,invalid_json (repeatable)")
@@ -178,8 +194,17 @@ gives that letter up at once and exits with status 130.
 	fl.StringVar(&seqRange, "seq", "", "only these dead-letter stream sequences: N, N-M or N-")
 	fl.IntVar(&o.Limit, "limit", 0, "stop after this many dead letters (0: all)")
 	fl.BoolVar(&o.DryRun, "dry-run", false, "list what would be replayed; publish and delete nothing")
-	fl.BoolVar(&o.Keep, "keep", false, "re-publish but keep the dead letters in their stream")
+	fl.BoolVar(&o.Keep, "keep", false, "re-publish but keep the dead letters in their stream (replayed again after the duplicate window, they are stored twice)")
 	return cmd
+}
+
+// seqList formats dead-letter sequences.
+func seqList(seqs []uint64) []string {
+	out := make([]string, len(seqs))
+	for i, seq := range seqs {
+		out[i] = strconv.FormatUint(seq, 10)
+	}
+	return out
 }
 
 // parseWhen reads an RFC 3339 time or a duration before now; "" is zero.

@@ -222,6 +222,39 @@ func TestDLQReplayNamesUndeletedLetters(t *testing.T) {
 	}
 }
 
+// A letter whose re-publish another stream stored stays, and the summary
+// and the error name it as one whose event may be stored; --keep says that
+// the letters it kept are both events and dead letters.
+func TestDLQReplayNamesUnsureAndKeptLetters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, js, pubs := dlqSetup(t, ctx, 2)
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--seq", "1")
+	m := receive(t, ctx, pubs)
+	if err := m.Respond([]byte(`{"stream":"EV_SOURCE","seq":7}`)); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, ctx); code != exitFailed {
+		t.Fatalf("exit %d, want %d\n%s", code, exitFailed, r.out.String())
+	}
+	out := r.out.String()
+	if !strings.Contains(out, "MAY be stored") || !strings.Contains(out, ": EV_DLQ 1;") || !strings.Contains(r.err.Error(), "may be stored (EV_DLQ sequences 1)") {
+		t.Fatalf("the letter whose event may be stored is not named:\n%s\nerror: %v", out, r.err)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
+		t.Fatalf("%d dead letters left, want 2", n)
+	}
+
+	r = startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--seq", "2", "--keep")
+	pubAck(t, receive(t, ctx, pubs), 1)
+	if code := r.wait(t, ctx); code != exitOK {
+		t.Fatalf("--keep: exit %d, want %d\n%s", code, exitOK, r.out.String())
+	}
+	if out := r.out.String(); !strings.Contains(out, "--keep: the 1 replayed dead letters stay in EV_DLQ") {
+		t.Fatalf("--keep does not say what it left:\n%s", out)
+	}
+}
+
 func TestDLQHelpSaysWhatItDoes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

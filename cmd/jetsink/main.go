@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/jetsink/jetsink/bench"
 	"github.com/jetsink/jetsink/config"
 )
 
@@ -36,7 +37,8 @@ func exitCode(err error) int {
 	case errors.Is(err, errAborted):
 		fmt.Fprintln(os.Stderr, "jetsink:", err)
 		return exitAborted
-	case errors.Is(err, config.ErrInvalidConfig), errors.As(err, &usage), isSectionConfigError(err):
+	case errors.Is(err, config.ErrInvalidConfig), errors.As(err, &usage), isSectionConfigError(err),
+		errors.Is(err, bench.ErrInvalidOptions):
 		fmt.Fprintln(os.Stderr, "jetsink:", err)
 		return exitConfig
 	default:

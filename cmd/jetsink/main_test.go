@@ -86,3 +86,37 @@ func (r *jetsinkRun) wait(t *testing.T, ctx context.Context) int {
 		return -1
 	}
 }
+
+// A command line jetsink cannot take exits with exitConfig, as a bad flag
+// does, whatever part of it is wrong; a bare command that groups others
+// prints its help and succeeds.
+func TestBadCommandLineExitCode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		args []string
+		want int
+		say  string
+	}{
+		{[]string{"frobnicate"}, exitConfig, `unknown command "frobnicate" for "jetsink"`},
+		{[]string{"rnu"}, exitConfig, "did you mean run?"},
+		{[]string{"dlq", "list"}, exitConfig, `unknown command "list" for "jetsink dlq"`},
+		{[]string{"run", "extra"}, exitConfig, `unknown command "extra" for "jetsink run"`},
+		{[]string{"keys", "--no-such-flag"}, exitConfig, "unknown flag"},
+		{[]string{"bench", "--lock-at", "10s"}, exitConfig, "--lock-at needs --lock-for"},
+		{[]string{"dlq", "replay", "--stream", "X"}, exitConfig, "unknown flag: --stream"},
+		{[]string{"dlq", "replay", "--stage", "decoder"}, exitConfig, `stage "decoder"`},
+		{[]string{"dlq"}, exitOK, "jetsink dlq [command]"},
+		{nil, exitOK, "Available Commands"},
+	} {
+		r := startJetsink(t, ctx, tc.args...)
+		code := r.wait(t, ctx)
+		msg := r.out.String()
+		if r.err != nil {
+			msg += r.err.Error()
+		}
+		if code != tc.want || !strings.Contains(msg, tc.say) {
+			t.Errorf("jetsink %s: exit %d, want %d with %q in:\n%s", strings.Join(tc.args, " "), code, tc.want, tc.say, msg)
+		}
+	}
+}

@@ -41,13 +41,19 @@ type configFlags struct {
 }
 
 func (f *configFlags) register(fs *pflag.FlagSet) {
-	fs.StringVarP(&f.file, "config", "c", os.Getenv("JETSINK_CONFIG"), "YAML config file (env JETSINK_CONFIG)")
-	fs.StringArrayVar(&f.set, "set", nil, "override any key, e.g. --set postgres.batch.max_rows=1000 (repeatable)")
-	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server URL (nats.url)")
+	f.registerNATS(fs)
 	fs.StringVar(&f.dbURL, "database-url", "", "PostgreSQL URL (postgres.url)")
 	fs.StringVar(&f.stream, "stream", "", "JetStream stream (nats.stream)")
 	fs.StringVar(&f.table, "table", "", "target table (postgres.table)")
 	fs.StringVar(&f.mode, "mode", "", "at-least-once or exactly-once (postgres.mode)")
+}
+
+// registerNATS registers the flags of a command that reads the
+// configuration but uses only its nats: section (and log.level).
+func (f *configFlags) registerNATS(fs *pflag.FlagSet) {
+	fs.StringVarP(&f.file, "config", "c", os.Getenv("JETSINK_CONFIG"), "YAML config file (env JETSINK_CONFIG)")
+	fs.StringArrayVar(&f.set, "set", nil, "override any key, e.g. --set postgres.batch.max_rows=1000 (repeatable)")
+	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server URL (nats.url)")
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (log.level)")
 }
 
@@ -94,7 +100,44 @@ JETSINK_<SECTION>_<KEY>), overridden by flags (--set key=value).`),
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newRunCmd(), newCheckCmd(), newInitCmd(), newKeysCmd(), newHealthcheckCmd(), newPublishCmd(), newDemoCmd(), newBenchCmd(), newDLQCmd())
+	argsAreUsage(root)
 	return root
+}
+
+// argsAreUsage makes a bad command line exit with exitConfig, as a bad flag
+// does (SetFlagErrorFunc): an argument a command does not take, and an
+// unknown subcommand. Cobra reports those as plain errors, and for a
+// command that only groups others (jetsink, jetsink dlq) it prints the help
+// and succeeds.
+func argsAreUsage(c *cobra.Command) {
+	switch {
+	case c.HasSubCommands() && !c.Runnable():
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if cmd.SuggestionsMinimumDistance <= 0 {
+				cmd.SuggestionsMinimumDistance = 2 // cobra's own default for its message
+			}
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += "; did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return usageError{errors.New(msg)}
+		}
+	case c.Args != nil:
+		args := c.Args
+		c.Args = func(cmd *cobra.Command, a []string) error {
+			if err := args(cmd, a); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		argsAreUsage(sub)
+	}
 }
 
 // newKeysCmd lists every configuration key with its environment variable.
