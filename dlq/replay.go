@@ -435,13 +435,13 @@ func letter(meta *jetstream.MsgMetadata, h nats.Header, data []byte) (*Letter, e
 // is retried with backoff while ctx lasts; a letter found gone counts as
 // deleted (an earlier attempt whose answer was lost may have deleted it).
 func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream, l *Letter, keep bool, wait time.Duration) Outcome {
-	ack, err := publish(ctx, js, l, wait)
+	ack, unanswered, err := publish(ctx, js, l, wait)
 	if err != nil {
-		if refused(err) {
+		if !unanswered {
 			return Outcome{Err: fmt.Errorf("%w: dead letter %d to %s: %w", ErrPublish, l.Seq, l.Subject, err)}
 		}
-		return Outcome{Unsure: true, Err: fmt.Errorf("%w: dead letter %d to %s: no answer from the event stream (%w), "+
-			"so it may have been stored; it stays in the dead-letter stream (replayed again within the event stream's duplicate window, "+
+		return Outcome{Unsure: true, Err: fmt.Errorf("%w: dead letter %d to %s: a re-publish got no answer from the event stream, "+
+			"so it may have been stored (last: %w); it stays in the dead-letter stream (replayed again within the event stream's duplicate window, "+
 			"its Nats-Msg-Id %s is stored once)", ErrPublish, l.Seq, l.Subject, err, l.ReplayMsgID())}
 	}
 	if ack.Stream != l.Stream {
@@ -484,16 +484,30 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 // connection lost) leaves open whether the stream stored the event, so it
 // is sent again, with the same Nats-Msg-Id, until an answer comes or ctx
 // ends: within the stream's duplicate window a copy already stored is
-// acknowledged as a duplicate instead of stored again. An answer that
-// refuses it (see refused) ends the attempts.
-func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait time.Duration) (*jetstream.PubAck, error) {
+// acknowledged as a duplicate instead of stored again. So is an answer that
+// the same id is still being stored (a clustered stream's earlier attempt
+// in flight). An answer that refuses it, or an error before anything was
+// sent (see notStored), ends the attempts. unanswered reports that some
+// attempt got no answer: then even a refusal later does not show that the
+// event is not stored.
+func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait time.Duration) (ack *jetstream.PubAck, unanswered bool, err error) {
 	backoff := publishBackoff
 	for {
 		actx, cancel := context.WithTimeout(ctx, wait)
-		ack, err := js.PublishMsg(actx, l.Msg())
+		ack, err = js.PublishMsg(actx, l.Msg())
 		cancel()
-		if err == nil || refused(err) || ctx.Err() != nil {
-			return ack, err
+		switch {
+		case err == nil:
+			return ack, unanswered, nil
+		case storing(err):
+			unanswered = true // an earlier attempt's copy is on its way in
+		case notStored(err):
+			return nil, unanswered, err
+		default:
+			unanswered = true
+		}
+		if ctx.Err() != nil {
+			return nil, unanswered, err
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -502,18 +516,30 @@ func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait time.D
 		}
 		t.Stop()
 		if ctx.Err() != nil {
-			return nil, err
+			return nil, unanswered, err
 		}
 		backoff = min(2*backoff, publishBackoffMax)
 	}
 }
 
-// refused reports whether a re-publish failed with an answer, or before
-// anything was sent, so that the event is certainly not stored: the stream
-// answered with an error, no stream captures the subject, or the client
-// refused the message.
-func refused(err error) bool {
+// jsDuplicateInProcess is the API error code of "duplicate message id is
+// in process": a clustered stream still storing an earlier publish with the
+// same Nats-Msg-Id (nats-server's JSStreamDuplicateMessageConflict).
+const jsDuplicateInProcess = 10158
+
+// storing reports the answer that an earlier publish of the same
+// Nats-Msg-Id is still being stored.
+func storing(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsDuplicateInProcess
+}
+
+// notStored reports whether this publish certainly stored nothing: the
+// stream answered with an error, no stream captures the subject, or nothing
+// was sent (the client refused the message, or its connection is closed).
+func notStored(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrHeadersNotSupported)
+		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrHeadersNotSupported) ||
+		errors.Is(err, nats.ErrConnectionClosed)
 }

@@ -26,12 +26,20 @@ type hookJS struct {
 	// that publish's answer after the server has acted on it: the caller
 	// gets what a PubAck lost on the way gives, a timeout.
 	loseAnswer func(n int) bool
-	published  []*nats.Msg // every message PublishMsg was given
-	answers    []*jetstream.PubAck
+	// instead, when it returns an error for the n-th publish, sends nothing
+	// and returns that error.
+	instead   func(ctx context.Context, n int) error
+	published []*nats.Msg // every message PublishMsg was given
+	answers   []*jetstream.PubAck
 }
 
 func (h *hookJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	h.published = append(h.published, m)
+	if h.instead != nil {
+		if err := h.instead(ctx, len(h.published)); err != nil {
+			return nil, err
+		}
+	}
 	ack, err := h.JetStream.PublishMsg(ctx, m, opts...)
 	if err == nil && h.loseAnswer != nil && h.loseAnswer(len(h.published)) {
 		<-ctx.Done() // the caller's wait for the answer runs out
@@ -429,5 +437,65 @@ func TestReplayRefusedRepublishIsNotRetried(t *testing.T) {
 	}
 	if dl := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); dl != 1 {
 		t.Fatalf("%d dead letters, want 1", dl)
+	}
+}
+
+// Once an attempt went unanswered, a later refusal does not show that the
+// event is not stored (the first may be stored yet): the letter is named
+// unsure. The answer that the same Nats-Msg-Id is still being stored (a
+// clustered stream) is not a refusal: the publish is sent again.
+func TestReplayRefusalAfterNoAnswerIsUnsure(t *testing.T) {
+	noAnswer := func(ctx context.Context, n int) error {
+		if n == 1 {
+			<-ctx.Done() // the first attempt's answer never comes
+			return ctx.Err()
+		}
+		return nil
+	}
+	inProcess := func(_ context.Context, n int) error {
+		if n == 1 {
+			return fmt.Errorf("nats: %w", &jetstream.APIError{Code: 409, ErrorCode: jsDuplicateInProcess, Description: "duplicate message id is in process"})
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		name     string
+		instead  func(context.Context, int) error
+		full     bool // the event stream refuses the next attempt
+		replayed bool
+	}{
+		{"no answer, then refused", noAnswer, true, false},
+		{"in process, then stored", inProcess, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			js, ctx := setup(t, 1)
+			if tc.full {
+				if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"ev.>"}, MaxMsgs: 1, Discard: jetstream.DiscardNew}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := js.Publish(ctx, "ev.full", nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h := &hookJS{JetStream: js, instead: tc.instead}
+			var out Outcome
+			rep, err := Replay(ctx, ctx, h, Options{Stream: "EV_DLQ", LetterTimeout: 3 * time.Second}, func(_ *Letter, o Outcome) { out = o })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(h.published) != 2 {
+				t.Fatalf("%d publishes, want 2", len(h.published))
+			}
+			if tc.replayed {
+				if !out.Replayed || !out.Deleted || out.Unsure || out.Err != nil {
+					t.Fatalf("outcome %+v, want replayed and deleted", out)
+				}
+				return
+			}
+			var apiErr *jetstream.APIError
+			if !out.Unsure || !errors.Is(out.Err, ErrPublish) || !errors.As(out.Err, &apiErr) || !slices.Equal(rep.Unsure, []uint64{1}) {
+				t.Fatalf("outcome %+v, report %+v; want unsure, ending on the refusal", out, rep)
+			}
+		})
 	}
 }
