@@ -52,17 +52,22 @@ the event stream acknowledges it (and only if that is the stream it came
 from) the dead letter is deleted from the dead-letter stream, unless --keep;
 a failed delete is retried a few times.
 
+Every replay of a letter carries the same Nats-Msg-Id, so within the event
+stream's duplicate window (duplicate_window, 2 minutes by default) it is
+stored once however often it is sent; after the window it is stored again,
+in exactly-once mode too (a new stream sequence).
+
 A failure before the acknowledgement leaves the dead letter in place. A
-re-publish that gets no answer at all (the event stream may have stored it)
-is sent again with the same Nats-Msg-Id within the letter's 30 s; if no
-answer comes, or another stream than the original stored it, the letter is
-named at the end as one whose event may be stored. A letter re-published
-but not deleted is named at the end too: it is now both an event and a
-dead letter. --keep leaves every replayed letter so, and says so. Replaying it again within the event stream's
-duplicate window (duplicate_window, 2 minutes by default) stores it once,
-since its Nats-Msg-Id is the same; after the window it is stored twice, in
-exactly-once mode too (a new stream sequence). Delete such a letter instead:
-nats stream rmm <dead-letter stream> <seq>.
+re-publish that gets no answer (the event stream may have stored it) is
+sent again within the letter's 30 s. Named at the end, exit status 1:
+  - a letter re-published but not deleted: it is both an event and a dead
+    letter; delete it (nats stream rmm <dead-letter stream> <seq>) rather
+    than replay it after the window. --keep leaves every replayed letter
+    so, says so, and exits 0.
+  - a letter whose re-publish never got an answer, or was stored by another
+    stream than the original: its event may or may not be stored. Do not
+    delete it; replay it again within the window, or check the event
+    stream first.
 
 On SIGINT or SIGTERM the dead letter under way is finished (re-published and
 deleted, within 30 s) and the summary is printed; the exit status is 1 if
@@ -157,7 +162,7 @@ gives that letter up at once and exits with status 130.
 			if n := len(rep.Unsure); n > 0 {
 				seqs := seqList(rep.Unsure)
 				fmt.Fprintf(w, "left in place although their event MAY be stored (no answer to the re-publish, or another stream stored it): %s %s; "+
-					"check the event stream before replaying them again after its duplicate window, which would store them twice\n",
+					"do not delete them: replay them again within the event stream's duplicate window (stored once either way), or check the event stream first\n",
 					o.Stream, strings.Join(seqs, " "))
 				before := also
 				also = func(err error) error {

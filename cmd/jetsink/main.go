@@ -25,8 +25,7 @@ const (
 )
 
 func main() {
-	err := newRoot().ExecuteContext(context.Background())
-	os.Exit(exitCode(err))
+	os.Exit(exitCode(execute(context.Background(), newRoot())))
 }
 
 func exitCode(err error) int {

@@ -45,12 +45,15 @@ func startJetsink(t *testing.T, ctx context.Context, args ...string) *jetsinkRun
 	t.Setenv("JETSINK_CONFIG", "")
 	r := &jetsinkRun{done: make(chan struct{})}
 	root := newRoot()
+	if args == nil {
+		args = []string{} // nil makes cobra read os.Args, the test binary's flags
+	}
 	root.SetArgs(args)
 	root.SetOut(&r.out)
 	root.SetErr(&r.out)
 	go func() {
 		defer close(r.done)
-		r.err = root.ExecuteContext(ctx)
+		r.err = execute(ctx, root)
 	}()
 	t.Cleanup(func() { <-r.done })
 	return r
@@ -99,7 +102,11 @@ func TestBadCommandLineExitCode(t *testing.T) {
 		say  string
 	}{
 		{[]string{"frobnicate"}, exitConfig, `unknown command "frobnicate" for "jetsink"`},
-		{[]string{"rnu"}, exitConfig, "did you mean run?"},
+		{[]string{"rnu"}, exitConfig, "Did you mean this?\n\trun"},
+		{[]string{"rnu", "--config", "x.yaml"}, exitConfig, `unknown command "rnu" for "jetsink"`},
+		{[]string{"dlq", "replya", "--dry-run"}, exitConfig, `unknown command "replya" for "jetsink dlq"; did you mean replay?`},
+		{[]string{"--no-such-flag"}, exitConfig, "unknown flag: --no-such-flag"},
+		{[]string{"dlq", "--no-such-flag"}, exitConfig, "unknown flag: --no-such-flag"},
 		{[]string{"dlq", "list"}, exitConfig, `unknown command "list" for "jetsink dlq"`},
 		{[]string{"run", "extra"}, exitConfig, `unknown command "extra" for "jetsink run"`},
 		{[]string{"keys", "--no-such-flag"}, exitConfig, "unknown flag"},
@@ -108,6 +115,7 @@ func TestBadCommandLineExitCode(t *testing.T) {
 		{[]string{"dlq", "replay", "--stage", "decoder"}, exitConfig, `stage "decoder"`},
 		{[]string{"dlq"}, exitOK, "jetsink dlq [command]"},
 		{nil, exitOK, "Available Commands"},
+		{[]string{"help", "run"}, exitOK, "jetsink run [flags]"},
 	} {
 		r := startJetsink(t, ctx, tc.args...)
 		code := r.wait(t, ctx)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,7 @@ type configFlags struct {
 
 func (f *configFlags) register(fs *pflag.FlagSet) {
 	f.registerNATS(fs)
+	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (log.level)")
 	fs.StringVar(&f.dbURL, "database-url", "", "PostgreSQL URL (postgres.url)")
 	fs.StringVar(&f.stream, "stream", "", "JetStream stream (nats.stream)")
 	fs.StringVar(&f.table, "table", "", "target table (postgres.table)")
@@ -49,12 +51,11 @@ func (f *configFlags) register(fs *pflag.FlagSet) {
 }
 
 // registerNATS registers the flags of a command that reads the
-// configuration but uses only its nats: section (and log.level).
+// configuration but uses only its nats: section.
 func (f *configFlags) registerNATS(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.file, "config", "c", os.Getenv("JETSINK_CONFIG"), "YAML config file (env JETSINK_CONFIG)")
 	fs.StringArrayVar(&f.set, "set", nil, "override any key, e.g. --set postgres.batch.max_rows=1000 (repeatable)")
 	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server URL (nats.url)")
-	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (log.level)")
 }
 
 // load reads file, environment and flags, flags winning.
@@ -98,17 +99,38 @@ JETSINK_<SECTION>_<KEY>), overridden by flags (--set key=value).`),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if a := c.Flags().Args(); len(a) > 0 && c.HasSubCommands() {
+			// "jetsink dlq replya --dry-run": the word before the flag
+			// is what is wrong.
+			return unknownCommand(c, a[0])
+		}
+		return usageError{err}
+	})
 	root.AddCommand(newRunCmd(), newCheckCmd(), newInitCmd(), newKeysCmd(), newHealthcheckCmd(), newPublishCmd(), newDemoCmd(), newBenchCmd(), newDLQCmd())
-	argsAreUsage(root)
+	for _, c := range root.Commands() {
+		argsAreUsage(c)
+	}
 	return root
 }
 
-// argsAreUsage makes a bad command line exit with exitConfig, as a bad flag
-// does (SetFlagErrorFunc): an argument a command does not take, and an
-// unknown subcommand. Cobra reports those as plain errors, and for a
-// command that only groups others (jetsink, jetsink dlq) it prints the help
-// and succeeds.
+// execute runs root and returns its error, as a usageError when the
+// command line itself was wrong: cobra reports an unknown subcommand of
+// jetsink (found before any flag is parsed, with its suggestion) as a plain
+// error of the command that only groups others.
+func execute(ctx context.Context, root *cobra.Command) error {
+	cmd, err := root.ExecuteContextC(ctx)
+	var usage usageError
+	if err != nil && cmd != nil && !cmd.Runnable() && !errors.As(err, &usage) {
+		return usageError{err}
+	}
+	return err
+}
+
+// argsAreUsage makes a bad command line below jetsink exit with
+// exitConfig, as a bad flag does: an argument a command does not take, and
+// an unknown subcommand of a command that groups others (jetsink dlq),
+// for which cobra would print the help and succeed.
 func argsAreUsage(c *cobra.Command) {
 	switch {
 	case c.HasSubCommands() && !c.Runnable():
@@ -117,14 +139,7 @@ func argsAreUsage(c *cobra.Command) {
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-			if cmd.SuggestionsMinimumDistance <= 0 {
-				cmd.SuggestionsMinimumDistance = 2 // cobra's own default for its message
-			}
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				msg += "; did you mean " + strings.Join(s, " or ") + "?"
-			}
-			return usageError{errors.New(msg)}
+			return unknownCommand(cmd, args[0])
 		}
 	case c.Args != nil:
 		args := c.Args
@@ -138,6 +153,19 @@ func argsAreUsage(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		argsAreUsage(sub)
 	}
+}
+
+// unknownCommand is the usage error for name given to cmd, with cobra's
+// suggestions.
+func unknownCommand(cmd *cobra.Command, name string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", name, cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's own default for its message
+	}
+	if s := cmd.SuggestionsFor(name); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usageError{errors.New(msg)}
 }
 
 // newKeysCmd lists every configuration key with its environment variable.
