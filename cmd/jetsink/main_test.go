@@ -116,6 +116,8 @@ func TestBadCommandLineExitCode(t *testing.T) {
 		{[]string{"dlq"}, exitOK, "jetsink dlq [command]"},
 		{nil, exitOK, "Available Commands"},
 		{[]string{"help", "run"}, exitOK, "jetsink run [flags]"},
+		{[]string{"completion", "bash", "extra"}, exitConfig, `unknown command "extra" for "jetsink completion bash"`},
+		{[]string{"completion", "tcsh"}, exitConfig, `unknown command "tcsh" for "jetsink completion"`},
 	} {
 		r := startJetsink(t, ctx, tc.args...)
 		code := r.wait(t, ctx)

@@ -108,6 +108,9 @@ JETSINK_<SECTION>_<KEY>), overridden by flags (--set key=value).`),
 		return usageError{err}
 	})
 	root.AddCommand(newRunCmd(), newCheckCmd(), newInitCmd(), newKeysCmd(), newHealthcheckCmd(), newPublishCmd(), newDemoCmd(), newBenchCmd(), newDLQCmd())
+	// cobra adds its completion command as it executes; add it now, so that
+	// its command lines are checked too.
+	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
 		argsAreUsage(c)
 	}
