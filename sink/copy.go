@@ -679,11 +679,7 @@ func (c *committer) settle(b *batch, lo, hi int) {
 		acks = append(acks, row.Event.Msg)
 	}
 	errs := slices.Grow(c.ackErrs[:0], len(acks))[:len(acks)]
-	if c.s.ackAll != nil {
-		c.s.ackAll(acks, errs)
-	} else {
-		ackEach(acks, errs)
-	}
+	c.s.ackAll(acks, errs)
 	c.s.epochs.Release()
 	// The rows acked above, in the same order: each one's result.
 	k := 0

@@ -526,3 +526,13 @@ func withHost(t *testing.T, dbURL, host string) (string, string) {
 	u.Host = host
 	return u.String(), old
 }
+
+// newEpochSink is newTestSink with consumer epochs set (SetEpochs), for a
+// test to advance.
+func newEpochSink(t *testing.T, ctx context.Context, url string, mod func(*Config)) (*Sink, *pipeline.Epochs) {
+	t.Helper()
+	s, _ := newTestSink(t, ctx, url, mod)
+	epochs := &pipeline.Epochs{}
+	s.SetEpochs(epochs)
+	return s, epochs
+}

@@ -96,7 +96,7 @@ type Sink struct {
 
 	// epochs is the consumer's (SetEpochs); nil acks every committed row.
 	epochs *pipeline.Epochs
-	// ackAll acks a committed batch's messages (SetAckAll); nil: ackEach.
+	// ackAll acks a committed batch's messages (SetAckAll; ackEach by default).
 	ackAll func(ms []pipeline.Msg, errs []error)
 }
 
@@ -118,8 +118,14 @@ func (s *Sink) SetEpochs(e *pipeline.Epochs) { s.epochs = e }
 // SetAckAll gives the sink a way to ack the messages of a committed batch
 // in one call, cheaper than Ack on each (consumer.AckAll): ackAll must ack
 // every message of ms and put each result in errs[i]. Without it each
-// message's Ack is called. Call it before Run, not concurrently with it.
-func (s *Sink) SetAckAll(ackAll func(ms []pipeline.Msg, errs []error)) { s.ackAll = ackAll }
+// message's Ack is called (nil restores that). Call it before Run, not
+// concurrently with it.
+func (s *Sink) SetAckAll(ackAll func(ms []pipeline.Msg, errs []error)) {
+	if ackAll == nil {
+		ackAll = ackEach
+	}
+	s.ackAll = ackAll
+}
 
 // ackEach is the default of SetAckAll.
 func ackEach(ms []pipeline.Msg, errs []error) {
@@ -152,7 +158,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	}
 	table, _ := ParseTable(cfg.Table)
 	s := &Sink{cfg: cfg, table: table, cols: append([]pipeline.Column(nil), cols...), dl: dl, seenErrs: map[string]struct{}{},
-		adminSem: make(chan struct{}, 1)}
+		adminSem: make(chan struct{}, 1), ackAll: ackEach}
 	seen := map[string]bool{}
 	for _, c := range s.cols {
 		if c.Name == "" || strings.ContainsRune(c.Name, 0) {

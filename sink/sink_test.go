@@ -1532,9 +1532,7 @@ func TestFirstInProgressAfterHalfTheInterval(t *testing.T) {
 func TestHeartbeatSkipsStaleEpoch(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
-	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.InProgressEvery = 20 * time.Millisecond })
-	epochs := &pipeline.Epochs{}
-	s.SetEpochs(epochs)
+	s, epochs := newEpochSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.InProgressEvery = 20 * time.Millisecond })
 	admin := pg.Conn(t)
 	tx := lockTable(t, ctx, pg, s)
 	src := newSource()
@@ -1572,9 +1570,7 @@ func TestHeartbeatSkipsStaleEpoch(t *testing.T) {
 func TestStaleEpochCommittedNotAcked(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
-	s, _ := newTestSink(t, ctx, pg.URL, nil)
-	epochs := &pipeline.Epochs{}
-	s.SetEpochs(epochs)
+	s, epochs := newEpochSink(t, ctx, pg.URL, nil)
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
 
@@ -1641,9 +1637,7 @@ func (s *endSpan) End(...trace.SpanEndOption) {
 func TestAckAllSettlesCommittedRows(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
-	s, _ := newTestSink(t, ctx, pg.URL, nil)
-	epochs := &pipeline.Epochs{}
-	s.SetEpochs(epochs)
+	s, epochs := newEpochSink(t, ctx, pg.URL, nil)
 	var (
 		mu    sync.Mutex
 		calls int
