@@ -464,15 +464,9 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 			out.Deleted = true
 			return out
 		}
-		if attempt == deleteAttempts || ctx.Err() != nil {
+		if attempt == deleteAttempts || !sleep(ctx, backoff) {
 			break
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
 		backoff *= 2
 	}
 	out.Err = fmt.Errorf("%w: dead letter %d (re-published to %s as Nats-Msg-Id %s): %w", ErrDelete, l.Seq, l.Subject, l.ReplayMsgID(), err)
@@ -506,19 +500,25 @@ func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait time.D
 		default:
 			unanswered = true
 		}
-		if ctx.Err() != nil {
-			return nil, unanswered, err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		if ctx.Err() != nil {
+		if !sleep(ctx, backoff) {
 			return nil, unanswered, err
 		}
 		backoff = min(2*backoff, publishBackoffMax)
+	}
+}
+
+// sleep waits d, or until ctx ends, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

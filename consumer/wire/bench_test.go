@@ -241,15 +241,10 @@ func BenchmarkAcks(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+				eventually(b, 30*time.Second, "every ack applied", func() bool {
 					ci, err := cons.Info(ctx)
-					if err == nil && ci.NumAckPending == 0 && ci.AckFloor.Stream == uint64(b.N) {
-						break
-					}
-					if time.Now().After(deadline) {
-						b.Fatalf("acks not all applied: %+v, %v", ci, err)
-					}
-				}
+					return err == nil && ci.NumAckPending == 0 && ci.AckFloor.Stream == uint64(b.N)
+				})
 			})
 			if bad.Load() != 0 {
 				b.Fatalf("%d failed acks", bad.Load())
