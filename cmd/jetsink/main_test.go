@@ -116,6 +116,10 @@ func TestBadCommandLineExitCode(t *testing.T) {
 		{[]string{"dlq"}, exitOK, "jetsink dlq [command]"},
 		{nil, exitOK, "Available Commands"},
 		{[]string{"help", "run"}, exitOK, "jetsink run [flags]"},
+		{[]string{"help", "dlq", "replay"}, exitOK, "jetsink dlq replay [flags]"},
+		{[]string{"help", "nosuch"}, exitConfig, `unknown command "nosuch" for "jetsink"`},
+		{[]string{"help", "rnu"}, exitConfig, "did you mean run?"},
+		{[]string{"help", "dlq", "nosuch"}, exitConfig, `unknown command "nosuch" for "jetsink dlq"`},
 		{[]string{"completion", "bash", "extra"}, exitConfig, `unknown command "extra" for "jetsink completion bash"`},
 		{[]string{"completion", "tcsh"}, exitConfig, `unknown command "tcsh" for "jetsink completion"`},
 	} {

@@ -111,10 +111,35 @@ JETSINK_<SECTION>_<KEY>), overridden by flags (--set key=value).`),
 	// cobra adds its completion command as it executes; add it now, so that
 	// its command lines are checked too.
 	root.InitDefaultCompletionCmd()
+	root.InitDefaultHelpCmd()
 	for _, c := range root.Commands() {
 		argsAreUsage(c)
+		if c.Name() == "help" {
+			helpTopicIsUsage(root, c)
+		}
 	}
 	return root
+}
+
+// helpTopicIsUsage makes "jetsink help <no such command>" a usage error:
+// cobra's help command prints "Unknown help topic" and succeeds, and for
+// "jetsink help dlq nosuch" prints dlq's help.
+func helpTopicIsUsage(root, help *cobra.Command) {
+	run := help.Run
+	help.Run = nil
+	help.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			found, rest, err := root.Find(args)
+			if err != nil || found == root {
+				return unknownCommand(root, args[0])
+			}
+			if len(rest) > 0 {
+				return unknownCommand(found, rest[0])
+			}
+		}
+		run(cmd, args)
+		return nil
+	}
 }
 
 // execute runs root and returns its error, as a usageError when the
