@@ -53,7 +53,8 @@ const (
 // would act on the dead-letter stream (the original Nats-Msg-Id moves to
 // Jetsink-Msg-Id); it gets Nats-Msg-Id deadLetterID(ev) so a poison event
 // redelivered before its Term lands is stored once, and the Jetsink-*
-// headers above.
+// headers above. Jetsink-Reason is shortened or left out if the letter
+// would otherwise exceed the connection's max_payload.
 //
 // The publish may take min(5 s, nats.ack_wait/8), at least 500 ms, and
 // less if ctx ends first. If it fails, the original is nak'ed with a delay
@@ -76,6 +77,10 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	pctx, cancel := context.WithTimeout(ctx, c.deadLetterTimeout())
 	ack, err := c.js.PublishMsg(pctx, m)
 	cancel()
+	if errors.Is(err, nats.ErrMaxPayload) {
+		err = fmt.Errorf("%w: the dead letter is %d bytes with its headers, the server's max_payload %d (raise it, or remove the event from the stream)",
+			err, headerLen(m.Header)+len(m.Data), c.nc.MaxPayload())
+	}
 	if err != nil {
 		c.stats.deadLetterFailed.Add(1)
 		delay := nakDelay(uint64(ev.Delivered))
@@ -174,7 +179,42 @@ func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *na
 	if dl.SQLState != "" {
 		h.Set(HeaderSQLState, oneLine(dl.SQLState, 16))
 	}
+	fitReason(h, len(ev.Data), c.nc.MaxPayload())
 	return &nats.Msg{Subject: c.cfg.DeadLetterSubject, Header: h, Data: ev.Data}
+}
+
+// fitReason shortens, or drops, the Jetsink-Reason header of a dead letter
+// whose headers and body of n bytes would exceed the connection's
+// max_payload: an event that reached the stream close to that size would
+// otherwise have no dead letter ever (nats.go refuses the publish), and be
+// nak'ed until max_deliver runs out. The body and the other headers stay
+// whole; if they alone exceed max_payload, the publish still fails and
+// says so.
+func fitReason(h nats.Header, n int, maxPayload int64) {
+	over := int64(headerLen(h)+n) - maxPayload
+	if over <= 0 {
+		return
+	}
+	r := h.Get(HeaderReason)
+	if keep := int64(len(r)) - over; keep > 0 {
+		if r = oneLine(r, int(keep)); r != "" {
+			h.Set(HeaderReason, r)
+			return
+		}
+	}
+	h.Del(HeaderReason)
+}
+
+// headerLen is the size of h as nats.go writes it: "NATS/1.0\r\n", a
+// "key: value\r\n" line per value, and "\r\n".
+func headerLen(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": \r\n") + len(v)
+		}
+	}
+	return n
 }
 
 // oneLine makes s a safe header value: whitespace, control characters and

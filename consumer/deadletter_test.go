@@ -407,3 +407,57 @@ func isDeadLetterID(id, stream string, seq uint64) bool {
 	_, err := strconv.ParseInt(ns, 10, 64)
 	return err == nil
 }
+
+// A poison event close to max_payload: the dead letter's reason is cut so
+// that the letter fits (the body and the other headers whole); one that
+// cannot fit even without a reason fails, nak'ed, and says why.
+func TestDeadLetterOfALargeEventFitsMaxPayload(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	dlq := dlqStream(t, ctx, js, cfg)
+	maxPayload := int(c.nc.MaxPayload())
+
+	// The letter's own headers (ids, subject, stream, sequence, stage,
+	// code) take about 250 bytes and a full reason 512 more: 600 bytes
+	// under max_payload fits the first and part of the second.
+	fits := []byte(strings.Repeat("x", maxPayload-600))
+	tooBig := []byte(strings.Repeat("x", maxPayload-100))
+	for i, data := range [][]byte{fits, tooBig} {
+		m := &nats.Msg{Subject: subjectOf(cfg, i, 1), Data: data, Header: nats.Header{}}
+		m.Header.Set(HeaderMsgID, "big-"+strconv.Itoa(i))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatalf("publish event %d of %d bytes: %v", i, len(data), err)
+		}
+	}
+	r := startRun(t, ctx, c, 1, 16, 16)
+	reason := "invalid character 'x' looking for beginning of value " + strings.Repeat("y", MaxReasonLen)
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Reason: reason, Code: "invalid_json"}
+
+	ev := r.next(t, ctx).ev
+	if err := c.DeadLetter(ctx, &ev, dl); err != nil {
+		t.Fatalf("DeadLetter of a %d-byte event: %v", len(ev.Data), err)
+	}
+	m, err := dlq.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatalf("no dead letter stored: %v", err)
+	}
+	got := m.Header.Get(HeaderReason)
+	if len(m.Data) != len(fits) || got == "" || len(got) >= MaxReasonLen || !strings.HasPrefix(reason, got) ||
+		m.Header.Get(HeaderStreamSeq) != "1" || m.Header.Get(HeaderCode) != "invalid_json" {
+		t.Fatalf("dead letter: %d-byte body (want %d), reason %d bytes %q, headers %v", len(m.Data), len(fits), len(got), got, m.Header)
+	}
+
+	ev = r.next(t, ctx).ev
+	err = c.DeadLetter(ctx, &ev, dl)
+	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, nats.ErrMaxPayload) || !strings.Contains(err.Error(), "max_payload "+strconv.Itoa(maxPayload)) {
+		t.Fatalf("DeadLetter of a %d-byte event = %v, want ErrDeadLetter saying max_payload", len(ev.Data), err)
+	}
+	if st := c.Stats(); st.DeadLettered != 1 || st.DeadLetterFailed != 1 {
+		t.Fatalf("Stats = %+v", st)
+	}
+	r.stopClean(t, ctx)
+}
