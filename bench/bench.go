@@ -179,6 +179,16 @@ type Result struct {
 	// Log holds the engine's warnings and errors (the first 10 in the tail
 	// of its output): a heartbeat missed, a retried batch.
 	Log []string `json:"log,omitempty"`
+	// Failed is why the run did not complete; its figures are partial
+	// and left out of the summary.
+	Failed string `json:"failed,omitempty"`
+}
+
+// failed marks r as a run that did not complete, with err.
+func (r *Result) failed(err error) {
+	if err != nil {
+		r.Failed, _, _ = strings.Cut(err.Error(), "\n")
+	}
 }
 
 // Report is everything Run measured.
@@ -530,6 +540,7 @@ func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result,
 			t := newTarget(e, stream, prefix, v)
 			res, err := b.drain(ctx, t, pub)
 			res.Rep = rep + 1
+			res.failed(err)
 			results = append(results, res)
 			if err != nil {
 				return results, err
@@ -548,6 +559,7 @@ func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result,
 		res, err := b.rate(ctx, t)
 		b.deleteStream(stream)
 		res.Rep = rep + 1
+		res.failed(err)
 		results = append(results, res)
 		if err != nil {
 			return results, err
@@ -595,9 +607,11 @@ func (b *bencher) deleteStream(stream string) {
 	_ = b.js.DeleteStream(ctx, stream+"_DLQ")
 }
 
-// createTable makes the benchmark table: the mapped columns plus
-// committed_at, which COPY fills with its default.
-func (b *bencher) createTable(ctx context.Context, table string) error {
+// createTable makes t's table: the mapped columns plus committed_at, which
+// COPY fills with its default, and for jetsink in exactly-once mode (the
+// variant's, else the configuration's) the unique index that mode needs.
+func (b *bencher) createTable(ctx context.Context, tg target) error {
+	table := tg.table
 	t := pgx.Identifier{table}.Sanitize()
 	_, err := b.db.Exec(ctx, "DROP TABLE IF EXISTS "+t+"; CREATE TABLE "+t+` (
 	id uuid NOT NULL, ts timestamptz NOT NULL, device text, kind text, value double precision,
@@ -606,7 +620,7 @@ func (b *bencher) createTable(ctx context.Context, table string) error {
 	if err != nil {
 		return fmt.Errorf("bench: create table %s: %w", table, err)
 	}
-	if b.cfg.Postgres.Mode == sink.ExactlyOnce {
+	if tg.engine == EngineJetsink && b.exactlyOnce(tg.variant.Name) {
 		if _, err := b.db.Exec(ctx, "CREATE UNIQUE INDEX ON "+t+" (stream, stream_seq)"); err != nil {
 			return fmt.Errorf("bench: create the exactly-once index on %s: %w", table, err)
 		}
@@ -679,6 +693,7 @@ func (b *bencher) writeConfig(t target, cfg config.Config) (string, error) {
 // per event from first to the last poll (see steadyCPU); without a first
 // mark, from the first poll that saw an ack.
 func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uint64, first cpuMark) (*jetstream.ConsumerInfo, float64, error) {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
 	defer cancel()
 	tick := time.NewTicker(25 * time.Millisecond)
@@ -686,7 +701,10 @@ func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uin
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, 0, fmt.Errorf("bench: %s did not drain within %v: %w", t.engine, b.o.Timeout, ctx.Err())
+			if parent.Err() != nil {
+				return nil, 0, fmt.Errorf("bench: interrupted while %s drained: %w", t.engine, context.Cause(parent))
+			}
+			return nil, 0, fmt.Errorf("bench: %s did not drain within %v (--timeout): %w%s", t.engine, b.o.Timeout, ctx.Err(), logged(c))
 		case <-c.done:
 			return nil, 0, fmt.Errorf("bench: %s exited early (%v):\n%s", t.engine, c.err, c.out.String())
 		case <-tick.C:
@@ -779,7 +797,7 @@ func (b *bencher) waitReady(ctx context.Context, c *child, t target) error {
 func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Result, error) {
 	res := Result{Engine: t.engine, Variant: t.variant.Name, Published: pub.Acked,
 		PublishPS: float64(pub.Acked) / pub.Elapsed.Seconds(), PubRetried: pub.Retried}
-	if err := b.createTable(ctx, t.table); err != nil {
+	if err := b.createTable(ctx, t); err != nil {
 		return res, err
 	}
 	defer b.dropTable(t.table)
@@ -797,7 +815,7 @@ func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Resu
 // rate starts t's engine, publishes open loop, and measures it.
 func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	res := Result{Engine: t.engine, Variant: t.variant.Name}
-	if err := b.createTable(ctx, t.table); err != nil {
+	if err := b.createTable(ctx, t); err != nil {
 		return res, err
 	}
 	defer b.dropTable(t.table)
@@ -873,6 +891,7 @@ func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, b
 	ci, steady, err := b.waitAcked(ctx, c, t, uint64(res.Published), first)
 	if err != nil {
 		c.kill()
+		res.Log = c.problems(10)
 		return err
 	}
 	if acks != nil {

@@ -124,6 +124,51 @@ func TestDrainCompareBaseline(t *testing.T) {
 	}
 }
 
+// A variant in exactly-once mode gets the unique index that mode needs
+// (the base configuration is at-least-once), and drains.
+func TestDrainExactlyOnceVariant(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns, pg := testenv.NATS(t), testenv.Postgres(t)
+	base := config.Default()
+	base.NATS.URL, base.Postgres.URL = ns.URL(), pg.URL
+	rep, err := Run(ctx, Options{Exe: testenv.Jetsink(t), Base: base, Scenario: ScenarioDrain, Events: 2000, Subjects: 10,
+		Variants: []Variant{{Name: "postgres.mode=exactly-once", Set: []string{"postgres.mode=exactly-once"}}},
+		Timeout:  time.Minute, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep, 1)
+}
+
+// A run that does not complete is marked, said so in the text, and left
+// out of the summary: its zeros would drag the medians down.
+func TestFailedRunLeftOutOfSummary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns, pg := testenv.NATS(t), testenv.Postgres(t)
+	base := config.Default()
+	base.NATS.URL, base.Postgres.URL = ns.URL(), pg.URL
+	rep, err := Run(ctx, Options{Exe: testenv.Jetsink(t), Base: base, Scenario: ScenarioDrain, Events: 100, Subjects: 10,
+		Timeout: time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "did not drain within 1ms (--timeout)") {
+		t.Fatalf("Run = %v, want the timeout", err)
+	}
+	if len(rep.Results) != 1 || !strings.Contains(rep.Results[0].Failed, "did not drain") || len(rep.Summary) != 0 {
+		t.Fatalf("results %+v, summary %+v: want one failed run and no summary", rep.Results, rep.Summary)
+	}
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "jetsink  FAILED, not counted: bench: jetsink did not drain") {
+		t.Fatalf("text report (%v):\n%s", err, text.String())
+	}
+
+	rs := []Result{{Engine: EngineJetsink, Rep: 1, EventsPerSec: 100}, {Engine: EngineJetsink, Rep: 2, EventsPerSec: 120},
+		{Engine: EngineJetsink, Rep: 3, Failed: "interrupted"}}
+	if s := summarize(rs); len(s) != 1 || s[0].EventsPerSec.N != 2 || s[0].EventsPerSec.Median != 110 {
+		t.Fatalf("summary %+v, want the median of the two complete runs", s)
+	}
+}
+
 // TestRateEmbedded runs 2 s at 2,000 events/s open loop on the embedded
 // default (its own nats-server and PostgreSQL with fsync and commit
 // timestamps on).
@@ -416,7 +461,7 @@ func BenchmarkDrain(b *testing.B) {
 		NoTraceContext: true}); err != nil { // as `jetsink bench` publishes
 		b.Fatal(err)
 	}
-	if err := bb.createTable(ctx, "bench_drain"); err != nil {
+	if err := bb.createTable(ctx, target{engine: EngineJetsink, table: "bench_drain"}); err != nil {
 		b.Fatal(err)
 	}
 	cfg := config.Default()

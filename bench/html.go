@@ -125,6 +125,9 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	}
 	var overTime, curves []series
 	for _, x := range r.Results {
+		if x.Failed != "" {
+			continue
+		}
 		var p99 series
 		p99.name = name(x) + " p99"
 		mx := series{name: name(x) + " max"}
@@ -148,7 +151,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		func(x float64) string { return labels[x] }, false))
 	var rss []series
 	for _, x := range r.Results {
-		if len(x.RSS) == 0 {
+		if len(x.RSS) == 0 || x.Failed != "" {
 			continue
 		}
 		s := series{name: name(x)}

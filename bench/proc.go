@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -111,17 +110,14 @@ func (c *child) usage(hwm int64) Usage {
 	return u
 }
 
-// exited returns the exit error when the child has already exited early.
-func (c *child) exited() error {
-	select {
-	case <-c.done:
-		if c.err == nil {
-			return errors.New("exited with status 0 before the benchmark finished")
-		}
-		return c.err
-	default:
-		return nil
+// logged is what c logged at warning level and above, on lines after a
+// newline; "" if nothing.
+func logged(c *child) string {
+	p := c.problems(10)
+	if len(p) == 0 {
+		return ""
 	}
+	return "; it logged:\n" + strings.Join(p, "\n")
 }
 
 // kill ends the child at once (used on errors).

@@ -72,6 +72,9 @@ func summarize(rs []Result) []Summary {
 	}
 	baseline := map[run]float64{} // baseline events/s
 	for _, r := range rs {
+		if r.Failed != "" {
+			continue // partial figures: a 0 would drag every median down
+		}
 		k := key{r.Engine, r.Variant}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
@@ -148,13 +151,25 @@ func (r *Report) WriteText(w io.Writer) error {
 		if x.Variant != "" {
 			v = " [" + x.Variant + "]"
 		}
+		if x.Failed != "" {
+			fmt.Fprintf(&b, "  #%d%s %-8s FAILED, not counted: %s\n", x.Rep, v, x.Engine, x.Failed)
+			continue
+		}
 		fmt.Fprintf(&b, "  #%d%s %s\n", x.Rep, v, x.line())
 		fmt.Fprintf(&b, "      published %d at %.0f/s (%d publishes retried), committed %d rows (missing %d, duplicate %d), elapsed %.3fs (startup %.3fs), CPU %.2fs, batches min/p50/p90/max %d/%d/%d/%d mean %.0f\n",
 			x.Published, x.PublishPS, x.PubRetried, x.Rows, x.Missing, x.Duplicate, x.ElapsedS, x.StartupS, x.CPUSeconds,
 			x.Batches.Min, x.Batches.P50, x.Batches.P90, x.Batches.Max, x.Batches.Mean)
 	}
-	if len(r.Results) > 0 {
-		fmt.Fprintf(&b, "  latency is from each event's scheduled send time to %s\n", r.Results[0].LatencyFrom)
+	for _, x := range r.Results {
+		if x.Failed != "" {
+			continue
+		}
+		if end, ok := strings.CutSuffix(x.LatencyFrom, ", from the engine's start"); ok {
+			fmt.Fprintf(&b, "  latency is from the engine's start (the events were preloaded) to each event's commit (%s)\n", end)
+		} else {
+			fmt.Fprintf(&b, "  latency is from each event's scheduled send time to %s\n", x.LatencyFrom)
+		}
+		break
 	}
 	fmt.Fprintln(&b, "\nsummary (median [min..max] over repetitions):")
 	for _, s := range r.Summary {
