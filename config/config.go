@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/jetsink/jetsink/consumer"
@@ -142,8 +144,19 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("%w: log.format must be text or json, not %q", ErrInvalidConfig, c.Log.Format)
 	}
-	if c.Telemetry.SampleRatio < 0 || c.Telemetry.SampleRatio > 1 {
+	if !(c.Telemetry.SampleRatio >= 0 && c.Telemetry.SampleRatio <= 1) { // NaN too
 		return fmt.Errorf("%w: telemetry.sample_ratio must be between 0 and 1, not %g", ErrInvalidConfig, c.Telemetry.SampleRatio)
+	}
+	if l := c.Telemetry.Listen; l != "" {
+		// Checked here rather than when run binds it, after connecting
+		// to NATS and PostgreSQL; check says so too.
+		_, port, err := net.SplitHostPort(l)
+		if err == nil {
+			_, err = strconv.ParseUint(port, 10, 16)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: telemetry.listen must be host:port with a port from 0 to 65535, e.g. 127.0.0.1:9464 or :9464, or empty for none, not %q", ErrInvalidConfig, l)
+		}
 	}
 	if err := telemetry.CheckEndpoint(c.Telemetry.OTLPEndpoint); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

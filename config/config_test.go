@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,6 +41,18 @@ memory_limit: 48MiB
 		"JETSINK_TEST_DATABASE_URL=postgres://ignored", // the tests' own
 		"JETSINK_JAEGER_BIN=/opt/jaeger",               // the tracing test's, named in the README
 		"JETSINK_CONFIG=/elsewhere.yaml",               // the CLI's
+		// Kubernetes' service links, for Services "jetsink" and
+		// "jetsink-metrics" in the pod's namespace.
+		"JETSINK_SERVICE_HOST=10.96.0.12",
+		"JETSINK_SERVICE_PORT=9464",
+		"JETSINK_SERVICE_PORT_METRICS=9464",
+		"JETSINK_PORT=tcp://10.96.0.12:9464",
+		"JETSINK_PORT_9464_TCP=tcp://10.96.0.12:9464",
+		"JETSINK_PORT_9464_TCP_PROTO=tcp",
+		"JETSINK_PORT_9464_TCP_PORT=9464",
+		"JETSINK_PORT_9464_TCP_ADDR=10.96.0.12",
+		"JETSINK_METRICS_SERVICE_HOST=10.96.0.13",
+		"JETSINK_METRICS_PORT_9464_UDP_ADDR=10.96.0.13",
 	}
 	set := []string{"postgres.table=flag_table", "postgres.batch.max_bytes=512KiB"}
 	cfg, err := Parse(file, env, set)
@@ -231,8 +244,11 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"hex duration", "nats:\n  ack_wait: 0x10\n", nil, nil, "nats.ack_wait: \"0x10\" has no unit"},
 		{"infinite duration", "nats:\n  ack_wait: .inf\n", nil, nil, "nats.ack_wait: \".inf\" has no unit"},
 		{"quoted duration without a unit", "nats:\n  ack_wait: \"30\"\n", nil, nil, "nats.ack_wait: \"30\" is not a duration"},
-		{"unknown env", "", []string{"JETSINK_NATS_UR=x"}, nil, "JETSINK_NATS_UR"},
-		{"unknown --set key", "", nil, []string{"postgres.batch.rows=1"}, "postgres.batch.rows"},
+		{"unknown env", "", []string{"JETSINK_NATS_UR=x"}, nil, "JETSINK_NATS_UR is not a jetsink setting (did you mean JETSINK_NATS_URL?)"},
+		{"an env _PORT that is not a service link", "", []string{"JETSINK_NATS_PORT=4222"}, nil, "JETSINK_NATS_PORT is not a jetsink setting"},
+		{"unknown --set key", "", nil, []string{"postgres.batch.rows=1"}, "postgres.batch.rows: no such key (`jetsink keys` lists them)"},
+		{"--set typo", "", nil, []string{"postgres.batch.max_rwos=1"}, "postgres.batch.max_rwos: no such key (did you mean postgres.batch.max_rows?)"},
+		{"--set of a file-only key", "", nil, []string{"postgres.columns=x"}, "postgres.columns: this key can only be set in the config file"},
 		{"--set without =", "", nil, []string{"postgres.table"}, "key=value"},
 		{"--set into a value", "", nil, []string{"postgres.table.x=1"}, "postgres.table.x"},
 		// Where the value came from: the file's line (not the merged
@@ -290,10 +306,42 @@ func TestValidateCrossSectionRules(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "log.format") {
 		t.Fatalf("log.format xml: got %v", err)
 	}
-	cfg = Default()
-	cfg.Telemetry.SampleRatio = 1.5
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "telemetry.sample_ratio") {
-		t.Fatalf("sample_ratio 1.5: got %v", err)
+	for _, r := range []float64{1.5, -0.1, math.NaN()} {
+		cfg = Default()
+		cfg.Telemetry.SampleRatio = r
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "telemetry.sample_ratio") {
+			t.Fatalf("sample_ratio %v: got %v", r, err)
+		}
+	}
+	if _, err := Parse(nil, []string{"JETSINK_TELEMETRY_SAMPLE_RATIO=.nan"}, nil); err == nil {
+		cfg, _ := Parse(nil, []string{"JETSINK_TELEMETRY_SAMPLE_RATIO=.nan"}, nil)
+		if err := cfg.Validate(); err == nil {
+			t.Fatal("sample_ratio .nan from the environment passed")
+		}
+	}
+	for _, l := range []string{"garbage", "127.0.0.1", ":http", "127.0.0.1:70000", "[::1]:-1"} {
+		cfg = Default()
+		cfg.Telemetry.Listen = l
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "telemetry.listen") {
+			t.Errorf("telemetry.listen %q: got %v", l, err)
+		}
+	}
+	for _, l := range []string{"", ":9464", "0.0.0.0:0", "[::1]:9464", "localhost:9464"} {
+		cfg = Default()
+		cfg.Telemetry.Listen = l
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("telemetry.listen %q: %v", l, err)
+		}
+	}
+}
+
+// No key's variable looks like a Kubernetes service link, which parse
+// skips when it names no key.
+func TestNoKeyLooksLikeAServiceLink(t *testing.T) {
+	for _, k := range Keys() {
+		if kubernetesServiceVar(EnvName(k.Path), "tcp://10.0.0.1:9464") {
+			t.Errorf("%s (%s) would be taken for a Kubernetes service link", EnvName(k.Path), k.Path)
+		}
 	}
 }
 

@@ -31,6 +31,34 @@ var envIgnored = map[string]bool{
 	"JETSINK_JAEGER_BIN": true, // the Jaeger binary of tools/jaeger and the tracing test (README)
 }
 
+// kubernetesServiceVar reports whether name=value is one of the variables
+// Kubernetes puts into every container for each Service of its namespace
+// (enableServiceLinks, on by default): for a Service "jetsink" or
+// "jetsink-metrics", JETSINK_SERVICE_HOST, JETSINK_METRICS_SERVICE_PORT,
+// JETSINK_PORT=tcp://10.0.0.1:9464, JETSINK_PORT_9464_TCP_ADDR and so on.
+// They are not settings, and taking them for misspelt ones would stop
+// every pod of the namespace from starting once such a Service exists.
+// No key's variable ends in _SERVICE_HOST, _SERVICE_PORT or _PORT.
+func kubernetesServiceVar(name, value string) bool {
+	if strings.HasSuffix(name, "_SERVICE_HOST") || strings.HasSuffix(name, "_SERVICE_PORT") || strings.Contains(name, "_SERVICE_PORT_") {
+		return true
+	}
+	if strings.HasSuffix(name, "_PORT") && (strings.HasPrefix(value, "tcp://") || strings.HasPrefix(value, "udp://") || strings.HasPrefix(value, "sctp://")) {
+		return true
+	}
+	// <NAME>_PORT_<port>_<PROTO>[_ADDR|_PORT|_PROTO]
+	_, rest, ok := strings.Cut(name, "_PORT_")
+	for ok {
+		port, proto, _ := strings.Cut(rest, "_")
+		proto, _, _ = strings.Cut(proto, "_")
+		if port != "" && strings.Trim(port, "0123456789") == "" && (proto == "TCP" || proto == "UDP" || proto == "SCTP") {
+			return true
+		}
+		_, rest, ok = strings.Cut(rest, "_PORT_")
+	}
+	return false
+}
+
 // Source says where to load from. Zero fields are skipped.
 type Source struct {
 	// File is the YAML file's path; "" loads defaults only.
@@ -105,7 +133,11 @@ func parse(raw []byte, env, set []string) (Config, error) {
 		}
 		path, ok := envKeys[name]
 		if !ok {
-			return Config{}, fmt.Errorf("%w: environment variable %s is not a jetsink setting (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL)", ErrInvalidConfig, name)
+			if kubernetesServiceVar(name, value) {
+				continue
+			}
+			return Config{}, fmt.Errorf("%w: environment variable %s is not a jetsink setting%s (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL; `jetsink keys` lists them)",
+				ErrInvalidConfig, name, suggestion("", name, slices.Collect(maps.Keys(envKeys))))
 		}
 		sc.origin[path] = name
 		if err := setPath(root, path, value, sc.keys[path].Kind); err != nil {
@@ -120,7 +152,14 @@ func parse(raw []byte, env, set []string) (Config, error) {
 		path = strings.TrimSpace(path)
 		k, ok := sc.keys[path]
 		if !ok {
-			return Config{}, fmt.Errorf("%w: --set %s: no such key (see `jetsink run --help` for the keys)", ErrInvalidConfig, path)
+			if _, ok := sc.fileOnly[path]; ok {
+				return Config{}, fmt.Errorf("%w: --set %s: this key can only be set in the config file", ErrInvalidConfig, path)
+			}
+			parent, last := "", path
+			if i := strings.LastIndexByte(path, '.'); i >= 0 {
+				parent, last = path[:i], path[i+1:]
+			}
+			return Config{}, fmt.Errorf("%w: --set %s: no such key%s (`jetsink keys` lists them)", ErrInvalidConfig, path, sc.suggest(parent, last))
 		}
 		sc.origin[path] = "--set"
 		if err := setPath(root, path, value, k.Kind); err != nil {
