@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -99,7 +100,9 @@ telemetry.sample_ratio.`,
 				o.Run = uint64(time.Now().UnixNano())
 			}
 			out := cmd.ErrOrStderr()
-			warnDuplicateWindow(cmd.Context(), out, nc, o)
+			if err := checkStream(cmd.Context(), out, nc, o); err != nil {
+				return err
+			}
 			total := o.Total()
 			if !quiet {
 				progress = plainProgress()
@@ -143,29 +146,38 @@ telemetry.sample_ratio.`,
 	return cmd
 }
 
-// warnDuplicateWindow warns on w when the duplicate window of the stream
-// that captures o's first event is shorter than the span over which a
-// publish may be sent again, so that a late resend would be stored twice.
-// A stream it cannot look up is not its business: Publish reports that.
-func warnDuplicateWindow(ctx context.Context, w io.Writer, nc *nats.Conn, o loadgen.Options) {
+// checkStream looks up the stream that captures o's first event. None, or
+// no JetStream, is an error before anything is sent: every publish would
+// wait for a PubAck that never comes and be sent again, minutes of it for a
+// large --events. It warns on w when the stream's duplicate window is
+// shorter than the span over which a publish may be sent again, so that a
+// late resend would be stored twice. Other lookup errors are left for
+// Publish to report.
+func checkStream(ctx context.Context, w io.Writer, nc *nats.Conn, o loadgen.Options) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	ev := loadgen.Make(o.Run, o.First, o.Subjects)
-	name, err := js.StreamNameBySubject(ctx, ev.Subject(o.Subject))
-	if err != nil {
-		return
+	subject := ev.Subject(o.Subject)
+	name, err := js.StreamNameBySubject(ctx, subject)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("no JetStream stream captures %s: create one for %s.> (jetsink run with nats.create_stream does), or fix --subject", subject, o.Subject)
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return fmt.Errorf("no JetStream on this NATS server, or not for this account (%w): run nats-server with -js", err)
+	case err != nil:
+		return nil
 	}
 	s, err := js.Stream(ctx, name)
 	if err != nil {
-		return
+		return nil
 	}
 	window, span := s.CachedInfo().Config.Duplicates, loadgen.ResendSpan(o.AckWait)
 	if window <= 0 || window >= span {
-		return
+		return nil
 	}
 	fix := fmt.Sprintf("raise the stream's duplicate window to %v or more", span)
 	if ack := loadgen.MaxAckWait(window); ack > 0 {
@@ -173,6 +185,7 @@ func warnDuplicateWindow(ctx context.Context, w io.Writer, nc *nats.Conn, o load
 	}
 	fmt.Fprintf(w, "warning: stream %s de-duplicates over %v, but a publish may be sent again up to %v after its first send (5 resends with --ack-wait %v), and a resend after %v would be stored twice: %s\n",
 		name, window, span, o.AckWait, window, fix)
+	return nil
 }
 
 func envOr(name, def string) string {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -87,5 +88,35 @@ func TestPublishCmdWarnsAndCountsDuplicates(t *testing.T) {
 	stdout, stderr, err = runPublish(t, ctx, "--nats-url", ns.URL(), "--subject", "pc", "--rate", "100", "--duration", "100ms", "--ack-wait", "1s", "-q")
 	if err != nil || !strings.Contains(stdout, "acked 10, duplicate 0, retried 0, failed 0, late 0;") || stderr != "" {
 		t.Fatalf("open loop: %v\n%s%s", err, stdout, stderr)
+	}
+}
+
+// No stream for the subject, or no JetStream: an error at once, before a
+// publish waits for a PubAck that never comes.
+func TestPublishCmdWithoutStream(t *testing.T) {
+	ns := testenv.NATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	stdout, stderr, err := runPublish(t, ctx, "--nats-url", ns.URL(), "--subject", "nostream", "--events", "100000", "-q")
+	if err == nil || !strings.Contains(err.Error(), "no JetStream stream captures nostream.") || stdout != "" {
+		t.Fatalf("publish to a subject no stream captures: %v\n%s%s", err, stdout, stderr)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v to refuse", d)
+	}
+
+	plain, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go plain.Start()
+	t.Cleanup(plain.Shutdown)
+	if !plain.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server without JetStream did not start")
+	}
+	stdout, stderr, err = runPublish(t, ctx, "--nats-url", plain.ClientURL(), "--subject", "x", "--events", "100000", "-q")
+	if err == nil || !strings.Contains(err.Error(), "no JetStream") || stdout != "" {
+		t.Fatalf("publish to a server without JetStream: %v\n%s%s", err, stdout, stderr)
 	}
 }
