@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/signal"
@@ -63,7 +64,20 @@ apply to jetsink only.`,
   jetsink bench --scenario drain --events 200000 --matrix pipeline.workers=1,2,4 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			// The first signal stops the run and cleans up (the engine, the
+			// streams, the tables, the embedded servers: up to a minute or
+			// two); a second exits at once, leaving what is not cleaned up
+			// yet (the next bench's sweep removes stray embedded servers).
+			ctx, cancel := context.WithCancelCause(cmd.Context())
+			defer cancel(nil)
+			errOut := cmd.ErrOrStderr()
+			stop := watchSignals(func(sig os.Signal) {
+				fmt.Fprintf(errOut, "jetsink: %s: stopping the bench and cleaning up; a second signal exits at once\n", sig)
+				cancel(fmt.Errorf("stopped by %s", sig))
+			}, func(sig os.Signal) {
+				fmt.Fprintf(errOut, "jetsink: second %s: exiting without cleaning up\n", sig)
+				os.Exit(exitAborted)
+			})
 			defer stop()
 			exe, err := os.Executable()
 			if err != nil {
@@ -74,7 +88,7 @@ apply to jetsink only.`,
 				return fmt.Errorf("%w: --lock-at needs --lock-for", bench.ErrInvalidOptions)
 			}
 			o.Embedded = cf.file == "" && cf.natsURL == "" && cf.dbURL == "" &&
-				os.Getenv("JETSINK_NATS_URL") == "" && os.Getenv("JETSINK_DATABASE_URL") == ""
+				os.Getenv("JETSINK_NATS_URL") == "" && os.Getenv("JETSINK_DATABASE_URL") == "" && os.Getenv("JETSINK_POSTGRES_URL") == ""
 			// --set goes to the jetsink subprocess, on top of the config.
 			sets := cf.set
 			cf.set = nil
