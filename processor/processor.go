@@ -199,7 +199,7 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 			}
 			return p.consumer.Refused() // a stream whose sequence restarted: not consuming
 		},
-		"postgres": p.sink.Ping,
+		"postgres": p.sink.Ready,
 	})
 	admin.Handle("GET /metrics", p.metrics.Handler())
 	if p.cfg.Telemetry.Pprof {

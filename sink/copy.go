@@ -332,6 +332,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 				cur = c.s.st.committedStart.Load()
 			}
 			c.took = time.Since(began)
+			c.s.committed()
 			if attempt > 0 {
 				c.s.log.Info("batch committed after retries", "rows", len(rows), "attempts", attempt+1)
 			}
@@ -339,6 +340,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		}
 		if committedMiscount(err) != nil || committedMissing(err) != nil {
 			c.took = time.Since(began)
+			c.s.committed()
 			return err // committed: settled, never sent again
 		}
 		if unknown && c.s.cfg.Mode == AtLeastOnce {
@@ -387,10 +389,12 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		switch {
 		case cl == classSuspect:
 			c.s.st.configErrs.Add(1)
+			c.s.refused(began, err, true)
 			c.s.logSuspect(err)
 			c.closeConn()
 		case cl == classConfig:
 			c.s.st.configErrs.Add(1)
+			c.s.refused(began, err, false)
 			c.s.logConfigError(err)
 			// Start the next attempt on a fresh connection: the table may
 			// be fixed by then, and a staging table or cached statement

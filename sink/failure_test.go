@@ -106,6 +106,8 @@ func TestRetryAcrossServerRestart(t *testing.T) {
 // dead-lettered, not acked) until the operator creates the table.
 func TestMissingTableRetriedUntilCreated(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
+	defer func(d time.Duration) { refusedFor = d }(refusedFor)
+	refusedFor = 300 * time.Millisecond
 	pg := testenv.Postgres(t)
 	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false })
 	src := newSource()
@@ -118,9 +120,19 @@ func TestMissingTableRetriedUntilCreated(t *testing.T) {
 			t.Fatalf("message %d settled while the table is missing", i)
 		}
 	}
+	// Not ready once every batch has been refused for refusedFor; PostgreSQL
+	// itself still answers.
+	waitFor(t, ctx, "Ready to report the refusals", func() bool {
+		err := s.Ready(ctx)
+		return err != nil && strings.Contains(err.Error(), "has refused every batch") && strings.Contains(err.Error(), "SQLSTATE 42P01")
+	})
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, ctx, "Ready once a batch commits", func() bool { return s.Ready(ctx) == nil })
 	finishClean(t, ctx, src, wait, dl, ms)
 }
 

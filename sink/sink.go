@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/telemetry"
@@ -87,6 +89,12 @@ type Sink struct {
 	admin      *pgx.Conn     // the "+1" connection: Ping, Init, Check; nil until needed
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
+
+	// refusedSince is when batches began failing with configuration or
+	// suspect errors with none committed since (Unix ns; 0: not failing),
+	// refusedErr what the latest such failure said (see Ready).
+	refusedSince atomic.Int64
+	refusedErr   atomic.Pointer[string]
 
 	st counters
 
@@ -285,6 +293,55 @@ func (s *Sink) Ping(ctx context.Context) error {
 		return fmt.Errorf("ping postgres %s: %w", s.where, err)
 	}
 	return nil
+}
+
+// refusedFor is how long batches must have failed with configuration (or
+// suspect) errors, none committing, before Ready reports it. Shorter than
+// the minute a probe's failureThreshold x periodSeconds usually allows,
+// long enough that a table being re-created or a grant being changed
+// does not flap it. A variable for the tests.
+var refusedFor = 30 * time.Second
+
+// Ready is the sink's readiness (for /readyz): PostgreSQL answers (Ping),
+// and has not refused every batch for refusedFor with a configuration
+// error, such as a missing table, a revoked permission or a read-only
+// server. Ping alone stays healthy then while nothing is written.
+func (s *Sink) Ready(ctx context.Context) error {
+	if err := s.Ping(ctx); err != nil {
+		return err
+	}
+	if since := s.refusedSince.Load(); since != 0 {
+		if d := time.Since(time.Unix(0, since)); d >= refusedFor {
+			msg := "a configuration error"
+			if p := s.refusedErr.Load(); p != nil {
+				msg = *p
+			}
+			return fmt.Errorf("postgres %s has refused every batch for %v, none committed: %s (`jetsink check` says what differs)",
+				s.where, d.Round(time.Second), msg)
+		}
+	}
+	return nil
+}
+
+// refused records a batch that failed with a configuration or suspect
+// error at began; committed clears it.
+func (s *Sink) refused(began time.Time, err error, suspect bool) {
+	msg := err.Error()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		msg = "SQLSTATE " + pgErr.Code + ": " + pgErr.Message
+		if suspect {
+			msg = "SQLSTATE " + pgErr.Code // its message may quote a row (see logSuspect)
+		}
+	}
+	s.refusedErr.Store(&msg)
+	s.refusedSince.CompareAndSwap(0, began.UnixNano())
+}
+
+func (s *Sink) committed() {
+	if s.refusedSince.Load() != 0 {
+		s.refusedSince.Store(0)
+	}
 }
 
 // Stats returns a snapshot of the counters.
