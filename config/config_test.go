@@ -244,6 +244,7 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"hex duration", "nats:\n  ack_wait: 0x10\n", nil, nil, "nats.ack_wait: \"0x10\" has no unit"},
 		{"infinite duration", "nats:\n  ack_wait: .inf\n", nil, nil, "nats.ack_wait: \".inf\" has no unit"},
 		{"quoted duration without a unit", "nats:\n  ack_wait: \"30\"\n", nil, nil, "nats.ack_wait: \"30\" is not a duration"},
+		{"an alias and its key, different", "", []string{"JETSINK_DATABASE_URL=postgres://a/x", "JETSINK_POSTGRES_URL=postgres://b/x"}, nil, "JETSINK_DATABASE_URL and JETSINK_POSTGRES_URL both set postgres.url, to different values"},
 		{"unknown env", "", []string{"JETSINK_NATS_UR=x"}, nil, "JETSINK_NATS_UR is not a jetsink setting (did you mean JETSINK_NATS_URL?)"},
 		{"an env _PORT that is not a service link", "", []string{"JETSINK_NATS_PORT=4222"}, nil, "JETSINK_NATS_PORT is not a jetsink setting"},
 		{"unknown --set key", "", nil, []string{"postgres.batch.rows=1"}, "postgres.batch.rows: no such key (`jetsink keys` lists them)"},
@@ -429,4 +430,12 @@ func FuzzParse(f *testing.F) {
 		}
 		_ = cfg.Validate() // must not panic
 	})
+}
+
+// An alias and its key's variable may both be set to the same value.
+func TestAliasAndKeyAgree(t *testing.T) {
+	cfg, err := Parse(nil, []string{"JETSINK_DATABASE_URL=postgres://a/x", "JETSINK_POSTGRES_URL=postgres://a/x"}, nil)
+	if err != nil || cfg.Postgres.URL != "postgres://a/x" {
+		t.Fatalf("Parse = %v, postgres.url %q", err, cfg.Postgres.URL)
+	}
 }

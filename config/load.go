@@ -126,6 +126,7 @@ func parse(raw []byte, env, set []string) (Config, error) {
 	for alias, path := range envAliases {
 		envKeys[alias] = path
 	}
+	envValues := map[string]string{} // path -> the value a variable gave it
 	for _, kv := range env {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || !strings.HasPrefix(name, EnvPrefix) || envIgnored[name] || strings.HasPrefix(name, "JETSINK_TEST_") {
@@ -139,7 +140,12 @@ func parse(raw []byte, env, set []string) (Config, error) {
 			return Config{}, fmt.Errorf("%w: environment variable %s is not a jetsink setting%s (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL; `jetsink keys` lists them)",
 				ErrInvalidConfig, name, suggestion("", name, slices.Collect(maps.Keys(envKeys))))
 		}
-		sc.origin[path] = name
+		if other, ok := sc.origin[path]; ok && envValues[path] != value {
+			// An alias and the key's own variable: which one wins would
+			// depend on the order of the environment.
+			return Config{}, fmt.Errorf("%w: %s and %s both set %s, to different values: set one", ErrInvalidConfig, other, name, path)
+		}
+		sc.origin[path], envValues[path] = name, value
 		if err := setPath(root, path, value, sc.keys[path].Kind); err != nil {
 			return Config{}, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err)
 		}
