@@ -106,7 +106,7 @@ gives that letter up at once and exits with status 130.
 			intake, hard, stop := signalStages(cmd, "stopping after the dead letter under way; a second signal gives it up",
 				"giving up the dead letter under way")
 			defer stop()
-			nc, err := natsConnect(hard, cfg.NATS)
+			nc, err := natsConnect(hard, cfg.NATS, "jetsink-dlq")
 			if err != nil {
 				if hard.Err() != nil {
 					return fmt.Errorf("connect to nats.url: %w", context.Cause(hard))
@@ -248,12 +248,12 @@ func parseSeqRange(s string) (first, last uint64, err error) {
 	return first, last, nil
 }
 
-// natsConnect connects with the nats: section's URL and credentials. Its
-// errors never quote the password or the credentials. Ending ctx ends a
-// connect under way, and closes the connection's sockets.
-func natsConnect(ctx context.Context, cfg consumer.Config) (*nats.Conn, error) {
+// natsConnect connects as name with the nats: section's URL and
+// credentials. Its errors never quote the password or the credentials.
+// Ending ctx ends a connect under way, and closes the connection's sockets.
+func natsConnect(ctx context.Context, cfg consumer.Config, name string) (*nats.Conn, error) {
 	const timeout = 5 * time.Second
-	opts := []nats.Option{nats.Name("jetsink-dlq"), nats.Timeout(timeout),
+	opts := []nats.Option{nats.Name(name), nats.Timeout(timeout),
 		nats.SetCustomDialer(&ctxDialer{ctx: ctx, Dialer: net.Dialer{Timeout: timeout}})}
 	auth, err := cfg.AuthOptions()
 	if err != nil {

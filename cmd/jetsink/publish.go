@@ -20,7 +20,7 @@ import (
 
 func newPublishCmd() *cobra.Command {
 	var (
-		url      string
+		cf       configFlags
 		o        loadgen.Options
 		quiet    bool
 		progress = func(io.Writer, int, int, time.Time) {}
@@ -37,7 +37,8 @@ Either --events N (as fast as JetStream acknowledges), or --rate R --duration D
 system does not lower the offered load, except that the publisher pauses
 while --max-pending publishes are unacknowledged; the events due meanwhile go
 out late, counted as "late" in the summary). A stream must capture the
-subjects.
+subjects. The server, credentials and TLS settings come from the nats:
+section (--config, JETSINK_NATS_*, --set, --nats-url), as for jetsink run.
 
 A publish whose PubAck fails or does not come within --ack-wait is sent again
 250ms later, up to 5 times: the last resend goes out at most
@@ -76,9 +77,13 @@ telemetry.sample_ratio.`,
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
-			nc, err := nats.Connect(url, nats.Name("jetsink-publish"))
+			cfg, err := cf.load()
 			if err != nil {
-				return fmt.Errorf("connect to %s: %w", url, err)
+				return err
+			}
+			nc, err := natsConnect(cmd.Context(), cfg.NATS, "jetsink-publish")
+			if err != nil {
+				return err
 			}
 			defer nc.Close()
 			tr, err := telemetry.NewTracing(cmd.Context(), telemetry.Config{
@@ -131,7 +136,7 @@ telemetry.sample_ratio.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&url, "nats-url", envOr("JETSINK_NATS_URL", nats.DefaultURL), "NATS server URL")
+	cf.registerNATS(f) // --config, --set, --nats-url: the nats: section's URL, credentials and TLS
 	f.StringVar(&o.Subject, "subject", "events", "subject prefix; events go to <subject>.<device>")
 	f.IntVar(&o.Subjects, "subjects", 1000, "number of devices (distinct subjects)")
 	f.IntVar(&o.Events, "events", 0, "publish this many events, as fast as acknowledged")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -118,5 +119,41 @@ func TestPublishCmdWithoutStream(t *testing.T) {
 	stdout, stderr, err = runPublish(t, ctx, "--nats-url", plain.ClientURL(), "--subject", "x", "--events", "100000", "-q")
 	if err == nil || !strings.Contains(err.Error(), "no JetStream") || stdout != "" {
 		t.Fatalf("publish to a server without JetStream: %v\n%s%s", err, stdout, stderr)
+	}
+}
+
+// publish takes the nats: section's credentials, as run does.
+func TestPublishCmdUsesTheNATSSection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), Username: "pub", Password: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("pub", "s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "AUTH", Subjects: []string{"auth.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--nats-url", srv.ClientURL(), "--subject", "auth", "--events", "20", "-q"}
+	if _, _, err := runPublish(t, ctx, args...); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("publish without credentials: %v, want an authorization error", err)
+	}
+	stdout, stderr, err := runPublish(t, ctx, append(args, "--set", "nats.user=pub", "--set", "nats.password=s3cret")...)
+	if err != nil || !strings.Contains(stdout, "acked 20,") {
+		t.Fatalf("publish with nats.user and nats.password: %v\n%s%s", err, stdout, stderr)
 	}
 }
