@@ -87,7 +87,8 @@ type Options struct {
 	Count int
 	// Variants run jetsink once per variant; default one with no overrides.
 	Variants []Variant
-	// Timeout bounds one engine's run (from its start to the last ack);
+	// Timeout bounds how long one engine may take to ack everything: from
+	// its start in a drain, from the end of publishing in a rate run;
 	// default 10 minutes.
 	Timeout time.Duration
 	// Progress receives one line per step; nil discards them.
@@ -107,10 +108,14 @@ type Result struct {
 	// PubRetried counts publishes sent again after a failed or late PubAck;
 	// a retried event keeps its scheduled time, so its latency shows it.
 	PubRetried int `json:"publish_retried"`
+	// PubLate counts a rate run's events sent later than scheduled (the
+	// publisher paused at its pending limit); their latency still counts
+	// from the schedule.
+	PubLate int `json:"publish_late,omitempty"`
 	// Elapsed runs from the subprocess's start (drain) or the first
 	// scheduled send (rate) to the last commit.
 	ElapsedS      float64 `json:"elapsed_s"`
-	StartupS      float64 `json:"startup_s"` // subprocess start to first commit (drain)
+	StartupS      float64 `json:"startup_s"` // subprocess start (drain) or first scheduled send (rate) to first commit
 	EventsPerSec  float64 `json:"events_per_s"`
 	CPUSeconds    float64 `json:"cpu_s"`
 	CPUPerEvent   float64 `json:"cpu_us_per_event"`
@@ -867,7 +872,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	if err != nil {
 		return abort(err)
 	}
-	res.Published, res.PublishPS, res.PubRetried = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds(), pub.Retried
+	res.Published, res.PublishPS, res.PubRetried, res.PubLate = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds(), pub.Retried, pub.Late
 	err = b.settle(ctx, &res, c, t, before, cpuOK, pubStart, first, acks)
 	samples := rss.stop()
 	res.RSS = perSecond(samples, pubStart)

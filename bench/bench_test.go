@@ -190,6 +190,11 @@ func TestRateEmbedded(t *testing.T) {
 	if r.Published != 4000 {
 		t.Errorf("published %d, want 4000", r.Published)
 	}
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), fmt.Sprintf("retried, %d late), committed", r.PubLate)) ||
+		!strings.Contains(text.String(), "(first commit after ") {
+		t.Errorf("rate run's text report (%v) without the late events or the first commit:\n%s", err, text.String())
+	}
 	if r.LatencyFrom != "the first ack the bench saw" || r.LatencyAcked != r.Rows {
 		t.Errorf("rate run measured latency to %q (%d of %d rows acked), want every row's ack", r.LatencyFrom, r.LatencyAcked, r.Rows)
 	}

@@ -156,8 +156,12 @@ func (r *Report) WriteText(w io.Writer) error {
 			continue
 		}
 		fmt.Fprintf(&b, "  #%d%s %s\n", x.Rep, v, x.line())
-		fmt.Fprintf(&b, "      published %d at %.0f/s (%d publishes retried), committed %d rows (missing %d, duplicate %d), elapsed %.3fs (startup %.3fs), CPU %.2fs, batches min/p50/p90/max %d/%d/%d/%d mean %.0f\n",
-			x.Published, x.PublishPS, x.PubRetried, x.Rows, x.Missing, x.Duplicate, x.ElapsedS, x.StartupS, x.CPUSeconds,
+		late, first := "", "startup"
+		if r.Scenario == ScenarioRate {
+			late, first = fmt.Sprintf(", %d late", x.PubLate), "first commit after"
+		}
+		fmt.Fprintf(&b, "      published %d at %.0f/s (%d publishes retried%s), committed %d rows (missing %d, duplicate %d), elapsed %.3fs (%s %.3fs), CPU %.2fs, batches min/p50/p90/max %d/%d/%d/%d mean %.0f\n",
+			x.Published, x.PublishPS, x.PubRetried, late, x.Rows, x.Missing, x.Duplicate, x.ElapsedS, first, x.StartupS, x.CPUSeconds,
 			x.Batches.Min, x.Batches.P50, x.Batches.P90, x.Batches.Max, x.Batches.Mean)
 	}
 	for _, x := range r.Results {
