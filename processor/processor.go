@@ -56,7 +56,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 
 	tc := cfg.Telemetry
 	p.tracing, err = telemetry.NewTracing(ctx, telemetry.Config{ServiceName: tc.ServiceName, OTLPEndpoint: tc.OTLPEndpoint,
-		SampleRatio: tc.SampleRatio, MaxLinks: cfg.Postgres.Batch.MaxRows})
+		SampleRatio: tc.SampleRatio, MaxLinks: cfg.Postgres.Batch.MaxRows, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -69,10 +70,15 @@ func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // Serve listens on addr and serves h until ctx is cancelled, then shuts the
-// server down (waiting up to 2s for requests in flight). It returns the
-// listen error, or nil after a clean shutdown. If ready is non-nil, Serve
-// sends the bound address on it (so it must be buffered or read) before it
-// serves; a caller that listens on port 0 learns the port from it.
+// server down: it waits up to shutdownGrace for the requests in flight,
+// then closes their connections, which cancels their contexts, and waits
+// for their handlers to return (so h's handlers must return once their
+// request's context is done; pprof's and /readyz's do). It returns the
+// listen error, or nil after a clean shutdown; an error wrapping
+// context.DeadlineExceeded when requests had to be cut off. If ready is
+// non-nil, Serve sends the bound address on it (so it must be buffered or
+// read) before it serves; a caller that listens on port 0 learns the port
+// from it.
 func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- net.Addr) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -81,22 +87,73 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- net.Ad
 	if ready != nil {
 		ready <- l.Addr()
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	var handlers inflight
+	srv := &http.Server{Handler: handlers.wrap(h), ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	select {
 	case err := <-done:
+		// Serve failed (accepting): end what it served before.
+		_ = srv.Close()
+		handlers.wait()
 		return fmt.Errorf("admin listener %s: %w", addr, err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	err = srv.Shutdown(sctx)
+	if err != nil {
+		// Shutdown gave up on a request still running (a 30 s CPU
+		// profile, a /readyz check): Close ends its connection, and
+		// with it its request's context.
+		_ = srv.Close()
+		err = fmt.Errorf("requests still running after %v cut off: %w", shutdownGrace, err)
+	}
 	if serr := <-done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
 	}
+	// Neither Shutdown, when it gives up, nor Close waits for the
+	// handlers: without this, a handler would outlive Serve.
+	handlers.wait()
 	if err != nil {
 		return fmt.Errorf("admin listener shutdown: %w", err)
 	}
 	return nil
+}
+
+// shutdownGrace is how long Serve lets the requests in flight finish.
+const shutdownGrace = 2 * time.Second
+
+// inflight counts the handlers running, so that Serve can wait for them.
+// Not a bare WaitGroup: a request accepted just before Close could call Add
+// while wait is in Wait, which WaitGroup forbids.
+type inflight struct {
+	mu      sync.Mutex
+	closing bool
+	wg      sync.WaitGroup
+}
+
+// wrap returns h counted. A request that arrives once wait has begun gets
+// 503 without running h.
+func (f *inflight) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		if f.closing {
+			f.mu.Unlock()
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		f.wg.Add(1)
+		f.mu.Unlock()
+		defer f.wg.Done()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// wait returns when every handler started has returned; none starts after.
+func (f *inflight) wait() {
+	f.mu.Lock()
+	f.closing = true
+	f.mu.Unlock()
+	f.wg.Wait()
 }

@@ -67,3 +67,71 @@ func TestAdminHealthAndReadiness(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
+
+// A request still running when Serve's grace runs out (a 30 s CPU profile,
+// a /readyz waiting on its checks) is cut off: its handler has returned by
+// the time Serve does, and no goroutine is left (TestMain's goleak).
+func TestServeEndsRequestsInFlight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	entered, returned := make(chan struct{}), make(chan struct{})
+	release := make(chan struct{}) // ends the handler if Serve does not
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(returned)
+		close(entered)
+		select {
+		case <-r.Context().Done():
+			// Cleaning up takes a moment (pprof stops the profile and
+			// writes it): Serve must wait for it, not only cancel.
+			time.Sleep(50 * time.Millisecond)
+		case <-release:
+		}
+	})
+	srvCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	ready := make(chan net.Addr, 1)
+	served := make(chan error, 1)
+	go func() { served <- Serve(srvCtx, "127.0.0.1:0", h, ready) }()
+	var addr net.Addr
+	select {
+	case addr = <-ready:
+	case err := <-served:
+		t.Fatalf("serve: %v", err)
+	}
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	answered := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr.String()+"/debug/pprof/profile?seconds=30", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		answered <- err
+	}()
+	defer func() {
+		close(release)
+		<-answered
+	}()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the request never reached the handler")
+	}
+	stop()
+	var err error
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		t.Fatal("Serve did not return")
+	}
+	select {
+	case <-returned:
+	default:
+		t.Fatal("the handler is still running after Serve returned")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Serve = %v, want the grace's deadline", err)
+	}
+}

@@ -2,7 +2,8 @@
 // exported with OTLP), metrics (OpenTelemetry, served by a Prometheus
 // exporter) and the admin listener that serves /healthz (the process is
 // alive), /readyz (every readiness check passes: NATS connected, PostgreSQL
-// answering) and /metrics.
+// answering and not refusing every batch; processor defines them) and
+// /metrics.
 //
 // # Traces
 //
@@ -38,6 +39,15 @@
 // An unsampled message costs a header lookup and, for a root, one random
 // number: no allocation, no attribute, no link (TestUnsampledAllocatesNothing).
 //
+// The errors the SDK reports on its own (an export that failed in the
+// background, every few seconds while the collector is down; the exports
+// cut short at shutdown) go to Config.Log at Warn level instead of the
+// standard log package's stderr: the first at once, then at most one line a
+// minute with the count left out, and the count still pending when the
+// Tracing shuts down. The SDK's error handler is process-wide; NewTracing
+// installs jetsink's once, and the Tracing built last that is still alive
+// gets the errors (slog.Default() when none is).
+//
 // Publishers propagate their context with InjectTrace (W3C traceparent and
 // tracestate in NATS headers, lower-case keys); Carrier also reads the
 // canonical keys ("Traceparent") that propagation.HeaderCarrier writes.
@@ -61,10 +71,13 @@
 // The tracer provider's batch span processor owns one goroutine, stopped by
 // Tracing.Shutdown; Flush exports what has ended within a context. The
 // meter provider starts none: collection runs on the scraping request's
-// goroutine. Serve owns one goroutine (the HTTP server) and stops it before
-// it returns. Checks run on each /readyz request, concurrently with
-// everything else, so they must be safe for concurrent use and bounded in
-// time; each gets a context with a short timeout. Tracing, Metrics,
-// DeadLetterer and Cached are safe for concurrent use; a nil *Tracing or
-// *Metrics records nothing.
+// goroutine. Serve owns one goroutine (the HTTP server) and the handlers of
+// its requests, and waits for all of them before it returns: the requests
+// still running after the shutdown grace (2 s) have their connections
+// closed, which cancels their contexts, so every handler must return once
+// its request's context is done. Checks run on each /readyz request,
+// concurrently with everything else, so they must be safe for concurrent
+// use and bounded in time; each gets a context with a short timeout.
+// Tracing, Metrics, DeadLetterer, Cached and the SDK error handler are safe
+// for concurrent use; a nil *Tracing or *Metrics records nothing.
 package telemetry

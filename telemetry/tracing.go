@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -54,6 +55,12 @@ type Config struct {
 	// MaxLinks bounds the links of one span (a batch span links every
 	// sampled message). Default 128; jetsink passes postgres.batch.max_rows.
 	MaxLinks int
+	// Log gets, at Warn level and at most one line a minute, the errors the
+	// OpenTelemetry SDK reports on its own (failed exports), which it would
+	// otherwise print to stderr with the standard log package; nil means
+	// slog.Default(). The SDK's error handler is process-wide: see
+	// sdkErrors for which Tracing's logger gets them.
+	Log *slog.Logger
 }
 
 // Tracing owns the tracer provider and starts jetsink's spans. A nil
@@ -62,6 +69,7 @@ type Config struct {
 type Tracing struct {
 	tp     *sdktrace.TracerProvider // nil when off
 	exp    *stoppable               // tp's exporter; nil when off
+	errs   *errRoute                // where the SDK's errors go; nil when off
 	tracer trace.Tracer
 	prop   propagation.TraceContext
 	// rootBound: a root is sampled when a random 63-bit number is below it
@@ -132,6 +140,8 @@ func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 	}
 	t.tp = sdktrace.NewTracerProvider(opts...)
 	t.tracer = t.tp.Tracer(Scope)
+	installSDKErrors()
+	t.errs = sdkErrs.add(cfg.Log)
 	return t, nil
 }
 
@@ -184,21 +194,54 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 }
 
 // CheckEndpoint reports whether endpoint is usable as Config.OTLPEndpoint:
-// empty, or an http, https, grpc or grpcs URL with a host. The error wraps
-// ErrInvalidConfig.
+// empty, or an http, https, grpc or grpcs URL with a host and without
+// credentials (user:password@): the OTLP exporters drop them without a
+// word, so that the collector would see requests without authentication;
+// the error says to send them in OTEL_EXPORTER_OTLP_HEADERS, which the
+// exporters do read. Its messages quote the endpoint without its userinfo.
+// The error wraps ErrInvalidConfig.
 func CheckEndpoint(endpoint string) error {
 	if endpoint == "" {
 		return nil
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("%w: telemetry.otlp_endpoint %q is not a URL such as http://127.0.0.1:4318 or grpc://127.0.0.1:4317", ErrInvalidConfig, endpoint)
+		return fmt.Errorf("%w: telemetry.otlp_endpoint %q is not a URL such as http://127.0.0.1:4318 or grpc://127.0.0.1:4317", ErrInvalidConfig, redactEndpoint(endpoint))
 	}
 	switch u.Scheme {
 	case "http", "https", "grpc", "grpcs":
-		return nil
+	default:
+		return fmt.Errorf("%w: telemetry.otlp_endpoint %q: the scheme must be http, https, grpc or grpcs", ErrInvalidConfig, redactEndpoint(endpoint))
 	}
-	return fmt.Errorf("%w: telemetry.otlp_endpoint %q: the scheme must be http, https, grpc or grpcs", ErrInvalidConfig, endpoint)
+	if u.User != nil {
+		return fmt.Errorf("%w: telemetry.otlp_endpoint %q: the OTLP exporters ignore credentials in the URL and would send none; "+
+			"remove them and set OTEL_EXPORTER_OTLP_HEADERS instead, e.g. OTEL_EXPORTER_OTLP_HEADERS=Authorization=Basic%%20<base64 of user:password>",
+			ErrInvalidConfig, redactEndpoint(endpoint))
+	}
+	return nil
+}
+
+// redactEndpoint returns endpoint with its userinfo, whole, replaced by
+// "xxxxx". Not url.URL.Redacted: that keeps the user name, which is the
+// token itself in https://TOKEN@host, and it needs a URL that parses,
+// while an error message must not quote the credentials of one that does
+// not (user:pass@host:4318 without a scheme, a space in the password). The
+// userinfo is what precedes the last '@' of the authority, as url.Parse
+// reads it.
+func redactEndpoint(endpoint string) string {
+	prefix, rest := "", endpoint
+	if i := strings.Index(endpoint, "://"); i >= 0 {
+		prefix, rest = endpoint[:i+len("://")], endpoint[i+len("://"):]
+	}
+	authority := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+	}
+	i := strings.LastIndex(authority, "@")
+	if i < 0 {
+		return endpoint
+	}
+	return prefix + "xxxxx" + rest[i:]
 }
 
 func wrapExp[E sdktrace.SpanExporter](e E, err error) (sdktrace.SpanExporter, error) {
@@ -266,11 +309,16 @@ func (t *Tracing) Flush(ctx context.Context) error {
 // first (a collector that takes the connection and never answers), it
 // cancels the export under way and waits up to stopGrace for the exporter
 // to shut down, so that no export goes on after Shutdown: the spans not
-// exported yet are lost.
+// exported yet are lost. The errors the SDK reports on its own go to
+// Config.Log until Shutdown returns, those of the exports it cuts short
+// included (unless an export outlasts stopGrace).
 func (t *Tracing) Shutdown(ctx context.Context) error {
 	if !t.Enabled() {
 		return nil
 	}
+	// Removed last: the exports cut short below report their errors
+	// before the exporter's Shutdown returns, and abort waits for that.
+	defer sdkErrs.remove(t.errs)
 	if err := t.tp.Shutdown(ctx); err != nil {
 		t.exp.abort()
 		return fmt.Errorf("shut down tracing: %w", err)

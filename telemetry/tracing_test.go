@@ -7,6 +7,7 @@ import (
 	"iter"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -330,9 +331,42 @@ func TestNewTracingEndpoints(t *testing.T) {
 	check("", true)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
 	check("", true)
-	for _, bad := range []string{"ftp://host", "127.0.0.1:4318", "http://"} {
+	for _, bad := range []string{"ftp://host", "127.0.0.1:4318", "http://", "http://user:pass@127.0.0.1:1"} {
 		if _, err := NewTracing(ctx, Config{OTLPEndpoint: bad}); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%q: err = %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+}
+
+// TestCheckEndpointCredentials: an endpoint with userinfo is refused (the
+// exporters would drop it and send no authentication) with a pointer to
+// OTEL_EXPORTER_OTLP_HEADERS, and no error message quotes the credentials,
+// whether the endpoint parses or not.
+func TestCheckEndpointCredentials(t *testing.T) {
+	for _, c := range []struct {
+		endpoint, secret, want string // want: in the message
+	}{
+		{"https://user:s3cret@collector:4318", "s3cret", "OTEL_EXPORTER_OTLP_HEADERS"},
+		{"grpcs://user:s3cret@collector:4317", "s3cret", "OTEL_EXPORTER_OTLP_HEADERS"},
+		{"https://tok3n@collector:4318/v1/traces", "tok3n", "xxxxx@collector:4318/v1/traces"}, // the user name is the token
+		{"https://user:s3cret@collector:4318?a=b@c", "s3cret", "xxxxx@collector:4318?a=b@c"},
+		{"ftp://user:s3cret@collector", "s3cret", "the scheme must be"},
+		{"user:s3cret@collector:4318", "s3cret", "is not a URL"},          // read as scheme "user"
+		{"http://user:s3cr%zt@collector:4318", "s3cr%zt", "is not a URL"}, // does not parse
+		{"http://us@r:p@ss@collector:4318", "p@ss", "xxxxx@collector:4318"},
+	} {
+		err := CheckEndpoint(c.endpoint)
+		if !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%q: err = %v, want ErrInvalidConfig", c.endpoint, err)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, c.secret) || !strings.Contains(msg, c.want) {
+			t.Errorf("%q: %q; want %q in it and not %q", c.endpoint, msg, c.want, c.secret)
+		}
+	}
+	for _, ok := range []string{"", "http://127.0.0.1:4318", "https://collector:4318/otlp/v1/traces", "grpc://collector:4317", "http://collector:4318/a@b"} {
+		if err := CheckEndpoint(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
 		}
 	}
 }
