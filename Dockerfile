@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# Multi-stage build: a static jetsink binary on a distroless base (~15 MB).
+# Multi-stage build: a static jetsink binary on a distroless base (~37 MB).
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
