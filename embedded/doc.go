@@ -11,4 +11,10 @@
 // Destroy (a panic, SIGKILL, go test -timeout), the next StartNATS("") of
 // any process removes its NATS directories, and the next StartPostgres its
 // clusters, stopping the server first.
+//
+// The cluster's superuser has a random password, which Cluster.URL carries:
+// the server refuses connections without it, over TCP and its Unix socket,
+// so that other users of the machine cannot connect as the superuser (and,
+// through COPY ... TO PROGRAM, run commands as the server's OS user). Show
+// the URL only to whoever started the cluster.
 package embedded

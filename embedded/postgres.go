@@ -2,9 +2,11 @@ package embedded
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -29,6 +31,7 @@ type Cluster struct {
 	bin     string // directory holding initdb, pg_ctl, postgres
 	cred    *syscall.Credential
 	opts    clusterOptions
+	pass    string // the superuser's password, in URL
 	running bool
 }
 
@@ -58,9 +61,18 @@ func StartPostgres(opts ...ClusterOption) (*Cluster, error) {
 	return startCluster(o)
 }
 
-// URL connects to database db as the superuser "postgres".
+// URL connects to database db as the superuser "postgres", with the
+// cluster's password: the server refuses connections without it, from
+// other local users too. It is a secret (see the package doc).
 func (c *Cluster) URL(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword("postgres", c.pass),
+		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)),
+		Path:     "/" + db,
+		RawQuery: "sslmode=disable",
+	}
+	return u.String()
 }
 
 // Port is the TCP port the cluster listens on (127.0.0.1).
@@ -78,6 +90,10 @@ func (c *Cluster) PID() int {
 func (c *Cluster) Stop(mode string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.stop(mode)
+}
+
+func (c *Cluster) stop(mode string) error {
 	if !c.running {
 		return nil
 	}
@@ -95,9 +111,25 @@ func (c *Cluster) Start() error {
 	return c.start()
 }
 
-// Destroy stops the server and removes its directory.
+// Destroy stops the server and removes its directory. When pg_ctl fails
+// to stop the server, Destroy kills it and returns pg_ctl's error; if even
+// that leaves it running, Destroy keeps the directory, so that the first
+// StartPostgres after this process ends can find the server and stop it.
 func (c *Cluster) Destroy() error {
-	err := c.Stop("immediate")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.stop("immediate")
+	if err != nil {
+		// Without its directory a server that survived would be found by
+		// no sweep, and would keep its port and shared memory until reboot.
+		if !c.stopStray() {
+			pid := c.PID()
+			return fmt.Errorf("%w; the server (pid %d) still runs, even after SIGKILL, so its directory %s stays: "+
+				"the first StartPostgres after this process ends stops and removes them, or kill -9 %d and remove it yourself",
+				err, pid, c.dir, pid)
+		}
+		c.running = false
+	}
 	if rmErr := os.RemoveAll(c.dir); rmErr != nil && err == nil {
 		err = rmErr
 	}
@@ -120,8 +152,10 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 	}
 	// The owner file lets a later StartPostgres stop and remove the cluster
 	// if this process dies without doing so (a test binary killed by
-	// -timeout).
-	dir, err := ownedTempDir(pgDirPrefix, 0o755)
+	// -timeout). 0700: only the server's user (and root) may reach the
+	// Unix socket and the files; clients connect over TCP, with the
+	// password.
+	dir, err := ownedTempDir(pgDirPrefix, 0o700)
 	if err != nil {
 		return nil, fmt.Errorf("cluster dir: %w", err)
 	}
@@ -132,9 +166,9 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 			return nil, fmt.Errorf("give cluster dir to postgres: %w", err)
 		}
 	}
-	if err := c.run(2*time.Minute, "initdb", "-D", c.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+	if err := c.initdb(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("initdb: %w", err)
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -152,6 +186,32 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 			return nil, err
 		}
 	}
+}
+
+// initdb makes the data directory with a random superuser password, which
+// every connection must give, over TCP and the Unix socket alike: with
+// trust, any local user could connect as the superuser and, with COPY ...
+// TO PROGRAM, run commands as the server's OS user.
+func (c *Cluster) initdb() error {
+	c.pass = rand.Text()
+	// A file, not an argument, which any local user could read in /proc;
+	// it is removed once initdb has read it (the server keeps a SCRAM
+	// verifier, not the password).
+	pwfile := filepath.Join(c.dir, "pwfile")
+	if err := os.WriteFile(pwfile, []byte(c.pass+"\n"), 0o600); err != nil {
+		return fmt.Errorf("initdb: password file: %w", err)
+	}
+	defer os.Remove(pwfile)
+	if c.cred != nil {
+		if err := os.Chown(pwfile, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return fmt.Errorf("initdb: give password file to postgres: %w", err)
+		}
+	}
+	if err := c.run(2*time.Minute, "initdb", "-D", c.dataDir(), "-U", "postgres", "--pwfile="+pwfile, "--auth=scram-sha-256",
+		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+		return fmt.Errorf("initdb: %w", err)
+	}
+	return nil
 }
 
 func (c *Cluster) start() error {
@@ -188,18 +248,28 @@ func (c *Cluster) start() error {
 // orphan's (see sweepOrphans). It reads the pid from postmaster.pid and
 // leaves alone a live process whose command line does not name the data
 // directory (the pid was reused). It tries pg_ctl stop -m immediate, then
-// SIGKILL.
-func (c *Cluster) stopStray() {
+// SIGKILL, and reports whether the server is gone.
+func (c *Cluster) stopStray() bool {
 	if !c.strayRuns() {
-		return
+		return true
 	}
 	pid := c.PID()
 	if err := c.run(30*time.Second, "pg_ctl", "-D", c.dataDir(), "-m", "immediate", "-w", "-t", "30", "stop"); err == nil {
-		return
+		return true
 	}
-	if processAlive(pid) && runsIn(pid, c.dataDir()) {
-		_ = syscall.Kill(pid, syscall.SIGKILL) // its children exit when they see the postmaster gone
+	if !processAlive(pid) || !runsIn(pid, c.dataDir()) {
+		return true
 	}
+	_ = syscall.Kill(pid, syscall.SIGKILL) // its children exit when they see the postmaster gone
+	// Wait, for a caller that removes the directory only once the server
+	// is gone. A zombie no longer names the directory (its command line is
+	// empty), so an unreaped postmaster counts as gone.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if !processAlive(pid) || !runsIn(pid, c.dataDir()) {
+			return true
+		}
+	}
+	return false
 }
 
 // strayRuns reports whether the pid in the data directory's postmaster.pid
@@ -293,8 +363,7 @@ func stopOrphan(dir string) bool {
 		return !c.strayRuns()
 	}
 	c.bin, c.cred = bin, cred
-	c.stopStray()
-	return true
+	return c.stopStray()
 }
 
 // postgresCredential is the user to run PostgreSQL as: the "postgres" user

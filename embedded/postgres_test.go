@@ -1,15 +1,24 @@
 package embedded
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/goleak"
 )
 
@@ -104,36 +113,19 @@ func TestSweepOrphanedNATSStoreDirs(t *testing.T) {
 // waiting just before the server is ready), the server is stopped before
 // the next attempt and before the directory is removed.
 func TestFailedStartLeavesNoServer(t *testing.T) {
-	real, err := findPostgresBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A bin directory the postgres user can read, whose pg_ctl starts the
-	// server and then reports failure, and logs its arguments.
-	bin, err := os.MkdirTemp("", "jetsink-pgbin-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(bin) })
-	if err := os.Chmod(bin, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"initdb", "postgres"} {
-		if err := os.Symlink(filepath.Join(real, name), filepath.Join(bin, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	log := filepath.Join(bin, "starts")
-	script := "#!/bin/sh\n" +
-		"for a; do last=$a; done\n" +
-		"\"" + filepath.Join(real, "pg_ctl") + "\" \"$@\" || exit\n" +
-		"[ \"$last\" = start ] || exit 0\n" +
-		"echo \"$@\" >>" + log + "\n" +
-		"echo 'pg_ctl: server did not start in time (test)' >&2\n" +
-		"exit 1\n"
-	if err := os.WriteFile(filepath.Join(bin, "pg_ctl"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// A pg_ctl that starts the server and then reports failure, and logs
+	// its arguments.
+	var log string
+	bin := fakePgCtl(t, func(bin, real string) string {
+		log = filepath.Join(bin, "starts")
+		return "#!/bin/sh\n" +
+			"for a; do last=$a; done\n" +
+			"\"" + real + "\" \"$@\" || exit\n" +
+			"[ \"$last\" = start ] || exit 0\n" +
+			"echo \"$@\" >>" + log + "\n" +
+			"echo 'pg_ctl: server did not start in time (test)' >&2\n" +
+			"exit 1\n"
+	})
 
 	c, err := startCluster(clusterOptions{bin: bin})
 	if err == nil {
@@ -164,5 +156,152 @@ func TestFailedStartLeavesNoServer(t *testing.T) {
 				t.Errorf("cluster dir %s still there: %v", dir, err)
 			}
 		}
+	}
+}
+
+// fakePgCtl makes a bin directory the postgres user can read, with the real
+// initdb and postgres and, as pg_ctl, the shell script that script returns
+// given the directory and the real pg_ctl's path.
+func fakePgCtl(t *testing.T, script func(bin, realPgCtl string) string) string {
+	t.Helper()
+	real, err := findPostgresBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.MkdirTemp("", "jetsink-pgbin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(bin) })
+	if err := os.Chmod(bin, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"initdb", "postgres"} {
+		if err := os.Symlink(filepath.Join(real, name), filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bin, "pg_ctl"), []byte(script(bin, filepath.Join(real, "pg_ctl"))), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// When pg_ctl cannot stop the server, Destroy stops it another way before
+// it removes the directory: a server left running without its directory
+// and owner.pid would be found by no sweep, and would keep its port and
+// shared memory until reboot.
+func TestDestroyStopsAServerPgCtlCannot(t *testing.T) {
+	bin := fakePgCtl(t, func(_, real string) string {
+		return "#!/bin/sh\n" +
+			"for a; do last=$a; done\n" +
+			"if [ \"$last\" = stop ]; then echo 'pg_ctl: could not send stop signal (test)' >&2; exit 1; fi\n" +
+			"exec \"" + real + "\" \"$@\"\n"
+	})
+	c, err := startCluster(clusterOptions{bin: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, dataDir := c.PID(), c.dataDir()
+	if pid == 0 {
+		t.Fatal("no postmaster.pid in a started cluster")
+	}
+	t.Cleanup(func() {
+		if processAlive(pid) && runsIn(pid, dataDir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+
+	if err := c.Destroy(); err == nil {
+		t.Error("Destroy returned no error although pg_ctl stop failed")
+	} else {
+		t.Logf("Destroy: %v", err)
+	}
+	if processAlive(pid) && runsIn(pid, dataDir) {
+		t.Errorf("the server (pid %d) still runs after Destroy", pid)
+	}
+	if conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(c.Port()), time.Second); err == nil {
+		conn.Close()
+		t.Errorf("port %d still accepts connections after Destroy", c.Port())
+	}
+	if _, err := os.Stat(c.dir); !os.IsNotExist(err) {
+		t.Errorf("cluster dir %s still there: %v", c.dir, err)
+	}
+}
+
+// The cluster refuses connections without its password, over TCP and over
+// its Unix socket, and hands out a URL that carries it; nothing but the
+// server can reach the socket, and the password is left in no file.
+func TestClusterRequiresPassword(t *testing.T) {
+	c, err := StartPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Destroy() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatalf("connect with URL(): %v", err)
+	}
+	var super bool
+	err = conn.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super)
+	_ = conn.Close(ctx)
+	if err != nil || !super {
+		t.Fatalf("URL() connects as a superuser: %v, %v", super, err)
+	}
+
+	u, err := url.Parse(c.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass, ok := u.User.Password()
+	if !ok || len(pass) < 20 {
+		t.Fatalf("URL() %s carries no password of at least 20 characters", c.URL("postgres"))
+	}
+	const invalidPassword = "28P01" // SQLSTATE of a refused password
+	noPass, wrongPass := *u, *u
+	noPass.User = url.User("postgres")
+	wrongPass.User = url.UserPassword("postgres", pass[1:]+pass[:1])
+	for _, tc := range []struct{ name, dsn string }{
+		{"TCP, no password", noPass.String()},
+		{"TCP, wrong password", wrongPass.String()},
+		{"Unix socket, no password", fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", c.dir, c.Port())},
+	} {
+		conn, err := pgx.Connect(ctx, tc.dsn)
+		if err == nil {
+			_ = conn.Close(ctx)
+			t.Errorf("%s: connected", tc.name)
+			continue
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != invalidPassword {
+			t.Errorf("%s: %v; want SQLSTATE %s (invalid_password)", tc.name, err, invalidPassword)
+		}
+	}
+
+	fi, err := os.Stat(c.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		t.Errorf("cluster dir (and Unix socket dir) %s has mode %v; want no access for group and others", c.dir, perm)
+	}
+	err = filepath.WalkDir(c.dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(b, []byte(pass)) {
+			t.Errorf("%s holds the password", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -74,7 +74,9 @@ second one gives the drain up and exits with status 130.`,
 				return err
 			}
 			defer pg.Destroy()
-			fmt.Fprintf(out, "embedded NATS     %s\nthrowaway PostgreSQL 127.0.0.1:%d (fsync on)\n", ns.URL(), pg.Port())
+			// The URL carries the cluster's random password: without it
+			// the one who started the demo could not look at the table.
+			fmt.Fprintf(out, "embedded NATS     %s\nthrowaway PostgreSQL %s (fsync on)\n", ns.URL(), pg.URL("postgres"))
 			if err := stopped(nil); err != nil {
 				return err
 			}

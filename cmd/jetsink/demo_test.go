@@ -92,11 +92,11 @@ func TestDemoSecondSignalAbortsAHungDrain(t *testing.T) {
 	r := startJetsink(t, ctx, "demo", "--events", "50000", "--subjects", "10")
 
 	r.waitOutput(t, ctx, "throwaway PostgreSQL")
-	port := regexp.MustCompile(`throwaway PostgreSQL 127\.0\.0\.1:(\d+)`).FindStringSubmatch(r.out.String())
-	if port == nil {
-		t.Fatalf("no port in:\n%s", r.out.String())
+	pgURL := regexp.MustCompile(`throwaway PostgreSQL (postgres://\S+)`).FindStringSubmatch(r.out.String())
+	if pgURL == nil {
+		t.Fatalf("no PostgreSQL URL in:\n%s", r.out.String())
 	}
-	conn, err := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:"+port[1]+"/postgres?sslmode=disable")
+	conn, err := pgx.Connect(ctx, pgURL[1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestDemoSecondSignalAbortsAHungDrain(t *testing.T) {
 	}
 
 	r.waitOutput(t, ctx, "published")
-	waitLockWaiter(t, ctx, "postgres://postgres@127.0.0.1:"+port[1]+"/postgres?sslmode=disable")
+	waitLockWaiter(t, ctx, pgURL[1])
 	interrupt(t)
 	r.waitOutput(t, ctx, "stopping; a second signal exits at once")
 	interrupt(t)

@@ -9,7 +9,9 @@
 // existing server instead; each test then gets a fresh database on it.
 //
 // Tests that cannot get a server fail with a message that says how to
-// provide one; nothing here skips.
+// provide one. Nothing here skips except NewPartition, which needs root and
+// iproute2's ip: without them it skips the test, saying how to run it,
+// unless CI is set, where it fails the test instead.
 //
 // Packages that use Postgres call Main from TestMain so that the shared
 // cluster is stopped when the test binary ends and goroutine leaks are

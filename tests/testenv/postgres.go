@@ -27,7 +27,9 @@ const howToProvide = "install PostgreSQL 15 so that initdb and pg_ctl are on PAT
 
 // PG is a database of its own for one test.
 type PG struct {
-	// URL connects to the test's database.
+	// URL connects to the test's database. On a throwaway cluster it
+	// carries the cluster's password, without which the server refuses
+	// connections.
 	URL string
 	// Cluster is the throwaway cluster serving it, nil when
 	// JETSINK_TEST_DATABASE_URL named an existing server.
