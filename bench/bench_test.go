@@ -93,14 +93,20 @@ func checkReport(t *testing.T, rep *Report, engines int) {
 	}
 }
 
+// testBase is the default configuration on the servers the tests use.
+func testBase(t *testing.T) config.Config {
+	ns, pg := testenv.NATS(t), testenv.Postgres(t)
+	base := config.Default()
+	base.NATS.URL, base.Postgres.URL = ns.URL(), pg.URL
+	return base
+}
+
 // TestDrainCompareBaseline runs a short drain of jetsink and the baseline on
 // the servers the tests use (committed_at stands in for the commit time).
 func TestDrainCompareBaseline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	ns, pg := testenv.NATS(t), testenv.Postgres(t)
-	base := config.Default()
-	base.NATS.URL, base.Postgres.URL = ns.URL(), pg.URL
+	base := testBase(t)
 	base.Pipeline.Workers = 2
 	rep, err := Run(ctx, Options{Exe: testenv.Jetsink(t), Base: base, Scenario: ScenarioDrain, Events: 20_000,
 		Subjects: 100, Compare: true, Timeout: 3 * time.Minute, Progress: testWriter{t}})
@@ -129,9 +135,7 @@ func TestDrainCompareBaseline(t *testing.T) {
 func TestDrainExactlyOnceVariant(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ns, pg := testenv.NATS(t), testenv.Postgres(t)
-	base := config.Default()
-	base.NATS.URL, base.Postgres.URL = ns.URL(), pg.URL
+	base := testBase(t)
 	rep, err := Run(ctx, Options{Exe: testenv.Jetsink(t), Base: base, Scenario: ScenarioDrain, Events: 2000, Subjects: 10,
 		Variants: []Variant{{Name: "postgres.mode=exactly-once", Set: []string{"postgres.mode=exactly-once"}}},
 		Timeout:  time.Minute, Progress: testWriter{t}})
@@ -146,9 +150,7 @@ func TestDrainExactlyOnceVariant(t *testing.T) {
 func TestFailedRunLeftOutOfSummary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ns, pg := testenv.NATS(t), testenv.Postgres(t)
-	base := config.Default()
-	base.NATS.URL, base.Postgres.URL = ns.URL(), pg.URL
+	base := testBase(t)
 	rep, err := Run(ctx, Options{Exe: testenv.Jetsink(t), Base: base, Scenario: ScenarioDrain, Events: 100, Subjects: 10,
 		Timeout: time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "did not drain within 1ms (--timeout)") {

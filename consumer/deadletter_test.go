@@ -37,6 +37,19 @@ func dlqStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Co
 	return s
 }
 
+// dlqSetup is a dead-letter test's start: a server, a consumer on it, and
+// the stream that captures its dead letters; ctx ends after 30 s.
+func dlqSetup(t *testing.T) (context.Context, Config, *Consumer, jetstream.JetStream, jetstream.Stream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	return ctx, cfg, c, js, dlqStream(t, ctx, js, cfg)
+}
+
 func TestDeadLetterPublishesThenTerminates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -252,13 +265,7 @@ func TestDeadLetterPublishIsBounded(t *testing.T) {
 
 func TestDeadLetterConcurrent(t *testing.T) {
 	const n, workers = 200, 8
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv)
-	c := newConsumer(t, ctx, cfg)
-	js := jsFor(t, srv)
-	dlq := dlqStream(t, ctx, js, cfg)
+	ctx, cfg, c, js, dlq := dlqSetup(t)
 	publish(t, ctx, js, cfg, n, 5, 0)
 
 	r := startRun(t, ctx, c, 1, 256, n)
@@ -412,13 +419,7 @@ func isDeadLetterID(id, stream string, seq uint64) bool {
 // that the letter fits (the body and the other headers whole); one that
 // cannot fit even without a reason fails, nak'ed, and says why.
 func TestDeadLetterOfALargeEventFitsMaxPayload(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv)
-	c := newConsumer(t, ctx, cfg)
-	js := jsFor(t, srv)
-	dlq := dlqStream(t, ctx, js, cfg)
+	ctx, cfg, c, js, dlq := dlqSetup(t)
 	maxPayload := int(c.nc.MaxPayload())
 
 	// The letter's own headers (ids, subject, stream, sequence, stage,

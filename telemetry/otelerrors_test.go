@@ -1,7 +1,6 @@
 package telemetry
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // record is one slog record as recorder keeps it.
@@ -52,25 +53,6 @@ func (r *recorder) records() []record {
 	return append([]record(nil), r.recs...)
 }
 
-// syncBuffer is what the standard logger writes to in the test: the SDK
-// writes from its goroutines while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -88,7 +70,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // collector that refuses connections go to Config.Log, the first at once
 // and the rest counted, and never to the standard log package's output.
 func TestSDKErrorsGoToTheLogger(t *testing.T) {
-	std := &syncBuffer{}
+	std := &testenv.SyncBuffer{} // the SDK writes from its goroutines while the test reads
 	prev := log.Writer()
 	log.SetOutput(std)
 	t.Cleanup(func() { log.SetOutput(prev) })

@@ -107,15 +107,7 @@ func TestPublishCmdWithoutStream(t *testing.T) {
 		t.Errorf("took %v to refuse", d)
 	}
 
-	plain, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go plain.Start()
-	t.Cleanup(plain.Shutdown)
-	if !plain.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server without JetStream did not start")
-	}
+	plain := natsServer(t, &server.Options{})
 	stdout, stderr, err = runPublish(t, ctx, "--nats-url", plain.ClientURL(), "--subject", "x", "--events", "100000", "-q")
 	if err == nil || !strings.Contains(err.Error(), "no JetStream") || stdout != "" {
 		t.Fatalf("publish to a server without JetStream: %v\n%s%s", err, stdout, stderr)
@@ -126,16 +118,7 @@ func TestPublishCmdWithoutStream(t *testing.T) {
 func TestPublishCmdUsesTheNATSSection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir(), Username: "pub", Password: "s3cret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
+	srv := natsServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(), Username: "pub", Password: "s3cret"})
 	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("pub", "s3cret"))
 	if err != nil {
 		t.Fatal(err)
@@ -156,4 +139,21 @@ func TestPublishCmdUsesTheNATSSection(t *testing.T) {
 	if err != nil || !strings.Contains(stdout, "acked 20,") {
 		t.Fatalf("publish with nats.user and nats.password: %v\n%s%s", err, stdout, stderr)
 	}
+}
+
+// natsServer starts a nats-server with o (testenv.NATS has JetStream and
+// no authentication) on a random loopback port, shut down in t.Cleanup.
+func natsServer(t *testing.T, o *server.Options) *server.Server {
+	t.Helper()
+	o.Host, o.Port, o.NoLog, o.NoSigs = "127.0.0.1", -1, true, true
+	srv, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	return srv
 }
