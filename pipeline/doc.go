@@ -82,8 +82,13 @@
 //     128, rounded to microseconds as PostgreSQL rounds that input: in
 //     binary floating point, ties to even). Numbers are
 //     refused: epoch seconds and milliseconds are too easy to confuse.
-//     Four-digit years always lie inside PostgreSQL's range.
-//   - date: "YYYY-MM-DD".
+//     Second 60 (a leap second) is the next minute's first, as in
+//     PostgreSQL. Four-digit years always lie inside PostgreSQL's range;
+//     where PostgreSQL's text input is stricter, the RFC 3339 / ISO 8601
+//     meaning is stored: year 0000 is 1 BC (PostgreSQL refuses year 0),
+//     and offsets up to ±23:59 are taken (PostgreSQL's stop at ±15:59).
+//     meta:published_at and meta:received_at are rounded to microseconds.
+//   - date: "YYYY-MM-DD" (0000 is 1 BC, as above).
 //   - jsonb: any JSON value, written compactly (the payload column keeps the
 //     payload's bytes); \u0000 anywhere in it is refused with nul_in_text
 //     (PostgreSQL refuses it with SQLSTATE 22P05), and a number beyond

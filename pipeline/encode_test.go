@@ -179,6 +179,8 @@ func TestAppendTupleTypes(t *testing.T) {
 		{"ts space", TypeTimestamptz, `"2026-11-29 19:59:15Z"`, false, nil, CodeInvalidFormat},
 		{"ts bad day", TypeTimestamptz, `"2026-02-29T00:00:00Z"`, false, nil, CodeInvalidFormat},
 		{"ts leap day", TypeTimestamptz, `"2024-02-29T00:00:00Z"`, false, tsMicros("2024-02-29T00:00:00Z"), ""},
+		{"ts leap second", TypeTimestamptz, `"2016-12-31T23:59:60Z"`, false, tsMicros("2017-01-01T00:00:00Z"), ""},
+		{"ts second 61", TypeTimestamptz, `"2016-12-31T23:59:61Z"`, false, nil, CodeInvalidFormat},
 		{"ts hour 24", TypeTimestamptz, `"2026-11-29T24:00:00Z"`, false, nil, CodeInvalidFormat},
 		{"ts empty frac", TypeTimestamptz, `"2026-11-29T19:59:15.Z"`, false, nil, CodeInvalidFormat},
 		{"ts number", TypeTimestamptz, `1764446355`, false, nil, CodeWrongType},
@@ -242,5 +244,20 @@ func TestAppendTupleTypes(t *testing.T) {
 				t.Fatalf("field = %x (%q), want %x (%q)", f[0], f[0], c.want, c.want)
 			}
 		})
+	}
+}
+
+// Metadata times are rounded to microseconds, as PostgreSQL rounds the
+// same instant written as text, not truncated.
+func TestAppendTimeRounds(t *testing.T) {
+	for _, c := range []struct {
+		ns   int64 // past 2000-01-01T00:00:00Z
+		want int64 // µs
+	}{{900, 1}, {499, 0}, {1500, 2}, {-900, -1}} {
+		tm := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(c.ns))
+		got, err := appendTime(nil, TypeTimestamptz, tm)
+		if err != nil || !bytes.Equal(got, be64(uint64(c.want))) {
+			t.Errorf("%v: %x (%v), want %d µs", tm, got, err, c.want)
+		}
 	}
 }

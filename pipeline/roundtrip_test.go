@@ -452,7 +452,9 @@ func TestRoundTripPostgres(t *testing.T) {
 			// finer than microseconds, ties among them: PostgreSQL rounds in binary, ties to even
 			"2026-01-01T00:00:00.0000005Z", "2026-01-01T00:00:00.0000015Z", "2026-01-01T00:00:00.0000025Z",
 			"2026-01-01T00:00:00.1234565Z", "2026-01-01T00:00:00.12345650000000001Z", "2026-01-01T00:00:00.9999995Z",
-			"2026-01-01T23:59:59.9999996+01:00", "9999-12-31T23:59:59.9999994Z", "2026-01-01T00:00:00.00000049999Z"} {
+			"2026-01-01T23:59:59.9999996+01:00", "9999-12-31T23:59:59.9999994Z", "2026-01-01T00:00:00.00000049999Z",
+			// a leap second, and second 60 of any minute: the next minute's first
+			"2016-12-31T23:59:60Z", "2026-01-01T12:30:60.5+01:00"} {
 			evs = append(evs, Event{Data: []byte(`{"v":"` + s + `","d":"` + s[:10] + `"}`)})
 		}
 		for range 300 { // nanoseconds, and the ties at the seventh digit

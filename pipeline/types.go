@@ -439,7 +439,9 @@ func parseTimestamp(s string) (int64, *DecodeError) {
 	h, ok1 := digits(s[11:], 2)
 	mi, ok2 := digits(s[14:], 2)
 	sec, ok3 := digits(s[17:], 2)
-	if !ok1 || !ok2 || !ok3 || h > 23 || mi > 59 || sec > 59 {
+	// Second 60: a leap second (RFC 3339 allows it), which PostgreSQL
+	// takes as the next minute's first, as the sum below does.
+	if !ok1 || !ok2 || !ok3 || h > 23 || mi > 59 || sec > 60 {
 		return bad()
 	}
 	rest := s[19:]
