@@ -87,7 +87,8 @@
 //     where PostgreSQL's text input is stricter, the RFC 3339 / ISO 8601
 //     meaning is stored: year 0000 is 1 BC (PostgreSQL refuses year 0),
 //     and offsets up to ±23:59 are taken (PostgreSQL's stop at ±15:59).
-//     meta:published_at and meta:received_at are rounded to microseconds.
+//     meta:published_at and meta:received_at are rounded to the nearest
+//     microsecond (a half away from zero).
 //   - date: "YYYY-MM-DD" (0000 is 1 BC, as above).
 //   - jsonb: any JSON value, written compactly (the payload column keeps the
 //     payload's bytes); \u0000 anywhere in it is refused with nul_in_text

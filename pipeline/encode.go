@@ -310,9 +310,10 @@ func appendTime(dst []byte, t Type, tm time.Time) ([]byte, *DecodeError) {
 	if t == TypeText {
 		return tm.UTC().AppendFormat(dst, time.RFC3339Nano), nil
 	}
-	// Rounded, not truncated, to microseconds, as PostgreSQL's input rounds
-	// the same instant given as text (the column of type text shows it
-	// to the nanosecond).
+	// Rounded to the nearest microsecond (a half away from zero), not
+	// truncated: PostgreSQL's input rounds the same instant given as text
+	// too (the column of type text shows it to the nanosecond), though
+	// its ties go by the binary value of the fraction.
 	us := tm.Round(time.Microsecond).UnixMicro() - pgEpochMicros
 	return binary.BigEndian.AppendUint64(dst, uint64(us)), nil
 }

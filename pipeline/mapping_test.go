@@ -81,8 +81,8 @@ func TestRawColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := fields(t, tup)
-	want := [][]byte{[]byte("EVENTS"), be64(42), []byte("events.a"), tsMicros("2026-11-29T19:59:15.123456Z"),
-		tsMicros("2026-11-29T19:59:15.124456Z"), []byte("m-1"), []byte("\x01{\"a\":1}")}
+	want := [][]byte{[]byte("EVENTS"), be64(42), []byte("events.a"), tsMicros("2026-11-29T19:59:15.123457Z"),
+		tsMicros("2026-11-29T19:59:15.124457Z"), []byte("m-1"), []byte("\x01{\"a\":1}")}
 	for i := range want {
 		if !bytes.Equal(f[i], want[i]) {
 			t.Errorf("field %d (%s) = %x, want %x", i, RawColumns()[i].Name, f[i], want[i])
@@ -117,7 +117,7 @@ func TestMetaHeaderPayload(t *testing.T) {
 		{"meta:delivered", TypeInt2, be16(3), ""},
 		{"meta:delivered", TypeInt4, be32(3), ""},
 		{"meta:subject", TypeText, []byte("s.1"), ""},
-		{"meta:published_at", TypeTimestamptz, tsMicros("2026-11-29T18:59:15Z"), ""},
+		{"meta:published_at", TypeTimestamptz, tsMicros("2026-11-29T18:59:15.000001Z"), ""}, // rounded, a half away from zero
 		{"meta:published_at", TypeText, []byte("2026-11-29T18:59:15.0000005Z"), ""},
 		{"meta:received_at", TypeTimestamptz, nil, ""}, // zero time: NULL
 		{"meta:msg_id", TypeUUID, hx("3f0c9a2e1b7d4c8e9f000123456789ab"), ""},
