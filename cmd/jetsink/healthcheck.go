@@ -27,7 +27,13 @@ func newHealthcheckCmd() *cobra.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("--url: %w", err)}
 			}
-			resp, err := http.DefaultClient.Do(req)
+			// Not http.DefaultClient: a probe must ask the listener itself,
+			// not follow a redirect or go through HTTP_PROXY.
+			client := &http.Client{
+				Transport:     &http.Transport{Proxy: nil},
+				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+			}
+			resp, err := client.Do(req)
 			if err != nil {
 				return fmt.Errorf("healthcheck: %w", err)
 			}

@@ -58,11 +58,14 @@ func applyMemoryLimit(limit int64, log *slog.Logger) (stop func()) {
 	if limit == 0 {
 		return stop
 	}
-	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+	// Empty counts as unset, as the runtime reads them (compose and Helm
+	// templates often pass GOMEMLIMIT: ${GOMEMLIMIT:-}).
+	if v := os.Getenv("GOMEMLIMIT"); v != "" {
 		log.Info("memory_limit not applied: GOMEMLIMIT is set", "GOMEMLIMIT", v)
 		return stop
 	}
-	gogc, gogcSet := os.LookupEnv("GOGC")
+	gogc := os.Getenv("GOGC")
+	gogcSet := gogc != ""
 	if limit == config.MemoryLimitAuto {
 		if gogcSet {
 			log.Info("memory_limit auto not applied: GOGC is set", "GOGC", gogc)

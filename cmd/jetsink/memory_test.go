@@ -50,6 +50,19 @@ func TestApplyMemoryLimit(t *testing.T) {
 			t.Errorf("GOGC %d, want %d", got, gcPercentWithLimit)
 		}
 	})
+	t.Run("empty GOMEMLIMIT and GOGC are unset", func(t *testing.T) {
+		restoreGC(t)
+		t.Setenv("GOMEMLIMIT", "")
+		t.Setenv("GOGC", "")
+		debug.SetMemoryLimit(math.MaxInt64)
+		applyMemoryLimit(40<<20, log)()
+		if got := debug.SetMemoryLimit(-1); got != 40<<20 {
+			t.Errorf("memory limit %d, want %d", got, 40<<20)
+		}
+		if got := debug.SetGCPercent(100); got != gcPercentWithLimit {
+			t.Errorf("GOGC %d, want %d", got, gcPercentWithLimit)
+		}
+	})
 	t.Run("GOMEMLIMIT wins", func(t *testing.T) {
 		restoreGC(t)
 		t.Setenv("GOMEMLIMIT", "1GiB")
