@@ -116,6 +116,15 @@ const (
 	// then fails it and is dead-lettered (code constraint) although its row
 	// is stored, each such row found by bisecting its batch.
 	ProblemUniqueKey ProblemKind = "unique_key"
+	// ProblemPrivilege: jetsink's role lacks a privilege every batch needs:
+	// INSERT on the table; in exactly-once mode also SELECT on it (the
+	// missing-rows query, the stream checks) and TEMP on the database (the
+	// staging table).
+	ProblemPrivilege ProblemKind = "privilege"
+	// ProblemReadOnly: the session is read-only (a standby in recovery, or
+	// default_transaction_read_only for the role or database): every
+	// batch fails with SQLSTATE 25006.
+	ProblemReadOnly ProblemKind = "read_only"
 	// ProblemRule: in exactly-once mode the table has UPDATE rules (even
 	// disabled ones) or enabled INSERT rules. INSERT ... ON CONFLICT fails
 	// on such a table (SQLSTATE 0A000), except under an INSERT rule DO
@@ -189,7 +198,10 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		return nil, fmt.Errorf("check columns of %s on %s: %w", tname, s.where, err)
 	}
 
-	var probs []Problem
+	probs, err := s.checkWritable(ctx, c, *oid)
+	if err != nil {
+		return nil, err
+	}
 	mapped := map[string]pipeline.Column{}
 	for _, c := range s.cols {
 		mapped[c.Name] = c
@@ -293,6 +305,50 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				Message: fmt.Sprintf("exactly-once mode needs a unique index on %s %s and there is none", tname, key),
 				Fix:     s.DDL()[1]})
 		}
+	}
+	return probs, nil
+}
+
+// checkWritable finds what would refuse every batch whatever the rows:
+// missing privileges, or a read-only session. Without it, check passed and
+// run then retried every batch for ever ("the database refuses every
+// batch").
+func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Problem, error) {
+	tname := s.table.Sanitize()
+	var insert, sel, temp, recovery bool
+	var readOnly string
+	err := c.QueryRow(ctx, `SELECT has_table_privilege($1::oid, 'INSERT'), has_table_privilege($1::oid, 'SELECT'),
+		has_database_privilege(current_database(), 'TEMP'), pg_is_in_recovery(), current_setting('transaction_read_only')`, rel).
+		Scan(&insert, &sel, &temp, &recovery, &readOnly)
+	if err != nil {
+		return nil, fmt.Errorf("check privileges on %s on %s: %w", tname, s.where, err)
+	}
+	var probs []Problem
+	grant := func(priv, on string) {
+		probs = append(probs, Problem{Kind: ProblemPrivilege,
+			Message: fmt.Sprintf("jetsink's role may not %s %s, which every batch needs", priv, on),
+			Fix:     fmt.Sprintf("GRANT %s ON %s TO <jetsink's role>", priv, on)})
+	}
+	if !insert {
+		grant("INSERT", tname)
+	}
+	if s.cfg.Mode == ExactlyOnce {
+		if !sel {
+			grant("SELECT", tname)
+		}
+		if !temp {
+			grant("TEMP", "DATABASE "+pgx.Identifier{c.Config().Database}.Sanitize())
+		}
+	}
+	switch {
+	case recovery:
+		probs = append(probs, Problem{Kind: ProblemReadOnly,
+			Message: fmt.Sprintf("%s is a standby in recovery: it takes no writes", s.where),
+			Fix:     "point postgres.url at the primary"})
+	case readOnly == "on":
+		probs = append(probs, Problem{Kind: ProblemReadOnly,
+			Message: "the session is read-only (default_transaction_read_only for the role or database): every batch fails with SQLSTATE 25006",
+			Fix:     "ALTER ROLE <jetsink's role> SET default_transaction_read_only = off (or the same on the database)"})
 	}
 	return probs, nil
 }

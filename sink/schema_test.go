@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -356,5 +357,69 @@ func TestPingGivesUpWhileAdminIsBusy(t *testing.T) {
 	}
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping once the admin connection is free: %v", err)
+	}
+}
+
+// What refuses every batch whatever the rows is found by Check: a missing
+// INSERT privilege, in exactly-once mode SELECT and TEMP too, and a
+// read-only session.
+func TestCheckPrivilegesAndReadOnly(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	owner, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = ExactlyOnce }) // creates the table
+	tbl := owner.table.Sanitize()
+	role := uniqueName(t)
+	exec := func(q string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db := pgx.Identifier{admin.Config().Database}.Sanitize()
+	exec("CREATE ROLE " + role + " LOGIN PASSWORD 'limited-pw'")
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = admin.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = admin.Exec(ctx, "DROP ROLE "+role)
+	})
+	exec("GRANT USAGE ON SCHEMA public TO " + role)
+	exec("REVOKE TEMP ON DATABASE " + db + " FROM PUBLIC")
+	u, err := url.Parse(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, "limited-pw")
+	check := func(mode Mode) []string {
+		t.Helper()
+		s, _ := newTestSink(t, ctx, u.String(), func(c *Config) { c.Table, c.Mode, c.CreateTable = owner.cfg.Table, mode, false })
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		var got []string
+		for _, p := range probs {
+			if !p.Warning { // at-least-once warns of the exactly-once key
+				got = append(got, string(p.Kind)+": "+p.Fix)
+			}
+		}
+		return got
+	}
+	want := []string{"privilege: GRANT INSERT ON " + tbl + " TO <jetsink's role>", "privilege: GRANT SELECT ON " + tbl + " TO <jetsink's role>",
+		"privilege: GRANT TEMP ON DATABASE " + db + " TO <jetsink's role>"}
+	if got := check(ExactlyOnce); !slices.Equal(got, want) {
+		t.Fatalf("exactly-once, no privileges:\n%q\nwant\n%q", got, want)
+	}
+	if got := check(AtLeastOnce); !slices.Equal(got, want[:1]) {
+		t.Fatalf("at-least-once, no privileges:\n%q\nwant\n%q", got, want[:1])
+	}
+	exec("GRANT INSERT, SELECT ON " + tbl + " TO " + role)
+	exec("GRANT TEMP ON DATABASE " + db + " TO " + role)
+	if got := check(ExactlyOnce); len(got) != 0 {
+		t.Fatalf("with the privileges: %q", got)
+	}
+	exec("ALTER ROLE " + role + " SET default_transaction_read_only = on")
+	if got := check(ExactlyOnce); len(got) != 1 || !strings.HasPrefix(got[0], "read_only: ALTER ROLE") {
+		t.Fatalf("read-only role: %q", got)
 	}
 }

@@ -94,6 +94,25 @@ func TestCLIInitAndCheck(t *testing.T) {
 		t.Fatalf("check after init: exit %d\n%s", code, out)
 	}
 
+	// An existing table without exactly-once's unique index: a problem,
+	// unless create_table will add the index.
+	var index string
+	if err := e.db.QueryRow(ctx, `SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = $1::regclass AND indisunique`, e.table).Scan(&index); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(ctx, "DROP INDEX "+index); err != nil {
+		t.Fatal(err)
+	}
+	if out, code = jetsinkCmd(t, noCreate, "check", "--config", cfgPath); code != 1 || !strings.Contains(out, "needs a unique index") {
+		t.Fatalf("check without the unique index: exit %d\n%s", code, out)
+	}
+	if out, code = jetsinkCmd(t, []string{"JETSINK_POSTGRES_CREATE_TABLE=true"}, "check", "--config", cfgPath); code != 0 || !strings.Contains(out, "needs a unique index") {
+		t.Fatalf("check without the unique index, with create_table: exit %d, want 0 with a warning\n%s", code, out)
+	}
+	if out, code = jetsinkCmd(t, nil, "init", "--config", cfgPath); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+
 	// Rows stored past the stream's last sequence: the stream was deleted
 	// and re-created, and exactly-once would skip its events.
 	if _, err := e.db.Exec(ctx, `INSERT INTO `+e.table+` (id, ts, stream, stream_seq) VALUES (gen_random_uuid(), now(), $1, 500)`, e.stream); err != nil {

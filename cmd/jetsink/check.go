@@ -83,8 +83,9 @@ be fixed first, 2 for a bad config.`,
 				fmt.Fprintf(out, "postgres: ok (table %s matches the %d mapped columns)\n", cfg.Postgres.Table, len(mapper.Columns()))
 			default:
 				for _, p := range pgProblems {
-					// A missing table is only a warning when run will create it.
-					report("postgres", p.Warning || p.Kind == sink.ProblemTableMissing && cfg.Postgres.CreateTable, p.String())
+					// Only warnings when run fixes them: create_table makes a missing table, and the unique index
+					// exactly-once needs on an existing one (IF NOT EXISTS).
+					report("postgres", p.Warning || cfg.Postgres.CreateTable && (p.Kind == sink.ProblemTableMissing || p.Kind == sink.ProblemNoUniqueIndex), p.String())
 				}
 			}
 			if failed > 0 {
