@@ -93,8 +93,8 @@ var warmTimeout = 10 * time.Second
 // or a remote server. (Committers take batches in turn, so connecting on
 // first use put one connect on each of the first Connections batches.) A
 // failure is left to the first batch's attempt, which retries with backoff
-// and logs; a database that is down at start is reported by the startup
-// check already. Run cancels ctx once the batcher is done, so that a
+// and logs (a database that is down at start is not an error: run starts,
+// and /readyz says what is wrong). Run cancels ctx once the batcher is done, so that a
 // connect that hangs does not hold up its return.
 func (c *committer) warm(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
