@@ -163,7 +163,15 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
 			return nil, nil
 		}
-		// The exporters read every OTEL_EXPORTER_OTLP_* variable themselves.
+		// The exporters read every OTEL_EXPORTER_OTLP_* variable themselves,
+		// and drop the credentials of an endpoint as CheckEndpoint says.
+		for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+			if u, err := url.Parse(os.Getenv(v)); err == nil && u.User != nil {
+				return nil, fmt.Errorf("%w: %s %q: the OTLP exporters ignore credentials in the URL and would send none; "+
+					"remove them and set OTEL_EXPORTER_OTLP_HEADERS instead, e.g. OTEL_EXPORTER_OTLP_HEADERS=Authorization=Basic%%20<base64 of user:password>",
+					ErrInvalidConfig, v, redactEndpoint(os.Getenv(v)))
+			}
+		}
 		switch proto {
 		case "grpc":
 			return wrapExp(otlptracegrpc.New(ctx))

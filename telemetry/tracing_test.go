@@ -336,6 +336,16 @@ func TestNewTracingEndpoints(t *testing.T) {
 			t.Errorf("%q: err = %v, want ErrInvalidConfig", bad, err)
 		}
 	}
+	// The variables' credentials would be dropped the same way.
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		t.Setenv(v, "https://user:s3cret@127.0.0.1:1")
+		_, err := NewTracing(ctx, Config{SampleRatio: 1})
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), v) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s with credentials: err = %v, want ErrInvalidConfig naming it, without the password", v, err)
+		}
+		t.Setenv(v, "")
+	}
 }
 
 // TestCheckEndpointCredentials: an endpoint with userinfo is refused (the

@@ -16,6 +16,7 @@ import (
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/telemetry"
 )
 
 // errAborted marks a run whose drain was cut short.
@@ -26,7 +27,8 @@ type usageError struct{ error }
 
 func isSectionConfigError(err error) bool {
 	return errors.Is(err, consumer.ErrInvalidConfig) || errors.Is(err, sink.ErrInvalidConfig) ||
-		errors.Is(err, pipeline.ErrInvalidConfig) || errors.Is(err, pipeline.ErrInvalidMapping)
+		errors.Is(err, pipeline.ErrInvalidConfig) || errors.Is(err, pipeline.ErrInvalidMapping) ||
+		errors.Is(err, telemetry.ErrInvalidConfig)
 }
 
 // configFlags are the flags every command that needs the configuration has.
