@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,6 +61,11 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		return nil, fmt.Errorf("JetStream is not available on nats.url: %w", err)
 	}
 	var problems []Problem
+	if cfg.PullMaxBytes > 0 && int64(cfg.PullMaxBytes) < nc.MaxPayload() {
+		// New refuses it: run would exit 2.
+		problems = append(problems, Problem{Message: fmt.Sprintf("nats.pull_max_bytes (%d) is below the server's max_payload (%d): a larger message would stall the consumer",
+			cfg.PullMaxBytes, nc.MaxPayload()), Fix: fmt.Sprintf("set nats.pull_max_bytes to %d or more, or 0", nc.MaxPayload())})
+	}
 	stream, err := js.Stream(ctx, cfg.Stream)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound) && cfg.CreateStream:
@@ -72,6 +79,15 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		info := stream.CachedInfo()
 		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
 			problems = append(problems, Problem{Message: err.Error()})
+		}
+		if f := cfg.FilterSubject; f != "" && len(info.Config.Subjects) > 0 &&
+			!slices.ContainsFunc(info.Config.Subjects, func(s string) bool { return subjectsOverlap(s, f) }) {
+			// The server takes such a filter, and the consumer then
+			// receives nothing, silently. (A stream without subjects
+			// of its own, a mirror or one that sources others, may hold
+			// any subject.)
+			problems = append(problems, Problem{Message: fmt.Sprintf("nats.filter_subject %q matches none of stream %s's subjects (%s): the consumer would receive nothing",
+				f, cfg.Stream, strings.Join(info.Config.Subjects, ", ")), Fix: "set nats.filter_subject to a subject within the stream's, or \"\" for all"})
 		}
 		problems = append(problems, checkConsumer(ctx, stream, cfg)...)
 		if cfg.StoredSeq != nil {
@@ -100,6 +116,24 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		return nil, fmt.Errorf("look up the stream of nats.dead_letter_subject: %w", err)
 	}
 	return problems, nil
+}
+
+// subjectsOverlap reports whether some subject matches both NATS subject
+// patterns a and b (each may hold * and >; > stands for one token or more).
+func subjectsOverlap(a, b string) bool {
+	for {
+		at, arest, amore := strings.Cut(a, ".")
+		bt, brest, bmore := strings.Cut(b, ".")
+		switch {
+		case at == ">" || bt == ">":
+			return true
+		case at != "*" && bt != "*" && at != bt:
+			return false
+		case !amore || !bmore:
+			return amore == bmore
+		}
+		a, b = arest, brest
+	}
 }
 
 // checkConsumer compares an existing durable consumer with the config.

@@ -132,3 +132,53 @@ func TestCreateStreamKeepsExistingConfig(t *testing.T) {
 	newConsumer(t, ctx, cfg)
 	check("after a second start")
 }
+
+// What New refuses, and a filter that takes nothing from the stream, are
+// errors of check too.
+func TestCheckPullBytesAndFilter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: []string{"chk.a.*", "chk.b.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream + "_DLQ", Subjects: []string{cfg.DeadLetterSubject}}); err != nil {
+		t.Fatal(err)
+	}
+	errorsOf := func(c Config) string {
+		t.Helper()
+		ps, err := Check(ctx, c, testLogger(t, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, p := range ps {
+			if !p.Warning {
+				b.WriteString(p.String() + "\n")
+			}
+		}
+		return b.String()
+	}
+	for _, f := range []string{"", "chk.a.x", "chk.a.*", "chk.*.x", "chk.b.x.y", "chk.>", ">"} {
+		c := cfg
+		c.FilterSubject = f
+		if got := errorsOf(c); got != "" {
+			t.Errorf("filter %q: %s", f, got)
+		}
+	}
+	for _, f := range []string{"chk.c.x", "chk.a", "chk.a.x.y", "other.>", "chk.b"} {
+		c := cfg
+		c.FilterSubject = f
+		if got := errorsOf(c); !strings.Contains(got, "matches none of stream") {
+			t.Errorf("filter %q: errors %q, want it named", f, got)
+		}
+	}
+	c := cfg
+	c.PullMaxBytes = 1000
+	if got := errorsOf(c); !strings.Contains(got, "nats.pull_max_bytes (1000) is below the server's max_payload") {
+		t.Errorf("pull_max_bytes 1000: errors %q", got)
+	}
+}
