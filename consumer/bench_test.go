@@ -64,7 +64,7 @@ func BenchmarkRun(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer c.Close()
+		defer func() { _ = c.Close(context.Background()) }()
 
 		const rings = 2
 		out := ringq.NewDispatch(rings, 8192, key)

@@ -23,7 +23,8 @@ import (
 // the stream does not exist. It also matches jetstream.ErrStreamNotFound.
 var ErrStreamNotFound = errors.New("stream not found")
 
-// closeWait bounds how long Close waits for the connection to drain.
+// closeWait bounds how long Close waits for the server to confirm the acks
+// when its context has no deadline.
 const closeWait = 10 * time.Second
 
 // abortFlush bounds how long the wire connection may take to send the acks
@@ -73,6 +74,13 @@ type Consumer struct {
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration
 
+	// acks follows the acks and terms sent, for the confirmations of Run
+	// and Close.
+	acks ackLedger
+	// closeOnce and closeErr make Close idempotent.
+	closeOnce sync.Once
+	closeErr  error
+
 	// traceMsg starts an event's span (telemetry.Tracing.StartMessage);
 	// nil when tracing is off. Set before Run.
 	traceMsg func(ev pipeline.Event) trace.Span
@@ -103,6 +111,7 @@ type counters struct {
 	heartbeatsMissing atomic.Uint64
 	epochs            atomic.Uint64
 	staleTerms        atomic.Uint64
+	acksUnconfirmed   atomic.Uint64
 }
 
 // Stats are the consumer's counters since New.
@@ -116,6 +125,12 @@ type Stats struct {
 	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow)
 	Epochs            uint64 // new epochs: the stream or consumer was replaced under events in flight
 	StaleTerms        uint64 // dead letters stored whose original was not terminated: its stream was replaced
+	// AcksUnconfirmed counts acks and terms (AckAll, DeadLetter) that may
+	// not have reached the server: sent on a connection lost before a flush
+	// confirmed them, or left unconfirmed by Close. Their events are
+	// delivered again after nats.ack_wait (a duplicate row in at-least-once
+	// mode) if they did not.
+	AcksUnconfirmed uint64
 }
 
 // Lag is the durable consumer's backlog as the server reports it.
@@ -163,7 +178,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	}
 	c.nc = nc
 	if err := c.setup(ctx); err != nil {
-		c.Close()
+		_ = c.Close(ctx)
 		return nil, err
 	}
 	log.Info("nats consumer ready", "url", nc.ConnectedUrlRedacted(), "max_ack_pending", cfg.maxAckPending())
@@ -215,6 +230,9 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 			if err == nil && (nc.IsClosed() || nc.IsDraining()) {
 				return // our own Close
 			}
+			// What this connection had written and the server had not
+			// read is gone with it; what comes now waits for the reconnect.
+			c.acks.lost()
 			c.log.Warn("nats disconnected", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
@@ -361,28 +379,51 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 	return nil
 }
 
-// Close drains the connections (pending acks and publishes are flushed) and
-// waits up to 10s for nats.go's to close. Call it after Run has returned; a
-// Run still going returns an error. Idempotent.
-func (c *Consumer) Close() {
+// Close confirms that the server has read the acks and terms sent (a flush
+// of each connection; one that is reconnecting is waited for, and its
+// PING follows the acks buffered for the reconnect), then closes the
+// connections. It waits while ctx has time left, at most closeWait when ctx
+// has no deadline; once ctx has ended (before or during the wait) it gives
+// the connections abortBudget and closes them without waiting for the
+// server. Acks and terms that may not have reached the server are logged at
+// Warn, counted in Stats.AcksUnconfirmed, and reported by an error wrapping
+// ErrAcksUnconfirmed: their events are delivered again after ack_wait.
+// Call it after Run has returned and the sink has settled its last batch
+// (a Run still going returns an error). Idempotent: later calls return the
+// first one's result.
+func (c *Consumer) Close(ctx context.Context) error {
+	c.closeOnce.Do(func() { c.closeErr = c.close(ctx) })
+	return c.closeErr
+}
+
+func (c *Consumer) close(ctx context.Context) error {
+	wait, cancel := closeContext(ctx)
+	defer cancel()
+	n, err := c.confirm(wait, true)
 	if wc := c.wc.Load(); wc != nil {
-		// Wait until the server has read the acks: a socket closed with
-		// unread input is reset, which can discard them.
-		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
-		_ = wc.Flush(ctx)
-		cancel()
-		_ = wc.Close()
+		if err == nil {
+			_ = wc.Close()
+		} else {
+			// Close would write out its buffer, which a server that does
+			// not read can hold for Options.WriteTimeout.
+			wc.Abort()
+		}
 	}
-	if err := c.nc.Drain(); err != nil {
-		// Already closed, or reconnecting: nothing to flush to.
-		c.nc.Close()
+	// Not Drain: the acks are confirmed or given up on already; Drain
+	// would wait for the subscriptions and flush again, up to closeWait
+	// each, on a server that may not answer, and on a connection that
+	// is reconnecting it closes at once, dropping what it buffered.
+	c.nc.Close()
+	<-c.closed
+	if n == 0 {
+		return nil
 	}
-	select {
-	case <-c.closed:
-	case <-time.After(closeWait + time.Second):
-		c.nc.Close()
-		<-c.closed
+	if err == nil {
+		err = errors.New("a connection was lost while they were on their way")
 	}
+	c.log.Warn("acks not confirmed by NATS at shutdown: they may not have reached the server, and their events are "+
+		"then delivered again after ack_wait (a duplicate row in at-least-once mode, none in exactly-once)", "acks", n, "err", err)
+	return fmt.Errorf("%w: %d acks may not have reached the server (%w); their events are delivered again after ack_wait", ErrAcksUnconfirmed, n, err)
 }
 
 // lookAgain marks that the stream may have been replaced while a connection
@@ -431,5 +472,6 @@ func (c *Consumer) Stats() Stats {
 		HeartbeatsMissing: s.heartbeatsMissing.Load(),
 		Epochs:            s.epochs.Load(),
 		StaleTerms:        s.staleTerms.Load(),
+		AcksUnconfirmed:   s.acksUnconfirmed.Load(),
 	}
 }

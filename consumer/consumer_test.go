@@ -72,7 +72,7 @@ func TestNewMissingStream(t *testing.T) {
 	cfg.CreateStream = false
 	c, err := New(ctx, cfg, testLogger(t, nil))
 	if err == nil {
-		c.Close()
+		_ = c.Close(context.Background())
 		t.Fatal("New bound to a stream that does not exist")
 	}
 	if !errors.Is(err, ErrStreamNotFound) || !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -113,7 +113,7 @@ func TestNewRefusesStreamCapturingDeadLetters(t *testing.T) {
 	cfg.CreateStream = false
 	c, err := New(ctx, cfg, testLogger(t, nil))
 	if err == nil {
-		c.Close()
+		_ = c.Close(context.Background())
 		t.Fatal("New accepted a stream that captures its own dead letters")
 	}
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nats.dead_letter_subject") {
@@ -129,7 +129,7 @@ func TestNewPullMaxBytesBelowMaxPayload(t *testing.T) {
 	cfg.PullMaxBytes = 64 << 10
 	c, err := New(ctx, cfg, testLogger(t, nil))
 	if err == nil {
-		c.Close()
+		_ = c.Close(context.Background())
 		t.Fatal("New accepted pull_max_bytes below the server's max_payload")
 	}
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nats.pull_max_bytes") {
@@ -146,7 +146,7 @@ func TestNewUnreachableServer(t *testing.T) {
 	cfg.URL = strings.Replace(cfg.URL, "nats://", "nats://u:"+sentinel+"@", 1)
 	c, err := New(ctx, cfg, testLogger(t, nil))
 	if err == nil {
-		c.Close()
+		_ = c.Close(context.Background())
 		t.Fatal("New succeeded without a server")
 	}
 	if strings.Contains(err.Error(), sentinel) {
@@ -180,7 +180,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 		}
 		waitFor(t, ctx, "reconnect", c.Ready)
 		r.stopClean(t, ctx)
-		c.Close()
+		_ = c.Close(context.Background())
 		out := logs.String()
 		if !strings.Contains(out, "nats reconnected") {
 			t.Fatalf("reconnect was not logged:\n%s", out)
@@ -209,7 +209,7 @@ func TestCloseFlushesAcks(t *testing.T) {
 		}
 	}
 	r.stopClean(t, ctx)
-	c.Close()
+	_ = c.Close(context.Background())
 	if c.Ready() {
 		t.Fatal("Ready() = true after Close")
 	}

@@ -120,7 +120,12 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	if reason == "" {
 		reason = "dead_letter"
 	}
-	if !c.epochs.IfCurrent(ev.Epoch, func() { err = ev.Msg.TermWithReason(reason) }) {
+	if !c.epochs.IfCurrent(ev.Epoch, func() {
+		// Counted as an ack, for Close to confirm.
+		c.acks.begin(1)
+		err = ev.Msg.TermWithReason(reason)
+		c.acks.end(1, btoi(err == nil))
+	}) {
 		// Its stream was replaced: a term would land on the new stream's
 		// event with the same sequence.
 		c.stats.staleTerms.Add(1)
@@ -264,4 +269,12 @@ func nakDelay(delivered uint64) time.Duration {
 		return dlNakMax
 	}
 	return min(dlNakBase<<(delivered-1), dlNakMax)
+}
+
+// btoi is 1 for true, 0 for false.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

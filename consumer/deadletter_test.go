@@ -364,7 +364,7 @@ func TestMaxDeliverDeadLetterOutlastsOutage(t *testing.T) {
 	}
 	// No jetsink runs while the nak's delay runs out.
 	r.stopClean(t, ctx)
-	c.Close()
+	_ = c.Close(context.Background())
 	select {
 	case <-time.After(nakDelay(2) + time.Second):
 	case <-ctx.Done():

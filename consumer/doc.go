@@ -12,8 +12,9 @@
 // below), nats.max_ack_pending, nats.filter_subject). Run pulls with
 // consumer/wire on a connection of its own (nats.pull_client "wire", the
 // default; its messages are acked over that connection while it is open,
-// a committed batch's in one write (AckAll, for sink.Sink.SetAckAll), and
-// through nats.go's connection after) or nats.go's Consume:
+// a committed batch's in one write (Consumer.AckAll, for
+// sink.Sink.SetAckAll), and through nats.go's connection after) or nats.go's
+// Consume:
 // up to nats.pull_max_messages (and optionally nats.pull_max_bytes per
 // pull) requested, a new pull sent when half are taken, idle heartbeats
 // from the server. Each message becomes a pipeline.Event (one reply-subject
@@ -120,19 +121,43 @@
 // the delivery goroutine of the pull subscription (wire's or nats.go's),
 // one message at a time; Run starts a new subscription only after the previous one's delivery
 // goroutine has returned, so the dispatch has one producer at a time, and Run
-// closes it before returning. nats.go's other goroutines (reader, flusher,
-// pull loop, status watcher) and wire's (reader, flusher, pinger) end with
-// the subscription and with the connection (Close). Nothing here outlives
-// Close.
+// closes it before returning. Run also starts, and waits for on return, the
+// goroutine that confirms the acks every second (below). nats.go's other
+// goroutines (reader, flusher, pull loop, status watcher) and wire's
+// (reader, flusher, pinger) end with the subscription and with the
+// connection (Close). Nothing here outlives Close.
 //
 // # Shutdown
 //
 // Run takes two contexts. When intake ends, Run stops pulling, drains the
 // messages already delivered to this client into the dispatch, closes it and
 // returns nil; when hard ends, it gives up promptly (unpushed messages are
-// redelivered by JetStream after ack_wait). Close drains the connection so
-// the acks the sink sent are flushed; call it after Run and after the sink
-// has settled its last batch.
+// redelivered by JetStream after ack_wait). Close(ctx) confirms that the
+// server has read the acks and terms sent (a flush of each connection,
+// waiting for one that is reconnecting: nats.go sends what it buffered
+// meanwhile first, and closing it instead would drop that), then closes the
+// connections; call it after Run and after the sink has settled its last
+// batch. It waits while ctx has time (at most 10 s without a deadline) and,
+// once ctx has ended, gives the connections 250 ms and closes them without
+// waiting for a server that does not answer.
+//
+// # Acks that may not have reached the server
+//
+// An ack is sent once the connection has taken it; nats.go buffers it
+// while reconnecting, and both clients drop what a connection had written
+// and the server had not read when that connection is lost. So the
+// consumer counts the acks and terms handed over (AckAll, DeadLetter), and
+// while Run runs it confirms them every second with a flush of each
+// connection (a PING, answered after what was written before it). Those
+// sent before a connection was lost and not confirmed before it, and those
+// Close cannot confirm, may not have reached the server: they are logged at
+// Warn, counted in Stats.AcksUnconfirmed, and, at Close, reported by an
+// error wrapping ErrAcksUnconfirmed. Their events are delivered again after
+// ack_wait (a duplicate row in at-least-once mode) if they did not. The
+// count is an upper bound: at a loss it takes all the acks sent since the
+// last confirmation (a second's, or the whole outage's when the server went
+// silent first) and those sent in the moment before nats.go tells of the
+// disconnect, although some of them reached the server.
 //
 // # Concurrency
 //
@@ -148,5 +173,6 @@
 // ErrDeadLetter when the publish failed (the original was nak'ed with a
 // delay, never acked or terminated). Run returns nil after a clean intake
 // shutdown, and otherwise wraps the hard context's error, ringq.ErrClosed
-// or jetstream.ErrConnectionClosed.
+// or jetstream.ErrConnectionClosed. Close wraps ErrAcksUnconfirmed when acks
+// may not have reached the server.
 package consumer

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -275,7 +274,7 @@ func TestEpochLookAfterReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	r := startRun(t, ctx, c, 1, 64, 1000)
 	old := takeN(t, ctx, r, 3)
 
@@ -336,13 +335,16 @@ func replacedCleanly(t *testing.T, ctx context.Context, c *Consumer, r *runner, 
 
 // gateProxy forwards TCP connections to target while open. cut closes
 // every connection and turns new ones away (accepted and closed at once)
-// until reopen.
+// until reopen. freeze stops forwarding, both ways, on every connection
+// while keeping them open, as a server stopped with SIGSTOP would; cut
+// ends it.
 type gateProxy struct {
 	ln     net.Listener
 	target string
 	mu     sync.Mutex
 	open   bool
 	conns  []net.Conn
+	frozen chan struct{} // closed when the freeze ends; nil when not frozen
 	wg     sync.WaitGroup
 }
 
@@ -384,13 +386,41 @@ func (p *gateProxy) accept() {
 		}
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
-		for _, pair := range [][2]net.Conn{{c, s}, {s, c}} {
-			p.wg.Go(func() {
-				_, _ = io.Copy(pair[0], pair[1])
-				pair[0].Close()
-				pair[1].Close()
-			})
+		p.wg.Go(func() { p.pipe(s, c) })
+		p.wg.Go(func() { p.pipe(c, s) })
+	}
+}
+
+// pipe copies src to dst, holding what it read while frozen, until either
+// fails; then it closes both.
+func (p *gateProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			frozen := p.frozen
+			p.mu.Unlock()
+			if frozen != nil {
+				<-frozen
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
 		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *gateProxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen == nil {
+		p.frozen = make(chan struct{})
 	}
 }
 
@@ -402,6 +432,10 @@ func (p *gateProxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
+	if p.frozen != nil {
+		close(p.frozen) // what the pipes hold goes nowhere: their connections are closed
+		p.frozen = nil
+	}
 }
 
 func (p *gateProxy) reopen() {
@@ -424,7 +458,7 @@ func TestRecheckLogsTheConsumerState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	publish(t, ctx, js, cfg, 3, 1, 0)
 	// The server counts a new message's pending for its consumers after it
 	// has sent the PubAck: wait until it says 3.

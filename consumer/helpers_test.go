@@ -82,7 +82,7 @@ func newConsumer(t testing.TB, ctx context.Context, cfg Config) *Consumer {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
 }
 

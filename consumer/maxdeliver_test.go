@@ -163,7 +163,7 @@ func TestMaxDeliverRunsOutWhileJetsinkIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first.Close()
+	_ = first.Close(context.Background())
 	js := jsFor(t, srv)
 	dlq := dlqStream(t, ctx, js, cfg)
 	publish(t, ctx, js, cfg, 1, 1, 0)

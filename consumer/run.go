@@ -61,9 +61,12 @@ type Output interface {
 // did not push are nak'ed, the rest are redelivered after nats.ack_wait.
 // Run returns an error wrapping ringq.ErrClosed if out was closed by someone
 // else and one wrapping jetstream.ErrConnectionClosed if Close was called.
-// Run must not be called concurrently with itself.
+// Run must not be called concurrently with itself. While it runs, a
+// goroutine of its own confirms every second that the server has read the
+// acks sent (see the package documentation).
 func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 	defer out.Close()
+	defer c.confirming()()
 	backoff := retryMin
 	ensure := false   // the stream or consumer went away: re-create them first
 	advanced := false // a new epoch started since the last session began

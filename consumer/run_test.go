@@ -304,7 +304,7 @@ func TestRunDoesNotConsumeFromAConsumerItCannotUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	js := jsFor(t, srv)
 	publish(t, ctx, js, cfg, 5, 1, 0)
 	r := startRun(t, ctx, c, 1, 64, 1000)
@@ -549,7 +549,7 @@ func TestRunAfterCloseFails(t *testing.T) {
 	defer cancel()
 	srv := testenv.NATS(t)
 	c := newConsumer(t, ctx, testConfig(t, srv))
-	c.Close()
+	_ = c.Close(context.Background())
 	out := ringq.NewDispatch(1, 4, key)
 	if err := c.Run(ctx, ctx, out); !errors.Is(err, jetstream.ErrConnectionClosed) {
 		t.Fatalf("Run on a closed consumer = %v, want ErrConnectionClosed", err)

@@ -23,7 +23,7 @@ func TestStoredSeqIntakeEndDuringVerifyStillDrains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	const n = 40
 	publish(t, ctx, js, cfg, n, 1, 0)
 	r := startRun(t, ctx, c, 1, 2, 1)
@@ -226,7 +226,7 @@ func TestStoredSeqStreamLostDuringDrainAdvancesEpoch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	publish(t, ctx, js, cfg, 40, 1, 0)
 	r := startRun(t, ctx, c, 1, 2, 1)
 	before := r.next(t, ctx).ev.Epoch

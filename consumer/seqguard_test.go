@@ -166,13 +166,13 @@ func TestStoredSeqRunRecreatesAndCloses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(c2.Close)
+			t.Cleanup(func() { _ = c2.Close(context.Background()) })
 			r2 := startRun(t, ctx, c2, 1, 64, 1000)
 			if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, ctx, "Run retrying", func() bool { return strings.Contains(log.String(), "; retrying") })
-			c2.Close()
+			_ = c2.Close(context.Background())
 			select {
 			case err := <-r2.done:
 				if !errors.Is(err, jetstream.ErrConnectionClosed) {

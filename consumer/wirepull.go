@@ -28,13 +28,6 @@ type delivery interface {
 	Data() []byte
 }
 
-// AckAll acks every message of ms and puts each result in errs, as Ack on
-// each would (for sink.Sink.SetAckAll). The messages the wire pull client
-// delivered over one open connection are acked in one write to it; others,
-// and those whose connection has closed since, one by one (the latter
-// through the consumer's nats.go connection).
-func AckAll(ms []pipeline.Msg, errs []error) { wire.AckAll(ms, errs) }
-
 // wireDialTimeout bounds one dial of the wire connection; after
 // wireDialAttempts failed dials in a row while nats.go is connected, nats.go
 // pulls instead (pullsWithWire).
@@ -179,6 +172,10 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 			err = fmt.Errorf("%w (%w)", jetstream.ErrNoHeartbeat, err)
 		case errors.Is(err, wire.ErrConnectionClosed):
 			s.connLost.Store(true)
+			// The acks it had written and the server had not read are
+			// gone with it; its messages are acked through nats.go's
+			// connection from now on.
+			c.acks.wireLost(wc)
 			// What the Sub hands on now arrived before the connection
 			// failed, and the stream may be replaced by the time it is
 			// pushed: as after nats.go's reconnect, push (exactly-once)

@@ -33,6 +33,9 @@ type Processor struct {
 
 	adminAddr   atomic.Pointer[net.Addr]
 	exportStuck atomic.Bool // Run's last flush failed
+
+	closeOnce sync.Once // Shutdown (and Close) once
+	closeErr  error
 }
 
 // New connects to NATS and PostgreSQL and builds the stages. cfg must have
@@ -101,7 +104,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	}
 	p.sink.Instrument(p.tracing, p.metrics)
 	p.sink.SetEpochs(p.consumer.Epochs())
-	p.sink.SetAckAll(consumer.AckAll)
+	p.sink.SetAckAll(p.consumer.AckAll) // counts the acks, for Shutdown to confirm
 	p.pipeline, err = pipeline.New(cfg.Pipeline, mapper, dl, log)
 	if err != nil {
 		p.Close()
@@ -244,25 +247,44 @@ func (p *Processor) Consumer() *consumer.Consumer { return p.consumer }
 // Sink gives access to the sink for health checks and statistics.
 func (p *Processor) Sink() *sink.Sink { return p.sink }
 
-// Close releases the connections and shuts telemetry down: spans not yet
-// exported get up to exportBudget more (Run has flushed them already), or
-// abortedBudget when Run's flush failed, plus up to a second for an export
-// that had to be cancelled (telemetry.Tracing.Shutdown). Call it after Run
-// returns.
-func (p *Processor) Close() {
+// Shutdown releases the connections and shuts telemetry down, within ctx.
+// The consumer first confirms that NATS has read the acks of the committed
+// rows (see consumer.Consumer.Close): while ctx has time left (at most 10 s
+// when it has no deadline) it waits for a connection that is reconnecting;
+// once ctx has ended it gives the connections abortedBudget and closes
+// them. Spans not yet exported get up to exportBudget more (Run has flushed
+// them already), or abortedBudget when Run's flush failed or ctx has ended,
+// plus up to a second for an export that had to be cancelled
+// (telemetry.Tracing.Shutdown). Call it after Run returns. The error wraps
+// consumer.ErrAcksUnconfirmed when acks may not have reached NATS (their
+// events come back after ack_wait); the consumer has logged how many.
+// Later calls, and Close, return the first call's result at once.
+func (p *Processor) Shutdown(ctx context.Context) error {
+	p.closeOnce.Do(func() { p.closeErr = p.shutdown(ctx) })
+	return p.closeErr
+}
+
+// Close is Shutdown without a deadline of the caller's: the acks get up to
+// 10 s to be confirmed. Its error is logged by the consumer.
+func (p *Processor) Close() { _ = p.Shutdown(context.Background()) }
+
+func (p *Processor) shutdown(ctx context.Context) error {
 	if p.sink != nil {
 		p.sink.Close()
 	}
+	var err error
 	if p.consumer != nil {
-		p.consumer.Close()
+		err = p.consumer.Close(ctx)
 	}
-	budget := exportBudget
-	if p.exportStuck.Load() {
-		budget = abortedBudget
+	// A second signal during the export ends it too (ctx), after which
+	// the exporter gets the second it takes to give up.
+	tctx, cancel := context.WithTimeout(ctx, exportBudget)
+	if p.exportStuck.Load() || ctx.Err() != nil {
+		cancel()
+		tctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), abortedBudget)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
-	if err := p.tracing.Shutdown(ctx); err != nil {
+	if err := p.tracing.Shutdown(tctx); err != nil {
 		p.log.Warn("tracing shutdown", "err", err)
 	}
 	mctx, cancel := context.WithTimeout(context.Background(), abortedBudget)
@@ -270,6 +292,7 @@ func (p *Processor) Close() {
 	if err := p.metrics.Shutdown(mctx); err != nil {
 		p.log.Warn("metrics shutdown", "err", err)
 	}
+	return err
 }
 
 // How long the export of the last spans may hold up the end of Run and

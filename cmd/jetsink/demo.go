@@ -89,7 +89,7 @@ second one gives the drain up and exits with status 130.`,
 			if err != nil {
 				return stopped(err)
 			}
-			defer p.Close()
+			defer func() { _ = p.Shutdown(hard) }() // a second signal ends its wait for the acks' confirmation
 
 			nc, err := nats.Connect(ns.URL(), nats.Name("jetsink-demo-publisher"))
 			if err != nil {

@@ -20,9 +20,13 @@ func newRunCmd() *cobra.Command {
 		Long: `Run the processor: pull from the durable consumer, map, COPY, COMMIT, ack.
 
 On SIGTERM or SIGINT it drains: stops pulling, lets the rings empty, commits
-and acks the last batch, and exits 0, within drain_timeout. A second signal,
-or the drain timeout, exits at once with status 130; nothing that was not
-committed has been acked, so JetStream redelivers it.`,
+and acks the last batch, waits until NATS has confirmed the acks (for a
+connection that is reconnecting too), and exits 0, within drain_timeout. A
+second signal, or the drain timeout, exits at once with status 130; nothing
+that was not committed has been acked, so JetStream redelivers it, and acks
+NATS had not confirmed are logged: their events come back after ack_wait.
+Acks that cannot be confirmed before then (the connection closed for good, or
+lost while they were on their way) exit 1, saying so.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := cf.load()
@@ -37,8 +41,15 @@ committed has been acked, so JetStream redelivers it.`,
 			hard, stopHard := context.WithCancelCause(ctx)
 			defer stopHard(nil)
 
-			var mu sync.Mutex
-			var timer *time.Timer // the drain's deadline, from the first signal
+			var (
+				mu       sync.Mutex
+				timer    *time.Timer // the drain's deadline, from the first signal
+				deadline time.Time
+			)
+			expire := sync.OnceFunc(func() {
+				log.Warn("drain timeout: exiting now; uncommitted events stay unacked and will be redelivered", "drain_timeout", cfg.DrainTimeout)
+				stopHard(fmt.Errorf("%w: drain took longer than drain_timeout %s", errAborted, cfg.DrainTimeout))
+			})
 			defer func() {
 				mu.Lock()
 				defer mu.Unlock()
@@ -51,10 +62,8 @@ committed has been acked, so JetStream redelivers it.`,
 				stopIntake()
 				mu.Lock()
 				defer mu.Unlock()
-				timer = time.AfterFunc(cfg.DrainTimeout, func() {
-					log.Warn("drain timeout: exiting now; uncommitted events stay unacked and will be redelivered", "drain_timeout", cfg.DrainTimeout)
-					stopHard(fmt.Errorf("%w: drain took longer than drain_timeout %s", errAborted, cfg.DrainTimeout))
-				})
+				deadline = time.Now().Add(cfg.DrainTimeout)
+				timer = time.AfterFunc(cfg.DrainTimeout, expire)
 			}, func(sig os.Signal) {
 				log.Warn("second signal: exiting now; uncommitted events stay unacked and will be redelivered", "signal", sig.String())
 				stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
@@ -68,13 +77,34 @@ committed has been acked, so JetStream redelivers it.`,
 				}
 				return err
 			}
-			defer p.Close()
 			err = p.Run(intake, hard)
+			// The drain is over once NATS has read the acks of the last
+			// batches: Shutdown waits for that until the drain's deadline
+			// (a connection that is reconnecting holds them in its buffer,
+			// and closing it would drop them) and gives up at once when
+			// hard ends. Without a signal (a stage failed) it waits at
+			// most 10 s.
+			mu.Lock()
+			d := deadline
+			mu.Unlock()
+			closeCtx := hard
+			if !d.IsZero() {
+				var cancel context.CancelFunc
+				closeCtx, cancel = context.WithDeadline(hard, d)
+				defer cancel()
+			}
+			closeErr := p.Shutdown(closeCtx)
+			if closeErr != nil && closeCtx.Err() == context.DeadlineExceeded {
+				expire() // the drain's deadline passed, whether or not its timer has fired yet
+			}
 			if cause := context.Cause(hard); cause != nil && cause != context.Canceled {
 				return cause
 			}
 			if err != nil {
 				return err
+			}
+			if closeErr != nil {
+				return fmt.Errorf("drain: %w", closeErr)
 			}
 			log.Info("drained: every event taken in is committed and acked")
 			return nil

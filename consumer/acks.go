@@ -1,0 +1,240 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetsink/jetsink/consumer/wire"
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// ErrAcksUnconfirmed is wrapped by Close's error when acks or terms that
+// were sent may not have reached the server: Close could not confirm them
+// (the server did not answer a flush in time, or the connection is closed),
+// or a connection they went into was lost before a flush had confirmed
+// them. Their events are delivered again after nats.ack_wait.
+var ErrAcksUnconfirmed = errors.New("acks not confirmed by the NATS server")
+
+// While Run runs, the consumer confirms every confirmEvery that the server
+// has read the acks and terms sent so far (a PING on each connection,
+// answered once the server has read what was written before it), waiting
+// up to confirmTimeout. The confirmations bound what a lost connection, or
+// a Close that cannot reach the server, puts in doubt: the acks sent since
+// the last one (see ackLedger). Two PINGs a second cost nothing next to
+// the acks.
+const (
+	confirmEvery   = time.Second
+	confirmTimeout = 5 * time.Second
+)
+
+// abortBudget is what Close gives the connections to take what they hold
+// once its context has ended (a second signal, the drain's deadline).
+const abortBudget = 250 * time.Millisecond
+
+// ackLedger follows the acks and terms handed to the connections (AckAll,
+// DeadLetter), so that the consumer can tell how many may not have reached
+// the server rather than claim they all did. A flush that the server
+// answers confirms everything written before it. A connection lost takes
+// with it what it had written and the server had not read (nats.go and
+// wire alike), while what is buffered for nats.go's reconnect is sent after
+// it and confirmed by the next flush. So a confirmation accounts for the
+// acks sent since the one before: in doubt up to the last loss, if there was
+// one since; confirmed after it, if its flush succeeded.
+//
+//	the acks, in the order they were sent:
+//	|<- accounted for ->|<---- in doubt ---->|<- confirmed by this flush ->|
+//	0               confirmed              lostAt                          n
+//
+// A flush that fails confirms nothing: Run's next confirmation tries again,
+// Close's puts everything since confirmed in doubt.
+//
+// Two counts keep that conservative: a loss takes the count of acks begun
+// (a batch counted before it is written, so that none written before the
+// loss escapes it), a confirmation the count of acks sent (counted once
+// written, so that none counted is still to be written after its PING).
+// nats.go tells of a disconnect a moment late (its handler runs once its
+// reader and flusher have stopped), so the acks sent in that moment are
+// counted in doubt although they went into the reconnect buffer.
+type ackLedger struct {
+	begun  atomic.Uint64             // acks and terms being handed to a connection, or handed
+	sent   atomic.Uint64             // acks and terms a connection took (written or buffered)
+	lostAt atomic.Uint64             // begun when a connection was last lost (the largest)
+	lostWC atomic.Pointer[wire.Conn] // the last wire connection whose loss lostAt counts
+
+	mu        sync.Mutex // one confirmation at a time; guards the fields below
+	confirmed uint64     // sent when the last confirmation was taken: what came before is accounted for
+	wc        *wire.Conn // the wire connection open then, nil if none
+}
+
+// begin counts k acks or terms about to be handed to a connection.
+func (l *ackLedger) begin(k int) { l.begun.Add(uint64(k)) }
+
+// end counts what begin counted as handed over (ok of them) or not.
+func (l *ackLedger) end(k, ok int) {
+	l.sent.Add(uint64(ok))
+	if failed := k - ok; failed > 0 {
+		l.begun.Add(^uint64(failed - 1)) // not sent: never in doubt
+	}
+}
+
+// lost records that a connection was lost now: the acks handed to it so
+// far and not yet confirmed may be lost with it.
+func (l *ackLedger) lost() {
+	n := l.begun.Load()
+	for {
+		old := l.lostAt.Load()
+		if n <= old || l.lostAt.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// wireLost is lost for wire connection wc, once however often it is told.
+func (l *ackLedger) wireLost(wc *wire.Conn) {
+	if wc != nil && l.lostWC.Swap(wc) != wc {
+		l.lost()
+	}
+}
+
+// AckAll acks every message of ms and puts each result in errs, as Ack on
+// each would (for sink.Sink.SetAckAll). The messages the wire pull client
+// delivered over one open connection are acked in one write to it; others,
+// and those whose connection has closed since, one by one (the latter
+// through the consumer's nats.go connection). The acks that a connection
+// took are counted for Close, which confirms that the server has read them.
+func (c *Consumer) AckAll(ms []pipeline.Msg, errs []error) {
+	c.acks.begin(len(ms))
+	wire.AckAll(ms, errs)
+	ok := 0
+	for _, err := range errs[:len(ms)] {
+		if err == nil {
+			ok++
+		}
+	}
+	c.acks.end(len(ms), ok)
+}
+
+// confirm flushes the open wire connection and nats.go's (waiting, within
+// ctx, for one that is reconnecting: the PING goes after the acks buffered
+// for the reconnect) and accounts for the acks and terms sent since the
+// last confirmation. Those it cannot vouch for are counted in
+// Stats.AcksUnconfirmed and returned: the ones sent before a connection
+// was lost since the last confirmation and, when a flush failed and final
+// is set, every one since then. When a flush fails and final is not set,
+// nothing changes: the next confirmation tries again.
+func (c *Consumer) confirm(ctx context.Context, final bool) (unconfirmed uint64, err error) {
+	l := &c.acks
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wc := c.wc.Load()
+	if wc != nil && isDone(wc) {
+		wc = nil
+	}
+	if l.wc != nil && l.wc != wc {
+		// Failed (or replaced after failing) since the last confirmation:
+		// a session's end has told already, unless none was running.
+		l.wireLost(l.wc)
+	}
+	l.wc = wc
+	n := l.sent.Load()
+	if n == l.confirmed && !final {
+		return 0, nil // nothing to confirm: spare the server the PINGs
+	}
+	lostAt := l.lostAt.Load() // before the flush: a loss during it fails it
+	err = c.flush(ctx, wc)
+	if err != nil && !final {
+		return 0, err
+	}
+	upTo := min(lostAt, n)
+	if err != nil {
+		upTo = n
+	}
+	if upTo > l.confirmed {
+		unconfirmed = upTo - l.confirmed
+		c.stats.acksUnconfirmed.Add(unconfirmed)
+	}
+	l.confirmed = n
+	return unconfirmed, err
+}
+
+// flush returns once the server has read everything written before it on
+// wc (when not nil) and on nats.go's connection, or with the first error.
+// ctx must have a deadline (nats.go's FlushWithContext wants one).
+func (c *Consumer) flush(ctx context.Context, wc *wire.Conn) error {
+	var werr error
+	var wg sync.WaitGroup
+	if wc != nil {
+		wg.Go(func() {
+			if err := wc.Flush(ctx); err != nil {
+				werr = fmt.Errorf("flush the wire pull connection: %w", err)
+			}
+		})
+	}
+	// A PING sent while reconnecting waits in nats.go's reconnect buffer
+	// behind the acks, and is answered once they have gone out on the new
+	// connection; a disconnect before the answer fails it (nats.go
+	// releases pending flushes with ErrConnectionClosed).
+	nerr := c.nc.FlushWithContext(ctx)
+	if nerr != nil {
+		nerr = fmt.Errorf("flush the NATS connection (%s): %w", c.nc.Status(), nerr)
+	}
+	wg.Wait()
+	return errors.Join(werr, nerr)
+}
+
+// confirming takes a confirmation every confirmEvery until the function it
+// returns is called; that function waits for the goroutine to end.
+func (c *Consumer) confirming() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(confirmEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return
+			}
+			cctx, cancelConfirm := context.WithTimeout(ctx, confirmTimeout)
+			n, _ := c.confirm(cctx, false)
+			cancelConfirm()
+			if n > 0 {
+				c.log.Warn("a connection to NATS was lost: acks sent before it may not have reached the server; "+
+					"their events are delivered again after ack_wait (a duplicate row in at-least-once mode)", "acks", n)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// closeContext is what Close waits under: ctx while it has time left, at
+// most closeWait when ctx has no deadline; when ctx has ended already,
+// abortBudget.
+func closeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil {
+		return context.WithTimeout(context.WithoutCancel(ctx), abortBudget)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		return context.WithTimeout(ctx, closeWait)
+	}
+	return context.WithCancel(ctx)
+}
+
+// isDone reports whether wc has closed or failed.
+func isDone(wc *wire.Conn) bool {
+	select {
+	case <-wc.Done():
+		return true
+	default:
+		return false
+	}
+}

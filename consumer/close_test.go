@@ -1,0 +1,320 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// closeSetup is a consumer of the test's own stream, connected to srv
+// through a gateProxy with the pull client named, and logging to buf (nil:
+// the test's log).
+func closeSetup(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer) (*Consumer, *gateProxy, Config) {
+	t.Helper()
+	p := newGateProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
+	cfg := testConfig(t, srv)
+	cfg.URL = p.url()
+	cfg.PullClient = client
+	c, err := New(ctx, cfg, testLogger(t, buf))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c, p, cfg
+}
+
+// takeMsgs returns the messages of the next n events r pushes.
+func takeMsgs(t *testing.T, ctx context.Context, r *runner, n int) []pipeline.Msg {
+	t.Helper()
+	var ms []pipeline.Msg
+	for _, ev := range takeN(t, ctx, r, n) {
+		ms = append(ms, ev.Msg)
+	}
+	return ms
+}
+
+// ackAll acks ms with c.AckAll, as the sink does, and fails the test if a
+// connection refused one (a buffered ack is not refused).
+func ackAll(t *testing.T, c *Consumer, ms []pipeline.Msg) {
+	t.Helper()
+	errs := make([]error, len(ms))
+	c.AckAll(ms, errs)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("AckAll: %v", err)
+	}
+}
+
+// startHardRun is startRun under a hard context of its own, and the
+// function that ends it and waits for Run to return. How Run ended does not
+// matter to Close; ending it with hard spares the tests nats.go's drain of
+// a subscription whose connection is down (10 s, DrainTimeout).
+func startHardRun(t *testing.T, ctx context.Context, c *Consumer) (r *runner, stop func()) {
+	t.Helper()
+	hard, stopHard := context.WithCancel(ctx)
+	t.Cleanup(stopHard)
+	r = startRun(t, hard, c, 1, 16, 16)
+	return r, func() {
+		t.Helper()
+		stopHard()
+		select {
+		case <-r.done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return within 5s of hard ending")
+		}
+	}
+}
+
+// waitDisconnected waits until the consumer has noticed that its
+// connections are down: nats.go reconnecting, the wire connection failed,
+// and both losses recorded (nats.go's handler runs a moment after its
+// status changes; acks sent meanwhile would count as in doubt).
+func waitDisconnected(t *testing.T, ctx context.Context, c *Consumer, log *syncBuffer) {
+	t.Helper()
+	waitFor(t, ctx, "nats.go reconnecting and the wire connection gone", func() bool {
+		wc := c.wc.Load()
+		return !c.nc.IsConnected() && strings.Contains(log.String(), `msg="nats disconnected"`) &&
+			(wc == nil || isDone(wc) && c.acks.lostWC.Load() == wc)
+	})
+}
+
+// ackPending is the durable consumer's count of messages delivered and
+// not acked, asked of srv directly (not through the proxy).
+func ackPending(t *testing.T, ctx context.Context, srv *testenv.NATSServer, cfg Config) int {
+	t.Helper()
+	cons, err := jsFor(t, srv).Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatalf("consumer info: %v", err)
+	}
+	return cons.CachedInfo().NumAckPending
+}
+
+// Once its context has ended (a second signal: hard), or its deadline has
+// passed (drain_timeout), Close returns within abortBudget or so even when
+// the server hangs: it keeps the connections open and answers nothing, as
+// a server stopped with SIGSTOP. Before, Close waited up to 10 s for the
+// wire connection's flush and then up to 11 s for nats.go's Drain, whatever
+// the caller's deadline, so a second signal did not end jetsink. The acks
+// the server never confirmed are counted, not claimed.
+func TestCloseBoundedWhileServerHangs(t *testing.T) {
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		for _, tc := range []struct {
+			name     string
+			deadline time.Duration // 0: the context has ended before Close
+		}{{"ended", 0}, {"deadline", 1500 * time.Millisecond}} {
+			t.Run(client+"/"+tc.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				srv := testenv.NATS(t)
+				var buf syncBuffer
+				c, p, cfg := closeSetup(t, ctx, srv, client, &buf)
+				r, stopRun := startHardRun(t, ctx, c)
+				publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
+				ms := takeMsgs(t, ctx, r, 3)
+
+				p.freeze()
+				ackAll(t, c, ms)
+				stopRun()
+
+				var closeCtx context.Context
+				var cancelClose context.CancelFunc
+				if tc.deadline > 0 {
+					closeCtx, cancelClose = context.WithTimeout(ctx, tc.deadline) // the drain's deadline
+				} else {
+					closeCtx, cancelClose = context.WithCancel(ctx)
+					cancelClose() // a second signal: hard has ended
+				}
+				defer cancelClose()
+				start := time.Now()
+				err := c.Close(closeCtx)
+				if took, limit := time.Since(start), tc.deadline+4*time.Second; took > limit { // 10-21 s before
+					t.Fatalf("Close took %v while the server hung, want under %v (the caller's deadline and the abort budget)", took, limit)
+				}
+				if !errors.Is(err, ErrAcksUnconfirmed) {
+					t.Fatalf("Close = %v, want ErrAcksUnconfirmed: the server never read the 3 acks", err)
+				}
+				if st := c.Stats(); st.AcksUnconfirmed != 3 {
+					t.Fatalf("Stats.AcksUnconfirmed = %d, want 3", st.AcksUnconfirmed)
+				}
+				if !strings.Contains(buf.String(), "acks not confirmed by NATS at shutdown") {
+					t.Fatalf("no warning about the unconfirmed acks in the log:\n%s", buf.String())
+				}
+			})
+		}
+	}
+}
+
+// Acks sent while the connection to NATS is down are buffered by nats.go
+// for the reconnect: the wire connection, which carries the acks of its
+// messages while it is open, fails with it, and they go through nats.go's
+// connection after. Close waits, while its context has time, for the
+// reconnect and a flush that confirms them. Before, its Drain closed the
+// reconnecting connection at once, which dropped them without an error:
+// the events were delivered again although the shutdown said acked.
+func TestCloseWaitsForTheReconnectToConfirmAcks(t *testing.T) {
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			var buf syncBuffer
+			c, p, cfg := closeSetup(t, ctx, srv, client, &buf)
+			r, stopRun := startHardRun(t, ctx, c)
+			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
+			ms := takeMsgs(t, ctx, r, 3)
+
+			p.cut()
+			waitDisconnected(t, ctx, c, &buf)
+			ackAll(t, c, ms) // buffered for the reconnect
+			stopRun()
+
+			reopen := time.AfterFunc(300*time.Millisecond, p.reopen)
+			defer reopen.Stop()
+			cctx, cancelClose := context.WithTimeout(ctx, 10*time.Second)
+			defer cancelClose()
+			if err := c.Close(cctx); err != nil {
+				t.Fatalf("Close = %v, want nil: NATS came back within the deadline", err)
+			}
+			if st := c.Stats(); st.AcksUnconfirmed != 0 {
+				t.Fatalf("Stats.AcksUnconfirmed = %d, want 0", st.AcksUnconfirmed)
+			}
+			// The server takes an ack in after it has read it; a dropped
+			// one would leave the message pending until ack_wait (30 s).
+			wctx, cancelWait := context.WithTimeout(ctx, 3*time.Second)
+			defer cancelWait()
+			waitFor(t, wctx, "the 3 acks to reach the server", func() bool { return ackPending(t, ctx, srv, cfg) == 0 })
+		})
+	}
+}
+
+// When the server cannot be reached before Close's deadline, the acks
+// buffered for the reconnect are dropped with the connection: Close says
+// so (ErrAcksUnconfirmed, Stats.AcksUnconfirmed, a warning) instead of
+// returning as if they had been sent.
+func TestCloseCountsAcksItCannotConfirm(t *testing.T) {
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			var buf syncBuffer
+			c, p, cfg := closeSetup(t, ctx, srv, client, &buf)
+			r, stopRun := startHardRun(t, ctx, c)
+			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
+			ms := takeMsgs(t, ctx, r, 3)
+
+			p.cut()
+			waitDisconnected(t, ctx, c, &buf)
+			ackAll(t, c, ms) // buffered for the reconnect
+			stopRun()
+
+			cctx, cancelClose := context.WithTimeout(ctx, time.Second)
+			defer cancelClose()
+			start := time.Now()
+			err := c.Close(cctx)
+			if took := time.Since(start); took > 5*time.Second { // closeWait, 10 s, when the context is ignored
+				t.Fatalf("Close took %v, want about its 1s deadline", took)
+			}
+			if !errors.Is(err, ErrAcksUnconfirmed) {
+				t.Fatalf("Close = %v, want ErrAcksUnconfirmed", err)
+			}
+			if st := c.Stats(); st.AcksUnconfirmed != 3 {
+				t.Fatalf("Stats.AcksUnconfirmed = %d, want 3", st.AcksUnconfirmed)
+			}
+			if log := buf.String(); !strings.Contains(log, "acks not confirmed by NATS at shutdown") || !strings.Contains(log, "acks=3") {
+				t.Fatalf("log:\n%s\nwant a warning that 3 acks were not confirmed", log)
+			}
+			if n := ackPending(t, ctx, srv, cfg); n != 3 {
+				t.Fatalf("%d messages pending an ack on the server, want the 3 whose acks were dropped", n)
+			}
+		})
+	}
+}
+
+// Acks written into a connection that is then lost may be lost with it
+// (nats.go and wire alike drop what the server had not read): once the
+// consumer has a connection again, its next confirmation counts them and
+// says so, rather than let them pass for delivered.
+func TestLostConnectionCountsItsUnconfirmedAcks(t *testing.T) {
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			var buf syncBuffer
+			c, p, cfg := closeSetup(t, ctx, srv, client, &buf)
+			r := startRun(t, ctx, c, 1, 16, 16)
+			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
+			ms := takeMsgs(t, ctx, r, 3)
+
+			p.freeze()
+			ackAll(t, c, ms) // written, never read by the server
+			p.cut()
+			p.reopen()
+			waitFor(t, ctx, "the acks counted as unconfirmed", func() bool { return c.Stats().AcksUnconfirmed == 3 })
+			if !strings.Contains(buf.String(), "a connection to NATS was lost: acks sent before it may not have reached the server") {
+				t.Fatalf("no warning about the acks in the log:\n%s", buf.String())
+			}
+			if n := ackPending(t, ctx, srv, cfg); n != 3 {
+				t.Fatalf("%d messages pending an ack on the server, want the 3 whose acks were lost", n)
+			}
+			r.stopClean(t, ctx)
+			cctx, cancelClose := context.WithTimeout(ctx, 5*time.Second)
+			defer cancelClose()
+			if err := c.Close(cctx); err != nil {
+				t.Fatalf("Close = %v, want nil: nothing was sent since", err)
+			}
+			if st := c.Stats(); st.AcksUnconfirmed != 3 {
+				t.Fatalf("Stats.AcksUnconfirmed = %d after Close, want still 3", st.AcksUnconfirmed)
+			}
+		})
+	}
+}
+
+// Close confirms the acks sent since the last confirmation; when a
+// connection they were written into was lost meanwhile, its flush on the
+// new connection cannot vouch for them, so Close reports them although it
+// reached the server.
+func TestCloseCountsAcksOfALostConnection(t *testing.T) {
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			var buf syncBuffer
+			c, p, cfg := closeSetup(t, ctx, srv, client, &buf)
+			r, stopRun := startHardRun(t, ctx, c)
+			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
+			ms := takeMsgs(t, ctx, r, 3)
+			stopRun() // no confirmation runs after Run: Close's is the first
+
+			p.freeze()
+			ackAll(t, c, ms) // written, never read by the server
+			p.cut()
+			// No session is there to see the wire connection fail: Close
+			// finds it failed.
+			waitFor(t, ctx, "nats.go reconnecting and the wire connection gone", func() bool {
+				wc := c.wc.Load()
+				return !c.nc.IsConnected() && strings.Contains(buf.String(), `msg="nats disconnected"`) && (wc == nil || isDone(wc))
+			})
+			p.reopen()
+			cctx, cancelClose := context.WithTimeout(ctx, 10*time.Second)
+			defer cancelClose()
+			err := c.Close(cctx)
+			if !errors.Is(err, ErrAcksUnconfirmed) || !strings.Contains(err.Error(), "a connection was lost") {
+				t.Fatalf("Close = %v, want ErrAcksUnconfirmed for a connection lost", err)
+			}
+			if st := c.Stats(); st.AcksUnconfirmed != 3 {
+				t.Fatalf("Stats.AcksUnconfirmed = %d, want 3", st.AcksUnconfirmed)
+			}
+			if n := ackPending(t, ctx, srv, cfg); n != 3 {
+				t.Fatalf("%d messages pending an ack on the server, want the 3 whose acks were lost", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,368 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/sink"
+)
+
+// Shutdown of the jetsink process while NATS cannot be reached: the drain's
+// bounds (a second signal, drain_timeout) hold however NATS behaves, and
+// the exit status says whether the acks of the last batches reached it.
+
+// natsProxy forwards TCP connections to target. freeze stops forwarding,
+// both ways, while keeping the connections open (a server stopped with
+// SIGSTOP); cut closes them and turns new ones away (accepted and closed at
+// once) until reopen.
+type natsProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	open   bool
+	conns  []net.Conn
+	frozen chan struct{} // closed when the freeze ends; nil when not frozen
+	wg     sync.WaitGroup
+}
+
+func newNATSProxy(t *testing.T, target string) *natsProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &natsProxy{ln: ln, target: target, open: true}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *natsProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *natsProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if !p.open {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Go(func() { p.pipe(s, c) })
+		p.wg.Go(func() { p.pipe(c, s) })
+	}
+}
+
+// pipe copies src to dst, holding what it read while frozen, until either
+// fails; then it closes both.
+func (p *natsProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			frozen := p.frozen
+			p.mu.Unlock()
+			if frozen != nil {
+				<-frozen
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *natsProxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen == nil {
+		p.frozen = make(chan struct{})
+	}
+}
+
+func (p *natsProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open = false
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	if p.frozen != nil {
+		close(p.frozen) // what the pipes hold goes nowhere: their connections are closed
+		p.frozen = nil
+	}
+}
+
+func (p *natsProxy) reopen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open = true
+}
+
+// shutdownSetup starts jetsink (at-least-once) with its NATS connections
+// through a natsProxy and the drain timeout given, and waits until it runs
+// and has committed warm events.
+func shutdownSetup(t *testing.T, ctx context.Context, drainTimeout string, warm int) (*env, *natsProxy, *proc) {
+	t.Helper()
+	e := newEnv(t)
+	e.createStreams(ctx)
+	p := newNATSProxy(t, strings.TrimPrefix(e.nats.URL(), "nats://"))
+	path := e.writeConfig(sink.AtLeastOnce)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.Replace(string(b), "url: "+e.nats.URL(), "url: "+p.url(), 1)
+	yaml = strings.Replace(yaml, "drain_timeout: 30s", "drain_timeout: "+drainTimeout, 1)
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := e.spawn(path)
+	waitLog(t, ctx, j, `msg="jetsink running"`) // the table is there
+	if warm > 0 {
+		e.publish(ctx, 0, warm, 4)
+		e.waitRows(ctx, j, int64(warm))
+	}
+	return e, p, j
+}
+
+// waitRows waits until the table holds n rows, failing if jetsink exits.
+func (e *env) waitRows(ctx context.Context, j *proc, n int64) {
+	e.t.Helper()
+	waitFor(e.t, ctx, "the rows committed", func() (bool, string) {
+		select {
+		case err := <-j.done:
+			e.t.Fatalf("jetsink exited early (%v):\n%s", err, j.stderr.String())
+		default:
+		}
+		got := e.tableRows(ctx)
+		return got >= n, fmt.Sprintf("%d rows", got)
+	})
+}
+
+// processMetric is the value of the sample name at jetsink's /metrics (-1
+// when it has none yet).
+func processMetric(t *testing.T, ctx context.Context, j *proc, name string) float64 {
+	t.Helper()
+	const key = `msg="admin listener" addr=`
+	waitLog(t, ctx, j, key)
+	out := j.stderr.String()
+	addr, _, _ := strings.Cut(out[strings.Index(out, key)+len(key):], "\n")
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+strings.TrimSpace(addr)+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	return metricValue(string(body), name)
+}
+
+// waitLog waits until jetsink's output holds s.
+func waitLog(t *testing.T, ctx context.Context, j *proc, s string) {
+	t.Helper()
+	waitFor(t, ctx, "jetsink to log "+s, func() (bool, string) {
+		return strings.Contains(j.stderr.String(), s), "not yet"
+	})
+}
+
+func sendSignal(t *testing.T, j *proc, sig os.Signal) {
+	t.Helper()
+	if err := j.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A second signal ends jetsink at once, status 130, while NATS hangs (its
+// connections open, nothing answered). Before, the close after the drain
+// waited for the wire connection's flush (10 s) and nats.go's Drain (up to
+// 11 s) whatever the signals said: "second signal: exiting now" was logged
+// and the exit came 20 s later.
+func TestShutdownSecondSignalWhileNATSHangs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, p, j := shutdownSetup(t, ctx, "30s", 100)
+
+	p.freeze()
+	sendSignal(t, j, syscall.SIGTERM)
+	waitLog(t, ctx, j, "draining: stopped pulling")
+	sendSignal(t, j, syscall.SIGTERM)
+	// Well under the 20 s it took before, with room for a loaded machine.
+	if code := j.wait(t, 8*time.Second); code != 130 {
+		t.Fatalf("exit status %d after the second signal, want 130; output:\n%s", code, j.stderr.String())
+	}
+}
+
+// The drain timeout ends jetsink (status 130) within about drain_timeout of
+// the signal while NATS hangs. Before, it came 20 s after the timeout.
+func TestShutdownDrainTimeoutWhileNATSHangs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, p, j := shutdownSetup(t, ctx, "2s", 100)
+
+	p.freeze()
+	sendSignal(t, j, syscall.SIGTERM)
+	if code := j.wait(t, 2*time.Second+8*time.Second); code != 130 {
+		t.Fatalf("exit status %d after the drain timeout, want 130; output:\n%s", code, j.stderr.String())
+	}
+}
+
+// ackedWhileCut has jetsink take 100 events in while the table is locked,
+// cuts its connections to NATS, and releases the lock: the rows commit and
+// their acks wait in nats.go's reconnect buffer (the wire connection that
+// delivered them failed with the cut: their acks go through nats.go's
+// connection). Then it sends SIGTERM. No ack was sent before the cut, so
+// none is in doubt for having gone into a connection that was then lost.
+func ackedWhileCut(t *testing.T, ctx context.Context, e *env, p *natsProxy, j *proc) {
+	t.Helper()
+	tx := e.lockTable(ctx, e.pg.Conn(t), "ACCESS EXCLUSIVE")
+	e.publish(ctx, 0, 100, 4)
+	// Taken in by jetsink, not merely sent by the server: one still on its
+	// way when the connections are cut would come back only after
+	// ack_wait, to a connection that is not there.
+	waitFor(t, ctx, "jetsink to take the events in", func() (bool, string) {
+		n := processMetric(t, ctx, j, "jetsink_events_received_total")
+		return n == 100, fmt.Sprintf("%v received", n)
+	})
+	p.cut()
+	waitLog(t, ctx, j, `msg="nats disconnected"`)
+	if err := tx.Rollback(ctx); err != nil { // releases the lock: the rows commit and are acked
+		t.Fatal(err)
+	}
+	e.waitRows(ctx, j, 100)
+	sendSignal(t, j, syscall.SIGTERM)
+}
+
+// NATS comes back within drain_timeout: the acks buffered for the reconnect
+// reach it before jetsink exits 0. Before, the close dropped them with the
+// reconnecting connection (exit 0 all the same) and JetStream delivered the
+// 100 events again after ack_wait.
+func TestShutdownWaitsForNATSToConfirmAcks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, p, j := shutdownSetup(t, ctx, "10s", 0)
+	ackedWhileCut(t, ctx, e, p, j)
+
+	waitLog(t, ctx, j, "draining: stopped pulling")
+	p.reopen()
+	if code := j.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("exit status %d, want 0: NATS was back within drain_timeout; output:\n%s", code, j.stderr.String())
+	}
+	if !strings.Contains(j.stderr.String(), "drained: every event taken in is committed and acked") {
+		t.Fatalf("no drained line in the output:\n%s", j.stderr.String())
+	}
+	wctx, cancelWait := context.WithTimeout(ctx, 3*time.Second) // ack_wait is 5s
+	defer cancelWait()
+	waitFor(t, wctx, "the acks on the server", func() (bool, string) {
+		info := e.consumerInfo(ctx)
+		return info.NumAckPending == 0 && info.AckFloor.Stream == 100, fmt.Sprintf("ack pending %d, ack floor %d", info.NumAckPending, info.AckFloor.Stream)
+	})
+}
+
+// NATS stays away: jetsink cannot confirm the acks, so it does not claim
+// the drain complete. It waits for NATS until drain_timeout, exits 130 and
+// logs how many acks may not have reached the server. Before, it exited 0
+// saying every event was committed and acked.
+func TestShutdownReportsAcksNATSNeverConfirmed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, p, j := shutdownSetup(t, ctx, "2s", 0)
+	ackedWhileCut(t, ctx, e, p, j)
+
+	code := j.wait(t, 2*time.Second+8*time.Second)
+	out := j.stderr.String()
+	if code != 130 {
+		t.Fatalf("exit status %d, want 130 (the drain timed out with acks unconfirmed); output:\n%s", code, out)
+	}
+	if !strings.Contains(out, "acks not confirmed by NATS at shutdown") || !strings.Contains(out, "acks=100") {
+		t.Fatalf("output:\n%s\nwant a warning that 100 acks were not confirmed", out)
+	}
+	if strings.Contains(out, "drained: every event taken in is committed and acked") {
+		t.Fatalf("the output claims the drain complete:\n%s", out)
+	}
+	if info := e.consumerInfo(ctx); info.NumAckPending != 100 {
+		t.Fatalf("%d messages pending an ack, want the 100 whose acks never reached NATS", info.NumAckPending)
+	}
+}
+
+// Acks written into a connection that is lost before NATS confirmed them
+// may be lost with it, even though NATS is back before drain_timeout:
+// jetsink says so and exits 1 rather than 0 (nothing is lost: the events
+// come back after ack_wait). Before, it exited 0, saying every event was
+// committed and acked.
+func TestShutdownReportsAcksLostWithTheConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, p, j := shutdownSetup(t, ctx, "10s", 0)
+	tx := e.lockTable(ctx, e.pg.Conn(t), "ACCESS EXCLUSIVE")
+	e.publish(ctx, 0, 100, 4)
+	waitFor(t, ctx, "jetsink to take the events in", func() (bool, string) {
+		n := processMetric(t, ctx, j, "jetsink_events_received_total")
+		return n == 100, fmt.Sprintf("%v received", n)
+	})
+	p.freeze()
+	if err := tx.Rollback(ctx); err != nil { // the rows commit; their acks go into the frozen connection
+		t.Fatal(err)
+	}
+	e.waitRows(ctx, j, 100)
+	sendSignal(t, j, syscall.SIGTERM)
+	waitLog(t, ctx, j, "draining: stopped pulling")
+	p.cut() // the acks go with the connections
+	waitLog(t, ctx, j, `msg="nats disconnected"`)
+	p.reopen()
+
+	code := j.wait(t, 10*time.Second)
+	out := j.stderr.String()
+	if code != 1 {
+		t.Fatalf("exit status %d, want 1 (acks lost with a connection); output:\n%s", code, out)
+	}
+	if !strings.Contains(out, "acks not confirmed by NATS at shutdown") || !strings.Contains(out, "acks=100") ||
+		!strings.Contains(out, "a connection was lost while they were on their way") {
+		t.Fatalf("output:\n%s\nwant a warning that 100 acks went into a connection that was lost", out)
+	}
+	if strings.Contains(out, "drained: every event taken in is committed and acked") {
+		t.Fatalf("the output claims the drain complete:\n%s", out)
+	}
+	if info := e.consumerInfo(ctx); info.NumAckPending != 100 {
+		t.Fatalf("%d messages pending an ack, want the 100 whose acks were lost", info.NumAckPending)
+	}
+}
