@@ -13,13 +13,13 @@ import (
 )
 
 // closeSetup is a consumer of the test's own stream, connected to srv
-// through a gateProxy with the pull client named, and logging to buf (nil:
+// through a testenv.GateProxy with the pull client named, and logging to buf (nil:
 // the test's log).
-func closeSetup(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer) (*Consumer, *gateProxy, Config) {
+func closeSetup(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer) (*Consumer, *testenv.GateProxy, Config) {
 	t.Helper()
-	p := newGateProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
+	p := testenv.NewGateProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
 	cfg := testConfig(t, srv)
-	cfg.URL = p.url()
+	cfg.URL = p.URL()
 	cfg.PullClient = client
 	c, err := New(ctx, cfg, testLogger(t, buf))
 	if err != nil {
@@ -27,6 +27,17 @@ func closeSetup(t *testing.T, ctx context.Context, srv *testenv.NATSServer, clie
 	}
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c, p, cfg
+}
+
+// closeScene is closeSetup, a Run under a hard context (stopRun ends it),
+// and the messages of 3 events it took.
+func closeScene(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer) (
+	c *Consumer, p *testenv.GateProxy, cfg Config, ms []pipeline.Msg, stopRun func()) {
+	t.Helper()
+	c, p, cfg = closeSetup(t, ctx, srv, client, buf)
+	r, stopRun := startHardRun(t, ctx, c)
+	publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
+	return c, p, cfg, takeMsgs(t, ctx, r, 3), stopRun
 }
 
 // takeMsgs returns the messages of the next n events r pushes.
@@ -112,12 +123,9 @@ func TestCloseBoundedWhileServerHangs(t *testing.T) {
 				defer cancel()
 				srv := testenv.NATS(t)
 				var buf syncBuffer
-				c, p, cfg := closeSetup(t, ctx, srv, client, &buf)
-				r, stopRun := startHardRun(t, ctx, c)
-				publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
-				ms := takeMsgs(t, ctx, r, 3)
+				c, p, _, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
 
-				p.freeze()
+				p.Freeze()
 				ackAll(t, c, ms)
 				stopRun()
 
@@ -163,17 +171,14 @@ func TestCloseWaitsForTheReconnectToConfirmAcks(t *testing.T) {
 			defer cancel()
 			srv := testenv.NATS(t)
 			var buf syncBuffer
-			c, p, cfg := closeSetup(t, ctx, srv, client, &buf)
-			r, stopRun := startHardRun(t, ctx, c)
-			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
-			ms := takeMsgs(t, ctx, r, 3)
+			c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
 
-			p.cut()
+			p.Cut()
 			waitDisconnected(t, ctx, c, &buf)
 			ackAll(t, c, ms) // buffered for the reconnect
 			stopRun()
 
-			reopen := time.AfterFunc(300*time.Millisecond, p.reopen)
+			reopen := time.AfterFunc(300*time.Millisecond, p.Reopen)
 			defer reopen.Stop()
 			cctx, cancelClose := context.WithTimeout(ctx, 10*time.Second)
 			defer cancelClose()
@@ -203,12 +208,9 @@ func TestCloseCountsAcksItCannotConfirm(t *testing.T) {
 			defer cancel()
 			srv := testenv.NATS(t)
 			var buf syncBuffer
-			c, p, cfg := closeSetup(t, ctx, srv, client, &buf)
-			r, stopRun := startHardRun(t, ctx, c)
-			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
-			ms := takeMsgs(t, ctx, r, 3)
+			c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
 
-			p.cut()
+			p.Cut()
 			waitDisconnected(t, ctx, c, &buf)
 			ackAll(t, c, ms) // buffered for the reconnect
 			stopRun()
@@ -252,10 +254,10 @@ func TestLostConnectionCountsItsUnconfirmedAcks(t *testing.T) {
 			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
 			ms := takeMsgs(t, ctx, r, 3)
 
-			p.freeze()
+			p.Freeze()
 			ackAll(t, c, ms) // written, never read by the server
-			p.cut()
-			p.reopen()
+			p.Cut()
+			p.Reopen()
 			waitFor(t, ctx, "the acks counted as unconfirmed", func() bool { return c.Stats().AcksUnconfirmed == 3 })
 			if !strings.Contains(buf.String(), "a connection to NATS was lost: acks sent before it may not have reached the server") {
 				t.Fatalf("no warning about the acks in the log:\n%s", buf.String())
@@ -287,22 +289,19 @@ func TestCloseCountsAcksOfALostConnection(t *testing.T) {
 			defer cancel()
 			srv := testenv.NATS(t)
 			var buf syncBuffer
-			c, p, cfg := closeSetup(t, ctx, srv, client, &buf)
-			r, stopRun := startHardRun(t, ctx, c)
-			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
-			ms := takeMsgs(t, ctx, r, 3)
+			c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
 			stopRun() // no confirmation runs after Run: Close's is the first
 
-			p.freeze()
+			p.Freeze()
 			ackAll(t, c, ms) // written, never read by the server
-			p.cut()
+			p.Cut()
 			// No session is there to see the wire connection fail: Close
 			// finds it failed.
 			waitFor(t, ctx, "nats.go reconnecting and the wire connection gone", func() bool {
 				wc := c.wc.Load()
 				return !c.nc.IsConnected() && strings.Contains(buf.String(), `msg="nats disconnected"`) && (wc == nil || isDone(wc))
 			})
-			p.reopen()
+			p.Reopen()
 			cctx, cancelClose := context.WithTimeout(ctx, 10*time.Second)
 			defer cancelClose()
 			err := c.Close(cctx)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -259,9 +257,9 @@ func TestEpochLookAfterReconnect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)
-	proxy := newGateProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
+	proxy := testenv.NewGateProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
 	cfg := testConfig(t, srv)
-	cfg.URL = proxy.url()
+	cfg.URL = proxy.URL()
 	cfg.CreateStream = false
 	cfg.AckWait = 2 * time.Second
 	js := jsFor(t, srv) // the operator's, straight to the server
@@ -278,10 +276,10 @@ func TestEpochLookAfterReconnect(t *testing.T) {
 	r := startRun(t, ctx, c, 1, 64, 1000)
 	old := takeN(t, ctx, r, 3)
 
-	proxy.cut()
+	proxy.Cut()
 	waitFor(t, ctx, "jetsink disconnected", func() bool { return strings.Contains(log.String(), "nats disconnected") })
 	replaceStream(t, ctx, js, cfg, c)
-	proxy.reopen()
+	proxy.Reopen()
 
 	waitFor(t, ctx, "the look after the reconnect", func() bool {
 		return strings.Contains(log.String(), "stream re-created while disconnected")
@@ -331,117 +329,6 @@ func replacedCleanly(t *testing.T, ctx context.Context, c *Consumer, r *runner, 
 		}
 	}
 	r.stopClean(t, ctx)
-}
-
-// gateProxy forwards TCP connections to target while open. cut closes
-// every connection and turns new ones away (accepted and closed at once)
-// until reopen. freeze stops forwarding, both ways, on every connection
-// while keeping them open, as a server stopped with SIGSTOP would; cut
-// ends it.
-type gateProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	open   bool
-	conns  []net.Conn
-	frozen chan struct{} // closed when the freeze ends; nil when not frozen
-	wg     sync.WaitGroup
-}
-
-func newGateProxy(t *testing.T, target string) *gateProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &gateProxy{ln: ln, target: target, open: true}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *gateProxy) url() string { return "nats://" + p.ln.Addr().String() }
-
-func (p *gateProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if !p.open {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(s, c) })
-		p.wg.Go(func() { p.pipe(c, s) })
-	}
-}
-
-// pipe copies src to dst, holding what it read while frozen, until either
-// fails; then it closes both.
-func (p *gateProxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			frozen := p.frozen
-			p.mu.Unlock()
-			if frozen != nil {
-				<-frozen
-			}
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *gateProxy) freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.frozen == nil {
-		p.frozen = make(chan struct{})
-	}
-}
-
-func (p *gateProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.open = false
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-	if p.frozen != nil {
-		close(p.frozen) // what the pipes hold goes nowhere: their connections are closed
-		p.frozen = nil
-	}
-}
-
-func (p *gateProxy) reopen() {
-	p.mu.Lock()
-	p.open = true
-	p.mu.Unlock()
 }
 
 // After missed heartbeats, recheck logs the server's view of the consumer

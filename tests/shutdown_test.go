@@ -4,146 +4,35 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // Shutdown of the jetsink process while NATS cannot be reached: the drain's
 // bounds (a second signal, drain_timeout) hold however NATS behaves, and
 // the exit status says whether the acks of the last batches reached it.
 
-// natsProxy forwards TCP connections to target. freeze stops forwarding,
-// both ways, while keeping the connections open (a server stopped with
-// SIGSTOP); cut closes them and turns new ones away (accepted and closed at
-// once) until reopen.
-type natsProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	open   bool
-	conns  []net.Conn
-	frozen chan struct{} // closed when the freeze ends; nil when not frozen
-	wg     sync.WaitGroup
-}
-
-func newNATSProxy(t *testing.T, target string) *natsProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &natsProxy{ln: ln, target: target, open: true}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *natsProxy) url() string { return "nats://" + p.ln.Addr().String() }
-
-func (p *natsProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if !p.open {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(s, c) })
-		p.wg.Go(func() { p.pipe(c, s) })
-	}
-}
-
-// pipe copies src to dst, holding what it read while frozen, until either
-// fails; then it closes both.
-func (p *natsProxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			frozen := p.frozen
-			p.mu.Unlock()
-			if frozen != nil {
-				<-frozen
-			}
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *natsProxy) freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.frozen == nil {
-		p.frozen = make(chan struct{})
-	}
-}
-
-func (p *natsProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.open = false
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-	if p.frozen != nil {
-		close(p.frozen) // what the pipes hold goes nowhere: their connections are closed
-		p.frozen = nil
-	}
-}
-
-func (p *natsProxy) reopen() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.open = true
-}
-
 // shutdownSetup starts jetsink (at-least-once) with its NATS connections
-// through a natsProxy and the drain timeout given, and waits until it runs
+// through a testenv.GateProxy and the drain timeout given, and waits until it runs
 // and has committed warm events.
-func shutdownSetup(t *testing.T, ctx context.Context, drainTimeout string, warm int) (*env, *natsProxy, *proc) {
+func shutdownSetup(t *testing.T, ctx context.Context, drainTimeout string, warm int) (*env, *testenv.GateProxy, *proc) {
 	t.Helper()
 	e := newEnv(t)
 	e.createStreams(ctx)
-	p := newNATSProxy(t, strings.TrimPrefix(e.nats.URL(), "nats://"))
+	p := testenv.NewGateProxy(t, strings.TrimPrefix(e.nats.URL(), "nats://"))
 	path := e.writeConfig(sink.AtLeastOnce)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	yaml := strings.Replace(string(b), "url: "+e.nats.URL(), "url: "+p.url(), 1)
+	yaml := strings.Replace(string(b), "url: "+e.nats.URL(), "url: "+p.URL(), 1)
 	yaml = strings.Replace(yaml, "drain_timeout: 30s", "drain_timeout: "+drainTimeout, 1)
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -222,7 +111,7 @@ func TestShutdownSecondSignalWhileNATSHangs(t *testing.T) {
 	defer cancel()
 	_, p, j := shutdownSetup(t, ctx, "30s", 100)
 
-	p.freeze()
+	p.Freeze()
 	sendSignal(t, j, syscall.SIGTERM)
 	waitLog(t, ctx, j, "draining: stopped pulling")
 	sendSignal(t, j, syscall.SIGTERM)
@@ -239,7 +128,7 @@ func TestShutdownDrainTimeoutWhileNATSHangs(t *testing.T) {
 	defer cancel()
 	_, p, j := shutdownSetup(t, ctx, "2s", 100)
 
-	p.freeze()
+	p.Freeze()
 	sendSignal(t, j, syscall.SIGTERM)
 	if code := j.wait(t, 2*time.Second+8*time.Second); code != 130 {
 		t.Fatalf("exit status %d after the drain timeout, want 130; output:\n%s", code, j.stderr.String())
@@ -252,7 +141,7 @@ func TestShutdownDrainTimeoutWhileNATSHangs(t *testing.T) {
 // delivered them failed with the cut: their acks go through nats.go's
 // connection). Then it sends SIGTERM. No ack was sent before the cut, so
 // none is in doubt for having gone into a connection that was then lost.
-func ackedWhileCut(t *testing.T, ctx context.Context, e *env, p *natsProxy, j *proc) {
+func ackedWhileCut(t *testing.T, ctx context.Context, e *env, p *testenv.GateProxy, j *proc) {
 	t.Helper()
 	tx := e.lockTable(ctx, e.pg.Conn(t), "ACCESS EXCLUSIVE")
 	e.publish(ctx, 0, 100, 4)
@@ -263,7 +152,7 @@ func ackedWhileCut(t *testing.T, ctx context.Context, e *env, p *natsProxy, j *p
 		n := processMetric(t, ctx, j, "jetsink_events_received_total")
 		return n == 100, fmt.Sprintf("%v received", n)
 	})
-	p.cut()
+	p.Cut()
 	waitLog(t, ctx, j, `msg="nats disconnected"`)
 	if err := tx.Rollback(ctx); err != nil { // releases the lock: the rows commit and are acked
 		t.Fatal(err)
@@ -283,7 +172,7 @@ func TestShutdownWaitsForNATSToConfirmAcks(t *testing.T) {
 	ackedWhileCut(t, ctx, e, p, j)
 
 	waitLog(t, ctx, j, "draining: stopped pulling")
-	p.reopen()
+	p.Reopen()
 	if code := j.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("exit status %d, want 0: NATS was back within drain_timeout; output:\n%s", code, j.stderr.String())
 	}
@@ -339,16 +228,16 @@ func TestShutdownReportsAcksLostWithTheConnection(t *testing.T) {
 		n := processMetric(t, ctx, j, "jetsink_events_received_total")
 		return n == 100, fmt.Sprintf("%v received", n)
 	})
-	p.freeze()
+	p.Freeze()
 	if err := tx.Rollback(ctx); err != nil { // the rows commit; their acks go into the frozen connection
 		t.Fatal(err)
 	}
 	e.waitRows(ctx, j, 100)
 	sendSignal(t, j, syscall.SIGTERM)
 	waitLog(t, ctx, j, "draining: stopped pulling")
-	p.cut() // the acks go with the connections
+	p.Cut() // the acks go with the connections
 	waitLog(t, ctx, j, `msg="nats disconnected"`)
-	p.reopen()
+	p.Reopen()
 
 	code := j.wait(t, 10*time.Second)
 	out := j.stderr.String()

@@ -1,0 +1,127 @@
+package testenv
+
+import (
+	"net"
+	"sync"
+	"testing"
+)
+
+// GateProxy forwards TCP connections to a target (a NATS server) while
+// open. Cut closes every connection and turns new ones away (accepted and
+// closed at once) until Reopen. Freeze stops forwarding, both ways, on
+// every connection while keeping them open, as a server stopped with
+// SIGSTOP would; Cut ends it. (Proxy, by contrast, forwards a fixed number
+// of connections and is cut by closing its listener.)
+type GateProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	open   bool
+	conns  []net.Conn
+	frozen chan struct{} // closed when the freeze ends; nil when not frozen
+	wg     sync.WaitGroup
+}
+
+// NewGateProxy listens on a random loopback port and forwards to target
+// (host:port) until t's cleanup, which closes everything and waits for the
+// proxy's goroutines.
+func NewGateProxy(t testing.TB, target string) *GateProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &GateProxy{ln: ln, target: target, open: true}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.Cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// URL is the proxy's address as a NATS URL.
+func (p *GateProxy) URL() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *GateProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if !p.open {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Go(func() { p.pipe(s, c) })
+		p.wg.Go(func() { p.pipe(c, s) })
+	}
+}
+
+// pipe copies src to dst, holding what it read while frozen, until either
+// fails; then it closes both.
+func (p *GateProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			frozen := p.frozen
+			p.mu.Unlock()
+			if frozen != nil {
+				<-frozen
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Freeze stops forwarding, keeping the connections open.
+func (p *GateProxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen == nil {
+		p.frozen = make(chan struct{})
+	}
+}
+
+// Cut closes every connection, ends a freeze, and turns new connections
+// away until Reopen.
+func (p *GateProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open = false
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	if p.frozen != nil {
+		close(p.frozen) // what the pipes hold goes nowhere: their connections are closed
+		p.frozen = nil
+	}
+}
+
+// Reopen forwards new connections again.
+func (p *GateProxy) Reopen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open = true
+}
