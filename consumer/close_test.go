@@ -40,6 +40,19 @@ func closeScene(t *testing.T, ctx context.Context, srv *testenv.NATSServer, clie
 	return c, p, cfg, takeMsgs(t, ctx, r, 3), stopRun
 }
 
+// ackedWhileCut is a closeScene whose connections to NATS are then cut:
+// its 3 messages are acked while nats.go reconnects (the acks wait in its
+// buffer) and its Run is ended.
+func ackedWhileCut(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf *syncBuffer) (*Consumer, *testenv.GateProxy, Config) {
+	t.Helper()
+	c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, buf)
+	p.Cut()
+	waitDisconnected(t, ctx, c, buf)
+	ackAll(t, c, ms) // buffered for the reconnect
+	stopRun()
+	return c, p, cfg
+}
+
 // takeMsgs returns the messages of the next n events r pushes.
 func takeMsgs(t *testing.T, ctx context.Context, r *runner, n int) []pipeline.Msg {
 	t.Helper()
@@ -171,12 +184,7 @@ func TestCloseWaitsForTheReconnectToConfirmAcks(t *testing.T) {
 			defer cancel()
 			srv := testenv.NATS(t)
 			var buf syncBuffer
-			c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
-
-			p.Cut()
-			waitDisconnected(t, ctx, c, &buf)
-			ackAll(t, c, ms) // buffered for the reconnect
-			stopRun()
+			c, p, cfg := ackedWhileCut(t, ctx, srv, client, &buf)
 
 			reopen := time.AfterFunc(300*time.Millisecond, p.Reopen)
 			defer reopen.Stop()
@@ -208,12 +216,7 @@ func TestCloseCountsAcksItCannotConfirm(t *testing.T) {
 			defer cancel()
 			srv := testenv.NATS(t)
 			var buf syncBuffer
-			c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
-
-			p.Cut()
-			waitDisconnected(t, ctx, c, &buf)
-			ackAll(t, c, ms) // buffered for the reconnect
-			stopRun()
+			c, _, cfg := ackedWhileCut(t, ctx, srv, client, &buf)
 
 			cctx, cancelClose := context.WithTimeout(ctx, time.Second)
 			defer cancelClose()
