@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -143,15 +145,7 @@ func TestShutdownDrainTimeoutWhileNATSHangs(t *testing.T) {
 // none is in doubt for having gone into a connection that was then lost.
 func ackedWhileCut(t *testing.T, ctx context.Context, e *env, p *testenv.GateProxy, j *proc) {
 	t.Helper()
-	tx := e.lockTable(ctx, e.pg.Conn(t), "ACCESS EXCLUSIVE")
-	e.publish(ctx, 0, 100, 4)
-	// Taken in by jetsink, not merely sent by the server: one still on its
-	// way when the connections are cut would come back only after
-	// ack_wait, to a connection that is not there.
-	waitFor(t, ctx, "jetsink to take the events in", func() (bool, string) {
-		n := processMetric(t, ctx, j, "jetsink_events_received_total")
-		return n == 100, fmt.Sprintf("%v received", n)
-	})
+	tx := takenInWhileLocked(t, ctx, e, j)
 	p.Cut()
 	waitLog(t, ctx, j, `msg="nats disconnected"`)
 	if err := tx.Rollback(ctx); err != nil { // releases the lock: the rows commit and are acked
@@ -222,12 +216,7 @@ func TestShutdownReportsAcksLostWithTheConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	e, p, j := shutdownSetup(t, ctx, "10s", 0)
-	tx := e.lockTable(ctx, e.pg.Conn(t), "ACCESS EXCLUSIVE")
-	e.publish(ctx, 0, 100, 4)
-	waitFor(t, ctx, "jetsink to take the events in", func() (bool, string) {
-		n := processMetric(t, ctx, j, "jetsink_events_received_total")
-		return n == 100, fmt.Sprintf("%v received", n)
-	})
+	tx := takenInWhileLocked(t, ctx, e, j)
 	p.Freeze()
 	if err := tx.Rollback(ctx); err != nil { // the rows commit; their acks go into the frozen connection
 		t.Fatal(err)
@@ -254,4 +243,19 @@ func TestShutdownReportsAcksLostWithTheConnection(t *testing.T) {
 	if info := e.consumerInfo(ctx); info.NumAckPending != 100 {
 		t.Fatalf("%d messages pending an ack, want the 100 whose acks were lost", info.NumAckPending)
 	}
+}
+
+// takenInWhileLocked locks the table, publishes 100 events and waits until
+// jetsink has taken them all in (not merely been sent them: one still on
+// its way when the connections are cut would come back only after
+// ack_wait). Rolling back the returned transaction lets their rows commit.
+func takenInWhileLocked(t *testing.T, ctx context.Context, e *env, j *proc) pgx.Tx {
+	t.Helper()
+	tx := e.lockTable(ctx, e.pg.Conn(t), "ACCESS EXCLUSIVE")
+	e.publish(ctx, 0, 100, 4)
+	waitFor(t, ctx, "jetsink to take the events in", func() (bool, string) {
+		n := processMetric(t, ctx, j, "jetsink_events_received_total")
+		return n == 100, fmt.Sprintf("%v received", n)
+	})
+	return tx
 }
