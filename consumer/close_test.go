@@ -308,8 +308,10 @@ func TestCloseCountsAcksOfALostConnection(t *testing.T) {
 			cctx, cancelClose := context.WithTimeout(ctx, 10*time.Second)
 			defer cancelClose()
 			err := c.Close(cctx)
-			if !errors.Is(err, ErrAcksUnconfirmed) || !strings.Contains(err.Error(), "a connection was lost") {
-				t.Fatalf("Close = %v, want ErrAcksUnconfirmed for a connection lost", err)
+			// Counted and logged, not an error: the flush went through,
+			// and a connection lost on the way is ordinary (a NATS restart).
+			if err != nil || !strings.Contains(buf.String(), "lost shortly before shutdown") {
+				t.Fatalf("Close = %v, want nil and a warning for acks a lost connection may have taken; log:\n%s", err, buf.String())
 			}
 			if st := c.Stats(); st.AcksUnconfirmed != 3 {
 				t.Fatalf("Stats.AcksUnconfirmed = %d, want 3", st.AcksUnconfirmed)

@@ -230,11 +230,12 @@ func TestShutdownReportsAcksLostWithTheConnection(t *testing.T) {
 
 	code := j.wait(t, 10*time.Second)
 	out := j.stderr.String()
-	if code != 1 {
-		t.Fatalf("exit status %d, want 1 (acks lost with a connection); output:\n%s", code, out)
+	// Exit 0: everything committed, nothing lost, and a connection lost
+	// on the way is ordinary (a NATS restart); but said, with the count.
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0 (the acks' fate unknowable, nothing lost); output:\n%s", code, out)
 	}
-	if !strings.Contains(out, "acks not confirmed by NATS at shutdown") || !strings.Contains(out, "acks=100") ||
-		!strings.Contains(out, "a connection was lost while they were on their way") {
+	if !strings.Contains(out, "lost shortly before shutdown") || !strings.Contains(out, "acks=100") {
 		t.Fatalf("output:\n%s\nwant a warning that 100 acks went into a connection that was lost", out)
 	}
 	if strings.Contains(out, "drained: every event taken in is committed and acked") {

@@ -25,8 +25,9 @@ connection that is reconnecting too), and exits 0, within drain_timeout. A
 second signal, or the drain timeout, exits at once with status 130; nothing
 that was not committed has been acked, so JetStream redelivers it, and acks
 NATS had not confirmed are logged: their events come back after ack_wait.
-Acks that cannot be confirmed before then (the connection closed for good, or
-lost while they were on their way) exit 1, saying so.`,
+Acks that cannot be confirmed before then (the connection closed for good)
+exit 1, saying so; acks that a connection lost on the way may have taken (a
+NATS restart) are logged with their number, and the exit is 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := cf.load()
@@ -105,6 +106,10 @@ lost while they were on their way) exit 1, saying so.`,
 			}
 			if closeErr != nil {
 				return fmt.Errorf("drain: %w", closeErr)
+			}
+			if n := p.Consumer().Stats().AcksUnconfirmed; n > 0 {
+				log.Warn("drained: every event taken in is committed; acks a lost connection may have taken are logged above, and their events come back after ack_wait", "acks_unconfirmed", n)
+				return nil
 			}
 			log.Info("drained: every event taken in is committed and acked")
 			return nil
