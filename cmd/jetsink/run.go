@@ -42,29 +42,15 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			hard, stopHard := context.WithCancelCause(ctx)
 			defer stopHard(nil)
 
-			var (
-				mu       sync.Mutex
-				timer    *time.Timer // the drain's deadline, from the first signal
-				deadline time.Time
-			)
-			expire := sync.OnceFunc(func() {
+			dd := &drainDeadline{timeout: cfg.DrainTimeout, fire: func() {
 				log.Warn("drain timeout: exiting now; uncommitted events stay unacked and will be redelivered", "drain_timeout", cfg.DrainTimeout)
 				stopHard(fmt.Errorf("%w: drain took longer than drain_timeout %s", errAborted, cfg.DrainTimeout))
-			})
-			defer func() {
-				mu.Lock()
-				defer mu.Unlock()
-				if timer != nil {
-					timer.Stop()
-				}
-			}()
+			}}
+			defer dd.finish()
 			defer watchSignals(func(sig os.Signal) {
 				log.Info("draining: stopped pulling, committing what is in flight", "signal", sig.String(), "drain_timeout", cfg.DrainTimeout)
 				stopIntake()
-				mu.Lock()
-				defer mu.Unlock()
-				deadline = time.Now().Add(cfg.DrainTimeout)
-				timer = time.AfterFunc(cfg.DrainTimeout, expire)
+				dd.start()
 			}, func(sig os.Signal) {
 				log.Warn("second signal: exiting now; uncommitted events stay unacked and will be redelivered", "signal", sig.String())
 				stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
@@ -85,19 +71,19 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			// and closing it would drop them) and gives up at once when
 			// hard ends. Without a signal (a stage failed) it waits at
 			// most 10 s.
-			mu.Lock()
-			d := deadline
-			mu.Unlock()
 			closeCtx := hard
-			if !d.IsZero() {
+			if d := dd.deadline(); !d.IsZero() {
 				var cancel context.CancelFunc
 				closeCtx, cancel = context.WithDeadline(hard, d)
 				defer cancel()
 			}
 			closeErr := p.Shutdown(closeCtx)
 			if closeErr != nil && closeCtx.Err() == context.DeadlineExceeded {
-				expire() // the drain's deadline passed, whether or not its timer has fired yet
+				dd.expire() // the drain's deadline passed, whether or not its timer has fired yet
 			}
+			// Over: a timer firing from here on must not turn a drain that
+			// finished in time into an exit 130.
+			dd.finish()
 			if cause := context.Cause(hard); cause != nil && cause != context.Canceled {
 				return cause
 			}
@@ -117,4 +103,56 @@ NATS restart) are logged with their number, and the exit is 0.`,
 	}
 	cf.register(cmd.Flags())
 	return cmd
+}
+
+// drainDeadline is the drain's deadline: start (the first signal) sets it
+// timeout from now, and its timer calls fire (which ends the drain hard)
+// unless finish came first. expire calls fire at once; fire runs at most
+// once, never after finish.
+type drainDeadline struct {
+	timeout time.Duration
+	fire    func()
+
+	mu     sync.Mutex
+	timer  *time.Timer
+	at     time.Time
+	fired  bool
+	closed bool // finish was called
+}
+
+func (d *drainDeadline) start() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || d.timer != nil {
+		return
+	}
+	d.at = time.Now().Add(d.timeout)
+	d.timer = time.AfterFunc(d.timeout, d.expire)
+}
+
+// deadline is when the drain must end; zero before start.
+func (d *drainDeadline) deadline() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.at
+}
+
+func (d *drainDeadline) expire() {
+	d.mu.Lock()
+	if d.fired || d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.fired = true
+	d.mu.Unlock()
+	d.fire()
+}
+
+func (d *drainDeadline) finish() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	if d.timer != nil {
+		d.timer.Stop()
+	}
 }

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A drain that finished is not ended by its deadline afterwards: before
+// drainDeadline, a timer firing between a complete Shutdown and the exit
+// turned a clean drain into status 130.
+func TestDrainDeadlineAfterFinish(t *testing.T) {
+	var fired atomic.Int32
+	d := &drainDeadline{timeout: 20 * time.Millisecond, fire: func() { fired.Add(1) }}
+	if !d.deadline().IsZero() {
+		t.Fatal("a deadline before the first signal")
+	}
+	d.start()
+	at := d.deadline()
+	if at.IsZero() || time.Until(at) > 20*time.Millisecond {
+		t.Fatalf("deadline %v, want within 20ms from now", at)
+	}
+	d.finish()
+	d.expire() // what the timer does if it fires now
+	time.Sleep(60 * time.Millisecond)
+	if n := fired.Load(); n != 0 {
+		t.Fatalf("fire called %d times after finish, want 0", n)
+	}
+	d.start() // a first signal after the end starts nothing
+	time.Sleep(60 * time.Millisecond)
+	if n := fired.Load(); n != 0 {
+		t.Fatalf("fire called %d times after a start following finish, want 0", n)
+	}
+}
+
+// The deadline fires once, whether the timer or an explicit expire (the
+// Shutdown that ran out of time) comes first.
+func TestDrainDeadlineFiresOnce(t *testing.T) {
+	var fired atomic.Int32
+	d := &drainDeadline{timeout: 10 * time.Millisecond, fire: func() { fired.Add(1) }}
+	d.start()
+	d.start() // a repeated start does not move the deadline or add a timer
+	deadline := time.Now().Add(5 * time.Second)
+	for fired.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	d.expire()
+	d.finish()
+	if n := fired.Load(); n != 1 {
+		t.Fatalf("fire called %d times, want 1", n)
+	}
+
+	fired.Store(0)
+	d = &drainDeadline{timeout: time.Hour, fire: func() { fired.Add(1) }}
+	d.start()
+	d.expire()
+	d.expire()
+	d.finish()
+	if n := fired.Load(); n != 1 {
+		t.Fatalf("explicit expire: fire called %d times, want 1", n)
+	}
+}
