@@ -67,8 +67,9 @@ type Filter struct {
 }
 
 // Validate checks the filter; errors wrap ErrInvalidOptions. A stage must
-// be one jetsink writes (decode, sink, deliver); codes are not checked, a
-// new jetsink version may add some.
+// be one jetsink writes (decode, sink, deliver); codes are not checked (a
+// dead letter of another jetsink version may carry a code this one does
+// not write: UnknownCodes lists them, for a warning).
 func (f Filter) Validate() error {
 	if f.LastSeq != 0 && f.LastSeq < f.FirstSeq {
 		return fmt.Errorf("%w: sequence range %d-%d is reversed", ErrInvalidOptions, f.FirstSeq, f.LastSeq)
@@ -89,6 +90,20 @@ func (f Filter) Validate() error {
 		}
 	}
 	return nil
+}
+
+// UnknownCodes returns the codes of f.Codes that this version of jetsink
+// never writes (pipeline.DeadLetterCodes): most likely typos, though a
+// dead letter of another version may carry one, so Validate allows them.
+func (f Filter) UnknownCodes() []string {
+	var unknown []string
+	known := pipeline.DeadLetterCodes()
+	for _, c := range f.Codes {
+		if !contains(known, c) {
+			unknown = append(unknown, c)
+		}
+	}
+	return unknown
 }
 
 // Match reports whether l passes the filter.

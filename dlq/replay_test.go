@@ -283,3 +283,13 @@ func TestFilterMatch(t *testing.T) {
 		}
 	}
 }
+
+func TestFilterUnknownCodes(t *testing.T) {
+	f := Filter{Codes: []string{"constraint", "constrant", "invalid_json", "max_deliver", "nosuch"}}
+	if got, want := f.UnknownCodes(), []string{"constrant", "nosuch"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("UnknownCodes() = %q, want %q", got, want)
+	}
+	if got := (Filter{}).UnknownCodes(); got != nil {
+		t.Errorf("no codes: %q", got)
+	}
+}

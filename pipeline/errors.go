@@ -14,6 +14,21 @@ const (
 	CodeTooLarge        = "too_large"        // the payload is larger than max_event_bytes
 )
 
+// Codes of a dead letter of the sink (StageSink): the database refused the
+// row itself.
+const (
+	CodeConstraint = "constraint" // SQLSTATE class 23: a key, check or not-null constraint
+	CodeRefused    = "refused"    // raised by a trigger (SQLSTATE P0xxx), or an index entry too large for its index (54000)
+	CodeData       = "data"       // any other refusal of the row (SQLSTATE class 22, mostly)
+)
+
+// DeadLetterCodes lists every DeadLetter.Code this version of jetsink
+// writes, decode codes first.
+func DeadLetterCodes() []string {
+	return []string{CodeInvalidJSON, CodeRequiredMissing, CodeWrongType, CodeInvalidFormat, CodeOutOfRange,
+		CodeInvalidUTF8, CodeNULInText, CodeTooLarge, CodeConstraint, CodeRefused, CodeData, CodeMaxDeliver}
+}
+
 // DecodeError says why an event cannot become a row. It is permanent: the
 // same event fails the same way every time, so it belongs on the
 // dead-letter subject.

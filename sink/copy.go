@@ -783,16 +783,16 @@ func hasKey(keys map[rowKey]struct{}, k rowKey) bool {
 // re-created since): the row is not acked.
 func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) {
 	row := &b.rows[p]
-	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: "data", Reason: err.Error()}
+	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: pipeline.CodeData, Reason: err.Error()}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		dl.SQLState = pgErr.Code
 		dl.Reason = pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
 		switch {
 		case pgErr.Code[:2] == "23":
-			dl.Code = "constraint"
+			dl.Code = pipeline.CodeConstraint
 		case classify(err) == classSuspect:
-			dl.Code = "refused"
+			dl.Code = pipeline.CodeRefused
 		}
 	}
 	if !c.parkHeld(ctx, b, p, dl) {

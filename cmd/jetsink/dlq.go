@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/dlq"
+	"github.com/jetsink/jetsink/pipeline"
 )
 
 func newDLQCmd() *cobra.Command {
@@ -98,6 +99,10 @@ gives that letter up at once and exits with status 130.
 			o.Filter = f
 			if err := f.Validate(); err != nil {
 				return usageError{err}
+			}
+			for _, c := range f.UnknownCodes() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: --code %q is no code this jetsink writes (%s); only dead letters of another version could match it\n",
+					c, strings.Join(pipeline.DeadLetterCodes(), ", "))
 			}
 
 			// The first signal stops before the next dead letter; the

@@ -255,6 +255,24 @@ func TestDLQReplayNamesUnsureAndKeptLetters(t *testing.T) {
 	}
 }
 
+// A --code that this jetsink never writes (a typo, most likely) matches
+// nothing, and replay says so before it starts.
+func TestDLQReplayWarnsOfAnUnknownCode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, _, _ := dlqSetup(t, ctx, 1)
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--dry-run",
+		"--code", "constrant", "--code", "invalid_json")
+	if code := r.wait(t, ctx); code != exitOK {
+		t.Fatalf("exit %d, want %d\n%s", code, exitOK, r.out.String())
+	}
+	out := r.out.String()
+	if !strings.Contains(out, `warning: --code "constrant" is no code this jetsink writes (invalid_json, `) ||
+		strings.Contains(out, `"invalid_json" is no code`) || !strings.Contains(out, "matched 0") {
+		t.Fatalf("no warning for the unknown code alone, or a match:\n%s", out)
+	}
+}
+
 func TestDLQHelpSaysWhatItDoes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
