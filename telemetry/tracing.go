@@ -166,10 +166,10 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 		// The exporters read every OTEL_EXPORTER_OTLP_* variable themselves,
 		// and drop the credentials of an endpoint as CheckEndpoint says.
 		for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-			if u, err := url.Parse(os.Getenv(v)); err == nil && u.User != nil {
-				return nil, fmt.Errorf("%w: %s %q: the OTLP exporters ignore credentials in the URL and would send none; "+
-					"remove them and set OTEL_EXPORTER_OTLP_HEADERS instead, e.g. OTEL_EXPORTER_OTLP_HEADERS=Authorization=Basic%%20<base64 of user:password>",
-					ErrInvalidConfig, v, redactEndpoint(os.Getenv(v)))
+			if u, err := url.Parse(os.Getenv(v)); err == nil {
+				if err := droppedParts(v, os.Getenv(v), u); err != nil {
+					return nil, err
+				}
 			}
 		}
 		switch proto {
@@ -202,12 +202,11 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 }
 
 // CheckEndpoint reports whether endpoint is usable as Config.OTLPEndpoint:
-// empty, or an http, https, grpc or grpcs URL with a host and without
-// credentials (user:password@): the OTLP exporters drop them without a
-// word, so that the collector would see requests without authentication;
-// the error says to send them in OTEL_EXPORTER_OTLP_HEADERS, which the
-// exporters do read. Its messages quote the endpoint without its userinfo.
-// The error wraps ErrInvalidConfig.
+// empty, or an http, https, grpc or grpcs URL with a host and nothing the
+// exporters would drop (droppedParts: credentials, a query): the error says
+// to send credentials in OTEL_EXPORTER_OTLP_HEADERS, which the exporters do
+// read. Its messages quote the endpoint without its userinfo. The error
+// wraps ErrInvalidConfig.
 func CheckEndpoint(endpoint string) error {
 	if endpoint == "" {
 		return nil
@@ -221,10 +220,23 @@ func CheckEndpoint(endpoint string) error {
 	default:
 		return fmt.Errorf("%w: telemetry.otlp_endpoint %q: the scheme must be http, https, grpc or grpcs", ErrInvalidConfig, redactEndpoint(endpoint))
 	}
-	if u.User != nil {
-		return fmt.Errorf("%w: telemetry.otlp_endpoint %q: the OTLP exporters ignore credentials in the URL and would send none; "+
+	return droppedParts("telemetry.otlp_endpoint", endpoint, u)
+}
+
+// droppedParts refuses an endpoint URL (u, read from endpoint, named name
+// in the message) with a part the OTLP exporters drop without a word:
+// credentials, so that the collector would see requests without
+// authentication, or a query or fragment. It quotes the endpoint without
+// its userinfo; the error wraps ErrInvalidConfig.
+func droppedParts(name, endpoint string, u *url.URL) error {
+	switch {
+	case u.User != nil:
+		return fmt.Errorf("%w: %s %q: the OTLP exporters ignore credentials in the URL and would send none; "+
 			"remove them and set OTEL_EXPORTER_OTLP_HEADERS instead, e.g. OTEL_EXPORTER_OTLP_HEADERS=Authorization=Basic%%20<base64 of user:password>",
-			ErrInvalidConfig, redactEndpoint(endpoint))
+			ErrInvalidConfig, name, redactEndpoint(endpoint))
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return fmt.Errorf("%w: %s %q: the OTLP exporters ignore a query (?...) or fragment (#...) in the URL; "+
+			"remove it (request headers go in OTEL_EXPORTER_OTLP_HEADERS)", ErrInvalidConfig, name, redactEndpoint(endpoint))
 	}
 	return nil
 }

@@ -344,6 +344,10 @@ func TestNewTracingEndpoints(t *testing.T) {
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), v) || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("%s with credentials: err = %v, want ErrInvalidConfig naming it, without the password", v, err)
 		}
+		t.Setenv(v, "https://127.0.0.1:1/?api_key=k")
+		if _, err := NewTracing(ctx, Config{SampleRatio: 1}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), v) {
+			t.Errorf("%s with a query: err = %v, want ErrInvalidConfig naming it", v, err)
+		}
 		t.Setenv(v, "")
 	}
 }
@@ -364,6 +368,10 @@ func TestCheckEndpointCredentials(t *testing.T) {
 		{"user:s3cret@collector:4318", "s3cret", "is not a URL"},          // read as scheme "user"
 		{"http://user:s3cr%zt@collector:4318", "s3cr%zt", "is not a URL"}, // does not parse
 		{"http://us@r:p@ss@collector:4318", "p@ss", "xxxxx@collector:4318"},
+		// A query or fragment is dropped by the exporters too.
+		{"https://collector:4318/v1/traces?api_key=k3y", "-", "ignore a query (?...) or fragment"},
+		{"https://collector:4318?", "-", "ignore a query"},
+		{"grpc://collector:4317#frag", "-", "ignore a query"},
 	} {
 		err := CheckEndpoint(c.endpoint)
 		if !errors.Is(err, ErrInvalidConfig) {
