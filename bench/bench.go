@@ -263,7 +263,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, err
 		}
 		pgPID = pg.PID()
-		say("embedded NATS %s, throwaway PostgreSQL on port %d %s", ns.URL(), pg.Port(), strings.TrimPrefix(rep.Target, "embedded "))
+		say("embedded NATS %s, throwaway PostgreSQL %s %s", ns.URL(), pg.URL("postgres"), strings.TrimPrefix(rep.Target, "embedded "))
 	}
 	nc, err := natsConnect(cfg.NATS, "jetsink-bench")
 	if err != nil {
