@@ -20,13 +20,14 @@ const (
 	CodeConstraint = "constraint" // SQLSTATE class 23: a key, check or not-null constraint
 	CodeRefused    = "refused"    // raised by a trigger (SQLSTATE P0xxx), or an index entry too large for its index (54000)
 	CodeData       = "data"       // any other refusal of the row (SQLSTATE class 22, mostly)
+	CodeRowCount   = "row_count"  // a COPY committed with another row count than the rows sent (a trigger or rule), or rows missing from the table
 )
 
 // DeadLetterCodes lists every DeadLetter.Code this version of jetsink
 // writes, decode codes first.
 func DeadLetterCodes() []string {
 	return []string{CodeInvalidJSON, CodeRequiredMissing, CodeWrongType, CodeInvalidFormat, CodeOutOfRange,
-		CodeInvalidUTF8, CodeNULInText, CodeTooLarge, CodeConstraint, CodeRefused, CodeData, CodeMaxDeliver}
+		CodeInvalidUTF8, CodeNULInText, CodeTooLarge, CodeConstraint, CodeRefused, CodeData, CodeRowCount, CodeMaxDeliver}
 }
 
 // DecodeError says why an event cannot become a row. It is permanent: the

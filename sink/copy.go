@@ -754,8 +754,8 @@ func (c *committer) settleMissing(ctx context.Context, b *batch, lo, hi int, e *
 	st.uncounted.Add(uint64(len(e.keys)))
 	c.s.log.Error("an exactly-once batch committed with rows missing from the table (a BEFORE INSERT trigger returned "+
 		"NULL for them, a DO INSTEAD NOTHING rule dropped them, or a trigger changed their key): they are dead-lettered "+
-		"with code "+codeRowCount+", the others acked", "rows", hi-lo, "missing_keys", len(e.keys))
-	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: codeRowCount,
+		"with code "+pipeline.CodeRowCount+", the others acked", "rows", hi-lo, "missing_keys", len(e.keys))
+	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: pipeline.CodeRowCount,
 		Reason: "the transaction holding this row committed without it in the table: a BEFORE INSERT trigger returned NULL " +
 			"for it, a rule dropped it, or a trigger stored it under another key; the rest of its batch was stored"}
 	m := lo // rows[lo:m] are the missing ones
@@ -807,10 +807,6 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 	c.s.log.Info("row refused by the database, dead-lettered", attrs...)
 }
 
-// codeRowCount is the dead-letter code of the rows of a COPY that
-// committed with another row count than the rows sent.
-const codeRowCount = "row_count"
-
 // deadLetterMiscounted settles rows[lo:hi] of b, whose COPY committed while
 // the server counted e.stored rows of them: some of them are not in the
 // table (or, with a trigger that redirects rows elsewhere, not where the
@@ -826,7 +822,7 @@ func (c *committer) deadLetterMiscounted(ctx context.Context, b *batch, lo, hi i
 		st.uncounted.Add(uint64(int64(e.sent) - e.stored))
 	}
 	c.s.log.Error("a COPY committed with another row count than the rows sent (a BEFORE INSERT trigger returning NULL, "+
-		"or a foreign table, leaves rows out): its messages are dead-lettered with code "+codeRowCount+", not acked",
+		"or a foreign table, leaves rows out): its messages are dead-lettered with code "+pipeline.CodeRowCount+", not acked",
 		"rows_sent", e.sent, "rows_counted", e.stored, "first_stream_seq", b.rows[lo].Event.StreamSeq)
 	reason := fmt.Sprintf("the COPY holding this row committed, but PostgreSQL counted %d of its %d rows; "+
 		"this row may be missing from the table", e.stored, e.sent)
@@ -834,7 +830,7 @@ func (c *committer) deadLetterMiscounted(ctx context.Context, b *batch, lo, hi i
 		reason = fmt.Sprintf("the COPY holding this row committed without a row count for its %d rows; "+
 			"this row may be missing from the table", e.sent)
 	}
-	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: codeRowCount, Reason: reason}
+	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: pipeline.CodeRowCount, Reason: reason}
 	for i := lo; i < hi; i++ {
 		c.parkHeld(ctx, b, i, dl)
 	}

@@ -1114,7 +1114,7 @@ func TestCopyRowCountMismatch(t *testing.T) {
 		t.Fatalf("%d dead letters (seqs %v), want 10", len(letters), seqs)
 	}
 	for i, l := range letters {
-		if l.Stage != pipeline.StageSink || l.Code != codeRowCount || !strings.Contains(l.Reason, "8 of its 10 rows") {
+		if l.Stage != pipeline.StageSink || l.Code != pipeline.CodeRowCount || !strings.Contains(l.Reason, "8 of its 10 rows") {
 			t.Errorf("dead letter %+v for seq %d", l, seqs[i])
 		}
 	}
@@ -1172,8 +1172,8 @@ func TestExactlyOnceMissingRows(t *testing.T) {
 		}
 	}
 	letters, seqs := dl.letters()
-	if len(letters) != 1 || seqs[0] != 7 || letters[0].Code != codeRowCount || letters[0].Stage != pipeline.StageSink {
-		t.Fatalf("dead letters %+v (seqs %v), want one for row 7, code %s", letters, seqs, codeRowCount)
+	if len(letters) != 1 || seqs[0] != 7 || letters[0].Code != pipeline.CodeRowCount || letters[0].Stage != pipeline.StageSink {
+		t.Fatalf("dead letters %+v (seqs %v), want one for row 7, code %s", letters, seqs, pipeline.CodeRowCount)
 	}
 	if st := s.Stats(); st.Miscounts != 1 || st.Uncounted != 1 || st.DeadLettered != 1 || st.Rows != 14 {
 		t.Fatalf("stats %+v: want 1 miscount, 1 uncounted, 1 dead letter, 5+9 rows offered", st)
@@ -1454,7 +1454,7 @@ func TestRefusedRowsAfterDroppedRowsSettledOnce(t *testing.T) {
 	}
 	letters, seqs := dl.letters()
 	for i, l := range letters {
-		if l.Code != codeRowCount || seqs[i] > 4 {
+		if l.Code != pipeline.CodeRowCount || seqs[i] > 4 {
 			t.Errorf("dead letter %+v for seq %d", l, seqs[i])
 		}
 	}
