@@ -65,9 +65,24 @@ type ackLedger struct {
 	lostAt atomic.Uint64             // begun when a connection was last lost (the largest)
 	lostWC atomic.Pointer[wire.Conn] // the last wire connection whose loss lostAt counts
 
-	mu        sync.Mutex // one confirmation at a time; guards the fields below
-	confirmed uint64     // sent when the last confirmation was taken: what came before is accounted for
-	wc        *wire.Conn // the wire connection open then, nil if none
+	// reconnectsSeen is nats.go's Stats().Reconnects as the consumer's
+	// reconnect handler last read it: nats.go runs the disconnect handler
+	// (which calls lost) a moment after the connection is gone, and the
+	// reconnect handler after it, so a count above this one means a
+	// reconnect whose disconnect may not have been told yet.
+	reconnectsSeen atomic.Uint64
+	// disconnects and reconnects count the calls of the two handlers:
+	// while they are equal, the handlers know of no outage under way.
+	disconnects, reconnects atomic.Uint64
+
+	// final is set by the first to account for Close's confirmation: the
+	// final confirm, or Close giving up on it (abandon).
+	final atomic.Bool
+
+	mu          sync.Mutex    // one confirmation at a time; guards the fields below
+	confirmed   uint64        // sent when the last confirmation was taken: what came before is accounted for
+	confirmedAt atomic.Uint64 // confirmed, for abandon, which cannot take mu
+	wc          *wire.Conn    // the wire connection open then, nil if none
 }
 
 // begin counts k acks or terms about to be handed to a connection.
@@ -91,6 +106,18 @@ func (l *ackLedger) lost() {
 			return
 		}
 	}
+}
+
+// abandon is Close giving up on a final confirmation stuck behind a
+// connection (a write to a server that reads nothing holds its lock): it
+// returns the number of acks sent since the last confirmation, all of them
+// unconfirmed, or 0 if the final confirmation has accounted for them
+// meanwhile (then it will not).
+func (l *ackLedger) abandon() uint64 {
+	if !l.final.CompareAndSwap(false, true) {
+		return 0
+	}
+	return l.sent.Load() - min(l.confirmedAt.Load(), l.sent.Load())
 }
 
 // wireLost is lost for wire connection wc, once however often it is told.
@@ -123,9 +150,12 @@ func (c *Consumer) AckAll(ms []pipeline.Msg, errs []error) {
 // for the reconnect) and accounts for the acks and terms sent since the
 // last confirmation. Those it cannot vouch for are counted in
 // Stats.AcksUnconfirmed and returned: the ones sent before a connection
-// was lost since the last confirmation and, when a flush failed and final
-// is set, every one since then. When a flush fails and final is not set,
-// nothing changes: the next confirmation tries again.
+// was lost since the last confirmation (or during the flush: its answer
+// then came on a new connection) and, when a flush failed and final is
+// set, every one since then. When a flush fails and final is not set,
+// nothing changes: the next confirmation tries again. A final confirmation
+// flushes again after a connection lost during its flush (a NATS restart)
+// while ctx has time and nats.go's connection is not closed.
 func (c *Consumer) confirm(ctx context.Context, final bool) (unconfirmed uint64, err error) {
 	l := &c.acks
 	l.mu.Lock()
@@ -144,8 +174,48 @@ func (c *Consumer) confirm(ctx context.Context, final bool) (unconfirmed uint64,
 	if n == l.confirmed && !final {
 		return 0, nil // nothing to confirm: spare the server the PINGs
 	}
-	lostAt := l.lostAt.Load() // before the flush: a loss during it fails it
-	err = c.flush(ctx, wc)
+	var lostAt uint64
+	for {
+		// told: the disconnect handler has run for an outage not over yet
+		// (as the handlers know it), so lostAt counts its loss.
+		told := l.disconnects.Load() != l.reconnects.Load()
+		reconnects := c.nc.Stats().Reconnects
+		if !told && reconnects != l.reconnectsSeen.Load() {
+			// nats.go has reconnected (or tried to) since the handlers
+			// last ran: the disconnect handler's loss may be untold.
+			l.lost()
+		}
+		lostAt = l.lostAt.Load() // before the flush: a loss during it fails it, or shows in Reconnects
+		start := time.Now()
+		err = c.flush(ctx, wc)
+		if err == nil {
+			if !told && c.nc.Stats().Reconnects != reconnects {
+				// The PING went into the reconnect buffer of a connection
+				// lost before it, and the disconnect handler had not run
+				// when lostAt was read: what was written on the old
+				// connection may be gone.
+				lostAt = n
+			}
+			break
+		}
+		if !final || ctx.Err() != nil || c.nc.IsClosed() {
+			break
+		}
+		// A connection lost during the flush (nats.go releases its pending
+		// flushes, and its disconnect aborts the wire connection): what it
+		// held is in doubt; confirm the rest on what comes back.
+		l.lost()
+		if wc != nil && isDone(wc) {
+			l.wireLost(wc)
+			wc, l.wc = nil, nil
+		}
+		if d := 50*time.Millisecond - time.Since(start); d > 0 {
+			select { // not a busy loop if a flush fails at once
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+	}
 	if err != nil && !final {
 		return 0, err
 	}
@@ -153,11 +223,14 @@ func (c *Consumer) confirm(ctx context.Context, final bool) (unconfirmed uint64,
 	if err != nil {
 		upTo = n
 	}
-	if upTo > l.confirmed {
+	// Close's final confirmation accounts unless Close has given up on it
+	// (abandon) and counted these already.
+	if account := !final || l.final.CompareAndSwap(false, true); account && upTo > l.confirmed {
 		unconfirmed = upTo - l.confirmed
 		c.stats.acksUnconfirmed.Add(unconfirmed)
 	}
 	l.confirmed = n
+	l.confirmedAt.Store(n)
 	return unconfirmed, err
 }
 
@@ -212,7 +285,14 @@ func (c *Consumer) confirming() (stop func()) {
 	}()
 	return func() {
 		cancel()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(abortBudget):
+			// Its flush waits behind a write to a server that reads
+			// nothing (nats.go takes its lock before it looks at the
+			// context): it ends when that write times out, and Close
+			// does not wait for it either.
+		}
 	}
 }
 

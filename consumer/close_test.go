@@ -3,8 +3,10 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -320,5 +322,176 @@ func TestCloseCountsAcksOfALostConnection(t *testing.T) {
 				t.Fatalf("%d messages pending an ack on the server, want the 3 whose acks were lost", n)
 			}
 		})
+	}
+}
+
+// NATS restarts while Close waits for the server's answer (it hangs, then
+// its connections are cut, and it is back 200 ms later): Close flushes
+// again on the new connection and returns nil within its deadline, the
+// acks that went into the lost one counted, as for a restart before Close.
+// Before, its one flush failed and Close returned ErrAcksUnconfirmed (exit
+// 1) with most of its deadline left.
+func TestCloseFlushesAgainAfterARestart(t *testing.T) {
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			var buf syncBuffer
+			c, p, _, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
+			stopRun()
+			p.Freeze()
+			ackAll(t, c, ms)
+			restart := time.AfterFunc(500*time.Millisecond, func() { // Close's flush is waiting then
+				p.Cut()
+				time.Sleep(200 * time.Millisecond)
+				p.Reopen()
+			})
+			defer restart.Stop()
+			cctx, cancelClose := context.WithTimeout(ctx, 10*time.Second)
+			defer cancelClose()
+			if err := c.Close(cctx); err != nil {
+				t.Fatalf("Close = %v, want nil: NATS was back within a second of a 10 s deadline; log:\n%s", err, buf.String())
+			}
+			if st := c.Stats(); st.AcksUnconfirmed != 3 {
+				t.Fatalf("Stats.AcksUnconfirmed = %d, want the 3 acks the lost connection held", st.AcksUnconfirmed)
+			}
+		})
+	}
+}
+
+// nats.go calls the disconnect handler (which counts the loss) on a
+// goroutine of its own once the connection is gone; a confirmation that
+// comes before it, while nats.go reconnects (its PING goes into the
+// reconnect buffer and is answered on the new connection) or once it has
+// reconnected, must not vouch for the acks written into the old
+// connection. Before, it did, and Close then said every ack had reached
+// the server while the 3 below never did.
+func TestConfirmBeforeTheDisconnectHandler(t *testing.T) {
+	for _, reconnected := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reconnected=%v", reconnected), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			p := testenv.NewGateProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
+			cfg := testConfig(t, srv)
+			cfg.URL = p.URL()
+			cfg.PullClient = PullClientNATSGo
+			release := make(chan struct{})
+			cfg.beforeDisconnect = func() { <-release }
+			var buf syncBuffer
+			c, err := New(ctx, cfg, testLogger(t, &buf))
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			t.Cleanup(func() { _ = c.Close(context.Background()) })
+			r, stopRun := startHardRun(t, ctx, c)
+			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
+			ms := takeMsgs(t, ctx, r, 3)
+			stopRun()
+
+			p.Freeze()
+			ackAll(t, c, ms) // written into the socket; the proxy holds them
+			p.Cut()          // ... and drops them
+			waitFor(t, ctx, "nats.go reconnecting", func() bool { return !c.nc.IsConnected() })
+			p.Reopen()
+			if reconnected {
+				waitFor(t, ctx, "nats.go reconnected", c.nc.IsConnected)
+			}
+			cctx, cancelConfirm := context.WithTimeout(ctx, 5*time.Second)
+			n, err := c.confirm(cctx, false) // the handler has not run
+			cancelConfirm()
+			close(release)
+			if err != nil {
+				t.Fatalf("confirm: %v", err)
+			}
+			if n != 3 || c.Stats().AcksUnconfirmed != 3 {
+				t.Fatalf("confirm counted %d unconfirmed (Stats %d), want the 3 acks the lost connection held", n, c.Stats().AcksUnconfirmed)
+			}
+			if pending := ackPending(t, ctx, srv, cfg); pending != 3 {
+				t.Fatalf("%d messages pending an ack, want 3 (the acks were to be lost)", pending)
+			}
+		})
+	}
+}
+
+// A server that reads nothing while the acks of many batches fill the
+// socket: each connection's writer then holds its lock for up to its
+// write timeout, which a flush and nats.go's Close take before they look
+// at a context. A Close whose context has ended (a second signal) still
+// returns within about abortBudget, counting the acks it could not
+// confirm. Before, it took about a minute (nats.go's default write
+// timeout).
+func TestCloseBoundedWithAFullSocket(t *testing.T) {
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			var buf syncBuffer
+			c, p, _, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
+			stopRun()
+			p.Freeze()
+			ackAll(t, c, ms)
+			// Standing for the acks of many more batches: publish until
+			// the socket takes no more.
+			var sent atomic.Int64
+			filler := make(chan struct{})
+			go func() {
+				defer close(filler)
+				payload := make([]byte, 1024)
+				for sent.Load() < 256<<20 && c.nc.Publish("filler.x", payload) == nil {
+					sent.Add(int64(len(payload)))
+				}
+			}()
+			for last := int64(-1); ; {
+				time.Sleep(300 * time.Millisecond)
+				n := sent.Load()
+				if n == last {
+					break
+				}
+				last = n
+			}
+			ended, end := context.WithCancel(ctx)
+			end() // a second signal
+			start := time.Now()
+			err := c.Close(ended)
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("Close took %v with its context ended, want about %v", d, abortBudget)
+			}
+			if !errors.Is(err, ErrAcksUnconfirmed) {
+				t.Errorf("Close = %v, want ErrAcksUnconfirmed", err)
+			}
+			p.Cut() // frees the writer
+			<-filler
+		})
+	}
+}
+
+// A wire connection lost on its own (a write that timed out, the server
+// dropping a slow consumer) while nats.go stays connected: the acks
+// written into it are counted in doubt, as for a loss of both.
+func TestCloseCountsAcksOfALostWireConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	var buf syncBuffer
+	c, p, _, ms, stopRun := closeScene(t, ctx, srv, PullClientWire, &buf)
+	p.Freeze()
+	ackAll(t, c, ms) // into the wire connection, which the proxy holds
+	wc := c.wc.Load()
+	if wc == nil {
+		t.Fatal("no wire connection")
+	}
+	wc.Abort()
+	p.Thaw()
+	stopRun()
+	cctx, cancelClose := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelClose()
+	if err := c.Close(cctx); err != nil {
+		t.Fatalf("Close = %v, want nil (nats.go stayed connected); log:\n%s", err, buf.String())
+	}
+	if st := c.Stats(); st.AcksUnconfirmed != 3 {
+		t.Fatalf("Stats.AcksUnconfirmed = %d, want the 3 acks written into the lost wire connection", st.AcksUnconfirmed)
 	}
 }

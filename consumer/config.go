@@ -149,9 +149,12 @@ type Config struct {
 
 	// For tests: the consumer's connection dials with dialer when it is
 	// set, and pings every pingEvery instead of pingInterval when it is
-	// not 0.
-	dialer    nats.CustomDialer
-	pingEvery time.Duration
+	// not 0; nats.go's disconnect handler calls beforeDisconnect first
+	// (standing for a handler that runs late: nats.go calls it on a
+	// goroutine of its own, after the connection is gone).
+	dialer           nats.CustomDialer
+	pingEvery        time.Duration
+	beforeDisconnect func()
 }
 
 // TLSConfig is the nats.tls: section.

@@ -27,6 +27,10 @@ var ErrStreamNotFound = errors.New("stream not found")
 // when its context has no deadline.
 const closeWait = 10 * time.Second
 
+// writeTimeout bounds a write to NATS on nats.go's connection, as
+// wire.Options.WriteTimeout's default does on the wire connection.
+const writeTimeout = 10 * time.Second
+
 // abortFlush bounds how long the wire connection may take to send the acks
 // it buffered when nats.go's disconnects (see natsOptions).
 const abortFlush = 2 * time.Second
@@ -210,7 +214,15 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(reconnectDelay),
 		nats.DrainTimeout(closeWait),
+		// A write that the server does not read within this fails the
+		// connection (nats.go's default, a minute, held a stopping jetsink
+		// that long behind a hung server: the write holds the lock that
+		// flushes and Close take).
+		nats.FlusherTimeout(writeTimeout),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if cfg.beforeDisconnect != nil {
+				cfg.beforeDisconnect()
+			}
 			c.seq.gen.Add(1) // see the reconnect handler
 			if wc := c.wc.Load(); wc != nil {
 				// Pull only while the API (and the acks of a closed wire
@@ -233,9 +245,14 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 			// What this connection had written and the server had not
 			// read is gone with it; what comes now waits for the reconnect.
 			c.acks.lost()
+			c.acks.disconnects.Add(1)
 			c.log.Warn("nats disconnected", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			// nats.go calls this after the disconnect handler: the loss is
+			// told (see confirm).
+			c.acks.reconnectsSeen.Store(nc.Stats().Reconnects)
+			c.acks.reconnects.Add(1)
 			c.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
 			// While the connection was down the stream may have been
 			// re-created, and nats.go's pulls go on with whatever stream
@@ -381,11 +398,13 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 
 // Close confirms that the server has read the acks and terms sent (a flush
 // of each connection; one that is reconnecting is waited for, and its
-// PING follows the acks buffered for the reconnect), then closes the
+// PING follows the acks buffered for the reconnect; a connection lost
+// during the flush is flushed again once it is back), then closes the
 // connections. It waits while ctx has time left, at most closeWait when ctx
 // has no deadline; once ctx has ended (before or during the wait) it gives
-// the connections abortBudget and closes them without waiting for the
-// server. Acks and terms that may not have reached the server are logged at
+// the connections abortBudget to close, without waiting for the server,
+// and returns: a connection whose write a server that reads nothing holds
+// closes in the background when the write times out (writeTimeout). Acks and terms that may not have reached the server are logged at
 // Warn, counted in Stats.AcksUnconfirmed, and reported by an error wrapping
 // ErrAcksUnconfirmed: their events are delivered again after ack_wait.
 // Call it after Run has returned and the sink has settled its last batch
@@ -399,22 +418,47 @@ func (c *Consumer) Close(ctx context.Context) error {
 func (c *Consumer) close(ctx context.Context) error {
 	wait, cancel := closeContext(ctx)
 	defer cancel()
-	n, err := c.confirm(wait, true)
-	if wc := c.wc.Load(); wc != nil {
-		if err == nil {
-			_ = wc.Close()
-		} else {
-			// Close would write out its buffer, which a server that does
-			// not read can hold for Options.WriteTimeout.
-			wc.Abort()
+	type result struct {
+		n   uint64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := c.confirm(wait, true)
+		if wc := c.wc.Load(); wc != nil {
+			if err == nil {
+				_ = wc.Close()
+			} else {
+				// Close would write out its buffer, which a server that
+				// does not read can hold for Options.WriteTimeout.
+				wc.Abort()
+			}
+		}
+		// Not Drain: the acks are confirmed or given up on already; Drain
+		// would wait for the subscriptions and flush again, up to
+		// closeWait each, on a server that may not answer, and on a
+		// connection that is reconnecting it closes at once, dropping
+		// what it buffered.
+		c.nc.Close()
+		<-c.closed
+		done <- result{n, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-wait.Done():
+		select {
+		case r = <-done:
+		case <-time.After(abortBudget):
+			// A write to a server that reads nothing holds a connection's
+			// lock, which its flush and Close take before they look at a
+			// context, until writeTimeout: leave them to it.
+			r.n = c.acks.abandon()
+			c.stats.acksUnconfirmed.Add(r.n)
+			r.err = fmt.Errorf("the connections to NATS did not close within %s of the deadline (a write to a server that reads nothing holds them)", abortBudget)
 		}
 	}
-	// Not Drain: the acks are confirmed or given up on already; Drain
-	// would wait for the subscriptions and flush again, up to closeWait
-	// each, on a server that may not answer, and on a connection that
-	// is reconnecting it closes at once, dropping what it buffered.
-	c.nc.Close()
-	<-c.closed
+	n, err := r.n, r.err
 	if n == 0 {
 		return nil
 	}

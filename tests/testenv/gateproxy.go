@@ -10,7 +10,7 @@ import (
 // open. Cut closes every connection and turns new ones away (accepted and
 // closed at once) until Reopen. Freeze stops forwarding, both ways, on
 // every connection while keeping them open, as a server stopped with
-// SIGSTOP would; Cut ends it. (Proxy, by contrast, forwards a fixed number
+// SIGSTOP would; Thaw or Cut ends it. (Proxy, by contrast, forwards a fixed number
 // of connections and is cut by closing its listener.)
 type GateProxy struct {
 	ln     net.Listener
@@ -100,6 +100,16 @@ func (p *GateProxy) Freeze() {
 	defer p.mu.Unlock()
 	if p.frozen == nil {
 		p.frozen = make(chan struct{})
+	}
+}
+
+// Thaw ends a freeze: what the connections hold goes on.
+func (p *GateProxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen != nil {
+		close(p.frozen)
+		p.frozen = nil
 	}
 }
 
