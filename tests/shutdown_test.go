@@ -209,9 +209,9 @@ func TestShutdownReportsAcksNATSNeverConfirmed(t *testing.T) {
 
 // Acks written into a connection that is lost before NATS confirmed them
 // may be lost with it, even though NATS is back before drain_timeout:
-// jetsink says so and exits 1 rather than 0 (nothing is lost: the events
-// come back after ack_wait). Before, it exited 0, saying every event was
-// committed and acked.
+// jetsink says so, with their count, and exits 0 (nothing is lost: the
+// events come back after ack_wait; a NATS restart does this). Before, it
+// said every event was committed and acked.
 func TestShutdownReportsAcksLostWithTheConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -93,11 +94,7 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			if closeErr != nil {
 				return fmt.Errorf("drain: %w", closeErr)
 			}
-			if n := p.Consumer().Stats().AcksUnconfirmed; n > 0 {
-				log.Warn("drained: every event taken in is committed; acks a lost connection may have taken are logged above, and their events come back after ack_wait", "acks_unconfirmed", n)
-				return nil
-			}
-			log.Info("drained: every event taken in is committed and acked")
+			logDrained(log, p.Consumer().Stats().AcksUnconfirmed, p.Sink().Stats().AckErrors)
 			return nil
 		},
 	}
@@ -155,4 +152,17 @@ func (d *drainDeadline) finish() {
 	if d.timer != nil {
 		d.timer.Stop()
 	}
+}
+
+// logDrained says how a drain that committed every event taken in ended:
+// acked, or with acks that a lost connection may have taken (unconfirmed)
+// or that a connection refused (ackErrors, e.g. nats.go's reconnect buffer
+// full), whose events come back after ack_wait.
+func logDrained(log *slog.Logger, unconfirmed, ackErrors uint64) {
+	if unconfirmed == 0 && ackErrors == 0 {
+		log.Info("drained: every event taken in is committed and acked")
+		return
+	}
+	log.Warn("drained: every event taken in is committed; acks that failed, or that a lost connection may have taken, are logged above, and their events come back after ack_wait",
+		"acks_unconfirmed", unconfirmed, "ack_errors", ackErrors)
 }

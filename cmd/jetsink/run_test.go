@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,5 +62,25 @@ func TestDrainDeadlineFiresOnce(t *testing.T) {
 	d.finish()
 	if n := fired.Load(); n != 1 {
 		t.Fatalf("explicit expire: fire called %d times, want 1", n)
+	}
+}
+
+// The drain's last line claims every ack only when none failed and none
+// went into a connection that was lost; before, acks a connection refused
+// (counted by the sink) did not stop the claim.
+func TestLogDrained(t *testing.T) {
+	for _, tc := range []struct {
+		unconfirmed, ackErrors uint64
+		acked                  bool
+	}{{0, 0, true}, {3, 0, false}, {0, 5, false}, {3, 5, false}} {
+		var buf bytes.Buffer
+		logDrained(slog.New(slog.NewTextHandler(&buf, nil)), tc.unconfirmed, tc.ackErrors)
+		out := buf.String()
+		if got := strings.Contains(out, "committed and acked"); got != tc.acked {
+			t.Errorf("unconfirmed %d, ack errors %d: %q", tc.unconfirmed, tc.ackErrors, out)
+		}
+		if !tc.acked && (!strings.Contains(out, "level=WARN") || !strings.Contains(out, fmt.Sprintf("ack_errors=%d", tc.ackErrors))) {
+			t.Errorf("unconfirmed %d, ack errors %d: want a warning with the counts: %q", tc.unconfirmed, tc.ackErrors, out)
+		}
 	}
 }
