@@ -162,11 +162,14 @@ func (c *Consumer) confirm(ctx context.Context, final bool) (unconfirmed uint64,
 	defer l.mu.Unlock()
 	wc := c.wc.Load()
 	if wc != nil && isDone(wc) {
+		// Failed (only Close closes it otherwise, after this): a
+		// session's end may have told already, or not yet (it ends on
+		// its own goroutine), or none was running. Counted once.
+		l.wireLost(wc)
 		wc = nil
 	}
 	if l.wc != nil && l.wc != wc {
-		// Failed (or replaced after failing) since the last confirmation:
-		// a session's end has told already, unless none was running.
+		// Failed and replaced since the last confirmation.
 		l.wireLost(l.wc)
 	}
 	l.wc = wc

@@ -470,13 +470,16 @@ func TestCloseBoundedWithAFullSocket(t *testing.T) {
 
 // A wire connection lost on its own (a write that timed out, the server
 // dropping a slow consumer) while nats.go stays connected: the acks
-// written into it are counted in doubt, as for a loss of both.
+// written into it are counted in doubt, as for a loss of both, also when
+// no session runs to see it fail (Run has returned) and no confirmation
+// has seen it open.
 func TestCloseCountsAcksOfALostWireConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)
 	var buf syncBuffer
 	c, p, _, ms, stopRun := closeScene(t, ctx, srv, PullClientWire, &buf)
+	stopRun()
 	p.Freeze()
 	ackAll(t, c, ms) // into the wire connection, which the proxy holds
 	wc := c.wc.Load()
@@ -485,7 +488,6 @@ func TestCloseCountsAcksOfALostWireConnection(t *testing.T) {
 	}
 	wc.Abort()
 	p.Thaw()
-	stopRun()
 	cctx, cancelClose := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelClose()
 	if err := c.Close(cctx); err != nil {
