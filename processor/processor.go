@@ -73,7 +73,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	dl := &telemetry.DeadLetterer{Metrics: p.metrics}
 	sinkCfg := cfg.Postgres.Config
 	if sinkCfg.InProgressEvery == 0 {
-		sinkCfg.InProgressEvery = cfg.NATS.AckWait / 2
+		// A third, so that one InProgress lost (with a connection, or
+		// refused) still leaves the next in time: see sink's heartbeat.
+		sinkCfg.InProgressEvery = cfg.NATS.AckWait / 3
 	}
 	// While the database stalls, the sink takes in what the rings and the
 	// pull buffer hold, so that InProgress reaches every in-flight message.

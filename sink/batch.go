@@ -553,7 +553,10 @@ func (r *run) fill(b *batch, cfg *BatchConfig) bool {
 // row is at most about InProgressEvery/2 + InProgressEvery/2 + the
 // ticker's InProgressEvery/4 old at its first InProgress, and
 // InProgressEvery * 5/4 at each later one: with InProgressEvery =
-// ack_wait/2, 0.625 of ack_wait. A row that joins a batch gets the
+// ack_wait/3, 0.42 of ack_wait, so that one InProgress lost (in a
+// connection that fails, or refused: then the batch is due again at the
+// next tick) leaves the next at most 0.75 of ack_wait after the last that
+// arrived. A row that joins a batch gets the
 // batch's next beat or its own first one (InProgressEvery/2 after it
 // came), whichever is due sooner: fill keeps the earlier due time. So a
 // held batch that keeps taking rows is beaten more often, at most once a
@@ -612,6 +615,7 @@ func (s *Sink) beat(b *batch, now time.Time, every time.Duration) {
 	s.epochs.Release()
 	s.st.inProgress.Add(sent)
 	if failed > 0 {
+		b.due = now.Add(every / 4) // again at the next tick
 		s.st.inProgressErrs.Add(failed)
 		s.log.Warn("in-progress failed; JetStream may redeliver these messages while they are still held", "messages", failed)
 	}

@@ -77,7 +77,7 @@ type Config struct {
 	// InProgressEvery is how often the messages of a batch that is held
 	// (growing while the committers are busy, waiting for a committer,
 	// blocked on a lock, retrying) are told InProgress so that JetStream does
-	// not redeliver them. The wiring sets it to nats.ack_wait/2; 0 turns it
+	// not redeliver them. The wiring sets it to nats.ack_wait/3; 0 turns it
 	// off. Not a YAML key.
 	InProgressEvery time.Duration `yaml:"-"`
 	// HoldRows is how many rows the stages before the sink can hold (ring
@@ -200,7 +200,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: postgres.retry.max must be >= postgres.retry.initial (default 5s)", ErrInvalidConfig)
 	}
 	if c.InProgressEvery < 0 {
-		return fmt.Errorf("%w: in-progress interval must be >= 0 (it is nats.ack_wait/2)", ErrInvalidConfig)
+		return fmt.Errorf("%w: in-progress interval must be >= 0 (it is nats.ack_wait/3)", ErrInvalidConfig)
 	}
 	return nil
 }

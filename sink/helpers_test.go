@@ -49,6 +49,9 @@ func tuple(stream string, seq int64, payload string) []byte {
 type recMsg struct {
 	acks, naks, inProgress, terms atomic.Int32
 	failAck                       bool
+	// refuseInProgress is how many InProgress calls to refuse (a
+	// connection refusing them) before taking any.
+	refuseInProgress atomic.Int32
 }
 
 func (m *recMsg) Ack() error {
@@ -65,6 +68,9 @@ func (m *recMsg) NakWithDelay(time.Duration) error { m.naks.Add(1); return nil }
 func (m *recMsg) InProgress() error {
 	if m.acks.Load()+m.naks.Load()+m.terms.Load() > 0 {
 		return errAlreadySettled
+	}
+	if m.refuseInProgress.Add(-1) >= 0 {
+		return fmt.Errorf("in progress: %w", os.ErrDeadlineExceeded)
 	}
 	m.inProgress.Add(1)
 	return nil

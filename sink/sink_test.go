@@ -1016,6 +1016,30 @@ func TestNoHoldWhileBusy(t *testing.T) {
 	unlockAndFinish(t, ctx, tx, src, wait, append(mFirst, mMore...), admin, s, 401)
 }
 
+// An InProgress that is refused (the connection failed, its buffer is
+// full) is sent again at the heartbeat's next tick, not InProgressEvery
+// later, when the message may already be past ack_wait.
+func TestRefusedInProgressSentAgainSoon(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	const every = 6 * time.Second // the heartbeat ticks every 1.5 s; row 1's first beat is 3 s after it came
+	s, admin, tx, src, wait, mFirst := lockedSink(t, ctx, every)
+	m := mFirst[0]
+	m.refuseInProgress.Store(1)
+	if m.inProgress.Load() != 0 {
+		t.Fatal("the first InProgress came before the test could refuse it")
+	}
+	waitFor(t, ctx, "the first InProgress, refused", func() bool { return m.refuseInProgress.Load() < 1 })
+	refused := time.Now()
+	waitFor(t, ctx, "an InProgress taken", func() bool { return m.inProgress.Load() > 0 })
+	if d := time.Since(refused); d > every/2+every/12 {
+		t.Errorf("the InProgress was sent again %v after it was refused, want at the next tick (%v)", d, every/4)
+	}
+	if st := s.Stats(); st.InProgressErrors != 1 {
+		t.Errorf("%d InProgress refused, want 1", st.InProgressErrors)
+	}
+	unlockAndFinish(t, ctx, tx, src, wait, mFirst, admin, s, 1)
+}
+
 // staysAtLeast watches src for 300 ms: it must keep at least n rows
 // (back-pressure), or the test fails saying the batcher took rows what.
 func staysAtLeast(t *testing.T, src source, n int, what string) {
