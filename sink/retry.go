@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -123,10 +124,20 @@ func withHint(err error, args ...any) []any {
 }
 
 // outcomeUnknown reports whether a failed COMMIT may have committed: the
-// server did not answer (any error that is not a server error response).
+// server did not answer (any error that is not a server error response),
+// or it ended the session (FATAL, PANIC), which can come after the commit:
+// pg_terminate_backend while a committed transaction waits for a
+// synchronous standby ("The transaction has already committed locally").
 func outcomeUnknown(err error) bool {
 	var pgErr *pgconn.PgError
-	return !errors.As(err, &pgErr)
+	if !errors.As(err, &pgErr) {
+		return true
+	}
+	switch cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) {
+	case "FATAL", "PANIC":
+		return true
+	}
+	return false
 }
 
 // backoff is capped exponential backoff with full jitter in [d/2, d).

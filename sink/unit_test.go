@@ -140,8 +140,15 @@ func TestClassify(t *testing.T) {
 			t.Errorf("classify(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
-	if outcomeUnknown(&pgconn.PgError{Code: "40001"}) || !outcomeUnknown(io.ErrUnexpectedEOF) {
+	if outcomeUnknown(&pgconn.PgError{Code: "40001", Severity: "ERROR"}) || !outcomeUnknown(io.ErrUnexpectedEOF) {
 		t.Error("outcomeUnknown")
+	}
+	// The session ended, maybe after the commit (terminated while waiting
+	// for a synchronous standby); the localized severity counts when the
+	// server sent no unlocalized one (before PostgreSQL 9.6).
+	if !outcomeUnknown(&pgconn.PgError{Code: "57P01", Severity: "FATAL", SeverityUnlocalized: "FATAL"}) ||
+		!outcomeUnknown(&pgconn.PgError{Code: "57P01", Severity: "FATAL"}) {
+		t.Error("outcomeUnknown of a FATAL error")
 	}
 }
 
