@@ -17,12 +17,15 @@ import (
 // closeSetup is a consumer of the test's own stream, connected to srv
 // through a testenv.GateProxy with the pull client named, and logging to buf (nil:
 // the test's log).
-func closeSetup(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer) (*Consumer, *testenv.GateProxy, Config) {
+func closeSetup(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer, mods ...func(*Config)) (*Consumer, *testenv.GateProxy, Config) {
 	t.Helper()
 	p := testenv.NewGateProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
 	cfg := testConfig(t, srv)
 	cfg.URL = p.URL()
 	cfg.PullClient = client
+	for _, mod := range mods {
+		mod(&cfg)
+	}
 	c, err := New(ctx, cfg, testLogger(t, buf))
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -33,10 +36,10 @@ func closeSetup(t *testing.T, ctx context.Context, srv *testenv.NATSServer, clie
 
 // closeScene is closeSetup, a Run under a hard context (stopRun ends it),
 // and the messages of 3 events it took.
-func closeScene(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer) (
+func closeScene(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer, mods ...func(*Config)) (
 	c *Consumer, p *testenv.GateProxy, cfg Config, ms []pipeline.Msg, stopRun func()) {
 	t.Helper()
-	c, p, cfg = closeSetup(t, ctx, srv, client, buf)
+	c, p, cfg = closeSetup(t, ctx, srv, client, buf, mods...)
 	r, stopRun := startHardRun(t, ctx, c)
 	publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
 	return c, p, cfg, takeMsgs(t, ctx, r, 3), stopRun
@@ -373,21 +376,10 @@ func TestConfirmBeforeTheDisconnectHandler(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			srv := testenv.NATS(t)
-			p := testenv.NewGateProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
-			cfg := testConfig(t, srv)
-			cfg.URL = p.URL()
-			cfg.PullClient = PullClientNATSGo
 			release := make(chan struct{})
-			cfg.beforeDisconnect = func() { <-release }
 			var buf syncBuffer
-			c, err := New(ctx, cfg, testLogger(t, &buf))
-			if err != nil {
-				t.Fatalf("New: %v", err)
-			}
-			t.Cleanup(func() { _ = c.Close(context.Background()) })
-			r, stopRun := startHardRun(t, ctx, c)
-			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
-			ms := takeMsgs(t, ctx, r, 3)
+			c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, PullClientNATSGo, &buf,
+				func(cfg *Config) { cfg.beforeDisconnect = func() { <-release } })
 			stopRun()
 
 			p.Freeze()
