@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,7 +53,7 @@ var chaosDups = map[string]int64{
 }
 
 // TestChaos runs jetsink, as its own process, through a random sequence of
-// the faults above, one every 0.5-2 s, while events are published at
+// the faults above (each at least once), one every 0.5-2 s, while events are published at
 // 2,000/s, and then checks every event: exactly one row in exactly-once
 // mode, at least one in at-least-once mode (duplicates within chaosDups);
 // none lost, and none dead-lettered, since every event is valid. jetsink
@@ -99,11 +100,21 @@ func TestChaos(t *testing.T) {
 			ch := &chaos{e: e, rng: rng, cfgPath: cfgPath}
 			ch.start(t, ctx)
 
+			// The faults come in rounds of all of them in a random order,
+			// and the run goes on past dur until every fault has come once:
+			// a short run drawn at random could miss one (a 20 s run has
+			// about 8).
 			done := map[string]int{}
-			for end := time.Now().Add(dur); time.Now().Before(end); {
+			var round []string
+			for end := time.Now().Add(dur); time.Now().Before(end) || len(done) < len(chaosFaults); {
 				time.Sleep(ch.between(500*time.Millisecond, 2*time.Second))
 				ch.alive(t)
-				f := chaosFaults[rng.IntN(len(chaosFaults))]
+				if len(round) == 0 {
+					round = slices.Clone(chaosFaults)
+					rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+				}
+				f := round[0]
+				round = round[1:]
 				ch.do(t, ctx, f)
 				done[f]++
 			}

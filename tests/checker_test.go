@@ -256,6 +256,17 @@ func (e *env) judge(name string, mode sink.Mode, v verdict, allowed int64) {
 	}
 }
 
+// judgeValid is judge for a run whose events are all valid: none may be
+// dead-lettered either (a fault misread as a bad row, a valid event taken
+// past max_deliver), which judge alone would count as delivered.
+func (e *env) judgeValid(name string, mode sink.Mode, v verdict, allowed int64) {
+	e.t.Helper()
+	if v.dead != 0 {
+		e.t.Errorf("%d valid events dead-lettered, want none", v.dead)
+	}
+	e.judge(name, mode, v, allowed)
+}
+
 // sinkAllowance is what the sink itself counts as possible duplicates: rows
 // whose COMMIT outcome was unknown and rows whose ack failed after commit.
 func sinkAllowance(st sink.Stats) int64 {

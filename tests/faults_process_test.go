@@ -65,7 +65,7 @@ func TestFaultKill9DuringPublish(t *testing.T) {
 			}
 			v := e.check(ctx, x)
 			t.Logf("%d rows at the kill", atKill)
-			e.judge("1 kill -9 during publish", mode, v, 2*1000)
+			e.judgeValid("1 kill -9 during publish", mode, v, 2*1000)
 		})
 	}
 }
@@ -173,7 +173,7 @@ func TestFaultTableLocked(t *testing.T) {
 			}
 			// Each redelivery above may add a duplicate; the test has
 			// failed already if there was one.
-			e.judge("7 table locked 15s", mode, v, int64(redelivered))
+			e.judgeValid("7 table locked 15s", mode, v, int64(redelivered))
 		})
 	}
 }
@@ -320,7 +320,7 @@ log: {level: debug, format: text}
 		t.Errorf("%d rows with the hostile column filled, want 1000", n)
 	}
 	v := e.check(ctx, x)
-	e.judge("9 hostile names, secrets", sink.ExactlyOnce, v, 0)
+	e.judgeValid("9 hostile names, secrets", sink.ExactlyOnce, v, 0)
 }
 
 // jetsinkTimed runs the binary for at most d and returns its output and
