@@ -404,8 +404,9 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 // has no deadline; once ctx has ended (before or during the wait) it gives
 // the connections abortBudget to close, without waiting for the server,
 // and returns: a connection whose write a server that reads nothing holds
-// closes in the background when the write times out (writeTimeout). Acks and terms that may not have reached the server are logged at
-// Warn, counted in Stats.AcksUnconfirmed, and reported by an error wrapping
+// closes in the background when the write times out (writeTimeout). Acks
+// and terms that may not have reached the server are logged at Warn,
+// counted in Stats.AcksUnconfirmed, and reported by an error wrapping
 // ErrAcksUnconfirmed: their events are delivered again after ack_wait.
 // Call it after Run has returned and the sink has settled its last batch
 // (a Run still going returns an error). Idempotent: later calls return the
