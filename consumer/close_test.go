@@ -58,6 +58,18 @@ func ackedWhileCut(t *testing.T, ctx context.Context, srv *testenv.NATSServer, c
 	return c, p, cfg
 }
 
+// ackedWhileFrozen is a closeScene whose Run has ended and whose 3
+// messages are then acked while the server reads nothing: the acks wait in
+// the frozen connections.
+func ackedWhileFrozen(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer, mods ...func(*Config)) (*Consumer, *testenv.GateProxy, Config) {
+	t.Helper()
+	c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, buf, mods...)
+	stopRun() // no confirmation runs after Run
+	p.Freeze()
+	ackAll(t, c, ms)
+	return c, p, cfg
+}
+
 // takeMsgs returns the messages of the next n events r pushes.
 func takeMsgs(t *testing.T, ctx context.Context, r *runner, n int) []pipeline.Msg {
 	t.Helper()
@@ -297,12 +309,8 @@ func TestCloseCountsAcksOfALostConnection(t *testing.T) {
 			defer cancel()
 			srv := testenv.NATS(t)
 			var buf syncBuffer
-			c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
-			stopRun() // no confirmation runs after Run: Close's is the first
-
-			p.Freeze()
-			ackAll(t, c, ms) // written, never read by the server
-			p.Cut()
+			c, p, cfg := ackedWhileFrozen(t, ctx, srv, client, &buf) // Close's confirmation is the first
+			p.Cut()                                                  // the acks go with the connections
 			// No session is there to see the wire connection fail: Close
 			// finds it failed.
 			waitFor(t, ctx, "nats.go reconnecting and the wire connection gone", func() bool {
@@ -341,10 +349,7 @@ func TestCloseFlushesAgainAfterARestart(t *testing.T) {
 			defer cancel()
 			srv := testenv.NATS(t)
 			var buf syncBuffer
-			c, p, _, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
-			stopRun()
-			p.Freeze()
-			ackAll(t, c, ms)
+			c, p, _ := ackedWhileFrozen(t, ctx, srv, client, &buf)
 			restart := time.AfterFunc(500*time.Millisecond, func() { // Close's flush is waiting then
 				p.Cut()
 				time.Sleep(200 * time.Millisecond)
@@ -378,13 +383,9 @@ func TestConfirmBeforeTheDisconnectHandler(t *testing.T) {
 			srv := testenv.NATS(t)
 			release := make(chan struct{})
 			var buf syncBuffer
-			c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, PullClientNATSGo, &buf,
+			c, p, cfg := ackedWhileFrozen(t, ctx, srv, PullClientNATSGo, &buf,
 				func(cfg *Config) { cfg.beforeDisconnect = func() { <-release } })
-			stopRun()
-
-			p.Freeze()
-			ackAll(t, c, ms) // written into the socket; the proxy holds them
-			p.Cut()          // ... and drops them
+			p.Cut() // the acks go with the connections
 			waitFor(t, ctx, "nats.go reconnecting", func() bool { return !c.nc.IsConnected() })
 			p.Reopen()
 			if reconnected {
@@ -421,10 +422,7 @@ func TestCloseBoundedWithAFullSocket(t *testing.T) {
 			defer cancel()
 			srv := testenv.NATS(t)
 			var buf syncBuffer
-			c, p, _, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
-			stopRun()
-			p.Freeze()
-			ackAll(t, c, ms)
+			c, p, _ := ackedWhileFrozen(t, ctx, srv, client, &buf)
 			// Standing for the acks of many more batches: publish until
 			// the socket takes no more.
 			var sent atomic.Int64
@@ -470,10 +468,7 @@ func TestCloseCountsAcksOfALostWireConnection(t *testing.T) {
 	defer cancel()
 	srv := testenv.NATS(t)
 	var buf syncBuffer
-	c, p, _, ms, stopRun := closeScene(t, ctx, srv, PullClientWire, &buf)
-	stopRun()
-	p.Freeze()
-	ackAll(t, c, ms) // into the wire connection, which the proxy holds
+	c, p, _ := ackedWhileFrozen(t, ctx, srv, PullClientWire, &buf) // into the wire connection, which the proxy holds
 	wc := c.wc.Load()
 	if wc == nil {
 		t.Fatal("no wire connection")
