@@ -37,32 +37,27 @@ func restoreGC(t *testing.T) {
 
 func TestApplyMemoryLimit(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	t.Run("sets limit and GOGC", func(t *testing.T) {
-		restoreGC(t)
-		unsetenv(t, "GOMEMLIMIT")
-		unsetenv(t, "GOGC")
-		debug.SetMemoryLimit(math.MaxInt64)
-		applyMemoryLimit(40<<20, log)()
-		if got := debug.SetMemoryLimit(-1); got != 40<<20 {
-			t.Errorf("memory limit %d, want %d", got, 40<<20)
-		}
-		if got := debug.SetGCPercent(100); got != gcPercentWithLimit {
-			t.Errorf("GOGC %d, want %d", got, gcPercentWithLimit)
-		}
-	})
-	t.Run("empty GOMEMLIMIT and GOGC are unset", func(t *testing.T) {
-		restoreGC(t)
-		t.Setenv("GOMEMLIMIT", "")
-		t.Setenv("GOGC", "")
-		debug.SetMemoryLimit(math.MaxInt64)
-		applyMemoryLimit(40<<20, log)()
-		if got := debug.SetMemoryLimit(-1); got != 40<<20 {
-			t.Errorf("memory limit %d, want %d", got, 40<<20)
-		}
-		if got := debug.SetGCPercent(100); got != gcPercentWithLimit {
-			t.Errorf("GOGC %d, want %d", got, gcPercentWithLimit)
-		}
-	})
+	for _, tc := range []struct {
+		name string
+		env  func(t *testing.T, key string)
+	}{
+		{"sets limit and GOGC", unsetenv},
+		{"empty GOMEMLIMIT and GOGC are unset", func(t *testing.T, key string) { t.Setenv(key, "") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			restoreGC(t)
+			tc.env(t, "GOMEMLIMIT")
+			tc.env(t, "GOGC")
+			debug.SetMemoryLimit(math.MaxInt64)
+			applyMemoryLimit(40<<20, log)()
+			if got := debug.SetMemoryLimit(-1); got != 40<<20 {
+				t.Errorf("memory limit %d, want %d", got, 40<<20)
+			}
+			if got := debug.SetGCPercent(100); got != gcPercentWithLimit {
+				t.Errorf("GOGC %d, want %d", got, gcPercentWithLimit)
+			}
+		})
+	}
 	t.Run("GOMEMLIMIT wins", func(t *testing.T) {
 		restoreGC(t)
 		t.Setenv("GOMEMLIMIT", "1GiB")
