@@ -114,13 +114,13 @@ func (c *Consumer) wireOptions() (wire.Options, error) {
 		o.Dialer = cfg.dialer
 	}
 	// nats.go verifies a server it learned of from the cluster (its URL
-	// holds an IP) against the configured URL's host name; so must wire.
-	if cu, err := url.Parse(connected); err == nil && net.ParseIP(cu.Hostname()) != nil && (o.TLS != nil || cu.Scheme == "tls") {
+	// holds an IP) against the configured URL's host name; so must wire,
+	// whichever TLS settings it gets below (before, nats.tls.ca_file or
+	// cert_file replaced them, and wire checked the certificate against
+	// the IP).
+	if cu, err := url.Parse(connected); err == nil && net.ParseIP(cu.Hostname()) != nil {
 		if first, err := url.Parse(strings.TrimSpace(strings.Split(cfg.URL, ",")[0])); err == nil && first.Hostname() != "" && net.ParseIP(first.Hostname()) == nil {
-			if o.TLS == nil {
-				o.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
-			}
-			o.TLS.ServerName = first.Hostname()
+			o.ServerName = first.Hostname()
 		}
 	}
 	if cfg.TLS.CAFile != "" || cfg.TLS.CertFile != "" {

@@ -207,6 +207,13 @@ func TestAuthCredsFile(t *testing.T) {
 // localhost.
 func testPKI(t *testing.T) (serverCfg *tls.Config, roots *x509.CertPool) {
 	t.Helper()
+	return testPKIFor(t, net.ParseIP("127.0.0.1"))
+}
+
+// testPKIFor is testPKI with a certificate for localhost and the given
+// addresses only.
+func testPKIFor(t *testing.T, ips ...net.IP) (serverCfg *tls.Config, roots *x509.CertPool) {
+	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +232,7 @@ func testPKI(t *testing.T) (serverCfg *tls.Config, roots *x509.CertPool) {
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames: []string{"localhost"}, IPAddresses: ips,
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
@@ -281,6 +288,31 @@ func TestTLS(t *testing.T) {
 	plain := startServer(t, func(*server.Options) {})
 	if err := dialFlush(ctx, Options{URL: serverURL(plain, "tls", ""), TLS: &tls.Config{RootCAs: roots}}); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("TLS to a plain server: %v, want ErrInvalidOptions", err)
+	}
+}
+
+// A server dialled by IP whose certificate names only its host name (a
+// server another one gave out, as nats.go meets them): ServerName says
+// what to check the certificate against, whether or not Options.TLS is set.
+func TestTLSServerName(t *testing.T) {
+	srvCfg, roots := testPKIFor(t) // localhost only
+	s := startServer(t, func(o *server.Options) {
+		o.TLSConfig = srvCfg
+		o.TLS = true
+		o.TLSTimeout = 5
+	})
+	ctx := testCtx(t, 30*time.Second)
+	url := serverURL(s, "tls", "") // 127.0.0.1
+	var hostErr x509.HostnameError
+	if err := dialFlush(ctx, Options{URL: url, TLS: &tls.Config{RootCAs: roots}}); !errors.As(err, &hostErr) {
+		t.Fatalf("dial by IP without ServerName: %v, want x509.HostnameError", err)
+	}
+	if err := dialFlush(ctx, Options{URL: url, TLS: &tls.Config{RootCAs: roots}, ServerName: "localhost"}); err != nil {
+		t.Errorf("dial by IP with ServerName localhost: %v", err)
+	}
+	// TLS.ServerName wins.
+	if err := dialFlush(ctx, Options{URL: url, TLS: &tls.Config{RootCAs: roots, ServerName: "elsewhere"}, ServerName: "localhost"}); !errors.As(err, &hostErr) {
+		t.Errorf("TLS.ServerName elsewhere: %v, want x509.HostnameError", err)
 	}
 }
 

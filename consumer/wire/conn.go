@@ -41,6 +41,11 @@ type Options struct {
 	// defaults to the URL's host). A server that requires TLS, or a tls://
 	// URL, gets a default configuration when TLS is nil.
 	TLS *tls.Config
+	// ServerName, when set, is the name the server's certificate is
+	// checked against instead of the URL's host, if TLS is used and
+	// TLS.ServerName is empty: for a server dialled by the IP address
+	// another server gave out, as nats.go does for those.
+	ServerName string
 	// PingInterval is how often the client pings the server (default 2m).
 	PingInterval time.Duration
 	// MaxPingsOut: when more pings than this are unanswered the connection
@@ -240,7 +245,7 @@ func handshake(ctx context.Context, nc net.Conn, o *Options, host string, wantTL
 			cfg = o.TLS.Clone()
 		}
 		if cfg.ServerName == "" {
-			cfg.ServerName = host
+			cfg.ServerName = cmp.Or(o.ServerName, host)
 		}
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {

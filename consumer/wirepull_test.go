@@ -1,0 +1,75 @@
+package consumer
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"log/slog"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// nats.go connected to a server by IP (as to one another server gave out)
+// while nats.url names a host: wire checks the server's certificate
+// against that host name, as nats.go does, also with nats.tls.ca_file set.
+// Before, the CA file's settings replaced the name, and wire checked the
+// certificate against the IP.
+func TestWireOptionsServerNameOfALearnedServer(t *testing.T) {
+	srv := testenv.NATS(t)
+	nc, err := nats.Connect(srv.URL()) // nats://127.0.0.1:<port>
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL(), "nats://"), ":")
+	for _, tc := range []struct {
+		name string
+		tls  TLSConfig
+	}{{"no TLS settings", TLSConfig{}}, {"ca_file", TLSConfig{CAFile: testCAFile(t)}}} {
+		c := &Consumer{cfg: Config{URL: "tls://localhost:" + port, TLS: tc.tls}, nc: nc, log: slog.Default()}
+		o, err := c.wireOptions()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if o.ServerName != "localhost" || o.TLS != nil && o.TLS.ServerName != "" {
+			t.Errorf("%s: ServerName %q (TLS set: %v); want ServerName localhost, and no TLS.ServerName to override it", tc.name, o.ServerName, o.TLS != nil)
+		}
+	}
+	// Connected by the configured name: nothing to say.
+	c := &Consumer{cfg: Config{URL: srv.URL()}, nc: nc, log: slog.Default()}
+	if o, err := c.wireOptions(); err != nil || o.ServerName != "" {
+		t.Errorf("connected as configured: ServerName %q, %v; want none", o.ServerName, err)
+	}
+}
+
+// testCAFile writes a throwaway CA certificate as PEM and returns its path.
+func testCAFile(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
