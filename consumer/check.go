@@ -21,6 +21,30 @@ type Problem struct {
 	Fix     string
 }
 
+// pullBytesMargin is what a delivered message counts beyond the payload
+// and headers that max_payload bounds: the server charges a pull's
+// max_bytes with the subject and the ack reply subject too (nats-server's
+// consumer.go), and a subject may take most of a 4 KiB protocol line.
+const pullBytesMargin = 8 << 10
+
+// pullMaxBytesProblem judges nats.pull_max_bytes against the server's
+// max_payload: below it, an error (a larger message would never be
+// pulled, New refuses it); within pullBytesMargin above it, a warning (a
+// message close to max_payload would not be, with its subject and ack
+// reply); ok is false when there is nothing to say.
+func pullMaxBytesProblem(pullMaxBytes int, maxPayload int64) (p Problem, ok bool) {
+	switch {
+	case pullMaxBytes <= 0 || int64(pullMaxBytes) >= maxPayload+pullBytesMargin:
+		return Problem{}, false
+	case int64(pullMaxBytes) < maxPayload:
+		return Problem{Message: fmt.Sprintf("nats.pull_max_bytes (%d) is below the server's max_payload (%d): a larger message would stall the consumer",
+			pullMaxBytes, maxPayload), Fix: fmt.Sprintf("set nats.pull_max_bytes to %d or more, or 0", maxPayload+pullBytesMargin)}, true
+	}
+	return Problem{Warning: true, Message: fmt.Sprintf("nats.pull_max_bytes (%d) leaves less than %d bytes above the server's max_payload (%d) for a message's subject and ack reply, "+
+		"which the server counts too: a message close to max_payload would stall the consumer", pullMaxBytes, pullBytesMargin, maxPayload),
+		Fix: fmt.Sprintf("set nats.pull_max_bytes to %d or more, or 0", maxPayload+pullBytesMargin)}, true
+}
+
 func (p Problem) String() string {
 	if p.Fix == "" {
 		return p.Message
@@ -61,10 +85,8 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		return nil, fmt.Errorf("JetStream is not available on nats.url: %w", err)
 	}
 	var problems []Problem
-	if cfg.PullMaxBytes > 0 && int64(cfg.PullMaxBytes) < nc.MaxPayload() {
-		// New refuses it: run would exit 2.
-		problems = append(problems, Problem{Message: fmt.Sprintf("nats.pull_max_bytes (%d) is below the server's max_payload (%d): a larger message would stall the consumer",
-			cfg.PullMaxBytes, nc.MaxPayload()), Fix: fmt.Sprintf("set nats.pull_max_bytes to %d or more, or 0", nc.MaxPayload())})
+	if p, ok := pullMaxBytesProblem(cfg.PullMaxBytes, nc.MaxPayload()); ok {
+		problems = append(problems, p) // an error of New too: run would exit 2
 	}
 	stream, err := js.Stream(ctx, cfg.Stream)
 	switch {

@@ -253,6 +253,12 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 			// told (see confirm).
 			c.acks.reconnectsSeen.Store(nc.Stats().Reconnects)
 			c.acks.reconnects.Add(1)
+			// A wire pull client given up (wireConn) gets another chance:
+			// what kept it away (a server in lame duck mode that closed
+			// its listener first, a certificate) may be gone with the
+			// server nats.go left.
+			c.wireDialFails.Store(0)
+			c.wireGaveUp.Store(false)
 			c.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
 			// While the connection was down the stream may have been
 			// re-created, and nats.go's pulls go on with whatever stream
@@ -320,9 +326,11 @@ func reconnectDelay(attempts int) time.Duration {
 
 func (c *Consumer) setup(ctx context.Context) error {
 	cfg := &c.cfg
-	if cfg.PullMaxBytes > 0 && int64(cfg.PullMaxBytes) < c.nc.MaxPayload() {
-		return fmt.Errorf("%w: nats.pull_max_bytes (%d) is below the server's max_payload (%d), so a large message would stall the consumer; raise it or set 0",
-			ErrInvalidConfig, cfg.PullMaxBytes, c.nc.MaxPayload())
+	if p, ok := pullMaxBytesProblem(cfg.PullMaxBytes, c.nc.MaxPayload()); ok {
+		if !p.Warning {
+			return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
+		}
+		c.log.Warn(p.String())
 	}
 	js, err := jetstream.New(c.nc)
 	if err != nil {

@@ -135,6 +135,36 @@ func TestNewPullMaxBytesBelowMaxPayload(t *testing.T) {
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nats.pull_max_bytes") {
 		t.Fatalf("New = %v, want ErrInvalidConfig naming nats.pull_max_bytes", err)
 	}
+	// max_payload itself leaves no room for a message's subject and ack
+	// reply, which the server counts too: a warning, not a refusal.
+	var buf syncBuffer
+	cfg.PullMaxBytes = 1 << 20 // the embedded server's max_payload
+	c, err = New(ctx, cfg, testLogger(t, &buf))
+	if err != nil {
+		t.Fatalf("New with pull_max_bytes = max_payload: %v", err)
+	}
+	_ = c.Close(context.Background())
+	if !strings.Contains(buf.String(), "for a message's subject and ack reply") {
+		t.Fatalf("no warning for pull_max_bytes = max_payload; log:\n%s", buf.String())
+	}
+}
+
+func TestPullMaxBytesProblem(t *testing.T) {
+	const mp = 1 << 20
+	for _, tc := range []struct {
+		bytes         int
+		ok, isWarning bool
+	}{
+		{0, false, false}, {-1, false, false},
+		{mp - 1, true, false},
+		{mp, true, true}, {mp + pullBytesMargin - 1, true, true},
+		{mp + pullBytesMargin, false, false},
+	} {
+		p, ok := pullMaxBytesProblem(tc.bytes, mp)
+		if ok != tc.ok || p.Warning != tc.isWarning {
+			t.Errorf("pull_max_bytes %d: %+v, %v; want ok %v, warning %v", tc.bytes, p, ok, tc.ok, tc.isWarning)
+		}
+	}
 }
 
 func TestNewUnreachableServer(t *testing.T) {

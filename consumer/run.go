@@ -140,6 +140,9 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 		if time.Since(began) > time.Minute {
 			backoff = retryMin
 		}
+		if s.toWire {
+			continue
+		}
 		if s.connLost.Load() && !s.gone {
 			// The wire connection failed (with the server, or because
 			// nats.go's did: see natsOptions): nothing is gone. Pull again
@@ -308,6 +311,11 @@ type session struct {
 	// connLost: the session's wire connection failed (consumeWire); Run
 	// pulls again once nats.go is connected, without re-creating anything.
 	connLost atomic.Bool
+	// wire: the session pulls with consumer/wire. toWire: serve ended a
+	// session that nats.go pulled only because wire had been given up,
+	// once nats.go reconnected (which gives wire another chance); Run
+	// subscribes again at once, re-creating nothing.
+	wire, toWire bool
 }
 
 // await asks serve to verify the stream and returns its verdict.
@@ -366,7 +374,7 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 		if err != nil {
 			return nil, fmt.Errorf("consume: %w", err)
 		}
-		s.cc, s.closed = cc, cc.Closed()
+		s.cc, s.closed, s.wire = cc, cc.Closed(), true
 		return s, nil
 	}
 	opts := make([]jetstream.PullConsumeOpt, 0, 4)
@@ -466,6 +474,15 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				return s.leave(hard)
 			}
 		case <-c.reconnected:
+			if !s.wire && c.pullsWithWire() {
+				// wire was given up (wireConn); nats.go's reconnect gave it
+				// another chance. The next session looks at the stream.
+				c.log.Info("nats reconnected: pulling with nats.pull_client wire again")
+				s.toWire = true
+				s.stopAnswering()
+				s.cc.Drain()
+				return s.awaitClosed(hard)
+			}
 			if c.cfg.StoredSeq != nil {
 				continue // push has serve verify the stream after a reconnect
 			}

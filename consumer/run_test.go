@@ -634,3 +634,52 @@ func TestWireFollowsNATSGoDisconnect(t *testing.T) {
 	})
 	r.stopClean(t, ctx)
 }
+
+// Once wire has been given up (three failed dials while nats.go was
+// connected: a server in lame duck mode closes its listener before it
+// drops its clients) nats.go pulls, but only until nats.go reconnects: then
+// Run pulls with wire again, and nothing is lost or taken twice. Before,
+// wire stayed given up for the life of the process.
+func TestWireAgainAfterNATSGoReconnects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.PullClient = PullClientWire // about wire, whichever suite runs it
+	c := newConsumer(t, ctx, cfg)
+	c.wireGaveUp.Store(true) // as wireConn leaves it after its third failed dial
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if c.wc.Load() != nil {
+		t.Fatal("wire pulled although given up")
+	}
+	if err := c.nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "a wire connection after nats.go's reconnect", func() bool {
+		wc := c.wc.Load()
+		return wc != nil && !isDone(wc)
+	})
+	publish(t, ctx, js, cfg, 3, 1, 1)
+	seen := map[int]bool{}
+	for len(seen) < 3 {
+		ev := r.next(t, ctx).ev
+		got := bodyIndex(t, &ev)
+		if got < 1 || got > 3 || seen[got] {
+			t.Fatalf("got message %d after %v, want each of 1..3 once", got, seen)
+		}
+		seen[got] = true
+		if err := ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "all acked", func() bool {
+		lag, err := c.Lag(ctx)
+		return err == nil && lag.AckFloor == 4 && lag.NumAckPending == 0
+	})
+	r.stopClean(t, ctx)
+}

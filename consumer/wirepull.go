@@ -77,7 +77,7 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 			// limit, a certificate for another name, ...): consuming with
 			// nats.go beats not consuming.
 			c.wireGaveUp.Store(true)
-			c.log.Error("nats.pull_client wire could not connect; nats.go pulls from now on", "attempts", n, "err", err)
+			c.log.Error("nats.pull_client wire could not connect; nats.go pulls until its connection is made again", "attempts", n, "err", err)
 		}
 		return nil, fmt.Errorf("connect the wire pull client: %w", err)
 	}
