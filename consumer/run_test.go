@@ -612,6 +612,19 @@ func TestWireFollowsNATSGoDisconnect(t *testing.T) {
 		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
 		return err == nil && c.wc.Load() != first && cons.CachedInfo().NumWaiting == 1
 	})
+	publishThreeMore(t, ctx, js, cfg, c, r)
+	if c.wc.Load() == first {
+		t.Fatal("still the first wire connection")
+	}
+	r.stopClean(t, ctx)
+}
+
+// publishThreeMore publishes messages 1..3 after message 0, which r has
+// delivered and the test acked; each must arrive once (in any order:
+// one that went to a pull request of a connection just lost comes back
+// after ack_wait), and is acked; then the server must have all four acked.
+func publishThreeMore(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config, c *Consumer, r *runner) {
+	t.Helper()
 	publish(t, ctx, js, cfg, 3, 1, 1)
 	seen := map[int]bool{}
 	for len(seen) < 3 {
@@ -625,14 +638,10 @@ func TestWireFollowsNATSGoDisconnect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if c.wc.Load() == first {
-		t.Fatal("still the first wire connection")
-	}
 	waitFor(t, ctx, "all acked", func() bool {
 		lag, err := c.Lag(ctx)
 		return err == nil && lag.AckFloor == 4 && lag.NumAckPending == 0
 	})
-	r.stopClean(t, ctx)
 }
 
 // Once wire has been given up (three failed dials while nats.go was
@@ -646,6 +655,7 @@ func TestWireAgainAfterNATSGoReconnects(t *testing.T) {
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	cfg.PullClient = PullClientWire // about wire, whichever suite runs it
+	cfg.AckWait = 2 * time.Second   // see TestWireFollowsNATSGoDisconnect
 	c := newConsumer(t, ctx, cfg)
 	c.wireGaveUp.Store(true) // as wireConn leaves it after its third failed dial
 	js := jsFor(t, srv)
@@ -660,26 +670,11 @@ func TestWireAgainAfterNATSGoReconnects(t *testing.T) {
 	if err := c.nc.ForceReconnect(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "a wire connection after nats.go's reconnect", func() bool {
+	waitFor(t, ctx, "a wire connection after nats.go's reconnect, its pull alone at the server", func() bool {
 		wc := c.wc.Load()
-		return wc != nil && !isDone(wc)
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		return wc != nil && !isDone(wc) && err == nil && cons.CachedInfo().NumWaiting == 1
 	})
-	publish(t, ctx, js, cfg, 3, 1, 1)
-	seen := map[int]bool{}
-	for len(seen) < 3 {
-		ev := r.next(t, ctx).ev
-		got := bodyIndex(t, &ev)
-		if got < 1 || got > 3 || seen[got] {
-			t.Fatalf("got message %d after %v, want each of 1..3 once", got, seen)
-		}
-		seen[got] = true
-		if err := ev.Msg.Ack(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, ctx, "all acked", func() bool {
-		lag, err := c.Lag(ctx)
-		return err == nil && lag.AckFloor == 4 && lag.NumAckPending == 0
-	})
+	publishThreeMore(t, ctx, js, cfg, c, r)
 	r.stopClean(t, ctx)
 }
