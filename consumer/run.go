@@ -342,6 +342,26 @@ func (s *session) await(hard context.Context) error {
 	}
 }
 
+// wireProbeTimeout bounds probeWire's PING.
+const wireProbeTimeout = 2 * time.Second
+
+// probeWire pings the wire connection wc, on a goroutine of its own, and
+// aborts it when no PONG comes within wireProbeTimeout: a connection the
+// network left half-open (the server gone without a word) would otherwise
+// hold the session, which pulls nothing, until the PINGs of its own
+// schedule failed, 40-60 s. The session then ends as for any lost wire
+// connection, and Run pulls again on a new one.
+func (c *Consumer) probeWire(wc *wire.Conn) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wireProbeTimeout)
+		defer cancel()
+		if err := wc.Flush(ctx); err != nil && !isDone(wc) {
+			c.log.Warn("wire pull connection does not answer; dropping it", "err", err)
+			wc.Abort()
+		}
+	}()
+}
+
 // stopAnswering makes await return at once from now on: serve is leaving.
 func (s *session) stopAnswering() { s.quitOnce.Do(func() { close(s.quit) }) }
 
@@ -511,6 +531,9 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			// stream or consumer answer pulls with silence).
 			c.stats.heartbeatsMissing.Add(1)
 			c.log.Warn("pull heartbeats missed; checking the consumer")
+			if wc := c.wc.Load(); s.wire && wc != nil {
+				c.probeWire(wc)
+			}
 			leave, replaced := c.recheck(ctx)
 			switch {
 			case !leave:

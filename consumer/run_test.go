@@ -678,3 +678,34 @@ func TestWireAgainAfterNATSGoReconnects(t *testing.T) {
 	publishThreeMore(t, ctx, js, cfg, c, r)
 	r.stopClean(t, ctx)
 }
+
+// A wire connection the network leaves half-open (the server silent, the
+// socket open) is dropped once the pull heartbeats stop and a PING gets no
+// answer, a few seconds, instead of when its own PINGs fail, 40-60 s later:
+// the session pulled nothing meanwhile.
+func TestSilentWireConnectionDroppedAfterMissedHeartbeats(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	var buf syncBuffer
+	c, p, cfg := closeSetup(t, ctx, srv, PullClientWire, &buf)
+	r, stopRun := startHardRun(t, ctx, c)
+	defer stopRun()
+	publish(t, ctx, jsFor(t, srv), cfg, 1, 1, 0)
+	takeMsgs(t, ctx, r, 1)
+	first := c.wc.Load()
+	if first == nil {
+		t.Fatal("no wire connection after a delivery")
+	}
+	p.Freeze()
+	frozen := time.Now()
+	dctx, cancelDrop := context.WithTimeout(ctx, 12*time.Second)
+	defer cancelDrop()
+	waitFor(t, dctx, "the silent wire connection dropped", func() bool { return isDone(first) })
+	t.Logf("dropped %v after the server went silent", time.Since(frozen).Round(100*time.Millisecond))
+	if !strings.Contains(buf.String(), "wire pull connection does not answer") {
+		t.Errorf("no warning that the wire connection did not answer; log:\n%s", buf.String())
+	}
+	p.Cut() // frees what waits on the frozen connections
+	p.Reopen()
+}
