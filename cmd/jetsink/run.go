@@ -105,15 +105,16 @@ NATS restart) are logged with their number, and the exit is 0.`,
 // drainDeadline is the drain's deadline: start (the first signal) sets it
 // timeout from now, and its timer calls fire (which ends the drain hard)
 // unless finish came first. expire calls fire at once; fire runs at most
-// once, never after finish.
+// once, never after finish, and an expire while the timer fires returns
+// only after fire has.
 type drainDeadline struct {
 	timeout time.Duration
 	fire    func()
 
+	once   sync.Once // fire; a second caller waits for the first to return
 	mu     sync.Mutex
 	timer  *time.Timer
 	at     time.Time
-	fired  bool
 	closed bool // finish was called
 }
 
@@ -134,15 +135,15 @@ func (d *drainDeadline) deadline() time.Time {
 	return d.at
 }
 
+// expire calls fire unless finish came first; when the timer is firing
+// already, it returns once fire has (so that the drain's end is seen).
 func (d *drainDeadline) expire() {
 	d.mu.Lock()
-	if d.fired || d.closed {
-		d.mu.Unlock()
-		return
-	}
-	d.fired = true
+	closed := d.closed
 	d.mu.Unlock()
-	d.fire()
+	if !closed {
+		d.once.Do(d.fire)
+	}
 }
 
 func (d *drainDeadline) finish() {

@@ -84,3 +84,35 @@ func TestLogDrained(t *testing.T) {
 		}
 	}
 }
+
+// An expire while the timer's fire is under way returns only after fire
+// has: run's check of the drain's end must see what fire did. Before, it
+// returned at once, and a drain that timed out could exit 1 instead of 130
+// (TestShutdownReportsAcksNATSNeverConfirmed failed so once in CI).
+func TestDrainDeadlineExpireWaitsForFire(t *testing.T) {
+	release, firing := make(chan struct{}), make(chan struct{})
+	var fired atomic.Bool
+	d := &drainDeadline{timeout: time.Millisecond, fire: func() {
+		close(firing)
+		<-release
+		fired.Store(true)
+	}}
+	d.start()
+	<-firing // the timer is in fire
+	returned := make(chan struct{})
+	go func() {
+		d.expire()
+		close(returned)
+	}()
+	select {
+	case <-returned:
+		t.Fatal("expire returned while the timer's fire was under way")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	<-returned
+	if !fired.Load() {
+		t.Fatal("expire returned before fire had")
+	}
+	d.finish()
+}
