@@ -76,13 +76,14 @@ func sectionLines(extra []string, prefix string) string {
 // proc is a jetsink subprocess.
 type proc struct {
 	cmd    *exec.Cmd
+	config string // the --config path
 	stderr *testenv.SyncBuffer
 	done   chan error
 }
 
 func (e *env) spawn(configPath string) *proc {
 	e.t.Helper()
-	p := &proc{stderr: &testenv.SyncBuffer{}, done: make(chan error, 1)}
+	p := &proc{config: configPath, stderr: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(testenv.Jetsink(e.t), "run", "--config", configPath)
 	p.cmd.Stdout = p.stderr
 	p.cmd.Stderr = p.stderr
@@ -193,6 +194,63 @@ func TestCrashAndSignalRecovery(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestKill9BetweenCommitAndAck stops jetsink by kill -9 exactly where the
+// delivery rules allow a duplicate, and nowhere else: 100 rows committed,
+// their acks held on the way to NATS (the table was locked while the
+// events came in, then the connections froze and the lock went). A second
+// jetsink is sent the 100 again after ack_wait. At-least-once stores each
+// of them a second time: exactly 100 duplicates, none lost. Exactly-once
+// finds them committed and stores none again. TestCrashAndSignalRecovery's
+// kill -9 lands in this window only by chance.
+func TestKill9BetweenCommitAndAck(t *testing.T) {
+	const events = 100 // what takenInWhileLocked publishes
+	for _, mode := range []sink.Mode{sink.AtLeastOnce, sink.ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			e, p, first := shutdownSetup(t, ctx, mode, "30s", 0)
+			tx := takenInWhileLocked(t, ctx, e, first)
+			p.Freeze()
+			if err := tx.Rollback(ctx); err != nil { // the rows commit; their acks go into the frozen connections
+				t.Fatal(err)
+			}
+			e.waitRows(ctx, first, events)
+			if info := e.consumerInfo(ctx); info.NumAckPending != events || info.AckFloor.Stream != 0 {
+				t.Fatalf("before the kill: ack pending %d, ack floor %d; want %d pending and no ack at NATS", info.NumAckPending, info.AckFloor.Stream, events)
+			}
+			sendSignal(t, first, syscall.SIGKILL)
+			first.wait(t, 10*time.Second)
+			p.Cut() // what the proxy held goes with the connections
+			p.Reopen()
+
+			second := e.spawn(first.config)
+			e.waitDrained(ctx, events)
+			if got := processMetric(t, ctx, second, "jetsink_events_redelivered_total"); got != events {
+				t.Fatalf("the second jetsink was redelivered %v events, want the %d whose acks the kill lost", got, events)
+			}
+			sendSignal(t, second, syscall.SIGTERM)
+			if code := second.wait(t, 40*time.Second); code != 0 {
+				t.Fatalf("second run: exit status %d; output:\n%s", code, second.stderr.String())
+			}
+
+			rows := e.rows(ctx)
+			// Every event's count of rows: 2 at-least-once, 1 exactly-once.
+			per := int64(1)
+			if mode == sink.AtLeastOnce {
+				per = 2
+			}
+			odd := e.count(ctx, "SELECT count(*) FROM (SELECT id FROM "+e.tableID()+" GROUP BY id HAVING count(*) <> $1) AS o", per)
+			t.Logf("%s: %d rows for %d events", mode, rows, events)
+			if rows != per*events || odd != 0 {
+				t.Fatalf("%d rows, %d events without %d rows each; want %d rows", rows, odd, per, per*events)
+			}
+			if n := e.dlqCount(ctx); n != 0 {
+				t.Fatalf("%d events dead-lettered, want none", n)
+			}
+		})
 	}
 }
 

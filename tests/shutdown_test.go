@@ -21,15 +21,15 @@ import (
 // bounds (a second signal, drain_timeout) hold however NATS behaves, and
 // the exit status says whether the acks of the last batches reached it.
 
-// shutdownSetup starts jetsink (at-least-once) with its NATS connections
-// through a testenv.GateProxy and the drain timeout given, and waits until it runs
+// shutdownSetup starts jetsink in mode with its NATS connections through a
+// testenv.GateProxy and the drain timeout given, and waits until it runs
 // and has committed warm events.
-func shutdownSetup(t *testing.T, ctx context.Context, drainTimeout string, warm int) (*env, *testenv.GateProxy, *proc) {
+func shutdownSetup(t *testing.T, ctx context.Context, mode sink.Mode, drainTimeout string, warm int) (*env, *testenv.GateProxy, *proc) {
 	t.Helper()
 	e := newEnv(t)
 	e.createStreams(ctx)
 	p := testenv.NewGateProxy(t, strings.TrimPrefix(e.nats.URL(), "nats://"))
-	path := e.writeConfig(sink.AtLeastOnce)
+	path := e.writeConfig(mode)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func sendSignal(t *testing.T, j *proc, sig os.Signal) {
 func TestShutdownSecondSignalWhileNATSHangs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, p, j := shutdownSetup(t, ctx, "30s", 100)
+	_, p, j := shutdownSetup(t, ctx, sink.AtLeastOnce, "30s", 100)
 
 	p.Freeze()
 	sendSignal(t, j, syscall.SIGTERM)
@@ -128,7 +128,7 @@ func TestShutdownSecondSignalWhileNATSHangs(t *testing.T) {
 func TestShutdownDrainTimeoutWhileNATSHangs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, p, j := shutdownSetup(t, ctx, "2s", 100)
+	_, p, j := shutdownSetup(t, ctx, sink.AtLeastOnce, "2s", 100)
 
 	p.Freeze()
 	sendSignal(t, j, syscall.SIGTERM)
@@ -162,7 +162,7 @@ func ackedWhileCut(t *testing.T, ctx context.Context, e *env, p *testenv.GatePro
 func TestShutdownWaitsForNATSToConfirmAcks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, p, j := shutdownSetup(t, ctx, "10s", 0)
+	e, p, j := shutdownSetup(t, ctx, sink.AtLeastOnce, "10s", 0)
 	ackedWhileCut(t, ctx, e, p, j)
 
 	waitLog(t, ctx, j, "draining: stopped pulling")
@@ -188,7 +188,7 @@ func TestShutdownWaitsForNATSToConfirmAcks(t *testing.T) {
 func TestShutdownReportsAcksNATSNeverConfirmed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, p, j := shutdownSetup(t, ctx, "2s", 0)
+	e, p, j := shutdownSetup(t, ctx, sink.AtLeastOnce, "2s", 0)
 	ackedWhileCut(t, ctx, e, p, j)
 
 	// 130: the drain timed out with the acks unconfirmed.
@@ -225,7 +225,7 @@ func exitsWithAcksInDoubt(t *testing.T, ctx context.Context, e *env, j *proc, d 
 func TestShutdownReportsAcksLostWithTheConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, p, j := shutdownSetup(t, ctx, "10s", 0)
+	e, p, j := shutdownSetup(t, ctx, sink.AtLeastOnce, "10s", 0)
 	tx := takenInWhileLocked(t, ctx, e, j)
 	p.Freeze()
 	if err := tx.Rollback(ctx); err != nil { // the rows commit; their acks go into the frozen connection
