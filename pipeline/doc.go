@@ -59,8 +59,9 @@
 // whole payload must be valid UTF-8 and strict JSON (RFC 8259; no NaN, no
 // raw control characters) without lone UTF-16 surrogate escapes, as
 // PostgreSQL's jsonb input demands, and nested at most 300 deep. With
-// duplicate keys the first one wins for json: columns, while jsonb keeps
-// the last, as PostgreSQL does.
+// duplicate keys the last one wins, for json: columns as in jsonb (and in
+// JavaScript's JSON.parse and Go's encoding/json), so that a column never
+// disagrees with the payload stored beside it.
 //
 // Type rules, for a JSON value (headers and metadata strings follow the
 // string rules):

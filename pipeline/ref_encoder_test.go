@@ -8,8 +8,9 @@ package pipeline
 //
 // One change from the old code: refGet, not fastjson's Value.Get, looks
 // the paths up. Get compares an object's raw keys first, so in
-// {"\u0069d":1,"id":2} json:id read 2, against the documented rule that the
-// first of duplicate keys wins; refGet (and the scanner) read 1. And one
+// {"id":1,"\u0069d":2} json:id read 1, against the documented rule that the
+// last of duplicate keys wins (the first won until session 28); refGet (and
+// the scanner) read 2. And one
 // check was added: a raw control character in a string that also holds an
 // escape ("\x01\\n"), which fastjson.Validate let through and PostgreSQL
 // refuses, is invalid_json. And one later: brackets nested deeper than
@@ -293,7 +294,7 @@ func refHasNUL(b []byte) bool {
 	return false
 }
 
-// refGet is fastjson's Value.Get with the first of duplicate keys winning
+// refGet is fastjson's Value.Get with the last of duplicate keys winning
 // after unescaping, as the package documents.
 func refGet(v *fastjson.Value, path []string) *fastjson.Value {
 	for _, key := range path {
@@ -302,7 +303,7 @@ func refGet(v *fastjson.Value, path []string) *fastjson.Value {
 			o, _ := v.Object()
 			var found *fastjson.Value
 			o.Visit(func(k []byte, vv *fastjson.Value) {
-				if found == nil && string(k) == key {
+				if string(k) == key {
 					found = vv
 				}
 			})

@@ -366,6 +366,7 @@ func TestRoundTripPostgres(t *testing.T) {
 			`{"v":0.` + strings.Repeat("0", 63) + `1}`,
 			`{"v":` + deep(299) + `}`, // 300 deep with the object
 			`{"v":{"":{"":""}},"\u0076x":1}`, `{"\u0076":"x\u00e9"}`,
+			`{"v":1,"v":2}`, `{"v":{"a":1},"w":0,"\u0076":[2]}`, `{"\u0076":"x","v":null}`, `{"v":null,"v":"y"}`,
 			`"v"`, `null`, `-0`, `[]`,
 		}
 		bad := []string{
@@ -410,6 +411,44 @@ func TestRoundTripPostgres(t *testing.T) {
 			if pgErr == nil && !strings.Contains(p, deep(300)) {
 				t.Errorf("%q: PostgreSQL accepts it, the encoder refuses it: %v", p, err)
 			}
+		}
+	})
+
+	// Duplicate keys: the last one wins, for the json: columns as in the
+	// jsonb payload, at any depth; a later object replaces what an earlier
+	// one held under it.
+	t.Run("duplicate keys", func(t *testing.T) {
+		cols := []Column{
+			{Name: "doc", From: "payload", Type: TypeJSONB},
+			{Name: "a", From: "json:o.a", Type: TypeInt8},
+			{Name: "b", From: "json:o.b.c", Type: TypeText},
+			{Name: "o", From: "json:o", Type: TypeJSONB},
+		}
+		docs := []string{
+			`{"o":{"a":1,"b":{"c":"x"}},"o":{"a":2}}`,
+			`{"o":{"a":1,"a":3,"b":{"c":"x","c":"y"}}}`,
+			`{"o":{"b":{"c":"x"}},"o":{"b":{"c":"y"}},"\u006f":{"b":{"c":"z"},"a":4}}`,
+			`{"o":{"a":5},"o":[1],"o":{"a":6,"b":null}}`,
+			`{"o":{"a":7},"o":null}`,
+		}
+		evs := make([]Event, len(docs))
+		for i, d := range docs {
+			evs[i] = Event{Data: []byte(d)}
+		}
+		createTable(t, ctx, conn, "duplicate_keys", cols)
+		copyTuples(t, ctx, conn, "duplicate_keys", cols, encodeAll(t, mustCompile(t, cols...), evs))
+		rows, err := conn.Query(ctx, `SELECT doc::text, coalesce(a::text, 'NULL'), coalesce(b, 'NULL') FROM duplicate_keys
+			WHERE a IS DISTINCT FROM (doc->'o'->>'a')::int8 OR b IS DISTINCT FROM doc->'o'->'b'->>'c'
+			OR o IS DISTINCT FROM nullif(doc->'o', 'null'::jsonb)`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad, err := pgx.CollectRows(rows, rowStrings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bad {
+			t.Errorf("disagreement: doc %s, o.a %s, o.b.c %s", b[0], b[1], b[2])
 		}
 	})
 

@@ -379,8 +379,11 @@ func (e *Encoder) scanArray(b []byte, i int, node int32, depth int) (int, bool) 
 
 // matchKey returns the position in kids of the child that key (a raw key,
 // escaped when esc) names, or -1. It tries kids[next] first: keys tend to
-// come in the order the columns name them. Only a key's first occurrence
-// matches: with duplicate keys the first one wins, as the package documents.
+// come in the order the columns name them. With duplicate keys the last
+// one wins, as in PostgreSQL's jsonb, JavaScript's JSON.parse and Go's
+// encoding/json: a later occurrence forgets what the earlier one recorded,
+// under it too, so that a column and the stored jsonb payload never
+// disagree.
 func (e *Encoder) matchKey(kids []int32, next int, key []byte, esc bool) int {
 	if esc {
 		e.keyBuf = appendUnescaped(e.keyBuf[:0], key)
@@ -398,10 +401,18 @@ func (e *Encoder) matchKey(kids []int32, next int, key []byte, esc bool) int {
 			}
 		}
 	}
-	if p < 0 || e.vals[kids[p]].kind != kindAbsent { // absent, or a later duplicate
-		return -1
+	if p >= 0 && e.vals[kids[p]].kind != kindAbsent { // a later duplicate
+		e.forget(kids[p])
 	}
 	return p
+}
+
+// forget clears the values recorded at node and under it.
+func (e *Encoder) forget(node int32) {
+	e.vals[node] = jsonValue{}
+	for _, c := range e.m.nodes[node].children {
+		e.forget(c)
+	}
 }
 
 // strClass sorts string bytes: 0 plain, 1 '"', 2 '\\', 3 control
