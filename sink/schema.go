@@ -131,6 +131,13 @@ const (
 	// INSTEAD NOTHING, where it stores nothing. (COPY, at-least-once, does
 	// not run rules.)
 	ProblemRule ProblemKind = "rule"
+	// ProblemEncoding: the database's encoding is not UTF8. SQL_ASCII is an
+	// error: PostgreSQL neither checks nor converts text there, and refuses
+	// jsonb's \u escapes above 007F (SQLSTATE 0A000, a batch retried until
+	// the database changes). Any other is a warning: jetsink's UTF-8 is
+	// converted, and an event with a character the encoding lacks is
+	// dead-lettered (SQLSTATE 22P05, after a bisection of its batch).
+	ProblemEncoding ProblemKind = "encoding"
 )
 
 // Problem is one difference between the mapping and the table.
@@ -201,6 +208,13 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	probs, err := s.checkWritable(ctx, c, *oid)
 	if err != nil {
 		return nil, err
+	}
+	var enc string
+	if err := c.QueryRow(ctx, "SELECT current_setting('server_encoding')").Scan(&enc); err != nil {
+		return nil, fmt.Errorf("check the encoding of %s: %w", s.where, err)
+	}
+	if p, ok := encodingProblem(enc); ok {
+		probs = append(probs, p)
 	}
 	mapped := map[string]pipeline.Column{}
 	for _, c := range s.cols {
@@ -307,6 +321,24 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		}
 	}
 	return probs, nil
+}
+
+// encodingProblem says what a database in the server encoding enc means
+// for jetsink's UTF-8 rows (see ProblemEncoding); none for UTF8.
+func encodingProblem(enc string) (Problem, bool) {
+	fix := "store into a database created WITH ENCODING 'UTF8' (CREATE DATABASE name ENCODING 'UTF8' TEMPLATE template0)"
+	switch enc {
+	case "UTF8":
+		return Problem{}, false
+	case "SQL_ASCII":
+		return Problem{Kind: ProblemEncoding, Fix: fix,
+			Message: "the database's encoding is SQL_ASCII: PostgreSQL stores text bytes there unchecked and unconverted, " +
+				"and refuses a jsonb value with a \\u escape above 007F (SQLSTATE 0A000), which stops every batch holding one " +
+				"(retried until the database changes)"}, true
+	}
+	return Problem{Kind: ProblemEncoding, Warning: true, Fix: fix,
+		Message: fmt.Sprintf("the database's encoding is %s: PostgreSQL converts jetsink's UTF-8 to it, and an event with "+
+			"a character %s lacks is dead-lettered (SQLSTATE 22P05, code data), each after a bisection of its batch", enc, enc)}, true
 }
 
 // checkWritable finds what would refuse every batch whatever the rows:

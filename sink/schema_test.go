@@ -423,3 +423,77 @@ func TestCheckPrivilegesAndReadOnly(t *testing.T) {
 		t.Fatalf("read-only role: %q", got)
 	}
 }
+
+// A database not in UTF8: jetsink's sessions say they send UTF-8, so that
+// PostgreSQL converts what it can ("é" stays "é" in LATIN1; before, it was
+// stored as "Ã©") and refuses what it cannot ("€"), whose row alone is
+// dead-lettered. check warns of LATIN1 and refuses SQL_ASCII, where a
+// jsonb \u escape above 007F stops every batch holding it.
+func TestServerEncoding(t *testing.T) {
+	t.Run("LATIN1", func(t *testing.T) {
+		ctx := testCtx(t, 30*time.Second)
+		pg := testenv.PostgresEncoding(t, "LATIN1")
+		s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1 })
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(probs) != 1 || probs[0].Kind != ProblemEncoding || !probs[0].Warning || !strings.Contains(probs[0].Message, "LATIN1") {
+			t.Fatalf("problems %v, want one encoding warning naming LATIN1", probs)
+		}
+		payloads := []string{`{"v":"é"}`, `{"v":"\u00e9"}`, `{"v":"€"}`, `{"v":"ü"}`}
+		rs, ms := rows(1, len(payloads), func(seq int) string { return payloads[seq-1] })
+		src := newSource()
+		src.push(t, ctx, rs)
+		src.close()
+		if err := s.Run(ctx, src); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		for i, m := range ms {
+			if want := int32(btoi(i != 2)); m.acks.Load() != want || m.terms.Load() != 1-want {
+				t.Errorf("%s: acks %d, terms %d", payloads[i], m.acks.Load(), m.terms.Load())
+			}
+		}
+		if letters, seqs := dl.letters(); len(letters) != 1 || seqs[0] != 3 || letters[0].SQLState != "22P05" {
+			t.Errorf("dead letters %+v of %v, want the one of seq 3 (SQLSTATE 22P05)", letters, seqs)
+		}
+		conn, err := pgx.Connect(ctx, withParam(t, pg.URL, "client_encoding", "UTF8"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		got, err := pgx.CollectRows(must(conn.Query(ctx, "SELECT payload->>'v' FROM "+s.table.Sanitize()+" ORDER BY stream_seq")), pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"é", "é", "ü"}; !slices.Equal(got, want) {
+			t.Fatalf("stored %q, want %q", got, want)
+		}
+	})
+	t.Run("SQL_ASCII", func(t *testing.T) {
+		ctx := testCtx(t, 30*time.Second)
+		pg := testenv.PostgresEncoding(t, "SQL_ASCII")
+		s, _ := newTestSink(t, ctx, pg.URL, nil)
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(probs) != 1 || probs[0].Kind != ProblemEncoding || probs[0].Warning || !strings.Contains(probs[0].Message, "SQL_ASCII") {
+			t.Fatalf("problems %v, want one encoding error naming SQL_ASCII", probs)
+		}
+	})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

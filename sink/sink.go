@@ -196,6 +196,12 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 		return nil, fmt.Errorf("%w: postgres.url cannot be parsed", ErrInvalidConfig)
 	}
 	cc.RuntimeParams["application_name"] = cfg.AppName
+	// The encoder writes UTF-8. Without this the session takes the
+	// database's encoding, and in a LATIN1 database "é" would be stored as
+	// "Ã©" without an error; with it, PostgreSQL converts, and refuses a
+	// character the database cannot hold (SQLSTATE 22P05: its row is
+	// dead-lettered). A client_encoding in the URL is overridden.
+	cc.RuntimeParams["client_encoding"] = "UTF8"
 	if d := cfg.DeadConnectionTimeout; d > 0 && cc.ConnectTimeout == 0 {
 		// A host that is gone answers no connect either: without a
 		// connect_timeout in the URL, pgx tries each host (and address)

@@ -47,6 +47,20 @@ var shared struct {
 // use and stopped by Main), or on the server JETSINK_TEST_DATABASE_URL names.
 func Postgres(t testing.TB) *PG {
 	t.Helper()
+	return postgres(t, "")
+}
+
+// PostgresEncoding is Postgres with a database in the server encoding enc
+// ("LATIN1", "SQL_ASCII", ...), made from template0 with the C locale.
+func PostgresEncoding(t testing.TB, enc string) *PG {
+	t.Helper()
+	return postgres(t, " ENCODING '"+enc+"' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+}
+
+// postgres makes the test's database, with the CREATE DATABASE options
+// given.
+func postgres(t testing.TB, options string) *PG {
+	t.Helper()
 	adminURL := os.Getenv(EnvDatabaseURL)
 	var cluster *embedded.Cluster
 	if adminURL == "" {
@@ -63,7 +77,7 @@ func Postgres(t testing.TB) *PG {
 		adminURL = cluster.URL("postgres")
 	}
 	name := "jetsink_" + randomHex(6)
-	if err := adminExec(adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if err := adminExec(adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+options); err != nil {
 		t.Fatalf("create test database: %v (%s)", err, howToProvide)
 	}
 	t.Cleanup(func() {
