@@ -34,6 +34,10 @@ type Processor struct {
 	adminAddr   atomic.Pointer[net.Addr]
 	exportStuck atomic.Bool // Run's last flush failed
 
+	adminMu   sync.Mutex
+	stopAdmin func() // the admin listener Run started; Shutdown stops it
+	adminShut bool   // Shutdown has come: a listener started now stops at once
+
 	closeOnce sync.Once // Shutdown (and Close) once
 	closeErr  error
 }
@@ -128,11 +132,21 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	defer cancelIntake()
 
 	if p.cfg.Telemetry.Listen != "" {
-		stopAdmin, err := p.serveAdmin(hard)
+		stop, err := p.serveAdmin(hard)
 		if err != nil {
 			return err
 		}
-		defer stopAdmin()
+		// The listener outlives Run: Shutdown, which may wait for NATS to
+		// confirm the last acks, stops it last, so that /healthz, /readyz
+		// and /metrics (with the final counts) answer until the process is
+		// about to exit.
+		p.adminMu.Lock()
+		if p.adminShut {
+			defer stop()
+		} else {
+			p.stopAdmin = stop
+		}
+		p.adminMu.Unlock()
 	}
 
 	h, in := newHandoff(p.cfg.Pipeline)
@@ -288,6 +302,13 @@ func (p *Processor) shutdown(ctx context.Context) error {
 	defer cancel()
 	if err := p.tracing.Shutdown(tctx); err != nil {
 		p.log.Warn("tracing shutdown", "err", err)
+	}
+	p.adminMu.Lock()
+	stop := p.stopAdmin
+	p.stopAdmin, p.adminShut = nil, true
+	p.adminMu.Unlock()
+	if stop != nil {
+		stop()
 	}
 	mctx, cancel := context.WithTimeout(context.Background(), abortedBudget)
 	defer cancel()

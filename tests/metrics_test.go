@@ -107,6 +107,20 @@ func TestMetricsAfterRun(t *testing.T) {
 		t.Errorf("/metrics has no jetsink_consumer_ack_pending")
 	}
 	r.drain(t)
+
+	// The listener outlives Run until Shutdown, which may wait for NATS
+	// to confirm the last acks: probes and a last scrape still answer.
+	addr := r.p.AdminAddr().String()
+	for _, path := range []string{"/healthz", "/metrics"} {
+		if code, body := adminGet(t, ctx, r, path); code != 200 {
+			t.Errorf("GET %s after Run returned: status %d: %s", path, code, body)
+		}
+	}
+	r.p.Close()
+	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Errorf("the admin listener still answers after Shutdown (status %d)", resp.StatusCode)
+	}
 }
 
 func grep(body, s string) string {
