@@ -140,7 +140,8 @@ func outcomeUnknown(err error) bool {
 	return false
 }
 
-// backoff is capped exponential backoff with full jitter in [d/2, d).
+// backoff is capped exponential backoff with jitter: each wait is drawn
+// from [d/2, d], so none is shorter than half the current step.
 type backoff struct {
 	initial, max, cur time.Duration
 }

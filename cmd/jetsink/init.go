@@ -19,8 +19,11 @@ func newInitCmd() *cobra.Command {
 		Short: "Create the table (and, in exactly-once mode, its unique index) from the mapping",
 		Long: `Create the target table from postgres.columns (or raw mode's columns) if it
 does not exist, and in exactly-once mode the unique index on (stream, stream_seq)
-that makes redeliveries harmless. Existing tables are left alone; run
-'jetsink check' to compare one with the mapping. --print shows the SQL instead.`,
+that makes redeliveries harmless. An existing table's columns are left alone
+(run 'jetsink check' to compare them with the mapping), but in exactly-once mode
+the index is added to a table without one of that name (<table>_stream_seq_key):
+CREATE UNIQUE INDEX blocks writes to the table while it builds, and fails if
+the table holds duplicates. --print shows the SQL instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := cf.load()

@@ -30,7 +30,7 @@ func newPublishCmd() *cobra.Command {
 		Short: "Publish realistic telemetry events to JetStream (a load generator)",
 		Long: `Publish ~180-byte JSON telemetry events (uuid id, RFC 3339 ts, device, kind,
 value, seq, tags) to <subject>.<device> over --subjects devices, each with a
-Nats-Msg-Id of <run>-<seq> so that retries are stored once.
+Nats-Msg-Id of <run in base 36>-<seq> so that retries are stored once.
 
 Either --events N (as fast as JetStream acknowledges), or --rate R --duration D
 (open loop: event i is due at start + i/R whatever happened before, so a slow
