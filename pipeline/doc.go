@@ -81,7 +81,12 @@
 //   - timestamptz: RFC 3339 strings (T or t, Z or ±hh:mm, any number of
 //     fraction digits, where PostgreSQL's own text input stops at about
 //     128, rounded to microseconds as PostgreSQL rounds that input: in
-//     binary floating point, ties to even). Numbers are
+//     binary floating point, ties to even), and the ISO 8601 variants
+//     common libraries write, read as PostgreSQL reads them: a space for
+//     the T, no seconds ("10:15Z", as Java's OffsetDateTime writes second
+//     0; then no fraction, which PostgreSQL would take for minutes and
+//     seconds), offsets ±hh and ±hhmm. A zone is required (without one
+//     PostgreSQL would use its session's). Numbers are
 //     refused: epoch seconds and milliseconds are too easy to confuse.
 //     Second 60 (a leap second) is the next minute's first, as in
 //     PostgreSQL. Four-digit years always lie inside PostgreSQL's range;

@@ -138,12 +138,13 @@ func FuzzNumeric(f *testing.F) {
 
 // FuzzTimestamp compares parseTimestamp with time.Parse where both accept.
 func FuzzTimestamp(f *testing.F) {
-	for _, s := range []string{"2026-11-29T19:59:15.123456Z", "2000-01-01T00:00:00+14:00", "1999-12-31t23:59:59.9999995z", "0001-01-01T00:00:00-00:30"} {
+	for _, s := range []string{"2026-11-29T19:59:15.123456Z", "2000-01-01T00:00:00+14:00", "1999-12-31t23:59:59.9999995z", "0001-01-01T00:00:00-00:30",
+		"2026-11-29 19:59:15.123+00", "2026-11-29T10:15Z", "2026-11-29T19:59:15.5+0530"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		us, derr := parseTimestamp(s)
-		tm, err := time.Parse(time.RFC3339Nano, s)
+		tm, err := time.Parse(time.RFC3339Nano, rfc3339(s))
 		if derr != nil || err != nil {
 			return
 		}
@@ -155,6 +156,40 @@ func FuzzTimestamp(f *testing.F) {
 			t.Fatalf("%q: %d µs, time.Parse says %d", s, us, want)
 		}
 	})
+}
+
+// rfc3339 rewrites the ISO 8601 forms parseTimestamp takes beside RFC 3339
+// (a space for the T, no seconds, a ±HH or ±HHMM offset) as RFC 3339, for
+// time.Parse to judge; anything else it leaves as it is.
+func rfc3339(s string) string {
+	if len(s) < 17 || s[13] != ':' {
+		return s
+	}
+	b := []byte(s)
+	if b[10] == ' ' {
+		b[10] = 'T'
+	}
+	if b[16] != ':' { // no seconds (a fraction would need them: left to fail)
+		b = append(b[:16:16], append([]byte(":00"), b[16:]...)...)
+	}
+	if i := bytes.LastIndexAny(b, "+-"); i >= 16 {
+		switch z := b[i+1:]; {
+		case len(z) == 2 && isDigits(z):
+			b = append(b, ":00"...)
+		case len(z) == 4 && isDigits(z):
+			b = append(b[:i+3:i+3], ':', z[2], z[3])
+		}
+	}
+	return string(b)
+}
+
+func isDigits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // finerThanMicros reports whether the timestamp s has a fraction of more

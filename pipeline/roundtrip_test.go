@@ -493,7 +493,10 @@ func TestRoundTripPostgres(t *testing.T) {
 			"2026-01-01T00:00:00.1234565Z", "2026-01-01T00:00:00.12345650000000001Z", "2026-01-01T00:00:00.9999995Z",
 			"2026-01-01T23:59:59.9999996+01:00", "9999-12-31T23:59:59.9999994Z", "2026-01-01T00:00:00.00000049999Z",
 			// a leap second, and second 60 of any minute: the next minute's first
-			"2016-12-31T23:59:60Z", "2026-01-01T12:30:60.5+01:00"} {
+			"2016-12-31T23:59:60Z", "2026-01-01T12:30:60.5+01:00",
+			// ISO 8601 forms beside RFC 3339: a space, no seconds, ±HH and ±HHMM offsets
+			"2026-11-29 19:59:15Z", "2026-11-29 19:59:15.123+00", "2026-11-29T10:15Z", "2026-11-29t10:15+05:30",
+			"2026-11-29T19:59:15-08", "2026-11-29T19:59:15.5+0530", "2016-12-31 23:59:60-0100", "0001-01-01 00:00-00"} {
 			evs = append(evs, Event{Data: []byte(`{"v":"` + s + `","d":"` + s[:10] + `"}`)})
 		}
 		for range 300 { // nanoseconds, and the ties at the seventh digit
@@ -504,10 +507,20 @@ func TestRoundTripPostgres(t *testing.T) {
 			s := fmt.Sprintf("20%02d-06-15T12:34:56.%09dZ", r.IntN(100), frac)
 			evs = append(evs, Event{Data: []byte(`{"v":"` + s + `","d":"` + s[:10] + `"}`)})
 		}
-		for range 300 {
+		for i := range 600 {
 			tm := time.Unix(r.Int64N(300e9)-62e9, r.Int64N(1e9)).In(time.FixedZone("", (r.IntN(48)-24)*1800))
 			tm = tm.Truncate(time.Microsecond)
 			s := tm.Format(time.RFC3339Nano)
+			if i%2 == 1 { // the same instant in one of the other forms
+				layout := []string{"2006-01-02 15:04:05.999999Z07:00", "2006-01-02T15:04:05.999999-0700", "2006-01-02 15:04:05-07",
+					"2006-01-02T15:04Z07:00", "2006-01-02 15:04-0700"}[r.IntN(5)]
+				if strings.Contains(layout, ":04Z") || strings.Contains(layout, ":04-") {
+					tm = tm.Truncate(time.Minute)
+				} else if strings.HasSuffix(layout, "-07") {
+					tm = tm.Truncate(time.Second).In(time.FixedZone("", (r.IntN(30)-15)*3600))
+				}
+				s = tm.Format(layout)
+			}
 			evs = append(evs, Event{Data: []byte(`{"v":"` + s + `","d":"` + s[:10] + `"}`)})
 		}
 		createTable(t, ctx, conn, "stamps", cols)

@@ -427,50 +427,72 @@ func parseDate(s string) (int32, bool) {
 // optional fraction of any length, then Z or ±HH:MM) into microseconds
 // since 2000-01-01 UTC, rounding the fraction to microseconds as
 // PostgreSQL's text input does (pgFractionMicros). Four-digit years always
-// lie inside PostgreSQL's timestamptz range.
+// lie inside PostgreSQL's timestamptz range. It also takes the ISO 8601
+// forms that common libraries write and PostgreSQL reads the same way: a
+// space for the T (PostgreSQL's own output, Python's str), no seconds
+// (Java's OffsetDateTime.toString at second 0: "10:15Z"; then no
+// fraction either, which PostgreSQL would read as minutes and seconds),
+// and an offset of ±HH or ±HHMM (strftime's %z, PostgreSQL's "+00").
 func parseTimestamp(s string) (int64, *DecodeError) {
 	bad := func() (int64, *DecodeError) {
 		return 0, invalidFormat(TypeTimestamptz, "want RFC 3339 such as 2026-11-29T19:59:15.123456Z")
 	}
 	days, ok := parseYMD(s)
-	if !ok || len(s) < 20 || (s[10] != 'T' && s[10] != 't') || s[13] != ':' || s[16] != ':' {
+	if !ok || len(s) < 17 || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') || s[13] != ':' {
 		return bad()
 	}
 	h, ok1 := digits(s[11:], 2)
 	mi, ok2 := digits(s[14:], 2)
-	sec, ok3 := digits(s[17:], 2)
-	// Second 60: a leap second (RFC 3339 allows it), which PostgreSQL
-	// takes as the next minute's first, as the sum below does.
-	if !ok1 || !ok2 || !ok3 || h > 23 || mi > 59 || sec > 60 {
+	if !ok1 || !ok2 || h > 23 || mi > 59 {
 		return bad()
 	}
-	rest := s[19:]
-	var us int64
-	if rest[0] == '.' {
-		i := 1
-		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
-			if i <= 6 {
-				us = us*10 + int64(rest[i]-'0')
-			}
-			i++
-		}
-		if i == 1 {
+	rest := s[16:]
+	var sec, us int64
+	if rest != "" && rest[0] == ':' {
+		var ok bool
+		// Second 60: a leap second (RFC 3339 allows it), which
+		// PostgreSQL takes as the next minute's first, as the sum below
+		// does.
+		if sec, ok = digits(rest[1:], 2); !ok || sec > 60 {
 			return bad()
 		}
-		for j := i; j <= 6; j++ {
-			us *= 10
+		rest = rest[3:]
+		if rest != "" && rest[0] == '.' {
+			i := 1
+			for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+				if i <= 6 {
+					us = us*10 + int64(rest[i]-'0')
+				}
+				i++
+			}
+			if i == 1 {
+				return bad()
+			}
+			for j := i; j <= 6; j++ {
+				us *= 10
+			}
+			if i > 7 { // finer than microseconds: round as PostgreSQL's input does
+				us = pgFractionMicros(rest[:i])
+			}
+			rest = rest[i:]
 		}
-		if i > 7 { // finer than microseconds: round as PostgreSQL's input does
-			us = pgFractionMicros(rest[:i])
-		}
-		rest = rest[i:]
 	}
 	var off int64
 	switch {
 	case rest == "Z" || rest == "z":
-	case len(rest) == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':':
+	case len(rest) >= 3 && (rest[0] == '+' || rest[0] == '-'):
 		oh, ok1 := digits(rest[1:], 2)
-		om, ok2 := digits(rest[4:], 2)
+		var om int64
+		ok2 := true
+		switch {
+		case len(rest) == 3: // ±HH
+		case len(rest) == 5: // ±HHMM
+			om, ok2 = digits(rest[3:], 2)
+		case len(rest) == 6 && rest[3] == ':': // ±HH:MM
+			om, ok2 = digits(rest[4:], 2)
+		default:
+			return bad()
+		}
 		if !ok1 || !ok2 || oh > 23 || om > 59 {
 			return bad()
 		}
