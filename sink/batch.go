@@ -158,7 +158,7 @@ func (s *Sink) logProblems(ctx context.Context) {
 	}
 	for _, p := range probs {
 		if p.Warning {
-			s.log.Warn("the table may lose rows", "problem", p.Message, "fix", p.Fix)
+			s.log.Warn("the table may not store every event as sent", "problem", p.Message, "fix", p.Fix)
 			continue
 		}
 		s.log.Error("the table does not fit the column mapping", "problem", p.Message, "fix", p.Fix)

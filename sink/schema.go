@@ -138,6 +138,12 @@ const (
 	// converted, and an event with a character the encoding lacks is
 	// dead-lettered (SQLSTATE 22P05, after a bisection of its batch).
 	ProblemEncoding ProblemKind = "encoding"
+	// ProblemTypeModifier: a numeric or timestamptz column with a
+	// precision, numeric(10,2) or timestamptz(3). PostgreSQL rounds the
+	// values jetsink sends to it, and refuses a number with more digits
+	// before the point than it allows (SQLSTATE 22003: the row is
+	// dead-lettered after a bisection of its batch). A warning.
+	ProblemTypeModifier ProblemKind = "type_modifier"
 )
 
 // Problem is one difference between the mapping and the table.
@@ -181,12 +187,13 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	}
 	type attr struct {
 		typ                       uint32
+		typmod                    int32
 		format                    string
 		notNull, hasDefault, auto bool
 		num                       int16
 	}
 	attrs := map[string]attr{}
-	rows, err := c.Query(ctx, `SELECT attname, attnum, atttypid, format_type(atttypid, atttypmod), attnotnull, atthasdef,
+	rows, err := c.Query(ctx, `SELECT attname, attnum, atttypid, atttypmod, format_type(atttypid, atttypmod), attnotnull, atthasdef,
 		attidentity <> '' OR attgenerated <> ''
 		FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, *oid)
 	if err != nil {
@@ -195,7 +202,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	for rows.Next() {
 		var name string
 		var a attr
-		if err := rows.Scan(&name, &a.num, &a.typ, &a.format, &a.notNull, &a.hasDefault, &a.auto); err != nil {
+		if err := rows.Scan(&name, &a.num, &a.typ, &a.typmod, &a.format, &a.notNull, &a.hasDefault, &a.auto); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("check columns of %s on %s: %w", tname, s.where, err)
 		}
@@ -236,6 +243,9 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			probs = append(probs, Problem{Kind: ProblemNotNull, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s is NOT NULL but its mapping is not required: an event without it is dead-lettered by the database, one batch bisect at a time", col, tname),
 				Fix:     fmt.Sprintf("set required: true on column %s in postgres.columns, or ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", c.Name, tname, col)})
+		}
+		if ok && a.typ == want.oid && a.typmod >= 0 {
+			probs = append(probs, typeModifierProblem(tname, c.Name, a.format, c.Type))
 		}
 	}
 	for name, a := range attrs {
@@ -321,6 +331,19 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		}
 	}
 	return probs, nil
+}
+
+// typeModifierProblem warns of column name of table, whose type with its
+// modifier is format (see ProblemTypeModifier).
+func typeModifierProblem(table, name, format string, t pipeline.Type) Problem {
+	col := pgx.Identifier{name}.Sanitize()
+	msg := fmt.Sprintf("column %s of %s is %s: PostgreSQL rounds what jetsink writes to its precision, and stores it without an error", col, table, format)
+	if t == pipeline.TypeNumeric {
+		msg += "; a number with more digits before the point than it allows is refused (SQLSTATE 22003) and dead-lettered " +
+			"(code data), each after a bisection of its batch"
+	}
+	return Problem{Kind: ProblemTypeModifier, Column: name, Warning: true, Message: msg,
+		Fix: fmt.Sprintf("if every value fits, nothing; to store values as sent, ALTER TABLE %s ALTER COLUMN %s TYPE %s", table, col, pgTypes[t].name)}
 }
 
 // encodingProblem says what a database in the server encoding enc means

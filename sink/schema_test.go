@@ -497,3 +497,51 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// A numeric or timestamptz column with a precision is a warning naming
+// it: PostgreSQL rounds what jetsink sends to it (and refuses a number too
+// large for numeric(p,s), one bisection per row). Before, the type's OID
+// matched and check said nothing.
+func TestCheckWarnsOfTypeModifiers(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	table := uniqueName(t)
+	if _, err := admin.Exec(ctx, "CREATE TABLE "+table+` (stream text, stream_seq int8, payload jsonb,
+		amount numeric(10,2), total numeric, at timestamptz(3), seen timestamptz)`); err != nil {
+		t.Fatal(err)
+	}
+	cols := append(slices.Clone(testCols),
+		pipeline.Column{Name: "amount", From: "json:amount", Type: pipeline.TypeNumeric},
+		pipeline.Column{Name: "total", From: "json:total", Type: pipeline.TypeNumeric},
+		pipeline.Column{Name: "at", From: "json:at", Type: pipeline.TypeTimestamptz},
+		pipeline.Column{Name: "seen", From: "json:seen", Type: pipeline.TypeTimestamptz})
+	cfg := DefaultConfig()
+	cfg.URL, cfg.Table = pg.URL, table
+	s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	probs, err := s.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range probs {
+		if p.Kind != ProblemTypeModifier || !p.Warning {
+			t.Errorf("unexpected problem %+v", p)
+			continue
+		}
+		got = append(got, p.Column)
+	}
+	slices.Sort(got)
+	if want := []string{"amount", "at"}; !slices.Equal(got, want) {
+		t.Fatalf("type modifier warnings for %v, want %v: %v", got, want, probs)
+	}
+	for _, p := range probs {
+		if p.Column == "amount" && (!strings.Contains(p.Message, "numeric(10,2)") || !strings.Contains(p.Message, "22003")) {
+			t.Errorf("amount: %s", p.Message)
+		}
+	}
+}
