@@ -77,7 +77,10 @@
 //   - numeric: JSON numbers or strings in JSON number syntax, exact, with the
 //     display scale the text shows (1.50 stays 1.50); PostgreSQL's limits
 //     (131072 digits before the point, 16383 after) apply.
-//   - bool: true or false, or the strings "true" and "false".
+//   - bool: true or false, or a string PostgreSQL's bool input reads:
+//     "true", "false", "t", "yes", "on", "1", "off", "0", "True" (case and
+//     surrounding white space do not matter, and any prefix of true, yes,
+//     false and no counts). Numbers are refused.
 //   - timestamptz: RFC 3339 strings (T or t, Z or ±hh:mm, any number of
 //     fraction digits, where PostgreSQL's own text input stops at about
 //     128, rounded to microseconds as PostgreSQL rounds that input: in

@@ -332,13 +332,10 @@ func appendString(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 	case TypeInt2, TypeInt4, TypeInt8, TypeFloat4, TypeFloat8, TypeNumeric:
 		return appendNumber(dst, t, s, false)
 	case TypeBool:
-		switch s {
-		case "true":
-			return append(dst, 1), nil
-		case "false":
-			return append(dst, 0), nil
+		if v, ok := parseBool(s); ok {
+			return append(dst, v), nil
 		}
-		return dst, invalidFormat(t, `want "true" or "false"`)
+		return dst, invalidFormat(t, `want "true" or "false" (or another form PostgreSQL's bool reads: "t", "yes", "on", "1", ...)`)
 	case TypeTimestamptz:
 		us, derr := parseTimestamp(s)
 		if derr != nil {

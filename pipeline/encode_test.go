@@ -163,7 +163,12 @@ func TestAppendTupleTypes(t *testing.T) {
 		{"bool true", TypeBool, `true`, false, []byte{1}, ""},
 		{"bool false", TypeBool, `false`, false, []byte{0}, ""},
 		{"bool string", TypeBool, `"true"`, false, []byte{1}, ""},
-		{"bool bad string", TypeBool, `"yes"`, false, nil, CodeInvalidFormat},
+		{"bool yes", TypeBool, `"yes"`, false, []byte{1}, ""},
+		{"bool Python", TypeBool, `"True"`, false, []byte{1}, ""},
+		{"bool prefix", TypeBool, `" F "`, false, []byte{0}, ""},
+		{"bool off", TypeBool, `"of"`, false, []byte{0}, ""},
+		{"bool o", TypeBool, `"o"`, false, nil, CodeInvalidFormat},
+		{"bool bad string", TypeBool, `"truth"`, false, nil, CodeInvalidFormat},
 		{"bool number", TypeBool, `1`, false, nil, CodeWrongType},
 		// timestamptz
 		{"ts Z", TypeTimestamptz, `"2026-11-29T19:59:15.123456Z"`, false, tsMicros("2026-11-29T19:59:15.123456Z"), ""},

@@ -481,6 +481,32 @@ func TestRoundTripPostgres(t *testing.T) {
 		}
 	})
 
+	// bool from a string: the encoder takes exactly what PostgreSQL's bool
+	// input takes, with the same value.
+	t.Run("bool agrees with text input", func(t *testing.T) {
+		m := mustCompile(t, Column{Name: "b", From: "header:B", Type: TypeBool})
+		var inputs []string
+		for _, w := range []string{"true", "false", "yes", "no", "on", "off", "1", "0", "truth", "nope", "onn", "10", "y", "n", "o", "of", "offf", "ye", "yess", "2", "tru e"} {
+			for i := 0; i <= len(w); i++ {
+				inputs = append(inputs, w[:i], strings.ToUpper(w[:i]), strings.ToUpper(w[:1])+w[min(1, i):i])
+			}
+		}
+		inputs = append(inputs, " t", "t ", "\tyes\n", "\v0\f", "\r1", "\u00a0t", "t\x00", "+1", "00", " ", "tRuE", "FaLsE")
+		for _, in := range inputs {
+			tuple, err := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(`{}`), Header: map[string][]string{"B": {in}}})
+			var pgVal *bool
+			pgErr := conn.QueryRow(ctx, "SELECT $1::text::bool", in).Scan(&pgVal)
+			switch {
+			case err != nil && pgErr == nil:
+				t.Errorf("%q: PostgreSQL reads %v, the encoder refuses it: %v", in, *pgVal, err)
+			case err == nil && pgErr != nil:
+				t.Errorf("%q: the encoder takes it, PostgreSQL refuses it: %v", in, pgErr)
+			case err == nil && (tuple[len(tuple)-1] == 1) != *pgVal:
+				t.Errorf("%q: the encoder writes %d, PostgreSQL reads %v", in, tuple[len(tuple)-1], *pgVal)
+			}
+		}
+	})
+
 	t.Run("timestamps agree", func(t *testing.T) {
 		cols := []Column{{Name: "src", From: "json:v", Type: TypeText}, {Name: "ts", From: "json:v", Type: TypeTimestamptz},
 			{Name: "d", From: "json:d", Type: TypeDate}, {Name: "dsrc", From: "json:d", Type: TypeText}}

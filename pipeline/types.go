@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // This file holds the per-type encoders: each appends one value in
@@ -398,6 +399,32 @@ func digits(s string, n int) (int64, bool) {
 		v = v*10 + int64(s[i]-'0')
 	}
 	return v, true
+}
+
+// parseBool reads s as PostgreSQL's bool input does (boolin): white space
+// around it is ignored, case too, and any prefix of true, yes, false or no
+// counts, as do on, off (at least "of"), 1 and 0. It returns 1 or 0.
+func parseBool(s string) (byte, bool) {
+	s = strings.TrimFunc(s, func(r rune) bool { return r == ' ' || (r >= '\t' && r <= '\r') })
+	if s == "" || len(s) > len("false") {
+		return 0, false
+	}
+	var b [5]byte
+	for i := range len(s) {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+	}
+	l := string(b[:len(s)])
+	switch {
+	case strings.HasPrefix("true", l), strings.HasPrefix("yes", l), l == "on", l == "1":
+		return 1, true
+	case strings.HasPrefix("false", l), strings.HasPrefix("no", l), len(l) >= 2 && strings.HasPrefix("off", l), l == "0":
+		return 0, true
+	}
+	return 0, false
 }
 
 // parseYMD parses "YYYY-MM-DD" at the start of s into days since 2000-01-01.
