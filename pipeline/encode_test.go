@@ -195,6 +195,8 @@ func TestAppendTupleTypes(t *testing.T) {
 		{"ts bad day", TypeTimestamptz, `"2026-02-29T00:00:00Z"`, false, nil, CodeInvalidFormat},
 		{"ts leap day", TypeTimestamptz, `"2024-02-29T00:00:00Z"`, false, tsMicros("2024-02-29T00:00:00Z"), ""},
 		{"ts leap second", TypeTimestamptz, `"2016-12-31T23:59:60Z"`, false, tsMicros("2017-01-01T00:00:00Z"), ""},
+		{"ts leap second fraction", TypeTimestamptz, `"2016-12-31T23:59:60.5Z"`, false, nil, CodeInvalidFormat},
+		{"ts leap second rounded", TypeTimestamptz, `"2016-12-31T23:59:60.0000004Z"`, false, tsMicros("2017-01-01T00:00:00Z"), ""},
 		{"ts second 61", TypeTimestamptz, `"2016-12-31T23:59:61Z"`, false, nil, CodeInvalidFormat},
 		{"ts hour 24", TypeTimestamptz, `"2026-11-29T24:00:00Z"`, false, nil, CodeInvalidFormat},
 		{"ts empty frac", TypeTimestamptz, `"2026-11-29T19:59:15.Z"`, false, nil, CodeInvalidFormat},

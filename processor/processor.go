@@ -34,9 +34,9 @@ type Processor struct {
 	adminAddr   atomic.Pointer[net.Addr]
 	exportStuck atomic.Bool // Run's last flush failed
 
-	adminMu   sync.Mutex
-	stopAdmin func() // the admin listener Run started; Shutdown stops it
-	adminShut bool   // Shutdown has come: a listener started now stops at once
+	laterMu sync.Mutex
+	later   []func() // what Run leaves for Shutdown, in order (see atShutdown)
+	shut    bool     // Shutdown has run them: what comes now runs when Run returns
 
 	closeOnce sync.Once // Shutdown (and Close) once
 	closeErr  error
@@ -137,16 +137,9 @@ func (p *Processor) Run(intake, hard context.Context) error {
 			return err
 		}
 		// The listener outlives Run: Shutdown, which may wait for NATS to
-		// confirm the last acks, stops it last, so that /healthz, /readyz
-		// and /metrics (with the final counts) answer until the process is
-		// about to exit.
-		p.adminMu.Lock()
-		if p.adminShut {
-			defer stop()
-		} else {
-			p.stopAdmin = stop
-		}
-		p.adminMu.Unlock()
+		// confirm the last acks, stops it near its end, so that /healthz,
+		// /readyz and /metrics answer until the process is about to exit.
+		defer p.atShutdown(stop)()
 	}
 
 	h, in := newHandoff(p.cfg.Pipeline)
@@ -154,7 +147,9 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer unobserve()
+	// After the listener: a last scrape still finds the final counts (the
+	// counters are read by these callbacks, and vanish without them).
+	defer p.atShutdown(unobserve)()
 	// Export the spans of everything settled. hard may be over already (a
 	// stage failed, or the drain timed out): give the flush a moment anyway,
 	// a short one when the caller's hard has ended (a second signal).
@@ -303,12 +298,12 @@ func (p *Processor) shutdown(ctx context.Context) error {
 	if err := p.tracing.Shutdown(tctx); err != nil {
 		p.log.Warn("tracing shutdown", "err", err)
 	}
-	p.adminMu.Lock()
-	stop := p.stopAdmin
-	p.stopAdmin, p.adminShut = nil, true
-	p.adminMu.Unlock()
-	if stop != nil {
-		stop()
+	p.laterMu.Lock()
+	later := p.later
+	p.later, p.shut = nil, true
+	p.laterMu.Unlock()
+	for _, f := range later {
+		f()
 	}
 	mctx, cancel := context.WithTimeout(context.Background(), abortedBudget)
 	defer cancel()
@@ -325,6 +320,20 @@ const (
 	exportBudget  = 2 * time.Second
 	abortedBudget = 250 * time.Millisecond
 )
+
+// atShutdown leaves f, a clean-up of Run's, to Shutdown, which runs such
+// functions in the order they were left, near its end. If Shutdown has
+// run already, f runs when Run returns instead: call the result with
+// defer.
+func (p *Processor) atShutdown(f func()) (deferred func()) {
+	p.laterMu.Lock()
+	defer p.laterMu.Unlock()
+	if p.shut {
+		return f
+	}
+	p.later = append(p.later, f)
+	return func() {}
+}
 
 // Tracing is the processor's tracing (Enabled false when off).
 func (p *Processor) Tracing() *telemetry.Tracing { return p.tracing }

@@ -174,16 +174,25 @@ func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
 
 func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	tname := s.table.Sanitize()
+	var enc string
+	if err := c.QueryRow(ctx, "SELECT current_setting('server_encoding')").Scan(&enc); err != nil {
+		return nil, fmt.Errorf("check the encoding of %s: %w", s.where, err)
+	}
+	encProblem, badEnc := encodingProblem(enc)
 	var oid *uint32
 	if err := c.QueryRow(ctx, "SELECT to_regclass($1)::oid", tname).Scan(&oid); err != nil {
 		return nil, fmt.Errorf("check table %s on %s: %w", tname, s.where, err)
 	}
 	if oid == nil {
-		return []Problem{{
+		var probs []Problem
+		if badEnc {
+			probs = append(probs, encProblem)
+		}
+		return append(probs, Problem{
 			Kind:    ProblemTableMissing,
 			Message: fmt.Sprintf("table %s does not exist (or is not on search_path)", tname),
 			Fix:     "run `jetsink init`, set postgres.create_table: true, or run: " + strings.Join(s.DDL(), "; "),
-		}}, nil
+		}), nil
 	}
 	type attr struct {
 		typ                       uint32
@@ -216,12 +225,8 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	if err != nil {
 		return nil, err
 	}
-	var enc string
-	if err := c.QueryRow(ctx, "SELECT current_setting('server_encoding')").Scan(&enc); err != nil {
-		return nil, fmt.Errorf("check the encoding of %s: %w", s.where, err)
-	}
-	if p, ok := encodingProblem(enc); ok {
-		probs = append(probs, p)
+	if badEnc {
+		probs = append(probs, encProblem)
 	}
 	mapped := map[string]pipeline.Column{}
 	for _, c := range s.cols {
@@ -244,7 +249,8 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				Message: fmt.Sprintf("column %s of %s is NOT NULL but its mapping is not required: an event without it is dead-lettered by the database, one batch bisect at a time", col, tname),
 				Fix:     fmt.Sprintf("set required: true on column %s in postgres.columns, or ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", c.Name, tname, col)})
 		}
-		if ok && a.typ == want.oid && a.typmod >= 0 {
+		// timestamptz(6) is what timestamptz keeps anyway: no rounding.
+		if ok && a.typ == want.oid && a.typmod >= 0 && (c.Type != pipeline.TypeTimestamptz || a.typmod < 6) {
 			probs = append(probs, typeModifierProblem(tname, c.Name, a.format, c.Type))
 		}
 	}

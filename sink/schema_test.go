@@ -481,6 +481,21 @@ func TestServerEncoding(t *testing.T) {
 		if len(probs) != 1 || probs[0].Kind != ProblemEncoding || probs[0].Warning || !strings.Contains(probs[0].Message, "SQL_ASCII") {
 			t.Fatalf("problems %v, want one encoding error naming SQL_ASCII", probs)
 		}
+		// Said without the table too: check is most often run before init.
+		if _, err := pg.Conn(t).Exec(ctx, "DROP TABLE "+s.table.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		probs, err = s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds := map[ProblemKind]bool{}
+		for _, p := range probs {
+			kinds[p.Kind] = true
+		}
+		if len(probs) != 2 || !kinds[ProblemEncoding] || !kinds[ProblemTableMissing] {
+			t.Fatalf("without the table: problems %v, want the encoding error and the missing table", probs)
+		}
 	})
 }
 
@@ -508,14 +523,15 @@ func TestCheckWarnsOfTypeModifiers(t *testing.T) {
 	admin := pg.Conn(t)
 	table := uniqueName(t)
 	if _, err := admin.Exec(ctx, "CREATE TABLE "+table+` (stream text, stream_seq int8, payload jsonb,
-		amount numeric(10,2), total numeric, at timestamptz(3), seen timestamptz)`); err != nil {
+		amount numeric(10,2), total numeric, at timestamptz(3), seen timestamptz, at6 timestamptz(6))`); err != nil {
 		t.Fatal(err)
 	}
 	cols := append(slices.Clone(testCols),
 		pipeline.Column{Name: "amount", From: "json:amount", Type: pipeline.TypeNumeric},
 		pipeline.Column{Name: "total", From: "json:total", Type: pipeline.TypeNumeric},
 		pipeline.Column{Name: "at", From: "json:at", Type: pipeline.TypeTimestamptz},
-		pipeline.Column{Name: "seen", From: "json:seen", Type: pipeline.TypeTimestamptz})
+		pipeline.Column{Name: "seen", From: "json:seen", Type: pipeline.TypeTimestamptz},
+		pipeline.Column{Name: "at6", From: "json:at6", Type: pipeline.TypeTimestamptz}) // 6 digits: all there are
 	cfg := DefaultConfig()
 	cfg.URL, cfg.Table = pg.URL, table
 	s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))

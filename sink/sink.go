@@ -87,6 +87,7 @@ type Sink struct {
 	missingSQL string        // exactly-once: the keys of the staged rows the table lacks after the INSERT
 	adminSem   chan struct{} // holds admin: a mutex that a waiter's context can give up
 	admin      *pgx.Conn     // the "+1" connection: Ping, Init, Check; nil until needed
+	closed     bool          // Close has run: admin is not opened again (held like admin)
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
 
@@ -229,9 +230,13 @@ func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
 	return c, nil
 }
 
+// errSinkClosed: the sink's admin connection is not opened after Close.
+var errSinkClosed = errors.New("the sink is closed")
+
 // withAdmin runs f on the admin connection, (re)connecting it as needed and
 // dropping it after an error that closed it. While another call holds the
 // connection (StoredSeq may read a whole table), it waits until ctx ends.
+// After Close it fails with errSinkClosed.
 func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 	select {
 	case s.adminSem <- struct{}{}:
@@ -239,6 +244,11 @@ func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 		return fmt.Errorf("wait for the admin connection: %w", ctx.Err())
 	}
 	defer func() { <-s.adminSem }()
+	if s.closed {
+		// Not connect again: a /readyz probe while the process shuts
+		// down would leave a connection nothing closes.
+		return fmt.Errorf("postgres %s: %w", s.where, errSinkClosed)
+	}
 	if s.admin != nil && s.admin.IsClosed() {
 		s.admin = nil
 	}
@@ -284,6 +294,7 @@ func (s *Sink) buildSQL() {
 func (s *Sink) Close() {
 	s.adminSem <- struct{}{}
 	defer func() { <-s.adminSem }()
+	s.closed = true
 	if s.admin != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

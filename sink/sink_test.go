@@ -1726,3 +1726,24 @@ func TestAckAllSettlesCommittedRows(t *testing.T) {
 		}
 	}
 }
+
+// After Close the admin connection is not opened again: a /readyz probe
+// while the process shuts down (after the sink's Close, while NATS
+// confirms the last acks) fails instead of leaving a connection nothing
+// closes.
+func TestNoAdminConnectionAfterClose(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("Ready before Close: %v", err)
+	}
+	s.Close()
+	if err := s.Ready(ctx); !errors.Is(err, errSinkClosed) {
+		t.Fatalf("Ready after Close: %v, want errSinkClosed", err)
+	}
+	admin := pg.Conn(t)
+	if n := backends(t, ctx, admin, s.cfg.AppName, "true"); n != 0 {
+		t.Fatalf("%d connections of the sink after Close", n)
+	}
+}

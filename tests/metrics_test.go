@@ -109,12 +109,15 @@ func TestMetricsAfterRun(t *testing.T) {
 	r.drain(t)
 
 	// The listener outlives Run until Shutdown, which may wait for NATS
-	// to confirm the last acks: probes and a last scrape still answer.
+	// to confirm the last acks: probes and a last scrape still answer,
+	// with the final counts.
 	addr := r.p.AdminAddr().String()
-	for _, path := range []string{"/healthz", "/metrics"} {
-		if code, body := adminGet(t, ctx, r, path); code != 200 {
-			t.Errorf("GET %s after Run returned: status %d: %s", path, code, body)
-		}
+	if code, body := adminGet(t, ctx, r, "/healthz"); code != 200 {
+		t.Errorf("GET /healthz after Run returned: status %d: %s", code, body)
+	}
+	code, body := adminGet(t, ctx, r, "/metrics")
+	if got := metricValue(body, "jetsink_events_committed_total"); code != 200 || got != float64(e.rows(ctx)) {
+		t.Errorf("GET /metrics after Run returned: status %d, jetsink_events_committed_total %v, want the %d rows", code, got, e.rows(ctx))
 	}
 	r.p.Close()
 	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
