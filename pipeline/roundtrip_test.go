@@ -29,6 +29,21 @@ func rowStrings(r pgx.CollectableRow) ([]string, error) {
 }
 
 // readCorpusEntry reads a "go test fuzz v1" file holding a []byte and a string.
+// queryRows runs query on conn and returns its rows as strings, failing
+// the test on an error.
+func queryRows(t *testing.T, ctx context.Context, conn *pgx.Conn, query string, args ...any) [][]string {
+	t.Helper()
+	rows, err := conn.Query(ctx, query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, rowStrings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func readCorpusEntry(t testing.TB, path string) ([]byte, string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -217,15 +232,8 @@ func TestRoundTripPostgres(t *testing.T) {
 		}
 		createTable(t, ctx, conn, "numbers", cols)
 		copyTuples(t, ctx, conn, "numbers", cols, encodeAll(t, mustCompile(t, cols...), evs))
-		rows, err := conn.Query(ctx, `SELECT src, n::text, src::numeric::text FROM numbers
+		bad := queryRows(t, ctx, conn, `SELECT src, n::text, src::numeric::text FROM numbers
 			WHERE n::text <> src::numeric::text OR f8 <> src::float8`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bad, err := pgx.CollectRows(rows, rowStrings)
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, b := range bad {
 			t.Errorf("disagreement: %v", b)
 		}
@@ -248,14 +256,7 @@ func TestRoundTripPostgres(t *testing.T) {
 		}
 		createTable(t, ctx, conn, "float4s", cols)
 		copyTuples(t, ctx, conn, "float4s", cols, encodeAll(t, mustCompile(t, cols...), evs))
-		rows, err := conn.Query(ctx, `SELECT src, f4::text FROM float4s WHERE f4 <> src::float4`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bad, err := pgx.CollectRows(rows, rowStrings)
-		if err != nil {
-			t.Fatal(err)
-		}
+		bad := queryRows(t, ctx, conn, `SELECT src, f4::text FROM float4s WHERE f4 <> src::float4`)
 		for _, b := range bad {
 			t.Errorf("disagreement: %v", b)
 		}
@@ -330,15 +331,8 @@ func TestRoundTripPostgres(t *testing.T) {
 		}
 		createTable(t, ctx, conn, "random_json", cols)
 		copyTuples(t, ctx, conn, "random_json", cols, encodeAll(t, mustCompile(t, cols...), evs))
-		rows, err := conn.Query(ctx, `SELECT doc::text, o::text FROM random_json
+		bad := queryRows(t, ctx, conn, `SELECT doc::text, o::text FROM random_json
 			WHERE o IS DISTINCT FROM nullif(doc->'o', 'null'::jsonb) OR s IS DISTINCT FROM doc->>'s' OR n <> (doc->>'n')::numeric`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bad, err := pgx.CollectRows(rows, rowStrings)
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, b := range bad {
 			t.Errorf("disagreement: doc %s, o %s", b[0], b[1])
 		}
@@ -384,17 +378,10 @@ func TestRoundTripPostgres(t *testing.T) {
 		m := mustCompile(t, cols...)
 		createTable(t, ctx, conn, "scanner_edges", cols)
 		copyTuples(t, ctx, conn, "scanner_edges", cols, encodeAll(t, m, evs))
-		rows, err := conn.Query(ctx, `SELECT seq::text, raw FROM scanner_edges WHERE doc IS DISTINCT FROM raw::jsonb
+		diff := queryRows(t, ctx, conn, `SELECT seq::text, raw FROM scanner_edges WHERE doc IS DISTINCT FROM raw::jsonb
 			OR h IS DISTINCT FROM raw::jsonb OR v IS DISTINCT FROM nullif(raw::jsonb->'v', 'null')
 			OR (jsonb_typeof(raw::jsonb->'v') = 'string' AND vt IS DISTINCT FROM raw::jsonb->>'v')
 			OR (jsonb_typeof(raw::jsonb->'v') IN ('object', 'array') AND vt::jsonb IS DISTINCT FROM raw::jsonb->'v')`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		diff, err := pgx.CollectRows(rows, rowStrings)
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, d := range diff {
 			t.Errorf("disagreement: event %s: %q", d[0], d[1])
 		}
@@ -437,16 +424,9 @@ func TestRoundTripPostgres(t *testing.T) {
 		}
 		createTable(t, ctx, conn, "duplicate_keys", cols)
 		copyTuples(t, ctx, conn, "duplicate_keys", cols, encodeAll(t, mustCompile(t, cols...), evs))
-		rows, err := conn.Query(ctx, `SELECT doc::text, coalesce(a::text, 'NULL'), coalesce(b, 'NULL') FROM duplicate_keys
+		bad := queryRows(t, ctx, conn, `SELECT doc::text, coalesce(a::text, 'NULL'), coalesce(b, 'NULL') FROM duplicate_keys
 			WHERE a IS DISTINCT FROM (doc->'o'->>'a')::int8 OR b IS DISTINCT FROM doc->'o'->'b'->>'c'
 			OR o IS DISTINCT FROM nullif(doc->'o', 'null'::jsonb)`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bad, err := pgx.CollectRows(rows, rowStrings)
-		if err != nil {
-			t.Fatal(err)
-		}
 		for _, b := range bad {
 			t.Errorf("disagreement: doc %s, o.a %s, o.b.c %s", b[0], b[1], b[2])
 		}
@@ -551,14 +531,7 @@ func TestRoundTripPostgres(t *testing.T) {
 		}
 		createTable(t, ctx, conn, "stamps", cols)
 		copyTuples(t, ctx, conn, "stamps", cols, encodeAll(t, mustCompile(t, cols...), evs))
-		rows, err := conn.Query(ctx, `SELECT src, ts::text FROM stamps WHERE ts <> src::timestamptz OR d <> dsrc::date`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bad, err := pgx.CollectRows(rows, rowStrings)
-		if err != nil {
-			t.Fatal(err)
-		}
+		bad := queryRows(t, ctx, conn, `SELECT src, ts::text FROM stamps WHERE ts <> src::timestamptz OR d <> dsrc::date`)
 		for _, b := range bad {
 			t.Errorf("disagreement: %v", b)
 		}
