@@ -92,7 +92,8 @@
 //     PostgreSQL would use its session's). Numbers are
 //     refused: epoch seconds and milliseconds are too easy to confuse.
 //     Second 60 (a leap second) is the next minute's first, as in
-//     PostgreSQL, which refuses a fraction past 23:59:60, as it is done here. Four-digit years always lie inside PostgreSQL's range;
+//     PostgreSQL; a fraction past 23:59:60 is refused, as PostgreSQL
+//     refuses it. Four-digit years always lie inside PostgreSQL's range;
 //     where PostgreSQL's text input is stricter, the RFC 3339 / ISO 8601
 //     meaning is stored: year 0000 is 1 BC (PostgreSQL refuses year 0),
 //     and offsets up to ±23:59 are taken (PostgreSQL's stop at ±15:59).
