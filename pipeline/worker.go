@@ -57,29 +57,51 @@ func (w *worker) run(ctx context.Context) error {
 		rows = rows[:0]
 		for i := range evs[:n] {
 			ev := &evs[i]
+			var dl DeadLetter
+			var column string
 			if ev.Exhausted {
 				// Past nats.max_deliver: not decoded, whatever it holds.
-				w.deadLetter(ctx, ev, MaxDeliverDeadLetter(uint64(ev.Delivered)), "")
-				continue
+				dl = MaxDeliverDeadLetter(uint64(ev.Delivered))
+			} else {
+				row, derr := w.encode(ev)
+				if derr == nil {
+					rows = append(rows, row)
+					continue
+				}
+				dl, column = decodeDeadLetter(derr)
 			}
-			row, derr := w.encode(ev)
-			if derr != nil {
-				dl, column := decodeDeadLetter(derr)
-				w.deadLetter(ctx, ev, dl, column)
-				continue
+			// The rows decoded so far go on before the dead letter, which
+			// may take seconds (a dead-letter stream that does not answer):
+			// on their way to the sink they get its InProgress, here
+			// nothing renews their ack wait. They are the events before
+			// this one, so the order within a subject stays.
+			if rows, err = w.push(ctx, rows); err != nil {
+				return err
 			}
-			rows = append(rows, row)
+			w.deadLetter(ctx, ev, dl, column)
 		}
 		clear(evs[:n]) // let the payloads go once their rows do
-		if _, err := w.out.PushN(ctx, rows); err != nil {
-			if errors.Is(err, ringq.ErrClosed) {
-				return fmt.Errorf("pipeline worker %d: push rows: output closed by someone else: %w", w.id, err)
-			}
+		if rows, err = w.push(ctx, rows); err != nil {
 			return err
 		}
-		w.stats.rows.Add(uint64(len(rows)))
-		clear(rows)
 	}
+}
+
+// push hands rows to the output ring (blocking while it is full) and
+// returns rows emptied for reuse. Nothing is pushed for no rows.
+func (w *worker) push(ctx context.Context, rows []Row) ([]Row, error) {
+	if len(rows) == 0 {
+		return rows, nil
+	}
+	if _, err := w.out.PushN(ctx, rows); err != nil {
+		if errors.Is(err, ringq.ErrClosed) {
+			return rows, fmt.Errorf("pipeline worker %d: push rows: output closed by someone else: %w", w.id, err)
+		}
+		return rows, err
+	}
+	w.stats.rows.Add(uint64(len(rows)))
+	clear(rows)
+	return rows[:0], nil
 }
 
 // encode returns ev's row, its tuple in a slice of its own. Rows wait in
