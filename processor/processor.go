@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		p.Close()
 		return nil, fmt.Errorf("build pipeline: %w", err)
 	}
-	log.Info("telemetry", "tracing", p.tracing.Enabled(), "sample_ratio", tc.SampleRatio, "service", tc.ServiceName)
+	log.Info("telemetry", "tracing", p.tracing.Enabled(), "sampling", p.tracing.Sampler(), "service", tc.ServiceName)
 	return p, nil
 }
 

@@ -62,6 +62,17 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	ring := gauge("jetsink.ring.occupancy", "Events waiting in a ring (in: consumer to worker, out: worker to sink)", "{event}")
 	pending := gauge("jetsink.consumer.pending", "Messages in the stream not yet delivered to the durable consumer", "{message}")
 	ackPending := gauge("jetsink.consumer.ack_pending", "Messages delivered and not yet acked", "{message}")
+	lagAge, err := m.Float64ObservableGauge("jetsink.consumer.lag.age",
+		metric.WithDescription("Time since the server last told the pending and ack_pending figures (they keep their last value while it does not answer)"),
+		metric.WithUnit("s"))
+	errs = append(errs, err)
+	spansExported, err := m.Int64ObservableCounter("jetsink.trace.spans.exported",
+		metric.WithDescription("Sampled spans the collector took"), metric.WithUnit("{span}"))
+	errs = append(errs, err)
+	spansLost, err := m.Int64ObservableCounter("jetsink.trace.spans.lost",
+		metric.WithDescription("Sampled spans not exported: the export queue was full (reason queue_full) or their export failed (export_failed)"),
+		metric.WithUnit("{span}"))
+	errs = append(errs, err)
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("metric instrument: %w", err)
@@ -76,6 +87,8 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		outAttrs[i] = metric.WithAttributes(attribute.String("ring", "out"), w)
 	}
 	lag := &telemetry.Cached[consumer.Lag]{TTL: lagTTL, Timeout: lagTimeout, Fetch: p.consumer.Lag}
+	queueFull := metric.WithAttributes(attribute.String("reason", "queue_full"))
+	exportFailed := metric.WithAttributes(attribute.String("reason", "export_failed"))
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		cs, ss := p.consumer.Stats(), p.sink.Stats()
 		o.ObserveInt64(received, int64(cs.Received))
@@ -95,12 +108,23 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 			o.ObserveInt64(ring, int64(h.InLen(i)), inAttrs[i])
 			o.ObserveInt64(ring, int64(h.OutLen(i)), outAttrs[i])
 		}
-		if l, err := lag.Get(ctx); err == nil {
+		// The last figures the server gave, while it does not answer
+		// (an alert on them must not go quiet in a NATS outage); their
+		// age says how old they are.
+		if l, at, _ := lag.Get(ctx); !at.IsZero() {
 			o.ObserveInt64(pending, int64(l.NumPending))
 			o.ObserveInt64(ackPending, int64(l.NumAckPending))
+			o.ObserveFloat64(lagAge, time.Since(at).Seconds())
+		}
+		if p.tracing.Enabled() {
+			st := p.tracing.SpanStats()
+			o.ObserveInt64(spansExported, int64(st.Exported))
+			o.ObserveInt64(spansLost, int64(st.Dropped), queueFull)
+			o.ObserveInt64(spansLost, int64(st.ExportFailed), exportFailed)
 		}
 		return nil
-	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, ring, pending, ackPending)
+	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, ring, pending, ackPending,
+		lagAge, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
 	}

@@ -15,7 +15,16 @@
 // tracing is off: no provider, and every method below is a nil check.
 // Sampling is parent-based: a message whose traceparent is sampled is
 // traced, one whose traceparent is not is not, and a message without one is
-// a root sampled with Config.SampleRatio.
+// a root sampled with Config.SampleRatio. OTEL_TRACES_SAMPLER, when set,
+// decides instead (samplerFromEnv); its forms without parentbased_ apply
+// the ratio to every message, whatever its traceparent says.
+//
+// Ended spans wait in the batch span processor's queue (16,384, or
+// OTEL_BSP_MAX_QUEUE_SIZE). The SDK drops a span when that queue is full
+// and tells no one (or, in its blocking mode, stalls the End); spanQueue
+// drops it without stalling and counts it, and counts what each export
+// carried (Tracing.SpanStats, jetsink_trace_spans_lost_total); a drop is
+// logged at most once a minute, and Shutdown logs the spans never exported.
 //
 // Spans, following the OpenTelemetry messaging conventions:
 //
@@ -30,7 +39,8 @@
 //     Its duration is thus receive-to-settle. A message abandoned at a hard
 //     shutdown is never settled; its span is never ended nor exported.
 //   - "copy <table>", CLIENT, one per batch that holds a sampled message: a
-//     new root (always kept) with a link to every sampled message's span,
+//     new root (always kept) with a link to every sampled message's span
+//     (at most maxLinks, 10,000; jetsink.batch.links_dropped counts the rest),
 //     messaging.batch.message_count, db.system.name=postgresql,
 //     db.collection.name, db.operation.name=COPY, and at its end the rows
 //     and bytes committed and the attempts retried; each ack round is an

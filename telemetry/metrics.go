@@ -121,28 +121,29 @@ type Cached[T any] struct {
 	Timeout time.Duration
 	Fetch   func(ctx context.Context) (T, error)
 
-	mu   sync.Mutex
-	at   time.Time
-	val  T
-	err  error
-	have bool
+	mu      sync.Mutex
+	tried   time.Time // the last fetch
+	fetched time.Time // the last fetch that succeeded: val's time
+	val     T
+	err     error
 }
 
-// Get returns the cached value, refreshing it when older than TTL. It
-// returns the last fetch's error (and the last good value) when that
-// failed.
-func (c *Cached[T]) Get(ctx context.Context) (T, error) {
+// Get returns the cached value and the time it was fetched, refreshing it
+// when the last fetch is older than TTL. When that fetch failed it returns
+// the last good value (the zero time and value when there is none) and the
+// fetch's error.
+func (c *Cached[T]) Get(ctx context.Context) (T, time.Time, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.have && time.Since(c.at) < c.TTL {
-		return c.val, c.err
+	if !c.tried.IsZero() && time.Since(c.tried) < c.TTL {
+		return c.val, c.fetched, c.err
 	}
 	fctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	v, err := c.Fetch(fctx)
-	c.at, c.have, c.err = time.Now(), true, err
+	c.tried, c.err = time.Now(), err
 	if err == nil {
-		c.val = v
+		c.val, c.fetched = v, c.tried
 	}
-	return c.val, c.err
+	return c.val, c.fetched, c.err
 }

@@ -126,10 +126,15 @@ func TestSDKErrorsGoToTheLogger(t *testing.T) {
 		t.Errorf("the standard logger got %q", s)
 	}
 	recs := rec.records()
-	if len(recs) != 2 {
-		t.Fatalf("%d records, want the first error and the count held back: %+v", len(recs), recs)
+	if len(recs) != 3 {
+		t.Fatalf("%d records, want the first error, the count held back and the spans lost: %+v", len(recs), recs)
 	}
-	first, last := recs[0], recs[1]
+	first, last, lost := recs[0], recs[1], recs[2]
+	failed, _ := strconv.Atoi(lost.attrs["export_failed"])
+	left, _ := strconv.Atoi(lost.attrs["left_at_shutdown"])
+	if lost.msg != "spans not exported" || failed < 2 || failed+left != 3 || lost.attrs["exported"] != "0" {
+		t.Errorf("last record %+v: want the 3 spans, 2 or 3 of whose exports failed", lost)
+	}
 	if first.level != slog.LevelWarn || !strings.Contains(first.attrs["err"], "connection refused") {
 		t.Errorf("first record %+v: want Warn with the export's connection refused", first)
 	}

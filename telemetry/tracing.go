@@ -49,11 +49,15 @@ type Config struct {
 	OTLPEndpoint string
 	// SampleRatio is the share of root traces kept (0..1); messages whose
 	// publisher sent a traceparent follow the publisher's decision
-	// (parent-based sampling). A negative ratio leaves the choice to the
-	// SDK and OTEL_TRACES_SAMPLER (publishers use that).
+	// (parent-based sampling). OTEL_TRACES_SAMPLER, when set, overrides it
+	// (see samplerFromEnv). A negative ratio leaves sampling to the SDK's
+	// own sampler, which reads OTEL_TRACES_SAMPLER itself, for the spans
+	// started with Tracer (publish uses that); StartMessage then samples no
+	// root.
 	SampleRatio float64
 	// MaxLinks bounds the links of one span (a batch span links every
-	// sampled message). Default 128; jetsink passes postgres.batch.max_rows.
+	// sampled message). Default 128, at most maxLinks; jetsink passes
+	// postgres.batch.max_rows.
 	MaxLinks int
 	// Log gets, at Warn level and at most one line a minute, the errors the
 	// OpenTelemetry SDK reports on its own (failed exports), which it would
@@ -75,6 +79,13 @@ type Tracing struct {
 	// rootBound: a root is sampled when a random 63-bit number is below it
 	// (the rule of sdktrace.TraceIDRatioBased).
 	rootBound uint64
+	// anyParent: the ratio applies to every message, whatever its
+	// traceparent's sampled flag says (OTEL_TRACES_SAMPLER without the
+	// parentbased_ prefix).
+	anyParent bool
+	sampler   string     // what decides sampling, for the start-up log
+	maxLinks  int        // links kept on a batch span
+	queue     *spanQueue // nil when off
 }
 
 // forceKey marks a context whose root span the sampler must keep: jetsink
@@ -84,18 +95,58 @@ type forceKey struct{}
 
 var forced = context.WithValue(context.Background(), forceKey{}, true)
 
-// rootSampler keeps roots started under forced and applies the ratio to the
-// rest.
-type rootSampler struct{ ratio sdktrace.Sampler }
+// forceSampler keeps the spans started under forced (or a context derived
+// from it) and leaves the rest to next.
+type forceSampler struct{ next sdktrace.Sampler }
 
-func (s rootSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+func (s forceSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
 	if p.ParentContext.Value(forceKey{}) != nil {
-		return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+		return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample,
+			Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}
 	}
-	return s.ratio.ShouldSample(p)
+	return s.next.ShouldSample(p)
 }
 
-func (s rootSampler) Description() string { return "JetsinkRoot{" + s.ratio.Description() + "}" }
+func (s forceSampler) Description() string { return "JetsinkForced{" + s.next.Description() + "}" }
+
+// maxLinks bounds the links of a batch span, whatever max_rows is: each
+// takes about 35 bytes in OTLP, and an export over 4 MiB (the default limit
+// of a gRPC receiver, Jaeger's and the Collector's) is refused whole, with
+// the other spans of its batch.
+const maxLinks = 10000
+
+// samplerFromEnv reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG as
+// the OpenTelemetry specification defines them: the share of messages
+// sampled, and whether a message with a traceparent follows its sampled
+// flag instead (the parentbased_ samplers). set is false when the variable
+// is unset. The ratio of traceidratio is ARG (1 when unset); jetsink draws
+// it per message rather than from the trace id. The samplers that need a
+// remote service (jaeger_remote, xray) are refused.
+func samplerFromEnv() (ratio float64, parentBased, set bool, err error) {
+	name := strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER"))
+	if name == "" {
+		return 0, false, false, nil
+	}
+	base, parentBased := strings.CutPrefix(name, "parentbased_")
+	switch base {
+	case "always_on":
+		return 1, parentBased, true, nil
+	case "always_off":
+		return 0, parentBased, true, nil
+	case "traceidratio":
+		arg := strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER_ARG"))
+		if arg == "" {
+			return 1, parentBased, true, nil
+		}
+		r, err := strconv.ParseFloat(arg, 64)
+		if err != nil || !(r >= 0 && r <= 1) {
+			return 0, false, false, fmt.Errorf("%w: OTEL_TRACES_SAMPLER_ARG %q: a ratio between 0 and 1 for %s", ErrInvalidConfig, arg, name)
+		}
+		return r, parentBased, true, nil
+	}
+	return 0, false, false, fmt.Errorf("%w: OTEL_TRACES_SAMPLER %q: jetsink takes always_on, always_off, traceidratio and their parentbased_ forms "+
+		"(or unset it and use telemetry.sample_ratio)", ErrInvalidConfig, name)
+}
 
 // NewTracing builds the tracer provider: OTLP over HTTP or gRPC as Config
 // and the standard OTEL_* variables say, batched export, parent-based
@@ -116,23 +167,33 @@ func NewTracing(ctx context.Context, cfg Config) (*Tracing, error) {
 
 // newTracing builds an enabled Tracing exporting to exp.
 func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
-	t := &Tracing{exp: newStoppable(exp)}
+	t := &Tracing{exp: newStoppable(exp), sampler: "the SDK's (OTEL_TRACES_SAMPLER)"}
 	res, err := newResource(cfg.ServiceName)
 	if err != nil {
 		return nil, err
 	}
 	limits := sdktrace.NewSpanLimits()
-	if cfg.MaxLinks > limits.LinkCountLimit {
-		limits.LinkCountLimit = cfg.MaxLinks
-	}
+	limits.LinkCountLimit = min(max(cfg.MaxLinks, limits.LinkCountLimit), maxLinks)
+	t.maxLinks = limits.LinkCountLimit
+	t.queue = newSpanQueue(t.exp, cfg.Log)
 	opts := []sdktrace.TracerProviderOption{
-		sdktrace.WithBatcher(t.exp, sdktrace.WithMaxQueueSize(16384), sdktrace.WithMaxExportBatchSize(1024)),
+		sdktrace.WithSpanProcessor(t.queue),
 		sdktrace.WithResource(res),
 		sdktrace.WithRawSpanLimits(limits),
 	}
 	if cfg.SampleRatio >= 0 {
-		ratio := min(cfg.SampleRatio, 1)
-		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(rootSampler{sdktrace.TraceIDRatioBased(ratio)})))
+		ratio, parentBased, set, err := samplerFromEnv()
+		switch {
+		case err != nil:
+			return nil, err
+		case set:
+			t.anyParent = !parentBased
+			t.sampler = fmt.Sprintf("OTEL_TRACES_SAMPLER=%s, ratio %g", os.Getenv("OTEL_TRACES_SAMPLER"), ratio)
+		default:
+			ratio = min(cfg.SampleRatio, 1)
+			t.sampler = fmt.Sprintf("parent-based, telemetry.sample_ratio %g for roots", ratio)
+		}
+		opts = append(opts, sdktrace.WithSampler(forceSampler{sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))}))
 		t.rootBound = uint64(ratio * (1 << 63))
 		if ratio >= 1 {
 			t.rootBound = 1 << 63
@@ -312,6 +373,24 @@ func (t *Tracing) Provider() *sdktrace.TracerProvider {
 	return t.tp
 }
 
+// Sampler says what decides which messages are traced, for the start-up
+// log line.
+func (t *Tracing) Sampler() string {
+	if !t.Enabled() {
+		return "off"
+	}
+	return t.sampler
+}
+
+// SpanStats counts the spans ended so far and where they went; zero when
+// tracing is off.
+func (t *Tracing) SpanStats() SpanStats {
+	if !t.Enabled() {
+		return SpanStats{}
+	}
+	return t.queue.stats()
+}
+
 // Flush exports the spans ended so far, within ctx. It returns ctx's error
 // or the exporter's.
 func (t *Tracing) Flush(ctx context.Context) error {
@@ -338,12 +417,25 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 	}
 	// Removed last: the exports cut short below report their errors
 	// before the exporter's Shutdown returns, and abort waits for that.
+	defer t.logLost() // last: the count of every span the errors above lost
 	defer sdkErrs.remove(t.errs)
 	if err := t.tp.Shutdown(ctx); err != nil {
 		t.exp.abort()
 		return fmt.Errorf("shut down tracing: %w", err)
 	}
 	return nil
+}
+
+// logLost logs, at Warn, the spans that were never exported, if any.
+func (t *Tracing) logLost() {
+	st := t.queue.stats()
+	left := st.Ended - st.Exported - st.ExportFailed - st.Dropped
+	if st.Dropped+st.ExportFailed+left == 0 {
+		return
+	}
+	t.queue.logger().LogAttrs(context.Background(), slog.LevelWarn, "spans not exported",
+		slog.Uint64("dropped_queue_full", st.Dropped), slog.Uint64("export_failed", st.ExportFailed),
+		slog.Uint64("left_at_shutdown", left), slog.Uint64("exported", st.Exported))
 }
 
 // stopGrace is how long Shutdown waits for a cancelled export to return and
@@ -361,6 +453,7 @@ type stoppable struct {
 	cancel   context.CancelFunc
 	shutOnce sync.Once
 	shut     chan struct{} // closed when Shutdown has returned
+	queue    *spanQueue    // counts what is exported; nil in tests that build no queue
 }
 
 func newStoppable(exp sdktrace.SpanExporter) *stoppable {
@@ -372,7 +465,13 @@ func (s *stoppable) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySp
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.stop, cancel)()
-	return s.SpanExporter.ExportSpans(ctx, spans)
+	if s.queue == nil {
+		return s.SpanExporter.ExportSpans(ctx, spans)
+	}
+	s.queue.taken(len(spans))
+	err := s.SpanExporter.ExportSpans(ctx, spans)
+	s.queue.exported(len(spans), err)
+	return err
 }
 
 func (s *stoppable) Shutdown(ctx context.Context) error {
@@ -419,6 +518,15 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 	case tp == "":
 		if !t.sampleRoot() {
 			return nil
+		}
+	case t.anyParent:
+		// The ratio decides, whatever the publisher did; the span is
+		// still its child.
+		if !t.sampleRoot() {
+			return nil
+		}
+		if p := t.prop.Extract(context.Background(), carrier(ev.Header, ev.Msg, tp)); trace.SpanContextFromContext(p).IsValid() {
+			parent = context.WithValue(p, forceKey{}, true)
 		}
 	case !sampledFlag(tp):
 		return nil // parent-based: the publisher did not sample it
@@ -474,23 +582,29 @@ func (t *Tracing) StartCopy(table string, rows []pipeline.Row) trace.Span {
 	if n == 0 {
 		return nil
 	}
-	links := make([]trace.Link, 0, n)
+	links := make([]trace.Link, 0, min(n, t.maxLinks))
 	for i := range rows {
-		if sp := rows[i].Event.Span; sp != nil {
+		if sp := rows[i].Event.Span; sp != nil && len(links) < t.maxLinks {
 			links = append(links, trace.Link{SpanContext: sp.SpanContext()})
 		}
+	}
+	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs = append(attrs,
+		attribute.String("db.system.name", "postgresql"),
+		attribute.String("db.collection.name", table),
+		attribute.String("db.operation.name", "COPY"),
+		attribute.String("messaging.system", "nats"),
+		attribute.Int("messaging.batch.message_count", len(rows)))
+	if n > len(links) {
+		// The spans of the messages past maxLinks are exported, but
+		// the batch does not point at them.
+		attrs = append(attrs, attribute.Int("jetsink.batch.links_dropped", n-len(links)))
 	}
 	_, sp := t.tracer.Start(forced, "copy "+table,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithNewRoot(),
 		trace.WithLinks(links...),
-		trace.WithAttributes(
-			attribute.String("db.system.name", "postgresql"),
-			attribute.String("db.collection.name", table),
-			attribute.String("db.operation.name", "COPY"),
-			attribute.String("messaging.system", "nats"),
-			attribute.Int("messaging.batch.message_count", len(rows)),
-		))
+		trace.WithAttributes(attrs...))
 	return sp
 }
 

@@ -106,6 +106,9 @@ func TestMetricsAfterRun(t *testing.T) {
 	if metricValue(body, "jetsink_consumer_ack_pending") < 0 {
 		t.Errorf("/metrics has no jetsink_consumer_ack_pending")
 	}
+	if got := metricValue(body, "jetsink_consumer_lag_age_seconds"); got < 0 || got > 10 {
+		t.Errorf("jetsink_consumer_lag_age_seconds = %v, want the few seconds since the lag was fetched", got)
+	}
 	r.drain(t)
 
 	// The listener outlives Run until Shutdown, which may wait for NATS

@@ -241,6 +241,15 @@ func TestTracesInJaeger(t *testing.T) {
 	}
 	e.waitDrained(ctx, n, r)
 	r.drain(t) // flushes jetsink's spans
+	_, body := adminGet(t, ctx, r, "/metrics")
+	if got := metricValue(body, "jetsink_trace_spans_exported_total"); got < n+1 {
+		t.Errorf("jetsink_trace_spans_exported_total = %v, want the %d process spans and a copy span at least", got, n)
+	}
+	for _, reason := range []string{"queue_full", "export_failed"} {
+		if got := metricValue(body, "jetsink_trace_spans_lost_total", `reason="`+reason+`"`); got != 0 {
+			t.Errorf("jetsink_trace_spans_lost_total{reason=%q} = %v, want 0", reason, got)
+		}
+	}
 
 	// The publisher's trace: root -> send <subject> -> process <subject>.
 	processIDs := map[string]bool{}
