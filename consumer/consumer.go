@@ -75,6 +75,10 @@ type Consumer struct {
 	epochs        pipeline.Epochs
 	streamCreated time.Time
 
+	// dlBreaker fails dead letters fast while the dead-letter stream does
+	// not answer (see publishDeadLetter).
+	dlBreaker dlBreaker
+
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration
 

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/pipeline"
 )
@@ -57,7 +59,10 @@ const (
 // would otherwise exceed the connection's max_payload.
 //
 // The publish may take min(5 s, nats.ack_wait/8), at least 500 ms, and
-// less if ctx ends first. If it fails, the original is nak'ed with a delay
+// less if ctx ends first. One that gets no answer in that time opens a
+// breaker: until a probe publish (one at a time, at most every second)
+// gets a PubAck, DeadLetter publishes nothing and fails at once, as a
+// failed publish does. If it fails, the original is nak'ed with a delay
 // growing with its delivery count (unless its stream was replaced since,
 // see below: then the error also wraps pipeline.ErrStaleEpoch) and the
 // error returned wraps ErrDeadLetter. An event of
@@ -74,9 +79,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 		return fmt.Errorf("%w: event %s:%d has no message handle", ErrDeadLetter, ev.Stream, ev.StreamSeq)
 	}
 	m := c.deadLetterMsg(ev, dl)
-	pctx, cancel := context.WithTimeout(ctx, c.deadLetterTimeout())
-	ack, err := c.js.PublishMsg(pctx, m)
-	cancel()
+	ack, err := c.publishDeadLetter(ctx, m)
 	if errors.Is(err, nats.ErrMaxPayload) {
 		err = fmt.Errorf("%w: the dead letter is %d bytes with its headers, the server's max_payload %d (raise it, or remove the event from the stream)",
 			err, headerLen(m.Header)+len(m.Data), c.nc.MaxPayload())
@@ -143,6 +146,136 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 			"and its dead letter is not stored twice", "stream_seq", ev.StreamSeq, "err", err)
 	}
 	return nil
+}
+
+// errDeadLetterUnanswered is wrapped by DeadLetter when it did not
+// publish at all: the breaker is open (see publishDeadLetter).
+var errDeadLetterUnanswered = errors.New("the dead-letter stream did not answer an earlier publish; " +
+	"not publishing until a probe is answered")
+
+// dlProbeEvery is how often, at most, an open breaker lets one dead letter
+// through as a probe.
+const dlProbeEvery = time.Second
+
+// publishDeadLetter publishes m and waits for its PubAck, at most
+// deadLetterTimeout, through a breaker: a publish that got no answer in
+// that time (a dead-letter stream without quorum, or with no_ack, or a
+// connection gone silent), as opposed to one refused, opens it, and the
+// dead letters after it fail at once with errDeadLetterUnanswered, so that
+// a run of poison events does not hold a worker (and the events behind
+// them in its ring), or the sink, for a timeout each. One dead letter at a
+// time, at most every dlProbeEvery, goes through as a probe; the first
+// PubAck closes the breaker.
+func (c *Consumer) publishDeadLetter(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	probe, ok := c.dlBreaker.admit(time.Now())
+	if !ok {
+		return nil, errDeadLetterUnanswered
+	}
+	ack, err := c.publishOnce(ctx, m)
+	outcome := dlAnswered
+	switch {
+	case err == nil:
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		// Our own timeout, not the caller's end.
+		outcome = dlUnanswered
+	default:
+		outcome = dlRefused
+	}
+	switch c.dlBreaker.done(time.Now(), probe, outcome) {
+	case breakerOpened:
+		c.log.Error("the dead-letter stream did not answer a publish: dead letters fail at once (their events are nak'ed) "+
+			"until a probe, one every "+dlProbeEvery.String()+" at most, is answered",
+			"dead_letter_subject", c.cfg.DeadLetterSubject, "timeout", c.deadLetterTimeout(), "err", err)
+	case breakerClosed:
+		c.log.Info("the dead-letter stream answers again", "dead_letter_subject", c.cfg.DeadLetterSubject)
+	}
+	return ack, err
+}
+
+// publishOnce is one publish of m, bounded by deadLetterTimeout.
+func (c *Consumer) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	pctx, cancel := context.WithTimeout(ctx, c.deadLetterTimeout())
+	defer cancel()
+	return c.js.PublishMsg(pctx, m)
+}
+
+// A dead-letter publish's outcome, for the breaker.
+type dlOutcome int
+
+const (
+	dlAnswered   dlOutcome = iota // PubAck
+	dlUnanswered                  // no answer within deadLetterTimeout
+	dlRefused                     // any other error: the server (or nats.go) said no
+)
+
+// A change of the breaker's state, for the log.
+type breakerChange int
+
+const (
+	breakerSame breakerChange = iota
+	breakerOpened
+	breakerClosed
+)
+
+// dlBreaker stops dead-letter publishes while the dead-letter stream does
+// not answer. Closed (the zero value), every publish goes. A publish that
+// gets no answer opens it; open, publishes fail at once, but for one probe
+// at a time, at most every dlProbeEvery; a PubAck (a probe's, or one of a
+// publish sent before it opened) closes it. Safe for concurrent use.
+type dlBreaker struct {
+	mu      sync.Mutex
+	open    bool
+	probing bool      // a probe is on its way
+	next    time.Time // no probe before
+}
+
+// admit reports whether a publish may go now, and whether it is the
+// open breaker's probe.
+func (b *dlBreaker) admit(now time.Time) (probe, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.open {
+		return false, true
+	}
+	if b.probing || now.Before(b.next) {
+		return false, false
+	}
+	b.probing = true
+	return true, true
+}
+
+// probeDue reports whether admit would let a probe go now (tests).
+func (b *dlBreaker) probeDue(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open && !b.probing && !now.Before(b.next)
+}
+
+// done records a publish's outcome (probe: admit said it was the probe).
+func (b *dlBreaker) done(now time.Time, probe bool, o dlOutcome) breakerChange {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if probe {
+		b.probing = false
+	}
+	switch o {
+	case dlAnswered:
+		if b.open {
+			b.open = false
+			return breakerClosed
+		}
+	case dlUnanswered:
+		b.next = now.Add(dlProbeEvery)
+		if !b.open {
+			b.open = true
+			return breakerOpened
+		}
+	case dlRefused:
+		if probe {
+			b.next = now.Add(dlProbeEvery)
+		}
+	}
+	return breakerSame
 }
 
 // deadLetterID is a dead letter's Nats-Msg-Id:
@@ -254,8 +387,9 @@ func oneLine(s string, n int) string {
 // the ack wait of the events behind it in its ring (or of the rows it has
 // decoded and not yet pushed) meanwhile, so each slow dead letter brings
 // them closer to their ack_wait; this keeps one from taking a large part
-// of it. A run of poison events while the dead-letter stream hangs can
-// still add up to ack_wait. (nats.go's own default is 5 s.)
+// of it, and the breaker (publishDeadLetter) keeps a run of poison events
+// while the dead-letter stream hangs from taking one each. (nats.go's own
+// default is 5 s.)
 func (c *Consumer) deadLetterTimeout() time.Duration {
 	return max(min(5*time.Second, c.cfg.AckWait/8), 500*time.Millisecond)
 }

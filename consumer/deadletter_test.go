@@ -462,3 +462,147 @@ func TestDeadLetterOfALargeEventFitsMaxPayload(t *testing.T) {
 	}
 	r.stopClean(t, ctx)
 }
+
+// A dead-letter stream that stops answering (here a plain subscriber on
+// the subject, which never replies, and no stream) costs one publish
+// timeout, not one per poison event: after the first publish times out,
+// dead letters fail at once, nak'ed and counted as failed publishes, with
+// nothing acked or terminated, until a probe (one at a time, at most every
+// second) gets a PubAck.
+func TestDeadLetterBreakerFailsFastUntilAProbeIsAnswered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = 8 * time.Second // a publish may take 1 s
+	js := jsFor(t, srv)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.CreateStream = false // no dead-letter stream
+	c := newConsumer(t, ctx, cfg)
+	nc := srv.Connect(t)
+	silent, err := nc.SubscribeSync(cfg.DeadLetterSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sent := func() int {
+		n, _, _ := silent.Pending()
+		return n
+	}
+	const n = 4
+	publish(t, ctx, js, cfg, n, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	evs := make([]pipeline.Event, n)
+	for i := range evs {
+		evs[i] = r.next(t, ctx).ev
+	}
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+	timeout := c.deadLetterTimeout()
+
+	if err := c.DeadLetter(ctx, &evs[0], dl); !errors.Is(err, ErrDeadLetter) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first DeadLetter with nobody answering = %v, want ErrDeadLetter wrapping context.DeadlineExceeded", err)
+	}
+	began := time.Now()
+	err = c.DeadLetter(ctx, &evs[1], dl)
+	if took := time.Since(began); took > timeout/4 {
+		t.Fatalf("the dead letter after a timed-out one took %s, want it to fail at once", took)
+	}
+	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, errDeadLetterUnanswered) {
+		t.Fatalf("DeadLetter with the breaker open = %v, want ErrDeadLetter wrapping errDeadLetterUnanswered", err)
+	}
+
+	// One probe at a time: while it waits for its answer, the others fail
+	// at once without publishing.
+	waitFor(t, ctx, "the probe to be due", func() bool { return c.dlBreaker.probeDue(time.Now()) })
+	probed := make(chan error, 1)
+	go func() { probed <- c.DeadLetter(ctx, &evs[2], dl) }()
+	waitFor(t, ctx, "the probe at the silent subscriber", func() bool { return sent() == 2 })
+	began = time.Now()
+	if err := c.DeadLetter(ctx, &evs[3], dl); !errors.Is(err, errDeadLetterUnanswered) || time.Since(began) > timeout/4 {
+		t.Fatalf("DeadLetter during a probe = %v after %s, want errDeadLetterUnanswered at once", err, time.Since(began))
+	}
+	select {
+	case err := <-probed:
+		if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("unanswered probe = %v, want ErrDeadLetter wrapping context.DeadlineExceeded", err)
+		}
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	if got := sent(); got != 2 {
+		t.Fatalf("%d dead letters published, want 2 (the first and the probe)", got)
+	}
+	if st := c.Stats(); st.DeadLetterFailed != n || st.DeadLettered != 0 {
+		t.Fatalf("Stats = %+v, want %d failed dead letters", st, n)
+	}
+	if lag, err := c.Lag(ctx); err != nil || lag.AckFloor != 0 {
+		t.Fatalf("ack floor = %d (%v) after failed dead letters: an event was acked or terminated", lag.AckFloor, err)
+	}
+
+	// The stream answers again: every event was nak'ed and comes back; the
+	// next probe closes the breaker, and the dead letter after it goes too.
+	if err := silent.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	dlq := dlqStream(t, ctx, js, cfg)
+	for i := range evs {
+		evs[i] = r.next(t, ctx).ev
+		if evs[i].Delivered != 2 {
+			t.Fatalf("seq %d delivered %d times, want 2 (nak'ed once)", evs[i].StreamSeq, evs[i].Delivered)
+		}
+	}
+	waitFor(t, ctx, "the probe to be due", func() bool { return c.dlBreaker.probeDue(time.Now()) })
+	for i := range evs {
+		if err := c.DeadLetter(ctx, &evs[i], dl); err != nil {
+			t.Fatalf("DeadLetter %d once the stream answers: %v", i, err)
+		}
+	}
+	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != n {
+		t.Fatalf("dead-letter stream holds %v messages (%v), want %d", info.State.Msgs, err, n)
+	}
+	waitFor(t, ctx, "every term", func() bool {
+		lag, err := c.Lag(ctx)
+		return err == nil && lag.AckFloor == n && lag.NumAckPending == 0
+	})
+	r.stopClean(t, ctx)
+}
+
+// The breaker on its own: a refusal neither opens nor closes it, a probe
+// that is refused waits dlProbeEvery like one that times out.
+func TestDeadLetterBreakerStates(t *testing.T) {
+	var b dlBreaker
+	t0 := time.Unix(1000, 0)
+	admit := func(at time.Duration, wantProbe, wantOK bool) bool {
+		t.Helper()
+		probe, ok := b.admit(t0.Add(at))
+		if probe != wantProbe || ok != wantOK {
+			t.Fatalf("admit at %s = probe %v, ok %v; want %v, %v", at, probe, ok, wantProbe, wantOK)
+		}
+		return probe
+	}
+	done := func(at time.Duration, probe bool, o dlOutcome, want breakerChange) {
+		t.Helper()
+		if got := b.done(t0.Add(at), probe, o); got != want {
+			t.Fatalf("done(%v, %d) at %s = %d, want %d", probe, o, at, got, want)
+		}
+	}
+	admit(0, false, true)
+	done(0, false, dlRefused, breakerSame) // refused: still closed
+	admit(0, false, true)
+	done(time.Second, false, dlUnanswered, breakerOpened)
+	admit(time.Second+dlProbeEvery/2, false, false) // fails fast
+	p := admit(time.Second+dlProbeEvery, true, true)
+	admit(time.Second+dlProbeEvery, false, false) // one probe at a time
+	done(3*time.Second, p, dlRefused, breakerSame)
+	admit(3*time.Second+dlProbeEvery/2, false, false) // a refused probe waits too
+	p = admit(3*time.Second+dlProbeEvery, true, true)
+	done(5*time.Second, p, dlUnanswered, breakerSame)
+	p = admit(5*time.Second+dlProbeEvery, true, true)
+	done(5*time.Second+dlProbeEvery, p, dlAnswered, breakerClosed)
+	admit(5*time.Second+dlProbeEvery, false, true)
+	admit(5*time.Second+dlProbeEvery, false, true)
+}
