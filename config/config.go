@@ -64,6 +64,7 @@ type Telemetry struct {
 	OTLPEndpoint string `yaml:"otlp_endpoint"`
 	// SampleRatio is the share of messages without a traceparent that are
 	// traced (0..1, default 1); the others follow their publisher's choice.
+	// OTEL_TRACES_SAMPLER, when set, decides instead (see telemetry).
 	SampleRatio float64 `yaml:"sample_ratio"`
 	// Listen is the admin listener (/healthz, /readyz, /metrics); empty
 	// turns it off. Default 127.0.0.1:9464.
