@@ -6,7 +6,11 @@
 // is scheduled in advance so that a slow system does not lower the offered
 // load. The open loop pauses only when Options.MaxPending publishes await
 // their PubAck (or a resend); the events due meanwhile go out late, and
-// Result.Late counts them.
+// Result.Late counts them. Result.SendLag records every event's send lag
+// (its send minus its due time) whatever the cause, a descheduled or slow
+// publisher included, without an allocation per event; Result.Start is the
+// schedule's start, and Options.Started is called with it before the
+// first send.
 //
 // A publish whose PubAck fails or does not come within Options.AckWait is
 // sent again, up to 5 times; the stream's duplicate window must cover

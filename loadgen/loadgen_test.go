@@ -130,7 +130,10 @@ func TestPublishStampsScheduledSendTime(t *testing.T) {
 	ctx, nc := e.ctx, e.nc
 	stream := e.stream(t, jetstream.StreamConfig{Name: "ST", Subjects: []string{"st.>"}})
 	before := time.Now()
-	if _, err := Publish(ctx, nc, Options{Subject: "st", Rate: 1000, Duration: 100 * time.Millisecond, Run: 4, Stamp: true}); err != nil {
+	var started []time.Time
+	res, err := Publish(ctx, nc, Options{Subject: "st", Rate: 1000, Duration: 100 * time.Millisecond, Run: 4, Stamp: true,
+		Started: func(start time.Time) { started = append(started, start) }})
+	if err != nil {
 		t.Fatal(err)
 	}
 	after := time.Now()
@@ -152,6 +155,50 @@ func TestPublishStampsScheduledSendTime(t *testing.T) {
 	}
 	if first.Before(before.Truncate(time.Microsecond)) || last.After(after) {
 		t.Errorf("stamps %v..%v outside the publish window %v..%v", first, last, before, after)
+	}
+	// The schedule's start is the first event's due time, returned and
+	// given to Started (once) before any send.
+	if res.Start.UnixNano() != first.UnixNano() || len(started) != 1 || !started[0].Equal(res.Start) {
+		t.Errorf("Result.Start %v, Started called with %v; want both the first event's stamp %v", res.Start, started, first)
+	}
+}
+
+// The open loop records each event's send lag, also when the publisher
+// itself was not running (here: a Progress callback that sleeps 60ms, as a
+// descheduled publisher would), which Late, counting only the waits at
+// MaxPending, does not see.
+func TestPublishOpenLoopRecordsSendLag(t *testing.T) {
+	e := newJSEnv(t)
+	e.stream(t, jetstream.StreamConfig{Name: "LAG", Subjects: []string{"lag.>"}})
+	const stall = 60 * time.Millisecond
+	stalled := false
+	res, err := Publish(e.ctx, e.nc, Options{Subject: "lag", Rate: 2000, Duration: 500 * time.Millisecond, Run: 16,
+		Progress: func(int) {
+			if !stalled {
+				stalled = true
+				time.Sleep(stall)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Late != 0 || res.SendLag == nil || res.SendLag.TotalCount() != 1000 {
+		t.Fatalf("publish: %+v; want 0 late at MaxPending and 1000 send lags", res)
+	}
+	// The ~120 events due during the stall went out back to back after it.
+	if res.SentOver1ms < 100 || res.SendLagMax < stall-5*time.Millisecond ||
+		res.SendLag.Max() < (stall-5*time.Millisecond).Microseconds() || res.SendLag.Max() > res.SendLagMax.Microseconds()+res.SendLagMax.Microseconds()/500 {
+		t.Errorf("send lag: %d over 1 ms, max %v (histogram %d µs); want >= 100 over 1 ms and a max of about %v",
+			res.SentOver1ms, res.SendLagMax, res.SendLag.Max(), stall)
+	}
+	l := &sendLag{h: res.SendLag}
+	if n := testing.AllocsPerRun(1000, func() { l.record(3 * time.Millisecond) }); n != 0 {
+		t.Errorf("recording a send lag allocates %v times", n)
+	}
+	// A preload has no schedule, so no send lag.
+	res, err = Publish(e.ctx, e.nc, Options{Subject: "lag", Events: 10, Run: 17})
+	if err != nil || res.SendLag != nil || res.SentOver1ms != 0 || res.Start.IsZero() {
+		t.Errorf("preload: %+v, %v; want no send lag and a start", res, err)
 	}
 }
 

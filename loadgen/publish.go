@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -65,6 +66,11 @@ type Options struct {
 	// samples the events as roots, at telemetry.sample_ratio. Benchmarks
 	// of that sampling need it.
 	NoTraceContext bool
+	// Started, when set, is called once on the calling goroutine with the
+	// schedule's start (Result.Start), before the first send: a caller can
+	// time what it does from the first scheduled send. The first events go
+	// out as late as it takes (Result.SendLag shows it).
+	Started func(start time.Time)
 }
 
 // Validate reports, wrapping ErrInvalidOptions, options Publish refuses:
@@ -120,9 +126,52 @@ type Result struct {
 	Failed    int // not acknowledged after every retry
 	Retried   int // publishes sent again after a failed or timed-out PubAck
 	// Late counts, in open loop, the events sent after their due time
-	// because MaxPending publishes were unsettled when they were due.
-	Late    int
+	// because MaxPending publishes were unsettled when they were due. It
+	// does not count an event sent late because the publisher was slow or
+	// not scheduled: SendLag does.
+	Late int
+	// SendLag is, in open loop, the distribution of each event's send lag:
+	// its first send (when it was handed to the connection) minus its due
+	// time, in microseconds (1 µs to 1 hour, 3 significant digits; a lag
+	// below 1 µs is recorded as 0, one over an hour as an hour). The loop
+	// sleeps at least a millisecond at a time and then sends everything
+	// due, so up to ~1 ms is by design; more is the publisher descheduled,
+	// slow, or held at MaxPending. nil for a preload.
+	SendLag *hdrhistogram.Histogram
+	// SendLagMax is the largest send lag, exactly; SentOver1ms counts the
+	// events sent more than 1 ms after their due time (open loop).
+	SendLagMax  time.Duration
+	SentOver1ms int
+	// Start is when the schedule started: event i was due at Start +
+	// i/Rate (open loop); a preload's first send. Elapsed runs from it.
+	Start   time.Time
 	Elapsed time.Duration
+}
+
+// The send lag histogram's range, in microseconds.
+const (
+	lagMinUS = 1
+	lagMaxUS = int64(time.Hour / time.Microsecond)
+)
+
+// sendLag records the open loop's send lags; used only by the sending
+// goroutine. record allocates nothing.
+type sendLag struct {
+	h       *hdrhistogram.Histogram
+	max     time.Duration
+	over1ms int
+}
+
+func newSendLag() *sendLag { return &sendLag{h: hdrhistogram.New(lagMinUS, lagMaxUS, 3)} }
+
+func (l *sendLag) record(d time.Duration) {
+	if d > l.max {
+		l.max = d
+	}
+	if d > time.Millisecond {
+		l.over1ms++
+	}
+	_ = l.h.RecordValue(min(max(d.Microseconds(), 0), lagMaxUS)) // within range: no error
 }
 
 // A PubAck that fails, or does not come within AckWait, does not mean the
@@ -193,6 +242,12 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 		return Result{}, err
 	}
 	defer p.close()
+	if o.Rate > 0 {
+		p.lag = newSendLag()
+	}
+	if o.Started != nil {
+		o.Started(p.start)
+	}
 	var (
 		res          Result
 		now          time.Duration // since p.start, as last read
@@ -241,6 +296,9 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			}
 		}
 		now = p.send(ctx, seq, stamp, 1)
+		if p.lag != nil {
+			p.lag.record(now - due)
+		}
 		res.Sent++
 		if o.Progress != nil && now-lastProgress >= 100*time.Millisecond {
 			o.Progress(res.Sent)
@@ -261,6 +319,10 @@ func (p *publisher) result(res Result) Result {
 	p.mu.Lock()
 	res.Acked, res.Duplicate = p.acked, p.dups
 	p.mu.Unlock()
+	if p.lag != nil {
+		res.SendLag, res.SendLagMax, res.SentOver1ms = p.lag.h, p.lag.max, p.lag.over1ms
+	}
+	res.Start = p.start
 	res.Elapsed = time.Since(p.start)
 	return res
 }
@@ -303,6 +365,7 @@ type publisher struct {
 	reply      []byte   // the reply subject being built
 	tp         []byte   // the traceparent being built
 	subjects   []string // per device, made on first use
+	lag        *sendLag // open loop only
 	timer      *time.Timer
 	nextExpire time.Duration // when expireLate is next due, since start
 
