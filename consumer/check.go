@@ -127,7 +127,8 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			}
 		}
 	}
-	if _, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject); errors.Is(err, jetstream.ErrStreamNotFound) {
+	dlqName, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		p := Problem{Message: fmt.Sprintf("no stream captures nats.dead_letter_subject %s: events that cannot be stored would be nak'ed again and again instead of parked", cfg.DeadLetterSubject),
 			Fix: fmt.Sprintf("create one, e.g. nats stream add %s_DLQ --subjects %s, or set nats.create_stream: true", cfg.Stream, cfg.DeadLetterSubject)}
 		if cfg.CreateStream {
@@ -136,8 +137,70 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		problems = append(problems, p)
 	} else if err != nil {
 		return nil, fmt.Errorf("look up the stream of nats.dead_letter_subject: %w", err)
+	} else {
+		dlq, err := js.Stream(ctx, dlqName)
+		if err != nil {
+			return nil, fmt.Errorf("look up dead-letter stream %s: %w", dlqName, err)
+		}
+		problems = append(problems, deadLetterStreamProblems(&dlq.CachedInfo().Config, cfg.AckWait)...)
 	}
 	return problems, nil
+}
+
+// deadLetterStreamProblems judges sc, the stream that captures the
+// dead-letter subject: settings under which it deletes dead letters that
+// nobody has seen (max_age; a limit with discard old; interest or
+// work-queue retention), never answers a publish (no_ack), or stores the
+// dead letter of an event that comes back after nats.ack_wait twice (a
+// duplicate window shorter than ackWait). Check reports them; New (and
+// Run, when it makes the streams again) logs them. Warnings all: jetsink
+// runs, but letters may go.
+func deadLetterStreamProblems(sc *jetstream.StreamConfig, ackWait time.Duration) []Problem {
+	var problems []Problem
+	warn := func(msg, fix string) {
+		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("dead-letter stream %s %s", sc.Name, msg), Fix: fix})
+	}
+	if sc.MaxAge > 0 {
+		warn(fmt.Sprintf("has max_age %s: it deletes a dead letter that long after storing it, replayed or not", sc.MaxAge),
+			"set its max_age to 0 (unlimited), and delete letters once dealt with (jetsink dlq replay does)")
+	}
+	var limits []string
+	if sc.Discard == jetstream.DiscardOld {
+		if sc.MaxMsgs > 0 {
+			limits = append(limits, fmt.Sprintf("max_msgs %d", sc.MaxMsgs))
+		}
+		if sc.MaxBytes > 0 {
+			limits = append(limits, fmt.Sprintf("max_bytes %d", sc.MaxBytes))
+		}
+	}
+	// A per-subject limit drops the oldest message of the subject even
+	// with discard new, unless discard_new_per_subject says otherwise.
+	if sc.MaxMsgsPerSubject > 0 && (sc.Discard != jetstream.DiscardNew || !sc.DiscardNewPerSubject) {
+		limits = append(limits, fmt.Sprintf("max_msgs_per_subject %d", sc.MaxMsgsPerSubject))
+	}
+	if len(limits) > 0 {
+		warn(fmt.Sprintf("has %s: once a limit is reached it deletes its oldest dead letters, silently (discard old)", strings.Join(limits, ", ")),
+			"remove the limits, or set discard new (and discard_new_per_subject for max_msgs_per_subject): a full stream then refuses "+
+				"dead letters, and their events are nak'ed and kept in the event stream")
+	}
+	switch sc.Retention {
+	case jetstream.InterestPolicy:
+		warn("has interest retention: it deletes a dead letter once every consumer on it has acknowledged it, at once when there is none",
+			"use a stream with limits retention for the dead-letter subject")
+	case jetstream.WorkQueuePolicy:
+		warn("has work-queue retention: it deletes a dead letter as soon as a consumer acknowledges it",
+			"use a stream with limits retention for the dead-letter subject")
+	}
+	if sc.NoAck {
+		warn("has no_ack set: it answers no publish, so every dead letter times out and its event is nak'ed again and again",
+			"set its no_ack to false")
+	}
+	if sc.Duplicates < ackWait {
+		warn(fmt.Sprintf("has a duplicate_window of %s, shorter than nats.ack_wait %s: the dead letter of a poison event that comes back "+
+			"after ack_wait (its term lost) is stored twice", sc.Duplicates, ackWait),
+			fmt.Sprintf("set its duplicate_window to %s (twice nats.ack_wait) or more", 2*ackWait))
+	}
+	return problems
 }
 
 // subjectsOverlap reports whether some subject matches both NATS subject

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,12 +85,111 @@ func TestCreateStreamAlsoCreatesDeadLetterStream(t *testing.T) {
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv) // create_stream: true
 	newConsumer(t, ctx, cfg)
-	name, err := jsFor(t, srv).StreamNameBySubject(ctx, cfg.DeadLetterSubject)
+	js := jsFor(t, srv)
+	name, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
 	if err != nil || name != cfg.Stream+"_DLQ" {
 		t.Fatalf("stream for %s = %q, %v; want %s_DLQ", cfg.DeadLetterSubject, name, err, cfg.Stream)
 	}
 	// A second start finds it and creates nothing more.
 	newConsumer(t, ctx, cfg)
+
+	// With a long ack_wait, the duplicate window is twice that (the
+	// server's default 2 minutes would store the dead letter of a poison
+	// event that comes back after ack_wait twice), and check finds nothing
+	// to say of the stream it made.
+	cfg = testConfig(t, srv)
+	cfg.AckWait = 90 * time.Second
+	newConsumer(t, ctx, cfg)
+	dlq, err := js.Stream(ctx, cfg.Stream+"_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := dlq.CachedInfo().Config; sc.Duplicates != 3*time.Minute || sc.MaxAge != 0 || sc.Retention != jetstream.LimitsPolicy ||
+		sc.Storage != jetstream.FileStorage || sc.NoAck {
+		t.Fatalf("dead-letter stream made with duplicate_window %s, max_age %s, retention %s, storage %s, no_ack %v; want 3m0s, 0, limits, file, false",
+			sc.Duplicates, sc.MaxAge, sc.Retention, sc.Storage, sc.NoAck)
+	}
+	ps, err := Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := problemsText(ps); strings.Contains(text, "dead-letter stream") {
+		t.Fatalf("check of the dead-letter stream jetsink made:\n%s", text)
+	}
+}
+
+// check, and New at start-up, warn of a dead-letter stream that would
+// delete letters nobody has seen, answer no publish, or store one event's
+// letter twice.
+func TestCheckDeadLetterStreamSettings(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = 30 * time.Second
+	cfg.CreateStream = false
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name string
+		sc   jetstream.StreamConfig
+		want string // "": no warning of the dead-letter stream
+	}{
+		{"defaults", jetstream.StreamConfig{}, ""},
+		{"max_age", jetstream.StreamConfig{MaxAge: time.Hour}, "has max_age 1h0m0s"},
+		{"max_msgs", jetstream.StreamConfig{MaxMsgs: 1000}, "has max_msgs 1000:"},
+		{"max_bytes", jetstream.StreamConfig{MaxBytes: 1 << 20}, "has max_bytes 1048576:"},
+		{"max_msgs_per_subject", jetstream.StreamConfig{MaxMsgsPerSubject: 10, Discard: jetstream.DiscardNew}, "has max_msgs_per_subject 10:"},
+		{"discard new", jetstream.StreamConfig{MaxMsgs: 1000, MaxBytes: 1 << 20, MaxMsgsPerSubject: 10, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true}, ""},
+		{"interest", jetstream.StreamConfig{Retention: jetstream.InterestPolicy}, "has interest retention"},
+		{"work queue", jetstream.StreamConfig{Retention: jetstream.WorkQueuePolicy}, "has work-queue retention"},
+		{"no_ack", jetstream.StreamConfig{NoAck: true}, "has no_ack set"},
+		{"duplicate window", jetstream.StreamConfig{Duplicates: 10 * time.Second}, "has a duplicate_window of 10s, shorter than nats.ack_wait 30s"},
+		{"duplicate window = ack_wait", jetstream.StreamConfig{Duplicates: 30 * time.Second}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := tc.sc
+			sc.Name = cfg.Stream + "_DLQ" + strconv.Itoa(i)
+			sc.Subjects = []string{cfg.DeadLetterSubject}
+			if _, err := js.CreateStream(ctx, sc); err != nil {
+				t.Fatalf("create dead-letter stream: %v", err)
+			}
+			defer func() {
+				if err := js.DeleteStream(ctx, sc.Name); err != nil {
+					t.Fatal(err)
+				}
+			}()
+			ps, err := Check(ctx, cfg, testLogger(t, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var dlq []Problem
+			for _, p := range ps {
+				if strings.Contains(p.Message, "dead-letter stream "+sc.Name) {
+					dlq = append(dlq, p)
+				}
+			}
+			switch {
+			case tc.want == "" && len(dlq) > 0:
+				t.Fatalf("check warns of a sound dead-letter stream:\n%s", problemsText(dlq))
+			case tc.want != "" && (len(dlq) != 1 || !dlq[0].Warning || dlq[0].Fix == "" || !strings.Contains(dlq[0].Message, tc.want)):
+				t.Fatalf("check's problems of the dead-letter stream:\n%s\nwant one warning with a fix saying %q", problemsText(dlq), tc.want)
+			}
+			// New logs the same at start-up.
+			var buf syncBuffer
+			c, err := New(ctx, cfg, testLogger(t, &buf))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.Close(ctx)
+			logged := strings.Contains(buf.String(), "dead-letter stream "+sc.Name)
+			if logged != (tc.want != "") || tc.want != "" && !strings.Contains(buf.String(), tc.want) {
+				t.Fatalf("New logged:\n%s\nwant a warning saying %q", buf.String(), tc.want)
+			}
+		})
+	}
 }
 
 // With create_stream, a stream that is already there keeps the configuration

@@ -379,33 +379,76 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 // consume on.
 var errDeadLetterStream = errors.New("dead-letter stream")
 
-// ensureDeadLetterStream creates <stream>_DLQ for the dead-letter subject
-// when no stream captures it yet, so that with create_stream a fresh
-// deployment can park poison events from the start. Without create_stream
-// jetsink creates nothing; `jetsink check` warns instead. Its errors wrap
-// errDeadLetterStream.
+// ensureDeadLetterStream looks up the stream that captures the dead-letter
+// subject and logs at Warn what deadLetterStreamProblems finds in its
+// settings. When there is none it creates <stream>_DLQ with
+// create_stream (deadLetterStreamConfig), so that a fresh deployment can
+// park poison events from the start; without create_stream jetsink
+// creates nothing and says so (as `jetsink check` does). Its errors wrap
+// errDeadLetterStream; without create_stream a failed look-up is only
+// logged.
 func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 	cfg := &c.cfg
-	if !cfg.CreateStream {
+	name, err := c.js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
+	switch {
+	case err == nil:
+		c.warnDeadLetterStream(ctx, name)
+		return nil
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		err = fmt.Errorf("%w: look up the stream of nats.dead_letter_subject %s: %w", errDeadLetterStream, cfg.DeadLetterSubject, err)
+		if !cfg.CreateStream {
+			c.log.Warn("could not check the dead-letter stream", "err", err)
+			return nil
+		}
+		return err
+	case !cfg.CreateStream:
+		c.log.Warn("no stream captures nats.dead_letter_subject: events that cannot be stored are nak'ed again and again instead of parked",
+			"dead_letter_subject", cfg.DeadLetterSubject, "fix", "create one, or set nats.create_stream: true")
 		return nil
 	}
-	_, err := c.js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
-	if err == nil {
-		return nil
+	sc := c.deadLetterStreamConfig(ctx)
+	if _, err := c.js.CreateStream(ctx, sc); err != nil {
+		return fmt.Errorf("%w: create %s for %s: %w", errDeadLetterStream, sc.Name, cfg.DeadLetterSubject, err)
 	}
-	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("%w: look up the stream of nats.dead_letter_subject %s: %w", errDeadLetterStream, cfg.DeadLetterSubject, err)
-	}
-	name := cfg.Stream + "_DLQ"
-	if _, err := c.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:     name,
-		Subjects: []string{cfg.DeadLetterSubject},
-		Storage:  jetstream.FileStorage,
-	}); err != nil {
-		return fmt.Errorf("%w: create %s for %s: %w", errDeadLetterStream, name, cfg.DeadLetterSubject, err)
-	}
-	c.log.Info("created dead-letter stream", "dlq_stream", name, "subject", cfg.DeadLetterSubject)
+	c.log.Info("created dead-letter stream", "dlq_stream", sc.Name, "subject", cfg.DeadLetterSubject,
+		"duplicate_window", sc.Duplicates, "replicas", sc.Replicas)
 	return nil
+}
+
+// deadLetterStreamConfig is the dead-letter stream jetsink creates:
+// <stream>_DLQ on file, limits retention with no limit (a dead letter
+// stays until someone deletes it), a duplicate window of twice
+// nats.ack_wait and at least the server's default 2 minutes (so that a
+// poison event that comes back after ack_wait, its term lost, is stored
+// once), and the event stream's replicas (a dead letter is the only copy
+// of an event terminated in the event stream).
+func (c *Consumer) deadLetterStreamConfig(ctx context.Context) jetstream.StreamConfig {
+	cfg := &c.cfg
+	sc := jetstream.StreamConfig{
+		Name:       cfg.Stream + "_DLQ",
+		Subjects:   []string{cfg.DeadLetterSubject},
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		Discard:    jetstream.DiscardOld,
+		Duplicates: max(2*cfg.AckWait, 2*time.Minute),
+	}
+	if s, err := c.js.Stream(ctx, cfg.Stream); err == nil {
+		sc.Replicas = s.CachedInfo().Config.Replicas
+	}
+	return sc
+}
+
+// warnDeadLetterStream logs the problems of stream name's settings as a
+// dead-letter stream.
+func (c *Consumer) warnDeadLetterStream(ctx context.Context, name string) {
+	s, err := c.js.Stream(ctx, name)
+	if err != nil {
+		c.log.Warn("could not check the dead-letter stream", "dlq_stream", name, "err", err)
+		return
+	}
+	for _, p := range deadLetterStreamProblems(&s.CachedInfo().Config, c.cfg.AckWait) {
+		c.log.Warn(p.Message, "fix", p.Fix)
+	}
 }
 
 // Close confirms that the server has read the acks and terms sent (a flush
