@@ -76,8 +76,10 @@ type Consumer struct {
 	streamCreated time.Time
 
 	// dlBreaker fails dead letters fast while the dead-letter stream does
-	// not answer (see publishDeadLetter).
-	dlBreaker dlBreaker
+	// not answer; dlRecreated is when DeadLetter last re-created that
+	// stream (Unix ns; see publishDeadLetter).
+	dlBreaker   dlBreaker
+	dlRecreated atomic.Int64
 
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration

@@ -62,7 +62,9 @@ const (
 // less if ctx ends first. One that gets no answer in that time opens a
 // breaker: until a probe publish (one at a time, at most every second)
 // gets a PubAck, DeadLetter publishes nothing and fails at once, as a
-// failed publish does. If it fails, the original is nak'ed with a delay
+// failed publish does. A publish that finds no stream, with
+// nats.create_stream set, re-creates the dead-letter stream (at most every
+// 5 s) and is sent once more. If it fails, the original is nak'ed with a delay
 // growing with its delivery count (unless its stream was replaced since,
 // see below: then the error also wraps pipeline.ErrStaleEpoch) and the
 // error returned wraps ErrDeadLetter. An event of
@@ -157,6 +159,10 @@ var errDeadLetterUnanswered = errors.New("the dead-letter stream did not answer 
 // through as a probe.
 const dlProbeEvery = time.Second
 
+// dlRecreateEvery is how often, at most, DeadLetter re-creates a deleted
+// dead-letter stream (create_stream).
+const dlRecreateEvery = 5 * time.Second
+
 // publishDeadLetter publishes m and waits for its PubAck, at most
 // deadLetterTimeout, through a breaker: a publish that got no answer in
 // that time (a dead-letter stream without quorum, or with no_ack, or a
@@ -165,13 +171,19 @@ const dlProbeEvery = time.Second
 // a run of poison events does not hold a worker (and the events behind
 // them in its ring), or the sink, for a timeout each. One dead letter at a
 // time, at most every dlProbeEvery, goes through as a probe; the first
-// PubAck closes the breaker.
+// PubAck closes the breaker. A publish that finds no stream
+// (jetstream.ErrNoStreamResponse) with nats.create_stream set re-creates
+// the dead-letter stream, at most every dlRecreateEvery, and is sent once
+// more.
 func (c *Consumer) publishDeadLetter(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
 	probe, ok := c.dlBreaker.admit(time.Now())
 	if !ok {
 		return nil, errDeadLetterUnanswered
 	}
 	ack, err := c.publishOnce(ctx, m)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) && c.cfg.CreateStream && c.recreateDeadLetterStream(ctx) {
+		ack, err = c.publishOnce(ctx, m)
+	}
 	outcome := dlAnswered
 	switch {
 	case err == nil:
@@ -197,6 +209,27 @@ func (c *Consumer) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.Pub
 	pctx, cancel := context.WithTimeout(ctx, c.deadLetterTimeout())
 	defer cancel()
 	return c.js.PublishMsg(pctx, m)
+}
+
+// recreateDeadLetterStream makes the dead-letter stream again
+// (ensureDeadLetterStream) after a dead letter found none, unless that was
+// tried less than dlRecreateEvery ago (by this call's or another's dead
+// letter). It reports whether a stream captures the subject now.
+func (c *Consumer) recreateDeadLetterStream(ctx context.Context) bool {
+	now := time.Now().UnixNano()
+	last := c.dlRecreated.Load()
+	if last != 0 && now-last < int64(dlRecreateEvery) || !c.dlRecreated.CompareAndSwap(last, now) {
+		return false
+	}
+	c.log.Warn("no stream captures the dead-letter subject (deleted?); re-creating it (create_stream: true)",
+		"dead_letter_subject", c.cfg.DeadLetterSubject)
+	cctx, cancel := context.WithTimeout(ctx, max(c.deadLetterTimeout(), 2*time.Second))
+	defer cancel()
+	if err := c.ensureDeadLetterStream(cctx); err != nil {
+		c.log.Error("re-creating the dead-letter stream failed", "err", err)
+		return false
+	}
+	return true
 }
 
 // A dead-letter publish's outcome, for the breaker.

@@ -340,15 +340,14 @@ func TestMaxDeliverDeadLetterOutlastsOutage(t *testing.T) {
 	cfg := testConfig(t, srv)
 	cfg.AckWait = time.Second
 	cfg.MaxDeliver = 1
-	c := newConsumer(t, ctx, cfg)
+	// No create_stream, which would re-create a dead-letter stream, and no
+	// dead-letter stream: the outage.
 	js := jsFor(t, srv)
-	name, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
-	if err != nil {
-		t.Fatalf("dead-letter stream: %v", err)
-	}
-	if err := js.DeleteStream(ctx, name); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
 		t.Fatal(err)
 	}
+	cfg.CreateStream = false
+	c := newConsumer(t, ctx, cfg)
 	publish(t, ctx, js, cfg, 1, 1, 0)
 	r := startRun(t, ctx, c, 1, 16, 16)
 	if ev := r.next(t, ctx).ev; ev.Delivered != 1 || ev.Exhausted {
@@ -605,4 +604,66 @@ func TestDeadLetterBreakerStates(t *testing.T) {
 	done(5*time.Second+dlProbeEvery, p, dlAnswered, breakerClosed)
 	admit(5*time.Second+dlProbeEvery, false, true)
 	admit(5*time.Second+dlProbeEvery, false, true)
+}
+
+// With create_stream, a dead-letter stream deleted while jetsink runs is
+// made again by the dead letter that finds it gone, which is then sent
+// once more and stored; at most every dlRecreateEvery: a dead letter that
+// finds it gone again sooner fails (nak'ed), and one after that makes it.
+func TestDeadLetterRecreatesDeletedStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv) // create_stream: true
+	cfg.AckWait = 8 * time.Second
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	dlqName := cfg.Stream + "_DLQ"
+	if err := js.DeleteStream(ctx, dlqName); err != nil {
+		t.Fatalf("delete the dead-letter stream New made: %v", err)
+	}
+	publish(t, ctx, js, cfg, 2, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev1, ev2 := r.next(t, ctx).ev, r.next(t, ctx).ev
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+
+	if err := c.DeadLetter(ctx, &ev1, dl); err != nil {
+		t.Fatalf("DeadLetter with the dead-letter stream deleted: %v", err)
+	}
+	dlq, err := js.Stream(ctx, dlqName)
+	if err != nil {
+		t.Fatalf("dead-letter stream not re-created: %v", err)
+	}
+	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 1 || info.Config.Duplicates != 2*time.Minute {
+		t.Fatalf("re-created dead-letter stream: %+v, %v; want 1 message, duplicate window 2m", info, err)
+	}
+
+	// Deleted again at once: not re-created within dlRecreateEvery.
+	if err := js.DeleteStream(ctx, dlqName); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeadLetter(ctx, &ev2, dl); !errors.Is(err, ErrDeadLetter) || !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("DeadLetter right after a re-creation = %v, want ErrDeadLetter wrapping ErrNoStreamResponse", err)
+	}
+	if _, err := js.Stream(ctx, dlqName); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("dead-letter stream re-created again within %s: %v", dlRecreateEvery, err)
+	}
+	again := r.next(t, ctx).ev // nak'ed: it comes back
+	if again.StreamSeq != ev2.StreamSeq || again.Delivered != 2 {
+		t.Fatalf("got seq %d delivery %d, want seq %d again", again.StreamSeq, again.Delivered, ev2.StreamSeq)
+	}
+	waitFor(t, ctx, "dlRecreateEvery to pass", func() bool {
+		return time.Since(time.Unix(0, c.dlRecreated.Load())) > dlRecreateEvery
+	})
+	if err := c.DeadLetter(ctx, &again, dl); err != nil {
+		t.Fatalf("DeadLetter %s after the last re-creation: %v", dlRecreateEvery, err)
+	}
+	if st := c.Stats(); st.DeadLettered != 2 || st.DeadLetterFailed != 1 {
+		t.Fatalf("Stats = %+v, want 2 dead-lettered, 1 failed", st)
+	}
+	waitFor(t, ctx, "both terms", func() bool {
+		lag, err := c.Lag(ctx)
+		return err == nil && lag.AckFloor == 2 && lag.NumAckPending == 0
+	})
+	r.stopClean(t, ctx)
 }
