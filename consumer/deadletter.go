@@ -72,8 +72,9 @@ const (
 // counted in Stats.MaxDelivered, every other in Stats.DeadLettered. If the
 // publish
 // succeeds and the Term fails, DeadLetter logs it and returns nil (the
-// message will come back, its dead letter is de-duplicated, and it is
-// terminated then). An event whose stream was replaced since it was taken
+// message will come back, its dead letter is not stored again if it is
+// published within the dead-letter stream's duplicate window of the first,
+// and it is terminated then). An event whose stream was replaced since it was taken
 // (its Epoch is not the consumer's) is not terminated: the term would land
 // on the new stream's event with the same sequence. Safe for concurrent use.
 func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter) error {
@@ -144,8 +145,8 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 		// letter is de-duplicated by Nats-Msg-Id if it comes back within the
 		// dead-letter stream's duplicate window (2 minutes by default), and
 		// stored twice otherwise.
-		c.log.Warn("dead letter stored, but terminating the original failed; it will come back "+
-			"and its dead letter is not stored twice", "stream_seq", ev.StreamSeq, "err", err)
+		c.log.Warn("dead letter stored, but terminating the original failed; it will come back, and its dead letter "+
+			"is stored again only if that is after the dead-letter stream's duplicate window", "stream_seq", ev.StreamSeq, "err", err)
 	}
 	return nil
 }
@@ -313,12 +314,14 @@ func (b *dlBreaker) done(now time.Time, probe bool, o dlOutcome) breakerChange {
 
 // deadLetterID is a dead letter's Nats-Msg-Id:
 // "<stream>:<stream_seq>:<store time, Unix ns>". Every delivery of one event
-// gives the same id, so the dead-letter stream's duplicate window keeps one
-// dead letter per event. The store time tells apart two events with one sequence, of a
-// stream deleted and re-created under the same name: with the sequence
-// alone, JetStream would drop the second event's dead letter as a duplicate
-// of the first's and report success, and the second event would be
-// terminated with no dead letter stored.
+// gives the same id, so the dead-letter stream keeps one dead letter per
+// event as long as each is published within its duplicate window of the
+// first one stored (and the stream was not re-created since). The store
+// time tells apart two events with one sequence, of a stream deleted and
+// re-created under the same name: with the sequence alone, JetStream would
+// drop the second event's dead letter as a duplicate of the first's and
+// report success, and the second event would be terminated with no dead
+// letter stored.
 func deadLetterID(ev *pipeline.Event) string {
 	id := ev.Stream + ":" + strconv.FormatUint(ev.StreamSeq, 10)
 	if ev.Published.IsZero() {

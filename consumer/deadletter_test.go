@@ -667,3 +667,54 @@ func TestDeadLetterRecreatesDeletedStream(t *testing.T) {
 	})
 	r.stopClean(t, ctx)
 }
+
+// One event's dead letters are stored once only within the dead-letter
+// stream's duplicate window of the first (README, "Failures and dead
+// letters"): a delivery dead-lettered after it (its term lost, it came
+// back late) stores a second letter.
+func TestDeadLetterStoredAgainAfterDuplicateWindow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	js := jsFor(t, srv)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	const window = time.Second
+	dlq, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream + "_DLQ", Subjects: []string{cfg.DeadLetterSubject}, Duplicates: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CreateStream = false
+	c := newConsumer(t, ctx, cfg)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+	letters := func() uint64 {
+		info, err := dlq.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	if err := c.DeadLetter(ctx, &ev, dl); err != nil {
+		t.Fatal(err)
+	}
+	stored := time.Now()
+	if err := c.DeadLetter(ctx, &ev, dl); err != nil { // within the window
+		t.Fatal(err)
+	}
+	if n := letters(); n != 1 {
+		t.Fatalf("%d dead letters within the duplicate window, want 1", n)
+	}
+	waitFor(t, ctx, "the duplicate window to pass", func() bool { return time.Since(stored) > window+200*time.Millisecond })
+	if err := c.DeadLetter(ctx, &ev, dl); err != nil { // after it
+		t.Fatal(err)
+	}
+	if n := letters(); n != 2 {
+		t.Fatalf("%d dead letters after the duplicate window, want 2", n)
+	}
+	r.stopClean(t, ctx)
+}
