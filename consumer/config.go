@@ -70,7 +70,9 @@ type Config struct {
 	Subjects []string `yaml:"subjects"`
 	// CreateStream makes New create the stream (file storage, Subjects) or
 	// update its subjects, leaving the rest of an existing stream's
-	// configuration (limits, duplicate window, replicas) as it is. When false
+	// configuration (limits, duplicate window, replicas) as it is, and
+	// creates <Stream>_DLQ for DeadLetterSubject when no stream captures it
+	// (at start, and when a dead letter finds it deleted). When false
 	// New binds to an existing stream and fails with ErrStreamNotFound if
 	// there is none. Default false.
 	CreateStream bool `yaml:"create_stream"`
