@@ -13,8 +13,9 @@
 // closes). RunHandoff does the same over any Handoff: RingHandoff is those
 // rings, ChanHandoff buffered channels to measure them against (config key
 // pipeline.handoff). A worker pops events in batches of 64, encodes each with its own
-// Encoder, pushes the rows in one batch, and blocks when its output ring is
-// full: back-pressure goes from the sink through the workers to the
+// Encoder, pushes the rows in one batch (or, before a dead letter, the rows
+// decoded so far: the dead letter may take seconds), and blocks when its
+// output ring is full: back-pressure goes from the sink through the workers to the
 // consumer. It stops when its input ring is closed and drained (Run then
 // returns nil) or when ctx ends (Run returns ctx.Err()).
 //
