@@ -121,10 +121,11 @@ type Result struct {
 	CPUPerEvent   float64 `json:"cpu_us_per_event"`
 	CPUPerMillion float64 `json:"cpu_s_per_million"`
 	// SteadyCPUPerEvent is the engine's CPU per event while it works, from
-	// the first poll of the consumer that saw an ack (drain) or the first
-	// send (rate) to its last ack: without its start and shutdown, which
+	// the last poll before its consumer delivered anything (drain) or the
+	// first scheduled send (rate) to its last ack, per message delivered in
+	// between (all of them): without its start and shutdown, which
 	// CPUPerEvent (its whole life) includes. 0 when that window is under a
-	// second (Linux only).
+	// second or no poll came before the first delivery (Linux only).
 	SteadyCPUPerEvent float64 `json:"steady_cpu_us_per_event,omitempty"`
 	PeakRSS           int64   `json:"peak_rss_bytes"`
 	// Where the machine's CPU went while this engine ran (its start to its
@@ -696,13 +697,16 @@ func (b *bencher) writeConfig(t target, cfg config.Config) (string, error) {
 // waitAcked polls the consumer until every message of the stream up to
 // lastSeq is acked and nothing is pending. It also returns the engine's CPU
 // per event from first to the last poll (see steadyCPU); without a first
-// mark, from the first poll that saw an ack.
+// mark (a drain), from the last poll before the consumer delivered anything
+// (see steadyWindow).
 func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uint64, first cpuMark) (*jetstream.ConsumerInfo, float64, error) {
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
 	defer cancel()
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
+	w := newSteadyWindow(first)
+	pid := c.cmd.Process.Pid
 	for {
 		select {
 		case <-ctx.Done():
@@ -715,33 +719,66 @@ func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uin
 		case <-tick.C:
 		}
 		info, err := b.js.Consumer(ctx, t.stream, t.consumer)
-		if err != nil {
-			continue // not created yet
+		if err != nil { // not created yet: nothing delivered
+			m, _ := cpuNow(pid)
+			w.poll(m)
+			continue
 		}
 		ci := info.CachedInfo()
-		done := ci.AckFloor.Stream >= lastSeq && ci.NumPending == 0 && ci.NumAckPending == 0
-		if first.at.IsZero() || done {
-			m, ok := markCPU(c.cmd.Process.Pid, ci)
-			switch {
-			case done && ok:
-				return ci, steadyCPU(first, m), nil
-			case done:
+		m, ok := cpuNow(pid)
+		m.delivered = ci.Delivered.Stream
+		if ci.AckFloor.Stream >= lastSeq && ci.NumPending == 0 && ci.NumAckPending == 0 {
+			if !ok {
 				return ci, 0, nil
-			case ok && m.acked > 0:
-				first = m
 			}
+			return ci, steadyCPU(w.first, m), nil
 		}
+		w.poll(m)
 	}
 }
 
-// cpuMark is a process's CPU time when a consumer had acked so many messages.
-type cpuMark struct {
-	at    time.Time
-	ticks int64  // user + system, in clockTick
-	acked uint64 // messages acked: delivered minus those pending an ack
+// steadyWindow finds the first mark of a drain's steady CPU window in
+// waitAcked's polls: the last one before the consumer had delivered
+// anything (one that did not find the consumer counts). From there to the
+// last ack, numerator and denominator cover the same work: everything the
+// engine did for every event (receive, decode, COPY, commit, ack), counted
+// by the consumer's delivered count at both marks. A window opened at the
+// first ack instead left out the CPU of the up to max_ack_pending messages
+// received and decoded by then while counting them. A rate run's first
+// mark is the first scheduled send, before anything is delivered too.
+type steadyWindow struct {
+	first cpuMark
+	open  bool // no delivery seen yet: a poll with none moves first
 }
 
-// cpuNow samples pid's CPU time, with nothing acked.
+func newSteadyWindow(first cpuMark) *steadyWindow {
+	return &steadyWindow{first: first, open: first.at.IsZero()}
+}
+
+// poll takes a poll's mark: m.delivered is what the consumer had delivered
+// (0 before it existed); m.at is zero if the CPU could not be read.
+func (w *steadyWindow) poll(m cpuMark) {
+	switch {
+	case !w.open:
+	case m.delivered > 0:
+		w.open = false // first stays the last mark before it, or none
+	default:
+		w.first = m
+	}
+}
+
+// cpuMark is a process's CPU time when a consumer had delivered so many
+// messages.
+type cpuMark struct {
+	at    time.Time
+	ticks int64 // user + system, in clockTick
+	// delivered is the stream sequence of the last message delivered:
+	// the messages delivered, on a stream numbered from 1 without gaps,
+	// which the bench's streams are.
+	delivered uint64
+}
+
+// cpuNow samples pid's CPU time, with nothing delivered.
 func cpuNow(pid int) (cpuMark, bool) {
 	f, ok := procStat(pid)
 	if !ok {
@@ -750,30 +787,17 @@ func cpuNow(pid int) (cpuMark, bool) {
 	return cpuMark{at: time.Now(), ticks: f.utime + f.stime}, true
 }
 
-// markCPU samples pid's CPU time right after ci was fetched. Counting
-// acked messages as delivered-minus-pending assumes a stream numbered from
-// 1 without gaps, which the bench's streams are.
-func markCPU(pid int, ci *jetstream.ConsumerInfo) (cpuMark, bool) {
-	m, ok := cpuNow(pid)
-	if !ok {
-		return m, false
-	}
-	if d, p := ci.Delivered.Stream, uint64(max(ci.NumAckPending, 0)); d > p {
-		m.acked = d - p
-	}
-	return m, true
-}
-
-// steadyCPU is the CPU per acked message, in µs, between two marks: the
-// engine at work, without its start (connecting, creating the consumer, the
-// first batch) or its shutdown. 0 when there is no first mark or the window
-// is shorter than a second, where the 10 ms clock tick would make it coarse.
+// steadyCPU is the CPU per delivered message, in µs, between two marks:
+// the engine at work, without its start (exec, connecting, creating the
+// consumer) or its shutdown. 0 when there is no first mark or the window
+// is shorter than a second, where the 10 ms clock tick would make it
+// coarse.
 func steadyCPU(first, last cpuMark) float64 {
-	if first.at.IsZero() || last.at.Sub(first.at) < time.Second || last.acked <= first.acked {
+	if first.at.IsZero() || last.at.Sub(first.at) < time.Second || last.delivered <= first.delivered {
 		return 0
 	}
 	cpu := time.Duration(last.ticks-first.ticks) * clockTick
-	return float64(cpu.Microseconds()) / float64(last.acked-first.acked)
+	return float64(cpu.Microseconds()) / float64(last.delivered-first.delivered)
 }
 
 // waitReady polls until t's consumer exists and has a pull request open.

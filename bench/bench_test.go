@@ -271,24 +271,62 @@ func TestPrepareEmbedded(t *testing.T) {
 	}
 }
 
-// steadyCPU divides the CPU between two marks by the acks between them, and
-// gives nothing for a window it cannot measure well.
+// steadyCPU divides the CPU between two marks by the deliveries between
+// them, and gives nothing for a window it cannot measure well.
 func TestSteadyCPU(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	first := cpuMark{at: t0, ticks: 100, acked: 10_000}
+	first := cpuMark{at: t0, ticks: 100, delivered: 10_000}
 	for _, c := range []struct {
 		name        string
 		first, last cpuMark
 		want        float64
 	}{
-		{"150 ticks over 30,000 acks", first, cpuMark{at: t0.Add(2 * time.Second), ticks: 250, acked: 40_000}, 50},
-		{"no first mark", cpuMark{}, cpuMark{at: t0.Add(2 * time.Second), ticks: 250, acked: 40_000}, 0},
-		{"under a second", first, cpuMark{at: t0.Add(999 * time.Millisecond), ticks: 250, acked: 40_000}, 0},
-		{"no acks in between", first, cpuMark{at: t0.Add(2 * time.Second), ticks: 250, acked: 10_000}, 0},
+		{"150 ticks over 30,000 deliveries", first, cpuMark{at: t0.Add(2 * time.Second), ticks: 250, delivered: 40_000}, 50},
+		{"no first mark", cpuMark{}, cpuMark{at: t0.Add(2 * time.Second), ticks: 250, delivered: 40_000}, 0},
+		{"under a second", first, cpuMark{at: t0.Add(999 * time.Millisecond), ticks: 250, delivered: 40_000}, 0},
+		{"no deliveries in between", first, cpuMark{at: t0.Add(2 * time.Second), ticks: 250, delivered: 10_000}, 0},
 	} {
 		if got := steadyCPU(c.first, c.last); got != c.want {
 			t.Errorf("%s: steadyCPU = %v µs/event, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// A drain's steady window opens at the last poll before the consumer
+// delivered anything, so that it holds all the work of every event it
+// counts: opened at the first ack (here 5,000 acked of 20,000 delivered,
+// after 18 ticks of receiving and decoding them) it left out that CPU and
+// still counted those events. A rate run's window opens where it was given.
+func TestSteadyWindow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	polls := []cpuMark{
+		{at: t0, ticks: 5}, // no consumer yet
+		{at: t0.Add(25 * time.Millisecond), ticks: 10},                    // created, nothing delivered
+		{at: t0.Add(50 * time.Millisecond), ticks: 28, delivered: 20_000}, // the first batch acked
+		{at: t0.Add(time.Second), ticks: 60, delivered: 60_000},
+	}
+	last := cpuMark{at: t0.Add(2 * time.Second), ticks: 110, delivered: 100_000}
+	w := newSteadyWindow(cpuMark{})
+	for _, m := range polls {
+		w.poll(m)
+	}
+	if got, want := steadyCPU(w.first, last), 10.0; got != want { // 100 ticks = 1 s over 100,000 events
+		t.Errorf("drain: steady CPU %v µs/event from %+v, want %v from the poll before the first delivery", got, w.first, want)
+	}
+	// The first poll already saw deliveries: no window, rather than a biased one.
+	w = newSteadyWindow(cpuMark{})
+	for _, m := range polls[2:] {
+		w.poll(m)
+	}
+	if got := steadyCPU(w.first, last); got != 0 {
+		t.Errorf("no poll before the first delivery: steady CPU %v, want none", got)
+	}
+	// A rate run's first mark (the first scheduled send) stays.
+	start := cpuMark{at: t0.Add(-time.Second), ticks: 0}
+	w = newSteadyWindow(start)
+	w.poll(cpuMark{at: t0, ticks: 40})
+	if w.first != start {
+		t.Errorf("rate: first mark moved to %+v", w.first)
 	}
 }
 
