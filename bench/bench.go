@@ -97,14 +97,20 @@ type Options struct {
 
 // Result is one engine's measurement in one repetition.
 type Result struct {
-	Engine    string  `json:"engine"`
-	Variant   string  `json:"variant,omitempty"`
-	Rep       int     `json:"rep"`
-	Published int     `json:"published"`
-	Rows      int64   `json:"rows"`
-	Duplicate int64   `json:"duplicate_rows"`
-	Missing   int64   `json:"missing"`
-	PublishPS float64 `json:"publish_per_s"`
+	Engine    string `json:"engine"`
+	Variant   string `json:"variant,omitempty"`
+	Rep       int    `json:"rep"`
+	Published int    `json:"published"`
+	Rows      int64  `json:"rows"`
+	Duplicate int64  `json:"duplicate_rows"`
+	// Missing counts the sequences 1 to Published of which the table has
+	// no row; Stray the rows with any other stream_seq, and StreamLastSeq
+	// is the stream's last sequence, Published unless the stream holds
+	// events the publisher did not count (a resend stored twice).
+	Missing       int64   `json:"missing"`
+	Stray         int64   `json:"rows_outside_published_seqs"`
+	StreamLastSeq uint64  `json:"stream_last_seq"`
+	PublishPS     float64 `json:"publish_per_s"`
 	// PubRetried counts publishes sent again after a failed or late PubAck;
 	// a retried event keeps its scheduled time, so its latency shows it.
 	PubRetried int `json:"publish_retried"`
@@ -327,11 +333,15 @@ func (b *bencher) lossCheck(results []Result) error {
 	var bad []string
 	for _, r := range results {
 		name := fmt.Sprintf("%s rep %d%s", r.Engine, r.Rep, variantSuffix(Variant{Name: r.Variant}))
-		switch {
-		case r.Missing > 0:
+		if r.Missing > 0 {
 			bad = append(bad, fmt.Sprintf("%s: %d missing", name, r.Missing))
-		case r.Missing < 0: // the publisher's resend stored twice: the figures count events that were not offered
-			bad = append(bad, fmt.Sprintf("%s: %d more events in the stream than the publisher had acknowledged", name, -r.Missing))
+		}
+		if r.Stray > 0 {
+			bad = append(bad, fmt.Sprintf("%s: %d rows whose stream_seq is not one of the %d published", name, r.Stray, r.Published))
+		}
+		if r.StreamLastSeq != uint64(r.Published) && r.Failed == "" {
+			// A resend stored twice: the figures count events that were not offered.
+			bad = append(bad, fmt.Sprintf("%s: the stream's last sequence is %d, the publisher had %d acknowledged", name, r.StreamLastSeq, r.Published))
 		}
 		if r.Duplicate != 0 && r.Engine == EngineJetsink && b.exactlyOnce(r.Variant) {
 			bad = append(bad, fmt.Sprintf("%s: %d duplicate rows in exactly-once mode", name, r.Duplicate))
@@ -965,7 +975,7 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 	if b.o.Scenario == ScenarioRate && b.o.Duration < 20*time.Second {
 		window = max(b.o.Duration/20, 10*time.Millisecond)
 	}
-	f, err := measureTable(ctx, b.db, t.table, b.byCommitTS, window, acks, from)
+	f, err := measureTable(ctx, b.db, t.table, b.byCommitTS, window, acks, from, int64(res.Published))
 	if err != nil {
 		return fmt.Errorf("bench: measure %s: %w", t.table, err)
 	}
@@ -983,8 +993,8 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 	}
 	res.LatencyAcked = f.acked
 	res.LatencyCommitToAck, res.LatencyToCommit = f.commitToAck, f.toCommit
-	res.Rows, res.Duplicate = f.rows, f.rows-f.distinctSeqs
-	res.Missing = int64(res.Published) - f.distinctSeqs
+	res.Rows, res.Duplicate, res.Stray = f.rows, f.duplicates, f.stray
+	res.Missing = int64(res.Published) - f.seqsStored
 	res.Latency, res.Curve, res.Timeline, res.Batches = f.latency, f.curve, f.timeline, f.batches
 	res.LatencyToStream, res.LatencyInEngine = f.toStream, f.inEngine
 	res.LatencyBeforeCopy, res.LatencyCopyToCommit = f.beforeCopy, f.copyToCommit
@@ -993,7 +1003,7 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 		res.ElapsedS = f.last.Sub(from).Seconds()
 		res.StartupS = f.first.Sub(from).Seconds()
 		if res.ElapsedS > 0 {
-			res.EventsPerSec = float64(f.distinctSeqs) / res.ElapsedS
+			res.EventsPerSec = float64(f.seqsStored) / res.ElapsedS
 		}
 	}
 	res.CPUSeconds = u.CPU.Seconds()
@@ -1003,6 +1013,11 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 	}
 	res.PeakRSS = u.PeakRSS
 	res.Redelivered = int64(ci.Delivered.Consumer) - int64(res.Published)
+	s, err := b.js.Stream(ctx, t.stream)
+	if err != nil {
+		return fmt.Errorf("bench: stream %s: %w", t.stream, err)
+	}
+	res.StreamLastSeq = s.CachedInfo().State.LastSeq
 	return nil
 }
 
@@ -1051,8 +1066,8 @@ func (r Result) line() string {
 	for _, l := range r.Log {
 		s += "\n           log: " + l
 	}
-	if r.Missing != 0 || r.Duplicate != 0 {
-		s += fmt.Sprintf("  MISSING %d DUPLICATE %d", r.Missing, r.Duplicate)
+	if r.Missing != 0 || r.Duplicate != 0 || r.Stray != 0 {
+		s += fmt.Sprintf("  MISSING %d DUPLICATE %d STRAY %d", r.Missing, r.Duplicate, r.Stray)
 	}
 	return s
 }

@@ -37,8 +37,12 @@ func checkReport(t *testing.T, rep *Report, engines int) {
 		t.Fatalf("%d results, want %d", len(rep.Results), engines)
 	}
 	for _, r := range rep.Results {
-		if r.Published == 0 || r.Missing != 0 || r.Rows-r.Duplicate != int64(r.Published) {
-			t.Errorf("%s: published %d, rows %d, duplicate %d, missing %d", r.Engine, r.Published, r.Rows, r.Duplicate, r.Missing)
+		if r.Published == 0 || r.Missing != 0 || r.Stray != 0 || r.Rows-r.Duplicate != int64(r.Published) || r.StreamLastSeq != uint64(r.Published) {
+			t.Errorf("%s: published %d, rows %d, duplicate %d, missing %d, stray %d, stream's last sequence %d",
+				r.Engine, r.Published, r.Rows, r.Duplicate, r.Missing, r.Stray, r.StreamLastSeq)
+		}
+		if l := r.Latency; l.Clamped() != 0 {
+			t.Errorf("%s: latency clamped: %+v", r.Engine, l)
 		}
 		if r.Duplicate > max(r.Redelivered, 0) {
 			t.Errorf("%s: %d duplicate rows but only %d redeliveries", r.Engine, r.Duplicate, r.Redelivered)
@@ -603,7 +607,8 @@ func TestLossCheck(t *testing.T) {
 	}{
 		{Result{Engine: EngineJetsink}, false},
 		{Result{Engine: EngineJetsink, Missing: 1}, true},
-		{Result{Engine: EngineBaseline, Missing: -2}, true}, // stored twice by a resend: the figures are off
+		{Result{Engine: EngineBaseline, Published: 10, StreamLastSeq: 12}, true}, // stored twice by a resend: the figures are off
+		{Result{Engine: EngineJetsink, Published: 10, StreamLastSeq: 10, Stray: 1}, true},
 		{Result{Engine: EngineJetsink, Duplicate: 3}, false},
 		{Result{Engine: EngineJetsink, Variant: "mode=eo", Duplicate: 3}, true},
 		{Result{Engine: EngineBaseline, Variant: "mode=eo", Duplicate: 3}, false},
@@ -625,5 +630,41 @@ func TestIsAck(t *testing.T) {
 		if got := isAck([]byte(p)); got != want {
 			t.Errorf("isAck(%q) = %v, want %v", p, got, want)
 		}
+	}
+}
+
+// measureTable counts the sequences 1 to the published count that are
+// stored, so that a stray row (here stream_seq 7 of 5 published) cannot
+// stand in for a lost one (4), and counts the latencies it clamps into the
+// histograms' range: one committed before its scheduled time (a clock
+// that disagrees), one over an hour.
+func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := &bencher{db: testenv.Postgres(t).Conn(t)}
+	tg := target{engine: EngineBaseline, table: "measure_seqs"}
+	if err := b.createTable(ctx, tg); err != nil {
+		t.Fatal(err)
+	}
+	defer b.dropTable(tg.table)
+	if _, err := b.db.Exec(ctx, `INSERT INTO measure_seqs (id, ts, stream_seq, committed_at)
+		SELECT gen_random_uuid(), now() - ms * interval '1 millisecond', seq, now()
+		FROM (VALUES (1, 5), (2, 5), (3, 5), (5, 5), (5, 6), (7, 5), (8, -3), (9, 7200000)) AS v(seq, ms)`); err != nil {
+		t.Fatal(err)
+	}
+	// Published 7: 4 and 6 are missing, 8 and 9 stray.
+	f, err := measureTable(ctx, b.db, tg.table, false, 0, nil, time.Time{}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.rows != 8 || f.duplicates != 1 || f.seqsStored != 5 || f.stray != 2 {
+		t.Errorf("rows %d, duplicates %d, sequences stored %d, stray %d; want 8, 1, 5 (1, 2, 3, 5, 7), 2 (8, 9)",
+			f.rows, f.duplicates, f.seqsStored, f.stray)
+	}
+	if l := f.latency; l.Count != 8 || l.BelowMin != 1 || l.AboveMax != 1 {
+		t.Errorf("latency %+v: want 8 values, 1 clamped below 1 µs, 1 above an hour", l)
+	}
+	if f.timeline != nil {
+		t.Errorf("timeline %+v without a window", f.timeline)
 	}
 }

@@ -19,15 +19,59 @@ const (
 	histDigits = 3
 )
 
-// Percentiles of a latency distribution, in milliseconds.
+// Percentiles of a latency distribution, in milliseconds. Values outside
+// the histograms' range are recorded at its edge and counted: BelowMin
+// those under 1 µs (negative ones included: a clock that disagrees),
+// AboveMax those over an hour.
 type Percentiles struct {
-	Count int64   `json:"count"`
-	P50   float64 `json:"p50_ms"`
-	P90   float64 `json:"p90_ms"`
-	P99   float64 `json:"p99_ms"`
-	P999  float64 `json:"p99_9_ms"`
-	Max   float64 `json:"max_ms"`
-	Mean  float64 `json:"mean_ms"`
+	Count    int64   `json:"count"`
+	P50      float64 `json:"p50_ms"`
+	P90      float64 `json:"p90_ms"`
+	P99      float64 `json:"p99_ms"`
+	P999     float64 `json:"p99_9_ms"`
+	Max      float64 `json:"max_ms"`
+	Mean     float64 `json:"mean_ms"`
+	BelowMin int64   `json:"clamped_below_1us,omitempty"`
+	AboveMax int64   `json:"clamped_above_1h,omitempty"`
+}
+
+// Clamped is how many values were recorded at the histogram's edge.
+func (p Percentiles) Clamped() int64 { return p.BelowMin + p.AboveMax }
+
+// hist is a latency histogram that counts the values it clamps into its
+// range.
+type hist struct {
+	h            *hdrhistogram.Histogram
+	below, above int64
+}
+
+func newHist() *hist { return &hist{h: hdrhistogram.New(histMin, histMax, histDigits)} }
+
+// record records d in whole microseconds, clamped into the range and
+// counted when it was, and returns the value recorded.
+func (h *hist) record(d time.Duration) int64 {
+	us := d.Microseconds()
+	switch {
+	case us < histMin:
+		h.below++
+		us = histMin
+	case us > histMax:
+		h.above++
+		us = histMax
+	}
+	_ = h.h.RecordValue(us) // within range: no error
+	return us
+}
+
+// percentiles is h's distribution with its clamp counts; the zero
+// Percentiles when h is empty.
+func (h *hist) percentiles() Percentiles {
+	if h.h.TotalCount() == 0 {
+		return Percentiles{}
+	}
+	p := percentiles(h.h)
+	p.BelowMin, p.AboveMax = h.below, h.above
+	return p
 }
 
 func percentiles(h *hdrhistogram.Histogram) Percentiles {
@@ -73,7 +117,10 @@ type Batches struct {
 
 // tableFacts is what the table says about one run.
 type tableFacts struct {
-	rows, distinctSeqs int64
+	rows               int64
+	duplicates         int64     // rows whose stream_seq another row has too
+	seqsStored         int64     // distinct stream_seq from 1 to the published count
+	stray              int64     // rows whose stream_seq is not one of those (or NULL)
 	first, last        time.Time // first and last commit
 	latency            Percentiles
 	toStream, inEngine Percentiles // split at published_at (JetStream's store time)
@@ -94,13 +141,19 @@ type tableFacts struct {
 // committed_at column. A row's latency ends when its message's first ack
 // arrived, when acks saw it (the rest end at the commit time), and starts at
 // its scheduled send time or at from, whichever is later: a drain's events
-// were sent before its engine started.
+// were sent before its engine started. It counts the sequences 1 to
+// published stored, so that a stray row cannot stand in for a lost one.
+// window > 0 groups the latencies by scheduled send time for the
+// latency-over-time plot; 0 makes no timeline.
 func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bool, window time.Duration,
-	acks *ackTimes, from time.Time) (tableFacts, error) {
+	acks *ackTimes, from time.Time, published int64) (tableFacts, error) {
 	var f tableFacts
 	t := pgx.Identifier{table}.Sanitize()
 	commit := commitTime(byCommitTS)
-	if err := db.QueryRow(ctx, "SELECT count(*), count(DISTINCT stream_seq) FROM "+t).Scan(&f.rows, &f.distinctSeqs); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*), count(stream_seq) - count(DISTINCT stream_seq),
+		count(DISTINCT stream_seq) FILTER (WHERE stream_seq BETWEEN 1 AND $1),
+		count(*) FILTER (WHERE stream_seq IS NULL OR stream_seq NOT BETWEEN 1 AND $1) FROM `+t, published).
+		Scan(&f.rows, &f.duplicates, &f.seqsStored, &f.stray); err != nil {
 		return f, fmt.Errorf("count rows: %w", err)
 	}
 	if f.rows == 0 {
@@ -110,15 +163,8 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	if err != nil {
 		return f, fmt.Errorf("read latencies: %w", err)
 	}
-	all := hdrhistogram.New(histMin, histMax, histDigits)
-	toStream := hdrhistogram.New(histMin, histMax, histDigits)
-	inEngine := hdrhistogram.New(histMin, histMax, histDigits)
-	beforeCopy := hdrhistogram.New(histMin, histMax, histDigits)
-	copyToCommit := hdrhistogram.New(histMin, histMax, histDigits)
-	delivery := hdrhistogram.New(histMin, histMax, histDigits)
-	inside := hdrhistogram.New(histMin, histMax, histDigits)
-	commitToAck := hdrhistogram.New(histMin, histMax, histDigits)
-	toCommit := hdrhistogram.New(histMin, histMax, histDigits)
+	all, toStream, inEngine, beforeCopy, copyToCommit := newHist(), newHist(), newHist(), newHist(), newHist()
+	delivery, inside, commitToAck, toCommit := newHist(), newHist(), newHist(), newHist()
 	var (
 		start, winStart time.Time
 		win             *hdrhistogram.Histogram
@@ -137,11 +183,11 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 			rows.Close()
 			return f, fmt.Errorf("read latencies: %w", err)
 		}
-		if start.IsZero() {
+		if start.IsZero() && window > 0 {
 			start, winStart = ts, ts
 			win = hdrhistogram.New(histMin, histMax, histDigits)
 		}
-		for ts.Sub(winStart) >= window {
+		for win != nil && ts.Sub(winStart) >= window {
 			flushWin()
 			win.Reset()
 			winStart = winStart.Add(window)
@@ -157,51 +203,41 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 			end = acked
 			f.acked++
 			if byCommitTS {
-				_ = commitToAck.RecordValue(clampUS(acked.Sub(at)))
+				commitToAck.record(acked.Sub(at))
 			}
-			_ = toCommit.RecordValue(clampUS(at.Sub(later(ts, from))))
+			toCommit.record(at.Sub(later(ts, from)))
 		}
-		us := clampUS(end.Sub(later(ts, from))) // clock steps cannot make it negative
-		_ = all.RecordValue(us)
+		us := all.record(end.Sub(later(ts, from)))
 		if stored != nil {
-			_ = toStream.RecordValue(clampUS(stored.Sub(ts)))
-			_ = inEngine.RecordValue(clampUS(at.Sub(*stored)))
+			toStream.record(stored.Sub(ts))
+			inEngine.record(at.Sub(*stored))
 			if byCommitTS {
-				_ = beforeCopy.RecordValue(clampUS(copied.Sub(*stored)))
-				_ = copyToCommit.RecordValue(clampUS(at.Sub(copied)))
+				beforeCopy.record(copied.Sub(*stored))
+				copyToCommit.record(at.Sub(copied))
 				if received != nil {
-					_ = delivery.RecordValue(clampUS(received.Sub(*stored)))
-					_ = inside.RecordValue(clampUS(copied.Sub(*received)))
+					delivery.record(received.Sub(*stored))
+					inside.record(copied.Sub(*received))
 				}
 			}
 		}
-		_ = win.RecordValue(us)
+		if win != nil {
+			_ = win.RecordValue(us)
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return f, fmt.Errorf("read latencies: %w", err)
 	}
 	flushWin()
-	f.latency = percentiles(all)
-	if inEngine.TotalCount() > 0 {
-		f.toStream, f.inEngine = percentiles(toStream), percentiles(inEngine)
-	}
-	if beforeCopy.TotalCount() > 0 {
-		f.beforeCopy, f.copyToCommit = percentiles(beforeCopy), percentiles(copyToCommit)
-	}
-	if inside.TotalCount() > 0 {
-		f.delivery, f.inside = percentiles(delivery), percentiles(inside)
-	}
-	if commitToAck.TotalCount() > 0 {
-		f.commitToAck = percentiles(commitToAck)
-	}
-	if toCommit.TotalCount() > 0 {
-		f.toCommit = percentiles(toCommit)
-	}
+	f.latency = all.percentiles()
+	f.toStream, f.inEngine = toStream.percentiles(), inEngine.percentiles()
+	f.beforeCopy, f.copyToCommit = beforeCopy.percentiles(), copyToCommit.percentiles()
+	f.delivery, f.inside = delivery.percentiles(), inside.percentiles()
+	f.commitToAck, f.toCommit = commitToAck.percentiles(), toCommit.percentiles()
 	for _, q := range curveQuantiles {
-		v := all.ValueAtQuantile(q)
+		v := all.h.ValueAtQuantile(q)
 		if q == 0 {
-			v = all.Min() // ValueAtQuantile(0) is the lowest bucket's start, 0
+			v = all.h.Min() // ValueAtQuantile(0) is the lowest bucket's start, 0
 		}
 		f.curve = append(f.curve, CurvePoint{Percentile: q, Ms: float64(v) / 1000})
 	}
@@ -224,11 +260,6 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// clampUS is d in whole microseconds within the histograms' range.
-func clampUS(d time.Duration) int64 {
-	return min(max(d.Microseconds(), histMin), histMax)
 }
 
 func batchStats(sizes []int64) Batches {

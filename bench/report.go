@@ -160,9 +160,19 @@ func (r *Report) WriteText(w io.Writer) error {
 		if r.Scenario == ScenarioRate {
 			late, first = fmt.Sprintf(", %d late", x.PubLate), "first commit after"
 		}
-		fmt.Fprintf(&b, "      published %d at %.0f/s (%d publishes retried%s), committed %d rows (missing %d, duplicate %d), elapsed %.3fs (%s %.3fs), CPU %.2fs, batches min/p50/p90/max %d/%d/%d/%d mean %.0f\n",
-			x.Published, x.PublishPS, x.PubRetried, late, x.Rows, x.Missing, x.Duplicate, x.ElapsedS, first, x.StartupS, x.CPUSeconds,
+		stray := ""
+		if x.Stray != 0 {
+			stray += fmt.Sprintf(", %d with a stream_seq not published", x.Stray)
+		}
+		if x.StreamLastSeq != uint64(x.Published) {
+			stray += fmt.Sprintf(", the stream's last sequence %d", x.StreamLastSeq)
+		}
+		fmt.Fprintf(&b, "      published %d at %.0f/s (%d publishes retried%s), committed %d rows (missing %d, duplicate %d%s), elapsed %.3fs (%s %.3fs), CPU %.2fs, batches min/p50/p90/max %d/%d/%d/%d mean %.0f\n",
+			x.Published, x.PublishPS, x.PubRetried, late, x.Rows, x.Missing, x.Duplicate, stray, x.ElapsedS, first, x.StartupS, x.CPUSeconds,
 			x.Batches.Min, x.Batches.P50, x.Batches.P90, x.Batches.Max, x.Batches.Mean)
+		if c := x.clamped(); c != "" {
+			fmt.Fprintf(&b, "      clamped into the histograms' range (1 µs..1 h): %s\n", c)
+		}
 	}
 	for _, x := range r.Results {
 		if x.Failed != "" {
@@ -200,6 +210,23 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// clamped lists the distributions of x with values clamped into the
+// histograms' range, or "" if none has.
+func (x Result) clamped() string {
+	var parts []string
+	for _, d := range []struct {
+		name string
+		p    Percentiles
+	}{{"latency", x.Latency}, {"to commit", x.LatencyToCommit}, {"send->stored", x.LatencyToStream},
+		{"stored->commit", x.LatencyInEngine}, {"stored->COPY", x.LatencyBeforeCopy}, {"COPY->commit", x.LatencyCopyToCommit},
+		{"stored->received", x.LatencyDelivery}, {"received->COPY", x.LatencyInside}, {"commit->ack", x.LatencyCommitToAck}} {
+		if d.p.Clamped() > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d below 1 µs (negative included), %d above 1 h", d.name, d.p.BelowMin, d.p.AboveMax))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func fmtStat(s Stat, prec int) string {
