@@ -41,6 +41,9 @@ func checkReport(t *testing.T, rep *Report, engines int) {
 			t.Errorf("%s: published %d, rows %d, duplicate %d, missing %d, stray %d, stream's last sequence %d",
 				r.Engine, r.Published, r.Rows, r.Duplicate, r.Missing, r.Stray, r.StreamLastSeq)
 		}
+		if rate := rep.Scenario == ScenarioRate; rate != (r.SendLag != nil) || rate && r.SendLag.Count != int64(r.Published) {
+			t.Errorf("%s: send lag %+v in a %s run of %d events", r.Engine, r.SendLag, rep.Scenario, r.Published)
+		}
 		if l := r.Latency; l.Clamped() != 0 {
 			t.Errorf("%s: latency clamped: %+v", r.Engine, l)
 		}
@@ -193,12 +196,13 @@ func TestRateEmbedded(t *testing.T) {
 	}
 	checkReport(t, rep, 1)
 	r := rep.Results[0]
-	if r.Published != 4000 {
-		t.Errorf("published %d, want 4000", r.Published)
+	if r.Published != 4000 || r.SendLag == nil {
+		t.Fatalf("published %d, send lag %v; want 4000 and a send lag", r.Published, r.SendLag)
 	}
 	var text bytes.Buffer
-	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), fmt.Sprintf("retried, %d late), committed", r.PubLate)) ||
-		!strings.Contains(text.String(), "(first commit after ") {
+	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), fmt.Sprintf("retried, %d late at the pending limit), committed", r.PubLate)) ||
+		!strings.Contains(text.String(), "(first commit after ") ||
+		!strings.Contains(text.String(), fmt.Sprintf("ms, %d of %d events sent over 1 ms late\n", r.SendLag.Over1ms, r.Published)) {
 		t.Errorf("rate run's text report (%v) without the late events or the first commit:\n%s", err, text.String())
 	}
 	if r.LatencyFrom != "the first ack the bench saw" || r.LatencyAcked != r.Rows {
@@ -384,19 +388,21 @@ func TestTableLockFails(t *testing.T) {
 	b.cfg.Postgres.URL = testenv.Postgres(t).URL
 	var failed error
 	marks := 0
-	l, err := b.lockTable(ctx, "no_such_table", time.Now(), time.Second, func() { marks++ }, func(err error) { failed = err })
+	l, err := b.lockTable(ctx, "no_such_table", time.Second, func() { marks++ }, func(err error) { failed = err })
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.start(time.Now())
 	if err := l.wait(); err == nil || !strings.Contains(err.Error(), "no_such_table") || failed != err || marks != 0 {
 		t.Fatalf("wait = %v, fail got %v, %d marks; want the lock's error twice and no mark", err, failed, marks)
 	}
 
 	failed = nil
-	l, err = b.lockTable(ctx, "no_such_table", time.Now().Add(time.Hour), time.Second, func() { marks++ }, func(err error) { failed = err })
+	l, err = b.lockTable(ctx, "no_such_table", time.Second, func() { marks++ }, func(err error) { failed = err })
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.start(time.Now().Add(time.Hour))
 	l.cancel()
 	if err := l.wait(); err != context.Canceled || failed != nil {
 		t.Fatalf("cancelled lock: wait = %v, fail got %v; want context.Canceled and no call", err, failed)

@@ -40,35 +40,52 @@ type RSSPoint struct {
 // while, on a connection of its own.
 type tableLock struct {
 	cancel      context.CancelFunc
+	at          chan time.Time // when to take the lock; see start
 	done        chan struct{}
 	err         error     // valid after done
 	taken, held time.Time // when the lock was granted and released; valid after done
 	mark        func()    // called as the lock is granted and released
 }
 
-// lockTable connects now (so that connecting does not delay the lock) and
-// from at on holds an ACCESS EXCLUSIVE lock on table for d, then rolls back;
-// mark runs as the lock is granted and as it is released. The lock waits
-// for a COPY in progress to finish, as any locker would. If the lock fails,
-// fail is called with the error (to stop the publisher).
-func (b *bencher) lockTable(ctx context.Context, table string, at time.Time, d time.Duration, mark func(), fail func(error)) (*tableLock, error) {
+// lockTable connects now (so that connecting does not delay the lock) and,
+// from the time start gives on, holds an ACCESS EXCLUSIVE lock on table for
+// d, then rolls back; mark runs as the lock is granted and as it is
+// released. The lock waits for a COPY in progress to finish, as any locker
+// would. If the lock fails, fail is called with the error (to stop the
+// publisher).
+func (b *bencher) lockTable(ctx context.Context, table string, d time.Duration, mark func(), fail func(error)) (*tableLock, error) {
 	conn, err := pgx.Connect(ctx, b.cfg.Postgres.URL)
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect to lock %s: %w", table, err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	l := &tableLock{cancel: cancel, done: make(chan struct{}), mark: mark}
+	l := &tableLock{cancel: cancel, at: make(chan time.Time, 1), done: make(chan struct{}), mark: mark}
 	go func() {
 		defer close(l.done)
 		defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-		if l.err = l.hold(ctx, conn, table, at, d); l.err != nil && ctx.Err() == nil {
+		if l.err = l.hold(ctx, conn, table, d); l.err != nil && ctx.Err() == nil {
 			fail(l.err)
 		}
 	}()
 	return l, nil
 }
 
-func (l *tableLock) hold(ctx context.Context, conn *pgx.Conn, table string, at time.Time, d time.Duration) error {
+// start sets when to take the lock (the first scheduled send + LockAt);
+// call it once. It does not block.
+func (l *tableLock) start(at time.Time) {
+	select {
+	case l.at <- at:
+	default:
+	}
+}
+
+func (l *tableLock) hold(ctx context.Context, conn *pgx.Conn, table string, d time.Duration) error {
+	var at time.Time
+	select {
+	case at = <-l.at:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	if err := sleepCtx(ctx, time.Until(at)); err != nil {
 		return err
 	}

@@ -158,7 +158,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  #%d%s %s\n", x.Rep, v, x.line())
 		late, first := "", "startup"
 		if r.Scenario == ScenarioRate {
-			late, first = fmt.Sprintf(", %d late", x.PubLate), "first commit after"
+			late, first = fmt.Sprintf(", %d late at the pending limit", x.PubLate), "first commit after"
 		}
 		stray := ""
 		if x.Stray != 0 {
@@ -170,6 +170,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "      published %d at %.0f/s (%d publishes retried%s), committed %d rows (missing %d, duplicate %d%s), elapsed %.3fs (%s %.3fs), CPU %.2fs, batches min/p50/p90/max %d/%d/%d/%d mean %.0f\n",
 			x.Published, x.PublishPS, x.PubRetried, late, x.Rows, x.Missing, x.Duplicate, stray, x.ElapsedS, first, x.StartupS, x.CPUSeconds,
 			x.Batches.Min, x.Batches.P50, x.Batches.P90, x.Batches.Max, x.Batches.Mean)
+		if l := x.SendLag; l != nil {
+			fmt.Fprintf(&b, "      publisher send lag (send - scheduled) p50 %.2f p99 %.2f max %.1f ms, %d of %d events sent over 1 ms late\n",
+				l.P50, l.P99, l.Max, l.Over1ms, l.Count)
+		}
 		if c := x.clamped(); c != "" {
 			fmt.Fprintf(&b, "      clamped into the histograms' range (1 µs..1 h): %s\n", c)
 		}
