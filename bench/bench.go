@@ -228,6 +228,10 @@ type Report struct {
 	LoadAvg  [2]float64 `json:"load1_before_after"`
 	Results  []Result   `json:"results"`
 	Summary  []Summary  `json:"summary"`
+	// FirstByRep is, with --compare, the engine that ran first in each
+	// repetition (index 0 is repetition 1). The order alternates, so with
+	// an odd Count one engine runs first once more than the other.
+	FirstByRep []string `json:"first_engine_by_rep,omitempty"`
 
 	// DupWindow is the streams' duplicate window ("server default" for 0).
 	DupWindow string `json:"duplicate_window"`
@@ -317,6 +321,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	b := &bencher{o: o, cfg: cfg, js: js, ackNC: ackNC, db: db, dir: dir, byCommitTS: track == "on", say: say, pgPID: pgPID,
 		id: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
 	for r := 0; r < o.Count; r++ {
+		if o.Compare {
+			rep.FirstByRep = append(rep.FirstByRep, runOrder(r, true)[0])
+		}
 		for _, v := range o.Variants {
 			res, err := b.repetition(ctx, r, v)
 			rep.Results = append(rep.Results, res...)
@@ -544,13 +551,7 @@ func (b *bencher) names() (stream, prefix string) {
 
 // repetition measures every engine once for variant v.
 func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result, error) {
-	engines := []string{EngineJetsink}
-	if b.o.Compare {
-		engines = append(engines, EngineBaseline)
-		if rep%2 == 1 { // alternate the order: neither always runs on a warmer machine
-			engines[0], engines[1] = engines[1], engines[0]
-		}
-	}
+	engines := runOrder(rep, b.o.Compare)
 	var results []Result
 	if b.o.Scenario == ScenarioDrain {
 		stream, prefix := b.names()
@@ -594,6 +595,21 @@ func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result,
 		b.say("  %s", res.line())
 	}
 	return results, nil
+}
+
+// runOrder is the order the engines run in repetition rep (from 0). With
+// compare it alternates, so that neither always runs on a warmer (or
+// busier) machine: jetsink first in the 1st, 3rd, ... repetition. An odd
+// count cannot balance it; the report says which ran first in each
+// (Report.FirstByRep). A random order would balance it only on average.
+func runOrder(rep int, compare bool) []string {
+	if !compare {
+		return []string{EngineJetsink}
+	}
+	if rep%2 == 1 {
+		return []string{EngineBaseline, EngineJetsink}
+	}
+	return []string{EngineJetsink, EngineBaseline}
 }
 
 // publishOptions completes o (the events or the rate) for a run on the

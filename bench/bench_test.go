@@ -121,6 +121,9 @@ func TestDrainCompareBaseline(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReport(t, rep, 2)
+	if len(rep.FirstByRep) != 1 || rep.FirstByRep[0] != rep.Results[0].Engine {
+		t.Errorf("first engine by repetition %v, but %s ran first", rep.FirstByRep, rep.Results[0].Engine)
+	}
 	if s := rep.Summary; s[0].Ratio.N != 1 || s[0].Ratio.Median <= 0 {
 		t.Errorf("no ratio to the baseline: %+v", s[0])
 	}
@@ -672,5 +675,41 @@ func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
 	}
 	if f.timeline != nil {
 		t.Errorf("timeline %+v without a window", f.timeline)
+	}
+}
+
+// With --compare the order alternates, jetsink first in the first
+// repetition; without, jetsink runs alone. The report says which ran first
+// in each repetition, and that an odd count is not balanced.
+func TestRunOrder(t *testing.T) {
+	for rep, want := range [][]string{{EngineJetsink, EngineBaseline}, {EngineBaseline, EngineJetsink}, {EngineJetsink, EngineBaseline}} {
+		if got := runOrder(rep, true); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("repetition %d: %v, want %v", rep+1, got, want)
+		}
+	}
+	if got := runOrder(1, false); len(got) != 1 || got[0] != EngineJetsink {
+		t.Errorf("without compare: %v", got)
+	}
+	for _, c := range []struct {
+		first []string
+		line  string
+	}{
+		{[]string{EngineJetsink, EngineBaseline, EngineJetsink},
+			"ran first (the order alternates per repetition): jetsink in 1, 3; baseline in 2 - not balanced: an odd --count runs one engine first once more\n"},
+		{[]string{EngineJetsink, EngineBaseline}, "ran first (the order alternates per repetition): jetsink in 1; baseline in 2\n"},
+		{[]string{EngineJetsink}, "ran first (the order alternates per repetition): jetsink in 1 - not balanced"},
+		{nil, ""},
+	} {
+		rep := &Report{Scenario: ScenarioDrain, FirstByRep: c.first}
+		var text, js bytes.Buffer
+		if err := rep.WriteText(&text); err != nil || c.line != "" && !strings.Contains(text.String(), c.line) ||
+			c.line == "" && strings.Contains(text.String(), "ran first") {
+			t.Errorf("first %v: text report (%v) without %q:\n%s", c.first, err, c.line, text.String())
+		}
+		if err := rep.WriteJSON(&js); err != nil || len(c.first) > 0 && !strings.Contains(js.String(), `"first_engine_by_rep": [
+    "`+strings.Join(c.first, "\",\n    \"")+`"
+  ]`) {
+			t.Errorf("first %v: JSON report (%v):\n%s", c.first, err, js.String())
+		}
 	}
 }

@@ -144,8 +144,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "scenario rate: %.0f events/s for %s over %d subjects (open loop); %s; %d CPUs; %s\n", r.Rate, r.Duration, r.Subjects, r.Target, r.CPUs, r.GoVer)
 	}
 	fmt.Fprintf(&b, "streams' duplicate window: %s\n", r.DupWindow)
-	fmt.Fprintf(&b, "load average (1 min) before %.2f, after %.2f\n\n", r.LoadAvg[0], r.LoadAvg[1])
-	fmt.Fprintln(&b, "per run:")
+	fmt.Fprintf(&b, "load average (1 min) before %.2f, after %.2f\n", r.LoadAvg[0], r.LoadAvg[1])
+	if o := r.orderLine(); o != "" {
+		fmt.Fprintln(&b, o)
+	}
+	fmt.Fprintln(&b, "\nper run:")
 	for _, x := range r.Results {
 		v := ""
 		if x.Variant != "" {
@@ -214,6 +217,32 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// orderLine says which engine ran first in each repetition of a
+// comparison: the order alternates, so an odd --count runs one engine
+// first once more than the other, and the line says so.
+func (r *Report) orderLine() string {
+	if len(r.FirstByRep) == 0 {
+		return ""
+	}
+	reps := map[string][]string{}
+	var engines []string
+	for i, e := range r.FirstByRep {
+		if _, ok := reps[e]; !ok {
+			engines = append(engines, e)
+		}
+		reps[e] = append(reps[e], fmt.Sprint(i+1))
+	}
+	var parts []string
+	for _, e := range engines {
+		parts = append(parts, fmt.Sprintf("%s in %s", e, strings.Join(reps[e], ", ")))
+	}
+	s := "ran first (the order alternates per repetition): " + strings.Join(parts, "; ")
+	if len(engines) == 1 || len(reps[engines[0]]) != len(reps[engines[1]]) {
+		s += " - not balanced: an odd --count runs one engine first once more"
+	}
+	return s
 }
 
 // clamped lists the distributions of x with values clamped into the
