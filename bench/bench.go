@@ -185,8 +185,11 @@ type Result struct {
 	// ack (rate runs), as runs before the bench watched acks measured it.
 	LatencyToCommit Percentiles  `json:"latency_to_commit,omitzero"`
 	Curve           []CurvePoint `json:"percentile_curve"`
-	Timeline        []TimePoint  `json:"timeline"`
-	Batches         Batches      `json:"batches"`
+	// Timeline is Latency per window of scheduled send time; rate runs
+	// only: a drain's latency is its commit time less the engine's start,
+	// which over time is the time axis itself.
+	Timeline []TimePoint `json:"timeline,omitempty"`
+	Batches  Batches     `json:"batches"`
 	// RSS is the engine's resident set (VmRSS) over the run, the most of
 	// each second from samples every 250 ms (rate scenario).
 	RSS []RSSPoint `json:"rss,omitempty"`
@@ -1022,6 +1025,9 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 	if b.o.Scenario == ScenarioRate && b.o.Duration < 20*time.Second {
 		window = max(b.o.Duration/20, 10*time.Millisecond)
 	}
+	if b.o.Scenario == ScenarioDrain {
+		window = 0 // a drain's latency is its commit time less the engine's start: over time, that is the time axis
+	}
 	f, err := measureTable(ctx, b.db, t.table, b.byCommitTS, window, acks, from, int64(res.Published))
 	if err != nil {
 		return fmt.Errorf("bench: measure %s: %w", t.table, err)
@@ -1073,8 +1079,8 @@ func (r Result) line() string {
 	if r.SteadyCPUPerEvent > 0 {
 		steady = fmt.Sprintf(" (%.2f steady)", r.SteadyCPUPerEvent)
 	}
-	s := fmt.Sprintf("%-8s %9.0f events/s  CPU %5.2f µs/event%s  RSS %5.1f MiB  latency p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms  batches %d (p50 %d rows)  redelivered %d  load %.2f",
-		r.Engine, r.EventsPerSec, r.CPUPerEvent, steady, float64(r.PeakRSS)/(1<<20), r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max,
+	s := fmt.Sprintf("%-8s %9.0f events/s  CPU %5.2f µs/event%s  RSS %5.1f MiB  latency p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f ms  batches %d (p50 %d rows)  redelivered %d  load %.2f",
+		r.Engine, r.EventsPerSec, r.CPUPerEvent, steady, float64(r.PeakRSS)/(1<<20), r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.P999, r.Latency.Max,
 		r.Batches.Count, r.Batches.P50, r.Redelivered, r.Load1)
 	if r.MachineCPUPerEvent > 0 {
 		rest := r.MachineCPUPerEvent - r.CPUPerEvent - r.BenchCPUPerEvent

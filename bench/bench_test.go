@@ -66,8 +66,8 @@ func checkReport(t *testing.T, rep *Report, engines int) {
 		for _, p := range r.Timeline {
 			inWindows += p.Count
 		}
-		if inWindows != r.Rows {
-			t.Errorf("%s: timeline holds %d rows, want %d", r.Engine, inWindows, r.Rows)
+		if want := map[string]int64{ScenarioRate: r.Rows}[rep.Scenario]; inWindows != want { // none for a drain
+			t.Errorf("%s: timeline holds %d rows, want %d", r.Engine, inWindows, want)
 		}
 		b := r.Batches
 		if b.Count == 0 || b.Min < 1 || b.Min > b.P50 || b.P50 > b.P90 || b.P90 > b.Max ||
@@ -88,9 +88,10 @@ func checkReport(t *testing.T, rep *Report, engines int) {
 	if err := rep.WriteJSON(&js); err != nil || !strings.Contains(js.String(), `"p99_9_ms"`) {
 		t.Errorf("JSON report: %v", err)
 	}
-	// Self-contained: two inline plots (three with the RSS of a rate run),
-	// nothing loaded from elsewhere.
-	plots := 2
+	// Self-contained: one inline plot for a drain (the percentiles), three
+	// for a rate run (and latency over time, RSS), nothing loaded from
+	// elsewhere.
+	plots := 1
 	if rep.Scenario == ScenarioRate {
 		plots = 3
 	}
@@ -205,7 +206,7 @@ func TestRateEmbedded(t *testing.T) {
 	var text bytes.Buffer
 	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), fmt.Sprintf("retried, %d late at the pending limit), committed", r.PubLate)) ||
 		!strings.Contains(text.String(), "(first commit after ") ||
-		!strings.Contains(text.String(), fmt.Sprintf("ms, %d of %d events sent over 1 ms late\n", r.SendLag.Over1ms, r.Published)) {
+		!strings.Contains(text.String(), fmt.Sprintf("events sent over 1 ms late\n      latency is from each event's scheduled send time to the first ack the bench saw\n")) {
 		t.Errorf("rate run's text report (%v) without the late events or the first commit:\n%s", err, text.String())
 	}
 	if r.LatencyFrom != "the first ack the bench saw" || r.LatencyAcked != r.Rows {
@@ -675,6 +676,79 @@ func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
 	}
 	if f.timeline != nil {
 		t.Errorf("timeline %+v without a window", f.timeline)
+	}
+}
+
+// The text report gives p50 to max in the runs and the summary, each
+// run's latency end, the send lag and clamped values where there are any;
+// the HTML titles its plots by the latency's end, and has no
+// latency-over-time plot for a drain.
+func TestReportWording(t *testing.T) {
+	lat := Percentiles{Count: 10, P50: 1, P90: 2, P99: 3, P999: 4, Max: 5}
+	res := func(engine string, rep int) Result {
+		return Result{Engine: engine, Rep: rep, Published: 10, Rows: 10, StreamLastSeq: 10, EventsPerSec: 100, Latency: lat,
+			LatencyFrom: "the first ack the bench saw", LatencyAcked: 10, Curve: []CurvePoint{{0, 1}, {100, 5}},
+			Timeline: []TimePoint{{T: 0, Count: 10, P50: 1, P99: 3, Max: 5}},
+			SendLag:  &SendLag{Percentiles: Percentiles{Count: 10, P50: 0.4, P99: 1.5, Max: 7}, Over1ms: 2}}
+	}
+	rep := &Report{Scenario: ScenarioRate, FirstByRep: []string{EngineJetsink, EngineBaseline, EngineJetsink}}
+	for i, first := range rep.FirstByRep {
+		second := map[string]string{EngineJetsink: EngineBaseline, EngineBaseline: EngineJetsink}[first]
+		rep.Results = append(rep.Results, res(first, i+1), res(second, i+1))
+	}
+	rep.Results[1].LatencyFrom, rep.Results[1].LatencyAcked = "the first ack the bench saw (9 of 10 rows; the rest pg_xact_commit_timestamp)", 9
+	rep.Results[2].Latency.BelowMin = 3
+	rep.Summary = summarize(rep.Results)
+	var text, js, page bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	got := text.String()
+	for _, want := range []string{
+		"latency p50 1.0 p90 2.0 p99 3.0 p99.9 4.0 max 5.0 ms",
+		"p50 ms 1.0 [1.0..1.0]  p90 ms 2.0 [2.0..2.0]  p99 ms 3.0",
+		"publisher send lag (send - scheduled) p50 0.40 p99 1.50 max 7.0 ms, 2 of 10 events sent over 1 ms late",
+		"to the first ack the bench saw (9 of 10 rows; the rest pg_xact_commit_timestamp)",
+		"clamped into the histograms' range (1 µs..1 h): latency 3 below 1 µs",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("text report without %q:\n%s", want, got)
+		}
+	}
+	if n := strings.Count(got, "latency is from"); n != len(rep.Results) {
+		t.Errorf("%d latency end points for %d runs:\n%s", n, len(rep.Results), got)
+	}
+	if n := strings.Count(got, "clamped into"); n != 1 {
+		t.Errorf("%d clamp lines, want the one run's:\n%s", n, got)
+	}
+	if err := rep.WriteJSON(&js); err != nil || !strings.Contains(js.String(), `"clamped_below_1us": 3`) || !strings.Contains(js.String(), `"sent_over_1ms_late": 2`) {
+		t.Errorf("JSON report (%v):\n%s", err, js.String())
+	}
+	if err := rep.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	h := page.String()
+	if strings.Contains(h, "publish-to-commit") || !strings.Contains(h, "baseline #1 (send-to-ack-or-commit) p99") ||
+		!strings.Contains(h, ">latency over time<") {
+		t.Errorf("rate HTML with runs of two latency ends: plots not titled by them:\n%s", h)
+	}
+	rep.Results = rep.Results[:1]
+	page.Reset()
+	if err := rep.WriteHTML(&page); err != nil || !strings.Contains(page.String(), ">send-to-ack latency over time<") ||
+		!strings.Contains(page.String(), ">send-to-ack latency by percentile<") {
+		t.Errorf("rate HTML (%v): plots not titled send-to-ack:\n%s", err, page.String())
+	}
+
+	drain := &Report{Scenario: ScenarioDrain, Results: []Result{res(EngineJetsink, 1)}}
+	drain.Results[0].LatencyFrom, drain.Results[0].Timeline, drain.Results[0].SendLag = "pg_xact_commit_timestamp, from the engine's start", nil, nil
+	page.Reset()
+	if err := drain.WriteHTML(&page); err != nil || strings.Count(page.String(), "<svg") != 1 ||
+		!strings.Contains(page.String(), "Not plotted for a drain") || !strings.Contains(page.String(), ">engine-start-to-commit latency by percentile<") {
+		t.Errorf("drain HTML (%v): want only the percentile plot, titled engine-start-to-commit, and why:\n%s", err, page.String())
+	}
+	text.Reset()
+	if err := drain.WriteText(&text); err != nil || strings.Contains(text.String(), "send lag") {
+		t.Errorf("drain text (%v) says a send lag:\n%s", err, text.String())
 	}
 }
 

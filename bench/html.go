@@ -100,12 +100,26 @@ func svgPlot(title, xLabel, yLabel string, ss []series, xTicks []float64, xTickL
 	return b.String()
 }
 
+// latencySpan says in a few words where x's latency starts and ends (its
+// LatencyFrom says it in full).
+func (r *Report) latencySpan(x Result) string {
+	switch {
+	case r.Scenario == ScenarioDrain:
+		return "engine-start-to-commit"
+	case x.LatencyAcked == x.Rows:
+		return "send-to-ack"
+	default:
+		return "send-to-ack-or-commit"
+	}
+}
+
 // nines maps a percentile to -log10(1-p/100), so 90, 99, 99.9 are evenly spaced.
 func nines(p float64) float64 { return -math.Log10(math.Max(1-p/100, 1e-6)) }
 
 // WriteHTML writes a self-contained HTML report: the summary, a
-// latency-over-time plot and a percentile plot per run (inline SVG, no
-// external assets).
+// latency-over-time plot (rate runs only) and a percentile plot with a line
+// per run (inline SVG, no external assets), titled by where the latency
+// ends (see latencySpan).
 func (r *Report) WriteHTML(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString(`<!doctype html><html><head><meta charset="utf-8"><title>jetsink bench</title>
@@ -123,31 +137,53 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		}
 		return n
 	}
+	// The plots are titled by where the latency runs, which differs by
+	// scenario and, in a rate run, by whether every row's ack was seen.
+	spans := map[string]bool{}
+	for _, x := range r.Results {
+		if x.Failed == "" {
+			spans[r.latencySpan(x)] = true
+		}
+	}
+	title := "latency"
+	if len(spans) == 1 {
+		for sp := range spans {
+			title = sp + " latency"
+		}
+	}
 	var overTime, curves []series
 	for _, x := range r.Results {
 		if x.Failed != "" {
 			continue
 		}
+		n := name(x)
+		if len(spans) > 1 {
+			n += " (" + r.latencySpan(x) + ")"
+		}
 		var p99 series
-		p99.name = name(x) + " p99"
-		mx := series{name: name(x) + " max"}
+		p99.name = n + " p99"
+		mx := series{name: n + " max"}
 		for _, t := range x.Timeline {
 			p99.xs, p99.ys = append(p99.xs, t.T), append(p99.ys, t.P99)
 			mx.xs, mx.ys = append(mx.xs, t.T), append(mx.ys, t.Max)
 		}
 		overTime = append(overTime, p99, mx)
-		c := series{name: name(x)}
+		c := series{name: n}
 		for _, p := range x.Curve {
 			c.xs, c.ys = append(c.xs, nines(p.Percentile)), append(c.ys, p.Ms)
 		}
 		curves = append(curves, c)
 	}
-	b.WriteString("<h2>Latency over time</h2>\n<p>Per window of scheduled send time: p99 and max of publish-to-commit latency.</p>\n")
-	b.WriteString(svgPlot("publish-to-commit latency over time", "seconds since the first scheduled send", "ms (log)", overTime, nil, nil, false))
+	if r.Scenario == ScenarioRate {
+		fmt.Fprintf(&b, "<h2>Latency over time</h2>\n<p>Per window of scheduled send time: p99 and max of %s.</p>\n", html.EscapeString(title))
+		b.WriteString(svgPlot(title+" over time", "seconds since the first scheduled send", "ms (log)", overTime, nil, nil, false))
+	} else {
+		b.WriteString("<h2>Latency over time</h2>\n<p>Not plotted for a drain: its events were all sent before the engine started, so each one's latency is its commit time less the engine's start, which over time is the time axis itself.</p>\n")
+	}
 	b.WriteString("\n<h2>Latency by percentile</h2>\n")
 	ticks := []float64{nines(0), nines(90), nines(99), nines(99.9), nines(99.99), nines(99.999)}
 	labels := map[float64]string{ticks[0]: "0", ticks[1]: "90", ticks[2]: "99", ticks[3]: "99.9", ticks[4]: "99.99", ticks[5]: "99.999"}
-	b.WriteString(svgPlot("publish-to-commit latency by percentile", "percentile", "ms (log)", curves, ticks,
+	b.WriteString(svgPlot(title+" by percentile", "percentile", "ms (log)", curves, ticks,
 		func(x float64) string { return labels[x] }, false))
 	var rss []series
 	for _, x := range r.Results {

@@ -49,6 +49,8 @@ type Summary struct {
 	// Result); N counts the runs that measured it.
 	SteadyCPUPerEvent Stat `json:"steady_cpu_us_per_event,omitzero"`
 	PeakRSSMiB        Stat `json:"peak_rss_mib"`
+	P50               Stat `json:"latency_p50_ms"`
+	P90               Stat `json:"latency_p90_ms"`
 	P99               Stat `json:"latency_p99_ms"`
 	P999              Stat `json:"latency_p99_9_ms"`
 	Max               Stat `json:"latency_max_ms"`
@@ -98,6 +100,8 @@ func summarize(rs []Result) []Summary {
 			EventsPerSec: col(func(r Result) float64 { return r.EventsPerSec }),
 			CPUPerEvent:  col(func(r Result) float64 { return r.CPUPerEvent }),
 			PeakRSSMiB:   col(func(r Result) float64 { return float64(r.PeakRSS) / (1 << 20) }),
+			P50:          col(func(r Result) float64 { return r.Latency.P50 }),
+			P90:          col(func(r Result) float64 { return r.Latency.P90 }),
 			P99:          col(func(r Result) float64 { return r.Latency.P99 }),
 			P999:         col(func(r Result) float64 { return r.Latency.P999 }),
 			Max:          col(func(r Result) float64 { return r.Latency.Max }),
@@ -177,20 +181,14 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "      publisher send lag (send - scheduled) p50 %.2f p99 %.2f max %.1f ms, %d of %d events sent over 1 ms late\n",
 				l.P50, l.P99, l.Max, l.Over1ms, l.Count)
 		}
+		if end, ok := strings.CutSuffix(x.LatencyFrom, ", from the engine's start"); ok {
+			fmt.Fprintf(&b, "      latency is from the engine's start (the events were preloaded) to each event's commit (%s)\n", end)
+		} else {
+			fmt.Fprintf(&b, "      latency is from each event's scheduled send time to %s\n", x.LatencyFrom)
+		}
 		if c := x.clamped(); c != "" {
 			fmt.Fprintf(&b, "      clamped into the histograms' range (1 µs..1 h): %s\n", c)
 		}
-	}
-	for _, x := range r.Results {
-		if x.Failed != "" {
-			continue
-		}
-		if end, ok := strings.CutSuffix(x.LatencyFrom, ", from the engine's start"); ok {
-			fmt.Fprintf(&b, "  latency is from the engine's start (the events were preloaded) to each event's commit (%s)\n", end)
-		} else {
-			fmt.Fprintf(&b, "  latency is from each event's scheduled send time to %s\n", x.LatencyFrom)
-		}
-		break
 	}
 	fmt.Fprintln(&b, "\nsummary (median [min..max] over repetitions):")
 	for _, s := range r.Summary {
@@ -198,9 +196,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		if s.Variant != "" {
 			name += " [" + s.Variant + "]"
 		}
-		fmt.Fprintf(&b, "  %-22s events/s %s  CPU µs/event %s  peak RSS MiB %s  p99 ms %s  p99.9 ms %s  max ms %s",
+		fmt.Fprintf(&b, "  %-22s events/s %s  CPU µs/event %s  peak RSS MiB %s  p50 ms %s  p90 ms %s  p99 ms %s  p99.9 ms %s  max ms %s",
 			name, fmtStat(s.EventsPerSec, 0), fmtStat(s.CPUPerEvent, 2), fmtStat(s.PeakRSSMiB, 1),
-			fmtStat(s.P99, 1), fmtStat(s.P999, 1), fmtStat(s.Max, 1))
+			fmtStat(s.P50, 1), fmtStat(s.P90, 1), fmtStat(s.P99, 1), fmtStat(s.P999, 1), fmtStat(s.Max, 1))
 		if s.SteadyCPUPerEvent.N > 0 {
 			fmt.Fprintf(&b, "  steady CPU µs/event %s", fmtStat(s.SteadyCPUPerEvent, 2))
 		}
