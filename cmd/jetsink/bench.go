@@ -49,8 +49,11 @@ time and peak RSS are its own. Latency runs from each event's scheduled send
 time (no coordinated omission) to the first ack the bench sees for it, after
 its transaction's commit and the commit's WAL flush (rate; the commit
 timestamp is reported beside it), or from the engine's start to the commit
-(drain, whose events were sent before). A lost event, or a duplicate row in
-exactly-once mode, makes the exit status non-zero.
+(drain, whose events were sent before). A rate run also reports the
+publisher's send lag (each event's send minus its scheduled time). A lost
+event (a published sequence with no row), a row of a sequence not
+published, or a duplicate row in exactly-once mode, makes the exit status
+non-zero.
 
 --compare baseline runs the straightforward consumer on the same preloaded
 data in the same run and prints the ratio. --stream and --table are ignored:

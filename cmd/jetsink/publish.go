@@ -36,7 +36,11 @@ Either --events N (as fast as JetStream acknowledges), or --rate R --duration D
 (open loop: event i is due at start + i/R whatever happened before, so a slow
 system does not lower the offered load, except that the publisher pauses
 while --max-pending publishes are unacknowledged; the events due meanwhile go
-out late, counted as "late" in the summary). A stream must capture the
+out late, counted as "late" in the summary). The open loop also prints each
+event's send lag (its send minus its due time, whatever the cause: a paused
+or descheduled publisher too) and how many went out over 1 ms late; it
+sleeps at least 1 ms at a time and then sends what is due, so up to about
+1 ms is by design. A stream must capture the
 subjects. The server, credentials and TLS settings come from the nats:
 section (--config, JETSINK_NATS_*, --set, --nats-url), as for jetsink run.
 
@@ -132,6 +136,11 @@ telemetry.sample_ratio.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "published %d events in %v (%.0f/s); acked %d, duplicate %d, retried %d, failed %d%s; run %d\n",
 				res.Sent, res.Elapsed.Round(time.Millisecond), float64(res.Sent)/res.Elapsed.Seconds(), res.Acked, res.Duplicate,
 				res.Retried, res.Failed, late, o.Run)
+			if l := res.SendLag; l != nil && l.TotalCount() > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "send lag (send - due) p50 %.2f p99 %.2f max %.1f ms; %d of %d sent over 1 ms late\n",
+					float64(l.ValueAtQuantile(50))/1000, float64(l.ValueAtQuantile(99))/1000, float64(res.SendLagMax)/float64(time.Millisecond),
+					res.SentOver1ms, l.TotalCount())
+			}
 			return err
 		},
 	}

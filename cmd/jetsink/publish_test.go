@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -85,9 +86,10 @@ func TestPublishCmdWarnsAndCountsDuplicates(t *testing.T) {
 	if n := st.CachedInfo().State.Msgs; n != 50 {
 		t.Fatalf("stream holds %d messages, want 50", n)
 	}
-	// The open loop reports its late events.
+	// The open loop reports its late events and its send lag.
 	stdout, stderr, err = runPublish(t, ctx, "--nats-url", ns.URL(), "--subject", "pc", "--rate", "100", "--duration", "100ms", "--ack-wait", "1s", "-q")
-	if err != nil || !strings.Contains(stdout, "acked 10, duplicate 0, retried 0, failed 0, late 0;") || stderr != "" {
+	if err != nil || !strings.Contains(stdout, "acked 10, duplicate 0, retried 0, failed 0, late 0;") ||
+		!regexp.MustCompile(`\nsend lag \(send - due\) p50 [0-9.]+ p99 [0-9.]+ max [0-9.]+ ms; [0-9]+ of 10 sent over 1 ms late\n$`).MatchString(stdout) || stderr != "" {
 		t.Fatalf("open loop: %v\n%s%s", err, stdout, stderr)
 	}
 }
