@@ -747,7 +747,26 @@ func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uin
 	defer tick.Stop()
 	w := newSteadyWindow(first)
 	pid := c.cmd.Process.Pid
+	// The first poll at once, not a tick later: an engine that has
+	// delivered within the first tick would leave a drain's window
+	// without its first mark.
 	for {
+		info, err := b.js.Consumer(ctx, t.stream, t.consumer)
+		if err != nil { // not created yet: nothing delivered
+			m, _ := cpuNow(pid)
+			w.poll(m)
+		} else {
+			ci := info.CachedInfo()
+			m, ok := cpuNow(pid)
+			m.delivered = ci.Delivered.Stream
+			if ci.AckFloor.Stream >= lastSeq && ci.NumPending == 0 && ci.NumAckPending == 0 {
+				if !ok {
+					return ci, 0, nil
+				}
+				return ci, steadyCPU(w.first, m), nil
+			}
+			w.poll(m)
+		}
 		select {
 		case <-ctx.Done():
 			if parent.Err() != nil {
@@ -758,22 +777,6 @@ func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uin
 			return nil, 0, fmt.Errorf("bench: %s exited early (%v):\n%s", t.engine, c.err, c.out.String())
 		case <-tick.C:
 		}
-		info, err := b.js.Consumer(ctx, t.stream, t.consumer)
-		if err != nil { // not created yet: nothing delivered
-			m, _ := cpuNow(pid)
-			w.poll(m)
-			continue
-		}
-		ci := info.CachedInfo()
-		m, ok := cpuNow(pid)
-		m.delivered = ci.Delivered.Stream
-		if ci.AckFloor.Stream >= lastSeq && ci.NumPending == 0 && ci.NumAckPending == 0 {
-			if !ok {
-				return ci, 0, nil
-			}
-			return ci, steadyCPU(w.first, m), nil
-		}
-		w.poll(m)
 	}
 }
 

@@ -118,7 +118,7 @@ type Batches struct {
 // tableFacts is what the table says about one run.
 type tableFacts struct {
 	rows               int64
-	duplicates         int64     // rows whose stream_seq another row has too
+	duplicates         int64     // rows beyond the first of each stream_seq (count - count(DISTINCT); NULLs not counted)
 	seqsStored         int64     // distinct stream_seq from 1 to the published count
 	stray              int64     // rows whose stream_seq is not one of those (or NULL)
 	first, last        time.Time // first and last commit

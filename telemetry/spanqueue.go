@@ -105,7 +105,7 @@ func (q *spanQueue) dropped() {
 		return
 	}
 	q.logger().LogAttrs(context.Background(), slog.LevelWarn,
-		"spans dropped: the export queue is full (the collector takes spans more slowly than jetsink makes them; lower telemetry.sample_ratio or raise OTEL_BSP_MAX_QUEUE_SIZE)",
+		"spans dropped: the export queue is full (the collector takes spans more slowly than jetsink makes them; sample fewer: telemetry.sample_ratio, or OTEL_TRACES_SAMPLER_ARG where OTEL_TRACES_SAMPLER is set; or raise OTEL_BSP_MAX_QUEUE_SIZE)",
 		slog.Uint64("dropped_total", n), slog.Int64("queue", q.room))
 }
 
