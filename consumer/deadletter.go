@@ -205,11 +205,17 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, m *nats.Msg) (*jetstre
 	return ack, err
 }
 
-// publishOnce is one publish of m, bounded by deadLetterTimeout.
+// publishOnce is one publish of m, bounded by deadLetterTimeout, that
+// nats.go does not retry: by default it sends a publish that finds no
+// stream (no responders) twice more, 250 ms apart, so that with a 500 ms
+// deadline it ended in context.DeadlineExceeded, not
+// jetstream.ErrNoStreamResponse: the deleted stream was not re-created,
+// and the breaker opened as if nobody had answered. Without the retries it
+// is a refusal, at once; its event is nak'ed, or the stream re-created.
 func (c *Consumer) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
 	pctx, cancel := context.WithTimeout(ctx, c.deadLetterTimeout())
 	defer cancel()
-	return c.js.PublishMsg(pctx, m)
+	return c.js.PublishMsg(pctx, m, jetstream.WithRetryAttempts(0))
 }
 
 // recreateDeadLetterStream makes the dead-letter stream again

@@ -668,6 +668,56 @@ func TestDeadLetterRecreatesDeletedStream(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// With a short ack_wait (at most 4 s: a dead-letter publish may take
+// 500 ms) a deleted dead-letter stream is re-created too: the publish that
+// finds no stream is refused at once. nats.go retried it twice, 250 ms
+// apart, so it timed out instead: the stream stayed deleted, and the
+// breaker opened as if the stream did not answer.
+func TestDeadLetterRecreatesDeletedStreamShortAckWait(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv) // create_stream: true
+	cfg.AckWait = 2 * time.Second
+	c := newConsumer(t, ctx, cfg)
+	if d := c.deadLetterTimeout(); d != 500*time.Millisecond {
+		t.Fatalf("deadLetterTimeout = %s, want 500ms", d)
+	}
+	js := jsFor(t, srv)
+	dlqName := cfg.Stream + "_DLQ"
+	if err := js.DeleteStream(ctx, dlqName); err != nil {
+		t.Fatalf("delete the dead-letter stream New made: %v", err)
+	}
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+	if err := c.DeadLetter(ctx, &ev, dl); err != nil {
+		t.Fatalf("DeadLetter with the dead-letter stream deleted: %v", err)
+	}
+	dlq, err := js.Stream(ctx, dlqName)
+	if err != nil {
+		t.Fatalf("dead-letter stream not re-created: %v", err)
+	}
+	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("re-created dead-letter stream: %+v, %v; want 1 message", info, err)
+	}
+	c.dlBreaker.mu.Lock()
+	open := c.dlBreaker.open
+	c.dlBreaker.mu.Unlock()
+	if open {
+		t.Fatal("the breaker opened on a dead letter that found no stream")
+	}
+	if st := c.Stats(); st.DeadLettered != 1 || st.DeadLetterFailed != 0 {
+		t.Fatalf("Stats = %+v, want 1 dead-lettered, none failed", st)
+	}
+	waitFor(t, ctx, "the term", func() bool {
+		lag, err := c.Lag(ctx)
+		return err == nil && lag.AckFloor == 1 && lag.NumAckPending == 0
+	})
+	r.stopClean(t, ctx)
+}
+
 // One event's dead letters are stored once only within the dead-letter
 // stream's duplicate window of the first (README, "Failures and dead
 // letters"): a delivery dead-lettered after it (its term lost, it came
