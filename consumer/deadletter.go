@@ -152,9 +152,10 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 }
 
 // errDeadLetterUnanswered is wrapped by DeadLetter when it did not
-// publish at all: the breaker is open (see publishDeadLetter).
-var errDeadLetterUnanswered = errors.New("the dead-letter stream did not answer an earlier publish; " +
-	"not publishing until a probe is answered")
+// publish at all: the breaker is open (see publishDeadLetter). The error
+// also says what the last publish counted by the breaker got (dlBreaker's
+// admit): no answer, or a probe's refusal such as no stream.
+var errDeadLetterUnanswered = errors.New("not published: a dead-letter publish got no answer, and no probe has been stored since")
 
 // dlProbeEvery is how often, at most, an open breaker lets one dead letter
 // through as a probe.
@@ -177,9 +178,9 @@ const dlRecreateEvery = 5 * time.Second
 // the dead-letter stream, at most every dlRecreateEvery, and is sent once
 // more.
 func (c *Consumer) publishDeadLetter(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
-	probe, ok := c.dlBreaker.admit(time.Now())
-	if !ok {
-		return nil, errDeadLetterUnanswered
+	probe, err := c.dlBreaker.admit(time.Now())
+	if err != nil {
+		return nil, err
 	}
 	ack, err := c.publishOnce(ctx, m)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) && c.cfg.CreateStream && c.recreateDeadLetterStream(ctx) {
@@ -194,7 +195,7 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, m *nats.Msg) (*jetstre
 	default:
 		outcome = dlRefused
 	}
-	switch c.dlBreaker.done(time.Now(), probe, outcome) {
+	switch c.dlBreaker.done(time.Now(), probe, outcome, err) {
 	case breakerOpened:
 		c.log.Error("the dead-letter stream did not answer a publish: dead letters fail at once (their events are nak'ed) "+
 			"until a probe, one every "+dlProbeEvery.String()+" at most, is answered",
@@ -267,21 +268,27 @@ type dlBreaker struct {
 	open    bool
 	probing bool      // a probe is on its way
 	next    time.Time // no probe before
+	last    error     // open: the last unanswered publish's, or refused probe's, error
 }
 
-// admit reports whether a publish may go now, and whether it is the
-// open breaker's probe.
-func (b *dlBreaker) admit(now time.Time) (probe, ok bool) {
+// admit reports whether it is the open breaker's probe, or, when a
+// publish may not go now, an error wrapping errDeadLetterUnanswered that
+// gives the last error recorded (not wrapped: this call did not get it,
+// and a context error of its own would read as the caller's end).
+func (b *dlBreaker) admit(now time.Time) (probe bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.open {
-		return false, true
+		return false, nil
 	}
 	if b.probing || now.Before(b.next) {
-		return false, false
+		if b.last == nil {
+			return false, errDeadLetterUnanswered
+		}
+		return false, fmt.Errorf("%w (the last: %s)", errDeadLetterUnanswered, b.last.Error())
 	}
 	b.probing = true
-	return true, true
+	return true, nil
 }
 
 // probeDue reports whether admit would let a probe go now (tests).
@@ -291,8 +298,9 @@ func (b *dlBreaker) probeDue(now time.Time) bool {
 	return b.open && !b.probing && !now.Before(b.next)
 }
 
-// done records a publish's outcome (probe: admit said it was the probe).
-func (b *dlBreaker) done(now time.Time, probe bool, o dlOutcome) breakerChange {
+// done records a publish's outcome and error (probe: admit said it was
+// the probe).
+func (b *dlBreaker) done(now time.Time, probe bool, o dlOutcome, err error) breakerChange {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if probe {
@@ -301,11 +309,12 @@ func (b *dlBreaker) done(now time.Time, probe bool, o dlOutcome) breakerChange {
 	switch o {
 	case dlAnswered:
 		if b.open {
-			b.open = false
+			b.open, b.last = false, nil
 			return breakerClosed
 		}
 	case dlUnanswered:
 		b.next = now.Add(dlProbeEvery)
+		b.last = err
 		if !b.open {
 			b.open = true
 			return breakerOpened
@@ -313,6 +322,7 @@ func (b *dlBreaker) done(now time.Time, probe bool, o dlOutcome) breakerChange {
 	case dlRefused:
 		if probe {
 			b.next = now.Add(dlProbeEvery)
+			b.last = err
 		}
 	}
 	return breakerSame

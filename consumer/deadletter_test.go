@@ -510,8 +510,8 @@ func TestDeadLetterBreakerFailsFastUntilAProbeIsAnswered(t *testing.T) {
 	if took := time.Since(began); took > timeout/4 {
 		t.Fatalf("the dead letter after a timed-out one took %s, want it to fail at once", took)
 	}
-	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, errDeadLetterUnanswered) {
-		t.Fatalf("DeadLetter with the breaker open = %v, want ErrDeadLetter wrapping errDeadLetterUnanswered", err)
+	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, errDeadLetterUnanswered) || !strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
+		t.Fatalf("DeadLetter with the breaker open = %v, want ErrDeadLetter wrapping errDeadLetterUnanswered, saying the last publish timed out", err)
 	}
 
 	// One probe at a time: while it waits for its answer, the others fail
@@ -571,37 +571,54 @@ func TestDeadLetterBreakerFailsFastUntilAProbeIsAnswered(t *testing.T) {
 }
 
 // The breaker on its own: a refusal neither opens nor closes it, a probe
-// that is refused waits dlProbeEvery like one that times out.
+// that is refused waits dlProbeEvery like one that times out, and a
+// publish it holds back fails with the last error it recorded: the
+// timeout that opened it, then a probe's refusal.
 func TestDeadLetterBreakerStates(t *testing.T) {
 	var b dlBreaker
 	t0 := time.Unix(1000, 0)
+	timedOut := context.DeadlineExceeded
+	refused := jetstream.ErrNoStreamResponse
 	admit := func(at time.Duration, wantProbe, wantOK bool) bool {
 		t.Helper()
-		probe, ok := b.admit(t0.Add(at))
-		if probe != wantProbe || ok != wantOK {
-			t.Fatalf("admit at %s = probe %v, ok %v; want %v, %v", at, probe, ok, wantProbe, wantOK)
+		probe, err := b.admit(t0.Add(at))
+		if probe != wantProbe || (err == nil) != wantOK || err != nil && !errors.Is(err, errDeadLetterUnanswered) {
+			t.Fatalf("admit at %s = probe %v, %v; want %v, ok %v", at, probe, err, wantProbe, wantOK)
 		}
 		return probe
 	}
-	done := func(at time.Duration, probe bool, o dlOutcome, want breakerChange) {
+	heldBack := func(at time.Duration, last error) {
 		t.Helper()
-		if got := b.done(t0.Add(at), probe, o); got != want {
+		_, err := b.admit(t0.Add(at))
+		if !errors.Is(err, errDeadLetterUnanswered) || !strings.Contains(err.Error(), last.Error()) {
+			t.Fatalf("admit at %s = %v, want errDeadLetterUnanswered saying %q", at, err, last)
+		}
+		if errors.Is(err, last) {
+			t.Fatalf("admit at %s = %v wraps %v, which this call did not get", at, err, last)
+		}
+	}
+	done := func(at time.Duration, probe bool, o dlOutcome, err error, want breakerChange) {
+		t.Helper()
+		if got := b.done(t0.Add(at), probe, o, err); got != want {
 			t.Fatalf("done(%v, %d) at %s = %d, want %d", probe, o, at, got, want)
 		}
 	}
 	admit(0, false, true)
-	done(0, false, dlRefused, breakerSame) // refused: still closed
+	done(0, false, dlRefused, refused, breakerSame) // refused: still closed
 	admit(0, false, true)
-	done(time.Second, false, dlUnanswered, breakerOpened)
+	done(time.Second, false, dlUnanswered, timedOut, breakerOpened)
 	admit(time.Second+dlProbeEvery/2, false, false) // fails fast
+	heldBack(time.Second+dlProbeEvery/2, timedOut)
 	p := admit(time.Second+dlProbeEvery, true, true)
 	admit(time.Second+dlProbeEvery, false, false) // one probe at a time
-	done(3*time.Second, p, dlRefused, breakerSame)
+	done(3*time.Second, p, dlRefused, refused, breakerSame)
 	admit(3*time.Second+dlProbeEvery/2, false, false) // a refused probe waits too
+	heldBack(3*time.Second+dlProbeEvery/2, refused)   // and says why
 	p = admit(3*time.Second+dlProbeEvery, true, true)
-	done(5*time.Second, p, dlUnanswered, breakerSame)
+	done(5*time.Second, p, dlUnanswered, timedOut, breakerSame)
+	heldBack(5*time.Second, timedOut)
 	p = admit(5*time.Second+dlProbeEvery, true, true)
-	done(5*time.Second+dlProbeEvery, p, dlAnswered, breakerClosed)
+	done(5*time.Second+dlProbeEvery, p, dlAnswered, nil, breakerClosed)
 	admit(5*time.Second+dlProbeEvery, false, true)
 	admit(5*time.Second+dlProbeEvery, false, true)
 }
