@@ -77,9 +77,11 @@ type Consumer struct {
 
 	// dlBreaker fails dead letters fast while the dead-letter stream does
 	// not answer; dlRecreated is when DeadLetter last re-created that
-	// stream (Unix ns; see publishDeadLetter).
+	// stream (Unix ns; see publishDeadLetter); dlHeldLog bounds the log
+	// lines of the dead letters the open breaker holds back.
 	dlBreaker   dlBreaker
 	dlRecreated atomic.Int64
+	dlHeldLog   logEvery
 
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration

@@ -62,7 +62,8 @@ const (
 // less if ctx ends first. One that gets no answer in that time opens a
 // breaker: until a probe publish (one at a time, at most every second)
 // gets a PubAck, DeadLetter publishes nothing and fails at once, as a
-// failed publish does. A publish that finds no stream, with
+// failed publish does, and logs such failures at most once a second
+// (logFailedDeadLetter). A publish that finds no stream, with
 // nats.create_stream set, re-creates the dead-letter stream (at most every
 // 5 s) and is sent once more. If it fails, the original is nak'ed with a delay
 // growing with its delivery count (unless its stream was replaced since,
@@ -94,12 +95,12 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 		if !c.epochs.IfCurrent(ev.Epoch, func() { nerr = ev.Msg.NakWithDelay(delay) }) {
 			// Its stream was replaced: a nak would send the new stream's
 			// event with the same sequence back while it may be in flight.
-			c.log.Error("dead-letter publish failed; the event is not nak'ed, its stream was re-created since",
+			c.logFailedDeadLetter(err, "dead-letter publish failed; the event is not nak'ed, its stream was re-created since",
 				"subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
 				"dead_letter_subject", c.cfg.DeadLetterSubject, "err", err)
 			return fmt.Errorf("%w: publish to %s: %w; not nak'ed: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err, pipeline.ErrStaleEpoch)
 		}
-		c.log.Error("dead-letter publish failed; event nak'ed for redelivery", "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
+		c.logFailedDeadLetter(err, "dead-letter publish failed; event nak'ed for redelivery", "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
 			"dead_letter_subject", c.cfg.DeadLetterSubject, "retry_in", delay, "err", err)
 		if nerr != nil {
 			return fmt.Errorf("%w: publish to %s: %w (nak: %w)", ErrDeadLetter, c.cfg.DeadLetterSubject, err, nerr)
@@ -149,6 +150,44 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 			"is stored again only if that is after the dead-letter stream's duplicate window", "stream_seq", ev.StreamSeq, "err", err)
 	}
 	return nil
+}
+
+// logFailedDeadLetter logs a failed dead letter at Error, but one that the
+// open breaker held back (err wraps errDeadLetterUnanswered) at most once
+// every dlProbeEvery, with held_back, the number not logged since the last
+// such line: each fails in microseconds, and a run of poison events would
+// log thousands a second. Stats.DeadLetterFailed counts them all.
+func (c *Consumer) logFailedDeadLetter(err error, msg string, args ...any) {
+	if errors.Is(err, errDeadLetterUnanswered) {
+		held, ok := c.dlHeldLog.allow(time.Now(), dlProbeEvery)
+		if !ok {
+			return
+		}
+		args = append(args, "held_back", held)
+	}
+	c.log.Error(msg, args...)
+}
+
+// logEvery lets a log line through at most once per interval and counts
+// the ones it holds back. Safe for concurrent use.
+type logEvery struct {
+	mu   sync.Mutex
+	next time.Time // no line before
+	held int       // lines held back since the last one let through
+}
+
+// allow reports whether a line may be logged at now, and if so how many
+// were held back before it.
+func (l *logEvery) allow(now time.Time, every time.Duration) (held int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Before(l.next) {
+		l.held++
+		return 0, false
+	}
+	held, l.held = l.held, 0
+	l.next = now.Add(every)
+	return held, true
 }
 
 // errDeadLetterUnanswered is wrapped by DeadLetter when it did not

@@ -623,6 +623,71 @@ func TestDeadLetterBreakerStates(t *testing.T) {
 	admit(5*time.Second+dlProbeEvery, false, true)
 }
 
+// While the breaker is open each dead letter fails in microseconds: they
+// are all counted, but logged at most once every dlProbeEvery, each line
+// with the number held back since the last (a run of poison events would
+// log thousands of lines a second).
+func TestDeadLetterBreakerOpenLogsBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	var buf syncBuffer
+	c, err := New(ctx, cfg, testLogger(t, &buf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c.dlBreaker.mu.Lock()
+	c.dlBreaker.open, c.dlBreaker.next, c.dlBreaker.last = true, time.Now().Add(time.Hour), context.DeadlineExceeded
+	c.dlBreaker.mu.Unlock()
+
+	ev := pipeline.Event{Msg: &fakeMsg{}, Stream: cfg.Stream, StreamSeq: 1, Delivered: 1, Epoch: c.epochs.Current()}
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+	const n = 2000
+	began := time.Now()
+	deadLetter := func() {
+		t.Helper()
+		if err := c.DeadLetter(ctx, &ev, dl); !errors.Is(err, errDeadLetterUnanswered) {
+			t.Fatalf("DeadLetter with the breaker open = %v, want errDeadLetterUnanswered", err)
+		}
+	}
+	for range n {
+		deadLetter()
+	}
+	took := time.Since(began)
+	const line = "dead-letter publish failed"
+	lines := strings.Count(buf.String(), line)
+	if most := 1 + int(took/dlProbeEvery); lines < 1 || lines > most {
+		t.Fatalf("%d dead letters held back in %s logged %d lines, want 1 to %d:\n%s", n, took, lines, most, buf.String())
+	}
+	// One more, a dlProbeEvery later, is logged with the count held back.
+	waitFor(t, ctx, "dlProbeEvery to pass", func() bool { return time.Since(began.Add(took)) > dlProbeEvery })
+	deadLetter()
+	held, logged := 0, 0
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if !strings.Contains(l, line) {
+			continue
+		}
+		logged++
+		_, v, ok := strings.Cut(l, "held_back=")
+		if !ok {
+			t.Fatalf("no held_back in %q", l)
+		}
+		k, err := strconv.Atoi(strings.Fields(v)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		held += k
+	}
+	if logged != lines+1 || logged+held != n+1 {
+		t.Fatalf("%d lines with %d held back, want %d lines and all %d dead letters accounted for:\n%s", logged, held, lines+1, n+1, buf.String())
+	}
+	if st := c.Stats(); st.DeadLetterFailed != n+1 {
+		t.Fatalf("DeadLetterFailed = %d, want %d", st.DeadLetterFailed, n+1)
+	}
+}
+
 // With create_stream, a dead-letter stream deleted while jetsink runs is
 // made again by the dead letter that finds it gone, which is then sent
 // once more and stored; at most every dlRecreateEvery: a dead letter that
