@@ -138,11 +138,16 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	} else if err != nil {
 		return nil, fmt.Errorf("look up the stream of nats.dead_letter_subject: %w", err)
 	} else {
-		dlq, err := js.Stream(ctx, dlqName)
-		if err != nil {
-			return nil, fmt.Errorf("look up dead-letter stream %s: %w", dlqName, err)
+		// Its settings need STREAM.INFO on it, which an account that
+		// may only publish dead letters lacks: run only warns of that too
+		// (warnDeadLetterStream), so it is no reason to fail check.
+		if dlq, err := js.Stream(ctx, dlqName); err != nil {
+			problems = append(problems, Problem{Warning: true,
+				Message: fmt.Sprintf("could not read the settings of dead-letter stream %s, so they are not checked: %v", dlqName, err),
+				Fix:     fmt.Sprintf("allow $JS.API.STREAM.INFO.%s to have them checked", dlqName)})
+		} else {
+			problems = append(problems, deadLetterStreamProblems(&dlq.CachedInfo().Config, cfg.AckWait)...)
 		}
-		problems = append(problems, deadLetterStreamProblems(&dlq.CachedInfo().Config, cfg.AckWait)...)
 	}
 	return problems, nil
 }

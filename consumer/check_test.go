@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -280,5 +282,72 @@ func TestCheckPullBytesAndFilter(t *testing.T) {
 	c.PullMaxBytes = 1000
 	if got := errorsOf(c); !strings.Contains(got, "nats.pull_max_bytes (1000) is below the server's max_payload") {
 		t.Errorf("pull_max_bytes 1000: errors %q", got)
+	}
+}
+
+// An account that may not read the dead-letter stream's settings (no
+// STREAM.INFO on it: here a publish permission denied) gets a warning that
+// they are not checked, not a failed check: run only warns of it too.
+func TestCheckDeadLetterStreamSettingsUnreadable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const pass = "check-secret"
+	name := uniqueName(t)
+	dlqName := name + "_DLQ"
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), ServerName: "check-perms",
+		Users: []*server.User{
+			{Username: "admin", Password: pass},
+			{Username: "check", Password: pass, Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.INFO." + dlqName}},
+			}},
+		}}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("nats-server: %v", err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("admin", pass))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.URL = srv.ClientURL()
+	cfg.User, cfg.Password = "check", pass
+	cfg.Stream, cfg.Subjects, cfg.Consumer = name, []string{"in." + name + ".>"}, "c_"+name
+	cfg.DeadLetterSubject = "dlq." + name
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: dlqName, Subjects: []string{cfg.DeadLetterSubject}}); err != nil {
+		t.Fatal(err)
+	}
+	// The denied request gets no answer: it ends with this context.
+	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+	defer ccancel()
+	ps, err := Check(cctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatalf("Check without STREAM.INFO on the dead-letter stream: %v", err)
+	}
+	var found bool
+	for _, p := range ps {
+		if !p.Warning {
+			t.Errorf("check found an error: %s", p)
+		}
+		if strings.Contains(p.Message, "could not read the settings of dead-letter stream "+dlqName) && p.Fix != "" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("check's problems:\n%s\nwant a warning that %s's settings are not checked", problemsText(ps), dlqName)
 	}
 }
