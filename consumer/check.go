@@ -157,7 +157,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 // nobody has seen (max_age; a limit with discard old; interest or
 // work-queue retention), never answers a publish (no_ack), or stores the
 // dead letter of an event that comes back after nats.ack_wait twice (a
-// duplicate window shorter than ackWait). Check reports them; New (and
+// duplicate window below deadLetterDuplicates(ackWait)). Check reports them; New (and
 // Run, when it makes the streams again) logs them. Warnings all: jetsink
 // runs, but letters may go.
 func deadLetterStreamProblems(sc *jetstream.StreamConfig, ackWait time.Duration) []Problem {
@@ -200,12 +200,23 @@ func deadLetterStreamProblems(sc *jetstream.StreamConfig, ackWait time.Duration)
 		warn("has no_ack set: it answers no publish, so every dead letter times out and its event is nak'ed again and again",
 			"set its no_ack to false")
 	}
-	if sc.Duplicates < ackWait {
-		warn(fmt.Sprintf("has a duplicate_window of %s, shorter than nats.ack_wait %s: the dead letter of a poison event that comes back "+
-			"after ack_wait (its term lost) is stored twice", sc.Duplicates, ackWait),
-			fmt.Sprintf("set its duplicate_window to %s (twice nats.ack_wait) or more", 2*ackWait))
+	if want := deadLetterDuplicates(ackWait); sc.Duplicates < want {
+		warn(fmt.Sprintf("has a duplicate_window of %s, less than twice nats.ack_wait %s: the dead letter of a poison event that comes back "+
+			"(its term lost) is published again ack_wait plus its wait in jetsink after the first, and may then be stored twice", sc.Duplicates, ackWait),
+			fmt.Sprintf("set its duplicate_window to %s (twice nats.ack_wait) or more", want))
 	}
 	return problems
+}
+
+// deadLetterDuplicates is the least duplicate window of a dead-letter
+// stream: twice ackWait. The dead letter of an event that comes back, its
+// term lost, is published ack_wait after the first and then as long again
+// as the event waits in jetsink (its ring, the sink's batch) before it is
+// dead-lettered, which the second ack_wait allows for. jetsink makes
+// <stream>_DLQ with this window, or the server's default 2 minutes when
+// that is longer (deadLetterStreamConfig).
+func deadLetterDuplicates(ackWait time.Duration) time.Duration {
+	return 2 * ackWait
 }
 
 // subjectsOverlap reports whether some subject matches both NATS subject

@@ -148,8 +148,11 @@ func TestCheckDeadLetterStreamSettings(t *testing.T) {
 		{"interest", jetstream.StreamConfig{Retention: jetstream.InterestPolicy}, "has interest retention"},
 		{"work queue", jetstream.StreamConfig{Retention: jetstream.WorkQueuePolicy}, "has work-queue retention"},
 		{"no_ack", jetstream.StreamConfig{NoAck: true}, "has no_ack set"},
-		{"duplicate window", jetstream.StreamConfig{Duplicates: 10 * time.Second}, "has a duplicate_window of 10s, shorter than nats.ack_wait 30s"},
-		{"duplicate window = ack_wait", jetstream.StreamConfig{Duplicates: 30 * time.Second}, ""},
+		{"duplicate window", jetstream.StreamConfig{Duplicates: 10 * time.Second}, "has a duplicate_window of 10s, less than twice nats.ack_wait 30s"},
+		// A copy redelivered after ack_wait is dead-lettered after its
+		// wait in jetsink too: ack_wait alone is not enough.
+		{"duplicate window = ack_wait", jetstream.StreamConfig{Duplicates: 30 * time.Second}, "has a duplicate_window of 30s, less than twice"},
+		{"duplicate window = 2x ack_wait", jetstream.StreamConfig{Duplicates: time.Minute}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := tc.sc

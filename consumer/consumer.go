@@ -434,7 +434,7 @@ func (c *Consumer) deadLetterStreamConfig(ctx context.Context) jetstream.StreamC
 		Storage:    jetstream.FileStorage,
 		Retention:  jetstream.LimitsPolicy,
 		Discard:    jetstream.DiscardOld,
-		Duplicates: max(2*cfg.AckWait, 2*time.Minute),
+		Duplicates: max(deadLetterDuplicates(cfg.AckWait), 2*time.Minute),
 	}
 	if s, err := c.js.Stream(ctx, cfg.Stream); err == nil {
 		sc.Replicas = s.CachedInfo().Config.Replicas
