@@ -71,8 +71,10 @@ type Config struct {
 	// CreateStream makes New create the stream (file storage, Subjects) or
 	// update its subjects, leaving the rest of an existing stream's
 	// configuration (limits, duplicate window, replicas) as it is, and
-	// creates <Stream>_DLQ for DeadLetterSubject when no stream captures it
-	// (at start, and when a dead letter finds it deleted). When false
+	// creates <Stream>_DLQ for DeadLetterSubject when no stream captures it:
+	// at start, when Run re-creates the stream or the consumer (gone, or
+	// its subscription ended; ensureAll), and when a dead letter finds it
+	// deleted. When false
 	// New binds to an existing stream and fails with ErrStreamNotFound if
 	// there is none. Default false.
 	CreateStream bool `yaml:"create_stream"`

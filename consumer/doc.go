@@ -171,7 +171,7 @@
 // quoting a password or credentials). New wraps ErrStreamNotFound when the
 // stream is missing and nats.create_stream is false. DeadLetter wraps
 // ErrDeadLetter when the publish failed, or was not tried because an
-// earlier one got no answer and no probe since has (the original was
+// earlier one got no answer and no probe has been stored since (the original was
 // nak'ed with a delay, never acked or terminated). Run returns nil after a clean intake
 // shutdown, and otherwise wraps the hard context's error, ringq.ErrClosed
 // or jetstream.ErrConnectionClosed. Close wraps ErrAcksUnconfirmed when acks

@@ -107,7 +107,8 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 					continue
 				}
 				// Both are there; a dead-letter stream is not worth
-				// stopping for (a dead letter that finds none is nak'ed).
+				// stopping for (a dead letter that finds none makes it
+				// again, at most every dlRecreateEvery, or is nak'ed).
 				c.log.Error("dead-letter stream not created; consuming on", "err", err)
 			}
 			ensure = false

@@ -267,6 +267,11 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The dead-letter stream too: re-creating the consumer makes it again
+	// (create_stream; Config.CreateStream).
+	if err := js.DeleteStream(ctx, cfg.Stream+"_DLQ"); err != nil {
+		t.Fatal(err)
+	}
 	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
 		t.Fatal(err)
 	}
@@ -285,6 +290,9 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 	}
 	if c.Stats().Resubscribes == 0 {
 		t.Fatal("Resubscribes = 0 after the consumer was deleted")
+	}
+	if name, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject); err != nil || name != cfg.Stream+"_DLQ" {
+		t.Fatalf("stream for %s after the consumer was re-created = %q, %v; want %s_DLQ", cfg.DeadLetterSubject, name, err, cfg.Stream)
 	}
 	r.stopClean(t, ctx)
 }
