@@ -158,8 +158,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: postgres.url is empty; set it or JETSINK_DATABASE_URL", ErrInvalidConfig)
 	}
 	if _, err := pgconn.ParseConfig(c.URL); err != nil {
-		// The parse error may quote the URL with its password: do not wrap it.
-		return fmt.Errorf("%w: postgres.url cannot be parsed as a postgres:// URL or key=value connection string", ErrInvalidConfig)
+		return urlError(c.URL, err)
 	}
 	if _, err := ParseTable(c.Table); err != nil {
 		return err
@@ -258,4 +257,28 @@ func ParseTable(s string) (pgx.Identifier, error) {
 		}
 	}
 	return pgx.Identifier(parts), nil
+}
+
+// urlError says why pgconn.ParseConfig refused url, without the URL: the
+// parse error quotes it, with its password removed only as far as pgx can
+// tell one from the rest of a string it could not parse. What follows the
+// quoted URL in that error (the reason, and the underlying error: a bad
+// port, an unknown sslmode, a CA file that cannot be read) is kept. The
+// error wraps ErrInvalidConfig, not err.
+func urlError(url string, err error) error {
+	why := ""
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		// "cannot parse `<url>`: <reason> (<cause>)"; cut at the last
+		// "`: ", so that nothing of the URL can be left in.
+		if i := strings.LastIndex(pe.Error(), "`: "); i >= 0 {
+			why = ": " + pe.Error()[i+len("`: "):]
+		}
+	}
+	hint := ""
+	if strings.TrimSpace(url) != url {
+		hint = "; it begins or ends with white space (a newline from a secret file?)"
+	}
+	return fmt.Errorf("%w: postgres.url cannot be used as a postgres:// URL or key=value connection string%s%s "+
+		"(the PG* environment variables, such as PGSSLMODE, and the files it names count too)", ErrInvalidConfig, why, hint)
 }

@@ -194,7 +194,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 
 	cc, err := pgx.ParseConfig(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: postgres.url cannot be parsed", ErrInvalidConfig)
+		return nil, urlError(cfg.URL, err)
 	}
 	cc.RuntimeParams["application_name"] = cfg.AppName
 	// The encoder writes UTF-8. Without this the session takes the

@@ -75,6 +75,30 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// A URL pgx cannot use is refused with pgx's reason, never with the URL
+// or its password.
+func TestValidateSaysWhyTheURLIsRefused(t *testing.T) {
+	for url, why := range map[string]string{
+		"postgres://app:s3cret@db:abc/x":                                                 "invalid port",
+		"postgres://app:s3cret@db/x?sslmode=verify-ful":                                  "sslmode is invalid",
+		"postgres://app:s3cret@db/x?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem": "unable to read CA file",
+		"postgres://app:s3cret@db/%zz":                                                   "invalid percent-encoded token",
+		"host=db user=app password=s3cret port=abc":                                      "invalid port",
+		"postgres://app:s3cr`: et@db/x?sslmode=bogus":                                    "parse as URL",
+		" postgres://app:s3cret@db:abc/x":                                                "white space",
+	} {
+		c := DefaultConfig()
+		c.URL = url
+		err := c.Validate()
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), why) {
+			t.Errorf("%q: %v, want ErrInvalidConfig saying %q", url, err, why)
+		}
+		if err != nil && (strings.Contains(err.Error(), "s3cr") || strings.Contains(err.Error(), "app@") || strings.Contains(err.Error(), "db:abc")) {
+			t.Errorf("%q: the error quotes the URL: %v", url, err)
+		}
+	}
+}
+
 func TestParseTable(t *testing.T) {
 	cases := []struct {
 		in   string
@@ -1745,5 +1769,35 @@ func TestNoAdminConnectionAfterClose(t *testing.T) {
 	admin := pg.Conn(t)
 	if n := backends(t, ctx, admin, s.cfg.AppName, "true"); n != 0 {
 		t.Fatalf("%d connections of the sink after Close", n)
+	}
+}
+
+// An admin statement whose context ends is cancelled on the server, not
+// left running behind a closed socket, so that `jetsink init` stopped with
+// Ctrl-C while it builds exactly-once's unique index does not leave the
+// build, and its lock, running to the end. pgx does it: when a context
+// ends it cuts the connection, and on the way sends the server a cancel
+// request (pgconn's asyncClose).
+func TestAdminStatementCancelledOnTheServer(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	qctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err := s.withAdmin(qctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(qctx, "SELECT pg_sleep(30)")
+		return err
+	})
+	if err == nil {
+		t.Fatal("pg_sleep(30) returned nil under a 300 ms context")
+	}
+	admin := pg.Conn(t)
+	sleeping := "query LIKE 'SELECT pg_sleep%' AND state = 'active'"
+	deadline := time.Now().Add(10 * time.Second)
+	for backends(t, ctx, admin, s.cfg.AppName, sleeping) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("pg_sleep(30) still runs on the server 10 s after its context ended")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
