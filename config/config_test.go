@@ -375,6 +375,40 @@ func TestErrorsNeverShowThePassword(t *testing.T) {
 	}
 }
 
+// A --set with the wrong separator, or none, is refused without quoting
+// the value it carries.
+func TestSetErrorsNeverShowTheValue(t *testing.T) {
+	const secret = "s3cr3t-SENTINEL"
+	for _, kv := range []string{
+		"postgres.url:postgres://u:" + secret + "@db/x?sslmode=require",
+		"postgres.url postgres://u:" + secret + "@db/x",
+		"nats.password " + secret,
+	} {
+		_, err := Parse(nil, nil, []string{kv})
+		if !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("--set %q: %v, want ErrInvalidConfig", kv, err)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "key=value") {
+			t.Errorf("--set %q: %v: want no password and the key=value form", kv, err)
+		}
+	}
+}
+
+// Settings after a --- line are refused, not ignored; an empty document
+// after one, and a file of comments, are nothing.
+func TestMoreThanOneYAMLDocument(t *testing.T) {
+	_, err := Parse([]byte("nats: {url: nats://prod:4222}\n---\npostgres: {mode: exactly-once}\n"), nil, nil)
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "more than one YAML document") {
+		t.Fatalf("two documents: %v, want ErrInvalidConfig naming them", err)
+	}
+	for _, raw := range []string{"nats: {url: nats://prod:4222}\n---\n", "# nothing yet\n", "---\nnats: {url: nats://prod:4222}\n"} {
+		if _, err := Parse([]byte(raw), nil, nil); err != nil {
+			t.Errorf("%q: %v", raw, err)
+		}
+	}
+}
+
 func TestKeysHaveEnvNamesAndDefaults(t *testing.T) {
 	keys := Keys()
 	seen := map[string]bool{}

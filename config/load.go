@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"maps"
 	"os"
@@ -101,8 +102,26 @@ func parse(raw []byte, env, set []string) (Config, error) {
 	root := &yaml.Node{Kind: yaml.MappingNode}
 	if len(bytes.TrimSpace(raw)) > 0 {
 		var doc yaml.Node
-		if err := yaml.Unmarshal(raw, &doc); err != nil {
+		dec := yaml.NewDecoder(bytes.NewReader(raw))
+		if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) { // EOF: comments only
 			return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		// yaml.Unmarshal would read the first document and ignore the
+		// rest, unchecked: settings after a --- line would silently
+		// keep their defaults.
+		for {
+			var more yaml.Node
+			err := dec.Decode(&more)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			}
+			if !emptyDocument(&more) {
+				return Config{}, fmt.Errorf("%w: the config file holds more than one YAML document (a --- line at line %d): jetsink reads one; merge them into one mapping",
+					ErrInvalidConfig, more.Line)
+			}
 		}
 		if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 			switch doc.Content[0].Kind {
@@ -153,9 +172,14 @@ func parse(raw []byte, env, set []string) (Config, error) {
 	for _, kv := range set {
 		path, value, ok := strings.Cut(kv, "=")
 		if !ok {
-			return Config{}, fmt.Errorf("%w: --set %q: want key=value, e.g. --set postgres.batch.max_rows=1000", ErrInvalidConfig, kv)
+			// Not quoted whole: it may be a key and its secret value
+			// with another separator (postgres.url:postgres://u:pw@...).
+			return Config{}, fmt.Errorf("%w: --set %s: want key=value, e.g. --set postgres.batch.max_rows=1000", ErrInvalidConfig, keyPart(kv))
 		}
 		path = strings.TrimSpace(path)
+		if kp := keyPart(path); kp != path {
+			return Config{}, fmt.Errorf("%w: --set %s: not a key (a key is letters, digits, _ and dots; want key=value, e.g. --set postgres.batch.max_rows=1000)", ErrInvalidConfig, kp)
+		}
 		k, ok := sc.keys[path]
 		if !ok {
 			if _, ok := sc.fileOnly[path]; ok {
@@ -650,4 +674,30 @@ var scalarWants = map[reflect.Kind]struct {
 	reflect.Int64:   {reflect.TypeFor[int64](), "a whole number"},
 	reflect.Float64: {reflect.TypeFor[float64](), "a number"},
 	reflect.Bool:    {reflect.TypeFor[bool](), "true or false"},
+}
+
+// keyPart is s up to its first character that cannot be in a key (letters,
+// digits, _ and dots), followed by "..." when it was cut: what an error may
+// quote of a --set argument, whose value may be a password.
+func keyPart(s string) string {
+	for i, r := range s {
+		if !(r == '.' || r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return s[:i] + "..."
+		}
+	}
+	return s
+}
+
+// emptyDocument reports whether doc, a YAML document, holds nothing: what a
+// trailing --- line with nothing after it decodes to.
+func emptyDocument(doc *yaml.Node) bool {
+	if doc.Kind != yaml.DocumentNode {
+		return false
+	}
+	for _, n := range doc.Content {
+		if !(n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
+			return false
+		}
+	}
+	return true
 }
