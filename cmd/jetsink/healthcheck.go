@@ -4,26 +4,47 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 )
 
+// defaultHealthURL is the URL healthcheck probes without --url.
+const defaultHealthURL = "http://127.0.0.1:9464/readyz"
+
 // newHealthcheckCmd probes a running jetsink's admin listener; container
 // images without a shell use it as their health check.
 func newHealthcheckCmd() *cobra.Command {
-	var url string
+	var probe string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "healthcheck",
 		Short: "Exit 0 if a running jetsink answers ready on its admin listener",
-		Args:  cobra.NoArgs,
+		Long: `Probe a running jetsink's /readyz and exit 0 if it answers 200 (ready), 1
+otherwise. Redirects are not followed and HTTP_PROXY is not used.
+
+Without --url it probes /readyz on the address in JETSINK_TELEMETRY_LISTEN
+(telemetry.listen; 0.0.0.0, :: or no host is probed on 127.0.0.1 or [::1]),
+so that a container run with -e JETSINK_TELEMETRY_LISTEN=0.0.0.0:9100 checks
+port 9100; without that variable, ` + defaultHealthURL + `. A
+config file's telemetry.listen is not read: give --url when the file sets it.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("url") {
+				u, err := healthURL(os.Getenv("JETSINK_TELEMETRY_LISTEN"))
+				if err != nil {
+					return usageError{err}
+				}
+				probe = u
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, probe, nil)
 			if err != nil {
 				return usageError{fmt.Errorf("--url: %w", err)}
 			}
@@ -45,7 +66,31 @@ func newHealthcheckCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:9464/readyz", "URL to probe")
+	cmd.Flags().StringVar(&probe, "url", "", "URL to probe (default: /readyz on JETSINK_TELEMETRY_LISTEN, else "+defaultHealthURL+")")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "give up after this long")
 	return cmd
+}
+
+// healthURL is the /readyz URL of the admin listener listen (host:port, as
+// telemetry.listen takes it); "" gives defaultHealthURL. A listener on every
+// address (no host, 0.0.0.0, ::) is probed on the loopback address of its
+// family.
+func healthURL(listen string) (string, error) {
+	if listen == "" {
+		return defaultHealthURL, nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("JETSINK_TELEMETRY_LISTEN %q: %w; give --url", listen, err)
+	}
+	if port == "" || port == "0" {
+		return "", fmt.Errorf("JETSINK_TELEMETRY_LISTEN %q names no fixed port; give --url", listen)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, port), Path: "/readyz"}).String(), nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,6 +40,52 @@ func TestHealthcheck(t *testing.T) {
 		}
 		if code != c.want || !strings.Contains(msg, c.say) {
 			t.Errorf("healthcheck %s: exit %d, want %d with %q in %q", c.path, code, c.want, c.say, msg)
+		}
+	}
+}
+
+// Without --url the probe goes to JETSINK_TELEMETRY_LISTEN's port, on
+// loopback when the listener takes every address.
+func TestHealthcheckUsesTelemetryListen(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	srv := httptest.NewServer(mux) // on 127.0.0.1, not the default port
+	defer srv.Close()
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, listen := range []string{"0.0.0.0:" + port, ":" + port, "127.0.0.1:" + port} {
+		t.Setenv("JETSINK_TELEMETRY_LISTEN", listen)
+		r := startJetsink(t, ctx, "healthcheck")
+		if code := r.wait(t, ctx); code != exitOK {
+			t.Errorf("JETSINK_TELEMETRY_LISTEN=%s: exit %d: %v", listen, code, r.err)
+		}
+	}
+	t.Setenv("JETSINK_TELEMETRY_LISTEN", "0.0.0.0:0")
+	r := startJetsink(t, ctx, "healthcheck")
+	if code := r.wait(t, ctx); code != exitConfig || !strings.Contains(r.err.Error(), "give --url") {
+		t.Errorf("JETSINK_TELEMETRY_LISTEN=0.0.0.0:0: exit %d (%v), want %d asking for --url", code, r.err, exitConfig)
+	}
+}
+
+func TestHealthURL(t *testing.T) {
+	for _, c := range []struct{ listen, want string }{
+		{"", "http://127.0.0.1:9464/readyz"},
+		{"0.0.0.0:9100", "http://127.0.0.1:9100/readyz"},
+		{":9100", "http://127.0.0.1:9100/readyz"},
+		{"[::]:9100", "http://[::1]:9100/readyz"},
+		{"10.1.2.3:9100", "http://10.1.2.3:9100/readyz"},
+		{"[fd00::1]:9100", "http://[fd00::1]:9100/readyz"},
+		{"jetsink.local:9100", "http://jetsink.local:9100/readyz"},
+		{"9100", ""},
+		{"0.0.0.0:0", ""},
+	} {
+		got, err := healthURL(c.listen)
+		if got != c.want || (err != nil) != (c.want == "") {
+			t.Errorf("healthURL(%q) = %q, %v; want %q", c.listen, got, err, c.want)
 		}
 	}
 }
