@@ -217,8 +217,11 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 	})
 	admin.Handle("GET /metrics", p.metrics.Handler())
 	if p.cfg.Telemetry.Pprof {
+		// Not /debug/pprof/cmdline: the command line can hold a
+		// password (--database-url, --set nats.password=...), and the
+		// listener is often published (0.0.0.0 in a container). Index
+		// answers that path 404.
 		admin.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))
-		admin.Handle("/debug/pprof/cmdline", http.HandlerFunc(pprof.Cmdline))
 		admin.Handle("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))
 		admin.Handle("/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
 		admin.Handle("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))

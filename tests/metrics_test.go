@@ -68,11 +68,19 @@ func TestMetricsAfterRun(t *testing.T) {
 	t.Cleanup(http.DefaultClient.CloseIdleConnections)
 	e := newEnv(t)
 	cfg := e.config(sink.AtLeastOnce)
+	cfg.Telemetry.Pprof = true
 	const n = 3000
 	e.createStreams(ctx)
 	e.publish(ctx, 0, n, 50)
 	r := e.start(ctx, cfg)
 	e.waitDrained(ctx, n, r)
+	// The profiles, but not the command line, which can hold a password.
+	if code, body := adminGet(t, ctx, r, "/debug/pprof/cmdline"); code != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/cmdline: status %d, want 404: %.200s", code, body)
+	}
+	if code, _ := adminGet(t, ctx, r, "/debug/pprof/heap?debug=1"); code != 200 {
+		t.Errorf("GET /debug/pprof/heap: status %d, want 200", code)
+	}
 
 	var body string
 	waitFor(t, ctx, "jetsink_events_committed_total to reach the table's rows", func() (bool, string) {
