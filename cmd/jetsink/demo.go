@@ -41,6 +41,15 @@ what it holds, removes everything and exits 1 (0 once --keep is waiting); a
 second one gives the drain up and exits with status 130.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Before the servers start, which takes seconds.
+			switch m := sink.Mode(mode); {
+			case m != sink.AtLeastOnce && m != sink.ExactlyOnce:
+				return usageError{fmt.Errorf("--mode %q: use %s or %s", mode, sink.AtLeastOnce, sink.ExactlyOnce)}
+			case events < 1:
+				return usageError{fmt.Errorf("--events %d: publish at least 1", events)}
+			case subjects < 1:
+				return usageError{fmt.Errorf("--subjects %d: give at least 1", subjects)}
+			}
 			out := cmd.OutOrStdout()
 			// The first signal stops publishing and pulling and lets the
 			// drain finish (or ends --keep); a second one gives the drain

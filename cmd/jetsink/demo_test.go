@@ -169,3 +169,25 @@ func waitLockWaiter(t *testing.T, ctx context.Context, url string) {
 		}
 	}
 }
+
+// Flags demo cannot run with are usage errors naming the flag, found
+// before it starts any server.
+func TestDemoUsageErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		args []string
+		say  string
+	}{
+		{[]string{"--mode", "exactly_once"}, `--mode "exactly_once": use at-least-once or exactly-once`},
+		{[]string{"--events", "0"}, "--events 0"},
+		{[]string{"--events", "-5"}, "--events -5"},
+		{[]string{"--subjects", "0"}, "--subjects 0"},
+	} {
+		r := startJetsink(t, ctx, append([]string{"demo"}, tc.args...)...)
+		code := r.wait(t, ctx)
+		if code != exitConfig || r.err == nil || !strings.Contains(r.err.Error(), tc.say) || strings.Contains(r.out.String(), "embedded NATS") {
+			t.Errorf("demo %v: exit %d (%v), want %d with %q and no server started; output:\n%s", tc.args, code, r.err, exitConfig, tc.say, r.out.String())
+		}
+	}
+}
