@@ -1,7 +1,6 @@
 package telemetry
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // gateExporter holds every export until release is closed, then fails them
@@ -48,24 +48,6 @@ func (g *gateExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnl
 
 func (*gateExporter) Shutdown(context.Context) error { return nil }
 
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A collector that takes nothing must not stall the spans' End (the
 // workers' goroutines), not even after a Flush gave up waiting for it: the
 // spans past the queue's room are dropped, counted, and logged once; those
@@ -75,7 +57,7 @@ func TestSpanQueueDropsWhenFullAndCounts(t *testing.T) {
 	t.Setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
 	for _, fail := range []bool{false, true} {
 		exp := &gateExporter{release: make(chan struct{}), entered: make(chan struct{}), fail: fail}
-		var logs syncBuffer
+		var logs testenv.SyncBuffer
 		tr, err := newTracing(exp, Config{ServiceName: "test", SampleRatio: 1, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatal(err)
