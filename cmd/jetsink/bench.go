@@ -60,7 +60,9 @@ data in the same run and prints the ratio. --stream and --table are ignored:
 each run makes (and removes) its own. --matrix key=v1,v2 runs jetsink
 once per value (e.g. --matrix pipeline.pin=none,thread,cpu; env:NAME sets an
 environment variable instead, e.g. --matrix env:GOGC=100,200); --set overrides
-apply to jetsink only.`,
+apply to jetsink only, so neither takes the keys the bench sets itself:
+nats.url and postgres.url (use --nats-url and --database-url), and the
+stream, subjects, consumer, dead-letter subject and table (its own per run).`,
 		Example: `  jetsink bench --scenario drain --events 1000000 --compare baseline --count 3
   jetsink bench --scenario rate --rate 20000 --duration 60s --html report.html
   jetsink bench --scenario rate --rate 20000 --duration 90s --lock-at 15s --lock-for 60s
@@ -89,6 +91,16 @@ apply to jetsink only.`,
 			o.Exe = exe
 			if cmd.Flags().Changed("lock-at") && o.LockFor == 0 {
 				return fmt.Errorf("%w: --lock-at needs --lock-for", bench.ErrInvalidOptions)
+			}
+			for _, kv := range cf.set {
+				if err := benchOwnsKey("--set", kv); err != nil {
+					return err
+				}
+			}
+			if matrix != "" {
+				if err := benchOwnsKey("--matrix", matrix); err != nil {
+					return err
+				}
 			}
 			o.Embedded = cf.file == "" && cf.natsURL == "" && cf.dbURL == "" &&
 				os.Getenv("JETSINK_NATS_URL") == "" && os.Getenv("JETSINK_DATABASE_URL") == "" && os.Getenv("JETSINK_POSTGRES_URL") == ""
@@ -164,6 +176,34 @@ apply to jetsink only.`,
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
 	cmd.AddCommand(newBenchBaselineCmd())
 	return cmd
+}
+
+// benchOwned are the keys bench sets in the configuration it writes for
+// jetsink, with what to use instead. Its --set and --matrix go to jetsink
+// only: one of these would point jetsink at other servers, or at a stream
+// or table the bench does not watch, and the run would wait until --timeout.
+var benchOwned = map[string]string{
+	"nats.url":                 "use --nats-url (or --config), which the bench connects to as well",
+	"postgres.url":             "use --database-url (or --config), which the bench connects to as well",
+	"nats.stream":              "the bench creates a stream of its own for each run",
+	"nats.subjects":            "the bench creates a stream of its own for each run",
+	"nats.create_stream":       "the bench creates a stream of its own for each run",
+	"nats.consumer":            "the bench names the durable consumer it watches for each run",
+	"nats.dead_letter_subject": "the bench names the dead-letter subject for each run",
+	"postgres.table":           "the bench creates a table of its own, with loadgen's columns, for each run",
+	"postgres.create_table":    "the bench creates a table of its own, with loadgen's columns, for each run",
+}
+
+// benchOwnsKey returns a usage error if kv (key=value, given with flag)
+// sets a key in benchOwned.
+func benchOwnsKey(flag, kv string) error {
+	key, _, _ := strings.Cut(kv, "=")
+	key = strings.TrimSpace(key)
+	if instead, ok := benchOwned[key]; ok {
+		// Not the value: a URL may hold a password.
+		return usageError{fmt.Errorf("%s %s: the bench sets this key itself (%s goes to jetsink only): %s", flag, key, flag, instead)}
+	}
+	return nil
 }
 
 // newBenchBaselineCmd is the baseline consumer bench compares against, run
