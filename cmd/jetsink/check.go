@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -26,7 +27,8 @@ dead-letter subject, the table, and each mapped column's type against the
 table's; in exactly-once mode also a stream whose sequence restarted below
 the table's rows (deleted and re-created). It creates and changes nothing.
 Exit status 0 when run would work (warnings allowed), 1 when something must
-be fixed first, 2 for a bad config.`,
+be fixed first, 2 for a bad config. Ctrl-C (SIGINT or SIGTERM) stops the
+checks under way and exits 1; a second one exits at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := cf.load()
@@ -36,7 +38,10 @@ be fixed first, 2 for a bad config.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintln(out, "config: ok")
 			log := newLogger(cfg, os.Stderr)
-			ctx := cmd.Context()
+			// The first signal ends the checks under way (a query on a
+			// locked table waits for the lock).
+			ctx, stop := cancelOnSignal(cmd, "stopping check")
+			defer stop()
 			failed := 0
 			report := func(section string, warning bool, text string) {
 				level := "error"
@@ -56,6 +61,9 @@ be fixed first, 2 for a bad config.`,
 			pgCfg.CreateTable = false // check creates nothing
 			s, err := sink.New(ctx, pgCfg, mapper.Columns(), nil, log)
 			if err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("%w: check did not finish (%w)", context.Cause(ctx), err)
+				}
 				return err
 			}
 			defer s.Close()
@@ -87,6 +95,9 @@ be fixed first, 2 for a bad config.`,
 					// exactly-once needs on an existing one (IF NOT EXISTS).
 					report("postgres", p.Warning || cfg.Postgres.CreateTable && (p.Kind == sink.ProblemTableMissing || p.Kind == sink.ProblemNoUniqueIndex), p.String())
 				}
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w: check did not finish; what it reported before is above", context.Cause(ctx))
 			}
 			if failed > 0 {
 				return fmt.Errorf("%w: %d to fix", errCheckFailed, failed)

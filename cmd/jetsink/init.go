@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -23,7 +24,10 @@ that makes redeliveries harmless. An existing table's columns are left alone
 (run 'jetsink check' to compare them with the mapping), but in exactly-once mode
 the index is added to a table without one of that name (<table>_stream_seq_key):
 CREATE UNIQUE INDEX blocks writes to the table while it builds, and fails if
-the table holds duplicates. --print shows the SQL instead.`,
+the table holds duplicates. --print shows the SQL instead.
+
+Ctrl-C (SIGINT or SIGTERM) cancels the statement under way on the server,
+rolls the DDL back and exits 1; a second one exits at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := cf.load()
@@ -35,11 +39,22 @@ the table holds duplicates. --print shows the SQL instead.`,
 			if err != nil {
 				return err
 			}
-			sinkCfg := cfg.Postgres.Config
-			sinkCfg.CreateTable = false                                            // New would run Init itself; --print must not
-			s, err := sink.New(cmd.Context(), sinkCfg, mapper.Columns(), nil, log) // init never processes rows
-			if err != nil {
+			// The first signal cancels the DDL under way (CREATE UNIQUE
+			// INDEX blocks writes to the table while it builds): the sink
+			// has PostgreSQL cancel it when ctx ends.
+			ctx, stop := cancelOnSignal(cmd, "cancelling init")
+			defer stop()
+			stopped := func(err error) error {
+				if ctx.Err() != nil {
+					return fmt.Errorf("%w: init did not finish, and its DDL is one transaction: run it again (%w)", context.Cause(ctx), err)
+				}
 				return err
+			}
+			sinkCfg := cfg.Postgres.Config
+			sinkCfg.CreateTable = false                                  // New would run Init itself; --print must not
+			s, err := sink.New(ctx, sinkCfg, mapper.Columns(), nil, log) // init never processes rows
+			if err != nil {
+				return stopped(err)
 			}
 			defer s.Close()
 			if printOnly {
@@ -48,8 +63,8 @@ the table holds duplicates. --print shows the SQL instead.`,
 				}
 				return nil
 			}
-			if err := s.Init(cmd.Context()); err != nil {
-				return err
+			if err := s.Init(ctx); err != nil {
+				return stopped(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "table %s ready (%s)\n", cfg.Postgres.Table, cfg.Postgres.Mode)
 			return nil

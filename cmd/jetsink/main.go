@@ -68,20 +68,38 @@ func signalStages(cmd *cobra.Command, first, second string) (intake, hard contex
 	}
 }
 
+// cancelOnSignal returns a context under cmd's that the first SIGINT or
+// SIGTERM cancels, with cause "stopped by <signal>", announced on cmd's
+// stderr with what; jetsink then stops catching them, so that a second one
+// ends the process. Call stop when done.
+func cancelOnSignal(cmd *cobra.Command, what string) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(cmd.Context())
+	errOut := cmd.ErrOrStderr()
+	stopWatch := watchSignals(func(sig os.Signal) {
+		fmt.Fprintf(errOut, "jetsink: %s: %s; a second signal exits at once\n", sig, what)
+		cancel(fmt.Errorf("stopped by %s", sig))
+	})
+	return ctx, func() {
+		stopWatch()
+		cancel(nil)
+	}
+}
+
 // watchSignals catches SIGINT and SIGTERM until stop is called: the first
-// calls first, the second calls second and stops catching, so that a third
-// ends the process as if jetsink caught nothing (the way out when what
-// second cancels does not return). stop waits for the watching goroutine.
-func watchSignals(first, second func(os.Signal)) (stop func()) {
-	sigs := make(chan os.Signal, 2)
+// calls on[0], the next on[1], and so on; the last stops catching, so that
+// one more ends the process as if jetsink caught nothing (the way out when
+// what the last cancels does not return). stop waits for the watching
+// goroutine.
+func watchSignals(on ...func(os.Signal)) (stop func()) {
+	sigs := make(chan os.Signal, len(on))
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
-		for i, f := range []func(os.Signal){first, second} {
+		for i, f := range on {
 			select {
 			case sig := <-sigs:
-				if i == 1 {
+				if i == len(on)-1 {
 					signal.Stop(sigs)
 				}
 				f(sig)

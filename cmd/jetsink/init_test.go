@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// Ctrl-C stops an init whose CREATE UNIQUE INDEX waits (here for a lock a
+// transaction holds; on a large table, for the build): it exits 1 at
+// once, saying so, instead of being killed or waiting on.
+func TestInitStopsOnSignal(t *testing.T) {
+	catchSignals(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pg := testenv.Postgres(t)
+	args := []string{"init", "--database-url", pg.URL, "--table", "initsig"}
+	if r := startJetsink(t, ctx, args...); r.wait(t, ctx) != exitOK {
+		t.Fatalf("init at-least-once: %v\n%s", r.err, r.out.String())
+	}
+	conn, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, "LOCK TABLE initsig IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Cleanups run last first: this one ends the command, should the
+	// signal not, before the lock is released.
+	cmdCtx, cmdCancel := context.WithCancel(ctx)
+	r := startJetsink(t, cmdCtx, append(args, "--mode", "exactly-once")...)
+	t.Cleanup(cmdCancel)
+	waitLockWait(t, ctx, pg.URL, "initsig")
+	interrupt(t)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	code := r.wait(t, wctx)
+	if code != exitFailed || r.err == nil || !strings.Contains(r.err.Error(), "stopped by interrupt: init did not finish") {
+		t.Fatalf("exit %d (%v), want %d saying init was stopped\n%s", code, r.err, exitFailed, r.out.String())
+	}
+}
+
+// waitLockWait polls until a session waits for a lock on table.
+func waitLockWait(t *testing.T, ctx context.Context, url, table string) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::regclass", table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no session waits for a lock on %s", table)
+		case <-tick.C:
+		}
+	}
+}
+
+// Ctrl-C stops a check whose query waits (for a lock on the table, here
+// in exactly-once mode's look at the table's highest stream sequence): it
+// exits 1 at once, saying the check did not finish.
+func TestCheckStopsOnSignal(t *testing.T) {
+	catchSignals(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pg := testenv.Postgres(t)
+	ns := testenv.NATS(t)
+	if _, err := ns.JetStream(t).CreateStream(ctx, jetstream.StreamConfig{Name: "CHECKSIG", Subjects: []string{"checksig.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--database-url", pg.URL, "--table", "checksig", "--mode", "exactly-once", "--nats-url", ns.URL(), "--stream", "CHECKSIG"}
+	if r := startJetsink(t, ctx, append([]string{"init"}, args...)...); r.wait(t, ctx) != exitOK {
+		t.Fatalf("init: %v\n%s", r.err, r.out.String())
+	}
+	conn, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, "LOCK TABLE checksig IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+
+	cmdCtx, cmdCancel := context.WithCancel(ctx)
+	r := startJetsink(t, cmdCtx, append([]string{"check"}, args...)...)
+	t.Cleanup(cmdCancel)
+	waitLockWait(t, ctx, pg.URL, "checksig")
+	interrupt(t)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	code := r.wait(t, wctx)
+	if code != exitFailed || r.err == nil || !strings.Contains(r.err.Error(), "stopped by interrupt: check did not finish") {
+		t.Fatalf("exit %d (%v), want %d saying check was stopped\n%s", code, r.err, exitFailed, r.out.String())
+	}
+}
