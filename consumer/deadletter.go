@@ -194,7 +194,7 @@ func (l *logEvery) allow(now time.Time, every time.Duration) (held int, ok bool)
 // publish at all: the breaker is open (see publishDeadLetter). The error
 // also says what the last publish counted by the breaker got (dlBreaker's
 // admit): no answer, or a probe's refusal such as no stream.
-var errDeadLetterUnanswered = errors.New("not published: a dead-letter publish got no answer, and no probe has been stored since")
+var errDeadLetterUnanswered = pipeline.ErrDeadLetterHeldBack
 
 // dlProbeEvery is how often, at most, an open breaker lets one dead letter
 // through as a probe.

@@ -170,6 +170,9 @@ func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, colum
 	}
 	if dlErr := w.p.dl.DeadLetter(ctx, ev, dl); dlErr != nil {
 		w.stats.deadLetterFailed.Add(1)
+		if errors.Is(dlErr, ErrDeadLetterHeldBack) {
+			return // logged by the dead-letterer, at most once a second
+		}
 		msg := "dead-letter failed; event nak'ed for redelivery"
 		if FailedDeadLetter(dlErr) == "stale" {
 			msg = "dead-letter failed; event left to JetStream, its stream was re-created since"

@@ -3,11 +3,15 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jetsink/jetsink/ringq"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // queuedDeadLetterer records how many rows the worker's output ring held
@@ -78,5 +82,49 @@ func TestWorkerPushesRowsBeforeDeadLetter(t *testing.T) {
 	}
 	if st := p.Stats(); st.Rows != 3 || st.DeadLettered != 2 {
 		t.Fatalf("Stats = %+v, want 3 rows, 2 dead-lettered", st)
+	}
+}
+
+// failingDeadLetterer fails every call with err.
+type failingDeadLetterer struct{ err error }
+
+func (f failingDeadLetterer) DeadLetter(context.Context, *Event, DeadLetter) error { return f.err }
+
+// A dead letter the consumer's breaker held back is counted, not logged by
+// the worker (the consumer logs those at most once a second): a run of
+// poison events while the dead-letter stream hangs would be a line each.
+// Other failures are still logged one by one.
+func TestWorkerDoesNotLogDeadLettersHeldBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		err   error
+		lines int
+	}{
+		{fmt.Errorf("dead letter: %w", ErrDeadLetterHeldBack), 0},
+		{errors.New("dead letter: no responders"), 50},
+	} {
+		var logs testenv.SyncBuffer
+		cfg := testConfig(1, PinNone)
+		h := NewHandoff(HandoffRing, 1, cfg.RingSize).(*RingHandoff)
+		p, err := New(cfg, mustCompile(t, orderColumns...), failingDeadLetterer{c.err}, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 50 {
+			if err := h.Push(ctx, Event{Subject: "a", StreamSeq: uint64(i + 1), Data: []byte(`nope`)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.Close()
+		if err := p.Run(ctx, h.In, h.Out); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if st := p.Stats(); st.DeadLetterFailed != 50 {
+			t.Errorf("%v: DeadLetterFailed %d, want 50", c.err, st.DeadLetterFailed)
+		}
+		if n := strings.Count(logs.String(), "dead-letter failed"); n != c.lines {
+			t.Errorf("%v: %d log lines of failed dead letters, want %d", c.err, n, c.lines)
+		}
 	}
 }

@@ -857,6 +857,9 @@ func (c *committer) parkHeld(ctx context.Context, b *batch, i int, dl pipeline.D
 func (c *committer) park(ctx context.Context, row *pipeline.Row, dl pipeline.DeadLetter) bool {
 	if derr := c.s.dl.DeadLetter(ctx, &row.Event, dl); derr != nil {
 		c.s.st.deadLetterErrs.Add(1)
+		if errors.Is(derr, pipeline.ErrDeadLetterHeldBack) {
+			return false // logged by the dead-letterer, at most once a second
+		}
 		msg := "dead-letter failed; the message was nak'ed and will come back"
 		if pipeline.FailedDeadLetter(derr) == "stale" {
 			msg = "dead-letter failed; the message was left to JetStream, its stream was re-created since"

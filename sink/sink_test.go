@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -1799,5 +1800,41 @@ func TestAdminStatementCancelledOnTheServer(t *testing.T) {
 			t.Fatal("pg_sleep(30) still runs on the server 10 s after its context ended")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// heldBackDL fails every dead letter as the consumer's open breaker does.
+type heldBackDL struct{ err error }
+
+func (h heldBackDL) DeadLetter(context.Context, *pipeline.Event, pipeline.DeadLetter) error {
+	return h.err
+}
+
+// A dead letter the consumer's breaker held back is counted, not logged
+// row by row (the consumer logs those at most once a second); other
+// failures still are.
+func TestParkDoesNotLogDeadLettersHeldBack(t *testing.T) {
+	for _, c := range []struct {
+		err   error
+		lines int
+	}{
+		{fmt.Errorf("dead letter: %w", pipeline.ErrDeadLetterHeldBack), 0},
+		{errors.New("dead letter: no responders"), 20},
+	} {
+		var logs testenv.SyncBuffer
+		s := &Sink{dl: heldBackDL{c.err}, log: slog.New(slog.NewTextHandler(&logs, nil))}
+		cm := &committer{s: s}
+		for i := range 20 {
+			row := pipeline.Row{Event: pipeline.Event{Stream: "S", StreamSeq: uint64(i + 1)}}
+			if cm.park(context.Background(), &row, pipeline.DeadLetter{Stage: pipeline.StageSink, Code: "constraint"}) {
+				t.Fatal("park reported a failed dead letter as stored")
+			}
+		}
+		if got := s.st.deadLetterErrs.Load(); got != 20 {
+			t.Errorf("%v: %d dead-letter errors counted, want 20", c.err, got)
+		}
+		if n := strings.Count(logs.String(), "dead-letter failed"); n != c.lines {
+			t.Errorf("%v: %d log lines, want %d", c.err, n, c.lines)
+		}
 	}
 }
