@@ -212,17 +212,15 @@ func TestDeadLetterWithoutStreamNaks(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
-// A dead-letter publish that gets no answer (here a plain subscriber on
-// the subject, which never replies, and no stream) gives up after
-// min(5 s, ack_wait/8), not after nats.go's 5 s, and the event is nak'ed:
-// a worker dead-lettering a run of poison events must not hold the events
-// behind it in its ring near their ack_wait.
-func TestDeadLetterPublishIsBounded(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// silentDeadLetterStream is a consumer (ack_wait 8 s: a dead-letter publish
+// may take 1 s) of a fresh event stream, whose dead-letter subject no
+// stream captures and a plain subscriber, silent, takes: a dead-letter
+// publish gets no answer.
+func silentDeadLetterStream(t *testing.T, ctx context.Context) (Config, jetstream.JetStream, *Consumer, *nats.Subscription) {
+	t.Helper()
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
-	cfg.AckWait = 8 * time.Second // a publish may take 1 s
+	cfg.AckWait = 8 * time.Second
 	js := jsFor(t, srv)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
 		t.Fatal(err)
@@ -237,11 +235,23 @@ func TestDeadLetterPublishIsBounded(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	return cfg, js, c, silent
+}
+
+// A dead-letter publish that gets no answer (here a plain subscriber on
+// the subject, which never replies, and no stream) gives up after
+// min(5 s, ack_wait/8), not after nats.go's 5 s, and the event is nak'ed:
+// a worker dead-lettering a run of poison events must not hold the events
+// behind it in its ring near their ack_wait.
+func TestDeadLetterPublishIsBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, js, c, silent := silentDeadLetterStream(t, ctx)
 	publish(t, ctx, js, cfg, 1, 1, 0)
 	r := startRun(t, ctx, c, 1, 16, 16)
 	ev := r.next(t, ctx).ev
 	began := time.Now()
-	err = c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"})
+	err := c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"})
 	took := time.Since(began)
 	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("DeadLetter with nobody answering = %v, want ErrDeadLetter wrapping context.DeadlineExceeded", err)
@@ -471,23 +481,7 @@ func TestDeadLetterOfALargeEventFitsMaxPayload(t *testing.T) {
 func TestDeadLetterBreakerFailsFastUntilAProbeIsAnswered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv)
-	cfg.AckWait = 8 * time.Second // a publish may take 1 s
-	js := jsFor(t, srv)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
-	cfg.CreateStream = false // no dead-letter stream
-	c := newConsumer(t, ctx, cfg)
-	nc := srv.Connect(t)
-	silent, err := nc.SubscribeSync(cfg.DeadLetterSubject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	cfg, js, c, silent := silentDeadLetterStream(t, ctx)
 	sent := func() int {
 		n, _, _ := silent.Pending()
 		return n
@@ -506,7 +500,7 @@ func TestDeadLetterBreakerFailsFastUntilAProbeIsAnswered(t *testing.T) {
 		t.Fatalf("first DeadLetter with nobody answering = %v, want ErrDeadLetter wrapping context.DeadlineExceeded", err)
 	}
 	began := time.Now()
-	err = c.DeadLetter(ctx, &evs[1], dl)
+	err := c.DeadLetter(ctx, &evs[1], dl)
 	if took := time.Since(began); took > timeout/2 {
 		t.Fatalf("the dead letter after a timed-out one took %s, want it to fail at once", took)
 	}
