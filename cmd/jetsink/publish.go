@@ -55,7 +55,14 @@ Events whose first send JetStream reports as a duplicate (their Nats-Msg-Id
 was used before: a reused --run with overlapping --first) are counted as
 "duplicate", not "acked", with a warning, but exit 0: the stream holds every
 event, so re-running a publish that failed part-way with the same --run
-fills in what is missing and succeeds.
+fills in what is missing and succeeds. The run id is printed when publishing
+starts (unless --quiet) and in the summary.
+
+Ctrl-C (SIGINT or SIGTERM) stops publishing, prints the summary with the
+run id and the flags that publish the rest, and exits 1; publishes that
+had no PubAck yet are not waited for (a re-run with the same --run within
+the stream's duplicate window stores each event once). A second one exits
+at once.
 
 Each event carries a W3C traceparent. With OTEL_EXPORTER_OTLP_ENDPOINT set,
 each publish is a PRODUCER span "send <subject>" (service OTEL_SERVICE_NAME,
@@ -85,18 +92,36 @@ telemetry.sample_ratio.`,
 			if err != nil {
 				return err
 			}
-			nc, err := natsConnect(cmd.Context(), cfg.NATS, "jetsink-publish")
+			// The first signal stops publishing; a second one ends
+			// what is left (the traces' export) at once.
+			intake, hard, stop := signalStages(cmd, "stopping publishing; a second signal exits at once", "exiting now")
+			defer stop()
+			if o.Run == 0 {
+				o.Run = uint64(time.Now().UnixNano())
+			}
+			// stopped is err, or after a signal what the signal did, the
+			// run and how to go on from sent events.
+			stopped := func(err error, sent, unsettled int) error {
+				if cause := context.Cause(hard); errors.Is(cause, errAborted) {
+					return cause
+				}
+				if intake.Err() == nil {
+					return err
+				}
+				return fmt.Errorf("%w after %d of %d events: %s", context.Cause(intake), sent, o.Total(), resumeHint(o, sent, unsettled))
+			}
+			nc, err := natsConnect(intake, cfg.NATS, "jetsink-publish")
 			if err != nil {
-				return err
+				return stopped(err, 0, 0)
 			}
 			defer nc.Close()
-			tr, err := telemetry.NewTracing(cmd.Context(), telemetry.Config{
+			tr, err := telemetry.NewTracing(intake, telemetry.Config{
 				ServiceName: envOr("OTEL_SERVICE_NAME", "jetsink-publish"), SampleRatio: -1})
 			if err != nil {
 				return err
 			}
 			defer func() {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), 10*time.Second)
+				ctx, cancel := context.WithTimeout(hard, 10*time.Second)
 				defer cancel()
 				if err := tr.Shutdown(ctx); err != nil {
 					fmt.Fprintln(cmd.ErrOrStderr(), "tracing:", err)
@@ -105,15 +130,16 @@ telemetry.sample_ratio.`,
 			if tr.Enabled() {
 				o.Tracer = tr.Tracer()
 			}
-			if o.Run == 0 {
-				o.Run = uint64(time.Now().UnixNano())
-			}
 			out := cmd.ErrOrStderr()
-			if err := checkStream(cmd.Context(), out, nc, o); err != nil {
-				return err
+			if err := checkStream(intake, out, nc, o); err != nil {
+				return stopped(err, 0, 0)
 			}
 			total := o.Total()
 			if !quiet {
+				// Now, not only in the summary: a publish killed before it
+				// could print one is filled in with the same --run.
+				fmt.Fprintf(out, "publishing %d events from seq %d as run %d (Nats-Msg-Ids %s-<seq>); to fill in what a failed or stopped publish missed, run it again with --run %d\n",
+					total, o.First, o.Run, strconv.FormatUint(o.Run, 36), o.Run)
 				progress = plainProgress()
 				if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 					progress = barProgress
@@ -121,7 +147,7 @@ telemetry.sample_ratio.`,
 			}
 			start := time.Now()
 			o.Progress = func(sent int) { progress(out, sent, total, start) }
-			res, err := loadgen.Publish(cmd.Context(), nc, o)
+			res, err := loadgen.Publish(intake, nc, o)
 			if !quiet {
 				fmt.Fprintln(out)
 			}
@@ -141,7 +167,7 @@ telemetry.sample_ratio.`,
 					float64(l.ValueAtQuantile(50))/1000, float64(l.ValueAtQuantile(99))/1000, float64(res.SendLagMax)/float64(time.Millisecond),
 					res.SentOver1ms, l.TotalCount())
 			}
-			return err
+			return stopped(err, res.Sent, res.Sent-res.Acked-res.Duplicate)
 		},
 	}
 	f := cmd.Flags()
@@ -158,6 +184,25 @@ telemetry.sample_ratio.`,
 	f.BoolVar(&o.NoTraceContext, "no-trace-context", false, "send no traceparent when not tracing (jetsink then samples the events at telemetry.sample_ratio)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
 	return cmd
+}
+
+// resumeHint says how to go on after a publish of o stopped having sent
+// sent events, unsettled of which JetStream had not acknowledged (no
+// PubAck yet, or failed).
+func resumeHint(o loadgen.Options, sent, unsettled int) string {
+	rest := fmt.Sprintf("--run %d --first %d", o.Run, o.First+uint64(sent))
+	if o.Rate == 0 {
+		rest += fmt.Sprintf(" --events %d", o.Total()-sent)
+	}
+	if unsettled == 0 {
+		return fmt.Sprintf("every event sent is stored; publish the rest with %s", rest)
+	}
+	again := fmt.Sprintf("--run %d --first %d", o.Run, o.First)
+	if o.Rate == 0 {
+		again += fmt.Sprintf(" --events %d", o.Total())
+	}
+	return fmt.Sprintf("%d sent were not acknowledged (yet) and may not be stored; run again with %s within the stream's duplicate window (what is stored is not stored twice), or publish the rest with %s",
+		unsettled, again, rest)
 }
 
 // checkStream looks up the stream that captures o's first event. None, or

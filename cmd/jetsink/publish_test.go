@@ -159,3 +159,35 @@ func natsServer(t *testing.T, o *server.Options) *server.Server {
 	}
 	return srv
 }
+
+// Ctrl-C stops a publish under way: the run id, from the clock, is printed
+// when it starts, and the summary names it and how to publish the rest;
+// the exit status is 1.
+func TestPublishCmdStopsOnSignal(t *testing.T) {
+	catchSignals(t)
+	unsetenv(t, "OTEL_EXPORTER_OTLP_ENDPOINT")
+	unsetenv(t, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	ns := testenv.NATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := ns.JetStream(t).CreateStream(ctx, jetstream.StreamConfig{Name: "PSIG", Subjects: []string{"psig.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cmdCtx, cmdCancel := context.WithCancel(ctx)
+	r := startJetsink(t, cmdCtx, "publish", "--nats-url", ns.URL(), "--subject", "psig", "--subjects", "5", "--events", "50000000")
+	t.Cleanup(cmdCancel) // before the cleanup waiting for it, should the signal not stop it
+	r.waitOutput(t, ctx, "sent ")
+	started := regexp.MustCompile(`publishing 50000000 events from seq 0 as run (\d+) `).FindStringSubmatch(r.out.String())
+	if started == nil {
+		t.Fatalf("no run id at the start:\n%s", r.out.String())
+	}
+	interrupt(t)
+	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer wcancel()
+	code := r.wait(t, wctx)
+	run := started[1]
+	if code != exitFailed || !regexp.MustCompile(`\npublished \d+ events in .*; run `+run+`\n`).MatchString(r.out.String()) ||
+		r.err == nil || !strings.Contains(r.err.Error(), "stopped by interrupt after ") || !strings.Contains(r.err.Error(), "--run "+run+" --first ") {
+		t.Fatalf("exit %d (%v), want %d with a summary naming run %s and how to go on:\n%s", code, r.err, exitFailed, run, r.out.String())
+	}
+}
