@@ -682,6 +682,28 @@ func TestDeadLetterBreakerOpenLogsBounded(t *testing.T) {
 	}
 }
 
+// deletedDeadLetterStream is a running consumer (create_stream, ackWait)
+// whose dead-letter stream, made by New, was deleted, with n events
+// published and taken.
+func deletedDeadLetterStream(t *testing.T, ctx context.Context, ackWait time.Duration, n int) (jetstream.JetStream, *Consumer, *runner, []pipeline.Event) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv) // create_stream: true
+	cfg.AckWait = ackWait
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	if err := js.DeleteStream(ctx, cfg.Stream+"_DLQ"); err != nil {
+		t.Fatalf("delete the dead-letter stream New made: %v", err)
+	}
+	publish(t, ctx, js, cfg, n, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	evs := make([]pipeline.Event, n)
+	for i := range evs {
+		evs[i] = r.next(t, ctx).ev
+	}
+	return js, c, r, evs
+}
+
 // With create_stream, a dead-letter stream deleted while jetsink runs is
 // made again by the dead letter that finds it gone, which is then sent
 // once more and stored; at most every dlRecreateEvery: a dead letter that
@@ -689,20 +711,11 @@ func TestDeadLetterBreakerOpenLogsBounded(t *testing.T) {
 func TestDeadLetterRecreatesDeletedStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv) // create_stream: true
 	// Long enough that only the nak brings ev2 back, and again is not
 	// redelivered while dlRecreateEvery passes, on a loaded machine too.
-	cfg.AckWait = 16 * time.Second
-	c := newConsumer(t, ctx, cfg)
-	js := jsFor(t, srv)
-	dlqName := cfg.Stream + "_DLQ"
-	if err := js.DeleteStream(ctx, dlqName); err != nil {
-		t.Fatalf("delete the dead-letter stream New made: %v", err)
-	}
-	publish(t, ctx, js, cfg, 2, 1, 0)
-	r := startRun(t, ctx, c, 1, 16, 16)
-	ev1, ev2 := r.next(t, ctx).ev, r.next(t, ctx).ev
+	js, c, r, evs := deletedDeadLetterStream(t, ctx, 16*time.Second, 2)
+	ev1, ev2 := evs[0], evs[1]
+	dlqName := c.cfg.Stream + "_DLQ"
 	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
 
 	if err := c.DeadLetter(ctx, &ev1, dl); err != nil {
@@ -754,21 +767,12 @@ func TestDeadLetterRecreatesDeletedStream(t *testing.T) {
 func TestDeadLetterRecreatesDeletedStreamShortAckWait(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv) // create_stream: true
-	cfg.AckWait = 2 * time.Second
-	c := newConsumer(t, ctx, cfg)
+	js, c, r, evs := deletedDeadLetterStream(t, ctx, 2*time.Second, 1)
 	if d := c.deadLetterTimeout(); d != 500*time.Millisecond {
 		t.Fatalf("deadLetterTimeout = %s, want 500ms", d)
 	}
-	js := jsFor(t, srv)
-	dlqName := cfg.Stream + "_DLQ"
-	if err := js.DeleteStream(ctx, dlqName); err != nil {
-		t.Fatalf("delete the dead-letter stream New made: %v", err)
-	}
-	publish(t, ctx, js, cfg, 1, 1, 0)
-	r := startRun(t, ctx, c, 1, 16, 16)
-	ev := r.next(t, ctx).ev
+	ev := evs[0]
+	dlqName := c.cfg.Stream + "_DLQ"
 	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
 	if err := c.DeadLetter(ctx, &ev, dl); err != nil {
 		t.Fatalf("DeadLetter with the dead-letter stream deleted: %v", err)
