@@ -507,6 +507,37 @@ func TestPublishCancelledReturnsItsCounts(t *testing.T) {
 	}
 }
 
+// Stop ends the sending but not the wait for what was sent: every event
+// sent is acknowledged when Publish returns, without an error.
+func TestPublishStopWaitsForThePubAcks(t *testing.T) {
+	for _, rate := range []float64{0, 20000} {
+		e := newJSEnv(t)
+		stream := e.stream(t, jetstream.StreamConfig{Name: "ST", Subjects: []string{"st.>"}})
+		stop := make(chan struct{})
+		o := Options{Subject: "st", Events: 1_000_000, MaxPending: 100, Run: 16, Stop: stop}
+		if rate > 0 {
+			o.Events, o.Rate, o.Duration = 0, rate, time.Minute
+		}
+		var once sync.Once
+		o.Progress = func(sent int) {
+			if sent >= 500 {
+				once.Do(func() { close(stop) })
+			}
+		}
+		res, err := Publish(e.ctx, e.nc, o)
+		if err != nil || !res.Stopped || res.Sent < 500 || res.Sent >= o.Total() || res.Acked != res.Sent || res.Failed != 0 {
+			t.Fatalf("rate %g: stopped publish: %+v, %v; want every one sent acked, Stopped, no error", rate, res, err)
+		}
+		info, err := stream.Info(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs != uint64(res.Sent) {
+			t.Fatalf("rate %g: %d sent, the stream holds %d", rate, res.Sent, info.State.Msgs)
+		}
+	}
+}
+
 func TestOptionsValidateAndTotal(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

@@ -71,6 +71,12 @@ type Options struct {
 	// time what it does from the first scheduled send. The first events go
 	// out as late as it takes (Result.SendLag shows it).
 	Started func(start time.Time)
+	// Stop, when it is closed, ends the sending: Publish sends no more
+	// events and waits, under its context, for the PubAcks of those sent
+	// (resending what fails, as at the end of a full run), then returns
+	// with Result.Stopped set. Cancelling the context instead returns at
+	// once, with what was sent unsettled.
+	Stop <-chan struct{}
 }
 
 // Validate reports, wrapping ErrInvalidOptions, options Publish refuses:
@@ -142,6 +148,9 @@ type Result struct {
 	// events sent more than 1 ms after their due time (open loop).
 	SendLagMax  time.Duration
 	SentOver1ms int
+	// Stopped says Options.Stop ended the sending before every event
+	// was sent.
+	Stopped bool
 	// Start is when the schedule started: event i was due at Start +
 	// i/Rate (open loop); a preload's first send. Elapsed runs from it.
 	Start   time.Time
@@ -254,9 +263,14 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 		lastProgress time.Duration
 		roomAt       = time.Duration(-1) // when the last wait for room under MaxPending ended
 	)
+	stop := o.Stop
 	for i := 0; i < total; i++ {
 		if err := ctx.Err(); err != nil {
 			return p.result(res), err
+		}
+		if stopped(stop) {
+			res.Stopped = true
+			break
 		}
 		seq := o.First + uint64(i)
 		var due time.Duration
@@ -272,14 +286,18 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			due = time.Duration(math.Round(float64(i) * float64(time.Second) / o.Rate))
 			now = time.Since(p.start)
 			if due > now {
-				if now, _, err = p.wait(ctx, &res, now, max(due, now+sendTick), math.MaxInt); err != nil {
+				if now, _, err = p.wait(ctx, stop, &res, now, max(due, now+sendTick), math.MaxInt); err != nil {
 					return p.result(res), err
 				}
 			}
 		}
 		var held bool
-		if now, held, err = p.wait(ctx, &res, now, 0, o.MaxPending-1); err != nil {
+		if now, held, err = p.wait(ctx, stop, &res, now, 0, o.MaxPending-1); err != nil {
 			return p.result(res), err
+		}
+		if stopped(stop) {
+			res.Stopped = true
+			break
 		}
 		if held {
 			roomAt = now
@@ -307,10 +325,20 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	}
 	// Wait for the last PubAcks, resending what fails, until every publish
 	// is acknowledged or given up.
-	if _, _, err := p.wait(ctx, &res, now, 0, 0); err != nil {
+	if _, _, err := p.wait(ctx, nil, &res, now, 0, 0); err != nil {
 		return p.result(res), err
 	}
 	return p.finish(res)
+}
+
+// stopped reports whether stop is closed; a nil stop never is.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // result completes res with the counts kept by onReply and the time since
@@ -630,9 +658,10 @@ func (p *publisher) failLocked(seq uint64, f inFlight, cause error) {
 // wait runs the publisher's upkeep (expiring publishes whose PubAck is
 // later than AckWait, sending again what failed) until until has passed
 // and at most limit publishes are unsettled. now is the time since start
-// as the caller last read it. It returns the time since start when it
-// returned, and whether it waited for the limit.
-func (p *publisher) wait(ctx context.Context, res *Result, now, until time.Duration, limit int) (time.Duration, bool, error) {
+// as the caller last read it. A closed stop (nil: never) ends it early,
+// without an error: the caller checks stop. It returns the time since start
+// when it returned, and whether it waited for the limit.
+func (p *publisher) wait(ctx context.Context, stop <-chan struct{}, res *Result, now, until time.Duration, limit int) (time.Duration, bool, error) {
 	held := false
 	for {
 		if now >= p.nextExpire {
@@ -663,6 +692,9 @@ func (p *publisher) wait(ctx context.Context, res *Result, now, until time.Durat
 		case <-ctx.Done():
 			p.timer.Stop()
 			return now, held, ctx.Err()
+		case <-stop: // the caller sees it closed and stops sending
+			p.timer.Stop()
+			return time.Since(p.start), held, nil
 		case <-p.wake:
 			p.timer.Stop()
 		case _, open := <-p.status:

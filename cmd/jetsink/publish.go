@@ -58,11 +58,12 @@ event, so re-running a publish that failed part-way with the same --run
 fills in what is missing and succeeds. The run id is printed when publishing
 starts (unless --quiet) and in the summary.
 
-Ctrl-C (SIGINT or SIGTERM) stops publishing, prints the summary with the
-run id and the flags that publish the rest, and exits 1; publishes that
-had no PubAck yet are not waited for (a re-run with the same --run within
-the stream's duplicate window stores each event once). A second one exits
-at once.
+Ctrl-C (SIGINT or SIGTERM) stops publishing, waits up to 10 s (or
+--ack-wait, if longer) for the PubAcks of the events sent, resending what
+fails, prints the summary with the run id and the flags that publish the
+rest, and exits 1; what is still unacknowledged then is counted, and a
+re-run with the same --run within the stream's duplicate window stores each
+event once. A second one exits at once.
 
 Each event carries a W3C traceparent. With OTEL_EXPORTER_OTLP_ENDPOINT set,
 each publish is a PRODUCER span "send <subject>" (service OTEL_SERVICE_NAME,
@@ -110,7 +111,17 @@ telemetry.sample_ratio.`,
 				}
 				return fmt.Errorf("%w after %d of %d events: %s", context.Cause(intake), sent, o.Total(), resumeHint(o, sent, unsettled))
 			}
-			nc, err := natsConnect(intake, cfg.NATS, "jetsink-publish")
+			// The first signal stops the connecting, but not a connection
+			// made: the PubAcks of what was sent come on it (natsConnect
+			// closes its connections when its context ends).
+			connCtx, cancelConn := context.WithCancel(hard)
+			defer cancelConn()
+			unwatch := context.AfterFunc(intake, cancelConn)
+			nc, err := natsConnect(connCtx, cfg.NATS, "jetsink-publish")
+			if !unwatch() && err == nil {
+				nc.Close()
+				err = context.Cause(intake)
+			}
 			if err != nil {
 				return stopped(err, 0, 0)
 			}
@@ -147,7 +158,15 @@ telemetry.sample_ratio.`,
 			}
 			start := time.Now()
 			o.Progress = func(sent int) { progress(out, sent, total, start) }
-			res, err := loadgen.Publish(intake, nc, o)
+			// The first signal stops the sending (Stop); the PubAcks of
+			// what was sent are still waited for, for a while.
+			pctx, cancelP := context.WithCancel(hard)
+			defer cancelP()
+			defer context.AfterFunc(intake, func() {
+				time.AfterFunc(max(stopAckWait, o.AckWait), cancelP)
+			})()
+			o.Stop = intake.Done()
+			res, err := loadgen.Publish(pctx, nc, o)
 			if !quiet {
 				fmt.Fprintln(out)
 			}
@@ -185,6 +204,10 @@ telemetry.sample_ratio.`,
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
 	return cmd
 }
+
+// stopAckWait is how long, at least, publish waits for the PubAcks of what
+// it sent after the first signal.
+const stopAckWait = 10 * time.Second
 
 // resumeHint says how to go on after a publish of o stopped having sent
 // sent events, unsettled of which JetStream had not acknowledged (no

@@ -190,4 +190,9 @@ func TestPublishCmdStopsOnSignal(t *testing.T) {
 		r.err == nil || !strings.Contains(r.err.Error(), "stopped by interrupt after ") || !strings.Contains(r.err.Error(), "--run "+run+" --first ") {
 		t.Fatalf("exit %d (%v), want %d with a summary naming run %s and how to go on:\n%s", code, r.err, exitFailed, run, r.out.String())
 	}
+	// The PubAcks of what was sent are waited for: all of it is stored.
+	m := regexp.MustCompile(`\npublished (\d+) events in .*; acked (\d+), `).FindStringSubmatch(r.out.String())
+	if m == nil || m[1] != m[2] || !strings.Contains(r.err.Error(), "every event sent is stored") {
+		t.Fatalf("after the signal: %v, want every event sent acked:\n%s", r.err, r.out.String())
+	}
 }
