@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -272,7 +273,7 @@ func urlError(url string, err error) error {
 		// "cannot parse `<url>`: <reason> (<cause>)"; cut at the last
 		// "`: ", so that nothing of the URL can be left in.
 		if i := strings.LastIndex(pe.Error(), "`: "); i >= 0 {
-			why = ": " + pe.Error()[i+len("`: "):]
+			why = ": " + unquoteParts(pe.Error()[i+len("`: "):])
 		}
 	}
 	hint := ""
@@ -281,4 +282,33 @@ func urlError(url string, err error) error {
 	}
 	return fmt.Errorf("%w: postgres.url cannot be used as a postgres:// URL or key=value connection string%s%s "+
 		"(the PG* environment variables, such as PGSSLMODE, and the files it names count too)", ErrInvalidConfig, why, hint)
+}
+
+// unquoteParts replaces what s quotes ("...") with "…", but for a single
+// character: pgx's reasons quote the input they stumbled on, which may be
+// a piece of a password (missing "=" after "horse" from password=correct
+// horse; a percent escape in a password with a '/' that pgx took for the
+// database name).
+func unquoteParts(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		j := strings.IndexByte(s[i+1:], '"')
+		if j < 0 {
+			b.WriteString(s[:i]) // an unmatched quote: drop the rest
+			return b.String()
+		}
+		b.WriteString(s[:i+1])
+		if q := s[i+1 : i+1+j]; utf8.RuneCountInString(q) == 1 {
+			b.WriteString(q)
+		} else {
+			b.WriteString("…")
+		}
+		b.WriteByte('"')
+		s = s[i+1+j+1:]
+	}
 }

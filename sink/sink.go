@@ -76,6 +76,9 @@ type Sink struct {
 	dl      pipeline.DeadLetterer
 	log     *slog.Logger
 	connCfg *pgx.ConnConfig
+	// dropped is the last admin connection pgx closed after an error
+	// (guarded by adminSem), for Close to wait for its cleanup.
+	dropped *pgconn.PgConn
 	where   string // host:port/db for messages; never the password
 	streamC string // exactly-once: name of the meta:stream column
 	seqC    string // exactly-once: name of the meta:stream_seq column
@@ -261,6 +264,9 @@ func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 	}
 	err := f(s.admin)
 	if err != nil && s.admin.IsClosed() {
+		// pgx closes a connection whose context ended in the background,
+		// sending the server a cancel request first: Close waits for that.
+		s.dropped = s.admin.PgConn()
 		s.admin = nil
 	}
 	return err
@@ -301,7 +307,24 @@ func (s *Sink) Close() {
 		_ = s.admin.Close(ctx)
 		s.admin = nil
 	}
+	if s.dropped != nil {
+		// The cancel request pgx sends for a statement whose context
+		// ended (`jetsink init` stopped with Ctrl-C while it builds an
+		// index): a process that exits first leaves the statement, and
+		// its locks, running on the server.
+		t := time.NewTimer(dropWait)
+		defer t.Stop()
+		select {
+		case <-s.dropped.CleanupDone():
+		case <-t.C:
+		}
+		s.dropped = nil
+	}
 }
+
+// dropWait bounds Close's wait for a dropped admin connection's cancel
+// request.
+const dropWait = 5 * time.Second
 
 // Ping checks that PostgreSQL answers (for /readyz). The error names host,
 // port and database only.

@@ -87,6 +87,9 @@ func TestValidateSaysWhyTheURLIsRefused(t *testing.T) {
 		"host=db user=app password=s3cret port=abc":                                      "invalid port",
 		"postgres://app:s3cr`: et@db/x?sslmode=bogus":                                    "parse as URL",
 		" postgres://app:s3cret@db:abc/x":                                                "white space",
+		"host=db user=app password=s3cret horse dbname=x":                                `missing "=" after "…"`,
+		"postgres://app:pw9/xq%zz@db/x":                                                  "invalid percent-encoded token",
+		"postgres://db/x?password=pw9&xq":                                                "URI query parameter",
 	} {
 		c := DefaultConfig()
 		c.URL = url
@@ -94,7 +97,8 @@ func TestValidateSaysWhyTheURLIsRefused(t *testing.T) {
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), why) {
 			t.Errorf("%q: %v, want ErrInvalidConfig saying %q", url, err, why)
 		}
-		if err != nil && (strings.Contains(err.Error(), "s3cr") || strings.Contains(err.Error(), "app@") || strings.Contains(err.Error(), "db:abc")) {
+		if err != nil && (strings.Contains(err.Error(), "s3cr") || strings.Contains(err.Error(), "pw9") || strings.Contains(err.Error(), "xq") || strings.Contains(err.Error(), "horse") ||
+			strings.Contains(err.Error(), "app@") || strings.Contains(err.Error(), "db:abc")) {
 			t.Errorf("%q: the error quotes the URL: %v", url, err)
 		}
 	}
@@ -1778,7 +1782,8 @@ func TestNoAdminConnectionAfterClose(t *testing.T) {
 // Ctrl-C while it builds exactly-once's unique index does not leave the
 // build, and its lock, running to the end. pgx does it: when a context
 // ends it cuts the connection, and on the way sends the server a cancel
-// request (pgconn's asyncClose).
+// request (pgconn's asyncClose), in the background: Close waits for it,
+// or a process that exits at once (init's) would never send it.
 func TestAdminStatementCancelledOnTheServer(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
@@ -1791,6 +1796,16 @@ func TestAdminStatementCancelledOnTheServer(t *testing.T) {
 	})
 	if err == nil {
 		t.Fatal("pg_sleep(30) returned nil under a 300 ms context")
+	}
+	dropped := s.dropped
+	if dropped == nil {
+		t.Fatal("the admin connection pgx closed is not kept for Close to wait for")
+	}
+	s.Close()
+	select {
+	case <-dropped.CleanupDone():
+	default:
+		t.Fatal("Close returned before pgx had sent its cancel request and closed the connection")
 	}
 	admin := pg.Conn(t)
 	sleeping := "query LIKE 'SELECT pg_sleep%' AND state = 'active'"
