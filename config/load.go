@@ -119,7 +119,7 @@ func parse(raw []byte, env, set []string) (Config, error) {
 				return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 			}
 			if !emptyDocument(&more) {
-				return Config{}, fmt.Errorf("%w: the config file holds more than one YAML document (a --- line at line %d): jetsink reads one; merge them into one mapping",
+				return Config{}, fmt.Errorf("%w: the config file holds more than one YAML document (a second at line %d, after a --- or ... line): jetsink reads one; merge them into one mapping",
 					ErrInvalidConfig, more.Line)
 			}
 		}

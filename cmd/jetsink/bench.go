@@ -199,6 +199,15 @@ var benchOwned = map[string]string{
 func benchOwnsKey(flag, kv string) error {
 	key, _, _ := strings.Cut(kv, "=")
 	key = strings.TrimSpace(key)
+	if name, ok := strings.CutPrefix(key, "env:"); ok {
+		// --matrix env:JETSINK_...: the variable of a key, which the
+		// subprocess reads after its own JETSINK_ variables are removed.
+		for k := range benchOwned {
+			if config.EnvName(k) == name || name == "JETSINK_DATABASE_URL" && k == "postgres.url" {
+				key = k
+			}
+		}
+	}
 	if instead, ok := benchOwned[key]; ok {
 		// Not the value: a URL may hold a password.
 		return usageError{fmt.Errorf("%s %s: the bench sets this key itself (%s goes to jetsink only): %s", flag, key, flag, instead)}

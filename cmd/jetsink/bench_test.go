@@ -23,6 +23,9 @@ func TestBenchRejectsKeysItOwns(t *testing.T) {
 		{[]string{"--set", "postgres.table=t"}, "a table of its own"},
 		{[]string{"--set", "nats.consumer=c"}, "durable consumer"},
 		{[]string{"--matrix", "postgres.table=a,b"}, "--matrix postgres.table: the bench sets this key itself"},
+		{[]string{"--matrix", "env:JETSINK_POSTGRES_URL=postgres://u:s3cret@db/x"}, "--matrix postgres.url: the bench sets this key itself"},
+		{[]string{"--matrix", "env:JETSINK_DATABASE_URL=postgres://u:s3cret@db/x"}, "--matrix postgres.url: the bench sets this key itself"},
+		{[]string{"--matrix", "env:JETSINK_NATS_STREAM=A,B"}, "--matrix nats.stream: the bench sets this key itself"},
 	} {
 		r := startJetsink(t, ctx, append([]string{"bench", "-q"}, tc.args...)...)
 		code := r.wait(t, ctx)

@@ -44,6 +44,10 @@ checks under way and exits 1; a second one exits at once.`,
 			defer stop()
 			failed := 0
 			report := func(section string, warning bool, text string) {
+				if ctx.Err() != nil {
+					// What the stop cut short, not a finding.
+					return
+				}
 				level := "error"
 				if warning {
 					level = "warning"
@@ -97,7 +101,7 @@ checks under way and exits 1; a second one exits at once.`,
 				}
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("%w: check did not finish; what it reported before is above", context.Cause(ctx))
+				return fmt.Errorf("%w: check did not finish; what it found before it stopped is above", context.Cause(ctx))
 			}
 			if failed > 0 {
 				return fmt.Errorf("%w: %d to fix", errCheckFailed, failed)

@@ -29,7 +29,8 @@ func newHealthcheckCmd() *cobra.Command {
 otherwise. Redirects are not followed and HTTP_PROXY is not used.
 
 Without --url it probes /readyz on the address in JETSINK_TELEMETRY_LISTEN
-(telemetry.listen; 0.0.0.0, :: or no host is probed on 127.0.0.1 or [::1]),
+(telemetry.listen; 0.0.0.0, :: or no host is probed on 127.0.0.1; one it
+cannot use, such as a port 0, exits 1),
 so that a container run with -e JETSINK_TELEMETRY_LISTEN=0.0.0.0:9100 checks
 port 9100; without that variable, ` + defaultHealthURL + `. A
 config file's telemetry.listen is not read: give --url when the file sets it.`,
@@ -38,7 +39,8 @@ config file's telemetry.listen is not read: give --url when the file sets it.`,
 			if !cmd.Flags().Changed("url") {
 				u, err := healthURL(os.Getenv("JETSINK_TELEMETRY_LISTEN"))
 				if err != nil {
-					return usageError{err}
+					// Exit 1, unhealthy: Docker reserves 2 in a health check.
+					return fmt.Errorf("healthcheck: %w", err)
 				}
 				probe = u
 			}
@@ -87,10 +89,9 @@ func healthURL(listen string) (string, error) {
 		return "", fmt.Errorf("JETSINK_TELEMETRY_LISTEN %q names no fixed port; give --url", listen)
 	}
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		// Also for ::, which Go listens on dual-stack (or on IPv4 alone
+		// where IPv6 is off, as in many containers, and ::1 refuses).
 		host = "127.0.0.1"
-		if ip != nil && ip.To4() == nil {
-			host = "::1"
-		}
 	}
 	return (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, port), Path: "/readyz"}).String(), nil
 }

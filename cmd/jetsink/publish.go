@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"time"
@@ -186,6 +187,9 @@ telemetry.sample_ratio.`,
 					float64(l.ValueAtQuantile(50))/1000, float64(l.ValueAtQuantile(99))/1000, float64(res.SendLagMax)/float64(time.Millisecond),
 					res.SentOver1ms, l.TotalCount())
 			}
+			if err == nil && !res.Stopped {
+				return nil // every event sent and stored, the signal or not
+			}
 			return stopped(err, res.Sent, res.Sent-res.Acked-res.Duplicate)
 		},
 	}
@@ -213,17 +217,17 @@ const stopAckWait = 10 * time.Second
 // sent events, unsettled of which JetStream had not acknowledged (no
 // PubAck yet, or failed).
 func resumeHint(o loadgen.Options, sent, unsettled int) string {
-	rest := fmt.Sprintf("--run %d --first %d", o.Run, o.First+uint64(sent))
-	if o.Rate == 0 {
-		rest += fmt.Sprintf(" --events %d", o.Total()-sent)
+	count := func(n int) string { // the flags that publish n events
+		if o.Rate == 0 {
+			return fmt.Sprintf(" --events %d", n)
+		}
+		return fmt.Sprintf(" --rate %g --duration %v", o.Rate, time.Duration(math.Ceil(float64(n)/o.Rate*1e3))*time.Millisecond)
 	}
+	rest := fmt.Sprintf("--run %d --first %d", o.Run, o.First+uint64(sent)) + count(o.Total()-sent)
 	if unsettled == 0 {
 		return fmt.Sprintf("every event sent is stored; publish the rest with %s", rest)
 	}
-	again := fmt.Sprintf("--run %d --first %d", o.Run, o.First)
-	if o.Rate == 0 {
-		again += fmt.Sprintf(" --events %d", o.Total())
-	}
+	again := fmt.Sprintf("--run %d --first %d", o.Run, o.First) + count(o.Total())
 	return fmt.Sprintf("%d sent were not acknowledged (yet) and may not be stored; run again with %s within the stream's duplicate window (what is stored is not stored twice), or publish the rest with %s",
 		unsettled, again, rest)
 }

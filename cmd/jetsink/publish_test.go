@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -194,5 +195,22 @@ func TestPublishCmdStopsOnSignal(t *testing.T) {
 	m := regexp.MustCompile(`\npublished (\d+) events in .*; acked (\d+), `).FindStringSubmatch(r.out.String())
 	if m == nil || m[1] != m[2] || !strings.Contains(r.err.Error(), "every event sent is stored") {
 		t.Fatalf("after the signal: %v, want every event sent acked:\n%s", r.err, r.out.String())
+	}
+}
+
+// The flags that go on from a stopped publish publish what is left, in the
+// same mode: a rate run's hint gives the rate and the remaining duration
+// (with only --run and --first, the original --rate and --duration would
+// send a whole run's worth more).
+func TestResumeHint(t *testing.T) {
+	events := loadgen.Options{Run: 7, First: 10, Events: 1000}
+	if got := resumeHint(events, 400, 0); !strings.HasSuffix(got, "publish the rest with --run 7 --first 410 --events 600") {
+		t.Errorf("events: %s", got)
+	}
+	rate := loadgen.Options{Run: 7, Rate: 100, Duration: 10 * time.Second}
+	got := resumeHint(rate, 250, 5)
+	if !strings.Contains(got, "run again with --run 7 --first 0 --rate 100 --duration 10s ") ||
+		!strings.HasSuffix(got, "publish the rest with --run 7 --first 250 --rate 100 --duration 7.5s") {
+		t.Errorf("rate: %s", got)
 	}
 }
