@@ -109,7 +109,7 @@ func TestDemoSecondSignalAbortsAHungDrain(t *testing.T) {
 	}
 
 	r.waitOutput(t, ctx, "published")
-	waitLockWaiter(t, ctx, pgURL[1])
+	waitLockWait(t, ctx, pgURL[1], "events")
 	interrupt(t)
 	r.waitOutput(t, ctx, "stopping; a second signal exits at once")
 	interrupt(t)
@@ -138,33 +138,6 @@ func lockEvents(t *testing.T, ctx context.Context, conn *pgx.Conn) pgx.Tx {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("table events never appeared: %v", err)
-		case <-tick.C:
-		}
-	}
-}
-
-// waitLockWaiter polls until a session waits for a lock: jetsink's COPY
-// into the locked table, with events taken in that the drain must commit.
-func waitLockWaiter(t *testing.T, ctx context.Context, url string) {
-	t.Helper()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var n int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("jetsink never waited for the locked table")
 		case <-tick.C:
 		}
 	}

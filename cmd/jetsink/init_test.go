@@ -24,19 +24,7 @@ func TestInitStopsOnSignal(t *testing.T) {
 	if r := startJetsink(t, ctx, args...); r.wait(t, ctx) != exitOK {
 		t.Fatalf("init at-least-once: %v\n%s", r.err, r.out.String())
 	}
-	conn, err := pgx.Connect(ctx, pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, "LOCK TABLE initsig IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	lockTable(t, ctx, pg.URL, "initsig")
 
 	// Cleanups run last first: this one ends the command, should the
 	// signal not, before the lock is released.
@@ -50,6 +38,24 @@ func TestInitStopsOnSignal(t *testing.T) {
 	code := r.wait(t, wctx)
 	if code != exitFailed || r.err == nil || !strings.Contains(r.err.Error(), "stopped by interrupt: init did not finish") {
 		t.Fatalf("exit %d (%v), want %d saying init was stopped\n%s", code, r.err, exitFailed, r.out.String())
+	}
+}
+
+// lockTable locks table in a transaction that the test's end rolls back.
+func lockTable(t *testing.T, ctx context.Context, url, table string) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{table}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -95,19 +101,7 @@ func TestCheckStopsOnSignal(t *testing.T) {
 	if r := startJetsink(t, ctx, append([]string{"init"}, args...)...); r.wait(t, ctx) != exitOK {
 		t.Fatalf("init: %v\n%s", r.err, r.out.String())
 	}
-	conn, err := pgx.Connect(ctx, pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	if _, err := tx.Exec(ctx, "LOCK TABLE checksig IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	lockTable(t, ctx, pg.URL, "checksig")
 
 	cmdCtx, cmdCancel := context.WithCancel(ctx)
 	r := startJetsink(t, cmdCtx, append([]string{"check"}, args...)...)
