@@ -81,7 +81,7 @@ type Consumer struct {
 	// lines of the dead letters the open breaker holds back.
 	dlBreaker   dlBreaker
 	dlRecreated atomic.Int64
-	dlHeldLog   logEvery
+	dlHeldLog   pipeline.Every
 
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration

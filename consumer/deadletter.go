@@ -159,35 +159,13 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 // log thousands a second. Stats.DeadLetterFailed counts them all.
 func (c *Consumer) logFailedDeadLetter(err error, msg string, args ...any) {
 	if errors.Is(err, errDeadLetterUnanswered) {
-		held, ok := c.dlHeldLog.allow(time.Now(), dlProbeEvery)
+		held, ok := c.dlHeldLog.Allow(time.Now(), dlProbeEvery)
 		if !ok {
 			return
 		}
 		args = append(args, "held_back", held)
 	}
 	c.log.Error(msg, args...)
-}
-
-// logEvery lets a log line through at most once per interval and counts
-// the ones it holds back. Safe for concurrent use.
-type logEvery struct {
-	mu   sync.Mutex
-	next time.Time // no line before
-	held int       // lines held back since the last one let through
-}
-
-// allow reports whether a line may be logged at now, and if so how many
-// were held back before it.
-func (l *logEvery) allow(now time.Time, every time.Duration) (held int, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Before(l.next) {
-		l.held++
-		return 0, false
-	}
-	held, l.held = l.held, 0
-	l.next = now.Add(every)
-	return held, true
 }
 
 // errDeadLetterUnanswered is wrapped by DeadLetter when it did not

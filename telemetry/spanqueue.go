@@ -9,6 +9,8 @@ import (
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/jetsink/jetsink/pipeline"
 )
 
 // The export queue's sizes when OTEL_BSP_MAX_QUEUE_SIZE and
@@ -51,7 +53,7 @@ type spanQueue struct {
 	fails atomic.Uint64 // spans in exports that failed
 
 	log      *slog.Logger // nil: slog.Default()
-	nextWarn atomic.Int64 // unix nanoseconds before which a drop is not logged
+	dropWarn pipeline.Every
 }
 
 // newSpanQueue builds the batch processor exporting to exp (which it wraps
@@ -99,9 +101,7 @@ func (q *spanQueue) OnEnd(s sdktrace.ReadOnlySpan) {
 // many were dropped so far.
 func (q *spanQueue) dropped() {
 	n := q.drops.Add(1)
-	now := time.Now().UnixNano()
-	next := q.nextWarn.Load()
-	if now < next || !q.nextWarn.CompareAndSwap(next, now+int64(errEvery)) {
+	if _, ok := q.dropWarn.Allow(time.Now(), errEvery); !ok {
 		return
 	}
 	q.logger().LogAttrs(context.Background(), slog.LevelWarn,

@@ -1,0 +1,29 @@
+package pipeline
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Every lets something (a log line) through at most once per interval and
+// counts the times it held it back, for the stages' logs of what can
+// happen thousands of times a second (dead letters the consumer's breaker
+// holds back, spans dropped on a full export queue). The zero value lets
+// the first through. Safe for concurrent use, without a lock.
+type Every struct {
+	next atomic.Int64 // Unix ns before which nothing goes through
+	held atomic.Int64 // held back since the last let through
+}
+
+// Allow reports whether to go ahead at now, and if so how many were held
+// back since the last time it said so. Every call is either let through
+// or counted once in a later held.
+func (e *Every) Allow(now time.Time, every time.Duration) (held int64, ok bool) {
+	n := now.UnixNano()
+	next := e.next.Load()
+	if n < next || !e.next.CompareAndSwap(next, n+int64(every)) {
+		e.held.Add(1)
+		return 0, false
+	}
+	return e.held.Swap(0), true
+}
