@@ -409,6 +409,20 @@ func TestMoreThanOneYAMLDocument(t *testing.T) {
 	}
 }
 
+func TestKeyOfEnv(t *testing.T) {
+	for _, k := range Keys() {
+		if path, ok := KeyOfEnv(EnvName(k.Path)); !ok || path != k.Path {
+			t.Errorf("KeyOfEnv(%s) = %q, %v; want %s", EnvName(k.Path), path, ok, k.Path)
+		}
+	}
+	if path, ok := KeyOfEnv("JETSINK_DATABASE_URL"); !ok || path != "postgres.url" {
+		t.Errorf("KeyOfEnv(JETSINK_DATABASE_URL) = %q, %v", path, ok)
+	}
+	if _, ok := KeyOfEnv("JETSINK_CONFIG"); ok {
+		t.Error("JETSINK_CONFIG names a key")
+	}
+}
+
 func TestKeysHaveEnvNamesAndDefaults(t *testing.T) {
 	keys := Keys()
 	seen := map[string]bool{}

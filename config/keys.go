@@ -97,6 +97,21 @@ func EnvName(path string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
 }
 
+// KeyOfEnv is the key the environment variable name sets: the inverse of
+// EnvName, and the aliases (JETSINK_DATABASE_URL for postgres.url). ok is
+// false for a name that sets no key.
+func KeyOfEnv(name string) (path string, ok bool) {
+	if path, ok := envAliases[name]; ok {
+		return path, true
+	}
+	for _, k := range Keys() {
+		if EnvName(k.Path) == name {
+			return k.Path, true
+		}
+	}
+	return "", false
+}
+
 // DefaultValue renders a key's default as it would be written in the file.
 func DefaultValue(path string) string {
 	v := reflect.ValueOf(Default())

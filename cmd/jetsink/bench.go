@@ -202,10 +202,8 @@ func benchOwnsKey(flag, kv string) error {
 	if name, ok := strings.CutPrefix(key, "env:"); ok {
 		// --matrix env:JETSINK_...: the variable of a key, which the
 		// subprocess reads after its own JETSINK_ variables are removed.
-		for k := range benchOwned {
-			if config.EnvName(k) == name || name == "JETSINK_DATABASE_URL" && k == "postgres.url" {
-				key = k
-			}
+		if path, ok := config.KeyOfEnv(name); ok {
+			key = path
 		}
 	}
 	if instead, ok := benchOwned[key]; ok {
