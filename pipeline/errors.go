@@ -18,7 +18,7 @@ const (
 // row itself.
 const (
 	CodeConstraint = "constraint" // SQLSTATE class 23: a key, check or not-null constraint
-	CodeRefused    = "refused"    // raised by a trigger (SQLSTATE P0xxx), or an index entry too large for its index (54000)
+	CodeRefused    = "refused"    // an error one row or the table may cause, outside classes 22 and 23: a trigger's RAISE (SQLSTATE P0xxx), an index entry too large (54000), an internal error (XX000), ...
 	CodeData       = "data"       // any other refusal of the row (SQLSTATE class 22, mostly)
 	CodeRowCount   = "row_count"  // a COPY committed with another row count than the rows sent (a trigger or rule), or rows missing from the table
 )

@@ -422,8 +422,9 @@ func (s *Sink) logSuspect(err error) {
 		return
 	}
 	if s.firstSeen("suspect " + pgErr.Code) {
-		s.log.Error("the database refuses rows (a trigger raised, or an index limit), and no row has committed since to show "+
-			"that the table takes any: retrying them until one commits here or elsewhere, or the table is fixed", "sqlstate", pgErr.Code)
+		s.log.Error("the database refuses rows with an error that one row or the table may cause (a trigger raised, an index limit, "+
+			"an internal error), and no row has committed since to show that the table takes any: retrying them until one commits "+
+			"here or elsewhere, or the table is fixed", "sqlstate", pgErr.Code)
 	}
 }
 

@@ -129,7 +129,9 @@
 //     the pieces the bisection left, so a run of refused rows costs about
 //     two COPYs per row;
 //   - an error that a row may cause but the table may as well (a
-//     trigger's RAISE, class P0; an index entry too large, 54000): the
+//     trigger's RAISE, class P0; an index entry too large, 54000; an
+//     internal error, XX000; any server error outside the classes listed
+//     here and those of the table, the session and the grants, below): the
 //     batch is bisected the same way, but a row that fails alone is
 //     dead-lettered (code "refused") only if a commit attempt that started
 //     after the failure was seen has committed, on any connection: that
@@ -148,8 +150,10 @@
 //     Delivery): not retried; its rows are dead-lettered, not acked; an
 //     exactly-once batch that committed with rows missing from the table:
 //     those rows are dead-lettered, the others acked;
-//   - everything else (42xxx undefined table or column, 42501 permission,
-//     28xxx authentication, ...) means the table or the grants do not fit.
+//   - an error of the table, the session or the grants (42xxx undefined
+//     table or column, 42501 permission, 28xxx authentication, 25006 a
+//     read-only session, 55000, 3Dxxx, 3Fxxx, ...; see tableClass), and
+//     one that is not the server's, means the table or the grants do not fit.
 //     The operator can fix that without losing an event, so the batch is
 //     retried with backoff like a transient error, and logged at error level
 //     once per distinct error. Nothing is dead-lettered for it.

@@ -24,23 +24,46 @@ const (
 	// classData: the database refused a row (SQLSTATE class 22 or 23).
 	// Bisect the batch to find it and dead-letter it.
 	classData
-	// classConfig: the table or the permissions do not fit the mapping
-	// (42xxx, 28xxx, 3Dxxx, 3Fxxx, 22P03/22P04 from a column of another
-	// type than the mapping's, and any other server error). The
+	// classConfig: the table, the session or the permissions do not fit
+	// the mapping (tableClass: 42xxx, 28xxx, 3Dxxx, 3Fxxx, 25xxx such as
+	// a read-only session, 55xxx, ...; 22P03/22P04 from a column of another
+	// type than the mapping's), or an error that is not the server's. The
 	// operator can fix it without losing an event, so the batch is retried
 	// with backoff like a transient error, but logged loudly, once per
 	// distinct error.
 	classConfig
-	// classSuspect: an error that a row may cause although it is outside
-	// classes 22 and 23: a trigger's RAISE (class P0) or an index entry
-	// too large for its index (54000). It may as well come from the table
-	// (a trigger that refuses every row), so such a batch is bisected, and
-	// a row that fails alone is dead-lettered only once a commit attempt
-	// that started after the failure has committed, on any connection;
-	// until then it is retried and logged like classConfig (see
-	// committer.process).
+	// classSuspect: any other server error. A row may cause it although
+	// it is outside classes 22 and 23: a trigger's RAISE (class P0), an
+	// index entry too large for its index (54000), a trigger's recursion
+	// too deep (54001), a WITH CHECK OPTION (44000), an internal error
+	// (XX000) or a feature a value needs (0A000). It may as well come from
+	// the table (a trigger that refuses every row), so such a batch is
+	// bisected, and a row that fails alone is dead-lettered only once a
+	// commit attempt that started after the failure has committed, on any
+	// connection; until then it is retried and logged like classConfig
+	// (see committer.process). Retrying it forever instead would let one
+	// event stop the whole stream.
 	classSuspect
 )
+
+// tableClass reports whether class (an SQLSTATE's first two characters)
+// holds errors that the table, the session or the grants cause, never one
+// row: 03, 0B, 0F, 0L, 0P, 0Z (statement, transaction, locator, grantor,
+// role and diagnostics states), 24, 25, 26, 2B, 2D, 34, 3B (cursor,
+// transaction and savepoint states: 25006 is a read-only session), 28
+// (authorization), 3D, 3F (database, schema), 42 (syntax and access: an
+// undefined column, a missing grant), 55 (object state: 55000 is a
+// deferrable arbiter; 55P03 and 55006 are transient), 72 (snapshot too
+// old), F0 (configuration file), HV (foreign data wrapper). Class 09 (a
+// triggered action) and every class not listed here may come from a row.
+func tableClass(class string) bool {
+	switch class {
+	case "03", "0B", "0F", "0L", "0P", "0Z", "24", "25", "26", "28", "2B", "2D",
+		"34", "3B", "3D", "3F", "42", "55", "72", "F0", "HV":
+		return true
+	}
+	return false
+}
 
 // classify says how to handle err (never nil). It uses predicates only.
 func classify(err error) class {
@@ -56,9 +79,6 @@ func classify(err error) class {
 			// needs the exact type), so every row would fail. That is
 			// the table's fault, not the row's: do not dead-letter.
 			return classConfig
-		}
-		if code[:2] == "P0" || code == "54000" {
-			return classSuspect
 		}
 		switch code[:2] {
 		case "22", "23":
@@ -76,7 +96,10 @@ func classify(err error) class {
 			// table's fault: the next attempt connects anew.
 			return classTransient
 		}
-		return classConfig
+		if tableClass(code[:2]) {
+			return classConfig
+		}
+		return classSuspect
 	}
 	var netErr net.Error
 	switch {

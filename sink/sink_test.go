@@ -815,6 +815,49 @@ func TestBisectPoisonRow(t *testing.T) {
 	}
 }
 
+// An error outside classes 22 and 23 that one row causes, of any class but
+// those of the table, the session and the grants, dead-letters that row
+// (code "refused") and commits the others: retried like a configuration
+// error instead (as 20000, 44000, 54001, 0A000 and XX000 were), one event
+// would stop the whole stream. A PL/pgSQL CASE without ELSE meeting a value
+// it does not list is the realistic one; the others are raised with their
+// codes.
+func TestRowRefusedWithAnyClassARowMayCause(t *testing.T) {
+	for _, tc := range []struct{ sqlstate, action string }{
+		{"20000", "CASE NEW.payload->>'bad' WHEN 'never' THEN NULL; END CASE"},
+		{"XX000", "RAISE EXCEPTION 'internal' USING ERRCODE = 'XX000'"},
+		{"54001", "RAISE EXCEPTION 'too deep' USING ERRCODE = '54001'"},
+		{"44000", "RAISE EXCEPTION 'check option' USING ERRCODE = '44000'"},
+		{"0A000", "RAISE EXCEPTION 'unsupported' USING ERRCODE = '0A000'"},
+	} {
+		t.Run(tc.sqlstate, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1 })
+			admin := pg.Conn(t)
+			triggerOn(t, ctx, admin, s.table, "refuse", "NEW.payload->>'bad' IS NOT NULL", tc.action)
+			ms := runPoisoned(t, ctx, s, admin, func(seq int) bool { return seq == 37 })
+			for i, m := range ms {
+				if bad := i+1 == 37; m.acks.Load() != b2i(!bad) || m.terms.Load() != b2i(bad) {
+					t.Errorf("row %d: acks %d terms %d", i+1, m.acks.Load(), m.terms.Load())
+				}
+			}
+			letters, seqs := dl.letters()
+			if len(letters) != 1 || seqs[0] != 37 || letters[0].Code != pipeline.CodeRefused || letters[0].SQLState != tc.sqlstate {
+				t.Fatalf("dead letters %+v for %v, want one for row 37, code %s, SQLSTATE %s", letters, seqs, pipeline.CodeRefused, tc.sqlstate)
+			}
+		})
+	}
+}
+
+// b2i is 1 for true and 0 for false.
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // Poison rows that come one after another (a publisher's bad release, a
 // whole batch refused by a constraint) are found piece by piece, about two
 // COPYs per row, not one bisection of the rest each. Extra COPYs before
