@@ -102,26 +102,27 @@ NATS restart) are logged with their number, and the exit is 0.`,
 	return cmd
 }
 
-// drainDeadline is the drain's deadline: start (the first signal) sets it
-// timeout from now, and its timer calls fire (which ends the drain hard)
-// unless finish came first. expire calls fire at once; fire runs at most
-// once, never after finish, and an expire while the timer fires returns
-// only after fire has.
+// drainDeadline decides how a drain ends: complete (finish), or cut short
+// by its deadline (the timer that start sets timeout from now, or expire)
+// or by a second signal (cut), whichever comes first. A cut runs under its
+// lock, so that finish returns either before any cut or after the one that
+// came first has run to its end, never while one is under way, and nothing
+// is cut after finish; fire (the deadline's cut) runs at most once.
 type drainDeadline struct {
 	timeout time.Duration
-	fire    func()
+	fire    func() // the deadline's cut: ends the drain hard
 
-	once   sync.Once // fire; a second caller waits for the first to return
-	mu     sync.Mutex
-	timer  *time.Timer
-	at     time.Time
-	closed bool // finish was called
+	mu    sync.Mutex
+	timer *time.Timer
+	at    time.Time
+	ended bool // finish or a cut came
+	cut   bool // a cut came first
 }
 
 func (d *drainDeadline) start() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed || d.timer != nil {
+	if d.ended || d.timer != nil {
 		return
 	}
 	d.at = time.Now().Add(d.timeout)
@@ -135,24 +136,38 @@ func (d *drainDeadline) deadline() time.Time {
 	return d.at
 }
 
-// expire calls fire unless finish came first; when the timer is firing
-// already, it returns once fire has (so that the drain's end is seen).
-func (d *drainDeadline) expire() {
-	d.mu.Lock()
-	closed := d.closed
-	d.mu.Unlock()
-	if !closed {
-		d.once.Do(d.fire)
-	}
-}
+// expire cuts the drain short with fire unless it has ended; when the timer
+// is firing already, it returns once fire has (so that the drain's end is
+// seen).
+func (d *drainDeadline) expire() { d.cutShort(d.fire) }
 
-func (d *drainDeadline) finish() {
+// cutShort ends the drain with f, which ends it hard, unless it has ended
+// already (finish, or another cut, came first); it reports whether it ran
+// f. f runs under d's lock: it must not call d.
+func (d *drainDeadline) cutShort(f func()) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.closed = true
+	if d.ended {
+		return false
+	}
+	d.ended, d.cut = true, true
 	if d.timer != nil {
 		d.timer.Stop()
 	}
+	f()
+	return true
+}
+
+// finish ends the drain as complete unless a cut came first, waiting for a
+// cut under way, and reports whether one did: from then on nothing cuts it.
+func (d *drainDeadline) finish() (cut bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ended = true
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	return d.cut
 }
 
 // logDrained says how a drain that committed every event taken in ended:

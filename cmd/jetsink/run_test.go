@@ -116,3 +116,41 @@ func TestDrainDeadlineExpireWaitsForFire(t *testing.T) {
 	}
 	d.finish()
 }
+
+// finish, while the timer's fire is under way, returns only after fire
+// has, and says that the drain was cut: what run reads once it returns
+// (hard's cause) is then fire's. Before, finish returned at once, and the
+// timer could end a drain that had been declared complete.
+func TestDrainDeadlineFinishWaitsForFire(t *testing.T) {
+	release, firing := make(chan struct{}), make(chan struct{})
+	var fired atomic.Bool
+	d := &drainDeadline{timeout: time.Millisecond, fire: func() {
+		close(firing)
+		<-release
+		fired.Store(true)
+	}}
+	d.start()
+	<-firing // the timer is in fire
+	returned := make(chan bool)
+	go func() { returned <- d.finish() }()
+	select {
+	case <-returned:
+		t.Fatal("finish returned while the timer's fire was under way")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if cut := <-returned; !cut || !fired.Load() {
+		t.Fatalf("finish after a fire: cut %v, fire returned %v; want both", cut, fired.Load())
+	}
+
+	// A drain that finished first is never cut, by the timer or a signal.
+	d = &drainDeadline{timeout: time.Hour, fire: func() { t.Error("fire after finish") }}
+	d.start()
+	if d.finish() {
+		t.Fatal("finish before any cut says the drain was cut")
+	}
+	if d.cutShort(func() { t.Error("a second signal's cut ran after finish") }) {
+		t.Fatal("cutShort after finish reports a cut")
+	}
+	d.expire()
+}
