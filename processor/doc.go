@@ -12,9 +12,11 @@
 // from pulling; each stage then drains into the next, the sink commits and
 // acks the last batch under hard, and Run returns nil. Cancelling hard gives
 // up at once: nothing that is not committed is acked, and JetStream
-// redelivers it after ack_wait. Shutdown, after Run, confirms that NATS has
-// read the acks (waiting, within its context, for a connection that is
+// redelivers it after ack_wait. CloseStages, after Run, confirms that NATS
+// has read the acks (waiting, within its context, for a connection that is
 // reconnecting) and closes the connections; given hard (with the drain's
 // deadline), it too gives up at once when hard ends, and reports acks it
-// could not confirm (consumer.ErrAcksUnconfirmed).
+// could not confirm (consumer.ErrAcksUnconfirmed). The drain is over when
+// it returns; Shutdown then shuts telemetry down (the last spans, the admin
+// listener, metrics), within bounds of its own.
 package processor

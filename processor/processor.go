@@ -38,8 +38,10 @@ type Processor struct {
 	later   []func() // what Run leaves for Shutdown, in order (see atShutdown)
 	shut    bool     // Shutdown has run them: what comes now runs when Run returns
 
-	closeOnce sync.Once // Shutdown (and Close) once
-	closeErr  error
+	stagesOnce sync.Once // CloseStages once
+	stagesErr  error
+	closeOnce  sync.Once // Shutdown (and Close) once
+	closeErr   error
 }
 
 // New connects to NATS and PostgreSQL and builds the stages. cfg must have
@@ -261,18 +263,38 @@ func (p *Processor) Consumer() *consumer.Consumer { return p.consumer }
 // Sink gives access to the sink for health checks and statistics.
 func (p *Processor) Sink() *sink.Sink { return p.sink }
 
-// Shutdown releases the connections and shuts telemetry down, within ctx.
-// The consumer first confirms that NATS has read the acks of the committed
-// rows (see consumer.Consumer.Close): while ctx has time left (at most 10 s
-// when it has no deadline) it waits for a connection that is reconnecting;
-// once ctx has ended it gives the connections abortedBudget and closes
-// them. Spans not yet exported get up to exportBudget more (Run has flushed
-// them already), or abortedBudget when Run's flush failed or ctx has ended,
-// plus up to a second for an export that had to be cancelled
-// (telemetry.Tracing.Shutdown). Call it after Run returns. The error wraps
+// CloseStages ends the drain: it closes the sink, then confirms that NATS
+// has read the acks of the committed rows and closes the connections
+// (consumer.Consumer.Close): while ctx has time left (at most 10 s when it
+// has no deadline) it waits for a connection that is reconnecting; once
+// ctx has ended it gives the connections abortedBudget and closes them.
+// Call it after Run returns; once it has returned nothing is acked any
+// more, and what is left (Shutdown) is telemetry. The error wraps
 // consumer.ErrAcksUnconfirmed when acks may not have reached NATS (their
 // events come back after ack_wait); the consumer has logged how many.
-// Later calls, and Close, return the first call's result at once.
+// Later calls return the first call's result at once.
+func (p *Processor) CloseStages(ctx context.Context) error {
+	p.stagesOnce.Do(func() {
+		if p.sink != nil {
+			p.sink.Close()
+		}
+		if p.consumer != nil {
+			p.stagesErr = p.consumer.Close(ctx)
+		}
+	})
+	return p.stagesErr
+}
+
+// Shutdown releases the connections (CloseStages, unless it has run) and
+// shuts telemetry down, and returns CloseStages' error. The spans not yet
+// exported get up to exportBudget more within ctx (Run has flushed them
+// already), or abortedBudget when Run's flush failed or ctx has ended,
+// plus up to a second for an export that had to be cancelled
+// (telemetry.Tracing.Shutdown); meanwhile the admin listener stops, which
+// gives a request in flight up to 2 s (telemetry.Serve); then metrics get
+// abortedBudget. So telemetry holds up the end for about 3 s at most, less
+// when ctx ends. Call it after Run returns. Later calls, and Close,
+// return the first call's result at once.
 func (p *Processor) Shutdown(ctx context.Context) error {
 	p.closeOnce.Do(func() { p.closeErr = p.shutdown(ctx) })
 	return p.closeErr
@@ -283,13 +305,7 @@ func (p *Processor) Shutdown(ctx context.Context) error {
 func (p *Processor) Close() { _ = p.Shutdown(context.Background()) }
 
 func (p *Processor) shutdown(ctx context.Context) error {
-	if p.sink != nil {
-		p.sink.Close()
-	}
-	var err error
-	if p.consumer != nil {
-		err = p.consumer.Close(ctx)
-	}
+	err := p.CloseStages(ctx)
 	// A second signal during the export ends it too (ctx), after which
 	// the exporter gets the second it takes to give up.
 	tctx, cancel := context.WithTimeout(ctx, exportBudget)
@@ -298,9 +314,13 @@ func (p *Processor) shutdown(ctx context.Context) error {
 		tctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), abortedBudget)
 	}
 	defer cancel()
-	if err := p.tracing.Shutdown(tctx); err != nil {
-		p.log.Warn("tracing shutdown", "err", err)
-	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := p.tracing.Shutdown(tctx); err != nil {
+			p.log.Warn("tracing shutdown", "err", err)
+		}
+	})
+	// Beside the export, not after it: neither waits for the other.
 	p.laterMu.Lock()
 	later := p.later
 	p.later, p.shut = nil, true
@@ -308,6 +328,7 @@ func (p *Processor) shutdown(ctx context.Context) error {
 	for _, f := range later {
 		f()
 	}
+	wg.Wait()
 	mctx, cancel := context.WithTimeout(context.Background(), abortedBudget)
 	defer cancel()
 	if err := p.metrics.Shutdown(mctx); err != nil {

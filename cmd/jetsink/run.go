@@ -22,8 +22,10 @@ func newRunCmd() *cobra.Command {
 
 On SIGTERM or SIGINT it drains: stops pulling, lets the rings empty, commits
 and acks the last batch, waits until NATS has confirmed the acks (for a
-connection that is reconnecting too), and exits 0, within drain_timeout. A
-second signal, or the drain timeout, exits at once with status 130; nothing
+connection that is reconnecting too), and exits 0, within drain_timeout;
+telemetry then shuts down (the last spans, the admin listener: up to about
+3 s more, which a second signal cuts short). A second signal, or the drain
+timeout, before the acks are confirmed exits at once with status 130; nothing
 that was not committed has been acked, so JetStream redelivers it, and acks
 NATS had not confirmed are logged: their events come back after ack_wait.
 Acks that cannot be confirmed before then (the connection closed for good)
@@ -35,7 +37,7 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			if err != nil {
 				return err
 			}
-			log := newLogger(cfg, os.Stderr)
+			log := newLogger(cfg, cmd.ErrOrStderr())
 
 			ctx := cmd.Context()
 			intake, stopIntake := context.WithCancel(ctx)
@@ -53,8 +55,14 @@ NATS restart) are logged with their number, and the exit is 0.`,
 				stopIntake()
 				dd.start()
 			}, func(sig os.Signal) {
-				log.Warn("second signal: exiting now; uncommitted events stay unacked and will be redelivered", "signal", sig.String())
-				stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
+				if !dd.cutShort(func() {
+					log.Warn("second signal: exiting now; uncommitted events stay unacked and will be redelivered", "signal", sig.String())
+					stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
+				}) {
+					// The acks are confirmed: what is left is telemetry.
+					log.Info("second signal: the drain is over; not waiting for the export of the last spans", "signal", sig.String())
+					stopHard(fmt.Errorf("second signal (%s) after the drain", sig))
+				}
 			})()
 
 			defer applyMemoryLimit(cfg.MemoryLimit, log)()
@@ -67,10 +75,10 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			}
 			err = p.Run(intake, hard)
 			// The drain is over once NATS has read the acks of the last
-			// batches: Shutdown waits for that until the drain's deadline
-			// (a connection that is reconnecting holds them in its buffer,
-			// and closing it would drop them) and gives up at once when
-			// hard ends. Without a signal (a stage failed) it waits at
+			// batches: CloseStages waits for that until the drain's
+			// deadline (a connection that is reconnecting holds them in its
+			// buffer, and closing it would drop them) and gives up at once
+			// when hard ends. Without a signal (a stage failed) it waits at
 			// most 10 s.
 			closeCtx := hard
 			if d := dd.deadline(); !d.IsZero() {
@@ -78,15 +86,20 @@ NATS restart) are logged with their number, and the exit is 0.`,
 				closeCtx, cancel = context.WithDeadline(hard, d)
 				defer cancel()
 			}
-			closeErr := p.Shutdown(closeCtx)
+			closeErr := p.CloseStages(closeCtx)
 			if closeErr != nil && closeCtx.Err() == context.DeadlineExceeded {
 				dd.expire() // the drain's deadline passed, whether or not its timer has fired yet
 			}
-			// Over: a timer firing from here on must not turn a drain that
-			// finished in time into an exit 130.
-			dd.finish()
-			if cause := context.Cause(hard); cause != nil && cause != context.Canceled {
-				return cause
+			// Over: neither the timer nor a second signal turns a drain
+			// that ended in time into an exit 130 from here on, while
+			// telemetry shuts down (the last spans, the admin listener:
+			// bounded by Shutdown, and cut short by a second signal).
+			cut := dd.finish()
+			_ = p.Shutdown(closeCtx) // CloseStages' error, which closeErr holds
+			if cut {
+				if cause := context.Cause(hard); cause != nil && cause != context.Canceled {
+					return cause
+				}
 			}
 			if err != nil {
 				return err

@@ -2,12 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"regexp"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // A drain that finished is not ended by its deadline afterwards: before
@@ -153,4 +160,77 @@ func TestDrainDeadlineFinishWaitsForFire(t *testing.T) {
 		t.Fatal("cutShort after finish reports a cut")
 	}
 	d.expire()
+}
+
+// A drain is over once NATS has confirmed the acks: telemetry shutting down
+// after that (here the admin listener, which gives a request in flight 2 s)
+// is no longer held to drain_timeout. Before, the deadline was finished
+// only after all of Shutdown, so a drain that had committed and acked
+// everything in time exited 130, warning that uncommitted events stay
+// unacked.
+func TestRunDrainEndsWhenAcksAreConfirmed(t *testing.T) {
+	const events = 50
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	catchSignals(t)
+	ns := testenv.NATS(t)
+	pg := testenv.Postgres(t)
+	r := startJetsink(t, ctx, "run", "--nats-url", ns.URL(), "--database-url", pg.URL,
+		"--set", "nats.create_stream=true", "--set", "postgres.create_table=true",
+		"--set", "telemetry.listen=127.0.0.1:0", "--set", "telemetry.pprof=true",
+		"--set", "drain_timeout=500ms")
+	r.waitOutput(t, ctx, "jetsink running")
+	js := ns.JetStream(t)
+	for i := range events {
+		if _, err := js.Publish(ctx, "events.a", fmt.Appendf(nil, `{"n":%d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := pg.Conn(t)
+	for rows := 0; rows < events; {
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM events").Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d rows of %d stored:\n%s", rows, events, r.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+
+	// A CPU profile of 30 s, in flight when the drain ends.
+	m := regexp.MustCompile(`"admin listener" addr=(\S+)`).FindStringSubmatch(r.out.String())
+	if m == nil {
+		t.Fatalf("no admin listener address in the output:\n%s", r.out.String())
+	}
+	profiled := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + m[1] + "/debug/pprof/profile?seconds=30")
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		profiled <- err
+	}()
+	for !strings.Contains(goroutines(), "net/http/pprof.Profile(") {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the profile request never reached its handler")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	interrupt(t)
+	code := r.wait(t, ctx)
+	<-profiled // cut off by the listener's shutdown
+	out := r.out.String()
+	if code != exitOK || strings.Contains(out, "drain timeout") || !strings.Contains(out, "every event taken in is committed and acked") {
+		t.Fatalf("exit %d (%v), want %d after a clean drain, without a drain timeout:\n%s", code, r.err, exitOK, out)
+	}
+}
+
+// goroutines is the stack of every goroutine of the test binary.
+func goroutines() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
 }
