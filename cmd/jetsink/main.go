@@ -21,7 +21,7 @@ const (
 	exitOK      = 0
 	exitFailed  = 1   // a runtime failure
 	exitConfig  = 2   // bad flags or configuration
-	exitAborted = 130 // a second signal, or the drain timeout, cut the drain short
+	exitAborted = 130 // a second signal, or the drain timeout, cut the drain short (also after a runtime failure, which is printed too)
 )
 
 func main() {

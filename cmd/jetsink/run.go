@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -25,7 +26,8 @@ and acks the last batch, waits until NATS has confirmed the acks (for a
 connection that is reconnecting too), and exits 0, within drain_timeout;
 telemetry then shuts down (the last spans, the admin listener: up to about
 3 s more, which a second signal cuts short). A second signal, or the drain
-timeout, before the acks are confirmed exits at once with status 130; nothing
+timeout, before the acks are confirmed exits at once with status 130 (also
+after a stage failed, whose error is printed too); nothing
 that was not committed has been acked, so JetStream redelivers it, and acks
 NATS had not confirmed are logged: their events come back after ack_wait.
 Acks that cannot be confirmed before then (the connection closed for good)
@@ -68,10 +70,8 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			defer applyMemoryLimit(cfg.MemoryLimit, log)()
 			p, err := processor.New(hard, cfg, log)
 			if err != nil {
-				if cause := context.Cause(hard); cause != nil && cause != context.Canceled {
-					return cause // a second signal, or drain_timeout, while still connecting
-				}
-				return err
+				// A second signal, or drain_timeout, while still connecting?
+				return runResult(err, aborted(hard), nil)
 			}
 			err = p.Run(intake, hard)
 			// The drain is over once NATS has read the acks of the last
@@ -96,16 +96,12 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			// bounded by Shutdown, and cut short by a second signal).
 			cut := dd.finish()
 			_ = p.Shutdown(closeCtx) // CloseStages' error, which closeErr holds
+			var cutBy error
 			if cut {
-				if cause := context.Cause(hard); cause != nil && cause != context.Canceled {
-					return cause
-				}
+				cutBy = aborted(hard)
 			}
-			if err != nil {
+			if err := runResult(err, cutBy, closeErr); err != nil {
 				return err
-			}
-			if closeErr != nil {
-				return fmt.Errorf("drain: %w", closeErr)
 			}
 			logDrained(log, p.Consumer().Stats().AcksUnconfirmed, p.Sink().Stats().AckErrors)
 			return nil
@@ -113,6 +109,35 @@ NATS restart) are logged with their number, and the exit is 0.`,
 	}
 	cf.register(cmd.Flags())
 	return cmd
+}
+
+// aborted is hard's cause when a second signal or drain_timeout ended it
+// (it wraps errAborted), nil otherwise.
+func aborted(hard context.Context) error {
+	if cause := context.Cause(hard); errors.Is(cause, errAborted) {
+		return cause
+	}
+	return nil
+}
+
+// runResult is what run returns, given the error of the stages (or of
+// connecting), the drain's cut (aborted's) and the error of CloseStages. A
+// cut decides the exit status, 130, as promised for a second signal and
+// drain_timeout, also after a stage failed; but it does not hide that
+// failure: both are returned, joined, and printed. A stage's error that
+// only says the cut ended it (context.Canceled) is left out.
+func runResult(err, cut, closeErr error) error {
+	switch {
+	case cut != nil && (err == nil || errors.Is(err, context.Canceled)):
+		return cut
+	case cut != nil && !errors.Is(err, cut):
+		return errors.Join(err, cut)
+	case err != nil:
+		return err // it holds cut, if any
+	case closeErr != nil:
+		return fmt.Errorf("drain: %w", closeErr)
+	}
+	return nil
 }
 
 // drainDeadline decides how a drain ends: complete (finish), or cut short

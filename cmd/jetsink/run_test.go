@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -233,4 +234,39 @@ func TestRunDrainEndsWhenAcksAreConfirmed(t *testing.T) {
 func goroutines() string {
 	buf := make([]byte, 1<<20)
 	return string(buf[:runtime.Stack(buf, true)])
+}
+
+// A stage's failure followed by a cut (a second signal, drain_timeout) is
+// reported with both errors, and exits 130 as a cut does. Before, only the
+// cut was: "aborted by a second signal", never the consumer's error.
+func TestRunResultKeepsTheStageErrorOfACutDrain(t *testing.T) {
+	stage := fmt.Errorf("consumer: %w", errors.New("nats: connection closed"))
+	cut := fmt.Errorf("%w by a second signal (interrupt)", errAborted)
+	for _, tc := range []struct {
+		name               string
+		err, cut, closeErr error
+		want               []error
+		code               int
+	}{
+		{"stage failed, then a cut", stage, cut, nil, []error{stage, cut}, exitAborted},
+		{"cut only", nil, cut, nil, []error{cut}, exitAborted},
+		{"a stage ended by the cut", fmt.Errorf("pipeline: %w", context.Canceled), cut, nil, []error{cut}, exitAborted},
+		{"Run returned the cut", cut, cut, nil, []error{cut}, exitAborted},
+		{"stage failed", stage, nil, errors.New("acks unconfirmed"), []error{stage}, exitFailed},
+		{"acks unconfirmed", nil, nil, errors.New("acks unconfirmed"), nil, exitFailed},
+		{"clean", nil, nil, nil, nil, exitOK},
+	} {
+		got := runResult(tc.err, tc.cut, tc.closeErr)
+		for _, w := range tc.want {
+			if !errors.Is(got, w) {
+				t.Errorf("%s: %v does not hold %v", tc.name, got, w)
+			}
+		}
+		if got != nil && strings.Count(got.Error(), "aborted") > 1 {
+			t.Errorf("%s: the cut is reported twice: %v", tc.name, got)
+		}
+		if code := exitCode(got); code != tc.code {
+			t.Errorf("%s: exit %d, want %d", tc.name, code, tc.code)
+		}
+	}
 }
