@@ -30,6 +30,16 @@
 // is not lost; the worker logs a warning and goes on with the
 // next event.
 //
+// A panic while an event is encoded (a bug of jetsink's that this event's
+// bytes reach) is recovered for that event alone: the worker logs it at
+// Error with the stack (at most once a second, counting the rest), starts
+// over with a fresh Encoder, and dead-letters the event with StageDecode
+// and CodeInternal, instead of ending the process, which the event, once
+// redelivered, would end again until max_deliver. A panic anywhere else
+// in a worker (its rings, the slabs, the DeadLetterer) is not recovered:
+// it leaves state shared with other goroutines in an unknown state, and
+// ends the process as Go does (exit status 2, the stack on stderr).
+//
 // Each Row.Tuple is a slice of its own that nothing rewrites while the row
 // is held: tuples are carved out of 64 KiB slabs, and a slab is carved again
 // only after its worker has filled it and every row carved from it has been

@@ -12,6 +12,7 @@ const (
 	CodeInvalidUTF8     = "invalid_utf8"     // text or JSON that is not valid UTF-8
 	CodeNULInText       = "nul_in_text"      // a NUL character, which PostgreSQL text and jsonb cannot store
 	CodeTooLarge        = "too_large"        // the payload is larger than max_event_bytes
+	CodeInternal        = "internal"         // decoding the event panicked: a bug of jetsink's, logged with its stack
 )
 
 // Codes of a dead letter of the sink (StageSink): the database refused the
@@ -27,7 +28,7 @@ const (
 // writes, decode codes first.
 func DeadLetterCodes() []string {
 	return []string{CodeInvalidJSON, CodeRequiredMissing, CodeWrongType, CodeInvalidFormat, CodeOutOfRange,
-		CodeInvalidUTF8, CodeNULInText, CodeTooLarge, CodeConstraint, CodeRefused, CodeData, CodeRowCount, CodeMaxDeliver}
+		CodeInvalidUTF8, CodeNULInText, CodeTooLarge, CodeInternal, CodeConstraint, CodeRefused, CodeData, CodeRowCount, CodeMaxDeliver}
 }
 
 // DecodeError says why an event cannot become a row. It is permanent: the

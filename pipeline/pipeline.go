@@ -93,6 +93,7 @@ type Pipeline struct {
 	cpus    []int // PinCPU: the CPUs to hand out, from this process's affinity mask
 	running atomic.Bool
 	stats   []workerStats
+	panics  Every // the log of decoder panics (worker.recovered)
 }
 
 // workerStats are one worker's counters, padded against false sharing.

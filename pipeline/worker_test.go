@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"strings"
 	"sync"
@@ -126,5 +128,93 @@ func TestWorkerDoesNotLogDeadLettersHeldBack(t *testing.T) {
 		if n := strings.Count(logs.String(), "dead-letter failed"); n != c.lines {
 			t.Errorf("%v: %d log lines of failed dead letters, want %d", c.err, n, c.lines)
 		}
+	}
+}
+
+// panickyMsg is a message whose header block panics when read: a stand-in
+// for a decoder bug that one event's bytes reach.
+type panickyMsg struct{ Msg }
+
+func (panickyMsg) HeaderLookup(string) (string, bool)      { panic("bad header block") }
+func (panickyMsg) HeaderGet(string) string                 { panic("bad header block") }
+func (panickyMsg) HeaderFold(string) string                { panic("bad header block") }
+func (panickyMsg) HeaderFields() iter.Seq2[string, string] { panic("bad header block") }
+
+// A panic while encoding one event is that event's dead letter (stage
+// decode, code internal), logged at Error with its stack, at most once a
+// second; the events around it become rows, encoded as a fresh encoder
+// would (the panic cut a tuple short). Before, it ended the process, and
+// the event, redelivered, ended it again until max_deliver.
+func TestWorkerDeadLettersAnEventWhoseDecodingPanics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cols := []Column{
+		{Name: "n", From: "json:n", Type: TypeInt8, Required: true},
+		{Name: "h", From: "header:X-Site", Type: TypeText},
+	}
+	m := mustCompile(t, cols...)
+	var logs testenv.SyncBuffer
+	dl := &recordingDeadLetterer{}
+	cfg := testConfig(1, PinNone)
+	h := NewHandoff(HandoffRing, 1, cfg.RingSize).(*RingHandoff)
+	p, err := New(cfg, m, dl, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []Event
+	for i := range 6 {
+		ev := Event{Subject: "a", Stream: "S", StreamSeq: uint64(i + 1), Data: fmt.Appendf(nil, `{"n":%d}`, i+1)}
+		if i%2 == 1 {
+			ev.Msg = panickyMsg{}
+		}
+		evs = append(evs, ev)
+	}
+	for _, ev := range evs {
+		if err := h.Push(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Close()
+	if err := p.Run(ctx, h.In, h.Out); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	var rows []Row
+	buf := make([]Row, 8)
+	for {
+		n, err := h.PopN(ctx, buf)
+		rows = append(rows, buf[:n]...)
+		if errors.Is(err, ringq.ErrClosed) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want 3 (events 1, 3 and 5)", len(rows))
+	}
+	for i, r := range rows {
+		want, err := m.NewEncoder(0).AppendTuple(nil, &evs[2*i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Event.StreamSeq != evs[2*i].StreamSeq || !bytes.Equal(r.Tuple, want) {
+			t.Errorf("row %d: event %d, tuple %x; want event %d, tuple %x", i, r.Event.StreamSeq, r.Tuple, evs[2*i].StreamSeq, want)
+		}
+	}
+	ReleaseRows(rows)
+	got := dl.snapshot()
+	if len(got) != 3 {
+		t.Fatalf("dead letters %+v, want those of events 2, 4 and 6", got)
+	}
+	for i, d := range got {
+		if d.seq != uint64(2*i+2) || d.dl.Stage != StageDecode || d.dl.Code != CodeInternal || !strings.Contains(d.dl.Reason, "panic while decoding the event, a bug of jetsink's: bad header block") {
+			t.Errorf("dead letter %d = %+v, want event %d, stage decode, code internal, the panic in the reason", i, d, 2*i+2)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "decoder panic"); n != 1 || !strings.Contains(out, "level=ERROR") ||
+		!strings.Contains(out, "stream_seq=2") || !strings.Contains(out, "panickyMsg.HeaderLookup") {
+		t.Errorf("want one Error line for the first panic, with the stack (the other two held back), got %d:\n%s", n, out)
 	}
 }

@@ -19,4 +19,13 @@
 // could not confirm (consumer.ErrAcksUnconfirmed). The drain is over when
 // it returns; Shutdown then shuts telemetry down (the last spans, the admin
 // listener, metrics), within bounds of its own.
+//
+// Panics: the pipeline recovers one while an event is decoded, and
+// dead-letters that event (pipeline.CodeInternal). A panic anywhere else
+// in a stage is not recovered, here or in the stages: unwound halfway, a
+// stage may hold a lock that another stage waits for, or leave
+// goroutines Run would never see stop, and a jetsink that hangs in its
+// drain is worse than one that exits and is restarted. Go ends the process
+// then (exit status 2, the stack on stderr); acks are sent only after
+// COMMIT, so what was not committed comes back after ack_wait.
 package processor
