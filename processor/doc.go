@@ -8,10 +8,18 @@
 //
 // Goroutines: Run starts one goroutine per stage (the consumer loop, the
 // pipeline's Run, the sink's Run) and waits for all of them before it
-// returns. Shutdown uses two contexts: cancelling intake stops the consumer
-// from pulling; each stage then drains into the next, the sink commits and
-// acks the last batch under hard, and Run returns nil. Cancelling hard gives
-// up at once: nothing that is not committed is acked, and JetStream
+// returns, and the stages wait for theirs, with one exception: on a hard
+// stop the consumer returns without waiting for its subscription's
+// delivery goroutine (wire's or nats.go's), which may still be in a
+// message's handler when Run returns; its push into the closed ring fails
+// and the message is nak'ed. That goroutine ends with the connection, in
+// CloseStages, and the admin listener that Run started ends in Shutdown:
+// nothing outlives Shutdown (or Close).
+//
+// Stopping uses two contexts: cancelling intake stops the consumer from
+// pulling; each stage then drains into the next, the sink commits and acks
+// the last batch under hard, and Run returns nil. Cancelling hard gives up
+// at once: nothing that is not committed is acked, and JetStream
 // redelivers it after ack_wait. CloseStages, after Run, confirms that NATS
 // has read the acks (waiting, within its context, for a connection that is
 // reconnecting) and closes the connections; given hard (with the drain's
