@@ -139,7 +139,7 @@ func (w *worker) encode(ev *Event) (Row, error) {
 // that this event's bytes reach, is recovered for this event alone (see
 // recovered); redelivered, the event would panic again, and take down the
 // process and everything in flight each time, until max_deliver. The
-// deferred recover costs about a nanosecond an event (BENCHMARKS.md).
+// deferred recover costs nothing measurable (BENCHMARKS.md).
 func (w *worker) appendTuple(ev *Event) (err error) {
 	defer func() {
 		if v := recover(); v != nil {

@@ -25,10 +25,10 @@ On SIGTERM or SIGINT it drains: stops pulling, lets the rings empty, commits
 and acks the last batch, waits until NATS has confirmed the acks (for a
 connection that is reconnecting too), and exits 0, within drain_timeout;
 telemetry then shuts down (the last spans, the admin listener: up to about
-3 s more, which a second signal cuts short). A second signal, or the drain
-timeout, before the acks are confirmed exits at once with status 130 (also
-after a stage failed, whose error is printed too); nothing
-that was not committed has been acked, so JetStream redelivers it, and acks
+3 s more; a second signal cuts the spans' export short). A second signal, or
+the drain timeout, before the acks are confirmed exits at once with status
+130 (also after a stage failed, whose error is printed too); nothing that
+was not committed has been acked, so JetStream redelivers it, and acks
 NATS had not confirmed are logged: their events come back after ack_wait.
 Acks that cannot be confirmed before then (the connection closed for good)
 exit 1, saying so; acks that a connection lost on the way may have taken (a

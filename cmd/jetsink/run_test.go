@@ -206,10 +206,15 @@ func TestRunDrainEndsWhenAcksAreConfirmed(t *testing.T) {
 	}
 	profiled := make(chan error, 1)
 	go func() {
-		resp, err := http.Get("http://" + m[1] + "/debug/pprof/profile?seconds=30")
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m[1]+"/debug/pprof/profile?seconds=30", nil)
+		if err != nil {
+			profiled <- err
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			_, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 		}
 		profiled <- err
 	}()
