@@ -1,9 +1,13 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -198,4 +202,57 @@ func BenchmarkRun(b *testing.B) {
 			b.ReportMetric(float64(st.Rows)/float64(max(st.Batches, 1)), "rows/batch")
 		})
 	}
+}
+
+// BenchmarkCopyGuard measures what at-least-once's type guard (see
+// Sink.buildSQL) costs a batch: the same COPY with and without it, on one
+// connection, one batch per op. server-cpu-ns/op is the CPU time of the
+// connection's backend (from /proc, in clock ticks: run for seconds).
+func BenchmarkCopyGuard(b *testing.B) {
+	ctx := context.Background()
+	pg := testenv.Postgres(b)
+	for _, n := range []int{1, 64, 1000} {
+		for _, guard := range []bool{true, false} {
+			b.Run(fmt.Sprintf("rows=%d/guard=%v", n, guard), func(b *testing.B) {
+				s := benchSink(b, ctx, pg.URL, AtLeastOnce, 1)
+				if !guard {
+					s.copySQL, s.copyStmts = strings.Split(s.copySQL, "; ")[1], 1
+				}
+				c := &committer{s: s}
+				defer c.closeConn()
+				rs := benchRows(n)
+				bt := &batch{rows: rs}
+				if _, err := c.attempt(ctx, rs); err != nil { // connects
+					b.Fatal(err)
+				}
+				pid := c.conn.PgConn().PID()
+				b.ResetTimer()
+				cpu0 := procCPU(b, pid)
+				for b.Loop() {
+					if _, err := c.attempt(ctx, rs); err != nil {
+						b.Fatal(err)
+					}
+					c.settle(bt, 0, n)
+				}
+				b.ReportMetric(float64(procCPU(b, pid)-cpu0)/float64(b.N), "server-cpu-ns/op")
+			})
+		}
+	}
+}
+
+// procCPU is the CPU time (user+system) process pid has used so far, from
+// /proc/pid/stat (USER_HZ ticks, 100 a second on Linux).
+func procCPU(b *testing.B, pid uint32) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%d/stat: %v %v", pid, err1, err2)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }

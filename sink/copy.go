@@ -166,7 +166,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			return err
 		}
 		whole, last = p != last+1, p
-		if classify(perr) == classSuspect {
+		if c.s.classify(perr) == classSuspect {
 			// Row p fails with an error that a row may cause, or the
 			// table (see classSuspect).
 			switch {
@@ -352,7 +352,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		cl := classify(err)
+		cl := c.s.classify(err)
 		if cl == classSuspect {
 			if c.suspectSeq == 0 {
 				// Not seq: only attempts that start from now on can
@@ -396,6 +396,9 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 			c.s.st.configErrs.Add(1)
 			c.s.refused(began, err, false)
 			c.s.logConfigError(err)
+			if _, ok := errors.AsType[*typesChangedError](err); ok && c.s.firstSeen("types changed") {
+				c.s.logProblems(ctx) // which columns, and how to fix them
+			}
 			// Start the next attempt on a fresh connection: the table may
 			// be fixed by then, and a staging table or cached statement
 			// from before the fix would keep failing.
@@ -454,10 +457,11 @@ func (s *Sink) firstSeen(key string) bool {
 }
 
 // attempt runs one transaction. In at-least-once mode that is a single
-// COPY statement, which PostgreSQL runs as its own transaction: it commits
-// when the server has taken the last row, with the same durability as an
-// explicit COMMIT, and saves BEGIN's and COMMIT's round trips and parses,
-// which at low rates cost more than the COPY of a small batch. Exactly-once
+// Query of the type guard and the COPY (see Sink.buildSQL), which
+// PostgreSQL runs as one transaction: it commits when the server has taken
+// the last row, with the same durability as an explicit COMMIT, and saves
+// BEGIN's and COMMIT's round trips and parses, which at low rates cost
+// more than the COPY of a small batch. Exactly-once
 // runs BEGIN; COPY into the staging table; INSERT ... SELECT ... ON
 // CONFLICT DO NOTHING; when that inserted fewer rows than staged, a query
 // for the keys of staged rows the table lacks; COMMIT (and returns a
@@ -609,7 +613,7 @@ func committedMissing(err error) *missingError {
 // the COPY committed by itself (at-least-once) or inside a transaction
 // that the error rolls back (exactly-once).
 func (c *committer) copy(ctx context.Context, rows []pipeline.Row, autocommit bool) (sent bool, err error) {
-	sent, stored, err := sendCopy(ctx, c.conn.PgConn(), &c.wire, c.s.copySQL, rows)
+	sent, stored, err := sendCopy(ctx, c.conn.PgConn(), &c.wire, c.s.copySQL, c.s.copyStmts, rows)
 	var pgErr *pgconn.PgError
 	if ctx.Err() != nil || err != nil && !errors.As(err, &pgErr) {
 		// No answer from the server, or ctx has ended (the connection may
@@ -792,7 +796,7 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 		switch {
 		case pgErr.Code[:2] == "23":
 			dl.Code = pipeline.CodeConstraint
-		case classify(err) == classSuspect:
+		case c.s.classify(err) == classSuspect:
 			dl.Code = pipeline.CodeRefused
 		}
 	}

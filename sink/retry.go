@@ -7,9 +7,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/jetsink/jetsink/pipeline"
 )
 
 // class is what the sink does about a failed attempt.
@@ -65,8 +68,24 @@ func tableClass(class string) bool {
 	return false
 }
 
+// classify is the package's classify, but a NOT NULL violation (23502)
+// of a column the mapping does not write is classSuspect: added to the
+// table while jetsink runs, it fails every row (the table's fault, which
+// the operator fixes without replaying events), unless a trigger fills it
+// for some rows.
+func (s *Sink) classify(err error) class {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "23502" && pgErr.ColumnName != "" &&
+		!slices.ContainsFunc(s.cols, func(c pipeline.Column) bool { return c.Name == pgErr.ColumnName }) {
+		return classSuspect
+	}
+	return classify(err)
+}
+
 // classify says how to handle err (never nil). It uses predicates only.
 func classify(err error) class {
+	if _, ok := errors.AsType[*typesChangedError](err); ok {
+		return classConfig // a guard's division by zero (22012), not a row's
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		code := pgErr.Code
@@ -79,6 +98,13 @@ func classify(err error) class {
 			// needs the exact type), so every row would fail. That is
 			// the table's fault, not the row's: do not dead-letter.
 			return classConfig
+		}
+		if code == "23514" && pgErr.ConstraintName == "" {
+			// check_violation without a constraint: no partition for
+			// the row (or a row outside the partition it was sent
+			// to). A row whose key is far off, or a table whose next
+			// partition is not made yet: every row fails then.
+			return classSuspect
 		}
 		switch code[:2] {
 		case "22", "23":

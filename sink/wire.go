@@ -130,12 +130,15 @@ func (w *copyWire) shrink() {
 	}
 }
 
-// sendCopy runs one COPY of rows on pg. sent reports that every byte,
+// sendCopy runs one COPY of rows on pg. sql is the COPY alone (stmts 1),
+// or the type guard and the COPY (stmts 2, see Sink.buildSQL), which the
+// server runs as one transaction; a guard that fails returns a
+// *typesChangedError. sent reports that every byte,
 // CopyDone included, was written: an error after that (other than the
 // server's own) leaves open whether the statement committed. stored is the
-// row count of the CommandComplete tag ("COPY n"), -1 if there was none or
-// it could not be read; in autocommit the COPY has committed when err is
-// nil, whatever stored says.
+// row count of the COPY's CommandComplete tag ("COPY n"), -1 if there was
+// none or it could not be read; in autocommit the COPY has committed when
+// err is nil, whatever stored says.
 //
 // The answers are read while the rows go out (by a goroutine that ends
 // before sendCopy returns): the server may write while it reads the COPY,
@@ -150,12 +153,12 @@ func (w *copyWire) shrink() {
 // table) sends the server a cancel request and reads on, for up to
 // cancelWait: the answer then says whether the COPY committed before the
 // cancel reached it, so a shutdown does not leave the outcome unknown.
-func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, rows []pipeline.Row) (sent bool, stored int64, err error) {
+func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, stmts int, rows []pipeline.Row) (sent bool, stored int64, err error) {
 	defer w.shrink()
 	nc := pg.Conn()
 	w.refused.Store(false)
 	answer := make(chan copyResult, 1)
-	go func() { answer <- readCopyResult(ctx, pg, w) }()
+	go func() { answer <- readCopyResult(ctx, pg, w, stmts) }()
 	if err := writeCopy(ctx, nc, w, sql, rows); err != nil {
 		if errors.Is(err, errRefused) {
 			// The server has failed the statement and reads on to
@@ -174,7 +177,7 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, r
 	// ctx has ended).
 	res := <-answer
 	if res.complete && res.err != nil {
-		// The COPY is done (in autocommit: committed), and then the
+		// The last statement is done (in autocommit: committed), and then the
 		// connection failed or the backend ended (FATAL) before
 		// ReadyForQuery. Report the COPY, and close the connection so
 		// that the next statement does not go to a dead one.
@@ -184,10 +187,12 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, r
 	return true, res.stored, res.err
 }
 
-// copyResult is the answer to one COPY. complete reports that its
-// CommandComplete arrived (with no error before it): a COPY in autocommit
-// has committed by then, since the server commits before it reports.
-// stored is the row count in that CommandComplete, -1 without one.
+// copyResult is the answer to one COPY, the last statement of its Query.
+// complete reports that its CommandComplete arrived (with no error before
+// it): a COPY in autocommit, or in the transaction of a Query of several
+// statements, has committed by then, since the server commits before it
+// reports the last statement. stored is the row count in that
+// CommandComplete, -1 without one.
 type copyResult struct {
 	complete bool
 	stored   int64
@@ -247,12 +252,13 @@ func writeErr(ctx context.Context, err error) error {
 	return err
 }
 
-// readCopyResult reads the server's answers to one COPY up to
+// readCopyResult reads the server's answers to one Query of stmts
+// statements, the COPY the last (see sendCopy), up to
 // ReadyForQuery (or an error) and returns its outcome; it sets w.refused
 // when an ErrorResponse arrives. When ctx ends first, it sends a cancel
 // request and waits up to cancelWait for the answer; the cancel request's
 // goroutine has ended when it returns.
-func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res copyResult) {
+func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts int) (res copyResult) {
 	res.stored = -1
 	nc := pg.Conn()
 	answered, endCancel := context.WithCancel(context.Background())
@@ -284,6 +290,8 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res co
 		}
 	}()
 	var pgErr error
+	done := 0      // statements complete
+	rowed := false // the statement under way has sent a row
 	for {
 		msg, err := pg.ReceiveMessage(context.Background())
 		if err != nil {
@@ -299,11 +307,23 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res co
 		}
 		switch msg := msg.(type) {
 		case *pgproto3.CommandComplete:
-			res.complete = pgErr == nil
-			res.stored = copyCount(msg.CommandTag)
+			done++
+			rowed = false
+			if done == stmts {
+				res.complete = pgErr == nil
+				res.stored = copyCount(msg.CommandTag)
+			}
+		case *pgproto3.DataRow:
+			rowed = true
 		case *pgproto3.ErrorResponse:
 			if pgErr == nil {
-				pgErr = pgconn.ErrorResponseToPgError(msg)
+				e := pgconn.ErrorResponseToPgError(msg)
+				pgErr = e
+				// The guard (statement 1 of 2) fails by dividing by
+				// zero before its row.
+				if stmts == 2 && done == 0 && !rowed && e.Code == "22012" {
+					pgErr = &typesChangedError{err: e}
+				}
 				w.refused.Store(true)
 			}
 		case *pgproto3.ReadyForQuery:
@@ -312,6 +332,20 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire) (res co
 		}
 	}
 }
+
+// typesChangedError reports that the type guard (see Sink.buildSQL) found
+// a mapped column of another type than the mapping's: the COPY did not
+// run. err is the guard's division by zero.
+type typesChangedError struct {
+	err *pgconn.PgError
+}
+
+func (e *typesChangedError) Error() string {
+	return "the table's columns no longer all have the types the mapping writes (binary COPY would store other values): " +
+		"nothing of the batch is stored, and it is retried until they do (`jetsink check` names the columns)"
+}
+
+func (e *typesChangedError) Unwrap() error { return e.err }
 
 // cancelCopy asks the server to cancel pg's statement, sending the cancel
 // request again after a pause (cancelRetry, doubling up to cancelRetryMax)

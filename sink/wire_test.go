@@ -183,7 +183,7 @@ func TestCopyCompleteThenFatal(t *testing.T) {
 			}) // then the fake closes the connection
 			rs, _ := rows(1, 3, nil)
 			var w copyWire
-			sent, stored, err := sendCopy(ctx, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
+			sent, stored, err := sendCopy(ctx, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
 			if !sent || stored != 3 || err != nil {
 				t.Fatalf("sendCopy = %v, %d, %v; want true, 3, nil (the COPY committed)", sent, stored, err)
 			}
@@ -229,7 +229,7 @@ func TestCopyCancel(t *testing.T) {
 			f.failDials.Store(c.failDials)
 			rs, _ := rows(1, 3, nil)
 			var w copyWire
-			sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
+			sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
 			var pgErr *pgconn.PgError
 			if !sent || !errors.As(err, &pgErr) || pgErr.Code != "57014" {
 				t.Fatalf("sendCopy = %v, %v; want true, 57014", sent, err)
@@ -267,7 +267,7 @@ func TestCopyCancelFailsWithinCancelWait(t *testing.T) {
 	rs, _ := rows(1, 3, nil)
 	var w copyWire
 	start := time.Now()
-	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", rs)
+	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
 	took := time.Since(start)
 	if !sent || err == nil || !outcomeUnknown(err) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "cancel request") {
 		t.Fatalf("sendCopy = %v, %v; want true and an unknown outcome naming the cancel request", sent, err)
@@ -343,7 +343,7 @@ func TestCopyStopsWritingAfterError(t *testing.T) {
 	}
 	var w copyWire
 	before := written.Load()
-	sent, _, err := sendCopy(ctx, pg, &w, s.copySQL, rs)
+	sent, _, err := sendCopy(ctx, pg, &w, s.copySQL, s.copyStmts, rs)
 	wrote := written.Load() - before
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
@@ -361,7 +361,7 @@ func TestCopyStopsWritingAfterError(t *testing.T) {
 	}
 
 	good := rs[1:101]
-	sent, stored, err := sendCopy(ctx, pg, &w, s.copySQL, good)
+	sent, stored, err := sendCopy(ctx, pg, &w, s.copySQL, s.copyStmts, good)
 	if !sent || stored != int64(len(good)) || err != nil {
 		t.Fatalf("next COPY on the connection: %v, %d, %v; want true, %d, nil", sent, stored, err, len(good))
 	}

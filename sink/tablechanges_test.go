@@ -1,0 +1,192 @@
+package sink
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// A column retyped while the sink runs. Binary COPY sends the mapping's
+// bytes whatever the column's type, so without the type guards a bigint's
+// bytes in a double precision column stored 2e-322 for 42 and acked it,
+// and a jsonb's in a json column (its version byte) dead-lettered every
+// row as bad JSON. At-least-once now stores nothing, dead-letters nothing
+// and retries until the type is the mapping's again; exactly-once stages
+// in the mapping's types (it staged in the table's, so a connection opened
+// after the change stored 2e-322 too) and stores each value converted to
+// the column's.
+func TestColumnRetypedWhileRunning(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		mode             Mode
+		column, to, back string
+	}{
+		{"same_width", AtLeastOnce, "stream_seq", "double precision", "bigint"},
+		{"refused_as_data", AtLeastOnce, "payload", "json", "jsonb USING payload::jsonb"},
+		{"same_width", ExactlyOnce, "stream_seq", "double precision", ""},
+	} {
+		t.Run(string(tc.mode)+"_"+tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = tc.mode; c.Connections = 1 })
+			logs := captureLog(t, s, time.Minute)
+			admin := pg.Conn(t)
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 20, nil)
+			src.push(t, ctx, rs[:10])
+			waitFor(t, ctx, "the first rows acked", allAcked(ms[:10]))
+
+			alter := "ALTER TABLE " + s.table.Sanitize() + " ALTER COLUMN " + tc.column + " TYPE "
+			if _, err := admin.Exec(ctx, alter+tc.to); err != nil {
+				t.Fatal(err)
+			}
+			if tc.mode == ExactlyOnce {
+				// A new connection makes a new staging table: it had
+				// the table's types, now the mapping's.
+				var n int
+				if err := admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "+
+					"datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'").Scan(&n); err != nil || n == 0 {
+					t.Fatalf("%d connections of the sink ended (%v)", n, err)
+				}
+			}
+			src.push(t, ctx, rs[10:])
+			if tc.mode == AtLeastOnce {
+				waitFor(t, ctx, "the batch refused by the guard, retried", func() bool { return s.Stats().ConfigErrors >= 3 })
+				for i, m := range ms[10:] {
+					if m.acks.Load()+m.terms.Load()+m.naks.Load() != 0 {
+						t.Fatalf("row %d settled while its column has another type", 11+i)
+					}
+				}
+				if n := count(t, ctx, admin, s.cfg.Table); n != 10 {
+					t.Fatalf("%d rows stored while a column has another type, want 10", n)
+				}
+				if !strings.Contains(logs.String(), "no longer all have the types the mapping writes") ||
+					!strings.Contains(logs.String(), "but the mapping writes") {
+					t.Errorf("the log does not say that the column changed type and which:\n%s", logs.String())
+				}
+				if _, err := admin.Exec(ctx, alter+tc.back); err != nil {
+					t.Fatal(err)
+				}
+			}
+			finishClean(t, ctx, src, wait, dl, ms)
+			var n int
+			var sum, frac float64
+			if err := admin.QueryRow(ctx, "SELECT count(*), sum(stream_seq::float8), sum(stream_seq::float8 - trunc(stream_seq::float8)) FROM "+
+				s.table.Sanitize()).Scan(&n, &sum, &frac); err != nil {
+				t.Fatal(err)
+			}
+			if n != 20 || sum != 210 || frac != 0 {
+				t.Fatalf("%d rows, stream_seq summing to %v (fractions %v), want 20 rows, 1..20 summing to 210", n, sum, frac)
+			}
+		})
+	}
+}
+
+// The column changes type while the batch waits for a lock on the table.
+// The guard reads the types only once it holds the table's lock, which
+// keeps them until the COPY has committed: a guard that read them before
+// (from pg_attribute, say) passed, and the COPY that got the lock after
+// the ALTER stored the mapping's bytes as the new type.
+func TestColumnRetypedWhileTheBatchWaits(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1 })
+	logs := captureLog(t, s, time.Minute)
+	admin := pg.Conn(t)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	rs, ms := rows(1, 10, nil)
+	src.push(t, ctx, rs)
+	watcher := pg.Conn(t)
+	waitFor(t, ctx, "the batch waiting for the lock", waitingOnLock(t, ctx, watcher, s.cfg.AppName))
+	alter := "ALTER TABLE " + s.table.Sanitize() + " ALTER COLUMN stream_seq TYPE "
+	if _, err := tx.Exec(ctx, alter+"double precision"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the guard", func() bool { return strings.Contains(logs.String(), "no longer all have the types the mapping writes") })
+	if n := count(t, ctx, admin, s.cfg.Table); n != 0 {
+		t.Fatalf("%d rows stored with the wrong type", n)
+	}
+	if _, err := admin.Exec(ctx, alter+"bigint"); err != nil {
+		t.Fatal(err)
+	}
+	finishClean(t, ctx, src, wait, dl, ms)
+	var sum int64
+	if err := admin.QueryRow(ctx, "SELECT sum(stream_seq) FROM "+s.table.Sanitize()).Scan(&sum); err != nil || sum != 55 {
+		t.Fatalf("stream_seq sums to %d (%v), want 55", sum, err)
+	}
+}
+
+// Faults of the table that every row meets are not the rows': a
+// partitioned table without a partition for the rows (its maintenance is
+// late), and a NOT NULL column that nothing maps to. Each row failed a
+// constraint (23514 without a constraint name, 23502) and was
+// dead-lettered, all of them, for the operator to replay; now the batch is
+// held and retried until the table is fixed, and then stored.
+func TestTableFaultEveryRowMeetsIsHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name, fault, fix string
+		partitioned      bool
+	}{
+		{"no_partition", "CREATE TABLE %[2]s PARTITION OF %[1]s FOR VALUES FROM (0) TO (51)",
+			"CREATE TABLE %[3]s PARTITION OF %[1]s FOR VALUES FROM (51) TO (1000)", true},
+		{"unmapped_not_null", "ALTER TABLE %[1]s ADD COLUMN extra int NOT NULL%.0[2]s",
+			"ALTER TABLE %[1]s ALTER COLUMN extra SET DEFAULT 0%.0[2]s", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.CreateTable = !tc.partitioned })
+			admin := pg.Conn(t)
+			table := s.table.Sanitize()
+			sql := func(f string) string {
+				return fmt.Sprintf(f, table, pgx.Identifier{s.cfg.Table + "_old"}.Sanitize(), pgx.Identifier{s.cfg.Table + "_new"}.Sanitize())
+			}
+			if tc.partitioned {
+				if _, err := admin.Exec(ctx, "CREATE TABLE "+table+" (stream text NOT NULL, stream_seq bigint NOT NULL, payload jsonb) "+
+					"PARTITION BY RANGE (stream_seq)"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := admin.Exec(ctx, sql(tc.fault)); err != nil {
+				t.Fatal(err)
+			}
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(51, 10, nil)
+			src.push(t, ctx, rs)
+			waitFor(t, ctx, "the batch retried", func() bool { return s.Stats().ConfigErrors >= 3 })
+			if l, seqs := dl.letters(); len(l) != 0 {
+				t.Fatalf("rows %v dead-lettered for a fault of the table: %+v", seqs, l)
+			}
+			for i, m := range ms {
+				if m.acks.Load()+m.terms.Load() != 0 {
+					t.Fatalf("row %d settled while the table refuses every row", 51+i)
+				}
+			}
+			if _, err := admin.Exec(ctx, sql(tc.fix)); err != nil {
+				t.Fatal(err)
+			}
+			finishClean(t, ctx, src, wait, dl, ms)
+			if n := count(t, ctx, admin, s.cfg.Table); n != 10 {
+				t.Fatalf("%d rows stored, want 10", n)
+			}
+		})
+	}
+}
