@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,26 +15,32 @@ import (
 )
 
 // pgType is a column type as PostgreSQL names it, with the OID of the type
-// binary COPY writes (the column must have exactly this type).
+// binary COPY writes: the column must have exactly this type, or one of
+// compat, whose binary input reads the same bytes as the same value
+// (varchar and char for text; a length limit, or char's padding, apply).
 type pgType struct {
-	name string
-	oid  uint32
+	name   string
+	oid    uint32
+	compat []uint32
 }
 
+// accepts reports whether a column of type oid stores t's bytes as sent.
+func (t pgType) accepts(oid uint32) bool { return oid == t.oid || slices.Contains(t.compat, oid) }
+
 var pgTypes = map[pipeline.Type]pgType{
-	pipeline.TypeText:        {"text", 25},
-	pipeline.TypeUUID:        {"uuid", 2950},
-	pipeline.TypeInt2:        {"smallint", 21},
-	pipeline.TypeInt4:        {"integer", 23},
-	pipeline.TypeInt8:        {"bigint", 20},
-	pipeline.TypeFloat4:      {"real", 700},
-	pipeline.TypeFloat8:      {"double precision", 701},
-	pipeline.TypeNumeric:     {"numeric", 1700},
-	pipeline.TypeBool:        {"boolean", 16},
-	pipeline.TypeTimestamptz: {"timestamptz", 1184},
-	pipeline.TypeDate:        {"date", 1082},
-	pipeline.TypeJSONB:       {"jsonb", 3802},
-	pipeline.TypeBytea:       {"bytea", 17},
+	pipeline.TypeText:        {name: "text", oid: 25, compat: []uint32{1043, 1042}}, // varchar, char
+	pipeline.TypeUUID:        {name: "uuid", oid: 2950},
+	pipeline.TypeInt2:        {name: "smallint", oid: 21},
+	pipeline.TypeInt4:        {name: "integer", oid: 23},
+	pipeline.TypeInt8:        {name: "bigint", oid: 20},
+	pipeline.TypeFloat4:      {name: "real", oid: 700},
+	pipeline.TypeFloat8:      {name: "double precision", oid: 701},
+	pipeline.TypeNumeric:     {name: "numeric", oid: 1700},
+	pipeline.TypeBool:        {name: "boolean", oid: 16},
+	pipeline.TypeTimestamptz: {name: "timestamptz", oid: 1184},
+	pipeline.TypeDate:        {name: "date", oid: 1082},
+	pipeline.TypeJSONB:       {name: "jsonb", oid: 3802},
+	pipeline.TypeBytea:       {name: "bytea", oid: 17},
 }
 
 // DDL returns the statements Init runs: CREATE TABLE IF NOT EXISTS with one
@@ -239,9 +246,15 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			probs = append(probs, Problem{Kind: ProblemColumnMissing, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s does not exist", col, tname),
 				Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", tname, col, want.name)})
-		case a.typ != want.oid:
+		case !want.accepts(a.typ):
+			what := "so jetsink stores nothing in this table until they match"
+			if s.cfg.Mode == ExactlyOnce {
+				what = "so exactly-once's INSERT from staging converts each value as SQL does (a timestamptz into a timestamp " +
+					"becomes its UTC time), or fails every batch where SQL has no conversion"
+			}
 			probs = append(probs, Problem{Kind: ProblemTypeMismatch, Column: c.Name,
-				Message: fmt.Sprintf("column %s of %s is %s but the mapping writes %s (binary COPY needs the exact type)", col, tname, a.format, want.name),
+				Message: fmt.Sprintf("column %s of %s is %s but the mapping writes %s: binary COPY sends %s's bytes, which a column "+
+					"of another type reads as another value or refuses, %s", col, tname, a.format, want.name, want.name, what),
 				Fix: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s, or change the column's type in postgres.columns",
 					tname, col, want.name)})
 		case a.notNull && !c.Required:
@@ -252,6 +265,12 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		// timestamptz(6) is what timestamptz keeps anyway: no rounding.
 		if ok && a.typ == want.oid && a.typmod >= 0 && (c.Type != pipeline.TypeTimestamptz || a.typmod < 6) {
 			probs = append(probs, typeModifierProblem(tname, c.Name, a.format, c.Type))
+		}
+		if ok && a.typ != want.oid && want.accepts(a.typ) && (a.typmod >= 0 || a.typ == 1042) {
+			probs = append(probs, Problem{Kind: ProblemTypeModifier, Column: c.Name, Warning: true,
+				Message: fmt.Sprintf("column %s of %s is %s: PostgreSQL refuses a longer text (SQLSTATE 22001), which is dead-lettered "+
+					"(code data) after a bisection of its batch, and pads a shorter one in char(n) with spaces", col, tname, a.format),
+				Fix: fmt.Sprintf("if every value fits, nothing; to store any length as sent, ALTER TABLE %s ALTER COLUMN %s TYPE text", tname, col)})
 		}
 	}
 	for name, a := range attrs {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -291,7 +292,7 @@ func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 //   - at-least-once sends one simple Query of two statements, which
 //     PostgreSQL runs as one transaction: a type guard, then the COPY.
 //     The guard divides by zero (see typesChangedError) unless every
-//     mapped column has the mapping's type, and fails on a missing
+//     mapped column has the mapping's type (or one pgType.accepts), and fails on a missing
 //     column (42703). Its FROM takes the table's ACCESS SHARE lock
 //     before it reads the types, and holds it to the end of the
 //     transaction, so no ALTER TABLE can come between the guard and the
@@ -304,7 +305,11 @@ func (s *Sink) buildSQL() {
 	for i, c := range s.cols {
 		names[i] = pgx.Identifier{c.Name}.Sanitize()
 		defs[i] = names[i] + " " + pgTypes[c.Type].name
-		typed[i] = fmt.Sprintf("pg_typeof(x.%s)::oid = %d", names[i], pgTypes[c.Type].oid)
+		oids := []string{strconv.FormatUint(uint64(pgTypes[c.Type].oid), 10)}
+		for _, o := range pgTypes[c.Type].compat {
+			oids = append(oids, strconv.FormatUint(uint64(o), 10))
+		}
+		typed[i] = "pg_typeof(x." + names[i] + ")::oid IN (" + strings.Join(oids, ", ") + ")"
 	}
 	list := strings.Join(names, ", ")
 	target := s.table.Sanitize()

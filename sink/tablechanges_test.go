@@ -190,3 +190,42 @@ func TestTableFaultEveryRowMeetsIsHeld(t *testing.T) {
 		})
 	}
 }
+
+// varchar(n) and char(n) read text's bytes as text does: the guard lets
+// them by, and check warns of their length, not of another type.
+func TestTextIntoVarcharAndChar(t *testing.T) {
+	for _, typ := range []string{"varchar(10)", "char(3)", "varchar"} {
+		t.Run(typ, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false })
+			admin := pg.Conn(t)
+			if _, err := admin.Exec(ctx, "CREATE TABLE "+s.table.Sanitize()+" (stream "+typ+", stream_seq bigint, payload jsonb)"); err != nil {
+				t.Fatal(err)
+			}
+			probs, err := s.Check(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			warned := false
+			for _, p := range probs {
+				if !p.Warning || p.Kind != ProblemTypeModifier || p.Column != "stream" {
+					t.Errorf("problem %+v", p)
+				}
+				warned = true
+			}
+			if warned != (typ != "varchar") {
+				t.Errorf("%s: warned of its length %v", typ, warned)
+			}
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 5, nil)
+			src.push(t, ctx, rs)
+			finishClean(t, ctx, src, wait, dl, ms)
+			var stream string
+			if err := admin.QueryRow(ctx, "SELECT stream::text || '|' FROM "+s.table.Sanitize()+" LIMIT 1").Scan(&stream); err != nil || stream != "S|" {
+				t.Fatalf("stream %q (%v), want S", stream, err)
+			}
+		})
+	}
+}
