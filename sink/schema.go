@@ -65,9 +65,11 @@ func (s *Sink) DDL() []string {
 
 // indexName is the exactly-once unique index's name, <table>_stream_seq_key
 // cut to PostgreSQL's 63-byte limit on a UTF-8 boundary.
-func (s *Sink) indexName() string {
-	base := s.table[len(s.table)-1]
-	const suffix = "_stream_seq_key"
+func (s *Sink) indexName() string { return withSuffix(s.table[len(s.table)-1], "_stream_seq_key") }
+
+// withSuffix is base+suffix, base cut on a UTF-8 boundary to fit
+// PostgreSQL's 63-byte names.
+func withSuffix(base, suffix string) string {
 	if len(base)+len(suffix) > 63 {
 		n := 63 - len(suffix)
 		for n > 0 && base[n]&0xC0 == 0x80 {
@@ -79,10 +81,14 @@ func (s *Sink) indexName() string {
 }
 
 // Init runs DDL in one transaction. Errors name the statement's object, not
-// the connection string.
+// the connection string. In exactly-once mode it then checks that the
+// table has its unique key index: CREATE UNIQUE INDEX IF NOT EXISTS does
+// nothing when another relation has the index's name, and every batch
+// would then fail (ErrNoKeyIndex; the message says what holds the name).
 func (s *Sink) Init(ctx context.Context) error {
+	var missing *Problem
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
-		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
 			for _, q := range s.DDL() {
 				if _, err := tx.Exec(ctx, q); err != nil {
 					return err
@@ -90,12 +96,29 @@ func (s *Sink) Init(ctx context.Context) error {
 			}
 			return nil
 		})
+		if err != nil || s.cfg.Mode != ExactlyOnce {
+			return err
+		}
+		probs, err := s.check(ctx, c)
+		for _, p := range probs {
+			if p.Kind == ProblemNoUniqueIndex {
+				missing = &p
+			}
+		}
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("create table %s on %s: %w", s.table.Sanitize(), s.where, err)
 	}
+	if missing != nil {
+		return fmt.Errorf("%w: %s on %s: %s", ErrNoKeyIndex, s.table.Sanitize(), s.where, missing)
+	}
 	return nil
 }
+
+// ErrNoKeyIndex: Init ran, and the table still has no unique index on the
+// exactly-once key.
+var ErrNoKeyIndex = errors.New("no unique index on the exactly-once key after init")
 
 // ProblemKind classifies a Problem.
 type ProblemKind string
@@ -350,12 +373,55 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				Fix: "ALTER TABLE " + tname + " DROP CONSTRAINT " + con + ", ADD CONSTRAINT " + con + " " + k.immediateDef})
 		}
 		if !usable && len(deferrable) == 0 {
+			fix := s.DDL()[1]
+			taken, err := s.indexNameTaken(ctx, c, *oid)
+			if err != nil {
+				return nil, err
+			}
+			if taken != "" {
+				fix = taken + "; then " + fix
+			}
 			probs = append(probs, Problem{Kind: ProblemNoUniqueIndex,
 				Message: fmt.Sprintf("exactly-once mode needs a unique index on %s %s and there is none", tname, key),
-				Fix:     s.DDL()[1]})
+				Fix:     fix})
 		}
 	}
 	return probs, nil
+}
+
+// indexNameTaken says why DDL's CREATE UNIQUE INDEX IF NOT EXISTS would
+// do nothing for the table rel, which has no usable key index, and how to
+// free the name: IF NOT EXISTS looks only for a relation of that name in
+// the schema. "" if the name is free.
+func (s *Sink) indexNameTaken(ctx context.Context, c *pgx.Conn, rel uint32) (string, error) {
+	var name, kind, on string
+	var valid bool
+	err := c.QueryRow(ctx, `SELECT c.oid::regclass::text, c.relkind::text, coalesce(i.indrelid::regclass::text, ''), coalesce(i.indisvalid, true)
+		FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
+		WHERE c.relname = $1 AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = $2)`, s.indexName(), rel).
+		Scan(&name, &kind, &on, &valid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("check the unique index of %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	tname := s.table.Sanitize()
+	old := pgx.Identifier{withSuffix(s.indexName(), "_old")}.Sanitize()
+	free := "ALTER INDEX " + name + " RENAME TO " + old
+	switch {
+	case kind == "i" && !valid:
+		return fmt.Sprintf("the name is taken by the INVALID index %s on %s (a CREATE INDEX CONCURRENTLY that failed), which "+
+			"jetsink init's IF NOT EXISTS skips: DROP INDEX %s", name, on, name), nil
+	case kind == "i" && on != tname:
+		return fmt.Sprintf("the name is taken by the index %s of %s (a table renamed since jetsink init made it, say), which "+
+			"jetsink init's IF NOT EXISTS skips: %s", name, on, free), nil
+	case kind == "i":
+		return fmt.Sprintf("the index %s on %s is not a unique index on exactly the key's columns, without a condition, "+
+			"and jetsink init's IF NOT EXISTS skips it: %s", name, on, free), nil
+	}
+	return fmt.Sprintf("the name of the index is taken by %s (relkind %s), which jetsink init's IF NOT EXISTS skips: "+
+		"ALTER TABLE %s RENAME TO %s", name, kind, name, old), nil
 }
 
 // typeModifierProblem warns of column name of table, whose type with its

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -225,6 +226,68 @@ func TestTextIntoVarcharAndChar(t *testing.T) {
 			var stream string
 			if err := admin.QueryRow(ctx, "SELECT stream::text || '|' FROM "+s.table.Sanitize()+" LIMIT 1").Scan(&stream); err != nil || stream != "S|" {
 				t.Fatalf("stream %q (%v), want S", stream, err)
+			}
+		})
+	}
+}
+
+// Exactly-once's unique index is made with IF NOT EXISTS, which only looks
+// for the name: after the table was renamed (its index keeps the name) or
+// a concurrent build failed (an INVALID index), init made no index and
+// said the table was ready, check's fix was that same no-op statement, and
+// every batch failed. Init now fails saying what holds the name and how to
+// free it, check's fix says it too, and after that fix init makes the index.
+func TestInitWhenTheIndexNameIsTaken(t *testing.T) {
+	for _, tc := range []struct{ name, fix string }{{"renamed_table", "ALTER INDEX"}, {"invalid_index", "DROP INDEX"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = ExactlyOnce; c.CreateTable = false })
+			admin := pg.Conn(t)
+			table, index := s.table.Sanitize(), pgx.Identifier{s.indexName()}.Sanitize()
+			if tc.name == "renamed_table" {
+				if err := s.Init(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := admin.Exec(ctx, "ALTER TABLE "+table+" RENAME TO "+pgx.Identifier{s.cfg.Table + "_old"}.Sanitize()); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if _, err := admin.Exec(ctx, s.DDL()[0]+"; INSERT INTO "+table+" (stream, stream_seq) VALUES ('S', 1), ('S', 1)"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := admin.Exec(ctx, "CREATE UNIQUE INDEX CONCURRENTLY "+index+" ON "+table+" (stream, stream_seq)"); err == nil {
+					t.Fatal("a unique index built over duplicates")
+				}
+				if _, err := admin.Exec(ctx, "DELETE FROM "+table); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := s.Init(ctx)
+			if !errors.Is(err, ErrNoKeyIndex) || !strings.Contains(err.Error(), tc.fix) {
+				t.Fatalf("Init with the index's name taken: %v, want ErrNoKeyIndex saying %s", err, tc.fix)
+			}
+			probs, err := s.Check(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fix string
+			for _, p := range probs {
+				if p.Kind == ProblemNoUniqueIndex {
+					fix = p.Fix
+				}
+			}
+			if !strings.Contains(fix, tc.fix) {
+				t.Fatalf("check's fix %q, want it to say %s", fix, tc.fix)
+			}
+			if _, err := admin.Exec(ctx, strings.SplitN(fix, "; then ", 2)[0][strings.Index(fix, tc.fix):]); err != nil {
+				t.Fatalf("check's fix %q: %v", fix, err)
+			}
+			if err := s.Init(ctx); err != nil {
+				t.Fatalf("Init after the fix: %v", err)
+			}
+			if probs, err := s.Check(ctx); err != nil || len(probs) != 0 {
+				t.Fatalf("Check after init: %v %v", probs, err)
 			}
 		})
 	}

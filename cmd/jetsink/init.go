@@ -24,7 +24,10 @@ that makes redeliveries harmless. An existing table's columns are left alone
 (run 'jetsink check' to compare them with the mapping), but in exactly-once mode
 the index is added to a table without one of that name (<table>_stream_seq_key):
 CREATE UNIQUE INDEX blocks writes to the table while it builds, and fails if
-the table holds duplicates. --print shows the SQL instead.
+the table holds duplicates. When the name is taken by another index (of a
+table renamed since, or left INVALID by a failed concurrent build), init
+says what holds it and how to free it, and exits 1. --print shows the SQL
+instead.
 
 Ctrl-C (SIGINT or SIGTERM) cancels the statement under way on the server,
 rolls the DDL back and exits 1; a second one exits at once.`,
