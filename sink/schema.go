@@ -174,6 +174,10 @@ const (
 	// before the point than it allows (SQLSTATE 22003: the row is
 	// dead-lettered after a bisection of its batch). A warning.
 	ProblemTypeModifier ProblemKind = "type_modifier"
+	// ProblemRelationKind: the table is a relation COPY cannot write
+	// into: a view without an INSTEAD OF INSERT trigger, a materialized
+	// view, a sequence. Every batch fails (SQLSTATE 42809).
+	ProblemRelationKind ProblemKind = "relation_kind"
 )
 
 // Problem is one difference between the mapping and the table.
@@ -224,6 +228,28 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			Fix:     "run `jetsink init`, set postgres.create_table: true, or run: " + strings.Join(s.DDL(), "; "),
 		}), nil
 	}
+	var kind string
+	var insteadOf bool
+	if err := c.QueryRow(ctx, `SELECT relkind::text, EXISTS (SELECT FROM pg_trigger WHERE tgrelid = $1 AND tgenabled <> 'D'
+		AND tgtype & 64 <> 0 AND tgtype & 4 <> 0) FROM pg_class WHERE oid = $1`, *oid).Scan(&kind, &insteadOf); err != nil {
+		return nil, fmt.Errorf("check table %s on %s: %w", tname, s.where, err)
+	}
+	var kindProblem []Problem
+	switch kind {
+	case "r", "p", "f": // a table, a partitioned table, a foreign table
+	case "v":
+		if !insteadOf {
+			kindProblem = append(kindProblem, Problem{Kind: ProblemRelationKind,
+				Message: fmt.Sprintf("%s is a view without an INSTEAD OF INSERT trigger: COPY cannot write into it (SQLSTATE 42809), "+
+					"so every batch would fail and be retried", tname),
+				Fix: "set postgres.table to the table the view reads, or give the view an INSTEAD OF INSERT trigger"})
+		}
+	default:
+		kindProblem = append(kindProblem, Problem{Kind: ProblemRelationKind,
+			Message: fmt.Sprintf("%s is not a table (pg_class.relkind %s): COPY cannot write into it, so every batch would fail and be retried",
+				tname, kind),
+			Fix: "set postgres.table to a table"})
+	}
 	type attr struct {
 		typ                       uint32
 		typmod                    int32
@@ -255,6 +281,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	if err != nil {
 		return nil, err
 	}
+	probs = append(probs, kindProblem...)
 	if badEnc {
 		probs = append(probs, encProblem)
 	}
@@ -381,9 +408,12 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			if taken != "" {
 				fix = taken + "; then " + fix
 			}
-			probs = append(probs, Problem{Kind: ProblemNoUniqueIndex,
-				Message: fmt.Sprintf("exactly-once mode needs a unique index on %s %s and there is none", tname, key),
-				Fix:     fix})
+			msg := fmt.Sprintf("exactly-once mode needs a unique index on %s %s and there is none", tname, key)
+			if kind == "p" {
+				msg += " (on a partitioned table a unique index must hold the partition key's columns: the table must be " +
+					"partitioned by those columns, or by one of them, for exactly-once)"
+			}
+			probs = append(probs, Problem{Kind: ProblemNoUniqueIndex, Message: msg, Fix: fix})
 		}
 	}
 	return probs, nil

@@ -292,3 +292,41 @@ func TestInitWhenTheIndexNameIsTaken(t *testing.T) {
 		})
 	}
 }
+
+// A view COPY cannot write into passed check, and every batch then failed
+// (42809): check names it now, and lets a view with an INSTEAD OF INSERT
+// trigger by.
+func TestCheckRelationKind(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false })
+	admin := pg.Conn(t)
+	table := s.table.Sanitize()
+	base := pgx.Identifier{s.cfg.Table + "_base"}.Sanitize()
+	if _, err := admin.Exec(ctx, "CREATE TABLE "+base+" (stream text, stream_seq bigint, payload jsonb); "+
+		"CREATE VIEW "+table+" AS SELECT * FROM "+base); err != nil {
+		t.Fatal(err)
+	}
+	kinds := func() []ProblemKind {
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ks []ProblemKind
+		for _, p := range probs {
+			ks = append(ks, p.Kind)
+		}
+		return ks
+	}
+	if ks := kinds(); len(ks) != 1 || ks[0] != ProblemRelationKind {
+		t.Fatalf("problems of a view without a trigger: %v, want %s", ks, ProblemRelationKind)
+	}
+	fn := pgx.Identifier{s.cfg.Table + "_route"}.Sanitize()
+	if _, err := admin.Exec(ctx, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO "+base+
+		" VALUES (NEW.*); RETURN NEW; END $$; CREATE TRIGGER route INSTEAD OF INSERT ON "+table+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()"); err != nil {
+		t.Fatal(err)
+	}
+	if ks := kinds(); len(ks) != 0 {
+		t.Fatalf("problems of a view with an INSTEAD OF INSERT trigger: %v", ks)
+	}
+}
