@@ -147,14 +147,15 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 }
 
 // logProblems compares the mapping with the table once, so that a table
-// that does not fit is reported before the first batch fails on it.
-func (s *Sink) logProblems(ctx context.Context) {
+// that does not fit is reported before the first batch fails on it. It
+// reports whether it could compare them.
+func (s *Sink) logProblems(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	probs, err := s.Check(ctx)
 	if err != nil {
 		s.log.Warn("cannot compare the column mapping with the table yet", "err", err)
-		return
+		return false
 	}
 	for _, p := range probs {
 		if p.Warning {
@@ -163,6 +164,7 @@ func (s *Sink) logProblems(ctx context.Context) {
 		}
 		s.log.Error("the table does not fit the column mapping", "problem", p.Message, "fix", p.Fix)
 	}
+	return true
 }
 
 // batcher is the one goroutine that pops rows and cuts batches.

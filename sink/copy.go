@@ -396,8 +396,8 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 			c.s.st.configErrs.Add(1)
 			c.s.refused(began, err, false)
 			c.s.logConfigError(err)
-			if _, ok := errors.AsType[*typesChangedError](err); ok && c.s.firstSeen("types changed") {
-				c.s.logProblems(ctx) // which columns, and how to fix them
+			if _, ok := errors.AsType[*typesChangedError](err); ok && !c.s.typesLogged.Load() && c.s.logProblems(ctx) {
+				c.s.typesLogged.Store(true) // said which columns, and how to fix them
 			}
 			// Start the next attempt on a fresh connection: the table may
 			// be fixed by then, and a staging table or cached statement
@@ -457,12 +457,12 @@ func (s *Sink) firstSeen(key string) bool {
 }
 
 // attempt runs one transaction. In at-least-once mode that is a single
-// Query of the type guard and the COPY (see Sink.buildSQL), which
+// Query of the COPY between two type guards (see Sink.buildSQL), which
 // PostgreSQL runs as one transaction: it commits when the server has taken
 // the last row, with the same durability as an explicit COMMIT, and saves
 // BEGIN's and COMMIT's round trips and parses, which at low rates cost
 // more than the COPY of a small batch. Exactly-once
-// runs BEGIN; COPY into the staging table; INSERT ... SELECT ... ON
+// runs BEGIN; the type guard and the COPY into the staging table; INSERT ... SELECT ... ON
 // CONFLICT DO NOTHING; when that inserted fewer rows than staged, a query
 // for the keys of staged rows the table lacks; COMMIT (and returns a
 // *missingError if there were any). unknown reports that the statement that

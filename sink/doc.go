@@ -54,9 +54,9 @@
 //
 // # Delivery
 //
-// at-least-once (default): one COPY statement per batch, sent after a type
-// guard in the same Query, which PostgreSQL runs as one transaction (the
-// guard keeps a column of another type from storing other values than
+// at-least-once (default): one COPY statement per batch, between two type
+// guards in the same Query, which PostgreSQL runs as one transaction (the
+// guards keep a column of another type from storing other values than
 // sent: see Sink.buildSQL), then Ack every message of the batch. A
 // crash or a failed Ack between the two redelivers the message and stores
 // the row twice; under a unique index on columns the sink writes, the
@@ -72,8 +72,8 @@
 // the server a cancel request, again after a short pause while the cancel
 // connection fails (for up to cancelWait, 5s, in all), and reads the
 // answer, so that a statement it gave up on cannot commit later; a COPY
-// whose CommandComplete arrived has committed, whatever follows it (the
-// COPY is the Query's last statement).
+// whose Query's last CommandComplete arrived has committed, whatever
+// follows it.
 //
 // A batch is acked as stored only when that CommandComplete counts exactly
 // the rows sent ("COPY n"). A BEFORE INSERT trigger that returns NULL, or a
@@ -98,8 +98,9 @@
 // new stream sequence), which is stored once if nothing drops it again.
 //
 // exactly-once: each batch is COPYed into a per-connection temporary
-// staging table (ON COMMIT DELETE ROWS; the mapping's types, so the INSERT
-// converts a value to a column of another type or fails) and moved with INSERT ...
+// staging table (ON COMMIT DELETE ROWS; the mapping's types, and a type
+// guard keeps the INSERT from converting to a column of another type)
+// and moved with INSERT ...
 // SELECT ... ON CONFLICT (stream, stream_seq) DO NOTHING in the same
 // transaction, so a redelivered message adds nothing. No unique constraint
 // on exactly those columns may be DEFERRABLE: ON CONFLICT refuses one as

@@ -99,6 +99,12 @@ func classify(err error) class {
 			// the table's fault, not the row's: do not dead-letter.
 			return classConfig
 		}
+		if code == "2200H" {
+			// sequence_generator_limit_exceeded: a serial or identity
+			// column has run out of numbers, and every row fails. The
+			// table's fault, unless a trigger draws for some rows.
+			return classSuspect
+		}
 		if code == "23514" && pgErr.ConstraintName == "" {
 			// check_violation without a constraint: no partition for
 			// the row (or a row outside the partition it was sent

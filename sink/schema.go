@@ -297,11 +297,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				Message: fmt.Sprintf("column %s of %s does not exist", col, tname),
 				Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", tname, col, want.name)})
 		case !want.accepts(a.typ):
-			what := "so jetsink stores nothing in this table until they match"
-			if s.cfg.Mode == ExactlyOnce {
-				what = "so exactly-once's INSERT from staging converts each value as SQL does (a timestamptz into a timestamp " +
-					"becomes its UTC time), or fails every batch where SQL has no conversion"
-			}
+			what := "so jetsink stores nothing in this table until they match (each batch is retried)"
 			probs = append(probs, Problem{Kind: ProblemTypeMismatch, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s is %s but the mapping writes %s: binary COPY sends %s's bytes, which a column "+
 					"of another type reads as another value or refuses, %s", col, tname, a.format, want.name, want.name, what),
@@ -425,25 +421,25 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 // the schema. "" if the name is free.
 func (s *Sink) indexNameTaken(ctx context.Context, c *pgx.Conn, rel uint32) (string, error) {
 	var name, kind, on string
-	var valid bool
-	err := c.QueryRow(ctx, `SELECT c.oid::regclass::text, c.relkind::text, coalesce(i.indrelid::regclass::text, ''), coalesce(i.indisvalid, true)
+	var valid, ours bool
+	err := c.QueryRow(ctx, `SELECT c.oid::regclass::text, c.relkind::text, coalesce(i.indrelid::regclass::text, ''), coalesce(i.indisvalid, true),
+		coalesce(i.indrelid = $2, false)
 		FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
 		WHERE c.relname = $1 AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = $2)`, s.indexName(), rel).
-		Scan(&name, &kind, &on, &valid)
+		Scan(&name, &kind, &on, &valid, &ours)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("check the unique index of %s on %s: %w", s.table.Sanitize(), s.where, err)
 	}
-	tname := s.table.Sanitize()
 	old := pgx.Identifier{withSuffix(s.indexName(), "_old")}.Sanitize()
 	free := "ALTER INDEX " + name + " RENAME TO " + old
 	switch {
 	case kind == "i" && !valid:
 		return fmt.Sprintf("the name is taken by the INVALID index %s on %s (a CREATE INDEX CONCURRENTLY that failed), which "+
 			"jetsink init's IF NOT EXISTS skips: DROP INDEX %s", name, on, name), nil
-	case kind == "i" && on != tname:
+	case kind == "i" && !ours:
 		return fmt.Sprintf("the name is taken by the index %s of %s (a table renamed since jetsink init made it, say), which "+
 			"jetsink init's IF NOT EXISTS skips: %s", name, on, free), nil
 	case kind == "i":

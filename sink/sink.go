@@ -85,8 +85,8 @@ type Sink struct {
 	seqC    string // exactly-once: name of the meta:stream_seq column
 	seqText bool   // exactly-once: that column is text (ordered as text, not as numbers)
 
-	copySQL    string        // COPY into the table (at-least-once: after a type guard, see buildSQL) or the staging table
-	copyStmts  int           // statements in copySQL (2 or 1); the COPY is the last
+	copySQL    string        // COPY into the table (at-least-once) or the staging table, with type guards (see buildSQL)
+	copyStmts  int           // statements in copySQL: 3 (guard, COPY, guard) or 2 (guard, COPY)
 	stageSQL   string        // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
 	insertSQL  string        // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
 	missingSQL string        // exactly-once: the keys of the staged rows the table lacks after the INSERT
@@ -95,6 +95,8 @@ type Sink struct {
 	closed     bool          // Close has run: admin is not opened again (held like admin)
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
+	// typesLogged: Check's problems were logged after a type guard failed.
+	typesLogged atomic.Bool
 
 	// refusedSince is when batches began failing with configuration or
 	// suspect errors with none committed since (Unix ns; 0: not failing),
@@ -285,23 +287,32 @@ func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 // stores another value without an error (a bigint's bytes in a double
 // precision column, a timestamptz's in a timestamp, small numbers in a
 // numeric as 0), and some refuse every row as bad data (a jsonb's in a
-// json column), which would dead-letter them all. So:
-//   - exactly-once copies into a staging table with the mapping's own
-//     types, and the INSERT from it converts each value to the table's
-//     type, as SQL does, or fails (42804, a configuration error);
-//   - at-least-once sends one simple Query of two statements, which
-//     PostgreSQL runs as one transaction: a type guard, then the COPY.
-//     The guard divides by zero (see typesChangedError) unless every
-//     mapped column has the mapping's type (or one pgType.accepts), and fails on a missing
-//     column (42703). Its FROM takes the table's ACCESS SHARE lock
-//     before it reads the types, and holds it to the end of the
-//     transaction, so no ALTER TABLE can come between the guard and the
-//     COPY. It costs the server 25-60 µs of CPU per batch, more than the
-//     statement alone costs in a Query of its own (BenchmarkCopyGuard).
+// json column), which would dead-letter them all. So every batch runs a
+// type guard: a statement that divides by zero (see typesChangedError)
+// unless every mapped column has the mapping's type (or one
+// pgType.accepts), in the transaction that stores the batch:
+//   - at-least-once sends one simple Query of three statements, which
+//     PostgreSQL runs as one transaction: the guard, the COPY, the guard
+//     again. The first keeps rows from failing one by one in a table of
+//     other types; the second reads the types while the COPY's ROW
+//     EXCLUSIVE lock keeps them as the COPY found them (no ALTER TABLE
+//     can commit before this transaction ends), and rolls the COPY back
+//     if a change came between the two. The guards read the types of the
+//     table's row type ((NULL::table).column), which needs no privilege:
+//     the COPY needs INSERT alone.
+//   - exactly-once copies into a staging table with the mapping's types,
+//     in a Query after the guard, whose FROM takes the table's ACCESS
+//     SHARE lock (this mode needs SELECT anyway) and holds it until
+//     COMMIT, so the INSERT from staging, which would convert a value to
+//     a column of another type, meets the types the guard saw.
+//
+// The guards cost the server 25-60 µs of CPU per batch
+// (BenchmarkCopyGuard).
 func (s *Sink) buildSQL() {
 	names := make([]string, len(s.cols))
 	defs := make([]string, len(s.cols))
-	typed := make([]string, len(s.cols))
+	typedRow := make([]string, len(s.cols)) // (NULL::table).column, at-least-once
+	typedX := make([]string, len(s.cols))   // x.column, exactly-once
 	for i, c := range s.cols {
 		names[i] = pgx.Identifier{c.Name}.Sanitize()
 		defs[i] = names[i] + " " + pgTypes[c.Type].name
@@ -309,7 +320,9 @@ func (s *Sink) buildSQL() {
 		for _, o := range pgTypes[c.Type].compat {
 			oids = append(oids, strconv.FormatUint(uint64(o), 10))
 		}
-		typed[i] = "pg_typeof(x." + names[i] + ")::oid IN (" + strings.Join(oids, ", ") + ")"
+		in := ")::oid IN (" + strings.Join(oids, ", ") + ")"
+		typedRow[i] = "pg_typeof((NULL::" + s.table.Sanitize() + ")." + names[i] + in
+		typedX[i] = "pg_typeof(x." + names[i] + in
 	}
 	list := strings.Join(names, ", ")
 	target := s.table.Sanitize()
@@ -327,11 +340,22 @@ func (s *Sink) buildSQL() {
 	}
 	s.copySQL, s.copyStmts = "COPY "+target+" ("+list+") FROM STDIN (FORMAT binary)", 1
 	if s.cfg.Mode == AtLeastOnce {
+		// The regclass first: a missing table fails as the COPY would
+		// (42P01), not as a missing row type (42704).
+		guard := "SELECT " + quoteLiteral(s.table.Sanitize()) + "::regclass, 1/(" + strings.Join(typedRow, " AND ") + ")::int"
+		s.copySQL, s.copyStmts = guard+"; "+s.copySQL+"; "+guard, 3
+	} else {
 		// ON false: the table is not read (the plan's inner side is a
 		// Result with a one-time filter); ONLY: not its partitions.
-		guard := "SELECT 1/(" + strings.Join(typed, " AND ") + ")::int FROM (SELECT) one LEFT JOIN ONLY " + target + " x ON false"
+		guard := "SELECT 1/(" + strings.Join(typedX, " AND ") + ")::int FROM (SELECT) one LEFT JOIN ONLY " + s.table.Sanitize() + " x ON false"
 		s.copySQL, s.copyStmts = guard+"; "+s.copySQL, 2
 	}
+}
+
+// quoteLiteral quotes s as an SQL string literal, whatever
+// standard_conforming_strings says (s has no NUL).
+func quoteLiteral(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
 }
 
 // Close closes the admin connection. Run closes the committers' own

@@ -110,6 +110,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{&pgconn.PgError{Code: "23514", ConstraintName: "ok"}, classData},
 		{&pgconn.PgError{Code: "23514"}, classSuspect}, // no partition for the row
+		{&pgconn.PgError{Code: "2200H"}, classSuspect}, // a serial column ran out
 		{&pgconn.PgError{Code: "22001"}, classData},
 		{fmt.Errorf("copy: %w", &pgconn.PgError{Code: "23505"}), classData},
 		{&pgconn.PgError{Code: "22P03"}, classConfig},

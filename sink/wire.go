@@ -131,9 +131,9 @@ func (w *copyWire) shrink() {
 }
 
 // sendCopy runs one COPY of rows on pg. sql is the COPY alone (stmts 1),
-// or the type guard and the COPY (stmts 2, see Sink.buildSQL), which the
-// server runs as one transaction; a guard that fails returns a
-// *typesChangedError. sent reports that every byte,
+// or a type guard, the COPY and (stmts 3) the guard again (see
+// Sink.buildSQL), which the server runs in one transaction; a guard that
+// fails returns a *typesChangedError. sent reports that every byte,
 // CopyDone included, was written: an error after that (other than the
 // server's own) leaves open whether the statement committed. stored is the
 // row count of the COPY's CommandComplete tag ("COPY n"), -1 if there was
@@ -187,12 +187,12 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, s
 	return true, res.stored, res.err
 }
 
-// copyResult is the answer to one COPY, the last statement of its Query.
-// complete reports that its CommandComplete arrived (with no error before
-// it): a COPY in autocommit, or in the transaction of a Query of several
-// statements, has committed by then, since the server commits before it
-// reports the last statement. stored is the row count in that
-// CommandComplete, -1 without one.
+// copyResult is the answer to one Query holding a COPY. complete reports
+// that the CommandComplete of its last statement arrived (with no error
+// before it): a COPY in autocommit, or in the implicit transaction of a
+// Query of several statements, has committed by then, since the server
+// commits before it reports the last statement. stored is the row count in
+// the COPY's CommandComplete, -1 without one.
 type copyResult struct {
 	complete bool
 	stored   int64
@@ -253,7 +253,7 @@ func writeErr(ctx context.Context, err error) error {
 }
 
 // readCopyResult reads the server's answers to one Query of stmts
-// statements, the COPY the last (see sendCopy), up to
+// statements, the COPY the first of one, else the second (see sendCopy), up to
 // ReadyForQuery (or an error) and returns its outcome; it sets w.refused
 // when an ErrorResponse arrives. When ctx ends first, it sends a cancel
 // request and waits up to cancelWait for the answer; the cancel request's
@@ -290,8 +290,9 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 		}
 	}()
 	var pgErr error
-	done := 0      // statements complete
-	rowed := false // the statement under way has sent a row
+	copyAt := min(stmts, 2) // the COPY's place in the Query
+	done := 0               // statements complete
+	rowed := false          // the statement under way has sent a row
 	for {
 		msg, err := pg.ReceiveMessage(context.Background())
 		if err != nil {
@@ -311,6 +312,8 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 			rowed = false
 			if done == stmts {
 				res.complete = pgErr == nil
+			}
+			if done == copyAt {
 				res.stored = copyCount(msg.CommandTag)
 			}
 		case *pgproto3.DataRow:
@@ -319,10 +322,12 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 			if pgErr == nil {
 				e := pgconn.ErrorResponseToPgError(msg)
 				pgErr = e
-				// The guard (statement 1 of 2) fails by dividing by
-				// zero before its row.
-				if stmts == 2 && done == 0 && !rowed && e.Code == "22012" {
-					pgErr = &typesChangedError{err: e}
+				// A guard (any statement but the COPY) fails by dividing
+				// by zero before its row; an error after the last
+				// statement's row is the transaction's, at commit (a
+				// deferred constraint).
+				if stmts > 1 && done != copyAt-1 && !rowed && e.Code == "22012" {
+					pgErr = &typesChangedError{afterCopy: done >= copyAt, err: e}
 				}
 				w.refused.Store(true)
 			}
@@ -333,16 +338,23 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 	}
 }
 
-// typesChangedError reports that the type guard (see Sink.buildSQL) found
-// a mapped column of another type than the mapping's: the COPY did not
-// run. err is the guard's division by zero.
+// typesChangedError reports that a type guard (see Sink.buildSQL) found a
+// mapped column of another type than the mapping's: nothing of the batch
+// is stored. afterCopy says it was the guard after the COPY, which rolled
+// the COPY back (the column changed type between the two guards); err is
+// the guard's division by zero.
 type typesChangedError struct {
-	err *pgconn.PgError
+	afterCopy bool
+	err       *pgconn.PgError
 }
 
 func (e *typesChangedError) Error() string {
-	return "the table's columns no longer all have the types the mapping writes (binary COPY would store other values): " +
-		"nothing of the batch is stored, and it is retried until they do (`jetsink check` names the columns)"
+	when := ""
+	if e.afterCopy {
+		when = " (it changed while the batch was sent: the COPY was rolled back)"
+	}
+	return "the table's columns no longer all have the types the mapping writes (binary COPY would store other values)" + when +
+		": nothing of the batch is stored, and it is retried until they do (`jetsink check` names the columns)"
 }
 
 func (e *typesChangedError) Unwrap() error { return e.err }
