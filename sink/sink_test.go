@@ -632,7 +632,7 @@ func TestHostileTableName(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
-		name := `x"; drop table y; --` + string(mode)
+		name := `x"; drop table y; --'\` + string(mode)
 		s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Table = name; c.Mode = mode })
 		src := newSource()
 		rs, ms := rows(1, 3, nil)
