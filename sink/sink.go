@@ -306,7 +306,7 @@ func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 //     COMMIT, so the INSERT from staging, which would convert a value to
 //     a column of another type, meets the types the guard saw.
 //
-// The guards cost the server 25-60 µs of CPU per batch
+// The guards cost the server 35-55 µs of CPU per batch
 // (BenchmarkCopyGuard).
 func (s *Sink) buildSQL() {
 	names := make([]string, len(s.cols))
