@@ -52,7 +52,27 @@ func TestWorkerPushesRowsBeforeDeadLetter(t *testing.T) {
 		{Subject: "a", StreamSeq: 4, Data: []byte(`nope`)},
 		{Subject: "a", StreamSeq: 5, Data: []byte(`{"n":5}`)},
 	}
-	// All in the ring before the worker starts: it pops them in one batch.
+	rows := runBatch(t, ctx, p, h, evs)
+	if len(q.queued) != 2 || q.queued[0] != 1 || q.queued[1] != 2 {
+		t.Fatalf("rows in the output ring at each DeadLetter call: %v, want [1 2] (the rows decoded before it)", q.queued)
+	}
+	var seqs []uint64
+	for _, r := range rows {
+		seqs = append(seqs, r.Event.StreamSeq)
+	}
+	if len(seqs) != 3 || seqs[0] != 1 || seqs[1] != 3 || seqs[2] != 5 {
+		t.Fatalf("rows of stream seqs %v, want [1 3 5]", seqs)
+	}
+	if st := p.Stats(); st.Rows != 3 || st.DeadLettered != 2 {
+		t.Fatalf("Stats = %+v, want 3 rows, 2 dead-lettered", st)
+	}
+}
+
+// runBatch puts evs in the worker's input ring before it starts, so that
+// it pops them in one batch, runs p until the ring is drained, and returns
+// the rows it pushed.
+func runBatch(t *testing.T, ctx context.Context, p *Pipeline, h *RingHandoff, evs []Event) []Row {
+	t.Helper()
 	for _, ev := range evs {
 		if err := h.Push(ctx, ev); err != nil {
 			t.Fatal(err)
@@ -62,28 +82,17 @@ func TestWorkerPushesRowsBeforeDeadLetter(t *testing.T) {
 	if err := p.Run(ctx, h.In, h.Out); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if len(q.queued) != 2 || q.queued[0] != 1 || q.queued[1] != 2 {
-		t.Fatalf("rows in the output ring at each DeadLetter call: %v, want [1 2] (the rows decoded before it)", q.queued)
-	}
-	var seqs []uint64
+	var rows []Row
 	buf := make([]Row, 8)
 	for {
 		n, err := h.PopN(ctx, buf)
-		for _, r := range buf[:n] {
-			seqs = append(seqs, r.Event.StreamSeq)
-		}
+		rows = append(rows, buf[:n]...)
 		if errors.Is(err, ringq.ErrClosed) {
-			break
+			return rows
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if len(seqs) != 3 || seqs[0] != 1 || seqs[1] != 3 || seqs[2] != 5 {
-		t.Fatalf("rows of stream seqs %v, want [1 3 5]", seqs)
-	}
-	if st := p.Stats(); st.Rows != 3 || st.DeadLettered != 2 {
-		t.Fatalf("Stats = %+v, want 3 rows, 2 dead-lettered", st)
 	}
 }
 
@@ -169,27 +178,7 @@ func TestWorkerDeadLettersAnEventWhoseDecodingPanics(t *testing.T) {
 		}
 		evs = append(evs, ev)
 	}
-	for _, ev := range evs {
-		if err := h.Push(ctx, ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h.Close()
-	if err := p.Run(ctx, h.In, h.Out); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	var rows []Row
-	buf := make([]Row, 8)
-	for {
-		n, err := h.PopN(ctx, buf)
-		rows = append(rows, buf[:n]...)
-		if errors.Is(err, ringq.ErrClosed) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	rows := runBatch(t, ctx, p, h, evs)
 	if len(rows) != 3 {
 		t.Fatalf("%d rows, want 3 (events 1, 3 and 5)", len(rows))
 	}

@@ -98,15 +98,7 @@ func TestLogDrained(t *testing.T) {
 // returned at once, and a drain that timed out could exit 1 instead of 130
 // (TestShutdownReportsAcksNATSNeverConfirmed failed so once in CI).
 func TestDrainDeadlineExpireWaitsForFire(t *testing.T) {
-	release, firing := make(chan struct{}), make(chan struct{})
-	var fired atomic.Bool
-	d := &drainDeadline{timeout: time.Millisecond, fire: func() {
-		close(firing)
-		<-release
-		fired.Store(true)
-	}}
-	d.start()
-	<-firing // the timer is in fire
+	d, release, fired := firingDeadline()
 	returned := make(chan struct{})
 	go func() {
 		d.expire()
@@ -125,20 +117,28 @@ func TestDrainDeadlineExpireWaitsForFire(t *testing.T) {
 	d.finish()
 }
 
-// finish, while the timer's fire is under way, returns only after fire
-// has, and says that the drain was cut: what run reads once it returns
-// (hard's cause) is then fire's. Before, finish returned at once, and the
-// timer could end a drain that had been declared complete.
-func TestDrainDeadlineFinishWaitsForFire(t *testing.T) {
+// firingDeadline starts a drainDeadline whose timer fires at once and
+// returns while its fire is under way: fire returns once release is
+// closed, and sets fired then.
+func firingDeadline() (d *drainDeadline, release chan struct{}, fired *atomic.Bool) {
 	release, firing := make(chan struct{}), make(chan struct{})
-	var fired atomic.Bool
-	d := &drainDeadline{timeout: time.Millisecond, fire: func() {
+	fired = &atomic.Bool{}
+	d = &drainDeadline{timeout: time.Millisecond, fire: func() {
 		close(firing)
 		<-release
 		fired.Store(true)
 	}}
 	d.start()
-	<-firing // the timer is in fire
+	<-firing
+	return d, release, fired
+}
+
+// finish, while the timer's fire is under way, returns only after fire
+// has, and says that the drain was cut: what run reads once it returns
+// (hard's cause) is then fire's. Before, finish returned at once, and the
+// timer could end a drain that had been declared complete.
+func TestDrainDeadlineFinishWaitsForFire(t *testing.T) {
+	d, release, fired := firingDeadline()
 	returned := make(chan bool)
 	go func() { returned <- d.finish() }()
 	select {
