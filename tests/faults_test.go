@@ -242,10 +242,11 @@ func TestFaultTerminateBackend(t *testing.T) {
 					continue
 				}
 				var n, copying int
-				err := e.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE q ILIKE 'copy%') FROM (
+				// A batch's Query holds its COPY between type guards.
+				err := e.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE q ILIKE '%copy % from stdin%') FROM (
   SELECT pg_terminate_backend(pid) AS ok, query AS q FROM pg_stat_activity
   WHERE application_name = $1 AND datname = current_database() AND pid <> pg_backend_pid()
-    AND state = 'active' AND query ILIKE 'copy%') k WHERE ok`, cfg.Postgres.AppName).Scan(&n, &copying)
+    AND state = 'active' AND query ILIKE '%copy % from stdin%') k WHERE ok`, cfg.Postgres.AppName).Scan(&n, &copying)
 				if err != nil {
 					t.Fatalf("terminate: %v", err)
 				}
