@@ -216,7 +216,9 @@ func BenchmarkCopyGuard(b *testing.B) {
 			b.Run(fmt.Sprintf("rows=%d/guard=%v", n, guard), func(b *testing.B) {
 				s := benchSink(b, ctx, pg.URL, AtLeastOnce, 1)
 				if !guard {
-					s.copySQL, s.copyStmts = strings.Split(s.copySQL, "; ")[1], 1
+					sql := strings.Split(*s.copySQL.Load(), "; ")[1]
+					s.copySQL.Store(&sql)
+					s.copyStmts, s.typesRead = 1, true // no readTypes to write the guards back
 				}
 				c := &committer{s: s}
 				defer c.closeConn()

@@ -99,12 +99,28 @@ var warmTimeout = 10 * time.Second
 func (c *committer) warm(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
 	defer cancel()
+	if err := c.connect(ctx); err != nil {
+		c.s.log.Debug("could not connect ahead of the first batch; its attempt will", "err", err)
+	}
+}
+
+// connect opens the committer's connection and, on it, reads the table's
+// column types for the guards if they are due (see Sink.readTypes). A
+// failed read is left to the guards: they accept fewer types, not more.
+func (c *committer) connect(ctx context.Context) error {
 	conn, err := c.s.connect(ctx)
 	if err != nil {
-		c.s.log.Debug("could not connect ahead of the first batch; its attempt will", "err", err)
-		return
+		return err
+	}
+	if err := c.s.readTypes(ctx, conn); err != nil {
+		if conn.IsClosed() || ctx.Err() != nil {
+			_ = conn.Close(context.Background())
+			return err
+		}
+		c.s.log.Warn("could not read the table's column types; its guards accept only the mapping's", "err", err)
 	}
 	c.conn, c.staged = conn, false
+	return nil
 }
 
 func (c *committer) closeConn() {
@@ -396,8 +412,11 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 			c.s.st.configErrs.Add(1)
 			c.s.refused(began, err, false)
 			c.s.logConfigError(err)
-			if _, ok := errors.AsType[*typesChangedError](err); ok && !c.s.typesLogged.Load() && c.s.logProblems(ctx) {
-				c.s.typesLogged.Store(true) // said which columns, and how to fix them
+			if _, ok := errors.AsType[*typesChangedError](err); ok {
+				c.s.typesChanged() // the next connection reads them again
+				if !c.s.typesLogged.Load() && c.s.logProblems(ctx) {
+					c.s.typesLogged.Store(true) // said which columns, and how to fix them
+				}
 			}
 			// Start the next attempt on a fresh connection: the table may
 			// be fixed by then, and a staging table or cached statement
@@ -477,11 +496,9 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 		c.closeConn()
 	}
 	if c.conn == nil {
-		conn, err := s.connect(ctx)
-		if err != nil {
+		if err := c.connect(ctx); err != nil {
 			return false, err
 		}
-		c.conn, c.staged = conn, false
 	}
 	stop := watchConn(c.conn.PgConn().Conn(), s.cfg.DeadConnectionTimeout)
 	defer func() {
@@ -613,7 +630,7 @@ func committedMissing(err error) *missingError {
 // the COPY committed by itself (at-least-once) or inside a transaction
 // that the error rolls back (exactly-once).
 func (c *committer) copy(ctx context.Context, rows []pipeline.Row, autocommit bool) (sent bool, err error) {
-	sent, stored, err := sendCopy(ctx, c.conn.PgConn(), &c.wire, c.s.copySQL, c.s.copyStmts, rows)
+	sent, stored, err := sendCopy(ctx, c.conn.PgConn(), &c.wire, *c.s.copySQL.Load(), c.s.copyStmts, rows)
 	var pgErr *pgconn.PgError
 	if ctx.Err() != nil || err != nil && !errors.As(err, &pgErr) {
 		// No answer from the server, or ctx has ended (the connection may

@@ -17,30 +17,84 @@ import (
 // pgType is a column type as PostgreSQL names it, with the OID of the type
 // binary COPY writes: the column must have exactly this type, or one of
 // compat, whose binary input reads the same bytes as the same value
-// (varchar and char for text; a length limit, or char's padding, apply).
+// (varchar and char for text; a length limit, or char's padding, apply),
+// or a type that reads applies to.
 type pgType struct {
 	name   string
 	oid    uint32
 	compat []uint32
+	recv   string // the C function that reads the type's binary input
 }
 
 // accepts reports whether a column of type oid stores t's bytes as sent.
 func (t pgType) accepts(oid uint32) bool { return oid == t.oid || slices.Contains(t.compat, oid) }
 
+// reads reports whether a column of type ct stores t's bytes as sent: a
+// type t accepts, a domain over one (its binary input is its base type's,
+// then its constraints, which refuse a row as data), or a type whose
+// binary input is the same built-in C function as t's (citext reads
+// text's with textrecv). In exactly-once mode the INSERT from staging
+// also needs an implicit or assignment cast from t to such a type.
+func (t pgType) reads(ct colType, exactlyOnce bool) bool {
+	if t.accepts(ct.base) {
+		return true
+	}
+	return ct.recv != "" && ct.recv == t.recv && (!exactlyOnce || slices.Contains(ct.castFrom, t.oid))
+}
+
 var pgTypes = map[pipeline.Type]pgType{
-	pipeline.TypeText:        {name: "text", oid: 25, compat: []uint32{1043, 1042}}, // varchar, char
-	pipeline.TypeUUID:        {name: "uuid", oid: 2950},
-	pipeline.TypeInt2:        {name: "smallint", oid: 21},
-	pipeline.TypeInt4:        {name: "integer", oid: 23},
-	pipeline.TypeInt8:        {name: "bigint", oid: 20},
-	pipeline.TypeFloat4:      {name: "real", oid: 700},
-	pipeline.TypeFloat8:      {name: "double precision", oid: 701},
-	pipeline.TypeNumeric:     {name: "numeric", oid: 1700},
-	pipeline.TypeBool:        {name: "boolean", oid: 16},
-	pipeline.TypeTimestamptz: {name: "timestamptz", oid: 1184},
-	pipeline.TypeDate:        {name: "date", oid: 1082},
-	pipeline.TypeJSONB:       {name: "jsonb", oid: 3802},
-	pipeline.TypeBytea:       {name: "bytea", oid: 17},
+	pipeline.TypeText:        {name: "text", oid: 25, compat: []uint32{1043, 1042}, recv: "textrecv"}, // varchar, char
+	pipeline.TypeUUID:        {name: "uuid", oid: 2950, recv: "uuid_recv"},
+	pipeline.TypeInt2:        {name: "smallint", oid: 21, recv: "int2recv"},
+	pipeline.TypeInt4:        {name: "integer", oid: 23, recv: "int4recv"},
+	pipeline.TypeInt8:        {name: "bigint", oid: 20, recv: "int8recv"},
+	pipeline.TypeFloat4:      {name: "real", oid: 700, recv: "float4recv"},
+	pipeline.TypeFloat8:      {name: "double precision", oid: 701, recv: "float8recv"},
+	pipeline.TypeNumeric:     {name: "numeric", oid: 1700, recv: "numeric_recv"},
+	pipeline.TypeBool:        {name: "boolean", oid: 16, recv: "boolrecv"},
+	pipeline.TypeTimestamptz: {name: "timestamptz", oid: 1184, recv: "timestamptz_recv"},
+	pipeline.TypeDate:        {name: "date", oid: 1082, recv: "date_recv"},
+	pipeline.TypeJSONB:       {name: "jsonb", oid: 3802, recv: "jsonb_recv"},
+	pipeline.TypeBytea:       {name: "bytea", oid: 17, recv: "bytearecv"},
+}
+
+// colType is a column's type as reads sees it: typ its own (a domain's
+// for a column of a domain), base the type under any domains, recv the
+// built-in C function that reads base's binary input ("" if it is not
+// one), castFrom the types with an implicit or assignment cast to base.
+type colType struct {
+	typ, base uint32
+	recv      string
+	castFrom  []uint32
+}
+
+// columnTypesSQL reads the colType of every column of the table $1 names
+// (none if there is no such table). The catalogs it reads need no
+// privilege.
+const columnTypesSQL = `WITH RECURSIVE t(name, typ, base) AS (
+	SELECT attname::text, atttypid, atttypid FROM pg_attribute
+	WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped
+	UNION ALL
+	SELECT t.name, t.typ, d.typbasetype FROM t JOIN pg_type d ON d.oid = t.base AND d.typtype = 'd')
+SELECT t.name, t.typ, t.base, coalesce(p.prosrc, ''),
+	ARRAY(SELECT castsource FROM pg_cast WHERE casttarget = t.base AND castcontext <> 'e')
+FROM t JOIN pg_type b ON b.oid = t.base AND b.typtype <> 'd'
+	LEFT JOIN pg_proc p ON p.oid = b.typreceive AND p.prolang = 12 -- internal`
+
+// columnTypes reads the types of the table's columns, by name.
+func (s *Sink) columnTypes(ctx context.Context, c *pgx.Conn) (map[string]colType, error) {
+	rows, err := c.Query(ctx, columnTypesSQL, s.table.Sanitize())
+	if err != nil {
+		return nil, err
+	}
+	cts := map[string]colType{}
+	var name string
+	var ct colType
+	_, err = pgx.ForEachRow(rows, []any{&name, &ct.typ, &ct.base, &ct.recv, &ct.castFrom}, func() error {
+		cts[name], ct = ct, colType{}
+		return nil
+	})
+	return cts, err
 }
 
 // DDL returns the statements Init runs: CREATE TABLE IF NOT EXISTS with one
@@ -277,6 +331,10 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		return nil, fmt.Errorf("check columns of %s on %s: %w", tname, s.where, err)
 	}
 
+	cts, err := s.columnTypes(ctx, c)
+	if err != nil {
+		return nil, fmt.Errorf("check column types of %s on %s: %w", tname, s.where, err)
+	}
 	probs, err := s.checkWritable(ctx, c, *oid)
 	if err != nil {
 		return nil, err
@@ -296,7 +354,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			probs = append(probs, Problem{Kind: ProblemColumnMissing, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s does not exist", col, tname),
 				Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", tname, col, want.name)})
-		case !want.accepts(a.typ):
+		case !want.reads(cts[c.Name], s.cfg.Mode == ExactlyOnce):
 			what := "so jetsink stores nothing in this table until they match (each batch is retried)"
 			probs = append(probs, Problem{Kind: ProblemTypeMismatch, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s is %s but the mapping writes %s: binary COPY sends %s's bytes, which a column "+

@@ -85,18 +85,22 @@ type Sink struct {
 	seqC    string // exactly-once: name of the meta:stream_seq column
 	seqText bool   // exactly-once: that column is text (ordered as text, not as numbers)
 
-	copySQL    string        // COPY into the table (at-least-once) or the staging table, with type guards (see buildSQL)
-	copyStmts  int           // statements in copySQL: 3 (guard, COPY, guard) or 2 (guard, COPY)
-	stageSQL   string        // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
-	insertSQL  string        // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
-	missingSQL string        // exactly-once: the keys of the staged rows the table lacks after the INSERT
-	adminSem   chan struct{} // holds admin: a mutex that a waiter's context can give up
-	admin      *pgx.Conn     // the "+1" connection: Ping, Init, Check; nil until needed
-	closed     bool          // Close has run: admin is not opened again (held like admin)
+	copySQL    atomic.Pointer[string] // COPY into the table (at-least-once) or the staging table, with type guards (see buildSQL)
+	copyStmts  int                    // statements in copySQL: 3 (guard, COPY, guard) or 2 (guard, COPY)
+	stageSQL   string                 // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
+	insertSQL  string                 // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
+	missingSQL string                 // exactly-once: the keys of the staged rows the table lacks after the INSERT
+	adminSem   chan struct{}          // holds admin: a mutex that a waiter's context can give up
+	admin      *pgx.Conn              // the "+1" connection: Ping, Init, Check; nil until needed
+	closed     bool                   // Close has run: admin is not opened again (held like admin)
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
 	// typesLogged: Check's problems were logged after a type guard failed.
 	typesLogged atomic.Bool
+	// typesMu holds typesRead: the guards in copySQL accept the types
+	// the table's columns had when they were last read (see readTypes).
+	typesMu   sync.Mutex
+	typesRead bool
 
 	// refusedSince is when batches began failing with configuration or
 	// suspect errors with none committed since (Unix ns; 0: not failing),
@@ -290,7 +294,8 @@ func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 // json column), which would dead-letter them all. So every batch runs a
 // type guard: a statement that divides by zero (see typesChangedError)
 // unless every mapped column has the mapping's type (or one
-// pgType.accepts), in the transaction that stores the batch:
+// pgType.accepts, or one pgType.reads that readTypes found in the table),
+// in the transaction that stores the batch:
 //   - at-least-once sends one simple Query of three statements, which
 //     PostgreSQL runs as one transaction: the guard, the COPY, the guard
 //     again. The first keeps rows from failing one by one in a table of
@@ -311,45 +316,103 @@ func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 func (s *Sink) buildSQL() {
 	names := make([]string, len(s.cols))
 	defs := make([]string, len(s.cols))
-	typedRow := make([]string, len(s.cols)) // (NULL::table).column, at-least-once
-	typedX := make([]string, len(s.cols))   // x.column, exactly-once
 	for i, c := range s.cols {
 		names[i] = pgx.Identifier{c.Name}.Sanitize()
 		defs[i] = names[i] + " " + pgTypes[c.Type].name
-		oids := []string{strconv.FormatUint(uint64(pgTypes[c.Type].oid), 10)}
-		for _, o := range pgTypes[c.Type].compat {
-			oids = append(oids, strconv.FormatUint(uint64(o), 10))
-		}
-		in := ")::oid IN (" + strings.Join(oids, ", ") + ")"
-		typedRow[i] = "pg_typeof((NULL::" + s.table.Sanitize() + ")." + names[i] + in
-		typedX[i] = "pg_typeof(x." + names[i] + in
 	}
 	list := strings.Join(names, ", ")
-	target := s.table.Sanitize()
 	if s.cfg.Mode == ExactlyOnce {
-		target = stagingTable.Sanitize()
 		// Only the mapped columns, with the mapping's types (see above)
 		// and no constraints.
 		s.stageSQL = "CREATE TEMP TABLE IF NOT EXISTS " + pgx.Identifier{stagingTable[1]}.Sanitize() +
 			" (" + strings.Join(defs, ", ") + ") ON COMMIT DELETE ROWS"
 		stream, seq := pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()
 		s.insertSQL = "INSERT INTO " + s.table.Sanitize() + " (" + list + ") SELECT " + list + " FROM " +
-			target + " ON CONFLICT (" + stream + ", " + seq + ") DO NOTHING"
-		s.missingSQL = "SELECT s." + stream + "::text, s." + seq + "::text FROM " + target + " s WHERE NOT EXISTS (SELECT 1 FROM " +
+			stagingTable.Sanitize() + " ON CONFLICT (" + stream + ", " + seq + ") DO NOTHING"
+		s.missingSQL = "SELECT s." + stream + "::text, s." + seq + "::text FROM " + stagingTable.Sanitize() + " s WHERE NOT EXISTS (SELECT 1 FROM " +
 			s.table.Sanitize() + " t WHERE t." + stream + " = s." + stream + " AND t." + seq + " = s." + seq + ")"
 	}
-	s.copySQL, s.copyStmts = "COPY "+target+" ("+list+") FROM STDIN (FORMAT binary)", 1
+	s.copyStmts = 2
+	if s.cfg.Mode == AtLeastOnce {
+		s.copyStmts = 3
+	}
+	s.setCopySQL(nil)
+}
+
+// setCopySQL writes the COPY of a batch with its type guards (see
+// buildSQL), which accept for each mapped column the mapping's type, the
+// types pgType.accepts, and the type also[column] (one reads accepts).
+func (s *Sink) setCopySQL(also map[string]uint32) {
+	names := make([]string, len(s.cols))
+	typedRow := make([]string, len(s.cols)) // (NULL::table).column, at-least-once
+	typedX := make([]string, len(s.cols))   // x.column, exactly-once
+	for i, c := range s.cols {
+		names[i] = pgx.Identifier{c.Name}.Sanitize()
+		oids := append([]uint32{pgTypes[c.Type].oid}, pgTypes[c.Type].compat...)
+		if o, ok := also[c.Name]; ok {
+			oids = append(oids, o)
+		}
+		in := make([]string, len(oids))
+		for j, o := range oids {
+			in[j] = strconv.FormatUint(uint64(o), 10)
+		}
+		typedRow[i] = "pg_typeof((NULL::" + s.table.Sanitize() + ")." + names[i] + ")::oid IN (" + strings.Join(in, ", ") + ")"
+		typedX[i] = "pg_typeof(x." + names[i] + ")::oid IN (" + strings.Join(in, ", ") + ")"
+	}
+	target := s.table.Sanitize()
+	if s.cfg.Mode == ExactlyOnce {
+		target = stagingTable.Sanitize()
+	}
+	sql := "COPY " + target + " (" + strings.Join(names, ", ") + ") FROM STDIN (FORMAT binary)"
 	if s.cfg.Mode == AtLeastOnce {
 		// The regclass first: a missing table fails as the COPY would
 		// (42P01), not as a missing row type (42704).
 		guard := "SELECT " + quoteLiteral(s.table.Sanitize()) + "::regclass, 1/(" + strings.Join(typedRow, " AND ") + ")::int"
-		s.copySQL, s.copyStmts = guard+"; "+s.copySQL+"; "+guard, 3
+		sql = guard + "; " + sql + "; " + guard
 	} else {
 		// ON false: the table is not read (the plan's inner side is a
 		// Result with a one-time filter); ONLY: not its partitions.
 		guard := "SELECT 1/(" + strings.Join(typedX, " AND ") + ")::int FROM (SELECT) one LEFT JOIN ONLY " + s.table.Sanitize() + " x ON false"
-		s.copySQL, s.copyStmts = guard+"; "+s.copySQL, 2
+		sql = guard + "; " + sql
 	}
+	s.copySQL.Store(&sql)
+}
+
+// readTypes makes the type guards accept the types that the table's
+// columns have now and that read the mapping's bytes as sent although
+// they are not the mapping's or one pgTypes lists: a domain, citext (see
+// pgType.reads), whose OIDs differ from database to database. A committer
+// calls it on a connection it has just opened; it reads the types again
+// only after a guard failed (typesChanged), or a read failed. An error
+// leaves the guards as they were.
+func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) error {
+	s.typesMu.Lock()
+	defer s.typesMu.Unlock()
+	if s.typesRead {
+		return nil
+	}
+	cts, err := s.columnTypes(ctx, c)
+	if err != nil {
+		return fmt.Errorf("read the column types of %s: %w", s.table.Sanitize(), err)
+	}
+	also := map[string]uint32{}
+	for _, col := range s.cols {
+		want := pgTypes[col.Type]
+		if ct, ok := cts[col.Name]; ok && !want.accepts(ct.typ) && want.reads(ct, s.cfg.Mode == ExactlyOnce) {
+			also[col.Name] = ct.typ
+		}
+	}
+	s.setCopySQL(also)
+	s.typesRead = true
+	return nil
+}
+
+// typesChanged makes the next connection a committer opens read the
+// table's column types again (see readTypes): a guard failed.
+func (s *Sink) typesChanged() {
+	s.typesMu.Lock()
+	s.typesRead = false
+	s.typesMu.Unlock()
 }
 
 // quoteLiteral quotes s as an SQL string literal, whatever

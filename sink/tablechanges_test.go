@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -352,9 +353,9 @@ func TestGuardAfterTheCopyRollsItBack(t *testing.T) {
 	s, _ := newTestSink(t, ctx, pg.URL, nil)
 	admin := pg.Conn(t)
 	conn := pg.Conn(t)
-	stmts := strings.Split(s.copySQL, "; ")
+	stmts := strings.Split(*s.copySQL.Load(), "; ")
 	if len(stmts) != 3 || s.copyStmts != 3 || stmts[0] != stmts[2] || !strings.HasPrefix(stmts[1], "COPY ") {
-		t.Fatalf("at-least-once's Query: %d statements %q", s.copyStmts, s.copySQL)
+		t.Fatalf("at-least-once's Query: %d statements %q", s.copyStmts, *s.copySQL.Load())
 	}
 	rs, _ := rows(1, 5, nil)
 	var w copyWire
@@ -404,5 +405,131 @@ func TestAtLeastOnceNeedsOnlyInsert(t *testing.T) {
 	finishClean(t, ctx, src, wait, dl, ms)
 	if n := count(t, ctx, admin, s.cfg.Table); n != 10 {
 		t.Fatalf("%d rows stored, want 10", n)
+	}
+}
+
+// Columns of a domain over the mapping's type, or of citext for a text
+// mapping, read the mapping's bytes as sent: a domain's binary input is its
+// base type's, then its constraints, and citext's is text's. The guards
+// compared exact types, so such a table had every batch refused (and check
+// called it a mismatch). Now check accepts them, the first batch commits
+// without a guard failing, and a row that a domain's constraint refuses
+// is dead-lettered as data. A domain over another type stays refused.
+func TestDomainsAndCitext(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = mode; c.CreateTable = false })
+			admin := pg.Conn(t)
+			ddl := "CREATE EXTENSION citext; CREATE DOMAIN not3 AS bigint CHECK (VALUE <> 3); CREATE DOMAIN seq AS not3; " +
+				"CREATE DOMAIN doc AS jsonb CHECK (VALUE ? 'n'); CREATE TABLE " + s.table.Sanitize() +
+				" (stream citext, stream_seq seq, payload doc)"
+			if mode == ExactlyOnce {
+				ddl += "; " + s.DDL()[1]
+			}
+			if _, err := admin.Exec(ctx, ddl); err != nil {
+				t.Fatal(err)
+			}
+			probs, err := s.Check(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range probs {
+				t.Errorf("problem %+v", p)
+			}
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 10, func(seq int) string {
+				if seq == 5 {
+					return `{"x":5}`
+				}
+				return fmt.Sprintf(`{"n":%d}`, seq)
+			})
+			src.push(t, ctx, rs)
+			waitFor(t, ctx, "rows settled", func() bool {
+				l, _ := dl.letters()
+				return allAcked(append(append([]*recMsg(nil), ms[:2]...), append(ms[3:4], ms[5:]...)...))() && len(l) == 2
+			})
+			src.close()
+			if err := wait(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			letters, seqs := dl.letters()
+			for i, l := range letters {
+				if l.Code != pipeline.CodeConstraint || l.SQLState != "23514" || (seqs[i] != 3 && seqs[i] != 5) {
+					t.Errorf("dead letter of seq %d: %+v", seqs[i], l)
+				}
+			}
+			if st := s.Stats(); st.ConfigErrors != 0 {
+				t.Errorf("%d attempts refused as configuration errors: the guards refused the table's types", st.ConfigErrors)
+			}
+			var n, sum int64
+			var same bool
+			if err := admin.QueryRow(ctx, "SELECT count(*), sum(stream_seq), bool_and(stream = 's' AND (payload->>'n')::bigint = stream_seq) FROM "+
+				s.table.Sanitize()).Scan(&n, &sum, &same); err != nil || n != 8 || sum != 55-3-5 || !same {
+				t.Fatalf("%d rows, stream_seq summing to %d, stream 's' (citext) and payload as sent: %v (%v); want 8, 47, true", n, sum, same, err)
+			}
+		})
+	}
+	t.Run("domain_over_another_type", func(t *testing.T) {
+		ctx := testCtx(t, 60*time.Second)
+		pg := testenv.Postgres(t)
+		s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false; c.Connections = 1 })
+		admin := pg.Conn(t)
+		if _, err := admin.Exec(ctx, "CREATE DOMAIN small AS integer; CREATE TABLE "+s.table.Sanitize()+
+			" (stream text, stream_seq small, payload jsonb)"); err != nil {
+			t.Fatal(err)
+		}
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(probs) != 1 || probs[0].Kind != ProblemTypeMismatch || probs[0].Column != "stream_seq" {
+			t.Fatalf("problems %+v, want stream_seq's type_mismatch", probs)
+		}
+		src := newSource()
+		wait := runSink(t, ctx, s, src)
+		rs, ms := rows(1, 5, nil)
+		src.push(t, ctx, rs)
+		waitFor(t, ctx, "the batch refused by the guard, retried", func() bool { return s.Stats().ConfigErrors >= 3 })
+		if n := count(t, ctx, admin, s.cfg.Table); n != 0 {
+			t.Fatalf("%d rows stored in a column of a domain over integer", n)
+		}
+		if _, err := admin.Exec(ctx, "ALTER TABLE "+s.table.Sanitize()+" ALTER COLUMN stream_seq TYPE bigint"); err != nil {
+			t.Fatal(err)
+		}
+		finishClean(t, ctx, src, wait, dl, ms)
+	})
+}
+
+// A column retyped while the sink runs to a domain over its type, or to
+// citext: the guard refuses the batch once (the types it accepts were read
+// when the connection opened), the next connection reads them again, and
+// the rows commit as sent.
+func TestColumnRetypedToADomainWhileRunning(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = mode; c.Connections = 1 })
+			admin := pg.Conn(t)
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 20, nil)
+			src.push(t, ctx, rs[:10])
+			waitFor(t, ctx, "the first rows acked", allAcked(ms[:10]))
+			table := s.table.Sanitize()
+			if _, err := admin.Exec(ctx, "CREATE EXTENSION citext; CREATE DOMAIN seq AS bigint CHECK (VALUE > 0); ALTER TABLE "+table+
+				" ALTER COLUMN stream TYPE citext, ALTER COLUMN stream_seq TYPE seq"); err != nil {
+				t.Fatal(err)
+			}
+			src.push(t, ctx, rs[10:])
+			finishClean(t, ctx, src, wait, dl, ms)
+			var n, sum int64
+			if err := admin.QueryRow(ctx, "SELECT count(*), sum(stream_seq) FROM "+table+" WHERE stream = 's'").Scan(&n, &sum); err != nil || n != 20 || sum != 210 {
+				t.Fatalf("%d rows of stream 's' (citext), stream_seq summing to %d (%v); want 20, 210", n, sum, err)
+			}
+		})
 	}
 }

@@ -343,7 +343,7 @@ func TestCopyStopsWritingAfterError(t *testing.T) {
 	}
 	var w copyWire
 	before := written.Load()
-	sent, _, err := sendCopy(ctx, pg, &w, s.copySQL, s.copyStmts, rs)
+	sent, _, err := sendCopy(ctx, pg, &w, *s.copySQL.Load(), s.copyStmts, rs)
 	wrote := written.Load() - before
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
@@ -361,7 +361,7 @@ func TestCopyStopsWritingAfterError(t *testing.T) {
 	}
 
 	good := rs[1:101]
-	sent, stored, err := sendCopy(ctx, pg, &w, s.copySQL, s.copyStmts, good)
+	sent, stored, err := sendCopy(ctx, pg, &w, *s.copySQL.Load(), s.copyStmts, good)
 	if !sent || stored != int64(len(good)) || err != nil {
 		t.Fatalf("next COPY on the connection: %v, %d, %v; want true, %d, nil", sent, stored, err, len(good))
 	}
