@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -218,7 +219,7 @@ func BenchmarkCopyGuard(b *testing.B) {
 				if !guard {
 					sql := strings.Split(*s.copySQL.Load(), "; ")[1]
 					s.copySQL.Store(&sql)
-					s.copyStmts, s.typesRead = 1, true // no readTypes to write the guards back
+					s.copyStmts, s.typesStored = 1, math.MaxUint64 // no readTypes writes the guards back
 				}
 				c := &committer{s: s}
 				defer c.closeConn()

@@ -105,19 +105,27 @@ func (c *committer) warm(ctx context.Context) {
 }
 
 // connect opens the committer's connection and, on it, reads the table's
-// column types for the guards if they are due (see Sink.readTypes). A
-// failed read is left to the guards: they accept fewer types, not more.
+// column types for the guards (see Sink.readTypes). A failed read is left
+// to the guards: they accept what they accepted before.
 func (c *committer) connect(ctx context.Context) error {
 	conn, err := c.s.connect(ctx)
 	if err != nil {
 		return err
 	}
-	if err := c.s.readTypes(ctx, conn); err != nil {
+	rctx, cancel := context.WithTimeout(ctx, readTypesTimeout)
+	_, err = c.s.readTypes(rctx, conn)
+	cancel()
+	if err != nil {
 		if conn.IsClosed() || ctx.Err() != nil {
 			_ = conn.Close(context.Background())
 			return err
 		}
-		c.s.log.Warn("could not read the table's column types; its guards accept only the mapping's", "err", err)
+		msg := "could not read the table's column types; the type guards accept the ones read before"
+		if c.s.firstSeen("readTypes " + err.Error()) {
+			c.s.log.Warn(msg, "err", err)
+		} else {
+			c.s.log.Debug(msg, "err", err)
+		}
 	}
 	c.conn, c.staged = conn, false
 	return nil
@@ -411,10 +419,14 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		case cl == classConfig:
 			c.s.st.configErrs.Add(1)
 			c.s.refused(began, err, false)
-			c.s.logConfigError(err)
-			if _, ok := errors.AsType[*typesChangedError](err); ok {
-				c.s.typesChanged() // the next connection reads them again
-				if !c.s.typesLogged.Load() && c.s.logProblems(ctx) {
+			if _, ok := errors.AsType[*typesChangedError](err); ok && c.s.typesFitNow(ctx) {
+				// Retyped to a type the guards had not seen, one that
+				// stores the mapping's bytes as sent (a domain, citext):
+				// they take it now. Not the table's fault.
+				c.s.log.Info("a mapped column's type changed to one that stores the values as sent; retrying the batch", "rows", len(rows))
+			} else {
+				c.s.logConfigError(err)
+				if ok && !c.s.typesLogged.Load() && c.s.logProblems(ctx) {
 					c.s.typesLogged.Store(true) // said which columns, and how to fix them
 				}
 			}

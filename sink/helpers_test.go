@@ -542,3 +542,27 @@ func newEpochSink(t *testing.T, ctx context.Context, url string, mod func(*Confi
 	s.SetEpochs(epochs)
 	return s, epochs
 }
+
+// newRole creates a login role of the test's own and runs grants on
+// admin, each a statement with %[1]s for the role's name. It returns the
+// role's name and pgURL with its credentials. The role, and what it owns,
+// are dropped when the test ends.
+func newRole(t *testing.T, ctx context.Context, admin *pgx.Conn, pgURL string, grants ...string) (string, string) {
+	t.Helper()
+	role := uniqueName(t)
+	for _, q := range append([]string{"CREATE ROLE %[1]s LOGIN PASSWORD 'role-pw'"}, grants...) {
+		if _, err := admin.Exec(ctx, fmt.Sprintf(q, role)); err != nil {
+			t.Fatalf("%s: %v", fmt.Sprintf(q, role), err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+role)
+		_, _ = admin.Exec(context.Background(), "DROP ROLE "+role)
+	})
+	u, err := url.Parse(pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, "role-pw")
+	return role, u.String()
+}

@@ -31,15 +31,18 @@ func (t pgType) accepts(oid uint32) bool { return oid == t.oid || slices.Contain
 
 // reads reports whether a column of type ct stores t's bytes as sent: a
 // type t accepts, a domain over one (its binary input is its base type's,
-// then its constraints, which refuse a row as data), or a type whose
-// binary input is the same built-in C function as t's (citext reads
-// text's with textrecv). In exactly-once mode the INSERT from staging
-// also needs an implicit or assignment cast from t to such a type.
-func (t pgType) reads(ct colType, exactlyOnce bool) bool {
+// then its constraints, which refuse a row as data; a length or precision
+// of the domain applies as a column's would), or, unless byTypeOnly, a
+// type whose binary input is the same built-in C function as t's (citext
+// reads text's with textrecv). In exactly-once mode the INSERT from
+// staging also needs a binary-coercible implicit or assignment cast from
+// t to such a type (one WITHOUT FUNCTION: a function could change the
+// value).
+func (t pgType) reads(ct colType, exactlyOnce, byTypeOnly bool) bool {
 	if t.accepts(ct.base) {
 		return true
 	}
-	return ct.recv != "" && ct.recv == t.recv && (!exactlyOnce || slices.Contains(ct.castFrom, t.oid))
+	return !byTypeOnly && ct.recv != "" && ct.recv == t.recv && (!exactlyOnce || slices.Contains(ct.castFrom, t.oid))
 }
 
 var pgTypes = map[pipeline.Type]pgType{
@@ -59,38 +62,44 @@ var pgTypes = map[pipeline.Type]pgType{
 }
 
 // colType is a column's type as reads sees it: typ its own (a domain's
-// for a column of a domain), base the type under any domains, recv the
-// built-in C function that reads base's binary input ("" if it is not
-// one), castFrom the types with an implicit or assignment cast to base.
+// for a column of a domain), base the type under any domains, mod the
+// type modifier that applies (the column's, or the nearest domain's that
+// has one: numeric(10,2), varchar(5)), recv the built-in C function that
+// reads base's binary input ("" if it is not one), castFrom the types
+// with a binary-coercible implicit or assignment cast to base.
 type colType struct {
 	typ, base uint32
+	mod       int32
 	recv      string
 	castFrom  []uint32
 }
 
-// columnTypesSQL reads the colType of every column of the table $1 names
-// (none if there is no such table). The catalogs it reads need no
-// privilege.
-const columnTypesSQL = `WITH RECURSIVE t(name, typ, base) AS (
-	SELECT attname::text, atttypid, atttypid FROM pg_attribute
-	WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped
+// columnTypesSQL reads the colType of every column of the table whose
+// OID is $1, or else of the one $2 names (none if there is no such table).
+// The catalogs it reads need no privilege.
+const columnTypesSQL = `WITH RECURSIVE t(name, typ, base, mod) AS (
+	SELECT attname::text, atttypid, atttypid, atttypmod FROM pg_attribute
+	WHERE attrelid = coalesce($1::oid, to_regclass($2::text)::oid) AND attnum > 0 AND NOT attisdropped
 	UNION ALL
-	SELECT t.name, t.typ, d.typbasetype FROM t JOIN pg_type d ON d.oid = t.base AND d.typtype = 'd')
-SELECT t.name, t.typ, t.base, coalesce(p.prosrc, ''),
-	ARRAY(SELECT castsource FROM pg_cast WHERE casttarget = t.base AND castcontext <> 'e')
+	SELECT t.name, t.typ, d.typbasetype, CASE WHEN t.mod >= 0 THEN t.mod ELSE d.typtypmod END
+	FROM t JOIN pg_type d ON d.oid = t.base AND d.typtype = 'd')
+SELECT t.name, t.typ, t.base, t.mod, coalesce(p.prosrc, ''),
+	ARRAY(SELECT castsource FROM pg_cast WHERE casttarget = t.base AND castcontext <> 'e' AND castmethod = 'b')
 FROM t JOIN pg_type b ON b.oid = t.base AND b.typtype <> 'd'
 	LEFT JOIN pg_proc p ON p.oid = b.typreceive AND p.prolang = 12 -- internal`
 
-// columnTypes reads the types of the table's columns, by name.
-func (s *Sink) columnTypes(ctx context.Context, c *pgx.Conn) (map[string]colType, error) {
-	rows, err := c.Query(ctx, columnTypesSQL, s.table.Sanitize())
+// columnTypes reads the types of the table's columns, by name: the table
+// whose OID is rel, or if rel is nil the one its name finds on
+// search_path.
+func (s *Sink) columnTypes(ctx context.Context, c *pgx.Conn, rel *uint32) (map[string]colType, error) {
+	rows, err := c.Query(ctx, columnTypesSQL, rel, s.table.Sanitize())
 	if err != nil {
 		return nil, err
 	}
 	cts := map[string]colType{}
 	var name string
 	var ct colType
-	_, err = pgx.ForEachRow(rows, []any{&name, &ct.typ, &ct.base, &ct.recv, &ct.castFrom}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&name, &ct.typ, &ct.base, &ct.mod, &ct.recv, &ct.castFrom}, func() error {
 		cts[name], ct = ct, colType{}
 		return nil
 	})
@@ -232,6 +241,13 @@ const (
 	// into: a view without an INSTEAD OF INSERT trigger, a materialized
 	// view, a sequence. Every batch fails (SQLSTATE 42809).
 	ProblemRelationKind ProblemKind = "relation_kind"
+	// ProblemRowSecurity: row-level security applies to jetsink's role
+	// on the table. PostgreSQL refuses COPY FROM into such a table
+	// (SQLSTATE 0A000): in at-least-once mode every batch fails. In
+	// exactly-once mode the policies apply to the INSERT from staging: a
+	// row their WITH CHECK refuses (SQLSTATE 42501) is dead-lettered, code
+	// refused, once other rows have committed (a warning).
+	ProblemRowSecurity ProblemKind = "row_security"
 )
 
 // Problem is one difference between the mapping and the table.
@@ -331,7 +347,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		return nil, fmt.Errorf("check columns of %s on %s: %w", tname, s.where, err)
 	}
 
-	cts, err := s.columnTypes(ctx, c)
+	cts, err := s.columnTypes(ctx, c, oid)
 	if err != nil {
 		return nil, fmt.Errorf("check column types of %s on %s: %w", tname, s.where, err)
 	}
@@ -354,7 +370,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			probs = append(probs, Problem{Kind: ProblemColumnMissing, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s does not exist", col, tname),
 				Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", tname, col, want.name)})
-		case !want.reads(cts[c.Name], s.cfg.Mode == ExactlyOnce):
+		case !s.columnReads(c, cts[c.Name]):
 			what := "so jetsink stores nothing in this table until they match (each batch is retried)"
 			probs = append(probs, Problem{Kind: ProblemTypeMismatch, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s is %s but the mapping writes %s: binary COPY sends %s's bytes, which a column "+
@@ -367,10 +383,11 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				Fix:     fmt.Sprintf("set required: true on column %s in postgres.columns, or ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", c.Name, tname, col)})
 		}
 		// timestamptz(6) is what timestamptz keeps anyway: no rounding.
-		if ok && a.typ == want.oid && a.typmod >= 0 && (c.Type != pipeline.TypeTimestamptz || a.typmod < 6) {
+		// ct: a domain's base type and modifier, as a column's.
+		if ct := cts[c.Name]; ok && ct.base == want.oid && ct.mod >= 0 && (c.Type != pipeline.TypeTimestamptz || ct.mod < 6) {
 			probs = append(probs, typeModifierProblem(tname, c.Name, a.format, c.Type))
 		}
-		if ok && a.typ != want.oid && want.accepts(a.typ) && (a.typmod >= 0 || a.typ == 1042) {
+		if ct := cts[c.Name]; ok && ct.base != want.oid && want.accepts(ct.base) && (ct.mod >= 0 || ct.base == 1042) {
 			probs = append(probs, Problem{Kind: ProblemTypeModifier, Column: c.Name, Warning: true,
 				Message: fmt.Sprintf("column %s of %s is %s: PostgreSQL refuses a longer text (SQLSTATE 22001), which is dead-lettered "+
 					"(code data) after a bisection of its batch, and pads a shorter one in char(n) with spaces", col, tname, a.format),
@@ -545,11 +562,12 @@ func encodingProblem(enc string) (Problem, bool) {
 // batch").
 func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Problem, error) {
 	tname := s.table.Sanitize()
-	var insert, sel, temp, recovery bool
+	var insert, sel, temp, recovery, rls bool
 	var readOnly string
 	err := c.QueryRow(ctx, `SELECT has_table_privilege($1::oid, 'INSERT'), has_table_privilege($1::oid, 'SELECT'),
-		has_database_privilege(current_database(), 'TEMP'), pg_is_in_recovery(), current_setting('transaction_read_only')`, rel).
-		Scan(&insert, &sel, &temp, &recovery, &readOnly)
+		has_database_privilege(current_database(), 'TEMP'), pg_is_in_recovery(), current_setting('transaction_read_only'),
+		row_security_active($1::oid)`, rel).
+		Scan(&insert, &sel, &temp, &recovery, &readOnly, &rls)
 	if err != nil {
 		return nil, fmt.Errorf("check privileges on %s on %s: %w", tname, s.where, err)
 	}
@@ -568,6 +586,20 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 		}
 		if !temp {
 			grant("TEMP", "DATABASE "+pgx.Identifier{c.Config().Database}.Sanitize())
+		}
+	}
+	if rls {
+		fix := "exempt jetsink's role: ALTER ROLE <jetsink's role> BYPASSRLS, or make it the table's owner without FORCE ROW LEVEL SECURITY"
+		if s.cfg.Mode == AtLeastOnce {
+			probs = append(probs, Problem{Kind: ProblemRowSecurity,
+				Message: fmt.Sprintf("row-level security applies to jetsink's role on %s, and PostgreSQL refuses COPY FROM into such a table "+
+					"(SQLSTATE 0A000): every batch would fail and be retried", tname),
+				Fix: fix + "; or set postgres.mode: exactly-once, which inserts from a staging table under the policies"})
+		} else {
+			probs = append(probs, Problem{Kind: ProblemRowSecurity, Warning: true,
+				Message: fmt.Sprintf("row-level security applies to jetsink's role on %s: a row that a policy's WITH CHECK refuses "+
+					"(SQLSTATE 42501) is dead-lettered (code refused) once other rows have committed", tname),
+				Fix: "if the policies are to refuse rows, nothing; to store every row, " + fix})
 		}
 	}
 	switch {

@@ -97,10 +97,16 @@ type Sink struct {
 	seenErrs   map[string]struct{} // configuration errors already logged
 	// typesLogged: Check's problems were logged after a type guard failed.
 	typesLogged atomic.Bool
-	// typesMu holds typesRead: the guards in copySQL accept the types
-	// the table's columns had when they were last read (see readTypes).
-	typesMu   sync.Mutex
-	typesRead bool
+	// typesGen numbers the reads of the table's types; typesMu holds
+	// typesStored, the number of the read copySQL's guards come from
+	// (see readTypes).
+	typesGen    atomic.Uint64
+	typesMu     sync.Mutex
+	typesStored uint64
+	// rowSecurity: row-level security applies to the committers' role on
+	// the table (read with the types): a 42501 may be a row's (see
+	// Sink.classify).
+	rowSecurity atomic.Bool
 
 	// refusedSince is when batches began failing with configuration or
 	// suspect errors with none committed since (Unix ns; 0: not failing),
@@ -378,41 +384,78 @@ func (s *Sink) setCopySQL(also map[string]uint32) {
 	s.copySQL.Store(&sql)
 }
 
-// readTypes makes the type guards accept the types that the table's
-// columns have now and that read the mapping's bytes as sent although
-// they are not the mapping's or one pgTypes lists: a domain, citext (see
-// pgType.reads), whose OIDs differ from database to database. A committer
-// calls it on a connection it has just opened; it reads the types again
-// only after a guard failed (typesChanged), or a read failed. An error
+// readTypes reads, on c, whether row-level security applies to the
+// committers' role on the table (rowSecurity) and the types of its
+// columns, and makes the type guards accept those that store the
+// mapping's bytes as sent although they are neither the mapping's nor one
+// pgTypes lists: a domain, citext (see Sink.columnReads), whose OIDs
+// differ from database to database, and from server to server after a
+// failover. A committer calls it on every connection it opens, and after
+// a guard failed. fits reports that every mapped column has such a type
+// now. Of reads that overlap, the one that began last is kept. An error
 // leaves the guards as they were.
-func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) error {
-	s.typesMu.Lock()
-	defer s.typesMu.Unlock()
-	if s.typesRead {
-		return nil
-	}
-	cts, err := s.columnTypes(ctx, c)
+func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error) {
+	gen := s.typesGen.Add(1)
+	cts, err := s.columnTypes(ctx, c, nil)
 	if err != nil {
-		return fmt.Errorf("read the column types of %s: %w", s.table.Sanitize(), err)
+		return false, fmt.Errorf("read the column types of %s: %w", s.table.Sanitize(), err)
+	}
+	var rls *bool
+	if err := c.QueryRow(ctx, "SELECT row_security_active(to_regclass($1))", s.table.Sanitize()).Scan(&rls); err != nil {
+		return false, fmt.Errorf("read whether row-level security applies to %s: %w", s.table.Sanitize(), err)
 	}
 	also := map[string]uint32{}
+	fits = true
 	for _, col := range s.cols {
-		want := pgTypes[col.Type]
-		if ct, ok := cts[col.Name]; ok && !want.accepts(ct.typ) && want.reads(ct, s.cfg.Mode == ExactlyOnce) {
+		ct, ok := cts[col.Name]
+		switch {
+		case !ok || !s.columnReads(col, ct):
+			fits = false
+		case !pgTypes[col.Type].accepts(ct.typ):
 			also[col.Name] = ct.typ
 		}
 	}
-	s.setCopySQL(also)
-	s.typesRead = true
-	return nil
+	s.typesMu.Lock()
+	defer s.typesMu.Unlock()
+	if gen > s.typesStored {
+		s.typesStored = gen
+		s.rowSecurity.Store(rls != nil && *rls)
+		s.setCopySQL(also)
+	}
+	return fits, nil
 }
 
-// typesChanged makes the next connection a committer opens read the
-// table's column types again (see readTypes): a guard failed.
-func (s *Sink) typesChanged() {
-	s.typesMu.Lock()
-	s.typesRead = false
-	s.typesMu.Unlock()
+// readTypesTimeout bounds a readTypes: a server gone silent would
+// otherwise hold it until TCP gives up (a committer's watch on its
+// connection starts with the attempt).
+const readTypesTimeout = 10 * time.Second
+
+// typesFitNow reads the table's types again on the admin connection after
+// a guard failed, and reports whether every mapped column now has one that
+// stores the mapping's bytes as sent (a column retyped to a domain over
+// its type: the guards accept it from now on), the first time the guards
+// come out as they are now: should they fail again as they are, the table
+// is at fault after all.
+func (s *Sink) typesFitNow(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, readTypesTimeout)
+	defer cancel()
+	var fits bool
+	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
+		var err error
+		fits, err = s.readTypes(ctx, c)
+		return err
+	})
+	return err == nil && fits && s.firstSeen("guards "+*s.copySQL.Load())
+}
+
+// columnReads reports whether a column of type ct stores col's bytes as
+// sent (pgType.reads). In exactly-once mode the key columns (meta:stream,
+// meta:stream_seq) take no type by its binary input alone: such a type
+// has other comparisons (citext's ignore case), and the unique index would
+// take the events of streams "A" and "a" for one another's.
+func (s *Sink) columnReads(col pipeline.Column, ct colType) bool {
+	eo := s.cfg.Mode == ExactlyOnce
+	return pgTypes[col.Type].reads(ct, eo, eo && (col.Name == s.streamC || col.Name == s.seqC))
 }
 
 // quoteLiteral quotes s as an SQL string literal, whatever

@@ -1,15 +1,15 @@
 package sink
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -381,23 +381,8 @@ func TestAtLeastOnceNeedsOnlyInsert(t *testing.T) {
 	pg := testenv.Postgres(t)
 	admin := pg.Conn(t)
 	owner, _ := newTestSink(t, ctx, pg.URL, nil) // creates the table
-	role := uniqueName(t)
-	for _, q := range []string{"CREATE ROLE " + role + " LOGIN PASSWORD 'insert-pw'", "GRANT USAGE ON SCHEMA public TO " + role,
-		"GRANT INSERT ON " + owner.table.Sanitize() + " TO " + role} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP OWNED BY "+role)
-		_, _ = admin.Exec(context.Background(), "DROP ROLE "+role)
-	})
-	u, err := url.Parse(pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.UserPassword(role, "insert-pw")
-	s, dl := newTestSink(t, ctx, u.String(), func(c *Config) { c.Table, c.CreateTable = owner.cfg.Table, false })
+	_, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT USAGE ON SCHEMA public TO %[1]s", "GRANT INSERT ON "+owner.table.Sanitize()+" TO %[1]s")
+	s, dl := newTestSink(t, ctx, roleURL, func(c *Config) { c.Table, c.CreateTable = owner.cfg.Table, false })
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
 	rs, ms := rows(1, 10, nil)
@@ -414,7 +399,9 @@ func TestAtLeastOnceNeedsOnlyInsert(t *testing.T) {
 // compared exact types, so such a table had every batch refused (and check
 // called it a mismatch). Now check accepts them, the first batch commits
 // without a guard failing, and a row that a domain's constraint refuses
-// is dead-lettered as data. A domain over another type stays refused.
+// is dead-lettered as such. A domain over another type stays refused, and
+// so does citext for exactly-once's key (its index ignores case), and a
+// domain's length draws check's warning as a column's does.
 func TestDomainsAndCitext(t *testing.T) {
 	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -422,9 +409,13 @@ func TestDomainsAndCitext(t *testing.T) {
 			pg := testenv.Postgres(t)
 			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = mode; c.CreateTable = false })
 			admin := pg.Conn(t)
-			ddl := "CREATE EXTENSION citext; CREATE DOMAIN not3 AS bigint CHECK (VALUE <> 3); CREATE DOMAIN seq AS not3; " +
+			stream := "citext"
+			if mode == ExactlyOnce {
+				stream = "label" // a key column: citext is refused (below)
+			}
+			ddl := "CREATE EXTENSION citext; CREATE DOMAIN label AS text; CREATE DOMAIN not3 AS bigint CHECK (VALUE <> 3); CREATE DOMAIN seq AS not3; " +
 				"CREATE DOMAIN doc AS jsonb CHECK (VALUE ? 'n'); CREATE TABLE " + s.table.Sanitize() +
-				" (stream citext, stream_seq seq, payload doc)"
+				" (stream " + stream + ", stream_seq seq, payload doc)"
 			if mode == ExactlyOnce {
 				ddl += "; " + s.DDL()[1]
 			}
@@ -456,9 +447,12 @@ func TestDomainsAndCitext(t *testing.T) {
 				t.Fatalf("Run: %v", err)
 			}
 			letters, seqs := dl.letters()
-			for i, l := range letters {
-				if l.Code != pipeline.CodeConstraint || l.SQLState != "23514" || (seqs[i] != 3 && seqs[i] != 5) {
-					t.Errorf("dead letter of seq %d: %+v", seqs[i], l)
+			if slices.Sort(seqs); !slices.Equal(seqs, []uint64{3, 5}) {
+				t.Errorf("dead letters of seqs %v, want 3 and 5", seqs)
+			}
+			for _, l := range letters {
+				if l.Code != pipeline.CodeConstraint || l.SQLState != "23514" {
+					t.Errorf("dead letter %+v, want code constraint, SQLSTATE 23514", l)
 				}
 			}
 			if st := s.Stats(); st.ConfigErrors != 0 {
@@ -466,53 +460,79 @@ func TestDomainsAndCitext(t *testing.T) {
 			}
 			var n, sum int64
 			var same bool
-			if err := admin.QueryRow(ctx, "SELECT count(*), sum(stream_seq), bool_and(stream = 's' AND (payload->>'n')::bigint = stream_seq) FROM "+
-				s.table.Sanitize()).Scan(&n, &sum, &same); err != nil || n != 8 || sum != 55-3-5 || !same {
-				t.Fatalf("%d rows, stream_seq summing to %d, stream 's' (citext) and payload as sent: %v (%v); want 8, 47, true", n, sum, same, err)
+			if err := admin.QueryRow(ctx, "SELECT count(*), sum(stream_seq), bool_and(stream::text = 'S' AND (stream = 's') = "+
+				fmt.Sprint(mode == AtLeastOnce)+" AND (payload->>'n')::bigint = stream_seq) FROM "+s.table.Sanitize()).Scan(&n, &sum, &same); err != nil || n != 8 || sum != 55-3-5 || !same {
+				t.Fatalf("%d rows, stream_seq summing to %d, values as sent: %v (%v); want 8, 47, true", n, sum, same, err)
 			}
 		})
 	}
-	t.Run("domain_over_another_type", func(t *testing.T) {
-		ctx := testCtx(t, 60*time.Second)
-		pg := testenv.Postgres(t)
-		s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false; c.Connections = 1 })
-		admin := pg.Conn(t)
-		if _, err := admin.Exec(ctx, "CREATE DOMAIN small AS integer; CREATE TABLE "+s.table.Sanitize()+
-			" (stream text, stream_seq small, payload jsonb)"); err != nil {
-			t.Fatal(err)
-		}
-		probs, err := s.Check(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(probs) != 1 || probs[0].Kind != ProblemTypeMismatch || probs[0].Column != "stream_seq" {
-			t.Fatalf("problems %+v, want stream_seq's type_mismatch", probs)
-		}
-		src := newSource()
-		wait := runSink(t, ctx, s, src)
-		rs, ms := rows(1, 5, nil)
-		src.push(t, ctx, rs)
-		waitFor(t, ctx, "the batch refused by the guard, retried", func() bool { return s.Stats().ConfigErrors >= 3 })
-		if n := count(t, ctx, admin, s.cfg.Table); n != 0 {
-			t.Fatalf("%d rows stored in a column of a domain over integer", n)
-		}
-		if _, err := admin.Exec(ctx, "ALTER TABLE "+s.table.Sanitize()+" ALTER COLUMN stream_seq TYPE bigint"); err != nil {
-			t.Fatal(err)
-		}
-		finishClean(t, ctx, src, wait, dl, ms)
-	})
+	for _, tc := range []struct {
+		name, stream, seq string
+		mode              Mode
+		want              []string
+	}{
+		{"domain_over_another_type", "text", "small", AtLeastOnce, []string{"type_mismatch stream_seq false"}},
+		{"citext_key", "citext", "bigint", ExactlyOnce, []string{"type_mismatch stream false"}},
+		{"domain_with_a_length", "short", "bigint", AtLeastOnce, []string{"type_modifier stream true"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = tc.mode; c.CreateTable = false; c.Connections = 1 })
+			admin := pg.Conn(t)
+			ddl := "CREATE EXTENSION citext; CREATE DOMAIN small AS integer; CREATE DOMAIN short AS varchar(5); CREATE TABLE " +
+				s.table.Sanitize() + " (stream " + tc.stream + ", stream_seq " + tc.seq + ", payload jsonb)"
+			if tc.mode == ExactlyOnce {
+				ddl += "; " + s.DDL()[1]
+			}
+			if _, err := admin.Exec(ctx, ddl); err != nil {
+				t.Fatal(err)
+			}
+			probs, err := s.Check(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range probs {
+				got = append(got, fmt.Sprintf("%s %s %v", p.Kind, p.Column, p.Warning))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("problems %q, want %q", got, tc.want)
+			}
+			if tc.name == "domain_with_a_length" {
+				return
+			}
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 5, nil)
+			src.push(t, ctx, rs)
+			waitFor(t, ctx, "the batch refused by the guard, retried", func() bool { return s.Stats().ConfigErrors >= 3 })
+			if n := count(t, ctx, admin, s.cfg.Table); n != 0 {
+				t.Fatalf("%d rows stored in a column the guard refuses", n)
+			}
+			col, typ := "stream_seq", "bigint"
+			if tc.name == "citext_key" {
+				col, typ = "stream", "text"
+			}
+			if _, err := admin.Exec(ctx, "ALTER TABLE "+s.table.Sanitize()+" ALTER COLUMN "+col+" TYPE "+typ); err != nil {
+				t.Fatal(err)
+			}
+			finishClean(t, ctx, src, wait, dl, ms)
+		})
+	}
 }
 
 // A column retyped while the sink runs to a domain over its type, or to
 // citext: the guard refuses the batch once (the types it accepts were read
-// when the connection opened), the next connection reads them again, and
-// the rows commit as sent.
+// when the connection opened), the types are read again, and the rows
+// commit as sent, with an Info line and no error logged.
 func TestColumnRetypedToADomainWhileRunning(t *testing.T) {
 	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
 			pg := testenv.Postgres(t)
 			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = mode; c.Connections = 1 })
+			logs := captureLog(t, s, time.Minute)
 			admin := pg.Conn(t)
 			src := newSource()
 			wait := runSink(t, ctx, s, src)
@@ -520,15 +540,153 @@ func TestColumnRetypedToADomainWhileRunning(t *testing.T) {
 			src.push(t, ctx, rs[:10])
 			waitFor(t, ctx, "the first rows acked", allAcked(ms[:10]))
 			table := s.table.Sanitize()
-			if _, err := admin.Exec(ctx, "CREATE EXTENSION citext; CREATE DOMAIN seq AS bigint CHECK (VALUE > 0); ALTER TABLE "+table+
-				" ALTER COLUMN stream TYPE citext, ALTER COLUMN stream_seq TYPE seq"); err != nil {
+			stream := "citext"
+			if mode == ExactlyOnce {
+				stream = "label" // a key column: not citext
+			}
+			if _, err := admin.Exec(ctx, "CREATE EXTENSION citext; CREATE DOMAIN label AS text; CREATE DOMAIN seq AS bigint CHECK (VALUE > 0); "+
+				"ALTER TABLE "+table+" ALTER COLUMN stream TYPE "+stream+", ALTER COLUMN stream_seq TYPE seq"); err != nil {
 				t.Fatal(err)
 			}
 			src.push(t, ctx, rs[10:])
 			finishClean(t, ctx, src, wait, dl, ms)
 			var n, sum int64
-			if err := admin.QueryRow(ctx, "SELECT count(*), sum(stream_seq) FROM "+table+" WHERE stream = 's'").Scan(&n, &sum); err != nil || n != 20 || sum != 210 {
-				t.Fatalf("%d rows of stream 's' (citext), stream_seq summing to %d (%v); want 20, 210", n, sum, err)
+			if err := admin.QueryRow(ctx, "SELECT count(*), sum(stream_seq) FROM "+table+" WHERE stream::text = 'S'").Scan(&n, &sum); err != nil || n != 20 || sum != 210 {
+				t.Fatalf("%d rows of stream S, stream_seq summing to %d (%v); want 20, 210", n, sum, err)
+			}
+			if st := s.Stats(); st.ConfigErrors != 1 {
+				t.Errorf("%d attempts refused, want 1 (the guard, once)", st.ConfigErrors)
+			}
+			if l := logs.String(); strings.Contains(l, "level=ERROR") || !strings.Contains(l, "type changed to one that stores the values as sent") {
+				t.Errorf("the log does not say the type changed, or logs an error:\n%s", l)
+			}
+		})
+	}
+}
+
+// Row-level security that applies to jetsink's role: PostgreSQL refuses
+// COPY FROM into the table, so at-least-once fails every batch, and check
+// says so as an error; exactly-once inserts from staging under the
+// policies, and check warns that a row their WITH CHECK refuses holds the
+// stream (42501 is also a missing grant's code).
+func TestCheckRowSecurity(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			admin := pg.Conn(t)
+			role, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE, USAGE ON SCHEMA public TO %[1]s")
+			s, _ := newTestSink(t, ctx, roleURL, func(c *Config) { c.Mode = mode }) // the role owns the table
+			kinds := func() (ks []string) {
+				probs, err := s.Check(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range probs {
+					ks = append(ks, fmt.Sprintf("%s/%v", p.Kind, p.Warning))
+				}
+				return ks
+			}
+			if ks := kinds(); len(ks) != 0 {
+				t.Fatalf("problems before row-level security: %v", ks)
+			}
+			table := s.table.Sanitize()
+			if _, err := admin.Exec(ctx, "ALTER TABLE "+table+" ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY; CREATE POLICY p ON "+
+				table+" USING (true) WITH CHECK (payload ? 'n')"); err != nil {
+				t.Fatal(err)
+			}
+			want := fmt.Sprintf("%s/%v", ProblemRowSecurity, mode == ExactlyOnce)
+			if ks := kinds(); len(ks) != 1 || ks[0] != want {
+				t.Fatalf("problems under row-level security: %v, want %s", ks, want)
+			}
+			// What check says of each mode, from the server itself.
+			conn, err := pgx.Connect(ctx, roleURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			_, err = conn.PgConn().CopyFrom(ctx, strings.NewReader("S\t1\t{\"n\":1}\n"), "COPY "+table+" FROM STDIN")
+			if code := sqlState(err); code != "0A000" {
+				t.Errorf("COPY FROM into a table under row-level security: %v, want SQLSTATE 0A000", err)
+			}
+			_, err = conn.Exec(ctx, "INSERT INTO "+table+" SELECT 'S', 2, '{}'::jsonb")
+			if code := sqlState(err); code != "42501" {
+				t.Errorf("INSERT of a row WITH CHECK refuses: %v, want SQLSTATE 42501", err)
+			}
+			if _, err := admin.Exec(ctx, "ALTER ROLE "+role+" BYPASSRLS"); err != nil {
+				t.Fatal(err)
+			}
+			if ks := kinds(); len(ks) != 0 {
+				t.Fatalf("problems with BYPASSRLS: %v", ks)
+			}
+		})
+	}
+}
+
+// sqlState is err's SQLSTATE, or "".
+func sqlState(err error) string {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// Row-level security at run time. Exactly-once: a row that the policy's
+// WITH CHECK refuses (42501) is dead-lettered (code refused) once other
+// rows have committed; 42501 was a configuration error, retried for ever,
+// so that one event stopped the stream. At-least-once: PostgreSQL refuses
+// COPY FROM into the table (0A000), and every batch is held, none
+// dead-lettered, until the role is exempted.
+func TestRowSecurityAtRun(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			admin := pg.Conn(t)
+			role, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE, USAGE ON SCHEMA public TO %[1]s")
+			s, dl := newTestSink(t, ctx, roleURL, func(c *Config) { c.Mode = mode; c.Connections = 1 }) // the role owns the table
+			table := s.table.Sanitize()
+			if _, err := admin.Exec(ctx, "ALTER TABLE "+table+" ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY; CREATE POLICY p ON "+
+				table+" USING (true) WITH CHECK (payload ? 'n')"); err != nil {
+				t.Fatal(err)
+			}
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 10, func(seq int) string {
+				if seq == 3 {
+					return `{}`
+				}
+				return fmt.Sprintf(`{"n":%d}`, seq)
+			})
+			src.push(t, ctx, rs)
+			others := append(append([]*recMsg(nil), ms[:2]...), ms[3:]...)
+			if mode == AtLeastOnce {
+				waitFor(t, ctx, "the batch refused and retried", func() bool { return s.Stats().ConfigErrors >= 5 })
+				if n := count(t, ctx, admin, s.cfg.Table); n != 0 {
+					t.Fatalf("%d rows stored", n)
+				}
+				if l, _ := dl.letters(); len(l) != 0 {
+					t.Fatalf("dead letters %+v of a table that refuses COPY", l)
+				}
+				if _, err := admin.Exec(ctx, "ALTER ROLE "+role+" BYPASSRLS"); err != nil {
+					t.Fatal(err)
+				}
+				finishClean(t, ctx, src, wait, dl, ms)
+				return
+			}
+			waitFor(t, ctx, "rows settled", func() bool {
+				l, _ := dl.letters()
+				return allAcked(others)() && len(l) == 1
+			})
+			src.close()
+			if err := wait(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if letters, seqs := dl.letters(); seqs[0] != 3 || letters[0].Code != pipeline.CodeRefused || letters[0].SQLState != "42501" {
+				t.Fatalf("dead letter of seq %d: %+v, want seq 3, code refused, SQLSTATE 42501", seqs[0], letters[0])
+			}
+			if n := count(t, ctx, admin, s.cfg.Table); n != 9 {
+				t.Fatalf("%d rows stored, want 9", n)
 			}
 		})
 	}
