@@ -318,6 +318,48 @@ func TestConsumeMaxBytes(t *testing.T) {
 	}
 }
 
+// While the handler is slow, what waits for it stays within about three
+// times MaxBytes. Credit is counted in messages, and each request cut short
+// by max_bytes gives back the rest: the Sub pulled again and again until
+// half of MaxMessages waited (here ~170 KB of ~350-byte messages for an
+// 8 KiB MaxBytes), whatever their size. Once the handler goes on, every
+// message comes.
+func TestConsumeMaxBytesBoundsWhatWaits(t *testing.T) {
+	const n, maxBytes = 2000, 8 << 10
+	ctx := testCtx(t, time.Minute)
+	srv := startServer(t, func(o *server.Options) { o.MaxPayload = maxBytes })
+	js := jetStreamAt(t, serverURL(srv, "nats", ""))
+	preload(t, ctx, js, "WAITS", n, 3, jetstream.ConsumerConfig{AckWait: time.Minute})
+	c := dialTest(t, ctx, serverURL(srv, "nats", ""))
+	gate := make(chan struct{})
+	var count atomic.Int64
+	sub, err := c.Consume(PullOptions{Stream: "WAITS", Consumer: "C", MaxMessages: 1000, MaxBytes: maxBytes}, func(m *Msg) {
+		<-gate
+		if err := m.Ack(); err != nil {
+			t.Errorf("ack: %v", err)
+		}
+		count.Add(1)
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	eventually(t, 10*time.Second, "a message waiting", func() bool { return sub.held.Load() > 0 })
+	// What more arrives, arrives within a few round trips on loopback.
+	var most int64
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		most = max(most, sub.heldBytes.Load())
+	}
+	if most > 3*maxBytes {
+		t.Errorf("%d bytes (%d messages) waited for the handler, want at most 3 x MaxBytes = %d", most, sub.held.Load(), 3*maxBytes)
+	}
+	close(gate)
+	eventually(t, 30*time.Second, "all handled", func() bool { return count.Load() == n })
+	if b := sub.heldBytes.Load(); b != 0 {
+		t.Errorf("%d bytes held after every message was handled", b)
+	}
+}
+
 // pongConn counts the PONGs the client writes.
 type pongConn struct {
 	net.Conn

@@ -26,9 +26,10 @@ type PullOptions struct {
 	// them are outstanding, as nats.go's Consume does.
 	MaxMessages int
 	// MaxBytes, when > 0, caps the bytes each pull request may return
-	// (max_bytes), as nats.go's PullMaxMessagesWithBytesLimit does; it
-	// must not be below the largest message, or that message stalls the
-	// consumer.
+	// (max_bytes), as nats.go's PullMaxMessagesWithBytesLimit does, and
+	// holds the messages waiting for the handler to about three times
+	// that (see maybePull); it must not be below the largest message, or
+	// that message stalls the consumer.
 	MaxBytes int
 	// Expires is each pull request's lifetime on the server (default 30s,
 	// at least 1s).
@@ -78,6 +79,7 @@ type Sub struct {
 	handler   func(*Msg)
 	taken     *Msg         // taken from ch as the connection failed (delivery goroutine only)
 	held      atomic.Int64 // arrived and not yet handled: in ch, or in the handler
+	heldBytes atomic.Int64 // their Size, with MaxBytes (see maybePull)
 	onErr     func(error)
 	threshold int
 	pullHead  string // "PUB <api>.CONSUMER.MSG.NEXT.<stream>.<consumer> <inbox> "
@@ -225,6 +227,7 @@ func (s *Sub) receive(m *Msg) {
 	}
 	s.tooBig = 0
 	s.held.Add(1)
+	s.holdBytes(m, 1)
 	select {
 	case s.ch <- m:
 	default:
@@ -235,8 +238,10 @@ func (s *Sub) receive(m *Msg) {
 		case s.ch <- m:
 		case <-s.quit:
 			s.held.Add(-1)
+			s.holdBytes(m, -1)
 		case <-s.c.done:
 			s.held.Add(-1)
+			s.holdBytes(m, -1)
 		}
 	}
 }
@@ -317,10 +322,20 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 const tooBigRun = 3
 
 // maybePull asks for more once fewer than half of MaxMessages are
-// outstanding. pmu must be held.
+// outstanding and, with MaxBytes, while the messages that arrived and are
+// not yet handled hold fewer than MaxBytes bytes. Credit is counted in
+// messages: a request cut short by its max_bytes gives back the rest
+// (onStatus), and without the byte rule a slow handler would have the Sub
+// pull again and again until half of MaxMessages waited, whatever their
+// size (500 messages of 1 MiB for 1,000). With it, what waits stays below
+// about three times MaxBytes: less than MaxBytes when a pull is sent, plus
+// that pull and one still open. pmu must be held.
 func (s *Sub) maybePull() {
 	if s.draining || s.halted.Load() || s.pending >= s.threshold {
 		return
+	}
+	if s.opts.MaxBytes > 0 && s.heldBytes.Load() >= int64(s.opts.MaxBytes) {
+		return // deliver pulls once the handler has taken enough
 	}
 	batch := s.opts.MaxMessages - s.pending
 	s.pending = s.opts.MaxMessages
@@ -499,9 +514,17 @@ func (s *Sub) loop() error {
 	}
 }
 
+// holdBytes adds sign x m's Size to heldBytes, which only MaxBytes needs.
+func (s *Sub) holdBytes(m *Msg, sign int64) {
+	if s.opts.MaxBytes > 0 {
+		s.heldBytes.Add(sign * int64(m.Size()))
+	}
+}
+
 func (s *Sub) deliver(m *Msg) {
-	s.handler(m)
+	s.handler(m) // m's bytes never change: its Size is the same after
 	s.held.Add(-1)
+	s.holdBytes(m, -1)
 	s.pmu.Lock()
 	if s.pending > 0 {
 		s.pending--
