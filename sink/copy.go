@@ -26,6 +26,7 @@ type committer struct {
 	staged bool // exactly-once: the staging table exists on conn
 	wire   copyWire
 	bo     backoff
+	guards *string // the COPY with type guards (Sink.copySQL) the last attempt sent
 
 	// Telemetry of the batch being processed.
 	span    trace.Span    // its "copy <table>" span, nil if not traced
@@ -419,7 +420,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		case cl == classConfig:
 			c.s.st.configErrs.Add(1)
 			c.s.refused(began, err, false)
-			if _, ok := errors.AsType[*typesChangedError](err); ok && c.s.typesFitNow(ctx) {
+			if _, ok := errors.AsType[*typesChangedError](err); ok && c.s.typesFitNow(ctx, c.guards) {
 				// Retyped to a type the guards had not seen, one that
 				// stores the mapping's bytes as sent (a domain, citext):
 				// they take it now. Not the table's fault.
@@ -549,7 +550,7 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 	}
 	tag, err := tx.Exec(ctx, s.insertSQL)
 	if err != nil {
-		return false, fmt.Errorf("move %d rows from staging: %w", len(rows), err)
+		return false, &fromStagingError{n: len(rows), err: err}
 	}
 	// Fewer rows inserted than staged: conflicts (rows stored before, which
 	// is what this mode is for) or rows that a BEFORE INSERT trigger
@@ -642,7 +643,8 @@ func committedMissing(err error) *missingError {
 // the COPY committed by itself (at-least-once) or inside a transaction
 // that the error rolls back (exactly-once).
 func (c *committer) copy(ctx context.Context, rows []pipeline.Row, autocommit bool) (sent bool, err error) {
-	sent, stored, err := sendCopy(ctx, c.conn.PgConn(), &c.wire, *c.s.copySQL.Load(), c.s.copyStmts, rows)
+	c.guards = c.s.copySQL.Load()
+	sent, stored, err := sendCopy(ctx, c.conn.PgConn(), &c.wire, *c.guards, c.s.copyStmts, rows)
 	var pgErr *pgconn.PgError
 	if ctx.Err() != nil || err != nil && !errors.As(err, &pgErr) {
 		// No answer from the server, or ctx has ended (the connection may
@@ -657,6 +659,20 @@ func (c *committer) copy(ctx context.Context, rows []pipeline.Row, autocommit bo
 	}
 	return sent, nil
 }
+
+// fromStagingError is exactly-once's INSERT from the staging table
+// failing: the statement where row-level security's policies apply (see
+// Sink.classify).
+type fromStagingError struct {
+	n   int
+	err error
+}
+
+func (e *fromStagingError) Error() string {
+	return fmt.Sprintf("move %d rows from staging: %v", e.n, e.err)
+}
+
+func (e *fromStagingError) Unwrap() error { return e.err }
 
 // miscountError reports a COPY that succeeded while the server counted
 // another number of rows than were sent: a BEFORE INSERT trigger that

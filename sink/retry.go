@@ -72,18 +72,23 @@ func tableClass(class string) bool {
 // of a column the mapping does not write is classSuspect: added to the
 // table while jetsink runs, it fails every row (the table's fault, which
 // the operator fixes without replaying events), unless a trigger fills it
-// for some rows. So is insufficient_privilege (42501) while row-level
-// security applies to the table (Sink.rowSecurity): a policy's WITH CHECK
-// refuses some rows with it.
+// for some rows. So is insufficient_privilege (42501) from exactly-once's
+// INSERT while row-level security applies to the table (Sink.rowSecurity):
+// a policy's WITH CHECK refuses some rows with it.
 func (s *Sink) classify(err error) class {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "23502" && pgErr.ColumnName != "" &&
 		!slices.ContainsFunc(s.cols, func(c pipeline.Column) bool { return c.Name == pgErr.ColumnName }) {
 		return classSuspect
 	}
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42501" && s.rowSecurity.Load() {
-		// insufficient_privilege under row-level security: a missing
-		// grant, or a row that a policy's WITH CHECK refuses.
-		return classSuspect
+		if _, ok := errors.AsType[*fromStagingError](err); ok {
+			// insufficient_privilege from the INSERT under row-level
+			// security: a missing grant, or a row that a policy's
+			// WITH CHECK refuses. (Not from a connect, the staging
+			// table or a guard: those are a grant's only, and may hit
+			// only new connections while others commit.)
+			return classSuspect
+		}
 	}
 	return classify(err)
 }

@@ -246,7 +246,8 @@ const (
 	// (SQLSTATE 0A000): in at-least-once mode every batch fails. In
 	// exactly-once mode the policies apply to the INSERT from staging: a
 	// row their WITH CHECK refuses (SQLSTATE 42501) is dead-lettered, code
-	// refused, once other rows have committed (a warning).
+	// refused, once other rows have committed; and a stored row the role
+	// may not SELECT looks missing after a conflict (a warning).
 	ProblemRowSecurity ProblemKind = "row_security"
 )
 
@@ -598,8 +599,10 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 		} else {
 			probs = append(probs, Problem{Kind: ProblemRowSecurity, Warning: true,
 				Message: fmt.Sprintf("row-level security applies to jetsink's role on %s: a row that a policy's WITH CHECK refuses "+
-					"(SQLSTATE 42501) is dead-lettered (code refused) once other rows have committed", tname),
-				Fix: "if the policies are to refuse rows, nothing; to store every row, " + fix})
+					"(SQLSTATE 42501) is dead-lettered (code refused) once other rows have committed; and the policies must let the role "+
+					"SELECT the rows it stores: after a batch in which a row was stored before (a redelivery), jetsink looks for the rows the "+
+					"INSERT left out, and dead-letters one it cannot see (code row_count) although it is stored", tname),
+				Fix: "give the role a SELECT policy over the rows it stores (if the policies refuse rows on purpose, that is all); or " + fix})
 		}
 	}
 	switch {

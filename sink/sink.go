@@ -431,12 +431,13 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 const readTypesTimeout = 10 * time.Second
 
 // typesFitNow reads the table's types again on the admin connection after
-// a guard failed, and reports whether every mapped column now has one that
-// stores the mapping's bytes as sent (a column retyped to a domain over
-// its type: the guards accept it from now on), the first time the guards
-// come out as they are now: should they fail again as they are, the table
-// is at fault after all.
-func (s *Sink) typesFitNow(ctx context.Context) bool {
+// the guards failed (sent: the COPY with the guards the failed attempt
+// sent), and reports whether every mapped column now has a type that
+// stores the mapping's bytes as sent and the guards have changed since
+// (a column retyped to a domain over its type: they accept it from now
+// on, whichever committer read it first). Guards that fail as they are
+// mean the table is at fault.
+func (s *Sink) typesFitNow(ctx context.Context, sent *string) bool {
 	ctx, cancel := context.WithTimeout(ctx, readTypesTimeout)
 	defer cancel()
 	var fits bool
@@ -445,7 +446,7 @@ func (s *Sink) typesFitNow(ctx context.Context) bool {
 		fits, err = s.readTypes(ctx, c)
 		return err
 	})
-	return err == nil && fits && s.firstSeen("guards "+*s.copySQL.Load())
+	return err == nil && fits && sent != nil && *sent != *s.copySQL.Load()
 }
 
 // columnReads reports whether a column of type ct stores col's bytes as

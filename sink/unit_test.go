@@ -165,6 +165,33 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// A 42501 is a row's only from exactly-once's INSERT under row-level
+// security. From a connect, the staging table or a guard it is a grant's,
+// which may fail new connections only while others commit: as a suspect,
+// it would dead-letter rows that store fine.
+func TestClassifyUnderRowSecurity(t *testing.T) {
+	s := &Sink{}
+	denied := &pgconn.PgError{Code: "42501"}
+	insert := &fromStagingError{n: 3, err: denied}
+	for _, tc := range []struct {
+		rls  bool
+		err  error
+		want class
+	}{
+		{false, insert, classConfig},
+		{true, insert, classSuspect},
+		{true, fmt.Errorf("copy 3 rows: %w", insert), classSuspect},
+		{true, denied, classConfig},
+		{true, fmt.Errorf("create staging table: %w", denied), classConfig},
+		{true, &fromStagingError{n: 3, err: &pgconn.PgError{Code: "42P01"}}, classConfig},
+	} {
+		s.rowSecurity.Store(tc.rls)
+		if got := s.classify(tc.err); got != tc.want {
+			t.Errorf("row security %v: classify(%v) = %d, want %d", tc.rls, tc.err, got, tc.want)
+		}
+	}
+}
+
 // copyCount reads "COPY n" and nothing else.
 func TestCopyCount(t *testing.T) {
 	for _, tc := range []struct {
