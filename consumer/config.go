@@ -116,7 +116,8 @@ type Config struct {
 	PullMaxMessages int `yaml:"pull_max_messages"`
 	// PullMaxBytes additionally caps the bytes of one pull request, and
 	// (with the wire pull client) holds what waits for the pipeline to
-	// about three times that; 0 (the default) means no byte cap. It must be at least the server's
+	// typically about three times that (wire.PullOptions); 0 (the
+	// default) means no byte cap. It must be at least the server's
 	// max_payload (New checks), or a larger message would stall the
 	// consumer for good. No byte cap by default because the rest of the
 	// chain (rings, batches) is bounded in events, not bytes, so a byte cap

@@ -27,9 +27,9 @@ type PullOptions struct {
 	MaxMessages int
 	// MaxBytes, when > 0, caps the bytes each pull request may return
 	// (max_bytes), as nats.go's PullMaxMessagesWithBytesLimit does, and
-	// holds the messages waiting for the handler to about three times
-	// that (see maybePull); it must not be below the largest message, or
-	// that message stalls the consumer.
+	// holds the messages waiting for the handler to typically about three
+	// times that (see maybePull); it must not be below the largest
+	// message, or that message stalls the consumer.
 	MaxBytes int
 	// Expires is each pull request's lifetime on the server (default 30s,
 	// at least 1s).
@@ -327,9 +327,12 @@ const tooBigRun = 3
 // messages: a request cut short by its max_bytes gives back the rest
 // (onStatus), and without the byte rule a slow handler would have the Sub
 // pull again and again until half of MaxMessages waited, whatever their
-// size (500 messages of 1 MiB for 1,000). With it, what waits stays below
-// about three times MaxBytes: less than MaxBytes when a pull is sent, plus
-// that pull and one still open. pmu must be held.
+// size (500 messages of 1 MiB for 1,000). With it, what waits is less
+// than MaxBytes when a pull is sent, plus what the open pulls bring:
+// typically one or two, so about three times MaxBytes; more when small
+// messages left several pulls open with their bytes unused, and a burst
+// of large ones fills them all (the server shares messages between them).
+// pmu must be held.
 func (s *Sub) maybePull() {
 	if s.draining || s.halted.Load() || s.pending >= s.threshold {
 		return
