@@ -36,15 +36,7 @@ func TestColumnRetypedWhileRunning(t *testing.T) {
 	} {
 		t.Run(string(tc.mode)+"_"+tc.name, func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
-			pg := testenv.Postgres(t)
-			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = tc.mode; c.Connections = 1 })
-			logs := captureLog(t, s, time.Minute)
-			admin := pg.Conn(t)
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-			rs, ms := rows(1, 20, nil)
-			src.push(t, ctx, rs[:10])
-			waitFor(t, ctx, "the first rows acked", allAcked(ms[:10]))
+			s, dl, logs, admin, src, wait, rs, ms := tenOfTwenty(t, ctx, tc.mode, 1)
 
 			alter := "ALTER TABLE " + s.table.Sanitize() + " ALTER COLUMN " + tc.column + " TYPE "
 			if _, err := admin.Exec(ctx, alter+tc.to); err != nil {
@@ -414,19 +406,9 @@ func TestDomainsAndCitext(t *testing.T) {
 			if mode == ExactlyOnce {
 				stream = "label" // a key column: citext is refused (below)
 			}
-			ddl := "CREATE EXTENSION citext; CREATE DOMAIN label AS text; CREATE DOMAIN not3 AS bigint CHECK (VALUE <> 3); CREATE DOMAIN seq AS not3; " +
-				"CREATE DOMAIN doc AS jsonb CHECK (VALUE ? 'n'); CREATE TABLE " + s.table.Sanitize() +
-				" (stream " + stream + ", stream_seq seq, payload doc)"
-			if mode == ExactlyOnce {
-				ddl += "; " + s.DDL()[1]
-			}
-			if _, err := admin.Exec(ctx, ddl); err != nil {
-				t.Fatal(err)
-			}
-			probs, err := s.Check(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			probs := typedTable(t, ctx, admin, s, "CREATE EXTENSION citext; CREATE DOMAIN label AS text; "+
+				"CREATE DOMAIN not3 AS bigint CHECK (VALUE <> 3); CREATE DOMAIN seq AS not3; CREATE DOMAIN doc AS jsonb CHECK (VALUE ? 'n')",
+				stream, "seq", "doc")
 			for _, p := range probs {
 				t.Errorf("problem %+v", p)
 			}
@@ -481,18 +463,8 @@ func TestDomainsAndCitext(t *testing.T) {
 			pg := testenv.Postgres(t)
 			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = tc.mode; c.CreateTable = false; c.Connections = 1 })
 			admin := pg.Conn(t)
-			ddl := "CREATE EXTENSION citext; CREATE DOMAIN small AS integer; CREATE DOMAIN short AS varchar(5); CREATE TABLE " +
-				s.table.Sanitize() + " (stream " + tc.stream + ", stream_seq " + tc.seq + ", payload jsonb)"
-			if tc.mode == ExactlyOnce {
-				ddl += "; " + s.DDL()[1]
-			}
-			if _, err := admin.Exec(ctx, ddl); err != nil {
-				t.Fatal(err)
-			}
-			probs, err := s.Check(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			probs := typedTable(t, ctx, admin, s, "CREATE EXTENSION citext; CREATE DOMAIN small AS integer; CREATE DOMAIN short AS varchar(5)",
+				tc.stream, tc.seq, "jsonb")
 			var got []string
 			for _, p := range probs {
 				got = append(got, fmt.Sprintf("%s %s %v", p.Kind, p.Column, p.Warning))
@@ -531,15 +503,7 @@ func TestColumnRetypedToADomainWhileRunning(t *testing.T) {
 	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
-			pg := testenv.Postgres(t)
-			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = mode; c.Connections = 2 })
-			logs := captureLog(t, s, time.Minute)
-			admin := pg.Conn(t)
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-			rs, ms := rows(1, 20, nil)
-			src.push(t, ctx, rs[:10])
-			waitFor(t, ctx, "the first rows acked", allAcked(ms[:10]))
+			s, dl, logs, admin, src, wait, rs, ms := tenOfTwenty(t, ctx, mode, 2)
 			table := s.table.Sanitize()
 			stream := "citext"
 			if mode == ExactlyOnce {
@@ -700,4 +664,40 @@ func forceRowSecurity(t *testing.T, ctx context.Context, admin *pgx.Conn, table 
 		table+" USING (true) WITH CHECK (payload ? 'n')"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// typedTable runs the statements types on admin, then creates s's table
+// with the columns stream, stream_seq and payload of the types given (and,
+// in exactly-once mode, its unique key), and returns what s.Check finds.
+func typedTable(t *testing.T, ctx context.Context, admin *pgx.Conn, s *Sink, types, stream, seq, payload string) []Problem {
+	t.Helper()
+	ddl := types + "; CREATE TABLE " + s.table.Sanitize() + " (stream " + stream + ", stream_seq " + seq + ", payload " + payload + ")"
+	if s.cfg.Mode == ExactlyOnce {
+		ddl += "; " + s.DDL()[1]
+	}
+	if _, err := admin.Exec(ctx, ddl); err != nil {
+		t.Fatal(err)
+	}
+	probs, err := s.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return probs
+}
+
+// tenOfTwenty runs a sink of mode with conns connections on a table of its
+// own, makes 20 rows (rs, ms) and waits until the first 10 are acked.
+func tenOfTwenty(t *testing.T, ctx context.Context, mode Mode, conns int) (s *Sink, dl *recDL, logs *testenv.SyncBuffer, admin *pgx.Conn,
+	src source, wait func() error, rs []pipeline.Row, ms []*recMsg) {
+	t.Helper()
+	pg := testenv.Postgres(t)
+	s, dl = newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = mode; c.Connections = conns })
+	logs = captureLog(t, s, time.Minute)
+	admin = pg.Conn(t)
+	src = newSource()
+	wait = runSink(t, ctx, s, src)
+	rs, ms = rows(1, 20, nil)
+	src.push(t, ctx, rs[:10])
+	waitFor(t, ctx, "the first rows acked", allAcked(ms[:10]))
+	return s, dl, logs, admin, src, wait, rs, ms
 }
