@@ -24,14 +24,14 @@ import (
 // copylocks check catches it). It is safe for concurrent use: settlement
 // is decided by an atomic.
 type Msg struct {
-	conn  uint64 // registry id of the Conn that delivered it
-	subj  uint32 // lengths of the four parts that follow the struct
-	reply uint32
-	hdr   uint32
-	data  uint32
-	state atomic.Uint32 // settleNone, settleFinal
-	_     uint32
-	recv  int64 // Unix nanoseconds: the read that completed it, 0 if unknown
+	conn   uint64 // registry id of the Conn that delivered it
+	subj   uint32 // lengths of the four parts that follow the struct
+	reply  uint32
+	hdr    uint32
+	data   uint32
+	state  atomic.Uint32 // settleNone, settleFinal
+	budget atomic.Uint32 // id of the Budget it holds bytes of, 0 if none (see Budget)
+	recv   int64         // Unix nanoseconds: the read that completed it, 0 if unknown
 }
 
 const msgSize = int(unsafe.Sizeof(Msg{}))
@@ -239,6 +239,8 @@ func (m *Msg) Ack() error { return m.settle("+ACK", -1, "", true) }
 // element is acked with its own Ack method.
 func AckAll[M interface{ Ack() error }](ms []M, errs []error) {
 	errs = errs[:len(ms)]
+	var rel releases // one release per run of messages of one Budget
+	defer rel.flush()
 	for i := 0; i < len(ms); {
 		m, ok := any(ms[i]).(*Msg)
 		var c *Conn
@@ -260,6 +262,7 @@ func AckAll[M interface{ Ack() error }](ms []M, errs []error) {
 			}
 			reply, err := m.claim(true)
 			if err == nil {
+				rel.add(m)
 				if werr = c.writeSettle(reply, "+ACK", -1, ""); werr != nil {
 					m.state.Store(settleNone) // not sent
 					break
@@ -307,6 +310,34 @@ func (m *Msg) TermWithReason(reason string) error {
 	return m.settle("+TERM", -1, reason, true)
 }
 
+// releases gathers the Releases of messages of one Budget into one.
+type releases struct {
+	id uint32
+	n  int64
+}
+
+// add releases m, or counts it to release with the others of its Budget.
+func (r *releases) add(m *Msg) {
+	id := m.budget.Swap(0)
+	if id == 0 {
+		return
+	}
+	if id != r.id {
+		r.flush()
+		r.id = id
+	}
+	r.n += int64(m.Size())
+}
+
+func (r *releases) flush() {
+	if r.n != 0 {
+		if b := budgetByID(r.id); b != nil {
+			b.release(r.n)
+		}
+	}
+	r.id, r.n = 0, 0
+}
+
 // claim returns m's reply subject if m may be settled: for a final
 // settlement it marks m settled, which the caller undoes if it cannot
 // send it.
@@ -329,6 +360,10 @@ func (m *Msg) settle(verb string, delay int64, reason string, final bool) error 
 	reply, err := m.claim(final)
 	if err != nil {
 		return err
+	}
+	if final {
+		// Its life in the process ends here, sent or not.
+		m.Release()
 	}
 	// On the connection that delivered it while that is open; after,
 	// through Options.Settle if set.

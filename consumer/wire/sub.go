@@ -37,6 +37,14 @@ type PullOptions struct {
 	// Heartbeat is the idle heartbeat the server sends while a request
 	// waits (default Expires/2, at most 30s; at most Expires/2).
 	Heartbeat time.Duration
+	// Budget, when set, bounds what the Sub's messages hold after the
+	// handler took them (see Budget): the Sub pulls only while the
+	// budget has room for a message of the server's max_payload beside
+	// the messages waiting for the handler, and asks each pull for at
+	// most that room (and MaxBytes, or a quarter of the budget). While it
+	// waits for room it has no pull open by choice, and the silence is
+	// not a missed heartbeat. Its Limit must not be below max_payload.
+	Budget *Budget
 }
 
 func (o *PullOptions) withDefaults() error {
@@ -77,9 +85,11 @@ type Sub struct {
 	sid       uint64
 	opts      PullOptions
 	handler   func(*Msg)
-	taken     *Msg         // taken from ch as the connection failed (delivery goroutine only)
-	held      atomic.Int64 // arrived and not yet handled: in ch, or in the handler
-	heldBytes atomic.Int64 // their Size, with MaxBytes (see maybePull)
+	taken     *Msg          // taken from ch as the connection failed (delivery goroutine only)
+	held      atomic.Int64  // arrived and not yet handled: in ch, or in the handler
+	heldBytes atomic.Int64  // their Size, with MaxBytes or a Budget (see maybePull)
+	wake      chan struct{} // the Budget's signal that it may have room (capacity 1)
+	gated     atomic.Bool   // maybePull is waiting for the Budget's room
 	onErr     func(error)
 	threshold int
 	pullHead  string // "PUB <api>.CONSUMER.MSG.NEXT.<stream>.<consumer> <inbox> "
@@ -135,6 +145,10 @@ func (c *Conn) Consume(o PullOptions, handler func(*Msg), onErr func(error)) (*S
 		// would pull again and again, delivering nothing.
 		return nil, fmt.Errorf("%w: MaxBytes %d is below the server's max_payload %d", ErrInvalidOptions, o.MaxBytes, c.maxPayload)
 	}
+	if o.Budget != nil && o.Budget.Limit() < int64(c.maxPayload) {
+		// No pull would ever have room for the largest message.
+		return nil, fmt.Errorf("%w: Budget %d bytes is below the server's max_payload %d", ErrInvalidOptions, o.Budget.Limit(), c.maxPayload)
+	}
 	if onErr == nil {
 		onErr = func(error) {}
 	}
@@ -148,6 +162,7 @@ func (c *Conn) Consume(o PullOptions, handler func(*Msg), onErr func(error)) (*S
 		drained:   make(chan struct{}),
 		fatal:     make(chan struct{}),
 		closed:    make(chan struct{}),
+		wake:      make(chan struct{}, 1),
 	}
 	c.mu.Lock()
 	if c.closed.Load() {
@@ -340,13 +355,29 @@ func (s *Sub) maybePull() {
 	if s.opts.MaxBytes > 0 && s.heldBytes.Load() >= int64(s.opts.MaxBytes) {
 		return // deliver pulls once the handler has taken enough
 	}
+	maxBytes := int64(s.opts.MaxBytes)
+	if bud := s.opts.Budget; bud != nil {
+		want := int64(s.c.maxPayload)
+		free := bud.room(want, s.heldBytes.Load(), s.wake)
+		if free < want {
+			// The loop pulls when the budget signals room (wake), or
+			// deliver when the handler has taken what waits.
+			s.gated.Store(true)
+			return
+		}
+		s.gated.Store(false)
+		if maxBytes == 0 {
+			maxBytes = max(bud.Limit()/4, want)
+		}
+		maxBytes = min(maxBytes, free)
+	}
 	batch := s.opts.MaxMessages - s.pending
 	s.pending = s.opts.MaxMessages
 	b := append(s.body[:0], `{"batch":`...)
 	b = strconv.AppendInt(b, int64(batch), 10)
-	if s.opts.MaxBytes > 0 {
+	if maxBytes > 0 {
 		b = append(b, `,"max_bytes":`...)
-		b = strconv.AppendInt(b, int64(s.opts.MaxBytes), 10)
+		b = strconv.AppendInt(b, maxBytes, 10)
 	}
 	b = append(b, `,"expires":`...)
 	b = strconv.AppendInt(b, int64(s.opts.Expires), 10)
@@ -379,6 +410,9 @@ func (s *Sub) run() {
 		err = s.handOnHeld(err)
 	}
 	close(s.quit)
+	if s.opts.Budget != nil {
+		s.opts.Budget.forget(s.wake)
+	}
 	s.leave()
 	if err != nil && !told {
 		s.onErr(err)
@@ -398,12 +432,12 @@ func (s *Sub) handOnHeld(err error) error {
 		}
 		if m := s.taken; m != nil {
 			s.taken = nil
-			s.handler(m)
+			s.hand(m)
 			continue
 		}
 		select {
 		case m := <-s.ch:
-			s.handler(m)
+			s.hand(m)
 		default:
 			return err
 		}
@@ -478,6 +512,10 @@ func (s *Sub) loop() error {
 			return s.c.closedErr()
 		case err := <-s.notes:
 			s.onErr(err)
+		case <-s.wake:
+			s.pmu.Lock()
+			s.maybePull()
+			s.pmu.Unlock()
 		case <-s.drained:
 			for {
 				if err, ok := s.why(); ok {
@@ -493,7 +531,8 @@ func (s *Sub) loop() error {
 		case <-tick.C:
 			// Silence is measured on this goroutine, as nats.go measures
 			// it around its handler: a slow handler is not silence.
-			if s.status.Swap(false) || handled != seen || len(s.ch) > 0 {
+			// Nor is waiting for the Budget's room with no pull open.
+			if s.status.Swap(false) || handled != seen || len(s.ch) > 0 || s.gated.Load() {
 				seen, idle = handled, 0
 				continue
 			}
@@ -517,15 +556,24 @@ func (s *Sub) loop() error {
 	}
 }
 
-// holdBytes adds sign x m's Size to heldBytes, which only MaxBytes needs.
+// holdBytes adds sign x m's Size to heldBytes, which only MaxBytes and a
+// Budget need.
 func (s *Sub) holdBytes(m *Msg, sign int64) {
-	if s.opts.MaxBytes > 0 {
+	if s.opts.MaxBytes > 0 || s.opts.Budget != nil {
 		s.heldBytes.Add(sign * int64(m.Size()))
 	}
 }
 
+// hand gives m to the handler, holding its bytes of the Budget from now.
+func (s *Sub) hand(m *Msg) {
+	if s.opts.Budget != nil {
+		m.hold(s.opts.Budget)
+	}
+	s.handler(m)
+}
+
 func (s *Sub) deliver(m *Msg) {
-	s.handler(m) // m's bytes never change: its Size is the same after
+	s.hand(m) // m's bytes never change: its Size is the same after
 	s.held.Add(-1)
 	s.holdBytes(m, -1)
 	s.pmu.Lock()

@@ -1,0 +1,215 @@
+package wire
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A Sub with a Budget holds what the handler has taken, and not yet
+// settled or released, within the budget: with the handler keeping every
+// message, pulling stops at the limit, the silence that follows (no pull
+// open, so no heartbeat) is not reported as a missed heartbeat, and
+// pulling goes on as messages are acked, each way (Ack, AckAll, Nak,
+// Release, Release then Ack), until all have come and the budget holds
+// nothing.
+func TestConsumeBudgetBoundsWhatIsHeld(t *testing.T) {
+	const n, maxPayload, limit = 1500, 8 << 10, 32 << 10
+	ctx := testCtx(t, 2*time.Minute)
+	srv := startServer(t, func(o *server.Options) { o.MaxPayload = maxPayload })
+	js := jetStreamAt(t, serverURL(srv, "nats", ""))
+	preload(t, ctx, js, "BUDGET", n, 3, jetstream.ConsumerConfig{AckWait: 5 * time.Minute})
+	c := dialTest(t, ctx, serverURL(srv, "nats", ""))
+	b := NewBudget(limit)
+	var (
+		mu   sync.Mutex
+		kept []*Msg
+		seen = map[uint64]bool{}
+	)
+	errs := newErrRecorder()
+	sub, err := c.Consume(PullOptions{Stream: "BUDGET", Consumer: "C", MaxMessages: 1000, Budget: b,
+		Expires: 2 * time.Second, Heartbeat: 500 * time.Millisecond}, func(m *Msg) {
+		_, sseq := ackMeta(t, m.Reply())
+		mu.Lock()
+		defer mu.Unlock()
+		kept = append(kept, m)
+		seen[sseq] = true
+	}, errs.onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	eventually(t, 10*time.Second, "the budget filled", func() bool { return b.Held() > limit-maxPayload })
+	// Four heartbeat intervals: a missed heartbeat is reported after two.
+	var most int64
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		most = max(most, b.Held())
+	}
+	mu.Lock()
+	got := len(kept)
+	mu.Unlock()
+	if most > limit {
+		t.Errorf("the handler held %d bytes (%d messages), want at most the budget's %d", most, got, limit)
+	}
+	if got >= n/2 {
+		t.Fatalf("%d of %d messages taken with the handler keeping them: the budget did not stop the pulls", got, n)
+	}
+	drainErrs(t, errs, func(err error) {
+		if errors.Is(err, ErrNoHeartbeat) {
+			t.Errorf("waiting for the budget's room reported as a missed heartbeat: %v", err)
+		}
+	})
+	// Settle what is kept, each way in turn, until all have come.
+	var acks []*Msg
+	round := 0
+	for deadline := time.Now().Add(time.Minute); ; round++ {
+		mu.Lock()
+		batch := kept
+		kept = nil
+		done := len(seen) == n
+		mu.Unlock()
+		if done && len(batch) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages came", len(seen), n)
+		}
+		for i, m := range batch {
+			switch (round + i) % 4 {
+			case 0:
+				acks = append(acks, m)
+			case 1:
+				if err := m.Ack(); err != nil {
+					t.Fatalf("ack: %v", err)
+				}
+			case 2:
+				m.Release() // a stale message: ends without a settlement
+				m.Release() // twice is once
+				if err := m.Ack(); err != nil {
+					t.Fatalf("ack after release: %v", err)
+				}
+			case 3:
+				if err := m.Term(); err != nil {
+					t.Fatalf("term: %v", err)
+				}
+			}
+		}
+		if len(acks) > 0 {
+			AckAll(acks, make([]error, len(acks)))
+			acks = acks[:0]
+		}
+		if h := b.Held(); h < 0 {
+			t.Fatalf("the budget holds %d bytes: a release counted twice", h)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	eventually(t, 10*time.Second, "nothing held once all are settled", func() bool { return b.Held() == 0 })
+}
+
+// drainErrs passes every error recorded so far to check.
+func drainErrs(t *testing.T, r *errRecorder, check func(error)) {
+	t.Helper()
+	for {
+		select {
+		case err := <-r.ch:
+			check(err)
+		default:
+			return
+		}
+	}
+}
+
+// A Budget below the server's max_payload could never pull the largest
+// message: Consume refuses it.
+func TestConsumeBudgetBelowMaxPayload(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	srv := startServer(t, func(o *server.Options) { o.MaxPayload = 8 << 10 })
+	js := jetStreamAt(t, serverURL(srv, "nats", ""))
+	preload(t, ctx, js, "SMALL", 1, 1, jetstream.ConsumerConfig{})
+	c := dialTest(t, ctx, serverURL(srv, "nats", ""))
+	_, err := c.Consume(PullOptions{Stream: "SMALL", Consumer: "C", Budget: NewBudget(4 << 10)}, func(*Msg) {}, nil)
+	if !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("Consume with a 4 KiB budget under an 8 KiB max_payload: %v, want ErrInvalidOptions", err)
+	}
+}
+
+// room registers a waiter when fewer than want bytes are free; a release
+// that frees them wakes it, once; forget stops it being woken. Run with
+// -race, many goroutines taking and releasing never lose a wake-up: a
+// waiter that found no room is woken once the budget empties.
+func TestBudgetRoomAndWake(t *testing.T) {
+	b := NewBudget(100)
+	ch := make(chan struct{}, 1)
+	if free := b.room(10, 0, ch); free != 100 {
+		t.Fatalf("room of an empty budget: %d, want 100", free)
+	}
+	b.take(95)
+	if free := b.room(10, 0, ch); free != 5 {
+		t.Fatalf("room with 95 held: %d, want 5", free)
+	}
+	b.release(3) // 92 held: 8 free, still short of 10
+	select {
+	case <-ch:
+		t.Fatal("woken before 10 bytes were free")
+	default:
+	}
+	b.release(2) // 90 held: 10 free
+	select {
+	case <-ch:
+	default:
+		t.Fatal("not woken when 10 bytes became free")
+	}
+	if at := b.wakeAt.Load(); at != math.MinInt64 {
+		t.Errorf("wakeAt %d after the only waiter was woken, want none", at)
+	}
+	// extra counts what the caller holds beside the budget.
+	if free := b.room(10, 5, ch); free != 5 {
+		t.Fatalf("room with 90 held and 5 of the caller's: %d, want 5", free)
+	}
+	b.forget(ch)
+	b.release(90)
+	select {
+	case <-ch:
+		t.Fatal("woken after forget")
+	default:
+	}
+
+	// Concurrently: four goroutines take and release 7 bytes each of a
+	// 30-byte budget; a waiter for 16 bytes gets them whenever two or
+	// fewer hold theirs.
+	b = NewBudget(30)
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	for range 4 {
+		wg.Go(func() {
+			for !stop.Load() {
+				b.take(7)
+				b.release(7)
+			}
+		})
+	}
+	woke := make(chan struct{}, 1)
+	for i := 0; i < 200; i++ {
+		if b.room(16, 0, woke) >= 16 {
+			continue
+		}
+		select {
+		case <-woke:
+		case <-time.After(10 * time.Second):
+			stop.Store(true)
+			wg.Wait()
+			t.Fatalf("waiter %d not woken: %d held", i, b.Held())
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if h := b.Held(); h != 0 {
+		t.Fatalf("%d held after every take was released", h)
+	}
+}
