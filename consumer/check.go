@@ -45,6 +45,17 @@ func pullMaxBytesProblem(pullMaxBytes int, maxPayload int64) (p Problem, ok bool
 		Fix: fmt.Sprintf("set nats.pull_max_bytes to %d or more, or 0", maxPayload+pullBytesMargin)}, true
 }
 
+// inFlightProblem is the Problem of a max_in_flight_bytes (budget, as
+// Config.inFlightBudget gives it) too small for a message of the server's
+// max_payload: nothing could be pulled.
+func inFlightProblem(budget, maxPayload int64) (p Problem, ok bool) {
+	if budget == 0 || budget >= maxPayload+pullBytesMargin {
+		return Problem{}, false
+	}
+	return Problem{Message: fmt.Sprintf("nats.max_in_flight_bytes (%d) is below the server's max_payload (%d) + %d: the largest message could never be pulled",
+		budget, maxPayload, pullBytesMargin), Fix: fmt.Sprintf("set nats.max_in_flight_bytes to %d or more, or 0", 4*(maxPayload+pullBytesMargin))}, true
+}
+
 func (p Problem) String() string {
 	if p.Fix == "" {
 		return p.Message
@@ -87,6 +98,9 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	var problems []Problem
 	if p, ok := pullMaxBytesProblem(cfg.PullMaxBytes, nc.MaxPayload()); ok {
 		problems = append(problems, p) // an error of New too: run would exit 2
+	}
+	if p, ok := inFlightProblem(cfg.inFlightBudget(nc.MaxPayload()), nc.MaxPayload()); ok {
+		problems = append(problems, p) // an error of New too
 	}
 	stream, err := js.Stream(ctx, cfg.Stream)
 	switch {

@@ -286,6 +286,11 @@ func TestCheckPullBytesAndFilter(t *testing.T) {
 	if got := errorsOf(c); !strings.Contains(got, "nats.pull_max_bytes (1000) is below the server's max_payload") {
 		t.Errorf("pull_max_bytes 1000: errors %q", got)
 	}
+	c = cfg
+	c.MaxInFlightBytes = 1 << 20
+	if got := errorsOf(c); !strings.Contains(got, "nats.max_in_flight_bytes (1048576) is below the server's max_payload") {
+		t.Errorf("max_in_flight_bytes 1 MiB: errors %q", got)
+	}
 }
 
 // An account that may not read the dead-letter stream's settings (no

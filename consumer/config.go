@@ -39,6 +39,10 @@ const (
 	// never to be the bottleneck (the server's own default, 1000, caps a
 	// 5000-row batch policy at one short batch per max_delay).
 	DefaultMaxAckPending = 32768
+	// DefaultMaxInFlightBytes is the in-flight byte budget when
+	// Config.MaxInFlightBytes is 0, unless four messages of the server's
+	// max_payload need more.
+	DefaultMaxInFlightBytes = 32 << 20
 )
 
 // maxNameLen is JetStream's limit on stream and consumer names.
@@ -124,6 +128,20 @@ type Config struct {
 	// here alone would not bound memory in bytes; bound the event size with
 	// the server's max_payload and pipeline.max_event_bytes instead.
 	PullMaxBytes int `yaml:"pull_max_bytes"`
+	// MaxInFlightBytes bounds, in bytes, the messages jetsink holds: from
+	// the pull until each one's fate is settled (acked after its commit,
+	// dead-lettered, nak'ed), counting what the server counts against a
+	// pull (subject, ack reply, headers, payload). The consumer pulls only
+	// while the budget has room for a message of the server's max_payload,
+	// and asks each pull for no more than that room; the rest waits in
+	// JetStream. max_ack_pending bounds the same messages in number. The
+	// bound is not hard: pulls left open on a stream with nothing more to
+	// deliver can each be filled by a burst, about a quarter of it (or
+	// PullMaxBytes) each. 0 (the default) means DefaultMaxInFlightBytes,
+	// or 4 x (max_payload + 8 KiB) if that is more; -1 means no bound.
+	// At least max_payload + 8 KiB (New checks). With PullClient
+	// "nats.go" it does not apply (a warning says so when it is set).
+	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`
 	// PullExpiry is how long one pull request waits on the server. At least
 	// 1s. Default 30s.
 	PullExpiry time.Duration `yaml:"pull_expiry"`
@@ -215,6 +233,18 @@ func (c *Config) DeriveMaxAckPending(inFlight int) {
 	}
 }
 
+// inFlightBudget is the in-flight byte budget for a server whose
+// max_payload is maxPayload; 0 for none.
+func (c Config) inFlightBudget(maxPayload int64) int64 {
+	switch c.MaxInFlightBytes {
+	case -1:
+		return 0
+	case 0:
+		return max(DefaultMaxInFlightBytes, 4*(maxPayload+pullBytesMargin))
+	}
+	return c.MaxInFlightBytes
+}
+
 // maxAckPending is what New asks the server for.
 func (c Config) maxAckPending() int {
 	if c.MaxAckPending == 0 {
@@ -283,6 +313,9 @@ func (c Config) Validate() error {
 	}
 	if c.PullMaxBytes < 0 {
 		return fmt.Errorf("%w: nats.pull_max_bytes must be 0 (no byte cap) or positive (got %d)", ErrInvalidConfig, c.PullMaxBytes)
+	}
+	if c.MaxInFlightBytes < -1 {
+		return fmt.Errorf("%w: nats.max_in_flight_bytes must be 0 (derived), -1 (no bound) or positive (got %d)", ErrInvalidConfig, c.MaxInFlightBytes)
 	}
 	if c.MaxAckPending < -1 {
 		return fmt.Errorf("%w: nats.max_ack_pending must be 0 (derived), -1 (unlimited) or positive (got %d)", ErrInvalidConfig, c.MaxAckPending)

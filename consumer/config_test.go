@@ -76,6 +76,8 @@ func TestValidate(t *testing.T) {
 		{"pull_max_messages 0", func(c *Config) { c.PullMaxMessages = 0 }, "nats.pull_max_messages"},
 		{"pull_max_bytes negative", func(c *Config) { c.PullMaxBytes = -1 }, "nats.pull_max_bytes"},
 		{"pull_max_bytes set", func(c *Config) { c.PullMaxBytes = 8 << 20 }, ""},
+		{"max_in_flight_bytes below -1", func(c *Config) { c.MaxInFlightBytes = -2 }, "nats.max_in_flight_bytes"},
+		{"max_in_flight_bytes unbounded", func(c *Config) { c.MaxInFlightBytes = -1 }, ""},
 		{"pull_expiry below 1s", func(c *Config) { c.PullExpiry = 500 * time.Millisecond }, "nats.pull_expiry"},
 		{"pull_heartbeat too small", func(c *Config) { c.PullHeartbeat = 50 * time.Millisecond }, "nats.pull_heartbeat"},
 		{"pull_heartbeat over half expiry", func(c *Config) { c.PullHeartbeat = 16 * time.Second }, "nats.pull_heartbeat"},

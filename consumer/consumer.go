@@ -67,6 +67,9 @@ type Consumer struct {
 	// pulls from now on (wireConn).
 	wireDialFails atomic.Int32
 	wireGaveUp    atomic.Bool
+	// budget bounds the bytes of the wire client's messages in flight
+	// (Config.MaxInFlightBytes); nil without a bound.
+	budget *wire.Budget
 
 	// epochs tells the sink and the dead-letter path which events came
 	// from a stream that has been replaced since (see pipeline.Epochs);
@@ -124,6 +127,16 @@ type counters struct {
 	epochs            atomic.Uint64
 	staleTerms        atomic.Uint64
 	acksUnconfirmed   atomic.Uint64
+}
+
+// InFlightBytes is what the messages in flight hold of the in-flight byte
+// budget (Config.MaxInFlightBytes) and the budget's size; 0, 0 without
+// one. Only the wire pull client's messages count.
+func (c *Consumer) InFlightBytes() (held, limit int64) {
+	if c.budget == nil {
+		return 0, 0
+	}
+	return c.budget.Held(), c.budget.Limit()
 }
 
 // Stats are the consumer's counters since New.
@@ -193,7 +206,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 		_ = c.Close(ctx)
 		return nil, err
 	}
-	log.Info("nats consumer ready", "url", nc.ConnectedUrlRedacted(), "max_ack_pending", cfg.maxAckPending())
+	_, budget := c.InFlightBytes()
+	log.Info("nats consumer ready", "url", nc.ConnectedUrlRedacted(), "max_ack_pending", cfg.maxAckPending(), "max_in_flight_bytes", budget)
 	return c, nil
 }
 
@@ -339,6 +353,16 @@ func (c *Consumer) setup(ctx context.Context) error {
 			return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 		}
 		c.log.Warn(p.String())
+	}
+	budget := cfg.inFlightBudget(c.nc.MaxPayload())
+	if p, ok := inFlightProblem(budget, c.nc.MaxPayload()); ok {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
+	}
+	if budget > 0 {
+		c.budget = wire.NewBudget(budget)
+		if cfg.MaxInFlightBytes > 0 && cfg.PullClient == PullClientNATSGo {
+			c.log.Warn("nats.max_in_flight_bytes applies to the wire pull client only; with nats.pull_client nats.go, bound memory with nats.max_ack_pending and nats.pull_max_bytes")
+		}
 	}
 	js, err := jetstream.New(c.nc)
 	if err != nil {

@@ -149,6 +149,39 @@ func TestNewPullMaxBytesBelowMaxPayload(t *testing.T) {
 	}
 }
 
+// A budget that cannot hold the largest message would pull nothing: New
+// refuses it. Derived (0), it is the default or four of the largest
+// messages; -1 is none.
+func TestNewInFlightBudget(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.MaxInFlightBytes = 1 << 20 // the embedded server's max_payload, without room for subject and reply
+	c, err := New(ctx, cfg, testLogger(t, nil))
+	if err == nil {
+		_ = c.Close(context.Background())
+		t.Fatal("New accepted max_in_flight_bytes below the server's max_payload + 8 KiB")
+	}
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nats.max_in_flight_bytes") {
+		t.Fatalf("New = %v, want ErrInvalidConfig naming nats.max_in_flight_bytes", err)
+	}
+	for _, tc := range []struct{ set, want int64 }{{0, DefaultMaxInFlightBytes}, {-1, 0}, {3 << 20, 3 << 20}} {
+		cfg.MaxInFlightBytes = tc.set
+		c, err := New(ctx, cfg, testLogger(t, nil))
+		if err != nil {
+			t.Fatalf("New with max_in_flight_bytes %d: %v", tc.set, err)
+		}
+		if _, limit := c.InFlightBytes(); limit != tc.want {
+			t.Errorf("max_in_flight_bytes %d: budget %d, want %d", tc.set, limit, tc.want)
+		}
+		_ = c.Close(context.Background())
+	}
+	if got := (Config{}).inFlightBudget(64 << 20); got != 4*(64<<20+pullBytesMargin) {
+		t.Errorf("derived budget under a 64 MiB max_payload: %d, want four such messages", got)
+	}
+}
+
 func TestPullMaxBytesProblem(t *testing.T) {
 	const mp = 1 << 20
 	for _, tc := range []struct {

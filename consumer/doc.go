@@ -24,6 +24,13 @@
 // full: that is where back-pressure reaches JetStream, which keeps the backlog
 // on disk. The consumer never acks; the sink does, after COMMIT.
 //
+// With the wire client, nats.max_in_flight_bytes bounds the same chain in
+// bytes (wire.Budget): each message holds its bytes from the pull until a
+// final settlement (ack, term, nak) or pipeline.Event.End, which whoever
+// decides its fate calls (a message not settled because its stream was
+// replaced is released there); the Sub pulls only while the budget has
+// room for the largest message.
+//
 // # max_deliver
 //
 // jetsink tries to store an event nats.max_deliver times (every delivery

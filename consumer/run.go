@@ -579,6 +579,7 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 	if !ok {
 		// Not a JetStream message: nothing to settle, nothing to store.
 		c.log.Error("message without JetStream metadata dropped", "subject", msg.Subject(), "reply", msg.Reply())
+		pipeline.Release(msg)
 		return nil
 	}
 	if c.cfg.StoredSeq == nil && s.lastCons != 0 && meta.consSeq <= s.lastCons && !s.advanced.Load() {
@@ -655,9 +656,9 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 	if err := out.Push(hard, ev); err != nil {
 		// Taken but not handed on: let JetStream redeliver it soon.
 		if c.nak(msg, ev.Epoch) {
-			ev.EndSpan("nak", err)
+			ev.End("nak", err)
 		} else {
-			ev.EndSpan("stale", err)
+			ev.End("stale", err)
 		}
 		return fmt.Errorf("consume: push event: %w", err)
 	}
@@ -673,7 +674,10 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 // nak to the new stream's event with the same sequence, sending it again
 // while it may be in flight. A message not nak'ed comes back after
 // ack_wait if its stream still has it. nak reports whether it nak'ed.
+// Either way the message's life in the process ends: what it holds of the
+// in-flight budget is given back.
 func (c *Consumer) nak(msg pipeline.Msg, epoch uint64) bool {
+	defer pipeline.Release(msg)
 	return c.epochs.IfCurrent(epoch, func() { _ = msg.Nak() })
 }
 

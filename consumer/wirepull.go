@@ -166,6 +166,7 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 		MaxBytes:    cfg.PullMaxBytes,
 		Expires:     cfg.PullExpiry,
 		Heartbeat:   cfg.PullHeartbeat,
+		Budget:      c.budget,
 	}, func(m *wire.Msg) { handle(m) }, func(err error) {
 		switch {
 		case errors.Is(err, wire.ErrNoHeartbeat):

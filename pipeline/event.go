@@ -125,6 +125,31 @@ func DeliveryCount(n uint64) uint32 {
 	return uint32(min(n, math.MaxUint32))
 }
 
+// Releaser is implemented by a Msg that holds bytes of the consumer's
+// in-flight budget until its final settlement (consumer/wire's Msg):
+// Release gives them back early, for a message whose life ends without
+// one. It is safe to call more than once.
+type Releaser interface{ Release() }
+
+// Release gives back what m holds of the in-flight budget, if anything
+// (see Releaser).
+func Release(m Msg) {
+	if r, ok := m.(Releaser); ok {
+		r.Release()
+	}
+}
+
+// End ends ev's life in the process: it gives back what its message holds
+// of the in-flight budget (Release; a final settlement has done it
+// already, but a message not settled, its stream replaced, holds it until
+// now) and ends its span (EndSpan). Whoever decides an event's fate calls
+// it once, after settling it: the sink after the ack, the dead-letterer,
+// the consumer when it naks.
+func (ev *Event) End(outcome string, err error) {
+	Release(ev.Msg)
+	ev.EndSpan(outcome, err)
+}
+
 // EndSpan ends ev's span, if it has one, with how the message was settled:
 // outcome is "ack", "dead_letter", "nak", "term" or "stale" (not acked: its
 // stream was re-created since it was taken), as the attribute

@@ -60,6 +60,8 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		metric.WithDescription("Connections to PostgreSQL given up because the server gave no sign of life for dead_connection_timeout"), metric.WithUnit("{connection}"))
 	errs = append(errs, err)
 	ring := gauge("jetsink.ring.occupancy", "Events waiting in a ring (in: consumer to worker, out: worker to sink)", "{event}")
+	inFlight := gauge("jetsink.in_flight", "Bytes of the messages taken from JetStream whose fate is not yet settled (nats.max_in_flight_bytes bounds them; wire pull client)", "By")
+	inFlightLimit := gauge("jetsink.in_flight.limit", "nats.max_in_flight_bytes as applied (0: no bound)", "By")
 	pending := gauge("jetsink.consumer.pending", "Messages in the stream not yet delivered to the durable consumer", "{message}")
 	ackPending := gauge("jetsink.consumer.ack_pending", "Messages delivered and not yet acked", "{message}")
 	lagAge, err := m.Float64ObservableGauge("jetsink.consumer.lag.age",
@@ -104,6 +106,9 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		o.ObserveInt64(batches, int64(ss.Batches))
 		o.ObserveInt64(retries, int64(ss.Retries))
 		o.ObserveInt64(deadConns, int64(ss.DeadConnections))
+		held, limit := p.consumer.InFlightBytes()
+		o.ObserveInt64(inFlight, held)
+		o.ObserveInt64(inFlightLimit, limit)
 		for i := range h.N() {
 			o.ObserveInt64(ring, int64(h.InLen(i)), inAttrs[i])
 			o.ObserveInt64(ring, int64(h.OutLen(i)), outAttrs[i])
@@ -123,7 +128,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 			o.ObserveInt64(spansLost, int64(st.ExportFailed), exportFailed)
 		}
 		return nil
-	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, ring, pending, ackPending,
+	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, ring, inFlight, inFlightLimit, pending, ackPending,
 		lagAge, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)

@@ -33,8 +33,10 @@ func (d *DeadLetterer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pi
 	d.Metrics.DeadLettered(ctx, dl.Stage, dl.Code)
 	if ev.Span != nil {
 		ev.Span.SetAttributes(stageAttr(dl.Stage), codeAttr(dl.Code), attribute.String("db.response.status_code", dl.SQLState))
-		EndMessage(ev, "dead_letter", deadLetterError{dl})
 	}
+	// Also without a span: a dead letter whose original was not
+	// terminated (its stream re-created since) holds its bytes until now.
+	EndMessage(ev, "dead_letter", deadLetterError{dl})
 	return nil
 }
 

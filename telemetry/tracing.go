@@ -560,10 +560,12 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 	return sp
 }
 
-// EndMessage ends ev's span, if it has one, with how the message was
-// settled (see pipeline.Event.EndSpan). Safe to call for every event:
-// without a span it is a nil check.
-func EndMessage(ev *pipeline.Event, outcome string, err error) { ev.EndSpan(outcome, err) }
+// EndMessage ends ev's life in the process (pipeline.Event.End): its
+// hold on the in-flight budget, and its span, if it has one, with how the
+// message was settled (see pipeline.Event.EndSpan). Call it once for
+// every event; without a span or a budget it is a type check and a nil
+// check.
+func EndMessage(ev *pipeline.Event, outcome string, err error) { ev.End(outcome, err) }
 
 // StartCopy starts the CLIENT span "copy <table>" of one batch, linked to
 // the span of every sampled message in rows, or returns nil when no message

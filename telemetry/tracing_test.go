@@ -224,6 +224,31 @@ func TestDeadLettererEndsSpanAndCounts(t *testing.T) {
 	}
 }
 
+// Without a span too, every outcome of a dead letter ends the event's
+// hold on the in-flight budget: a stored dead letter whose original was
+// not terminated (its stream re-created) is settled by nothing else.
+func TestDeadLettererReleasesWithoutSpan(t *testing.T) {
+	fail := errors.New("publish failed")
+	stale := fmt.Errorf("publish failed; not nak'ed: %w", pipeline.ErrStaleEpoch)
+	for _, next := range []error{nil, fail, stale} {
+		d := &DeadLetterer{Next: dlFunc(func() error { return next })}
+		msg := &releaseMsg{}
+		ev := pipeline.Event{Msg: msg, Subject: "events.a"}
+		_ = d.DeadLetter(context.Background(), &ev, pipeline.DeadLetter{Stage: "decode", Code: "invalid_json"})
+		if msg.released != 1 {
+			t.Errorf("dead letter with error %v: released %d times, want once", next, msg.released)
+		}
+	}
+}
+
+// releaseMsg counts Release calls (pipeline.Releaser).
+type releaseMsg struct {
+	rawMsg
+	released int
+}
+
+func (m *releaseMsg) Release() { m.released++ }
+
 type dlFunc func() error
 
 func (f dlFunc) DeadLetter(context.Context, *pipeline.Event, pipeline.DeadLetter) error { return f() }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -107,6 +108,12 @@ func TestMetricsAfterRun(t *testing.T) {
 	if metricValue(body, "jetsink_ring_occupancy", `ring="in"`, `worker="0"`) < 0 ||
 		metricValue(body, "jetsink_ring_occupancy", `ring="out"`, `worker="1"`) < 0 {
 		t.Errorf("/metrics has no ring occupancy per ring:\n%s", grep(body, "ring_occupancy"))
+	}
+	if got := metricValue(body, "jetsink_in_flight_bytes"); got != 0 {
+		t.Errorf("jetsink_in_flight_bytes = %v, want 0 after the drain", got)
+	}
+	if got := metricValue(body, "jetsink_in_flight_limit_bytes"); got != consumer.DefaultMaxInFlightBytes {
+		t.Errorf("jetsink_in_flight_limit_bytes = %v, want the default %d", got, consumer.DefaultMaxInFlightBytes)
 	}
 	if got := metricValue(body, "jetsink_consumer_pending"); got != 0 {
 		t.Errorf("jetsink_consumer_pending = %v, want 0 after the drain", got)

@@ -199,5 +199,10 @@ func TestAtLeastOnceRecreatedStreamSkipsOldAcks(t *testing.T) {
 	if info := e.consumerInfo(ctx); info.AckFloor.Stream != fresh {
 		t.Fatalf("new stream acked up to %d, want %d", info.AckFloor.Stream, fresh)
 	}
+	// The rows not acked gave back their in-flight bytes all the same.
+	waitFor(t, ctx, "no in-flight bytes held", func() (bool, string) {
+		h, _ := r.p.Consumer().InFlightBytes()
+		return h == 0, fmt.Sprintf("%d bytes held", h)
+	})
 	r.drain(t)
 }

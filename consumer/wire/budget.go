@@ -8,9 +8,11 @@ import (
 
 // Budget bounds the bytes of the messages that Subs have handed on and
 // that are not yet released (PullOptions.Budget): a Sub pulls only while
-// the budget has room for a message of the server's max_payload beside
-// what it holds itself, and asks each pull for no more bytes than that
-// room. A message holds its Size from the moment the Sub hands it to the
+// the budget has room for a message of the server's max_payload (plus
+// pullMargin) beside what it holds itself, and asks each pull for no more
+// bytes than that room. A message holds what the server counts against a
+// pull's max_bytes (subject, ack reply, headers and payload: about its
+// allocation) from the moment the Sub hands it to the
 // handler until its final settlement (Ack, Nak, NakWithDelay, Term,
 // TermWithReason, AckAll; sent or not) or Release, whichever comes first;
 // each releases once. The bound is not hard: pulls left open with their
@@ -137,9 +139,20 @@ func (b *Budget) wake() {
 	b.wakeAt.Store(at)
 }
 
+// pullMargin is what the server counts of a message against a pull's
+// max_bytes beyond its header block and payload (which max_payload
+// bounds): its subject and ack reply. A pull asks for at least
+// max_payload + pullMargin, so that the largest message fits.
+const pullMargin = 8 << 10
+
+// pullSize is what the server counts of m against a pull's max_bytes.
+func (m *Msg) pullSize() int64 {
+	return int64(m.subj) + int64(m.reply) + int64(m.hdr) + int64(m.data)
+}
+
 // hold makes m hold its Size of b until Release or its final settlement.
 func (m *Msg) hold(b *Budget) {
-	b.take(int64(m.Size()))
+	b.take(m.pullSize())
 	m.budget.Store(b.id)
 }
 
@@ -150,7 +163,7 @@ func (m *Msg) hold(b *Budget) {
 func (m *Msg) Release() {
 	if id := m.budget.Swap(0); id != 0 {
 		if b := budgetByID(id); b != nil {
-			b.release(int64(m.Size()))
+			b.release(m.pullSize())
 		}
 	}
 }

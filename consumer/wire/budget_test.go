@@ -20,7 +20,7 @@ import (
 // Release, Release then Ack), until all have come and the budget holds
 // nothing.
 func TestConsumeBudgetBoundsWhatIsHeld(t *testing.T) {
-	const n, maxPayload, limit = 1500, 8 << 10, 32 << 10
+	const n, maxPayload, limit = 1500, 8 << 10, 64 << 10
 	ctx := testCtx(t, 2*time.Minute)
 	srv := startServer(t, func(o *server.Options) { o.MaxPayload = maxPayload })
 	js := jetStreamAt(t, serverURL(srv, "nats", ""))
@@ -45,7 +45,7 @@ func TestConsumeBudgetBoundsWhatIsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { sub.Stop(); <-sub.Closed() }()
-	eventually(t, 10*time.Second, "the budget filled", func() bool { return b.Held() > limit-maxPayload })
+	eventually(t, 10*time.Second, "the budget filled", func() bool { return b.Held() > limit-maxPayload-pullMargin })
 	// Four heartbeat intervals: a missed heartbeat is reported after two.
 	var most int64
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
@@ -133,9 +133,9 @@ func TestConsumeBudgetBelowMaxPayload(t *testing.T) {
 	js := jetStreamAt(t, serverURL(srv, "nats", ""))
 	preload(t, ctx, js, "SMALL", 1, 1, jetstream.ConsumerConfig{})
 	c := dialTest(t, ctx, serverURL(srv, "nats", ""))
-	_, err := c.Consume(PullOptions{Stream: "SMALL", Consumer: "C", Budget: NewBudget(4 << 10)}, func(*Msg) {}, nil)
+	_, err := c.Consume(PullOptions{Stream: "SMALL", Consumer: "C", Budget: NewBudget(12 << 10)}, func(*Msg) {}, nil)
 	if !errors.Is(err, ErrInvalidOptions) {
-		t.Fatalf("Consume with a 4 KiB budget under an 8 KiB max_payload: %v, want ErrInvalidOptions", err)
+		t.Fatalf("Consume with a 12 KiB budget under an 8 KiB max_payload (+ 8 KiB): %v, want ErrInvalidOptions", err)
 	}
 }
 

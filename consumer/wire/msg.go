@@ -326,7 +326,7 @@ func (r *releases) add(m *Msg) {
 		r.flush()
 		r.id = id
 	}
-	r.n += int64(m.Size())
+	r.n += m.pullSize()
 }
 
 func (r *releases) flush() {

@@ -39,11 +39,12 @@ type PullOptions struct {
 	Heartbeat time.Duration
 	// Budget, when set, bounds what the Sub's messages hold after the
 	// handler took them (see Budget): the Sub pulls only while the
-	// budget has room for a message of the server's max_payload beside
-	// the messages waiting for the handler, and asks each pull for at
-	// most that room (and MaxBytes, or a quarter of the budget). While it
-	// waits for room it has no pull open by choice, and the silence is
-	// not a missed heartbeat. Its Limit must not be below max_payload.
+	// budget has room for a message of the server's max_payload (and its
+	// subject and reply) beside the messages waiting for the handler, and
+	// asks each pull for at most that room (and MaxBytes, or a quarter of
+	// the budget). While it waits for room it has no pull open by choice,
+	// and the silence is not a missed heartbeat. Its Limit must not be
+	// below max_payload + 8 KiB.
 	Budget *Budget
 }
 
@@ -145,9 +146,9 @@ func (c *Conn) Consume(o PullOptions, handler func(*Msg), onErr func(error)) (*S
 		// would pull again and again, delivering nothing.
 		return nil, fmt.Errorf("%w: MaxBytes %d is below the server's max_payload %d", ErrInvalidOptions, o.MaxBytes, c.maxPayload)
 	}
-	if o.Budget != nil && o.Budget.Limit() < int64(c.maxPayload) {
+	if o.Budget != nil && o.Budget.Limit() < int64(c.maxPayload)+pullMargin {
 		// No pull would ever have room for the largest message.
-		return nil, fmt.Errorf("%w: Budget %d bytes is below the server's max_payload %d", ErrInvalidOptions, o.Budget.Limit(), c.maxPayload)
+		return nil, fmt.Errorf("%w: Budget %d bytes is below the server's max_payload %d + %d", ErrInvalidOptions, o.Budget.Limit(), c.maxPayload, pullMargin)
 	}
 	if onErr == nil {
 		onErr = func(error) {}
@@ -357,7 +358,7 @@ func (s *Sub) maybePull() {
 	}
 	maxBytes := int64(s.opts.MaxBytes)
 	if bud := s.opts.Budget; bud != nil {
-		want := int64(s.c.maxPayload)
+		want := int64(s.c.maxPayload) + pullMargin
 		free := bud.room(want, s.heldBytes.Load(), s.wake)
 		if free < want {
 			// The loop pulls when the budget signals room (wake), or
