@@ -161,6 +161,11 @@ func (m *Msg) hold(b *Budget) {
 // message whose life ends without one (dropped, or not acked because its
 // stream was replaced). It is cheap and safe to call more than once.
 func (m *Msg) Release() {
+	// Most calls find nothing held (a settlement released it): a load
+	// is cheaper than a swap.
+	if m.budget.Load() == 0 {
+		return
+	}
 	if id := m.budget.Swap(0); id != 0 {
 		if b := budgetByID(id); b != nil {
 			b.release(m.pullSize())
