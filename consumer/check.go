@@ -99,7 +99,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	if p, ok := pullMaxBytesProblem(cfg.PullMaxBytes, nc.MaxPayload()); ok {
 		problems = append(problems, p) // an error of New too: run would exit 2
 	}
-	if p, ok := inFlightProblem(cfg.inFlightBudget(nc.MaxPayload()), nc.MaxPayload()); ok {
+	if p, ok := inFlightProblem(cfg.inFlightBudget(nc.MaxPayload()), nc.MaxPayload()); ok && cfg.PullClient != PullClientNATSGo {
 		problems = append(problems, p) // an error of New too
 	}
 	stream, err := js.Stream(ctx, cfg.Stream)

@@ -288,6 +288,7 @@ func TestCheckPullBytesAndFilter(t *testing.T) {
 	}
 	c = cfg
 	c.MaxInFlightBytes = 1 << 20
+	c.PullClient = PullClientWire // the budget is wire's
 	if got := errorsOf(c); !strings.Contains(got, "nats.max_in_flight_bytes (1048576) is below the server's max_payload") {
 		t.Errorf("max_in_flight_bytes 1 MiB: errors %q", got)
 	}

@@ -129,18 +129,21 @@ type Config struct {
 	// the server's max_payload and pipeline.max_event_bytes instead.
 	PullMaxBytes int `yaml:"pull_max_bytes"`
 	// MaxInFlightBytes bounds, in bytes, the messages jetsink holds: from
-	// the pull until each one's fate is settled (acked after its commit,
-	// dead-lettered, nak'ed), counting what the server counts against a
-	// pull (subject, ack reply, headers, payload). The consumer pulls only
-	// while the budget has room for a message of the server's max_payload,
-	// and asks each pull for no more than that room; the rest waits in
-	// JetStream. max_ack_pending bounds the same messages in number. The
-	// bound is not hard: pulls left open on a stream with nothing more to
-	// deliver can each be filled by a burst, about a quarter of it (or
-	// PullMaxBytes) each. 0 (the default) means DefaultMaxInFlightBytes,
-	// or 4 x (max_payload + 8 KiB) if that is more; -1 means no bound.
-	// At least max_payload + 8 KiB (New checks). With PullClient
-	// "nats.go" it does not apply (a warning says so when it is set).
+	// when the consumer takes each from the wire pull client until its
+	// fate is settled (acked after its commit, dead-lettered, nak'ed),
+	// counting what the server counts against a pull (subject, ack reply,
+	// headers, payload). The consumer pulls only while the budget, less
+	// what waits in the pull client's buffer, has room for a message of
+	// the server's max_payload, and asks each pull for no more than that
+	// room; the rest waits in JetStream. max_ack_pending bounds the same
+	// messages in number. The bound is not hard: pulls left open on a
+	// stream with nothing more to deliver can each be filled by a burst,
+	// about a quarter of it (or PullMaxBytes) each. 0 (the default) means
+	// DefaultMaxInFlightBytes, or 4 x (max_payload + 8 KiB) if that is
+	// more; -1 means no bound. At least max_payload + 8 KiB (New checks;
+	// see wireBudget for a server that takes more). It does not apply
+	// while nats.go pulls (PullClient "nats.go", a websocket URL, wire
+	// given up).
 	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`
 	// PullExpiry is how long one pull request waits on the server. At least
 	// 1s. Default 30s.

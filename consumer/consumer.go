@@ -68,8 +68,10 @@ type Consumer struct {
 	wireDialFails atomic.Int32
 	wireGaveUp    atomic.Bool
 	// budget bounds the bytes of the wire client's messages in flight
-	// (Config.MaxInFlightBytes); nil without a bound.
-	budget *wire.Budget
+	// (Config.MaxInFlightBytes); nil without a bound. bounded: the
+	// current session pulls under it (wire, not nats.go).
+	budget  atomic.Pointer[wire.Budget]
+	bounded atomic.Bool
 
 	// epochs tells the sink and the dead-letter path which events came
 	// from a stream that has been replaced since (see pipeline.Epochs);
@@ -130,13 +132,18 @@ type counters struct {
 }
 
 // InFlightBytes is what the messages in flight hold of the in-flight byte
-// budget (Config.MaxInFlightBytes) and the budget's size; 0, 0 without
-// one. Only the wire pull client's messages count.
+// budget (Config.MaxInFlightBytes), and the budget's size while it bounds
+// the pulls (0 while nats.go pulls: a websocket URL, or wire given up).
+// Only the wire pull client's messages count.
 func (c *Consumer) InFlightBytes() (held, limit int64) {
-	if c.budget == nil {
+	b := c.budget.Load()
+	if b == nil {
 		return 0, 0
 	}
-	return c.budget.Held(), c.budget.Limit()
+	if c.bounded.Load() {
+		limit = b.Limit()
+	}
+	return b.Held(), limit
 }
 
 // Stats are the consumer's counters since New.
@@ -206,7 +213,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 		_ = c.Close(ctx)
 		return nil, err
 	}
-	_, budget := c.InFlightBytes()
+	var budget int64
+	if b := c.budget.Load(); b != nil {
+		budget = b.Limit()
+	}
 	log.Info("nats consumer ready", "url", nc.ConnectedUrlRedacted(), "max_ack_pending", cfg.maxAckPending(), "max_in_flight_bytes", budget)
 	return c, nil
 }
@@ -354,15 +364,15 @@ func (c *Consumer) setup(ctx context.Context) error {
 		}
 		c.log.Warn(p.String())
 	}
-	budget := cfg.inFlightBudget(c.nc.MaxPayload())
-	if p, ok := inFlightProblem(budget, c.nc.MaxPayload()); ok {
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
-	}
-	if budget > 0 {
-		c.budget = wire.NewBudget(budget)
-		if cfg.MaxInFlightBytes > 0 && cfg.PullClient == PullClientNATSGo {
+	if cfg.PullClient == PullClientNATSGo {
+		if cfg.MaxInFlightBytes > 0 {
 			c.log.Warn("nats.max_in_flight_bytes applies to the wire pull client only; with nats.pull_client nats.go, bound memory with nats.max_ack_pending and nats.pull_max_bytes")
 		}
+	} else if budget := cfg.inFlightBudget(c.nc.MaxPayload()); budget > 0 {
+		if p, ok := inFlightProblem(budget, c.nc.MaxPayload()); ok {
+			return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
+		}
+		c.budget.Store(wire.NewBudget(budget))
 	}
 	js, err := jetstream.New(c.nc)
 	if err != nil {

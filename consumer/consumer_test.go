@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsink/jetsink/consumer/wire"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -157,7 +159,8 @@ func TestNewInFlightBudget(t *testing.T) {
 	defer cancel()
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
-	cfg.MaxInFlightBytes = 1 << 20 // the embedded server's max_payload, without room for subject and reply
+	cfg.PullClient = PullClientWire // the budget is wire's
+	cfg.MaxInFlightBytes = 1 << 20  // the embedded server's max_payload, without room for subject and reply
 	c, err := New(ctx, cfg, testLogger(t, nil))
 	if err == nil {
 		_ = c.Close(context.Background())
@@ -172,8 +175,46 @@ func TestNewInFlightBudget(t *testing.T) {
 		if err != nil {
 			t.Fatalf("New with max_in_flight_bytes %d: %v", tc.set, err)
 		}
-		if _, limit := c.InFlightBytes(); limit != tc.want {
+		var limit int64
+		if b := c.budget.Load(); b != nil {
+			limit = b.Limit()
+		}
+		if limit != tc.want {
 			t.Errorf("max_in_flight_bytes %d: budget %d, want %d", tc.set, limit, tc.want)
+		}
+		_ = c.Close(context.Background())
+	}
+
+	// A wire connection to a server that takes larger messages (servers of
+	// a cluster differ, or one was reconfigured): a derived budget is
+	// derived again for it; a set one is not applied for the session,
+	// which pulls unbounded rather than not at all.
+	big, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, MaxPayload: 40 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.Start()
+	defer big.Shutdown()
+	if !big.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	wc, err := wire.Dial(ctx, wire.Options{URL: big.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wc.Close()
+	for _, tc := range []struct{ set, want int64 }{{0, 4 * (40<<20 + pullBytesMargin)}, {3 << 20, 0}} {
+		cfg.MaxInFlightBytes = tc.set
+		c, err := New(ctx, cfg, testLogger(t, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int64
+		if b := c.wireBudget(wc); b != nil {
+			got = b.Limit()
+		}
+		if _, limit := c.InFlightBytes(); got != tc.want || limit != tc.want {
+			t.Errorf("max_in_flight_bytes %d against a 40 MiB max_payload: budget %d (reported %d), want %d", tc.set, got, limit, tc.want)
 		}
 		_ = c.Close(context.Background())
 	}

@@ -82,6 +82,10 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	if ev.Msg == nil {
 		return fmt.Errorf("%w: event %s:%d has no message handle", ErrDeadLetter, ev.Stream, ev.StreamSeq)
 	}
+	// Whatever happens below, the event's life here ends: its bytes go
+	// back to the in-flight budget (a nak or term does it too; a stale
+	// event gets neither).
+	defer pipeline.Release(ev.Msg)
 	m := c.deadLetterMsg(ev, dl)
 	ack, err := c.publishDeadLetter(ctx, m)
 	if errors.Is(err, nats.ErrMaxPayload) {

@@ -25,11 +25,11 @@
 // on disk. The consumer never acks; the sink does, after COMMIT.
 //
 // With the wire client, nats.max_in_flight_bytes bounds the same chain in
-// bytes (wire.Budget): each message holds its bytes from the pull until a
-// final settlement (ack, term, nak) or pipeline.Event.End, which whoever
-// decides its fate calls (a message not settled because its stream was
-// replaced is released there); the Sub pulls only while the budget has
-// room for the largest message.
+// bytes (wire.Budget): each message holds its bytes from when the Sub
+// hands it on until a final settlement (ack, term, nak) or
+// pipeline.Event.End, which whoever decides its fate calls (a message not
+// settled because its stream was replaced is released there); the Sub
+// pulls only while the budget has room for the largest message.
 //
 // # max_deliver
 //

@@ -398,6 +398,7 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 		s.cc, s.closed, s.wire = cc, cc.Closed(), true
 		return s, nil
 	}
+	c.bounded.Store(false) // nats.go's Consume: no byte budget
 	opts := make([]jetstream.PullConsumeOpt, 0, 4)
 	if cfg.PullMaxBytes > 0 {
 		opts = append(opts, jetstream.PullMaxMessagesWithBytesLimit(cfg.PullMaxMessages, cfg.PullMaxBytes))

@@ -77,7 +77,8 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 			// limit, a certificate for another name, ...): consuming with
 			// nats.go beats not consuming.
 			c.wireGaveUp.Store(true)
-			c.log.Error("nats.pull_client wire could not connect; nats.go pulls until its connection is made again", "attempts", n, "err", err)
+			c.log.Error("nats.pull_client wire could not connect; nats.go pulls until its connection is made again "+
+				"(nats.max_in_flight_bytes does not bound it meanwhile)", "attempts", n, "err", err)
 		}
 		return nil, fmt.Errorf("connect the wire pull client: %w", err)
 	}
@@ -159,6 +160,7 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 		return nil, err
 	}
 	cfg := &c.cfg
+	budget := c.wireBudget(wc)
 	sub, err := wc.Consume(wire.PullOptions{
 		Stream:      cfg.Stream,
 		Consumer:    cfg.Consumer,
@@ -166,7 +168,7 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 		MaxBytes:    cfg.PullMaxBytes,
 		Expires:     cfg.PullExpiry,
 		Heartbeat:   cfg.PullHeartbeat,
-		Budget:      c.budget,
+		Budget:      budget,
 	}, func(m *wire.Msg) { handle(m) }, func(err error) {
 		switch {
 		case errors.Is(err, wire.ErrNoHeartbeat):
@@ -190,4 +192,33 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 		return nil, err
 	}
 	return sub, nil
+}
+
+// wireBudget is the in-flight budget for a session pulling on wc: nil
+// without one, or when wc's server takes larger messages than the budget
+// can hold (a cluster whose servers differ in max_payload, or changed it
+// since New). Then a derived budget (max_in_flight_bytes 0) is derived
+// again for that server; a set one is not applied for the session, and
+// an error says so: pulling unbounded beats not pulling.
+func (c *Consumer) wireBudget(wc *wire.Conn) *wire.Budget {
+	b := c.budget.Load()
+	c.bounded.Store(b != nil)
+	if b == nil {
+		return nil
+	}
+	mp := int64(wc.MaxPayload())
+	if _, bad := inFlightProblem(b.Limit(), mp); !bad {
+		return b
+	}
+	if c.cfg.MaxInFlightBytes == 0 {
+		nb := wire.NewBudget(c.cfg.inFlightBudget(mp))
+		c.budget.Store(nb)
+		c.log.Warn("the wire connection's server takes larger messages than the in-flight budget was derived for; derived again",
+			"max_payload", mp, "max_in_flight_bytes", nb.Limit())
+		return nb
+	}
+	c.bounded.Store(false)
+	p, _ := inFlightProblem(b.Limit(), mp)
+	c.log.Error(p.String()+"; this session pulls without the byte bound", "server_max_payload", mp)
+	return nil
 }

@@ -222,8 +222,9 @@ type DeadLetter struct {
 // the server's acknowledgement, and only then terminate the original; if the
 // publish fails they must not ack or terminate it (nak it with a delay
 // instead, unless its epoch is stale: then they leave it and the error
-// wraps ErrStaleEpoch) and return the error. The consumer package
-// implements it.
+// wraps ErrStaleEpoch) and return the error. Either way the event's life in
+// the process ends: they give back its hold on the in-flight budget
+// (Release), also when they leave it. The consumer package implements it.
 type DeadLetterer interface {
 	DeadLetter(ctx context.Context, ev *Event, dl DeadLetter) error
 }

@@ -79,39 +79,52 @@ func BenchmarkConsume(b *testing.B) {
 		}
 	})
 
-	b.Run("wire", func(b *testing.B) {
-		name := setup(b)
-		ctx := testCtx(b, 5*time.Minute)
-		c, err := Dial(ctx, Options{URL: srv.URL()})
+	for _, budget := range []int64{0, 32 << 20} {
+		sub := "wire"
+		if budget > 0 {
+			sub = "wire+budget"
+		}
+		b.Run(sub, func(b *testing.B) { benchWire(b, setup(b), srv.URL(), budget, maxMessages) })
+	}
+}
+
+// benchWire is BenchmarkConsume's wire case, with a Budget of budget bytes
+// when it is > 0.
+func benchWire(b *testing.B, name, url string, budget int64, maxMessages int) {
+	ctx := testCtx(b, 5*time.Minute)
+	c, err := Dial(ctx, Options{URL: url})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	var bud *Budget
+	if budget > 0 {
+		bud = NewBudget(budget)
+	}
+	done := make(chan struct{})
+	var count, bad atomic.Int64
+	n := int64(b.N)
+	measure(b, func() {
+		sub, err := c.Consume(PullOptions{Stream: name, Consumer: "C", MaxMessages: maxMessages, Expires: 30 * time.Second, Heartbeat: 5 * time.Second, Budget: bud},
+			func(m *Msg) {
+				if m.HeaderGet("Nats-Msg-Id") == "" || len(m.Data()) == 0 || m.Reply() == "" {
+					bad.Add(1)
+				}
+				if err := m.Ack(); err != nil {
+					bad.Add(1)
+				}
+				if count.Add(1) == n {
+					close(done)
+				}
+			}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer c.Close()
-		done := make(chan struct{})
-		var count, bad atomic.Int64
-		n := int64(b.N)
-		measure(b, func() {
-			sub, err := c.Consume(PullOptions{Stream: name, Consumer: "C", MaxMessages: maxMessages, Expires: 30 * time.Second, Heartbeat: 5 * time.Second},
-				func(m *Msg) {
-					if m.HeaderGet("Nats-Msg-Id") == "" || len(m.Data()) == 0 || m.Reply() == "" {
-						bad.Add(1)
-					}
-					if err := m.Ack(); err != nil {
-						bad.Add(1)
-					}
-					if count.Add(1) == n {
-						close(done)
-					}
-				}, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			finish(b, ctx, done, sub, c.Flush)
-		})
-		if bad.Load() != 0 {
-			b.Fatalf("%d bad messages or failed acks", bad.Load())
-		}
+		finish(b, ctx, done, sub, c.Flush)
 	})
+	if bad.Load() != 0 {
+		b.Fatalf("%d bad messages or failed acks", bad.Load())
+	}
 }
 
 // finish waits for done, then for flush (round trips to the server, so

@@ -82,6 +82,9 @@ func (b *Budget) release(n int64) {
 // is free. A caller that no longer waits calls forget.
 func (b *Budget) room(want, extra int64, ch chan struct{}) int64 {
 	if free := b.limit - b.held.Load() - extra; free >= want {
+		if b.wakeAt.Load() != math.MinInt64 {
+			b.forget(ch) // an earlier wait, over: no wake-up for it
+		}
 		return free
 	}
 	at := b.limit - want - extra
@@ -150,7 +153,8 @@ func (m *Msg) pullSize() int64 {
 	return int64(m.subj) + int64(m.reply) + int64(m.hdr) + int64(m.data)
 }
 
-// hold makes m hold its Size of b until Release or its final settlement.
+// hold makes m hold its pullSize of b until Release or its final
+// settlement.
 func (m *Msg) hold(b *Budget) {
 	b.take(m.pullSize())
 	m.budget.Store(b.id)

@@ -632,7 +632,7 @@ func TestMessageLargerThanMaxBytesReported(t *testing.T) {
 			var se *StatusError
 			select {
 			case err := <-errs:
-				if !errors.As(err, &se) || se.Code != 409 || !strings.Contains(err.Error(), "larger than the pull's MaxBytes") {
+				if !errors.As(err, &se) || se.Code != 409 || !strings.Contains(err.Error(), "larger than the pull's max_bytes (2097152 bytes") {
 					t.Fatalf("error %v, want the 409 and why", err)
 				}
 			case <-ctx.Done():

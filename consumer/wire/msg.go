@@ -95,8 +95,9 @@ func (m *Msg) Received() time.Time {
 // "" when the message has none.
 func (m *Msg) HeaderBlock() string { return m.part(m.subj+m.reply, m.hdr) }
 
-// Size is the length of the header block plus the payload, what the server
-// counts against max_bytes.
+// Size is the length of the header block plus the payload, what the
+// server's max_payload bounds (against a pull's max_bytes it counts the
+// subject and ack reply too).
 func (m *Msg) Size() int { return int(m.hdr) + int(m.data) }
 
 // HeaderGet returns the first value of the header field key, "" when there

@@ -42,9 +42,9 @@ type PullOptions struct {
 	// budget has room for a message of the server's max_payload (and its
 	// subject and reply) beside the messages waiting for the handler, and
 	// asks each pull for at most that room (and MaxBytes, or a quarter of
-	// the budget). While it waits for room it has no pull open by choice,
-	// and the silence is not a missed heartbeat. Its Limit must not be
-	// below max_payload + 8 KiB.
+	// the budget). While it waits for room it opens no pull, and once no
+	// pull is open the silence is not a missed heartbeat. Its Limit must
+	// not be below max_payload + 8 KiB.
 	Budget *Budget
 }
 
@@ -88,7 +88,7 @@ type Sub struct {
 	handler   func(*Msg)
 	taken     *Msg          // taken from ch as the connection failed (delivery goroutine only)
 	held      atomic.Int64  // arrived and not yet handled: in ch, or in the handler
-	heldBytes atomic.Int64  // their Size, with MaxBytes or a Budget (see maybePull)
+	heldBytes atomic.Int64  // what the server counted of them against max_bytes (pullSize), with MaxBytes or a Budget (see maybePull)
 	wake      chan struct{} // the Budget's signal that it may have room (capacity 1)
 	gated     atomic.Bool   // maybePull is waiting for the Budget's room
 	onErr     func(error)
@@ -115,7 +115,8 @@ type Sub struct {
 	tooBig int
 
 	pmu      sync.Mutex
-	pending  int // messages requested and not yet handled
+	pending  int   // messages requested and not yet handled
+	maxBytes int64 // the max_bytes of the last pull sent, 0 for none
 	draining bool
 	body     []byte
 }
@@ -310,7 +311,10 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 		// says nothing then; say it once per such run.
 		s.tooBig++
 		if notify = s.tooBig == tooBigRun; notify {
-			err = fmt.Errorf("%w: the next message is larger than the pull's MaxBytes (%d bytes), %d pulls in a row got none: consuming is stuck until MaxBytes is raised or the message removed", se, s.opts.MaxBytes, tooBigRun)
+			s.pmu.Lock()
+			sent := s.maxBytes
+			s.pmu.Unlock()
+			err = fmt.Errorf("%w: the next message is larger than the pull's max_bytes (%d bytes: MaxBytes, or the Budget's room), %d pulls in a row got none: consuming is stuck until they are raised or the message removed", se, sent, tooBigRun)
 		}
 	case code == 409 && strings.Contains(lower, "batch completed"):
 		notify = false
@@ -374,6 +378,7 @@ func (s *Sub) maybePull() {
 	}
 	batch := s.opts.MaxMessages - s.pending
 	s.pending = s.opts.MaxMessages
+	s.maxBytes = maxBytes
 	b := append(s.body[:0], `{"batch":`...)
 	b = strconv.AppendInt(b, int64(batch), 10)
 	if maxBytes > 0 {
@@ -532,15 +537,16 @@ func (s *Sub) loop() error {
 		case <-tick.C:
 			// Silence is measured on this goroutine, as nats.go measures
 			// it around its handler: a slow handler is not silence.
-			// Nor is waiting for the Budget's room with no pull open.
-			if s.status.Swap(false) || handled != seen || len(s.ch) > 0 || s.gated.Load() {
+			if s.status.Swap(false) || handled != seen || len(s.ch) > 0 {
 				seen, idle = handled, 0
 				continue
 			}
 			s.pmu.Lock()
-			draining := s.draining
+			// Nor is waiting for the Budget's room with no pull open.
+			quiet := s.draining || s.gated.Load() && s.pending == 0
 			s.pmu.Unlock()
-			if draining {
+			if quiet {
+				idle = 0
 				continue
 			}
 			if idle++; idle < 2 {
@@ -561,7 +567,7 @@ func (s *Sub) loop() error {
 // Budget need.
 func (s *Sub) holdBytes(m *Msg, sign int64) {
 	if s.opts.MaxBytes > 0 || s.opts.Budget != nil {
-		s.heldBytes.Add(sign * int64(m.Size()))
+		s.heldBytes.Add(sign * m.pullSize())
 	}
 }
 
