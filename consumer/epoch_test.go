@@ -80,11 +80,17 @@ func TestEpochKeepsOldSettlementsOffANewStream(t *testing.T) {
 	// The old event's dead letter is stored; the new event with its
 	// sequence stays pending.
 	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "test", Reason: "old"}
+	heldBefore, _ := c.InFlightBytes()
 	if err := c.DeadLetter(ctx, &old[0], dl); err != nil {
 		t.Fatalf("DeadLetter(old): %v", err)
 	}
 	if st := c.Stats(); st.StaleTerms != 1 || st.DeadLettered != 1 {
 		t.Fatalf("stale terms %d, dead lettered %d; want 1 and 1", st.StaleTerms, st.DeadLettered)
+	}
+	// Not terminated, but its life here is over: the in-flight budget
+	// has its bytes back (wire's messages hold them).
+	if held, _ := c.InFlightBytes(); heldBefore > 0 && held >= heldBefore {
+		t.Errorf("in-flight bytes %d after the stale dead letter, %d before: not given back", held, heldBefore)
 	}
 	// The new event with the same sequence gets its own dead letter and
 	// is terminated.
