@@ -141,7 +141,7 @@ type Config struct {
 	// about a quarter of it (or PullMaxBytes) each. 0 (the default) means
 	// DefaultMaxInFlightBytes, or 4 x (max_payload + 8 KiB) if that is
 	// more; -1 means no bound. At least max_payload + 8 KiB (New checks;
-	// see wireBudget for a server that takes more). It does not apply
+	// wireBudget grows it for a server that takes more). It does not apply
 	// while nats.go pulls (PullClient "nats.go", a websocket URL, wire
 	// given up).
 	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`

@@ -191,34 +191,33 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 	if err != nil {
 		return nil, err
 	}
+	c.bounded.Store(budget != nil)
 	return sub, nil
 }
 
-// wireBudget is the in-flight budget for a session pulling on wc: nil
-// without one, or when wc's server takes larger messages than the budget
-// can hold (a cluster whose servers differ in max_payload, or changed it
-// since New). Then a derived budget (max_in_flight_bytes 0) is derived
-// again for that server; a set one is not applied for the session, and
-// an error says so: pulling unbounded beats not pulling.
+// wireBudget is the in-flight budget for a session pulling on wc, nil
+// without one. When wc's server takes larger messages than the budget was
+// made for (servers of a cluster differ in max_payload, or one changed it
+// since New), the budget grows: a derived one (max_in_flight_bytes 0) to
+// what is derived for that server; a set one too small for its largest
+// message to the least that can pull it, with a warning. The messages in
+// flight keep counting against the one budget.
 func (c *Consumer) wireBudget(wc *wire.Conn) *wire.Budget {
 	b := c.budget.Load()
-	c.bounded.Store(b != nil)
 	if b == nil {
 		return nil
 	}
 	mp := int64(wc.MaxPayload())
-	if _, bad := inFlightProblem(b.Limit(), mp); !bad {
-		return b
-	}
-	if c.cfg.MaxInFlightBytes == 0 {
-		nb := wire.NewBudget(c.cfg.inFlightBudget(mp))
-		c.budget.Store(nb)
+	switch {
+	case c.cfg.MaxInFlightBytes == 0 && c.cfg.inFlightBudget(mp) > b.Limit():
+		b.Grow(c.cfg.inFlightBudget(mp))
 		c.log.Warn("the wire connection's server takes larger messages than the in-flight budget was derived for; derived again",
-			"max_payload", mp, "max_in_flight_bytes", nb.Limit())
-		return nb
+			"max_payload", mp, "max_in_flight_bytes", b.Limit())
+	default:
+		if p, bad := inFlightProblem(b.Limit(), mp); bad {
+			b.Grow(mp + pullBytesMargin)
+			c.log.Warn(p.String()+"; raised to the least that can pull it", "server_max_payload", mp, "max_in_flight_bytes", b.Limit())
+		}
 	}
-	c.bounded.Store(false)
-	p, _ := inFlightProblem(b.Limit(), mp)
-	c.log.Error(p.String()+"; this session pulls without the byte bound", "server_max_payload", mp)
-	return nil
+	return b
 }

@@ -34,8 +34,8 @@ func (d *DeadLetterer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pi
 	if ev.Span != nil {
 		ev.Span.SetAttributes(stageAttr(dl.Stage), codeAttr(dl.Code), attribute.String("db.response.status_code", dl.SQLState))
 	}
-	// Also without a span: a dead letter whose original was not
-	// terminated (its stream re-created since) holds its bytes until now.
+	// Also without a span: the event's life ends here (its bytes of the
+	// in-flight budget are back already if Next gave them back).
 	EndMessage(ev, "dead_letter", deadLetterError{dl})
 	return nil
 }

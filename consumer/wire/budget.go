@@ -21,7 +21,7 @@ import (
 // for each open pull beyond the first. One Budget may serve many Subs on
 // many connections; its methods are safe for concurrent use.
 type Budget struct {
-	limit  int64
+	limit  atomic.Int64 // only grows (Grow)
 	id     uint32
 	held   atomic.Int64
 	wakeAt atomic.Int64 // a release that brings held to this or below wakes the waiters; MinInt64: none
@@ -39,7 +39,8 @@ var budgets struct {
 
 // NewBudget returns a Budget of limit bytes (at least 1).
 func NewBudget(limit int64) *Budget {
-	b := &Budget{limit: max(limit, 1), waiters: map[chan struct{}]int64{}}
+	b := &Budget{waiters: map[chan struct{}]int64{}}
+	b.limit.Store(max(limit, 1))
 	b.wakeAt.Store(math.MinInt64)
 	budgets.mu.Lock()
 	defer budgets.mu.Unlock()
@@ -61,7 +62,27 @@ func budgetByID(id uint32) *Budget {
 }
 
 // Limit is the budget's size in bytes.
-func (b *Budget) Limit() int64 { return b.limit }
+func (b *Budget) Limit() int64 { return b.limit.Load() }
+
+// Grow raises the budget to limit bytes, if that is more, and wakes the
+// Subs waiting for room (for a server that takes larger messages than the
+// budget was made for).
+func (b *Budget) Grow(limit int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if limit <= b.limit.Load() {
+		return
+	}
+	b.limit.Store(limit)
+	for ch := range b.waiters {
+		delete(b.waiters, ch)
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	b.wakeAt.Store(math.MinInt64)
+}
 
 // Held is the bytes of the messages handed on and not yet released.
 func (b *Budget) Held() int64 { return b.held.Load() }
@@ -81,22 +102,23 @@ func (b *Budget) release(n int64) {
 // 1) to get a value once a release brings them to want, and returns what
 // is free. A caller that no longer waits calls forget.
 func (b *Budget) room(want, extra int64, ch chan struct{}) int64 {
-	if free := b.limit - b.held.Load() - extra; free >= want {
+	if free := b.Limit() - b.held.Load() - extra; free >= want {
 		if b.wakeAt.Load() != math.MinInt64 {
 			b.forget(ch) // an earlier wait, over: no wake-up for it
 		}
 		return free
 	}
-	at := b.limit - want - extra
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	limit := b.limit.Load() // Grow changes it under mu only
+	at := limit - want - extra
 	b.waiters[ch] = at
 	if at > b.wakeAt.Load() {
 		b.wakeAt.Store(at)
 	}
 	// held is read after wakeAt is written, and release reads wakeAt
 	// after it writes held: a release meanwhile is seen here or wakes ch.
-	free := b.limit - b.held.Load() - extra
+	free := limit - b.held.Load() - extra
 	if free >= want {
 		b.drop(ch)
 	}

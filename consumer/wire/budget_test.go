@@ -179,6 +179,25 @@ func TestBudgetRoomAndWake(t *testing.T) {
 		t.Fatal("woken after forget")
 	default:
 	}
+	// Grow wakes a waiter, whose room is then there; it never shrinks.
+	b.take(95)
+	if free := b.room(10, 0, ch); free != 5 {
+		t.Fatalf("room with 95 held: %d, want 5", free)
+	}
+	b.Grow(200)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("not woken when the budget grew")
+	}
+	if free := b.room(10, 0, ch); free != 105 {
+		t.Fatalf("room after growing to 200 with 95 held: %d, want 105", free)
+	}
+	b.Grow(50)
+	if got := b.Limit(); got != 200 {
+		t.Fatalf("limit %d after Grow(50), want 200 (it never shrinks)", got)
+	}
+	b.release(95)
 
 	// Concurrently: four goroutines take and release 7 bytes each of a
 	// 30-byte budget; a waiter for 16 bytes gets them whenever two or
@@ -237,7 +256,7 @@ func BenchmarkBudget(b *testing.B) {
 			if on {
 				s.opts.Budget = NewBudget(64 << 20)
 			}
-			todo := make(chan []*Msg, 1)
+			todo := make(chan []*Msg) // unbuffered: the nil after a batch returns once it is done
 			done := make(chan struct{})
 			go func() {
 				defer close(done)

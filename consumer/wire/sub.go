@@ -563,8 +563,8 @@ func (s *Sub) loop() error {
 	}
 }
 
-// holdBytes adds sign x m's Size to heldBytes, which only MaxBytes and a
-// Budget need.
+// holdBytes adds sign x m's pullSize to heldBytes, which only MaxBytes
+// and a Budget need.
 func (s *Sub) holdBytes(m *Msg, sign int64) {
 	if s.opts.MaxBytes > 0 || s.opts.Budget != nil {
 		s.heldBytes.Add(sign * m.pullSize())
@@ -580,7 +580,7 @@ func (s *Sub) hand(m *Msg) {
 }
 
 func (s *Sub) deliver(m *Msg) {
-	s.hand(m) // m's bytes never change: its Size is the same after
+	s.hand(m) // m's bytes never change: its pullSize is the same after
 	s.held.Add(-1)
 	s.holdBytes(m, -1)
 	s.pmu.Lock()
