@@ -66,6 +66,9 @@ type Options struct {
 	Rate     float64       // rate: events per second
 	Duration time.Duration // rate: for this long
 	Subjects int           // distinct subjects (devices); default 1000
+	// EventBytes pads each event's JSON to this many bytes
+	// (loadgen.Options.EventBytes); 0: ~180 bytes.
+	EventBytes int
 	// DuplicateWindow is the streams' JetStream duplicate window; 0 leaves
 	// the server's default (2 minutes). The publisher sets Nats-Msg-Id on
 	// every event, and nats-server keeps each ID for the window.
@@ -623,6 +626,7 @@ func runOrder(rep int, compare bool) []string {
 // the streams' duplicate window (loadgen.MaxAckWait), when one is set.
 func (b *bencher) publishOptions(prefix string, o loadgen.Options) loadgen.Options {
 	o.Subject, o.Subjects, o.Run, o.Stamp, o.NoTraceContext = prefix, b.o.Subjects, uint64(time.Now().UnixNano()), true, true
+	o.EventBytes = b.o.EventBytes
 	if b.o.DuplicateWindow > 0 {
 		o.AckWait = min(loadgen.MaxAckWait(b.o.DuplicateWindow), 5*time.Second) // defaults refuses a window too short for any
 	}

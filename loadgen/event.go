@@ -73,6 +73,22 @@ func (e *Event) UUID() string {
 // Subject is the event's subject under prefix: prefix.<device>.
 func (e *Event) Subject(prefix string) string { return prefix + "." + e.Device }
 
+// Pad extends the JSON object at the end of dst (as AppendJSON wrote it)
+// to size bytes with a "pad" field of x's, for events larger than the
+// ~180 bytes of a bare one. A size it already reaches adds nothing.
+func Pad(dst []byte, size int) []byte {
+	const field = `,"pad":""`
+	n := size - len(dst) - len(field)
+	if n <= 0 || len(dst) == 0 || dst[len(dst)-1] != '}' {
+		return dst
+	}
+	dst = append(dst[:len(dst)-1], `,"pad":"`...)
+	for range n {
+		dst = append(dst, 'x')
+	}
+	return append(dst, `"}`...)
+}
+
 // AppendJSON appends the event as compact JSON.
 func (e *Event) AppendJSON(dst []byte) []byte {
 	dst = append(dst, `{"id":"`...)

@@ -1,10 +1,12 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -584,5 +586,28 @@ func TestResendSpan(t *testing.T) {
 	}
 	if got := MaxAckWait(time.Second); got != 0 {
 		t.Errorf("MaxAckWait(1s) = %v, want 0", got)
+	}
+}
+
+// Pad makes an event exactly the size asked, still valid JSON with the
+// event's fields; a size below the bare event's changes nothing.
+func TestPad(t *testing.T) {
+	ev := Make(1, 42, 10)
+	bare := ev.AppendJSON(nil)
+	if got := Pad(slices.Clone(bare), 10); !bytes.Equal(got, bare) {
+		t.Fatalf("Pad to 10 bytes changed the event: %s", got)
+	}
+	for _, size := range []int{len(bare) + 9, len(bare) + 10, 64 << 10} {
+		got := Pad(slices.Clone(bare), size)
+		if len(got) != size && !(size < len(bare)+10 && bytes.Equal(got, bare)) {
+			t.Fatalf("Pad to %d: %d bytes", size, len(got))
+		}
+		var v map[string]any
+		if err := json.Unmarshal(got, &v); err != nil {
+			t.Fatalf("Pad to %d: not JSON: %v", size, err)
+		}
+		if v["id"] != ev.UUID() || v["seq"] != float64(42) {
+			t.Fatalf("Pad to %d: fields lost: %v", size, v)
+		}
 	}
 }

@@ -32,13 +32,16 @@ var ErrInvalidOptions = errors.New("loadgen: invalid options")
 
 // Options says what to publish.
 type Options struct {
-	Subject  string        // subject prefix; events go to <Subject>.<device>
-	Subjects int           // number of distinct devices (subjects); 0: 1
-	Events   int           // publish this many (preload), or
-	Rate     float64       // events per second, open loop, for
-	Duration time.Duration // this long (Rate and Duration go together)
-	Run      uint64        // run id: makes ids and Nats-Msg-Ids unique per run
-	First    uint64        // first sequence number (default 0)
+	Subject  string // subject prefix; events go to <Subject>.<device>
+	Subjects int    // number of distinct devices (subjects); 0: 1
+	// EventBytes pads each event's JSON to this many bytes (Pad); 0 or
+	// less than a bare event's ~180 bytes: no padding.
+	EventBytes int
+	Events     int           // publish this many (preload), or
+	Rate       float64       // events per second, open loop, for
+	Duration   time.Duration // this long (Rate and Duration go together)
+	Run        uint64        // run id: makes ids and Nats-Msg-Ids unique per run
+	First      uint64        // first sequence number (default 0)
 	// MaxPending bounds the publishes not yet settled: awaiting their
 	// PubAck, or failed and waiting to be sent again (default 4096). At the
 	// bound the publisher waits, also in open loop: the events due
@@ -90,6 +93,8 @@ func (o Options) Validate() error {
 		msg = "Subject is required"
 	case o.Events < 0:
 		msg = "Events must not be negative"
+	case o.EventBytes < 0 || o.EventBytes > 64<<20:
+		msg = "EventBytes must be 0 (no padding) up to 64 MiB, the largest max_payload"
 	case o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):
 		msg = "Rate must be a positive number of events per second"
 	case o.Events > 0 && o.Rate > 0:
@@ -479,6 +484,9 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) 
 		ev.TS = time.Unix(0, stamp).UTC()
 	}
 	p.buf = ev.AppendJSON(p.buf[:0])
+	if p.o.EventBytes > 0 {
+		p.buf = Pad(p.buf, p.o.EventBytes)
+	}
 	dev := seq % uint64(p.o.Subjects)
 	if p.subjects[dev] == "" {
 		p.subjects[dev] = ev.Subject(p.o.Subject)

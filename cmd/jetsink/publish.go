@@ -197,6 +197,7 @@ telemetry.sample_ratio.`,
 	cf.registerNATS(f) // --config, --set, --nats-url: the nats: section's URL, credentials and TLS
 	f.StringVar(&o.Subject, "subject", "events", "subject prefix; events go to <subject>.<device>")
 	f.IntVar(&o.Subjects, "subjects", 1000, "number of devices (distinct subjects)")
+	f.IntVar(&o.EventBytes, "event-bytes", 0, "pad each event's JSON to this many bytes (0: ~180 bytes, unpadded)")
 	f.IntVar(&o.Events, "events", 0, "publish this many events, as fast as acknowledged")
 	f.Float64Var(&o.Rate, "rate", 0, "events per second, open loop (with --duration)")
 	f.DurationVar(&o.Duration, "duration", 0, "how long to publish at --rate")
