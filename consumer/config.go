@@ -138,7 +138,7 @@ type Config struct {
 	// room; the rest waits in JetStream. max_ack_pending bounds the same
 	// messages in number. The bound is not hard: pulls left open on a
 	// stream with nothing more to deliver can each be filled by a burst,
-	// about a quarter of it (or PullMaxBytes) each. 0 (the default) means
+	// a quarter of it up to 8 MiB (or PullMaxBytes) each. 0 (the default) means
 	// DefaultMaxInFlightBytes, or 4 x (max_payload + 8 KiB) if that is
 	// more; -1 means no bound. At least max_payload + 8 KiB (New checks;
 	// wireBudget grows it for a server that takes more). It does not apply

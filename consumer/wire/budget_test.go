@@ -288,3 +288,28 @@ func BenchmarkBudget(b *testing.B) {
 		})
 	}
 }
+
+// Under a Budget without MaxBytes, a pull asks for a quarter of the budget,
+// at most 8 MiB (a burst the server would otherwise send at once), and
+// never less than the largest message needs.
+func TestConsumeBudgetPullSize(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	srv := startServer(t, func(o *server.Options) { o.MaxPayload = 8 << 10 })
+	js := jetStreamAt(t, serverURL(srv, "nats", ""))
+	preload(t, ctx, js, "PULLSIZE", 1, 1, jetstream.ConsumerConfig{})
+	c := dialTest(t, ctx, serverURL(srv, "nats", ""))
+	for _, tc := range []struct{ budget, want int64 }{{1 << 20, 256 << 10}, {256 << 20, maxPullBytes}, {20 << 10, 8<<10 + pullMargin}} {
+		sub, err := c.Consume(PullOptions{Stream: "PULLSIZE", Consumer: "C", Budget: NewBudget(tc.budget)}, func(*Msg) {}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub.pmu.Lock()
+		got := sub.maxBytes
+		sub.pmu.Unlock()
+		sub.Stop()
+		<-sub.Closed()
+		if got != tc.want {
+			t.Errorf("budget %d: a pull asked for %d bytes, want %d", tc.budget, got, tc.want)
+		}
+	}
+}

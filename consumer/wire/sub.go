@@ -42,7 +42,7 @@ type PullOptions struct {
 	// budget has room for a message of the server's max_payload (and its
 	// subject and reply) beside the messages waiting for the handler, and
 	// asks each pull for at most that room (and MaxBytes, or a quarter of
-	// the budget). While it waits for room it opens no pull, and once no
+	// the budget up to 8 MiB). While it waits for room it opens no pull, and once no
 	// pull is open the silence is not a missed heartbeat. Its Limit must
 	// not be below max_payload + 8 KiB.
 	Budget *Budget
@@ -337,6 +337,13 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 	}
 }
 
+// maxPullBytes caps a pull's max_bytes under a Budget without MaxBytes
+// (unless the largest message needs more): the server answers a pull in
+// one burst, and closes a client that falls max_pending (64 MiB by
+// default) behind in reading. Pulls of 64 MiB of 64 KiB events did that
+// in a bench drain (BENCHMARKS.md, session 32).
+const maxPullBytes = 8 << 20
+
 // tooBigRun is how many 409 "Message Size Exceeds MaxBytes" in a row, with
 // no message between, make onStatus report a message too large to pull.
 const tooBigRun = 3
@@ -372,7 +379,7 @@ func (s *Sub) maybePull() {
 		}
 		s.gated.Store(false)
 		if maxBytes == 0 {
-			maxBytes = max(bud.Limit()/4, want)
+			maxBytes = max(min(bud.Limit()/4, maxPullBytes), want)
 		}
 		maxBytes = min(maxBytes, free)
 	}
