@@ -125,20 +125,6 @@ func drainErrs(t *testing.T, r *errRecorder, check func(error)) {
 	}
 }
 
-// A Budget below the server's max_payload could never pull the largest
-// message: Consume refuses it.
-func TestConsumeBudgetBelowMaxPayload(t *testing.T) {
-	ctx := testCtx(t, time.Minute)
-	srv := startServer(t, func(o *server.Options) { o.MaxPayload = 8 << 10 })
-	js := jetStreamAt(t, serverURL(srv, "nats", ""))
-	preload(t, ctx, js, "SMALL", 1, 1, jetstream.ConsumerConfig{})
-	c := dialTest(t, ctx, serverURL(srv, "nats", ""))
-	_, err := c.Consume(PullOptions{Stream: "SMALL", Consumer: "C", Budget: NewBudget(12 << 10)}, func(*Msg) {}, nil)
-	if !errors.Is(err, ErrInvalidOptions) {
-		t.Fatalf("Consume with a 12 KiB budget under an 8 KiB max_payload (+ 8 KiB): %v, want ErrInvalidOptions", err)
-	}
-}
-
 // room registers a waiter when fewer than want bytes are free; a release
 // that frees them wakes it, once; forget stops it being woken. Run with
 // -race, many goroutines taking and releasing never lose a wake-up: a
@@ -291,13 +277,18 @@ func BenchmarkBudget(b *testing.B) {
 
 // Under a Budget without MaxBytes, a pull asks for a quarter of the budget,
 // at most 8 MiB (a burst the server would otherwise send at once), and
-// never less than the largest message needs.
+// never less than the largest message needs. A Budget below that could
+// never pull the largest message: Consume refuses it.
 func TestConsumeBudgetPullSize(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	srv := startServer(t, func(o *server.Options) { o.MaxPayload = 8 << 10 })
 	js := jetStreamAt(t, serverURL(srv, "nats", ""))
 	preload(t, ctx, js, "PULLSIZE", 1, 1, jetstream.ConsumerConfig{})
 	c := dialTest(t, ctx, serverURL(srv, "nats", ""))
+	_, err := c.Consume(PullOptions{Stream: "PULLSIZE", Consumer: "C", Budget: NewBudget(12 << 10)}, func(*Msg) {}, nil)
+	if !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("Consume with a 12 KiB budget under an 8 KiB max_payload (+ 8 KiB): %v, want ErrInvalidOptions", err)
+	}
 	for _, tc := range []struct{ budget, want int64 }{{1 << 20, 256 << 10}, {256 << 20, maxPullBytes}, {20 << 10, 8<<10 + pullMargin}} {
 		sub, err := c.Consume(PullOptions{Stream: "PULLSIZE", Consumer: "C", Budget: NewBudget(tc.budget)}, func(*Msg) {}, nil)
 		if err != nil {
