@@ -222,18 +222,20 @@ func (r *Result) failed(err error) {
 
 // Report is everything Run measured.
 type Report struct {
-	Scenario string     `json:"scenario"`
-	Events   int        `json:"events,omitempty"`
-	Rate     float64    `json:"rate,omitempty"`
-	Duration string     `json:"duration,omitempty"`
-	Subjects int        `json:"subjects"`
-	Target   string     `json:"target"` // "embedded (fsync on...)" or "configured"
-	CPUs     int        `json:"cpus"`
-	GoVer    string     `json:"go"`
-	Started  time.Time  `json:"started"`
-	LoadAvg  [2]float64 `json:"load1_before_after"`
-	Results  []Result   `json:"results"`
-	Summary  []Summary  `json:"summary"`
+	Scenario string  `json:"scenario"`
+	Events   int     `json:"events,omitempty"`
+	Rate     float64 `json:"rate,omitempty"`
+	Duration string  `json:"duration,omitempty"`
+	Subjects int     `json:"subjects"`
+	// EventBytes is Options.EventBytes: events padded to this size.
+	EventBytes int        `json:"event_bytes,omitempty"`
+	Target     string     `json:"target"` // "embedded (fsync on...)" or "configured"
+	CPUs       int        `json:"cpus"`
+	GoVer      string     `json:"go"`
+	Started    time.Time  `json:"started"`
+	LoadAvg    [2]float64 `json:"load1_before_after"`
+	Results    []Result   `json:"results"`
+	Summary    []Summary  `json:"summary"`
 	// FirstByRep is, with --compare, the engine that ran first in each
 	// repetition (index 0 is repetition 1). The order alternates, so with
 	// an odd Count one engine runs first once more than the other.
@@ -255,7 +257,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			fmt.Fprintf(o.Progress, format+"\n", args...)
 		}
 	}
-	rep := &Report{Scenario: o.Scenario, Subjects: o.Subjects, CPUs: runtime.NumCPU(), GoVer: runtime.Version(),
+	rep := &Report{Scenario: o.Scenario, Subjects: o.Subjects, EventBytes: o.EventBytes, CPUs: runtime.NumCPU(), GoVer: runtime.Version(),
 		Started: time.Now().UTC(), Target: "configured", DupWindow: "server default"}
 	if o.DuplicateWindow > 0 {
 		rep.DupWindow = o.DuplicateWindow.String()

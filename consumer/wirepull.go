@@ -161,6 +161,7 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 	}
 	cfg := &c.cfg
 	budget := c.wireBudget(wc)
+	c.bounded.Store(budget != nil) // before the Sub's first pull
 	sub, err := wc.Consume(wire.PullOptions{
 		Stream:      cfg.Stream,
 		Consumer:    cfg.Consumer,
@@ -189,9 +190,9 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 		onErr(err)
 	})
 	if err != nil {
+		c.bounded.Store(false)
 		return nil, err
 	}
-	c.bounded.Store(budget != nil)
 	return sub, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -83,11 +84,15 @@ func Pad(dst []byte, size int) []byte {
 		return dst
 	}
 	dst = append(dst[:len(dst)-1], `,"pad":"`...)
-	for range n {
-		dst = append(dst, 'x')
+	for n > 0 {
+		k := min(n, len(padding))
+		dst = append(dst, padding[:k]...)
+		n -= k
 	}
 	return append(dst, `"}`...)
 }
+
+var padding = strings.Repeat("x", 4096)
 
 // AppendJSON appends the event as compact JSON.
 func (e *Event) AppendJSON(dst []byte) []byte {

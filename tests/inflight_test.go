@@ -15,7 +15,7 @@ import (
 
 // TestInFlightBytesBound: nats.max_in_flight_bytes bounds what jetsink
 // holds in bytes while the table is locked, whatever max_ack_pending lets
-// through: 150 events of 64 KiB (9.6 MiB) against a 2 MiB budget. Once the
+// through: 150 events of 64 KiB (9.4 MiB) against a 2 MiB budget. Once the
 // lock is gone every event is a row or a dead letter, and every way an
 // event's life ends gives its bytes back: acked after commit, dead-lettered
 // by a worker (an id that is no uuid), dead-lettered by the sink (a row a

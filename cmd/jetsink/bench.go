@@ -165,7 +165,7 @@ stream, subjects, consumer, dead-letter subject and table (its own per run).`,
 	f.DurationVar(&o.LockAt, "lock-at", 5*time.Second, "rate: when to lock the table, after the first send (with --lock-for)")
 	f.DurationVar(&o.LockFor, "lock-for", 0, "rate: hold an ACCESS EXCLUSIVE lock on the table this long (0: no lock)")
 	f.IntVar(&o.Subjects, "subjects", 1000, "distinct subjects (devices)")
-	f.IntVar(&o.EventBytes, "event-bytes", 0, "pad each event's JSON to this many bytes (0: ~180 bytes, unpadded)")
+	f.IntVar(&o.EventBytes, "event-bytes", 0, "pad each event's JSON to this many bytes (0: ~180 bytes, unpadded); within max_payload and pipeline.max_event_bytes (1 MiB each by default)")
 	f.StringVar(&compare, "compare", "", "baseline: also run the straightforward consumer on the same data")
 	f.IntVar(&o.Count, "count", 1, "repetitions (median and spread are reported)")
 	f.StringVar(&matrix, "matrix", "", "run jetsink once per value of a key (or env:NAME), e.g. pipeline.pin=none,thread,cpu")

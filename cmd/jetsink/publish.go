@@ -30,7 +30,7 @@ func newPublishCmd() *cobra.Command {
 		Use:   "publish",
 		Short: "Publish realistic telemetry events to JetStream (a load generator)",
 		Long: `Publish ~180-byte JSON telemetry events (uuid id, RFC 3339 ts, device, kind,
-value, seq, tags) to <subject>.<device> over --subjects devices, each with a
+value, seq, tags; --event-bytes pads them with a "pad" field) to <subject>.<device> over --subjects devices, each with a
 Nats-Msg-Id of <run in base 36>-<seq> so that retries are stored once.
 
 Either --events N (as fast as JetStream acknowledges), or --rate R --duration D
@@ -197,7 +197,7 @@ telemetry.sample_ratio.`,
 	cf.registerNATS(f) // --config, --set, --nats-url: the nats: section's URL, credentials and TLS
 	f.StringVar(&o.Subject, "subject", "events", "subject prefix; events go to <subject>.<device>")
 	f.IntVar(&o.Subjects, "subjects", 1000, "number of devices (distinct subjects)")
-	f.IntVar(&o.EventBytes, "event-bytes", 0, "pad each event's JSON to this many bytes (0: ~180 bytes, unpadded)")
+	f.IntVar(&o.EventBytes, "event-bytes", 0, "pad each event's JSON to this many bytes (0: ~180 bytes, unpadded); with its headers within the server's max_payload")
 	f.IntVar(&o.Events, "events", 0, "publish this many events, as fast as acknowledged")
 	f.Float64Var(&o.Rate, "rate", 0, "events per second, open loop (with --duration)")
 	f.DurationVar(&o.Duration, "duration", 0, "how long to publish at --rate")

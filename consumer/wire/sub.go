@@ -110,6 +110,10 @@ type Sub struct {
 	closed    chan struct{}
 	err       error       // set before closed is closed
 	status    atomic.Bool // the reader saw a status frame since the last look
+	// uncapped: a run of tooBig answers came under a Budget without
+	// MaxBytes; pulls ask for all the budget's room from then on, not
+	// maxPullBytes (pmu).
+	uncapped bool
 	// tooBig counts 409 "Message Size Exceeds MaxBytes" answers since the
 	// last message (reader goroutine only): see onStatus.
 	tooBig int
@@ -313,8 +317,11 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 		if notify = s.tooBig == tooBigRun; notify {
 			s.pmu.Lock()
 			sent := s.maxBytes
+			// A message stored under a larger max_payload elsewhere in a
+			// cluster may still fit the budget's whole room.
+			s.uncapped = true
 			s.pmu.Unlock()
-			err = fmt.Errorf("%w: the next message is larger than the pull's max_bytes (%d bytes: MaxBytes, or the Budget's room), %d pulls in a row got none: consuming is stuck until they are raised or the message removed", se, sent, tooBigRun)
+			err = fmt.Errorf("%w: the next message is larger than the pull's max_bytes (%d bytes: MaxBytes, or the Budget's room), %d pulls in a row got none: consuming is stuck until they are raised (nats.pull_max_bytes, nats.max_in_flight_bytes) or the message removed", se, sent, tooBigRun)
 		}
 	case code == 409 && strings.Contains(lower, "batch completed"):
 		notify = false
@@ -338,10 +345,12 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 }
 
 // maxPullBytes caps a pull's max_bytes under a Budget without MaxBytes
-// (unless the largest message needs more): the server answers a pull in
-// one burst, and closes a client that falls max_pending (64 MiB by
-// default) behind in reading. Pulls of 64 MiB of 64 KiB events did that
-// in a bench drain (BENCHMARKS.md, session 32).
+// (unless the largest message needs more; and not after a run of 409s
+// that says the next message is larger: uncapped). It binds for a budget
+// above 32 MiB (a quarter of the budget otherwise): the server answers a
+// pull in one burst, and closes a client that falls its max_pending (64
+// MiB by default) behind in reading, as unbudgeted pulls of 1,024 64 KiB
+// events made it do in a bench drain (BENCHMARKS.md, session 32).
 const maxPullBytes = 8 << 20
 
 // tooBigRun is how many 409 "Message Size Exceeds MaxBytes" in a row, with
@@ -378,8 +387,11 @@ func (s *Sub) maybePull() {
 			return
 		}
 		s.gated.Store(false)
-		if maxBytes == 0 {
+		if maxBytes == 0 && !s.uncapped {
 			maxBytes = max(min(bud.Limit()/4, maxPullBytes), want)
+		}
+		if maxBytes == 0 {
+			maxBytes = free
 		}
 		maxBytes = min(maxBytes, free)
 	}
