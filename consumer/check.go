@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/pipeline"
 )
 
 // Problem is one thing Check found wrong (Warning false: run would fail or
@@ -117,7 +119,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			problems = append(problems, Problem{Message: err.Error()})
 		}
 		if f := cfg.FilterSubject; f != "" && len(info.Config.Subjects) > 0 &&
-			!slices.ContainsFunc(info.Config.Subjects, func(s string) bool { return subjectsOverlap(s, f) }) {
+			!slices.ContainsFunc(info.Config.Subjects, func(s string) bool { return pipeline.SubjectsOverlap(s, f) }) {
 			// The server takes such a filter, and the consumer then
 			// receives nothing, silently. (A stream without subjects
 			// of its own, a mirror or one that sources others, may hold
@@ -231,24 +233,6 @@ func deadLetterStreamProblems(sc *jetstream.StreamConfig, ackWait time.Duration)
 // that is longer (deadLetterStreamConfig).
 func deadLetterDuplicates(ackWait time.Duration) time.Duration {
 	return 2 * ackWait
-}
-
-// subjectsOverlap reports whether some subject matches both NATS subject
-// patterns a and b (each may hold * and >; > stands for one token or more).
-func subjectsOverlap(a, b string) bool {
-	for {
-		at, arest, amore := strings.Cut(a, ".")
-		bt, brest, bmore := strings.Cut(b, ".")
-		switch {
-		case at == ">" || bt == ">":
-			return true
-		case at != "*" && bt != "*" && at != bt:
-			return false
-		case !amore || !bmore:
-			return amore == bmore
-		}
-		a, b = arest, brest
-	}
 }
 
 // checkConsumer compares an existing durable consumer with the config.

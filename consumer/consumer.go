@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,6 +98,9 @@ type Consumer struct {
 	// closeOnce and closeErr make Close idempotent.
 	closeOnce sync.Once
 	closeErr  error
+
+	// destinations: see Destinations; set by the first ensureStream.
+	destinations []string
 
 	// traceMsg starts an event's span (telemetry.Tracing.StartMessage);
 	// nil when tracing is off. Set before Run.
@@ -409,8 +413,21 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 			return fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
 		}
 	}
-	return checkNoLoop(cfg.Stream, stream.CachedInfo().Config.Subjects, cfg.DeadLetterSubject)
+	subjects := stream.CachedInfo().Config.Subjects
+	if c.destinations == nil {
+		c.destinations = []string{cfg.FilterSubject}
+		if cfg.FilterSubject == "" {
+			c.destinations = append([]string{}, subjects...) // not nil: set once
+		}
+	}
+	return checkNoLoop(cfg.Stream, subjects, cfg.DeadLetterSubject)
 }
+
+// Destinations are the subject patterns the consumer takes messages from,
+// as New found them: nats.filter_subject, or else the stream's subjects
+// (none for a stream that only sources others). Tracing names message
+// spans after them (telemetry.Tracing.SetDestinations).
+func (c *Consumer) Destinations() []string { return slices.Clone(c.destinations) }
 
 // errDeadLetterStream marks ensureDeadLetterStream's errors: when Run
 // re-creates the stream and consumer, only this step failing lets it

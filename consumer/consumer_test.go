@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,9 @@ func TestNewCreatesStreamAndConsumer(t *testing.T) {
 	c := newConsumer(t, ctx, cfg)
 	if !c.Ready() {
 		t.Fatal("Ready() = false right after New")
+	}
+	if got := c.Destinations(); !slices.Equal(got, []string{cfg.FilterSubject}) {
+		t.Fatalf("Destinations() = %q with a filter subject, want it alone", got)
 	}
 
 	js := jsFor(t, srv)
@@ -91,12 +95,18 @@ func TestNewBindsExistingStream(t *testing.T) {
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	js := jsFor(t, srv)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+	subjects := append(slices.Clone(cfg.Subjects), cfg.Stream+".orders.*")
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: subjects}); err != nil {
 		t.Fatal(err)
 	}
 	cfg.CreateStream = false
 	cfg.Subjects = nil
-	newConsumer(t, ctx, cfg)
+	c := newConsumer(t, ctx, cfg)
+	// Without a filter, the stream's subjects (what message spans are
+	// named after).
+	if got := c.Destinations(); !slices.Equal(got, subjects) {
+		t.Fatalf("Destinations() = %q, want the stream's subjects %q", got, subjects)
+	}
 	if _, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
 		t.Fatalf("consumer was not created on the existing stream: %v", err)
 	}

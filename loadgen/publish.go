@@ -398,6 +398,8 @@ type publisher struct {
 	reply      []byte   // the reply subject being built
 	tp         []byte   // the traceparent being built
 	subjects   []string // per device, made on first use
+	template   string   // "<Subject>.*", every device's subject
+	sendSpan   string   // "send <template>"
 	lag        *sendLag // open loop only
 	timer      *time.Timer
 	nextExpire time.Duration // when expireLate is next due, since start
@@ -436,6 +438,8 @@ func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, er
 		prefix:     nc.NewInbox() + ".",
 		errLate:    fmt.Errorf("no PubAck within %v", o.AckWait),
 		subjects:   make([]string, o.Subjects),
+		template:   o.Subject + ".*",
+		sendSpan:   "send " + o.Subject + ".*",
 		timer:      time.NewTimer(time.Hour),
 		nextExpire: never,
 		pending:    make(map[uint64]inFlight, o.MaxPending),
@@ -505,10 +509,13 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) 
 		// could carry its traceparent.
 		m.Header = nats.Header{jetstream.MsgIDHeader: []string{MsgID(p.o.Run, seq)}}
 		var sctx context.Context
-		sctx, span = p.o.Tracer.Start(ctx, "send "+m.Subject, trace.WithSpanKind(trace.SpanKindProducer),
+		// Named after the subjects' template, not the subject: one per
+		// device would give a tracing backend an operation per device.
+		sctx, span = p.o.Tracer.Start(ctx, p.sendSpan, trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(attribute.String("messaging.system", "nats"),
 				attribute.String("messaging.operation.type", "send"),
 				attribute.String("messaging.destination.name", m.Subject),
+				attribute.String("messaging.destination.template", p.template),
 				attribute.String("messaging.message.id", m.Header.Get(jetstream.MsgIDHeader))))
 		telemetry.InjectTrace(sctx, m.Header)
 	} else {

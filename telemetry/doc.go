@@ -28,10 +28,12 @@
 //
 // Spans, following the OpenTelemetry messaging conventions:
 //
-//   - "process <subject>", CONSUMER, one per sampled message: started by
+//   - "process <pattern>", CONSUMER, one per sampled message: started by
 //     StartMessage when the consumer receives the message (its start time is
-//     Event.Received), parented on the publisher's traceparent, with
-//     messaging.system=nats, messaging.destination.name,
+//     Event.Received), parented on the publisher's traceparent, named after
+//     the subject pattern the message came through (Tracing.SetDestinations;
+//     not the subject, whose ids would make one span name per device), with
+//     messaging.system=nats, messaging.destination.name and .template,
 //     messaging.message.id, messaging.nats.stream, .stream_sequence and
 //     .delivery_count. It lives in pipeline.Event.Span until the message is
 //     settled, and ends there (EndMessage): at the ack after the commit, at

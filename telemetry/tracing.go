@@ -86,6 +86,42 @@ type Tracing struct {
 	sampler   string     // what decides sampling, for the start-up log
 	maxLinks  int        // links kept on a batch span
 	queue     *spanQueue // nil when off
+	// dests are the subject patterns messages come from, each with its
+	// span name (SetDestinations).
+	dests []destination
+}
+
+// destination is a subject pattern a message span is named after.
+type destination struct{ pattern, span string }
+
+// SetDestinations gives the subject patterns jetsink consumes (the
+// consumer's filter subject, or its stream's subjects). A message span is
+// named "process <pattern>" after the first pattern its subject matches,
+// which is also its messaging.destination.template: the OpenTelemetry
+// messaging conventions name a span after a low-cardinality destination,
+// and subjects that carry a device or customer id would give a tracing
+// backend one operation per id. A subject no pattern matches (the stream
+// was changed since) gives a span named "process". Call it before the
+// first StartMessage, not concurrently with it.
+func (t *Tracing) SetDestinations(patterns []string) {
+	if t == nil {
+		return
+	}
+	t.dests = t.dests[:0]
+	for _, p := range patterns {
+		t.dests = append(t.dests, destination{pattern: p, span: "process " + p})
+	}
+}
+
+// destination returns the pattern that subject matches and the span name
+// it gives, or "" and "process".
+func (t *Tracing) destination(subject string) (pattern, span string) {
+	for _, d := range t.dests {
+		if pipeline.SubjectsOverlap(d.pattern, subject) {
+			return d.pattern, d.span
+		}
+	}
+	return "", "process"
 }
 
 // forceKey marks a context whose root span the sampler must keep: jetsink
@@ -502,7 +538,8 @@ func (t *Tracing) sampleRoot() bool {
 	return rand.Uint64()>>1 < t.rootBound
 }
 
-// StartMessage starts the CONSUMER span "process <subject>" of one message,
+// StartMessage starts the CONSUMER span "process <pattern>" of one message
+// (see SetDestinations),
 // to be stored in ev.Span, parented on the publisher's traceparent header
 // when there is one. It returns nil, and allocates nothing, when tracing is
 // off or the message is not sampled: a traceparent whose sampled flag is
@@ -539,7 +576,8 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 			parent = forced
 		}
 	}
-	attrs := make([]attribute.KeyValue, 0, 9)
+	pattern, name := t.destination(ev.Subject)
+	attrs := make([]attribute.KeyValue, 0, 10)
 	attrs = append(attrs,
 		attribute.String("messaging.system", "nats"),
 		attribute.String("messaging.operation.type", "process"),
@@ -550,10 +588,13 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 		attribute.Int64("messaging.nats.stream_sequence", int64(ev.StreamSeq)),
 		attribute.Int64("messaging.nats.delivery_count", int64(ev.Delivered)),
 	)
+	if pattern != "" {
+		attrs = append(attrs, attribute.String("messaging.destination.template", pattern))
+	}
 	if ev.MsgID != "" {
 		attrs = append(attrs, attribute.String("messaging.message.id", ev.MsgID))
 	}
-	_, sp := t.tracer.Start(parent, "process "+ev.Subject,
+	_, sp := t.tracer.Start(parent, name,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithTimestamp(ev.Received),
 		trace.WithAttributes(attrs...))

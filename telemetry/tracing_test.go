@@ -115,7 +115,7 @@ func TestStartMessageParentAndSampling(t *testing.T) {
 		t.Fatalf("%d spans exported, want process and copy", len(spans))
 	}
 	proc, copySp := spans[0], spans[1]
-	if proc.Name != "process events.dev1" || proc.SpanKind != trace.SpanKindConsumer || proc.Parent.SpanID() != psp.SpanContext().SpanID() {
+	if proc.Name != "process" || proc.SpanKind != trace.SpanKindConsumer || proc.Parent.SpanID() != psp.SpanContext().SpanID() {
 		t.Errorf("process span %q kind %v parent %v, want child of %v", proc.Name, proc.SpanKind, proc.Parent.SpanID(), psp.SpanContext().SpanID())
 	}
 	if copySp.Name != "copy events" || copySp.SpanKind != trace.SpanKindClient || len(copySp.Links) != 1 ||
@@ -473,5 +473,54 @@ func TestShutdownCancelsAHungExport(t *testing.T) {
 	case <-tr.exp.shut:
 	default:
 		t.Fatalf("the exporter is still exporting %v after Shutdown returned", time.Since(start))
+	}
+}
+
+// Message spans are named after the subject pattern a message came
+// through, not its subject: subjects that carry an id would give the
+// tracing backend one operation per id.
+func TestMessageSpanNames(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tr, err := newTracing(exp, Config{ServiceName: "test", SampleRatio: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Shutdown(context.Background()) }()
+	tr.SetDestinations([]string{"orders.*.created", "events.>", "events.dev1"})
+	cases := []struct{ subject, name, template string }{
+		{"events.dev1", "process events.>", "events.>"}, // the first that matches
+		{"events.dev2.temp", "process events.>", "events.>"},
+		{"orders.42.created", "process orders.*.created", "orders.*.created"},
+		{"orders.42.deleted", "process", ""}, // none matches: no template
+		{"events", "process", ""},            // > needs a token
+	}
+	for _, c := range cases {
+		ev := event(nil)
+		ev.Subject = c.subject
+		ev.Span = tr.StartMessage(ev)
+		EndMessage(&ev, "ack", nil)
+	}
+	if err := tr.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != len(cases) {
+		t.Fatalf("%d spans, want %d", len(spans), len(cases))
+	}
+	for i, c := range cases {
+		sp := spans[i]
+		var template, dest string
+		for _, a := range sp.Attributes {
+			switch a.Key {
+			case "messaging.destination.template":
+				template = a.Value.AsString()
+			case "messaging.destination.name":
+				dest = a.Value.AsString()
+			}
+		}
+		if sp.Name != c.name || template != c.template || dest != c.subject {
+			t.Errorf("subject %s: span %q, template %q, destination %q; want %q, %q, %q",
+				c.subject, sp.Name, template, dest, c.name, c.template, c.subject)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -251,7 +252,9 @@ func TestTracesInJaeger(t *testing.T) {
 		}
 	}
 
-	// The publisher's trace: root -> send <subject> -> process <subject>.
+	// The publisher's trace: root -> send <prefix>.* -> process <prefix>.>,
+	// spans named after the subjects' pattern, not the two devices'
+	// subjects.
 	processIDs := map[string]bool{}
 	waitFor(t, ctx, "the publisher's trace with jetsink's process spans in Jaeger", func() (bool, string) {
 		var tr jTraces
@@ -264,13 +267,13 @@ func TestTracesInJaeger(t *testing.T) {
 		d := tr.Data[0]
 		sends := map[string]bool{}
 		for _, s := range d.Spans {
-			if strings.HasPrefix(s.OperationName, "send "+e.prefix+".") && d.Processes[s.ProcessID].ServiceName == "test-publisher-"+e.prefix {
+			if s.OperationName == "send "+e.prefix+".*" && d.Processes[s.ProcessID].ServiceName == "test-publisher-"+e.prefix {
 				sends[hexID(s.SpanID)] = true
 			}
 		}
 		clear(processIDs)
 		for _, s := range d.Spans {
-			if !strings.HasPrefix(s.OperationName, "process "+e.prefix+".") || d.Processes[s.ProcessID].ServiceName != service {
+			if s.OperationName != "process "+e.prefix+".>" || d.Processes[s.ProcessID].ServiceName != service {
 				continue
 			}
 			for _, ref := range s.References {
@@ -307,4 +310,21 @@ func TestTracesInJaeger(t *testing.T) {
 		}
 		return len(linked) == n, fmt.Sprintf("%d copy spans linking %d of %d process spans", copies, len(linked), n)
 	})
+
+	// One operation per kind of span, whatever the number of subjects.
+	for svc, want := range map[string][]string{
+		service:                      {"copy " + e.table, "process " + e.prefix + ".>"},
+		"test-publisher-" + e.prefix: {"publish test events", "send " + e.prefix + ".*"},
+	} {
+		var ops struct {
+			Data []string `json:"data"`
+		}
+		if err := j.get(ctx, "/api/services/"+url.PathEscape(svc)+"/operations", &ops); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(ops.Data)
+		if !slices.Equal(ops.Data, want) {
+			t.Errorf("service %s has operations %q, want %q", svc, ops.Data, want)
+		}
+	}
 }

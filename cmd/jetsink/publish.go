@@ -67,7 +67,7 @@ re-run with the same --run within the stream's duplicate window stores each
 event once. A second one exits at once.
 
 Each event carries a W3C traceparent. With OTEL_EXPORTER_OTLP_ENDPOINT set,
-each publish is a PRODUCER span "send <subject>" (service OTEL_SERVICE_NAME,
+each publish is a PRODUCER span "send <subject prefix>.*" (service OTEL_SERVICE_NAME,
 default jetsink-publish; sampler OTEL_TRACES_SAMPLER), the parent of
 jetsink's process span. Without it the traceparent has random ids and the
 sampled flag cleared, so jetsink (sampling parent-based) does not trace the
