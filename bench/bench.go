@@ -443,7 +443,28 @@ func (o *Options) defaults() error {
 	if o.LockFor != 0 && o.Scenario != ScenarioRate {
 		return fmt.Errorf("%w: --lock-for needs --scenario rate", ErrInvalidOptions)
 	}
+	for _, v := range o.Variants {
+		if limit := maxEventBytes(o.Base.Pipeline.MaxEventBytes, v); limit > 0 && int64(o.EventBytes) > limit {
+			return fmt.Errorf("%w: --event-bytes %d is above pipeline.max_event_bytes %d%s: jetsink would dead-letter every event; "+
+				"raise it (--set pipeline.max_event_bytes=N) or pad less", ErrInvalidOptions, o.EventBytes, limit, variantSuffix(v))
+		}
+	}
 	return nil
+}
+
+// maxEventBytes is pipeline.max_event_bytes as variant v runs it: base,
+// unless v sets a number of its own; 0 when it sets one this cannot read.
+func maxEventBytes(base int64, v Variant) int64 {
+	for _, kv := range v.Set {
+		if s, ok := strings.CutPrefix(kv, "pipeline.max_event_bytes="); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				return 0
+			}
+			base = n
+		}
+	}
+	return base
 }
 
 // prepareEmbedded turns track_commit_timestamp on and restarts the cluster,

@@ -490,6 +490,22 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("Run(%+v) = %v, want ErrInvalidOptions", o, err)
 		}
 	}
+
+	// Events padded past pipeline.max_event_bytes would all be
+	// dead-lettered: refused, per variant.
+	o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, EventBytes: 2048}
+	o.Base.Pipeline.MaxEventBytes = 1024
+	if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "pipeline.max_event_bytes 1024") {
+		t.Errorf("EventBytes above max_event_bytes: %v", err)
+	}
+	o.Variants = []Variant{{Name: "big", Set: []string{"pipeline.max_event_bytes=4096"}}}
+	if err := o.defaults(); err != nil {
+		t.Errorf("a variant that raises max_event_bytes: %v", err)
+	}
+	o.Variants = append(o.Variants, Variant{Name: "small", Set: []string{"pipeline.max_event_bytes=2000"}})
+	if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "[small]") {
+		t.Errorf("a variant below EventBytes: %v", err)
+	}
 }
 
 // BenchmarkDrain drives the processor in-process over b.N preloaded events

@@ -611,3 +611,24 @@ func TestPad(t *testing.T) {
 		}
 	}
 }
+
+// Events padded past the server's max_payload are refused before any is
+// sent (each publish would fail and be sent again until it gave up); the
+// largest that fits with its headers is stored.
+func TestPublishEventBytesWithinMaxPayload(t *testing.T) {
+	e := newJSEnv(t)
+	stream := e.stream(t, jetstream.StreamConfig{Name: "PAD", Subjects: []string{"pad.>"}})
+	limit := int(e.nc.MaxPayload())
+	res, err := Publish(e.ctx, e.nc, Options{Subject: "pad", Events: 1, Run: 1, EventBytes: limit})
+	if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "max_payload") || res.Sent != 0 {
+		t.Fatalf("EventBytes = max_payload: %+v, %v; want ErrInvalidOptions naming max_payload, nothing sent", res, err)
+	}
+	res, err = Publish(e.ctx, e.nc, Options{Subject: "pad", Events: 2, Run: 2, EventBytes: limit - headerRoom})
+	if err != nil || res.Acked != 2 {
+		t.Fatalf("EventBytes = max_payload - headerRoom: %+v, %v", res, err)
+	}
+	info, err := stream.Info(e.ctx)
+	if err != nil || info.State.Msgs != 2 || info.State.Bytes < 2*uint64(limit-headerRoom) {
+		t.Fatalf("stream: %+v, %v; want 2 messages of %d bytes", info.State, err, limit-headerRoom)
+	}
+}

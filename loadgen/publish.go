@@ -82,6 +82,11 @@ type Options struct {
 	Stop <-chan struct{}
 }
 
+// headerRoom is what Publish keeps of max_payload for an event's headers:
+// Nats-Msg-Id (under 50 bytes), traceparent (55 and its key) and a
+// tracer's tracestate, with room to spare.
+const headerRoom = 512
+
 // Validate reports, wrapping ErrInvalidOptions, options Publish refuses:
 // no Subject; neither or both of Events and Rate; Rate without Duration,
 // or Duration without Rate; a Rate x Duration of less than one event.
@@ -240,6 +245,11 @@ func MsgID(run, seq uint64) string {
 func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	if err := o.Validate(); err != nil {
 		return Result{}, err
+	}
+	if limit := nc.MaxPayload(); o.EventBytes > 0 && int64(o.EventBytes)+headerRoom > limit {
+		// Each publish would fail, and be sent again, until it gave up.
+		return Result{}, fmt.Errorf("%w: EventBytes %d and up to %d bytes of headers do not fit the server's max_payload, %d bytes",
+			ErrInvalidOptions, o.EventBytes, headerRoom, limit)
 	}
 	if o.Subjects < 1 {
 		o.Subjects = 1
