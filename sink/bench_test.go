@@ -259,3 +259,13 @@ func procCPU(b *testing.B, pid uint32) time.Duration {
 	}
 	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
+
+// BenchmarkSlowWatch is what watching for a slow batch adds to every
+// attempt that ends before slowBatchAfter (nearly all of them).
+func BenchmarkSlowWatch(b *testing.B) {
+	s := &Sink{}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.watchSlow(1, 1000)()
+	}
+}

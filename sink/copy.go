@@ -514,7 +514,9 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 		}
 	}
 	stop := watchConn(c.conn.PgConn().Conn(), s.cfg.DeadConnectionTimeout)
+	stopSlow := c.watchSlow(len(rows))
 	defer func() {
+		stopSlow()
 		if !stop() {
 			return
 		}

@@ -178,6 +178,14 @@
 // apart), and only the next TCP hop is watched (a proxy in between is the
 // one to notice a dead server behind it).
 //
+// Such a wait is silent, so an attempt still under way after 30 s
+// (slowBatchAfter) is logged at Warn, and again each time its wait has
+// doubled, with what pg_stat_activity says its backend waits for and the
+// sessions pg_blocking_pids names (reportSlow, on the admin connection;
+// their pid, user, application, state and transaction age, not their
+// query). It costs an attempt that ends sooner a timer, ~0.5 µs
+// (BenchmarkSlowWatch).
+//
 // # Use
 //
 //	s, err := sink.New(ctx, cfg, mapper.Columns(), deadLetterer, log)

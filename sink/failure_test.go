@@ -2,6 +2,7 @@ package sink
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -267,5 +268,61 @@ func TestStillFailingBatchIsLoggedAgain(t *testing.T) {
 	}
 	if !strings.Contains(warns[len(warns)-1], "failing_for=") {
 		t.Errorf("the last warning does not say how long the batch has failed: %s", warns[len(warns)-1])
+	}
+}
+
+// A batch that waits for a lock is reported while it waits, with who holds
+// the lock, again as the wait doubles, and no more once it has committed.
+func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1 })
+	logs := captureLog(t, s, time.Minute)
+	prev := slowBatchAfter
+	slowBatchAfter = 300 * time.Millisecond
+	t.Cleanup(func() { slowBatchAfter = prev })
+	locker := pg.Conn(t)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	blocker := fmt.Sprintf("blocked_by=\"pid %d (", locker.PgConn().PID())
+	batch, ms := rows(1, 50, nil)
+	src.push(t, ctx, batch)
+	reports := func() []string {
+		var out []string
+		for line := range strings.Lines(logs.String()) {
+			if strings.Contains(line, "batch waiting on PostgreSQL") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	waitFor(t, ctx, "two reports of the waiting batch", func() bool { return len(reports()) >= 2 })
+	for _, line := range reports()[:2] {
+		if !strings.Contains(line, "rows=50") || !strings.Contains(line, "wait=Lock:relation") || !strings.Contains(line, blocker) ||
+			!strings.Contains(line, "idle in transaction") || !strings.Contains(line, "pg_terminate_backend") {
+			t.Errorf("report %q does not say the batch waits for a lock that pid %d holds", line, locker.PgConn().PID())
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the batch acked", allAcked(ms))
+	n := len(reports())
+	time.Sleep(4 * slowBatchAfter) // past the next report a running watch would make
+	if got := len(reports()); got != n {
+		t.Errorf("%d reports after the batch committed", got-n)
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

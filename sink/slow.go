@@ -1,0 +1,190 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// slowBatchAfter is how long an attempt may wait on PostgreSQL before the
+// sink says so; it says so again each time the wait has doubled. A batch
+// that waits for a lock is otherwise silent: no error comes back, and
+// watchConn sees a server that is alive. Back-pressure then stops the
+// consumer, and the log would show nothing of why.
+var slowBatchAfter = 30 * time.Second
+
+// slowLookTimeout bounds one look at pg_stat_activity.
+const slowLookTimeout = 5 * time.Second
+
+// watchSlow reports (reportSlow) an attempt of rows on the committer's
+// connection that has run for slowBatchAfter, and again at twice that, four
+// times, and so on. stop ends the watch and waits for a look under way,
+// which it cuts short.
+func (c *committer) watchSlow(rows int) (stop func()) {
+	return c.s.watchSlow(c.conn.PgConn().PID(), rows)
+}
+
+func (s *Sink) watchSlow(pid uint32, rows int) (stop func()) {
+	w := &slowWatch{s: s, pid: pid, rows: rows, start: time.Now(), next: slowBatchAfter}
+	w.wg.Add(1)
+	w.mu.Lock()
+	w.t = time.AfterFunc(w.next, w.look)
+	w.mu.Unlock()
+	return w.stop
+}
+
+// slowWatch is one watchSlow. A timer rather than a goroutine, and the
+// look's context made only when it runs: nearly every attempt ends long
+// before the first look.
+type slowWatch struct {
+	s     *Sink
+	pid   uint32
+	rows  int
+	start time.Time
+	wg    sync.WaitGroup // the pending or running look
+
+	mu      sync.Mutex
+	t       *time.Timer
+	next    time.Duration // since start, when the next look is due
+	stopped bool
+	ctx     context.Context    // the looks'; nil before the first
+	cancel  context.CancelFunc // ends a look under way
+}
+
+func (w *slowWatch) look() {
+	defer w.wg.Done()
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	if w.cancel == nil {
+		w.ctx, w.cancel = context.WithCancel(context.Background())
+	}
+	ctx := w.ctx
+	w.mu.Unlock()
+	w.s.reportSlow(ctx, w.pid, w.rows, time.Since(w.start))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	w.next *= 2
+	w.wg.Add(1)
+	w.t.Reset(w.next - time.Since(w.start))
+}
+
+func (w *slowWatch) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	if w.t.Stop() {
+		w.wg.Done() // the look that will not run
+	}
+	cancel := w.cancel
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	w.wg.Wait()
+}
+
+// reportSlow logs, at Warn, that an attempt of rows has waited on backend
+// pid for waited, with what pg_stat_activity says the backend waits for and
+// which sessions block it (pg_blocking_pids): their pid, user, application
+// and how long their transaction has been open, not their query, whose text
+// may hold data. A look that fails is logged with its error instead.
+func (s *Sink) reportSlow(ctx context.Context, pid uint32, rows int, waited time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, slowLookTimeout)
+	defer cancel()
+	var (
+		waitType, waitEvent, state string
+		blockers                   []string
+	)
+	err := s.withAdmin(ctx, func(a *pgx.Conn) error {
+		var pids []int32
+		err := a.QueryRow(ctx, `SELECT coalesce(wait_event_type, ''), coalesce(wait_event, ''), coalesce(state, ''), pg_blocking_pids(pid)
+FROM pg_stat_activity WHERE pid = $1`, int32(pid)).Scan(&waitType, &waitEvent, &state, &pids)
+		if err != nil || len(pids) == 0 {
+			return err
+		}
+		rs, err := a.Query(ctx, `SELECT pid, coalesce(usename, ''), coalesce(application_name, ''), coalesce(state, ''),
+	coalesce(extract(epoch FROM statement_timestamp() - xact_start)::float8, -1)
+FROM pg_stat_activity WHERE pid = ANY($1) ORDER BY pid`, pids)
+		if err != nil {
+			return err
+		}
+		seen := map[int32]bool{}
+		for rs.Next() {
+			var (
+				p                 int32
+				user, app, bstate string
+				open              float64
+			)
+			if err := rs.Scan(&p, &user, &app, &bstate, &open); err != nil {
+				rs.Close()
+				return err
+			}
+			seen[p] = true
+			blockers = append(blockers, describeBlocker(p, user, app, bstate, open))
+		}
+		if err := rs.Err(); err != nil {
+			return err
+		}
+		for _, p := range pids {
+			if !seen[p] { // gone since, or not visible
+				blockers = append(blockers, fmt.Sprintf("pid %d", p))
+			}
+		}
+		return nil
+	})
+	args := []any{"rows", rows, "waited", roundWait(waited), "backend_pid", pid}
+	switch {
+	case err != nil:
+		args = append(args, "look_err", err)
+	case waitType == "" && state == "":
+		args = append(args, "wait", "not found in pg_stat_activity")
+	default:
+		args = append(args, "state", state, "wait", strings.Trim(waitType+":"+waitEvent, ":"))
+	}
+	if waitEvent == "SyncRep" {
+		args = append(args, "hint", "the COMMIT waits for a synchronous standby (synchronous_standby_names, synchronous_commit)")
+	}
+	if len(blockers) > 0 {
+		args = append(args, "blocked_by", strings.Join(blockers, "; "),
+			"hint", "the blocking sessions hold a lock the batch needs (on the table, a row of the same key, or a partition); "+
+				"end their transactions, or pg_terminate_backend(pid); the batch commits as soon as they do")
+	}
+	s.log.Warn("batch waiting on PostgreSQL; new events wait in JetStream meanwhile", args...)
+}
+
+// describeBlocker says who a blocking session is: "pid 5678 (user app,
+// idle in transaction, transaction open 42s)".
+func describeBlocker(pid int32, user, app, state string, open float64) string {
+	var parts []string
+	if who := strings.TrimSpace(user + " " + app); who != "" {
+		parts = append(parts, who)
+	}
+	if state != "" {
+		parts = append(parts, state)
+	}
+	if open >= 0 {
+		parts = append(parts, "transaction open "+roundWait(time.Duration(open*float64(time.Second))).String())
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("pid %d", pid)
+	}
+	return fmt.Sprintf("pid %d (%s)", pid, strings.Join(parts, ", "))
+}
+
+// roundWait rounds a wait for a log line: to 100 ms under 10 s, else to
+// the second.
+func roundWait(d time.Duration) time.Duration {
+	if d < 10*time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
