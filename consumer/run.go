@@ -524,6 +524,13 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				return s.leaveDraining(hard)
 			}
 		case err := <-s.errs:
+			if st, ok := errors.AsType[*wire.StallError](err); ok {
+				c.log.Warn("no pull: the events in flight fill nats.max_in_flight_bytes, and none has been settled meanwhile",
+					"waited", st.Waited.Round(time.Second), "held_bytes", st.Held, "max_in_flight_bytes", st.Limit,
+					"hint", "if the sink logs \"batch waiting on PostgreSQL\", that is why; if not, an event is held that will never be settled "+
+						"(a bug: please report it); a restart loses nothing, the events come back after ack_wait")
+				continue
+			}
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 				c.log.Warn("pull subscription", "err", err)
 				continue

@@ -34,7 +34,7 @@ func TestConsumeBudgetBoundsWhatIsHeld(t *testing.T) {
 	)
 	errs := newErrRecorder()
 	sub, err := c.Consume(PullOptions{Stream: "BUDGET", Consumer: "C", MaxMessages: 1000, Budget: b,
-		Expires: 2 * time.Second, Heartbeat: 500 * time.Millisecond}, func(m *Msg) {
+		Expires: 2 * time.Second, Heartbeat: 500 * time.Millisecond, StallAfter: time.Second}, func(m *Msg) {
 		_, sseq := ackMeta(t, m.Reply())
 		mu.Lock()
 		defer mu.Unlock()
@@ -60,11 +60,27 @@ func TestConsumeBudgetBoundsWhatIsHeld(t *testing.T) {
 	if got >= n/2 {
 		t.Fatalf("%d of %d messages taken with the handler keeping them: the budget did not stop the pulls", got, n)
 	}
+	// The wait, with nothing released, is reported as a stall.
+	var stall *StallError
+	isStall := func(err error) bool {
+		se, ok := errors.AsType[*StallError](err)
+		if ok && stall == nil {
+			stall = se
+		}
+		return ok
+	}
 	drainErrs(t, errs, func(err error) {
 		if errors.Is(err, ErrNoHeartbeat) {
 			t.Errorf("waiting for the budget's room reported as a missed heartbeat: %v", err)
 		}
+		isStall(err)
 	})
+	if stall == nil {
+		_ = errs.wait(t, 10*time.Second, isStall)
+	}
+	if stall == nil || stall.Held != b.Held() || stall.Limit != limit || stall.Waited < time.Second {
+		t.Errorf("stall report %+v, want one after 1s with the budget's %d of %d bytes", stall, b.Held(), limit)
+	}
 	// Settle what is kept, each way in turn, until all have come.
 	var acks []*Msg
 	round := 0

@@ -2,8 +2,10 @@ package wire
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Sentinels. Classify with errors.Is; the messages are for humans.
@@ -42,6 +44,22 @@ var (
 	// JetStream message and cannot be settled.
 	ErrMsgNoReply = errors.New("wire: message has no reply subject")
 )
+
+// StallError: a Sub has opened no pull for Waited because its Budget had
+// no room, while the Budget's held bytes did not change: nothing was
+// released. The handler's side is stuck (what it holds waits on
+// something), or a message is held that will never be released. Reported
+// through the Sub's onErr after PullOptions.StallAfter, and again each
+// time the wait has doubled; the Sub goes on waiting.
+type StallError struct {
+	Waited      time.Duration
+	Held, Limit int64 // the Budget's, in bytes
+}
+
+func (e *StallError) Error() string {
+	return fmt.Sprintf("wire: no pull for %v: the messages handed on hold %d bytes of the in-flight budget's %d, and none was released meanwhile",
+		e.Waited.Round(time.Second), e.Held, e.Limit)
+}
 
 // ServerError is an -ERR the server sent. The text is the server's own and
 // never holds a credential.

@@ -46,6 +46,11 @@ type PullOptions struct {
 	// pull is open the silence is not a missed heartbeat. Its Limit must
 	// not be below max_payload + 8 KiB.
 	Budget *Budget
+	// StallAfter is how long the Sub waits for the Budget's room, with no
+	// pull open and nothing released, before it reports a *StallError
+	// through onErr (again each time the wait has doubled). Default 1
+	// minute; it is measured in Heartbeat ticks.
+	StallAfter time.Duration
 }
 
 func (o *PullOptions) withDefaults() error {
@@ -69,6 +74,10 @@ func (o *PullOptions) withDefaults() error {
 	if o.Heartbeat == 0 {
 		o.Heartbeat = min(o.Expires/2, 30*time.Second)
 	}
+	if o.StallAfter < 0 {
+		return fmt.Errorf("%w: negative StallAfter", ErrInvalidOptions)
+	}
+	o.StallAfter = cmp.Or(o.StallAfter, time.Minute)
 	if o.Heartbeat > o.Expires/2 {
 		return fmt.Errorf("%w: Heartbeat %v is above half of Expires %v", ErrInvalidOptions, o.Heartbeat, o.Expires)
 	}
@@ -504,6 +513,7 @@ func (s *Sub) loop() error {
 	defer tick.Stop()
 	var handled, seen uint64
 	idle := 0
+	var stall stallWatch
 	for {
 		// While messages are waiting, take them without the full select;
 		// two atomic loads notice Stop, a terminal status or a dead
@@ -558,12 +568,21 @@ func (s *Sub) loop() error {
 			// it around its handler: a slow handler is not silence.
 			if s.status.Swap(false) || handled != seen || len(s.ch) > 0 {
 				seen, idle = handled, 0
+				stall.reset()
 				continue
 			}
 			s.pmu.Lock()
 			// Nor is waiting for the Budget's room with no pull open.
-			quiet := s.draining || s.gated.Load() && s.pending == 0
+			gated := !s.draining && s.gated.Load() && s.pending == 0
+			quiet := s.draining || gated
 			s.pmu.Unlock()
+			if !gated {
+				stall.reset()
+			} else if b := s.opts.Budget; b != nil {
+				if waited, ok := stall.see(time.Now(), b.Held(), s.opts.StallAfter); ok {
+					s.onErr(&StallError{Waited: waited, Held: b.Held(), Limit: b.Limit()})
+				}
+			}
 			if quiet {
 				idle = 0
 				continue
@@ -580,6 +599,32 @@ func (s *Sub) loop() error {
 			s.pmu.Unlock()
 		}
 	}
+}
+
+// stallWatch times a Sub's wait for its Budget's room during which the
+// Budget's held bytes stay the same (see StallError).
+type stallWatch struct {
+	since time.Time // zero: not waiting
+	held  int64     // the held bytes since since
+	next  time.Duration
+}
+
+func (w *stallWatch) reset() { w.since = time.Time{} }
+
+// see notes that the Sub still waits, with held bytes held, and reports
+// how long the stall has lasted once it has lasted after, then 2 x after,
+// 4 x after, and so on.
+func (w *stallWatch) see(now time.Time, held int64, after time.Duration) (time.Duration, bool) {
+	if w.since.IsZero() || held != w.held {
+		w.since, w.held, w.next = now, held, after
+		return 0, false
+	}
+	waited := now.Sub(w.since)
+	if waited < w.next {
+		return 0, false
+	}
+	w.next *= 2
+	return waited, true
 }
 
 // holdBytes adds sign x m's pullSize to heldBytes, which only MaxBytes
