@@ -453,18 +453,31 @@ func (o *Options) defaults() error {
 }
 
 // maxEventBytes is pipeline.max_event_bytes as variant v runs it: base,
-// unless v sets a number of its own; 0 when it sets one this cannot read.
+// unless v sets a number of its own, by a variable (Env) or, taking
+// precedence as in config.Parse, a --set (Set); 0 when it sets one this
+// cannot read.
 func maxEventBytes(base int64, v Variant) int64 {
-	for _, kv := range v.Set {
-		if s, ok := strings.CutPrefix(kv, "pipeline.max_event_bytes="); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-			if err != nil {
-				return 0
-			}
-			base = n
+	const key = "pipeline.max_event_bytes"
+	n := base
+	set := func(value string) {
+		var err error
+		if n, err = strconv.ParseInt(strings.TrimSpace(value), 10, 64); err != nil {
+			n = 0
 		}
 	}
-	return base
+	for _, kv := range v.Env {
+		if name, value, ok := strings.Cut(kv, "="); ok {
+			if path, ok := config.KeyOfEnv(name); ok && path == key {
+				set(value)
+			}
+		}
+	}
+	for _, kv := range v.Set {
+		if path, value, ok := strings.Cut(kv, "="); ok && strings.TrimSpace(path) == key {
+			set(value)
+		}
+	}
+	return n
 }
 
 // prepareEmbedded turns track_commit_timestamp on and restarts the cluster,

@@ -502,9 +502,18 @@ func TestOptionsValidate(t *testing.T) {
 	if err := o.defaults(); err != nil {
 		t.Errorf("a variant that raises max_event_bytes: %v", err)
 	}
-	o.Variants = append(o.Variants, Variant{Name: "small", Set: []string{"pipeline.max_event_bytes=2000"}})
+	o.Variants = append(o.Variants, Variant{Name: "small", Set: []string{"pipeline.max_event_bytes =2000"}})
 	if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "[small]") {
 		t.Errorf("a variant below EventBytes: %v", err)
+	}
+	// By a variable, which a --set overrides.
+	o.Variants = []Variant{{Name: "env", Env: []string{"JETSINK_PIPELINE_MAX_EVENT_BYTES=4096"}}}
+	if err := o.defaults(); err != nil {
+		t.Errorf("a variant that raises max_event_bytes by a variable: %v", err)
+	}
+	o.Variants[0].Set = []string{"pipeline.max_event_bytes=2000"}
+	if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("a --set below EventBytes over a variable above it: %v", err)
 	}
 }
 

@@ -83,8 +83,10 @@ type Options struct {
 }
 
 // headerRoom is what Publish keeps of max_payload for an event's headers:
-// Nats-Msg-Id (under 50 bytes), traceparent (55 and its key) and a
-// tracer's tracestate, with room to spare.
+// the NATS/1.0 line, Nats-Msg-Id (under 50 bytes) and traceparent (55 and
+// its key) take under 150, which leaves ~350 for a tracestate that a
+// publisher's tracer may add (W3C allows up to 512: such an event may not
+// fit, and its publish fails).
 const headerRoom = 512
 
 // Validate reports, wrapping ErrInvalidOptions, options Publish refuses:

@@ -54,9 +54,10 @@ type Event struct {
 	// Epoch is the consumer's epoch for the message (see Epochs): settle
 	// it (ack, term) only while Epochs.Hold returns the same.
 	Epoch uint64
-	// Span is the message's CONSUMER span ("process <subject>"), nil when
-	// tracing is off or the message is not sampled, so checking it for nil
-	// is all an unsampled event costs. The consumer starts it on receipt
+	// Span is the message's CONSUMER span ("process <subject pattern>":
+	// see telemetry.Tracing.SetDestinations), nil when tracing is off or
+	// the message is not sampled, so checking it for nil is all an
+	// unsampled event costs. The consumer starts it on receipt
 	// (parented on the publisher's traceparent); whoever settles the
 	// message ends it (telemetry.EndMessage): the sink after the ack, the
 	// dead-letterer, or the consumer when it naks. Its SpanContext is what

@@ -4,9 +4,8 @@ import "strings"
 
 // SubjectsOverlap reports whether some subject matches both NATS subject
 // patterns a and b (each may hold * and >; > stands for one token or
-// more). A subject as published holds no wildcard, so with one of them a
-// message's subject it is whether the other matches it. It allocates
-// nothing.
+// more). A message's subject holds no wildcard, so SubjectsOverlap(p,
+// subject) is whether pattern p matches it. It allocates nothing.
 func SubjectsOverlap(a, b string) bool {
 	for {
 		at, arest, amore := strings.Cut(a, ".")

@@ -108,7 +108,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	}
 	dl.Next = p.consumer
 	if p.tracing.Enabled() {
-		p.tracing.SetDestinations(p.consumer.Destinations())
+		p.tracing.SetDestinations(cfg.NATS.Stream, p.consumer.Destinations())
 		p.consumer.SetTracer(p.tracing.StartMessage)
 	}
 	p.sink.Instrument(p.tracing, p.metrics)

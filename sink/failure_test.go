@@ -2,6 +2,7 @@ package sink
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -320,6 +321,18 @@ func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
 	time.Sleep(4 * slowBatchAfter) // past the next report a running watch would make
 	if got := len(reports()); got != n {
 		t.Errorf("%d reports after the batch committed", got-n)
+	}
+	// A look cut short because the attempt ended says nothing.
+	over, cancel := context.WithCancel(ctx)
+	cancel()
+	s.reportSlow(over, locker.PgConn().PID(), 50, time.Minute)
+	if got := len(reports()); got != n {
+		t.Errorf("a look whose attempt had ended logged: %q", reports()[n:])
+	}
+	// A backend pg_stat_activity does not know (behind a pooler).
+	s.reportSlow(ctx, 1, 50, time.Minute)
+	if r := reports(); len(r) != n+1 || !strings.Contains(r[n], "no such backend") || !strings.Contains(r[n], "pooler") {
+		t.Errorf("the report of an unknown backend: %q", r[n:])
 	}
 	src.close()
 	if err := wait(); err != nil {

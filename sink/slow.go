@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -95,29 +96,33 @@ func (w *slowWatch) stop() {
 // reportSlow logs, at Warn, that an attempt of rows has waited on backend
 // pid for waited, with what pg_stat_activity says the backend waits for and
 // which sessions block it (pg_blocking_pids): their pid, user, application
-// and how long their transaction has been open, not their query, whose text
-// may hold data. A look that fails is logged with its error instead.
+// and, where the role may see them (its own sessions, or with
+// pg_read_all_stats), their state and how long their transaction has been
+// open; never their query, whose text may hold data. A look that fails is
+// logged with its error instead. Nothing is logged once ctx has ended: the
+// attempt is over.
 func (s *Sink) reportSlow(ctx context.Context, pid uint32, rows int, waited time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, slowLookTimeout)
+	lctx, cancel := context.WithTimeout(ctx, slowLookTimeout)
 	defer cancel()
 	var (
 		waitType, waitEvent, state string
 		blockers                   []string
 	)
-	err := s.withAdmin(ctx, func(a *pgx.Conn) error {
+	err := s.withAdmin(lctx, func(a *pgx.Conn) error {
 		var pids []int32
-		err := a.QueryRow(ctx, `SELECT coalesce(wait_event_type, ''), coalesce(wait_event, ''), coalesce(state, ''), pg_blocking_pids(pid)
+		err := a.QueryRow(lctx, `SELECT coalesce(wait_event_type, ''), coalesce(wait_event, ''), coalesce(state, ''),
+	ARRAY(SELECT DISTINCT b FROM unnest(pg_blocking_pids(pid)) b ORDER BY b)
 FROM pg_stat_activity WHERE pid = $1`, int32(pid)).Scan(&waitType, &waitEvent, &state, &pids)
 		if err != nil || len(pids) == 0 {
 			return err
 		}
-		rs, err := a.Query(ctx, `SELECT pid, coalesce(usename, ''), coalesce(application_name, ''), coalesce(state, ''),
+		rs, err := a.Query(lctx, `SELECT pid, coalesce(usename, ''), coalesce(application_name, ''), coalesce(state, ''),
 	coalesce(extract(epoch FROM statement_timestamp() - xact_start)::float8, -1)
-FROM pg_stat_activity WHERE pid = ANY($1) ORDER BY pid`, pids)
+FROM pg_stat_activity WHERE pid = ANY($1)`, pids)
 		if err != nil {
 			return err
 		}
-		seen := map[int32]bool{}
+		found := map[int32]string{}
 		for rs.Next() {
 			var (
 				p                 int32
@@ -128,37 +133,52 @@ FROM pg_stat_activity WHERE pid = ANY($1) ORDER BY pid`, pids)
 				rs.Close()
 				return err
 			}
-			seen[p] = true
-			blockers = append(blockers, describeBlocker(p, user, app, bstate, open))
+			found[p] = describeBlocker(p, user, app, bstate, open)
 		}
 		if err := rs.Err(); err != nil {
 			return err
 		}
-		for _, p := range pids {
-			if !seen[p] { // gone since, or not visible
-				blockers = append(blockers, fmt.Sprintf("pid %d", p))
+		for _, p := range pids { // in pid order
+			switch d, ok := found[p]; {
+			case ok:
+				blockers = append(blockers, d)
+			case p == 0:
+				blockers = append(blockers, "a prepared transaction (pg_prepared_xacts; COMMIT PREPARED or ROLLBACK PREPARED ends it)")
+			default:
+				blockers = append(blockers, fmt.Sprintf("pid %d (gone since)", p))
 			}
 		}
 		return nil
 	})
+	if ctx.Err() != nil {
+		return // the attempt ended while we looked
+	}
 	args := []any{"rows", rows, "waited", roundWait(waited), "backend_pid", pid}
+	var hints []string
 	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		args = append(args, "wait", "unknown: no such backend in pg_stat_activity")
+		hints = append(hints, "a connection pooler between jetsink and PostgreSQL hides the server's backend")
 	case err != nil:
 		args = append(args, "look_err", err)
-	case waitType == "" && state == "":
-		args = append(args, "wait", "not found in pg_stat_activity")
 	default:
 		args = append(args, "state", state, "wait", strings.Trim(waitType+":"+waitEvent, ":"))
 	}
-	if waitEvent == "SyncRep" {
-		args = append(args, "hint", "the COMMIT waits for a synchronous standby (synchronous_standby_names, synchronous_commit)")
+	switch waitEvent {
+	case "SyncRep":
+		hints = append(hints, "the COMMIT waits for a synchronous standby (synchronous_standby_names, synchronous_commit)")
+	case "ClientRead":
+		hints = append(hints, "PostgreSQL waits for jetsink to send the batch: jetsink is short of CPU, or the network is slow")
 	}
 	if len(blockers) > 0 {
-		args = append(args, "blocked_by", strings.Join(blockers, "; "),
-			"hint", "the blocking sessions hold a lock the batch needs (on the table, a row of the same key, or a partition); "+
-				"end their transactions, or pg_terminate_backend(pid); the batch commits as soon as they do")
+		args = append(args, "blocked_by", strings.Join(blockers, "; "))
+		hints = append(hints, "the blocking sessions hold a lock the batch needs (on the table, a row of the same key, or a partition); "+
+			"end their transactions, or pg_terminate_backend(pid); the batch commits as soon as they do")
 	}
-	s.log.Warn("batch waiting on PostgreSQL; new events wait in JetStream meanwhile", args...)
+	if len(hints) > 0 {
+		args = append(args, "hint", strings.Join(hints, "; "))
+	}
+	s.log.Warn("batch waiting on PostgreSQL", args...)
 }
 
 // describeBlocker says who a blocking session is: "pid 5678 (user app,

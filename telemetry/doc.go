@@ -31,8 +31,9 @@
 //   - "process <pattern>", CONSUMER, one per sampled message: started by
 //     StartMessage when the consumer receives the message (its start time is
 //     Event.Received), parented on the publisher's traceparent, named after
-//     the subject pattern the message came through (Tracing.SetDestinations;
-//     not the subject, whose ids would make one span name per device), with
+//     the subject pattern the message came through, or else its stream
+//     (Tracing.SetDestinations; not the subject, whose ids would make one
+//     span name per device), with
 //     messaging.system=nats, messaging.destination.name and .template,
 //     messaging.message.id, messaging.nats.stream, .stream_sequence and
 //     .delivery_count. It lives in pipeline.Event.Span until the message is

@@ -88,22 +88,25 @@ type Tracing struct {
 	queue     *spanQueue // nil when off
 	// dests are the subject patterns messages come from, each with its
 	// span name (SetDestinations).
-	dests []destination
+	dests      []destination
+	streamSpan string // "process <stream>", or "process" before SetDestinations
 }
 
 // destination is a subject pattern a message span is named after.
 type destination struct{ pattern, span string }
 
-// SetDestinations gives the subject patterns jetsink consumes (the
-// consumer's filter subject, or its stream's subjects). A message span is
-// named "process <pattern>" after the first pattern its subject matches,
-// which is also its messaging.destination.template: the OpenTelemetry
-// messaging conventions name a span after a low-cardinality destination,
-// and subjects that carry a device or customer id would give a tracing
-// backend one operation per id. A subject no pattern matches (the stream
-// was changed since) gives a span named "process". Call it before the
-// first StartMessage, not concurrently with it.
-func (t *Tracing) SetDestinations(patterns []string) {
+// SetDestinations gives the stream jetsink consumes and the subject
+// patterns it takes messages from (the consumer's filter subject, or the
+// stream's subjects). A message span is named "process <pattern>" after
+// the first pattern its subject matches, which is also its
+// messaging.destination.template: the OpenTelemetry messaging conventions
+// name a span after a low-cardinality destination, and subjects that
+// carry a device or customer id would give a tracing backend one
+// operation per id. A subject no pattern matches (a stream that transforms
+// subjects, mirrors or sources others, or was changed since) gives
+// "process <stream>". Call it before the first StartMessage, not
+// concurrently with it.
+func (t *Tracing) SetDestinations(stream string, patterns []string) {
 	if t == nil {
 		return
 	}
@@ -111,17 +114,18 @@ func (t *Tracing) SetDestinations(patterns []string) {
 	for _, p := range patterns {
 		t.dests = append(t.dests, destination{pattern: p, span: "process " + p})
 	}
+	t.streamSpan = "process " + stream
 }
 
 // destination returns the pattern that subject matches and the span name
-// it gives, or "" and "process".
+// it gives, or "" and "process <stream>".
 func (t *Tracing) destination(subject string) (pattern, span string) {
 	for _, d := range t.dests {
 		if pipeline.SubjectsOverlap(d.pattern, subject) {
 			return d.pattern, d.span
 		}
 	}
-	return "", "process"
+	return "", t.streamSpan
 }
 
 // forceKey marks a context whose root span the sampler must keep: jetsink
@@ -203,7 +207,7 @@ func NewTracing(ctx context.Context, cfg Config) (*Tracing, error) {
 
 // newTracing builds an enabled Tracing exporting to exp.
 func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
-	t := &Tracing{exp: newStoppable(exp), sampler: "the SDK's (OTEL_TRACES_SAMPLER)"}
+	t := &Tracing{exp: newStoppable(exp), sampler: "the SDK's (OTEL_TRACES_SAMPLER)", streamSpan: "process"}
 	res, err := newResource(cfg.ServiceName)
 	if err != nil {
 		return nil, err

@@ -486,13 +486,13 @@ func TestMessageSpanNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tr.Shutdown(context.Background()) }()
-	tr.SetDestinations([]string{"orders.*.created", "events.>", "events.dev1"})
+	tr.SetDestinations("EVENTS", []string{"orders.*.created", "events.>", "events.dev1"})
 	cases := []struct{ subject, name, template string }{
 		{"events.dev1", "process events.>", "events.>"}, // the first that matches
 		{"events.dev2.temp", "process events.>", "events.>"},
 		{"orders.42.created", "process orders.*.created", "orders.*.created"},
-		{"orders.42.deleted", "process", ""}, // none matches: no template
-		{"events", "process", ""},            // > needs a token
+		{"orders.42.deleted", "process EVENTS", ""}, // none matches: the stream, no template
+		{"events", "process EVENTS", ""},            // > needs a token
 	}
 	for _, c := range cases {
 		ev := event(nil)
