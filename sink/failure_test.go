@@ -282,18 +282,11 @@ func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
 	prev := slowBatchAfter
 	slowBatchAfter = 300 * time.Millisecond
 	t.Cleanup(func() { slowBatchAfter = prev })
-	locker := pg.Conn(t)
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
 
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	tx := lockTable(t, ctx, pg, s)
+	locker := tx.Conn()
 	blocker := fmt.Sprintf("blocked_by=\"pid %d (", locker.PgConn().PID())
 	batch, ms := rows(1, 50, nil)
 	src.push(t, ctx, batch)
