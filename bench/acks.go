@@ -116,7 +116,7 @@ func natsConnect(cfg consumer.Config, name string) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(cfg.URL, append([]nats.Option{nats.Name(name)}, auth...)...)
 	if err != nil {
-		return nil, fmt.Errorf("bench: connect to NATS: %w", err)
+		return nil, fmt.Errorf("bench: %w", consumer.ConnectError(cfg.URL, err))
 	}
 	return nc, nil
 }

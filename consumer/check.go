@@ -87,7 +87,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	opts = append(opts, nats.MaxReconnects(0), nats.Timeout(5*time.Second))
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats.url: %w", err)
+		return nil, ConnectError(cfg.URL, err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

@@ -458,3 +458,32 @@ func SubjectMatches(pattern, subject string) bool {
 // only in its MAX_DELIVERIES advisory, which nobody may be listening to
 // and which it never repeats.
 const durableMaxDeliver = -1
+
+// ConnectError says that connecting to urls (nats.url: one or more, comma
+// separated) failed with err, naming the servers without their
+// credentials (a user, a password or a token) and what to check.
+func ConnectError(urls string, err error) error {
+	return fmt.Errorf("nats.url %s: %w (is a nats-server with JetStream listening there? set nats.url, --nats-url or JETSINK_NATS_URL)",
+		serversOf(urls), err)
+}
+
+// serversOf is urls with each URL's credentials left out.
+func serversOf(urls string) string {
+	var out []string
+	for s := range strings.SplitSeq(urls, ",") {
+		s = strings.TrimSpace(s)
+		if u, err := url.Parse(s); err == nil && u.Host != "" {
+			u.User = nil
+			u.RawQuery, u.Fragment = "", ""
+			out = append(out, u.String())
+			continue
+		}
+		// No scheme (nats.go takes host:port): anything before an @ may be
+		// a credential.
+		if _, host, ok := strings.Cut(s, "@"); ok {
+			s = host
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ",")
+}

@@ -226,3 +226,20 @@ func ExampleConfig_Validate() {
 	// true
 	// invalid config: nats.ack_wait must be at least 1s (got 500ms)
 }
+
+func TestConnectErrorHidesCredentials(t *testing.T) {
+	cause := errors.New("nats: no servers available for connection")
+	err := ConnectError("nats://alice:s3cret@a.example:4222, tls://tok3n@b.example:4443?x=s3cret,carol:s3cret@c.example:4222", cause)
+	if !errors.Is(err, cause) {
+		t.Fatalf("%v does not wrap its cause", err)
+	}
+	msg := err.Error()
+	for _, secret := range []string{"s3cret", "tok3n", "alice", "carol"} {
+		if strings.Contains(msg, secret) {
+			t.Errorf("%q shows %q", msg, secret)
+		}
+	}
+	if !strings.Contains(msg, "nats://a.example:4222,tls://b.example:4443,c.example:4222") || !strings.Contains(msg, "JETSINK_NATS_URL") {
+		t.Errorf("%q does not name the servers and what to set", msg)
+	}
+}

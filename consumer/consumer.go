@@ -210,7 +210,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		// nats.go's errors do not quote credentials.
-		return nil, fmt.Errorf("connect to nats.url: %w", err)
+		return nil, ConnectError(cfg.URL, err)
 	}
 	c.nc = nc
 	if err := c.setup(ctx); err != nil {

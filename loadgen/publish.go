@@ -89,6 +89,10 @@ type Options struct {
 // fit, and its publish fails).
 const headerRoom = 512
 
+// MaxEventBytes is the largest EventBytes a server of maxPayload takes:
+// what headerRoom leaves.
+func MaxEventBytes(maxPayload int64) int64 { return maxPayload - headerRoom }
+
 // Validate reports, wrapping ErrInvalidOptions, options Publish refuses:
 // no Subject; neither or both of Events and Rate; Rate without Duration,
 // or Duration without Rate; a Rate x Duration of less than one event.
@@ -248,10 +252,10 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	if err := o.Validate(); err != nil {
 		return Result{}, err
 	}
-	if limit := nc.MaxPayload(); o.EventBytes > 0 && int64(o.EventBytes)+headerRoom > limit {
+	if limit := MaxEventBytes(nc.MaxPayload()); o.EventBytes > 0 && int64(o.EventBytes) > limit {
 		// Each publish would fail, and be sent again, until it gave up.
-		return Result{}, fmt.Errorf("%w: EventBytes %d and up to %d bytes of headers do not fit the server's max_payload, %d bytes",
-			ErrInvalidOptions, o.EventBytes, headerRoom, limit)
+		return Result{}, fmt.Errorf("%w: EventBytes %d: with up to %d bytes of headers it does not fit the server's max_payload, %d bytes; at most %d",
+			ErrInvalidOptions, o.EventBytes, headerRoom, nc.MaxPayload(), limit)
 	}
 	if o.Subjects < 1 {
 		o.Subjects = 1

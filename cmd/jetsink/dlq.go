@@ -267,7 +267,7 @@ func natsConnect(ctx context.Context, cfg consumer.Config, name string) (*nats.C
 	opts = append(opts, auth...)
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats.url: %w", err)
+		return nil, consumer.ConnectError(cfg.URL, err)
 	}
 	return nc, nil
 }

@@ -78,6 +78,12 @@ telemetry.sample_ratio.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
+			case o.Events < 0:
+				return usageError{fmt.Errorf("--events %d: give a positive number of events", o.Events)}
+			case o.Subjects < 1:
+				return usageError{fmt.Errorf("--subjects %d: give at least 1 (the number of devices, each its own subject)", o.Subjects)}
+			case o.EventBytes < 0:
+				return usageError{fmt.Errorf("--event-bytes %d: give 0 (unpadded) or a size in bytes", o.EventBytes)}
 			case (o.Events > 0) == (o.Rate > 0):
 				return usageError{fmt.Errorf("give either --events or --rate with --duration")}
 			case o.Rate > 0 && o.Duration <= 0:
@@ -141,6 +147,10 @@ telemetry.sample_ratio.`,
 			}()
 			if tr.Enabled() {
 				o.Tracer = tr.Tracer()
+			}
+			if limit := loadgen.MaxEventBytes(nc.MaxPayload()); int64(o.EventBytes) > limit {
+				return usageError{fmt.Errorf("--event-bytes %d: an event and its headers must fit the server's max_payload, %d bytes: give at most %d",
+					o.EventBytes, nc.MaxPayload(), limit)}
 			}
 			out := cmd.ErrOrStderr()
 			if err := checkStream(intake, out, nc, o); err != nil {

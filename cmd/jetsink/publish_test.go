@@ -42,6 +42,9 @@ func TestPublishCmdUsageErrors(t *testing.T) {
 		{"--rate", "10"},
 		{"--events", "10", "--rate", "10", "--duration", "1s"},
 		{},
+		{"--events", "-5"},
+		{"--events", "10", "--subjects", "0"},
+		{"--events", "10", "--event-bytes", "-1"},
 	} {
 		// Nothing listens on port 1: a run that got past the checks would
 		// fail to connect instead.
@@ -108,6 +111,15 @@ func TestPublishCmdWithoutStream(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("took %v to refuse", d)
+	}
+
+	// Padded past what the server's max_payload takes: said before
+	// anything is announced or sent, as a usage error.
+	stdout, stderr, err = runPublish(t, ctx, "--nats-url", ns.URL(), "--subject", "nostream", "--events", "3", "--event-bytes", "5000000")
+	var usage usageError
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), "--event-bytes 5000000") || !strings.Contains(err.Error(), "at most") ||
+		stdout != "" || strings.Contains(stderr, "publishing") {
+		t.Fatalf("publish --event-bytes past max_payload: %v\n%s%s", err, stdout, stderr)
 	}
 
 	plain := natsServer(t, &server.Options{})
