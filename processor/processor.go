@@ -32,7 +32,8 @@ type Processor struct {
 	metrics  *telemetry.Metrics
 
 	adminAddr   atomic.Pointer[net.Addr]
-	exportStuck atomic.Bool // Run's last flush failed
+	adminLn     atomic.Pointer[net.Listener] // bound by New, taken by Run's serveAdmin or closed by Shutdown
+	exportStuck atomic.Bool                  // Run's last flush failed
 
 	laterMu sync.Mutex
 	later   []func() // what Run leaves for Shutdown, in order (see atShutdown)
@@ -62,11 +63,21 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	cfg.NATS.DeriveMaxAckPending(2*workers*cfg.Pipeline.RingSize +
 		(cfg.Postgres.Connections+1)*cfg.Postgres.Batch.MaxRows)
 	p.cfg = cfg
+	// The admin listener's address first: taken (another jetsink on the
+	// host), it is said before NATS and PostgreSQL are touched.
+	if cfg.Telemetry.Listen != "" {
+		l, err := telemetry.Listen(cfg.Telemetry.Listen)
+		if err != nil {
+			return nil, err
+		}
+		p.adminLn.Store(&l)
+	}
 
 	tc := cfg.Telemetry
 	p.tracing, err = telemetry.NewTracing(ctx, telemetry.Config{ServiceName: tc.ServiceName, OTLPEndpoint: tc.OTLPEndpoint,
 		SampleRatio: tc.SampleRatio, MaxLinks: cfg.Postgres.Batch.MaxRows, Log: log})
 	if err != nil {
+		p.closeAdminListener()
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	if p.metrics, err = telemetry.NewMetrics(tc.ServiceName); err != nil {
@@ -232,7 +243,12 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
-	go func() { done <- telemetry.Serve(ctx, p.cfg.Telemetry.Listen, admin, ready) }()
+	lp := p.adminLn.Swap(nil)
+	if lp == nil {
+		cancel()
+		return nil, errors.New("admin listener: closed before Run")
+	}
+	go func() { done <- telemetry.ServeOn(ctx, *lp, admin, ready) }()
 	select {
 	case addr := <-ready:
 		p.adminAddr.Store(&addr)
@@ -305,7 +321,15 @@ func (p *Processor) Shutdown(ctx context.Context) error {
 // 10 s to be confirmed. Its error is logged by the consumer.
 func (p *Processor) Close() { _ = p.Shutdown(context.Background()) }
 
+// closeAdminListener closes the listener New bound, unless Run serves it.
+func (p *Processor) closeAdminListener() {
+	if lp := p.adminLn.Swap(nil); lp != nil {
+		_ = (*lp).Close()
+	}
+}
+
 func (p *Processor) shutdown(ctx context.Context) error {
+	p.closeAdminListener()
 	err := p.CloseStages(ctx)
 	// A second signal during the export ends it too (ctx), after which
 	// the exporter gets the second it takes to give up.

@@ -80,10 +80,29 @@ func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {
 // read) before it serves; a caller that listens on port 0 learns the port
 // from it.
 func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- net.Addr) error {
+	l, err := Listen(addr)
+	if err != nil {
+		return err
+	}
+	return ServeOn(ctx, l, h, ready)
+}
+
+// Listen binds the admin listener's address, so that a caller can learn
+// that it is taken before it does anything else. The error says what to
+// change.
+func Listen(addr string) (net.Listener, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("admin listener %s: %w", addr, err)
+		return nil, fmt.Errorf("admin listener %s: %w (another jetsink on this host? give telemetry.listen another address, "+
+			"e.g. --set telemetry.listen=127.0.0.1:0 for any free port, or \"\" for no listener)", addr, err)
 	}
+	return l, nil
+}
+
+// ServeOn is Serve on a listener that Listen bound; it closes l.
+func ServeOn(ctx context.Context, l net.Listener, h http.Handler, ready chan<- net.Addr) error {
+	addr := l.Addr().String()
+	var err error
 	if ready != nil {
 		ready <- l.Addr()
 	}

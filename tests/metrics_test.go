@@ -2,15 +2,21 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/processor"
 	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -190,4 +196,46 @@ func TestReadyzFollowsPostgres(t *testing.T) {
 	}
 	waitFor(t, ctx, "/readyz 200 after PostgreSQL is back", ready(200))
 	r.drain(t)
+}
+
+// An admin listener address that is taken (another jetsink on the host)
+// fails New before it touches NATS or PostgreSQL, and says what to change;
+// the address it bound is free again after a failure later in New.
+func TestAdminListenerTakenFailsFirst(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := newEnv(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg := e.config(sink.AtLeastOnce)
+	cfg.Telemetry.Listen = taken.Addr().String()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	if _, err := processor.New(ctx, cfg, log); err == nil || !strings.Contains(err.Error(), "telemetry.listen") ||
+		!strings.Contains(err.Error(), taken.Addr().String()) {
+		t.Fatalf("processor.New on a taken address: %v, want an error naming it and telemetry.listen", err)
+	}
+	if _, err := e.js.Stream(ctx, e.stream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("the stream after the refusal: %v, want none made", err)
+	}
+
+	// A later failure (NATS unreachable) closes the listener New bound.
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	cfg.Telemetry.Listen = addr
+	cfg.NATS.URL = "nats://127.0.0.1:1"
+	if _, err := processor.New(ctx, cfg, log); err == nil {
+		t.Fatal("processor.New with NATS unreachable succeeded")
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the admin address is still bound after New failed: %v", err)
+	}
+	l.Close()
 }

@@ -48,12 +48,13 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			defer stopHard(nil)
 
 			dd := &drainDeadline{timeout: cfg.DrainTimeout, fire: func() {
-				log.Warn("drain timeout: exiting now; uncommitted events stay unacked and will be redelivered", "drain_timeout", cfg.DrainTimeout)
+				log.Warn("drain timeout: exiting now; uncommitted events stay unacked and will be redelivered (the log above says what held the drain up: "+
+					"a batch failing or waiting on PostgreSQL, acks waiting on NATS)", "drain_timeout", cfg.DrainTimeout)
 				stopHard(fmt.Errorf("%w: drain took longer than drain_timeout %s", errAborted, cfg.DrainTimeout))
 			}}
 			defer dd.finish()
 			defer watchSignals(func(sig os.Signal) {
-				log.Info("draining: stopped pulling, committing what is in flight", "signal", sig.String(), "drain_timeout", cfg.DrainTimeout)
+				log.Info("draining: stopped pulling, committing what is in flight; a second signal exits at once", "signal", sig.String(), "drain_timeout", cfg.DrainTimeout)
 				stopIntake()
 				dd.start()
 			}, func(sig os.Signal) {
