@@ -5,8 +5,10 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
+# For jetsink --version: docker build --build-arg COMMIT=$(git describe --always --dirty)
+ARG COMMIT=
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/jetsink ./cmd/jetsink
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.buildCommit=${COMMIT}" -o /out/jetsink ./cmd/jetsink
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/jetsink /jetsink

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -135,10 +137,29 @@ second one gives the drain up and exits with status 130.`,
 				return stopped(runErr)
 			}
 			report(out, p, res.Acked, elapsed, cfg)
-			if keep {
-				fmt.Fprintf(out, "\nservers kept up; Ctrl-C to remove them.\n  psql '%s' -c 'SELECT count(*) FROM events'\n", pg.URL("postgres"))
-				<-intake.Done()
+			if !keep {
+				fmt.Fprintln(out, "\nnext: jetsink demo --keep leaves these servers up, with a config file for jetsink check, publish and run;"+
+					" see README.md, \"Running it\", for your own")
+				return nil
 			}
+			// The demo's table has the demo's columns, not raw mode's:
+			// what jetsink does next needs its config.
+			dir, err := os.MkdirTemp("", "jetsink-demo-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			file := filepath.Join(dir, "jetsink.yaml")
+			if err := os.WriteFile(file, demoConfigFile(cfg), 0o600); err != nil { // it holds the password
+				return err
+			}
+			fmt.Fprintf(out, "\nservers kept up; Ctrl-C to remove them (and %s). Try:\n"+
+				"  psql '%s' -c 'SELECT count(*) FROM events'\n"+
+				"  jetsink check --config %[1]s\n"+
+				"  jetsink publish --config %[1]s --subject events --events 100000\n"+
+				"  jetsink run --config %[1]s     (then Ctrl-C; metrics on http://127.0.0.1:9464/metrics meanwhile)\n",
+				file, pg.URL("postgres"))
+			<-intake.Done()
 			return nil
 		},
 	}
@@ -163,6 +184,20 @@ func demoConfig(natsURL, pgURL string, mode sink.Mode) (config.Config, error) {
 	cfg.Postgres.Columns = loadgen.Columns()
 	cfg.Telemetry.Listen = "127.0.0.1:0"
 	return cfg, cfg.Validate()
+}
+
+// demoConfigFile is cfg as a config file for the commands a user runs
+// against the demo's servers: its URLs, mode and columns (the rest are
+// defaults).
+func demoConfigFile(cfg config.Config) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# The servers of a jetsink demo --keep, removed with this file when it exits.\n"+
+		"nats:\n  url: %q\n  create_stream: true\npostgres:\n  url: %q\n  mode: %s\n  columns:\n",
+		cfg.NATS.URL, cfg.Postgres.URL, cfg.Postgres.Mode)
+	for _, c := range cfg.Postgres.Columns {
+		fmt.Fprintf(&b, "    - {name: %q, from: %q, type: %q, required: %t}\n", c.Name, c.From, c.Type, c.Required)
+	}
+	return []byte(b.String())
 }
 
 // waitSettled polls until the durable consumer has nothing pending and

@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/processor"
 	"github.com/jetsink/jetsink/sink"
@@ -162,5 +165,48 @@ func TestDemoUsageErrors(t *testing.T) {
 		if code != exitConfig || r.err == nil || !strings.Contains(r.err.Error(), tc.say) || strings.Contains(r.out.String(), "embedded NATS") {
 			t.Errorf("demo %v: exit %d (%v), want %d with %q and no server started; output:\n%s", tc.args, code, r.err, exitConfig, tc.say, r.out.String())
 		}
+	}
+}
+
+// The config file demo --keep writes loads as the demo's own: its URLs,
+// mode and columns, so that check, publish and run fit the demo's table.
+func TestDemoConfigFileLoads(t *testing.T) {
+	cfg, err := demoConfig("nats://127.0.0.1:4999", "postgres://postgres:pa%3Ass@127.0.0.1:5999/postgres?sslmode=disable", sink.ExactlyOnce)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := config.Parse(demoConfigFile(cfg), nil, nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, demoConfigFile(cfg))
+	}
+	if got.NATS.URL != cfg.NATS.URL || got.Postgres.URL != cfg.Postgres.URL || got.Postgres.Mode != cfg.Postgres.Mode ||
+		!got.NATS.CreateStream || !slices.Equal(got.Postgres.Columns, cfg.Postgres.Columns) {
+		t.Errorf("loaded %+v\nwant the demo's %+v", got, cfg)
+	}
+}
+
+// demo --keep leaves its servers up with a config file that jetsink check
+// accepts against them (the table has the demo's columns), and removes it
+// at Ctrl-C.
+func TestDemoKeepWritesAConfigThatChecks(t *testing.T) {
+	catchSignals(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	r := startJetsink(t, ctx, "demo", "--events", "100", "--subjects", "2", "--keep")
+	r.waitOutput(t, ctx, "servers kept up")
+	m := regexp.MustCompile(`check --config (\S+)`).FindStringSubmatch(r.out.String())
+	if m == nil {
+		t.Fatalf("no config file in:\n%s", r.out.String())
+	}
+	check := startJetsink(t, ctx, "check", "--config", m[1])
+	if code := check.wait(t, ctx); code != 0 {
+		t.Errorf("check --config %s: exit %d\n%s", m[1], code, check.out.String())
+	}
+	interrupt(t)
+	if code := r.wait(t, ctx); code != 0 {
+		t.Fatalf("demo --keep after Ctrl-C: exit %d\n%s", code, r.out.String())
+	}
+	if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
+		t.Errorf("%s after the demo: %v, want it removed", m[1], err)
 	}
 }

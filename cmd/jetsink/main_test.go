@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"regexp"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -132,5 +133,14 @@ func TestBadCommandLineExitCode(t *testing.T) {
 		if code != tc.want || !strings.Contains(msg, tc.say) {
 			t.Errorf("jetsink %s: exit %d, want %d with %q in:\n%s", strings.Join(tc.args, " "), code, tc.want, tc.say, msg)
 		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := startJetsink(t, ctx, "--version")
+	if code := r.wait(t, ctx); code != 0 || !regexp.MustCompile(`^jetsink \S.*, go1\.\d+`).MatchString(r.out.String()) {
+		t.Fatalf("jetsink --version: exit %d, %q", code, r.out.String())
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,6 +20,41 @@ import (
 	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/telemetry"
 )
+
+// version is the module's version, the commit (and its time, when the
+// build recorded it) and the Go version:
+// "(devel) 9c9e632f1a2b (2026-12-03T12:30:00Z, modified), go1.26.8".
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown (no build information), " + runtime.Version()
+	}
+	v := bi.Main.Version
+	var rev, at, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value[:min(len(s.Value), 12)]
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = ", modified"
+			}
+		}
+	}
+	switch {
+	case rev != "":
+		v += " " + rev + " (" + at + modified + ")"
+	case buildCommit != "":
+		v += " " + buildCommit
+	}
+	return v + ", " + bi.GoVersion
+}
+
+// buildCommit is set by the Makefile (-X main.buildCommit=...): git
+// describe's commit, for builds that record no VCS information.
+var buildCommit string
 
 // errAborted marks a run whose drain was cut short.
 var errAborted = errors.New("aborted")
@@ -100,7 +137,9 @@ variables (JETSINK_NATS_URL, JETSINK_DATABASE_URL, any key as
 JETSINK_<SECTION>_<KEY>), overridden by flags (--set key=value).`),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
+	root.SetVersionTemplate("jetsink {{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		if a := c.Flags().Args(); len(a) > 0 && c.HasSubCommands() {
 			// "jetsink dlq replya --dry-run": the word before the flag
