@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"os"
-	"regexp"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
