@@ -487,3 +487,34 @@ func TestAliasAndKeyAgree(t *testing.T) {
 		t.Fatalf("Parse = %v, postgres.url %q", err, cfg.Postgres.URL)
 	}
 }
+
+// A value that validation refuses is traced to where it was set: the
+// file's line (and the file), the variable, or --set; an error in the
+// file names the file.
+func TestValidationErrorsSayWhereTheValueCameFrom(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "jetsink.yaml")
+	if err := os.WriteFile(path, []byte("nats:\n  stream: EVENTS\npostgres:\n  mode: exactly_once\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		src  Source
+		want string
+	}{
+		{Source{File: path}, "(line 4 of " + path + ")"},
+		{Source{Env: []string{"JETSINK_POSTGRES_MODE=exactly_once"}}, "(JETSINK_POSTGRES_MODE)"},
+		{Source{File: path, Set: []string{"postgres.mode=at_least_once"}}, "(--set)"},
+		{Source{Set: []string{"postgres.batch.max_rows=0"}}, "(--set)"},
+	} {
+		_, err := Load(c.src)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Load(%+v) = %v, want an error ending %q", c.src, err, c.want)
+		}
+	}
+	if err := os.WriteFile(path, []byte("nats:\n  strem: EVENTS\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(Source{File: path}); err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), path) {
+		t.Errorf("a misspelt key in the file: %v, want its line and the file", err)
+	}
+}

@@ -84,27 +84,74 @@ func Load(src Source) (Config, error) {
 		}
 		raw = b
 	}
-	cfg, err := parse(raw, src.Env, src.Set)
+	cfg, where, err := parse(raw, src.Env, src.Set)
 	if err != nil {
+		if src.File != "" && strings.Contains(err.Error(), "line ") {
+			return Config{}, fmt.Errorf("%w (in %s)", err, src.File)
+		}
 		return Config{}, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+		return Config{}, whence(err, where, src.File)
 	}
 	return cfg, nil
 }
 
+// whence adds to a validation error where the value of the first key it
+// names came from: "(line 4 of jetsink.yaml)", "(JETSINK_POSTGRES_MODE)" or
+// "(--set)"; a key left at its default adds nothing.
+func whence(err error, where map[string]string, file string) error {
+	msg := err.Error()
+	first, from := len(msg), ""
+	for path, o := range where {
+		if o == "" {
+			continue
+		}
+		// A whole key: not postgres.url inside postgres.url_file.
+		for i := 0; i < first; {
+			j := strings.Index(msg[i:], path)
+			if j < 0 {
+				break
+			}
+			j += i
+			end := j + len(path)
+			if (j == 0 || !keyByte(msg[j-1])) && (end == len(msg) || !keyByte(msg[end])) {
+				first, from = j, o
+				break
+			}
+			i = end
+		}
+	}
+	switch {
+	case from == "":
+		return err
+	case strings.HasPrefix(from, "line ") && file != "":
+		from += " of " + file
+	}
+	return fmt.Errorf("%w (%s)", err, from)
+}
+
+// keyByte reports whether c may be part of a key path.
+func keyByte(c byte) bool {
+	return c == '.' || c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
 // Parse is Load without validation and without the file system: raw is the
 // YAML text. It is what Load and the fuzz test share.
-func Parse(raw []byte, env, set []string) (Config, error) { return parse(raw, env, set) }
+func Parse(raw []byte, env, set []string) (Config, error) {
+	cfg, _, err := parse(raw, env, set)
+	return cfg, err
+}
 
-func parse(raw []byte, env, set []string) (Config, error) {
+// parse also returns where each key's value came from, as schema.at says
+// it without its colon.
+func parse(raw []byte, env, set []string) (Config, map[string]string, error) {
 	root := &yaml.Node{Kind: yaml.MappingNode}
 	if len(bytes.TrimSpace(raw)) > 0 {
 		var doc yaml.Node
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) { // EOF: comments only
-			return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			return Config{}, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		// yaml.Unmarshal would read the first document and ignore the
 		// rest, unchecked: settings after a --- line would silently
@@ -116,10 +163,10 @@ func parse(raw []byte, env, set []string) (Config, error) {
 				break
 			}
 			if err != nil {
-				return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+				return Config{}, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 			}
 			if !emptyDocument(&more) {
-				return Config{}, fmt.Errorf("%w: the config file holds more than one YAML document (a second at line %d, after a --- or ... line): jetsink reads one; merge them into one mapping",
+				return Config{}, nil, fmt.Errorf("%w: the config file holds more than one YAML document (a second at line %d, after a --- or ... line): jetsink reads one; merge them into one mapping",
 					ErrInvalidConfig, more.Line)
 			}
 		}
@@ -129,10 +176,10 @@ func parse(raw []byte, env, set []string) (Config, error) {
 				root = doc.Content[0]
 			case yaml.ScalarNode:
 				if doc.Content[0].Tag != "!!null" {
-					return Config{}, fmt.Errorf("%w: the config file must be a YAML mapping of sections (nats:, pipeline:, postgres:, ...)", ErrInvalidConfig)
+					return Config{}, nil, fmt.Errorf("%w: the config file must be a YAML mapping of sections (nats:, pipeline:, postgres:, ...)", ErrInvalidConfig)
 				}
 			default:
-				return Config{}, fmt.Errorf("%w: the config file must be a YAML mapping of sections (nats:, pipeline:, postgres:, ...)", ErrInvalidConfig)
+				return Config{}, nil, fmt.Errorf("%w: the config file must be a YAML mapping of sections (nats:, pipeline:, postgres:, ...)", ErrInvalidConfig)
 			}
 		}
 	}
@@ -156,17 +203,17 @@ func parse(raw []byte, env, set []string) (Config, error) {
 			if kubernetesServiceVar(name, value) {
 				continue
 			}
-			return Config{}, fmt.Errorf("%w: environment variable %s is not a jetsink setting%s (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL; `jetsink keys` lists them)",
+			return Config{}, nil, fmt.Errorf("%w: environment variable %s is not a jetsink setting%s (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL; `jetsink keys` lists them)",
 				ErrInvalidConfig, name, suggestion("", name, slices.Collect(maps.Keys(envKeys))))
 		}
 		if other, ok := sc.origin[path]; ok && envValues[path] != value {
 			// An alias and the key's own variable: which one wins would
 			// depend on the order of the environment.
-			return Config{}, fmt.Errorf("%w: %s and %s both set %s, to different values: set one", ErrInvalidConfig, other, name, path)
+			return Config{}, nil, fmt.Errorf("%w: %s and %s both set %s, to different values: set one", ErrInvalidConfig, other, name, path)
 		}
 		sc.origin[path], envValues[path] = name, value
 		if err := setPath(root, path, value, sc.keys[path].Kind); err != nil {
-			return Config{}, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err)
+			return Config{}, nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err)
 		}
 	}
 	for _, kv := range set {
@@ -174,36 +221,36 @@ func parse(raw []byte, env, set []string) (Config, error) {
 		if !ok {
 			// Not quoted whole: it may be a key and its secret value
 			// with another separator (postgres.url:postgres://u:pw@...).
-			return Config{}, fmt.Errorf("%w: --set %s: want key=value, e.g. --set postgres.batch.max_rows=1000", ErrInvalidConfig, keyPart(kv))
+			return Config{}, nil, fmt.Errorf("%w: --set %s: want key=value, e.g. --set postgres.batch.max_rows=1000", ErrInvalidConfig, keyPart(kv))
 		}
 		path = strings.TrimSpace(path)
 		if kp := keyPart(path); kp != path {
-			return Config{}, fmt.Errorf("%w: --set %s: not a key (a key is letters, digits, _ and dots; want key=value, e.g. --set postgres.batch.max_rows=1000)", ErrInvalidConfig, kp)
+			return Config{}, nil, fmt.Errorf("%w: --set %s: not a key (a key is letters, digits, _ and dots; want key=value, e.g. --set postgres.batch.max_rows=1000)", ErrInvalidConfig, kp)
 		}
 		k, ok := sc.keys[path]
 		if !ok {
 			if _, ok := sc.fileOnly[path]; ok {
-				return Config{}, fmt.Errorf("%w: --set %s: this key can only be set in the config file", ErrInvalidConfig, path)
+				return Config{}, nil, fmt.Errorf("%w: --set %s: this key can only be set in the config file", ErrInvalidConfig, path)
 			}
 			parent, last := "", path
 			if i := strings.LastIndexByte(path, '.'); i >= 0 {
 				parent, last = path[:i], path[i+1:]
 			}
-			return Config{}, fmt.Errorf("%w: --set %s: no such key%s (`jetsink keys` lists them)", ErrInvalidConfig, path, sc.suggest(parent, last))
+			return Config{}, nil, fmt.Errorf("%w: --set %s: no such key%s (`jetsink keys` lists them)", ErrInvalidConfig, path, sc.suggest(parent, last))
 		}
 		sc.origin[path] = "--set"
 		if err := setPath(root, path, value, k.Kind); err != nil {
-			return Config{}, fmt.Errorf("%w: --set %s: %w", ErrInvalidConfig, path, err)
+			return Config{}, nil, fmt.Errorf("%w: --set %s: %w", ErrInvalidConfig, path, err)
 		}
 	}
 	// Decoded once as plain YAML first: most aliases that contain
 	// themselves or multiply without bound fail here, with yaml.v3's own
 	// checks; the walks below guard against the rest (walkGuard).
 	if err := root.Decode(new(any)); err != nil {
-		return Config{}, fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err))
+		return Config{}, nil, fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err))
 	}
 	if err := sc.check(root, ""); err != nil {
-		return Config{}, err
+		return Config{}, nil, err
 	}
 	// The checked tree is decoded as it is, not written out and read
 	// again: its nodes keep the file's lines for the decoder's errors, and
@@ -211,9 +258,9 @@ func parse(raw []byte, env, set []string) (Config, error) {
 	// value. check has rejected unknown keys everywhere.
 	cfg := Default()
 	if err := root.Decode(&cfg); err != nil {
-		return Config{}, fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err))
+		return Config{}, nil, fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err))
 	}
-	return cfg, nil
+	return cfg, sc.where, nil
 }
 
 // describeYAMLError keeps yaml's message (it names the line and the field)
@@ -288,10 +335,11 @@ type schema struct {
 	sections map[string]bool         // paths that hold keys (nats, postgres.batch, ...)
 	fileOnly map[string]reflect.Type // keys only the file sets (postgres.columns), and their types
 	origin   map[string]string       // key path -> the variable or flag that set it last
+	where    map[string]string       // key path -> where its value came from ("line 4", "JETSINK_X", "--set"), for the keys set
 }
 
 func newSchema() *schema {
-	sc := &schema{keys: map[string]Key{}, sections: map[string]bool{}, fileOnly: map[string]reflect.Type{}, origin: map[string]string{}}
+	sc := &schema{keys: map[string]Key{}, sections: map[string]bool{}, fileOnly: map[string]reflect.Type{}, origin: map[string]string{}, where: map[string]string{}}
 	var keys []Key
 	walkKeys(reflect.TypeOf(Config{}), "", &keys, sc.fileOnly)
 	for _, k := range keys {
@@ -613,6 +661,7 @@ func merged(val *yaml.Node, prefix string, f func(*yaml.Node, string) error) err
 // anchor, is rewritten as a copy, so that other keys sharing it keep it.
 func (sc *schema) scalar(path string, k Key, kn, raw *yaml.Node) (*yaml.Node, error) {
 	at := sc.at(path, kn, raw)
+	sc.where[path] = strings.TrimSuffix(strings.TrimSuffix(at, ": "), " ")
 	val := deref(raw)
 	if raw != val || val.Anchor != "" {
 		cp := *val

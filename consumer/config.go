@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -371,6 +372,9 @@ func validateURLs(list string) error {
 		raw = strings.TrimSpace(raw)
 		u, err := url.Parse(raw)
 		if err != nil || u.Host == "" {
+			if _, port, err := net.SplitHostPort(raw); err == nil && !strings.ContainsAny(raw, "@/%?#") && digits(port) {
+				return fmt.Errorf("%w: nats.url entry %d, %s, has no scheme: write nats://%s", ErrInvalidConfig, i+1, raw, raw)
+			}
 			// Do not quote raw: it may carry a password.
 			return fmt.Errorf("%w: nats.url entry %d is not a URL like nats://host:4222", ErrInvalidConfig, i+1)
 		}
@@ -480,10 +484,15 @@ func serversOf(urls string) string {
 		}
 		// No scheme (nats.go takes host:port): anything before an @ may be
 		// a credential.
-		if _, host, ok := strings.Cut(s, "@"); ok {
-			s = host
+		if i := strings.LastIndexByte(s, '@'); i >= 0 {
+			s = s[i+1:] // a password may hold an @ too
 		}
 		out = append(out, s)
 	}
 	return strings.Join(out, ",")
+}
+
+// digits reports whether s is a non-empty run of ASCII digits.
+func digits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
