@@ -83,18 +83,18 @@ type configFlags struct {
 func (f *configFlags) register(fs *pflag.FlagSet) {
 	f.registerNATS(fs)
 	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (log.level)")
-	fs.StringVar(&f.dbURL, "database-url", "", "PostgreSQL URL (postgres.url)")
-	fs.StringVar(&f.stream, "stream", "", "JetStream stream (nats.stream)")
-	fs.StringVar(&f.table, "table", "", "target table (postgres.table)")
-	fs.StringVar(&f.mode, "mode", "", "at-least-once or exactly-once (postgres.mode)")
+	fs.StringVar(&f.dbURL, "database-url", "", "PostgreSQL URL (postgres.url, env JETSINK_DATABASE_URL; default "+sink.DefaultConfig().URL+")")
+	fs.StringVar(&f.stream, "stream", "", "JetStream stream (nats.stream; default "+consumer.DefaultStream+")")
+	fs.StringVar(&f.table, "table", "", "target table (postgres.table; default "+sink.DefaultConfig().Table+")")
+	fs.StringVar(&f.mode, "mode", "", "at-least-once or exactly-once (postgres.mode; default "+string(sink.DefaultConfig().Mode)+")")
 }
 
 // registerNATS registers the flags of a command that reads the
 // configuration but uses only its nats: section.
 func (f *configFlags) registerNATS(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.file, "config", "c", os.Getenv("JETSINK_CONFIG"), "YAML config file (env JETSINK_CONFIG)")
-	fs.StringArrayVar(&f.set, "set", nil, "override any key, e.g. --set postgres.batch.max_rows=1000 (repeatable)")
-	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server URL (nats.url)")
+	fs.StringArrayVar(&f.set, "set", nil, "override any key, e.g. --set nats.ack_wait=1m (repeatable; 'jetsink keys' lists them)")
+	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server URL (nats.url, env JETSINK_NATS_URL; default "+consumer.DefaultURL+")")
 }
 
 // load reads file, environment and flags, flags winning.
@@ -234,6 +234,9 @@ func unknownCommand(cmd *cobra.Command, name string) error {
 	if s := cmd.SuggestionsFor(name); len(s) > 0 {
 		msg += "; did you mean " + strings.Join(s, " or ") + "?"
 	}
+	if cmd.HasAvailableSubCommands() {
+		msg += " ('" + cmd.CommandPath() + " --help' lists the commands)"
+	}
 	return usageError{errors.New(msg)}
 }
 
@@ -244,10 +247,14 @@ func newKeysCmd() *cobra.Command {
 		Short: "List every configuration key, its type, default and environment variable",
 		Long: `List every configuration key that the environment and --set can set, with its
 type, environment variable and default. postgres.columns, the mapping, is
-set in the file only (see the README).`,
+set in the file only (see the README). JETSINK_DATABASE_URL is short for
+JETSINK_POSTGRES_URL. A default of 0 is derived at start (pipeline.workers:
+the physical cores; nats.max_ack_pending and nats.max_in_flight_bytes: from
+the other settings), but nats.pull_max_bytes's, which means no cap per pull.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "%-36s %-9s %-40s %s\n", "KEY", "TYPE", "VARIABLE", "DEFAULT")
 			for _, k := range config.Keys() {
 				fmt.Fprintf(w, "%-36s %-9s %-40s %s\n", k.Path, k.Type, config.EnvName(k.Path), config.DefaultValue(k.Path))
 			}
