@@ -206,7 +206,15 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	stage("sink", func() error { return p.sink.Run(hard, h) })
 	p.log.Info("jetsink running", "workers", p.cfg.Pipeline.Workers, "handoff", p.cfg.Pipeline.Handoff, "stream", p.cfg.NATS.Stream,
 		"consumer", p.cfg.NATS.Consumer, "table", p.cfg.Postgres.Table, "mode", p.cfg.Postgres.Mode)
+	progress, stopProgress := context.WithCancel(context.Background())
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		p.logProgress(progress, p.log)
+	}()
 	wg.Wait()
+	stopProgress() // the totals, once every stage has stopped
+	<-progressDone
 
 	if len(errs) > 0 {
 		return errors.Join(errs...)
