@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -242,10 +243,31 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
 	c, err := pgx.ConnectConfig(ctx, s.connCfg.Copy())
 	if err != nil {
-		return nil, fmt.Errorf("connect to postgres %s: %w", s.where, err)
+		return nil, &connectError{where: s.where, err: err}
 	}
 	return c, nil
 }
+
+// connectError is a failed connect, said once per distinct line: pgx tries
+// each address once with TLS and once without (sslmode=prefer, the
+// default), and lists every try, the same dial error twice.
+type connectError struct {
+	where string
+	err   error
+}
+
+func (e *connectError) Error() string {
+	lines := strings.Split(e.err.Error(), "\n")
+	kept := lines[:0]
+	for _, l := range lines {
+		if !slices.Contains(kept, l) {
+			kept = append(kept, l)
+		}
+	}
+	return "connect to postgres " + e.where + ": " + strings.Join(kept, "\n")
+}
+
+func (e *connectError) Unwrap() error { return e.err }
 
 // errSinkClosed: the sink's admin connection is not opened after Close.
 var errSinkClosed = errors.New("the sink is closed")

@@ -366,3 +366,16 @@ func TestCarryClockFromWallOnlyReceipts(t *testing.T) {
 		t.Errorf("due %v, want since + InProgressEvery/2", r.carry.due.Sub(since))
 	}
 }
+
+// A failed connect says each distinct line once, and keeps its cause.
+func TestConnectErrorSaysEachTryOnce(t *testing.T) {
+	try := errors.New("\ta (1): dial error: connection refused")
+	cause := errors.Join(errors.New("failed to connect to `user=u database=x`:"), try, try)
+	err := error(&connectError{where: "db:5432/x", err: cause})
+	if got := err.Error(); !strings.HasPrefix(got, "connect to postgres db:5432/x: failed") || strings.Count(got, "connection refused") != 1 {
+		t.Errorf("Error() = %q, want where and each line once", got)
+	}
+	if !errors.Is(err, try) {
+		t.Errorf("the cause is lost: %v", err)
+	}
+}
