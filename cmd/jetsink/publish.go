@@ -30,8 +30,10 @@ func newPublishCmd() *cobra.Command {
 		Use:   "publish",
 		Short: "Publish realistic telemetry events to JetStream (a load generator)",
 		Long: `Publish ~180-byte JSON telemetry events (uuid id, RFC 3339 ts, device, kind,
-value, seq, tags; --event-bytes pads them with a "pad" field) to <subject>.<device> over --subjects devices, each with a
-Nats-Msg-Id of <run in base 36>-<seq> so that retries are stored once.
+value, seq, tags; --event-bytes pads them with a "pad" field) to
+<subject>.<device> over --subjects devices, each with a Nats-Msg-Id of
+<run in base 36>-<seq> so that retries are stored once. A stream must capture
+the subjects.
 
 Either --events N (as fast as JetStream acknowledges), or --rate R --duration D
 (open loop: event i is due at start + i/R whatever happened before, so a slow
@@ -41,9 +43,9 @@ out late, counted as "late" in the summary). The open loop also prints each
 event's send lag (its send minus its due time, whatever the cause: a paused
 or descheduled publisher too) and how many went out over 1 ms late; it
 sleeps at least 1 ms at a time and then sends what is due, so up to about
-1 ms is by design. A stream must capture the
-subjects. The server, credentials and TLS settings come from the nats:
-section (--config, JETSINK_NATS_*, --set, --nats-url), as for jetsink run.
+1 ms is by design. The server, credentials and TLS settings come from the
+nats: section (--config, JETSINK_NATS_*, --set, --nats-url), as for jetsink
+run.
 
 A publish whose PubAck fails or does not come within --ack-wait is sent again
 250ms later, up to 5 times: the last resend goes out at most
