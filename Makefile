@@ -9,10 +9,10 @@ all: build
 
 # The commit, for jetsink --version when the build records no VCS
 # information (GOFLAGS=-buildvcs=false, or no .git in a container build).
-COMMIT  ?= $(shell git describe --always --dirty --abbrev=12 2>/dev/null)
+JETSINK_COMMIT ?= $(shell git describe --always --dirty --abbrev=12 2>/dev/null)
 
 build:
-	$(GO) build -trimpath -ldflags "-X main.buildCommit=$(COMMIT)" -o bin/jetsink ./cmd/jetsink
+	$(GO) build -trimpath -ldflags "-X main.buildCommit=$(JETSINK_COMMIT)" -o bin/jetsink ./cmd/jetsink
 
 vet:
 	$(GO) vet $(PKGS)

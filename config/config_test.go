@@ -505,6 +505,11 @@ func TestValidationErrorsSayWhereTheValueCameFrom(t *testing.T) {
 		{Source{Env: []string{"JETSINK_POSTGRES_MODE=exactly_once"}}, "(JETSINK_POSTGRES_MODE)"},
 		{Source{File: path, Set: []string{"postgres.mode=at_least_once"}}, "(--set)"},
 		{Source{Set: []string{"postgres.batch.max_rows=0"}}, "(--set)"},
+		{Source{Flags: []Flag{{Name: "--mode", Key: "postgres.mode", Value: "exactly_once"}}}, "(--mode)"},
+		{Source{Flags: []Flag{{Name: "--mode", Key: "postgres.mode", Value: "exactly-once"}}, Set: []string{"postgres.mode=x"}}, "(--set)"}, // --set wins
+		// Two keys set, in two places: the first the message names.
+		{Source{Set: []string{"nats.max_ack_pending=5"}, Env: []string{"JETSINK_NATS_PULL_MAX_MESSAGES=10"}}, "pull_max_messages (10); raise it or set 0 to derive it (--set)"},
+		{Source{Set: []string{"nats.pull_max_messages=10"}, Env: []string{"JETSINK_NATS_MAX_ACK_PENDING=5"}}, "(JETSINK_NATS_MAX_ACK_PENDING)"},
 	} {
 		_, err := Load(c.src)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -66,9 +66,16 @@ type Source struct {
 	File string
 	// Env is the environment as os.Environ returns it.
 	Env []string
-	// Set holds "key=value" overrides (flags), applied last in order.
+	// Flags are the values of a command's shortcut flags (--nats-url for
+	// nats.url, ...), applied after the environment.
+	Flags []Flag
+	// Set holds "key=value" overrides (--set), applied last in order.
 	Set []string
 }
+
+// Flag is a shortcut flag's value for a key: Name is the flag as typed
+// ("--nats-url"), which errors name as where the value came from.
+type Flag struct{ Name, Key, Value string }
 
 // Load builds the configuration from defaults, the file, the environment
 // and the overrides, in that order of precedence (later wins), and
@@ -84,9 +91,9 @@ func Load(src Source) (Config, error) {
 		}
 		raw = b
 	}
-	cfg, where, err := parse(raw, src.Env, src.Set)
+	cfg, where, err := parse(raw, src.Env, src.Flags, src.Set)
 	if err != nil {
-		if src.File != "" && strings.Contains(err.Error(), "line ") {
+		if msg := err.Error(); src.File != "" && (strings.Contains(msg, "config: line ") || strings.Contains(msg, "yaml: line ")) {
 			return Config{}, fmt.Errorf("%w (in %s)", err, src.File)
 		}
 		return Config{}, err
@@ -114,6 +121,9 @@ func whence(err error, where map[string]string, file string) error {
 				break
 			}
 			j += i
+			if j >= first {
+				break // an earlier key has it
+			}
 			end := j + len(path)
 			if (j == 0 || !keyByte(msg[j-1])) && (end == len(msg) || !keyByte(msg[end])) {
 				first, from = j, o
@@ -139,13 +149,13 @@ func keyByte(c byte) bool {
 // Parse is Load without validation and without the file system: raw is the
 // YAML text. It is what Load and the fuzz test share.
 func Parse(raw []byte, env, set []string) (Config, error) {
-	cfg, _, err := parse(raw, env, set)
+	cfg, _, err := parse(raw, env, nil, set)
 	return cfg, err
 }
 
 // parse also returns where each key's value came from, as schema.at says
 // it without its colon.
-func parse(raw []byte, env, set []string) (Config, map[string]string, error) {
+func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[string]string, error) {
 	root := &yaml.Node{Kind: yaml.MappingNode}
 	if len(bytes.TrimSpace(raw)) > 0 {
 		var doc yaml.Node
@@ -214,6 +224,16 @@ func parse(raw []byte, env, set []string) (Config, map[string]string, error) {
 		sc.origin[path], envValues[path] = name, value
 		if err := setPath(root, path, value, sc.keys[path].Kind); err != nil {
 			return Config{}, nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err)
+		}
+	}
+	for _, f := range flags {
+		k, ok := sc.keys[f.Key]
+		if !ok {
+			return Config{}, nil, fmt.Errorf("%w: %s sets %s, which is no key", ErrInvalidConfig, f.Name, f.Key)
+		}
+		sc.origin[f.Key] = f.Name
+		if err := setPath(root, f.Key, f.Value, k.Kind); err != nil {
+			return Config{}, nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, f.Name, err)
 		}
 	}
 	for _, kv := range set {

@@ -372,10 +372,11 @@ func validateURLs(list string) error {
 		raw = strings.TrimSpace(raw)
 		u, err := url.Parse(raw)
 		if err != nil || u.Host == "" {
+			// Do not quote raw: it may carry a password (user:1234 reads
+			// as host:port too).
 			if _, port, err := net.SplitHostPort(raw); err == nil && !strings.ContainsAny(raw, "@/%?#") && digits(port) {
-				return fmt.Errorf("%w: nats.url entry %d, %s, has no scheme: write nats://%s", ErrInvalidConfig, i+1, raw, raw)
+				return fmt.Errorf("%w: nats.url entry %d has no scheme: put nats:// before its host:port", ErrInvalidConfig, i+1)
 			}
-			// Do not quote raw: it may carry a password.
 			return fmt.Errorf("%w: nats.url entry %d is not a URL like nats://host:4222", ErrInvalidConfig, i+1)
 		}
 		switch u.Scheme {
@@ -471,23 +472,24 @@ func ConnectError(urls string, err error) error {
 		serversOf(urls), err)
 }
 
-// serversOf is urls with each URL's credentials left out.
+// serversOf is urls with each URL cut to its scheme and host: no user,
+// password or token (whatever characters a password holds: everything up to
+// the last @ goes), no path or query.
 func serversOf(urls string) string {
 	var out []string
 	for s := range strings.SplitSeq(urls, ",") {
 		s = strings.TrimSpace(s)
-		if u, err := url.Parse(s); err == nil && u.Host != "" {
-			u.User = nil
-			u.RawQuery, u.Fragment = "", ""
-			out = append(out, u.String())
-			continue
+		scheme := ""
+		if i := strings.Index(s, "://"); i >= 0 {
+			scheme, s = s[:i+3], s[i+3:]
 		}
-		// No scheme (nats.go takes host:port): anything before an @ may be
-		// a credential.
 		if i := strings.LastIndexByte(s, '@'); i >= 0 {
-			s = s[i+1:] // a password may hold an @ too
+			s = s[i+1:]
 		}
-		out = append(out, s)
+		if i := strings.IndexAny(s, "/?#"); i >= 0 {
+			s = s[:i]
+		}
+		out = append(out, scheme+s)
 	}
 	return strings.Join(out, ",")
 }

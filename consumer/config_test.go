@@ -125,7 +125,8 @@ func TestValidateNeverQuotesSecrets(t *testing.T) {
 		func(c *Config) { c.URL = "ftp://u:" + sentinel + "@host:4222" },
 		func(c *Config) { c.URL = "nats://a:4222,%%" + sentinel },
 		func(c *Config) { c.URL = "u:" + sentinel + "@host:4222" },
-		func(c *Config) { c.URL = "u:" + sentinel }, // user:password, no host
+		func(c *Config) { c.URL = "u:" + sentinel },      // user:password, no host
+		func(c *Config) { c.URL = sentinel + ":123456" }, // user:PIN reads as host:port
 	}
 	for i, change := range cases {
 		cfg := DefaultConfig()
@@ -231,17 +232,17 @@ func ExampleConfig_Validate() {
 
 func TestConnectErrorHidesCredentials(t *testing.T) {
 	cause := errors.New("nats: no servers available for connection")
-	err := ConnectError("nats://alice:s3cret@a.example:4222, tls://tok3n@b.example:4443?x=s3cret,carol:s3@cret@c.example:4222", cause)
+	err := ConnectError("nats://alice:s3cret@a.example:4222, tls://tok3n@b.example:4443?x=s3cret,carol:s3@cret@c.example:4222,nats://dave:12/s3cret@d.example:4222", cause)
 	if !errors.Is(err, cause) {
 		t.Fatalf("%v does not wrap its cause", err)
 	}
 	msg := err.Error()
-	for _, secret := range []string{"s3cret", "tok3n", "alice", "carol", "cret"} {
+	for _, secret := range []string{"s3cret", "tok3n", "alice", "carol", "cret", "dave"} {
 		if strings.Contains(msg, secret) {
 			t.Errorf("%q shows %q", msg, secret)
 		}
 	}
-	if !strings.Contains(msg, "nats://a.example:4222,tls://b.example:4443,c.example:4222") || !strings.Contains(msg, "JETSINK_NATS_URL") {
+	if !strings.Contains(msg, "nats://a.example:4222,tls://b.example:4443,c.example:4222,nats://d.example:4222") || !strings.Contains(msg, "JETSINK_NATS_URL") {
 		t.Errorf("%q does not name the servers and what to set", msg)
 	}
 }
@@ -249,7 +250,7 @@ func TestConnectErrorHidesCredentials(t *testing.T) {
 func TestValidateURLWithoutScheme(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.URL = "nats://a:4222, 127.0.0.1:4222"
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "entry 2, 127.0.0.1:4222, has no scheme: write nats://127.0.0.1:4222") {
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "entry 2 has no scheme: put nats:// before its host:port") {
 		t.Fatalf("Validate() = %v", err)
 	}
 }

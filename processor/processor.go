@@ -45,9 +45,12 @@ type Processor struct {
 	closeErr   error
 }
 
-// New connects to NATS and PostgreSQL and builds the stages. cfg must have
-// passed Validate. Errors come from the stage that failed (consumer, sink or
-// pipeline sentinels, wrapped with the operation).
+// New binds the admin listener's address (telemetry.listen) first, then
+// connects to NATS and PostgreSQL and builds the stages. The listener
+// answers once Run serves it; Shutdown (or Close) frees the address if Run
+// never does. cfg must have passed Validate. Errors come from the stage
+// that failed (consumer, sink or pipeline sentinels, wrapped with the
+// operation).
 func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, error) {
 	mapper, err := pipeline.Compile(cfg.Columns())
 	if err != nil {
@@ -254,7 +257,7 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 	lp := p.adminLn.Swap(nil)
 	if lp == nil {
 		cancel()
-		return nil, errors.New("admin listener: closed before Run")
+		return nil, errors.New("admin listener: already served by an earlier Run, or closed by Shutdown")
 	}
 	go func() { done <- telemetry.ServeOn(ctx, *lp, admin, ready) }()
 	select {

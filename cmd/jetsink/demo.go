@@ -155,9 +155,9 @@ second one gives the drain up and exits with status 130.`,
 			}
 			fmt.Fprintf(out, "\nservers kept up; Ctrl-C to remove them (and %s). Try:\n"+
 				"  psql '%s' -c 'SELECT count(*) FROM events'\n"+
-				"  jetsink check --config %[1]s\n"+
-				"  jetsink publish --config %[1]s --subject events --events 100000\n"+
-				"  jetsink run --config %[1]s     (then Ctrl-C; metrics on http://127.0.0.1:9464/metrics meanwhile)\n",
+				"  jetsink check --config '%[1]s'\n"+
+				"  jetsink publish --config '%[1]s' --subject events --events 100000\n"+
+				"  jetsink run --config '%[1]s'     (then Ctrl-C; metrics on http://127.0.0.1:9464/metrics meanwhile)\n",
 				file, pg.URL("postgres"))
 			<-intake.Done()
 			return nil

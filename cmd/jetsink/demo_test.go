@@ -194,7 +194,7 @@ func TestDemoKeepWritesAConfigThatChecks(t *testing.T) {
 	defer cancel()
 	r := startJetsink(t, ctx, "demo", "--events", "100", "--subjects", "2", "--keep")
 	r.waitOutput(t, ctx, "servers kept up")
-	m := regexp.MustCompile(`check --config (\S+)`).FindStringSubmatch(r.out.String())
+	m := regexp.MustCompile(`check --config '([^']+)'`).FindStringSubmatch(r.out.String())
 	if m == nil {
 		t.Fatalf("no config file in:\n%s", r.out.String())
 	}

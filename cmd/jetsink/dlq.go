@@ -37,9 +37,8 @@ func newDLQReplayCmd() *cobra.Command {
 		o                    dlq.Options
 	)
 	cmd := &cobra.Command{
-		Use:        "replay",
-		SuggestFor: []string{"list", "ls", "show", "inspect"}, // --dry-run lists them
-		Short:      "Re-publish dead letters to their original subjects (after the cause is fixed)",
+		Use:   "replay",
+		Short: "Re-publish dead letters to their original subjects (after the cause is fixed)",
 		Long: `Re-publish dead letters to the subjects they came from, so that jetsink
 stores them once whatever refused them (the mapping, the table, a constraint)
 has been fixed.

@@ -108,7 +108,7 @@ func TestBadCommandLineExitCode(t *testing.T) {
 		{[]string{"dlq", "replya", "--dry-run"}, exitConfig, `unknown command "replya" for "jetsink dlq"; did you mean replay?`},
 		{[]string{"--no-such-flag"}, exitConfig, "unknown flag: --no-such-flag"},
 		{[]string{"dlq", "--no-such-flag"}, exitConfig, "unknown flag: --no-such-flag"},
-		{[]string{"dlq", "list"}, exitConfig, `unknown command "list" for "jetsink dlq"; did you mean replay? ('jetsink dlq --help' lists the commands)`},
+		{[]string{"dlq", "list"}, exitConfig, `unknown command "list" for "jetsink dlq"; 'jetsink dlq replay --dry-run' lists the dead letters and replays none ('jetsink dlq --help' lists the commands)`},
 		{[]string{"run", "extra"}, exitConfig, `unknown command "extra" for "jetsink run"`},
 		{[]string{"keys", "--no-such-flag"}, exitConfig, "unknown flag"},
 		{[]string{"bench", "--lock-at", "10s"}, exitConfig, "--lock-at needs --lock-for"},

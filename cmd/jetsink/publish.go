@@ -150,7 +150,7 @@ telemetry.sample_ratio.`,
 			if tr.Enabled() {
 				o.Tracer = tr.Tracer()
 			}
-			if limit := loadgen.MaxEventBytes(nc.MaxPayload()); int64(o.EventBytes) > limit {
+			if limit := loadgen.MaxEventBytes(nc.MaxPayload()); o.EventBytes > 0 && int64(o.EventBytes) > limit {
 				return usageError{fmt.Errorf("--event-bytes %d: an event and its headers must fit the server's max_payload, %d bytes: give at most %d",
 					o.EventBytes, nc.MaxPayload(), limit)}
 			}

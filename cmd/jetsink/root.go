@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -44,8 +45,10 @@ func version() string {
 		}
 	}
 	switch {
+	case rev != "" && at+modified != "":
+		v += " " + rev + " (" + strings.TrimPrefix(at+modified, ", ") + ")"
 	case rev != "":
-		v += " " + rev + " (" + at + modified + ")"
+		v += " " + rev
 	case buildCommit != "":
 		v += " " + buildCommit
 	}
@@ -99,17 +102,17 @@ func (f *configFlags) registerNATS(fs *pflag.FlagSet) {
 
 // load reads file, environment and flags, flags winning.
 func (f *configFlags) load() (config.Config, error) {
-	set := []string{}
-	for _, kv := range []struct{ key, val string }{
-		{"nats.url", f.natsURL}, {"postgres.url", f.dbURL}, {"nats.stream", f.stream},
-		{"postgres.table", f.table}, {"postgres.mode", f.mode}, {"log.level", f.logLevel},
+	var flags []config.Flag
+	for _, fl := range []config.Flag{
+		{Name: "--nats-url", Key: "nats.url", Value: f.natsURL}, {Name: "--database-url", Key: "postgres.url", Value: f.dbURL},
+		{Name: "--stream", Key: "nats.stream", Value: f.stream}, {Name: "--table", Key: "postgres.table", Value: f.table},
+		{Name: "--mode", Key: "postgres.mode", Value: f.mode}, {Name: "--log-level", Key: "log.level", Value: f.logLevel},
 	} {
-		if kv.val != "" {
-			set = append(set, kv.key+"="+kv.val)
+		if fl.Value != "" {
+			flags = append(flags, fl)
 		}
 	}
-	set = append(set, f.set...)
-	return config.Load(config.Source{File: f.file, Env: os.Environ(), Set: set})
+	return config.Load(config.Source{File: f.file, Env: os.Environ(), Flags: flags, Set: f.set})
 }
 
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
@@ -233,6 +236,10 @@ func unknownCommand(cmd *cobra.Command, name string) error {
 	}
 	if s := cmd.SuggestionsFor(name); len(s) > 0 {
 		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	if cmd.CommandPath() == "jetsink dlq" && slices.Contains([]string{"list", "ls", "show", "inspect", "peek"}, name) {
+		// Not "did you mean replay": replay without --dry-run publishes.
+		msg += "; 'jetsink dlq replay --dry-run' lists the dead letters and replays none"
 	}
 	if cmd.HasAvailableSubCommands() {
 		msg += " ('" + cmd.CommandPath() + " --help' lists the commands)"
