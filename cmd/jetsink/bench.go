@@ -157,6 +157,10 @@ stream, subjects, consumer, dead-letter subject and table (its own per run).`,
 		},
 	}
 	cf.register(cmd.Flags())
+	// Each run makes its own stream and table: taken, and ignored, but
+	// not offered.
+	_ = cmd.Flags().MarkHidden("stream")
+	_ = cmd.Flags().MarkHidden("table")
 	f := cmd.Flags()
 	f.StringVar(&o.Scenario, "scenario", bench.ScenarioDrain, "drain or rate")
 	f.IntVar(&o.Events, "events", 200_000, "drain: events to preload")
