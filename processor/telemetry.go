@@ -68,6 +68,10 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		metric.WithDescription("Time since the server last told the pending and ack_pending figures (they keep their last value while it does not answer)"),
 		metric.WithUnit("s"))
 	errs = append(errs, err)
+	attemptAge, err := m.Float64ObservableGauge("jetsink.batch.attempt.age",
+		metric.WithDescription("How long the longest commit attempt under way has run, 0 when none runs: a batch waiting for a lock, or on a server that hangs, shows here before anything fails"),
+		metric.WithUnit("s"))
+	errs = append(errs, err)
 	spansExported, err := m.Int64ObservableCounter("jetsink.trace.spans.exported",
 		metric.WithDescription("Sampled spans the collector took"), metric.WithUnit("{span}"))
 	errs = append(errs, err)
@@ -106,6 +110,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		o.ObserveInt64(batches, int64(ss.Batches))
 		o.ObserveInt64(retries, int64(ss.Retries))
 		o.ObserveInt64(deadConns, int64(ss.DeadConnections))
+		o.ObserveFloat64(attemptAge, p.sink.OldestAttempt().Seconds())
 		held, limit := p.consumer.InFlightBytes()
 		o.ObserveInt64(inFlight, held)
 		o.ObserveInt64(inFlightLimit, limit)
@@ -129,7 +134,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		}
 		return nil
 	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, ring, inFlight, inFlightLimit, pending, ackPending,
-		lagAge, spansExported, spansLost)
+		lagAge, attemptAge, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
 	}

@@ -124,7 +124,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	warmCtx, stopWarm := context.WithCancel(ctx)
 	defer stopWarm()
 	for i := range n {
-		c := &committer{s: s, r: r, bo: backoff{initial: s.cfg.Retry.Initial, max: s.cfg.Retry.Max}}
+		c := &committer{s: s, r: r, bo: backoff{initial: s.cfg.Retry.Initial, max: s.cfg.Retry.Max}, started: &s.attempts[i%len(s.attempts)]}
 		wg.Go(func() { errs[i] = c.loop(ctx, warmCtx) })
 	}
 	stopBeat := make(chan struct{})

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,8 @@ type committer struct {
 	wire   copyWire
 	bo     backoff
 	guards *string // the COPY with type guards (Sink.copySQL) the last attempt sent
+	// started is this committer's slot of Sink.attempts.
+	started *atomic.Int64
 
 	// Telemetry of the batch being processed.
 	span    trace.Span    // its "copy <table>" span, nil if not traced
@@ -515,7 +518,9 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 	}
 	stop := watchConn(c.conn.PgConn().Conn(), s.cfg.DeadConnectionTimeout)
 	stopSlow := c.watchSlow(len(rows))
+	c.started.Store(time.Now().UnixNano())
 	defer func() {
+		c.started.Store(0)
 		stopSlow()
 		if !stop() {
 			return

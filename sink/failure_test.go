@@ -300,6 +300,9 @@ func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
 		return out
 	}
 	waitFor(t, ctx, "two reports of the waiting batch", func() bool { return len(reports()) >= 2 })
+	if age := s.OldestAttempt(); age < 2*slowBatchAfter {
+		t.Errorf("OldestAttempt() = %v after two reports, want at least %v", age, 2*slowBatchAfter)
+	}
 	for _, line := range reports()[:2] {
 		if !strings.Contains(line, "rows=50") || !strings.Contains(line, "wait=Lock:relation") || !strings.Contains(line, blocker) ||
 			!strings.Contains(line, "idle in transaction") || !strings.Contains(line, "pg_terminate_backend") {
@@ -310,6 +313,9 @@ func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the batch acked", allAcked(ms))
+	if age := s.OldestAttempt(); age != 0 {
+		t.Errorf("OldestAttempt() = %v after the commit, want 0", age)
+	}
 	n := len(reports())
 	time.Sleep(4 * slowBatchAfter) // past the next report a running watch would make
 	if got := len(reports()); got != n {

@@ -115,6 +115,10 @@ type Sink struct {
 	refusedSince atomic.Int64
 	refusedErr   atomic.Pointer[string]
 
+	// attempts holds, per committer, when its commit attempt under way
+	// started (Unix ns; 0: none): see OldestAttempt.
+	attempts []atomic.Int64
+
 	st counters
 
 	// Set by Instrument before Run; nil records nothing.
@@ -185,7 +189,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	}
 	table, _ := ParseTable(cfg.Table)
 	s := &Sink{cfg: cfg, table: table, cols: append([]pipeline.Column(nil), cols...), dl: dl, seenErrs: map[string]struct{}{},
-		adminSem: make(chan struct{}, 1), ackAll: ackEach}
+		adminSem: make(chan struct{}, 1), ackAll: ackEach, attempts: make([]atomic.Int64, max(cfg.Connections, 1))}
 	seen := map[string]bool{}
 	for _, c := range s.cols {
 		if c.Name == "" || strings.ContainsRune(c.Name, 0) {
@@ -577,6 +581,20 @@ func (s *Sink) committed() {
 }
 
 // Stats returns a snapshot of the counters.
+// OldestAttempt is how long the longest commit attempt under way has run,
+// 0 when none runs: a batch waiting for a lock, or on a server that hangs,
+// shows here long before anything fails.
+func (s *Sink) OldestAttempt() time.Duration {
+	now := time.Now().UnixNano()
+	var oldest int64
+	for i := range s.attempts {
+		if at := s.attempts[i].Load(); at != 0 {
+			oldest = max(oldest, now-at)
+		}
+	}
+	return time.Duration(oldest)
+}
+
 func (s *Sink) Stats() Stats {
 	return Stats{
 		Batches:            s.st.batches.Load(),

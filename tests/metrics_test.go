@@ -115,6 +115,9 @@ func TestMetricsAfterRun(t *testing.T) {
 		metricValue(body, "jetsink_ring_occupancy", `ring="out"`, `worker="1"`) < 0 {
 		t.Errorf("/metrics has no ring occupancy per ring:\n%s", grep(body, "ring_occupancy"))
 	}
+	if got := metricValue(body, "jetsink_batch_attempt_age_seconds"); got != 0 {
+		t.Errorf("jetsink_batch_attempt_age_seconds = %v, want 0 with no batch under way", got)
+	}
 	if got := metricValue(body, "jetsink_in_flight_bytes"); got != 0 {
 		t.Errorf("jetsink_in_flight_bytes = %v, want 0 after the drain", got)
 	}
