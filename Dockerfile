@@ -6,6 +6,7 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # For jetsink --version: docker build --build-arg COMMIT=$(git describe --always --dirty)
+# (docker-compose.yml passes BUILD_COMMIT from the environment)
 ARG COMMIT=
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.buildCommit=${COMMIT}" -o /out/jetsink ./cmd/jetsink

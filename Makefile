@@ -9,10 +9,11 @@ all: build
 
 # The commit, for jetsink --version when the build records no VCS
 # information (GOFLAGS=-buildvcs=false, or no .git in a container build).
-JETSINK_COMMIT ?= $(shell git describe --always --dirty --abbrev=12 2>/dev/null)
+# Not JETSINK_*: jetsink takes every JETSINK_ variable for a setting.
+BUILD_COMMIT ?= $(shell git describe --always --dirty --abbrev=12 2>/dev/null)
 
 build:
-	$(GO) build -trimpath -ldflags "-X main.buildCommit=$(JETSINK_COMMIT)" -o bin/jetsink ./cmd/jetsink
+	$(GO) build -trimpath -ldflags "-X main.buildCommit=$(BUILD_COMMIT)" -o bin/jetsink ./cmd/jetsink
 
 vet:
 	$(GO) vet $(PKGS)
