@@ -28,7 +28,7 @@ type committer struct {
 	wire   copyWire
 	bo     backoff
 	guards *string // the COPY with type guards (Sink.copySQL) the last attempt sent
-	// started is this committer's slot of Sink.attempts.
+	// started is this committer's slot of Sink.attempts (nil outside Run).
 	started *atomic.Int64
 
 	// Telemetry of the batch being processed.
@@ -518,9 +518,11 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 	}
 	stop := watchConn(c.conn.PgConn().Conn(), s.cfg.DeadConnectionTimeout)
 	stopSlow := c.watchSlow(len(rows))
-	c.started.Store(time.Now().UnixNano())
+	if c.started != nil { // nil for a committer outside Run (tests, benchmarks)
+		c.started.Store(time.Now().UnixNano())
+		defer c.started.Store(0)
+	}
 	defer func() {
-		c.started.Store(0)
 		stopSlow()
 		if !stop() {
 			return
