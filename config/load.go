@@ -749,8 +749,8 @@ var scalarWants = map[reflect.Kind]struct {
 // digits, _ and dots), followed by "..." when it was cut: what an error may
 // quote of a --set argument, whose value may be a password.
 func keyPart(s string) string {
-	for i, r := range s {
-		if !(r == '.' || r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+	for i := range len(s) {
+		if !keyByte(s[i]) {
 			return s[:i] + "..."
 		}
 	}

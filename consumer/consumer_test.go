@@ -123,13 +123,19 @@ func TestNewRefusesStreamCapturingDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.CreateStream = false
+	wantRefused(t, ctx, cfg, "nats.dead_letter_subject", "a stream that captures its own dead letters")
+}
+
+// wantRefused checks that New refuses cfg with ErrInvalidConfig naming key.
+func wantRefused(t *testing.T, ctx context.Context, cfg Config, key, what string) {
+	t.Helper()
 	c, err := New(ctx, cfg, testLogger(t, nil))
 	if err == nil {
 		_ = c.Close(context.Background())
-		t.Fatal("New accepted a stream that captures its own dead letters")
+		t.Fatalf("New accepted %s", what)
 	}
-	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nats.dead_letter_subject") {
-		t.Fatalf("New = %v, want ErrInvalidConfig naming nats.dead_letter_subject", err)
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("New = %v, want ErrInvalidConfig naming %s", err, key)
 	}
 }
 
@@ -139,19 +145,12 @@ func TestNewPullMaxBytesBelowMaxPayload(t *testing.T) {
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	cfg.PullMaxBytes = 64 << 10
-	c, err := New(ctx, cfg, testLogger(t, nil))
-	if err == nil {
-		_ = c.Close(context.Background())
-		t.Fatal("New accepted pull_max_bytes below the server's max_payload")
-	}
-	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nats.pull_max_bytes") {
-		t.Fatalf("New = %v, want ErrInvalidConfig naming nats.pull_max_bytes", err)
-	}
+	wantRefused(t, ctx, cfg, "nats.pull_max_bytes", "pull_max_bytes below the server's max_payload")
 	// max_payload itself leaves no room for a message's subject and ack
 	// reply, which the server counts too: a warning, not a refusal.
 	var buf syncBuffer
 	cfg.PullMaxBytes = 1 << 20 // the embedded server's max_payload
-	c, err = New(ctx, cfg, testLogger(t, &buf))
+	c, err := New(ctx, cfg, testLogger(t, &buf))
 	if err != nil {
 		t.Fatalf("New with pull_max_bytes = max_payload: %v", err)
 	}
@@ -171,14 +170,7 @@ func TestNewInFlightBudget(t *testing.T) {
 	cfg := testConfig(t, srv)
 	cfg.PullClient = PullClientWire // the budget is wire's
 	cfg.MaxInFlightBytes = 1 << 20  // the embedded server's max_payload, without room for subject and reply
-	c, err := New(ctx, cfg, testLogger(t, nil))
-	if err == nil {
-		_ = c.Close(context.Background())
-		t.Fatal("New accepted max_in_flight_bytes below the server's max_payload + 8 KiB")
-	}
-	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nats.max_in_flight_bytes") {
-		t.Fatalf("New = %v, want ErrInvalidConfig naming nats.max_in_flight_bytes", err)
-	}
+	wantRefused(t, ctx, cfg, "nats.max_in_flight_bytes", "max_in_flight_bytes below the server's max_payload + 8 KiB")
 	for _, tc := range []struct{ set, want int64 }{{0, DefaultMaxInFlightBytes}, {-1, 0}, {3 << 20, 3 << 20}} {
 		cfg.MaxInFlightBytes = tc.set
 		c, err := New(ctx, cfg, testLogger(t, nil))

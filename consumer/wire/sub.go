@@ -579,8 +579,9 @@ func (s *Sub) loop() error {
 			if !gated {
 				stall.reset()
 			} else if b := s.opts.Budget; b != nil {
-				if waited, ok := stall.see(time.Now(), b.Held(), s.opts.StallAfter); ok {
-					s.onErr(&StallError{Waited: waited, Held: b.Held(), Limit: b.Limit()})
+				held := b.Held()
+				if waited, ok := stall.see(time.Now(), held, s.opts.StallAfter); ok {
+					s.onErr(&StallError{Waited: waited, Held: held, Limit: b.Limit()})
 				}
 			}
 			if quiet {
