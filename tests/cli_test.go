@@ -199,6 +199,9 @@ func TestCLISecondSignalWhileConnectingAborts(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		if i == 0 {
+			time.Sleep(repeatGap)
+		}
 	}
 	select {
 	case err := <-done:

@@ -115,7 +115,7 @@ func TestDemoSecondSignalAbortsAHungDrain(t *testing.T) {
 	waitLockWait(t, ctx, pgURL[1], "events")
 	interrupt(t)
 	r.waitOutput(t, ctx, "stopping; a second signal exits at once")
-	interrupt(t)
+	interruptAgain(t)
 	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
 	defer wcancel()
 	if code := r.wait(t, wctx); code != exitAborted {

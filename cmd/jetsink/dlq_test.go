@@ -113,7 +113,7 @@ func TestDLQReplaySecondSignalExitsAtOnce(t *testing.T) {
 	receive(t, ctx, pubs) // and never answer it
 	interrupt(t)
 	r.waitOutput(t, ctx, "stopping after the dead letter under way")
-	interrupt(t)
+	interruptAgain(t)
 	second := time.Now()
 	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second) // the letter's own timeout is 30 s
 	defer wcancel()
@@ -145,7 +145,7 @@ func TestDLQReplaySecondSignalEndsTheConnect(t *testing.T) {
 	}
 	interrupt(t)
 	r.waitOutput(t, ctx, "stopping after the dead letter under way")
-	interrupt(t)
+	interruptAgain(t)
 	second := time.Now()
 	if code := r.wait(t, ctx); code != exitAborted {
 		t.Fatalf("exit %d (%v), want %d\n%s", code, r.err, exitAborted, r.out.String())

@@ -33,6 +33,15 @@ func interrupt(t *testing.T) {
 	}
 }
 
+// interruptAgain sends a second SIGINT, once it can no longer be taken for
+// a repeat of the first (repeatWindow after the first was handled, which
+// the caller has seen).
+func interruptAgain(t *testing.T) {
+	t.Helper()
+	time.Sleep(2 * repeatWindow)
+	interrupt(t)
+}
+
 // jetsinkRun is a command line running in this process.
 type jetsinkRun struct {
 	out  testenv.SyncBuffer // stdout and stderr

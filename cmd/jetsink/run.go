@@ -27,7 +27,8 @@ connection that is reconnecting too), and exits 0, within drain_timeout;
 telemetry then shuts down (the last spans, the admin listener: up to about
 3 s more; a second signal cuts the spans' export short). A second signal, or
 the drain timeout, before the acks are confirmed exits at once with status
-130 (also after a stage failed, whose error is printed too); nothing that
+130 (also after a stage failed, whose error is printed too; a signal within
+100 ms of the one before is taken as a repeat of it, as timeout(1) sends); nothing that
 was not committed has been acked, so JetStream redelivers it, and acks
 NATS had not confirmed are logged: their events come back after ack_wait.
 Acks that cannot be confirmed before then (the connection closed for good)

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// watched runs watch on a channel the test fills, with the handlers
+// counting their calls.
+type watched struct {
+	sigs      chan os.Signal
+	repeats   chan os.Signal
+	handled   chan int // the index of each handler called
+	unwatched chan struct{}
+	stop      func()
+}
+
+func startWatch(t *testing.T, window time.Duration, handlers int) *watched {
+	t.Helper()
+	w := &watched{
+		sigs:      make(chan os.Signal, 4),
+		repeats:   make(chan os.Signal, 4),
+		handled:   make(chan int, handlers),
+		unwatched: make(chan struct{}),
+	}
+	var once sync.Once
+	on := make([]func(os.Signal), handlers)
+	for i := range on {
+		on[i] = func(os.Signal) { w.handled <- i }
+	}
+	stop := watch(w.sigs, func() { once.Do(func() { close(w.unwatched) }) }, window,
+		func(sig os.Signal) { w.repeats <- sig }, on...)
+	var stopped sync.Once
+	w.stop = func() { stopped.Do(stop) }
+	t.Cleanup(w.stop)
+	return w
+}
+
+func (w *watched) wantHandled(t *testing.T, want int) {
+	t.Helper()
+	select {
+	case i := <-w.handled:
+		if i != want {
+			t.Fatalf("handler %d called, want %d", i, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("handler %d not called", want)
+	}
+}
+
+// timeout(1) sends its signal to jetsink and to jetsink's process group: a
+// second SIGTERM right behind the first is the same one, and must not cut
+// the drain short.
+func TestRepeatedSignalIsTakenAsOne(t *testing.T) {
+	w := startWatch(t, time.Hour, 2)
+	w.sigs <- syscall.SIGTERM
+	w.sigs <- syscall.SIGTERM
+	w.wantHandled(t, 0)
+	select {
+	case <-w.repeats:
+	case i := <-w.handled:
+		t.Fatalf("the repeat called handler %d", i)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the repeat was not seen")
+	}
+	select {
+	case <-w.unwatched:
+		t.Fatal("stopped catching signals with a handler left")
+	default:
+	}
+}
+
+// Past the window, the next signal is the second one; and once the last
+// handler has run, jetsink stops catching signals when its repeats can no
+// longer come, so that one more ends the process.
+func TestSecondSignalPastTheWindow(t *testing.T) {
+	w := startWatch(t, 0, 2)
+	w.sigs <- syscall.SIGINT
+	w.wantHandled(t, 0)
+	w.sigs <- syscall.SIGINT
+	w.wantHandled(t, 1)
+	select {
+	case <-w.unwatched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("still catching signals after the last handler")
+	}
+}
+
+// With one handler (check, init, publish), a repeat of the signal that ran
+// it is swallowed too, rather than ending the process before the handler's
+// cancellation has been seen through.
+func TestRepeatAfterTheLastHandler(t *testing.T) {
+	catchSignals(t) // a repeat taken for a new signal is raised for real
+	w := startWatch(t, time.Hour, 1)
+	w.sigs <- syscall.SIGINT
+	w.wantHandled(t, 0)
+	w.sigs <- syscall.SIGINT
+	select {
+	case <-w.repeats:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the repeat was not seen")
+	}
+	select {
+	case <-w.unwatched:
+		t.Fatal("stopped catching signals within the window: the repeat would have ended the process")
+	default:
+	}
+	w.stop()
+	select {
+	case <-w.unwatched:
+	default:
+		t.Fatal("stop did not stop catching signals")
+	}
+}
