@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 TIMEOUT ?= 20m
 
-.PHONY: all build test vet race bench fmt clean jaeger
+.PHONY: all build test vet race bench fmt clean jaeger alerts
 
 all: build
 
@@ -25,7 +25,7 @@ vet:
 # zero-allocation tests again in a
 # normal build (the race detector allocates, and ringq's are built only
 # without it).
-test: vet jaeger
+test: vet jaeger alerts
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
 	JETSINK_TEST_PULL_CLIENT=nats.go $(GO) test -race -count=1 -timeout $(TIMEOUT) ./consumer
 	$(GO) test -count=1 -run 'Alloc' ./ringq ./pipeline ./consumer ./consumer/wire ./telemetry
@@ -34,6 +34,13 @@ test: vet jaeger
 # ~/.cache/jetsink (a no-op when it is there; the first build takes minutes).
 jaeger:
 	@tools/jaeger/build.sh >/dev/null
+
+# The Prometheus alerting rules, deploy/prometheus/alerts.yml: parsed and
+# evaluated on made-up series by Prometheus's own packages, in a module of
+# their own (they stay out of jetsink's go.mod). tests/alerts_test.go checks
+# that jetsink serves every metric they name.
+alerts:
+	cd deploy/prometheus && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 $(PKGS)

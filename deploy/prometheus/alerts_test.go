@@ -1,0 +1,205 @@
+package prometheus
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/rulefmt"
+	"github.com/prometheus/prometheus/promql/promqltest"
+)
+
+// scenario is a stretch of jetsink's metrics (promqltest's load syntax, one
+// sample a minute from 0) and whether the alert's expression holds at the
+// minute at.
+type scenario struct {
+	name   string
+	series string
+	at     time.Duration
+	fires  bool
+}
+
+const labels = `{job="jetsink",instance="a"}`
+
+// scenarios: each alert, where it must fire and where it must not.
+var scenarios = map[string][]scenario{
+	"JetsinkNotCommitting": {
+		{"backlog, no commit", `
+			jetsink_consumer_pending` + labels + ` 100x30
+			jetsink_consumer_ack_pending` + labels + ` 0x30
+			jetsink_events_committed_total` + labels + ` 500x30`, 20 * time.Minute, true},
+		{"only in flight, no commit", `
+			jetsink_consumer_pending` + labels + ` 0x30
+			jetsink_consumer_ack_pending` + labels + ` 40x30
+			jetsink_events_committed_total` + labels + ` 500x30`, 20 * time.Minute, true},
+		{"backlog, committing", `
+			jetsink_consumer_pending` + labels + ` 100x30
+			jetsink_consumer_ack_pending` + labels + ` 10x30
+			jetsink_events_committed_total` + labels + ` 0+1000x30`, 20 * time.Minute, false},
+		{"idle", `
+			jetsink_consumer_pending` + labels + ` 0x30
+			jetsink_consumer_ack_pending` + labels + ` 0x30
+			jetsink_events_committed_total` + labels + ` 500x30`, 20 * time.Minute, false},
+	},
+	"JetsinkBatchStuck": {
+		{"one attempt for 5 minutes", `jetsink_batch_attempt_age_seconds` + labels + ` 0+60x10`, 5 * time.Minute, true},
+		{"short attempts", `jetsink_batch_attempt_age_seconds` + labels + ` 0 0.02 0 0.5 0 0.01 0 0`, 5 * time.Minute, false},
+	},
+	"JetsinkBehind": {
+		{"p99 over two minutes", `
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="1"} 0x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="60"} 0+5x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="300"} 0+100x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="+Inf"} 0+100x30`, 20 * time.Minute, true},
+		{"p99 under a second", `
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="1"} 0+100x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="60"} 0+100x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="300"} 0+100x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="+Inf"} 0+100x30`, 20 * time.Minute, false},
+	},
+	"JetsinkNATSSilent": {
+		{"no answer for 5 minutes", `jetsink_consumer_lag_age_seconds` + labels + ` 0+60x10`, 5 * time.Minute, true},
+		{"answering", `jetsink_consumer_lag_age_seconds` + labels + ` 1x10`, 5 * time.Minute, false},
+	},
+	"JetsinkDeadLetters": {
+		{"more dead letters", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 5 5 5 5 5 5`, 17 * time.Minute, true},
+		{"a code's first dead letter", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="sink",code="constraint"} _x15 1x10`, 16 * time.Minute, true},
+		{"none for a while", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x30`, 25 * time.Minute, false},
+	},
+	"JetsinkDeadLetterFailing": {
+		{"a failure", `jetsink_dead_letter_failures_total` + labels + ` 0 0 0 1 1 1 1`, 5 * time.Minute, true},
+		{"none", `jetsink_dead_letter_failures_total` + labels + ` 0x10`, 5 * time.Minute, false},
+	},
+	"JetsinkRedelivering": {
+		{"10% redelivered", `
+			jetsink_events_received_total` + labels + ` 0+1000x30
+			jetsink_events_redelivered_total` + labels + ` 0+100x30`, 20 * time.Minute, true},
+		{"1% redelivered", `
+			jetsink_events_received_total` + labels + ` 0+1000x30
+			jetsink_events_redelivered_total` + labels + ` 0+10x30`, 20 * time.Minute, false},
+		{"idle", `
+			jetsink_events_received_total` + labels + ` 1000x30
+			jetsink_events_redelivered_total` + labels + ` 10x30`, 20 * time.Minute, false},
+	},
+	"JetsinkAcksFailing": {
+		{"acks failed", `jetsink_ack_failures_total` + labels + ` 0 0 2 2 2 2`, 5 * time.Minute, true},
+		{"none", `jetsink_ack_failures_total` + labels + ` 0x10`, 5 * time.Minute, false},
+	},
+	"JetsinkRowsMiscounted": {
+		{"a miscounted COPY", `
+			jetsink_copy_miscounts_total` + labels + ` 0 0 1 1 1 1
+			jetsink_ack_stale_total` + labels + ` 0x5`, 5 * time.Minute, true},
+		{"a stale ack", `
+			jetsink_copy_miscounts_total` + labels + ` 0x5
+			jetsink_ack_stale_total` + labels + ` 0 0 0 7 7 7`, 5 * time.Minute, true},
+		{"none", `
+			jetsink_copy_miscounts_total` + labels + ` 0x5
+			jetsink_ack_stale_total` + labels + ` 0x5`, 5 * time.Minute, false},
+	},
+	"JetsinkPostgresConnectionsDead": {
+		{"one given up", `jetsink_postgres_dead_connections_total` + labels + ` 0 0 1 1 1`, 4 * time.Minute, true},
+		{"none", `jetsink_postgres_dead_connections_total` + labels + ` 0x5`, 4 * time.Minute, false},
+	},
+	"JetsinkSpansLost": {
+		{"queue full", `jetsink_trace_spans_lost_total{job="jetsink",instance="a",reason="queue_full"} 0 0 30 30 30`, 4 * time.Minute, true},
+		{"none", `jetsink_trace_spans_lost_total{job="jetsink",instance="a",reason="queue_full"} 0x5`, 4 * time.Minute, false},
+	},
+}
+
+// load is promqltest's load command for series, one sample a minute.
+func load(series string) string {
+	cmd := "load 1m\n"
+	for _, l := range strings.Split(series, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			cmd += "  " + l + "\n"
+		}
+	}
+	return cmd
+}
+
+func loadRules(t *testing.T) []rulefmt.Rule {
+	t.Helper()
+	raw, err := os.ReadFile("alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, errs := rulefmt.Parse(raw, false, model.LegacyValidation)
+	if len(errs) > 0 {
+		t.Fatalf("alerts.yml: %v", errs)
+	}
+	var rules []rulefmt.Rule
+	for _, g := range groups.Groups {
+		rules = append(rules, g.Rules...)
+	}
+	if len(rules) == 0 {
+		t.Fatal("alerts.yml holds no rules")
+	}
+	return rules
+}
+
+// The file is what Prometheus loads (rulefmt also parses each expression
+// and template), and every alert says how bad it is and what happened.
+func TestAlertsAreValid(t *testing.T) {
+	for _, r := range loadRules(t) {
+		if r.Alert == "" {
+			t.Errorf("rule %q is not an alert", r.Record)
+			continue
+		}
+		if s := r.Labels["severity"]; !slices.Contains([]string{"critical", "warning", "info"}, s) {
+			t.Errorf("%s: severity %q, want critical, warning or info", r.Alert, s)
+		}
+		if r.Annotations["summary"] == "" {
+			t.Errorf("%s: no summary", r.Alert)
+		}
+	}
+}
+
+// Each alert's expression holds where it should and only there, evaluated
+// by Prometheus's own engine on the series of each scenario.
+func TestAlertsFireInTheirScenarios(t *testing.T) {
+	engine := promqltest.NewTestEngine(t, false, 0, promqltest.DefaultMaxSamplesPerQuery)
+	seen := map[string]bool{}
+	for _, r := range loadRules(t) {
+		seen[r.Alert] = true
+		cases := scenarios[r.Alert]
+		if len(cases) == 0 {
+			t.Errorf("%s: no scenario tests it", r.Alert)
+		}
+		var fires, quiet bool
+		for _, sc := range cases {
+			fires, quiet = fires || sc.fires, quiet || !sc.fires
+			t.Run(r.Alert+"/"+sc.name, func(t *testing.T) {
+				st := promqltest.LoadedStorage(t, load(sc.series))
+				defer st.Close()
+				q, err := engine.NewInstantQuery(context.Background(), st, nil, r.Expr, time.Unix(0, 0).Add(sc.at))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer q.Close()
+				res := q.Exec(context.Background())
+				if res.Err != nil {
+					t.Fatal(res.Err)
+				}
+				v, err := res.Vector()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := len(v) > 0; got != sc.fires {
+					t.Fatalf("fires = %v, want %v; the expression gives %v", got, sc.fires, v)
+				}
+			})
+		}
+		if len(cases) > 0 && !(fires && quiet) {
+			t.Errorf("%s: its scenarios should show it both firing and quiet", r.Alert)
+		}
+	}
+	for name := range scenarios {
+		if !seen[name] {
+			t.Errorf("scenario for %s, which alerts.yml does not hold", name)
+		}
+	}
+}
