@@ -17,8 +17,9 @@ import (
 )
 
 // Every metric that deploy/prometheus/alerts.yml names is one jetsink
-// serves: a metric renamed or dropped would leave an alert that can never
-// fire, which its own tests (deploy/prometheus, a module of its own, on
+// serves, and every histogram bound it reads too: a metric renamed or
+// dropped, or a bound that is not one of jetsink's, would leave an alert
+// that can never fire, which its own tests (deploy/prometheus, a module of its own, on
 // made-up series) cannot see. The run has a dead letter and tracing on, so
 // that the series served only then are there too.
 func TestAlertRulesNameServedMetrics(t *testing.T) {
@@ -37,6 +38,15 @@ func TestAlertRulesNameServedMetrics(t *testing.T) {
 	}
 	if len(named) < 10 {
 		t.Fatalf("alerts.yml names %d metrics: %v", len(named), named)
+	}
+	// The histogram buckets the rules read (le="60"): a bound jetsink does
+	// not serve matches no series, and the rule never fires.
+	var bounds []string
+	for _, m := range regexp.MustCompile(`(jetsink_[a-z0-9_]+_bucket)\{[^}]*le="([^"]+)"`).FindAllStringSubmatch(string(raw), -1) {
+		bounds = append(bounds, m[1]+`{...le="`+m[2]+`"}`)
+	}
+	if len(bounds) == 0 {
+		t.Fatal("alerts.yml reads no histogram bucket; the test expects JetsinkBehind's")
 	}
 
 	// An OTLP/HTTP collector that takes every export.
@@ -71,6 +81,12 @@ func TestAlertRulesNameServedMetrics(t *testing.T) {
 				continue
 			}
 			missing = append(missing, name)
+		}
+		for _, b := range bounds {
+			name, le, _ := strings.Cut(b, "{...")
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\{[^}]*\b` + regexp.QuoteMeta(strings.TrimSuffix(le, "}")) + `[,}]`).MatchString(body) {
+				missing = append(missing, b)
+			}
 		}
 		return code == 200 && len(missing) == 0, fmt.Sprintf("status %d; not served: %v", code, missing)
 	})

@@ -87,61 +87,54 @@ func cancelOnSignal(cmd *cobra.Command, what string) (ctx context.Context, stop 
 }
 
 // watchSignals catches SIGINT and SIGTERM until stop is called: the first
-// calls on[0], the next on[1], and so on; the last stops catching, so that
-// one more ends the process as if jetsink caught nothing (the way out when
-// what the last cancels does not return). A signal that comes within
-// repeatWindow of the handling of the one before is taken as that one, sent
-// twice, and ignored. stop waits for the watching goroutine.
+// calls on[0], the next on[1], and so on. A signal that comes within
+// repeatWindow of the return of the handler before is taken as that one's
+// repeat, and ignored. The last handler's signal stops the catching
+// repeatWindow after it came (in the meantime its repeats are ignored), so
+// that one more ends the process as if jetsink caught nothing: the way out
+// when what the last handler cancels does not return, or the handler
+// itself hangs. stop waits for the watching goroutine.
 func watchSignals(on ...func(os.Signal)) (stop func()) {
 	sigs := make(chan os.Signal, len(on)+1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	return watch(sigs, func() { signal.Stop(sigs) }, repeatWindow, nil, on...)
 }
 
-// repeatWindow is how soon after a signal's handling another one counts as
-// a repeat of it. timeout(1) sends its signal to jetsink and then to the
-// process group jetsink is in: when the two arrive apart, the second would
-// cut short the drain the first began. Two presses of Ctrl-C are further
-// apart than this.
+// repeatWindow is how soon after a signal another one counts as a repeat
+// of it. timeout(1) sends its signal to jetsink and then to the process
+// group jetsink is in: when the two arrive apart, the second would cut
+// short the drain the first began. Two presses of Ctrl-C are further apart
+// than this.
 const repeatWindow = 100 * time.Millisecond
 
-// watch is watchSignals on sigs: unwatch stops the signals (once every
-// handler has run and a repeat of the last can no longer come, or at
-// stop), and repeated, if not nil, is told of each repeat ignored.
+// watch is watchSignals on sigs: unwatch stops the signals (window after
+// the last handler's signal came, or at stop; it may be called twice), and
+// repeated, if not nil, is told of each repeat ignored.
 func watch(sigs <-chan os.Signal, unwatch func(), window time.Duration, repeated func(os.Signal), on ...func(os.Signal)) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
+	var release *time.Timer // the last handler's: unwatch, window after its signal
 	go func() {
 		defer close(exited)
-		var (
-			handled time.Time        // when the last handler returned
-			quiet   <-chan time.Time // the last handler's repeats are over
-		)
+		var handled time.Time // when the last handler returned
 		for i := 0; ; {
 			select {
 			case sig := <-sigs:
-				if i > 0 && time.Since(handled) < window {
+				// After the last handler, every signal read came
+				// before release unwatched: within the window.
+				if i == len(on) || i > 0 && time.Since(handled) < window {
 					if repeated != nil {
 						repeated(sig)
 					}
 					continue
 				}
-				if i == len(on) {
-					// Past the window, before its timer fired: as if
-					// jetsink caught nothing.
-					unwatch()
-					_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
-					return
+				if i == len(on)-1 {
+					// Armed before the handler runs, on a timer of its
+					// own: a handler that hangs does not hold it up.
+					release = time.AfterFunc(window, unwatch)
 				}
 				on[i](sig)
 				handled = time.Now()
-				if i++; i == len(on) {
-					t := time.NewTimer(window)
-					defer t.Stop()
-					quiet = t.C
-				}
-			case <-quiet:
-				unwatch()
-				return
+				i++
 			case <-done:
 				return
 			}
@@ -151,5 +144,8 @@ func watch(sigs <-chan os.Signal, unwatch func(), window time.Duration, repeated
 		unwatch()
 		close(done)
 		<-exited
+		if release != nil {
+			release.Stop()
+		}
 	}
 }

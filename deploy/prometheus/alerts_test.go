@@ -27,6 +27,10 @@ const labels = `{job="jetsink",instance="a"}`
 
 // scenarios: each alert, where it must fire and where it must not.
 var scenarios = map[string][]scenario{
+	"JetsinkDown": {
+		{"not scraped", `up` + labels + ` 1 1 0 0 0 0 0 0 0 0`, 9 * time.Minute, true},
+		{"scraped", `up` + labels + ` 1x10`, 9 * time.Minute, false},
+	},
 	"JetsinkNotCommitting": {
 		{"backlog, no commit", `
 			jetsink_consumer_pending` + labels + ` 100x30
@@ -49,17 +53,26 @@ var scenarios = map[string][]scenario{
 		{"one attempt for 5 minutes", `jetsink_batch_attempt_age_seconds` + labels + ` 0+60x10`, 5 * time.Minute, true},
 		{"short attempts", `jetsink_batch_attempt_age_seconds` + labels + ` 0 0.02 0 0.5 0 0.01 0 0`, 5 * time.Minute, false},
 	},
+	// The bounds jetsink serves (telemetry/latency.go), from 5 s up.
 	"JetsinkBehind": {
-		{"p99 over two minutes", `
-			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="1"} 0x30
-			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="60"} 0+5x30
-			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="300"} 0+100x30
-			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="+Inf"} 0+100x30`, 20 * time.Minute, true},
-		{"p99 under a second", `
-			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="1"} 0+100x30
+		{"3% over a minute", `
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="5"} 0+90x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="10"} 0+95x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="30"} 0+96x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="60"} 0+97x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="+Inf"} 0+100x30
+			jetsink_event_latency_seconds_count{job="jetsink",instance="a"} 0+100x30`, 20 * time.Minute, true},
+		{"slow, none over a minute", `
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="5"} 0+10x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="10"} 0+20x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="30"} 0+50x30
 			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="60"} 0+100x30
-			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="300"} 0+100x30
-			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="+Inf"} 0+100x30`, 20 * time.Minute, false},
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="+Inf"} 0+100x30
+			jetsink_event_latency_seconds_count{job="jetsink",instance="a"} 0+100x30`, 20 * time.Minute, false},
+		{"idle", `
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="60"} 97x30
+			jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="+Inf"} 100x30
+			jetsink_event_latency_seconds_count{job="jetsink",instance="a"} 100x30`, 20 * time.Minute, false},
 	},
 	"JetsinkNATSSilent": {
 		{"no answer for 5 minutes", `jetsink_consumer_lag_age_seconds` + labels + ` 0+60x10`, 5 * time.Minute, true},
@@ -84,6 +97,9 @@ var scenarios = map[string][]scenario{
 		{"idle", `
 			jetsink_events_received_total` + labels + ` 1000x30
 			jetsink_events_redelivered_total` + labels + ` 10x30`, 20 * time.Minute, false},
+		{"a quiet stream, one crash", `
+			jetsink_events_received_total` + labels + ` 0+10x30
+			jetsink_events_redelivered_total` + labels + ` 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 20 20 20 20 20 20 20 20`, 20 * time.Minute, false},
 	},
 	"JetsinkAcksFailing": {
 		{"acks failed", `jetsink_ack_failures_total` + labels + ` 0 0 2 2 2 2`, 5 * time.Minute, true},
