@@ -113,40 +113,35 @@ func (c *Config) Columns() []pipeline.Column {
 }
 
 // Validate checks every section and the rules that span sections. It
-// returns the first problem found, wrapping ErrInvalidConfig or the
-// section's sentinel.
+// returns every problem found, joined (errors.Join; Problems splits them),
+// each wrapping ErrInvalidConfig or the section's sentinel.
 func (c *Config) Validate() error {
-	if err := c.NATS.Validate(); err != nil {
-		return err
-	}
-	if err := c.Pipeline.Validate(); err != nil {
-		return err
-	}
-	if err := c.Postgres.Config.Validate(); err != nil {
-		return err
-	}
+	var errs []error
+	errs = append(errs, Problems(c.NATS.Validate())...)
+	errs = append(errs, Problems(c.Pipeline.Validate())...)
+	errs = append(errs, Problems(c.Postgres.Config.Validate())...)
 	if _, err := pipeline.Compile(c.Columns()); err != nil {
-		return fmt.Errorf("%w: postgres.columns: %w", ErrInvalidConfig, err)
+		errs = append(errs, fmt.Errorf("%w: postgres.columns: %w", ErrInvalidConfig, err))
 	}
 	if c.Postgres.Mode == sink.ExactlyOnce {
 		if !hasSource(c.Columns(), "meta:stream") || !hasSource(c.Columns(), "meta:stream_seq") {
-			return fmt.Errorf("%w: postgres.mode exactly-once needs columns from meta:stream and meta:stream_seq "+
+			errs = append(errs, fmt.Errorf("%w: postgres.mode exactly-once needs columns from meta:stream and meta:stream_seq "+
 				"(they carry the unique key); add {name: stream, from: \"meta:stream\", type: text} and "+
-				"{name: stream_seq, from: \"meta:stream_seq\", type: int8} to postgres.columns", ErrInvalidConfig)
+				"{name: stream_seq, from: \"meta:stream_seq\", type: int8} to postgres.columns", ErrInvalidConfig))
 		}
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
-		return fmt.Errorf("%w: log.level must be debug, info, warn or error, not %q", ErrInvalidConfig, c.Log.Level)
+		errs = append(errs, fmt.Errorf("%w: log.level must be debug, info, warn or error, not %q", ErrInvalidConfig, c.Log.Level))
 	}
 	switch c.Log.Format {
 	case "text", "json":
 	default:
-		return fmt.Errorf("%w: log.format must be text or json, not %q", ErrInvalidConfig, c.Log.Format)
+		errs = append(errs, fmt.Errorf("%w: log.format must be text or json, not %q", ErrInvalidConfig, c.Log.Format))
 	}
 	if !(c.Telemetry.SampleRatio >= 0 && c.Telemetry.SampleRatio <= 1) { // NaN too
-		return fmt.Errorf("%w: telemetry.sample_ratio must be between 0 and 1, not %g", ErrInvalidConfig, c.Telemetry.SampleRatio)
+		errs = append(errs, fmt.Errorf("%w: telemetry.sample_ratio must be between 0 and 1, not %g", ErrInvalidConfig, c.Telemetry.SampleRatio))
 	}
 	if l := c.Telemetry.Listen; l != "" {
 		// Checked here rather than when run binds it, after connecting
@@ -156,19 +151,37 @@ func (c *Config) Validate() error {
 			_, err = strconv.ParseUint(port, 10, 16)
 		}
 		if err != nil {
-			return fmt.Errorf("%w: telemetry.listen must be host:port with a port from 0 to 65535, e.g. 127.0.0.1:9464 or :9464, or empty for none, not %q", ErrInvalidConfig, l)
+			errs = append(errs, fmt.Errorf("%w: telemetry.listen must be host:port with a port from 0 to 65535, e.g. 127.0.0.1:9464 or :9464, or empty for none, not %q", ErrInvalidConfig, l))
 		}
 	}
 	if err := telemetry.CheckEndpoint(c.Telemetry.OTLPEndpoint); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
 	if c.MemoryLimit < MemoryLimitAuto || (c.MemoryLimit > 0 && c.MemoryLimit < 16<<20) {
-		return fmt.Errorf("%w: memory_limit must be auto, 0 (none) or at least 16MiB (got %d bytes); jetsink's runtime alone needs ~10MiB", ErrInvalidConfig, c.MemoryLimit)
+		errs = append(errs, fmt.Errorf("%w: memory_limit must be auto, 0 (none) or at least 16MiB (got %d bytes); jetsink's runtime alone needs ~10MiB", ErrInvalidConfig, c.MemoryLimit))
 	}
 	if c.DrainTimeout <= 0 {
-		return fmt.Errorf("%w: drain_timeout must be positive (e.g. 30s)", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: drain_timeout must be positive (e.g. 30s)", ErrInvalidConfig))
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// Problems returns the problems an error of Validate or Load joins, one
+// per key at fault, in the order found: err's parts if errors.Join made
+// it (theirs too, if joined in turn), else err alone; none for nil.
+func Problems(err error) []error {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		if err == nil {
+			return nil
+		}
+		return []error{err}
+	}
+	var errs []error
+	for _, e := range j.Unwrap() {
+		errs = append(errs, Problems(e)...)
+	}
+	return errs
 }
 
 func hasSource(cols []pipeline.Column, from string) bool {

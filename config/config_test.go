@@ -523,3 +523,43 @@ func TestValidationErrorsSayWhereTheValueCameFrom(t *testing.T) {
 		t.Errorf("a misspelt key in the file: %v, want its line and the file", err)
 	}
 }
+
+// A configuration with several wrong values says so for each, with where
+// each came from, rather than one per attempt to start.
+func TestEveryValueProblemIsReported(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "jetsink.yaml")
+	if err := os.WriteFile(path, []byte("nats:\n  max_deliver: -5\npipeline:\n  ring_size: 1\n"+
+		"postgres:\n  batch: {max_rows: 0}\nlog:\n  level: loud\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(Source{File: path, Env: []string{"JETSINK_NATS_ACK_WAIT=10ms"}})
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Load = %v, want ErrInvalidConfig", err)
+	}
+	want := []string{
+		"nats.ack_wait must be at least 1s (got 10ms) (JETSINK_NATS_ACK_WAIT)",
+		"nats.max_deliver must be -1 (unlimited) or at least 1 (got -5) (line 2 of " + path + ")",
+		"pipeline.ring_size is 1; use 2..",
+		"(line 4 of " + path + ")",
+		"postgres.batch.max_rows must be between 1 and",
+		"(line 6 of " + path + ")",
+		`log.level must be debug, info, warn or error, not "loud" (line 8 of ` + path + ")",
+	}
+	problems := Problems(err)
+	if len(problems) != 5 {
+		t.Fatalf("%d problems, want 5:\n%v", len(problems), err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("no %q in:\n%v", w, err)
+		}
+	}
+	for _, p := range problems { // each wraps its section's sentinel
+		if strings.Contains(p.Error(), "\n") {
+			t.Errorf("problem %q: want one line", p)
+		}
+	}
+	if Problems(nil) != nil {
+		t.Error("Problems(nil) is not empty")
+	}
+}

@@ -81,7 +81,9 @@ type Flag struct{ Name, Key, Value string }
 // and the overrides, in that order of precedence (later wins), and
 // validates it. Errors wrap ErrInvalidConfig (or a section's sentinel) and
 // name the key at fault; errors in a value also say where it came from:
-// the file's line, the environment variable or --set.
+// the file's line, the environment variable or --set. Every problem of the
+// values is reported, joined (Problems splits them); a file that does not
+// parse, or names a key that does not exist, stops at its first.
 func Load(src Source) (Config, error) {
 	var raw []byte
 	if src.File != "" {
@@ -99,7 +101,11 @@ func Load(src Source) (Config, error) {
 		return Config{}, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return Config{}, whence(err, where, src.File)
+		var errs []error
+		for _, e := range Problems(err) {
+			errs = append(errs, whence(e, where, src.File))
+		}
+		return Config{}, errors.Join(errs...)
 	}
 	return cfg, nil
 }

@@ -257,18 +257,20 @@ func (c Config) maxAckPending() int {
 	return c.MaxAckPending
 }
 
-// Validate checks the configuration without touching the network. Every
-// error wraps ErrInvalidConfig, names the key and says how to fix it. It never
-// quotes the password or the content of a credentials file.
+// Validate checks the configuration without touching the network, and
+// returns every problem it finds, joined (errors.Join). Every error wraps
+// ErrInvalidConfig, names the key and says how to fix it. It never quotes
+// the password or the content of a credentials file.
 func (c Config) Validate() error {
+	var errs []error
 	if err := validateURLs(c.URL); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	auth := 0
 	if c.User != "" || c.Password != "" {
 		auth++
 		if c.User == "" {
-			return fmt.Errorf("%w: nats.password is set without nats.user; set both or neither", ErrInvalidConfig)
+			errs = append(errs, fmt.Errorf("%w: nats.password is set without nats.user; set both or neither", ErrInvalidConfig))
 		}
 	}
 	if c.CredsFile != "" {
@@ -278,78 +280,77 @@ func (c Config) Validate() error {
 		auth++
 	}
 	if auth > 1 {
-		return fmt.Errorf("%w: nats.user/password, nats.creds_file and nats.nkey_file are alternatives; set only one of them", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: nats.user/password, nats.creds_file and nats.nkey_file are alternatives; set only one of them", ErrInvalidConfig))
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
-		return fmt.Errorf("%w: nats.tls.cert_file and nats.tls.key_file go together; set both or neither", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: nats.tls.cert_file and nats.tls.key_file go together; set both or neither", ErrInvalidConfig))
 	}
 	if err := validName("nats.stream", c.Stream, DefaultStream); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if err := validName("nats.consumer", c.Consumer, DefaultConsumer); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if c.CreateStream && len(c.Subjects) == 0 {
-		return fmt.Errorf("%w: nats.subjects is empty; with nats.create_stream: true give the subjects the stream captures, e.g. [\"events.>\"]", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: nats.subjects is empty; with nats.create_stream: true give the subjects the stream captures, e.g. [\"events.>\"]", ErrInvalidConfig))
 	}
 	for i, s := range c.Subjects {
 		if err := validSubject(s, true); err != nil {
-			return fmt.Errorf("%w: nats.subjects[%d] %q: %s", ErrInvalidConfig, i, s, err)
+			errs = append(errs, fmt.Errorf("%w: nats.subjects[%d] %q: %s", ErrInvalidConfig, i, s, err))
 		}
 	}
 	if c.FilterSubject != "" {
 		if err := validSubject(c.FilterSubject, true); err != nil {
-			return fmt.Errorf("%w: nats.filter_subject %q: %s", ErrInvalidConfig, c.FilterSubject, err)
+			errs = append(errs, fmt.Errorf("%w: nats.filter_subject %q: %s", ErrInvalidConfig, c.FilterSubject, err))
 		}
 	}
 	if c.AckWait < time.Second {
-		return fmt.Errorf("%w: nats.ack_wait must be at least 1s (got %s)", ErrInvalidConfig, c.AckWait)
+		errs = append(errs, fmt.Errorf("%w: nats.ack_wait must be at least 1s (got %s)", ErrInvalidConfig, c.AckWait))
 	}
 	if c.MaxDeliver == 0 || c.MaxDeliver < -1 {
-		return fmt.Errorf("%w: nats.max_deliver must be -1 (unlimited) or at least 1 (got %d)", ErrInvalidConfig, c.MaxDeliver)
+		errs = append(errs, fmt.Errorf("%w: nats.max_deliver must be -1 (unlimited) or at least 1 (got %d)", ErrInvalidConfig, c.MaxDeliver))
 	}
 	if c.MaxDeliver >= math.MaxInt32 {
 		// Event.Delivered is 32 bits.
-		return fmt.Errorf("%w: nats.max_deliver must be below %d (got %d); -1 is unlimited", ErrInvalidConfig, math.MaxInt32, c.MaxDeliver)
+		errs = append(errs, fmt.Errorf("%w: nats.max_deliver must be below %d (got %d); -1 is unlimited", ErrInvalidConfig, math.MaxInt32, c.MaxDeliver))
 	}
 	if c.PullMaxMessages < 1 {
-		return fmt.Errorf("%w: nats.pull_max_messages must be at least 1 (got %d); %d is a good start", ErrInvalidConfig, c.PullMaxMessages, DefaultPullMaxMessages)
+		errs = append(errs, fmt.Errorf("%w: nats.pull_max_messages must be at least 1 (got %d); %d is a good start", ErrInvalidConfig, c.PullMaxMessages, DefaultPullMaxMessages))
 	}
 	if c.PullMaxBytes < 0 {
-		return fmt.Errorf("%w: nats.pull_max_bytes must be 0 (no byte cap) or positive (got %d)", ErrInvalidConfig, c.PullMaxBytes)
+		errs = append(errs, fmt.Errorf("%w: nats.pull_max_bytes must be 0 (no byte cap) or positive (got %d)", ErrInvalidConfig, c.PullMaxBytes))
 	}
 	if c.MaxInFlightBytes < -1 {
-		return fmt.Errorf("%w: nats.max_in_flight_bytes must be 0 (derived), -1 (no bound) or positive (got %d)", ErrInvalidConfig, c.MaxInFlightBytes)
+		errs = append(errs, fmt.Errorf("%w: nats.max_in_flight_bytes must be 0 (derived), -1 (no bound) or positive (got %d)", ErrInvalidConfig, c.MaxInFlightBytes))
 	}
 	if c.MaxAckPending < -1 {
-		return fmt.Errorf("%w: nats.max_ack_pending must be 0 (derived), -1 (unlimited) or positive (got %d)", ErrInvalidConfig, c.MaxAckPending)
+		errs = append(errs, fmt.Errorf("%w: nats.max_ack_pending must be 0 (derived), -1 (unlimited) or positive (got %d)", ErrInvalidConfig, c.MaxAckPending))
 	}
 	if c.MaxAckPending > 0 && c.MaxAckPending < c.PullMaxMessages {
-		return fmt.Errorf("%w: nats.max_ack_pending (%d) is below nats.pull_max_messages (%d); raise it or set 0 to derive it", ErrInvalidConfig, c.MaxAckPending, c.PullMaxMessages)
+		errs = append(errs, fmt.Errorf("%w: nats.max_ack_pending (%d) is below nats.pull_max_messages (%d); raise it or set 0 to derive it", ErrInvalidConfig, c.MaxAckPending, c.PullMaxMessages))
 	}
 	if c.PullExpiry < time.Second {
-		return fmt.Errorf("%w: nats.pull_expiry must be at least 1s (got %s)", ErrInvalidConfig, c.PullExpiry)
+		errs = append(errs, fmt.Errorf("%w: nats.pull_expiry must be at least 1s (got %s)", ErrInvalidConfig, c.PullExpiry))
 	}
 	switch c.PullClient {
 	case "", PullClientNATSGo, PullClientWire:
 	default:
-		return fmt.Errorf("%w: nats.pull_client must be %q or %q (got %q)", ErrInvalidConfig, PullClientNATSGo, PullClientWire, c.PullClient)
+		errs = append(errs, fmt.Errorf("%w: nats.pull_client must be %q or %q (got %q)", ErrInvalidConfig, PullClientNATSGo, PullClientWire, c.PullClient))
 	}
 	if c.PullHeartbeat < 100*time.Millisecond || c.PullHeartbeat > c.PullExpiry/2 {
-		return fmt.Errorf("%w: nats.pull_heartbeat must be between 100ms and half of nats.pull_expiry (got %s with expiry %s)", ErrInvalidConfig, c.PullHeartbeat, c.PullExpiry)
+		errs = append(errs, fmt.Errorf("%w: nats.pull_heartbeat must be between 100ms and half of nats.pull_expiry (got %s with expiry %s)", ErrInvalidConfig, c.PullHeartbeat, c.PullExpiry))
 	}
 	if c.DeadLetterSubject == "" {
-		return fmt.Errorf("%w: nats.dead_letter_subject is empty; set a subject that another stream captures, e.g. %s", ErrInvalidConfig, DefaultDeadLetterSubject)
-	}
-	if err := validSubject(c.DeadLetterSubject, false); err != nil {
-		return fmt.Errorf("%w: nats.dead_letter_subject %q: %s", ErrInvalidConfig, c.DeadLetterSubject, err)
+		errs = append(errs, fmt.Errorf("%w: nats.dead_letter_subject is empty; set a subject that another stream captures, e.g. %s", ErrInvalidConfig, DefaultDeadLetterSubject))
+	} else if err := validSubject(c.DeadLetterSubject, false); err != nil {
+		errs = append(errs, fmt.Errorf("%w: nats.dead_letter_subject %q: %s", ErrInvalidConfig, c.DeadLetterSubject, err))
 	}
 	if c.CreateStream {
 		if err := checkNoLoop(c.Stream, c.Subjects, c.DeadLetterSubject); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // checkNoLoop fails when one of the stream's subjects captures the

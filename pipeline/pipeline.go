@@ -64,22 +64,27 @@ func DefaultConfig() Config {
 	return Config{Workers: 0, Pin: PinNone, RingSize: DefaultRingSize, MaxEventBytes: DefaultMaxEventBytes, Handoff: HandoffRing}
 }
 
-// Validate checks every field and returns an error wrapping
-// ErrInvalidConfig that names the config key, or nil.
+// Validate checks every field and returns an error for each problem,
+// joined (errors.Join), each wrapping ErrInvalidConfig and naming the
+// config key; or nil.
 func (c Config) Validate() error {
-	switch {
-	case c.Workers < 0 || c.Workers > maxWorkers:
-		return fmt.Errorf("%w: pipeline.workers is %d; use 0 (one per physical core) or 1..%d", ErrInvalidConfig, c.Workers, maxWorkers)
-	case c.Pin != PinNone && c.Pin != PinThread && c.Pin != PinCPU:
-		return fmt.Errorf("%w: pipeline.pin is %q; use none, thread or cpu", ErrInvalidConfig, c.Pin)
-	case c.RingSize < 2 || c.RingSize > maxRingSize:
-		return fmt.Errorf("%w: pipeline.ring_size is %d; use 2..%d (1024 is the default)", ErrInvalidConfig, c.RingSize, maxRingSize)
-	case c.MaxEventBytes < 1:
-		return fmt.Errorf("%w: pipeline.max_event_bytes is %d; it must be at least 1 (1MiB is the default)", ErrInvalidConfig, c.MaxEventBytes)
-	case c.Handoff != HandoffRing && c.Handoff != HandoffChannel:
-		return fmt.Errorf("%w: pipeline.handoff is %q; use ring or channel", ErrInvalidConfig, c.Handoff)
+	var errs []error
+	if c.Workers < 0 || c.Workers > maxWorkers {
+		errs = append(errs, fmt.Errorf("%w: pipeline.workers is %d; use 0 (one per physical core) or 1..%d", ErrInvalidConfig, c.Workers, maxWorkers))
 	}
-	return nil
+	if c.Pin != PinNone && c.Pin != PinThread && c.Pin != PinCPU {
+		errs = append(errs, fmt.Errorf("%w: pipeline.pin is %q; use none, thread or cpu", ErrInvalidConfig, c.Pin))
+	}
+	if c.RingSize < 2 || c.RingSize > maxRingSize {
+		errs = append(errs, fmt.Errorf("%w: pipeline.ring_size is %d; use 2..%d (1024 is the default)", ErrInvalidConfig, c.RingSize, maxRingSize))
+	}
+	if c.MaxEventBytes < 1 {
+		errs = append(errs, fmt.Errorf("%w: pipeline.max_event_bytes is %d; it must be at least 1 (1MiB is the default)", ErrInvalidConfig, c.MaxEventBytes))
+	}
+	if c.Handoff != HandoffRing && c.Handoff != HandoffChannel {
+		errs = append(errs, fmt.Errorf("%w: pipeline.handoff is %q; use ring or channel", ErrInvalidConfig, c.Handoff))
+	}
+	return errors.Join(errs...)
 }
 
 // Pipeline runs the decode workers between the consumer's dispatch rings

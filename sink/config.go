@@ -152,57 +152,57 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks every field and returns the first problem, wrapping
-// ErrInvalidConfig.
+// Validate checks every field and returns every problem it finds, joined
+// (errors.Join), each wrapping ErrInvalidConfig.
 func (c *Config) Validate() error {
+	var errs []error
 	if c.URL == "" {
-		return fmt.Errorf("%w: postgres.url is empty; set it or JETSINK_DATABASE_URL", ErrInvalidConfig)
-	}
-	if _, err := pgconn.ParseConfig(c.URL); err != nil {
-		return urlError(c.URL, err)
+		errs = append(errs, fmt.Errorf("%w: postgres.url is empty; set it or JETSINK_DATABASE_URL", ErrInvalidConfig))
+	} else if _, err := pgconn.ParseConfig(c.URL); err != nil {
+		errs = append(errs, urlError(c.URL, err))
 	}
 	if _, err := ParseTable(c.Table); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	switch c.Mode {
 	case AtLeastOnce, ExactlyOnce:
 	default:
-		return fmt.Errorf("%w: postgres.mode is %q; use %q or %q", ErrInvalidConfig, c.Mode, AtLeastOnce, ExactlyOnce)
+		errs = append(errs, fmt.Errorf("%w: postgres.mode is %q; use %q or %q", ErrInvalidConfig, c.Mode, AtLeastOnce, ExactlyOnce))
 	}
 	if c.Batch.MaxRows < 1 || c.Batch.MaxRows > maxBatchRows {
-		return fmt.Errorf("%w: postgres.batch.max_rows must be between 1 and %d (default 5000)", ErrInvalidConfig, maxBatchRows)
+		errs = append(errs, fmt.Errorf("%w: postgres.batch.max_rows must be between 1 and %d (default 5000)", ErrInvalidConfig, maxBatchRows))
 	}
 	if c.Batch.MaxBytes < 1 || c.Batch.MaxBytes > maxBatchBytes {
-		return fmt.Errorf("%w: postgres.batch.max_bytes must be between 1 and 1GiB (default 4MiB)", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: postgres.batch.max_bytes must be between 1 and 1GiB (default 4MiB)", ErrInvalidConfig))
 	}
 	if c.Batch.MaxDelay < 0 {
-		return fmt.Errorf("%w: postgres.batch.max_delay must be >= 0 (default 20ms)", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: postgres.batch.max_delay must be >= 0 (default 20ms)", ErrInvalidConfig))
 	}
 	if c.Batch.MinDelay < 0 {
-		return fmt.Errorf("%w: postgres.batch.min_delay must be >= 0 (default 2ms)", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: postgres.batch.min_delay must be >= 0 (default 2ms)", ErrInvalidConfig))
 	}
 	if c.Batch.OverlapDelay < 0 {
-		return fmt.Errorf("%w: postgres.batch.overlap_delay must be >= 0 (default %v)", ErrInvalidConfig, DefaultConfig().Batch.OverlapDelay)
+		errs = append(errs, fmt.Errorf("%w: postgres.batch.overlap_delay must be >= 0 (default %v)", ErrInvalidConfig, DefaultConfig().Batch.OverlapDelay))
 	}
 	if c.Connections < 1 || c.Connections > 64 {
-		return fmt.Errorf("%w: postgres.connections must be between 1 and 64 (default 4)", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: postgres.connections must be between 1 and 64 (default 4)", ErrInvalidConfig))
 	}
 	if c.AppName == "" || strings.ContainsRune(c.AppName, 0) {
-		return fmt.Errorf("%w: postgres.app_name must be a non-empty string without NUL (default jetsink)", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: postgres.app_name must be a non-empty string without NUL (default jetsink)", ErrInvalidConfig))
 	}
 	if c.DeadConnectionTimeout != 0 && (c.DeadConnectionTimeout < time.Second || c.DeadConnectionTimeout > maxDeadConnectionTimeout) {
-		return fmt.Errorf("%w: postgres.dead_connection_timeout must be 0 (off) or between 1s and 24h (default 60s)", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: postgres.dead_connection_timeout must be 0 (off) or between 1s and 24h (default 60s)", ErrInvalidConfig))
 	}
 	if c.Retry.Initial <= 0 {
-		return fmt.Errorf("%w: postgres.retry.initial must be > 0 (default 100ms)", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: postgres.retry.initial must be > 0 (default 100ms)", ErrInvalidConfig))
 	}
 	if c.Retry.Max < c.Retry.Initial {
-		return fmt.Errorf("%w: postgres.retry.max must be >= postgres.retry.initial (default 5s)", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: postgres.retry.max must be >= postgres.retry.initial (default 5s)", ErrInvalidConfig))
 	}
 	if c.InProgressEvery < 0 {
-		return fmt.Errorf("%w: in-progress interval must be >= 0 (it is nats.ack_wait/3)", ErrInvalidConfig)
+		errs = append(errs, fmt.Errorf("%w: in-progress interval must be >= 0 (it is nats.ack_wait/3)", ErrInvalidConfig))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // ParseTable splits "table" or "schema.table" on the first dot outside

@@ -39,7 +39,9 @@ func exitCode(err error) int {
 		return exitAborted
 	case errors.Is(err, config.ErrInvalidConfig), errors.As(err, &usage), isSectionConfigError(err),
 		errors.Is(err, bench.ErrInvalidOptions):
-		fmt.Fprintln(os.Stderr, "jetsink:", err)
+		for _, p := range config.Problems(err) { // each key at fault on a line of its own
+			fmt.Fprintln(os.Stderr, "jetsink:", p)
+		}
 		return exitConfig
 	default:
 		fmt.Fprintln(os.Stderr, "jetsink:", err)
