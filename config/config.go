@@ -166,8 +166,8 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Problems returns the problems an error of Validate or Load joins, one
-// per key at fault, in the order found: err's parts if errors.Join made
+// Problems returns the problems an error of Validate or Load joins, each
+// one line, in the order found: err's parts if errors.Join made
 // it (theirs too, if joined in turn), else err alone; none for nil.
 func Problems(err error) []error {
 	j, ok := err.(interface{ Unwrap() []error })

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
 )
@@ -524,39 +526,41 @@ func TestValidationErrorsSayWhereTheValueCameFrom(t *testing.T) {
 	}
 }
 
-// A configuration with several wrong values says so for each, with where
-// each came from, rather than one per attempt to start.
+// A configuration with several wrong values says so for each, in the
+// order found, with where each came from and its section's sentinel,
+// rather than one per attempt to start.
 func TestEveryValueProblemIsReported(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "jetsink.yaml")
-	if err := os.WriteFile(path, []byte("nats:\n  max_deliver: -5\npipeline:\n  ring_size: 1\n"+
-		"postgres:\n  batch: {max_rows: 0}\nlog:\n  level: loud\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("nats:\n  max_deliver: -5\npipeline:\n  ring_size: 1\n  handoff: pigeon\n"+
+		"postgres:\n  batch: {max_rows: 0}\n  connections: 0\nlog:\n  level: loud\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Load(Source{File: path, Env: []string{"JETSINK_NATS_ACK_WAIT=10ms"}})
-	if !errors.Is(err, ErrInvalidConfig) {
-		t.Fatalf("Load = %v, want ErrInvalidConfig", err)
-	}
-	want := []string{
-		"nats.ack_wait must be at least 1s (got 10ms) (JETSINK_NATS_ACK_WAIT)",
-		"nats.max_deliver must be -1 (unlimited) or at least 1 (got -5) (line 2 of " + path + ")",
-		"pipeline.ring_size is 1; use 2..",
-		"(line 4 of " + path + ")",
-		"postgres.batch.max_rows must be between 1 and",
-		"(line 6 of " + path + ")",
-		`log.level must be debug, info, warn or error, not "loud" (line 8 of ` + path + ")",
+	at := func(line int) string { return fmt.Sprintf("(line %d of %s)", line, path) }
+	want := []struct {
+		sentinel error
+		parts    []string
+	}{
+		{consumer.ErrInvalidConfig, []string{"nats.ack_wait must be at least 1s (got 10ms)", "(JETSINK_NATS_ACK_WAIT)"}},
+		{consumer.ErrInvalidConfig, []string{"nats.max_deliver must be -1 (unlimited) or at least 1 (got -5)", at(2)}},
+		{pipeline.ErrInvalidConfig, []string{"pipeline.ring_size is 1; use 2..", at(4)}},
+		{pipeline.ErrInvalidConfig, []string{`pipeline.handoff is "pigeon"`, at(5)}},
+		{sink.ErrInvalidConfig, []string{"postgres.batch.max_rows must be between 1 and", at(7)}},
+		{sink.ErrInvalidConfig, []string{"postgres.connections must be between 1 and 64", at(8)}},
+		{ErrInvalidConfig, []string{`log.level must be debug, info, warn or error, not "loud"`, at(10)}},
 	}
 	problems := Problems(err)
-	if len(problems) != 5 {
-		t.Fatalf("%d problems, want 5:\n%v", len(problems), err)
+	if len(problems) != len(want) {
+		t.Fatalf("%d problems, want %d:\n%v", len(problems), len(want), err)
 	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("no %q in:\n%v", w, err)
+	for i, p := range problems {
+		if !errors.Is(p, want[i].sentinel) || strings.Contains(p.Error(), "\n") {
+			t.Errorf("problem %d %q: want one line wrapping %q", i, p, want[i].sentinel)
 		}
-	}
-	for _, p := range problems { // each wraps its section's sentinel
-		if strings.Contains(p.Error(), "\n") {
-			t.Errorf("problem %q: want one line", p)
+		for _, part := range want[i].parts {
+			if !strings.Contains(p.Error(), part) {
+				t.Errorf("problem %d %q: no %q", i, p, part)
+			}
 		}
 	}
 	if Problems(nil) != nil {

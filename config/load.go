@@ -81,9 +81,10 @@ type Flag struct{ Name, Key, Value string }
 // and the overrides, in that order of precedence (later wins), and
 // validates it. Errors wrap ErrInvalidConfig (or a section's sentinel) and
 // name the key at fault; errors in a value also say where it came from:
-// the file's line, the environment variable or --set. Every problem of the
-// values is reported, joined (Problems splits them); a file that does not
-// parse, or names a key that does not exist, stops at its first.
+// the file's line, the environment variable or --set. Validation reports
+// every problem it finds, joined (Problems splits them); reading stops at
+// its first (YAML that does not parse, an unknown key or variable, a value
+// of the wrong form, such as "four" for a number).
 func Load(src Source) (Config, error) {
 	var raw []byte
 	if src.File != "" {
@@ -110,9 +111,11 @@ func Load(src Source) (Config, error) {
 	return cfg, nil
 }
 
-// whence adds to a validation error where the value of the first key it
-// names came from: "(line 4 of jetsink.yaml)", "(JETSINK_POSTGRES_MODE)" or
-// "(--set)"; a key left at its default adds nothing.
+// whence adds to a validation error where the value of a key it names
+// came from: "(line 4 of jetsink.yaml)", "(JETSINK_POSTGRES_MODE)" or
+// "(--set)", for the key named first among those whose origin is known
+// (keys left at their default, and keys set in the file only, such as
+// postgres.columns, have none: a message naming only those adds nothing).
 func whence(err error, where map[string]string, file string) error {
 	msg := err.Error()
 	first, from := len(msg), ""

@@ -285,8 +285,10 @@ func (c Config) Validate() error {
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		errs = append(errs, fmt.Errorf("%w: nats.tls.cert_file and nats.tls.key_file go together; set both or neither", ErrInvalidConfig))
 	}
+	streamOK := true
 	if err := validName("nats.stream", c.Stream, DefaultStream); err != nil {
 		errs = append(errs, err)
+		streamOK = false
 	}
 	if err := validName("nats.consumer", c.Consumer, DefaultConsumer); err != nil {
 		errs = append(errs, err)
@@ -337,15 +339,20 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("%w: nats.pull_client must be %q or %q (got %q)", ErrInvalidConfig, PullClientNATSGo, PullClientWire, c.PullClient))
 	}
-	if c.PullHeartbeat < 100*time.Millisecond || c.PullHeartbeat > c.PullExpiry/2 {
+	// Against half the expiry only when the expiry itself is valid: else
+	// its own problem is the one to fix.
+	if c.PullHeartbeat < 100*time.Millisecond || c.PullExpiry >= time.Second && c.PullHeartbeat > c.PullExpiry/2 {
 		errs = append(errs, fmt.Errorf("%w: nats.pull_heartbeat must be between 100ms and half of nats.pull_expiry (got %s with expiry %s)", ErrInvalidConfig, c.PullHeartbeat, c.PullExpiry))
 	}
+	dlqOK := false
 	if c.DeadLetterSubject == "" {
 		errs = append(errs, fmt.Errorf("%w: nats.dead_letter_subject is empty; set a subject that another stream captures, e.g. %s", ErrInvalidConfig, DefaultDeadLetterSubject))
 	} else if err := validSubject(c.DeadLetterSubject, false); err != nil {
 		errs = append(errs, fmt.Errorf("%w: nats.dead_letter_subject %q: %s", ErrInvalidConfig, c.DeadLetterSubject, err))
+	} else {
+		dlqOK = true
 	}
-	if c.CreateStream {
+	if c.CreateStream && dlqOK && streamOK { // else their own problems come first
 		if err := checkNoLoop(c.Stream, c.Subjects, c.DeadLetterSubject); err != nil {
 			errs = append(errs, err)
 		}

@@ -78,7 +78,7 @@ func TestValidate(t *testing.T) {
 		{"pull_max_bytes set", func(c *Config) { c.PullMaxBytes = 8 << 20 }, ""},
 		{"max_in_flight_bytes below -1", func(c *Config) { c.MaxInFlightBytes = -2 }, "nats.max_in_flight_bytes"},
 		{"max_in_flight_bytes unbounded", func(c *Config) { c.MaxInFlightBytes = -1 }, ""},
-		{"pull_expiry below 1s", func(c *Config) { c.PullExpiry = 500 * time.Millisecond }, "nats.pull_expiry"},
+		{"pull_expiry below 1s", func(c *Config) { c.PullExpiry = 500 * time.Millisecond }, "nats.pull_expiry must be at least 1s"},
 		{"pull_heartbeat too small", func(c *Config) { c.PullHeartbeat = 50 * time.Millisecond }, "nats.pull_heartbeat"},
 		{"pull_heartbeat over half expiry", func(c *Config) { c.PullHeartbeat = 16 * time.Second }, "nats.pull_heartbeat"},
 		{"dlq empty", func(c *Config) { c.DeadLetterSubject = "" }, "nats.dead_letter_subject"},
@@ -110,6 +110,9 @@ func TestValidate(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.key) {
 				t.Fatalf("Validate() = %q, want it to name %s", err, tt.key)
+			}
+			if strings.Contains(err.Error(), "\n") { // errors.Join's
+				t.Fatalf("Validate() = %q, want one problem for one wrong value", err)
 			}
 		})
 	}

@@ -110,7 +110,7 @@ func watchSignals(on ...func(os.Signal)) (stop func()) {
 const repeatWindow = 100 * time.Millisecond
 
 // watch is watchSignals on sigs: unwatch stops the signals (window after
-// the last handler's signal came, or at stop; it may be called twice), and
+// the last handler's signal came, or at stop: it may run twice, at once), and
 // repeated, if not nil, is told of each repeat ignored.
 func watch(sigs <-chan os.Signal, unwatch func(), window time.Duration, repeated func(os.Signal), on ...func(os.Signal)) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
