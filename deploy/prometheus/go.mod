@@ -5,6 +5,7 @@ go 1.26
 require (
 	github.com/prometheus/common v0.67.1
 	github.com/prometheus/prometheus v0.307.3
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (
@@ -82,7 +83,6 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250922171735-9219d122eba9 // indirect
 	google.golang.org/grpc v1.75.1 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/apimachinery v0.34.1 // indirect
 	k8s.io/client-go v0.34.1 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
