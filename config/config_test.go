@@ -567,3 +567,35 @@ func TestEveryValueProblemIsReported(t *testing.T) {
 		t.Error("Problems(nil) is not empty")
 	}
 }
+
+// Reading reports every key at fault too: unknown keys and variables, and
+// values of the wrong form, each with where it is.
+func TestEveryKeyAtFaultIsReported(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "jetsink.yaml")
+	if err := os.WriteFile(path, []byte("nats:\n  strem: EVENTS\n  max_deliver: ten\n  subjects: [a, [b]]\npipeline:\n  wrkers: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(Source{File: path, Env: []string{"JETSINK_NATS_URLL=nats://x:4222", "JETSINK_PIPELINE_RING_SIZE=big"}})
+	want := [][]string{
+		{"environment variable JETSINK_NATS_URLL is not a jetsink setting", "did you mean JETSINK_NATS_URL?"},
+		{"line 2: nats.strem: no such key (did you mean nats.stream?)", "(in " + path + ")"},
+		{"line 3: nats.max_deliver", `"ten" is not a whole number`, "(in " + path + ")"},
+		{"line 4: nats.subjects takes a list of single values"},
+		{"line 6: pipeline.wrkers: no such key (did you mean pipeline.workers?)"},
+		{"JETSINK_PIPELINE_RING_SIZE: pipeline.ring_size", `"big"`},
+	}
+	problems := Problems(err)
+	if len(problems) != len(want) {
+		t.Fatalf("%d problems, want %d:\n%v", len(problems), len(want), err)
+	}
+	for i, p := range problems {
+		if !errors.Is(p, ErrInvalidConfig) || strings.Contains(p.Error(), "\n") {
+			t.Errorf("problem %d %q: want one line wrapping ErrInvalidConfig", i, p)
+		}
+		for _, part := range want[i] {
+			if !strings.Contains(p.Error(), part) {
+				t.Errorf("problem %d %q: no %q", i, p, part)
+			}
+		}
+	}
+}

@@ -81,10 +81,11 @@ type Flag struct{ Name, Key, Value string }
 // and the overrides, in that order of precedence (later wins), and
 // validates it. Errors wrap ErrInvalidConfig (or a section's sentinel) and
 // name the key at fault; errors in a value also say where it came from:
-// the file's line, the environment variable or --set. Validation reports
-// every problem it finds, joined (Problems splits them); reading stops at
-// its first (YAML that does not parse, an unknown key or variable, a value
-// of the wrong form, such as "four" for a number).
+// the file's line, the environment variable or --set. Every key at fault
+// is reported, joined (Problems splits them): unknown keys, values of the
+// wrong form ("four" for a number), unknown JETSINK_ variables, values
+// validation refuses; YAML that does not parse, and a --set that is not
+// key=value or names no key, stop at the first.
 func Load(src Source) (Config, error) {
 	var raw []byte
 	if src.File != "" {
@@ -96,10 +97,14 @@ func Load(src Source) (Config, error) {
 	}
 	cfg, where, err := parse(raw, src.Env, src.Flags, src.Set)
 	if err != nil {
-		if msg := err.Error(); src.File != "" && (strings.Contains(msg, "config: line ") || strings.Contains(msg, "yaml: line ")) {
-			return Config{}, fmt.Errorf("%w (in %s)", err, src.File)
+		var errs []error
+		for _, e := range Problems(err) {
+			if msg := e.Error(); src.File != "" && (strings.Contains(msg, "config: line ") || strings.Contains(msg, "yaml: line ")) {
+				e = fmt.Errorf("%w (in %s)", e, src.File)
+			}
+			errs = append(errs, e)
 		}
-		return Config{}, err
+		return Config{}, errors.Join(errs...)
 	}
 	if err := cfg.Validate(); err != nil {
 		var errs []error
@@ -222,13 +227,15 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 			if kubernetesServiceVar(name, value) {
 				continue
 			}
-			return Config{}, nil, fmt.Errorf("%w: environment variable %s is not a jetsink setting%s (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL; `jetsink keys` lists them)",
-				ErrInvalidConfig, name, suggestion("", name, slices.Collect(maps.Keys(envKeys))))
+			sc.problems = append(sc.problems, fmt.Errorf("%w: environment variable %s is not a jetsink setting%s (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL; `jetsink keys` lists them)",
+				ErrInvalidConfig, name, suggestion("", name, slices.Collect(maps.Keys(envKeys)))))
+			continue
 		}
 		if other, ok := sc.origin[path]; ok && envValues[path] != value {
 			// An alias and the key's own variable: which one wins would
 			// depend on the order of the environment.
-			return Config{}, nil, fmt.Errorf("%w: %s and %s both set %s, to different values: set one", ErrInvalidConfig, other, name, path)
+			sc.problems = append(sc.problems, fmt.Errorf("%w: %s and %s both set %s, to different values: set one", ErrInvalidConfig, other, name, path))
+			continue
 		}
 		sc.origin[path], envValues[path] = name, value
 		if err := setPath(root, path, value, sc.keys[path].Kind); err != nil {
@@ -280,6 +287,9 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 	}
 	if err := sc.check(root, ""); err != nil {
 		return Config{}, nil, err
+	}
+	if len(sc.problems) > 0 {
+		return Config{}, nil, errors.Join(sc.problems...)
 	}
 	// The checked tree is decoded as it is, not written out and read
 	// again: its nodes keep the file's lines for the decoder's errors, and
@@ -365,6 +375,7 @@ type schema struct {
 	fileOnly map[string]reflect.Type // keys only the file sets (postgres.columns), and their types
 	origin   map[string]string       // key path -> the variable or flag that set it last
 	where    map[string]string       // key path -> where its value came from ("line 4", "JETSINK_X", "--set"), for the keys set
+	problems []error                 // the keys check refused, in the order met
 }
 
 func newSchema() *schema {
@@ -416,6 +427,16 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 		return err
 	}
 	defer sc.guard.leave(node)
+	// A key's problem is noted, its pair dropped, and the walk goes on, so
+	// that one attempt reports every key at fault; only walkGuard's
+	// errors end it.
+	refuse := func(err error) error {
+		if errors.Is(err, errAliasWalk) {
+			return err
+		}
+		sc.problems = append(sc.problems, err)
+		return nil
+	}
 	kept := node.Content[:0] // pairs are kept in place; kept never passes the pair being read
 	for j := 0; j+1 < len(node.Content); j += 2 {
 		kn, raw := node.Content[j], node.Content[j+1]
@@ -432,12 +453,18 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 			path = prefix + "." + kn.Value
 		}
 		if strings.Contains(kn.Value, ".") { // only the file can have one: setPath splits paths
-			return fmt.Errorf("%w: line %d: %s: a key in the file is one name; nest each part under the one before", ErrInvalidConfig, kn.Line, path)
+			if err := refuse(fmt.Errorf("%w: line %d: %s: a key in the file is one name; nest each part under the one before", ErrInvalidConfig, kn.Line, path)); err != nil {
+				return err
+			}
+			continue
 		}
 		k, isKey := sc.keys[path]
 		t, isFileOnly := sc.fileOnly[path]
 		if !isKey && !isFileOnly && !sc.sections[path] {
-			return fmt.Errorf("%w: %s%s: no such key%s", ErrInvalidConfig, sc.at(path, kn, kn), path, sc.suggest(prefix, kn.Value))
+			if err := refuse(fmt.Errorf("%w: %s%s: no such key%s", ErrInvalidConfig, sc.at(path, kn, kn), path, sc.suggest(prefix, kn.Value))); err != nil {
+				return err
+			}
+			continue
 		}
 		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
 			continue // dropped: the default stays (aliases still reach an anchored null)
@@ -445,30 +472,46 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 		switch {
 		case isFileOnly:
 			if err := checkFileOnly(&sc.guard, val, path, t); err != nil {
-				return err
+				if err := refuse(err); err != nil {
+					return err
+				}
+				continue
 			}
 		case sc.sections[path]:
 			if val.Kind != yaml.MappingNode {
-				return fmt.Errorf("%w: %s%s is a section: write its keys under it", ErrInvalidConfig, sc.at(path, kn, raw), path)
+				if err := refuse(fmt.Errorf("%w: %s%s is a section: write its keys under it", ErrInvalidConfig, sc.at(path, kn, raw), path)); err != nil {
+					return err
+				}
+				continue
 			}
 			if err := sc.check(val, path); err != nil {
 				return err
 			}
 		case k.Kind == reflect.Slice:
 			if val.Kind != yaml.SequenceNode {
-				return fmt.Errorf("%w: %s%s takes a list, e.g. [a, b]", ErrInvalidConfig, sc.at(path, kn, raw), path)
-			}
-			for _, item := range val.Content {
-				if deref(item).Kind != yaml.ScalarNode {
-					return fmt.Errorf("%w: %s%s takes a list of single values, e.g. [a, b]", ErrInvalidConfig, sc.at(path, kn, item), path)
+				if err := refuse(fmt.Errorf("%w: %s%s takes a list, e.g. [a, b]", ErrInvalidConfig, sc.at(path, kn, raw), path)); err != nil {
+					return err
 				}
+				continue
+			}
+			if i := slices.IndexFunc(val.Content, func(item *yaml.Node) bool { return deref(item).Kind != yaml.ScalarNode }); i >= 0 {
+				if err := refuse(fmt.Errorf("%w: %s%s takes a list of single values, e.g. [a, b]", ErrInvalidConfig, sc.at(path, kn, val.Content[i]), path)); err != nil {
+					return err
+				}
+				continue
 			}
 		case val.Kind != yaml.ScalarNode:
-			return fmt.Errorf("%w: %s%s takes a single value (%s), not a list or a section", ErrInvalidConfig, sc.at(path, kn, raw), path, k.Type)
+			if err := refuse(fmt.Errorf("%w: %s%s takes a single value (%s), not a list or a section", ErrInvalidConfig, sc.at(path, kn, raw), path, k.Type)); err != nil {
+				return err
+			}
+			continue
 		default:
 			var err error
 			if raw, err = sc.scalar(path, k, kn, raw); err != nil {
-				return err
+				if err := refuse(err); err != nil {
+					return err
+				}
+				continue
 			}
 		}
 		kept = append(kept, kn, raw)
@@ -638,6 +681,11 @@ type walkGuard struct {
 // maxWalk bounds the nodes a walk visits; a config file has hundreds.
 const maxWalk = 100_000
 
+// errAliasWalk marks walkGuard's errors, which end a walk at once: the
+// others are each one key's problem, and the walk goes on to report the
+// rest. Its text is empty: the message is the error it is wrapped in.
+var errAliasWalk = errors.New("")
+
 func (g *walkGuard) enter(n *yaml.Node) error {
 	if g.inside == nil {
 		g.inside = map[*yaml.Node]bool{}
@@ -645,9 +693,9 @@ func (g *walkGuard) enter(n *yaml.Node) error {
 	g.visits++
 	switch {
 	case g.inside[n]:
-		return fmt.Errorf("%w: line %d: a YAML alias contains itself", ErrInvalidConfig, n.Line)
+		return fmt.Errorf("%w: line %d: a YAML alias contains itself%w", ErrInvalidConfig, n.Line, errAliasWalk)
 	case g.visits > maxWalk:
-		return fmt.Errorf("%w: line %d: YAML aliases expand to more than %d values", ErrInvalidConfig, n.Line, maxWalk)
+		return fmt.Errorf("%w: line %d: YAML aliases expand to more than %d values%w", ErrInvalidConfig, n.Line, maxWalk, errAliasWalk)
 	}
 	g.inside[n] = true
 	return nil
