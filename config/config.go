@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -170,11 +171,14 @@ func (c *Config) Validate() error {
 // one line, in the order found: err's parts if errors.Join made
 // it (theirs too, if joined in turn), else err alone; none for nil.
 func Problems(err error) []error {
+	if err == nil {
+		return nil
+	}
+	// Only errors.Join's: fmt.Errorf with two %w ("%w: postgres.columns:
+	// %w") unwraps to a list too, but it is one problem, and its parts
+	// alone lose the message.
 	j, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		if err == nil {
-			return nil
-		}
+	if !ok || reflect.TypeOf(err) != joinType {
 		return []error{err}
 	}
 	var errs []error
@@ -183,6 +187,8 @@ func Problems(err error) []error {
 	}
 	return errs
 }
+
+var joinType = reflect.TypeOf(errors.Join(errors.New("")))
 
 func hasSource(cols []pipeline.Column, from string) bool {
 	for _, col := range cols {

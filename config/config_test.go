@@ -476,6 +476,11 @@ func FuzzParse(f *testing.F) {
 			if !errors.Is(err, ErrInvalidConfig) {
 				t.Fatalf("error does not wrap ErrInvalidConfig: %v", err)
 			}
+			for _, p := range Problems(err) {
+				if msg := p.Error(); !strings.HasPrefix(msg, "invalid config: ") || len(msg) < len("invalid config: x") {
+					t.Fatalf("problem %q says nothing (of %q)", msg, err)
+				}
+			}
 			return
 		}
 		_ = cfg.Validate() // must not panic
@@ -597,5 +602,33 @@ func TestEveryKeyAtFaultIsReported(t *testing.T) {
 				t.Errorf("problem %d %q: no %q", i, p, part)
 			}
 		}
+	}
+}
+
+// Errors that end the reading (an alias that contains itself, a --set that
+// names no key) come with the problems found before them, and a problem
+// whose message wraps two errors (postgres.columns) stays one problem.
+func TestProblemsBeforeTheEndOfReading(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "jetsink.yaml")
+	if err := os.WriteFile(path, []byte("pipeline: &p\n  <<: *p\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(Source{File: path, Env: []string{"JETSINK_NATS_URLL=x"}})
+	problems := Problems(err)
+	if len(problems) != 2 || !strings.Contains(problems[0].Error(), "JETSINK_NATS_URLL") || !strings.Contains(problems[1].Error(), "contains itself") {
+		t.Fatalf("Load = %d problems, want the variable and the alias:\n%v", len(problems), err)
+	}
+
+	_, err = Load(Source{Env: []string{"JETSINK_NATS_URLL=x"}, Set: []string{"nats.strem=X"}})
+	if problems := Problems(err); len(problems) != 2 || !strings.Contains(problems[1].Error(), "--set nats.strem: no such key") {
+		t.Fatalf("Load = %v, want the variable and the --set", err)
+	}
+
+	if err := os.WriteFile(path, []byte("postgres:\n  columns:\n    - {name: id, from: \"json:id\", type: uuuid}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(Source{File: path})
+	if problems := Problems(err); len(problems) != 1 || !strings.Contains(problems[0].Error(), "postgres.columns") || !strings.Contains(problems[0].Error(), "uuuid") {
+		t.Fatalf("Load = %q (%d problems), want one naming postgres.columns and the type", err, len(problems))
 	}
 }

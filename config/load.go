@@ -84,8 +84,9 @@ type Flag struct{ Name, Key, Value string }
 // the file's line, the environment variable or --set. Every key at fault
 // is reported, joined (Problems splits them): unknown keys, values of the
 // wrong form ("four" for a number), unknown JETSINK_ variables, values
-// validation refuses; YAML that does not parse, and a --set that is not
-// key=value or names no key, stop at the first.
+// validation refuses. An error the reading cannot go on past (YAML that
+// does not parse, an alias that contains itself, a --set that is not
+// key=value or names no key) ends it, after the problems found before it.
 func Load(src Source) (Config, error) {
 	var raw []byte
 	if src.File != "" {
@@ -239,17 +240,17 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 		}
 		sc.origin[path], envValues[path] = name, value
 		if err := setPath(root, path, value, sc.keys[path].Kind); err != nil {
-			return Config{}, nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err)
+			return Config{}, nil, sc.fail(fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err))
 		}
 	}
 	for _, f := range flags {
 		k, ok := sc.keys[f.Key]
 		if !ok {
-			return Config{}, nil, fmt.Errorf("%w: %s sets %s, which is no key", ErrInvalidConfig, f.Name, f.Key)
+			return Config{}, nil, sc.fail(fmt.Errorf("%w: %s sets %s, which is no key", ErrInvalidConfig, f.Name, f.Key))
 		}
 		sc.origin[f.Key] = f.Name
 		if err := setPath(root, f.Key, f.Value, k.Kind); err != nil {
-			return Config{}, nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, f.Name, err)
+			return Config{}, nil, sc.fail(fmt.Errorf("%w: %s: %w", ErrInvalidConfig, f.Name, err))
 		}
 	}
 	for _, kv := range set {
@@ -257,36 +258,36 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 		if !ok {
 			// Not quoted whole: it may be a key and its secret value
 			// with another separator (postgres.url:postgres://u:pw@...).
-			return Config{}, nil, fmt.Errorf("%w: --set %s: want key=value, e.g. --set postgres.batch.max_rows=1000", ErrInvalidConfig, keyPart(kv))
+			return Config{}, nil, sc.fail(fmt.Errorf("%w: --set %s: want key=value, e.g. --set postgres.batch.max_rows=1000", ErrInvalidConfig, keyPart(kv)))
 		}
 		path = strings.TrimSpace(path)
 		if kp := keyPart(path); kp != path {
-			return Config{}, nil, fmt.Errorf("%w: --set %s: not a key (a key is letters, digits, _ and dots; want key=value, e.g. --set postgres.batch.max_rows=1000)", ErrInvalidConfig, kp)
+			return Config{}, nil, sc.fail(fmt.Errorf("%w: --set %s: not a key (a key is letters, digits, _ and dots; want key=value, e.g. --set postgres.batch.max_rows=1000)", ErrInvalidConfig, kp))
 		}
 		k, ok := sc.keys[path]
 		if !ok {
 			if _, ok := sc.fileOnly[path]; ok {
-				return Config{}, nil, fmt.Errorf("%w: --set %s: this key can only be set in the config file", ErrInvalidConfig, path)
+				return Config{}, nil, sc.fail(fmt.Errorf("%w: --set %s: this key can only be set in the config file", ErrInvalidConfig, path))
 			}
 			parent, last := "", path
 			if i := strings.LastIndexByte(path, '.'); i >= 0 {
 				parent, last = path[:i], path[i+1:]
 			}
-			return Config{}, nil, fmt.Errorf("%w: --set %s: no such key%s (`jetsink keys` lists them)", ErrInvalidConfig, path, sc.suggest(parent, last))
+			return Config{}, nil, sc.fail(fmt.Errorf("%w: --set %s: no such key%s (`jetsink keys` lists them)", ErrInvalidConfig, path, sc.suggest(parent, last)))
 		}
 		sc.origin[path] = "--set"
 		if err := setPath(root, path, value, k.Kind); err != nil {
-			return Config{}, nil, fmt.Errorf("%w: --set %s: %w", ErrInvalidConfig, path, err)
+			return Config{}, nil, sc.fail(fmt.Errorf("%w: --set %s: %w", ErrInvalidConfig, path, err))
 		}
 	}
 	// Decoded once as plain YAML first: most aliases that contain
 	// themselves or multiply without bound fail here, with yaml.v3's own
 	// checks; the walks below guard against the rest (walkGuard).
 	if err := root.Decode(new(any)); err != nil {
-		return Config{}, nil, fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err))
+		return Config{}, nil, sc.fail(fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err)))
 	}
 	if err := sc.check(root, ""); err != nil {
-		return Config{}, nil, err
+		return Config{}, nil, sc.fail(err)
 	}
 	if len(sc.problems) > 0 {
 		return Config{}, nil, errors.Join(sc.problems...)
@@ -297,7 +298,7 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 	// value. check has rejected unknown keys everywhere.
 	cfg := Default()
 	if err := root.Decode(&cfg); err != nil {
-		return Config{}, nil, fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err))
+		return Config{}, nil, sc.fail(fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err)))
 	}
 	return cfg, sc.where, nil
 }
@@ -519,6 +520,12 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 	clear(node.Content[len(kept):])
 	node.Content = kept
 	return nil
+}
+
+// fail is err, after the problems noted so far: an error that ends the
+// reading does not hide them.
+func (sc *schema) fail(err error) error {
+	return errors.Join(append(sc.problems, err)...)
 }
 
 // suggest returns " (did you mean X?)" for the key or section under prefix

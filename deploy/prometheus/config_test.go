@@ -1,10 +1,13 @@
 package prometheus
 
 import (
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -53,7 +56,10 @@ func TestComposePrometheus(t *testing.T) {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
 	listen := compose.Services["jetsink"].Environment["JETSINK_TELEMETRY_LISTEN"]
-	_, port, _ := strings.Cut(listen, ":")
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		t.Fatalf("the jetsink service's JETSINK_TELEMETRY_LISTEN %q: %v", listen, err)
+	}
 	var targets []string
 	for _, sd := range sc.ServiceDiscoveryConfigs {
 		static, ok := sd.(discovery.StaticConfig)
@@ -73,6 +79,11 @@ func TestComposePrometheus(t *testing.T) {
 	if !ok {
 		t.Fatal("docker-compose.yml has no prometheus service")
 	}
+	// The release whose packages test the rules here: module v0.307.3 is
+	// Prometheus v3.7.3.
+	if want := "prom/prometheus:" + releaseOf(t, "github.com/prometheus/prometheus"); prom.Image != want {
+		t.Errorf("the prometheus service runs %s, want %s (the release the tests use)", prom.Image, want)
+	}
 	mounts := map[string]string{} // in the container -> in the repository
 	for _, v := range prom.Volumes {
 		parts := strings.Split(v, ":")
@@ -81,21 +92,45 @@ func TestComposePrometheus(t *testing.T) {
 		}
 		mounts[parts[1]] = filepath.Join("../..", parts[0])
 	}
-	want := append([]string{"/etc/prometheus/prometheus.yml"}, cfg.RuleFiles...)
-	for _, in := range want {
+	want := map[string]string{"/etc/prometheus/prometheus.yml": "prometheus.yml"} // in the container -> here
+	for _, f := range cfg.RuleFiles {
+		want[f] = path.Base(f)
+	}
+	for in, here := range want {
 		src, ok := mounts[in]
 		if !ok {
 			t.Errorf("nothing mounted at %s, which Prometheus reads", in)
 			continue
 		}
+		a, err1 := filepath.Abs(src)
+		b, err2 := filepath.Abs(here)
+		if err1 != nil || err2 != nil || a != b {
+			t.Errorf("%s is mounted from %s, not from deploy/prometheus/%s", in, src, here)
+		}
 		if _, err := os.Stat(src); err != nil {
 			t.Errorf("%s is mounted from %s: %v", in, src, err)
-		}
-		if base := path.Base(in); filepath.Base(src) != base {
-			t.Errorf("%s is mounted from %s, another file", in, src)
 		}
 	}
 	if !slices.ContainsFunc(cfg.RuleFiles, func(f string) bool { return path.Base(f) == "alerts.yml" }) {
 		t.Errorf("rule_files %v does not load alerts.yml", cfg.RuleFiles)
 	}
+}
+
+// releaseOf is the Prometheus release of module mod as go.mod requires
+// it: module v0.MMm.p is release v3.m.p (MM = 30 + major).
+func releaseOf(t *testing.T, mod string) string {
+	t.Helper()
+	raw, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(mod) + ` (v\S+)`).FindSubmatch(raw)
+	if m == nil {
+		t.Fatalf("go.mod does not require %s", mod)
+	}
+	var minor, patch int
+	if _, err := fmt.Sscanf(string(m[1]), "v0.%d.%d", &minor, &patch); err != nil || minor < 300 {
+		t.Fatalf("%s %s: not a v0.3xx.y version", mod, m[1])
+	}
+	return fmt.Sprintf("v%d.%d.%d", minor/100, minor%100, patch)
 }
