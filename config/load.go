@@ -98,23 +98,26 @@ func Load(src Source) (Config, error) {
 	}
 	cfg, where, err := parse(raw, src.Env, src.Flags, src.Set)
 	if err != nil {
-		var errs []error
-		for _, e := range Problems(err) {
+		return Config{}, eachProblem(err, func(e error) error {
 			if msg := e.Error(); src.File != "" && (strings.Contains(msg, "config: line ") || strings.Contains(msg, "yaml: line ")) {
-				e = fmt.Errorf("%w (in %s)", e, src.File)
+				return fmt.Errorf("%w (in %s)", e, src.File)
 			}
-			errs = append(errs, e)
-		}
-		return Config{}, errors.Join(errs...)
+			return e
+		})
 	}
 	if err := cfg.Validate(); err != nil {
-		var errs []error
-		for _, e := range Problems(err) {
-			errs = append(errs, whence(e, where, src.File))
-		}
-		return Config{}, errors.Join(errs...)
+		return Config{}, eachProblem(err, func(e error) error { return whence(e, where, src.File) })
 	}
 	return cfg, nil
+}
+
+// eachProblem is err with f applied to each of its problems (Problems).
+func eachProblem(err error, f func(error) error) error {
+	var errs []error
+	for _, e := range Problems(err) {
+		errs = append(errs, f(e))
+	}
+	return errors.Join(errs...)
 }
 
 // whence adds to a validation error where the value of a key it names
