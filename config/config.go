@@ -122,7 +122,9 @@ func (c *Config) Validate() error {
 	errs = append(errs, Problems(c.Pipeline.Validate())...)
 	errs = append(errs, Problems(c.Postgres.Config.Validate())...)
 	if _, err := pipeline.Compile(c.Columns()); err != nil {
-		errs = append(errs, fmt.Errorf("%w: postgres.columns: %w", ErrInvalidConfig, err))
+		for _, e := range Problems(err) { // one per column at fault
+			errs = append(errs, fmt.Errorf("%w: postgres.columns: %w", ErrInvalidConfig, e))
+		}
 	}
 	if c.Postgres.Mode == sink.ExactlyOnce {
 		if !hasSource(c.Columns(), "meta:stream") || !hasSource(c.Columns(), "meta:stream_seq") {

@@ -275,7 +275,7 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"alias that contains itself, behind a merge", "nats:\n  tls:\n  <<: {tls: &t {<<: *t}}\n", nil, nil, "contains itself"},
 		{"column that contains itself, behind a merge", "postgres:\n  columns:\n  <<: {columns: [&c {<<: *c}]}\n", nil, nil, "contains itself"},
 		{"key set twice", "pipeline:\n  workers: 1\n  workers: 2\n", nil, nil, `"workers" already defined at line 2`},
-		{"list for a column's type", "# c\n\n\npostgres:\n  columns:\n    - name: x\n      type: [a]\n", nil, nil, "postgres.columns: line 7: cannot unmarshal !!seq"},
+		{"list for a column's type", "# c\n\n\npostgres:\n  columns:\n    - name: x\n      type: [a]\n", nil, nil, "line 7: postgres.columns: cannot unmarshal !!seq"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -589,20 +589,7 @@ func TestEveryKeyAtFaultIsReported(t *testing.T) {
 		{"line 6: pipeline.wrkers: no such key (did you mean pipeline.workers?)"},
 		{"JETSINK_PIPELINE_RING_SIZE: pipeline.ring_size", `"big"`},
 	}
-	problems := Problems(err)
-	if len(problems) != len(want) {
-		t.Fatalf("%d problems, want %d:\n%v", len(problems), len(want), err)
-	}
-	for i, p := range problems {
-		if !errors.Is(p, ErrInvalidConfig) || strings.Contains(p.Error(), "\n") {
-			t.Errorf("problem %d %q: want one line wrapping ErrInvalidConfig", i, p)
-		}
-		for _, part := range want[i] {
-			if !strings.Contains(p.Error(), part) {
-				t.Errorf("problem %d %q: no %q", i, p, part)
-			}
-		}
-	}
+	checkProblems(t, err, want)
 }
 
 // Errors that end the reading (an alias that contains itself, a --set that
@@ -630,5 +617,60 @@ func TestProblemsBeforeTheEndOfReading(t *testing.T) {
 	_, err = Load(Source{File: path})
 	if problems := Problems(err); len(problems) != 1 || !strings.Contains(problems[0].Error(), "postgres.columns") || !strings.Contains(problems[0].Error(), "uuuid") {
 		t.Fatalf("Load = %q (%d problems), want one naming postgres.columns and the type", err, len(problems))
+	}
+}
+
+// Every entry of postgres.columns at fault is reported, whether reading
+// (an unknown field, a value of the wrong form) or validation (a column
+// the mapping refuses) finds it.
+func TestEveryColumnAtFaultIsReported(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "jetsink.yaml")
+	file := "postgres:\n  columns:\n" +
+		"    - {name: id, from: \"json:id\", type: uuid, requred: true}\n" +
+		"    - {name: ts, from: \"json:ts\", type: timestamptz, required: maybe}\n" +
+		"    - {name: v, form: \"json:v\", type: float8}\n"
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(Source{File: path})
+	in := "(in " + path + ")"
+	checkProblems(t, err, [][]string{
+		{"line 3: postgres.columns[0].requred: no such key (did you mean postgres.columns[0].required?)", in},
+		{"line 5: postgres.columns[2].form: no such key (did you mean postgres.columns[2].from?)", in},
+		{"line 4: postgres.columns: cannot unmarshal", "maybe", in},
+	})
+
+	file = "postgres:\n  columns:\n" +
+		"    - {name: id, from: \"json:id\", type: uuuid}\n" +
+		"    - {name: ts, from: \"json:ts\", type: timestamptz}\n" +
+		"    - {name: ts, from: \"meta:nope\", type: text}\n"
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(Source{File: path})
+	checkProblems(t, err, [][]string{
+		{"postgres.columns: ", `column 0 ("id"): unknown type "uuuid"`, "(line 2 of " + path + ")"},
+		{"postgres.columns: ", `column 2 ("ts"): name is already used by column 1`, "(line 2 of " + path + ")"},
+	})
+}
+
+// checkProblems requires Problems(err) to be one line per want entry, in
+// order, each wrapping ErrInvalidConfig and holding every part of its
+// entry.
+func checkProblems(t *testing.T, err error, want [][]string) {
+	t.Helper()
+	problems := Problems(err)
+	if len(problems) != len(want) {
+		t.Fatalf("%d problems, want %d:\n%v", len(problems), len(want), err)
+	}
+	for i, p := range problems {
+		if !errors.Is(p, ErrInvalidConfig) || strings.Contains(p.Error(), "\n") {
+			t.Errorf("problem %d %q: want one line wrapping ErrInvalidConfig", i, p)
+		}
+		for _, part := range want[i] {
+			if !strings.Contains(p.Error(), part) {
+				t.Errorf("problem %d %q: no %q", i, p, part)
+			}
+		}
 	}
 }

@@ -123,8 +123,9 @@ func eachProblem(err error, f func(error) error) error {
 // whence adds to a validation error where the value of a key it names
 // came from: "(line 4 of jetsink.yaml)", "(JETSINK_POSTGRES_MODE)" or
 // "(--set)", for the key named first among those whose origin is known
-// (keys left at their default, and keys set in the file only, such as
-// postgres.columns, have none: a message naming only those adds nothing).
+// (keys left at their default have none: a message naming only those adds
+// nothing). A key set in the file only (postgres.columns) has its key's
+// line.
 func whence(err error, where map[string]string, file string) error {
 	msg := err.Error()
 	first, from := len(msg), ""
@@ -475,10 +476,13 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 		}
 		switch {
 		case isFileOnly:
-			if err := checkFileOnly(&sc.guard, val, path, t); err != nil {
-				if err := refuse(err); err != nil {
-					return err
-				}
+			sc.where[path] = strings.TrimSuffix(sc.at(path, kn, kn), ": ") // the key's line: its value is a block
+			problems, err := checkFileOnly(&sc.guard, val, path, t)
+			sc.problems = append(sc.problems, problems...)
+			if err != nil {
+				return err
+			}
+			if len(problems) > 0 {
 				continue
 			}
 		case sc.sections[path]:
@@ -569,21 +573,33 @@ func suggestion(prefix, name string, candidates []string) string {
 
 // checkFileOnly checks a file-only key's value (postgres.columns) against
 // its Go type: field names, with the file's line numbers, then the values,
-// by decoding the subtree alone, so that the error names the key.
-func checkFileOnly(g *walkGuard, val *yaml.Node, path string, t reflect.Type) error {
-	if err := checkFields(g, val, path, t); err != nil {
-		return err
+// by decoding the subtree alone, so that the error names the key. It
+// returns every problem found, and apart from them the walkGuard error that
+// ended the check, if one did.
+func checkFileOnly(g *walkGuard, val *yaml.Node, path string, t reflect.Type) (problems []error, err error) {
+	if err := checkFields(g, val, path, t, &problems); err != nil {
+		return problems, err
 	}
 	if err := val.Decode(reflect.New(t).Interface()); err != nil {
-		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, path, describeYAMLError(err))
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return append(problems, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, path, err)), nil
+		}
+		for _, e := range te.Errors { // one per value of the wrong form: "line 4: cannot unmarshal ..."
+			if line, rest, ok := strings.Cut(e, ": "); ok && strings.HasPrefix(line, "line ") {
+				problems = append(problems, fmt.Errorf("%w: %s: %s: %s", ErrInvalidConfig, line, path, rest))
+				continue
+			}
+			problems = append(problems, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, path, e))
+		}
 	}
-	return nil
+	return problems, nil
 }
 
-// checkFields reports the first mapping key in n that t has no field for,
-// naming its path and line; values of the wrong shape are left to the
-// decoder.
-func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type) error {
+// checkFields adds to found every mapping key in n that t has no field
+// for, naming its path and line; values of the wrong shape are left to the
+// decoder. It returns only walkGuard's errors, which end the check.
+func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type, found *[]error) error {
 	n = deref(n)
 	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
 		if err := g.enter(n); err != nil {
@@ -597,13 +613,13 @@ func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type) error 
 	switch {
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		for i, e := range n.Content {
-			if err := checkFields(g, e, fmt.Sprintf("%s[%d]", path, i), t.Elem()); err != nil {
+			if err := checkFields(g, e, fmt.Sprintf("%s[%d]", path, i), t.Elem(), found); err != nil {
 				return err
 			}
 		}
 	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
 		for j := 0; j+1 < len(n.Content); j += 2 {
-			if err := checkFields(g, n.Content[j+1], path+"."+n.Content[j].Value, t.Elem()); err != nil {
+			if err := checkFields(g, n.Content[j+1], path+"."+n.Content[j].Value, t.Elem(), found); err != nil {
 				return err
 			}
 		}
@@ -615,17 +631,18 @@ func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type) error 
 		for j := 0; j+1 < len(n.Content); j += 2 {
 			kn := n.Content[j]
 			if kn.ShortTag() == "!!merge" {
-				if err := merged(deref(n.Content[j+1]), path, func(m *yaml.Node, p string) error { return checkFields(g, m, p, t) }); err != nil {
+				if err := merged(deref(n.Content[j+1]), path, func(m *yaml.Node, p string) error { return checkFields(g, m, p, t, found) }); err != nil {
 					return err
 				}
 				continue
 			}
 			ft, ok := fields[kn.Value]
 			if !ok {
-				return fmt.Errorf("%w: line %d: %s.%s: no such key%s", ErrInvalidConfig, kn.Line, path, kn.Value,
-					suggestion(path+".", kn.Value, slices.Collect(maps.Keys(fields))))
+				*found = append(*found, fmt.Errorf("%w: line %d: %s.%s: no such key%s", ErrInvalidConfig, kn.Line, path, kn.Value,
+					suggestion(path+".", kn.Value, slices.Collect(maps.Keys(fields)))))
+				continue
 			}
-			if err := checkFields(g, n.Content[j+1], path+"."+kn.Value, ft); err != nil {
+			if err := checkFields(g, n.Content[j+1], path+"."+kn.Value, ft, found); err != nil {
 				return err
 			}
 		}

@@ -376,22 +376,30 @@ func validateURLs(list string) error {
 	if strings.TrimSpace(list) == "" {
 		return fmt.Errorf("%w: nats.url is empty; set it, e.g. %s", ErrInvalidConfig, DefaultURL)
 	}
+	var errs []error // one per entry at fault
 	for i, raw := range strings.Split(list, ",") {
-		raw = strings.TrimSpace(raw)
-		u, err := url.Parse(raw)
-		if err != nil || u.Host == "" {
-			// Do not quote raw: it may carry a password (user:1234 reads
-			// as host:port too).
-			if _, port, err := net.SplitHostPort(raw); err == nil && !strings.ContainsAny(raw, "@/%?#") && digits(port) {
-				return fmt.Errorf("%w: nats.url entry %d has no scheme: put nats:// before its host:port", ErrInvalidConfig, i+1)
-			}
-			return fmt.Errorf("%w: nats.url entry %d is not a URL like nats://host:4222", ErrInvalidConfig, i+1)
+		if err := validateURL(i+1, strings.TrimSpace(raw)); err != nil {
+			errs = append(errs, err)
 		}
-		switch u.Scheme {
-		case "nats", "tls", "ws", "wss":
-		default:
-			return fmt.Errorf("%w: nats.url entry %d has scheme %q; use nats://, tls://, ws:// or wss://", ErrInvalidConfig, i+1, u.Scheme)
+	}
+	return errors.Join(errs...)
+}
+
+// validateURL checks entry n of nats.url, raw.
+func validateURL(n int, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		// Do not quote raw: it may carry a password (user:1234 reads
+		// as host:port too).
+		if _, port, err := net.SplitHostPort(raw); err == nil && !strings.ContainsAny(raw, "@/%?#") && digits(port) {
+			return fmt.Errorf("%w: nats.url entry %d has no scheme: put nats:// before its host:port", ErrInvalidConfig, n)
 		}
+		return fmt.Errorf("%w: nats.url entry %d is not a URL like nats://host:4222", ErrInvalidConfig, n)
+	}
+	switch u.Scheme {
+	case "nats", "tls", "ws", "wss":
+	default:
+		return fmt.Errorf("%w: nats.url entry %d has scheme %q; use nats://, tls://, ws:// or wss://", ErrInvalidConfig, n, u.Scheme)
 	}
 	return nil
 }

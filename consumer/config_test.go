@@ -256,4 +256,16 @@ func TestValidateURLWithoutScheme(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "entry 2 has no scheme: put nats:// before its host:port") {
 		t.Fatalf("Validate() = %v", err)
 	}
+	// Every entry at fault, each on a line of its own.
+	cfg.URL = "127.0.0.1:4222,nats://a:4222,http://b:4222,:x"
+	err := cfg.Validate()
+	want := []string{"entry 1 has no scheme", "entry 3 has scheme \"http\"", "entry 4 is not a URL"}
+	if got := strings.Split(fmt.Sprint(err), "\n"); len(got) != len(want) {
+		t.Fatalf("Validate() = %q, want %d problems", err, len(want))
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Validate() = %q, lacks %q", err, w)
+		}
+	}
 }

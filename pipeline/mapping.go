@@ -96,7 +96,9 @@ func RawColumns() []Column {
 
 // Compile checks cols and returns a Mapper for them. An empty list is an
 // error; callers that want raw mode pass RawColumns(). Every error wraps
-// ErrInvalidMapping and names the column's index and name and how to fix it.
+// ErrInvalidMapping and names the column's index and name and how to fix it;
+// a list with several columns at fault returns one such error per column,
+// joined (errors.Join).
 func Compile(cols []Column) (*Mapper, error) {
 	if len(cols) == 0 {
 		return nil, fmt.Errorf("%w: no columns; list at least one, or use the raw-mode columns", ErrInvalidMapping)
@@ -107,75 +109,89 @@ func Compile(cols []Column) (*Mapper, error) {
 	}
 	m := &Mapper{cols: make([]column, len(cols)), pub: append([]Column(nil), cols...)}
 	seen := make(map[string]int, len(cols))
+	var errs []error // one per column at fault, so that one attempt shows them all
 	for i, c := range cols {
-		bad := func(format string, args ...any) error {
-			return fmt.Errorf("%w: column %d (%q): %s", ErrInvalidMapping, i, c.Name, fmt.Sprintf(format, args...))
+		if err := m.compile(i, c, seen); err != nil {
+			errs = append(errs, err)
 		}
-		if c.Name == "" {
-			return nil, bad("name is empty; give every column a name")
-		}
-		if strings.IndexByte(c.Name, 0) >= 0 {
-			return nil, bad("name contains a NUL byte")
-		}
-		if j, dup := seen[c.Name]; dup {
-			return nil, bad("name is already used by column %d; column names must be unique", j)
-		}
-		seen[c.Name] = i
-		if !validType(c.Type) {
-			return nil, bad("unknown type %q; use one of %s", c.Type, typeList(allTypes))
-		}
-		cc := column{Column: c}
-		switch from := c.From; {
-		case from == "payload":
-			cc.src = srcPayload
-		case strings.HasPrefix(from, "meta:"):
-			k, ok := metaSources[from[len("meta:"):]]
-			if !ok {
-				return nil, bad("unknown source %q; meta: takes one of stream, stream_seq, consumer_seq, subject, published_at, received_at, delivered, msg_id", from)
-			}
-			cc.src = k
-		case strings.HasPrefix(from, "header:"):
-			name := from[len("header:"):]
-			if name == "" {
-				return nil, bad("source %q names no header; write header:<Name>", from)
-			}
-			cc.src, cc.path = srcHeader, []string{name}
-		case strings.HasPrefix(from, "json:"):
-			p := from[len("json:"):]
-			parse := parseDotted
-			if strings.HasPrefix(p, "/") { // json:/a/b is the pointer /a/b, not the key "/a/b"
-				parse = parsePointer
-			}
-			path, err := parse(p)
-			if err != nil {
-				return nil, bad("source %q: %v", from, err)
-			}
-			cc.src, cc.path = srcJSON, path
-			m.nodes, cc.node = addPath(m.nodes, path)
-		case strings.HasPrefix(from, "/"):
-			path, err := parsePointer(from)
-			if err != nil {
-				return nil, bad("source %q: %v", from, err)
-			}
-			cc.src, cc.path = srcJSON, path
-			m.nodes, cc.node = addPath(m.nodes, path)
-		case from == "":
-			return nil, bad("source is empty; set from to payload, meta:<field>, header:<Name>, json:<dotted.path> or a JSON pointer like /a/b")
-		default:
-			return nil, bad("unknown source %q; use payload, meta:<field>, header:<Name>, json:<dotted.path> or a JSON pointer like /a/b", from)
-		}
-		if ok := typeIn(c.Type, compatible[cc.src]); !ok {
-			return nil, bad("source %q cannot fill a column of type %s; use one of %s", c.From, c.Type, typeList(compatible[cc.src]))
-		}
-		if cc.src == srcJSON || (cc.src == srcPayload && c.Type == TypeJSONB) {
-			m.needJSON = true
-			if len(m.nodes) == 0 {
-				m.nodes = append(m.nodes, pathNode{idx: -1}) // the scanner's root
-			}
-		}
-		m.cols[i] = cc
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return m, nil
+}
+
+// compile checks column i, c, and sets m.cols[i]; seen maps the names of
+// the columns before it to their indexes. An error names the column's
+// first problem.
+func (m *Mapper) compile(i int, c Column, seen map[string]int) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: column %d (%q): %s", ErrInvalidMapping, i, c.Name, fmt.Sprintf(format, args...))
+	}
+	if c.Name == "" {
+		return bad("name is empty; give every column a name")
+	}
+	if strings.IndexByte(c.Name, 0) >= 0 {
+		return bad("name contains a NUL byte")
+	}
+	if j, dup := seen[c.Name]; dup {
+		return bad("name is already used by column %d; column names must be unique", j)
+	}
+	seen[c.Name] = i
+	if !validType(c.Type) {
+		return bad("unknown type %q; use one of %s", c.Type, typeList(allTypes))
+	}
+	cc := column{Column: c}
+	switch from := c.From; {
+	case from == "payload":
+		cc.src = srcPayload
+	case strings.HasPrefix(from, "meta:"):
+		k, ok := metaSources[from[len("meta:"):]]
+		if !ok {
+			return bad("unknown source %q; meta: takes one of stream, stream_seq, consumer_seq, subject, published_at, received_at, delivered, msg_id", from)
+		}
+		cc.src = k
+	case strings.HasPrefix(from, "header:"):
+		name := from[len("header:"):]
+		if name == "" {
+			return bad("source %q names no header; write header:<Name>", from)
+		}
+		cc.src, cc.path = srcHeader, []string{name}
+	case strings.HasPrefix(from, "json:"):
+		p := from[len("json:"):]
+		parse := parseDotted
+		if strings.HasPrefix(p, "/") { // json:/a/b is the pointer /a/b, not the key "/a/b"
+			parse = parsePointer
+		}
+		path, err := parse(p)
+		if err != nil {
+			return bad("source %q: %v", from, err)
+		}
+		cc.src, cc.path = srcJSON, path
+		m.nodes, cc.node = addPath(m.nodes, path)
+	case strings.HasPrefix(from, "/"):
+		path, err := parsePointer(from)
+		if err != nil {
+			return bad("source %q: %v", from, err)
+		}
+		cc.src, cc.path = srcJSON, path
+		m.nodes, cc.node = addPath(m.nodes, path)
+	case from == "":
+		return bad("source is empty; set from to payload, meta:<field>, header:<Name>, json:<dotted.path> or a JSON pointer like /a/b")
+	default:
+		return bad("unknown source %q; use payload, meta:<field>, header:<Name>, json:<dotted.path> or a JSON pointer like /a/b", from)
+	}
+	if ok := typeIn(c.Type, compatible[cc.src]); !ok {
+		return bad("source %q cannot fill a column of type %s; use one of %s", c.From, c.Type, typeList(compatible[cc.src]))
+	}
+	if cc.src == srcJSON || (cc.src == srcPayload && c.Type == TypeJSONB) {
+		m.needJSON = true
+		if len(m.nodes) == 0 {
+			m.nodes = append(m.nodes, pathNode{idx: -1}) // the scanner's root
+		}
+	}
+	m.cols[i] = cc
+	return nil
 }
 
 // Columns returns a copy of the columns the Mapper was compiled from, in

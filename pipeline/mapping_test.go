@@ -49,6 +49,31 @@ func TestCompileRejects(t *testing.T) {
 	}
 }
 
+// Every column at fault is reported, each with its index: one attempt
+// shows them all.
+func TestCompileReportsEveryColumn(t *testing.T) {
+	ok := Column{Name: "a", From: "json:a", Type: TypeText}
+	_, err := Compile([]Column{
+		{Name: "x", From: "json:x", Type: "varchar"},
+		ok,
+		{Name: "a", From: "json:b", Type: TypeText},
+		{Name: "c", From: "meta:seq", Type: TypeInt8},
+	})
+	var parts []error
+	if j, isJoin := err.(interface{ Unwrap() []error }); isJoin {
+		parts = j.Unwrap()
+	}
+	want := []string{`column 0 ("x"): unknown type "varchar"`, `column 2 ("a"): name is already used by column 1`, `column 3 ("c"): unknown source "meta:seq"`}
+	if len(parts) != len(want) {
+		t.Fatalf("Compile = %v; want %d joined problems", err, len(want))
+	}
+	for i, p := range parts {
+		if !errors.Is(p, ErrInvalidMapping) || !strings.Contains(p.Error(), want[i]) {
+			t.Errorf("problem %d = %q, want ErrInvalidMapping and %q", i, p, want[i])
+		}
+	}
+}
+
 func TestCompilePaths(t *testing.T) {
 	cases := []struct {
 		from string
