@@ -123,6 +123,10 @@ func (c *Config) Validate() error {
 	errs = append(errs, Problems(c.Postgres.Config.Validate())...)
 	if _, err := pipeline.Compile(c.Columns()); err != nil {
 		for _, e := range Problems(err) { // one per column at fault
+			if ce := (*pipeline.ColumnError)(nil); errors.As(e, &ce) {
+				errs = append(errs, fmt.Errorf("%w: postgres.columns[%d] (%q): %s", ErrInvalidConfig, ce.Index, ce.Name, ce.Reason))
+				continue
+			}
 			errs = append(errs, fmt.Errorf("%w: postgres.columns: %w", ErrInvalidConfig, e))
 		}
 	}

@@ -275,7 +275,7 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"alias that contains itself, behind a merge", "nats:\n  tls:\n  <<: {tls: &t {<<: *t}}\n", nil, nil, "contains itself"},
 		{"column that contains itself, behind a merge", "postgres:\n  columns:\n  <<: {columns: [&c {<<: *c}]}\n", nil, nil, "contains itself"},
 		{"key set twice", "pipeline:\n  workers: 1\n  workers: 2\n", nil, nil, `"workers" already defined at line 2`},
-		{"list for a column's type", "# c\n\n\npostgres:\n  columns:\n    - name: x\n      type: [a]\n", nil, nil, "line 7: postgres.columns: cannot unmarshal !!seq"},
+		{"list for a column's type", "# c\n\n\npostgres:\n  columns:\n    - name: x\n      type: [a]\n", nil, nil, "line 7: postgres.columns[0]: cannot unmarshal !!seq"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -636,8 +636,22 @@ func TestEveryColumnAtFaultIsReported(t *testing.T) {
 	in := "(in " + path + ")"
 	checkProblems(t, err, [][]string{
 		{"line 3: postgres.columns[0].requred: no such key (did you mean postgres.columns[0].required?)", in},
+		{"line 4: postgres.columns[1]: cannot unmarshal", "maybe", in},
 		{"line 5: postgres.columns[2].form: no such key (did you mean postgres.columns[2].from?)", in},
-		{"line 4: postgres.columns: cannot unmarshal", "maybe", in},
+	})
+
+	// An anchored entry at fault, repeated by an alias, is one problem.
+	file = "postgres:\n  columns:\n" +
+		"    - &c {name: a, from: \"json:a\", type: text, required: maybe}\n" +
+		"    - *c\n" +
+		"    - {name: b, from: \"json:b\", type: text, required: [x]}\n"
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(Source{File: path})
+	checkProblems(t, err, [][]string{
+		{"line 3: postgres.columns[0]: cannot unmarshal", "maybe", in},
+		{"line 5: postgres.columns[2]: cannot unmarshal !!seq", in},
 	})
 
 	file = "postgres:\n  columns:\n" +
@@ -649,8 +663,8 @@ func TestEveryColumnAtFaultIsReported(t *testing.T) {
 	}
 	_, err = Load(Source{File: path})
 	checkProblems(t, err, [][]string{
-		{"postgres.columns: ", `column 0 ("id"): unknown type "uuuid"`, "(line 2 of " + path + ")"},
-		{"postgres.columns: ", `column 2 ("ts"): name is already used by column 1`, "(line 2 of " + path + ")"},
+		{`postgres.columns[0] ("id"): unknown type "uuuid"`, "(line 3 of " + path + ")"},
+		{`postgres.columns[2] ("ts"): name is already used by column 1`, "(line 5 of " + path + ")"},
 	})
 }
 

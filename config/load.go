@@ -122,30 +122,31 @@ func eachProblem(err error, f func(error) error) error {
 
 // whence adds to a validation error where the value of a key it names
 // came from: "(line 4 of jetsink.yaml)", "(JETSINK_POSTGRES_MODE)" or
-// "(--set)", for the key named first among those whose origin is known
-// (keys left at their default have none: a message naming only those adds
-// nothing). A key set in the file only (postgres.columns) has its key's
-// line.
+// "(--set)", for the key named first among those whose origin is known,
+// the longest at one place (postgres.columns[2] over postgres.columns).
+// Keys left at their default have none: a message naming only those adds
+// nothing. A key set in the file only (postgres.columns) has its key's
+// line, and each entry of its list the entry's.
 func whence(err error, where map[string]string, file string) error {
 	msg := err.Error()
-	first, from := len(msg), ""
+	first, long, from := len(msg), 0, ""
 	for path, o := range where {
 		if o == "" {
 			continue
 		}
 		// A whole key: not postgres.url inside postgres.url_file.
-		for i := 0; i < first; {
+		for i := 0; i <= first; {
 			j := strings.Index(msg[i:], path)
 			if j < 0 {
 				break
 			}
 			j += i
-			if j >= first {
-				break // an earlier key has it
+			if j > first || j == first && len(path) <= long {
+				break // an earlier key, or a longer one here, has it
 			}
 			end := j + len(path)
 			if (j == 0 || !keyByte(msg[j-1])) && (end == len(msg) || !keyByte(msg[end])) {
-				first, from = j, o
+				first, long, from = j, len(path), o
 				break
 			}
 			i = end
@@ -476,7 +477,14 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 		}
 		switch {
 		case isFileOnly:
-			sc.where[path] = strings.TrimSuffix(sc.at(path, kn, kn), ": ") // the key's line: its value is a block
+			// The key's line (its value is a block), and each entry's
+			// of a list, for validation's problems (whence).
+			sc.where[path] = strings.TrimSuffix(sc.at(path, kn, kn), ": ")
+			if val.Kind == yaml.SequenceNode {
+				for i, e := range val.Content {
+					sc.where[fmt.Sprintf("%s[%d]", path, i)] = fmt.Sprintf("line %d", e.Line)
+				}
+			}
 			problems, err := checkFileOnly(&sc.guard, val, path, t)
 			sc.problems = append(sc.problems, problems...)
 			if err != nil {
@@ -573,33 +581,74 @@ func suggestion(prefix, name string, candidates []string) string {
 
 // checkFileOnly checks a file-only key's value (postgres.columns) against
 // its Go type: field names, with the file's line numbers, then the values,
-// by decoding the subtree alone, so that the error names the key. It
-// returns every problem found, and apart from them the walkGuard error that
-// ended the check, if one did.
-func checkFileOnly(g *walkGuard, val *yaml.Node, path string, t reflect.Type) (problems []error, err error) {
-	if err := checkFields(g, val, path, t, &problems); err != nil {
-		return problems, err
+// by decoding the subtree alone, so that the error names the key (and the
+// entry of a list). It returns every problem found, once each, in the
+// order of their lines, and apart from them the walkGuard error that ended
+// the check, if one did.
+func checkFileOnly(g *walkGuard, val *yaml.Node, path string, t reflect.Type) ([]error, error) {
+	var found []lineProblem
+	err := checkFields(g, val, path, t, &found)
+	if err == nil {
+		found = append(found, decodeProblems(val, path, t)...)
 	}
-	if err := val.Decode(reflect.New(t).Interface()); err != nil {
-		var te *yaml.TypeError
-		if !errors.As(err, &te) {
-			return append(problems, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, path, err)), nil
+	slices.SortStableFunc(found, func(a, b lineProblem) int { return a.line - b.line })
+	var problems []error
+	seen := map[string]bool{} // an anchored entry that aliases repeat fails once
+	for _, p := range found {
+		if msg := p.err.Error(); !seen[msg] {
+			seen[msg] = true
+			problems = append(problems, p.err)
 		}
-		for _, e := range te.Errors { // one per value of the wrong form: "line 4: cannot unmarshal ..."
-			if line, rest, ok := strings.Cut(e, ": "); ok && strings.HasPrefix(line, "line ") {
-				problems = append(problems, fmt.Errorf("%w: %s: %s: %s", ErrInvalidConfig, line, path, rest))
-				continue
+	}
+	return problems, err
+}
+
+// lineProblem is a problem of a file-only key and the line it is on (0
+// when unknown).
+type lineProblem struct {
+	line int
+	err  error
+}
+
+// decodeProblems decodes val, at path, into a t and returns each value of
+// the wrong form, naming its line and, when val is a list and the line is
+// in one of its entries, the entry.
+func decodeProblems(val *yaml.Node, path string, t reflect.Type) []lineProblem {
+	err := val.Decode(reflect.New(t).Interface())
+	if err == nil {
+		return nil
+	}
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return []lineProblem{{err: fmt.Errorf("%w: %s: %s", ErrInvalidConfig, path, err)}}
+	}
+	var out []lineProblem
+	for _, e := range te.Errors { // "line 4: cannot unmarshal ..."
+		at, rest, _ := strings.Cut(e, ": ")
+		line, err := strconv.Atoi(strings.TrimPrefix(at, "line "))
+		if err != nil || !strings.HasPrefix(at, "line ") {
+			out = append(out, lineProblem{err: fmt.Errorf("%w: %s: %s", ErrInvalidConfig, path, e)})
+			continue
+		}
+		where := path
+		if val.Kind == yaml.SequenceNode {
+			// The last entry that starts on or before the line; an entry
+			// an alias names is read where its anchor is.
+			for i, n := range val.Content {
+				if n.Kind != yaml.AliasNode && n.Line <= line {
+					where = fmt.Sprintf("%s[%d]", path, i)
+				}
 			}
-			problems = append(problems, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, path, e))
 		}
+		out = append(out, lineProblem{line, fmt.Errorf("%w: line %d: %s: %s", ErrInvalidConfig, line, where, rest)})
 	}
-	return problems, nil
+	return out
 }
 
 // checkFields adds to found every mapping key in n that t has no field
 // for, naming its path and line; values of the wrong shape are left to the
 // decoder. It returns only walkGuard's errors, which end the check.
-func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type, found *[]error) error {
+func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type, found *[]lineProblem) error {
 	n = deref(n)
 	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
 		if err := g.enter(n); err != nil {
@@ -638,8 +687,8 @@ func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type, found 
 			}
 			ft, ok := fields[kn.Value]
 			if !ok {
-				*found = append(*found, fmt.Errorf("%w: line %d: %s.%s: no such key%s", ErrInvalidConfig, kn.Line, path, kn.Value,
-					suggestion(path+".", kn.Value, slices.Collect(maps.Keys(fields)))))
+				*found = append(*found, lineProblem{kn.Line, fmt.Errorf("%w: line %d: %s.%s: no such key%s", ErrInvalidConfig, kn.Line, path, kn.Value,
+					suggestion(path+".", kn.Value, slices.Collect(maps.Keys(fields))))})
 				continue
 			}
 			if err := checkFields(g, n.Content[j+1], path+"."+kn.Value, ft, found); err != nil {

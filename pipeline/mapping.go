@@ -10,6 +10,21 @@ import (
 // list cannot be turned into a Mapper.
 var ErrInvalidMapping = errors.New("invalid column mapping")
 
+// ColumnError is Compile's error for one column at fault: its index in the
+// list (from 0), its name, and what is wrong with it and how to fix it. It
+// wraps ErrInvalidMapping.
+type ColumnError struct {
+	Index  int
+	Name   string
+	Reason string
+}
+
+func (e *ColumnError) Error() string {
+	return fmt.Sprintf("%v: column %d (%q): %s", ErrInvalidMapping, e.Index, e.Name, e.Reason)
+}
+
+func (e *ColumnError) Unwrap() error { return ErrInvalidMapping }
+
 // sourceKind says where a column's value comes from.
 type sourceKind uint8
 
@@ -96,9 +111,9 @@ func RawColumns() []Column {
 
 // Compile checks cols and returns a Mapper for them. An empty list is an
 // error; callers that want raw mode pass RawColumns(). Every error wraps
-// ErrInvalidMapping and names the column's index and name and how to fix it;
-// a list with several columns at fault returns one such error per column,
-// joined (errors.Join).
+// ErrInvalidMapping; one that a column causes is a *ColumnError, which names
+// the column's index and name and how to fix it, and a list with several
+// columns at fault returns one per column, joined (errors.Join).
 func Compile(cols []Column) (*Mapper, error) {
 	if len(cols) == 0 {
 		return nil, fmt.Errorf("%w: no columns; list at least one, or use the raw-mode columns", ErrInvalidMapping)
@@ -126,7 +141,7 @@ func Compile(cols []Column) (*Mapper, error) {
 // first problem.
 func (m *Mapper) compile(i int, c Column, seen map[string]int) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: column %d (%q): %s", ErrInvalidMapping, i, c.Name, fmt.Sprintf(format, args...))
+		return &ColumnError{Index: i, Name: c.Name, Reason: fmt.Sprintf(format, args...)}
 	}
 	if c.Name == "" {
 		return bad("name is empty; give every column a name")

@@ -71,6 +71,10 @@ func TestCompileReportsEveryColumn(t *testing.T) {
 		if !errors.Is(p, ErrInvalidMapping) || !strings.Contains(p.Error(), want[i]) {
 			t.Errorf("problem %d = %q, want ErrInvalidMapping and %q", i, p, want[i])
 		}
+		var ce *ColumnError
+		if !errors.As(p, &ce) || ce.Index != []int{0, 2, 3}[i] {
+			t.Errorf("problem %d = %#v, want a *ColumnError for column %d", i, p, []int{0, 2, 3}[i])
+		}
 	}
 }
 
