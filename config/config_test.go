@@ -625,47 +625,44 @@ func TestProblemsBeforeTheEndOfReading(t *testing.T) {
 // the mapping refuses) finds it.
 func TestEveryColumnAtFaultIsReported(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "jetsink.yaml")
-	file := "postgres:\n  columns:\n" +
-		"    - {name: id, from: \"json:id\", type: uuid, requred: true}\n" +
-		"    - {name: ts, from: \"json:ts\", type: timestamptz, required: maybe}\n" +
-		"    - {name: v, form: \"json:v\", type: float8}\n"
-	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err := Load(Source{File: path})
 	in := "(in " + path + ")"
-	checkProblems(t, err, [][]string{
-		{"line 3: postgres.columns[0].requred: no such key (did you mean postgres.columns[0].required?)", in},
-		{"line 4: postgres.columns[1]: cannot unmarshal", "maybe", in},
-		{"line 5: postgres.columns[2].form: no such key (did you mean postgres.columns[2].from?)", in},
-	})
-
-	// An anchored entry at fault, repeated by an alias, is one problem.
-	file = "postgres:\n  columns:\n" +
-		"    - &c {name: a, from: \"json:a\", type: text, required: maybe}\n" +
-		"    - *c\n" +
-		"    - {name: b, from: \"json:b\", type: text, required: [x]}\n"
-	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name    string
+		entries string // postgres.columns' entries, from line 3
+		want    [][]string
+	}{
+		{"reading", `
+    - {name: id, from: "json:id", type: uuid, requred: true}
+    - {name: ts, from: "json:ts", type: timestamptz, required: maybe}
+    - {name: v, form: "json:v", type: float8}`, [][]string{
+			{"line 3: postgres.columns[0].requred: no such key (did you mean postgres.columns[0].required?)", in},
+			{"line 4: postgres.columns[1]: cannot unmarshal", "maybe", in},
+			{"line 5: postgres.columns[2].form: no such key (did you mean postgres.columns[2].from?)", in},
+		}},
+		// An anchored entry at fault, repeated by an alias, is one problem.
+		{"anchored", `
+    - &c {name: a, from: "json:a", type: text, required: maybe}
+    - *c
+    - {name: b, from: "json:b", type: text, required: [x]}`, [][]string{
+			{"line 3: postgres.columns[0]: cannot unmarshal", "maybe", in},
+			{"line 5: postgres.columns[2]: cannot unmarshal !!seq", in},
+		}},
+		{"validation", `
+    - {name: id, from: "json:id", type: uuuid}
+    - {name: ts, from: "json:ts", type: timestamptz}
+    - {name: ts, from: "meta:nope", type: text}`, [][]string{
+			{`postgres.columns[0] ("id"): unknown type "uuuid"`, "(line 3 of " + path + ")"},
+			{`postgres.columns[2] ("ts"): name is already used by column 1`, "(line 5 of " + path + ")"},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := os.WriteFile(path, []byte("postgres:\n  columns:"+c.entries+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(Source{File: path})
+			checkProblems(t, err, c.want)
+		})
 	}
-	_, err = Load(Source{File: path})
-	checkProblems(t, err, [][]string{
-		{"line 3: postgres.columns[0]: cannot unmarshal", "maybe", in},
-		{"line 5: postgres.columns[2]: cannot unmarshal !!seq", in},
-	})
-
-	file = "postgres:\n  columns:\n" +
-		"    - {name: id, from: \"json:id\", type: uuuid}\n" +
-		"    - {name: ts, from: \"json:ts\", type: timestamptz}\n" +
-		"    - {name: ts, from: \"meta:nope\", type: text}\n"
-	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Load(Source{File: path})
-	checkProblems(t, err, [][]string{
-		{`postgres.columns[0] ("id"): unknown type "uuuid"`, "(line 3 of " + path + ")"},
-		{`postgres.columns[2] ("ts"): name is already used by column 1`, "(line 5 of " + path + ")"},
-	})
 }
 
 // checkProblems requires Problems(err) to be one line per want entry, in
