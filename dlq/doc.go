@@ -17,13 +17,19 @@
 // stall, retried with longer waits and then reported as ErrStalled, never
 // taken for the end.
 //
-// For each dead letter the Filter matches it publishes the original body to
+// With Options.Subject it reads only that subject's messages of the stream
+// (a dead-letter stream may hold the letters of several jetsinks).
+//
+// For each dead letter the Filter matches it first checks, with
+// Options.Consumer, that the durable consumer that reads the event stream
+// is there and takes the letter's subject (ErrNoReader: the letter stays,
+// and Replay goes on). Then it publishes the original body to
 // Jetsink-Subject with the original headers minus every Jetsink-* header
-// and with the Nats-Msg-Id "<original msg id>:replay:<dead-letter seq>"
-// ("<stream>:<stream_seq>" stands in for a missing original id): not the
-// original id, which the event stream may still remember and would drop as
-// a duplicate, but one that is the same for every replay of that dead
-// letter. It waits for the PubAck, checks that the stream that stored it is
+// and with the Nats-Msg-Id "<original msg id>:replay:<the dead letter's
+// Nats-Msg-Id>" (Letter.ReplayMsgID): not the original id, which the event
+// stream may still remember and would drop as a duplicate, but one that is
+// the same for every replay of that dead letter, and for the two dead
+// letters one event may have. It waits for the PubAck, checks that the stream that stored it is
 // the Jetsink-Stream the event came from, and only then, unless
 // Options.Keep is set, deletes the dead letter from the dead-letter stream,
 // retrying a failed delete a few times with backoff.
@@ -32,6 +38,14 @@
 // stream may have stored it and the answer was lost) is sent again with the
 // same Nats-Msg-Id, while Options.LetterTimeout lasts; within the duplicate
 // window the stream acknowledges a copy it already holds as a duplicate.
+//
+// A re-publish the server refuses the connection's user answers nothing:
+// it tells the connection (nats.ErrPermissionViolation), which Replay reads
+// after the attempt's wait, and takes as a refusal.
+//
+// A letter it cannot settle for sure (below) ends Replay, with
+// ErrUnsettled: the letters after it would likely end the same way, and it
+// can be replayed again at once, within the duplicate window.
 //
 // An event is therefore never lost, but it can be stored twice: a failure
 // before the PubAck leaves the dead letter in place, and when no answer came

@@ -26,6 +26,17 @@ var (
 	// de-duplicated only within the event stream's duplicate window; after
 	// it, the event is stored twice.
 	ErrDelete = errors.New("dlq: delete replayed dead letter failed")
+	// ErrNoReader: the letter was not re-published, because the consumer
+	// that reads its stream (Options.Consumer) is not there or does not
+	// take its subject: stored, the event would wait where nothing reads
+	// it, or, in a stream with interest retention, be dropped at once
+	// although the stream acknowledges it. The dead letter stays.
+	ErrNoReader = errors.New("dlq: nothing would read the replayed event")
+	// ErrUnsettled: Replay stopped after a letter it could not settle for
+	// sure (Report.Unsure or Report.Undeleted names it), so that the ones
+	// after it do not end the same way and the letter can be replayed
+	// again at once, within the event stream's duplicate window.
+	ErrUnsettled = errors.New("dlq: stopped after a dead letter left unsettled")
 	// ErrStalled: the dead-letter stream still holds letters up to where
 	// the replay ends, but several fetches in a row brought none; they stay
 	// in place.

@@ -28,8 +28,10 @@ type reader struct {
 	cons   jetstream.Consumer       // the current fetch's consumer, nil when none
 }
 
-func newReader(js jetstream.JetStream, stream string, deliver jetstream.DeliverPolicy, startSeq uint64, startTime *time.Time) *reader {
+// newReader reads stream, only subject's messages if subject is not "".
+func newReader(js jetstream.JetStream, stream, subject string, deliver jetstream.DeliverPolicy, startSeq uint64, startTime *time.Time) *reader {
 	return &reader{js: js, stream: stream, cfg: jetstream.ConsumerConfig{
+		FilterSubject:     subject,
 		DeliverPolicy:     deliver,
 		OptStartSeq:       startSeq,
 		OptStartTime:      startTime,

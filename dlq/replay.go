@@ -31,11 +31,20 @@ type Letter struct {
 	Data      []byte
 }
 
-// ReplayMsgID is the Nats-Msg-Id a replayed letter is published with.
+// ReplayMsgID is the Nats-Msg-Id a replayed letter is published with:
+// "<original msg id>:replay:<the dead letter's Nats-Msg-Id>", which jetsink
+// writes as "<stream>:<stream seq>:<store time>" of the event, so that two
+// dead letters of one stored event (the second written after the
+// dead-letter stream's duplicate window) replay as one event; for a letter
+// without one, "<original msg id>:replay:<dead-letter seq>".
+// "<stream>:<stream seq>" stands in for a missing original id.
 func (l *Letter) ReplayMsgID() string {
 	orig := l.MsgID
 	if orig == "" {
 		orig = l.Stream + ":" + strconv.FormatUint(l.StreamSeq, 10)
+	}
+	if id := l.Header.Get(jetstream.MsgIDHeader); id != "" {
+		return orig + ":replay:" + id
 	}
 	return orig + ":replay:" + strconv.FormatUint(l.Seq, 10)
 }
@@ -133,10 +142,22 @@ func contains(list []string, s string) bool {
 // Options says what Replay does.
 type Options struct {
 	Stream string // the dead-letter stream, e.g. EVENTS_DLQ
-	Filter Filter
-	DryRun bool // list only: publish nothing, delete nothing
-	Keep   bool // re-publish but do not delete the dead letters
-	Limit  int  // stop after this many matches (0: no limit)
+	// Subject, if set, is the subject whose messages of Stream are read as
+	// dead letters (nats.dead_letter_subject): a stream may hold the dead
+	// letters of several jetsinks. "" reads the whole stream.
+	Subject string
+	// Consumer, if set, is the durable consumer that reads the event
+	// streams (nats.consumer). A letter is re-published only if that
+	// consumer is on its stream and takes its subject (ErrNoReader):
+	// otherwise the event would wait where nothing reads it, or, in a
+	// stream with interest retention, be dropped at once although the
+	// stream acknowledges it, and the dead letter would be deleted all the
+	// same. A dry run checks it too.
+	Consumer string
+	Filter   Filter
+	DryRun   bool // list only: publish nothing, delete nothing
+	Keep     bool // re-publish but do not delete the dead letters
+	Limit    int  // stop after this many matches (0: no limit)
 	// FetchWait bounds the wait for the next batch of the stream (default
 	// 2s). A wait that brings nothing while the stream still holds a
 	// dead letter to read is a stall: it is retried with twice the wait,
@@ -168,7 +189,7 @@ type Report struct {
 	Replayed int
 	Deleted  int
 	Skipped  int // not jetsink dead letters (ErrNotDeadLetter)
-	Failed   int // re-publish or delete failed
+	Failed   int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader)
 	// Undeleted lists the dead-letter sequences of letters re-published
 	// (acknowledged by their stream) but not deleted although Keep was not
 	// set: each is now both an event and a dead letter, and replaying it
@@ -184,7 +205,7 @@ type Report struct {
 const (
 	fetchBatch     = 256
 	stallRetries   = 3 // empty fetches retried while letters remain
-	deleteAttempts = 4 // DeleteMsg calls per letter
+	deleteAttempts = 4 // DeleteMsg calls per letter, each waiting at most publishWait
 	deleteBackoff  = 250 * time.Millisecond
 	// A re-publish that gets no answer is sent again, with the same
 	// Nats-Msg-Id (so the event stream keeps one copy within its
@@ -207,11 +228,15 @@ const (
 // reported through each, and in Report.Undeleted if it was re-published)
 // and returns hard's error. Pass one context as both to stop anywhere.
 //
-// It returns an error wrapping ErrInvalidOptions for bad options, the error
-// of reading the stream, ErrStalled, or a context's error; a failed
-// re-publish or delete is reported through each and counted in
-// Report.Failed (and Report.Undeleted), and Replay goes on with the next
-// letter.
+// It returns an error wrapping ErrInvalidOptions for bad options (among
+// them a dead-letter stream that denies deletes, unless Keep or DryRun),
+// the error of reading the stream, ErrStalled, ErrUnsettled, or a context's
+// error. A letter that fails is reported through each and counted in
+// Report.Failed. When its event is certainly not stored (a refusal,
+// ErrNoReader) Replay goes on with the next letter; when it may be stored
+// although the letter stays (Report.Unsure), or is stored and the letter
+// could not be deleted (Report.Undeleted), Replay stops there, with
+// ErrUnsettled.
 func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, each func(*Letter, Outcome)) (Report, error) {
 	var rep Report
 	if o.Stream == "" {
@@ -248,6 +273,11 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 	if err != nil {
 		return rep, fmt.Errorf("dlq: dead-letter stream %s: %w", o.Stream, err)
 	}
+	if info.Config.DenyDelete && !o.Keep && !o.DryRun {
+		return rep, fmt.Errorf("%w: dead-letter stream %s denies deletes (deny_delete): every letter replayed would stay, its event stored too; "+
+			"pass --keep to replay them all the same", ErrInvalidOptions, o.Stream)
+	}
+	rs := &readers{js: js, name: o.Consumer, of: map[string]readerOf{}}
 	last := info.State.LastSeq
 	if o.Filter.LastSeq != 0 {
 		last = min(last, o.Filter.LastSeq)
@@ -260,12 +290,12 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 	var rd *reader
 	switch {
 	case o.Filter.FirstSeq > info.State.FirstSeq:
-		rd = newReader(js, o.Stream, jetstream.DeliverByStartSequencePolicy, o.Filter.FirstSeq, nil)
+		rd = newReader(js, o.Stream, o.Subject, jetstream.DeliverByStartSequencePolicy, o.Filter.FirstSeq, nil)
 	case !o.Filter.Since.IsZero():
 		since := o.Filter.Since
-		rd = newReader(js, o.Stream, jetstream.DeliverByStartTimePolicy, 0, &since)
+		rd = newReader(js, o.Stream, o.Subject, jetstream.DeliverByStartTimePolicy, 0, &since)
 	default:
-		rd = newReader(js, o.Stream, jetstream.DeliverAllPolicy, 0, nil)
+		rd = newReader(js, o.Stream, o.Subject, jetstream.DeliverAllPolicy, 0, nil)
 	}
 
 	// pos is the last sequence read, or the one before where reading
@@ -309,14 +339,18 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 					return got, false, err // between letters
 				}
 				pos, seen = meta.Sequence.Stream, true
-				if rep.scan(hard, js, stream, o, meta, m, each) && o.Limit > 0 && rep.Matched >= o.Limit {
+				matched, unsettled := rep.scan(hard, js, stream, rs, o, meta, m, each)
+				if unsettled != nil {
+					return got, false, unsettled
+				}
+				if matched && o.Limit > 0 && rep.Matched >= o.Limit {
 					return got, true, nil
 				}
 				if pos >= last {
 					return got, true, nil
 				}
 				if meta.NumPending == 0 { // the server has no more for now: if the stream has none, do not wait out the fetch
-					more, err := remains(read, stream, pos, last)
+					more, err := remains(read, stream, o.Subject, pos, last)
 					if err != nil {
 						return got, false, err
 					}
@@ -334,6 +368,8 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 			return got, false, nil
 		}()
 		switch {
+		case errors.Is(err, ErrUnsettled):
+			return rep, err
 		case err != nil && stopped() != nil:
 			return rep, stopped()
 		case err != nil:
@@ -347,7 +383,7 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 		// Nothing within the wait. Either the stream holds nothing more up
 		// to last (deleted, expired, or never there past --since), or the
 		// server did not deliver what it holds.
-		more, err := remains(read, stream, pos, last)
+		more, err := remains(read, stream, o.Subject, pos, last)
 		if err != nil {
 			if stopped() != nil {
 				return rep, stopped()
@@ -367,52 +403,117 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 }
 
 // scan handles one message of the dead-letter stream and counts it. It
-// reports whether the filter matched it.
-func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jetstream.Stream, o Options,
-	meta *jetstream.MsgMetadata, m jetstream.Msg, each func(*Letter, Outcome)) bool {
+// reports whether the filter matched it and, if the letter was left
+// unsettled (Report.Unsure, Report.Undeleted), an error wrapping
+// ErrUnsettled that names it.
+func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jetstream.Stream, rs *readers, o Options,
+	meta *jetstream.MsgMetadata, m jetstream.Msg, each func(*Letter, Outcome)) (matched bool, unsettled error) {
 	rep.Scanned++
 	l, err := letter(meta, m.Headers(), m.Data())
 	if err != nil {
 		rep.Skipped++
-		return false
+		return false, nil
 	}
 	if !o.Filter.Match(l) {
-		return false
+		return false, nil
 	}
 	rep.Matched++
+	// Stopping intake must not come between the PubAck and the delete;
+	// only hard, or the timeout, may.
+	ctx, cancel := context.WithTimeout(hard, o.LetterTimeout)
+	defer cancel()
 	var out Outcome
-	if !o.DryRun {
-		// Stopping intake must not come between the PubAck and the
-		// delete; only hard, or the timeout, may.
-		ctx, cancel := context.WithTimeout(hard, o.LetterTimeout)
+	if err := rs.check(ctx, l); err != nil {
+		out.Err = err
+	} else if !o.DryRun {
 		out = replayOne(ctx, js, stream, l, o.Keep, min(publishWait, o.LetterTimeout/3))
-		cancel()
-		if out.Replayed {
-			rep.Replayed++
-		}
-		if out.Deleted {
-			rep.Deleted++
-		}
-		if out.Err != nil {
-			rep.Failed++
-		}
-		if out.Replayed && !out.Deleted && !o.Keep {
-			rep.Undeleted = append(rep.Undeleted, l.Seq)
-		}
-		if out.Unsure {
-			rep.Unsure = append(rep.Unsure, l.Seq)
-		}
+	}
+	if out.Replayed {
+		rep.Replayed++
+	}
+	if out.Deleted {
+		rep.Deleted++
+	}
+	if out.Err != nil {
+		rep.Failed++
+	}
+	if out.Replayed && !out.Deleted && !o.Keep {
+		rep.Undeleted = append(rep.Undeleted, l.Seq)
+		unsettled = fmt.Errorf("%w: dead letter %d was re-published but not deleted: %w", ErrUnsettled, l.Seq, out.Err)
+	}
+	if out.Unsure {
+		rep.Unsure = append(rep.Unsure, l.Seq)
+		unsettled = fmt.Errorf("%w: dead letter %d: its event may be stored: %w", ErrUnsettled, l.Seq, out.Err)
 	}
 	if each != nil {
 		each(l, out)
 	}
-	return true
+	return true, unsettled
+}
+
+// readers checks that Options.Consumer reads the stream and subject of a
+// letter, looking each stream's consumer up once.
+type readers struct {
+	js   jetstream.JetStream
+	name string              // "": no check
+	of   map[string]readerOf // by event stream
+}
+
+// readerOf is what readers learnt of one event stream: the subjects its
+// consumer takes (none: all), or why nothing would read it.
+type readerOf struct {
+	filters []string
+	err     error
+}
+
+// check returns nil if the consumer is on l's stream and takes its
+// subject, else an error wrapping ErrNoReader, or the lookup's error
+// (ErrNoReader too: not re-published, the event is certainly not stored).
+func (r *readers) check(ctx context.Context, l *Letter) error {
+	if r.name == "" {
+		return nil
+	}
+	ro, known := r.of[l.Stream]
+	if !known {
+		c, err := r.js.Consumer(ctx, l.Stream, r.name)
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			ro.err = fmt.Errorf("%w: stream %s has no consumer %s (nats.consumer; set it with --set nats.consumer=NAME)", ErrNoReader, l.Stream, r.name)
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			ro.err = fmt.Errorf("%w: stream %s, the letter's Jetsink-Stream, does not exist", ErrNoReader, l.Stream)
+		case err != nil:
+			return fmt.Errorf("%w: look up consumer %s of stream %s: %w", ErrNoReader, r.name, l.Stream, err) // asked again for the next letter
+		default:
+			cfg := c.CachedInfo().Config
+			ro.filters = cfg.FilterSubjects
+			if cfg.FilterSubject != "" {
+				ro.filters = append(ro.filters, cfg.FilterSubject)
+			}
+		}
+		r.of[l.Stream] = ro
+	}
+	if ro.err != nil {
+		return fmt.Errorf("dead letter %d to %s: %w; it stays", l.Seq, l.Subject, ro.err)
+	}
+	if len(ro.filters) == 0 {
+		return nil
+	}
+	for _, f := range ro.filters {
+		if consumer.SubjectMatches(f, l.Subject) {
+			return nil
+		}
+	}
+	return fmt.Errorf("dead letter %d to %s: %w: consumer %s of stream %s takes only %s; it stays",
+		l.Seq, l.Subject, ErrNoReader, r.name, l.Stream, strings.Join(ro.filters, ", "))
 }
 
 // remains reports whether the stream holds a message with a sequence in
-// (pos, last].
-func remains(ctx context.Context, stream jetstream.Stream, pos, last uint64) (bool, error) {
-	m, err := stream.GetMsg(ctx, pos+1, jetstream.WithGetMsgSubject(">"))
+// (pos, last], on subject if it is not "".
+func remains(ctx context.Context, stream jetstream.Stream, subject string, pos, last uint64) (bool, error) {
+	if subject == "" {
+		subject = ">"
+	}
+	m, err := stream.GetMsg(ctx, pos+1, jetstream.WithGetMsgSubject(subject))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -470,7 +571,9 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 	}
 	backoff := deleteBackoff
 	for attempt := 1; ; attempt++ {
-		err = dlq.DeleteMsg(ctx, l.Seq)
+		actx, cancel := context.WithTimeout(ctx, wait)
+		err = dlq.DeleteMsg(actx, l.Seq)
+		cancel()
 		if err == nil {
 			out.Deleted = true
 			return out
@@ -483,6 +586,9 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 			break
 		}
 		backoff *= 2
+	}
+	if perm := refused(js, "$JS.API.STREAM.MSG.DELETE."+dlq.CachedInfo().Config.Name); perm != nil {
+		err = fmt.Errorf("%w (%w)", err, perm)
 	}
 	out.Err = fmt.Errorf("%w: dead letter %d (re-published to %s as Nats-Msg-Id %s): %w", ErrDelete, l.Seq, l.Subject, l.ReplayMsgID(), err)
 	return out
@@ -513,6 +619,12 @@ func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait time.D
 		case notStored(err):
 			return nil, unanswered, err
 		default:
+			// No answer. A server that refuses the connection's user
+			// the subject says so only to the connection, and stores
+			// nothing, now or before.
+			if perm := refused(js, l.Subject); perm != nil {
+				return nil, false, fmt.Errorf("%w (%w)", err, perm)
+			}
 			unanswered = true
 		}
 		if !sleep(ctx, backoff) {
@@ -551,10 +663,24 @@ func storing(err error) bool {
 
 // notStored reports whether this publish certainly stored nothing: the
 // stream answered with an error, no stream captures the subject, or nothing
-// was sent (the client refused the message, or its connection is closed).
+// was sent (the client refused the message). Not a closed connection:
+// nats.go also fails the requests in flight with it, sent already.
 func notStored(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrHeadersNotSupported) ||
-		errors.Is(err, nats.ErrConnectionClosed)
+		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrHeadersNotSupported)
+}
+
+// refused returns the connection's last error if it is the server's
+// refusal to let its user publish to subject, else nil.
+func refused(js jetstream.JetStream, subject string) error {
+	nc := js.Conn()
+	if nc == nil {
+		return nil
+	}
+	err := nc.LastError()
+	if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "Publish to \""+subject+"\"") {
+		return err
+	}
+	return nil
 }

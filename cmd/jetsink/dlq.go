@@ -43,32 +43,46 @@ func newDLQReplayCmd() *cobra.Command {
 stores them once whatever refused them (the mapping, the table, a constraint)
 has been fixed.
 
-Dead letters are read from the dead-letter stream (the one capturing
-nats.dead_letter_subject, or --dlq-stream) in order, up to its last
-message when the command starts. Each one the filters select is
-published to its Jetsink-Subject with its original body and headers, minus
-the Jetsink-* headers, and with Nats-Msg-Id "<original id>:replay:<dead-letter
-seq>" so that the event stream's duplicate window does not swallow it. After
-the event stream acknowledges it (and only if that is the stream it came
-from) the dead letter is deleted from the dead-letter stream, unless --keep;
-a failed delete is retried a few times.
+Dead letters are read from the dead-letter stream in order, up to its last
+message when the command starts: the stream capturing
+nats.dead_letter_subject, and only that subject's messages in it (a stream
+may hold the letters of several jetsinks), or all of --dlq-stream. Each one
+the filters select is published to its Jetsink-Subject with its original
+body and headers, minus the Jetsink-* headers, and with Nats-Msg-Id
+"<original id>:replay:<the dead letter's Nats-Msg-Id>" so that the event
+stream's duplicate window does not swallow it. After the event stream
+acknowledges it (and only if that is the stream it came from) the dead
+letter is deleted from the dead-letter stream, unless --keep; a failed
+delete is retried a few times.
 
-Every replay of a letter carries the same Nats-Msg-Id, so within the event
-stream's duplicate window (duplicate_window, 2 minutes by default) it is
-stored once however often it is sent; after the window it is stored again,
-in exactly-once mode too (a new stream sequence).
+A letter is published only if the durable consumer nats.consumer is on its
+stream and its filter takes the letter's subject (--set nats.consumer=NAME
+for another): otherwise nothing would read the event, and a stream with
+interest retention would drop it at once although it acknowledges it. Such
+a letter stays, is reported, and the replay goes on; --dry-run says so too.
+Every consumer of the stream gets the replayed event, not jetsink alone.
 
-A failure before the acknowledgement leaves the dead letter in place. A
+Every replay of a letter carries the same Nats-Msg-Id, and so do the two
+dead letters one event may have, so within the event stream's duplicate
+window (duplicate_window, 2 minutes by default) it is stored once however
+often it is sent; after the window it is stored again, in exactly-once
+mode too (a new stream sequence).
+
+A failure before the acknowledgement leaves the dead letter in place; the
+replay goes on with the next when the event is certainly not stored (the
+stream refused it, or the server refused the user the subject). A
 re-publish that gets no answer (the event stream may have stored it) is
-sent again within the letter's 30 s. Named at the end, exit status 1:
+sent again within the letter's 30 s. The replay stops, exit status 1, at a
+letter it cannot settle for sure:
+  - a letter whose re-publish never got an answer, or was stored by another
+    stream than the original: its event may or may not be stored. Do not
+    delete it; run the command again at once, within the window (the event
+    is stored once either way), or check the event stream first.
   - a letter re-published but not deleted: it is both an event and a dead
     letter; delete it (nats stream rmm <dead-letter stream> <seq>) rather
     than replay it after the window. --keep leaves every replayed letter
-    so, says so, and exits 0.
-  - a letter whose re-publish never got an answer, or was stored by another
-    stream than the original: its event may or may not be stored. Do not
-    delete it; replay it again within the window, or check the event
-    stream first.
+    so, says so, and exits 0. A dead-letter stream that denies deletes is
+    refused unless --keep.
 
 On SIGINT or SIGTERM the dead letter under way is finished (re-published and
 deleted, within 30 s) and the summary is printed; the exit status is 1 if
@@ -123,7 +137,7 @@ gives that letter up at once and exits with status 130.
 			if err != nil {
 				return fmt.Errorf("jetstream: %w", err)
 			}
-			o.Stream = stream
+			o.Stream, o.Consumer = stream, cfg.NATS.Consumer
 			if o.Stream == "" {
 				lctx, lcancel := context.WithTimeout(intake, 10*time.Second)
 				o.Stream, err = js.StreamNameBySubject(lctx, cfg.NATS.DeadLetterSubject)
@@ -131,6 +145,7 @@ gives that letter up at once and exits with status 130.
 				if err != nil {
 					return fmt.Errorf("find the stream capturing nats.dead_letter_subject %s (or pass --dlq-stream): %w", cfg.NATS.DeadLetterSubject, err)
 				}
+				o.Subject = cfg.NATS.DeadLetterSubject // this jetsink's letters
 			}
 			w := cmd.OutOrStdout()
 			verb := "replay"
@@ -140,6 +155,8 @@ gives that letter up at once and exits with status 130.
 			rep, err := dlq.Replay(intake, hard, js, o, func(l *dlq.Letter, out dlq.Outcome) {
 				state := verb
 				switch {
+				case out.Err != nil && o.DryRun:
+					state = "would fail: " + out.Err.Error()
 				case out.Err != nil:
 					state = "FAILED: " + out.Err.Error()
 				case out.Deleted:
@@ -167,7 +184,7 @@ gives that letter up at once and exits with status 130.
 			if n := len(rep.Unsure); n > 0 {
 				seqs := seqList(rep.Unsure)
 				fmt.Fprintf(w, "left in place although their event MAY be stored (no answer to the re-publish, or another stream stored it): %s %s; "+
-					"do not delete them: replay them again within the event stream's duplicate window (stored once either way), or check the event stream first\n",
+					"do not delete them: run the command again now, within the event stream's duplicate window (stored once either way), or check the event stream first\n",
 					o.Stream, strings.Join(seqs, " "))
 				before := also
 				also = func(err error) error {
@@ -187,6 +204,8 @@ gives that letter up at once and exits with status 130.
 				return also(fmt.Errorf("%w: the dead letters not reached stay in %s; run the command again to go on", context.Cause(intake), o.Stream))
 			case err != nil:
 				return also(err)
+			case rep.Failed > 0 && o.DryRun:
+				return fmt.Errorf("%d of %d dead letters would not be replayed", rep.Failed, rep.Matched)
 			case rep.Failed > 0:
 				return also(fmt.Errorf("%d of %d dead letters not replayed or not deleted; they stay in %s", rep.Failed, rep.Matched, o.Stream))
 			}

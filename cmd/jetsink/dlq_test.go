@@ -19,7 +19,8 @@ import (
 // dlqSetup starts a server with a dead-letter stream EV_DLQ (dlq.EV) holding
 // n dead letters of stream EV whose subjects, slow.<i>, no stream captures:
 // the test answers their re-publishes itself, when it likes, with a PubAck
-// from EV, through the channel it returns.
+// from EV, through the channel it returns. EV (on ev.>) has the durable
+// consumer jetsink, unfiltered, so that replay finds a reader for them.
 func dlqSetup(t *testing.T, ctx context.Context, n int) (*testenv.NATSServer, jetstream.JetStream, <-chan *nats.Msg) {
 	t.Helper()
 	srv := testenv.NATS(t)
@@ -28,7 +29,12 @@ func dlqSetup(t *testing.T, ctx context.Context, n int) (*testenv.NATSServer, je
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}); err != nil {
+	for _, sc := range []jetstream.StreamConfig{{Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}, {Name: "EV", Subjects: []string{"ev.>"}}} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: consumer.DefaultConfig().Consumer}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
@@ -283,5 +289,31 @@ func TestDLQHelpSaysWhatItDoes(t *testing.T) {
 	out := r.out.String()
 	if strings.Contains(out, "list them") || !strings.Contains(out, "replay") {
 		t.Fatalf("dlq --help promises a command it lacks, or not replay:\n%s", out)
+	}
+}
+
+// Without nats.consumer on the letters' stream nothing would read a
+// replayed event: replay publishes nothing, names the consumer, keeps the
+// letters and exits 1; --dry-run says the same.
+func TestDLQReplayNeedsAReader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, js, pubs := dlqSetup(t, ctx, 2)
+	for _, args := range [][]string{{"--set", "nats.consumer=elsewhere", "--dry-run"}, {"--set", "nats.consumer=elsewhere"}} {
+		r := startJetsink(t, ctx, append([]string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ"}, args...)...)
+		if code := r.wait(t, ctx); code != exitFailed {
+			t.Fatalf("%v: exit %d, want %d\n%s", args, code, exitFailed, r.out.String())
+		}
+		if out := r.out.String(); strings.Count(out, "stream EV has no consumer elsewhere") != 2 {
+			t.Fatalf("%v: the missing consumer is not named for each letter:\n%s", args, out)
+		}
+	}
+	select {
+	case m := <-pubs:
+		t.Fatalf("%s re-published with no consumer to read it", m.Subject)
+	default:
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
+		t.Fatalf("%d dead letters left, want 2", n)
 	}
 }

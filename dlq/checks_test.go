@@ -1,0 +1,195 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// outcomes runs Replay with o and returns each letter's outcome by its
+// original subject.
+func outcomes(t *testing.T, ctx context.Context, js jetstream.JetStream, o Options) (Report, map[string]Outcome, error) {
+	t.Helper()
+	by := map[string]Outcome{}
+	rep, err := Replay(ctx, ctx, js, o, func(l *Letter, out Outcome) { by[l.Subject] = out })
+	return rep, by, err
+}
+
+// A letter is replayed only where nats.consumer reads its event: on its
+// stream, through a filter that takes its subject. The others stay, are
+// reported, and the replay goes on; a dry run says the same and changes
+// nothing. In a stream with interest retention, the event stored where no
+// consumer takes it would be dropped at once, PubAck and all.
+func TestReplayOnlyWhereTheConsumerReads(t *testing.T) {
+	t.Run("no consumer", func(t *testing.T) {
+		js, ctx := setup(t, 3)
+		rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink"})
+		if err != nil || rep.Failed != 3 || rep.Replayed != 0 {
+			t.Fatalf("report %+v, %v; want 3 failed", rep, err)
+		}
+		for subj, out := range by {
+			if !errors.Is(out.Err, ErrNoReader) || out.Unsure {
+				t.Errorf("%s: outcome %+v, want ErrNoReader", subj, out)
+			}
+		}
+		if ev, dl := testenv.StreamMsgs(t, ctx, js, "EV"), testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); ev != 0 || dl != 3 {
+			t.Fatalf("%d events, %d dead letters; want 0 and 3", ev, dl)
+		}
+	})
+	for _, retention := range []jetstream.RetentionPolicy{jetstream.LimitsPolicy, jetstream.InterestPolicy} {
+		t.Run("filtered, "+retention.String(), func(t *testing.T) {
+			js, ctx := setup(t, 3)
+			if err := js.DeleteStream(ctx, "EV"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"ev.>"}, Retention: retention}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "jetsink", FilterSubject: "ev.1", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+				t.Fatal(err)
+			}
+			o := Options{Stream: "EV_DLQ", Consumer: "jetsink", DryRun: true}
+			rep, by, err := outcomes(t, ctx, js, o)
+			if err != nil || rep.Failed != 2 || !errors.Is(by["ev.0"].Err, ErrNoReader) || by["ev.1"].Err != nil ||
+				testenv.StreamMsgs(t, ctx, js, "EV_DLQ") != 3 {
+				t.Fatalf("dry run: report %+v, outcomes %+v, %v", rep, by, err)
+			}
+			o.DryRun = false
+			rep, by, err = outcomes(t, ctx, js, o)
+			if err != nil || rep.Failed != 2 || rep.Replayed != 1 || !by["ev.1"].Deleted ||
+				!errors.Is(by["ev.0"].Err, ErrNoReader) || !errors.Is(by["ev.2"].Err, ErrNoReader) {
+				t.Fatalf("report %+v, outcomes %+v, %v", rep, by, err)
+			}
+			if ev, dl := testenv.StreamMsgs(t, ctx, js, "EV"), testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); ev != 1 || dl != 2 {
+				t.Fatalf("%d events, %d dead letters; want 1 (ev.1) and 2", ev, dl)
+			}
+		})
+	}
+}
+
+// Two dead letters of one stored event (the second written after the
+// dead-letter stream's duplicate window: both carry its Nats-Msg-Id)
+// replay as one event.
+func TestReplayTwoLettersOfOneEventStoreItOnce(t *testing.T) {
+	js, ctx := setup(t, 0)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SHORT_DLQ", Subjects: []string{"dlq.short"}, Duplicates: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	putLetter(t, ctx, js, "dlq.short", 4)
+	time.Sleep(300 * time.Millisecond) // past the window (the server checks it every so often)
+	putLetter(t, ctx, js, "dlq.short", 4)
+	if n := testenv.StreamMsgs(t, ctx, js, "SHORT_DLQ"); n != 2 {
+		t.Fatalf("%d dead letters, want the two of one event", n)
+	}
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "SHORT_DLQ"}, nil)
+	if err != nil || rep.Replayed != 2 || rep.Deleted != 2 {
+		t.Fatalf("report %+v, %v", rep, err)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV"); n != 1 {
+		t.Fatalf("%d events from two dead letters of one event, want 1", n)
+	}
+}
+
+// A dead-letter stream that denies deletes would leave every replayed
+// letter in place, its event stored too: Replay refuses, unless Keep.
+func TestReplayRefusesAStreamThatDeniesDeletes(t *testing.T) {
+	js, ctx := setup(t, 2)
+	if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EV_DLQ", Subjects: []string{"dlq.EV"}, DenyDelete: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ"}, nil); !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("Replay = %v, want ErrInvalidOptions", err)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV"); n != 0 {
+		t.Fatalf("%d events replayed, want none", n)
+	}
+	if rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", Keep: true}, nil); err != nil || rep.Replayed != 2 {
+		t.Fatalf("Keep: %+v, %v", rep, err)
+	}
+}
+
+// A dead-letter stream shared by several jetsinks: Options.Subject reads
+// only this one's letters.
+func TestReplayReadsOnlyItsSubject(t *testing.T) {
+	js, ctx := setup(t, 0)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ALL_DLQ", Subjects: []string{"dlq.all.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		subject := "dlq.all.mine"
+		if i%2 == 1 {
+			subject = "dlq.all.theirs"
+		}
+		putLetter(t, ctx, js, subject, i)
+	}
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "ALL_DLQ", Subject: "dlq.all.mine"}, nil)
+	if err != nil || rep.Scanned != 3 || rep.Replayed != 3 {
+		t.Fatalf("report %+v, %v; want the 3 letters of dlq.all.mine", rep, err)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "ALL_DLQ"); n != 3 {
+		t.Fatalf("%d dead letters left, want the other jetsink's 3", n)
+	}
+}
+
+// A server that refuses the user the subject answers nothing to the
+// publish (it tells the connection): the letter is refused, not unsure,
+// within one attempt, and the replay goes on.
+func TestReplayPermissionRefusalIsNotUnsure(t *testing.T) {
+	const pass = "dlq-secret"
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), ServerName: "dlq-perms",
+		Users: []*server.User{
+			{Username: "admin", Password: pass},
+			{Username: "replay", Password: pass, Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"ev.1"}},
+			}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	connect := func(user string) jetstream.JetStream {
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, pass))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	admin := connect("admin")
+	for _, sc := range []jetstream.StreamConfig{{Name: "EV", Subjects: []string{"ev.>"}}, {Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}} {
+		if _, err := admin.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		putLetter(t, ctx, admin, "dlq.EV", i)
+	}
+	rep, by, err := outcomes(t, ctx, connect("replay"), Options{Stream: "EV_DLQ", LetterTimeout: 3 * time.Second})
+	if err != nil || rep.Replayed != 2 || rep.Failed != 1 || len(rep.Unsure) != 0 {
+		t.Fatalf("report %+v, %v; want ev.1 refused, the others replayed", rep, err)
+	}
+	if out := by["ev.1"]; !errors.Is(out.Err, ErrPublish) || !errors.Is(out.Err, nats.ErrPermissionViolation) || out.Unsure {
+		t.Fatalf("ev.1: outcome %+v, want a refusal naming the permission", out)
+	}
+	if ev, dl := testenv.StreamMsgs(t, ctx, admin, "EV"), testenv.StreamMsgs(t, ctx, admin, "EV_DLQ"); ev != 2 || dl != 1 {
+		t.Fatalf("%d events, %d dead letters left; want 2 and ev.1's", ev, dl)
+	}
+}
