@@ -138,6 +138,46 @@ func TestReplayReadsOnlyItsSubject(t *testing.T) {
 	}
 }
 
+// A fetch brings at most a few MiB (its letters are in memory at once),
+// but at least one letter of the server's max_payload: letters larger than
+// the usual bound still come, one fetch each.
+func TestReplayLettersLargerThanAFetch(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), ServerName: "dlq-large", MaxPayload: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range []jetstream.StreamConfig{{Name: "EV", Subjects: []string{"ev.>"}}, {Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := make([]byte, fetchBytes+1<<20) // over the usual bound, under max_payload
+	for i := range 3 {
+		putLetterData(t, ctx, js, "dlq.EV", i, big)
+	}
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", FetchWait: 5 * time.Second}, nil)
+	if err != nil || rep.Replayed != 3 || rep.Deleted != 3 {
+		t.Fatalf("report %+v, %v; want 3 large letters replayed", rep, err)
+	}
+}
+
 // A server that refuses the user the subject answers nothing to the
 // publish (it tells the connection): the letter is refused, not unsure,
 // within one attempt, and the replay goes on.

@@ -8,7 +8,8 @@ import (
 )
 
 const (
-	makeAttempts   = 3 // consumer creations per fetch
+	fetchBytes     = 8 << 20 // a fetch's bytes, at least (see maxFetchBytes)
+	makeAttempts   = 3       // consumer creations per fetch
 	makeBackoff    = time.Second
 	dropTimeout    = 2 * time.Second // bounds deleting a fetch's consumer
 	readerInactive = 5 * time.Minute // the server removes a consumer left behind after this
@@ -22,15 +23,27 @@ const (
 // own, reader does both under the caller's context, so that ending it ends
 // a fetch at once however NATS behaves.
 type reader struct {
-	js     jetstream.JetStream
-	stream string
-	cfg    jetstream.ConsumerConfig // the first consumer's: where reading starts
-	cons   jetstream.Consumer       // the current fetch's consumer, nil when none
+	js       jetstream.JetStream
+	stream   string
+	cfg      jetstream.ConsumerConfig // the first consumer's: where reading starts
+	cons     jetstream.Consumer       // the current fetch's consumer, nil when none
+	maxBytes int                      // what one fetch may bring (maxFetchBytes)
+}
+
+// maxFetchBytes bounds what one fetch brings, and so what it holds in
+// memory: fetchBytes, or, on a server whose max_payload is larger, one
+// message of that size and its subjects and headers (a message that does
+// not fit a fetch's bytes would never come).
+func maxFetchBytes(js jetstream.JetStream) int {
+	if nc := js.Conn(); nc != nil {
+		return max(fetchBytes, int(nc.MaxPayload())+8<<10)
+	}
+	return fetchBytes
 }
 
 // newReader reads stream, only subject's messages if subject is not "".
 func newReader(js jetstream.JetStream, stream, subject string, deliver jetstream.DeliverPolicy, startSeq uint64, startTime *time.Time) *reader {
-	return &reader{js: js, stream: stream, cfg: jetstream.ConsumerConfig{
+	return &reader{js: js, stream: stream, maxBytes: maxFetchBytes(js), cfg: jetstream.ConsumerConfig{
 		FilterSubject:     subject,
 		DeliverPolicy:     deliver,
 		OptStartSeq:       startSeq,
@@ -44,7 +57,7 @@ func newReader(js jetstream.JetStream, stream, subject string, deliver jetstream
 
 // fetch makes a consumer that starts after the stream sequence after (where
 // the reader's config says when after is 0) and fetches up to
-// n messages from it, all under ctx. A failed creation is retried a few
+// n messages, and r.maxBytes, from it, all under ctx. A failed creation is retried a few
 // times while ctx lasts. Call drop when done with the batch.
 func (r *reader) fetch(ctx context.Context, after uint64, n int) (jetstream.MessageBatch, error) {
 	cfg := r.cfg
@@ -70,7 +83,7 @@ func (r *reader) fetch(ctx context.Context, after uint64, n int) (jetstream.Mess
 		}
 		backoff *= 2
 	}
-	return r.cons.Fetch(n, jetstream.FetchContext(ctx))
+	return r.cons.Fetch(n, jetstream.FetchContext(ctx), jetstream.FetchMaxBytes(r.maxBytes))
 }
 
 // drop deletes the current consumer, if any, under ctx (bounded by

@@ -66,6 +66,12 @@ func setupServer(t *testing.T, n int) (*embedded.NATSServer, jetstream.JetStream
 // putLetter publishes dead letter i (see setup) to subject.
 func putLetter(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string, i int) {
 	t.Helper()
+	putLetterData(t, ctx, js, subject, i, []byte(fmt.Sprintf(`{"i":%d}`, i)))
+}
+
+// putLetterData is putLetter with data for the body.
+func putLetterData(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string, i int, data []byte) {
+	t.Helper()
 	stage := "decode"
 	if i%2 == 1 {
 		stage = "sink"
@@ -81,7 +87,7 @@ func putLetter(t *testing.T, ctx context.Context, js jetstream.JetStream, subjec
 		jetstream.MsgIDHeader:    {fmt.Sprintf("EV:%d", 100+i)},
 		"Traceparent":            {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
 	}
-	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: []byte(fmt.Sprintf(`{"i":%d}`, i))}); err != nil {
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data}); err != nil {
 		t.Fatal(err)
 	}
 }
