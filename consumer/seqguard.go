@@ -170,12 +170,14 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 	}
 	if err := restarted(c.cfg.Stream, info, stored, end, replaced); err != nil {
 		if !marked {
-			c.markReplaced(info.Created, true)
+			c.markRefused(ctx, info.Created)
 		}
 		return err
 	}
 	if marked {
-		c.markReplaced(info.Created, false)
+		if err := c.markReplaced(info.Created, false); err != nil {
+			c.log.Error("could not update the consumer's metadata", "key", replacedKey, "set", false, "err", err)
+		}
 	}
 	c.seq.created = info.Created
 	c.seq.checkedGen.Store(gen)
@@ -225,18 +227,36 @@ func (c *Consumer) markedReplaced(ctx context.Context, created time.Time) (bool,
 func replacedMark(created time.Time) string { return created.UTC().Format(time.RFC3339Nano) }
 
 // markReplaced sets (on) or clears the consumer's replacedKey.
-func (c *Consumer) markReplaced(created time.Time, on bool) {
+func (c *Consumer) markReplaced(created time.Time, on bool) error {
 	c.metaMu.Lock()
 	defer c.metaMu.Unlock()
-	err := c.updateMeta(func(meta map[string]string) {
+	return c.updateMeta(func(meta map[string]string) {
 		if on {
 			meta[replacedKey] = replacedMark(created)
 		} else {
 			delete(meta, replacedKey)
 		}
 	})
+}
+
+// markRefused marks the stream created at created, which checkSeq refused,
+// in the consumer's metadata. A consumer gone with the stream it was on
+// (checkSeq may run before Run makes it again: after a reconnect, or a lost
+// pull connection) is made first, on the new stream, from which Run takes
+// nothing while it is refused: unmarked, the refusal would live in this
+// process alone, and a restart would take the stream, once refilled past
+// the stored rows, for one never consumed. A failure is logged; the next
+// check (refusedRecheck) tries again.
+func (c *Consumer) markRefused(ctx context.Context, created time.Time) {
+	err := c.markReplaced(created, true)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if err = c.ensureConsumer(ctx); err == nil {
+			err = c.markReplaced(created, true)
+		}
+	}
 	if err != nil {
-		c.log.Error("could not update the consumer's metadata", "key", replacedKey, "set", on, "err", err)
+		c.log.Error("could not mark the refused stream in the consumer's metadata; a restart before it is would not know it as re-created",
+			"key", replacedKey, "err", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -265,5 +266,41 @@ func TestStoredSeqStreamLostDuringDrainAdvancesEpoch(t *testing.T) {
 	}
 	if now := c.Epochs().Current(); now == before {
 		t.Fatalf("epoch still %d after the drain found the stream gone; log:\n%s", now, log.String())
+	}
+}
+
+// A stream re-created from 1 with its consumer gone (checkSeq can run
+// before Run makes the consumer again: after a reconnect or a lost pull
+// connection) is refused, and the refusal is marked on a consumer made for
+// it, so that a restart, knowing nothing of the old stream, refuses the
+// stream too once it is refilled past the stored rows.
+func TestStoredSeqRefusalMarkedWhenTheConsumerIsGone(t *testing.T) {
+	ctx, cancel, _, cfg, js := guardedTest(t, 60*time.Second)
+	defer cancel()
+	cfg.CreateStream = false
+	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 100, nil }
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 100, 1, 0)
+	c := newConsumer(t, ctx, cfg)
+	if err := c.checkSeq(ctx); err != nil {
+		t.Fatalf("the first stream: %v", err)
+	}
+	recreateStream(t, ctx, js, cfg, 0) // its consumer goes with it
+	if err := c.checkSeq(ctx); !errors.Is(err, ErrSequenceRestarted) {
+		t.Fatalf("the re-created stream: %v, want ErrSequenceRestarted", err)
+	}
+	s, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if marked, err := c.markedReplaced(ctx, s.CachedInfo().Created); err != nil || !marked {
+		t.Fatalf("marked %v, %v; want the refusal in the consumer's metadata", marked, err)
+	}
+	publish(t, ctx, js, cfg, 150, 1, 1000) // refilled past the 100 stored
+	c2 := newConsumer(t, ctx, cfg)         // a restart
+	if err := c2.checkSeq(ctx); !errors.Is(err, ErrSequenceRestarted) {
+		t.Fatalf("after a restart: %v, want ErrSequenceRestarted", err)
 	}
 }
