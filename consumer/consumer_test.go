@@ -112,6 +112,59 @@ func TestNewBindsExistingStream(t *testing.T) {
 	}
 }
 
+// A durable its owner made, to deliver only what comes after it (or from a
+// sequence, or in memory), is taken as it is: the server refuses an update
+// that changes where delivery starts or the storage. Its metadata stays,
+// and jetsink's own updates of it (a refusal's mark) work too; delivery
+// starts where the owner said.
+func TestNewTakesTheOwnersDurable(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		owner jetstream.ConsumerConfig
+		first uint64 // the first stream sequence delivered
+	}{
+		{"deliver new", jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy}, 11},
+		{"from sequence 4, in memory", jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: 4, MemoryStorage: true}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			cfg := testConfig(t, srv)
+			cfg.CreateStream = false
+			js := jsFor(t, srv)
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+				t.Fatal(err)
+			}
+			publish(t, ctx, js, cfg, 10, 1, 0)
+			own := tc.owner
+			own.Durable, own.AckPolicy, own.Metadata = cfg.Consumer, jetstream.AckExplicitPolicy, map[string]string{"owner": "ops"}
+			if _, err := js.CreateConsumer(ctx, cfg.Stream, own); err != nil {
+				t.Fatal(err)
+			}
+			c := newConsumer(t, ctx, cfg)
+			if err := c.markReplaced(time.Unix(1, 0), true); err != nil {
+				t.Fatalf("update of the owner's durable: %v", err)
+			}
+			cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := cons.CachedInfo().Config
+			if got.DeliverPolicy != own.DeliverPolicy || got.OptStartSeq != own.OptStartSeq || got.MemoryStorage != own.MemoryStorage ||
+				got.Metadata["owner"] != "ops" || got.Metadata[replacedKey] == "" || got.MaxDeliver != durableMaxDeliver {
+				t.Fatalf("durable now %+v; want the owner's start, storage and metadata, and jetsink's MaxDeliver and mark", got)
+			}
+			publish(t, ctx, js, cfg, 1, 1, 10)
+			r := startRun(t, ctx, c, 1, 64, 1000)
+			if ev := r.next(t, ctx).ev; ev.StreamSeq != tc.first {
+				t.Fatalf("first delivery at sequence %d, want %d", ev.StreamSeq, tc.first)
+			}
+			r.stopClean(t, ctx)
+		})
+	}
+}
+
 func TestNewRefusesStreamCapturingDeadLetters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -226,7 +226,7 @@ func TestRecheckSeesAReplacedStream(t *testing.T) {
 		t.Fatalf("consumer deleted: leave %v, replaced %v; want true, false", leave, replaced)
 	}
 	recreateStream(t, ctx, js, cfg, 0)
-	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil)); err != nil {
+	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil, nil)); err != nil {
 		t.Fatal(err)
 	}
 	if leave, replaced := c.recheck(ctx); !leave || !replaced {
@@ -322,7 +322,7 @@ func takeN(t *testing.T, ctx context.Context, r *runner, n int) []pipeline.Event
 func replaceStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config, c *Consumer) {
 	t.Helper()
 	recreateStream(t, ctx, js, cfg, 0)
-	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil)); err != nil {
+	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil, nil)); err != nil {
 		t.Fatal(err)
 	}
 	publish(t, ctx, js, cfg, 3, 1, 1000)

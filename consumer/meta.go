@@ -33,13 +33,16 @@ func strandedProblem(v string) Problem {
 // its metadata. Its MaxDeliver is unlimited (durableMaxDeliver) whatever
 // nats.max_deliver says; the server accepts that change on an existing
 // consumer, so a durable made before with a limit is updated by
-// ensureConsumer.
-func (c *Consumer) consumerConfig(meta map[string]string) jetstream.ConsumerConfig {
+// ensureConsumer. prev, if not nil, is the consumer's configuration on the
+// server: what the server does not let an update change (where delivery
+// starts, the storage) is kept from it, so that a durable its owner made
+// (say, to deliver only new messages) is taken as it is.
+func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.ConsumerConfig) jetstream.ConsumerConfig {
 	cfg := &c.cfg
 	if len(meta) == 0 {
 		meta = nil
 	}
-	return jetstream.ConsumerConfig{
+	cc := jetstream.ConsumerConfig{
 		Durable:       cfg.Consumer,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
@@ -48,26 +51,32 @@ func (c *Consumer) consumerConfig(meta map[string]string) jetstream.ConsumerConf
 		FilterSubject: cfg.FilterSubject,
 		Metadata:      meta,
 	}
+	if prev != nil {
+		cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = prev.DeliverPolicy, prev.OptStartSeq, prev.OptStartTime
+		cc.MemoryStorage = prev.MemoryStorage
+	}
+	return cc
 }
 
-// currentMeta reads the consumer's metadata as the server has it now
-// (nil, nil when there is no consumer yet), without the keys the server
-// sets itself ("_nats." ...).
-func (c *Consumer) currentMeta(ctx context.Context) (map[string]string, error) {
+// currentMeta reads the consumer's metadata as the server has it now,
+// without the keys the server sets itself ("_nats." ...), and its
+// configuration (nil, nil, nil when there is no consumer yet).
+func (c *Consumer) currentMeta(ctx context.Context) (map[string]string, *jetstream.ConsumerConfig, error) {
 	cons, err := c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("look up consumer %s on stream %s: %w", c.cfg.Consumer, c.cfg.Stream, err)
+		return nil, nil, fmt.Errorf("look up consumer %s on stream %s: %w", c.cfg.Consumer, c.cfg.Stream, err)
 	}
+	prev := cons.CachedInfo().Config
 	meta := map[string]string{}
-	for k, v := range cons.CachedInfo().Config.Metadata {
+	for k, v := range prev.Metadata {
 		if !strings.HasPrefix(k, "_nats.") {
 			meta[k] = v
 		}
 	}
-	return meta, nil
+	return meta, &prev, nil
 }
 
 // ensureConsumer creates or updates the durable pull consumer and publishes
@@ -77,7 +86,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context) error {
 	cfg := &c.cfg
 	c.metaMu.Lock()
 	defer c.metaMu.Unlock()
-	meta, err := c.currentMeta(ctx)
+	meta, prev, err := c.currentMeta(ctx)
 	if err != nil {
 		return err
 	}
@@ -85,7 +94,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context) error {
 		p := strandedProblem(v)
 		c.log.Error(p.Message, "fix", p.Fix)
 	}
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(meta))
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(meta, prev))
 	if err != nil {
 		return fmt.Errorf("create or update consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
 	}
@@ -98,14 +107,14 @@ func (c *Consumer) ensureConsumer(ctx context.Context) error {
 func (c *Consumer) updateMeta(change func(map[string]string)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), metaTimeout)
 	defer cancel()
-	meta, err := c.currentMeta(ctx)
+	meta, prev, err := c.currentMeta(ctx)
 	if err != nil {
 		return err
 	}
-	if meta == nil {
+	if prev == nil {
 		return fmt.Errorf("consumer %s on stream %s: %w", c.cfg.Consumer, c.cfg.Stream, jetstream.ErrConsumerNotFound)
 	}
 	change(meta)
-	_, err = c.js.UpdateConsumer(ctx, c.cfg.Stream, c.consumerConfig(meta))
+	_, err = c.js.UpdateConsumer(ctx, c.cfg.Stream, c.consumerConfig(meta, prev))
 	return err
 }

@@ -215,7 +215,7 @@ var errStreamChanged = errors.New("stream re-created; subscribing afresh")
 // markedReplaced reports whether the consumer's metadata marks the stream
 // created at created as a replacement.
 func (c *Consumer) markedReplaced(ctx context.Context, created time.Time) (bool, error) {
-	meta, err := c.currentMeta(ctx)
+	meta, _, err := c.currentMeta(ctx)
 	if err != nil {
 		return false, err
 	}

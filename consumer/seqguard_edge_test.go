@@ -114,7 +114,7 @@ func TestStoredSeqOldBufferedMessagesGoWithTheirStream(t *testing.T) {
 	}
 	js2 := jsFor(t, srv)
 	recreateStream(t, ctx, js2, cfg, first)
-	if _, err := js2.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil)); err != nil {
+	if _, err := js2.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(nil, nil)); err != nil {
 		t.Fatal(err)
 	}
 	publish(t, ctx, js2, cfg, 5, 1, 1000)

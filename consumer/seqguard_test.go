@@ -119,7 +119,7 @@ func TestStoredSeqChecksAfterReconnect(t *testing.T) {
 	}
 	js2 := jsFor(t, srv) // an operator's script, connected first
 	recreateStream(t, ctx, js2, cfg, 0)
-	cc := c.consumerConfig(nil)
+	cc := c.consumerConfig(nil, nil)
 	if _, err := js2.CreateOrUpdateConsumer(ctx, cfg.Stream, cc); err != nil {
 		t.Fatal(err)
 	}
