@@ -33,6 +33,7 @@ const (
 	HeaderCode      = "Jetsink-Code"       // short machine-readable reason
 	HeaderSQLState  = "Jetsink-SQLState"   // PostgreSQL SQLSTATE, when there is one
 	HeaderOrigMsgID = "Jetsink-Msg-Id"     // the original Nats-Msg-Id, when there was one
+	HeaderConsumer  = "Jetsink-Consumer"   // the durable consumer that gave it up (nats.consumer)
 )
 
 // Consumer parks events for the pipeline and sink stages.
@@ -53,7 +54,7 @@ const (
 // reason code (pipeline.DeadLetterer). The dead letter carries the original
 // body and headers, except JetStream's own Nats-* control headers, which
 // would act on the dead-letter stream (the original Nats-Msg-Id moves to
-// Jetsink-Msg-Id); it gets Nats-Msg-Id deadLetterID(ev) so a poison event
+// Jetsink-Msg-Id); it gets Nats-Msg-Id deadLetterID(ev, consumer) so a poison event
 // redelivered before its Term lands is stored once, and the Jetsink-*
 // headers above. Jetsink-Reason is shortened or left out if the letter
 // would otherwise exceed the connection's max_payload.
@@ -350,7 +351,7 @@ func (b *dlBreaker) done(now time.Time, probe bool, o dlOutcome, err error) brea
 }
 
 // deadLetterID is a dead letter's Nats-Msg-Id:
-// "<stream>:<stream_seq>:<store time, Unix ns>". Every delivery of one event
+// "<stream>:<stream_seq>:<store time, Unix ns>:<consumer>". Every delivery of one event
 // gives the same id, so the dead-letter stream keeps one dead letter per
 // event as long as each is published within its duplicate window of the
 // first one stored (and the stream was not re-created since). The store
@@ -358,13 +359,16 @@ func (b *dlBreaker) done(now time.Time, probe bool, o dlOutcome, err error) brea
 // re-created under the same name: with the sequence alone, JetStream would
 // drop the second event's dead letter as a duplicate of the first's and
 // report success, and the second event would be terminated with no dead
-// letter stored.
-func deadLetterID(ev *pipeline.Event) string {
+// letter stored. The consumer tells apart the letters of two jetsinks that
+// read one stream through durables of their own (into two tables, say) and
+// share its dead-letter subject, the default: each gives the event up for
+// reasons of its own.
+func deadLetterID(ev *pipeline.Event, consumer string) string {
 	id := ev.Stream + ":" + strconv.FormatUint(ev.StreamSeq, 10)
-	if ev.Published.IsZero() {
-		return id
+	if !ev.Published.IsZero() {
+		id += ":" + strconv.FormatInt(ev.Published.UnixNano(), 10)
 	}
-	return id + ":" + strconv.FormatInt(ev.Published.UnixNano(), 10)
+	return id + ":" + consumer
 }
 
 func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *nats.Msg {
@@ -379,7 +383,8 @@ func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *na
 		h.Set(HeaderOrigMsgID, ev.MsgID)
 	}
 	seq := strconv.FormatUint(ev.StreamSeq, 10)
-	h.Set(HeaderMsgID, deadLetterID(ev))
+	h.Set(HeaderMsgID, deadLetterID(ev, c.cfg.Consumer))
+	h.Set(HeaderConsumer, c.cfg.Consumer)
 	h.Set(HeaderSubject, ev.Subject)
 	h.Set(HeaderStream, ev.Stream)
 	h.Set(HeaderStreamSeq, seq)

@@ -99,7 +99,8 @@ func TestDeadLetterPublishesThenTerminates(t *testing.T) {
 	}
 	h := m.Header
 	want := map[string]string{
-		HeaderMsgID:     cfg.Stream + ":1:" + strconv.FormatInt(stored.Time.UnixNano(), 10),
+		HeaderMsgID:     cfg.Stream + ":1:" + strconv.FormatInt(stored.Time.UnixNano(), 10) + ":" + cfg.Consumer,
+		HeaderConsumer:  cfg.Consumer,
 		HeaderOrigMsgID: "orig-1",
 		HeaderSubject:   orig.Subject,
 		HeaderStream:    cfg.Stream,
@@ -331,7 +332,7 @@ func waitMaxDeliverLetter(t *testing.T, ctx context.Context, dlq jetstream.Strea
 		t.Fatal(err)
 	}
 	if string(m.Data) != "0" || m.Header.Get(HeaderCode) != pipeline.CodeMaxDeliver || m.Header.Get(HeaderStage) != pipeline.StageDeliver ||
-		m.Header.Get(HeaderDelivered) != strconv.Itoa(cfg.MaxDeliver+1) || !isDeadLetterID(m.Header.Get(HeaderMsgID), cfg.Stream, 1) ||
+		m.Header.Get(HeaderDelivered) != strconv.Itoa(cfg.MaxDeliver+1) || !isDeadLetterID(m.Header.Get(HeaderMsgID), cfg.Stream, 1, cfg.Consumer) || m.Header.Get(HeaderConsumer) != cfg.Consumer ||
 		m.Header.Get(HeaderOrigMsgID) != "m0" || m.Header.Get("traceparent") != traceparent {
 		t.Fatalf("dead letter = %q %v", m.Data, m.Header)
 	}
@@ -414,9 +415,13 @@ func jsStreamMsg(t *testing.T, ctx context.Context, js jetstream.JetStream, stre
 	return st.GetMsg(ctx, seq)
 }
 
-// isDeadLetterID reports whether id is "<stream>:<seq>:<Unix ns>".
-func isDeadLetterID(id, stream string, seq uint64) bool {
-	ns, ok := strings.CutPrefix(id, stream+":"+strconv.FormatUint(seq, 10)+":")
+// isDeadLetterID reports whether id is "<stream>:<seq>:<Unix ns>:<consumer>".
+func isDeadLetterID(id, stream string, seq uint64, consumer string) bool {
+	rest, ok := strings.CutPrefix(id, stream+":"+strconv.FormatUint(seq, 10)+":")
+	if !ok {
+		return false
+	}
+	ns, ok := strings.CutSuffix(rest, ":"+consumer)
 	if !ok {
 		return false
 	}
@@ -856,4 +861,42 @@ func TestDeadLetterStoredAgainAfterDuplicateWindow(t *testing.T) {
 		t.Fatalf("%d dead letters after the duplicate window, want 2", n)
 	}
 	r.stopClean(t, ctx)
+}
+
+// Two jetsinks that read one stream through durables of their own (into two
+// tables, say) share its dead-letter subject by default. Each gives up the
+// same event for a reason of its own, and each letter is stored: one
+// dead-letter id for both, and the dead-letter stream would drop the
+// second as a duplicate, its reason lost, while its jetsink terminated the
+// event all the same.
+func TestDeadLettersOfTwoConsumersAreBothStored(t *testing.T) {
+	ctx, cfg, c, js, dlq := dlqSetup(t)
+	cfg2 := cfg
+	cfg2.Consumer = cfg.Consumer + "_other"
+	c2 := newConsumer(t, ctx, cfg2)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	for i, cc := range []*Consumer{c, c2} {
+		r := startRun(t, ctx, cc, 1, 16, 16)
+		ev := r.next(t, ctx).ev
+		if err := cc.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageSink, Code: "constraint", Reason: "refused by table " + strconv.Itoa(i)}); err != nil {
+			t.Fatalf("DeadLetter by %s: %v", cc.cfg.Consumer, err)
+		}
+		r.stopClean(t, ctx)
+	}
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("%d dead letters, want one from each consumer", info.State.Msgs)
+	}
+	for seq, want := range map[uint64]string{1: cfg.Consumer, 2: cfg2.Consumer} {
+		m, err := dlq.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Header.Get(HeaderConsumer); got != want {
+			t.Errorf("letter %d: %s %q, want %q", seq, HeaderConsumer, got, want)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -71,6 +72,33 @@ func TestReplayOnlyWhereTheConsumerReads(t *testing.T) {
 				t.Fatalf("%d events, %d dead letters; want 1 (ev.1) and 2", ev, dl)
 			}
 		})
+	}
+}
+
+// Letters another jetsink wrote (its own durable on the same stream, the
+// same dead-letter subject) are left for its replay, and counted; letters
+// of older versions, without Jetsink-Consumer, are replayed.
+func TestReplayLeavesOtherConsumersLetters(t *testing.T) {
+	js, ctx := setup(t, 0)
+	if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "jetsink", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	for i, who := range []string{"jetsink", "other", "", "other"} {
+		var h nats.Header
+		if who != "" {
+			h = nats.Header{consumer.HeaderConsumer: {who}}
+		}
+		putLetterData(t, ctx, js, "dlq.EV", i, []byte("{}"), h)
+	}
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink"})
+	if err != nil || rep.Replayed != 2 || rep.Others != 2 || rep.Matched != 2 {
+		t.Fatalf("report %+v, %v; want 2 replayed (jetsink's and the old one), 2 left as the other's", rep, err)
+	}
+	if _, ok := by["ev.1"]; ok {
+		t.Fatalf("the other consumer's letter was handled: %+v", by["ev.1"])
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
+		t.Fatalf("%d dead letters left, want the other's 2", n)
 	}
 }
 
@@ -170,7 +198,7 @@ func TestReplayLettersLargerThanAFetch(t *testing.T) {
 	}
 	big := make([]byte, fetchBytes+1<<20) // over the usual bound, under max_payload
 	for i := range 3 {
-		putLetterData(t, ctx, js, "dlq.EV", i, big)
+		putLetterData(t, ctx, js, "dlq.EV", i, big, nil)
 	}
 	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", FetchWait: 5 * time.Second}, nil)
 	if err != nil || rep.Replayed != 3 || rep.Deleted != 3 {

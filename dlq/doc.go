@@ -5,7 +5,7 @@
 // plus Jetsink-* headers: Jetsink-Subject, Jetsink-Stream,
 // Jetsink-Stream-Seq, Jetsink-Stage, Jetsink-Code, Jetsink-SQLState,
 // Jetsink-Delivered, Jetsink-Reason, Jetsink-Msg-Id (the original
-// Nats-Msg-Id).
+// Nats-Msg-Id), Jetsink-Consumer (the durable consumer that gave it up).
 //
 // Replay walks the dead-letter stream in order, as jetstream's ordered
 // consumer does (each fetch a new ephemeral consumer without acks, deleted
@@ -18,7 +18,9 @@
 // taken for the end.
 //
 // With Options.Subject it reads only that subject's messages of the stream
-// (a dead-letter stream may hold the letters of several jetsinks).
+// (a dead-letter stream may hold the letters of several jetsinks); with
+// Options.Consumer it leaves the letters another consumer wrote
+// (Report.Others).
 //
 // For each dead letter the Filter matches it first checks, with
 // Options.Consumer, that the durable consumer that reads the event stream

@@ -27,13 +27,14 @@ type Letter struct {
 	SQLState  string    // Jetsink-SQLState, "" when none
 	Reason    string    // Jetsink-Reason
 	MsgID     string    // the original Nats-Msg-Id (Jetsink-Msg-Id), "" when none
+	Consumer  string    // the durable consumer that gave it up (Jetsink-Consumer), "" for letters of older versions
 	Header    nats.Header
 	Data      []byte
 }
 
 // ReplayMsgID is the Nats-Msg-Id a replayed letter is published with:
 // "<original msg id>:replay:<the dead letter's Nats-Msg-Id>", which jetsink
-// writes as "<stream>:<stream seq>:<store time>" of the event, so that two
+// writes as "<stream>:<stream seq>:<store time>:<consumer>", so that two
 // dead letters of one stored event (the second written after the
 // dead-letter stream's duplicate window) replay as one event; for a letter
 // without one, "<original msg id>:replay:<dead-letter seq>".
@@ -147,7 +148,9 @@ type Options struct {
 	// letters of several jetsinks. "" reads the whole stream.
 	Subject string
 	// Consumer, if set, is the durable consumer that reads the event
-	// streams (nats.consumer). A letter is re-published only if that
+	// streams (nats.consumer). Letters another consumer wrote (their
+	// Jetsink-Consumer) are left alone: replayed, their event would reach
+	// that consumer's jetsink again too. A letter is re-published only if that
 	// consumer is on its stream and takes its subject (ErrNoReader):
 	// otherwise the event would wait where nothing reads it, or, in a
 	// stream with interest retention, be dropped at once although the
@@ -189,6 +192,7 @@ type Report struct {
 	Replayed int
 	Deleted  int
 	Skipped  int // not jetsink dead letters (ErrNotDeadLetter)
+	Others   int // another consumer's letters (Jetsink-Consumer is not Options.Consumer), left for its own replay
 	Failed   int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader)
 	// Undeleted lists the dead-letter sequences of letters re-published
 	// (acknowledged by their stream) but not deleted although Keep was not
@@ -414,6 +418,10 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 		rep.Skipped++
 		return false, nil
 	}
+	if o.Consumer != "" && l.Consumer != "" && l.Consumer != o.Consumer {
+		rep.Others++
+		return false, nil
+	}
 	if !o.Filter.Match(l) {
 		return false, nil
 	}
@@ -535,6 +543,7 @@ func letter(meta *jetstream.MsgMetadata, h nats.Header, data []byte) (*Letter, e
 		SQLState: h.Get(consumer.HeaderSQLState),
 		Reason:   h.Get(consumer.HeaderReason),
 		MsgID:    h.Get(consumer.HeaderOrigMsgID),
+		Consumer: h.Get(consumer.HeaderConsumer),
 		Header:   h,
 		Data:     data,
 	}

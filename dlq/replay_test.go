@@ -66,11 +66,11 @@ func setupServer(t *testing.T, n int) (*embedded.NATSServer, jetstream.JetStream
 // putLetter publishes dead letter i (see setup) to subject.
 func putLetter(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string, i int) {
 	t.Helper()
-	putLetterData(t, ctx, js, subject, i, []byte(fmt.Sprintf(`{"i":%d}`, i)))
+	putLetterData(t, ctx, js, subject, i, []byte(fmt.Sprintf(`{"i":%d}`, i)), nil)
 }
 
-// putLetterData is putLetter with data for the body.
-func putLetterData(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string, i int, data []byte) {
+// putLetterData is putLetter with data for the body and extra headers.
+func putLetterData(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string, i int, data []byte, extra nats.Header) {
 	t.Helper()
 	stage := "decode"
 	if i%2 == 1 {
@@ -86,6 +86,9 @@ func putLetterData(t *testing.T, ctx context.Context, js jetstream.JetStream, su
 		consumer.HeaderOrigMsgID: {fmt.Sprintf("orig-%d", i)},
 		jetstream.MsgIDHeader:    {fmt.Sprintf("EV:%d", 100+i)},
 		"Traceparent":            {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+	}
+	for k, v := range extra {
+		h[k] = v
 	}
 	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data}); err != nil {
 		t.Fatal(err)

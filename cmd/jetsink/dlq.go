@@ -55,7 +55,9 @@ acknowledges it (and only if that is the stream it came from) the dead
 letter is deleted from the dead-letter stream, unless --keep; a failed
 delete is retried a few times.
 
-A letter is published only if the durable consumer nats.consumer is on its
+Letters another durable consumer wrote (Jetsink-Consumer: another jetsink
+reading the same stream) are left for that jetsink's replay. A letter is
+published only if the durable consumer nats.consumer is on its
 stream and its filter takes the letter's subject (--set nats.consumer=NAME
 for another): otherwise nothing would read the event, and a stream with
 interest retention would drop it at once although it acknowledges it. Such
@@ -168,8 +170,8 @@ gives that letter up at once and exits with status 130.
 					l.Seq, l.Time.UTC().Format(time.RFC3339), l.Subject, l.Stage, l.Code, l.SQLState,
 					l.Stream, l.StreamSeq, l.Reason, state)
 			})
-			fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, skipped %d (not dead letters), failed %d\n",
-				o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, rep.Skipped, rep.Failed)
+			fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, skipped %d (not dead letters), %d of other consumers', failed %d\n",
+				o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, rep.Skipped, rep.Others, rep.Failed)
 			// also names the letters re-published but not deleted, and
 			// those whose event may be stored although they stay.
 			also := func(err error) error { return err }
