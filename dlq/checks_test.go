@@ -106,10 +106,7 @@ func TestReplayLeavesOtherConsumersLetters(t *testing.T) {
 // dead-letter stream's duplicate window: both carry its Nats-Msg-Id)
 // replay as one event.
 func TestReplayTwoLettersOfOneEventStoreItOnce(t *testing.T) {
-	js, ctx := setup(t, 0)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SHORT_DLQ", Subjects: []string{"dlq.short"}, Duplicates: 100 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	js, ctx := shortWindowDLQ(t)
 	putLetter(t, ctx, js, "dlq.short", 4)
 	time.Sleep(300 * time.Millisecond) // past the window (the server checks it every so often)
 	putLetter(t, ctx, js, "dlq.short", 4)
@@ -122,6 +119,42 @@ func TestReplayTwoLettersOfOneEventStoreItOnce(t *testing.T) {
 	}
 	if n := testenv.StreamMsgs(t, ctx, js, "EV"); n != 1 {
 		t.Fatalf("%d events from two dead letters of one event, want 1", n)
+	}
+}
+
+// shortWindowDLQ is setup(t, 0) with a dead-letter stream SHORT_DLQ
+// (dlq.short) whose duplicate window is 100 ms, so that two letters with
+// one Nats-Msg-Id can both be stored.
+func shortWindowDLQ(t *testing.T) (jetstream.JetStream, context.Context) {
+	t.Helper()
+	js, ctx := setup(t, 0)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SHORT_DLQ", Subjects: []string{"dlq.short"}, Duplicates: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	return js, ctx
+}
+
+// A letter whose own Nats-Msg-Id does not name one stored event (an older
+// jetsink's "<stream>:<seq>", which two events of a stream re-created under
+// its name share) replays under its dead-letter sequence: the second
+// event is not dropped as a duplicate of the first.
+func TestReplayOfOldLettersOfOneSequence(t *testing.T) {
+	js, ctx := shortWindowDLQ(t)
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(300 * time.Millisecond) // past the window (the server checks it every so often)
+		}
+		putLetterData(t, ctx, js, "dlq.short", 4, []byte("{}"), nats.Header{jetstream.MsgIDHeader: {"EV:104"}})
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "SHORT_DLQ"); n != 2 {
+		t.Fatalf("%d dead letters, want 2", n)
+	}
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "SHORT_DLQ"}, nil)
+	if err != nil || rep.Replayed != 2 {
+		t.Fatalf("report %+v, %v", rep, err)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV"); n != 2 {
+		t.Fatalf("%d events from two old letters of one sequence, want 2", n)
 	}
 }
 

@@ -47,7 +47,9 @@
 //
 // A letter it cannot settle for sure (below) ends Replay, with
 // ErrUnsettled: the letters after it would likely end the same way, and it
-// can be replayed again at once, within the duplicate window.
+// can be replayed again at once, within the duplicate window. Not one that
+// another stream stored (ErrWrongStream): its event is stored, and another
+// run would store it again.
 //
 // An event is therefore never lost, but it can be stored twice: a failure
 // before the PubAck leaves the dead letter in place, and when no answer came

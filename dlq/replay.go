@@ -37,17 +37,32 @@ type Letter struct {
 // writes as "<stream>:<stream seq>:<store time>:<consumer>", so that two
 // dead letters of one stored event (the second written after the
 // dead-letter stream's duplicate window) replay as one event; for a letter
-// without one, "<original msg id>:replay:<dead-letter seq>".
+// without one (storedEventID), "<original msg id>:replay:<dead-letter seq>".
 // "<stream>:<stream seq>" stands in for a missing original id.
 func (l *Letter) ReplayMsgID() string {
 	orig := l.MsgID
 	if orig == "" {
 		orig = l.Stream + ":" + strconv.FormatUint(l.StreamSeq, 10)
 	}
-	if id := l.Header.Get(jetstream.MsgIDHeader); id != "" {
+	if id := l.Header.Get(jetstream.MsgIDHeader); storedEventID(id, l) {
 		return orig + ":replay:" + id
 	}
 	return orig + ":replay:" + strconv.FormatUint(l.Seq, 10)
+}
+
+// storedEventID reports whether id, l's own Nats-Msg-Id, names one stored
+// event: "<stream>:<stream seq>:<store time>[:<consumer>]", as jetsink
+// writes it. Older letters' "<stream>:<stream seq>" would be one id for
+// two events of a stream re-created under the same name, and replaying
+// the second would be dropped as a duplicate of the first's.
+func storedEventID(id string, l *Letter) bool {
+	rest, ok := strings.CutPrefix(id, l.Stream+":"+strconv.FormatUint(l.StreamSeq, 10)+":")
+	if !ok {
+		return false
+	}
+	ns, _, _ := strings.Cut(rest, ":")
+	_, err := strconv.ParseInt(ns, 10, 64)
+	return err == nil
 }
 
 // Msg is the message a replay publishes: the original subject, body and
@@ -192,7 +207,7 @@ type Report struct {
 	Replayed int
 	Deleted  int
 	Skipped  int // not jetsink dead letters (ErrNotDeadLetter)
-	Others   int // another consumer's letters (Jetsink-Consumer is not Options.Consumer), left for its own replay
+	Others   int // letters the filter selected that another consumer wrote (Jetsink-Consumer is not Options.Consumer), left for its own replay
 	Failed   int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader)
 	// Undeleted lists the dead-letter sequences of letters re-published
 	// (acknowledged by their stream) but not deleted although Keep was not
@@ -418,11 +433,11 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 		rep.Skipped++
 		return false, nil
 	}
-	if o.Consumer != "" && l.Consumer != "" && l.Consumer != o.Consumer {
-		rep.Others++
+	if !o.Filter.Match(l) {
 		return false, nil
 	}
-	if !o.Filter.Match(l) {
+	if o.Consumer != "" && l.Consumer != "" && l.Consumer != o.Consumer {
+		rep.Others++
 		return false, nil
 	}
 	rep.Matched++
@@ -451,7 +466,12 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	}
 	if out.Unsure {
 		rep.Unsure = append(rep.Unsure, l.Seq)
-		unsettled = fmt.Errorf("%w: dead letter %d: its event may be stored: %w", ErrUnsettled, l.Seq, out.Err)
+		// Stored by another stream, the event is stored: running again
+		// would store it again, not settle it. Only a re-publish
+		// without an answer stops the replay.
+		if !errors.Is(out.Err, ErrWrongStream) {
+			unsettled = fmt.Errorf("%w: dead letter %d: its event may be stored: %w", ErrUnsettled, l.Seq, out.Err)
+		}
 	}
 	if each != nil {
 		each(l, out)
@@ -489,8 +509,9 @@ func (r *readers) check(ctx context.Context, l *Letter) error {
 			ro.err = fmt.Errorf("%w: stream %s has no consumer %s (nats.consumer; set it with --set nats.consumer=NAME)", ErrNoReader, l.Stream, r.name)
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			ro.err = fmt.Errorf("%w: stream %s, the letter's Jetsink-Stream, does not exist", ErrNoReader, l.Stream)
-		case err != nil:
-			return fmt.Errorf("%w: look up consumer %s of stream %s: %w", ErrNoReader, r.name, l.Stream, err) // asked again for the next letter
+		case err != nil: // asked again for the next letter
+			return fmt.Errorf("%w: dead letter %d not re-published: could not look up consumer %s of stream %s: %w; it stays",
+				ErrPublish, l.Seq, r.name, l.Stream, err)
 		default:
 			cfg := c.CachedInfo().Config
 			ro.filters = cfg.FilterSubjects
@@ -587,7 +608,10 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 			out.Deleted = true
 			return out
 		}
-		if _, gerr := dlq.GetMsg(ctx, l.Seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+		gctx, cancel := context.WithTimeout(ctx, wait)
+		_, gerr := dlq.GetMsg(gctx, l.Seq)
+		cancel()
+		if errors.Is(gerr, jetstream.ErrMsgNotFound) {
 			out.Deleted = true
 			return out
 		}
@@ -596,7 +620,7 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 		}
 		backoff *= 2
 	}
-	if perm := refused(js, "$JS.API.STREAM.MSG.DELETE."+dlq.CachedInfo().Config.Name); perm != nil {
+	if perm := refused(js, "$JS.API.STREAM.MSG.DELETE."+dlq.CachedInfo().Config.Name, nil); perm != nil {
 		err = fmt.Errorf("%w (%w)", err, perm)
 	}
 	out.Err = fmt.Errorf("%w: dead letter %d (re-published to %s as Nats-Msg-Id %s): %w", ErrDelete, l.Seq, l.Subject, l.ReplayMsgID(), err)
@@ -617,6 +641,7 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait time.Duration) (ack *jetstream.PubAck, unanswered bool, err error) {
 	backoff := publishBackoff
 	for {
+		before := lastError(js)
 		actx, cancel := context.WithTimeout(ctx, wait)
 		ack, err = js.PublishMsg(actx, l.Msg())
 		cancel()
@@ -629,10 +654,10 @@ func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait time.D
 			return nil, unanswered, err
 		default:
 			// No answer. A server that refuses the connection's user
-			// the subject says so only to the connection, and stores
-			// nothing, now or before.
-			if perm := refused(js, l.Subject); perm != nil {
-				return nil, false, fmt.Errorf("%w (%w)", err, perm)
+			// the subject says so only to the connection (an error
+			// that came during this attempt), and stores nothing.
+			if perm := refused(js, l.Subject, before); perm != nil {
+				return nil, unanswered, fmt.Errorf("%w (%w)", err, perm)
 			}
 			unanswered = true
 		}
@@ -680,15 +705,21 @@ func notStored(err error) bool {
 		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrHeadersNotSupported)
 }
 
-// refused returns the connection's last error if it is the server's
-// refusal to let its user publish to subject, else nil.
-func refused(js jetstream.JetStream, subject string) error {
-	nc := js.Conn()
-	if nc == nil {
-		return nil
+// lastError is the connection's last asynchronous error (nil without a
+// connection).
+func lastError(js jetstream.JetStream) error {
+	if nc := js.Conn(); nc != nil {
+		return nc.LastError()
 	}
-	err := nc.LastError()
-	if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "Publish to \""+subject+"\"") {
+	return nil
+}
+
+// refused returns the connection's last error if it is not before (it came
+// since) and is the server's refusal to let its user publish to subject,
+// else nil.
+func refused(js jetstream.JetStream, subject string, before error) error {
+	err := lastError(js)
+	if err != nil && err != before && errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "Publish to \""+subject+"\"") {
 		return err
 	}
 	return nil

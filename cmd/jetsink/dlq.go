@@ -76,15 +76,18 @@ stream refused it, or the server refused the user the subject). A
 re-publish that gets no answer (the event stream may have stored it) is
 sent again within the letter's 30 s. The replay stops, exit status 1, at a
 letter it cannot settle for sure:
-  - a letter whose re-publish never got an answer, or was stored by another
-    stream than the original: its event may or may not be stored. Do not
-    delete it; run the command again at once, within the window (the event
-    is stored once either way), or check the event stream first.
+  - a letter whose re-publish never got an answer: its event may or may not
+    be stored. Do not delete it; run the command again at once, within the
+    window (the event is stored once either way), or check the event
+    stream first.
   - a letter re-published but not deleted: it is both an event and a dead
     letter; delete it (nats stream rmm <dead-letter stream> <seq>) rather
     than replay it after the window. --keep leaves every replayed letter
     so, says so, and exits 0. A dead-letter stream that denies deletes is
     refused unless --keep.
+A letter whose event another stream than the original stored (one the
+original may source or mirror) stays too, named at the end, exit status 1,
+but the replay goes on: check the original stream before you delete it.
 
 On SIGINT or SIGTERM the dead letter under way is finished (re-published and
 deleted, within 30 s) and the summary is printed; the exit status is 1 if
@@ -186,7 +189,7 @@ gives that letter up at once and exits with status 130.
 			if n := len(rep.Unsure); n > 0 {
 				seqs := seqList(rep.Unsure)
 				fmt.Fprintf(w, "left in place although their event MAY be stored (no answer to the re-publish, or another stream stored it): %s %s; "+
-					"do not delete them: run the command again now, within the event stream's duplicate window (stored once either way), or check the event stream first\n",
+					"do not delete them: check the event stream first; one whose re-publish got no answer may be replayed again now, within the event stream's duplicate window (stored once either way)\n",
 					o.Stream, strings.Join(seqs, " "))
 				before := also
 				also = func(err error) error {
@@ -202,6 +205,8 @@ gives that letter up at once and exits with status 130.
 				return also(cause)
 			case errors.Is(err, dlq.ErrInvalidOptions):
 				return usageError{err}
+			case errors.Is(err, dlq.ErrUnsettled):
+				return also(err)
 			case err != nil && intake.Err() != nil:
 				return also(fmt.Errorf("%w: the dead letters not reached stay in %s; run the command again to go on", context.Cause(intake), o.Stream))
 			case err != nil:
