@@ -70,7 +70,9 @@ func putLetter(t *testing.T, ctx context.Context, js jetstream.JetStream, subjec
 }
 
 // letterID is dead letter i's own Nats-Msg-Id, as jetsink writes it.
-func letterID(i int) string { return fmt.Sprintf("EV:%d:%d:jetsink", 100+i, 1_700_000_000_000_000_000+i) }
+func letterID(i int) string {
+	return fmt.Sprintf("EV:%d:%d:jetsink", 100+i, 1_700_000_000_000_000_000+i)
+}
 
 // putLetterData is putLetter with data for the body and extra headers.
 func putLetterData(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string, i int, data []byte, extra nats.Header) {
