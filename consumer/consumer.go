@@ -389,7 +389,7 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if err := c.ensureDeadLetterStream(ctx); err != nil {
 		return err
 	}
-	return c.ensureConsumer(ctx)
+	return c.ensureConsumer(ctx, nil)
 }
 
 // ensureStream creates or updates the stream (CreateStream) or checks that

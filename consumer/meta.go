@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -81,8 +82,8 @@ func (c *Consumer) currentMeta(ctx context.Context) (map[string]string, *jetstre
 
 // ensureConsumer creates or updates the durable pull consumer and publishes
 // its handle for Run and Lag. It keeps the consumer's metadata as the
-// server has it.
-func (c *Consumer) ensureConsumer(ctx context.Context) error {
+// server has it, with set's keys set.
+func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) error {
 	cfg := &c.cfg
 	c.metaMu.Lock()
 	defer c.metaMu.Unlock()
@@ -90,6 +91,10 @@ func (c *Consumer) ensureConsumer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(set) > 0 && meta == nil {
+		meta = map[string]string{}
+	}
+	maps.Copy(meta, set)
 	if v := meta[strandedKey]; v != "" {
 		p := strandedProblem(v)
 		c.log.Error(p.Message, "fix", p.Fix)

@@ -793,7 +793,7 @@ func (c *Consumer) ensureAll(ctx context.Context) error {
 	if err := c.ensureStream(ctx); err != nil {
 		return err
 	}
-	if err := c.ensureConsumer(ctx); err != nil {
+	if err := c.ensureConsumer(ctx, nil); err != nil {
 		return err
 	}
 	return c.ensureDeadLetterStream(ctx)

@@ -242,17 +242,17 @@ func (c *Consumer) markReplaced(created time.Time, on bool) error {
 // markRefused marks the stream created at created, which checkSeq refused,
 // in the consumer's metadata. A consumer gone with the stream it was on
 // (checkSeq may run before Run makes it again: after a reconnect, or a lost
-// pull connection) is made first, on the new stream, from which Run takes
-// nothing while it is refused: unmarked, the refusal would live in this
-// process alone, and a restart would take the stream, once refilled past
-// the stored rows, for one never consumed. A failure is logged; the next
-// check (refusedRecheck) tries again.
+// pull connection) is made again, with the mark, on the new stream, from
+// which Run takes nothing while it is refused: unmarked, the refusal would
+// live in this process alone, and a restart would take the stream, once
+// refilled past the stored rows, for one never consumed. A failure is
+// logged; the next check (refusedRecheck) tries again.
 func (c *Consumer) markRefused(ctx context.Context, created time.Time) {
 	err := c.markReplaced(created, true)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		if err = c.ensureConsumer(ctx); err == nil {
-			err = c.markReplaced(created, true)
-		}
+		// Made with the mark: no moment without it for a crash or
+		// another instance to meet.
+		err = c.ensureConsumer(ctx, map[string]string{replacedKey: replacedMark(created)})
 	}
 	if err != nil {
 		c.log.Error("could not mark the refused stream in the consumer's metadata; a restart before it is would not know it as re-created",
