@@ -203,32 +203,11 @@ func TestReplayReadsOnlyItsSubject(t *testing.T) {
 // but at least one letter of the server's max_payload: letters larger than
 // the usual bound still come, one fetch each.
 func TestReplayLettersLargerThanAFetch(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir(), ServerName: "dlq-large", MaxPayload: 16 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	url := serverWith(t, &server.Options{ServerName: "dlq-large", MaxPayload: 16 << 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sc := range []jetstream.StreamConfig{{Name: "EV", Subjects: []string{"ev.>"}}, {Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}} {
-		if _, err := js.CreateStream(ctx, sc); err != nil {
-			t.Fatal(err)
-		}
-	}
+	js := connectJS(t, url)
+	createStreams(t, ctx, js)
 	big := make([]byte, fetchBytes+1<<20) // over the usual bound, under max_payload
 	for i := range 3 {
 		putLetterData(t, ctx, js, "dlq.EV", i, big, nil)
@@ -244,46 +223,21 @@ func TestReplayLettersLargerThanAFetch(t *testing.T) {
 // within one attempt, and the replay goes on.
 func TestReplayPermissionRefusalIsNotUnsure(t *testing.T) {
 	const pass = "dlq-secret"
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir(), ServerName: "dlq-perms",
+	url := serverWith(t, &server.Options{ServerName: "dlq-perms",
 		Users: []*server.User{
 			{Username: "admin", Password: pass},
 			{Username: "replay", Password: pass, Permissions: &server.Permissions{
 				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"ev.1"}},
 			}},
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	connect := func(user string) jetstream.JetStream {
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, pass))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
-	}
-	admin := connect("admin")
-	for _, sc := range []jetstream.StreamConfig{{Name: "EV", Subjects: []string{"ev.>"}}, {Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}} {
-		if _, err := admin.CreateStream(ctx, sc); err != nil {
-			t.Fatal(err)
-		}
-	}
+	admin := connectJS(t, url, nats.UserInfo("admin", pass))
+	createStreams(t, ctx, admin)
 	for i := range 3 {
 		putLetter(t, ctx, admin, "dlq.EV", i)
 	}
-	rep, by, err := outcomes(t, ctx, connect("replay"), Options{Stream: "EV_DLQ", LetterTimeout: 3 * time.Second})
+	rep, by, err := outcomes(t, ctx, connectJS(t, url, nats.UserInfo("replay", pass)), Options{Stream: "EV_DLQ", LetterTimeout: 3 * time.Second})
 	if err != nil || rep.Replayed != 2 || rep.Failed != 1 || len(rep.Unsure) != 0 {
 		t.Fatalf("report %+v, %v; want ev.1 refused, the others replayed", rep, err)
 	}
@@ -293,4 +247,22 @@ func TestReplayPermissionRefusalIsNotUnsure(t *testing.T) {
 	if ev, dl := testenv.StreamMsgs(t, ctx, admin, "EV"), testenv.StreamMsgs(t, ctx, admin, "EV_DLQ"); ev != 2 || dl != 1 {
 		t.Fatalf("%d events, %d dead letters left; want 2 and ev.1's", ev, dl)
 	}
+}
+
+// serverWith starts a JetStream server of opts, on a free loopback port with
+// a temporary store, for the test, and returns its client URL.
+func serverWith(t *testing.T, opts *server.Options) string {
+	t.Helper()
+	opts.Host, opts.Port, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, true, true
+	opts.JetStream, opts.StoreDir = true, t.TempDir()
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return srv.ClientURL()
 }

@@ -38,7 +38,20 @@ func setupServer(t *testing.T, n int) (*embedded.NATSServer, jetstream.JetStream
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Destroy)
-	nc, err := nats.Connect(srv.URL())
+	js := connectJS(t, srv.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	createStreams(t, ctx, js)
+	for i := range n {
+		putLetter(t, ctx, js, "dlq.EV", i)
+	}
+	return srv, js, ctx
+}
+
+// connectJS connects to url with opts, for the test.
+func connectJS(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,20 +60,17 @@ func setupServer(t *testing.T, n int) (*embedded.NATSServer, jetstream.JetStream
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	for _, sc := range []jetstream.StreamConfig{
-		{Name: "EV", Subjects: []string{"ev.>"}},
-		{Name: "EV_DLQ", Subjects: []string{"dlq.EV"}},
-	} {
+	return js
+}
+
+// createStreams creates setup's streams: EV (ev.>) and EV_DLQ (dlq.EV).
+func createStreams(t *testing.T, ctx context.Context, js jetstream.JetStream) {
+	t.Helper()
+	for _, sc := range []jetstream.StreamConfig{{Name: "EV", Subjects: []string{"ev.>"}}, {Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}} {
 		if _, err := js.CreateStream(ctx, sc); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i := range n {
-		putLetter(t, ctx, js, "dlq.EV", i)
-	}
-	return srv, js, ctx
 }
 
 // putLetter publishes dead letter i (see setup) to subject.
