@@ -495,8 +495,9 @@ type readerOf struct {
 }
 
 // check returns nil if the consumer is on l's stream and takes its
-// subject, else an error wrapping ErrNoReader, or the lookup's error
-// (ErrNoReader too: not re-published, the event is certainly not stored).
+// subject, else an error wrapping ErrNoReader, or, if the lookup failed,
+// one wrapping ErrPublish (either way the letter is not re-published: its
+// event is certainly not stored).
 func (r *readers) check(ctx context.Context, l *Letter) error {
 	if r.name == "" {
 		return nil
