@@ -107,9 +107,7 @@ func TestReplayLeavesOtherConsumersLetters(t *testing.T) {
 // replay as one event.
 func TestReplayTwoLettersOfOneEventStoreItOnce(t *testing.T) {
 	js, ctx := shortWindowDLQ(t)
-	putLetter(t, ctx, js, "dlq.short", 4)
-	time.Sleep(300 * time.Millisecond) // past the window (the server checks it every so often)
-	putLetter(t, ctx, js, "dlq.short", 4)
+	putTwice(t, ctx, js, 4, nil)
 	if n := testenv.StreamMsgs(t, ctx, js, "SHORT_DLQ"); n != 2 {
 		t.Fatalf("%d dead letters, want the two of one event", n)
 	}
@@ -134,18 +132,27 @@ func shortWindowDLQ(t *testing.T) (jetstream.JetStream, context.Context) {
 	return js, ctx
 }
 
+// putTwice stores dead letter i (with extra headers) in SHORT_DLQ twice,
+// one Nats-Msg-Id for both: the second once the stream's window has let the
+// first's id go (it answers a duplicate until then).
+func putTwice(t *testing.T, ctx context.Context, js jetstream.JetStream, i int, extra nats.Header) {
+	t.Helper()
+	putLetterData(t, ctx, js, "dlq.short", i, []byte("{}"), extra)
+	for putLetterData(t, ctx, js, "dlq.short", i, []byte("{}"), extra).Duplicate {
+		if ctx.Err() != nil {
+			t.Fatal("the duplicate window never let the first letter's id go")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // A letter whose own Nats-Msg-Id does not name one stored event (an older
 // jetsink's "<stream>:<seq>", which two events of a stream re-created under
 // its name share) replays under its dead-letter sequence: the second
 // event is not dropped as a duplicate of the first.
 func TestReplayOfOldLettersOfOneSequence(t *testing.T) {
 	js, ctx := shortWindowDLQ(t)
-	for i := range 2 {
-		if i > 0 {
-			time.Sleep(300 * time.Millisecond) // past the window (the server checks it every so often)
-		}
-		putLetterData(t, ctx, js, "dlq.short", 4, []byte("{}"), nats.Header{jetstream.MsgIDHeader: {"EV:104"}})
-	}
+	putTwice(t, ctx, js, 4, nats.Header{jetstream.MsgIDHeader: {"EV:104"}})
 	if n := testenv.StreamMsgs(t, ctx, js, "SHORT_DLQ"); n != 2 {
 		t.Fatalf("%d dead letters, want 2", n)
 	}

@@ -85,7 +85,8 @@ func letterID(i int) string {
 }
 
 // putLetterData is putLetter with data for the body and extra headers.
-func putLetterData(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string, i int, data []byte, extra nats.Header) {
+// It returns the stream's PubAck.
+func putLetterData(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string, i int, data []byte, extra nats.Header) *jetstream.PubAck {
 	t.Helper()
 	stage := "decode"
 	if i%2 == 1 {
@@ -105,9 +106,11 @@ func putLetterData(t *testing.T, ctx context.Context, js jetstream.JetStream, su
 	for k, v := range extra {
 		h[k] = v
 	}
-	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data}); err != nil {
+	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data})
+	if err != nil {
 		t.Fatal(err)
 	}
+	return ack
 }
 
 func TestReplayDryRunChangesNothing(t *testing.T) {
