@@ -422,6 +422,10 @@ func (sc *schema) at(path string, key, raw *yaml.Node) string {
 	return ""
 }
 
+// whereOf is at's answer ("line 4: ", "JETSINK_X: ", "--set ") as where
+// keeps it: "line 4", "JETSINK_X", "--set".
+func whereOf(at string) string { return strings.TrimSuffix(strings.TrimSuffix(at, ": "), " ") }
+
 // check walks a mapping of the merged tree: every key must exist, a
 // section must hold a mapping, a list key a list of single values and any
 // other key a single value, which scalar checks and normalizes. A key with
@@ -479,7 +483,7 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 		case isFileOnly:
 			// The key's line (its value is a block), and each entry's
 			// of a list, for validation's problems (whence).
-			sc.where[path] = strings.TrimSuffix(sc.at(path, kn, kn), ": ")
+			sc.where[path] = whereOf(sc.at(path, kn, kn))
 			if val.Kind == yaml.SequenceNode {
 				for i, e := range val.Content {
 					sc.where[fmt.Sprintf("%s[%d]", path, i)] = fmt.Sprintf("line %d", e.Line)
@@ -814,7 +818,7 @@ func merged(val *yaml.Node, prefix string, f func(*yaml.Node, string) error) err
 // anchor, is rewritten as a copy, so that other keys sharing it keep it.
 func (sc *schema) scalar(path string, k Key, kn, raw *yaml.Node) (*yaml.Node, error) {
 	at := sc.at(path, kn, raw)
-	sc.where[path] = strings.TrimSuffix(strings.TrimSuffix(at, ": "), " ")
+	sc.where[path] = whereOf(at)
 	val := deref(raw)
 	if raw != val || val.Anchor != "" {
 		cp := *val
