@@ -100,6 +100,33 @@ func TestReplayLeavesOtherConsumersLetters(t *testing.T) {
 	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
 		t.Fatalf("%d dead letters left, want the other's 2", n)
 	}
+
+	// After a rename (the letters carry the old name), WrittenBy replays
+	// them; the consumer that reads the stream is still Consumer.
+	rep, by, err = outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink", WrittenBy: "other"})
+	if err != nil || rep.Replayed != 2 || rep.Others != 0 || rep.Matched != 2 || !by["ev.0"].Deleted || !by["ev.1"].Deleted {
+		t.Fatalf("report %+v, %v, outcomes %+v; want the other's 2 replayed", rep, err, by)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 0 {
+		t.Fatalf("%d dead letters left, want none", n)
+	}
+}
+
+// WrittenBy names whose letters are replayed, not who reads them: a
+// letter is still published only where Consumer reads.
+func TestReplayWrittenByStillNeedsTheReader(t *testing.T) {
+	js, ctx := setup(t, 0)
+	if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "old", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	putLetterData(t, ctx, js, "dlq.EV", 0, []byte("{}"), nats.Header{consumer.HeaderConsumer: {"old"}})
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "new", WrittenBy: "old"})
+	if err != nil || rep.Replayed != 0 || rep.Failed != 1 || rep.Matched != 1 || !errors.Is(by["ev.0"].Err, ErrNoReader) {
+		t.Fatalf("report %+v, %v, outcomes %+v; want the letter left (ErrNoReader): consumer new does not read EV", rep, err, by)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 1 {
+		t.Fatalf("%d dead letters left, want 1", n)
+	}
 }
 
 // Two dead letters of one stored event (the second written after the

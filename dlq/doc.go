@@ -20,7 +20,8 @@
 // With Options.Subject it reads only that subject's messages of the stream
 // (a dead-letter stream may hold the letters of several jetsinks); with
 // Options.Consumer it leaves the letters another consumer wrote
-// (Report.Others).
+// (Report.Others); Options.WrittenBy replays those of another consumer
+// instead, such as the durable's old name after a rename.
 //
 // For each dead letter the Filter matches it first checks, with
 // Options.Consumer, that the durable consumer that reads the event stream

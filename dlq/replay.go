@@ -1,6 +1,7 @@
 package dlq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -172,10 +173,15 @@ type Options struct {
 	// stream acknowledges it, and the dead letter would be deleted all the
 	// same. A dry run checks it too.
 	Consumer string
-	Filter   Filter
-	DryRun   bool // list only: publish nothing, delete nothing
-	Keep     bool // re-publish but do not delete the dead letters
-	Limit    int  // stop after this many matches (0: no limit)
+	// WrittenBy, if set, is the consumer whose letters are replayed
+	// instead of Consumer's: the durable's old name after a rename, whose
+	// letters carry it in Jetsink-Consumer. Consumer still has to read
+	// each letter's event.
+	WrittenBy string
+	Filter    Filter
+	DryRun    bool // list only: publish nothing, delete nothing
+	Keep      bool // re-publish but do not delete the dead letters
+	Limit     int  // stop after this many matches (0: no limit)
 	// FetchWait bounds the wait for the next batch of the stream (default
 	// 2s). A wait that brings nothing while the stream still holds a
 	// dead letter to read is a stall: it is retried with twice the wait,
@@ -207,7 +213,7 @@ type Report struct {
 	Replayed int
 	Deleted  int
 	Skipped  int // not jetsink dead letters (ErrNotDeadLetter)
-	Others   int // letters the filter selected that another consumer wrote (Jetsink-Consumer is not Options.Consumer), left for its own replay
+	Others   int // letters the filter selected that another consumer wrote (Jetsink-Consumer is not Options.WrittenBy, or Consumer), left for its own replay
 	Failed   int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader)
 	// Undeleted lists the dead-letter sequences of letters re-published
 	// (acknowledged by their stream) but not deleted although Keep was not
@@ -436,7 +442,7 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	if !o.Filter.Match(l) {
 		return false, nil
 	}
-	if o.Consumer != "" && l.Consumer != "" && l.Consumer != o.Consumer {
+	if by := cmp.Or(o.WrittenBy, o.Consumer); by != "" && l.Consumer != "" && l.Consumer != by {
 		rep.Others++
 		return false, nil
 	}

@@ -56,7 +56,9 @@ letter is deleted from the dead-letter stream, unless --keep; a failed
 delete is retried a few times.
 
 Letters another durable consumer wrote (Jetsink-Consumer: another jetsink
-reading the same stream) are left for that jetsink's replay. A letter is
+reading the same stream) are left for that jetsink's replay; --written-by
+NAME replays those of consumer NAME instead (after renaming nats.consumer,
+the letters written under its old name). A letter is
 published only if the durable consumer nats.consumer is on its
 stream and its filter takes the letter's subject (--set nats.consumer=NAME
 for another): otherwise nothing would read the event, and a stream with
@@ -228,6 +230,7 @@ gives that letter up at once and exits with status 130.
 	fl.StringVar(&since, "since", "", "only dead letters parked since this time (RFC 3339) or this long ago (e.g. 2h)")
 	fl.StringVar(&until, "until", "", "only dead letters parked before this time (RFC 3339) or this long ago")
 	fl.StringVar(&seqRange, "seq", "", "only these dead-letter stream sequences: N, N-M or N-")
+	fl.StringVar(&o.WrittenBy, "written-by", "", "replay the dead letters durable consumer NAME wrote (Jetsink-Consumer; default nats.consumer), e.g. its old name after a rename; nats.consumer must still read their events")
 	fl.IntVar(&o.Limit, "limit", 0, "stop after this many dead letters (0: all)")
 	fl.BoolVar(&o.DryRun, "dry-run", false, "list what would be replayed; publish and delete nothing")
 	fl.BoolVar(&o.Keep, "keep", false, "re-publish but keep the dead letters in their stream (replayed again after the duplicate window, they are stored twice)")
