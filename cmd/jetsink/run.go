@@ -105,7 +105,7 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			if err := runResult(err, cutBy, closeErr); err != nil {
 				return err
 			}
-			logDrained(log, p.Consumer().Stats().AcksUnconfirmed, p.Sink().Stats().AckErrors)
+			logDrained(log, unsettledOf(p))
 			return nil
 		},
 	}
@@ -210,15 +210,33 @@ func (d *drainDeadline) finish() (cut bool) {
 	return d.cut
 }
 
+// unsettled counts the events a drain that committed every event taken
+// in could not settle here: acks that a lost connection may have taken
+// (unconfirmed) or that a connection refused (ackErrors, e.g. nats.go's
+// reconnect buffer full), whose events come back after ack_wait; events
+// nak'ed because their dead letter could not be stored (deadLetterFailed),
+// which come back after the nak's delay; and those left to the stream
+// that replaced theirs (stale: committed rows not acked, dead letters
+// whose original was not terminated).
+type unsettled struct {
+	unconfirmed, ackErrors, deadLetterFailed, stale uint64
+}
+
+// unsettledOf reads p's counters.
+func unsettledOf(p *processor.Processor) unsettled {
+	cs, ss := p.Consumer().Stats(), p.Sink().Stats()
+	return unsettled{unconfirmed: cs.AcksUnconfirmed, ackErrors: ss.AckErrors, deadLetterFailed: cs.DeadLetterFailed, stale: ss.StaleAcks + cs.StaleTerms}
+}
+
 // logDrained says how a drain that committed every event taken in ended:
-// acked, or with acks that a lost connection may have taken (unconfirmed)
-// or that a connection refused (ackErrors, e.g. nats.go's reconnect buffer
-// full), whose events come back after ack_wait.
-func logDrained(log *slog.Logger, unconfirmed, ackErrors uint64) {
-	if unconfirmed == 0 && ackErrors == 0 {
-		log.Info("drained: every event taken in is committed and acked")
+// every event settled (committed and acked, or dead-lettered), or some
+// not, counted by u.
+func logDrained(log *slog.Logger, u unsettled) {
+	if u == (unsettled{}) {
+		log.Info("drained: every event taken in is committed and acked, or dead-lettered")
 		return
 	}
-	log.Warn("drained: every event taken in is committed; acks that failed, or that a lost connection may have taken, are logged above, and their events come back after ack_wait",
-		"acks_unconfirmed", unconfirmed, "ack_errors", ackErrors)
+	log.Warn("drained: every event taken in is committed or given back, but not all are settled here: acks that failed or that a lost connection may have taken (their events come back after ack_wait), "+
+		"events whose dead letter could not be stored (nak'ed, they come back), events of a stream replaced under them (left to it); each is logged above",
+		"acks_unconfirmed", u.unconfirmed, "ack_errors", u.ackErrors, "dead_letter_failed", u.deadLetterFailed, "stale", u.stale)
 }

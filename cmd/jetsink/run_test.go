@@ -73,22 +73,23 @@ func TestDrainDeadlineFiresOnce(t *testing.T) {
 	}
 }
 
-// The drain's last line claims every ack only when none failed and none
-// went into a connection that was lost; before, acks a connection refused
-// (counted by the sink) did not stop the claim.
+// The drain's last line claims every event settled only when no ack
+// failed or went into a connection that was lost, no dead letter failed
+// (its event nak'ed) and no event was left to a replaced stream; before,
+// acks a connection refused (counted by the sink), and then failed dead
+// letters and stale settles, did not stop the claim.
 func TestLogDrained(t *testing.T) {
-	for _, tc := range []struct {
-		unconfirmed, ackErrors uint64
-		acked                  bool
-	}{{0, 0, true}, {3, 0, false}, {0, 5, false}, {3, 5, false}} {
+	for _, u := range []unsettled{{}, {unconfirmed: 3}, {ackErrors: 5}, {unconfirmed: 3, ackErrors: 5}, {deadLetterFailed: 2}, {stale: 7}} {
 		var buf bytes.Buffer
-		logDrained(slog.New(slog.NewTextHandler(&buf, nil)), tc.unconfirmed, tc.ackErrors)
+		logDrained(slog.New(slog.NewTextHandler(&buf, nil)), u)
 		out := buf.String()
-		if got := strings.Contains(out, "committed and acked"); got != tc.acked {
-			t.Errorf("unconfirmed %d, ack errors %d: %q", tc.unconfirmed, tc.ackErrors, out)
+		settled := u == (unsettled{})
+		if got := strings.Contains(out, "committed and acked"); got != settled {
+			t.Errorf("%+v: %q", u, out)
 		}
-		if !tc.acked && (!strings.Contains(out, "level=WARN") || !strings.Contains(out, fmt.Sprintf("ack_errors=%d", tc.ackErrors))) {
-			t.Errorf("unconfirmed %d, ack errors %d: want a warning with the counts: %q", tc.unconfirmed, tc.ackErrors, out)
+		want := fmt.Sprintf("acks_unconfirmed=%d ack_errors=%d dead_letter_failed=%d stale=%d", u.unconfirmed, u.ackErrors, u.deadLetterFailed, u.stale)
+		if !settled && (!strings.Contains(out, "level=WARN") || !strings.Contains(out, want)) {
+			t.Errorf("%+v: want a warning with %q: %q", u, want, out)
 		}
 	}
 }
