@@ -26,7 +26,8 @@ func newHealthcheckCmd() *cobra.Command {
 		Use:   "healthcheck",
 		Short: "Exit 0 if a running jetsink answers ready on its admin listener",
 		Long: `Probe a running jetsink's /readyz and exit 0 if it answers 200 (ready), 1
-otherwise. Redirects are not followed and HTTP_PROXY is not used.
+otherwise, also for a bad command line (Docker reserves 2 in a health
+check). Redirects are not followed and HTTP_PROXY is not used.
 
 Without --url it probes /readyz on the address in JETSINK_TELEMETRY_LISTEN
 (telemetry.listen; 0.0.0.0, :: or no host is probed on 127.0.0.1; one it
@@ -34,7 +35,8 @@ cannot use, such as a port 0, exits 1),
 so that a container run with -e JETSINK_TELEMETRY_LISTEN=0.0.0.0:9100 checks
 port 9100; without that variable, ` + defaultHealthURL + `. A
 config file's telemetry.listen is not read: give --url when the file sets it.`,
-		Args: cobra.NoArgs,
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{usageExitsFailed: "yes"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("url") {
 				u, err := healthURL(os.Getenv("JETSINK_TELEMETRY_LISTEN"))
@@ -48,7 +50,7 @@ config file's telemetry.listen is not read: give --url when the file sets it.`,
 			defer cancel()
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, probe, nil)
 			if err != nil {
-				return usageError{fmt.Errorf("--url: %w", err)}
+				return fmt.Errorf("healthcheck: --url: %w", err)
 			}
 			// Not http.DefaultClient: a probe must ask the listener itself,
 			// not follow a redirect or go through HTTP_PROXY.

@@ -72,6 +72,24 @@ func TestHealthcheckUsesTelemetryListen(t *testing.T) {
 	}
 }
 
+// A bad command line exits 1, unhealthy, like every other failure of the
+// probe: Docker reserves 2 in a health check.
+func TestHealthcheckBadCommandLineExits1(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, args := range [][]string{{"--no-such-flag"}, {"--timeout", "soon"}, {"extra"}, {"--url", "http://[::1"}} {
+		r := startJetsink(t, ctx, append([]string{"healthcheck"}, args...)...)
+		if code := r.wait(t, ctx); code != exitFailed {
+			t.Errorf("healthcheck %v: exit %d (%v), want %d", args, code, r.err, exitFailed)
+		}
+	}
+	// Other commands keep exitConfig.
+	r := startJetsink(t, ctx, "check", "--no-such-flag")
+	if code := r.wait(t, ctx); code != exitConfig {
+		t.Errorf("check --no-such-flag: exit %d (%v), want %d", code, r.err, exitConfig)
+	}
+}
+
 func TestHealthURL(t *testing.T) {
 	for _, c := range []struct{ listen, want string }{
 		{"", "http://127.0.0.1:9464/readyz"},

@@ -193,11 +193,19 @@ func helpTopicIsUsage(root, help *cobra.Command) {
 func execute(ctx context.Context, root *cobra.Command) error {
 	cmd, err := root.ExecuteContextC(ctx)
 	var usage usageError
-	if err != nil && cmd != nil && !cmd.Runnable() && !errors.As(err, &usage) {
+	switch {
+	case err != nil && cmd != nil && !cmd.Runnable() && !errors.As(err, &usage):
 		return usageError{err}
+	case errors.As(err, &usage) && cmd != nil && cmd.Annotations[usageExitsFailed] != "":
+		return errors.New(err.Error()) // exitFailed, not exitConfig
 	}
 	return err
 }
+
+// usageExitsFailed, set in a command's Annotations, makes a bad command
+// line of it exit with exitFailed, not exitConfig: healthcheck's, as
+// Docker reserves 2 in a health check.
+const usageExitsFailed = "jetsink-usage-exits-failed"
 
 // argsAreUsage makes a bad command line below jetsink exit with
 // exitConfig, as a bad flag does: an argument a command does not take, and
