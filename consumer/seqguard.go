@@ -79,7 +79,7 @@ func (c *Consumer) continueSeq(ctx context.Context) (uint64, error) {
 	if c.cfg.StoredSeq != nil {
 		stored, err := c.storedSeq(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("create stream %s: it must continue past the table's rows: %w", c.cfg.Stream, err)
+			return 0, fmt.Errorf("create stream %s: it must start past the sequences the table holds for it (exactly-once mode), read from PostgreSQL, which needs to be up to create a stream: %w", c.cfg.Stream, err)
 		}
 		end = max(end, stored)
 	}

@@ -118,7 +118,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	p.consumer, err = consumer.New(ctx, natsCfg, log)
 	if err != nil {
 		p.Close()
-		return nil, fmt.Errorf("connect to NATS: %w", err)
+		return nil, fmt.Errorf("start the NATS consumer: %w", err)
 	}
 	dl.Next = p.consumer
 	if p.tracing.Enabled() {
