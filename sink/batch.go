@@ -63,6 +63,39 @@ func (b *batch) reset() {
 	b.mu.Unlock()
 }
 
+// absorb moves o's rows, none settled, to the end of b, and leaves o
+// empty, to be released: a committer holding b for a suspect row takes
+// them in (committer.holdWait). The rows stay unsettled and under the
+// heartbeat, now b's. b may grow past its capacity; shrink gives it back.
+func (b *batch) absorb(o *batch) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	b.mu.Lock()
+	b.rows = append(b.rows, o.rows[o.lo:]...)
+	b.bytes += o.bytes
+	if !o.since.IsZero() && (b.since.IsZero() || o.since.Before(b.since)) {
+		b.since = o.since
+	}
+	if !o.due.IsZero() && (b.due.IsZero() || o.due.Before(b.due)) {
+		b.due = o.due
+	}
+	b.mu.Unlock()
+	clear(o.rows) // moved, not released: b's now
+	o.rows = o.rows[:0]
+	o.lo, o.bytes = 0, 0
+	o.since, o.due = time.Time{}, time.Time{}
+}
+
+// shrink gives an empty batch that absorb grew its capacity n back.
+func (b *batch) shrink(n int) {
+	if cap(b.rows) <= n {
+		return
+	}
+	b.mu.Lock()
+	b.rows = make([]pipeline.Row, 0, n)
+	b.mu.Unlock()
+}
+
 // run is the state of one Run call.
 type run struct {
 	s       *Sink

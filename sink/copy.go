@@ -47,7 +47,11 @@ type committer struct {
 	// an attempt that started while it ran may have committed before the
 	// table began to refuse rows.)
 	suspectSeq uint64
-	hold       bool // commitRetry retries classSuspect errors (see process)
+	// held, while commitRetry retries classSuspect errors (see process), is
+	// the batch whose rows it retries: holdWait adds rows to it.
+	held *batch
+	// noWork: the batcher has closed work, so holdWait offers no token.
+	noWork bool
 	// ends are the ends of the pieces findPoison split off and left
 	// untried, nearest last: where process cuts its next try when poison
 	// rows come one after another.
@@ -80,6 +84,9 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 		}
 		err := c.process(ctx, b)
 		b.reset()
+		if !b.spare {
+			b.shrink(c.s.cfg.Batch.MaxRows)
+		}
 		c.r.release(b)
 		if err != nil {
 			return err
@@ -148,7 +155,7 @@ func (c *committer) closeConn() {
 // dead-lettered if the database refuses it. It returns only ctx.Err().
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
-	c.retries, c.settled, c.bytes, c.suspectSeq, c.hold = 0, 0, 0, 0, false
+	c.retries, c.settled, c.bytes, c.suspectSeq, c.held = 0, 0, 0, 0, nil
 	if c.span = c.s.tracing.StartCopy(c.s.cfg.Table, rows); c.span != nil {
 		defer func() {
 			telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, err)
@@ -223,10 +230,17 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				// rest as a whole, like a configuration error, until it
 				// commits or rows commit elsewhere. (findPoison may have
 				// settled rows before p: committed with a miscount.)
+				// Meanwhile the batcher may hand this committer more rows
+				// (holdWait): with them it bisects again, so that a lone
+				// refused row cannot hold every committer for good.
 				lo = p
-				c.hold = true
+				c.held = b
 				err := c.commitRetry(ctx, rows[lo:])
-				c.hold = false
+				c.held = nil
+				if errors.Is(err, errAbsorbed) {
+					rows = b.rows
+					continue
+				}
 				if c.settleCommitted(ctx, b, lo, len(rows), err) {
 					return nil
 				}
@@ -344,8 +358,9 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 // data-class error (SQLSTATE 22/23), a *miscountError of a COPY that
 // committed, a *missingError of an exactly-once batch that committed with
 // rows missing, or ctx.Err(). A classSuspect error it returns at once,
-// unless c.hold is set: then it retries it like a configuration error until
-// rows commit elsewhere (tableTakesRows).
+// unless c.held is set: then it retries it like a configuration error until
+// rows commit elsewhere (tableTakesRows), or returns errAbsorbed once it
+// has taken more rows into c.held (holdWait).
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error {
 	c.bo.reset()
 	var failing, warned time.Time // when this batch first failed, and was last logged at Warn
@@ -387,7 +402,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 				// show that the table takes rows after this failure.
 				c.suspectSeq = c.s.st.attemptSeq.Load()
 			}
-			if !c.hold || c.tableTakesRows() {
+			if c.held == nil || c.tableTakesRows() {
 				return err
 			}
 		}
@@ -444,10 +459,107 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		case !still:
 			c.s.log.Debug("batch failed again", "rows", len(rows), "attempt", attempt+1, "err", err, "retry_in", wait)
 		}
+		if c.held != nil && cl == classSuspect {
+			absorbed, err := c.holdWait(ctx, wait)
+			if err != nil {
+				return err
+			}
+			if absorbed {
+				return errAbsorbed
+			}
+			continue
+		}
 		if err := sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
+}
+
+// unready takes back the token a committer offered (got false), or
+// receives from work (got true: the batch the batcher claimed the token
+// for, or nil once work is closed). The tokens in ready plus the batches
+// being handed always equal the committers ready to receive; this one is,
+// so one of the two is there, or about to be.
+func (c *committer) unready(ctx context.Context) (o *batch, got bool, err error) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.r.ready:
+			return nil, false, nil
+		case o := <-c.r.work:
+			return o, true, nil
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// errAbsorbed is commitRetry's answer when holdWait took more rows into
+// the held batch: the caller bisects it again.
+var errAbsorbed = errors.New("sink: more rows taken into the held batch")
+
+// holdWait waits d before the next attempt at the held batch, as a
+// committer ready for work: if the batcher hands it a batch meanwhile, its
+// rows join the held batch (batch.absorb) and holdWait reports true. A row
+// that fails with a classSuspect error is held until some other row
+// commits (tableTakesRows); with every committer holding such a row
+// (postgres.connections lone refused rows in a row, or one with one
+// connection) no other row could, and nothing would ever commit again.
+// Taken in, the next rows let probe show that the table takes rows, and
+// the refused one is dead-lettered; if the table refuses every row, they
+// are held with it, up to a batch more than HoldRows (or max_rows).
+//
+// The token protocol of loop holds: holdWait offers one token; when d has
+// passed it takes one back, any (they are all alike), or, if none is left
+// (the batcher claimed it), receives the batch the batcher hands it.
+func (c *committer) holdWait(ctx context.Context, d time.Duration) (bool, error) {
+	r := c.r
+	if r == nil || c.noWork || len(c.held.rows) >= max(c.s.cfg.HoldRows, c.s.cfg.Batch.MaxRows)+c.s.cfg.Batch.MaxRows {
+		// Bounded like the rows the batcher holds in a stall, whatever
+		// the Source lets in.
+		return false, sleep(ctx, d)
+	}
+	select {
+	case r.ready <- struct{}{}:
+	default:
+		return false, sleep(ctx, d) // no room: cannot happen (one token per committer)
+	}
+	r.wakeBatcher()
+	until := time.Now().Add(d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var o *batch
+	select {
+	case o = <-r.work:
+	case <-t.C:
+		// Stop being a receiver: take a token back, or the batch the
+		// batcher is handing on one. If another committer took that
+		// batch (it sent its token after this one was claimed), its
+		// token comes into ready at once: poll for either.
+		var got bool
+		var err error
+		if o, got, err = c.unready(ctx); !got || err != nil {
+			return false, err
+		}
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	if o == nil {
+		// The batcher is done (work closed): take the token back, and
+		// wait without offering one from now on.
+		c.noWork = true
+		select {
+		case <-r.ready:
+		default:
+		}
+		return false, sleep(ctx, max(0, time.Until(until)))
+	}
+	c.held.absorb(o)
+	r.release(o)
+	c.s.st.takenIntoHeld.Add(1)
+	return true, nil
 }
 
 // logSuspect logs a classSuspect error that is being retried, once per

@@ -148,9 +148,11 @@
 //     or rows commit elsewhere. So a trigger that refuses every row
 //     dead-letters nothing, and one that starts refusing every row partway
 //     through a batch at most the row where it started.
-//     Refused rows that hold every connection while nothing else can
-//     commit are retried until the table is fixed, like a configuration
-//     error;
+//     While it retries, the committer also takes the batch the batcher
+//     hands it (committer.holdWait) into the retried one and bisects
+//     again, so that refused rows holding every connection do not keep
+//     the rows behind them from committing, and from showing that the
+//     table takes rows;
 //   - a COPY that committed with another row count than the rows sent (see
 //     Delivery): not retried; its rows are dead-lettered, not acked; an
 //     exactly-once batch that committed with rows missing from the table:

@@ -38,12 +38,13 @@ type Source interface {
 // Stats are cumulative counters, safe to read at any time.
 type Stats struct {
 	Batches            uint64 // batches committed (a bisected batch counts once per committed piece)
-	Rows               uint64 // rows committed (in exactly-once mode: offered and in the table after the commit; conflicts add nothing to it)
+	Rows               uint64 // rows committed (in exactly-once mode: rows offered that are in the table after the commit, a redelivered one stored before included)
 	Bytes              uint64 // tuple bytes committed
 	Retries            uint64 // failed attempts that were retried
 	PossibleDuplicates uint64 // rows whose COMMIT outcome was unknown in at-least-once mode (sent again, or left to redelivery at shutdown)
 	ConfigErrors       uint64 // attempts that failed with a configuration-class error (42xxx, 28xxx, ...)
 	BisectCopies       uint64 // extra COPYs spent isolating poison rows
+	TakenIntoHeld      uint64 // batches a committer retrying a refused row took into its batch, to bisect again with their rows (see holdWait)
 	DeadLettered       uint64 // rows dead-lettered by the sink
 	Miscounts          uint64 // at-least-once COPYs that committed with a row count other than the rows sent (all their rows were dead-lettered, code "row_count", not acked), and exactly-once batches that committed with rows missing from the table (those rows were)
 	Uncounted          uint64 // rows sent minus rows counted in those COPYs, plus the rows missing after those batches: rows that may be missing from the table
@@ -58,7 +59,7 @@ type Stats struct {
 type counters struct {
 	batches, rows, bytes, retries, possibleDups, configErrs, bisectCopies atomic.Uint64
 	deadLettered, deadLetterErrs, ackErrs, inProgress, inProgressErrs     atomic.Uint64
-	miscounts, uncounted, staleAcks, deadConns                            atomic.Uint64
+	miscounts, uncounted, staleAcks, deadConns, takenIntoHeld             atomic.Uint64
 
 	// attemptSeq numbers the sink's commit attempts as they start;
 	// committedStart is the highest number of an attempt that committed.
@@ -604,6 +605,7 @@ func (s *Sink) Stats() Stats {
 		PossibleDuplicates: s.st.possibleDups.Load(),
 		ConfigErrors:       s.st.configErrs.Load(),
 		BisectCopies:       s.st.bisectCopies.Load(),
+		TakenIntoHeld:      s.st.takenIntoHeld.Load(),
 		DeadLettered:       s.st.deadLettered.Load(),
 		Miscounts:          s.st.miscounts.Load(),
 		Uncounted:          s.st.uncounted.Load(),

@@ -928,70 +928,119 @@ func TestBisectRunOfPoisonRows(t *testing.T) {
 // The trigger's message, which may quote a row, stays out of the log, also
 // when the batch is logged as still failing.
 func TestTriggerRefusingEveryRowIsRetried(t *testing.T) {
-	ctx := testCtx(t, 60*time.Second)
-	pg := testenv.Postgres(t)
-	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 2 })
-	logs := captureLog(t, s, 100*time.Millisecond)
-	admin := pg.Conn(t)
-	raiseOn(t, ctx, admin, s.table, "true")
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	rs, ms := rows(1, 40, nil)
-	src.push(t, ctx, rs)
-	waitFor(t, ctx, "retries of the refused batch, logged as still failing", func() bool {
-		return s.Stats().ConfigErrors >= 5 && strings.Contains(logs.String(), "batch still failing")
-	})
-	if strings.Contains(logs.String(), "row refused") {
-		t.Error("the trigger's message is in the log")
-	}
-	for i, m := range ms {
-		if m.acks.Load() != 0 || m.terms.Load() != 0 || m.naks.Load() != 0 {
-			t.Fatalf("message %d settled while every row is refused", i)
-		}
-	}
-	if _, err := admin.Exec(ctx, "DROP TRIGGER refuse ON "+s.table.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	finishClean(t, ctx, src, wait, dl, ms)
-	if n := count(t, ctx, admin, s.cfg.Table); n != 40 {
-		t.Fatalf("%d rows committed, want 40", n)
+	// With batches of 5 rows, the committers retrying take the next
+	// batches in (holdWait): that shows nothing either.
+	for _, tc := range []struct{ conns, maxRows int }{{2, 0}, {1, 5}, {2, 5}} {
+		t.Run(fmt.Sprintf("%d_connections_max_rows_%d", tc.conns, tc.maxRows), func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) {
+				c.Connections = tc.conns
+				if tc.maxRows > 0 {
+					c.Batch.MaxRows = tc.maxRows
+				}
+			})
+			logs := captureLog(t, s, 100*time.Millisecond)
+			admin := pg.Conn(t)
+			raiseOn(t, ctx, admin, s.table, "true")
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 40, nil)
+			src.push(t, ctx, rs)
+			waitFor(t, ctx, "retries of the refused batch, logged as still failing", func() bool {
+				return s.Stats().ConfigErrors >= 5 && strings.Contains(logs.String(), "batch still failing")
+			})
+			if tc.maxRows > 0 {
+				waitFor(t, ctx, "batches taken into the retried ones", func() bool { return s.Stats().TakenIntoHeld >= uint64(tc.conns) })
+			}
+			if strings.Contains(logs.String(), "row refused") {
+				t.Error("the trigger's message is in the log")
+			}
+			for i, m := range ms {
+				if m.acks.Load() != 0 || m.terms.Load() != 0 || m.naks.Load() != 0 {
+					t.Fatalf("message %d settled while every row is refused", i)
+				}
+			}
+			if _, err := admin.Exec(ctx, "DROP TRIGGER refuse ON "+s.table.Sanitize()); err != nil {
+				t.Fatal(err)
+			}
+			finishClean(t, ctx, src, wait, dl, ms)
+			if n := count(t, ctx, admin, s.cfg.Table); n != 40 {
+				t.Fatalf("%d rows committed, want 40", n)
+			}
+		})
 	}
 }
 
 // A one-row batch refused by a trigger cannot show by itself that the row is
-// at fault: it is retried while nothing else commits. Rows that commit on
-// the other connection meanwhile show it, and then it is dead-lettered.
+// at fault: it is retried while nothing else commits. Rows that commit
+// meanwhile show it, and then it is dead-lettered: on another connection,
+// or, when every committer holds such a row (one connection and one
+// refused row, or two and two), on a holding committer, which takes the
+// next rows into its batch. Before, those rows waited for a free committer
+// that never came, and nothing committed again.
 func TestTriggerRefusedRowAloneDeadLetteredOnceOthersCommit(t *testing.T) {
-	ctx := testCtx(t, 60*time.Second)
-	pg := testenv.Postgres(t)
-	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) {
-		c.Connections = 2
-		c.Batch.MaxRows = 1
-	})
-	admin := pg.Conn(t)
-	code, sqlstate := refuseBadRows(t, ctx, admin, s.table, true)
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	rs, ms := rows(1, 20, firstPayload(`{"bad":true}`))
-	src.push(t, ctx, rs[:1])
-	waitFor(t, ctx, "the lone row retried", func() bool { return s.Stats().ConfigErrors >= 2 })
-	if ms[0].terms.Load() != 0 || ms[0].acks.Load() != 0 {
-		t.Fatal("the lone refused row was settled before any other row committed")
-	}
-	src.push(t, ctx, rs[1:])
-	waitFor(t, ctx, "the good rows acked and the bad one termed", func() bool {
-		return allAcked(ms[1:])() && ms[0].terms.Load() == 1
-	})
-	src.close()
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	letters, seqs := dl.letters()
-	if len(letters) != 1 || seqs[0] != 1 || letters[0].Code != code || letters[0].SQLState != sqlstate || ms[0].acks.Load() != 0 {
-		t.Fatalf("dead letters %+v for %v, row 1 acked %d times", letters, seqs, ms[0].acks.Load())
-	}
-	if n := count(t, ctx, admin, s.cfg.Table); n != 19 {
-		t.Fatalf("%d rows committed, want 19", n)
+	for _, tc := range []struct{ conns, bad int }{{2, 1}, {1, 1}, {2, 2}} {
+		t.Run(fmt.Sprintf("%d_connections_%d_refused", tc.conns, tc.bad), func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) {
+				c.Connections = tc.conns
+				c.Batch.MaxRows = 1
+			})
+			admin := pg.Conn(t)
+			code, sqlstate := refuseBadRows(t, ctx, admin, s.table, true)
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 200, func(seq int) string {
+				if seq <= tc.bad {
+					return `{"bad":true}`
+				}
+				return `{}`
+			})
+			src.push(t, ctx, rs[:tc.bad])
+			waitFor(t, ctx, "the lone rows retried", func() bool { return s.Stats().ConfigErrors >= uint64(2*tc.bad) })
+			for i, m := range ms[:tc.bad] {
+				if m.terms.Load() != 0 || m.acks.Load() != 0 {
+					t.Fatalf("refused row %d was settled before any other row committed", i+1)
+				}
+			}
+			// Each refused row needs a commit that started after it
+			// failed: the good rows come one by one until both are in.
+			pushed := tc.bad
+			termed := func() bool {
+				for _, m := range ms[:tc.bad] {
+					if m.terms.Load() != 1 {
+						return false
+					}
+				}
+				return true
+			}
+			for ; !termed() && pushed < len(rs); pushed++ {
+				src.push(t, ctx, rs[pushed:pushed+1])
+				time.Sleep(20 * time.Millisecond)
+			}
+			waitFor(t, ctx, "the good rows acked and the bad ones termed", func() bool {
+				return termed() && allAcked(ms[tc.bad:pushed])()
+			})
+			src.close()
+			if err := wait(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			letters, seqs := dl.letters()
+			slices.Sort(seqs)
+			if len(letters) != tc.bad || seqs[0] != 1 || seqs[tc.bad-1] != uint64(tc.bad) || letters[0].Code != code || letters[0].SQLState != sqlstate {
+				t.Fatalf("dead letters %+v for %v, want rows 1..%d", letters, seqs, tc.bad)
+			}
+			for i, m := range ms[:tc.bad] {
+				if m.acks.Load() != 0 {
+					t.Fatalf("refused row %d acked", i+1)
+				}
+			}
+			if n := count(t, ctx, admin, s.cfg.Table); n != pushed-tc.bad {
+				t.Fatalf("%d rows committed, want %d", n, pushed-tc.bad)
+			}
+		})
 	}
 }
 
