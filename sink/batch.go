@@ -21,7 +21,7 @@ const carrySize = 256
 // batch) and the committers (one each), plus the carry.
 type batch struct {
 	mu    sync.Mutex     // guards rows (length), lo, since and due against the heartbeat
-	rows  []pipeline.Row // capacity fixed at creation
+	rows  []pipeline.Row // capacity fixed at creation (but see absorb)
 	lo    int            // rows[:lo] are settled (acked or dead-lettered); settlement is a prefix
 	bytes int            // sum of len(Tuple) of rows
 	since time.Time      // when JetStream delivered its oldest row; zero when empty
@@ -84,6 +84,27 @@ func (b *batch) absorb(o *batch) {
 	o.rows = o.rows[:0]
 	o.lo, o.bytes = 0, 0
 	o.since, o.due = time.Time{}, time.Time{}
+}
+
+// dropSettled drops the settled rows of b, at most upto of them (the
+// prefix rows[:lo]), giving their tuples back, and moves the rest to the
+// front. It returns how many it dropped.
+func (b *batch) dropSettled(upto int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := min(b.lo, upto)
+	if n <= 0 {
+		return 0
+	}
+	for i := range b.rows[:n] {
+		b.bytes -= len(b.rows[i].Tuple)
+	}
+	pipeline.ReleaseRows(b.rows[:n])
+	m := copy(b.rows, b.rows[n:])
+	clear(b.rows[m:])
+	b.rows = b.rows[:m]
+	b.lo -= n
+	return n
 }
 
 // shrink gives an empty batch that absorb grew its capacity n back.
@@ -274,7 +295,10 @@ func (r *run) batcher(ctx context.Context) error {
 		// min_delay: a batch that is not full waits until its oldest row
 		// has been in jetsink that long before it takes a free committer;
 		// overlap_delay, if longer, while another committer is busy (free
-		// can only grow meanwhile: only the batcher takes tokens).
+		// can only grow meanwhile: only the batcher takes tokens, but for
+		// a committer retrying a refused row, which takes its own back
+		// after a while: committer.holdWait; its batch then waits until
+		// its deadline at most).
 		free := len(r.ready)
 		busy := free < r.s.cfg.Connections
 		lingerEnd := b.lingerEnd(cfg, busy)

@@ -52,6 +52,16 @@ type committer struct {
 	held *batch
 	// noWork: the batcher has closed work, so holdWait offers no token.
 	noWork bool
+	// hold carries a hold's retries over the rows holdWait takes in: the
+	// next hold of the same row (resume) goes on with its backoff and its
+	// count, so that new rows neither reset the backoff nor keep the
+	// batch from being logged as still failing.
+	hold struct {
+		resume          bool
+		bo              backoff
+		failing, warned time.Time
+		attempts        int
+	}
 	// ends are the ends of the pieces findPoison split off and left
 	// untried, nearest last: where process cuts its next try when poison
 	// rows come one after another.
@@ -156,6 +166,7 @@ func (c *committer) closeConn() {
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
 	c.retries, c.settled, c.bytes, c.suspectSeq, c.held = 0, 0, 0, 0, nil
+	c.hold.resume = false
 	if c.span = c.s.tracing.StartCopy(c.s.cfg.Table, rows); c.span != nil {
 		defer func() {
 			telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, err)
@@ -237,7 +248,15 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				c.held = b
 				err := c.commitRetry(ctx, rows[lo:])
 				c.held = nil
-				if errors.Is(err, errAbsorbed) {
+				if c.hold.resume = errors.Is(err, errAbsorbed); c.hold.resume {
+					// Rows were taken in: drop the settled ones first,
+					// so that a hold that goes on through many batches
+					// keeps only what it retries.
+					n := b.dropSettled(lo)
+					lo, last = lo-n, last-n
+					for i := range c.ends {
+						c.ends[i] -= n
+					}
 					rows = b.rows
 					continue
 				}
@@ -362,9 +381,19 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 // rows commit elsewhere (tableTakesRows), or returns errAbsorbed once it
 // has taken more rows into c.held (holdWait).
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error {
-	c.bo.reset()
+	bo, first := &c.bo, 0
 	var failing, warned time.Time // when this batch first failed, and was last logged at Warn
-	for attempt := 0; ; attempt++ {
+	switch {
+	case c.held != nil && c.hold.resume:
+		bo, first = &c.hold.bo, c.hold.attempts
+		failing, warned = c.hold.failing, c.hold.warned
+	case c.held != nil:
+		c.hold.bo = backoff{initial: c.bo.initial, max: c.bo.max}
+		bo = &c.hold.bo
+	default:
+		c.bo.reset()
+	}
+	for attempt := first; ; attempt++ {
 		began := time.Now()
 		seq := c.s.st.attemptSeq.Add(1)
 		unknown, err := c.attempt(ctx, rows)
@@ -411,7 +440,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		}
 		c.s.st.retries.Add(1)
 		c.retries++
-		wait := c.bo.next()
+		wait := bo.next()
 		if attempt == 0 {
 			failing, warned = began, time.Now()
 		}
@@ -465,6 +494,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 				return err
 			}
 			if absorbed {
+				c.hold.failing, c.hold.warned, c.hold.attempts = failing, warned, attempt+1
 				return errAbsorbed
 			}
 			continue
@@ -479,7 +509,9 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 // receives from work (got true: the batch the batcher claimed the token
 // for, or nil once work is closed). The tokens in ready plus the batches
 // being handed always equal the committers ready to receive; this one is,
-// so one of the two is there, or about to be.
+// so one of the two is there, or about to be: the batcher claims a token
+// just before it hands a batch, and a committer that took that batch in
+// its place sends its own token right after (hence the short poll).
 func (c *committer) unready(ctx context.Context) (o *batch, got bool, err error) {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -509,16 +541,17 @@ var errAbsorbed = errors.New("sink: more rows taken into the held batch")
 // connection) no other row could, and nothing would ever commit again.
 // Taken in, the next rows let probe show that the table takes rows, and
 // the refused one is dead-lettered; if the table refuses every row, they
-// are held with it, up to a batch more than HoldRows (or max_rows).
+// are held with it, up to a batch more than HoldRows (or max_rows)
+// unsettled, and a batch less one more at most.
 //
 // The token protocol of loop holds: holdWait offers one token; when d has
 // passed it takes one back, any (they are all alike), or, if none is left
 // (the batcher claimed it), receives the batch the batcher hands it.
 func (c *committer) holdWait(ctx context.Context, d time.Duration) (bool, error) {
 	r := c.r
-	if r == nil || c.noWork || len(c.held.rows) >= max(c.s.cfg.HoldRows, c.s.cfg.Batch.MaxRows)+c.s.cfg.Batch.MaxRows {
+	if r == nil || c.noWork || len(c.held.rows)-c.held.lo >= max(c.s.cfg.HoldRows, c.s.cfg.Batch.MaxRows)+c.s.cfg.Batch.MaxRows {
 		// Bounded like the rows the batcher holds in a stall, whatever
-		// the Source lets in.
+		// the Source lets in (the settled rows are dropped).
 		return false, sleep(ctx, d)
 	}
 	select {

@@ -1044,6 +1044,80 @@ func TestTriggerRefusedRowAloneDeadLetteredOnceOthersCommit(t *testing.T) {
 	}
 }
 
+// A refused row held alone (one connection), then batches that each end
+// with a refused row ([good, refused]): the committer retrying takes the
+// next batch in each time, and its good row lets one refused row go, so
+// one is always held. Every good row commits, every refused one is
+// dead-lettered, and the retried batch keeps only its unsettled rows
+// (dropSettled), however long this goes on.
+func TestRefusedRowsAtTheEndOfEveryBatch(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Connections = 1
+		c.Batch.MaxRows = 2
+		c.Batch.MinDelay, c.Batch.MaxDelay = 0, 5*time.Millisecond
+	})
+	admin := pg.Conn(t)
+	refuseBadRows(t, ctx, admin, s.table, true)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	const pairs = 20
+	refused := func(seq int) bool { return seq <= 2*pairs+1 && seq%2 == 1 }
+	rs, ms := rows(1, 2*pairs+101, func(seq int) string {
+		if refused(seq) {
+			return `{"bad":true}`
+		}
+		return `{}`
+	})
+	src.push(t, ctx, rs[:1])
+	waitFor(t, ctx, "the lone refused row retried", func() bool { return s.Stats().ConfigErrors >= 2 })
+	for i := range pairs {
+		src.push(t, ctx, rs[1+2*i:3+2*i])
+		waitFor(t, ctx, "the pair taken", func() bool { return src.Len() == 0 })
+		time.Sleep(10 * time.Millisecond)
+	}
+	termed := func() bool {
+		for i, m := range ms {
+			if refused(i+1) && m.terms.Load() != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	// The last refused row needs a commit after it failed: good rows
+	// one by one until it is dead-lettered too.
+	pushed := 2*pairs + 1
+	for ; !termed() && pushed < len(rs); pushed++ {
+		src.push(t, ctx, rs[pushed:pushed+1])
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitFor(t, ctx, "the good rows acked and the refused ones termed", func() bool {
+		if !termed() {
+			return false
+		}
+		for i := range pushed {
+			if !refused(i+1) && ms[i].acks.Load() != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if letters, _ := dl.letters(); len(letters) != pairs+1 {
+		t.Fatalf("%d dead letters, want %d", len(letters), pairs+1)
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != pushed-pairs-1 {
+		t.Fatalf("%d rows committed, want %d", n, pushed-pairs-1)
+	}
+	if st := s.Stats(); st.TakenIntoHeld < pairs/2 {
+		t.Fatalf("%d batches taken into a retried one, want most of the %d pairs: %+v", st.TakenIntoHeld, pairs, st)
+	}
+}
+
 func equal(a, b []int) bool {
 	if len(a) != len(b) {
 		return false

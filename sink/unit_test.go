@@ -379,3 +379,35 @@ func TestConnectErrorSaysEachTryOnce(t *testing.T) {
 		t.Errorf("the cause is lost: %v", err)
 	}
 }
+
+// dropSettled drops the settled prefix, gives its tuples back, and keeps
+// the rest, tuples intact, at the front.
+func TestBatchDropSettled(t *testing.T) {
+	rs, _ := rows(1, 5, nil)
+	want := make([]string, 0, 2)
+	for _, r := range rs[3:] {
+		want = append(want, string(r.Tuple))
+	}
+	b := &batch{rows: rs, lo: 3}
+	for _, r := range rs {
+		b.bytes += len(r.Tuple)
+	}
+	if n := b.dropSettled(10); n != 3 || b.lo != 0 || len(b.rows) != 2 {
+		t.Fatalf("dropped %d: lo %d, %d rows; want 3, 0, 2", n, b.lo, len(b.rows))
+	}
+	for i, r := range b.rows {
+		if r.Event.StreamSeq != uint64(4+i) || string(r.Tuple) != want[i] {
+			t.Fatalf("row %d: seq %d, tuple %q; want seq %d, %q", i, r.Event.StreamSeq, r.Tuple, 4+i, want[i])
+		}
+	}
+	if b.bytes != len(want[0])+len(want[1]) {
+		t.Fatalf("bytes %d", b.bytes)
+	}
+	if n := b.dropSettled(10); n != 0 || len(b.rows) != 2 {
+		t.Fatalf("nothing settled: dropped %d", n)
+	}
+	b.lo = 2
+	if n := b.dropSettled(1); n != 1 || b.lo != 1 || b.rows[0].Event.StreamSeq != 5 {
+		t.Fatalf("upto 1: dropped %d, lo %d, first seq %d", n, b.lo, b.rows[0].Event.StreamSeq)
+	}
+}
