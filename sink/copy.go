@@ -53,9 +53,11 @@ type committer struct {
 	// noWork: the batcher has closed work, so holdWait offers no token.
 	noWork bool
 	// hold carries a hold's retries over the rows holdWait takes in: the
-	// next hold of the same row (resume) goes on with its backoff and its
+	// next hold of the batch (resume) goes on with its backoff and its
 	// count, so that new rows neither reset the backoff nor keep the
-	// batch from being logged as still failing.
+	// batch from being logged as still failing. (If the bisection after
+	// them let the held row go, the next hold, of another row, goes on
+	// all the same.)
 	hold struct {
 		resume          bool
 		bo              backoff
