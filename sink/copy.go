@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -183,6 +184,13 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	// what it did; pairs of poison rows over and over cost ~5% more (the
 	// good row after a pair takes a piece and then the rest).
 	whole, last := true, -2 // last: the poison row found before
+	// split: a piece timed out on the server (timedOut), and was halved.
+	// The batch then goes on piece by piece along c.ends, whose pieces
+	// double in size again after the one that commits: a lock that made
+	// every piece time out down to one row costs about 2 log2(n) COPYs
+	// once it is gone, and a statement_timeout that a whole batch
+	// exceeds is met with the largest pieces that commit in it.
+	split := false
 	c.ends = c.ends[:0]
 	for lo < len(rows) {
 		for len(c.ends) > 0 && c.ends[len(c.ends)-1] <= lo {
@@ -192,15 +200,15 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 		if !whole && len(c.ends) > 0 {
 			hi = c.ends[len(c.ends)-1]
 		}
-		if lo > 0 {
+		if lo > 0 && !split {
 			c.s.st.bisectCopies.Add(1) // the rest after a poison row
 		}
-		err := c.commitRetry(ctx, rows[lo:hi])
+		err := c.commitRetry(ctx, rows[lo:hi], true)
 		if c.settleCommitted(ctx, b, lo, hi, err) {
 			if hi == len(rows) {
 				return nil
 			}
-			lo, whole = hi, true
+			lo, whole = hi, !split
 			continue
 		}
 		if ctx.Err() != nil {
@@ -209,11 +217,18 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 		if hi == len(rows) {
 			c.ends = c.ends[:0] // what is left of them lies in rows[lo:hi]
 		}
+		if hi-lo > 1 && timedOut(err) {
+			// Nothing committed (commitRetry returns a timeout only
+			// for a piece it can halve): try the first half first.
+			c.ends = append(c.ends, lo+(hi-lo)/2)
+			whole, split = false, true
+			continue
+		}
 		p, perr, err := c.findPoison(ctx, b, lo, hi, err)
 		if err != nil {
 			return err
 		}
-		whole, last = p != last+1, p
+		whole, last = p != last+1 && !split, p
 		if c.s.classify(perr) == classSuspect {
 			// Row p fails with an error that a row may cause, or the
 			// table (see classSuspect).
@@ -222,7 +237,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				// findPoison may have blamed row p on an error its piece
 				// had before the table changed: try it alone.
 				c.s.st.bisectCopies.Add(1)
-				perr = c.commitRetry(ctx, rows[p:p+1])
+				perr = c.commitRetry(ctx, rows[p:p+1], false)
 				if c.settleCommitted(ctx, b, p, p+1, perr) {
 					lo = p + 1
 					continue
@@ -248,7 +263,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				// refused row cannot hold every committer for good.
 				lo = p
 				c.held = b
-				err := c.commitRetry(ctx, rows[lo:])
+				err := c.commitRetry(ctx, rows[lo:], false)
 				c.held = nil
 				if c.hold.resume = errors.Is(err, errAbsorbed); c.hold.resume {
 					// Rows were taken in: drop the settled ones first,
@@ -304,7 +319,7 @@ func (c *committer) probe(ctx context.Context, b *batch, p int) bool {
 		rows[p], rows[q] = rows[q], rows[p]
 		b.mu.Unlock()
 		c.s.st.bisectCopies.Add(1)
-		err := c.commitRetry(ctx, rows[p:p+1])
+		err := c.commitRetry(ctx, rows[p:p+1], false)
 		if c.settleCommitted(ctx, b, p, p+1, err) {
 			return true
 		}
@@ -352,7 +367,7 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		c.s.st.bisectCopies.Add(1)
-		err := c.commitRetry(ctx, rows[lo:mid])
+		err := c.commitRetry(ctx, rows[lo:mid], false)
 		me, mc := committedMissing(err), committedMiscount(err)
 		switch {
 		case err == nil:
@@ -381,8 +396,10 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 // rows missing, or ctx.Err(). A classSuspect error it returns at once,
 // unless c.held is set: then it retries it like a configuration error until
 // rows commit elsewhere (tableTakesRows), or returns errAbsorbed once it
-// has taken more rows into c.held (holdWait).
-func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error {
+// has taken more rows into c.held (holdWait). With halve set, it returns
+// a server timeout (timedOut) of more than one row at once, for the caller
+// to try the rows in halves.
+func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve bool) error {
 	bo, first := &c.bo, 0
 	var failing, warned time.Time // when this batch first failed, and was last logged at Warn
 	switch {
@@ -442,6 +459,11 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row) error 
 		}
 		c.s.st.retries.Add(1)
 		c.retries++
+		if halve && len(rows) > 1 && timedOut(err) {
+			c.s.st.timeoutSplits.Add(1)
+			c.s.logTimeoutSplit(err, len(rows))
+			return err
+		}
 		wait := bo.next()
 		if attempt == 0 {
 			failing, warned = began, time.Now()
@@ -611,6 +633,20 @@ func (s *Sink) logSuspect(err error) {
 			"an internal error), and no row has committed since to show that the table takes any: retrying them until one commits "+
 			"here or elsewhere, or the table is fixed", "sqlstate", pgErr.Code)
 	}
+}
+
+// logTimeoutSplit logs that a piece of rows rows timed out on the server
+// and is tried in halves (see timedOut): at Warn once per
+// stillFailingEvery for the sink, as every batch may do it while the limit
+// is short, at Debug in between.
+func (s *Sink) logTimeoutSplit(err error, rows int) {
+	level := slog.LevelDebug
+	now := time.Now().UnixNano()
+	if last := s.splitWarned.Load(); now-last >= int64(stillFailingEvery) && s.splitWarned.CompareAndSwap(last, now) {
+		level = slog.LevelWarn
+	}
+	s.log.Log(context.Background(), level, "batch timed out on the server; trying it in halves",
+		withHint(err, "rows", rows, "halves", []int{rows / 2, rows - rows/2}, "err", err)...)
 }
 
 // logConfigError logs a configuration-class error loudly, once per distinct

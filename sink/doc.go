@@ -123,6 +123,13 @@
 //     the hard context ends; logged at Warn on the first failure and again
 //     every minute while the batch keeps failing, with a hint when a server
 //     timeout (57014, 55P03, 25P03, 25P04) ended the attempt;
+//   - statement_timeout, transaction_timeout or a cancel (57014, 25P04):
+//     a batch, or a piece, of more than one row is not retried whole but
+//     in halves, down to one row (Stats.TimeoutSplits); after a piece
+//     commits, the next ones double along the halving's ends. A batch
+//     larger than the limit allows commits in pieces instead of failing
+//     every attempt, and a lock wait that outlasts the limit costs about
+//     2 log2(n) small commits once it is gone;
 //   - COMMIT (at-least-once: the whole COPY) sent and no answer: outcome
 //     unknown, treated as not committed and retried; in at-least-once mode
 //     its rows count as PossibleDuplicates;

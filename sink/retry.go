@@ -179,15 +179,33 @@ func withHint(err error, args ...any) []any {
 		return args
 	}
 	switch pgErr.Code {
-	case "57014", "55P03", "25P03", "25P04":
+	case "57014", "25P04":
 		// query_canceled (statement_timeout, or a cancel request),
+		// transaction_timeout: see timedOut.
+		return append(args, "hint", "a server timeout or a cancel ended the attempt; the rows are tried again in halves, down to one "+
+			"row, so a lock held elsewhere or a statement_timeout or transaction_timeout shorter than a batch takes costs time, "+
+			"not events; raise the timeout for jetsink's role (ALTER ROLE ... SET) or lower postgres.batch.max_rows")
+	case "55P03", "25P03":
 		// lock_not_available (lock_timeout),
-		// idle_in_transaction_session_timeout, transaction_timeout.
-		return append(args, "hint", "a server timeout or a cancel ended the attempt: a lock held elsewhere goes away, but a "+
-			"statement_timeout, lock_timeout, transaction_timeout or idle_in_transaction_session_timeout shorter than a batch "+
-			"takes fails it every time; raise it for jetsink's role (ALTER ROLE ... SET) or lower postgres.batch.max_rows")
+		// idle_in_transaction_session_timeout.
+		return append(args, "hint", "a server timeout ended the attempt: a lock held elsewhere goes away, but a lock_timeout "+
+			"or idle_in_transaction_session_timeout too short for jetsink's role fails every attempt; raise it (ALTER ROLE ... SET)")
 	}
 	return args
+}
+
+// timedOut reports whether err is a server timeout that a smaller piece
+// of the batch may beat: query_canceled (statement_timeout; also a cancel
+// request, pg_cancel_backend) or transaction_timeout (PostgreSQL 17).
+// Retried at full size, a batch that takes longer than the limit would
+// fail for ever; halved (committer.process), its pieces commit. A lock
+// wait (lock_timeout, 55P03) does not depend on the rows: not one.
+func timedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgErr.Code == "57014" || pgErr.Code == "25P04"
 }
 
 // outcomeUnknown reports whether a failed COMMIT may have committed: the

@@ -45,6 +45,7 @@ type Stats struct {
 	ConfigErrors       uint64 // attempts that failed with a configuration-class error (42xxx, 28xxx, ...)
 	BisectCopies       uint64 // extra COPYs spent isolating poison rows
 	TakenIntoHeld      uint64 // batches a committer retrying a refused row took into its batch, to bisect again with their rows (see holdWait)
+	TimeoutSplits      uint64 // pieces of batches halved after a server timeout (statement_timeout, transaction_timeout, a cancel): their halves were tried instead
 	DeadLettered       uint64 // rows dead-lettered by the sink
 	Miscounts          uint64 // at-least-once COPYs that committed with a row count other than the rows sent (all their rows were dead-lettered, code "row_count", not acked), and exactly-once batches that committed with rows missing from the table (those rows were)
 	Uncounted          uint64 // rows sent minus rows counted in those COPYs, plus the rows missing after those batches: rows that may be missing from the table
@@ -60,6 +61,7 @@ type counters struct {
 	batches, rows, bytes, retries, possibleDups, configErrs, bisectCopies atomic.Uint64
 	deadLettered, deadLetterErrs, ackErrs, inProgress, inProgressErrs     atomic.Uint64
 	miscounts, uncounted, staleAcks, deadConns, takenIntoHeld             atomic.Uint64
+	timeoutSplits                                                         atomic.Uint64
 
 	// attemptSeq numbers the sink's commit attempts as they start;
 	// committedStart is the highest number of an attempt that committed.
@@ -99,6 +101,8 @@ type Sink struct {
 	seenErrs   map[string]struct{} // configuration errors already logged
 	// typesLogged: Check's problems were logged after a type guard failed.
 	typesLogged atomic.Bool
+	// splitWarned: when a timed-out batch was last logged at Warn (Unix ns).
+	splitWarned atomic.Int64
 	// typesGen numbers the reads of the table's types; typesMu holds
 	// typesStored, the number of the read copySQL's guards come from
 	// (see readTypes).
@@ -606,6 +610,7 @@ func (s *Sink) Stats() Stats {
 		ConfigErrors:       s.st.configErrs.Load(),
 		BisectCopies:       s.st.bisectCopies.Load(),
 		TakenIntoHeld:      s.st.takenIntoHeld.Load(),
+		TimeoutSplits:      s.st.timeoutSplits.Load(),
 		DeadLettered:       s.st.deadLettered.Load(),
 		Miscounts:          s.st.miscounts.Load(),
 		Uncounted:          s.st.uncounted.Load(),

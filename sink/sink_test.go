@@ -922,6 +922,47 @@ func TestBisectRunOfPoisonRows(t *testing.T) {
 	}
 }
 
+// A batch that takes longer than the role's statement_timeout failed the
+// same way at every retry, for ever. Now it is tried in halves until the
+// pieces commit: every row is in the table once, acked once, and none is
+// dead-lettered. (A trigger sleeps 10 ms per row: 128 rows take 1.3 s, a
+// piece of 16 takes 160 ms, the limit is 300 ms.)
+func TestBatchOverStatementTimeoutCommitsInHalves(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "300"), func(c *Config) {
+				c.Mode = mode
+				c.Batch.MaxRows = 128
+				c.Batch.MaxDelay = time.Second
+			})
+			logs := captureLog(t, s, time.Minute)
+			admin := pg.Conn(t)
+			triggerOn(t, ctx, admin, s.table, "slow", "true", "PERFORM pg_sleep(0.01)")
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 128, nil)
+			src.push(t, ctx, rs)
+			finishClean(t, ctx, src, wait, dl, ms)
+			if n := count(t, ctx, admin, s.cfg.Table); n != 128 {
+				t.Fatalf("%d rows in the table, want 128", n)
+			}
+			for i, m := range ms {
+				if a := m.acks.Load(); a != 1 {
+					t.Fatalf("row %d acked %d times", i+1, a)
+				}
+			}
+			if st := s.Stats(); st.TimeoutSplits < 2 || st.Rows != 128 {
+				t.Fatalf("stats %+v: want two halvings or more, 128 rows", st)
+			}
+			if !strings.Contains(logs.String(), "trying it in halves") {
+				t.Fatal("the halving is not logged")
+			}
+		})
+	}
+}
+
 // A trigger that refuses every row is the table's doing, not the rows':
 // nothing is dead-lettered or acked while it is there (the batch is retried
 // like a configuration error), and everything commits once it is dropped.
