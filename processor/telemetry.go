@@ -56,6 +56,22 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	retries, err := m.Int64ObservableCounter("jetsink.batch.retries",
 		metric.WithDescription("Batch transactions that failed and were retried"), metric.WithUnit("{attempt}"))
 	errs = append(errs, err)
+	timeoutSplits, err := m.Int64ObservableCounter("jetsink.batch.timeout_splits",
+		metric.WithDescription("Batches, or pieces of them, that a server timeout ended (statement_timeout, transaction_timeout, a cancel) and that were tried again in halves"),
+		metric.WithUnit("{batch}"))
+	errs = append(errs, err)
+	bisectCopies, err := m.Int64ObservableCounter("jetsink.batch.bisect_copies",
+		metric.WithDescription("Extra COPYs spent finding the rows the database refuses in a batch that failed"),
+		metric.WithUnit("{statement}"))
+	errs = append(errs, err)
+	takenIntoHeld, err := m.Int64ObservableCounter("jetsink.batch.taken_into_held",
+		metric.WithDescription("Batches taken into one retried while the database refuses a row that no commit has yet shown to be at fault, to bisect again with their rows"),
+		metric.WithUnit("{batch}"))
+	errs = append(errs, err)
+	inProgressErrs, err := m.Int64ObservableCounter("jetsink.in_progress.failures",
+		metric.WithDescription("Heartbeats (InProgress) that failed for messages waiting in the sink (a batch retried, or waiting for a committer); sent again at the next tick, but past ack_wait JetStream may deliver such a message again"),
+		metric.WithUnit("{message}"))
+	errs = append(errs, err)
 	deadConns, err := m.Int64ObservableCounter("jetsink.postgres.dead_connections",
 		metric.WithDescription("Connections to PostgreSQL given up because the server gave no sign of life for dead_connection_timeout"), metric.WithUnit("{connection}"))
 	errs = append(errs, err)
@@ -110,6 +126,10 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		o.ObserveInt64(batches, int64(ss.Batches))
 		o.ObserveInt64(retries, int64(ss.Retries))
 		o.ObserveInt64(deadConns, int64(ss.DeadConnections))
+		o.ObserveInt64(timeoutSplits, int64(ss.TimeoutSplits))
+		o.ObserveInt64(bisectCopies, int64(ss.BisectCopies))
+		o.ObserveInt64(takenIntoHeld, int64(ss.TakenIntoHeld))
+		o.ObserveInt64(inProgressErrs, int64(ss.InProgressErrors))
 		o.ObserveFloat64(attemptAge, p.sink.OldestAttempt().Seconds())
 		held, limit := p.consumer.InFlightBytes()
 		o.ObserveInt64(inFlight, held)
@@ -133,7 +153,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 			o.ObserveInt64(spansLost, int64(st.ExportFailed), exportFailed)
 		}
 		return nil
-	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, ring, inFlight, inFlightLimit, pending, ackPending,
+	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, ring, inFlight, inFlightLimit, pending, ackPending,
 		lagAge, attemptAge, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
