@@ -65,6 +65,12 @@ type committer struct {
 		failing, warned time.Time
 		attempts        int
 	}
+	// piece, if not 0, is the most rows an attempt of process takes, set
+	// when an attempt timed out on the server (see pieceTimedOut); limit
+	// is how long that attempt ran; pieceAt is when piece last changed.
+	piece   int
+	limit   time.Duration
+	pieceAt time.Time
 	// ends are the ends of the pieces findPoison split off and left
 	// untried, nearest last: where process cuts its next try when poison
 	// rows come one after another.
@@ -184,51 +190,59 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	// what it did; pairs of poison rows over and over cost ~5% more (the
 	// good row after a pair takes a piece and then the rest).
 	whole, last := true, -2 // last: the poison row found before
-	// split: a piece timed out on the server (timedOut), and was halved.
-	// The batch then goes on piece by piece along c.ends, whose pieces
-	// double in size again after the one that commits: a lock that made
-	// every piece time out down to one row costs about 2 log2(n) COPYs
-	// once it is gone, and a statement_timeout that a whole batch
-	// exceeds is met with the largest pieces that commit in it.
-	split := false
+	// piece: the last try was a piece cut by c.piece, or one that timed
+	// out; the next one is no bisection COPY.
+	piece := false
 	c.ends = c.ends[:0]
 	for lo < len(rows) {
 		for len(c.ends) > 0 && c.ends[len(c.ends)-1] <= lo {
 			c.ends = c.ends[:len(c.ends)-1]
 		}
-		hi := len(rows)
+		end := len(rows)
 		if !whole && len(c.ends) > 0 {
-			hi = c.ends[len(c.ends)-1]
+			end = c.ends[len(c.ends)-1]
 		}
-		if lo > 0 && !split {
+		hi := end
+		if c.piece > 0 && hi-lo > c.piece {
+			hi = lo + c.piece // see pieceTimedOut
+		}
+		if lo > 0 && !piece {
 			c.s.st.bisectCopies.Add(1) // the rest after a poison row
 		}
+		piece = hi < end
 		err := c.commitRetry(ctx, rows[lo:hi], true)
 		if c.settleCommitted(ctx, b, lo, hi, err) {
 			if hi == len(rows) {
 				return nil
 			}
-			lo, whole = hi, !split
+			if err == nil {
+				c.pieceCommitted(hi - lo)
+			}
+			lo, whole = hi, true
 			continue
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if hi == len(rows) {
-			c.ends = c.ends[:0] // what is left of them lies in rows[lo:hi]
+		if end == len(rows) {
+			c.ends = c.ends[:0] // what is left of them lies in rows[lo:end]
 		}
 		if hi-lo > 1 && timedOut(err) {
-			// Nothing committed (commitRetry returns a timeout only
-			// for a piece it can halve): try the first half first.
-			c.ends = append(c.ends, lo+(hi-lo)/2)
-			whole, split = false, true
+			// Nothing committed, and c.piece is now half of it
+			// (commitRetry returns a timeout only for a piece it can
+			// halve): try the first half.
+			piece = true
 			continue
 		}
 		p, perr, err := c.findPoison(ctx, b, lo, hi, err)
+		if errors.Is(err, errHalved) {
+			lo, piece = p, true // rows before p committed; c.piece is halved
+			continue
+		}
 		if err != nil {
 			return err
 		}
-		whole, last = p != last+1 && !split, p
+		whole, last = p != last+1, p
 		if c.s.classify(perr) == classSuspect {
 			// Row p fails with an error that a row may cause, or the
 			// table (see classSuspect).
@@ -263,7 +277,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				// refused row cannot hold every committer for good.
 				lo = p
 				c.held = b
-				err := c.commitRetry(ctx, rows[lo:], false)
+				err := c.commitRetry(ctx, rows[lo:], true)
 				c.held = nil
 				if c.hold.resume = errors.Is(err, errAbsorbed); c.hold.resume {
 					// Rows were taken in: drop the settled ones first,
@@ -283,7 +297,9 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				continue // the table takes rows now: bisect again
+				// The table takes rows now, or the rest timed out (and
+				// c.piece cuts it): bisect again.
+				continue
 			}
 		}
 		c.deadLetter(ctx, b, p, perr)
@@ -361,13 +377,17 @@ func (c *committer) tableTakesRows() bool {
 // commits (and acks) good prefixes on the way: rows[lo:mid] is tried; if it
 // commits, the poison is in rows[mid:hi]; if not, it is in rows[lo:mid], and
 // mid..hi goes on c.ends. That is ceil(log2(hi-lo)) COPYs; process adds one
-// for the rest of the batch.
+// for the rest of the batch. If a piece times out (timedOut: a prefix
+// without the refused row need not be faster than the attempt that failed,
+// which may have failed before it ran any trigger), it returns lo and
+// errHalved instead, with c.piece halved: process goes on from lo in
+// smaller pieces, and bisects the one that fails.
 func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last error) (int, error, error) {
 	rows := b.rows
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		c.s.st.bisectCopies.Add(1)
-		err := c.commitRetry(ctx, rows[lo:mid], false)
+		err := c.commitRetry(ctx, rows[lo:mid], true)
 		me, mc := committedMissing(err), committedMiscount(err)
 		switch {
 		case err == nil:
@@ -381,6 +401,9 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 			lo = mid
 		case ctx.Err() != nil:
 			return 0, nil, ctx.Err()
+		case mid-lo > 1 && timedOut(err):
+			c.ends = append(c.ends, hi) // rows[mid:hi] is left untried
+			return lo, nil, errHalved
 		default:
 			c.ends = append(c.ends, hi) // rows[mid:hi] is left untried
 			hi, last = mid, err
@@ -397,8 +420,8 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 // unless c.held is set: then it retries it like a configuration error until
 // rows commit elsewhere (tableTakesRows), or returns errAbsorbed once it
 // has taken more rows into c.held (holdWait). With halve set, it returns
-// a server timeout (timedOut) of more than one row at once, for the caller
-// to try the rows in halves.
+// a server timeout (timedOut) of more than one row at once, having halved
+// c.piece, for the caller to try the rows in smaller pieces.
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve bool) error {
 	bo, first := &c.bo, 0
 	var failing, warned time.Time // when this batch first failed, and was last logged at Warn
@@ -460,6 +483,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		c.s.st.retries.Add(1)
 		c.retries++
 		if halve && len(rows) > 1 && timedOut(err) {
+			c.pieceTimedOut(len(rows), time.Since(began))
 			c.s.st.timeoutSplits.Add(1)
 			c.s.logTimeoutSplit(err, len(rows))
 			return err

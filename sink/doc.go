@@ -123,13 +123,17 @@
 //     the hard context ends; logged at Warn on the first failure and again
 //     every minute while the batch keeps failing, with a hint when a server
 //     timeout (57014, 55P03, 25P03, 25P04) ended the attempt;
-//   - statement_timeout, transaction_timeout or a cancel (57014, 25P04):
-//     a batch, or a piece, of more than one row is not retried whole but
-//     in halves, down to one row (Stats.TimeoutSplits); after a piece
-//     commits, the next ones double along the halving's ends. A batch
-//     larger than the limit allows commits in pieces instead of failing
-//     every attempt, and a lock wait that outlasts the limit costs about
-//     2 log2(n) small commits once it is gone;
+//   - but statement_timeout, transaction_timeout or a cancel (57014,
+//     25P04) of more than one row: the committer caps its attempts at half
+//     the rows and goes on in pieces (Stats.TimeoutSplits), down to one row,
+//     which is retried. The cap carries over to its next batches, so that a
+//     limit shorter than a batch takes costs the timeouts of one batch's
+//     halvings, not of every batch's; it doubles after a commit fast enough that twice the cap
+//     would take under half the time the timed-out attempt ran (after a
+//     lock wait that outlasted the limit: within about log2(max_rows)
+//     commits once the lock is gone), and at least once a minute otherwise,
+//     at the cost of one timeout a minute while the limit stays short.
+//     Bisection does the same when one of its pieces times out;
 //   - COMMIT (at-least-once: the whole COPY) sent and no answer: outcome
 //     unknown, treated as not committed and retried; in at-least-once mode
 //     its rows count as PossibleDuplicates;

@@ -22,7 +22,8 @@ const (
 	// classTransient: the database or the network hiccuped (SQLSTATE class
 	// 08, 40, 53, 55P03, 55006, 57, 58; 25P03 and 25P04, a session timeout
 	// that ended the connection; lost connection; timeout). Retry the whole
-	// batch with backoff.
+	// batch with backoff; one that a statement or transaction timeout
+	// ended (timedOut), in smaller pieces.
 	classTransient class = iota
 	// classData: the database refused a row (SQLSTATE class 22 or 23).
 	// Bisect the batch to find it and dead-letter it.
@@ -171,8 +172,10 @@ var stillFailingEvery = time.Minute
 // withHint appends a "hint" attribute to the log arguments args when a
 // server-side timeout or a cancel ended the attempt that failed with err.
 // Such an error is retried like any transient one, since a lock held
-// elsewhere goes away; but a limit set for jetsink's role or database that
-// is shorter than a batch takes fails every attempt of that batch, for ever.
+// elsewhere goes away; a statement or transaction timeout shorter than a
+// batch takes is met by cutting the batch into pieces (timedOut), which
+// costs time; a lock_timeout or idle_in_transaction_session_timeout too
+// short fails every attempt. Either way the limit wants raising.
 func withHint(err error, args ...any) []any {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -194,11 +197,54 @@ func withHint(err error, args ...any) []any {
 	return args
 }
 
+// errHalved is findPoison's answer when a piece timed out (timedOut):
+// process goes on in smaller pieces.
+var errHalved = errors.New("a piece timed out; halved")
+
+// pieceRelax: a committer whose pieces are capped since a timeout doubles
+// the cap at least this often, even if its commits take too long for
+// pieceCommitted to, so that a limit raised since (or a lock wait mistaken
+// for one) costs at most one timed-out attempt per pieceRelax. A variable
+// for the tests.
+var pieceRelax = time.Minute
+
+// pieceTimedOut caps the committer's attempts at half the rows of the one
+// that timed out after running d: the next ones take c.piece rows at
+// most. A statement_timeout shorter than a batch takes, retried at full
+// size, fails for ever; halved down to the size that fits, the batch
+// commits in pieces, and so do the next batches, without timing out
+// again.
+func (c *committer) pieceTimedOut(rows int, d time.Duration) {
+	if half := max(rows/2, 1); c.piece == 0 || half < c.piece {
+		c.piece = half // not raised by a held batch's rest, which is not cut (see process)
+	}
+	c.limit, c.pieceAt = d, time.Now()
+}
+
+// pieceCommitted doubles c.piece after a piece of rows rows committed, if
+// twice the cap would take less than half the time the timed-out attempt
+// ran, at the rate this piece committed (so that the cap grows back within
+// about log2(max_rows) commits once a lock that made attempts time out
+// is gone), or if it has not doubled for pieceRelax. A cap of max_rows is
+// no cap.
+func (c *committer) pieceCommitted(rows int) {
+	if c.piece == 0 || rows == 0 {
+		return
+	}
+	fast := c.took*time.Duration(2*c.piece)/time.Duration(rows) < c.limit/2
+	if !fast && time.Since(c.pieceAt) < pieceRelax {
+		return
+	}
+	if c.piece, c.pieceAt = 2*c.piece, time.Now(); c.piece >= c.s.cfg.Batch.MaxRows {
+		c.piece = 0
+	}
+}
+
 // timedOut reports whether err is a server timeout that a smaller piece
 // of the batch may beat: query_canceled (statement_timeout; also a cancel
 // request, pg_cancel_backend) or transaction_timeout (PostgreSQL 17).
 // Retried at full size, a batch that takes longer than the limit would
-// fail for ever; halved (committer.process), its pieces commit. A lock
+// fail for ever; halved (pieceTimedOut), its pieces commit. A lock
 // wait (lock_timeout, 55P03) does not depend on the rows: not one.
 func timedOut(err error) bool {
 	var pgErr *pgconn.PgError

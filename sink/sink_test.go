@@ -925,42 +925,144 @@ func TestBisectRunOfPoisonRows(t *testing.T) {
 // A batch that takes longer than the role's statement_timeout failed the
 // same way at every retry, for ever. Now it is tried in halves until the
 // pieces commit: every row is in the table once, acked once, and none is
-// dead-lettered. (A trigger sleeps 10 ms per row: 128 rows take 1.3 s, a
-// piece of 16 takes 160 ms, the limit is 300 ms.)
+// dead-lettered. (A trigger sleeps 5 ms per row: 128 rows take 640 ms, 64
+// take 320, 32 take 160, the limit is 300 ms.) The next batch is cut into
+// such pieces from the start; once the trigger is gone, the pieces grow
+// back to whole batches.
 func TestBatchOverStatementTimeoutCommitsInHalves(t *testing.T) {
 	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
 		t.Run(string(mode), func(t *testing.T) {
-			ctx := testCtx(t, 60*time.Second)
+			ctx := testCtx(t, 90*time.Second)
 			pg := testenv.Postgres(t)
 			s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "300"), func(c *Config) {
 				c.Mode = mode
+				c.Connections = 1 // one committer, whose pieces carry over
 				c.Batch.MaxRows = 128
 				c.Batch.MaxDelay = time.Second
 			})
 			logs := captureLog(t, s, time.Minute)
 			admin := pg.Conn(t)
-			triggerOn(t, ctx, admin, s.table, "slow", "true", "PERFORM pg_sleep(0.01)")
+			triggerOn(t, ctx, admin, s.table, "slow", "true", "PERFORM pg_sleep(0.005)")
 			src := newSource()
 			wait := runSink(t, ctx, s, src)
-			rs, ms := rows(1, 128, nil)
-			src.push(t, ctx, rs)
+			var ms []*recMsg
+			batch := func() []*recMsg {
+				t.Helper()
+				rs, bm := rows(len(ms)+1, 128, nil)
+				src.push(t, ctx, rs)
+				ms = append(ms, bm...)
+				waitFor(t, ctx, "rows acked", allAcked(ms))
+				return bm
+			}
+			batch()
+			if st := s.Stats(); st.TimeoutSplits < 2 {
+				t.Fatalf("stats %+v: want two halvings or more", st)
+			}
+			if !strings.Contains(logs.String(), "trying it in halves") {
+				t.Fatal("the halving is not logged")
+			}
+			// The second batch starts in pieces of 32 rows (160 ms): it
+			// times out less, if at all (a piece that takes twice as long
+			// as it should times out once, and the pieces halve again).
+			first := s.Stats().TimeoutSplits
+			batch()
+			if again := s.Stats().TimeoutSplits - first; again >= first {
+				t.Fatalf("the second batch timed out %d times, the first %d: its pieces were not capped", again, first)
+			}
+			if _, err := admin.Exec(ctx, "DROP TRIGGER slow ON "+s.table.Sanitize()); err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; ; i++ {
+				from := len(ms) + 1
+				batch()
+				if largestTx(t, ctx, admin, s.cfg.Table, from) == 128 {
+					break
+				}
+				if i == 10 {
+					t.Fatalf("10 batches after the trigger went, none committed whole: transactions %v",
+						txSizes(t, ctx, admin, s.cfg.Table))
+				}
+			}
 			finishClean(t, ctx, src, wait, dl, ms)
-			if n := count(t, ctx, admin, s.cfg.Table); n != 128 {
-				t.Fatalf("%d rows in the table, want 128", n)
+			if n := count(t, ctx, admin, s.cfg.Table); n != len(ms) {
+				t.Fatalf("%d rows in the table, want %d", n, len(ms))
 			}
 			for i, m := range ms {
 				if a := m.acks.Load(); a != 1 {
 					t.Fatalf("row %d acked %d times", i+1, a)
 				}
 			}
-			if st := s.Stats(); st.TimeoutSplits < 2 || st.Rows != 128 {
-				t.Fatalf("stats %+v: want two halvings or more, 128 rows", st)
-			}
-			if !strings.Contains(logs.String(), "trying it in halves") {
-				t.Fatal("the halving is not logged")
-			}
 		})
 	}
+}
+
+// A batch fails at once on a refused row (a CHECK, before any AFTER
+// trigger runs), but the first half that bisection tries, without that
+// row, runs a slow AFTER trigger for each of its rows and times out. That
+// half was retried whole for ever; now it is tried in smaller pieces, the
+// refused row is dead-lettered, and every other row is committed.
+func TestBisectedPieceOverStatementTimeoutIsHalved(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "300"), func(c *Config) {
+		c.Connections = 1
+		c.Batch.MaxRows = 128
+		c.Batch.MaxDelay = time.Second
+	})
+	admin := pg.Conn(t)
+	refuseBadRows(t, ctx, admin, s.table, false)
+	fn := pgx.Identifier{s.table[len(s.table)-1] + "_slow"}.Sanitize()
+	for _, q := range []string{
+		"CREATE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.005); RETURN NULL; END $$",
+		"CREATE TRIGGER slow AFTER INSERT ON " + s.table.Sanitize() + " FOR EACH ROW EXECUTE FUNCTION " + fn + "()",
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, ms := rows(1, 128, func(seq int) string {
+		if seq == 100 {
+			return `{"bad":true}`
+		}
+		return `{}`
+	})
+	src := newSource()
+	src.push(t, ctx, rs)
+	src.close()
+	if err := s.Run(ctx, src); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != 127 {
+		t.Fatalf("%d rows committed, want 127", n)
+	}
+	if l, seqs := dl.letters(); len(l) != 1 || seqs[0] != 100 || l[0].Code != "constraint" {
+		t.Fatalf("dead letters %v of %v, want one, of row 100, code constraint", l, seqs)
+	}
+	for i, m := range ms {
+		want := int32(1)
+		if i+1 == 100 {
+			want = 0
+		}
+		if m.acks.Load() != want {
+			t.Fatalf("row %d acked %d times, want %d", i+1, m.acks.Load(), want)
+		}
+	}
+	if st := s.Stats(); st.TimeoutSplits == 0 {
+		t.Fatalf("stats %+v: no piece timed out", st)
+	}
+}
+
+// largestTx is the most rows of table that one transaction stored, of
+// those from stream_seq from on (0 if there are none).
+func largestTx(t *testing.T, ctx context.Context, conn *pgx.Conn, table string, from int) int {
+	t.Helper()
+	id, _ := ParseTable(table)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(n), 0)::int FROM (SELECT count(*) AS n FROM "+id.Sanitize()+
+		" WHERE stream_seq >= $1 GROUP BY xmin::text::bigint) t", from).Scan(&n); err != nil {
+		t.Fatalf("largest transaction: %v", err)
+	}
+	return n
 }
 
 // A trigger that refuses every row is the table's doing, not the rows':

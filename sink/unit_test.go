@@ -246,6 +246,58 @@ func TestBackoffBounds(t *testing.T) {
 	}
 }
 
+// The cap on a committer's pieces after server timeouts: halved by each
+// timeout (never raised by one), doubled by a commit fast enough that twice
+// the cap would take under half the timed-out attempt's time, or once per
+// pieceRelax whatever the speed, and gone at max_rows.
+func TestPieceCap(t *testing.T) {
+	s := &Sink{cfg: Config{Batch: BatchConfig{MaxRows: 5000}}}
+	c := &committer{s: s}
+	c.pieceCommitted(100)
+	if c.piece != 0 {
+		t.Fatalf("a commit set a cap: %d", c.piece)
+	}
+	c.pieceTimedOut(5000, 5*time.Second)
+	c.pieceTimedOut(2500, 5*time.Second)
+	if c.piece != 1250 || c.limit != 5*time.Second {
+		t.Fatalf("after two timeouts: cap %d, limit %v; want 1250, 5s", c.piece, c.limit)
+	}
+	c.pieceTimedOut(5000, 5*time.Second) // a held batch's uncut rest
+	if c.piece != 1250 {
+		t.Fatalf("a timeout of 5000 rows raised the cap to %d", c.piece)
+	}
+	c.took = 1200 * time.Millisecond // 2500 rows would take 2.4 s, under half of 5 s
+	c.pieceCommitted(1250)
+	if c.piece != 2500 {
+		t.Fatalf("a fast commit left the cap at %d, want 2500", c.piece)
+	}
+	c.took = 2 * time.Second // 5000 rows would take 4 s: too slow
+	c.pieceCommitted(2500)
+	if c.piece != 2500 {
+		t.Fatalf("a slow commit moved the cap to %d", c.piece)
+	}
+	c.pieceTimedOut(2500, 5*time.Second)
+	c.took = 2 * time.Second // 1250 rows: 2500 would take 4 s
+	c.pieceCommitted(1250)
+	if c.piece != 1250 {
+		t.Fatalf("a slow commit moved the cap to %d", c.piece)
+	}
+	c.pieceAt = time.Now().Add(-pieceRelax)
+	c.pieceCommitted(1250)
+	if c.piece != 2500 || time.Since(c.pieceAt) > time.Minute/2 {
+		t.Fatalf("after pieceRelax: cap %d, changed %v ago; want 2500, now", c.piece, time.Since(c.pieceAt))
+	}
+	c.pieceCommitted(1250)
+	if c.piece != 2500 {
+		t.Fatalf("doubled again by relaxing: %d", c.piece)
+	}
+	c.took = time.Millisecond
+	c.pieceCommitted(2500)
+	if c.piece != 0 {
+		t.Fatalf("a cap of max_rows is left: %d", c.piece)
+	}
+}
+
 // Sanitize then ParseTable gives the same parts back, and ParseTable never
 // panics.
 func FuzzParseTable(f *testing.F) {
