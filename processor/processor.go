@@ -291,7 +291,8 @@ func (p *Processor) Consumer() *consumer.Consumer { return p.consumer }
 // Sink gives access to the sink for health checks and statistics.
 func (p *Processor) Sink() *sink.Sink { return p.sink }
 
-// CloseStages ends the drain: it closes the sink, then confirms that NATS
+// CloseStages ends the drain: it closes the sink (whose waits on
+// PostgreSQL end with ctx too, see sink.Sink.CloseContext), then confirms that NATS
 // has read the acks of the committed rows and closes the connections
 // (consumer.Consumer.Close): while ctx has time left (at most 10 s when it
 // has no deadline) it waits for a connection that is reconnecting; once
@@ -304,7 +305,7 @@ func (p *Processor) Sink() *sink.Sink { return p.sink }
 func (p *Processor) CloseStages(ctx context.Context) error {
 	p.stagesOnce.Do(func() {
 		if p.sink != nil {
-			p.sink.Close()
+			p.sink.CloseContext(ctx)
 		}
 		if p.consumer != nil {
 			p.stagesErr = p.consumer.Close(ctx)

@@ -498,14 +498,21 @@ func quoteLiteral(s string) string {
 
 // Close closes the admin connection. Run closes the committers' own
 // connections before it returns; call Close after Run has returned.
-func (s *Sink) Close() {
+func (s *Sink) Close() { s.CloseContext(context.Background()) }
+
+// CloseContext is Close, giving up its waits once ctx ends: the goodbye
+// to the server on the admin connection (a second at most), and the
+// cancel request pgx sends for an admin statement whose context ended
+// (dropWait at most). A server that does not answer at all would hold up
+// a stop that must be at once (a second signal) for both.
+func (s *Sink) CloseContext(ctx context.Context) {
 	s.adminSem <- struct{}{}
 	defer func() { <-s.adminSem }()
 	s.closed = true
 	if s.admin != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		_ = s.admin.Close(ctx)
+		_ = s.admin.Close(cctx)
 		s.admin = nil
 	}
 	if s.dropped != nil {
@@ -518,6 +525,7 @@ func (s *Sink) Close() {
 		select {
 		case <-s.dropped.CleanupDone():
 		case <-t.C:
+		case <-ctx.Done():
 		}
 		s.dropped = nil
 	}

@@ -2127,6 +2127,55 @@ func TestAdminStatementCancelledOnTheServer(t *testing.T) {
 	}
 }
 
+// A stop that must be at once (a second signal) does not wait for a
+// server that does not answer at all: CloseContext gives up, once its
+// context has ended, the wait for the cancel request pgx sends for an
+// admin statement cut short, which Close waits dropWait for. (Through a
+// blackhole the cancel request is never answered.)
+func TestCloseContextGivesUpOnASilentServer(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	l := listen(t)
+	proxied, to := l.proxy(t, pg.URL)
+	var hole atomic.Bool
+	l.relay(to, func() (up, down func([]byte) verdict) {
+		h := func([]byte) verdict {
+			if hole.Load() {
+				return drop
+			}
+			return pass
+		}
+		return h, h
+	})
+	s, _ := newTestSink(t, ctx, proxied, nil)
+	if err := s.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hole.Store(true)
+	pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := s.Ping(pctx)
+	cancel()
+	if err == nil {
+		t.Fatal("Ping answered through a blackhole")
+	}
+	dropped := s.dropped
+	if dropped == nil {
+		t.Fatal("the admin connection pgx closed is not kept for Close to wait for")
+	}
+	ended, end := context.WithCancel(ctx)
+	end()
+	began := time.Now()
+	s.CloseContext(ended)
+	if took := time.Since(began); took >= dropWait {
+		t.Fatalf("CloseContext with its context ended took %v, as long as Close waits", took)
+	}
+	select {
+	case <-dropped.CleanupDone():
+		t.Fatal("the cancel request got through the blackhole: the test shows nothing")
+	default:
+	}
+}
+
 // heldBackDL fails every dead letter as the consumer's open breaker does.
 type heldBackDL struct{ err error }
 
