@@ -57,7 +57,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		metric.WithDescription("Batch transactions that failed and were retried"), metric.WithUnit("{attempt}"))
 	errs = append(errs, err)
 	timeoutSplits, err := m.Int64ObservableCounter("jetsink.batch.timeout_splits",
-		metric.WithDescription("Batches, or pieces of them, that a server timeout ended (statement_timeout, transaction_timeout, a cancel) and that were tried again in halves"),
+		metric.WithDescription("Attempts of more than one row that a server timeout ended (statement_timeout, transaction_timeout, a cancel); each halved that connection's cap on rows per attempt"),
 		metric.WithUnit("{batch}"))
 	errs = append(errs, err)
 	bisectCopies, err := m.Int64ObservableCounter("jetsink.batch.bisect_copies",

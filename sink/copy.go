@@ -212,11 +212,11 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 		piece = hi < end
 		err := c.commitRetry(ctx, rows[lo:hi], true)
 		if c.settleCommitted(ctx, b, lo, hi, err) {
-			if hi == len(rows) {
-				return nil
-			}
 			if err == nil {
 				c.pieceCommitted(hi - lo)
+			}
+			if hi == len(rows) {
+				return nil
 			}
 			lo, whole = hi, true
 			continue
@@ -242,7 +242,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 		if err != nil {
 			return err
 		}
-		whole, last = p != last+1, p
+		whole, last, piece = p != last+1, p, false
 		if c.s.classify(perr) == classSuspect {
 			// Row p fails with an error that a row may cause, or the
 			// table (see classSuspect).
@@ -269,15 +269,20 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				return ctx.Err()
 			default:
 				// Still nothing committed: it may be the table. Retry the
-				// rest as a whole, like a configuration error, until it
-				// commits or rows commit elsewhere. (findPoison may have
-				// settled rows before p: committed with a miscount.)
-				// Meanwhile the batcher may hand this committer more rows
-				// (holdWait): with them it bisects again, so that a lone
-				// refused row cannot hold every committer for good.
+				// rest as a whole (cut by c.piece), like a configuration
+				// error, until it commits or rows commit elsewhere.
+				// (findPoison may have settled rows before p: committed
+				// with a miscount.) Meanwhile the batcher may hand this
+				// committer more rows (holdWait): with them it bisects
+				// again, so that a lone refused row cannot hold every
+				// committer for good.
 				lo = p
+				hi := len(rows)
+				if c.piece > 0 && hi-lo > c.piece {
+					hi = lo + c.piece // else a rest that times out would never reach holdWait
+				}
 				c.held = b
-				err := c.commitRetry(ctx, rows[lo:], true)
+				err := c.commitRetry(ctx, rows[lo:hi], true)
 				c.held = nil
 				if c.hold.resume = errors.Is(err, errAbsorbed); c.hold.resume {
 					// Rows were taken in: drop the settled ones first,
@@ -291,8 +296,15 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 					rows = b.rows
 					continue
 				}
-				if c.settleCommitted(ctx, b, lo, len(rows), err) {
-					return nil
+				if c.settleCommitted(ctx, b, lo, hi, err) {
+					if err == nil {
+						c.pieceCommitted(hi - lo)
+					}
+					if hi == len(rows) {
+						return nil
+					}
+					lo, whole, piece = hi, true, true
+					continue
 				}
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -485,7 +497,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		if halve && len(rows) > 1 && timedOut(err) {
 			c.pieceTimedOut(len(rows), time.Since(began))
 			c.s.st.timeoutSplits.Add(1)
-			c.s.logTimeoutSplit(err, len(rows))
+			c.s.logTimeoutSplit(err, len(rows), c.piece)
 			return err
 		}
 		wait := bo.next()
@@ -660,17 +672,17 @@ func (s *Sink) logSuspect(err error) {
 }
 
 // logTimeoutSplit logs that a piece of rows rows timed out on the server
-// and is tried in halves (see timedOut): at Warn once per
-// stillFailingEvery for the sink, as every batch may do it while the limit
-// is short, at Debug in between.
-func (s *Sink) logTimeoutSplit(err error, rows int) {
+// and that the committer now tries pieces of piece rows at most (see
+// pieceTimedOut): at Warn once per stillFailingEvery for the sink, as
+// every committer may do it while the limit is short, at Debug in between.
+func (s *Sink) logTimeoutSplit(err error, rows, piece int) {
 	level := slog.LevelDebug
 	now := time.Now().UnixNano()
 	if last := s.splitWarned.Load(); now-last >= int64(stillFailingEvery) && s.splitWarned.CompareAndSwap(last, now) {
 		level = slog.LevelWarn
 	}
-	s.log.Log(context.Background(), level, "batch timed out on the server; trying it in halves",
-		withHint(err, "rows", rows, "halves", []int{rows / 2, rows - rows/2}, "err", err)...)
+	s.log.Log(context.Background(), level, "batch timed out on the server; trying it in smaller pieces",
+		withHint(err, "rows", rows, "piece_rows", piece, "err", err)...)
 }
 
 // logConfigError logs a configuration-class error loudly, once per distinct

@@ -127,8 +127,8 @@
 //     25P04) of more than one row: the committer caps its attempts at half
 //     the rows and goes on in pieces (Stats.TimeoutSplits), down to one row,
 //     which is retried. The cap carries over to its next batches, so that a
-//     limit shorter than a batch takes costs the timeouts of one batch's
-//     halvings, not of every batch's; it doubles after a commit fast enough that twice the cap
+//     limit shorter than a batch takes costs each committer the timeouts
+//     of one batch's halvings, not of every batch's; it doubles after a commit fast enough that twice the cap
 //     would take under half the time the timed-out attempt ran (after a
 //     lock wait that outlasted the limit: within about log2(max_rows)
 //     commits once the lock is gone), and at least once a minute otherwise,

@@ -185,7 +185,7 @@ func withHint(err error, args ...any) []any {
 	case "57014", "25P04":
 		// query_canceled (statement_timeout, or a cancel request),
 		// transaction_timeout: see timedOut.
-		return append(args, "hint", "a server timeout or a cancel ended the attempt; the rows are tried again in halves, down to one "+
+		return append(args, "hint", "a server timeout or a cancel ended the attempt; the rows are tried again in smaller pieces, down to one "+
 			"row, so a lock held elsewhere or a statement_timeout or transaction_timeout shorter than a batch takes costs time, "+
 			"not events; raise the timeout for jetsink's role (ALTER ROLE ... SET) or lower postgres.batch.max_rows")
 	case "55P03", "25P03":

@@ -45,7 +45,7 @@ type Stats struct {
 	ConfigErrors       uint64 // attempts that failed with a configuration-class error (42xxx, 28xxx, ...)
 	BisectCopies       uint64 // extra COPYs spent isolating poison rows
 	TakenIntoHeld      uint64 // batches a committer retrying a refused row took into its batch, to bisect again with their rows (see holdWait)
-	TimeoutSplits      uint64 // pieces of batches halved after a server timeout (statement_timeout, transaction_timeout, a cancel): their halves were tried instead
+	TimeoutSplits      uint64 // attempts of more than one row that a server timeout ended (statement_timeout, transaction_timeout, a cancel): each halved the committer's cap on rows per attempt, or left it lower (see committer.pieceTimedOut)
 	DeadLettered       uint64 // rows dead-lettered by the sink
 	Miscounts          uint64 // at-least-once COPYs that committed with a row count other than the rows sent (all their rows were dead-lettered, code "row_count", not acked), and exactly-once batches that committed with rows missing from the table (those rows were)
 	Uncounted          uint64 // rows sent minus rows counted in those COPYs, plus the rows missing after those batches: rows that may be missing from the table

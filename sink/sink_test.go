@@ -958,7 +958,7 @@ func TestBatchOverStatementTimeoutCommitsInHalves(t *testing.T) {
 			if st := s.Stats(); st.TimeoutSplits < 2 {
 				t.Fatalf("stats %+v: want two halvings or more", st)
 			}
-			if !strings.Contains(logs.String(), "trying it in halves") {
+			if !strings.Contains(logs.String(), "trying it in smaller pieces") {
 				t.Fatal("the halving is not logged")
 			}
 			// The second batch starts in pieces of 32 rows (160 ms): it
@@ -1049,6 +1049,56 @@ func TestBisectedPieceOverStatementTimeoutIsHalved(t *testing.T) {
 	}
 	if st := s.Stats(); st.TimeoutSplits == 0 {
 		t.Fatalf("stats %+v: no piece timed out", st)
+	}
+}
+
+// A table that refuses every row at the end of the statement (an AFTER
+// STATEMENT trigger's RAISE, classSuspect) and takes 5 ms a row before: the
+// committer holds the batch, and its held retry of the whole rest timed
+// out, every time, before any backoff or holdWait, and it bisected again
+// at once: a loop with a timeout per turn. Now the held retry is cut by the
+// cap the timeouts set, so the hold fails fast, backs off and waits as it
+// should, with no more timeouts; once the trigger goes, every row commits.
+func TestHeldBatchCutByTheTimeoutCap(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "300"), func(c *Config) {
+		c.Connections = 1
+		c.Batch.MaxRows = 128
+		c.Batch.MaxDelay = time.Second
+	})
+	admin := pg.Conn(t)
+	triggerOn(t, ctx, admin, s.table, "slow", "true", "PERFORM pg_sleep(0.005)")
+	fn := pgx.Identifier{s.table[len(s.table)-1] + "_refuse"}.Sanitize()
+	for _, q := range []string{
+		"CREATE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'table closed'; END $$",
+		"CREATE TRIGGER refuse AFTER INSERT ON " + s.table.Sanitize() + " FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "()",
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 128, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the held batch retried", func() bool { return s.Stats().ConfigErrors >= 20 })
+	st := s.Stats()
+	waitFor(t, ctx, "more retries of the held batch", func() bool { return s.Stats().ConfigErrors >= st.ConfigErrors+10 })
+	if again := s.Stats().TimeoutSplits - st.TimeoutSplits; again > 1 {
+		t.Fatalf("%d more timeouts during 10 retries of the held batch (%d before): its retries are not cut", again, st.TimeoutSplits)
+	}
+	for i, m := range ms {
+		if m.acks.Load() != 0 || m.terms.Load() != 0 {
+			t.Fatalf("row %d settled while the table refuses every row", i+1)
+		}
+	}
+	if _, err := admin.Exec(ctx, "DROP TRIGGER refuse ON "+s.table.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	finishClean(t, ctx, src, wait, dl, ms)
+	if n := count(t, ctx, admin, s.cfg.Table); n != 128 {
+		t.Fatalf("%d rows committed, want 128", n)
 	}
 }
 
