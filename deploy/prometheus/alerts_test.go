@@ -120,6 +120,10 @@ var scenarios = map[string][]scenario{
 		{"one given up", `jetsink_postgres_dead_connections_total` + labels + ` 0 0 1 1 1`, 4 * time.Minute, true},
 		{"none", `jetsink_postgres_dead_connections_total` + labels + ` 0x5`, 4 * time.Minute, false},
 	},
+	"JetsinkBatchesTimingOut": {
+		{"three attempts cut", `jetsink_batch_timeout_splits_total` + labels + ` 0 0 3 3 3`, 4 * time.Minute, true},
+		{"none", `jetsink_batch_timeout_splits_total` + labels + ` 0x5`, 4 * time.Minute, false},
+	},
 	"JetsinkSpansLost": {
 		{"queue full", `jetsink_trace_spans_lost_total{job="jetsink",instance="a",reason="queue_full"} 0 0 30 30 30`, 4 * time.Minute, true},
 		{"none", `jetsink_trace_spans_lost_total{job="jetsink",instance="a",reason="queue_full"} 0x5`, 4 * time.Minute, false},
