@@ -685,12 +685,19 @@ func raiseOn(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx.Ident
 // the PL/pgSQL statement action for rows where cond holds.
 func triggerOn(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx.Identifier, name, cond, action string) {
 	t.Helper()
+	trigger(t, ctx, admin, table, name, "BEFORE INSERT", "ROW", "IF "+cond+" THEN "+action+"; END IF; RETURN NEW;")
+}
+
+// trigger adds a trigger called name to table, fired when ("BEFORE
+// INSERT", "AFTER INSERT") for each ("ROW", "STATEMENT"), whose function
+// runs the PL/pgSQL statements body.
+func trigger(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx.Identifier, name, when, each, body string) {
+	t.Helper()
 	fn := pgx.Identifier{table[len(table)-1] + "_" + name}.Sanitize()
-	if _, err := admin.Exec(ctx, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF "+cond+
-		" THEN "+action+"; END IF; RETURN NEW; END $$"); err != nil {
+	if _, err := admin.Exec(ctx, "CREATE FUNCTION "+fn+"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "+body+" END $$"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Exec(ctx, "CREATE TRIGGER "+name+" BEFORE INSERT ON "+table.Sanitize()+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()"); err != nil {
+	if _, err := admin.Exec(ctx, "CREATE TRIGGER "+name+" "+when+" ON "+table.Sanitize()+" FOR EACH "+each+" EXECUTE FUNCTION "+fn+"()"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -934,12 +941,7 @@ func TestBatchOverStatementTimeoutCommitsInHalves(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := testCtx(t, 90*time.Second)
 			pg := testenv.Postgres(t)
-			s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "300"), func(c *Config) {
-				c.Mode = mode
-				c.Connections = 1 // one committer, whose pieces carry over
-				c.Batch.MaxRows = 128
-				c.Batch.MaxDelay = time.Second
-			})
+			s, dl := newTimeoutSink(t, ctx, pg.URL, mode)
 			logs := captureLog(t, s, time.Minute)
 			admin := pg.Conn(t)
 			triggerOn(t, ctx, admin, s.table, "slow", "true", "PERFORM pg_sleep(0.005)")
@@ -1004,22 +1006,10 @@ func TestBatchOverStatementTimeoutCommitsInHalves(t *testing.T) {
 func TestBisectedPieceOverStatementTimeoutIsHalved(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
-	s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "300"), func(c *Config) {
-		c.Connections = 1
-		c.Batch.MaxRows = 128
-		c.Batch.MaxDelay = time.Second
-	})
+	s, dl := newTimeoutSink(t, ctx, pg.URL, AtLeastOnce)
 	admin := pg.Conn(t)
 	refuseBadRows(t, ctx, admin, s.table, false)
-	fn := pgx.Identifier{s.table[len(s.table)-1] + "_slow"}.Sanitize()
-	for _, q := range []string{
-		"CREATE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.005); RETURN NULL; END $$",
-		"CREATE TRIGGER slow AFTER INSERT ON " + s.table.Sanitize() + " FOR EACH ROW EXECUTE FUNCTION " + fn + "()",
-	} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	trigger(t, ctx, admin, s.table, "slow", "AFTER INSERT", "ROW", "PERFORM pg_sleep(0.005); RETURN NULL;")
 	rs, ms := rows(1, 128, func(seq int) string {
 		if seq == 100 {
 			return `{"bad":true}`
@@ -1062,22 +1052,10 @@ func TestBisectedPieceOverStatementTimeoutIsHalved(t *testing.T) {
 func TestHeldBatchCutByTheTimeoutCap(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
-	s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "300"), func(c *Config) {
-		c.Connections = 1
-		c.Batch.MaxRows = 128
-		c.Batch.MaxDelay = time.Second
-	})
+	s, dl := newTimeoutSink(t, ctx, pg.URL, AtLeastOnce)
 	admin := pg.Conn(t)
 	triggerOn(t, ctx, admin, s.table, "slow", "true", "PERFORM pg_sleep(0.005)")
-	fn := pgx.Identifier{s.table[len(s.table)-1] + "_refuse"}.Sanitize()
-	for _, q := range []string{
-		"CREATE FUNCTION " + fn + "() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'table closed'; END $$",
-		"CREATE TRIGGER refuse AFTER INSERT ON " + s.table.Sanitize() + " FOR EACH STATEMENT EXECUTE FUNCTION " + fn + "()",
-	} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	trigger(t, ctx, admin, s.table, "refuse", "AFTER INSERT", "STATEMENT", "RAISE EXCEPTION 'table closed';")
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
 	rs, ms := rows(1, 128, nil)
@@ -1100,6 +1078,19 @@ func TestHeldBatchCutByTheTimeoutCap(t *testing.T) {
 	if n := count(t, ctx, admin, s.cfg.Table); n != 128 {
 		t.Fatalf("%d rows committed, want 128", n)
 	}
+}
+
+// newTimeoutSink is a sink in mode with one committer, batches of up to
+// 128 rows (a second to fill), and a statement_timeout of 300 ms for its
+// sessions: the tests of what a server timeout does.
+func newTimeoutSink(t *testing.T, ctx context.Context, pgURL string, mode Mode) (*Sink, *recDL) {
+	t.Helper()
+	return newTestSink(t, ctx, withParam(t, pgURL, "statement_timeout", "300"), func(c *Config) {
+		c.Mode = mode
+		c.Connections = 1 // one committer, whose cap carries over
+		c.Batch.MaxRows = 128
+		c.Batch.MaxDelay = time.Second
+	})
 }
 
 // largestTx is the most rows of table that one transaction stored, of
