@@ -708,10 +708,16 @@ func trigger(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx.Ident
 // the rows' messages.
 func runPoisoned(t *testing.T, ctx context.Context, s *Sink, admin *pgx.Conn, bad func(seq int) bool) []*recMsg {
 	t.Helper()
-	n := 0
-	rs, ms := rows(1, 100, func(seq int) string {
+	return runPoisonedN(t, ctx, s, admin, 100, bad)
+}
+
+// runPoisonedN is runPoisoned with rows 1..n.
+func runPoisonedN(t *testing.T, ctx context.Context, s *Sink, admin *pgx.Conn, n int, bad func(seq int) bool) []*recMsg {
+	t.Helper()
+	refused := 0
+	rs, ms := rows(1, n, func(seq int) string {
 		if bad(seq) {
-			n++
+			refused++
 			return `{"bad":true}`
 		}
 		return `{}`
@@ -722,8 +728,8 @@ func runPoisoned(t *testing.T, ctx context.Context, s *Sink, admin *pgx.Conn, ba
 	if err := s.Run(ctx, src); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if got := count(t, ctx, admin, s.cfg.Table); got != 100-n {
-		t.Fatalf("%d rows committed, want %d", got, 100-n)
+	if got := count(t, ctx, admin, s.cfg.Table); got != n-refused {
+		t.Fatalf("%d rows committed, want %d", got, n-refused)
 	}
 	return ms
 }
@@ -1010,21 +1016,7 @@ func TestBisectedPieceOverStatementTimeoutIsHalved(t *testing.T) {
 	admin := pg.Conn(t)
 	refuseBadRows(t, ctx, admin, s.table, false)
 	trigger(t, ctx, admin, s.table, "slow", "AFTER INSERT", "ROW", "PERFORM pg_sleep(0.005); RETURN NULL;")
-	rs, ms := rows(1, 128, func(seq int) string {
-		if seq == 100 {
-			return `{"bad":true}`
-		}
-		return `{}`
-	})
-	src := newSource()
-	src.push(t, ctx, rs)
-	src.close()
-	if err := s.Run(ctx, src); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if n := count(t, ctx, admin, s.cfg.Table); n != 127 {
-		t.Fatalf("%d rows committed, want 127", n)
-	}
+	ms := runPoisonedN(t, ctx, s, admin, 128, func(seq int) bool { return seq == 100 })
 	if l, seqs := dl.letters(); len(l) != 1 || seqs[0] != 100 || l[0].Code != "constraint" {
 		t.Fatalf("dead letters %v of %v, want one, of row 100, code constraint", l, seqs)
 	}
