@@ -27,11 +27,12 @@ const (
 func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	m := p.metrics.Meter()
 	var errs []error
-	counter := func(name, desc string) metric.Int64ObservableCounter {
-		c, err := m.Int64ObservableCounter(name, metric.WithDescription(desc), metric.WithUnit("{event}"))
+	counterIn := func(name, desc, unit string) metric.Int64ObservableCounter {
+		c, err := m.Int64ObservableCounter(name, metric.WithDescription(desc), metric.WithUnit(unit))
 		errs = append(errs, err)
 		return c
 	}
+	counter := func(name, desc string) metric.Int64ObservableCounter { return counterIn(name, desc, "{event}") }
 	gauge := func(name, desc, unit string) metric.Int64ObservableGauge {
 		g, err := m.Int64ObservableGauge(name, metric.WithDescription(desc), metric.WithUnit(unit))
 		errs = append(errs, err)
@@ -45,36 +46,23 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")
 	ackErrs := counter("jetsink.ack.failures", "Acks refused after commit, or sent but not confirmed by the server (on a connection lost before a flush confirmed them, or at shutdown): the message comes back, a duplicate in at-least-once mode")
 	staleSettles := counter("jetsink.ack.stale", "Messages not acked after commit, or not terminated after their dead letter was stored, because their stream was re-created since they were taken")
-	miscounts, err := m.Int64ObservableCounter("jetsink.copy.miscounts",
-		metric.WithDescription("COPYs that committed with a row count other than the rows sent, and exactly-once batches that committed with rows missing from the table (dead-lettered, code row_count)"),
-		metric.WithUnit("{statement}"))
-	errs = append(errs, err)
+	miscounts := counterIn("jetsink.copy.miscounts",
+		"COPYs that committed with a row count other than the rows sent, and exactly-once batches that committed with rows missing from the table (dead-lettered, code row_count)", "{statement}")
 	uncounted := counter("jetsink.events.uncounted", "Rows sent in miscounted COPYs minus the rows the server counted, and rows missing after an exactly-once batch: rows that may be missing from the table")
-	batches, err := m.Int64ObservableCounter("jetsink.batches.committed",
-		metric.WithDescription("Transactions that committed a batch"), metric.WithUnit("{batch}"))
-	errs = append(errs, err)
-	retries, err := m.Int64ObservableCounter("jetsink.batch.retries",
-		metric.WithDescription("Batch transactions that failed and were retried"), metric.WithUnit("{attempt}"))
-	errs = append(errs, err)
-	timeoutSplits, err := m.Int64ObservableCounter("jetsink.batch.timeout_splits",
-		metric.WithDescription("Attempts of more than one row that a server timeout ended (statement_timeout, transaction_timeout, a cancel); each halved that connection's cap on rows per attempt"),
-		metric.WithUnit("{batch}"))
-	errs = append(errs, err)
-	bisectCopies, err := m.Int64ObservableCounter("jetsink.batch.bisect_copies",
-		metric.WithDescription("Extra COPYs spent finding the rows the database refuses in a batch that failed"),
-		metric.WithUnit("{statement}"))
-	errs = append(errs, err)
-	takenIntoHeld, err := m.Int64ObservableCounter("jetsink.batch.taken_into_held",
-		metric.WithDescription("Batches taken into one retried while the database refuses a row that no commit has yet shown to be at fault, to bisect again with their rows"),
-		metric.WithUnit("{batch}"))
-	errs = append(errs, err)
-	inProgressErrs, err := m.Int64ObservableCounter("jetsink.in_progress.failures",
-		metric.WithDescription("Heartbeats (InProgress) that failed for messages waiting in the sink (a batch retried, or waiting for a committer); sent again at the next tick, but past ack_wait JetStream may deliver such a message again"),
-		metric.WithUnit("{message}"))
-	errs = append(errs, err)
-	deadConns, err := m.Int64ObservableCounter("jetsink.postgres.dead_connections",
-		metric.WithDescription("Connections to PostgreSQL given up because the server gave no sign of life for dead_connection_timeout"), metric.WithUnit("{connection}"))
-	errs = append(errs, err)
+	batches := counterIn("jetsink.batches.committed",
+		"Transactions that committed a batch", "{batch}")
+	retries := counterIn("jetsink.batch.retries",
+		"Batch transactions that failed and were retried", "{attempt}")
+	timeoutSplits := counterIn("jetsink.batch.timeout_splits",
+		"Attempts of more than one row that a server timeout ended (statement_timeout, transaction_timeout, a cancel); each halved that connection's cap on rows per attempt", "{attempt}")
+	bisectCopies := counterIn("jetsink.batch.bisect_copies",
+		"Extra COPYs spent finding the rows the database refuses in a batch that failed", "{statement}")
+	takenIntoHeld := counterIn("jetsink.batch.taken_into_held",
+		"Batches taken into one retried while the database refuses a row that no commit has yet shown to be at fault, to bisect again with their rows", "{batch}")
+	inProgressErrs := counterIn("jetsink.in_progress.failures",
+		"Heartbeats (InProgress) that failed for messages waiting in the sink (a batch retried, or waiting for a committer); sent again at the next tick, but past ack_wait JetStream may deliver such a message again", "{message}")
+	deadConns := counterIn("jetsink.postgres.dead_connections",
+		"Connections to PostgreSQL given up because the server gave no sign of life for dead_connection_timeout", "{connection}")
 	ring := gauge("jetsink.ring.occupancy", "Events waiting in a ring (in: consumer to worker, out: worker to sink)", "{event}")
 	inFlight := gauge("jetsink.in_flight", "Bytes of the messages taken from JetStream whose fate is not yet settled (nats.max_in_flight_bytes bounds them; wire pull client)", "By")
 	inFlightLimit := gauge("jetsink.in_flight.limit", "nats.max_in_flight_bytes as applied (0: no bound)", "By")
@@ -88,13 +76,10 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		metric.WithDescription("How long the longest commit attempt under way has run, 0 when none runs: a batch waiting for a lock, or on a server that hangs, shows here before anything fails"),
 		metric.WithUnit("s"))
 	errs = append(errs, err)
-	spansExported, err := m.Int64ObservableCounter("jetsink.trace.spans.exported",
-		metric.WithDescription("Sampled spans the collector took"), metric.WithUnit("{span}"))
-	errs = append(errs, err)
-	spansLost, err := m.Int64ObservableCounter("jetsink.trace.spans.lost",
-		metric.WithDescription("Sampled spans not exported: the export queue was full (reason queue_full) or their export failed (export_failed)"),
-		metric.WithUnit("{span}"))
-	errs = append(errs, err)
+	spansExported := counterIn("jetsink.trace.spans.exported",
+		"Sampled spans the collector took", "{span}")
+	spansLost := counterIn("jetsink.trace.spans.lost",
+		"Sampled spans not exported: the export queue was full (reason queue_full) or their export failed (export_failed)", "{span}")
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("metric instrument: %w", err)
