@@ -212,6 +212,10 @@ func (s *Sink) logProblems(ctx context.Context) bool {
 		return false
 	}
 	for _, p := range probs {
+		if p.Kind == ProblemServerTimeout {
+			s.log.Warn("a limit of the server's may slow the batches down", "problem", p.Message, "fix", p.Fix)
+			continue
+		}
 		if p.Warning {
 			s.log.Warn("the table may not store every event as sent", "problem", p.Message, "fix", p.Fix)
 			continue

@@ -133,7 +133,9 @@
 //     lock wait that outlasted the limit: within about log2(max_rows)
 //     commits once the lock is gone), and at least once a minute otherwise,
 //     at the cost of one timeout a minute while the limit stays short.
-//     Bisection does the same when one of its pieces times out;
+//     Bisection does the same when one of its pieces times out. Check
+//     warns of a statement_timeout or transaction_timeout under 10 s
+//     (ProblemServerTimeout);
 //   - COMMIT (at-least-once: the whole COPY) sent and no answer: outcome
 //     unknown, treated as not committed and retried; in at-least-once mode
 //     its rows count as PossibleDuplicates;

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -249,7 +250,20 @@ const (
 	// refused, once other rows have committed; and a stored row the role
 	// may not SELECT looks missing after a conflict (a warning).
 	ProblemRowSecurity ProblemKind = "row_security"
+	// ProblemServerTimeout is a warning: statement_timeout or
+	// transaction_timeout for jetsink's sessions is under
+	// shortServerTimeout. A batch that takes longer (a lock wait, a slow
+	// disk, a large max_rows) is ended by the server and tried again in
+	// smaller pieces (see committer.pieceTimedOut): nothing is lost, but
+	// the pieces cost throughput.
+	ProblemServerTimeout ProblemKind = "server_timeout"
 )
+
+// shortServerTimeout: a statement_timeout or transaction_timeout under it
+// is reported (ProblemServerTimeout). A batch of the default max_rows
+// commits in tens of milliseconds on an idle server, but a busy one, or
+// a lock held for a moment elsewhere, can take seconds.
+const shortServerTimeout = 10 * time.Second
 
 // Problem is one difference between the mapping and the table.
 type Problem struct {
@@ -604,6 +618,27 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 					"INSERT left out, and dead-letters one it cannot see (code row_count) although it is stored", tname),
 				Fix: "give the role a SELECT policy over the rows it stores (if the policies refuse rows on purpose, that is all); or " + fix})
 		}
+	}
+	limits, err := c.Query(ctx, `SELECT name, setting, unit FROM pg_settings
+		WHERE name IN ('statement_timeout', 'transaction_timeout') ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("check the server's timeouts on %s: %w", s.where, err)
+	}
+	type limit struct{ Name, Setting, Unit string }
+	set, err := pgx.CollectRows(limits, pgx.RowToStructByPos[limit])
+	if err != nil {
+		return nil, fmt.Errorf("check the server's timeouts on %s: %w", s.where, err)
+	}
+	for _, l := range set {
+		ms, err := strconv.ParseInt(l.Setting, 10, 64)
+		if err != nil || l.Unit != "ms" || ms <= 0 || ms >= shortServerTimeout.Milliseconds() {
+			continue
+		}
+		probs = append(probs, Problem{Kind: ProblemServerTimeout, Warning: true,
+			Message: fmt.Sprintf("%s is %v for jetsink's sessions: a batch that takes longer (a lock wait, a busy server, a large "+
+				"postgres.batch.max_rows) is ended by the server and tried again in smaller pieces, which costs throughput", l.Name,
+				time.Duration(ms)*time.Millisecond),
+			Fix: fmt.Sprintf("ALTER ROLE <jetsink's role> SET %s = '1min' (or 0, no limit); or lower postgres.batch.max_rows", l.Name)})
 	}
 	switch {
 	case recovery:

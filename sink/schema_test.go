@@ -507,6 +507,34 @@ func TestServerEncoding(t *testing.T) {
 	})
 }
 
+// A statement_timeout under 10 s for jetsink's sessions is a warning: a
+// batch that takes longer is cut into pieces. A longer one, or none, is
+// not reported.
+func TestCheckWarnsOfAShortServerTimeout(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	for _, tc := range []struct {
+		setting string
+		want    bool
+	}{{"300", true}, {"20000", false}, {"0", false}} {
+		s, _ := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", tc.setting), nil)
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tc.want {
+			if len(probs) != 0 {
+				t.Fatalf("statement_timeout %s ms: problems %v", tc.setting, probs)
+			}
+			continue
+		}
+		if len(probs) != 1 || probs[0].Kind != ProblemServerTimeout || !probs[0].Warning ||
+			!strings.Contains(probs[0].Message, "statement_timeout is 300ms") {
+			t.Fatalf("statement_timeout 300 ms: problems %v, want one warning, server_timeout", probs)
+		}
+	}
+}
+
 // A numeric or timestamptz column with a precision is a warning naming
 // it: PostgreSQL rounds what jetsink sends to it (and refuses a number too
 // large for numeric(p,s), one bisection per row). Before, the type's OID
