@@ -294,6 +294,61 @@ func TestCheckPullBytesAndFilter(t *testing.T) {
 	}
 }
 
+// The log names the server jetsink connected to, never the credentials in
+// nats.url: a token, or a user and password (nats.go's
+// ConnectedUrlRedacted hides a password only).
+func TestLogShowsNoCredentialsOfTheURL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const token, user, pass = "t0kenSecret", "aliceUser", "p4ssSecret"
+	for _, tc := range []struct {
+		name string
+		opts func(*server.Options)
+		auth string
+	}{
+		{"token", func(o *server.Options) { o.Authorization = token }, token + "@"},
+		{"user and password", func(o *server.Options) {
+			o.Users = []*server.User{{Username: user, Password: pass}}
+		}, user + ":" + pass + "@"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+				JetStream: true, StoreDir: t.TempDir(), ServerName: "creds"}
+			tc.opts(opts)
+			srv, err := server.NewServer(opts)
+			if err != nil {
+				t.Fatalf("nats-server: %v", err)
+			}
+			srv.Start()
+			t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+			if !srv.ReadyForConnections(10 * time.Second) {
+				t.Fatal("nats-server not ready")
+			}
+			name := uniqueName(t)
+			cfg := DefaultConfig()
+			cfg.URL = strings.Replace(srv.ClientURL(), "nats://", "nats://"+tc.auth, 1)
+			cfg.Stream, cfg.Subjects, cfg.Consumer = name, []string{"in." + name + ".>"}, "c_"+name
+			cfg.CreateStream = true
+			cfg.DeadLetterSubject = "dlq." + name
+			var buf syncBuffer
+			c, err := New(ctx, cfg, testLogger(t, &buf))
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			_ = c.Close(context.Background())
+			log := buf.String()
+			if !strings.Contains(log, "nats consumer ready") {
+				t.Fatalf("no line for the connection in the log:\n%s", log)
+			}
+			for _, secret := range []string{token, user, pass} {
+				if strings.Contains(log, secret) {
+					t.Fatalf("the log shows %q:\n%s", secret, log)
+				}
+			}
+		})
+	}
+}
+
 // An account that may not read the dead-letter stream's settings (no
 // STREAM.INFO on it: here a publish permission denied) gets a warning that
 // they are not checked, not a failed check: run only warns of it too.

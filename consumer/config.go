@@ -488,6 +488,11 @@ func ConnectError(urls string, err error) error {
 		serversOf(urls), err)
 }
 
+// connectedURL is the server nc is connected to, for the log: without the
+// user info (nats.go's ConnectedUrlRedacted hides a password only, and
+// shows a token or a user name).
+func connectedURL(nc *nats.Conn) string { return serversOf(nc.ConnectedUrl()) }
+
 // serversOf is urls with each URL cut to its scheme and host: no user,
 // password or token (whatever characters a password holds: everything up to
 // the last @ goes), no path or query.

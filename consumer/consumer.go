@@ -221,7 +221,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	if b := c.budget.Load(); b != nil {
 		budget = b.Limit()
 	}
-	log.Info("nats consumer ready", "url", nc.ConnectedUrlRedacted(), "max_ack_pending", cfg.maxAckPending(), "max_in_flight_bytes", budget)
+	log.Info("nats consumer ready", "url", connectedURL(nc), "max_ack_pending", cfg.maxAckPending(), "max_in_flight_bytes", budget)
 	return c, nil
 }
 
@@ -295,7 +295,7 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 			// server nats.go left.
 			c.wireDialFails.Store(0)
 			c.wireGaveUp.Store(false)
-			c.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+			c.log.Info("nats reconnected", "url", connectedURL(nc))
 			// While the connection was down the stream may have been
 			// re-created, and nats.go's pulls go on with whatever stream
 			// answers: push (exactly-once) or serve (at-least-once) has

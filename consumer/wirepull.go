@@ -48,7 +48,7 @@ func (c *Consumer) pullsWithWire() bool {
 		return true // wire.Dial judges the rest
 	}
 	if c.wsNoted.CompareAndSwap(false, true) {
-		c.log.Info("nats.pull_client wire does not speak websocket; nats.go pulls", "url", c.nc.ConnectedUrlRedacted())
+		c.log.Info("nats.pull_client wire does not speak websocket; nats.go pulls", "url", connectedURL(c.nc))
 	}
 	return false
 }
