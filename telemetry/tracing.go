@@ -329,9 +329,15 @@ func CheckEndpoint(endpoint string) error {
 // credentials, so that the collector would see requests without
 // authentication, or a query or fragment. It quotes the endpoint without
 // its userinfo; the error wraps ErrInvalidConfig.
+//
+// An '@' after the host is taken for credentials too: url.Parse ends the
+// authority at the first '/', '?' or '#', so that a password or token that
+// holds one (base64 does) leaves its end, and the real host, in the path,
+// query or fragment, and the exporter would send to a host made of the
+// token's first part.
 func droppedParts(name, endpoint string, u *url.URL) error {
 	switch {
-	case u.User != nil:
+	case u.User != nil || strings.Contains(u.Path, "@") || strings.Contains(u.RawQuery, "@") || strings.Contains(u.Fragment, "@"):
 		return fmt.Errorf("%w: %s %q: the OTLP exporters ignore credentials in the URL and would send none; "+
 			"remove them and set OTEL_EXPORTER_OTLP_HEADERS instead, e.g. OTEL_EXPORTER_OTLP_HEADERS=Authorization=Basic%%20<base64 of user:password>",
 			ErrInvalidConfig, name, redactEndpoint(endpoint))
@@ -347,18 +353,17 @@ func droppedParts(name, endpoint string, u *url.URL) error {
 // token itself in https://TOKEN@host, and it needs a URL that parses,
 // while an error message must not quote the credentials of one that does
 // not (user:pass@host:4318 without a scheme, a space in the password). The
-// userinfo is what precedes the last '@' of the authority, as url.Parse
-// reads it.
+// userinfo is taken to be all that precedes the last '@' after the scheme,
+// not the authority's last '@' that url.Parse reads: a password or token
+// may hold '/', '?' or '#', which end the authority for url.Parse (see
+// droppedParts). An '@' later in a URL without credentials costs the
+// message its host, not a secret.
 func redactEndpoint(endpoint string) string {
 	prefix, rest := "", endpoint
 	if i := strings.Index(endpoint, "://"); i >= 0 {
 		prefix, rest = endpoint[:i+len("://")], endpoint[i+len("://"):]
 	}
-	authority := rest
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		authority = rest[:i]
-	}
-	i := strings.LastIndex(authority, "@")
+	i := strings.LastIndex(rest, "@")
 	if i < 0 {
 		return endpoint
 	}
