@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -33,13 +34,18 @@ Without --url it probes /readyz on the address in JETSINK_TELEMETRY_LISTEN
 (telemetry.listen; 0.0.0.0, :: or no host is probed on 127.0.0.1; one it
 cannot use, such as a port 0, exits 1),
 so that a container run with -e JETSINK_TELEMETRY_LISTEN=0.0.0.0:9100 checks
-port 9100; without that variable, ` + defaultHealthURL + `. A
+port 9100; without that variable, ` + defaultHealthURL + `. Set and empty,
+which turns the admin listener off, it exits 1 and says so. A
 config file's telemetry.listen is not read: give --url when the file sets it.`,
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{usageExitsFailed: "yes"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if timeout <= 0 {
+				return usageError{fmt.Errorf("healthcheck: --timeout %v: give a duration above 0, such as 3s", timeout)}
+			}
 			if !cmd.Flags().Changed("url") {
-				u, err := healthURL(os.Getenv("JETSINK_TELEMETRY_LISTEN"))
+				listen, set := os.LookupEnv("JETSINK_TELEMETRY_LISTEN")
+				u, err := healthURL(listen, set)
 				if err != nil {
 					// Exit 1, unhealthy: Docker reserves 2 in a health check.
 					return fmt.Errorf("healthcheck: %w", err)
@@ -76,12 +82,16 @@ config file's telemetry.listen is not read: give --url when the file sets it.`,
 }
 
 // healthURL is the /readyz URL of the admin listener listen (host:port, as
-// telemetry.listen takes it); "" gives defaultHealthURL. A listener on every
-// address (no host, 0.0.0.0, ::) is probed on the loopback address of its
-// family.
-func healthURL(listen string) (string, error) {
-	if listen == "" {
+// telemetry.listen takes it); without one (set false) defaultHealthURL. Set
+// and empty, as jetsink reads JETSINK_TELEMETRY_LISTEN, the listener is off:
+// an error. A listener on every address (no host, 0.0.0.0, ::) is probed on
+// the loopback address of its family.
+func healthURL(listen string, set bool) (string, error) {
+	switch {
+	case !set:
 		return defaultHealthURL, nil
+	case listen == "":
+		return "", errors.New("JETSINK_TELEMETRY_LISTEN is empty, which turns jetsink's admin listener off: nothing answers a probe; give --url, or set it")
 	}
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {

@@ -77,7 +77,7 @@ func TestHealthcheckUsesTelemetryListen(t *testing.T) {
 func TestHealthcheckBadCommandLineExits1(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, args := range [][]string{{"--no-such-flag"}, {"--timeout", "soon"}, {"extra"}, {"--url", "http://[::1"}} {
+	for _, args := range [][]string{{"--no-such-flag"}, {"--timeout", "soon"}, {"--timeout", "0s"}, {"--timeout", "-1s"}, {"extra"}, {"--url", "http://[::1"}} {
 		r := startJetsink(t, ctx, append([]string{"healthcheck"}, args...)...)
 		if code := r.wait(t, ctx); code != exitFailed {
 			t.Errorf("healthcheck %v: exit %d (%v), want %d", args, code, r.err, exitFailed)
@@ -91,8 +91,11 @@ func TestHealthcheckBadCommandLineExits1(t *testing.T) {
 }
 
 func TestHealthURL(t *testing.T) {
+	if got, err := healthURL("", false); got != "http://127.0.0.1:9464/readyz" || err != nil {
+		t.Errorf("healthURL without JETSINK_TELEMETRY_LISTEN = %q, %v; want the default", got, err)
+	}
 	for _, c := range []struct{ listen, want string }{
-		{"", "http://127.0.0.1:9464/readyz"},
+		{"", ""}, // set and empty: the listener is off
 		{"0.0.0.0:9100", "http://127.0.0.1:9100/readyz"},
 		{":9100", "http://127.0.0.1:9100/readyz"},
 		{"[::]:9100", "http://127.0.0.1:9100/readyz"}, // dual-stack, or IPv4 alone where IPv6 is off
@@ -102,7 +105,7 @@ func TestHealthURL(t *testing.T) {
 		{"9100", ""},
 		{"0.0.0.0:0", ""},
 	} {
-		got, err := healthURL(c.listen)
+		got, err := healthURL(c.listen, true)
 		if got != c.want || (err != nil) != (c.want == "") {
 			t.Errorf("healthURL(%q) = %q, %v; want %q", c.listen, got, err, c.want)
 		}

@@ -112,7 +112,11 @@ func TestBadCommandLineExitCode(t *testing.T) {
 		say  string
 	}{
 		{[]string{"frobnicate"}, exitConfig, `unknown command "frobnicate" for "jetsink"`},
-		{[]string{"rnu"}, exitConfig, "Did you mean this?\n\trun"},
+		{[]string{"rnu"}, exitConfig, `unknown command "rnu" for "jetsink"; did you mean run?`},
+		// A flag's value after a space, not "=": the argument is not
+		// quoted past its first character that no command holds.
+		{[]string{"run", "--set", "postgres.url", "postgres://u:pw@db/x"}, exitConfig, `unknown command "postgres..." for "jetsink run"`},
+		{[]string{"postgres://u:pw@db/x"}, exitConfig, `unknown command "postgres..." for "jetsink"`},
 		{[]string{"rnu", "--config", "x.yaml"}, exitConfig, `unknown command "rnu" for "jetsink"`},
 		{[]string{"dlq", "replya", "--dry-run"}, exitConfig, `unknown command "replya" for "jetsink dlq"; did you mean replay?`},
 		{[]string{"--no-such-flag"}, exitConfig, "unknown flag: --no-such-flag"},
@@ -141,6 +145,9 @@ func TestBadCommandLineExitCode(t *testing.T) {
 		}
 		if code != tc.want || !strings.Contains(msg, tc.say) {
 			t.Errorf("jetsink %s: exit %d, want %d with %q in:\n%s", strings.Join(tc.args, " "), code, tc.want, tc.say, msg)
+		}
+		if strings.Contains(msg, "u:pw@") {
+			t.Errorf("jetsink %s: the password is in:\n%s", strings.Join(tc.args, " "), msg)
 		}
 	}
 }

@@ -156,8 +156,8 @@ JETSINK_<SECTION>_<KEY>), overridden by flags (--set key=value).`),
 	// its command lines are checked too.
 	root.InitDefaultCompletionCmd()
 	root.InitDefaultHelpCmd()
+	argsAreUsage(root)
 	for _, c := range root.Commands() {
-		argsAreUsage(c)
 		if c.Name() == "help" {
 			helpTopicIsUsage(root, c)
 		}
@@ -225,6 +225,12 @@ func argsAreUsage(c *cobra.Command) {
 		args := c.Args
 		c.Args = func(cmd *cobra.Command, a []string) error {
 			if err := args(cmd, a); err != nil {
+				if len(a) > 0 && strings.Contains(err.Error(), a[0]) {
+					// cobra.NoArgs quotes the argument, which may be a
+					// flag's value given after a space instead of "=":
+					// --set postgres.url postgres://user:password@...
+					return unknownCommand(cmd, a[0])
+				}
 				return usageError{err}
 			}
 			return nil
@@ -236,9 +242,10 @@ func argsAreUsage(c *cobra.Command) {
 }
 
 // unknownCommand is the usage error for name given to cmd, with cobra's
-// suggestions.
+// suggestions. It quotes name up to its first character that no command
+// or configuration key holds (shownArg).
 func unknownCommand(cmd *cobra.Command, name string) error {
-	msg := fmt.Sprintf("unknown command %q for %q", name, cmd.CommandPath())
+	msg := fmt.Sprintf("unknown command %q for %q", shownArg(name), cmd.CommandPath())
 	if cmd.SuggestionsMinimumDistance <= 0 {
 		cmd.SuggestionsMinimumDistance = 2 // cobra's own default for its message
 	}
@@ -253,6 +260,19 @@ func unknownCommand(cmd *cobra.Command, name string) error {
 		msg += " ('" + cmd.CommandPath() + " --help' lists the commands)"
 	}
 	return usageError{errors.New(msg)}
+}
+
+// shownArg is arg up to its first byte outside [A-Za-z0-9._-], then
+// "...": an argument that is no command may be a misplaced value, a URL
+// with a password (--set postgres.url postgres://u:pw@db, with a space).
+func shownArg(arg string) string {
+	for i := range len(arg) {
+		c := arg[i]
+		if !(c == '.' || c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return arg[:i] + "..."
+		}
+	}
+	return arg
 }
 
 // newKeysCmd lists every configuration key with its environment variable.
