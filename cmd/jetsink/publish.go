@@ -86,6 +86,8 @@ telemetry.sample_ratio.`,
 				return usageError{fmt.Errorf("--subjects %d: give at least 1 (the number of devices, each its own subject)", o.Subjects)}
 			case o.EventBytes < 0:
 				return usageError{fmt.Errorf("--event-bytes %d: give 0 (unpadded) or a size in bytes", o.EventBytes)}
+			case o.AckWait <= 0:
+				return usageError{fmt.Errorf("--ack-wait %v: give a duration above 0, such as 5s", o.AckWait)}
 			case (o.Events > 0) == (o.Rate > 0):
 				return usageError{fmt.Errorf("give either --events or --rate with --duration")}
 			case o.Rate > 0 && o.Duration <= 0:

@@ -45,6 +45,7 @@ func TestPublishCmdUsageErrors(t *testing.T) {
 		{"--events", "-5"},
 		{"--events", "10", "--subjects", "0"},
 		{"--events", "10", "--event-bytes", "-1"},
+		{"--events", "10", "--ack-wait", "0s"},
 	} {
 		// Nothing listens on port 1: a run that got past the checks would
 		// fail to connect instead.
