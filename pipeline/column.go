@@ -1,5 +1,7 @@
 package pipeline
 
+import "strings"
+
 // Type is a column's PostgreSQL type as named in the config.
 type Type string
 
@@ -26,4 +28,16 @@ type Column struct {
 	From     string // payload | meta:<field> | header:<Name> | json:<dotted.path> | /json/pointer
 	Type     Type
 	Required bool // a missing or null value dead-letters the event instead of storing NULL
+}
+
+// MayBeNull reports whether the column can get SQL NULL: it is not
+// required, and its source may be missing from an event (a json: path or
+// pointer, a header, meta:msg_id). A column's DEFAULT never applies: the
+// COPY names every mapped column.
+func (c Column) MayBeNull() bool {
+	if c.Required {
+		return false
+	}
+	f := c.From
+	return strings.HasPrefix(f, "json:") || strings.HasPrefix(f, "/") || strings.HasPrefix(f, "header:") || f == "meta:msg_id"
 }

@@ -257,6 +257,11 @@ const (
 	// smaller pieces (see committer.pieceTimedOut): nothing is lost, but
 	// the pieces cost throughput.
 	ProblemServerTimeout ProblemKind = "server_timeout"
+	// ProblemIgnoredDefault is a warning: a mapped column that may get
+	// NULL (pipeline.Column.MayBeNull) has a DEFAULT, which an event
+	// without the value does not get: the COPY names every mapped column,
+	// and sends NULL for it.
+	ProblemIgnoredDefault ProblemKind = "ignored_default"
 )
 
 // shortServerTimeout: a statement_timeout or transaction_timeout under it
@@ -396,6 +401,11 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			probs = append(probs, Problem{Kind: ProblemNotNull, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s is NOT NULL but its mapping is not required: an event without it is dead-lettered by the database, one batch bisect at a time", col, tname),
 				Fix:     fmt.Sprintf("set required: true on column %s in postgres.columns, or ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", c.Name, tname, col)})
+		case a.hasDefault && !a.auto && c.MayBeNull():
+			probs = append(probs, Problem{Kind: ProblemIgnoredDefault, Column: c.Name, Warning: true,
+				Message: fmt.Sprintf("column %s of %s has a DEFAULT, but an event without %s stores NULL there: the COPY names every mapped column", col, tname, c.From),
+				Fix: fmt.Sprintf("if every event has it, set required: true on column %s; to store the default instead, a BEFORE INSERT trigger can set "+
+					"NEW.%s := coalesce(NEW.%s, <the default>)", c.Name, col, col)})
 		}
 		// timestamptz(6) is what timestamptz keeps anyway: no rounding.
 		// ct: a domain's base type and modifier, as a column's.

@@ -535,6 +535,53 @@ func TestCheckWarnsOfAShortServerTimeout(t *testing.T) {
 	}
 }
 
+// A nullable column with a DEFAULT, mapped from a value an event may lack,
+// gets NULL, not the default, from such an event (the COPY names every
+// mapped column): a warning. Not for a required column, nor a source that
+// is never missing, nor a NOT NULL column (an error of its own).
+func TestCheckWarnsOfAnIgnoredDefault(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	table := uniqueName(t)
+	if _, err := admin.Exec(ctx, "CREATE TABLE "+table+` (stream text, stream_seq int8, payload jsonb,
+		seen timestamptz DEFAULT now(), kind text DEFAULT 'x', msg text DEFAULT '', at timestamptz DEFAULT now(),
+		sent timestamptz DEFAULT now(), n int4 NOT NULL DEFAULT 0)`); err != nil {
+		t.Fatal(err)
+	}
+	cols := append(slices.Clone(testCols),
+		pipeline.Column{Name: "seen", From: "json:seen", Type: pipeline.TypeTimestamptz}, // warned
+		pipeline.Column{Name: "kind", From: "header:Kind", Type: pipeline.TypeText},      // warned
+		pipeline.Column{Name: "msg", From: "meta:msg_id", Type: pipeline.TypeText},       // warned
+		pipeline.Column{Name: "at", From: "json:at", Type: pipeline.TypeTimestamptz, Required: true},
+		pipeline.Column{Name: "sent", From: "meta:published_at", Type: pipeline.TypeTimestamptz},
+		pipeline.Column{Name: "n", From: "json:n", Type: pipeline.TypeInt4}) // NOT NULL: its own problem
+	cfg := DefaultConfig()
+	cfg.URL, cfg.Table = pg.URL, table
+	s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	probs, err := s.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warned []string
+	for _, p := range probs {
+		switch {
+		case p.Kind == ProblemIgnoredDefault && p.Warning:
+			warned = append(warned, p.Column)
+		case p.Kind == ProblemNotNull && p.Column == "n":
+		default:
+			t.Errorf("unexpected problem %+v", p)
+		}
+	}
+	if slices.Sort(warned); !slices.Equal(warned, []string{"kind", "msg", "seen"}) {
+		t.Fatalf("ignored defaults warned for %v, want kind, msg, seen", warned)
+	}
+}
+
 // A numeric or timestamptz column with a precision is a warning naming
 // it: PostgreSQL rounds what jetsink sends to it (and refuses a number too
 // large for numeric(p,s), one bisection per row). Before, the type's OID
