@@ -267,10 +267,19 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 		// The exporters read every OTEL_EXPORTER_OTLP_* variable themselves,
 		// and drop the credentials of an endpoint as CheckEndpoint says.
 		for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-			if u, err := url.Parse(os.Getenv(v)); err == nil {
-				if err := droppedParts(v, os.Getenv(v), u); err != nil {
-					return nil, err
-				}
+			val := os.Getenv(v)
+			if val == "" {
+				continue
+			}
+			u, err := url.Parse(val)
+			if err != nil {
+				// The exporter would print it whole to stderr (the
+				// OpenTelemetry logger, "parse url") and use its default
+				// endpoint instead.
+				return nil, fmt.Errorf("%w: %s %q is not a URL such as http://127.0.0.1:4318", ErrInvalidConfig, v, redactEndpoint(val))
+			}
+			if err := droppedParts(v, val, u); err != nil {
+				return nil, err
 			}
 		}
 		switch proto {
@@ -338,7 +347,7 @@ func CheckEndpoint(endpoint string) error {
 func droppedParts(name, endpoint string, u *url.URL) error {
 	switch {
 	case u.User != nil || strings.Contains(u.Path, "@") || strings.Contains(u.RawQuery, "@") || strings.Contains(u.Fragment, "@"):
-		return fmt.Errorf("%w: %s %q: the OTLP exporters ignore credentials in the URL and would send none; "+
+		return fmt.Errorf("%w: %s %q: the OTLP exporters ignore credentials in the URL (an '@' after the host is taken for them) and would send none; "+
 			"remove them and set OTEL_EXPORTER_OTLP_HEADERS instead, e.g. OTEL_EXPORTER_OTLP_HEADERS=Authorization=Basic%%20<base64 of user:password>",
 			ErrInvalidConfig, name, redactEndpoint(endpoint))
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":

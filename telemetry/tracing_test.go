@@ -373,6 +373,13 @@ func TestNewTracingEndpoints(t *testing.T) {
 		if _, err := NewTracing(ctx, Config{SampleRatio: 1}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), v) {
 			t.Errorf("%s with a query: err = %v, want ErrInvalidConfig naming it", v, err)
 		}
+		// A password with a '/': url.Parse fails, and the exporter would
+		// print the variable whole.
+		t.Setenv(v, "https://user:ab/cd@127.0.0.1:1")
+		if _, err := NewTracing(ctx, Config{SampleRatio: 1}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), v) ||
+			strings.Contains(err.Error(), "ab/cd") {
+			t.Errorf("%s that does not parse: err = %v, want ErrInvalidConfig naming it, without the password", v, err)
+		}
 		t.Setenv(v, "")
 	}
 }

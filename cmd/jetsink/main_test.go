@@ -113,16 +113,18 @@ func TestBadCommandLineExitCode(t *testing.T) {
 	}{
 		{[]string{"frobnicate"}, exitConfig, `unknown command "frobnicate" for "jetsink"`},
 		{[]string{"rnu"}, exitConfig, `unknown command "rnu" for "jetsink"; did you mean run?`},
+		{[]string{"rnu", "--help"}, exitConfig, `unknown command "rnu" for "jetsink"; did you mean run?`},
 		// A flag's value after a space, not "=": the argument is not
 		// quoted past its first character that no command holds.
-		{[]string{"run", "--set", "postgres.url", "postgres://u:pw@db/x"}, exitConfig, `unknown command "postgres..." for "jetsink run"`},
+		{[]string{"run", "--set", "postgres.url", "postgres://u:pw@db/x"}, exitConfig, `jetsink run takes no arguments, and 1 given (--set takes key=value`},
+		{[]string{"run", "--set", "nats.password", "u:pw@"}, exitConfig, `jetsink run takes no arguments, and 1 given`},
 		{[]string{"postgres://u:pw@db/x"}, exitConfig, `unknown command "postgres..." for "jetsink"`},
 		{[]string{"rnu", "--config", "x.yaml"}, exitConfig, `unknown command "rnu" for "jetsink"`},
 		{[]string{"dlq", "replya", "--dry-run"}, exitConfig, `unknown command "replya" for "jetsink dlq"; did you mean replay?`},
 		{[]string{"--no-such-flag"}, exitConfig, "unknown flag: --no-such-flag"},
 		{[]string{"dlq", "--no-such-flag"}, exitConfig, "unknown flag: --no-such-flag"},
 		{[]string{"dlq", "list"}, exitConfig, `unknown command "list" for "jetsink dlq"; 'jetsink dlq replay --dry-run' lists the dead letters and replays none ('jetsink dlq --help' lists the commands)`},
-		{[]string{"run", "extra"}, exitConfig, `unknown command "extra" for "jetsink run"`},
+		{[]string{"run", "extra"}, exitConfig, `jetsink run takes no arguments, and 1 given`},
 		{[]string{"keys", "--no-such-flag"}, exitConfig, "unknown flag"},
 		{[]string{"bench", "--lock-at", "10s"}, exitConfig, "--lock-at needs --lock-for"},
 		{[]string{"dlq", "replay", "--stream", "X"}, exitConfig, "unknown flag: --stream"},
@@ -134,7 +136,7 @@ func TestBadCommandLineExitCode(t *testing.T) {
 		{[]string{"help", "nosuch"}, exitConfig, `unknown command "nosuch" for "jetsink"`},
 		{[]string{"help", "rnu"}, exitConfig, "did you mean run?"},
 		{[]string{"help", "dlq", "nosuch"}, exitConfig, `unknown command "nosuch" for "jetsink dlq"`},
-		{[]string{"completion", "bash", "extra"}, exitConfig, `unknown command "extra" for "jetsink completion bash"`},
+		{[]string{"completion", "bash", "extra"}, exitConfig, `jetsink completion bash takes no arguments, and 1 given`},
 		{[]string{"completion", "tcsh"}, exitConfig, `unknown command "tcsh" for "jetsink completion"`},
 	} {
 		r := startJetsink(t, ctx, tc.args...)

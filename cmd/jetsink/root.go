@@ -7,9 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -156,8 +158,8 @@ JETSINK_<SECTION>_<KEY>), overridden by flags (--set key=value).`),
 	// its command lines are checked too.
 	root.InitDefaultCompletionCmd()
 	root.InitDefaultHelpCmd()
-	argsAreUsage(root)
 	for _, c := range root.Commands() {
+		argsAreUsage(c)
 		if c.Name() == "help" {
 			helpTopicIsUsage(root, c)
 		}
@@ -195,12 +197,21 @@ func execute(ctx context.Context, root *cobra.Command) error {
 	var usage usageError
 	switch {
 	case err != nil && cmd != nil && !cmd.Runnable() && !errors.As(err, &usage):
+		if m := cobraUnknown.FindStringSubmatch(err.Error()); m != nil {
+			if name, uerr := strconv.Unquote(m[1]); uerr == nil {
+				return unknownCommand(cmd, name) // quoted as shownArg cuts it
+			}
+		}
 		return usageError{err}
 	case errors.As(err, &usage) && cmd != nil && cmd.Annotations[usageExitsFailed] != "":
 		return errors.New(err.Error()) // exitFailed, not exitConfig
 	}
 	return err
 }
+
+// cobraUnknown matches cobra's error for an unknown subcommand of the root
+// (its legacyArgs), which quotes the argument whole.
+var cobraUnknown = regexp.MustCompile(`^unknown command ("(?:[^"\\]|\\.)*") for `)
 
 // usageExitsFailed, set in a command's Annotations, makes a bad command
 // line of it exit with exitFailed, not exitConfig: healthcheck's, as
@@ -228,8 +239,12 @@ func argsAreUsage(c *cobra.Command) {
 				if len(a) > 0 && strings.Contains(err.Error(), a[0]) {
 					// cobra.NoArgs quotes the argument, which may be a
 					// flag's value given after a space instead of "=":
-					// --set postgres.url postgres://user:password@...
-					return unknownCommand(cmd, a[0])
+					// --set nats.password hunter2. Quote none.
+					msg := fmt.Sprintf("%s takes no arguments, and %d given", cmd.CommandPath(), len(a))
+					if cmd.Flags().Lookup("set") != nil {
+						msg += " (--set takes key=value, with no space around the =)"
+					}
+					return usageError{errors.New(msg)}
 				}
 				return usageError{err}
 			}
