@@ -315,15 +315,7 @@ func TestLogShowsNoCredentialsOfTheURL(t *testing.T) {
 			opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
 				JetStream: true, StoreDir: t.TempDir(), ServerName: "creds"}
 			tc.opts(opts)
-			srv, err := server.NewServer(opts)
-			if err != nil {
-				t.Fatalf("nats-server: %v", err)
-			}
-			srv.Start()
-			t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-			if !srv.ReadyForConnections(10 * time.Second) {
-				t.Fatal("nats-server not ready")
-			}
+			srv := startServer(t, opts)
 			name := uniqueName(t)
 			cfg := DefaultConfig()
 			cfg.URL = strings.Replace(srv.ClientURL(), "nats://", "nats://"+tc.auth, 1)
@@ -366,15 +358,7 @@ func TestCheckDeadLetterStreamSettingsUnreadable(t *testing.T) {
 				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.INFO." + dlqName}},
 			}},
 		}}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatalf("nats-server: %v", err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	srv := startServer(t, opts)
 	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("admin", pass))
 	if err != nil {
 		t.Fatal(err)
@@ -414,4 +398,20 @@ func TestCheckDeadLetterStreamSettingsUnreadable(t *testing.T) {
 	if !found {
 		t.Fatalf("check's problems:\n%s\nwant a warning that %s's settings are not checked", problemsText(ps), dlqName)
 	}
+}
+
+// startServer starts an embedded nats-server with opts for the test, and
+// shuts it down when the test ends.
+func startServer(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("nats-server: %v", err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return srv
 }

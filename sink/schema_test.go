@@ -535,30 +535,20 @@ func TestCheckWarnsOfAShortServerTimeout(t *testing.T) {
 	}
 }
 
-// A nullable column with a DEFAULT, mapped from a value an event may lack,
-// gets NULL, not the default, from such an event (the COPY names every
-// mapped column): a warning. Not for a required column, nor a source that
-// is never missing, nor a NOT NULL column (an error of its own).
-func TestCheckWarnsOfAnIgnoredDefault(t *testing.T) {
+// checkTableOf makes a table of the test's own with testCols' columns and
+// the columns ddl defines, and returns what Check finds for the mapping of
+// testCols and cols.
+func checkTableOf(t *testing.T, ddl string, cols ...pipeline.Column) []Problem {
+	t.Helper()
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
-	admin := pg.Conn(t)
 	table := uniqueName(t)
-	if _, err := admin.Exec(ctx, "CREATE TABLE "+table+` (stream text, stream_seq int8, payload jsonb,
-		seen timestamptz DEFAULT now(), kind text DEFAULT 'x', msg text DEFAULT '', at timestamptz DEFAULT now(),
-		sent timestamptz DEFAULT now(), n int4 NOT NULL DEFAULT 0)`); err != nil {
+	if _, err := pg.Conn(t).Exec(ctx, "CREATE TABLE "+table+" (stream text, stream_seq int8, payload jsonb, "+ddl+")"); err != nil {
 		t.Fatal(err)
 	}
-	cols := append(slices.Clone(testCols),
-		pipeline.Column{Name: "seen", From: "json:seen", Type: pipeline.TypeTimestamptz}, // warned
-		pipeline.Column{Name: "kind", From: "header:Kind", Type: pipeline.TypeText},      // warned
-		pipeline.Column{Name: "msg", From: "meta:msg_id", Type: pipeline.TypeText},       // warned
-		pipeline.Column{Name: "at", From: "json:at", Type: pipeline.TypeTimestamptz, Required: true},
-		pipeline.Column{Name: "sent", From: "meta:published_at", Type: pipeline.TypeTimestamptz},
-		pipeline.Column{Name: "n", From: "json:n", Type: pipeline.TypeInt4}) // NOT NULL: its own problem
 	cfg := DefaultConfig()
 	cfg.URL, cfg.Table = pg.URL, table
-	s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
+	s, err := New(ctx, cfg, append(slices.Clone(testCols), cols...), &recDL{}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -567,6 +557,22 @@ func TestCheckWarnsOfAnIgnoredDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return probs
+}
+
+// A nullable column with a DEFAULT, mapped from a value an event may lack,
+// gets NULL, not the default, from such an event (the COPY names every
+// mapped column): a warning. Not for a required column, nor a source that
+// is never missing, nor a NOT NULL column (an error of its own).
+func TestCheckWarnsOfAnIgnoredDefault(t *testing.T) {
+	probs := checkTableOf(t, `seen timestamptz DEFAULT now(), kind text DEFAULT 'x', msg text DEFAULT '',
+		at timestamptz DEFAULT now(), sent timestamptz DEFAULT now(), n int4 NOT NULL DEFAULT 0`,
+		pipeline.Column{Name: "seen", From: "json:seen", Type: pipeline.TypeTimestamptz}, // warned
+		pipeline.Column{Name: "kind", From: "header:Kind", Type: pipeline.TypeText},      // warned
+		pipeline.Column{Name: "msg", From: "meta:msg_id", Type: pipeline.TypeText},       // warned
+		pipeline.Column{Name: "at", From: "json:at", Type: pipeline.TypeTimestamptz, Required: true},
+		pipeline.Column{Name: "sent", From: "meta:published_at", Type: pipeline.TypeTimestamptz},
+		pipeline.Column{Name: "n", From: "json:n", Type: pipeline.TypeInt4}) // NOT NULL: its own problem
 	var warned []string
 	for _, p := range probs {
 		switch {
@@ -587,31 +593,12 @@ func TestCheckWarnsOfAnIgnoredDefault(t *testing.T) {
 // large for numeric(p,s), one bisection per row). Before, the type's OID
 // matched and check said nothing.
 func TestCheckWarnsOfTypeModifiers(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	pg := testenv.Postgres(t)
-	admin := pg.Conn(t)
-	table := uniqueName(t)
-	if _, err := admin.Exec(ctx, "CREATE TABLE "+table+` (stream text, stream_seq int8, payload jsonb,
-		amount numeric(10,2), total numeric, at timestamptz(3), seen timestamptz, at6 timestamptz(6))`); err != nil {
-		t.Fatal(err)
-	}
-	cols := append(slices.Clone(testCols),
+	probs := checkTableOf(t, "amount numeric(10,2), total numeric, at timestamptz(3), seen timestamptz, at6 timestamptz(6)",
 		pipeline.Column{Name: "amount", From: "json:amount", Type: pipeline.TypeNumeric},
 		pipeline.Column{Name: "total", From: "json:total", Type: pipeline.TypeNumeric},
 		pipeline.Column{Name: "at", From: "json:at", Type: pipeline.TypeTimestamptz},
 		pipeline.Column{Name: "seen", From: "json:seen", Type: pipeline.TypeTimestamptz},
 		pipeline.Column{Name: "at6", From: "json:at6", Type: pipeline.TypeTimestamptz}) // 6 digits: all there are
-	cfg := DefaultConfig()
-	cfg.URL, cfg.Table = pg.URL, table
-	s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	probs, err := s.Check(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []string
 	for _, p := range probs {
 		if p.Kind != ProblemTypeModifier || !p.Warning {
