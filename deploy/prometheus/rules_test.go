@@ -27,7 +27,7 @@ var says = map[string]string{
 	"JetsinkNATSSilent/no answer for 5 minutes":      "for 5m 0s",
 	"JetsinkAcksFailing/acks failed":                 "about 2 acks",
 	"JetsinkPostgresConnectionsDead/one given up":    "about 1 silent",
-	"JetsinkBatchesTimingOut/three attempts cut":      "about 3 commit attempts",
+	"JetsinkBatchesTimingOut/three attempts cut":     "about 3 commit attempts",
 }
 
 // pending: for each alert with a for:, a scenario whose expression holds
