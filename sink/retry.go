@@ -204,16 +204,15 @@ var errHalved = errors.New("a piece timed out; halved")
 // pieceRelax: a committer whose pieces are capped since a timeout doubles
 // the cap at least this often, even if its commits take too long for
 // pieceCommitted to, so that a limit raised since (or a lock wait mistaken
-// for one) costs at most one timed-out attempt per pieceRelax. A variable
-// for the tests.
-var pieceRelax = time.Minute
+// for one) costs at most one timed-out attempt per pieceRelax.
+const pieceRelax = time.Minute
 
 // pieceTimedOut caps the committer's attempts at half the rows of the one
 // that timed out after running d: the next ones take c.piece rows at
 // most. A statement_timeout shorter than a batch takes, retried at full
 // size, fails for ever; halved down to the size that fits, the batch
-// commits in pieces, and so do the next batches, without timing out
-// again.
+// commits in pieces, and so do the next batches, timing out again only
+// when pieceCommitted tries twice the cap once a pieceRelax.
 func (c *committer) pieceTimedOut(rows int, d time.Duration) {
 	if half := max(rows/2, 1); c.piece == 0 || half < c.piece {
 		c.piece = half // not raised by a held batch's rest, which is not cut (see process)
