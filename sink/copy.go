@@ -518,15 +518,14 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			c.s.log.Warn("batch still failing; retrying until it commits", withHint(err, "rows", len(rows), "attempts", attempt+1,
 				"failing_for", time.Since(failing).Round(time.Millisecond), "err", shown, "retry_in", wait)...)
 		}
+		c.s.refused(began, err, cl)
 		switch {
 		case cl == classSuspect:
 			c.s.st.configErrs.Add(1)
-			c.s.refused(began, err, true)
 			c.s.logSuspect(err)
 			c.closeConn()
 		case cl == classConfig:
 			c.s.st.configErrs.Add(1)
-			c.s.refused(began, err, false)
 			if _, ok := errors.AsType[*typesChangedError](err); ok && c.s.typesFitNow(ctx, c.guards) {
 				// Retyped to a type the guards had not seen, one that
 				// stores the mapping's bytes as sent (a domain, citext):

@@ -138,6 +138,36 @@ func TestMissingTableRetriedUntilCreated(t *testing.T) {
 	finishClean(t, ctx, src, wait, dl, ms)
 }
 
+// A transient error that lasts (a full disk: PostgreSQL answers, and
+// every batch fails) makes the sink not ready after refusedFor, without
+// the hint for configuration errors; a commit makes it ready again.
+func TestLastingTransientFailureMakesNotReady(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	defer func(d time.Duration) { refusedFor = d }(refusedFor)
+	refusedFor = 300 * time.Millisecond
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, nil)
+	admin := pg.Conn(t)
+	triggerOn(t, ctx, admin, s.table, "diskfull", "true", "RAISE EXCEPTION 'could not extend file' USING ERRCODE = 'disk_full'")
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 10, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "Ready to report the failures", func() bool {
+		err := s.Ready(ctx)
+		return err != nil && strings.Contains(err.Error(), "has failed every batch") &&
+			strings.Contains(err.Error(), "SQLSTATE 53100: could not extend file") && !strings.Contains(err.Error(), "jetsink check")
+	})
+	if st := s.Stats(); st.Retries == 0 || st.ConfigErrors != 0 || st.Rows != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if _, err := admin.Exec(ctx, "DROP TRIGGER diskfull ON "+s.table.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "Ready once a batch commits", func() bool { return s.Ready(ctx) == nil })
+	finishClean(t, ctx, src, wait, dl, ms)
+}
+
 // An Ack that fails after a commit is counted and logged; the row stays.
 func TestAckErrorCounted(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)

@@ -114,11 +114,12 @@ type Sink struct {
 	// Sink.classify).
 	rowSecurity atomic.Bool
 
-	// refusedSince is when batches began failing with configuration or
-	// suspect errors with none committed since (Unix ns; 0: not failing),
-	// refusedErr what the latest such failure said (see Ready).
+	// refusedSince is when batches began failing (any class but a row's,
+	// and not a timeout that cut them) with none committed since (Unix ns;
+	// 0: not failing), refusedErr what the latest such failure said (see
+	// Ready).
 	refusedSince atomic.Int64
-	refusedErr   atomic.Pointer[string]
+	refusedErr   atomic.Pointer[refusal]
 
 	// attempts holds, per committer, when its commit attempt under way
 	// started (Unix ns; 0: none): see OldestAttempt.
@@ -544,46 +545,60 @@ func (s *Sink) Ping(ctx context.Context) error {
 	return nil
 }
 
-// refusedFor is how long batches must have failed with configuration (or
-// suspect) errors, none committing, before Ready reports it. Shorter than
-// the minute a probe's failureThreshold x periodSeconds usually allows,
-// long enough that a table being re-created or a grant being changed
-// does not flap it. A variable for the tests.
+// refusedFor is how long batches must have failed, none committing,
+// before Ready reports it. Shorter than the minute a probe's
+// failureThreshold x periodSeconds usually allows, long enough that a
+// table being re-created, a grant being changed or a failover does not
+// flap it. A variable for the tests.
 var refusedFor = 30 * time.Second
 
+// refusal is the latest failure of a batch, as Ready shows it.
+type refusal struct {
+	msg string
+	// table: a configuration or suspect error, which `jetsink check`
+	// may explain; otherwise a transient one (a full disk, too many
+	// connections, a server shutting down).
+	table bool
+}
+
 // Ready is the sink's readiness (for /readyz): PostgreSQL answers (Ping),
-// and has not refused every batch for refusedFor with a configuration
+// and has not failed every batch for refusedFor: with a configuration
 // error, such as a missing table, a revoked permission or a read-only
-// server. Ping alone stays healthy then while nothing is written.
+// server, or a transient one that lasts, such as a full disk. Ping alone
+// stays healthy then while nothing is written.
 func (s *Sink) Ready(ctx context.Context) error {
 	if err := s.Ping(ctx); err != nil {
 		return err
 	}
 	if since := s.refusedSince.Load(); since != 0 {
 		if d := time.Since(time.Unix(0, since)); d >= refusedFor {
-			msg := "a configuration error"
+			r := refusal{msg: "an error", table: true}
 			if p := s.refusedErr.Load(); p != nil {
-				msg = *p
+				r = *p
 			}
-			return fmt.Errorf("postgres %s has refused every batch for %v, none committed: %s (`jetsink check` says what differs)",
-				s.where, d.Round(time.Second), msg)
+			if r.table {
+				return fmt.Errorf("postgres %s has refused every batch for %v, none committed: %s (`jetsink check` says what differs)",
+					s.where, d.Round(time.Second), r.msg)
+			}
+			return fmt.Errorf("postgres %s has failed every batch for %v, none committed: %s",
+				s.where, d.Round(time.Second), r.msg)
 		}
 	}
 	return nil
 }
 
-// refused records a batch that failed with a configuration or suspect
-// error at began; committed clears it.
-func (s *Sink) refused(began time.Time, err error, suspect bool) {
+// refused records a batch that failed at began with err, of class cl
+// (not classData); committed clears it.
+func (s *Sink) refused(began time.Time, err error, cl class) {
 	msg := err.Error()
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		msg = "SQLSTATE " + pgErr.Code + ": " + pgErr.Message
-		if suspect {
+		if cl == classSuspect {
 			msg = "SQLSTATE " + pgErr.Code // its message may quote a row (see logSuspect)
 		}
 	}
-	s.refusedErr.Store(&msg)
+	s.refusedErr.Store(&refusal{msg: msg, table: cl != classTransient})
 	s.refusedSince.CompareAndSwap(0, began.UnixNano())
 }
 

@@ -2,7 +2,7 @@
 // exported with OTLP), metrics (OpenTelemetry, served by a Prometheus
 // exporter) and the admin listener that serves /healthz (the process is
 // alive), /readyz (every readiness check passes: NATS connected, PostgreSQL
-// answering and not refusing every batch; processor defines them) and
+// answering and not failing every batch; processor defines them) and
 // /metrics.
 //
 // # Traces
