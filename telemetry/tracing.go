@@ -264,6 +264,13 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
 			return nil, nil
 		}
+	}
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"} {
+		if err := checkHeaders(v, os.Getenv(v)); err != nil {
+			return nil, err
+		}
+	}
+	if endpoint == "" {
 		// The exporters read every OTEL_EXPORTER_OTLP_* variable themselves,
 		// and drop the credentials of an endpoint as CheckEndpoint says.
 		for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
@@ -309,6 +316,53 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 		u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
 	}
 	return wrapExp(otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String())))
+}
+
+// checkHeaders refuses the value val of the variable name
+// (OTEL_EXPORTER_OTLP_HEADERS or ..._TRACES_HEADERS) if the exporters
+// would skip a part of it: one without '=', with a key that is not an
+// HTTP token, or with a value that does not %-unescape. They log such a
+// part whole through OpenTelemetry's logger (to stderr), and it is the
+// credentials, often (Authorization: Bearer ...), that the request then
+// goes without. The error names the part by its place, quoting nothing of
+// it.
+func checkHeaders(name, val string) error {
+	if val == "" {
+		return nil
+	}
+	for i, part := range strings.Split(val, ",") {
+		key, value, ok := strings.Cut(part, "=")
+		var why string
+		switch _, err := url.PathUnescape(value); {
+		case !ok:
+			why = "has no '='"
+		case !headerToken(strings.TrimSpace(key)):
+			why = "has a key that is not a header name (letters, digits and !#$%&'*+-.^_`|~)"
+		case err != nil:
+			why = "has a value that does not %-unescape (write '%' as %25)"
+		default:
+			continue
+		}
+		return fmt.Errorf("%w: %s: its part %d (of %d, comma-separated) %s; the form is key=value,key=value, "+
+			"e.g. Authorization=Bearer%%20<token>", ErrInvalidConfig, name, i+1, strings.Count(val, ",")+1, why)
+	}
+	return nil
+}
+
+// headerToken reports whether key is an HTTP token (RFC 9110), as the
+// OTLP exporters want a header's name.
+func headerToken(key string) bool {
+	if key == "" {
+		return false
+	}
+	for _, c := range key {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', strings.ContainsRune("!#$%&'*+-.^_`|~", c):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // CheckEndpoint reports whether endpoint is usable as Config.OTLPEndpoint:

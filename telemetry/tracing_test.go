@@ -384,6 +384,39 @@ func TestNewTracingEndpoints(t *testing.T) {
 	}
 }
 
+// TestHeadersVariablesChecked: a part of OTEL_EXPORTER_OTLP_HEADERS (or
+// ..._TRACES_HEADERS) that the exporters would skip, logging it whole to
+// stderr, is refused without quoting it, whichever way the endpoint is
+// given; well-formed headers pass.
+func TestHeadersVariablesChecked(t *testing.T) {
+	ctx := t.Context()
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"} {
+		for _, c := range []struct{ val, secret, want string }{
+			{"Authorization: Bearer s3cret", "s3cret", "part 1 (of 1, comma-separated) has no '='"},
+			{"x-team=a,Authorization Bearer=s3cret", "s3cret", "part 2 (of 2, comma-separated) has a key that is not a header name"},
+			{"Authorization=Bearer%zzs3cret", "s3cret", "part 1 (of 1, comma-separated) has a value that does not %-unescape"},
+		} {
+			t.Setenv(v, c.val)
+			for _, endpoint := range []string{"http://127.0.0.1:1", ""} {
+				t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", map[string]string{"": "http://127.0.0.1:1"}[endpoint])
+				_, err := NewTracing(ctx, Config{OTLPEndpoint: endpoint, SampleRatio: 1})
+				if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), v+": its "+c.want) || strings.Contains(err.Error(), c.secret) {
+					t.Errorf("%s=%q, endpoint %q: err = %v, want ErrInvalidConfig with %q, without the secret", v, c.val, endpoint, err, c.want)
+				}
+			}
+		}
+		t.Setenv(v, "Authorization=Bearer%20s3cret, x-team = a")
+		tr, err := NewTracing(ctx, Config{OTLPEndpoint: "http://127.0.0.1:1", SampleRatio: 1})
+		if err != nil {
+			t.Fatalf("%s well formed: %v", v, err)
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = tr.Shutdown(sctx)
+		cancel()
+		t.Setenv(v, "")
+	}
+}
+
 // TestCheckEndpointCredentials: an endpoint with userinfo is refused (the
 // exporters would drop it and send no authentication) with a pointer to
 // OTEL_EXPORTER_OTLP_HEADERS, and no error message quotes the credentials,
