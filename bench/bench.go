@@ -731,12 +731,14 @@ func benchColumns() []pipeline.Column {
 // start starts t's engine as a subprocess.
 func (b *bencher) start(t target) (*child, error) {
 	if t.engine == EngineBaseline {
-		path, err := b.writeConfig(t, b.cfg) // for the NATS credentials
+		// The URLs and NATS credentials go in the file (0600), not on
+		// the command line, which any local user may read.
+		path, err := b.writeConfig(t, b.cfg)
 		if err != nil {
 			return nil, err
 		}
-		return startChild(b.o.Exe, nil, "bench", "baseline", "--config", path, "--nats-url", b.cfg.NATS.URL, "--stream", t.stream,
-			"--consumer", t.consumer, "--database-url", b.cfg.Postgres.URL, "--table", t.table)
+		return startChild(b.o.Exe, nil, "bench", "baseline", "--config", path, "--stream", t.stream,
+			"--consumer", t.consumer, "--table", t.table)
 	}
 	cfg := b.cfg
 	cfg.NATS.Stream = t.stream

@@ -239,16 +239,25 @@ func newBenchBaselineCmd() *cobra.Command {
 				if c.NATSOptions, err = cfg.NATS.AuthOptions(); err != nil {
 					return err
 				}
+				// The URLs from the file (0600) rather than the command
+				// line, which any local user may read (/proc/<pid>/cmdline):
+				// they may hold passwords.
+				if c.NATSURL == "" {
+					c.NATSURL = cfg.NATS.URL
+				}
+				if c.DatabaseURL == "" {
+					c.DatabaseURL = cfg.Postgres.URL
+				}
 			}
 			return bench.RunBaseline(ctx, c)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&file, "config", "", "jetsink config file whose nats: credentials and TLS settings to use")
-	f.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL")
+	f.StringVar(&file, "config", "", "jetsink config file whose nats: credentials and TLS settings, nats.url and postgres.url to use")
+	f.StringVar(&c.NATSURL, "nats-url", "", "NATS server URL (instead of the config's)")
 	f.StringVar(&c.Stream, "stream", "", "stream")
 	f.StringVar(&c.Consumer, "consumer", "", "durable consumer")
-	f.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL")
+	f.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (instead of the config's)")
 	f.StringVar(&c.Table, "table", "", "table")
 	return cmd
 }
