@@ -151,6 +151,10 @@ type Result struct {
 	MachineCPUPerEvent float64 `json:"machine_cpu_us_per_event,omitempty"`
 	MachineBusy        float64 `json:"machine_busy_share,omitempty"`
 	BenchCPUPerEvent   float64 `json:"bench_process_cpu_us_per_event,omitempty"`
+	// This engine's CPU per event in the same window (CPUPerEvent holds
+	// its shutdown too), in the kernel's 10 ms ticks: what the machine's
+	// rest is reckoned without.
+	MachineEngineCPUPerEvent float64 `json:"machine_engine_cpu_us_per_event,omitempty"`
 	// The embedded PostgreSQL's CPU per event (postmaster and children);
 	// 0 against a configured server.
 	PostgresCPUPerEvent float64     `json:"postgres_cpu_us_per_event,omitempty"`
@@ -158,7 +162,7 @@ type Result struct {
 	Latency             Percentiles `json:"latency"`
 	// LatencyFrom says where Latency starts and ends. A rate run's ends
 	// when the bench saw the event's first ack (after its commit's WAL
-	// flush; LatencyAcked rows, the rest at their commit time); a
+	// flush; LatencyAcked events, the rest at their commit time); a
 	// drain's starts at the engine's start (its events were sent before)
 	// and ends at the commit time (pg_xact_commit_timestamp, or the COPY's
 	// committed_at without commit timestamps): not subscribing to a
@@ -1034,6 +1038,9 @@ func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, b
 	res.SteadyCPUPerEvent = steady
 	if after, ok := sampleCPU(b.pgPID); ok && cpuOK {
 		res.machineCPU(before, after)
+		if m, ok := cpuNow(c.cmd.Process.Pid); ok && res.Published > 0 {
+			res.MachineEngineCPUPerEvent = (time.Duration(m.ticks) * clockTick).Seconds() * 1e6 / float64(res.Published)
+		}
 	}
 	usage, stopErr := c.stop(30 * time.Second)
 	res.Log = c.problems(10)
@@ -1084,10 +1091,10 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 	switch {
 	case acks == nil:
 		res.LatencyFrom = commit + ", from the engine's start"
-	case f.acked == f.rows:
+	case f.acked == f.latency.Count:
 		res.LatencyFrom = "the first ack the bench saw"
 	default:
-		res.LatencyFrom = fmt.Sprintf("the first ack the bench saw (%d of %d rows; the rest %s)", f.acked, f.rows, commit)
+		res.LatencyFrom = fmt.Sprintf("the first ack the bench saw (%d of %d events; the rest %s)", f.acked, f.latency.Count, commit)
 	}
 	res.LatencyAcked = f.acked
 	res.LatencyCommitToAck, res.LatencyToCommit = f.commitToAck, f.toCommit
@@ -1128,9 +1135,13 @@ func (r Result) line() string {
 		r.Engine, r.EventsPerSec, r.CPUPerEvent, steady, float64(r.PeakRSS)/(1<<20), r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.P999, r.Latency.Max,
 		r.Batches.Count, r.Batches.P50, r.Redelivered, r.Load1)
 	if r.MachineCPUPerEvent > 0 {
-		rest := r.MachineCPUPerEvent - r.CPUPerEvent - r.BenchCPUPerEvent
+		engine := r.MachineEngineCPUPerEvent
+		if engine == 0 {
+			engine = r.CPUPerEvent
+		}
+		rest := r.MachineCPUPerEvent - engine - r.BenchCPUPerEvent
 		s += fmt.Sprintf("\n           machine %.0f%% busy, %.2f µs CPU/event in all: %.2f this engine, %.2f nats-server+bench, ",
-			100*r.MachineBusy, r.MachineCPUPerEvent, r.CPUPerEvent, r.BenchCPUPerEvent)
+			100*r.MachineBusy, r.MachineCPUPerEvent, engine, r.BenchCPUPerEvent)
 		if r.PostgresCPUPerEvent > 0 {
 			s += fmt.Sprintf("%.2f PostgreSQL, %.2f other", r.PostgresCPUPerEvent, rest-r.PostgresCPUPerEvent)
 		} else {

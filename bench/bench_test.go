@@ -138,6 +138,10 @@ func TestDrainCompareBaseline(t *testing.T) {
 		if elapsed := r.ElapsedS * 1000; r.Latency.Max > elapsed*1.002+1 {
 			t.Errorf("%s: drain latency max %.1f ms, longer than its run (%.1f ms)", r.Engine, r.Latency.Max, elapsed)
 		}
+		// So are its legs from the store time: a part of the whole.
+		if r.LatencyInEngine.Count != r.Latency.Count || r.LatencyInEngine.Max > r.Latency.Max {
+			t.Errorf("%s: stored->commit %+v, beyond the whole latency %+v", r.Engine, r.LatencyInEngine, r.Latency)
+		}
 	}
 }
 
@@ -209,7 +213,7 @@ func TestRateEmbedded(t *testing.T) {
 		!strings.Contains(text.String(), fmt.Sprintf("events sent over 1 ms late\n      latency is from each event's scheduled send time to the first ack the bench saw\n")) {
 		t.Errorf("rate run's text report (%v) without the late events or the first commit:\n%s", err, text.String())
 	}
-	if r.LatencyFrom != "the first ack the bench saw" || r.LatencyAcked != r.Rows {
+	if r.LatencyFrom != "the first ack the bench saw" || r.LatencyAcked != r.Rows || r.Latency.Count != r.Rows {
 		t.Errorf("rate run measured latency to %q (%d of %d rows acked), want every row's ack", r.LatencyFrom, r.LatencyAcked, r.Rows)
 	}
 	// The ack comes after the commit: its timestamp, its WAL flush.
@@ -221,6 +225,11 @@ func TestRateEmbedded(t *testing.T) {
 	}
 	if runtime.GOOS == "linux" && r.PostgresCPUPerEvent <= 0 {
 		t.Errorf("no PostgreSQL CPU measured for the embedded server: %v µs/event", r.PostgresCPUPerEvent)
+	}
+	// The engine's CPU up to its last ack, in 10 ms ticks: none of its
+	// shutdown, which CPUPerEvent holds.
+	if runtime.GOOS == "linux" && (r.MachineEngineCPUPerEvent <= 0 || r.MachineEngineCPUPerEvent > r.CPUPerEvent+0.01e6/float64(r.Published)) {
+		t.Errorf("engine CPU in the machine window %v µs/event, whole life %v", r.MachineEngineCPUPerEvent, r.CPUPerEvent)
 	}
 	if runtime.GOOS == "linux" && (r.SteadyCPUPerEvent <= 0 || rep.Summary[0].SteadyCPUPerEvent.N != 1) {
 		t.Errorf("no steady CPU measured over 2 s of acks: %v µs/event, summary %+v", r.SteadyCPUPerEvent, rep.Summary[0].SteadyCPUPerEvent)
@@ -612,21 +621,29 @@ func TestSummaryRatioPairsEachVariantWithItsBaseline(t *testing.T) {
 	var rs []Result
 	for rep := 1; rep <= 2; rep++ {
 		for _, v := range []struct {
-			name          string
-			engine, basel float64
-		}{{"a", 100, 50}, {"b", 90, 60}} {
+			name               string
+			engine, basel      float64
+			engineCPU, baseCPU float64
+		}{{"a", 100, 50, 2, 8}, {"b", 90, 60, 3, 6}} {
 			rs = append(rs,
-				Result{Engine: EngineJetsink, Variant: v.name, Rep: rep, EventsPerSec: v.engine},
-				Result{Engine: EngineBaseline, Variant: v.name, Rep: rep, EventsPerSec: v.basel})
+				Result{Engine: EngineJetsink, Variant: v.name, Rep: rep, EventsPerSec: v.engine, CPUPerEvent: v.engineCPU},
+				Result{Engine: EngineBaseline, Variant: v.name, Rep: rep, EventsPerSec: v.basel, CPUPerEvent: v.baseCPU})
 		}
 	}
 	want := map[string]float64{"a": 2, "b": 1.5}
+	wantCPU := map[string]float64{"a": 0.25, "b": 0.5}
 	for _, s := range summarize(rs) {
 		if s.Engine != EngineJetsink {
+			if s.Ratio.N != 0 || s.CPURatio.N != 0 {
+				t.Errorf("baseline with ratios to itself: %+v", s)
+			}
 			continue
 		}
 		if s.Ratio.N != 2 || s.Ratio.Min != want[s.Variant] || s.Ratio.Max != want[s.Variant] {
 			t.Errorf("variant %s: ratio %+v, want %v in both repetitions", s.Variant, s.Ratio, want[s.Variant])
+		}
+		if c := s.CPURatio; c.N != 2 || c.Min != wantCPU[s.Variant] || c.Max != wantCPU[s.Variant] {
+			t.Errorf("variant %s: CPU ratio %+v, want %v in both repetitions", s.Variant, c, wantCPU[s.Variant])
 		}
 	}
 }
@@ -682,9 +699,11 @@ func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.dropTable(tg.table)
+	// 5 is stored twice, sent at the same time: its second row, a
+	// redelivery committed two hours later, is not a latency.
 	if _, err := b.db.Exec(ctx, `INSERT INTO measure_seqs (id, ts, stream_seq, committed_at)
-		SELECT gen_random_uuid(), now() - ms * interval '1 millisecond', seq, now()
-		FROM (VALUES (1, 5), (2, 5), (3, 5), (5, 5), (5, 6), (7, 5), (8, -3), (9, 7200000)) AS v(seq, ms)`); err != nil {
+		SELECT gen_random_uuid(), now() - ms * interval '1 millisecond', seq, now() + later * interval '1 millisecond'
+		FROM (VALUES (1, 5, 0), (2, 5, 0), (3, 5, 0), (5, 5, 7200000), (5, 5, 0), (7, 5, 0), (8, -3, 0), (9, 7200000, 0)) AS v(seq, ms, later)`); err != nil {
 		t.Fatal(err)
 	}
 	// Published 7: 4 and 6 are missing, 8 and 9 stray.
@@ -696,8 +715,8 @@ func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
 		t.Errorf("rows %d, duplicates %d, sequences stored %d, stray %d; want 8, 1, 5 (1, 2, 3, 5, 7), 2 (8, 9)",
 			f.rows, f.duplicates, f.seqsStored, f.stray)
 	}
-	if l := f.latency; l.Count != 8 || l.BelowMin != 1 || l.AboveMax != 1 {
-		t.Errorf("latency %+v: want 8 values, 1 clamped below 1 µs, 1 above an hour", l)
+	if l := f.latency; l.Count != 7 || l.BelowMin != 1 || l.AboveMax != 1 {
+		t.Errorf("latency %+v: want 7 values (5's once), 1 clamped below 1 µs, 1 above an hour", l)
 	}
 	if f.timeline != nil {
 		t.Errorf("timeline %+v without a window", f.timeline)
@@ -721,7 +740,7 @@ func TestReportWording(t *testing.T) {
 		second := map[string]string{EngineJetsink: EngineBaseline, EngineBaseline: EngineJetsink}[first]
 		rep.Results = append(rep.Results, res(first, i+1), res(second, i+1))
 	}
-	rep.Results[1].LatencyFrom, rep.Results[1].LatencyAcked = "the first ack the bench saw (9 of 10 rows; the rest pg_xact_commit_timestamp)", 9
+	rep.Results[1].LatencyFrom, rep.Results[1].LatencyAcked = "the first ack the bench saw (9 of 10 events; the rest pg_xact_commit_timestamp)", 9
 	rep.Results[2].Latency.BelowMin = 3
 	rep.Summary = summarize(rep.Results)
 	var text, js, page bytes.Buffer
@@ -733,7 +752,7 @@ func TestReportWording(t *testing.T) {
 		"latency p50 1.0 p90 2.0 p99 3.0 p99.9 4.0 max 5.0 ms",
 		"p50 ms 1.0 [1.0..1.0]  p90 ms 2.0 [2.0..2.0]  p99 ms 3.0",
 		"publisher send lag (send - scheduled) p50 0.40 p99 1.50 max 7.0 ms, 2 of 10 events sent over 1 ms late",
-		"to the first ack the bench saw (9 of 10 rows; the rest pg_xact_commit_timestamp)",
+		"to the first ack the bench saw (9 of 10 events; the rest pg_xact_commit_timestamp)",
 		"clamped into the histograms' range (1 µs..1 h): latency 3 below 1 µs",
 	} {
 		if !strings.Contains(got, want) {

@@ -106,7 +106,7 @@ func (r *Report) latencySpan(x Result) string {
 	switch {
 	case r.Scenario == ScenarioDrain:
 		return "engine-start-to-commit"
-	case x.LatencyAcked == x.Rows:
+	case x.LatencyAcked == x.Latency.Count:
 		return "send-to-ack"
 	default:
 		return "send-to-ack-or-commit"

@@ -141,7 +141,9 @@ type tableFacts struct {
 // committed_at column. A row's latency ends when its message's first ack
 // arrived, when acks saw it (the rest end at the commit time), and starts at
 // its scheduled send time or at from, whichever is later: a drain's events
-// were sent before its engine started. It counts the sequences 1 to
+// were sent before its engine started (so do the legs that start at the
+// store time). Of the rows of one stream_seq, only the first committed
+// counts. It counts the sequences 1 to
 // published stored, so that a stray row cannot stand in for a lost one.
 // window > 0 groups the latencies by scheduled send time for the
 // latency-over-time plot; 0 makes no timeline.
@@ -159,7 +161,11 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	if f.rows == 0 {
 		return f, nil
 	}
-	rows, err := db.Query(ctx, "SELECT stream_seq, ts, published_at, received_at, committed_at, "+commit+" FROM "+t+" ORDER BY ts")
+	// A duplicate row (a redelivery stored again) counts once, at its
+	// first commit: the event was stored then.
+	rows, err := db.Query(ctx, "SELECT stream_seq, ts, published_at, received_at, committed_at, c FROM "+
+		"(SELECT DISTINCT ON (stream_seq) stream_seq, ts, published_at, received_at, committed_at, "+commit+" AS c FROM "+t+
+		" ORDER BY stream_seq, c) d ORDER BY ts")
 	if err != nil {
 		return f, fmt.Errorf("read latencies: %w", err)
 	}
@@ -210,12 +216,16 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 		us := all.record(end.Sub(later(ts, from)))
 		if stored != nil {
 			toStream.record(stored.Sub(ts))
-			inEngine.record(at.Sub(*stored))
+			// From the store time or from, as the whole latency: in a
+			// drain, the time stored before the engine started (the other
+			// engine's run, with --compare) is not the engine's part.
+			in := later(*stored, from)
+			inEngine.record(at.Sub(in))
 			if byCommitTS {
-				beforeCopy.record(copied.Sub(*stored))
+				beforeCopy.record(copied.Sub(in))
 				copyToCommit.record(at.Sub(copied))
 				if received != nil {
-					delivery.record(received.Sub(*stored))
+					delivery.record(received.Sub(in))
 					inside.record(copied.Sub(*received))
 				}
 			}

@@ -39,7 +39,9 @@ func stat(vs []float64) Stat {
 
 // Summary aggregates one engine and variant over the repetitions. Ratio is
 // the median over repetitions of this engine's events/s divided by the
-// baseline's in the same repetition (0 without --compare).
+// baseline's in the same repetition (0 without --compare), CPURatio the
+// same of CPU per event. (A rate run offers both engines the same load, so
+// its Ratio is near 1 whenever both keep up: compare latency and CPU.)
 type Summary struct {
 	Engine       string `json:"engine"`
 	Variant      string `json:"variant,omitempty"`
@@ -57,6 +59,7 @@ type Summary struct {
 	P99Engine         Stat `json:"latency_stream_to_commit_p99_ms"` // the engine's part of P99
 	Load1             Stat `json:"load1"`
 	Ratio             Stat `json:"ratio_to_baseline"`
+	CPURatio          Stat `json:"cpu_ratio_to_baseline,omitzero"`
 	// LockRSSGrowthMiB is the engine's RSS growth while the table was
 	// locked (Options.LockFor).
 	LockRSSGrowthMiB Stat `json:"lock_rss_growth_mib,omitzero"`
@@ -72,7 +75,7 @@ func summarize(rs []Result) []Summary {
 		variant string
 		rep     int
 	}
-	baseline := map[run]float64{} // baseline events/s
+	baseline := map[run]Result{}
 	for _, r := range rs {
 		if r.Failed != "" {
 			continue // partial figures: a 0 would drag every median down
@@ -83,7 +86,7 @@ func summarize(rs []Result) []Summary {
 		}
 		groups[k] = append(groups[k], r)
 		if r.Engine == EngineBaseline {
-			baseline[run{r.Variant, r.Rep}] = r.EventsPerSec
+			baseline[run{r.Variant, r.Rep}] = r
 		}
 	}
 	var out []Summary
@@ -108,13 +111,20 @@ func summarize(rs []Result) []Summary {
 			P99Engine:    col(func(r Result) float64 { return r.LatencyInEngine.P99 }),
 			Load1:        col(func(r Result) float64 { return r.Load1 }),
 		}
-		var ratios []float64
+		var ratios, cpuRatios []float64
 		for _, r := range g {
-			if b, ok := baseline[run{r.Variant, r.Rep}]; ok && b > 0 && r.Engine != EngineBaseline {
-				ratios = append(ratios, r.EventsPerSec/b)
+			b, ok := baseline[run{r.Variant, r.Rep}]
+			if !ok || r.Engine == EngineBaseline {
+				continue
+			}
+			if b.EventsPerSec > 0 {
+				ratios = append(ratios, r.EventsPerSec/b.EventsPerSec)
+			}
+			if b.CPUPerEvent > 0 {
+				cpuRatios = append(cpuRatios, r.CPUPerEvent/b.CPUPerEvent)
 			}
 		}
-		s.Ratio = stat(ratios)
+		s.Ratio, s.CPURatio = stat(ratios), stat(cpuRatios)
 		var growth, steady []float64
 		for _, r := range g {
 			if r.Lock != nil {
@@ -207,6 +217,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		if s.Ratio.N > 0 {
 			fmt.Fprintf(&b, "  x baseline %s", fmtStat(s.Ratio, 2))
+		}
+		if s.CPURatio.N > 0 {
+			fmt.Fprintf(&b, "  CPU/event x baseline %s", fmtStat(s.CPURatio, 2))
 		}
 		if s.LockRSSGrowthMiB.N > 0 {
 			fmt.Fprintf(&b, "  RSS growth while locked MiB %s", fmtStat(s.LockRSSGrowthMiB, 1))

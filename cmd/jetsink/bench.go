@@ -55,8 +55,11 @@ event (a published sequence with no row), a row of a sequence not
 published, or a duplicate row in exactly-once mode, makes the exit status
 non-zero.
 
---compare baseline runs the straightforward consumer on the same preloaded
-data in the same run and prints the ratio. --stream and --table are ignored:
+--compare baseline runs the straightforward consumer in the same run and
+prints the ratios of events/s and of CPU per event: in a drain, on the same
+preloaded data; in a rate run, on its own stream under the same schedule
+(whose events/s ratio is near 1 when both keep up: compare latency and
+CPU). --stream and --table are ignored:
 each run makes (and removes) its own. --matrix key=v1,v2 runs jetsink
 once per value (e.g. --matrix pipeline.pin=none,thread,cpu; env:NAME sets an
 environment variable instead, e.g. --matrix env:GOGC=100,200); --set overrides
