@@ -67,11 +67,16 @@ func storedEventID(id string, l *Letter) bool {
 }
 
 // Msg is the message a replay publishes: the original subject, body and
-// headers, without the Jetsink-* headers, with Nats-Msg-Id ReplayMsgID.
+// headers, without the Jetsink-* and Nats-* headers, with Nats-Msg-Id
+// ReplayMsgID.
 func (l *Letter) Msg() *nats.Msg {
 	h := make(nats.Header, len(l.Header))
 	for k, v := range l.Header {
-		if strings.HasPrefix(k, "Jetsink-") || k == jetstream.MsgIDHeader {
+		// No Nats-* header: jetsink writes none into a letter (see
+		// consumer's deadLetterMsg), so one here came from the server
+		// (a source's Nats-Stream-Source) or another tool, and would
+		// instruct the event stream.
+		if strings.HasPrefix(k, "Jetsink-") || strings.HasPrefix(k, "Nats-") {
 			continue
 		}
 		h[k] = v
@@ -101,7 +106,7 @@ func (f Filter) Validate() error {
 		return fmt.Errorf("%w: sequence range %d-%d is reversed", ErrInvalidOptions, f.FirstSeq, f.LastSeq)
 	}
 	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
-		return fmt.Errorf("%w: --until must be after --since", ErrInvalidOptions)
+		return fmt.Errorf("%w: Until (--until) must be after Since (--since)", ErrInvalidOptions)
 	}
 	for _, st := range f.Stages {
 		if st != pipeline.StageDecode && st != pipeline.StageSink && st != pipeline.StageDeliver {
@@ -239,6 +244,12 @@ const (
 	publishWait       = 5 * time.Second
 	publishBackoff    = 250 * time.Millisecond
 	publishBackoffMax = 2 * time.Second
+	// A re-publish that no stream listens for (no responders: nothing is
+	// stored) is sent this many times more, publishBackoff apart, before
+	// the letter fails: a stream's leader may be changing. (nats.go's own
+	// retries of it are off, so that an attempt's deadline cannot turn it
+	// into "no answer".)
+	noStreamRetries = 2
 )
 
 // Replay walks the dead-letter stream (see the package doc) and calls each,
@@ -269,6 +280,9 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 	}
 	if err := o.Filter.Validate(); err != nil {
 		return rep, err
+	}
+	if o.Limit < 0 {
+		return rep, fmt.Errorf("%w: limit %d: want 0 (no limit) or more", ErrInvalidOptions, o.Limit)
 	}
 	if o.FetchWait <= 0 {
 		o.FetchWait = 2 * time.Second
@@ -587,8 +601,18 @@ func letter(meta *jetstream.MsgMetadata, h nats.Header, data []byte) (*Letter, e
 // gets no answer within wait is sent again (see publish); a failed delete
 // is retried with backoff while ctx lasts; a letter found gone counts as
 // deleted (an earlier attempt whose answer was lost may have deleted it).
+//
+// The re-publish ends 2 x wait, or a quarter of the time left, before ctx
+// does, so that a stream slow to answer it leaves the delete time of its
+// own.
 func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream, l *Letter, keep bool, wait time.Duration) Outcome {
-	ack, unanswered, err := publish(ctx, js, l, wait)
+	pctx := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithDeadline(ctx, deadline.Add(-min(2*wait, time.Until(deadline)/4)))
+		defer cancel()
+	}
+	ack, unanswered, err := publish(pctx, js, l, wait)
 	if err != nil {
 		if !unanswered {
 			return Outcome{Err: fmt.Errorf("%w: dead letter %d to %s: %w", ErrPublish, l.Seq, l.Subject, err)}
@@ -647,16 +671,23 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 // event is not stored.
 func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait time.Duration) (ack *jetstream.PubAck, unanswered bool, err error) {
 	backoff := publishBackoff
+	noStream := 0
 	for {
 		before := lastError(js)
 		actx, cancel := context.WithTimeout(ctx, wait)
-		ack, err = js.PublishMsg(actx, l.Msg())
+		ack, err = js.PublishMsg(actx, l.Msg(), jetstream.WithRetryAttempts(0))
 		cancel()
 		switch {
 		case err == nil:
 			return ack, unanswered, nil
 		case storing(err):
 			unanswered = true // an earlier attempt's copy is on its way in
+		case errors.Is(err, jetstream.ErrNoStreamResponse) && noStream < noStreamRetries:
+			noStream++
+			if !sleep(ctx, publishBackoff) {
+				return nil, unanswered, err
+			}
+			continue
 		case notStored(err):
 			return nil, unanswered, err
 		default:

@@ -278,6 +278,7 @@ func TestReplayInvalidOptions(t *testing.T) {
 		{Stream: "EV_DLQ", Filter: Filter{Subject: "ev.>.x"}},
 		{Stream: "EV_DLQ", Filter: Filter{Subject: "ev.a*"}},
 		{Stream: "EV_DLQ", Filter: Filter{Stages: []string{"sink", "decoder"}}},
+		{Stream: "EV_DLQ", Limit: -1},
 	} {
 		if _, err := Replay(ctx, ctx, js, o, nil); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)
@@ -289,6 +290,53 @@ func TestReplayInvalidOptions(t *testing.T) {
 	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ"}, nil)
 	if err != nil || !reflect.DeepEqual(rep, Report{}) {
 		t.Errorf("empty stream: %+v, %v", rep, err)
+	}
+}
+
+// A replayed letter keeps the event's own headers, not the Jetsink-*
+// ones, nor any Nats-* header: jetsink writes none into a letter, so one
+// there came from the server (a sourced stream's Nats-Stream-Source) or
+// another tool, and would instruct the event stream.
+func TestLetterMsgHeaders(t *testing.T) {
+	l := &Letter{Seq: 7, Subject: "ev.1", Stream: "EV", StreamSeq: 3, MsgID: "orig", Data: []byte("{}"), Header: nats.Header{
+		"Traceparent":          {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+		"X-Tenant":             {"a", "b"},
+		consumer.HeaderStage:   {"sink"},
+		jetstream.MsgIDHeader:  {"EV:3:1:jetsink"},
+		"Nats-Stream-Source":   {"SRC 12 ev.> ev.>"},
+		"Nats-TTL":             {"1s"},
+		"Nats-Expected-Stream": {"OTHER"},
+	}}
+	m := l.Msg()
+	want := nats.Header{
+		"Traceparent":         {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+		"X-Tenant":            {"a", "b"},
+		jetstream.MsgIDHeader: {"orig:replay:EV:3:1:jetsink"},
+	}
+	if m.Subject != "ev.1" || string(m.Data) != "{}" || !reflect.DeepEqual(m.Header, want) {
+		t.Fatalf("replayed %s %q with headers %v, want ev.1 {} with %v", m.Subject, m.Data, m.Header, want)
+	}
+}
+
+// A letter whose subject no stream takes (no responders) fails, certainly
+// not stored, after a few tries, however short LetterTimeout is, and the
+// replay goes on: it is not named unsure.
+func TestReplayNoStreamIsNotUnsure(t *testing.T) {
+	js, ctx := setup(t, 0)
+	putLetterData(t, ctx, js, "dlq.EV", 0, []byte("{}"), nats.Header{consumer.HeaderSubject: {"nowhere.x"}})
+	putLetter(t, ctx, js, "dlq.EV", 1)
+	h := &hookJS{JetStream: js}
+	var outs []Outcome
+	rep, err := Replay(ctx, ctx, h, Options{Stream: "EV_DLQ", LetterTimeout: 1200 * time.Millisecond}, func(_ *Letter, o Outcome) { outs = append(outs, o) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 2 || outs[0].Unsure || !errors.Is(outs[0].Err, ErrPublish) || !errors.Is(outs[0].Err, jetstream.ErrNoStreamResponse) ||
+		!outs[1].Replayed || rep.Failed != 1 || rep.Replayed != 1 || len(rep.Unsure) != 0 {
+		t.Fatalf("outcomes %+v, report %+v; want the first failed, not unsure, the second replayed", outs, rep)
+	}
+	if len(h.published) != 1+noStreamRetries+1 {
+		t.Fatalf("%d publishes, want %d for the letter with no stream and 1", len(h.published), 1+noStreamRetries+1)
 	}
 }
 
