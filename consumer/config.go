@@ -340,9 +340,12 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: nats.pull_client must be %q or %q (got %q)", ErrInvalidConfig, PullClientNATSGo, PullClientWire, c.PullClient))
 	}
 	// Against half the expiry only when the expiry itself is valid: else
-	// its own problem is the one to fix.
-	if c.PullHeartbeat < 100*time.Millisecond || c.PullExpiry >= time.Second && c.PullHeartbeat > c.PullExpiry/2 {
-		errs = append(errs, fmt.Errorf("%w: nats.pull_heartbeat must be between 100ms and half of nats.pull_expiry (got %s with expiry %s)", ErrInvalidConfig, c.PullHeartbeat, c.PullExpiry))
+	// its own problem is the one to fix. 500ms-30s is nats.go's range
+	// (Consume refuses any other, and it pulls with pull_client nats.go,
+	// over WebSocket, and when the wire client cannot connect).
+	if c.PullHeartbeat < minPullHeartbeat || c.PullHeartbeat > maxPullHeartbeat || c.PullExpiry >= time.Second && c.PullHeartbeat > c.PullExpiry/2 {
+		errs = append(errs, fmt.Errorf("%w: nats.pull_heartbeat must be between %s and %s, and at most half of nats.pull_expiry (got %s with expiry %s)",
+			ErrInvalidConfig, minPullHeartbeat, maxPullHeartbeat, c.PullHeartbeat, c.PullExpiry))
 	}
 	dlqOK := false
 	if c.DeadLetterSubject == "" {
@@ -479,6 +482,13 @@ func SubjectMatches(pattern, subject string) bool {
 // only in its MAX_DELIVERIES advisory, which nobody may be listening to
 // and which it never repeats.
 const durableMaxDeliver = -1
+
+// minPullHeartbeat and maxPullHeartbeat bound nats.pull_heartbeat as
+// nats.go's jetstream.PullHeartbeat does.
+const (
+	minPullHeartbeat = 500 * time.Millisecond
+	maxPullHeartbeat = 30 * time.Second
+)
 
 // ConnectError says that connecting to urls (nats.url: one or more, comma
 // separated) failed with err, naming the servers without their
