@@ -270,6 +270,30 @@ func TestNewInFlightBudget(t *testing.T) {
 		}
 		_ = c.Close(context.Background())
 	}
+	// So does a pull_max_bytes below its max_payload, which the wire
+	// client would refuse to pull with.
+	for _, tc := range []struct{ set, want int }{{0, 0}, {3 << 20, 40<<20 + pullBytesMargin}, {48 << 20, 48 << 20}} {
+		cfg.MaxInFlightBytes, cfg.PullMaxBytes = 0, tc.set
+		var buf syncBuffer
+		c, err := New(ctx, cfg, testLogger(t, &buf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.wireMaxBytes(wc)
+		if got != tc.want || (tc.set == 3<<20) != strings.Contains(buf.String(), "raised to the least that can pull it for this connection") {
+			t.Errorf("pull_max_bytes %d against a 40 MiB max_payload: %d, want %d; log:\n%s", tc.set, got, tc.want, buf.String())
+		}
+		sub, err := wc.Consume(wire.PullOptions{Stream: "NONE", Consumer: "NONE", MaxMessages: 10, MaxBytes: got, Expires: time.Second,
+			Heartbeat: 500 * time.Millisecond}, func(*wire.Msg) {}, nil)
+		if err != nil {
+			t.Errorf("pull_max_bytes %d: the wire client refuses %d: %v", tc.set, got, err)
+		} else {
+			sub.Stop()
+			<-sub.Closed()
+		}
+		_ = c.Close(context.Background())
+	}
+	cfg.PullMaxBytes = 0
 	if got := (Config{}).inFlightBudget(64 << 20); got != 4*(64<<20+pullBytesMargin) {
 		t.Errorf("derived budget under a 64 MiB max_payload: %d, want four such messages", got)
 	}

@@ -166,7 +166,7 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 		Stream:      cfg.Stream,
 		Consumer:    cfg.Consumer,
 		MaxMessages: cfg.PullMaxMessages,
-		MaxBytes:    cfg.PullMaxBytes,
+		MaxBytes:    c.wireMaxBytes(wc),
 		Expires:     cfg.PullExpiry,
 		Heartbeat:   cfg.PullHeartbeat,
 		Budget:      budget,
@@ -194,6 +194,21 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 		return nil, err
 	}
 	return sub, nil
+}
+
+// wireMaxBytes is the pull size in bytes for a session pulling on wc:
+// nats.pull_max_bytes, raised, with a warning, to the least that can pull
+// the largest message of wc's server if that takes larger messages than
+// New saw (servers of a cluster differ in max_payload, or one changed it
+// since). Below max_payload, the wire client refuses to pull at all, and
+// the session would be retried for ever.
+func (c *Consumer) wireMaxBytes(wc *wire.Conn) int {
+	n, mp := c.cfg.PullMaxBytes, int64(wc.MaxPayload())
+	if p, bad := pullMaxBytesProblem(n, mp); bad && !p.Warning {
+		n = int(mp + pullBytesMargin)
+		c.log.Warn(p.String()+"; raised to the least that can pull it for this connection", "server_max_payload", mp, "pull_max_bytes", n)
+	}
+	return n
 }
 
 // wireBudget is the in-flight budget for a session pulling on wc, nil
