@@ -253,6 +253,12 @@ func checkConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) []P
 	if v := cc.Metadata[strandedKey]; v != "" {
 		problems = append(problems, strandedProblem(v))
 	}
+	if cc.ReplayPolicy == jetstream.ReplayOriginalPolicy {
+		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("consumer %s has replay policy original: the server delivers its "+
+			"events at the pace they were published, so a backlog drains no faster than it came in (the server does not let an update change it)", cfg.Consumer),
+			Fix: "to drain at full speed, delete it (nats consumer rm) and let jetsink create it, or choose another nats.consumer; a new durable " +
+				"starts at the stream's first event unless made otherwise"})
+	}
 	if cc.AckWait != cfg.AckWait || cc.MaxDeliver != durableMaxDeliver || cc.FilterSubject != cfg.FilterSubject {
 		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("consumer %s has ack_wait %s, max_deliver %d, filter %q; run will update it to %s, %s, %q",
 			cfg.Consumer, cc.AckWait, cc.MaxDeliver, cc.FilterSubject, cfg.AckWait, describeMaxDeliver(cfg.MaxDeliver), cfg.FilterSubject)})

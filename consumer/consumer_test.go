@@ -125,6 +125,7 @@ func TestNewTakesTheOwnersDurable(t *testing.T) {
 	}{
 		{"deliver new", jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy}, 11},
 		{"from sequence 4, in memory", jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: 4, MemoryStorage: true}, 4},
+		{"1024 pulls waiting, replay original", jetstream.ConsumerConfig{MaxWaiting: 1024, ReplayPolicy: jetstream.ReplayOriginalPolicy}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -152,8 +153,16 @@ func TestNewTakesTheOwnersDurable(t *testing.T) {
 			}
 			got := cons.CachedInfo().Config
 			if got.DeliverPolicy != own.DeliverPolicy || got.OptStartSeq != own.OptStartSeq || got.MemoryStorage != own.MemoryStorage ||
-				got.Metadata["owner"] != "ops" || got.Metadata[replacedKey] == "" || got.MaxDeliver != durableMaxDeliver {
-				t.Fatalf("durable now %+v; want the owner's start, storage and metadata, and jetsink's MaxDeliver and mark", got)
+				got.Metadata["owner"] != "ops" || got.Metadata[replacedKey] == "" || got.MaxDeliver != durableMaxDeliver ||
+				own.MaxWaiting != 0 && got.MaxWaiting != own.MaxWaiting || got.ReplayPolicy != own.ReplayPolicy {
+				t.Fatalf("durable now %+v; want the owner's start, storage, replay, waiting pulls and metadata, and jetsink's MaxDeliver and mark", got)
+			}
+			ps, err := Check(ctx, cfg, testLogger(t, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if warned := strings.Contains(problemsText(ps), "has replay policy original"); warned != (own.ReplayPolicy == jetstream.ReplayOriginalPolicy) {
+				t.Errorf("check warned of replay original: %v; problems:\n%s", warned, problemsText(ps))
 			}
 			publish(t, ctx, js, cfg, 1, 1, 10)
 			r := startRun(t, ctx, c, 1, 64, 1000)

@@ -36,8 +36,9 @@ func strandedProblem(v string) Problem {
 // consumer, so a durable made before with a limit is updated by
 // ensureConsumer. prev, if not nil, is the consumer's configuration on the
 // server: what the server does not let an update change (where delivery
-// starts, the storage) is kept from it, so that a durable its owner made
-// (say, to deliver only new messages) is taken as it is.
+// starts, the storage, the replay policy, how many pulls may wait) is kept
+// from it, so that a durable its owner made (say, to deliver only new
+// messages) is taken as it is.
 func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.ConsumerConfig) jetstream.ConsumerConfig {
 	cfg := &c.cfg
 	if len(meta) == 0 {
@@ -55,6 +56,7 @@ func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.Consum
 	if prev != nil {
 		cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = prev.DeliverPolicy, prev.OptStartSeq, prev.OptStartTime
 		cc.MemoryStorage = prev.MemoryStorage
+		cc.MaxWaiting, cc.ReplayPolicy = prev.MaxWaiting, prev.ReplayPolicy
 	}
 	return cc
 }
