@@ -295,14 +295,14 @@ func TestEpochLookAfterReconnect(t *testing.T) {
 	replaceStream(t, ctx, js, cfg, c)
 	proxy.Reopen()
 
-	// The look may also start before nats.go has noticed the disconnect
-	// (the wire connection's loss asks for it), its request then lost
-	// with the old socket: after its timeout the session ends, and Run
-	// looks before it pulls again. Either way the replacement is found.
+	// The wire connection's loss may also end the session while nats.go is
+	// down, or ask for a look before nats.go has noticed the disconnect,
+	// its request then lost with the old socket (after its timeout the
+	// session ends): Run looks before it pulls again. Either way the
+	// replacement is found.
 	waitFor(t, ctx, "the look after the reconnect", func() bool {
 		l := log.String()
-		return strings.Contains(l, "stream re-created while disconnected") ||
-			strings.Contains(l, "could not look at the stream after the reconnect") && strings.Contains(l, "stream deleted or re-created")
+		return strings.Contains(l, "stream re-created while disconnected") || strings.Contains(l, "stream re-created: the acks")
 	})
 	replacedCleanly(t, ctx, c, r, old)
 }

@@ -508,10 +508,28 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			if c.cfg.StoredSeq != nil {
 				continue // push has serve verify the stream after a reconnect
 			}
+			if !c.nc.IsConnected() {
+				// The wire connection's loss (lookAgain) while nats.go's
+				// is down too: nothing can be looked at now, and nats.go's
+				// reconnect sends another token (its ReconnectHandler).
+				// Meanwhile the Sub ends, and Run pulls again once NATS
+				// is back: a lost connection, not a consumer gone.
+				continue
+			}
 			// While the connection was down the stream may have been
 			// re-created, with the consumer, and nats.go's pulls go on with
 			// whatever answers them.
 			changed, err := c.streamChanged(ctx)
+			if err != nil && s.connLost.Load() {
+				// The wire connection's loss asked for the look, sent
+				// before nats.go noticed that its own was lost too. Run
+				// pulls again once NATS is back, and looks at the stream
+				// before it does (enterStream): a lost connection, not a
+				// consumer gone.
+				s.stopAnswering()
+				s.cc.Drain()
+				return s.awaitClosed(hard)
+			}
 			if err != nil {
 				// Not knowing is not good enough: subscribe again, and
 				// let Run look (it retries) before it pulls.

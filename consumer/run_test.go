@@ -200,7 +200,15 @@ func TestRunIntakeCancelLosesNothing(t *testing.T) {
 	}
 }
 
+// A restart loses nothing; one that keeps the server down longer than a
+// look at the stream waits (5 s) is a lost connection too.
 func TestRunSurvivesServerRestart(t *testing.T) {
+	for _, down := range []time.Duration{0, 6 * time.Second} {
+		t.Run(fmt.Sprintf("down %v", down), func(t *testing.T) { runSurvivesServerRestart(t, down) })
+	}
+}
+
+func runSurvivesServerRestart(t *testing.T, down time.Duration) {
 	const n = 10000
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -231,6 +239,7 @@ func TestRunSurvivesServerRestart(t *testing.T) {
 	take(1000)
 	srv.Shutdown()
 	waitFor(t, ctx, "the consumer to notice the shutdown", func() bool { return !c.Ready() })
+	time.Sleep(down)
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -249,6 +258,11 @@ func TestRunSurvivesServerRestart(t *testing.T) {
 		return err == nil && lag.NumPending == 0 && lag.NumAckPending == 0
 	})
 	t.Logf("restart: %d redeliveries, stats %+v", dups, c.Stats())
+	// The wire connection's loss while nats.go was down is a lost
+	// connection, not a consumer gone: no re-creation.
+	if st := c.Stats(); st.Resubscribes != 0 {
+		t.Errorf("%d resubscribes over a server restart, want 0 (a lost connection, not a consumer gone)", st.Resubscribes)
+	}
 	r.stopClean(t, ctx)
 }
 
