@@ -33,11 +33,12 @@ type committer struct {
 	started *atomic.Int64
 
 	// Telemetry of the batch being processed.
-	span    trace.Span    // its "copy <table>" span, nil if not traced
-	took    time.Duration // the last committed transaction's duration
-	retries uint64        // attempts retried
-	settled int           // rows acked
-	bytes   int           // their tuple bytes
+	span     trace.Span    // its "copy <table>" span, nil if not traced
+	spanMsgs int           // the messages of the batch, with those taken in (the span's message count)
+	took     time.Duration // the last committed transaction's duration
+	retries  uint64        // attempts retried
+	settled  int           // rows acked
+	bytes    int           // their tuple bytes
 
 	// suspectSeq is the number of the last attempt that had started
 	// (counters.attemptSeq) when the first classSuspect error since the
@@ -176,12 +177,13 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
 	c.retries, c.settled, c.bytes, c.suspectSeq, c.held = 0, 0, 0, 0, nil
 	c.hold.resume = false
-	if c.span = c.s.tracing.StartCopy(c.s.cfg.Table, rows); c.span != nil {
-		defer func() {
-			telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, err)
-			c.span = nil
-		}()
-	}
+	// c.span may start later too, with rows taken into the batch
+	// (holdWait, linkTaken).
+	c.span, c.spanMsgs = c.s.tracing.StartCopy(c.s.cfg.Table, rows), len(rows)
+	defer func() {
+		telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, err)
+		c.span = nil
+	}()
 	lo := 0
 	// whole: try the rest of the batch at once, as long as poison rows come
 	// apart; after two in a row the next tries go piece by piece along
@@ -648,10 +650,18 @@ func (c *committer) holdWait(ctx context.Context, d time.Duration) (bool, error)
 		}
 		return false, sleep(ctx, max(0, time.Until(until)))
 	}
+	c.linkTaken(o.rows[o.lo:])
 	c.held.absorb(o)
 	r.release(o)
 	c.s.st.takenIntoHeld.Add(1)
 	return true, nil
+}
+
+// linkTaken links the batch's span to the messages of rows, taken into
+// the batch (holdWait): the span of the COPY that commits them.
+func (c *committer) linkTaken(rows []pipeline.Row) {
+	c.spanMsgs += len(rows)
+	c.span = c.s.tracing.LinkCopy(c.span, c.s.cfg.Table, rows, c.spanMsgs)
 }
 
 // logSuspect logs a classSuspect error that is being retried, once per

@@ -15,10 +15,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/telemetry"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -1145,6 +1147,64 @@ func TestTriggerRefusingEveryRowIsRetried(t *testing.T) {
 				t.Fatalf("%d rows committed, want 40", n)
 			}
 		})
+	}
+}
+
+// Rows a committer retrying a batch takes into it (holdWait) are linked
+// from the copy span that commits them, which starts then if no message of
+// the first batch was sampled.
+func TestRowsTakenIntoAHeldBatchAreLinked(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections, c.Batch.MaxRows = 1, 5 })
+	exp := tracetest.NewInMemoryExporter()
+	tr, err := telemetry.NewTracingTo(exp, telemetry.Config{ServiceName: "test", SampleRatio: 1, MaxLinks: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	s.Instrument(tr, nil)
+	admin := pg.Conn(t)
+	raiseOn(t, ctx, admin, s.table, "true")
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 40, nil)
+	want := map[trace.SpanID]bool{}
+	for i := range rs {
+		if i >= 5 { // the first batch unsampled
+			rs[i].Event.Span = tr.StartMessage(rs[i].Event)
+			want[rs[i].Event.Span.SpanContext().SpanID()] = true
+		}
+	}
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "batches taken into the retried one", func() bool { return s.Stats().TakenIntoHeld >= 1 })
+	if _, err := admin.Exec(ctx, "DROP TRIGGER refuse ON "+s.table.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	finishClean(t, ctx, src, wait, dl, ms)
+	if err := tr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var copies, msgs int
+	for _, sp := range exp.GetSpans() {
+		if sp.Name != "copy "+s.cfg.Table {
+			continue
+		}
+		copies++
+		for _, l := range sp.Links {
+			delete(want, l.SpanContext.SpanID())
+		}
+		for _, a := range sp.Attributes {
+			if a.Key == "messaging.batch.message_count" {
+				msgs += int(a.Value.AsInt64())
+			}
+		}
+	}
+	if len(want) != 0 || copies == 0 {
+		t.Fatalf("%d of 35 sampled messages linked from no copy span (%d copy spans)", len(want), copies)
+	}
+	if msgs != 40 {
+		t.Errorf("copy spans count %d messages, want 40 (each once)", msgs)
 	}
 }
 

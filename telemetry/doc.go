@@ -47,7 +47,9 @@
 //     messaging.batch.message_count, db.system.name=postgresql,
 //     db.collection.name, db.operation.name=COPY, and at its end the rows
 //     and bytes committed and the attempts retried; each ack round is an
-//     "ack" event on it.
+//     "ack" event on it. A batch that a committer retrying it takes the
+//     next ones into (a refused row no commit has shown to be at fault)
+//     gets their links too (LinkCopy), past maxLinks counted by the SDK.
 //
 // An unsampled message costs a header lookup and, for a root, one random
 // number: no allocation, no attribute, no link (TestUnsampledAllocatesNothing).

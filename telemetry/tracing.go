@@ -205,6 +205,14 @@ func NewTracing(ctx context.Context, cfg Config) (*Tracing, error) {
 	return newTracing(exp, cfg)
 }
 
+// NewTracingTo is NewTracing exporting to exp instead of OTLP, whatever
+// the configuration and the OTEL_* variables say of the exporter: for a
+// program that embeds jetsink's packages with an exporter of its own, and
+// for tests (go.opentelemetry.io/otel/sdk/trace/tracetest).
+func NewTracingTo(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
+	return newTracing(exp, cfg)
+}
+
 // newTracing builds an enabled Tracing exporting to exp.
 func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 	t := &Tracing{exp: newStoppable(exp), sampler: "the SDK's (OTEL_TRACES_SAMPLER)", streamSpan: "process"}
@@ -720,6 +728,32 @@ func (t *Tracing) StartCopy(table string, rows []pipeline.Row) trace.Span {
 		trace.WithNewRoot(),
 		trace.WithLinks(links...),
 		trace.WithAttributes(attrs...))
+	return sp
+}
+
+// LinkCopy links the batch span sp to the sampled messages of rows, which
+// joined its batch after it started (a committer retrying a batch takes
+// the next ones into it), and sets its messaging.batch.message_count to
+// total. With sp nil (no message of the batch was sampled) it starts the
+// span as StartCopy does, if one of rows is. It returns the span. Links
+// past the span's limit are counted by the SDK (dropped links), not in
+// jetsink.batch.links_dropped.
+func (t *Tracing) LinkCopy(sp trace.Span, table string, rows []pipeline.Row, total int) trace.Span {
+	if t == nil || t.tp == nil {
+		return sp
+	}
+	if sp == nil {
+		sp = t.StartCopy(table, rows)
+	} else {
+		for i := range rows {
+			if m := rows[i].Event.Span; m != nil {
+				sp.AddLink(trace.Link{SpanContext: m.SpanContext()})
+			}
+		}
+	}
+	if sp != nil {
+		sp.SetAttributes(attribute.Int("messaging.batch.message_count", total))
+	}
 	return sp
 }
 
