@@ -629,15 +629,22 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 				Fix: "give the role a SELECT policy over the rows it stores (if the policies refuse rows on purpose, that is all); or " + fix})
 		}
 	}
+	type limit struct{ Name, Setting, Unit string }
+	var set []limit
 	limits, err := c.Query(ctx, `SELECT name, setting, unit FROM pg_settings
 		WHERE name IN ('statement_timeout', 'transaction_timeout') ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("check the server's timeouts on %s: %w", s.where, err)
+	if err == nil {
+		set, err = pgx.CollectRows(limits, pgx.RowToStructByPos[limit])
 	}
-	type limit struct{ Name, Setting, Unit string }
-	set, err := pgx.CollectRows(limits, pgx.RowToStructByPos[limit])
 	if err != nil {
-		return nil, fmt.Errorf("check the server's timeouts on %s: %w", s.where, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("check the server's timeouts on %s: %w", s.where, err)
+		}
+		// Only a warning is lost: say so, and check the rest.
+		probs = append(probs, Problem{Kind: ProblemServerTimeout, Warning: true,
+			Message: fmt.Sprintf("could not read statement_timeout and transaction_timeout from pg_settings (%v); a limit shorter than a batch "+
+				"takes costs throughput", err),
+			Fix: "SHOW statement_timeout; SHOW transaction_timeout; as jetsink's role: more than 10s, or 0"})
 	}
 	for _, l := range set {
 		ms, err := strconv.ParseInt(l.Setting, 10, 64)

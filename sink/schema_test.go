@@ -535,6 +535,28 @@ func TestCheckWarnsOfAShortServerTimeout(t *testing.T) {
 	}
 }
 
+// A server whose pg_settings jetsink's role may not read costs check the
+// timeout warning only: it says so, and checks the rest.
+func TestCheckWithoutPgSettings(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	if _, err := admin.Exec(ctx, "REVOKE SELECT ON pg_catalog.pg_settings FROM PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "GRANT SELECT ON pg_catalog.pg_settings TO PUBLIC") })
+	_, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE ON SCHEMA public TO %[1]s")
+	s, _ := newTestSink(t, ctx, roleURL, nil)
+	probs, err := s.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(probs) != 1 || probs[0].Kind != ProblemServerTimeout || !probs[0].Warning || !strings.Contains(probs[0].Message, "could not read") ||
+		!strings.Contains(probs[0].Message, "42501") {
+		t.Fatalf("problems %v, want one warning that pg_settings could not be read", probs)
+	}
+}
+
 // checkTableOf makes a table of the test's own with testCols' columns and
 // the columns ddl defines, and returns what Check finds for the mapping of
 // testCols and cols.
