@@ -335,3 +335,46 @@ func TestSettleFailingWrite(t *testing.T) {
 		t.Errorf("connection: %v, want failed with the write error", c.Err())
 	}
 }
+
+// A closed connection's entry, kept for Options.Settle, goes once it has
+// been closed for closedRefTTL (at the next close): a connection that
+// fails again and again does not grow the registry without bound. Until
+// then its messages are settled through Settle; after, Ack says the
+// connection is gone.
+func TestClosedConnectionsExpire(t *testing.T) {
+	defer func(d time.Duration) { closedRefTTL = d }(closedRefTTL)
+	closedRefTTL = 50 * time.Millisecond
+	settled := 0
+	settle := func(string, []byte) error { settled++; return nil }
+	open := func() *Conn {
+		c := &Conn{kick: make(chan struct{}, 1), done: make(chan struct{})}
+		c.id = registerConn(c, settle)
+		t.Cleanup(func() { registry.Delete(c.id) })
+		return c
+	}
+	first := open()
+	unregisterConn(first.id)
+	if err := testMsg(first.id, "$JS.ACK.first.1").Ack(); err != nil || settled != 1 {
+		t.Fatalf("just closed: Ack = %v, %d settled through Settle; want nil, 1", err, settled)
+	}
+	time.Sleep(2 * closedRefTTL)
+	for range 1000 {
+		unregisterConn(open().id)
+	}
+	if ref := lookupConn(first.id); ref != nil {
+		t.Fatal("an entry closed longer than closedRefTTL ago is still in the registry")
+	}
+	if err := testMsg(first.id, "$JS.ACK.first.2").Ack(); !errors.Is(err, ErrConnectionClosed) || settled != 1 {
+		t.Fatalf("expired: Ack = %v, %d settled; want ErrConnectionClosed, 1", err, settled)
+	}
+	// The 1000 go at the next close after closedRefTTL.
+	time.Sleep(2 * closedRefTTL)
+	last := open()
+	unregisterConn(last.id)
+	closedMu.Lock()
+	kept := len(closedRefs)
+	closedMu.Unlock()
+	if kept != 1 || lookupConn(last.id) == nil {
+		t.Fatalf("%d closed entries kept, want the last one's only", kept)
+	}
+}

@@ -389,11 +389,27 @@ func (m *Msg) settle(verb string, delay int64, reason string, final bool) error 
 // no pointer (see Msg). A Conn leaves it when it closes, which is also how
 // a late settlement learns that the connection is gone; one with
 // Options.Settle stays, without the Conn, since its messages can still be
-// settled (a few bytes per connection ever made).
+// settled: for closedRefTTL, so that a connection that fails again and
+// again for weeks does not grow the registry without bound. A message of
+// a connection closed longer ago than that (held all that time) can no
+// longer be settled: JetStream delivers it again.
 var (
 	registry   sync.Map // uint64 -> *connRef
 	registryID atomic.Uint64
+
+	closedMu   sync.Mutex
+	closedRefs []closedRef // the entries kept with Options.Settle, oldest first
 )
+
+// closedRefTTL is how long a closed connection's messages can still be
+// settled through Options.Settle. A variable for the tests.
+var closedRefTTL = time.Hour
+
+// closedRef is a registry entry kept after its connection closed.
+type closedRef struct {
+	id uint64
+	at time.Time
+}
 
 // connRef is a registry entry.
 type connRef struct {
@@ -418,7 +434,17 @@ func unregisterConn(id uint64) {
 	ref.conn.Store(nil)
 	if ref.settle == nil {
 		registry.Delete(id)
+		return
 	}
+	now := time.Now()
+	closedMu.Lock()
+	defer closedMu.Unlock()
+	n := 0
+	for n < len(closedRefs) && now.Sub(closedRefs[n].at) > closedRefTTL {
+		registry.Delete(closedRefs[n].id)
+		n++
+	}
+	closedRefs = append(closedRefs[n:], closedRef{id: id, at: now})
 }
 
 func lookupConn(id uint64) *connRef {
