@@ -13,7 +13,8 @@
 // consumer/wire on a connection of its own (nats.pull_client "wire", the
 // default; its messages are acked over that connection while it is open,
 // a committed batch's in one write (Consumer.AckAll, for
-// sink.Sink.SetAckAll), and through nats.go's connection after) or nats.go's
+// sink.Sink.SetAckAll), and through nats.go's connection after, for a day
+// after it closed; later JetStream delivers them again) or nats.go's
 // Consume:
 // up to nats.pull_max_messages (and optionally nats.pull_max_bytes per
 // pull) requested, a new pull sent when half are taken, idle heartbeats
