@@ -460,7 +460,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 				cur = c.s.st.committedStart.Load()
 			}
 			c.took = time.Since(began)
-			c.s.committed()
+			c.s.answered()
 			if attempt > 0 {
 				c.s.log.Info("batch committed after retries", "rows", len(rows), "attempts", attempt+1)
 			}
@@ -468,7 +468,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		}
 		if committedMiscount(err) != nil || committedMissing(err) != nil {
 			c.took = time.Since(began)
-			c.s.committed()
+			c.s.answered()
 			return err // committed: settled, never sent again
 		}
 		if unknown && c.s.cfg.Mode == AtLeastOnce {
@@ -492,6 +492,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			}
 		}
 		if cl == classData {
+			c.s.answered() // the server judged the rows: it takes batches
 			return err
 		}
 		c.s.st.retries.Add(1)
@@ -520,7 +521,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			c.s.log.Warn("batch still failing; retrying until it commits", withHint(err, "rows", len(rows), "attempts", attempt+1,
 				"failing_for", time.Since(failing).Round(time.Millisecond), "err", shown, "retry_in", wait)...)
 		}
-		c.s.refused(began, err, cl)
+		c.s.refused(err, cl)
 		switch {
 		case cl == classSuspect:
 			c.s.st.configErrs.Add(1)

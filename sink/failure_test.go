@@ -168,6 +168,47 @@ func TestLastingTransientFailureMakesNotReady(t *testing.T) {
 	finishClean(t, ctx, src, wait, dl, ms)
 }
 
+// Readiness counts failing from the failure, not from the attempt's start:
+// an attempt that waited long (here 2 s, in a trigger) before it failed
+// does not make the sink not ready at once. And a batch the server judged
+// (a data error: the row is dead-lettered) shows that it takes batches,
+// though none committed: ready, after a transient failure before it.
+func TestReadinessAfterALongAttemptOrARefusedRow(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	defer func(d time.Duration) { refusedFor = d }(refusedFor)
+	refusedFor = 1500 * time.Millisecond
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, nil)
+	admin := pg.Conn(t)
+	if _, err := admin.Exec(ctx, "CREATE SEQUENCE attempts"); err != nil {
+		t.Fatal(err)
+	}
+	// Attempt 1: 2 s, then a full disk; attempt 2: the row is refused.
+	triggerOn(t, ctx, admin, s.table, "judge", "true", `IF nextval('attempts') = 1 THEN PERFORM pg_sleep(2);
+		RAISE EXCEPTION 'could not extend file' USING ERRCODE = 'disk_full'; END IF;
+		RAISE EXCEPTION 'bad value' USING ERRCODE = 'invalid_text_representation'`)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 1, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the first attempt's failure", func() bool { return s.Stats().Retries >= 1 })
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("not ready right after the first failure, which came at the end of a 2 s attempt: %v", err)
+	}
+	waitFor(t, ctx, "the row dead-lettered", func() bool { l, _ := dl.letters(); return len(l) == 1 })
+	time.Sleep(refusedFor)
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("not ready once the server judged the row: %v", err)
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if ms[0].terms.Load() != 1 {
+		t.Fatalf("the refused row was not termed")
+	}
+}
+
 // An Ack that fails after a commit is counted and logged; the row stays.
 func TestAckErrorCounted(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)

@@ -115,9 +115,9 @@ type Sink struct {
 	rowSecurity atomic.Bool
 
 	// refusedSince is when batches began failing (any class but a row's,
-	// and not a timeout that cut them) with none committed since (Unix ns;
-	// 0: not failing), refusedErr what the latest such failure said (see
-	// Ready).
+	// and not a timeout that cut a batch into pieces) with none committed
+	// or judged since (Unix ns; 0: not failing), refusedErr what the
+	// latest such failure said (see Ready).
 	refusedSince atomic.Int64
 	refusedErr   atomic.Pointer[refusal]
 
@@ -587,9 +587,11 @@ func (s *Sink) Ready(ctx context.Context) error {
 	return nil
 }
 
-// refused records a batch that failed at began with err, of class cl
-// (not classData); committed clears it.
-func (s *Sink) refused(began time.Time, err error, cl class) {
+// refused records a batch that failed with err, of class cl (not
+// classData); answered clears it. It counts from the failure, not from
+// the attempt's start: an attempt that waited long (a lock, a connection
+// gone silent) while others committed must not make Ready fail at once.
+func (s *Sink) refused(err error, cl class) {
 	msg := err.Error()
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -599,10 +601,13 @@ func (s *Sink) refused(began time.Time, err error, cl class) {
 		}
 	}
 	s.refusedErr.Store(&refusal{msg: msg, table: cl != classTransient})
-	s.refusedSince.CompareAndSwap(0, began.UnixNano())
+	s.refusedSince.CompareAndSwap(0, time.Now().UnixNano())
 }
 
-func (s *Sink) committed() {
+// answered clears what refused recorded: a batch committed, or the
+// server judged its rows (a data error: they are dead-lettered or
+// bisected), which shows that it takes batches.
+func (s *Sink) answered() {
 	if s.refusedSince.Load() != 0 {
 		s.refusedSince.Store(0)
 	}
