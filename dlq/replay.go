@@ -602,12 +602,12 @@ func letter(meta *jetstream.MsgMetadata, h nats.Header, data []byte) (*Letter, e
 // is retried with backoff while ctx lasts; a letter found gone counts as
 // deleted (an earlier attempt whose answer was lost may have deleted it).
 //
-// The re-publish ends 2 x wait, or a quarter of the time left, before ctx
-// does, so that a stream slow to answer it leaves the delete time of its
-// own.
+// Unless keep, the re-publish ends 2 x wait, or a quarter of the time
+// left, before ctx does, so that a stream slow to answer it leaves the
+// delete time of its own.
 func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream, l *Letter, keep bool, wait time.Duration) Outcome {
 	pctx := ctx
-	if deadline, ok := ctx.Deadline(); ok {
+	if deadline, ok := ctx.Deadline(); ok && !keep {
 		var cancel context.CancelFunc
 		pctx, cancel = context.WithDeadline(ctx, deadline.Add(-min(2*wait, time.Until(deadline)/4)))
 		defer cancel()

@@ -339,6 +339,9 @@ func checkHeaders(name, val string) error {
 		return nil
 	}
 	for i, part := range strings.Split(val, ",") {
+		if strings.TrimSpace(part) == "" {
+			continue // a trailing comma: the exporters skip it, quoting nothing
+		}
 		key, value, ok := strings.Cut(part, "=")
 		var why string
 		switch _, err := url.PathUnescape(value); {

@@ -405,7 +405,7 @@ func TestHeadersVariablesChecked(t *testing.T) {
 				}
 			}
 		}
-		t.Setenv(v, "Authorization=Bearer%20s3cret, x-team = a")
+		t.Setenv(v, "Authorization=Bearer%20s3cret, x-team = a,")
 		tr, err := NewTracing(ctx, Config{OTLPEndpoint: "http://127.0.0.1:1", SampleRatio: 1})
 		if err != nil {
 			t.Fatalf("%s well formed: %v", v, err)
