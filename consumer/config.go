@@ -340,12 +340,10 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: nats.pull_client must be %q or %q (got %q)", ErrInvalidConfig, PullClientNATSGo, PullClientWire, c.PullClient))
 	}
 	// Against half the expiry only when the expiry itself is valid: else
-	// its own problem is the one to fix. 500ms-30s is nats.go's range
-	// (Consume refuses any other, and it pulls with pull_client nats.go,
-	// over WebSocket, and when the wire client cannot connect).
-	if c.PullHeartbeat < minPullHeartbeat || c.PullHeartbeat > maxPullHeartbeat || c.PullExpiry >= time.Second && c.PullHeartbeat > c.PullExpiry/2 {
-		errs = append(errs, fmt.Errorf("%w: nats.pull_heartbeat must be between %s and %s, and at most half of nats.pull_expiry (got %s with expiry %s)",
-			ErrInvalidConfig, minPullHeartbeat, maxPullHeartbeat, c.PullHeartbeat, c.PullExpiry))
+	// its own problem is the one to fix. (nats.go's pulls take 500ms-30s:
+	// natsGoHeartbeat.)
+	if c.PullHeartbeat < 100*time.Millisecond || c.PullExpiry >= time.Second && c.PullHeartbeat > c.PullExpiry/2 {
+		errs = append(errs, fmt.Errorf("%w: nats.pull_heartbeat must be between 100ms and half of nats.pull_expiry (got %s with expiry %s)", ErrInvalidConfig, c.PullHeartbeat, c.PullExpiry))
 	}
 	dlqOK := false
 	if c.DeadLetterSubject == "" {
@@ -483,12 +481,21 @@ func SubjectMatches(pattern, subject string) bool {
 // and which it never repeats.
 const durableMaxDeliver = -1
 
-// minPullHeartbeat and maxPullHeartbeat bound nats.pull_heartbeat as
-// nats.go's jetstream.PullHeartbeat does.
+// minNATSGoHeartbeat and maxNATSGoHeartbeat bound the idle heartbeat of
+// nats.go's pulls: its Consume refuses any other (the wire client takes
+// any).
 const (
-	minPullHeartbeat = 500 * time.Millisecond
-	maxPullHeartbeat = 30 * time.Second
+	minNATSGoHeartbeat = 500 * time.Millisecond
+	maxNATSGoHeartbeat = 30 * time.Second
 )
+
+// natsGoHeartbeat is nats.pull_heartbeat within nats.go's bounds, and
+// whether it had to be moved there. (Within half of pull_expiry still:
+// Validate holds pull_expiry to at least 1s.)
+func (c Config) natsGoHeartbeat() (time.Duration, bool) {
+	hb := min(max(c.PullHeartbeat, minNATSGoHeartbeat), maxNATSGoHeartbeat)
+	return hb, hb != c.PullHeartbeat
+}
 
 // ConnectError says that connecting to urls (nats.url: one or more, comma
 // separated) failed with err, naming the servers without their

@@ -405,9 +405,14 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 	} else {
 		opts = append(opts, jetstream.PullMaxMessages(cfg.PullMaxMessages))
 	}
+	hb, moved := cfg.natsGoHeartbeat()
+	if moved {
+		c.log.Warn("nats.pull_heartbeat is outside the range nats.go's pulls take; pulling with the nearest", "pull_heartbeat", cfg.PullHeartbeat,
+			"heartbeat", hb, "range", minNATSGoHeartbeat.String()+"-"+maxNATSGoHeartbeat.String())
+	}
 	opts = append(opts,
 		jetstream.PullExpiry(cfg.PullExpiry),
-		jetstream.PullHeartbeat(cfg.PullHeartbeat),
+		jetstream.PullHeartbeat(hb),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { onErr(err) }),
 	)
 	cc, err := c.cons.Load().Consume(func(msg jetstream.Msg) { handle(msg) }, opts...)

@@ -731,3 +731,33 @@ func TestSilentWireConnectionDroppedAfterMissedHeartbeats(t *testing.T) {
 	p.Cut() // frees what waits on the frozen connections
 	p.Reopen()
 }
+
+// nats.go's Consume refuses an idle heartbeat outside 500ms-30s, which the
+// wire client takes: with pull_client nats.go (or when nats.go pulls in
+// the wire client's place), a pull_heartbeat outside that range is moved
+// to the nearest bound, with a warning, rather than failing every
+// subscribe for ever.
+func TestNATSGoPullsWithAHeartbeatOutsideItsRange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.PullClient, cfg.PullHeartbeat = PullClientNATSGo, 200*time.Millisecond
+	var log syncBuffer
+	c, err := New(ctx, cfg, testLogger(t, &log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	publish(t, ctx, jsFor(t, srv), cfg, 5, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 100)
+	for _, ev := range takeN(t, ctx, r, 5) {
+		if err := ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.stopClean(t, ctx)
+	if !strings.Contains(log.String(), "nats.pull_heartbeat is outside the range nats.go's pulls take") || !strings.Contains(log.String(), "heartbeat=500ms") {
+		t.Fatalf("no warning of the heartbeat moved to 500ms; log:\n%s", log.String())
+	}
+}
