@@ -718,6 +718,10 @@ func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
 	if l := f.latency; l.Count != 7 || l.BelowMin != 1 || l.AboveMax != 1 {
 		t.Errorf("latency %+v: want 7 values (5's once), 1 clamped below 1 µs, 1 above an hour", l)
 	}
+	// The run lasts to the last commit of any row, the duplicate's too.
+	if d := f.last.Sub(f.first); d != 2*time.Hour {
+		t.Errorf("first to last commit %v, want 2h (to the duplicate's)", d)
+	}
 	if f.timeline != nil {
 		t.Errorf("timeline %+v without a window", f.timeline)
 	}

@@ -152,20 +152,29 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	var f tableFacts
 	t := pgx.Identifier{table}.Sanitize()
 	commit := commitTime(byCommitTS)
+	var first, last *time.Time
 	if err := db.QueryRow(ctx, `SELECT count(*), count(stream_seq) - count(DISTINCT stream_seq),
 		count(DISTINCT stream_seq) FILTER (WHERE stream_seq BETWEEN 1 AND $1),
-		count(*) FILTER (WHERE stream_seq IS NULL OR stream_seq NOT BETWEEN 1 AND $1) FROM `+t, published).
-		Scan(&f.rows, &f.duplicates, &f.seqsStored, &f.stray); err != nil {
+		count(*) FILTER (WHERE stream_seq IS NULL OR stream_seq NOT BETWEEN 1 AND $1), min(`+commit+`), max(`+commit+`) FROM `+t, published).
+		Scan(&f.rows, &f.duplicates, &f.seqsStored, &f.stray, &first, &last); err != nil {
 		return f, fmt.Errorf("count rows: %w", err)
 	}
 	if f.rows == 0 {
 		return f, nil
 	}
-	// A duplicate row (a redelivery stored again) counts once, at its
-	// first commit: the event was stored then.
-	rows, err := db.Query(ctx, "SELECT stream_seq, ts, published_at, received_at, committed_at, c FROM "+
-		"(SELECT DISTINCT ON (stream_seq) stream_seq, ts, published_at, received_at, committed_at, "+commit+" AS c FROM "+t+
-		" ORDER BY stream_seq, c) d ORDER BY ts")
+	if first != nil && last != nil { // the first and last commit of any row, duplicates too
+		f.first, f.last = *first, *last
+	}
+	query := "SELECT stream_seq, ts, published_at, received_at, committed_at, " + commit + " FROM " + t + " ORDER BY ts"
+	if f.duplicates > 0 {
+		// A duplicate row (a redelivery stored again) counts once, at
+		// its first commit: the event was stored then. (A second sort;
+		// only where there are duplicates.)
+		query = "SELECT stream_seq, ts, published_at, received_at, committed_at, c FROM " +
+			"(SELECT DISTINCT ON (stream_seq) stream_seq, ts, published_at, received_at, committed_at, " + commit + " AS c FROM " + t +
+			" ORDER BY stream_seq, c) d ORDER BY ts"
+	}
+	rows, err := db.Query(ctx, query)
 	if err != nil {
 		return f, fmt.Errorf("read latencies: %w", err)
 	}
@@ -197,12 +206,6 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 			flushWin()
 			win.Reset()
 			winStart = winStart.Add(window)
-		}
-		if f.first.IsZero() || at.Before(f.first) {
-			f.first = at
-		}
-		if at.After(f.last) {
-			f.last = at
 		}
 		end := at
 		if acked, ok := acks.get(seq); ok {
