@@ -342,8 +342,14 @@ func TestSettleFailingWrite(t *testing.T) {
 // then its messages are settled through Settle; after, Ack says the
 // connection is gone.
 func TestClosedConnectionsExpire(t *testing.T) {
-	defer func(d time.Duration) { closedRefTTL = d }(closedRefTTL)
-	closedRefTTL = 50 * time.Millisecond
+	setTTL := func(d time.Duration) time.Duration {
+		closedMu.Lock()
+		defer closedMu.Unlock()
+		old := closedRefTTL
+		closedRefTTL = d
+		return old
+	}
+	defer setTTL(setTTL(50 * time.Millisecond))
 	settled := 0
 	settle := func(string, []byte) error { settled++; return nil }
 	open := func() *Conn {
@@ -357,9 +363,11 @@ func TestClosedConnectionsExpire(t *testing.T) {
 	if err := testMsg(first.id, "$JS.ACK.first.1").Ack(); err != nil || settled != 1 {
 		t.Fatalf("just closed: Ack = %v, %d settled through Settle; want nil, 1", err, settled)
 	}
-	time.Sleep(2 * closedRefTTL)
-	for range 1000 {
-		unregisterConn(open().id)
+	time.Sleep(100 * time.Millisecond)
+	ids := make([]uint64, 1000)
+	for i := range ids {
+		ids[i] = open().id
+		unregisterConn(ids[i])
 	}
 	if ref := lookupConn(first.id); ref != nil {
 		t.Fatal("an entry closed longer than closedRefTTL ago is still in the registry")
@@ -368,13 +376,15 @@ func TestClosedConnectionsExpire(t *testing.T) {
 		t.Fatalf("expired: Ack = %v, %d settled; want ErrConnectionClosed, 1", err, settled)
 	}
 	// The 1000 go at the next close after closedRefTTL.
-	time.Sleep(2 * closedRefTTL)
+	time.Sleep(100 * time.Millisecond)
 	last := open()
 	unregisterConn(last.id)
-	closedMu.Lock()
-	kept := len(closedRefs)
-	closedMu.Unlock()
-	if kept != 1 || lookupConn(last.id) == nil {
-		t.Fatalf("%d closed entries kept, want the last one's only", kept)
+	for _, id := range ids {
+		if lookupConn(id) != nil {
+			t.Fatalf("connection %d closed longer than closedRefTTL ago is still in the registry", id)
+		}
+	}
+	if lookupConn(last.id) == nil {
+		t.Fatal("the connection closed last is not in the registry")
 	}
 }

@@ -405,7 +405,7 @@ var (
 // settled through Options.Settle: longer than a database outage during
 // which they are held (and kept in progress) is likely to last; a
 // connection failing every 10 s keeps ~9,000 entries of ~150 bytes. A
-// variable for the tests.
+// variable for the tests, read and written under closedMu.
 var closedRefTTL = 24 * time.Hour
 
 // closedRef is a registry entry kept after its connection closed.
@@ -439,9 +439,9 @@ func unregisterConn(id uint64) {
 		registry.Delete(id)
 		return
 	}
-	now := time.Now()
 	closedMu.Lock()
 	defer closedMu.Unlock()
+	now := time.Now()
 	n := 0
 	for n < len(closedRefs) && now.Sub(closedRefs[n].at) > closedRefTTL {
 		registry.Delete(closedRefs[n].id)
