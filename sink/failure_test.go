@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -104,14 +106,24 @@ func TestRetryAcrossServerRestart(t *testing.T) {
 	t.Logf("stats %+v", s.Stats())
 }
 
+// readinessSink is a test sink (see newTestSink, with mut) on a database
+// of the test's own, with refusedFor set to refused for the test, and an
+// admin connection to that database.
+func readinessSink(t *testing.T, refused time.Duration, mut func(*Config)) (context.Context, *Sink, *recDL, *pgx.Conn) {
+	t.Helper()
+	ctx := testCtx(t, 30*time.Second)
+	old := refusedFor
+	t.Cleanup(func() { refusedFor = old })
+	refusedFor = refused
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, mut)
+	return ctx, s, dl, pg.Conn(t)
+}
+
 // A missing table is a configuration error: batches are retried (not
 // dead-lettered, not acked) until the operator creates the table.
 func TestMissingTableRetriedUntilCreated(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	defer func(d time.Duration) { refusedFor = d }(refusedFor)
-	refusedFor = 300 * time.Millisecond
-	pg := testenv.Postgres(t)
-	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false })
+	ctx, s, dl, _ := readinessSink(t, 300*time.Millisecond, func(c *Config) { c.CreateTable = false })
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
 	rs, ms := rows(1, 10, nil)
@@ -142,12 +154,7 @@ func TestMissingTableRetriedUntilCreated(t *testing.T) {
 // every batch fails) makes the sink not ready after refusedFor, without
 // the hint for configuration errors; a commit makes it ready again.
 func TestLastingTransientFailureMakesNotReady(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	defer func(d time.Duration) { refusedFor = d }(refusedFor)
-	refusedFor = 300 * time.Millisecond
-	pg := testenv.Postgres(t)
-	s, dl := newTestSink(t, ctx, pg.URL, nil)
-	admin := pg.Conn(t)
+	ctx, s, dl, admin := readinessSink(t, 300*time.Millisecond, nil)
 	triggerOn(t, ctx, admin, s.table, "diskfull", "true", "RAISE EXCEPTION 'could not extend file' USING ERRCODE = 'disk_full'")
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
@@ -174,12 +181,7 @@ func TestLastingTransientFailureMakesNotReady(t *testing.T) {
 // (a data error: the row is dead-lettered) shows that it takes batches,
 // though none committed: ready, after a transient failure before it.
 func TestReadinessAfterALongAttemptOrARefusedRow(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	defer func(d time.Duration) { refusedFor = d }(refusedFor)
-	refusedFor = 1500 * time.Millisecond
-	pg := testenv.Postgres(t)
-	s, dl := newTestSink(t, ctx, pg.URL, nil)
-	admin := pg.Conn(t)
+	ctx, s, dl, admin := readinessSink(t, 1500*time.Millisecond, nil)
 	if _, err := admin.Exec(ctx, "CREATE SEQUENCE attempts"); err != nil {
 		t.Fatal(err)
 	}
