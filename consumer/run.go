@@ -506,9 +506,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				// another chance. The next session looks at the stream.
 				c.log.Info("nats reconnected: pulling with nats.pull_client wire again")
 				s.toWire = true
-				s.stopAnswering()
-				s.cc.Drain()
-				return s.awaitClosed(hard)
+				return s.drain(hard)
 			}
 			if c.cfg.StoredSeq != nil {
 				continue // push has serve verify the stream after a reconnect
@@ -531,9 +529,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				// pulls again once NATS is back, and looks at the stream
 				// before it does (enterStream): a lost connection, not a
 				// consumer gone.
-				s.stopAnswering()
-				s.cc.Drain()
-				return s.awaitClosed(hard)
+				return s.drain(hard)
 			}
 			if err != nil {
 				// Not knowing is not good enough: subscribe again, and
@@ -750,6 +746,12 @@ func (s *session) leave(hard context.Context) (over bool, err error) {
 // pushed (bounded by hard) rather than dropped.
 func (s *session) leaveDraining(hard context.Context) (over bool, err error) {
 	s.gone = true
+	return s.drain(hard)
+}
+
+// drain ends the session with nothing gone (Run subscribes again as it
+// is): the messages the client holds are pushed, bounded by hard.
+func (s *session) drain(hard context.Context) (over bool, err error) {
 	s.stopAnswering()
 	s.cc.Drain()
 	return s.awaitClosed(hard)

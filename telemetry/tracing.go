@@ -22,6 +22,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/jetsink/jetsink/pipeline"
 )
@@ -347,7 +348,7 @@ func checkHeaders(name, val string) error {
 		switch _, err := url.PathUnescape(value); {
 		case !ok:
 			why = "has no '='"
-		case !headerToken(strings.TrimSpace(key)):
+		case !httpguts.ValidHeaderFieldName(strings.TrimSpace(key)):
 			why = "has a key that is not a header name (letters, digits and !#$%&'*+-.^_`|~)"
 		case err != nil:
 			why = "has a value that does not %-unescape (write '%' as %25)"
@@ -358,22 +359,6 @@ func checkHeaders(name, val string) error {
 			"e.g. Authorization=Bearer%%20<token>", ErrInvalidConfig, name, i+1, strings.Count(val, ",")+1, why)
 	}
 	return nil
-}
-
-// headerToken reports whether key is an HTTP token (RFC 9110), as the
-// OTLP exporters want a header's name.
-func headerToken(key string) bool {
-	if key == "" {
-		return false
-	}
-	for _, c := range key {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', strings.ContainsRune("!#$%&'*+-.^_`|~", c):
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // CheckEndpoint reports whether endpoint is usable as Config.OTLPEndpoint:
