@@ -12,14 +12,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/embedded"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // setup starts an embedded server with an event stream EV (ev.>) and a
 // dead-letter stream EV_DLQ (dlq.EV) holding n dead letters: letter i has

@@ -7,10 +7,15 @@
 //
 // Both are safe for concurrent use. Whoever starts one calls Destroy. The
 // temporary directories (jetsink-nats-*, jetsink-pg-* in os.TempDir()) hold
-// an owner.pid naming the process that made them; if it dies without
-// Destroy (a panic, SIGKILL, go test -timeout), the next StartNATS("") of
-// any process removes its NATS directories, and the next StartPostgres its
-// clusters, stopping the server first.
+// an owner.pid naming the process that made them and when it started; if
+// it dies without Destroy (a panic, SIGKILL, go test -timeout), the next
+// StartNATS("") of any process removes its NATS directories, and the next
+// StartPostgres its clusters, stopping the server first. TempDir makes such
+// directories for others (tests/testenv's jetsink build).
+//
+// Their ports are below the kernel's ephemeral range, so that a server
+// restarted on its port (NATSServer.Restart, Cluster.Start) does not find
+// it taken by the source port of a connection opened in the pause.
 //
 // The cluster's superuser has a random password, which Cluster.URL carries:
 // the server refuses connections without it, over TCP and its Unix socket,

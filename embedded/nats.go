@@ -25,7 +25,7 @@ type NATSServer struct {
 // makes a temporary one that Destroy removes; if this process dies first, the
 // next StartNATS("") of any process removes it (see the package doc).
 func StartNATS(storeDir string) (*NATSServer, error) {
-	n := &NATSServer{storeDir: storeDir, port: -1}
+	n := &NATSServer{storeDir: storeDir}
 	if storeDir == "" {
 		sweepOrphansOnce(natsDirPrefix, nil) // an in-process server died with its owner
 		dir, err := ownedTempDir(natsDirPrefix, 0o700)
@@ -34,11 +34,19 @@ func StartNATS(storeDir string) (*NATSServer, error) {
 		}
 		n.storeDir, n.ownDir = dir, true
 	}
-	if err := n.start(); err != nil {
-		n.Destroy()
-		return nil, err
+	// A port below the kernel's ephemeral range (freePort), where Restart
+	// finds it free again; another, should one be taken in between.
+	var err error
+	for range 3 {
+		if n.port, err = freePort(); err != nil {
+			break
+		}
+		if err = n.start(); err == nil {
+			return n, nil
+		}
 	}
-	return n, nil
+	n.Destroy()
+	return nil, err
 }
 
 func (n *NATSServer) start() error {

@@ -11,7 +11,10 @@ import (
 	"syscall"
 )
 
-// ownerFile holds the pid of the process that made a temporary directory.
+// ownerFile holds the pid of the process that made a temporary directory
+// and, on a second line, when that process started (procStart): a pid
+// alone may since name another process (pids are reused, soon in a
+// container), which would keep an orphan from ever being swept.
 const ownerFile = "owner.pid"
 
 // Prefixes of the temporary directories this package makes and sweeps.
@@ -33,11 +36,24 @@ func ownedTempDir(prefix string, perm os.FileMode) (string, error) {
 		_ = os.RemoveAll(dir)
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+	owner := strconv.Itoa(os.Getpid())
+	if start, ok := procStart(os.Getpid()); ok {
+		owner += "\n" + start
+	}
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner+"\n"), 0o644); err != nil {
 		_ = os.RemoveAll(dir)
 		return "", err
 	}
 	return dir, nil
+}
+
+// TempDir makes a new directory prefix+"*" in os.TempDir() that only this
+// user may enter, marked as this process's, after removing those of the
+// same prefix whose process died without doing so (see the package doc).
+// The caller removes it.
+func TempDir(prefix string) (string, error) {
+	sweepOrphansOnce(prefix, nil)
+	return ownedTempDir(prefix, 0o700)
 }
 
 // sweeps runs each kind's sweep once per process.
@@ -68,8 +84,7 @@ func sweepOrphansOnce(prefix string, stop func(dir string) bool) {
 func sweepOrphans(prefix string, stop func(dir string) bool) {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 	for _, dir := range dirs {
-		pid, err := readPID(filepath.Join(dir, ownerFile))
-		if err != nil || processAlive(pid) {
+		if ownerAlive(filepath.Join(dir, ownerFile)) {
 			continue
 		}
 		if stop != nil && !stop(dir) {
@@ -91,6 +106,46 @@ func readPID(path string) (int, error) {
 		return 0, fmt.Errorf("%s: no process ID", path)
 	}
 	return pid, nil
+}
+
+// ownerAlive reports whether the process an owner file names may still
+// run: true when the file cannot be read, or the process lives and started
+// when the file says (a file without a start time is trusted on the pid).
+func ownerAlive(path string) bool {
+	pid, err := readPID(path)
+	if err != nil {
+		return true
+	}
+	if !processAlive(pid) {
+		return false
+	}
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) < 2 {
+		return true
+	}
+	start, ok := procStart(pid)
+	return !ok || start == strings.TrimSpace(lines[1])
+}
+
+// procStart is when process pid started, in clock ticks after boot (field
+// 22 of /proc/<pid>/stat); false where there is no /proc.
+func procStart(pid int) (string, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", false
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// count from after its closing one (field 3 on).
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return "", false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return "", false
+	}
+	return f[19], true
 }
 
 func processAlive(pid int) bool {

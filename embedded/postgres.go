@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -323,8 +325,8 @@ func findPostgresBin() (string, error) {
 		}
 	}
 	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
-	for i := len(matches) - 1; i >= 0; i-- { // newest version last in lexical order
-		dir := filepath.Dir(matches[i])
+	for _, m := range newestFirst(matches) {
+		dir := filepath.Dir(m)
 		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
 			return dir, nil
 		}
@@ -332,13 +334,15 @@ func findPostgresBin() (string, error) {
 	return "", errors.New("PostgreSQL server binaries (initdb, pg_ctl) not found: " + HowToProvidePostgres)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+// newestFirst sorts paths /usr/lib/postgresql/<version>/bin/<name> by
+// version, newest first: by number, as 9.6 sorts after 15 as text.
+func newestFirst(paths []string) []string {
+	version := func(p string) float64 {
+		v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(filepath.Dir(p))), 64)
+		return v
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	slices.SortStableFunc(paths, func(a, b string) int { return cmp.Compare(version(b), version(a)) })
+	return paths
 }
 
 func lastLines(s string, n int) string {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -303,5 +304,80 @@ func TestClusterRequiresPassword(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The newest installed PostgreSQL is taken, by version number.
+func TestNewestFirst(t *testing.T) {
+	got := newestFirst([]string{
+		"/usr/lib/postgresql/15/bin/pg_ctl",
+		"/usr/lib/postgresql/9.6/bin/pg_ctl",
+		"/usr/lib/postgresql/16/bin/pg_ctl",
+	})
+	want := []string{
+		"/usr/lib/postgresql/16/bin/pg_ctl",
+		"/usr/lib/postgresql/15/bin/pg_ctl",
+		"/usr/lib/postgresql/9.6/bin/pg_ctl",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("newestFirst: %v, want %v", got, want)
+	}
+}
+
+// A directory whose owner file names a live process that started at
+// another time than its owner did (its pid was reused) is swept; one whose
+// owner is this process stays.
+func TestSweepOrphanWithReusedPID(t *testing.T) {
+	const prefix = "jetsink-reused-pid-test-"
+	orphan, err := TempDir(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(orphan) })
+	alive, err := TempDir(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(alive) })
+	start, ok := procStart(os.Getpid())
+	if !ok {
+		t.Fatal("no start time for this process in /proc")
+	}
+	b, err := os.ReadFile(filepath.Join(alive, ownerFile))
+	if err != nil || string(b) != strconv.Itoa(os.Getpid())+"\n"+start+"\n" {
+		t.Fatalf("owner file %q, %v; want this pid and start time %s", b, err, start)
+	}
+	reused := strconv.Itoa(os.Getpid()) + "\n1\n" // this pid, but an owner that started at tick 1
+	if err := os.WriteFile(filepath.Join(orphan, ownerFile), []byte(reused), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sweepOrphans(prefix, nil)
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("directory of an owner whose pid was reused still there: %v", err)
+	}
+	if _, err := os.Stat(alive); err != nil {
+		t.Fatalf("a live owner's directory was swept: %v", err)
+	}
+}
+
+// Servers listen below the kernel's ephemeral port range, where no
+// outgoing connection takes their port while they restart.
+func TestPortsBelowEphemeralRange(t *testing.T) {
+	low := ephemeralLow()
+	n, err := StartNATS("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Destroy)
+	u, err := url.Parse(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	if low > 2048 && (port >= low || port < 1024) {
+		t.Fatalf("nats-server on port %d, want one in [1024, %d)", port, low)
+	}
+	if low <= 2048 && port <= 0 {
+		t.Fatalf("nats-server on port %d", port)
 	}
 }

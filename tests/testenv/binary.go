@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/jetsink/jetsink/embedded"
 )
 
 var jetsinkBin struct {
@@ -18,11 +20,13 @@ var jetsinkBin struct {
 
 // Jetsink builds the jetsink command once per test binary, without -race so
 // that a subprocess runs at its real speed, and returns its path. Main
-// removes it when the tests end.
+// removes it when the tests end. Start it with DieWithTest.
 func Jetsink(t testing.TB) string {
 	t.Helper()
 	jetsinkBin.once.Do(func() {
-		dir, err := os.MkdirTemp("", "jetsink-bin-")
+		// Owned: if this test binary dies before Main removes it, the
+		// next one's Jetsink does.
+		dir, err := embedded.TempDir("jetsink-bin-")
 		if err != nil {
 			jetsinkBin.err = err
 			return
