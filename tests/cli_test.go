@@ -22,6 +22,7 @@ func jetsinkCmd(t *testing.T, env []string, args ...string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	testenv.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
@@ -167,6 +168,7 @@ func TestCLISecondSignalWhileConnectingAborts(t *testing.T) {
 	}()
 	cmd := exec.Command(bin, "run", "--nats-url", "nats://"+l.Addr().String(), "--database-url", "postgres://jetsink@"+l.Addr().String()+"/db?sslmode=disable",
 		"--set", "nats.stream=S", "--set", "nats.create_stream=true", "--set", "nats.subjects=s.>")
+	testenv.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(), "JETSINK_CONFIG=")
 	var out testenv.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -331,6 +331,7 @@ func jetsinkTimed(t *testing.T, d time.Duration, args ...string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	testenv.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(), "JETSINK_CONFIG=")
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError

@@ -85,6 +85,7 @@ func (e *env) spawn(configPath string) *proc {
 	e.t.Helper()
 	p := &proc{config: configPath, stderr: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(testenv.Jetsink(e.t), "run", "--config", configPath)
+	testenv.DieWithTest(p.cmd)
 	p.cmd.Stdout = p.stderr
 	p.cmd.Stderr = p.stderr
 	p.cmd.Env = append(os.Environ(), "JETSINK_CONFIG=")

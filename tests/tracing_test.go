@@ -20,6 +20,7 @@ import (
 	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/telemetry"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // jaegerVersion is the Jaeger (v2) module version tools/jaeger builds.
@@ -116,6 +117,7 @@ func startJaeger(t *testing.T, ctx context.Context) *jaeger {
 	var outMu sync.Mutex
 	w := writerFunc(func(p []byte) (int, error) { outMu.Lock(); defer outMu.Unlock(); return out.Write(p) })
 	cmd := exec.Command(bin, "--config", cfgPath)
+	testenv.DieWithTest(cmd)
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)

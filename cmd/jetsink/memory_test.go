@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // unsetenv removes name for this test and restores it afterwards.
@@ -240,6 +241,7 @@ func freshProcess(t *testing.T) bool {
 		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
 	}
 	cmd := exec.Command(os.Args[0], "-test.run", strings.Join(parts, "/"), "-test.count=1", "-test.v")
+	testenv.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(), env+"="+t.Name())
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
