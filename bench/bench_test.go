@@ -615,6 +615,40 @@ func TestChildProblems(t *testing.T) {
 	}
 }
 
+// KillChildren ends the subprocesses running now (for a second signal,
+// which exits without Run's clean-up); one that has exited is forgotten.
+func TestKillChildren(t *testing.T) {
+	done, err := startChild("true", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done.done
+	var running []*child
+	for range 2 {
+		c, err := startChild("sleep", nil, "300")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.kill)
+		running = append(running, c)
+	}
+	children.mu.Lock()
+	_, kept := children.m[done]
+	n := len(children.m)
+	children.mu.Unlock()
+	if kept || n != len(running) {
+		t.Fatalf("%d children registered (the exited one among them: %v), want the %d running", n, kept, len(running))
+	}
+	KillChildren()
+	for i, c := range running {
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("child %d still runs 10 s after KillChildren", i)
+		}
+	}
+}
+
 // With --matrix and --compare baseline, each variant's repetition has its
 // own baseline run, and its ratio is taken against that run.
 func TestSummaryRatioPairsEachVariantWithItsBaseline(t *testing.T) {

@@ -45,11 +45,48 @@ func startChild(exe string, env []string, args ...string) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", exe, err)
 	}
+	children.add(c)
 	go func() {
 		c.err = cmd.Wait()
+		children.remove(c)
 		close(c.done)
 	}()
 	return c, nil
+}
+
+// children are the subprocesses running now, for KillChildren.
+var children liveChildren
+
+type liveChildren struct {
+	mu sync.Mutex
+	m  map[*child]struct{}
+}
+
+func (l *liveChildren) add(c *child) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = make(map[*child]struct{})
+	}
+	l.m[c] = struct{}{}
+}
+
+func (l *liveChildren) remove(c *child) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, c)
+}
+
+// KillChildren kills the jetsink and baseline processes a bench runs now,
+// for a caller about to exit without the clean-up Run does (a second
+// signal): a child left behind would go on holding its consumer and
+// connections, or consuming, with nobody to stop it. It does not wait.
+func KillChildren() {
+	children.mu.Lock()
+	defer children.mu.Unlock()
+	for c := range children.m {
+		_ = c.cmd.Process.Kill()
+	}
 }
 
 // peakRSS reads VmHWM from /proc/<pid>/status; 0 when unavailable.

@@ -84,6 +84,7 @@ stream, subjects, consumer, dead-letter subject and table (its own per run).`,
 				cancel(fmt.Errorf("stopped by %s", sig))
 			}, func(sig os.Signal) {
 				fmt.Fprintf(errOut, "jetsink: second %s: exiting without cleaning up\n", sig)
+				bench.KillChildren()
 				os.Exit(exitAborted)
 			})
 			defer stop()
