@@ -4,7 +4,7 @@
 //
 // # Data flow and goroutines
 //
-// The consumer pushes each Event into a ringq.Dispatch keyed by Key (FNV-1a
+// The consumer pushes each Event into a ringq.Dispatch keyed by Key (a hash
 // of the subject), so every subject lands on one worker and keeps its order.
 // Pipeline.Run starts one worker goroutine per dispatch ring and waits for
 // all of them before it returns; no goroutine outlives Run. Worker i is the

@@ -159,9 +159,17 @@ func (p *Pipeline) Stats() Stats {
 	return s
 }
 
-// Key returns the dispatch key of ev: FNV-1a (64-bit) of its subject, so
-// that events of one subject go to one worker and keep their order. Pass it
-// to ringq.NewDispatch. It allocates nothing.
+// Key returns the dispatch key of ev: FNV-1a (64-bit) of its subject, then
+// murmur3's 64-bit finalizer, so that events of one subject go to one
+// worker and keep their order. Pass it to ringq.NewDispatch. It allocates
+// nothing.
+//
+// The finalizer is not optional: the dispatch takes the key's low bits
+// (k & (N-1)), and FNV-1a's low k bits depend only on the low k bits of
+// each byte (xor and multiply carry upwards only). Without it, subjects
+// that differ in a byte's higher bits alone always shared a worker:
+// "events.A" and "events.a" for up to 32 workers, "orders.eu" and
+// "orders.us" for 2.
 func Key(ev *Event) uint64 {
 	const (
 		offset64 = 14695981039346656037
@@ -173,6 +181,11 @@ func Key(ev *Event) uint64 {
 		h ^= uint64(s[i])
 		h *= prime64
 	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
 	return h
 }
 

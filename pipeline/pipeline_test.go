@@ -363,12 +363,51 @@ func TestKey(t *testing.T) {
 	for _, s := range []string{"", "events.dev-0042", "a.b.c"} {
 		h := fnv.New64a()
 		h.Write([]byte(s))
-		if got, want := Key(&Event{Subject: s}), h.Sum64(); got != want {
-			t.Errorf("Key(%q) = %x, want %x", s, got, want)
+		f := h.Sum64()
+		f ^= f >> 33
+		f *= 0xff51afd7ed558ccd
+		f ^= f >> 33
+		f *= 0xc4ceb9fe1a85ec53
+		f ^= f >> 33
+		if got := Key(&Event{Subject: s}); got != f {
+			t.Errorf("Key(%q) = %x, want %x (FNV-1a, then murmur3's finalizer)", s, got, f)
 		}
 	}
 	ev := &Event{Subject: "events.dev-0042"}
 	if a := testing.AllocsPerRun(100, func() { Key(ev) }); a != 0 {
 		t.Errorf("Key allocates %v times", a)
+	}
+}
+
+// Subjects that differ only in a byte's higher bits do not share a worker
+// more often than chance has them: the dispatch takes the key's low bits,
+// where FNV-1a alone put "events.A" and "events.a" together for up to 32
+// workers. And a thousand devices spread evenly.
+func TestKeySpreadsSubjects(t *testing.T) {
+	for _, n := range []uint64{2, 4, 8, 16, 32} {
+		same := 0
+		for c := byte('a'); c <= 'z'; c++ {
+			lower, upper := Event{Subject: "events." + string(c)}, Event{Subject: "events." + string(c-32)}
+			if Key(&lower)&(n-1) == Key(&upper)&(n-1) {
+				same++
+			}
+		}
+		// By chance 26/n pairs share; all 26 did.
+		if limit := 26/int(n) + 7; same > limit {
+			t.Errorf("%d workers: %d of 26 case pairs (events.a, events.A) on one worker, more than %d", n, same, limit)
+		}
+		if n > 8 {
+			continue // too few subjects per worker to ask for evenness
+		}
+		per := make([]int, n)
+		for d := range 1000 {
+			ev := Event{Subject: "bench.dev-" + strconv.Itoa(d)}
+			per[Key(&ev)&(n-1)]++
+		}
+		for w, c := range per {
+			if want := 1000 / int(n); c < want*7/10 || c > want*13/10 {
+				t.Errorf("%d workers: worker %d has %d of 1000 devices' subjects, want %d ± 30%%: %v", n, w, c, want, per)
+			}
+		}
 	}
 }

@@ -19,7 +19,8 @@ type Dispatch[T any] struct {
 
 // NewDispatch returns a Dispatch over n rings of the given capacity (see New); n below 1
 // counts as 1. key must not retain the pointer it is given. NewDispatch panics if key is
-// nil.
+// nil. An item goes to ring key % n, which for a power of two n is the key's low bits
+// alone: key must mix every input bit into those (FNV-1a, for one, does not).
 func NewDispatch[T any](n, capacity int, key func(*T) uint64, opts ...Option) *Dispatch[T] {
 	if key == nil {
 		panic("ringq: NewDispatch with a nil key function")
