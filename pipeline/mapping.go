@@ -136,6 +136,9 @@ func Compile(cols []Column) (*Mapper, error) {
 	return m, nil
 }
 
+// maxIdentifierBytes is the longest name PostgreSQL keeps whole.
+const maxIdentifierBytes = 63
+
 // compile checks column i, c, and sets m.cols[i]; seen maps the names of
 // the columns before it to their indexes. An error names the column's
 // first problem.
@@ -148,6 +151,12 @@ func (m *Mapper) compile(i int, c Column, seen map[string]int) error {
 	}
 	if strings.IndexByte(c.Name, 0) >= 0 {
 		return bad("name contains a NUL byte")
+	}
+	if len(c.Name) > maxIdentifierBytes {
+		// Two such names alike in their first 63 bytes would name one
+		// column twice in COPY, and init would make a column that check
+		// then could not find.
+		return bad("name is %d bytes; PostgreSQL cuts names to %d bytes (NAMEDATALEN-1), so the table's column would be called otherwise", len(c.Name), maxIdentifierBytes)
 	}
 	if j, dup := seen[c.Name]; dup {
 		return bad("name is already used by column %d; column names must be unique", j)

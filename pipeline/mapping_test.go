@@ -20,6 +20,7 @@ func TestCompileRejects(t *testing.T) {
 		{"no columns", nil, "no columns"},
 		{"empty name", []Column{{From: "payload", Type: TypeJSONB}}, "name is empty"},
 		{"duplicate", []Column{ok, ok}, "already used by column 0"},
+		{"long name", []Column{{Name: strings.Repeat("é", 32), From: "payload", Type: TypeJSONB}}, "name is 64 bytes; PostgreSQL cuts names to 63"},
 		{"bad type", []Column{{Name: "a", From: "json:a", Type: "varchar"}}, `unknown type "varchar"`},
 		{"empty from", []Column{{Name: "a", Type: TypeText}}, "source is empty"},
 		{"unknown from", []Column{{Name: "a", From: "body", Type: TypeText}}, `unknown source "body"`},

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/jetsink/jetsink/ringq"
 )
@@ -56,6 +58,12 @@ const (
 	DefaultMaxEventBytes = 1 << 20
 	maxWorkers           = 4096
 	maxRingSize          = 1 << 24
+	// maxRingSlots bounds workers × ring_size (see Validate): about 850 MiB
+	// of rings.
+	maxRingSlots = 1 << 21
+	// slotBytes is what one ring slot of each kind takes: an input ring's
+	// Event and an output ring's Row.
+	slotBytes = int64(unsafe.Sizeof(Event{}) + unsafe.Sizeof(Row{}))
 )
 
 // DefaultConfig returns the documented defaults: Workers 0 (physical cores),
@@ -77,6 +85,19 @@ func (c Config) Validate() error {
 	}
 	if c.RingSize < 2 || c.RingSize > maxRingSize {
 		errs = append(errs, fmt.Errorf("%w: pipeline.ring_size is %d; use 2..%d (1024 is the default)", ErrInvalidConfig, c.RingSize, maxRingSize))
+	} else if w := c.Workers; w >= 0 && w <= maxWorkers {
+		if w == 0 {
+			w = PhysicalCores()
+		}
+		// Each worker's two rings are allocated whole at start, rounded up
+		// to a power of two: a product too large would have the process
+		// die of it, or a channel hand-off panic, instead of saying why.
+		slots := w << bits.Len(uint(c.RingSize-1))
+		if slots > maxRingSlots {
+			errs = append(errs, fmt.Errorf("%w: pipeline.workers (%d) times pipeline.ring_size (%d, rounded up to a power of two) is %d ring slots, "+
+				"%d MiB allocated at start; keep it at most %d (ring_size %d at %d workers)",
+				ErrInvalidConfig, w, c.RingSize, slots, int64(slots)*slotBytes>>20, maxRingSlots, maxRingSlots/w, w))
+		}
 	}
 	if c.MaxEventBytes < 1 {
 		errs = append(errs, fmt.Errorf("%w: pipeline.max_event_bytes is %d; it must be at least 1 (1MiB is the default)", ErrInvalidConfig, c.MaxEventBytes))

@@ -298,6 +298,10 @@ func TestConfigValidate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("DefaultConfig invalid: %v", err)
 	}
+	ok.Workers, ok.RingSize = 2, 1<<20 // the most slots allowed
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("%d workers, ring_size %d: %v", ok.Workers, ok.RingSize, err)
+	}
 	cases := []struct {
 		name string
 		mod  func(*Config)
@@ -309,6 +313,8 @@ func TestConfigValidate(t *testing.T) {
 		{"empty pin", func(c *Config) { c.Pin = "" }, "pipeline.pin"},
 		{"ring 0", func(c *Config) { c.RingSize = 0 }, "pipeline.ring_size"},
 		{"ring huge", func(c *Config) { c.RingSize = 1 << 30 }, "pipeline.ring_size"},
+		{"rings too big", func(c *Config) { c.Workers, c.RingSize = 8, 1<<18+1 }, "is 4194304 ring slots"},
+		{"rings too big for the cores", func(c *Config) { c.RingSize = 1 << 24 }, "pipeline.workers (" + strconv.Itoa(PhysicalCores()) + ") times pipeline.ring_size"},
 		{"max bytes 0", func(c *Config) { c.MaxEventBytes = 0 }, "pipeline.max_event_bytes"},
 		{"bad handoff", func(c *Config) { c.Handoff = "chan" }, "pipeline.handoff"},
 		{"empty handoff", func(c *Config) { c.Handoff = "" }, "pipeline.handoff"},
