@@ -292,6 +292,11 @@ func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 	case <-ctx.Done():
 		return fmt.Errorf("wait for the admin connection: %w", ctx.Err())
 	}
+	return s.onAdmin(ctx, f)
+}
+
+// onAdmin is withAdmin once adminSem is taken; it releases it.
+func (s *Sink) onAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 	defer func() { <-s.adminSem }()
 	if s.closed {
 		// Not connect again: a /readyz probe while the process shuts
@@ -505,9 +510,16 @@ func (s *Sink) Close() { s.CloseContext(context.Background()) }
 // to the server on the admin connection (a second at most), and the
 // cancel request pgx sends for an admin statement whose context ended
 // (dropWait at most). A server that does not answer at all would hold up
-// a stop that must be at once (a second signal) for both.
+// a stop that must be at once (a second signal) for both. So would
+// another call holding the admin connection (StoredSeq, Check): if ctx
+// ends first, CloseContext returns without closing it, leaving it to the
+// process's exit.
 func (s *Sink) CloseContext(ctx context.Context) {
-	s.adminSem <- struct{}{}
+	select {
+	case s.adminSem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
 	defer func() { <-s.adminSem }()
 	s.closed = true
 	if s.admin != nil {
@@ -536,14 +548,40 @@ func (s *Sink) CloseContext(ctx context.Context) {
 // request.
 const dropWait = 5 * time.Second
 
-// Ping checks that PostgreSQL answers (for /readyz). The error names host,
+// Ping checks that PostgreSQL answers (for /readyz), on the admin
+// connection, or on one of its own while another call holds that one for
+// longer than pingWait: StoredSeq may read a whole table, Check and the
+// slow-commit report take seconds, and a probe must not fail (taking the
+// process out of service) for waiting behind them. The error names host,
 // port and database only.
 func (s *Sink) Ping(ctx context.Context) error {
-	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { return c.Ping(ctx) }); err != nil {
+	ping := func(c *pgx.Conn) error { return c.Ping(ctx) }
+	t := time.NewTimer(pingWait)
+	defer t.Stop()
+	var err error
+	select {
+	case s.adminSem <- struct{}{}:
+		err = s.onAdmin(ctx, ping)
+	case <-t.C:
+		var c *pgx.Conn
+		if c, err = s.connect(ctx); err == nil {
+			err = ping(c)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = c.Close(cctx)
+			cancel()
+		}
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
 		return fmt.Errorf("ping postgres %s: %w", s.where, err)
 	}
 	return nil
 }
+
+// pingWait is how long Ping waits for a busy admin connection before it
+// connects on its own.
+const pingWait = 100 * time.Millisecond
 
 // refusedFor is how long batches must have failed, none committing,
 // before Ready reports it. Shorter than the minute a probe's
