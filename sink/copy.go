@@ -204,10 +204,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 		if !whole && len(c.ends) > 0 {
 			end = c.ends[len(c.ends)-1]
 		}
-		hi := end
-		if c.piece > 0 && hi-lo > c.piece {
-			hi = lo + c.piece // see pieceTimedOut
-		}
+		hi := c.cut(b, rows, lo, end)
 		if lo > 0 && !piece {
 			c.s.st.bisectCopies.Add(1) // the rest after a poison row
 		}
@@ -279,10 +276,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				// again, so that a lone refused row cannot hold every
 				// committer for good.
 				lo = p
-				hi := len(rows)
-				if c.piece > 0 && hi-lo > c.piece {
-					hi = lo + c.piece // else a rest that times out would never reach holdWait
-				}
+				hi := c.cut(b, rows, lo, len(rows)) // else a rest that times out would never reach holdWait
 				c.held = b
 				err := c.commitRetry(ctx, rows[lo:hi], true)
 				c.held = nil
@@ -320,6 +314,30 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 		lo = p + 1
 	}
 	return nil
+}
+
+// cut returns where a COPY of rows[lo:hi] (b's) ends: at hi, or before it
+// after c.piece rows (a piece timed out: see pieceTimedOut), or at the
+// batch bounds, postgres.batch.max_rows and max_bytes, which only a batch
+// that took others in while held (holdWait) can pass: its rows commit in
+// transactions no larger than the batcher's.
+func (c *committer) cut(b *batch, rows []pipeline.Row, lo, hi int) int {
+	bounds := &c.s.cfg.Batch
+	n := bounds.MaxRows
+	if c.piece > 0 {
+		n = min(n, c.piece)
+	}
+	hi = min(hi, lo+n)
+	if b.bytes <= bounds.MaxBytes {
+		return hi // as the batcher filled it (b.bytes: this goroutine's)
+	}
+	size := 0
+	for i := lo; i < hi; i++ {
+		if size += len(rows[i].Tuple); size > bounds.MaxBytes && i > lo {
+			return i
+		}
+	}
+	return hi
 }
 
 // suspectProbes are the rows probe tries, as fractions of the way through

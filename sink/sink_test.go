@@ -1208,6 +1208,51 @@ func TestRowsTakenIntoAHeldBatchAreLinked(t *testing.T) {
 	}
 }
 
+// Rows a held committer took in (holdWait) commit in transactions no
+// larger than postgres.batch.max_rows and max_bytes, not in one COPY of
+// everything it holds.
+func TestHeldBatchCommitsWithinTheBatchBounds(t *testing.T) {
+	rs, _ := rows(1, 1, nil)
+	tuple := len(rs[0].Tuple)
+	pipeline.ReleaseRows(rs)
+	for _, tc := range []struct {
+		name           string
+		maxRows, bytes int
+		want           int // most rows per transaction
+	}{
+		{"max_rows", 5, 1 << 20, 5},
+		{"max_bytes", 1000, 3*tuple + tuple/2, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) {
+				c.Connections, c.Batch.MaxRows, c.Batch.MaxBytes = 1, tc.maxRows, tc.bytes
+			})
+			admin := pg.Conn(t)
+			raiseOn(t, ctx, admin, s.table, "true")
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 40, nil)
+			src.push(t, ctx, rs)
+			waitFor(t, ctx, "batches taken into the retried one", func() bool { return s.Stats().TakenIntoHeld >= 1 })
+			if _, err := admin.Exec(ctx, "DROP TRIGGER refuse ON "+s.table.Sanitize()); err != nil {
+				t.Fatal(err)
+			}
+			finishClean(t, ctx, src, wait, dl, ms)
+			// Rows one transaction wrote share its xmin.
+			var most, txs int
+			if err := admin.QueryRow(ctx, "SELECT max(n), count(*) FROM (SELECT count(*) AS n FROM "+s.table.Sanitize()+
+				" GROUP BY xmin::text) per_tx").Scan(&most, &txs); err != nil {
+				t.Fatal(err)
+			}
+			if most > tc.want {
+				t.Fatalf("a transaction wrote %d rows (of 40, in %d), want at most %d", most, txs, tc.want)
+			}
+		})
+	}
+}
+
 // A one-row batch refused by a trigger cannot show by itself that the row is
 // at fault: it is retried while nothing else commits. Rows that commit
 // meanwhile show it, and then it is dead-lettered: on another connection,
