@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -195,6 +197,43 @@ func TestCrashAndSignalRecovery(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A signal while jetsink is still starting up (here the exactly-once
+// index it makes waits for a lock on the table) stops the start-up and
+// exits 0 at once: there is nothing to drain. It waited for the start-up
+// to finish before, up to drain_timeout, and then exited 130.
+func TestSignalDuringStartUp(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e.createStreams(ctx)
+	cfgPath := e.writeConfig(sink.ExactlyOnce)
+	if out, code := jetsinkCmd(t, nil, "init", "--config", cfgPath); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	if _, err := e.db.Exec(ctx, "DROP INDEX "+pgx.Identifier{e.table + "_stream_seq_key"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	locker, err := pgx.Connect(ctx, e.pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(context.Background())
+	tx := e.lockTable(ctx, locker, "ACCESS EXCLUSIVE")
+	defer tx.Rollback(context.Background())
+
+	p := e.spawn(cfgPath)
+	waitFor(t, ctx, "jetsink's start-up waiting for the table's lock", func() (bool, string) {
+		n := e.count(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted")
+		return n > 0, fmt.Sprintf("%d locks waited for", n)
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 10*time.Second); code != 0 || !strings.Contains(p.stderr.String(), "stopped before starting") {
+		t.Fatalf("SIGTERM during start-up: exit %d, want 0 saying it stopped before starting; output:\n%s", code, p.stderr.String())
 	}
 }
 

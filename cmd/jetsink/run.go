@@ -21,6 +21,8 @@ func newRunCmd() *cobra.Command {
 		Short: "Run the processor until SIGTERM/SIGINT",
 		Long: `Run the processor: pull from the durable consumer, map, COPY, COMMIT, ack.
 
+A signal during start-up (connecting, creating or checking the stream, the
+consumer and the table) stops it and exits 0: nothing has been taken in.
 On SIGTERM or SIGINT it drains: stops pulling, lets the rings empty, commits
 and acks the last batch, waits until NATS has confirmed the acks (for a
 connection that is reconnecting too), and exits 0, within drain_timeout;
@@ -54,8 +56,28 @@ NATS restart) are logged with their number, and the exit is 0.`,
 				stopHard(fmt.Errorf("%w: drain took longer than drain_timeout %s", errAborted, cfg.DrainTimeout))
 			}}
 			defer dd.finish()
+			// Start-up (connecting, creating or checking the stream, the
+			// consumer and the table, which may build an index) has nothing
+			// to drain: the first signal cancels it. New's context ends
+			// only while New runs (st), so nothing New made is left with
+			// one that has ended.
+			startCtx, stopStart := context.WithCancel(hard)
+			defer stopStart()
+			var st struct {
+				sync.Mutex
+				done, stopped bool
+			}
 			defer watchSignals(func(sig os.Signal) {
-				log.Info("draining: stopped pulling, committing what is in flight; a second signal exits at once", "signal", sig.String(), "drain_timeout", cfg.DrainTimeout)
+				st.Lock()
+				starting := !st.done
+				st.stopped = starting
+				st.Unlock()
+				if starting {
+					log.Info("stopping: still starting up, nothing taken in yet; a second signal exits at once", "signal", sig.String())
+					stopStart()
+				} else {
+					log.Info("draining: stopped pulling, committing what is in flight; a second signal exits at once", "signal", sig.String(), "drain_timeout", cfg.DrainTimeout)
+				}
 				stopIntake()
 				dd.start()
 			}, func(sig os.Signal) {
@@ -70,7 +92,25 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			})()
 
 			defer applyMemoryLimit(cfg.MemoryLimit, log)()
-			p, err := processor.New(hard, cfg, log)
+			p, err := processor.New(startCtx, cfg, log)
+			st.Lock()
+			st.done = true
+			stopped := st.stopped
+			st.Unlock()
+			if stopped {
+				// Whether New noticed or not: nothing was pulled.
+				if err == nil {
+					_ = p.Shutdown(hard)
+				}
+				if cut := aborted(hard); cut != nil {
+					return runResult(err, cut, nil) // a second signal, or drain_timeout
+				}
+				if err != nil && !errors.Is(err, context.Canceled) {
+					return err // start-up failed on its own (say, a connect that timed out)
+				}
+				log.Info("stopped before starting: nothing was taken in")
+				return nil
+			}
 			if err != nil {
 				// A second signal, or drain_timeout, while still connecting?
 				return runResult(err, aborted(hard), nil)
@@ -97,7 +137,9 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			// telemetry shuts down (the last spans, the admin listener:
 			// bounded by Shutdown, and cut short by a second signal).
 			cut := dd.finish()
-			_ = p.Shutdown(closeCtx) // CloseStages' error, which closeErr holds
+			// Not closeCtx: the drain's deadline does not cut the export
+			// of the last spans short; a second signal does (hard).
+			_ = p.Shutdown(hard) // CloseStages' error, which closeErr holds
 			var cutBy error
 			if cut {
 				cutBy = aborted(hard)
