@@ -85,6 +85,11 @@ NATS restart) are logged with their number, and the exit is 0.`,
 					log.Warn("second signal: exiting now; uncommitted events stay unacked and will be redelivered", "signal", sig.String())
 					stopHard(fmt.Errorf("%w by a second signal (%s)", errAborted, sig))
 				}) {
+					if dd.wasCut() {
+						// drain_timeout came first and ended it hard.
+						log.Info("second signal: the drain was cut short already by drain_timeout; exiting", "signal", sig.String())
+						return
+					}
 					// The acks are confirmed: what is left is telemetry.
 					log.Info("second signal: the drain is over; not waiting for the export of the last spans", "signal", sig.String())
 					stopHard(fmt.Errorf("second signal (%s) after the drain", sig))
@@ -238,6 +243,13 @@ func (d *drainDeadline) cutShort(f func()) bool {
 	}
 	f()
 	return true
+}
+
+// wasCut reports whether a cut (cutShort) ended the drain.
+func (d *drainDeadline) wasCut() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cut
 }
 
 // finish ends the drain as complete unless a cut came first, waiting for a

@@ -71,6 +71,14 @@ func TestDrainDeadlineFiresOnce(t *testing.T) {
 	if n := fired.Load(); n != 1 {
 		t.Fatalf("explicit expire: fire called %d times, want 1", n)
 	}
+	if !d.wasCut() {
+		t.Fatal("wasCut after expire: false")
+	}
+	d = &drainDeadline{timeout: time.Hour, fire: func() {}}
+	d.start()
+	if d.finish(); d.wasCut() {
+		t.Fatal("wasCut after a drain that finished: true")
+	}
 }
 
 // The drain's last line claims every event settled only when no ack
