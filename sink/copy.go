@@ -471,6 +471,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		began := time.Now()
 		seq := c.s.st.attemptSeq.Add(1)
 		unknown, err := c.attempt(ctx, rows)
+		failedAt := time.Now()
 		if err == nil {
 			// Raise committedStart to seq. (A commit that left rows out,
 			// below, shows less about the table: not counted.)
@@ -505,7 +506,13 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 				// show that the table takes rows after this failure.
 				c.suspectSeq = c.s.st.attemptSeq.Load()
 			}
-			if c.held == nil || c.tableTakesRows() {
+			if c.tableTakesRows() {
+				// A commit since this failure: the server judged the
+				// row, which process dead-letters.
+				c.s.answered()
+				return err
+			}
+			if c.held == nil {
 				return err
 			}
 		}
@@ -539,7 +546,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			c.s.log.Warn("batch still failing; retrying until it commits", withHint(err, "rows", len(rows), "attempts", attempt+1,
 				"failing_for", time.Since(failing).Round(time.Millisecond), "err", shown, "retry_in", wait)...)
 		}
-		c.s.refused(err, cl)
+		c.s.refused(err, cl, failedAt)
 		switch {
 		case cl == classSuspect:
 			c.s.st.configErrs.Add(1)

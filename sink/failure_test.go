@@ -3,6 +3,7 @@ package sink
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -208,6 +209,32 @@ func TestReadinessAfterALongAttemptOrARefusedRow(t *testing.T) {
 	}
 	if ms[0].terms.Load() != 1 {
 		t.Fatalf("the refused row was not termed")
+	}
+}
+
+// A failure recorded after a commit that came later (another connection
+// committed while this one classified and logged its error) does not make
+// the sink unready once traffic stops; failures after the commit do.
+func TestReadinessIgnoresAFailureRecordedLate(t *testing.T) {
+	ctx, s, _, _ := readinessSink(t, 300*time.Millisecond, nil)
+	failed := time.Now()
+	time.Sleep(time.Millisecond)
+	s.answered() // a commit elsewhere
+	s.refused(errors.New("copy: disk full"), classTransient, failed)
+	time.Sleep(2 * refusedFor)
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("not ready for a failure from before the last commit: %v", err)
+	}
+	// A failure stamped before the commit but recorded anyway (refused
+	// racing answered) neither counts nor stops a new run from counting.
+	s.refusedSince.Store(failed.UnixNano())
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("not ready for a stale failure: %v", err)
+	}
+	s.refused(errors.New("copy: disk full"), classTransient, time.Now())
+	time.Sleep(2 * refusedFor)
+	if err := s.Ready(ctx); err == nil || !strings.Contains(err.Error(), "has failed every batch") {
+		t.Fatalf("Ready after failures since the last commit = %v, want failing", err)
 	}
 }
 

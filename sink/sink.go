@@ -119,6 +119,9 @@ type Sink struct {
 	// or judged since (Unix ns; 0: not failing), refusedErr what the
 	// latest such failure said (see Ready).
 	refusedSince atomic.Int64
+	// lastAnswered is when answered last ran (Unix ns): a failure from
+	// before it shows nothing, even if refused records it after.
+	lastAnswered atomic.Int64
 	refusedErr   atomic.Pointer[refusal]
 
 	// attempts holds, per committer, when its commit attempt under way
@@ -608,7 +611,7 @@ func (s *Sink) Ready(ctx context.Context) error {
 	if err := s.Ping(ctx); err != nil {
 		return err
 	}
-	if since := s.refusedSince.Load(); since != 0 {
+	if since := s.refusedSince.Load(); since != 0 && since > s.lastAnswered.Load() {
 		if d := time.Since(time.Unix(0, since)); d >= refusedFor {
 			r := refusal{msg: "an error", table: true}
 			if p := s.refusedErr.Load(); p != nil {
@@ -625,11 +628,18 @@ func (s *Sink) Ready(ctx context.Context) error {
 	return nil
 }
 
-// refused records a batch that failed with err, of class cl (not
+// refused records a batch that failed at at with err, of class cl (not
 // classData); answered clears it. It counts from the failure, not from
 // the attempt's start: an attempt that waited long (a lock, a connection
 // gone silent) while others committed must not make Ready fail at once.
-func (s *Sink) refused(err error, cl class) {
+// A failure from before the last answer (recorded late, after a commit
+// elsewhere) is not recorded, and an earlier one recorded late does not
+// stand in the way of a new run.
+func (s *Sink) refused(err error, cl class, at time.Time) {
+	t := at.UnixNano()
+	if t <= s.lastAnswered.Load() {
+		return
+	}
 	msg := err.Error()
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -639,13 +649,23 @@ func (s *Sink) refused(err error, cl class) {
 		}
 	}
 	s.refusedErr.Store(&refusal{msg: msg, table: cl != classTransient})
-	s.refusedSince.CompareAndSwap(0, time.Now().UnixNano())
+	for {
+		old := s.refusedSince.Load()
+		if old != 0 && old > s.lastAnswered.Load() {
+			return // a run of failures under way since old
+		}
+		if s.refusedSince.CompareAndSwap(old, t) {
+			return
+		}
+	}
 }
 
 // answered clears what refused recorded: a batch committed, or the
 // server judged its rows (a data error: they are dead-lettered or
-// bisected), which shows that it takes batches.
+// bisected; a row it refused once the table took others), which shows
+// that it takes batches.
 func (s *Sink) answered() {
+	s.lastAnswered.Store(time.Now().UnixNano())
 	if s.refusedSince.Load() != 0 {
 		s.refusedSince.Store(0)
 	}
