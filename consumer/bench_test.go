@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -299,5 +300,80 @@ func TestPushDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("push allocates %.1f times per message, want 0", allocs)
+	}
+}
+
+// processCPU is the CPU time this process has used (user + system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkAckPolicy measures what the server's handling of acks costs:
+// the process CPU per message, the embedded nats-server's included, of a
+// Consume that acks every message under AckExplicit (what jetsink does)
+// against one that acks every 500th under AckAll (one ack settles all
+// before it), until the server has taken every ack. jetsink does not use
+// AckAll (BENCHMARKS.md, session 39, says why); this is the size of that
+// lever.
+func BenchmarkAckPolicy(b *testing.B) {
+	for _, policy := range []jetstream.AckPolicy{jetstream.AckExplicitPolicy, jetstream.AckAllPolicy} {
+		b.Run(policy.String(), func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			srv := testenv.NATS(b)
+			cfg := benchStream(b, ctx, srv, b.N)
+			cons, err := jsFor(b, srv).CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+				Durable: cfg.Consumer, AckPolicy: policy, MaxAckPending: DefaultMaxAckPending,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var n, failed atomic.Int64
+			done := make(chan struct{})
+			b.ResetTimer()
+			cpu, start := processCPU(), time.Now()
+			cc, err := cons.Consume(func(msg jetstream.Msg) {
+				if _, err := msg.Metadata(); err != nil {
+					failed.Add(1)
+				}
+				k := n.Add(1)
+				if policy == jetstream.AckExplicitPolicy || k%500 == 0 || k == int64(b.N) {
+					if msg.Ack() != nil {
+						failed.Add(1)
+					}
+				}
+				if k == int64(b.N) {
+					close(done)
+				}
+			}, jetstream.PullMaxMessages(cfg.PullMaxMessages), jetstream.PullHeartbeat(cfg.PullHeartbeat))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Stop()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				b.Fatalf("only %d of %d messages arrived", n.Load(), b.N)
+			}
+			for { // until the server has taken every ack
+				ci, err := cons.Info(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if ci.NumAckPending == 0 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			elapsed, used := time.Since(start), processCPU()-cpu
+			b.StopTimer()
+			if failed.Load() != 0 {
+				b.Fatalf("%d metadata or ack failures", failed.Load())
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+			b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/msg")
+		})
 	}
 }
