@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -43,6 +44,10 @@ func StartNATS(storeDir string) (*NATSServer, error) {
 		}
 		if err = n.start(); err == nil {
 			return n, nil
+		}
+		if l, lerr := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(n.port)); lerr == nil {
+			_ = l.Close()
+			break // the port was free: something else failed (each try waits 10 s)
 		}
 	}
 	n.Destroy()

@@ -96,7 +96,7 @@ func (c Config) Validate() error {
 		if slots > maxRingSlots {
 			errs = append(errs, fmt.Errorf("%w: pipeline.workers (%d) times pipeline.ring_size (%d, rounded up to a power of two) is %d ring slots, "+
 				"%d MiB allocated at start; keep it at most %d (ring_size %d at %d workers)",
-				ErrInvalidConfig, w, c.RingSize, slots, int64(slots)*slotBytes>>20, maxRingSlots, maxRingSlots/w, w))
+				ErrInvalidConfig, w, c.RingSize, slots, int64(slots)*slotBytes>>20, maxRingSlots, 1<<(bits.Len(uint(maxRingSlots/w))-1), w))
 		}
 	}
 	if c.MaxEventBytes < 1 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/bits"
 	"runtime"
 	"strconv"
 	"strings"
@@ -298,9 +299,11 @@ func TestConfigValidate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("DefaultConfig invalid: %v", err)
 	}
-	ok.Workers, ok.RingSize = 2, 1<<20 // the most slots allowed
-	if err := ok.Validate(); err != nil {
-		t.Fatalf("%d workers, ring_size %d: %v", ok.Workers, ok.RingSize, err)
+	for _, w := range []int{2, 6} { // the most slots allowed: what the error suggests
+		ok.Workers, ok.RingSize = w, 1<<(bits.Len(uint(maxRingSlots/w))-1)
+		if err := ok.Validate(); err != nil {
+			t.Fatalf("%d workers, ring_size %d: %v", ok.Workers, ok.RingSize, err)
+		}
 	}
 	cases := []struct {
 		name string
@@ -314,6 +317,7 @@ func TestConfigValidate(t *testing.T) {
 		{"ring 0", func(c *Config) { c.RingSize = 0 }, "pipeline.ring_size"},
 		{"ring huge", func(c *Config) { c.RingSize = 1 << 30 }, "pipeline.ring_size"},
 		{"rings too big", func(c *Config) { c.Workers, c.RingSize = 8, 1<<18+1 }, "is 4194304 ring slots"},
+		{"rings too big, 6 workers", func(c *Config) { c.Workers, c.RingSize = 6, 500000 }, "(ring_size 262144 at 6 workers)"},
 		{"rings too big for the cores", func(c *Config) { c.RingSize = 1 << 24 }, "pipeline.workers (" + strconv.Itoa(PhysicalCores()) + ") times pipeline.ring_size"},
 		{"max bytes 0", func(c *Config) { c.MaxEventBytes = 0 }, "pipeline.max_event_bytes"},
 		{"bad handoff", func(c *Config) { c.Handoff = "chan" }, "pipeline.handoff"},

@@ -227,7 +227,7 @@ func TestReadinessIgnoresAFailureRecordedLate(t *testing.T) {
 	}
 	// A failure stamped before the commit but recorded anyway (refused
 	// racing answered) neither counts nor stops a new run from counting.
-	s.refusedSince.Store(failed.UnixNano())
+	s.refusedSince.Store(s.stamp(failed))
 	if err := s.Ready(ctx); err != nil {
 		t.Fatalf("not ready for a stale failure: %v", err)
 	}

@@ -215,7 +215,7 @@ const pieceRelax = time.Minute
 // when pieceCommitted tries twice the cap once a pieceRelax.
 func (c *committer) pieceTimedOut(rows int, d time.Duration) {
 	if half := max(rows/2, 1); c.piece == 0 || half < c.piece {
-		c.piece = half // not raised by a held batch's rest, which is not cut (see process)
+		c.piece = half
 	}
 	c.limit, c.pieceAt = d, time.Now()
 }

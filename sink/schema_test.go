@@ -404,6 +404,16 @@ func TestCloseContextWhileAdminIsBusy(t *testing.T) {
 	if err := <-busy; err != nil {
 		t.Fatal(err)
 	}
+	// Free, it closes whatever ctx says: after it, nothing opens the
+	// admin connection again. (A select between the two would leave it
+	// open half the time: ten sinks.)
+	for range 10 {
+		s, _ := newTestSink(t, ctx, pg.URL, nil)
+		s.CloseContext(dead)
+		if err := s.withAdmin(ctx, func(*pgx.Conn) error { return nil }); !errors.Is(err, errSinkClosed) {
+			t.Fatalf("admin connection used after CloseContext with an ended context: %v", err)
+		}
+	}
 }
 
 // What refuses every batch whatever the rows is found by Check: a missing

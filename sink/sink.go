@@ -116,12 +116,16 @@ type Sink struct {
 
 	// refusedSince is when batches began failing (any class but a row's,
 	// and not a timeout that cut a batch into pieces) with none committed
-	// or judged since (Unix ns; 0: not failing), refusedErr what the
+	// or judged since (a stamp; 0: not failing), refusedErr what the
 	// latest such failure said (see Ready).
 	refusedSince atomic.Int64
-	// lastAnswered is when answered last ran (Unix ns): a failure from
-	// before it shows nothing, even if refused records it after.
+	// lastAnswered is when answered last ran: a failure from before it
+	// shows nothing, even if refused records it after. Both are stamps
+	// (stamp): monotonic, as a wall clock stepped back between them
+	// would misorder them.
 	lastAnswered atomic.Int64
+	// born is when New made the sink, where stamps count from.
+	born time.Time
 	refusedErr   atomic.Pointer[refusal]
 
 	// attempts holds, per committer, when its commit attempt under way
@@ -198,7 +202,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	}
 	table, _ := ParseTable(cfg.Table)
 	s := &Sink{cfg: cfg, table: table, cols: append([]pipeline.Column(nil), cols...), dl: dl, seenErrs: map[string]struct{}{},
-		adminSem: make(chan struct{}, 1), ackAll: ackEach, attempts: make([]atomic.Int64, max(cfg.Connections, 1))}
+		adminSem: make(chan struct{}, 1), ackAll: ackEach, attempts: make([]atomic.Int64, max(cfg.Connections, 1)), born: time.Now()}
 	seen := map[string]bool{}
 	for _, c := range s.cols {
 		if c.Name == "" || strings.ContainsRune(c.Name, 0) {
@@ -520,8 +524,12 @@ func (s *Sink) Close() { s.CloseContext(context.Background()) }
 func (s *Sink) CloseContext(ctx context.Context) {
 	select {
 	case s.adminSem <- struct{}{}:
-	case <-ctx.Done():
-		return
+	default: // busy: wait while ctx lasts (an ended one must not win a free semaphore's race)
+		select {
+		case s.adminSem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 	}
 	defer func() { <-s.adminSem }()
 	s.closed = true
@@ -612,7 +620,7 @@ func (s *Sink) Ready(ctx context.Context) error {
 		return err
 	}
 	if since := s.refusedSince.Load(); since != 0 && since > s.lastAnswered.Load() {
-		if d := time.Since(time.Unix(0, since)); d >= refusedFor {
+		if d := time.Duration(s.stamp(time.Now()) - since); d >= refusedFor {
 			r := refusal{msg: "an error", table: true}
 			if p := s.refusedErr.Load(); p != nil {
 				r = *p
@@ -636,7 +644,7 @@ func (s *Sink) Ready(ctx context.Context) error {
 // elsewhere) is not recorded, and an earlier one recorded late does not
 // stand in the way of a new run.
 func (s *Sink) refused(err error, cl class, at time.Time) {
-	t := at.UnixNano()
+	t := s.stamp(at)
 	if t <= s.lastAnswered.Load() {
 		return
 	}
@@ -660,12 +668,16 @@ func (s *Sink) refused(err error, cl class, at time.Time) {
 	}
 }
 
+// stamp is t as refusedSince and lastAnswered hold it: nanoseconds since
+// the sink was made, on the monotonic clock, plus one (0 is "never").
+func (s *Sink) stamp(t time.Time) int64 { return int64(t.Sub(s.born)) + 1 }
+
 // answered clears what refused recorded: a batch committed, or the
 // server judged its rows (a data error: they are dead-lettered or
 // bisected; a row it refused once the table took others), which shows
 // that it takes batches.
 func (s *Sink) answered() {
-	s.lastAnswered.Store(time.Now().UnixNano())
+	s.lastAnswered.Store(s.stamp(time.Now()))
 	if s.refusedSince.Load() != 0 {
 		s.refusedSince.Store(0)
 	}

@@ -226,7 +226,7 @@ func TestSignalDuringStartUp(t *testing.T) {
 
 	p := e.spawn(cfgPath)
 	waitFor(t, ctx, "jetsink's start-up waiting for the table's lock", func() (bool, string) {
-		n := e.count(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted")
+		n := e.count(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::regclass", e.tableID())
 		return n > 0, fmt.Sprintf("%d locks waited for", n)
 	})
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
