@@ -119,6 +119,7 @@ type Sink struct {
 	// or judged since (a stamp; 0: not failing), refusedErr what the
 	// latest such failure said (see Ready).
 	refusedSince atomic.Int64
+	refusedErr   atomic.Pointer[refusal]
 	// lastAnswered is when answered last ran: a failure from before it
 	// shows nothing, even if refused records it after. Both are stamps
 	// (stamp): monotonic, as a wall clock stepped back between them
@@ -126,7 +127,6 @@ type Sink struct {
 	lastAnswered atomic.Int64
 	// born is when New made the sink, where stamps count from.
 	born time.Time
-	refusedErr   atomic.Pointer[refusal]
 
 	// attempts holds, per committer, when its commit attempt under way
 	// started (Unix ns; 0: none): see OldestAttempt.
