@@ -329,6 +329,22 @@ func TestStoredSeq(t *testing.T) {
 	}
 }
 
+// holdAdmin has a call hold s's admin connection until done is called
+// (again: a no-op), and then returns its error on busy.
+func holdAdmin(ctx context.Context, s *Sink) (done func(), busy <-chan error) {
+	held, release := make(chan struct{}), make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		errs <- s.withAdmin(ctx, func(*pgx.Conn) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	return sync.OnceFunc(func() { close(release) }), errs
+}
+
 // While another call holds the admin connection (StoredSeq may read a
 // whole table), Ping answers on a connection of its own, so that /readyz
 // neither waits behind it nor fails for it.
@@ -336,18 +352,9 @@ func TestPingWhileAdminIsBusy(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
 	s, _ := newTestSink(t, ctx, pg.URL, nil)
-	held, release := make(chan struct{}), make(chan struct{})
-	done := sync.OnceFunc(func() { close(release) })
-	defer done() // before the cleanups, which wait for the admin connection
-	busy := make(chan error, 1)
-	go func() {
-		busy <- s.withAdmin(ctx, func(*pgx.Conn) error {
-			close(held)
-			<-release
-			return nil
-		})
-	}()
-	<-held
+	done, busy := holdAdmin(ctx, s)
+	// Before the cleanups, which wait for the admin connection.
+	defer done()
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second) // the admin server's probe timeout
 	defer cancel()
 	err := s.Ping(pctx)
@@ -376,18 +383,9 @@ func TestCloseContextWhileAdminIsBusy(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
 	s, _ := newTestSink(t, ctx, pg.URL, nil)
-	held, release := make(chan struct{}), make(chan struct{})
-	done := sync.OnceFunc(func() { close(release) })
-	defer done() // before the cleanups, which wait for the admin connection
-	busy := make(chan error, 1)
-	go func() {
-		busy <- s.withAdmin(ctx, func(*pgx.Conn) error {
-			close(held)
-			<-release
-			return nil
-		})
-	}()
-	<-held
+	done, busy := holdAdmin(ctx, s)
+	// Before the cleanups, which wait for the admin connection.
+	defer done()
 	dead, cancel := context.WithCancel(ctx)
 	cancel()
 	closed := make(chan struct{})

@@ -676,6 +676,20 @@ func refuseBadRows(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx
 	return "refused", "P0001"
 }
 
+// refusingEveryRow has a trigger on s's table refuse every row and runs s
+// on a new source; it returns the admin connection (to drop the trigger,
+// "refuse"), the source, Run's wait, and 40 rows to push with their
+// messages.
+func refusingEveryRow(t *testing.T, ctx context.Context, pg *testenv.PG, s *Sink) (*pgx.Conn, source, func() error, []pipeline.Row, []*recMsg) {
+	t.Helper()
+	admin := pg.Conn(t)
+	raiseOn(t, ctx, admin, s.table, "true")
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 40, nil)
+	return admin, src, wait, rs, ms
+}
+
 // raiseOn adds a BEFORE INSERT trigger to table that raises an exception
 // (SQLSTATE P0001) for rows where cond holds.
 func raiseOn(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx.Identifier, cond string) {
@@ -1119,11 +1133,7 @@ func TestTriggerRefusingEveryRowIsRetried(t *testing.T) {
 				}
 			})
 			logs := captureLog(t, s, 100*time.Millisecond)
-			admin := pg.Conn(t)
-			raiseOn(t, ctx, admin, s.table, "true")
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-			rs, ms := rows(1, 40, nil)
+			admin, src, wait, rs, ms := refusingEveryRow(t, ctx, pg, s)
 			src.push(t, ctx, rs)
 			waitFor(t, ctx, "retries of the refused batch, logged as still failing", func() bool {
 				return s.Stats().ConfigErrors >= 5 && strings.Contains(logs.String(), "batch still failing")
@@ -1164,11 +1174,7 @@ func TestRowsTakenIntoAHeldBatchAreLinked(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
 	s.Instrument(tr, nil)
-	admin := pg.Conn(t)
-	raiseOn(t, ctx, admin, s.table, "true")
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	rs, ms := rows(1, 40, nil)
+	admin, src, wait, rs, ms := refusingEveryRow(t, ctx, pg, s)
 	want := map[trace.SpanID]bool{}
 	for i := range rs {
 		if i >= 5 { // the first batch unsampled
@@ -1229,11 +1235,7 @@ func TestHeldBatchCommitsWithinTheBatchBounds(t *testing.T) {
 			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) {
 				c.Connections, c.Batch.MaxRows, c.Batch.MaxBytes = 1, tc.maxRows, tc.bytes
 			})
-			admin := pg.Conn(t)
-			raiseOn(t, ctx, admin, s.table, "true")
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-			rs, ms := rows(1, 40, nil)
+			admin, src, wait, rs, ms := refusingEveryRow(t, ctx, pg, s)
 			src.push(t, ctx, rs)
 			waitFor(t, ctx, "batches taken into the retried one", func() bool { return s.Stats().TakenIntoHeld >= 1 })
 			if _, err := admin.Exec(ctx, "DROP TRIGGER refuse ON "+s.table.Sanitize()); err != nil {
