@@ -232,10 +232,10 @@ func TestReadinessIgnoresAFailureRecordedLate(t *testing.T) {
 		t.Fatalf("not ready for a stale failure: %v", err)
 	}
 	s.refused(errors.New("copy: disk full"), classTransient, time.Now())
-	time.Sleep(2 * refusedFor)
-	if err := s.Ready(ctx); err == nil || !strings.Contains(err.Error(), "has failed every batch") {
-		t.Fatalf("Ready after failures since the last commit = %v, want failing", err)
-	}
+	waitFor(t, ctx, "Ready to report failures since the last commit", func() bool {
+		err := s.Ready(ctx)
+		return err != nil && strings.Contains(err.Error(), "has failed every batch")
+	})
 }
 
 // An Ack that fails after a commit is counted and logged; the row stays.
