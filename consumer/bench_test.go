@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -303,13 +302,6 @@ func TestPushDoesNotAllocate(t *testing.T) {
 	}
 }
 
-// processCPU is the CPU time this process has used (user + system).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkAckPolicy measures what the server's handling of acks costs:
 // the process CPU per message, the embedded nats-server's included, of a
 // Consume that acks every message under AckExplicit (what jetsink does)
@@ -333,7 +325,7 @@ func BenchmarkAckPolicy(b *testing.B) {
 			var n, failed atomic.Int64
 			done := make(chan struct{})
 			b.ResetTimer()
-			cpu, start := processCPU(), time.Now()
+			cpu, start := testenv.ProcessCPU(b), time.Now()
 			cc, err := cons.Consume(func(msg jetstream.Msg) {
 				if _, err := msg.Metadata(); err != nil {
 					failed.Add(1)
@@ -367,7 +359,7 @@ func BenchmarkAckPolicy(b *testing.B) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			elapsed, used := time.Since(start), processCPU()-cpu
+			elapsed, used := time.Since(start), testenv.ProcessCPU(b)-cpu
 			b.StopTimer()
 			if failed.Load() != 0 {
 				b.Fatalf("%d metadata or ack failures", failed.Load())

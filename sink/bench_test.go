@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -67,16 +66,6 @@ func benchSink(b *testing.B, ctx context.Context, url string, mode Mode, conns i
 	return s
 }
 
-// cpuTime is the CPU time (user+system) this process has used so far: the
-// client's own cost, which wall time on a shared 2-core box hides.
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkCopy commits one batch per op: BEGIN; COPY; (INSERT ... ON
 // CONFLICT); COMMIT; ack. "tuple" is the sink's path (the pipeline's binary
 // tuples streamed verbatim); "pgx-CopyFromRows" is the obvious alternative,
@@ -96,7 +85,7 @@ func BenchmarkCopy(b *testing.B) {
 				base := 0
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu0 := cpuTime(b)
+				cpu0 := testenv.ProcessCPU(b)
 				for b.Loop() {
 					if mode == ExactlyOnce {
 						b.StopTimer()
@@ -110,7 +99,7 @@ func BenchmarkCopy(b *testing.B) {
 					c.settle(bt, 0, n)
 				}
 				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
-				b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(n*b.N), "client-cpu-ns/row")
+				b.ReportMetric(float64(testenv.ProcessCPU(b)-cpu0)/float64(n*b.N), "client-cpu-ns/row")
 			})
 			b.Run(fmt.Sprintf("mode=%s/rows=%d/path=pgx-CopyFromRows", mode, n), func(b *testing.B) {
 				s := benchSink(b, ctx, pg.URL, mode, 1)
@@ -134,7 +123,7 @@ func BenchmarkCopy(b *testing.B) {
 				base := 0
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu0 := cpuTime(b)
+				cpu0 := testenv.ProcessCPU(b)
 				for b.Loop() {
 					if mode == ExactlyOnce {
 						b.StopTimer()
@@ -161,7 +150,7 @@ func BenchmarkCopy(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
-				b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(n*b.N), "client-cpu-ns/row")
+				b.ReportMetric(float64(testenv.ProcessCPU(b)-cpu0)/float64(n*b.N), "client-cpu-ns/row")
 			})
 		}
 	}
@@ -180,7 +169,7 @@ func BenchmarkRun(b *testing.B) {
 			var wg sync.WaitGroup
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu0 := cpuTime(b)
+			cpu0 := testenv.ProcessCPU(b)
 			wg.Go(func() {
 				defer src.close()
 				left := b.N
@@ -198,7 +187,7 @@ func BenchmarkRun(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rows/s")
-			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "client-cpu-ns/row")
+			b.ReportMetric(float64(testenv.ProcessCPU(b)-cpu0)/float64(b.N), "client-cpu-ns/row")
 			st := s.Stats()
 			b.ReportMetric(float64(st.Rows)/float64(max(st.Batches, 1)), "rows/batch")
 		})

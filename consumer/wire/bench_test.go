@@ -5,7 +5,6 @@ import (
 	"context"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -144,18 +143,11 @@ func finish(b *testing.B, ctx context.Context, done <-chan struct{}, sub *Sub, f
 // measure times run and reports msgs/s and the process's CPU per message.
 func measure(b *testing.B, run func()) {
 	b.Helper()
-	cpu := func() int64 {
-		var ru syscall.Rusage
-		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-			b.Fatal(err)
-		}
-		return ru.Utime.Nano() + ru.Stime.Nano()
-	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	c0, t0 := cpu(), time.Now()
+	c0, t0 := testenv.ProcessCPU(b), time.Now()
 	run()
-	wall, used := time.Since(t0), cpu()-c0
+	wall, used := time.Since(t0), testenv.ProcessCPU(b)-c0
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/wall.Seconds(), "msgs/s")
 	b.ReportMetric(float64(used)/float64(b.N), "cpu-ns/msg")

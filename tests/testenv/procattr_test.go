@@ -44,10 +44,11 @@ func TestDieWithTest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("child test binary printed %q, want the pid of its sleep", out)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 	deadline := time.Now().Add(10 * time.Second)
 	for processRuns(pid) {
 		if time.Now().After(deadline) {
+			// Only now: once it is gone, its pid may name another process.
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("sleep %d still runs 10 s after the test binary that started it exited", pid)
 		}
 		time.Sleep(20 * time.Millisecond)
