@@ -1,6 +1,9 @@
 package ringq
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // Dispatch fans one producer out to n single-producer, single-consumer rings. Each item
 // goes to ring key(&item) % n, so items with the same key stay in order.
@@ -15,6 +18,10 @@ type Dispatch[T any] struct {
 	// mask is N()-1 when N() is a power of two, so that Push computes key % N() as
 	// key & mask instead of with a division (tens of cycles); 0 otherwise.
 	mask uint64
+	// debug: Push panics when another Push is running (WithDebug, or the race
+	// detector), before a second producer can route the first one's item by its own.
+	debug   bool
+	pushing atomic.Uint32
 }
 
 // NewDispatch returns a Dispatch over n rings of the given capacity (see New); n below 1
@@ -27,7 +34,7 @@ func NewDispatch[T any](n, capacity int, key func(*T) uint64, opts ...Option) *D
 	}
 	n = max(n, 1)
 	cfg := buildConfig(opts)
-	d := &Dispatch[T]{rings: make([]*Ring[T], n), key: key}
+	d := &Dispatch[T]{rings: make([]*Ring[T], n), key: key, debug: cfg.debug}
 	if n&(n-1) == 0 {
 		d.mask = uint64(n - 1)
 	}
@@ -40,6 +47,23 @@ func NewDispatch[T any](n, capacity int, key func(*T) uint64, opts ...Option) *D
 // Push adds v to ring key(&v) % N(), blocking while that ring is full. It returns
 // ctx.Err() if ctx ends first and ErrClosed if the ring is closed. Producer only.
 func (d *Dispatch[T]) Push(ctx context.Context, v T) error {
+	if d.debug {
+		return d.pushDebug(ctx, v)
+	}
+	return d.push(ctx, v)
+}
+
+// pushDebug is Push with the single-producer check: scratch and the ring's
+// producer side are both the producer's alone.
+func (d *Dispatch[T]) pushDebug(ctx context.Context, v T) error {
+	if !d.pushing.CompareAndSwap(0, 1) {
+		panic("ringq: concurrent producers on a Dispatch")
+	}
+	defer d.pushing.Store(0)
+	return d.push(ctx, v)
+}
+
+func (d *Dispatch[T]) push(ctx context.Context, v T) error {
 	// key looks at a copy in a Dispatch field: handing it &v would move every
 	// pushed item to the heap (key is unknown code), and hiding &v from escape
 	// analysis would let a key that keeps the pointer keep a pointer into a dead

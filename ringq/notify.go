@@ -82,15 +82,15 @@ func (n *notifier) await(ctx context.Context, spin, yield int, cold bool, ready 
 			return nil
 		}
 	}
-	if cold {
-		n.coldWaits = coldWaitsAfterPark
-	}
 	done := ctx.Done()
 	for {
 		n.sleepers.Add(1)
 		if ready() {
 			n.sleepers.Add(-1)
 			return nil
+		}
+		if cold { // this wait parks: the next cold waits skip the yields
+			n.coldWaits = coldWaitsAfterPark
 		}
 		if done == nil { // context.Background and friends: a plain receive is cheaper
 			<-n.wake

@@ -3,6 +3,7 @@ package ringq
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -135,7 +136,7 @@ func TestPoppedSlotsAreZeroed(t *testing.T) {
 func TestKeptSlotsAreZeroedAcrossTheWrap(t *testing.T) {
 	ctx := context.Background()
 	for _, checks := range []bool{true, false} {
-		opts := []Option{withStartIndex(idxMask - 5)} // slot 58 of 64 first
+		opts := []Option{withStartIndex(idxMask - 5), WithDebug(true)} // slot 58 of 64 first
 		if !checks {
 			opts = append(opts, withoutChecks())
 		}
@@ -367,6 +368,29 @@ func TestMisuseDetected(t *testing.T) {
 	mustPanic(t, "second consumer", func() { r2.TryPop() })
 	cancel2()
 	<-done
+
+	// A second Dispatch producer while the first one's key function runs: the
+	// item the first one hands its key lives in the Dispatch, so the second
+	// would route it by its own key without touching the same ring.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	d := NewDispatch(2, 4, func(v *int) uint64 {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		return uint64(*v)
+	}, WithDebug(true))
+	go func() { done <- d.Push(ctx, 0) }()
+	<-entered
+	mustPanic(t, "second Dispatch producer", func() { _ = d.Push(ctx, 1) })
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("the first Push: %v", err)
+	}
+	if v, ok := d.Ring(0).TryPop(); !ok || v != 0 {
+		t.Fatalf("ring 0 holds %d, %v; want the first Push's 0", v, ok)
+	}
 }
 
 func mustPanic(t *testing.T, what string, f func()) {
@@ -377,4 +401,98 @@ func mustPanic(t *testing.T, what string, f func()) {
 		}
 	}()
 	f()
+}
+
+// TestClosedRingTakesBackItsCopies pushes into a closed ring that has room: every push
+// path copies the item into its slot before the publishing compare-and-swap finds the
+// ring closed, and must then zero the slot again, or the ring keeps the item alive after
+// its consumer has drained it.
+func TestClosedRingTakesBackItsCopies(t *testing.T) {
+	ctx := context.Background()
+	for _, checks := range []bool{true, false} {
+		for _, push := range []struct {
+			name string
+			push func(r *Ring[*int]) error
+		}{
+			{"Push", func(r *Ring[*int]) error { return r.Push(ctx, new(int)) }},
+			{"TryPush", func(r *Ring[*int]) error {
+				if r.TryPush(new(int)) {
+					return nil
+				}
+				return ErrClosed
+			}},
+			{"PushN of 1", func(r *Ring[*int]) error { _, err := r.PushN(ctx, []*int{new(int)}); return err }},
+			{"PushN across the end", func(r *Ring[*int]) error {
+				_, err := r.PushN(ctx, []*int{new(int), new(int), new(int), new(int)})
+				return err
+			}},
+			{"TryPushN", func(r *Ring[*int]) error {
+				if r.TryPushN([]*int{new(int), new(int)}) > 0 {
+					return nil
+				}
+				return ErrClosed
+			}},
+		} {
+			opts := []Option{withStartIndex(idxMask - 5), WithDebug(true)} // slot 2 of 8 first
+			if !checks {
+				opts = append(opts, withoutChecks())
+			}
+			r := New[*int](8, opts...)
+			for range 3 {
+				if err := r.Push(ctx, new(int)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.Close()
+			if err := push.push(r); !errors.Is(err, ErrClosed) {
+				t.Fatalf("checks %v: %s on a closed ring: %v, want ErrClosed", checks, push.name, err)
+			}
+			for range 3 {
+				if _, err := r.Pop(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := r.Pop(ctx); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Pop after the drain: %v, want ErrClosed", err)
+			}
+			for i, p := range r.buf {
+				if p != nil {
+					t.Errorf("checks %v: %s on a closed ring left its item in slot %d", checks, push.name, i)
+				}
+			}
+		}
+	}
+}
+
+// TestYieldsComeBackAfterColdWaits checks the rule of the package documentation
+// ("Waiting"): after a cold wait that parks, the next 16 cold waits skip the yields, and
+// the ones after them yield again unless one of them parked too.
+func TestYieldsComeBackAfterColdWaits(t *testing.T) {
+	n := newNotifier()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := n.await(cancelled, 0, 2, true, func() bool { return false }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("await = %v, want context.Canceled", err)
+	}
+	// ready answers true at once; it was called in the yield phase when no
+	// sleeper was counted yet.
+	yielded := func() bool {
+		var inYield bool
+		err := n.await(context.Background(), 0, 2, true, func() bool {
+			inYield = n.sleepers.Load() == 0
+			return true
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inYield
+	}
+	for i := range coldWaitsAfterPark {
+		if yielded() {
+			t.Fatalf("cold wait %d after a park yielded", i+1)
+		}
+	}
+	if !yielded() {
+		t.Fatalf("cold wait %d after a park, the previous ones without parking, did not yield", coldWaitsAfterPark+1)
+	}
 }

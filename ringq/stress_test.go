@@ -395,7 +395,7 @@ func TestNoLostWakeup(t *testing.T) {
 			if err := r.Push(ctx, i); err != nil {
 				t.Fatal(err)
 			}
-			if v := <-got; v != i {
+			if v := recv(t, ctx, got); v != i {
 				t.Fatalf("got %d, want %d", v, i)
 			}
 		}
@@ -424,7 +424,7 @@ func TestNoLostWakeup(t *testing.T) {
 			if err := m.Ring(i%3).Push(ctx, i); err != nil {
 				t.Fatal(err)
 			}
-			if v := <-got; v != i {
+			if v := recv(t, ctx, got); v != i {
 				t.Fatalf("got %d, want %d", v, i)
 			}
 		}
@@ -453,7 +453,7 @@ func TestNoLostWakeup(t *testing.T) {
 			if err := d.Push(ctx, i); err != nil {
 				t.Fatal(err)
 			}
-			if v := <-got; v != i {
+			if v := recv(t, ctx, got); v != i {
 				t.Fatalf("got %d, want %d", v, i)
 			}
 		}
@@ -469,6 +469,19 @@ func TestNoLostWakeup(t *testing.T) {
 	t.Run("full-lazy", func(t *testing.T) {
 		drainParked(t, New[int](64, append(opts, withoutChecks())...), items, 8)
 	})
+}
+
+// recv returns the next item from got, failing the test if none comes before ctx ends
+// (a lost wake-up leaves the consumer parked).
+func recv(t *testing.T, ctx context.Context, got <-chan int) int {
+	t.Helper()
+	select {
+	case v := <-got:
+		return v
+	case <-ctx.Done():
+		t.Fatal("no item came: a wake-up was lost")
+		return 0
+	}
 }
 
 // drainParked pushes 0..items-1 into r from a goroutine, and pops them in order, waiting
@@ -487,7 +500,11 @@ func drainParked(t *testing.T, r *Ring[int], items, every int) {
 	})
 	for i := range items {
 		if i%every == 0 && i+r.Cap() < items {
-			waitFor(t, "the producer parks", func() bool { return parked(r.writers) || r.closed() })
+			// Full again and parked: the producer woke for the slots the last
+			// pops handed back (a sleeper count alone may still be the last park's).
+			waitFor(t, "the producer refills the ring and parks", func() bool {
+				return r.Len() == r.Cap() && parked(r.writers) || r.closed()
+			})
 		}
 		v, err := r.Pop(ctx)
 		if err != nil || v != i {
