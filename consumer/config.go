@@ -225,6 +225,12 @@ func DefaultConfig() Config {
 // explicitly.
 const MaxDerivedAckPending = 10000
 
+// MaxPullMessages bounds nats.pull_max_messages: a pull subscription
+// allocates a buffer of twice that many message pointers when it starts
+// (16 MiB at the bound), and far fewer already keep a drain fed
+// (BENCHMARKS.md).
+const MaxPullMessages = 1 << 20
+
 // DeriveMaxAckPending sets MaxAckPending, when it is 0, to inFlight (what the
 // rest of the chain can hold: ring slots plus open batch rows) plus
 // PullMaxMessages, at most MaxDerivedAckPending (but never below
@@ -316,8 +322,8 @@ func (c Config) Validate() error {
 		// Event.Delivered is 32 bits.
 		errs = append(errs, fmt.Errorf("%w: nats.max_deliver must be below %d (got %d); -1 is unlimited", ErrInvalidConfig, math.MaxInt32, c.MaxDeliver))
 	}
-	if c.PullMaxMessages < 1 {
-		errs = append(errs, fmt.Errorf("%w: nats.pull_max_messages must be at least 1 (got %d); %d is a good start", ErrInvalidConfig, c.PullMaxMessages, DefaultPullMaxMessages))
+	if c.PullMaxMessages < 1 || c.PullMaxMessages > MaxPullMessages {
+		errs = append(errs, fmt.Errorf("%w: nats.pull_max_messages must be 1 to %d (got %d); %d is a good start", ErrInvalidConfig, MaxPullMessages, c.PullMaxMessages, DefaultPullMaxMessages))
 	}
 	if c.PullMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: nats.pull_max_bytes must be 0 (no byte cap) or positive (got %d)", ErrInvalidConfig, c.PullMaxBytes))

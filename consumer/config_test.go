@@ -74,6 +74,7 @@ func TestValidate(t *testing.T) {
 		{"max_ack_pending unlimited", func(c *Config) { c.MaxAckPending = -1 }, ""},
 		{"max_ack_pending explicit", func(c *Config) { c.MaxAckPending = 50000 }, ""},
 		{"pull_max_messages 0", func(c *Config) { c.PullMaxMessages = 0 }, "nats.pull_max_messages"},
+		{"pull_max_messages too large", func(c *Config) { c.PullMaxMessages = MaxPullMessages + 1 }, "nats.pull_max_messages must be 1 to"},
 		{"pull_max_bytes negative", func(c *Config) { c.PullMaxBytes = -1 }, "nats.pull_max_bytes"},
 		{"pull_max_bytes set", func(c *Config) { c.PullMaxBytes = 8 << 20 }, ""},
 		{"max_in_flight_bytes below -1", func(c *Config) { c.MaxInFlightBytes = -2 }, "nats.max_in_flight_bytes"},

@@ -646,3 +646,95 @@ func TestMessageLargerThanMaxBytesReported(t *testing.T) {
 		})
 	}
 }
+
+// A pull whose max_bytes the messages use up exactly ends on the server
+// without a status (nats-server's nextWaiting): the Sub pulls again once
+// what arrived is handled, instead of counting the messages the pull did
+// not bring as still on their way until missed heartbeats. A pull with a
+// byte to spare is still open, and the Sub waits for its status.
+func TestPullWhoseBytesRanOutExactlyEnds(t *testing.T) {
+	const maxBytes = 1 << 20 // the fake server's max_payload, the least MaxBytes may be
+	for _, spare := range []int{0, 1} {
+		t.Run(fmt.Sprintf("bytes to spare: %d", spare), func(t *testing.T) {
+			pulls := make(chan string, 16)
+			url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+				pulls <- body
+				if n != 1 {
+					return
+				}
+				reply := "$JS.ACK.S.C.1.1.1.0.0"
+				data := strings.Repeat("x", maxBytes-spare-len("S.x")-len(reply))
+				_, _ = fmt.Fprintf(w, "MSG S.x %s %s %d\r\n%s\r\n", sid, reply, len(data), data)
+			})
+			ctx := testCtx(t, 30*time.Second)
+			c := dialTest(t, ctx, url)
+			var handled atomic.Int64
+			var errs []error
+			var mu sync.Mutex
+			sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, MaxBytes: maxBytes, Expires: 30 * time.Second, Heartbeat: 10 * time.Second},
+				func(*Msg) { handled.Add(1) }, func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { sub.Stop(); <-sub.Closed() }()
+			if b := <-pulls; !strings.Contains(b, fmt.Sprintf(`"max_bytes":%d,`, maxBytes)) {
+				t.Fatalf("first pull %q", b)
+			}
+			eventually(t, 10*time.Second, "the message handled", func() bool { return handled.Load() == 1 })
+			select {
+			case b := <-pulls:
+				if spare > 0 {
+					t.Fatalf("pulled %q while the first pull, %d byte short of its max_bytes, is open", b, spare)
+				}
+				if !strings.HasPrefix(b, `{"batch":10,`) {
+					t.Fatalf("second pull %q, want a batch of 10", b)
+				}
+			case <-time.After(3 * time.Second):
+				if spare == 0 {
+					mu.Lock()
+					defer mu.Unlock()
+					t.Fatalf("no pull after the first one's bytes ran out (errors: %v)", errs)
+				}
+			}
+		})
+	}
+}
+
+// After a run of 409 "Message Size Exceeds MaxBytes", a Sub under a Budget
+// asks for all of the Budget's room, so that a message stored under a
+// larger max_payload may come; once it came, pulls are capped at
+// maxPullBytes again (an uncapped burst may exceed the server's
+// max_pending for the client).
+func TestPullsCappedAgainAfterTheLargeMessage(t *testing.T) {
+	pulls := make(chan string, 16)
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		pulls <- body
+		switch {
+		case n <= tooBigRun:
+			writeStatus(w, inbox, sid, "NATS/1.0 409 Message Size Exceeds MaxBytes\r\nNats-Pending-Messages: 10\r\nNats-Pending-Bytes: 8388608\r\n\r\n")
+		case n == tooBigRun+1:
+			_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.1.1.0.0 1\r\nx\r\n", sid)
+			writeStatus(w, inbox, sid, "NATS/1.0 409 Batch Completed\r\nNats-Pending-Messages: 9\r\nNats-Pending-Bytes: 1000\r\n\r\n")
+		}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Budget: NewBudget(64 << 20), Expires: 30 * time.Second, Heartbeat: 10 * time.Second},
+		func(m *Msg) { _ = m.Ack() }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	capped := fmt.Sprintf(`"max_bytes":%d,`, maxPullBytes)
+	for n := 1; n <= tooBigRun+2; n++ {
+		var b string
+		select {
+		case b = <-pulls:
+		case <-ctx.Done():
+			t.Fatalf("no pull %d", n)
+		}
+		if want := n <= tooBigRun || n == tooBigRun+2; strings.Contains(b, capped) != want {
+			t.Fatalf("pull %d: %q; capped at %d bytes: want %v", n, b, maxPullBytes, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -120,12 +121,20 @@ type Sub struct {
 	err       error       // set before closed is closed
 	status    atomic.Bool // the reader saw a status frame since the last look
 	// uncapped: a run of tooBig answers came under a Budget without
-	// MaxBytes; pulls ask for all the budget's room from then on, not
-	// maxPullBytes (pmu).
+	// MaxBytes; pulls ask for all the budget's room, not maxPullBytes,
+	// until a message comes (pmu).
 	uncapped bool
 	// tooBig counts 409 "Message Size Exceeds MaxBytes" answers since the
 	// last message (reader goroutine only): see onStatus.
 	tooBig int
+
+	// openBytes is what the open pulls may still bring, with max_bytes on
+	// them (MaxBytes or a Budget): their max_bytes less the pullSize of
+	// what arrived and the Nats-Pending-Bytes of the statuses that ended
+	// them. The server ends a pull whose bytes run out exactly without a
+	// status, so at 0 no pull is open, whatever pending says (see
+	// spendBytes). Added to under pmu; the reader subtracts.
+	openBytes atomic.Int64
 
 	pmu      sync.Mutex
 	pending  int   // messages requested and not yet handled
@@ -255,9 +264,16 @@ func (s *Sub) receive(m *Msg) {
 			return
 		}
 	}
+	if s.tooBig >= tooBigRun {
+		// The message the run was about came: cap the pulls again.
+		s.pmu.Lock()
+		s.uncapped = false
+		s.pmu.Unlock()
+	}
 	s.tooBig = 0
 	s.held.Add(1)
 	s.holdBytes(m, 1)
+	s.spendBytes(m.pullSize())
 	select {
 	case s.ch <- m:
 	default:
@@ -338,13 +354,18 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 		reset = true // the new leader knows nothing of the requests
 	}
 	left, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Messages")))
+	leftBytes, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Bytes")))
 	s.pmu.Lock()
 	if reset {
 		// pending counts what is requested and not yet handled; of that,
 		// only what has arrived is still real.
 		s.pending = int(s.held.Load())
+		s.openBytes.Store(0)
 	} else {
 		s.pending = max(s.pending-int(min(left, uint64(s.opts.MaxMessages))), 0)
+		if s.byteLimited() && s.spent(int64(min(leftBytes, math.MaxInt32))) {
+			s.noPullOpen()
+		}
 	}
 	s.maybePull()
 	s.pmu.Unlock()
@@ -355,11 +376,12 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 
 // maxPullBytes caps a pull's max_bytes under a Budget without MaxBytes
 // (unless the largest message needs more; and not after a run of 409s
-// that says the next message is larger: uncapped). It binds for a budget
-// above 32 MiB (a quarter of the budget otherwise): the server answers a
-// pull in one burst, and closes a client that falls its max_pending (64
-// MiB by default) behind in reading, as unbudgeted pulls of 1,024 64 KiB
-// events made it do in a bench drain (BENCHMARKS.md, session 32).
+// that says the next message is larger, until it comes: uncapped). It
+// binds for a budget above 32 MiB (a quarter of the budget otherwise): the
+// server answers a pull in one burst, and closes a client that falls its
+// max_pending (64 MiB by default) behind in reading, as unbudgeted pulls
+// of 1,024 64 KiB events made it do in a bench drain (BENCHMARKS.md,
+// session 32).
 const maxPullBytes = 8 << 20
 
 // tooBigRun is how many 409 "Message Size Exceeds MaxBytes" in a row, with
@@ -407,6 +429,7 @@ func (s *Sub) maybePull() {
 	batch := s.opts.MaxMessages - s.pending
 	s.pending = s.opts.MaxMessages
 	s.maxBytes = maxBytes
+	s.openBytes.Add(maxBytes)
 	b := append(s.body[:0], `{"batch":`...)
 	b = strconv.AppendInt(b, int64(batch), 10)
 	if maxBytes > 0 {
@@ -596,6 +619,7 @@ func (s *Sub) loop() error {
 			// As nats.go: forget what was asked and ask afresh.
 			s.pmu.Lock()
 			s.pending = 0
+			s.openBytes.Store(0)
 			s.maybePull()
 			s.pmu.Unlock()
 		}
@@ -626,6 +650,43 @@ func (w *stallWatch) see(now time.Time, held int64, after time.Duration) (time.D
 	}
 	w.next *= 2
 	return waited, true
+}
+
+// byteLimited reports whether the Sub's pulls carry max_bytes.
+func (s *Sub) byteLimited() bool { return s.opts.MaxBytes > 0 || s.opts.Budget != nil }
+
+// spendBytes counts an arrived message of size n against the open pulls'
+// max_bytes (reader goroutine). When it used up the last of them, no pull
+// is open: a pull whose bytes run out exactly ends without a status
+// (nats-server's nextWaiting gives it that one message and drops it), and
+// the messages it did not bring would otherwise stay counted in pending
+// until missed heartbeats (ErrNoHeartbeat) had the Sub pull afresh.
+func (s *Sub) spendBytes(n int64) {
+	if !s.byteLimited() || !s.spent(n) {
+		return
+	}
+	s.pmu.Lock()
+	if s.openBytes.Load() <= 0 { // no pull sent meanwhile
+		s.noPullOpen()
+		s.maybePull()
+	}
+	s.pmu.Unlock()
+}
+
+// spent subtracts n from openBytes and reports whether that used up the
+// last of it. Only the step to 0 counts: should the server count a
+// message's bytes differently from pullSize, openBytes runs below 0 and
+// later messages do not each reset the accounting (and pull again).
+func (s *Sub) spent(n int64) bool {
+	v := s.openBytes.Add(-n)
+	return v <= 0 && v+n > 0
+}
+
+// noPullOpen resets the pull accounting once no pull can bring more: of
+// what pending counts, only what arrived is real. pmu must be held.
+func (s *Sub) noPullOpen() {
+	s.openBytes.Store(0)
+	s.pending = int(s.held.Load())
 }
 
 // holdBytes adds sign x m's pullSize to heldBytes, which only MaxBytes
