@@ -39,8 +39,10 @@
 //
 // A re-publish that gets no answer (a timeout, a connection lost: the
 // stream may have stored it and the answer was lost) is sent again with the
-// same Nats-Msg-Id, while Options.LetterTimeout lasts; within the duplicate
-// window the stream acknowledges a copy it already holds as a duplicate.
+// same Nats-Msg-Id, while Options.LetterTimeout lasts and the attempt would
+// end within the event stream's duplicate window (read from the stream) of
+// the first: within it the stream acknowledges a copy it already holds as
+// a duplicate, after it the stream would store the copy again.
 //
 // A re-publish the server refuses the connection's user answers nothing:
 // it tells the connection (nats.ErrPermissionViolation), which Replay reads

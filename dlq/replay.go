@@ -316,7 +316,7 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 		return rep, fmt.Errorf("%w: dead-letter stream %s denies deletes (deny_delete): every letter replayed would stay, its event stored too; "+
 			"pass --keep to replay them all the same", ErrInvalidOptions, o.Stream)
 	}
-	rs := &readers{js: js, name: o.Consumer, of: map[string]readerOf{}}
+	rs := &readers{js: js, name: o.Consumer, of: map[string]readerOf{}, windows: map[string]time.Duration{}}
 	last := info.State.LastSeq
 	if o.Filter.LastSeq != 0 {
 		last = min(last, o.Filter.LastSeq)
@@ -469,7 +469,11 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	if err := rs.check(ctx, l); err != nil {
 		out.Err = err
 	} else if !o.DryRun {
-		out = replayOne(ctx, js, stream, l, o.Keep, min(publishWait, o.LetterTimeout/3))
+		if window, err := rs.window(ctx, l); err != nil {
+			out.Err = err
+		} else {
+			out = replayOne(ctx, js, stream, l, o.Keep, min(publishWait, o.LetterTimeout/3), window)
+		}
 	}
 	if out.Replayed {
 		rep.Replayed++
@@ -502,9 +506,10 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 // readers checks that Options.Consumer reads the stream and subject of a
 // letter, looking each stream's consumer up once.
 type readers struct {
-	js   jetstream.JetStream
-	name string              // "": no check
-	of   map[string]readerOf // by event stream
+	js      jetstream.JetStream
+	name    string                   // "": no check
+	of      map[string]readerOf      // by event stream
+	windows map[string]time.Duration // the event streams' duplicate windows
 }
 
 // readerOf is what readers learnt of one event stream: the subjects its
@@ -557,6 +562,27 @@ func (r *readers) check(ctx context.Context, l *Letter) error {
 		l.Seq, l.Subject, ErrNoReader, r.name, l.Stream, strings.Join(ro.filters, ", "))
 }
 
+// window returns the duplicate window of l's event stream, looking each
+// stream up once: a re-publish without an answer is sent again only while
+// the stream would still take the copy for a duplicate (see publish). An
+// error wraps ErrNoReader (no such stream) or ErrPublish (the lookup
+// failed); either way the letter is not re-published.
+func (r *readers) window(ctx context.Context, l *Letter) (time.Duration, error) {
+	if w, ok := r.windows[l.Stream]; ok {
+		return w, nil
+	}
+	s, err := r.js.Stream(ctx, l.Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, does not exist; it stays", l.Seq, l.Subject, ErrNoReader, l.Stream)
+	case err != nil:
+		return 0, fmt.Errorf("%w: dead letter %d not re-published: could not look up stream %s (its duplicate window): %w; it stays", ErrPublish, l.Seq, l.Stream, err)
+	}
+	w := s.CachedInfo().Config.Duplicates
+	r.windows[l.Stream] = w
+	return w, nil
+}
+
 // remains reports whether the stream holds a message with a sequence in
 // (pos, last], on subject if it is not "".
 func remains(ctx context.Context, stream jetstream.Stream, subject string, pos, last uint64) (bool, error) {
@@ -605,21 +631,21 @@ func letter(meta *jetstream.MsgMetadata, h nats.Header, data []byte) (*Letter, e
 // Unless keep, the re-publish ends 2 x wait, or a quarter of the time
 // left, before ctx does, so that a stream slow to answer it leaves the
 // delete time of its own.
-func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream, l *Letter, keep bool, wait time.Duration) Outcome {
+func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream, l *Letter, keep bool, wait, window time.Duration) Outcome {
 	pctx := ctx
 	if deadline, ok := ctx.Deadline(); ok && !keep {
 		var cancel context.CancelFunc
 		pctx, cancel = context.WithDeadline(ctx, deadline.Add(-min(2*wait, time.Until(deadline)/4)))
 		defer cancel()
 	}
-	ack, unanswered, err := publish(pctx, js, l, wait)
+	ack, unanswered, err := publish(pctx, js, l, wait, window)
 	if err != nil {
 		if !unanswered {
 			return Outcome{Err: fmt.Errorf("%w: dead letter %d to %s: %w", ErrPublish, l.Seq, l.Subject, err)}
 		}
 		return Outcome{Unsure: true, Err: fmt.Errorf("%w: dead letter %d to %s: a re-publish got no answer from the event stream, "+
-			"so it may have been stored (last: %w); it stays in the dead-letter stream (replayed again within the event stream's duplicate window, "+
-			"its Nats-Msg-Id %s is stored once)", ErrPublish, l.Seq, l.Subject, err, l.ReplayMsgID())}
+			"so it may have been stored (last: %w); it stays in the dead-letter stream (replayed again within the event stream's duplicate window, %v, "+
+			"its Nats-Msg-Id %s is stored once)", ErrPublish, l.Seq, l.Subject, err, window, l.ReplayMsgID())}
 	}
 	if ack.Stream != l.Stream {
 		return Outcome{Unsure: true, Err: fmt.Errorf("%w: dead letter %d to %s was stored by stream %s, not %s; it stays in the dead-letter stream "+
@@ -669,9 +695,15 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 // sent (see notStored), ends the attempts. unanswered reports that some
 // attempt got no answer: then even a refusal later does not show that the
 // event is not stored.
-func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait time.Duration) (ack *jetstream.PubAck, unanswered bool, err error) {
+//
+// An attempt is sent again only if it would end within window (the event
+// stream's duplicate window) of the first: the stream keeps a copy's
+// Nats-Msg-Id for window from when it stored it, which is after the first
+// attempt was sent, and a later copy would be stored a second time.
+func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait, window time.Duration) (ack *jetstream.PubAck, unanswered bool, err error) {
 	backoff := publishBackoff
 	noStream := 0
+	first := time.Now()
 	for {
 		before := lastError(js)
 		actx, cancel := context.WithTimeout(ctx, wait)
@@ -698,6 +730,10 @@ func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait time.D
 				return nil, unanswered, fmt.Errorf("%w (%w)", err, perm)
 			}
 			unanswered = true
+		}
+		if time.Since(first)+backoff+wait >= window {
+			return nil, unanswered, fmt.Errorf("%w; not sent again: the event stream's duplicate window (%v) would end before the next attempt did, "+
+				"and a copy after it is stored a second time", err, window)
 		}
 		if !sleep(ctx, backoff) {
 			return nil, unanswered, err

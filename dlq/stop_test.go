@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -500,5 +501,28 @@ func wantUnsettled(t *testing.T, err error, unsettled bool) {
 	t.Helper()
 	if unsettled && !errors.Is(err, ErrUnsettled) || !unsettled && err != nil {
 		t.Fatalf("Replay = %v, want ErrUnsettled: %v", err, unsettled)
+	}
+}
+
+// A re-publish without an answer is sent again only while the event
+// stream's duplicate window would still take the copy for a duplicate:
+// with a window shorter than the letter's time, the replay stops sending
+// and names the letter unsure instead of storing the event twice.
+func TestReplayResendsOnlyWithinTheDuplicateWindow(t *testing.T) {
+	js, ctx := setup(t, 1)
+	const window = 1500 * time.Millisecond
+	if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"ev.>"}, Duplicates: window}); err != nil {
+		t.Fatal(err)
+	}
+	h := &hookJS{JetStream: js, loseAnswer: func(int) bool { return true }}
+	var out Outcome
+	rep, err := Replay(ctx, ctx, h, Options{Stream: "EV_DLQ", LetterTimeout: 6 * time.Second}, func(_ *Letter, o Outcome) { out = o })
+	wantUnsettled(t, err, true)
+	ev, dl := testenv.StreamMsgs(t, ctx, js, "EV"), testenv.StreamMsgs(t, ctx, js, "EV_DLQ")
+	if ev != 1 {
+		t.Fatalf("%d events after %d publishes, want 1: a copy went out after the %v window", ev, len(h.published), window)
+	}
+	if !out.Unsure || out.Replayed || dl != 1 || !slices.Equal(rep.Unsure, []uint64{1}) || !strings.Contains(out.Err.Error(), "duplicate window (1.5s)") {
+		t.Fatalf("outcome %+v, report %+v, %d dead letters left; want the letter kept and named unsure, the window named", out, rep, dl)
 	}
 }
