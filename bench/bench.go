@@ -384,20 +384,16 @@ func (b *bencher) lossCheck(results []Result) error {
 }
 
 // exactlyOnce reports whether jetsink ran the variant named name in
-// exactly-once mode: the base config's mode, unless the variant sets it.
+// exactly-once mode: the base config's mode, unless the variant sets it
+// (--set or an environment variable).
 func (b *bencher) exactlyOnce(name string) bool {
 	mode := string(b.cfg.Postgres.Mode)
 	for _, v := range b.o.Variants {
-		if v.Name != name {
-			continue
-		}
-		for _, kv := range v.Set {
-			if m, ok := strings.CutPrefix(kv, "postgres.mode="); ok {
-				mode = m
-			}
+		if v.Name == name {
+			mode = variantValue(mode, "postgres.mode", v)
 		}
 	}
-	return mode == string(sink.ExactlyOnce)
+	return strings.TrimSpace(mode) == string(sink.ExactlyOnce)
 }
 
 func (o *Options) defaults() error {
@@ -414,16 +410,22 @@ func (o *Options) defaults() error {
 	if o.ColdPostgres && !o.Embedded {
 		return fmt.Errorf("%w: --cold-postgres applies to the embedded PostgreSQL only, not to a configured server", ErrInvalidOptions)
 	}
-	if o.Subjects <= 0 {
+	if o.Subjects < 0 || o.Count < 0 || o.Timeout < 0 {
+		return fmt.Errorf("%w: --subjects, --count and --timeout must not be negative (0: the default)", ErrInvalidOptions)
+	}
+	if o.Subjects > loadgen.MaxSubjects {
+		return fmt.Errorf("%w: --subjects %d is above %d", ErrInvalidOptions, o.Subjects, loadgen.MaxSubjects)
+	}
+	if o.Subjects == 0 {
 		o.Subjects = 1000
 	}
-	if o.Count <= 0 {
+	if o.Count == 0 {
 		o.Count = 1
 	}
 	if len(o.Variants) == 0 {
 		o.Variants = []Variant{{}}
 	}
-	if o.Timeout <= 0 {
+	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Minute
 	}
 	switch o.Scenario {
@@ -457,31 +459,33 @@ func (o *Options) defaults() error {
 }
 
 // maxEventBytes is pipeline.max_event_bytes as variant v runs it: base,
-// unless v sets a number of its own, by a variable (Env) or, taking
-// precedence as in config.Parse, a --set (Set); 0 when it sets one this
-// cannot read.
+// unless the variant sets it; 0 if what it sets is not a number.
 func maxEventBytes(base int64, v Variant) int64 {
-	const key = "pipeline.max_event_bytes"
-	n := base
-	set := func(value string) {
-		var err error
-		if n, err = strconv.ParseInt(strings.TrimSpace(value), 10, 64); err != nil {
-			n = 0
-		}
+	n, err := strconv.ParseInt(strings.TrimSpace(variantValue(strconv.FormatInt(base, 10), "pipeline.max_event_bytes", v)), 10, 64)
+	if err != nil {
+		return 0
 	}
+	return n
+}
+
+// variantValue is the config key at path as variant v runs jetsink: base,
+// unless one of v's environment variables (JETSINK_ plus the path) or,
+// above those, one of its --set values gives it.
+func variantValue(base, path string, v Variant) string {
+	value := base
 	for _, kv := range v.Env {
-		if name, value, ok := strings.Cut(kv, "="); ok {
-			if path, ok := config.KeyOfEnv(name); ok && path == key {
-				set(value)
+		if name, val, ok := strings.Cut(kv, "="); ok {
+			if p, ok := config.KeyOfEnv(name); ok && p == path {
+				value = val
 			}
 		}
 	}
 	for _, kv := range v.Set {
-		if path, value, ok := strings.Cut(kv, "="); ok && strings.TrimSpace(path) == key {
-			set(value)
+		if p, val, ok := strings.Cut(kv, "="); ok && strings.TrimSpace(p) == path {
+			value = val
 		}
 	}
-	return n
+	return value
 }
 
 // prepareEmbedded turns track_commit_timestamp on and restarts the cluster,

@@ -494,6 +494,10 @@ func TestOptionsValidate(t *testing.T) {
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, ColdPostgres: true}, // not embedded
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: -time.Second},
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: time.Second}, // shorter than any resend span
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Count: -1},
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Subjects: -1},
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Subjects: loadgen.MaxSubjects + 1},
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Timeout: -time.Second},
 	} {
 		if _, err := Run(context.Background(), o); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("Run(%+v) = %v, want ErrInvalidOptions", o, err)
@@ -691,7 +695,8 @@ func TestSummaryRatioPairsEachVariantWithItsBaseline(t *testing.T) {
 // exactly-once mode (set in the base config or by the variant), not one in
 // at-least-once mode, nor the baseline's.
 func TestLossCheck(t *testing.T) {
-	b := &bencher{o: Options{Variants: []Variant{{}, {Name: "mode=eo", Set: []string{"postgres.mode=exactly-once"}}}}}
+	b := &bencher{o: Options{Variants: []Variant{{}, {Name: "mode=eo", Set: []string{"postgres.mode=exactly-once"}},
+		{Name: "env:eo", Env: []string{"JETSINK_POSTGRES_MODE=exactly-once"}}}}}
 	for _, c := range []struct {
 		r    Result
 		lost bool
@@ -703,6 +708,7 @@ func TestLossCheck(t *testing.T) {
 		{Result{Engine: EngineJetsink, Duplicate: 3}, false},
 		{Result{Engine: EngineJetsink, Variant: "mode=eo", Duplicate: 3}, true},
 		{Result{Engine: EngineBaseline, Variant: "mode=eo", Duplicate: 3}, false},
+		{Result{Engine: EngineJetsink, Variant: "env:eo", Duplicate: 3}, true},
 	} {
 		if err := b.lossCheck([]Result{c.r}); errors.Is(err, ErrLost) != c.lost {
 			t.Errorf("%+v: %v, want lost %v", c.r, err, c.lost)
@@ -742,16 +748,17 @@ func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
 	// redelivery committed two hours later, is not a latency.
 	if _, err := b.db.Exec(ctx, `INSERT INTO measure_seqs (id, ts, stream_seq, committed_at)
 		SELECT gen_random_uuid(), now() - ms * interval '1 millisecond', seq, now() + later * interval '1 millisecond'
-		FROM (VALUES (1, 5, 0), (2, 5, 0), (3, 5, 0), (5, 5, 7200000), (5, 5, 0), (7, 5, 0), (8, -3, 0), (9, 7200000, 0)) AS v(seq, ms, later)`); err != nil {
+		FROM (VALUES (1, 5, 0), (2, 5, 0), (3, 5, 0), (5, 5, 7200000), (5, 5, 0), (7, 5, 0), (8, -3, 0), (9, 7200000, 0), (NULL, 5, 0)) AS v(seq, ms, later)`); err != nil {
 		t.Fatal(err)
 	}
-	// Published 7: 4 and 6 are missing, 8 and 9 stray.
+	// Published 7: 4 and 6 are missing, 8, 9 and the row without a
+	// stream_seq stray (that one has no latency).
 	f, err := measureTable(ctx, b.db, tg.table, false, 0, nil, time.Time{}, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.rows != 8 || f.duplicates != 1 || f.seqsStored != 5 || f.stray != 2 {
-		t.Errorf("rows %d, duplicates %d, sequences stored %d, stray %d; want 8, 1, 5 (1, 2, 3, 5, 7), 2 (8, 9)",
+	if f.rows != 9 || f.duplicates != 1 || f.seqsStored != 5 || f.stray != 3 {
+		t.Errorf("rows %d, duplicates %d, sequences stored %d, stray %d; want 9, 1, 5 (1, 2, 3, 5, 7), 3 (8, 9, NULL)",
 			f.rows, f.duplicates, f.seqsStored, f.stray)
 	}
 	if l := f.latency; l.Count != 7 || l.BelowMin != 1 || l.AboveMax != 1 {

@@ -165,14 +165,16 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	if first != nil && last != nil { // the first and last commit of any row, duplicates too
 		f.first, f.last = *first, *last
 	}
-	query := "SELECT stream_seq, ts, published_at, received_at, committed_at, " + commit + " FROM " + t + " ORDER BY ts"
+	// A row without a stream_seq is counted stray above and has no latency
+	// here (nothing says which publish it was).
+	query := "SELECT stream_seq, ts, published_at, received_at, committed_at, " + commit + " FROM " + t + " WHERE stream_seq IS NOT NULL ORDER BY ts"
 	if f.duplicates > 0 {
 		// A duplicate row (a redelivery stored again) counts once, at
 		// its first commit: the event was stored then. (A second sort;
 		// only where there are duplicates.)
 		query = "SELECT stream_seq, ts, published_at, received_at, committed_at, c FROM " +
 			"(SELECT DISTINCT ON (stream_seq) stream_seq, ts, published_at, received_at, committed_at, " + commit + " AS c FROM " + t +
-			" ORDER BY stream_seq, c) d ORDER BY ts"
+			" WHERE stream_seq IS NOT NULL ORDER BY stream_seq, c) d ORDER BY ts"
 	}
 	rows, err := db.Query(ctx, query)
 	if err != nil {

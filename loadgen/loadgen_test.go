@@ -557,6 +557,10 @@ func TestOptionsValidateAndTotal(t *testing.T) {
 		{"negative events", Options{Subject: "s", Events: -1}, 0},
 		{"NaN rate", Options{Subject: "s", Rate: math.NaN(), Duration: time.Second}, 0},
 		{"no subject", Options{Events: 5}, 0},
+		{"most subjects", Options{Subject: "s", Events: 5, Subjects: MaxSubjects}, 5},
+		{"too many subjects", Options{Subject: "s", Events: 5, Subjects: MaxSubjects + 1}, 0},
+		{"negative subjects", Options{Subject: "s", Events: 5, Subjects: -1}, 0},
+		{"negative max pending", Options{Subject: "s", Events: 5, MaxPending: -1}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.o

@@ -93,9 +93,14 @@ const headerRoom = 512
 // what headerRoom leaves.
 func MaxEventBytes(maxPayload int64) int64 { return maxPayload - headerRoom }
 
+// MaxSubjects bounds Options.Subjects: Publish keeps every subject's name
+// (about 40 MiB at the bound).
+const MaxSubjects = 1 << 20
+
 // Validate reports, wrapping ErrInvalidOptions, options Publish refuses:
 // no Subject; neither or both of Events and Rate; Rate without Duration,
-// or Duration without Rate; a Rate x Duration of less than one event.
+// or Duration without Rate; a Rate x Duration of less than one event;
+// Subjects above MaxSubjects; negative counts.
 // Zero Subjects, MaxPending and AckWait take their defaults.
 func (o Options) Validate() error {
 	var msg string
@@ -104,6 +109,10 @@ func (o Options) Validate() error {
 		msg = "Subject is required"
 	case o.Events < 0:
 		msg = "Events must not be negative"
+	case o.Subjects < 0 || o.Subjects > MaxSubjects:
+		msg = fmt.Sprintf("Subjects must be 0 (one) up to %d (got %d)", MaxSubjects, o.Subjects)
+	case o.MaxPending < 0:
+		msg = fmt.Sprintf("MaxPending must be 0 (the default) or positive (got %d)", o.MaxPending)
 	case o.EventBytes < 0 || o.EventBytes > 64<<20:
 		msg = "EventBytes must be 0 (no padding) up to 64 MiB, the largest max_payload"
 	case o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):

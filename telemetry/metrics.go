@@ -114,8 +114,10 @@ func (m *Metrics) DeadLettered(ctx context.Context, stage, code string) {
 
 // Cached is a value fetched at most once per TTL however often it is read:
 // the JetStream lag gauges read it at every scrape without sending a
-// request to the server each time. Get blocks only the first reader after
-// the TTL, for at most the fetch's timeout. Safe for concurrent use.
+// request to the server each time. After the TTL, the first reader
+// fetches and every reader meanwhile waits for that one fetch, at most its
+// timeout (so a slow server costs one request, not one per scrape). Safe
+// for concurrent use.
 type Cached[T any] struct {
 	TTL     time.Duration
 	Timeout time.Duration

@@ -812,23 +812,52 @@ func carrier(h map[string][]string, msg pipeline.Msg, tp string) Carrier {
 	return c
 }
 
-// sampledFlag reads the sampled bit of a version-00 traceparent
-// ("00-<32 hex>-<16 hex>-<2 hex>"); a value of another shape counts as
-// sampled so that Extract decides.
+// sampledFlag reads the sampled bit of a valid version-00 traceparent
+// ("00-<32 hex>-<16 hex>-<2 hex>", ids not all zero, lower-case hex). A
+// value of another shape, or an invalid one, counts as sampled so that
+// Extract decides: it drops an invalid value, and the message is then
+// sampled as a root is (W3C Trace Context: a receiver that cannot parse
+// traceparent starts a new trace), whatever its sampled bit says.
 func sampledFlag(tp string) bool {
-	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
+	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' || !isHex(tp[:2]) || tp[:2] == "ff" ||
+		!isHex(tp[53:55]) || !nonZeroHex(tp[3:35]) || !nonZeroHex(tp[36:52]) {
 		return true
 	}
-	var v byte
-	switch c := tp[54]; {
+	return unhex(tp[54])&1 == 1
+}
+
+// isHex reports whether s is lower-case hex digits.
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if unhex(s[i]) > 15 {
+			return false
+		}
+	}
+	return true
+}
+
+// nonZeroHex reports whether s is lower-case hex digits, not all '0'.
+func nonZeroHex(s string) bool {
+	var or byte
+	for i := 0; i < len(s); i++ {
+		v := unhex(s[i])
+		if v > 15 {
+			return false
+		}
+		or |= v
+	}
+	return or != 0
+}
+
+// unhex is c's value as a lower-case hex digit, 255 if it is none.
+func unhex(c byte) byte {
+	switch {
 	case c >= '0' && c <= '9':
-		v = c - '0'
+		return c - '0'
 	case c >= 'a' && c <= 'f':
-		v = c - 'a' + 10
-	default:
-		return true
+		return c - 'a' + 10
 	}
-	return v&1 == 1
+	return 255
 }
 
 // Carrier adapts NATS headers (nats.Header's underlying map) to

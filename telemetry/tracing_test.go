@@ -571,3 +571,37 @@ func TestMessageSpanNames(t *testing.T) {
 		}
 	}
 }
+
+// An invalid traceparent is dropped, whatever its sampled bit says: the
+// message is sampled as a root is (here always, at ratio 1) and its span
+// starts a new trace. A valid one with the bit clear is not sampled.
+func TestInvalidTraceparentIsSampledAsARoot(t *testing.T) {
+	tr := newTestTracing(t, discard{}, 1)
+	for _, tc := range []struct {
+		tp      string
+		sampled bool
+	}{
+		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", false},
+		{"00-00000000000000000000000000000000-b7ad6b7169203331-00", true}, // trace id all zero
+		{"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-00", true}, // span id all zero
+		{"ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", true}, // version ff
+		{"00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-00", true}, // upper-case hex
+		{"00-0af7651916cd43dd8448eb211c80319g-b7ad6b7169203331-00", true}, // not hex
+		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0x", true}, // flags not hex
+	} {
+		ev := event(nats.Header{"traceparent": []string{tc.tp}})
+		sp := tr.StartMessage(ev)
+		if (sp != nil) != tc.sampled {
+			t.Errorf("%s: span %v, want sampled %v", tc.tp, sp != nil, tc.sampled)
+			continue
+		}
+		if sp == nil {
+			continue
+		}
+		if got := sp.SpanContext().TraceID().String(); got == tc.tp[3:35] {
+			t.Errorf("%s: the span continues the invalid trace", tc.tp)
+		}
+		ev.Span = sp
+		EndMessage(&ev, "ack", nil)
+	}
+}

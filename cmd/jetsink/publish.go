@@ -236,15 +236,21 @@ func resumeHint(o loadgen.Options, sent, unsettled int) string {
 		if o.Rate == 0 {
 			return fmt.Sprintf(" --events %d", n)
 		}
-		return fmt.Sprintf(" --rate %g --duration %v", o.Rate, time.Duration(math.Ceil(float64(n)/o.Rate*1e3))*time.Millisecond)
+		// To the nanosecond: Options.Total rounds rate x duration, and
+		// this duration gives back n exactly.
+		return fmt.Sprintf(" --rate %g --duration %v", o.Rate, time.Duration(math.Round(float64(n)/o.Rate*1e9)))
 	}
 	rest := fmt.Sprintf("--run %d --first %d", o.Run, o.First+uint64(sent)) + count(o.Total()-sent)
 	if unsettled == 0 {
 		return fmt.Sprintf("every event sent is stored; publish the rest with %s", rest)
 	}
 	again := fmt.Sprintf("--run %d --first %d", o.Run, o.First) + count(o.Total())
-	return fmt.Sprintf("%d sent were not acknowledged (yet) and may not be stored; run again with %s within the stream's duplicate window (what is stored is not stored twice), or publish the rest with %s",
-		unsettled, again, rest)
+	hint := fmt.Sprintf("%d sent were not acknowledged (yet) and may not be stored; run again with %s within the stream's duplicate window (what is stored is not stored twice)",
+		unsettled, again)
+	if sent < o.Total() {
+		hint += ", or publish the rest with " + rest
+	}
+	return hint
 }
 
 // checkStream looks up the stream that captures o's first event. None, or

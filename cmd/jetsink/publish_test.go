@@ -226,4 +226,20 @@ func TestResumeHint(t *testing.T) {
 		!strings.HasSuffix(got, "publish the rest with --run 7 --first 250 --rate 100 --duration 7.5s") {
 		t.Errorf("rate: %s", got)
 	}
+	// Every event sent, some not acknowledged: nothing is left to publish.
+	if got := resumeHint(events, 1000, 3); strings.Contains(got, "publish the rest") || !strings.Contains(got, "run again with --run 7 --first 10 --events 1000 ") {
+		t.Errorf("all sent: %s", got)
+	}
+	// The remaining duration publishes the remaining events, not a few
+	// more for a duration rounded up.
+	rate = loadgen.Options{Run: 7, Rate: 20000, Duration: 10 * time.Second}
+	got = resumeHint(rate, 12345, 0)
+	_, flag, ok := strings.Cut(got, "--duration ")
+	d, err := time.ParseDuration(flag)
+	if !ok || err != nil {
+		t.Fatalf("rate: %s", got)
+	}
+	if n := (loadgen.Options{Rate: 20000, Duration: d}).Total(); n != 200000-12345 {
+		t.Errorf("the hint's --duration %v publishes %d events, want %d", d, n, 200000-12345)
+	}
 }
