@@ -155,10 +155,10 @@ second one gives the drain up and exits with status 130.`,
 			}
 			fmt.Fprintf(out, "\nservers kept up; Ctrl-C to remove them (and %s). Try:\n"+
 				"  psql '%s' -c 'SELECT count(*) FROM events'\n"+
-				"  jetsink check --config '%[1]s'\n"+
-				"  jetsink publish --config '%[1]s' --subject events --events 100000\n"+
-				"  jetsink run --config '%[1]s'     (then Ctrl-C; metrics on http://127.0.0.1:9464/metrics meanwhile)\n",
-				file, pg.URL("postgres"))
+				"  %[3]s check --config '%[1]s'\n"+
+				"  %[3]s publish --config '%[1]s' --subject events --events 100000\n"+
+				"  %[3]s run --config '%[1]s'     (then Ctrl-C; metrics on http://127.0.0.1:9464/metrics meanwhile)\n",
+				file, pg.URL("postgres"), invokedAs(os.Args[0]))
 			<-intake.Done()
 			return nil
 		},
@@ -239,4 +239,14 @@ func report(w io.Writer, p *processor.Processor, events int, elapsed time.Durati
 		return
 	}
 	fmt.Fprintln(w, "every event committed, then acked; consumer pending 0, ack pending 0")
+}
+
+// invokedAs is how to run this binary again from the same shell: arg0 as
+// given, or "go run ./cmd/jetsink" for a binary go run built (and removes
+// when it exits).
+func invokedAs(arg0 string) string {
+	if strings.Contains(filepath.ToSlash(arg0), "/go-build") {
+		return "go run ./cmd/jetsink"
+	}
+	return arg0
 }

@@ -210,3 +210,17 @@ func TestDemoKeepWritesAConfigThatChecks(t *testing.T) {
 		t.Errorf("%s after the demo: %v, want it removed", m[1], err)
 	}
 }
+
+// demo --keep prints commands to run next: through go run when go run
+// built this binary (it is gone once demo exits), else as invoked.
+func TestInvokedAs(t *testing.T) {
+	for arg0, want := range map[string]string{
+		"/tmp/go-build2638/b001/exe/jetsink": "go run ./cmd/jetsink",
+		"bin/jetsink":                        "bin/jetsink",
+		"jetsink":                            "jetsink",
+	} {
+		if got := invokedAs(arg0); got != want {
+			t.Errorf("invokedAs(%q) = %q, want %q", arg0, got, want)
+		}
+	}
+}
