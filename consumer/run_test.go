@@ -423,6 +423,20 @@ func TestRunCountsOnlyMessagesHandedOn(t *testing.T) {
 	if st := c.Stats(); st.Received != 0 || st.Redelivered != 0 {
 		t.Fatalf("Stats after no message was handed on: Received %d, Redelivered %d; want 0, 0", st.Received, st.Redelivered)
 	}
+	// The naks (of the one that failed, and of those after it) bring all
+	// three back at once, not after ack_wait.
+	if cfg.AckWait < 30*time.Second {
+		t.Fatalf("ack_wait %v: too short to tell a nak from its expiry", cfg.AckWait)
+	}
+	r := startRun(t, ctx, newConsumer(t, ctx, cfg), 1, 64, 16)
+	wait, cancelWait := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelWait()
+	for back := map[uint64]bool{}; len(back) < 3; {
+		if g := r.next(t, wait); g.ev.Delivered == 2 {
+			back[g.ev.StreamSeq] = true
+		}
+	}
+	r.stopClean(t, ctx)
 }
 
 func TestRunClosesDispatchWhenIntakeAlreadyCancelled(t *testing.T) {

@@ -20,8 +20,9 @@
 // the second one to enter panics instead of silently losing or duplicating items.
 //
 // A Dispatch has one producer goroutine, which calls Push and finally Close; worker i is
-// the consumer of Ring(i). A Merge has one consumer goroutine, which calls PopN, TryPopN
-// and Len; producer i is the producer of Ring(i) and closes it after its last push.
+// the consumer of Ring(i). A Merge has one consumer goroutine, which calls PopN and
+// TryPopN (Len is safe from any goroutine); producer i is the producer of Ring(i) and
+// closes it after its last push.
 //
 // # Index states
 //
@@ -126,9 +127,11 @@
 // next item hands over that one item, so the two sides fall into lockstep, a wait every
 // 5-13 items, with both cores busy. In a saturated single-item hand-off waits are rare (a few per thousand
 // items) and a parked side resumes only tens of microseconds after its wake-up, long
-// enough for the other side to run hundreds of items ahead. After a wait that had to
-// park, the next 16 waits of PushN, Pop, PopN and Merge.PopN skip the yields, so that a
-// trickle of items idles like a channel; Push always yields first. Without that
+// enough for the other side to run hundreds of items ahead. Once a wait of PushN, Pop,
+// PopN or Merge.PopN has got as far as parking, that side's waits of those calls skip the
+// yields for good, so that a trickle of items idles like a channel. (Until session 40 this
+// said "the next 16 waits"; the code never did that, and a version that did drained
+// jetsink no faster: BENCHMARKS.md, session 40.) Push always yields first: without that
 // exception, both sides of a saturated ring of 40-byte items parked about once per 1,000
 // items and took turns (the producer filled the ring while the consumer slept, then slept
 // while the consumer emptied it), at about half the throughput. See BENCHMARKS.md.

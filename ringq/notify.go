@@ -33,18 +33,14 @@ type notifier struct {
 	sleepers atomic.Int32
 	wake     chan struct{}
 	_        pad
-	// coldWaits is how many more cold waits (see await) skip the yield phase because a
-	// recent cold wait had to park anyway: when items trickle in, yielding only burns CPU
-	// before the inevitable park. Warm waits neither use nor set it.
+	// coldParked: a cold wait (see await) got as far as parking, and cold waits skip the
+	// yield phase from then on: when items trickle in, yielding only burns CPU before the
+	// inevitable park. Warm waits neither use nor set it.
 	// Owned by the single waiter, and on its own cache line so that the signallers' loads
 	// of sleepers do not miss whenever the waiter updates it.
-	coldWaits int
-	_         pad
+	coldParked bool
+	_          pad
 }
-
-// coldWaitsAfterPark is how many cold waits after a park go straight from spinning to
-// parking.
-const coldWaitsAfterPark = 16
 
 func newNotifier() *notifier {
 	return &notifier{wake: make(chan struct{}, 1)}
@@ -61,8 +57,8 @@ func (n *notifier) signal() {
 }
 
 // await returns nil once ready reports true, or ctx.Err() if ctx ends first. It spins,
-// then yields, then parks; while parked it uses no CPU. With cold set, after a wait that
-// had to park the next coldWaitsAfterPark cold waits skip the yields. A single-item
+// then yields, then parks; while parked it uses no CPU. With cold set, once a cold wait
+// has got as far as parking, cold waits skip the yields for good. A single-item
 // producer waits warm (always yields first): when both sides of a ring park after a
 // recent park, they take turns filling and emptying it instead of running side by side
 // (ringq/BENCHMARKS.md, session 13).
@@ -72,8 +68,7 @@ func (n *notifier) await(ctx context.Context, spin, yield int, cold bool, ready 
 			return nil
 		}
 	}
-	if cold && n.coldWaits > 0 {
-		n.coldWaits--
+	if cold && n.coldParked {
 		yield = 0
 	}
 	for range yield {
@@ -82,15 +77,15 @@ func (n *notifier) await(ctx context.Context, spin, yield int, cold bool, ready 
 			return nil
 		}
 	}
+	if cold {
+		n.coldParked = true
+	}
 	done := ctx.Done()
 	for {
 		n.sleepers.Add(1)
 		if ready() {
 			n.sleepers.Add(-1)
 			return nil
-		}
-		if cold { // this wait parks: the next cold waits skip the yields
-			n.coldWaits = coldWaitsAfterPark
 		}
 		if done == nil { // context.Background and friends: a plain receive is cheaper
 			<-n.wake

@@ -464,21 +464,16 @@ func TestClosedRingTakesBackItsCopies(t *testing.T) {
 	}
 }
 
-// TestYieldsComeBackAfterColdWaits checks the rule of the package documentation
-// ("Waiting"): after a cold wait that parks, the next 16 cold waits skip the yields, and
-// the ones after them yield again unless one of them parked too.
-func TestYieldsComeBackAfterColdWaits(t *testing.T) {
+// TestColdWaitsStopYieldingAfterAPark checks the rule of the package documentation
+// ("Waiting"): cold waits yield until one of them gets as far as parking, and never again
+// after that, however many of them then succeed without parking.
+func TestColdWaitsStopYieldingAfterAPark(t *testing.T) {
 	n := newNotifier()
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := n.await(cancelled, 0, 2, true, func() bool { return false }); !errors.Is(err, context.Canceled) {
-		t.Fatalf("await = %v, want context.Canceled", err)
-	}
 	// ready answers true at once; it was called in the yield phase when no
 	// sleeper was counted yet.
-	yielded := func() bool {
+	yielded := func(cold bool) bool {
 		var inYield bool
-		err := n.await(context.Background(), 0, 2, true, func() bool {
+		err := n.await(context.Background(), 0, 2, cold, func() bool {
 			inYield = n.sleepers.Load() == 0
 			return true
 		})
@@ -487,12 +482,20 @@ func TestYieldsComeBackAfterColdWaits(t *testing.T) {
 		}
 		return inYield
 	}
-	for i := range coldWaitsAfterPark {
-		if yielded() {
+	if !yielded(true) {
+		t.Fatal("a cold wait before any park did not yield")
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := n.await(cancelled, 0, 2, true, func() bool { return false }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("await = %v, want context.Canceled", err)
+	}
+	for i := range 100 {
+		if yielded(true) {
 			t.Fatalf("cold wait %d after a park yielded", i+1)
 		}
 	}
-	if !yielded() {
-		t.Fatalf("cold wait %d after a park, the previous ones without parking, did not yield", coldWaitsAfterPark+1)
+	if !yielded(false) {
+		t.Fatal("a warm wait after a park did not yield")
 	}
 }

@@ -25,7 +25,8 @@ var (
 	// ErrAuthorization: the server refused the credentials.
 	ErrAuthorization = errors.New("wire: authorization refused")
 	// ErrNoHeartbeat: a pull subscription saw neither a message nor an
-	// idle heartbeat for twice the heartbeat interval. The Sub pulls again
+	// idle heartbeat for two to three heartbeat intervals (it looks once
+	// an interval, and reports the second quiet look). The Sub pulls again
 	// by itself; the caller decides whether the consumer is still there.
 	ErrNoHeartbeat = errors.New("wire: no heartbeat received")
 	// ErrConsumerDeleted: the server says the consumer was deleted. It ends
