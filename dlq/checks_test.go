@@ -300,3 +300,31 @@ func serverWith(t *testing.T, opts *server.Options) string {
 	}
 	return srv.ClientURL()
 }
+
+// A user that may not read the event stream's info (so not its duplicate
+// window) still replays: each re-publish is sent once and, unanswered,
+// not again.
+func TestReplayWithoutStreamInfo(t *testing.T) {
+	const pass = "dlq-secret"
+	url := serverWith(t, &server.Options{ServerName: "dlq-noinfo",
+		Users: []*server.User{
+			{Username: "admin", Password: pass},
+			{Username: "replay", Password: pass, Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.INFO.EV"}},
+			}},
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := connectJS(t, url, nats.UserInfo("admin", pass))
+	createStreams(t, ctx, admin)
+	for i := range 2 {
+		putLetter(t, ctx, admin, "dlq.EV", i)
+	}
+	rep, err := Replay(ctx, ctx, connectJS(t, url, nats.UserInfo("replay", pass)), Options{Stream: "EV_DLQ", LetterTimeout: 3 * time.Second}, nil)
+	if err != nil || rep.Replayed != 2 || rep.Deleted != 2 || rep.Failed != 0 {
+		t.Fatalf("report %+v, %v; want both letters replayed", rep, err)
+	}
+	if ev := testenv.StreamMsgs(t, ctx, admin, "EV"); ev != 2 {
+		t.Fatalf("%d events, want 2", ev)
+	}
+}

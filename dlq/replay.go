@@ -469,10 +469,11 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	if err := rs.check(ctx, l); err != nil {
 		out.Err = err
 	} else if !o.DryRun {
-		if window, err := rs.window(ctx, l); err != nil {
+		wait := min(publishWait, o.LetterTimeout/3)
+		if window, err := rs.window(ctx, l, wait); err != nil {
 			out.Err = err
 		} else {
-			out = replayOne(ctx, js, stream, l, o.Keep, min(publishWait, o.LetterTimeout/3), window)
+			out = replayOne(ctx, js, stream, l, o.Keep, wait, window)
 		}
 	}
 	if out.Replayed {
@@ -564,23 +565,41 @@ func (r *readers) check(ctx context.Context, l *Letter) error {
 
 // window returns the duplicate window of l's event stream, looking each
 // stream up once: a re-publish without an answer is sent again only while
-// the stream would still take the copy for a duplicate (see publish). An
-// error wraps ErrNoReader (no such stream) or ErrPublish (the lookup
-// failed); either way the letter is not re-published.
-func (r *readers) window(ctx context.Context, l *Letter) (time.Duration, error) {
+// the stream would still take the copy for a duplicate (see publish). A
+// stream it cannot look up within wait (a user without STREAM.INFO on it,
+// which the server answers with silence; a timeout) counts as a window of
+// 0: its re-publish is sent once, not again. An error (wrapping
+// ErrNoReader) means the stream does not exist; the letter is then not
+// re-published.
+func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (time.Duration, error) {
 	if w, ok := r.windows[l.Stream]; ok {
 		return w, nil
 	}
-	s, err := r.js.Stream(ctx, l.Stream)
+	before := lastError(r.js)
+	lctx, cancel := context.WithTimeout(ctx, wait)
+	s, err := r.js.Stream(lctx, l.Stream)
+	cancel()
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, does not exist; it stays", l.Seq, l.Subject, ErrNoReader, l.Stream)
 	case err != nil:
-		return 0, fmt.Errorf("%w: dead letter %d not re-published: could not look up stream %s (its duplicate window): %w; it stays", ErrPublish, l.Seq, l.Stream, err)
+		if refused(r.js, "$JS.API.STREAM.INFO."+l.Stream, before) != nil {
+			r.windows[l.Stream] = 0 // not asked again
+		}
+		return 0, nil
 	}
 	w := s.CachedInfo().Config.Duplicates
 	r.windows[l.Stream] = w
 	return w, nil
+}
+
+// windowText names a duplicate window for an error: 0 is one that could
+// not be read.
+func windowText(w time.Duration) string {
+	if w <= 0 {
+		return "unknown: the event stream could not be looked up"
+	}
+	return w.String()
 }
 
 // remains reports whether the stream holds a message with a sequence in
@@ -644,8 +663,8 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 			return Outcome{Err: fmt.Errorf("%w: dead letter %d to %s: %w", ErrPublish, l.Seq, l.Subject, err)}
 		}
 		return Outcome{Unsure: true, Err: fmt.Errorf("%w: dead letter %d to %s: a re-publish got no answer from the event stream, "+
-			"so it may have been stored (last: %w); it stays in the dead-letter stream (replayed again within the event stream's duplicate window, %v, "+
-			"its Nats-Msg-Id %s is stored once)", ErrPublish, l.Seq, l.Subject, err, window, l.ReplayMsgID())}
+			"so it may have been stored (last: %w); it stays in the dead-letter stream (replayed again within the event stream's duplicate window, %s, "+
+			"its Nats-Msg-Id %s is stored once)", ErrPublish, l.Seq, l.Subject, err, windowText(window), l.ReplayMsgID())}
 	}
 	if ack.Stream != l.Stream {
 		return Outcome{Unsure: true, Err: fmt.Errorf("%w: dead letter %d to %s was stored by stream %s, not %s; it stays in the dead-letter stream "+
@@ -714,7 +733,8 @@ func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait, windo
 			return ack, unanswered, nil
 		case storing(err):
 			unanswered = true // an earlier attempt's copy is on its way in
-		case errors.Is(err, jetstream.ErrNoStreamResponse) && noStream < noStreamRetries:
+		case errors.Is(err, jetstream.ErrNoStreamResponse) && noStream < noStreamRetries &&
+			(!unanswered || time.Since(first)+publishBackoff+wait < window):
 			noStream++
 			if !sleep(ctx, publishBackoff) {
 				return nil, unanswered, err
@@ -732,8 +752,8 @@ func publish(ctx context.Context, js jetstream.JetStream, l *Letter, wait, windo
 			unanswered = true
 		}
 		if time.Since(first)+backoff+wait >= window {
-			return nil, unanswered, fmt.Errorf("%w; not sent again: the event stream's duplicate window (%v) would end before the next attempt did, "+
-				"and a copy after it is stored a second time", err, window)
+			return nil, unanswered, fmt.Errorf("%w; not sent again: the event stream's duplicate window (%s) would end before the next attempt did, "+
+				"and a copy after it is stored a second time", err, windowText(window))
 		}
 		if !sleep(ctx, backoff) {
 			return nil, unanswered, err

@@ -818,9 +818,15 @@ func carrier(h map[string][]string, msg pipeline.Msg, tp string) Carrier {
 // Extract decides: it drops an invalid value, and the message is then
 // sampled as a root is (W3C Trace Context: a receiver that cannot parse
 // traceparent starts a new trace), whatever its sampled bit says.
+//
+// Version 00 has exactly 55 characters and flags up to 03 (the otel
+// propagator refuses others); a later version may add fields after a '-'.
 func sampledFlag(tp string) bool {
 	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' || !isHex(tp[:2]) || tp[:2] == "ff" ||
 		!isHex(tp[53:55]) || !nonZeroHex(tp[3:35]) || !nonZeroHex(tp[36:52]) {
+		return true
+	}
+	if tp[:2] == "00" && (len(tp) != 55 || tp[53] != '0' || unhex(tp[54]) > 3) || len(tp) > 55 && tp[55] != '-' {
 		return true
 	}
 	return unhex(tp[54])&1 == 1

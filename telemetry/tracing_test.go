@@ -582,12 +582,16 @@ func TestInvalidTraceparentIsSampledAsARoot(t *testing.T) {
 		sampled bool
 	}{
 		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", false},
-		{"00-00000000000000000000000000000000-b7ad6b7169203331-00", true}, // trace id all zero
-		{"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-00", true}, // span id all zero
-		{"ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", true}, // version ff
-		{"00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-00", true}, // upper-case hex
-		{"00-0af7651916cd43dd8448eb211c80319g-b7ad6b7169203331-00", true}, // not hex
-		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0x", true}, // flags not hex
+		{"00-00000000000000000000000000000000-b7ad6b7169203331-00", true},    // trace id all zero
+		{"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-00", true},    // span id all zero
+		{"ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", true},    // version ff
+		{"00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-00", true},    // upper-case hex
+		{"00-0af7651916cd43dd8448eb211c80319g-b7ad6b7169203331-00", true},    // not hex
+		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0x", true},    // flags not hex
+		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-04", true},    // version 00 with unknown flags
+		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00-x", true},  // version 00 with more fields
+		{"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00x", true},   // flags not two characters
+		{"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00-x", false}, // a later version's field
 	} {
 		ev := event(nats.Header{"traceparent": []string{tc.tp}})
 		sp := tr.StartMessage(ev)

@@ -242,6 +242,9 @@ func resumeHint(o loadgen.Options, sent, unsettled int) string {
 	}
 	rest := fmt.Sprintf("--run %d --first %d", o.Run, o.First+uint64(sent)) + count(o.Total()-sent)
 	if unsettled == 0 {
+		if sent >= o.Total() {
+			return "every event is stored"
+		}
 		return fmt.Sprintf("every event sent is stored; publish the rest with %s", rest)
 	}
 	again := fmt.Sprintf("--run %d --first %d", o.Run, o.First) + count(o.Total())

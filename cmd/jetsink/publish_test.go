@@ -226,6 +226,9 @@ func TestResumeHint(t *testing.T) {
 		!strings.HasSuffix(got, "publish the rest with --run 7 --first 250 --rate 100 --duration 7.5s") {
 		t.Errorf("rate: %s", got)
 	}
+	if got := resumeHint(events, 1000, 0); got != "every event is stored" {
+		t.Errorf("all sent and stored: %s", got)
+	}
 	// Every event sent, some not acknowledged: nothing is left to publish.
 	if got := resumeHint(events, 1000, 3); strings.Contains(got, "publish the rest") || !strings.Contains(got, "run again with --run 7 --first 10 --events 1000 ") {
 		t.Errorf("all sent: %s", got)

@@ -702,9 +702,9 @@ func TestPullWhoseBytesRanOutExactlyEnds(t *testing.T) {
 
 // After a run of 409 "Message Size Exceeds MaxBytes", a Sub under a Budget
 // asks for all of the Budget's room, so that a message stored under a
-// larger max_payload may come; once it came, pulls are capped at
-// maxPullBytes again (an uncapped burst may exceed the server's
-// max_pending for the client).
+// larger max_payload may come, but for that one message only; once it
+// came, pulls are capped at maxPullBytes again (an uncapped burst may
+// exceed the server's max_pending for the client).
 func TestPullsCappedAgainAfterTheLargeMessage(t *testing.T) {
 	pulls := make(chan string, 16)
 	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
@@ -714,7 +714,7 @@ func TestPullsCappedAgainAfterTheLargeMessage(t *testing.T) {
 			writeStatus(w, inbox, sid, "NATS/1.0 409 Message Size Exceeds MaxBytes\r\nNats-Pending-Messages: 10\r\nNats-Pending-Bytes: 8388608\r\n\r\n")
 		case n == tooBigRun+1:
 			_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.1.1.0.0 1\r\nx\r\n", sid)
-			writeStatus(w, inbox, sid, "NATS/1.0 409 Batch Completed\r\nNats-Pending-Messages: 9\r\nNats-Pending-Bytes: 1000\r\n\r\n")
+			writeStatus(w, inbox, sid, "NATS/1.0 409 Batch Completed\r\nNats-Pending-Messages: 0\r\nNats-Pending-Bytes: 1000\r\n\r\n")
 		}
 	})
 	ctx := testCtx(t, 30*time.Second)
@@ -735,6 +735,11 @@ func TestPullsCappedAgainAfterTheLargeMessage(t *testing.T) {
 		}
 		if want := n <= tooBigRun || n == tooBigRun+2; strings.Contains(b, capped) != want {
 			t.Fatalf("pull %d: %q; capped at %d bytes: want %v", n, b, maxPullBytes, want)
+		}
+		// The uncapped pull asks for the large message alone: those behind
+		// it must not come in one burst of the Budget's whole room.
+		if one := strings.HasPrefix(b, `{"batch":1,`); one != (n == tooBigRun+1) {
+			t.Fatalf("pull %d: %q; a batch of 1: want %v", n, b, n == tooBigRun+1)
 		}
 	}
 }

@@ -133,7 +133,11 @@ type Sub struct {
 	// what arrived and the Nats-Pending-Bytes of the statuses that ended
 	// them. The server ends a pull whose bytes run out exactly without a
 	// status, so at 0 no pull is open, whatever pending says (see
-	// spendBytes). Added to under pmu; the reader subtracts.
+	// spendBytes). Added to under pmu; the reader subtracts. A forced reset
+	// (missed heartbeats, a leadership change) sets it to 0 while pulls the
+	// server still holds may bring more: then it runs low, and a later step
+	// to 0 may come early and pull once too often (bounded by the buffer,
+	// 2 x MaxMessages), until a reset that is true.
 	openBytes atomic.Int64
 
 	pmu      sync.Mutex
@@ -363,7 +367,7 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 		s.openBytes.Store(0)
 	} else {
 		s.pending = max(s.pending-int(min(left, uint64(s.opts.MaxMessages))), 0)
-		if s.byteLimited() && s.spent(int64(min(leftBytes, math.MaxInt32))) {
+		if s.byteLimited() && s.spent(int64(min(leftBytes, math.MaxInt64))) {
 			s.noPullOpen()
 		}
 	}
@@ -427,7 +431,13 @@ func (s *Sub) maybePull() {
 		maxBytes = min(maxBytes, free)
 	}
 	batch := s.opts.MaxMessages - s.pending
-	s.pending = s.opts.MaxMessages
+	if s.uncapped && s.opts.Budget != nil && s.opts.MaxBytes == 0 {
+		// Uncapped for the one large message: one at a time, so that
+		// the messages behind it cannot come in one burst of the whole
+		// room either.
+		batch = 1
+	}
+	s.pending += batch
 	s.maxBytes = maxBytes
 	s.openBytes.Add(maxBytes)
 	b := append(s.body[:0], `{"batch":`...)
@@ -707,9 +717,11 @@ func (s *Sub) hand(m *Msg) {
 
 func (s *Sub) deliver(m *Msg) {
 	s.hand(m) // m's bytes never change: its pullSize is the same after
-	s.held.Add(-1)
 	s.holdBytes(m, -1)
 	s.pmu.Lock()
+	// held with pending, under pmu: noPullOpen sets pending from held, and
+	// m must leave both or neither.
+	s.held.Add(-1)
 	if s.pending > 0 {
 		s.pending--
 	}
