@@ -256,22 +256,8 @@ func TestReplayLettersLargerThanAFetch(t *testing.T) {
 // publish (it tells the connection): the letter is refused, not unsure,
 // within one attempt, and the replay goes on.
 func TestReplayPermissionRefusalIsNotUnsure(t *testing.T) {
-	const pass = "dlq-secret"
-	url := serverWith(t, &server.Options{ServerName: "dlq-perms",
-		Users: []*server.User{
-			{Username: "admin", Password: pass},
-			{Username: "replay", Password: pass, Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"ev.1"}},
-			}},
-		}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin := connectJS(t, url, nats.UserInfo("admin", pass))
-	createStreams(t, ctx, admin)
-	for i := range 3 {
-		putLetter(t, ctx, admin, "dlq.EV", i)
-	}
-	rep, by, err := outcomes(t, ctx, connectJS(t, url, nats.UserInfo("replay", pass)), Options{Stream: "EV_DLQ", LetterTimeout: 3 * time.Second})
+	admin, replay, ctx := deniedReplay(t, 3, "ev.1")
+	rep, by, err := outcomes(t, ctx, replay, Options{Stream: "EV_DLQ", LetterTimeout: 3 * time.Second})
 	if err != nil || rep.Replayed != 2 || rep.Failed != 1 || len(rep.Unsure) != 0 {
 		t.Fatalf("report %+v, %v; want ev.1 refused, the others replayed", rep, err)
 	}
@@ -281,6 +267,29 @@ func TestReplayPermissionRefusalIsNotUnsure(t *testing.T) {
 	if ev, dl := testenv.StreamMsgs(t, ctx, admin, "EV"), testenv.StreamMsgs(t, ctx, admin, "EV_DLQ"); ev != 2 || dl != 1 {
 		t.Fatalf("%d events, %d dead letters left; want 2 and ev.1's", ev, dl)
 	}
+}
+
+// deniedReplay starts a server with the event and dead-letter streams and
+// letters dead letters on dlq.EV, and returns a connection of its admin, one
+// of a user who may publish anywhere but to deny, and a 30 s context.
+func deniedReplay(t *testing.T, letters int, deny string) (admin, replay jetstream.JetStream, ctx context.Context) {
+	t.Helper()
+	const pass = "dlq-secret"
+	url := serverWith(t, &server.Options{ServerName: "dlq-denied",
+		Users: []*server.User{
+			{Username: "admin", Password: pass},
+			{Username: "replay", Password: pass, Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{deny}},
+			}},
+		}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	admin = connectJS(t, url, nats.UserInfo("admin", pass))
+	createStreams(t, ctx, admin)
+	for i := range letters {
+		putLetter(t, ctx, admin, "dlq.EV", i)
+	}
+	return admin, connectJS(t, url, nats.UserInfo("replay", pass)), ctx
 }
 
 // serverWith starts a JetStream server of opts, on a free loopback port with
@@ -305,22 +314,8 @@ func serverWith(t *testing.T, opts *server.Options) string {
 // window) still replays: each re-publish is sent once and, unanswered,
 // not again.
 func TestReplayWithoutStreamInfo(t *testing.T) {
-	const pass = "dlq-secret"
-	url := serverWith(t, &server.Options{ServerName: "dlq-noinfo",
-		Users: []*server.User{
-			{Username: "admin", Password: pass},
-			{Username: "replay", Password: pass, Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.INFO.EV"}},
-			}},
-		}})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin := connectJS(t, url, nats.UserInfo("admin", pass))
-	createStreams(t, ctx, admin)
-	for i := range 2 {
-		putLetter(t, ctx, admin, "dlq.EV", i)
-	}
-	rep, err := Replay(ctx, ctx, connectJS(t, url, nats.UserInfo("replay", pass)), Options{Stream: "EV_DLQ", LetterTimeout: 3 * time.Second}, nil)
+	admin, replay, ctx := deniedReplay(t, 2, "$JS.API.STREAM.INFO.EV")
+	rep, err := Replay(ctx, ctx, replay, Options{Stream: "EV_DLQ", LetterTimeout: 3 * time.Second}, nil)
 	if err != nil || rep.Replayed != 2 || rep.Deleted != 2 || rep.Failed != 0 {
 		t.Fatalf("report %+v, %v; want both letters replayed", rep, err)
 	}
