@@ -822,8 +822,14 @@ func carrier(h map[string][]string, msg pipeline.Msg, tp string) Carrier {
 // Version 00 has exactly 55 characters and flags up to 03 (the otel
 // propagator refuses others); a later version may add fields after a '-'.
 func sampledFlag(tp string) bool {
-	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' || !isHex(tp[:2]) || tp[:2] == "ff" ||
-		!isHex(tp[53:55]) || !nonZeroHex(tp[3:35]) || !nonZeroHex(tp[36:52]) {
+	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' || !isHex(tp[:2]) || tp[:2] == "ff" || !isHex(tp[53:55]) {
+		return true
+	}
+	// The ids as the propagator reads them: lower-case hex, not all zero.
+	if _, err := trace.TraceIDFromHex(tp[3:35]); err != nil {
+		return true
+	}
+	if _, err := trace.SpanIDFromHex(tp[36:52]); err != nil {
 		return true
 	}
 	if tp[:2] == "00" && (len(tp) != 55 || tp[53] != '0' || unhex(tp[54]) > 3) || len(tp) > 55 && tp[55] != '-' {
@@ -840,19 +846,6 @@ func isHex(s string) bool {
 		}
 	}
 	return true
-}
-
-// nonZeroHex reports whether s is lower-case hex digits, not all '0'.
-func nonZeroHex(s string) bool {
-	var or byte
-	for i := 0; i < len(s); i++ {
-		v := unhex(s[i])
-		if v > 15 {
-			return false
-		}
-		or |= v
-	}
-	return or != 0
 }
 
 // unhex is c's value as a lower-case hex digit, 255 if it is none.
