@@ -80,11 +80,12 @@ func sweepOrphansOnce(prefix string, stop func(dir string) bool) {
 // owning process (see ownedTempDir) is dead, calling stop, if not nil, on
 // each first to stop what still runs there. A directory without an owner
 // file, whose owner is alive, or where stop reports that something may
-// still run, is left alone.
+// still run, is left alone; so is one that this user did not make (see
+// madeByUs): the temporary directory is everyone's.
 func sweepOrphans(prefix string, stop func(dir string) bool) {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 	for _, dir := range dirs {
-		if ownerAlive(filepath.Join(dir, ownerFile)) {
+		if !madeByUs(dir) || ownerAlive(filepath.Join(dir, ownerFile)) {
 			continue
 		}
 		if stop != nil && !stop(dir) {
@@ -92,6 +93,26 @@ func sweepOrphans(prefix string, stop func(dir string) bool) {
 		}
 		_ = os.RemoveAll(dir)
 	}
+}
+
+// madeByUs reports whether dir is a directory (not a link to one) whose
+// owner file is a regular file of this user's: what ownedTempDir makes
+// (the directory itself may have been given to another user, as a
+// cluster's is to postgres). Any local user can make a directory with
+// this package's prefix in the temporary directory, and an owner file
+// naming a dead process; acting on theirs would stop, as this user, a
+// server whose pid they chose, and remove what they link to.
+func madeByUs(dir string) bool {
+	fi, err := os.Lstat(dir)
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	fi, err = os.Lstat(filepath.Join(dir, ownerFile))
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
 }
 
 // readPID reads a positive process ID from the first line of a file.

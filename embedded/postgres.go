@@ -125,10 +125,7 @@ func (c *Cluster) Destroy() error {
 		// Without its directory a server that survived would be found by
 		// no sweep, and would keep its port and shared memory until reboot.
 		if !c.stopStray() {
-			pid := c.PID()
-			return fmt.Errorf("%w; the server (pid %d) still runs, even after SIGKILL, so its directory %s stays: "+
-				"the first StartPostgres after this process ends stops and removes them, or kill -9 %d and remove it yourself",
-				err, pid, c.dir, pid)
+			return fmt.Errorf("%w; %s", err, c.strayStays())
 		}
 		c.running = false
 	}
@@ -183,6 +180,11 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 		if err = c.start(); err == nil {
 			return c, nil
 		}
+		if errors.Is(err, errStrayRuns) {
+			// Without its directory, the server would be found by no
+			// sweep; another attempt in it would fail the same way.
+			return nil, err
+		}
 		if attempt == 2 {
 			_ = os.RemoveAll(dir) // start stopped any server it left
 			return nil, err
@@ -233,17 +235,27 @@ func (c *Cluster) start() error {
 		"-c", "shared_buffers=128MB",
 	}, " ")
 	logFile := filepath.Join(c.dir, "server.log")
-	if err := c.run(60*time.Second, "pg_ctl", "-D", c.dataDir(), "-l", logFile, "-o", serverOpts, "-w", "-t", "60", "start"); err != nil {
+	// run's timeout is past pg_ctl's own -t, so that pg_ctl, not a kill,
+	// ends a slow start: by then the server has written postmaster.pid,
+	// which stopStray needs to find it.
+	if err := c.run(90*time.Second, "pg_ctl", "-D", c.dataDir(), "-l", logFile, "-o", serverOpts, "-w", "-t", "60", "start"); err != nil {
 		// pg_ctl may have given up waiting while the server came up (or
 		// been killed by run's timeout): stop it, so that neither the next
 		// attempt nor a removal of the directory leaves it running.
-		c.stopStray()
 		log, _ := os.ReadFile(logFile)
-		return fmt.Errorf("pg_ctl start on port %d: %w\nserver log:\n%s", c.port, err, lastLines(string(log), 20))
+		err = fmt.Errorf("pg_ctl start on port %d: %w\nserver log:\n%s", c.port, err, lastLines(string(log), 20))
+		if !c.stopStray() {
+			return fmt.Errorf("%w\n%w: %s", err, errStrayRuns, c.strayStays())
+		}
+		return err
 	}
 	c.running = true
 	return nil
 }
+
+// errStrayRuns: a server that failed to start still runs in its data
+// directory, and stopStray could not stop it.
+var errStrayRuns = errors.New("the server that failed to start could not be stopped")
 
 // stopStray stops a server running in the data directory whatever
 // c.running says: one that came up after pg_ctl start gave up, or an
@@ -272,6 +284,15 @@ func (c *Cluster) stopStray() bool {
 		}
 	}
 	return false
+}
+
+// strayStays says, for an error, that the server stopStray could not stop
+// keeps its directory, and what to do about it.
+func (c *Cluster) strayStays() string {
+	pid := c.PID()
+	return fmt.Sprintf("the server (pid %d) still runs, even after SIGKILL, so its directory %s stays: "+
+		"the first StartPostgres after this process ends stops and removes them, or kill -9 %d and remove it yourself",
+		pid, c.dir, pid)
 }
 
 // strayRuns reports whether the pid in the data directory's postmaster.pid

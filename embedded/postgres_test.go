@@ -360,6 +360,63 @@ func TestSweepOrphanWithReusedPID(t *testing.T) {
 	}
 }
 
+// The sweep acts only on directories this user made: a link with the
+// prefix, or a directory whose owner file another user wrote, is left
+// alone with what it points to, however dead the owner it names.
+func TestSweepLeavesOthersDirectories(t *testing.T) {
+	const prefix = "jetsink-others-test-"
+	dead := []byte(strconv.Itoa(deadPID(t)) + "\n")
+	target := t.TempDir()
+	if err := os.WriteFile(filepath.Join(target, ownerFile), dead, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(os.TempDir(), prefix+"link")
+	_ = os.Remove(link)
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(link) })
+	mine, err := TempDir(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(mine) })
+	if err := os.WriteFile(filepath.Join(mine, ownerFile), dead, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var theirs string
+	if os.Geteuid() == 0 { // only root can make a file another user owns
+		if theirs, err = TempDir(prefix); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(theirs) })
+		if err := os.WriteFile(filepath.Join(theirs, ownerFile), dead, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(theirs, ownerFile), 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		t.Log("not root: the owner file of another user's directory is not tried")
+	}
+
+	sweepOrphans(prefix, nil)
+	if _, err := os.Lstat(link); err != nil {
+		t.Errorf("a link with the prefix was swept: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(target, ownerFile)); err != nil {
+		t.Errorf("what a link with the prefix points to was swept: %v", err)
+	}
+	if theirs != "" {
+		if _, err := os.Stat(theirs); err != nil {
+			t.Errorf("a directory whose owner file another user wrote was swept: %v", err)
+		}
+	}
+	if _, err := os.Stat(mine); !os.IsNotExist(err) {
+		t.Errorf("this user's orphaned directory is still there: %v", err)
+	}
+}
+
 // Servers listen below the kernel's ephemeral port range, where no
 // outgoing connection takes their port while they restart.
 func TestPortsBelowEphemeralRange(t *testing.T) {
