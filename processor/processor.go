@@ -291,12 +291,16 @@ func (p *Processor) Consumer() *consumer.Consumer { return p.consumer }
 // Sink gives access to the sink for health checks and statistics.
 func (p *Processor) Sink() *sink.Sink { return p.sink }
 
-// CloseStages ends the drain: it closes the sink (whose waits on
-// PostgreSQL end with ctx too, see sink.Sink.CloseContext), then confirms that NATS
-// has read the acks of the committed rows and closes the connections
-// (consumer.Consumer.Close): while ctx has time left (at most 10 s when it
-// has no deadline) it waits for a connection that is reconnecting; once
-// ctx has ended it gives the connections abortedBudget and closes them.
+// CloseStages ends the drain: it confirms that NATS has read the acks of
+// the committed rows and closes the connections (consumer.Consumer.Close):
+// while ctx has time left (at most 10 s when it has no deadline) it waits
+// for a connection that is reconnecting; once ctx has ended it gives the
+// connections abortedBudget and closes them. Then it closes the sink's
+// admin connection (whose waits on PostgreSQL end with ctx too, see
+// sink.Sink.CloseContext). The acks come first: they keep events from
+// coming back, while the admin connection carries no data, and its close
+// can wait seconds on a PostgreSQL that does not answer (or on a /readyz
+// probe that holds it), which must not spend the drain's deadline first.
 // Call it after Run returns; once it has returned nothing is acked any
 // more, and what is left (Shutdown) is telemetry. The error wraps
 // consumer.ErrAcksUnconfirmed when acks may not have reached NATS (their
@@ -304,11 +308,11 @@ func (p *Processor) Sink() *sink.Sink { return p.sink }
 // Later calls return the first call's result at once.
 func (p *Processor) CloseStages(ctx context.Context) error {
 	p.stagesOnce.Do(func() {
-		if p.sink != nil {
-			p.sink.CloseContext(ctx)
-		}
 		if p.consumer != nil {
 			p.stagesErr = p.consumer.Close(ctx)
+		}
+		if p.sink != nil {
+			p.sink.CloseContext(ctx)
 		}
 	})
 	return p.stagesErr
