@@ -19,6 +19,10 @@ import (
 // misbehave) or worth knowing (Warning true).
 type Problem struct {
 	Warning bool
+	// Config: a setting is at fault, which run refuses as a bad
+	// configuration (New returns ErrInvalidConfig) once it sees the
+	// server; check exits 2 for it, as run would.
+	Config  bool
 	Message string
 	Fix     string
 }
@@ -39,7 +43,7 @@ func pullMaxBytesProblem(pullMaxBytes int, maxPayload int64) (p Problem, ok bool
 	case pullMaxBytes <= 0 || int64(pullMaxBytes) >= maxPayload+pullBytesMargin:
 		return Problem{}, false
 	case int64(pullMaxBytes) < maxPayload:
-		return Problem{Message: fmt.Sprintf("nats.pull_max_bytes (%d) is below the server's max_payload (%d): a larger message would stall the consumer",
+		return Problem{Config: true, Message: fmt.Sprintf("nats.pull_max_bytes (%d) is below the server's max_payload (%d): a larger message would stall the consumer",
 			pullMaxBytes, maxPayload), Fix: fmt.Sprintf("set nats.pull_max_bytes to %d or more, or 0", maxPayload+pullBytesMargin)}, true
 	}
 	return Problem{Warning: true, Message: fmt.Sprintf("nats.pull_max_bytes (%d) leaves less than %d bytes above the server's max_payload (%d) for a message's subject and ack reply, "+
@@ -54,7 +58,7 @@ func inFlightProblem(budget, maxPayload int64) (p Problem, ok bool) {
 	if budget == 0 || budget >= maxPayload+pullBytesMargin {
 		return Problem{}, false
 	}
-	return Problem{Message: fmt.Sprintf("nats.max_in_flight_bytes (%d) is below the server's max_payload (%d) + %d: the largest message could never be pulled",
+	return Problem{Config: true, Message: fmt.Sprintf("nats.max_in_flight_bytes (%d) is below the server's max_payload (%d) + %d: the largest message could never be pulled",
 		budget, maxPayload, pullBytesMargin), Fix: fmt.Sprintf("set nats.max_in_flight_bytes to %d or more, or 0", 4*(maxPayload+pullBytesMargin))}, true
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -93,6 +94,16 @@ func TestCLIInitAndCheck(t *testing.T) {
 	out, code = jetsinkCmd(t, noCreate, "check", "--config", cfgPath)
 	if code != 0 || !strings.Contains(out, "postgres: ok") {
 		t.Fatalf("check after init: exit %d\n%s", code, out)
+	}
+	// Settings run refuses once it sees the server, or cannot read: exit
+	// 2, a bad configuration, as run's.
+	for _, bad := range []struct{ env, key string }{
+		{"JETSINK_NATS_PULL_MAX_BYTES=1000", "nats.pull_max_bytes"},
+		{"JETSINK_NATS_NKEY_FILE=" + filepath.Join(t.TempDir(), "missing.nk"), "missing.nk"},
+	} {
+		if out, code = jetsinkCmd(t, append([]string{bad.env}, noCreate...), "check", "--config", cfgPath); code != 2 || !strings.Contains(out, bad.key) {
+			t.Errorf("check with %s: exit %d, want 2 naming %s\n%s", bad.env, code, bad.key, out)
+		}
 	}
 
 	// An existing table without exactly-once's unique index: a problem,

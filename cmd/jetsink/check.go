@@ -43,6 +43,7 @@ checks under way and exits 1; a second one exits at once.`,
 			ctx, stop := cancelOnSignal(cmd, "stopping check")
 			defer stop()
 			failed := 0
+			badConfig := false // a setting run would refuse (exit 2) once it sees the server
 			report := func(section string, warning bool, text string) {
 				if ctx.Err() != nil {
 					// What the stop cut short, not a finding.
@@ -79,9 +80,11 @@ checks under way and exits 1; a second one exits at once.`,
 			natsProblems, err := consumer.Check(ctx, natsCfg, log)
 			if err != nil {
 				report("nats", false, err.Error())
+				badConfig = isSectionConfigError(err) // an unreadable nkey or credentials file
 			} else {
 				for _, p := range natsProblems {
 					report("nats", p.Warning, p.String())
+					badConfig = badConfig || p.Config && !p.Warning
 				}
 				if len(natsProblems) == 0 {
 					fmt.Fprintf(out, "nats: ok (stream %s, consumer %s)\n", cfg.NATS.Stream, cfg.NATS.Consumer)
@@ -102,6 +105,11 @@ checks under way and exits 1; a second one exits at once.`,
 			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("%w: check did not finish; what it found before it stopped is above", context.Cause(ctx))
+			}
+			if failed > 0 && badConfig {
+				// Exit 2, as run's for the same settings. The message
+				// only counts: each problem is above.
+				return fmt.Errorf("%w: %d to fix, the configuration among them (%w)", errCheckFailed, failed, consumer.ErrInvalidConfig)
 			}
 			if failed > 0 {
 				return fmt.Errorf("%w: %d to fix", errCheckFailed, failed)
