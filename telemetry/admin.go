@@ -22,9 +22,14 @@ type Admin struct {
 	mux     *http.ServeMux
 }
 
+// CheckTimeout is how long /readyz gives each check. A probe that waits
+// a little longer for the answer (`jetsink healthcheck --timeout`) gets the
+// one that names what failed.
+const CheckTimeout = 2 * time.Second
+
 // NewAdmin builds the handler with named readiness checks.
 func NewAdmin(checks map[string]Check) *Admin {
-	a := &Admin{checks: checks, timeout: 2 * time.Second, mux: http.NewServeMux()}
+	a := &Admin{checks: checks, timeout: CheckTimeout, mux: http.NewServeMux()}
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
