@@ -648,6 +648,13 @@ func TestKillChildren(t *testing.T) {
 	if kept || n != len(running) {
 		t.Fatalf("%d of the %d running children registered, the exited one too: %v", n, len(running), kept)
 	}
+	// Out of the terminal's foreground group: a Ctrl-C reaches the bench
+	// only, which stops its children once.
+	for i, c := range running {
+		if pgid, err := syscall.Getpgid(c.cmd.Process.Pid); err != nil || pgid != c.cmd.Process.Pid {
+			t.Errorf("child %d (pid %d) is in process group %d (%v), want one of its own", i, c.cmd.Process.Pid, pgid, err)
+		}
+	}
 	KillChildren()
 	for i, c := range running {
 		select {

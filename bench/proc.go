@@ -40,6 +40,11 @@ func startChild(exe string, env []string, args ...string) (*child, error) {
 	cmd.Env = append(cmd.Env, env...) // later entries win
 	out := &tailBuffer{max: 16 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
+	// A process group of its own: Ctrl-C on a terminal signals the whole
+	// foreground group, and the engine would begin its drain on it; then
+	// stop's SIGTERM, a moment later, would be its second signal and cut
+	// the drain short (exit 130). The bench alone stops its children.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c := &child{cmd: cmd, out: out, done: make(chan struct{})}
 	c.started = time.Now()
 	if err := cmd.Start(); err != nil {
