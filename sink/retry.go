@@ -30,8 +30,8 @@ const (
 	classData
 	// classConfig: the table, the session or the permissions do not fit
 	// the mapping (tableClass: 42xxx, 28xxx, 3Dxxx, 3Fxxx, 25xxx such as
-	// a read-only session, 55xxx, ...; 22P03/22P04 from a column of another
-	// type than the mapping's), or an error that is not the server's. The
+	// a read-only session, 55xxx, ...; a type guard's typesChangedError),
+	// or an error that is not the server's. The
 	// operator can fix it without losing an event, so the batch is retried
 	// with backoff like a transient error, but logged loudly, once per
 	// distinct error.
@@ -106,11 +106,16 @@ func classify(err error) class {
 			return classConfig
 		}
 		if code == "22P03" || code == "22P04" {
-			// invalid_binary_representation, bad_copy_file_format: the
-			// column's type does not match the mapping's (binary COPY
-			// needs the exact type), so every row would fail. That is
-			// the table's fault, not the row's: do not dead-letter.
-			return classConfig
+			// invalid_binary_representation, bad_copy_file_format: a
+			// column whose type is not the mapping's (binary COPY needs
+			// the exact type) fails every row, the table's fault; but
+			// the type guards stop such a batch before its COPY
+			// (typesChangedError), and a row can cause these too: a
+			// trigger may raise any SQLSTATE. Suspect, then: bisected,
+			// and a row that fails alone is dead-lettered only once
+			// another attempt has committed, which a table every row
+			// fails in never lets happen.
+			return classSuspect
 		}
 		if code == "2200H" {
 			// sequence_generator_limit_exceeded: a serial or identity

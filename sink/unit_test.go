@@ -113,7 +113,8 @@ func TestClassify(t *testing.T) {
 		{&pgconn.PgError{Code: "2200H"}, classSuspect}, // a serial column ran out
 		{&pgconn.PgError{Code: "22001"}, classData},
 		{fmt.Errorf("copy: %w", &pgconn.PgError{Code: "23505"}), classData},
-		{&pgconn.PgError{Code: "22P03"}, classConfig},
+		{&pgconn.PgError{Code: "22P03"}, classSuspect},
+		{&pgconn.PgError{Code: "22P04"}, classSuspect},
 		{&pgconn.PgError{Code: "40001"}, classTransient},
 		{&pgconn.PgError{Code: "40P01"}, classTransient},
 		{&pgconn.PgError{Code: "57P01"}, classTransient},
