@@ -169,7 +169,14 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, s
 		// No CopyDone went out: the statement cannot commit, and the
 		// connection is given up. Stop the reader.
 		_ = nc.SetReadDeadline(time.Unix(1, 0))
-		<-answer
+		res := <-answer
+		if _, ok := errors.AsType[*pgconn.PgError](res.err); ok && ctx.Err() == nil {
+			// The server said why before it closed the connection (a
+			// FATAL error: the backend terminated, transaction_timeout):
+			// the write failed because of it, and it, not the broken
+			// pipe, classifies the failure (a timeout halves the batch).
+			return false, -1, res.err
+		}
 		return false, -1, writeErr(ctx, err)
 	}
 	// Once CopyDone is out, the server may commit even if ctx has ended

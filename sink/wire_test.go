@@ -194,6 +194,32 @@ func TestCopyCompleteThenFatal(t *testing.T) {
 	}
 }
 
+// A FATAL error that ends the session while the client is still writing a
+// large COPY (transaction_timeout, 25P04; a terminated backend, 57P01)
+// breaks the write; sendCopy returns the server's error, which classifies
+// the failure, not the broken pipe's.
+func TestCopyFatalWhileWriting(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg, _ := connectFake(t, ctx, func(be *pgproto3.Backend, _ *fakePG) {
+		if _, err := be.Receive(); err != nil { // the Query; the rows are never read
+			return
+		}
+		be.Send(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "25P04",
+			Message: "terminating connection due to transaction timeout"})
+		_ = be.Flush()
+	}) // then the fake closes the connection
+	// 64 MiB, more than loopback TCP holds in flight: the writer is still
+	// writing when the error comes.
+	pad := strings.Repeat("p", 16<<10)
+	rs, _ := rows(1, 4096, func(seq int) string { return fmt.Sprintf(`{"n":%d,"pad":%q}`, seq, pad) })
+	var w copyWire
+	sent, _, err := sendCopy(ctx, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
+	var pgErr *pgconn.PgError
+	if sent || !errors.As(err, &pgErr) || pgErr.Code != "25P04" || !timedOut(err) {
+		t.Fatalf("sendCopy = %v, %v; want not sent, the server's 25P04", sent, err)
+	}
+}
+
 // When the hard context ends while a COPY waits, the COPY is cancelled on
 // the server and its outcome is known (57014, not committed), and the
 // cancel request's goroutine has ended (its connection closed) by the time
