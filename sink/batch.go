@@ -660,6 +660,7 @@ func (s *Sink) beat(b *batch, now time.Time, every time.Duration) {
 	}
 	b.due = now.Add(every)
 	var sent, failed uint64
+	var failure error
 	// A row taken before its stream was re-created gets no InProgress:
 	// JetStream would apply it to the new stream's event with the same
 	// sequence (see pipeline.Epochs).
@@ -673,6 +674,7 @@ func (s *Sink) beat(b *batch, now time.Time, every time.Duration) {
 		sent++
 		if err := a.InProgress(); err != nil {
 			failed++
+			failure = err
 		}
 	}
 	s.epochs.Release()
@@ -680,7 +682,10 @@ func (s *Sink) beat(b *batch, now time.Time, every time.Duration) {
 	if failed > 0 {
 		b.due = now.Add(every / 4) // again at the next tick
 		s.st.inProgressErrs.Add(failed)
-		s.log.Warn("in-progress failed; JetStream may redeliver these messages while they are still held", "messages", failed)
+		// While NATS is away this fails at every tick, for every batch
+		// held: one line a while (the counter has them all).
+		s.log.Log(context.Background(), warnEvery(&s.beatWarned), "in-progress failed; JetStream may redeliver these messages while they are still held",
+			"messages", failed, "err", failure)
 	}
 }
 

@@ -711,13 +711,20 @@ func (s *Sink) logSuspect(err error) {
 // pieceTimedOut): at Warn once per stillFailingEvery for the sink, as
 // every committer may do it while the limit is short, at Debug in between.
 func (s *Sink) logTimeoutSplit(err error, rows, piece int) {
-	level := slog.LevelDebug
-	now := time.Now().UnixNano()
-	if last := s.splitWarned.Load(); now-last >= int64(stillFailingEvery) && s.splitWarned.CompareAndSwap(last, now) {
-		level = slog.LevelWarn
-	}
-	s.log.Log(context.Background(), level, "batch timed out on the server; trying it in smaller pieces",
+	s.log.Log(context.Background(), warnEvery(&s.splitWarned), "batch timed out on the server; trying it in smaller pieces",
 		withHint(err, "rows", rows, "piece_rows", piece, "err", err)...)
+}
+
+// warnEvery is the level of a line that may come from every committer or
+// batch again and again while one cause lasts: slog.LevelWarn once per
+// stillFailingEvery for the sink (last holds when, in Unix ns),
+// slog.LevelDebug in between.
+func warnEvery(last *atomic.Int64) slog.Level {
+	now := time.Now().UnixNano()
+	if l := last.Load(); now-l >= int64(stillFailingEvery) && last.CompareAndSwap(l, now) {
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
 }
 
 // logConfigError logs a configuration-class error loudly, once per distinct

@@ -861,6 +861,9 @@ func TestRowRefusedWithAnyClassARowMayCause(t *testing.T) {
 		{"54001", "RAISE EXCEPTION 'too deep' USING ERRCODE = '54001'"},
 		{"44000", "RAISE EXCEPTION 'check option' USING ERRCODE = '44000'"},
 		{"0A000", "RAISE EXCEPTION 'unsupported' USING ERRCODE = '0A000'"},
+		// A type of the column other than the mapping's would fail every
+		// row with it, but the type guards catch that first.
+		{"22P03", "RAISE EXCEPTION 'bad binary' USING ERRCODE = '22P03'"},
 	} {
 		t.Run(tc.sqlstate, func(t *testing.T) {
 			ctx := testCtx(t, 30*time.Second)
@@ -1519,6 +1522,28 @@ func TestRefusedInProgressSentAgainSoon(t *testing.T) {
 		t.Errorf("%d InProgress refused, want 1", st.InProgressErrors)
 	}
 	unlockAndFinish(t, ctx, tx, src, wait, mFirst, admin, s, 1)
+}
+
+// While InProgress keeps being refused (NATS is away), the heartbeat
+// sends it again at every tick, but warns once a while, not at each.
+func TestRefusedInProgressWarnsOnceAWhile(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.InProgressEvery = 200 * time.Millisecond })
+	logs := captureLog(t, s, time.Minute)
+	admin := pg.Conn(t)
+	tx := lockTable(t, ctx, pg, s)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	first, ms := rows(1, 1, nil)
+	ms[0].refuseInProgress.Store(1 << 20)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "five InProgress refused", func() bool { return s.Stats().InProgressErrors >= 5 })
+	if n := strings.Count(logs.String(), "in-progress failed"); n != 1 {
+		t.Errorf("%d lines for 5 refused InProgress in a row, want 1:\n%s", n, logs.String())
+	}
+	ms[0].refuseInProgress.Store(0)
+	unlockAndFinish(t, ctx, tx, src, wait, ms, admin, s, 1)
 }
 
 // staysAtLeast watches src for 300 ms: it must keep at least n rows
