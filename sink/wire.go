@@ -149,7 +149,9 @@ func (w *copyWire) shrink() {
 // refused at its first row costs the bytes in flight, not the batch.
 //
 // Cancelling ctx while writing ends the write (the statement cannot commit
-// without CopyDone). Cancelling it while waiting for the answer (a locked
+// without CopyDone) and sends the server a cancel request, waiting for its
+// answer as below (a backend waiting on a locked table would not see its
+// client go before it got the lock). Cancelling it while waiting for the answer (a locked
 // table) sends the server a cancel request and reads on, for up to
 // cancelWait: the answer then says whether the COPY committed before the
 // cancel reached it, so a shutdown does not leave the outcome unknown.
@@ -167,8 +169,15 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, s
 			return false, -1, res.err
 		}
 		// No CopyDone went out: the statement cannot commit, and the
-		// connection is given up. Stop the reader.
-		_ = nc.SetReadDeadline(time.Unix(1, 0))
+		// connection is given up. Stop the reader; but when ctx has
+		// ended, the reader is sending a cancel request, and stops by
+		// itself once the server has answered it or after cancelWait:
+		// a backend waiting on a locked table does not see its client
+		// go until it gets the lock, and would hold its connection
+		// slot, and its place in the lock's queue, until then.
+		if ctx.Err() == nil {
+			_ = nc.SetReadDeadline(time.Unix(1, 0))
+		}
 		res := <-answer
 		if _, ok := errors.AsType[*pgconn.PgError](res.err); ok && ctx.Err() == nil {
 			// The server said why before it closed the connection (a

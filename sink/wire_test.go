@@ -220,6 +220,50 @@ func TestCopyFatalWhileWriting(t *testing.T) {
 	}
 }
 
+// When the hard context ends while a large COPY is still being written (a
+// locked table, whose backend reads nothing), the writes stop and the
+// server still gets a cancel request: a backend waiting on a lock does not
+// see its client go, and would keep its connection and its place in the
+// lock's queue until it got the lock.
+func TestCopyCancelWhileWriting(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	hard, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var cancelled atomic.Bool
+	pg, f := connectFake(t, ctx, func(be *pgproto3.Backend, f *fakePG) {
+		if _, err := be.Receive(); err != nil { // the Query; the rows are never read
+			return
+		}
+		cancel()
+		select {
+		case <-f.cancels:
+			cancelled.Store(true)
+		case <-time.After(cancelWait):
+			return
+		}
+		be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "57014",
+			Message: "canceling statement due to user request"})
+		be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		_ = be.Flush()
+	})
+	// The first cancel dial fails, as a remote server's can be slow to
+	// take: the cancel request is on its way well after the writes stop.
+	f.failDials.Store(1)
+	pad := strings.Repeat("p", 16<<10)
+	rs, _ := rows(1, 4096, func(seq int) string { return fmt.Sprintf(`{"n":%d,"pad":%q}`, seq, pad) }) // 64 MiB, as above
+	var w copyWire
+	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
+	// The write stops on the hard context's end, or, when the server's
+	// answer to the cancel request comes first, on that.
+	var pgErr *pgconn.PgError
+	if sent || !errors.Is(err, context.Canceled) && !(errors.As(err, &pgErr) && pgErr.Code == "57014") {
+		t.Fatalf("sendCopy = %v, %v; want not sent, the hard context's error or 57014", sent, err)
+	}
+	if !cancelled.Load() {
+		t.Fatal("no cancel request reached the server")
+	}
+}
+
 // When the hard context ends while a COPY waits, the COPY is cancelled on
 // the server and its outcome is known (57014, not committed), and the
 // cancel request's goroutine has ended (its connection closed) by the time
