@@ -105,7 +105,8 @@
 // transaction, so a redelivered message adds nothing. No unique constraint
 // on exactly those columns may be DEFERRABLE: ON CONFLICT refuses one as
 // its arbiter (SQLSTATE 55000, even beside a non-deferrable index), so
-// every batch would fail; Check reports it (ProblemDeferrableUnique). A
+// every batch would fail; Check reports it (ProblemDeferrableUnique), and
+// Init fails on it (ErrNoKeyIndex). A
 // stream deleted and re-created restarts its sequence, and its rows would
 // conflict with old ones: StoredSeq tells the consumer the table's highest
 // sequence, so that it re-creates a stream past it and refuses one that

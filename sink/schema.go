@@ -148,7 +148,9 @@ func withSuffix(base, suffix string) string {
 // the connection string. In exactly-once mode it then checks that the
 // table has its unique key index: CREATE UNIQUE INDEX IF NOT EXISTS does
 // nothing when another relation has the index's name, and every batch
-// would then fail (ErrNoKeyIndex; the message says what holds the name).
+// would then fail (ErrNoKeyIndex; the message says what holds the name);
+// so would they beside a DEFERRABLE unique constraint on the key
+// (ErrNoKeyIndex too, saying how to make it not deferrable).
 func (s *Sink) Init(ctx context.Context) error {
 	var missing *Problem
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
@@ -165,7 +167,9 @@ func (s *Sink) Init(ctx context.Context) error {
 		}
 		probs, err := s.check(ctx, c)
 		for _, p := range probs {
-			if p.Kind == ProblemNoUniqueIndex {
+			// A DEFERRABLE constraint on the key makes INSERT ... ON
+			// CONFLICT fail even beside the index Init made.
+			if p.Kind == ProblemNoUniqueIndex || p.Kind == ProblemDeferrableUnique {
 				missing = &p
 			}
 		}
@@ -181,8 +185,8 @@ func (s *Sink) Init(ctx context.Context) error {
 }
 
 // ErrNoKeyIndex: Init ran, and the table still has no unique index on the
-// exactly-once key.
-var ErrNoKeyIndex = errors.New("no unique index on the exactly-once key after init")
+// exactly-once key that INSERT ... ON CONFLICT can use.
+var ErrNoKeyIndex = errors.New("no usable unique index on the exactly-once key after init")
 
 // ProblemKind classifies a Problem.
 type ProblemKind string

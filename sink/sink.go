@@ -684,7 +684,6 @@ func (s *Sink) answered() {
 	}
 }
 
-// Stats returns a snapshot of the counters.
 // OldestAttempt is how long the longest commit attempt under way has run,
 // 0 when none runs: a batch waiting for a lock, or on a server that hangs,
 // shows here long before anything fails.
@@ -699,6 +698,7 @@ func (s *Sink) OldestAttempt() time.Duration {
 	return time.Duration(oldest)
 }
 
+// Stats returns a snapshot of the counters.
 func (s *Sink) Stats() Stats {
 	return Stats{
 		Batches:            s.st.batches.Load(),
