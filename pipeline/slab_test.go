@@ -140,3 +140,31 @@ func TestSlabSecondReleasePanics(t *testing.T) {
 		})
 	}
 }
+
+// In race-detector builds (CI's), a second release of a row panics also
+// while other rows of its slab are held: the count alone would let it
+// through, and give the slab back under them.
+func TestSlabSecondReleaseWithSiblingsHeldPanics(t *testing.T) {
+	if !poisonSlabs {
+		t.Log("not a race-detector build: only the count and the generation are checked")
+		return
+	}
+	w := testWorker(t)
+	rows := carve(t, w, 3)
+	w.retire()
+	dup := rows[0]
+	s := dup.slab
+	ReleaseRows(rows[:1])
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("a second release of one row, with two of its slab's rows held, did not panic")
+			}
+		}()
+		ReleaseRows([]Row{dup})
+	}()
+	if got := s.count(); got != 2 {
+		t.Fatalf("the slab's count is %d after the refused second release, want the 2 rows still held", got)
+	}
+	ReleaseRows(rows[1:]) // the held rows, once each: no panic
+}
