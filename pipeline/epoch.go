@@ -99,8 +99,11 @@ func (e *Epochs) IfCurrent(epoch uint64, settle func()) bool {
 }
 
 // Advance starts a new epoch, after every Hold in progress is released,
-// and returns it.
+// and returns it (a nil *Epochs stays at 0).
 func (e *Epochs) Advance() uint64 {
+	if e == nil {
+		return 0
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.cur.Add(1)

@@ -11,6 +11,9 @@ func TestEpochsNil(t *testing.T) {
 		t.Fatal("a nil Epochs is not at epoch 0")
 	}
 	e.Release()
+	if e.Advance() != 0 || e.Current() != 0 {
+		t.Fatal("a nil Epochs advanced")
+	}
 }
 
 // Advance waits for every Hold to be released, so that no settling of the

@@ -11,17 +11,23 @@ import (
 // holds back, spans dropped on a full export queue). The zero value lets
 // the first through. Safe for concurrent use, without a lock.
 type Every struct {
-	next atomic.Int64 // Unix ns before which nothing goes through
+	next atomic.Int64 // ns since everyBase before which nothing goes through
 	held atomic.Int64 // held back since the last let through
 }
 
-// Allow reports whether to go ahead at now, and if so how many were held
-// back since the last time it said so. Every call is either let through
-// or counted once in a later held.
+// everyBase is what Every measures from: time.Now's monotonic clock, so
+// that the wall clock stepping back (an NTP correction) does not hold
+// everything back for as long as it stepped.
+var everyBase = time.Now()
+
+// Allow reports whether to go ahead at now (time.Now(): its monotonic
+// reading is what counts), and if so how many were held back since the
+// last time it said so. Every call is either let through or counted once
+// in a later held.
 func (e *Every) Allow(now time.Time, every time.Duration) (held int64, ok bool) {
-	n := now.UnixNano()
+	n := int64(now.Sub(everyBase))
 	next := e.next.Load()
-	if n < next || !e.next.CompareAndSwap(next, n+int64(every)) {
+	if next != 0 && n < next || !e.next.CompareAndSwap(next, n+int64(every)) {
 		e.held.Add(1)
 		return 0, false
 	}

@@ -717,11 +717,9 @@ func (s *Sink) logTimeoutSplit(err error, rows, piece int) {
 
 // warnEvery is the level of a line that may come from every committer or
 // batch again and again while one cause lasts: slog.LevelWarn once per
-// stillFailingEvery for the sink (last holds when, in Unix ns),
-// slog.LevelDebug in between.
-func warnEvery(last *atomic.Int64) slog.Level {
-	now := time.Now().UnixNano()
-	if l := last.Load(); now-l >= int64(stillFailingEvery) && last.CompareAndSwap(l, now) {
+// stillFailingEvery for the sink (per e), slog.LevelDebug in between.
+func warnEvery(e *pipeline.Every) slog.Level {
+	if _, ok := e.Allow(time.Now(), stillFailingEvery); ok {
 		return slog.LevelWarn
 	}
 	return slog.LevelDebug

@@ -101,9 +101,9 @@ type Sink struct {
 	seenErrs   map[string]struct{} // configuration errors already logged
 	// typesLogged: Check's problems were logged after a type guard failed.
 	typesLogged atomic.Bool
-	// splitWarned: when a timed-out batch was last logged at Warn (Unix ns);
-	// beatWarned: when a refused InProgress was (see warnEvery).
-	splitWarned, beatWarned atomic.Int64
+	// splitWarned: a timed-out batch's line at Warn; beatWarned: a refused
+	// InProgress's (see warnEvery).
+	splitWarned, beatWarned pipeline.Every
 	// typesGen numbers the reads of the table's types; typesMu holds
 	// typesStored, the number of the read copySQL's guards come from
 	// (see readTypes).
