@@ -36,6 +36,17 @@ func (m *Mapper) NewEncoder(maxEventBytes int64) *Encoder {
 	return &Encoder{m: m, maxEventBytes: maxEventBytes, vals: make([]jsonValue, len(m.nodes))}
 }
 
+// keepBuf is the most an Encoder keeps of a buffer it grew for one event:
+// a worker lives as long as the process, and one event near
+// max_event_bytes would otherwise hold a few times that per worker for
+// good.
+const keepBuf = 256 << 10
+
+// dropBufs lets the garbage collector have the buffers an outlier grew.
+func (e *Encoder) dropBufs() {
+	e.strBuf, e.keyBuf, e.numBuf, e.badNums = nil, nil, nil, nil
+}
+
 // isNull is the internal marker a value encoder returns for SQL NULL.
 var isNull = &DecodeError{Code: "null"}
 
@@ -44,6 +55,9 @@ var isNull = &DecodeError{Code: "null"}
 // *DecodeError naming the column and the reason; the event should then be
 // dead-lettered. Nothing of ev is retained.
 func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
+	if max(cap(e.strBuf), cap(e.keyBuf), cap(e.numBuf)) > keepBuf || cap(e.badNums) > keepBuf/8 {
+		e.dropBufs()
+	}
 	m := e.m
 	data := ev.Data
 	if e.maxEventBytes > 0 && int64(len(data)) > e.maxEventBytes {

@@ -112,15 +112,14 @@ func (w *worker) push(ctx context.Context, rows []Row) ([]Row, error) {
 // it (ReleaseRows).
 func (w *worker) encode(ev *Event) (Row, error) {
 	if err := w.appendTuple(ev); err != nil {
+		w.trimScratch() // a column may have grown it before another failed
 		return Row{}, err
 	}
 	n := len(w.scratch)
 	if n > ownSliceAbove {
 		t := make([]byte, n)
 		copy(t, w.scratch)
-		if cap(w.scratch) > 4*slabSize {
-			w.scratch = nil // do not keep a huge scratch buffer after an outlier
-		}
+		w.trimScratch()
 		return Row{Event: *ev, Tuple: t}, nil
 	}
 	if w.slab == nil || cap(w.slab.buf)-len(w.slab.buf) < n {
@@ -133,6 +132,13 @@ func (w *worker) encode(ev *Event) (Row, error) {
 	s.buf = append(s.buf, w.scratch...)
 	w.carved++
 	return Row{Event: *ev, Tuple: s.buf[off : off+n : off+n], slab: s, gen: w.gen}, nil
+}
+
+// trimScratch does not keep a huge scratch buffer after an outlier.
+func (w *worker) trimScratch() {
+	if cap(w.scratch) > 4*slabSize {
+		w.scratch = nil
+	}
 }
 
 // appendTuple encodes ev into w.scratch. A panic of the encoder's, a bug

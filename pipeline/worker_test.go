@@ -207,3 +207,30 @@ func TestWorkerDeadLettersAnEventWhoseDecodingPanics(t *testing.T) {
 		t.Errorf("want one Error line for the first panic, with the stack (the other two held back), got %d:\n%s", n, out)
 	}
 }
+
+// An outlier event does not leave a worker holding buffers its size for
+// good: the encoder drops what grew past keepBuf at the next event, and the
+// worker its scratch tuple, also when the event failed after a column had
+// grown it.
+func TestWorkerDropsBuffersAnOutlierGrew(t *testing.T) {
+	w := &worker{enc: mustCompile(t,
+		Column{Name: "a", From: "json:a", Type: TypeText},
+		Column{Name: "u", From: "json:u", Type: TypeUUID},
+	).NewEncoder(0)}
+	big := strings.Repeat("x", 1<<20)
+	// a fills the scratch tuple with 1 MiB; u's escaped 1 MiB string is
+	// unescaped into the encoder's string buffer, and is no uuid.
+	_, err := w.encode(&Event{Data: []byte(`{"a":"` + big + `","u":"\n` + big + `"}`)})
+	if err == nil {
+		t.Fatal("an event with no uuid in u was encoded")
+	}
+	if c := cap(w.scratch); c > 4*slabSize {
+		t.Errorf("the worker keeps a %d-byte scratch tuple after a failed outlier", c)
+	}
+	if _, err := w.encode(&Event{Data: []byte(`{"a":"b","u":"8f1c2a6e-5b7d-4c3e-9a1f-0d2e3c4b5a69"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if c := max(cap(w.enc.strBuf), cap(w.enc.keyBuf), cap(w.enc.numBuf)); c > keepBuf {
+		t.Errorf("the encoder keeps a %d-byte buffer after an outlier, one event later", c)
+	}
+}
