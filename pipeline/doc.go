@@ -103,11 +103,14 @@
 //     PostgreSQL would use its session's). Numbers are
 //     refused: epoch seconds and milliseconds are too easy to confuse.
 //     Second 60 (a leap second) is the next minute's first, as in
-//     PostgreSQL; a fraction past 23:59:60 is refused, as PostgreSQL
-//     refuses it. Four-digit years always lie inside PostgreSQL's range;
+//     PostgreSQL. Four-digit years always lie inside PostgreSQL's range;
 //     where PostgreSQL's text input is stricter, the RFC 3339 / ISO 8601
 //     meaning is stored: year 0000 is 1 BC (PostgreSQL refuses year 0),
-//     and offsets up to ±23:59 are taken (PostgreSQL's stop at ±15:59).
+//     offsets up to ±23:59 are taken (PostgreSQL's stop at ±15:59), and
+//     so is a fraction of a leap second at 23:59:60 local time, which
+//     PostgreSQL refuses there (time_overflows) but not at another hour:
+//     2016-12-31T23:59:60.5Z is 2017-01-01T00:00:00.5Z, as
+//     2016-12-31T18:59:60.5-05:00 is in PostgreSQL too.
 //     meta:published_at and meta:received_at are rounded to the nearest
 //     microsecond (a half away from zero).
 //   - date: "YYYY-MM-DD" (0000 is 1 BC, as above).

@@ -221,7 +221,9 @@ func Key(ev *Event) uint64 {
 //
 // Run returns nil after a clean drain, ctx.Err() if ctx ended first, and an
 // error wrapping ErrInvalidConfig if in and out differ in their number of
-// rings (or differ from Workers()) or Run is called twice; a worker that
+// rings (or differ from Workers()) or Run is called twice: then it starts
+// no worker and closes no ring (a second call's rings may be the first
+// one's), and the caller, whose mistake it is, ends the sink. A worker that
 // finds its output ring closed under it returns ringq.ErrClosed, wrapped.
 func (p *Pipeline) Run(ctx context.Context, in *ringq.Dispatch[Event], out *ringq.Merge[Row]) error {
 	return p.RunHandoff(ctx, &RingHandoff{In: in, Out: out})

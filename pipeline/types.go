@@ -530,11 +530,6 @@ func parseTimestamp(s string) (int64, *DecodeError) {
 	default:
 		return bad()
 	}
-	if h*3600+mi*60+sec == 86400 && us > 0 {
-		// 23:59:60 is the next day's first instant; a fraction past it
-		// PostgreSQL refuses (time_overflows).
-		return bad()
-	}
 	secs := days*86400 + h*3600 + mi*60 + sec - off
 	return secs*1_000_000 + us, nil
 }
