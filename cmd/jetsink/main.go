@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -95,11 +96,33 @@ func cancelOnSignal(cmd *cobra.Command, what string) (ctx context.Context, stop 
 // repeatWindow after it came (in the meantime its repeats are ignored), so
 // that one more ends the process as if jetsink caught nothing: the way out
 // when what the last handler cancels does not return, or the handler
-// itself hangs. stop waits for the watching goroutine.
+// itself hangs (as PID 1, where that would not work, it exits with 128
+// plus the signal's number: exitOnSignal). stop waits for the watching
+// goroutine.
 func watchSignals(on ...func(os.Signal)) (stop func()) {
 	sigs := make(chan os.Signal, len(on)+1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	if os.Getpid() == 1 && len(on) > 0 {
+		on = slices.Clone(on)
+		last := on[len(on)-1]
+		on[len(on)-1] = func(sig os.Signal) {
+			time.AfterFunc(repeatWindow, exitOnSignal) // as the catching stops
+			last(sig)
+		}
+	}
 	return watch(sigs, func() { signal.Stop(sigs) }, repeatWindow, nil, on...)
+}
+
+// exitOnSignal has the next SIGINT or SIGTERM exit with 128 plus its
+// number, as a shell reports a process a signal ended. For the first
+// process of a PID namespace (jetsink in its image, which has no init):
+// the kernel ignores a signal whose action is the default there, and Go's
+// runtime, whose re-raise of the signal then does nothing, exits 2, which
+// by jetsink's codes says the configuration is bad.
+func exitOnSignal() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+	go func() { os.Exit(128 + int((<-c).(syscall.Signal))) }()
 }
 
 // repeatWindow is how soon after a signal another one counts as a repeat

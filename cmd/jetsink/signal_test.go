@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bufio"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -131,5 +136,70 @@ func TestLastHandlerThatHangsStillLetsGo(t *testing.T) {
 	case <-unwatched:
 	case <-time.After(10 * time.Second):
 		t.Fatal("still catching signals while the last handler hangs")
+	}
+}
+
+// pid1Child is set in the process TestSignalsAsPID1 starts.
+const pid1Child = "JETSINK_TEST_PID1_CHILD"
+
+// As the first process of a PID namespace (jetsink in its image, which
+// has no init), a signal after the last handler's still ends the process,
+// with 128 plus its number: the kernel ignores a signal whose action is
+// the default there, and Go's runtime then exits 2 (a bad configuration,
+// by jetsink's codes).
+func TestSignalsAsPID1(t *testing.T) {
+	if os.Getenv(pid1Child) == "1" {
+		stop := watchSignals(func(os.Signal) { fmt.Println("first") }, func(os.Signal) { fmt.Println("second") })
+		defer stop()
+		fmt.Println("ready", os.Getpid())
+		select {}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestSignalsAsPID1$")
+	cmd.Env = append(os.Environ(), pid1Child+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, syscall.EPERM) && os.Geteuid() != 0 {
+			t.Log("a new PID namespace needs root; CI runs as root")
+			return
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	expect := func(want string) {
+		t.Helper()
+		if !lines.Scan() || !strings.HasPrefix(lines.Text(), want) {
+			t.Fatalf("the child said %q (%v), want %q", lines.Text(), lines.Err(), want)
+		}
+	}
+	expect("ready 1")
+	for _, said := range []string{"first", "second"} {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		expect(said)
+		time.Sleep(3 * repeatWindow) // past the window, in which a signal is a repeat
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 128+int(syscall.SIGTERM) {
+			t.Fatalf("the third SIGTERM ended the child with %v, want exit status %d", err, 128+int(syscall.SIGTERM))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the child still runs 10 s after the third SIGTERM")
 	}
 }
