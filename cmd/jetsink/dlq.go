@@ -121,6 +121,9 @@ gives that letter up at once and exits with status 130.
 			if err := f.Validate(); err != nil {
 				return usageError{err}
 			}
+			if o.Limit < 0 { // before connecting, as every flag
+				return usageError{fmt.Errorf("--limit %d: want 0 (all) or more", o.Limit)}
+			}
 			for _, c := range f.UnknownCodes() {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: --code %q is no code this jetsink writes (%s); only dead letters of another version could match it\n",
 					c, strings.Join(pipeline.DeadLetterCodes(), ", "))

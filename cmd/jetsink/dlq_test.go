@@ -279,6 +279,17 @@ func TestDLQReplayWarnsOfAnUnknownCode(t *testing.T) {
 	}
 }
 
+// A negative --limit is refused as a bad flag, before anything connects
+// (the NATS URL here answers nothing) and with no summary printed.
+func TestDLQReplayRefusesANegativeLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", "nats://127.0.0.1:1", "--dlq-stream", "EV_DLQ", "--limit", "-1")
+	if code := r.wait(t, ctx); code != exitConfig || strings.Contains(r.out.String(), "scanned") {
+		t.Fatalf("exit %d, want %d and no summary\n%s", code, exitConfig, r.out.String())
+	}
+}
+
 func TestDLQHelpSaysWhatItDoes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
