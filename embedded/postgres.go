@@ -159,6 +159,10 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster dir: %w", err)
 	}
 	c.dir = dir
+	if sock := filepath.Join(dir, ".s.PGSQL.65535"); len(sock) > maxSocketPath {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("the cluster's Unix socket %s would be longer than the %d bytes a socket path may have: set TMPDIR to a shorter directory, such as /tmp", sock, maxSocketPath)
+	}
 	if c.cred != nil {
 		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
 			_ = os.RemoveAll(dir)
@@ -167,6 +171,11 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 	}
 	if err := c.initdb(); err != nil {
 		_ = os.RemoveAll(dir)
+		if c.cred != nil {
+			if p, ok := unreachable(dir, c.cred); ok {
+				err = fmt.Errorf("%w\n(the user postgres, which the server runs as, may not enter %s: set TMPDIR to a directory it can reach, such as /tmp)", err, p)
+			}
+		}
 		return nil, err
 	}
 	c.mu.Lock()
@@ -190,6 +199,45 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 			return nil, err
 		}
 	}
+}
+
+// maxSocketPath is the longest path a Unix socket may have (sun_path's
+// 108 bytes, less the terminating NUL).
+const maxSocketPath = 107
+
+// unreachable returns the first directory above dir (from the root down)
+// that cred's user may not pass through by its owner, group or other
+// search bit, and true; false when there is none it can tell (a
+// supplementary group of the user's is not looked at).
+func unreachable(dir string, cred *syscall.Credential) (string, bool) {
+	var above []string
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		above = append(above, p)
+		if p == filepath.Dir(p) {
+			break
+		}
+	}
+	for i := len(above) - 1; i >= 0; i-- {
+		fi, err := os.Stat(above[i])
+		if err != nil {
+			return "", false
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return "", false
+		}
+		var bit os.FileMode = 0o001
+		switch {
+		case st.Uid == cred.Uid:
+			bit = 0o100
+		case st.Gid == cred.Gid:
+			bit = 0o010
+		}
+		if fi.Mode().Perm()&bit == 0 {
+			return above[i], true
+		}
+	}
+	return "", false
 }
 
 // initdb makes the data directory with a random superuser password, which

@@ -438,3 +438,70 @@ func TestPortsBelowEphemeralRange(t *testing.T) {
 		t.Fatalf("nats-server on port %d", port)
 	}
 }
+
+// unreachable names the directory above a cluster's that its server's
+// user may not pass through (a TMPDIR only root may enter), for initdb's
+// error to say what to change.
+func TestUnreachableNamesTheClosedDirectory(t *testing.T) {
+	base := t.TempDir()
+	for _, d := range []string{filepath.Dir(base), base} { // t.TempDir's are 0700
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := filepath.Join(base, "closed")
+	dir := filepath.Join(closed, "cluster")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other := &syscall.Credential{Uid: 65534, Gid: 65534} // owns none of these
+	if os.Getuid() == 65534 || os.Getgid() == 65534 {
+		t.Fatal("the test runs as nobody, whose access it checks")
+	}
+	if p, ok := unreachable(dir, other); ok {
+		t.Fatalf("unreachable = %s with every directory open to others", p)
+	}
+	if err := os.Chmod(closed, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(closed, 0o755) })
+	if p, ok := unreachable(dir, other); !ok || p != closed {
+		t.Fatalf("unreachable = %q, %v; want %s", p, ok, closed)
+	}
+	mine := &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
+	if p, ok := unreachable(dir, mine); ok {
+		t.Fatalf("unreachable = %s for the directories' owner", p)
+	}
+}
+
+// A TMPDIR that the cluster cannot live in is named in the error, with
+// what to do: one whose socket path would be too long, and, as root, one
+// the postgres user may not enter.
+func TestStartPostgresSaysWhyTMPDIRWillNotDo(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	if err := os.Mkdir(long, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	if c, err := startCluster(clusterOptions{}); err == nil || !strings.Contains(err.Error(), "set TMPDIR to a shorter directory") {
+		if c != nil {
+			_ = c.Destroy()
+		}
+		t.Fatalf("startCluster in a TMPDIR of %d bytes: %v, want the socket path named", len(long), err)
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the server runs as this user, who may enter TMPDIR")
+		return
+	}
+	closed := filepath.Join(t.TempDir(), "root-only")
+	if err := os.Mkdir(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", closed)
+	if c, err := startCluster(clusterOptions{}); err == nil || !strings.Contains(err.Error(), "may not enter") {
+		if c != nil {
+			_ = c.Destroy()
+		}
+		t.Fatalf("startCluster in a TMPDIR only root may enter: %v, want it named", err)
+	}
+}
