@@ -914,9 +914,10 @@ func (c *committer) copy(ctx context.Context, rows []pipeline.Row, autocommit bo
 	c.guards = c.s.copySQL.Load()
 	sent, stored, err := sendCopy(ctx, c.conn.PgConn(), &c.wire, *c.guards, c.s.copyStmts, rows)
 	var pgErr *pgconn.PgError
-	if ctx.Err() != nil || err != nil && !errors.As(err, &pgErr) {
-		// No answer from the server, or ctx has ended (the connection may
-		// carry a deadline now, even after a COPY that committed).
+	if _, broken := errors.AsType[*brokenConnError](err); broken || ctx.Err() != nil || err != nil && !errors.As(err, &pgErr) {
+		// No answer from the server, or one on a connection that broke,
+		// or ctx has ended (the connection may carry a deadline now,
+		// even after a COPY that committed).
 		c.closeConn()
 	}
 	if err != nil {

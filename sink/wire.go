@@ -160,7 +160,8 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, s
 	nc := pg.Conn()
 	w.refused.Store(false)
 	answer := make(chan copyResult, 1)
-	go func() { answer <- readCopyResult(ctx, pg, w, stmts) }()
+	cancelSent := make(chan struct{})
+	go func() { answer <- readCopyResult(ctx, pg, w, stmts, cancelSent) }()
 	if err := writeCopy(ctx, nc, w, sql, rows); err != nil {
 		if errors.Is(err, errRefused) {
 			// The server has failed the statement and reads on to
@@ -169,22 +170,30 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, s
 			return false, -1, res.err
 		}
 		// No CopyDone went out: the statement cannot commit, and the
-		// connection is given up. Stop the reader; but when ctx has
-		// ended, the reader is sending a cancel request, and stops by
-		// itself once the server has answered it or after cancelWait:
-		// a backend waiting on a locked table does not see its client
-		// go until it gets the lock, and would hold its connection
-		// slot, and its place in the lock's queue, until then.
-		if ctx.Err() == nil {
-			_ = nc.SetReadDeadline(time.Unix(1, 0))
+		// connection is given up. Stop the reader, within a second: an
+		// error the server sent before it closed the connection may
+		// still be on its way.
+		deadline := time.Now().Add(time.Second)
+		if ctx.Err() != nil {
+			// The reader sends the server a cancel request: let it go
+			// out first (within cancelWait), for a backend waiting on a
+			// locked table, which would not see its client go before it
+			// got the lock, and would hold its connection slot and its
+			// place in the lock's queue until then. Not its answer: a
+			// backend reading the COPY's data takes a cancel only with
+			// the next message, which will not come.
+			<-cancelSent
+			deadline = time.Unix(1, 0)
 		}
+		_ = nc.SetReadDeadline(deadline)
 		res := <-answer
 		if _, ok := errors.AsType[*pgconn.PgError](res.err); ok && ctx.Err() == nil {
-			// The server said why before it closed the connection (a
-			// FATAL error: the backend terminated, transaction_timeout):
-			// the write failed because of it, and it, not the broken
-			// pipe, classifies the failure (a timeout halves the batch).
-			return false, -1, res.err
+			// The server said why (a FATAL error: the backend
+			// terminated, transaction_timeout): the write failed because
+			// of it, and it, not the broken pipe, classifies the failure
+			// (a timeout halves the batch). The connection is broken all
+			// the same.
+			return false, -1, &brokenConnError{res.err}
 		}
 		return false, -1, writeErr(ctx, err)
 	}
@@ -268,13 +277,22 @@ func writeErr(ctx context.Context, err error) error {
 	return err
 }
 
+// brokenConnError is the server's error for a COPY whose connection broke
+// while the COPY was written: it classifies the failure, and the
+// connection is closed (committer.copy) whatever it says.
+type brokenConnError struct{ err error }
+
+func (e *brokenConnError) Error() string { return e.err.Error() }
+func (e *brokenConnError) Unwrap() error { return e.err }
+
 // readCopyResult reads the server's answers to one Query of stmts
 // statements, the COPY the first of one, else the second (see sendCopy), up to
 // ReadyForQuery (or an error) and returns its outcome; it sets w.refused
 // when an ErrorResponse arrives. When ctx ends first, it sends a cancel
 // request and waits up to cancelWait for the answer; the cancel request's
-// goroutine has ended when it returns.
-func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts int) (res copyResult) {
+// goroutine has ended when it returns. It closes cancelSent once the
+// cancel request has gone out or failed, or when it returns without one.
+func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts int, cancelSent chan<- struct{}) (res copyResult) {
 	res.stored = -1
 	nc := pg.Conn()
 	answered, endCancel := context.WithCancel(context.Background())
@@ -284,6 +302,7 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 		cctx, cancel := context.WithTimeout(answered, cancelWait)
 		defer cancel()
 		w.cancelErr = cancelCopy(cctx, pg)
+		close(cancelSent)
 		// Give the server time to answer (after a failed cancel request
 		// too: the COPY may end by itself), then stop waiting.
 		<-cctx.Done()
@@ -295,7 +314,9 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 		// The answer is in: a cancel request still on its way is moot
 		// (and ctx has ended, so the connection is closed after this).
 		endCancel()
-		if !stop() {
+		if stop() {
+			close(cancelSent) // none was or will be sent
+		} else {
 			<-cancelDone
 			var pgErr *pgconn.PgError
 			if res.err != nil && w.cancelErr != nil && !res.complete && !errors.As(res.err, &pgErr) {

@@ -264,6 +264,45 @@ func TestCopyCancelWhileWriting(t *testing.T) {
 	}
 }
 
+// A backend that reads a COPY's data takes a cancel request only with the
+// next message, which a write cut by the hard context never sends: once the
+// request has gone out, sendCopy gives up at once instead of waiting
+// cancelWait for an answer that will not come.
+func TestCopyCancelWhileWritingUnanswered(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	hard, cancel := context.WithCancel(ctx)
+	defer cancel()
+	returned := make(chan struct{})
+	pg, f := connectFake(t, ctx, func(be *pgproto3.Backend, f *fakePG) {
+		if _, err := be.Receive(); err != nil { // the Query; the rows are never read
+			return
+		}
+		cancel()
+		select { // no answer, to the cancel request or at all
+		case <-returned:
+		case <-ctx.Done():
+		}
+	})
+	pad := strings.Repeat("p", 16<<10)
+	rs, _ := rows(1, 4096, func(seq int) string { return fmt.Sprintf(`{"n":%d,"pad":%q}`, seq, pad) }) // 64 MiB, as above
+	var w copyWire
+	start := time.Now()
+	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
+	took := time.Since(start)
+	close(returned)
+	if sent || !errors.Is(err, context.Canceled) {
+		t.Fatalf("sendCopy = %v, %v; want not sent, the hard context's error", sent, err)
+	}
+	select {
+	case <-f.cancels:
+	default:
+		t.Fatal("no cancel request reached the server")
+	}
+	if took > cancelWait/2 {
+		t.Fatalf("sendCopy took %v after the hard context ended, waiting for an answer that cannot come (cancelWait %v)", took, cancelWait)
+	}
+}
+
 // When the hard context ends while a COPY waits, the COPY is cancelled on
 // the server and its outcome is known (57014, not committed), and the
 // cancel request's goroutine has ended (its connection closed) by the time
