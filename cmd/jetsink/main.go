@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -102,15 +104,24 @@ func cancelOnSignal(cmd *cobra.Command, what string) (ctx context.Context, stop 
 func watchSignals(on ...func(os.Signal)) (stop func()) {
 	sigs := make(chan os.Signal, len(on)+1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	unwatch := func() { signal.Stop(sigs) }
 	if os.Getpid() == 1 && len(on) > 0 {
+		var lastCame atomic.Bool
+		var arm sync.Once
 		on = slices.Clone(on)
 		last := on[len(on)-1]
 		on[len(on)-1] = func(sig os.Signal) {
-			time.AfterFunc(repeatWindow, exitOnSignal) // as the catching stops
+			lastCame.Store(true)
 			last(sig)
 		}
+		unwatch = func() {
+			if lastCame.Load() {
+				arm.Do(exitOnSignal) // before the Stop: no signal falls between
+			}
+			signal.Stop(sigs)
+		}
 	}
-	return watch(sigs, func() { signal.Stop(sigs) }, repeatWindow, nil, on...)
+	return watch(sigs, unwatch, repeatWindow, nil, on...)
 }
 
 // exitOnSignal has the next SIGINT or SIGTERM exit with 128 plus its
