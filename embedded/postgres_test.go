@@ -443,11 +443,15 @@ func TestPortsBelowEphemeralRange(t *testing.T) {
 // user may not pass through (a TMPDIR only root may enter), for initdb's
 // error to say what to change.
 func TestUnreachableNamesTheClosedDirectory(t *testing.T) {
-	base := t.TempDir()
-	for _, d := range []string{filepath.Dir(base), base} { // t.TempDir's are 0700
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	// Under /tmp, whatever TMPDIR is: its ancestors must be open to
+	// others for the first check.
+	base, err := os.MkdirTemp("/tmp", "jetsink-reach-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil { // MkdirTemp's is 0700
+		t.Fatal(err)
 	}
 	closed := filepath.Join(base, "closed")
 	dir := filepath.Join(closed, "cluster")
@@ -493,10 +497,12 @@ func TestStartPostgresSaysWhyTMPDIRWillNotDo(t *testing.T) {
 		t.Log("not root: the server runs as this user, who may enter TMPDIR")
 		return
 	}
-	closed := filepath.Join(t.TempDir(), "root-only")
-	if err := os.Mkdir(closed, 0o700); err != nil {
+	// Short, under /tmp whatever TMPDIR is, so that the socket path fits.
+	closed, err := os.MkdirTemp("/tmp", "jetsink-closed-") // 0700, root's
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = os.RemoveAll(closed) })
 	t.Setenv("TMPDIR", closed)
 	if c, err := startCluster(clusterOptions{}); err == nil || !strings.Contains(err.Error(), "may not enter") {
 		if c != nil {
