@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -102,24 +100,14 @@ func cancelOnSignal(cmd *cobra.Command, what string) (ctx context.Context, stop 
 // plus the signal's number: exitOnSignal). stop waits for the watching
 // goroutine.
 func watchSignals(on ...func(os.Signal)) (stop func()) {
+	var arm sync.Once
 	sigs := make(chan os.Signal, len(on)+1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	unwatch := func() { signal.Stop(sigs) }
-	if os.Getpid() == 1 && len(on) > 0 {
-		var lastCame atomic.Bool
-		var arm sync.Once
-		on = slices.Clone(on)
-		last := on[len(on)-1]
-		on[len(on)-1] = func(sig os.Signal) {
-			lastCame.Store(true)
-			last(sig)
+	unwatch := func(released bool) {
+		if released && os.Getpid() == 1 {
+			arm.Do(exitOnSignal) // before the Stop: no signal falls between
 		}
-		unwatch = func() {
-			if lastCame.Load() {
-				arm.Do(exitOnSignal) // before the Stop: no signal falls between
-			}
-			signal.Stop(sigs)
-		}
+		signal.Stop(sigs)
 	}
 	return watch(sigs, unwatch, repeatWindow, nil, on...)
 }
@@ -143,10 +131,11 @@ func exitOnSignal() {
 // than this.
 const repeatWindow = 100 * time.Millisecond
 
-// watch is watchSignals on sigs: unwatch stops the signals (window after
-// the last handler's signal came, or at stop: it may run twice, at once), and
+// watch is watchSignals on sigs: unwatch stops the signals (released:
+// window after the last handler's signal came; or at stop: it may run
+// twice, at once), and
 // repeated, if not nil, is told of each repeat ignored.
-func watch(sigs <-chan os.Signal, unwatch func(), window time.Duration, repeated func(os.Signal), on ...func(os.Signal)) (stop func()) {
+func watch(sigs <-chan os.Signal, unwatch func(released bool), window time.Duration, repeated func(os.Signal), on ...func(os.Signal)) (stop func()) {
 	done, exited := make(chan struct{}), make(chan struct{})
 	var release *time.Timer // the last handler's: unwatch, window after its signal
 	go func() {
@@ -166,7 +155,7 @@ func watch(sigs <-chan os.Signal, unwatch func(), window time.Duration, repeated
 				if i == len(on)-1 {
 					// Armed before the handler runs, on a timer of its
 					// own: a handler that hangs does not hold it up.
-					release = time.AfterFunc(window, unwatch)
+					release = time.AfterFunc(window, func() { unwatch(true) })
 				}
 				on[i](sig)
 				handled = time.Now()
@@ -177,7 +166,7 @@ func watch(sigs <-chan os.Signal, unwatch func(), window time.Duration, repeated
 		}
 	}()
 	return func() {
-		unwatch()
+		unwatch(false)
 		close(done)
 		<-exited
 		if release != nil {

@@ -36,7 +36,7 @@ func startWatch(t *testing.T, window time.Duration, handlers int) *watched {
 	for i := range on {
 		on[i] = func(os.Signal) { w.handled <- i }
 	}
-	stop := watch(w.sigs, func() { once.Do(func() { close(w.unwatched) }) }, window,
+	stop := watch(w.sigs, func(bool) { once.Do(func() { close(w.unwatched) }) }, window,
 		func(sig os.Signal) { w.repeats <- sig }, on...)
 	var stopped sync.Once
 	w.stop = func() { stopped.Do(stop) }
@@ -127,7 +127,7 @@ func TestLastHandlerThatHangsStillLetsGo(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	unwatched, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	stop := watch(sigs, func() { once.Do(func() { close(unwatched) }) }, 10*time.Millisecond, nil,
+	stop := watch(sigs, func(bool) { once.Do(func() { close(unwatched) }) }, 10*time.Millisecond, nil,
 		func(os.Signal) { <-release })
 	defer stop()
 	defer close(release)
