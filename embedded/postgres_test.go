@@ -329,16 +329,8 @@ func TestNewestFirst(t *testing.T) {
 // owner is this process stays.
 func TestSweepOrphanWithReusedPID(t *testing.T) {
 	const prefix = "jetsink-reused-pid-test-"
-	orphan, err := TempDir(prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(orphan) })
-	alive, err := TempDir(prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(alive) })
+	orphan := ownedTestDir(t, prefix)
+	alive := ownedTestDir(t, prefix)
 	start, ok := procStart(os.Getpid())
 	if !ok {
 		t.Fatal("no start time for this process in /proc")
@@ -376,20 +368,13 @@ func TestSweepLeavesOthersDirectories(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.Remove(link) })
-	mine, err := TempDir(prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(mine) })
+	mine := ownedTestDir(t, prefix)
 	if err := os.WriteFile(filepath.Join(mine, ownerFile), dead, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var theirs string
 	if os.Geteuid() == 0 { // only root can make a file another user owns
-		if theirs, err = TempDir(prefix); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = os.RemoveAll(theirs) })
+		theirs = ownedTestDir(t, prefix)
 		if err := os.WriteFile(filepath.Join(theirs, ownerFile), dead, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -510,4 +495,15 @@ func TestStartPostgresSaysWhyTMPDIRWillNotDo(t *testing.T) {
 		}
 		t.Fatalf("startCluster in a TMPDIR only root may enter: %v, want it named", err)
 	}
+}
+
+// ownedTestDir is TempDir(prefix), removed when the test ends.
+func ownedTestDir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := TempDir(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
