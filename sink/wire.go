@@ -149,12 +149,14 @@ func (w *copyWire) shrink() {
 // refused at its first row costs the bytes in flight, not the batch.
 //
 // Cancelling ctx while writing ends the write (the statement cannot commit
-// without CopyDone) and sends the server a cancel request, waiting for its
-// answer as below (a backend waiting on a locked table would not see its
-// client go before it got the lock). Cancelling it while waiting for the answer (a locked
-// table) sends the server a cancel request and reads on, for up to
-// cancelWait: the answer then says whether the COPY committed before the
-// cancel reached it, so a shutdown does not leave the outcome unknown.
+// without CopyDone) and sends the server a cancel request, waiting (up to
+// cancelWait) until it has gone out but not for an answer: a backend
+// waiting on a locked table would not see its client go before it got the
+// lock, and one reading the COPY's data would never answer it. Cancelling
+// ctx while waiting for the answer (a locked table) sends the server a
+// cancel request and reads on, for up to cancelWait: the answer then says
+// whether the COPY committed before the cancel reached it, so a shutdown
+// does not leave the outcome unknown.
 func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, stmts int, rows []pipeline.Row) (sent bool, stored int64, err error) {
 	defer w.shrink()
 	nc := pg.Conn()
