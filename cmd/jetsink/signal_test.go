@@ -173,21 +173,41 @@ func TestSignalsAsPID1(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() }) // reaped by the Wait below, or with the test binary
-	lines := bufio.NewScanner(out)
-	expect := func(want string) {
+	said := make(chan string, 4)
+	go func() {
+		defer close(said)
+		for lines := bufio.NewScanner(out); lines.Scan(); {
+			said <- lines.Text()
+		}
+	}()
+	// signalUntil sends SIGTERM every repeatWindow until the child says
+	// want: one within the window after a handled one is a repeat, and
+	// ignored, however slow the machine.
+	signalUntil := func(want string) {
 		t.Helper()
-		if !lines.Scan() || !strings.HasPrefix(lines.Text(), want) {
-			t.Fatalf("the child said %q (%v), want %q", lines.Text(), lines.Err(), want)
+		tick := time.NewTicker(repeatWindow)
+		defer tick.Stop()
+		for deadline := time.After(10 * time.Second); ; {
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case line, ok := <-said:
+				if !ok || !strings.HasPrefix(line, want) {
+					t.Fatalf("the child said %q (open %v), want %q", line, ok, want)
+				}
+				return
+			case <-deadline:
+				t.Fatalf("the child did not say %q within 10 s of SIGTERMs", want)
+			case <-tick.C:
+			}
 		}
 	}
-	expect("ready 1")
-	for _, said := range []string{"first", "second"} {
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		expect(said)
-		time.Sleep(2 * repeatWindow) // past the window, in which a signal is a repeat
+	if line := <-said; line != "ready 1" {
+		t.Fatalf("the child said %q, want %q: its pid in its namespace", line, "ready 1")
 	}
+	signalUntil("first")
+	signalUntil("second")
 	// Then SIGTERM until it ends: one that a slow machine's timers still
 	// count as a repeat is ignored, as it should be.
 	done := make(chan error, 1)
