@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -194,6 +195,15 @@ func TestCopyCompleteThenFatal(t *testing.T) {
 	}
 }
 
+// tooBigForFlight is a batch of 64 MiB, more than loopback TCP holds in
+// flight: a writer to a server that reads none of it is still writing
+// when the test acts.
+func tooBigForFlight() []pipeline.Row {
+	pad := strings.Repeat("p", 16<<10)
+	rs, _ := rows(1, 4096, func(seq int) string { return fmt.Sprintf(`{"n":%d,"pad":%q}`, seq, pad) })
+	return rs
+}
+
 // A FATAL error that ends the session while the client is still writing a
 // large COPY (transaction_timeout, 25P04; a terminated backend, 57P01)
 // breaks the write; sendCopy returns the server's error, which classifies
@@ -208,10 +218,7 @@ func TestCopyFatalWhileWriting(t *testing.T) {
 			Message: "terminating connection due to transaction timeout"})
 		_ = be.Flush()
 	}) // then the fake closes the connection
-	// 64 MiB, more than loopback TCP holds in flight: the writer is still
-	// writing when the error comes.
-	pad := strings.Repeat("p", 16<<10)
-	rs, _ := rows(1, 4096, func(seq int) string { return fmt.Sprintf(`{"n":%d,"pad":%q}`, seq, pad) })
+	rs := tooBigForFlight() // the writer is still writing when the error comes
 	var w copyWire
 	sent, _, err := sendCopy(ctx, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
 	var pgErr *pgconn.PgError
@@ -249,8 +256,7 @@ func TestCopyCancelWhileWriting(t *testing.T) {
 	// The first cancel dial fails, as a remote server's can be slow to
 	// take: the cancel request is on its way well after the writes stop.
 	f.failDials.Store(1)
-	pad := strings.Repeat("p", 16<<10)
-	rs, _ := rows(1, 4096, func(seq int) string { return fmt.Sprintf(`{"n":%d,"pad":%q}`, seq, pad) }) // 64 MiB, as above
+	rs := tooBigForFlight()
 	var w copyWire
 	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
 	// The write stops on the hard context's end, or, when the server's
@@ -283,8 +289,7 @@ func TestCopyCancelWhileWritingUnanswered(t *testing.T) {
 		case <-ctx.Done():
 		}
 	})
-	pad := strings.Repeat("p", 16<<10)
-	rs, _ := rows(1, 4096, func(seq int) string { return fmt.Sprintf(`{"n":%d,"pad":%q}`, seq, pad) }) // 64 MiB, as above
+	rs := tooBigForFlight()
 	var w copyWire
 	start := time.Now()
 	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
