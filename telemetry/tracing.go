@@ -203,7 +203,12 @@ func NewTracing(ctx context.Context, cfg Config) (*Tracing, error) {
 	if err != nil || exp == nil {
 		return t, err
 	}
-	return newTracing(exp, cfg)
+	t, err = newTracing(exp, cfg)
+	if err != nil {
+		_ = exp.Shutdown(context.WithoutCancel(ctx)) // no export has started: closes idle connections
+		return nil, err
+	}
+	return t, nil
 }
 
 // NewTracingTo is NewTracing exporting to exp instead of OTLP, whatever
@@ -214,7 +219,9 @@ func NewTracingTo(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 	return newTracing(exp, cfg)
 }
 
-// newTracing builds an enabled Tracing exporting to exp.
+// newTracing builds an enabled Tracing exporting to exp. It checks the
+// configuration before it starts the batch processor's goroutine, so that
+// an error leaves nothing running.
 func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 	t := &Tracing{exp: newStoppable(exp), sampler: "the SDK's (OTEL_TRACES_SAMPLER)", streamSpan: "process"}
 	res, err := newResource(cfg.ServiceName)
@@ -224,9 +231,7 @@ func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 	limits := sdktrace.NewSpanLimits()
 	limits.LinkCountLimit = min(max(cfg.MaxLinks, limits.LinkCountLimit), maxLinks)
 	t.maxLinks = limits.LinkCountLimit
-	t.queue = newSpanQueue(t.exp, cfg.Log)
 	opts := []sdktrace.TracerProviderOption{
-		sdktrace.WithSpanProcessor(t.queue),
 		sdktrace.WithResource(res),
 		sdktrace.WithRawSpanLimits(limits),
 	}
@@ -248,6 +253,8 @@ func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 			t.rootBound = 1 << 63
 		}
 	}
+	t.queue = newSpanQueue(t.exp, cfg.Log)
+	opts = append(opts, sdktrace.WithSpanProcessor(t.queue))
 	t.tp = sdktrace.NewTracerProvider(opts...)
 	t.tracer = t.tp.Tracer(Scope)
 	installSDKErrors()
@@ -520,11 +527,33 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	// Removed last: the exports cut short below report their errors
-	// before the exporter's Shutdown returns, and abort waits for that.
+	// before the exporter's Shutdown returns, and Shutdown waits for that.
 	defer t.logLost() // last: the count of every span the errors above lost
 	defer sdkErrs.remove(t.errs)
-	if err := t.tp.Shutdown(ctx); err != nil {
-		t.exp.abort()
+	// The SDK's Shutdown gives up before it stops anything when its ctx
+	// is done on entry, and marks itself shut down all the same, so that
+	// no later call does it: the batch processor's goroutine and the
+	// exporter would stay. It gets a context that ends only stopGrace
+	// after ctx does, once the exports have been cancelled.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, func() {
+		t.exp.cancel()
+		grace := time.NewTimer(stopGrace)
+		defer grace.Stop()
+		select {
+		case <-grace.C:
+			cancel()
+		case <-sctx.Done():
+		}
+	})()
+	err := t.tp.Shutdown(sctx)
+	if ctx.Err() != nil {
+		// The exports were cut short: spans may be lost, whatever the
+		// SDK says (it reports export errors on its own, not here).
+		err = ctx.Err()
+	}
+	if err != nil {
 		return fmt.Errorf("shut down tracing: %w", err)
 	}
 	return nil
@@ -546,14 +575,14 @@ func (t *Tracing) logLost() {
 // the exporter to shut down.
 const stopGrace = time.Second
 
-// stoppable is an exporter whose exports abort cancels. The batch span
+// stoppable is an exporter whose exports cancel cuts short. The batch span
 // processor waits for the export under way before it shuts the exporter
 // down, whatever its Shutdown's context says, and an OTLP export to a
 // collector that never answers ends only when the exporter's timeouts and
 // retries run out (30 s and more).
 type stoppable struct {
 	sdktrace.SpanExporter
-	stop     context.Context // cancelled by abort
+	stop     context.Context // cancelled by cancel: Shutdown's ctx ended
 	cancel   context.CancelFunc
 	shutOnce sync.Once
 	shut     chan struct{} // closed when Shutdown has returned
@@ -581,18 +610,6 @@ func (s *stoppable) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySp
 func (s *stoppable) Shutdown(ctx context.Context) error {
 	defer s.shutOnce.Do(func() { close(s.shut) })
 	return s.SpanExporter.Shutdown(ctx)
-}
-
-// abort cancels the exports under way and those to come, and waits up to
-// stopGrace for the exporter's Shutdown to return.
-func (s *stoppable) abort() {
-	s.cancel()
-	t := time.NewTimer(stopGrace)
-	defer t.Stop()
-	select {
-	case <-s.shut:
-	case <-t.C:
-	}
 }
 
 // sampleRoot decides whether a message without a traceparent is traced.
@@ -895,13 +912,23 @@ func (c Carrier) Keys() []string {
 // InjectTrace writes ctx's span context into NATS headers h as W3C
 // traceparent/tracestate, so that jetsink parents its process span on the
 // publisher's span. h must be non-nil (nats.Header{} or msg.Header). It
-// writes nothing when ctx carries no valid span context. Any Go publisher
-// can do the same:
+// first removes the traceparent and tracestate h had, in any case, so that
+// headers taken over from another message carry no part of its trace; it
+// writes nothing, and removes nothing, when ctx carries no valid span
+// context. Any Go publisher can do the same:
 //
 //	msg := nats.NewMsg(subject)
 //	telemetry.InjectTrace(ctx, msg.Header)
 //	// or, without jetsink: propagation.TraceContext{}.Inject(ctx, telemetry.Carrier(msg.Header))
 func InjectTrace(ctx context.Context, h map[string][]string) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return
+	}
+	for k := range h {
+		if strings.EqualFold(k, "traceparent") || strings.EqualFold(k, "tracestate") {
+			delete(h, k)
+		}
+	}
 	propagation.TraceContext{}.Inject(ctx, Carrier(h))
 }
 

@@ -16,6 +16,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/goleak"
 
 	"github.com/jetsink/jetsink/pipeline"
 )
@@ -64,6 +65,29 @@ func TestInjectExtractRoundTrip(t *testing.T) {
 	}
 	if got := trace.SpanContextFromContext(ExtractTrace(context.Background(), h2)); got.SpanID() != sp.SpanContext().SpanID() {
 		t.Fatalf("extracted from canonical keys: %v", got)
+	}
+}
+
+// Headers taken over from another message (a forwarder's msg.Header) lose
+// that message's traceparent and tracestate, in any case, when a span is
+// injected; without a span they are left as they are.
+func TestInjectTraceReplacesAnOldTrace(t *testing.T) {
+	tr := newTestTracing(t, discard{}, 1)
+	old := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	h := nats.Header{"Traceparent": {old}, "tracestate": {"v=stale"}, "Tracestate": {"w=stale"}, "Other": {"kept"}}
+	InjectTrace(context.Background(), h)
+	if len(h) != 4 {
+		t.Fatalf("no span to inject, yet the headers changed: %v", h)
+	}
+	ctx, sp := tr.Tracer().Start(context.Background(), "forward")
+	defer sp.End()
+	InjectTrace(ctx, h)
+	got := trace.SpanContextFromContext(ExtractTrace(context.Background(), h))
+	if got.SpanID() != sp.SpanContext().SpanID() || got.TraceState().Len() != 0 {
+		t.Errorf("extracted %v (tracestate %q), want the new span without a tracestate", got, got.TraceState())
+	}
+	if len(h) != 2 || h.Get("Other") != "kept" {
+		t.Errorf("headers %v, want the new traceparent and Other", h)
 	}
 }
 
@@ -521,6 +545,47 @@ func TestShutdownCancelsAHungExport(t *testing.T) {
 	default:
 		t.Fatalf("the exporter is still exporting %v after Shutdown returned", time.Since(start))
 	}
+}
+
+// A Shutdown whose context is already done (a second signal, say) still
+// stops the batch processor and the exporter, at once: the SDK's own
+// Shutdown gives up on a done context before it stops anything, and would
+// never do it later (goleak, in VerifyNone and in TestMain, sees the
+// processor's goroutine left).
+func TestShutdownWithADoneContextStopsEverything(t *testing.T) {
+	tr, err := newTracing(discard{}, Config{ServiceName: "test", SampleRatio: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := event(nil)
+	ev.Span = tr.StartMessage(ev)
+	EndMessage(&ev, "ack", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if err := tr.Shutdown(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown = %v, want its context's error", err)
+	}
+	took := time.Since(start)
+	select {
+	case <-tr.exp.shut:
+	default:
+		t.Fatalf("the exporter was not shut down (Shutdown took %v)", took)
+	}
+	if took >= stopGrace {
+		t.Errorf("Shutdown took %v, the whole grace for a hung export, with nothing to wait for", took)
+	}
+	goleak.VerifyNone(t)
+}
+
+// A bad OTEL_TRACES_SAMPLER is refused before anything starts: no batch
+// processor goroutine is left behind the error.
+func TestBadSamplerStartsNothing(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "jaeger_remote")
+	if _, err := newTracing(discard{}, Config{ServiceName: "test", SampleRatio: 1}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+	goleak.VerifyNone(t)
 }
 
 // Message spans are named after the subject pattern a message came
