@@ -27,3 +27,19 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // parked reports whether a waiter sleeps on n.
 func parked(n *notifier) bool { return n.sleepers.Load() > 0 }
+
+// stillParked fails the test unless the waiter parked on n stays parked for
+// 50 ms: one that spins through its re-check (a wake-up condition that is
+// wrongly true) leaves the sleeper count at 0 for part of each turn, which
+// a sample taken in a tight loop sees.
+func stillParked(t *testing.T, n *notifier) {
+	t.Helper()
+	for end, i := time.Now().Add(50*time.Millisecond), 0; time.Now().Before(end); i++ {
+		if n.sleepers.Load() == 0 {
+			t.Fatalf("the waiter left its park (sample %d): it spins", i)
+		}
+		if i%1024 == 0 {
+			runtime.Gosched()
+		}
+	}
+}

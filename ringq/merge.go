@@ -14,7 +14,7 @@ type Merge[T any] struct {
 	note    *notifier // shared by every ring as its readers notifier
 	yield   int
 	debug   bool
-	next    int // round-robin start of the next pop; consumer-owned
+	next    int // round-robin start of the next pop: past the ring that gave last; consumer-owned
 	popping atomic.Uint32
 }
 
@@ -54,8 +54,9 @@ func (m *Merge[T]) Len() int {
 }
 
 // TryPopN moves up to len(dst) items into dst without blocking and returns how many; 0
-// when nothing is ready. Each call starts at the ring after the one the previous call
-// started at, so a busy ring cannot starve the others. Items from one ring keep their
+// when nothing is ready. Each call starts at the ring after the last one that gave the
+// previous call an item, so a busy ring cannot starve the others and an empty ring passes
+// its turn on instead of doubling the next one's share. Items from one ring keep their
 // order; items from different rings interleave. Consumer only.
 func (m *Merge[T]) TryPopN(dst []T) int {
 	if m.debug {
@@ -113,16 +114,15 @@ func (m *Merge[T]) popN(ctx context.Context, dst []T) (int, error) {
 func (m *Merge[T]) tryPopN(dst []T) (n int, done bool) {
 	k := len(m.rings)
 	i := m.next
-	m.next++
-	if m.next == k {
-		m.next = 0
-	}
 	closed := 0
 	for range k {
 		if n == len(dst) {
 			break
 		}
 		r := m.rings[i]
+		if i++; i == k {
+			i = 0
+		}
 		if m.debug {
 			r.enterConsumer()
 		}
@@ -130,12 +130,12 @@ func (m *Merge[T]) tryPopN(dst []T) (n int, done bool) {
 		if m.debug {
 			r.popping.Store(0)
 		}
+		if got > 0 {
+			m.next = i // the next call starts past the ring that gave last
+		}
 		n += got
 		if err != nil {
 			closed++
-		}
-		if i++; i == k {
-			i = 0
 		}
 	}
 	return n, closed == k
@@ -148,20 +148,18 @@ func (m *Merge[T]) tryPopN(dst []T) (n int, done bool) {
 func (m *Merge[T]) tryPop1(dst *T) bool {
 	k := len(m.rings)
 	i := m.next
-	m.next++
-	if m.next == k {
-		m.next = 0
-	}
 	for range k {
 		r := m.rings[i]
-		if h := r.phead; h != r.cachedTail || r.refreshTail(h) {
-			*dst = r.buf[h&r.mask]
-			r.take(h)
-			return true
-		}
 		if i++; i == k {
 			i = 0
 		}
+		if h := r.phead; h != r.cachedTail || r.refreshTail(h) {
+			*dst = r.buf[h&r.mask]
+			r.take(h)
+			m.next = i
+			return true
+		}
+		r.flush() // found empty: its read slots go back now (doc.go), not at its next item
 	}
 	return false
 }

@@ -589,6 +589,68 @@ func TestMergeFairness(t *testing.T) {
 	}
 }
 
+// An empty ring passes its turn on: with rings 0 and 1 full and ring 2
+// empty, one-item and batch pops share evenly between 0 and 1 (a turn that
+// only moved on by one ring per call gave ring 0 two thirds).
+func TestMergeEmptyRingPassesItsTurnOn(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		batch int
+		block bool // PopN (its one-item path, without the misuse checks) or TryPopN
+	}{{"TryPopN 1", 1, false}, {"TryPopN 4", 4, false}, {"PopN 1", 1, true}} {
+		m := NewMerge[int](3, 256, withoutChecks())
+		for p := range 2 {
+			for i := range 256 {
+				m.Ring(p).TryPush(p*1000 + i)
+			}
+		}
+		seen := [3]int{}
+		dst := make([]int, c.batch)
+		for range 90 {
+			n := 0
+			if c.block {
+				n, _ = m.PopN(context.Background(), dst)
+			} else {
+				n = m.TryPopN(dst)
+			}
+			for _, v := range dst[:n] {
+				seen[v/1000]++
+			}
+		}
+		if seen[0] != seen[1] || seen[0]+seen[1] != 90*c.batch {
+			t.Errorf("%s: popped %v from rings 0, 1, 2; want the same from 0 and 1", c.name, seen)
+		}
+	}
+}
+
+// A Merge's one-item pops hand back the slots they read of a ring they find
+// empty while other rings still have items: before, ring 0 kept its 3 read
+// items referenced, and counted in Len, for as long as ring 1 gave.
+func TestMergeOneItemPopsFlushAnEmptyRing(t *testing.T) {
+	m := NewMerge[*int](2, 64, withoutChecks())
+	for range 3 {
+		m.Ring(0).TryPush(new(int))
+	}
+	for range 40 {
+		m.Ring(1).TryPush(new(int))
+	}
+	one := make([]*int, 1)
+	for range 10 {
+		if n, err := m.PopN(context.Background(), one); n != 1 || err != nil {
+			t.Fatalf("PopN = %d, %v", n, err)
+		}
+	}
+	r := m.Ring(0)
+	if got := r.Len(); got != 0 {
+		t.Errorf("ring 0, empty for 4 pops, Len = %d, want 0", got)
+	}
+	for i, p := range r.buf {
+		if p != nil {
+			t.Errorf("ring 0 still references slot %d", i)
+		}
+	}
+}
+
 func TestMergeCloseAndCancel(t *testing.T) {
 	m := NewMerge[int](2, 4, WithSpin(0), WithYield(0))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -614,6 +676,7 @@ func TestMergeCloseAndCancel(t *testing.T) {
 		errs <- err
 	}()
 	waitFor(t, "the consumer parks with one ring closed", func() bool { return parked(m.note) && m.Len() == 0 })
+	stillParked(t, m.note)
 	m.Ring(1).Close()
 	if err := <-errs; !errors.Is(err, ErrClosed) {
 		t.Fatalf("PopN with every ring closed = %v, want ErrClosed", err)
