@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsink/jetsink/consumer/wire"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/ringq"
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -376,7 +378,7 @@ func TestRecheckLogsTheConsumerState(t *testing.T) {
 	if leave, replaced := c.recheck(ctx); leave || replaced {
 		t.Fatalf("same stream and consumer: leave %v, replaced %v", leave, replaced)
 	}
-	const msg = `msg="consumer state after missed heartbeats"`
+	const msg = `msg="consumer state"`
 	const state = "waiting_pulls=0 ack_pending=0 max_ack_pending=32768 pending=3 delivered_stream_seq=0 seen_stream_seq=0 ack_floor_stream_seq=0"
 	for line := range strings.Lines(buf.String()) {
 		if strings.Contains(line, msg) && strings.HasSuffix(strings.TrimSpace(line), state) {
@@ -384,4 +386,80 @@ func TestRecheckLogsTheConsumerState(t *testing.T) {
 		}
 	}
 	t.Fatalf("log:\n%s\nwant a line with %s ending in %s", buf.String(), msg, state)
+}
+
+// stopCC is a ConsumeContext whose Stop and Drain end the session at once.
+type stopCC struct {
+	jetstream.ConsumeContext
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (c *stopCC) Stop()  { c.once.Do(func() { close(c.closed) }) }
+func (c *stopCC) Drain() { c.Stop() }
+
+// A pull nothing answered (503, no responders: wire reports one a
+// heartbeat tick) has serve check the consumer at once, as missed
+// heartbeats do, without counting as missed heartbeats: here it is gone,
+// and the session ends for Run to re-create it.
+func TestNoRespondersChecksTheConsumer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	if err := c.enterStream(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	cc := &stopCC{closed: make(chan struct{})}
+	s := &session{cc: cc, closed: cc.closed, errs: make(chan error, 1), pushErr: make(chan error, 1),
+		ask: make(chan struct{}), verdict: make(chan error, 1), quit: make(chan struct{})}
+	s.errs <- fmt.Errorf("%w (%w)", nats.ErrNoResponders, wire.ErrNoResponders)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.serve(ctx, ctx, s)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil || !s.gone {
+			t.Fatalf("serve = %v, session gone %v; want nil, true", err, s.gone)
+		}
+	case <-time.After(10 * time.Second):
+		cc.Stop()
+		<-done
+		t.Fatal("serve did not check the consumer after a pull found no responders")
+	}
+	if n := c.Stats().HeartbeatsMissing; n != 0 {
+		t.Errorf("%d missed heartbeats counted, want none", n)
+	}
+}
+
+// The error a Sub reported just before it ended is logged, whichever of
+// the two serve sees first: Go's select picks among ready cases at random,
+// and the end alone said only that the subscription ended.
+func TestSessionEndLogsItsReason(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	c := newConsumer(t, ctx, testConfig(t, srv))
+	for i := range 20 {
+		var buf syncBuffer
+		c.log = testLogger(t, &buf)
+		closed := make(chan struct{})
+		close(closed)
+		s := &session{closed: closed, errs: make(chan error, 1), pushErr: make(chan error, 1),
+			ask: make(chan struct{}), verdict: make(chan error, 1), quit: make(chan struct{})}
+		s.errs <- fmt.Errorf("%w: %w", wire.ErrBadRequest, &wire.StatusError{Code: 400, Description: "Bad Request"})
+		if over, err := c.serve(ctx, ctx, s); over || err != nil {
+			t.Fatalf("serve = %v, %v; want false, nil", over, err)
+		}
+		if !strings.Contains(buf.String(), "pull request refused") {
+			t.Fatalf("run %d: the reason the subscription ended was not logged:\n%s", i, buf.String())
+		}
+	}
 }

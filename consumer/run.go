@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/consumer/wire"
@@ -550,17 +551,24 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 						"(a bug: please report it); a restart loses nothing, the events come back after ack_wait")
 				continue
 			}
-			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			switch {
+			case errors.Is(err, nats.ErrNoResponders):
+				// A pull nothing answered: no server holds the consumer
+				// now. The pulls go on (wire: one a heartbeat tick).
+				c.log.Warn("a pull found no server to answer it (a consumer leader election, or the consumer gone); checking the consumer", "err", err)
+			case errors.Is(err, jetstream.ErrNoHeartbeat):
+				// nats.go pulls again by itself; find out whether the
+				// consumer is still there (a restart that lost the store,
+				// a re-created stream or consumer answer pulls with
+				// silence).
+				c.stats.heartbeatsMissing.Add(1)
+				c.log.Warn("pull heartbeats missed; checking the consumer")
+				if wc := c.wc.Load(); s.wire && wc != nil {
+					c.probeWire(wc)
+				}
+			default:
 				c.log.Warn("pull subscription", "err", err)
 				continue
-			}
-			// nats.go pulls again by itself; find out whether the consumer
-			// is still there (a restart that lost the store, a re-created
-			// stream or consumer answer pulls with silence).
-			c.stats.heartbeatsMissing.Add(1)
-			c.log.Warn("pull heartbeats missed; checking the consumer")
-			if wc := c.wc.Load(); s.wire && wc != nil {
-				c.probeWire(wc)
 			}
 			leave, replaced := c.recheck(ctx)
 			switch {
@@ -583,7 +591,9 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			}
 		case <-s.closed:
 			// Ended by nats.go: consumer deleted, bad request, connection
-			// closed.
+			// closed. The reason, reported just before it ended, may still
+			// wait in errs: this case and that one were ready together.
+			s.logErrs(c.log)
 			if c.nc.IsClosed() {
 				return true, fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)
 			}
@@ -757,6 +767,19 @@ func (s *session) drain(hard context.Context) (over bool, err error) {
 	return s.awaitClosed(hard)
 }
 
+// logErrs logs, at Warn, the errors the session reported that nobody has
+// read.
+func (s *session) logErrs(log *slog.Logger) {
+	for {
+		select {
+		case err := <-s.errs:
+			log.Warn("pull subscription", "err", err)
+		default:
+			return
+		}
+	}
+}
+
 // awaitClosed waits for the session's delivery goroutine to return.
 func (s *session) awaitClosed(hard context.Context) (over bool, err error) {
 	select {
@@ -790,7 +813,7 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 		// did not arrive (delivered > seen), and both from max_ack_pending
 		// holding them back (ack_pending = max_ack_pending).
 		if ci := cons.CachedInfo(); ci != nil {
-			c.log.Warn("consumer state after missed heartbeats", "waiting_pulls", ci.NumWaiting,
+			c.log.Warn("consumer state", "waiting_pulls", ci.NumWaiting,
 				"ack_pending", ci.NumAckPending, "max_ack_pending", ci.Config.MaxAckPending,
 				"pending", ci.NumPending, "delivered_stream_seq", ci.Delivered.Stream,
 				"seen_stream_seq", c.seq.seenMax.Load(), "ack_floor_stream_seq", ci.AckFloor.Stream)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/consumer/wire"
@@ -151,7 +152,8 @@ func (c *Consumer) wireOptions() (wire.Options, error) {
 
 // consumeWire starts a wire pull subscription on the consumer: handle
 // takes its messages and onErr its errors, a missed heartbeat reported as
-// jetstream.ErrNoHeartbeat, as nats.go's Consume reports it. When the wire
+// jetstream.ErrNoHeartbeat and a pull nothing answered as
+// nats.ErrNoResponders, as nats.go's Consume reports them. When the wire
 // connection fails the Sub hands on what it holds and ends; Run then
 // subscribes again, on a new connection.
 func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(delivery), onErr func(error)) (jetstream.ConsumeContext, error) {
@@ -174,6 +176,8 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 		switch {
 		case errors.Is(err, wire.ErrNoHeartbeat):
 			err = fmt.Errorf("%w (%w)", jetstream.ErrNoHeartbeat, err)
+		case errors.Is(err, wire.ErrNoResponders):
+			err = fmt.Errorf("%w (%w)", nats.ErrNoResponders, err)
 		case errors.Is(err, wire.ErrConnectionClosed):
 			s.connLost.Store(true)
 			// The acks it had written and the server had not read are

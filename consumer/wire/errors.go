@@ -29,6 +29,11 @@ var (
 	// an interval, and reports the second quiet look). The Sub pulls again
 	// by itself; the caller decides whether the consumer is still there.
 	ErrNoHeartbeat = errors.New("wire: no heartbeat received")
+	// ErrNoResponders: a pull found nothing to answer it (status 503): no
+	// server holds the consumer now (a leader election, or the consumer is
+	// gone). The Sub pulls again at its next heartbeat tick; the caller
+	// decides whether the consumer is still there.
+	ErrNoResponders = errors.New("wire: no responders for the pull")
 	// ErrConsumerDeleted: the server says the consumer was deleted. It ends
 	// the Sub.
 	ErrConsumerDeleted = errors.New("wire: consumer deleted")

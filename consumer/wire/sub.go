@@ -127,6 +127,10 @@ type Sub struct {
 	// tooBig counts 409 "Message Size Exceeds MaxBytes" answers since the
 	// last message (reader goroutine only): see onStatus.
 	tooBig int
+	// repull: a pull was refused in a way a pull sent at once would be
+	// refused again as fast (see onStatus); the next one waits for the
+	// delivery goroutine's heartbeat tick (pmu).
+	repull bool
 
 	// openBytes is what the open pulls may still bring, with max_bytes on
 	// them (MaxBytes or a Budget): their max_bytes less the pullSize of
@@ -271,7 +275,7 @@ func (s *Sub) receive(m *Msg) {
 	if s.tooBig >= tooBigRun {
 		// The message the run was about came: cap the pulls again.
 		s.pmu.Lock()
-		s.uncapped = false
+		s.uncapped, s.repull = false, false
 		s.pmu.Unlock()
 	}
 	s.tooBig = 0
@@ -322,6 +326,7 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 	lower := strings.ToLower(descr)
 	notify := true
 	reset := false
+	later := false // pull again at the next tick, not now
 	switch {
 	case code == 100: // idle heartbeat (or flow control, not used by pulls)
 		return
@@ -352,10 +357,21 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 			s.pmu.Unlock()
 			err = fmt.Errorf("%w: the next message is larger than the pull's max_bytes (%d bytes: MaxBytes, or the Budget's room), %d pulls in a row got none: consuming is stuck until they are raised (nats.pull_max_bytes, nats.max_in_flight_bytes) or the message removed", se, sent, tooBigRun)
 		}
+		// Past the run (and the uncapped pull after it), a pull sent at
+		// once gets the same answer at once: that loop would keep this
+		// process and the server busy for nothing. One a tick finds out
+		// whether the message went or the limits were raised.
+		later = s.tooBig > tooBigRun
 	case code == 409 && strings.Contains(lower, "batch completed"):
 		notify = false
 	case code == 409 && strings.Contains(lower, "leadership change"):
 		reset = true // the new leader knows nothing of the requests
+	case code == 503:
+		// Nothing answered the pull (no_responders): it is gone, and one
+		// sent now would most likely be refused as fast. The caller
+		// hears at once, not after missed heartbeats.
+		err = fmt.Errorf("%w: %w", ErrNoResponders, se)
+		reset, later = true, true
 	}
 	left, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Messages")))
 	leftBytes, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Bytes")))
@@ -371,7 +387,9 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 			s.noPullOpen()
 		}
 	}
-	s.maybePull()
+	if s.repull = later; !later {
+		s.maybePull()
+	}
 	s.pmu.Unlock()
 	if notify {
 		s.note(err)
@@ -582,7 +600,9 @@ func (s *Sub) loop() error {
 			s.onErr(err)
 		case <-s.wake:
 			s.pmu.Lock()
-			s.maybePull()
+			if !s.repull { // else the tick pulls
+				s.maybePull()
+			}
 			s.pmu.Unlock()
 		case <-s.drained:
 			for {
@@ -597,6 +617,12 @@ func (s *Sub) loop() error {
 				}
 			}
 		case <-tick.C:
+			s.pmu.Lock()
+			if s.repull {
+				s.repull = false
+				s.maybePull()
+			}
+			s.pmu.Unlock()
 			// Silence is measured on this goroutine, as nats.go measures
 			// it around its handler: a slow handler is not silence.
 			if s.status.Swap(false) || handled != seen || len(s.ch) > 0 {
