@@ -338,6 +338,12 @@ func TestURLUserInfoConnect(t *testing.T) {
 		{"tok@", Options{User: "bob", Password: "x"}, connectInfo{Token: "tok"}},
 		{"alice:@", Options{}, connectInfo{User: "alice"}},
 		{"", Options{User: "bob", Password: "x"}, connectInfo{User: "bob", Pass: "x"}},
+		// Without a URL's: a user without a password is a user, as
+		// nats.go's UserInfo sends it (nats.user with no nats.password),
+		// not a token; a token is one only as Token.
+		{"", Options{User: "bob"}, connectInfo{User: "bob"}},
+		{"", Options{Token: "tok"}, connectInfo{Token: "tok"}},
+		{"alice:pw@", Options{Token: "tok"}, connectInfo{User: "alice", Pass: "pw"}},
 	} {
 		got := make(chan connectInfo, 1)
 		url := acceptOne(t, func(conn net.Conn) {

@@ -24,14 +24,17 @@ import (
 // usable default.
 type Options struct {
 	// URL of one server: nats://host[:port] or tls://host[:port], with an
-	// optional user:password@ (or token@), which replaces User, Password
-	// and NKeyFile, as in nats.go. The port defaults to 4222.
+	// optional user:password@ (or token@), which replaces User, Password,
+	// Token and NKeyFile, as in nats.go. The port defaults to 4222.
 	URL string
 	// Name is the connection name the server shows in its monitoring.
 	Name string
-	// User and Password authenticate with a user/password pair; a User
-	// without Password is sent as a token.
+	// User and Password authenticate with a user/password pair, the
+	// password perhaps empty (as nats.go's UserInfo).
 	User, Password string
+	// Token authenticates with a token (as nats.go's Token), unless User is
+	// set.
+	Token string
 	// NKeyFile is a file holding an NKey user seed: the server's nonce is
 	// signed with it.
 	NKeyFile string
@@ -68,8 +71,6 @@ type Options struct {
 	Dialer interface {
 		Dial(network, address string) (net.Conn, error)
 	}
-
-	pair bool // the URL's user information held a password, maybe empty
 }
 
 func (o *Options) withDefaults() error {
@@ -179,9 +180,12 @@ func Dial(ctx context.Context, o Options) (*Conn, error) {
 		// As nats.go's CONNECT: the URL's user information replaces the
 		// user, password and nkey of the options (a creds file still
 		// applies); user@ is a token, user:@ a user with an empty password.
-		o.User = u.User.Username()
-		o.Password, o.pair = u.User.Password()
-		o.NKeyFile = ""
+		o.User, o.Password, o.Token, o.NKeyFile = "", "", "", ""
+		if pass, pair := u.User.Password(); pair {
+			o.User, o.Password = u.User.Username(), pass
+		} else {
+			o.Token = u.User.Username()
+		}
 	}
 	var nc net.Conn
 	if o.Dialer != nil {
@@ -317,10 +321,10 @@ func handshake(ctx context.Context, nc net.Conn, o *Options, host string, wantTL
 // credentials fills in the CONNECT fields for the configured auth kind.
 func credentials(ci *connectInfo, o *Options, nonce string) error {
 	switch {
-	case o.User != "" && (o.Password != "" || o.pair):
-		ci.User, ci.Pass = o.User, o.Password
 	case o.User != "":
-		ci.Token = o.User
+		ci.User, ci.Pass = o.User, o.Password
+	case o.Token != "":
+		ci.Token = o.Token
 	}
 	var file, what string
 	switch {
@@ -450,11 +454,24 @@ func (c *Conn) Abort() {
 
 // Flush returns once the server has read everything written before it:
 // it sends a PING and waits for the PONG. Errors: ctx's, or one wrapping
-// ErrConnectionClosed.
+// ErrConnectionClosed. ctx bounds the wait for the connection too: a write
+// to a server that stopped reading holds it for up to
+// Options.WriteTimeout.
 func (c *Conn) Flush(ctx context.Context) error {
 	ch := make(chan struct{})
-	if err := c.ping(ch, nil); err != nil {
-		return err
+	// Queued by a goroutine, which a write under way ends (or its
+	// timeout, which closes the connection).
+	queued := make(chan error, 1)
+	go func() { queued <- c.ping(ch, nil) }()
+	select {
+	case err := <-queued:
+		if err != nil {
+			return err
+		}
+	case <-c.done:
+		return c.closedErr()
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	select {
 	case <-ch:

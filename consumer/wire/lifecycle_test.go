@@ -311,28 +311,72 @@ func TestConsumerDeletedEndsSub(t *testing.T) {
 	}
 }
 
-func TestNoHeartbeat(t *testing.T) {
+// A pull that nothing answers (a 503: no responders, as for a consumer
+// that does not exist, or during a leader election) is reported at once,
+// and the Sub pulls again at its heartbeat ticks, not at once (which would
+// be refused as fast, in a loop) and not only after missed heartbeats.
+func TestNoRespondersPullsAgainEachTick(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	srv := testenv.NATS(t)
 	js := srv.JetStream(t)
 	preload(t, ctx, js, "HB", 0, 1, jetstream.ConsumerConfig{AckWait: time.Minute})
 	c := dialTest(t, ctx, srv.URL())
 	rec := newErrRecorder()
-	// Pulls to a consumer that does not exist get a 503 (no responders)
-	// and then silence.
-	_, msgs := consumeInto(t, c, PullOptions{Stream: "HB", Consumer: "MISSING", Expires: 2 * time.Second, Heartbeat: 300 * time.Millisecond}, rec)
+	const tick = 300 * time.Millisecond
+	_, msgs := consumeInto(t, c, PullOptions{Stream: "HB", Consumer: "MISSING", Expires: 2 * time.Second, Heartbeat: tick}, rec)
+	rec.wait(t, 5*time.Second, func(err error) bool { return errors.Is(err, ErrNoResponders) })
 	start := time.Now()
-	rec.wait(t, 5*time.Second, func(err error) bool { return errors.Is(err, ErrNoHeartbeat) })
-	if d := time.Since(start); d < 500*time.Millisecond {
-		t.Errorf("ErrNoHeartbeat after %v, before two heartbeat intervals", d)
+	var again, other int
+	for time.Since(start) < 7*tick {
+		select {
+		case err := <-rec.ch:
+			if errors.Is(err, ErrNoResponders) {
+				again++
+			} else {
+				other++
+				t.Logf("onErr: %v", err)
+			}
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	// The Sub goes on pulling: once the consumer is there, it delivers.
+	if again < 3 || again > 9 || other != 0 {
+		t.Errorf("in %v: %d more pulls refused (want one a tick, about 7), %d other errors (want none: not missed heartbeats)", 7*tick, again, other)
+	}
+	// Once the consumer is there, the next tick's pull delivers.
 	if _, err := js.CreateConsumer(ctx, "HB", jetstream.ConsumerConfig{Durable: "MISSING", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
 	publish(t, ctx, js, "HB", 1, 1, 1)
 	if err := nextMsg(t, msgs, 10*time.Second).Ack(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A pull the server keeps open and never answers, not even with
+// heartbeats, is reported after two quiet heartbeat intervals, and the Sub
+// asks afresh.
+func TestNoHeartbeat(t *testing.T) {
+	pulls := make(chan string, 16)
+	url := pullServer(t, func(_ io.Writer, _, _ string, _ int, body string) { pulls <- body })
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	rec := newErrRecorder()
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: 300 * time.Millisecond},
+		func(m *Msg) { _ = m.Ack() }, rec.onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	<-pulls
+	start := time.Now()
+	rec.wait(t, 5*time.Second, func(err error) bool { return errors.Is(err, ErrNoHeartbeat) })
+	if d := time.Since(start); d < 500*time.Millisecond {
+		t.Errorf("ErrNoHeartbeat after %v, before two heartbeat intervals", d)
+	}
+	select {
+	case <-pulls:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no pull after the missed heartbeats")
 	}
 }
 
@@ -589,13 +633,17 @@ func TestLeadershipChangeKeepsArrivedMessagesCounted(t *testing.T) {
 // 409 "Message Size Exceeds MaxBytes" ends a pull whose bytes ran out:
 // routine after messages, but in a run with none between, the next message
 // cannot be pulled at all. The Sub says so once per run, and not for the
-// routine case.
+// routine case; past the run it pulls again once a heartbeat tick, not at
+// once (the server refuses at once: a busy loop on both sides).
 func TestMessageLargerThanMaxBytesReported(t *testing.T) {
+	const tick = 300 * time.Millisecond
 	for _, between := range []bool{false, true} {
 		t.Run(fmt.Sprintf("messages between: %v", between), func(t *testing.T) {
 			const answers = 2*tooBigRun + 1
 			lastPull := make(chan struct{}) // the pull after the last answer: all answers read
+			var at []time.Time              // when each pull came; read after lastPull
 			url := pullServer(t, func(w io.Writer, inbox, sid string, n int, _ string) {
+				at = append(at, time.Now())
 				if n > answers {
 					if n == answers+1 {
 						close(lastPull)
@@ -610,7 +658,7 @@ func TestMessageLargerThanMaxBytesReported(t *testing.T) {
 			ctx := testCtx(t, 30*time.Second)
 			c := dialTest(t, ctx, url)
 			errs := make(chan error, 16)
-			sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, MaxBytes: 2 << 20, Expires: 30 * time.Second, Heartbeat: 10 * time.Second},
+			sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, MaxBytes: 2 << 20, Expires: 30 * time.Second, Heartbeat: tick},
 				func(m *Msg) { _ = m.Ack() }, func(err error) { errs <- err })
 			if err != nil {
 				t.Fatal(err)
@@ -620,6 +668,15 @@ func TestMessageLargerThanMaxBytesReported(t *testing.T) {
 			case <-lastPull:
 			case <-ctx.Done():
 				t.Fatal("the Sub did not pull after every answer")
+			}
+			for n := 2; n <= len(at); n++ {
+				// Pull n follows answer n-1. Past the run (tooBigRun
+				// answers, which the pull after it, uncapped under a
+				// Budget, follows at once), a tick later.
+				paced := !between && n-1 > tooBigRun
+				if gap := at[n-1].Sub(at[n-2]); paced != (gap >= tick/2) {
+					t.Errorf("pull %d came %v after pull %d; paced by the tick (%v): want %v", n, gap, n-1, tick, paced)
+				}
 			}
 			if between {
 				select {
@@ -741,5 +798,33 @@ func TestPullsCappedAgainAfterTheLargeMessage(t *testing.T) {
 		if one := strings.HasPrefix(b, `{"batch":1,`); one != (n == tooBigRun+1) {
 			t.Fatalf("pull %d: %q; a batch of 1: want %v", n, b, n == tooBigRun+1)
 		}
+	}
+}
+
+// Flush gives up when its ctx ends while a write holds the connection (a
+// server that stopped reading keeps a write going for up to WriteTimeout),
+// instead of waiting for the write first.
+func TestFlushHonoursItsContextWhileAWriteHoldsTheConnection(t *testing.T) {
+	url := pullServer(t, func(io.Writer, string, string, int, string) {})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock() // as the flusher holds it through a stuck write
+	unlock := time.AfterFunc(3*time.Second, c.mu.Unlock)
+	fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := c.Flush(fctx)
+	took := time.Since(start)
+	if unlock.Stop() {
+		c.mu.Unlock()
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || took > 2*time.Second {
+		t.Fatalf("Flush = %v after %v, want its context's deadline at once", err, took)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatalf("Flush once the write is over: %v", err)
 	}
 }
