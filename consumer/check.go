@@ -120,7 +120,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	default:
 		info := stream.CachedInfo()
 		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
-			problems = append(problems, Problem{Message: err.Error()})
+			problems = append(problems, Problem{Config: true, Message: err.Error()}) // New refuses it: ErrInvalidConfig
 		}
 		if f := cfg.FilterSubject; f != "" && len(info.Config.Subjects) > 0 &&
 			!slices.ContainsFunc(info.Config.Subjects, func(s string) bool { return pipeline.SubjectsOverlap(s, f) }) {

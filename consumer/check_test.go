@@ -292,6 +292,17 @@ func TestCheckPullBytesAndFilter(t *testing.T) {
 	if got := errorsOf(c); !strings.Contains(got, "nats.max_in_flight_bytes (1048576) is below the server's max_payload") {
 		t.Errorf("max_in_flight_bytes 1 MiB: errors %q", got)
 	}
+	// A dead-letter subject the stream captures: run refuses it as a bad
+	// configuration, so check says it is one (its exit status 2).
+	c = cfg
+	c.DeadLetterSubject = "chk.b.dlq"
+	ps, err := Check(ctx, c, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(ps, func(p Problem) bool { return strings.Contains(p.Message, "dead letters would be consumed again") }); i < 0 || !ps[i].Config || ps[i].Warning {
+		t.Errorf("dead-letter subject in the stream: problems %+v, want a configuration error", ps)
+	}
 }
 
 // The log names the server jetsink connected to, never the credentials in
