@@ -81,6 +81,15 @@ type Consumer struct {
 	epochs        pipeline.Epochs
 	streamCreated time.Time
 
+	// resumeFloor is where Run makes again a consumer that went away while
+	// it ran: past the ack floor (a stream sequence) the server last
+	// reported for it on the stream created at resumeStream (noteFloor),
+	// so that a deleted durable does not deliver the whole stream again.
+	// serve asks for the floor every floorEvery. Run's goroutine only.
+	resumeFloor  atomic.Uint64 // atomic for the tests' sake
+	resumeStream time.Time
+	floorEvery   time.Duration
+
 	// dlBreaker fails dead letters fast while the dead-letter stream does
 	// not answer; dlRecreated is when DeadLetter last re-created that
 	// stream (Unix ns; see publishDeadLetter); dlHeldLog bounds the log
@@ -201,7 +210,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	}
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
 	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
-		recheckRefused: refusedRecheck}
+		recheckRefused: refusedRecheck, floorEvery: floorEvery}
 
 	opts, err := c.natsOptions()
 	if err != nil {

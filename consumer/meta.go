@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -101,12 +102,57 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		p := strandedProblem(v)
 		c.log.Error(p.Message, "fix", p.Fix)
 	}
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, c.consumerConfig(meta, prev))
+	cc := c.consumerConfig(meta, prev)
+	resumed := false
+	if prev == nil {
+		if resumed, err = c.resumeAfterFloor(ctx, &cc); err != nil {
+			return err
+		}
+	}
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, cc)
 	if err != nil {
 		return fmt.Errorf("create or update consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
 	}
+	if resumed {
+		// A stream that replaced that one between the look and now would
+		// never deliver its events below the start: look again.
+		if created, err := c.streamCreatedAt(ctx); err != nil || !created.Equal(c.resumeStream) {
+			if derr := c.js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); derr != nil {
+				c.log.Error("could not delete the consumer made past the old stream's ack floor; delete it (nats consumer rm) so that jetsink makes it from the start",
+					"start_seq", cc.OptStartSeq, "err", derr)
+			}
+			return fmt.Errorf("consumer %s made past the ack floor of stream %s, which was replaced meanwhile or could not be looked at: deleted, to be made again: %w",
+				cfg.Consumer, cfg.Stream, cmp.Or(err, errStreamChanged))
+		}
+	}
 	c.cons.Store(&consumerHandle{cons})
 	return nil
+}
+
+// resumeAfterFloor has cc, a consumer to make again on a stream a session
+// of this process consumed, start past the ack floor last known for it
+// (noteFloor) rather than at the start of the stream, as a new durable
+// would: in at-least-once mode that stored every event the stream still
+// held again. Not when the stream was replaced since, nor when nothing is
+// known (the first start, a restart after the consumer went).
+// It reports whether it did; an error when it could not look at the
+// stream.
+func (c *Consumer) resumeAfterFloor(ctx context.Context, cc *jetstream.ConsumerConfig) (bool, error) {
+	floor := c.resumeFloor.Load()
+	if floor == 0 {
+		return false, nil
+	}
+	created, err := c.streamCreatedAt(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !created.Equal(c.resumeStream) {
+		return false, nil
+	}
+	cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
+	c.log.Warn("consumer gone; making it again past its last known ack floor, not from the start of the stream",
+		"start_seq", cc.OptStartSeq, "hint", "to consume the stream from its start again, stop jetsink before deleting the consumer")
+	return true, nil
 }
 
 // updateMeta rewrites the consumer's metadata: as the server has it, with

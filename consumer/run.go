@@ -53,7 +53,9 @@ type Output interface {
 // that the stream and consumer still exist; when they are gone, or the
 // subscription ends by itself (consumer deleted), Run re-creates them (the
 // stream only with nats.create_stream) and subscribes again, with capped
-// backoff, logging each step.
+// backoff, logging each step. A consumer made again on the stream it was
+// on starts past the ack floor serve last had from the server (every
+// floorEvery), not at the start of the stream (resumeAfterFloor).
 //
 // When ctx (intake) ends, Run stops pulling, drains the subscription so
 // messages already delivered to this client are still pushed, and returns
@@ -431,8 +433,12 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 // otherwise Run subscribes again.
 func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err error) {
 	defer s.stopAnswering()
+	floorTick := time.NewTicker(c.floorEvery)
+	defer floorTick.Stop()
 	for {
 		select {
+		case <-floorTick.C:
+			c.refreshFloor(ctx)
 		case <-ctx.Done():
 			// Intake over: stop pulling, push what this client holds,
 			// verifying the stream still where push asks (bounded by hard).
@@ -824,6 +830,7 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 			c.log.Warn("stream re-created, and the consumer on it")
 			return true, true
 		}
+		c.noteFloor(cons.CachedInfo())
 		return false, false
 	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 		c.log.Warn("consumer gone; re-creating it", "err", err)
@@ -832,6 +839,38 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 	default:
 		c.log.Warn("consumer check failed", "err", err)
 		return false, false
+	}
+}
+
+// floorEvery is how often serve asks the server for the consumer's ack
+// floor (noteFloor): at most that much of what was acked is delivered
+// again should the consumer go away.
+const floorEvery = 10 * time.Second
+
+// refreshFloor asks the server for the consumer's ack floor (noteFloor),
+// unless NATS is away; a failure is left to the next tick.
+func (c *Consumer) refreshFloor(ctx context.Context) {
+	if !c.nc.IsConnected() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if ci, err := c.cons.Load().Info(ctx); err == nil {
+		c.noteFloor(ci)
+	}
+}
+
+// noteFloor keeps ci's ack floor as where a consumer Run makes again
+// starts, for the stream of the current session. (Should ci be of a
+// consumer on a stream that replaced it meanwhile, the floor is kept for
+// a stream that is gone, and never used.) Run's goroutine.
+func (c *Consumer) noteFloor(ci *jetstream.ConsumerInfo) {
+	if ci == nil || c.streamCreated.IsZero() {
+		return
+	}
+	if !c.resumeStream.Equal(c.streamCreated) || ci.AckFloor.Stream > c.resumeFloor.Load() {
+		c.resumeFloor.Store(ci.AckFloor.Stream)
+		c.resumeStream = c.streamCreated
 	}
 }
 

@@ -311,6 +311,89 @@ func TestRunRecreatesDeletedConsumer(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// A consumer deleted while Run runs is made again past the ack floor serve
+// last asked the server for, not from the start of the stream: in
+// at-least-once mode a new durable from the start stored every event the
+// stream held again.
+func TestRecreatedConsumerResumesPastItsAckFloor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	var log syncBuffer
+	c, err := New(ctx, cfg, testLogger(t, &log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c.floorEvery = 50 * time.Millisecond
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 10, 2, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	for range 10 {
+		if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "serve to learn the ack floor", func() bool { return c.resumeFloor.Load() == 10 })
+	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 10, 2, 10)
+	for range 10 {
+		g := r.next(t, ctx)
+		if i := bodyIndex(t, &g.ev); i < 10 {
+			t.Fatalf("event %d, acked before the consumer was deleted, delivered again", i)
+		}
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(log.String(), "start_seq=11") {
+		t.Errorf("the log does not say where the consumer was made again:\n%s", log.String())
+	}
+	r.stopClean(t, ctx)
+}
+
+// Only on the stream the floor was learnt on: a consumer made again on a
+// stream that replaced it starts at the beginning of the stream (its
+// sequences are others).
+func TestRecreatedConsumerStartsAtTheStartOfAnotherStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	if err := c.enterStream(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, same := range []bool{true, false} {
+		c.resumeFloor.Store(5)
+		c.resumeStream = c.streamCreated
+		if !same {
+			c.resumeStream = c.streamCreated.Add(-time.Hour)
+		}
+		if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ensureConsumer(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := cons.CachedInfo().Config
+		if same && (got.DeliverPolicy != jetstream.DeliverByStartSequencePolicy || got.OptStartSeq != 6) {
+			t.Errorf("same stream: deliver policy %v from %d, want from sequence 6", got.DeliverPolicy, got.OptStartSeq)
+		}
+		if !same && got.DeliverPolicy != jetstream.DeliverAllPolicy {
+			t.Errorf("another stream: deliver policy %v from %d, want all", got.DeliverPolicy, got.OptStartSeq)
+		}
+	}
+}
+
 // The consumer is deleted and someone creates one of the same name that
 // jetsink cannot update (another ack policy). Run must not consume from it
 // as if its own were back: it retries, saying why, and pushes nothing.
