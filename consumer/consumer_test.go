@@ -144,7 +144,7 @@ func TestNewTakesTheOwnersDurable(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := newConsumer(t, ctx, cfg)
-			if err := c.markReplaced(time.Unix(1, 0), true); err != nil {
+			if err := c.markReplaced(ctx, time.Unix(1, 0), true); err != nil {
 				t.Fatalf("update of the owner's durable: %v", err)
 			}
 			cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)

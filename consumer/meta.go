@@ -156,9 +156,10 @@ func (c *Consumer) resumeAfterFloor(ctx context.Context, cc *jetstream.ConsumerC
 }
 
 // updateMeta rewrites the consumer's metadata: as the server has it, with
-// change applied, so that keys others set stay. metaMu held.
-func (c *Consumer) updateMeta(change func(map[string]string)) error {
-	ctx, cancel := context.WithTimeout(context.Background(), metaTimeout)
+// change applied, so that keys others set stay, within ctx and metaTimeout.
+// metaMu held.
+func (c *Consumer) updateMeta(ctx context.Context, change func(map[string]string)) error {
+	ctx, cancel := context.WithTimeout(ctx, metaTimeout)
 	defer cancel()
 	meta, prev, err := c.currentMeta(ctx)
 	if err != nil {

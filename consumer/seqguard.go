@@ -175,7 +175,7 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 		return err
 	}
 	if marked {
-		if err := c.markReplaced(info.Created, false); err != nil {
+		if err := c.markReplaced(ctx, info.Created, false); err != nil {
 			c.log.Error("could not update the consumer's metadata", "key", replacedKey, "set", false, "err", err)
 		}
 	}
@@ -227,10 +227,10 @@ func (c *Consumer) markedReplaced(ctx context.Context, created time.Time) (bool,
 func replacedMark(created time.Time) string { return created.UTC().Format(time.RFC3339Nano) }
 
 // markReplaced sets (on) or clears the consumer's replacedKey.
-func (c *Consumer) markReplaced(created time.Time, on bool) error {
+func (c *Consumer) markReplaced(ctx context.Context, created time.Time, on bool) error {
 	c.metaMu.Lock()
 	defer c.metaMu.Unlock()
-	return c.updateMeta(func(meta map[string]string) {
+	return c.updateMeta(ctx, func(meta map[string]string) {
 		if on {
 			meta[replacedKey] = replacedMark(created)
 		} else {
@@ -248,7 +248,7 @@ func (c *Consumer) markReplaced(created time.Time, on bool) error {
 // refilled past the stored rows, for one never consumed. A failure is
 // logged; the next check (refusedRecheck) tries again.
 func (c *Consumer) markRefused(ctx context.Context, created time.Time) {
-	err := c.markReplaced(created, true)
+	err := c.markReplaced(ctx, created, true)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		// Made with the mark: no moment without it for a crash or
 		// another instance to meet.
