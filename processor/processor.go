@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/bits"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -97,13 +99,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		// refused) still leaves the next in time: see sink's heartbeat.
 		sinkCfg.InProgressEvery = cfg.NATS.AckWait / 3
 	}
-	// While the database stalls, the sink takes in what the rings and the
-	// pull buffer hold, so that InProgress reaches every in-flight message.
-	// It can hold as many rows as JetStream lets this consumer have unacked.
-	sinkCfg.HoldRows = 2*workers*cfg.Pipeline.RingSize + cfg.NATS.PullMaxMessages
-	if cfg.NATS.MaxAckPending > sinkCfg.HoldRows {
-		sinkCfg.HoldRows = cfg.NATS.MaxAckPending
-	}
+	sinkCfg.HoldRows = holdRows(&cfg, workers)
 	p.sink, err = sink.New(ctx, sinkCfg, mapper.Columns(), dl, log)
 	if err != nil {
 		p.Close()
@@ -412,4 +408,19 @@ func newHandoff(cfg pipeline.Config) (pipeline.Handoff, consumer.Output) {
 		return h, rh.In
 	}
 	return h, h
+}
+
+// holdRows is how many rows the sink may take in while the database
+// stalls, so that InProgress reaches every in-flight message: what the
+// rings and the pull buffer hold, or as many as JetStream lets this
+// consumer have unacked, if more. With nats.max_ack_pending -1 (no limit)
+// that is no limit either: what is in flight is then bounded by
+// nats.max_in_flight_bytes alone, if at all, and rows left in the rings
+// would be delivered again after ack_wait.
+func holdRows(cfg *config.Config, workers int) int {
+	if cfg.NATS.MaxAckPending < 0 {
+		return math.MaxInt
+	}
+	ring := 1 << bits.Len(uint(max(cfg.Pipeline.RingSize, 1)-1)) // ringq rounds up to a power of two
+	return max(2*workers*ring+cfg.NATS.PullMaxMessages, cfg.NATS.MaxAckPending)
 }

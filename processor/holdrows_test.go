@@ -1,0 +1,32 @@
+package processor
+
+import (
+	"math"
+	"testing"
+
+	"github.com/jetsink/jetsink/config"
+)
+
+// The sink may take in, while the database stalls, every row the stages
+// before it can hold (rings rounded up as ringq rounds them), or as many
+// as JetStream lets the consumer have unacked; with max_ack_pending -1 (no
+// limit) that is no limit, or rows left in the rings would get no
+// InProgress and come again after ack_wait.
+func TestHoldRowsCoverWhatIsInFlight(t *testing.T) {
+	cfg := config.Default()
+	cfg.Pipeline.RingSize = 1000 // 1,024 slots
+	cfg.NATS.PullMaxMessages = 500
+	for _, c := range []struct {
+		maxAckPending, want int
+	}{
+		{0, 2*2*1024 + 500},
+		{3000, 2*2*1024 + 500},
+		{50_000, 50_000},
+		{-1, math.MaxInt},
+	} {
+		cfg.NATS.MaxAckPending = c.maxAckPending
+		if got := holdRows(&cfg, 2); got != c.want {
+			t.Errorf("max_ack_pending %d: HoldRows %d, want %d", c.maxAckPending, got, c.want)
+		}
+	}
+}
