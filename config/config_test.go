@@ -229,6 +229,26 @@ func TestNullKeepsTheDefault(t *testing.T) {
 	}
 }
 
+// A fraction for a whole-number key is refused, not truncated (YAML
+// decodes 2.5 into an int as 2), from a file, a variable or --set alike.
+func TestFractionForAWholeNumberRefused(t *testing.T) {
+	for _, c := range []struct {
+		file     string
+		env, set []string
+	}{
+		{"postgres:\n  connections: 2.5\n", nil, nil},
+		{"", []string{"JETSINK_POSTGRES_CONNECTIONS=2.5"}, nil},
+		{"", nil, []string{"nats.max_deliver=1e1"}},
+		{"", nil, []string{"postgres.batch.max_rows=8.0"}},
+	} {
+		cfg, err := Parse([]byte(c.file), c.env, c.set)
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "is not a whole number") {
+			t.Errorf("%q %v %v: connections %d, max_deliver %d, err %v; want \"is not a whole number\"",
+				c.file, c.env, c.set, cfg.Postgres.Connections, cfg.NATS.MaxDeliver, err)
+		}
+	}
+}
+
 func TestParseErrorsNameTheKey(t *testing.T) {
 	cases := []struct {
 		name      string

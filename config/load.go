@@ -862,6 +862,10 @@ func (sc *schema) scalar(path string, k Key, kn, raw *yaml.Node) (*yaml.Node, er
 		val.Value, val.Tag, val.Style = strconv.FormatUint(n, 10), "!!int", 0
 		return val, nil
 	}
+	if (k.Kind == reflect.Int || k.Kind == reflect.Int64) && val.ShortTag() == "!!float" {
+		// YAML would truncate 2.5 (or 1e3, 8.0) into the number.
+		return nil, fmt.Errorf("%w: %s%s: %q is not a whole number", ErrInvalidConfig, at, path, val.Value)
+	}
 	if w, ok := scalarWants[k.Kind]; ok {
 		if err := val.Decode(reflect.New(w.typ).Interface()); err != nil {
 			return nil, fmt.Errorf("%w: %s%s: %q is not %s", ErrInvalidConfig, at, path, val.Value, w.want)
