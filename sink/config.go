@@ -158,8 +158,16 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.URL == "" {
 		errs = append(errs, fmt.Errorf("%w: postgres.url is empty; set it or JETSINK_DATABASE_URL", ErrInvalidConfig))
-	} else if _, err := pgconn.ParseConfig(c.URL); err != nil {
+	} else if pc, err := pgconn.ParseConfig(c.URL); err != nil {
 		errs = append(errs, urlError(c.URL, err))
+	} else {
+		for k := range pc.RuntimeParams {
+			// pgx sends a parameter it does not know to the server, which
+			// refuses pgxpool's (42704) at every connect.
+			if strings.HasPrefix(k, "pool_") {
+				errs = append(errs, fmt.Errorf("%w: postgres.url sets %s, a pgxpool setting that PostgreSQL refuses as an unknown parameter; remove it (postgres.connections sets jetsink's connections)", ErrInvalidConfig, k))
+			}
+		}
 	}
 	if _, err := ParseTable(c.Table); err != nil {
 		errs = append(errs, err)

@@ -33,6 +33,8 @@ func TestValidate(t *testing.T) {
 		{"defaults", func(*Config) {}, ""},
 		{"empty url", func(c *Config) { c.URL = "" }, "postgres.url"},
 		{"bad url", func(c *Config) { c.URL = "postgres://u:s3cret@host:notaport/db" }, "postgres.url"},
+		{"pgxpool setting in the url", func(c *Config) { c.URL = "postgres://u:s3cret@host/db?pool_max_conns=4" }, "pool_max_conns"},
+		{"server setting in the url", func(c *Config) { c.URL = "postgres://u:s3cret@host/db?search_path=app" }, ""},
 		{"empty table", func(c *Config) { c.Table = "" }, "postgres.table"},
 		{"empty schema", func(c *Config) { c.Table = ".events" }, "postgres.table"},
 		{"three parts", func(c *Config) { c.Table = "a.b.c" }, "postgres.table"},
