@@ -53,6 +53,16 @@ func TestCLIBadConfigNamesTheKey(t *testing.T) {
 	if code != 2 || !strings.Contains(out, "max_rows") {
 		t.Fatalf("exit %d, want 2 naming max_rows:\n%s", code, out)
 	}
+	// Tracing settings run refuses with exit 2 (read from OTEL_* when it
+	// sets tracing up), check refuses too, before it connects anywhere.
+	for _, env := range [][]string{
+		{"JETSINK_TELEMETRY_OTLP_ENDPOINT=http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_HEADERS=garbage"},
+		{"JETSINK_TELEMETRY_OTLP_ENDPOINT=http://127.0.0.1:4318", "OTEL_TRACES_SAMPLER=jaeger_remote"},
+	} {
+		if out, code = jetsinkCmd(t, env, "check"); code != 2 || !strings.Contains(out, "OTEL_") {
+			t.Errorf("%v: exit %d, want 2 naming the variable:\n%s", env, code, out)
+		}
+	}
 	out, code = jetsinkCmd(t, nil, "run", "--set", "postgres.tabel=x")
 	if code != 2 || !strings.Contains(out, "postgres.tabel") {
 		t.Fatalf("exit %d, want 2 naming postgres.tabel:\n%s", code, out)

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/telemetry"
 )
 
 // errCheckFailed is returned when check found problems that would stop run.
@@ -21,7 +25,8 @@ func newCheckCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Validate the config, reach NATS and PostgreSQL, compare the mapping with the table",
-		Long: `Validate the configuration, connect to NATS and PostgreSQL, and report what
+		Long: `Validate the configuration (with the OTEL_* tracing variables), connect to
+NATS and PostgreSQL, and report what
 'jetsink run' would find: the stream, the durable consumer, a stream for the
 dead-letter subject, the table, and each mapped column's type against the
 table's; in exactly-once mode also a stream whose sequence restarted below
@@ -35,9 +40,14 @@ checks under way and exits 1; a second one exits at once.`,
 			if err != nil {
 				return err
 			}
+			log := newLogger(cfg, os.Stderr)
+			// Tracing as run sets it up, with the OTEL_* variables: run
+			// refuses a bad one (exit 2). It exports nothing here.
+			if err := checkTracing(cmd.Context(), cfg, log); err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintln(out, "config: ok")
-			log := newLogger(cfg, os.Stderr)
 			// The first signal ends the checks under way (a query on a
 			// locked table waits for the lock).
 			ctx, stop := cancelOnSignal(cmd, "stopping check")
@@ -119,4 +129,20 @@ checks under way and exits 1; a second one exits at once.`,
 	}
 	cf.register(cmd.Flags())
 	return cmd
+}
+
+// checkTracing builds and shuts down the tracer provider run would build
+// (telemetry.NewTracing reads the OTEL_* variables too), exporting
+// nothing: what it refuses, run refuses.
+func checkTracing(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	tc := cfg.Telemetry
+	tr, err := telemetry.NewTracing(ctx, telemetry.Config{ServiceName: tc.ServiceName, OTLPEndpoint: tc.OTLPEndpoint,
+		SampleRatio: tc.SampleRatio, MaxLinks: cfg.Postgres.Batch.MaxRows, Log: log})
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = tr.Shutdown(sctx) // nothing was traced: nothing to lose
+	return nil
 }
