@@ -26,11 +26,11 @@ func newCheckCmd() *cobra.Command {
 		Use:   "check",
 		Short: "Validate the config, reach NATS and PostgreSQL, compare the mapping with the table",
 		Long: `Validate the configuration (with the OTEL_* tracing variables), connect to
-NATS and PostgreSQL, and report what
-'jetsink run' would find: the stream, the durable consumer, a stream for the
-dead-letter subject, the table, and each mapped column's type against the
-table's; in exactly-once mode also a stream whose sequence restarted below
-the table's rows (deleted and re-created). It creates and changes nothing.
+NATS and PostgreSQL, and report what 'jetsink run' would find: the stream,
+the durable consumer, a stream for the dead-letter subject, the table, and
+each mapped column's type against the table's; in exactly-once mode also a
+stream whose sequence restarted below the table's rows (deleted and
+re-created). It creates and changes nothing.
 Exit status 0 when run would work (warnings allowed), 1 when something must
 be fixed first, 2 for a bad config. Ctrl-C (SIGINT or SIGTERM) stops the
 checks under way and exits 1; a second one exits at once.`,
