@@ -888,3 +888,28 @@ func TestRunOrder(t *testing.T) {
 		}
 	}
 }
+
+// The engines get neither JETSINK_* nor OTEL_* variables from the bench's
+// environment (an OTLP endpoint left in the shell would have jetsink trace
+// every event and the baseline none); what the bench passes gets through.
+func TestChildEnvironment(t *testing.T) {
+	t.Setenv("JETSINK_POSTGRES_TABLE", "other")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("JSTEST_KEPT", "yes")
+	c, err := startChild("env", []string{"OTEL_SERVICE_NAME=given"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-c.done
+	out := c.out.String()
+	for _, v := range []string{"JETSINK_POSTGRES_TABLE=", "OTEL_EXPORTER_OTLP_ENDPOINT="} {
+		if strings.Contains(out, v) {
+			t.Errorf("the child's environment has %s...", v)
+		}
+	}
+	for _, v := range []string{"JSTEST_KEPT=yes", "OTEL_SERVICE_NAME=given"} {
+		if !strings.Contains(out, v) {
+			t.Errorf("the child's environment lacks %s", v)
+		}
+	}
+}

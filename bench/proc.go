@@ -28,12 +28,15 @@ type Usage struct {
 	PeakRSS int64         // bytes: VmHWM of the child's own address space
 }
 
-// startChild starts exe args with the JETSINK_* variables removed from the
-// environment (the generated config is the whole truth).
+// startChild starts exe args with the JETSINK_* and OTEL_* variables
+// removed from the environment (the generated config is the whole truth):
+// an OTEL_EXPORTER_OTLP_ENDPOINT left in the shell would have jetsink
+// trace every event, and the baseline nothing. A run traces with
+// --set (or --matrix) telemetry.otlp_endpoint=...
 func startChild(exe string, env []string, args ...string) (*child, error) {
 	cmd := exec.Command(exe, args...)
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "JETSINK_") {
+		if !strings.HasPrefix(kv, "JETSINK_") && !strings.HasPrefix(kv, "OTEL_") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}

@@ -65,7 +65,9 @@ once per value (e.g. --matrix pipeline.pin=none,thread,cpu; env:NAME sets an
 environment variable instead, e.g. --matrix env:GOGC=100,200); --set overrides
 apply to jetsink only, so neither takes the keys the bench sets itself:
 nats.url and postgres.url (use --nats-url and --database-url), and the
-stream, subjects, consumer, dead-letter subject and table (its own per run).`,
+stream, subjects, consumer, dead-letter subject and table (its own per run).
+The engines get no JETSINK_* or OTEL_* variable from the bench's
+environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 		Example: `  jetsink bench --scenario drain --events 1000000 --compare baseline --count 3
   jetsink bench --scenario rate --rate 20000 --duration 60s --html report.html
   jetsink bench --scenario rate --rate 20000 --duration 90s --lock-at 15s --lock-for 60s
