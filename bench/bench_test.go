@@ -778,6 +778,17 @@ func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
 	if f.timeline != nil {
 		t.Errorf("timeline %+v without a window", f.timeline)
 	}
+	// With acks watched (a rate run), the latency to the commit covers
+	// every row the latency does, whether its ack was seen or not.
+	acks := &ackTimes{at: make([]int64, 9)}
+	acks.at[0], acks.at[1] = time.Now().Add(time.Second).UnixNano(), time.Now().Add(time.Second).UnixNano()
+	f, err = measureTable(ctx, b.db, tg.table, false, 0, acks, time.Time{}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.acked != 2 || f.toCommit.Count != f.latency.Count {
+		t.Errorf("%d acks seen; to-commit latencies %d, latencies %d: want 2, and the same count", f.acked, f.toCommit.Count, f.latency.Count)
+	}
 }
 
 // The text report gives p50 to max in the runs and the summary, each

@@ -129,7 +129,7 @@ type tableFacts struct {
 	beforeCopy, copyToCommit Percentiles
 	delivery, inside         Percentiles // beforeCopy split at received_at (jetsink fills it)
 	commitToAck              Percentiles // the commit timestamp to the ack's arrival (WAL flush, the ack's way)
-	toCommit                 Percentiles // latency to the commit time, when it ends at the ack
+	toCommit                 Percentiles // latency to the commit time, of every row, in runs that watch acks
 	acked                    int64       // rows whose latency ends at their ack (the rest at their commit)
 	curve                    []CurvePoint
 	timeline                 []TimePoint
@@ -216,6 +216,10 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 			if byCommitTS {
 				commitToAck.record(acked.Sub(at))
 			}
+		}
+		if acks != nil {
+			// Every row, whether its ack was seen or not: the same events
+			// as the latency's.
 			toCommit.record(at.Sub(later(ts, from)))
 		}
 		us := all.record(end.Sub(later(ts, from)))
