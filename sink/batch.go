@@ -313,8 +313,11 @@ func (r *run) batcher(ctx context.Context) error {
 			}
 			continue
 		}
-		// Every committer is busy, or b lingers.
-		cut := full || closed || (len(b.rows) > 0 && !now.Before(b.deadline))
+		// Every committer is busy, or b lingers. While batches are held
+		// (a stall), b's max_delay does not cut it: no committer is free
+		// to take it, and a trickle of rows would take a spare batch,
+		// and later a transaction, each.
+		cut := full || closed || (len(b.rows) > 0 && len(held) == 0 && !now.Before(b.deadline))
 		canHold := cut && len(b.rows) > 0 && heldRows+len(b.rows) <= r.s.cfg.HoldRows && r.holdAfter > 0
 		if canHold && (len(held) > 0 || !now.Before(b.since.Add(r.holdAfter))) {
 			hold()
@@ -354,7 +357,7 @@ func (r *run) batcher(ctx context.Context) error {
 		switch {
 		case !linger:
 			wakeAbove = 0 // claim failed: no committer was free
-			if len(b.rows) > 0 {
+			if len(b.rows) > 0 && len(held) == 0 {
 				until = b.deadline
 			}
 		case lingerEnd.After(b.lingerEnd(cfg, false)):

@@ -87,7 +87,7 @@ type Config struct {
 	// sink keeps taking rows into spare batches, up to HoldRows, so that a
 	// stalled database finds every in-flight message in a batch that
 	// InProgress reaches instead of in a ring where nothing does. 0, or
-	// InProgressEvery 0, keeps no spare batches.
+	// InProgressEvery 0, keeps no spare batches; math.MaxInt sets no limit.
 	HoldRows int `yaml:"-"`
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -636,7 +637,9 @@ var errAbsorbed = errors.New("sink: more rows taken into the held batch")
 // (the batcher claimed it), receives the batch the batcher hands it.
 func (c *committer) holdWait(ctx context.Context, d time.Duration) (bool, error) {
 	r := c.r
-	if r == nil || c.noWork || len(c.held.rows)-c.held.lo >= max(c.s.cfg.HoldRows, c.s.cfg.Batch.MaxRows)+c.s.cfg.Batch.MaxRows {
+	lim := max(c.s.cfg.HoldRows, c.s.cfg.Batch.MaxRows)
+	lim += min(c.s.cfg.Batch.MaxRows, math.MaxInt-lim) // HoldRows may be "no limit": math.MaxInt
+	if r == nil || c.noWork || len(c.held.rows)-c.held.lo >= lim {
 		// Bounded like the rows the batcher holds in a stall, whatever
 		// the Source lets in (the settled rows are dropped).
 		return false, sleep(ctx, d)

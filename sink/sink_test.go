@@ -1271,13 +1271,18 @@ func TestHeldBatchCommitsWithinTheBatchBounds(t *testing.T) {
 // next rows into its batch. Before, those rows waited for a free committer
 // that never came, and nothing committed again.
 func TestTriggerRefusedRowAloneDeadLetteredOnceOthersCommit(t *testing.T) {
-	for _, tc := range []struct{ conns, bad int }{{2, 1}, {1, 1}, {2, 2}} {
-		t.Run(fmt.Sprintf("%d_connections_%d_refused", tc.conns, tc.bad), func(t *testing.T) {
+	// hold: Config.HoldRows; math.MaxInt is what max_ack_pending -1 gives
+	// (the committer's bound on what it takes in overflowed).
+	for _, tc := range []struct{ conns, bad, hold int }{{2, 1, 0}, {1, 1, 0}, {2, 2, 0}, {1, 1, math.MaxInt}} {
+		t.Run(fmt.Sprintf("%d_connections_%d_refused_hold_%d", tc.conns, tc.bad, tc.hold), func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
 			pg := testenv.Postgres(t)
 			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) {
 				c.Connections = tc.conns
 				c.Batch.MaxRows = 1
+				if tc.hold != 0 {
+					c.HoldRows = tc.hold
+				}
 			})
 			admin := pg.Conn(t)
 			code, sqlstate := refuseBadRows(t, ctx, admin, s.table, true)
@@ -1485,6 +1490,27 @@ func TestHoldRowsWhileLocked(t *testing.T) {
 		}
 	}
 	unlockAndFinish(t, ctx, tx, src, wait, all, admin, s, 551)
+}
+
+// A trickle of rows while the table is locked fills one held batch, not a
+// spare batch each (cut at max_delay one by one, which took a batch's
+// memory, and after the unlock a transaction, per row).
+func TestTrickleWhileLockedFillsOneBatch(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	s, admin, tx, src, wait, mFirst := lockedSink(t, ctx, 20*time.Millisecond)
+	all := mFirst
+	for i := range 30 {
+		r, m := rows(2+i, 1, nil)
+		src.push(t, ctx, r)
+		all = append(all, m...)
+		waitFor(t, ctx, "the row to leave the source", func() bool { return src.Len() == 0 })
+		time.Sleep(2 * s.cfg.Batch.MaxDelay) // the trickle's pace: longer than max_delay
+	}
+	before := s.Stats().Batches
+	unlockAndFinish(t, ctx, tx, src, wait, all, admin, s, 31)
+	if n := s.Stats().Batches - before; n > 4 {
+		t.Errorf("%d batches committed for 31 rows held in a lock, want at most 4 (row 1's, and the held ones)", n)
+	}
 }
 
 // A database that is busy but not stalled (the open batch has waited less
