@@ -138,7 +138,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 // hard's error), or until a stage fails (returns its error after the others
 // have stopped).
 func (p *Processor) Run(intake, hard context.Context) error {
-	aborted := hard.Done() // the caller's: not ended by a stage's failure
+	callerHard := hard // the caller's: not ended by a stage's failure
+	aborted := callerHard.Done()
 	hard, cancelHard := context.WithCancelCause(hard)
 	defer cancelHard(nil)
 	intake, cancelIntake := context.WithCancel(intake)
@@ -165,7 +166,8 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	defer p.atShutdown(unobserve)()
 	// Export the spans of everything settled. hard may be over already (a
 	// stage failed, or the drain timed out): give the flush a moment anyway,
-	// a short one when the caller's hard has ended (a second signal).
+	// a short one when the caller's hard has ended (a second signal), and
+	// none left once it ends during the flush.
 	defer func() {
 		budget := exportBudget
 		select {
@@ -175,6 +177,9 @@ func (p *Processor) Run(intake, hard context.Context) error {
 		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(hard), budget)
 		defer cancel()
+		if budget == exportBudget {
+			defer context.AfterFunc(callerHard, cancel)()
+		}
 		if err := p.tracing.Flush(fctx); err != nil {
 			p.log.Warn("tracing: spans not flushed", "err", err)
 			p.exportStuck.Store(true) // Close does not wait as long again

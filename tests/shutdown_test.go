@@ -4,15 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -127,6 +130,80 @@ func TestShutdownSecondSignalWhileNATSHangs(t *testing.T) {
 	if code := j.wait(t, 8*time.Second); code != 130 {
 		t.Fatalf("exit status %d after the second signal, want 130; output:\n%s", code, j.stderr.String())
 	}
+}
+
+// A second signal while jetsink flushes the last spans to a collector that
+// takes the connection and never answers ends it at once (status 130), not
+// once the flush's 2 s have passed.
+func TestShutdownSecondSignalCutsTheSpanFlush(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	collector := silentListener(t)
+	e := newEnv(t)
+	e.createStreams(ctx)
+	path := e.writeConfig(sink.AtLeastOnce)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.Replace(string(b), "telemetry:\n", "telemetry:\n  otlp_endpoint: http://"+collector+"\n  sample_ratio: 1\n", 1)
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := e.spawn(path)
+	waitLog(t, ctx, j, `msg="jetsink running"`)
+	// No traceparent: jetsink samples every event as a root, and has
+	// spans to flush.
+	if res, err := loadgen.Publish(ctx, e.nc, loadgen.Options{Subject: e.prefix, Subjects: 4, Events: 100, Run: e.run, NoTraceContext: true}); err != nil {
+		t.Fatalf("publish: %+v: %v", res, err)
+	}
+	e.waitRows(ctx, j, 100)
+	sendSignal(t, j, syscall.SIGTERM)
+	waitLog(t, ctx, j, "draining: stopped pulling")
+	time.Sleep(repeatGap) // the drain of nothing is over: the flush waits on the collector
+	second := time.Now()
+	sendSignal(t, j, syscall.SIGTERM)
+	if code := j.wait(t, 10*time.Second); code != 130 {
+		t.Fatalf("exit status %d after the second signal, want 130; output:\n%s", code, j.stderr.String())
+	}
+	// The flush alone had 2 s.
+	t.Logf("exit %v after the second signal", time.Since(second))
+	if d := time.Since(second); d > 1200*time.Millisecond {
+		t.Errorf("exit %v after the second signal, want it at once", d)
+	}
+}
+
+// silentListener accepts connections on a loopback port and never reads
+// or answers; it returns the address.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
 }
 
 // The drain timeout ends jetsink (status 130) within about drain_timeout of
