@@ -101,6 +101,13 @@ type Consumer struct {
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration
 
+	// stuck is set while Run retries a step before it can pull (the
+	// stream or consumer cannot be made or looked at, the subscription is
+	// refused), since the first failure; cleared once it subscribes.
+	// stuckAfter is how long that lasts before NotConsuming says so.
+	stuck      atomic.Pointer[stuckState]
+	stuckAfter time.Duration
+
 	// acks follows the acks and terms sent, for the confirmations of Run
 	// and Close.
 	acks ackLedger
@@ -210,7 +217,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	}
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
 	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
-		recheckRefused: refusedRecheck, floorEvery: floorEvery}
+		recheckRefused: refusedRecheck, floorEvery: floorEvery, stuckAfter: stuckAfter}
 
 	opts, err := c.natsOptions()
 	if err != nil {

@@ -87,6 +87,11 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			if missing(err) {
 				ensure = true
 			}
+			since := time.Now()
+			if st := c.stuck.Load(); st != nil {
+				since = st.since
+			}
+			c.stuck.Store(&stuckState{since: since, err: fmt.Errorf("%s: %w", what, err)})
 			if ctx.Err() != nil || c.nc.IsClosed() {
 				return
 			}
@@ -134,6 +139,7 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			retry("subscribe to the consumer", err)
 			continue
 		}
+		c.stuck.Store(nil)
 		advanced = false
 		began := time.Now()
 		over, err := c.serve(ctx, hard, s)
@@ -178,6 +184,33 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			backoff = min(2*backoff, retryMax)
 		}
 	}
+}
+
+// stuckState is why Run has not pulled since when (Consumer.stuck).
+type stuckState struct {
+	since time.Time
+	err   error
+}
+
+// stuckAfter is how long Run may retry before it can pull until
+// NotConsuming reports it: as long as the sink's failing batches take to
+// fail its readiness.
+const stuckAfter = 30 * time.Second
+
+// NotConsuming returns why Run has not been able to pull for stuckAfter or
+// longer (the stream or the consumer cannot be made or looked at, or the
+// subscription is refused: deleted with nats.create_stream off, no
+// permission), or nil. Safe from any goroutine; the readiness check
+// reports it.
+func (c *Consumer) NotConsuming() error {
+	st := c.stuck.Load()
+	if st == nil {
+		return nil
+	}
+	if d := time.Since(st.since); d >= c.stuckAfter {
+		return fmt.Errorf("not consuming for %v: %w", d.Round(time.Second), st.err)
+	}
+	return nil
 }
 
 // enterStream looks the stream up before a session subscribes and, unless

@@ -394,6 +394,38 @@ func TestRecreatedConsumerStartsAtTheStartOfAnotherStream(t *testing.T) {
 	}
 }
 
+// A stream deleted under a jetsink that may not create it: Run retries,
+// and after stuckAfter NotConsuming says why (the readiness check fails);
+// once the stream is back and Run subscribes, it says nothing again.
+func TestNotConsumingWhileTheStreamIsGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg) // makes the stream, with create_stream
+	c.cfg.CreateStream = false
+	c.stuckAfter = 300 * time.Millisecond
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	_ = r.next(t, ctx).ev.Msg.Ack()
+	if err := c.NotConsuming(); err != nil {
+		t.Fatalf("NotConsuming while consuming: %v", err)
+	}
+	if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "NotConsuming to say why", func() bool {
+		err := c.NotConsuming()
+		return err != nil && strings.Contains(err.Error(), "not consuming for") && errors.Is(err, jetstream.ErrStreamNotFound)
+	})
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "NotConsuming to clear once the stream is back", func() bool { return c.NotConsuming() == nil })
+	r.stopClean(t, ctx)
+}
+
 // The consumer is deleted and someone creates one of the same name that
 // jetsink cannot update (another ack policy). Run must not consume from it
 // as if its own were back: it retries, saying why, and pushes nothing.

@@ -237,6 +237,9 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 			if !p.consumer.Ready() {
 				return errors.New("not connected")
 			}
+			if err := p.consumer.NotConsuming(); err != nil {
+				return err // the stream or consumer gone, no permission: retried for 30 s or more
+			}
 			return p.consumer.Refused() // a stream whose sequence restarted: not consuming
 		},
 		"postgres": p.sink.Ready,
