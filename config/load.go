@@ -863,8 +863,9 @@ func (sc *schema) scalar(path string, k Key, kn, raw *yaml.Node) (*yaml.Node, er
 		return val, nil
 	}
 	if (k.Kind == reflect.Int || k.Kind == reflect.Int64) && val.ShortTag() == "!!float" {
-		// YAML would truncate 2.5 (or 1e3, 8.0) into the number.
-		return nil, fmt.Errorf("%w: %s%s: %q is not a whole number", ErrInvalidConfig, at, path, val.Value)
+		// YAML would truncate 2.5 into the number (and 1e3 or 8.0 are
+		// whole, but written as fractions).
+		return nil, fmt.Errorf("%w: %s%s: %q is not a whole number written in digits", ErrInvalidConfig, at, path, val.Value)
 	}
 	if w, ok := scalarWants[k.Kind]; ok {
 		if err := val.Decode(reflect.New(w.typ).Interface()); err != nil {

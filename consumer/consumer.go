@@ -89,6 +89,9 @@ type Consumer struct {
 	resumeFloor  atomic.Uint64 // atomic for the tests' sake
 	resumeStream time.Time
 	floorEvery   time.Duration
+	// resumeUnsure: a consumer made past the floor whose stream could not
+	// be confirmed after (ensureConsumer). Run's goroutine only.
+	resumeUnsure bool
 
 	// dlBreaker fails dead letters fast while the dead-letter stream does
 	// not answer; dlRecreated is when DeadLetter last re-created that

@@ -211,13 +211,7 @@ func TestEpochKeptWhenOnlyTheConsumerIsRecreated(t *testing.T) {
 func TestRecheckSeesAReplacedStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	cfg := testConfig(t, srv)
-	c := newConsumer(t, ctx, cfg)
-	if err := c.enterStream(ctx, false); err != nil {
-		t.Fatal(err)
-	}
+	js, cfg, c := enteredConsumer(t, ctx)
 	if leave, replaced := c.recheck(ctx); leave || replaced {
 		t.Fatalf("same stream and consumer: leave %v, replaced %v", leave, replaced)
 	}
@@ -405,13 +399,7 @@ func (c *stopCC) Drain() { c.Stop() }
 func TestNoRespondersChecksTheConsumer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	cfg := testConfig(t, srv)
-	c := newConsumer(t, ctx, cfg)
-	if err := c.enterStream(ctx, false); err != nil {
-		t.Fatal(err)
-	}
+	js, cfg, c := enteredConsumer(t, ctx)
 	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
 		t.Fatal(err)
 	}

@@ -86,6 +86,32 @@ func newConsumer(t testing.TB, ctx context.Context, cfg Config) *Consumer {
 	return c
 }
 
+// newLoggedConsumer is newConsumer with its log kept in a buffer.
+func newLoggedConsumer(t testing.TB, ctx context.Context, cfg Config) (*Consumer, *syncBuffer) {
+	t.Helper()
+	log := &syncBuffer{}
+	c, err := New(ctx, cfg, testLogger(t, log))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c, log
+}
+
+// enteredConsumer starts a NATS server and a consumer on it that has
+// looked its stream up (enterStream), as Run does before a session.
+func enteredConsumer(t testing.TB, ctx context.Context) (jetstream.JetStream, Config, *Consumer) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	if err := c.enterStream(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	return js, cfg, c
+}
+
 // publish publishes n messages numbered offset..offset+n-1 over the given
 // number of subjects: message g goes to in.<stream>.s<g%subjects> with body
 // "<g>", Nats-Msg-Id "m<g>" and a traceparent header.

@@ -102,6 +102,26 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		p := strandedProblem(v)
 		c.log.Error(p.Message, "fix", p.Fix)
 	}
+	if prev != nil && c.resumeUnsure {
+		// Made by this process past an ack floor, and its stream could not
+		// be confirmed after: should it be another stream now, its events
+		// below the start would never be delivered.
+		same, err := c.floorStream(ctx)
+		if err != nil {
+			return err
+		}
+		if !same {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), metaTimeout)
+			err := c.js.DeleteConsumer(dctx, cfg.Stream, cfg.Consumer)
+			cancel()
+			if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return fmt.Errorf("delete consumer %s, made past the ack floor of a stream %s replaced since: %w", cfg.Consumer, cfg.Stream, err)
+			}
+			c.log.Warn("stream replaced just after the consumer was made past its old ack floor: made again from the start")
+			prev = nil
+		}
+		c.resumeUnsure = false
+	}
 	cc := c.consumerConfig(meta, prev)
 	resumed := false
 	if prev == nil {
@@ -115,13 +135,12 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	}
 	if resumed {
 		// A stream that replaced that one between the look and now would
-		// never deliver its events below the start: look again.
-		if created, err := c.streamCreatedAt(ctx); err != nil || !created.Equal(c.resumeStream) {
-			if derr := c.js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); derr != nil {
-				c.log.Error("could not delete the consumer made past the old stream's ack floor; delete it (nats consumer rm) so that jetsink makes it from the start",
-					"start_seq", cc.OptStartSeq, "err", derr)
-			}
-			return fmt.Errorf("consumer %s made past the ack floor of stream %s, which was replaced meanwhile or could not be looked at: deleted, to be made again: %w",
+		// never deliver its events below the start: look again, and until
+		// that look says the same stream, do not use the consumer (the
+		// next call deletes it if the stream is another).
+		if same, err := c.floorStream(ctx); err != nil || !same {
+			c.resumeUnsure = true
+			return fmt.Errorf("consumer %s made past the ack floor of stream %s, which was replaced meanwhile or could not be looked at: %w",
 				cfg.Consumer, cfg.Stream, cmp.Or(err, errStreamChanged))
 		}
 	}
@@ -133,21 +152,17 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 // of this process consumed, start past the ack floor last known for it
 // (noteFloor) rather than at the start of the stream, as a new durable
 // would: in at-least-once mode that stored every event the stream still
-// held again. Not when the stream was replaced since, nor when nothing is
-// known (the first start, a restart after the consumer went).
-// It reports whether it did; an error when it could not look at the
-// stream.
+// held again. Not when the stream was replaced since (floorStream), nor
+// when nothing is known (the first start, a restart after the consumer
+// went). It reports whether it did; an error when it could not look at
+// the stream.
 func (c *Consumer) resumeAfterFloor(ctx context.Context, cc *jetstream.ConsumerConfig) (bool, error) {
 	floor := c.resumeFloor.Load()
 	if floor == 0 {
 		return false, nil
 	}
-	created, err := c.streamCreatedAt(ctx)
-	if err != nil {
+	if same, err := c.floorStream(ctx); err != nil || !same {
 		return false, err
-	}
-	if !created.Equal(c.resumeStream) {
-		return false, nil
 	}
 	cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
 	c.log.Warn("consumer gone; making it again past its last known ack floor, not from the start of the stream",
@@ -155,11 +170,27 @@ func (c *Consumer) resumeAfterFloor(ctx context.Context, cc *jetstream.ConsumerC
 	return true, nil
 }
 
+// floorStream reports whether the stream is still the one the ack floor
+// was learnt on: the same creation time, and a last sequence not below the
+// floor (a stream restored from a backup, or rebuilt in a cluster, keeps
+// its creation time while its sequence goes back).
+func (c *Consumer) floorStream(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return false, fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
+	}
+	info := stream.CachedInfo()
+	return info.Created.Equal(c.resumeStream) && info.State.LastSeq >= c.resumeFloor.Load(), nil
+}
+
 // updateMeta rewrites the consumer's metadata: as the server has it, with
-// change applied, so that keys others set stay, within ctx and metaTimeout.
-// metaMu held.
+// change applied, so that keys others set stay, within metaTimeout; not
+// cut short when ctx ends (a shutdown): the marks it writes keep a restart
+// from taking a replaced stream for a new one. metaMu held.
 func (c *Consumer) updateMeta(ctx context.Context, change func(map[string]string)) error {
-	ctx, cancel := context.WithTimeout(ctx, metaTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), metaTimeout)
 	defer cancel()
 	meta, prev, err := c.currentMeta(ctx)
 	if err != nil {

@@ -87,11 +87,7 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			if missing(err) {
 				ensure = true
 			}
-			since := time.Now()
-			if st := c.stuck.Load(); st != nil {
-				since = st.since
-			}
-			c.stuck.Store(&stuckState{since: since, err: fmt.Errorf("%s: %w", what, err)})
+			c.setStuck(what, err)
 			if ctx.Err() != nil || c.nc.IsClosed() {
 				return
 			}
@@ -122,6 +118,7 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			ensure = false
 		}
 		if err := c.checkSeq(ctx); errors.Is(err, ErrSequenceRestarted) {
+			c.stuck.Store(nil) // Refused says why
 			c.refuse(ctx, hard, err)
 			ensure = true // the stream may be re-created meanwhile, without the consumer
 			continue
@@ -139,7 +136,6 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			retry("subscribe to the consumer", err)
 			continue
 		}
-		c.stuck.Store(nil)
 		advanced = false
 		began := time.Now()
 		over, err := c.serve(ctx, hard, s)
@@ -176,6 +172,11 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 		// subscribe again.
 		c.stats.resubscribes.Add(1)
 		ensure = true
+		if time.Since(began) < sessionConfirm {
+			// Ended by itself at once (a refused pull request, ...):
+			// not consuming, as much as a step that fails.
+			c.setStuck("pull subscription ended at once", s.lastErr)
+		}
 		if !s.gone {
 			c.log.Warn("pull subscription ended; re-creating the consumer", "retry_in", backoff)
 			if !sleep(ctx, hard, backoff) {
@@ -191,6 +192,23 @@ type stuckState struct {
 	since time.Time
 	err   error
 }
+
+// setStuck notes that Run could not pull (what failed, with err), since
+// the first such failure in a row.
+func (c *Consumer) setStuck(what string, err error) {
+	since := time.Now()
+	if st := c.stuck.Load(); st != nil {
+		since = st.since
+	}
+	if err == nil {
+		err = errors.New("no reason given")
+	}
+	c.stuck.Store(&stuckState{since: since, err: fmt.Errorf("%s: %w", what, err)})
+}
+
+// sessionConfirm is how long a session must last for Run to count as
+// pulling again (NotConsuming clears).
+const sessionConfirm = 2 * time.Second
 
 // stuckAfter is how long Run may retry before it can pull until
 // NotConsuming reports it: as long as the sink's failing batches take to
@@ -353,6 +371,9 @@ type session struct {
 	// once nats.go reconnected (which gives wire another chance); Run
 	// subscribes again at once, re-creating nothing.
 	wire, toWire bool
+	// lastErr is the last error serve read from errs after the session
+	// ended by itself (logErrs): why, as far as the client said.
+	lastErr error
 }
 
 // await asks serve to verify the stream and returns its verdict.
@@ -468,8 +489,12 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 	defer s.stopAnswering()
 	floorTick := time.NewTicker(c.floorEvery)
 	defer floorTick.Stop()
+	confirm := time.NewTimer(sessionConfirm)
+	defer confirm.Stop()
 	for {
 		select {
+		case <-confirm.C:
+			c.stuck.Store(nil) // the session lasts: Run got through
 		case <-floorTick.C:
 			c.refreshFloor(ctx)
 		case <-ctx.Done():
@@ -813,6 +838,7 @@ func (s *session) logErrs(log *slog.Logger) {
 		select {
 		case err := <-s.errs:
 			log.Warn("pull subscription", "err", err)
+			s.lastErr = err
 		default:
 			return
 		}
@@ -901,10 +927,10 @@ func (c *Consumer) noteFloor(ci *jetstream.ConsumerInfo) {
 	if ci == nil || c.streamCreated.IsZero() {
 		return
 	}
-	if !c.resumeStream.Equal(c.streamCreated) || ci.AckFloor.Stream > c.resumeFloor.Load() {
-		c.resumeFloor.Store(ci.AckFloor.Stream)
-		c.resumeStream = c.streamCreated
-	}
+	// The latest, not the highest: a floor that went back on the same
+	// stream (the consumer or the stream's sequence reset) is the safe one.
+	c.resumeFloor.Store(ci.AckFloor.Stream)
+	c.resumeStream = c.streamCreated
 }
 
 // ensureAll re-creates the stream (only with nats.create_stream), the

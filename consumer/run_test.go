@@ -320,12 +320,7 @@ func TestRecreatedConsumerResumesPastItsAckFloor(t *testing.T) {
 	defer cancel()
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
-	var log syncBuffer
-	c, err := New(ctx, cfg, testLogger(t, &log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c, log := newLoggedConsumer(t, ctx, cfg)
 	c.floorEvery = 50 * time.Millisecond
 	js := jsFor(t, srv)
 	publish(t, ctx, js, cfg, 10, 2, 0)
@@ -356,40 +351,65 @@ func TestRecreatedConsumerResumesPastItsAckFloor(t *testing.T) {
 }
 
 // Only on the stream the floor was learnt on: a consumer made again on a
-// stream that replaced it starts at the beginning of the stream (its
-// sequences are others).
+// stream that replaced it (another creation time), or on one whose
+// sequence went back below the floor under the same creation time (a
+// restore from a backup), starts at the beginning of the stream. A
+// consumer made past the floor whose stream could not be confirmed after
+// is deleted and made again from the start if the stream is another, and
+// kept if not.
 func TestRecreatedConsumerStartsAtTheStartOfAnotherStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	cfg := testConfig(t, srv)
-	c := newConsumer(t, ctx, cfg)
-	if err := c.enterStream(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	for _, same := range []bool{true, false} {
-		c.resumeFloor.Store(5)
+	js, cfg, c := enteredConsumer(t, ctx)
+	publish(t, ctx, js, cfg, 10, 1, 0)
+	for _, tc := range []struct {
+		name   string
+		floor  uint64
+		other  bool // another creation time
+		unsure bool // made past the floor, unconfirmed: not deleted first
+		want   uint64
+	}{
+		{"same stream", 5, false, false, 6},
+		{"another stream", 5, true, false, 0},
+		{"sequence below the floor", 50, false, false, 0},
+		{"unsure, same stream", 5, false, true, 6},
+		{"unsure, another stream", 5, true, true, 0},
+	} {
+		c.resumeFloor.Store(tc.floor)
 		c.resumeStream = c.streamCreated
-		if !same {
+		if tc.unsure {
+			// As ensureConsumer leaves it when the look after failed.
+			if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+				t.Fatal(err)
+			}
+			cc := c.consumerConfig(nil, nil)
+			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, tc.floor+1
+			if _, err := js.CreateConsumer(ctx, cfg.Stream, cc); err != nil {
+				t.Fatal(err)
+			}
+			c.resumeUnsure = true
+		} else if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+			t.Fatal(err)
+		}
+		if tc.other {
 			c.resumeStream = c.streamCreated.Add(-time.Hour)
 		}
-		if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
-			t.Fatal(err)
-		}
 		if err := c.ensureConsumer(ctx, nil); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", tc.name, err)
 		}
 		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := cons.CachedInfo().Config
-		if same && (got.DeliverPolicy != jetstream.DeliverByStartSequencePolicy || got.OptStartSeq != 6) {
-			t.Errorf("same stream: deliver policy %v from %d, want from sequence 6", got.DeliverPolicy, got.OptStartSeq)
+		switch {
+		case tc.want > 0 && (got.DeliverPolicy != jetstream.DeliverByStartSequencePolicy || got.OptStartSeq != tc.want):
+			t.Errorf("%s: deliver policy %v from %d, want from sequence %d", tc.name, got.DeliverPolicy, got.OptStartSeq, tc.want)
+		case tc.want == 0 && got.DeliverPolicy != jetstream.DeliverAllPolicy:
+			t.Errorf("%s: deliver policy %v from %d, want all", tc.name, got.DeliverPolicy, got.OptStartSeq)
 		}
-		if !same && got.DeliverPolicy != jetstream.DeliverAllPolicy {
-			t.Errorf("another stream: deliver policy %v from %d, want all", got.DeliverPolicy, got.OptStartSeq)
+		if c.resumeUnsure {
+			t.Errorf("%s: still unsure after ensureConsumer", tc.name)
 		}
 	}
 }
@@ -436,12 +456,7 @@ func TestRunDoesNotConsumeFromAConsumerItCannotUpdate(t *testing.T) {
 	defer cancel()
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
-	var log syncBuffer
-	c, err := New(ctx, cfg, testLogger(t, &log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c, log := newLoggedConsumer(t, ctx, cfg)
 	js := jsFor(t, srv)
 	publish(t, ctx, js, cfg, 5, 1, 0)
 	r := startRun(t, ctx, c, 1, 64, 1000)
@@ -875,12 +890,7 @@ func TestNATSGoPullsWithAHeartbeatOutsideItsRange(t *testing.T) {
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	cfg.PullClient, cfg.PullHeartbeat = PullClientNATSGo, 200*time.Millisecond
-	var log syncBuffer
-	c, err := New(ctx, cfg, testLogger(t, &log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c, log := newLoggedConsumer(t, ctx, cfg)
 	publish(t, ctx, jsFor(t, srv), cfg, 5, 1, 0)
 	r := startRun(t, ctx, c, 1, 64, 100)
 	for _, ev := range takeN(t, ctx, r, 5) {

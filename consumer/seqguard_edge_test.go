@@ -19,12 +19,7 @@ import (
 func TestStoredSeqIntakeEndDuringVerifyStillDrains(t *testing.T) {
 	ctx, cancel, srv, cfg, js := guardedTest(t, 60*time.Second)
 	defer cancel()
-	var log syncBuffer
-	c, err := New(ctx, cfg, testLogger(t, &log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c, log := newLoggedConsumer(t, ctx, cfg)
 	const n = 40
 	publish(t, ctx, js, cfg, n, 1, 0)
 	r := startRun(t, ctx, c, 1, 2, 1)
@@ -222,12 +217,7 @@ func TestStoredSeqStreamLostDuringDrainAdvancesEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.CreateStream = false // memory: gone after the restart, and nothing re-creates it
-	var log syncBuffer
-	c, err := New(ctx, cfg, testLogger(t, &log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c, log := newLoggedConsumer(t, ctx, cfg)
 	publish(t, ctx, js, cfg, 40, 1, 0)
 	r := startRun(t, ctx, c, 1, 2, 1)
 	before := r.next(t, ctx).ev.Epoch

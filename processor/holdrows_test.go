@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/consumer"
 )
 
 // The sink may take in, while the database stalls, every row the stages
@@ -27,6 +28,18 @@ func TestHoldRowsCoverWhatIsInFlight(t *testing.T) {
 		cfg.NATS.MaxAckPending = c.maxAckPending
 		if got := holdRows(&cfg, 2); got != c.want {
 			t.Errorf("max_ack_pending %d: HoldRows %d, want %d", c.maxAckPending, got, c.want)
+		}
+	}
+	// No limit in messages and none in bytes: memory comes first.
+	cfg.NATS.MaxAckPending = -1
+	for _, set := range []func(*config.Config){
+		func(c *config.Config) { c.NATS.PullClient = consumer.PullClientNATSGo },
+		func(c *config.Config) { c.NATS.MaxInFlightBytes = -1 },
+	} {
+		c := cfg
+		set(&c)
+		if got := holdRows(&c, 2); got != 2*2*1024+500 {
+			t.Errorf("pull client %q, max_in_flight_bytes %d: HoldRows %d, want what the rings and the pull buffer hold", c.NATS.PullClient, c.NATS.MaxInFlightBytes, got)
 		}
 	}
 }

@@ -180,6 +180,9 @@ func (p *Processor) Run(intake, hard context.Context) error {
 		if budget == exportBudget {
 			defer context.AfterFunc(callerHard, cancel)()
 		}
+		if p.tracing.Enabled() {
+			p.log.Info("exporting the last spans", "within", budget)
+		}
 		if err := p.tracing.Flush(fctx); err != nil {
 			p.log.Warn("tracing: spans not flushed", "err", err)
 			p.exportStuck.Store(true) // Close does not wait as long again
@@ -422,11 +425,13 @@ func newHandoff(cfg pipeline.Config) (pipeline.Handoff, consumer.Output) {
 // stalls, so that InProgress reaches every in-flight message: what the
 // rings and the pull buffer hold, or as many as JetStream lets this
 // consumer have unacked, if more. With nats.max_ack_pending -1 (no limit)
-// that is no limit either: what is in flight is then bounded by
-// nats.max_in_flight_bytes alone, if at all, and rows left in the rings
-// would be delivered again after ack_wait.
+// that is no limit either when nats.max_in_flight_bytes bounds what is in
+// flight (the wire pull client), else rows left in the rings would be
+// delivered again after ack_wait. Without that bound (nats.pull_client
+// nats.go, max_in_flight_bytes -1) memory comes first: what the rings and
+// the pull buffer hold, and those rows may be delivered again.
 func holdRows(cfg *config.Config, workers int) int {
-	if cfg.NATS.MaxAckPending < 0 {
+	if cfg.NATS.MaxAckPending < 0 && cfg.NATS.PullClient != consumer.PullClientNATSGo && cfg.NATS.MaxInFlightBytes >= 0 {
 		return math.MaxInt
 	}
 	ring := 1 << bits.Len(uint(max(cfg.Pipeline.RingSize, 1)-1)) // ringq rounds up to a power of two

@@ -70,7 +70,7 @@ func (m *Merge[T]) TryPopN(dst []T) int {
 // PopN moves at least one and at most len(dst) items into dst, blocking until some ring
 // has one, and returns how many. It returns ctx.Err() if ctx ends first, and ErrClosed
 // once every ring is closed and drained. With an empty dst it returns 0, nil at once.
-// Each call starts at the ring after the one the previous call started at, like TryPopN.
+// Each call starts at the ring after the last one that gave an item, like TryPopN.
 // Consumer only.
 func (m *Merge[T]) PopN(ctx context.Context, dst []T) (int, error) {
 	if m.debug {

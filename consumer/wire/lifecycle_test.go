@@ -641,9 +641,12 @@ func TestMessageLargerThanMaxBytesReported(t *testing.T) {
 		t.Run(fmt.Sprintf("messages between: %v", between), func(t *testing.T) {
 			const answers = 2*tooBigRun + 1
 			lastPull := make(chan struct{}) // the pull after the last answer: all answers read
-			var at []time.Time              // when each pull came; read after lastPull
+			var mu sync.Mutex
+			var at []time.Time // when each pull came
 			url := pullServer(t, func(w io.Writer, inbox, sid string, n int, _ string) {
+				mu.Lock()
 				at = append(at, time.Now())
+				mu.Unlock()
 				if n > answers {
 					if n == answers+1 {
 						close(lastPull)
@@ -669,36 +672,49 @@ func TestMessageLargerThanMaxBytesReported(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the Sub did not pull after every answer")
 			}
-			for n := 2; n <= len(at); n++ {
+			mu.Lock()
+			pulled := at[:answers+1] // later ones follow missed heartbeats
+			mu.Unlock()
+			// The next error but a missed heartbeat (the fake server sends
+			// none), or nil after d.
+			nextErr := func(d time.Duration) error {
+				deadline := time.After(d)
+				for {
+					select {
+					case err := <-errs:
+						if !errors.Is(err, ErrNoHeartbeat) {
+							return err
+						}
+					case <-deadline:
+						return nil
+					}
+				}
+			}
+			for n := 2; n <= len(pulled); n++ {
 				// Pull n follows answer n-1. Past the run (tooBigRun
 				// answers, which the pull after it, uncapped under a
 				// Budget, follows at once), a tick later.
 				paced := !between && n-1 > tooBigRun
-				if gap := at[n-1].Sub(at[n-2]); paced != (gap >= tick/2) {
+				if gap := pulled[n-1].Sub(pulled[n-2]); paced != (gap >= tick/2) {
 					t.Errorf("pull %d came %v after pull %d; paced by the tick (%v): want %v", n, gap, n-1, tick, paced)
 				}
 			}
 			if between {
-				select {
-				case err := <-errs:
+				if err := nextErr(200 * time.Millisecond); err != nil {
 					t.Fatalf("routine 409s reported: %v", err)
-				case <-time.After(200 * time.Millisecond):
 				}
 				return
 			}
 			var se *StatusError
-			select {
-			case err := <-errs:
-				if !errors.As(err, &se) || se.Code != 409 || !strings.Contains(err.Error(), "larger than the pull's max_bytes (2097152 bytes") {
-					t.Fatalf("error %v, want the 409 and why", err)
-				}
-			case <-ctx.Done():
+			err = nextErr(10 * time.Second)
+			if err == nil {
 				t.Fatal("a run of 409s with no message between was not reported")
 			}
-			select {
-			case err := <-errs:
+			if !errors.As(err, &se) || se.Code != 409 || !strings.Contains(err.Error(), "larger than the pull's max_bytes (2097152 bytes") {
+				t.Fatalf("error %v, want the 409 and why", err)
+			}
+			if err := nextErr(200 * time.Millisecond); err != nil {
 				t.Fatalf("reported again in the same run: %v", err)
-			case <-time.After(200 * time.Millisecond):
 			}
 		})
 	}
