@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -138,7 +136,7 @@ func TestShutdownSecondSignalWhileNATSHangs(t *testing.T) {
 func TestShutdownSecondSignalCutsTheSpanFlush(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	collector := silentListener(t)
+	collector, _ := testenv.SilentServer(t)
 	e := newEnv(t)
 	e.createStreams(ctx)
 	path := e.writeConfig(sink.AtLeastOnce)
@@ -171,39 +169,6 @@ func TestShutdownSecondSignalCutsTheSpanFlush(t *testing.T) {
 	if d := time.Since(second); d > 1200*time.Millisecond {
 		t.Errorf("exit %v after the second signal, want it at once", d)
 	}
-}
-
-// silentListener accepts connections on a loopback port and never reads
-// or answers; it returns the address.
-func silentListener(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-done
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
 }
 
 // The drain timeout ends jetsink (status 130) within about drain_timeout of

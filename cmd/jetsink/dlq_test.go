@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -141,7 +140,7 @@ func TestDLQReplaySecondSignalEndsTheConnect(t *testing.T) {
 	catchSignals(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	addr, accepted := silentServer(t)
+	addr, accepted := testenv.SilentServer(t)
 	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", "nats://"+addr, "--dlq-stream", "EV_DLQ")
 
 	select {
@@ -159,42 +158,6 @@ func TestDLQReplaySecondSignalEndsTheConnect(t *testing.T) {
 	if d := time.Since(second); d > 3*time.Second {
 		t.Fatalf("returned %v after the second signal", d.Round(time.Millisecond))
 	}
-}
-
-// silentServer listens on a loopback port and holds each connection open
-// without a word, as a hung server does. It returns the address and a
-// channel told of each connection; all is closed when the test ends.
-func silentServer(t *testing.T) (string, <-chan struct{}) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan struct{}, 16)
-	done := make(chan struct{})
-	var conns []net.Conn
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-			select {
-			case accepted <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		<-done
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return l.Addr().String(), accepted
 }
 
 // A letter re-published but not deleted (here the dead-letter stream is
