@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -582,16 +581,14 @@ const stopGrace = time.Second
 // retries run out (30 s and more).
 type stoppable struct {
 	sdktrace.SpanExporter
-	stop     context.Context // cancelled by cancel: Shutdown's ctx ended
-	cancel   context.CancelFunc
-	shutOnce sync.Once
-	shut     chan struct{} // closed when Shutdown has returned
-	queue    *spanQueue    // counts what is exported; nil in tests that build no queue
+	stop   context.Context // cancelled by cancel: Shutdown's ctx ended
+	cancel context.CancelFunc
+	queue  *spanQueue // counts what is exported; nil in tests that build no queue
 }
 
 func newStoppable(exp sdktrace.SpanExporter) *stoppable {
 	stop, cancel := context.WithCancel(context.Background())
-	return &stoppable{SpanExporter: exp, stop: stop, cancel: cancel, shut: make(chan struct{})}
+	return &stoppable{SpanExporter: exp, stop: stop, cancel: cancel}
 }
 
 func (s *stoppable) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
@@ -605,11 +602,6 @@ func (s *stoppable) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySp
 	err := s.SpanExporter.ExportSpans(ctx, spans)
 	s.queue.exported(len(spans), err)
 	return err
-}
-
-func (s *stoppable) Shutdown(ctx context.Context) error {
-	defer s.shutOnce.Do(func() { close(s.shut) })
-	return s.SpanExporter.Shutdown(ctx)
 }
 
 // sampleRoot decides whether a message without a traceparent is traced.

@@ -28,6 +28,22 @@ type discard struct{}
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
 
+// shutSeen is an exporter whose shut is closed once its Shutdown has
+// returned.
+type shutSeen struct {
+	sdktrace.SpanExporter
+	shut chan struct{}
+}
+
+func newShutSeen(exp sdktrace.SpanExporter) *shutSeen {
+	return &shutSeen{SpanExporter: exp, shut: make(chan struct{})}
+}
+
+func (s *shutSeen) Shutdown(ctx context.Context) error {
+	defer close(s.shut)
+	return s.SpanExporter.Shutdown(ctx)
+}
+
 func newTestTracing(t testing.TB, exp sdktrace.SpanExporter, ratio float64) *Tracing {
 	t.Helper()
 	tr, err := newTracing(exp, Config{ServiceName: "test", SampleRatio: ratio, MaxLinks: 1000})
@@ -516,7 +532,8 @@ func TestShutdownCancelsAHungExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := newTracing(exp, Config{ServiceName: "test", SampleRatio: 1})
+	seen := newShutSeen(exp)
+	tr, err := newTracing(seen, Config{ServiceName: "test", SampleRatio: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +558,7 @@ func TestShutdownCancelsAHungExport(t *testing.T) {
 	// Without the cancel, the export would hold on for the exporter's
 	// timeout (10 s) and retries (a minute), until the connection closes.
 	select {
-	case <-tr.exp.shut:
+	case <-seen.shut:
 	default:
 		t.Fatalf("the exporter is still exporting %v after Shutdown returned", time.Since(start))
 	}
@@ -553,7 +570,8 @@ func TestShutdownCancelsAHungExport(t *testing.T) {
 // never do it later (goleak, in VerifyNone and in TestMain, sees the
 // processor's goroutine left).
 func TestShutdownWithADoneContextStopsEverything(t *testing.T) {
-	tr, err := newTracing(discard{}, Config{ServiceName: "test", SampleRatio: 1})
+	seen := newShutSeen(discard{})
+	tr, err := newTracing(seen, Config{ServiceName: "test", SampleRatio: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +586,7 @@ func TestShutdownWithADoneContextStopsEverything(t *testing.T) {
 	}
 	took := time.Since(start)
 	select {
-	case <-tr.exp.shut:
+	case <-seen.shut:
 	default:
 		t.Fatalf("the exporter was not shut down (Shutdown took %v)", took)
 	}
