@@ -39,11 +39,18 @@ func TestAlertRulesNameServedMetrics(t *testing.T) {
 	if len(named) < 10 {
 		t.Fatalf("alerts.yml names %d metrics: %v", len(named), named)
 	}
-	// The histogram buckets the rules read (le="60"): a bound jetsink does
-	// not serve matches no series, and the rule never fires.
+	// The histogram buckets the rules read (le="60", or le=~"60(\\.0)?" for
+	// Prometheus 3, which stores it as "60.0"): a bound jetsink does not
+	// serve matches no series, and the rule never fires.
 	bounds := map[string]*regexp.Regexp{} // as the rule writes it -> a served series of it
-	for _, m := range regexp.MustCompile(`(jetsink_[a-z0-9_]+_bucket)\{[^}]*(le="[^"]+")`).FindAllStringSubmatch(string(raw), -1) {
-		bounds[m[1]+"{"+m[2]+"}"] = regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(m[1]) + `\{[^}]*\b` + regexp.QuoteMeta(m[2]) + `[,}]`)
+	for _, m := range regexp.MustCompile(`(jetsink_[a-z0-9_]+_bucket)\{[^}]*le(=~?)"((?:[^"\\]|\\.)+)"`).FindAllStringSubmatch(string(raw), -1) {
+		value := regexp.QuoteMeta(m[3])
+		if m[2] == "=~" {
+			// A PromQL string's \\ is one \; its regular expression is
+			// anchored at both ends.
+			value = "(?:" + strings.ReplaceAll(m[3], `\\`, `\`) + ")"
+		}
+		bounds[m[1]+"{le"+m[2]+`"`+m[3]+`"}`] = regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(m[1]) + `\{[^}]*\ble="` + value + `"[,}]`)
 	}
 	if len(bounds) == 0 {
 		t.Fatal("alerts.yml reads no histogram bucket; the test expects JetsinkBehind's")

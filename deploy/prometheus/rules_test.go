@@ -67,12 +67,12 @@ func TestAlertsWaitTheirForAndRender(t *testing.T) {
 	step := time.Duration(cfg.GlobalConfig.EvaluationInterval)
 	engine := promqltest.NewTestEngine(t, false, 0, promqltest.DefaultMaxSamplesPerQuery)
 	// run evaluates r through sc and returns its alerts at sc.at.
-	run := func(t *testing.T, r rulefmt.Rule, sc scenario) []*rules.Alert {
+	run := func(t *testing.T, r rulefmt.Rule, sc scenario, scraped bool) []*rules.Alert {
 		expr, err := parser.ParseExpr(r.Expr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := promqltest.LoadedStorage(t, load(sc.series))
+		st := promqltest.LoadedStorage(t, load(t, sc.series, scraped))
 		defer st.Close()
 		rule := rules.NewAlertingRule(r.Alert, expr, time.Duration(r.For), time.Duration(r.KeepFiringFor),
 			plabels.FromMap(r.Labels), plabels.FromMap(r.Annotations), plabels.EmptyLabels(), "", true, slog.New(slog.DiscardHandler))
@@ -96,54 +96,58 @@ func TestAlertsWaitTheirForAndRender(t *testing.T) {
 	used := map[string]bool{}
 	for _, r := range loadRules(t) {
 		if p, ok := pending[r.Alert]; ok {
-			t.Run(r.Alert+"/"+p.name, func(t *testing.T) {
-				alerts := run(t, r, p)
-				if inState(alerts, rules.StatePending) == 0 || inState(alerts, rules.StateFiring) > 0 {
-					t.Fatalf("at %v: %d pending, %d firing; want it pending, its for: (%v) not yet over",
-						p.at, inState(alerts, rules.StatePending), inState(alerts, rules.StateFiring), time.Duration(r.For))
-				}
-			})
+			for _, as := range asStored {
+				t.Run(r.Alert+"/"+p.name+"/"+as.name, func(t *testing.T) {
+					alerts := run(t, r, p, as.scraped)
+					if inState(alerts, rules.StatePending) == 0 || inState(alerts, rules.StateFiring) > 0 {
+						t.Fatalf("at %v: %d pending, %d firing; want it pending, its for: (%v) not yet over",
+							p.at, inState(alerts, rules.StatePending), inState(alerts, rules.StateFiring), time.Duration(r.For))
+					}
+				})
+			}
 		} else if r.For > 0 {
 			t.Errorf("%s has a for: and no pending scenario", r.Alert)
 		}
 		for _, sc := range scenarios[r.Alert] {
-			t.Run(r.Alert+"/"+sc.name, func(t *testing.T) {
-				alerts := run(t, r, sc)
-				firing := inState(alerts, rules.StateFiring)
-				if got := firing > 0; got != sc.fires {
-					t.Fatalf("firing at %v = %v, want %v (for: %v; active: %d)", sc.at, got, sc.fires, time.Duration(r.For), len(alerts))
-				}
-				for _, a := range alerts {
-					if a.State != rules.StateFiring {
-						continue
+			for _, as := range asStored {
+				t.Run(r.Alert+"/"+sc.name+"/"+as.name, func(t *testing.T) {
+					alerts := run(t, r, sc, as.scraped)
+					firing := inState(alerts, rules.StateFiring)
+					if got := firing > 0; got != sc.fires {
+						t.Fatalf("firing at %v = %v, want %v (for: %v; active: %d)", sc.at, got, sc.fires, time.Duration(r.For), len(alerts))
 					}
-					summary := a.Annotations.Get("summary")
-					a.Annotations.Range(func(l plabels.Label) {
-						if strings.Contains(l.Value, "error expanding template") {
-							t.Errorf("%s = %q", l.Name, l.Value)
+					for _, a := range alerts {
+						if a.State != rules.StateFiring {
+							continue
 						}
-					})
-					for _, text := range r.Annotations {
-						for _, m := range templateLabel.FindAllStringSubmatch(text, -1) {
-							if a.Labels.Get(m[1]) == "" {
-								t.Errorf("its annotations read $labels.%s, which the alert does not have (labels %v)", m[1], a.Labels)
+						summary := a.Annotations.Get("summary")
+						a.Annotations.Range(func(l plabels.Label) {
+							if strings.Contains(l.Value, "error expanding template") {
+								t.Errorf("%s = %q", l.Name, l.Value)
+							}
+						})
+						for _, text := range r.Annotations {
+							for _, m := range templateLabel.FindAllStringSubmatch(text, -1) {
+								if a.Labels.Get(m[1]) == "" {
+									t.Errorf("its annotations read $labels.%s, which the alert does not have (labels %v)", m[1], a.Labels)
+								}
 							}
 						}
+						if !strings.Contains(summary, "jetsink a") {
+							t.Errorf("summary %q does not name the instance", summary)
+						}
+						key := r.Alert + "/" + sc.name
+						want, ok := says[key]
+						used[key] = true
+						switch {
+						case ok && !strings.Contains(summary, want):
+							t.Errorf("summary %q, want it to say %q", summary, want)
+						case !ok && strings.Contains(r.Annotations["summary"], "$value"):
+							t.Errorf("summary %q renders $value, and says has no entry for this scenario", summary)
+						}
 					}
-					if !strings.Contains(summary, "jetsink a") {
-						t.Errorf("summary %q does not name the instance", summary)
-					}
-					key := r.Alert + "/" + sc.name
-					want, ok := says[key]
-					used[key] = true
-					switch {
-					case ok && !strings.Contains(summary, want):
-						t.Errorf("summary %q, want it to say %q", summary, want)
-					case !ok && strings.Contains(r.Annotations["summary"], "$value"):
-						t.Errorf("summary %q renders $value, and says has no entry for this scenario", summary)
-					}
-				}
-			})
+				})
+			}
 		}
 	}
 	for key := range says {
