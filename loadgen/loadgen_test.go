@@ -393,6 +393,10 @@ func sends(t *testing.T, o Options) map[string][]time.Time {
 // AckWait/4, and in open loop only after a send: 3.6-7.1s here.)
 func TestPublishResendsWithinResendSpan(t *testing.T) {
 	const ackWait = 400 * time.Millisecond
+	// The test sees a send when a subscriber receives it: each delivery's
+	// own delay, which is not the publisher's, may move a gap by this
+	// much either way on a loaded machine.
+	const delivery = 100 * time.Millisecond
 	for _, tc := range []struct {
 		name string
 		o    Options
@@ -403,18 +407,17 @@ func TestPublishResendsWithinResendSpan(t *testing.T) {
 		{"slow open loop", Options{Rate: 2, Duration: 3 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
 			o := tc.o
 			o.Subject, o.Subjects, o.Run, o.AckWait = "rs", 5, 11, ackWait
 			sent := sends(t, o)
 			for id, at := range sent {
 				for i := 1; i < len(at); i++ {
-					if gap := at[i].Sub(at[i-1]); gap < ackWait || gap > ackWait+retryWait+slack {
-						t.Errorf("event %s was sent again %v after the send before; want AckWait (%v) to %v", id, gap, ackWait, ackWait+retryWait+slack)
+					if gap := at[i].Sub(at[i-1]); gap < ackWait-delivery || gap > ackWait+retryWait+slack+delivery {
+						t.Errorf("event %s was sent again %v after the send before; want AckWait (%v) to %v, give or take %v", id, gap, ackWait, ackWait+retryWait+slack, delivery)
 					}
 				}
-				if span := at[len(at)-1].Sub(at[0]); span > ResendSpan(ackWait) {
-					t.Errorf("event %s was sent last %v after its first send, more than ResendSpan %v", id, span, ResendSpan(ackWait))
+				if span := at[len(at)-1].Sub(at[0]); span > ResendSpan(ackWait)+delivery {
+					t.Errorf("event %s was sent last %v after its first send, more than ResendSpan %v (give or take %v)", id, span, ResendSpan(ackWait), delivery)
 				}
 			}
 			// The publishes waiting to be sent again hold their places

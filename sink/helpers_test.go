@@ -294,8 +294,12 @@ func (s source) push(t *testing.T, ctx context.Context, rs []pipeline.Row) {
 func (s source) close() { s.Ring(0).Close() }
 
 // runSink runs s.Run in a goroutine; the returned function waits for it.
+// A test that ends without waiting (it failed) has Run cancelled first:
+// its cleanup runs before testCtx's cancel, and would otherwise wait for
+// the test's deadline.
 func runSink(t *testing.T, ctx context.Context, s *Sink, src Source) func() error {
 	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, src) }()
 	var once sync.Once
@@ -304,7 +308,10 @@ func runSink(t *testing.T, ctx context.Context, s *Sink, src Source) func() erro
 		once.Do(func() { err = <-done })
 		return err
 	}
-	t.Cleanup(func() { _ = wait() })
+	t.Cleanup(func() {
+		cancel()
+		_ = wait()
+	})
 	return wait
 }
 

@@ -197,11 +197,17 @@ func TestCLISecondSignalWhileConnectingAborts(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() {
+		done <- cmd.Wait()
+		close(exited)
+	}()
 	defer func() {
-		if cmd.ProcessState == nil {
+		select {
+		case <-exited:
+		default:
 			_ = cmd.Process.Kill()
-			<-done
+			<-exited
 		}
 	}()
 	select {

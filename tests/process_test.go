@@ -80,12 +80,13 @@ type proc struct {
 	cmd    *exec.Cmd
 	config string // the --config path
 	stderr *testenv.SyncBuffer
-	done   chan error
+	done   chan error    // Wait's error, for wait
+	exited chan struct{} // closed once Wait has returned
 }
 
 func (e *env) spawn(configPath string) *proc {
 	e.t.Helper()
-	p := &proc{config: configPath, stderr: &testenv.SyncBuffer{}, done: make(chan error, 1)}
+	p := &proc{config: configPath, stderr: &testenv.SyncBuffer{}, done: make(chan error, 1), exited: make(chan struct{})}
 	p.cmd = exec.Command(testenv.Jetsink(e.t), "run", "--config", configPath)
 	testenv.DieWithTest(p.cmd)
 	p.cmd.Stdout = p.stderr
@@ -94,11 +95,18 @@ func (e *env) spawn(configPath string) *proc {
 	if err := p.cmd.Start(); err != nil {
 		e.t.Fatalf("start jetsink: %v", err)
 	}
-	go func() { p.done <- p.cmd.Wait() }()
+	go func() {
+		p.done <- p.cmd.Wait()
+		close(p.exited)
+	}()
 	e.t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
+		// Not cmd.ProcessState: Wait sets it, unsynchronised with a
+		// test that never took done.
+		select {
+		case <-p.exited:
+		default:
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			<-p.exited
 		}
 		if e.t.Failed() {
 			e.t.Logf("jetsink output:\n%s", p.stderr.String())

@@ -188,7 +188,7 @@ func TestRunDrainEndsWhenAcksAreConfirmed(t *testing.T) {
 	r := startJetsink(t, ctx, "run", "--nats-url", ns.URL(), "--database-url", pg.URL,
 		"--set", "nats.create_stream=true", "--set", "postgres.create_table=true",
 		"--set", "telemetry.listen=127.0.0.1:0", "--set", "telemetry.pprof=true",
-		"--set", "drain_timeout=500ms")
+		"--set", "drain_timeout=1500ms")
 	r.waitOutput(t, ctx, "jetsink running")
 	js := ns.JetStream(t)
 	for i := range events {
