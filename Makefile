@@ -1,7 +1,10 @@
 # jetsink — make targets. `make test` is what CI runs.
 GO      ?= go
 PKGS    ?= ./...
-TIMEOUT ?= 20m
+# A test binary's limit: well above the slowest package's ~5 minutes under
+# -race on 2 cores (tests/), well below CI's 20-minute budget, so that a
+# hung test is named, with every goroutine's stack, before CI is killed.
+TIMEOUT ?= 10m
 
 .PHONY: all build test vet race bench fmt clean jaeger alerts
 
@@ -28,7 +31,7 @@ vet:
 test: vet jaeger alerts
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
 	JETSINK_TEST_PULL_CLIENT=nats.go $(GO) test -race -count=1 -timeout $(TIMEOUT) ./consumer
-	$(GO) test -count=1 -run 'Alloc' ./ringq ./pipeline ./consumer ./consumer/wire ./telemetry
+	$(GO) test -count=1 -timeout 5m -run 'Alloc' ./ringq ./pipeline ./consumer ./consumer/wire ./telemetry
 
 # Jaeger v2 for the tracing test: built once from the Go module proxy into
 # ~/.cache/jetsink (a no-op when it is there; the first build takes minutes).
@@ -40,7 +43,7 @@ jaeger:
 # their own (they stay out of jetsink's go.mod). tests/alerts_test.go checks
 # that jetsink serves every metric they name.
 alerts:
-	cd deploy/prometheus && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+	cd deploy/prometheus && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 $(PKGS)

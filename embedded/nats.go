@@ -39,7 +39,7 @@ func StartNATS(storeDir string) (*NATSServer, error) {
 	// finds it free again; another, should one be taken in between.
 	var err error
 	for range 3 {
-		if n.port, err = freePort(); err != nil {
+		if n.port, err = FreePort(); err != nil {
 			break
 		}
 		if err = n.start(); err == nil {

@@ -9,13 +9,13 @@ import (
 	"strings"
 )
 
-// freePort returns a loopback TCP port free at the moment, below the range
+// FreePort returns a loopback TCP port free at the moment, below the range
 // the kernel takes the source ports of outgoing connections from (and the
 // port of a listener on port 0): NATSServer.Restart and Cluster.Start bind
 // the port again after a pause in which any connection opened on the
-// machine could otherwise take it, failing the restart. It falls back to a
-// port the kernel picks.
-func freePort() (int, error) {
+// machine could otherwise take it, failing the restart (tests that bind a
+// port they picked use it too). It falls back to a port the kernel picks.
+func FreePort() (int, error) {
 	if low := ephemeralLow(); low > 2048 {
 		// The 16,384 ports below the range (all of them above 1,023).
 		base := max(1024, low-16384)

@@ -181,7 +181,7 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for attempt := 0; ; attempt++ {
-		c.port, err = freePort()
+		c.port, err = FreePort()
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err

@@ -3,7 +3,9 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,7 +66,15 @@ func TestChanHandoffBlockedPush(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- h.Push(context.Background(), Event{Subject: "a"}) }()
-	time.Sleep(20 * time.Millisecond) // let it block (if it has not, Close still ends it)
+	// Close once the push waits in its select: a push that starts after
+	// Close returns ErrClosed without having waited at all.
+	for !parkedIn("(*ChanHandoff).Push") {
+		select {
+		case err := <-done:
+			t.Fatalf("Push on a full channel returned %v before Close", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
 	h.Close()
 	select {
 	case err := <-done:
@@ -204,4 +214,16 @@ func TestRunHandoffChecks(t *testing.T) {
 	if err := p.RunHandoff(ctx, h); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("second run: %v, want ErrInvalidConfig", err)
 	}
+}
+
+// parkedIn reports whether a goroutine waits in a select or a channel
+// operation with fn on its stack.
+func parkedIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if (strings.Contains(g, "[select") || strings.Contains(g, "[chan send")) && strings.Contains(g, fn) {
+			return true
+		}
+	}
+	return false
 }

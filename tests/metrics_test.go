@@ -227,12 +227,7 @@ func TestAdminListenerTakenFailsFirst(t *testing.T) {
 	}
 
 	// A later failure (NATS unreachable) closes the listener New bound.
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := free.Addr().String()
-	free.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 	cfg.Telemetry.Listen = addr
 	cfg.NATS.URL = "nats://127.0.0.1:1"
 	if _, err := processor.New(ctx, cfg, log); err == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsink/jetsink/embedded"
 	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/telemetry"
@@ -48,14 +48,16 @@ func jaegerBin(t *testing.T) string {
 	return bin
 }
 
+// freePort is a port for a server the test starts: below the range of
+// outgoing connections' source ports, so that none of the machine's takes
+// it before the server binds it (embedded.FreePort).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := embedded.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // jaeger is a Jaeger v2 all-in-one process with in-memory storage.

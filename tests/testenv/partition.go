@@ -38,7 +38,7 @@ type Partition struct {
 // needs, or fails it when CI is set: CI must run every test.
 func NewPartition(t testing.TB) *Partition {
 	t.Helper()
-	skipOrFail(t, partitionMissing(os.Geteuid(), ipPath()))
+	SkipOrFail(t, partitionMissing(os.Geteuid(), ipPath()))
 	id := fmt.Sprintf("%06x", rand.Uint32()&0xffffff)
 	// A /30 in 198.18.0.0/15, the range set aside for benchmarking
 	// networks (RFC 2544), which no real network should route.
@@ -109,9 +109,9 @@ func partitionMissing(euid int, ip string) string {
 		": run it as root, as .ci/run does (sudo env \"PATH=$PATH\" go test -run <test> <package>)"
 }
 
-// skipOrFail skips t, saying why, when missing is not "": a developer's
+// SkipOrFail skips t, saying why, when missing is not "": a developer's
 // make test is not root; but fails it when CI is set.
-func skipOrFail(t testing.TB, missing string) {
+func SkipOrFail(t testing.TB, missing string) {
 	t.Helper()
 	if missing == "" {
 		return

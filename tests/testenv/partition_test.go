@@ -47,7 +47,7 @@ func TestPartitionNeedsRootAndIP(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/CI=%q", tc.name, ci), func(t *testing.T) {
 				t.Setenv("CI", ci)
 				r := &recordTB{TB: t}
-				r.run(func(tb testing.TB) { skipOrFail(tb, partitionMissing(tc.euid, tc.ip)) })
+				r.run(func(tb testing.TB) { SkipOrFail(tb, partitionMissing(tc.euid, tc.ip)) })
 				switch {
 				case tc.want == nil:
 					if r.skipped != "" || r.failed != "" {
