@@ -4,9 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
 )
 
 // sentinel stands in for a secret; no error or log line may contain it.
@@ -270,5 +275,82 @@ func TestValidateURLWithoutScheme(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("Validate() = %q, lacks %q", err, w)
 		}
+	}
+}
+
+// A creds file that cannot be read or holds no user seed is a bad
+// configuration (ErrInvalidConfig: exit 2) from AuthOptions, never quoted;
+// a good one, also under "~", is taken. Before, nats.go found out only
+// while connecting, and it read as a server that cannot be reached.
+func TestAuthOptionsChecksTheCredsFile(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := user.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	account, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	aseed, err := account.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := user.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := jwt.NewUserClaims(pub).Encode(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := jwt.FormatUserConfig(token, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := write("good.creds", string(creds))
+	write("home.creds", string(creds))
+	for _, tc := range []struct {
+		name, path string
+		ok         bool
+	}{
+		{"good", good, true},
+		{"under ~", "~/home.creds", true},
+		{"missing", filepath.Join(dir, "none.creds"), false},
+		{"a directory", dir, false},
+		{"JWT alone", write("jwt.creds", "-----BEGIN NATS USER JWT-----\n"+token+"\n------END NATS USER JWT------\n"), false},
+		{"an account's seed", write("account.creds", "-----BEGIN NATS USER JWT-----\n"+token+"\n------END NATS USER JWT------\n\n"+
+			"-----BEGIN USER NKEY SEED-----\n"+string(aseed)+"\n------END USER NKEY SEED------\n"), false},
+		{"garbage", write("garbage.creds", sentinel), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.CredsFile = tc.path
+			opts, err := cfg.AuthOptions()
+			if tc.ok {
+				if err != nil || len(opts) != 1 {
+					t.Fatalf("AuthOptions = %d options, %v; want the creds option", len(opts), err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nats.creds_file") {
+				t.Fatalf("AuthOptions = %v, want ErrInvalidConfig naming nats.creds_file", err)
+			}
+			if strings.Contains(err.Error(), sentinel) || strings.Contains(err.Error(), string(seed)) || strings.Contains(err.Error(), token) {
+				t.Fatalf("the error quotes the file: %v", err)
+			}
+		})
 	}
 }

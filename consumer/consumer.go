@@ -7,13 +7,17 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetsink/jetsink/consumer/wire"
@@ -351,6 +355,10 @@ func (cfg *Config) AuthOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
 	}
 	if cfg.CredsFile != "" {
+		if err := checkCredsFile(cfg.CredsFile); err != nil {
+			return nil, err
+		}
+		// Read again at each connect: a file rotated in place is used.
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	}
 	if cfg.NKeyFile != "" {
@@ -368,6 +376,33 @@ func (cfg *Config) AuthOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(cfg.TLS.CertFile, cfg.TLS.KeyFile))
 	}
 	return opts, nil
+}
+
+// checkCredsFile refuses a nats.creds_file that cannot be read or holds no
+// user NKey seed, as a bad configuration: nats.go reads it only while it
+// connects, and its error there looked like a server that cannot be
+// reached. A "~" at its start is the home directory, as nats.go reads it.
+// The error never quotes the file.
+func checkCredsFile(path string) error {
+	p := path
+	if rest, ok := strings.CutPrefix(p, "~"); ok {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return fmt.Errorf("%w: nats.creds_file %q: %w", ErrInvalidConfig, path, err)
+		}
+		p = filepath.Join(home, rest)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return fmt.Errorf("%w: nats.creds_file %q cannot be read: %w", ErrInvalidConfig, path, errors.Unwrap(err))
+	}
+	defer clear(b)
+	kp, err := nkeys.ParseDecoratedUserNKey(b)
+	if err != nil {
+		return fmt.Errorf("%w: nats.creds_file %q is not a NATS credentials file: it holds no user NKey seed", ErrInvalidConfig, path)
+	}
+	kp.Wipe()
+	return nil
 }
 
 // reconnectDelay is 100ms doubling per attempt up to 5s, with 20% jitter.

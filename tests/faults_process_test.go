@@ -281,18 +281,19 @@ log: {level: debug, format: text}
 	failing := []struct {
 		name, cfg string
 		cmds      []string
+		code      int // 0: any but 0
 	}{
-		{"postgres down", yaml(e.nats.URL(), userPass, badPort), pgOnly},
-		{"no such database", yaml(e.nats.URL(), userPass, badDB), pgOnly},
-		{"unparsable dsn", yaml(e.nats.URL(), userPass, "postgres://postgres:"+secret+"@[::1/x"), all},
-		{"nats down", yaml(fmt.Sprintf("nats://127.0.0.1:%d", closed), userPass, dsn), natsOnly},
-		{"bad creds file", yaml(e.nats.URL(), credsFile, dsn), natsOnly},
+		{"postgres down", yaml(e.nats.URL(), userPass, badPort), pgOnly, 0},
+		{"no such database", yaml(e.nats.URL(), userPass, badDB), pgOnly, 0},
+		{"unparsable dsn", yaml(e.nats.URL(), userPass, "postgres://postgres:"+secret+"@[::1/x"), all, 0},
+		{"nats down", yaml(fmt.Sprintf("nats://127.0.0.1:%d", closed), userPass, dsn), natsOnly, 0},
+		{"bad creds file", yaml(e.nats.URL(), credsFile, dsn), natsOnly, 2}, // a bad configuration
 	}
 	for _, f := range failing {
 		for _, cmd := range f.cmds {
 			out, code := jetsinkTimed(t, 20*time.Second, cmd, "--config", f.cfg)
-			if code == 0 {
-				t.Errorf("%s: jetsink %s succeeded:\n%s", f.name, cmd, out)
+			if code == 0 || (f.code != 0 && code != f.code) {
+				t.Errorf("%s: jetsink %s exited %d, want %d (0: any but 0):\n%s", f.name, cmd, code, f.code, out)
 			}
 			noLeak(f.name+": jetsink "+cmd, out)
 		}
