@@ -100,7 +100,7 @@ gives that letter up at once and exits with status 130.
 (all must match). Exit status 1 if any replay or delete failed.`,
 		Example: `  jetsink dlq replay --config jetsink.yaml --dry-run
   jetsink dlq replay --config jetsink.yaml --code constraint --since 2h
-  jetsink dlq replay --config jetsink.yaml --stage decode --subject 'events.dev-1.>' --seq 100-250`,
+  jetsink dlq replay --config jetsink.yaml --stage decode --subject 'events.dev-1' --seq 100-250`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := cf.load()

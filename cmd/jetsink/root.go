@@ -299,8 +299,9 @@ func newKeysCmd() *cobra.Command {
 type, environment variable and default. postgres.columns, the mapping, is
 set in the file only (see the README). JETSINK_DATABASE_URL is short for
 JETSINK_POSTGRES_URL. A default of 0 is derived at start (pipeline.workers:
-the physical cores; nats.max_ack_pending and nats.max_in_flight_bytes: from
-the other settings), but nats.pull_max_bytes's, which means no cap per pull.`,
+the physical cores; nats.max_ack_pending: from the rings and the pull;
+nats.max_in_flight_bytes: 32MiB, or 4 x (the server's max_payload + 8KiB)
+if more), but nats.pull_max_bytes's, which means no cap per pull.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
