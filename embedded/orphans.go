@@ -3,6 +3,7 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -115,9 +116,34 @@ func madeByUs(dir string) bool {
 	return ok && int(st.Uid) == os.Geteuid()
 }
 
+// readRegular reads at most limit bytes of the regular file at path, its
+// start or (tail) its end, without following a symbolic link: the files
+// read in a cluster's directory, which the server's user owns, could be
+// made links to any file root may read, or FIFOs that never end.
+func readRegular(path string, limit int64, tail bool) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	if tail && fi.Size() > limit {
+		if _, err := f.Seek(fi.Size()-limit, io.SeekStart); err != nil {
+			return nil, err
+		}
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
 // readPID reads a positive process ID from the first line of a file.
 func readPID(path string) (int, error) {
-	b, err := os.ReadFile(path)
+	b, err := readRegular(path, 4<<10, false)
 	if err != nil {
 		return 0, err
 	}
@@ -140,7 +166,7 @@ func ownerAlive(path string) bool {
 	if !processAlive(pid) {
 		return false
 	}
-	b, _ := os.ReadFile(path)
+	b, _ := readRegular(path, 4<<10, false)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) < 2 {
 		return true

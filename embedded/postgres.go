@@ -121,14 +121,17 @@ func (c *Cluster) Destroy() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	err := c.stop("immediate")
-	if err != nil {
-		// Without its directory a server that survived would be found by
-		// no sweep, and would keep its port and shared memory until reboot.
-		if !c.stopStray() {
-			return fmt.Errorf("%w; %s", err, c.strayStays())
+	// Without its directory a server that survived would be found by no
+	// sweep, and would keep its port and shared memory until reboot: one
+	// that pg_ctl could not stop, or that a failed Start left running
+	// (not c.running).
+	if !c.stopStray() {
+		if err == nil {
+			return errors.New(c.strayStays())
 		}
-		c.running = false
+		return fmt.Errorf("%w; %s", err, c.strayStays())
 	}
+	c.running = false
 	if rmErr := os.RemoveAll(c.dir); rmErr != nil && err == nil {
 		err = rmErr
 	}
@@ -249,15 +252,27 @@ func (c *Cluster) initdb() error {
 	// A file, not an argument, which any local user could read in /proc;
 	// it is removed once initdb has read it (the server keeps a SCRAM
 	// verifier, not the password).
+	// Made new (O_EXCL, no link followed) and given away by its open file:
+	// the directory is the server's user's already, and a path could be
+	// made a link to a file of root's in between.
 	pwfile := filepath.Join(c.dir, "pwfile")
-	if err := os.WriteFile(pwfile, []byte(c.pass+"\n"), 0o600); err != nil {
+	f, err := os.OpenFile(pwfile, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
 		return fmt.Errorf("initdb: password file: %w", err)
 	}
 	defer os.Remove(pwfile)
 	if c.cred != nil {
-		if err := os.Chown(pwfile, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+		if err := f.Chown(int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			_ = f.Close()
 			return fmt.Errorf("initdb: give password file to postgres: %w", err)
 		}
+	}
+	_, err = f.WriteString(c.pass + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("initdb: password file: %w", err)
 	}
 	if err := c.run(2*time.Minute, "initdb", "-D", c.dataDir(), "-U", "postgres", "--pwfile="+pwfile, "--auth=scram-sha-256",
 		"-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
@@ -290,7 +305,7 @@ func (c *Cluster) start() error {
 		// pg_ctl may have given up waiting while the server came up (or
 		// been killed by run's timeout): stop it, so that neither the next
 		// attempt nor a removal of the directory leaves it running.
-		log, _ := os.ReadFile(logFile)
+		log, _ := readRegular(logFile, 64<<10, true)
 		err = fmt.Errorf("pg_ctl start on port %d: %w\nserver log:\n%s", c.port, err, lastLines(string(log), 20))
 		if !c.stopStray() {
 			return fmt.Errorf("%w\n%w: %s", err, errStrayRuns, c.strayStays())
@@ -373,8 +388,14 @@ func (c *Cluster) run(timeout time.Duration, name string, args ...string) error 
 	cmd.Dir = c.dir
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "LANG=C")
 	if c.cred != nil {
+		// Another user's processes get none of this one's environment
+		// (tokens, passwords: the server's user could read them in
+		// /proc), only what the programs need.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
-		cmd.Env = append(cmd.Env, "HOME="+c.dir, "USER=postgres")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C", "LANG=C", "HOME=" + c.dir, "USER=postgres"}
+		if tz, ok := os.LookupEnv("TZ"); ok {
+			cmd.Env = append(cmd.Env, "TZ="+tz)
+		}
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {

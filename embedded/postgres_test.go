@@ -230,15 +230,60 @@ func TestDestroyStopsAServerPgCtlCannot(t *testing.T) {
 	}
 }
 
+// A server that a failed Start left running (the cluster counts as
+// stopped) is stopped by Destroy before its directory goes: without it, no
+// sweep could find the server.
+func TestDestroyStopsAServerAFailedStartLeft(t *testing.T) {
+	c, err := startCluster(clusterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, dataDir := c.PID(), c.dataDir()
+	if pid == 0 {
+		t.Fatal("no postmaster.pid in a started cluster")
+	}
+	t.Cleanup(func() {
+		if processAlive(pid) && runsIn(pid, dataDir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	c.mu.Lock()
+	c.running = false // as start leaves it when it fails with errStrayRuns
+	c.mu.Unlock()
+	if err := c.Destroy(); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if processAlive(pid) && runsIn(pid, dataDir) {
+		t.Errorf("the server (pid %d) still runs after Destroy", pid)
+	}
+	if _, err := os.Stat(c.dir); !os.IsNotExist(err) {
+		t.Errorf("cluster dir %s still there: %v", c.dir, err)
+	}
+}
+
 // The cluster refuses connections without its password, over TCP and over
 // its Unix socket, and hands out a URL that carries it; nothing but the
 // server can reach the socket, and the password is left in no file.
 func TestClusterRequiresPassword(t *testing.T) {
+	const secretEnv = "JETSINK_TEST_SECRET=d41d8cd98f00b204"
+	k, v, _ := strings.Cut(secretEnv, "=")
+	t.Setenv(k, v)
 	c, err := StartPostgres()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Destroy() })
+	if c.cred != nil {
+		// Run as another user, the server gets none of this process's
+		// environment, which that user could read in /proc.
+		environ, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c.PID()), "environ"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(environ, []byte(secretEnv)) {
+			t.Errorf("the postmaster, run as postgres, has this process's environment (%s)", secretEnv)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -506,4 +551,73 @@ func ownedTestDir(t *testing.T, prefix string) string {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
+}
+
+// Files in a cluster's directory, which the server's user owns, are read
+// without following a link, only if regular (a FIFO would hang the read),
+// and at most as much as asked: the head, or the tail.
+func TestReadRegular(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("root's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "postmaster.pid")
+	if err := os.Symlink(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := readRegular(link, 100, false); err == nil {
+		t.Errorf("read %q through a link", b)
+	}
+	fifo := filepath.Join(dir, "server.log")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := readRegular(fifo, 100, true); err == nil {
+		t.Errorf("read %q from a FIFO", b)
+	}
+	long := filepath.Join(dir, "long")
+	if err := os.WriteFile(long, []byte("0123456789"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tail bool
+		want string
+	}{{false, "0123"}, {true, "6789"}} {
+		if b, err := readRegular(long, 4, tc.tail); err != nil || string(b) != tc.want {
+			t.Errorf("readRegular(tail %v) = %q, %v; want %q", tc.tail, b, err, tc.want)
+		}
+	}
+}
+
+// initdb's password file is made anew: a link planted in its place (the
+// directory is the server's user's) fails initdb, and the file it points
+// to is neither written nor given away.
+func TestInitdbPasswordFileFollowsNoLink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, []byte("root's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{dir: filepath.Join(dir, "cluster")}
+	if err := os.Mkdir(c.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(c.dir, "pwfile")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.initdb(); err == nil || !strings.Contains(err.Error(), "password file") {
+		t.Fatalf("initdb with a link for its password file = %v, want the password file refused", err)
+	}
+	after, err := os.Stat(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "root's\n" || after.Sys().(*syscall.Stat_t).Uid != before.Sys().(*syscall.Stat_t).Uid {
+		t.Errorf("the link's target was written (%q) or given away", b)
+	}
 }
