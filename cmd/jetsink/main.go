@@ -102,7 +102,7 @@ func cancelOnSignal(cmd *cobra.Command, what string) (ctx context.Context, stop 
 func watchSignals(on ...func(os.Signal)) (stop func()) {
 	var arm sync.Once
 	sigs := make(chan os.Signal, len(on)+1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals()...)
 	unwatch := func(released bool) {
 		if released && os.Getpid() == 1 {
 			arm.Do(exitOnSignal) // before the Stop: no signal falls between
@@ -110,6 +110,18 @@ func watchSignals(on ...func(os.Signal)) (stop func()) {
 		signal.Stop(sigs)
 	}
 	return watch(sigs, unwatch, repeatWindow, nil, on...)
+}
+
+// stopSignals are the signals that stop jetsink as SIGINT does: SIGTERM,
+// and SIGHUP (the terminal closed), unless it is ignored (nohup): Notify
+// would make it stop jetsink then too. Uncaught, SIGHUP ended jetsink at
+// once: no drain, and demo's PostgreSQL left running.
+func stopSignals() []os.Signal {
+	sigs := []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
 }
 
 // exitOnSignal has the next SIGINT or SIGTERM exit with 128 plus its
@@ -120,7 +132,7 @@ func watchSignals(on ...func(os.Signal)) (stop func()) {
 // by jetsink's codes says the configuration is bad.
 func exitOnSignal() {
 	c := make(chan os.Signal, 1)
-	signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(c, stopSignals()...)
 	go func() { os.Exit(128 + int((<-c).(syscall.Signal))) }()
 }
 

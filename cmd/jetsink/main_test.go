@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func catchSignals(t *testing.T) {
 	t.Helper()
 	ch := make(chan os.Signal, 16)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	t.Cleanup(func() { signal.Stop(ch) })
 }
 

@@ -8,10 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/signal"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -241,6 +245,41 @@ func TestRunDrainEndsWhenAcksAreConfirmed(t *testing.T) {
 	out := r.out.String()
 	if code != exitOK || strings.Contains(out, "drain timeout") || !strings.Contains(out, "every event taken in is committed and acked") {
 		t.Fatalf("exit %d (%v), want %d after a clean drain, without a drain timeout:\n%s", code, r.err, exitOK, out)
+	}
+}
+
+// SIGHUP (the terminal closed) drains and stops jetsink as SIGINT does.
+// Before, it ended the process at once: no drain, and demo's PostgreSQL
+// left running.
+func TestRunDrainsOnHangup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	catchSignals(t) // without the fix, jetsink does not stop: no process killed
+	ns := testenv.NATS(t)
+	pg := testenv.Postgres(t)
+	r := startJetsink(t, ctx, "run", "--nats-url", ns.URL(), "--database-url", pg.URL,
+		"--set", "nats.create_stream=true", "--set", "postgres.create_table=true")
+	r.waitOutput(t, ctx, "jetsink running")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	code := r.wait(t, ctx)
+	if out := r.out.String(); code != exitOK || !strings.Contains(out, "hangup") {
+		t.Fatalf("exit %d (%v), want %d after a drain the hangup began:\n%s", code, r.err, exitOK, out)
+	}
+}
+
+// A SIGHUP jetsink was started ignoring (nohup) stays ignored: catching it
+// would have it stop jetsink.
+func TestStopSignalsLeaveAnIgnoredHangup(t *testing.T) {
+	defer signal.Reset(syscall.SIGHUP)
+	signal.Ignore(syscall.SIGHUP)
+	if slices.Contains(stopSignals(), os.Signal(syscall.SIGHUP)) {
+		t.Error("stopSignals catches an ignored SIGHUP")
+	}
+	signal.Reset(syscall.SIGHUP)
+	if !signal.Ignored(syscall.SIGHUP) && !slices.Contains(stopSignals(), os.Signal(syscall.SIGHUP)) {
+		t.Error("stopSignals leaves SIGHUP out")
 	}
 }
 
