@@ -7,11 +7,14 @@
 //
 // Both are safe for concurrent use. Whoever starts one calls Destroy. The
 // temporary directories (jetsink-nats-*, jetsink-pg-* in os.TempDir()) hold
-// an owner.pid naming the process that made them and when it started; if
-// it dies without Destroy (a panic, SIGKILL, go test -timeout), the next
+// an owner.pid naming the process that made them and when it started,
+// which that process keeps locked (flock) while it uses them; if it dies
+// without Destroy (a panic, SIGKILL, go test -timeout), the next
 // StartNATS("") of any process removes its NATS directories, and the next
-// StartPostgres its clusters, stopping the server first. TempDir makes such
-// directories for others (tests/testenv's jetsink build).
+// StartPostgres its clusters, stopping the server first. A locked owner.pid
+// keeps its directory whatever its pid says (the pid of another PID
+// namespace sharing the temporary directory means nothing here). TempDir
+// makes such directories for others (tests/testenv's jetsink build).
 //
 // Their ports are below the kernel's ephemeral range, so that a server
 // restarted on its port (NATSServer.Restart, Cluster.Start) does not find

@@ -3,7 +3,6 @@ package embedded
 import (
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -116,6 +115,6 @@ func (n *NATSServer) Restart() error {
 func (n *NATSServer) Destroy() {
 	n.Shutdown()
 	if n.ownDir {
-		_ = os.RemoveAll(n.storeDir)
+		_ = removeOwned(n.storeDir)
 	}
 }

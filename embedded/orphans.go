@@ -45,7 +45,65 @@ func ownedTempDir(prefix string, perm os.FileMode) (string, error) {
 		_ = os.RemoveAll(dir)
 		return "", err
 	}
+	if err := holdOwnerLock(dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", err
+	}
 	return dir, nil
+}
+
+// ownerLocks are the owner files of this process's directories, each open
+// and share-locked (flock) while the directory is in use: a sweep leaves a
+// directory whose owner file it cannot lock alone, whatever the pid says.
+// A pid does not tell from another PID namespace (two containers sharing
+// /tmp): there it may be dead, or another process's, while the owner runs.
+var ownerLocks struct {
+	mu    sync.Mutex
+	files map[string]*os.File
+}
+
+// holdOwnerLock opens dir's owner file and holds a shared lock on it until
+// removeOwned(dir), or until this process ends.
+func holdOwnerLock(dir string) error {
+	f, err := os.OpenFile(filepath.Join(dir, ownerFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	ownerLocks.mu.Lock()
+	defer ownerLocks.mu.Unlock()
+	if ownerLocks.files == nil {
+		ownerLocks.files = make(map[string]*os.File)
+	}
+	ownerLocks.files[dir] = f
+	return nil
+}
+
+// removeOwned removes a directory ownedTempDir made and lets its owner
+// file's lock go.
+func removeOwned(dir string) error {
+	err := os.RemoveAll(dir)
+	ownerLocks.mu.Lock()
+	defer ownerLocks.mu.Unlock()
+	if f := ownerLocks.files[dir]; f != nil {
+		_ = f.Close()
+		delete(ownerLocks.files, dir)
+	}
+	return err
+}
+
+// ownerLocked reports whether a process holds the lock of the owner file
+// at path (holdOwnerLock): this one's directories too.
+func ownerLocked(path string) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK)
 }
 
 // TempDir makes a new directory prefix+"*" in os.TempDir() that only this
@@ -156,9 +214,14 @@ func readPID(path string) (int, error) {
 }
 
 // ownerAlive reports whether the process an owner file names may still
-// run: true when the file cannot be read, or the process lives and started
-// when the file says (a file without a start time is trusted on the pid).
+// run: true when a process holds the file's lock (holdOwnerLock), when the
+// file cannot be read, or when the process lives and started when the file
+// says (a file without a start time is trusted on the pid; a file of an
+// older jetsink has no lock).
 func ownerAlive(path string) bool {
+	if ownerLocked(path) {
+		return true
+	}
 	pid, err := readPID(path)
 	if err != nil {
 		return true

@@ -132,7 +132,7 @@ func (c *Cluster) Destroy() error {
 		return fmt.Errorf("%w; %s", err, c.strayStays())
 	}
 	c.running = false
-	if rmErr := os.RemoveAll(c.dir); rmErr != nil && err == nil {
+	if rmErr := removeOwned(c.dir); rmErr != nil && err == nil {
 		err = rmErr
 	}
 	return err
@@ -163,17 +163,17 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 	}
 	c.dir = dir
 	if sock := filepath.Join(dir, ".s.PGSQL.65535"); len(sock) > maxSocketPath {
-		_ = os.RemoveAll(dir)
+		_ = removeOwned(dir)
 		return nil, fmt.Errorf("the cluster's Unix socket %s would be longer than the %d bytes a socket path may have: set TMPDIR to a shorter directory, such as /tmp", sock, maxSocketPath)
 	}
 	if c.cred != nil {
 		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
-			_ = os.RemoveAll(dir)
+			_ = removeOwned(dir)
 			return nil, fmt.Errorf("give cluster dir to postgres: %w", err)
 		}
 	}
 	if err := c.initdb(); err != nil {
-		_ = os.RemoveAll(dir)
+		_ = removeOwned(dir)
 		if c.cred != nil {
 			if p, ok := unreachable(dir, c.cred); ok {
 				err = fmt.Errorf("%w\n(the user postgres, which the server runs as, may not enter %s: set TMPDIR to a directory it can reach, such as /tmp)", err, p)
@@ -186,7 +186,7 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 	for attempt := 0; ; attempt++ {
 		c.port, err = FreePort()
 		if err != nil {
-			_ = os.RemoveAll(dir)
+			_ = removeOwned(dir)
 			return nil, err
 		}
 		if err = c.start(); err == nil {
@@ -198,7 +198,7 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 			return nil, err
 		}
 		if attempt == 2 {
-			_ = os.RemoveAll(dir) // start stopped any server it left
+			_ = removeOwned(dir) // start stopped any server it left
 			return nil, err
 		}
 	}

@@ -43,7 +43,7 @@ func TestSweepOrphans(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(orphan.dir, ownerFile), []byte(strconv.Itoa(dead.Process.Pid)), 0o644); err != nil {
+	if err := orphaned(orphan.dir, []byte(strconv.Itoa(dead.Process.Pid)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	sweepOrphans(pgDirPrefix, stopOrphan)
@@ -97,7 +97,7 @@ func TestSweepOrphanedNATSStoreDirs(t *testing.T) {
 		t.Fatalf("store dir's owner file: pid %d, %v; want this process, %d", pid, err, os.Getpid())
 	}
 	orphan.Shutdown() // what a crash leaves: the directory, no server
-	if err := os.WriteFile(filepath.Join(orphan.StoreDir(), ownerFile), []byte(strconv.Itoa(deadPID(t))), 0o644); err != nil {
+	if err := orphaned(orphan.StoreDir(), []byte(strconv.Itoa(deadPID(t))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	sweepOrphans(natsDirPrefix, nil)
@@ -385,7 +385,7 @@ func TestSweepOrphanWithReusedPID(t *testing.T) {
 		t.Fatalf("owner file %q, %v; want this pid and start time %s", b, err, start)
 	}
 	reused := strconv.Itoa(os.Getpid()) + "\n1\n" // this pid, but an owner that started at tick 1
-	if err := os.WriteFile(filepath.Join(orphan, ownerFile), []byte(reused), 0o644); err != nil {
+	if err := orphaned(orphan, []byte(reused), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	sweepOrphans(prefix, nil)
@@ -414,7 +414,7 @@ func TestSweepLeavesOthersDirectories(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.Remove(link) })
 	mine := ownedTestDir(t, prefix)
-	if err := os.WriteFile(filepath.Join(mine, ownerFile), dead, 0o644); err != nil {
+	if err := orphaned(mine, dead, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var theirs string
@@ -549,8 +549,43 @@ func ownedTestDir(t *testing.T, prefix string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = removeOwned(dir) })
 	return dir
+}
+
+// orphaned writes owner into dir's owner file and lets this process's lock
+// on it go: what the owner's death leaves.
+func orphaned(dir string, owner []byte, perm os.FileMode) error {
+	ownerLocks.mu.Lock()
+	if f := ownerLocks.files[dir]; f != nil {
+		_ = f.Close()
+		delete(ownerLocks.files, dir)
+	}
+	ownerLocks.mu.Unlock()
+	return os.WriteFile(filepath.Join(dir, ownerFile), owner, perm)
+}
+
+// A directory whose owner holds its owner file's lock is left alone
+// whatever the pid in it says: from another PID namespace sharing the
+// temporary directory, the pid may be dead, or another process's, here.
+// Once the lock is let go (the owner died), it is swept.
+func TestSweepLeavesALockedOwnersDirectory(t *testing.T) {
+	const prefix = "jetsink-locked-test-"
+	dir := ownedTestDir(t, prefix)
+	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(deadPID(t))+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sweepOrphans(prefix, nil)
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("a locked owner's directory was swept: %v", err)
+	}
+	if err := orphaned(dir, []byte(strconv.Itoa(deadPID(t))+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sweepOrphans(prefix, nil)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("an unlocked dead owner's directory is still there: %v", err)
+	}
 }
 
 // Files in a cluster's directory, which the server's user owns, are read
