@@ -269,6 +269,30 @@ func TestReplayPermissionRefusalIsNotUnsure(t *testing.T) {
 	}
 }
 
+// A user the server refuses the consumer's info replays nothing, and each
+// letter fails at once after the first: the refused lookup (which the
+// server does not answer) is not asked again. Before, every letter waited
+// its whole LetterTimeout for it.
+func TestReplayRefusedConsumerInfoIsNotAskedAgain(t *testing.T) {
+	admin, replay, ctx := deniedReplay(t, 3, "$JS.API.CONSUMER.INFO.EV.>")
+	if _, err := admin.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "jetsink", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	// Three letters of 20 s each would outlast ctx's 30 s.
+	rep, by, err := outcomes(t, ctx, replay, Options{Stream: "EV_DLQ", Consumer: "jetsink", LetterTimeout: 20 * time.Second})
+	if err != nil || rep.Replayed != 0 || rep.Failed != 3 || len(rep.Unsure) != 0 {
+		t.Fatalf("report %+v, %v; want all 3 letters failed, none unsure", rep, err)
+	}
+	for subject, out := range by {
+		if !errors.Is(out.Err, ErrPublish) || !errors.Is(out.Err, nats.ErrPermissionViolation) {
+			t.Errorf("%s: %v; want a refusal naming the permission", subject, out.Err)
+		}
+	}
+	if dl := testenv.StreamMsgs(t, ctx, admin, "EV_DLQ"); dl != 3 {
+		t.Fatalf("%d dead letters left, want 3", dl)
+	}
+}
+
 // deniedReplay starts a server with the event and dead-letter streams and
 // letters dead letters on dlq.EV, and returns a connection of its admin, one
 // of a user who may publish anywhere but to deny, and a 30 s context.

@@ -466,10 +466,10 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	ctx, cancel := context.WithTimeout(hard, o.LetterTimeout)
 	defer cancel()
 	var out Outcome
-	if err := rs.check(ctx, l); err != nil {
+	wait := min(publishWait, o.LetterTimeout/3)
+	if err := rs.check(ctx, l, wait); err != nil {
 		out.Err = err
 	} else if !o.DryRun {
-		wait := min(publishWait, o.LetterTimeout/3)
 		if window, err := rs.window(ctx, l, wait); err != nil {
 			out.Err = err
 		} else {
@@ -521,21 +521,33 @@ type readerOf struct {
 }
 
 // check returns nil if the consumer is on l's stream and takes its
-// subject, else an error wrapping ErrNoReader, or, if the lookup failed,
-// one wrapping ErrPublish (either way the letter is not re-published: its
-// event is certainly not stored).
-func (r *readers) check(ctx context.Context, l *Letter) error {
+// subject, else an error wrapping ErrNoReader, or, if the lookup failed
+// (within wait), one wrapping ErrPublish (either way the letter is not
+// re-published: its event is certainly not stored). A lookup the server
+// refuses the user is not asked again: it answers nothing, and each
+// letter would wait for it.
+func (r *readers) check(ctx context.Context, l *Letter, wait time.Duration) error {
 	if r.name == "" {
 		return nil
 	}
 	ro, known := r.of[l.Stream]
 	if !known {
-		c, err := r.js.Consumer(ctx, l.Stream, r.name)
+		before := lastError(r.js)
+		lctx, cancel := context.WithTimeout(ctx, wait)
+		c, err := r.js.Consumer(lctx, l.Stream, r.name)
+		cancel()
+		var denied error
+		if err != nil {
+			denied = refused(r.js, "$JS.API.CONSUMER.INFO."+l.Stream+"."+r.name, before)
+		}
 		switch {
 		case errors.Is(err, jetstream.ErrConsumerNotFound):
 			ro.err = fmt.Errorf("%w: stream %s has no consumer %s (nats.consumer; set it with --set nats.consumer=NAME)", ErrNoReader, l.Stream, r.name)
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			ro.err = fmt.Errorf("%w: stream %s, the letter's Jetsink-Stream, does not exist", ErrNoReader, l.Stream)
+		case denied != nil:
+			ro.err = fmt.Errorf("%w: could not look up consumer %s of stream %s: %w (jetsink run needs it too)",
+				ErrPublish, r.name, l.Stream, denied)
 		case err != nil: // asked again for the next letter
 			return fmt.Errorf("%w: dead letter %d not re-published: could not look up consumer %s of stream %s: %w; it stays",
 				ErrPublish, l.Seq, r.name, l.Stream, err)
