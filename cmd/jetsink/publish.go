@@ -219,6 +219,8 @@ telemetry.sample_ratio.`,
 	f.Uint64Var(&o.First, "first", 0, "first sequence number")
 	f.IntVar(&o.MaxPending, "max-pending", 4096, "publishes awaiting their PubAck or a resend; at this many the publisher pauses, also with --rate")
 	f.DurationVar(&o.AckWait, "ack-wait", 5*time.Second, "send a publish again when its PubAck has not come within this; the stream's duplicate window must cover 5 x (ack-wait + 300ms)")
+	f.BoolVar(&o.Stamp, "stamp", false, "set each event's ts to its scheduled send time (--rate) or its send time, not a fixed time plus seq ms: "+
+		"the table's now() - ts is then publish-to-commit latency from the schedule (a run is no longer repeatable event for event)")
 	f.BoolVar(&o.NoTraceContext, "no-trace-context", false, "send no traceparent when not tracing (jetsink then samples the events at telemetry.sample_ratio)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"regexp"
 	"strings"
@@ -96,6 +97,43 @@ func TestPublishCmdWarnsAndCountsDuplicates(t *testing.T) {
 	if err != nil || !strings.Contains(stdout, "acked 10, duplicate 0, retried 0, failed 0, late 0;") ||
 		!regexp.MustCompile(`\nsend lag \(send - due\) p50 [0-9.]+ p99 [0-9.]+ max [0-9.]+ ms; [0-9]+ of 10 sent over 1 ms late\n$`).MatchString(stdout) || stderr != "" {
 		t.Fatalf("open loop: %v\n%s%s", err, stdout, stderr)
+	}
+}
+
+// --stamp sets each event's ts to when it was due (open loop), not to
+// loadgen.Base plus its seq in milliseconds.
+func TestPublishCmdStamp(t *testing.T) {
+	ns := testenv.NATS(t)
+	js := ns.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PS", Subjects: []string{"ps.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, stamp := range []bool{false, true} {
+		before := time.Now()
+		args := []string{"--nats-url", ns.URL(), "--subject", "ps", "--rate", "100", "--duration", "50ms", "-q"}
+		if stamp {
+			args = append(args, "--stamp")
+		}
+		if stdout, stderr, err := runPublish(t, ctx, args...); err != nil {
+			t.Fatalf("--stamp %v: %v\n%s%s", stamp, err, stdout, stderr)
+		}
+		st, err := js.Stream(ctx, "PS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := st.GetLastMsgForSubject(ctx, "ps.>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev struct{ TS time.Time }
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Fatalf("%s: %v", m.Data, err)
+		}
+		if stamped := !ev.TS.Before(before.Truncate(time.Second)); stamped != stamp {
+			t.Errorf("--stamp %v: the last event's ts is %v (publish began %v)", stamp, ev.TS, before)
+		}
 	}
 }
 
