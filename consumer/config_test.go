@@ -278,10 +278,12 @@ func TestValidateURLWithoutScheme(t *testing.T) {
 	}
 }
 
-// A creds file that cannot be read or holds no user seed is a bad
-// configuration (ErrInvalidConfig: exit 2) from AuthOptions, never quoted;
-// a good one, also under "~", is taken. Before, nats.go found out only
-// while connecting, and it read as a server that cannot be reached.
+// A creds file that cannot be read or is not a user's credentials (a user
+// JWT and that user's seed) is a bad configuration (ErrInvalidConfig: exit
+// 2) from AuthOptions, never quoted; a good one is taken. Before, nats.go
+// found out only while connecting, and it read as a server that cannot be
+// reached; a seed alone was sent to the server as the JWT. "~" is not
+// expanded: nats.go reads the seed from the path as written.
 func TestAuthOptionsChecksTheCredsFile(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("HOME", dir)
@@ -322,17 +324,32 @@ func TestAuthOptionsChecksTheCredsFile(t *testing.T) {
 	}
 	good := write("good.creds", string(creds))
 	write("home.creds", string(creds))
+	other, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oseed, err := other.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwtBlock := "-----BEGIN NATS USER JWT-----\n" + token + "\n------END NATS USER JWT------\n\n"
+	seedBlock := func(seed []byte) string {
+		return "-----BEGIN USER NKEY SEED-----\n" + string(seed) + "\n------END USER NKEY SEED------\n"
+	}
 	for _, tc := range []struct {
 		name, path string
 		ok         bool
 	}{
 		{"good", good, true},
-		{"under ~", "~/home.creds", true},
+		{"CRLF", write("crlf.creds", strings.ReplaceAll(string(creds), "\n", "\r\n")), true},
+		{"under ~", "~/home.creds", false},
 		{"missing", filepath.Join(dir, "none.creds"), false},
 		{"a directory", dir, false},
-		{"JWT alone", write("jwt.creds", "-----BEGIN NATS USER JWT-----\n"+token+"\n------END NATS USER JWT------\n"), false},
-		{"an account's seed", write("account.creds", "-----BEGIN NATS USER JWT-----\n"+token+"\n------END NATS USER JWT------\n\n"+
-			"-----BEGIN USER NKEY SEED-----\n"+string(aseed)+"\n------END USER NKEY SEED------\n"), false},
+		{"JWT alone", write("jwt.creds", jwtBlock), false},
+		{"seed alone", write("user.nk", string(seed)+"\n"), false},
+		{"seed block alone", write("seed.creds", seedBlock(seed)), false},
+		{"an account's seed", write("account.creds", jwtBlock+seedBlock(aseed)), false},
+		{"another user's seed", write("other.creds", jwtBlock+seedBlock(oseed)), false},
 		{"garbage", write("garbage.creds", sentinel), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -348,7 +365,8 @@ func TestAuthOptionsChecksTheCredsFile(t *testing.T) {
 			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "nats.creds_file") {
 				t.Fatalf("AuthOptions = %v, want ErrInvalidConfig naming nats.creds_file", err)
 			}
-			if strings.Contains(err.Error(), sentinel) || strings.Contains(err.Error(), string(seed)) || strings.Contains(err.Error(), token) {
+			if strings.Contains(err.Error(), sentinel) || strings.Contains(err.Error(), string(seed)) || strings.Contains(err.Error(), token) ||
+				strings.Contains(err.Error(), string(oseed)) {
 				t.Fatalf("the error quotes the file: %v", err)
 			}
 		})

@@ -8,16 +8,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetsink/jetsink/consumer/wire"
@@ -378,28 +375,21 @@ func (cfg *Config) AuthOptions() ([]nats.Option, error) {
 	return opts, nil
 }
 
-// checkCredsFile refuses a nats.creds_file that cannot be read or holds no
-// user NKey seed, as a bad configuration: nats.go reads it only while it
-// connects, and its error there looked like a server that cannot be
-// reached. A "~" at its start is the home directory, as nats.go reads it.
-// The error never quotes the file.
+// checkCredsFile refuses a nats.creds_file that cannot be read or is not
+// a user's credentials (wire.ParseCreds), as a bad configuration: nats.go
+// reads it only while it connects, and its error there looked like a
+// server that cannot be reached. The path is read as written, as nats.go
+// reads the seed from it ("~" is not the home directory). The error never
+// quotes the file.
 func checkCredsFile(path string) error {
-	p := path
-	if rest, ok := strings.CutPrefix(p, "~"); ok {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return fmt.Errorf("%w: nats.creds_file %q: %w", ErrInvalidConfig, path, err)
-		}
-		p = filepath.Join(home, rest)
-	}
-	b, err := os.ReadFile(p)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("%w: nats.creds_file %q cannot be read: %w", ErrInvalidConfig, path, errors.Unwrap(err))
 	}
 	defer clear(b)
-	kp, err := nkeys.ParseDecoratedUserNKey(b)
+	_, kp, err := wire.ParseCreds(b)
 	if err != nil {
-		return fmt.Errorf("%w: nats.creds_file %q is not a NATS credentials file: it holds no user NKey seed", ErrInvalidConfig, path)
+		return fmt.Errorf("%w: nats.creds_file %q is not a NATS user's credentials file: it %w", ErrInvalidConfig, path, err)
 	}
 	kp.Wipe()
 	return nil

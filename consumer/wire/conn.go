@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	natsjwt "github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 )
 
@@ -340,19 +341,18 @@ func credentials(ci *connectInfo, o *Options, nonce string) error {
 		return fmt.Errorf("%w: read %s: %w", ErrInvalidOptions, what, err)
 	}
 	defer clear(b)
-	kp, err := nkeys.ParseDecoratedNKey(b)
-	if err != nil {
+	var kp nkeys.KeyPair
+	if o.CredsFile != "" {
+		ci.JWT, kp, err = ParseCreds(b)
+		if err != nil {
+			return fmt.Errorf("%w: %s %q %w", ErrInvalidOptions, what, file, err)
+		}
+	} else if kp, err = nkeys.ParseDecoratedNKey(b); err != nil {
 		// Its error may quote the file's contents: say only which file.
 		return fmt.Errorf("%w: %s %q holds no valid NKey seed", ErrInvalidOptions, what, file)
 	}
 	defer kp.Wipe()
-	if o.CredsFile != "" {
-		jwt, err := nkeys.ParseDecoratedJWT(b)
-		if err != nil || jwt == "" {
-			return fmt.Errorf("%w: %s %q holds no user JWT", ErrInvalidOptions, what, file)
-		}
-		ci.JWT = jwt
-	} else {
+	if o.CredsFile == "" {
 		pub, err := kp.PublicKey()
 		if err != nil {
 			return fmt.Errorf("%w: %s %q: no public key", ErrInvalidOptions, what, file)
@@ -367,6 +367,31 @@ func credentials(ci *connectInfo, o *Options, nonce string) error {
 		ci.Sig = base64.RawURLEncoding.EncodeToString(sig)
 	}
 	return nil
+}
+
+// ParseCreds returns the user JWT and the key pair of a NATS credentials
+// file's contents b: a user JWT and the seed of the user it names. A file
+// with a seed alone is refused: the JWT read from it would be the seed,
+// sent to the server in the clear. Its errors, which say what is missing
+// ("holds no user JWT", ...), never quote b.
+func ParseCreds(b []byte) (string, nkeys.KeyPair, error) {
+	token, err := nkeys.ParseDecoratedJWT(b)
+	if err != nil {
+		return "", nil, errors.New("holds no user JWT")
+	}
+	claims, err := natsjwt.DecodeUserClaims(token)
+	if err != nil {
+		return "", nil, errors.New("holds no user JWT")
+	}
+	kp, err := nkeys.ParseDecoratedUserNKey(b)
+	if err != nil {
+		return "", nil, errors.New("holds no user NKey seed")
+	}
+	if pub, err := kp.PublicKey(); err != nil || pub != claims.Subject {
+		kp.Wipe()
+		return "", nil, errors.New("holds a seed that is not its JWT's user's")
+	}
+	return token, kp, nil
 }
 
 // deadlineConn bounds every write (see Options.WriteTimeout). Writes are
