@@ -40,8 +40,9 @@ var (
 	// ErrConsumerPushBased: the consumer is a push consumer; pulling from
 	// it cannot work. It ends the Sub.
 	ErrConsumerPushBased = errors.New("wire: consumer is push based")
-	// ErrBadRequest: the server refused the pull request (status 400). It
-	// ends the Sub.
+	// ErrBadRequest: the server refused the pull request (status 400, or
+	// 409 for a pull past the consumer's max_request_* limits). It ends
+	// the Sub.
 	ErrBadRequest = errors.New("wire: pull request refused")
 	// ErrMsgAlreadyAcked: the message was already settled for good (Ack,
 	// Nak, Term); it cannot be settled again or marked in progress.

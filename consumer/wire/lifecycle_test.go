@@ -311,6 +311,76 @@ func TestConsumerDeletedEndsSub(t *testing.T) {
 	}
 }
 
+// A pull past one of the consumer's max_request_* limits (an operator's
+// edit) ends the Sub with ErrBadRequest, naming the limit: the same pull
+// would be refused again. Before, the Sub pulled again after each run of
+// missed heartbeats, for ever.
+func TestPullPastTheConsumersLimitsEndsTheSub(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cc   jetstream.ConsumerConfig
+	}{
+		{"MaxRequestBatch", jetstream.ConsumerConfig{MaxRequestBatch: 10}},
+		{"MaxRequestExpires", jetstream.ConsumerConfig{MaxRequestExpires: time.Second}},
+		{"MaxRequestMaxBytes", jetstream.ConsumerConfig{MaxRequestMaxBytes: 1000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, time.Minute)
+			srv := testenv.NATS(t)
+			js := srv.JetStream(t)
+			preload(t, ctx, js, "LIM", 3, 1, tc.cc)
+			c := dialTest(t, ctx, srv.URL())
+			sub, _ := consumeInto(t, c, PullOptions{Stream: "LIM", Consumer: "C", MaxMessages: 500, MaxBytes: 1 << 20, Expires: 30 * time.Second, Heartbeat: 5 * time.Second}, nil)
+			select {
+			case <-sub.Closed():
+			case <-ctx.Done():
+				t.Fatal("the Sub did not end")
+			}
+			if err := sub.Err(); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "Exceeded "+tc.name) {
+				t.Fatalf("Sub.Err() = %v, want ErrBadRequest naming %s", err, tc.name)
+			}
+		})
+	}
+}
+
+// A pull refused because too many pulls wait on the consumer (409 Exceeded
+// MaxWaiting) is gone: the Sub reports it and pulls again at its next
+// heartbeat tick. Before, it counted the refused pull as open and pulled
+// only after missed heartbeats.
+func TestPullPastMaxWaitingPullsAgainNextTick(t *testing.T) {
+	const tick = time.Second
+	var mu sync.Mutex
+	var at []time.Time
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, _ string) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		if n == 1 {
+			writeStatus(w, inbox, sid, "NATS/1.0 409 Exceeded MaxWaiting\r\n\r\n")
+		}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	rec := newErrRecorder()
+	consumeInto(t, c, PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: tick}, rec)
+	rec.wait(t, 10*time.Second, func(err error) bool {
+		var se *StatusError
+		return errors.As(err, &se) && se.Code == 409 && strings.Contains(se.Description, "MaxWaiting")
+	})
+	eventually(t, 10*time.Second, "a second pull", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(at) >= 2
+	})
+	mu.Lock()
+	gap := at[1].Sub(at[0])
+	mu.Unlock()
+	// Missed heartbeats would take two ticks or more.
+	if gap < tick/2 || gap >= 2*tick {
+		t.Fatalf("pulled again %v after the refused pull; want at the next tick (%v)", gap, tick)
+	}
+}
+
 // A pull that nothing answers (a 503: no responders, as for a consumer
 // that does not exist, or during a leader election) is reported at once,
 // and the Sub pulls again at its heartbeat ticks, not at once (which would

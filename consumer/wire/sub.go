@@ -339,6 +339,19 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 	case code == 409 && strings.Contains(lower, "push based"):
 		s.end(fmt.Errorf("%w: %w", ErrConsumerPushBased, se))
 		return
+	case code == 409 && strings.Contains(lower, "exceeded maxrequest"):
+		// A pull past the consumer's max_request_batch, _expires or
+		// _max_bytes: every pull of these options is refused the same
+		// way, and nothing else would end the Sub (it pulled again after
+		// missed heartbeats, for ever).
+		s.end(fmt.Errorf("%w: %w: the consumer's limits refuse this client's pulls (batch %d, expires %v, max_bytes up to the budget's)",
+			ErrBadRequest, se, s.opts.MaxMessages, s.opts.Expires))
+		return
+	case code == 409 && strings.Contains(lower, "exceeded maxwaiting"):
+		// Too many pulls wait on the consumer (other clients'): this one
+		// is gone. Pull again at the next tick; one now would likely
+		// be refused too.
+		reset, later = true, true
 	case code == 408, code == 404:
 		notify = false // a request expired or found nothing: routine
 	case code == 409 && strings.Contains(lower, "message size exceeds maxbytes"):
