@@ -39,7 +39,9 @@ func strandedProblem(v string) Problem {
 // server: what the server does not let an update change (where delivery
 // starts, the storage, the replay policy, how many pulls may wait) is kept
 // from it, so that a durable its owner made (say, to deliver only new
-// messages) is taken as it is.
+// messages) is taken as it is; so is its replica count, which an operator
+// may have set apart from the stream's. (Its pause the server keeps
+// through an update by itself.)
 func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.ConsumerConfig) jetstream.ConsumerConfig {
 	cfg := &c.cfg
 	if len(meta) == 0 {
@@ -58,6 +60,7 @@ func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.Consum
 		cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = prev.DeliverPolicy, prev.OptStartSeq, prev.OptStartTime
 		cc.MemoryStorage = prev.MemoryStorage
 		cc.MaxWaiting, cc.ReplayPolicy = prev.MaxWaiting, prev.ReplayPolicy
+		cc.Replicas = prev.Replicas
 	}
 	return cc
 }
@@ -143,6 +146,10 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 			return fmt.Errorf("consumer %s made past the ack floor of stream %s, which was replaced meanwhile or could not be looked at: %w",
 				cfg.Consumer, cfg.Stream, cmp.Or(err, errStreamChanged))
 		}
+	}
+	if info := cons.CachedInfo(); info.Paused {
+		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",
+			"consumer", cfg.Consumer, "resumes_in", info.PauseRemaining.Round(time.Second))
 	}
 	c.cons.Store(&consumerHandle{cons})
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -630,6 +631,13 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				if wc := c.wc.Load(); s.wire && wc != nil {
 					c.probeWire(wc)
 				}
+			case strings.Contains(err.Error(), "Exceeded MaxRequest"):
+				// nats.go's pulls are past the consumer's max_request_*
+				// limits (an operator's edit), each refused alike: end the
+				// session, and Run applies the consumer's configuration
+				// again. (The wire client's Sub ends by itself.)
+				c.log.Warn("the consumer's limits refuse the pulls; applying its configuration again", "err", err)
+				return s.drain(hard)
 			default:
 				c.log.Warn("pull subscription", "err", err)
 				continue

@@ -903,3 +903,63 @@ func TestNATSGoPullsWithAHeartbeatOutsideItsRange(t *testing.T) {
 		t.Fatalf("no warning of the heartbeat moved to 500ms; log:\n%s", log.String())
 	}
 }
+
+// An operator's edits of the durable while Run runs: a max_request_batch
+// below jetsink's pulls ends the session, and Run applies the consumer's
+// configuration again, so that the events flow again (before, consuming
+// stalled for good); a pause stays when jetsink updates the consumer, and
+// is logged.
+func TestRunOverOperatorsEdits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 5, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	for range 5 {
+		if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := cons.CachedInfo().Config
+	cc.MaxRequestBatch = 1 // below any pull of jetsink's
+	if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
+		t.Fatal(err)
+	}
+	// The open pull expires (PullExpiry 2 s); the next is refused.
+	waitFor(t, ctx, "max_request_batch 0 again", func() bool {
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		return err == nil && cons.CachedInfo().Config.MaxRequestBatch == 0
+	})
+	publish(t, ctx, js, cfg, 5, 1, 5)
+	for got := 0; got < 5; {
+		g := r.next(t, ctx)
+		if bodyIndex(t, &g.ev) >= 5 {
+			got++
+		}
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	until := time.Now().Add(time.Hour)
+	if _, err := js.PauseConsumer(ctx, cfg.Stream, cfg.Consumer, until); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ensureConsumer(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if cons, err = js.Consumer(ctx, cfg.Stream, cfg.Consumer); err != nil || !cons.CachedInfo().Paused {
+		t.Fatalf("consumer after an update: %v; want it still paused", err)
+	}
+	if !strings.Contains(log.String(), "the consumer is paused") {
+		t.Errorf("no word of the pause in the log:\n%s", log.String())
+	}
+	r.stopClean(t, ctx)
+}
