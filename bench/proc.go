@@ -46,9 +46,9 @@ func startChild(exe string, env []string, args ...string) (*child, error) {
 	// A process group of its own: Ctrl-C on a terminal signals the whole
 	// foreground group, and the engine would begin its drain on it; then
 	// stop's SIGTERM, a moment later, would be its second signal and cut
-	// the drain short (exit 130). The bench alone stops its children;
-	// should it die without doing so (SIGKILL, a closed terminal's
-	// SIGHUP, which no longer reaches them), they get SIGTERM and drain.
+	// the drain short (exit 130). The bench alone stops its children
+	// (on a closed terminal's SIGHUP too, which no longer reaches them);
+	// should it die without doing so (SIGKILL), they get SIGTERM and drain.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	c := &child{cmd: cmd, out: out, done: make(chan struct{})}
 	c.started = time.Now()

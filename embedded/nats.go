@@ -34,7 +34,7 @@ func StartNATS(storeDir string) (*NATSServer, error) {
 		}
 		n.storeDir, n.ownDir = dir, true
 	}
-	// A port below the kernel's ephemeral range (freePort), where Restart
+	// A port below the kernel's ephemeral range (FreePort), where Restart
 	// finds it free again; another, should one be taken in between.
 	var err error
 	for range 3 {

@@ -41,15 +41,42 @@ func ownedTempDir(prefix string, perm os.FileMode) (string, error) {
 	if start, ok := procStart(os.Getpid()); ok {
 		owner += "\n" + start
 	}
-	if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner+"\n"), 0o644); err != nil {
-		_ = os.RemoveAll(dir)
-		return "", err
-	}
-	if err := holdOwnerLock(dir); err != nil {
+	if err := writeOwnerFile(dir, owner+"\n"); err != nil {
 		_ = os.RemoveAll(dir)
 		return "", err
 	}
 	return dir, nil
+}
+
+// writeOwnerFile writes dir's owner file, share-locked (flock) from before
+// a sweep can see it: made under another name, locked, then renamed, so
+// that no sweep finds it unlocked while its owner runs. The lock is held
+// until removeOwned(dir), or until this process ends.
+func writeOwnerFile(dir, owner string) error {
+	tmp := filepath.Join(dir, ownerFile+".new")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("lock %s: %w", tmp, err)
+	}
+	if _, err := f.WriteString(owner); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ownerFile)); err != nil {
+		_ = f.Close()
+		return err
+	}
+	ownerLocks.mu.Lock()
+	defer ownerLocks.mu.Unlock()
+	if ownerLocks.files == nil {
+		ownerLocks.files = make(map[string]*os.File)
+	}
+	ownerLocks.files[dir] = f
+	return nil
 }
 
 // ownerLocks are the owner files of this process's directories, each open
@@ -62,25 +89,9 @@ var ownerLocks struct {
 	files map[string]*os.File
 }
 
-// holdOwnerLock opens dir's owner file and holds a shared lock on it until
-// removeOwned(dir), or until this process ends.
-func holdOwnerLock(dir string) error {
-	f, err := os.OpenFile(filepath.Join(dir, ownerFile), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("lock %s: %w", f.Name(), err)
-	}
-	ownerLocks.mu.Lock()
-	defer ownerLocks.mu.Unlock()
-	if ownerLocks.files == nil {
-		ownerLocks.files = make(map[string]*os.File)
-	}
-	ownerLocks.files[dir] = f
-	return nil
-}
+// RemoveTempDir removes a directory TempDir made, and lets go of its
+// owner file.
+func RemoveTempDir(dir string) error { return removeOwned(dir) }
 
 // removeOwned removes a directory ownedTempDir made and lets its owner
 // file's lock go.
@@ -95,21 +106,26 @@ func removeOwned(dir string) error {
 	return err
 }
 
-// ownerLocked reports whether a process holds the lock of the owner file
-// at path (holdOwnerLock): this one's directories too.
-func ownerLocked(path string) bool {
+// lockOwnerFile takes the exclusive lock of the owner file at path, for a
+// sweep to hold while it removes the directory; nil, and locked true, when
+// a process holds the file's lock (writeOwnerFile): this one too, for its
+// own directories. An owner file that cannot be opened gives nil, false.
+func lockOwnerFile(path string) (f *os.File, locked bool) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return false
+		return nil, false
 	}
-	defer f.Close()
-	return errors.Is(syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB), syscall.EWOULDBLOCK)
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	return f, false
 }
 
 // TempDir makes a new directory prefix+"*" in os.TempDir() that only this
 // user may enter, marked as this process's, after removing those of the
 // same prefix whose process died without doing so (see the package doc).
-// The caller removes it.
+// The caller removes it with RemoveTempDir.
 func TempDir(prefix string) (string, error) {
 	sweepOrphansOnce(prefix, nil)
 	return ownedTempDir(prefix, 0o700)
@@ -144,13 +160,19 @@ func sweepOrphansOnce(prefix string, stop func(dir string) bool) {
 func sweepOrphans(prefix string, stop func(dir string) bool) {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 	for _, dir := range dirs {
-		if !madeByUs(dir) || ownerAlive(filepath.Join(dir, ownerFile)) {
+		if !madeByUs(dir) {
 			continue
 		}
-		if stop != nil && !stop(dir) {
-			continue
+		// Held until the directory is gone: an owner cannot lock a file a
+		// sweep has locked, but the sweep's look and removal are one.
+		path := filepath.Join(dir, ownerFile)
+		lock, locked := lockOwnerFile(path)
+		if !locked && !ownerAlive(path) && (stop == nil || stop(dir)) {
+			_ = os.RemoveAll(dir)
 		}
-		_ = os.RemoveAll(dir)
+		if lock != nil {
+			_ = lock.Close()
+		}
 	}
 }
 
@@ -175,9 +197,12 @@ func madeByUs(dir string) bool {
 }
 
 // readRegular reads at most limit bytes of the regular file at path, its
-// start or (tail) its end, without following a symbolic link: the files
-// read in a cluster's directory, which the server's user owns, could be
-// made links to any file root may read, or FIFOs that never end.
+// start or (tail) its end, without following a symbolic link as the last
+// part of path: the files read in a cluster's directory, which the
+// server's user owns, could be made links to any file root may read, or
+// FIFOs that never end. (A link as the data directory is not refused:
+// only a file named postmaster.pid could be read through it, and runsIn
+// guards what is done with its pid.)
 func readRegular(path string, limit int64, tail bool) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -214,14 +239,11 @@ func readPID(path string) (int, error) {
 }
 
 // ownerAlive reports whether the process an owner file names may still
-// run: true when a process holds the file's lock (holdOwnerLock), when the
-// file cannot be read, or when the process lives and started when the file
-// says (a file without a start time is trusted on the pid; a file of an
-// older jetsink has no lock).
+// run: true when the file cannot be read, or the process lives and started
+// when the file says (a file without a start time is trusted on the pid).
+// For an owner file no process holds the lock of (lockOwnerFile): its
+// owner died, or is an older jetsink, which took no lock.
 func ownerAlive(path string) bool {
-	if ownerLocked(path) {
-		return true
-	}
 	pid, err := readPID(path)
 	if err != nil {
 		return true

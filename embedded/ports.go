@@ -14,7 +14,8 @@ import (
 // port of a listener on port 0): NATSServer.Restart and Cluster.Start bind
 // the port again after a pause in which any connection opened on the
 // machine could otherwise take it, failing the restart (tests that bind a
-// port they picked use it too). It falls back to a port the kernel picks.
+// port they picked use it too). It falls back to a port the kernel picks,
+// and returns an error only when no port can be bound at all.
 func FreePort() (int, error) {
 	if low := ephemeralLow(); low > 2048 {
 		// The 16,384 ports below the range (all of them above 1,023).

@@ -114,8 +114,9 @@ func (c *Cluster) Start() error {
 }
 
 // Destroy stops the server and removes its directory. When pg_ctl fails
-// to stop the server, Destroy kills it and returns pg_ctl's error; if even
-// that leaves it running, Destroy keeps the directory, so that the first
+// to stop the server, or a failed Start left one running, Destroy kills it
+// (and returns pg_ctl's error); if even that leaves it running, Destroy
+// keeps the directory and returns an error saying so, so that the first
 // StartPostgres after this process ends can find the server and stop it.
 func (c *Cluster) Destroy() error {
 	c.mu.Lock()
@@ -393,8 +394,10 @@ func (c *Cluster) run(timeout time.Duration, name string, args ...string) error 
 		// /proc), only what the programs need.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C", "LANG=C", "HOME=" + c.dir, "USER=postgres"}
-		if tz, ok := os.LookupEnv("TZ"); ok {
-			cmd.Env = append(cmd.Env, "TZ="+tz)
+		for _, k := range []string{"TZ", "LD_LIBRARY_PATH"} { // the libraries of an install without rpath
+			if v, ok := os.LookupEnv(k); ok {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
 		}
 	}
 	out, err := cmd.CombinedOutput()

@@ -384,6 +384,11 @@ func TestSweepOrphanWithReusedPID(t *testing.T) {
 	if err != nil || string(b) != strconv.Itoa(os.Getpid())+"\n"+start+"\n" {
 		t.Fatalf("owner file %q, %v; want this pid and start time %s", b, err, start)
 	}
+	// Neither lock held: the pid and its start time decide (an owner that
+	// took none: an older jetsink).
+	if err := orphaned(alive, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	reused := strconv.Itoa(os.Getpid()) + "\n1\n" // this pid, but an owner that started at tick 1
 	if err := orphaned(orphan, []byte(reused), 0o644); err != nil {
 		t.Fatal(err)
@@ -420,7 +425,7 @@ func TestSweepLeavesOthersDirectories(t *testing.T) {
 	var theirs string
 	if os.Geteuid() == 0 { // only root can make a file another user owns
 		theirs = ownedTestDir(t, prefix)
-		if err := os.WriteFile(filepath.Join(theirs, ownerFile), dead, 0o644); err != nil {
+		if err := orphaned(theirs, dead, 0o644); err != nil { // no lock keeps it
 			t.Fatal(err)
 		}
 		if err := os.Chown(filepath.Join(theirs, ownerFile), 65534, 65534); err != nil {

@@ -68,10 +68,13 @@ func TestChanHandoffBlockedPush(t *testing.T) {
 	go func() { done <- h.Push(context.Background(), Event{Subject: "a"}) }()
 	// Close once the push waits in its select: a push that starts after
 	// Close returns ErrClosed without having waited at all.
+	deadline := time.After(10 * time.Second)
 	for !parkedIn("(*ChanHandoff).Push") {
 		select {
 		case err := <-done:
 			t.Fatalf("Push on a full channel returned %v before Close", err)
+		case <-deadline:
+			t.Fatal("Push on a full channel never waited in a select or a channel send")
 		case <-time.After(time.Millisecond):
 		}
 	}

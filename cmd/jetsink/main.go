@@ -51,7 +51,7 @@ func exitCode(err error) int {
 }
 
 // signalStages returns contexts under cmd's that the first and the second
-// SIGINT or SIGTERM end: intake with "stopped by <signal>", hard with
+// stop signal (SIGINT, SIGTERM, SIGHUP: stopSignals) end: intake with "stopped by <signal>", hard with
 // errAborted. Each signal is announced on cmd's stderr with first or
 // second. Call stop when done.
 func signalStages(cmd *cobra.Command, first, second string) (intake, hard context.Context, stop func()) {
@@ -72,8 +72,8 @@ func signalStages(cmd *cobra.Command, first, second string) (intake, hard contex
 	}
 }
 
-// cancelOnSignal returns a context under cmd's that the first SIGINT or
-// SIGTERM cancels, with cause "stopped by <signal>", announced on cmd's
+// cancelOnSignal returns a context under cmd's that the first stop signal
+// (stopSignals) cancels, with cause "stopped by <signal>", announced on cmd's
 // stderr with what; jetsink then stops catching them, so that a second one
 // ends the process. Call stop when done.
 func cancelOnSignal(cmd *cobra.Command, what string) (ctx context.Context, stop func()) {
@@ -89,7 +89,7 @@ func cancelOnSignal(cmd *cobra.Command, what string) (ctx context.Context, stop 
 	}
 }
 
-// watchSignals catches SIGINT and SIGTERM until stop is called: the first
+// watchSignals catches the stop signals (stopSignals) until stop is called: the first
 // calls on[0], the next on[1], and so on. A signal that comes within
 // repeatWindow of the return of the handler before is taken as that one's
 // repeat, and ignored. The last handler's signal stops the catching
@@ -124,7 +124,7 @@ func stopSignals() []os.Signal {
 	return sigs
 }
 
-// exitOnSignal has the next SIGINT or SIGTERM exit with 128 plus its
+// exitOnSignal has the next stop signal (stopSignals) exit with 128 plus its
 // number, as a shell reports a process a signal ended. For the first
 // process of a PID namespace (jetsink in its image, which has no init):
 // the kernel ignores a signal whose action is the default there, and Go's

@@ -18,13 +18,13 @@ func newRunCmd() *cobra.Command {
 	var cf configFlags
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Run the processor until SIGTERM/SIGINT",
+		Short: "Run the processor until SIGTERM/SIGINT/SIGHUP",
 		Long: `Run the processor: pull from the durable consumer, map, COPY, COMMIT, ack.
 
 A signal during start-up (connecting, creating or checking the stream, the
 consumer and the table) stops it and exits 0: nothing has been taken in.
-On SIGTERM or SIGINT it drains: stops pulling, lets the rings empty, commits
-and acks the last batch, waits until NATS has confirmed the acks (for a
+On SIGTERM or SIGINT (or SIGHUP, unless started ignoring it: nohup) it
+drains: stops pulling, lets the rings empty, commits and acks the last batch, waits until NATS has confirmed the acks (for a
 connection that is reconnecting too), and exits 0, within drain_timeout;
 telemetry then shuts down (the last spans, the admin listener: up to about
 3 s more; a second signal cuts the spans' export short). A second signal, or

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"regexp"
 	"runtime"
@@ -269,17 +270,32 @@ func TestRunDrainsOnHangup(t *testing.T) {
 	}
 }
 
+// nohupChild is set in the process TestStopSignalsUnderNohup starts.
+const nohupChild = "JETSINK_TEST_NOHUP_CHILD"
+
 // A SIGHUP jetsink was started ignoring (nohup) stays ignored: catching it
-// would have it stop jetsink.
-func TestStopSignalsLeaveAnIgnoredHangup(t *testing.T) {
-	defer signal.Reset(syscall.SIGHUP)
-	signal.Ignore(syscall.SIGHUP)
-	if slices.Contains(stopSignals(), os.Signal(syscall.SIGHUP)) {
-		t.Error("stopSignals catches an ignored SIGHUP")
+// would have it stop jetsink. The child starts with SIGHUP ignored, as
+// nohup starts it; signal.Ignore in this process could not be undone.
+func TestStopSignalsUnderNohup(t *testing.T) {
+	if os.Getenv(nohupChild) == "1" {
+		fmt.Println(slices.Contains(stopSignals(), os.Signal(syscall.SIGHUP)), signal.Ignored(syscall.SIGHUP))
+		return
 	}
-	signal.Reset(syscall.SIGHUP)
-	if !signal.Ignored(syscall.SIGHUP) && !slices.Contains(stopSignals(), os.Signal(syscall.SIGHUP)) {
+	if !slices.Contains(stopSignals(), os.Signal(syscall.SIGHUP)) && !signal.Ignored(syscall.SIGHUP) {
 		t.Error("stopSignals leaves SIGHUP out")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", `trap "" HUP; exec "$0" -test.run='^TestStopSignalsUnderNohup$'`, exe)
+	cmd.Env = append(os.Environ(), nohupChild+"=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if first, _, _ := strings.Cut(string(out), "\n"); first != "false true" {
+		t.Fatalf("child started ignoring SIGHUP: caught by stopSignals, ignored = %q; want \"false true\"", first)
 	}
 }
 

@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -46,6 +45,6 @@ func Jetsink(t testing.TB) string {
 
 func removeJetsink() {
 	if jetsinkBin.dir != "" {
-		_ = os.RemoveAll(jetsinkBin.dir)
+		_ = embedded.RemoveTempDir(jetsinkBin.dir)
 	}
 }
