@@ -216,6 +216,10 @@ func (s *Sink) logProblems(ctx context.Context) bool {
 			s.log.Warn("a limit of the server's may slow the batches down", "problem", p.Message, "fix", p.Fix)
 			continue
 		}
+		if p.Kind == ProblemAsyncCommit {
+			s.log.Warn("a crash of PostgreSQL may lose events already acked", "problem", p.Message, "fix", p.Fix)
+			continue
+		}
 		if p.Warning {
 			s.log.Warn("the table may not store every event as sent", "problem", p.Message, "fix", p.Fix)
 			continue

@@ -136,7 +136,9 @@
 //     at the cost of one timeout a minute while the limit stays short.
 //     Bisection does the same when one of its pieces times out. Check
 //     warns of a statement_timeout or transaction_timeout under 10 s
-//     (ProblemServerTimeout);
+//     (ProblemServerTimeout), and of synchronous_commit off, with which
+//     a crash of the server loses commits already acked
+//     (ProblemAsyncCommit);
 //   - COMMIT (at-least-once: the whole COPY) sent and no answer: outcome
 //     unknown, treated as not committed and retried; in at-least-once mode
 //     its rows count as PossibleDuplicates;

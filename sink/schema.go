@@ -261,6 +261,12 @@ const (
 	// smaller pieces (see committer.pieceTimedOut): nothing is lost, but
 	// the pieces cost throughput.
 	ProblemServerTimeout ProblemKind = "server_timeout"
+	// ProblemAsyncCommit is a warning: synchronous_commit is off for
+	// jetsink's sessions. A COMMIT then returns before its WAL is on disk,
+	// jetsink acks the events, and a crash of the server loses the last
+	// of them (up to three times wal_writer_delay) for good: acked, they
+	// are not redelivered.
+	ProblemAsyncCommit ProblemKind = "async_commit"
 	// ProblemIgnoredDefault is a warning: a mapped column that may get
 	// NULL (pipeline.Column.MayBeNull) has a DEFAULT, which an event
 	// without the value does not get: the COPY names every mapped column,
@@ -635,8 +641,8 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 	}
 	type limit struct{ Name, Setting, Unit string }
 	var set []limit
-	limits, err := c.Query(ctx, `SELECT name, setting, unit FROM pg_settings
-		WHERE name IN ('statement_timeout', 'transaction_timeout') ORDER BY name`)
+	limits, err := c.Query(ctx, `SELECT name, setting, coalesce(unit, '') FROM pg_settings
+		WHERE name IN ('statement_timeout', 'transaction_timeout', 'synchronous_commit') ORDER BY name`)
 	if err == nil {
 		set, err = pgx.CollectRows(limits, pgx.RowToStructByPos[limit])
 	}
@@ -651,6 +657,15 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 			Fix: "SHOW statement_timeout; SHOW transaction_timeout; as jetsink's role: more than 10s, or 0"})
 	}
 	for _, l := range set {
+		if l.Name == "synchronous_commit" {
+			if l.Setting == "off" {
+				probs = append(probs, Problem{Kind: ProblemAsyncCommit, Warning: true,
+					Message: "synchronous_commit is off for jetsink's sessions: a COMMIT returns before it is on disk, jetsink acks its events, " +
+						"and a crash of the server loses the last ones acked, which JetStream does not deliver again",
+					Fix: "ALTER ROLE <jetsink's role> SET synchronous_commit = on (or the same on the database, or in postgresql.conf)"})
+			}
+			continue
+		}
 		ms, err := strconv.ParseInt(l.Setting, 10, 64)
 		if err != nil || l.Unit != "ms" || ms <= 0 || ms >= shortServerTimeout.Milliseconds() {
 			continue

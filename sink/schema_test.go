@@ -590,6 +590,32 @@ func TestCheckWarnsOfAShortServerTimeout(t *testing.T) {
 	}
 }
 
+// synchronous_commit off for jetsink's sessions is a warning: acked events
+// can be lost in a crash of the server. Its other values are not reported.
+func TestCheckWarnsOfAsyncCommit(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	for _, tc := range []struct {
+		setting string
+		want    bool
+	}{{"off", true}, {"on", false}, {"local", false}} {
+		s, _ := newTestSink(t, ctx, withParam(t, pg.URL, "synchronous_commit", tc.setting), nil)
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tc.want {
+			if len(probs) != 0 {
+				t.Fatalf("synchronous_commit %s: problems %v", tc.setting, probs)
+			}
+			continue
+		}
+		if len(probs) != 1 || probs[0].Kind != ProblemAsyncCommit || !probs[0].Warning {
+			t.Fatalf("synchronous_commit off: problems %v, want one warning, async_commit", probs)
+		}
+	}
+}
+
 // A server whose pg_settings jetsink's role may not read costs check the
 // timeout warning only: it says so, and checks the rest.
 func TestCheckWithoutPgSettings(t *testing.T) {
