@@ -115,7 +115,7 @@ func BenchmarkCopy(b *testing.B) {
 				cols := []string{"stream", "stream_seq", "payload"}
 				target := s.table
 				if mode == ExactlyOnce {
-					target = pgx.Identifier{"jetsink_staging"}
+					target = s.staging
 					if _, err := conn.Exec(ctx, s.stageSQL); err != nil {
 						b.Fatal(err)
 					}

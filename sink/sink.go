@@ -2,6 +2,8 @@ package sink
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -91,6 +93,7 @@ type Sink struct {
 
 	copySQL    atomic.Pointer[string] // COPY into the table (at-least-once) or the staging table, with type guards (see buildSQL)
 	copyStmts  int                    // statements in copySQL: 3 (guard, COPY, guard) or 2 (guard, COPY)
+	staging    pgx.Identifier         // exactly-once: the staging table (stagingTable)
 	stageSQL   string                 // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
 	insertSQL  string                 // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
 	missingSQL string                 // exactly-once: the keys of the staged rows the table lacks after the INSERT
@@ -179,8 +182,18 @@ func ackEach(ms []pipeline.Msg, errs []error) {
 	}
 }
 
-// stagingTable is the exactly-once staging table, one per connection.
-var stagingTable = pgx.Identifier{"pg_temp", "jetsink_staging"}
+// stagingTable is the exactly-once staging table of a mapping whose
+// columns are defs, one per connection: its name holds a hash of defs, so
+// that a session that still has the staging table of another mapping (a
+// pooler in transaction mode hands sessions from client to client, and
+// another jetsink may share the role) does not take it: CREATE TEMP TABLE
+// IF NOT EXISTS would keep it, and a binary COPY into columns of other
+// types can store wrong values without an error (float8 bytes read as
+// int8).
+func stagingTable(defs string) pgx.Identifier {
+	sum := sha256.Sum256([]byte(defs))
+	return pgx.Identifier{"pg_temp", "jetsink_staging_" + hex.EncodeToString(sum[:6])}
+}
 
 // New validates cfg and cols and prepares Connections+1 connections
 // (application_name AppName): one per committer and one for Ping, Init and
@@ -375,12 +388,14 @@ func (s *Sink) buildSQL() {
 	if s.cfg.Mode == ExactlyOnce {
 		// Only the mapped columns, with the mapping's types (see above)
 		// and no constraints.
-		s.stageSQL = "CREATE TEMP TABLE IF NOT EXISTS " + pgx.Identifier{stagingTable[1]}.Sanitize() +
-			" (" + strings.Join(defs, ", ") + ") ON COMMIT DELETE ROWS"
+		cols := strings.Join(defs, ", ")
+		s.staging = stagingTable(cols)
+		s.stageSQL = "CREATE TEMP TABLE IF NOT EXISTS " + pgx.Identifier{s.staging[1]}.Sanitize() +
+			" (" + cols + ") ON COMMIT DELETE ROWS"
 		stream, seq := pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()
 		s.insertSQL = "INSERT INTO " + s.table.Sanitize() + " (" + list + ") SELECT " + list + " FROM " +
-			stagingTable.Sanitize() + " ON CONFLICT (" + stream + ", " + seq + ") DO NOTHING"
-		s.missingSQL = "SELECT s." + stream + "::text, s." + seq + "::text FROM " + stagingTable.Sanitize() + " s WHERE NOT EXISTS (SELECT 1 FROM " +
+			s.staging.Sanitize() + " ON CONFLICT (" + stream + ", " + seq + ") DO NOTHING"
+		s.missingSQL = "SELECT s." + stream + "::text, s." + seq + "::text FROM " + s.staging.Sanitize() + " s WHERE NOT EXISTS (SELECT 1 FROM " +
 			s.table.Sanitize() + " t WHERE t." + stream + " = s." + stream + " AND t." + seq + " = s." + seq + ")"
 	}
 	s.copyStmts = 2
@@ -412,7 +427,7 @@ func (s *Sink) setCopySQL(also map[string]uint32) {
 	}
 	target := s.table.Sanitize()
 	if s.cfg.Mode == ExactlyOnce {
-		target = stagingTable.Sanitize()
+		target = s.staging.Sanitize()
 	}
 	sql := "COPY " + target + " (" + strings.Join(names, ", ") + ") FROM STDIN (FORMAT binary)"
 	if s.cfg.Mode == AtLeastOnce {

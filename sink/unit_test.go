@@ -464,3 +464,17 @@ func TestBatchDropSettled(t *testing.T) {
 		t.Fatalf("upto 1: dropped %d, lo %d, first seq %d", n, b.lo, b.rows[0].Event.StreamSeq)
 	}
 }
+
+// The staging table's name follows the mapping's column types: a session
+// that kept another mapping's staging table (a pooler in transaction mode
+// hands it to this client) does not take it, as CREATE TEMP TABLE IF NOT
+// EXISTS would; the same mapping finds its own again.
+func TestStagingTableFollowsTheMapping(t *testing.T) {
+	a, b := stagingTable(`"v" int8`), stagingTable(`"v" float8`)
+	if a.Sanitize() == b.Sanitize() {
+		t.Fatalf("the staging tables of two mappings share the name %s", a.Sanitize())
+	}
+	if again := stagingTable(`"v" int8`); again.Sanitize() != a.Sanitize() || a[0] != "pg_temp" {
+		t.Fatalf("staging table %s, then %s, for one mapping; want one name in pg_temp", a.Sanitize(), again.Sanitize())
+	}
+}
