@@ -694,19 +694,30 @@ func (c *committer) linkTaken(rows []pipeline.Row) {
 }
 
 // logSuspect logs a classSuspect error that is being retried, once per
-// SQLSTATE: its message may quote a row's values (a trigger's RAISE), which
-// go to dead letters, not into the log.
+// SQLSTATE: with the server's message only when neither a function nor a
+// trigger raised it (a RAISE may quote a row's values, which go to dead
+// letters, not into the log), such as a server that stopped taking
+// writes to avoid a transaction ID wraparound (54000), or corruption.
 func (s *Sink) logSuspect(err error) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		s.logConfigError(err)
 		return
 	}
-	if s.firstSeen("suspect " + pgErr.Code) {
-		s.log.Error("the database refuses rows with an error that one row or the table may cause (a trigger raised, an index limit, "+
-			"an internal error), and no row has committed since to show that the table takes any: retrying them until one commits "+
-			"here or elsewhere, or the table is fixed", "sqlstate", pgErr.Code)
+	if !s.firstSeen("suspect " + pgErr.Code) {
+		return
 	}
+	args := []any{"sqlstate", pgErr.Code}
+	if pgErr.Where == "" && !strings.HasPrefix(pgErr.Code, "P0") {
+		args = append(args, "err", pgErr.Message)
+		if strings.Contains(pgErr.Message, "wraparound") {
+			args = append(args, "hint", "the server takes no writes until the database is vacuumed: see PostgreSQL's "+
+				"\"Preventing Transaction ID Wraparound Failures\"")
+		}
+	}
+	s.log.Error("the database refuses rows with an error that one row or the table may cause (a trigger raised, an index limit, "+
+		"an internal error), and no row has committed since to show that the table takes any: retrying them until one commits "+
+		"here or elsewhere, or the table is fixed", args...)
 }
 
 // logTimeoutSplit logs that a piece of rows rows timed out on the server

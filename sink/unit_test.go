@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -476,5 +477,27 @@ func TestStagingTableFollowsTheMapping(t *testing.T) {
 	}
 	if again := stagingTable(`"v" int8`); again.Sanitize() != a.Sanitize() || a[0] != "pg_temp" {
 		t.Fatalf("staging table %s, then %s, for one mapping; want one name in pg_temp", a.Sanitize(), again.Sanitize())
+	}
+}
+
+// A suspect error is logged once per SQLSTATE, with the server's message
+// when no function or trigger raised it (a wraparound stop says why, and
+// what to do), never with a RAISE's, which may quote a row.
+func TestLogSuspectQuotesOnlyTheServersOwnMessages(t *testing.T) {
+	var buf bytes.Buffer
+	s := &Sink{log: slog.New(slog.NewTextHandler(&buf, nil)), seenErrs: map[string]struct{}{}}
+	wrap := &pgconn.PgError{Severity: "ERROR", Code: "54000",
+		Message: `database is not accepting commands that assign new transaction IDs to avoid wraparound data loss in database "db"`}
+	raised := &pgconn.PgError{Severity: "ERROR", Code: "P0001", Message: "row secret-42 refused", Where: "PL/pgSQL function f() line 3 at RAISE"}
+	fromTrigger := &pgconn.PgError{Severity: "ERROR", Code: "XX000", Message: "secret-43", Where: "PL/pgSQL function g() line 1"}
+	for _, err := range []error{wrap, wrap, raised, fromTrigger} {
+		s.logSuspect(fmt.Errorf("copy: %w", err))
+	}
+	out := buf.String()
+	if n := strings.Count(out, "sqlstate=54000"); n != 1 || !strings.Contains(out, "to avoid wraparound") || !strings.Contains(out, "vacuumed") {
+		t.Errorf("54000 logged %d times, want once with its message and the hint:\n%s", n, out)
+	}
+	if strings.Contains(out, "secret") || !strings.Contains(out, "sqlstate=P0001") || !strings.Contains(out, "sqlstate=XX000") {
+		t.Errorf("a raised message was logged, or a SQLSTATE not:\n%s", out)
 	}
 }
