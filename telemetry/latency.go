@@ -75,7 +75,10 @@ func (h *eventLatency) record(now time.Time, rows []pipeline.Row) {
 		if p.IsZero() {
 			continue
 		}
-		d := now.Sub(p)
+		// A server clock ahead of this one's gives a negative age:
+		// counted as none, not subtracted from the sum, which would hide
+		// the age of other events.
+		d := max(now.Sub(p), 0)
 		counts[h.bucket(d)]++
 		n++
 		sum += d.Seconds()

@@ -61,7 +61,7 @@ func TestEventLatencyMatchesTheSDK(t *testing.T) {
 	var rows []pipeline.Row
 	for i, d := range ds {
 		rows = append(rows, pipeline.Row{Event: pipeline.Event{Published: now.Add(-d)}})
-		sdk.Record(context.Background(), d.Seconds())
+		sdk.Record(context.Background(), max(d, 0).Seconds()) // a negative age counts as none (TestEventLatencyFromAClockAhead)
 		if i%3 == 0 {
 			rows = append(rows, pipeline.Row{}) // no publish time
 		}
@@ -154,5 +154,20 @@ func TestEventLatencySumDoesNotWrap(t *testing.T) {
 	h.record(now, rows)
 	if want := n * age.Seconds(); math.Abs(h.sum-want) > 1e-9*want || h.count != n || h.counts[len(latencyBounds)] != n {
 		t.Fatalf("sum %v s, count %d, +Inf bucket %d; want %v s, %d, %d", h.sum, h.count, h.counts[len(latencyBounds)], want, n, n)
+	}
+}
+
+// An event published "after" it was committed (the server's clock runs
+// ahead of jetsink's) counts as no latency: a negative one in the sum
+// would hide the age of the others.
+func TestEventLatencyFromAClockAhead(t *testing.T) {
+	h := newEventLatency()
+	now := time.Now()
+	rows := make([]pipeline.Row, 2)
+	rows[0].Event.Published = now.Add(time.Hour)
+	rows[1].Event.Published = now.Add(-time.Second)
+	h.record(now, rows)
+	if h.sum != 1 || h.count != 2 || h.counts[0] != 1 {
+		t.Fatalf("sum %v s, count %d, first bucket %d; want 1 s, 2, 1", h.sum, h.count, h.counts[0])
 	}
 }
