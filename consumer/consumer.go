@@ -153,6 +153,7 @@ type counters struct {
 	epochs            atomic.Uint64
 	staleTerms        atomic.Uint64
 	acksUnconfirmed   atomic.Uint64
+	markers           atomic.Uint64
 }
 
 // InFlightBytes is what the messages in flight hold of the in-flight byte
@@ -187,6 +188,10 @@ type Stats struct {
 	// delivered again after nats.ack_wait (a duplicate row in at-least-once
 	// mode) if they did not.
 	AcksUnconfirmed uint64
+	// Markers counts the messages JetStream wrote itself (subject delete
+	// markers: Nats-Marker-Reason, an empty body) that were acked and not
+	// handed on: they are no events.
+	Markers uint64
 }
 
 // Lag is the durable consumer's backlog as the server reports it.
@@ -670,6 +675,7 @@ func (c *Consumer) Stats() Stats {
 	return Stats{
 		Received:          s.received.Load(),
 		Redelivered:       s.redelivered.Load(),
+		Markers:           s.markers.Load(),
 		DeadLettered:      s.deadLettered.Load(),
 		DeadLetterFailed:  s.deadLetterFailed.Load(),
 		MaxDelivered:      s.maxDelivered.Load(),

@@ -733,6 +733,14 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 	case pipeline.RawHeader:
 		msgID = m.HeaderGet(HeaderMsgID)
 	}
+	if len(msg.Data()) == 0 && markerReason(msg, h) != "" {
+		// A marker JetStream wrote itself when the subject's last message
+		// went (subject_delete_marker_ttl: aged out, purged, removed): no
+		// event. Acked, counted, not handed on.
+		c.stats.markers.Add(1)
+		c.settleMarker(msg, s.epoch)
+		return nil
+	}
 	if received.IsZero() {
 		received = time.Now()
 	}
@@ -776,6 +784,36 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 		c.stats.redelivered.Add(1)
 	}
 	return nil
+}
+
+// headerMarkerReason is the header of a subject delete marker, a message
+// JetStream stores itself (nats-server's JSMarkerReason).
+const headerMarkerReason = "Nats-Marker-Reason"
+
+// markerReason returns msg's Nats-Marker-Reason header; h is its headers
+// when push has them (nats.go's messages).
+func markerReason(msg delivery, h map[string][]string) string {
+	switch m := msg.(type) {
+	case *wire.Msg:
+		return m.HeaderGet(headerMarkerReason)
+	case pipeline.RawHeader:
+		return m.HeaderGet(headerMarkerReason)
+	}
+	if v := h[headerMarkerReason]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// settleMarker acks a marker message taken in epoch (see nak for why not
+// in another), counted for Close to confirm, and ends its life here.
+func (c *Consumer) settleMarker(msg pipeline.Msg, epoch uint64) {
+	defer pipeline.Release(msg)
+	c.epochs.IfCurrent(epoch, func() {
+		c.acks.begin(1)
+		err := msg.Ack()
+		c.acks.end(1, btoi(err == nil))
+	})
 }
 
 // nak naks msg, taken in epoch, unless a new epoch has begun since (see

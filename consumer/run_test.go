@@ -963,3 +963,44 @@ func TestRunOverOperatorsEdits(t *testing.T) {
 	}
 	r.stopClean(t, ctx)
 }
+
+// A subject delete marker (a message JetStream stores itself when a
+// subject's last message ages out, with subject_delete_marker_ttl) is no
+// event: acked, counted, not handed on. Before, it went to the pipeline
+// with an empty body, to be dead-lettered as invalid JSON or stored as an
+// empty row.
+func TestRunSkipsSubjectDeleteMarkers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	js := jsFor(t, srv)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: time.Second,
+		AllowMsgTTL: true, SubjectDeleteMarkerTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	// The message ages out, and the marker takes its place.
+	waitFor(t, ctx, "the marker", func() bool {
+		info, err := js.Stream(ctx, cfg.Stream)
+		return err == nil && info.CachedInfo().State.LastSeq == 2
+	})
+	c := newConsumer(t, ctx, cfg)
+	publish(t, ctx, js, cfg, 1, 1, 1)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	g := r.next(t, ctx)
+	if i := bodyIndex(t, &g.ev); i != 1 || g.ev.StreamSeq != 3 {
+		t.Fatalf("first event handed on: body %d, stream_seq %d; want the one published after the marker (1, 3)", i, g.ev.StreamSeq)
+	}
+	if err := g.ev.Msg.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "every message acked", func() bool {
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		return err == nil && cons.CachedInfo().AckFloor.Stream == 3
+	})
+	if st := c.Stats(); st.Markers != 1 || st.Received != 1 {
+		t.Fatalf("stats %+v; want 1 marker, 1 event received", st)
+	}
+	r.stopClean(t, ctx)
+}
