@@ -217,9 +217,10 @@ const sessionConfirm = 2 * time.Second
 const stuckAfter = 30 * time.Second
 
 // NotConsuming returns why Run has not been able to pull for stuckAfter or
-// longer (the stream or the consumer cannot be made or looked at, or the
+// longer (the stream or the consumer cannot be made or looked at, the
 // subscription is refused: deleted with nats.create_stream off, no
-// permission), or nil. Safe from any goroutine; the readiness check
+// permission; or a session's pulls and looks at the consumer go
+// unanswered, until a look is answered), or nil. Safe from any goroutine; the readiness check
 // reports it.
 func (c *Consumer) NotConsuming() error {
 	st := c.stuck.Load()
@@ -916,6 +917,7 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 	cons, err := c.js.Consumer(rctx, c.cfg.Stream, c.cfg.Consumer)
 	switch {
 	case err == nil:
+		c.stuck.Store(nil) // the consumer answers
 		// The server's side of the stall next to what this consumer has
 		// seen, for whoever reads the warning. nats.go has pulled again
 		// before it reported the missed heartbeats, so waiting_pulls
@@ -942,6 +944,10 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 		changed, _ := c.streamChanged(rctx)
 		return true, changed
 	default:
+		// Neither the pulls nor this look got an answer (JetStream
+		// unavailable, a consumer without quorum): not consuming, as
+		// when Run cannot subscribe, until a look gets one.
+		c.setStuck("look up the consumer after its pulls went unanswered", err)
 		c.log.Warn("consumer check failed", "err", err)
 		return false, false
 	}
@@ -961,6 +967,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if ci, err := c.cons.Load().Info(ctx); err == nil {
+		c.stuck.Store(nil) // the consumer answers (recheck)
 		c.noteFloor(ci)
 	}
 }

@@ -446,6 +446,41 @@ func TestNotConsumingWhileTheStreamIsGone(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// A session whose pulls and looks at the consumer go unanswered (here a
+// network path that stopped forwarding; JetStream without a leader gives
+// the same): after stuckAfter NotConsuming says so, and once the consumer
+// answers again it says nothing, and the events come. Before, the session
+// lived on and the readiness check stayed green until nats.go's pings gave
+// the connection up, minutes later.
+func TestNotConsumingWhileTheConsumerDoesNotAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	c, p, cfg := closeSetup(t, ctx, srv, testConfig(t, srv).PullClient, nil)
+	c.stuckAfter = 300 * time.Millisecond
+	c.floorEvery = 200 * time.Millisecond
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	_ = r.next(t, ctx).ev.Msg.Ack()
+	p.Freeze()
+	waitFor(t, ctx, "NotConsuming to say why", func() bool {
+		err := c.NotConsuming()
+		return err != nil && strings.Contains(err.Error(), "pulls went unanswered")
+	})
+	p.Thaw()
+	waitFor(t, ctx, "NotConsuming to clear once the consumer answers", func() bool { return c.NotConsuming() == nil })
+	publish(t, ctx, js, cfg, 1, 1, 1)
+	for {
+		g := r.next(t, ctx)
+		_ = g.ev.Msg.Ack()
+		if bodyIndex(t, &g.ev) == 1 {
+			break
+		}
+	}
+	r.stopClean(t, ctx)
+}
+
 // The consumer is deleted and someone creates one of the same name that
 // jetsink cannot update (another ack policy). Run must not consume from it
 // as if its own were back: it retries, saying why, and pushes nothing.
