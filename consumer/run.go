@@ -373,6 +373,10 @@ type session struct {
 	// once nats.go reconnected (which gives wire another chance); Run
 	// subscribes again at once, re-creating nothing.
 	wire, toWire bool
+	// headersOnly: push met a message of a consumer that delivers headers
+	// only (an operator set headers_only): serve ends the session, and
+	// Run applies the consumer's configuration again. Sends never block.
+	headersOnly chan struct{}
 	// lastErr is the last error serve read from errs after the session
 	// ended by itself (logErrs): why, as far as the client said.
 	lastErr error
@@ -430,7 +434,7 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 	cfg := &c.cfg
 	s := &session{errs: make(chan error, 16), pushErr: make(chan error, 1),
 		ask: make(chan struct{}), verdict: make(chan error, 1), quit: make(chan struct{}),
-		epoch: c.epochs.Current()}
+		headersOnly: make(chan struct{}, 1), epoch: c.epochs.Current()}
 	handle := func(msg delivery) {
 		if s.failed {
 			c.nak(msg, s.epoch)
@@ -498,7 +502,14 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 		case <-confirm.C:
 			c.stuck.Store(nil) // the session lasts: Run got through
 		case <-floorTick.C:
-			c.refreshFloor(ctx)
+			if why := c.refreshFloor(ctx); why != "" {
+				c.log.Warn("the consumer's configuration was changed on the server; applying jetsink's again", "changed", why)
+				return s.drain(hard)
+			}
+		case <-s.headersOnly:
+			c.log.Warn("the consumer delivers headers only (headers_only was set on the server); applying jetsink's configuration again: " +
+				"the events come again whole")
+			return s.drain(hard)
 		case <-ctx.Done():
 			// Intake over: stop pulling, push what this client holds,
 			// verifying the stream still where push asks (bounded by hard).
@@ -734,13 +745,25 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 	case pipeline.RawHeader:
 		msgID = m.HeaderGet(HeaderMsgID)
 	}
-	if len(msg.Data()) == 0 && markerReason(msg, h) != "" {
-		// A marker JetStream wrote itself when the subject's last message
-		// went (subject_delete_marker_ttl: aged out, purged, removed): no
-		// event. Acked, counted, not handed on.
-		c.stats.markers.Add(1)
-		c.settleMarker(msg, s.epoch)
-		return nil
+	if len(msg.Data()) == 0 {
+		if headerOf(msg, h, headerMarkerReason) != "" {
+			// A marker JetStream wrote itself when the subject's last
+			// message went (subject_delete_marker_ttl: aged out, purged,
+			// removed): no event. Acked, counted, not handed on.
+			c.stats.markers.Add(1)
+			c.settleMarker(msg, s.epoch)
+			return nil
+		}
+		if headerOf(msg, h, headerMsgSize) != "" {
+			// Its body left out (headers_only): delivered again whole
+			// once serve has had the configuration applied again.
+			c.nak(msg, s.epoch)
+			select {
+			case s.headersOnly <- struct{}{}:
+			default:
+			}
+			return nil
+		}
 	}
 	if received.IsZero() {
 		received = time.Now()
@@ -791,16 +814,20 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 // JetStream stores itself (nats-server's JSMarkerReason).
 const headerMarkerReason = "Nats-Marker-Reason"
 
-// markerReason returns msg's Nats-Marker-Reason header; h is its headers
-// when push has them (nats.go's messages).
-func markerReason(msg delivery, h map[string][]string) string {
+// headerMsgSize is the header JetStream sets on a message of a consumer
+// that delivers headers only, instead of its body.
+const headerMsgSize = "Nats-Msg-Size"
+
+// headerOf returns msg's header key; h is its headers when push has them
+// (nats.go's messages).
+func headerOf(msg delivery, h map[string][]string, key string) string {
 	switch m := msg.(type) {
 	case *wire.Msg:
-		return m.HeaderGet(headerMarkerReason)
+		return m.HeaderGet(key)
 	case pipeline.RawHeader:
-		return m.HeaderGet(headerMarkerReason)
+		return m.HeaderGet(key)
 	}
-	if v := h[headerMarkerReason]; len(v) > 0 {
+	if v := h[key]; len(v) > 0 {
 		return v[0]
 	}
 	return ""
@@ -959,17 +986,39 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 const floorEvery = 10 * time.Second
 
 // refreshFloor asks the server for the consumer's ack floor (noteFloor),
-// unless NATS is away; a failure is left to the next tick.
-func (c *Consumer) refreshFloor(ctx context.Context) {
+// unless NATS is away; a failure is left to the next tick. It returns
+// what of the consumer's configuration someone changed on the server
+// since jetsink applied it ("" for nothing) that would lose events or
+// deliver them wrongly: its body left out (headers_only), a delivery
+// limit (max_deliver: the server gives up on an event, neither stored nor
+// dead-lettered), another ack_wait or filter.
+func (c *Consumer) refreshFloor(ctx context.Context) string {
 	if !c.nc.IsConnected() {
-		return
+		return ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if ci, err := c.cons.Load().Info(ctx); err == nil {
-		c.stuck.Store(nil) // the consumer answers (recheck)
-		c.noteFloor(ci)
+	ci, err := c.cons.Load().Info(ctx)
+	if err != nil {
+		return ""
 	}
+	c.stuck.Store(nil) // the consumer answers (recheck)
+	c.noteFloor(ci)
+	got := ci.Config
+	var changed []string
+	if got.HeadersOnly {
+		changed = append(changed, "headers_only")
+	}
+	if got.MaxDeliver != durableMaxDeliver {
+		changed = append(changed, "max_deliver")
+	}
+	if got.AckWait != c.cfg.AckWait {
+		changed = append(changed, "ack_wait")
+	}
+	if got.FilterSubject != c.cfg.FilterSubject || len(got.FilterSubjects) > 0 {
+		changed = append(changed, "filter_subject")
+	}
+	return strings.Join(changed, ", ")
 }
 
 // noteFloor keeps ci's ack floor as where a consumer Run makes again

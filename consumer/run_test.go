@@ -492,6 +492,7 @@ func TestRunDoesNotConsumeFromAConsumerItCannotUpdate(t *testing.T) {
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = 100 * time.Millisecond
 	js := jsFor(t, srv)
 	publish(t, ctx, js, cfg, 5, 1, 0)
 	r := startRun(t, ctx, c, 1, 64, 1000)
@@ -942,14 +943,17 @@ func TestNATSGoPullsWithAHeartbeatOutsideItsRange(t *testing.T) {
 // An operator's edits of the durable while Run runs: a max_request_batch
 // below jetsink's pulls ends the session, and Run applies the consumer's
 // configuration again, so that the events flow again (before, consuming
-// stalled for good); a pause stays when jetsink updates the consumer, and
-// is logged.
+// stalled for good); so do headers_only (before, each event came without
+// its body, to be dead-lettered as invalid JSON) and a max_deliver (the
+// server would give up on events, neither stored nor dead-lettered); a
+// pause stays when jetsink updates the consumer, and is logged.
 func TestRunOverOperatorsEdits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = 100 * time.Millisecond
 	js := jsFor(t, srv)
 	publish(t, ctx, js, cfg, 5, 1, 0)
 	r := startRun(t, ctx, c, 1, 64, 1000)
@@ -982,6 +986,42 @@ func TestRunOverOperatorsEdits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+
+	// headers_only: the body left out. The message is nak'ed, the
+	// configuration applied again, and it comes again whole.
+	cons, err = js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc = cons.CachedInfo().Config
+	cc.HeadersOnly = true
+	if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 1, 1, 10)
+	for {
+		g := r.next(t, ctx)
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		if bodyIndex(t, &g.ev) == 10 {
+			break
+		}
+	}
+	// A max_deliver set on the server: applied again at the next look.
+	cons, err = js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc = cons.CachedInfo().Config
+	cc.MaxDeliver = 3
+	if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "max_deliver unlimited again", func() bool {
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		return err == nil && cons.CachedInfo().Config.MaxDeliver == durableMaxDeliver
+	})
 
 	until := time.Now().Add(time.Hour)
 	if _, err := js.PauseConsumer(ctx, cfg.Stream, cfg.Consumer, until); err != nil {
