@@ -991,7 +991,7 @@ const floorEvery = 10 * time.Second
 // since jetsink applied it ("" for nothing) that would lose events or
 // deliver them wrongly: its body left out (headers_only), a delivery
 // limit (max_deliver: the server gives up on an event, neither stored nor
-// dead-lettered), another ack_wait or filter.
+// dead-lettered), a shorter ack_wait.
 func (c *Consumer) refreshFloor(ctx context.Context) string {
 	if !c.nc.IsConnected() {
 		return ""
@@ -1012,11 +1012,11 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 	if got.MaxDeliver != durableMaxDeliver {
 		changed = append(changed, "max_deliver")
 	}
-	if got.AckWait != c.cfg.AckWait {
+	if got.AckWait < c.cfg.AckWait {
+		// Shorter: events come again while they commit. (Not longer,
+		// which costs nothing: instances of two settings, as in a rolling
+		// update, would set it back and forth.)
 		changed = append(changed, "ack_wait")
-	}
-	if got.FilterSubject != c.cfg.FilterSubject || len(got.FilterSubjects) > 0 {
-		changed = append(changed, "filter_subject")
 	}
 	return strings.Join(changed, ", ")
 }
