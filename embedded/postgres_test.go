@@ -199,19 +199,7 @@ func TestDestroyStopsAServerPgCtlCannot(t *testing.T) {
 			"if [ \"$last\" = stop ]; then echo 'pg_ctl: could not send stop signal (test)' >&2; exit 1; fi\n" +
 			"exec \"" + real + "\" \"$@\"\n"
 	})
-	c, err := startCluster(clusterOptions{bin: bin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, dataDir := c.PID(), c.dataDir()
-	if pid == 0 {
-		t.Fatal("no postmaster.pid in a started cluster")
-	}
-	t.Cleanup(func() {
-		if processAlive(pid) && runsIn(pid, dataDir) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
+	c, pid, dataDir := killedAfter(t, clusterOptions{bin: bin})
 
 	if err := c.Destroy(); err == nil {
 		t.Error("Destroy returned no error although pg_ctl stop failed")
@@ -230,15 +218,16 @@ func TestDestroyStopsAServerPgCtlCannot(t *testing.T) {
 	}
 }
 
-// A server that a failed Start left running (the cluster counts as
-// stopped) is stopped by Destroy before its directory goes: without it, no
-// sweep could find the server.
-func TestDestroyStopsAServerAFailedStartLeft(t *testing.T) {
-	c, err := startCluster(clusterOptions{})
+// killedAfter starts a cluster of opts whose postmaster (pid, in dataDir)
+// the test's cleanup kills if it still runs: the tests that use it make
+// Destroy's own stop fail, or pretend it need not stop.
+func killedAfter(t *testing.T, opts clusterOptions) (c *Cluster, pid int, dataDir string) {
+	t.Helper()
+	c, err := startCluster(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid, dataDir := c.PID(), c.dataDir()
+	pid, dataDir = c.PID(), c.dataDir()
 	if pid == 0 {
 		t.Fatal("no postmaster.pid in a started cluster")
 	}
@@ -247,6 +236,14 @@ func TestDestroyStopsAServerAFailedStartLeft(t *testing.T) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
+	return c, pid, dataDir
+}
+
+// A server that a failed Start left running (the cluster counts as
+// stopped) is stopped by Destroy before its directory goes: without it, no
+// sweep could find the server.
+func TestDestroyStopsAServerAFailedStartLeft(t *testing.T) {
+	c, pid, dataDir := killedAfter(t, clusterOptions{})
 	c.mu.Lock()
 	c.running = false // as start leaves it when it fails with errStrayRuns
 	c.mu.Unlock()
