@@ -18,12 +18,15 @@
 // Consume:
 // up to nats.pull_max_messages (and optionally nats.pull_max_bytes per
 // pull) requested, a new pull sent when half are taken, idle heartbeats
-// from the server. Each message becomes a pipeline.Event (one reply-subject
+// from the server. Each message (but the subject delete markers JetStream
+// stores itself, which are acked, and one delivered without its body by a
+// consumer someone made headers-only, which is nak'ed while the
+// configuration is applied again) becomes a pipeline.Event (one reply-subject
 // parse; Data aliases the client's buffer; Header is nats.go's map, or nil
 // for a wire message, whose raw headers pipeline.RawHeader reads) pushed into the
 // dispatch, which blocks while the worker's ring is
 // full: that is where back-pressure reaches JetStream, which keeps the backlog
-// on disk. The consumer never acks; the sink does, after COMMIT.
+// on disk. The consumer acks no event; the sink does, after COMMIT.
 //
 // With the wire client, nats.max_in_flight_bytes bounds the same chain in
 // bytes (wire.Budget): each message holds its bytes from when the Sub

@@ -147,6 +147,11 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 				cfg.Consumer, cfg.Stream, cmp.Or(err, errStreamChanged))
 		}
 	}
+	if why := pullLimits(cons.CachedInfo().Config, cfg); why != "" {
+		// The server's own limits (its jetstream limits fill in what the
+		// update left 0): every pull would be refused.
+		return fmt.Errorf("%w: consumer %s refuses jetsink's pulls: %s", ErrInvalidConfig, cfg.Consumer, why)
+	}
 	if info := cons.CachedInfo(); info.Paused {
 		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",
 			"consumer", cfg.Consumer, "resumes_in", info.PauseRemaining.Round(time.Second))
@@ -209,4 +214,21 @@ func (c *Consumer) updateMeta(ctx context.Context, change func(map[string]string
 	change(meta)
 	_, err = c.js.UpdateConsumer(ctx, c.cfg.Stream, c.consumerConfig(meta, prev))
 	return err
+}
+
+// pullLimits says which of the consumer's limits on one pull (cc, as the
+// server has it) refuse the pulls cfg makes, and what to set; "" for
+// none.
+func pullLimits(cc jetstream.ConsumerConfig, cfg *Config) string {
+	var why []string
+	if n := cc.MaxRequestBatch; n > 0 && n < cfg.PullMaxMessages {
+		why = append(why, fmt.Sprintf("max_request_batch %d (set nats.pull_max_messages to %d or less)", n, n))
+	}
+	if d := cc.MaxRequestExpires; d > 0 && d < cfg.PullExpiry {
+		why = append(why, fmt.Sprintf("max_request_expires %v (set nats.pull_expiry to %v or less)", d, d))
+	}
+	if n := cc.MaxRequestMaxBytes; n > 0 && (cfg.PullMaxBytes == 0 || cfg.PullMaxBytes > n) {
+		why = append(why, fmt.Sprintf("max_request_max_bytes %d (set nats.pull_max_bytes to %d or less)", n, n))
+	}
+	return strings.Join(why, "; ")
 }

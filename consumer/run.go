@@ -377,6 +377,10 @@ type session struct {
 	// only (an operator set headers_only): serve ends the session, and
 	// Run applies the consumer's configuration again. Sends never block.
 	headersOnly chan struct{}
+	// bodies: what push learnt of the consumer when an empty message with
+	// Nats-Msg-Size came (delivery goroutine only): 0 not asked yet,
+	// bodiesWhole or bodiesLeftOut.
+	bodies int
 	// lastErr is the last error serve read from errs after the session
 	// ended by itself (logErrs): why, as far as the client said.
 	lastErr error
@@ -745,18 +749,32 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 	case pipeline.RawHeader:
 		msgID = m.HeaderGet(HeaderMsgID)
 	}
+	// Every message seen counts for continueSeq, an event or not (its
+	// ack may still be on its way).
+	if meta.streamSeq > c.seq.seenMax.Load() {
+		c.seq.seenMax.Store(meta.streamSeq)
+	}
+	if end := meta.streamSeq + meta.pending; end > c.seq.seenEnd.Load() {
+		c.seq.seenEnd.Store(end)
+	}
+	if c.stuck.Load() != nil {
+		c.stuck.Store(nil) // a message came: consuming (recheck)
+	}
 	if len(msg.Data()) == 0 {
-		if headerOf(msg, h, headerMarkerReason) != "" {
+		if headerOf(msg, h, headerMarkerReason) != "" && headerOf(msg, h, headerRollup) == "sub" {
 			// A marker JetStream wrote itself when the subject's last
 			// message went (subject_delete_marker_ttl: aged out, purged,
-			// removed): no event. Acked, counted, not handed on.
+			// removed; it also rolls the subject up): no event. Acked,
+			// counted, not handed on.
 			c.stats.markers.Add(1)
 			c.settleMarker(msg, s.epoch)
 			return nil
 		}
-		if headerOf(msg, h, headerMsgSize) != "" {
-			// Its body left out (headers_only): delivered again whole
-			// once serve has had the configuration applied again.
+		if headerOf(msg, h, headerMsgSize) != "" && c.bodiesLeftOut(hard, s) {
+			// Its body left out (headers_only): serve has the
+			// configuration applied again, and the event comes again
+			// whole. (An empty event with that header, a republish's,
+			// goes on as any other.)
 			c.nak(msg, s.epoch)
 			select {
 			case s.headersOnly <- struct{}{}:
@@ -785,12 +803,6 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 		// (the server sets no limit: durableMaxDeliver).
 		Exhausted: c.cfg.MaxDeliver > 0 && meta.delivered > uint64(c.cfg.MaxDeliver),
 	}
-	if meta.streamSeq > c.seq.seenMax.Load() {
-		c.seq.seenMax.Store(meta.streamSeq)
-	}
-	if end := meta.streamSeq + meta.pending; end > c.seq.seenEnd.Load() {
-		c.seq.seenEnd.Store(end)
-	}
 	if c.traceMsg != nil {
 		ev.Span = c.traceMsg(ev)
 	}
@@ -817,6 +829,32 @@ const headerMarkerReason = "Nats-Marker-Reason"
 // headerMsgSize is the header JetStream sets on a message of a consumer
 // that delivers headers only, instead of its body.
 const headerMsgSize = "Nats-Msg-Size"
+
+// What session.bodies knows.
+const (
+	bodiesWhole = 1 + iota
+	bodiesLeftOut
+)
+
+// bodiesLeftOut reports whether session s's consumer delivers headers
+// only, asking the server once per session (on the delivery goroutine,
+// only for an empty message with Nats-Msg-Size); a look that fails counts
+// as yes: applying the configuration again is harmless.
+func (c *Consumer) bodiesLeftOut(hard context.Context, s *session) bool {
+	if s.bodies == 0 {
+		ctx, cancel := context.WithTimeout(hard, 5*time.Second)
+		ci, err := c.cons.Load().Info(ctx)
+		cancel()
+		s.bodies = bodiesWhole
+		if err != nil || ci.Config.HeadersOnly {
+			s.bodies = bodiesLeftOut
+		}
+	}
+	return s.bodies == bodiesLeftOut
+}
+
+// headerRollup is set on a subject delete marker too ("sub").
+const headerRollup = "Nats-Rollup"
 
 // headerOf returns msg's header key; h is its headers when push has them
 // (nats.go's messages).
@@ -974,7 +1012,9 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 		// Neither the pulls nor this look got an answer (JetStream
 		// unavailable, a consumer without quorum): not consuming, as
 		// when Run cannot subscribe, until a look gets one.
-		c.setStuck("look up the consumer after its pulls went unanswered", err)
+		if ctx.Err() == nil {
+			c.setStuck("look up the consumer after its pulls went unanswered", err)
+		}
 		c.log.Warn("consumer check failed", "err", err)
 		return false, false
 	}

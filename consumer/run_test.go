@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/consumer/wire"
@@ -1078,4 +1079,63 @@ func TestRunSkipsSubjectDeleteMarkers(t *testing.T) {
 		t.Fatalf("stats %+v; want 1 marker, 1 event received", st)
 	}
 	r.stopClean(t, ctx)
+}
+
+// Empty messages whose publisher set headers JetStream also writes (a
+// Nats-Msg-Size, as a republish with headers_only sends; a
+// Nats-Marker-Reason without the marker's roll-up) are events, handed on
+// as before: not nak'ed in a loop of sessions, not acked unseen.
+func TestRunHandsOnEmptyMessagesWithJetStreamsHeaders(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	for _, h := range []string{"Nats-Msg-Size", "Nats-Marker-Reason"} {
+		m := &nats.Msg{Subject: subjectOf(cfg, 0, 1), Header: nats.Header{}}
+		m.Header.Set(h, "5")
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	for seq := uint64(1); seq <= 2; seq++ {
+		g := r.next(t, ctx)
+		if g.ev.StreamSeq != seq || len(g.ev.Data) != 0 {
+			t.Fatalf("event %d: stream_seq %d, %d bytes; want stream_seq %d, empty", seq, g.ev.StreamSeq, len(g.ev.Data), seq)
+		}
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.Stats(); st.Markers != 0 || st.Resubscribes != 0 {
+		t.Fatalf("stats %+v; want no marker, no session ended", st)
+	}
+	r.stopClean(t, ctx)
+}
+
+// pullLimits names each limit of the consumer's on one pull that refuses
+// jetsink's pulls, and the setting to lower.
+func TestPullLimits(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PullMaxMessages, cfg.PullExpiry, cfg.PullMaxBytes = 500, 30*time.Second, 0
+	for _, tc := range []struct {
+		cc   jetstream.ConsumerConfig
+		want string
+	}{
+		{jetstream.ConsumerConfig{}, ""},
+		{jetstream.ConsumerConfig{MaxRequestBatch: 500, MaxRequestExpires: time.Minute}, ""},
+		{jetstream.ConsumerConfig{MaxRequestBatch: 100}, "max_request_batch 100 (set nats.pull_max_messages to 100 or less)"},
+		{jetstream.ConsumerConfig{MaxRequestExpires: 10 * time.Second}, "max_request_expires 10s (set nats.pull_expiry to 10s or less)"},
+		{jetstream.ConsumerConfig{MaxRequestMaxBytes: 1 << 20}, "max_request_max_bytes 1048576 (set nats.pull_max_bytes to 1048576 or less)"},
+	} {
+		if got := pullLimits(tc.cc, &cfg); got != tc.want {
+			t.Errorf("pullLimits(%+v) = %q, want %q", tc.cc, got, tc.want)
+		}
+	}
+	cfg.PullMaxBytes = 1 << 20
+	if got := pullLimits(jetstream.ConsumerConfig{MaxRequestMaxBytes: 1 << 20}, &cfg); got != "" {
+		t.Errorf("pull_max_bytes at the limit: %q, want none", got)
+	}
 }
