@@ -54,11 +54,14 @@ func ownedTempDir(prefix string, perm os.FileMode) (string, error) {
 // until removeOwned(dir), or until this process ends.
 func writeOwnerFile(dir, owner string) error {
 	tmp := filepath.Join(dir, ownerFile+".new")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	// Read and write: on NFS, where flock is a byte-range lock, a shared
+	// lock needs the file open for reading. Not waiting: no sweep sees
+	// the file under this name.
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("lock %s: %w", tmp, err)
 	}
@@ -109,15 +112,17 @@ func removeOwned(dir string) error {
 // lockOwnerFile takes the exclusive lock of the owner file at path, for a
 // sweep to hold while it removes the directory; nil, and locked true, when
 // a process holds the file's lock (writeOwnerFile): this one too, for its
-// own directories. An owner file that cannot be opened gives nil, false.
+// own directories; or when the lock cannot be asked for (a file system
+// without flock): nothing is removed that may be in use. An owner file
+// that cannot be opened gives nil, false.
 func lockOwnerFile(path string) (f *os.File, locked bool) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, false
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
-		return nil, errors.Is(err, syscall.EWOULDBLOCK)
+		return nil, true
 	}
 	return f, false
 }
