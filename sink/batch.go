@@ -202,8 +202,8 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 
 // logProblems compares the mapping with the table once, so that a table
 // that does not fit is reported before the first batch fails on it. It
-// reports whether it found (and logged) any.
-func (s *Sink) logProblems(ctx context.Context) bool {
+// reports whether it found (and logged) any that is not a warning.
+func (s *Sink) logProblems(ctx context.Context) (found bool) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	probs, err := s.Check(ctx)
@@ -225,8 +225,9 @@ func (s *Sink) logProblems(ctx context.Context) bool {
 			continue
 		}
 		s.log.Error("the table does not fit the column mapping", "problem", p.Message, "fix", p.Fix)
+		found = true
 	}
-	return len(probs) > 0
+	return found
 }
 
 // batcher is the one goroutine that pops rows and cuts batches.
