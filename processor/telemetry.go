@@ -40,6 +40,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	}
 	received := counter("jetsink.events.received", "Messages taken from JetStream and handed to the workers")
 	redelivered := counter("jetsink.events.redelivered", "Received messages that JetStream had delivered before")
+	markers := counter("jetsink.events.markers", "Subject delete markers JetStream stored itself (subject_delete_marker_ttl): acked, no events")
 	committed := counter("jetsink.events.committed", "Rows committed to PostgreSQL (their messages are then acked)")
 	maxDelivered := counter("jetsink.events.max_delivered", "Events dead-lettered on a delivery past nats.max_deliver")
 	dlFailed := counter("jetsink.dead_letter.failures", "Dead-letter publishes that failed (the message was nak'ed, not lost)")
@@ -100,6 +101,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		cs, ss := p.consumer.Stats(), p.sink.Stats()
 		o.ObserveInt64(received, int64(cs.Received))
 		o.ObserveInt64(redelivered, int64(cs.Redelivered))
+		o.ObserveInt64(markers, int64(cs.Markers))
 		o.ObserveInt64(maxDelivered, int64(cs.MaxDelivered))
 		o.ObserveInt64(dlFailed, int64(cs.DeadLetterFailed))
 		o.ObserveInt64(committed, int64(ss.Rows))
@@ -138,7 +140,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 			o.ObserveInt64(spansLost, int64(st.ExportFailed), exportFailed)
 		}
 		return nil
-	}, received, redelivered, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, ring, inFlight, inFlightLimit, pending, ackPending,
+	}, received, redelivered, markers, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, ring, inFlight, inFlightLimit, pending, ackPending,
 		lagAge, attemptAge, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
