@@ -533,13 +533,7 @@ func TestShutdownCancelsAHungExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := newShutSeen(exp)
-	tr, err := newTracing(seen, Config{ServiceName: "test", SampleRatio: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev := event(nil)
-	ev.Span = tr.StartMessage(ev)
-	EndMessage(&ev, "ack", nil)
+	tr, ev := oneSpanEnded(t, seen)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if err := tr.Flush(ctx); err == nil {
@@ -571,13 +565,7 @@ func TestShutdownCancelsAHungExport(t *testing.T) {
 // processor's goroutine left).
 func TestShutdownWithADoneContextStopsEverything(t *testing.T) {
 	seen := newShutSeen(discard{})
-	tr, err := newTracing(seen, Config{ServiceName: "test", SampleRatio: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev := event(nil)
-	ev.Span = tr.StartMessage(ev)
-	EndMessage(&ev, "ack", nil)
+	tr, _ := oneSpanEnded(t, seen)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	start := time.Now()
@@ -691,4 +679,15 @@ func TestInvalidTraceparentIsSampledAsARoot(t *testing.T) {
 		ev.Span = sp
 		EndMessage(&ev, "ack", nil)
 	}
+}
+
+// oneSpanEnded is newTestTracing on exp, sampling all, with the span of
+// an event ended: one the batch processor holds for its exporter.
+func oneSpanEnded(t *testing.T, exp sdktrace.SpanExporter) (*Tracing, pipeline.Event) {
+	t.Helper()
+	tr := newTestTracing(t, exp, 1)
+	ev := event(nil)
+	ev.Span = tr.StartMessage(ev)
+	EndMessage(&ev, "ack", nil)
+	return tr, ev
 }
