@@ -498,12 +498,16 @@ func TestDomainsAndCitext(t *testing.T) {
 // A column retyped while the sink runs to a domain over its type, or to
 // citext: the guard refuses a batch once per connection (the types it
 // accepts were read when the connection opened), the types are read again,
-// and the rows commit as sent, with an Info line and no error logged.
+// and the rows commit as sent, with an Info line and no error logged. One
+// connection, which committed the first rows: the types it read are
+// certainly the old ones (a second one, still connecting on a loaded
+// machine when the column changed, read the new ones, took the batch and
+// refused nothing: make test saw it once).
 func TestColumnRetypedToADomainWhileRunning(t *testing.T) {
 	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
-			s, dl, logs, admin, src, wait, rs, ms := tenOfTwenty(t, ctx, mode, 2)
+			s, dl, logs, admin, src, wait, rs, ms := tenOfTwenty(t, ctx, mode, 1)
 			table := s.table.Sanitize()
 			stream := "citext"
 			if mode == ExactlyOnce {
@@ -519,8 +523,8 @@ func TestColumnRetypedToADomainWhileRunning(t *testing.T) {
 			if err := admin.QueryRow(ctx, "SELECT count(*), sum(stream_seq) FROM "+table+" WHERE stream::text = 'S'").Scan(&n, &sum); err != nil || n != 20 || sum != 210 {
 				t.Fatalf("%d rows of stream S, stream_seq summing to %d (%v); want 20, 210", n, sum, err)
 			}
-			if st := s.Stats(); st.ConfigErrors < 1 || st.ConfigErrors > 2 {
-				t.Errorf("%d attempts refused, want 1 or 2 (the guard, once per connection)", st.ConfigErrors)
+			if st := s.Stats(); st.ConfigErrors != 1 {
+				t.Errorf("%d attempts refused, want 1 (the guard, once for the connection)", st.ConfigErrors)
 			}
 			if l := logs.String(); strings.Contains(l, "level=ERROR") || !strings.Contains(l, "type changed to one that stores the values as sent") {
 				t.Errorf("the log does not say the type changed, or logs an error:\n%s", l)
