@@ -260,6 +260,22 @@ func (r *runner) next(t testing.TB, ctx context.Context) got {
 	return got{}
 }
 
+// ackUntil acks every event Run hands on until the one whose body is
+// index (its subject's events come in order), failing the test at ctx's
+// deadline.
+func (r *runner) ackUntil(t testing.TB, ctx context.Context, index int) {
+	t.Helper()
+	for {
+		g := r.next(t, ctx)
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		if bodyIndex(t, &g.ev) == index {
+			return
+		}
+	}
+}
+
 // waitFor polls cond every 20ms until it holds or ctx ends.
 func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
 	t.Helper()

@@ -472,13 +472,7 @@ func TestNotConsumingWhileTheConsumerDoesNotAnswer(t *testing.T) {
 	p.Thaw()
 	waitFor(t, ctx, "NotConsuming to clear once the consumer answers", func() bool { return c.NotConsuming() == nil })
 	publish(t, ctx, js, cfg, 1, 1, 1)
-	for {
-		g := r.next(t, ctx)
-		_ = g.ev.Msg.Ack()
-		if bodyIndex(t, &g.ev) == 1 {
-			break
-		}
-	}
+	r.ackUntil(t, ctx, 1)
 	r.stopClean(t, ctx)
 }
 
@@ -963,66 +957,38 @@ func TestRunOverOperatorsEdits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc := cons.CachedInfo().Config
-	cc.MaxRequestBatch = 1 // below any pull of jetsink's
-	if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
-		t.Fatal(err)
-	}
-	// The open pull expires (PullExpiry 2 s); the next is refused.
-	waitFor(t, ctx, "max_request_batch 0 again", func() bool {
+	// onServer is the consumer's configuration as the server has it.
+	onServer := func() jetstream.ConsumerConfig {
+		t.Helper()
 		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-		return err == nil && cons.CachedInfo().Config.MaxRequestBatch == 0
-	})
-	publish(t, ctx, js, cfg, 5, 1, 5)
-	for got := 0; got < 5; {
-		g := r.next(t, ctx)
-		if bodyIndex(t, &g.ev) >= 5 {
-			got++
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err := g.ev.Msg.Ack(); err != nil {
+		return cons.CachedInfo().Config
+	}
+	// edit changes the consumer as an operator would.
+	edit := func(change func(*jetstream.ConsumerConfig)) {
+		t.Helper()
+		cc := onServer()
+		change(&cc)
+		if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
 			t.Fatal(err)
 		}
 	}
+	edit(func(cc *jetstream.ConsumerConfig) { cc.MaxRequestBatch = 1 }) // below any pull of jetsink's
+	// The open pull expires (PullExpiry 2 s); the next is refused.
+	waitFor(t, ctx, "max_request_batch 0 again", func() bool { return onServer().MaxRequestBatch == 0 })
+	publish(t, ctx, js, cfg, 5, 1, 5)
+	r.ackUntil(t, ctx, 9)
 
 	// headers_only: the body left out. The message is nak'ed, the
 	// configuration applied again, and it comes again whole.
-	cons, err = js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc = cons.CachedInfo().Config
-	cc.HeadersOnly = true
-	if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
-		t.Fatal(err)
-	}
+	edit(func(cc *jetstream.ConsumerConfig) { cc.HeadersOnly = true })
 	publish(t, ctx, js, cfg, 1, 1, 10)
-	for {
-		g := r.next(t, ctx)
-		if err := g.ev.Msg.Ack(); err != nil {
-			t.Fatal(err)
-		}
-		if bodyIndex(t, &g.ev) == 10 {
-			break
-		}
-	}
+	r.ackUntil(t, ctx, 10)
 	// A max_deliver set on the server: applied again at the next look.
-	cons, err = js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc = cons.CachedInfo().Config
-	cc.MaxDeliver = 3
-	if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "max_deliver unlimited again", func() bool {
-		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-		return err == nil && cons.CachedInfo().Config.MaxDeliver == durableMaxDeliver
-	})
+	edit(func(cc *jetstream.ConsumerConfig) { cc.MaxDeliver = 3 })
+	waitFor(t, ctx, "max_deliver unlimited again", func() bool { return onServer().MaxDeliver == durableMaxDeliver })
 
 	until := time.Now().Add(time.Hour)
 	if _, err := js.PauseConsumer(ctx, cfg.Stream, cfg.Consumer, until); err != nil {
@@ -1031,7 +997,7 @@ func TestRunOverOperatorsEdits(t *testing.T) {
 	if err := c.ensureConsumer(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if cons, err = js.Consumer(ctx, cfg.Stream, cfg.Consumer); err != nil || !cons.CachedInfo().Paused {
+	if cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer); err != nil || !cons.CachedInfo().Paused {
 		t.Fatalf("consumer after an update: %v; want it still paused", err)
 	}
 	if !strings.Contains(log.String(), "the consumer is paused") {

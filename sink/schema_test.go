@@ -562,56 +562,39 @@ func TestServerEncoding(t *testing.T) {
 	})
 }
 
-// A statement_timeout under 10 s for jetsink's sessions is a warning: a
-// batch that takes longer is cut into pieces. A longer one, or none, is
-// not reported.
-func TestCheckWarnsOfAShortServerTimeout(t *testing.T) {
+// Settings of the server's for jetsink's sessions that check warns of:
+// a statement_timeout under 10 s (a batch that takes longer is cut into
+// pieces), and synchronous_commit off (acked events can be lost in a
+// crash of the server). A longer timeout, none, or another
+// synchronous_commit is not reported.
+func TestCheckWarnsOfServerSettings(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
 	for _, tc := range []struct {
-		setting string
-		want    bool
-	}{{"300", true}, {"20000", false}, {"0", false}} {
-		s, _ := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", tc.setting), nil)
+		param, setting string
+		want           ProblemKind // "": none
+		says           string
+	}{
+		{"statement_timeout", "300", ProblemServerTimeout, "statement_timeout is 300ms"},
+		{"statement_timeout", "20000", "", ""},
+		{"statement_timeout", "0", "", ""},
+		{"synchronous_commit", "off", ProblemAsyncCommit, "synchronous_commit is off"},
+		{"synchronous_commit", "on", "", ""},
+		{"synchronous_commit", "local", "", ""},
+	} {
+		s, _ := newTestSink(t, ctx, withParam(t, pg.URL, tc.param, tc.setting), nil)
 		probs, err := s.Check(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !tc.want {
+		if tc.want == "" {
 			if len(probs) != 0 {
-				t.Fatalf("statement_timeout %s ms: problems %v", tc.setting, probs)
+				t.Fatalf("%s %s: problems %v", tc.param, tc.setting, probs)
 			}
 			continue
 		}
-		if len(probs) != 1 || probs[0].Kind != ProblemServerTimeout || !probs[0].Warning ||
-			!strings.Contains(probs[0].Message, "statement_timeout is 300ms") {
-			t.Fatalf("statement_timeout 300 ms: problems %v, want one warning, server_timeout", probs)
-		}
-	}
-}
-
-// synchronous_commit off for jetsink's sessions is a warning: acked events
-// can be lost in a crash of the server. Its other values are not reported.
-func TestCheckWarnsOfAsyncCommit(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	pg := testenv.Postgres(t)
-	for _, tc := range []struct {
-		setting string
-		want    bool
-	}{{"off", true}, {"on", false}, {"local", false}} {
-		s, _ := newTestSink(t, ctx, withParam(t, pg.URL, "synchronous_commit", tc.setting), nil)
-		probs, err := s.Check(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !tc.want {
-			if len(probs) != 0 {
-				t.Fatalf("synchronous_commit %s: problems %v", tc.setting, probs)
-			}
-			continue
-		}
-		if len(probs) != 1 || probs[0].Kind != ProblemAsyncCommit || !probs[0].Warning {
-			t.Fatalf("synchronous_commit off: problems %v, want one warning, async_commit", probs)
+		if len(probs) != 1 || probs[0].Kind != tc.want || !probs[0].Warning || !strings.Contains(probs[0].Message, tc.says) {
+			t.Fatalf("%s %s: problems %v, want one warning, %s, saying %q", tc.param, tc.setting, probs, tc.want, tc.says)
 		}
 	}
 }
