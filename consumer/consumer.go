@@ -189,8 +189,8 @@ type Stats struct {
 	// mode) if they did not.
 	AcksUnconfirmed uint64
 	// Markers counts the messages JetStream wrote itself (subject delete
-	// markers: Nats-Marker-Reason, an empty body) that were acked and not
-	// handed on: they are no events.
+	// markers: Nats-Marker-Reason and Nats-Rollup: sub, an empty body)
+	// that were acked and not handed on: they are no events.
 	Markers uint64
 }
 
