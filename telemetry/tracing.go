@@ -654,14 +654,18 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 		}
 	}
 	pattern, name := t.destination(ev.Subject)
+	// The strings are copied: consumer/wire's alias the message's one
+	// allocation, payload and all, and the span outlives the message's
+	// settling (and its hold on max_in_flight_bytes) in the export
+	// queue, up to defaultQueueSpans of them.
 	attrs := make([]attribute.KeyValue, 0, 10)
 	attrs = append(attrs,
 		attribute.String("messaging.system", "nats"),
 		attribute.String("messaging.operation.type", "process"),
 		attribute.String("messaging.operation.name", "process"),
-		attribute.String("messaging.destination.name", ev.Subject),
+		attribute.String("messaging.destination.name", strings.Clone(ev.Subject)),
 		attribute.Int("messaging.message.body.size", len(ev.Data)),
-		attribute.String("messaging.nats.stream", ev.Stream),
+		attribute.String("messaging.nats.stream", strings.Clone(ev.Stream)),
 		attribute.Int64("messaging.nats.stream_sequence", int64(ev.StreamSeq)),
 		attribute.Int64("messaging.nats.delivery_count", int64(ev.Delivered)),
 	)
@@ -669,7 +673,7 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 		attrs = append(attrs, attribute.String("messaging.destination.template", pattern))
 	}
 	if ev.MsgID != "" {
-		attrs = append(attrs, attribute.String("messaging.message.id", ev.MsgID))
+		attrs = append(attrs, attribute.String("messaging.message.id", strings.Clone(ev.MsgID)))
 	}
 	_, sp := t.tracer.Start(parent, name,
 		trace.WithSpanKind(trace.SpanKindConsumer),
@@ -816,7 +820,7 @@ func carrier(h map[string][]string, msg pipeline.Msg, tp string) Carrier {
 	}
 	c := Carrier{"traceparent": {tp}}
 	if ts := rawHeaderFold(msg, "tracestate"); ts != "" {
-		c["tracestate"] = []string{ts}
+		c["tracestate"] = []string{strings.Clone(ts)} // the span context keeps it: see StartMessage
 	}
 	return c
 }

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -690,4 +693,54 @@ func oneSpanEnded(t *testing.T, exp sdktrace.SpanExporter) (*Tracing, pipeline.E
 	ev.Span = tr.StartMessage(ev)
 	EndMessage(&ev, "ack", nil)
 	return tr, ev
+}
+
+// A span keeps copies of the message's strings, not views of its buffer:
+// consumer/wire's subject, reply (the stream's name) and headers alias the
+// message's one allocation, payload and all, which a span waiting in the
+// export queue would otherwise keep alive past the message's settling and
+// outside max_in_flight_bytes. Overwriting the buffer after the span ended
+// must not change what is exported.
+func TestMessageSpanCopiesTheMessagesStrings(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tr := newTestTracing(t, exp, 0)
+	buf := []byte("events.dev1|EVENTS|run-42|vendor=abc")
+	view := func(s string) string {
+		i := bytes.Index(buf, []byte(s))
+		return unsafe.String(&buf[i], len(s))
+	}
+	ev := pipeline.Event{Subject: view("events.dev1"), Stream: view("EVENTS"), MsgID: view("run-42"),
+		Data: []byte(`{}`), StreamSeq: 1, Delivered: 1, Received: time.Now(),
+		Msg: &rawMsg{h: nats.Header{
+			"traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+			"tracestate":  {view("vendor=abc")},
+		}}}
+	ev.Span = tr.StartMessage(ev)
+	if ev.Span == nil {
+		t.Fatal("a sampled traceparent: no span")
+	}
+	EndMessage(&ev, "ack", nil)
+	for i := range buf {
+		buf[i] = 'x'
+	}
+	if err := tr.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want 1", len(spans))
+	}
+	got := map[attribute.Key]string{}
+	for _, a := range spans[0].Attributes {
+		got[a.Key] = a.Value.Emit()
+	}
+	for k, want := range map[attribute.Key]string{"messaging.destination.name": "events.dev1",
+		"messaging.nats.stream": "EVENTS", "messaging.message.id": "run-42"} {
+		if got[k] != want {
+			t.Errorf("%s = %q after the message's buffer was overwritten, want %q", k, got[k], want)
+		}
+	}
+	if ts := spans[0].SpanContext.TraceState().String(); ts != "vendor=abc" {
+		t.Errorf("tracestate %q after the message's buffer was overwritten, want vendor=abc", ts)
+	}
 }
