@@ -3,6 +3,7 @@ package dlq
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -345,5 +346,71 @@ func TestReplayWithoutStreamInfo(t *testing.T) {
 	}
 	if ev := testenv.StreamMsgs(t, ctx, admin, "EV"); ev != 2 {
 		t.Fatalf("%d events, want 2", ev)
+	}
+}
+
+// A letter is re-published only to a subject its event stream captures
+// (unless the stream sources others): one it no longer captures is not
+// stored elsewhere, and stays.
+func TestReplayOnlyToASubjectTheStreamCaptures(t *testing.T) {
+	js, ctx := setup(t, 2)
+	if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"other.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ELSEWHERE", Subjects: []string{"ev.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ"})
+	if err != nil || rep.Failed != 2 || rep.Replayed != 0 || len(rep.Unsure) != 0 {
+		t.Fatalf("report %+v, %v; want both letters refused", rep, err)
+	}
+	if out := by["ev.0"]; !errors.Is(out.Err, ErrNoReader) || !strings.Contains(out.Err.Error(), "does not capture ev.0 (its subjects: other.>)") {
+		t.Fatalf("ev.0: %v, want ErrNoReader naming the stream's subjects", out.Err)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "ELSEWHERE"); n != 0 {
+		t.Fatalf("%d events stored in a stream the letters' do not name", n)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
+		t.Fatalf("%d dead letters left, want 2", n)
+	}
+}
+
+// A letter whose Jetsink-Subject is a JetStream API (or another service's)
+// subject is not published there: anyone allowed to publish to the
+// dead-letter subject could otherwise have the replay's credentials purge
+// or delete a stream, or ack another consumer's messages.
+func TestReplayRefusesForgedSubjects(t *testing.T) {
+	js, ctx := setup(t, 0)
+	for range 3 {
+		if _, err := js.Publish(ctx, "ev.x", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forged := []string{"$JS.API.STREAM.PURGE.EV", "$JS.API.STREAM.DELETE.EV", "$JS.hub.API.STREAM.PURGE.EV",
+		"$JS.ACK.EV.jetsink.1.1.1.1.0", "$SYS.REQ.SERVER.PING", "_INBOX.abc", "ev.*", "ev..x", "ev.a b"}
+	for i, subj := range forged {
+		putLetterData(t, ctx, js, "dlq.EV", i, []byte(`{}`), nats.Header{consumer.HeaderSubject: {subj}})
+	}
+	// One the stream captures: the refusals do not stop the replay.
+	putLetterData(t, ctx, js, "dlq.EV", len(forged), []byte(`{}`), nats.Header{consumer.HeaderSubject: {"ev.ok"}})
+	for _, dry := range []bool{true, false} {
+		rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", DryRun: dry})
+		if err != nil || rep.Failed != len(forged) {
+			t.Fatalf("dry run %v: report %+v, %v; want %d letters refused", dry, rep, err, len(forged))
+		}
+		for _, subj := range forged {
+			if out := by[subj]; !errors.Is(out.Err, ErrNoReader) || out.Replayed || out.Unsure {
+				t.Errorf("dry run %v: letter to %q: %+v, want it refused (ErrNoReader)", dry, subj, out)
+			}
+		}
+		if by["ev.ok"].Err != nil {
+			t.Errorf("dry run %v: letter to ev.ok: %v", dry, by["ev.ok"].Err)
+		}
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV"); n != 4 {
+		t.Fatalf("event stream holds %d messages, want its 3 and the one replayed", n)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != uint64(len(forged)) {
+		t.Fatalf("%d dead letters left, want the %d forged ones", n, len(forged))
 	}
 }

@@ -26,7 +26,9 @@
 // For each dead letter the Filter matches it first checks, with
 // Options.Consumer, that the durable consumer that reads the event stream
 // is there and takes the letter's subject (ErrNoReader: the letter stays,
-// and Replay goes on). Then it publishes the original body to
+// and Replay goes on), and that Jetsink-Subject is a subject the event
+// stream captures and no service's (ErrNoReader again: see target). Then
+// it publishes the original body to
 // Jetsink-Subject with the original headers minus every Jetsink-* header
 // and with the Nats-Msg-Id "<original msg id>:replay:<the dead letter's
 // Nats-Msg-Id>" (Letter.ReplayMsgID): not the original id, which the event

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -316,7 +318,7 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 		return rep, fmt.Errorf("%w: dead-letter stream %s denies deletes (deny_delete): every letter replayed would stay, its event stored too; "+
 			"pass --keep to replay them all the same", ErrInvalidOptions, o.Stream)
 	}
-	rs := &readers{js: js, name: o.Consumer, of: map[string]readerOf{}, windows: map[string]time.Duration{}}
+	rs := &readers{js: js, name: o.Consumer, of: map[string]readerOf{}, windows: map[string]streamOf{}}
 	last := info.State.LastSeq
 	if o.Filter.LastSeq != 0 {
 		last = min(last, o.Filter.LastSeq)
@@ -467,7 +469,9 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	defer cancel()
 	var out Outcome
 	wait := min(publishWait, o.LetterTimeout/3)
-	if err := rs.check(ctx, l, wait); err != nil {
+	if err := target(l); err != nil {
+		out.Err = err
+	} else if err := rs.check(ctx, l, wait); err != nil {
 		out.Err = err
 	} else if !o.DryRun {
 		if window, err := rs.window(ctx, l, wait); err != nil {
@@ -508,9 +512,17 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 // letter, looking each stream's consumer up once.
 type readers struct {
 	js      jetstream.JetStream
-	name    string                   // "": no check
-	of      map[string]readerOf      // by event stream
-	windows map[string]time.Duration // the event streams' duplicate windows
+	name    string              // "": no check
+	of      map[string]readerOf // by event stream
+	windows map[string]streamOf // by event stream
+}
+
+// streamOf is what readers learnt of one event stream: its duplicate
+// window (0: it could not be looked up), and the subjects it captures
+// when they are known and it takes nothing from other streams.
+type streamOf struct {
+	window   time.Duration
+	subjects []string // nil: not checked
 }
 
 // readerOf is what readers learnt of one event stream: the subjects its
@@ -581,28 +593,78 @@ func (r *readers) check(ctx context.Context, l *Letter, wait time.Duration) erro
 // stream it cannot look up within wait (a user without STREAM.INFO on it,
 // which the server answers with silence; a timeout) counts as a window of
 // 0: its re-publish is sent once, not again. An error (wrapping
-// ErrNoReader) means the stream does not exist; the letter is then not
-// re-published.
+// ErrNoReader) means the stream does not exist, or does not capture l's
+// subject (and sources or mirrors nothing); the letter is then not
+// re-published. (A letter is a message anyone allowed to publish to the
+// dead-letter subject can write: its Jetsink-Subject is where the replay's
+// credentials publish. See target.)
 func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (time.Duration, error) {
-	if w, ok := r.windows[l.Stream]; ok {
-		return w, nil
-	}
-	before := lastError(r.js)
-	lctx, cancel := context.WithTimeout(ctx, wait)
-	s, err := r.js.Stream(lctx, l.Stream)
-	cancel()
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, does not exist; it stays", l.Seq, l.Subject, ErrNoReader, l.Stream)
-	case err != nil:
-		if refused(r.js, "$JS.API.STREAM.INFO."+l.Stream, before) != nil {
-			r.windows[l.Stream] = 0 // not asked again
+	so, ok := r.windows[l.Stream]
+	if !ok {
+		before := lastError(r.js)
+		lctx, cancel := context.WithTimeout(ctx, wait)
+		s, err := r.js.Stream(lctx, l.Stream)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, does not exist; it stays", l.Seq, l.Subject, ErrNoReader, l.Stream)
+		case err != nil:
+			if refused(r.js, "$JS.API.STREAM.INFO."+l.Stream, before) != nil {
+				r.windows[l.Stream] = streamOf{} // not asked again
+			}
+			return 0, nil
 		}
-		return 0, nil
+		cfg := s.CachedInfo().Config
+		so = streamOf{window: cfg.Duplicates}
+		if cfg.Mirror == nil && len(cfg.Sources) == 0 {
+			// A stream that sources others holds events published to
+			// subjects it does not capture; their re-publish is stored
+			// by the origin, which it takes them from (ErrWrongStream).
+			so.subjects = append([]string{}, cfg.Subjects...)
+		}
+		r.windows[l.Stream] = so
 	}
-	w := s.CachedInfo().Config.Duplicates
-	r.windows[l.Stream] = w
-	return w, nil
+	if so.subjects != nil && !slices.ContainsFunc(so.subjects, func(f string) bool { return consumer.SubjectMatches(f, l.Subject) }) {
+		return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, does not capture %s (its subjects: %s); it stays",
+			l.Seq, l.Subject, ErrNoReader, l.Stream, l.Subject, strings.Join(so.subjects, ", "))
+	}
+	return so.window, nil
+}
+
+// target returns an error wrapping ErrNoReader if l's subject is not one
+// an event can have been published to, and a replay must not publish to:
+// a subject with wildcards or empty tokens, or one that JetStream, the
+// system account or request replies serve ($JS.API, $JS.<domain>.API,
+// $JS.ACK, $JS.FC, $JSC, $NRG, $SYS, _INBOX). jetsink never writes such a
+// letter; anyone else allowed to publish to the dead-letter subject can,
+// and the replay would send the request with its own credentials (purge a
+// stream, ack another consumer's messages). Advisories ($JS.EVENT) a
+// stream captures are events like others.
+func target(l *Letter) error {
+	bad := ""
+	for tok := range strings.SplitSeq(l.Subject, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsFunc(tok, unicode.IsSpace) {
+			bad = "not a subject an event is published to"
+			break
+		}
+	}
+	if bad == "" {
+		for _, p := range []string{"$JS.API.", "$JS.ACK.", "$JS.FC.", "$JSC.", "$NRG.", "$SYS.", "_INBOX."} {
+			if strings.HasPrefix(l.Subject, p) {
+				bad = "a subject " + strings.TrimSuffix(p, ".") + " serves, not a stream"
+			}
+		}
+		if rest, ok := strings.CutPrefix(l.Subject, "$JS."); ok {
+			if domain, api, ok := strings.Cut(rest, "."); ok && domain != "EVENT" && strings.HasPrefix(api, "API.") {
+				bad = "a subject the JetStream API of a domain serves, not a stream"
+			}
+		}
+	}
+	if bad != "" {
+		return fmt.Errorf("dead letter %d to %q: %w: its Jetsink-Subject is %s (jetsink writes no such letter: "+
+			"see who may publish to the dead-letter subject); it stays", l.Seq, l.Subject, ErrNoReader, bad)
+	}
+	return nil
 }
 
 // windowText names a duplicate window for an error: 0 is one that could

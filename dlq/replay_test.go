@@ -238,11 +238,16 @@ func TestReplaySeqRangeAndLimit(t *testing.T) {
 // Replay goes on (the event is stored: running again would not settle it).
 func TestReplayWrongStreamKeepsTheLetter(t *testing.T) {
 	js, ctx := setup(t, 2)
-	// The event stream no longer captures ev.0; another stream does.
+	// The event stream no longer captures ev.0; another stream does, and
+	// the event stream takes its events from it.
 	if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"other.>"}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ELSEWHERE", Subjects: []string{"ev.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"other.>"},
+		Sources: []*jetstream.StreamSource{{Name: "ELSEWHERE"}}}); err != nil {
 		t.Fatal(err)
 	}
 	var out Outcome
@@ -319,9 +324,18 @@ func TestLetterMsgHeaders(t *testing.T) {
 
 // A letter whose subject no stream takes (no responders) fails, certainly
 // not stored, after a few tries, however short LetterTimeout is, and the
-// replay goes on: it is not named unsure.
+// replay goes on: it is not named unsure. (The event stream sources
+// another, so its own subjects do not settle where the letter may go: see
+// TestReplayOnlyToASubjectTheStreamCaptures.)
 func TestReplayNoStreamIsNotUnsure(t *testing.T) {
 	js, ctx := setup(t, 0)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORIGIN", Subjects: []string{"origin.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"ev.>"},
+		Sources: []*jetstream.StreamSource{{Name: "ORIGIN"}}}); err != nil {
+		t.Fatal(err)
+	}
 	putLetterData(t, ctx, js, "dlq.EV", 0, []byte("{}"), nats.Header{consumer.HeaderSubject: {"nowhere.x"}})
 	putLetter(t, ctx, js, "dlq.EV", 1)
 	h := &hookJS{JetStream: js}
