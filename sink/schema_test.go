@@ -3,10 +3,12 @@ package sink
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -375,6 +377,63 @@ func TestPingWhileAdminIsBusy(t *testing.T) {
 	}
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping once the admin connection is free: %v", err)
+	}
+}
+
+// Pings that come while the admin connection is busy share one
+// connection of their own, however many there are: /readyz takes any
+// number of requests, and a connection each would take the server past
+// max_connections while a slow batch is reported (the committers'
+// reconnects, and other clients, would then be refused).
+func TestPingsWhileAdminIsBusyShareAConnection(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	var (
+		dials atomic.Int64
+		gate  atomic.Pointer[chan struct{}]
+	)
+	s.connCfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if g := gate.Load(); g != nil {
+			dials.Add(1)
+			select {
+			case <-*g:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	done, busy := holdAdmin(ctx, s)
+	defer done()
+	g := make(chan struct{})
+	gate.Store(&g)
+	const pings = 50
+	errs := make(chan error, pings)
+	for range pings {
+		go func() {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			errs <- s.Ping(pctx)
+		}()
+	}
+	for dials.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(3 * pingWait) // the others' waits for the admin connection end meanwhile
+	n := dials.Load()
+	close(g)
+	for range pings {
+		if err := <-errs; err != nil {
+			t.Errorf("Ping: %v", err)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d pings while the admin connection was busy dialed %d connections, want them to share 1", pings, n)
+	}
+	done()
+	if err := <-busy; err != nil {
+		t.Fatal(err)
 	}
 }
 

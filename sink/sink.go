@@ -99,7 +99,9 @@ type Sink struct {
 	missingSQL string                 // exactly-once: the keys of the staged rows the table lacks after the INSERT
 	adminSem   chan struct{}          // holds admin: a mutex that a waiter's context can give up
 	admin      *pgx.Conn              // the "+1" connection: Ping, Init, Check; nil until needed
-	closed     bool                   // Close has run: admin is not opened again (held like admin)
+	pingMu     sync.Mutex
+	pinging    *pingCall // the ping on a connection of its own under way, which other Pings wait for
+	closed     bool      // Close has run: admin is not opened again (held like admin)
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
 	// typesLogged: Check's problems were logged after a type guard failed.
@@ -536,7 +538,8 @@ func (s *Sink) Close() { s.CloseContext(context.Background()) }
 // a stop that must be at once (a second signal) for both. So would
 // another call holding the admin connection (StoredSeq, Check): if ctx
 // ends first, CloseContext returns without closing it, leaving it to the
-// process's exit.
+// process's exit. It also waits for a ping on a connection of its own
+// still under way (privatePing).
 func (s *Sink) CloseContext(ctx context.Context) {
 	select {
 	case s.adminSem <- struct{}{}:
@@ -548,6 +551,15 @@ func (s *Sink) CloseContext(ctx context.Context) {
 		}
 	}
 	defer func() { <-s.adminSem }()
+	s.pingMu.Lock()
+	pc := s.pinging
+	s.pingMu.Unlock()
+	if pc != nil {
+		select { // a Ping whose caller gave up on it
+		case <-pc.done:
+		case <-ctx.Done():
+		}
+	}
 	s.closed = true
 	if s.admin != nil {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -579,23 +591,25 @@ const dropWait = 5 * time.Second
 // connection, or on one of its own while another call holds that one for
 // longer than pingWait: StoredSeq may read a whole table, Check and the
 // slow-commit report take seconds, and a probe must not fail (taking the
-// process out of service) for waiting behind them. The error names host,
-// port and database only.
+// process out of service) for waiting behind them. Pings that come
+// meanwhile wait for that one's answer, not connect each: /readyz takes
+// any number of requests, and connections past max_connections would fail
+// the committers' reconnects (and other clients of the server). The error
+// names host, port and database only.
 func (s *Sink) Ping(ctx context.Context) error {
-	ping := func(c *pgx.Conn) error { return c.Ping(ctx) }
 	t := time.NewTimer(pingWait)
 	defer t.Stop()
 	var err error
 	select {
 	case s.adminSem <- struct{}{}:
-		err = s.onAdmin(ctx, ping)
+		err = s.onAdmin(ctx, func(c *pgx.Conn) error { return c.Ping(ctx) })
 	case <-t.C:
-		var c *pgx.Conn
-		if c, err = s.connect(ctx); err == nil {
-			err = ping(c)
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = c.Close(cctx)
-			cancel()
+		pc := s.privatePing(ctx)
+		select {
+		case <-pc.done:
+			err = pc.err
+		case <-ctx.Done():
+			err = ctx.Err()
 		}
 	case <-ctx.Done():
 		err = ctx.Err()
@@ -606,9 +620,55 @@ func (s *Sink) Ping(ctx context.Context) error {
 	return nil
 }
 
+// pingCall is a ping on a connection of its own: err is set before done
+// is closed.
+type pingCall struct {
+	done chan struct{}
+	err  error
+}
+
+// privatePing returns the ping on a connection of its own under way, or
+// starts one, bounded by ctx's deadline (or privatePingTimeout) but not
+// ended by its cancel: the callers that wait for it have contexts of
+// their own.
+func (s *Sink) privatePing(ctx context.Context) *pingCall {
+	s.pingMu.Lock()
+	defer s.pingMu.Unlock()
+	if s.pinging != nil {
+		return s.pinging
+	}
+	pc := &pingCall{done: make(chan struct{})}
+	s.pinging = pc
+	timeout := privatePingTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	go func() {
+		defer cancel()
+		c, err := s.connect(pctx)
+		if err == nil {
+			err = c.Ping(pctx)
+			cctx, cancelClose := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			_ = c.Close(cctx)
+			cancelClose()
+		}
+		s.pingMu.Lock()
+		s.pinging = nil
+		s.pingMu.Unlock()
+		pc.err = err
+		close(pc.done)
+	}()
+	return pc
+}
+
 // pingWait is how long Ping waits for a busy admin connection before it
-// connects on its own.
-const pingWait = 100 * time.Millisecond
+// pings on a connection of its own; privatePingTimeout bounds that ping
+// when its first caller's context has no deadline.
+const (
+	pingWait           = 100 * time.Millisecond
+	privatePingTimeout = 5 * time.Second
+)
 
 // refusedFor is how long batches must have failed, none committing,
 // before Ready reports it. Shorter than the minute a probe's
