@@ -104,6 +104,14 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
+// adminIdleTimeout closes a kept-alive connection that sends no next
+// request: without it net/http keeps it, and its goroutine, open for good,
+// and a client that opens many and goes silent uses up the process's file
+// descriptors, which its NATS and PostgreSQL connections need. (A scraper
+// asks every 15-60 s and reconnects when it must.) A variable for the
+// tests.
+var adminIdleTimeout = 2 * time.Minute
+
 // ServeOn is Serve on a listener that Listen bound; it closes l.
 func ServeOn(ctx context.Context, l net.Listener, h http.Handler, ready chan<- net.Addr) error {
 	addr := l.Addr().String()
@@ -112,7 +120,7 @@ func ServeOn(ctx context.Context, l net.Listener, h http.Handler, ready chan<- n
 		ready <- l.Addr()
 	}
 	var handlers inflight
-	srv := &http.Server{Handler: handlers.wrap(h), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: handlers.wrap(h), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: adminIdleTimeout}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	select {

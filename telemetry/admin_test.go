@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -66,6 +67,53 @@ func TestAdminHealthAndReadiness(t *testing.T) {
 		t.Fatalf("shutdown: %v", err)
 	}
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// A kept-alive connection that sends no next request is closed after
+// adminIdleTimeout, not kept (and its goroutine) for good.
+func TestAdminClosesIdleConnections(t *testing.T) {
+	defer func(d time.Duration) { adminIdleTimeout = d }(adminIdleTimeout)
+	adminIdleTimeout = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srvCtx, stop := context.WithCancel(ctx)
+	ready := make(chan net.Addr, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(srvCtx, "127.0.0.1:0", NewAdmin(map[string]Check{"nats": func(context.Context) error { return nil }}), ready)
+	}()
+	var addr net.Addr
+	select {
+	case addr = <-ready:
+	case err := <-served:
+		t.Fatalf("serve: %v", err)
+	}
+	c, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("/healthz = %d (close %v), want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("reading the idle connection: %v, want EOF (closed by the server)", err)
+	}
+	stop()
+	if err := <-served; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
 }
 
 // A request still running when Serve's grace runs out (a 30 s CPU profile,
