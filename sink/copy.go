@@ -234,7 +234,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			piece = true
 			continue
 		}
-		p, perr, err := c.findPoison(ctx, b, lo, hi, err)
+		p, perr, alone, err := c.findPoison(ctx, b, lo, hi, err)
 		if errors.Is(err, errHalved) {
 			lo, piece = p, true // rows before p committed; c.piece is halved
 			continue
@@ -243,6 +243,23 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			return err
 		}
 		whole, last, piece = p != last+1, p, false
+		if !alone && c.s.classify(perr) != classSuspect {
+			// Row p was blamed on the error of a try with rows that have
+			// committed since (a foreign key whose parent came
+			// meanwhile, a statement trigger over the whole COPY): its
+			// dead letter would give another row's reason, or none of
+			// its own. Try it alone. (A suspect error is tried alone
+			// below when the table takes rows.)
+			c.s.st.bisectCopies.Add(1)
+			perr = c.commitRetry(ctx, rows[p:p+1], false)
+			if c.settleCommitted(ctx, b, p, p+1, perr) {
+				lo = p + 1
+				continue
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
 		if c.s.classify(perr) == classSuspect {
 			// Row p fails with an error that a row may cause, or the
 			// table (see classSuspect).
@@ -410,13 +427,28 @@ func (c *committer) tableTakesRows() bool {
 // commits (and acks) good prefixes on the way: rows[lo:mid] is tried; if it
 // commits, the poison is in rows[mid:hi]; if not, it is in rows[lo:mid], and
 // mid..hi goes on c.ends. That is ceil(log2(hi-lo)) COPYs; process adds one
-// for the rest of the batch. If a piece times out (timedOut: a prefix
+// for the rest of the batch, and one for the row alone when the error may
+// not be its own (alone, below). If a piece times out (timedOut: a prefix
 // without the refused row need not be faster than the attempt that failed,
 // which may have failed before it ran any trigger), it returns lo and
 // errHalved instead, with c.piece halved: process goes on from lo in
 // smaller pieces, and bisects the one that fails.
-func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last error) (int, error, error) {
+//
+// alone reports whether the error it returns is the row's own: it failed
+// alone, or the error names its line of the COPY. Not when the row's last
+// failed try held rows that committed since and the error names no line:
+// a foreign key whose parent came meanwhile, a statement trigger that
+// looks at the whole COPY.
+func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last error) (p int, perr error, alone bool, err error) {
 	rows := b.rows
+	from := lo // where the COPY that failed with last began
+	defer func() {
+		if !alone && err == nil {
+			line, ok := copyLine(perr)
+			alone = ok && from+line-1 == p
+		}
+	}()
+	alone = hi-lo == 1
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		c.s.st.bisectCopies.Add(1)
@@ -425,24 +457,53 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 		switch {
 		case err == nil:
 			c.settle(b, lo, mid)
-			lo = mid
+			lo, alone = mid, false
 		case me != nil:
 			c.settleMissing(ctx, b, lo, mid, me)
-			lo = mid
+			lo, alone = mid, false
 		case mc != nil:
 			c.deadLetterMiscounted(ctx, b, lo, mid, mc)
-			lo = mid
+			lo, alone = mid, false
 		case ctx.Err() != nil:
-			return 0, nil, ctx.Err()
+			return 0, nil, false, ctx.Err()
 		case mid-lo > 1 && timedOut(err):
 			c.ends = append(c.ends, hi) // rows[mid:hi] is left untried
-			return lo, nil, errHalved
+			return lo, nil, false, errHalved
 		default:
 			c.ends = append(c.ends, hi) // rows[mid:hi] is left untried
-			hi, last = mid, err
+			hi, last, alone, from = mid, err, mid-lo == 1, lo
 		}
 	}
-	return lo, last, nil
+	return lo, last, alone, nil
+}
+
+// copyLine returns the line (row, from 1) of the COPY that err names in
+// its context ("COPY <table>, line <n>[, column <c>...]"), as PostgreSQL
+// reports an error raised while it stores a row: a check, a NOT NULL, a
+// row trigger. Not one raised at the end of the statement (a foreign key,
+// a statement trigger, a deferred constraint), nor one of exactly-once's
+// INSERT.
+func copyLine(err error) (int, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return 0, false
+	}
+	for ctxLine := range strings.SplitSeq(pgErr.Where, "\n") {
+		if !strings.HasPrefix(ctxLine, "COPY ") {
+			continue
+		}
+		i := strings.Index(ctxLine, ", line ")
+		if i < 0 {
+			return 0, false
+		}
+		digits := ctxLine[i+len(", line "):]
+		if j := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); j >= 0 {
+			digits = digits[:j]
+		}
+		n, err := strconv.Atoi(digits)
+		return n, err == nil && n > 0
+	}
+	return 0, false
 }
 
 // commitRetry commits rows in one transaction, retrying transient and

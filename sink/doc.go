@@ -145,7 +145,11 @@
 //   - data (class 22, 23): the batch is bisected; good rows are committed
 //     and acked, each refused row is dead-lettered through the
 //     DeadLetterer (which terms it, or naks it and returns an error, in
-//     which case it is not acked). At most ceil(log2(n))+1 extra COPYs per
+//     which case it is not acked), for its own error: one that names its
+//     line of the COPY, or that it failed with alone (it is tried alone
+//     once more when the error came from a try whose other rows have
+//     committed since: a foreign key whose parent came meanwhile, a
+//     statement trigger). At most ceil(log2(n))+2 extra COPYs per
 //     refused row; after two refused rows in a row the rest is tried in
 //     the pieces the bisection left, so a run of refused rows costs about
 //     two COPYs per row;

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -719,6 +720,80 @@ func trigger(t *testing.T, ctx context.Context, admin *pgx.Conn, table pgx.Ident
 	}
 	if _, err := admin.Exec(ctx, "CREATE TRIGGER "+name+" "+when+" ON "+table.Sanitize()+" FOR EACH "+each+" EXECUTE FUNCTION "+fn+"()"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A row is dead-lettered only for its own error: when the refusal that
+// started the bisection goes away meanwhile (a foreign key's parent row
+// comes, a lock-dependent trigger), bisection ends at a row whose last
+// failed try held rows that have committed since. That row is tried alone
+// before it is dead-lettered, unless the error named its line of the COPY.
+// Here the first attempt fails once, raised for row 1 by a row trigger
+// (its error names line 1), or by a statement trigger (no line): no row is
+// refused on its own, and all commit.
+func TestBisectBlamesNoRowForAnotherRowsError(t *testing.T) {
+	for _, tc := range []struct{ name, when, each, cond string }{
+		{"row trigger", "BEFORE INSERT", "ROW", "NEW.stream_seq = 1"},
+		{"statement trigger", "AFTER INSERT", "STATEMENT", "true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.InProgressEvery = time.Hour })
+			admin := pg.Conn(t)
+			seqName := pgx.Identifier{fmt.Sprintf("once_%d", time.Now().UnixNano())}.Sanitize()
+			if _, err := admin.Exec(ctx, "CREATE SEQUENCE "+seqName); err != nil {
+				t.Fatal(err)
+			}
+			ret := "RETURN NEW;"
+			if tc.each == "STATEMENT" {
+				ret = "RETURN NULL;"
+			}
+			// nextval is not rolled back: the trigger refuses once.
+			trigger(t, ctx, admin, s.table, "once", tc.when, tc.each, "IF "+tc.cond+" AND nextval('"+seqName+"') = 1 THEN "+
+				"RAISE EXCEPTION 'parent row missing' USING ERRCODE = 'foreign_key_violation', CONSTRAINT = 'parent_fk'; END IF; "+ret)
+			rs, ms := rows(1, 4, nil)
+			src := newSource()
+			src.push(t, ctx, rs)
+			src.close()
+			if err := s.Run(ctx, src); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if got := count(t, ctx, admin, s.cfg.Table); got != 4 {
+				t.Errorf("%d rows committed, want 4", got)
+			}
+			if letters, seqs := dl.letters(); len(letters) != 0 {
+				t.Errorf("dead letters for %v (%+v), want none: no row was refused on its own", seqs, letters)
+			}
+			for i, m := range ms {
+				if m.acks.Load() != 1 || m.terms.Load() != 0 {
+					t.Errorf("row %d: acks %d terms %d", i+1, m.acks.Load(), m.terms.Load())
+				}
+			}
+		})
+	}
+}
+
+func TestCopyLine(t *testing.T) {
+	for _, c := range []struct {
+		where string
+		line  int
+		ok    bool
+	}{
+		{"COPY events, line 37", 37, true},
+		{"COPY events, line 2, column payload", 2, true},
+		{"PL/pgSQL function f() line 3 at RAISE\nCOPY events, line 5", 5, true},
+		{"SQL statement \"SELECT 1 FROM ONLY parent\"", 0, false},
+		{"COPY events", 0, false},
+		{"", 0, false},
+	} {
+		line, ok := copyLine(&pgconn.PgError{Code: "23514", Where: c.where})
+		if line != c.line || ok != c.ok {
+			t.Errorf("copyLine(%q) = %d, %v; want %d, %v", c.where, line, ok, c.line, c.ok)
+		}
+	}
+	if _, ok := copyLine(errors.New("COPY events, line 3")); ok {
+		t.Error("copyLine read a line from an error that is not PostgreSQL's")
 	}
 }
 
