@@ -43,3 +43,20 @@ func TestHoldRowsCoverWhatIsInFlight(t *testing.T) {
 		}
 	}
 }
+
+// "No limit" holds only while the wire client pulls under its byte
+// budget: while nats.go pulls (a websocket URL, wire given up) the limit
+// is what the rings and the pull buffer hold.
+func TestHoldLimitFollowsTheByteBudget(t *testing.T) {
+	var limit int64
+	f := holdLimit(func() (int64, int64) { return 0, limit }, 4596)
+	for _, c := range []struct {
+		limit int64
+		want  int
+	}{{0, 4596}, {32 << 20, math.MaxInt}, {0, 4596}} {
+		limit = c.limit
+		if got := f(); got != c.want {
+			t.Errorf("byte budget %d: hold limit %d, want %d", c.limit, got, c.want)
+		}
+	}
+}

@@ -123,6 +123,13 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	}
 	p.sink.Instrument(p.tracing, p.metrics)
 	p.sink.SetEpochs(p.consumer.Epochs())
+	if sinkCfg.HoldRows == math.MaxInt {
+		// "No limit" holds only while the wire pull client pulls under
+		// max_in_flight_bytes: nats.go pulls over a websocket, and after
+		// wire could not connect, with no byte budget, and the rows the
+		// sink took in would be the whole backlog.
+		p.sink.SetHoldLimit(holdLimit(p.consumer.InFlightBytes, boundedHoldRows(&cfg, workers)))
+	}
 	p.sink.SetAckAll(p.consumer.AckAll) // counts the acks, for Shutdown to confirm
 	p.pipeline, err = pipeline.New(cfg.Pipeline, mapper, dl, log)
 	if err != nil {
@@ -430,10 +437,28 @@ func newHandoff(cfg pipeline.Config) (pipeline.Handoff, consumer.Output) {
 // delivered again after ack_wait. Without that bound (nats.pull_client
 // nats.go, max_in_flight_bytes -1) memory comes first: what the rings and
 // the pull buffer hold, and those rows may be delivered again.
+// (That no limit holds only while the wire client pulls: see holdLimit.)
 func holdRows(cfg *config.Config, workers int) int {
 	if cfg.NATS.MaxAckPending < 0 && cfg.NATS.PullClient != consumer.PullClientNATSGo && cfg.NATS.MaxInFlightBytes >= 0 {
 		return math.MaxInt
 	}
+	return max(boundedHoldRows(cfg, workers), cfg.NATS.MaxAckPending)
+}
+
+// boundedHoldRows is what the rings and the pull buffer hold.
+func boundedHoldRows(cfg *config.Config, workers int) int {
 	ring := 1 << bits.Len(uint(max(cfg.Pipeline.RingSize, 1)-1)) // ringq rounds up to a power of two
-	return max(2*workers*ring+cfg.NATS.PullMaxMessages, cfg.NATS.MaxAckPending)
+	return 2*workers*ring + cfg.NATS.PullMaxMessages
+}
+
+// holdLimit is the sink's hold limit (sink.SetHoldLimit) when holdRows
+// sets none: none while inFlight (consumer.InFlightBytes) reports a byte
+// budget that bounds the pulls, else bounded.
+func holdLimit(inFlight func() (held, limit int64), bounded int) func() int {
+	return func() int {
+		if _, limit := inFlight(); limit > 0 {
+			return math.MaxInt
+		}
+		return bounded
+	}
 }

@@ -323,7 +323,7 @@ func (r *run) batcher(ctx context.Context) error {
 		// to take it, and a trickle of rows would take a spare batch,
 		// and later a transaction, each.
 		cut := full || closed || (len(b.rows) > 0 && len(held) == 0 && !now.Before(b.deadline))
-		canHold := cut && len(b.rows) > 0 && heldRows+len(b.rows) <= r.s.cfg.HoldRows && r.holdAfter > 0
+		canHold := cut && len(b.rows) > 0 && heldRows+len(b.rows) <= r.s.holdRows() && r.holdAfter > 0
 		if canHold && (len(held) > 0 || !now.Before(b.since.Add(r.holdAfter))) {
 			hold()
 			continue

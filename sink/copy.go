@@ -698,7 +698,7 @@ var errAbsorbed = errors.New("sink: more rows taken into the held batch")
 // (the batcher claimed it), receives the batch the batcher hands it.
 func (c *committer) holdWait(ctx context.Context, d time.Duration) (bool, error) {
 	r := c.r
-	lim := max(c.s.cfg.HoldRows, c.s.cfg.Batch.MaxRows)
+	lim := max(c.s.holdRows(), c.s.cfg.Batch.MaxRows)
 	lim += min(c.s.cfg.Batch.MaxRows, math.MaxInt-lim) // HoldRows may be "no limit": math.MaxInt
 	if r == nil || c.noWork || len(c.held.rows)-c.held.lo >= lim {
 		// Bounded like the rows the batcher holds in a stall, whatever

@@ -146,6 +146,9 @@ type Sink struct {
 
 	// epochs is the consumer's (SetEpochs); nil acks every committed row.
 	epochs *pipeline.Epochs
+	// holdLimit may lower Config.HoldRows while the run goes on
+	// (SetHoldLimit); nil leaves it.
+	holdLimit func() int
 	// ackAll acks a committed batch's messages (SetAckAll; ackEach by default).
 	ackAll func(ms []pipeline.Msg, errs []error)
 }
@@ -164,6 +167,24 @@ func (s *Sink) Instrument(t *telemetry.Tracing, m *telemetry.Metrics) {
 // settle the new stream's event with the same sequence. Call it before
 // Run, not concurrently with it.
 func (s *Sink) SetEpochs(e *pipeline.Epochs) { s.epochs = e }
+
+// SetHoldLimit gives the sink a bound on the rows it takes in while the
+// database stalls that may change while it runs, below Config.HoldRows:
+// "no limit" holds only while what is in flight is bounded in bytes
+// (the wire pull client; nats.go pulls over a websocket, or after wire
+// could not connect, without a byte budget). limit is called from the
+// sink's goroutines, often: it must be cheap and safe for concurrent use.
+// Call it before Run, not concurrently with it.
+func (s *Sink) SetHoldLimit(limit func() int) { s.holdLimit = limit }
+
+// holdRows is Config.HoldRows, or what SetHoldLimit's function says now if
+// that is less.
+func (s *Sink) holdRows() int {
+	if s.holdLimit == nil {
+		return s.cfg.HoldRows
+	}
+	return min(s.cfg.HoldRows, s.holdLimit())
+}
 
 // SetAckAll gives the sink a way to ack the messages of a committed batch
 // in one call, cheaper than Ack on each (consumer.AckAll): ackAll must ack

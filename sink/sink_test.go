@@ -1534,10 +1534,22 @@ func TestExactlyOnceWithIdentityColumn(t *testing.T) {
 // While the table is locked, the sink keeps taking rows into spare batches
 // up to HoldRows, so the Source (the rings) empties and every message gets
 // InProgress; beyond HoldRows it stops taking (back-pressure). After the
-// unlock everything commits once, in order of arrival per batch.
+// unlock everything commits once, in order of arrival per batch. The same
+// with HoldRows "no limit" lowered by SetHoldLimit's function (nats.go
+// pulls, with no byte budget).
 func TestHoldRowsWhileLocked(t *testing.T) {
+	t.Run("HoldRows", func(t *testing.T) { holdRowsWhileLocked(t, nil) })
+	t.Run("SetHoldLimit", func(t *testing.T) {
+		holdRowsWhileLocked(t, func(s *Sink) {
+			s.cfg.HoldRows = math.MaxInt
+			s.SetHoldLimit(func() int { return 300 })
+		})
+	})
+}
+
+func holdRowsWhileLocked(t *testing.T, set func(*Sink)) {
 	ctx := testCtx(t, 60*time.Second)
-	s, admin, tx, src, wait, mFirst := lockedSink(t, ctx, 20*time.Millisecond)
+	s, admin, tx, src, wait, mFirst := lockedSinkWith(t, ctx, 20*time.Millisecond, set)
 
 	// 1 committing + 100 open + 300 held: 400 more rows all leave the
 	// Source; the next 150 mostly stay in it.
@@ -1683,6 +1695,13 @@ func unlockAndFinish(t *testing.T, ctx context.Context, tx pgx.Tx, src source, w
 // committer is left waiting on the lock with.
 func lockedSink(t *testing.T, ctx context.Context, every time.Duration) (s *Sink, admin *pgx.Conn, tx pgx.Tx, src source, wait func() error, mFirst []*recMsg) {
 	t.Helper()
+	return lockedSinkWith(t, ctx, every, nil)
+}
+
+// lockedSinkWith is lockedSink with set, if not nil, applied to the sink
+// before it runs.
+func lockedSinkWith(t *testing.T, ctx context.Context, every time.Duration, set func(*Sink)) (s *Sink, admin *pgx.Conn, tx pgx.Tx, src source, wait func() error, mFirst []*recMsg) {
+	t.Helper()
 	pg := testenv.Postgres(t)
 	s, _ = newTestSink(t, ctx, pg.URL, func(c *Config) {
 		c.Connections = 1
@@ -1690,6 +1709,9 @@ func lockedSink(t *testing.T, ctx context.Context, every time.Duration) (s *Sink
 		c.HoldRows = 300
 		c.InProgressEvery = every
 	})
+	if set != nil {
+		set(s)
+	}
 	admin = pg.Conn(t)
 	tx = lockTable(t, ctx, pg, s)
 	src = newSource()
