@@ -904,13 +904,20 @@ func streamGone(err error) bool {
 // other than a refusal (NATS or PostgreSQL unreachable), so that a
 // reconnect or a short outage does not cost the waiting message a
 // delivery. It gives up when ctx or hard ends or the connection closes.
+// Meanwhile nothing is consumed (serve reads nothing else, so no missed
+// heartbeat has recheck set it): a failed try counts towards NotConsuming,
+// and a verified stream clears it.
 func (c *Consumer) verifyPatiently(ctx, hard context.Context) error {
 	wait := retryMin
 	for {
 		err := c.verify(ctx)
+		if err == nil {
+			c.stuck.Store(nil)
+		}
 		if err == nil || streamGone(err) || ctx.Err() != nil || hard.Err() != nil || c.nc.IsClosed() {
 			return err // a stream gone is Run's to re-create
 		}
+		c.setStuck("verify the stream before the waiting message", err)
 		c.log.Warn("could not verify the stream yet; the message waits", "err", err, "retry_in", wait)
 		if !sleep(ctx, hard, wait) {
 			return err
