@@ -372,3 +372,38 @@ func TestAuthOptionsChecksTheCredsFile(t *testing.T) {
 		})
 	}
 }
+
+// nats.tls's files that cannot be read or used are a bad configuration
+// (ErrInvalidConfig: exit 2) from AuthOptions, for every client jetsink
+// opens. Before, nats.go found out only while connecting, which read as a
+// server that cannot be reached (exit 1), while the wire pull client
+// already refused the same files.
+func TestAuthOptionsChecksTheTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	ca := testCAFile(t)
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		tls  TLSConfig
+		key  string // the setting the error names; "" when it is fine
+	}{
+		{"a CA", TLSConfig{CAFile: ca}, ""},
+		{"a missing CA", TLSConfig{CAFile: filepath.Join(dir, "none.pem")}, "nats.tls.ca_file"},
+		{"a CA without PEM", TLSConfig{CAFile: notPEM}, "nats.tls.ca_file"},
+		{"a missing certificate", TLSConfig{CertFile: filepath.Join(dir, "none.pem"), KeyFile: filepath.Join(dir, "none.key")}, "nats.tls.cert_file"},
+		{"a certificate without a key", TLSConfig{CertFile: ca, KeyFile: notPEM}, "nats.tls.cert_file"},
+	} {
+		cfg := DefaultConfig()
+		cfg.TLS = tc.tls
+		_, err := cfg.AuthOptions()
+		switch {
+		case tc.key == "" && err != nil:
+			t.Errorf("%s: AuthOptions = %v", tc.name, err)
+		case tc.key != "" && (!errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.key)):
+			t.Errorf("%s: AuthOptions = %v, want ErrInvalidConfig naming %s", tc.name, err, tc.key)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package consumer
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -371,6 +373,10 @@ func (cfg *Config) AuthOptions() ([]nats.Option, error) {
 		}
 		opts = append(opts, o)
 	}
+	if _, err := cfg.tlsFiles(); err != nil {
+		return nil, err
+	}
+	// Read again at each connect: files rotated in place are used.
 	if cfg.TLS.CAFile != "" {
 		opts = append(opts, nats.RootCAs(cfg.TLS.CAFile))
 	}
@@ -378,6 +384,37 @@ func (cfg *Config) AuthOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(cfg.TLS.CertFile, cfg.TLS.KeyFile))
 	}
 	return opts, nil
+}
+
+// tlsFiles reads nats.tls's files into a TLS configuration, nil without
+// them. A file that cannot be read or used is a bad configuration
+// (ErrInvalidConfig: exit 2): nats.go would read it only while it
+// connects, and its error there read as a server that cannot be reached.
+// The error never quotes a key.
+func (cfg *Config) tlsFiles() (*tls.Config, error) {
+	if cfg.TLS.CAFile == "" && cfg.TLS.CertFile == "" {
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.TLS.CAFile != "" {
+		pem, err := os.ReadFile(cfg.TLS.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: nats.tls.ca_file %q cannot be read: %w", ErrInvalidConfig, cfg.TLS.CAFile, errors.Unwrap(err))
+		}
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: nats.tls.ca_file %q holds no PEM certificate", ErrInvalidConfig, cfg.TLS.CAFile)
+		}
+	}
+	if cfg.TLS.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			// The error may quote the key; say only which files.
+			return nil, fmt.Errorf("%w: nats.tls.cert_file %q and key_file %q are not a readable, usable pair", ErrInvalidConfig, cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
 }
 
 // checkCredsFile refuses a nats.creds_file that cannot be read or is not

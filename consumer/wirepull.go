@@ -3,13 +3,10 @@ package consumer
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -125,28 +122,11 @@ func (c *Consumer) wireOptions() (wire.Options, error) {
 			o.ServerName = first.Hostname()
 		}
 	}
-	if cfg.TLS.CAFile != "" || cfg.TLS.CertFile != "" {
-		t := &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.TLS.CAFile != "" {
-			pem, err := os.ReadFile(cfg.TLS.CAFile)
-			if err != nil {
-				return wire.Options{}, fmt.Errorf("%w: nats.tls.ca_file %q: %w", ErrInvalidConfig, cfg.TLS.CAFile, err)
-			}
-			t.RootCAs = x509.NewCertPool()
-			if !t.RootCAs.AppendCertsFromPEM(pem) {
-				return wire.Options{}, fmt.Errorf("%w: nats.tls.ca_file %q holds no PEM certificate", ErrInvalidConfig, cfg.TLS.CAFile)
-			}
-		}
-		if cfg.TLS.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
-			if err != nil {
-				// The error may quote the key; say only which files.
-				return wire.Options{}, fmt.Errorf("%w: nats.tls.cert_file %q and key_file %q are not a usable pair", ErrInvalidConfig, cfg.TLS.CertFile, cfg.TLS.KeyFile)
-			}
-			t.Certificates = []tls.Certificate{cert}
-		}
-		o.TLS = t
+	t, err := cfg.tlsFiles()
+	if err != nil {
+		return wire.Options{}, err
 	}
+	o.TLS = t
 	return o, nil
 }
 
