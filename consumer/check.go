@@ -267,6 +267,13 @@ func checkConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) []P
 		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("consumer %s has ack_wait %s, max_deliver %d, filter %q; run will update it to %s, %s, %q",
 			cfg.Consumer, cc.AckWait, cc.MaxDeliver, cc.FilterSubject, cfg.AckWait, describeMaxDeliver(cfg.MaxDeliver), cfg.FilterSubject)})
 	}
+	if why := pullLimits(cc, &cfg); why != "" {
+		// Set on the consumer (an edit), run sets it back; filled in
+		// by the server's jetstream limits, run cannot, and exits 2.
+		// Which of the two the consumer's info does not say.
+		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("consumer %s refuses jetsink's pulls: %s; run clears the "+
+			"consumer's own limits, but if the server's jetstream limits set them, run stops with this error (exit 2)", cfg.Consumer, why)})
+	}
 	return problems
 }
 

@@ -426,3 +426,39 @@ func startServer(t *testing.T, opts *server.Options) *server.Server {
 	}
 	return srv
 }
+
+// A consumer whose pull limits refuse jetsink's pulls is reported: run
+// clears the consumer's own, but stops with exit 2 where the server's
+// jetstream limits set them, and check cannot tell which.
+func TestCheckReportsPullLimits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	newConsumer(t, ctx, cfg) // the stream, the dead-letter stream and the durable as run makes them
+	ps, err := Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := problemsText(ps); strings.Contains(text, "refuses jetsink's pulls") {
+		t.Fatalf("the durable run made:\n%s", text)
+	}
+	if _, err := js.UpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: cfg.AckWait, MaxDeliver: durableMaxDeliver, MaxRequestBatch: 10}); err != nil {
+		t.Fatal(err)
+	}
+	ps, err = Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, p := range ps {
+		if strings.Contains(p.Message, "refuses jetsink's pulls: max_request_batch 10 (set nats.pull_max_messages to 10 or less)") {
+			found = p.Warning
+		}
+	}
+	if !found {
+		t.Fatalf("no warning of max_request_batch 10:\n%s", problemsText(ps))
+	}
+}
