@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,6 +120,12 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		return nil, fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
 	default:
 		info := stream.CachedInfo()
+		if cfg.CreateStream && !slices.Equal(info.Config.Subjects, cfg.Subjects) {
+			problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("stream %s captures %s; run will set its subjects to nats.subjects, %s "+
+				"(create_stream: true), and messages published to a subject left out are no longer stored", cfg.Stream,
+				cmp.Or(strings.Join(info.Config.Subjects, ", "), "no subjects of its own"), strings.Join(cfg.Subjects, ", ")),
+				Fix: "set nats.subjects to the stream's subjects, or nats.create_stream: false"})
+		}
 		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
 			problems = append(problems, Problem{Config: true, Message: err.Error()}) // New refuses it: ErrInvalidConfig
 		}

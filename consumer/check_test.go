@@ -462,3 +462,50 @@ func TestCheckReportsPullLimits(t *testing.T) {
 		t.Fatalf("no warning of max_request_batch 10:\n%s", problemsText(ps))
 	}
 }
+
+// With create_stream, run sets an existing stream's subjects to
+// nats.subjects: check warns of it before, and run says so when it does
+// (a subject left out is no longer stored). Before, both were silent.
+func TestCreateStreamSaysItChangesTheSubjects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv) // create_stream: true
+	other := "other." + cfg.Stream + ".>"
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: []string{other}}); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warned bool
+	for _, p := range ps {
+		if strings.Contains(p.Message, "stream "+cfg.Stream+" captures "+other+"; run will set its subjects to nats.subjects, "+cfg.Subjects[0]) {
+			warned = p.Warning
+		}
+	}
+	if !warned {
+		t.Fatalf("no warning that run changes the subjects:\n%s", problemsText(ps))
+	}
+	_, log := newLoggedConsumer(t, ctx, cfg)
+	if !strings.Contains(log.String(), "setting the stream's subjects to nats.subjects") || !strings.Contains(log.String(), "from="+other) {
+		t.Fatalf("run changed the subjects without saying so:\n%s", log)
+	}
+	s, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.Subjects; !slices.Equal(got, cfg.Subjects) {
+		t.Fatalf("subjects %v, want %v", got, cfg.Subjects)
+	}
+	// Run's subjects: nothing to say.
+	ps, err = Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := problemsText(ps); strings.Contains(text, "will set its subjects") {
+		t.Fatalf("check after run set the subjects:\n%s", text)
+	}
+}

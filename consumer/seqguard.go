@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -130,6 +131,11 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	if slices.Equal(sc.Subjects, cfg.Subjects) {
 		return existing, nil
 	}
+	// Said, since a subject dropped here is no longer stored: its
+	// publishers' messages are refused or, published without JetStream,
+	// lost. (check warns of it before.)
+	c.log.Warn("setting the stream's subjects to nats.subjects (create_stream: true); messages published to a subject "+
+		"left out are no longer stored", "stream", cfg.Stream, "from", strings.Join(sc.Subjects, ","), "to", strings.Join(cfg.Subjects, ","))
 	sc.Subjects = cfg.Subjects
 	return c.js.UpdateStream(ctx, sc)
 }
