@@ -289,6 +289,18 @@ type Problem struct {
 	// Warning marks a problem the sink can write despite (ProblemRowTrigger,
 	// ProblemUniqueKey).
 	Warning bool
+	// initCannot marks a missing table or unique index that Init (run
+	// with postgres.create_table) would not make: see InitMakes.
+	initCannot bool
+}
+
+// InitMakes reports whether Init (jetsink init, or run with
+// postgres.create_table: true) makes what p says is missing: the table, or
+// exactly-once's unique index. Not when the table's schema does not exist
+// or jetsink's role may not create in it, nor when another relation holds
+// the index's name (CREATE ... IF NOT EXISTS would skip it).
+func (p Problem) InitMakes() bool {
+	return (p.Kind == ProblemTableMissing || p.Kind == ProblemNoUniqueIndex) && !p.initCannot
 }
 
 func (p Problem) String() string { return p.Message + "; fix: " + p.Fix }
@@ -322,11 +334,11 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		if badEnc {
 			probs = append(probs, encProblem)
 		}
-		return append(probs, Problem{
-			Kind:    ProblemTableMissing,
-			Message: fmt.Sprintf("table %s does not exist (or is not on search_path)", tname),
-			Fix:     "run `jetsink init`, set postgres.create_table: true, or run: " + strings.Join(s.DDL(), "; "),
-		}), nil
+		p, err := s.tableMissing(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		return append(probs, p), nil
 	}
 	var kind string
 	var insteadOf bool
@@ -519,10 +531,53 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				msg += " (on a partitioned table a unique index must hold the partition key's columns: the table must be " +
 					"partitioned by those columns, or by one of them, for exactly-once)"
 			}
-			probs = append(probs, Problem{Kind: ProblemNoUniqueIndex, Message: msg, Fix: fix})
+			if taken == "" {
+				msg += "; building it fails if the table holds rows with the same key (at-least-once writes duplicates)"
+			}
+			probs = append(probs, Problem{Kind: ProblemNoUniqueIndex, Message: msg, Fix: fix, initCannot: taken != ""})
 		}
 	}
 	return probs, nil
+}
+
+// tableMissing is the problem of a table that does not exist: one Init
+// makes, unless the schema it would be made in does not exist or
+// jetsink's role may not create in it.
+func (s *Sink) tableMissing(ctx context.Context, c *pgx.Conn) (Problem, error) {
+	tname := s.table.Sanitize()
+	p := Problem{Kind: ProblemTableMissing, Message: fmt.Sprintf("table %s does not exist (or is not on search_path)", tname),
+		Fix: "run `jetsink init`, set postgres.create_table: true, or run: " + strings.Join(s.DDL(), "; ")}
+	if s.cfg.CreateTable {
+		p.Fix = "none needed: run creates it (postgres.create_table: true)"
+	}
+	var schema *string
+	if len(s.table) == 2 {
+		schema = &s.table[0]
+	}
+	var name *string
+	var exists, create bool
+	if err := c.QueryRow(ctx, `SELECT x.name, n.oid IS NOT NULL, coalesce(has_schema_privilege(n.oid, 'CREATE'), false)
+		FROM (SELECT coalesce($1, current_schema()) AS name) x LEFT JOIN pg_namespace n ON n.nspname = x.name`, schema).
+		Scan(&name, &exists, &create); err != nil {
+		return Problem{}, fmt.Errorf("check the schema of table %s on %s: %w", tname, s.where, err)
+	}
+	switch {
+	case name == nil:
+		p.initCannot = true
+		p.Message += ", and no schema on search_path exists to create it in"
+		p.Fix = "create the schema, or name one in postgres.table (schema.table)"
+	case !exists:
+		p.initCannot = true
+		sch := pgx.Identifier{*name}.Sanitize()
+		p.Message += fmt.Sprintf(", and its schema %s does not exist either", sch)
+		p.Fix = "CREATE SCHEMA " + sch + ", or name another in postgres.table"
+	case !create:
+		p.initCannot = true
+		sch := pgx.Identifier{*name}.Sanitize()
+		p.Message += fmt.Sprintf(", and jetsink's role may not create tables in schema %s", sch)
+		p.Fix = "GRANT CREATE ON SCHEMA " + sch + " TO <jetsink's role>, or create the table as its owner: " + strings.Join(s.DDL(), "; ")
+	}
+	return p, nil
 }
 
 // indexNameTaken says why DDL's CREATE UNIQUE INDEX IF NOT EXISTS would

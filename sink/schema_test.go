@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"slices"
@@ -62,6 +63,9 @@ func TestInitAndCheck(t *testing.T) {
 	}
 	if k := kinds(); !slices.Equal(k, []ProblemKind{ProblemTableMissing}) {
 		t.Fatalf("missing table: %v", k)
+	}
+	if probs, _ := s.Check(ctx); !probs[0].InitMakes() {
+		t.Fatalf("a missing table in a schema jetsink may create in: InitMakes() false (%s)", probs[0])
 	}
 	exec := func(q string) {
 		t.Helper()
@@ -761,4 +765,48 @@ func TestCheckWarnsOfTypeModifiers(t *testing.T) {
 			t.Errorf("amount: %s", p.Message)
 		}
 	}
+}
+
+// A missing table that Init could not make (its schema does not exist, or
+// jetsink's role may not create in it) is not one that create_table fixes
+// (InitMakes), and check says why: before, check called it a warning with
+// create_table and run failed at every start.
+func TestCheckMissingTableInit(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	schema := fmt.Sprintf("s_%d", time.Now().UnixNano())
+	missing := func(t *testing.T, url string, says, fix string) {
+		t.Helper()
+		s, _ := newTestSink(t, ctx, url, func(c *Config) { c.Table = schema + ".events"; c.CreateTable = false })
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(probs) != 1 || probs[0].Kind != ProblemTableMissing || probs[0].InitMakes() ||
+			!strings.Contains(probs[0].Message, says) || !strings.Contains(probs[0].Fix, fix) {
+			t.Fatalf("problems %v, want a missing table Init cannot make, saying %q, fix %q", probs, says, fix)
+		}
+		if err := s.Init(ctx); err == nil {
+			t.Fatal("Init made it after all")
+		}
+	}
+	q := pgx.Identifier{schema}.Sanitize()
+	missing(t, pg.URL, "schema "+q+" does not exist", "CREATE SCHEMA "+q)
+	role := schema + "_r"
+	for _, q := range []string{"CREATE SCHEMA " + schema, "CREATE ROLE " + role + " LOGIN PASSWORD 'pw'",
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE; DROP OWNED BY "+role+"; DROP ROLE "+role)
+	})
+	u, err := url.Parse(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, "pw")
+	missing(t, u.String(), "may not create tables in schema "+q, "GRANT CREATE ON SCHEMA "+q)
 }

@@ -279,6 +279,9 @@ func TestInitWhenTheIndexNameIsTaken(t *testing.T) {
 			for _, p := range probs {
 				if p.Kind == ProblemNoUniqueIndex {
 					fix = p.Fix
+					if p.InitMakes() {
+						t.Errorf("InitMakes() for an index whose name is taken (check took it for a warning under create_table)")
+					}
 				}
 			}
 			if !strings.Contains(fix, tc.fix) || !strings.Contains(fix, tc.says) {

@@ -109,8 +109,8 @@ checks under way and exits 1; a second one exits at once.`,
 			default:
 				for _, p := range pgProblems {
 					// Only warnings when run fixes them: create_table makes a missing table, and the unique index
-					// exactly-once needs on an existing one (IF NOT EXISTS).
-					report("postgres", p.Warning || cfg.Postgres.CreateTable && (p.Kind == sink.ProblemTableMissing || p.Kind == sink.ProblemNoUniqueIndex), p.String())
+					// exactly-once needs on an existing one (IF NOT EXISTS), where it can (InitMakes).
+					report("postgres", p.Warning || cfg.Postgres.CreateTable && p.InitMakes(), p.String())
 				}
 			}
 			if ctx.Err() != nil {
