@@ -235,7 +235,10 @@ func report(w io.Writer, p *processor.Processor, events int, elapsed time.Durati
 	fmt.Fprintf(w, "batches %d (%.0f rows on average), retries %d, dead letters %d, redelivered %d\n",
 		ss.Batches, avg, ss.Retries, dead, cs.Redelivered)
 	if dead > 0 {
-		fmt.Fprintf(w, "every event committed, then acked, or dead-lettered (see jetsink dlq replay --dry-run); consumer pending 0, ack pending 0\n")
+		// The letters are gone with the demo's servers, unless --keep
+		// (whose config file, printed next, dlq replay takes).
+		fmt.Fprintf(w, "every event committed, then acked, or dead-lettered (with --keep: jetsink dlq replay --config <its file> --dry-run "+
+			"lists them); consumer pending 0, ack pending 0\n")
 		return
 	}
 	fmt.Fprintln(w, "every event committed, then acked; consumer pending 0, ack pending 0")
