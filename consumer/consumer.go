@@ -103,6 +103,7 @@ type Consumer struct {
 	dlBreaker   dlBreaker
 	dlRecreated atomic.Int64
 	dlHeldLog   pipeline.Every
+	dlFailLog   pipeline.Every // the same for the other failed dead letters
 
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration

@@ -157,20 +157,24 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	return nil
 }
 
-// logFailedDeadLetter logs a failed dead letter at Error, but one that the
-// open breaker held back (err wraps errDeadLetterUnanswered) at most once
+// logFailedDeadLetter logs a failed dead letter at Error, at most once
 // every dlProbeEvery, with held_back, the number not logged since the last
-// such line: each fails in microseconds, and a run of poison events would
-// log thousands a second. Stats.DeadLetterFailed counts them all.
+// such line: one that the open breaker held back (err wraps
+// errDeadLetterUnanswered) fails in microseconds, and a run of poison
+// events would log thousands a second; one refused (no stream, a full one,
+// a letter past max_payload) fails the same way at every delivery of every
+// such event, for as long as it lasts. Stats.DeadLetterFailed counts them
+// all.
 func (c *Consumer) logFailedDeadLetter(err error, msg string, args ...any) {
+	limit := &c.dlFailLog
 	if errors.Is(err, errDeadLetterUnanswered) {
-		held, ok := c.dlHeldLog.Allow(time.Now(), dlProbeEvery)
-		if !ok {
-			return
-		}
-		args = append(args, "held_back", held)
+		limit = &c.dlHeldLog
 	}
-	c.log.Error(msg, args...)
+	held, ok := limit.Allow(time.Now(), dlProbeEvery)
+	if !ok {
+		return
+	}
+	c.log.Error(msg, append(args, "held_back", held)...)
 }
 
 // errDeadLetterUnanswered is wrapped by DeadLetter when it did not

@@ -654,13 +654,20 @@ func TestDeadLetterBreakerOpenLogsBounded(t *testing.T) {
 	for range n {
 		deadLetter()
 	}
+	failedLogsBounded(t, ctx, c, &buf, n, began, deadLetter)
+}
+
+// failedLogsBounded checks the log buf of consumer c after n failed dead
+// letters since began: at most one line per dlProbeEvery, and one more,
+// sent by deadLetter a dlProbeEvery later, with the count held back.
+func failedLogsBounded(t *testing.T, ctx context.Context, c *Consumer, buf *syncBuffer, n int, began time.Time, deadLetter func()) {
+	t.Helper()
 	took := time.Since(began)
 	const line = "dead-letter publish failed"
 	lines := strings.Count(buf.String(), line)
 	if most := 1 + int(took/dlProbeEvery); lines < 1 || lines > most {
-		t.Fatalf("%d dead letters held back in %s logged %d lines, want 1 to %d:\n%s", n, took, lines, most, buf.String())
+		t.Fatalf("%d failed dead letters in %s logged %d lines, want 1 to %d:\n%s", n, took, lines, most, buf.String())
 	}
-	// One more, a dlProbeEvery later, is logged with the count held back.
 	waitFor(t, ctx, "dlProbeEvery to pass", func() bool { return time.Since(began.Add(took)) > dlProbeEvery })
 	deadLetter()
 	held, logged := 0, 0
@@ -682,9 +689,45 @@ func TestDeadLetterBreakerOpenLogsBounded(t *testing.T) {
 	if logged != lines+1 || logged+held != n+1 {
 		t.Fatalf("%d lines with %d held back, want %d lines and all %d dead letters accounted for:\n%s", logged, held, lines+1, n+1, buf.String())
 	}
-	if st := c.Stats(); st.DeadLetterFailed != n+1 {
+	if st := c.Stats(); st.DeadLetterFailed != uint64(n+1) {
 		t.Fatalf("DeadLetterFailed = %d, want %d", st.DeadLetterFailed, n+1)
 	}
+}
+
+// Dead letters the server refuses (here no stream captures the subject,
+// with create_stream off) fail the same way at every delivery of every
+// such event, for as long as it lasts: logged at most once every
+// dlProbeEvery too, with the number held back. Before, each logged a line.
+func TestDeadLetterRefusedLogsBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	js := jsFor(t, srv)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuffer
+	c, err := New(ctx, cfg, testLogger(t, &buf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	ev := pipeline.Event{Msg: &fakeMsg{}, Stream: cfg.Stream, StreamSeq: 1, Delivered: 1, Epoch: c.epochs.Current()}
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+	deadLetter := func() {
+		t.Helper()
+		if err := c.DeadLetter(ctx, &ev, dl); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			t.Fatalf("DeadLetter without a dead-letter stream = %v, want ErrNoStreamResponse", err)
+		}
+	}
+	const n = 50
+	began := time.Now()
+	for range n {
+		deadLetter()
+	}
+	failedLogsBounded(t, ctx, c, &buf, n, began, deadLetter)
 }
 
 // deletedDeadLetterStream is a running consumer (create_stream, ackWait)

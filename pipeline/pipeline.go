@@ -120,6 +120,7 @@ type Pipeline struct {
 	running atomic.Bool
 	stats   []workerStats
 	panics  Every // the log of decoder panics (worker.recovered)
+	dlFails Every // the log of failed dead letters (worker.deadLetter)
 }
 
 // workerStats are one worker's counters, padded against false sharing.

@@ -197,6 +197,12 @@ func decodeDeadLetter(err error) (DeadLetter, string) {
 // DeadLetterer has nak'ed the event (it will come back; unless its stream
 // was re-created since, FailedDeadLetter), so the worker logs and carries
 // on.
+// failedDeadLetterEvery is how often, at most, a stage logs a failed dead
+// letter: one that fails (no dead-letter stream, a full one) fails at every
+// delivery of every such event, for as long as it lasts. The dead-letterer
+// (the consumer) logs each failure too, as often at most.
+const failedDeadLetterEvery = time.Second
+
 func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, column string) {
 	attrs := []slog.Attr{
 		slog.String("subject", ev.Subject),
@@ -211,11 +217,15 @@ func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, colum
 		if errors.Is(dlErr, ErrDeadLetterHeldBack) {
 			return // logged by the dead-letterer, at most once a second
 		}
+		held, ok := w.p.dlFails.Allow(time.Now(), failedDeadLetterEvery)
+		if !ok {
+			return
+		}
 		msg := "dead-letter failed; event nak'ed for redelivery"
 		if FailedDeadLetter(dlErr) == "stale" {
 			msg = "dead-letter failed; event left to JetStream, its stream was re-created since"
 		}
-		w.p.log.LogAttrs(ctx, slog.LevelWarn, msg, append(attrs, slog.String("error", dlErr.Error()))...)
+		w.p.log.LogAttrs(ctx, slog.LevelWarn, msg, append(attrs, slog.String("error", dlErr.Error()), slog.Int64("held_back", held))...)
 		return
 	}
 	w.stats.deadLettered.Add(1)

@@ -1254,12 +1254,18 @@ func (c *committer) park(ctx context.Context, row *pipeline.Row, dl pipeline.Dea
 		if errors.Is(derr, pipeline.ErrDeadLetterHeldBack) {
 			return false // logged by the dead-letterer, at most once a second
 		}
+		// At most once a second (a dead letter that fails fails for
+		// every such row, at every delivery), as the consumer logs it.
+		held, ok := c.s.dlFails.Allow(time.Now(), time.Second)
+		if !ok {
+			return false
+		}
 		msg := "dead-letter failed; the message was nak'ed and will come back"
 		if pipeline.FailedDeadLetter(derr) == "stale" {
 			msg = "dead-letter failed; the message was left to JetStream, its stream was re-created since"
 		}
 		c.s.log.Warn(msg, "stream", row.Event.Stream,
-			"stream_seq", row.Event.StreamSeq, "code", dl.Code, "sqlstate", dl.SQLState, "err", derr)
+			"stream_seq", row.Event.StreamSeq, "code", dl.Code, "sqlstate", dl.SQLState, "err", derr, "held_back", held)
 		return false
 	}
 	c.s.st.deadLettered.Add(1)

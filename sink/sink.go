@@ -109,6 +109,7 @@ type Sink struct {
 	// splitWarned: a timed-out batch's line at Warn; beatWarned: a refused
 	// InProgress's (see warnEvery).
 	splitWarned, beatWarned pipeline.Every
+	dlFails                 pipeline.Every // the log of failed dead letters (park)
 	// typesGen numbers the reads of the table's types; typesMu holds
 	// typesStored, the number of the read copySQL's guards come from
 	// (see readTypes).
