@@ -104,6 +104,10 @@ type Consumer struct {
 	dlRecreated atomic.Int64
 	dlHeldLog   pipeline.Every
 	dlFailLog   pipeline.Every // the same for the other failed dead letters
+	// asyncErrs and subErrs bound the log lines of the connections' and
+	// the pull subscription's errors (asyncErrEvery): a server that
+	// refuses the user's acks answers each with one.
+	asyncErrs, subErrs pipeline.Every
 
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration
@@ -332,11 +336,15 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			held, ok := c.asyncErrs.Allow(time.Now(), asyncErrEvery)
+			if !ok {
+				return
+			}
 			subject := ""
 			if sub != nil {
 				subject = sub.Subject
 			}
-			c.log.Error("nats async error", "subscription", subject, "err", err)
+			c.log.Error("nats async error", "subscription", subject, "err", err, "held_back", held)
 		}),
 	}
 	opts = append(opts, nats.PingInterval(cmp.Or(cfg.pingEvery, pingInterval)), nats.MaxPingsOutstanding(maxPingsOut))
@@ -437,6 +445,12 @@ func checkCredsFile(path string) error {
 	kp.Wipe()
 	return nil
 }
+
+// asyncErrEvery is how often, at most, an error the server sends on a
+// connection (nats.go's async errors, the wire pull connection's -ERR) is
+// logged, with the number held back: a permission the user lacks for acks
+// is refused at every ack and InProgress, thousands a second.
+const asyncErrEvery = time.Second
 
 // reconnectDelay is 100ms doubling per attempt up to 5s, with 20% jitter.
 func reconnectDelay(attempts int) time.Duration {

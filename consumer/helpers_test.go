@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -298,4 +299,49 @@ func jsFor(t testing.TB, srv *testenv.NATSServer) jetstream.JetStream {
 		t.Fatalf("jetstream.New: %v", err)
 	}
 	return js
+}
+
+// permissionsServer starts a NATS server whose user "jetsink", the one the
+// returned config connects as, may publish anything but the subjects deny
+// lists; reload changes that list while the server runs (the connections
+// stay). An "admin" user without limits connects js. The config is
+// testConfig's (create_stream: true).
+func permissionsServer(t *testing.T, ctx context.Context, deny ...string) (js jetstream.JetStream, cfg Config, reload func(deny ...string)) {
+	t.Helper()
+	const pass = "perm-secret"
+	users := func(deny ...string) []*server.User {
+		return []*server.User{
+			{Username: "admin", Password: pass},
+			{Username: "jetsink", Password: pass, Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny},
+			}},
+		}
+	}
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), ServerName: "perms", Users: users(deny...)}
+	srv := startServer(t, opts)
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("admin", pass))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueName(t)
+	cfg = DefaultConfig()
+	cfg.URL, cfg.User, cfg.Password = srv.ClientURL(), "jetsink", pass
+	cfg.Stream, cfg.Subjects, cfg.Consumer = name, []string{"in." + name + ".>"}, "c_"+name
+	cfg.CreateStream, cfg.DeadLetterSubject = true, "dlq."+name
+	cfg.PullExpiry, cfg.PullHeartbeat = 2*time.Second, 500*time.Millisecond
+	cfg.PullClient = cmp.Or(os.Getenv("JETSINK_TEST_PULL_CLIENT"), cfg.PullClient)
+	reload = func(deny ...string) {
+		t.Helper()
+		o := opts.Clone()
+		o.Users = users(deny...)
+		if err := srv.ReloadOptions(o); err != nil {
+			t.Fatalf("reload: %v", err)
+		}
+	}
+	return js, cfg, reload
 }

@@ -655,7 +655,9 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				c.log.Warn("the consumer's limits refuse the pulls; applying its configuration again", "err", err)
 				return s.drain(hard)
 			default:
-				c.log.Warn("pull subscription", "err", err)
+				if held, ok := c.subErrs.Allow(time.Now(), asyncErrEvery); ok {
+					c.log.Warn("pull subscription", "err", err, "held_back", held)
+				}
 				continue
 			}
 			leave, replaced := c.recheck(ctx)

@@ -1105,3 +1105,27 @@ func TestPullLimits(t *testing.T) {
 		t.Errorf("pull_max_bytes at the limit: %q, want none", got)
 	}
 }
+
+// A server that refuses the user's acks (no publish permission on
+// $JS.ACK) answers each with an error on the connection: logged at most
+// once every asyncErrEvery, with the number held back, not a line per ack.
+func TestRefusedAcksLogBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, cfg, _ := permissionsServer(t, ctx, "$JS.ACK.>")
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	const n = 300
+	publish(t, ctx, js, cfg, n, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	began := time.Now()
+	for range n {
+		_ = r.next(t, ctx).ev.Msg.Ack()
+	}
+	waitFor(t, ctx, "a refused ack to be logged", func() bool { return strings.Contains(log.String(), "Permissions Violation") })
+	time.Sleep(asyncErrEvery / 2) // the rest of the refusals come meanwhile
+	lines := strings.Count(log.String(), "Permissions Violation")
+	if most := 2 * (1 + int(time.Since(began)/asyncErrEvery)); lines > most {
+		t.Fatalf("%d refused acks logged %d lines in %v, want at most %d:\n%s", n, lines, time.Since(began), most, log)
+	}
+	r.cancel()
+}

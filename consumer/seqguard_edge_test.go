@@ -1,16 +1,12 @@
 package consumer
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -308,34 +304,8 @@ func TestStoredSeqRefusalMarkedWhenTheConsumerIsGone(t *testing.T) {
 func TestNotConsumingWhileTheStreamCannotBeVerified(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	const pass = "verify-secret"
-	name := uniqueName(t)
-	user := func(deny ...string) []*server.User {
-		return []*server.User{
-			{Username: "admin", Password: pass},
-			{Username: "jetsink", Password: pass, Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny},
-			}},
-		}
-	}
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir(), ServerName: "verify-perms", Users: user()}
-	srv := startServer(t, opts)
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("admin", pass))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := DefaultConfig()
-	cfg.URL, cfg.User, cfg.Password = srv.ClientURL(), "jetsink", pass
-	cfg.Stream, cfg.Subjects, cfg.Consumer = name, []string{"in." + name + ".>"}, "c_"+name
-	cfg.CreateStream, cfg.DeadLetterSubject = true, "dlq."+name
-	cfg.PullExpiry, cfg.PullHeartbeat = 2*time.Second, 500*time.Millisecond
-	cfg.PullClient = cmp.Or(os.Getenv("JETSINK_TEST_PULL_CLIENT"), cfg.PullClient)
+	js, cfg, reload := permissionsServer(t, ctx)
+	name := cfg.Stream
 	cfg.StoredSeq = noRows
 	c := newConsumer(t, ctx, cfg)
 	c.stuckAfter = 300 * time.Millisecond
@@ -343,14 +313,6 @@ func TestNotConsumingWhileTheStreamCannotBeVerified(t *testing.T) {
 	r := startRun(t, ctx, c, 1, 64, 1000)
 	_ = r.next(t, ctx).ev.Msg.Ack()
 
-	reload := func(deny ...string) {
-		t.Helper()
-		o := opts.Clone()
-		o.Users = user(deny...)
-		if err := srv.ReloadOptions(o); err != nil {
-			t.Fatalf("reload: %v", err)
-		}
-	}
 	reload("$JS.API.STREAM.INFO." + name)
 	c.lookAgain() // as a reconnect does: the next message waits for the stream to be verified
 	publish(t, ctx, js, cfg, 1, 1, 1)
