@@ -441,6 +441,60 @@ func TestPingsWhileAdminIsBusyShareAConnection(t *testing.T) {
 	}
 }
 
+// Close waits for a ping on a connection of its own still under way, and
+// no such ping starts once Close has begun (a /readyz probe that comes
+// while Close holds the admin connection): no connection outlives Close.
+func TestCloseWaitsForPrivatePings(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	var (
+		dials atomic.Int64
+		gate  atomic.Pointer[chan struct{}]
+	)
+	s.connCfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if g := gate.Load(); g != nil {
+			dials.Add(1)
+			select {
+			case <-*g:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	done, busy := holdAdmin(ctx, s)
+	g := make(chan struct{})
+	gate.Store(&g)
+	pinged := make(chan error, 1)
+	go func() { pinged <- s.Ping(ctx) }()
+	for dials.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	done()
+	if err := <-busy; err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { s.CloseContext(ctx); close(closed) }()
+	time.Sleep(3 * pingWait)
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a ping on a connection of its own was under way")
+	default:
+	}
+	close(g)
+	<-closed
+	if err := <-pinged; err != nil {
+		t.Errorf("the ping Close waited for: %v", err)
+	}
+	pc := s.privatePing(ctx)
+	<-pc.done
+	if !errors.Is(pc.err, errSinkClosed) || dials.Load() != 1 {
+		t.Fatalf("a ping after Close: %v, %d connections dialed; want errSinkClosed, and the one before Close only", pc.err, dials.Load())
+	}
+}
+
 // CloseContext does not wait behind another call on the admin connection
 // once its context has ended (a second signal stops at once).
 func TestCloseContextWhileAdminIsBusy(t *testing.T) {

@@ -101,6 +101,7 @@ type Sink struct {
 	admin      *pgx.Conn              // the "+1" connection: Ping, Init, Check; nil until needed
 	pingMu     sync.Mutex
 	pinging    *pingCall // the ping on a connection of its own under way, which other Pings wait for
+	pingClosed bool      // Close has begun: no more such pings
 	closed     bool      // Close has run: admin is not opened again (held like admin)
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
@@ -109,7 +110,7 @@ type Sink struct {
 	// splitWarned: a timed-out batch's line at Warn; beatWarned: a refused
 	// InProgress's (see warnEvery).
 	splitWarned, beatWarned pipeline.Every
-	dlFails                 pipeline.Every // the log of failed dead letters (park)
+	dlFails, dlDone         pipeline.Every // the logs of failed dead letters (park) and stored ones (deadLetter)
 	// typesGen numbers the reads of the table's types; typesMu holds
 	// typesStored, the number of the read copySQL's guards come from
 	// (see readTypes).
@@ -575,6 +576,7 @@ func (s *Sink) CloseContext(ctx context.Context) {
 	defer func() { <-s.adminSem }()
 	s.pingMu.Lock()
 	pc := s.pinging
+	s.pingClosed = true
 	s.pingMu.Unlock()
 	if pc != nil {
 		select { // a Ping whose caller gave up on it
@@ -650,9 +652,10 @@ type pingCall struct {
 }
 
 // privatePing returns the ping on a connection of its own under way, or
-// starts one, bounded by ctx's deadline (or privatePingTimeout) but not
-// ended by its cancel: the callers that wait for it have contexts of
-// their own.
+// starts one, bounded by privatePingTimeout, not by ctx: the callers that
+// wait for it bound their waits with contexts of their own, and one that
+// comes later must not get an earlier one's deadline for an answer. After
+// Close has begun it starts none (errSinkClosed).
 func (s *Sink) privatePing(ctx context.Context) *pingCall {
 	s.pingMu.Lock()
 	defer s.pingMu.Unlock()
@@ -660,12 +663,13 @@ func (s *Sink) privatePing(ctx context.Context) *pingCall {
 		return s.pinging
 	}
 	pc := &pingCall{done: make(chan struct{})}
-	s.pinging = pc
-	timeout := privatePingTimeout
-	if d, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(d))
+	if s.pingClosed {
+		pc.err = errSinkClosed
+		close(pc.done)
+		return pc
 	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	s.pinging = pc
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), privatePingTimeout)
 	go func() {
 		defer cancel()
 		c, err := s.connect(pctx)
