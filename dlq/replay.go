@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -639,11 +638,12 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 // letter; anyone else allowed to publish to the dead-letter subject can,
 // and the replay would send the request with its own credentials (purge a
 // stream, ack another consumer's messages). Advisories ($JS.EVENT) a
-// stream captures are events like others.
+// stream captures are events like others; $SYS events a stream imports
+// are refused all the same (replay such a letter by hand).
 func target(l *Letter) error {
 	bad := ""
 	for tok := range strings.SplitSeq(l.Subject, ".") {
-		if tok == "" || tok == "*" || tok == ">" || strings.ContainsFunc(tok, unicode.IsSpace) {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\n\r\f") { // what nats-server refuses
 			bad = "not a subject an event is published to"
 			break
 		}

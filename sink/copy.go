@@ -242,8 +242,8 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 		if err != nil {
 			return err
 		}
-		whole, last, piece = p != last+1, p, false
-		if !alone && c.s.classify(perr) != classSuspect {
+		piece = false
+		if !alone && !ownError(perr) && c.s.classify(perr) != classSuspect {
 			// Row p was blamed on the error of a try with rows that have
 			// committed since (a foreign key whose parent came
 			// meanwhile, a statement trigger over the whole COPY): its
@@ -253,13 +253,14 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			c.s.st.bisectCopies.Add(1)
 			perr = c.commitRetry(ctx, rows[p:p+1], false)
 			if c.settleCommitted(ctx, b, p, p+1, perr) {
-				lo = p + 1
+				lo = p + 1 // no poison row: whole and last stay
 				continue
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 		}
+		whole, last = p != last+1, p
 		if c.s.classify(perr) == classSuspect {
 			// Row p fails with an error that a row may cause, or the
 			// table (see classSuspect).
@@ -475,6 +476,26 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 		}
 	}
 	return lo, last, alone, nil
+}
+
+// ownError reports whether err, a row's failure in a bisection, can only
+// have been its own, whatever other rows its COPY held: a value the column
+// refuses (class 22), a NULL (23502) or a CHECK constraint (23514 naming
+// one), which look at the row alone. Not a foreign key, a unique or an
+// exclusion constraint (others' rows, data that changes), nor anything a
+// trigger raises.
+func ownError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Where != "" && !strings.HasPrefix(pgErr.Where, "COPY ") {
+		return false // raised inside a function: a trigger's
+	}
+	switch {
+	case strings.HasPrefix(pgErr.Code, "22"), pgErr.Code == "23502":
+		return true
+	case pgErr.Code == "23514":
+		return pgErr.ConstraintName != ""
+	}
+	return false
 }
 
 // copyLine returns the line (row, from 1) of the COPY that err names in
@@ -1194,11 +1215,18 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 	}
 	// The reason may quote a value of the row: it goes to the dead letter,
 	// not into the log.
+	// At most once a second: a table that refuses many rows would log
+	// a line each, beside the consumer's (the dead-letter stream holds
+	// every one, jetsink_events_dead_lettered_total counts them).
+	held, ok := c.s.dlDone.Allow(time.Now(), time.Second)
+	if !ok {
+		return
+	}
 	attrs := []any{"stream", row.Event.Stream, "stream_seq", row.Event.StreamSeq, "sqlstate", dl.SQLState}
 	if pgErr != nil {
 		attrs = append(attrs, "constraint", pgErr.ConstraintName, "column", pgErr.ColumnName)
 	}
-	c.s.log.Info("row refused by the database, dead-lettered", attrs...)
+	c.s.log.Info("row refused by the database, dead-lettered", append(attrs, "held_back", held)...)
 }
 
 // deadLetterMiscounted settles rows[lo:hi] of b, whose COPY committed while
