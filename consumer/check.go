@@ -120,11 +120,20 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		return nil, fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
 	default:
 		info := stream.CachedInfo()
-		if cfg.CreateStream && !slices.Equal(info.Config.Subjects, cfg.Subjects) {
-			problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("stream %s captures %s; run will set its subjects to nats.subjects, %s "+
-				"(create_stream: true), and messages published to a subject left out are no longer stored", cfg.Stream,
-				cmp.Or(strings.Join(info.Config.Subjects, ", "), "no subjects of its own"), strings.Join(cfg.Subjects, ", ")),
-				Fix: "set nats.subjects to the stream's subjects, or nats.create_stream: false"})
+		if dropped, added := subjectsDiff(info.Config.Subjects, cfg.Subjects); cfg.CreateStream && (len(dropped) > 0 || len(added) > 0) {
+			switch {
+			case info.Config.Mirror != nil:
+				problems = append(problems, Problem{Message: fmt.Sprintf("stream %s is a mirror, and run cannot set its subjects to nats.subjects, %s (create_stream: true)",
+					cfg.Stream, strings.Join(cfg.Subjects, ", ")), Fix: "set nats.create_stream: false"})
+			case len(dropped) > 0:
+				problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("stream %s captures %s; run will set its subjects to nats.subjects, %s "+
+					"(create_stream: true), and messages published to %s are no longer stored", cfg.Stream,
+					strings.Join(info.Config.Subjects, ", "), strings.Join(cfg.Subjects, ", "), strings.Join(dropped, ", ")),
+					Fix: "set nats.subjects to the stream's subjects, or nats.create_stream: false"})
+			default:
+				problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("stream %s captures %s; run will add %s (nats.subjects, create_stream: true)",
+					cfg.Stream, cmp.Or(strings.Join(info.Config.Subjects, ", "), "no subjects of its own"), strings.Join(added, ", "))})
+			}
 		}
 		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
 			problems = append(problems, Problem{Config: true, Message: err.Error()}) // New refuses it: ErrInvalidConfig

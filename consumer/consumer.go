@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,10 +105,14 @@ type Consumer struct {
 	dlRecreated atomic.Int64
 	dlHeldLog   pipeline.Every
 	dlFailLog   pipeline.Every // the same for the other failed dead letters
+	dlDoneLog   pipeline.Every // the same for the stored ones
 	// asyncErrs and subErrs bound the log lines of the connections' and
 	// the pull subscription's errors (asyncErrEvery): a server that
 	// refuses the user's acks answers each with one.
 	asyncErrs, subErrs pipeline.Every
+	// acksRefused is the server's last refusal of an ack or InProgress
+	// (no permission on $JS.ACK): see AcksRefused.
+	acksRefused atomic.Pointer[refusal]
 
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration
@@ -160,6 +165,7 @@ type counters struct {
 	epochs            atomic.Uint64
 	staleTerms        atomic.Uint64
 	acksUnconfirmed   atomic.Uint64
+	acksRefused       atomic.Uint64
 	markers           atomic.Uint64
 }
 
@@ -195,6 +201,11 @@ type Stats struct {
 	// delivered again after nats.ack_wait (a duplicate row in at-least-once
 	// mode) if they did not.
 	AcksUnconfirmed uint64
+	// AcksRefused counts the acks, terms and InProgress the server refused
+	// (the user may not publish to $JS.ACK; see AcksRefused): their events
+	// are delivered again after nats.ack_wait. Only those the server said
+	// so of: it may say it of a few at most on a connection it closes.
+	AcksRefused uint64
 	// Markers counts the messages JetStream wrote itself (subject delete
 	// markers: Nats-Marker-Reason and Nats-Rollup: sub, an empty body)
 	// that were acked and not handed on: they are no events.
@@ -336,6 +347,7 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			c.noteAckRefusal(err)
 			held, ok := c.asyncErrs.Allow(time.Now(), asyncErrEvery)
 			if !ok {
 				return
@@ -444,6 +456,48 @@ func checkCredsFile(path string) error {
 	}
 	kp.Wipe()
 	return nil
+}
+
+// refusal is an error the server sent, and when.
+type refusal struct {
+	at  time.Time
+	err error
+}
+
+// noteAckRefusal keeps err if it is the server refusing an ack or
+// InProgress: a permission violation on a $JS.ACK subject (an -ERR on the
+// connection that sent it; the server drops the ack). The first of a run
+// is logged at Error, saying what it costs.
+func (c *Consumer) noteAckRefusal(err error) {
+	if err == nil {
+		return
+	}
+	t := strings.ToLower(err.Error())
+	if !strings.Contains(t, "permissions violation") || !strings.Contains(t, `"$js.ack.`) {
+		return
+	}
+	c.stats.acksRefused.Add(1)
+	if prev := c.acksRefused.Swap(&refusal{at: time.Now(), err: err}); prev == nil || time.Since(prev.at) > acksRefusedFor {
+		c.log.Error("the server refuses jetsink's acks: every event is written, then delivered again after ack_wait, "+
+			"and written again (at-least-once mode); give the user permission to publish to $JS.ACK.<stream>.> "+
+			"(the readiness check fails meanwhile)", "err", err)
+	}
+}
+
+// acksRefusedFor is how long after the server last refused an ack
+// AcksRefused still reports it: acks go out with every commit, so a
+// refusal that stops for this long has been fixed.
+const acksRefusedFor = 30 * time.Second
+
+// AcksRefused returns the server's refusal of an ack or InProgress seen in
+// the last acksRefusedFor (the user may not publish to $JS.ACK), or nil.
+// Safe from any goroutine; the readiness check reports it.
+func (c *Consumer) AcksRefused() error {
+	r := c.acksRefused.Load()
+	if r == nil || time.Since(r.at) > acksRefusedFor {
+		return nil
+	}
+	return fmt.Errorf("the server refuses jetsink's acks (%v ago): %w", time.Since(r.at).Round(time.Second), r.err)
 }
 
 // asyncErrEvery is how often, at most, an error the server sends on a
@@ -736,5 +790,6 @@ func (c *Consumer) Stats() Stats {
 		Epochs:            s.epochs.Load(),
 		StaleTerms:        s.staleTerms.Load(),
 		AcksUnconfirmed:   s.acksUnconfirmed.Load(),
+		AcksRefused:       s.acksRefused.Load(),
 	}
 }

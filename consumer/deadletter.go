@@ -122,12 +122,18 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	} else {
 		c.stats.deadLettered.Add(1)
 	}
-	msg := "event dead-lettered"
-	if ack.Duplicate {
-		msg = "event dead-lettered before (its dead letter is stored once); terminating it"
+	// At most once every dlProbeEvery: a producer sending bad events, or a
+	// table refusing many rows, would log a line each (the dead-letter
+	// stream holds every one, jetsink_events_dead_lettered_total counts
+	// them).
+	if held, ok := c.dlDoneLog.Allow(time.Now(), dlProbeEvery); ok {
+		msg := "event dead-lettered"
+		if ack.Duplicate {
+			msg = "event dead-lettered before (its dead letter is stored once); terminating it"
+		}
+		c.log.Warn(msg, "subject", ev.Subject, "stream_seq", ev.StreamSeq,
+			"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered, "held_back", held)
 	}
-	c.log.Warn(msg, "subject", ev.Subject, "stream_seq", ev.StreamSeq,
-		"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered)
 	reason := dl.Code
 	if reason == "" {
 		reason = "dead_letter"

@@ -92,7 +92,13 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			if ctx.Err() != nil || c.nc.IsClosed() {
 				return
 			}
-			c.log.Error(what+"; retrying", "err", err, "retry_in", backoff)
+			// At Warn while it may be routine (a leader election, a
+			// rolling upgrade), at Error once NotConsuming reports it.
+			level := slog.LevelWarn
+			if c.NotConsuming() != nil {
+				level = slog.LevelError
+			}
+			c.log.Log(ctx, level, what+"; retrying", "err", err, "retry_in", backoff)
 			sleep(ctx, hard, backoff)
 			backoff = min(2*backoff, retryMax)
 		}
@@ -384,6 +390,10 @@ type session struct {
 	// lastErr is the last error serve read from errs after the session
 	// ended by itself (logErrs): why, as far as the client said.
 	lastErr error
+	// unlogged is the last error serve read from errs and held back from
+	// the log (Consumer.subErrs), until another is logged: the session's
+	// end logs it, as the reason it may have ended for.
+	unlogged error
 }
 
 // await asks serve to verify the stream and returns its verdict.
@@ -655,8 +665,11 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				c.log.Warn("the consumer's limits refuse the pulls; applying its configuration again", "err", err)
 				return s.drain(hard)
 			default:
+				c.noteAckRefusal(err)
+				s.unlogged = err
 				if held, ok := c.subErrs.Allow(time.Now(), asyncErrEvery); ok {
 					c.log.Warn("pull subscription", "err", err, "held_back", held)
+					s.unlogged = nil
 				}
 				continue
 			}
@@ -682,7 +695,11 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 		case <-s.closed:
 			// Ended by nats.go: consumer deleted, bad request, connection
 			// closed. The reason, reported just before it ended, may still
-			// wait in errs: this case and that one were ready together.
+			// wait in errs: this case and that one were ready together. Or
+			// it was read, and held back from the log (subErrs).
+			if s.unlogged != nil {
+				c.log.Warn("pull subscription", "err", s.unlogged)
+			}
 			s.logErrs(c.log)
 			if c.nc.IsClosed() {
 				return true, fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)

@@ -465,9 +465,12 @@ func TestNotConsumingWhileTheConsumerDoesNotAnswer(t *testing.T) {
 	r := startRun(t, ctx, c, 1, 64, 1000)
 	_ = r.next(t, ctx).ev.Msg.Ack()
 	p.Freeze()
+	// The pulls go unanswered; on a loaded machine the wire probe may
+	// drop the connection first, and Run's look at the stream goes
+	// unanswered then: either says why.
 	waitFor(t, ctx, "NotConsuming to say why", func() bool {
 		err := c.NotConsuming()
-		return err != nil && strings.Contains(err.Error(), "pulls went unanswered")
+		return err != nil && (strings.Contains(err.Error(), "pulls went unanswered") || strings.Contains(err.Error(), "look up the stream"))
 	})
 	p.Thaw()
 	waitFor(t, ctx, "NotConsuming to clear once the consumer answers", func() bool { return c.NotConsuming() == nil })
@@ -1108,15 +1111,24 @@ func TestPullLimits(t *testing.T) {
 
 // A server that refuses the user's acks (no publish permission on
 // $JS.ACK) answers each with an error on the connection: logged at most
-// once every asyncErrEvery, with the number held back, not a line per ack.
+// once every asyncErrEvery, with the number held back, not a line per ack;
+// the first says what it costs, and AcksRefused (the readiness check)
+// reports it. Every event would otherwise come again after ack_wait, and
+// be written again, with nothing but those lines to say so.
 func TestRefusedAcksLogBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	js, cfg, _ := permissionsServer(t, ctx, "$JS.ACK.>")
+	js, cfg, reload := permissionsServer(t, ctx)
 	c, log := newLoggedConsumer(t, ctx, cfg)
 	const n = 300
-	publish(t, ctx, js, cfg, n, 1, 0)
+	publish(t, ctx, js, cfg, 1, 1, 0)
 	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 0)
+	if err := c.AcksRefused(); err != nil {
+		t.Fatalf("AcksRefused with acks allowed: %v", err)
+	}
+	reload("$JS.ACK.>")
+	publish(t, ctx, js, cfg, n, 1, 1)
 	began := time.Now()
 	for range n {
 		_ = r.next(t, ctx).ev.Msg.Ack()
@@ -1124,8 +1136,15 @@ func TestRefusedAcksLogBounded(t *testing.T) {
 	waitFor(t, ctx, "a refused ack to be logged", func() bool { return strings.Contains(log.String(), "Permissions Violation") })
 	time.Sleep(asyncErrEvery / 2) // the rest of the refusals come meanwhile
 	lines := strings.Count(log.String(), "Permissions Violation")
-	if most := 2 * (1 + int(time.Since(began)/asyncErrEvery)); lines > most {
+	// The async error's or subscription's lines, and the first refusal's.
+	if most := 3 * (1 + int(time.Since(began)/asyncErrEvery)); lines > most {
 		t.Fatalf("%d refused acks logged %d lines in %v, want at most %d:\n%s", n, lines, time.Since(began), most, log)
+	}
+	if got := strings.Count(log.String(), "the server refuses jetsink's acks"); got != 1 {
+		t.Fatalf("%d lines saying the acks are refused, want 1:\n%s", got, log)
+	}
+	if err := c.AcksRefused(); err == nil || !strings.Contains(err.Error(), "Permissions Violation") {
+		t.Fatalf("AcksRefused = %v, want the server's refusal", err)
 	}
 	r.cancel()
 }

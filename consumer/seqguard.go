@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -128,16 +129,38 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	// or every field left out (max_age, max_bytes, the duplicate window...)
 	// would go back to its default.
 	sc := existing.CachedInfo().Config
-	if slices.Equal(sc.Subjects, cfg.Subjects) {
+	dropped, added := subjectsDiff(sc.Subjects, cfg.Subjects)
+	if len(dropped) == 0 && len(added) == 0 {
 		return existing, nil
 	}
 	// Said, since a subject dropped here is no longer stored: its
 	// publishers' messages are refused or, published without JetStream,
 	// lost. (check warns of it before.)
-	c.log.Warn("setting the stream's subjects to nats.subjects (create_stream: true); messages published to a subject "+
-		"left out are no longer stored", "stream", cfg.Stream, "from", strings.Join(sc.Subjects, ","), "to", strings.Join(cfg.Subjects, ","))
+	level, msg := slog.LevelInfo, "adding nats.subjects to the stream's subjects (create_stream: true)"
+	if len(dropped) > 0 {
+		level, msg = slog.LevelWarn, "setting the stream's subjects to nats.subjects (create_stream: true); messages published to "+
+			"the subjects dropped are no longer stored"
+	}
+	c.log.Log(ctx, level, msg, "stream", cfg.Stream, "from", strings.Join(sc.Subjects, ","), "to", strings.Join(cfg.Subjects, ","),
+		"dropped", strings.Join(dropped, ","))
 	sc.Subjects = cfg.Subjects
 	return c.js.UpdateStream(ctx, sc)
+}
+
+// subjectsDiff returns the subjects of have that want lacks, and those of
+// want that have lacks, in their order.
+func subjectsDiff(have, want []string) (dropped, added []string) {
+	for _, h := range have {
+		if !slices.Contains(want, h) {
+			dropped = append(dropped, h)
+		}
+	}
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			added = append(added, w)
+		}
+	}
+	return dropped, added
 }
 
 // checkSeq returns an error wrapping ErrSequenceRestarted when, with

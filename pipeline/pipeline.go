@@ -121,6 +121,7 @@ type Pipeline struct {
 	stats   []workerStats
 	panics  Every // the log of decoder panics (worker.recovered)
 	dlFails Every // the log of failed dead letters (worker.deadLetter)
+	dlDone  Every // the log of stored ones
 }
 
 // workerStats are one worker's counters, padded against false sharing.

@@ -192,17 +192,18 @@ func decodeDeadLetter(err error) (DeadLetter, string) {
 	return de.DeadLetter(), de.Column
 }
 
+// failedDeadLetterEvery is how often, at most, a stage logs a failed dead
+// letter: one that fails (no dead-letter stream, a full one) fails at every
+// delivery of every such event, for as long as it lasts. The dead-letterer
+// (the consumer) logs each failure too, as often at most. Stored ones are
+// logged as often at most too.
+const failedDeadLetterEvery = time.Second
+
 // deadLetter hands an event that will not become a row (undecodable, or
 // past nats.max_deliver) to the DeadLetterer. If that fails the
 // DeadLetterer has nak'ed the event (it will come back; unless its stream
 // was re-created since, FailedDeadLetter), so the worker logs and carries
 // on.
-// failedDeadLetterEvery is how often, at most, a stage logs a failed dead
-// letter: one that fails (no dead-letter stream, a full one) fails at every
-// delivery of every such event, for as long as it lasts. The dead-letterer
-// (the consumer) logs each failure too, as often at most.
-const failedDeadLetterEvery = time.Second
-
 func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, column string) {
 	attrs := []slog.Attr{
 		slog.String("subject", ev.Subject),
@@ -229,5 +230,10 @@ func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, colum
 		return
 	}
 	w.stats.deadLettered.Add(1)
-	w.p.log.LogAttrs(ctx, slog.LevelInfo, "event dead-lettered", append(attrs, slog.String("reason", dl.Reason))...)
+	// At most once a second too: a producer sending bad events would log
+	// a line each, beside the consumer's (the dead-letter stream holds
+	// every one, jetsink_events_dead_lettered_total counts them).
+	if held, ok := w.p.dlDone.Allow(time.Now(), failedDeadLetterEvery); ok {
+		w.p.log.LogAttrs(ctx, slog.LevelInfo, "event dead-lettered", append(attrs, slog.String("reason", dl.Reason), slog.Int64("held_back", held))...)
+	}
 }

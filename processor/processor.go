@@ -250,6 +250,9 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 			if err := p.consumer.NotConsuming(); err != nil {
 				return err // the stream or consumer gone, no permission: retried for 30 s or more
 			}
+			if err := p.consumer.AcksRefused(); err != nil {
+				return err // every event comes again after ack_wait
+			}
 			return p.consumer.Refused() // a stream whose sequence restarted: not consuming
 		},
 		"postgres": p.sink.Ready,

@@ -87,7 +87,8 @@ var scenarios = map[string][]scenario{
 		{"none for a while", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x30`, 25 * time.Minute, false},
 	},
 	"JetsinkDeadLetterFailing": {
-		{"a failure", `jetsink_dead_letter_failures_total` + labels + ` 0 0 0 1 1 1 1`, 5 * time.Minute, true},
+		{"failing for 5 minutes", `jetsink_dead_letter_failures_total` + labels + ` 0+1x15`, 12 * time.Minute, true},
+		{"one failure that healed", `jetsink_dead_letter_failures_total` + labels + ` 0 0 0 1x12`, 8 * time.Minute, false},
 		{"none", `jetsink_dead_letter_failures_total` + labels + ` 0x10`, 5 * time.Minute, false},
 	},
 	"JetsinkRedelivering": {

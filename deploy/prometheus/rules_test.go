@@ -43,7 +43,8 @@ var pending = map[string]scenario{
 	"JetsinkBehind": {"3% late for 5 minutes", `
 		jetsink_event_latency_seconds_bucket{job="jetsink",instance="a",le="60"} 0+100x15 1597+97x15
 		jetsink_event_latency_seconds_count{job="jetsink",instance="a"} 0+100x30`, 20 * time.Minute, false},
-	"JetsinkNATSSilent": {"no answer for 2 minutes", `jetsink_consumer_lag_age_seconds` + labels + ` 1x5 60 120`, 8 * time.Minute, false},
+	"JetsinkDeadLetterFailing": {"failing for 3 minutes", `jetsink_dead_letter_failures_total` + labels + ` 0x5 0+1x10`, 8 * time.Minute, false},
+	"JetsinkNATSSilent":        {"no answer for 2 minutes", `jetsink_consumer_lag_age_seconds` + labels + ` 1x5 60 120`, 8 * time.Minute, false},
 	"JetsinkRedelivering": {"redelivering for 5 minutes", `
 		jetsink_events_received_total` + labels + ` 0+1000x30
 		jetsink_events_redelivered_total` + labels + ` 0x14 0+300x15`, 20 * time.Minute, false},
