@@ -284,13 +284,22 @@ func (c *Consumer) streamChanged(ctx context.Context) (bool, error) {
 
 // streamCreatedAt looks the stream up and returns its creation time.
 func (c *Consumer) streamCreatedAt(ctx context.Context) (time.Time, error) {
+	info, err := c.streamInfo(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return info.Created, nil
+}
+
+// streamInfo looks the stream up, for at most 5 s.
+func (c *Consumer) streamInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	stream, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
+		return nil, fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
 	}
-	return stream.CachedInfo().Created, nil
+	return stream.CachedInfo(), nil
 }
 
 // newEpoch starts a new epoch (see pipeline.Epochs), once no ack or term

@@ -318,15 +318,25 @@ func restarted(name string, info *jetstream.StreamInfo, stored, end uint64, repl
 }
 
 // sameStream reports whether the stream is the one the last checkSeq
-// accepted (the same creation time), and logs when it is not.
+// accepted (the same creation time, and not ending below a sequence
+// delivered before), and logs when it is not. A stream restored from a
+// backup (nats stream restore, a server started on an older copy of its
+// store) keeps its creation time while its sequence goes back: checkSeq
+// refuses it while it ends below the stored rows, before its new events
+// reuse their sequences.
 func (c *Consumer) sameStream(ctx context.Context) (bool, error) {
-	created, err := c.streamCreatedAt(ctx)
+	info, err := c.streamInfo(ctx)
 	if err != nil {
 		return false, err
 	}
-	if !c.seq.created.IsZero() && created.Equal(c.seq.created) {
-		return true, nil
+	if c.seq.created.IsZero() || !info.Created.Equal(c.seq.created) {
+		c.log.Warn("stream re-created; checking its sequence", "created", info.Created)
+		return false, nil
 	}
-	c.log.Warn("stream re-created; checking its sequence", "created", created)
-	return false, nil
+	if seen := c.seq.seenMax.Load(); info.State.LastSeq < seen {
+		c.log.Warn("the stream ends below a sequence delivered before (restored from a backup?); checking its sequence",
+			"last_seq", info.State.LastSeq, "delivered_seq", seen)
+		return false, nil
+	}
+	return true, nil
 }

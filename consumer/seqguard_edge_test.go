@@ -3,7 +3,9 @@ package consumer
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -324,4 +326,51 @@ func TestNotConsumingWhileTheStreamCannotBeVerified(t *testing.T) {
 	r.ackUntil(t, ctx, 1)
 	waitFor(t, ctx, "NotConsuming to clear once the stream is verified", func() bool { return c.NotConsuming() == nil })
 	r.stopClean(t, ctx)
+}
+
+// A stream restored from a backup (here a server started again on an
+// older copy of its store) keeps its creation time while its sequence goes
+// back: at the first message after the restore it ends below a sequence
+// delivered before, and is refused while it ends below the stored rows,
+// before its new events reuse their sequences and are skipped as
+// duplicates. Before, nats.go's session lived through the reconnect and
+// took the same creation time for the same stream.
+func TestStoredSeqRestoredStreamIsRefused(t *testing.T) {
+	ctx, cancel, srv, cfg, js := guardedTest(t, 60*time.Second)
+	defer cancel()
+	var stored atomic.Uint64
+	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return stored.Load(), nil }
+	c := newConsumer(t, ctx, cfg)
+	publish(t, ctx, js, cfg, 50, 1, 0)
+	backup := t.TempDir()
+	srv.Shutdown()
+	if err := os.CopyFS(backup, os.DirFS(srv.StoreDir())); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 50, 1, 50)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 99)
+	stored.Store(100)
+
+	srv.Shutdown()
+	if err := os.RemoveAll(srv.StoreDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(srv.StoreDir(), os.DirFS(backup)); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 1, 1, 100) // stream sequence 51 again
+	waitFor(t, ctx, "the restored stream refused", func() bool { return errors.Is(c.Refused(), ErrSequenceRestarted) })
+	select {
+	case g := <-r.events:
+		t.Fatalf("the restored stream's event %d (stream_seq %d, under the stored rows) was pushed", bodyIndex(t, &g.ev), g.ev.StreamSeq)
+	default:
+	}
+	r.cancel()
 }
