@@ -509,3 +509,21 @@ func TestCreateStreamSaysItChangesTheSubjects(t *testing.T) {
 		t.Fatalf("check after run set the subjects:\n%s", text)
 	}
 }
+
+func TestSubjectsDiff(t *testing.T) {
+	for _, c := range []struct {
+		have, want, dropped, added []string
+	}{
+		{[]string{"a.>"}, []string{"a.>"}, nil, nil},
+		{[]string{"a.>", "b.>"}, []string{"b.>", "a.>"}, nil, nil},      // order is no change
+		{[]string{"e.a", "e.b"}, []string{"e.>"}, nil, []string{"e.>"}}, // covered, not dropped
+		{[]string{"e.*"}, []string{"e.>"}, nil, []string{"e.>"}},
+		{[]string{"other.>"}, []string{"e.>"}, []string{"other.>"}, []string{"e.>"}},
+		{nil, []string{"e.>"}, nil, []string{"e.>"}},
+	} {
+		dropped, added := subjectsDiff(c.have, c.want)
+		if !slices.Equal(dropped, c.dropped) || !slices.Equal(added, c.added) {
+			t.Errorf("subjectsDiff(%v, %v) = %v, %v; want %v, %v", c.have, c.want, dropped, added, c.dropped, c.added)
+		}
+	}
+}

@@ -201,10 +201,12 @@ type Stats struct {
 	// delivered again after nats.ack_wait (a duplicate row in at-least-once
 	// mode) if they did not.
 	AcksUnconfirmed uint64
-	// AcksRefused counts the acks, terms and InProgress the server refused
-	// (the user may not publish to $JS.ACK; see AcksRefused): their events
-	// are delivered again after nats.ack_wait. Only those the server said
-	// so of: it may say it of a few at most on a connection it closes.
+	// AcksRefused counts the publishes to $JS.ACK subjects the server
+	// refused (the user may not publish there; see AcksRefused): acks,
+	// terms, naks and InProgress alike, the server's error names only the
+	// subject. Their events are delivered again after nats.ack_wait. The
+	// wire client's refusals reach it through a bounded queue, and some
+	// may not be counted in a burst.
 	AcksRefused uint64
 	// Markers counts the messages JetStream wrote itself (subject delete
 	// markers: Nats-Marker-Reason and Nats-Rollup: sub, an empty body)

@@ -147,11 +147,12 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	return c.js.UpdateStream(ctx, sc)
 }
 
-// subjectsDiff returns the subjects of have that want lacks, and those of
-// want that have lacks, in their order.
+// subjectsDiff returns the subjects of have that no subject of want
+// covers (events.a under events.> is not dropped), and those of want that
+// have lacks, in their order.
 func subjectsDiff(have, want []string) (dropped, added []string) {
 	for _, h := range have {
-		if !slices.Contains(want, h) {
+		if !slices.ContainsFunc(want, func(w string) bool { return SubjectMatches(w, h) }) {
 			dropped = append(dropped, h)
 		}
 	}
@@ -192,7 +193,11 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	replaced := marked || (!c.seq.created.IsZero() && !info.Created.Equal(c.seq.created))
+	// A stream that ends below a sequence delivered before went back,
+	// whatever its creation time says: restored from a backup (see
+	// sameStream). Rows up to that sequence may be on their way.
+	replaced := marked || (!c.seq.created.IsZero() && !info.Created.Equal(c.seq.created)) ||
+		info.State.LastSeq < c.seq.seenMax.Load()
 	end := stored
 	if replaced {
 		end = max(stored, c.seq.seenMax.Load())
@@ -322,8 +327,9 @@ func restarted(name string, info *jetstream.StreamInfo, stored, end uint64, repl
 // delivered before), and logs when it is not. A stream restored from a
 // backup (nats stream restore, a server started on an older copy of its
 // store) keeps its creation time while its sequence goes back: checkSeq
-// refuses it while it ends below the stored rows, before its new events
-// reuse their sequences.
+// takes it for a replaced stream, and refuses it (it starts below what
+// was delivered) until it is re-created past the stored rows, before its
+// new events reuse their sequences.
 func (c *Consumer) sameStream(ctx context.Context) (bool, error) {
 	info, err := c.streamInfo(ctx)
 	if err != nil {

@@ -690,7 +690,7 @@ func (s *Sink) privatePing(ctx context.Context) *pingCall {
 
 // pingWait is how long Ping waits for a busy admin connection before it
 // pings on a connection of its own; privatePingTimeout bounds that ping
-// when its first caller's context has no deadline.
+// (each caller's wait for it is bounded by its own context).
 const (
 	pingWait           = 100 * time.Millisecond
 	privatePingTimeout = 5 * time.Second
