@@ -708,12 +708,7 @@ func TestDeadLetterRefusedLogsBounded(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
 		t.Fatal(err)
 	}
-	var buf syncBuffer
-	c, err := New(ctx, cfg, testLogger(t, &buf))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c, buf := newLoggedConsumer(t, ctx, cfg)
 	ev := pipeline.Event{Msg: &fakeMsg{}, Stream: cfg.Stream, StreamSeq: 1, Delivered: 1, Epoch: c.epochs.Current()}
 	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
 	deadLetter := func() {
@@ -727,7 +722,7 @@ func TestDeadLetterRefusedLogsBounded(t *testing.T) {
 	for range n {
 		deadLetter()
 	}
-	failedLogsBounded(t, ctx, c, &buf, n, began, deadLetter)
+	failedLogsBounded(t, ctx, c, buf, n, began, deadLetter)
 }
 
 // deletedDeadLetterStream is a running consumer (create_stream, ackWait)

@@ -393,25 +393,10 @@ func TestPingsWhileAdminIsBusyShareAConnection(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
 	s, _ := newTestSink(t, ctx, pg.URL, nil)
-	var (
-		dials atomic.Int64
-		gate  atomic.Pointer[chan struct{}]
-	)
-	s.connCfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if g := gate.Load(); g != nil {
-			dials.Add(1)
-			select {
-			case <-*g:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}
+	dials, gate := gatedDials(s)
 	done, busy := holdAdmin(ctx, s)
 	defer done()
-	g := make(chan struct{})
-	gate.Store(&g)
+	g := gate()
 	const pings = 50
 	errs := make(chan error, pings)
 	for range pings {
@@ -448,24 +433,9 @@ func TestCloseWaitsForPrivatePings(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
 	s, _ := newTestSink(t, ctx, pg.URL, nil)
-	var (
-		dials atomic.Int64
-		gate  atomic.Pointer[chan struct{}]
-	)
-	s.connCfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if g := gate.Load(); g != nil {
-			dials.Add(1)
-			select {
-			case <-*g:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}
+	dials, gate := gatedDials(s)
 	done, busy := holdAdmin(ctx, s)
-	g := make(chan struct{})
-	gate.Store(&g)
+	g := gate()
 	pinged := make(chan error, 1)
 	go func() { pinged <- s.Ping(ctx) }()
 	for dials.Load() == 0 {
@@ -863,4 +833,28 @@ func TestCheckMissingTableInit(t *testing.T) {
 	}
 	u.User = url.UserPassword(role, "pw")
 	missing(t, u.String(), "may not create tables in schema "+q, "GRANT CREATE ON SCHEMA "+q)
+}
+
+// gatedDials has s count the connections it dials from when gate is
+// called, each held until the channel gate returned is closed (or its
+// dial's context ends).
+func gatedDials(s *Sink) (dials *atomic.Int64, gate func() chan struct{}) {
+	dials = new(atomic.Int64)
+	var g atomic.Pointer[chan struct{}]
+	s.connCfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if c := g.Load(); c != nil {
+			dials.Add(1)
+			select {
+			case <-*c:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	return dials, func() chan struct{} {
+		c := make(chan struct{})
+		g.Store(&c)
+		return c
+	}
 }
