@@ -350,15 +350,11 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			c.noteAckRefusal(err)
-			held, ok := c.asyncErrs.Allow(time.Now(), asyncErrEvery)
-			if !ok {
-				return
-			}
 			subject := ""
 			if sub != nil {
 				subject = sub.Subject
 			}
-			c.log.Error("nats async error", "subscription", subject, "err", err, "held_back", held)
+			c.asyncErrs.Log(context.Background(), c.log, slog.LevelError, asyncErrEvery, "nats async error", "subscription", subject, "err", err)
 		}),
 	}
 	opts = append(opts, nats.PingInterval(cmp.Or(cfg.pingEvery, pingInterval)), nats.MaxPingsOutstanding(maxPingsOut))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,14 +127,12 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	// table refusing many rows, would log a line each (the dead-letter
 	// stream holds every one, jetsink_events_dead_lettered_total counts
 	// them).
-	if held, ok := c.dlDoneLog.Allow(time.Now(), dlProbeEvery); ok {
-		msg := "event dead-lettered"
-		if ack.Duplicate {
-			msg = "event dead-lettered before (its dead letter is stored once); terminating it"
-		}
-		c.log.Warn(msg, "subject", ev.Subject, "stream_seq", ev.StreamSeq,
-			"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered, "held_back", held)
+	msg := "event dead-lettered"
+	if ack.Duplicate {
+		msg = "event dead-lettered before (its dead letter is stored once); terminating it"
 	}
+	c.dlDoneLog.Log(ctx, c.log, slog.LevelWarn, dlProbeEvery, msg, "subject", ev.Subject, "stream_seq", ev.StreamSeq,
+		"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered)
 	reason := dl.Code
 	if reason == "" {
 		reason = "dead_letter"
@@ -176,11 +175,7 @@ func (c *Consumer) logFailedDeadLetter(err error, msg string, args ...any) {
 	if errors.Is(err, errDeadLetterUnanswered) {
 		limit = &c.dlHeldLog
 	}
-	held, ok := limit.Allow(time.Now(), dlProbeEvery)
-	if !ok {
-		return
-	}
-	c.log.Error(msg, append(args, "held_back", held)...)
+	limit.Log(context.Background(), c.log, slog.LevelError, dlProbeEvery, msg, args...)
 }
 
 // errDeadLetterUnanswered is wrapped by DeadLetter when it did not

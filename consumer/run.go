@@ -676,8 +676,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			default:
 				c.noteAckRefusal(err)
 				s.unlogged = err
-				if held, ok := c.subErrs.Allow(time.Now(), asyncErrEvery); ok {
-					c.log.Warn("pull subscription", "err", err, "held_back", held)
+				if c.subErrs.Log(ctx, c.log, slog.LevelWarn, asyncErrEvery, "pull subscription", "err", err) {
 					s.unlogged = nil
 				}
 				continue
@@ -933,15 +932,12 @@ func streamGone(err error) bool {
 // reconnect or a short outage does not cost the waiting message a
 // delivery. It gives up when ctx or hard ends or the connection closes.
 // Meanwhile nothing is consumed (serve reads nothing else, so no missed
-// heartbeat has recheck set it): a failed try counts towards NotConsuming,
-// and a verified stream clears it.
+// heartbeat has recheck set it): a failed try counts towards NotConsuming
+// (push clears it when the message goes on).
 func (c *Consumer) verifyPatiently(ctx, hard context.Context) error {
 	wait := retryMin
 	for {
 		err := c.verify(ctx)
-		if err == nil {
-			c.stuck.Store(nil)
-		}
 		if err == nil || streamGone(err) || ctx.Err() != nil || hard.Err() != nil || c.nc.IsClosed() {
 			return err // a stream gone is Run's to re-create
 		}

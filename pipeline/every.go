@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"context"
+	"log/slog"
 	"sync/atomic"
 	"time"
 )
@@ -32,4 +34,15 @@ func (e *Every) Allow(now time.Time, every time.Duration) (held int64, ok bool) 
 		return 0, false
 	}
 	return e.held.Swap(0), true
+}
+
+// Log logs msg at level with args and held_back (see Allow) if Allow lets
+// it through now, and reports whether it did. The args are evaluated
+// either way: for a line whose args cost (a stack), call Allow first.
+func (e *Every) Log(ctx context.Context, log *slog.Logger, level slog.Level, every time.Duration, msg string, args ...any) bool {
+	held, ok := e.Allow(time.Now(), every)
+	if ok {
+		log.Log(ctx, level, msg, append(args, "held_back", held)...)
+	}
+	return ok
 }

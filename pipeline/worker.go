@@ -205,35 +205,22 @@ const failedDeadLetterEvery = time.Second
 // was re-created since, FailedDeadLetter), so the worker logs and carries
 // on.
 func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, column string) {
-	attrs := []slog.Attr{
-		slog.String("subject", ev.Subject),
-		slog.String("stream", ev.Stream),
-		slog.Uint64("stream_seq", ev.StreamSeq),
-		slog.String("stage", dl.Stage),
-		slog.String("code", dl.Code),
-		slog.String("column", column),
-	}
+	attrs := []any{"subject", ev.Subject, "stream", ev.Stream, "stream_seq", ev.StreamSeq, "stage", dl.Stage, "code", dl.Code, "column", column}
 	if dlErr := w.p.dl.DeadLetter(ctx, ev, dl); dlErr != nil {
 		w.stats.deadLetterFailed.Add(1)
 		if errors.Is(dlErr, ErrDeadLetterHeldBack) {
 			return // logged by the dead-letterer, at most once a second
 		}
-		held, ok := w.p.dlFails.Allow(time.Now(), failedDeadLetterEvery)
-		if !ok {
-			return
-		}
 		msg := "dead-letter failed; event nak'ed for redelivery"
 		if FailedDeadLetter(dlErr) == "stale" {
 			msg = "dead-letter failed; event left to JetStream, its stream was re-created since"
 		}
-		w.p.log.LogAttrs(ctx, slog.LevelWarn, msg, append(attrs, slog.String("error", dlErr.Error()), slog.Int64("held_back", held))...)
+		w.p.dlFails.Log(ctx, w.p.log, slog.LevelWarn, failedDeadLetterEvery, msg, append(attrs, "error", dlErr.Error())...)
 		return
 	}
 	w.stats.deadLettered.Add(1)
 	// At most once a second too: a producer sending bad events would log
 	// a line each, beside the consumer's (the dead-letter stream holds
 	// every one, jetsink_events_dead_lettered_total counts them).
-	if held, ok := w.p.dlDone.Allow(time.Now(), failedDeadLetterEvery); ok {
-		w.p.log.LogAttrs(ctx, slog.LevelInfo, "event dead-lettered", append(attrs, slog.String("reason", dl.Reason), slog.Int64("held_back", held))...)
-	}
+	w.p.dlDone.Log(ctx, w.p.log, slog.LevelInfo, failedDeadLetterEvery, "event dead-lettered", append(attrs, "reason", dl.Reason)...)
 }

@@ -443,12 +443,6 @@ func (c *committer) tableTakesRows() bool {
 func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last error) (p int, perr error, alone bool, err error) {
 	rows := b.rows
 	from := lo // where the COPY that failed with last began
-	defer func() {
-		if !alone && err == nil {
-			line, ok := copyLine(perr)
-			alone = ok && from+line-1 == p
-		}
-	}()
 	alone = hi-lo == 1
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
@@ -474,6 +468,9 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 			c.ends = append(c.ends, hi) // rows[mid:hi] is left untried
 			hi, last, alone, from = mid, err, mid-lo == 1, lo
 		}
+	}
+	if line, ok := copyLine(last); ok && from+line-1 == lo {
+		alone = true // the error names lo's line
 	}
 	return lo, last, alone, nil
 }
@@ -1218,15 +1215,11 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 	// At most once a second: a table that refuses many rows would log
 	// a line each, beside the consumer's (the dead-letter stream holds
 	// every one, jetsink_events_dead_lettered_total counts them).
-	held, ok := c.s.dlDone.Allow(time.Now(), time.Second)
-	if !ok {
-		return
-	}
 	attrs := []any{"stream", row.Event.Stream, "stream_seq", row.Event.StreamSeq, "sqlstate", dl.SQLState}
 	if pgErr != nil {
 		attrs = append(attrs, "constraint", pgErr.ConstraintName, "column", pgErr.ColumnName)
 	}
-	c.s.log.Info("row refused by the database, dead-lettered", append(attrs, "held_back", held)...)
+	c.s.dlDone.Log(ctx, c.s.log, slog.LevelInfo, time.Second, "row refused by the database, dead-lettered", attrs...)
 }
 
 // deadLetterMiscounted settles rows[lo:hi] of b, whose COPY committed while
@@ -1284,16 +1277,12 @@ func (c *committer) park(ctx context.Context, row *pipeline.Row, dl pipeline.Dea
 		}
 		// At most once a second (a dead letter that fails fails for
 		// every such row, at every delivery), as the consumer logs it.
-		held, ok := c.s.dlFails.Allow(time.Now(), time.Second)
-		if !ok {
-			return false
-		}
 		msg := "dead-letter failed; the message was nak'ed and will come back"
 		if pipeline.FailedDeadLetter(derr) == "stale" {
 			msg = "dead-letter failed; the message was left to JetStream, its stream was re-created since"
 		}
-		c.s.log.Warn(msg, "stream", row.Event.Stream,
-			"stream_seq", row.Event.StreamSeq, "code", dl.Code, "sqlstate", dl.SQLState, "err", derr, "held_back", held)
+		c.s.dlFails.Log(ctx, c.s.log, slog.LevelWarn, time.Second, msg, "stream", row.Event.Stream,
+			"stream_seq", row.Event.StreamSeq, "code", dl.Code, "sqlstate", dl.SQLState, "err", derr)
 		return false
 	}
 	c.s.st.deadLettered.Add(1)
