@@ -239,10 +239,10 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	return nil
 }
 
-// serveAdmin starts the admin listener (/healthz, /readyz) and returns the
-// function that stops it and waits for it.
-func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
-	admin := telemetry.NewAdmin(map[string]telemetry.Check{
+// readiness is the checks /readyz runs and the jetsink_ready gauge
+// reports, by name.
+func (p *Processor) readiness() map[string]telemetry.Check {
+	return map[string]telemetry.Check{
 		"nats": func(context.Context) error {
 			if !p.consumer.Ready() {
 				return errors.New("not connected")
@@ -256,7 +256,13 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 			return p.consumer.Refused() // a stream whose sequence restarted: not consuming
 		},
 		"postgres": p.sink.Ready,
-	})
+	}
+}
+
+// serveAdmin starts the admin listener (/healthz, /readyz) and returns the
+// function that stops it and waits for it.
+func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
+	admin := telemetry.NewAdmin(p.readiness())
 	admin.Handle("GET /metrics", p.metrics.Handler())
 	if p.cfg.Telemetry.Pprof {
 		// Not /debug/pprof/cmdline: the command line can hold a

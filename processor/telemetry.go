@@ -77,6 +77,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		metric.WithDescription("How long the longest commit attempt under way has run, 0 when none runs: a batch waiting for a lock, or on a server that hangs, shows here before anything fails"),
 		metric.WithUnit("s"))
 	errs = append(errs, err)
+	ready := gauge("jetsink.ready", "1 while a readiness check passes, 0 while it fails, by check (nats, postgres): what /readyz answers, at most 2 s old", "")
 	spansExported := counterIn("jetsink.trace.spans.exported",
 		"Sampled spans the collector took", "{span}")
 	spansLost := counterIn("jetsink.trace.spans.lost",
@@ -95,6 +96,15 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		outAttrs[i] = metric.WithAttributes(attribute.String("ring", "out"), w)
 	}
 	lag := &telemetry.Cached[consumer.Lag]{TTL: lagTTL, Timeout: lagTimeout, Fetch: p.consumer.Lag}
+	checks := p.readiness()
+	readyAttrs := make(map[string]metric.ObserveOption, len(checks))
+	for name := range checks {
+		readyAttrs[name] = metric.WithAttributes(attribute.String("check", name))
+	}
+	readiness := &telemetry.Cached[map[string]error]{TTL: lagTTL, Timeout: time.Duration(len(checks)) * telemetry.CheckTimeout,
+		Fetch: func(ctx context.Context) (map[string]error, error) {
+			return telemetry.RunChecks(ctx, checks, telemetry.CheckTimeout), nil
+		}}
 	queueFull := metric.WithAttributes(attribute.String("reason", "queue_full"))
 	exportFailed := metric.WithAttributes(attribute.String("reason", "export_failed"))
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -133,6 +143,10 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 			o.ObserveInt64(ackPending, int64(l.NumAckPending))
 			o.ObserveFloat64(lagAge, time.Since(at).Seconds())
 		}
+		results, _, _ := readiness.Get(ctx)
+		for name, err := range results {
+			o.ObserveInt64(ready, boolInt(err == nil), readyAttrs[name])
+		}
 		if p.tracing.Enabled() {
 			st := p.tracing.SpanStats()
 			o.ObserveInt64(spansExported, int64(st.Exported))
@@ -141,9 +155,17 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		}
 		return nil
 	}, received, redelivered, markers, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, ring, inFlight, inFlightLimit, pending, ackPending,
-		lagAge, attemptAge, spansExported, spansLost)
+		lagAge, attemptAge, ready, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
 	}
 	return func() { _ = reg.Unregister() }, nil
+}
+
+// boolInt is 1 for true, 0 for false.
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

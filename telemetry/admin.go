@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,21 +47,27 @@ func (a *Admin) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeH
 
 // Ready runs every check and returns the failures by name, sorted.
 func (a *Admin) Ready(ctx context.Context) []string {
-	names := make([]string, 0, len(a.checks))
-	for name := range a.checks {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	results := RunChecks(ctx, a.checks, a.timeout)
 	var failed []string
-	for _, name := range names {
-		cctx, cancel := context.WithTimeout(ctx, a.timeout)
-		err := a.checks[name](cctx)
-		cancel()
-		if err != nil {
+	for _, name := range slices.Sorted(maps.Keys(results)) {
+		if err := results[name]; err != nil {
 			failed = append(failed, name+": "+err.Error())
 		}
 	}
 	return failed
+}
+
+// RunChecks runs each check, one after another, each within timeout, and
+// returns every check's error by name (nil: it passed): what /readyz
+// answers, and what the jetsink_ready gauge reports.
+func RunChecks(ctx context.Context, checks map[string]Check, timeout time.Duration) map[string]error {
+	results := make(map[string]error, len(checks))
+	for name, check := range checks {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		results[name] = check(cctx)
+		cancel()
+	}
+	return results
 }
 
 func (a *Admin) readyz(w http.ResponseWriter, r *http.Request) {

@@ -166,7 +166,8 @@ func grep(body, s string) string {
 }
 
 // TestReadyzFollowsPostgres: /readyz is 503 naming postgres while the
-// database is stopped, and 200 again once it is back.
+// database is stopped, and 200 again once it is back; jetsink_ready says
+// the same per check (JetsinkNotReady reads it).
 func TestReadyzFollowsPostgres(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -185,7 +186,15 @@ func TestReadyzFollowsPostgres(t *testing.T) {
 			return code == want, fmt.Sprintf("%d %q", code, body)
 		}
 	}
+	gauge := func(pg float64) func() (bool, string) {
+		return func() (bool, string) {
+			_, body := adminGet(t, ctx, r, "/metrics")
+			n, p := metricValue(body, "jetsink_ready", `check="nats"`), metricValue(body, "jetsink_ready", `check="postgres"`)
+			return n == 1 && p == pg, fmt.Sprintf("jetsink_ready nats %v, postgres %v", n, p)
+		}
+	}
 	waitFor(t, ctx, "/readyz 200", ready(200))
+	waitFor(t, ctx, "jetsink_ready 1 for both checks", gauge(1))
 	if err := c.Stop("immediate"); err != nil {
 		t.Fatal(err)
 	}
@@ -196,10 +205,12 @@ func TestReadyzFollowsPostgres(t *testing.T) {
 	if code, _ := adminGet(t, ctx, r, "/healthz"); code != 200 {
 		t.Errorf("/healthz = %d while PostgreSQL is down; the process is alive", code)
 	}
+	waitFor(t, ctx, "jetsink_ready{check=\"postgres\"} 0 with PostgreSQL stopped", gauge(0))
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "/readyz 200 after PostgreSQL is back", ready(200))
+	waitFor(t, ctx, "jetsink_ready 1 for both checks after PostgreSQL is back", gauge(1))
 	r.drain(t)
 }
 

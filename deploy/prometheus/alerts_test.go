@@ -34,6 +34,14 @@ var scenarios = map[string][]scenario{
 		{"not scraped", `up` + labels + ` 1 1 0 0 0 0 0 0 0 0`, 9 * time.Minute, true},
 		{"scraped", `up` + labels + ` 1x10`, 9 * time.Minute, false},
 	},
+	"JetsinkNotReady": {
+		{"nats failing", `
+			jetsink_ready{job="jetsink",instance="a",check="nats"} 1 1 0x10
+			jetsink_ready{job="jetsink",instance="a",check="postgres"} 1x12`, 9 * time.Minute, true},
+		{"ready", `
+			jetsink_ready{job="jetsink",instance="a",check="nats"} 1x12
+			jetsink_ready{job="jetsink",instance="a",check="postgres"} 1x12`, 9 * time.Minute, false},
+	},
 	"JetsinkNotCommitting": {
 		{"backlog, no commit", `
 			jetsink_consumer_pending` + labels + ` 100x30

@@ -34,7 +34,8 @@ var says = map[string]string{
 // at its minute, but for less than the for:, so the alert must be pending,
 // not firing.
 var pending = map[string]scenario{
-	"JetsinkDown": {"down 3 minutes", `up` + labels + ` 1x5 0 0 0 0`, 9 * time.Minute, false},
+	"JetsinkDown":     {"down 3 minutes", `up` + labels + ` 1x5 0 0 0 0`, 9 * time.Minute, false},
+	"JetsinkNotReady": {"nats failing 3 minutes", `jetsink_ready{job="jetsink",instance="a",check="nats"} 1x5 0 0 0 0`, 9 * time.Minute, false},
 	"JetsinkNotCommitting": {"backlog, no commit for 8 minutes", `
 		jetsink_consumer_pending` + labels + ` 100x30
 		jetsink_consumer_ack_pending` + labels + ` 0x30
