@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -146,19 +148,7 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 				o.Progress = cmd.ErrOrStderr()
 			}
 			rep, err := bench.Run(ctx, o)
-			if rep != nil {
-				if htmlFile != "" {
-					if herr := writeHTML(htmlFile, rep); herr != nil && err == nil {
-						err = herr
-					}
-				}
-				if jsonOut {
-					_ = rep.WriteJSON(cmd.OutOrStdout())
-				} else {
-					_ = rep.WriteText(cmd.OutOrStdout())
-				}
-			}
-			return err
+			return writeReport(cmd.OutOrStdout(), rep, err, jsonOut, htmlFile)
 		},
 	}
 	cf.register(cmd.Flags())
@@ -265,6 +255,38 @@ func newBenchBaselineCmd() *cobra.Command {
 	f.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (instead of the config's)")
 	f.StringVar(&c.Table, "table", "", "table")
 	return cmd
+}
+
+// writeReport writes rep, when the run made one, to htmlFile if set and as
+// JSON or text to out, and returns runErr joined with what could not be
+// written. A report cut short (jetsink bench --json > FILE on a full disk)
+// must not exit 0 as if it were whole: it may be all there is of a run of
+// many minutes. runErr (a lost event, say) comes first, and is not hidden
+// by a failed write either.
+func writeReport(out io.Writer, rep *bench.Report, runErr error, jsonOut bool, htmlFile string) error {
+	if rep == nil {
+		return runErr
+	}
+	var errs []error
+	if htmlFile != "" {
+		if err := writeHTML(htmlFile, rep); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var err error
+	if jsonOut {
+		err = rep.WriteJSON(out)
+	} else {
+		err = rep.WriteText(out)
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("could not write the report, which is cut short or missing: %w; "+
+			"make room or send it elsewhere, and run the bench again", err))
+	}
+	if len(errs) == 0 {
+		return runErr // as Run returned it: exitCode tells its kinds apart
+	}
+	return errors.Join(append([]error{runErr}, errs...)...)
 }
 
 func writeHTML(path string, rep *bench.Report) error {

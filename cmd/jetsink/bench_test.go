@@ -2,9 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jetsink/jetsink/bench"
 )
 
 // --set and --matrix go to the jetsink subprocess only: the keys the bench
@@ -36,5 +42,49 @@ func TestBenchRejectsKeysItOwns(t *testing.T) {
 		if code != exitConfig || !strings.Contains(msg, tc.say) || strings.Contains(msg, "s3cret") || strings.Contains(msg, "embedded NATS") {
 			t.Errorf("bench %v: exit %d, want %d with %q in:\n%s", tc.args, code, exitConfig, tc.say, msg)
 		}
+	}
+}
+
+// fullDisk is stdout on a full disk: a write takes part of what it is
+// given, then fails.
+type fullDisk struct{ took int }
+
+func (w *fullDisk) Write(p []byte) (int, error) {
+	n := min(len(p), 16)
+	w.took += n
+	return n, &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.ENOSPC}
+}
+
+// A report that could not be written whole (jetsink bench --json > FILE
+// on a full disk) fails the bench, saying so, as JSON and as text, and
+// beside the run's own failure; a report written whole leaves the run's
+// error as it was.
+func TestBenchReportWriteFailure(t *testing.T) {
+	rep := &bench.Report{Scenario: bench.ScenarioDrain, Events: 10, Subjects: 1}
+	lost := fmt.Errorf("bench: 2 events lost")
+	for _, tc := range []struct {
+		json   bool
+		runErr error
+	}{{true, nil}, {false, nil}, {true, lost}} {
+		w := &fullDisk{}
+		err := writeReport(w, rep, tc.runErr, tc.json, "")
+		if w.took == 0 {
+			t.Fatalf("json %v: nothing written", tc.json)
+		}
+		if code := exitCode(err); code != exitFailed || !strings.Contains(fmt.Sprint(err), "could not write the report") ||
+			!errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("json %v, run error %v: exit %d, %v; want %d, saying the report could not be written (ENOSPC)",
+				tc.json, tc.runErr, code, err, exitFailed)
+		}
+		if tc.runErr != nil && !errors.Is(err, tc.runErr) {
+			t.Errorf("the run's error lost behind the report's: %v", err)
+		}
+	}
+	var out strings.Builder
+	if err := writeReport(&out, rep, lost, true, ""); err != lost || !strings.Contains(out.String(), `"scenario": "drain"`) {
+		t.Errorf("report written: %v, want the run's error as it was; output:\n%s", err, out.String())
+	}
+	if err := writeReport(&out, nil, lost, false, ""); err != lost {
+		t.Errorf("no report: %v, want the run's error", err)
 	}
 }
