@@ -795,27 +795,25 @@ func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uin
 	defer cancel()
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
-	w := newSteadyWindow(first)
 	pid := c.cmd.Process.Pid
+	p := &ackPoller{
+		info: func(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+			cons, err := b.js.Consumer(ctx, t.stream, t.consumer)
+			if err != nil {
+				return nil, err
+			}
+			return cons.CachedInfo(), nil
+		},
+		cpu:     func() (cpuMark, bool) { return cpuNow(pid) },
+		lastSeq: lastSeq,
+		w:       newSteadyWindow(first),
+	}
 	// The first poll at once, not a tick later: an engine that has
 	// delivered within the first tick would leave a drain's window
 	// without its first mark.
 	for {
-		info, err := b.js.Consumer(ctx, t.stream, t.consumer)
-		if err != nil { // not created yet: nothing delivered
-			m, _ := cpuNow(pid)
-			w.poll(m)
-		} else {
-			ci := info.CachedInfo()
-			m, ok := cpuNow(pid)
-			m.delivered = ci.Delivered.Stream
-			if ci.AckFloor.Stream >= lastSeq && ci.NumPending == 0 && ci.NumAckPending == 0 {
-				if !ok {
-					return ci, 0, nil
-				}
-				return ci, steadyCPU(w.first, m), nil
-			}
-			w.poll(m)
+		if ci, steady, done := p.poll(ctx); done {
+			return ci, steady, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -830,9 +828,52 @@ func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uin
 	}
 }
 
+// ackPoller is waitAcked's poll of the consumer: info asks the server for
+// its state, cpu reads the engine's CPU time.
+type ackPoller struct {
+	info    func(context.Context) (*jetstream.ConsumerInfo, error)
+	cpu     func() (cpuMark, bool)
+	lastSeq uint64
+	w       *steadyWindow
+}
+
+// poll asks for the consumer's state once. When every message up to
+// lastSeq is acked and nothing is pending, it returns the state and the
+// engine's steady CPU per event (see steadyCPU), and done; until then it
+// gives the steady window its mark.
+func (p *ackPoller) poll(ctx context.Context) (ci *jetstream.ConsumerInfo, steady float64, done bool) {
+	ci, err := p.info(ctx)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		// Not created yet: nothing delivered. (The bench made the stream
+		// before it started the engine: a stream not found is not this.)
+		m, _ := p.cpu()
+		p.w.poll(m)
+		return nil, 0, false
+	case err != nil:
+		// A timeout, or a 503 from a server too busy to answer, says
+		// nothing of what was delivered: taken for "nothing yet", it
+		// moved a drain's first mark past work already done, and the
+		// steady CPU per event came out too low. No mark; the next poll
+		// asks again.
+		return nil, 0, false
+	}
+	m, ok := p.cpu()
+	m.delivered = ci.Delivered.Stream
+	if ci.AckFloor.Stream >= p.lastSeq && ci.NumPending == 0 && ci.NumAckPending == 0 {
+		if !ok {
+			return ci, 0, true
+		}
+		return ci, steadyCPU(p.w.first, m), true
+	}
+	p.w.poll(m)
+	return nil, 0, false
+}
+
 // steadyWindow finds the first mark of a drain's steady CPU window in
 // waitAcked's polls: the last one before the consumer had delivered
-// anything (one that did not find the consumer counts). From there to the
+// anything (one that did not find the consumer counts; one the server did
+// not answer does not, see ackPoller.poll). From there to the
 // last ack, numerator and denominator cover the same work: everything the
 // engine did for every event (receive, decode, COPY, commit, ack), counted
 // by the consumer's delivered count at both marks. A window opened at the
