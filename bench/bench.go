@@ -842,12 +842,19 @@ type ackPoller struct {
 // engine's steady CPU per event (see steadyCPU), and done; until then it
 // gives the steady window its mark.
 func (p *ackPoller) poll(ctx context.Context) (ci *jetstream.ConsumerInfo, steady float64, done bool) {
+	// The window's first mark is read before the request: what the
+	// answer says was delivered (nothing, for a first mark) was delivered
+	// by then too, the count only grows. Read after the round trip, it
+	// could hold the CPU of messages delivered after the server answered,
+	// which the window then counted without their CPU: the same bias as
+	// a first mark too late, if smaller. Before, the window holds a little
+	// more CPU than its events', never less.
+	m, _ := p.cpu()
 	ci, err := p.info(ctx)
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		// Not created yet: nothing delivered. (The bench made the stream
 		// before it started the engine: a stream not found is not this.)
-		m, _ := p.cpu()
 		p.w.poll(m)
 		return nil, 0, false
 	case err != nil:
@@ -858,14 +865,17 @@ func (p *ackPoller) poll(ctx context.Context) (ci *jetstream.ConsumerInfo, stead
 		// asks again.
 		return nil, 0, false
 	}
-	m, ok := p.cpu()
-	m.delivered = ci.Delivered.Stream
 	if ci.AckFloor.Stream >= p.lastSeq && ci.NumPending == 0 && ci.NumAckPending == 0 {
+		// The last mark, for the same bias, after the answer: the CPU of
+		// every ack it counts is in it.
+		last, ok := p.cpu()
 		if !ok {
 			return ci, 0, true
 		}
-		return ci, steadyCPU(p.w.first, m), true
+		last.delivered = ci.Delivered.Stream
+		return ci, steadyCPU(p.w.first, last), true
 	}
+	m.delivered = ci.Delivered.Stream
 	p.w.poll(m)
 	return nil, 0, false
 }

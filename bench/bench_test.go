@@ -411,7 +411,7 @@ func (e *scriptedEngine) run(t *testing.T, p *ackPoller) float64 {
 // first deliveries meanwhile, and the steady CPU came out at 6.5
 // µs/event, not 10.
 func TestAckPollerSkipsUnansweredPolls(t *testing.T) {
-	e := &scriptedEngine{t0: time.Unix(1000, 0), steps: []engineStep{
+	e := &scriptedEngine{t0: time.Unix(1000, 0), ticks: 5, steps: []engineStep{
 		{err: jetstream.ErrConsumerNotFound, answered: 5},
 		{err: context.DeadlineExceeded, answered: 25},
 		{err: &jetstream.APIError{Code: 503, Description: "JetStream system temporarily unavailable"}, answered: 40},
@@ -420,6 +420,33 @@ func TestAckPollerSkipsUnansweredPolls(t *testing.T) {
 	}}
 	if got, want := e.run(t, e.poller(t, 100_000, cpuMark{})), 10.0; got != want {
 		t.Errorf("steady CPU %v µs/event, want %v from the poll that did not find the consumer", got, want)
+	}
+}
+
+// The window's first mark reads the CPU before the request, its last after
+// the answer: each way, the window holds all the CPU of the events it
+// counts. Here the engine, told nothing was delivered yet, spent 8 ticks on
+// its first batch while the answer travelled back, and 3 on its last acks
+// between the poll before last and the answer to the last; read after
+// the round trip, the first mark left those 8 out (9.0 µs/event, not 9.8),
+// read before the request, the last mark left those 3 out.
+func TestAckPollerReadsCPUOnTheConservativeSide(t *testing.T) {
+	e := &scriptedEngine{t0: time.Unix(1000, 0), ticks: 5, steps: []engineStep{
+		{err: jetstream.ErrConsumerNotFound, answered: 10},
+		{answered: 10, late: 8}, // the first mark: 10 ticks
+		{delivered: 60_000, acked: 40_000, answered: 60, late: 45},
+		{delivered: 100_000, acked: 100_000, answered: 108}, // the last: 108
+	}}
+	if got, want := e.run(t, e.poller(t, 100_000, cpuMark{})), 9.8; got != want { // 98 ticks over 100,000 events
+		t.Errorf("drain: steady CPU %v µs/event, want %v", got, want)
+	}
+	// A rate run's first mark is given; the last still comes after the
+	// answer.
+	e = &scriptedEngine{t0: time.Unix(1000, 0), ticks: 50, steps: []engineStep{
+		{delivered: 50_000, acked: 50_000, answered: 150},
+	}}
+	if got, want := e.run(t, e.poller(t, 50_000, cpuMark{at: time.Unix(999, 0), ticks: 50})), 20.0; got != want {
+		t.Errorf("rate: steady CPU %v µs/event, want %v", got, want)
 	}
 }
 
