@@ -75,14 +75,23 @@ func (e *Event) UUID() string {
 func (e *Event) Subject(prefix string) string { return prefix + "." + e.Device }
 
 // Pad extends the JSON object at the end of dst (as AppendJSON wrote it)
-// to size bytes with a "pad" field of x's, for events larger than the
-// ~180 bytes of a bare one. A size it already reaches adds nothing.
+// to exactly size bytes, for events larger than the ~180 bytes of a bare
+// one, with a "pad" field of x's; a difference too small for the field
+// (under its 9 bytes, `,"pad":""`) is made of spaces before the object's
+// closing brace, which JSON ignores. Otherwise bare events, whose length
+// varies by some bytes with their values, would come out at a mix of
+// lengths for a size just above theirs. A size it already reaches adds
+// nothing.
 func Pad(dst []byte, size int) []byte {
 	const field = `,"pad":""`
-	n := size - len(dst) - len(field)
-	if n <= 0 || len(dst) == 0 || dst[len(dst)-1] != '}' {
+	d := size - len(dst)
+	if d <= 0 || len(dst) == 0 || dst[len(dst)-1] != '}' {
 		return dst
 	}
+	if d < len(field) {
+		return append(append(dst[:len(dst)-1], "        "[:d]...), '}')
+	}
+	n := d - len(field)
 	dst = append(dst[:len(dst)-1], `,"pad":"`...)
 	for n > 0 {
 		k := min(n, len(padding))
