@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -887,6 +888,40 @@ func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
 	}
 	if f.acked != 2 || f.toCommit.Count != f.latency.Count {
 		t.Errorf("%d acks seen; to-commit latencies %d, latencies %d: want 2, and the same count", f.acked, f.toCommit.Count, f.latency.Count)
+	}
+}
+
+// The latency timeline counts its windows, and their seconds, from the
+// first scheduled send (from), as the RSS plot and the lock's times do,
+// not from the first row's ts: here the events of the first 1.5 s have no
+// row, and windows counted from the first row (at 1.5 s) put the latencies
+// of 1.5 s and 2.2 s in one window at 0 s, that of 2.6 s in one at 1 s,
+// where they belong in the windows of 1 s and 2 s.
+func TestMeasureTableTimelineFromScheduleStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := &bencher{db: testenv.Postgres(t).Conn(t)}
+	tg := target{engine: EngineBaseline, table: "measure_timeline"}
+	if err := b.createTable(ctx, tg); err != nil {
+		t.Fatal(err)
+	}
+	defer b.dropTable(tg.table)
+	from := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	if _, err := b.db.Exec(ctx, `INSERT INTO measure_timeline (id, ts, stream_seq, committed_at)
+		SELECT gen_random_uuid(), $1::timestamptz + ms * interval '1 millisecond', seq, $1::timestamptz + (ms + 10) * interval '1 millisecond'
+		FROM (VALUES (2, 1500), (3, 2200), (4, 2600)) AS v(seq, ms)`, from); err != nil {
+		t.Fatal(err)
+	}
+	f, err := measureTable(ctx, b.db, tg.table, false, time.Second, nil, from, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range f.timeline {
+		got = append(got, fmt.Sprintf("%gs: %d", p.T, p.Count))
+	}
+	if want := []string{"1s: 1", "2s: 2"}; !slices.Equal(got, want) {
+		t.Errorf("timeline (window start: latencies) %q, want %q", got, want)
 	}
 }
 

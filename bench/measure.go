@@ -146,7 +146,9 @@ type tableFacts struct {
 // counts. It counts the sequences 1 to
 // published stored, so that a stray row cannot stand in for a lost one.
 // window > 0 groups the latencies by scheduled send time for the
-// latency-over-time plot; 0 makes no timeline.
+// latency-over-time plot, in windows counted from from (a rate run's first
+// scheduled send, the zero of the RSS plot and of the lock's times too);
+// 0 makes no timeline.
 func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bool, window time.Duration,
 	acks *ackTimes, from time.Time, published int64) (tableFacts, error) {
 	var f tableFacts
@@ -182,14 +184,20 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	}
 	all, toStream, inEngine, beforeCopy, copyToCommit := newHist(), newHist(), newHist(), newHist(), newHist()
 	delivery, inside, commitToAck, toCommit := newHist(), newHist(), newHist(), newHist()
-	var (
-		start, winStart time.Time
-		win             *hdrhistogram.Histogram
-	)
+	// The timeline counts from from, the zero of the RSS plot and of the
+	// lock's seconds, not from the first row's ts: that is the same
+	// instant (to the microsecond PostgreSQL keeps) only if the first
+	// event has a row; where the first events were lost, the windows and
+	// their seconds were shifted against the other plots'.
+	var win *hdrhistogram.Histogram
+	winStart := from
+	if window > 0 {
+		win = hdrhistogram.New(histMin, histMax, histDigits)
+	}
 	flushWin := func() {
 		if win != nil && win.TotalCount() > 0 {
 			p := percentiles(win)
-			f.timeline = append(f.timeline, TimePoint{T: winStart.Sub(start).Seconds(), Count: p.Count, P50: p.P50, P99: p.P99, Max: p.Max})
+			f.timeline = append(f.timeline, TimePoint{T: winStart.Sub(from).Seconds(), Count: p.Count, P50: p.P50, P99: p.P99, Max: p.Max})
 		}
 	}
 	for rows.Next() {
@@ -200,14 +208,10 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 			rows.Close()
 			return f, fmt.Errorf("read latencies: %w", err)
 		}
-		if start.IsZero() && window > 0 {
-			start, winStart = ts, ts
-			win = hdrhistogram.New(histMin, histMax, histDigits)
-		}
-		for win != nil && ts.Sub(winStart) >= window {
+		if d := ts.Sub(winStart); win != nil && d >= window {
 			flushWin()
 			win.Reset()
-			winStart = winStart.Add(window)
+			winStart = winStart.Add(d / window * window) // past empty windows at once: the first row may be far from from
 		}
 		end := at
 		if acked, ok := acks.get(seq); ok {
