@@ -95,11 +95,14 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		return nil, ConnectError(cfg.URL, err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	js, err := cfg.JetStream(nc)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
+		return nil, err
 	}
 	if _, err := js.AccountInfo(ctx); err != nil {
+		if cfg.Domain != "" {
+			return nil, fmt.Errorf("JetStream domain %q (nats.domain) is not available on nats.url: %w", cfg.Domain, err)
+		}
 		return nil, fmt.Errorf("JetStream is not available on nats.url: %w", err)
 	}
 	var problems []Problem
@@ -180,7 +183,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		if dlq, err := js.Stream(ctx, dlqName); err != nil {
 			problems = append(problems, Problem{Warning: true,
 				Message: fmt.Sprintf("could not read the settings of dead-letter stream %s, so they are not checked: %v", dlqName, err),
-				Fix:     fmt.Sprintf("allow $JS.API.STREAM.INFO.%s to have them checked", dlqName)})
+				Fix:     fmt.Sprintf("allow %s.STREAM.INFO.%s to have them checked", cfg.APIPrefix(), dlqName)})
 		} else {
 			problems = append(problems, deadLetterStreamProblems(&dlq.CachedInfo().Config, cfg.AckWait)...)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns. The message
@@ -67,6 +68,13 @@ type Config struct {
 	NKeyFile string `yaml:"nkey_file"`
 	// TLS configures a TLS connection; empty fields are not used.
 	TLS TLSConfig `yaml:"tls"`
+
+	// Domain is the JetStream domain that holds the stream and the dead
+	// letters, when it is not the one of the server jetsink connects to: a
+	// leaf node whose hub keeps them. JetStream API requests (stream and
+	// consumer lookups, pulls) then go to $JS.<domain>.API instead of
+	// $JS.API. Empty: the connected server's own JetStream.
+	Domain string `yaml:"domain"`
 
 	// Stream is the JetStream stream to consume. Default EVENTS.
 	Stream string `yaml:"stream"`
@@ -291,6 +299,12 @@ func (c Config) Validate() error {
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		errs = append(errs, fmt.Errorf("%w: nats.tls.cert_file and nats.tls.key_file go together; set both or neither", ErrInvalidConfig))
 	}
+	if c.Domain != "" {
+		// The server's own rule for a domain name: one subject token.
+		if err := validName("nats.domain", c.Domain, "hub"); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	streamOK := true
 	if err := validName("nats.stream", c.Stream, DefaultStream); err != nil {
 		errs = append(errs, err)
@@ -409,6 +423,31 @@ func validateURL(n int, raw string) error {
 		return fmt.Errorf("%w: nats.url entry %d has scheme %q; use nats://, tls://, ws:// or wss://", ErrInvalidConfig, n, u.Scheme)
 	}
 	return nil
+}
+
+// APIPrefix is the JetStream API prefix for c.Domain: $JS.API, or
+// $JS.<domain>.API.
+func (c Config) APIPrefix() string {
+	if c.Domain == "" {
+		return "$JS.API"
+	}
+	return "$JS." + c.Domain + ".API"
+}
+
+// JetStream is the JetStream API on nc that c names: the connected
+// server's, or c.Domain's.
+func (c Config) JetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	var js jetstream.JetStream
+	var err error
+	if c.Domain == "" {
+		js, err = jetstream.New(nc)
+	} else {
+		js, err = jetstream.NewWithDomain(nc, c.Domain)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return js, nil
 }
 
 // validName checks a stream or consumer name the way the server does.

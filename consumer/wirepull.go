@@ -147,6 +147,7 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 	sub, err := wc.Consume(wire.PullOptions{
 		Stream:      cfg.Stream,
 		Consumer:    cfg.Consumer,
+		APIPrefix:   cfg.APIPrefix(),
 		MaxMessages: cfg.PullMaxMessages,
 		MaxBytes:    c.wireMaxBytes(wc),
 		Expires:     cfg.PullExpiry,

@@ -414,3 +414,17 @@ func TestReplayRefusesForgedSubjects(t *testing.T) {
 		t.Fatalf("%d dead letters left, want the %d forged ones", n, len(forged))
 	}
 }
+
+// The permission probes name the API subjects of the JetStream the replay
+// uses: nats.domain's, or an imported account's prefix.
+func TestAPIPrefixOfTheJetStream(t *testing.T) {
+	nc := testenv.NATS(t).Connect(t)
+	plain, _ := jetstream.New(nc)
+	domain, _ := jetstream.NewWithDomain(nc, "hub")
+	prefix, _ := jetstream.NewWithAPIPrefix(nc, "JS.acc.API")
+	for js, want := range map[jetstream.JetStream]string{plain: "$JS.API.", domain: "$JS.hub.API.", prefix: "JS.acc.API."} {
+		if got := api(js); got != want {
+			t.Errorf("api = %q, want %q", got, want)
+		}
+	}
+}

@@ -549,7 +549,7 @@ func (r *readers) check(ctx context.Context, l *Letter, wait time.Duration) erro
 		cancel()
 		var denied error
 		if err != nil {
-			denied = refused(r.js, "$JS.API.CONSUMER.INFO."+l.Stream+"."+r.name, before)
+			denied = refused(r.js, api(r.js)+"CONSUMER.INFO."+l.Stream+"."+r.name, before)
 		}
 		switch {
 		case errors.Is(err, jetstream.ErrConsumerNotFound):
@@ -608,7 +608,7 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, does not exist; it stays", l.Seq, l.Subject, ErrNoReader, l.Stream)
 		case err != nil:
-			if refused(r.js, "$JS.API.STREAM.INFO."+l.Stream, before) != nil {
+			if refused(r.js, api(r.js)+"STREAM.INFO."+l.Stream, before) != nil {
 				r.windows[l.Stream] = streamOf{} // not asked again
 			}
 			return 0, nil
@@ -770,7 +770,7 @@ func replayOne(ctx context.Context, js jetstream.JetStream, dlq jetstream.Stream
 		}
 		backoff *= 2
 	}
-	if perm := refused(js, "$JS.API.STREAM.MSG.DELETE."+dlq.CachedInfo().Config.Name, nil); perm != nil {
+	if perm := refused(js, api(js)+"STREAM.MSG.DELETE."+dlq.CachedInfo().Config.Name, nil); perm != nil {
 		err = fmt.Errorf("%w (%w)", err, perm)
 	}
 	out.Err = fmt.Errorf("%w: dead letter %d (re-published to %s as Nats-Msg-Id %s): %w", ErrDelete, l.Seq, l.Subject, l.ReplayMsgID(), err)
@@ -880,6 +880,19 @@ func lastError(js jetstream.JetStream) error {
 		return nc.LastError()
 	}
 	return nil
+}
+
+// api is the prefix of js's JetStream API subjects, with its dot:
+// "$JS.API.", or "$JS.<domain>.API." (nats.domain).
+func api(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	}
+	return "$JS.API."
 }
 
 // refused returns the connection's last error if it is not before (it came

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/jetsink/jetsink/consumer"
@@ -149,9 +148,9 @@ gives that letter up at once and exits with status 130.
 				return err
 			}
 			defer nc.Close()
-			js, err := jetstream.New(nc)
+			js, err := cfg.NATS.JetStream(nc)
 			if err != nil {
-				return fmt.Errorf("jetstream: %w", err)
+				return err
 			}
 			o.Stream, o.Consumer = stream, cfg.NATS.Consumer
 			if o.Stream == "" {

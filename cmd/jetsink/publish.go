@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/telemetry"
 )
@@ -157,7 +158,7 @@ telemetry.sample_ratio.`,
 					o.EventBytes, nc.MaxPayload(), limit)}
 			}
 			out := cmd.ErrOrStderr()
-			if err := checkStream(intake, out, nc, o); err != nil {
+			if err := checkStream(intake, out, nc, cfg.NATS, o); err != nil {
 				return stopped(err, 0, 0)
 			}
 			total := o.Total()
@@ -264,9 +265,10 @@ func resumeHint(o loadgen.Options, sent, unsettled int) string {
 // large --events. It warns on w when the stream's duplicate window is
 // shorter than the span over which a publish may be sent again, so that a
 // late resend would be stored twice. Other lookup errors are left for
-// Publish to report.
-func checkStream(ctx context.Context, w io.Writer, nc *nats.Conn, o loadgen.Options) error {
-	js, err := jetstream.New(nc)
+// Publish to report. It looks in nats.domain's JetStream when that is set
+// (a publisher on a leaf node whose hub keeps the stream).
+func checkStream(ctx context.Context, w io.Writer, nc *nats.Conn, ncfg consumer.Config, o loadgen.Options) error {
+	js, err := ncfg.JetStream(nc)
 	if err != nil {
 		return nil
 	}
@@ -279,6 +281,9 @@ func checkStream(ctx context.Context, w io.Writer, nc *nats.Conn, o loadgen.Opti
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return fmt.Errorf("no JetStream stream captures %s: create one for %s.> (jetsink run with nats.create_stream does), or fix --subject", subject, o.Subject)
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		if ncfg.Domain != "" {
+			return fmt.Errorf("no JetStream in domain %q (nats.domain) reachable from this NATS server, or not for this account (%w)", ncfg.Domain, err)
+		}
 		return fmt.Errorf("no JetStream on this NATS server, or not for this account (%w): run nats-server with -js", err)
 	case err != nil:
 		return nil
