@@ -784,6 +784,9 @@ func (b *bencher) writeConfig(t target, cfg config.Config) (string, error) {
 	return path, nil
 }
 
+// pollTimeout bounds one consumer-info request of waitAcked.
+const pollTimeout = 2 * time.Second
+
 // waitAcked polls the consumer until every message of the stream up to
 // lastSeq is acked and nothing is pending. It also returns the engine's CPU
 // per event from first to the last poll (see steadyCPU); without a first
@@ -798,6 +801,12 @@ func (b *bencher) waitAcked(ctx context.Context, c *child, t target, lastSeq uin
 	pid := c.cmd.Process.Pid
 	p := &ackPoller{
 		info: func(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+			// Each request within pollTimeout, not --timeout: a busy
+			// nats-server drops API requests it has no room for
+			// unanswered, and one lost must not hold the poll (nor hide
+			// the engine's exit) until the run's deadline.
+			ctx, cancel := context.WithTimeout(ctx, pollTimeout)
+			defer cancel()
 			cons, err := b.js.Consumer(ctx, t.stream, t.consumer)
 			if err != nil {
 				return nil, err

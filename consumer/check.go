@@ -183,7 +183,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		if dlq, err := js.Stream(ctx, dlqName); err != nil {
 			problems = append(problems, Problem{Warning: true,
 				Message: fmt.Sprintf("could not read the settings of dead-letter stream %s, so they are not checked: %v", dlqName, err),
-				Fix:     fmt.Sprintf("allow %s.STREAM.INFO.%s to have them checked", cfg.APIPrefix(), dlqName)})
+				Fix:     fmt.Sprintf("allow %s to have them checked", apiSubjects(cfg, "STREAM.INFO."+dlqName))})
 		} else {
 			problems = append(problems, deadLetterStreamProblems(&dlq.CachedInfo().Config, cfg.AckWait)...)
 		}
@@ -304,4 +304,14 @@ func describeMaxDeliver(n int) string {
 	}
 	return fmt.Sprintf("max_deliver -1 (unlimited: jetsink dead-letters an event delivered more than nats.max_deliver %d times "+
 		"itself, and keeps it until that dead letter is stored; a server-side limit could drop it unseen)", n)
+}
+
+// apiSubjects names the JetStream API subject rest under cfg's domain for a
+// permission: with nats.domain, the servers of that domain check the
+// $JS.API subject they map it to.
+func apiSubjects(cfg Config, rest string) string {
+	if cfg.Domain == "" {
+		return "$JS.API." + rest
+	}
+	return cfg.APIPrefix() + "." + rest + " (on the servers of domain " + cfg.Domain + " themselves: $JS.API." + rest + ")"
 }

@@ -299,11 +299,9 @@ func (c Config) Validate() error {
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		errs = append(errs, fmt.Errorf("%w: nats.tls.cert_file and nats.tls.key_file go together; set both or neither", ErrInvalidConfig))
 	}
-	if c.Domain != "" {
+	if c.Domain != "" && strings.ContainsAny(c.Domain, " \t\r\n\f.*>") {
 		// The server's own rule for a domain name: one subject token.
-		if err := validName("nats.domain", c.Domain, "hub"); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, fmt.Errorf("%w: nats.domain %q may not contain whitespace, '.', '*' or '>'", ErrInvalidConfig, c.Domain))
 	}
 	streamOK := true
 	if err := validName("nats.stream", c.Stream, DefaultStream); err != nil {

@@ -478,6 +478,7 @@ func (c *Consumer) noteAckRefusal(err error) {
 	if prev := c.acksRefused.Swap(&refusal{at: time.Now(), err: err}); prev == nil || time.Since(prev.at) > acksRefusedFor {
 		c.log.Error("the server refuses jetsink's acks: every event is written, then delivered again after ack_wait, "+
 			"and written again (at-least-once mode); give the user permission to publish to $JS.ACK.<stream>.> "+
+			"(and $JS.ACK.*.*.<stream>.>, the form a server with a domain or newer ack subjects uses) "+
 			"(the readiness check fails meanwhile)", "err", err)
 	}
 }

@@ -113,7 +113,7 @@ func TestDomainConsumesTheHubsStream(t *testing.T) {
 
 // nats.domain must be one subject token.
 func TestDomainValidated(t *testing.T) {
-	for _, d := range []string{"a.b", "a b", "*", ">"} {
+	for _, d := range []string{"a.b", "a b", "*", ">", "a\tb"} {
 		cfg := DefaultConfig()
 		cfg.Domain = d
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "nats.domain") {
@@ -121,10 +121,11 @@ func TestDomainValidated(t *testing.T) {
 		}
 	}
 	cfg := DefaultConfig()
-	cfg.Domain = "hub"
+	cfg.Domain = "a/b" // not a stream name, but a domain the server takes
 	if err := cfg.Validate(); err != nil {
-		t.Errorf("Validate with nats.domain hub = %v", err)
+		t.Errorf("Validate with nats.domain a/b = %v", err)
 	}
+	cfg.Domain = "hub"
 	if got := cfg.APIPrefix(); got != "$JS.hub.API" {
 		t.Errorf("APIPrefix = %q, want $JS.hub.API", got)
 	}

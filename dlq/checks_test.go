@@ -275,22 +275,28 @@ func TestReplayPermissionRefusalIsNotUnsure(t *testing.T) {
 // server does not answer) is not asked again. Before, every letter waited
 // its whole LetterTimeout for it.
 func TestReplayRefusedConsumerInfoIsNotAskedAgain(t *testing.T) {
-	admin, replay, ctx := deniedReplay(t, 3, "$JS.API.CONSUMER.INFO.EV.>")
-	if _, err := admin.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "jetsink", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
-		t.Fatal(err)
-	}
-	// Three letters of 20 s each would outlast ctx's 30 s.
-	rep, by, err := outcomes(t, ctx, replay, Options{Stream: "EV_DLQ", Consumer: "jetsink", LetterTimeout: 20 * time.Second})
-	if err != nil || rep.Replayed != 0 || rep.Failed != 3 || len(rep.Unsure) != 0 {
-		t.Fatalf("report %+v, %v; want all 3 letters failed, none unsure", rep, err)
-	}
-	for subject, out := range by {
-		if !errors.Is(out.Err, ErrPublish) || !errors.Is(out.Err, nats.ErrPermissionViolation) {
-			t.Errorf("%s: %v; want a refusal naming the permission", subject, out.Err)
-		}
-	}
-	if dl := testenv.StreamMsgs(t, ctx, admin, "EV_DLQ"); dl != 3 {
-		t.Fatalf("%d dead letters left, want 3", dl)
+	// With nats.domain on a server of that domain, the server checks the
+	// $JS.API subject it maps $JS.hub.API to, and names that one.
+	for _, domain := range []string{"", "hub"} {
+		t.Run("domain "+domain, func(t *testing.T) {
+			admin, replay, ctx := deniedReplayIn(t, 3, "$JS.API.CONSUMER.INFO.EV.>", domain)
+			if _, err := admin.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "jetsink", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+				t.Fatal(err)
+			}
+			// Three letters of 20 s each would outlast ctx's 30 s.
+			rep, by, err := outcomes(t, ctx, replay, Options{Stream: "EV_DLQ", Consumer: "jetsink", LetterTimeout: 20 * time.Second})
+			if err != nil || rep.Replayed != 0 || rep.Failed != 3 || len(rep.Unsure) != 0 {
+				t.Fatalf("report %+v, %v; want all 3 letters failed, none unsure", rep, err)
+			}
+			for subject, out := range by {
+				if !errors.Is(out.Err, ErrPublish) || !errors.Is(out.Err, nats.ErrPermissionViolation) {
+					t.Errorf("%s: %v; want a refusal naming the permission", subject, out.Err)
+				}
+			}
+			if dl := testenv.StreamMsgs(t, ctx, admin, "EV_DLQ"); dl != 3 {
+				t.Fatalf("%d dead letters left, want 3", dl)
+			}
+		})
 	}
 }
 
@@ -299,8 +305,15 @@ func TestReplayRefusedConsumerInfoIsNotAskedAgain(t *testing.T) {
 // of a user who may publish anywhere but to deny, and a 30 s context.
 func deniedReplay(t *testing.T, letters int, deny string) (admin, replay jetstream.JetStream, ctx context.Context) {
 	t.Helper()
+	return deniedReplayIn(t, letters, deny, "")
+}
+
+// deniedReplayIn is deniedReplay on a server whose JetStream is domain
+// (none if ""), with replay's JetStream addressing it by that domain.
+func deniedReplayIn(t *testing.T, letters int, deny, domain string) (admin, replay jetstream.JetStream, ctx context.Context) {
+	t.Helper()
 	const pass = "dlq-secret"
-	url := serverWith(t, &server.Options{ServerName: "dlq-denied",
+	url := serverWith(t, &server.Options{ServerName: "dlq-denied", JetStreamDomain: domain,
 		Users: []*server.User{
 			{Username: "admin", Password: pass},
 			{Username: "replay", Password: pass, Permissions: &server.Permissions{
@@ -314,7 +327,14 @@ func deniedReplay(t *testing.T, letters int, deny string) (admin, replay jetstre
 	for i := range letters {
 		putLetter(t, ctx, admin, "dlq.EV", i)
 	}
-	return admin, connectJS(t, url, nats.UserInfo("replay", pass)), ctx
+	replay = connectJS(t, url, nats.UserInfo("replay", pass))
+	if domain != "" {
+		var err error
+		if replay, err = (consumer.Config{Domain: domain}).JetStream(replay.Conn()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return admin, replay, ctx
 }
 
 // serverWith starts a JetStream server of opts, on a free loopback port with

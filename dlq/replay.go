@@ -900,7 +900,16 @@ func api(js jetstream.JetStream) string {
 // else nil.
 func refused(js jetstream.JetStream, subject string, before error) error {
 	err := lastError(js)
-	if err != nil && err != before && errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "Publish to \""+subject+"\"") {
+	if err == nil || err == before || !errors.Is(err, nats.ErrPermissionViolation) {
+		return nil
+	}
+	// A server whose own domain the subject names maps $JS.<domain>.API
+	// to $JS.API before it checks permissions, and names that.
+	mapped := subject
+	if p := api(js); p != "$JS.API." {
+		mapped = "$JS.API." + strings.TrimPrefix(subject, p)
+	}
+	if strings.Contains(err.Error(), "Publish to \""+subject+"\"") || strings.Contains(err.Error(), "Publish to \""+mapped+"\"") {
 		return err
 	}
 	return nil

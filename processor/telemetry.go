@@ -77,7 +77,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		metric.WithDescription("How long the longest commit attempt under way has run, 0 when none runs: a batch waiting for a lock, or on a server that hangs, shows here before anything fails"),
 		metric.WithUnit("s"))
 	errs = append(errs, err)
-	ready := gauge("jetsink.ready", "1 while a readiness check passes, 0 while it fails, by check (nats, postgres): what /readyz answers, at most 2 s old", "")
+	ready := gauge("jetsink.ready", "1 while a readiness check passes, 0 while it fails, by check (nats, postgres): what /readyz answers, checked at most every 2 s", "")
 	spansExported := counterIn("jetsink.trace.spans.exported",
 		"Sampled spans the collector took", "{span}")
 	spansLost := counterIn("jetsink.trace.spans.lost",

@@ -120,6 +120,11 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 			if o.Base, err = cf.load(); err != nil {
 				return err
 			}
+			if o.Base.NATS.Domain != "" {
+				// From --config or JETSINK_NATS_DOMAIN: the bench would
+				// make its stream in one JetStream and jetsink in another.
+				return usageError{fmt.Errorf("nats.domain %q: %s", o.Base.NATS.Domain, benchOwned["nats.domain"])}
+			}
 			switch compare {
 			case "":
 			case "baseline":
@@ -190,6 +195,7 @@ var benchOwned = map[string]string{
 	"nats.create_stream":       "the bench creates a stream of its own for each run",
 	"nats.consumer":            "the bench names the durable consumer it watches for each run",
 	"nats.dead_letter_subject": "the bench names the dead-letter subject for each run",
+	"nats.domain":              "the bench and its engines use the JetStream of the server they connect to: point --nats-url at a server of the stream's domain",
 	"postgres.table":           "the bench creates a table of its own, with loadgen's columns, for each run",
 	"postgres.create_table":    "the bench creates a table of its own, with loadgen's columns, for each run",
 }

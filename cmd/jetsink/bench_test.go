@@ -32,6 +32,7 @@ func TestBenchRejectsKeysItOwns(t *testing.T) {
 		{[]string{"--matrix", "env:JETSINK_POSTGRES_URL=postgres://u:s3cret@db/x"}, "--matrix postgres.url: the bench sets this key itself"},
 		{[]string{"--matrix", "env:JETSINK_DATABASE_URL=postgres://u:s3cret@db/x"}, "--matrix postgres.url: the bench sets this key itself"},
 		{[]string{"--matrix", "env:JETSINK_NATS_STREAM=A,B"}, "--matrix nats.stream: the bench sets this key itself"},
+		{[]string{"--set", "nats.domain=hub"}, "--set nats.domain: the bench sets this key itself"},
 	} {
 		r := startJetsink(t, ctx, append([]string{"bench", "-q"}, tc.args...)...)
 		code := r.wait(t, ctx)
@@ -42,6 +43,13 @@ func TestBenchRejectsKeysItOwns(t *testing.T) {
 		if code != exitConfig || !strings.Contains(msg, tc.say) || strings.Contains(msg, "s3cret") || strings.Contains(msg, "embedded NATS") {
 			t.Errorf("bench %v: exit %d, want %d with %q in:\n%s", tc.args, code, exitConfig, tc.say, msg)
 		}
+	}
+	// From the environment (or --config) too: the bench would make its
+	// stream in one JetStream and jetsink its own in the domain's.
+	t.Setenv("JETSINK_NATS_DOMAIN", "hub")
+	r := startJetsink(t, ctx, "bench", "-q")
+	if code := r.wait(t, ctx); code != exitConfig || !strings.Contains(r.out.String()+fmt.Sprint(r.err), `nats.domain "hub": the bench and its engines use the JetStream`) {
+		t.Errorf("bench with JETSINK_NATS_DOMAIN: exit %d, want %d naming nats.domain in:\n%s%v", code, exitConfig, r.out.String(), r.err)
 	}
 }
 
