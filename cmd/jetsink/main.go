@@ -27,7 +27,19 @@ const (
 )
 
 func main() {
+	survivePipes()
 	os.Exit(exitCode(execute(context.Background(), newRoot())))
+}
+
+// survivePipes makes a write to a closed stdout or stderr fail with EPIPE
+// instead of killing the process: `jetsink run 2>&1 | tee run.log` and
+// Ctrl-C signal tee too, which exits first, and jetsink's first log line
+// of the drain would end it by SIGPIPE, the drain not run (at-least-once:
+// rows committed and not acked come again) and demo's PostgreSQL left
+// running. Notify, not Ignore: an ignored signal stays ignored in the
+// processes jetsink starts (pg_ctl, postgres, bench's engines).
+func survivePipes() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }
 
 func exitCode(err error) int {

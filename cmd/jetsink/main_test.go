@@ -138,6 +138,10 @@ func TestBadCommandLineExitCode(t *testing.T) {
 		{[]string{"help", "dlq", "nosuch"}, exitConfig, `unknown command "nosuch" for "jetsink dlq"`},
 		{[]string{"completion", "bash", "extra"}, exitConfig, `jetsink completion bash takes no arguments, and 1 given`},
 		{[]string{"completion", "tcsh"}, exitConfig, `unknown command "tcsh" for "jetsink completion"`},
+		// One dash, as Go's flag package takes a long flag; three: pflag
+		// quotes the whole argument, value and all.
+		{[]string{"run", "-database-url=postgres://u:pw@db/x"}, exitConfig, `unknown shorthand flag: "d" in -database-url... (long flags take two dashes`},
+		{[]string{"run", "---database-url=postgres://u:pw@db/x"}, exitConfig, "bad flag syntax: ---database-url..."},
 	} {
 		r := startJetsink(t, ctx, tc.args...)
 		code := r.wait(t, ctx)

@@ -151,7 +151,7 @@ JETSINK_<SECTION>_<KEY>), overridden by flags (--set key=value).`),
 			// is what is wrong.
 			return unknownCommand(c, a[0])
 		}
-		return usageError{err}
+		return usageError{flagError(err)}
 	})
 	root.AddCommand(newRunCmd(), newCheckCmd(), newInitCmd(), newKeysCmd(), newHealthcheckCmd(), newPublishCmd(), newDemoCmd(), newBenchCmd(), newDLQCmd())
 	// cobra adds its completion command as it executes; add it now, so that
@@ -275,6 +275,22 @@ func unknownCommand(cmd *cobra.Command, name string) error {
 		msg += " ('" + cmd.CommandPath() + " --help' lists the commands)"
 	}
 	return usageError{errors.New(msg)}
+}
+
+// flagError is pflag's error err, without the argument it quotes whole
+// where that may hold a value: "-database-url=postgres://u:pw@db" (one
+// dash, as Go's flag package takes it) is "unknown shorthand flag: 'd' in
+// -database-url=postgres://u:pw@db", and "---set=..." a "bad flag syntax"
+// quoting all of it. The argument is cut as shownArg cuts it.
+func flagError(err error) error {
+	if e, ok := errors.AsType[*pflag.NotExistError](err); ok && e.GetSpecifiedShortnames() != "" {
+		return fmt.Errorf("unknown shorthand flag: %q in -%s (long flags take two dashes: --name=value)",
+			e.GetSpecifiedName(), shownArg(e.GetSpecifiedShortnames()))
+	}
+	if e, ok := errors.AsType[*pflag.InvalidSyntaxError](err); ok {
+		return fmt.Errorf("bad flag syntax: %s", shownArg(e.GetSpecifiedFlag()))
+	}
+	return err
 }
 
 // shownArg is arg up to its first byte outside [A-Za-z0-9._-], then

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -230,5 +231,60 @@ func TestSignalsAsPID1(t *testing.T) {
 			t.Fatal("the child still runs 10 s after the second SIGTERM")
 		case <-tick.C:
 		}
+	}
+}
+
+// pipeChild is set in the environment of TestClosedStderrIsNoDeath's child.
+const pipeChild = "JETSINK_TEST_PIPE_CHILD"
+
+// A write to a stderr nobody reads any more (`jetsink run 2>&1 | tee`,
+// tee gone with the same Ctrl-C) fails with EPIPE; it does not end
+// jetsink by SIGPIPE before its drain.
+func TestClosedStderrIsNoDeath(t *testing.T) {
+	if os.Getenv(pipeChild) == "1" {
+		survivePipes()
+		fmt.Println("ready")
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		_, err := fmt.Fprintln(os.Stderr, "jetsink: interrupt: draining")
+		fmt.Println("survived:", err)
+		os.Exit(0)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestClosedStderrIsNoDeath$")
+	cmd.Env = append(os.Environ(), pipeChild+"=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errOut, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	_ = errOut.Close() // the reader gone: the child's next write to stderr gets a broken pipe
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "ready" {
+		t.Fatalf("the child said %q, want ready", lines.Text())
+	}
+	if _, err := io.WriteString(in, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	said := ""
+	if lines.Scan() {
+		said = lines.Text()
+	}
+	werr := cmd.Wait()
+	if !strings.HasPrefix(said, "survived:") || !strings.Contains(said, "broken pipe") || werr != nil {
+		t.Fatalf("the child said %q and ended with %v; want it to survive the write with EPIPE", said, werr)
 	}
 }
