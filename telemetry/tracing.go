@@ -261,6 +261,9 @@ func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 	return t, nil
 }
 
+// env is the environment variable name trimmed of white space.
+func env(name string) string { return strings.TrimSpace(os.Getenv(name)) }
+
 // off reports whether the standard variables switch tracing off.
 func off() bool {
 	if v, _ := strconv.ParseBool(os.Getenv("OTEL_SDK_DISABLED")); v {
@@ -270,13 +273,18 @@ func off() bool {
 }
 
 // newExporter picks the OTLP exporter; nil, nil when no endpoint is known.
+// The OTEL_ variables are read as the exporters read them: trimmed of
+// white space (a value with a trailing newline from a secret file is the
+// same value, one of white space none).
 func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, error) {
-	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	protoVar := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	proto := env(protoVar)
 	if proto == "" {
-		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+		protoVar = "OTEL_EXPORTER_OTLP_PROTOCOL"
+		proto = env(protoVar)
 	}
 	if endpoint == "" {
-		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		if env("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
 			return nil, nil
 		}
 	}
@@ -286,32 +294,34 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 		}
 	}
 	if endpoint == "" {
+		if proto != "" && proto != "grpc" && proto != "http/protobuf" {
+			return nil, fmt.Errorf("%w: %s %q; use grpc or http/protobuf", ErrInvalidConfig, protoVar, proto)
+		}
 		// The exporters read every OTEL_EXPORTER_OTLP_* variable themselves,
 		// and drop the credentials of an endpoint as CheckEndpoint says.
 		for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-			val := os.Getenv(v)
+			val := env(v)
 			if val == "" {
 				continue
 			}
 			u, err := url.Parse(val)
-			if err != nil {
+			if err != nil || (proto != "grpc" && u.Host == "") {
 				// The exporter would print it whole to stderr (the
 				// OpenTelemetry logger, "parse url") and use its default
-				// endpoint instead.
-				return nil, fmt.Errorf("%w: %s %q is not a URL such as http://127.0.0.1:4318", ErrInvalidConfig, v, redactEndpoint(val))
+				// endpoint instead; or, with no host (otel-collector:4318
+				// reads as the scheme "otel-collector"), post every
+				// batch to https:///v1/traces, which fails, while jetsink
+				// said tracing was on.
+				return nil, fmt.Errorf("%w: %s %q is not a URL such as http://127.0.0.1:4318 (a scheme and a host)", ErrInvalidConfig, v, redactEndpoint(val))
 			}
 			if err := droppedParts(v, val, u); err != nil {
 				return nil, err
 			}
 		}
-		switch proto {
-		case "grpc":
+		if proto == "grpc" {
 			return wrapExp(otlptracegrpc.New(ctx))
-		case "", "http/protobuf":
-			return wrapExp(otlptracehttp.New(ctx))
-		default:
-			return nil, fmt.Errorf("%w: OTEL_EXPORTER_OTLP_PROTOCOL %q; use grpc or http/protobuf", ErrInvalidConfig, proto)
 		}
+		return wrapExp(otlptracehttp.New(ctx))
 	}
 	if err := CheckEndpoint(endpoint); err != nil {
 		return nil, err

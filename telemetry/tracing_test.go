@@ -423,7 +423,37 @@ func TestNewTracingEndpoints(t *testing.T) {
 			strings.Contains(err.Error(), "ab/cd") {
 			t.Errorf("%s that does not parse: err = %v, want ErrInvalidConfig naming it, without the password", v, err)
 		}
+		// No scheme: "otel-collector" would be the scheme, with no
+		// host, and the HTTP exporter would post to https:///v1/traces;
+		// gRPC takes host:port.
+		t.Setenv(v, "otel-collector:4318")
+		if _, err := NewTracing(ctx, Config{SampleRatio: 1}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), v) {
+			t.Errorf("%s without a scheme: err = %v, want ErrInvalidConfig naming it", v, err)
+		}
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", " grpc ")
+		checkEnv := func(what string) {
+			t.Helper()
+			tr, err := NewTracing(ctx, Config{SampleRatio: 1})
+			if err != nil || !tr.Enabled() {
+				t.Fatalf("%s %s: %v (enabled %v), want tracing on", v, what, err, err == nil && tr.Enabled())
+			}
+			sctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			_ = tr.Shutdown(sctx)
+		}
+		checkEnv("host:port with grpc")
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+		// White space around a value (a secret file's newline) is no
+		// part of it, as the exporters read it.
+		t.Setenv(v, " http://127.0.0.1:1\n")
+		checkEnv("with white space")
 		t.Setenv(v, "")
+	}
+	// A bad protocol names the variable it came from.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+	if _, err := NewTracing(ctx, Config{SampleRatio: 1}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") {
+		t.Errorf("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL http/json: err = %v, want ErrInvalidConfig naming it", err)
 	}
 }
 
