@@ -63,7 +63,10 @@
 // stream_seq, consumer_seq, subject, published_at, received_at, delivered
 // and msg_id; "header:<Name>" (case-sensitive, first value, as
 // nats.Header.Get); "json:<dotted.path>" (numeric keys index arrays) or an
-// RFC 6901 JSON pointer "/a/b~1c" (also written "json:/a/b~1c"). A missing value or JSON null is SQL
+// RFC 6901 JSON pointer "/a/b~1c" (also written "json:/a/b~1c"). In both,
+// a key that Atoi reads as an index ("1", and unlike RFC 6901 also "01",
+// "+1") indexes an array, as fastjson's Get does, and names an object's
+// member as written. A missing value or JSON null is SQL
 // NULL, or CodeRequiredMissing when the column is required.
 //
 // When any column reads JSON, or the payload goes to a jsonb column, the

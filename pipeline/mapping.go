@@ -180,6 +180,12 @@ func (m *Mapper) compile(i int, c Column, seen map[string]int) error {
 		if name == "" {
 			return bad("source %q names no header; write header:<Name>", from)
 		}
+		if strings.IndexFunc(name, func(r rune) bool { return r <= ' ' || r == ':' || r >= 0x7f }) >= 0 {
+			// A NATS header line is "Name: value": a name with a colon,
+			// white space or a control character is none any publisher
+			// can send, and the column would be NULL for ever.
+			return bad("source %q: a header name has no white space, ':' or control characters (header:X-Id, case as sent)", from)
+		}
 		cc.src, cc.path = srcHeader, []string{name}
 	case strings.HasPrefix(from, "json:"):
 		p := from[len("json:"):]

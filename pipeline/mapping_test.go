@@ -26,6 +26,8 @@ func TestCompileRejects(t *testing.T) {
 		{"unknown from", []Column{{Name: "a", From: "body", Type: TypeText}}, `unknown source "body"`},
 		{"bad meta", []Column{{Name: "a", From: "meta:seq", Type: TypeInt8}}, "meta: takes one of"},
 		{"empty header", []Column{{Name: "a", From: "header:", Type: TypeText}}, "names no header"},
+		{"header with a space", []Column{{Name: "a", From: "header: X-Id", Type: TypeText}}, "a header name has no white space"},
+		{"header with a colon", []Column{{Name: "a", From: "header:X:Y", Type: TypeText}}, "a header name has no white space, ':'"},
 		{"empty json", []Column{{Name: "a", From: "json:", Type: TypeText}}, "empty path"},
 		{"empty key", []Column{{Name: "a", From: "json:a..b", Type: TypeText}}, "empty key"},
 		{"bad pointer", []Column{{Name: "a", From: "/a~2", Type: TypeText}}, "bad escape"},

@@ -419,7 +419,9 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 					"of another type reads as another value or refuses, %s", col, tname, a.format, want.name, want.name, what),
 				Fix: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s, or change the column's type in postgres.columns",
 					tname, col, want.name)})
-		case a.notNull && !c.Required:
+		case a.notNull && c.MayBeNull():
+			// Not a source that always has a value (meta:stream_seq,
+			// meta:subject, payload, ...): those need no required.
 			probs = append(probs, Problem{Kind: ProblemNotNull, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s is NOT NULL but its mapping is not required: an event without it is dead-lettered by the database, one batch bisect at a time", col, tname),
 				Fix:     fmt.Sprintf("set required: true on column %s in postgres.columns, or ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", c.Name, tname, col)})

@@ -761,6 +761,32 @@ func TestCheckWarnsOfAnIgnoredDefault(t *testing.T) {
 	}
 }
 
+// A NOT NULL column mapped from a source every event has (a meta field
+// but msg_id, the payload) needs no required: check says nothing of it.
+// Before, it was an error (check exited 1 and run logged that the table
+// does not fit) for the columns an exactly-once key is made of.
+func TestCheckNotNullOfSourcesNeverNull(t *testing.T) {
+	probs := checkTableOf(t, `seq2 int8 NOT NULL, subj text NOT NULL, pub timestamptz NOT NULL, body jsonb NOT NULL,
+		id text NOT NULL, x int4 NOT NULL`,
+		pipeline.Column{Name: "seq2", From: "meta:stream_seq", Type: pipeline.TypeInt8},
+		pipeline.Column{Name: "subj", From: "meta:subject", Type: pipeline.TypeText},
+		pipeline.Column{Name: "pub", From: "meta:published_at", Type: pipeline.TypeTimestamptz},
+		pipeline.Column{Name: "body", From: "payload", Type: pipeline.TypeJSONB},
+		pipeline.Column{Name: "id", From: "meta:msg_id", Type: pipeline.TypeText}, // an event may have none
+		pipeline.Column{Name: "x", From: "/x", Type: pipeline.TypeInt4})
+	var got []string
+	for _, p := range probs {
+		if p.Kind != ProblemNotNull || p.Warning {
+			t.Errorf("unexpected problem %+v", p)
+			continue
+		}
+		got = append(got, p.Column)
+	}
+	if slices.Sort(got); !slices.Equal(got, []string{"id", "x"}) {
+		t.Fatalf("NOT NULL problems for %v, want id and x only", got)
+	}
+}
+
 // A numeric or timestamptz column with a precision is a warning naming
 // it: PostgreSQL rounds what jetsink sends to it (and refuses a number too
 // large for numeric(p,s), one bisection per row). Before, the type's OID
