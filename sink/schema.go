@@ -111,18 +111,25 @@ func (s *Sink) columnTypes(ctx context.Context, c *pgx.Conn, rel *uint32) (map[s
 // column per mapped column (NOT NULL where Required) and, in exactly-once
 // mode, CREATE UNIQUE INDEX IF NOT EXISTS on (stream, stream_seq). Every
 // name is a quoted identifier.
-func (s *Sink) DDL() []string {
-	defs := make([]string, len(s.cols))
-	for i, c := range s.cols {
-		defs[i] = pgx.Identifier{c.Name}.Sanitize() + " " + pgTypes[c.Type].name
-		if c.Required {
-			defs[i] += " NOT NULL"
+func (s *Sink) DDL() []string { return s.ddl(s.table.Sanitize(), true) }
+
+// ddl is DDL on table (a quoted, maybe schema-qualified name), without
+// the CREATE TABLE unless create.
+func (s *Sink) ddl(table string, create bool) []string {
+	var ddl []string
+	if create {
+		defs := make([]string, len(s.cols))
+		for i, c := range s.cols {
+			defs[i] = pgx.Identifier{c.Name}.Sanitize() + " " + pgTypes[c.Type].name
+			if c.Required {
+				defs[i] += " NOT NULL"
+			}
 		}
+		ddl = append(ddl, "CREATE TABLE IF NOT EXISTS "+table+" (\n\t"+strings.Join(defs, ",\n\t")+"\n)")
 	}
-	ddl := []string{"CREATE TABLE IF NOT EXISTS " + s.table.Sanitize() + " (\n\t" + strings.Join(defs, ",\n\t") + "\n)"}
 	if s.cfg.Mode == ExactlyOnce {
 		ddl = append(ddl, "CREATE UNIQUE INDEX IF NOT EXISTS "+pgx.Identifier{s.indexName()}.Sanitize()+
-			" ON "+s.table.Sanitize()+" ("+pgx.Identifier{s.streamC}.Sanitize()+", "+pgx.Identifier{s.seqC}.Sanitize()+")")
+			" ON "+table+" ("+pgx.Identifier{s.streamC}.Sanitize()+", "+pgx.Identifier{s.seqC}.Sanitize()+")")
 	}
 	return ddl
 }
@@ -155,7 +162,21 @@ func (s *Sink) Init(ctx context.Context) error {
 	var missing *Problem
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
 		err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-			for _, q := range s.DDL() {
+			// A table the name finds anywhere on search_path is the one:
+			// CREATE TABLE IF NOT EXISTS looks in the first schema only,
+			// and would make an empty table there that hides it (a schema
+			// named after the role, "$user" first on the path).
+			var found string
+			err := tx.QueryRow(ctx, `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+				FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, s.table.Sanitize()).Scan(&found)
+			ddl := s.DDL()
+			switch {
+			case err == nil:
+				ddl = s.ddl(found, false)
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			}
+			for _, q := range ddl {
 				if _, err := tx.Exec(ctx, q); err != nil {
 					return err
 				}
@@ -197,6 +218,7 @@ const (
 	ProblemColumnMissing ProblemKind = "column_missing"
 	ProblemTypeMismatch  ProblemKind = "type_mismatch"
 	ProblemNotNull       ProblemKind = "not_null"
+	ProblemGenerated     ProblemKind = "generated"
 	ProblemNoUniqueIndex ProblemKind = "no_unique_index"
 	// ProblemDeferrableUnique: in exactly-once mode a unique or primary key
 	// constraint on exactly (stream, stream_seq) is DEFERRABLE. INSERT ...
@@ -340,15 +362,37 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		}
 		return append(probs, p), nil
 	}
-	var kind string
-	var insteadOf bool
+	var kind, qualified string
+	var insteadOf, partitions bool
+	var shadowed *string // a type the table's name finds before the table's row type
 	if err := c.QueryRow(ctx, `SELECT relkind::text, EXISTS (SELECT FROM pg_trigger WHERE tgrelid = $1 AND tgenabled <> 'D'
-		AND tgtype & 64 <> 0 AND tgtype & 4 <> 0) FROM pg_class WHERE oid = $1`, *oid).Scan(&kind, &insteadOf); err != nil {
+		AND tgtype & 64 <> 0 AND tgtype & 4 <> 0), EXISTS (SELECT FROM pg_inherits WHERE inhparent = $1),
+		quote_ident(n.nspname) || '.' || quote_ident(c.relname),
+		(SELECT format_type(t.oid, NULL) FROM pg_type t WHERE t.oid = to_regtype($2) AND t.typrelid <> $1)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, *oid, tname).Scan(&kind, &insteadOf, &partitions,
+		&qualified, &shadowed); err != nil {
 		return nil, fmt.Errorf("check table %s on %s: %w", tname, s.where, err)
 	}
 	var kindProblem []Problem
+	if shadowed != nil && s.cfg.Mode != ExactlyOnce {
+		// The at-least-once type guard reads the columns' types as
+		// (NULL::<table>).<column>: a type name, which finds pg_catalog's
+		// types first (point, path, date, ...), then types along
+		// search_path; every batch would fail (42809, 42703), retried.
+		kindProblem = append(kindProblem, Problem{Kind: ProblemRelationKind,
+			Message: fmt.Sprintf("the name %s finds the type %s before the table's own row type, which jetsink's type guard reads: "+
+				"every batch would fail and be retried", tname, *shadowed),
+			Fix: fmt.Sprintf("set postgres.table to the schema-qualified name %s", qualified)})
+	}
 	switch kind {
-	case "r", "p", "f": // a table, a partitioned table, a foreign table
+	case "p":
+		if !partitions {
+			kindProblem = append(kindProblem, Problem{Kind: ProblemRelationKind,
+				Message: fmt.Sprintf("%s is a partitioned table without partitions: every row fails (SQLSTATE 23514, no partition of "+
+					"relation found for row), so every batch would be retried and nothing stored", tname),
+				Fix: fmt.Sprintf("CREATE TABLE ... PARTITION OF %s FOR VALUES ... (or DEFAULT)", tname)})
+		}
+	case "r", "f": // a table, a foreign table
 	case "v":
 		if !insteadOf {
 			kindProblem = append(kindProblem, Problem{Kind: ProblemRelationKind,
@@ -368,10 +412,11 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		format                    string
 		notNull, hasDefault, auto bool
 		num                       int16
+		generated, always         bool // GENERATED ALWAYS AS (expr) STORED; GENERATED ALWAYS AS IDENTITY
 	}
 	attrs := map[string]attr{}
 	rows, err := c.Query(ctx, `SELECT attname, attnum, atttypid, atttypmod, format_type(atttypid, atttypmod), attnotnull, atthasdef,
-		attidentity <> '' OR attgenerated <> ''
+		attidentity <> '' OR attgenerated <> '', attgenerated <> '', attidentity = 'a'
 		FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, *oid)
 	if err != nil {
 		return nil, fmt.Errorf("check columns of %s on %s: %w", tname, s.where, err)
@@ -379,7 +424,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	for rows.Next() {
 		var name string
 		var a attr
-		if err := rows.Scan(&name, &a.num, &a.typ, &a.typmod, &a.format, &a.notNull, &a.hasDefault, &a.auto); err != nil {
+		if err := rows.Scan(&name, &a.num, &a.typ, &a.typmod, &a.format, &a.notNull, &a.hasDefault, &a.auto, &a.generated, &a.always); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("check columns of %s on %s: %w", tname, s.where, err)
 		}
@@ -412,6 +457,14 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			probs = append(probs, Problem{Kind: ProblemColumnMissing, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s does not exist", col, tname),
 				Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", tname, col, want.name)})
+		case a.generated:
+			probs = append(probs, Problem{Kind: ProblemGenerated, Column: c.Name,
+				Message: fmt.Sprintf("column %s of %s is a generated column: COPY cannot write it (SQLSTATE 42P10), so every batch would fail and be retried", col, tname),
+				Fix:     fmt.Sprintf("remove column %s from postgres.columns; PostgreSQL computes it", c.Name)})
+		case a.always && s.cfg.Mode == ExactlyOnce:
+			probs = append(probs, Problem{Kind: ProblemGenerated, Column: c.Name,
+				Message: fmt.Sprintf("column %s of %s is GENERATED ALWAYS AS IDENTITY: exactly-once's INSERT cannot write it (SQLSTATE 428C9), so every batch would fail and be retried", col, tname),
+				Fix:     fmt.Sprintf("remove column %s from postgres.columns, or ALTER TABLE %s ALTER COLUMN %s SET GENERATED BY DEFAULT", c.Name, tname, col)})
 		case !s.columnReads(c, cts[c.Name]):
 			what := "so jetsink stores nothing in this table until they match (each batch is retried)"
 			probs = append(probs, Problem{Kind: ProblemTypeMismatch, Column: c.Name,

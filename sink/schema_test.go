@@ -884,3 +884,102 @@ func gatedDials(s *Sink) (dials *atomic.Int64, gate func() chan struct{}) {
 		return c
 	}
 }
+
+// Init finds the table wherever search_path finds it: CREATE TABLE IF NOT
+// EXISTS looks in the first schema only, and made an empty table there
+// that hid the real one (every later COPY went to it).
+func TestInitFindsTheTableOnSearchPath(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	first, second := fmt.Sprintf("sa_%d", time.Now().UnixNano()), fmt.Sprintf("sb_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+first+"; CREATE SCHEMA "+second+
+		"; CREATE TABLE "+second+".events (stream text, stream_seq int8, payload jsonb)"); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", first+","+second)
+	u.RawQuery = q.Encode()
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		s, _ := newTestSink(t, ctx, u.String(), func(c *Config) { c.Table, c.Mode = "events", mode })
+		if err := s.Init(ctx); err != nil {
+			t.Fatalf("%s: Init: %v", mode, err)
+		}
+		var tables, indexes int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = 'events' AND relkind = 'r'
+			AND relnamespace::regnamespace::text IN ($1, $2)`, first, second).Scan(&tables); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_index WHERE indrelid = $1::regclass AND indisunique`, second+".events").Scan(&indexes); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[Mode]int{AtLeastOnce: 0, ExactlyOnce: 1}[mode]; tables != 1 || indexes != want {
+			t.Fatalf("%s: %d tables named events, %d unique indexes on %s.events; want 1 and %d", mode, tables, indexes, second, want)
+		}
+	}
+}
+
+// Tables every batch would fail in are errors of check: a mapped generated
+// column (COPY cannot write it), a GENERATED ALWAYS identity in
+// exactly-once mode (its INSERT cannot), a partitioned table without
+// partitions, and in at-least-once mode a table whose name finds a type
+// first (its type guard reads (NULL::<name>).<column>).
+func TestCheckTablesEveryBatchFails(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	check := func(t *testing.T, ddl string, mode Mode, table string, cols []pipeline.Column, kind ProblemKind, says string, searchPath ...string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
+		dbURL := pg.URL
+		if len(searchPath) > 0 {
+			u, err := url.Parse(pg.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := u.Query()
+			q.Set("search_path", searchPath[0])
+			u.RawQuery = q.Encode()
+			dbURL = u.String()
+		}
+		s, _ := newTestSink(t, ctx, dbURL, func(c *Config) { c.Table, c.Mode, c.CreateTable = table, mode, false })
+		s.cols = append(slices.Clone(testCols), cols...)
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range probs {
+			if p.Kind == kind && !p.Warning && strings.Contains(p.Message, says) {
+				return
+			}
+		}
+		t.Fatalf("problems %v, want a %s error saying %q", probs, kind, says)
+	}
+	n := time.Now().UnixNano()
+	t.Run("generated", func(t *testing.T) {
+		tbl := fmt.Sprintf("gen_%d", n)
+		check(t, "CREATE TABLE "+tbl+" (stream text, stream_seq int8, payload jsonb, q int4, twice int4 GENERATED ALWAYS AS (q * 2) STORED)",
+			AtLeastOnce, tbl, []pipeline.Column{{Name: "twice", From: "json:t", Type: pipeline.TypeInt4}}, ProblemGenerated, "generated column")
+	})
+	t.Run("identity always, exactly-once", func(t *testing.T) {
+		tbl := fmt.Sprintf("ident_%d", n)
+		check(t, "CREATE TABLE "+tbl+" (stream text, stream_seq int8, payload jsonb, id int8 GENERATED ALWAYS AS IDENTITY, UNIQUE (stream, stream_seq))",
+			ExactlyOnce, tbl, []pipeline.Column{{Name: "id", From: "json:id", Type: pipeline.TypeInt8}}, ProblemGenerated, "GENERATED ALWAYS AS IDENTITY")
+	})
+	t.Run("no partitions", func(t *testing.T) {
+		tbl := fmt.Sprintf("parts_%d", n)
+		check(t, "CREATE TABLE "+tbl+" (stream text, stream_seq int8, payload jsonb) PARTITION BY LIST (stream)",
+			AtLeastOnce, tbl, nil, ProblemRelationKind, "without partitions")
+	})
+	t.Run("a name that finds a type", func(t *testing.T) {
+		schema := fmt.Sprintf("st_%d", n)
+		check(t, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".path (stream text, stream_seq int8, payload jsonb)",
+			AtLeastOnce, "path", nil, ProblemRelationKind, "finds the type", schema)
+	})
+}
