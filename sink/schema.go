@@ -709,9 +709,20 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 	tname := s.table.Sanitize()
 	var insert, sel, temp, recovery, rls bool
 	var readOnly string
-	err := c.QueryRow(ctx, `SELECT has_table_privilege($1::oid, 'INSERT'), has_table_privilege($1::oid, 'SELECT'),
+	// Column privileges on every mapped column do as well as the
+	// table's: COPY names those columns only, and so do exactly-once's
+	// INSERT and its reads. (A missing column is a problem of its own,
+	// and has_column_privilege would fail on it.)
+	names := make([]string, len(s.cols))
+	for i, col := range s.cols {
+		names[i] = col.Name
+	}
+	err := c.QueryRow(ctx, `WITH mapped AS (SELECT a.attname FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0
+			AND NOT a.attisdropped AND a.attname = ANY($2::text[]))
+		SELECT has_table_privilege($1::oid, 'INSERT') OR NOT EXISTS (SELECT FROM mapped WHERE NOT has_column_privilege($1::oid, attname, 'INSERT')),
+		has_table_privilege($1::oid, 'SELECT') OR NOT EXISTS (SELECT FROM mapped WHERE NOT has_column_privilege($1::oid, attname, 'SELECT')),
 		has_database_privilege(current_database(), 'TEMP'), pg_is_in_recovery(), current_setting('transaction_read_only'),
-		row_security_active($1::oid)`, rel).
+		row_security_active($1::oid)`, rel, names).
 		Scan(&insert, &sel, &temp, &recovery, &readOnly, &rls)
 	if err != nil {
 		return nil, fmt.Errorf("check privileges on %s on %s: %w", tname, s.where, err)

@@ -555,8 +555,17 @@ func TestCheckPrivilegesAndReadOnly(t *testing.T) {
 	if got := check(AtLeastOnce); !slices.Equal(got, want[:1]) {
 		t.Fatalf("at-least-once, no privileges:\n%q\nwant\n%q", got, want[:1])
 	}
-	exec("GRANT INSERT, SELECT ON " + tbl + " TO " + role)
+	// Column privileges do on every mapped column, not on some.
+	exec("GRANT INSERT (stream, stream_seq), SELECT (stream) ON " + tbl + " TO " + role)
+	if got := check(ExactlyOnce); !slices.Equal(got, want) {
+		t.Fatalf("exactly-once, privileges on some columns:\n%q\nwant\n%q", got, want)
+	}
+	exec("GRANT INSERT (payload), SELECT (stream_seq, payload) ON " + tbl + " TO " + role)
 	exec("GRANT TEMP ON DATABASE " + db + " TO " + role)
+	if got := check(ExactlyOnce); len(got) != 0 {
+		t.Fatalf("with the privileges on the mapped columns: %q", got)
+	}
+	exec("GRANT INSERT, SELECT ON " + tbl + " TO " + role)
 	if got := check(ExactlyOnce); len(got) != 0 {
 		t.Fatalf("with the privileges: %q", got)
 	}
