@@ -582,14 +582,29 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				fix = taken + "; then " + fix
 			}
 			msg := fmt.Sprintf("exactly-once mode needs a unique index on %s %s and there is none", tname, key)
+			// Whether Init's CREATE UNIQUE INDEX can make it: not on a
+			// foreign table or a view (42809), nor on a table partitioned
+			// by another column or an expression (0A000).
+			cannot := taken != "" || kind == "f" || kind == "v"
 			if kind == "p" {
+				var parts []int16
+				if err := c.QueryRow(ctx, "SELECT partattrs::int2[] FROM pg_partitioned_table WHERE partrelid = $1", *oid).Scan(&parts); err != nil {
+					return nil, fmt.Errorf("check the partition key of %s on %s: %w", tname, s.where, err)
+				}
+				for _, a := range parts { // 0: an expression
+					cannot = cannot || (a != attrs[s.streamC].num && a != attrs[s.seqC].num)
+				}
 				msg += " (on a partitioned table a unique index must hold the partition key's columns: the table must be " +
 					"partitioned by those columns, or by one of them, for exactly-once)"
 			}
-			if taken == "" {
+			if kind == "f" || kind == "v" {
+				msg += " (a foreign table or a view has no index of its own: exactly-once needs a table)"
+				fix = "set postgres.table to a table, or use postgres.mode: at-least-once"
+			}
+			if taken == "" && !cannot {
 				msg += "; building it fails if the table holds rows with the same key (at-least-once writes duplicates)"
 			}
-			probs = append(probs, Problem{Kind: ProblemNoUniqueIndex, Message: msg, Fix: fix, initCannot: taken != ""})
+			probs = append(probs, Problem{Kind: ProblemNoUniqueIndex, Message: msg, Fix: fix, initCannot: cannot})
 		}
 	}
 	return probs, nil

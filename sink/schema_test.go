@@ -992,3 +992,42 @@ func TestCheckTablesEveryBatchFails(t *testing.T) {
 			AtLeastOnce, "path", nil, ProblemRelationKind, "finds the type", schema)
 	})
 }
+
+// A missing exactly-once key index on a table partitioned by another
+// column is not one Init can make (CREATE UNIQUE INDEX fails, 0A000):
+// check said create_table would fix it, and run then failed at start.
+func TestCheckKeyIndexOfAPartitionedTable(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	n := time.Now().UnixNano()
+	for _, c := range []struct {
+		by        string
+		initMakes bool
+	}{{"RANGE (at)", false}, {"LIST (stream)", true}, {"RANGE ((stream_seq % 2))", false}} {
+		tbl := fmt.Sprintf("kp_%d_%d", n, len(c.by))
+		if _, err := admin.Exec(ctx, "CREATE TABLE "+tbl+" (stream text, stream_seq int8, payload jsonb, at timestamptz) PARTITION BY "+c.by); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Exec(ctx, "CREATE TABLE "+tbl+"_d PARTITION OF "+tbl+" DEFAULT"); err != nil {
+			t.Fatal(err)
+		}
+		s, _ := newTestSink(t, ctx, pg.URL, func(cfg *Config) { cfg.Table, cfg.Mode, cfg.CreateTable = tbl, ExactlyOnce, false })
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found bool
+		for _, p := range probs {
+			if p.Kind == ProblemNoUniqueIndex {
+				found = true
+				if p.InitMakes() != c.initMakes {
+					t.Errorf("partitioned by %s: InitMakes = %v, want %v: %s", c.by, p.InitMakes(), c.initMakes, p)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("partitioned by %s: problems %v, want no_unique_index", c.by, probs)
+		}
+	}
+}
