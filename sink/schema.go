@@ -173,6 +173,18 @@ func (s *Sink) Init(ctx context.Context) error {
 			switch {
 			case err == nil:
 				ddl = s.ddl(found, false)
+				if s.cfg.Mode == ExactlyOnce {
+					probs, err := s.check(ctx, c)
+					if err != nil {
+						return err
+					}
+					if !slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == ProblemNoUniqueIndex }) {
+						// A usable key index is there (a primary key on
+						// the key, say): another would cost every insert,
+						// and its build would block writes at start.
+						ddl = nil
+					}
+				}
 			case !errors.Is(err, pgx.ErrNoRows):
 				return err
 			}

@@ -1031,3 +1031,26 @@ func TestCheckKeyIndexOfAPartitionedTable(t *testing.T) {
 		}
 	}
 }
+
+// Init makes no second unique index where a usable one is there: a
+// primary key on (stream, stream_seq) does for exactly-once's ON CONFLICT.
+func TestInitKeepsAKeyThatIsThere(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	tbl := fmt.Sprintf("pk_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE TABLE "+tbl+" (stream text, stream_seq int8, payload jsonb, PRIMARY KEY (stream, stream_seq))"); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Table, c.Mode = tbl, ExactlyOnce })
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_index WHERE indrelid = $1::regclass AND indisunique", tbl).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("%d unique indexes on %s after Init, want the primary key's only", n, tbl)
+	}
+}
