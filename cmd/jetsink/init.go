@@ -22,9 +22,11 @@ func newInitCmd() *cobra.Command {
 does not exist, and in exactly-once mode the unique index on (stream, stream_seq)
 that makes redeliveries harmless. An existing table's columns are left alone
 (run 'jetsink check' to compare them with the mapping), but in exactly-once mode
-the index is added to a table without one of that name (<table>_stream_seq_key):
+the index is added to a table without a usable unique key on (stream, stream_seq)
+(a primary key does) and without an index of its name (<table>_stream_seq_key):
 CREATE UNIQUE INDEX blocks writes to the table while it builds, and fails if
-the table holds duplicates. When the name is taken by another index (of a
+the table holds duplicates. The table is the one search_path finds, in
+whichever schema; a new one is made in the first. When the name is taken by another index (of a
 table renamed since, or left INVALID by a failed concurrent build), init
 says what holds it and how to free it, and exits 1. --print shows the SQL
 instead.
