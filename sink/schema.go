@@ -161,40 +161,47 @@ func withSuffix(base, suffix string) string {
 func (s *Sink) Init(ctx context.Context) error {
 	var missing *Problem
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
-		err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-			// A table the name finds anywhere on search_path is the one:
-			// CREATE TABLE IF NOT EXISTS looks in the first schema only,
-			// and would make an empty table there that hides it (a schema
-			// named after the role, "$user" first on the path).
-			var found string
-			err := tx.QueryRow(ctx, `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname)
-				FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, s.table.Sanitize()).Scan(&found)
-			ddl := s.DDL()
-			switch {
-			case err == nil:
-				ddl = s.ddl(found, false)
-				if s.cfg.Mode == ExactlyOnce {
-					probs, err := s.check(ctx, c)
-					if err != nil {
-						return err
-					}
-					if !slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == ProblemNoUniqueIndex }) {
-						// A usable key index is there (a primary key on
-						// the key, say): another would cost every insert,
-						// and its build would block writes at start.
-						ddl = nil
-					}
-				}
-			case !errors.Is(err, pgx.ErrNoRows):
-				return err
-			}
-			for _, q := range ddl {
-				if _, err := tx.Exec(ctx, q); err != nil {
+		// A table the name finds anywhere on search_path is the one:
+		// CREATE TABLE IF NOT EXISTS looks in the first schema only, and
+		// would make an empty table there that hides it (a schema named
+		// after the role, "$user" first on the path). Asked before the
+		// transaction: check's reads may fail (pg_settings refused) and
+		// would abort it.
+		ddl := s.DDL()
+		var found string
+		err := c.QueryRow(ctx, `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p', 'f', 'v')`, s.table.Sanitize()).Scan(&found)
+		switch {
+		case err == nil:
+			ddl = s.ddl(found, false)
+			if s.cfg.Mode == ExactlyOnce {
+				probs, err := s.check(ctx, c)
+				if err != nil {
 					return err
 				}
+				if !slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == ProblemNoUniqueIndex }) {
+					// A usable key index is there (a primary key on
+					// the key, say): another would cost every insert,
+					// and its build would block writes at start.
+					ddl = nil
+				}
 			}
-			return nil
-		})
+		case errors.Is(err, pgx.ErrNoRows):
+			err = nil // none: CREATE TABLE IF NOT EXISTS makes it
+		default:
+			return err
+		}
+		if len(ddl) > 0 {
+			err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+				for _, q := range ddl {
+					if _, err := tx.Exec(ctx, q); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
 		if err != nil || s.cfg.Mode != ExactlyOnce {
 			return err
 		}
@@ -471,7 +478,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", tname, col, want.name)})
 		case a.generated:
 			probs = append(probs, Problem{Kind: ProblemGenerated, Column: c.Name,
-				Message: fmt.Sprintf("column %s of %s is a generated column: COPY cannot write it (SQLSTATE 42P10), so every batch would fail and be retried", col, tname),
+				Message: fmt.Sprintf("column %s of %s is a generated column: jetsink cannot write it (SQLSTATE 42P10 from COPY, 428C9 from exactly-once's INSERT), so every batch would fail and be retried", col, tname),
 				Fix:     fmt.Sprintf("remove column %s from postgres.columns; PostgreSQL computes it", c.Name)})
 		case a.always && s.cfg.Mode == ExactlyOnce:
 			probs = append(probs, Problem{Kind: ProblemGenerated, Column: c.Name,

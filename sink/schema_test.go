@@ -715,6 +715,13 @@ func TestCheckWithoutPgSettings(t *testing.T) {
 		!strings.Contains(probs[0].Message, "42501") {
 		t.Fatalf("problems %v, want one warning that pg_settings could not be read", probs)
 	}
+	// Init of the table that exists, in exactly-once mode, checks it
+	// first: the refused read is a warning there too, not an aborted
+	// transaction (25P02) that fails the start.
+	eo, _ := newTestSink(t, ctx, roleURL, func(c *Config) { c.Table, c.Mode, c.CreateTable = s.cfg.Table, ExactlyOnce, false })
+	if err := eo.Init(ctx); err != nil {
+		t.Fatalf("exactly-once Init of an existing table without pg_settings: %v", err)
+	}
 }
 
 // checkTableOf makes a table of the test's own with testCols' columns and

@@ -29,7 +29,8 @@ the table holds duplicates. The table is the one search_path finds, in
 whichever schema; a new one is made in the first. When the name is taken by another index (of a
 table renamed since, or left INVALID by a failed concurrent build), init
 says what holds it and how to free it, and exits 1. --print shows the SQL
-instead.
+that makes both where there is no table, without running it (on an existing
+table init runs only what is missing of it).
 
 Ctrl-C (SIGINT or SIGTERM) cancels the statement under way on the server,
 rolls the DDL back and exits 1; a second one exits at once.`,
