@@ -901,6 +901,19 @@ func gatedDials(s *Sink) (dials *atomic.Int64, gate func() chan struct{}) {
 	}
 }
 
+// withSearchPath is dbURL with its sessions' search_path set to path.
+func withSearchPath(t *testing.T, dbURL, path string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", path)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // Init finds the table wherever search_path finds it: CREATE TABLE IF NOT
 // EXISTS looks in the first schema only, and made an empty table there
 // that hid the real one (every later COPY went to it).
@@ -913,15 +926,9 @@ func TestInitFindsTheTableOnSearchPath(t *testing.T) {
 		"; CREATE TABLE "+second+".events (stream text, stream_seq int8, payload jsonb)"); err != nil {
 		t.Fatal(err)
 	}
-	u, err := url.Parse(pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", first+","+second)
-	u.RawQuery = q.Encode()
+	dbURL := withSearchPath(t, pg.URL, first+","+second)
 	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
-		s, _ := newTestSink(t, ctx, u.String(), func(c *Config) { c.Table, c.Mode = "events", mode })
+		s, _ := newTestSink(t, ctx, dbURL, func(c *Config) { c.Table, c.Mode = "events", mode })
 		if err := s.Init(ctx); err != nil {
 			t.Fatalf("%s: Init: %v", mode, err)
 		}
@@ -955,14 +962,7 @@ func TestCheckTablesEveryBatchFails(t *testing.T) {
 		}
 		dbURL := pg.URL
 		if len(searchPath) > 0 {
-			u, err := url.Parse(pg.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			q := u.Query()
-			q.Set("search_path", searchPath[0])
-			u.RawQuery = q.Encode()
-			dbURL = u.String()
+			dbURL = withSearchPath(t, pg.URL, searchPath[0])
 		}
 		s, _ := newTestSink(t, ctx, dbURL, func(c *Config) { c.Table, c.Mode, c.CreateTable = table, mode, false })
 		s.cols = append(slices.Clone(testCols), cols...)
