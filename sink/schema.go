@@ -169,6 +169,7 @@ func (s *Sink) Init(ctx context.Context) error {
 		// would abort it.
 		ddl := s.DDL()
 		var found string
+		var probs []Problem // exactly-once: what check finds in the table that is there
 		err := c.QueryRow(ctx, `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname)
 			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 			WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p', 'f', 'v')`, s.table.Sanitize()).Scan(&found)
@@ -176,8 +177,7 @@ func (s *Sink) Init(ctx context.Context) error {
 		case err == nil:
 			ddl = s.ddl(found, false)
 			if s.cfg.Mode == ExactlyOnce {
-				probs, err := s.check(ctx, c)
-				if err != nil {
+				if probs, err = s.check(ctx, c); err != nil {
 					return err
 				}
 				if !slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == ProblemNoUniqueIndex }) {
@@ -205,7 +205,11 @@ func (s *Sink) Init(ctx context.Context) error {
 		if err != nil || s.cfg.Mode != ExactlyOnce {
 			return err
 		}
-		probs, err := s.check(ctx, c)
+		if len(ddl) > 0 { // else probs is the table as it stays
+			if probs, err = s.check(ctx, c); err != nil {
+				return err
+			}
+		}
 		for _, p := range probs {
 			// A DEFERRABLE constraint on the key makes INSERT ... ON
 			// CONFLICT fail even beside the index Init made.
