@@ -27,9 +27,7 @@ func benchStream(b *testing.B, ctx context.Context, srv *testenv.NATSServer, n i
 	cfg.PullHeartbeat = DefaultPullHeartbeat
 	cfg.PullExpiry = DefaultPullExpiry
 	js := jsFor(b, srv)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		b.Fatal(err)
-	}
+	makeStream(b, ctx, js, cfg)
 	body := []byte(`{"id":"6f1c2a9e-8d3b-4c57-9a0e-1b2c3d4e5f60","ts":"2026-11-29T20:00:00Z","tags":{"site":"ams-1"},"value":42.5,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
 	for i := 0; i < n; i++ {
 		m := &nats.Msg{Subject: subjectOf(cfg, i, 64), Data: body, Header: nats.Header{}}

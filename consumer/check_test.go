@@ -49,9 +49,7 @@ func TestCheckReportsWithoutChangingAnything(t *testing.T) {
 	}
 
 	// Stream and dead-letter stream exist, consumer not yet: warnings only.
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream + "_DLQ", Subjects: []string{cfg.DeadLetterSubject}}); err != nil {
 		t.Fatal(err)
 	}
@@ -131,9 +129,7 @@ func TestCheckDeadLetterStreamSettings(t *testing.T) {
 	cfg := testConfig(t, srv)
 	cfg.AckWait = 30 * time.Second
 	cfg.CreateStream = false
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	for i, tc := range []struct {
 		name string
 		sc   jetstream.StreamConfig
@@ -384,9 +380,7 @@ func TestCheckDeadLetterStreamSettingsUnreadable(t *testing.T) {
 	cfg.User, cfg.Password = "check", pass
 	cfg.Stream, cfg.Subjects, cfg.Consumer = name, []string{"in." + name + ".>"}, "c_"+name
 	cfg.DeadLetterSubject = "dlq." + name
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: dlqName, Subjects: []string{cfg.DeadLetterSubject}}); err != nil {
 		t.Fatal(err)
 	}

@@ -134,9 +134,7 @@ func TestNewTakesTheOwnersDurable(t *testing.T) {
 			cfg := testConfig(t, srv)
 			cfg.CreateStream = false
 			js := jsFor(t, srv)
-			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-				t.Fatal(err)
-			}
+			makeStream(t, ctx, js, cfg)
 			publish(t, ctx, js, cfg, 10, 1, 0)
 			own := tc.owner
 			own.Durable, own.AckPolicy, own.Metadata = cfg.Consumer, jetstream.AckExplicitPolicy, map[string]string{"owner": "ops"}

@@ -172,9 +172,7 @@ func TestDeadLetterWithoutStreamNaks(t *testing.T) {
 	// An operator-made stream and no create_stream: nothing makes a
 	// dead-letter stream, so the dead-letter publish has nowhere to go.
 	js := jsFor(t, srv)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	cfg.CreateStream = false
 	c := newConsumer(t, ctx, cfg)
 	publish(t, ctx, js, cfg, 1, 1, 0)
@@ -223,9 +221,7 @@ func silentDeadLetterStream(t *testing.T, ctx context.Context) (Config, jetstrea
 	cfg := testConfig(t, srv)
 	cfg.AckWait = 8 * time.Second
 	js := jsFor(t, srv)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	cfg.CreateStream = false // no dead-letter stream
 	c := newConsumer(t, ctx, cfg)
 	nc := srv.Connect(t)
@@ -354,9 +350,7 @@ func TestMaxDeliverDeadLetterOutlastsOutage(t *testing.T) {
 	// No create_stream, which would re-create a dead-letter stream, and no
 	// dead-letter stream: the outage.
 	js := jsFor(t, srv)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	cfg.CreateStream = false
 	c := newConsumer(t, ctx, cfg)
 	publish(t, ctx, js, cfg, 1, 1, 0)
@@ -705,9 +699,7 @@ func TestDeadLetterRefusedLogsBounded(t *testing.T) {
 	cfg := testConfig(t, srv)
 	cfg.CreateStream = false
 	js := jsFor(t, srv)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	c, buf := newLoggedConsumer(t, ctx, cfg)
 	ev := pipeline.Event{Msg: &fakeMsg{}, Stream: cfg.Stream, StreamSeq: 1, Delivered: 1, Epoch: c.epochs.Current()}
 	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
@@ -853,9 +845,7 @@ func TestDeadLetterStoredAgainAfterDuplicateWindow(t *testing.T) {
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	js := jsFor(t, srv)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	// Two dead letters must go within it, on a loaded machine too.
 	const window = 2 * time.Second
 	dlq, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream + "_DLQ", Subjects: []string{cfg.DeadLetterSubject}, Duplicates: window})

@@ -268,9 +268,7 @@ func TestEpochLookAfterReconnect(t *testing.T) {
 	cfg.CreateStream = false
 	cfg.AckWait = 2 * time.Second
 	js := jsFor(t, srv) // the operator's, straight to the server
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	publish(t, ctx, js, cfg, 3, 1, 0)
 	var log syncBuffer
 	t.Cleanup(func() {

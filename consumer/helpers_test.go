@@ -291,6 +291,15 @@ func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
 	}
 }
 
+// makeStream creates cfg's stream (its name and subjects) as an operator
+// would, for a consumer that does not create it.
+func makeStream(t testing.TB, ctx context.Context, js jetstream.JetStream, cfg Config) {
+	t.Helper()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // jsFor returns a JetStream client on its own connection to srv.
 func jsFor(t testing.TB, srv *testenv.NATSServer) jetstream.JetStream {
 	t.Helper()

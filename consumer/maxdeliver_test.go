@@ -289,9 +289,7 @@ func TestOldMaxDeliverReportedAndUpdated(t *testing.T) {
 	srv := testenv.NATS(t)
 	js := jsFor(t, srv)
 	cfg := testConfig(t, srv)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	dlqStream(t, ctx, js, cfg)
 	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer,
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver + 1,

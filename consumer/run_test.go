@@ -440,9 +440,7 @@ func TestNotConsumingWhileTheStreamIsGone(t *testing.T) {
 		err := c.NotConsuming()
 		return err != nil && strings.Contains(err.Error(), "not consuming for") && errors.Is(err, jetstream.ErrStreamNotFound)
 	})
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	waitFor(t, ctx, "NotConsuming to clear once the stream is back", func() bool { return c.NotConsuming() == nil })
 	r.stopClean(t, ctx)
 }

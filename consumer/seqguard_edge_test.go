@@ -83,9 +83,7 @@ func TestStoredSeqOldBufferedMessagesGoWithTheirStream(t *testing.T) {
 	cfg.CreateStream = false
 	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 50, nil }
 	js := jsFor(t, srv)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	publish(t, ctx, js, cfg, 100, 1, 0)
 	c := newConsumer(t, ctx, cfg)
 	r := startRun(t, ctx, c, 1, 2, 1)
@@ -271,9 +269,7 @@ func TestStoredSeqRefusalMarkedWhenTheConsumerIsGone(t *testing.T) {
 	defer cancel()
 	cfg.CreateStream = false
 	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 100, nil }
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	publish(t, ctx, js, cfg, 100, 1, 0)
 	c := newConsumer(t, ctx, cfg)
 	if err := c.checkSeq(ctx); err != nil {

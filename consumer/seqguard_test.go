@@ -205,9 +205,7 @@ func consumedFrom(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg
 // messages to it, and starts Run on a new Consumer.
 func operatorStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config, n, buffer int) (*Consumer, *runner) {
 	t.Helper()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
-		t.Fatal(err)
-	}
+	makeStream(t, ctx, js, cfg)
 	publish(t, ctx, js, cfg, n, 1, 0)
 	c := newConsumer(t, ctx, cfg)
 	return c, startRun(t, ctx, c, 1, 64, buffer)
