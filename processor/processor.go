@@ -196,28 +196,10 @@ func (p *Processor) Run(intake, hard context.Context) error {
 		}
 	}()
 
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	stage := func(name string, run func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := run(); err != nil && !errors.Is(err, context.Canceled) {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
-				mu.Unlock()
-				// One stage failing stops the whole chain: nothing after it
-				// can make progress, and nothing before it may be acked.
-				cancelHard(err)
-			}
-		}()
-	}
-	stage("consumer", func() error { return p.consumer.Run(intake, hard, in) })
-	stage("pipeline", func() error { return p.pipeline.RunHandoff(hard, h) })
-	stage("sink", func() error { return p.sink.Run(hard, h) })
+	st := &stages{hard: hard, cancelHard: cancelHard, cancelIntake: cancelIntake}
+	st.start("consumer", func() error { return p.consumer.Run(intake, hard, in) })
+	st.start("pipeline", func() error { return p.pipeline.RunHandoff(hard, h) })
+	st.start("sink", func() error { return p.sink.Run(hard, h) })
 	p.log.Info("jetsink running", "workers", p.cfg.Pipeline.Workers, "handoff", p.cfg.Pipeline.Handoff, "stream", p.cfg.NATS.Stream,
 		"consumer", p.cfg.NATS.Consumer, "table", p.cfg.Postgres.Table, "mode", p.cfg.Postgres.Mode)
 	progress, stopProgress := context.WithCancel(context.Background())
@@ -226,7 +208,7 @@ func (p *Processor) Run(intake, hard context.Context) error {
 		defer close(progressDone)
 		p.logProgress(progress, p.log)
 	}()
-	wg.Wait()
+	errs := st.wait()
 	stopProgress() // the totals, once every stage has stopped
 	<-progressDone
 
@@ -470,4 +452,46 @@ func holdLimit(inFlight func() (held, limit int64), bounded int) func() int {
 		}
 		return bounded
 	}
+}
+
+// stages runs Run's three stages and stops all of them when one fails.
+type stages struct {
+	hard         context.Context // ends when the caller's does or a stage fails
+	cancelHard   context.CancelCauseFunc
+	cancelIntake context.CancelFunc
+	wg           sync.WaitGroup
+	mu           sync.Mutex
+	errs         []error
+}
+
+func (s *stages) start(name string, run func() error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := run()
+		// A stage stopped by hard's end says so with hard's error: not a
+		// failure of its own. Any other error is one, even one that wraps
+		// context.Canceled (a context of the stage's own): skipped, it
+		// would leave the stage gone and the others running.
+		if err == nil || (s.hard.Err() != nil && errors.Is(err, context.Canceled)) {
+			return
+		}
+		s.mu.Lock()
+		s.errs = append(s.errs, fmt.Errorf("%s: %w", name, err))
+		s.mu.Unlock()
+		// One stage failing stops the whole chain: nothing after it can
+		// make progress, and nothing before it may be acked. Intake too:
+		// the consumer's start-up checks (the stored sequence, creating the
+		// stream) wait on it, not on hard.
+		s.cancelHard(err)
+		s.cancelIntake()
+	}()
+}
+
+// wait returns once every stage has stopped, with the failures.
+func (s *stages) wait() []error {
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.errs
 }

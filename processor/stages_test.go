@@ -1,0 +1,91 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// One stage failing ends hard and intake for the others, and only its own
+// error is reported: theirs, caused by hard's end, are not failures.
+// A stage's own context.Canceled is a failure while hard lives.
+func TestStagesStopTogether(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail error
+	}{
+		{"an error", errors.New("pin: no such CPU")},
+		{"a context.Canceled of the stage's own", fmt.Errorf("lookup: %w", context.Canceled)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hard, cancelHard := context.WithCancelCause(context.Background())
+			defer cancelHard(nil)
+			intake, cancelIntake := context.WithCancel(context.Background())
+			defer cancelIntake()
+			st := &stages{hard: hard, cancelHard: cancelHard, cancelIntake: cancelIntake}
+
+			fail := make(chan struct{})
+			st.start("waits on intake", func() error {
+				<-intake.Done() // like the consumer's start-up checks
+				return fmt.Errorf("stored seq: %w", intake.Err())
+			})
+			st.start("waits on hard", func() error {
+				<-hard.Done()
+				return fmt.Errorf("push: %w", hard.Err())
+			})
+			st.start("fails", func() error {
+				<-fail
+				return tc.fail
+			})
+			close(fail)
+			errs := waitStages(t, st)
+			if len(errs) != 1 || !errors.Is(errs[0], tc.fail) || errs[0].Error() != "fails: "+tc.fail.Error() {
+				t.Fatalf("errors %q, want only the failing stage's %q", errs, tc.fail)
+			}
+			if !errors.Is(context.Cause(hard), tc.fail) {
+				t.Errorf("hard's cause %v, want the stage's error", context.Cause(hard))
+			}
+		})
+	}
+}
+
+// A stage that ends without error, or because the caller ended hard,
+// stops nothing and reports nothing.
+func TestStagesQuietEnds(t *testing.T) {
+	callerHard, callerCancel := context.WithCancel(context.Background())
+	hard, cancelHard := context.WithCancelCause(callerHard)
+	defer cancelHard(nil)
+	intake, cancelIntake := context.WithCancel(context.Background())
+	defer cancelIntake()
+	st := &stages{hard: hard, cancelHard: cancelHard, cancelIntake: cancelIntake}
+	st.start("done", func() error { return nil })
+	waitStages(t, st)
+	if hard.Err() != nil || intake.Err() != nil {
+		t.Fatalf("a stage ending cleanly ended hard (%v) or intake (%v)", hard.Err(), intake.Err())
+	}
+	callerCancel()
+	st.start("cut short", func() error { return fmt.Errorf("drain cut short: %w", hard.Err()) })
+	if errs := waitStages(t, st); len(errs) != 0 {
+		t.Fatalf("errors %q after the caller ended hard, want none", errs)
+	}
+	if intake.Err() != nil {
+		t.Error("the caller ending hard ended intake through the stages")
+	}
+}
+
+// waitStages is st.wait, failing the test if a stage has not stopped
+// within 10 s (it never will: nothing ended what it waits on).
+func waitStages(t *testing.T, st *stages) []error {
+	t.Helper()
+	done := make(chan []error, 1)
+	go func() { done <- st.wait() }()
+	select {
+	case errs := <-done:
+		return errs
+	case <-time.After(10 * time.Second):
+		t.Fatal("a stage still runs 10 s after another failed: what it waits on was not ended")
+		return nil
+	}
+}
