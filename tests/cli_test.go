@@ -188,7 +188,8 @@ func TestCLISecondSignalWhileConnectingAborts(t *testing.T) {
 		}
 	}()
 	cmd := exec.Command(bin, "run", "--nats-url", "nats://"+l.Addr().String(), "--database-url", "postgres://jetsink@"+l.Addr().String()+"/db?sslmode=disable",
-		"--set", "nats.stream=S", "--set", "nats.create_stream=true", "--set", "nats.subjects=s.>")
+		"--set", "nats.stream=S", "--set", "nats.create_stream=true", "--set", "nats.subjects=s.>",
+		"--set", "telemetry.listen=127.0.0.1:0") // not the default port: a running jetsink may hold it
 	testenv.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(), "JETSINK_CONFIG=")
 	var out testenv.SyncBuffer

@@ -259,7 +259,8 @@ func TestRunDrainsOnHangup(t *testing.T) {
 	ns := testenv.NATS(t)
 	pg := testenv.Postgres(t)
 	r := startJetsink(t, ctx, "run", "--nats-url", ns.URL(), "--database-url", pg.URL,
-		"--set", "nats.create_stream=true", "--set", "postgres.create_table=true")
+		"--set", "nats.create_stream=true", "--set", "postgres.create_table=true",
+		"--set", "telemetry.listen=127.0.0.1:0") // not the default port: a running jetsink may hold it
 	r.waitOutput(t, ctx, "jetsink running")
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
