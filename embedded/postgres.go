@@ -21,8 +21,8 @@ import (
 )
 
 // HowToProvidePostgres says how to get PostgreSQL when it is missing.
-const HowToProvidePostgres = "install PostgreSQL 15 so that initdb and pg_ctl are on PATH " +
-	"(Debian: apt-get install postgresql-15; binaries in /usr/lib/postgresql/15/bin), " +
+const HowToProvidePostgres = "install PostgreSQL 15 or newer so that initdb and pg_ctl are on PATH " +
+	"(Debian, Ubuntu: apt-get install postgresql; binaries in /usr/lib/postgresql/<version>/bin), " +
 	"or point jetsink at a server of your own"
 
 // Cluster is a throwaway PostgreSQL cluster in a temporary directory.

@@ -20,8 +20,8 @@ import (
 // PostgreSQL server instead of a throwaway cluster.
 const EnvDatabaseURL = "JETSINK_TEST_DATABASE_URL"
 
-const howToProvide = "install PostgreSQL 15 so that initdb and pg_ctl are on PATH " +
-	"(Debian: apt-get install postgresql-15; binaries in /usr/lib/postgresql/15/bin), " +
+const howToProvide = "install PostgreSQL 15 or newer so that initdb and pg_ctl are on PATH " +
+	"(Debian, Ubuntu: apt-get install postgresql; binaries in /usr/lib/postgresql/<version>/bin), " +
 	"or set " + EnvDatabaseURL + "=postgres://user:pass@127.0.0.1:5432/postgres " +
 	"to a server where that user may CREATE DATABASE"
 
