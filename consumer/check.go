@@ -48,8 +48,28 @@ func pullMaxBytesProblem(pullMaxBytes int, maxPayload int64) (p Problem, ok bool
 			pullMaxBytes, maxPayload), Fix: fmt.Sprintf("set nats.pull_max_bytes to %d or more, or 0", maxPayload+pullBytesMargin)}, true
 	}
 	return Problem{Warning: true, Message: fmt.Sprintf("nats.pull_max_bytes (%d) leaves less than %d bytes above the server's max_payload (%d) for a message's subject and ack reply, "+
-		"which the server counts too: a message close to max_payload would stall the consumer", pullMaxBytes, pullBytesMargin, maxPayload),
+		"which the server counts too: a message close to max_payload could not be pulled, so jetsink pulls up to %d bytes", pullMaxBytes, pullBytesMargin, maxPayload, maxPayload+pullBytesMargin),
 		Fix: fmt.Sprintf("set nats.pull_max_bytes to %d or more, or 0", maxPayload+pullBytesMargin)}, true
+}
+
+// pullBytes is the max_bytes of the pulls from a server taking messages
+// of up to maxPayload: nats.pull_max_bytes, raised to the least that can
+// pull the largest message with its subject and ack reply (a message the
+// server finds larger than a pull's max_bytes is refused to every pull:
+// consuming stops there). It logs the raise when pull_max_bytes is below
+// maxPayload (New refuses that for the server it connects to first; this
+// is another server of the cluster, or one whose max_payload grew), and
+// not within the margin above it (New warned of that).
+func pullBytes(pullMaxBytes int, maxPayload int64, log *slog.Logger) int {
+	p, bad := pullMaxBytesProblem(pullMaxBytes, maxPayload)
+	if !bad {
+		return pullMaxBytes
+	}
+	n := int(maxPayload + pullBytesMargin)
+	if !p.Warning {
+		log.Warn(p.String()+"; raised to the least that can pull it for this connection", "server_max_payload", maxPayload, "pull_max_bytes", n)
+	}
+	return n
 }
 
 // inFlightProblem is the Problem of a max_in_flight_bytes (budget, as

@@ -487,7 +487,12 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 	c.bounded.Store(false) // nats.go's Consume: no byte budget
 	opts := make([]jetstream.PullConsumeOpt, 0, 4)
 	if cfg.PullMaxBytes > 0 {
-		opts = append(opts, jetstream.PullMaxMessagesWithBytesLimit(cfg.PullMaxMessages, cfg.PullMaxBytes))
+		// For the server this connection has now. nats.go's pulls keep
+		// it across a reconnect: a server of the cluster with a larger
+		// max_payload may then refuse its largest messages to them
+		// (README: set pull_max_bytes for the largest, or 0).
+		n := pullBytes(cfg.PullMaxBytes, c.nc.MaxPayload(), c.log)
+		opts = append(opts, jetstream.PullMaxMessagesWithBytesLimit(cfg.PullMaxMessages, n))
 	} else {
 		opts = append(opts, jetstream.PullMaxMessages(cfg.PullMaxMessages))
 	}

@@ -681,6 +681,51 @@ func TestRunWithPullMaxBytes(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// nats.pull_max_bytes at max_payload leaves no room for a message's
+// subject and ack reply, which the server counts against a pull's
+// max_bytes: a message of max_payload is refused to every pull (a 409
+// that nats.go answers by pulling again at once, for ever, silently).
+// Both pull clients pull at least max_payload plus the margin.
+func TestRunPullMaxBytesAtMaxPayload(t *testing.T) {
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			cfg := testConfig(t, srv)
+			cfg.PullClient = client
+			mp := int(srv.Connect(t).MaxPayload())
+			cfg.PullMaxBytes = mp
+			var log syncBuffer
+			c, err := New(ctx, cfg, testLogger(t, &log))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close(context.Background()) })
+			js := jsFor(t, srv)
+			if _, err := js.Publish(ctx, subjectOf(cfg, 0, 1), make([]byte, mp-16)); err != nil {
+				t.Fatal(err)
+			}
+			publish(t, ctx, js, cfg, 1, 1, 1)
+			r := startRun(t, ctx, c, 1, 64, 10)
+			for want := range uint64(2) {
+				rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+				select {
+				case got := <-r.events:
+					if got.ev.StreamSeq != want+1 {
+						t.Fatalf("seq %d, want %d", got.ev.StreamSeq, want+1)
+					}
+					_ = got.ev.Msg.Ack()
+				case <-rctx.Done():
+					t.Fatalf("a message of max_payload not delivered in 10 s with pull_max_bytes = max_payload; log:\n%s", log.String())
+				}
+				rcancel()
+			}
+			r.stopClean(t, ctx)
+		})
+	}
+}
+
 // TestRunRecoversWhenServerLosesStream restarts the server under a memory
 // stream, so the stream and consumer are gone afterwards: Run sees it when
 // it looks at the stream after the reconnect (before this look, the pulls

@@ -181,19 +181,11 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 	return sub, nil
 }
 
-// wireMaxBytes is the pull size in bytes for a session pulling on wc:
-// nats.pull_max_bytes, raised, with a warning, to the least that can pull
-// the largest message of wc's server if that takes larger messages than
-// New saw (servers of a cluster differ in max_payload, or one changed it
-// since). Below max_payload, the wire client refuses to pull at all, and
-// the session would be retried for ever.
+// wireMaxBytes is the pull size in bytes for a session pulling on wc
+// (pullBytes for wc's server). Below max_payload, the wire client refuses
+// to pull at all, and the session would be retried for ever.
 func (c *Consumer) wireMaxBytes(wc *wire.Conn) int {
-	n, mp := c.cfg.PullMaxBytes, int64(wc.MaxPayload())
-	if p, bad := pullMaxBytesProblem(n, mp); bad && !p.Warning {
-		n = int(mp + pullBytesMargin)
-		c.log.Warn(p.String()+"; raised to the least that can pull it for this connection", "server_max_payload", mp, "pull_max_bytes", n)
-	}
-	return n
+	return pullBytes(c.cfg.PullMaxBytes, int64(wc.MaxPayload()), c.log)
 }
 
 // wireBudget is the in-flight budget for a session pulling on wc, nil

@@ -57,7 +57,8 @@ type Config struct {
 	SampleRatio float64
 	// MaxLinks bounds the links of one span (a batch span links every
 	// sampled message). Default 128, at most maxLinks; jetsink passes
-	// postgres.batch.max_rows.
+	// postgres.batch.max_rows. OTEL_SPAN_LINK_COUNT_LIMIT, when set,
+	// replaces it, lower or higher (at most maxLinks too): see linkLimit.
 	MaxLinks int
 	// Log gets, at Warn level and at most one line a minute, the errors the
 	// OpenTelemetry SDK reports on its own (failed exports), which it would
@@ -155,6 +156,27 @@ func (s forceSampler) Description() string { return "JetsinkForced{" + s.next.De
 // the other spans of its batch.
 const maxLinks = 10000
 
+// linkLimit is the links a span keeps: OTEL_SPAN_LINK_COUNT_LIMIT when it
+// is set, lower or higher than maxRows (the user's choice), else maxRows
+// but at least the SDK's default, 128; at most maxLinks either way (a
+// negative limit, which the SDK reads as none, is maxLinks). A value that
+// is not a whole number is an error wrapping ErrInvalidConfig: the SDK
+// would use its default.
+func linkLimit(maxRows int) (int, error) {
+	v := env("OTEL_SPAN_LINK_COUNT_LIMIT")
+	if v == "" {
+		return min(max(maxRows, sdktrace.DefaultLinkCountLimit), maxLinks), nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%w: OTEL_SPAN_LINK_COUNT_LIMIT %q: a whole number of links a span keeps (at most %d)", ErrInvalidConfig, v, maxLinks)
+	}
+	if n < 0 || n > maxLinks {
+		return maxLinks, nil
+	}
+	return n, nil
+}
+
 // samplerFromEnv reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG as
 // the OpenTelemetry specification defines them: the share of messages
 // sampled, and whether a message with a traceparent follows its sampled
@@ -195,8 +217,8 @@ func samplerFromEnv() (ratio float64, parentBased, set bool, err error) {
 // exporter's error.
 func NewTracing(ctx context.Context, cfg Config) (*Tracing, error) {
 	t := &Tracing{tracer: noop.NewTracerProvider().Tracer(Scope)}
-	if off() {
-		return t, nil
+	if o, err := off(cfg.Log); o || err != nil {
+		return t, err
 	}
 	exp, err := newExporter(ctx, cfg.OTLPEndpoint)
 	if err != nil || exp == nil {
@@ -228,7 +250,9 @@ func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 		return nil, err
 	}
 	limits := sdktrace.NewSpanLimits()
-	limits.LinkCountLimit = min(max(cfg.MaxLinks, limits.LinkCountLimit), maxLinks)
+	if limits.LinkCountLimit, err = linkLimit(cfg.MaxLinks); err != nil {
+		return nil, err
+	}
 	t.maxLinks = limits.LinkCountLimit
 	opts := []sdktrace.TracerProviderOption{
 		sdktrace.WithResource(res),
@@ -264,12 +288,41 @@ func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 // env is the environment variable name trimmed of white space.
 func env(name string) string { return strings.TrimSpace(os.Getenv(name)) }
 
-// off reports whether the standard variables switch tracing off.
-func off() bool {
-	if v, _ := strconv.ParseBool(os.Getenv("OTEL_SDK_DISABLED")); v {
-		return true
+// off reports whether the standard variables switch tracing off, as the
+// OpenTelemetry specification reads them: OTEL_SDK_DISABLED is true only
+// when it is "true" (any case, trimmed; a value other than that, "false"
+// or empty is logged to log as ignored), and OTEL_TRACES_EXPORTER is a
+// comma-separated list of which jetsink knows "otlp" (export, when an
+// endpoint is set) and "none" (off). Any other exporter, or "none" with
+// another, is an error wrapping ErrInvalidConfig: tracing would otherwise
+// go where the variable did not say.
+func off(log *slog.Logger) (bool, error) {
+	switch v := env("OTEL_SDK_DISABLED"); {
+	case strings.EqualFold(v, "true"):
+		return true, nil
+	case v != "" && !strings.EqualFold(v, "false"):
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("OTEL_SDK_DISABLED is neither true nor false: taken as false", "value", v)
 	}
-	return os.Getenv("OTEL_TRACES_EXPORTER") == "none"
+	v := env("OTEL_TRACES_EXPORTER")
+	none, other := false, false
+	for e := range strings.SplitSeq(v, ",") {
+		switch e = strings.ToLower(strings.TrimSpace(e)); e {
+		case "":
+		case "none":
+			none = true
+		case "otlp":
+			other = true
+		default:
+			return false, fmt.Errorf("%w: OTEL_TRACES_EXPORTER %q: jetsink exports with otlp, or none", ErrInvalidConfig, v)
+		}
+	}
+	if none && other {
+		return false, fmt.Errorf("%w: OTEL_TRACES_EXPORTER %q: none with another exporter", ErrInvalidConfig, v)
+	}
+	return none, nil
 }
 
 // newExporter picks the OTLP exporter; nil, nil when no endpoint is known.
