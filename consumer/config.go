@@ -125,7 +125,8 @@ type Config struct {
 	// nats.go counts a subscription holding more than 64 MiB as a slow
 	// consumer and drops messages (JetStream redelivers them after
 	// ack_wait), so keep pull_max_messages x typical event size well below
-	// that, or set PullMaxBytes.
+	// that, or set PullMaxBytes. nats.go's pulls ask for at most 250,000
+	// (maxNATSGoPullMessages).
 	PullMaxMessages int `yaml:"pull_max_messages"`
 	// PullMaxBytes additionally caps the bytes of one pull request, and
 	// (with the wire pull client) holds what waits for the pipeline to
@@ -531,6 +532,21 @@ const (
 	minNATSGoHeartbeat = 500 * time.Millisecond
 	maxNATSGoHeartbeat = 30 * time.Second
 )
+
+// maxNATSGoPullMessages bounds the messages of nats.go's pulls: its
+// subscription holds at most nats.DefaultSubPendingMsgsLimit (500,000,
+// and jetstream's Consume offers no way to raise it) and drops what comes
+// beyond that as a slow consumer (back after ack_wait, each time counted
+// towards max_deliver); half, for what a pull and the pull again at half
+// of it may bring while the handler waits.
+const maxNATSGoPullMessages = nats.DefaultSubPendingMsgsLimit / 2
+
+// natsGoPullMessages is nats.pull_max_messages within what nats.go's pulls
+// can hold, and whether it had to be lowered.
+func (c Config) natsGoPullMessages() (int, bool) {
+	n := min(c.PullMaxMessages, maxNATSGoPullMessages)
+	return n, n != c.PullMaxMessages
+}
 
 // natsGoHeartbeat is nats.pull_heartbeat within nats.go's bounds, and
 // whether it had to be moved there. (Within half of pull_expiry still:

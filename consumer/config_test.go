@@ -407,3 +407,24 @@ func TestAuthOptionsChecksTheTLSFiles(t *testing.T) {
 		}
 	}
 }
+
+// nats.go's subscription drops what it holds beyond 500,000 messages: its
+// pulls ask for at most half that, whatever pull_max_messages allows the
+// wire client.
+func TestNATSGoPullMessages(t *testing.T) {
+	for _, tc := range []struct {
+		set, want int
+		lowered   bool
+	}{
+		{DefaultPullMaxMessages, DefaultPullMaxMessages, false},
+		{250_000, 250_000, false},
+		{250_001, 250_000, true},
+		{MaxPullMessages, 250_000, true},
+	} {
+		cfg := DefaultConfig()
+		cfg.PullMaxMessages = tc.set
+		if got, lowered := cfg.natsGoPullMessages(); got != tc.want || lowered != tc.lowered {
+			t.Errorf("pull_max_messages %d: nats.go pulls %d (lowered %v), want %d (%v)", tc.set, got, lowered, tc.want, tc.lowered)
+		}
+	}
+}

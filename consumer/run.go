@@ -486,15 +486,19 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 	}
 	c.bounded.Store(false) // nats.go's Consume: no byte budget
 	opts := make([]jetstream.PullConsumeOpt, 0, 4)
+	msgs, lowered := cfg.natsGoPullMessages()
+	if lowered {
+		c.log.Warn("nats.pull_max_messages is more than nats.go's pulls can hold; pulling with fewer", "pull_max_messages", cfg.PullMaxMessages, "messages", msgs)
+	}
 	if cfg.PullMaxBytes > 0 {
 		// For the server this connection has now. nats.go's pulls keep
 		// it across a reconnect: a server of the cluster with a larger
 		// max_payload may then refuse its largest messages to them
 		// (README: set pull_max_bytes for the largest, or 0).
 		n := pullBytes(cfg.PullMaxBytes, c.nc.MaxPayload(), c.log)
-		opts = append(opts, jetstream.PullMaxMessagesWithBytesLimit(cfg.PullMaxMessages, n))
+		opts = append(opts, jetstream.PullMaxMessagesWithBytesLimit(msgs, n))
 	} else {
-		opts = append(opts, jetstream.PullMaxMessages(cfg.PullMaxMessages))
+		opts = append(opts, jetstream.PullMaxMessages(msgs))
 	}
 	hb, moved := cfg.natsGoHeartbeat()
 	if moved {

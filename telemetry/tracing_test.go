@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -772,5 +773,143 @@ func TestMessageSpanCopiesTheMessagesStrings(t *testing.T) {
 	}
 	if ts := spans[0].SpanContext.TraceState().String(); ts != "vendor=abc" {
 		t.Errorf("tracestate %q after the message's buffer was overwritten, want vendor=abc", ts)
+	}
+}
+
+// OTEL_SPAN_LINK_COUNT_LIMIT, when set, is the links a span keeps, lower or
+// higher than MaxLinks (postgres.batch.max_rows): the user asked for it.
+// Unset, MaxLinks decides (at least the SDK's 128); either way at most
+// maxLinks. One that is not a number is refused, naming the variable.
+func TestSpanLinkLimitVariable(t *testing.T) {
+	for _, c := range []struct {
+		env      string
+		maxLinks int
+		want     int
+	}{
+		{"", 1000, 1000},
+		{"", 10, sdktrace.DefaultLinkCountLimit},
+		{"", 1 << 20, maxLinks},
+		{"5", 1000, 5},
+		{" 5\n", 1000, 5},
+		{"0", 1000, 0},
+		{"2000", 1000, 2000},
+		{"20000", 1000, maxLinks},
+		{"-1", 1000, maxLinks}, // the SDK's "no limit"
+	} {
+		t.Setenv("OTEL_SPAN_LINK_COUNT_LIMIT", c.env)
+		tr, err := newTracing(discard{}, Config{ServiceName: "test", SampleRatio: 1, MaxLinks: c.maxLinks})
+		if err != nil {
+			t.Fatalf("%q, MaxLinks %d: %v", c.env, c.maxLinks, err)
+		}
+		_ = tr.Shutdown(context.Background())
+		if tr.maxLinks != c.want {
+			t.Errorf("OTEL_SPAN_LINK_COUNT_LIMIT %q, MaxLinks %d: %d links, want %d", c.env, c.maxLinks, tr.maxLinks, c.want)
+		}
+	}
+
+	// What a batch span and the SDK keep.
+	t.Setenv("OTEL_SPAN_LINK_COUNT_LIMIT", "5")
+	exp := tracetest.NewInMemoryExporter()
+	tr := newTestTracing(t, exp, 1) // MaxLinks 1000
+	rows := make([]pipeline.Row, 8)
+	links := make([]trace.Link, len(rows))
+	for i := range rows {
+		rows[i].Event = event(nil)
+		rows[i].Event.Span = tr.StartMessage(rows[i].Event)
+		links[i] = trace.Link{SpanContext: rows[i].Event.Span.SpanContext()}
+	}
+	cp := tr.StartCopy("events", rows)
+	EndCopy(cp, len(rows), 1000, 0, nil)
+	_, sp := tr.Tracer().Start(context.Background(), "linked", trace.WithLinks(links...))
+	sp.End()
+	for i := range rows {
+		rows[i].Event.EndSpan("ack", nil)
+	}
+	if err := tr.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, s := range exp.GetSpans() {
+		if s.SpanKind == trace.SpanKindClient || s.Name == "linked" {
+			got[s.Name] = len(s.Links)
+		}
+	}
+	if got["copy events"] != 5 || got["linked"] != 5 {
+		t.Errorf("links kept %v, want 5 on the batch span and on a span of Tracer", got)
+	}
+
+	t.Setenv("OTEL_SPAN_LINK_COUNT_LIMIT", "lots")
+	if _, err := newTracing(discard{}, Config{ServiceName: "test", SampleRatio: 1}); !errors.Is(err, ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "OTEL_SPAN_LINK_COUNT_LIMIT") {
+		t.Errorf("OTEL_SPAN_LINK_COUNT_LIMIT lots: err = %v, want ErrInvalidConfig naming it", err)
+	}
+}
+
+// OTEL_SDK_DISABLED is true only as "true" in any case (the specification:
+// 1 or t is not); OTEL_TRACES_EXPORTER is a list in which none switches
+// tracing off and otlp keeps it, and any other exporter, which jetsink
+// would have replaced with OTLP, is refused naming the variable.
+func TestStandardVariablesSwitchingTracing(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+	for _, c := range []struct {
+		disabled, exporter string
+		on                 bool
+	}{
+		{"", "", true},
+		{"true", "", false},
+		{" TRUE\n", "", false},
+		{"True", "otlp", false},
+		{"1", "", true},
+		{"t", "", true},
+		{"false", "", true},
+		{"yes", "", true},
+		{"", "none", false},
+		{"", " None ", false},
+		{"", "none,none", false},
+		{"", "otlp", true},
+		{"", " otlp , OTLP ", true},
+		{"", "otlp,", true},
+	} {
+		t.Setenv("OTEL_SDK_DISABLED", c.disabled)
+		t.Setenv("OTEL_TRACES_EXPORTER", c.exporter)
+		tr, err := NewTracing(ctx, Config{SampleRatio: 1})
+		if err != nil {
+			t.Fatalf("OTEL_SDK_DISABLED %q, OTEL_TRACES_EXPORTER %q: %v", c.disabled, c.exporter, err)
+		}
+		if tr.Enabled() != c.on {
+			t.Errorf("OTEL_SDK_DISABLED %q, OTEL_TRACES_EXPORTER %q: Enabled = %v, want %v", c.disabled, c.exporter, tr.Enabled(), c.on)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = tr.Shutdown(sctx)
+		cancel()
+	}
+	t.Setenv("OTEL_SDK_DISABLED", "")
+	for _, bad := range []string{"console", "zipkin", "otlp,console", "jaeger", "none,otlp"} {
+		t.Setenv("OTEL_TRACES_EXPORTER", bad)
+		if tr, err := NewTracing(ctx, Config{SampleRatio: 1}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "OTEL_TRACES_EXPORTER") || tr.Enabled() {
+			t.Errorf("OTEL_TRACES_EXPORTER %q: err = %v, want ErrInvalidConfig naming the variable, and no tracing", bad, err)
+		}
+	}
+}
+
+// A value of OTEL_SDK_DISABLED that is neither true nor false is taken
+// as false, with a warning, as the specification asks.
+func TestSDKDisabledOtherValueWarns(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	for _, v := range []string{"false", "FALSE", "", "1"} {
+		t.Setenv("OTEL_SDK_DISABLED", v)
+		if _, err := NewTracing(context.Background(), Config{Log: log}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := buf.String(); strings.Count(out, "OTEL_SDK_DISABLED") != 1 || !strings.Contains(out, "value=1") {
+		t.Errorf("want one warning, for 1:\n%s", out)
 	}
 }
