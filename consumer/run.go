@@ -997,11 +997,17 @@ func (s *session) logErrs(log *slog.Logger) {
 	}
 }
 
-// awaitClosed waits for the session's delivery goroutine to return.
+// awaitClosed waits for the session's delivery goroutine to return; over
+// when a Push failed meanwhile (out closed: no next session).
 func (s *session) awaitClosed(hard context.Context) (over bool, err error) {
 	select {
 	case <-s.closed:
-		return false, nil
+		select {
+		case err := <-s.pushErr:
+			return true, err
+		default:
+			return false, nil
+		}
 	case <-hard.Done():
 		return true, fmt.Errorf("consume: shutdown cut short: %w", hard.Err())
 	}

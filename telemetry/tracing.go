@@ -518,6 +518,8 @@ func newResource(service string) (*resource.Resource, error) {
 	}
 	env, err := resource.New(context.Background(), resource.WithFromEnv())
 	if err != nil {
+		// A part without "=": the SDK would keep the rest. Refused, as a
+		// bad OTEL_TRACES_SAMPLER is, rather than warned of.
 		return nil, fmt.Errorf("telemetry resource from OTEL_* variables: %w", err)
 	}
 	res, err = resource.Merge(res, env)

@@ -913,3 +913,14 @@ func TestSDKDisabledOtherValueWarns(t *testing.T) {
 		t.Errorf("want one warning, for 1:\n%s", out)
 	}
 }
+
+// A malformed OTEL_RESOURCE_ATTRIBUTES stops start-up as a bad
+// configuration (ErrInvalidConfig, exit status 2), as a bad
+// OTEL_TRACES_SAMPLER does, naming the variable.
+func TestBadResourceAttributesAreInvalidConfig(t *testing.T) {
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "team=a,oops")
+	_, err := newTracing(discard{}, Config{ServiceName: "test", SampleRatio: 1})
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "OTEL_RESOURCE_ATTRIBUTES") {
+		t.Fatalf("err = %v, want ErrInvalidConfig naming OTEL_RESOURCE_ATTRIBUTES", err)
+	}
+}
