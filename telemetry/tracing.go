@@ -520,7 +520,7 @@ func newResource(service string) (*resource.Resource, error) {
 	if err != nil {
 		// A part without "=": the SDK would keep the rest. Refused, as a
 		// bad OTEL_TRACES_SAMPLER is, rather than warned of.
-		return nil, fmt.Errorf("telemetry resource from OTEL_* variables: %w", err)
+		return nil, fmt.Errorf("%w: OTEL_RESOURCE_ATTRIBUTES: %w", ErrInvalidConfig, err)
 	}
 	res, err = resource.Merge(res, env)
 	if err != nil {
