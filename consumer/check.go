@@ -161,14 +161,8 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
 			problems = append(problems, Problem{Config: true, Message: err.Error()}) // New refuses it: ErrInvalidConfig
 		}
-		if f := cfg.FilterSubject; f != "" && len(info.Config.Subjects) > 0 &&
-			!slices.ContainsFunc(info.Config.Subjects, func(s string) bool { return pipeline.SubjectsOverlap(s, f) }) {
-			// The server takes such a filter, and the consumer then
-			// receives nothing, silently. (A stream without subjects
-			// of its own, a mirror or one that sources others, may hold
-			// any subject.)
-			problems = append(problems, Problem{Message: fmt.Sprintf("nats.filter_subject %q matches none of stream %s's subjects (%s): the consumer would receive nothing",
-				f, cfg.Stream, strings.Join(info.Config.Subjects, ", ")), Fix: "set nats.filter_subject to a subject within the stream's, or \"\" for all"})
+		if p, ok := filterProblem(&cfg, info.Config.Subjects); ok {
+			problems = append(problems, p) // New refuses it too
 		}
 		problems = append(problems, checkConsumer(ctx, stream, cfg)...)
 		if cfg.StoredSeq != nil {
@@ -209,6 +203,19 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		}
 	}
 	return problems, nil
+}
+
+// filterProblem is the Problem of a nats.filter_subject that matches none
+// of the stream's subjects: the server takes such a filter, and the
+// consumer then receives nothing, silently. (A stream without subjects of
+// its own, a mirror or one that sources others, may hold any subject.)
+func filterProblem(cfg *Config, subjects []string) (p Problem, ok bool) {
+	f := cfg.FilterSubject
+	if f == "" || len(subjects) == 0 || slices.ContainsFunc(subjects, func(s string) bool { return pipeline.SubjectsOverlap(s, f) }) {
+		return Problem{}, false
+	}
+	return Problem{Message: fmt.Sprintf("nats.filter_subject %q matches none of stream %s's subjects (%s): the consumer would receive nothing",
+		f, cfg.Stream, strings.Join(subjects, ", ")), Fix: "set nats.filter_subject to a subject within the stream's, or \"\" for all"}, true
 }
 
 // deadLetterStreamProblems judges sc, the stream that captures the

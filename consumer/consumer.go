@@ -574,6 +574,9 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 		}
 	}
 	subjects := stream.CachedInfo().Config.Subjects
+	if p, ok := filterProblem(cfg, subjects); ok {
+		return errors.New(p.String())
+	}
 	if c.destinations == nil {
 		c.destinations = []string{cfg.FilterSubject}
 		if cfg.FilterSubject == "" {

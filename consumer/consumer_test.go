@@ -407,3 +407,29 @@ func TestEveryAckReachesTheServer(t *testing.T) {
 		return err == nil && cons.CachedInfo().AckFloor.Stream == n
 	})
 }
+
+// A filter_subject outside the stream's subjects: the server takes it,
+// and the consumer would receive nothing, silently. New refuses it, as
+// check does; one within them, or any filter on a stream without subjects
+// of its own, is taken.
+func TestNewRefusesFilterOutsideTheStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.FilterSubject = "elsewhere.>"
+	c, err := New(ctx, cfg, testLogger(t, nil))
+	if err == nil {
+		_ = c.Close(context.Background())
+		t.Fatal("New took a filter_subject matching none of the stream's subjects")
+	}
+	if !strings.Contains(err.Error(), `nats.filter_subject "elsewhere.>" matches none of stream`) {
+		t.Fatalf("New = %v, want it to name the filter", err)
+	}
+	cfg.FilterSubject = strings.TrimSuffix(cfg.Subjects[0], ">") + "*"
+	c, err = New(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatalf("New with a filter within the stream's subjects: %v", err)
+	}
+	_ = c.Close(context.Background())
+}

@@ -183,8 +183,13 @@ gives that letter up at once and exits with status 130.
 					l.Seq, l.Time.UTC().Format(time.RFC3339), l.Subject, l.Stage, l.Code, l.SQLState,
 					l.Stream, l.StreamSeq, l.Reason, state)
 			})
-			fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, skipped %d (not dead letters), %d of other consumers', failed %d\n",
-				o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, rep.Skipped, rep.Others, rep.Failed)
+			if o.DryRun {
+				fmt.Fprintf(w, "%s: scanned %d, matched %d, would replay %d, would fail %d, skipped %d (not dead letters), %d of other consumers'; dry run: nothing re-published or deleted\n",
+					o.Stream, rep.Scanned, rep.Matched, rep.Matched-rep.Failed, rep.Failed, rep.Skipped, rep.Others)
+			} else {
+				fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, skipped %d (not dead letters), %d of other consumers', failed %d\n",
+					o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, rep.Skipped, rep.Others, rep.Failed)
+			}
 			// also names the letters re-published but not deleted, and
 			// those whose event may be stored although they stay.
 			also := func(err error) error { return err }
@@ -322,6 +327,18 @@ func (d *ctxDialer) Dial(network, address string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	context.AfterFunc(d.ctx, func() { _ = c.Close() })
-	return c, nil
+	return &ctxConn{Conn: c, stop: context.AfterFunc(d.ctx, func() { _ = c.Close() })}, nil
+}
+
+// ctxConn is a connection ctxDialer dialed. Closing it unregisters the
+// close at ctx's end: each registration holds its connection until ctx
+// ends, and a long publish that reconnects often would pile them up.
+type ctxConn struct {
+	net.Conn
+	stop func() bool // context.AfterFunc's
+}
+
+func (c *ctxConn) Close() error {
+	c.stop()
+	return c.Conn.Close()
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -292,5 +294,96 @@ func TestDLQReplayNeedsAReader(t *testing.T) {
 	}
 	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
 		t.Fatalf("%d dead letters left, want 2", n)
+	}
+}
+
+// --dry-run's summary says what would be replayed and what would fail, not
+// "replayed 0, deleted 0" as if a replay had failed to do anything.
+func TestDLQReplayDryRunSummary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, js, pubs := dlqSetup(t, ctx, 3)
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--dry-run", "--seq", "1-2")
+	if code := r.wait(t, ctx); code != exitOK {
+		t.Fatalf("exit %d, want %d\n%s", code, exitOK, r.out.String())
+	}
+	out := r.out.String()
+	if !strings.Contains(out, "EV_DLQ: scanned 2, matched 2, would replay 2, would fail 0, skipped 0 (not dead letters), 0 of other consumers'; dry run: nothing re-published or deleted") ||
+		strings.Contains(out, "replayed 0") || strings.Contains(out, "deleted 0") {
+		t.Fatalf("the dry run's summary does not say what it would do:\n%s", out)
+	}
+	r = startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--dry-run", "--set", "nats.consumer=elsewhere")
+	if code := r.wait(t, ctx); code != exitFailed {
+		t.Fatalf("no reader: exit %d, want %d\n%s", code, exitFailed, r.out.String())
+	}
+	if out := r.out.String(); !strings.Contains(out, "matched 3, would replay 0, would fail 3,") {
+		t.Fatalf("no reader: the dry run's summary does not say that all would fail:\n%s", out)
+	}
+	select {
+	case m := <-pubs:
+		t.Fatalf("a dry run re-published %s", m.Subject)
+	default:
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 3 {
+		t.Fatalf("%d dead letters left, want 3", n)
+	}
+}
+
+// A connection ctxDialer dialed and that is closed no longer waits for the
+// context's end (its context.AfterFunc is stopped): a publish --duration
+// 24h that reconnects often would otherwise keep every connection it ever
+// dialed. One still open is closed when the context ends.
+func TestCtxDialerReleasesClosedConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		close(accepted)
+		for c := range accepted {
+			_ = c.Close()
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := &ctxDialer{ctx: ctx, Dialer: net.Dialer{Timeout: 5 * time.Second}}
+	for i := range 20 {
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, ok := c.(*ctxConn)
+		if !ok {
+			t.Fatalf("Dial returned a %T, not a *ctxConn", c)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if cc.stop() {
+			t.Fatalf("connection %d: closed, but its close at the context's end was still registered", i)
+		}
+	}
+	open, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	_ = open.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := open.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("an open connection after the context ended: read %v, want net.ErrClosed", err)
 	}
 }
