@@ -448,3 +448,77 @@ func TestAPIPrefixOfTheJetStream(t *testing.T) {
 		}
 	}
 }
+
+// A letter's Jetsink-Subject is its event's subject as its stream stored
+// it, after the stream's subject transform. Re-published to it, the event
+// would be transformed again (events.> -> events.v2.>: events.v2.x stored
+// as events.v2.v2.x) and the letter deleted: such a letter is refused and
+// stays, naming the transform; no Source is every subject, as nats-server
+// has it. A transform whose Source the stored subject does not match
+// changes nothing and the letter replays; where the stream does not capture
+// the stored subject, the refusal says it is the transformed one.
+func TestReplayRefusesASubjectTheStreamWouldTransformAgain(t *testing.T) {
+	js, ctx := setup(t, 0)
+	type stream struct {
+		name      string
+		subjects  []string
+		transform jetstream.SubjectTransformConfig
+		publish   string // the event's subject as published
+		stored    string // and as stored
+	}
+	streams := []stream{
+		{"T_EVENTS", []string{"events.>"}, jetstream.SubjectTransformConfig{Source: "events.>", Destination: "events.v2.>"}, "events.x", "events.v2.x"},
+		{"T_ALL", []string{"in.>"}, jetstream.SubjectTransformConfig{Destination: "in.v2.>"}, "in.x", "in.v2.in.x"},
+		{"T_RAW", []string{"raw.>", "clean.>"}, jetstream.SubjectTransformConfig{Source: "raw.>", Destination: "clean.>"}, "raw.x", "clean.x"},
+		{"T_AWAY", []string{"a.>"}, jetstream.SubjectTransformConfig{Source: "a.>", Destination: "b.>"}, "a.x", "b.x"},
+	}
+	for i, s := range streams {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: s.name, Subjects: s.subjects, SubjectTransform: &s.transform}); err != nil {
+			t.Fatal(err)
+		}
+		ack, err := js.Publish(ctx, s.publish, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := js.Stream(ctx, s.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := stored.GetMsg(ctx, ack.Sequence)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject != s.stored {
+			t.Fatalf("%s stored %s as %s, want %s", s.name, s.publish, m.Subject, s.stored)
+		}
+		putLetterData(t, ctx, js, "dlq.EV", i, []byte(`{}`), nats.Header{consumer.HeaderSubject: {m.Subject}, consumer.HeaderStream: {s.name}})
+	}
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ"})
+	if err != nil || rep.Matched != 4 || rep.Replayed != 1 || rep.Failed != 3 || len(rep.Unsure) != 0 {
+		t.Fatalf("report %+v, %v; want T_RAW's letter replayed, the others refused", rep, err)
+	}
+	for subj, want := range map[string]string{
+		"events.v2.x": "transforms subjects events.> -> events.v2.> (subject_transform): events.v2.x is the subject as stored",
+		"in.v2.in.x":  "transforms subjects > -> in.v2.> (subject_transform): in.v2.in.x is the subject as stored",
+		"b.x":         "does not capture b.x (its subjects: a.>) (the letter's subject is the one stored, after the stream's subject transform a.> -> b.>",
+	} {
+		if out := by[subj]; !errors.Is(out.Err, ErrNoReader) || !strings.Contains(out.Err.Error(), want) || out.Replayed || out.Deleted {
+			t.Errorf("letter to %s: %+v; want it refused (ErrNoReader) with %q", subj, out, want)
+		}
+	}
+	if out := by["clean.x"]; out.Err != nil || !out.Deleted {
+		t.Errorf("letter to clean.x (T_RAW transforms raw.>): %+v, want it replayed and deleted", out)
+	}
+	for _, s := range streams {
+		want := uint64(1)
+		if s.name == "T_RAW" {
+			want = 2
+		}
+		if n := testenv.StreamMsgs(t, ctx, js, s.name); n != want {
+			t.Errorf("%s holds %d events, want %d", s.name, n, want)
+		}
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 3 {
+		t.Fatalf("%d dead letters left, want the 3 refused", n)
+	}
+}

@@ -27,7 +27,9 @@
 // Options.Consumer, that the durable consumer that reads the event stream
 // is there and takes the letter's subject (ErrNoReader: the letter stays,
 // and Replay goes on), and that Jetsink-Subject is a subject the event
-// stream captures and no service's (ErrNoReader again: see target). Then
+// stream captures and no service's (ErrNoReader again: see target), and
+// not one the stream's subject transform would change again: it is the
+// subject as stored, after the transform (see readers.window). Then
 // it publishes the original body to
 // Jetsink-Subject with the original headers minus every Jetsink-* header
 // and with the Nats-Msg-Id "<original msg id>:replay:<the dead letter's

@@ -21,7 +21,7 @@ import (
 type Letter struct {
 	Seq       uint64    // sequence in the dead-letter stream
 	Time      time.Time // when it was dead-lettered
-	Subject   string    // original subject (Jetsink-Subject)
+	Subject   string    // original subject (Jetsink-Subject), as its stream stored it: after the stream's subject transform
 	Stream    string    // original stream (Jetsink-Stream)
 	StreamSeq uint64    // original stream sequence (Jetsink-Stream-Seq)
 	Stage     string    // Jetsink-Stage: decode, sink or deliver
@@ -69,7 +69,9 @@ func storedEventID(id string, l *Letter) bool {
 
 // Msg is the message a replay publishes: the original subject, body and
 // headers, without the Jetsink-* and Nats-* headers, with Nats-Msg-Id
-// ReplayMsgID.
+// ReplayMsgID. The subject is the one stored: an event stream whose
+// subject transform matches it would transform it again, and Replay
+// refuses such a letter.
 func (l *Letter) Msg() *nats.Msg {
 	h := make(nats.Header, len(l.Header))
 	for k, v := range l.Header {
@@ -517,11 +519,29 @@ type readers struct {
 }
 
 // streamOf is what readers learnt of one event stream: its duplicate
-// window (0: it could not be looked up), and the subjects it captures
-// when they are known and it takes nothing from other streams.
+// window (0: it could not be looked up), the subjects it captures when
+// they are known and it takes nothing from other streams, and its subject
+// transform.
 type streamOf struct {
-	window   time.Duration
-	subjects []string // nil: not checked
+	window    time.Duration
+	subjects  []string                          // nil: not checked
+	transform *jetstream.SubjectTransformConfig // nil: none, or one that changes no subject
+}
+
+// transforms returns the stream's subject transform (subject_transform)
+// if it changes the subjects it applies to, else nil. As nats-server reads
+// it, no Destination is no transform and no Source is ">", every subject;
+// ">" to ">", or a Destination that is its Source (which then has no '*',
+// the server allows no wildcard in a Destination), changes nothing.
+func transforms(st *jetstream.SubjectTransformConfig) *jetstream.SubjectTransformConfig {
+	if st == nil || st.Destination == "" {
+		return nil
+	}
+	src := cmp.Or(st.Source, ">")
+	if st.Destination == src {
+		return nil
+	}
+	return &jetstream.SubjectTransformConfig{Source: src, Destination: st.Destination}
 }
 
 // readerOf is what readers learnt of one event stream: the subjects its
@@ -592,9 +612,11 @@ func (r *readers) check(ctx context.Context, l *Letter, wait time.Duration) erro
 // stream it cannot look up within wait (a user without STREAM.INFO on it,
 // which the server answers with silence; a timeout) counts as a window of
 // 0: its re-publish is sent once, not again. An error (wrapping
-// ErrNoReader) means the stream does not exist, or does not capture l's
-// subject (and sources or mirrors nothing); the letter is then not
-// re-published. (A letter is a message anyone allowed to publish to the
+// ErrNoReader) means the stream does not exist, does not capture l's
+// subject (and sources or mirrors nothing), or has a subject transform
+// whose Source matches it; the letter is then not re-published. (l.Subject
+// is the subject as stored, after the transform: published to it, the
+// event would be transformed again, events.v2.x to events.v2.v2.x.) (A letter is a message anyone allowed to publish to the
 // dead-letter subject can write: its Jetsink-Subject is where the replay's
 // credentials publish. See target.)
 func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (time.Duration, error) {
@@ -614,7 +636,7 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 			return 0, nil
 		}
 		cfg := s.CachedInfo().Config
-		so = streamOf{window: cfg.Duplicates}
+		so = streamOf{window: cfg.Duplicates, transform: transforms(cfg.SubjectTransform)}
 		if cfg.Mirror == nil && len(cfg.Sources) == 0 {
 			// A stream that sources others holds events published to
 			// subjects it does not capture; their re-publish is stored
@@ -623,9 +645,21 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 		}
 		r.windows[l.Stream] = so
 	}
+	tr := so.transform
 	if so.subjects != nil && !slices.ContainsFunc(so.subjects, func(f string) bool { return consumer.SubjectMatches(f, l.Subject) }) {
-		return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, does not capture %s (its subjects: %s); it stays",
-			l.Seq, l.Subject, ErrNoReader, l.Stream, l.Subject, strings.Join(so.subjects, ", "))
+		stored := ""
+		if tr != nil {
+			stored = fmt.Sprintf(" (the letter's subject is the one stored, after the stream's subject transform %s -> %s: "+
+				"the event was published to another)", tr.Source, tr.Destination)
+		}
+		return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, does not capture %s (its subjects: %s)%s; it stays",
+			l.Seq, l.Subject, ErrNoReader, l.Stream, l.Subject, strings.Join(so.subjects, ", "), stored)
+	}
+	if tr != nil && consumer.SubjectMatches(tr.Source, l.Subject) {
+		return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, transforms subjects %s -> %s (subject_transform): "+
+			"%s is the subject as stored, and re-published to it the event would be transformed again, stored under another subject; "+
+			"it stays (publish it to the subject it was first published to by hand)",
+			l.Seq, l.Subject, ErrNoReader, l.Stream, tr.Source, tr.Destination, l.Subject)
 	}
 	return so.window, nil
 }

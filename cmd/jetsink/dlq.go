@@ -63,12 +63,14 @@ stream and its filter takes the letter's subject (--set nats.consumer=NAME
 for another): otherwise nothing would read the event, and a stream with
 interest retention would drop it at once although it acknowledges it. Nor
 is it published to a subject its stream does not capture (unless the stream
-sources others), or to one JetStream's API, the system account or inboxes
-serve ($JS.API..., $JS.ACK..., $SYS..., _INBOX...): anyone allowed to
-publish to the dead-letter subject can write a letter, and the replay
-publishes with your credentials. Such a letter stays, is reported, and the
-replay goes on; --dry-run says so too (but for the stream's subjects, which
-it does not look up).
+sources others), to one its stream's subject_transform would change again
+(Jetsink-Subject is the subject as stored, after the transform: events.v2.x
+would be stored as events.v2.v2.x), or to one JetStream's API, the system
+account or inboxes serve ($JS.API..., $JS.ACK..., $SYS..., _INBOX...):
+anyone allowed to publish to the dead-letter subject can write a letter, and
+the replay publishes with your credentials. Such a letter stays, is
+reported, and the replay goes on; --dry-run says so too (but for the
+stream's subjects and transform, which it does not look up).
 Every consumer of the stream gets the replayed event, not jetsink alone.
 
 Every replay of a letter carries the same Nats-Msg-Id, and so do the two
