@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,9 +28,14 @@ type committer struct {
 	r      *run
 	conn   *pgx.Conn
 	staged bool // exactly-once: the staging table exists on conn
-	wire   copyWire
-	bo     backoff
-	guards *string // the COPY with type guards (Sink.copySQL) the last attempt sent
+	// unreplicated holds the last WARNING on conn that syncRepCancelled
+	// takes for a cancelled wait for a synchronous standby ("" for none):
+	// exactly-once's COMMIT then succeeds, with only that notice to say
+	// that the standby may not have it.
+	unreplicated atomic.Pointer[string]
+	wire         copyWire
+	bo           backoff
+	guards       *string // the COPY with type guards (Sink.copySQL) the last attempt sent
 	// started is this committer's slot of Sink.attempts (nil outside Run).
 	started *atomic.Int64
 
@@ -140,7 +146,13 @@ func (c *committer) warm(ctx context.Context) {
 // column types for the guards (see Sink.readTypes). A failed read is left
 // to the guards: they accept what they accepted before.
 func (c *committer) connect(ctx context.Context) error {
-	conn, err := c.s.connect(ctx)
+	cfg := c.s.connCfg.Copy()
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if syncRepCancelled(cmp.Or(n.SeverityUnlocalized, n.Severity), n.Message, false) {
+			c.unreplicated.Store(&n.Message)
+		}
+	}
+	conn, err := c.s.connectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -925,8 +937,15 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 			return false, err
 		}
 	}
+	c.unreplicated.Store(nil)
 	if err := tx.Commit(ctx); err != nil {
 		return outcomeUnknown(err), fmt.Errorf("commit %d rows: %w", len(rows), err)
+	}
+	if w := c.unreplicated.Swap(nil); w != nil {
+		// Stored here; on the standby perhaps not: retried, and the
+		// table's key takes what is there already (ON CONFLICT).
+		c.staged = true
+		return true, fmt.Errorf("commit %d rows: %w", len(rows), &unreplicatedError{warning: *w})
 	}
 	c.staged = true
 	if len(missing) > 0 {

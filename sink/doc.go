@@ -73,7 +73,11 @@
 // connection fails (for up to cancelWait, 5s, in all), and reads the
 // answer, so that a statement it gave up on cannot commit later; a COPY
 // whose Query's last CommandComplete arrived has committed, whatever
-// follows it.
+// follows it. Unless a WARNING came before it that says (or, after the
+// sink's cancel, may say) that the commit's wait for a synchronous
+// standby was cancelled: committed here, perhaps not on the standby, so
+// not acked (an unknown outcome, sent again). Exactly-once's COMMIT is
+// judged by the same warning (syncRepCancelled).
 //
 // A batch is acked as stored only when that CommandComplete counts exactly
 // the rows sent ("COPY n"). A BEFORE INSERT trigger that returns NULL, or a

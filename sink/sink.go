@@ -297,7 +297,13 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 
 // connect opens one connection. The error names host, port and database.
 func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
-	c, err := pgx.ConnectConfig(ctx, s.connCfg.Copy())
+	return s.connectConfig(ctx, s.connCfg.Copy())
+}
+
+// connectConfig is connect with cfg, a copy of the sink's connection
+// configuration.
+func (s *Sink) connectConfig(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, &connectError{where: s.where, err: err}
 	}

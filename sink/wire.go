@@ -1,12 +1,14 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"net"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -329,9 +331,10 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 		}
 	}()
 	var pgErr error
-	copyAt := min(stmts, 2) // the COPY's place in the Query
-	done := 0               // statements complete
-	rowed := false          // the statement under way has sent a row
+	var unreplicated *pgproto3.NoticeResponse // see syncRepCancelled
+	copyAt := min(stmts, 2)                   // the COPY's place in the Query
+	done := 0                                 // statements complete
+	rowed := false                            // the statement under way has sent a row
 	for {
 		msg, err := pg.ReceiveMessage(context.Background())
 		if err != nil {
@@ -357,6 +360,10 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 			}
 		case *pgproto3.DataRow:
 			rowed = true
+		case *pgproto3.NoticeResponse:
+			if unreplicated == nil && syncRepCancelled(cmp.Or(msg.SeverityUnlocalized, msg.Severity), msg.Message, ctx.Err() != nil) {
+				unreplicated = msg
+			}
 		case *pgproto3.ErrorResponse:
 			if pgErr == nil {
 				e := pgconn.ErrorResponseToPgError(msg)
@@ -372,9 +379,37 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 			}
 		case *pgproto3.ReadyForQuery:
 			res.err = pgErr
+			if res.complete && unreplicated != nil {
+				res.complete, res.err = false, &unreplicatedError{warning: unreplicated.Message}
+			}
 			return res
 		}
 	}
+}
+
+// syncRepCancelled reports whether a notice (its severity, not
+// translated, and message) may say that a commit waiting
+// for a synchronous standby was cancelled out of its wait: committed on
+// this server, and perhaps not on the standby (PostgreSQL's syncrep.c: a
+// WARNING, "canceling wait for synchronous replication due to user
+// request", then the statement completes as if nothing happened). Lost if
+// the server fails over to that standby: such a commit must not be
+// acked. A WARNING after the sink's own cancel request (cancelled) counts,
+// whatever it says (the server's messages may be translated); otherwise
+// (pg_cancel_backend by someone else) only the English text is known.
+// Either way the worst a wrong guess costs is a redelivery.
+func syncRepCancelled(severity, message string, cancelled bool) bool {
+	return severity == "WARNING" && (cancelled || strings.Contains(message, "synchronous replication"))
+}
+
+// unreplicatedError reports a commit that a cancel took out of its wait
+// for a synchronous standby (syncRepCancelled): its outcome on the
+// standby is unknown, so its rows are not acked, and come again.
+type unreplicatedError struct{ warning string }
+
+func (e *unreplicatedError) Error() string {
+	return "committed on the server but cancelled while waiting for a synchronous standby (WARNING: " + e.warning +
+		"): not acked, the events come again (a possible duplicate)"
 }
 
 // typesChangedError reports that a type guard (see Sink.buildSQL) found a

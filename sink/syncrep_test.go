@@ -1,0 +1,155 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// A commit waiting for a synchronous standby that a cancel takes out of
+// its wait has committed on the server and perhaps not on the standby:
+// PostgreSQL warns ("canceling wait for synchronous replication due to
+// user request") and then reports the statement done. A failover to that
+// standby loses the rows, so they must not be acked: they come again. The
+// cancel is an operator's (pg_cancel_backend: both modes) or the sink's
+// own at a hard stop (at-least-once's COPY; exactly-once's COMMIT ends
+// with an error then anyway). Here the standby never answers
+// (synchronous_standby_names names one that does not exist).
+func TestSyncRepCancelIsNotAcked(t *testing.T) {
+	ctx := testCtx(t, 120*time.Second)
+	cluster := testenv.NewCluster(t)
+	url := cluster.URL("postgres")
+	admin := (&testenv.PG{URL: url}).Conn(t)
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			// Last, after Run has stopped: commits wait no more.
+			t.Cleanup(func() { syncStandby(t, ctx, admin, url, "") })
+			s, dl := newTestSink(t, ctx, url, func(c *Config) { c.Mode = mode; c.Batch.MaxRows = 50 })
+			src := newSource()
+			runCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			wait := runSink(t, runCtx, s, src)
+			first, m1 := rows(1, 50, nil)
+			src.push(t, ctx, first)
+			waitFor(t, ctx, "the first rows acked", allAcked(m1))
+
+			// An operator cancels the committer's wait.
+			syncStandby(t, ctx, admin, url, "nobody")
+			second, m2 := rows(51, 50, nil)
+			src.push(t, ctx, second)
+			waitSyncRep(t, ctx, admin, s.cfg.AppName)
+			retries := s.Stats().Retries
+			if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep'", s.cfg.AppName); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, ctx, "the batch retried (or acked) after the cancel", func() bool { return s.Stats().Retries > retries || m2[0].acks.Load() != 0 })
+			if m2[0].acks.Load() == 0 {
+				waitSyncRep(t, ctx, admin, s.cfg.AppName) // the retry waits in turn
+			}
+			for i, m := range m2 {
+				if m.acks.Load() != 0 {
+					t.Fatalf("row %d acked after its commit's wait for the standby was cancelled", 51+i)
+				}
+			}
+			syncStandby(t, ctx, admin, url, "")
+			waitFor(t, ctx, "the second rows acked once the standby is not waited for", allAcked(m2))
+			want := 150 // at-least-once: the cancelled commit's rows, and the retry's
+			if mode == ExactlyOnce {
+				want = 100
+			}
+			if n := count(t, ctx, admin, s.cfg.Table); n != want {
+				t.Errorf("%d rows, want %d", n, want)
+			}
+
+			// A hard stop cancels the wait.
+			syncStandby(t, ctx, admin, url, "nobody")
+			third, m3 := rows(101, 50, nil)
+			src.push(t, ctx, third)
+			waitSyncRep(t, ctx, admin, s.cfg.AppName)
+			stop()
+			if err := wait(); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run = %v after a hard stop, want context.Canceled", err)
+			}
+			for i, m := range m3 {
+				if m.acks.Load() != 0 {
+					t.Fatalf("row %d acked after a hard stop cancelled its commit's wait for the standby", 101+i)
+				}
+			}
+			syncStandby(t, ctx, admin, url, "")
+			if letters, _ := dl.letters(); len(letters) != 0 {
+				t.Errorf("%d rows dead-lettered, want none", len(letters))
+			}
+		})
+	}
+}
+
+// syncStandby sets synchronous_standby_names and returns once commits
+// wait for it ("nobody": a probe's commit waits) or no longer do ("").
+func syncStandby(t *testing.T, ctx context.Context, admin *pgx.Conn, url, names string) {
+	t.Helper()
+	if _, err := admin.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = '"+names+"'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	// The checkpointer takes the setting in its own time: probe a commit
+	// on a connection of its own until it waits (or does not).
+	for {
+		probe, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = probe.Exec(pctx, "CREATE TABLE IF NOT EXISTS syncrep_probe (n int); INSERT INTO syncrep_probe VALUES (1)")
+		cancel()
+		_ = probe.Close(context.Background())
+		if waits := err != nil; waits == (names != "") {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("synchronous_standby_names = %q not in effect: %v", names, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitSyncRep waits until a backend of the application waits for the
+// synchronous standby.
+func waitSyncRep(t *testing.T, ctx context.Context, admin *pgx.Conn, app string) {
+	t.Helper()
+	waitFor(t, ctx, "a commit waiting for the standby", func() bool {
+		var n int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep'", app).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+}
+
+// Any WARNING after the sink's own cancel request counts (the server's
+// messages may be translated); without one, only the English text.
+func TestSyncRepCancelled(t *testing.T) {
+	const en = "canceling wait for synchronous replication due to user request"
+	const fr = "annulation de l'attente pour la réplication synchrone"
+	for _, tc := range []struct {
+		severity, message string
+		cancelled, want   bool
+	}{
+		{"WARNING", en, false, true},
+		{"WARNING", fr, true, true},
+		{"WARNING", fr, false, false},
+		{"NOTICE", en, true, false},
+		{"WARNING", "a trigger's RAISE WARNING", false, false},
+	} {
+		if got := syncRepCancelled(tc.severity, tc.message, tc.cancelled); got != tc.want {
+			t.Errorf("syncRepCancelled(%q, %q, %v) = %v, want %v", tc.severity, tc.message, tc.cancelled, got, tc.want)
+		}
+	}
+}
