@@ -136,6 +136,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound) && cfg.CreateStream:
 		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("stream %s does not exist yet; run will create it (create_stream: true)", cfg.Stream)})
+		problems = append(problems, eventStreamLimits(&jetstream.StreamConfig{Name: cfg.Stream, MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes})...)
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		problems = append(problems, Problem{Message: fmt.Sprintf("stream %s does not exist", cfg.Stream),
 			Fix: "create it (nats stream add) or set nats.create_stream: true"})
@@ -158,6 +159,16 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 					cfg.Stream, cmp.Or(strings.Join(info.Config.Subjects, ", "), "no subjects of its own"), strings.Join(added, ", "))})
 			}
 		}
+		if limits := streamLimitsDiff(&info.Config, &cfg); cfg.CreateStream && len(limits) > 0 {
+			problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("run will set stream %s's %s (nats.stream_max_age, nats.stream_max_bytes; "+
+				"a lower limit deletes events at once, stored by jetsink or not)", cfg.Stream, strings.Join(limits, ", "))})
+		}
+		limited := info.Config
+		if cfg.CreateStream {
+			limited.MaxAge = cmp.Or(cfg.StreamMaxAge, limited.MaxAge)
+			limited.MaxBytes = cmp.Or(cfg.StreamMaxBytes, limited.MaxBytes)
+		}
+		problems = append(problems, eventStreamLimits(&limited)...)
 		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
 			problems = append(problems, Problem{Config: true, Message: err.Error()}) // New refuses it: ErrInvalidConfig
 		}
@@ -203,6 +214,34 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		}
 	}
 	return problems, nil
+}
+
+// eventStreamLimits warns of the limits under which the event stream sc
+// deletes events whether jetsink has stored them or not (max_age; a limit
+// with discard old): harmless while jetsink keeps up, a loss when
+// PostgreSQL is down, or jetsink stopped, for longer than they allow.
+func eventStreamLimits(sc *jetstream.StreamConfig) []Problem {
+	var limits []string
+	if sc.MaxAge > 0 {
+		limits = append(limits, "max_age "+sc.MaxAge.String())
+	}
+	if sc.Discard == jetstream.DiscardOld {
+		if sc.MaxMsgs > 0 {
+			limits = append(limits, fmt.Sprintf("max_msgs %d", sc.MaxMsgs))
+		}
+		if sc.MaxBytes > 0 {
+			limits = append(limits, fmt.Sprintf("max_bytes %d", sc.MaxBytes))
+		}
+	}
+	if sc.MaxMsgsPerSubject > 0 && (sc.Discard != jetstream.DiscardNew || !sc.DiscardNewPerSubject) {
+		limits = append(limits, fmt.Sprintf("max_msgs_per_subject %d", sc.MaxMsgsPerSubject))
+	}
+	if len(limits) == 0 {
+		return nil
+	}
+	return []Problem{{Warning: true, Message: fmt.Sprintf("stream %s deletes events past %s whether jetsink has stored them or not: "+
+		"those not stored by then (PostgreSQL down, or jetsink stopped, for longer) are lost", sc.Name, strings.Join(limits, ", ")),
+		Fix: "choose limits beyond the longest outage to ride out, or none (discard new: a full stream refuses publishes instead)"}}
 }
 
 // filterProblem is the Problem of a nats.filter_subject that matches none

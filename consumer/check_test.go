@@ -234,6 +234,69 @@ func TestCreateStreamKeepsExistingConfig(t *testing.T) {
 	check("after a second start")
 }
 
+// nats.stream_max_age and stream_max_bytes bound a stream jetsink creates,
+// and, set, one already there (check says so first); unset, they leave an
+// existing stream's limits alone. check warns of limits that delete events
+// whether jetsink stored them or not.
+func TestCreateStreamLimits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv) // create_stream: true
+	limits := func() (time.Duration, int64) {
+		t.Helper()
+		s, err := js.Stream(ctx, cfg.Stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := s.CachedInfo().Config
+		if sc.Discard != jetstream.DiscardOld {
+			t.Errorf("discard %v, want old", sc.Discard)
+		}
+		return sc.MaxAge, sc.MaxBytes
+	}
+	warnings := func() string {
+		t.Helper()
+		ps, err := Check(ctx, cfg, testLogger(t, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, p := range ps {
+			b.WriteString(p.String() + "\n")
+		}
+		return b.String()
+	}
+
+	cfg.StreamMaxAge, cfg.StreamMaxBytes = 2*time.Hour, 1<<30
+	if w := warnings(); !strings.Contains(w, "deletes events past max_age 2h0m0s, max_bytes 1073741824 whether jetsink has stored them or not") {
+		t.Errorf("check before the stream is created: no warning of its limits:\n%s", w)
+	}
+	newConsumer(t, ctx, cfg)
+	if age, size := limits(); age != 2*time.Hour || size != 1<<30 {
+		t.Fatalf("created with max_age %v, max_bytes %d; want 2h, 1 GiB", age, size)
+	}
+
+	cfg.StreamMaxAge = 3 * time.Hour // max_bytes as it is
+	if w := warnings(); !strings.Contains(w, "run will set stream "+cfg.Stream+"'s max_age 2h0m0s -> 3h0m0s") {
+		t.Errorf("check of a stream whose limit run will change says nothing of it:\n%s", w)
+	}
+	newConsumer(t, ctx, cfg)
+	if age, size := limits(); age != 3*time.Hour || size != 1<<30 {
+		t.Fatalf("updated to max_age %v, max_bytes %d; want 3h, 1 GiB", age, size)
+	}
+
+	cfg.StreamMaxAge, cfg.StreamMaxBytes = 0, 0 // leave them
+	newConsumer(t, ctx, cfg)
+	if age, size := limits(); age != 3*time.Hour || size != 1<<30 {
+		t.Fatalf("unset keys changed the limits to max_age %v, max_bytes %d", age, size)
+	}
+	if w := warnings(); strings.Contains(w, "run will set") || !strings.Contains(w, "deletes events past max_age 3h0m0s, max_bytes 1073741824") {
+		t.Errorf("check of a stream with limits of its own:\n%s", w)
+	}
+}
+
 // What New refuses, and a filter that takes nothing from the stream, are
 // errors of check too.
 func TestCheckPullBytesAndFilter(t *testing.T) {

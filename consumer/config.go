@@ -91,6 +91,19 @@ type Config struct {
 	// New binds to an existing stream and fails with ErrStreamNotFound if
 	// there is none. Default false.
 	CreateStream bool `yaml:"create_stream"`
+	// StreamMaxAge and StreamMaxBytes bound the stream with CreateStream
+	// (JetStream's max_age and max_bytes; a stream jetsink creates discards
+	// old events, one there keeps its discard policy): it keeps every
+	// event, stored by jetsink or not, until it is older than StreamMaxAge
+	// or the oldest events no longer fit in StreamMaxBytes. 0 (the
+	// default) is no limit for a stream jetsink creates, and leaves an
+	// existing stream's limit as it is; set, it is applied to an existing
+	// stream too. Without a limit the stream keeps every event for good.
+	// An event not yet stored when its limit deletes it is lost: choose
+	// them beyond the longest outage of PostgreSQL to ride out. Only with
+	// CreateStream.
+	StreamMaxAge   time.Duration `yaml:"stream_max_age"`
+	StreamMaxBytes int64         `yaml:"stream_max_bytes"`
 	// Consumer is the name of the durable pull consumer, created or updated
 	// by New. Several jetsink instances with the same name share the work.
 	// Default jetsink.
@@ -311,6 +324,17 @@ func (c Config) Validate() error {
 	}
 	if err := validName("nats.consumer", c.Consumer, DefaultConsumer); err != nil {
 		errs = append(errs, err)
+	}
+	if c.StreamMaxAge < 0 || c.StreamMaxAge > 0 && c.StreamMaxAge <= c.AckWait {
+		errs = append(errs, fmt.Errorf("%w: nats.stream_max_age must be 0 (no limit) or longer than nats.ack_wait %s (got %s): an event that comes again after ack_wait would be gone",
+			ErrInvalidConfig, c.AckWait, c.StreamMaxAge))
+	}
+	if c.StreamMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("%w: nats.stream_max_bytes must be 0 (no limit) or positive (got %d)", ErrInvalidConfig, c.StreamMaxBytes))
+	}
+	if !c.CreateStream && (c.StreamMaxAge != 0 || c.StreamMaxBytes != 0) {
+		errs = append(errs, fmt.Errorf("%w: nats.stream_max_age and nats.stream_max_bytes apply to the stream jetsink creates or updates: "+
+			"set nats.create_stream: true, or set the limits on the stream (nats stream edit %s --max-age ... --max-bytes ...)", ErrInvalidConfig, c.Stream))
 	}
 	if c.CreateStream && len(c.Subjects) == 0 {
 		errs = append(errs, fmt.Errorf("%w: nats.subjects is empty; with nats.create_stream: true give the subjects the stream captures, e.g. [\"events.>\"]", ErrInvalidConfig))

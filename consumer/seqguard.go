@@ -106,7 +106,8 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 		if err != nil {
 			return nil, err
 		}
-		sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.FileStorage, FirstSeq: first}
+		sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.FileStorage, FirstSeq: first,
+			MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes}
 		stream, err := c.js.CreateStream(ctx, sc)
 		if err == nil {
 			if first > 0 {
@@ -130,8 +131,23 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	// would go back to its default.
 	sc := existing.CachedInfo().Config
 	dropped, added := subjectsDiff(sc.Subjects, cfg.Subjects)
-	if len(dropped) == 0 && len(added) == 0 {
+	limits := streamLimitsDiff(&sc, cfg)
+	if len(dropped) == 0 && len(added) == 0 && len(limits) == 0 {
 		return existing, nil
+	}
+	if len(limits) > 0 {
+		// Said at Warn: a lower limit deletes events at once, stored by
+		// jetsink or not (check warns of it before).
+		c.log.Warn("setting the stream's limits (nats.stream_max_age, nats.stream_max_bytes)", "stream", cfg.Stream, "limits", strings.Join(limits, ", "))
+		if cfg.StreamMaxAge != 0 {
+			sc.MaxAge = cfg.StreamMaxAge
+		}
+		if cfg.StreamMaxBytes != 0 {
+			sc.MaxBytes = cfg.StreamMaxBytes
+		}
+		if len(dropped) == 0 && len(added) == 0 {
+			return c.js.UpdateStream(ctx, sc)
+		}
 	}
 	// Said, since a subject dropped here is no longer stored: its
 	// publishers' messages are refused or, published without JetStream,
@@ -145,6 +161,20 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 		"dropped", strings.Join(dropped, ","))
 	sc.Subjects = cfg.Subjects
 	return c.js.UpdateStream(ctx, sc)
+}
+
+// streamLimitsDiff describes the limits of sc that nats.stream_max_age and
+// nats.stream_max_bytes, where set, change ("max_age 0s -> 168h0m0s"); none
+// when they are not set or sc has them already.
+func streamLimitsDiff(sc *jetstream.StreamConfig, cfg *Config) []string {
+	var out []string
+	if cfg.StreamMaxAge != 0 && sc.MaxAge != cfg.StreamMaxAge {
+		out = append(out, fmt.Sprintf("max_age %s -> %s", sc.MaxAge, cfg.StreamMaxAge))
+	}
+	if cfg.StreamMaxBytes != 0 && sc.MaxBytes != cfg.StreamMaxBytes {
+		out = append(out, fmt.Sprintf("max_bytes %d -> %d", sc.MaxBytes, cfg.StreamMaxBytes))
+	}
+	return out
 }
 
 // subjectsDiff returns the subjects of have that no subject of want
