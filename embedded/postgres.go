@@ -400,6 +400,14 @@ func (c *Cluster) run(timeout time.Duration, name string, args ...string) error 
 			}
 		}
 	}
+	// A process group of its own: a Ctrl-C at the terminal goes to jetsink,
+	// which stops the cluster in its own way, not straight to initdb or
+	// pg_ctl (killed half-way, "initdb: signal: interrupt", or a pg_ctl
+	// start given up and retried on another port).
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))

@@ -658,3 +658,30 @@ func TestInitdbPasswordFileFollowsNoLink(t *testing.T) {
 		t.Errorf("the link's target was written (%q) or given away", b)
 	}
 }
+
+// initdb and pg_ctl run in a process group of their own: a Ctrl-C at the
+// terminal (SIGINT to the foreground group) reaches jetsink alone, which
+// stops the cluster its own way, and not the tool half-way through.
+func TestToolsRunInTheirOwnProcessGroup(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "pgid")
+	script := "#!/bin/sh\ncut -d' ' -f5 /proc/$$/stat > " + out + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "pg_ctl"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{bin: dir, dir: dir} // no cred: as this user
+	if err := c.run(10*time.Second, "pg_ctl"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pgid %q: %v", b, err)
+	}
+	if pgid == syscall.Getpgrp() {
+		t.Fatalf("pg_ctl ran in the test's process group %d", pgid)
+	}
+}
