@@ -96,6 +96,7 @@ func (c *Cluster) Stop(mode string) error {
 }
 
 func (c *Cluster) stop(mode string) error {
+	c.forgetDead()
 	if !c.running {
 		return nil
 	}
@@ -283,6 +284,7 @@ func (c *Cluster) initdb() error {
 }
 
 func (c *Cluster) start() error {
+	c.forgetDead()
 	if c.running {
 		return nil
 	}
@@ -315,6 +317,19 @@ func (c *Cluster) start() error {
 	}
 	c.running = true
 	return nil
+}
+
+// forgetDead notes a server that died by itself (the OOM killer, a
+// kill -9) as not running, and removes the lock files it left (the data
+// directory's and its socket's): they name a process that is gone,
+// another one now, or a zombie nobody reaps (a container's init may not),
+// and a new server refuses to start while that process exists.
+func (c *Cluster) forgetDead() {
+	if c.running && !c.strayRuns() {
+		c.running = false
+		_ = os.Remove(filepath.Join(c.dataDir(), "postmaster.pid"))
+		_ = os.Remove(filepath.Join(c.dir, ".s.PGSQL."+strconv.Itoa(c.port)+".lock"))
+	}
 }
 
 // errStrayRuns: a server that failed to start still runs in its data

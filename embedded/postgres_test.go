@@ -685,3 +685,81 @@ func TestToolsRunInTheirOwnProcessGroup(t *testing.T) {
 		t.Fatalf("pg_ctl ran in the test's process group %d", pgid)
 	}
 }
+
+// A server that died by itself (the OOM killer, a kill -9) is started
+// again by Start, and Destroy of it succeeds: Cluster believed it still
+// ran, so Start did nothing and Destroy returned pg_ctl's "could not send
+// stop signal".
+func TestClusterAfterItsServerDied(t *testing.T) {
+	c, err := StartPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Destroy() })
+	kill := func() {
+		t.Helper()
+		pid := c.PID()
+		children := childrenOf(t, pid)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// Its children end when they see it gone; until then they hold
+		// its shared memory, and a new server would not start.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if slices.IndexFunc(append(children, pid), running) < 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the killed server's processes %v still run after 30 s", append(children, pid))
+			}
+		}
+	}
+	kill()
+	if err := c.Start(); err != nil {
+		t.Fatalf("Start after the server died: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		t.Fatalf("connect after Start: %v", err)
+	}
+	_ = conn.Close(ctx)
+	kill()
+	if err := c.Destroy(); err != nil {
+		t.Fatalf("Destroy after the server died: %v", err)
+	}
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, not ')'.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			child, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// running reports whether process pid exists and is not a zombie.
+func running(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
+}
