@@ -368,6 +368,10 @@ type session struct {
 	quitOnce sync.Once
 	failed   bool   // delivery goroutine only
 	lastCons uint64 // delivery goroutine only: the last consumer sequence pushed
+	// handling is set while the handler runs (push may wait on a full
+	// pipeline): nats.go's heartbeat timer, which it stops then, "misses"
+	// heartbeats when a reconnect starts it again meanwhile.
+	handling atomic.Bool
 	// epoch is stamped on the events the session pushes: the consumer's
 	// epoch when it subscribed, or the one push started when the consumer
 	// sequence went back. An epoch started by serve (the stream was
@@ -463,6 +467,8 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 			c.nak(msg, s.epoch)
 			return
 		}
+		s.handling.Store(true)
+		defer s.handling.Store(false)
 		if err := c.push(hard, out, msg, s); err != nil {
 			s.failed = true
 			if !errors.Is(err, errNotVerified) {
@@ -665,6 +671,13 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				// A pull nothing answered: no server holds the consumer
 				// now. The pulls go on (wire: one a heartbeat tick).
 				c.log.Warn("a pull found no server to answer it (a consumer leader election, or the consumer gone); checking the consumer", "err", err)
+			case errors.Is(err, jetstream.ErrNoHeartbeat) && s.handling.Load():
+				// The timer nats.go started again on a reconnect while
+				// push waits on a full pipeline: back-pressure, nothing
+				// missed (nats.go stops the timer while a message is
+				// handled, and starts it again after).
+				c.log.Debug("pull heartbeat timer fired while the pipeline is full; not a missed heartbeat")
+				continue
 			case errors.Is(err, jetstream.ErrNoHeartbeat):
 				// nats.go pulls again by itself; find out whether the
 				// consumer is still there (a restart that lost the store,

@@ -726,6 +726,37 @@ func TestRunPullMaxBytesAtMaxPayload(t *testing.T) {
 	}
 }
 
+// nats.go stops its heartbeat timer while the handler runs, and starts it
+// again on a reconnect: a handler blocked on a full pipeline then "misses"
+// heartbeats every two of them, and each time jetsink looked the consumer
+// up (two API requests) and logged a warning of missed heartbeats, for as
+// long as the back-pressure lasted. That is no sign of a lost consumer.
+func TestRunBlockedPushIsNoMissedHeartbeat(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.PullClient = PullClientNATSGo // the wire client has heartbeats of its own
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 100, 1, 0)
+	r := startRun(t, ctx, c, 1, 8, 1) // nothing read: 8 in the ring, 1 in events, 1 held by the drainer
+	waitFor(t, ctx, "the pipeline to fill", func() bool { return r.out.Ring(0).Len() == 8 })
+	srv.Shutdown()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "reconnect", c.Ready)
+	time.Sleep(6 * cfg.PullHeartbeat) // three rounds of the restarted timer
+	if n := c.Stats().HeartbeatsMissing; n != 0 {
+		t.Errorf("%d missed heartbeats counted while the handler waited on a full pipeline", n)
+	}
+	for range 100 {
+		_ = r.next(t, ctx).ev.Msg.Ack()
+	}
+	r.stopClean(t, ctx)
+}
+
 // TestRunRecoversWhenServerLosesStream restarts the server under a memory
 // stream, so the stream and consumer are gone afterwards: Run sees it when
 // it looks at the stream after the reconnect (before this look, the pulls
