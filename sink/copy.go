@@ -1175,9 +1175,18 @@ func (c *committer) settleMissing(ctx context.Context, b *batch, lo, hi int, e *
 	if len(found) < len(e.keys) {
 		// A key the server returned matches no row: the keys cannot be
 		// trusted to say which rows are missing, so none is acked.
-		c.s.log.Error("the keys of an exactly-once batch's missing rows match none of its rows; every row is dead-lettered",
+		st := &c.s.st
+		st.miscounts.Add(1)
+		st.uncounted.Add(uint64(len(e.keys)))
+		c.s.log.Error("an exactly-once batch committed with rows missing from the table, and the keys PostgreSQL returned for them "+
+			"match none of its rows: every row is dead-lettered with code "+pipeline.CodeRowCount+", not acked",
 			"rows", hi-lo, "missing_keys", len(e.keys))
-		c.deadLetterMiscounted(ctx, b, lo, hi, &miscountError{sent: hi - lo, stored: int64(hi - lo - len(e.keys)), committed: true})
+		dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: pipeline.CodeRowCount,
+			Reason: fmt.Sprintf("the transaction holding this row committed with %d of its %d rows missing from the table, "+
+				"and which ones could not be told (their keys match no row sent); this row may be missing from the table", len(e.keys), hi-lo)}
+		for i := lo; i < hi; i++ {
+			c.parkHeld(ctx, b, i, dl)
+		}
 		return
 	}
 	st := &c.s.st
