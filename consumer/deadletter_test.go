@@ -253,7 +253,8 @@ func TestDeadLetterPublishIsBounded(t *testing.T) {
 	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("DeadLetter with nobody answering = %v, want ErrDeadLetter wrapping context.DeadlineExceeded", err)
 	}
-	if want := cfg.AckWait / 8; took < want || took > want+time.Second {
+	// Midway to nats.go's 5 s, for a loaded machine.
+	if want := cfg.AckWait / 8; took < want || took > want+(5*time.Second-want)/2 {
 		t.Fatalf("DeadLetter gave up after %s, want about %s", took, want)
 	}
 	waitFor(t, ctx, "the dead letter at the silent subscriber", func() bool {

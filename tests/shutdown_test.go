@@ -164,10 +164,13 @@ func TestShutdownSecondSignalCutsTheSpanFlush(t *testing.T) {
 	if code := j.wait(t, 10*time.Second); code != 130 {
 		t.Fatalf("exit status %d after the second signal, want 130; output:\n%s", code, j.stderr.String())
 	}
-	// The flush alone had 2 s.
+	// The flush alone had 2 s: the second signal cancelled it, not its
+	// deadline (a check of the mechanism, not of a machine's speed).
 	t.Logf("exit %v after the second signal", time.Since(second))
-	if d := time.Since(second); d > 1200*time.Millisecond {
-		t.Errorf("exit %v after the second signal, want it at once", d)
+	out := j.stderr.String()
+	flush := out[strings.Index(out, "exporting the last spans"):]
+	if !strings.Contains(flush, "spans not flushed") || !strings.Contains(flush, "context canceled") || strings.Contains(flush, "deadline exceeded") {
+		t.Errorf("the span flush was not cut short by the second signal:\n%s", flush)
 	}
 }
 

@@ -111,6 +111,12 @@ func startJaeger(t *testing.T, ctx context.Context) *jaeger {
 	t.Helper()
 	bin := jaegerBin(t)
 	qport, gport, oport := freePort(t), freePort(t), freePort(t)
+	for gport == qport { // each was free when picked, and then released
+		gport = freePort(t)
+	}
+	for oport == qport || oport == gport {
+		oport = freePort(t)
+	}
 	cfgPath := filepath.Join(t.TempDir(), "jaeger.yaml")
 	if err := os.WriteFile(cfgPath, fmt.Appendf(nil, jaegerConfig, qport, gport, oport), 0o644); err != nil {
 		t.Fatal(err)
