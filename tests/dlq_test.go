@@ -32,7 +32,7 @@ func TestDLQReplayAfterFix(t *testing.T) {
 	noCreate := []string{"JETSINK_CONFIG="}
 
 	out, code := jetsinkCmd(t, noCreate, "dlq", "replay", "--config", cfgPath, "--dry-run", "--code", "constraint")
-	if code != 0 || strings.Count(out, "would replay") != 3 || !strings.Contains(out, "matched 3, replayed 0") {
+	if code != 0 || strings.Count(out, ": would replay\n") != 3 || !strings.Contains(out, "matched 3, would replay 3, would fail 0") {
 		t.Fatalf("dry run: exit %d\n%s", code, out)
 	}
 	out, code = jetsinkCmd(t, noCreate, "dlq", "replay", "--config", cfgPath, "--code", "invalid_json")
