@@ -24,6 +24,29 @@ const (
 	CodeRowCount   = "row_count"  // a COPY committed with another row count than the rows sent (a trigger or rule), or rows missing from the table
 )
 
+// DeadLetterKind is a stage and a code that a dead letter may have.
+type DeadLetterKind struct{ Stage, Code string }
+
+// DeadLetterKinds lists every stage and code pair this version of jetsink
+// writes: each decode code at StageDecode, the sink's at StageSink,
+// CodeMaxDeliver at StageDeliver. (The metrics serve each from 0, so that
+// an alert sees a pair's first dead letter as an increase.)
+func DeadLetterKinds() []DeadLetterKind {
+	codes := DeadLetterCodes()
+	out := make([]DeadLetterKind, 0, len(codes))
+	for _, c := range codes {
+		stage := StageDecode
+		switch c {
+		case CodeConstraint, CodeRefused, CodeData, CodeRowCount:
+			stage = StageSink
+		case CodeMaxDeliver:
+			stage = StageDeliver
+		}
+		out = append(out, DeadLetterKind{Stage: stage, Code: c})
+	}
+	return out
+}
+
 // DeadLetterCodes lists every DeadLetter.Code this version of jetsink
 // writes, decode codes first.
 func DeadLetterCodes() []string {

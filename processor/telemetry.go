@@ -45,7 +45,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	maxDelivered := counter("jetsink.events.max_delivered", "Events dead-lettered on a delivery past nats.max_deliver")
 	dlFailed := counter("jetsink.dead_letter.failures", "Dead-letter publishes that failed (the message was nak'ed, not lost)")
 	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")
-	ackErrs := counter("jetsink.ack.failures", "Acks refused after commit (by the client, or by the server: no permission on $JS.ACK), or sent but not confirmed by the server (on a connection lost before a flush confirmed them, or at shutdown): the message comes back, a duplicate in at-least-once mode")
+	ackErrs := counter("jetsink.ack.failures", "Acks refused after commit (by the client, or by the server: no permission on $JS.ACK), or sent but not confirmed by the server (on a connection lost before a flush confirmed them; those of the last flush at shutdown are counted after the last scrape, in the exit's log line only): the message comes back, a duplicate in at-least-once mode")
 	staleSettles := counter("jetsink.ack.stale", "Messages not acked after commit, or not terminated after their dead letter was stored, because their stream was re-created since they were taken")
 	miscounts := counterIn("jetsink.copy.miscounts",
 		"COPYs that committed with a row count other than the rows sent, and exactly-once batches that committed with rows missing from the table (dead-lettered, code row_count)", "{statement}")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
@@ -38,6 +39,9 @@ type Metrics struct {
 // Errors are the SDK's, wrapped.
 func NewMetrics(serviceName string) (*Metrics, error) {
 	reg := prometheus.NewRegistry()
+	// The process's (process_start_time_seconds, for restarts; RSS; open
+	// file descriptors) and the Go runtime's (go_goroutines, the heap).
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	latency := newEventLatency()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithProducer(latency))
 	if err != nil {
@@ -69,6 +73,12 @@ func NewMetrics(serviceName string) (*Metrics, error) {
 		if err != nil {
 			return nil, fmt.Errorf("metric instrument: %w", err)
 		}
+	}
+	// Every stage and code from 0: a pair's first dead letter is then an
+	// increase to Prometheus (a series that begins at 1 is not, and an
+	// alert that looks for new series fires after any gap in the scrapes).
+	for _, k := range pipeline.DeadLetterKinds() {
+		m.deadLettered.Add(context.Background(), 0, metric.WithAttributes(stageAttr(k.Stage), codeAttr(k.Code)))
 	}
 	return m, nil
 }

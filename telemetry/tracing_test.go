@@ -236,6 +236,15 @@ func TestDeadLettererEndsSpanAndCounts(t *testing.T) {
 	fail := errors.New("publish failed")
 	stale := fmt.Errorf("publish failed; not nak'ed: %w", pipeline.ErrStaleEpoch)
 	const counted = `jetsink_events_dead_lettered_total{code="invalid_json",otel_scope_name="github.com/jetsink/jetsink",otel_scope_schema_url="",otel_scope_version="",stage="decode"}`
+	// Every stage and code is served from 0, before its first dead letter:
+	// an alert's increase() sees that one too.
+	before := scrape(t, m)
+	for _, k := range pipeline.DeadLetterKinds() {
+		key := `jetsink_events_dead_lettered_total{code="` + k.Code + `",otel_scope_name="github.com/jetsink/jetsink",otel_scope_schema_url="",otel_scope_version="",stage="` + k.Stage + `"}`
+		if got, ok := before[key]; !ok || got != 0 {
+			t.Errorf("before any dead letter: %s = %v (served: %v), want 0", key, got, ok)
+		}
+	}
 	for i, next := range []error{nil, fail, stale} {
 		d := &DeadLetterer{Next: dlFunc(func() error { return next }), Metrics: m}
 		ev := event(nil)

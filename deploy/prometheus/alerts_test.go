@@ -34,6 +34,16 @@ var scenarios = map[string][]scenario{
 		{"not scraped", `up` + labels + ` 1 1 0 0 0 0 0 0 0 0`, 9 * time.Minute, true},
 		{"scraped", `up` + labels + ` 1x10`, 9 * time.Minute, false},
 	},
+	"JetsinkAbsent": {
+		{"no target of the job", `up{job="other",instance="b"} 1x10`, 9 * time.Minute, true},
+		{"the target vanished", `up` + labels + ` 1x3 stale`, 9 * time.Minute, true},
+		{"a target, down", `up` + labels + ` 0x10`, 9 * time.Minute, false},
+	},
+	"JetsinkRestarting": {
+		{"three restarts", `process_start_time_seconds` + labels + ` 100 100 400 400 700 700 1000x5`, 10 * time.Minute, true},
+		{"two restarts", `process_start_time_seconds` + labels + ` 100 100 400 400 700x5`, 9 * time.Minute, false},
+		{"three restarts, long ago", `process_start_time_seconds` + labels + ` 100 100 400 400 700 700 1000x40`, 40 * time.Minute, false},
+	},
 	"JetsinkNotReady": {
 		{"nats failing", `
 			jetsink_ready{job="jetsink",instance="a",check="nats"} 1 1 0x10
@@ -91,8 +101,10 @@ var scenarios = map[string][]scenario{
 	},
 	"JetsinkDeadLetters": {
 		{"more dead letters", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 5 5 5 5 5 5`, 17 * time.Minute, true},
-		{"a code's first dead letter", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="sink",code="constraint"} _x15 1x10`, 16 * time.Minute, true},
+		{"a code's first dead letter", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="sink",code="constraint"} 0x15 1x10`, 16 * time.Minute, true},
 		{"none for a while", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x30`, 25 * time.Minute, false},
+		{"none, with a failed scrape", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x10 stale 3x20`, 21 * time.Minute, false},
+		{"the first after a restart", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x10 0x5 1x10`, 17 * time.Minute, true},
 	},
 	"JetsinkDeadLetterFailing": {
 		{"failing for 5 minutes", `jetsink_dead_letter_failures_total` + labels + ` 0+1x15`, 12 * time.Minute, true},

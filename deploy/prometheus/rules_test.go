@@ -28,6 +28,7 @@ var says = map[string]string{
 	"JetsinkAcksFailing/acks failed":                 "about 2 acks",
 	"JetsinkPostgresConnectionsDead/one given up":    "about 1 silent",
 	"JetsinkBatchesTimingOut/three attempts cut":     "about 3 commit attempts",
+	"JetsinkRestarting/three restarts":               "restarted 3 times",
 }
 
 // pending: for each alert with a for:, a scenario whose expression holds
@@ -35,6 +36,7 @@ var says = map[string]string{
 // not firing.
 var pending = map[string]scenario{
 	"JetsinkDown":     {"down 3 minutes", `up` + labels + ` 1x5 0 0 0 0`, 9 * time.Minute, false},
+	"JetsinkAbsent":   {"gone 3 minutes", `up` + labels + ` 1x5 stale`, 9 * time.Minute, false},
 	"JetsinkNotReady": {"nats failing 3 minutes", `jetsink_ready{job="jetsink",instance="a",check="nats"} 1x5 0 0 0 0`, 9 * time.Minute, false},
 	"JetsinkNotCommitting": {"backlog, no commit for 8 minutes", `
 		jetsink_consumer_pending` + labels + ` 100x30
@@ -135,7 +137,8 @@ func TestAlertsWaitTheirForAndRender(t *testing.T) {
 								}
 							}
 						}
-						if !strings.Contains(summary, "jetsink a") {
+						// (JetsinkAbsent has no instance to name: there is none.)
+						if !strings.Contains(summary, "jetsink a") && r.Alert != "JetsinkAbsent" {
 							t.Errorf("summary %q does not name the instance", summary)
 						}
 						key := r.Alert + "/" + sc.name
