@@ -24,9 +24,10 @@ USER 65532:65532
 EXPOSE 9464
 # Runs inside the container, so the default 127.0.0.1:9464 is reachable; it
 # follows JETSINK_TELEMETRY_LISTEN (give --url if a config file moves it).
-# /readyz gives each check 2 s; the command waits 2.5 s for its answer, so
-# that the answer naming what failed comes before Docker's 3 s timeout.
-HEALTHCHECK --interval=5s --timeout=3s --start-period=10s --retries=12 CMD ["/jetsink", "healthcheck", "--timeout", "2.5s"]
+# --live: /healthz, alive, not /readyz: an orchestrator that restarts
+# unhealthy containers must not restart jetsink for a NATS or PostgreSQL
+# outage (a restart cannot mend it, and sends the events in flight back).
+HEALTHCHECK --interval=5s --timeout=3s --start-period=10s --retries=12 CMD ["/jetsink", "healthcheck", "--live", "--timeout", "2.5s"]
 # `docker stop` waits 10 s by default, less than drain_timeout (30 s) and
 # the ~3 s of telemetry after it: run with --stop-timeout 45.
 ENTRYPOINT ["/jetsink"]

@@ -23,12 +23,18 @@ const defaultHealthURL = "http://127.0.0.1:9464/readyz"
 func newHealthcheckCmd() *cobra.Command {
 	var probe string
 	var timeout time.Duration
+	var live bool
 	cmd := &cobra.Command{
 		Use:   "healthcheck",
 		Short: "Exit 0 if a running jetsink answers ready on its admin listener",
 		Long: `Probe a running jetsink's /readyz and exit 0 if it answers 200 (ready), 1
 otherwise, also for a bad command line (Docker reserves 2 in a health
-check). Redirects are not followed and HTTP_PROXY is not used.
+check). Redirects are not followed and HTTP_PROXY is not used. With
+--live it probes /healthz instead: 200 while the process runs, also while
+NATS or PostgreSQL is away (the image's HEALTHCHECK uses it, so that an
+orchestrator that kills unhealthy containers does not restart jetsink for
+an outage a restart cannot mend; readiness stays on /readyz and in the
+jetsink_ready metric).
 
 Without --url it probes /readyz on the address in JETSINK_TELEMETRY_LISTEN
 (telemetry.listen; 0.0.0.0, :: or no host is probed on 127.0.0.1; one it
@@ -51,6 +57,11 @@ config file's telemetry.listen is not read: give --url when the file sets it.`,
 					return fmt.Errorf("healthcheck: %w", err)
 				}
 				probe = u
+				if live {
+					probe = strings.TrimSuffix(u, "/readyz") + "/healthz"
+				}
+			} else if live {
+				return usageError{errors.New("healthcheck: --live and --url: give one (--url names the path itself)")}
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -78,6 +89,7 @@ config file's telemetry.listen is not read: give --url when the file sets it.`,
 	}
 	cmd.Flags().StringVar(&probe, "url", "", "URL to probe (default: /readyz on JETSINK_TELEMETRY_LISTEN, else "+defaultHealthURL+")")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "give up after this long")
+	cmd.Flags().BoolVar(&live, "live", false, "probe /healthz (alive) instead of /readyz (ready)")
 	return cmd
 }
 

@@ -51,6 +51,7 @@ func TestHealthcheckUsesTelemetryListen(t *testing.T) {
 	defer cancel()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "alive, says the test", http.StatusTeapot) })
 	srv := httptest.NewServer(mux) // on 127.0.0.1, not the default port
 	defer srv.Close()
 	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
@@ -64,8 +65,13 @@ func TestHealthcheckUsesTelemetryListen(t *testing.T) {
 			t.Errorf("JETSINK_TELEMETRY_LISTEN=%s: exit %d: %v", listen, code, r.err)
 		}
 	}
+	// --live: /healthz on the same port (here answering 418, to tell).
+	r := startJetsink(t, ctx, "healthcheck", "--live")
+	if code := r.wait(t, ctx); code != exitFailed || !strings.Contains(r.err.Error(), "alive, says the test") {
+		t.Errorf("healthcheck --live: exit %d (%v), want %d from /healthz", code, r.err, exitFailed)
+	}
 	t.Setenv("JETSINK_TELEMETRY_LISTEN", "0.0.0.0:0")
-	r := startJetsink(t, ctx, "healthcheck")
+	r = startJetsink(t, ctx, "healthcheck")
 	// 1, unhealthy: Docker reserves 2 in a health check.
 	if code := r.wait(t, ctx); code != exitFailed || !strings.Contains(r.err.Error(), "give --url") {
 		t.Errorf("JETSINK_TELEMETRY_LISTEN=0.0.0.0:0: exit %d (%v), want %d asking for --url", code, r.err, exitFailed)
@@ -77,7 +83,8 @@ func TestHealthcheckUsesTelemetryListen(t *testing.T) {
 func TestHealthcheckBadCommandLineExits1(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, args := range [][]string{{"--no-such-flag"}, {"--timeout", "soon"}, {"--timeout", "0s"}, {"--timeout", "-1s"}, {"extra"}, {"--url", "http://[::1"}} {
+	for _, args := range [][]string{{"--no-such-flag"}, {"--timeout", "soon"}, {"--timeout", "0s"}, {"--timeout", "-1s"}, {"extra"}, {"--url", "http://[::1"},
+		{"--live", "--url", "http://127.0.0.1:1/healthz"}} {
 		r := startJetsink(t, ctx, append([]string{"healthcheck"}, args...)...)
 		if code := r.wait(t, ctx); code != exitFailed {
 			t.Errorf("healthcheck %v: exit %d (%v), want %d", args, code, r.err, exitFailed)
