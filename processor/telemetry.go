@@ -62,6 +62,12 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		"Batches taken into one retried while the database refuses a row that no commit has yet shown to be at fault, to bisect again with their rows", "{batch}")
 	inProgressErrs := counterIn("jetsink.in_progress.failures",
 		"Heartbeats (InProgress) that failed for messages waiting in the sink (a batch retried, or waiting for a committer); sent again at the next tick, but past ack_wait JetStream may deliver such a message again", "{message}")
+	resubscribes := counterIn("jetsink.consumer.resubscribes",
+		"Pull subscriptions started again after one ended (a reconnect, a consumer re-created, an error)", "{subscription}")
+	heartbeatsMissed := counterIn("jetsink.consumer.heartbeats_missed",
+		"Pulls whose idle heartbeats stopped coming (a server gone or stalled, a consumer lost): each had the consumer looked up", "{pull}")
+	epochs := counterIn("jetsink.consumer.epochs",
+		"Streams or consumers replaced under events in flight: the events taken before are stored but not acked", "{epoch}")
 	deadConns := counterIn("jetsink.postgres.dead_connections",
 		"Connections to PostgreSQL given up because the server gave no sign of life for dead_connection_timeout", "{connection}")
 	ring := gauge("jetsink.ring.occupancy", "Events waiting in a ring (in: consumer to worker, out: worker to sink)", "{event}")
@@ -114,6 +120,9 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		o.ObserveInt64(markers, int64(cs.Markers))
 		o.ObserveInt64(maxDelivered, int64(cs.MaxDelivered))
 		o.ObserveInt64(dlFailed, int64(cs.DeadLetterFailed))
+		o.ObserveInt64(resubscribes, int64(cs.Resubscribes))
+		o.ObserveInt64(heartbeatsMissed, int64(cs.HeartbeatsMissing))
+		o.ObserveInt64(epochs, int64(cs.Epochs))
 		o.ObserveInt64(committed, int64(ss.Rows))
 		o.ObserveInt64(possibleDups, int64(ss.PossibleDuplicates))
 		o.ObserveInt64(ackErrs, int64(ss.AckErrors+cs.AcksUnconfirmed+cs.AcksRefused))
@@ -154,7 +163,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 			o.ObserveInt64(spansLost, int64(st.ExportFailed), exportFailed)
 		}
 		return nil
-	}, received, redelivered, markers, committed, maxDelivered, dlFailed, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, ring, inFlight, inFlightLimit, pending, ackPending,
+	}, received, redelivered, markers, committed, maxDelivered, dlFailed, resubscribes, heartbeatsMissed, epochs, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, ring, inFlight, inFlightLimit, pending, ackPending,
 		lagAge, attemptAge, ready, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
