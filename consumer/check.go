@@ -225,6 +225,21 @@ func eventStreamLimits(sc *jetstream.StreamConfig) []Problem {
 	if sc.MaxAge > 0 {
 		limits = append(limits, "max_age "+sc.MaxAge.String())
 	}
+	limits = append(limits, discardingLimits(sc)...)
+	if len(limits) == 0 {
+		return nil
+	}
+	return []Problem{{Warning: true, Message: fmt.Sprintf("stream %s deletes events past %s whether jetsink has stored them or not: "+
+		"those not stored by then (PostgreSQL down, or jetsink stopped, for longer) are lost", sc.Name, strings.Join(limits, ", ")),
+		Fix: "choose limits beyond the longest outage to ride out, or none (discard new: a full stream refuses publishes instead)"}}
+}
+
+// discardingLimits describes sc's limits that delete its oldest messages
+// once reached ("max_bytes 1073741824"): max_msgs and max_bytes with
+// discard old, and max_msgs_per_subject, which drops the subject's oldest
+// message even with discard new unless discard_new_per_subject is set.
+func discardingLimits(sc *jetstream.StreamConfig) []string {
+	var limits []string
 	if sc.Discard == jetstream.DiscardOld {
 		if sc.MaxMsgs > 0 {
 			limits = append(limits, fmt.Sprintf("max_msgs %d", sc.MaxMsgs))
@@ -236,12 +251,7 @@ func eventStreamLimits(sc *jetstream.StreamConfig) []Problem {
 	if sc.MaxMsgsPerSubject > 0 && (sc.Discard != jetstream.DiscardNew || !sc.DiscardNewPerSubject) {
 		limits = append(limits, fmt.Sprintf("max_msgs_per_subject %d", sc.MaxMsgsPerSubject))
 	}
-	if len(limits) == 0 {
-		return nil
-	}
-	return []Problem{{Warning: true, Message: fmt.Sprintf("stream %s deletes events past %s whether jetsink has stored them or not: "+
-		"those not stored by then (PostgreSQL down, or jetsink stopped, for longer) are lost", sc.Name, strings.Join(limits, ", ")),
-		Fix: "choose limits beyond the longest outage to ride out, or none (discard new: a full stream refuses publishes instead)"}}
+	return limits
 }
 
 // filterProblem is the Problem of a nats.filter_subject that matches none
@@ -274,21 +284,7 @@ func deadLetterStreamProblems(sc *jetstream.StreamConfig, ackWait time.Duration)
 		warn(fmt.Sprintf("has max_age %s: it deletes a dead letter that long after storing it, replayed or not", sc.MaxAge),
 			"set its max_age to 0 (unlimited), and delete letters once dealt with (jetsink dlq replay does)")
 	}
-	var limits []string
-	if sc.Discard == jetstream.DiscardOld {
-		if sc.MaxMsgs > 0 {
-			limits = append(limits, fmt.Sprintf("max_msgs %d", sc.MaxMsgs))
-		}
-		if sc.MaxBytes > 0 {
-			limits = append(limits, fmt.Sprintf("max_bytes %d", sc.MaxBytes))
-		}
-	}
-	// A per-subject limit drops the oldest message of the subject even
-	// with discard new, unless discard_new_per_subject says otherwise.
-	if sc.MaxMsgsPerSubject > 0 && (sc.Discard != jetstream.DiscardNew || !sc.DiscardNewPerSubject) {
-		limits = append(limits, fmt.Sprintf("max_msgs_per_subject %d", sc.MaxMsgsPerSubject))
-	}
-	if len(limits) > 0 {
+	if limits := discardingLimits(sc); len(limits) > 0 {
 		warn(fmt.Sprintf("has %s: once a limit is reached it deletes its oldest dead letters, silently (discard old)", strings.Join(limits, ", ")),
 			"remove the limits, or set discard new (and discard_new_per_subject for max_msgs_per_subject): a full stream then refuses "+
 				"dead letters, and their events are nak'ed and kept in the event stream")

@@ -256,18 +256,7 @@ func TestCreateStreamLimits(t *testing.T) {
 		}
 		return sc.MaxAge, sc.MaxBytes
 	}
-	warnings := func() string {
-		t.Helper()
-		ps, err := Check(ctx, cfg, testLogger(t, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b strings.Builder
-		for _, p := range ps {
-			b.WriteString(p.String() + "\n")
-		}
-		return b.String()
-	}
+	warnings := func() string { t.Helper(); return checkText(t, ctx, cfg, false) }
 
 	cfg.StreamMaxAge, cfg.StreamMaxBytes = 2*time.Hour, 1<<30
 	if w := warnings(); !strings.Contains(w, "deletes events past max_age 2h0m0s, max_bytes 1073741824 whether jetsink has stored them or not") {
@@ -312,20 +301,7 @@ func TestCheckPullBytesAndFilter(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream + "_DLQ", Subjects: []string{cfg.DeadLetterSubject}}); err != nil {
 		t.Fatal(err)
 	}
-	errorsOf := func(c Config) string {
-		t.Helper()
-		ps, err := Check(ctx, c, testLogger(t, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b strings.Builder
-		for _, p := range ps {
-			if !p.Warning {
-				b.WriteString(p.String() + "\n")
-			}
-		}
-		return b.String()
-	}
+	errorsOf := func(c Config) string { t.Helper(); return checkText(t, ctx, c, true) }
 	for _, f := range []string{"", "chk.a.x", "chk.a.*", "chk.*.x", "chk.b.x.y", "chk.>", ">"} {
 		c := cfg
 		c.FilterSubject = f
@@ -583,4 +559,21 @@ func TestSubjectsDiff(t *testing.T) {
 			t.Errorf("subjectsDiff(%v, %v) = %v, %v; want %v, %v", c.have, c.want, dropped, added, c.dropped, c.added)
 		}
 	}
+}
+
+// checkText runs Check on cfg and returns its problems, one a line; only
+// the errors when errorsOnly.
+func checkText(t *testing.T, ctx context.Context, cfg Config, errorsOnly bool) string {
+	t.Helper()
+	ps, err := Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, p := range ps {
+		if !errorsOnly || !p.Warning {
+			b.WriteString(p.String() + "\n")
+		}
+	}
+	return b.String()
 }
