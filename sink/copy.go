@@ -943,7 +943,11 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 	}
 	if w := c.unreplicated.Swap(nil); w != nil {
 		// Stored here; on the standby perhaps not: retried, and the
-		// table's key takes what is there already (ON CONFLICT).
+		// table's key takes what is there already (ON CONFLICT). The
+		// retry's COMMIT writes WAL even when every row conflicts (its
+		// staging table's rows, deleted ON COMMIT, on PostgreSQL 15), so
+		// it waits for the standby too, which then has all WAL up to it,
+		// the first commit's included (TestSyncRepCancelIsNotAcked).
 		c.staged = true
 		return true, fmt.Errorf("commit %d rows: %w", len(rows), &unreplicatedError{warning: *w})
 	}

@@ -163,6 +163,9 @@ func classify(err error) class {
 	if errors.As(err, &connErr) {
 		return classTransient
 	}
+	if _, ok := errors.AsType[*unreplicatedError](err); ok {
+		return classTransient // the standby lags, or was waited for in vain: not the table's fault
+	}
 	// Anything else (a protocol surprise, a closed tx) is retried on a new
 	// connection and reported like a configuration error: loudly.
 	return classConfig

@@ -298,6 +298,16 @@ func (e *brokenConnError) Unwrap() error { return e.err }
 // cancel request has gone out or failed, or when it returns without one.
 func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts int, cancelSent chan<- struct{}) (res copyResult) {
 	res.stored = -1
+	var unreplicated *pgproto3.NoticeResponse // see syncRepCancelled
+	defer func() {
+		// On every return: also when the connection fails between the
+		// last CommandComplete and ReadyForQuery (res.complete, with an
+		// error), the warning before it says the commit may not be on
+		// the standby.
+		if res.complete && unreplicated != nil {
+			res.complete, res.err = false, &unreplicatedError{warning: unreplicated.Message}
+		}
+	}()
 	nc := pg.Conn()
 	answered, endCancel := context.WithCancel(context.Background())
 	cancelDone := make(chan struct{})
@@ -331,8 +341,7 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 		}
 	}()
 	var pgErr error
-	var unreplicated *pgproto3.NoticeResponse // see syncRepCancelled
-	copyAt := min(stmts, 2)                   // the COPY's place in the Query
+	copyAt := min(stmts, 2) // the COPY's place in the Query
 	done := 0                                 // statements complete
 	rowed := false                            // the statement under way has sent a row
 	for {
@@ -379,9 +388,6 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 			}
 		case *pgproto3.ReadyForQuery:
 			res.err = pgErr
-			if res.complete && unreplicated != nil {
-				res.complete, res.err = false, &unreplicatedError{warning: unreplicated.Message}
-			}
 			return res
 		}
 	}
@@ -409,7 +415,7 @@ type unreplicatedError struct{ warning string }
 
 func (e *unreplicatedError) Error() string {
 	return "committed on the server but cancelled while waiting for a synchronous standby (WARNING: " + e.warning +
-		"): not acked, the events come again (a possible duplicate)"
+		"): not acked; sent again (at-least-once: a possible duplicate), acked once a commit of them waits out the standby"
 }
 
 // typesChangedError reports that a type guard (see Sink.buildSQL) found a
