@@ -342,8 +342,8 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 	}()
 	var pgErr error
 	copyAt := min(stmts, 2) // the COPY's place in the Query
-	done := 0                                 // statements complete
-	rowed := false                            // the statement under way has sent a row
+	done := 0               // statements complete
+	rowed := false          // the statement under way has sent a row
 	for {
 		msg, err := pg.ReceiveMessage(context.Background())
 		if err != nil {
