@@ -172,7 +172,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
 			problems = append(problems, Problem{Config: true, Message: err.Error()}) // New refuses it: ErrInvalidConfig
 		}
-		if p, ok := filterProblem(&cfg, info.Config.Subjects); ok {
+		if p, ok := filterProblem(&cfg, &info.Config); ok {
 			problems = append(problems, p) // New refuses it too
 		}
 		problems = append(problems, checkConsumer(ctx, stream, cfg)...)
@@ -255,15 +255,17 @@ func discardingLimits(sc *jetstream.StreamConfig) []string {
 }
 
 // filterProblem is the Problem of a nats.filter_subject that matches none
-// of the stream's subjects: the server takes such a filter, and the
-// consumer then receives nothing, silently. (A stream without subjects of
-// its own, a mirror or one that sources others, may hold any subject.)
-func filterProblem(cfg *Config, subjects []string) (p Problem, ok bool) {
-	f := cfg.FilterSubject
-	if f == "" || len(subjects) == 0 || slices.ContainsFunc(subjects, func(s string) bool { return pipeline.SubjectsOverlap(s, f) }) {
+// of the subjects stream sc stores: the server takes such a filter, and the
+// consumer then receives nothing, silently. A stream that stores other
+// subjects than it captures (a subject transform), or any subject (a
+// mirror, or one that sources others), is not judged.
+func filterProblem(cfg *Config, sc *jetstream.StreamConfig) (p Problem, ok bool) {
+	f, subjects := cfg.FilterSubject, sc.Subjects
+	if f == "" || len(subjects) == 0 || sc.SubjectTransform != nil || sc.Mirror != nil || len(sc.Sources) > 0 ||
+		slices.ContainsFunc(subjects, func(s string) bool { return pipeline.SubjectsOverlap(s, f) }) {
 		return Problem{}, false
 	}
-	return Problem{Message: fmt.Sprintf("nats.filter_subject %q matches none of stream %s's subjects (%s): the consumer would receive nothing",
+	return Problem{Config: true, Message: fmt.Sprintf("nats.filter_subject %q matches none of stream %s's subjects (%s): the consumer would receive nothing",
 		f, cfg.Stream, strings.Join(subjects, ", ")), Fix: "set nats.filter_subject to a subject within the stream's, or \"\" for all"}, true
 }
 

@@ -276,12 +276,18 @@ func TestCreateStreamLimits(t *testing.T) {
 		t.Fatalf("updated to max_age %v, max_bytes %d; want 3h, 1 GiB", age, size)
 	}
 
+	cfg.StreamMaxAge = time.Minute // below the stream's 2 min duplicate window, which the server then refuses
+	newConsumer(t, ctx, cfg)
+	if age, _ := limits(); age != time.Minute {
+		t.Fatalf("updated to max_age %v, want 1m", age)
+	}
+
 	cfg.StreamMaxAge, cfg.StreamMaxBytes = 0, 0 // leave them
 	newConsumer(t, ctx, cfg)
-	if age, size := limits(); age != 3*time.Hour || size != 1<<30 {
+	if age, size := limits(); age != time.Minute || size != 1<<30 {
 		t.Fatalf("unset keys changed the limits to max_age %v, max_bytes %d", age, size)
 	}
-	if w := warnings(); strings.Contains(w, "run will set") || !strings.Contains(w, "deletes events past max_age 3h0m0s, max_bytes 1073741824") {
+	if w := warnings(); strings.Contains(w, "run will set") || !strings.Contains(w, "deletes events past max_age 1m0s, max_bytes 1073741824") {
 		t.Errorf("check of a stream with limits of its own:\n%s", w)
 	}
 }

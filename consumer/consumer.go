@@ -574,8 +574,8 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 		}
 	}
 	subjects := stream.CachedInfo().Config.Subjects
-	if p, ok := filterProblem(cfg, subjects); ok {
-		return errors.New(p.String())
+	if p, ok := filterProblem(cfg, &stream.CachedInfo().Config); ok {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 	}
 	if c.destinations == nil {
 		c.destinations = []string{cfg.FilterSubject}

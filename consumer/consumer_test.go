@@ -423,13 +423,32 @@ func TestNewRefusesFilterOutsideTheStream(t *testing.T) {
 		_ = c.Close(context.Background())
 		t.Fatal("New took a filter_subject matching none of the stream's subjects")
 	}
-	if !strings.Contains(err.Error(), `nats.filter_subject "elsewhere.>" matches none of stream`) {
-		t.Fatalf("New = %v, want it to name the filter", err)
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), `nats.filter_subject "elsewhere.>" matches none of stream`) {
+		t.Fatalf("New = %v, want ErrInvalidConfig naming the filter", err)
 	}
 	cfg.FilterSubject = strings.TrimSuffix(cfg.Subjects[0], ">") + "*"
 	c, err = New(ctx, cfg, testLogger(t, nil))
 	if err != nil {
 		t.Fatalf("New with a filter within the stream's subjects: %v", err)
+	}
+	_ = c.Close(context.Background())
+
+	// A stream that transforms its subjects stores others than it
+	// captures: a filter on the stored ones is right.
+	tcfg := testConfig(t, srv)
+	tcfg.CreateStream = false
+	js := jsFor(t, srv)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: tcfg.Stream, Subjects: tcfg.Subjects,
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: tcfg.Subjects[0], Destination: "v2." + tcfg.Subjects[0]}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: tcfg.Stream + "_DLQ", Subjects: []string{tcfg.DeadLetterSubject}}); err != nil {
+		t.Fatal(err)
+	}
+	tcfg.FilterSubject = "v2." + tcfg.Subjects[0]
+	c, err = New(ctx, tcfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatalf("New with a filter on a transformed stream's stored subjects: %v", err)
 	}
 	_ = c.Close(context.Background())
 }

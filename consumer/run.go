@@ -671,11 +671,12 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				// A pull nothing answered: no server holds the consumer
 				// now. The pulls go on (wire: one a heartbeat tick).
 				c.log.Warn("a pull found no server to answer it (a consumer leader election, or the consumer gone); checking the consumer", "err", err)
-			case errors.Is(err, jetstream.ErrNoHeartbeat) && s.handling.Load():
+			case errors.Is(err, jetstream.ErrNoHeartbeat) && !s.wire && s.handling.Load():
 				// The timer nats.go started again on a reconnect while
 				// push waits on a full pipeline: back-pressure, nothing
 				// missed (nats.go stops the timer while a message is
-				// handled, and starts it again after).
+				// handled, and starts it again after). The wire client's
+				// heartbeats are measured apart from the handler: real.
 				c.log.Debug("pull heartbeat timer fired while the pipeline is full; not a missed heartbeat")
 				continue
 			case errors.Is(err, jetstream.ErrNoHeartbeat):

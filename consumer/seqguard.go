@@ -141,6 +141,9 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 		c.log.Warn("setting the stream's limits (nats.stream_max_age, nats.stream_max_bytes)", "stream", cfg.Stream, "limits", strings.Join(limits, ", "))
 		if cfg.StreamMaxAge != 0 {
 			sc.MaxAge = cfg.StreamMaxAge
+			// The server refuses a duplicate window longer than max_age
+			// (one it makes at creation is cut to it the same way).
+			sc.Duplicates = min(sc.Duplicates, sc.MaxAge)
 		}
 		if cfg.StreamMaxBytes != 0 {
 			sc.MaxBytes = cfg.StreamMaxBytes
