@@ -42,6 +42,14 @@ func NewMetrics(serviceName string) (*Metrics, error) {
 	// The process's (process_start_time_seconds, for restarts; RSS; open
 	// file descriptors) and the Go runtime's (go_goroutines, the heap).
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	// When this process started, read once: process_start_time_seconds is
+	// worked out from the boot time at each scrape, and moves when the
+	// clock is stepped (an alert counting its changes as restarts would
+	// fire).
+	started := prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetsink_start_time_seconds",
+		Help: "When this jetsink process started, in seconds since the Unix epoch: each change is a restart"})
+	started.Set(float64(time.Now().UnixMilli()) / 1e3)
+	reg.MustRegister(started)
 	latency := newEventLatency()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithProducer(latency))
 	if err != nil {

@@ -106,7 +106,7 @@ func TestMetricsAfterRun(t *testing.T) {
 		"jetsink_batch_timeout_splits_total", "jetsink_batch_bisect_copies_total", "jetsink_batch_taken_into_held_total",
 		"jetsink_in_progress_failures_total", "jetsink_events_markers_total",
 		"jetsink_consumer_resubscribes_total", "jetsink_consumer_heartbeats_missed_total", "jetsink_consumer_epochs_total",
-		"process_start_time_seconds", "go_goroutines",
+		"process_start_time_seconds", "go_goroutines", "jetsink_start_time_seconds",
 	} {
 		if metricValue(body, name) < 0 {
 			t.Errorf("/metrics has no %s", name)

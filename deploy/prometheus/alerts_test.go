@@ -40,9 +40,9 @@ var scenarios = map[string][]scenario{
 		{"a target, down", `up` + labels + ` 0x10`, 9 * time.Minute, false},
 	},
 	"JetsinkRestarting": {
-		{"three restarts", `process_start_time_seconds` + labels + ` 100 100 400 400 700 700 1000x5`, 10 * time.Minute, true},
-		{"two restarts", `process_start_time_seconds` + labels + ` 100 100 400 400 700x5`, 9 * time.Minute, false},
-		{"three restarts, long ago", `process_start_time_seconds` + labels + ` 100 100 400 400 700 700 1000x40`, 40 * time.Minute, false},
+		{"three restarts", `jetsink_start_time_seconds` + labels + ` 100 100 400 400 700 700 1000x5`, 10 * time.Minute, true},
+		{"two restarts", `jetsink_start_time_seconds` + labels + ` 100 100 400 400 700x5`, 9 * time.Minute, false},
+		{"three restarts, long ago", `jetsink_start_time_seconds` + labels + ` 100 100 400 400 700 700 1000x40`, 40 * time.Minute, false},
 	},
 	"JetsinkNotReady": {
 		{"nats failing", `
@@ -102,7 +102,12 @@ var scenarios = map[string][]scenario{
 	"JetsinkDeadLetters": {
 		{"more dead letters", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 5 5 5 5 5 5`, 17 * time.Minute, true},
 		{"a code's first dead letter", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="sink",code="constraint"} 0x15 1x10`, 16 * time.Minute, true},
-		{"none for a while", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x30`, 25 * time.Minute, false},
+		{"none for a while", `
+			jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x30
+			jetsink_start_time_seconds` + labels + ` 0x30`, 25 * time.Minute, false},
+		{"before the first scrape", `
+			jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x5
+			jetsink_start_time_seconds` + labels + ` 0x5`, 3 * time.Minute, true},
 		{"none, with a failed scrape", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x10 stale 3x20`, 21 * time.Minute, false},
 		{"the first after a restart", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x10 0x5 1x10`, 17 * time.Minute, true},
 	},
