@@ -27,7 +27,9 @@ EXPOSE 9464
 # --live: /healthz, alive, not /readyz: an orchestrator that restarts
 # unhealthy containers must not restart jetsink for a NATS or PostgreSQL
 # outage (a restart cannot mend it, and sends the events in flight back).
-HEALTHCHECK --interval=5s --timeout=3s --start-period=10s --retries=12 CMD ["/jetsink", "healthcheck", "--live", "--timeout", "2.5s"]
+# /healthz answers once jetsink has set up the stream, consumer and table:
+# 5 minutes for that (an index built on a large table, a lock waited for).
+HEALTHCHECK --interval=5s --timeout=3s --start-period=5m --retries=12 CMD ["/jetsink", "healthcheck", "--live", "--timeout", "2.5s"]
 # `docker stop` waits 10 s by default, less than drain_timeout (30 s) and
 # the ~3 s of telemetry after it: run with --stop-timeout 45.
 ENTRYPOINT ["/jetsink"]

@@ -30,8 +30,9 @@ func newHealthcheckCmd() *cobra.Command {
 		Long: `Probe a running jetsink's /readyz and exit 0 if it answers 200 (ready), 1
 otherwise, also for a bad command line (Docker reserves 2 in a health
 check). Redirects are not followed and HTTP_PROXY is not used. With
---live it probes /healthz instead: 200 while the process runs, also while
-NATS or PostgreSQL is away (the image's HEALTHCHECK uses it, so that an
+--live it probes /healthz instead: 200 from when jetsink has set up the
+stream, consumer and table until it exits, also while NATS or PostgreSQL
+is away (the image's HEALTHCHECK uses it, so that an
 orchestrator that kills unhealthy containers does not restart jetsink for
 an outage a restart cannot mend; readiness stays on /readyz and in the
 jetsink_ready metric).
