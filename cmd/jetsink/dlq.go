@@ -297,11 +297,15 @@ func parseSeqRange(s string) (first, last uint64, err error) {
 	return first, last, nil
 }
 
+// natsConnectTimeout bounds natsConnect's dial and handshake (a variable
+// for the tests, which tell a cut connect from one that timed out).
+var natsConnectTimeout = 5 * time.Second
+
 // natsConnect connects as name with the nats: section's URL and
 // credentials. Its errors never quote the password or the credentials.
 // Ending ctx ends a connect under way, and closes the connection's sockets.
 func natsConnect(ctx context.Context, cfg consumer.Config, name string) (*nats.Conn, error) {
-	const timeout = 5 * time.Second
+	timeout := natsConnectTimeout
 	opts := []nats.Option{nats.Name(name), nats.Timeout(timeout),
 		nats.SetCustomDialer(&ctxDialer{ctx: ctx, Dialer: net.Dialer{Timeout: timeout}})}
 	auth, err := cfg.AuthOptions()
