@@ -471,6 +471,8 @@ func TestReplayRefusesASubjectTheStreamWouldTransformAgain(t *testing.T) {
 		{"T_ALL", []string{"in.>"}, jetstream.SubjectTransformConfig{Destination: "in.v2.>"}, "in.x", "in.v2.in.x"},
 		{"T_RAW", []string{"raw.>", "clean.>"}, jetstream.SubjectTransformConfig{Source: "raw.>", Destination: "clean.>"}, "raw.x", "clean.x"},
 		{"T_AWAY", []string{"a.>"}, jetstream.SubjectTransformConfig{Source: "a.>", Destination: "b.>"}, "a.x", "b.x"},
+		// A transform that gives back the subject it is given: replayed.
+		{"T_SAME", []string{"fx.*"}, jetstream.SubjectTransformConfig{Source: "fx.*", Destination: "fx.{{wildcard(1)}}"}, "fx.x", "fx.x"},
 	}
 	for i, s := range streams {
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: s.name, Subjects: s.subjects, SubjectTransform: &s.transform}); err != nil {
@@ -494,8 +496,8 @@ func TestReplayRefusesASubjectTheStreamWouldTransformAgain(t *testing.T) {
 		putLetterData(t, ctx, js, "dlq.EV", i, []byte(`{}`), nats.Header{consumer.HeaderSubject: {m.Subject}, consumer.HeaderStream: {s.name}})
 	}
 	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ"})
-	if err != nil || rep.Matched != 4 || rep.Replayed != 1 || rep.Failed != 3 || len(rep.Unsure) != 0 {
-		t.Fatalf("report %+v, %v; want T_RAW's letter replayed, the others refused", rep, err)
+	if err != nil || rep.Matched != 5 || rep.Replayed != 2 || rep.Failed != 3 || len(rep.Unsure) != 0 {
+		t.Fatalf("report %+v, %v; want T_RAW's and T_SAME's letters replayed, the others refused", rep, err)
 	}
 	for subj, want := range map[string]string{
 		"events.v2.x": "transforms subjects events.> -> events.v2.> (subject_transform): events.v2.x is the subject as stored",
@@ -509,9 +511,12 @@ func TestReplayRefusesASubjectTheStreamWouldTransformAgain(t *testing.T) {
 	if out := by["clean.x"]; out.Err != nil || !out.Deleted {
 		t.Errorf("letter to clean.x (T_RAW transforms raw.>): %+v, want it replayed and deleted", out)
 	}
+	if out := by["fx.x"]; out.Err != nil || !out.Deleted {
+		t.Errorf("letter to fx.x (T_SAME's transform gives it back): %+v, want it replayed and deleted", out)
+	}
 	for _, s := range streams {
 		want := uint64(1)
-		if s.name == "T_RAW" {
+		if s.name == "T_RAW" || s.name == "T_SAME" {
 			want = 2
 		}
 		if n := testenv.StreamMsgs(t, ctx, js, s.name); n != want {

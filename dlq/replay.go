@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -544,6 +545,27 @@ func transforms(st *jetstream.SubjectTransformConfig) *jetstream.SubjectTransfor
 	return &jetstream.SubjectTransformConfig{Source: src, Destination: st.Destination}
 }
 
+// transformAgain is the subject the stream's transform tr (nil: none)
+// stores subject under when the replay publishes to it, and whether that
+// is another subject: nats-server's own transform, so that one that gives
+// a subject back ({{wildcard(1)}} in place of *, a split with nothing to
+// split) is no reason to refuse. One it cannot work out ("?") counts as
+// another.
+func transformAgain(tr *jetstream.SubjectTransformConfig, subject string) (string, bool) {
+	if tr == nil || !consumer.SubjectMatches(tr.Source, subject) {
+		return subject, false
+	}
+	t, err := server.NewSubjectTransform(tr.Source, tr.Destination)
+	if err != nil {
+		return "?", true
+	}
+	again, err := t.Match(subject)
+	if err != nil {
+		return "?", true
+	}
+	return again, again != subject
+}
+
 // readerOf is what readers learnt of one event stream: the subjects its
 // consumer takes (none: all), or why nothing would read it.
 type readerOf struct {
@@ -655,11 +677,11 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 		return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, does not capture %s (its subjects: %s)%s; it stays",
 			l.Seq, l.Subject, ErrNoReader, l.Stream, l.Subject, strings.Join(so.subjects, ", "), stored)
 	}
-	if tr != nil && consumer.SubjectMatches(tr.Source, l.Subject) {
+	if again, changed := transformAgain(tr, l.Subject); changed {
 		return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, transforms subjects %s -> %s (subject_transform): "+
-			"%s is the subject as stored, and re-published to it the event would be transformed again, stored under another subject; "+
+			"%s is the subject as stored, and re-published to it the event would be transformed again, stored as %s; "+
 			"it stays (publish it to the subject it was first published to by hand)",
-			l.Seq, l.Subject, ErrNoReader, l.Stream, tr.Source, tr.Destination, l.Subject)
+			l.Seq, l.Subject, ErrNoReader, l.Stream, tr.Source, tr.Destination, l.Subject, again)
 	}
 	return so.window, nil
 }
