@@ -277,6 +277,9 @@ func TestCreateStreamLimits(t *testing.T) {
 	}
 
 	cfg.StreamMaxAge = time.Minute // below the stream's 2 min duplicate window, which the server then refuses
+	if w := warnings(); !strings.Contains(w, "max_age 3h0m0s -> 1m0s, duplicate_window 2m0s -> 1m0s") {
+		t.Errorf("check of a stream whose duplicate window run will cut says nothing of it:\n%s", w)
+	}
 	newConsumer(t, ctx, cfg)
 	if age, _ := limits(); age != time.Minute {
 		t.Fatalf("updated to max_age %v, want 1m", age)

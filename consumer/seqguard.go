@@ -173,6 +173,10 @@ func streamLimitsDiff(sc *jetstream.StreamConfig, cfg *Config) []string {
 	var out []string
 	if cfg.StreamMaxAge != 0 && sc.MaxAge != cfg.StreamMaxAge {
 		out = append(out, fmt.Sprintf("max_age %s -> %s", sc.MaxAge, cfg.StreamMaxAge))
+		if sc.Duplicates > cfg.StreamMaxAge {
+			// The server takes no window longer than max_age.
+			out = append(out, fmt.Sprintf("duplicate_window %s -> %s", sc.Duplicates, cfg.StreamMaxAge))
+		}
 	}
 	if cfg.StreamMaxBytes != 0 && sc.MaxBytes != cfg.StreamMaxBytes {
 		out = append(out, fmt.Sprintf("max_bytes %d -> %d", sc.MaxBytes, cfg.StreamMaxBytes))

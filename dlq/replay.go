@@ -549,11 +549,14 @@ func transforms(st *jetstream.SubjectTransformConfig) *jetstream.SubjectTransfor
 // stores subject under when the replay publishes to it, and whether that
 // is another subject: nats-server's own transform, so that one that gives
 // a subject back ({{wildcard(1)}} in place of *, a split with nothing to
-// split) is no reason to refuse. One it cannot work out ("?") counts as
-// another.
+// split) is no reason to refuse. One it cannot work out, or draws at
+// random ("?"), counts as another.
 func transformAgain(tr *jetstream.SubjectTransformConfig, subject string) (string, bool) {
 	if tr == nil || !consumer.SubjectMatches(tr.Source, subject) {
 		return subject, false
+	}
+	if strings.Contains(tr.Destination, "random(") {
+		return "?", true // another subject each time, perhaps this one
 	}
 	t, err := server.NewSubjectTransform(tr.Source, tr.Destination)
 	if err != nil {

@@ -39,8 +39,8 @@ type Metrics struct {
 // Errors are the SDK's, wrapped.
 func NewMetrics(serviceName string) (*Metrics, error) {
 	reg := prometheus.NewRegistry()
-	// The process's (process_start_time_seconds, for restarts; RSS; open
-	// file descriptors) and the Go runtime's (go_goroutines, the heap).
+	// The process's (RSS, open file descriptors) and the Go runtime's
+	// (go_goroutines, the heap).
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	// When this process started, read once: process_start_time_seconds is
 	// worked out from the boot time at each scrape, and moves when the

@@ -148,7 +148,8 @@ func TestDLQReplaySecondSignalEndsTheConnect(t *testing.T) {
 	addr, accepted := testenv.SilentServer(t)
 	// A connect that ended by its own timeout must not pass for one the
 	// signal cut: the timeout well past the bound below.
-	defer func(d time.Duration) { natsConnectTimeout = d }(natsConnectTimeout)
+	// Put back after startJetsink's cleanup has waited for its run.
+	t.Cleanup(func(d time.Duration) func() { return func() { natsConnectTimeout = d } }(natsConnectTimeout))
 	natsConnectTimeout = time.Minute
 	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", "nats://"+addr, "--dlq-stream", "EV_DLQ")
 
