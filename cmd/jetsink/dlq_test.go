@@ -69,6 +69,20 @@ func pubAck(t *testing.T, m *nats.Msg, seq int) {
 	}
 }
 
+// lettersStay checks that nothing more was re-published and that want
+// dead letters are left in EV_DLQ.
+func lettersStay(t *testing.T, ctx context.Context, js jetstream.JetStream, pubs <-chan *nats.Msg, want uint64) {
+	t.Helper()
+	select {
+	case m := <-pubs:
+		t.Fatalf("%s re-published", m.Subject)
+	default:
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != want {
+		t.Fatalf("%d dead letters left, want %d", n, want)
+	}
+}
+
 func receive(t *testing.T, ctx context.Context, pubs <-chan *nats.Msg) *nats.Msg {
 	t.Helper()
 	select {
@@ -101,14 +115,7 @@ func TestDLQReplayFirstSignalFinishesTheLetter(t *testing.T) {
 	if strings.Count(out, "replayed, deleted") != 1 || !strings.Contains(out, "matched 1, replayed 1, deleted 1") {
 		t.Fatalf("want the letter under way replayed and deleted, and the summary:\n%s", out)
 	}
-	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
-		t.Fatalf("%d dead letters left, want 2\n%s", n, out)
-	}
-	select {
-	case m := <-pubs:
-		t.Fatalf("letter %s re-published after the signal", m.Subject)
-	default:
-	}
+	lettersStay(t, ctx, js, pubs, 2)
 }
 
 // A second Ctrl-C gives up the letter under way at once (it stays a dead
@@ -292,14 +299,7 @@ func TestDLQReplayNeedsAReader(t *testing.T) {
 			t.Fatalf("%v: the missing consumer is not named for each letter:\n%s", args, out)
 		}
 	}
-	select {
-	case m := <-pubs:
-		t.Fatalf("%s re-published with no consumer to read it", m.Subject)
-	default:
-	}
-	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
-		t.Fatalf("%d dead letters left, want 2", n)
-	}
+	lettersStay(t, ctx, js, pubs, 2)
 }
 
 // --dry-run's summary says what would be replayed and what would fail, not
@@ -324,14 +324,7 @@ func TestDLQReplayDryRunSummary(t *testing.T) {
 	if out := r.out.String(); !strings.Contains(out, "matched 3, would replay 0, would fail 3,") {
 		t.Fatalf("no reader: the dry run's summary does not say that all would fail:\n%s", out)
 	}
-	select {
-	case m := <-pubs:
-		t.Fatalf("a dry run re-published %s", m.Subject)
-	default:
-	}
-	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 3 {
-		t.Fatalf("%d dead letters left, want 3", n)
-	}
+	lettersStay(t, ctx, js, pubs, 3)
 }
 
 // A connection ctxDialer dialed and that is closed no longer waits for the
