@@ -216,11 +216,7 @@ func TestCreateStreamKeepsExistingConfig(t *testing.T) {
 	}
 	check := func(what string) {
 		t.Helper()
-		s, err := js.Stream(ctx, cfg.Stream)
-		if err != nil {
-			t.Fatalf("%s: stream info: %v", what, err)
-		}
-		got := s.CachedInfo().Config
+		got := streamConfig(t, ctx, js, cfg.Stream)
 		if !slices.Equal(got.Subjects, cfg.Subjects) || got.MaxAge != owner.MaxAge || got.MaxBytes != owner.MaxBytes || got.Duplicates != owner.Duplicates {
 			t.Fatalf("%s: subjects %v, max_age %v, max_bytes %d, duplicates %v; want subjects %v and the rest as created (%v, %d, %v)",
 				what, got.Subjects, got.MaxAge, got.MaxBytes, got.Duplicates, cfg.Subjects, owner.MaxAge, owner.MaxBytes, owner.Duplicates)
@@ -246,11 +242,7 @@ func TestCreateStreamLimits(t *testing.T) {
 	cfg := testConfig(t, srv) // create_stream: true
 	limits := func() (time.Duration, int64) {
 		t.Helper()
-		s, err := js.Stream(ctx, cfg.Stream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := s.CachedInfo().Config
+		sc := streamConfig(t, ctx, js, cfg.Stream)
 		if sc.Discard != jetstream.DiscardOld {
 			t.Errorf("discard %v, want old", sc.Discard)
 		}
@@ -535,11 +527,7 @@ func TestCreateStreamSaysItChangesTheSubjects(t *testing.T) {
 	if !strings.Contains(log.String(), "setting the stream's subjects to nats.subjects") || !strings.Contains(log.String(), "from="+other) {
 		t.Fatalf("run changed the subjects without saying so:\n%s", log)
 	}
-	s, err := js.Stream(ctx, cfg.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := s.CachedInfo().Config.Subjects; !slices.Equal(got, cfg.Subjects) {
+	if got := streamConfig(t, ctx, js, cfg.Stream).Subjects; !slices.Equal(got, cfg.Subjects) {
 		t.Fatalf("subjects %v, want %v", got, cfg.Subjects)
 	}
 	// Run's subjects: nothing to say.

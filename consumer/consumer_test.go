@@ -32,11 +32,7 @@ func TestNewCreatesStreamAndConsumer(t *testing.T) {
 	}
 
 	js := jsFor(t, srv)
-	s, err := js.Stream(ctx, cfg.Stream)
-	if err != nil {
-		t.Fatalf("stream was not created: %v", err)
-	}
-	sc := s.CachedInfo().Config
+	sc := streamConfig(t, ctx, js, cfg.Stream)
 	if sc.Storage != jetstream.FileStorage || len(sc.Subjects) != 1 || sc.Subjects[0] != cfg.Subjects[0] {
 		t.Fatalf("stream config = storage %v subjects %v, want file storage and %v", sc.Storage, sc.Subjects, cfg.Subjects)
 	}

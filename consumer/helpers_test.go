@@ -354,3 +354,13 @@ func permissionsServer(t *testing.T, ctx context.Context, deny ...string) (js je
 	}
 	return js, cfg, reload
 }
+
+// streamConfig is stream name's configuration as the server has it now.
+func streamConfig(t testing.TB, ctx context.Context, js jetstream.JetStream, name string) jetstream.StreamConfig {
+	t.Helper()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatalf("stream %s: %v", name, err)
+	}
+	return s.CachedInfo().Config
+}
