@@ -369,8 +369,10 @@ type session struct {
 	failed   bool   // delivery goroutine only
 	lastCons uint64 // delivery goroutine only: the last consumer sequence pushed
 	// handling is set while the handler runs (push may wait on a full
-	// pipeline): nats.go's heartbeat timer, which it stops then, "misses"
-	// heartbeats when a reconnect starts it again meanwhile.
+	// pipeline), with nats.go's pulls only: nats.go's heartbeat timer,
+	// which it stops then, "misses" heartbeats when a reconnect starts it
+	// again meanwhile. (Never set for the wire client, whose heartbeats
+	// are measured apart from the handler: real.)
 	handling atomic.Bool
 	// epoch is stamped on the events the session pushes: the consumer's
 	// epoch when it subscribed, or the one push started when the consumer
@@ -461,14 +463,16 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 	cfg := &c.cfg
 	s := &session{errs: make(chan error, 16), pushErr: make(chan error, 1),
 		ask: make(chan struct{}), verdict: make(chan error, 1), quit: make(chan struct{}),
-		headersOnly: make(chan struct{}, 1), epoch: c.epochs.Current()}
+		headersOnly: make(chan struct{}, 1), epoch: c.epochs.Current(), wire: c.pullsWithWire()}
 	handle := func(msg delivery) {
 		if s.failed {
 			c.nak(msg, s.epoch)
 			return
 		}
-		s.handling.Store(true)
-		defer s.handling.Store(false)
+		if !s.wire { // only nats.go's heartbeat timer needs it
+			s.handling.Store(true)
+			defer s.handling.Store(false)
+		}
 		if err := c.push(hard, out, msg, s); err != nil {
 			s.failed = true
 			if !errors.Is(err, errNotVerified) {
@@ -482,12 +486,12 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 		default: // Run is behind; the next error will do
 		}
 	}
-	if c.pullsWithWire() {
+	if s.wire {
 		cc, err := c.consumeWire(hard, s, handle, onErr)
 		if err != nil {
 			return nil, fmt.Errorf("consume: %w", err)
 		}
-		s.cc, s.closed, s.wire = cc, cc.Closed(), true
+		s.cc, s.closed = cc, cc.Closed()
 		return s, nil
 	}
 	c.bounded.Store(false) // nats.go's Consume: no byte budget
@@ -671,12 +675,11 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				// A pull nothing answered: no server holds the consumer
 				// now. The pulls go on (wire: one a heartbeat tick).
 				c.log.Warn("a pull found no server to answer it (a consumer leader election, or the consumer gone); checking the consumer", "err", err)
-			case errors.Is(err, jetstream.ErrNoHeartbeat) && !s.wire && s.handling.Load():
+			case errors.Is(err, jetstream.ErrNoHeartbeat) && s.handling.Load():
 				// The timer nats.go started again on a reconnect while
 				// push waits on a full pipeline: back-pressure, nothing
 				// missed (nats.go stops the timer while a message is
-				// handled, and starts it again after). The wire client's
-				// heartbeats are measured apart from the handler: real.
+				// handled, and starts it again after).
 				c.log.Debug("pull heartbeat timer fired while the pipeline is full; not a missed heartbeat")
 				continue
 			case errors.Is(err, jetstream.ErrNoHeartbeat):
