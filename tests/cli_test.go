@@ -59,6 +59,9 @@ func TestCLIBadConfigNamesTheKey(t *testing.T) {
 	for _, env := range [][]string{
 		{"JETSINK_TELEMETRY_OTLP_ENDPOINT=http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_HEADERS=garbage"},
 		{"JETSINK_TELEMETRY_OTLP_ENDPOINT=http://127.0.0.1:4318", "OTEL_TRACES_SAMPLER=jaeger_remote"},
+		// The resource labels the metrics too (target_info): run refuses
+		// a bad one with tracing off.
+		{"OTEL_RESOURCE_ATTRIBUTES=team=a,oops"},
 	} {
 		if out, code = jetsinkCmd(t, env, "check"); code != 2 || !strings.Contains(out, "OTEL_") {
 			t.Errorf("%v: exit %d, want 2 naming the variable:\n%s", env, code, out)

@@ -131,11 +131,18 @@ checks under way and exits 1; a second one exits at once.`,
 	return cmd
 }
 
-// checkTracing builds and shuts down the tracer provider run would build
-// (telemetry.NewTracing reads the OTEL_* variables too), exporting
-// nothing: what it refuses, run refuses.
+// checkTracing builds and shuts down the tracer and meter providers run
+// would build (both read OTEL_* variables: the resource labels the
+// metrics as well), exporting nothing: what they refuse, run refuses.
 func checkTracing(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	tc := cfg.Telemetry
+	m, err := telemetry.NewMetrics(tc.ServiceName)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer mcancel()
+	_ = m.Shutdown(mctx) // nothing was recorded
 	tr, err := telemetry.NewTracing(ctx, telemetry.Config{ServiceName: tc.ServiceName, OTLPEndpoint: tc.OTLPEndpoint,
 		SampleRatio: tc.SampleRatio, MaxLinks: cfg.Postgres.Batch.MaxRows, Log: log})
 	if err != nil {
