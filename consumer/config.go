@@ -238,8 +238,8 @@ func DefaultConfig() Config {
 // MaxDerivedAckPending caps what DeriveMaxAckPending derives. Each message
 // in flight holds ~1.2 KiB of heap besides its payload (nats.go's message and
 // header map, the row's tuple), and the heap's peak follows what is in
-// flight. In 1M-event bench drains (180-byte events) the uncapped default,
-// 20,120, took the peak RSS over 64 MiB in 3 of 6 runs (64.8-69.1 MiB) and
+// flight. In 1M-event bench drains (180-byte events) the uncapped default
+// (then 20,120, with 2 sink connections) took the peak RSS over 64 MiB in 3 of 6 runs (64.8-69.1 MiB) and
 // 10,000 in none of 6 (58.9-60.4), at the same rate and CPU per event
 // (BENCHMARKS.md, session 12). At ~190k events/s, 10,000 is ~50 ms of
 // events; in those drains an event's p50 from receipt to its COPY was 11-14
