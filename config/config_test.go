@@ -705,3 +705,36 @@ func checkProblems(t *testing.T, err error, want [][]string) {
 		}
 	}
 }
+
+// A list from a variable or --set is items separated by commas, or the
+// file's flow form; brackets and quotes are never kept in an item (a
+// subject "[a.b" would capture nothing sent to a.b).
+func TestListFromVariable(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  []string
+	}{
+		{"a.b, c.>", []string{"a.b", "c.>"}},
+		{"a.b,,c.d,", []string{"a.b", "c.d"}},
+		{"[a.b, c.d]", []string{"a.b", "c.d"}},
+		{` ["a.b", 'c.d'] `, []string{"a.b", "c.d"}},
+	} {
+		cfg, err := Parse(nil, []string{"JETSINK_NATS_SUBJECTS=" + tc.value}, nil)
+		if err != nil {
+			t.Errorf("%q: %v", tc.value, err)
+			continue
+		}
+		if !slices.Equal(cfg.NATS.Subjects, tc.want) {
+			t.Errorf("%q: subjects %q, want %q", tc.value, cfg.NATS.Subjects, tc.want)
+		}
+	}
+	for _, bad := range []string{`"a.b","c.d"`, "a.b]", "[a.b, c.d", "[[a.b]]", "[{a: b}]", "'a.b'"} {
+		_, err := Parse(nil, []string{"JETSINK_NATS_SUBJECTS=" + bad}, nil)
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "JETSINK_NATS_SUBJECTS") {
+			t.Errorf("%q: %v, want ErrInvalidConfig naming the variable", bad, err)
+		}
+		if _, err := Parse(nil, nil, []string{"nats.subjects=" + bad}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("--set nats.subjects=%s: %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+}

@@ -318,6 +318,40 @@ func describeYAMLError(err error) string {
 	return err.Error()
 }
 
+// listItems reads a list key's value from a variable or flag: items
+// separated by commas (a.>, b.>), or the file's flow form ([a.>, "b.>"]).
+// An item that starts or ends with a bracket or a quote is refused: it
+// would be kept in the value (a subject "[a.>" captures nothing sent to
+// a.>).
+func listItems(value string) ([]string, error) {
+	var items []string
+	if t := strings.TrimSpace(value); strings.HasPrefix(t, "[") {
+		var n yaml.Node
+		if err := yaml.Unmarshal([]byte(t), &n); err != nil || len(n.Content) != 1 || n.Content[0].Kind != yaml.SequenceNode {
+			return nil, fmt.Errorf("%q is not a list: give items separated by commas (a.>,b.>) or a YAML flow list ([a.>, b.>])", value)
+		}
+		for _, item := range n.Content[0].Content {
+			if item.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("%q: a list of plain items, not of lists or mappings", value)
+			}
+			items = append(items, item.Value)
+		}
+	} else {
+		items = strings.Split(value, ",")
+	}
+	out := items[:0]
+	for _, item := range items {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		if strings.ContainsAny(item[:1], `[]"'`) || strings.ContainsAny(item[len(item)-1:], `[]"'`) {
+			return nil, fmt.Errorf("list item %q: quotes and brackets would stay in the value; give items separated by commas (a.>,b.>) or a YAML flow list ([a.>, b.>])", item)
+		}
+		out = append(out, item)
+	}
+	return out, nil
+}
+
 // setPath sets the scalar (or, for lists, sequence) at a dotted path,
 // creating mappings on the way.
 func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
@@ -341,11 +375,13 @@ func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 			v := &yaml.Node{Kind: yaml.ScalarNode, Value: value}
 			switch kind {
 			case reflect.Slice:
+				items, err := listItems(value)
+				if err != nil {
+					return err
+				}
 				v = &yaml.Node{Kind: yaml.SequenceNode}
-				for _, item := range strings.Split(value, ",") {
-					if item = strings.TrimSpace(item); item != "" {
-						v.Content = append(v.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: item, Tag: "!!str"})
-					}
+				for _, item := range items {
+					v.Content = append(v.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: item, Tag: "!!str"})
 				}
 			case reflect.String:
 				v.Tag = "!!str" // "on", "null", "0755" stay strings
