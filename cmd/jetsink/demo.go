@@ -49,8 +49,12 @@ second one gives the drain up and exits with status 130.`,
 				return usageError{fmt.Errorf("--mode %q: use %s or %s", mode, sink.AtLeastOnce, sink.ExactlyOnce)}
 			case events < 1:
 				return usageError{fmt.Errorf("--events %d: publish at least 1", events)}
-			case subjects < 1:
-				return usageError{fmt.Errorf("--subjects %d: give at least 1", subjects)}
+			case subjects < 1 || subjects > loadgen.MaxSubjects:
+				return usageError{fmt.Errorf("--subjects %d: give 1 up to %d", subjects, loadgen.MaxSubjects)}
+			}
+			pub := loadgen.Options{Subject: "events", Subjects: subjects, Events: events}
+			if err := pub.Validate(); err != nil {
+				return usageError{err}
 			}
 			out := cmd.OutOrStdout()
 			// The first signal stops publishing and pulling and lets the
@@ -107,7 +111,8 @@ second one gives the drain up and exits with status 130.`,
 				return err
 			}
 			defer nc.Close()
-			res, err := loadgen.Publish(intake, nc, loadgen.Options{Subject: "events", Subjects: subjects, Events: events, Run: uint64(time.Now().UnixNano())})
+			pub.Run = uint64(time.Now().UnixNano())
+			res, err := loadgen.Publish(intake, nc, pub)
 			if err != nil {
 				return stopped(fmt.Errorf("publish: %w", err))
 			}

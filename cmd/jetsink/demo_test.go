@@ -159,6 +159,7 @@ func TestDemoUsageErrors(t *testing.T) {
 		{[]string{"--events", "0"}, "--events 0"},
 		{[]string{"--events", "-5"}, "--events -5"},
 		{[]string{"--subjects", "0"}, "--subjects 0"},
+		{[]string{"--subjects", "1048577"}, "--subjects 1048577"},
 	} {
 		r := startJetsink(t, ctx, append([]string{"demo"}, tc.args...)...)
 		code := r.wait(t, ctx)
