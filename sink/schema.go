@@ -640,9 +640,6 @@ func (s *Sink) tableMissing(ctx context.Context, c *pgx.Conn) (Problem, error) {
 	tname := s.table.Sanitize()
 	p := Problem{Kind: ProblemTableMissing, Message: fmt.Sprintf("table %s does not exist (or is not on search_path)", tname),
 		Fix: "run `jetsink init`, set postgres.create_table: true, or run: " + strings.Join(s.DDL(), "; ")}
-	if s.cfg.CreateTable {
-		p.Fix = "none needed: run creates it (postgres.create_table: true)"
-	}
 	var schema *string
 	if len(s.table) == 2 {
 		schema = &s.table[0]

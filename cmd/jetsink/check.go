@@ -110,7 +110,11 @@ checks under way and exits 1; a second one exits at once.`,
 				for _, p := range pgProblems {
 					// Only warnings when run fixes them: create_table makes a missing table, and the unique index
 					// exactly-once needs on an existing one (IF NOT EXISTS), where it can (InitMakes).
-					report("postgres", p.Warning || cfg.Postgres.CreateTable && p.InitMakes(), p.String())
+					runMakes := cfg.Postgres.CreateTable && p.InitMakes()
+					if runMakes {
+						p.Fix = "none needed: run makes it (postgres.create_table: true)"
+					}
+					report("postgres", p.Warning || runMakes, p.String())
 				}
 			}
 			if ctx.Err() != nil {
