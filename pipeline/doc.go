@@ -102,7 +102,9 @@
 //     common libraries write, read as PostgreSQL reads them: a space for
 //     the T, no seconds ("10:15Z", as Java's OffsetDateTime writes second
 //     0; then no fraction, which PostgreSQL would take for minutes and
-//     seconds), offsets ±hh and ±hhmm. A zone is required (without one
+//     seconds), offsets ±hh, ±hhmm and ±hh:mm:ss (local mean time before
+//     ~1900, as Java's OffsetDateTime and Python's isoformat write it:
+//     Amsterdam's +00:19:32). A zone is required (without one
 //     PostgreSQL would use its session's). Numbers are
 //     refused: epoch seconds and milliseconds are too easy to confuse.
 //     Second 60 (a leap second) is the next minute's first, as in

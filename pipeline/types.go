@@ -459,7 +459,9 @@ func parseDate(s string) (int32, bool) {
 // space for the T (PostgreSQL's own output, Python's str), no seconds
 // (Java's OffsetDateTime.toString at second 0: "10:15Z"; then no
 // fraction either, which PostgreSQL would read as minutes and seconds),
-// and an offset of ±HH or ±HHMM (strftime's %z, PostgreSQL's "+00").
+// and an offset of ±HH or ±HHMM (strftime's %z, PostgreSQL's "+00") or
+// ±HH:MM:SS (what Java's OffsetDateTime and Python's isoformat write for
+// an instant in local mean time, before ~1900: Amsterdam's +00:19:32).
 func parseTimestamp(s string) (int64, *DecodeError) {
 	bad := func() (int64, *DecodeError) {
 		return 0, invalidFormat(TypeTimestamptz, "want RFC 3339 such as 2026-11-29T19:59:15.123456Z")
@@ -509,21 +511,24 @@ func parseTimestamp(s string) (int64, *DecodeError) {
 	case rest == "Z" || rest == "z":
 	case len(rest) >= 3 && (rest[0] == '+' || rest[0] == '-'):
 		oh, ok1 := digits(rest[1:], 2)
-		var om int64
-		ok2 := true
+		var om, os int64
+		ok2, ok3 := true, true
 		switch {
 		case len(rest) == 3: // ±HH
 		case len(rest) == 5: // ±HHMM
 			om, ok2 = digits(rest[3:], 2)
 		case len(rest) == 6 && rest[3] == ':': // ±HH:MM
 			om, ok2 = digits(rest[4:], 2)
+		case len(rest) == 9 && rest[3] == ':' && rest[6] == ':': // ±HH:MM:SS, local mean time
+			om, ok2 = digits(rest[4:], 2)
+			os, ok3 = digits(rest[7:], 2)
 		default:
 			return bad()
 		}
-		if !ok1 || !ok2 || oh > 23 || om > 59 {
+		if !ok1 || !ok2 || !ok3 || oh > 23 || om > 59 || os > 59 {
 			return bad()
 		}
-		off = oh*3600 + om*60
+		off = oh*3600 + om*60 + os
 		if rest[0] == '-' {
 			off = -off
 		}
