@@ -704,12 +704,25 @@ func TestLeadershipChangeKeepsArrivedMessagesCounted(t *testing.T) {
 // routine after messages, but in a run with none between, the next message
 // cannot be pulled at all. The Sub says so once per run, and not for the
 // routine case; past the run it pulls again once a heartbeat tick, not at
-// once (the server refuses at once: a busy loop on both sides).
+// once (the server refuses at once: a busy loop on both sides). A pull
+// that took messages says so in its Nats-Pending-Bytes, less than it asked
+// for: routine too, when a replicated consumer's status overtakes the
+// messages (taken: none come before the statuses).
 func TestMessageLargerThanMaxBytesReported(t *testing.T) {
 	// Long enough that "at once" (under tick/2) holds on a loaded machine.
 	const tick = time.Second
-	for _, between := range []bool{false, true} {
-		t.Run(fmt.Sprintf("messages between: %v", between), func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		between bool // a message before each status
+		took    int  // bytes each pull took, by its status
+		routine bool
+	}{
+		{"none taken", false, 0, false},
+		{"messages between", true, 0, true},
+		{"taken, overtaken by the status", false, 100, true},
+	} {
+		between := tc.between
+		t.Run(tc.name, func(t *testing.T) {
 			const answers = 2*tooBigRun + 1
 			lastPull := make(chan struct{}) // the pull after the last answer: all answers read
 			var mu sync.Mutex
@@ -727,7 +740,7 @@ func TestMessageLargerThanMaxBytesReported(t *testing.T) {
 				if between {
 					_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.%d.%d.0.0 1\r\nx\r\n", sid, n, n)
 				}
-				writeStatus(w, inbox, sid, "NATS/1.0 409 Message Size Exceeds MaxBytes\r\nNats-Pending-Messages: 10\r\nNats-Pending-Bytes: 2097152\r\n\r\n")
+				writeStatus(w, inbox, sid, fmt.Sprintf("NATS/1.0 409 Message Size Exceeds MaxBytes\r\nNats-Pending-Messages: 10\r\nNats-Pending-Bytes: %d\r\n\r\n", 2<<20-tc.took))
 			})
 			ctx := testCtx(t, 30*time.Second)
 			c := dialTest(t, ctx, url)
@@ -765,12 +778,12 @@ func TestMessageLargerThanMaxBytesReported(t *testing.T) {
 				// Pull n follows answer n-1. Past the run (tooBigRun
 				// answers, which the pull after it, uncapped under a
 				// Budget, follows at once), a tick later.
-				paced := !between && n-1 > tooBigRun
+				paced := !tc.routine && n-1 > tooBigRun
 				if gap := pulled[n-1].Sub(pulled[n-2]); paced != (gap >= tick/2) {
 					t.Errorf("pull %d came %v after pull %d; paced by the tick (%v): want %v", n, gap, n-1, tick, paced)
 				}
 			}
-			if between {
+			if tc.routine {
 				if err := nextErr(200 * time.Millisecond); err != nil {
 					t.Fatalf("routine 409s reported: %v", err)
 				}

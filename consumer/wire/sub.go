@@ -327,6 +327,9 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 	notify := true
 	reset := false
 	later := false // pull again at the next tick, not now
+	// What the pull this status ends had left.
+	left, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Messages")))
+	leftBytes, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Bytes")))
 	switch {
 	case code == 100: // idle heartbeat (or flow control, not used by pulls)
 		return
@@ -355,15 +358,26 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 	case code == 408, code == 404:
 		notify = false // a request expired or found nothing: routine
 	case code == 409 && strings.Contains(lower, "message size exceeds maxbytes"):
-		// Routine when a pull's bytes run out after some messages. In a
-		// row with none between, the next message is larger than MaxBytes
-		// (stored under a larger max_payload elsewhere in a cluster): the
-		// Sub pulls again and again and that message never comes. nats.go
-		// says nothing then; say it once per such run.
+		// Routine when a pull's bytes run out after some messages: its
+		// Nats-Pending-Bytes, what the pull had left, is then less than
+		// it asked for. With a replicated consumer this status overtakes
+		// those messages (the server holds a delivery back until the
+		// delivered state is replicated, the status not), so only a pull
+		// that took nothing counts. In a row with none between, the next
+		// message is larger than MaxBytes (stored under a larger
+		// max_payload elsewhere in a cluster): the Sub pulls again and
+		// again and that message never comes. nats.go says nothing then;
+		// say it once per such run.
+		s.pmu.Lock()
+		sent := s.maxBytes
+		s.pmu.Unlock()
+		if leftBytes != uint64(sent) {
+			notify = false
+			break
+		}
 		s.tooBig++
 		if notify = s.tooBig == tooBigRun; notify {
 			s.pmu.Lock()
-			sent := s.maxBytes
 			// A message stored under a larger max_payload elsewhere in a
 			// cluster may still fit the budget's whole room.
 			s.uncapped = true
@@ -386,8 +400,6 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 		err = fmt.Errorf("%w: %w", ErrNoResponders, se)
 		reset, later = true, true
 	}
-	left, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Messages")))
-	leftBytes, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Bytes")))
 	s.pmu.Lock()
 	if reset {
 		// pending counts what is requested and not yet handled; of that,
