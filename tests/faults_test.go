@@ -301,6 +301,92 @@ func TestFaultNATSRestart(t *testing.T) {
 	}
 }
 
+// 4b) A three-node NATS cluster, the stream and its consumer replicated on
+// all three, as production runs them. While events are published and
+// consumed, the node leading the consumer crashes (no lame duck mode: its
+// clients' connections drop) and comes back; then the node leading it next
+// goes through lame duck mode and is restarted, a rolling upgrade's step.
+// jetsink follows the leaders: every event lands, none is dead-lettered,
+// exactly-once takes none twice, at-least-once no more than the commits
+// it counted as uncertain and the redeliveries.
+func TestFaultNATSClusterFailover(t *testing.T) {
+	const events, rate = 24_000, 1500.0
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			cl := testenv.NewNATSCluster(t, 3)
+			e := newClusterEnv(t, cl)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			for _, sc := range []jetstream.StreamConfig{
+				{Name: e.stream, Subjects: []string{e.prefix + ".>"}, Replicas: 3},
+				{Name: e.dlqStream(), Subjects: []string{"dlq." + e.stream}, Replicas: 3},
+			} {
+				if _, err := e.js.CreateStream(ctx, sc); err != nil {
+					t.Fatalf("create stream %s: %v", sc.Name, err)
+				}
+			}
+			cfg := e.faultConfig(mode)
+			cfg.NATS.CreateStream = false
+			r := e.start(ctx, cfg)
+			x := newExpected()
+			pub := e.publishDuring(ctx, x, 0, events, rate, 100)
+
+			// consumerLeader waits for the consumer's leader (none while
+			// one is elected) and returns its node.
+			consumerLeader := func() int {
+				leader := -1
+				waitFor(t, ctx, "a consumer leader", func() (bool, string) {
+					c, err := e.js.Consumer(ctx, e.stream, cfg.NATS.Consumer)
+					if err != nil {
+						return false, err.Error()
+					}
+					info, err := c.Info(ctx)
+					if err != nil {
+						return false, err.Error()
+					}
+					if info.Cluster == nil {
+						return false, "no cluster in the consumer's info"
+					}
+					leader = cl.Node(info.Cluster.Leader)
+					return leader >= 0, fmt.Sprintf("leader %q", info.Cluster.Leader)
+				})
+				return leader
+			}
+			waitRows := func(n int64) {
+				waitFor(t, ctx, fmt.Sprintf("%d rows", n), func() (bool, string) {
+					got := e.rows(ctx)
+					return got >= n, fmt.Sprintf("%d rows", got)
+				})
+			}
+
+			waitRows(events / 6)
+			crashed := consumerLeader()
+			t.Logf("crashing %s, the consumer's leader", cl.Name(crashed))
+			cl.Shutdown(crashed)
+			time.Sleep(2 * time.Second) // the outage itself
+			if err := cl.Restart(crashed); err != nil {
+				t.Fatalf("restart %s: %v", cl.Name(crashed), err)
+			}
+
+			waitRows(events / 2)
+			ducked := consumerLeader()
+			t.Logf("lame duck mode for %s, the consumer's leader", cl.Name(ducked))
+			if err := cl.LameDuck(ctx, ducked); err != nil {
+				t.Fatalf("lame duck %s: %v", cl.Name(ducked), err)
+			}
+			if err := cl.Restart(ducked); err != nil {
+				t.Fatalf("restart %s: %v", cl.Name(ducked), err)
+			}
+
+			v := e.finish(t, ctx, pub, x, r)
+			st, cs := r.p.Sink().Stats(), r.p.Consumer().Stats()
+			t.Logf("consumer: %d redelivered, %d resubscribes, %d missed heartbeats; sink ack errors %d, possible duplicates %d",
+				cs.Redelivered, cs.Resubscribes, cs.HeartbeatsMissing, st.AckErrors, st.PossibleDuplicates)
+			e.judgeValid("4b NATS cluster failover", mode, v, sinkAllowance(st)+int64(cs.Redelivered))
+		})
+	}
+}
+
 // 2) PostgreSQL crashes (pg_ctl stop -m immediate) while batches commit and
 // comes back after 10s, as long as ack_wait.
 func TestFaultPostgresCrash(t *testing.T) {

@@ -26,16 +26,17 @@ var uniq atomic.Int64
 
 // env is one test's servers, stream and table.
 type env struct {
-	t      *testing.T
-	nats   *testenv.NATSServer
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	pg     *testenv.PG
-	db     *pgx.Conn
-	stream string
-	prefix string // subject prefix
-	table  string
-	run    uint64
+	t       *testing.T
+	nats    *testenv.NATSServer // nil on a cluster (newClusterEnv)
+	natsURL string
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	pg      *testenv.PG
+	db      *pgx.Conn
+	stream  string
+	prefix  string // subject prefix
+	table   string
+	run     uint64
 }
 
 func newEnv(t *testing.T) *env {
@@ -47,17 +48,31 @@ func newEnv(t *testing.T) *env {
 // cluster the test stops and starts).
 func newEnvOn(t *testing.T, pg *testenv.PG) *env {
 	t.Helper()
+	srv := testenv.NATS(t)
+	return newEnvWith(t, srv, srv.URL(), srv.Connect(t), pg)
+}
+
+// newClusterEnv is newEnv on a NATS cluster: clients are given every
+// node's URL.
+func newClusterEnv(t *testing.T, cl *testenv.NATSCluster) *env {
+	t.Helper()
+	return newEnvWith(t, nil, cl.URLs(), cl.Connect(t), testenv.Postgres(t))
+}
+
+func newEnvWith(t *testing.T, srv *testenv.NATSServer, natsURL string, nc *nats.Conn, pg *testenv.PG) *env {
+	t.Helper()
 	n := uniq.Add(1)
 	e := &env{
-		t:      t,
-		nats:   testenv.NATS(t),
-		pg:     pg,
-		stream: fmt.Sprintf("E2E_%d", n),
-		prefix: fmt.Sprintf("e2e%d", n),
-		table:  fmt.Sprintf("events_%d", n),
-		run:    uint64(time.Now().UnixNano()),
+		t:       t,
+		nats:    srv,
+		natsURL: natsURL,
+		nc:      nc,
+		pg:      pg,
+		stream:  fmt.Sprintf("E2E_%d", n),
+		prefix:  fmt.Sprintf("e2e%d", n),
+		table:   fmt.Sprintf("events_%d", n),
+		run:     uint64(time.Now().UnixNano()),
 	}
-	e.nc = e.nats.Connect(t)
 	var err error
 	if e.js, err = jetstream.New(e.nc); err != nil {
 		t.Fatal(err)
@@ -69,7 +84,7 @@ func newEnvOn(t *testing.T, pg *testenv.PG) *env {
 // config is a processor configuration for this env.
 func (e *env) config(mode sink.Mode) config.Config {
 	cfg := config.Default()
-	cfg.NATS.URL = e.nats.URL()
+	cfg.NATS.URL = e.natsURL
 	cfg.NATS.Stream = e.stream
 	cfg.NATS.Subjects = []string{e.prefix + ".>"}
 	cfg.NATS.CreateStream = true
