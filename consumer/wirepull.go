@@ -53,7 +53,10 @@ func (c *Consumer) pullsWithWire() bool {
 
 // wireConn returns the connection the wire pull client uses: the one it
 // made before while that is alive, else a new one to the server nats.go
-// is connected to, with the same credentials. Run's goroutine only.
+// is connected to, with the same credentials; when that one refuses, to
+// another server nats.go knows of (a server in lame duck mode, as in a
+// rolling restart, closes its listener seconds before it closes its
+// clients: nats.go stays on it meanwhile). Run's goroutine only.
 func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 	if wc := c.wc.Load(); wc != nil {
 		select {
@@ -62,18 +65,34 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 			return wc, nil
 		}
 	}
-	o, err := c.wireOptions()
-	if err != nil {
-		return nil, err
+	connected := c.nc.ConnectedUrl()
+	if connected == "" {
+		return nil, errors.New("connect the wire pull client: nats.go is not connected to any server")
 	}
-	dctx, cancel := context.WithTimeout(ctx, wireDialTimeout)
-	defer cancel()
-	wc, err := wire.Dial(dctx, o)
+	wc, err := c.dialWire(ctx, connected, wireDialTimeout)
+	if err != nil && ctx.Err() == nil {
+		// The others share one more timeout: a dial that cannot connect
+		// mostly fails at once (refused), and one that hangs must not
+		// hold Run for a timeout per server.
+		others, cancel := context.WithTimeout(ctx, wireDialTimeout)
+		for _, u := range c.nc.Servers() {
+			if u == connected {
+				continue
+			}
+			if wc, _ = c.dialWire(others, u, wireDialTimeout); wc != nil || others.Err() != nil {
+				break
+			}
+		}
+		cancel()
+		if wc != nil {
+			err = nil
+		}
+	}
 	if err != nil {
 		if n := c.wireDialFails.Add(1); n >= wireDialAttempts && c.nc.IsConnected() {
-			// nats.go reaches the server and wire does not (a connection
-			// limit, a certificate for another name, ...): consuming with
-			// nats.go beats not consuming.
+			// nats.go reaches a server and wire reaches none (a
+			// connection limit, a certificate for another name, ...):
+			// consuming with nats.go beats not consuming.
 			c.wireGaveUp.Store(true)
 			c.log.Error("nats.pull_client wire could not connect; nats.go pulls until its connection is made again "+
 				"(nats.max_in_flight_bytes does not bound it meanwhile)", "attempts", n, "err", err)
@@ -87,13 +106,21 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 	return wc, nil
 }
 
-// wireOptions are the consumer's connection settings for wire.Dial.
-func (c *Consumer) wireOptions() (wire.Options, error) {
-	cfg := &c.cfg
-	connected := c.nc.ConnectedUrl()
-	if connected == "" {
-		return wire.Options{}, errors.New("connect the wire pull client: nats.go is not connected to any server")
+// dialWire dials the server at serverURL within timeout.
+func (c *Consumer) dialWire(ctx context.Context, serverURL string, timeout time.Duration) (*wire.Conn, error) {
+	o, err := c.wireOptions(serverURL)
+	if err != nil {
+		return nil, err
 	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return wire.Dial(dctx, o)
+}
+
+// wireOptions are the consumer's connection settings for wire.Dial to the
+// server at connected (one of nats.go's server URLs).
+func (c *Consumer) wireOptions(connected string) (wire.Options, error) {
+	cfg := &c.cfg
 	o := wire.Options{
 		URL:          connected,
 		Name:         "jetsink",

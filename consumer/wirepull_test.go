@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"encoding/pem"
 	"log/slog"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,7 +40,7 @@ func TestWireOptionsServerNameOfALearnedServer(t *testing.T) {
 		tls  TLSConfig
 	}{{"no TLS settings", TLSConfig{}}, {"ca_file", TLSConfig{CAFile: testCAFile(t)}}} {
 		c := &Consumer{cfg: Config{URL: "tls://localhost:" + port, TLS: tc.tls}, nc: nc, log: slog.Default()}
-		o, err := c.wireOptions()
+		o, err := c.wireOptions(nc.ConnectedUrl())
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -48,7 +50,7 @@ func TestWireOptionsServerNameOfALearnedServer(t *testing.T) {
 	}
 	// Connected by the configured name: nothing to say.
 	c := &Consumer{cfg: Config{URL: srv.URL()}, nc: nc, log: slog.Default()}
-	if o, err := c.wireOptions(); err != nil || o.ServerName != "" {
+	if o, err := c.wireOptions(nc.ConnectedUrl()); err != nil || o.ServerName != "" {
 		t.Errorf("connected as configured: ServerName %q, %v; want none", o.ServerName, err)
 	}
 }
@@ -72,4 +74,46 @@ func testCAFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// A server in lame duck mode (a rolling restart's step) closes its
+// listener seconds before it closes its clients: nats.go stays connected
+// to it meanwhile, and wire, dialling the server nats.go is on, was
+// refused until it gave up and left the pulls to nats.go. It dials another
+// server of the cluster instead.
+func TestWireDialsAnotherServerWhileNATSGosIsInLameDuckMode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := testenv.NewNATSCluster(t, 2)
+	nc, err := nats.Connect(cl.URLs(), nats.DontRandomize(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	first := cl.URLs()[:strings.IndexByte(cl.URLs(), ',')]
+	if nc.ConnectedUrl() != first {
+		t.Fatalf("nats.go connected to %s, want %s", nc.ConnectedUrl(), first)
+	}
+	ducked := make(chan error, 1)
+	go func() { ducked <- cl.LameDuck(ctx, 0) }()
+	defer func() { <-ducked }()
+	waitFor(t, ctx, "n1's listener closed", func() bool {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(first, "nats://"))
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err != nil
+	})
+	if !nc.IsConnected() || nc.ConnectedUrl() != first {
+		t.Fatalf("nats.go left n1 already (%s): lame duck mode closed its clients before the test dialled", nc.ConnectedUrl())
+	}
+	c := &Consumer{cfg: Config{URL: cl.URLs()}, nc: nc, log: slog.Default()}
+	wc, err := c.wireConn(ctx)
+	if err != nil {
+		t.Fatalf("wire refused while another server of the cluster is up: %v", err)
+	}
+	defer wc.Close()
+	if err := wc.Flush(ctx); err != nil {
+		t.Fatalf("the wire connection does not answer: %v", err)
+	}
 }
