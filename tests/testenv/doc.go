@@ -1,5 +1,6 @@
 // Package testenv gives tests the real servers jetsink talks to: an embedded
-// nats-server with JetStream on a random loopback port, and a throwaway
+// nats-server with JetStream on a random loopback port (or a routed cluster
+// of them, NewNATSCluster), and a throwaway
 // PostgreSQL cluster started from the installed PostgreSQL binaries (initdb,
 // pg_ctl, postgres) on a free port.
 //
