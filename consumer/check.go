@@ -210,7 +210,11 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 				Message: fmt.Sprintf("could not read the settings of dead-letter stream %s, so they are not checked: %v", dlqName, err),
 				Fix:     fmt.Sprintf("allow %s to have them checked", apiSubjects(cfg, "STREAM.INFO."+dlqName))})
 		} else {
-			problems = append(problems, deadLetterStreamProblems(&dlq.CachedInfo().Config, cfg.AckWait)...)
+			var events *jetstream.StreamConfig
+			if stream != nil {
+				events = &stream.CachedInfo().Config
+			}
+			problems = append(problems, deadLetterStreamProblems(&dlq.CachedInfo().Config, events, cfg.AckWait)...)
 		}
 	}
 	return problems, nil
@@ -277,10 +281,23 @@ func filterProblem(cfg *Config, sc *jetstream.StreamConfig) (p Problem, ok bool)
 // duplicate window below deadLetterDuplicates(ackWait)). Check reports them; New (and
 // Run, when it makes the streams again) logs them. Warnings all: jetsink
 // runs, but letters may go.
-func deadLetterStreamProblems(sc *jetstream.StreamConfig, ackWait time.Duration) []Problem {
+func deadLetterStreamProblems(sc, events *jetstream.StreamConfig, ackWait time.Duration) []Problem {
 	var problems []Problem
 	warn := func(msg, fix string) {
 		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("dead-letter stream %s %s", sc.Name, msg), Fix: fix})
+	}
+	// A dead letter is the only copy of an event terminated in the event
+	// stream: it should be kept as safely as the events are.
+	if events != nil {
+		if have, want := max(sc.Replicas, 1), max(events.Replicas, 1); have < want {
+			warn(fmt.Sprintf("has %d replicas, fewer than event stream %s's %d: a dead letter is the only copy of its event, and losing servers the event stream survives may lose it",
+				have, events.Name, want),
+				fmt.Sprintf("raise its replicas to %d (nats stream edit %s --replicas %d)", want, sc.Name, want))
+		}
+		if sc.Storage == jetstream.MemoryStorage && events.Storage == jetstream.FileStorage {
+			warn(fmt.Sprintf("keeps its dead letters in memory: a restart of its servers loses them, the only copies of events terminated in file-backed stream %s", events.Name),
+				"create it again with file storage (a stream's storage cannot be changed)")
+		}
 	}
 	if sc.MaxAge > 0 {
 		warn(fmt.Sprintf("has max_age %s: it deletes a dead letter that long after storing it, replayed or not", sc.MaxAge),

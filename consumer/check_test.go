@@ -149,6 +149,8 @@ func TestCheckDeadLetterStreamSettings(t *testing.T) {
 		// wait in jetsink too: ack_wait alone is not enough.
 		{"duplicate window = ack_wait", jetstream.StreamConfig{Duplicates: 30 * time.Second}, "has a duplicate_window of 30s, less than twice"},
 		{"duplicate window = 2x ack_wait", jetstream.StreamConfig{Duplicates: time.Minute}, ""},
+		// The event stream is on file.
+		{"memory", jetstream.StreamConfig{Storage: jetstream.MemoryStorage}, "keeps its dead letters in memory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := tc.sc
@@ -573,4 +575,61 @@ func checkText(t *testing.T, ctx context.Context, cfg Config, errorsOnly bool) s
 		}
 	}
 	return b.String()
+}
+
+// On a cluster, the dead-letter stream jetsink creates has the event
+// stream's replicas, and check and New warn of one with fewer: a dead
+// letter is the only copy of an event terminated in the event stream.
+func TestDeadLetterStreamReplicasOnACluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := testenv.NewNATSCluster(t, 3)
+	js, err := jetstream.New(cl.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfigURL(t, cl.URLs())
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	// create_stream: New makes <stream>_DLQ with three replicas.
+	c, err := New(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close(ctx)
+	made, err := js.Stream(ctx, cfg.Stream+"_DLQ")
+	if err != nil {
+		t.Fatalf("the dead-letter stream New made: %v", err)
+	}
+	if r := made.CachedInfo().Config.Replicas; r != 3 {
+		t.Fatalf("New made the dead-letter stream with %d replicas, want the event stream's 3", r)
+	}
+	for _, tc := range []struct {
+		replicas int
+		warned   bool
+	}{{1, true}, {3, false}} {
+		sc := made.CachedInfo().Config
+		sc.Replicas = tc.replicas
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			t.Fatalf("replicas %d: %v", tc.replicas, err)
+		}
+		ps, err := Check(ctx, cfg, testLogger(t, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := problemsText(ps)
+		if got := strings.Contains(text, "has 1 replicas, fewer than event stream "+cfg.Stream+"'s 3"); got != tc.warned {
+			t.Errorf("dead-letter stream with %d replicas: check warned %v, want %v:\n%s", tc.replicas, got, tc.warned, text)
+		}
+		var buf syncBuffer
+		c, err := New(ctx, cfg, testLogger(t, &buf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close(ctx)
+		if got := strings.Contains(buf.String(), "fewer than event stream"); got != tc.warned {
+			t.Errorf("dead-letter stream with %d replicas: New warned %v, want %v:\n%s", tc.replicas, got, tc.warned, buf.String())
+		}
+	}
 }

@@ -664,7 +664,11 @@ func (c *Consumer) warnDeadLetterStream(ctx context.Context, name string) {
 		c.log.Warn("could not check the dead-letter stream", "dlq_stream", name, "err", err)
 		return
 	}
-	for _, p := range deadLetterStreamProblems(&s.CachedInfo().Config, c.cfg.AckWait) {
+	var events *jetstream.StreamConfig
+	if es, err := c.js.Stream(ctx, c.cfg.Stream); err == nil {
+		events = &es.CachedInfo().Config
+	}
+	for _, p := range deadLetterStreamProblems(&s.CachedInfo().Config, events, c.cfg.AckWait) {
 		c.log.Warn(p.Message, "fix", p.Fix)
 	}
 }

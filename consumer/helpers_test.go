@@ -43,9 +43,15 @@ func uniqueName(t testing.TB) string {
 // short heartbeats so that lost pulls are noticed quickly.
 func testConfig(t testing.TB, srv *testenv.NATSServer) Config {
 	t.Helper()
+	return testConfigURL(t, srv.URL())
+}
+
+// testConfigURL is testConfig for the servers at url (a cluster's).
+func testConfigURL(t testing.TB, url string) Config {
+	t.Helper()
 	name := uniqueName(t)
 	cfg := DefaultConfig()
-	cfg.URL = srv.URL()
+	cfg.URL = url
 	cfg.Stream = name
 	cfg.Subjects = []string{"in." + name + ".>"}
 	cfg.CreateStream = true
