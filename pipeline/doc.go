@@ -72,7 +72,9 @@
 // When any column reads JSON, or the payload goes to a jsonb column, the
 // whole payload must be valid UTF-8 and strict JSON (RFC 8259; no NaN, no
 // raw control characters) without lone UTF-16 surrogate escapes, as
-// PostgreSQL's jsonb input demands, and nested at most 300 deep. With
+// PostgreSQL's jsonb input demands, and nested at most 300 deep, a value
+// inside the innermost array or object counting as one level more
+// (fastjson's count: a number inside 300 arrays is refused). With
 // duplicate keys the last one wins, for json: columns as in jsonb (and in
 // JavaScript's JSON.parse and Go's encoding/json), so that a column never
 // disagrees with the payload stored beside it.
@@ -124,7 +126,9 @@
 //     (PostgreSQL refuses it with SQLSTATE 22P05), and a number beyond
 //     numeric's range with out_of_range (PostgreSQL: SQLSTATE 22003). A
 //     header value must be JSON as the payload must, nested at most 300
-//     deep in arrays and objects.
+//     deep in arrays and objects, not counting a value inside the
+//     innermost (a number inside 300 arrays is taken, as PostgreSQL takes
+//     it).
 //   - bytea: JSON strings in standard base64 with padding; the payload and
 //     header values as their raw bytes.
 //
