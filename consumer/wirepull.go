@@ -69,24 +69,28 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 	if connected == "" {
 		return nil, errors.New("connect the wire pull client: nats.go is not connected to any server")
 	}
-	wc, err := c.dialWire(ctx, connected, wireDialTimeout)
+	o, err := c.wireOptions(connected)
+	if err != nil {
+		return nil, err
+	}
+	wc, err := dialWire(ctx, o)
 	if err != nil && ctx.Err() == nil {
 		// The others share one more timeout: a dial that cannot connect
 		// mostly fails at once (refused), and one that hangs must not
 		// hold Run for a timeout per server.
 		others, cancel := context.WithTimeout(ctx, wireDialTimeout)
 		for _, u := range c.nc.Servers() {
-			if u == connected {
+			if u == connected || others.Err() != nil {
 				continue
 			}
-			if wc, _ = c.dialWire(others, u, wireDialTimeout); wc != nil || others.Err() != nil {
-				break
+			if o, oerr := c.wireOptions(u); oerr == nil {
+				if wc, _ = dialWire(others, o); wc != nil {
+					err = nil
+					break
+				}
 			}
 		}
 		cancel()
-		if wc != nil {
-			err = nil
-		}
 	}
 	if err != nil {
 		if n := c.wireDialFails.Add(1); n >= wireDialAttempts && c.nc.IsConnected() {
@@ -106,13 +110,9 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 	return wc, nil
 }
 
-// dialWire dials the server at serverURL within timeout.
-func (c *Consumer) dialWire(ctx context.Context, serverURL string, timeout time.Duration) (*wire.Conn, error) {
-	o, err := c.wireOptions(serverURL)
-	if err != nil {
-		return nil, err
-	}
-	dctx, cancel := context.WithTimeout(ctx, timeout)
+// dialWire dials with o within wireDialTimeout.
+func dialWire(ctx context.Context, o wire.Options) (*wire.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, wireDialTimeout)
 	defer cancel()
 	return wire.Dial(dctx, o)
 }
