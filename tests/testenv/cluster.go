@@ -43,7 +43,6 @@ const (
 func NewNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
 	c := &NATSCluster{t: t}
-	t.Cleanup(c.destroy)
 	routes := make([]string, n)
 	for i := range n {
 		port, err := embedded.FreePort()
@@ -71,6 +70,9 @@ func NewNATSCluster(t testing.TB, n int) *NATSCluster {
 	for _, nd := range c.nodes {
 		nd.opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
 	}
+	// After the store directories' removal (t.TempDir) was registered:
+	// cleanups run last first, and a running server writes in its store.
+	t.Cleanup(c.destroy)
 	for i := range c.nodes {
 		if err := c.start(i); err != nil {
 			t.Fatal(err)
