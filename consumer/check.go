@@ -136,7 +136,11 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound) && cfg.CreateStream:
 		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("stream %s does not exist yet; run will create it (create_stream: true)", cfg.Stream)})
-		problems = append(problems, eventStreamLimits(&jetstream.StreamConfig{Name: cfg.Stream, MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes})...)
+		made := jetstream.StreamConfig{Name: cfg.Stream, MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes, Replicas: cfg.StreamReplicas}
+		problems = append(problems, eventStreamLimits(&made)...)
+		if p, ok := singleReplica(nc.ConnectedClusterName(), &made); ok {
+			problems = append(problems, p)
+		}
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		problems = append(problems, Problem{Message: fmt.Sprintf("stream %s does not exist", cfg.Stream),
 			Fix: "create it (nats stream add) or set nats.create_stream: true"})
@@ -160,15 +164,19 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			}
 		}
 		if limits := streamLimitsDiff(&info.Config, &cfg); cfg.CreateStream && len(limits) > 0 {
-			problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("run will set stream %s's %s (nats.stream_max_age, nats.stream_max_bytes; "+
+			problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("run will set stream %s's %s (nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas; "+
 				"a lower limit deletes events at once, stored by jetsink or not)", cfg.Stream, strings.Join(limits, ", "))})
 		}
 		limited := info.Config
 		if cfg.CreateStream {
 			limited.MaxAge = cmp.Or(cfg.StreamMaxAge, limited.MaxAge)
 			limited.MaxBytes = cmp.Or(cfg.StreamMaxBytes, limited.MaxBytes)
+			limited.Replicas = cmp.Or(cfg.StreamReplicas, limited.Replicas)
 		}
 		problems = append(problems, eventStreamLimits(&limited)...)
+		if p, ok := singleReplica(nc.ConnectedClusterName(), &limited); ok {
+			problems = append(problems, p)
+		}
 		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
 			problems = append(problems, Problem{Config: true, Message: err.Error()}) // New refuses it: ErrInvalidConfig
 		}
@@ -218,6 +226,19 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		}
 	}
 	return problems, nil
+}
+
+// singleReplica is the warning of an event stream sc that one server of
+// cluster (the connected server's cluster name; "" for a server on its
+// own) keeps: the loss of that server's disk loses the events on it,
+// acked to their publishers.
+func singleReplica(cluster string, sc *jetstream.StreamConfig) (Problem, bool) {
+	if cluster == "" || sc.Replicas > 1 {
+		return Problem{}, false
+	}
+	return Problem{Warning: true,
+		Message: fmt.Sprintf("stream %s has one replica on NATS cluster %s: losing that server's disk loses the events on it, acked to their publishers", sc.Name, cluster),
+		Fix:     fmt.Sprintf("keep it on three servers: nats.stream_replicas: 3 with create_stream, or nats stream edit %s --replicas 3", sc.Name)}, true
 }
 
 // eventStreamLimits warns of the limits under which the event stream sc

@@ -633,3 +633,50 @@ func TestDeadLetterStreamReplicasOnACluster(t *testing.T) {
 		}
 	}
 }
+
+// On a cluster, a stream jetsink creates has nats.stream_replicas (one when
+// unset, the server's default, which check and New warn of: losing that
+// server's disk loses events acked to their publishers); set, it is
+// applied to a stream already there. A server on its own is no cluster:
+// nothing to warn of.
+func TestStreamReplicasOnACluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := testenv.NewNATSCluster(t, 3)
+	js, err := jetstream.New(cl.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfigURL(t, cl.URLs()) // create_stream: true
+	const oneReplica = "has one replica on NATS cluster jetsink-test"
+
+	if w := checkText(t, ctx, cfg, false); !strings.Contains(w, "stream "+cfg.Stream+" "+oneReplica) {
+		t.Errorf("check before a stream of one replica is created: no warning of it:\n%s", w)
+	}
+	_, buf := newLoggedConsumer(t, ctx, cfg)
+	if r := streamConfig(t, ctx, js, cfg.Stream).Replicas; r != 1 {
+		t.Fatalf("created with %d replicas, want 1 (stream_replicas unset)", r)
+	}
+	if !strings.Contains(buf.String(), oneReplica) {
+		t.Errorf("New made a stream of one replica on a cluster and said nothing of it:\n%s", buf.String())
+	}
+
+	cfg.StreamReplicas = 3
+	w := checkText(t, ctx, cfg, false)
+	if !strings.Contains(w, "run will set stream "+cfg.Stream+"'s replicas 1 -> 3") || strings.Contains(w, oneReplica) {
+		t.Errorf("check of a stream run will take to three replicas:\n%s", w)
+	}
+	_, buf = newLoggedConsumer(t, ctx, cfg)
+	if r := streamConfig(t, ctx, js, cfg.Stream).Replicas; r != 3 {
+		t.Fatalf("updated to %d replicas, want 3", r)
+	}
+	if strings.Contains(buf.String(), oneReplica) {
+		t.Errorf("New warned of one replica after it set three:\n%s", buf.String())
+	}
+
+	srv := testenv.NATS(t)
+	single := testConfig(t, srv)
+	if w := checkText(t, ctx, single, false); strings.Contains(w, "one replica") {
+		t.Errorf("check on a server of its own warns of one replica:\n%s", w)
+	}
+}

@@ -104,6 +104,14 @@ type Config struct {
 	// CreateStream.
 	StreamMaxAge   time.Duration `yaml:"stream_max_age"`
 	StreamMaxBytes int64         `yaml:"stream_max_bytes"`
+	// StreamReplicas is how many servers of a JetStream cluster keep the
+	// stream with CreateStream, 1 to 5. 0 (the default) creates it with
+	// one, the server's default, and leaves an existing stream's as it
+	// is; set, it is applied to an existing stream too (the server scales
+	// it). With one replica, the loss of that server's disk loses the
+	// events on it, acked to their publishers: on a cluster, check and run
+	// warn of it. Only with CreateStream.
+	StreamReplicas int `yaml:"stream_replicas"`
 	// Consumer is the name of the durable pull consumer, created or updated
 	// by New. Several jetsink instances with the same name share the work.
 	// Default jetsink.
@@ -235,6 +243,9 @@ func DefaultConfig() Config {
 	}
 }
 
+// maxReplicas is the most replicas JetStream keeps of a stream.
+const maxReplicas = 5
+
 // MaxDerivedAckPending caps what DeriveMaxAckPending derives. Each message
 // in flight holds ~1.2 KiB of heap besides its payload (nats.go's message and
 // header map, the row's tuple), and the heap's peak follows what is in
@@ -332,9 +343,13 @@ func (c Config) Validate() error {
 	if c.StreamMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: nats.stream_max_bytes must be 0 (no limit) or positive (got %d)", ErrInvalidConfig, c.StreamMaxBytes))
 	}
-	if !c.CreateStream && (c.StreamMaxAge != 0 || c.StreamMaxBytes != 0) {
-		errs = append(errs, fmt.Errorf("%w: nats.stream_max_age and nats.stream_max_bytes apply to the stream jetsink creates or updates: "+
-			"set nats.create_stream: true, or set the limits on the stream (nats stream edit %s --max-age ... --max-bytes ...)", ErrInvalidConfig, c.Stream))
+	if c.StreamReplicas < 0 || c.StreamReplicas > maxReplicas {
+		errs = append(errs, fmt.Errorf("%w: nats.stream_replicas must be 0 (the server's default, 1, for a stream jetsink creates) or 1 to %d (got %d)",
+			ErrInvalidConfig, maxReplicas, c.StreamReplicas))
+	}
+	if !c.CreateStream && (c.StreamMaxAge != 0 || c.StreamMaxBytes != 0 || c.StreamReplicas != 0) {
+		errs = append(errs, fmt.Errorf("%w: nats.stream_max_age, nats.stream_max_bytes and nats.stream_replicas apply to the stream jetsink creates or updates: "+
+			"set nats.create_stream: true, or set them on the stream (nats stream edit %s --max-age ... --max-bytes ... --replicas ...)", ErrInvalidConfig, c.Stream))
 	}
 	if c.CreateStream && len(c.Subjects) == 0 {
 		errs = append(errs, fmt.Errorf("%w: nats.subjects is empty; with nats.create_stream: true give the subjects the stream captures, e.g. [\"events.>\"]", ErrInvalidConfig))

@@ -546,6 +546,11 @@ func (c *Consumer) setup(ctx context.Context) error {
 		}
 		return err
 	}
+	if s, err := c.js.Stream(ctx, cfg.Stream); err == nil {
+		if p, ok := singleReplica(c.nc.ConnectedClusterName(), &s.CachedInfo().Config); ok {
+			c.log.Warn(p.Message, "fix", p.Fix)
+		}
+	}
 	if err := c.ensureDeadLetterStream(ctx); err != nil {
 		return err
 	}

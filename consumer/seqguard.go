@@ -107,7 +107,7 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 			return nil, err
 		}
 		sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.FileStorage, FirstSeq: first,
-			MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes}
+			MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes, Replicas: cfg.StreamReplicas}
 		stream, err := c.js.CreateStream(ctx, sc)
 		if err == nil {
 			if first > 0 {
@@ -138,7 +138,7 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	if len(limits) > 0 {
 		// Said at Warn: a lower limit deletes events at once, stored by
 		// jetsink or not (check warns of it before).
-		c.log.Warn("setting the stream's limits (nats.stream_max_age, nats.stream_max_bytes)", "stream", cfg.Stream, "limits", strings.Join(limits, ", "))
+		c.log.Warn("setting the stream's limits (nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas)", "stream", cfg.Stream, "limits", strings.Join(limits, ", "))
 		if cfg.StreamMaxAge != 0 {
 			sc.MaxAge = cfg.StreamMaxAge
 			// The server refuses a duplicate window longer than max_age
@@ -147,6 +147,9 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 		}
 		if cfg.StreamMaxBytes != 0 {
 			sc.MaxBytes = cfg.StreamMaxBytes
+		}
+		if cfg.StreamReplicas != 0 {
+			sc.Replicas = cfg.StreamReplicas
 		}
 		if len(dropped) == 0 && len(added) == 0 {
 			return c.js.UpdateStream(ctx, sc)
@@ -166,9 +169,10 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	return c.js.UpdateStream(ctx, sc)
 }
 
-// streamLimitsDiff describes the limits of sc that nats.stream_max_age and
-// nats.stream_max_bytes, where set, change ("max_age 0s -> 168h0m0s"); none
-// when they are not set or sc has them already.
+// streamLimitsDiff describes the settings of sc that nats.stream_max_age,
+// nats.stream_max_bytes and nats.stream_replicas, where set, change
+// ("max_age 0s -> 168h0m0s"); none when they are not set or sc has them
+// already.
 func streamLimitsDiff(sc *jetstream.StreamConfig, cfg *Config) []string {
 	var out []string
 	if cfg.StreamMaxAge != 0 && sc.MaxAge != cfg.StreamMaxAge {
@@ -180,6 +184,9 @@ func streamLimitsDiff(sc *jetstream.StreamConfig, cfg *Config) []string {
 	}
 	if cfg.StreamMaxBytes != 0 && sc.MaxBytes != cfg.StreamMaxBytes {
 		out = append(out, fmt.Sprintf("max_bytes %d -> %d", sc.MaxBytes, cfg.StreamMaxBytes))
+	}
+	if cfg.StreamReplicas != 0 && max(sc.Replicas, 1) != cfg.StreamReplicas {
+		out = append(out, fmt.Sprintf("replicas %d -> %d", max(sc.Replicas, 1), cfg.StreamReplicas))
 	}
 	return out
 }

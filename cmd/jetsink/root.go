@@ -317,9 +317,10 @@ set in the file only (see the README). JETSINK_DATABASE_URL is short for
 JETSINK_POSTGRES_URL. A default of 0 is derived at start (pipeline.workers:
 the physical cores; nats.max_ack_pending: from the rings and the pull;
 nats.max_in_flight_bytes: 32MiB, or 4 x (the server's max_payload + 8KiB)
-if more), but where 0 means no limit: nats.pull_max_bytes (no cap per
-pull), nats.stream_max_age and nats.stream_max_bytes (a created stream
-keeps events for good).`,
+if more). Elsewhere 0 leaves a thing as NATS has it: nats.pull_max_bytes
+(no cap per pull), nats.stream_max_age and nats.stream_max_bytes (no
+limit: a created stream keeps events for good), nats.stream_replicas (a
+created stream has one).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
