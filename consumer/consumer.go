@@ -775,6 +775,10 @@ func (c *Consumer) lookAgain() {
 // failed dials nats.go pulls, see pullsWithWire.)
 func (c *Consumer) Ready() bool { return c.nc.IsConnected() }
 
+// Server is the URL of the server nats.go is connected to, without
+// credentials; "" while it is not connected.
+func (c *Consumer) Server() string { return connectedURL(c.nc) }
+
 // Lag asks the server for the consumer's backlog. It returns the
 // jetstream error when the server cannot answer (e.g.
 // jetstream.ErrConsumerNotFound, context errors).

@@ -71,6 +71,11 @@ type Output interface {
 func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 	defer out.Close()
 	defer c.confirming()()
+	// Every JetStream API request Run makes is bounded by nats.go's
+	// default timeout (5 s), also under a ctx with a deadline: one the
+	// server drops (a stream or consumer electing a leader answers nothing)
+	// waited for the whole deadline, not consuming meanwhile.
+	ctx, hard = noDeadline{ctx}, noDeadline{hard}
 	backoff := retryMin
 	ensure := false   // the stream or consumer went away: re-create them first
 	advanced := false // a new epoch started since the last session began
@@ -1163,3 +1168,11 @@ func sleep(intake, hard context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// noDeadline is a context whose deadline is hidden but still ends it:
+// nats.go bounds a JetStream API request by its default timeout only under
+// a context without a deadline, and otherwise waits until the deadline for
+// an answer that may never come.
+type noDeadline struct{ context.Context }
+
+func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }

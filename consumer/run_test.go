@@ -1225,3 +1225,48 @@ func TestRefusedAcksLogBounded(t *testing.T) {
 	}
 	r.cancel()
 }
+
+// Under noDeadline (what Run makes of its contexts), a JetStream API
+// request the server never answers (a stream electing its leader) ends at
+// nats.go's default timeout, not at the caller's deadline: Run retries it
+// instead of not consuming until then. A cluster test hit it: killing the
+// consumer's leader stalled an exactly-once run for the test's 3 minutes.
+func TestAPIRequestsEndAtTheDefaultTimeoutUnderADeadline(t *testing.T) {
+	srv := testenv.NATS(t)
+	nc := srv.Connect(t)
+	// Takes the request and answers nothing (JetStream answers too, but
+	// not for a stream of another account's API prefix: none here).
+	sub, err := nc.Subscribe("$JS.SILENT.API.>", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	js, err := jetstream.NewWithAPIPrefix(nc, "$JS.SILENT.API", jetstream.WithDefaultTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		ends bool // within 3 s
+	}{{"noDeadline", noDeadline{ctx}, true}, {"the caller's deadline", ctx, false}} {
+		rctx, rcancel := context.WithCancel(tc.ctx)
+		done := make(chan error, 1)
+		go func() { _, err := js.Stream(rctx, "S"); done <- err }()
+		select {
+		case err := <-done:
+			if !tc.ends || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s: the request ended (%v); want it to end at the default timeout: %v", tc.name, err, tc.ends)
+			}
+		case <-time.After(3 * time.Second):
+			if tc.ends {
+				t.Errorf("%s: the request still waits after 3s, past the default timeout", tc.name)
+			}
+			rcancel()
+			<-done
+		}
+		rcancel()
+	}
+}
