@@ -2,133 +2,176 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/embedded"
 )
 
-// NATSCluster is a JetStream cluster of in-process nats-servers on
-// loopback, routed to each other: what a production stream with replicas
-// runs on. Each node keeps its client port, route port and store across
-// Shutdown and Restart, as a restarted server does.
+// NATSCluster is a JetStream cluster of nats-servers on loopback, each in
+// a process of its own (NATSServerBinary), routed to each other: what a
+// production stream with replicas runs on. A node can be killed (a crash:
+// its connections reset, no leadership handed over, nothing flushed), or
+// taken through lame duck mode, and restarted on its ports and store.
 type NATSCluster struct {
 	t     testing.TB
+	bin   string
 	mu    sync.Mutex
 	nodes []*clusterNode
 }
 
 type clusterNode struct {
-	opts *server.Options
-	srv  *server.Server // nil while stopped
+	name string
+	port int    // client port
+	conf string // configuration file
+	dir  string // store and log
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
 }
 
-// Lame duck mode as a test can wait for: the clients are closed over
-// lameDuckDuration after lameDuckGrace (a real server's defaults are 2
-// minutes and 10 s).
-const (
-	lameDuckDuration = 4 * time.Second
-	lameDuckGrace    = time.Second
-)
-
 // NewNATSCluster starts n routed JetStream servers (named n1, n2, ...) and
-// waits until the cluster has a meta leader. They are shut down in
-// t.Cleanup.
+// waits until the cluster answers JetStream API requests. They are killed
+// in t.Cleanup.
 func NewNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
-	c := &NATSCluster{t: t}
+	c := &NATSCluster{t: t, bin: NATSServerBinary(t)}
+	ports := make([]int, 2*n) // client ports, then route ports
+	for i := range ports {
+		p, err := embedded.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = p
+	}
 	routes := make([]string, n)
 	for i := range n {
-		port, err := embedded.FreePort()
-		if err != nil {
+		routes[i] = fmt.Sprintf("%q", fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
+	}
+	for i := range n {
+		nd := &clusterNode{name: fmt.Sprintf("n%d", i+1), port: ports[i], dir: t.TempDir()}
+		nd.conf = filepath.Join(nd.dir, "nats.conf")
+		// Lame duck mode as a test can wait for: after a grace period of
+		// 1 s (10 s by default) the clients are closed one a second at
+		// most, over up to 30 s (the least a server takes; 2 minutes by
+		// default), and a test has few.
+		conf := fmt.Sprintf(`server_name: %s
+listen: "127.0.0.1:%d"
+jetstream { store_dir: %q }
+cluster {
+  name: "jetsink-test"
+  listen: "127.0.0.1:%d"
+  routes: [%s]
+}
+lame_duck_duration: "30s"
+lame_duck_grace_period: "1s"
+`, nd.name, nd.port, filepath.Join(nd.dir, "store"), ports[n+i], strings.Join(routes, ", "))
+		if err := os.WriteFile(nd.conf, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		routePort, err := embedded.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", routePort)
-		c.nodes = append(c.nodes, &clusterNode{opts: &server.Options{
-			ServerName:          fmt.Sprintf("n%d", i+1),
-			Host:                "127.0.0.1",
-			Port:                port,
-			JetStream:           true,
-			StoreDir:            t.TempDir(),
-			Cluster:             server.ClusterOpts{Name: "jetsink-test", Host: "127.0.0.1", Port: routePort},
-			LameDuckDuration:    lameDuckDuration,
-			LameDuckGracePeriod: lameDuckGrace,
-			NoLog:               true,
-			NoSigs:              true,
-		}})
+		c.nodes = append(c.nodes, nd)
 	}
-	for _, nd := range c.nodes {
-		nd.opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
-	}
-	// After the store directories' removal (t.TempDir) was registered:
-	// cleanups run last first, and a running server writes in its store.
+	// After the directories' removal (t.TempDir) was registered: cleanups
+	// run last first, and a running server writes in its store.
 	t.Cleanup(c.destroy)
 	for i := range c.nodes {
 		if err := c.start(i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.waitMetaLeader()
+	c.waitJetStream(-1)
 	return c
 }
 
+// start starts node i and waits until it accepts clients.
 func (c *NATSCluster) start(i int) error {
-	opts := *c.nodes[i].opts // a server keeps and changes its options
-	srv, err := server.NewServer(&opts)
+	nd := c.nodes[i]
+	logf, err := os.OpenFile(filepath.Join(nd.dir, "nats.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return fmt.Errorf("nats-server %s: %w", opts.ServerName, err)
+		return err
 	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		return fmt.Errorf("nats-server %s not ready after 10s", opts.ServerName)
+	defer logf.Close() // the child has its own descriptor
+	cmd := exec.Command(c.bin, "-c", nd.conf)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	DieWithTest(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start nats-server %s: %w", nd.name, err)
 	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 	c.mu.Lock()
-	c.nodes[i].srv = srv
+	nd.cmd, nd.done = cmd, done
 	c.mu.Unlock()
-	return nil
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", nd.port), time.Second)
+		if err == nil {
+			_ = conn.Close()
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("nats-server %s exited at start (see %s)", nd.name, filepath.Join(nd.dir, "nats.log"))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nats-server %s accepts no client after 20s: %w", nd.name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
-// waitMetaLeader waits until a running node leads the JetStream meta group
-// and every running node knows the cluster: JetStream API requests are
-// answered.
-func (c *NATSCluster) waitMetaLeader() {
+// waitJetStream waits until the cluster answers a JetStream API request
+// (it has a meta leader) over a connection to node i, or to any node when
+// i is -1.
+func (c *NATSCluster) waitJetStream(i int) {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		c.mu.Lock()
-		leader, current := false, true
-		for _, nd := range c.nodes {
-			if nd.srv == nil {
-				continue
-			}
-			leader = leader || nd.srv.JetStreamIsLeader()
-			current = current && nd.srv.JetStreamIsCurrent()
-		}
-		c.mu.Unlock()
-		if leader && current {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	url := c.URLs()
+	if i >= 0 {
+		url = c.url(i)
 	}
-	c.t.Fatal("the NATS cluster elected no JetStream meta leader in 30s")
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		nc, err := nats.Connect(url, nats.Timeout(2*time.Second))
+		if err == nil {
+			var js jetstream.JetStream
+			if js, err = jetstream.New(nc); err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_, err = js.AccountInfo(ctx)
+				cancel()
+			}
+			nc.Close()
+			if err == nil {
+				return
+			}
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.t.Fatalf("the NATS cluster answers no JetStream request in 30s: %v", last)
+}
+
+func (c *NATSCluster) url(i int) string {
+	return fmt.Sprintf("nats://127.0.0.1:%d", c.nodes[i].port)
 }
 
 // URLs is every node's client URL, separated by commas.
 func (c *NATSCluster) URLs() string {
 	urls := make([]string, len(c.nodes))
-	for i, nd := range c.nodes {
-		urls[i] = fmt.Sprintf("nats://127.0.0.1:%d", nd.opts.Port)
+	for i := range c.nodes {
+		urls[i] = c.url(i)
 	}
 	return strings.Join(urls, ",")
 }
@@ -148,7 +191,18 @@ func (c *NATSCluster) Connect(t testing.TB) *nats.Conn {
 // Node is the index of the node called name (n1 is 0); -1 if none.
 func (c *NATSCluster) Node(name string) int {
 	for i, nd := range c.nodes {
-		if nd.opts.ServerName == name {
+		if nd.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// NodeOf is the index of the node at url (a client URL, as URLs gives
+// them); -1 if none.
+func (c *NATSCluster) NodeOf(url string) int {
+	for i := range c.nodes {
+		if url == c.url(i) {
 			return i
 		}
 	}
@@ -156,55 +210,52 @@ func (c *NATSCluster) Node(name string) int {
 }
 
 // Name is node i's server name.
-func (c *NATSCluster) Name(i int) string { return c.nodes[i].opts.ServerName }
+func (c *NATSCluster) Name(i int) string { return c.nodes[i].name }
 
-// Shutdown stops node i at once, as a crash or a kill would (its clients'
-// connections drop; no lame duck mode).
-func (c *NATSCluster) Shutdown(i int) {
+// Kill kills node i (SIGKILL), as a crash would: its connections reset,
+// it hands no leadership over and flushes nothing.
+func (c *NATSCluster) Kill(i int) {
 	c.mu.Lock()
-	srv := c.nodes[i].srv
-	c.nodes[i].srv = nil
+	nd := c.nodes[i]
+	cmd, done := nd.cmd, nd.done
+	nd.cmd = nil
 	c.mu.Unlock()
-	if srv != nil {
-		srv.Shutdown()
-		srv.WaitForShutdown()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		<-done
 	}
 }
 
-// LameDuck takes node i through lame duck mode, as a rolling restart does:
-// it stops accepting clients, hands its Raft leaderships over, and closes
-// its clients over a few seconds; it returns once the server is down.
+// LameDuck takes node i through lame duck mode (SIGUSR2), as a rolling
+// restart does: it stops accepting clients, hands its leaderships over,
+// closes its clients over a few seconds and exits; LameDuck returns then.
 func (c *NATSCluster) LameDuck(ctx context.Context, i int) error {
 	c.mu.Lock()
-	srv := c.nodes[i].srv
+	nd := c.nodes[i]
+	cmd, done := nd.cmd, nd.done
 	c.mu.Unlock()
-	if srv == nil {
-		return fmt.Errorf("nats-server %s is not running", c.Name(i))
+	if cmd == nil {
+		return fmt.Errorf("nats-server %s is not running", nd.name)
 	}
-	done := make(chan struct{})
-	go func() {
-		srv.LameDuckShutdown()
-		srv.WaitForShutdown()
-		close(done)
-	}()
+	if err := cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		return fmt.Errorf("lame duck mode for %s: %w", nd.name, err)
+	}
 	select {
 	case <-done:
 	case <-ctx.Done():
-		srv.Shutdown()
-		<-done
-		return ctx.Err()
+		return errors.Join(ctx.Err(), fmt.Errorf("nats-server %s still in lame duck mode", nd.name))
 	}
 	c.mu.Lock()
-	c.nodes[i].srv = nil
+	nd.cmd = nil
 	c.mu.Unlock()
 	return nil
 }
 
 // Restart starts stopped node i again on its ports and store, and waits
-// until the cluster has a meta leader again.
+// until it answers JetStream API requests.
 func (c *NATSCluster) Restart(i int) error {
 	c.mu.Lock()
-	running := c.nodes[i].srv != nil
+	running := c.nodes[i].cmd != nil
 	c.mu.Unlock()
 	if running {
 		return fmt.Errorf("nats-server %s is running", c.Name(i))
@@ -212,12 +263,12 @@ func (c *NATSCluster) Restart(i int) error {
 	if err := c.start(i); err != nil {
 		return err
 	}
-	c.waitMetaLeader()
+	c.waitJetStream(i)
 	return nil
 }
 
 func (c *NATSCluster) destroy() {
 	for i := range c.nodes {
-		c.Shutdown(i)
+		c.Kill(i)
 	}
 }

@@ -109,7 +109,7 @@ func (p *PG) Conn(t testing.TB) *pgx.Conn {
 // outlived them (goleak). Call it from TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
-	removeJetsink()
+	removeBinaries()
 	shared.mu.Lock()
 	if shared.cluster != nil {
 		if err := shared.cluster.Destroy(); err != nil {
