@@ -73,24 +73,33 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	wc, err := dialWire(ctx, o)
+	wc, err := dialWire(ctx, o, wireDialTimeout)
 	if err != nil && ctx.Err() == nil {
-		// The others share one more timeout: a dial that cannot connect
-		// mostly fails at once (refused), and one that hangs must not
-		// hold Run for a timeout per server.
-		others, cancel := context.WithTimeout(ctx, wireDialTimeout)
-		for _, u := range c.nc.Servers() {
-			if u == connected || others.Err() != nil {
-				continue
-			}
-			if o, oerr := c.wireOptions(u); oerr == nil {
-				if wc, _ = dialWire(others, o); wc != nil {
+		errs := []error{err}
+		others := otherServers(connected, c.nc.Servers())
+		// Each gets its share of one more timeout, 2 s at least: a dial
+		// that cannot connect mostly fails at once (refused), and one that
+		// hangs must neither hold Run for a timeout per server nor leave
+		// none to the servers after it.
+		each := max(wireDialTimeout/time.Duration(max(len(others), 1)), 2*time.Second)
+		for _, u := range others {
+			o, oerr := c.wireOptions(u)
+			if oerr == nil {
+				var derr error
+				if wc, derr = dialWire(ctx, o, each); derr == nil {
 					err = nil
 					break
 				}
+				oerr = derr
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", serversOf(u), oerr))
+			if ctx.Err() != nil {
+				break
 			}
 		}
-		cancel()
+		if err != nil {
+			err = errors.Join(errs...)
+		}
 	}
 	if err != nil {
 		if n := c.wireDialFails.Add(1); n >= wireDialAttempts && c.nc.IsConnected() {
@@ -110,11 +119,35 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 	return wc, nil
 }
 
-// dialWire dials with o within wireDialTimeout.
-func dialWire(ctx context.Context, o wire.Options) (*wire.Conn, error) {
-	dctx, cancel := context.WithTimeout(ctx, wireDialTimeout)
+// dialWire dials with o within timeout.
+func dialWire(ctx context.Context, o wire.Options, timeout time.Duration) (*wire.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return wire.Dial(dctx, o)
+}
+
+// otherServers is servers (nats.go's pool, which it gives without user
+// information) but the one at connected, each with connected's user
+// information when it has none of its own: nats.go connects to a server it
+// learned of with the credentials of the URL it was given (a user and
+// password, or a token, in nats.url).
+func otherServers(connected string, servers []string) []string {
+	cu, err := url.Parse(connected)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, s := range servers {
+		u, err := url.Parse(s)
+		if err != nil || u.Host == cu.Host {
+			continue
+		}
+		if u.User == nil {
+			u.User = cu.User
+		}
+		out = append(out, u.String())
+	}
+	return out
 }
 
 // wireOptions are the consumer's connection settings for wire.Dial to the
