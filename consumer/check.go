@@ -132,11 +132,16 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	if p, ok := inFlightProblem(cfg.inFlightBudget(nc.MaxPayload()), nc.MaxPayload()); ok && cfg.PullClient != PullClientNATSGo {
 		problems = append(problems, p) // an error of New too
 	}
+	// The event stream as run will have it (create_stream), for the
+	// dead-letter stream's check; nil when there is none.
+	var events *jetstream.StreamConfig
 	stream, err := js.Stream(ctx, cfg.Stream)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound) && cfg.CreateStream:
 		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("stream %s does not exist yet; run will create it (create_stream: true)", cfg.Stream)})
-		made := jetstream.StreamConfig{Name: cfg.Stream, MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes, Replicas: cfg.StreamReplicas}
+		made := jetstream.StreamConfig{Name: cfg.Stream, MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes, Replicas: cfg.StreamReplicas,
+			Storage: jetstream.FileStorage}
+		events = &made
 		problems = append(problems, eventStreamLimits(&made)...)
 		if p, ok := singleReplica(nc.ConnectedClusterName(), &made); ok {
 			problems = append(problems, p)
@@ -173,6 +178,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			limited.MaxBytes = cmp.Or(cfg.StreamMaxBytes, limited.MaxBytes)
 			limited.Replicas = cmp.Or(cfg.StreamReplicas, limited.Replicas)
 		}
+		events = &limited
 		problems = append(problems, eventStreamLimits(&limited)...)
 		if p, ok := singleReplica(nc.ConnectedClusterName(), &limited); ok {
 			problems = append(problems, p)
@@ -218,10 +224,6 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 				Message: fmt.Sprintf("could not read the settings of dead-letter stream %s, so they are not checked: %v", dlqName, err),
 				Fix:     fmt.Sprintf("allow %s to have them checked", apiSubjects(cfg, "STREAM.INFO."+dlqName))})
 		} else {
-			var events *jetstream.StreamConfig
-			if stream != nil {
-				events = &stream.CachedInfo().Config
-			}
 			problems = append(problems, deadLetterStreamProblems(&dlq.CachedInfo().Config, events, cfg.AckWait)...)
 		}
 	}

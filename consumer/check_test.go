@@ -666,6 +666,11 @@ func TestStreamReplicasOnACluster(t *testing.T) {
 	if !strings.Contains(w, "run will set stream "+cfg.Stream+"'s replicas 1 -> 3") || strings.Contains(w, oneReplica) {
 		t.Errorf("check of a stream run will take to three replicas:\n%s", w)
 	}
+	// The _DLQ New made beside the stream of one replica has one too:
+	// judged against the stream as run will have it.
+	if !strings.Contains(w, "dead-letter stream "+cfg.Stream+"_DLQ has 1 replicas, fewer than event stream "+cfg.Stream+"'s 3") {
+		t.Errorf("check does not judge the dead-letter stream against the three replicas run will set:\n%s", w)
+	}
 	_, buf = newLoggedConsumer(t, ctx, cfg)
 	if r := streamConfig(t, ctx, js, cfg.Stream).Replicas; r != 3 {
 		t.Fatalf("updated to %d replicas, want 3", r)
