@@ -758,7 +758,9 @@ func (s *Sink) refused(err error, cl class, at time.Time) {
 	}
 	msg := err.Error()
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if _, ok := errors.AsType[*typesChangedError](err); ok {
+		// Its own words: the guard's division by zero would name no cause.
+	} else if errors.As(err, &pgErr) {
 		msg = "SQLSTATE " + pgErr.Code + ": " + pgErr.Message
 		if cl == classSuspect {
 			msg = "SQLSTATE " + pgErr.Code // its message may quote a row (see logSuspect)

@@ -708,3 +708,16 @@ func tenOfTwenty(t *testing.T, ctx context.Context, mode Mode, conns int) (s *Si
 	waitFor(t, ctx, "the first rows acked", allAcked(ms[:10]))
 	return s, dl, logs, admin, src, wait, rs, ms
 }
+
+// A batch a type guard refused is reported by /readyz as the type change
+// it is, not as the guard's division by zero (an operator drill saw
+// "SQLSTATE 22012: division by zero").
+func TestRefusalByATypeGuardSaysWhy(t *testing.T) {
+	s := &Sink{born: time.Now()}
+	err := &typesChangedError{err: &pgconn.PgError{Code: "22012", Message: "division by zero"}}
+	s.refused(err, classify(err), time.Now())
+	r := s.refusedErr.Load()
+	if r == nil || !r.table || strings.Contains(r.msg, "division by zero") || !strings.Contains(r.msg, "no longer all have the types the mapping writes") {
+		t.Fatalf("refusal %+v, want the type change, of the table, without the guard's division by zero", r)
+	}
+}
