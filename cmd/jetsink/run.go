@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -120,6 +121,10 @@ NATS restart) are logged with their number, and the exit is 0.`,
 				// A second signal, or drain_timeout, while still connecting?
 				return runResult(err, aborted(hard), nil)
 			}
+			// What was unsettled when the stop began: the drain's last
+			// line tells the stop's share from the run's.
+			var atStop atomic.Pointer[unsettled]
+			defer context.AfterFunc(intake, func() { u := unsettledOf(p); atStop.Store(&u) })()
 			err = p.Run(intake, hard)
 			// The drain is over once NATS has read the acks of the last
 			// batches: CloseStages waits for that until the drain's
@@ -152,7 +157,7 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			if err := runResult(err, cutBy, closeErr); err != nil {
 				return err
 			}
-			logDrained(log, unsettledOf(p))
+			logDrained(log, unsettledOf(p), atStop.Load())
 			return nil
 		},
 	}
@@ -284,13 +289,20 @@ func unsettledOf(p *processor.Processor) unsettled {
 
 // logDrained says how a drain that committed every event taken in ended:
 // every event settled (committed and acked, or dead-lettered), or some
-// not, counted by u.
-func logDrained(log *slog.Logger, u unsettled) {
+// not, counted by u since the start; of them, those since the stop began
+// (u less atStop; the whole of u when atStop is nil).
+func logDrained(log *slog.Logger, u unsettled, atStop *unsettled) {
 	if u == (unsettled{}) {
 		log.Info("drained: every event taken in is committed and acked, or dead-lettered")
 		return
 	}
-	log.Warn("drained: every event taken in is committed or given back, but not all are settled here: acks that failed or that a lost connection may have taken (their events come back after ack_wait), "+
-		"events whose dead letter could not be stored (nak'ed, they come back), events of a stream replaced under them (left to it); each is logged above",
-		"acks_unconfirmed", u.unconfirmed, "ack_errors", u.ackErrors, "dead_letter_failed", u.deadLetterFailed, "stale", u.stale)
+	stop := u
+	if atStop != nil {
+		stop = unsettled{u.unconfirmed - atStop.unconfirmed, u.ackErrors - atStop.ackErrors,
+			u.deadLetterFailed - atStop.deadLetterFailed, u.stale - atStop.stale}
+	}
+	log.Warn("drained: every event taken in is committed or given back, but since the start not all were settled here: acks that failed or that a lost connection may have taken (their events come back after ack_wait), "+
+		"events whose dead letter could not be stored (nak'ed, they come back), events of a stream replaced under them (left to it); each is logged above; stop_* count those since the stop began",
+		"acks_unconfirmed", u.unconfirmed, "ack_errors", u.ackErrors, "dead_letter_failed", u.deadLetterFailed, "stale", u.stale,
+		"stop_acks_unconfirmed", stop.unconfirmed, "stop_ack_errors", stop.ackErrors, "stop_dead_letter_failed", stop.deadLetterFailed, "stop_stale", stop.stale)
 }

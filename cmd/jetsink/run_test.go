@@ -98,7 +98,7 @@ func TestDrainDeadlineFiresOnce(t *testing.T) {
 func TestLogDrained(t *testing.T) {
 	for _, u := range []unsettled{{}, {unconfirmed: 3}, {ackErrors: 5}, {unconfirmed: 3, ackErrors: 5}, {deadLetterFailed: 2}, {stale: 7}} {
 		var buf bytes.Buffer
-		logDrained(slog.New(slog.NewTextHandler(&buf, nil)), u)
+		logDrained(slog.New(slog.NewTextHandler(&buf, nil)), u, nil)
 		out := buf.String()
 		settled := u == (unsettled{})
 		if got := strings.Contains(out, "committed and acked"); got != settled {
@@ -108,6 +108,12 @@ func TestLogDrained(t *testing.T) {
 		if !settled && (!strings.Contains(out, "level=WARN") || !strings.Contains(out, want)) {
 			t.Errorf("%+v: want a warning with %q: %q", u, want, out)
 		}
+	}
+	// What the run left before the stop is told apart from the stop's.
+	var buf bytes.Buffer
+	logDrained(slog.New(slog.NewTextHandler(&buf, nil)), unsettled{unconfirmed: 698, ackErrors: 2}, &unsettled{unconfirmed: 698})
+	if want := "acks_unconfirmed=698 ack_errors=2 dead_letter_failed=0 stale=0 stop_acks_unconfirmed=0 stop_ack_errors=2 stop_dead_letter_failed=0 stop_stale=0"; !strings.Contains(buf.String(), want) {
+		t.Errorf("want %q: %q", want, buf.String())
 	}
 }
 
