@@ -433,6 +433,28 @@ func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
 	if r := reports(); len(r) != n+1 || !strings.Contains(r[n], "no such backend") || !strings.Contains(r[n], "pooler") {
 		t.Errorf("the report of an unknown backend: %q", r[n:])
 	}
+	// While the admin connection is busy (a query of its own waiting on
+	// the same lock) the report looks on a connection of its own: before,
+	// it said only "wait for the admin connection: context deadline
+	// exceeded", without who blocks the batch.
+	tx = lockTable(t, ctx, pg, s)
+	locker = tx.Conn()
+	blocker = fmt.Sprintf("blocked_by=\"pid %d (", locker.PgConn().PID())
+	s.adminSem <- struct{}{}
+	batch, ms = rows(51, 10, nil)
+	src.push(t, ctx, batch)
+	waitFor(t, ctx, "a report while the admin connection is busy", func() bool {
+		r := reports()
+		return len(r) > n+1 && strings.Contains(r[len(r)-1], "rows=10")
+	})
+	if r := reports(); !strings.Contains(r[len(r)-1], blocker) || strings.Contains(r[len(r)-1], "look_err") {
+		t.Errorf("report %q while the admin connection is busy does not name pid %d", r[len(r)-1], locker.PgConn().PID())
+	}
+	<-s.adminSem
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the second batch acked", allAcked(ms))
 	src.close()
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)

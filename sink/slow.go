@@ -108,7 +108,7 @@ func (s *Sink) reportSlow(ctx context.Context, pid uint32, rows int, waited time
 		waitType, waitEvent, state string
 		blockers                   []string
 	)
-	err := s.withAdmin(lctx, func(a *pgx.Conn) error {
+	err := s.adminOrOwn(lctx, func(a *pgx.Conn) error {
 		var pids []int32
 		err := a.QueryRow(lctx, `SELECT coalesce(wait_event_type, ''), coalesce(wait_event, ''), coalesce(state, ''),
 	ARRAY(SELECT DISTINCT b FROM unnest(pg_blocking_pids(pid)) b ORDER BY b)
@@ -207,4 +207,37 @@ func roundWait(d time.Duration) time.Duration {
 		return d.Round(100 * time.Millisecond)
 	}
 	return d.Round(time.Second)
+}
+
+// adminOrOwn runs f on the admin connection or, when that stays busy for
+// pingWait, on a connection of its own, closed after: a report of what
+// blocks a batch must not wait behind an admin query blocked by the same
+// lock (the table's highest stream_seq, read to re-create a stream). Not
+// after Close (errSinkClosed).
+func (s *Sink) adminOrOwn(ctx context.Context, f func(*pgx.Conn) error) error {
+	t := time.NewTimer(pingWait)
+	defer t.Stop()
+	select {
+	case s.adminSem <- struct{}{}:
+		return s.onAdmin(ctx, f)
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the admin connection: %w", ctx.Err())
+	case <-t.C:
+	}
+	s.pingMu.Lock()
+	closed := s.pingClosed
+	s.pingMu.Unlock()
+	if closed {
+		return fmt.Errorf("postgres %s: %w", s.where, errSinkClosed)
+	}
+	c, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = c.Close(cctx)
+		cancel()
+	}()
+	return f(c)
 }
