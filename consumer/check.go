@@ -143,7 +143,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			Storage: jetstream.FileStorage}
 		events = &made
 		problems = append(problems, eventStreamLimits(&made)...)
-		if p, ok := singleReplica(nc.ConnectedClusterName(), &made); ok {
+		if p, ok := replicaProblem(clusterOf(nc, &cfg), &made); ok {
 			problems = append(problems, p)
 		}
 	case errors.Is(err, jetstream.ErrStreamNotFound):
@@ -170,7 +170,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		}
 		if limits := streamLimitsDiff(&info.Config, &cfg); cfg.CreateStream && len(limits) > 0 {
 			problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("run will set stream %s's %s (nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas; "+
-				"a lower limit deletes events at once, stored by jetsink or not)", cfg.Stream, strings.Join(limits, ", "))})
+				"a lower max_age or max_bytes deletes events at once, stored by jetsink or not)", cfg.Stream, strings.Join(limits, ", "))})
 		}
 		limited := info.Config
 		if cfg.CreateStream {
@@ -180,7 +180,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		}
 		events = &limited
 		problems = append(problems, eventStreamLimits(&limited)...)
-		if p, ok := singleReplica(nc.ConnectedClusterName(), &limited); ok {
+		if p, ok := replicaProblem(clusterOf(nc, &cfg), &limited); ok {
 			problems = append(problems, p)
 		}
 		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
@@ -230,17 +230,37 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	return problems, nil
 }
 
-// singleReplica is the warning of an event stream sc that one server of
-// cluster (the connected server's cluster name; "" for a server on its
-// own) keeps: the loss of that server's disk loses the events on it,
-// acked to their publishers.
-func singleReplica(cluster string, sc *jetstream.StreamConfig) (Problem, bool) {
-	if cluster == "" || sc.Replicas > 1 {
-		return Problem{}, false
+// clusterOf is the name of the NATS cluster whose JetStream keeps the
+// event stream, as far as the server nc is connected to tells: "" for a
+// server on its own (a leaf node without a cluster block takes its own
+// name for one), and when the stream is in another JetStream domain
+// (nats.domain: the hub's, which this server does not describe).
+func clusterOf(nc *nats.Conn, cfg *Config) string {
+	if cfg.Domain != "" {
+		return ""
 	}
-	return Problem{Warning: true,
-		Message: fmt.Sprintf("stream %s has one replica on NATS cluster %s: losing that server's disk loses the events on it, acked to their publishers", sc.Name, cluster),
-		Fix:     fmt.Sprintf("keep it on three servers: nats.stream_replicas: 3 with create_stream, or nats stream edit %s --replicas 3", sc.Name)}, true
+	if name := nc.ConnectedClusterName(); name != nc.ConnectedServerName() {
+		return name
+	}
+	return ""
+}
+
+// replicaProblem is what is wrong with the replicas of event stream sc on
+// cluster (clusterOf; "" for a server on its own): one replica on a
+// cluster, a warning (the loss of that server's disk loses the events on
+// it, acked to their publishers); more than one on a server on its own,
+// an error (the server refuses such a stream).
+func replicaProblem(cluster string, sc *jetstream.StreamConfig) (Problem, bool) {
+	switch {
+	case cluster == "" && sc.Replicas > 1:
+		return Problem{Message: fmt.Sprintf("stream %s is to have %d replicas, but the server runs JetStream on its own, not in a cluster: it refuses such a stream", sc.Name, sc.Replicas),
+			Fix: "set nats.stream_replicas to 0 or 1, or connect to a JetStream cluster"}, true
+	case cluster != "" && sc.Replicas <= 1:
+		return Problem{Warning: true,
+			Message: fmt.Sprintf("stream %s has one replica on NATS cluster %s: losing that server's disk loses the events on it, acked to their publishers", sc.Name, cluster),
+			Fix:     fmt.Sprintf("keep it on three servers: nats.stream_replicas: 3 with create_stream, or nats stream edit %s --replicas 3", sc.Name)}, true
+	}
+	return Problem{}, false
 }
 
 // eventStreamLimits warns of the limits under which the event stream sc

@@ -684,4 +684,9 @@ func TestStreamReplicasOnACluster(t *testing.T) {
 	if w := checkText(t, ctx, single, false); strings.Contains(w, "one replica") {
 		t.Errorf("check on a server of its own warns of one replica:\n%s", w)
 	}
+	// More than one there is an error: the server refuses such a stream.
+	single.StreamReplicas = 3
+	if e := checkText(t, ctx, single, true); !strings.Contains(e, "is to have 3 replicas, but the server runs JetStream on its own") {
+		t.Errorf("check of stream_replicas 3 on a server of its own:\n%s", e)
+	}
 }

@@ -547,7 +547,7 @@ func (c *Consumer) setup(ctx context.Context) error {
 		return err
 	}
 	if s, err := c.js.Stream(ctx, cfg.Stream); err == nil {
-		if p, ok := singleReplica(c.nc.ConnectedClusterName(), &s.CachedInfo().Config); ok {
+		if p, ok := replicaProblem(clusterOf(c.nc, cfg), &s.CachedInfo().Config); ok && p.Warning {
 			c.log.Warn(p.Message, "fix", p.Fix)
 		}
 	}
