@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,27 +77,29 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 	wc, err := dialWire(ctx, o, wireDialTimeout)
 	if err != nil && ctx.Err() == nil {
 		errs := []error{err}
-		others := otherServers(connected, c.nc.Servers())
-		// Each gets its share of one more timeout, 2 s at least: a dial
-		// that cannot connect mostly fails at once (refused), and one that
-		// hangs must neither hold Run for a timeout per server nor leave
-		// none to the servers after it.
+		others := otherServers(connected, c.nc.Servers(), c.nc.DiscoveredServers(), c.cfg.URL)
+		// They share one more timeout, each its share of it, 2 s at
+		// least: a dial that cannot connect mostly fails at once
+		// (refused), and one that hangs must neither hold Run for a
+		// timeout per server nor leave none to the servers after it.
+		octx, cancel := context.WithTimeout(ctx, wireDialTimeout)
 		each := max(wireDialTimeout/time.Duration(max(len(others), 1)), 2*time.Second)
 		for _, u := range others {
+			if octx.Err() != nil {
+				break
+			}
 			o, oerr := c.wireOptions(u)
 			if oerr == nil {
 				var derr error
-				if wc, derr = dialWire(ctx, o, each); derr == nil {
+				if wc, derr = dialWire(octx, o, each); derr == nil {
 					err = nil
 					break
 				}
 				oerr = derr
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", serversOf(u), oerr))
-			if ctx.Err() != nil {
-				break
-			}
 		}
+		cancel()
 		if err != nil {
 			err = errors.Join(errs...)
 		}
@@ -127,14 +130,22 @@ func dialWire(ctx context.Context, o wire.Options, timeout time.Duration) (*wire
 }
 
 // otherServers is servers (nats.go's pool, which it gives without user
-// information) but the one at connected, each with connected's user
-// information when it has none of its own: nats.go connects to a server it
-// learned of with the credentials of the URL it was given (a user and
-// password, or a token, in nats.url).
-func otherServers(connected string, servers []string) []string {
+// information) but the one at connected, each with the user information
+// nats.go connects to it with: a server given in configured (nats.url)
+// that of its URL there; one nats.go discovered (one of discovered) that
+// of connected, the URL nats.go was given (a user and password, or a
+// token); otherwise none (nats.go then uses nats.user and nats.password,
+// and so does wire).
+func otherServers(connected string, servers, discovered []string, configured string) []string {
 	cu, err := url.Parse(connected)
 	if err != nil {
 		return nil
+	}
+	given := map[string]*url.Userinfo{}
+	for c := range strings.SplitSeq(configured, ",") {
+		if u, err := url.Parse(strings.TrimSpace(c)); err == nil && u.User != nil {
+			given[u.Host] = u.User
+		}
 	}
 	var out []string
 	for _, s := range servers {
@@ -143,7 +154,11 @@ func otherServers(connected string, servers []string) []string {
 			continue
 		}
 		if u.User == nil {
-			u.User = cu.User
+			if ui, ok := given[u.Host]; ok {
+				u.User = ui
+			} else if slices.Contains(discovered, s) {
+				u.User = cu.User
+			}
 		}
 		out = append(out, u.String())
 	}

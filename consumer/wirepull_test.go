@@ -120,19 +120,22 @@ func TestWireDialsAnotherServerWhileNATSGosIsInLameDuckMode(t *testing.T) {
 }
 
 // The servers the wire connection may fall back to carry the credentials
-// of the URL nats.go connected with (nats.go's pool gives none), as
-// nats.go connects to them; the server it is on is not among them.
+// nats.go connects to them with (its pool gives none): those of their URL
+// in nats.url, or for one nats.go discovered those of the URL it connected
+// with; the server it is on is not among them.
 func TestOtherServersKeepTheURLsCredentials(t *testing.T) {
-	pool := []string{"nats://127.0.0.1:1", "nats://127.0.0.1:2", "nats://x:y@127.0.0.1:3", "tls://127.0.0.1:4"}
+	pool := []string{"nats://127.0.0.1:1", "nats://127.0.0.1:2", "nats://127.0.0.1:3", "tls://127.0.0.1:4", "nats://127.0.0.1:5"}
+	discovered := []string{"nats://127.0.0.1:2", "tls://127.0.0.1:4"}
+	configured := "nats://u:p@127.0.0.1:1, nats://x:y@127.0.0.1:3,nats://127.0.0.1:5"
 	for _, tc := range []struct {
 		connected string
 		want      []string
 	}{
-		{"nats://u:p@127.0.0.1:1", []string{"nats://u:p@127.0.0.1:2", "nats://x:y@127.0.0.1:3", "tls://u:p@127.0.0.1:4"}},
-		{"nats://s3cr3t-token@127.0.0.1:1", []string{"nats://s3cr3t-token@127.0.0.1:2", "nats://x:y@127.0.0.1:3", "tls://s3cr3t-token@127.0.0.1:4"}},
-		{"nats://127.0.0.1:2", []string{"nats://127.0.0.1:1", "nats://x:y@127.0.0.1:3", "tls://127.0.0.1:4"}},
+		{"nats://u:p@127.0.0.1:1", []string{"nats://u:p@127.0.0.1:2", "nats://x:y@127.0.0.1:3", "tls://u:p@127.0.0.1:4", "nats://127.0.0.1:5"}},
+		{"nats://s3cr3t-token@127.0.0.1:2", []string{"nats://u:p@127.0.0.1:1", "nats://x:y@127.0.0.1:3", "tls://s3cr3t-token@127.0.0.1:4", "nats://127.0.0.1:5"}},
+		{"nats://127.0.0.1:5", []string{"nats://u:p@127.0.0.1:1", "nats://127.0.0.1:2", "nats://x:y@127.0.0.1:3", "tls://127.0.0.1:4"}},
 	} {
-		if got := otherServers(tc.connected, pool); !slices.Equal(got, tc.want) {
+		if got := otherServers(tc.connected, pool, discovered, configured); !slices.Equal(got, tc.want) {
 			t.Errorf("connected to %s: %q, want %q", tc.connected, got, tc.want)
 		}
 	}
