@@ -290,19 +290,17 @@ func unsettledOf(p *processor.Processor) unsettled {
 // logDrained says how a drain that committed every event taken in ended:
 // every event settled (committed and acked, or dead-lettered), or some
 // not, counted by u since the start; of them, those since the stop began
-// (u less atStop; the whole of u when atStop is nil).
+// (u less atStop; not told when atStop is nil).
 func logDrained(log *slog.Logger, u unsettled, atStop *unsettled) {
 	if u == (unsettled{}) {
 		log.Info("drained: every event taken in is committed and acked, or dead-lettered")
 		return
 	}
-	stop := u
-	if atStop != nil {
-		stop = unsettled{u.unconfirmed - atStop.unconfirmed, u.ackErrors - atStop.ackErrors,
-			u.deadLetterFailed - atStop.deadLetterFailed, u.stale - atStop.stale}
+	args := []any{"acks_unconfirmed", u.unconfirmed, "ack_errors", u.ackErrors, "dead_letter_failed", u.deadLetterFailed, "stale", u.stale}
+	if atStop != nil { // nil: the stop's snapshot was not taken (in time)
+		args = append(args, "stop_acks_unconfirmed", u.unconfirmed-atStop.unconfirmed, "stop_ack_errors", u.ackErrors-atStop.ackErrors,
+			"stop_dead_letter_failed", u.deadLetterFailed-atStop.deadLetterFailed, "stop_stale", u.stale-atStop.stale)
 	}
 	log.Warn("drained: every event taken in is committed or given back, but since the start not all were settled here: acks that failed or that a lost connection may have taken (their events come back after ack_wait), "+
-		"events whose dead letter could not be stored (nak'ed, they come back), events of a stream replaced under them (left to it); each is logged above; stop_* count those since the stop began",
-		"acks_unconfirmed", u.unconfirmed, "ack_errors", u.ackErrors, "dead_letter_failed", u.deadLetterFailed, "stale", u.stale,
-		"stop_acks_unconfirmed", stop.unconfirmed, "stop_ack_errors", stop.ackErrors, "stop_dead_letter_failed", stop.deadLetterFailed, "stop_stale", stop.stale)
+		"events whose dead letter could not be stored (nak'ed, they come back), events of a stream replaced under them (left to it); each is logged above; stop_* count those since the stop began", args...)
 }
