@@ -98,6 +98,7 @@ type Sink struct {
 	insertSQL  string                 // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
 	missingSQL string                 // exactly-once: the keys of the staged rows the table lacks after the INSERT
 	adminSem   chan struct{}          // holds admin: a mutex that a waiter's context can give up
+	ownLook    chan struct{}          // holds the one connection of its own a waiting-batch report may open (adminOrOwn)
 	admin      *pgx.Conn              // the "+1" connection: Ping, Init, Check; nil until needed
 	pingMu     sync.Mutex
 	pinging    *pingCall // the ping on a connection of its own under way, which other Pings wait for
@@ -241,7 +242,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	}
 	table, _ := ParseTable(cfg.Table)
 	s := &Sink{cfg: cfg, table: table, cols: append([]pipeline.Column(nil), cols...), dl: dl, seenErrs: map[string]struct{}{},
-		adminSem: make(chan struct{}, 1), ackAll: ackEach, attempts: make([]atomic.Int64, max(cfg.Connections, 1)), born: time.Now()}
+		adminSem: make(chan struct{}, 1), ownLook: make(chan struct{}, 1), ackAll: ackEach, attempts: make([]atomic.Int64, max(cfg.Connections, 1)), born: time.Now()}
 	seen := map[string]bool{}
 	for _, c := range s.cols {
 		if c.Name == "" || strings.ContainsRune(c.Name, 0) {

@@ -212,8 +212,11 @@ func roundWait(d time.Duration) time.Duration {
 // adminOrOwn runs f on the admin connection or, when that stays busy for
 // pingWait, on a connection of its own, closed after: a report of what
 // blocks a batch must not wait behind an admin query blocked by the same
-// lock (the table's highest stream_seq, read to re-create a stream). Not
-// after Close (errSinkClosed).
+// lock (the table's highest stream_seq, read to re-create a stream). One
+// such connection at a time (every committer's batch waits on the same
+// lock, and reports at the same moments): the others wait for it, or the
+// admin connection, whichever comes first. Not after Close
+// (errSinkClosed).
 func (s *Sink) adminOrOwn(ctx context.Context, f func(*pgx.Conn) error) error {
 	t := time.NewTimer(pingWait)
 	defer t.Stop()
@@ -223,6 +226,14 @@ func (s *Sink) adminOrOwn(ctx context.Context, f func(*pgx.Conn) error) error {
 	case <-ctx.Done():
 		return fmt.Errorf("wait for the admin connection: %w", ctx.Err())
 	case <-t.C:
+	}
+	select {
+	case s.adminSem <- struct{}{}:
+		return s.onAdmin(ctx, f)
+	case s.ownLook <- struct{}{}:
+		defer func() { <-s.ownLook }()
+	case <-ctx.Done():
+		return fmt.Errorf("wait for a connection: %w", ctx.Err())
 	}
 	s.pingMu.Lock()
 	closed := s.pingClosed
