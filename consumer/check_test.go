@@ -583,12 +583,7 @@ func checkText(t *testing.T, ctx context.Context, cfg Config, errorsOnly bool) s
 func TestDeadLetterStreamReplicasOnACluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl := testenv.NewNATSCluster(t, 3)
-	js, err := jetstream.New(cl.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := testConfigURL(t, cl.URLs())
+	js, cfg := onCluster(t)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -642,12 +637,7 @@ func TestDeadLetterStreamReplicasOnACluster(t *testing.T) {
 func TestStreamReplicasOnACluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl := testenv.NewNATSCluster(t, 3)
-	js, err := jetstream.New(cl.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := testConfigURL(t, cl.URLs()) // create_stream: true
+	js, cfg := onCluster(t) // create_stream: true
 	const oneReplica = "has one replica on NATS cluster jetsink-test"
 
 	if w := checkText(t, ctx, cfg, false); !strings.Contains(w, "stream "+cfg.Stream+" "+oneReplica) {
@@ -689,4 +679,16 @@ func TestStreamReplicasOnACluster(t *testing.T) {
 	if e := checkText(t, ctx, single, true); !strings.Contains(e, "is to have 3 replicas, but the server runs JetStream on its own") {
 		t.Errorf("check of stream_replicas 3 on a server of its own:\n%s", e)
 	}
+}
+
+// onCluster starts a three-node NATS cluster (named jetsink-test) and
+// returns a JetStream client of it and testConfig's configuration for it.
+func onCluster(t *testing.T) (jetstream.JetStream, Config) {
+	t.Helper()
+	cl := testenv.NewNATSCluster(t, 3)
+	js, err := jetstream.New(cl.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, testConfigURL(t, cl.URLs())
 }
