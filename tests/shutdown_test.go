@@ -208,6 +208,10 @@ func ackedWhileCut(t *testing.T, ctx context.Context, e *env, p *testenv.GatePro
 	tx := takenInWhileLocked(t, ctx, e, j)
 	p.Cut()
 	waitLog(t, ctx, j, `msg="nats disconnected"`)
+	// And the wire connection's loss told (it counts every ack sent until
+	// then as in doubt: a make test run had 46 of the acks below counted
+	// so when it came after them).
+	waitLog(t, ctx, j, `msg="wire pull connection lost`)
 	if err := tx.Rollback(ctx); err != nil { // releases the lock: the rows commit and are acked
 		t.Fatal(err)
 	}
