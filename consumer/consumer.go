@@ -546,11 +546,6 @@ func (c *Consumer) setup(ctx context.Context) error {
 		}
 		return err
 	}
-	if s, err := c.js.Stream(ctx, cfg.Stream); err == nil {
-		if p, ok := replicaProblem(clusterOf(c.nc, cfg), &s.CachedInfo().Config); ok && p.Warning {
-			c.log.Warn(p.Message, "fix", p.Fix)
-		}
-	}
 	if err := c.ensureDeadLetterStream(ctx); err != nil {
 		return err
 	}
@@ -579,6 +574,9 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 		}
 	}
 	subjects := stream.CachedInfo().Config.Subjects
+	if p, ok := replicaProblem(clusterOf(c.nc, cfg), &stream.CachedInfo().Config); ok && p.Warning {
+		c.log.Warn(p.Message, "fix", p.Fix)
+	}
 	if p, ok := filterProblem(cfg, &stream.CachedInfo().Config); ok {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 	}
