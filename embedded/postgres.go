@@ -142,6 +142,56 @@ func (c *Cluster) Destroy() error {
 
 func (c *Cluster) dataDir() string { return filepath.Join(c.dir, "data") }
 
+// StartStandby makes a streaming-replication standby of c, for tests of a
+// failover: a base backup of the running server (pg_basebackup -R, which
+// writes standby.signal and the connection to c, with c's password) in a
+// new temporary directory, started on a free loopback port. It accepts
+// read-only connections with c's password, and follows c until Promote.
+// The caller must call Destroy.
+func (c *Cluster) StartStandby() (*Cluster, error) {
+	c.mu.Lock()
+	primaryPort, running := c.port, c.running
+	c.mu.Unlock()
+	if !running {
+		return nil, errors.New("standby: the primary is not running")
+	}
+	s := &Cluster{bin: c.bin, cred: c.cred, opts: c.opts, pass: c.pass}
+	dir, err := ownedTempDir(pgDirPrefix, 0o700)
+	if err != nil {
+		return nil, fmt.Errorf("standby dir: %w", err)
+	}
+	s.dir = dir
+	if s.cred != nil {
+		if err := os.Chown(dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+			_ = removeOwned(dir)
+			return nil, fmt.Errorf("give standby dir to postgres: %w", err)
+		}
+	}
+	// The password goes in the environment of a process of the server's
+	// own user (no other user may read it there), not in an argument.
+	if err := s.runEnv(5*time.Minute, []string{"PGPASSWORD=" + c.pass}, "pg_basebackup",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(primaryPort), "-U", "postgres",
+		"-D", s.dataDir(), "-R", "-X", "stream", "--checkpoint=fast", "--no-sync"); err != nil {
+		_ = removeOwned(dir)
+		return nil, fmt.Errorf("standby: pg_basebackup: %w", err)
+	}
+	if err := s.startOnFreePort(); err != nil {
+		return nil, fmt.Errorf("standby: %w", err)
+	}
+	return s, nil
+}
+
+// Promote makes a standby (StartStandby) a primary that accepts writes,
+// and waits until it does.
+func (c *Cluster) Promote() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.run(90*time.Second, "pg_ctl", "-D", c.dataDir(), "-w", "-t", "60", "promote"); err != nil {
+		return fmt.Errorf("pg_ctl promote: %w", err)
+	}
+	return nil
+}
+
 func startCluster(o clusterOptions) (*Cluster, error) {
 	bin := o.bin
 	var err error
@@ -183,25 +233,36 @@ func startCluster(o clusterOptions) (*Cluster, error) {
 		}
 		return nil, err
 	}
+	if err := c.startOnFreePort(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// startOnFreePort starts the server of a new cluster on a free port, with
+// three tries (another process may take a port between FreePort and the
+// server's bind). When it fails, the cluster's directory is removed, unless
+// a server may still run in it.
+func (c *Cluster) startOnFreePort() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for attempt := 0; ; attempt++ {
-		c.port, err = FreePort()
-		if err != nil {
-			_ = removeOwned(dir)
-			return nil, err
+		var err error
+		if c.port, err = FreePort(); err != nil {
+			_ = removeOwned(c.dir)
+			return err
 		}
 		if err = c.start(); err == nil {
-			return c, nil
+			return nil
 		}
 		if errors.Is(err, errStrayRuns) {
 			// Without its directory, the server would be found by no
 			// sweep; another attempt in it would fail the same way.
-			return nil, err
+			return err
 		}
 		if attempt == 2 {
-			_ = removeOwned(dir) // start stopped any server it left
-			return nil, err
+			_ = removeOwned(c.dir) // start stopped any server it left
+			return err
 		}
 	}
 }
@@ -398,6 +459,11 @@ func runsIn(pid int, dataDir string) bool {
 
 // run runs one of the PostgreSQL binaries, as the postgres user when root.
 func (c *Cluster) run(timeout time.Duration, name string, args ...string) error {
+	return c.runEnv(timeout, nil, name, args...)
+}
+
+// runEnv is run with env added to the program's environment.
+func (c *Cluster) runEnv(timeout time.Duration, env []string, name string, args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
@@ -423,6 +489,7 @@ func (c *Cluster) run(timeout time.Duration, name string, args ...string) error 
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))

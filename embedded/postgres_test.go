@@ -763,3 +763,82 @@ func running(pid int) bool {
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 	return len(f) > 0 && f[0] != "Z"
 }
+
+// A standby follows its primary read-only, and takes writes once promoted
+// after the primary crashed.
+func TestStandbyFollowsAndPromotes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	primary, err := StartPostgres()
+	if err != nil {
+		t.Fatalf("start PostgreSQL: %v", err)
+	}
+	t.Cleanup(func() { _ = primary.Destroy() })
+	sql := func(url, query string) error {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, query)
+		return err
+	}
+	if err := sql(primary.URL("postgres"), "CREATE TABLE t (n int); INSERT INTO t VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	standby, err := primary.StartStandby()
+	if err != nil {
+		t.Fatalf("start standby: %v", err)
+	}
+	t.Cleanup(func() { _ = standby.Destroy() })
+	if standby.Port() == primary.Port() {
+		t.Fatalf("standby on the primary's port %d", standby.Port())
+	}
+	// Synchronous: a commit on the primary returns once the standby has it.
+	if err := sql(primary.URL("postgres"), "ALTER SYSTEM SET synchronous_standby_names = '*'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sql(primary.URL("postgres"), "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sql(primary.URL("postgres"), "INSERT INTO t VALUES (2)"); err != nil {
+		t.Fatal(err)
+	}
+
+	count := func() int {
+		conn, err := pgx.Connect(ctx, standby.URL("postgres"))
+		if err != nil {
+			t.Fatalf("connect to standby: %v", err)
+		}
+		defer conn.Close(ctx)
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
+			t.Fatalf("read on standby: %v", err)
+		}
+		return n
+	}
+	// remote_apply is not asked for: the second row is flushed on the
+	// standby, and applied soon after.
+	for deadline := time.Now().Add(30 * time.Second); count() < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("standby has %d rows, want 2", count())
+		}
+	}
+	var pgErr *pgconn.PgError
+	if err := sql(standby.URL("postgres"), "INSERT INTO t VALUES (3)"); !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+		t.Fatalf("write to the standby: %v, want SQLSTATE 25006", err)
+	}
+
+	if err := primary.Stop("immediate"); err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sql(standby.URL("postgres"), "INSERT INTO t VALUES (3)"); err != nil {
+		t.Fatalf("write to the promoted standby: %v", err)
+	}
+	if n := count(); n != 3 {
+		t.Fatalf("promoted standby has %d rows, want 3", n)
+	}
+}
