@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -278,14 +279,21 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	// character the database cannot hold (SQLSTATE 22P05: its row is
 	// dead-lettered). A client_encoding in the URL is overridden.
 	cc.RuntimeParams["client_encoding"] = "UTF8"
+	hosts := hostsOf(cc)
 	if d := cfg.DeadConnectionTimeout; d > 0 && cc.ConnectTimeout == 0 {
 		// A host that is gone answers no connect either: without a
 		// connect_timeout in the URL, pgx tries each host (and address)
-		// for this long.
+		// for this long. When the URL names several (a failover list),
+		// each is given the least, so that a primary that vanished
+		// holds every connect to the new one up by 10 s, not by
+		// dead_connection_timeout.
 		cc.ConnectTimeout = max(d, minConnectTimeout)
+		if len(hosts) > 1 {
+			cc.ConnectTimeout = minConnectTimeout
+		}
 	}
 	s.connCfg = cc
-	s.where = fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)
+	s.where = strings.Join(hosts, ",") + "/" + cc.Database
 	s.log = log.With("component", "sink", "table", s.table.Sanitize(), "db", s.where)
 	if cfg.CreateTable {
 		if err := s.Init(ctx); err != nil {
@@ -294,6 +302,19 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 		}
 	}
 	return s, nil
+}
+
+// hostsOf lists the host:port pairs cc connects to, in the order tried
+// (the first, then its fallbacks), once each (sslmode=prefer makes two
+// fallbacks of each host, one with TLS and one without).
+func hostsOf(cc *pgx.ConnConfig) []string {
+	hosts := []string{net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))}
+	for _, f := range cc.Fallbacks {
+		if h := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
 }
 
 // connect opens one connection. The error names host, port and database.

@@ -2,6 +2,7 @@ package sink
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -431,6 +432,34 @@ func TestConnectErrorSaysEachTryOnce(t *testing.T) {
 	}
 	if !errors.Is(err, try) {
 		t.Errorf("the cause is lost: %v", err)
+	}
+}
+
+// A URL naming several hosts (a failover list) is named whole in the log
+// and errors, and each host gets the least connect timeout, so that a dead
+// first host does not hold up every connect to the live one for
+// dead_connection_timeout; a connect_timeout of the URL's own is kept.
+func TestFailoverListConnect(t *testing.T) {
+	for _, c := range []struct {
+		url, where string
+		timeout    time.Duration
+	}{
+		{"postgres://u@db1:5432/x?sslmode=disable", "db1:5432/x", time.Minute},
+		{"postgres://u@db1:5432,db2:5433/x?sslmode=prefer", "db1:5432,db2:5433/x", minConnectTimeout},
+		{"postgres://u@db1,[::1]:5433/x?sslmode=disable&target_session_attrs=read-write", "db1:5432,[::1]:5433/x", minConnectTimeout},
+		{"postgres://u@db1,db2/x?connect_timeout=3", "db1:5432,db2:5432/x", 3 * time.Second},
+	} {
+		cfg := DefaultConfig()
+		cfg.URL = c.url
+		cfg.DeadConnectionTimeout = time.Minute
+		s, err := New(context.Background(), cfg, testCols, &recDL{}, testLogger(t))
+		if err != nil {
+			t.Fatalf("New(%s): %v", c.url, err)
+		}
+		if s.where != c.where || s.connCfg.ConnectTimeout != c.timeout {
+			t.Errorf("%s: where %q, connect timeout %v; want %q, %v", c.url, s.where, s.connCfg.ConnectTimeout, c.where, c.timeout)
+		}
+		s.Close()
 	}
 }
 
