@@ -142,7 +142,8 @@
 //     warns of a statement_timeout or transaction_timeout under 10 s
 //     (ProblemServerTimeout), and of synchronous_commit off, with which
 //     a crash of the server loses commits already acked
-//     (ProblemAsyncCommit);
+//     (ProblemAsyncCommit), and of physical standbys that no COMMIT waits
+//     for, with which a failover does (ProblemAsyncStandby);
 //   - COMMIT (at-least-once: the whole COPY) sent and no answer: outcome
 //     unknown, treated as not committed and retried; in at-least-once mode
 //     its rows count as PossibleDuplicates;

@@ -312,6 +312,12 @@ const (
 	// of them (up to three times wal_writer_delay) for good: acked, they
 	// are not redelivered.
 	ProblemAsyncCommit ProblemKind = "async_commit"
+	// ProblemAsyncStandby is a warning: standbys stream from the server
+	// and no COMMIT of jetsink's waits for one (synchronous_standby_names
+	// is empty, or synchronous_commit is local for its sessions). A
+	// failover to a standby loses the commits it had not received yet,
+	// whose events jetsink has acked.
+	ProblemAsyncStandby ProblemKind = "async_standby"
 	// ProblemIgnoredDefault is a warning: a mapped column that may get
 	// NULL (pipeline.Column.MayBeNull) has a DEFAULT, which an event
 	// without the value does not get: the COPY names every mapped column,
@@ -798,7 +804,7 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 	type limit struct{ Name, Setting, Unit string }
 	var set []limit
 	limits, err := c.Query(ctx, `SELECT name, setting, coalesce(unit, '') FROM pg_settings
-		WHERE name IN ('statement_timeout', 'transaction_timeout', 'synchronous_commit') ORDER BY name`)
+		WHERE name IN ('statement_timeout', 'transaction_timeout', 'synchronous_commit', 'synchronous_standby_names') ORDER BY name`)
 	if err == nil {
 		set, err = pgx.CollectRows(limits, pgx.RowToStructByPos[limit])
 	}
@@ -812,8 +818,14 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 				"takes costs throughput", err),
 			Fix: "SHOW statement_timeout; SHOW transaction_timeout; as jetsink's role: more than 10s, or 0"})
 	}
+	var syncCommit, syncNames string
 	for _, l := range set {
+		if l.Name == "synchronous_standby_names" {
+			syncNames = l.Setting
+			continue
+		}
 		if l.Name == "synchronous_commit" {
+			syncCommit = l.Setting
 			if l.Setting == "off" {
 				probs = append(probs, Problem{Kind: ProblemAsyncCommit, Warning: true,
 					Message: "synchronous_commit is off for jetsink's sessions: a COMMIT returns before it is on disk, jetsink acks its events, " +
@@ -832,6 +844,9 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 				time.Duration(ms)*time.Millisecond),
 			Fix: fmt.Sprintf("ALTER ROLE <jetsink's role> SET %s = '1min' (or 0, no limit); or lower postgres.batch.max_rows", l.Name)})
 	}
+	if p, ok := s.asyncStandby(ctx, c, syncCommit, syncNames); ok && !recovery {
+		probs = append(probs, p)
+	}
 	switch {
 	case recovery:
 		probs = append(probs, Problem{Kind: ProblemReadOnly,
@@ -843,6 +858,37 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 			Fix:     "ALTER ROLE <jetsink's role> SET default_transaction_read_only = off (or the same on the database)"})
 	}
 	return probs, nil
+}
+
+// asyncStandby returns ProblemAsyncStandby when physical standbys stream
+// from the server (pg_stat_replication, less the walsenders of logical
+// slots: a logical subscriber is no failover target) and a COMMIT of
+// jetsink's waits for none, given the settings read for its session
+// (synchronous_commit off has a warning of its own; "" when they could not
+// be read, which says nothing). A server whose views cannot be read costs
+// the warning only.
+func (s *Sink) asyncStandby(ctx context.Context, c *pgx.Conn, syncCommit, syncNames string) (Problem, bool) {
+	var why string
+	switch {
+	case syncCommit == "" || syncCommit == "off":
+		return Problem{}, false
+	case syncNames == "":
+		why = "synchronous_standby_names is empty"
+	case syncCommit == "local":
+		why = "synchronous_commit is local for jetsink's sessions"
+	default:
+		return Problem{}, false
+	}
+	var n int64
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication r WHERE NOT EXISTS
+		(SELECT FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical')`).Scan(&n); err != nil || n == 0 {
+		return Problem{}, false
+	}
+	return Problem{Kind: ProblemAsyncStandby, Warning: true,
+		Message: fmt.Sprintf("%d standby server(s) stream from %s and no COMMIT of jetsink's waits for one (%s): a failover to a standby "+
+			"loses the commits it had not received yet, whose events jetsink has acked and JetStream does not deliver again", n, s.where, why),
+		Fix: "name the standbys a failover may promote in synchronous_standby_names (for example 'ANY 1 (a, b)'), with synchronous_commit " +
+			"on for jetsink's role; if none of them is ever promoted, this does not apply"}, true
 }
 
 // rowTriggers returns the names of rel's user triggers that fire BEFORE

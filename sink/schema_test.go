@@ -695,6 +695,59 @@ func TestCheckWarnsOfServerSettings(t *testing.T) {
 	}
 }
 
+// A server that standbys stream from, whose commits wait for none of them,
+// is warned of: a failover to one loses commits whose events were acked.
+// Once a synchronous standby is named, and synchronous_commit waits for it,
+// nothing is reported; a session with synchronous_commit local is.
+func TestCheckWarnsOfAsyncStandby(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	primary := testenv.NewCluster(t)
+	url := primary.URL("postgres")
+	check := func(url string) []Problem {
+		t.Helper()
+		s, _ := newTestSink(t, ctx, url, nil)
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return probs
+	}
+	if probs := check(url); len(probs) != 0 {
+		t.Fatalf("no standby: problems %v", probs)
+	}
+	testenv.NewStandby(t, primary) // synchronous: synchronous_standby_names '*'
+	if probs := check(url); len(probs) != 0 {
+		t.Fatalf("a synchronous standby: problems %v", probs)
+	}
+	wantWarning := func(probs []Problem, says string) {
+		t.Helper()
+		if len(probs) != 1 || probs[0].Kind != ProblemAsyncStandby || !probs[0].Warning ||
+			!strings.Contains(probs[0].Message, "1 standby server(s) stream from 127.0.0.1:") || !strings.Contains(probs[0].Message, says) {
+			t.Fatalf("problems %v, want one warning, %s, saying %q", probs, ProblemAsyncStandby, says)
+		}
+	}
+	wantWarning(check(withParam(t, url, "synchronous_commit", "local")), "synchronous_commit is local")
+	// off has its own warning, which says as much.
+	if probs := check(withParam(t, url, "synchronous_commit", "off")); len(probs) != 1 || probs[0].Kind != ProblemAsyncCommit {
+		t.Fatalf("synchronous_commit off: problems %v, want %s only", probs, ProblemAsyncCommit)
+	}
+
+	admin := primary.URL("postgres")
+	for _, sql := range []string{"ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()"} {
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Exec(ctx, sql)
+		_ = conn.Close(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	waitFor(t, ctx, "the reload", func() bool { return len(check(url)) == 1 })
+	wantWarning(check(url), "synchronous_standby_names is empty")
+}
+
 // A server whose pg_settings jetsink's role may not read costs check the
 // timeout warning only: it says so, and checks the rest.
 func TestCheckWithoutPgSettings(t *testing.T) {
