@@ -409,6 +409,48 @@ func TestFaultNATSClusterFailover(t *testing.T) {
 	}
 }
 
+// 2b) PostgreSQL fails over: the primary, whose synchronous standby streams
+// every commit, crashes while batches commit, and the standby is promoted
+// 3 s later. jetsink's postgres.url names both servers with
+// target_session_attrs=read-write, as libpq users follow a failover: it
+// finds the new primary by itself, and every event is there, once in
+// exactly-once mode (a commit the crash cut off before its answer is
+// looked up on the new primary, where it is not).
+func TestFaultPostgresFailover(t *testing.T) {
+	const events, outage = 10_000, 3 * time.Second
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			primary := testenv.NewCluster(t)
+			standby := testenv.NewStandby(t, primary)
+			e := newEnvOn(t, &testenv.PG{URL: testenv.FailoverURL("postgres", primary, standby)})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			e.createStreams(ctx)
+			r := e.start(ctx, e.faultConfig(mode))
+
+			x := newExpected()
+			pub := e.publishDuring(ctx, x, 0, events, 1000, 100)
+			waitFor(t, ctx, "some rows before the crash", func() (bool, string) {
+				n := e.rows(ctx)
+				return n >= events/5, fmt.Sprintf("%d rows", n)
+			})
+			if err := primary.Stop("immediate"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(outage) // no server takes writes
+			if err := standby.Promote(); err != nil {
+				t.Fatal(err)
+			}
+			e.db = e.pg.Conn(t) // the old one died with the primary
+			v := e.finish(t, ctx, pub, x, r)
+			st, cs := r.p.Sink().Stats(), r.p.Consumer().Stats()
+			t.Logf("sink: retries %d, possible duplicates %d; consumer: %d redelivered",
+				st.Retries, st.PossibleDuplicates, cs.Redelivered)
+			e.judgeValid("2b postgres failover", mode, v, sinkAllowance(st)+int64(cs.Redelivered))
+		})
+	}
+}
+
 // 2) PostgreSQL crashes (pg_ctl stop -m immediate) while batches commit and
 // comes back after 10s, as long as ack_wait.
 func TestFaultPostgresCrash(t *testing.T) {

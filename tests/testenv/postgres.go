@@ -5,8 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -177,4 +180,49 @@ func randomHex(n int) string {
 		panic(err) // crypto/rand never fails on Linux
 	}
 	return hex.EncodeToString(b)
+}
+
+// NewStandby starts a streaming-replication standby of primary (see
+// embedded.Cluster.StartStandby), destroyed in t.Cleanup, and makes it
+// synchronous: from then on a commit on primary returns once the standby
+// has flushed it, so a failover to the standby loses no commit a client
+// was told of. (The standby's own settings do not name one: promoted, it
+// commits alone.)
+func NewStandby(t testing.TB, primary *embedded.Cluster) *embedded.Cluster {
+	t.Helper()
+	s, err := primary.StartStandby()
+	if err != nil {
+		t.Fatalf("standby of the PostgreSQL cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Destroy(); err != nil {
+			t.Errorf("destroy PostgreSQL standby: %v", err)
+		}
+	})
+	for _, sql := range []string{"ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()"} {
+		if err := adminExec(primary.URL("postgres"), sql); err != nil {
+			t.Fatalf("make the standby synchronous: %s: %v", sql, err)
+		}
+	}
+	return s
+}
+
+// FailoverURL is the first cluster's URL for database db, naming every
+// cluster's address in order, with target_session_attrs=read-write: libpq's
+// (and pgx's) way to follow a failover, connecting to whichever server takes
+// writes.
+func FailoverURL(db string, clusters ...*embedded.Cluster) string {
+	u, err := url.Parse(clusters[0].URL(db))
+	if err != nil {
+		panic(err) // URL builds it
+	}
+	hosts := make([]string, len(clusters))
+	for i, c := range clusters {
+		hosts[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port()))
+	}
+	u.Host = strings.Join(hosts, ",")
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
