@@ -224,6 +224,10 @@ func (s *Sink) logProblems(ctx context.Context) (found bool) {
 			s.log.Warn("a failover of PostgreSQL may lose events already acked", "problem", p.Message, "fix", p.Fix)
 			continue
 		}
+		if p.Kind == ProblemHostList {
+			s.log.Warn("connections may land on a standby", "problem", p.Message, "fix", p.Fix)
+			continue
+		}
 		if p.Warning {
 			s.log.Warn("the table may not store every event as sent", "problem", p.Message, "fix", p.Fix)
 			continue

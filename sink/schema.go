@@ -318,6 +318,11 @@ const (
 	// failover to a standby loses the commits it had not received yet,
 	// whose events jetsink has acked.
 	ProblemAsyncStandby ProblemKind = "async_standby"
+	// ProblemHostList is a warning: postgres.url names several hosts
+	// without target_session_attrs. Each connection takes the first host
+	// that answers, a standby too, and every batch on a standby fails
+	// (SQLSTATE 25006) until that connection is replaced.
+	ProblemHostList ProblemKind = "host_list"
 	// ProblemIgnoredDefault is a warning: a mapped column that may get
 	// NULL (pipeline.Column.MayBeNull) has a DEFAULT, which an event
 	// without the value does not get: the COPY names every mapped column,
@@ -366,6 +371,13 @@ func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
 		probs, err = s.check(ctx, c)
 		return err
 	})
+	if hosts := hostsOf(s.connCfg); err == nil && len(hosts) > 1 && s.connCfg.ValidateConnect == nil {
+		probs = append(probs, Problem{Kind: ProblemHostList, Warning: true,
+			Message: fmt.Sprintf("postgres.url names %d hosts (%s) without target_session_attrs: a connection takes the first one that "+
+				"answers, a standby too (after a failover, the old primary rejoined as one), where every batch fails with SQLSTATE 25006",
+				len(hosts), strings.Join(hosts, ",")),
+			Fix: "add target_session_attrs=read-write to postgres.url; if every host reaches the same primary (poolers in front of it), this does not apply"})
+	}
 	return probs, err
 }
 
@@ -860,13 +872,15 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 	return probs, nil
 }
 
-// asyncStandby returns ProblemAsyncStandby when physical standbys stream
-// from the server (pg_stat_replication, less the walsenders of logical
-// slots: a logical subscriber is no failover target) and a COMMIT of
-// jetsink's waits for none, given the settings read for its session
-// (synchronous_commit off has a warning of its own; "" when they could not
-// be read, which says nothing). A server whose views cannot be read costs
-// the warning only.
+// asyncStandby returns ProblemAsyncStandby when physical replication
+// connections stream from the server (pg_stat_replication rows whose
+// walsender has no database: standbys, but also pg_receivewal or a base
+// backup; not a logical subscriber, which is no failover target) and a
+// COMMIT of jetsink's waits for none, given the settings read for its
+// session (synchronous_commit off has a warning of its own; "" when they
+// could not be read, which says nothing). A cascading standby, which
+// streams from another standby, is not seen. A server whose views cannot
+// be read costs the warning only.
 func (s *Sink) asyncStandby(ctx context.Context, c *pgx.Conn, syncCommit, syncNames string) (Problem, bool) {
 	var why string
 	switch {
@@ -880,15 +894,21 @@ func (s *Sink) asyncStandby(ctx context.Context, c *pgx.Conn, syncCommit, syncNa
 		return Problem{}, false
 	}
 	var n int64
-	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication r WHERE NOT EXISTS
-		(SELECT FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical')`).Scan(&n); err != nil || n == 0 {
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_activity a USING (pid)
+		WHERE a.datname IS NULL`).Scan(&n); err != nil || n == 0 {
 		return Problem{}, false
 	}
+	server := s.where
+	if nc := c.PgConn().Conn(); nc != nil {
+		server = nc.RemoteAddr().String()
+	}
 	return Problem{Kind: ProblemAsyncStandby, Warning: true,
-		Message: fmt.Sprintf("%d standby server(s) stream from %s and no COMMIT of jetsink's waits for one (%s): a failover to a standby "+
-			"loses the commits it had not received yet, whose events jetsink has acked and JetStream does not deliver again", n, s.where, why),
-		Fix: "name the standbys a failover may promote in synchronous_standby_names (for example 'ANY 1 (a, b)'), with synchronous_commit " +
-			"on for jetsink's role; if none of them is ever promoted, this does not apply"}, true
+		Message: fmt.Sprintf("%d physical replication connection(s) (standbys; also pg_receivewal or a base backup) stream from %s and no "+
+			"COMMIT of jetsink's waits for one (%s): a failover to a standby loses the commits it had not received yet, whose events "+
+			"jetsink has acked and JetStream does not deliver again", n, server, why),
+		Fix: "make every COMMIT wait for the standbys a failover may promote: name them in synchronous_standby_names (FIRST n or ANY n; " +
+			"with ANY 1 (a, b) a commit waits for one of them, which is enough only if the failover promotes the standby that is furthest " +
+			"ahead, as Patroni and repmgr do), with synchronous_commit on for jetsink's role; if no standby is ever promoted, this does not apply"}, true
 }
 
 // rowTriggers returns the names of rel's user triggers that fire BEFORE

@@ -702,33 +702,50 @@ func TestCheckWarnsOfServerSettings(t *testing.T) {
 func TestCheckWarnsOfAsyncStandby(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
 	primary := testenv.NewCluster(t)
-	url := primary.URL("postgres")
-	check := func(url string) []Problem {
+	purl := primary.URL("postgres")
+	check := func(u string) []Problem {
 		t.Helper()
-		s, _ := newTestSink(t, ctx, url, nil)
+		s, _ := newTestSink(t, ctx, u, nil)
 		probs, err := s.Check(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return probs
 	}
-	if probs := check(url); len(probs) != 0 {
+	if probs := check(purl); len(probs) != 0 {
 		t.Fatalf("no standby: problems %v", probs)
 	}
-	testenv.NewStandby(t, primary) // synchronous: synchronous_standby_names '*'
-	if probs := check(url); len(probs) != 0 {
+	standby := testenv.NewStandby(t, primary) // synchronous: synchronous_standby_names '*'
+	if probs := check(purl); len(probs) != 0 {
 		t.Fatalf("a synchronous standby: problems %v", probs)
+	}
+	// A failover list: with target_session_attrs, nothing to say; without
+	// it, a connection may land on the standby.
+	list := testenv.FailoverURL("postgres", primary, standby)
+	if probs := check(list); len(probs) != 0 {
+		t.Fatalf("a failover list: problems %v", probs)
+	}
+	anyURL, err := url.Parse(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := anyURL.Query()
+	q.Del("target_session_attrs")
+	anyURL.RawQuery = q.Encode()
+	if probs := check(anyURL.String()); len(probs) != 1 || probs[0].Kind != ProblemHostList || !probs[0].Warning ||
+		!strings.Contains(probs[0].Message, fmt.Sprintf("names 2 hosts (127.0.0.1:%d,127.0.0.1:%d)", primary.Port(), standby.Port())) {
+		t.Fatalf("a failover list without target_session_attrs: problems %v, want one warning, %s", probs, ProblemHostList)
 	}
 	wantWarning := func(probs []Problem, says string) {
 		t.Helper()
 		if len(probs) != 1 || probs[0].Kind != ProblemAsyncStandby || !probs[0].Warning ||
-			!strings.Contains(probs[0].Message, "1 standby server(s) stream from 127.0.0.1:") || !strings.Contains(probs[0].Message, says) {
+			!strings.Contains(probs[0].Message, "1 physical replication connection(s) (standbys; also pg_receivewal or a base backup) stream from 127.0.0.1:") || !strings.Contains(probs[0].Message, says) {
 			t.Fatalf("problems %v, want one warning, %s, saying %q", probs, ProblemAsyncStandby, says)
 		}
 	}
-	wantWarning(check(withParam(t, url, "synchronous_commit", "local")), "synchronous_commit is local")
+	wantWarning(check(withParam(t, purl, "synchronous_commit", "local")), "synchronous_commit is local")
 	// off has its own warning, which says as much.
-	if probs := check(withParam(t, url, "synchronous_commit", "off")); len(probs) != 1 || probs[0].Kind != ProblemAsyncCommit {
+	if probs := check(withParam(t, purl, "synchronous_commit", "off")); len(probs) != 1 || probs[0].Kind != ProblemAsyncCommit {
 		t.Fatalf("synchronous_commit off: problems %v, want %s only", probs, ProblemAsyncCommit)
 	}
 
@@ -744,8 +761,8 @@ func TestCheckWarnsOfAsyncStandby(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	waitFor(t, ctx, "the reload", func() bool { return len(check(url)) == 1 })
-	wantWarning(check(url), "synchronous_standby_names is empty")
+	waitFor(t, ctx, "the reload", func() bool { return len(check(purl)) == 1 })
+	wantWarning(check(purl), "synchronous_standby_names is empty")
 }
 
 // A server whose pg_settings jetsink's role may not read costs check the
