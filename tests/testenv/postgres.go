@@ -187,7 +187,9 @@ func randomHex(n int) string {
 // synchronous: from then on a commit on primary returns once the standby
 // has flushed it, so a failover to the standby loses no commit a client
 // was told of. (The standby's own settings do not name one: promoted, it
-// commits alone.)
+// commits alone. A second standby of the same primary would copy the
+// setting in its base backup, and promoted, wait for a standby of its own
+// at every commit: one per primary.)
 func NewStandby(t testing.TB, primary *embedded.Cluster) *embedded.Cluster {
 	t.Helper()
 	s, err := primary.StartStandby()
