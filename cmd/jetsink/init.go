@@ -21,7 +21,9 @@ func newInitCmd() *cobra.Command {
 		Long: `Create the target table from postgres.columns (or raw mode's columns) if it
 does not exist, and in exactly-once mode the unique index on (stream, stream_seq)
 that makes redeliveries harmless. An existing table's columns are left alone
-(run 'jetsink check' to compare them with the mapping), but in exactly-once mode
+(init then compares the table with the mapping, as 'jetsink check' does:
+warnings are printed, and a table that does not fit is named with what to fix,
+exit status 1), but in exactly-once mode
 the index is added to a table without a usable unique key on (stream, stream_seq)
 (a primary key does) and without an index of its name (<table>_stream_seq_key):
 CREATE UNIQUE INDEX blocks writes to the table while it builds, and fails if
@@ -71,6 +73,24 @@ rolls the DDL back and exits 1; a second one exits at once.`,
 			}
 			if err := s.Init(ctx); err != nil {
 				return stopped(err)
+			}
+			// An existing table is left as it is: say whether it fits, as
+			// check would, rather than call it ready and have run refuse it.
+			probs, err := s.Check(ctx)
+			if err != nil {
+				return stopped(fmt.Errorf("table %s is there, but comparing it with the mapping failed: %w", cfg.Postgres.Table, err))
+			}
+			bad := 0
+			for _, p := range probs {
+				level := "warning"
+				if !p.Warning {
+					level = "error"
+					bad++
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "postgres: %s: %s\n", level, p)
+			}
+			if bad > 0 {
+				return fmt.Errorf("%w: table %s is there but does not fit the mapping: %d to fix", errCheckFailed, cfg.Postgres.Table, bad)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "table %s ready (%s)\n", cfg.Postgres.Table, cfg.Postgres.Mode)
 			return nil

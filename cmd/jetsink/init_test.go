@@ -41,6 +41,30 @@ func TestInitStopsOnSignal(t *testing.T) {
 	}
 }
 
+// init leaves an existing table's columns alone, and says when they do not
+// fit the mapping (exit 1, as check), instead of calling the table ready
+// for a run that would refuse it; one that fits is ready.
+func TestInitSaysWhenTheTableDoesNotFit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pg := testenv.Postgres(t)
+	conn := pg.Conn(t)
+	if _, err := conn.Exec(ctx, "CREATE TABLE initfit (x int)"); err != nil {
+		t.Fatal(err)
+	}
+	r := startJetsink(t, ctx, "init", "--database-url", pg.URL, "--table", "initfit")
+	out := r.out.String
+	if code := r.wait(t, ctx); code != exitFailed || r.err == nil ||
+		!strings.Contains(r.err.Error(), "table initfit is there but does not fit the mapping") ||
+		!strings.Contains(out(), "postgres: error: ") || strings.Contains(out(), "ready") {
+		t.Fatalf("init on a table that does not fit: exit %d (%v), want %d naming what to fix\n%s", code, r.err, exitFailed, out())
+	}
+	r = startJetsink(t, ctx, "init", "--database-url", pg.URL, "--table", "initnew")
+	if code := r.wait(t, ctx); code != exitOK || !strings.Contains(r.out.String(), "table initnew ready (at-least-once)") {
+		t.Fatalf("init of a new table: exit %d (%v)\n%s", code, r.err, r.out.String())
+	}
+}
+
 // lockTable locks table in a transaction that the test's end rolls back.
 func lockTable(t *testing.T, ctx context.Context, url, table string) {
 	t.Helper()
