@@ -121,8 +121,10 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 	}
 }
 
-// warmTimeout bounds how long a committer tries to connect at start; after
-// that the first batch it takes connects. A variable for the tests.
+// warmTimeout bounds how long a committer tries to connect at start, or
+// the sink's dialMax if longer (a connect timeout for each host of a
+// failover list: the first may be gone); after that the first batch it
+// takes connects. A variable for the tests.
 var warmTimeout = 10 * time.Second
 
 // warm opens the committer's connection when Run starts, all committers at
@@ -135,7 +137,7 @@ var warmTimeout = 10 * time.Second
 // and /readyz says what is wrong). Run cancels ctx once the batcher is done, so that a
 // connect that hangs does not hold up its return.
 func (c *committer) warm(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, warmTimeout)
+	ctx, cancel := context.WithTimeout(ctx, max(warmTimeout, c.s.dialMax))
 	defer cancel()
 	if err := c.connect(ctx); err != nil {
 		c.s.log.Debug("could not connect ahead of the first batch; its attempt will", "err", err)

@@ -102,9 +102,11 @@ type Sink struct {
 	ownLook    chan struct{}          // holds the one connection of its own a waiting-batch report may open (adminOrOwn)
 	admin      *pgx.Conn              // the "+1" connection: Ping, Init, Check; nil until needed
 	pingMu     sync.Mutex
-	pinging    *pingCall // the ping on a connection of its own under way, which other Pings wait for
-	pingClosed bool      // Close has begun: no more such pings
-	closed     bool      // Close has run: admin is not opened again (held like admin)
+	pinging    *pingCall     // the ping on a connection of its own under way, which other Pings wait for
+	adminDial  *dialCall     // the admin connection's connect under way, or done and not yet taken (see dialAdmin)
+	pingClosed bool          // Close has begun: no more such pings, nor admin connects
+	dialMax    time.Duration // bounds a connect no caller's context bounds (see New)
+	closed     bool          // Close has run: admin is not opened again (held like admin)
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
 	// typesLogged: Check's problems were logged after a type guard failed.
@@ -294,6 +296,9 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	}
 	s.connCfg = cc
 	s.where = strings.Join(hosts, ",") + "/" + cc.Database
+	// A connect tries each host in turn, each for the connect timeout
+	// (pgx gives each address of a host one too: an approximation).
+	s.dialMax = time.Duration(len(hosts))*max(cc.ConnectTimeout, minConnectTimeout) + dialSlack
 	s.log = log.With("component", "sink", "table", s.table.Sanitize(), "db", s.where)
 	if cfg.CreateTable {
 		if err := s.Init(ctx); err != nil {
@@ -381,7 +386,7 @@ func (s *Sink) onAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 		s.admin = nil
 	}
 	if s.admin == nil {
-		c, err := s.connect(ctx)
+		c, err := s.dialAdmin(ctx)
 		if err != nil {
 			return err
 		}
@@ -395,6 +400,75 @@ func (s *Sink) onAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 		s.admin = nil
 	}
 	return err
+}
+
+// dialCall is a connect of the admin connection's: conn or err is set
+// before done is closed.
+type dialCall struct {
+	done chan struct{}
+	conn *pgx.Conn
+	err  error
+}
+
+// dialAdmin connects the admin connection (the caller holds adminSem). The
+// connect is bounded by dialMax, not by ctx: a /readyz probe allows a
+// couple of seconds, while a connect may spend a connect timeout on each
+// host before the one that answers (a primary that vanished, first in a
+// failover list). A caller whose ctx ends first gets an error, and the
+// connect goes on, for the next call to take (or join while under way); so
+// probes that each give up still reach the live host. A failed connect is
+// not kept: the next call starts anew.
+func (s *Sink) dialAdmin(ctx context.Context) (*pgx.Conn, error) {
+	s.pingMu.Lock()
+	d := s.adminDial
+	if d == nil {
+		if s.pingClosed {
+			s.pingMu.Unlock()
+			return nil, fmt.Errorf("postgres %s: %w", s.where, errSinkClosed)
+		}
+		d = &dialCall{done: make(chan struct{})}
+		s.adminDial = d
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.dialMax)
+		go func() {
+			defer cancel()
+			c, err := s.connect(dctx)
+			s.pingMu.Lock()
+			closing := err == nil && s.pingClosed // Close has begun, and will not take it
+			if closing {
+				d.err = fmt.Errorf("postgres %s: %w", s.where, errSinkClosed)
+			} else {
+				d.conn, d.err = c, err
+			}
+			if err != nil || closing {
+				s.adminDial = nil
+			}
+			s.pingMu.Unlock()
+			close(d.done)
+			if closing {
+				closeConn(dctx, c)
+			}
+		}()
+	}
+	s.pingMu.Unlock()
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("connect to postgres %s: still trying (each host for up to %v): %w", s.where,
+			max(s.connCfg.ConnectTimeout, minConnectTimeout), ctx.Err())
+	}
+	s.pingMu.Lock()
+	if s.adminDial == d {
+		s.adminDial = nil // taken
+	}
+	s.pingMu.Unlock()
+	return d.conn, d.err
+}
+
+// closeConn closes c, waiting a second at most for the server's goodbye.
+func closeConn(ctx context.Context, c *pgx.Conn) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = c.Close(cctx)
 }
 
 // buildSQL writes the statements of a batch.
@@ -603,12 +677,21 @@ func (s *Sink) CloseContext(ctx context.Context) {
 	}
 	defer func() { <-s.adminSem }()
 	s.pingMu.Lock()
-	pc := s.pinging
+	pc, d := s.pinging, s.adminDial
 	s.pingClosed = true
 	s.pingMu.Unlock()
 	if pc != nil {
 		select { // a Ping whose caller gave up on it
 		case <-pc.done:
+		case <-ctx.Done():
+		}
+	}
+	if d != nil {
+		select { // an admin connect whose caller gave up on it
+		case <-d.done:
+			if d.conn != nil { // done before Close began, and not taken
+				closeConn(ctx, d.conn)
+			}
 		case <-ctx.Done():
 		}
 	}
@@ -680,7 +763,7 @@ type pingCall struct {
 }
 
 // privatePing returns the ping on a connection of its own under way, or
-// starts one, bounded by privatePingTimeout, not by ctx: the callers that
+// starts one, bounded by dialMax, not by ctx: the callers that
 // wait for it bound their waits with contexts of their own, and one that
 // comes later must not get an earlier one's deadline for an answer. After
 // Close has begun it starts none (errSinkClosed).
@@ -697,15 +780,13 @@ func (s *Sink) privatePing(ctx context.Context) *pingCall {
 		return pc
 	}
 	s.pinging = pc
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), privatePingTimeout)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.dialMax)
 	go func() {
 		defer cancel()
 		c, err := s.connect(pctx)
 		if err == nil {
 			err = c.Ping(pctx)
-			cctx, cancelClose := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = c.Close(cctx)
-			cancelClose()
+			closeConn(ctx, c)
 		}
 		s.pingMu.Lock()
 		s.pinging = nil
@@ -717,11 +798,13 @@ func (s *Sink) privatePing(ctx context.Context) *pingCall {
 }
 
 // pingWait is how long Ping waits for a busy admin connection before it
-// pings on a connection of its own; privatePingTimeout bounds that ping
-// (each caller's wait for it is bounded by its own context).
+// pings on a connection of its own. dialMax bounds that ping, and an admin
+// connect: a connect timeout per host, plus dialSlack for the ping or
+// what follows the connect (each caller's wait is bounded by its own
+// context).
 const (
-	pingWait           = 100 * time.Millisecond
-	privatePingTimeout = 5 * time.Second
+	pingWait  = 100 * time.Millisecond
+	dialSlack = 5 * time.Second
 )
 
 // refusedFor is how long batches must have failed, none committing,

@@ -232,6 +232,58 @@ func TestHangingConnectAtStartHoldsNothingUp(t *testing.T) {
 	}
 }
 
+// failoverListPastADeadHost is dbURL naming first a host whose connects
+// hang (a primary that vanished), then dbURL's own, with a connect timeout
+// of 1 s per host.
+func failoverListPastADeadHost(t *testing.T, dbURL string) string {
+	t.Helper()
+	_, live := withHost(t, dbURL, "")
+	list, _ := withHost(t, dbURL, testenv.Proxy(t, "127.0.0.1:0", live, 0)+","+live)
+	return withParam(t, list, "connect_timeout", "1")
+}
+
+// /readyz's pings allow a couple of seconds each, while a connect may
+// spend a connect timeout on each host of a failover list before the live
+// one: the admin connection's connect goes on past a ping that gives up,
+// so that a later one finds it made, instead of every ping giving up on
+// the first host.
+func TestPingsReachTheLiveHostPastADeadOne(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, failoverListPastADeadHost(t, pg.URL), func(c *Config) { c.CreateTable = false })
+	ping := func() error {
+		pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		return s.Ping(pctx)
+	}
+	if err := ping(); err == nil || !strings.Contains(err.Error(), "still trying (each host for up to 10s)") {
+		t.Fatalf("first ping: %v, want the connect still trying", err)
+	}
+	waitFor(t, ctx, "a ping through", func() bool { return ping() == nil })
+}
+
+// The committers' connects at start are given a connect timeout for each
+// host of a failover list, so that a dead first host does not leave them
+// unconnected until their first batches.
+func TestCommittersConnectPastADeadHostAtStart(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	old := warmTimeout
+	warmTimeout = 500 * time.Millisecond // under the dead host's 1 s
+	t.Cleanup(func() { warmTimeout = old })
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, failoverListPastADeadHost(t, pg.URL), func(c *Config) { c.Connections = 2 })
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	admin := pg.Conn(t)
+	waitFor(t, ctx, "2 committer connections and the admin one", func() bool {
+		return backends(t, ctx, admin, s.cfg.AppName, "true") == 3
+	})
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 // connectHolder is a TCP proxy to the PostgreSQL at dbURL that passes the
 // first n connections through and holds every later one open without an
 // answer, so that their connects hang. It returns dbURL pointing at it.
