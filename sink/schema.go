@@ -393,7 +393,12 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		return nil, fmt.Errorf("check table %s on %s: %w", tname, s.where, err)
 	}
 	if oid == nil {
-		var probs []Problem
+		// What refuses every batch, and the server's settings, whatever
+		// the table: a standby takes no CREATE TABLE either.
+		probs, err := s.checkWritable(ctx, c, nil)
+		if err != nil {
+			return nil, err
+		}
 		if badEnc {
 			probs = append(probs, encProblem)
 		}
@@ -479,7 +484,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check column types of %s on %s: %w", tname, s.where, err)
 	}
-	probs, err := s.checkWritable(ctx, c, *oid)
+	probs, err := s.checkWritable(ctx, c, oid)
 	if err != nil {
 		return nil, err
 	}
@@ -757,8 +762,9 @@ func encodingProblem(enc string) (Problem, bool) {
 // checkWritable finds what would refuse every batch whatever the rows:
 // missing privileges, or a read-only session. Without it, check passed and
 // run then retried every batch for ever ("the database refuses every
-// batch").
-func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Problem, error) {
+// batch"). rel is nil for a table that does not exist: then the session's
+// and the server's problems only.
+func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel *uint32) ([]Problem, error) {
 	tname := s.table.Sanitize()
 	var insert, sel, temp, recovery, rls bool
 	var readOnly string
@@ -775,7 +781,7 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel uint32) ([]Pr
 		SELECT has_table_privilege($1::oid, 'INSERT') OR NOT EXISTS (SELECT FROM mapped WHERE NOT has_column_privilege($1::oid, attname, 'INSERT')),
 		has_table_privilege($1::oid, 'SELECT') OR NOT EXISTS (SELECT FROM mapped WHERE NOT has_column_privilege($1::oid, attname, 'SELECT')),
 		has_database_privilege(current_database(), 'TEMP'), pg_is_in_recovery(), current_setting('transaction_read_only'),
-		row_security_active($1::oid)`, rel, names).
+		coalesce(row_security_active($1::oid), false)`, rel, names).
 		Scan(&insert, &sel, &temp, &recovery, &readOnly, &rls)
 	if err != nil {
 		return nil, fmt.Errorf("check privileges on %s on %s: %w", tname, s.where, err)

@@ -719,6 +719,17 @@ func TestCheckWarnsOfAsyncStandby(t *testing.T) {
 	if probs := check(purl); len(probs) != 0 {
 		t.Fatalf("a synchronous standby: problems %v", probs)
 	}
+	// On the standby, where the table is missing too: a standby takes no
+	// CREATE TABLE either, which check says beside the missing table (run
+	// with create_table would fail on it).
+	s, _ := newTestSink(t, ctx, standby.URL("postgres"), func(c *Config) { c.CreateTable = false })
+	probs, err := s.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(probs) != 2 || probs[0].Kind != ProblemReadOnly || probs[1].Kind != ProblemTableMissing {
+		t.Fatalf("the standby, without the table: problems %v, want read_only and table_missing", probs)
+	}
 	// A failover list: with target_session_attrs, nothing to say; without
 	// it, a connection may land on the standby.
 	list := testenv.FailoverURL("postgres", primary, standby)
