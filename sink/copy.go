@@ -840,10 +840,15 @@ func (s *Sink) logConfigError(err error) {
 	if errors.As(err, &pgErr) {
 		key = pgErr.Code + " " + pgErr.Message
 	}
-	if s.firstSeen(key) {
-		s.log.Error("the database refuses every batch; fix the table or the permissions (`jetsink check` says what differs): "+
-			"events wait in JetStream and the batch is retried until then", "err", err)
+	if !s.firstSeen(key) {
+		return
 	}
+	if _, ok := errors.AsType[*splitBrainError](err); ok {
+		s.log.Error("an old primary takes jetsink's connections; fence it: events wait in JetStream and the batch is retried until then", "err", err)
+		return
+	}
+	s.log.Error("the database refuses every batch; fix the table or the permissions (`jetsink check` says what differs): "+
+		"events wait in JetStream and the batch is retried until then", "err", err)
 }
 
 // firstSeen reports whether key is new to s.seenErrs, and records it.

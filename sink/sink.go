@@ -106,6 +106,7 @@ type Sink struct {
 	adminDial  *dialCall     // the admin connection's connect under way, or done and not yet taken (see dialAdmin)
 	pingClosed bool          // Close has begun: no more such pings, nor admin connects
 	dialMax    time.Duration // bounds a connect no caller's context bounds (see New)
+	timelines  timelines     // the newest timeline connections reached (see checkTimeline)
 	closed     bool          // Close has run: admin is not opened again (held like admin)
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
@@ -333,6 +334,10 @@ func (s *Sink) connectConfig(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Con
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, &connectError{where: s.where, err: err}
+	}
+	if err := s.checkTimeline(ctx, c); err != nil {
+		closeConn(ctx, c)
+		return nil, err
 	}
 	return c, nil
 }
