@@ -840,15 +840,10 @@ func (s *Sink) logConfigError(err error) {
 	if errors.As(err, &pgErr) {
 		key = pgErr.Code + " " + pgErr.Message
 	}
-	if !s.firstSeen(key) {
-		return
+	if s.firstSeen(key) {
+		s.log.Error("the database refuses every batch; fix the table or the permissions (`jetsink check` says what differs): "+
+			"events wait in JetStream and the batch is retried until then", "err", err)
 	}
-	if _, ok := errors.AsType[*splitBrainError](err); ok {
-		s.log.Error("an old primary takes jetsink's connections; fence it: events wait in JetStream and the batch is retried until then", "err", err)
-		return
-	}
-	s.log.Error("the database refuses every batch; fix the table or the permissions (`jetsink check` says what differs): "+
-		"events wait in JetStream and the batch is retried until then", "err", err)
 }
 
 // firstSeen reports whether key is new to s.seenErrs, and records it.
@@ -879,7 +874,9 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 	if err := ctx.Err(); err != nil {
 		return false, err // given up: a COPY sent now would only be cancelled
 	}
-	if c.conn != nil && c.conn.IsClosed() {
+	if c.conn != nil && (c.conn.IsClosed() || s.behind(c.conn.PgConn())) {
+		// Closed, or made to a primary that a failover has left behind
+		// since (a partition healed): its next connect is validated.
 		c.closeConn()
 	}
 	if c.conn == nil {

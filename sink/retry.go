@@ -151,9 +151,6 @@ func classify(err error) class {
 		}
 		return classSuspect
 	}
-	if _, ok := errors.AsType[*splitBrainError](err); ok {
-		return classConfig // the operator's to fix: retried, and logged loudly
-	}
 	var netErr net.Error
 	switch {
 	case pgconn.Timeout(err), pgconn.SafeToRetry(err),

@@ -371,7 +371,7 @@ func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
 		probs, err = s.check(ctx, c)
 		return err
 	})
-	if hosts := hostsOf(s.connCfg); err == nil && len(hosts) > 1 && s.connCfg.ValidateConnect == nil {
+	if hosts := hostsOf(s.connCfg); err == nil && s.hostList {
 		probs = append(probs, Problem{Kind: ProblemHostList, Warning: true,
 			Message: fmt.Sprintf("postgres.url names %d hosts (%s) without target_session_attrs: a connection takes the first one that "+
 				"answers, a standby too (after a failover, the old primary rejoined as one), where every batch fails with SQLSTATE 25006",

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -106,7 +107,8 @@ type Sink struct {
 	adminDial  *dialCall     // the admin connection's connect under way, or done and not yet taken (see dialAdmin)
 	pingClosed bool          // Close has begun: no more such pings, nor admin connects
 	dialMax    time.Duration // bounds a connect no caller's context bounds (see New)
-	timelines  timelines     // the newest timeline connections reached (see checkTimeline)
+	timelines  atomic.Pointer[timeline] // the newest timeline connections reached (see validateTimeline)
+	hostList   bool                     // postgres.url names several hosts without target_session_attrs (ProblemHostList)
 	closed     bool          // Close has run: admin is not opened again (held like admin)
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
@@ -295,11 +297,26 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 			cc.ConnectTimeout = minConnectTimeout
 		}
 	}
+	// Every connection is checked for the old primary of a failover
+	// (validateTimeline), after target_session_attrs' own check if the
+	// URL sets one: refused, pgx tries the next host.
+	s.hostList = len(hosts) > 1 && cc.ValidateConnect == nil
+	tsa := cc.ValidateConnect
+	cc.ValidateConnect = func(ctx context.Context, pc *pgconn.PgConn) error {
+		if tsa != nil {
+			if err := tsa(ctx, pc); err != nil {
+				return err
+			}
+		}
+		return s.validateTimeline(ctx, pc)
+	}
 	s.connCfg = cc
 	s.where = strings.Join(hosts, ",") + "/" + cc.Database
-	// A connect tries each host in turn, each for the connect timeout
-	// (pgx gives each address of a host one too: an approximation).
-	s.dialMax = time.Duration(len(hosts))*max(cc.ConnectTimeout, minConnectTimeout) + dialSlack
+	// A connect tries each host in turn, each address of it for the
+	// connect timeout (two addresses a host, say: IPv4 and IPv6); without
+	// one, until the kernel gives up (about 2 minutes on Linux's
+	// defaults).
+	s.dialMax = time.Duration(2*len(hosts))*cmp.Or(cc.ConnectTimeout, kernelConnectTimeout) + dialSlack
 	s.log = log.With("component", "sink", "table", s.table.Sanitize(), "db", s.where)
 	if cfg.CreateTable {
 		if err := s.Init(ctx); err != nil {
@@ -334,10 +351,6 @@ func (s *Sink) connectConfig(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Con
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, &connectError{where: s.where, err: err}
-	}
-	if err := s.checkTimeline(ctx, c); err != nil {
-		closeConn(ctx, c)
-		return nil, err
 	}
 	return c, nil
 }
@@ -448,18 +461,21 @@ func (s *Sink) dialAdmin(ctx context.Context) (*pgx.Conn, error) {
 				s.adminDial = nil
 			}
 			s.pingMu.Unlock()
-			close(d.done)
 			if closing {
-				closeConn(dctx, c)
+				closeConn(dctx, c) // before done: Close waits for it
 			}
+			close(d.done)
 		}()
 	}
 	s.pingMu.Unlock()
 	select {
 	case <-d.done:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("connect to postgres %s: still trying (each host for up to %v): %w", s.where,
-			max(s.connCfg.ConnectTimeout, minConnectTimeout), ctx.Err())
+		per := "until the kernel gives up"
+		if t := s.connCfg.ConnectTimeout; t > 0 {
+			per = "for up to " + t.String()
+		}
+		return nil, fmt.Errorf("connect to postgres %s: still trying (each host %s): %w", s.where, per, ctx.Err())
 	}
 	s.pingMu.Lock()
 	if s.adminDial == d {
@@ -692,12 +708,19 @@ func (s *Sink) CloseContext(ctx context.Context) {
 		}
 	}
 	if d != nil {
-		select { // an admin connect whose caller gave up on it
+		done := false
+		select { // an admin connect whose caller gave up on it; done already wins over an ended ctx
 		case <-d.done:
-			if d.conn != nil { // done before Close began, and not taken
-				closeConn(ctx, d.conn)
+			done = true
+		default:
+			select {
+			case <-d.done:
+				done = true
+			case <-ctx.Done():
 			}
-		case <-ctx.Done():
+		}
+		if done && d.conn != nil { // done before Close began, and not taken
+			closeConn(ctx, d.conn)
 		}
 	}
 	s.closed = true
@@ -810,6 +833,10 @@ func (s *Sink) privatePing(ctx context.Context) *pingCall {
 const (
 	pingWait  = 100 * time.Millisecond
 	dialSlack = 5 * time.Second
+	// kernelConnectTimeout: how long Linux tries a TCP connect to a
+	// host that does not answer, at the default tcp_syn_retries (6):
+	// 127 s.
+	kernelConnectTimeout = 130 * time.Second
 )
 
 // refusedFor is how long batches must have failed, none committing,

@@ -2,6 +2,8 @@ package sink
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,11 +12,11 @@ import (
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
-// After a failover, the old primary back up as a primary (first in the
-// failover list, so it would get every new connection, and take commits on
-// its own) is refused: its timeline is older than the promoted standby's,
-// which jetsink's connections reached. The rows wait, and commit on the new
-// primary once the old one is fenced (stopped).
+// After a failover, the old primary back up as one is refused (first in
+// the failover list, it would get every new connection, and take commits
+// on its own): its timeline is older than the promoted standby's, which
+// jetsink's connections reached. Refused, the connect goes on to the next
+// host, the new primary.
 func TestOldPrimaryRefusedAfterFailover(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
 	primary := testenv.NewCluster(t)
@@ -22,17 +24,6 @@ func TestOldPrimaryRefusedAfterFailover(t *testing.T) {
 	s, _ := newTestSink(t, ctx, testenv.FailoverURL("postgres", primary, standby), func(c *Config) { c.Connections = 1 })
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
-	exec := func(url, sql string) {
-		t.Helper()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
 
 	rs, ms := rows(1, 5, nil)
 	src.push(t, ctx, rs)
@@ -52,35 +43,102 @@ func TestOldPrimaryRefusedAfterFailover(t *testing.T) {
 	if err := primary.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exec(primary.URL("postgres"), "ALTER SYSTEM RESET synchronous_standby_names")
-	exec(primary.URL("postgres"), "SELECT pg_reload_conf()")
+	execOn(t, ctx, primary.URL("postgres"), "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()")
 	// jetsink's connection to the new primary ends: the next one tries
 	// the old primary first.
-	exec(standby.URL("postgres"), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '"+s.cfg.AppName+"'")
-	before := s.Stats().ConfigErrors
+	execOn(t, ctx, standby.URL("postgres"), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '"+s.cfg.AppName+"'")
 	rs, ms = rows(11, 5, nil)
 	src.push(t, ctx, rs)
-	waitFor(t, ctx, "the old primary refused, or the rows acked", func() bool {
-		return s.Stats().ConfigErrors > before || allAcked(ms)()
-	})
-	if allAcked(ms)() {
-		t.Fatal("rows acked on the old primary of a failover")
-	}
-	if n := count(t, ctx, connTo(t, ctx, primary.URL("postgres")), s.cfg.Table); n != 5 {
-		t.Fatalf("the old primary has %d rows, want the 5 from before the failover", n)
-	}
-
-	// Fenced: the rows go to the new primary.
-	if err := primary.Stop("fast"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "rows acked on the new primary", allAcked(ms))
+	waitFor(t, ctx, "rows acked", allAcked(ms))
 	src.close()
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+	if n := count(t, ctx, connTo(t, ctx, primary.URL("postgres")), s.cfg.Table); n != 5 {
+		t.Fatalf("the old primary has %d rows, want the 5 from before the failover", n)
+	}
 	if n := count(t, ctx, connTo(t, ctx, standby.URL("postgres")), s.cfg.Table); n != 15 {
 		t.Fatalf("the new primary has %d rows, want 15", n)
+	}
+	if !refusedOldPrimary(s) {
+		t.Fatal("no refusal of the old primary was logged")
+	}
+}
+
+// A committer's connection made before a failover to a primary that stays
+// up (a partition between it and the standby, healed) is given up once
+// another connection has reached the promoted standby's newer timeline:
+// kept, it would go on committing on the old primary.
+func TestConnectionToAPrimaryLeftBehindIsReplaced(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	primary := testenv.NewCluster(t)
+	standby := testenv.NewStandby(t, primary)
+	// The standby first: refused while it is one (target_session_attrs),
+	// taken once promoted.
+	s, _ := newTestSink(t, ctx, testenv.FailoverURL("postgres", standby, primary), func(c *Config) { c.Connections = 1 })
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+
+	rs, ms := rows(1, 5, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "rows acked on the primary", allAcked(ms))
+
+	// The standby is promoted while the primary stays up, and takes
+	// commits alone.
+	execOn(t, ctx, primary.URL("postgres"), "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()")
+	if err := standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	// The admin connection, cut, connects again: to the promoted standby,
+	// on its newer timeline. The committer's stays on the old primary.
+	var pid uint32
+	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { pid = c.PgConn().PID(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	execOn(t, ctx, primary.URL("postgres"), fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid))
+	waitFor(t, ctx, "a ping on the promoted standby", func() bool {
+		if s.Ping(ctx) != nil {
+			return false
+		}
+		seen := s.timelines.Load()
+		return seen != nil && seen.tl == 2
+	})
+
+	rs, ms = rows(6, 5, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "rows acked", allAcked(ms))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := count(t, ctx, connTo(t, ctx, primary.URL("postgres")), s.cfg.Table); n != 5 {
+		t.Fatalf("the old primary has %d rows, want the 5 from before the promotion", n)
+	}
+	if n := count(t, ctx, connTo(t, ctx, standby.URL("postgres")), s.cfg.Table); n != 10 {
+		t.Fatalf("the new primary has %d rows, want 10", n)
+	}
+}
+
+// refusedOldPrimary reports whether s logged the refusal of an old primary.
+func refusedOldPrimary(s *Sink) bool {
+	s.seenErrsMu.Lock()
+	defer s.seenErrsMu.Unlock()
+	for k := range s.seenErrs {
+		if strings.HasPrefix(k, "split brain ") {
+			return true
+		}
+	}
+	return false
+}
+
+// execOn runs each statement on a connection of its own to url.
+func execOn(t *testing.T, ctx context.Context, url string, sqls ...string) {
+	t.Helper()
+	conn := connTo(t, ctx, url)
+	for _, sql := range sqls {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
 	}
 }
 
