@@ -103,13 +103,13 @@ type Sink struct {
 	ownLook    chan struct{}          // holds the one connection of its own a waiting-batch report may open (adminOrOwn)
 	admin      *pgx.Conn              // the "+1" connection: Ping, Init, Check; nil until needed
 	pingMu     sync.Mutex
-	pinging    *pingCall     // the ping on a connection of its own under way, which other Pings wait for
-	adminDial  *dialCall     // the admin connection's connect under way, or done and not yet taken (see dialAdmin)
-	pingClosed bool          // Close has begun: no more such pings, nor admin connects
-	dialMax    time.Duration // bounds a connect no caller's context bounds (see New)
+	pinging    *pingCall                // the ping on a connection of its own under way, which other Pings wait for
+	adminDial  *dialCall                // the admin connection's connect under way, or done and not yet taken (see dialAdmin)
+	pingClosed bool                     // Close has begun: no more such pings, nor admin connects
+	dialMax    time.Duration            // bounds a connect no caller's context bounds (see New)
 	timelines  atomic.Pointer[timeline] // the newest timeline connections reached (see validateTimeline)
 	hostList   bool                     // postgres.url names several hosts without target_session_attrs (ProblemHostList)
-	closed     bool          // Close has run: admin is not opened again (held like admin)
+	closed     bool                     // Close has run: admin is not opened again (held like admin)
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
 	// typesLogged: Check's problems were logged after a type guard failed.
