@@ -212,20 +212,8 @@ func (s *Sink) logProblems(ctx context.Context) (found bool) {
 		return false
 	}
 	for _, p := range probs {
-		if p.Kind == ProblemServerTimeout {
-			s.log.Warn("a limit of the server's may slow the batches down", "problem", p.Message, "fix", p.Fix)
-			continue
-		}
-		if p.Kind == ProblemAsyncCommit {
-			s.log.Warn("a crash of PostgreSQL may lose events already acked", "problem", p.Message, "fix", p.Fix)
-			continue
-		}
-		if p.Kind == ProblemAsyncStandby {
-			s.log.Warn("a failover of PostgreSQL may lose events already acked", "problem", p.Message, "fix", p.Fix)
-			continue
-		}
-		if p.Kind == ProblemHostList {
-			s.log.Warn("connections may land on a standby", "problem", p.Message, "fix", p.Fix)
+		if headline, ok := serverWarnings[p.Kind]; ok {
+			s.log.Warn(headline, "problem", p.Message, "fix", p.Fix)
 			continue
 		}
 		if p.Warning {
@@ -236,6 +224,15 @@ func (s *Sink) logProblems(ctx context.Context) (found bool) {
 		found = true
 	}
 	return found
+}
+
+// serverWarnings are the log lines of Check's warnings about the server
+// and the connection settings, not the table.
+var serverWarnings = map[ProblemKind]string{
+	ProblemServerTimeout: "a limit of the server's may slow the batches down",
+	ProblemAsyncCommit:   "a crash of PostgreSQL may lose events already acked",
+	ProblemAsyncStandby:  "a failover of PostgreSQL may lose events already acked",
+	ProblemHostList:      "connections may land on a standby",
 }
 
 // batcher is the one goroutine that pops rows and cuts batches.

@@ -50,16 +50,7 @@ func TestOldPrimaryRefusedAfterFailover(t *testing.T) {
 	rs, ms = rows(11, 5, nil)
 	src.push(t, ctx, rs)
 	waitFor(t, ctx, "rows acked", allAcked(ms))
-	src.close()
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if n := count(t, ctx, connTo(t, ctx, primary.URL("postgres")), s.cfg.Table); n != 5 {
-		t.Fatalf("the old primary has %d rows, want the 5 from before the failover", n)
-	}
-	if n := count(t, ctx, connTo(t, ctx, standby.URL("postgres")), s.cfg.Table); n != 15 {
-		t.Fatalf("the new primary has %d rows, want 15", n)
-	}
+	closeAndCount(t, ctx, src, wait, s.cfg.Table, primary, 5, standby, 15)
 	if !refusedOldPrimary(s) {
 		t.Fatal("no refusal of the old primary was logged")
 	}
@@ -107,15 +98,23 @@ func TestConnectionToAPrimaryLeftBehindIsReplaced(t *testing.T) {
 	rs, ms = rows(6, 5, nil)
 	src.push(t, ctx, rs)
 	waitFor(t, ctx, "rows acked", allAcked(ms))
+	closeAndCount(t, ctx, src, wait, s.cfg.Table, primary, 5, standby, 10)
+}
+
+// closeAndCount ends the sink's run and checks the rows of table on the
+// old primary (those from before the promotion) and on the new one.
+func closeAndCount(t *testing.T, ctx context.Context, src source, wait func() error, table string,
+	old *testenv.Cluster, onOld int, promoted *testenv.Cluster, onPromoted int) {
+	t.Helper()
 	src.close()
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if n := count(t, ctx, connTo(t, ctx, primary.URL("postgres")), s.cfg.Table); n != 5 {
-		t.Fatalf("the old primary has %d rows, want the 5 from before the promotion", n)
+	if n := count(t, ctx, connTo(t, ctx, old.URL("postgres")), table); n != onOld {
+		t.Fatalf("the old primary has %d rows, want the %d from before the promotion", n, onOld)
 	}
-	if n := count(t, ctx, connTo(t, ctx, standby.URL("postgres")), s.cfg.Table); n != 10 {
-		t.Fatalf("the new primary has %d rows, want 10", n)
+	if n := count(t, ctx, connTo(t, ctx, promoted.URL("postgres")), table); n != onPromoted {
+		t.Fatalf("the new primary has %d rows, want %d", n, onPromoted)
 	}
 }
 
