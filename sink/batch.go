@@ -204,7 +204,8 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 // that does not fit is reported before the first batch fails on it. It
 // reports whether it found (and logged) any that is not a warning.
 func (s *Sink) logProblems(ctx context.Context) (found bool) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// Long enough for a connect past a dead host of a failover list.
+	ctx, cancel := context.WithTimeout(ctx, max(10*time.Second, s.dialMax))
 	defer cancel()
 	probs, err := s.Check(ctx)
 	if err != nil {

@@ -868,7 +868,7 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel *uint32) ([]P
 	switch {
 	case recovery:
 		probs = append(probs, Problem{Kind: ProblemReadOnly,
-			Message: fmt.Sprintf("%s is a standby in recovery: it takes no writes", s.where),
+			Message: fmt.Sprintf("%s is a standby in recovery: it takes no writes", s.serverOf(c)),
 			Fix:     "point postgres.url at the primary"})
 	case readOnly == "on":
 		probs = append(probs, Problem{Kind: ProblemReadOnly,
@@ -876,6 +876,15 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel *uint32) ([]P
 			Fix:     "ALTER ROLE <jetsink's role> SET default_transaction_read_only = off (or the same on the database)"})
 	}
 	return probs, nil
+}
+
+// serverOf is the address c is connected to (one host of a failover
+// list), or the list when it cannot tell.
+func (s *Sink) serverOf(c *pgx.Conn) string {
+	if nc := c.PgConn().Conn(); nc != nil {
+		return nc.RemoteAddr().String() + "/" + c.Config().Database
+	}
+	return s.where
 }
 
 // asyncStandby returns ProblemAsyncStandby when physical replication
@@ -904,14 +913,10 @@ func (s *Sink) asyncStandby(ctx context.Context, c *pgx.Conn, syncCommit, syncNa
 		WHERE a.datname IS NULL`).Scan(&n); err != nil || n == 0 {
 		return Problem{}, false
 	}
-	server := s.where
-	if nc := c.PgConn().Conn(); nc != nil {
-		server = nc.RemoteAddr().String()
-	}
 	return Problem{Kind: ProblemAsyncStandby, Warning: true,
 		Message: fmt.Sprintf("%d physical replication connection(s) (standbys; also pg_receivewal or a base backup) stream from %s and no "+
 			"COMMIT of jetsink's waits for one (%s): a failover to a standby loses the commits it had not received yet, whose events "+
-			"jetsink has acked and JetStream does not deliver again", n, server, why),
+			"jetsink has acked and JetStream does not deliver again", n, s.serverOf(c), why),
 		Fix: "make every COMMIT wait for the standbys a failover may promote: name them in synchronous_standby_names (FIRST n or ANY n; " +
 			"with ANY 1 (a, b) a commit waits for one of them, which is enough only if the failover promotes the standby that is furthest " +
 			"ahead, as Patroni and repmgr do), with synchronous_commit on for jetsink's role; if no standby is ever promoted, this does not apply"}, true

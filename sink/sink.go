@@ -400,7 +400,10 @@ func (s *Sink) onAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 		// down would leave a connection nothing closes.
 		return fmt.Errorf("postgres %s: %w", s.where, errSinkClosed)
 	}
-	if s.admin != nil && s.admin.IsClosed() {
+	if s.admin != nil && (s.admin.IsClosed() || s.behind(s.admin.PgConn())) {
+		if !s.admin.IsClosed() { // made to a primary a failover has left behind since
+			closeConn(ctx, s.admin)
+		}
 		s.admin = nil
 	}
 	if s.admin == nil {
