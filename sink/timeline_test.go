@@ -56,49 +56,63 @@ func TestOldPrimaryRefusedAfterFailover(t *testing.T) {
 	}
 }
 
-// A committer's connection made before a failover to a primary that stays
-// up (a partition between it and the standby, healed) is given up once
-// another connection has reached the promoted standby's newer timeline:
-// kept, it would go on committing on the old primary.
+// A connection made before a failover to a primary that stays up (a
+// partition between it and the standby, healed) is given up once another
+// connection has reached the promoted standby's newer timeline: kept, a
+// committer's would go on committing on the old primary, and the admin
+// connection's would answer /readyz for it. Either is cut, and the other
+// must follow.
 func TestConnectionToAPrimaryLeftBehindIsReplaced(t *testing.T) {
-	ctx := testCtx(t, 2*time.Minute)
-	primary := testenv.NewCluster(t)
-	standby := testenv.NewStandby(t, primary)
-	// The standby first: refused while it is one (target_session_attrs),
-	// taken once promoted.
-	s, _ := newTestSink(t, ctx, testenv.FailoverURL("postgres", standby, primary), func(c *Config) { c.Connections = 1 })
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
+	for _, cut := range []string{"admin", "committer"} {
+		t.Run(cut, func(t *testing.T) {
+			ctx := testCtx(t, 2*time.Minute)
+			primary := testenv.NewCluster(t)
+			standby := testenv.NewStandby(t, primary)
+			// The standby first: refused while it is one
+			// (target_session_attrs), taken once promoted.
+			s, _ := newTestSink(t, ctx, testenv.FailoverURL("postgres", standby, primary), func(c *Config) { c.Connections = 1 })
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
 
-	rs, ms := rows(1, 5, nil)
-	src.push(t, ctx, rs)
-	waitFor(t, ctx, "rows acked on the primary", allAcked(ms))
+			rs, ms := rows(1, 5, nil)
+			src.push(t, ctx, rs)
+			waitFor(t, ctx, "rows acked on the primary", allAcked(ms))
 
-	// The standby is promoted while the primary stays up, and takes
-	// commits alone.
-	execOn(t, ctx, primary.URL("postgres"), "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()")
-	if err := standby.Promote(); err != nil {
-		t.Fatal(err)
+			// The standby is promoted while the primary stays up, and
+			// takes commits alone.
+			execOn(t, ctx, primary.URL("postgres"), "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()")
+			if err := standby.Promote(); err != nil {
+				t.Fatal(err)
+			}
+			var adminPID uint32
+			if err := s.withAdmin(ctx, func(c *pgx.Conn) error { adminPID = c.PgConn().PID(); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if cut == "admin" {
+				execOn(t, ctx, primary.URL("postgres"), fmt.Sprintf("SELECT pg_terminate_backend(%d)", adminPID))
+				waitFor(t, ctx, "a ping on the promoted standby", func() bool {
+					seen := s.timelines.Load()
+					return s.Ping(ctx) == nil && seen != nil && seen.tl == 2
+				})
+			} else {
+				// application_name is cut to 63 bytes on the server.
+				var n int
+				if err := connTo(t, ctx, primary.URL("postgres")).QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "+
+					"WHERE application_name = left($1, 63) AND pid <> $2", s.cfg.AppName, adminPID).Scan(&n); err != nil || n != 1 {
+					t.Fatalf("cut the committer's connection: %d cut, %v", n, err)
+				}
+			}
+			rs, ms = rows(6, 5, nil)
+			src.push(t, ctx, rs)
+			waitFor(t, ctx, "rows acked", allAcked(ms))
+			var addr string
+			waitFor(t, ctx, "the admin connection on the promoted standby", func() bool {
+				err := s.withAdmin(ctx, func(c *pgx.Conn) error { addr = c.PgConn().Conn().RemoteAddr().String(); return nil })
+				return err == nil && strings.HasSuffix(addr, fmt.Sprintf(":%d", standby.Port()))
+			})
+			closeAndCount(t, ctx, src, wait, s.cfg.Table, primary, 5, standby, 10)
+		})
 	}
-	// The admin connection, cut, connects again: to the promoted standby,
-	// on its newer timeline. The committer's stays on the old primary.
-	var pid uint32
-	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { pid = c.PgConn().PID(); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	execOn(t, ctx, primary.URL("postgres"), fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid))
-	waitFor(t, ctx, "a ping on the promoted standby", func() bool {
-		if s.Ping(ctx) != nil {
-			return false
-		}
-		seen := s.timelines.Load()
-		return seen != nil && seen.tl == 2
-	})
-
-	rs, ms = rows(6, 5, nil)
-	src.push(t, ctx, rs)
-	waitFor(t, ctx, "rows acked", allAcked(ms))
-	closeAndCount(t, ctx, src, wait, s.cfg.Table, primary, 5, standby, 10)
 }
 
 // closeAndCount ends the sink's run and checks the rows of table on the
