@@ -687,8 +687,9 @@ func (s *Sink) Close() { s.CloseContext(context.Background()) }
 // a stop that must be at once (a second signal) for both. So would
 // another call holding the admin connection (StoredSeq, Check): if ctx
 // ends first, CloseContext returns without closing it, leaving it to the
-// process's exit. It also waits for a ping on a connection of its own
-// still under way (privatePing).
+// process's exit. It also waits, for dialSlack at most, for a ping on a
+// connection of its own (privatePing) or an admin connect (dialAdmin)
+// still under way.
 func (s *Sink) CloseContext(ctx context.Context) {
 	select {
 	case s.adminSem <- struct{}{}:
@@ -704,15 +705,21 @@ func (s *Sink) CloseContext(ctx context.Context) {
 	pc, d := s.pinging, s.adminDial
 	s.pingClosed = true
 	s.pingMu.Unlock()
+	// A ping or admin connect whose caller gave up on it may be under
+	// way: waited for dialSlack at most (a connect past a dead host takes
+	// longer), as one still under way then closes its own connection.
+	wait := time.NewTimer(dialSlack)
+	defer wait.Stop()
 	if pc != nil {
-		select { // a Ping whose caller gave up on it
+		select {
 		case <-pc.done:
 		case <-ctx.Done():
+		case <-wait.C:
 		}
 	}
 	if d != nil {
 		done := false
-		select { // an admin connect whose caller gave up on it; done already wins over an ended ctx
+		select { // done already wins over an ended ctx
 		case <-d.done:
 			done = true
 		default:
@@ -720,6 +727,7 @@ func (s *Sink) CloseContext(ctx context.Context) {
 			case <-d.done:
 				done = true
 			case <-ctx.Done():
+			case <-wait.C:
 			}
 		}
 		if done && d.conn != nil { // done before Close began, and not taken
