@@ -19,15 +19,7 @@ import (
 // host, the new primary.
 func TestOldPrimaryRefusedAfterFailover(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
-	primary := testenv.NewCluster(t)
-	standby := testenv.NewStandby(t, primary)
-	s, _ := newTestSink(t, ctx, testenv.FailoverURL("postgres", primary, standby), func(c *Config) { c.Connections = 1 })
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-
-	rs, ms := rows(1, 5, nil)
-	src.push(t, ctx, rs)
-	waitFor(t, ctx, "rows acked on the primary", allAcked(ms))
+	primary, standby, s, src, wait := failoverSink(t, ctx, false)
 
 	if err := primary.Stop("immediate"); err != nil {
 		t.Fatal(err)
@@ -35,7 +27,7 @@ func TestOldPrimaryRefusedAfterFailover(t *testing.T) {
 	if err := standby.Promote(); err != nil {
 		t.Fatal(err)
 	}
-	rs, ms = rows(6, 5, nil)
+	rs, ms := rows(6, 5, nil)
 	src.push(t, ctx, rs)
 	waitFor(t, ctx, "rows acked on the promoted standby", allAcked(ms))
 
@@ -66,17 +58,9 @@ func TestConnectionToAPrimaryLeftBehindIsReplaced(t *testing.T) {
 	for _, cut := range []string{"admin", "committer"} {
 		t.Run(cut, func(t *testing.T) {
 			ctx := testCtx(t, 2*time.Minute)
-			primary := testenv.NewCluster(t)
-			standby := testenv.NewStandby(t, primary)
 			// The standby first: refused while it is one
 			// (target_session_attrs), taken once promoted.
-			s, _ := newTestSink(t, ctx, testenv.FailoverURL("postgres", standby, primary), func(c *Config) { c.Connections = 1 })
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-
-			rs, ms := rows(1, 5, nil)
-			src.push(t, ctx, rs)
-			waitFor(t, ctx, "rows acked on the primary", allAcked(ms))
+			primary, standby, s, src, wait := failoverSink(t, ctx, true)
 
 			// The standby is promoted while the primary stays up, and
 			// takes commits alone.
@@ -102,7 +86,7 @@ func TestConnectionToAPrimaryLeftBehindIsReplaced(t *testing.T) {
 					t.Fatalf("cut the committer's connection: %d cut, %v", n, err)
 				}
 			}
-			rs, ms = rows(6, 5, nil)
+			rs, ms := rows(6, 5, nil)
 			src.push(t, ctx, rs)
 			waitFor(t, ctx, "rows acked", allAcked(ms))
 			var addr string
@@ -113,6 +97,26 @@ func TestConnectionToAPrimaryLeftBehindIsReplaced(t *testing.T) {
 			closeAndCount(t, ctx, src, wait, s.cfg.Table, primary, 5, standby, 10)
 		})
 	}
+}
+
+// failoverSink starts a primary with a synchronous standby and a running
+// sink of one committer on a failover list of both (the standby first if
+// standbyFirst), and has it commit rows 1-5 on the primary.
+func failoverSink(t *testing.T, ctx context.Context, standbyFirst bool) (primary, standby *testenv.Cluster, s *Sink, src source, wait func() error) {
+	t.Helper()
+	primary = testenv.NewCluster(t)
+	standby = testenv.NewStandby(t, primary)
+	list := testenv.FailoverURL("postgres", primary, standby)
+	if standbyFirst {
+		list = testenv.FailoverURL("postgres", standby, primary)
+	}
+	s, _ = newTestSink(t, ctx, list, func(c *Config) { c.Connections = 1 })
+	src = newSource()
+	wait = runSink(t, ctx, s, src)
+	rs, ms := rows(1, 5, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "rows acked on the primary", allAcked(ms))
+	return primary, standby, s, src, wait
 }
 
 // closeAndCount ends the sink's run and checks the rows of table on the
