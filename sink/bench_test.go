@@ -255,6 +255,6 @@ func BenchmarkSlowWatch(b *testing.B) {
 	s := &Sink{}
 	b.ReportAllocs()
 	for b.Loop() {
-		s.watchSlow(1, 1000)()
+		s.watchSlow(1, nil, 1000)()
 	}
 }

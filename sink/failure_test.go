@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -424,14 +425,21 @@ func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
 	// A look cut short because the attempt ended says nothing.
 	over, cancel := context.WithCancel(ctx)
 	cancel()
-	s.reportSlow(over, locker.PgConn().PID(), 50, time.Minute)
+	s.reportSlow(over, locker.PgConn().PID(), nil, 50, time.Minute)
 	if got := len(reports()); got != n {
 		t.Errorf("a look whose attempt had ended logged: %q", reports()[n:])
 	}
 	// A backend pg_stat_activity does not know (behind a pooler).
-	s.reportSlow(ctx, 1, 50, time.Minute)
+	s.reportSlow(ctx, 1, nil, 50, time.Minute)
 	if r := reports(); len(r) != n+1 || !strings.Contains(r[n], "no such backend") || !strings.Contains(r[n], "pooler") {
 		t.Errorf("the report of an unknown backend: %q", r[n:])
+	}
+	// A backend on another server than the look reaches (the batch's
+	// server left behind by a failover) is not "hidden by a pooler".
+	s.reportSlow(ctx, locker.PgConn().PID(), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 5432}, 50, time.Minute)
+	if r := reports(); len(r) != n+2 || !strings.Contains(r[n+1], "wait=unknown") || !strings.Contains(r[n+1], "127.0.0.2:5432") ||
+		!strings.Contains(r[n+1], "failover") || strings.Contains(r[n+1], "pooler") || strings.Contains(r[n+1], "blocked_by") {
+		t.Errorf("the report of a backend on another server: %q", r[n+1:])
 	}
 	// While the admin connection is busy (a query of its own waiting on
 	// the same lock) the report looks on a connection of its own: before,

@@ -384,6 +384,27 @@ func TestPingWhileAdminIsBusy(t *testing.T) {
 	}
 }
 
+// A ping on an admin connection that the server has ended while it was idle
+// (a restart, pg_terminate_backend, idle_session_timeout) is made again on
+// a new one: before, the first /readyz probe after it failed, saying
+// "SQLSTATE 57P01: terminating connection due to administrator command",
+// while PostgreSQL was ready.
+func TestPingAfterTheAdminConnectionWasEnded(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	for i := range 3 {
+		var pid uint32
+		if err := s.withAdmin(ctx, func(c *pgx.Conn) error { pid = c.PgConn().PID(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		execOn(t, ctx, pg.URL, fmt.Sprintf("SELECT pg_terminate_backend(%d, 5000)", pid))
+		if err := s.Ping(ctx); err != nil {
+			t.Fatalf("Ping %d after the admin connection was ended: %v", i+1, err)
+		}
+	}
+}
+
 // Pings that come while the admin connection is busy share one
 // connection of their own, however many there are: /readyz takes any
 // number of requests, and a connection each would take the server past

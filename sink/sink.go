@@ -389,12 +389,28 @@ func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 	case <-ctx.Done():
 		return fmt.Errorf("wait for the admin connection: %w", ctx.Err())
 	}
-	return s.onAdmin(ctx, f)
+	return s.onAdmin(ctx, f, false)
 }
 
-// onAdmin is withAdmin once adminSem is taken; it releases it.
-func (s *Sink) onAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
+// onAdmin is withAdmin once adminSem is taken; it releases it. If again,
+// f only reads (a ping, a look at pg_stat_activity), and a failure that
+// closed a connection made before this call is retried once on a new one:
+// the server ends idle connections (a restart, pg_terminate_backend, an
+// idle_session_timeout), and an idle connection learns it only when used;
+// a /readyz probe would report such a connection's end (57P01) as
+// PostgreSQL not ready, once, while it is.
+func (s *Sink) onAdmin(ctx context.Context, f func(*pgx.Conn) error, again bool) error {
 	defer func() { <-s.adminSem }()
+	err := s.onAdminOnce(ctx, f, &again)
+	if err != nil && again && ctx.Err() == nil {
+		err = s.onAdminOnce(ctx, f, nil)
+	}
+	return err
+}
+
+// onAdminOnce is one try of onAdmin's. If *reused is true, it is set to
+// whether f failed on a connection made before, and that failure closed it.
+func (s *Sink) onAdminOnce(ctx context.Context, f func(*pgx.Conn) error, reused *bool) error {
 	if s.closed {
 		// Not connect again: a /readyz probe while the process shuts
 		// down would leave a connection nothing closes.
@@ -406,6 +422,7 @@ func (s *Sink) onAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 		}
 		s.admin = nil
 	}
+	old := s.admin != nil
 	if s.admin == nil {
 		c, err := s.dialAdmin(ctx)
 		if err != nil {
@@ -414,11 +431,15 @@ func (s *Sink) onAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 		s.admin = c
 	}
 	err := f(s.admin)
-	if err != nil && s.admin.IsClosed() {
+	closed := err != nil && s.admin.IsClosed()
+	if closed {
 		// pgx closes a connection whose context ended in the background,
 		// sending the server a cancel request first: Close waits for that.
 		s.dropped = s.admin.PgConn()
 		s.admin = nil
+	}
+	if reused != nil {
+		*reused = *reused && old && closed
 	}
 	return err
 }
@@ -776,7 +797,7 @@ func (s *Sink) Ping(ctx context.Context) error {
 	var err error
 	select {
 	case s.adminSem <- struct{}{}:
-		err = s.onAdmin(ctx, func(c *pgx.Conn) error { return c.Ping(ctx) })
+		err = s.onAdmin(ctx, func(c *pgx.Conn) error { return c.Ping(ctx) }, true)
 	case <-t.C:
 		pc := s.privatePing(ctx)
 		select {

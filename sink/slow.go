@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -26,11 +27,11 @@ const slowLookTimeout = 5 * time.Second
 // times, and so on. stop ends the watch and waits for a look under way,
 // which it cuts short.
 func (c *committer) watchSlow(rows int) (stop func()) {
-	return c.s.watchSlow(c.conn.PgConn().PID(), rows)
+	return c.s.watchSlow(c.conn.PgConn().PID(), c.conn.PgConn().Conn().RemoteAddr(), rows)
 }
 
-func (s *Sink) watchSlow(pid uint32, rows int) (stop func()) {
-	w := &slowWatch{s: s, pid: pid, rows: rows, start: time.Now(), next: slowBatchAfter}
+func (s *Sink) watchSlow(pid uint32, server net.Addr, rows int) (stop func()) {
+	w := &slowWatch{s: s, pid: pid, server: server, rows: rows, start: time.Now(), next: slowBatchAfter}
 	w.wg.Add(1)
 	w.mu.Lock()
 	w.t = time.AfterFunc(w.next, w.look)
@@ -42,11 +43,12 @@ func (s *Sink) watchSlow(pid uint32, rows int) (stop func()) {
 // look's context made only when it runs: nearly every attempt ends long
 // before the first look.
 type slowWatch struct {
-	s     *Sink
-	pid   uint32
-	rows  int
-	start time.Time
-	wg    sync.WaitGroup // the pending or running look
+	s      *Sink
+	pid    uint32
+	server net.Addr // the committer connection's peer (nil: not known)
+	rows   int
+	start  time.Time
+	wg     sync.WaitGroup // the pending or running look
 
 	mu      sync.Mutex
 	t       *time.Timer
@@ -68,7 +70,7 @@ func (w *slowWatch) look() {
 	}
 	ctx := w.ctx
 	w.mu.Unlock()
-	w.s.reportSlow(ctx, w.pid, w.rows, time.Since(w.start))
+	w.s.reportSlow(ctx, w.pid, w.server, w.rows, time.Since(w.start))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
@@ -99,9 +101,11 @@ func (w *slowWatch) stop() {
 // and, where the role may see them (its own sessions, or with
 // pg_read_all_stats), their state and how long their transaction has been
 // open; never their query, whose text may hold data. A look that fails is
-// logged with its error instead. Nothing is logged once ctx has ended: the
-// attempt is over.
-func (s *Sink) reportSlow(ctx context.Context, pid uint32, rows int, waited time.Duration) {
+// logged with its error instead, and so is one whose connection reached
+// another server than server, the backend's peer (nil: not known): a
+// failover list's next host after a failover, which has no such backend.
+// Nothing is logged once ctx has ended: the attempt is over.
+func (s *Sink) reportSlow(ctx context.Context, pid uint32, server net.Addr, rows int, waited time.Duration) {
 	lctx, cancel := context.WithTimeout(ctx, slowLookTimeout)
 	defer cancel()
 	var (
@@ -109,6 +113,11 @@ func (s *Sink) reportSlow(ctx context.Context, pid uint32, rows int, waited time
 		blockers                   []string
 	)
 	err := s.adminOrOwn(lctx, func(a *pgx.Conn) error {
+		if server != nil {
+			if nc := a.PgConn().Conn(); nc != nil && nc.RemoteAddr().String() != server.String() {
+				return &otherServerError{batch: server.String(), look: nc.RemoteAddr().String()}
+			}
+		}
 		var pids []int32
 		err := a.QueryRow(lctx, `SELECT coalesce(wait_event_type, ''), coalesce(wait_event, ''), coalesce(state, ''),
 	ARRAY(SELECT DISTINCT b FROM unnest(pg_blocking_pids(pid)) b ORDER BY b)
@@ -159,6 +168,11 @@ FROM pg_stat_activity WHERE pid = ANY($1)`, pids)
 	case errors.Is(err, pgx.ErrNoRows):
 		args = append(args, "wait", "unknown: no such backend in pg_stat_activity")
 		hints = append(hints, "a connection pooler between jetsink and PostgreSQL hides the server's backend")
+	case errors.As(err, new(*otherServerError)):
+		args = append(args, "wait", "unknown", "look_err", err)
+		hints = append(hints, "a new connection reaches another host of postgres.url than the batch's: after a failover, "+
+			"the batch's server may be gone, and its connection ends within dead_connection_timeout; or that server "+
+			"takes no new connections")
 	case err != nil:
 		args = append(args, "look_err", err)
 	default:
@@ -179,6 +193,14 @@ FROM pg_stat_activity WHERE pid = ANY($1)`, pids)
 		args = append(args, "hint", strings.Join(hints, "; "))
 	}
 	s.log.Warn("batch waiting on PostgreSQL", args...)
+}
+
+// otherServerError: the look at a waiting batch's backend reached another
+// server than the batch's connection.
+type otherServerError struct{ batch, look string }
+
+func (e *otherServerError) Error() string {
+	return fmt.Sprintf("the batch's connection is to %s, the look's reached %s, where its backend is not", e.batch, e.look)
 }
 
 // describeBlocker says who a blocking session is: "pid 5678 (user app,
@@ -222,14 +244,14 @@ func (s *Sink) adminOrOwn(ctx context.Context, f func(*pgx.Conn) error) error {
 	defer t.Stop()
 	select {
 	case s.adminSem <- struct{}{}:
-		return s.onAdmin(ctx, f)
+		return s.onAdmin(ctx, f, true)
 	case <-ctx.Done():
 		return fmt.Errorf("wait for the admin connection: %w", ctx.Err())
 	case <-t.C:
 	}
 	select {
 	case s.adminSem <- struct{}{}:
-		return s.onAdmin(ctx, f)
+		return s.onAdmin(ctx, f, true)
 	case s.ownLook <- struct{}{}:
 		defer func() { <-s.ownLook }()
 	case <-ctx.Done():
