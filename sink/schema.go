@@ -381,7 +381,21 @@ func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
 	return probs, err
 }
 
+// check is Check on c, but for the host list.
 func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
+	probs, err := s.checkTable(ctx, c)
+	if slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == ProblemReadOnly }) {
+		// Init can make nothing on a read-only session (a standby): check
+		// must not say "run makes it" of a missing table there.
+		for i := range probs {
+			probs[i].initCannot = true
+		}
+	}
+	return probs, err
+}
+
+// checkTable is check but for what a read-only session means for Init.
+func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	tname := s.table.Sanitize()
 	var enc string
 	if err := c.QueryRow(ctx, "SELECT current_setting('server_encoding')").Scan(&enc); err != nil {

@@ -751,6 +751,9 @@ func TestCheckWarnsOfAsyncStandby(t *testing.T) {
 	if len(probs) != 2 || probs[0].Kind != ProblemReadOnly || probs[1].Kind != ProblemTableMissing {
 		t.Fatalf("the standby, without the table: problems %v, want read_only and table_missing", probs)
 	}
+	if probs[1].InitMakes() {
+		t.Error("check says init or run makes the table on a standby")
+	}
 	// A failover list: with target_session_attrs, nothing to say; without
 	// it, a connection may land on the standby.
 	list := testenv.FailoverURL("postgres", primary, standby)
