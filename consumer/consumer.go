@@ -110,6 +110,18 @@ type Consumer struct {
 	// the pull subscription's errors (asyncErrEvery): a server that
 	// refuses the user's acks answers each with one.
 	asyncErrs, subErrs pipeline.Every
+	// noResponders, missedBeats and checkErrs bound the log lines of
+	// pulls that no server answered or that missed their heartbeats, and
+	// of looks at the consumer that failed (quietEvery): JetStream
+	// disabled for hours would log a pair every few seconds. lastRecheck
+	// is when serve's last look at the consumer ended (serve's goroutine
+	// only).
+	noResponders, missedBeats, checkErrs pipeline.Every
+	lastRecheck                          time.Time
+	// retryLog bounds Run's retry lines (quietEvery), made anew when the
+	// line's level or step (retryLine) changes (Run's goroutine only).
+	retryLog  pipeline.Every
+	retryLine string
 	// acksRefused is the server's last refusal of an ack or InProgress
 	// (no permission on $JS.ACK): see AcksRefused.
 	acksRefused atomic.Pointer[refusal]
@@ -123,6 +135,9 @@ type Consumer struct {
 	// stuckAfter is how long that lasts before NotConsuming says so.
 	stuck      atomic.Pointer[stuckState]
 	stuckAfter time.Duration
+	// lookTimeout bounds serve's look at the consumer after its pulls
+	// went unanswered (5 s).
+	lookTimeout time.Duration
 
 	// acks follows the acks and terms sent, for the confirmations of Run
 	// and Close.
@@ -246,7 +261,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	}
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
 	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
-		recheckRefused: refusedRecheck, floorEvery: floorEvery, stuckAfter: stuckAfter}
+		recheckRefused: refusedRecheck, floorEvery: floorEvery, stuckAfter: stuckAfter, lookTimeout: 5 * time.Second}
 
 	opts, err := c.natsOptions()
 	if err != nil {
@@ -504,6 +519,15 @@ func (c *Consumer) AcksRefused() error {
 // logged, with the number held back: a permission the user lacks for acks
 // is refused at every ack and InProgress, thousands a second.
 const asyncErrEvery = time.Second
+
+// quietEvery is how often, at most, a warning that repeats for as long as
+// JetStream does not answer is logged, with the number held back.
+const quietEvery = time.Minute
+
+// recheckGap is how long after a look at the consumer a pull that no
+// server answered asks for no other: pulls go out once a heartbeat tick,
+// and those refused while a look ran (up to 5 s) come in a burst.
+const recheckGap = 5 * time.Second
 
 // reconnectDelay is 100ms doubling per attempt up to 5s, with 20% jitter.
 func reconnectDelay(attempts int) time.Duration {

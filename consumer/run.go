@@ -93,17 +93,21 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			if missing(err) {
 				ensure = true
 			}
-			c.setStuck(what, err)
+			c.setStuck(c.why(ctx, what, err), err)
 			if ctx.Err() != nil || c.nc.IsClosed() {
 				return
 			}
 			// At Warn while it may be routine (a leader election, a
-			// rolling upgrade), at Error once NotConsuming reports it.
+			// rolling upgrade), at Error once NotConsuming reports it;
+			// the same line again once a minute at most.
 			level := slog.LevelWarn
 			if c.NotConsuming() != nil {
 				level = slog.LevelError
 			}
-			c.log.Log(ctx, level, what+"; retrying", "err", err, "retry_in", backoff)
+			if line := fmt.Sprint(level, what); line != c.retryLine {
+				c.retryLine, c.retryLog = line, pipeline.Every{}
+			}
+			c.retryLog.Log(ctx, c.log, level, quietEvery, what+"; retrying", "err", err, "retry_in", backoff)
 			sleep(ctx, hard, backoff)
 			backoff = min(2*backoff, retryMax)
 		}
@@ -679,7 +683,11 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			case errors.Is(err, nats.ErrNoResponders):
 				// A pull nothing answered: no server holds the consumer
 				// now. The pulls go on (wire: one a heartbeat tick).
-				c.log.Warn("a pull found no server to answer it (a consumer leader election, or the consumer gone); checking the consumer", "err", err)
+				if time.Since(c.lastRecheck) < recheckGap {
+					continue // a look has just been made
+				}
+				c.noResponders.Log(ctx, c.log, slog.LevelWarn, quietEvery,
+					"a pull found no server to answer it (a consumer leader election, the consumer gone, or JetStream unavailable); checking the consumer", "err", err)
 			case errors.Is(err, jetstream.ErrNoHeartbeat) && s.handling.Load():
 				// The timer nats.go started again on a reconnect while
 				// push waits on a full pipeline: back-pressure, nothing
@@ -693,10 +701,13 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				// a re-created stream or consumer answer pulls with
 				// silence).
 				c.stats.heartbeatsMissing.Add(1)
-				c.log.Warn("pull heartbeats missed; checking the consumer")
 				if wc := c.wc.Load(); s.wire && wc != nil {
 					c.probeWire(wc)
 				}
+				if time.Since(c.lastRecheck) < recheckGap {
+					continue // a look has just been made (those missed while it ran come in a burst)
+				}
+				c.missedBeats.Log(ctx, c.log, slog.LevelWarn, quietEvery, "pull heartbeats missed; checking the consumer")
 			case strings.Contains(err.Error(), "Exceeded MaxRequest"):
 				// nats.go's pulls are past the consumer's max_request_*
 				// limits (an operator's edit), each refused alike: end the
@@ -713,6 +724,11 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				continue
 			}
 			leave, replaced := c.recheck(ctx)
+			c.lastRecheck = time.Now()
+			// The look decides whether the session consumes: the
+			// confirmation due meanwhile (a look may take 7 s) must not
+			// clear what it found.
+			confirm.Stop()
 			switch {
 			case !leave:
 			case !replaced:
@@ -1045,7 +1061,7 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 	if !c.nc.IsConnected() {
 		return false, false // reconnecting: nats.go re-pulls once it is back
 	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, c.lookTimeout)
 	defer cancel()
 	cons, err := c.js.Consumer(rctx, c.cfg.Stream, c.cfg.Consumer)
 	switch {
@@ -1080,13 +1096,41 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 		// Neither the pulls nor this look got an answer (JetStream
 		// unavailable, a consumer without quorum): not consuming, as
 		// when Run cannot subscribe, until a look gets one.
+		what := "look up the consumer after its pulls went unanswered"
 		if ctx.Err() == nil {
-			c.setStuck("look up the consumer after its pulls went unanswered", err)
+			what = c.why(ctx, what, err)
+			c.setStuck(what, err)
 		}
-		c.log.Warn("consumer check failed", "err", err)
+		c.checkErrs.Log(ctx, c.log, slog.LevelWarn, quietEvery, "consumer check failed", "what", what, "err", err)
 		return false, false
 	}
 }
+
+// why is what (a step that failed with err), after jetStreamGone when err
+// is one that JetStream's absence gives (no answer, no responders, not
+// enabled) and JetStream does not answer a request for the account's
+// information either, within 2 s (lookTimeout if shorter).
+func (c *Consumer) why(ctx context.Context, what string, err error) string {
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, nats.ErrNoResponders) &&
+		!errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+		return what
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(2*time.Second, c.lookTimeout))
+	defer cancel()
+	if _, err := c.js.AccountInfo(ctx); err == nil {
+		return what
+	}
+	return jetStreamGone + ": " + what
+}
+
+// jetStreamGone is what NotConsuming says while JetStream itself does not
+// answer, for the operator who reads /readyz: a server disables JetStream
+// when its store cannot be written (its log says "JetStream out of
+// resources, will be DISABLED", on a full disk, in a cluster; a server
+// alone keeps JetStream but fails every write to the stream, which
+// jetsink, consuming, does not see), and a cluster without a meta leader
+// answers no request.
+const jetStreamGone = "JetStream does not answer (disabled by the server: a full store disk, out of resources; or a cluster without a meta leader)"
 
 // floorEvery is how often serve asks the server for the consumer's ack
 // floor (noteFloor): at most that much of what was acked is delivered

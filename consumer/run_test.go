@@ -477,6 +477,59 @@ func TestNotConsumingWhileTheConsumerDoesNotAnswer(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// JetStream turned off under a session (a server does that when its store's
+// disk is full) and back (a restart, once space is freed): NotConsuming
+// says that JetStream does not answer, not only that a look at the consumer
+// failed; the warnings repeat once a minute at most, not a pair every few
+// seconds (about 20 lines a minute in an operator's drill); and once
+// JetStream is back, the pulls refused meanwhile ask for one look, not one
+// each (31 warnings in 0.2 s in the drill, where a reload turned JetStream
+// on again). The events come again.
+func TestJetStreamOffAndOnAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.stuckAfter = 300 * time.Millisecond
+	c.lookTimeout = 500 * time.Millisecond
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	_ = r.next(t, ctx).ev.Msg.Ack()
+	count := func(msg string) int { return strings.Count(log.String(), msg) }
+
+	if err := srv.DisableJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "NotConsuming to say that JetStream does not answer", func() bool {
+		err := c.NotConsuming()
+		return err != nil && strings.Contains(err.Error(), "JetStream does not answer")
+	})
+	time.Sleep(recheckGap + 2*time.Second) // more pulls and looks
+	for _, msg := range []string{"a pull found no server to answer it", "consumer check failed"} {
+		if n := count(msg); n > 1 {
+			t.Errorf("%d warnings %q in a few seconds, want 1 a minute at most", n, msg)
+		}
+	}
+	states := count("consumer state")
+	srv.Shutdown() // the operator frees space and restarts the server
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "NotConsuming to clear once JetStream answers", func() bool { return c.NotConsuming() == nil })
+	publish(t, ctx, js, cfg, 1, 1, 1)
+	r.ackUntil(t, ctx, 1)
+	time.Sleep(time.Second) // what the pulls refused before asked for
+	if n := count("consumer state") - states; n > 1 {
+		t.Errorf("%d looks at the consumer logged once JetStream was back, want 1 at most", n)
+	}
+	r.stopClean(t, ctx)
+	if t.Failed() {
+		t.Logf("the consumer's log:\n%s", log.String())
+	}
+}
+
 // The consumer is deleted and someone creates one of the same name that
 // jetsink cannot update (another ack policy). Run must not consume from it
 // as if its own were back: it retries, saying why, and pushes nothing.

@@ -111,6 +111,19 @@ func (n *NATSServer) Restart() error {
 	return n.start()
 }
 
+// DisableJetStream turns JetStream off, as a server does when its store
+// cannot be written (a full disk); clients stay connected. Restart brings
+// it back (turning it on in place races with the server's own API
+// dispatch, which the race detector reports).
+func (n *NATSServer) DisableJetStream() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.srv == nil {
+		return fmt.Errorf("embedded nats-server is stopped")
+	}
+	return n.srv.DisableJetStream()
+}
+
 // Destroy shuts the server down and removes a store directory it made.
 func (n *NATSServer) Destroy() {
 	n.Shutdown()
