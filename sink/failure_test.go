@@ -373,6 +373,47 @@ func TestStillFailingBatchIsLoggedAgain(t *testing.T) {
 	}
 }
 
+// While the server refuses new connections (too many for jetsink's role
+// or the server, 53300) and the committer's connection commits, Ready
+// holds: in an operator's drill /readyz said 503 for minutes, naming the
+// refused connection, while jetsink stored 1,000 events a second.
+func TestReadyWhileNewConnectionsAreRefused(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	role, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE ON SCHEMA public TO %[1]s")
+	s, _ := newTestSink(t, ctx, roleURL, func(c *Config) { c.Connections = 1 })
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 5, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "rows acked", allAcked(ms))
+	var adminPID uint32
+	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { adminPID = c.PgConn().PID(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// The committer's connection is the one the role may have.
+	if _, err := admin.Exec(ctx, "ALTER ROLE "+role+" CONNECTION LIMIT 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(adminPID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err == nil || !strings.Contains(err.Error(), "53300") {
+		t.Fatalf("Ping with the role's one connection taken = %v, want SQLSTATE 53300", err)
+	}
+	rs, ms = rows(6, 5, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "rows acked", allAcked(ms))
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("Ready while batches commit: %v", err)
+	}
+	src.Close()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A batch that waits for a lock is reported while it waits, with who holds
 // the lock, again as the wait doubles, and no more once it has committed.
 func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {

@@ -887,14 +887,21 @@ type refusal struct {
 	table bool
 }
 
-// Ready is the sink's readiness (for /readyz): PostgreSQL answers (Ping),
-// and has not failed every batch for refusedFor: with a configuration
+// Ready is the sink's readiness (for /readyz): PostgreSQL answers (Ping;
+// or refuses a new connection while batches commit: answered within
+// answeredReady), and has not failed every batch for refusedFor: with a configuration
 // error, such as a missing table, a revoked permission or a read-only
 // server, or a transient one that lasts, such as a full disk. Ping alone
 // stays healthy then while nothing is written.
 func (s *Sink) Ready(ctx context.Context) error {
 	if err := s.Ping(ctx); err != nil {
-		return err
+		if !tooManyConnections(err) || !s.answeredWithin(answeredReady) {
+			return err
+		}
+		// A new connection is refused (too many connections for the
+		// role or the server) while the committers' commit: the server
+		// is there, and a probe that failed now would take a process
+		// out of service that stores every event.
 	}
 	if since := s.refusedSince.Load(); since != 0 && since > s.lastAnswered.Load() {
 		if d := time.Duration(s.stamp(time.Now()) - since); d >= refusedFor {
@@ -911,6 +918,27 @@ func (s *Sink) Ready(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// tooManyConnections reports whether err is a connect the server refused
+// for want of a connection slot (53300: the role's CONNECTION LIMIT, or
+// max_connections).
+func tooManyConnections(err error) bool {
+	if _, ok := errors.AsType[*pgconn.ConnectError](err); !ok {
+		return false
+	}
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == "53300"
+}
+
+// answeredReady is how recently a batch must have been answered (answered)
+// for Ready to overlook an admin connection that cannot connect.
+const answeredReady = 10 * time.Second
+
+// answeredWithin reports whether a batch was answered within d.
+func (s *Sink) answeredWithin(d time.Duration) bool {
+	at := s.lastAnswered.Load()
+	return at != 0 && time.Duration(s.stamp(time.Now())-at) < d
 }
 
 // refused records a batch that failed at at with err, of class cl (not
