@@ -840,10 +840,18 @@ func (s *Sink) logConfigError(err error) {
 	if errors.As(err, &pgErr) {
 		key = pgErr.Code + " " + pgErr.Message
 	}
-	if s.firstSeen(key) {
-		s.log.Error("the database refuses every batch; fix the table or the permissions (`jetsink check` says what differs): "+
-			"events wait in JetStream and the batch is retried until then", "err", err)
+	if !s.firstSeen(key) {
+		return
 	}
+	if pgErr != nil && strings.HasPrefix(pgErr.Code, "28") {
+		// Refused at login: nothing in the table mends it, and jetsink
+		// reads postgres.url at start only.
+		s.log.Error("the database refuses jetsink's login (a changed password, or pg_hba.conf); if the credentials changed, "+
+			"restart jetsink with the new ones in postgres.url: events wait in JetStream and the batch is retried until then", "err", err)
+		return
+	}
+	s.log.Error("the database refuses every batch; fix the table or the permissions (`jetsink check` says what differs): "+
+		"events wait in JetStream and the batch is retried until then", "err", err)
 }
 
 // firstSeen reports whether key is new to s.seenErrs, and records it.

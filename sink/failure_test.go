@@ -414,6 +414,46 @@ func TestReadyWhileNewConnectionsAreRefused(t *testing.T) {
 	}
 }
 
+// A login the server refuses (the role's password changed) is not blamed on
+// the table: the log says what to do, restart with the new credentials,
+// and the rows commit once the old ones work again.
+func TestRefusedLoginIsNotBlamedOnTheTable(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	role, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE ON SCHEMA public TO %[1]s")
+	s, _ := newTestSink(t, ctx, roleURL, func(c *Config) { c.Connections = 1 })
+	logs := captureLog(t, s, time.Minute)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 5, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "rows acked", allAcked(ms))
+	for _, q := range []string{"ALTER ROLE " + role + " PASSWORD 'rotated'",
+		"SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = '" + role + "'"} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, ms = rows(6, 5, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the refused login logged", func() bool { return strings.Contains(logs.String(), "28P01") })
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "level=ERROR") && strings.Contains(line, "28P01") &&
+			(!strings.Contains(line, "refuses jetsink's login") || !strings.Contains(line, "restart jetsink") || strings.Contains(line, "fix the table")) {
+			t.Errorf("the refused login is logged as %s", line)
+		}
+	}
+	if _, err := admin.Exec(ctx, "ALTER ROLE "+role+" PASSWORD 'role-pw'"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "rows acked", allAcked(ms))
+	src.Close()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A batch that waits for a lock is reported while it waits, with who holds
 // the lock, again as the wait doubles, and no more once it has committed.
 func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
