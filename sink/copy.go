@@ -877,7 +877,40 @@ func (s *Sink) firstSeen(key string) bool {
 // *missingError if there were any). unknown reports that the statement that
 // commits was sent and no answer came back, so the rows may have been
 // committed.
+//
+// A connection the server ended while it was idle (a restart,
+// pg_terminate_backend, idle_session_timeout) fails the first statement
+// with the server's FATAL error, before anything of the batch ran: such an
+// attempt is made again at once on a new connection, without a warning or
+// a retry counted (see endedIdle).
 func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown bool, err error) {
+	reused := c.conn != nil && !c.conn.IsClosed()
+	unknown, err = c.try(ctx, rows)
+	if err != nil && reused && !unknown && ctx.Err() == nil && endedIdle(err) && (c.conn == nil || c.conn.IsClosed()) {
+		c.s.log.Debug("the server had ended the connection; trying the batch on a new one", "rows", len(rows), "err", err)
+		c.closeConn()
+		return c.try(ctx, rows)
+	}
+	return unknown, err
+}
+
+// endedIdle reports whether err is the server's FATAL error for a session
+// it ended: 57P01 (pg_terminate_backend, a fast shutdown), 57P02 (another
+// backend crashed), 57P05 (idle_session_timeout).
+func endedIdle(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok || cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) != "FATAL" {
+		return false
+	}
+	switch pgErr.Code {
+	case "57P01", "57P02", "57P05":
+		return true
+	}
+	return false
+}
+
+// try is one attempt (see attempt).
+func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool, err error) {
 	s := c.s
 	if err := ctx.Err(); err != nil {
 		return false, err // given up: a COPY sent now would only be cancelled

@@ -414,6 +414,46 @@ func TestReadyWhileNewConnectionsAreRefused(t *testing.T) {
 	}
 }
 
+// A committer's connection the server ended while it was idle (here
+// pg_terminate_backend; a restart and idle_session_timeout alike) costs the
+// next batch no failed attempt: it is tried again at once on a new
+// connection, with no warning, no retry counted and, in at-least-once
+// mode, no possible duplicate (the server's FATAL came before any answer
+// to the batch). An operator's drill saw a warning per committer and a
+// retry each time the load resumed after an idle_session_timeout.
+func TestConnectionEndedWhileIdle(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			admin := pg.Conn(t)
+			s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections, c.Mode = 1, mode })
+			logs := captureLog(t, s, time.Minute)
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 5, nil)
+			src.push(t, ctx, rs)
+			waitFor(t, ctx, "rows acked", allAcked(ms))
+			var n int
+			if err := admin.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity WHERE application_name = left($1, 63)",
+				s.cfg.AppName).Scan(&n); err != nil || n == 0 {
+				t.Fatalf("terminate the sink's connections: %d, %v", n, err)
+			}
+			rs, ms = rows(6, 5, nil)
+			src.push(t, ctx, rs)
+			waitFor(t, ctx, "rows acked", allAcked(ms))
+			st := s.Stats()
+			if st.Retries != 0 || st.PossibleDuplicates != 0 || strings.Contains(logs.String(), "level=WARN") {
+				t.Errorf("a connection ended while idle: %d retries, %d possible duplicates, log:\n%s", st.Retries, st.PossibleDuplicates, logs)
+			}
+			src.Close()
+			if err := wait(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // A login the server refuses (the role's password changed) is not blamed on
 // the table: the log says what to do, restart with the new credentials,
 // and the rows commit once the old ones work again.

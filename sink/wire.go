@@ -205,6 +205,9 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, s
 	// meanwhile: wait for the answer (the reader cancels on the server if
 	// ctx has ended).
 	res := <-answer
+	if res.untouched {
+		return false, -1, res.err // the server's own error, and nothing ran: not committed
+	}
 	if res.complete && res.err != nil {
 		// The last statement is done (in autocommit: committed), and then the
 		// connection failed or the backend ended (FATAL) before
@@ -226,6 +229,12 @@ type copyResult struct {
 	complete bool
 	stored   int64
 	err      error
+	// untouched: err came before any answer to the Query: the server
+	// had ended the session before it ran any of it (a backend
+	// terminated while idle sends its FATAL at once, and it is read
+	// with the next query's answers), or ended it during the first
+	// guard, before its first row. Nothing was stored.
+	untouched bool
 }
 
 // copyCount reads the row count of a COPY's CommandComplete tag, "COPY n";
@@ -344,6 +353,7 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 	copyAt := min(stmts, 2) // the COPY's place in the Query
 	done := 0               // statements complete
 	rowed := false          // the statement under way has sent a row
+	answers := 0 // messages read
 	for {
 		msg, err := pg.ReceiveMessage(context.Background())
 		if err != nil {
@@ -354,9 +364,12 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 				res.err = errors.Join(ctx.Err(), err)
 			default: // a FATAL error comes here too (pgconn closes on it)
 				res.err = err
+				_, fatal := errors.AsType[*pgconn.PgError](err)
+				res.untouched = fatal && answers == 0
 			}
 			return res
 		}
+		answers++
 		switch msg := msg.(type) {
 		case *pgproto3.CommandComplete:
 			done++
