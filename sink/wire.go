@@ -353,7 +353,7 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 	copyAt := min(stmts, 2) // the COPY's place in the Query
 	done := 0               // statements complete
 	rowed := false          // the statement under way has sent a row
-	answers := 0 // messages read
+	answers := 0            // messages read
 	for {
 		msg, err := pg.ReceiveMessage(context.Background())
 		if err != nil {
