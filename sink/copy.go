@@ -35,7 +35,10 @@ type committer struct {
 	unreplicated atomic.Pointer[string]
 	wire         copyWire
 	bo           backoff
-	guards       *string // the COPY with type guards (Sink.copySQL) the last attempt sent
+	// mayHand: commitRetry may give up the batch to another committer
+	// (errHandOff): process tries it whole, nothing settled or held.
+	mayHand bool
+	guards  *string // the COPY with type guards (Sink.copySQL) the last attempt sent
 	// started is this committer's slot of Sink.attempts (nil outside Run).
 	started *atomic.Int64
 
@@ -110,6 +113,25 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 			return nil
 		}
 		err := c.process(ctx, b)
+		handed := false
+		for errors.Is(err, errHandOff) {
+			switch herr := c.handOff(ctx, b); {
+			case herr == nil:
+				handed, err = true, nil // another committer has b now
+			case errors.Is(herr, errHandOff):
+				err = c.process(ctx, b) // none took it: try it here again
+			default:
+				err = herr
+			}
+		}
+		if handed {
+			// Connect before taking work again; once the batcher is done
+			// (warmCtx), there is none to take.
+			if err := c.reconnect(warmCtx); err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue
+		}
 		b.reset()
 		if !b.spare {
 			b.shrink(c.s.cfg.Batch.MaxRows)
@@ -119,6 +141,50 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 			return err
 		}
 	}
+}
+
+// errHandOff: the committer could not connect while others committed
+// (commitRetry); its batch, untouched, goes to one of them (handOff).
+var errHandOff = errors.New("sink: batch handed to another committer")
+
+// handOff gives b to a committer waiting for work, as the batcher does
+// (claiming its token). errHandOff when none waits within handWait: the caller tries b itself
+// again. After it returns nil, b is the other committer's.
+func (c *committer) handOff(ctx context.Context, b *batch) error {
+	t := time.NewTimer(handWait)
+	defer t.Stop()
+	select {
+	case <-c.r.ready:
+	case <-t.C:
+		return errHandOff
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return c.r.hand(ctx, b)
+}
+
+// handWait is how long handOff waits for a committer to take a batch.
+const handWait = time.Second
+
+// reconnect connects the committer, retrying with backoff until it can or
+// ctx ends (the batcher is done), after it handed its batch off: taking
+// work it cannot commit would hold that too.
+func (c *committer) reconnect(ctx context.Context) error {
+	c.bo.reset()
+	for c.conn == nil {
+		err := c.connect(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		c.s.log.Debug("could not connect; not taking batches until it can", "err", err)
+		if err := sleep(ctx, c.bo.next()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // warmTimeout bounds how long a committer tries to connect at start, or
@@ -224,7 +290,12 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			c.s.st.bisectCopies.Add(1) // the rest after a poison row
 		}
 		piece = hi < end
+		c.mayHand = lo == 0 && hi == len(rows) && c.held == nil
 		err := c.commitRetry(ctx, rows[lo:hi], true)
+		c.mayHand = false
+		if errors.Is(err, errHandOff) {
+			return err
+		}
 		if c.settleCommitted(ctx, b, lo, hi, err) {
 			if err == nil {
 				c.pieceCommitted(hi - lo)
@@ -561,6 +632,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 	default:
 		c.bo.reset()
 	}
+	var firstSeq uint64 // the attempt that failed first (see errHandOff)
 	for attempt := first; ; attempt++ {
 		began := time.Now()
 		seq := c.s.st.attemptSeq.Add(1)
@@ -592,6 +664,18 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if attempt == first {
+			firstSeq = seq
+		} else if c.mayHand && c.conn == nil && c.s.st.committedStart.Load() > firstSeq {
+			if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
+				// This committer cannot connect (the role's or the
+				// server's connection limit) while another commits
+				// batches that started after this one first failed: the
+				// batch goes to one that can.
+				c.s.log.Debug("could not connect; handing the batch to a committer that can", "rows", len(rows), "err", err)
+				return errHandOff
+			}
 		}
 		cl := c.s.classify(err)
 		if cl == classSuspect {

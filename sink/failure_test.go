@@ -454,6 +454,42 @@ func TestConnectionEndedWhileIdle(t *testing.T) {
 	}
 }
 
+// While the server lets jetsink's role have fewer connections than it has
+// committers (the role's CONNECTION LIMIT, max_connections), the batches
+// of those that cannot connect go to the one that can: in an operator's
+// drill they waited, each with its committer, until the limit was lifted
+// minutes later (and a stop meanwhile always ended at drain_timeout).
+func TestBatchesGoToTheCommitterThatCanConnect(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	role, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE ON SCHEMA public TO %[1]s")
+	s, _ := newTestSink(t, ctx, roleURL, func(c *Config) { c.Connections = 3 })
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 5, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "rows acked", allAcked(ms))
+	for _, q := range []string{"ALTER ROLE " + role + " CONNECTION LIMIT 1",
+		"SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = '" + role + "'"} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []*recMsg
+	for i := range 20 {
+		rs, ms := rows(6+5*i, 5, nil)
+		src.push(t, ctx, rs)
+		all = append(all, ms...)
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitFor(t, ctx, "every batch acked with one connection", allAcked(all))
+	src.Close()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A login the server refuses (the role's password changed) is not blamed on
 // the table: the log says what to do, restart with the new credentials,
 // and the rows commit once the old ones work again.
