@@ -357,7 +357,9 @@ func (s *Sink) connectConfig(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Con
 
 // connectError is a failed connect, said once per distinct line: pgx tries
 // each address once with TLS and once without (sslmode=prefer, the
-// default), and lists every try, the same dial error twice.
+// default), and lists every try, the same dial error twice. A server that
+// refuses TLS is no error under prefer, where the try without it follows:
+// that line goes (it led operators to look at TLS for a refused password).
 type connectError struct {
 	where string
 	err   error
@@ -365,8 +367,18 @@ type connectError struct {
 
 func (e *connectError) Error() string {
 	lines := strings.Split(e.err.Error(), "\n")
+	tries := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "\t") {
+			tries++
+		}
+	}
 	kept := lines[:0]
 	for _, l := range lines {
+		if strings.HasPrefix(l, "\t") && tries > 1 && strings.HasSuffix(l, "tls error: server refused TLS connection") {
+			tries--
+			continue
+		}
 		if !slices.Contains(kept, l) {
 			kept = append(kept, l)
 		}

@@ -435,6 +435,23 @@ func TestConnectErrorSaysEachTryOnce(t *testing.T) {
 	}
 }
 
+// Under sslmode=prefer a server without TLS refuses it, and the try without
+// TLS follows: the refusal is no error, and the failed connect says only
+// what the second try met. Under sslmode=require it is the whole story.
+func TestConnectErrorLeavesOutTheRefusedTLSTry(t *testing.T) {
+	head := errors.New("failed to connect to `user=u database=x`:")
+	tls := errors.New("\ta (1): tls error: server refused TLS connection")
+	auth := errors.New("\ta (1): failed SASL auth: FATAL: password authentication failed for user \"u\" (SQLSTATE 28P01)")
+	got := (&connectError{where: "db:5432/x", err: errors.Join(head, tls, auth)}).Error()
+	if strings.Contains(got, "tls error") || !strings.Contains(got, "28P01") || !strings.Contains(got, "user=u") {
+		t.Errorf("prefer: Error() = %q, want the second try's error alone", got)
+	}
+	got = (&connectError{where: "db:5432/x", err: errors.Join(head, tls)}).Error()
+	if !strings.Contains(got, "server refused TLS connection") {
+		t.Errorf("require: Error() = %q, want the TLS refusal", got)
+	}
+}
+
 // A URL naming several hosts (a failover list) is named whole in the log
 // and errors, and each host gets the least connect timeout, so that a dead
 // first host does not hold up every connect to the live one for
