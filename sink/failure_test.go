@@ -170,10 +170,17 @@ func TestLastingTransientFailureMakesNotReady(t *testing.T) {
 	if st := s.Stats(); st.Retries == 0 || st.ConfigErrors != 0 || st.Rows != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+	// What a drain that times out now says held it up.
+	if d, msg := s.Failing(); d < 300*time.Millisecond || !strings.Contains(msg, "SQLSTATE 53100") {
+		t.Errorf("Failing() = %v, %q while every batch fails", d, msg)
+	}
 	if _, err := admin.Exec(ctx, "DROP TRIGGER diskfull ON "+s.table.Sanitize()); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "Ready once a batch commits", func() bool { return s.Ready(ctx) == nil })
+	if d, msg := s.Failing(); d != 0 || msg != "" {
+		t.Errorf("Failing() = %v, %q once a batch committed", d, msg)
+	}
 	finishClean(t, ctx, src, wait, dl, ms)
 }
 

@@ -915,21 +915,37 @@ func (s *Sink) Ready(ctx context.Context) error {
 		// is there, and a probe that failed now would take a process
 		// out of service that stores every event.
 	}
-	if since := s.refusedSince.Load(); since != 0 && since > s.lastAnswered.Load() {
-		if d := time.Duration(s.stamp(time.Now()) - since); d >= refusedFor {
-			r := refusal{msg: "an error", table: true}
-			if p := s.refusedErr.Load(); p != nil {
-				r = *p
-			}
-			if r.table {
-				return fmt.Errorf("postgres %s has refused every batch for %v, none committed: %s (`jetsink check` says what differs)",
-					s.where, d.Round(time.Second), r.msg)
-			}
-			return fmt.Errorf("postgres %s has failed every batch for %v, none committed: %s",
+	if d, r := s.failing(); d >= refusedFor {
+		if r.table {
+			return fmt.Errorf("postgres %s has refused every batch for %v, none committed: %s (`jetsink check` says what differs)",
 				s.where, d.Round(time.Second), r.msg)
 		}
+		return fmt.Errorf("postgres %s has failed every batch for %v, none committed: %s",
+			s.where, d.Round(time.Second), r.msg)
 	}
 	return nil
+}
+
+// failing returns how long batches have failed, none answered since (0:
+// they do not), and the latest failure.
+func (s *Sink) failing() (time.Duration, refusal) {
+	since := s.refusedSince.Load()
+	if since == 0 || since <= s.lastAnswered.Load() {
+		return 0, refusal{}
+	}
+	r := refusal{msg: "an error", table: true}
+	if p := s.refusedErr.Load(); p != nil {
+		r = *p
+	}
+	return time.Duration(s.stamp(time.Now()) - since), r
+}
+
+// Failing returns, while batches fail and none has been answered since,
+// for how long and the latest failure's error ("" otherwise): what holds a
+// drain up, when it times out.
+func (s *Sink) Failing() (time.Duration, string) {
+	d, r := s.failing()
+	return d, r.msg
 }
 
 // tooManyConnections reports whether err is a connect the server refused

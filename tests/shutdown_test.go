@@ -197,6 +197,31 @@ func TestShutdownDrainTimeoutWhileNATSHangs(t *testing.T) {
 	}
 }
 
+// The drain timeout's line says what held the drain up: here a batch
+// waiting on a locked table (between the log's once-a-minute lines a
+// failing batch is logged at Debug only; an operator's drill found the line
+// pointing at "the log above", which said nothing).
+func TestShutdownDrainTimeoutSaysWhatHeldItUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, _, j := shutdownSetup(t, ctx, sink.AtLeastOnce, "2s", 0)
+	tx := takenInWhileLocked(t, ctx, e, j)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	sendSignal(t, j, syscall.SIGTERM)
+	if code := j.wait(t, 2*time.Second+8*time.Second); code != 130 {
+		t.Fatalf("exit status %d after the drain timeout, want 130; output:\n%s", code, j.stderr.String())
+	}
+	var line string
+	for l := range strings.Lines(j.stderr.String()) {
+		if strings.Contains(l, "drain timeout: exiting now") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "oldest_attempt=") || !strings.Contains(line, "acks_unconfirmed=") {
+		t.Errorf("the drain timeout's line does not say what held it up: %q", line)
+	}
+}
+
 // ackedWhileCut has jetsink take 100 events in while the table is locked,
 // cuts its connections to NATS, and releases the lock: the rows commit and
 // their acks wait in nats.go's reconnect buffer (the wire connection that

@@ -51,9 +51,22 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			hard, stopHard := context.WithCancelCause(ctx)
 			defer stopHard(nil)
 
+			var running atomic.Pointer[processor.Processor] // set once started
 			dd := &drainDeadline{timeout: cfg.DrainTimeout, fire: func() {
+				args := []any{"drain_timeout", cfg.DrainTimeout}
+				if p := running.Load(); p != nil {
+					// Between the log's once-a-minute lines a failing batch
+					// is logged at Debug only: say what it meets.
+					if d, msg := p.Sink().Failing(); d > 0 {
+						args = append(args, "batches_failing_for", d.Round(time.Millisecond), "last_batch_error", msg)
+					}
+					if age := p.Sink().OldestAttempt(); age > 0 {
+						args = append(args, "oldest_attempt", age.Round(time.Millisecond))
+					}
+					args = append(args, "acks_unconfirmed", p.Consumer().Stats().AcksUnconfirmed)
+				}
 				log.Warn("drain timeout: exiting now; uncommitted events stay unacked and will be redelivered (the log above says what held the drain up: "+
-					"a batch failing or waiting on PostgreSQL, acks waiting on NATS)", "drain_timeout", cfg.DrainTimeout)
+					"a batch failing or waiting on PostgreSQL, acks waiting on NATS)", args...)
 				stopHard(fmt.Errorf("%w: drain took longer than drain_timeout %s", errAborted, cfg.DrainTimeout))
 			}}
 			defer dd.finish()
@@ -121,6 +134,7 @@ NATS restart) are logged with their number, and the exit is 0.`,
 				// A second signal, or drain_timeout, while still connecting?
 				return runResult(err, aborted(hard), nil)
 			}
+			running.Store(p)
 			// What was unsettled when the stop began: the drain's last
 			// line tells the stop's share from the run's.
 			var atStop atomic.Pointer[unsettled]
