@@ -41,7 +41,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	received := counter("jetsink.events.received", "Messages taken from JetStream and handed to the workers")
 	redelivered := counter("jetsink.events.redelivered", "Received messages that JetStream had delivered before")
 	markers := counter("jetsink.events.markers", "Subject delete markers JetStream stored itself (subject_delete_marker_ttl): acked, no events")
-	committed := counter("jetsink.events.committed", "Rows committed to PostgreSQL (their messages are then acked)")
+	committed := counter("jetsink.events.committed", "Events whose batch committed to PostgreSQL (their messages are then acked); in exactly-once mode also redeliveries of events already stored, which the INSERT skipped")
 	maxDelivered := counter("jetsink.events.max_delivered", "Events dead-lettered on a delivery past nats.max_deliver")
 	dlFailed := counter("jetsink.dead_letter.failures", "Dead-letter publishes that failed (the message was nak'ed, not lost)")
 	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")

@@ -59,7 +59,8 @@ Events whose first send JetStream reports as a duplicate (their Nats-Msg-Id
 was used before: a reused --run with overlapping --first) are counted as
 "duplicate", not "acked", with a warning, but exit 0: the stream holds every
 event, so re-running a publish that failed part-way with the same --run
-fills in what is missing and succeeds. The run id is printed when publishing
+fills in what is missing and succeeds, within the stream's duplicate window
+of the first run's sends (after it, the events it stored are stored again). The run id is printed when publishing
 starts (unless --quiet) and in the summary.
 
 Ctrl-C (SIGINT or SIGTERM) stops publishing, waits up to 10 s (or
@@ -165,7 +166,8 @@ telemetry.sample_ratio.`,
 			if !quiet {
 				// Now, not only in the summary: a publish killed before it
 				// could print one is filled in with the same --run.
-				fmt.Fprintf(out, "publishing %d events from seq %d as run %d (Nats-Msg-Ids %s-<seq>); to fill in what a failed or stopped publish missed, run it again with --run %d\n",
+				fmt.Fprintf(out, "publishing %d events from seq %d as run %d (Nats-Msg-Ids %s-<seq>); to fill in what a failed or stopped publish missed, run it again with --run %d "+
+					"within the stream's duplicate window (after it, the events that were stored are stored again)\n",
 					total, o.First, o.Run, strconv.FormatUint(o.Run, 36), o.Run)
 				progress = plainProgress()
 				if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
