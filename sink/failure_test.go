@@ -385,16 +385,7 @@ func TestStillFailingBatchIsLoggedAgain(t *testing.T) {
 // holds: in an operator's drill /readyz said 503 for minutes, naming the
 // refused connection, while jetsink stored 1,000 events a second.
 func TestReadyWhileNewConnectionsAreRefused(t *testing.T) {
-	ctx := testCtx(t, 60*time.Second)
-	pg := testenv.Postgres(t)
-	admin := pg.Conn(t)
-	role, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE ON SCHEMA public TO %[1]s")
-	s, _ := newTestSink(t, ctx, roleURL, func(c *Config) { c.Connections = 1 })
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	rs, ms := rows(1, 5, nil)
-	src.push(t, ctx, rs)
-	waitFor(t, ctx, "rows acked", allAcked(ms))
+	ctx, admin, role, s, src, wait, _ := roleSink(t, 1, false)
 	var adminPID uint32
 	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { adminPID = c.PgConn().PID(); return nil }); err != nil {
 		t.Fatal(err)
@@ -409,7 +400,7 @@ func TestReadyWhileNewConnectionsAreRefused(t *testing.T) {
 	if err := s.Ping(ctx); err == nil || !strings.Contains(err.Error(), "53300") {
 		t.Fatalf("Ping with the role's one connection taken = %v, want SQLSTATE 53300", err)
 	}
-	rs, ms = rows(6, 5, nil)
+	rs, ms := rows(6, 5, nil)
 	src.push(t, ctx, rs)
 	waitFor(t, ctx, "rows acked", allAcked(ms))
 	if err := s.Ready(ctx); err != nil {
@@ -467,22 +458,8 @@ func TestConnectionEndedWhileIdle(t *testing.T) {
 // drill they waited, each with its committer, until the limit was lifted
 // minutes later (and a stop meanwhile always ended at drain_timeout).
 func TestBatchesGoToTheCommitterThatCanConnect(t *testing.T) {
-	ctx := testCtx(t, 60*time.Second)
-	pg := testenv.Postgres(t)
-	admin := pg.Conn(t)
-	role, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE ON SCHEMA public TO %[1]s")
-	s, _ := newTestSink(t, ctx, roleURL, func(c *Config) { c.Connections = 3 })
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	rs, ms := rows(1, 5, nil)
-	src.push(t, ctx, rs)
-	waitFor(t, ctx, "rows acked", allAcked(ms))
-	for _, q := range []string{"ALTER ROLE " + role + " CONNECTION LIMIT 1",
-		"SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = '" + role + "'"} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ctx, admin, role, _, src, wait, _ := roleSink(t, 3, false)
+	execAll(t, ctx, admin, "ALTER ROLE "+role+" CONNECTION LIMIT 1", terminateRole(role))
 	var all []*recMsg
 	for i := range 20 {
 		rs, ms := rows(6+5*i, 5, nil)
@@ -501,24 +478,9 @@ func TestBatchesGoToTheCommitterThatCanConnect(t *testing.T) {
 // the table: the log says what to do, restart with the new credentials,
 // and the rows commit once the old ones work again.
 func TestRefusedLoginIsNotBlamedOnTheTable(t *testing.T) {
-	ctx := testCtx(t, 60*time.Second)
-	pg := testenv.Postgres(t)
-	admin := pg.Conn(t)
-	role, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE ON SCHEMA public TO %[1]s")
-	s, _ := newTestSink(t, ctx, roleURL, func(c *Config) { c.Connections = 1 })
-	logs := captureLog(t, s, time.Minute)
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	rs, ms := rows(1, 5, nil)
-	src.push(t, ctx, rs)
-	waitFor(t, ctx, "rows acked", allAcked(ms))
-	for _, q := range []string{"ALTER ROLE " + role + " PASSWORD 'rotated'",
-		"SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = '" + role + "'"} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rs, ms = rows(6, 5, nil)
+	ctx, admin, role, _, src, wait, logs := roleSink(t, 1, true)
+	execAll(t, ctx, admin, "ALTER ROLE "+role+" PASSWORD 'rotated'", terminateRole(role))
+	rs, ms := rows(6, 5, nil)
 	src.push(t, ctx, rs)
 	waitFor(t, ctx, "the refused login logged", func() bool { return strings.Contains(logs.String(), "28P01") })
 	for line := range strings.Lines(logs.String()) {
@@ -631,4 +593,42 @@ func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+}
+
+// roleSink runs a sink of connections committers as a role of the test's
+// own (newRole), which may create its table, and has it commit rows 1-5;
+// with capture its log is kept (captureLog). admin is a superuser's
+// connection.
+func roleSink(t *testing.T, connections int, capture bool) (ctx context.Context, admin *pgx.Conn, role string, s *Sink, src source,
+	wait func() error, logs *testenv.SyncBuffer) {
+	t.Helper()
+	ctx = testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	admin = pg.Conn(t)
+	role, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE ON SCHEMA public TO %[1]s")
+	s, _ = newTestSink(t, ctx, roleURL, func(c *Config) { c.Connections = connections })
+	if capture {
+		logs = captureLog(t, s, time.Minute)
+	}
+	src = newSource()
+	wait = runSink(t, ctx, s, src)
+	rs, ms := rows(1, 5, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "rows acked", allAcked(ms))
+	return ctx, admin, role, s, src, wait, logs
+}
+
+// execAll runs each statement on c.
+func execAll(t *testing.T, ctx context.Context, c *pgx.Conn, sqls ...string) {
+	t.Helper()
+	for _, q := range sqls {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// terminateRole is a statement that ends every session of role.
+func terminateRole(role string) string {
+	return "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = '" + role + "'"
 }
