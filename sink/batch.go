@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jetsink/jetsink/pipeline"
@@ -136,6 +137,22 @@ type run struct {
 
 	wakeMu sync.Mutex
 	wake   context.CancelFunc // ends the batcher's wait for rows when a committer frees up
+
+	// workMu orders a committer's hand-off (committer.handOff, under the
+	// read lock) before the batcher's close of work (closeWork); workDone
+	// is set then: a token left in ready after it is stale (its committer
+	// got nil and returned).
+	workMu   sync.RWMutex
+	workDone atomic.Bool
+}
+
+// closeWork closes work once the batcher is done, after any hand-off under
+// way.
+func (r *run) closeWork() {
+	r.workMu.Lock()
+	defer r.workMu.Unlock()
+	r.workDone.Store(true)
+	close(r.work)
 }
 
 // Run moves rows from src into the table until src reports closed
@@ -255,7 +272,7 @@ var serverWarnings = map[ProblemKind]string{
 // it waits for a committer again. Holding only on a stall keeps a merely
 // busy sink (a drain) from holding max_ack_pending rows in memory.
 func (r *run) batcher(ctx context.Context) error {
-	defer close(r.work)
+	defer r.closeWork()
 	cfg := &r.s.cfg.Batch
 	var held []*batch // cut batches waiting for a committer, oldest first
 	heldRows := 0     // rows in held

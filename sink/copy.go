@@ -119,7 +119,16 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 			case herr == nil:
 				handed, err = true, nil // another committer has b now
 			case errors.Is(herr, errHandOff):
-				err = c.process(ctx, b) // none took it: try it here again
+				// None took it within handWait: try it here if this
+				// committer can connect now, else offer it again (not
+				// process: that would warn of the batch anew each time).
+				if cerr := c.connect(ctx); cerr == nil {
+					err = c.process(ctx, b)
+				} else if ctx.Err() != nil {
+					err = ctx.Err()
+				}
+			case errors.Is(herr, errWorkDone):
+				err = c.process(ctx, b) // no committer takes work any more: keep trying here
 			default:
 				err = herr
 			}
@@ -145,12 +154,23 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 
 // errHandOff: the committer could not connect while others committed
 // (commitRetry); its batch, untouched, goes to one of them (handOff).
-var errHandOff = errors.New("sink: batch handed to another committer")
+// errWorkDone: no committer takes work any more (handOff).
+var (
+	errHandOff  = errors.New("sink: batch handed to another committer")
+	errWorkDone = errors.New("sink: the batcher is done")
+)
 
 // handOff gives b to a committer waiting for work, as the batcher does
-// (claiming its token). errHandOff when none waits within handWait: the caller tries b itself
-// again. After it returns nil, b is the other committer's.
+// (claiming its token). errHandOff when none waits within handWait;
+// errWorkDone once the batcher is done (the tokens left in ready are
+// stale, their committers gone). After it returns nil, b is the other
+// committer's.
 func (c *committer) handOff(ctx context.Context, b *batch) error {
+	c.r.workMu.RLock()
+	defer c.r.workMu.RUnlock()
+	if c.r.workDone.Load() {
+		return errWorkDone
+	}
 	t := time.NewTimer(handWait)
 	defer t.Stop()
 	select {
@@ -667,7 +687,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		}
 		if attempt == first {
 			firstSeq = seq
-		} else if c.mayHand && c.conn == nil && c.s.st.committedStart.Load() > firstSeq {
+		} else if c.mayHand && c.r != nil && c.conn == nil && c.s.st.committedStart.Load() > firstSeq && !c.r.workDone.Load() {
 			if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
 				// This committer cannot connect (the role's or the
 				// server's connection limit) while another commits

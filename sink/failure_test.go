@@ -474,6 +474,45 @@ func TestBatchesGoToTheCommitterThatCanConnect(t *testing.T) {
 	}
 }
 
+// A stop while a committer that cannot connect would hand its batch off:
+// once the batcher is done no committer takes work (a token left in ready
+// then is stale: its committer got nil and returned), and the batch is
+// committed by its own committer when it can connect. A review found a
+// send on the closed work channel here, a panic.
+func TestStopWhileABatchWouldBeHandedOff(t *testing.T) {
+	// Y, the committer without a connection, tries again 1-2 s after it
+	// failed, while X commits a slow last batch after the batcher is done.
+	ctx, admin, role, s, src, wait, _ := roleSink(t, 2, false, func(c *Config) { c.Retry = RetryConfig{Initial: 2 * time.Second, Max: 2 * time.Second} })
+	triggerOn(t, ctx, admin, s.table, "slow", "NEW.stream_seq >= 21", "PERFORM pg_sleep(0.6)")
+	execAll(t, ctx, admin, "ALTER ROLE "+role+" CONNECTION LIMIT 1", terminateRole(role))
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execAll(t, ctx, admin, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
+	a, am := rows(6, 5, nil) // X takes the connection and waits on the lock
+	src.push(t, ctx, a)
+	time.Sleep(100 * time.Millisecond)
+	b, bm := rows(11, 5, nil) // Y cannot connect
+	src.push(t, ctx, b)
+	time.Sleep(100 * time.Millisecond)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "X's first batch acked", allAcked(am))
+	c, cm := rows(16, 5, nil) // an attempt that began after Y failed commits
+	src.push(t, ctx, c)
+	waitFor(t, ctx, "X's second batch acked", allAcked(cm))
+	d, dm := rows(21, 5, nil) // 3 s on X's connection
+	src.push(t, ctx, d)
+	time.Sleep(100 * time.Millisecond)
+	src.Close()
+	waitFor(t, ctx, "every batch acked", allAcked(append(bm, dm...)))
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A login the server refuses (the role's password changed) is not blamed on
 // the table: the log says what to do, restart with the new credentials,
 // and the rows commit once the old ones work again.
@@ -595,18 +634,23 @@ func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
 	}
 }
 
-// roleSink runs a sink of connections committers as a role of the test's
-// own (newRole), which may create its table, and has it commit rows 1-5;
-// with capture its log is kept (captureLog). admin is a superuser's
-// connection.
-func roleSink(t *testing.T, connections int, capture bool) (ctx context.Context, admin *pgx.Conn, role string, s *Sink, src source,
+// roleSink runs a sink of connections committers (and mods) as a role of
+// the test's own (newRole), which may create its table, and has it commit
+// rows 1-5; with capture its log is kept (captureLog). admin is a
+// superuser's connection.
+func roleSink(t *testing.T, connections int, capture bool, mods ...func(*Config)) (ctx context.Context, admin *pgx.Conn, role string, s *Sink, src source,
 	wait func() error, logs *testenv.SyncBuffer) {
 	t.Helper()
 	ctx = testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
 	admin = pg.Conn(t)
 	role, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE ON SCHEMA public TO %[1]s")
-	s, _ = newTestSink(t, ctx, roleURL, func(c *Config) { c.Connections = connections })
+	s, _ = newTestSink(t, ctx, roleURL, func(c *Config) {
+		c.Connections = connections
+		for _, mod := range mods {
+			mod(c)
+		}
+	})
 	if capture {
 		logs = captureLog(t, s, time.Minute)
 	}

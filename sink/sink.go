@@ -367,16 +367,9 @@ type connectError struct {
 
 func (e *connectError) Error() string {
 	lines := strings.Split(e.err.Error(), "\n")
-	tries := 0
-	for _, l := range lines {
-		if strings.HasPrefix(l, "\t") {
-			tries++
-		}
-	}
 	kept := lines[:0]
-	for _, l := range lines {
-		if strings.HasPrefix(l, "\t") && tries > 1 && strings.HasSuffix(l, "tls error: server refused TLS connection") {
-			tries--
+	for i, l := range lines {
+		if i+1 < len(lines) && refusedTLSRetried(l, lines[i+1]) {
 			continue
 		}
 		if !slices.Contains(kept, l) {
@@ -384,6 +377,15 @@ func (e *connectError) Error() string {
 		}
 	}
 	return "connect to postgres " + e.where + ": " + strings.Join(kept, "\n")
+}
+
+// refusedTLSRetried reports whether line, a try of pgx's ConnectError
+// ("\t<address> (<ip>): <error>"), is a server's refusal of TLS that the
+// next line tries again at the same address (sslmode=prefer).
+func refusedTLSRetried(line, next string) bool {
+	const refused = ": tls error: server refused TLS connection"
+	addr, ok := strings.CutSuffix(line, refused)
+	return ok && strings.HasPrefix(addr, "\t") && strings.HasPrefix(next, addr+": ")
 }
 
 func (e *connectError) Unwrap() error { return e.err }

@@ -450,6 +450,12 @@ func TestConnectErrorLeavesOutTheRefusedTLSTry(t *testing.T) {
 	if !strings.Contains(got, "server refused TLS connection") {
 		t.Errorf("require: Error() = %q, want the TLS refusal", got)
 	}
+	// A failover list under require: each host's refusal is its own.
+	other := errors.New("\tb (2): tls error: server refused TLS connection")
+	got = (&connectError{where: "a,b/x", err: errors.Join(head, tls, other)}).Error()
+	if strings.Count(got, "server refused TLS connection") != 2 {
+		t.Errorf("require, two hosts: Error() = %q, want both refusals", got)
+	}
 }
 
 // A URL naming several hosts (a failover list) is named whole in the log
