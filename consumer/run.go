@@ -1109,10 +1109,12 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 // why is what (a step that failed with err), after jetStreamGone when err
 // is one that JetStream's absence gives (no answer, no responders, not
 // enabled) and JetStream does not answer a request for the account's
-// information either, within 2 s (lookTimeout if shorter).
+// information either, within 2 s (lookTimeout if shorter). Not while
+// NATS itself is away (a request would wait for the reconnect) or ctx has
+// ended.
 func (c *Consumer) why(ctx context.Context, what string, err error) string {
 	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, nats.ErrNoResponders) &&
-		!errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+		!errors.Is(err, jetstream.ErrJetStreamNotEnabled) || ctx.Err() != nil || !c.nc.IsConnected() {
 		return what
 	}
 	ctx, cancel := context.WithTimeout(ctx, min(2*time.Second, c.lookTimeout))
