@@ -415,20 +415,20 @@ func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 // PostgreSQL not ready, once, while it is.
 func (s *Sink) onAdmin(ctx context.Context, f func(*pgx.Conn) error, again bool) error {
 	defer func() { <-s.adminSem }()
-	err := s.onAdminOnce(ctx, f, &again)
-	if err != nil && again && ctx.Err() == nil {
-		err = s.onAdminOnce(ctx, f, nil)
+	stale, err := s.onAdminOnce(ctx, f)
+	if err != nil && stale && again && ctx.Err() == nil {
+		_, err = s.onAdminOnce(ctx, f)
 	}
 	return err
 }
 
-// onAdminOnce is one try of onAdmin's. If *reused is true, it is set to
-// whether f failed on a connection made before, and that failure closed it.
-func (s *Sink) onAdminOnce(ctx context.Context, f func(*pgx.Conn) error, reused *bool) error {
+// onAdminOnce is one try of onAdmin's. stale reports that f failed on a
+// connection made before, and that the failure closed it.
+func (s *Sink) onAdminOnce(ctx context.Context, f func(*pgx.Conn) error) (stale bool, err error) {
 	if s.closed {
 		// Not connect again: a /readyz probe while the process shuts
 		// down would leave a connection nothing closes.
-		return fmt.Errorf("postgres %s: %w", s.where, errSinkClosed)
+		return false, fmt.Errorf("postgres %s: %w", s.where, errSinkClosed)
 	}
 	if s.admin != nil && (s.admin.IsClosed() || s.behind(s.admin.PgConn())) {
 		if !s.admin.IsClosed() { // made to a primary a failover has left behind since
@@ -440,11 +440,11 @@ func (s *Sink) onAdminOnce(ctx context.Context, f func(*pgx.Conn) error, reused 
 	if s.admin == nil {
 		c, err := s.dialAdmin(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
 		s.admin = c
 	}
-	err := f(s.admin)
+	err = f(s.admin)
 	closed := err != nil && s.admin.IsClosed()
 	if closed {
 		// pgx closes a connection whose context ended in the background,
@@ -452,10 +452,7 @@ func (s *Sink) onAdminOnce(ctx context.Context, f func(*pgx.Conn) error, reused 
 		s.dropped = s.admin.PgConn()
 		s.admin = nil
 	}
-	if reused != nil {
-		*reused = *reused && old && closed
-	}
-	return err
+	return old && closed, err
 }
 
 // dialCall is a connect of the admin connection's: conn or err is set
