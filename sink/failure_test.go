@@ -492,10 +492,15 @@ func TestStopWhileABatchWouldBeHandedOff(t *testing.T) {
 	execAll(t, ctx, admin, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
 	a, am := rows(6, 5, nil) // X takes the connection and waits on the lock
 	src.push(t, ctx, a)
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, ctx, "a batch waiting on the lock", func() bool {
+		var n int
+		execAll(t, ctx, admin, "SELECT pg_stat_clear_snapshot()") // admin is in the locking transaction
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'", role).Scan(&n)
+		return err == nil && n == 1
+	})
 	b, bm := rows(11, 5, nil) // Y cannot connect
 	src.push(t, ctx, b)
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, ctx, "the other batch's connect refused", func() bool { return s.Stats().Retries > 0 })
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +510,6 @@ func TestStopWhileABatchWouldBeHandedOff(t *testing.T) {
 	waitFor(t, ctx, "X's second batch acked", allAcked(cm))
 	d, dm := rows(21, 5, nil) // 3 s on X's connection
 	src.push(t, ctx, d)
-	time.Sleep(100 * time.Millisecond)
 	src.Close()
 	waitFor(t, ctx, "every batch acked", allAcked(append(bm, dm...)))
 	if err := wait(); err != nil {
