@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -77,6 +78,11 @@ type Options struct {
 	// its WAL is prepared like that of a server that has been running (see
 	// prepareEmbedded), and each engine's run starts after a CHECKPOINT.
 	ColdPostgres bool
+	// PostgresRTT and NATSRTT, when positive (embedded only), put the
+	// engines' connections to that server through a link that adds this
+	// much to every round trip, as if the server ran on another machine
+	// (see link). The bench's own connections are direct.
+	PostgresRTT, NATSRTT time.Duration
 
 	// LockFor, when positive (rate only), takes an ACCESS EXCLUSIVE lock on
 	// the engine's table LockAt after the first scheduled send and holds it
@@ -247,6 +253,21 @@ type Report struct {
 
 	// DupWindow is the streams' duplicate window ("server default" for 0).
 	DupWindow string `json:"duplicate_window"`
+	// Links are the delayed links the engines reached the servers over
+	// (Options.PostgresRTT, NATSRTT).
+	Links []LinkReport `json:"links,omitempty"`
+}
+
+// LinkReport is one delayed link: the round-trip time it added, and how
+// much later than due its chunks went out (Go's timers), over the whole
+// run: each way, a chunk took half the RTT plus its lateness.
+type LinkReport struct {
+	Server     string  `json:"server"`
+	RTTms      float64 `json:"rtt_ms"`
+	LateMeanMs float64 `json:"late_mean_ms"`
+	LateMaxMs  float64 `json:"late_max_ms"`
+	// Connections counts the engines' connections the link carried.
+	Connections int64 `json:"connections"`
 }
 
 // Run runs the scenario Count times and returns the report. Errors wrap
@@ -299,6 +320,33 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		pgPID = pg.PID()
 		say("embedded NATS %s, throwaway PostgreSQL %s %s", ns.URL(), pg.URL("postgres"), strings.TrimPrefix(rep.Target, "embedded "))
 	}
+	engineCfg := cfg
+	for _, ln := range []struct {
+		server string
+		rtt    time.Duration
+		url    *string
+	}{{"PostgreSQL", o.PostgresRTT, &engineCfg.Postgres.URL}, {"NATS", o.NATSRTT, &engineCfg.NATS.URL}} {
+		if ln.rtt <= 0 {
+			continue
+		}
+		u, err := url.Parse(*ln.url)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s's URL: %w", ln.server, err)
+		}
+		lk, err := startLink(u.Host, ln.rtt)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			lk.Close()
+			mean, most := lk.Late()
+			rep.Links = append(rep.Links, LinkReport{Server: ln.server, RTTms: millis(ln.rtt), LateMeanMs: millis(mean), LateMaxMs: millis(most),
+				Connections: lk.accepted.Load()})
+		}()
+		u.Host = lk.Addr()
+		*ln.url = u.String()
+		say("the engines reach %s over a link adding %v to each round trip (%s)", ln.server, ln.rtt, lk.Addr())
+	}
 	nc, err := natsConnect(cfg.NATS, "jetsink-bench")
 	if err != nil {
 		return nil, err
@@ -330,7 +378,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer os.RemoveAll(dir)
 
-	b := &bencher{o: o, cfg: cfg, js: js, ackNC: ackNC, db: db, dir: dir, byCommitTS: track == "on", say: say, pgPID: pgPID,
+	b := &bencher{o: o, cfg: cfg, engineCfg: engineCfg, js: js, ackNC: ackNC, db: db, dir: dir, byCommitTS: track == "on", say: say, pgPID: pgPID,
 		id: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
 	for r := 0; r < o.Count; r++ {
 		if o.Compare {
@@ -406,6 +454,12 @@ func (o *Options) defaults() error {
 	if o.DuplicateWindow > 0 && loadgen.MaxAckWait(o.DuplicateWindow) <= 0 {
 		return fmt.Errorf("%w: --duplicate-window %v is shorter than the publisher's resends need (%v with the shortest PubAck wait)",
 			ErrInvalidOptions, o.DuplicateWindow, loadgen.ResendSpan(10*time.Millisecond))
+	}
+	if o.PostgresRTT < 0 || o.NATSRTT < 0 {
+		return fmt.Errorf("%w: --postgres-rtt and --nats-rtt must not be negative", ErrInvalidOptions)
+	}
+	if (o.PostgresRTT > 0 || o.NATSRTT > 0) && !o.Embedded {
+		return fmt.Errorf("%w: --postgres-rtt and --nats-rtt apply to the embedded servers only; against servers on other machines, the network adds its own", ErrInvalidOptions)
 	}
 	if o.ColdPostgres && !o.Embedded {
 		return fmt.Errorf("%w: --cold-postgres applies to the embedded PostgreSQL only, not to a configured server", ErrInvalidOptions)
@@ -571,6 +625,7 @@ func (b *bencher) checkpointFirst(ctx context.Context) error {
 type bencher struct {
 	o          Options
 	cfg        config.Config
+	engineCfg  config.Config // cfg with the URLs the engines connect to (through the links)
 	js         jetstream.JetStream
 	ackNC      *nats.Conn // the rate runs' ack subscriptions
 	db         *pgx.Conn
@@ -741,14 +796,14 @@ func (b *bencher) start(t target) (*child, error) {
 	if t.engine == EngineBaseline {
 		// The URLs and NATS credentials go in the file (0600), not on
 		// the command line, which any local user may read.
-		path, err := b.writeConfig(t, b.cfg)
+		path, err := b.writeConfig(t, b.engineCfg)
 		if err != nil {
 			return nil, err
 		}
 		return startChild(b.o.Exe, nil, "bench", "baseline", "--config", path, "--stream", t.stream,
 			"--consumer", t.consumer, "--table", t.table)
 	}
-	cfg := b.cfg
+	cfg := b.engineCfg
 	cfg.NATS.Stream = t.stream
 	cfg.NATS.Subjects = []string{t.prefix + ".>"}
 	cfg.NATS.CreateStream = true
@@ -1079,7 +1134,7 @@ func sendLag(pub loadgen.Result) *SendLag {
 		return nil
 	}
 	l := &SendLag{Percentiles: percentiles(pub.SendLag), Over1ms: pub.SentOver1ms}
-	l.Max = float64(pub.SendLagMax) / float64(time.Millisecond) // exact, where the histogram's is its bucket's top
+	l.Max = millis(pub.SendLagMax) // exact, where the histogram's is its bucket's top
 	return l
 }
 
@@ -1244,3 +1299,6 @@ func (r Result) line() string {
 	}
 	return s
 }
+
+// millis is d in milliseconds.
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

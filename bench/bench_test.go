@@ -146,6 +146,37 @@ func TestDrainCompareBaseline(t *testing.T) {
 	}
 }
 
+// With --postgres-rtt and --nats-rtt both engines reach the embedded
+// servers through the delayed links, and still store every event once.
+func TestDrainOverDelayedLinks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	base := config.Default()
+	base.Pipeline.Workers = 1
+	rep, err := Run(ctx, Options{Exe: testenv.Jetsink(t), Base: base, Embedded: true, ColdPostgres: true,
+		Scenario: ScenarioDrain, Events: 5000, Subjects: 10, Compare: true, Timeout: 3 * time.Minute,
+		PostgresRTT: 6 * time.Millisecond, NATSRTT: 2 * time.Millisecond, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep, 2)
+	// The links are closed in reverse: NATS's first.
+	if len(rep.Links) != 2 || rep.Links[0].Server != "NATS" || rep.Links[1].Server != "PostgreSQL" ||
+		rep.Links[0].RTTms != 2 || rep.Links[1].RTTms != 6 {
+		t.Fatalf("links %+v", rep.Links)
+	}
+	for _, l := range rep.Links {
+		// Each engine connects at least once to each server through it.
+		if l.Connections < 2 || l.LateMeanMs < 0 || l.LateMaxMs < l.LateMeanMs {
+			t.Errorf("%s link: %+v", l.Server, l)
+		}
+	}
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "engines -> PostgreSQL: a link adding 6.0 ms to each round trip") {
+		t.Errorf("text report (%v):\n%s", err, text.String())
+	}
+}
+
 // A variant in exactly-once mode gets the unique index that mode needs
 // (the base configuration is at-least-once), and drains.
 func TestDrainExactlyOnceVariant(t *testing.T) {
@@ -592,6 +623,9 @@ func TestOptionsValidate(t *testing.T) {
 		{Exe: "x", Scenario: ScenarioRate, Rate: 10, Duration: 5 * time.Second, LockFor: 100 * time.Millisecond},
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, LockFor: time.Second},
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, ColdPostgres: true}, // not embedded
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, PostgresRTT: time.Millisecond}, // not embedded
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, NATSRTT: time.Millisecond},     // not embedded
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Embedded: true, NATSRTT: -time.Millisecond},
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: -time.Second},
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: time.Second}, // shorter than any resend span
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Count: -1},

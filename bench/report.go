@@ -158,6 +158,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "scenario rate: %.0f events/s for %s over %d subjects (open loop); %s; %d CPUs; %s\n", r.Rate, r.Duration, r.Subjects, r.Target, r.CPUs, r.GoVer)
 	}
 	fmt.Fprintf(&b, "streams' duplicate window: %s\n", r.DupWindow)
+	for _, l := range r.Links {
+		fmt.Fprintf(&b, "engines -> %s: a link adding %.1f ms to each round trip (its chunks went out %.2f ms late on average, %.1f ms at most)\n",
+			l.Server, l.RTTms, l.LateMeanMs, l.LateMaxMs)
+	}
 	fmt.Fprintf(&b, "load average (1 min) before %.2f, after %.2f\n", r.LoadAvg[0], r.LoadAvg[1])
 	if o := r.orderLine(); o != "" {
 		fmt.Fprintln(&b, o)

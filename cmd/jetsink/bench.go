@@ -45,7 +45,11 @@ cluster with fsync on, prepared like a running server: WAL segments to
 recycle, and a CHECKPOINT before each engine's run (--cold-postgres: as
 initdb made it); with --config (or --nats-url/--database-url, or
 JETSINK_CONFIG) it runs against those servers, creating and dropping its own
-streams and tables. jetsink runs as a subprocess ("jetsink run"), so its CPU
+streams and tables. --postgres-rtt and --nats-rtt put the engines' connections
+to the embedded servers through a link that holds each chunk of bytes for
+half that time each way, as if the server ran on another machine (the bench's
+own connections stay direct; the link's copying runs in the bench process).
+jetsink runs as a subprocess ("jetsink run"), so its CPU
 time and peak RSS are its own. Latency runs from each event's scheduled send
 time (no coordinated omission) to the first ack the bench sees for it, after
 its transaction's commit and the commit's WAL flush (rate; the commit
@@ -72,7 +76,8 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 		Example: `  jetsink bench --scenario drain --events 1000000 --compare baseline --count 3
   jetsink bench --scenario rate --rate 20000 --duration 60s --html report.html
   jetsink bench --scenario rate --rate 20000 --duration 90s --lock-at 15s --lock-for 60s
-  jetsink bench --scenario drain --events 200000 --matrix pipeline.workers=1,2,4 --json`,
+  jetsink bench --scenario drain --events 200000 --matrix pipeline.workers=1,2,4 --json
+  jetsink bench --scenario drain --events 500000 --compare baseline --postgres-rtt 2ms`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The first signal stops the run and cleans up (the engine, the
@@ -175,6 +180,8 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 	f.StringVar(&matrix, "matrix", "", "run jetsink once per value of a key (or env:NAME), e.g. pipeline.pin=none,thread,cpu")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on one engine's run after this long")
 	f.DurationVar(&o.DuplicateWindow, "duplicate-window", 0, "the streams' JetStream duplicate window (0: the server's default, 2m)")
+	f.DurationVar(&o.PostgresRTT, "postgres-rtt", 0, "embedded: the engines reach PostgreSQL over a link adding this to each round trip, as to a server on another machine (e.g. 1ms)")
+	f.DurationVar(&o.NATSRTT, "nats-rtt", 0, "embedded: the engines reach NATS over a link adding this to each round trip")
 	f.BoolVar(&o.ColdPostgres, "cold-postgres", false, "embedded: leave the throwaway PostgreSQL as initdb made it (no recycled WAL, no CHECKPOINT before each run)")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON instead of the summary")
 	f.StringVar(&htmlFile, "html", "", "also write a self-contained HTML report (inline SVG) to this file")
