@@ -622,7 +622,7 @@ func TestOptionsValidate(t *testing.T) {
 		{Exe: "x", Scenario: ScenarioRate, Rate: 10, Duration: time.Second, LockFor: -time.Second},
 		{Exe: "x", Scenario: ScenarioRate, Rate: 10, Duration: 5 * time.Second, LockFor: 100 * time.Millisecond},
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, LockFor: time.Second},
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, ColdPostgres: true}, // not embedded
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, ColdPostgres: true},            // not embedded
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, PostgresRTT: time.Millisecond}, // not embedded
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, NATSRTT: time.Millisecond},     // not embedded
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Embedded: true, NATSRTT: -time.Millisecond},

@@ -38,8 +38,8 @@ type link struct {
 	// report: the delay added beyond half the RTT.
 	accepted atomic.Int64 // connections forwarded
 	chunks   atomic.Int64
-	lateNs atomic.Int64
-	maxNs  atomic.Int64
+	lateNs   atomic.Int64
+	maxNs    atomic.Int64
 }
 
 // linkChunk is what a direction holds: n bytes of a pooled buffer read
