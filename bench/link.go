@@ -34,12 +34,12 @@ type link struct {
 	closed bool
 	wg     sync.WaitGroup
 
-	// Late sums how much later than due the chunks went out, for the
-	// report: the delay added beyond half the RTT.
 	accepted atomic.Int64 // connections forwarded
-	chunks   atomic.Int64
-	lateNs   atomic.Int64
-	maxNs    atomic.Int64
+	// For Late: the chunks sent, the sum and the most of how much later
+	// than due they went out, the delay added beyond half the RTT.
+	chunks atomic.Int64
+	lateNs atomic.Int64
+	maxNs  atomic.Int64
 }
 
 // linkChunk is what a direction holds: n bytes of a pooled buffer read
