@@ -258,16 +258,21 @@ type Report struct {
 	Links []LinkReport `json:"links,omitempty"`
 }
 
-// LinkReport is one delayed link: the round-trip time it added, and how
-// much later than due its chunks went out (Go's timers), over the whole
-// run: each way, a chunk took half the RTT plus its lateness.
+// LinkReport is one delayed link (see link) over the whole run: the
+// round-trip time it added; how much later than due its chunks went out
+// (a busy machine: each way, a chunk took half the RTT plus that); how
+// often and how long its readers waited because it held its most already
+// (the link, not the engine, held the traffic back); and the engines'
+// connections it carried.
 type LinkReport struct {
-	Server     string  `json:"server"`
-	RTTms      float64 `json:"rtt_ms"`
-	LateMeanMs float64 `json:"late_mean_ms"`
-	LateMaxMs  float64 `json:"late_max_ms"`
-	// Connections counts the engines' connections the link carried.
-	Connections int64 `json:"connections"`
+	Server      string  `json:"server"`
+	RTT         string  `json:"rtt"`
+	RTTms       float64 `json:"rtt_ms"`
+	LateMeanMs  float64 `json:"late_mean_ms"`
+	LateMaxMs   float64 `json:"late_max_ms"`
+	Stalls      int64   `json:"stalls"`
+	StalledMs   float64 `json:"stalled_ms"`
+	Connections int64   `json:"connections"`
 }
 
 // Run runs the scenario Count times and returns the report. Errors wrap
@@ -333,15 +338,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s's URL: %w", ln.server, err)
 		}
-		lk, err := startLink(u.Host, ln.rtt)
+		lk, err := startLink(u.Host, ln.rtt, linkQueueBytes)
 		if err != nil {
 			return nil, err
 		}
+		rep.Links = append(rep.Links, LinkReport{Server: ln.server, RTT: ln.rtt.String(), RTTms: millis(ln.rtt)})
+		i := len(rep.Links) - 1 // not a pointer: the next link's append may move them
 		defer func() {
 			lk.Close()
 			mean, most := lk.Late()
-			rep.Links = append(rep.Links, LinkReport{Server: ln.server, RTTms: millis(ln.rtt), LateMeanMs: millis(mean), LateMaxMs: millis(most),
-				Connections: lk.accepted.Load()})
+			stalls, stalled := lk.Stalls()
+			lr := &rep.Links[i]
+			lr.LateMeanMs, lr.LateMaxMs, lr.Stalls, lr.StalledMs = millis(mean), millis(most), stalls, millis(stalled)
+			lr.Connections = lk.accepted.Load()
 		}()
 		u.Host = lk.Addr()
 		*ln.url = u.String()
@@ -793,17 +802,31 @@ func benchColumns() []pipeline.Column {
 
 // start starts t's engine as a subprocess.
 func (b *bencher) start(t target) (*child, error) {
+	// The URLs and NATS credentials go in the file (0600), not on the
+	// command line, which any local user may read.
+	path, err := b.writeConfig(t, b.engineConfig(t))
+	if err != nil {
+		return nil, err
+	}
 	if t.engine == EngineBaseline {
-		// The URLs and NATS credentials go in the file (0600), not on
-		// the command line, which any local user may read.
-		path, err := b.writeConfig(t, b.engineCfg)
-		if err != nil {
-			return nil, err
-		}
 		return startChild(b.o.Exe, nil, "bench", "baseline", "--config", path, "--stream", t.stream,
 			"--consumer", t.consumer, "--table", t.table)
 	}
+	args := []string{"run", "--config", path}
+	for _, kv := range t.variant.Set {
+		args = append(args, "--set", kv)
+	}
+	return startChild(b.o.Exe, t.variant.Env, args...)
+}
+
+// engineConfig is the configuration t's engine runs with: the servers'
+// URLs it connects to (through the links, when there are), and for
+// jetsink the run's stream, consumer, table and mapping.
+func (b *bencher) engineConfig(t target) config.Config {
 	cfg := b.engineCfg
+	if t.engine == EngineBaseline {
+		return cfg
+	}
 	cfg.NATS.Stream = t.stream
 	cfg.NATS.Subjects = []string{t.prefix + ".>"}
 	cfg.NATS.CreateStream = true
@@ -814,15 +837,7 @@ func (b *bencher) start(t target) (*child, error) {
 	cfg.Postgres.Columns = benchColumns()
 	cfg.Telemetry.Listen = ""
 	cfg.Log.Level = "warn"
-	path, err := b.writeConfig(t, cfg)
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"run", "--config", path}
-	for _, kv := range t.variant.Set {
-		args = append(args, "--set", kv)
-	}
-	return startChild(b.o.Exe, t.variant.Env, args...)
+	return cfg
 }
 
 // writeConfig writes cfg for t's engine into the bench's directory and

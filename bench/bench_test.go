@@ -160,20 +160,41 @@ func TestDrainOverDelayedLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReport(t, rep, 2)
-	// The links are closed in reverse: NATS's first.
-	if len(rep.Links) != 2 || rep.Links[0].Server != "NATS" || rep.Links[1].Server != "PostgreSQL" ||
-		rep.Links[0].RTTms != 2 || rep.Links[1].RTTms != 6 {
+	if len(rep.Links) != 2 || rep.Links[0].Server != "PostgreSQL" || rep.Links[1].Server != "NATS" ||
+		rep.Links[0].RTT != "6ms" || rep.Links[1].RTT != "2ms" {
 		t.Fatalf("links %+v", rep.Links)
 	}
 	for _, l := range rep.Links {
-		// Each engine connects at least once to each server through it.
-		if l.Connections < 2 || l.LateMeanMs < 0 || l.LateMaxMs < l.LateMeanMs {
+		// Each engine connects at least once to each server through it
+		// (TestEngineConfigGoesThroughTheLinks: the baseline too); their
+		// first answers waited for their due times.
+		if l.Connections < 2 || l.LateMeanMs <= 0 || l.LateMaxMs < l.LateMeanMs {
 			t.Errorf("%s link: %+v", l.Server, l)
 		}
 	}
 	var text bytes.Buffer
-	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "engines -> PostgreSQL: a link adding 6.0 ms to each round trip") {
+	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "engines -> PostgreSQL: a link adding 6ms to each round trip") {
 		t.Errorf("text report (%v):\n%s", err, text.String())
+	}
+}
+
+// Both engines' configurations take the servers' URLs the engines
+// connect to (the links'), not the bench's own; jetsink's also its run's
+// names.
+func TestEngineConfigGoesThroughTheLinks(t *testing.T) {
+	b := &bencher{}
+	b.cfg.NATS.URL, b.cfg.Postgres.URL = "nats://127.0.0.1:4222", "postgres://u@127.0.0.1:5432/db"
+	b.engineCfg = b.cfg
+	b.engineCfg.NATS.URL, b.engineCfg.Postgres.URL = "nats://127.0.0.1:5000", "postgres://u@127.0.0.1:5001/db"
+	for _, e := range []string{EngineJetsink, EngineBaseline} {
+		tg := newTarget(e, "S", "p", Variant{})
+		c := b.engineConfig(tg)
+		if c.NATS.URL != b.engineCfg.NATS.URL || c.Postgres.URL != b.engineCfg.Postgres.URL {
+			t.Errorf("%s: NATS %s, PostgreSQL %s; want the links'", e, c.NATS.URL, c.Postgres.URL)
+		}
+		if e == EngineJetsink && (c.NATS.Stream != "S" || c.Postgres.Table != tg.table || c.NATS.Consumer != tg.consumer) {
+			t.Errorf("jetsink: stream %s, table %s, consumer %s", c.NATS.Stream, c.Postgres.Table, c.NATS.Consumer)
+		}
 	}
 }
 

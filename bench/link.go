@@ -8,26 +8,39 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A link stands for the network between the engines and a server on
 // another machine: it listens on loopback and forwards every connection to
 // the server, holding each chunk of bytes, in each direction, for half the
-// round-trip time before it passes it on. Bandwidth is not limited (a chunk
-// read while others wait is held for its own half RTT, not queued behind
-// them), and order is kept: one writer per direction sends the chunks in
-// the order they were read, each at its due time, so a round trip costs
-// the RTT at least. Go's timers are coarse below a millisecond: a chunk
-// can wait up to about a millisecond more, which the link measures (Late).
+// round-trip time before it passes it on. So a request and its answer take
+// the RTT more than on loopback, a new connection's first answer too (the
+// link connects to the server half an RTT after the engine connected), and
+// the end of a connection (a close, or a reset after the bytes before it)
+// arrives half an RTT late like the bytes. Order is kept: one writer per
+// direction sends the chunks in the order they were read, each at its due
+// time, and those due together in one write. Bandwidth is not limited: a
+// chunk read while others wait is held for its own half RTT, up to
+// linkQueueBytes (or 1,024 chunks) held per direction; beyond that the reader waits for the
+// writer (a stall, counted: the link itself held the traffic back, which a
+// network with a large enough window would not).
+//
+// The writer sleeps with nanosleep, not a Go timer: Go's timers round a
+// wait to whole milliseconds while the process is otherwise idle, which
+// would add up to a millisecond each way. A chunk can still go out late
+// when the machine is busy; the link measures by how much (Late).
 //
 // The engines connect through the link; the bench itself (the publisher,
 // the ack watcher, the checks) connects to the server directly, so what
 // the link delays is the engine's traffic only. Its copying costs CPU in
 // the bench process, on the same machine.
 type link struct {
-	ln     net.Listener
-	target string
-	half   time.Duration
+	ln         net.Listener
+	target     string
+	half       time.Duration
+	queueBytes int // per direction
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -35,41 +48,65 @@ type link struct {
 	wg     sync.WaitGroup
 
 	accepted atomic.Int64 // connections forwarded
-	// For Late: the chunks sent, the sum and the most of how much later
-	// than due they went out, the delay added beyond half the RTT.
-	chunks atomic.Int64
+	// For Late: the chunks that waited for their due time, the sum and the
+	// most of how much later than due they went out.
+	waited atomic.Int64
 	lateNs atomic.Int64
 	maxNs  atomic.Int64
+	// For Stalls: how often and how long a reader waited because its
+	// direction held queueBytes, or 1,024 chunks.
+	stalls  atomic.Int64
+	stallNs atomic.Int64
 }
 
-// linkChunk is what a direction holds: n bytes of a pooled buffer read
-// from one side, due on the other at due; eof ends the direction.
-type linkChunk struct {
-	buf *[]byte
-	n   int
-	due time.Time
-	eof bool
-}
+// linkQueueBytes bounds what one direction holds, far more than a round
+// trip of a few milliseconds carries at the rates the bench offers (100,000
+// events/s is ~60 MB/s of NATS deliveries: 300 KB in 5 ms).
+const linkQueueBytes = 16 << 20
 
-// A chunk is up to linkChunkSize bytes, and a direction holds at most
-// linkQueueLen of them (8 MiB), more than a round trip of a few
-// milliseconds carries at the rates the bench offers; beyond that its
-// reader waits, as a sender waits for a full TCP window.
+// linkReadSize is the most one read takes; a read of up to linkCopyBelow
+// bytes is copied out of the pooled buffer into one of its own size, so
+// that small chunks hold little memory.
 const (
-	linkChunkSize = 32 << 10
-	linkQueueLen  = 256
+	linkReadSize  = 32 << 10
+	linkCopyBelow = 4 << 10
 )
 
-var linkBufs = sync.Pool{New: func() any { b := make([]byte, linkChunkSize); return &b }}
+var linkBufs = sync.Pool{New: func() any { b := make([]byte, linkReadSize); return &b }}
+
+// linkChunk is what a direction holds: bytes read from one side (in a
+// pooled buffer, or a copy of their own when buf is nil), due on the other
+// at due; or, with end set, the end of the bytes: a close (err nil after
+// EOF) or the error that ended them.
+type linkChunk struct {
+	data []byte
+	buf  *[]byte
+	due  time.Time
+	end  bool
+	err  error
+}
+
+func (c linkChunk) size() int {
+	if c.buf != nil {
+		return cap(*c.buf)
+	}
+	return len(c.data)
+}
+
+func (c linkChunk) free() {
+	if c.buf != nil {
+		linkBufs.Put(c.buf)
+	}
+}
 
 // startLink listens on 127.0.0.1 and forwards to target with rtt added to
-// every round trip.
-func startLink(target string, rtt time.Duration) (*link, error) {
+// every round trip, holding at most queueBytes in each direction.
+func startLink(target string, rtt time.Duration, queueBytes int) (*link, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("bench: the delayed link's listener: %w", err)
 	}
-	l := &link{ln: ln, target: target, half: rtt / 2, conns: map[net.Conn]struct{}{}}
+	l := &link{ln: ln, target: target, half: rtt / 2, queueBytes: max(queueBytes, linkReadSize), conns: map[net.Conn]struct{}{}}
 	l.wg.Go(l.accept)
 	return l, nil
 }
@@ -90,19 +127,26 @@ func (l *link) Close() {
 	l.wg.Wait()
 }
 
-// Late is how much later than due the chunks went out: the mean and the
-// most, the delay the link added beyond half the RTT.
+// Late is how much later than due the chunks that waited for their due
+// time went out: the mean and the most. Each way, such a chunk took half
+// the RTT plus that.
 func (l *link) Late() (mean, most time.Duration) {
-	n := l.chunks.Load()
+	n := l.waited.Load()
 	if n == 0 {
 		return 0, 0
 	}
 	return time.Duration(l.lateNs.Load() / n), time.Duration(l.maxNs.Load())
 }
 
+// Stalls is how often, and how long in all, a reader waited because its
+// direction held linkQueueBytes, or 1,024 chunks, already.
+func (l *link) Stalls() (int64, time.Duration) {
+	return l.stalls.Load(), time.Duration(l.stallNs.Load())
+}
+
 func (l *link) late(d time.Duration) {
 	d = max(d, 0)
-	l.chunks.Add(1)
+	l.waited.Add(1)
 	l.lateNs.Add(int64(d))
 	for {
 		m := l.maxNs.Load()
@@ -118,96 +162,116 @@ func (l *link) accept() {
 		if err != nil {
 			return
 		}
-		s, err := net.DialTimeout("tcp", l.target, 10*time.Second)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		if !l.track(c, s) {
+		if !l.track(c) {
 			return
 		}
-		l.accepted.Add(1)
-		var both sync.WaitGroup
-		both.Add(2)
-		l.wg.Go(func() { l.direction(c, s); both.Done() })
-		l.wg.Go(func() { l.direction(s, c); both.Done() })
-		l.wg.Go(func() {
-			both.Wait()
-			c.Close()
-			s.Close()
-			l.untrack(c, s)
-		})
+		l.wg.Go(func() { l.connect(c) })
 	}
 }
 
-func (l *link) track(cs ...net.Conn) bool {
+// connect reaches the server for c half an RTT after c came (as its SYN
+// would have), then carries both directions until both have ended.
+func (l *link) connect(c net.Conn) {
+	defer l.untrack(c)
+	defer c.Close()
+	sleepUntil(time.Now().Add(l.half))
+	s, err := net.DialTimeout("tcp", l.target, 10*time.Second)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	if !l.track(s) {
+		return
+	}
+	defer l.untrack(s)
+	l.accepted.Add(1)
+	var both sync.WaitGroup
+	both.Go(func() { l.direction(c, s) })
+	both.Go(func() { l.direction(s, c) })
+	both.Wait()
+}
+
+func (l *link) track(c net.Conn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		for _, c := range cs {
-			c.Close()
-		}
+		c.Close()
 		return false
 	}
-	for _, c := range cs {
-		l.conns[c] = struct{}{}
-	}
+	l.conns[c] = struct{}{}
 	return true
 }
 
-func (l *link) untrack(cs ...net.Conn) {
+func (l *link) untrack(c net.Conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, c := range cs {
-		delete(l.conns, c)
-	}
+	delete(l.conns, c)
 }
 
 // direction carries src's bytes to dst, each chunk half the RTT after it
-// was read. The end of src's bytes (EOF) reaches dst as a half close after
-// the bytes before it; any other error closes both connections, as does a
-// failed write.
+// was read. The end of src's bytes reaches dst half an RTT after the last
+// of them, as a half close after EOF, as a close after any other error.
 func (l *link) direction(src, dst net.Conn) {
-	q := make(chan linkChunk, linkQueueLen)
+	q := make(chan linkChunk, 1024)
+	room := newByteBudget(l.queueBytes)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		l.send(q, src, dst)
+		l.send(q, room, src, dst)
 	}()
+	defer func() { <-done }()
+	defer close(q)
 	for {
 		bp := linkBufs.Get().(*[]byte)
 		n, err := src.Read(*bp)
 		if n > 0 {
-			q <- linkChunk{buf: bp, n: n, due: time.Now().Add(l.half)}
+			c := linkChunk{data: (*bp)[:n], buf: bp}
+			if n <= linkCopyBelow {
+				c = linkChunk{data: append([]byte(nil), (*bp)[:n]...)}
+				linkBufs.Put(bp)
+			}
+			waited := room.take(c.size())
+			c.due = time.Now().Add(l.half)
+			select {
+			case q <- c:
+			default: // 1,024 chunks held
+				start := time.Now()
+				q <- c
+				waited += max(time.Since(start), 1)
+			}
+			if waited > 0 {
+				l.stalls.Add(1)
+				l.stallNs.Add(int64(waited))
+			}
 		} else {
 			linkBufs.Put(bp)
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				q <- linkChunk{eof: true}
-			} else {
-				src.Close()
-				dst.Close()
+				err = nil
 			}
-			close(q)
-			<-done
+			q <- linkChunk{end: true, err: err, due: time.Now().Add(l.half)}
 			return
 		}
 	}
 }
 
 // send writes q's chunks to dst at their due times, those due together in
-// one write. After a failed write it closes both connections, which ends
-// the reader, and takes what is left in q until the reader closes it.
-func (l *link) send(q <-chan linkChunk, src, dst net.Conn) {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
+// one write, and ends dst as the end chunk says. After a failed write it
+// closes both connections, which ends the reader, and takes what is left
+// in q until the reader closes it.
+func (l *link) send(q <-chan linkChunk, room *byteBudget, src, dst net.Conn) {
 	var (
 		held = make([]linkChunk, 0, 64)
 		bufs = make(net.Buffers, 0, 64)
 		next *linkChunk // taken from q, not due yet
 	)
+	drain := func() {
+		for c := range q {
+			room.give(c.size())
+			c.free()
+		}
+	}
 	for {
 		var c linkChunk
 		if next != nil {
@@ -218,30 +282,32 @@ func (l *link) send(q <-chan linkChunk, src, dst net.Conn) {
 				return
 			}
 		}
-		if c.eof {
-			if tc, ok := dst.(*net.TCPConn); ok {
-				_ = tc.CloseWrite()
+		if time.Until(c.due) > 0 {
+			sleepUntil(c.due)
+			l.late(time.Since(c.due))
+		}
+		if c.end {
+			if tc, ok := dst.(*net.TCPConn); ok && c.err == nil {
+				_ = tc.CloseWrite() // the other direction goes on
+			} else {
+				src.Close()
+				dst.Close()
 			}
-			continue // q closes next
+			drain() // nothing comes after the end
+			return
 		}
-		if d := time.Until(c.due); d > 0 {
-			timer.Reset(d)
-			<-timer.C
-		}
-		l.late(time.Since(c.due))
 		held = append(held[:0], c)
 	gather:
-		for len(held) < 64 {
+		for len(held) < cap(held) {
 			select {
 			case n, ok := <-q:
 				if !ok {
 					break gather
 				}
-				if n.eof || time.Now().Before(n.due) {
+				if n.end || time.Now().Before(n.due) {
 					next = &n
 					break gather
 				}
-				l.late(time.Since(n.due))
 				held = append(held, n)
 			default:
 				break gather
@@ -249,21 +315,68 @@ func (l *link) send(q <-chan linkChunk, src, dst net.Conn) {
 		}
 		out := bufs[:0] // WriteTo consumes out, not bufs
 		for _, h := range held {
-			out = append(out, (*h.buf)[:h.n])
+			out = append(out, h.data)
 		}
 		_, err := out.WriteTo(dst)
 		for _, h := range held {
-			linkBufs.Put(h.buf)
+			room.give(h.size())
+			h.free()
 		}
 		if err != nil {
-			src.Close()
+			src.Close() // ends the reader
 			dst.Close()
-			for c := range q {
-				if c.buf != nil {
-					linkBufs.Put(c.buf)
-				}
-			}
+			drain()
 			return
 		}
 	}
+}
+
+// sleepUntil sleeps until t with nanosleep: a Go timer would round the
+// wait up to a whole millisecond while the process is otherwise idle.
+func sleepUntil(t time.Time) {
+	for {
+		d := time.Until(t)
+		if d <= 0 {
+			return
+		}
+		ts := unix.NsecToTimespec(int64(d))
+		_ = unix.Nanosleep(&ts, nil) // EINTR: sleep what is left
+	}
+}
+
+// byteBudget is the room a direction has left for the bytes it holds.
+type byteBudget struct {
+	mu   sync.Mutex
+	cond sync.Cond
+	free int
+}
+
+func newByteBudget(n int) *byteBudget {
+	b := &byteBudget{free: n}
+	b.cond.L = &b.mu
+	return b
+}
+
+// take waits until n bytes fit and takes them; it returns how long it
+// waited. n is at most linkReadSize, so the room of an empty queue fits it.
+func (b *byteBudget) take(n int) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.free >= n {
+		b.free -= n
+		return 0
+	}
+	start := time.Now()
+	for b.free < n {
+		b.cond.Wait()
+	}
+	b.free -= n
+	return max(time.Since(start), 1)
+}
+
+func (b *byteBudget) give(n int) {
+	b.mu.Lock()
+	b.free += n
+	b.mu.Unlock()
+	b.cond.Broadcast()
 }

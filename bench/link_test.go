@@ -3,15 +3,16 @@ package bench
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
 
-// echoServer answers every connection with what it reads, and closes its
-// side when the client has closed its own.
-func echoServer(t *testing.T) string {
+// server runs handle on every connection to a listener of its own.
+func server(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -27,7 +28,7 @@ func echoServer(t *testing.T) string {
 			}
 			go func() {
 				defer c.Close()
-				_, _ = io.Copy(c, c)
+				handle(c)
 			}()
 		}
 	}()
@@ -35,22 +36,32 @@ func echoServer(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// The link delays every round trip by its RTT at least, passes every byte
-// in order both ways, and carries a half close through after the bytes
-// before it.
-func TestLinkDelaysAndKeepsTheBytes(t *testing.T) {
-	const rtt = 20 * time.Millisecond
-	l, err := startLink(echoServer(t), rtt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+// echo answers with what it reads, and closes its side after the client
+// closed its own.
+func echo(c net.Conn) { _, _ = io.Copy(c, c) }
+
+func dialLink(t *testing.T, l *link) *net.TCPConn {
+	t.Helper()
 	c, err := net.Dial("tcp", l.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	return c.(*net.TCPConn)
+}
 
+// The link delays every round trip by its RTT at least, and passes every
+// byte in order both ways, more at once than a direction holds (which
+// stalls its reader).
+func TestLinkDelaysAndKeepsTheBytes(t *testing.T) {
+	const rtt = 20 * time.Millisecond
+	l, err := startLink(server(t, echo), rtt, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c := dialLink(t, l)
 	for i := range 5 {
 		start := time.Now()
 		if _, err := c.Write([]byte{byte(i)}); err != nil {
@@ -64,9 +75,13 @@ func TestLinkDelaysAndKeepsTheBytes(t *testing.T) {
 			t.Fatalf("round trip %d: %v, got %d; want at least %v and %d", i, took, b[0], rtt, i)
 		}
 	}
+	if mean, _ := l.Late(); mean <= 0 {
+		t.Errorf("no lateness measured on chunks that waited: %v", mean)
+	}
 
-	// 8 MiB, more than a direction holds, written while it is read back.
-	sent := make([]byte, 8<<20)
+	// 4 MiB in writes of 10,000 bytes, while they come back: far more
+	// than the 64 KiB a direction holds (64 KiB a half RTT, 3.2 MB/s).
+	sent := make([]byte, 4<<20)
 	_, _ = rand.Read(sent)
 	errc := make(chan error, 1)
 	go func() {
@@ -78,7 +93,7 @@ func TestLinkDelaysAndKeepsTheBytes(t *testing.T) {
 			}
 			p = p[n:]
 		}
-		errc <- c.(*net.TCPConn).CloseWrite()
+		errc <- c.CloseWrite()
 	}()
 	got, err := io.ReadAll(c) // ends when the server's half close comes back
 	if err != nil {
@@ -90,8 +105,47 @@ func TestLinkDelaysAndKeepsTheBytes(t *testing.T) {
 	if !bytes.Equal(got, sent) {
 		t.Fatalf("got %d bytes back, not the %d sent (or not in order)", len(got), len(sent))
 	}
-	if mean, most := l.Late(); mean < 0 || most < mean {
-		t.Fatalf("late: mean %v, most %v", mean, most)
+	if n, d := l.Stalls(); n == 0 || d <= 0 {
+		t.Errorf("stalls %d (%v): 4 MiB through a link of 64 KiB each way never filled it", n, d)
+	}
+}
+
+// A connection's first answer and its end come half an RTT later each way
+// than on loopback: the server's greeting takes the RTT, and so does a
+// half close answered by the server's.
+func TestLinkDelaysConnectAndClose(t *testing.T) {
+	const rtt = 30 * time.Millisecond
+	l, err := startLink(server(t, func(c net.Conn) {
+		if _, err := c.Write([]byte("hi")); err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, c)
+		_ = c.(*net.TCPConn).CloseWrite()
+	}), rtt, linkQueueBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	start := time.Now()
+	c := dialLink(t, l)
+	if _, err := io.ReadFull(c, make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < rtt {
+		t.Errorf("greeting after %v, want the RTT (%v) at least", took, rtt)
+	}
+	start = time.Now()
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("read %d bytes, %v; want the server's EOF", n, err)
+	}
+	if took := time.Since(start); took < rtt {
+		t.Errorf("the server's close after %v, want the RTT (%v) at least", took, rtt)
+	}
+	if l.accepted.Load() != 1 {
+		t.Errorf("%d connections, want 1", l.accepted.Load())
 	}
 }
 
@@ -99,15 +153,11 @@ func TestLinkDelaysAndKeepsTheBytes(t *testing.T) {
 // (testenv.Main checks that none is left); a connection made after it is
 // refused.
 func TestLinkClose(t *testing.T) {
-	l, err := startLink(echoServer(t), 2*time.Millisecond)
+	l, err := startLink(server(t, echo), 2*time.Millisecond, linkQueueBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.Dial("tcp", l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialLink(t, l)
 	if _, err := c.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -115,9 +165,8 @@ func TestLinkClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Close()
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err == nil {
-		t.Fatal("read a byte from a closed link")
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read from a closed link: %v, want its end", err)
 	}
 	if c2, err := net.Dial("tcp", l.Addr()); err == nil {
 		c2.Close()

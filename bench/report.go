@@ -159,8 +159,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "streams' duplicate window: %s\n", r.DupWindow)
 	for _, l := range r.Links {
-		fmt.Fprintf(&b, "engines -> %s: a link adding %.1f ms to each round trip (its chunks went out %.2f ms late on average, %.1f ms at most)\n",
-			l.Server, l.RTTms, l.LateMeanMs, l.LateMaxMs)
+		fmt.Fprintf(&b, "engines -> %s: a link adding %s to each round trip (chunks went out %.3f ms late on average, %.1f ms at most",
+			l.Server, l.RTT, l.LateMeanMs, l.LateMaxMs)
+		if l.Stalls > 0 {
+			fmt.Fprintf(&b, "; it held traffic back %d times, %.1f ms in all", l.Stalls, l.StalledMs)
+		}
+		fmt.Fprintf(&b, "; %d connections)\n", l.Connections)
 	}
 	fmt.Fprintf(&b, "load average (1 min) before %.2f, after %.2f\n", r.LoadAvg[0], r.LoadAvg[1])
 	if o := r.orderLine(); o != "" {
