@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -472,7 +473,8 @@ func TestCheckReportsPullLimits(t *testing.T) {
 	srv := testenv.NATS(t)
 	js := jsFor(t, srv)
 	cfg := testConfig(t, srv)
-	newConsumer(t, ctx, cfg) // the stream, the dead-letter stream and the durable as run makes them
+	cfg.PullMaxMessages = 500 // set: a derived one pulls no more than the limit
+	newConsumer(t, ctx, cfg)  // the stream, the dead-letter stream and the durable as run makes them
 	ps, err := Check(ctx, cfg, testLogger(t, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -496,6 +498,49 @@ func TestCheckReportsPullLimits(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no warning of max_request_batch 10:\n%s", problemsText(ps))
+	}
+	cfg.PullMaxMessages = 0
+	if ps, err = Check(ctx, cfg, testLogger(t, nil)); err != nil || strings.Contains(problemsText(ps), "refuses jetsink's pulls") {
+		t.Fatalf("pull_max_messages derived (%v):\n%s", err, problemsText(ps))
+	}
+}
+
+// The server's jetstream limits set max_request_batch 100 on every
+// consumer: a derived pull_max_messages pulls 100 at most and drains the
+// stream; a set one above it is refused.
+func TestServerMaxRequestBatchLowersDerivedPulls(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), JetStreamLimits: server.JSLimitOpts{MaxRequestBatch: 100}})
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfigURL(t, srv.ClientURL())
+	c := newConsumer(t, ctx, cfg)
+	r := startRun(t, ctx, c, 2, 64, 1024)
+	publish(t, ctx, js, cfg, 1000, 10, 0)
+	for range 1000 {
+		g := r.next(t, ctx)
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.pullMessages(); got != 100 {
+		t.Errorf("pulls %d messages, want the server's max_request_batch 100", got)
+	}
+	r.stopClean(t, ctx)
+
+	cfg.PullMaxMessages = 500
+	_, err = New(ctx, cfg, testLogger(t, nil))
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "max_request_batch 100 (set nats.pull_max_messages to 100 or less)") {
+		t.Fatalf("New with pull_max_messages 500 = %v, want the limit named", err)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/consumer/wire"
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns. The message
@@ -28,7 +30,7 @@ const (
 	DefaultAckWait           = 30 * time.Second
 	DefaultMaxDeliver        = 10
 	DefaultDeadLetterSubject = "jetsink.dlq.EVENTS"
-	DefaultPullMaxMessages   = 1024
+	DefaultPullMaxMessages   = 4096 // what PullMaxMessages 0 derives, at most
 	DefaultPullExpiry        = 30 * time.Second
 	DefaultPullHeartbeat     = 1 * time.Second
 	// PullClient values.
@@ -133,20 +135,25 @@ type Config struct {
 	// derived: the wiring calls DeriveMaxAckPending with what its rings and
 	// batches can hold (at most MaxDerivedAckPending); if it is still 0, New
 	// uses DefaultMaxAckPending.
-	// -1 means unlimited. Must not be below PullMaxMessages.
+	// -1 means unlimited. Must not be below a PullMaxMessages that is set.
 	MaxAckPending int `yaml:"max_ack_pending"`
 	// DeadLetterSubject receives events that can never be stored. Some
 	// stream other than Stream must capture it (a stream capturing its own
 	// dead letters would loop). Default jetsink.dlq.EVENTS.
 	DeadLetterSubject string `yaml:"dead_letter_subject"`
 
-	// PullMaxMessages bounds the messages buffered by the pull subscription;
-	// a new pull is sent when half of them have been taken. Default 1024:
-	// enough to keep two cores busy between pulls, small next to ring #1.
-	// nats.go counts a subscription holding more than 64 MiB as a slow
-	// consumer and drops messages (JetStream redelivers them after
-	// ack_wait), so keep pull_max_messages x typical event size well below
-	// that, or set PullMaxBytes. nats.go's pulls ask for at most 250,000
+	// PullMaxMessages bounds the messages a pull subscription keeps
+	// requested and not yet taken; a new pull is sent when fewer than half
+	// of them are. 0 (the default) derives it (PullMessages):
+	// DefaultPullMaxMessages, at most MaxAckPending and the consumer's
+	// max_request_batch. It has to cover what arrives in a round trip to
+	// the server: with NATS 2 ms away (bench --nats-rtt) 1,024 drained
+	// 0.78x as fast as 4,096, 5 ms away 0.67x, and on loopback no faster
+	// (BENCHMARKS.md, session 50). The bytes are bounded apart from it:
+	// the wire client's by the in-flight budget, nats.go's per pull
+	// (natsGoPullBytes), whose subscription would drop what it holds
+	// beyond 64 MiB as a slow consumer (JetStream redelivers it after
+	// ack_wait). nats.go's pulls ask for at most 250,000
 	// (maxNATSGoPullMessages).
 	PullMaxMessages int `yaml:"pull_max_messages"`
 	// PullMaxBytes additionally caps the bytes of one pull request, and
@@ -236,7 +243,6 @@ func DefaultConfig() Config {
 		AckWait:           DefaultAckWait,
 		MaxDeliver:        DefaultMaxDeliver,
 		DeadLetterSubject: DefaultDeadLetterSubject,
-		PullMaxMessages:   DefaultPullMaxMessages,
 		PullExpiry:        DefaultPullExpiry,
 		PullHeartbeat:     DefaultPullHeartbeat,
 		PullClient:        PullClientWire,
@@ -266,14 +272,30 @@ const MaxPullMessages = 1 << 20
 
 // DeriveMaxAckPending sets MaxAckPending, when it is 0, to inFlight (what the
 // rest of the chain can hold: ring slots plus open batch rows) plus
-// PullMaxMessages, at most MaxDerivedAckPending (but never below
-// PullMaxMessages), so that the server does not throttle the consumer
+// PullMessages, at most MaxDerivedAckPending (but never below
+// PullMessages), so that the server does not throttle the consumer
 // below what jetsink can use while memory stays bounded. An explicit
 // MaxAckPending is left alone.
 func (c *Config) DeriveMaxAckPending(inFlight int) {
 	if c.MaxAckPending == 0 && inFlight > 0 {
-		c.MaxAckPending = max(min(inFlight+c.PullMaxMessages, MaxDerivedAckPending), c.PullMaxMessages)
+		pull := c.PullMessages()
+		c.MaxAckPending = max(min(inFlight+pull, MaxDerivedAckPending), pull)
 	}
+}
+
+// PullMessages is the messages a pull subscription keeps requested:
+// PullMaxMessages, or when that is 0 (derived) DefaultPullMaxMessages, at
+// most MaxAckPending when that is set (the server delivers no more). The
+// consumer's max_request_batch lowers a derived one further once the
+// server has told it (Consumer.pullMessages).
+func (c Config) PullMessages() int {
+	if c.PullMaxMessages > 0 {
+		return c.PullMaxMessages
+	}
+	if c.MaxAckPending > 0 {
+		return min(DefaultPullMaxMessages, c.MaxAckPending)
+	}
+	return DefaultPullMaxMessages
 }
 
 // inFlightBudget is the in-flight byte budget for a server whose
@@ -291,7 +313,7 @@ func (c Config) inFlightBudget(maxPayload int64) int64 {
 // maxAckPending is what New asks the server for.
 func (c Config) maxAckPending() int {
 	if c.MaxAckPending == 0 {
-		return max(DefaultMaxAckPending, c.PullMaxMessages)
+		return max(DefaultMaxAckPending, c.PullMessages())
 	}
 	return c.MaxAckPending
 }
@@ -374,8 +396,8 @@ func (c Config) Validate() error {
 		// Event.Delivered is 32 bits.
 		errs = append(errs, fmt.Errorf("%w: nats.max_deliver must be below %d (got %d); -1 is unlimited", ErrInvalidConfig, math.MaxInt32, c.MaxDeliver))
 	}
-	if c.PullMaxMessages < 1 || c.PullMaxMessages > MaxPullMessages {
-		errs = append(errs, fmt.Errorf("%w: nats.pull_max_messages must be 1 to %d (got %d); %d is a good start", ErrInvalidConfig, MaxPullMessages, c.PullMaxMessages, DefaultPullMaxMessages))
+	if c.PullMaxMessages < 0 || c.PullMaxMessages > MaxPullMessages {
+		errs = append(errs, fmt.Errorf("%w: nats.pull_max_messages must be 0 (derived) or 1 to %d (got %d)", ErrInvalidConfig, MaxPullMessages, c.PullMaxMessages))
 	}
 	if c.PullMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("%w: nats.pull_max_bytes must be 0 (no byte cap) or positive (got %d)", ErrInvalidConfig, c.PullMaxBytes))
@@ -386,7 +408,7 @@ func (c Config) Validate() error {
 	if c.MaxAckPending < -1 {
 		errs = append(errs, fmt.Errorf("%w: nats.max_ack_pending must be 0 (derived), -1 (unlimited) or positive (got %d)", ErrInvalidConfig, c.MaxAckPending))
 	}
-	if c.MaxAckPending > 0 && c.MaxAckPending < c.PullMaxMessages {
+	if c.MaxAckPending > 0 && c.PullMaxMessages > 0 && c.MaxAckPending < c.PullMaxMessages {
 		errs = append(errs, fmt.Errorf("%w: nats.max_ack_pending (%d) is below nats.pull_max_messages (%d); raise it or set 0 to derive it", ErrInvalidConfig, c.MaxAckPending, c.PullMaxMessages))
 	}
 	if c.PullExpiry < time.Second {
@@ -580,11 +602,25 @@ const (
 // of it may bring while the handler waits.
 const maxNATSGoPullMessages = nats.DefaultSubPendingMsgsLimit / 2
 
-// natsGoPullMessages is nats.pull_max_messages within what nats.go's pulls
-// can hold, and whether it had to be lowered.
-func (c Config) natsGoPullMessages() (int, bool) {
-	n := min(c.PullMaxMessages, maxNATSGoPullMessages)
-	return n, n != c.PullMaxMessages
+// natsGoPullMessages is pull (what the consumer would pull) within what
+// nats.go's pulls can hold, and whether it had to be lowered.
+func natsGoPullMessages(pull int) (int, bool) {
+	n := min(pull, maxNATSGoPullMessages)
+	return n, n != pull
+}
+
+// natsGoPullBytes caps each of nats.go's pulls in bytes when
+// nats.pull_max_bytes does not: what the wire client asks a pull for at
+// most with the in-flight budget (budget, 0 for none: the default's), a
+// quarter of it up to wire.MaxPullBytes, never less than a message of
+// maxPayload. nats.go pulls again at half of that, so its subscription
+// holds about twice that at most: well within the 64 MiB past which it
+// drops messages as a slow consumer, however large the events.
+func natsGoPullBytes(budget, maxPayload int64) int {
+	if budget <= 0 {
+		budget = DefaultMaxInFlightBytes
+	}
+	return int(max(min(budget/4, wire.MaxPullBytes), maxPayload+pullBytesMargin))
 }
 
 // natsGoHeartbeat is nats.pull_heartbeat within nats.go's bounds, and

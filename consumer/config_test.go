@@ -84,11 +84,13 @@ func TestValidate(t *testing.T) {
 		{"max_deliver huge", func(c *Config) { c.MaxDeliver = math.MaxInt32 }, "nats.max_deliver"},
 		{"max_deliver largest", func(c *Config) { c.MaxDeliver = math.MaxInt32 - 1 }, ""},
 		{"max_ack_pending -2", func(c *Config) { c.MaxAckPending = -2 }, "nats.max_ack_pending"},
-		{"max_ack_pending below pull", func(c *Config) { c.MaxAckPending = 10 }, "nats.max_ack_pending"},
+		{"max_ack_pending below pull", func(c *Config) { c.MaxAckPending, c.PullMaxMessages = 10, 20 }, "nats.max_ack_pending"},
+		{"max_ack_pending below the derived pull", func(c *Config) { c.MaxAckPending = 10 }, ""},
 		{"max_ack_pending unlimited", func(c *Config) { c.MaxAckPending = -1 }, ""},
 		{"max_ack_pending explicit", func(c *Config) { c.MaxAckPending = 50000 }, ""},
-		{"pull_max_messages 0", func(c *Config) { c.PullMaxMessages = 0 }, "nats.pull_max_messages"},
-		{"pull_max_messages too large", func(c *Config) { c.PullMaxMessages = MaxPullMessages + 1 }, "nats.pull_max_messages must be 1 to"},
+		{"pull_max_messages derived", func(c *Config) { c.PullMaxMessages = 0 }, ""},
+		{"pull_max_messages negative", func(c *Config) { c.PullMaxMessages = -1 }, "nats.pull_max_messages must be 0 (derived) or 1 to"},
+		{"pull_max_messages too large", func(c *Config) { c.PullMaxMessages = MaxPullMessages + 1 }, "nats.pull_max_messages must be 0 (derived) or 1 to"},
 		{"pull_max_bytes negative", func(c *Config) { c.PullMaxBytes = -1 }, "nats.pull_max_bytes"},
 		{"pull_max_bytes set", func(c *Config) { c.PullMaxBytes = 8 << 20 }, ""},
 		{"max_in_flight_bytes below -1", func(c *Config) { c.MaxInFlightBytes = -2 }, "nats.max_in_flight_bytes"},
@@ -430,10 +432,51 @@ func TestNATSGoPullMessages(t *testing.T) {
 		{250_001, 250_000, true},
 		{MaxPullMessages, 250_000, true},
 	} {
-		cfg := DefaultConfig()
-		cfg.PullMaxMessages = tc.set
-		if got, lowered := cfg.natsGoPullMessages(); got != tc.want || lowered != tc.lowered {
+		if got, lowered := natsGoPullMessages(tc.set); got != tc.want || lowered != tc.lowered {
 			t.Errorf("pull_max_messages %d: nats.go pulls %d (lowered %v), want %d (%v)", tc.set, got, lowered, tc.want, tc.lowered)
+		}
+	}
+}
+
+// nats.go's pulls are capped in bytes as the wire client's are: a quarter
+// of the in-flight budget up to 8 MiB, at least a message of max_payload.
+func TestNATSGoPullBytes(t *testing.T) {
+	for _, tc := range []struct {
+		budget, maxPayload int64
+		want               int
+	}{
+		{0, 1 << 20, 8 << 20},                 // the default budget's quarter
+		{4 << 20, 1 << 20, 1<<20 + 8<<10},     // a quarter is below a message
+		{16 << 20, 1 << 20, 4 << 20},          // a quarter
+		{256 << 20, 1 << 20, 8 << 20},         // at most 8 MiB
+		{256 << 20, 64 << 20, 64<<20 + 8<<10}, // a message of max_payload still fits
+	} {
+		if got := natsGoPullBytes(tc.budget, tc.maxPayload); got != tc.want {
+			t.Errorf("budget %d, max_payload %d: %d bytes a pull, want %d", tc.budget, tc.maxPayload, got, tc.want)
+		}
+	}
+}
+
+// pull_max_messages 0 derives 4,096, no more than max_ack_pending; a set
+// one is kept.
+func TestPullMessages(t *testing.T) {
+	for _, tc := range []struct {
+		pull, ackPending, want int
+	}{
+		{0, 0, DefaultPullMaxMessages},
+		{0, -1, DefaultPullMaxMessages},
+		{0, 10_000, DefaultPullMaxMessages},
+		{0, 1000, 1000},
+		{2000, 0, 2000},
+		{20_000, 30_000, 20_000},
+	} {
+		cfg := DefaultConfig()
+		cfg.PullMaxMessages, cfg.MaxAckPending = tc.pull, tc.ackPending
+		if got := cfg.PullMessages(); got != tc.want {
+			t.Errorf("pull_max_messages %d, max_ack_pending %d: pulls %d, want %d", tc.pull, tc.ackPending, got, tc.want)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("pull_max_messages %d, max_ack_pending %d: %v", tc.pull, tc.ackPending, err)
 		}
 	}
 }

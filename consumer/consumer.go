@@ -55,6 +55,9 @@ type Consumer struct {
 	// cons is the durable consumer handle; Run replaces it when it has to
 	// re-create the consumer.
 	cons atomic.Pointer[consumerHandle]
+	// batchLimit is the consumer's max_request_batch as the server last
+	// told it (0: none), for pullMessages.
+	batchLimit atomic.Int64
 
 	stats counters
 

@@ -152,6 +152,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		// update left 0): every pull would be refused.
 		return fmt.Errorf("%w: consumer %s refuses jetsink's pulls: %s", ErrInvalidConfig, cfg.Consumer, why)
 	}
+	c.batchLimit.Store(int64(cons.CachedInfo().Config.MaxRequestBatch)) // lowers a derived pull_max_messages
 	if info := cons.CachedInfo(); info.Paused {
 		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",
 			"consumer", cfg.Consumer, "resumes_in", info.PauseRemaining.Round(time.Second))
@@ -221,7 +222,7 @@ func (c *Consumer) updateMeta(ctx context.Context, change func(map[string]string
 // none.
 func pullLimits(cc jetstream.ConsumerConfig, cfg *Config) string {
 	var why []string
-	if n := cc.MaxRequestBatch; n > 0 && n < cfg.PullMaxMessages {
+	if n := cc.MaxRequestBatch; n > 0 && cfg.PullMaxMessages > 0 && n < cfg.PullMaxMessages { // a derived one pulls fewer
 		why = append(why, fmt.Sprintf("max_request_batch %d (set nats.pull_max_messages to %d or less)", n, n))
 	}
 	if d := cc.MaxRequestExpires; d > 0 && d < cfg.PullExpiry {

@@ -211,6 +211,17 @@ func (c *Consumer) wireOptions(connected string) (wire.Options, error) {
 // nats.ErrNoResponders, as nats.go's Consume reports them. When the wire
 // connection fails the Sub hands on what it holds and ends; Run then
 // subscribes again, on a new connection.
+// pullMessages is what the consumer pulls: Config.PullMessages, and a
+// derived one no more than the consumer's max_request_batch (the server's
+// jetstream limits may set it), which would refuse every pull beyond it.
+func (c *Consumer) pullMessages() int {
+	n := c.cfg.PullMessages()
+	if limit := int(c.batchLimit.Load()); c.cfg.PullMaxMessages == 0 && limit > 0 {
+		n = min(n, limit)
+	}
+	return n
+}
+
 func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(delivery), onErr func(error)) (jetstream.ConsumeContext, error) {
 	wc, err := c.wireConn(hard)
 	if err != nil {
@@ -223,7 +234,7 @@ func (c *Consumer) consumeWire(hard context.Context, s *session, handle func(del
 		Stream:      cfg.Stream,
 		Consumer:    cfg.Consumer,
 		APIPrefix:   cfg.APIPrefix(),
-		MaxMessages: cfg.PullMaxMessages,
+		MaxMessages: c.pullMessages(),
 		MaxBytes:    c.wireMaxBytes(wc),
 		Expires:     cfg.PullExpiry,
 		Heartbeat:   cfg.PullHeartbeat,

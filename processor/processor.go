@@ -439,7 +439,7 @@ func holdRows(cfg *config.Config, workers int) int {
 // boundedHoldRows is what the rings and the pull buffer hold.
 func boundedHoldRows(cfg *config.Config, workers int) int {
 	ring := 1 << bits.Len(uint(max(cfg.Pipeline.RingSize, 1)-1)) // ringq rounds up to a power of two
-	return 2*workers*ring + cfg.NATS.PullMaxMessages
+	return 2*workers*ring + cfg.NATS.PullMessages()
 }
 
 // holdLimit is the sink's hold limit (sink.SetHoldLimit) when holdRows
