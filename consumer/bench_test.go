@@ -129,7 +129,7 @@ func BenchmarkRun(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.PullMaxMessages), jetstream.PullHeartbeat(cfg.PullHeartbeat))
+		iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.PullMessages()), jetstream.PullHeartbeat(cfg.PullHeartbeat))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func BenchmarkConsumeCallback(b *testing.B) {
 		if n.Add(1) == int64(b.N) {
 			close(done)
 		}
-	}, jetstream.PullMaxMessages(cfg.PullMaxMessages), jetstream.PullHeartbeat(cfg.PullHeartbeat))
+	}, jetstream.PullMaxMessages(cfg.PullMessages()), jetstream.PullHeartbeat(cfg.PullHeartbeat))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func BenchmarkAckPolicy(b *testing.B) {
 				if k == int64(b.N) {
 					close(done)
 				}
-			}, jetstream.PullMaxMessages(cfg.PullMaxMessages), jetstream.PullHeartbeat(cfg.PullHeartbeat))
+			}, jetstream.PullMaxMessages(cfg.PullMessages()), jetstream.PullHeartbeat(cfg.PullHeartbeat))
 			if err != nil {
 				b.Fatal(err)
 			}

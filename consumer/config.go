@@ -12,8 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jetsink/jetsink/consumer/wire"
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns. The message
@@ -146,14 +144,16 @@ type Config struct {
 	// requested and not yet taken; a new pull is sent when fewer than half
 	// of them are. 0 (the default) derives it (PullMessages):
 	// DefaultPullMaxMessages, at most MaxAckPending and the consumer's
-	// max_request_batch. It has to cover what arrives in a round trip to
-	// the server: with NATS 2 ms away (bench --nats-rtt) 1,024 drained
-	// 0.78x as fast as 4,096, 5 ms away 0.67x, and on loopback no faster
-	// (BENCHMARKS.md, session 50). The bytes are bounded apart from it:
-	// the wire client's by the in-flight budget, nats.go's per pull
-	// (natsGoPullBytes), whose subscription would drop what it holds
-	// beyond 64 MiB as a slow consumer (JetStream redelivers it after
-	// ack_wait). nats.go's pulls ask for at most 250,000
+	// max_request_batch; with nats.go's pulls at most
+	// natsGoDerivedPullMessages. It has to cover what arrives in a round
+	// trip to the server: with NATS 1 ms away (bench --nats-rtt) 1,024
+	// drained at 0.85x the rate of 4,096, 5 ms away at 0.62x, and on
+	// loopback no faster (BENCHMARKS.md, session 50). The wire client bounds the bytes
+	// apart from it, by the in-flight budget; nats.go counts a
+	// subscription holding more than 64 MiB as a slow consumer and drops
+	// messages (JetStream redelivers them after ack_wait), so with it keep
+	// pull_max_messages x typical event size well below that, or set
+	// PullMaxBytes. nats.go's pulls ask for at most 250,000
 	// (maxNATSGoPullMessages).
 	PullMaxMessages int `yaml:"pull_max_messages"`
 	// PullMaxBytes additionally caps the bytes of one pull request, and
@@ -603,25 +603,23 @@ const (
 const maxNATSGoPullMessages = nats.DefaultSubPendingMsgsLimit / 2
 
 // natsGoPullMessages is pull (what the consumer would pull) within what
-// nats.go's pulls can hold, and whether it had to be lowered.
-func natsGoPullMessages(pull int) (int, bool) {
+// nats.go's pulls can hold, and whether it had to be lowered; a derived
+// one (pull_max_messages 0) is at most natsGoDerivedPullMessages, which is
+// no lowering to warn of.
+func natsGoPullMessages(pull int, derived bool) (int, bool) {
+	if derived {
+		pull = min(pull, natsGoDerivedPullMessages)
+	}
 	n := min(pull, maxNATSGoPullMessages)
 	return n, n != pull
 }
 
-// natsGoPullBytes caps each of nats.go's pulls in bytes when
-// nats.pull_max_bytes does not: what the wire client asks a pull for at
-// most with the in-flight budget (budget, 0 for none: the default's), a
-// quarter of it up to wire.MaxPullBytes, never less than a message of
-// maxPayload. nats.go pulls again at half of that, so its subscription
-// holds about twice that at most: well within the 64 MiB past which it
-// drops messages as a slow consumer, however large the events.
-func natsGoPullBytes(budget, maxPayload int64) int {
-	if budget <= 0 {
-		budget = DefaultMaxInFlightBytes
-	}
-	return int(max(min(budget/4, wire.MaxPullBytes), maxPayload+pullBytesMargin))
-}
+// natsGoDerivedPullMessages bounds a derived pull_max_messages with
+// nats.go's pulls: they carry no byte cap unless pull_max_bytes sets one,
+// and its subscription drops what it holds beyond 64 MiB as a slow
+// consumer (JetStream redelivers it after ack_wait); 1,024 takes events
+// of up to 64 KiB. The wire client bounds bytes by the in-flight budget.
+const natsGoDerivedPullMessages = 1024
 
 // natsGoHeartbeat is nats.pull_heartbeat within nats.go's bounds, and
 // whether it had to be moved there. (Within half of pull_expiry still:

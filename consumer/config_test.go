@@ -432,27 +432,14 @@ func TestNATSGoPullMessages(t *testing.T) {
 		{250_001, 250_000, true},
 		{MaxPullMessages, 250_000, true},
 	} {
-		if got, lowered := natsGoPullMessages(tc.set); got != tc.want || lowered != tc.lowered {
+		if got, lowered := natsGoPullMessages(tc.set, false); got != tc.want || lowered != tc.lowered {
 			t.Errorf("pull_max_messages %d: nats.go pulls %d (lowered %v), want %d (%v)", tc.set, got, lowered, tc.want, tc.lowered)
 		}
 	}
-}
-
-// nats.go's pulls are capped in bytes as the wire client's are: a quarter
-// of the in-flight budget up to 8 MiB, at least a message of max_payload.
-func TestNATSGoPullBytes(t *testing.T) {
-	for _, tc := range []struct {
-		budget, maxPayload int64
-		want               int
-	}{
-		{0, 1 << 20, 8 << 20},                 // the default budget's quarter
-		{4 << 20, 1 << 20, 1<<20 + 8<<10},     // a quarter is below a message
-		{16 << 20, 1 << 20, 4 << 20},          // a quarter
-		{256 << 20, 1 << 20, 8 << 20},         // at most 8 MiB
-		{256 << 20, 64 << 20, 64<<20 + 8<<10}, // a message of max_payload still fits
-	} {
-		if got := natsGoPullBytes(tc.budget, tc.maxPayload); got != tc.want {
-			t.Errorf("budget %d, max_payload %d: %d bytes a pull, want %d", tc.budget, tc.maxPayload, got, tc.want)
+	// Derived: at most 1,024 (its pulls have no byte cap), not a lowering.
+	for _, pull := range []int{DefaultPullMaxMessages, 100} {
+		if got, lowered := natsGoPullMessages(pull, true); got != min(pull, natsGoDerivedPullMessages) || lowered {
+			t.Errorf("derived %d: nats.go pulls %d (lowered %v)", pull, got, lowered)
 		}
 	}
 }

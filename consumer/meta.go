@@ -152,7 +152,12 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		// update left 0): every pull would be refused.
 		return fmt.Errorf("%w: consumer %s refuses jetsink's pulls: %s", ErrInvalidConfig, cfg.Consumer, why)
 	}
-	c.batchLimit.Store(int64(cons.CachedInfo().Config.MaxRequestBatch)) // lowers a derived pull_max_messages
+	// The consumer's max_request_batch lowers a derived pull_max_messages.
+	limit := int64(cons.CachedInfo().Config.MaxRequestBatch)
+	if old := c.batchLimit.Swap(limit); old != limit && cfg.PullMaxMessages == 0 && limit > 0 && int(limit) < cfg.PullMessages() {
+		c.log.Info("pulling fewer messages at a time than derived: the consumer's max_request_batch (the server's jetstream limits) allows no more",
+			"consumer", cfg.Consumer, "pull_max_messages", limit)
+	}
 	if info := cons.CachedInfo(); info.Paused {
 		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",
 			"consumer", cfg.Consumer, "resumes_in", info.PauseRemaining.Round(time.Second))

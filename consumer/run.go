@@ -506,20 +506,20 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 	c.bounded.Store(false) // nats.go's Consume: no byte budget
 	opts := make([]jetstream.PullConsumeOpt, 0, 4)
 	pull := c.pullMessages()
-	msgs, lowered := natsGoPullMessages(pull)
+	msgs, lowered := natsGoPullMessages(pull, cfg.PullMaxMessages == 0)
 	if lowered {
 		c.log.Warn("nats.pull_max_messages is more than nats.go's pulls can hold; pulling with fewer", "pull_max_messages", pull, "messages", msgs)
 	}
-	// For the server this connection has now. nats.go's pulls keep it
-	// across a reconnect: a server of the cluster with a larger
-	// max_payload may then refuse its largest messages to them (README:
-	// set pull_max_bytes for the largest).
-	mp := c.nc.MaxPayload()
-	n := natsGoPullBytes(cfg.inFlightBudget(mp), mp)
 	if cfg.PullMaxBytes > 0 {
-		n = pullBytes(cfg.PullMaxBytes, mp, c.log)
+		// For the server this connection has now. nats.go's pulls keep
+		// it across a reconnect: a server of the cluster with a larger
+		// max_payload may then refuse its largest messages to them
+		// (README: set pull_max_bytes for the largest, or 0).
+		n := pullBytes(cfg.PullMaxBytes, c.nc.MaxPayload(), c.log)
+		opts = append(opts, jetstream.PullMaxMessagesWithBytesLimit(msgs, n))
+	} else {
+		opts = append(opts, jetstream.PullMaxMessages(msgs))
 	}
-	opts = append(opts, jetstream.PullMaxMessagesWithBytesLimit(msgs, n))
 	hb, moved := cfg.natsGoHeartbeat()
 	if moved {
 		c.log.Warn("nats.pull_heartbeat is outside the range nats.go's pulls take; pulling with the nearest", "pull_heartbeat", cfg.PullHeartbeat,

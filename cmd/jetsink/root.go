@@ -316,11 +316,11 @@ type, environment variable and default. postgres.columns, the mapping, is
 set in the file only (see the README). JETSINK_DATABASE_URL is short for
 JETSINK_POSTGRES_URL. A default of 0 is derived at start (pipeline.workers:
 the physical cores; nats.max_ack_pending: from the rings and the pull;
-nats.pull_max_messages: 4096, at most max_ack_pending and the consumer's
-max_request_batch; nats.max_in_flight_bytes: 32MiB, or 4 x (the server's
-max_payload + 8KiB) if more). Elsewhere 0 leaves a thing as NATS has it:
-nats.pull_max_bytes (no cap per pull but the in-flight budget's),
-nats.stream_max_age and nats.stream_max_bytes (no
+nats.pull_max_messages: 4096, or 1024 with nats.go's pull client, at most
+max_ack_pending and the consumer's max_request_batch;
+nats.max_in_flight_bytes: 32MiB, or 4 x (the server's max_payload + 8KiB)
+if more). Elsewhere 0 leaves a thing as NATS has it: nats.pull_max_bytes
+(no cap per pull), nats.stream_max_age and nats.stream_max_bytes (no
 limit: a created stream keeps events for good), nats.stream_replicas (a
 created stream has one).`,
 		Args: cobra.NoArgs,

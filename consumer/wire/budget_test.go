@@ -305,7 +305,7 @@ func TestConsumeBudgetPullSize(t *testing.T) {
 	if !errors.Is(err, ErrInvalidOptions) {
 		t.Fatalf("Consume with a 12 KiB budget under an 8 KiB max_payload (+ 8 KiB): %v, want ErrInvalidOptions", err)
 	}
-	for _, tc := range []struct{ budget, want int64 }{{1 << 20, 256 << 10}, {256 << 20, MaxPullBytes}, {20 << 10, 8<<10 + pullMargin}} {
+	for _, tc := range []struct{ budget, want int64 }{{1 << 20, 256 << 10}, {256 << 20, maxPullBytes}, {20 << 10, 8<<10 + pullMargin}} {
 		sub, err := c.Consume(PullOptions{Stream: "PULLSIZE", Consumer: "C", Budget: NewBudget(tc.budget)}, func(*Msg) {}, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -860,7 +860,7 @@ func TestPullWhoseBytesRanOutExactlyEnds(t *testing.T) {
 // After a run of 409 "Message Size Exceeds MaxBytes", a Sub under a Budget
 // asks for all of the Budget's room, so that a message stored under a
 // larger max_payload may come, but for that one message only; once it
-// came, pulls are capped at MaxPullBytes again (an uncapped burst may
+// came, pulls are capped at maxPullBytes again (an uncapped burst may
 // exceed the server's max_pending for the client).
 func TestPullsCappedAgainAfterTheLargeMessage(t *testing.T) {
 	pulls := make(chan string, 16)
@@ -882,7 +882,7 @@ func TestPullsCappedAgainAfterTheLargeMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { sub.Stop(); <-sub.Closed() }()
-	capped := fmt.Sprintf(`"max_bytes":%d,`, MaxPullBytes)
+	capped := fmt.Sprintf(`"max_bytes":%d,`, maxPullBytes)
 	for n := 1; n <= tooBigRun+2; n++ {
 		var b string
 		select {
@@ -891,7 +891,7 @@ func TestPullsCappedAgainAfterTheLargeMessage(t *testing.T) {
 			t.Fatalf("no pull %d", n)
 		}
 		if want := n <= tooBigRun || n == tooBigRun+2; strings.Contains(b, capped) != want {
-			t.Fatalf("pull %d: %q; capped at %d bytes: want %v", n, b, MaxPullBytes, want)
+			t.Fatalf("pull %d: %q; capped at %d bytes: want %v", n, b, maxPullBytes, want)
 		}
 		// The uncapped pull asks for the large message alone: those behind
 		// it must not come in one burst of the Budget's whole room.

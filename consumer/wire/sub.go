@@ -121,7 +121,7 @@ type Sub struct {
 	err       error       // set before closed is closed
 	status    atomic.Bool // the reader saw a status frame since the last look
 	// uncapped: a run of tooBig answers came under a Budget without
-	// MaxBytes; pulls ask for all the budget's room, not MaxPullBytes,
+	// MaxBytes; pulls ask for all the budget's room, not maxPullBytes,
 	// until a message comes (pmu).
 	uncapped bool
 	// tooBig counts 409 "Message Size Exceeds MaxBytes" answers since the
@@ -421,7 +421,7 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 	}
 }
 
-// MaxPullBytes caps a pull's max_bytes under a Budget without MaxBytes
+// maxPullBytes caps a pull's max_bytes under a Budget without MaxBytes
 // (unless the largest message needs more; and not after a run of 409s
 // that says the next message is larger, until it comes: uncapped). It
 // binds for a budget above 32 MiB (a quarter of the budget otherwise): the
@@ -429,7 +429,7 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 // max_pending (64 MiB by default) behind in reading, as unbudgeted pulls
 // of 1,024 64 KiB events made it do in a bench drain (BENCHMARKS.md,
 // session 32).
-const MaxPullBytes = 8 << 20
+const maxPullBytes = 8 << 20
 
 // tooBigRun is how many 409 "Message Size Exceeds MaxBytes" in a row, with
 // no message between, make onStatus report a message too large to pull.
@@ -466,7 +466,7 @@ func (s *Sub) maybePull() {
 		}
 		s.gated.Store(false)
 		if maxBytes == 0 && !s.uncapped {
-			maxBytes = max(min(bud.Limit()/4, MaxPullBytes), want)
+			maxBytes = max(min(bud.Limit()/4, maxPullBytes), want)
 		}
 		if maxBytes == 0 {
 			maxBytes = free
