@@ -58,6 +58,17 @@
 // the lock is granted and released), to show what the engine's memory,
 // redeliveries and catch-up do while the database stalls.
 //
+// With Options.PostgresRTT or NATSRTT (embedded servers only) the engines
+// reach that server through a delayed link (link.go): a proxy on loopback
+// that holds each chunk of bytes for half the round-trip time each way,
+// in order, sleeping with nanosleep (Go's timers would round each wait up
+// to a millisecond). It stands for a server on another machine, as
+// production has it, without a network to set up (tc's netem needs a
+// kernel module this project's machines lack). The bench's own
+// connections stay direct, so the publisher and the measurement are not
+// delayed; the report says how late the link's chunks went out (a busy
+// machine delays the link too) and whether it ever held traffic back.
+//
 // Run owns every goroutine and subprocess it starts and waits for them; it
 // is not safe to run two benchmarks against the same servers at once with
 // the same Options.ID.
