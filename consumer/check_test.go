@@ -409,15 +409,7 @@ func TestCheckDeadLetterStreamSettingsUnreadable(t *testing.T) {
 			}},
 		}}
 	srv := startServer(t, opts)
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("admin", pass))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jsAt(t, srv.ClientURL(), nats.UserInfo("admin", pass))
 	cfg := DefaultConfig()
 	cfg.URL = srv.ClientURL()
 	cfg.User, cfg.Password = "check", pass
@@ -513,15 +505,7 @@ func TestServerMaxRequestBatchLowersDerivedPulls(t *testing.T) {
 	defer cancel()
 	srv := startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
 		JetStream: true, StoreDir: t.TempDir(), JetStreamLimits: server.JSLimitOpts{MaxRequestBatch: 100}})
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jsAt(t, srv.ClientURL())
 	cfg := testConfigURL(t, srv.ClientURL())
 	c := newConsumer(t, ctx, cfg)
 	r := startRun(t, ctx, c, 2, 64, 1024)
@@ -538,7 +522,7 @@ func TestServerMaxRequestBatchLowersDerivedPulls(t *testing.T) {
 	r.stopClean(t, ctx)
 
 	cfg.PullMaxMessages = 500
-	_, err = New(ctx, cfg, testLogger(t, nil))
+	_, err := New(ctx, cfg, testLogger(t, nil))
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "max_request_batch 100 (set nats.pull_max_messages to 100 or less)") {
 		t.Fatalf("New with pull_max_messages 500 = %v, want the limit named", err)
 	}

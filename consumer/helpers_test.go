@@ -316,6 +316,22 @@ func jsFor(t testing.TB, srv *testenv.NATSServer) jetstream.JetStream {
 	return js
 }
 
+// jsAt returns a JetStream client on a connection of its own to the server
+// at url, closed when the test ends.
+func jsAt(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream.New: %v", err)
+	}
+	return js
+}
+
 // permissionsServer starts a NATS server whose user "jetsink", the one the
 // returned config connects as, may publish anything but the subjects deny
 // lists; reload changes that list while the server runs (the connections
@@ -335,14 +351,7 @@ func permissionsServer(t *testing.T, ctx context.Context, deny ...string) (js je
 	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
 		JetStream: true, StoreDir: t.TempDir(), ServerName: "perms", Users: users(deny...)}
 	srv := startServer(t, opts)
-	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("admin", pass))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	if js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
+	js = jsAt(t, srv.ClientURL(), nats.UserInfo("admin", pass))
 	name := uniqueName(t)
 	cfg = DefaultConfig()
 	cfg.URL, cfg.User, cfg.Password = srv.ClientURL(), "jetsink", pass
