@@ -148,12 +148,12 @@ type Config struct {
 	// natsGoDerivedPullMessages. It has to cover what arrives in a round
 	// trip to the server: with NATS 1 ms away (bench --nats-rtt) 1,024
 	// drained at 0.85x the rate of 4,096, 5 ms away at 0.62x, and on
-	// loopback no faster (BENCHMARKS.md, session 50). The wire client bounds the bytes
-	// apart from it, by the in-flight budget; nats.go counts a
-	// subscription holding more than 64 MiB as a slow consumer and drops
-	// messages (JetStream redelivers them after ack_wait), so with it keep
-	// pull_max_messages x typical event size well below that, or set
-	// PullMaxBytes. nats.go's pulls ask for at most 250,000
+	// loopback no faster (BENCHMARKS.md, session 50). The wire client
+	// bounds the bytes apart from it, by the in-flight budget; nats.go
+	// counts a subscription holding more than 64 MiB as a slow consumer
+	// and drops messages (JetStream redelivers them after ack_wait), so
+	// with it keep pull_max_messages x typical event size well below
+	// that, or set PullMaxBytes. nats.go's pulls ask for at most 250,000
 	// (maxNATSGoPullMessages).
 	PullMaxMessages int `yaml:"pull_max_messages"`
 	// PullMaxBytes additionally caps the bytes of one pull request, and
