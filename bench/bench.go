@@ -342,15 +342,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		rep.Links = append(rep.Links, LinkReport{Server: ln.server, RTT: ln.rtt.String(), RTTms: millis(ln.rtt)})
-		i := len(rep.Links) - 1 // not a pointer: the next link's append may move them
+		rep.Links = append(rep.Links, lk.report(ln.server, ln.rtt)) // in start order; the figures come at Close
+		i := len(rep.Links) - 1                                     // not a pointer: the next link's append may move them
 		defer func() {
 			lk.Close()
-			mean, most := lk.Late()
-			stalls, stalled := lk.Stalls()
-			lr := &rep.Links[i]
-			lr.LateMeanMs, lr.LateMaxMs, lr.Stalls, lr.StalledMs = millis(mean), millis(most), stalls, millis(stalled)
-			lr.Connections = lk.accepted.Load()
+			rep.Links[i] = lk.report(ln.server, ln.rtt)
 		}()
 		u.Host = lk.Addr()
 		*ln.url = u.String()

@@ -144,6 +144,14 @@ func (l *link) Stalls() (int64, time.Duration) {
 	return l.stalls.Load(), time.Duration(l.stallNs.Load())
 }
 
+// report is what the link did, for the bench's report on server.
+func (l *link) report(server string, rtt time.Duration) LinkReport {
+	mean, most := l.Late()
+	stalls, stalled := l.Stalls()
+	return LinkReport{Server: server, RTT: rtt.String(), RTTms: millis(rtt), LateMeanMs: millis(mean), LateMaxMs: millis(most),
+		Stalls: stalls, StalledMs: millis(stalled), Connections: l.accepted.Load()}
+}
+
 func (l *link) late(d time.Duration) {
 	d = max(d, 0)
 	l.waited.Add(1)
