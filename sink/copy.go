@@ -39,6 +39,13 @@ type committer struct {
 	// (errHandOff): process tries it whole, nothing settled or held.
 	mayHand bool
 	guards  *string // the COPY with type guards (Sink.copySQL) the last attempt sent
+	// eo caches exactly-once's Query (see exactlyOnce), built of guards
+	// and whether staged.
+	eo struct {
+		q      copyQuery
+		guards *string
+		staged bool
+	}
 	// started is this committer's slot of Sink.attempts (nil outside Run).
 	started *atomic.Int64
 
@@ -1046,33 +1053,27 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 			err = fmt.Errorf("no sign of life from the server for %v, connection given up: %w", s.cfg.DeadConnectionTimeout, err)
 		}
 	}()
+	c.guards = s.copySQL.Load()
 	if s.cfg.Mode == AtLeastOnce {
-		sent, err := c.copy(ctx, rows, true)
+		sent, _, err := c.copy(ctx, guardedCopy(*c.guards, s.copyStmts), rows)
 		if err != nil && committedMiscount(err) == nil {
 			return sent && outcomeUnknown(err), err
 		}
 		return false, err
 	}
-	tx, err := c.conn.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("begin: %w", err)
-	}
+	// Exactly-once: one Query begins the transaction, creates the staging
+	// table on a new connection, copies the rows into it after the type
+	// guard and inserts them from it into the table; a second commits.
 	defer func() {
-		if err != nil {
-			_ = tx.Rollback(ctx) // closes the connection if it cannot roll back
+		if err != nil && c.conn != nil && !c.conn.IsClosed() && c.conn.PgConn().TxStatus() != 'I' {
+			if _, rerr := c.conn.Exec(ctx, "rollback"); rerr != nil {
+				c.closeConn() // its state is unknown
+			}
 		}
 	}()
-	if !c.staged {
-		if _, err := tx.Exec(ctx, s.stageSQL); err != nil {
-			return false, fmt.Errorf("create staging table: %w", err)
-		}
-	}
-	if _, err := c.copy(ctx, rows, false); err != nil {
-		return false, err
-	}
-	tag, err := tx.Exec(ctx, s.insertSQL)
+	_, inserted, err := c.copy(ctx, c.exactlyOnce(), rows)
 	if err != nil {
-		return false, &fromStagingError{n: len(rows), err: err}
+		return false, err
 	}
 	// Fewer rows inserted than staged: conflicts (rows stored before, which
 	// is what this mode is for) or rows that a BEFORE INSERT trigger
@@ -1081,14 +1082,18 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 	// empties the staging table. One more query, only when something did
 	// not insert.
 	var missing map[rowKey]struct{}
-	if tag.RowsAffected() < int64(len(rows)) {
-		if missing, err = missingKeys(ctx, tx, s.missingSQL); err != nil {
+	if inserted < int64(len(rows)) {
+		if missing, err = missingKeys(ctx, c.conn, s.missingSQL); err != nil {
 			return false, err
 		}
 	}
 	c.unreplicated.Store(nil)
-	if err := tx.Commit(ctx); err != nil {
+	tag, err := c.conn.Exec(ctx, "commit")
+	if err != nil {
 		return outcomeUnknown(err), fmt.Errorf("commit %d rows: %w", len(rows), err)
+	}
+	if tag.String() != "COMMIT" {
+		return false, fmt.Errorf("commit %d rows: the server answered %q", len(rows), tag.String())
 	}
 	if w := c.unreplicated.Swap(nil); w != nil {
 		// Stored here; on the standby perhaps not: retried, and the
@@ -1120,9 +1125,11 @@ func keyOf(row *pipeline.Row) rowKey {
 	return rowKey{row.Event.Stream, strconv.FormatUint(row.Event.StreamSeq, 10)}
 }
 
-// missingKeys runs the exactly-once missingSQL in tx.
-func missingKeys(ctx context.Context, tx pgx.Tx, sql string) (map[rowKey]struct{}, error) {
-	rs, err := tx.Query(ctx, sql)
+// missingKeys runs the exactly-once missingSQL on conn, in its open
+// transaction: one round trip (the simple protocol; no statement to
+// prepare first).
+func missingKeys(ctx context.Context, conn *pgx.Conn, sql string) (map[rowKey]struct{}, error) {
+	rs, err := conn.Query(ctx, sql, pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		return nil, fmt.Errorf("look for staged rows missing from the table: %w", err)
 	}
@@ -1172,15 +1179,16 @@ func committedMissing(err error) *missingError {
 	return nil
 }
 
-// copy sends rows with one binary COPY on the committer's connection (see
-// sendCopy). After an error the server did not answer with, the connection
-// is closed: its state is unknown. A COPY that succeeds with a row count
-// other than len(rows) returns a *miscountError; autocommit says whether
-// the COPY committed by itself (at-least-once) or inside a transaction
-// that the error rolls back (exactly-once).
-func (c *committer) copy(ctx context.Context, rows []pipeline.Row, autocommit bool) (sent bool, err error) {
-	c.guards = c.s.copySQL.Load()
-	sent, stored, err := sendCopy(ctx, c.conn.PgConn(), &c.wire, *c.guards, c.s.copyStmts, rows)
+// copy sends rows with the Query q holding one binary COPY on the
+// committer's connection (see sendCopy), and returns the row count of q's
+// last statement (see copyResult). After an error the server did not
+// answer with, the connection is closed: its state is unknown. A COPY
+// that succeeds with a row count other than len(rows) returns a
+// *miscountError, committed unless q leaves its transaction open
+// (exactly-once: the caller rolls it back).
+func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) (sent bool, last int64, err error) {
+	sent, res := sendCopy(ctx, c.conn.PgConn(), &c.wire, q, rows)
+	err = res.err
 	var pgErr *pgconn.PgError
 	if _, broken := errors.AsType[*brokenConnError](err); broken || ctx.Err() != nil || err != nil && !errors.As(err, &pgErr) {
 		// No answer from the server, or one on a connection that broke,
@@ -1189,12 +1197,53 @@ func (c *committer) copy(ctx context.Context, rows []pipeline.Row, autocommit bo
 		c.closeConn()
 	}
 	if err != nil {
-		return sent, fmt.Errorf("copy %d rows: %w", len(rows), err)
+		return sent, -1, c.statementError(q, res.failedAt, len(rows), err)
 	}
-	if stored != int64(len(rows)) {
-		return sent, &miscountError{sent: len(rows), stored: stored, committed: autocommit}
+	if res.stored != int64(len(rows)) {
+		return sent, -1, &miscountError{sent: len(rows), stored: res.stored, committed: !q.open}
 	}
-	return sent, nil
+	return sent, res.last, nil
+}
+
+// exactlyOnce is the Query of exactly-once (see Sink.buildSQL): BEGIN; the
+// staging table's CREATE, unless the connection has it; the type guard
+// and the COPY into staging (copySQL); the INSERT from staging. It leaves
+// the transaction open. Built again only when the guards or the staging
+// table's need change.
+func (c *committer) exactlyOnce() copyQuery {
+	s := c.s
+	if c.eo.guards != c.guards || c.eo.staged != c.staged || c.eo.q.sql == "" {
+		q := guardedCopy(*c.guards, s.copyStmts)
+		pre, n := "BEGIN; ", 1
+		if !c.staged {
+			pre, n = pre+s.stageSQL+"; ", 2
+		}
+		q.sql = pre + q.sql + "; " + s.insertSQL
+		q.stmts += n + 1
+		q.copyAt += n
+		q.guards <<= n
+		q.open = true
+		c.eo.q, c.eo.guards, c.eo.staged = q, c.guards, c.staged
+	}
+	return c.eo.q
+}
+
+// statementError says which statement of q failed with err: at is its
+// place (copyResult.failedAt). Exactly-once's statements before the guard
+// are BEGIN and the staging table's CREATE; its last is the INSERT from
+// staging, where row-level security's policies apply (fromStagingError).
+func (c *committer) statementError(q copyQuery, at, n int, err error) error {
+	if q.open && at > 0 && at != q.copyAt && q.guards&(1<<at) == 0 {
+		switch {
+		case at == q.stmts:
+			return &fromStagingError{n: n, err: err}
+		case at == 1:
+			return fmt.Errorf("begin: %w", err)
+		default:
+			return fmt.Errorf("create staging table: %w", err)
+		}
+	}
+	return fmt.Errorf("copy %d rows: %w", n, err)
 }
 
 // fromStagingError is exactly-once's INSERT from the staging table

@@ -106,7 +106,12 @@
 // guard keeps the INSERT from converting to a column of another type)
 // and moved with INSERT ...
 // SELECT ... ON CONFLICT (stream, stream_seq) DO NOTHING in the same
-// transaction, so a redelivered message adds nothing. No unique constraint
+// transaction, so a redelivered message adds nothing. BEGIN, the guard,
+// the COPY and the INSERT go out as one Query (with the staging table's
+// CREATE on a new connection), the same way as at-least-once's, and
+// leave the transaction open; COMMIT follows once the INSERT's row count
+// is in (and, if it is short, the missing-row check): two round trips a
+// batch, three when some rows conflict. No unique constraint
 // on exactly those columns may be DEFERRABLE: ON CONFLICT refuses one as
 // its arbiter (SQLSTATE 55000, even beside a non-deferrable index), so
 // every batch would fail; Check reports it (ProblemDeferrableUnique), and

@@ -264,12 +264,15 @@ func TestAckErrorCounted(t *testing.T) {
 	}
 }
 
-// beginQuery is the simple-protocol Query message pgx sends for Begin.
-var beginQuery = []byte("Q\x00\x00\x00\x0abegin\x00")
+// beginQuery begins exactly-once's Query (see committer.exactlyOnce),
+// after the Query message's type and length.
+var beginQuery = []byte("BEGIN; ")
 
 // idleProxy is a TCP proxy to PostgreSQL that, once armed, forwards the next
-// BEGIN and then nothing more that its client sends: the transaction sits
-// idle until the server ends the session. It counts the ErrorResponses with
+// write holding exactly-once's Query (BEGIN, the COPY into staging, the
+// INSERT: one write for a small batch) and then nothing more that its
+// client sends (the COMMIT): the transaction sits idle until the server
+// ends the session. It counts the ErrorResponses with
 // SQLSTATE 25P03 (idle_in_transaction_session_timeout) that it passes on.
 type idleProxy struct {
 	armed    atomic.Bool

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -518,6 +519,70 @@ func pump(src, dst net.Conn, hook func([]byte) verdict, server net.Conn) {
 			return
 		}
 	}
+}
+
+// tripCounter is a proxy to PostgreSQL that counts the round trips its
+// clients' statements take: the Query and Sync messages they send, each
+// answered by ReadyForQuery. It reads the protocol unencrypted.
+type tripCounter struct{ n atomic.Int64 }
+
+func newTripCounter(t *testing.T, dbURL string) (*tripCounter, string) {
+	t.Helper()
+	l := listen(t)
+	proxied, to := l.proxy(t, dbURL)
+	tc := &tripCounter{}
+	l.relay(to, func() (up, down func([]byte) verdict) {
+		var f frontendStream
+		up = func(b []byte) verdict {
+			tc.n.Add(f.count(b, 'Q', 'S'))
+			return pass
+		}
+		return up, func([]byte) verdict { return pass }
+	})
+	return tc, proxied
+}
+
+// frontendStream frames what a client sends to PostgreSQL: requests
+// without a type byte (SSLRequest, GSSENCRequest, then the
+// StartupMessage), then typed messages.
+type frontendStream struct {
+	started bool
+	head    []byte // the next message's start, read so far
+	body    int    // bytes of the current message not read yet
+}
+
+// count reads b and returns how many messages of the given types began
+// in it.
+func (f *frontendStream) count(b []byte, types ...byte) (n int64) {
+	for len(b) > 0 {
+		if f.body > 0 {
+			k := min(f.body, len(b))
+			f.body, b = f.body-k, b[k:]
+			continue
+		}
+		need := 5 // type, length
+		if !f.started {
+			need = 8 // length, request code
+		}
+		k := min(need-len(f.head), len(b))
+		f.head, b = append(f.head, b[:k]...), b[k:]
+		if len(f.head) < need {
+			break
+		}
+		if f.started {
+			if bytes.IndexByte(types, f.head[0]) >= 0 {
+				n++
+			}
+			f.body = int(binary.BigEndian.Uint32(f.head[1:])) - 4
+		} else {
+			const sslRequest, gssRequest = 80877103, 80877104
+			code := binary.BigEndian.Uint32(f.head[4:])
+			f.started = code != sslRequest && code != gssRequest
+			f.body = int(binary.BigEndian.Uint32(f.head)) - 8
+		}
+		f.head = f.head[:0]
+	}
+	return n
 }
 
 // proxy returns dbURL with its host replaced by l's address, and the host

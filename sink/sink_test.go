@@ -681,6 +681,45 @@ func TestExactlyOnceDedupe(t *testing.T) {
 	}
 }
 
+// Exactly-once commits a batch in two round trips: one Query begins the
+// transaction, copies the rows into staging after the type guard and
+// inserts them from there; COMMIT is the second. A batch of redelivered
+// rows takes a third: the check for rows missing from the table.
+func TestExactlyOnceRoundTrips(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	trips, proxied := newTripCounter(t, pg.URL)
+	s, _ := newTestSink(t, ctx, proxied, func(c *Config) { c.Mode = ExactlyOnce; c.Connections = 1 })
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	var pushed uint64
+	// commit pushes 10 rows from seq from and returns the round trips per
+	// batch that stored them.
+	commit := func(from int) float64 {
+		t.Helper()
+		st, before := s.Stats(), trips.n.Load()
+		rs, ms := rows(from, 10, nil)
+		src.push(t, ctx, rs)
+		pushed += 10
+		waitFor(t, ctx, "batch committed and acked", func() bool { return allAcked(ms)() && s.Stats().Rows == pushed })
+		return float64(trips.n.Load()-before) / float64(s.Stats().Batches-st.Batches)
+	}
+	commit(1) // connects: reads the table's types, creates the staging table
+	if n := commit(11); n != 2 {
+		t.Fatalf("%v round trips per batch, want 2", n)
+	}
+	if n := commit(11); n != 3 {
+		t.Fatalf("%v round trips per batch of redelivered rows, want 3", n)
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 20 {
+		t.Fatalf("%d rows, want 20", n)
+	}
+}
+
 // A table named like an injection is created and written as a quoted
 // identifier; the statement in its name never runs.
 func TestHostileTableName(t *testing.T) {

@@ -355,7 +355,8 @@ func TestGuardAfterTheCopyRollsItBack(t *testing.T) {
 	}
 	rs, _ := rows(1, 5, nil)
 	var w copyWire
-	sent, _, err := sendCopy(ctx, conn.PgConn(), &w, "SELECT 1; "+stmts[1]+"; SELECT 1/(count(*) = 0)::int FROM "+s.table.Sanitize(), 3, rs)
+	sent, res := sendCopy(ctx, conn.PgConn(), &w, guardedCopy("SELECT 1; "+stmts[1]+"; SELECT 1/(count(*) = 0)::int FROM "+s.table.Sanitize(), 3), rs)
+	err := res.err
 	var tc *typesChangedError
 	if !sent || !errors.As(err, &tc) || !tc.afterCopy || s.classify(err) != classConfig {
 		t.Fatalf("sendCopy = %v, %v; want a typesChangedError after the COPY", sent, err)

@@ -132,15 +132,40 @@ func (w *copyWire) shrink() {
 	}
 }
 
-// sendCopy runs one COPY of rows on pg. sql is the COPY alone (stmts 1),
-// or a type guard, the COPY and (stmts 3) the guard again (see
-// Sink.buildSQL), which the server runs in one transaction; a guard that
-// fails returns a *typesChangedError. sent reports that every byte,
-// CopyDone included, was written: an error after that (other than the
-// server's own) leaves open whether the statement committed. stored is the
-// row count of the COPY's CommandComplete tag ("COPY n"), -1 if there was
-// none or it could not be read; in autocommit the COPY has committed when
-// err is nil, whatever stored says.
+// copyQuery is one Query holding a COPY, and where the COPY is in it.
+type copyQuery struct {
+	sql    string
+	stmts  int    // statements in sql
+	copyAt int    // the COPY's place among them, from 1
+	guards uint64 // bit n set: statement n is a type guard (see typesChangedError)
+	// open: sql begins a transaction and leaves it open (exactly-once),
+	// so that its last statement's completion has committed nothing.
+	open bool
+}
+
+// guardedCopy is the Query of copySQL (see Sink.buildSQL) of stmts
+// statements: the COPY alone (1), a type guard and the COPY (2), or the
+// guard, the COPY and the guard again (3). Without a BEGIN, the server
+// runs them as one transaction.
+func guardedCopy(sql string, stmts int) copyQuery {
+	q := copyQuery{sql: sql, stmts: stmts, copyAt: min(stmts, 2)}
+	if stmts > 1 {
+		q.guards = 1 << 1
+	}
+	if stmts > 2 {
+		q.guards |= 1 << 3
+	}
+	return q
+}
+
+// sendCopy runs one Query q holding a COPY of rows on pg; a type guard in
+// it that fails returns a *typesChangedError. sent reports that every
+// byte, CopyDone included, was written: an error after that (other than
+// the server's own) leaves open whether the Query committed, unless it
+// leaves its transaction open (q.open). res.stored is the row count of the
+// COPY's CommandComplete tag ("COPY n"), -1 if there was none or it could
+// not be read; in autocommit the COPY has committed when res.err is nil,
+// whatever stored says.
 //
 // The answers are read while the rows go out (by a goroutine that ends
 // before sendCopy returns): the server may write while it reads the COPY,
@@ -159,19 +184,20 @@ func (w *copyWire) shrink() {
 // cancel request and reads on, for up to cancelWait: the answer then says
 // whether the COPY committed before the cancel reached it, so a shutdown
 // does not leave the outcome unknown.
-func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, stmts int, rows []pipeline.Row) (sent bool, stored int64, err error) {
+func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQuery, rows []pipeline.Row) (sent bool, res copyResult) {
 	defer w.shrink()
 	nc := pg.Conn()
 	w.refused.Store(false)
 	answer := make(chan copyResult, 1)
 	cancelSent := make(chan struct{})
-	go func() { answer <- readCopyResult(ctx, pg, w, stmts, cancelSent) }()
-	if err := writeCopy(ctx, nc, w, sql, rows); err != nil {
+	go func() { answer <- readCopyResult(ctx, pg, w, q, cancelSent) }()
+	if err := writeCopy(ctx, nc, w, q.sql, rows); err != nil {
 		if errors.Is(err, errRefused) {
 			// The server has failed the statement and reads on to
 			// ReadyForQuery by itself; the connection stays usable.
-			res := <-answer
-			return false, -1, res.err
+			res = <-answer
+			res.stored = -1
+			return false, res
 		}
 		// No CopyDone went out: the statement cannot commit, and the
 		// connection is given up. Stop the reader, within a second: an
@@ -190,33 +216,39 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, s
 			deadline = time.Unix(1, 0)
 		}
 		_ = nc.SetReadDeadline(deadline)
-		res := <-answer
+		res = <-answer
+		res.stored = -1
 		if _, ok := errors.AsType[*pgconn.PgError](res.err); ok && ctx.Err() == nil {
 			// The server said why (a FATAL error: the backend
 			// terminated, transaction_timeout): the write failed because
 			// of it, and it, not the broken pipe, classifies the failure
 			// (a timeout halves the batch). The connection is broken all
 			// the same.
-			return false, -1, &brokenConnError{res.err}
+			res.err = &brokenConnError{res.err}
+			return false, res
 		}
-		return false, -1, writeErr(ctx, err)
+		res.err = writeErr(ctx, err)
+		return false, res
 	}
 	// Once CopyDone is out, the server may commit even if ctx has ended
 	// meanwhile: wait for the answer (the reader cancels on the server if
 	// ctx has ended).
-	res := <-answer
+	res = <-answer
 	if res.untouched {
-		return false, -1, res.err // the server's own error, and nothing ran: not committed
+		res.stored = -1
+		return false, res // the server's own error, and nothing ran: not committed
 	}
-	if res.complete && res.err != nil {
+	if res.complete && res.err != nil && !q.open {
 		// The last statement is done (in autocommit: committed), and then the
 		// connection failed or the backend ended (FATAL) before
 		// ReadyForQuery. Report the COPY, and close the connection so
-		// that the next statement does not go to a dead one.
+		// that the next statement does not go to a dead one. (A Query
+		// that leaves its transaction open has committed nothing: its
+		// error stands.)
 		_ = pg.Close(context.Background())
-		return true, res.stored, nil
+		res.err = nil
 	}
-	return true, res.stored, res.err
+	return true, res
 }
 
 // copyResult is the answer to one Query holding a COPY. complete reports
@@ -224,11 +256,16 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, sql string, s
 // before it): a COPY in autocommit, or in the implicit transaction of a
 // Query of several statements, has committed by then, since the server
 // commits before it reports the last statement. stored is the row count in
-// the COPY's CommandComplete, -1 without one.
+// the COPY's CommandComplete, -1 without one; last the row count of the
+// last statement's ("INSERT 0 n"), when that is not the COPY.
 type copyResult struct {
 	complete bool
 	stored   int64
+	last     int64
 	err      error
+	// failedAt is the statement (from 1) under way when the server's
+	// error came, 0 if none came.
+	failedAt int
 	// untouched: err came before any answer to the Query: the server
 	// had ended the session before it ran any of it (a backend
 	// terminated while idle sends its FATAL at once, and it is read
@@ -298,15 +335,14 @@ type brokenConnError struct{ err error }
 func (e *brokenConnError) Error() string { return e.err.Error() }
 func (e *brokenConnError) Unwrap() error { return e.err }
 
-// readCopyResult reads the server's answers to one Query of stmts
-// statements, the COPY the first of one, else the second (see sendCopy), up to
+// readCopyResult reads the server's answers to one Query q up to
 // ReadyForQuery (or an error) and returns its outcome; it sets w.refused
 // when an ErrorResponse arrives. When ctx ends first, it sends a cancel
 // request and waits up to cancelWait for the answer; the cancel request's
 // goroutine has ended when it returns. It closes cancelSent once the
 // cancel request has gone out or failed, or when it returns without one.
-func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts int, cancelSent chan<- struct{}) (res copyResult) {
-	res.stored = -1
+func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQuery, cancelSent chan<- struct{}) (res copyResult) {
+	res.stored, res.last = -1, -1
 	var unreplicated *pgproto3.NoticeResponse // see syncRepCancelled
 	defer func() {
 		// On every return: also when the connection fails between the
@@ -350,10 +386,9 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 		}
 	}()
 	var pgErr error
-	copyAt := min(stmts, 2) // the COPY's place in the Query
-	done := 0               // statements complete
-	rowed := false          // the statement under way has sent a row
-	answers := 0            // messages read
+	done := 0      // statements complete
+	rowed := false // the statement under way has sent a row
+	answers := 0   // messages read
 	for {
 		msg, err := pg.ReceiveMessage(context.Background())
 		if err != nil {
@@ -366,6 +401,9 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 				res.err = err
 				_, fatal := errors.AsType[*pgconn.PgError](err)
 				res.untouched = fatal && answers == 0
+				if fatal {
+					res.failedAt = done + 1
+				}
 			}
 			return res
 		}
@@ -374,10 +412,13 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 		case *pgproto3.CommandComplete:
 			done++
 			rowed = false
-			if done == stmts {
+			if done == q.stmts {
 				res.complete = pgErr == nil
+				if done != q.copyAt {
+					res.last = pgconn.NewCommandTag(string(msg.CommandTag)).RowsAffected()
+				}
 			}
-			if done == copyAt {
+			if done == q.copyAt {
 				res.stored = copyCount(msg.CommandTag)
 			}
 		case *pgproto3.DataRow:
@@ -390,12 +431,12 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, stmts i
 			if pgErr == nil {
 				e := pgconn.ErrorResponseToPgError(msg)
 				pgErr = e
-				// A guard (any statement but the COPY) fails by dividing
-				// by zero before its row; an error after the last
-				// statement's row is the transaction's, at commit (a
-				// deferred constraint).
-				if stmts > 1 && done != copyAt-1 && !rowed && e.Code == "22012" {
-					pgErr = &typesChangedError{afterCopy: done >= copyAt, err: e}
+				res.failedAt = done + 1
+				// A guard fails by dividing by zero before its row; an
+				// error after the last statement's row is the
+				// transaction's, at commit (a deferred constraint).
+				if q.guards&(1<<res.failedAt) != 0 && !rowed && e.Code == "22012" {
+					pgErr = &typesChangedError{afterCopy: done >= q.copyAt, err: e}
 				}
 				w.refused.Store(true)
 			}

@@ -184,7 +184,8 @@ func TestCopyCompleteThenFatal(t *testing.T) {
 			}) // then the fake closes the connection
 			rs, _ := rows(1, 3, nil)
 			var w copyWire
-			sent, stored, err := sendCopy(ctx, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
+			sent, res := sendCopy(ctx, pg, &w, guardedCopy("COPY t (a) FROM STDIN (FORMAT binary)", 1), rs)
+			stored, err := res.stored, res.err
 			if !sent || stored != 3 || err != nil {
 				t.Fatalf("sendCopy = %v, %d, %v; want true, 3, nil (the COPY committed)", sent, stored, err)
 			}
@@ -220,7 +221,8 @@ func TestCopyFatalWhileWriting(t *testing.T) {
 	}) // then the fake closes the connection
 	rs := tooBigForFlight() // the writer is still writing when the error comes
 	var w copyWire
-	sent, _, err := sendCopy(ctx, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
+	sent, res := sendCopy(ctx, pg, &w, guardedCopy("COPY t (a) FROM STDIN (FORMAT binary)", 1), rs)
+	err := res.err
 	var pgErr *pgconn.PgError
 	if sent || !errors.As(err, &pgErr) || pgErr.Code != "25P04" || !timedOut(err) {
 		t.Fatalf("sendCopy = %v, %v; want not sent, the server's 25P04", sent, err)
@@ -258,7 +260,8 @@ func TestCopyCancelWhileWriting(t *testing.T) {
 	f.failDials.Store(1)
 	rs := tooBigForFlight()
 	var w copyWire
-	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
+	sent, res := sendCopy(hard, pg, &w, guardedCopy("COPY t (a) FROM STDIN (FORMAT binary)", 1), rs)
+	err := res.err
 	// The write stops on the hard context's end, or, when the server's
 	// answer to the cancel request comes first, on that.
 	var pgErr *pgconn.PgError
@@ -292,7 +295,8 @@ func TestCopyCancelWhileWritingUnanswered(t *testing.T) {
 	rs := tooBigForFlight()
 	var w copyWire
 	start := time.Now()
-	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
+	sent, res := sendCopy(hard, pg, &w, guardedCopy("COPY t (a) FROM STDIN (FORMAT binary)", 1), rs)
+	err := res.err
 	took := time.Since(start)
 	close(returned)
 	if sent || !errors.Is(err, context.Canceled) {
@@ -343,7 +347,8 @@ func TestCopyCancel(t *testing.T) {
 			f.failDials.Store(c.failDials)
 			rs, _ := rows(1, 3, nil)
 			var w copyWire
-			sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
+			sent, res := sendCopy(hard, pg, &w, guardedCopy("COPY t (a) FROM STDIN (FORMAT binary)", 1), rs)
+			err := res.err
 			var pgErr *pgconn.PgError
 			if !sent || !errors.As(err, &pgErr) || pgErr.Code != "57014" {
 				t.Fatalf("sendCopy = %v, %v; want true, 57014", sent, err)
@@ -381,7 +386,8 @@ func TestCopyCancelFailsWithinCancelWait(t *testing.T) {
 	rs, _ := rows(1, 3, nil)
 	var w copyWire
 	start := time.Now()
-	sent, _, err := sendCopy(hard, pg, &w, "COPY t (a) FROM STDIN (FORMAT binary)", 1, rs)
+	sent, res := sendCopy(hard, pg, &w, guardedCopy("COPY t (a) FROM STDIN (FORMAT binary)", 1), rs)
+	err := res.err
 	took := time.Since(start)
 	if !sent || err == nil || !outcomeUnknown(err) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "cancel request") {
 		t.Fatalf("sendCopy = %v, %v; want true and an unknown outcome naming the cancel request", sent, err)
@@ -457,7 +463,8 @@ func TestCopyStopsWritingAfterError(t *testing.T) {
 	}
 	var w copyWire
 	before := written.Load()
-	sent, _, err := sendCopy(ctx, pg, &w, *s.copySQL.Load(), s.copyStmts, rs)
+	sent, res := sendCopy(ctx, pg, &w, guardedCopy(*s.copySQL.Load(), s.copyStmts), rs)
+	err = res.err
 	wrote := written.Load() - before
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
@@ -475,13 +482,13 @@ func TestCopyStopsWritingAfterError(t *testing.T) {
 	}
 
 	good := rs[1:101]
-	sent, stored, err := sendCopy(ctx, pg, &w, *s.copySQL.Load(), s.copyStmts, good)
-	if !sent || stored != int64(len(good)) || err != nil {
-		t.Fatalf("next COPY on the connection: %v, %d, %v; want true, %d, nil", sent, stored, err, len(good))
+	sent, res = sendCopy(ctx, pg, &w, guardedCopy(*s.copySQL.Load(), s.copyStmts), good)
+	if !sent || res.stored != int64(len(good)) || res.err != nil {
+		t.Fatalf("next COPY on the connection: %v, %d, %v; want true, %d, nil", sent, res.stored, res.err, len(good))
 	}
-	res, err := pg.Exec(ctx, "SELECT count(*) FROM "+tbl).ReadAll()
-	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "100" {
-		t.Fatalf("query after the COPYs: %v, %v", res, err)
+	got, err := pg.Exec(ctx, "SELECT count(*) FROM "+tbl).ReadAll()
+	if err != nil || len(got) != 1 || len(got[0].Rows) != 1 || string(got[0].Rows[0][0]) != "100" {
+		t.Fatalf("query after the COPYs: %v, %v", got, err)
 	}
 	if pg.PID() != pid || pg.IsClosed() {
 		t.Fatal("the connection was replaced")
