@@ -1199,6 +1199,12 @@ func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) 
 	if err != nil {
 		return sent, -1, c.statementError(q, res.failedAt, len(rows), err)
 	}
+	if q.open && c.conn == nil {
+		// ctx ended while the Query ran, and the server finished it all
+		// the same (the cancel request came late, or did not arrive):
+		// the connection is closed, and the open transaction with it.
+		return sent, -1, fmt.Errorf("copy %d rows: %w", len(rows), ctx.Err())
+	}
 	if res.stored != int64(len(rows)) {
 		return sent, -1, &miscountError{sent: len(rows), stored: res.stored, committed: !q.open}
 	}
@@ -1229,11 +1235,12 @@ func (c *committer) exactlyOnce() copyQuery {
 }
 
 // statementError says which statement of q failed with err: at is its
-// place (copyResult.failedAt). Exactly-once's statements before the guard
-// are BEGIN and the staging table's CREATE; its last is the INSERT from
+// place (copyResult.failedAt; past the last, an error after it, a FATAL
+// before ReadyForQuery). Exactly-once's statements before the guard are
+// BEGIN and the staging table's CREATE; its last is the INSERT from
 // staging, where row-level security's policies apply (fromStagingError).
 func (c *committer) statementError(q copyQuery, at, n int, err error) error {
-	if q.open && at > 0 && at != q.copyAt && q.guards&(1<<at) == 0 {
+	if q.open && at > 0 && at <= q.stmts && at != q.copyAt && q.guards&(1<<at) == 0 {
 		switch {
 		case at == q.stmts:
 			return &fromStagingError{n: n, err: err}

@@ -3,6 +3,7 @@ package sink
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -305,9 +306,10 @@ func newIdleProxy(t *testing.T, dbURL string) (*idleProxy, string) {
 }
 
 // The server ends an exactly-once transaction that sat idle past
-// idle_in_transaction_session_timeout (FATAL, SQLSTATE 25P03): that is a
-// lost connection, retried with backoff on a new one, not a configuration
-// error; the batch commits once and every message is acked.
+// idle_in_transaction_session_timeout (FATAL, SQLSTATE 25P03, read as the
+// COMMIT's answer): that is a lost connection, retried with backoff on a
+// new one, not a configuration error, and the outcome is known (nothing
+// committed); the batch commits once and every message is acked.
 func TestIdleInTransactionTimeoutIsTransient(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
@@ -331,6 +333,82 @@ func TestIdleInTransactionTimeoutIsTransient(t *testing.T) {
 	}
 	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 10 {
 		t.Fatalf("%d rows, want 10", n)
+	}
+}
+
+// The hard context ends while exactly-once's Query waits for a lock, and
+// the cancel request is lost on its way (the proxy cuts its connection):
+// once the lock is gone the server finishes the Query, leaving the
+// transaction open on a connection the sink then closes. The attempt
+// fails with the context's error, commits nothing, and does not go on to
+// the COMMIT on the closed connection.
+func TestExactlyOnceCancelLostQueryFinishes(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	l := listen(t)
+	proxied, to := l.proxy(t, pg.URL)
+	var cancels atomic.Int32
+	l.relay(to, func() (up, down func([]byte) verdict) {
+		first := true
+		up = func(b []byte) verdict {
+			const cancelRequest = 80877102
+			if first && len(b) >= 8 && binary.BigEndian.Uint32(b[4:]) == cancelRequest {
+				cancels.Add(1)
+				return cut
+			}
+			first = false
+			return pass
+		}
+		return up, func([]byte) verdict { return pass }
+	})
+	s, _ := newTestSink(t, ctx, proxied, func(c *Config) { c.Mode = ExactlyOnce; c.Connections = 1 })
+	c := &committer{s: s}
+	defer c.closeConn()
+	if err := c.connect(ctx); err != nil { // before the lock: it reads the table's types
+		t.Fatal(err)
+	}
+	pid := c.conn.PgConn().PID()
+	admin := pg.Conn(t)
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	hard, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rs, _ := rows(1, 5, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.attempt(hard, rs)
+		done <- err
+	}()
+	check := pg.Conn(t)
+	waitFor(t, ctx, "the Query waiting for the lock", func() bool {
+		var n int
+		err := check.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = to_regclass($1)", s.table.Sanitize()).Scan(&n)
+		return err == nil && n > 0
+	})
+	cancel()
+	waitFor(t, ctx, "the cancel request at the proxy", func() bool { return cancels.Load() > 0 })
+	if err := tx.Commit(ctx); err != nil { // the lock goes; the Query finishes
+		t.Fatal(err)
+	}
+	err = <-done
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("attempt = %v, want the context's error", err)
+	}
+	if c.conn != nil {
+		t.Fatal("the connection, with its transaction open, was kept")
+	}
+	waitFor(t, ctx, "the attempt's session ended", func() bool {
+		var n int
+		err := check.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n)
+		return err == nil && n == 0
+	})
+	if n := count(t, ctx, admin, s.cfg.Table); n != 0 {
+		t.Fatalf("%d rows stored by an attempt given up", n)
 	}
 }
 

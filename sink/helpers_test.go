@@ -523,13 +523,21 @@ func pump(src, dst net.Conn, hook func([]byte) verdict, server net.Conn) {
 
 // tripCounter is a proxy to PostgreSQL that counts the round trips its
 // clients' statements take: the Query and Sync messages they send, each
-// answered by ReadyForQuery. It reads the protocol unencrypted.
+// answered by ReadyForQuery.
 type tripCounter struct{ n atomic.Int64 }
 
 func newTripCounter(t *testing.T, dbURL string) (*tripCounter, string) {
 	t.Helper()
 	l := listen(t)
 	proxied, to := l.proxy(t, dbURL)
+	u, err := url.Parse(proxied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("sslmode", "disable") // the counter reads the messages
+	u.RawQuery = q.Encode()
+	proxied = u.String()
 	tc := &tripCounter{}
 	l.relay(to, func() (up, down func([]byte) verdict) {
 		var f frontendStream

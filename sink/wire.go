@@ -270,7 +270,8 @@ type copyResult struct {
 	// had ended the session before it ran any of it (a backend
 	// terminated while idle sends its FATAL at once, and it is read
 	// with the next query's answers), or ended it during the first
-	// guard, before its first row. Nothing was stored.
+	// statement, before it answered (at-least-once's first guard).
+	// Nothing was stored.
 	untouched bool
 }
 
@@ -349,7 +350,7 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQ
 		// last CommandComplete and ReadyForQuery (res.complete, with an
 		// error), the warning before it says the commit may not be on
 		// the standby.
-		if res.complete && unreplicated != nil {
+		if res.complete && unreplicated != nil && !q.open {
 			res.complete, res.err = false, &unreplicatedError{warning: unreplicated.Message}
 		}
 	}()
