@@ -189,7 +189,12 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 		r.free <- b
 	}
 
-	s.logProblems(ctx)
+	// The table's problems are looked for while the committers connect:
+	// with the server far away, the look's dozen queries would otherwise
+	// hold up the first batch.
+	var look sync.WaitGroup
+	defer look.Wait()
+	look.Go(func() { s.logProblems(ctx) })
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	warmCtx, stopWarm := context.WithCancel(ctx)
@@ -218,8 +223,9 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 }
 
 // logProblems compares the mapping with the table once, so that a table
-// that does not fit is reported before the first batch fails on it. It
-// reports whether it found (and logged) any that is not a warning.
+// that does not fit is reported at the start, as the first batch fails on
+// it, and one that may store other values than sent is reported at all.
+// It reports whether it found (and logged) any that is not a warning.
 func (s *Sink) logProblems(ctx context.Context) (found bool) {
 	// Long enough for a connect past a dead host of a failover list.
 	ctx, cancel := context.WithTimeout(ctx, max(10*time.Second, s.dialMax))

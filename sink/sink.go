@@ -278,6 +278,16 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 		return nil, urlError(cfg.URL, err)
 	}
 	cc.RuntimeParams["application_name"] = cfg.AppName
+	// The sink's statements run once or a few times on each connection
+	// (the table's checks, its types on each connect) or go on a wire path
+	// of their own (the batches): pgx's default, preparing each statement
+	// and caching it, costs each a second round trip on every connection
+	// and saves none. One round trip each, with the server inferring the
+	// parameters' types as a prepare would (QueryExecModeExec), unless the
+	// URL sets default_query_exec_mode.
+	if !strings.Contains(cfg.URL, "default_query_exec_mode") {
+		cc.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
 	// The encoder writes UTF-8. Without this the session takes the
 	// database's encoding, and in a LATIN1 database "é" would be stored as
 	// "Ã©" without an error; with it, PostgreSQL converts, and refuses a

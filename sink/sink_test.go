@@ -720,6 +720,25 @@ func TestExactlyOnceRoundTrips(t *testing.T) {
 	}
 }
 
+// A committer's connect takes three round trips after the startup: the
+// timeline check, and the two reads of the table's types and row-level
+// security, one round trip each (pgx would prepare each statement first).
+func TestConnectRoundTrips(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	trips, proxied := newTripCounter(t, pg.URL)
+	s, _ := newTestSink(t, ctx, proxied, nil)
+	c := &committer{s: s}
+	defer c.closeConn()
+	before := trips.n.Load()
+	if err := c.connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.n.Load() - before; n != 3 {
+		t.Fatalf("%d round trips to connect, want 3", n)
+	}
+}
+
 // A table named like an injection is created and written as a quoted
 // identifier; the statement in its name never runs.
 func TestHostileTableName(t *testing.T) {
