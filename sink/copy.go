@@ -28,13 +28,8 @@ type committer struct {
 	r      *run
 	conn   *pgx.Conn
 	staged bool // exactly-once: the staging table exists on conn
-	// unreplicated holds the last WARNING on conn that syncRepCancelled
-	// takes for a cancelled wait for a synchronous standby ("" for none):
-	// exactly-once's COMMIT then succeeds, with only that notice to say
-	// that the standby may not have it.
-	unreplicated atomic.Pointer[string]
-	wire         copyWire
-	bo           backoff
+	wire   copyWire
+	bo     backoff
 	// mayHand: commitRetry may give up the batch to another committer
 	// (errHandOff): process tries it whole, nothing settled or held.
 	mayHand bool
@@ -241,13 +236,7 @@ func (c *committer) warm(ctx context.Context) {
 // column types for the guards (see Sink.readTypes). A failed read is left
 // to the guards: they accept what they accepted before.
 func (c *committer) connect(ctx context.Context) error {
-	cfg := c.s.connCfg.Copy()
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if syncRepCancelled(cmp.Or(n.SeverityUnlocalized, n.Severity), n.Message, false) {
-			c.unreplicated.Store(&n.Message)
-		}
-	}
-	conn, err := c.s.connectConfig(ctx, cfg)
+	conn, err := c.s.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -1063,7 +1052,8 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 	}
 	// Exactly-once: one Query begins the transaction, creates the staging
 	// table on a new connection, copies the rows into it after the type
-	// guard and inserts them from it into the table; a second commits.
+	// guard, inserts them from it into the table and commits. Its error
+	// leaves the transaction open (aborted) on the connection.
 	defer func() {
 		if err != nil && c.conn != nil && !c.conn.IsClosed() && c.conn.PgConn().TxStatus() != 'I' {
 			if _, rerr := c.conn.Exec(ctx, "rollback"); rerr != nil {
@@ -1071,31 +1061,8 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 			}
 		}
 	}()
-	_, inserted, err := c.copy(ctx, c.exactlyOnce(), rows)
-	if err != nil {
-		return false, err
-	}
-	// Fewer rows inserted than staged: conflicts (rows stored before, which
-	// is what this mode is for) or rows that a BEFORE INSERT trigger
-	// returning NULL (or a DO INSTEAD NOTHING rule) left out. Only the
-	// latter are missing from the table; find their keys before COMMIT
-	// empties the staging table. One more query, only when something did
-	// not insert.
-	var missing map[rowKey]struct{}
-	if inserted < int64(len(rows)) {
-		if missing, err = missingKeys(ctx, c.conn, s.missingSQL); err != nil {
-			return false, err
-		}
-	}
-	c.unreplicated.Store(nil)
-	tag, err := c.conn.Exec(ctx, "commit")
-	if err != nil {
-		return outcomeUnknown(err), fmt.Errorf("commit %d rows: %w", len(rows), err)
-	}
-	if tag.String() != "COMMIT" {
-		return false, fmt.Errorf("commit %d rows: the server answered %q", len(rows), tag.String())
-	}
-	if w := c.unreplicated.Swap(nil); w != nil {
+	sent, inserted, err := c.copy(ctx, c.exactlyOnce(), rows)
+	if _, ok := errors.AsType[*unreplicatedError](err); ok {
 		// Stored here; on the standby perhaps not: retried, and the
 		// table's key takes what is there already (ON CONFLICT). The
 		// retry's COMMIT waits for the standby too even when every row
@@ -1106,9 +1073,29 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 		// xid does not. Likely the AccessExclusiveLock that emptying the
 		// table ON COMMIT takes, which PostgreSQL logs to WAL for standbys.
 		c.staged = true
-		return true, fmt.Errorf("commit %d rows: %w", len(rows), &unreplicatedError{warning: *w})
+		return true, err
+	}
+	if err != nil {
+		return sent && outcomeUnknown(err), err
 	}
 	c.staged = true
+	if inserted == int64(len(rows)) {
+		return false, nil
+	}
+	// Fewer rows inserted than staged: conflicts (rows stored before, which
+	// is what this mode is for) or rows that a BEFORE INSERT trigger
+	// returning NULL (or a DO INSTEAD NOTHING rule) left out. Only the
+	// latter are missing from the table: look the batch's keys up in it.
+	// One more query, only when something did not insert.
+	if c.conn == nil {
+		// Closed after the commit, ctx having ended meanwhile: the rows
+		// are not acked (redelivered, they conflict).
+		return false, fmt.Errorf("look for rows missing from the table after the commit: %w", cmp.Or(ctx.Err(), pgconn.ErrConnClosed))
+	}
+	missing, err := c.missingKeys(ctx, rows)
+	if err != nil {
+		return false, err
+	}
 	if len(missing) > 0 {
 		return false, &missingError{sent: len(rows), keys: missing}
 	}
@@ -1125,22 +1112,26 @@ func keyOf(row *pipeline.Row) rowKey {
 	return rowKey{row.Event.Stream, strconv.FormatUint(row.Event.StreamSeq, 10)}
 }
 
-// missingKeys runs the exactly-once missingSQL on conn, in its open
-// transaction: one round trip (the simple protocol; no statement to
-// prepare first).
-func missingKeys(ctx context.Context, conn *pgx.Conn, sql string) (map[rowKey]struct{}, error) {
-	rs, err := conn.Query(ctx, sql, pgx.QueryExecModeSimpleProtocol)
+// missingKeys returns the keys of rows, just committed, that the table
+// lacks (the exactly-once missingSQL, which looks them up by the table's
+// unique key): one round trip.
+func (c *committer) missingKeys(ctx context.Context, rows []pipeline.Row) (map[rowKey]struct{}, error) {
+	streams, seqs := make([]string, len(rows)), make([]string, len(rows))
+	for i := range rows {
+		k := keyOf(&rows[i])
+		streams[i], seqs[i] = k.stream, k.seq
+	}
+	rs, err := c.conn.Query(ctx, c.s.missingSQL, streams, seqs)
 	if err != nil {
-		return nil, fmt.Errorf("look for staged rows missing from the table: %w", err)
+		return nil, fmt.Errorf("look for rows missing from the table after the commit: %w", err)
 	}
 	keys := map[rowKey]struct{}{}
 	var k rowKey
 	if _, err := pgx.ForEachRow(rs, []any{&k.stream, &k.seq}, func() error {
-		k.seq = integralText(k.seq)
 		keys[k] = struct{}{}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("look for staged rows missing from the table: %w", err)
+		return nil, fmt.Errorf("look for rows missing from the table after the commit: %w", err)
 	}
 	return keys, nil
 }
@@ -1155,7 +1146,8 @@ func integralText(s string) string {
 }
 
 // missingError reports an exactly-once transaction that committed while
-// the INSERT from staging left the rows with these keys out of the table:
+// the INSERT from staging left the rows with these keys out of the table
+// (as they were looked up after the commit):
 // a BEFORE INSERT trigger returned NULL for them, or a rule dropped them
 // (or a trigger changed their key, so that they are stored under another
 // one; that shows only when another row of the batch conflicted, since
@@ -1181,12 +1173,11 @@ func committedMissing(err error) *missingError {
 
 // copy sends rows with the Query q holding one binary COPY on the
 // committer's connection (see sendCopy), and returns the row count of q's
-// last statement (see copyResult). After an error the server did not
-// answer with, the connection is closed: its state is unknown. A COPY
-// that succeeds with a row count other than len(rows) returns a
-// *miscountError, committed unless q leaves its transaction open
-// (exactly-once: the caller rolls it back).
-func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) (sent bool, last int64, err error) {
+// INSERT from staging (exactly-once; see copyResult). After an error the
+// server did not answer with, the connection is closed: its state is
+// unknown. An at-least-once COPY that commits with a row count other than
+// len(rows) returns a *miscountError.
+func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) (sent bool, inserted int64, err error) {
 	sent, res := sendCopy(ctx, c.conn.PgConn(), &c.wire, q, rows)
 	err = res.err
 	var pgErr *pgconn.PgError
@@ -1199,23 +1190,18 @@ func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) 
 	if err != nil {
 		return sent, -1, c.statementError(q, res.failedAt, len(rows), err)
 	}
-	if q.open && c.conn == nil {
-		// ctx ended while the Query ran, and the server finished it all
-		// the same (the cancel request came late, or did not arrive):
-		// the connection is closed, and the open transaction with it.
-		return sent, -1, fmt.Errorf("copy %d rows: %w", len(rows), ctx.Err())
+	if res.stored != int64(len(rows)) && q.insertAt == 0 {
+		// (Exactly-once's COPY goes into the staging table, and the keys
+		// looked up after the commit tell which rows are missing.)
+		return sent, -1, &miscountError{sent: len(rows), stored: res.stored}
 	}
-	if res.stored != int64(len(rows)) {
-		return sent, -1, &miscountError{sent: len(rows), stored: res.stored, committed: !q.open}
-	}
-	return sent, res.last, nil
+	return sent, res.inserted, nil
 }
 
 // exactlyOnce is the Query of exactly-once (see Sink.buildSQL): BEGIN; the
 // staging table's CREATE, unless the connection has it; the type guard
-// and the COPY into staging (copySQL); the INSERT from staging. It leaves
-// the transaction open. Built again only when the guards or the staging
-// table's need change.
+// and the COPY into staging (copySQL); the INSERT from staging; COMMIT.
+// Built again only when the guards or the staging table's need change.
 func (c *committer) exactlyOnce() copyQuery {
 	s := c.s
 	if c.eo.guards != c.guards || c.eo.staged != c.staged || c.eo.q.sql == "" {
@@ -1224,11 +1210,11 @@ func (c *committer) exactlyOnce() copyQuery {
 		if !c.staged {
 			pre, n = pre+s.stageSQL+"; ", 2
 		}
-		q.sql = pre + q.sql + "; " + s.insertSQL
-		q.stmts += n + 1
+		q.sql = pre + q.sql + "; " + s.insertSQL + "; COMMIT"
 		q.copyAt += n
 		q.guards <<= n
-		q.open = true
+		q.insertAt = q.stmts + n + 1
+		q.stmts += n + 2
 		c.eo.q, c.eo.guards, c.eo.staged = q, c.guards, c.staged
 	}
 	return c.eo.q
@@ -1237,13 +1223,16 @@ func (c *committer) exactlyOnce() copyQuery {
 // statementError says which statement of q failed with err: at is its
 // place (copyResult.failedAt; past the last, an error after it, a FATAL
 // before ReadyForQuery). Exactly-once's statements before the guard are
-// BEGIN and the staging table's CREATE; its last is the INSERT from
-// staging, where row-level security's policies apply (fromStagingError).
+// BEGIN and the staging table's CREATE; after the COPY come the INSERT
+// from staging, where row-level security's policies apply
+// (fromStagingError), and COMMIT.
 func (c *committer) statementError(q copyQuery, at, n int, err error) error {
-	if q.open && at > 0 && at <= q.stmts && at != q.copyAt && q.guards&(1<<at) == 0 {
+	if q.insertAt > 0 && at > 0 && at <= q.stmts && at != q.copyAt && q.guards&(1<<at) == 0 {
 		switch {
-		case at == q.stmts:
+		case at == q.insertAt:
 			return &fromStagingError{n: n, err: err}
+		case at == q.stmts:
+			return fmt.Errorf("commit %d rows: %w", n, err)
 		case at == 1:
 			return fmt.Errorf("begin: %w", err)
 		default:
@@ -1267,32 +1256,27 @@ func (e *fromStagingError) Error() string {
 
 func (e *fromStagingError) Unwrap() error { return e.err }
 
-// miscountError reports a COPY that succeeded while the server counted
-// another number of rows than were sent: a BEFORE INSERT trigger that
-// returned NULL (or a foreign table's wrapper) left rows out, or the tag
-// could not be read (stored -1). Which rows are missing is unknown.
+// miscountError reports an at-least-once COPY that committed while the
+// server counted another number of rows than were sent: a BEFORE INSERT
+// trigger that returned NULL (or a foreign table's wrapper) left rows out,
+// or the tag could not be read (stored -1). Which rows are missing is
+// unknown.
 type miscountError struct {
-	sent      int
-	stored    int64 // -1: no row count in the CommandComplete tag
-	committed bool  // the COPY committed (at-least-once, autocommit)
+	sent   int
+	stored int64 // -1: no row count in the CommandComplete tag
 }
 
 func (e *miscountError) Error() string {
-	what := "rolled back"
-	if e.committed {
-		what = "committed"
-	}
 	if e.stored < 0 {
-		return fmt.Sprintf("copy %d rows: %s without a row count in its CommandComplete tag", e.sent, what)
+		return fmt.Sprintf("copy %d rows: committed without a row count in its CommandComplete tag", e.sent)
 	}
-	return fmt.Sprintf("copy %d rows: %s with %d rows counted by the server", e.sent, what, e.stored)
+	return fmt.Sprintf("copy %d rows: committed with %d rows counted by the server", e.sent, e.stored)
 }
 
-// committedMiscount returns err's *miscountError if it reports a COPY that
-// committed, nil otherwise.
+// committedMiscount returns err's *miscountError, nil if it is none.
 func committedMiscount(err error) *miscountError {
 	var e *miscountError
-	if errors.As(err, &e) && e.committed {
+	if errors.As(err, &e) {
 		return e
 	}
 	return nil

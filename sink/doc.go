@@ -76,8 +76,8 @@
 // follows it. Unless a WARNING came before it that says (or, after the
 // sink's cancel, may say) that the commit's wait for a synchronous
 // standby was cancelled: committed here, perhaps not on the standby, so
-// not acked (an unknown outcome, sent again). Exactly-once's COMMIT is
-// judged by the same warning (syncRepCancelled).
+// not acked (an unknown outcome, sent again). Exactly-once's Query, which
+// ends with its COMMIT, is judged the same way.
 //
 // A batch is acked as stored only when that CommandComplete counts exactly
 // the rows sent ("COPY n"). A BEFORE INSERT trigger that returns NULL, or a
@@ -91,10 +91,10 @@
 // error level: the dead-letter subject then holds every event that may be
 // missing, for the operator to check against the table and replay. In
 // exactly-once mode the COPY goes into the staging table, which has no
-// triggers (a miscount there is rolled back and retried like a
-// configuration error); the INSERT that follows inserts fewer rows than
-// staged whenever some conflict, so when it does, one more query finds the
-// keys of the staged rows the table lacks, before COMMIT. A BEFORE INSERT
+// triggers; the INSERT that follows inserts fewer rows than staged
+// whenever some conflict, so when it does, one more query after the
+// COMMIT looks the batch's keys up in the table (by its unique key) and
+// finds those it lacks. A BEFORE INSERT
 // trigger returning NULL or a DO INSTEAD NOTHING rule left those out (or a
 // trigger stored them under another key): here the sink knows which they
 // are, so only they are dead-lettered with code "row_count" and the rest of
@@ -107,11 +107,11 @@
 // and moved with INSERT ...
 // SELECT ... ON CONFLICT (stream, stream_seq) DO NOTHING in the same
 // transaction, so a redelivered message adds nothing. BEGIN, the guard,
-// the COPY and the INSERT go out as one Query (with the staging table's
-// CREATE on a new connection), the same way as at-least-once's, and
-// leave the transaction open; COMMIT follows once the INSERT's row count
-// is in (and, if it is short, the missing-row check): two round trips a
-// batch, three when some rows conflict. No unique constraint
+// the COPY, the INSERT and COMMIT go out as one Query (with the staging
+// table's CREATE on a new connection), the same way as at-least-once's:
+// one round trip a batch, two when the INSERT's row count is short (the
+// lookup above), and no transaction ever waits on the client between
+// statements (idle in transaction). No unique constraint
 // on exactly those columns may be DEFERRABLE: ON CONFLICT refuses one as
 // its arbiter (SQLSTATE 55000, even beside a non-deferrable index), so
 // every batch would fail; Check reports it (ProblemDeferrableUnique), and

@@ -1,7 +1,6 @@
 package sink
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -265,83 +264,13 @@ func TestAckErrorCounted(t *testing.T) {
 	}
 }
 
-// beginQuery begins exactly-once's Query (see committer.exactlyOnce),
-// after the Query message's type and length.
-var beginQuery = []byte("BEGIN; ")
-
-// idleProxy is a TCP proxy to PostgreSQL that, once armed, forwards the next
-// write holding exactly-once's Query (BEGIN, the COPY into staging, the
-// INSERT: one write for a small batch) and then nothing more that its
-// client sends (the COMMIT): the transaction sits idle until the server
-// ends the session. It counts the ErrorResponses with
-// SQLSTATE 25P03 (idle_in_transaction_session_timeout) that it passes on.
-type idleProxy struct {
-	armed    atomic.Bool
-	timeouts atomic.Int32
-}
-
-func newIdleProxy(t *testing.T, dbURL string) (*idleProxy, string) {
-	t.Helper()
-	l := listen(t)
-	proxied, to := l.proxy(t, dbURL)
-	p := &idleProxy{}
-	l.relay(to, func() (up, down func([]byte) verdict) {
-		var idle atomic.Bool
-		up = func(b []byte) verdict {
-			if idle.Load() {
-				return drop
-			}
-			idle.Store(bytes.Contains(b, beginQuery) && p.armed.CompareAndSwap(true, false))
-			return pass
-		}
-		down = func(b []byte) verdict {
-			if bytes.Contains(b, []byte("C25P03\x00")) {
-				p.timeouts.Add(1)
-			}
-			return pass
-		}
-		return up, down
-	})
-	return p, proxied
-}
-
-// The server ends an exactly-once transaction that sat idle past
-// idle_in_transaction_session_timeout (FATAL, SQLSTATE 25P03, read as the
-// COMMIT's answer): that is a lost connection, retried with backoff on a
-// new one, not a configuration error, and the outcome is known (nothing
-// committed); the batch commits once and every message is acked.
-func TestIdleInTransactionTimeoutIsTransient(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	pg := testenv.Postgres(t)
-	proxy, proxied := newIdleProxy(t, pg.URL)
-	s, dl := newTestSink(t, ctx, withParam(t, proxied, "idle_in_transaction_session_timeout", "500"), func(c *Config) {
-		c.Mode = ExactlyOnce
-		c.Connections = 1
-	})
-	proxy.armed.Store(true) // after New, whose Init ran in a transaction of its own
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	rs, ms := rows(1, 10, nil)
-	src.push(t, ctx, rs)
-	finishClean(t, ctx, src, wait, dl, ms)
-	n := proxy.timeouts.Load()
-	if n == 0 {
-		t.Fatal("no session ended by idle_in_transaction_session_timeout")
-	}
-	if st := s.Stats(); st.ConfigErrors != 0 || st.Retries != uint64(n) || st.Rows != 10 {
-		t.Fatalf("stats %+v, want %d retries, no configuration error, 10 rows", st, n)
-	}
-	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 10 {
-		t.Fatalf("%d rows, want 10", n)
-	}
-}
-
-// The hard context ends while exactly-once's Query waits for a lock, and
-// the cancel request is lost on its way (the proxy cuts its connection):
-// once the lock is gone the server finishes the Query, leaving the
-// transaction open on a connection the sink then closes. The attempt
-// fails with the context's error, commits nothing, and does not go on to
-// the COMMIT on the closed connection.
+// The hard context ends while exactly-once's Query of a redelivered batch
+// waits for a lock, and the cancel request is lost on its way (the proxy
+// cuts its connection): once the lock is gone the server finishes the
+// Query, committing, and the sink closes the connection (ctx has ended).
+// Every row conflicted, so the keys would have to be looked up in the
+// table: on no connection. The attempt fails with the context's error (the
+// rows are not acked; redelivered, they conflict again).
 func TestExactlyOnceCancelLostQueryFinishes(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
@@ -364,7 +293,8 @@ func TestExactlyOnceCancelLostQueryFinishes(t *testing.T) {
 	s, _ := newTestSink(t, ctx, proxied, func(c *Config) { c.Mode = ExactlyOnce; c.Connections = 1 })
 	c := &committer{s: s}
 	defer c.closeConn()
-	if err := c.connect(ctx); err != nil { // before the lock: it reads the table's types
+	rs, _ := rows(1, 5, nil)
+	if _, err := c.attempt(ctx, rs); err != nil { // stored once; connected before the lock
 		t.Fatal(err)
 	}
 	pid := c.conn.PgConn().PID()
@@ -378,7 +308,6 @@ func TestExactlyOnceCancelLostQueryFinishes(t *testing.T) {
 	}
 	hard, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rs, _ := rows(1, 5, nil)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.attempt(hard, rs)
@@ -400,15 +329,15 @@ func TestExactlyOnceCancelLostQueryFinishes(t *testing.T) {
 		t.Fatalf("attempt = %v, want the context's error", err)
 	}
 	if c.conn != nil {
-		t.Fatal("the connection, with its transaction open, was kept")
+		t.Fatal("the connection was kept after the hard context ended")
 	}
 	waitFor(t, ctx, "the attempt's session ended", func() bool {
 		var n int
 		err := check.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&n)
 		return err == nil && n == 0
 	})
-	if n := count(t, ctx, admin, s.cfg.Table); n != 0 {
-		t.Fatalf("%d rows stored by an attempt given up", n)
+	if n := count(t, ctx, admin, s.cfg.Table); n != 5 {
+		t.Fatalf("%d rows, want 5", n)
 	}
 }
 

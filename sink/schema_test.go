@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -333,6 +334,48 @@ func TestStoredSeq(t *testing.T) {
 	s, _ := newTestSink(t, ctx, pg.URL, nil) // at-least-once
 	if _, err := s.StoredSeq(ctx, "S"); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("StoredSeq in at-least-once mode: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// Exactly-once's lookup after a commit finds the keys the table lacks
+// whatever type the mapping gives the sequence column (bigint, numeric,
+// text), by the keys as keyOf writes them; a key of another stream with
+// the same sequence does not count.
+func TestMissingKeysBySequenceType(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	for _, typ := range []pipeline.Type{pipeline.TypeInt8, pipeline.TypeNumeric, pipeline.TypeText} {
+		t.Run(string(typ), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.URL = pg.URL
+			cfg.Table = uniqueName(t)
+			cfg.Mode = ExactlyOnce
+			cfg.CreateTable = true
+			cols := []pipeline.Column{
+				{Name: "str", From: "meta:stream", Type: pipeline.TypeText},
+				{Name: "sq", From: "meta:stream_seq", Type: typ},
+			}
+			s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := admin.Exec(ctx, "INSERT INTO "+s.table.Sanitize()+" VALUES ('S', '1'), ('S', '3'), ('T', '4')"); err != nil {
+				t.Fatal(err)
+			}
+			c := &committer{s: s}
+			defer c.closeConn()
+			if err := c.connect(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rs, _ := rows(1, 4, nil)
+			missing, err := c.missingKeys(ctx, rs)
+			want := map[rowKey]struct{}{{"S", "2"}: {}, {"S", "4"}: {}}
+			if err != nil || !maps.Equal(missing, want) {
+				t.Fatalf("missingKeys = %v, %v; want %v", missing, err, want)
+			}
+		})
 	}
 }
 

@@ -98,7 +98,7 @@ type Sink struct {
 	staging    pgx.Identifier         // exactly-once: the staging table (stagingTable)
 	stageSQL   string                 // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
 	insertSQL  string                 // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
-	missingSQL string                 // exactly-once: the keys of the staged rows the table lacks after the INSERT
+	missingSQL string                 // exactly-once: the keys ($1 streams, $2 sequences) the table lacks
 	adminSem   chan struct{}          // holds admin: a mutex that a waiter's context can give up
 	ownLook    chan struct{}          // holds the one connection of its own a waiting-batch report may open (adminOrOwn)
 	admin      *pgx.Conn              // the "+1" connection: Ping, Init, Check; nil until needed
@@ -352,13 +352,7 @@ func hostsOf(cc *pgx.ConnConfig) []string {
 
 // connect opens one connection. The error names host, port and database.
 func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
-	return s.connectConfig(ctx, s.connCfg.Copy())
-}
-
-// connectConfig is connect with cfg, a copy of the sink's connection
-// configuration.
-func (s *Sink) connectConfig(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
-	c, err := pgx.ConnectConfig(ctx, cfg)
+	c, err := pgx.ConnectConfig(ctx, s.connCfg) // which copies it
 	if err != nil {
 		return nil, &connectError{where: s.where, err: err}
 	}
@@ -588,8 +582,19 @@ func (s *Sink) buildSQL() {
 		stream, seq := pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()
 		s.insertSQL = "INSERT INTO " + s.table.Sanitize() + " (" + list + ") SELECT " + list + " FROM " +
 			s.staging.Sanitize() + " ON CONFLICT (" + stream + ", " + seq + ") DO NOTHING"
-		s.missingSQL = "SELECT s." + stream + "::text, s." + seq + "::text FROM " + s.staging.Sanitize() + " s WHERE NOT EXISTS (SELECT 1 FROM " +
-			s.table.Sanitize() + " t WHERE t." + stream + " = s." + stream + " AND t." + seq + " = s." + seq + ")"
+		// The keys as keyOf writes them, each looked up as the mapping's
+		// type (the staging table's) by the table's unique key.
+		var streamT, seqT string
+		for _, c := range s.cols {
+			switch c.Name {
+			case s.streamC:
+				streamT = pgTypes[c.Type].name
+			case s.seqC:
+				seqT = pgTypes[c.Type].name
+			}
+		}
+		s.missingSQL = "SELECT k.stream, k.seq FROM unnest($1::text[], $2::text[]) k(stream, seq) WHERE NOT EXISTS (SELECT 1 FROM " +
+			s.table.Sanitize() + " t WHERE t." + stream + " = k.stream::" + streamT + " AND t." + seq + " = k.seq::" + seqT + ")"
 	}
 	s.copyStmts = 2
 	if s.cfg.Mode == AtLeastOnce {

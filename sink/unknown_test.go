@@ -11,11 +11,11 @@ import (
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
-// commitCutter is a TCP proxy to PostgreSQL that, once armed, lets the one
-// message that commits through (COMMIT, or in at-least-once mode the
-// CopyDone that ends the COPY), waits for the server's answer (so the
-// transaction has committed), drops the answer and cuts the connection: the
-// client cannot know the outcome.
+// commitCutter is a TCP proxy to PostgreSQL that, once armed, lets the
+// write that commits through (the CopyDone that ends a batch's Query, in
+// either mode), waits for the server's answer (so the transaction has
+// committed), drops the answer and cuts the connection: the client cannot
+// know the outcome.
 type commitCutter struct {
 	mode  Mode
 	armed atomic.Bool
@@ -25,22 +25,14 @@ type commitCutter struct {
 	hold atomic.Bool
 }
 
-// commitQuery is the simple-protocol Query message pgx sends for Commit;
-// copyDone ends a COPY, and pgx flushes right after it, so it ends the
-// bytes the proxy reads.
-var (
-	commitQuery = []byte("Q\x00\x00\x00\x0bcommit\x00")
-	copyDone    = []byte("c\x00\x00\x00\x04")
-)
+// copyDone ends a COPY, and the sink writes nothing after it in a batch's
+// Query (exactly-once's INSERT and COMMIT come before its data, in the
+// Query message), so it ends the bytes the proxy reads.
+var copyDone = []byte("c\x00\x00\x00\x04")
 
 // commits reports whether b, read from the client, holds the message that
-// commits a batch in mode m.
-func commits(m Mode, b []byte) bool {
-	if m == AtLeastOnce {
-		return bytes.HasSuffix(b, copyDone)
-	}
-	return bytes.Contains(b, commitQuery)
-}
+// commits a batch.
+func commits(b []byte) bool { return bytes.HasSuffix(b, copyDone) }
 
 // committed reports whether b, read from the server after commits, holds
 // the answer to that message, the CommandComplete of the COPY or of the
@@ -62,7 +54,7 @@ func newCommitCutter(t *testing.T, dbURL string, m Mode) (*commitCutter, string)
 	l.relay(to, func() (up, down func([]byte) verdict) {
 		var cutNext, holding atomic.Bool
 		up = func(b []byte) verdict {
-			if commits(p.mode, b) && p.armed.CompareAndSwap(true, false) {
+			if commits(b) && p.armed.CompareAndSwap(true, false) {
 				cutNext.Store(true)
 			}
 			return pass

@@ -138,9 +138,9 @@ type copyQuery struct {
 	stmts  int    // statements in sql
 	copyAt int    // the COPY's place among them, from 1
 	guards uint64 // bit n set: statement n is a type guard (see typesChangedError)
-	// open: sql begins a transaction and leaves it open (exactly-once),
-	// so that its last statement's completion has committed nothing.
-	open bool
+	// insertAt is the place of exactly-once's INSERT from staging (0:
+	// none), whose row count copyResult.inserted holds.
+	insertAt int
 }
 
 // guardedCopy is the Query of copySQL (see Sink.buildSQL) of stmts
@@ -158,14 +158,14 @@ func guardedCopy(sql string, stmts int) copyQuery {
 	return q
 }
 
-// sendCopy runs one Query q holding a COPY of rows on pg; a type guard in
-// it that fails returns a *typesChangedError. sent reports that every
-// byte, CopyDone included, was written: an error after that (other than
-// the server's own) leaves open whether the Query committed, unless it
-// leaves its transaction open (q.open). res.stored is the row count of the
-// COPY's CommandComplete tag ("COPY n"), -1 if there was none or it could
-// not be read; in autocommit the COPY has committed when res.err is nil,
-// whatever stored says.
+// sendCopy runs one Query q holding a COPY of rows on pg, which commits
+// (without a BEGIN, as one transaction; with one, by its last statement,
+// COMMIT); a type guard in it that fails returns a *typesChangedError.
+// sent reports that every byte, CopyDone included, was written: an error
+// after that (other than the server's own) leaves open whether the Query
+// committed. res.stored is the row count of the COPY's CommandComplete tag
+// ("COPY n"), -1 if there was none or it could not be read; the Query has
+// committed when res.err is nil, whatever stored says.
 //
 // The answers are read while the rows go out (by a goroutine that ends
 // before sendCopy returns): the server may write while it reads the COPY,
@@ -238,13 +238,11 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQuery, 
 		res.stored = -1
 		return false, res // the server's own error, and nothing ran: not committed
 	}
-	if res.complete && res.err != nil && !q.open {
-		// The last statement is done (in autocommit: committed), and then the
+	if res.complete && res.err != nil {
+		// The last statement is done (committed), and then the
 		// connection failed or the backend ended (FATAL) before
 		// ReadyForQuery. Report the COPY, and close the connection so
-		// that the next statement does not go to a dead one. (A Query
-		// that leaves its transaction open has committed nothing: its
-		// error stands.)
+		// that the next statement does not go to a dead one.
 		_ = pg.Close(context.Background())
 		res.err = nil
 	}
@@ -255,13 +253,14 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQuery, 
 // that the CommandComplete of its last statement arrived (with no error
 // before it): a COPY in autocommit, or in the implicit transaction of a
 // Query of several statements, has committed by then, since the server
-// commits before it reports the last statement. stored is the row count in
-// the COPY's CommandComplete, -1 without one; last the row count of the
-// last statement's ("INSERT 0 n"), when that is not the COPY.
+// commits before it reports the last statement (a COMMIT too). stored is
+// the row count in the COPY's CommandComplete, -1 without one; inserted
+// the row count of the INSERT at copyQuery.insertAt ("INSERT 0 n"), -1
+// without one.
 type copyResult struct {
 	complete bool
 	stored   int64
-	last     int64
+	inserted int64
 	err      error
 	// failedAt is the statement (from 1) under way when the server's
 	// error came, 0 if none came.
@@ -343,14 +342,14 @@ func (e *brokenConnError) Unwrap() error { return e.err }
 // goroutine has ended when it returns. It closes cancelSent once the
 // cancel request has gone out or failed, or when it returns without one.
 func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQuery, cancelSent chan<- struct{}) (res copyResult) {
-	res.stored, res.last = -1, -1
+	res.stored, res.inserted = -1, -1
 	var unreplicated *pgproto3.NoticeResponse // see syncRepCancelled
 	defer func() {
 		// On every return: also when the connection fails between the
 		// last CommandComplete and ReadyForQuery (res.complete, with an
 		// error), the warning before it says the commit may not be on
 		// the standby.
-		if res.complete && unreplicated != nil && !q.open {
+		if res.complete && unreplicated != nil {
 			res.complete, res.err = false, &unreplicatedError{warning: unreplicated.Message}
 		}
 	}()
@@ -415,9 +414,9 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQ
 			rowed = false
 			if done == q.stmts {
 				res.complete = pgErr == nil
-				if done != q.copyAt {
-					res.last = pgconn.NewCommandTag(string(msg.CommandTag)).RowsAffected()
-				}
+			}
+			if done == q.insertAt {
+				res.inserted = pgconn.NewCommandTag(string(msg.CommandTag)).RowsAffected()
 			}
 			if done == q.copyAt {
 				res.stored = copyCount(msg.CommandTag)
