@@ -970,13 +970,13 @@ func (s *Sink) firstSeen(key string) bool {
 // PostgreSQL runs as one transaction: it commits when the server has taken
 // the last row, with the same durability as an explicit COMMIT, and saves
 // BEGIN's and COMMIT's round trips and parses, which at low rates cost
-// more than the COPY of a small batch. Exactly-once
-// runs BEGIN; the type guard and the COPY into the staging table; INSERT ... SELECT ... ON
-// CONFLICT DO NOTHING; when that inserted fewer rows than staged, a query
-// for the keys of staged rows the table lacks; COMMIT (and returns a
-// *missingError if there were any). unknown reports that the statement that
-// commits was sent and no answer came back, so the rows may have been
-// committed.
+// more than the COPY of a small batch. Exactly-once's Query runs BEGIN;
+// the type guard and the COPY into the staging table; INSERT ... SELECT
+// ... ON CONFLICT DO NOTHING; COMMIT. When the INSERT inserted fewer rows
+// than staged, a query after the commit looks for the batch's keys the
+// table lacks (and attempt returns a *missingError if there were any).
+// unknown reports that the statement that commits was sent and no answer
+// came back, so the rows may have been committed.
 //
 // A connection the server ended while it was idle (a restart,
 // pg_terminate_backend, idle_session_timeout) fails the first statement
@@ -1086,8 +1086,12 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 	// is what this mode is for) or rows that a BEFORE INSERT trigger
 	// returning NULL (or a DO INSTEAD NOTHING rule) left out. Only the
 	// latter are missing from the table: look the batch's keys up in it.
-	// One more query, only when something did not insert.
-	if c.conn == nil {
+	// One more query, only when something did not insert. (After the
+	// commit, not before: a row this batch stored that another session
+	// deletes or re-keys within that round trip is taken for missing, and
+	// dead-lettered. Nothing is lost; such a table cannot tell redeliveries
+	// from new events anyway.)
+	if c.conn == nil || c.conn.IsClosed() {
 		// Closed after the commit, ctx having ended meanwhile: the rows
 		// are not acked (redelivered, they conflict).
 		return false, fmt.Errorf("look for rows missing from the table after the commit: %w", cmp.Or(ctx.Err(), pgconn.ErrConnClosed))
@@ -1137,7 +1141,7 @@ func (c *committer) missingKeys(ctx context.Context, rows []pipeline.Row) (map[r
 }
 
 // integralText drops the zero fraction a numeric(p,s) column's text has
-// ("7.00" -> "7"), so that it compares with keyOf's decimal sequence.
+// ("7.00" -> "7"), so that it reads as a decimal sequence (StoredSeq).
 func integralText(s string) string {
 	if i := strings.IndexByte(s, '.'); i >= 0 && strings.Trim(s[i+1:], "0") == "" {
 		return s[:i]
@@ -1188,6 +1192,11 @@ func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) 
 		c.closeConn()
 	}
 	if err != nil {
+		if q.insertAt > 0 && res.failedAt > 0 && res.failedAt < q.stmts {
+			// The server's error came before COMMIT (a FATAL too): the
+			// transaction it began did not commit.
+			sent = false
+		}
 		return sent, -1, c.statementError(q, res.failedAt, len(rows), err)
 	}
 	if res.stored != int64(len(rows)) && q.insertAt == 0 {

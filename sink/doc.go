@@ -110,8 +110,12 @@
 // the COPY, the INSERT and COMMIT go out as one Query (with the staging
 // table's CREATE on a new connection), the same way as at-least-once's:
 // one round trip a batch, two when the INSERT's row count is short (the
-// lookup above), and no transaction ever waits on the client between
-// statements (idle in transaction). No unique constraint
+// lookup above), and no transaction waits on jetsink between its
+// statements (idle in transaction; but for the ROLLBACK after a Query
+// that failed). The lookup's keys are read after the commit: a row the
+// batch stored that another session deletes within that round trip is
+// taken for missing and dead-lettered (such a table cannot tell
+// redeliveries from new events anyway). No unique constraint
 // on exactly those columns may be DEFERRABLE: ON CONFLICT refuses one as
 // its arbiter (SQLSTATE 55000, even beside a non-deferrable index), so
 // every batch would fail; Check reports it (ProblemDeferrableUnique), and

@@ -325,8 +325,8 @@ func TestExactlyOnceCancelLostQueryFinishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = <-done
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("attempt = %v, want the context's error", err)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "after the commit") {
+		t.Fatalf("attempt = %v, want the context's error at the lookup after the commit", err)
 	}
 	if c.conn != nil {
 		t.Fatal("the connection was kept after the hard context ended")

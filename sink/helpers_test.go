@@ -523,8 +523,10 @@ func pump(src, dst net.Conn, hook func([]byte) verdict, server net.Conn) {
 
 // tripCounter is a proxy to PostgreSQL that counts the round trips its
 // clients' statements take: the Query and Sync messages they send, each
-// answered by ReadyForQuery.
-type tripCounter struct{ n atomic.Int64 }
+// answered by ReadyForQuery. copying counts only those that a connection
+// sends after its first CopyData (a committer's, not the admin
+// connection's checks).
+type tripCounter struct{ n, copying atomic.Int64 }
 
 func newTripCounter(t *testing.T, dbURL string) (*tripCounter, string) {
 	t.Helper()
@@ -542,7 +544,12 @@ func newTripCounter(t *testing.T, dbURL string) (*tripCounter, string) {
 	l.relay(to, func() (up, down func([]byte) verdict) {
 		var f frontendStream
 		up = func(b []byte) verdict {
-			tc.n.Add(f.count(b, 'Q', 'S'))
+			copied := f.copied
+			n := f.count(b, 'Q', 'S')
+			tc.n.Add(n)
+			if copied {
+				tc.copying.Add(n)
+			}
 			return pass
 		}
 		return up, func([]byte) verdict { return pass }
@@ -555,6 +562,7 @@ func newTripCounter(t *testing.T, dbURL string) (*tripCounter, string) {
 // StartupMessage), then typed messages.
 type frontendStream struct {
 	started bool
+	copied  bool   // a CopyData message went by
 	head    []byte // the next message's start, read so far
 	body    int    // bytes of the current message not read yet
 }
@@ -581,6 +589,7 @@ func (f *frontendStream) count(b []byte, types ...byte) (n int64) {
 			if bytes.IndexByte(types, f.head[0]) >= 0 {
 				n++
 			}
+			f.copied = f.copied || f.head[0] == 'd'
 			f.body = int(binary.BigEndian.Uint32(f.head[1:])) - 4
 		} else {
 			const sslRequest, gssRequest = 80877103, 80877104

@@ -339,8 +339,9 @@ func TestStoredSeq(t *testing.T) {
 
 // Exactly-once's lookup after a commit finds the keys the table lacks
 // whatever type the mapping gives the sequence column (bigint, numeric,
-// text), by the keys as keyOf writes them; a key of another stream with
-// the same sequence does not count.
+// text; here a numeric(20,2) and a varchar stream column), by the keys as
+// keyOf writes them; a key of another stream with the same sequence does
+// not count.
 func TestMissingKeysBySequenceType(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
@@ -361,6 +362,13 @@ func TestMissingKeysBySequenceType(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
+			alter := "ALTER TABLE " + s.table.Sanitize() + " ALTER str TYPE varchar(40)"
+			if typ == pipeline.TypeNumeric {
+				alter += ", ALTER sq TYPE numeric(20,2)" // stored as 1.00
+			}
+			if _, err := admin.Exec(ctx, alter); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := admin.Exec(ctx, "INSERT INTO "+s.table.Sanitize()+" VALUES ('S', '1'), ('S', '3'), ('T', '4')"); err != nil {
 				t.Fatal(err)
 			}
