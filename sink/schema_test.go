@@ -280,6 +280,28 @@ func TestPingErrorHasNoPassword(t *testing.T) {
 	}
 }
 
+// newKeySink is an exactly-once sink on url for a table of the test's own
+// with only the key columns: str (meta:stream, text) and sq
+// (meta:stream_seq, typ), created by New if create.
+func newKeySink(t *testing.T, ctx context.Context, url string, typ pipeline.Type, create bool) *Sink {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.URL = url
+	cfg.Table = uniqueName(t)
+	cfg.Mode = ExactlyOnce
+	cfg.CreateTable = create
+	cols := []pipeline.Column{
+		{Name: "str", From: "meta:stream", Type: pipeline.TypeText},
+		{Name: "sq", From: "meta:stream_seq", Type: typ},
+	}
+	s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
 // StoredSeq reads the highest sequence stored for one stream, ordering text
 // sequences as numbers, and reads a missing table as empty.
 func TestStoredSeq(t *testing.T) {
@@ -288,19 +310,7 @@ func TestStoredSeq(t *testing.T) {
 	admin := pg.Conn(t)
 	for _, typ := range []pipeline.Type{pipeline.TypeInt8, pipeline.TypeNumeric, pipeline.TypeText} {
 		t.Run(string(typ), func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.URL = pg.URL
-			cfg.Table = uniqueName(t)
-			cfg.Mode = ExactlyOnce
-			cols := []pipeline.Column{
-				{Name: "str", From: "meta:stream", Type: pipeline.TypeText},
-				{Name: "sq", From: "meta:stream_seq", Type: typ},
-			}
-			s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := newKeySink(t, ctx, pg.URL, typ, false)
 			got := func(stream string) uint64 {
 				t.Helper()
 				n, err := s.StoredSeq(ctx, stream)
@@ -348,20 +358,7 @@ func TestMissingKeysBySequenceType(t *testing.T) {
 	admin := pg.Conn(t)
 	for _, typ := range []pipeline.Type{pipeline.TypeInt8, pipeline.TypeNumeric, pipeline.TypeText} {
 		t.Run(string(typ), func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.URL = pg.URL
-			cfg.Table = uniqueName(t)
-			cfg.Mode = ExactlyOnce
-			cfg.CreateTable = true
-			cols := []pipeline.Column{
-				{Name: "str", From: "meta:stream", Type: pipeline.TypeText},
-				{Name: "sq", From: "meta:stream_seq", Type: typ},
-			}
-			s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := newKeySink(t, ctx, pg.URL, typ, true)
 			alter := "ALTER TABLE " + s.table.Sanitize() + " ALTER str TYPE varchar(40)"
 			if typ == pipeline.TypeNumeric {
 				alter += ", ALTER sq TYPE numeric(20,2)" // stored as 1.00
