@@ -1092,8 +1092,9 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 	// dead-lettered. Nothing is lost; such a table cannot tell redeliveries
 	// from new events anyway.)
 	if c.conn == nil || c.conn.IsClosed() {
-		// Closed after the commit, ctx having ended meanwhile: the rows
-		// are not acked (redelivered, they conflict).
+		// Closed after the commit (ctx ended meanwhile, or the server
+		// ended the session before ReadyForQuery): the rows are not
+		// acked (redelivered, they conflict).
 		return false, fmt.Errorf("look for rows missing from the table after the commit: %w", cmp.Or(ctx.Err(), pgconn.ErrConnClosed))
 	}
 	missing, err := c.missingKeys(ctx, rows)
