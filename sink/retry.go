@@ -266,15 +266,10 @@ func timedOut(err error) bool {
 // or it ended the session (FATAL, PANIC), which can come after the commit:
 // pg_terminate_backend while a committed transaction waits for a
 // synchronous standby ("The transaction has already committed locally").
-// Except 25P03: idle_in_transaction_session_timeout ends only a session
-// that sat idle in its transaction, so the COMMIT had not reached it.
 func outcomeUnknown(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return true
-	}
-	if pgErr.Code == "25P03" {
-		return false
 	}
 	switch cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) {
 	case "FATAL", "PANIC":

@@ -151,6 +151,28 @@ func TestNewRejectsExactlyOnceWithoutKey(t *testing.T) {
 	}
 }
 
+// The sink's connections run its own queries in pgx's exec mode (one round
+// trip each, see New), unless postgres.url sets default_query_exec_mode.
+func TestQueryExecMode(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	for url, want := range map[string]pgx.QueryExecMode{
+		"postgres://u@127.0.0.1:5432/db":                                         pgx.QueryExecModeExec,
+		"postgres://u@127.0.0.1:5432/db?default_query_exec_mode=simple_protocol": pgx.QueryExecModeSimpleProtocol,
+		"postgres://u@127.0.0.1:5432/db?default_query_exec_mode=cache_statement": pgx.QueryExecModeCacheStatement,
+	} {
+		cfg := DefaultConfig()
+		cfg.URL = url
+		s, err := New(ctx, cfg, testCols, &recDL{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.connCfg.DefaultQueryExecMode; got != want {
+			t.Errorf("%s: %v, want %v", url, got, want)
+		}
+		s.Close()
+	}
+}
+
 // An idle sink without min_delay commits a single row at once: with
 // max_delay of an hour the row is acked long before that.
 func TestCommitsAtOnceWhenIdle(t *testing.T) {
