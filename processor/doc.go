@@ -16,6 +16,10 @@
 // CloseStages, and the admin listener that Run started ends in Shutdown:
 // nothing outlives Shutdown (or Close).
 //
+// Starting: the consumer's first pull waits for the sink's committers to
+// connect (sink.Sink.Warmed), so that nothing is taken in that could not
+// be stored yet.
+//
 // Stopping uses two contexts: cancelling intake stops the consumer from
 // pulling; each stage then drains into the next, the sink commits and acks
 // the last batch under hard, and Run returns nil. Cancelling hard gives up

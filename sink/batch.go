@@ -144,6 +144,29 @@ type run struct {
 	// got nil and returned).
 	workMu   sync.RWMutex
 	workDone atomic.Bool
+
+	// warming counts the committers whose first connect has not ended;
+	// grace ends the wait for them warmGrace after the first connected
+	// (see Sink.Warmed).
+	warming   atomic.Int32
+	firstConn sync.Once
+	grace     *time.Timer
+}
+
+// warmGrace is how long, after the first committer has connected, the
+// others' first connects are waited for (see Sink.Warmed).
+const warmGrace = time.Second
+
+// warmEnded records that a committer's first connect ended, connected or
+// not.
+func (r *run) warmEnded(connected bool) {
+	if r.warming.Add(-1) == 0 {
+		r.s.markWarmed()
+		return
+	}
+	if connected {
+		r.firstConn.Do(func() { r.grace = time.AfterFunc(warmGrace, r.s.markWarmed) })
+	}
 }
 
 // closeWork closes work once the batcher is done, after any hand-off under
@@ -166,6 +189,7 @@ func (r *run) closeWork() {
 // ErrInvalidConfig at once. Every goroutine Run starts has ended when it
 // returns. Run must not be called twice at once.
 func (s *Sink) Run(ctx context.Context, src Source) error {
+	defer s.markWarmed()
 	if s.dl == nil {
 		return fmt.Errorf("%w: sink: Run needs a dead-letterer (New was given nil)", ErrInvalidConfig)
 	}
@@ -182,6 +206,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	if s.cfg.HoldRows > 0 {
 		r.holdAfter = s.cfg.InProgressEvery / 2
 	}
+	r.warming.Store(int32(n))
 	r.all = append(r.all, r.carry)
 	for range n + 1 {
 		b := &batch{rows: make([]pipeline.Row, 0, s.cfg.Batch.MaxRows)}
@@ -212,6 +237,9 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	err := r.batcher(ctx)
 	stopWarm() // every batch is handed over: a committer still connecting has none
 	wg.Wait()
+	if r.grace != nil {
+		r.grace.Stop()
+	}
 	close(stopBeat)
 	beatWG.Wait()
 	for _, e := range errs {

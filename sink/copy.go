@@ -104,6 +104,7 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 		c.r.wakeBatcher()
 		if first {
 			c.warm(warmCtx)
+			c.r.warmEnded(c.conn != nil)
 		}
 		var b *batch
 		select {

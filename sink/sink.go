@@ -147,6 +147,11 @@ type Sink struct {
 	// started (Unix ns; 0: none): see OldestAttempt.
 	attempts []atomic.Int64
 
+	// warmed is closed once the committers' first connects have ended,
+	// or Run has returned (see Warmed).
+	warmed     chan struct{}
+	warmedOnce sync.Once
+
 	st counters
 
 	// Set by Instrument before Run; nil records nothing.
@@ -161,6 +166,20 @@ type Sink struct {
 	// ackAll acks a committed batch's messages (SetAckAll; ackEach by default).
 	ackAll func(ms []pipeline.Msg, errs []error)
 }
+
+// Warmed is closed once every committer's first connect in Run has ended,
+// connected or failed (a server that is down: the first batches retry),
+// or a second (warmGrace) after the first connected, should another's hang
+// (a dead host of a failover list); or once Run has returned. A consumer
+// that starts pulling then does not take events it cannot store yet: they
+// wait in the stream, not in memory with their ack_wait running. And the
+// connects (a backend each to start, authentication, the table's types)
+// are not slowed by the events' flow: measured at 20,000 events/s on the
+// project's 2-core host, they took 110-220 ms with the flow running and
+// the first events waited for them (BENCHMARKS.md, session 52).
+func (s *Sink) Warmed() <-chan struct{} { return s.warmed }
+
+func (s *Sink) markWarmed() { s.warmedOnce.Do(func() { close(s.warmed) }) }
 
 // Instrument makes Run trace each batch as a "copy <table>" span linked to
 // its sampled messages, end every message's span when it is acked, and
@@ -248,7 +267,8 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	}
 	table, _ := ParseTable(cfg.Table)
 	s := &Sink{cfg: cfg, table: table, cols: append([]pipeline.Column(nil), cols...), dl: dl, seenErrs: map[string]struct{}{},
-		adminSem: make(chan struct{}, 1), ownLook: make(chan struct{}, 1), ackAll: ackEach, attempts: make([]atomic.Int64, max(cfg.Connections, 1)), born: time.Now()}
+		adminSem: make(chan struct{}, 1), ownLook: make(chan struct{}, 1), ackAll: ackEach, attempts: make([]atomic.Int64, max(cfg.Connections, 1)), born: time.Now(),
+		warmed: make(chan struct{})}
 	seen := map[string]bool{}
 	for _, c := range s.cols {
 		if c.Name == "" || strings.ContainsRune(c.Name, 0) {

@@ -254,6 +254,77 @@ func TestHangingConnectAtStartHoldsNothingUp(t *testing.T) {
 	}
 }
 
+// Warmed, which the consumer waits for before its first pull, is closed
+// once a committer has connected though the others' connects hang, once
+// every committer's connect has failed (the server is down: the first
+// batches retry), and when Run returns on an error of its own; not before
+// Run.
+func TestWarmed(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	closed := func(s *Sink) bool {
+		select {
+		case <-s.Warmed():
+			return true
+		default:
+			return false
+		}
+	}
+	waitWarmed := func(t *testing.T, s *Sink, why string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		select {
+		case <-s.Warmed():
+		case <-wctx.Done():
+			t.Fatalf("Warmed not closed %s", why)
+		}
+	}
+	t.Run("one connected", func(t *testing.T) {
+		old := warmTimeout
+		warmTimeout = 5 * time.Minute
+		t.Cleanup(func() { warmTimeout = old })
+		s, _ := newTestSink(t, ctx, connectHolder(t, pg.URL, 2), func(c *Config) { c.Connections = 3 })
+		if closed(s) {
+			t.Fatal("Warmed closed before Run")
+		}
+		src := newSource()
+		wait := runSink(t, ctx, s, src)
+		waitWarmed(t, s, "with one committer connected and two connects hanging")
+		src.close()
+		if err := wait(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	})
+	t.Run("none can connect", func(t *testing.T) {
+		s, _ := newTestSink(t, ctx, "postgres://jet@127.0.0.1:1/nodb?connect_timeout=2", func(c *Config) {
+			c.Connections, c.CreateTable = 2, false
+		})
+		src := newSource()
+		wait := runSink(t, ctx, s, src)
+		waitWarmed(t, s, "once every committer's connect was refused")
+		src.close()
+		if err := wait(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	})
+	t.Run("Run failed", func(t *testing.T) {
+		cfg := DefaultConfig()
+		cfg.URL, cfg.Table = pg.URL, uniqueName(t)
+		s, err := New(ctx, cfg, testCols, nil, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		if err := s.Run(ctx, newSource()); !errors.Is(err, ErrInvalidConfig) {
+			t.Fatalf("Run without a dead-letterer: %v", err)
+		}
+		if !closed(s) {
+			t.Fatal("Warmed not closed after Run returned")
+		}
+	})
+}
+
 // failoverListPastADeadHost is dbURL naming first a host whose connects
 // hang (a primary that vanished), then dbURL's own, with a connect timeout
 // of 1 s per host.

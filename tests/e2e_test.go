@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // TestEndToEnd publishes 100,000 events over 1,000 subjects and checks that
@@ -116,6 +119,40 @@ func (e *env) checkSample(ctx context.Context, events, n int) {
 	if checked < n/2 { // seqs may repeat; most must be found
 		e.t.Fatalf("only %d of %d sampled rows found", checked, n)
 	}
+}
+
+// jetsink pulls nothing until the sink can commit: while the committers'
+// connects hang (PostgreSQL reached through a proxy that forwards
+// nothing), the consumer has no pull waiting and has delivered nothing, and
+// the backlog stays in the stream; once they go through, it is drained.
+func TestNoPullBeforeTheSinkConnects(t *testing.T) {
+	const events = 2_000
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e.createStreams(ctx)
+	e.publish(ctx, 0, events, 4)
+	u, err := url.Parse(e.pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := testenv.NewGateProxy(t, u.Host)
+	u.Host = strings.TrimPrefix(gate.URL(), "nats://")
+	cfg := e.config(sink.AtLeastOnce)
+	cfg.Postgres.URL = u.String()
+	p := e.newProcessor(ctx, cfg) // creates the table through the proxy
+	gate.Freeze()
+	r := e.launch(ctx, p)
+	for range 10 {
+		time.Sleep(100 * time.Millisecond)
+		if info := e.consumerInfo(ctx); info.Delivered.Consumer != 0 || info.NumWaiting != 0 || info.NumPending != events {
+			t.Fatalf("while no committer could connect: delivered %d, pulls waiting %d, pending %d of %d",
+				info.Delivered.Consumer, info.NumWaiting, info.NumPending, events)
+		}
+	}
+	gate.Thaw()
+	e.waitDrained(ctx, events, r)
+	r.drain(t)
 }
 
 // TestAckOnlyAfterCommit holds an ACCESS EXCLUSIVE lock on the table: the

@@ -135,13 +135,27 @@ type running struct {
 	p          *processor.Processor
 }
 
+// start runs a processor of cfg (newProcessor, launch).
 func (e *env) start(ctx context.Context, cfg config.Config) *running {
+	e.t.Helper()
+	return e.launch(ctx, e.newProcessor(ctx, cfg))
+}
+
+// newProcessor makes a processor of cfg that logs warnings and errors to
+// the test's log.
+func (e *env) newProcessor(ctx context.Context, cfg config.Config) *processor.Processor {
 	e.t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	p, err := processor.New(ctx, cfg, log)
 	if err != nil {
 		e.t.Fatalf("processor.New: %v", err)
 	}
+	return p
+}
+
+// launch runs p until the test's cleanup, which stops its intake and waits
+// for it (stopping it hard after 30 s).
+func (e *env) launch(ctx context.Context, p *processor.Processor) *running {
 	intake, stopIntake := context.WithCancel(ctx)
 	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
 	r := &running{stopIntake: stopIntake, stopHard: stopHard, done: make(chan error, 1), p: p}
