@@ -16,9 +16,10 @@
 // CloseStages, and the admin listener that Run started ends in Shutdown:
 // nothing outlives Shutdown (or Close).
 //
-// Starting: the consumer's first pull waits for the sink's committers to
-// connect (sink.Sink.Warmed), so that nothing is taken in that could not
-// be stored yet.
+// Starting: the consumer's first pull waits until the sink's committers'
+// first connects have ended, connected or failed, or a second after the
+// first connected (sink.Sink.Warmed): events wait in the stream, not in
+// jetsink, until it can store them.
 //
 // Stopping uses two contexts: cancelling intake stops the consumer from
 // pulling; each stage then drains into the next, the sink commits and acks

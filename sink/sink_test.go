@@ -255,10 +255,10 @@ func TestHangingConnectAtStartHoldsNothingUp(t *testing.T) {
 }
 
 // Warmed, which the consumer waits for before its first pull, is closed
-// once a committer has connected though the others' connects hang, once
-// every committer's connect has failed (the server is down: the first
-// batches retry), and when Run returns on an error of its own; not before
-// Run.
+// once a committer has connected though the others' connects hang (after
+// warmGrace), once every committer's connect has failed (the server
+// refuses them: the first batches retry), and when Run returns; not before
+// Run, nor while every connect hangs.
 func TestWarmed(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
@@ -294,6 +294,25 @@ func TestWarmed(t *testing.T) {
 		src.close()
 		if err := wait(); err != nil {
 			t.Fatalf("Run: %v", err)
+		}
+	})
+	t.Run("every connect hangs", func(t *testing.T) {
+		old := warmTimeout
+		warmTimeout = 5 * time.Minute
+		t.Cleanup(func() { warmTimeout = old })
+		s, _ := newTestSink(t, ctx, connectHolder(t, pg.URL, 1), func(c *Config) { c.Connections = 2 })
+		src := newSource()
+		wait := runSink(t, ctx, s, src)
+		time.Sleep(warmGrace + 500*time.Millisecond)
+		if closed(s) {
+			t.Fatal("Warmed closed while every committer's connect hung")
+		}
+		src.close()
+		if err := wait(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if !closed(s) {
+			t.Fatal("Warmed not closed after Run returned")
 		}
 	})
 	t.Run("none can connect", func(t *testing.T) {

@@ -143,6 +143,7 @@ func TestNoPullBeforeTheSinkConnects(t *testing.T) {
 	p := e.newProcessor(ctx, cfg) // creates the table through the proxy
 	gate.Freeze()
 	r := e.launch(ctx, p)
+	t.Cleanup(gate.Thaw) // before the processor's: a failure here leaves nothing frozen for it
 	for range 10 {
 		time.Sleep(100 * time.Millisecond)
 		if info := e.consumerInfo(ctx); info.Delivered.Consumer != 0 || info.NumWaiting != 0 || info.NumPending != events {
