@@ -155,7 +155,15 @@ type Consumer struct {
 	// traceMsg starts an event's span (telemetry.Tracing.StartMessage);
 	// nil when tracing is off. Set before Run.
 	traceMsg func(ev pipeline.Event) trace.Span
+	// pullGate is closed when Run may pull (SetPullGate); nil: at once.
+	pullGate <-chan struct{}
 }
+
+// SetPullGate makes Run wait for gate to be closed before its first pull:
+// its start-up checks (the stream, the stored sequence) run meanwhile.
+// The processor passes the sink's Warmed, so that nothing is taken in
+// before it can be stored. Call it before Run, not concurrently with it.
+func (c *Consumer) SetPullGate(gate <-chan struct{}) { c.pullGate = gate }
 
 // SetTracer makes Run call start for each event it receives, before the
 // event is pushed, and store the span it returns (nil: not sampled) in

@@ -147,6 +147,9 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 			retry("look up the stream", err)
 			continue
 		}
+		if !c.mayPull(ctx, hard) {
+			continue // the loop's top returns
+		}
 		s, err := c.subscribe(hard, out)
 		if err != nil {
 			retry("subscribe to the consumer", err)
@@ -1223,3 +1226,18 @@ func sleep(intake, hard context.Context, d time.Duration) bool {
 type noDeadline struct{ context.Context }
 
 func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// mayPull waits for the pull gate (SetPullGate); false if ctx or hard
+// ended first.
+func (c *Consumer) mayPull(ctx, hard context.Context) bool {
+	if c.pullGate == nil {
+		return true
+	}
+	select {
+	case <-c.pullGate:
+		return true
+	case <-ctx.Done():
+	case <-hard.Done():
+	}
+	return false
+}

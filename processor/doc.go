@@ -16,10 +16,11 @@
 // CloseStages, and the admin listener that Run started ends in Shutdown:
 // nothing outlives Shutdown (or Close).
 //
-// Starting: the consumer's first pull waits until the sink's committers'
-// first connects have ended, connected or failed, or a second after the
-// first connected (sink.Sink.Warmed): events wait in the stream, not in
-// jetsink, until it can store them.
+// Starting: the consumer's first pull (after its start-up checks, which
+// run meanwhile) waits until the sink's committers' first connects have
+// ended, connected or failed, or a second after the first connected
+// (sink.Sink.Warmed, consumer.Consumer.SetPullGate): events wait in the
+// stream, not in jetsink, until it can store them.
 //
 // Stopping uses two contexts: cancelling intake stops the consumer from
 // pulling; each stage then drains into the next, the sink commits and acks

@@ -123,6 +123,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	}
 	p.sink.Instrument(p.tracing, p.metrics)
 	p.sink.SetEpochs(p.consumer.Epochs())
+	p.consumer.SetPullGate(p.sink.Warmed()) // nothing taken in before the committers connect
 	if sinkCfg.HoldRows == math.MaxInt {
 		// "No limit" holds only while the wire pull client pulls under
 		// max_in_flight_bytes: nats.go pulls over a websocket, and after
@@ -197,15 +198,7 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	}()
 
 	st := &stages{hard: hard, cancelHard: cancelHard, cancelIntake: cancelIntake}
-	st.start("consumer", func() error {
-		// Pull once the sink can commit (see sink.Warmed).
-		select {
-		case <-p.sink.Warmed():
-		case <-intake.Done():
-		case <-hard.Done():
-		}
-		return p.consumer.Run(intake, hard, in)
-	})
+	st.start("consumer", func() error { return p.consumer.Run(intake, hard, in) })
 	st.start("pipeline", func() error { return p.pipeline.RunHandoff(hard, h) })
 	st.start("sink", func() error { return p.sink.Run(hard, h) })
 	p.log.Info("jetsink running", "workers", p.cfg.Pipeline.Workers, "handoff", p.cfg.Pipeline.Handoff, "stream", p.cfg.NATS.Stream,

@@ -42,6 +42,12 @@ func shutdownSetup(t *testing.T, ctx context.Context, mode sink.Mode, drainTimeo
 	}
 	j := e.spawn(path)
 	waitLog(t, ctx, j, `msg="jetsink running"`) // the table is there
+	// Past its start-up checks (exactly-once's reads the table, which a
+	// test may lock next) and its committers' connects.
+	waitFor(t, ctx, "jetsink to pull", func() (bool, string) {
+		n := e.consumerInfo(ctx).NumWaiting
+		return n > 0, fmt.Sprintf("%d pulls waiting", n)
+	})
 	if warm > 0 {
 		e.publish(ctx, 0, warm, 4)
 		e.waitRows(ctx, j, int64(warm))
