@@ -151,6 +151,16 @@ type run struct {
 	warming   atomic.Int32
 	firstConn sync.Once
 	grace     *time.Timer
+
+	// pings carries Ready's pings to an idle committer (Sink.pingCommitter).
+	pings chan pingRequest
+}
+
+// pingRequest asks an idle committer to ping the server on its connection;
+// reply (buffered) gets the result.
+type pingRequest struct {
+	ctx   context.Context
+	reply chan error
 }
 
 // warmGrace is how long, after the first committer has connected, the
@@ -202,7 +212,10 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 		free:   make(chan *batch, n+1),
 		carry:  &batch{rows: make([]pipeline.Row, 0, carrySize)},
 		spares: map[*batch]struct{}{},
+		pings:  make(chan pingRequest),
 	}
+	s.running.Store(r)
+	defer s.running.Store(nil)
 	if s.cfg.HoldRows > 0 {
 		r.holdAfter = s.cfg.InProgressEvery / 2
 	}

@@ -106,16 +106,14 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 			c.warm(warmCtx)
 			c.r.warmEnded(c.conn != nil)
 		}
-		var b *batch
-		select {
-		case b = <-c.r.work:
-		case <-ctx.Done():
-			return ctx.Err()
+		b, err := c.next(ctx)
+		if err != nil {
+			return err
 		}
 		if b == nil {
 			return nil
 		}
-		err := c.process(ctx, b)
+		err = c.process(ctx, b)
 		handed := false
 		for errors.Is(err, errHandOff) {
 			switch herr := c.handOff(ctx, b); {
@@ -153,6 +151,37 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 			return err
 		}
 	}
+}
+
+// next waits for the next batch (nil: the batcher is done), answering
+// Ready's pings meanwhile (Sink.pingCommitter).
+func (c *committer) next(ctx context.Context) (*batch, error) {
+	for {
+		select {
+		case b := <-c.r.work:
+			return b, nil
+		case req := <-c.r.pings:
+			req.reply <- c.ping(req.ctx)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// committerPingTimeout bounds a ping on a committer's connection. It is
+// not the caller's: a ping cut short by a probe's timeout would close the
+// connection (pgx closes one whose query was interrupted), and a new one
+// may be what the server refuses.
+const committerPingTimeout = 5 * time.Second
+
+// ping pings the server on the committer's connection.
+func (c *committer) ping(ctx context.Context) error {
+	if c.conn == nil || c.conn.IsClosed() {
+		return errNoIdleCommitter
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), committerPingTimeout)
+	defer cancel()
+	return c.conn.Ping(ctx)
 }
 
 // errHandOff: the committer could not connect while others committed

@@ -422,6 +422,45 @@ func TestReadyWhileNewConnectionsAreRefused(t *testing.T) {
 	}
 }
 
+// On a quiet stream (no batch answered within answeredReady) while the
+// server refuses new connections (53300), Ready pings on an idle
+// committer's connection: ready while it answers, not once it is gone and
+// another session holds the role's one connection. It said 503 before, on
+// a stream with no events for 10 s, though the committers' connections
+// were live.
+func TestReadyOnAQuietStreamWhileNewConnectionsAreRefused(t *testing.T) {
+	old := answeredReady
+	answeredReady = 100 * time.Millisecond
+	t.Cleanup(func() { answeredReady = old })
+	ctx, admin, role, s, src, wait, _ := roleSink(t, 1, false)
+	var adminPID uint32
+	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { adminPID = c.PgConn().PID(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	execAll(t, ctx, admin, "ALTER ROLE "+role+" CONNECTION LIMIT 1", fmt.Sprintf("SELECT pg_terminate_backend(%d, 5000)", adminPID))
+	time.Sleep(2 * answeredReady)
+	if err := s.Ping(ctx); err == nil || !strings.Contains(err.Error(), "53300") {
+		t.Fatalf("Ping with the role's one connection taken = %v, want SQLSTATE 53300", err)
+	}
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("Ready on a quiet stream, the committer's connection live: %v", err)
+	}
+	execAll(t, ctx, admin, terminateRole(role))
+	holder, err := pgx.Connect(ctx, s.cfg.URL)
+	if err != nil {
+		t.Fatalf("take the role's one connection: %v", err)
+	}
+	defer holder.Close(context.Background())
+	if err := s.Ready(ctx); err == nil || !strings.Contains(err.Error(), "53300") {
+		t.Fatalf("Ready with the committer's connection gone and no new one allowed = %v, want SQLSTATE 53300", err)
+	}
+	holder.Close(ctx)
+	src.Close()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A committer's connection the server ended while it was idle (here
 // pg_terminate_backend; a restart and idle_session_timeout alike) costs the
 // next batch no failed attempt: it is tried again at once on a new

@@ -147,6 +147,9 @@ type Sink struct {
 	// started (Unix ns; 0: none): see OldestAttempt.
 	attempts []atomic.Int64
 
+	// running is the Run under way (nil: none), for pingCommitter.
+	running atomic.Pointer[run]
+
 	// warmed is closed once the committers' first connects have ended,
 	// or Run has returned (see Warmed).
 	warmed     chan struct{}
@@ -938,20 +941,25 @@ type refusal struct {
 }
 
 // Ready is the sink's readiness (for /readyz): PostgreSQL answers (Ping;
-// or refuses a new connection while batches commit: answered within
-// answeredReady), and has not failed every batch for refusedFor: with a configuration
+// or refuses a new connection while batches commit, answered within
+// answeredReady, or while an idle committer's connection answers a ping),
+// and has not failed every batch for refusedFor: with a configuration
 // error, such as a missing table, a revoked permission or a read-only
 // server, or a transient one that lasts, such as a full disk. Ping alone
 // stays healthy then while nothing is written.
 func (s *Sink) Ready(ctx context.Context) error {
 	if err := s.Ping(ctx); err != nil {
-		if !tooManyConnections(err) || !s.answeredWithin(answeredReady) {
+		if !tooManyConnections(err) {
 			return err
 		}
 		// A new connection is refused (too many connections for the
-		// role or the server) while the committers' commit: the server
-		// is there, and a probe that failed now would take a process
-		// out of service that stores every event.
+		// role or the server) while the committers commit, or (a quiet
+		// stream) while an idle committer's connection answers: the
+		// server is there, and a probe that failed now would take a
+		// process out of service that stores every event.
+		if !s.answeredWithin(answeredReady) && s.pingCommitter(ctx) != nil {
+			return err
+		}
 	}
 	if d, r := s.failing(); d >= refusedFor {
 		if r.table {
@@ -998,8 +1006,42 @@ func tooManyConnections(err error) bool {
 }
 
 // answeredReady is how recently a batch must have been answered (answered)
-// for Ready to overlook an admin connection that cannot connect.
-const answeredReady = 10 * time.Second
+// for Ready to overlook an admin connection that cannot connect without
+// pinging on a committer's. A variable for the tests.
+var answeredReady = 10 * time.Second
+
+// errNoIdleCommitter: Run is not running, or it has no idle committer with
+// a connection to ping on.
+var errNoIdleCommitter = errors.New("no idle committer connected")
+
+// pingCommitter pings the server on an idle committer's connection (see
+// committer.next), for Ready when the admin connection cannot connect.
+func (s *Sink) pingCommitter(ctx context.Context) error {
+	r := s.running.Load()
+	if r == nil {
+		return errNoIdleCommitter
+	}
+	// Whichever idle committer takes it: one without a connection says
+	// so, and the next is asked.
+	err := errNoIdleCommitter
+	for range s.cfg.Connections {
+		req := pingRequest{ctx: ctx, reply: make(chan error, 1)}
+		select {
+		case r.pings <- req:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case err = <-req.reply:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !errors.Is(err, errNoIdleCommitter) {
+			return err
+		}
+	}
+	return err
+}
 
 // answeredWithin reports whether a batch was answered within d.
 func (s *Sink) answeredWithin(d time.Duration) bool {
