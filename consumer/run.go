@@ -1228,7 +1228,7 @@ type noDeadline struct{ context.Context }
 func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 // mayPull waits for the pull gate (SetPullGate); false if ctx or hard
-// ended first.
+// ended, or the connection closed, first.
 func (c *Consumer) mayPull(ctx, hard context.Context) bool {
 	if c.pullGate == nil {
 		return true
@@ -1238,6 +1238,7 @@ func (c *Consumer) mayPull(ctx, hard context.Context) bool {
 		return true
 	case <-ctx.Done():
 	case <-hard.Done():
+	case <-c.closed:
 	}
 	return false
 }

@@ -152,14 +152,16 @@ type run struct {
 	firstConn sync.Once
 	grace     *time.Timer
 
-	// pings carries Ready's pings to an idle committer (Sink.pingCommitter).
+	// pings carries Ready's pings to an idle committer
+	// (Sink.pingCommitter); done is closed once the committers have
+	// returned.
 	pings chan pingRequest
+	done  chan struct{}
 }
 
 // pingRequest asks an idle committer to ping the server on its connection;
 // reply (buffered) gets the result.
 type pingRequest struct {
-	ctx   context.Context
 	reply chan error
 }
 
@@ -213,6 +215,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 		carry:  &batch{rows: make([]pipeline.Row, 0, carrySize)},
 		spares: map[*batch]struct{}{},
 		pings:  make(chan pingRequest),
+		done:   make(chan struct{}),
 	}
 	s.running.Store(r)
 	defer s.running.Store(nil)
@@ -250,6 +253,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	err := r.batcher(ctx)
 	stopWarm() // every batch is handed over: a committer still connecting has none
 	wg.Wait()
+	close(r.done)
 	if r.grace != nil {
 		r.grace.Stop()
 	}

@@ -161,27 +161,36 @@ func (c *committer) next(ctx context.Context) (*batch, error) {
 		case b := <-c.r.work:
 			return b, nil
 		case req := <-c.r.pings:
-			req.reply <- c.ping(req.ctx)
+			req.reply <- c.ping(ctx)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
 }
 
-// committerPingTimeout bounds a ping on a committer's connection. It is
-// not the caller's: a ping cut short by a probe's timeout would close the
-// connection (pgx closes one whose query was interrupted), and a new one
-// may be what the server refuses.
+// committerPingTimeout bounds a ping on a committer's connection. Its
+// context is the committer's (Run's), not the caller's: a ping cut short
+// by a probe's timeout would close the connection (pgx closes one whose
+// query was interrupted), and a new one may be what the server refuses.
 const committerPingTimeout = 5 * time.Second
 
-// ping pings the server on the committer's connection.
+// ping pings the server on the committer's connection. A connection it
+// has not got, or one that is closed or left behind by a failover (the
+// next batch reconnects), is errNoIdleCommitter's: another committer may
+// answer.
 func (c *committer) ping(ctx context.Context) error {
-	if c.conn == nil || c.conn.IsClosed() {
+	if c.conn == nil || c.conn.IsClosed() || c.s.behind(c.conn.PgConn()) {
 		return errNoIdleCommitter
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), committerPingTimeout)
+	ctx, cancel := context.WithTimeout(ctx, committerPingTimeout)
 	defer cancel()
-	return c.conn.Ping(ctx)
+	if err := c.conn.Ping(ctx); err != nil {
+		if c.conn.IsClosed() {
+			return fmt.Errorf("%w: %w", errNoIdleCommitter, err)
+		}
+		return err
+	}
+	return nil
 }
 
 // errHandOff: the committer could not connect while others committed

@@ -461,6 +461,39 @@ func TestReadyOnAQuietStreamWhileNewConnectionsAreRefused(t *testing.T) {
 	}
 }
 
+// With two committers, one of whose connections the server has ended, an
+// idle one still answers Ready's ping: the dead connection's error makes
+// the next committer be asked.
+func TestReadyPingsPastACommitterWhoseConnectionEnded(t *testing.T) {
+	old := answeredReady
+	answeredReady = 100 * time.Millisecond
+	t.Cleanup(func() { answeredReady = old })
+	ctx, admin, role, s, src, wait, _ := roleSink(t, 2, false)
+	waitFor(t, ctx, "both committers connected", func() bool {
+		return backends(t, ctx, admin, s.cfg.AppName, "true") == 3
+	})
+	var adminPID uint32
+	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { adminPID = c.PgConn().PID(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	execAll(t, ctx, admin, "ALTER ROLE "+role+" CONNECTION LIMIT 2", fmt.Sprintf("SELECT pg_terminate_backend(%d, 5000)", adminPID),
+		"SELECT pg_terminate_backend(min(pid), 5000) FROM pg_stat_activity WHERE usename = '"+role+"'")
+	holder, err := pgx.Connect(ctx, s.cfg.URL) // the freed slot
+	if err != nil {
+		t.Fatalf("take the freed connection: %v", err)
+	}
+	defer holder.Close(context.Background())
+	time.Sleep(2 * answeredReady)
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("Ready with one committer's connection live: %v", err)
+	}
+	holder.Close(ctx)
+	src.Close()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A committer's connection the server ended while it was idle (here
 // pg_terminate_backend; a restart and idle_session_timeout alike) costs the
 // next batch no failed attempt: it is tried again at once on a new

@@ -1021,13 +1021,15 @@ func (s *Sink) pingCommitter(ctx context.Context) error {
 	if r == nil {
 		return errNoIdleCommitter
 	}
-	// Whichever idle committer takes it: one without a connection says
-	// so, and the next is asked.
+	// Whichever idle committer takes it: one without a (live) connection
+	// says so, and the next is asked (waiting receivers take turns).
 	err := errNoIdleCommitter
 	for range s.cfg.Connections {
-		req := pingRequest{ctx: ctx, reply: make(chan error, 1)}
+		req := pingRequest{reply: make(chan error, 1)}
 		select {
 		case r.pings <- req:
+		case <-r.done:
+			return errNoIdleCommitter
 		case <-ctx.Done():
 			return ctx.Err()
 		}
