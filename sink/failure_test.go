@@ -396,17 +396,7 @@ func TestStillFailingBatchIsLoggedAgain(t *testing.T) {
 // refused connection, while jetsink stored 1,000 events a second.
 func TestReadyWhileNewConnectionsAreRefused(t *testing.T) {
 	ctx, admin, role, s, src, wait, _ := roleSink(t, 1, false)
-	var adminPID uint32
-	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { adminPID = c.PgConn().PID(); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	// The committer's connection is the one the role may have.
-	if _, err := admin.Exec(ctx, "ALTER ROLE "+role+" CONNECTION LIMIT 1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(adminPID)); err != nil {
-		t.Fatal(err)
-	}
+	refuseAdmin(t, ctx, admin, role, s, 1) // the committer's connection is the one the role may have
 	if err := s.Ping(ctx); err == nil || !strings.Contains(err.Error(), "53300") {
 		t.Fatalf("Ping with the role's one connection taken = %v, want SQLSTATE 53300", err)
 	}
@@ -429,15 +419,9 @@ func TestReadyWhileNewConnectionsAreRefused(t *testing.T) {
 // a stream with no events for 10 s, though the committers' connections
 // were live.
 func TestReadyOnAQuietStreamWhileNewConnectionsAreRefused(t *testing.T) {
-	old := answeredReady
-	answeredReady = 100 * time.Millisecond
-	t.Cleanup(func() { answeredReady = old })
+	quietAfter(t, 100*time.Millisecond)
 	ctx, admin, role, s, src, wait, _ := roleSink(t, 1, false)
-	var adminPID uint32
-	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { adminPID = c.PgConn().PID(); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	execAll(t, ctx, admin, "ALTER ROLE "+role+" CONNECTION LIMIT 1", fmt.Sprintf("SELECT pg_terminate_backend(%d, 5000)", adminPID))
+	refuseAdmin(t, ctx, admin, role, s, 1)
 	time.Sleep(2 * answeredReady)
 	if err := s.Ping(ctx); err == nil || !strings.Contains(err.Error(), "53300") {
 		t.Fatalf("Ping with the role's one connection taken = %v, want SQLSTATE 53300", err)
@@ -465,19 +449,13 @@ func TestReadyOnAQuietStreamWhileNewConnectionsAreRefused(t *testing.T) {
 // idle one still answers Ready's ping: the dead connection's error makes
 // the next committer be asked.
 func TestReadyPingsPastACommitterWhoseConnectionEnded(t *testing.T) {
-	old := answeredReady
-	answeredReady = 100 * time.Millisecond
-	t.Cleanup(func() { answeredReady = old })
+	quietAfter(t, 100*time.Millisecond)
 	ctx, admin, role, s, src, wait, _ := roleSink(t, 2, false)
 	waitFor(t, ctx, "both committers connected", func() bool {
 		return backends(t, ctx, admin, s.cfg.AppName, "true") == 3
 	})
-	var adminPID uint32
-	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { adminPID = c.PgConn().PID(); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	execAll(t, ctx, admin, "ALTER ROLE "+role+" CONNECTION LIMIT 2", fmt.Sprintf("SELECT pg_terminate_backend(%d, 5000)", adminPID),
-		"SELECT pg_terminate_backend(min(pid), 5000) FROM pg_stat_activity WHERE usename = '"+role+"'")
+	refuseAdmin(t, ctx, admin, role, s, 2)
+	execAll(t, ctx, admin, "SELECT pg_terminate_backend(min(pid), 5000) FROM pg_stat_activity WHERE usename = '"+role+"'")
 	holder, err := pgx.Connect(ctx, s.cfg.URL) // the freed slot
 	if err != nil {
 		t.Fatalf("take the freed connection: %v", err)
@@ -746,6 +724,25 @@ func roleSink(t *testing.T, connections int, capture bool, mods ...func(*Config)
 	src.push(t, ctx, rs)
 	waitFor(t, ctx, "rows acked", allAcked(ms))
 	return ctx, admin, role, s, src, wait, logs
+}
+
+// refuseAdmin limits role to n connections and ends s's admin connection,
+// so that a new one is refused (53300) while the committers keep theirs.
+func refuseAdmin(t *testing.T, ctx context.Context, admin *pgx.Conn, role string, s *Sink, n int) {
+	t.Helper()
+	var adminPID uint32
+	if err := s.withAdmin(ctx, func(c *pgx.Conn) error { adminPID = c.PgConn().PID(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	execAll(t, ctx, admin, fmt.Sprintf("ALTER ROLE %s CONNECTION LIMIT %d", role, n), fmt.Sprintf("SELECT pg_terminate_backend(%d, 5000)", adminPID))
+}
+
+// quietAfter makes a stream with no batch answered for d quiet to Ready
+// (answeredReady) for the test.
+func quietAfter(t *testing.T, d time.Duration) {
+	old := answeredReady
+	answeredReady = d
+	t.Cleanup(func() { answeredReady = old })
 }
 
 // execAll runs each statement on c.
