@@ -176,14 +176,13 @@ type Sink struct {
 // should another's hang on its own (a lost SYN, a backend slow to
 // authenticate); or once Run has returned. A server that answers nothing
 // holds it as long as a connect may take (warm: at least warmTimeout, and
-// dialMax). A consumer that starts pulling then
-// does not take events before it can store them: they wait in the stream,
-// not in memory with their ack_wait running. And the connects (a backend
-// each to start, authentication, the table's types) are not slowed by the
-// events' flow: measured at 20,000 events/s on the project's 2-core host,
-// they took 110-220 ms with the flow running, and the first events waited
-// for them (BENCHMARKS.md, session 52). A later Run of the same Sink does
-// not wait.
+// dialMax). A consumer that starts pulling then does not take events
+// before it can store them: they wait in the stream, not in memory with
+// their ack_wait running. And the connects (a backend each to start,
+// authentication, the table's types) are not slowed by the events' flow:
+// measured at 20,000 events/s on the project's 2-core host, they took
+// 110-220 ms with the flow running, and the first events waited for them
+// (BENCHMARKS.md, session 52). A later Run of the same Sink does not wait.
 func (s *Sink) Warmed() <-chan struct{} { return s.warmed }
 
 func (s *Sink) markWarmed() { s.warmedOnce.Do(func() { close(s.warmed) }) }
