@@ -97,10 +97,15 @@ func (s *Sink) columnTypes(ctx context.Context, c *pgx.Conn, rel *uint32) (map[s
 	if err != nil {
 		return nil, err
 	}
+	return scanColumnTypes(rows)
+}
+
+// scanColumnTypes reads columnTypesSQL's rows, and closes them.
+func scanColumnTypes(rows pgx.Rows) (map[string]colType, error) {
 	cts := map[string]colType{}
 	var name string
 	var ct colType
-	_, err = pgx.ForEachRow(rows, []any{&name, &ct.typ, &ct.base, &ct.mod, &ct.recv, &ct.castFrom}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&name, &ct.typ, &ct.base, &ct.mod, &ct.recv, &ct.castFrom}, func() error {
 		cts[name], ct = ct, colType{}
 		return nil
 	})

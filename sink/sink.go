@@ -680,13 +680,27 @@ func (s *Sink) setCopySQL(also map[string]uint32) {
 // leaves the guards as they were.
 func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error) {
 	gen := s.typesGen.Add(1)
-	cts, err := s.columnTypes(ctx, c, nil)
+	// Both reads in one round trip (a new connection's start-up waits
+	// for them: see Warmed).
+	var b pgx.Batch
+	b.Queue(columnTypesSQL, (*uint32)(nil), s.table.Sanitize())
+	b.Queue("SELECT row_security_active(to_regclass($1))", s.table.Sanitize())
+	br := c.SendBatch(ctx, &b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return false, fmt.Errorf("read the column types of %s: %w", s.table.Sanitize(), err)
+	}
+	cts, err := scanColumnTypes(rows)
 	if err != nil {
 		return false, fmt.Errorf("read the column types of %s: %w", s.table.Sanitize(), err)
 	}
 	var rls *bool
-	if err := c.QueryRow(ctx, "SELECT row_security_active(to_regclass($1))", s.table.Sanitize()).Scan(&rls); err != nil {
+	if err := br.QueryRow().Scan(&rls); err != nil {
 		return false, fmt.Errorf("read whether row-level security applies to %s: %w", s.table.Sanitize(), err)
+	}
+	if err := br.Close(); err != nil {
+		return false, fmt.Errorf("read the column types of %s: %w", s.table.Sanitize(), err)
 	}
 	also := map[string]uint32{}
 	fits = true
