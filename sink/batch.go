@@ -153,16 +153,10 @@ type run struct {
 	grace     *time.Timer
 
 	// pings carries Ready's pings to an idle committer
-	// (Sink.pingCommitter); done is closed once the committers have
-	// returned.
-	pings chan pingRequest
+	// (Sink.pingCommitter), each a buffered channel for the result; done
+	// is closed once the committers have returned.
+	pings chan chan error
 	done  chan struct{}
-}
-
-// pingRequest asks an idle committer to ping the server on its connection;
-// reply (buffered) gets the result.
-type pingRequest struct {
-	reply chan error
 }
 
 // warmGrace is how long, after the first committer has connected, the
@@ -214,7 +208,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 		free:   make(chan *batch, n+1),
 		carry:  &batch{rows: make([]pipeline.Row, 0, carrySize)},
 		spares: map[*batch]struct{}{},
-		pings:  make(chan pingRequest),
+		pings:  make(chan chan error),
 		done:   make(chan struct{}),
 	}
 	s.running.Store(r)

@@ -160,8 +160,8 @@ func (c *committer) next(ctx context.Context) (*batch, error) {
 		select {
 		case b := <-c.r.work:
 			return b, nil
-		case req := <-c.r.pings:
-			req.reply <- c.ping(ctx)
+		case reply := <-c.r.pings:
+			reply <- c.ping(ctx)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

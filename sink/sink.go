@@ -1038,16 +1038,16 @@ func (s *Sink) pingCommitter(ctx context.Context) error {
 	// says so, and the next is asked (waiting receivers take turns).
 	err := errNoIdleCommitter
 	for range s.cfg.Connections {
-		req := pingRequest{reply: make(chan error, 1)}
+		reply := make(chan error, 1)
 		select {
-		case r.pings <- req:
+		case r.pings <- reply:
 		case <-r.done:
 			return errNoIdleCommitter
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		select {
-		case err = <-req.reply:
+		case err = <-reply:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
