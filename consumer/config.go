@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -481,6 +482,14 @@ func validateURL(n int, raw string) error {
 	case "nats", "tls", "ws", "wss":
 	default:
 		return fmt.Errorf("%w: nats.url entry %d has scheme %q; use nats://, tls://, ws:// or wss://", ErrInvalidConfig, n, u.Scheme)
+	}
+	// url.Parse takes any digits for a port; a dial would refuse them
+	// only at connect, which reads as a server that cannot be reached
+	// (exit 1, restarted for ever) instead of a bad setting.
+	if p := u.Port(); p != "" {
+		if v, err := strconv.ParseUint(p, 10, 16); err != nil || v == 0 {
+			return fmt.Errorf("%w: nats.url entry %d has port %s; a port is 1 to 65535", ErrInvalidConfig, n, p)
+		}
 	}
 	return nil
 }

@@ -276,9 +276,10 @@ func TestValidateURLWithoutScheme(t *testing.T) {
 		t.Fatalf("Validate() = %v", err)
 	}
 	// Every entry at fault, each on a line of its own.
-	cfg.URL = "127.0.0.1:4222,nats://a:4222,http://b:4222,:x"
+	cfg.URL = "127.0.0.1:4222,nats://a:4222,http://b:4222,:x,nats://u:p@c:99999,tls://d:0,nats://e:65535,nats://f"
 	err := cfg.Validate()
-	want := []string{"entry 1 has no scheme", "entry 3 has scheme \"http\"", "entry 4 is not a URL"}
+	want := []string{"entry 1 has no scheme", "entry 3 has scheme \"http\"", "entry 4 is not a URL",
+		"entry 5 has port 99999; a port is 1 to 65535", "entry 6 has port 0;"}
 	if got := strings.Split(fmt.Sprint(err), "\n"); len(got) != len(want) {
 		t.Fatalf("Validate() = %q, want %d problems", err, len(want))
 	}
