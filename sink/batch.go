@@ -226,14 +226,16 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 
 	// The table's problems are looked for while the committers connect:
 	// with the server far away, the look's dozen queries would otherwise
-	// hold up the first batch.
+	// hold up the first batch. Under warmCtx: a look still dialing a
+	// server that answers nothing must not hold up a stop once the
+	// batches are handed over.
+	warmCtx, stopWarm := context.WithCancel(ctx)
 	var look sync.WaitGroup
 	defer look.Wait()
-	look.Go(func() { s.logProblems(ctx) })
+	defer stopWarm()
+	look.Go(func() { s.logProblems(warmCtx) })
 	var wg sync.WaitGroup
 	errs := make([]error, n)
-	warmCtx, stopWarm := context.WithCancel(ctx)
-	defer stopWarm()
 	for i := range n {
 		c := &committer{s: s, r: r, bo: backoff{initial: s.cfg.Retry.Initial, max: s.cfg.Retry.Max}, started: &s.attempts[i%len(s.attempts)]}
 		wg.Go(func() { errs[i] = c.loop(ctx, warmCtx) })
@@ -266,10 +268,14 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 // it, and one that may store other values than sent is reported at all.
 // It reports whether it found (and logged) any that is not a warning.
 func (s *Sink) logProblems(ctx context.Context) (found bool) {
+	stopped := ctx
 	// Long enough for a connect past a dead host of a failover list.
 	ctx, cancel := context.WithTimeout(ctx, max(10*time.Second, s.dialMax))
 	defer cancel()
 	probs, err := s.Check(ctx)
+	if err != nil && stopped.Err() != nil {
+		return false // stopping: nothing to report the table to
+	}
 	if err != nil {
 		s.log.Warn("cannot compare the column mapping with the table yet", "err", err)
 		return false

@@ -30,6 +30,9 @@ type committer struct {
 	staged bool // exactly-once: the staging table exists on conn
 	wire   copyWire
 	bo     backoff
+	// untouched: the last COPY's Query failed before the server answered
+	// any of it (copyResult.untouched), for attempt.
+	untouched bool
 	// mayHand: commitRetry may give up the batch to another committer
 	// (errHandOff): process tries it whole, nothing settled or held.
 	mayHand bool
@@ -308,7 +311,9 @@ func (c *committer) closeConn() {
 }
 
 // process commits b and settles every row: acked after commit, or
-// dead-lettered if the database refuses it. It returns only ctx.Err().
+// dead-lettered if the database refuses it. It returns nil, ctx.Err() once
+// ctx has ended, or errHandOff: b, untouched, is to go to another committer
+// (commitRetry could not connect while others committed).
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
 	c.retries, c.settled, c.bytes, c.suspectSeq, c.held = 0, 0, 0, 0, nil
@@ -1021,11 +1026,15 @@ func (s *Sink) firstSeen(key string) bool {
 // pg_terminate_backend, idle_session_timeout) fails the first statement
 // with the server's FATAL error, before anything of the batch ran: such an
 // attempt is made again at once on a new connection, without a warning or
-// a retry counted (see endedIdle).
+// a retry counted (see endedIdle). A session ended once the Query had
+// begun (a COPY waiting on a lock that an operator's pg_terminate_backend
+// ended) is a failed attempt like any other: warned of, counted, retried
+// after the backoff.
 func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown bool, err error) {
 	reused := c.conn != nil && !c.conn.IsClosed()
+	c.untouched = false
 	unknown, err = c.try(ctx, rows)
-	if err != nil && reused && !unknown && ctx.Err() == nil && endedIdle(err) && (c.conn == nil || c.conn.IsClosed()) {
+	if err != nil && reused && c.untouched && !unknown && ctx.Err() == nil && endedIdle(err) && (c.conn == nil || c.conn.IsClosed()) {
 		c.s.log.Debug("the server had ended the connection; trying the batch on a new one", "rows", len(rows), "err", err)
 		c.closeConn()
 		return c.try(ctx, rows)
@@ -1224,6 +1233,7 @@ func committedMissing(err error) *missingError {
 func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) (sent bool, inserted int64, err error) {
 	sent, res := sendCopy(ctx, c.conn.PgConn(), &c.wire, q, rows)
 	err = res.err
+	c.untouched = res.untouched
 	var pgErr *pgconn.PgError
 	if _, broken := errors.AsType[*brokenConnError](err); broken || ctx.Err() != nil || err != nil && !errors.As(err, &pgErr) {
 		// No answer from the server, or one on a connection that broke,
@@ -1232,9 +1242,11 @@ func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) 
 		c.closeConn()
 	}
 	if err != nil {
-		if q.insertAt > 0 && res.failedAt > 0 && res.failedAt < q.stmts {
-			// The server's error came before COMMIT (a FATAL too): the
-			// transaction it began did not commit.
+		if res.failedAt > 0 && res.failedAt < q.stmts {
+			// The server's error (a FATAL too) came before the last
+			// statement: the transaction did not commit, the explicit
+			// one of exactly-once nor the implicit one of at-least-once's
+			// Query, which commits as its last statement ends.
 			sent = false
 		}
 		return sent, -1, c.statementError(q, res.failedAt, len(rows), err)

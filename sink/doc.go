@@ -232,7 +232,9 @@
 // # Errors
 //
 // Validate, New and ParseTable return errors wrapping ErrInvalidConfig.
-// Run returns nil, the hard context's error, or a Source's own error.
+// Run returns nil, the hard context's error, or a Source's own error (and
+// one wrapping ErrInvalidConfig at once when New was given no
+// DeadLetterer).
 // Errors never contain the
 // connection string; they name host, port and database.
 package sink

@@ -254,6 +254,36 @@ func TestHangingConnectAtStartHoldsNothingUp(t *testing.T) {
 	}
 }
 
+// A stop while the server answers no connect (a blackholed host) is not
+// held up by the start's look at the table: once the batches are handed
+// over, Run returns though the look's dial has not ended. Before, Run
+// waited for it, for 10 s at least (the look's own bound; with the
+// defaults and one host, 125 s): a SIGTERM then ended at drain_timeout,
+// exit 130, "uncommitted events stay unacked" with none taken in.
+func TestStopWhileTheLookAtTheTableDials(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, connectHolder(t, pg.URL, 0), func(c *Config) { c.Connections, c.CreateTable = 1, false })
+	logs := captureLog(t, s, time.Minute)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	time.Sleep(200 * time.Millisecond) // the look and the committer's connect are dialing
+	src.close()
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return within 5 s of its source's close while the look at the table dialed")
+	}
+	if strings.Contains(logs.String(), "cannot compare") {
+		t.Errorf("the look cut short by the stop was reported:\n%s", logs)
+	}
+}
+
 // Warmed, which the consumer waits for before its first pull, is closed
 // once a committer has connected though the others' connects hang (after
 // warmGrace), once every committer's connect has failed (the server
