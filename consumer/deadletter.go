@@ -106,11 +106,13 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 				"dead_letter_subject", c.cfg.DeadLetterSubject, "err", err)
 			return fmt.Errorf("%w: publish to %s: %w; not nak'ed: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err, pipeline.ErrStaleEpoch)
 		}
-		c.logFailedDeadLetter(err, "dead-letter publish failed; event nak'ed for redelivery", "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
-			"dead_letter_subject", c.cfg.DeadLetterSubject, "retry_in", delay, "err", err)
 		if nerr != nil {
+			c.logFailedDeadLetter(err, "dead-letter publish failed, and so did the nak; the event comes back after ack_wait", "subject", ev.Subject,
+				"stream_seq", ev.StreamSeq, "code", dl.Code, "dead_letter_subject", c.cfg.DeadLetterSubject, "err", err, "nak_err", nerr)
 			return fmt.Errorf("%w: publish to %s: %w (nak: %w)", ErrDeadLetter, c.cfg.DeadLetterSubject, err, nerr)
 		}
+		c.logFailedDeadLetter(err, "dead-letter publish failed; event nak'ed for redelivery", "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
+			"dead_letter_subject", c.cfg.DeadLetterSubject, "retry_in", delay, "err", err)
 		return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
 	}
 	// Every stored dead letter counts, a repeat too (JetStream de-duplicated

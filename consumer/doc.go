@@ -41,8 +41,9 @@
 // counts, also those jetsink nak'ed itself), and enforces that limit
 // itself: the durable consumer's MaxDeliver is unlimited. Run marks a
 // delivery whose count is past nats.max_deliver (pipeline.Event.Exhausted);
-// the worker that takes it hands it, undecoded, to DeadLetter (stage
-// "deliver", code "max_deliver"), which publishes it to the dead-letter
+// the worker that takes it hands it, as no row, to DeadLetter (stage
+// "deliver", code "max_deliver"; one that does not decode with its decode
+// failure's stage and code), which publishes it to the dead-letter
 // subject and terminates it, as any dead letter. If that dead letter
 // fails, the event is nak'ed with a delay and comes back, marked again, as
 // often as it takes; an event whose tries ran out while no jetsink was
@@ -136,7 +137,14 @@
 // goroutine that confirms the acks every second (below). nats.go's other
 // goroutines (reader, flusher, pull loop, status watcher) and wire's
 // (reader, flusher, pinger) end with the subscription and with the
-// connection (Close). Nothing here outlives Close.
+// connection (Close). Nothing here outlives Close for long. Three waits
+// are bounded rather than joined: Run's wait for the ack confirmer's last
+// flush, and Close's for the connections, give up after abortBudget
+// (250 ms) when a write to a server that reads nothing holds a
+// connection's lock (that flush or close then ends at writeTimeout, 10 s);
+// and the flush-then-abort of a wire connection dropped after nats.go's
+// disconnect, or after a probe it did not answer, runs on its own for at
+// most abortFlush or wireProbeTimeout (2 s).
 //
 // # Shutdown
 //

@@ -679,8 +679,9 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			if st, ok := errors.AsType[*wire.StallError](err); ok {
 				c.log.Warn("no pull: the events in flight fill nats.max_in_flight_bytes, and none has been settled meanwhile",
 					"waited", st.Waited.Round(time.Second), "held_bytes", st.Held, "max_in_flight_bytes", st.Limit,
-					"hint", "if the sink logs \"batch waiting on PostgreSQL\", that is why; if not, an event is held that will never be settled "+
-						"(a bug: please report it); a restart loses nothing, the events come back after ack_wait")
+					"hint", "if the sink logs that a batch waits or fails (\"batch waiting on PostgreSQL\", \"batch failed\", \"batch still failing\"), "+
+						"that is why; if not, an event is held that will never be settled (a bug: please report it); "+
+						"a restart loses nothing, the events come back after ack_wait")
 				continue
 			}
 			switch {
