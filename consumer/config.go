@@ -587,7 +587,7 @@ func SubjectMatches(pattern, subject string) bool {
 
 // durableMaxDeliver is the durable consumer's MaxDeliver, whatever
 // nats.max_deliver says: unlimited. jetsink enforces nats.max_deliver
-// itself: a delivery past it is dead-lettered, not stored
+// itself: a delivery past it is dead-lettered undecoded
 // (pipeline.Event.Exhausted), and if that dead letter fails the message
 // is nak'ed and comes back. A server-side limit would let the server give
 // up on a message that is neither stored nor dead-lettered, and say so

@@ -216,7 +216,7 @@ type Stats struct {
 	Redelivered       uint64 // of which delivered more than once
 	DeadLettered      uint64 // dead letters stored for the workers and the sink (not MaxDelivered's); a repeat counts again
 	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed; or, its stream re-created, left alone)
-	MaxDelivered      uint64 // events dead-lettered on a delivery past nats.max_deliver
+	MaxDelivered      uint64 // events dead-lettered as max_deliver (pipeline.StageDeliver): past nats.max_deliver, with no earlier failed letter's cause (pipeline.Causes)
 	Resubscribes      uint64 // pull subscriptions started again after one ended
 	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow)
 	Epochs            uint64 // new epochs: the stream or consumer was replaced under events in flight

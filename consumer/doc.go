@@ -41,9 +41,9 @@
 // counts, also those jetsink nak'ed itself), and enforces that limit
 // itself: the durable consumer's MaxDeliver is unlimited. Run marks a
 // delivery whose count is past nats.max_deliver (pipeline.Event.Exhausted);
-// the worker that takes it hands it, as no row, to DeadLetter (stage
-// "deliver", code "max_deliver"; one that does not decode with its decode
-// failure's stage and code), which publishes it to the dead-letter
+// the worker that takes it hands it, undecoded, to DeadLetter (stage
+// "deliver", code "max_deliver", or, through pipeline.Causes, the cause of
+// an earlier letter of it that failed), which publishes it to the dead-letter
 // subject and terminates it, as any dead letter. If that dead letter
 // fails, the event is nak'ed with a delay and comes back, marked again, as
 // often as it takes; an event whose tries ran out while no jetsink was

@@ -23,10 +23,11 @@
 // missing, a value of the wrong type or out of range, NUL in text, a
 // payload over max_event_bytes) is handed to the DeadLetterer with
 // StageDecode and the DecodeError's code. An event the consumer marked
-// Exhausted (delivered past nats.max_deliver) becomes no row, whatever it
-// holds: one that does not decode is dead-lettered as above (its earlier
-// dead letters failed: the letter keeps the cause), any other with
-// StageDeliver and CodeMaxDeliver (MaxDeliverDeadLetter). If the DeadLetterer fails it has nak'ed the
+// Exhausted (delivered past nats.max_deliver) is not decoded at all: it is
+// handed to the DeadLetterer with StageDeliver and CodeMaxDeliver
+// (MaxDeliverDeadLetter); Causes, in front of the consumer, gives such a
+// letter the cause of an earlier letter of the event that failed. If the
+// DeadLetterer fails it has nak'ed the
 // event (or left it, its stream re-created since: FailedDeadLetter), so it
 // is not lost; the worker logs a warning and goes on with the
 // next event.

@@ -40,8 +40,8 @@ type Event struct {
 	// Event stays 192 bytes, three cache lines, as it crosses the rings.
 	Delivered uint32
 	// Exhausted: the consumer took the message past nats.max_deliver
-	// (Delivered is above it). It becomes no row: the worker dead-letters
-	// it (MaxDeliverDeadLetter, or its decode failure's). JetStream, whose MaxDeliver for jetsink's
+	// (Delivered is above it). It is not decoded: the worker dead-letters
+	// it (MaxDeliverDeadLetter). JetStream, whose MaxDeliver for jetsink's
 	// consumer is unlimited, delivers it again until that is done.
 	Exhausted bool
 	Published time.Time // JetStream's store time

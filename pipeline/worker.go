@@ -62,18 +62,8 @@ func (w *worker) run(ctx context.Context) error {
 			var dl DeadLetter
 			var column string
 			if ev.Exhausted {
-				// Past nats.max_deliver: dead-lettered, whatever it
-				// holds. One that does not decode says why, not merely
-				// that its deliveries ran out: its earlier dead letters
-				// failed (a dead-letter stream away for minutes), and the
-				// letter that is stored at last keeps the cause.
-				if derr := w.appendTuple(ev); derr != nil {
-					dl, column = decodeDeadLetter(derr)
-					dl.Reason += fmt.Sprintf(" (delivered %d times, past nats.max_deliver)", ev.Delivered)
-				} else {
-					dl = MaxDeliverDeadLetter(uint64(ev.Delivered))
-				}
-				w.trimScratch()
+				// Past nats.max_deliver: not decoded, whatever it holds.
+				dl = MaxDeliverDeadLetter(uint64(ev.Delivered))
 			} else {
 				row, derr := w.encode(ev)
 				if derr == nil {

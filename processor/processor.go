@@ -116,7 +116,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		p.Close()
 		return nil, fmt.Errorf("start the NATS consumer: %w", err)
 	}
-	dl.Next = p.consumer
+	// A letter stored past max_deliver keeps the cause of the letters
+	// of the event that failed before it.
+	dl.Next = &pipeline.Causes{Next: p.consumer}
 	if p.tracing.Enabled() {
 		p.tracing.SetDestinations(cfg.NATS.Stream, p.consumer.Destinations())
 		p.consumer.SetTracer(p.tracing.StartMessage)

@@ -42,7 +42,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	redelivered := counter("jetsink.events.redelivered", "Received messages that JetStream had delivered before")
 	markers := counter("jetsink.events.markers", "Subject delete markers JetStream stored itself (subject_delete_marker_ttl): acked, no events")
 	committed := counter("jetsink.events.committed", "Events whose batch committed to PostgreSQL (their messages are then acked); in exactly-once mode also redeliveries of events already stored, which the INSERT skipped")
-	maxDelivered := counter("jetsink.events.max_delivered", "Events dead-lettered on a delivery past nats.max_deliver")
+	maxDelivered := counter("jetsink.events.max_delivered", "Events dead-lettered as max_deliver: delivered past nats.max_deliver (one whose earlier dead letter failed counts under that letter's cause)")
 	dlFailed := counter("jetsink.dead_letter.failures", "Dead-letter publishes that failed (the message was nak'ed, not lost)")
 	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")
 	ackErrs := counter("jetsink.ack.failures", "Acks refused after commit (by the client, or by the server: no permission on $JS.ACK), or sent but not confirmed by the server (on a connection lost before a flush confirmed them; those of the last flush at shutdown are counted after the last scrape, in the exit's log line only): the message comes back, a duplicate in at-least-once mode")

@@ -2,11 +2,16 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
 )
 
@@ -56,6 +61,58 @@ func TestDLQReplayAfterFix(t *testing.T) {
 		t.Fatalf("after replay: %d rows, %d dead letters", v.rows, v.dead)
 	}
 	e.judge("dlq replay after fix", sink.ExactlyOnce, v, 0)
+}
+
+// An event whose dead letters fail until its deliveries run out (the
+// dead-letter stream away: here, not made yet) is dead-lettered at last with
+// the cause of the first failed letter, not as max_deliver: before, the
+// stored letter said only "delivered 3 times without being stored", and
+// `jetsink dlq replay --code invalid_json` did not find it.
+func TestMaxDeliverLetterKeepsItsCause(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: e.stream, Subjects: []string{e.prefix + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config(sink.AtLeastOnce)
+	cfg.NATS.CreateStream = false // which would make the dead-letter stream
+	cfg.NATS.MaxDeliver = 1
+	r := e.start(ctx, cfg)
+	if _, err := e.js.Publish(ctx, e.prefix+".bad", []byte("nope")); err != nil {
+		t.Fatal(err)
+	}
+	c := r.p.Consumer()
+	// The first delivery's letter (invalid_json) and the second's, past
+	// max_deliver, fail: no dead-letter stream.
+	waitFor(t, ctx, "two failed dead letters", func() (bool, string) {
+		st := c.Stats()
+		return st.DeadLetterFailed >= 2, fmt.Sprintf("%+v", st)
+	})
+	if _, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: e.dlqStream(), Subjects: []string{cfg.NATS.DeadLetterSubject}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the dead letter stored", func() (bool, string) {
+		n := e.dlqCount(ctx)
+		return n == 1, "dead letters " + itoa(int64(n))
+	})
+	dlq, err := e.js.Stream(ctx, e.dlqStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dlq.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Header
+	if h.Get(consumer.HeaderCode) != pipeline.CodeInvalidJSON || h.Get(consumer.HeaderStage) != pipeline.StageDecode ||
+		!strings.Contains(h.Get(consumer.HeaderReason), "past nats.max_deliver") {
+		t.Fatalf("dead letter headers %v, want code %s at stage %s, its deliveries in the reason", h, pipeline.CodeInvalidJSON, pipeline.StageDecode)
+	}
+	if st := c.Stats(); st.DeadLettered != 1 || st.MaxDelivered != 0 {
+		t.Errorf("stats %+v: want the letter counted as dead-lettered, none as max_deliver", st)
+	}
+	r.drain(t)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

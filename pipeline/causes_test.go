@@ -1,0 +1,80 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// nextDL is the DeadLetterer behind Causes: it fails while err is set and
+// records what it was handed.
+type nextDL struct {
+	err  error
+	got  []DeadLetter
+	seqs []uint64
+}
+
+func (n *nextDL) DeadLetter(_ context.Context, ev *Event, dl DeadLetter) error {
+	n.got, n.seqs = append(n.got, dl), append(n.seqs, ev.StreamSeq)
+	return n.err
+}
+
+// Causes hands a letter past max_deliver the kept cause of the event's
+// failed letter (once, the deliveries added to its reason however often it
+// fails again), not another event's or another epoch's, keeps no cause of a
+// letter left to a re-created stream (stale), forgets one once a letter is
+// stored, and keeps at most causesKept, the oldest forgotten first.
+func TestCausesKeepsTheFailedLettersCause(t *testing.T) {
+	ctx := context.Background()
+	next := &nextDL{err: errors.New("no stream")}
+	c := &Causes{Next: next}
+	bad := DeadLetter{Stage: StageDecode, Code: CodeInvalidJSON, Reason: "invalid character 'n'"}
+	ev := &Event{Stream: "S", StreamSeq: 7, Epoch: 1, Delivered: 1}
+	_ = c.DeadLetter(ctx, ev, bad)
+	for d := uint32(2); d <= 3; d++ { // past max_deliver, still failing
+		ev.Delivered = d
+		_ = c.DeadLetter(ctx, ev, MaxDeliverDeadLetter(uint64(d)))
+		got := next.got[len(next.got)-1]
+		if got.Code != CodeInvalidJSON || got.Stage != StageDecode || strings.Count(got.Reason, "past nats.max_deliver") != 1 ||
+			!strings.HasPrefix(got.Reason, bad.Reason) || !strings.Contains(got.Reason, fmt.Sprintf("delivered %d times", d)) {
+			t.Fatalf("delivery %d handed on %+v", d, got)
+		}
+	}
+	other := &Event{Stream: "S", StreamSeq: 7, Epoch: 2, Delivered: 2} // the same sequence of a re-created stream
+	_ = c.DeadLetter(ctx, other, MaxDeliverDeadLetter(2))
+	if next.got[len(next.got)-1].Code != CodeMaxDeliver {
+		t.Fatalf("another epoch's event got the cause: %+v", next.got[len(next.got)-1])
+	}
+	next.err = nil
+	ev.Delivered = 4
+	_ = c.DeadLetter(ctx, ev, MaxDeliverDeadLetter(4)) // stored
+	_ = c.DeadLetter(ctx, ev, MaxDeliverDeadLetter(5))
+	if next.got[len(next.got)-1].Code != CodeMaxDeliver {
+		t.Fatal("the cause was kept after a letter was stored")
+	}
+
+	next.err = fmt.Errorf("left: %w", ErrStaleEpoch)
+	stale := &Event{Stream: "S", StreamSeq: 8, Epoch: 1, Delivered: 1}
+	_ = c.DeadLetter(ctx, stale, bad)
+	if len(c.kept) != 0 {
+		t.Fatalf("kept %d causes of letters left to a re-created stream", len(c.kept))
+	}
+
+	next.err = errors.New("no stream")
+	for i := range causesKept + 10 {
+		_ = c.DeadLetter(ctx, &Event{Stream: "S", StreamSeq: uint64(100 + i), Epoch: 1}, bad)
+	}
+	if len(c.kept) != causesKept {
+		t.Fatalf("kept %d causes, want at most %d", len(c.kept), causesKept)
+	}
+	_ = c.DeadLetter(ctx, &Event{Stream: "S", StreamSeq: 100, Epoch: 1, Delivered: 2}, MaxDeliverDeadLetter(2))
+	_ = c.DeadLetter(ctx, &Event{Stream: "S", StreamSeq: 100 + causesKept + 9, Epoch: 1, Delivered: 2}, MaxDeliverDeadLetter(2))
+	if n := len(next.got); next.got[n-2].Code != CodeMaxDeliver || next.got[n-1].Code != CodeInvalidJSON {
+		t.Fatalf("the oldest cause kept past the bound, or the newest forgotten: %+v, %+v", next.got[n-2], next.got[n-1])
+	}
+	if len(c.order) > 2*causesKept+1 {
+		t.Fatalf("the order grew to %d keys", len(c.order))
+	}
+}
