@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -263,11 +264,38 @@ func TestHangingConnectAtStartHoldsNothingUp(t *testing.T) {
 func TestStopWhileTheLookAtTheTableDials(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
-	s, _ := newTestSink(t, ctx, connectHolder(t, pg.URL, 0), func(c *Config) { c.Connections, c.CreateTable = 1, false })
+	// A server that takes connections and answers nothing.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int32
+	var held []net.Conn
+	accepting := make(chan struct{})
+	go func() {
+		defer close(accepting)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+			accepted.Add(1)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-accepting
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	silent, _ := withHost(t, pg.URL, ln.Addr().String())
+	s, _ := newTestSink(t, ctx, silent, func(c *Config) { c.Connections, c.CreateTable = 1, false })
 	logs := captureLog(t, s, time.Minute)
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
-	time.Sleep(200 * time.Millisecond) // the look and the committer's connect are dialing
+	waitFor(t, ctx, "the committer's connect and the look's to be dialing", func() bool { return accepted.Load() == 2 })
 	src.close()
 	done := make(chan error, 1)
 	go func() { done <- wait() }()

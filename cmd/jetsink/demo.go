@@ -32,8 +32,9 @@ func newDemoCmd() *cobra.Command {
 		Use:   "demo",
 		Short: "Run everything on this machine: embedded NATS, a throwaway PostgreSQL, publish, drain, report",
 		Long: `Start an embedded nats-server with JetStream and a throwaway PostgreSQL
-cluster (initdb/pg_ctl of PostgreSQL 15 or newer must be installed, the
-newest found is used; as root it runs as the postgres user), publish --events telemetry events over --subjects subjects, run
+cluster (PostgreSQL 15 or newer: initdb and pg_ctl on PATH, else the
+newest under /usr/lib/postgresql; as root it runs as the postgres
+user), publish --events telemetry events over --subjects subjects, run
 jetsink until every event is settled (committed and then acked, or
 dead-lettered), print what happened, and remove everything. --keep leaves
 both servers up until Ctrl-C so you can look.
