@@ -226,9 +226,11 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, m *nats.Msg) (*jetstre
 	}
 	switch c.dlBreaker.done(time.Now(), probe, outcome, err) {
 	case breakerOpened:
+		// nats_status: a connection that is reconnecting buffers the
+		// publish, and it times out the same way; the stream may be fine.
 		c.log.Error("the dead-letter stream did not answer a publish: dead letters fail at once (their events are nak'ed) "+
 			"until a probe, one every "+dlProbeEvery.String()+" at most, is answered",
-			"dead_letter_subject", c.cfg.DeadLetterSubject, "timeout", c.deadLetterTimeout(), "err", err)
+			"dead_letter_subject", c.cfg.DeadLetterSubject, "timeout", c.deadLetterTimeout(), "nats_status", c.nc.Status().String(), "err", err)
 	case breakerClosed:
 		c.log.Info("the dead-letter stream answers again", "dead_letter_subject", c.cfg.DeadLetterSubject)
 	}
