@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -264,38 +263,19 @@ func TestHangingConnectAtStartHoldsNothingUp(t *testing.T) {
 func TestStopWhileTheLookAtTheTableDials(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
-	// A server that takes connections and answers nothing.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var accepted atomic.Int32
-	var held []net.Conn
-	accepting := make(chan struct{})
-	go func() {
-		defer close(accepting)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-			accepted.Add(1)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-accepting
-		for _, c := range held {
-			c.Close()
-		}
-	})
-	silent, _ := withHost(t, pg.URL, ln.Addr().String())
+	addr, accepted := testenv.SilentServer(t) // takes connections, answers nothing
+	silent, _ := withHost(t, pg.URL, addr)
 	s, _ := newTestSink(t, ctx, silent, func(c *Config) { c.Connections, c.CreateTable = 1, false })
 	logs := captureLog(t, s, time.Minute)
 	src := newSource()
 	wait := runSink(t, ctx, s, src)
-	waitFor(t, ctx, "the committer's connect and the look's to be dialing", func() bool { return accepted.Load() == 2 })
+	for range 2 { // the committer's connect and the look's
+		select {
+		case <-accepted:
+		case <-ctx.Done():
+			t.Fatal("the committer's connect and the look's did not both dial")
+		}
+	}
 	src.close()
 	done := make(chan error, 1)
 	go func() { done <- wait() }()
