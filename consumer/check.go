@@ -140,7 +140,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	case errors.Is(err, jetstream.ErrStreamNotFound) && cfg.CreateStream:
 		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("stream %s does not exist yet; run will create it (create_stream: true)", cfg.Stream)})
 		made := jetstream.StreamConfig{Name: cfg.Stream, MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes, Replicas: cfg.StreamReplicas,
-			Storage: jetstream.FileStorage}
+			Duplicates: cfg.StreamDuplicateWindow, Storage: jetstream.FileStorage}
 		events = &made
 		problems = append(problems, eventStreamLimits(&made)...)
 		if p, ok := replicaProblem(clusterOf(nc, &cfg), &made); ok {
@@ -169,7 +169,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			}
 		}
 		if limits := streamLimitsDiff(&info.Config, &cfg); cfg.CreateStream && len(limits) > 0 {
-			problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("run will set stream %s's %s (nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas; "+
+			problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("run will set stream %s's %s (nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas, nats.stream_duplicate_window; "+
 				"a lower max_age or max_bytes deletes events at once, stored by jetsink or not)", cfg.Stream, strings.Join(limits, ", "))})
 		}
 		limited := info.Config
@@ -177,6 +177,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			limited.MaxAge = cmp.Or(cfg.StreamMaxAge, limited.MaxAge)
 			limited.MaxBytes = cmp.Or(cfg.StreamMaxBytes, limited.MaxBytes)
 			limited.Replicas = cmp.Or(cfg.StreamReplicas, limited.Replicas)
+			limited.Duplicates = cmp.Or(cfg.StreamDuplicateWindow, limited.Duplicates)
 		}
 		events = &limited
 		problems = append(problems, eventStreamLimits(&limited)...)

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -287,6 +288,40 @@ func TestCreateStreamLimits(t *testing.T) {
 	}
 	if w := warnings(); strings.Contains(w, "run will set") || !strings.Contains(w, "deletes events past max_age 1m0s, max_bytes 1073741824") {
 		t.Errorf("check of a stream with limits of its own:\n%s", w)
+	}
+
+	// nats.stream_duplicate_window: set on the stream there, then left as
+	// it is when unset (it stays within max_age, which the server needs).
+	cfg.StreamDuplicateWindow = 10 * time.Second
+	if w := warnings(); !strings.Contains(w, "run will set stream "+cfg.Stream+"'s duplicate_window 1m0s -> 10s") {
+		t.Errorf("check of a stream whose duplicate window run will change says nothing of it:\n%s", w)
+	}
+	newConsumer(t, ctx, cfg)
+	if d := streamConfig(t, ctx, js, cfg.Stream).Duplicates; d != 10*time.Second {
+		t.Fatalf("updated to duplicate_window %v, want 10s", d)
+	}
+	cfg.StreamDuplicateWindow = 0
+	newConsumer(t, ctx, cfg)
+	if d := streamConfig(t, ctx, js, cfg.Stream).Duplicates; d != 10*time.Second {
+		t.Fatalf("an unset nats.stream_duplicate_window changed the stream's to %v", d)
+	}
+}
+
+// A stream jetsink creates has nats.stream_duplicate_window, or the
+// server's default (2 minutes) when it is unset.
+func TestCreateStreamDuplicateWindow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	for _, w := range []time.Duration{0, 5 * time.Second} {
+		cfg := testConfig(t, srv) // create_stream: true
+		cfg.Stream += strconv.Itoa(int(w.Seconds()))
+		cfg.StreamDuplicateWindow = w
+		newConsumer(t, ctx, cfg)
+		if d := streamConfig(t, ctx, js, cfg.Stream).Duplicates; d != cmp.Or(w, 2*time.Minute) {
+			t.Errorf("stream created with nats.stream_duplicate_window %v has duplicate_window %v", w, d)
+		}
 	}
 }
 

@@ -74,6 +74,16 @@ func TestValidate(t *testing.T) {
 		{"stream_max_bytes negative", func(c *Config) { c.CreateStream, c.StreamMaxBytes = true, -1 }, "nats.stream_max_bytes"},
 		{"stream limits without create_stream", func(c *Config) { c.StreamMaxBytes = 1 << 30 }, "nats.create_stream"},
 		{"stream_replicas", func(c *Config) { c.CreateStream, c.StreamReplicas = true, 3 }, ""},
+		{"stream_duplicate_window", func(c *Config) { c.CreateStream, c.StreamDuplicateWindow = true, 10*time.Second }, ""},
+		{"stream_duplicate_window up to max_age", func(c *Config) {
+			c.CreateStream, c.StreamMaxAge, c.StreamDuplicateWindow = true, time.Hour, time.Hour
+		}, ""},
+		{"stream_duplicate_window negative", func(c *Config) { c.CreateStream, c.StreamDuplicateWindow = true, -time.Second }, "nats.stream_duplicate_window"},
+		{"stream_duplicate_window under 100ms", func(c *Config) { c.CreateStream, c.StreamDuplicateWindow = true, 99*time.Millisecond }, "nats.stream_duplicate_window"},
+		{"stream_duplicate_window over max_age", func(c *Config) {
+			c.CreateStream, c.StreamMaxAge, c.StreamDuplicateWindow = true, time.Hour, time.Hour+time.Second
+		}, "nats.stream_duplicate_window"},
+		{"stream_duplicate_window without create_stream", func(c *Config) { c.StreamDuplicateWindow = 10 * time.Second }, "nats.create_stream: true"},
 		{"stream_replicas 6", func(c *Config) { c.CreateStream, c.StreamReplicas = true, 6 }, "nats.stream_replicas"},
 		{"stream_replicas negative", func(c *Config) { c.CreateStream, c.StreamReplicas = true, -1 }, "nats.stream_replicas"},
 		{"stream_replicas without create_stream", func(c *Config) { c.StreamReplicas = 3 }, "nats.create_stream"},

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,7 +108,7 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 			return nil, err
 		}
 		sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.FileStorage, FirstSeq: first,
-			MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes, Replicas: cfg.StreamReplicas}
+			MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes, Replicas: cfg.StreamReplicas, Duplicates: cfg.StreamDuplicateWindow}
 		stream, err := c.js.CreateStream(ctx, sc)
 		if err == nil {
 			if first > 0 {
@@ -138,9 +139,15 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	if len(limits) > 0 {
 		// Said at Warn: a lower limit deletes events at once, stored by
 		// jetsink or not (check warns of it before).
-		c.log.Warn("setting the stream's limits (nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas)", "stream", cfg.Stream, "limits", strings.Join(limits, ", "))
+		c.log.Warn("setting the stream's limits (nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas, nats.stream_duplicate_window)",
+			"stream", cfg.Stream, "limits", strings.Join(limits, ", "))
 		if cfg.StreamMaxAge != 0 {
 			sc.MaxAge = cfg.StreamMaxAge
+		}
+		if cfg.StreamDuplicateWindow != 0 {
+			sc.Duplicates = cfg.StreamDuplicateWindow
+		}
+		if sc.MaxAge != 0 {
 			// The server refuses a duplicate window longer than max_age
 			// (one it makes at creation is cut to it the same way).
 			sc.Duplicates = min(sc.Duplicates, sc.MaxAge)
@@ -170,17 +177,22 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 }
 
 // streamLimitsDiff describes the settings of sc that nats.stream_max_age,
-// nats.stream_max_bytes and nats.stream_replicas, where set, change
-// ("max_age 0s -> 168h0m0s"); none when they are not set or sc has them
-// already.
+// nats.stream_max_bytes, nats.stream_replicas and
+// nats.stream_duplicate_window, where set, change ("max_age 0s ->
+// 168h0m0s"); none when they are not set or sc has them already.
 func streamLimitsDiff(sc *jetstream.StreamConfig, cfg *Config) []string {
 	var out []string
+	maxAge := sc.MaxAge
 	if cfg.StreamMaxAge != 0 && sc.MaxAge != cfg.StreamMaxAge {
 		out = append(out, fmt.Sprintf("max_age %s -> %s", sc.MaxAge, cfg.StreamMaxAge))
-		if sc.Duplicates > cfg.StreamMaxAge {
-			// The server takes no window longer than max_age.
-			out = append(out, fmt.Sprintf("duplicate_window %s -> %s", sc.Duplicates, cfg.StreamMaxAge))
-		}
+		maxAge = cfg.StreamMaxAge
+	}
+	window := cmp.Or(cfg.StreamDuplicateWindow, sc.Duplicates)
+	if maxAge != 0 {
+		window = min(window, maxAge) // the server takes no window longer than max_age
+	}
+	if window != sc.Duplicates {
+		out = append(out, fmt.Sprintf("duplicate_window %s -> %s", sc.Duplicates, window))
 	}
 	if cfg.StreamMaxBytes != 0 && sc.MaxBytes != cfg.StreamMaxBytes {
 		out = append(out, fmt.Sprintf("max_bytes %d -> %d", sc.MaxBytes, cfg.StreamMaxBytes))

@@ -322,7 +322,7 @@ nats.max_in_flight_bytes: 32MiB, or 4 x (the server's max_payload + 8KiB)
 if more). Elsewhere 0 leaves a thing as NATS has it: nats.pull_max_bytes
 (no cap per pull), nats.stream_max_age and nats.stream_max_bytes (no
 limit: a created stream keeps events for good), nats.stream_replicas (a
-created stream has one).`,
+created stream has one), nats.stream_duplicate_window (2 minutes).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w := cmd.OutOrStdout()
