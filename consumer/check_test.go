@@ -300,9 +300,17 @@ func TestCreateStreamLimits(t *testing.T) {
 	if d := streamConfig(t, ctx, js, cfg.Stream).Duplicates; d != 10*time.Second {
 		t.Fatalf("updated to duplicate_window %v, want 10s", d)
 	}
+	cfg.StreamDuplicateWindow = 5 * time.Minute // past the stream's max_age, 1m, which the server refuses
+	if w := warnings(); !strings.Contains(w, "duplicate_window 10s -> 1m0s (nats.stream_duplicate_window cut to the stream's max_age)") {
+		t.Errorf("check of a duplicate window run will cut to the stream's max_age says nothing of it:\n%s", w)
+	}
+	newConsumer(t, ctx, cfg)
+	if d := streamConfig(t, ctx, js, cfg.Stream).Duplicates; d != time.Minute {
+		t.Fatalf("updated to duplicate_window %v, want the stream's max_age, 1m", d)
+	}
 	cfg.StreamDuplicateWindow = 0
 	newConsumer(t, ctx, cfg)
-	if d := streamConfig(t, ctx, js, cfg.Stream).Duplicates; d != 10*time.Second {
+	if d := streamConfig(t, ctx, js, cfg.Stream).Duplicates; d != time.Minute {
 		t.Fatalf("an unset nats.stream_duplicate_window changed the stream's to %v", d)
 	}
 }

@@ -92,9 +92,10 @@ func (c *Consumer) continueSeq(ctx context.Context) (uint64, error) {
 	return end + 1, nil
 }
 
-// createStream creates the stream (file storage, Subjects) or updates the
-// subjects of the one there, leaving the rest of its configuration (limits,
-// duplicate window, replicas, ...) as its owner set it. A new stream starts
+// createStream creates the stream (file storage, Subjects, and the limits,
+// replicas and duplicate window of the nats.stream_* keys) or updates the
+// one there: its subjects, and what those keys set (streamLimitsDiff),
+// leaving the rest of its configuration as its owner set it. A new stream starts
 // past the sequences that continueSeq knows of (FirstSeq), so that a deleted
 // stream re-created does not reuse them: no late ack of an old message can
 // then settle a new one, and in exactly-once mode no new row collides with
@@ -187,12 +188,15 @@ func streamLimitsDiff(sc *jetstream.StreamConfig, cfg *Config) []string {
 		out = append(out, fmt.Sprintf("max_age %s -> %s", sc.MaxAge, cfg.StreamMaxAge))
 		maxAge = cfg.StreamMaxAge
 	}
-	window := cmp.Or(cfg.StreamDuplicateWindow, sc.Duplicates)
-	if maxAge != 0 {
-		window = min(window, maxAge) // the server takes no window longer than max_age
+	window, cut := cmp.Or(cfg.StreamDuplicateWindow, sc.Duplicates), ""
+	if maxAge != 0 && window > maxAge {
+		window = maxAge // the server takes no window longer than max_age
+		if cfg.StreamDuplicateWindow != 0 {
+			cut = " (nats.stream_duplicate_window cut to the stream's max_age)"
+		}
 	}
 	if window != sc.Duplicates {
-		out = append(out, fmt.Sprintf("duplicate_window %s -> %s", sc.Duplicates, window))
+		out = append(out, fmt.Sprintf("duplicate_window %s -> %s%s", sc.Duplicates, window, cut))
 	}
 	if cfg.StreamMaxBytes != 0 && sc.MaxBytes != cfg.StreamMaxBytes {
 		out = append(out, fmt.Sprintf("max_bytes %d -> %d", sc.MaxBytes, cfg.StreamMaxBytes))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"unicode/utf8"
 )
 
 // causesKept bounds how many failed dead letters Causes remembers: each is
@@ -12,21 +13,28 @@ import (
 // forgotten first; such an event's letter then says max_deliver, as before.
 const causesKept = 4096
 
+// causeReasonMax bounds a kept reason in bytes (a database's error may
+// quote the whole value), so that causesKept bounds the memory too; the
+// dead letter's header is cut shorter anyway (consumer.MaxReasonLen).
+const causeReasonMax = 512
+
 // Causes is a DeadLetterer in front of Next that keeps the dead letter of
 // an event whose dead letter failed (Next returned an error and nak'ed the
 // event), so that, if the event's deliveries run out before a letter of it
 // is stored (a dead-letter stream away for minutes), the letter stored at
-// last gives that cause (its stage, code, SQLSTATE and reason, with the
-// deliveries added to the reason) instead of StageDeliver's max_deliver:
-// `jetsink dlq replay --code invalid_json` finds it, and the reason says
-// what was wrong. It remembers for this process only, and at most
-// causesKept events. Safe for concurrent use.
+// last gives that cause (its stage, code and SQLSTATE, and its reason
+// after the deliveries) instead of StageDeliver's max_deliver: `jetsink dlq
+// replay --code invalid_json` finds it, and the reason says what was
+// wrong. It remembers for this process only, and at most causesKept
+// events. Put it in front of whatever counts dead letters, so that they
+// count the letter stored. Safe for concurrent use.
 type Causes struct {
 	Next DeadLetterer
 
 	mu    sync.Mutex
-	kept  map[causeKey]DeadLetter
-	order []causeKey // oldest first; may hold keys forgotten since
+	n     uint64 // numbers the keeps, for order
+	kept  map[causeKey]keptCause
+	order []keptAt // oldest first; an entry whose number is not its key's is stale
 }
 
 // causeKey is an event: its stream's epoch, name and sequence (a stream
@@ -37,6 +45,16 @@ type causeKey struct {
 	seq    uint64
 }
 
+type keptCause struct {
+	dl DeadLetter
+	n  uint64
+}
+
+type keptAt struct {
+	k causeKey
+	n uint64
+}
+
 // DeadLetter hands dl to Next; for a letter of StageDeliver, the cause of
 // the event's failed letter before it, if one is kept.
 func (c *Causes) DeadLetter(ctx context.Context, ev *Event, dl DeadLetter) error {
@@ -45,7 +63,7 @@ func (c *Causes) DeadLetter(ctx context.Context, ev *Event, dl DeadLetter) error
 	if dl.Stage == StageDeliver {
 		if kept, ok := c.lookup(k); ok {
 			cause, dl = kept, kept
-			dl.Reason = fmt.Sprintf("%s (delivered %d times, past nats.max_deliver: its dead letters failed before)", kept.Reason, ev.Delivered)
+			dl.Reason = fmt.Sprintf("delivered %d times, past nats.max_deliver, its dead letters failed before: %s", ev.Delivered, kept.Reason)
 		}
 	}
 	err := c.Next.DeadLetter(ctx, ev, dl)
@@ -61,29 +79,42 @@ func (c *Causes) DeadLetter(ctx context.Context, ev *Event, dl DeadLetter) error
 func (c *Causes) lookup(k causeKey) (DeadLetter, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	dl, ok := c.kept[k]
-	return dl, ok
+	kc, ok := c.kept[k]
+	return kc.dl, ok
 }
 
 func (c *Causes) keep(k causeKey, dl DeadLetter) {
+	if len(dl.Reason) > causeReasonMax {
+		cut := causeReasonMax
+		for cut > 0 && !utf8.RuneStart(dl.Reason[cut]) {
+			cut--
+		}
+		dl.Reason = dl.Reason[:cut]
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.kept == nil {
-		c.kept = make(map[causeKey]DeadLetter)
+		c.kept = make(map[causeKey]keptCause)
 	}
-	if _, ok := c.kept[k]; !ok {
-		c.order = append(c.order, k)
+	if kc, ok := c.kept[k]; ok {
+		c.kept[k] = keptCause{dl, kc.n} // its place in the order stays
+		return
 	}
-	c.kept[k] = dl
+	c.n++
+	c.kept[k] = keptCause{dl, c.n}
+	c.order = append(c.order, keptAt{k, c.n})
 	for len(c.kept) > causesKept {
-		delete(c.kept, c.order[0])
+		o := c.order[0]
 		c.order = c.order[1:]
+		if c.kept[o.k].n == o.n {
+			delete(c.kept, o.k)
+		}
 	}
 	if len(c.order) > 2*causesKept {
-		// Keys forgotten since they were kept: drop them from the order.
+		// Entries of causes forgotten since they were kept: drop them.
 		live := c.order[:0]
 		for _, o := range c.order {
-			if _, ok := c.kept[o]; ok {
+			if c.kept[o.k].n == o.n {
 				live = append(live, o)
 			}
 		}

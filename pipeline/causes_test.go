@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // nextDL is the DeadLetterer behind Causes: it fails while err is set and
@@ -22,10 +23,12 @@ func (n *nextDL) DeadLetter(_ context.Context, ev *Event, dl DeadLetter) error {
 }
 
 // Causes hands a letter past max_deliver the kept cause of the event's
-// failed letter (once, the deliveries added to its reason however often it
-// fails again), not another event's or another epoch's, keeps no cause of a
-// letter left to a re-created stream (stale), forgets one once a letter is
-// stored, and keeps at most causesKept, the oldest forgotten first.
+// failed letter (once, the deliveries put before its reason however often
+// it fails again), not another event's or another epoch's, keeps no cause
+// of a letter left to a re-created stream (stale), forgets one once a
+// letter is stored, and keeps at most causesKept, the oldest forgotten
+// first (one kept again after it was forgotten counts from then), each
+// reason cut to causeReasonMax bytes.
 func TestCausesKeepsTheFailedLettersCause(t *testing.T) {
 	ctx := context.Background()
 	next := &nextDL{err: errors.New("no stream")}
@@ -38,7 +41,7 @@ func TestCausesKeepsTheFailedLettersCause(t *testing.T) {
 		_ = c.DeadLetter(ctx, ev, MaxDeliverDeadLetter(uint64(d)))
 		got := next.got[len(next.got)-1]
 		if got.Code != CodeInvalidJSON || got.Stage != StageDecode || strings.Count(got.Reason, "past nats.max_deliver") != 1 ||
-			!strings.HasPrefix(got.Reason, bad.Reason) || !strings.Contains(got.Reason, fmt.Sprintf("delivered %d times", d)) {
+			!strings.HasSuffix(got.Reason, ": "+bad.Reason) || !strings.HasPrefix(got.Reason, fmt.Sprintf("delivered %d times", d)) {
 			t.Fatalf("delivery %d handed on %+v", d, got)
 		}
 	}
@@ -76,5 +79,30 @@ func TestCausesKeepsTheFailedLettersCause(t *testing.T) {
 	}
 	if len(c.order) > 2*causesKept+1 {
 		t.Fatalf("the order grew to %d keys", len(c.order))
+	}
+
+	// Kept, forgotten (a letter stored), kept again: it is the newest.
+	c = &Causes{Next: next}
+	k0 := &Event{Stream: "T", StreamSeq: 1, Epoch: 1}
+	next.err = errors.New("no stream")
+	_ = c.DeadLetter(ctx, k0, bad)
+	next.err = nil
+	_ = c.DeadLetter(ctx, k0, bad)
+	next.err = errors.New("no stream")
+	for i := range causesKept - 1 {
+		_ = c.DeadLetter(ctx, &Event{Stream: "T", StreamSeq: uint64(2 + i), Epoch: 1}, bad)
+	}
+	long := bad
+	long.Reason = strings.Repeat("é", causeReasonMax) // 2 bytes each
+	_ = c.DeadLetter(ctx, k0, long)
+	_ = c.DeadLetter(ctx, &Event{Stream: "T", StreamSeq: 1 << 20, Epoch: 1}, bad) // past the bound: the oldest goes
+	if _, ok := c.lookup(causeKey{1, "T", 1}); !ok {
+		t.Fatal("a cause kept again after it was forgotten was evicted as the oldest")
+	}
+	if _, ok := c.lookup(causeKey{1, "T", 2}); ok {
+		t.Fatal("the oldest cause outlived the bound")
+	}
+	if r, _ := c.lookup(causeKey{1, "T", 1}); len(r.Reason) > causeReasonMax || !utf8.ValidString(r.Reason) {
+		t.Fatalf("a kept reason of %d bytes (valid UTF-8: %v), want at most %d", len(r.Reason), utf8.ValidString(r.Reason), causeReasonMax)
 	}
 }

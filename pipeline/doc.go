@@ -25,8 +25,8 @@
 // StageDecode and the DecodeError's code. An event the consumer marked
 // Exhausted (delivered past nats.max_deliver) is not decoded at all: it is
 // handed to the DeadLetterer with StageDeliver and CodeMaxDeliver
-// (MaxDeliverDeadLetter); Causes, in front of the consumer, gives such a
-// letter the cause of an earlier letter of the event that failed. If the
+// (MaxDeliverDeadLetter); Causes, first on the dead-letter path, gives
+// such a letter the cause of an earlier letter of the event that failed. If the
 // DeadLetterer fails it has nak'ed the
 // event (or left it, its stream re-created since: FailedDeadLetter), so it
 // is not lost; the worker logs a warning and goes on with the

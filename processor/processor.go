@@ -92,7 +92,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 
 	// Dead letters from the workers and the sink are counted by reason and
 	// end the message's span; they go out through the consumer, made below.
-	dl := &telemetry.DeadLetterer{Metrics: p.metrics}
+	// In front, Causes gives a letter past max_deliver the cause of the
+	// event's letter that failed before it: the metrics and the span then
+	// count the letter that is stored.
+	counted := &telemetry.DeadLetterer{Metrics: p.metrics}
+	dl := &pipeline.Causes{Next: counted}
 	sinkCfg := cfg.Postgres.Config
 	if sinkCfg.InProgressEvery == 0 {
 		// A third, so that one InProgress lost (with a connection, or
@@ -116,9 +120,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		p.Close()
 		return nil, fmt.Errorf("start the NATS consumer: %w", err)
 	}
-	// A letter stored past max_deliver keeps the cause of the letters
-	// of the event that failed before it.
-	dl.Next = &pipeline.Causes{Next: p.consumer}
+	counted.Next = p.consumer
 	if p.tracing.Enabled() {
 		p.tracing.SetDestinations(cfg.NATS.Stream, p.consumer.Destinations())
 		p.consumer.SetTracer(p.tracing.StartMessage)

@@ -106,11 +106,17 @@ func TestMaxDeliverLetterKeepsItsCause(t *testing.T) {
 	}
 	h := m.Header
 	if h.Get(consumer.HeaderCode) != pipeline.CodeInvalidJSON || h.Get(consumer.HeaderStage) != pipeline.StageDecode ||
-		!strings.Contains(h.Get(consumer.HeaderReason), "past nats.max_deliver") {
+		!strings.HasPrefix(h.Get(consumer.HeaderReason), "delivered ") || !strings.Contains(h.Get(consumer.HeaderReason), " times, past nats.max_deliver") {
 		t.Fatalf("dead letter headers %v, want code %s at stage %s, its deliveries in the reason", h, pipeline.CodeInvalidJSON, pipeline.StageDecode)
 	}
 	if st := c.Stats(); st.DeadLettered != 1 || st.MaxDelivered != 0 {
 		t.Errorf("stats %+v: want the letter counted as dead-lettered, none as max_deliver", st)
+	}
+	// The metrics count the letter stored, not the one the worker sent.
+	_, body := adminGet(t, ctx, r, "/metrics")
+	const name = "jetsink_events_dead_lettered_total"
+	if v, w := metricValue(body, name, `stage="decode"`, `code="invalid_json"`), metricValue(body, name, `stage="deliver"`, `code="max_deliver"`); v != 1 || w != 0 {
+		t.Errorf("%s: %v for decode/invalid_json (want 1), %v for deliver/max_deliver (want 0)\n%s", name, v, w, grep(body, name))
 	}
 	r.drain(t)
 }
