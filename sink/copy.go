@@ -1244,9 +1244,9 @@ func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) 
 	if err != nil {
 		if res.failedAt > 0 && res.failedAt < q.stmts {
 			// The server's error (a FATAL too) came before the last
-			// statement: the transaction did not commit, the explicit
-			// one of exactly-once nor the implicit one of at-least-once's
-			// Query, which commits as its last statement ends.
+			// statement: nothing committed, neither exactly-once's
+			// explicit transaction nor at-least-once's implicit one,
+			// which commits as the Query's last statement ends.
 			sent = false
 		}
 		return sent, -1, c.statementError(q, res.failedAt, len(rows), err)
