@@ -174,13 +174,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		}
 		limited := info.Config
 		if cfg.CreateStream {
-			limited.MaxAge = cmp.Or(cfg.StreamMaxAge, limited.MaxAge)
-			limited.MaxBytes = cmp.Or(cfg.StreamMaxBytes, limited.MaxBytes)
-			limited.Replicas = cmp.Or(cfg.StreamReplicas, limited.Replicas)
-			limited.Duplicates = cmp.Or(cfg.StreamDuplicateWindow, limited.Duplicates)
-			if limited.MaxAge != 0 {
-				limited.Duplicates = min(limited.Duplicates, limited.MaxAge) // as run sets it
-			}
+			limited = withStreamKeys(limited, &cfg)
 		}
 		events = &limited
 		problems = append(problems, eventStreamLimits(&limited)...)

@@ -142,23 +142,7 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 		// jetsink or not (check warns of it before).
 		c.log.Warn("setting the stream's limits (nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas, nats.stream_duplicate_window)",
 			"stream", cfg.Stream, "limits", strings.Join(limits, ", "))
-		if cfg.StreamMaxAge != 0 {
-			sc.MaxAge = cfg.StreamMaxAge
-		}
-		if cfg.StreamDuplicateWindow != 0 {
-			sc.Duplicates = cfg.StreamDuplicateWindow
-		}
-		if sc.MaxAge != 0 {
-			// The server refuses a duplicate window longer than max_age
-			// (one it makes at creation is cut to it the same way).
-			sc.Duplicates = min(sc.Duplicates, sc.MaxAge)
-		}
-		if cfg.StreamMaxBytes != 0 {
-			sc.MaxBytes = cfg.StreamMaxBytes
-		}
-		if cfg.StreamReplicas != 0 {
-			sc.Replicas = cfg.StreamReplicas
-		}
+		sc = withStreamKeys(sc, cfg)
 		if len(dropped) == 0 && len(added) == 0 {
 			return c.js.UpdateStream(ctx, sc)
 		}
@@ -177,32 +161,44 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	return c.js.UpdateStream(ctx, sc)
 }
 
+// withStreamKeys is sc with what nats.stream_max_age, nats.stream_max_bytes,
+// nats.stream_replicas and nats.stream_duplicate_window set (each where
+// set), as run applies them to a stream there: the duplicate window cut to
+// max_age, since the server refuses a longer one (and cuts one it makes
+// at creation the same way).
+func withStreamKeys(sc jetstream.StreamConfig, cfg *Config) jetstream.StreamConfig {
+	sc.MaxAge = cmp.Or(cfg.StreamMaxAge, sc.MaxAge)
+	sc.MaxBytes = cmp.Or(cfg.StreamMaxBytes, sc.MaxBytes)
+	sc.Replicas = cmp.Or(cfg.StreamReplicas, sc.Replicas)
+	sc.Duplicates = cmp.Or(cfg.StreamDuplicateWindow, sc.Duplicates)
+	if sc.MaxAge != 0 {
+		sc.Duplicates = min(sc.Duplicates, sc.MaxAge)
+	}
+	return sc
+}
+
 // streamLimitsDiff describes the settings of sc that nats.stream_max_age,
 // nats.stream_max_bytes, nats.stream_replicas and
 // nats.stream_duplicate_window, where set, change ("max_age 0s ->
 // 168h0m0s"); none when they are not set or sc has them already.
 func streamLimitsDiff(sc *jetstream.StreamConfig, cfg *Config) []string {
 	var out []string
-	maxAge := sc.MaxAge
-	if cfg.StreamMaxAge != 0 && sc.MaxAge != cfg.StreamMaxAge {
-		out = append(out, fmt.Sprintf("max_age %s -> %s", sc.MaxAge, cfg.StreamMaxAge))
-		maxAge = cfg.StreamMaxAge
+	want := withStreamKeys(*sc, cfg)
+	if want.MaxAge != sc.MaxAge {
+		out = append(out, fmt.Sprintf("max_age %s -> %s", sc.MaxAge, want.MaxAge))
 	}
-	window, cut := cmp.Or(cfg.StreamDuplicateWindow, sc.Duplicates), ""
-	if maxAge != 0 && window > maxAge {
-		window = maxAge // the server takes no window longer than max_age
-		if cfg.StreamDuplicateWindow != 0 {
+	if want.Duplicates != sc.Duplicates {
+		cut := ""
+		if cfg.StreamDuplicateWindow > want.Duplicates {
 			cut = " (nats.stream_duplicate_window cut to the stream's max_age)"
 		}
+		out = append(out, fmt.Sprintf("duplicate_window %s -> %s%s", sc.Duplicates, want.Duplicates, cut))
 	}
-	if window != sc.Duplicates {
-		out = append(out, fmt.Sprintf("duplicate_window %s -> %s%s", sc.Duplicates, window, cut))
+	if want.MaxBytes != sc.MaxBytes {
+		out = append(out, fmt.Sprintf("max_bytes %d -> %d", sc.MaxBytes, want.MaxBytes))
 	}
-	if cfg.StreamMaxBytes != 0 && sc.MaxBytes != cfg.StreamMaxBytes {
-		out = append(out, fmt.Sprintf("max_bytes %d -> %d", sc.MaxBytes, cfg.StreamMaxBytes))
-	}
-	if cfg.StreamReplicas != 0 && max(sc.Replicas, 1) != cfg.StreamReplicas {
-		out = append(out, fmt.Sprintf("replicas %d -> %d", max(sc.Replicas, 1), cfg.StreamReplicas))
+	if max(want.Replicas, 1) != max(sc.Replicas, 1) {
+		out = append(out, fmt.Sprintf("replicas %d -> %d", max(sc.Replicas, 1), want.Replicas))
 	}
 	return out
 }
