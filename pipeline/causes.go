@@ -59,13 +59,7 @@ type keptAt struct {
 // the event's failed letter before it, if one is kept.
 func (c *Causes) DeadLetter(ctx context.Context, ev *Event, dl DeadLetter) error {
 	k := causeKey{ev.Epoch, ev.Stream, ev.StreamSeq}
-	cause := dl
-	if dl.Stage == StageDeliver {
-		if kept, ok := c.lookup(k); ok {
-			cause, dl = kept, kept
-			dl.Reason = fmt.Sprintf("delivered %d times, past nats.max_deliver, its dead letters failed before: %s", ev.Delivered, kept.Reason)
-		}
-	}
+	dl, cause := c.letter(k, ev, dl)
 	err := c.Next.DeadLetter(ctx, ev, dl)
 	switch {
 	case err == nil:
@@ -74,6 +68,34 @@ func (c *Causes) DeadLetter(ctx context.Context, ev *Event, dl DeadLetter) error
 		c.keep(k, cause)
 	}
 	return err
+}
+
+// letter is the letter DeadLetter stores for dl of ev, and its cause
+// (what is kept if storing it fails).
+func (c *Causes) letter(k causeKey, ev *Event, dl DeadLetter) (stored, cause DeadLetter) {
+	if dl.Stage != StageDeliver {
+		return dl, dl
+	}
+	kept, ok := c.lookup(k)
+	if !ok {
+		return dl, dl
+	}
+	stored = kept
+	stored.Reason = fmt.Sprintf("delivered %d times, past nats.max_deliver, its dead letters failed before: %s", ev.Delivered, kept.Reason)
+	return stored, kept
+}
+
+// storedAs is the letter DeadLetter would store for dl of ev now, for
+// the worker's log line (storesAs).
+func (c *Causes) storedAs(ev *Event, dl DeadLetter) DeadLetter {
+	stored, _ := c.letter(causeKey{ev.Epoch, ev.Stream, ev.StreamSeq}, ev, dl)
+	return stored
+}
+
+// storesAs is a DeadLetterer that may store another letter than the one
+// it is handed (Causes), so that a log line can name the one stored.
+type storesAs interface {
+	storedAs(ev *Event, dl DeadLetter) DeadLetter
 }
 
 func (c *Causes) lookup(k causeKey) (DeadLetter, bool) {

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // nextDL is the DeadLetterer behind Causes: it fails while err is set and
@@ -104,5 +108,43 @@ func TestCausesKeepsTheFailedLettersCause(t *testing.T) {
 	}
 	if r, _ := c.lookup(causeKey{1, "T", 1}); len(r.Reason) > causeReasonMax || !utf8.ValidString(r.Reason) {
 		t.Fatalf("a kept reason of %d bytes (valid UTF-8: %v), want at most %d", len(r.Reason), utf8.ValidString(r.Reason), causeReasonMax)
+	}
+}
+
+// The worker's "event dead-lettered" line names the letter stored: for an
+// event past max_deliver whose dead letter failed before, the kept cause,
+// not max_deliver.
+func TestWorkerLogsTheLetterCausesStores(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	next := &nextDL{err: errors.New("no stream")}
+	c := &Causes{Next: next}
+	m := mustCompile(t, Column{Name: "n", From: "json:n", Type: TypeInt8, Required: true})
+	var logs testenv.SyncBuffer
+	for _, ev := range []Event{
+		{Subject: "a", Stream: "S", StreamSeq: 7, Epoch: 1, Delivered: 1, Data: []byte(`{"n":`)},
+		{Subject: "a", Stream: "S", StreamSeq: 7, Epoch: 1, Delivered: 3, Exhausted: true, Data: []byte(`{"n":`)},
+	} {
+		if ev.Exhausted {
+			next.err = nil
+		}
+		cfg := testConfig(1, PinNone)
+		p, err := New(cfg, m, c, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ReleaseRows(runBatch(t, ctx, p, NewHandoff(HandoffRing, 1, cfg.RingSize).(*RingHandoff), []Event{ev}))
+	}
+	if len(next.got) != 2 || next.got[1].Code != CodeInvalidJSON {
+		t.Fatalf("handed on %+v, want the invalid_json letter twice", next.got)
+	}
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "msg=\"event dead-lettered\"") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "stage=decode") || !strings.Contains(line, "code=invalid_json") || !strings.Contains(line, "past nats.max_deliver") {
+		t.Errorf("the stored letter's log line names another letter: %q\nlogs:\n%s", line, logs.String())
 	}
 }

@@ -205,7 +205,11 @@ const failedDeadLetterEvery = time.Second
 // was re-created since, FailedDeadLetter), so the worker logs and carries
 // on.
 func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, column string) {
-	attrs := []any{"subject", ev.Subject, "stream", ev.Stream, "stream_seq", ev.StreamSeq, "stage", dl.Stage, "code", dl.Code, "column", column}
+	logged := dl // the letter stored: Causes may store a failed letter's cause for max_deliver's
+	if s, ok := w.p.dl.(storesAs); ok {
+		logged = s.storedAs(ev, dl)
+	}
+	attrs := []any{"subject", ev.Subject, "stream", ev.Stream, "stream_seq", ev.StreamSeq, "stage", logged.Stage, "code", logged.Code, "column", column}
 	if dlErr := w.p.dl.DeadLetter(ctx, ev, dl); dlErr != nil {
 		w.stats.deadLetterFailed.Add(1)
 		if errors.Is(dlErr, ErrDeadLetterHeldBack) {
@@ -222,5 +226,5 @@ func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, colum
 	// At most once a second too: a producer sending bad events would log
 	// a line each, beside the consumer's (the dead-letter stream holds
 	// every one, jetsink_events_dead_lettered_total counts them).
-	w.p.dlDone.Log(ctx, w.p.log, slog.LevelInfo, failedDeadLetterEvery, "event dead-lettered", append(attrs, "reason", dl.Reason)...)
+	w.p.dlDone.Log(ctx, w.p.log, slog.LevelInfo, failedDeadLetterEvery, "event dead-lettered", append(attrs, "reason", logged.Reason)...)
 }
