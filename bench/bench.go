@@ -826,6 +826,10 @@ func (b *bencher) engineConfig(t target) config.Config {
 	cfg.NATS.Stream = t.stream
 	cfg.NATS.Subjects = []string{t.prefix + ".>"}
 	cfg.NATS.CreateStream = true
+	// The stream is the bench's, made alike for both engines: jetsink
+	// leaves it as it is (a config's nats.stream_* would change it for
+	// jetsink only, and in a drain for the engine after it too).
+	cfg.NATS.StreamMaxAge, cfg.NATS.StreamMaxBytes, cfg.NATS.StreamReplicas, cfg.NATS.StreamDuplicateWindow = 0, 0, 0, 0
 	cfg.NATS.Consumer = t.consumer
 	cfg.NATS.DeadLetterSubject = "benchdlq." + t.prefix
 	cfg.Postgres.Table = t.table

@@ -180,10 +180,12 @@ func TestDrainOverDelayedLinks(t *testing.T) {
 
 // Both engines' configurations take the servers' URLs the engines
 // connect to (the links'), not the bench's own; jetsink's also its run's
-// names.
+// names, and none of a config's nats.stream_* keys, with which jetsink
+// would change the bench's stream for itself alone.
 func TestEngineConfigGoesThroughTheLinks(t *testing.T) {
 	b := &bencher{}
 	b.cfg.NATS.URL, b.cfg.Postgres.URL = "nats://127.0.0.1:4222", "postgres://u@127.0.0.1:5432/db"
+	b.cfg.NATS.StreamMaxAge, b.cfg.NATS.StreamMaxBytes, b.cfg.NATS.StreamReplicas, b.cfg.NATS.StreamDuplicateWindow = time.Hour, 1<<30, 3, 10*time.Second
 	b.engineCfg = b.cfg
 	b.engineCfg.NATS.URL, b.engineCfg.Postgres.URL = "nats://127.0.0.1:5000", "postgres://u@127.0.0.1:5001/db"
 	for _, e := range []string{EngineJetsink, EngineBaseline} {
@@ -194,6 +196,9 @@ func TestEngineConfigGoesThroughTheLinks(t *testing.T) {
 		}
 		if e == EngineJetsink && (c.NATS.Stream != "S" || c.Postgres.Table != tg.table || c.NATS.Consumer != tg.consumer) {
 			t.Errorf("jetsink: stream %s, table %s, consumer %s", c.NATS.Stream, c.Postgres.Table, c.NATS.Consumer)
+		}
+		if e == EngineJetsink && (c.NATS.StreamMaxAge != 0 || c.NATS.StreamMaxBytes != 0 || c.NATS.StreamReplicas != 0 || c.NATS.StreamDuplicateWindow != 0) {
+			t.Errorf("jetsink changes the bench's stream: %+v", c.NATS)
 		}
 	}
 }

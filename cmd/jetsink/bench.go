@@ -195,16 +195,20 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 // only: one of these would point jetsink at other servers, or at a stream
 // or table the bench does not watch, and the run would wait until --timeout.
 var benchOwned = map[string]string{
-	"nats.url":                 "use --nats-url (or --config), which the bench connects to as well",
-	"postgres.url":             "use --database-url (or --config), which the bench connects to as well",
-	"nats.stream":              "the bench creates a stream of its own for each run",
-	"nats.subjects":            "the bench creates a stream of its own for each run",
-	"nats.create_stream":       "the bench creates a stream of its own for each run",
-	"nats.consumer":            "the bench names the durable consumer it watches for each run",
-	"nats.dead_letter_subject": "the bench names the dead-letter subject for each run",
-	"nats.domain":              "the bench and its engines use the JetStream of the server they connect to: point --nats-url at a server of the stream's domain",
-	"postgres.table":           "the bench creates a table of its own, with loadgen's columns, for each run",
-	"postgres.create_table":    "the bench creates a table of its own, with loadgen's columns, for each run",
+	"nats.url":                     "use --nats-url (or --config), which the bench connects to as well",
+	"postgres.url":                 "use --database-url (or --config), which the bench connects to as well",
+	"nats.stream":                  "the bench creates a stream of its own for each run",
+	"nats.subjects":                "the bench creates a stream of its own for each run",
+	"nats.create_stream":           "the bench creates a stream of its own for each run",
+	"nats.consumer":                "the bench names the durable consumer it watches for each run",
+	"nats.dead_letter_subject":     "the bench names the dead-letter subject for each run",
+	"nats.domain":                  "the bench and its engines use the JetStream of the server they connect to: point --nats-url at a server of the stream's domain",
+	"nats.stream_duplicate_window": "use --duplicate-window: the bench creates every run's stream with it, for both engines, and its publisher waits for resends by it",
+	"nats.stream_max_age":          "the bench creates a stream of its own for each run, the same for both engines",
+	"nats.stream_max_bytes":        "the bench creates a stream of its own for each run, the same for both engines",
+	"nats.stream_replicas":         "the bench creates a stream of its own for each run, the same for both engines",
+	"postgres.table":               "the bench creates a table of its own, with loadgen's columns, for each run",
+	"postgres.create_table":        "the bench creates a table of its own, with loadgen's columns, for each run",
 }
 
 // benchOwnsKey returns a usage error if kv (key=value, given with flag)

@@ -33,6 +33,8 @@ func TestBenchRejectsKeysItOwns(t *testing.T) {
 		{[]string{"--matrix", "env:JETSINK_DATABASE_URL=postgres://u:s3cret@db/x"}, "--matrix postgres.url: the bench sets this key itself"},
 		{[]string{"--matrix", "env:JETSINK_NATS_STREAM=A,B"}, "--matrix nats.stream: the bench sets this key itself"},
 		{[]string{"--set", "nats.domain=hub"}, "--set nats.domain: the bench sets this key itself"},
+		{[]string{"--set", "nats.stream_duplicate_window=10s"}, "--set nats.stream_duplicate_window: the bench sets this key itself (--set goes to jetsink only): use --duplicate-window"},
+		{[]string{"--matrix", "nats.stream_max_age=1m,1h"}, "--matrix nats.stream_max_age: the bench sets this key itself"},
 	} {
 		r := startJetsink(t, ctx, append([]string{"bench", "-q"}, tc.args...)...)
 		code := r.wait(t, ctx)
