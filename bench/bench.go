@@ -416,15 +416,8 @@ func (b *bencher) lossCheck(results []Result) error {
 	var bad []string
 	for _, r := range results {
 		name := fmt.Sprintf("%s rep %d%s", r.Engine, r.Rep, variantSuffix(Variant{Name: r.Variant}))
-		if r.Missing > 0 {
-			bad = append(bad, fmt.Sprintf("%s: %d missing", name, r.Missing))
-		}
-		if r.Stray > 0 {
-			bad = append(bad, fmt.Sprintf("%s: %d rows whose stream_seq is not one of the %d published", name, r.Stray, r.Published))
-		}
-		if r.StreamLastSeq != uint64(r.Published) && r.Failed == "" {
-			// A resend stored twice: the figures count events that were not offered.
-			bad = append(bad, fmt.Sprintf("%s: the stream's last sequence is %d, the publisher had %d acknowledged", name, r.StreamLastSeq, r.Published))
+		if l := r.lost(); l != "" {
+			bad = append(bad, name+": "+l)
 		}
 		if r.Duplicate != 0 && r.Engine == EngineJetsink && b.exactlyOnce(r.Variant) {
 			bad = append(bad, fmt.Sprintf("%s: %d duplicate rows in exactly-once mode", name, r.Duplicate))
@@ -434,6 +427,26 @@ func (b *bencher) lossCheck(results []Result) error {
 		return fmt.Errorf("bench: %w: %s", ErrLost, strings.Join(bad, "; "))
 	}
 	return nil
+}
+
+// lost says how run r lost events, or stored rows of events it was not
+// offered: rows missing, rows whose stream_seq was not published, a
+// resend stored twice in the stream; "" if none of these. Such a run's
+// figures are not of the load offered (a missing event has no latency),
+// so the summary leaves it out.
+func (r Result) lost() string {
+	var l []string
+	if r.Missing > 0 {
+		l = append(l, fmt.Sprintf("%d missing", r.Missing))
+	}
+	if r.Stray > 0 {
+		l = append(l, fmt.Sprintf("%d rows whose stream_seq is not one of the %d published", r.Stray, r.Published))
+	}
+	if r.StreamLastSeq != uint64(r.Published) && r.Failed == "" {
+		// A resend stored twice: the figures count events that were not offered.
+		l = append(l, fmt.Sprintf("the stream's last sequence is %d, the publisher had %d acknowledged", r.StreamLastSeq, r.Published))
+	}
+	return strings.Join(l, ", ")
 }
 
 // exactlyOnce reports whether jetsink ran the variant named name in

@@ -242,6 +242,20 @@ func TestFailedRunLeftOutOfSummary(t *testing.T) {
 	if s := summarize(rs); len(s) != 1 || s[0].EventsPerSec.N != 2 || s[0].EventsPerSec.Median != 110 {
 		t.Fatalf("summary %+v, want the median of the two complete runs", s)
 	}
+
+	// A run that lost events is left out too (its latency lacks them),
+	// and said so.
+	rs = []Result{{Engine: EngineJetsink, Rep: 1, EventsPerSec: 100, Published: 10, StreamLastSeq: 10},
+		{Engine: EngineJetsink, Rep: 2, EventsPerSec: 300, Published: 10, StreamLastSeq: 10, Missing: 2},
+		{Engine: EngineJetsink, Rep: 3, EventsPerSec: 120, Published: 10, StreamLastSeq: 10}}
+	lossy := Report{Scenario: ScenarioDrain, Results: rs, Summary: summarize(rs)}
+	if s := lossy.Summary; len(s) != 1 || s[0].EventsPerSec.N != 2 || s[0].EventsPerSec.Median != 110 {
+		t.Fatalf("summary %+v, want the median of the two runs that lost nothing", s)
+	}
+	text.Reset()
+	if err := lossy.WriteText(&text); err != nil || !strings.Contains(text.String(), "LOST EVENTS, not counted in the summary: 2 missing") {
+		t.Fatalf("text report (%v):\n%s", err, text.String())
+	}
 }
 
 // TestRateEmbedded runs 2 s at 2,000 events/s open loop on the embedded

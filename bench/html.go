@@ -135,6 +135,9 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		if x.Variant != "" {
 			n += " " + x.Variant
 		}
+		if x.lost() != "" {
+			n += " (lost events: their latency is missing)"
+		}
 		return n
 	}
 	// The plots are titled by where the latency runs, which differs by

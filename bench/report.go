@@ -77,8 +77,10 @@ func summarize(rs []Result) []Summary {
 	}
 	baseline := map[run]Result{}
 	for _, r := range rs {
-		if r.Failed != "" {
-			continue // partial figures: a 0 would drag every median down
+		if r.Failed != "" || r.lost() != "" {
+			// Partial figures: a 0 would drag every median down, and a
+			// latency without the events lost flatters the tail.
+			continue
 		}
 		k := key{r.Engine, r.Variant}
 		if _, ok := groups[k]; !ok {
@@ -181,6 +183,9 @@ func (r *Report) WriteText(w io.Writer) error {
 			continue
 		}
 		fmt.Fprintf(&b, "  #%d%s %s\n", x.Rep, v, x.line())
+		if l := x.lost(); l != "" {
+			fmt.Fprintf(&b, "      LOST EVENTS, not counted in the summary: %s\n", l)
+		}
 		late, first := "", "startup"
 		if r.Scenario == ScenarioRate {
 			late, first = fmt.Sprintf(", %d late at the pending limit", x.PubLate), "first commit after"
