@@ -116,10 +116,13 @@ type Result struct {
 	// no row; Stray the rows with any other stream_seq, and StreamLastSeq
 	// is the stream's last sequence, Published unless the stream holds
 	// events the publisher did not count (a resend stored twice).
-	Missing       int64   `json:"missing"`
-	Stray         int64   `json:"rows_outside_published_seqs"`
-	StreamLastSeq uint64  `json:"stream_last_seq"`
-	PublishPS     float64 `json:"publish_per_s"`
+	Missing       int64  `json:"missing"`
+	Stray         int64  `json:"rows_outside_published_seqs"`
+	StreamLastSeq uint64 `json:"stream_last_seq"`
+	// PublishPS is the rate the publisher sent at (loadgen's SendRate):
+	// events sent over the time to the last one's first send, not to its
+	// PubAck. In a rate run, below --rate when the publisher fell behind.
+	PublishPS float64 `json:"publish_per_s"`
 	// PubRetried counts publishes sent again after a failed or late PubAck;
 	// a retried event keeps its scheduled time, so its latency shows it.
 	PubRetried int `json:"publish_retried"`
@@ -1061,7 +1064,7 @@ func (b *bencher) waitReady(ctx context.Context, c *child, t target) error {
 // drain starts t's engine on the preloaded stream and measures it.
 func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Result, error) {
 	res := Result{Engine: t.engine, Variant: t.variant.Name, Published: pub.Acked,
-		PublishPS: float64(pub.Acked) / pub.Elapsed.Seconds(), PubRetried: pub.Retried}
+		PublishPS: pub.SendRate(), PubRetried: pub.Retried}
 	if err := b.createTable(ctx, t); err != nil {
 		return res, err
 	}
@@ -1141,7 +1144,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	if err != nil {
 		return abort(err)
 	}
-	res.Published, res.PublishPS, res.PubRetried, res.PubLate = pub.Acked, float64(pub.Acked)/pub.Elapsed.Seconds(), pub.Retried, pub.Late
+	res.Published, res.PublishPS, res.PubRetried, res.PubLate = pub.Acked, pub.SendRate(), pub.Retried, pub.Late
 	res.SendLag = sendLag(pub)
 	err = b.settle(ctx, &res, c, t, before, cpuOK, pub.Start, first, acks)
 	samples := rss.stop()

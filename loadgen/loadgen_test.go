@@ -501,7 +501,7 @@ func TestPublishCancelledReturnsItsCounts(t *testing.T) {
 		t.Fatalf("error %v, want context.Canceled", err)
 	}
 	if res.Sent < 500 || res.Acked < res.Sent-o.MaxPending || res.Acked+res.Duplicate+res.Failed > res.Sent ||
-		res.Elapsed <= 0 || res.Elapsed > elapsed {
+		res.Elapsed <= 0 || res.Elapsed > elapsed || res.Sending <= 0 || res.Sending > res.Elapsed || res.SendRate() <= 0 {
 		t.Fatalf("cancelled publish: %+v after %v; want the acks and time so far", res, elapsed)
 	}
 	info, err := stream.Info(e.ctx)

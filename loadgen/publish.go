@@ -177,9 +177,23 @@ type Result struct {
 	// was sent.
 	Stopped bool
 	// Start is when the schedule started: event i was due at Start +
-	// i/Rate (open loop); a preload's first send. Elapsed runs from it.
+	// i/Rate (open loop); a preload's first send. Elapsed runs from it to
+	// the last PubAck (or the give-up), Sending to the last event's first
+	// send.
 	Start   time.Time
 	Elapsed time.Duration
+	Sending time.Duration
+}
+
+// SendRate is the rate the events went out at: Sent over Sending. It does
+// not wait for the PubAcks and the resends after the last send, as
+// Sent/Elapsed does; in open loop, below Rate when the publisher fell
+// behind its schedule. 0 before the first send.
+func (r Result) SendRate() float64 {
+	if r.Sending <= 0 {
+		return 0
+	}
+	return float64(r.Sent) / r.Sending.Seconds()
 }
 
 // The send lag histogram's range, in microseconds.
@@ -344,6 +358,7 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			}
 		}
 		now = p.send(ctx, seq, stamp, 1)
+		res.Sending = now
 		if p.lag != nil {
 			p.lag.record(now - due)
 		}
