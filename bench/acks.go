@@ -15,12 +15,15 @@ import (
 // an ack only after the message's row has committed, and the commit's WAL
 // flush is behind it, so the ack's arrival is the end of publish-to-commit
 // latency that nothing inside PostgreSQL can make look shorter. It is read
-// on the bench's own clock, as the scheduled send time is.
+// on the bench's own clock, as the scheduled send time is: its monotonic
+// reading, so that a step of the wall clock in the run does not enter the
+// latency (measureTable).
 type ackTimes struct {
 	subs []*nats.Subscription
+	base time.Time // with a monotonic reading
 
 	mu     sync.Mutex
-	at     []int64 // unix ns of the first ack of stream sequence i+1; 0 if none seen
+	at     []int64 // 1 + ns since base of the first ack of stream sequence i+1; 0 if none seen
 	seen   int
 	ignore int // acks of another shape or stream
 }
@@ -28,7 +31,7 @@ type ackTimes struct {
 // recordAcks subscribes on nc to the acks of consumer on stream, in both
 // ack subject forms (with and without a JetStream domain and account hash).
 func recordAcks(nc *nats.Conn, stream, consumer string) (*ackTimes, error) {
-	a := &ackTimes{}
+	a := &ackTimes{base: time.Now()}
 	for _, subj := range []string{
 		"$JS.ACK." + stream + "." + consumer + ".>",
 		"$JS.ACK.*.*." + stream + "." + consumer + ".>",
@@ -55,7 +58,7 @@ func recordAcks(nc *nats.Conn, stream, consumer string) (*ackTimes, error) {
 
 func (a *ackTimes) record(stream string) nats.MsgHandler {
 	return func(m *nats.Msg) {
-		now := time.Now().UnixNano()
+		now := int64(time.Since(a.base)) + 1
 		s, seq, ok := consumer.AckSubjectSeq(m.Subject)
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -95,7 +98,8 @@ func (a *ackTimes) stop() {
 	}
 }
 
-// get returns when stream sequence seq was first acked.
+// get returns when stream sequence seq was first acked, with a monotonic
+// reading.
 func (a *ackTimes) get(seq int64) (time.Time, bool) {
 	if a == nil {
 		return time.Time{}, false
@@ -105,7 +109,7 @@ func (a *ackTimes) get(seq int64) (time.Time, bool) {
 	if seq < 1 || seq > int64(len(a.at)) || a.at[seq-1] == 0 {
 		return time.Time{}, false
 	}
-	return time.Unix(0, a.at[seq-1]), true
+	return a.base.Add(time.Duration(a.at[seq-1] - 1)), true
 }
 
 // natsConnect connects with the nats: section's URL and credentials.

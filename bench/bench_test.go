@@ -954,8 +954,8 @@ func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
 	}
 	// With acks watched (a rate run), the latency to the commit covers
 	// every row the latency does, whether its ack was seen or not.
-	acks := &ackTimes{at: make([]int64, 9)}
-	acks.at[0], acks.at[1] = time.Now().Add(time.Second).UnixNano(), time.Now().Add(time.Second).UnixNano()
+	acks := &ackTimes{base: time.Now(), at: make([]int64, 9)}
+	acks.at[0], acks.at[1] = int64(time.Second), int64(time.Second)
 	f, err = measureTable(ctx, b.db, tg.table, false, 0, acks, time.Time{}, 7)
 	if err != nil {
 		t.Fatal(err)

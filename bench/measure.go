@@ -226,7 +226,7 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 			// as the latency's.
 			toCommit.record(at.Sub(later(ts, from)))
 		}
-		us := all.record(end.Sub(later(ts, from)))
+		us := all.record(since(end, later(ts, from), from))
 		if stored != nil {
 			toStream.record(stored.Sub(ts))
 			// From the store time or from, as the whole latency: in a
@@ -275,6 +275,18 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	}
 	f.batches = batchStats(sizes)
 	return f, nil
+}
+
+// since is end - start, where start is from or later, on the wall clock
+// (a row's ts: from plus its due time), and end is an ack's time (on the
+// monotonic clock, as from is) or a commit's (on PostgreSQL's wall
+// clock): counted from from, so that between an ack and from the
+// monotonic clock counts and a step of the wall clock in the run does not.
+func since(end, start, from time.Time) time.Duration {
+	if from.IsZero() {
+		return end.Sub(start) // (from the year 1, Sub would saturate)
+	}
+	return end.Sub(from) - start.Sub(from)
 }
 
 // later is the later of a and b.
