@@ -1063,8 +1063,9 @@ func TestReportWording(t *testing.T) {
 	drain.Results[0].LatencyFrom, drain.Results[0].Timeline, drain.Results[0].SendLag = "pg_xact_commit_timestamp, from the engine's start", nil, nil
 	page.Reset()
 	if err := drain.WriteHTML(&page); err != nil || strings.Count(page.String(), "<svg") != 1 ||
-		!strings.Contains(page.String(), "Not plotted for a drain") || !strings.Contains(page.String(), ">engine-start-to-commit latency by percentile<") {
-		t.Errorf("drain HTML (%v): want only the percentile plot, titled engine-start-to-commit, and why:\n%s", err, page.String())
+		!strings.Contains(page.String(), "Not plotted for a drain") || !strings.Contains(page.String(), ">engine-start-to-commit latency by percentile<") ||
+		!strings.Contains(page.String(), `text-anchor="middle">max</text>`) {
+		t.Errorf("drain HTML (%v): want only the percentile plot, titled engine-start-to-commit, its last point labelled max, and why:\n%s", err, page.String())
 	}
 	text.Reset()
 	if err := drain.WriteText(&text); err != nil || strings.Contains(text.String(), "send lag") {
@@ -1130,5 +1131,19 @@ func TestChildEnvironment(t *testing.T) {
 		if !strings.Contains(out, v) {
 			t.Errorf("the child's environment lacks %s", v)
 		}
+	}
+}
+
+// A rate run whose publisher sent below 99% of the rate offered says so in
+// its line; one that kept up does not.
+func TestRateRunSaysThePublisherFellBehind(t *testing.T) {
+	rs := []Result{{Engine: EngineJetsink, Rep: 1, PublishPS: 1000.4}, {Engine: EngineJetsink, Rep: 2, PublishPS: 905}}
+	r := Report{Scenario: ScenarioRate, Rate: 1000, Results: rs, Summary: summarize(rs)}
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(text.String(), "THE PUBLISHER FELL BEHIND: it sent at 905/s of the 1000/s offered"); n != 1 || strings.Count(text.String(), "FELL BEHIND") != 1 {
+		t.Fatalf("want one run said to fall behind, the second:\n%s", text.String())
 	}
 }

@@ -184,8 +184,8 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		b.WriteString("<h2>Latency over time</h2>\n<p>Not plotted for a drain: its events were all sent before the engine started, so each one's latency is its commit time less the engine's start, which over time is the time axis itself.</p>\n")
 	}
 	b.WriteString("\n<h2>Latency by percentile</h2>\n")
-	ticks := []float64{nines(0), nines(90), nines(99), nines(99.9), nines(99.99), nines(99.999)}
-	labels := map[float64]string{ticks[0]: "0", ticks[1]: "90", ticks[2]: "99", ticks[3]: "99.9", ticks[4]: "99.99", ticks[5]: "99.999"}
+	ticks := []float64{nines(0), nines(90), nines(99), nines(99.9), nines(99.99), nines(99.999), nines(100)}
+	labels := map[float64]string{ticks[0]: "0", ticks[1]: "90", ticks[2]: "99", ticks[3]: "99.9", ticks[4]: "99.99", ticks[5]: "99.999", ticks[6]: "max"}
 	b.WriteString(svgPlot(title+" by percentile", "percentile", "ms (log)", curves, ticks,
 		func(x float64) string { return labels[x] }, false))
 	var rss []series

@@ -565,6 +565,8 @@ func TestOptionsValidateAndTotal(t *testing.T) {
 		{"too many subjects", Options{Subject: "s", Events: 5, Subjects: MaxSubjects + 1}, 0},
 		{"negative subjects", Options{Subject: "s", Events: 5, Subjects: -1}, 0},
 		{"negative max pending", Options{Subject: "s", Events: 5, MaxPending: -1}, 0},
+		{"most pending", Options{Subject: "s", Events: 5, MaxPending: MaxMaxPending}, 5},
+		{"too many pending", Options{Subject: "s", Events: 5, MaxPending: MaxMaxPending + 1}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.o

@@ -97,6 +97,11 @@ func MaxEventBytes(maxPayload int64) int64 { return maxPayload - headerRoom }
 // (about 40 MiB at the bound).
 const MaxSubjects = 1 << 20
 
+// MaxMaxPending bounds Options.MaxPending: Publish sizes its table of
+// unsettled publishes for it up front, and each holds its event until it
+// is settled (about 1 GiB of 1 KiB events at the bound).
+const MaxMaxPending = 1 << 20
+
 // Validate reports, wrapping ErrInvalidOptions, options Publish refuses:
 // no Subject; neither or both of Events and Rate; Rate without Duration,
 // or Duration without Rate; a Rate x Duration of less than one event;
@@ -111,8 +116,8 @@ func (o Options) Validate() error {
 		msg = "Events must not be negative"
 	case o.Subjects < 0 || o.Subjects > MaxSubjects:
 		msg = fmt.Sprintf("Subjects must be 0 (one) up to %d (got %d)", MaxSubjects, o.Subjects)
-	case o.MaxPending < 0:
-		msg = fmt.Sprintf("MaxPending must be 0 (the default) or positive (got %d)", o.MaxPending)
+	case o.MaxPending < 0 || o.MaxPending > MaxMaxPending:
+		msg = fmt.Sprintf("MaxPending must be 0 (the default) up to %d (got %d)", MaxMaxPending, o.MaxPending)
 	case o.EventBytes < 0 || o.EventBytes > 64<<20:
 		msg = "EventBytes must be 0 (no padding) up to 64 MiB, the largest max_payload"
 	case o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):
