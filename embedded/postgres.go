@@ -497,24 +497,85 @@ func (c *Cluster) runEnv(timeout time.Duration, env []string, name string, args 
 	return nil
 }
 
+// minPostgresMajor is the oldest PostgreSQL release jetsink supports.
+const minPostgresMajor = 15
+
+// findPostgresBin is the directory of the PostgreSQL server binaries to
+// run: that of the pg_ctl on PATH, else the newest of
+// /usr/lib/postgresql/<version>/bin (Debian, Ubuntu), the first that holds
+// initdb and a postgres of release 15 or newer (an older one is passed
+// over). Its error says how to provide PostgreSQL, and names each
+// directory passed over and why.
 func findPostgresBin() (string, error) {
+	var dirs []string
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
 		if real, err := filepath.EvalSymlinks(p); err == nil {
 			p = real
 		}
-		dir := filepath.Dir(p)
-		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
-			return dir, nil
-		}
+		dirs = append(dirs, filepath.Dir(p))
 	}
 	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
 	for _, m := range newestFirst(matches) {
-		dir := filepath.Dir(m)
-		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+		dirs = append(dirs, filepath.Dir(m))
+	}
+	dirs = slices.DeleteFunc(dirs, func(dir string) bool {
+		_, err := os.Stat(filepath.Join(dir, "initdb"))
+		return err != nil
+	})
+	return choosePostgresBin(dirs, postgresMajorIn)
+}
+
+// choosePostgresBin returns the first of dirs whose release, as major
+// reports it, is minPostgresMajor or newer.
+func choosePostgresBin(dirs []string, major func(dir string) (int, error)) (string, error) {
+	var passed []string
+	for i, dir := range dirs {
+		if slices.Contains(dirs[:i], dir) {
+			continue // PATH's pg_ctl links into /usr/lib/postgresql
+		}
+		m, err := major(dir)
+		switch {
+		case err != nil:
+			passed = append(passed, fmt.Sprintf("%s: %v", dir, err))
+		case m < minPostgresMajor:
+			passed = append(passed, fmt.Sprintf("%s: PostgreSQL %d, older than %d", dir, m, minPostgresMajor))
+		default:
 			return dir, nil
 		}
 	}
+	if len(passed) > 0 {
+		return "", fmt.Errorf("no PostgreSQL %d or newer (%s): %s", minPostgresMajor, strings.Join(passed, "; "), HowToProvidePostgres)
+	}
 	return "", errors.New("PostgreSQL server binaries (initdb, pg_ctl) not found: " + HowToProvidePostgres)
+}
+
+// postgresMajorIn is the major release of the postgres in dir, from its
+// --version (which it answers as root too).
+func postgresMajorIn(dir string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(dir, "postgres"), "--version").Output()
+	if err != nil {
+		return 0, fmt.Errorf("postgres --version: %w", err)
+	}
+	return postgresMajor(string(out))
+}
+
+// postgresMajor parses the major release out of postgres --version:
+// 15 from "postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)", 9 from
+// "... 9.6.24", 18 from "... 18devel" or "... 18beta1".
+func postgresMajor(version string) (int, error) {
+	const tag = "(PostgreSQL) "
+	_, rest, ok := strings.Cut(version, tag)
+	end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(rest)
+	}
+	m, err := strconv.Atoi(rest[:end])
+	if !ok || err != nil {
+		return 0, fmt.Errorf("no release number in postgres --version output %q", strings.TrimSpace(version))
+	}
+	return m, nil
 }
 
 // newestFirst sorts paths /usr/lib/postgresql/<version>/bin/<name> by

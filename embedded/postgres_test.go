@@ -366,6 +366,82 @@ func TestNewestFirst(t *testing.T) {
 	}
 }
 
+// postgres --version gives the major release, whatever follows it.
+func TestPostgresMajor(t *testing.T) {
+	for _, tc := range []struct {
+		out  string
+		want int // 0: an error
+	}{
+		{"postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)\n", 15},
+		{"postgres (PostgreSQL) 9.6.24\n", 9},
+		{"postgres (PostgreSQL) 14.0", 14},
+		{"postgres (PostgreSQL) 18devel\n", 18},
+		{"postgres (PostgreSQL) 17beta1\n", 17},
+		{"postgres (PostgreSQL) 10", 10},
+		{"postgres (PostgreSQL) devel\n", 0},
+		{"postgres 15.4\n", 0},
+		{"", 0},
+	} {
+		got, err := postgresMajor(tc.out)
+		if tc.want == 0 {
+			if err == nil {
+				t.Errorf("postgresMajor(%q) = %d, want an error", tc.out, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("postgresMajor(%q) = %d, %v; want %d", tc.out, got, err, tc.want)
+		}
+	}
+}
+
+// A PostgreSQL older than 15 is passed over for a newer one, and when
+// there is none the error names it and says how to provide PostgreSQL.
+func TestChoosePostgresBinNeeds15(t *testing.T) {
+	majors := map[string]int{"/opt/pg14/bin": 14, "/usr/lib/postgresql/16/bin": 16, "/usr/lib/postgresql/9.6/bin": 9}
+	calls := 0
+	major := func(dir string) (int, error) {
+		calls++
+		if m, ok := majors[dir]; ok {
+			return m, nil
+		}
+		return 0, errors.New("exit status 127")
+	}
+	got, err := choosePostgresBin([]string{"/opt/pg14/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/9.6/bin"}, major)
+	if err != nil || got != "/usr/lib/postgresql/16/bin" {
+		t.Fatalf("choosePostgresBin = %q, %v; want /usr/lib/postgresql/16/bin", got, err)
+	}
+	calls = 0
+	_, err = choosePostgresBin([]string{"/usr/lib/postgresql/9.6/bin", "/usr/lib/postgresql/9.6/bin", "/broken/bin"}, major)
+	if err == nil {
+		t.Fatal("only PostgreSQL 9.6 and a broken one: no error")
+	}
+	for _, w := range []string{"/usr/lib/postgresql/9.6/bin: PostgreSQL 9, older than 15", "/broken/bin: exit status 127", HowToProvidePostgres} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
+	}
+	if calls != 2 {
+		t.Errorf("%d versions asked for, want 2 (a directory listed twice is asked once)", calls)
+	}
+	if _, err := choosePostgresBin(nil, major); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("no binaries: error %v, want one saying they are not found", err)
+	}
+}
+
+// The installed PostgreSQL, which the other tests run, is found and new
+// enough.
+func TestFindPostgresBinChecksTheRelease(t *testing.T) {
+	dir, err := findPostgresBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := postgresMajorIn(dir)
+	if err != nil || m < minPostgresMajor {
+		t.Fatalf("%s: PostgreSQL %d, %v; want %d or newer", dir, m, err, minPostgresMajor)
+	}
+}
+
 // A directory whose owner file names a live process that started at
 // another time than its owner did (its pid was reused) is swept; one whose
 // owner is this process stays.
