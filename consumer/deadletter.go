@@ -55,7 +55,8 @@ const (
 // reason code (pipeline.DeadLetterer). The dead letter carries the original
 // body and headers, except JetStream's own Nats-* control headers, which
 // would act on the dead-letter stream (the original Nats-Msg-Id moves to
-// Jetsink-Msg-Id); it gets Nats-Msg-Id deadLetterID(ev, consumer) so a poison event
+// Jetsink-Msg-Id), and any Jetsink-* header of the original's own, which
+// would pass for jetsink's; it gets Nats-Msg-Id deadLetterID(ev, consumer) so a poison event
 // redelivered before its Term lands is stored once, and the Jetsink-*
 // headers above. Jetsink-Reason is shortened or left out if the letter
 // would otherwise exceed the connection's max_payload.
@@ -380,10 +381,16 @@ func deadLetterID(ev *pipeline.Event, consumer string) string {
 	return id + ":" + consumer
 }
 
+// deadLetterMsg is ev's dead letter for dl (see DeadLetter). The original's
+// own Jetsink-* headers, in any case, are left out with its Nats-* ones:
+// only the ones jetsink sets below may say what the letter is, and one the
+// publisher sent where jetsink sets none (Jetsink-SQLState of a letter
+// without a SQLSTATE, Jetsink-Msg-Id of an event without a Nats-Msg-Id)
+// would otherwise be read back by `jetsink dlq` as the letter's own.
 func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *nats.Msg {
 	h := make(nats.Header, len(ev.Header)+10)
 	for k, v := range ev.HeaderFields() {
-		if strings.HasPrefix(k, "Nats-") {
+		if strings.HasPrefix(k, "Nats-") || jetsinkHeader(k) {
 			continue
 		}
 		h[k] = append(h[k], v)
@@ -406,6 +413,15 @@ func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *na
 	}
 	fitReason(h, len(ev.Data), c.nc.MaxPayload())
 	return &nats.Msg{Subject: c.cfg.DeadLetterSubject, Header: h, Data: ev.Data}
+}
+
+// jetsinkHeader reports whether k names a Jetsink-* header, in any case:
+// nats.go keeps a header's name as it was sent, so "jetsink-sqlstate" is
+// another key than HeaderSQLState, and a reader that folds case (as HTTP
+// tools do) would take it for it.
+func jetsinkHeader(k string) bool {
+	const prefix = "Jetsink-"
+	return len(k) >= len(prefix) && strings.EqualFold(k[:len(prefix)], prefix)
 }
 
 // fitReason shortens, or drops, the Jetsink-Reason header of a dead letter

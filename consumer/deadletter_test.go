@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,6 +162,59 @@ func TestDeadLetterPublishesThenTerminates(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.stopClean(t, ctx)
+}
+
+// A publisher's own Jetsink-* headers, in any case, do not reach the dead
+// letter: where jetsink sets none (no SQLSTATE, no original Nats-Msg-Id)
+// they would be read back as the letter's, and where it sets one, a
+// second spelling would stand beside it. Other headers still come along.
+func TestDeadLetterDropsThePublishersJetsinkHeaders(t *testing.T) {
+	ctx, cfg, c, js, dlq := dlqSetup(t)
+	orig := &nats.Msg{Subject: subjectOf(cfg, 0, 1), Data: []byte(`{"id": not json`), Header: nats.Header{
+		HeaderSQLState:     {"99999"},
+		HeaderOrigMsgID:    {"forged"},
+		"jetsink-code":     {"forged"},
+		"JETSINK-CUSTOM":   {"forged"},
+		"X-Jetsink-Origin": {"kept"},
+	}}
+	if _, err := js.PublishMsg(ctx, orig); err != nil {
+		t.Fatal(err)
+	}
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	if err := c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Reason: "bad", Code: "invalid_json"}); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	r.stopClean(t, ctx)
+
+	m, err := dlq.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatalf("no dead letter stored: %v", err)
+	}
+	var got []string
+	for k, vs := range m.Header {
+		if jetsinkHeader(k) {
+			got = append(got, k+"="+strings.Join(vs, ","))
+		}
+	}
+	slices.Sort(got)
+	want := []string{
+		HeaderCode + "=invalid_json",
+		HeaderConsumer + "=" + cfg.Consumer,
+		HeaderDelivered + "=1",
+		HeaderReason + "=bad",
+		HeaderStage + "=" + pipeline.StageDecode,
+		HeaderStream + "=" + cfg.Stream,
+		HeaderStreamSeq + "=1",
+		HeaderSubject + "=" + orig.Subject,
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("Jetsink-* headers of the letter:\n got %v\nwant %v", got, want)
+	}
+	if v := m.Header.Get("X-Jetsink-Origin"); v != "kept" {
+		t.Errorf("X-Jetsink-Origin = %q, want the original's %q", v, "kept")
+	}
 }
 
 func TestDeadLetterWithoutStreamNaks(t *testing.T) {
