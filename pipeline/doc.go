@@ -131,8 +131,12 @@
 //     deep in arrays and objects, not counting a value inside the
 //     innermost (a number inside 300 arrays is taken, as PostgreSQL takes
 //     it).
-//   - bytea: JSON strings in standard base64 with padding; the payload and
-//     header values as their raw bytes.
+//   - bytea: JSON strings in standard base64 (RFC 4648 section 4, "+/")
+//     with padding, strictly: no line breaks or other white space, and the
+//     unused bits of the last group zero ("QQ==" is "A"; "QR==" is
+//     refused, where PostgreSQL's decode(..., 'base64') would read "A"),
+//     else invalid_format. The payload and header values as their raw
+//     bytes.
 //
 // # Concurrency
 //

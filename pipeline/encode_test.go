@@ -227,6 +227,17 @@ func TestAppendTupleTypes(t *testing.T) {
 		{"bytea", TypeBytea, `"AAEC/w=="`, false, []byte{0, 1, 2, 0xff}, ""},
 		{"bytea empty", TypeBytea, `""`, false, []byte{}, ""},
 		{"bytea bad", TypeBytea, `"AAEC/w"`, false, nil, CodeInvalidFormat},
+		{"bytea one byte", TypeBytea, `"QQ=="`, false, []byte("A"), ""},
+		{"bytea two bytes", TypeBytea, `"QUI="`, false, []byte("AB"), ""},
+		// Strict: nonzero bits after the last byte ("QR==" would also be
+		// "A", "QUJ=" also "AB") and line breaks, which a lax decoder skips.
+		{"bytea padding bits", TypeBytea, `"QR=="`, false, nil, CodeInvalidFormat},
+		{"bytea padding bits 2", TypeBytea, `"QUJ="`, false, nil, CodeInvalidFormat},
+		{"bytea LF", TypeBytea, `"AAEC\n/w=="`, false, nil, CodeInvalidFormat},
+		{"bytea CR LF", TypeBytea, `"AAEC/w==\r\n"`, false, nil, CodeInvalidFormat},
+		{"bytea CR", TypeBytea, `"\rQQ=="`, false, nil, CodeInvalidFormat},
+		{"bytea space", TypeBytea, `"AAEC /w=="`, false, nil, CodeInvalidFormat},
+		{"bytea URL alphabet", TypeBytea, `"AAEC_w=="`, false, nil, CodeInvalidFormat},
 		{"bytea number", TypeBytea, `1`, false, nil, CodeWrongType},
 	}
 	for _, c := range cases {

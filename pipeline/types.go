@@ -539,12 +539,23 @@ func parseTimestamp(s string) (int64, *DecodeError) {
 	return secs*1_000_000 + us, nil
 }
 
-// appendBase64 decodes standard base64 (with padding) straight into dst.
+// strictBase64 is standard base64 that refuses nonzero padding bits ("QR==",
+// which StdEncoding reads as "QQ==", "A"). Strict returns a new *Encoding:
+// made once here, not per value.
+var strictBase64 = base64.StdEncoding.Strict()
+
+// appendBase64 decodes standard base64 (with padding) straight into dst,
+// strictly: the unused bits of the last group must be zero, and line breaks,
+// which even a strict Encoding skips, are refused as any other byte outside
+// the alphabet is, so that one byte string has one encoding.
 func appendBase64(dst []byte, s string) ([]byte, *DecodeError) {
 	start := len(dst)
-	n := base64.StdEncoding.DecodedLen(len(s))
+	if strings.ContainsAny(s, "\r\n") {
+		return dst, invalidFormat(TypeBytea, "want standard base64 with padding")
+	}
+	n := strictBase64.DecodedLen(len(s))
 	dst = append(dst, make([]byte, n)...)
-	w, err := base64.StdEncoding.Decode(dst[start:], s2bView(s))
+	w, err := strictBase64.Decode(dst[start:], s2bView(s))
 	if err != nil {
 		return dst[:start], invalidFormat(TypeBytea, "want standard base64 with padding")
 	}
