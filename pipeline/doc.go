@@ -85,7 +85,10 @@
 // string rules):
 //
 //   - text: strings as they are; numbers and booleans as their JSON text;
-//     objects and arrays as compact JSON. NUL and invalid UTF-8 are refused.
+//     objects and arrays as compact JSON, their strings' escapes decoded
+//     but for those JSON needs, written as jsonb's output writes them (\",
+//     \\, \b, \f, \n, \r, \t; \u00XX for the other control characters).
+//     NUL and invalid UTF-8 are refused.
 //   - uuid: the canonical 8-4-4-4-12 hex form, either case. Braces and the
 //     32-digit form are refused.
 //   - int2, int4, int8: JSON integers, or strings holding one ("42");

@@ -101,6 +101,7 @@ func TestAppendTupleTypes(t *testing.T) {
 		{"text number", TypeText, `21.375e0`, false, []byte("21.375e0"), ""},
 		{"text bool", TypeText, `true`, false, []byte("true"), ""},
 		{"text object", TypeText, `{ "a" : [1, "x\u0000"] }`, false, []byte(`{"a":[1,"x\u0000"]}`), ""},
+		{"text object escapes", TypeText, `{"a":"\b\f\u0001\u001F\/\u00e9\"\\\n\r\t"}`, false, []byte(`{"a":"\b\f\u0001\u001f/é\"\\\n\r\t"}`), ""},
 		{"text NUL", TypeText, `"a\u0000b"`, false, nil, CodeNULInText},
 		{"text null", TypeText, `null`, false, null, ""},
 		{"text absent", TypeText, ``, false, null, ""},
@@ -215,6 +216,8 @@ func TestAppendTupleTypes(t *testing.T) {
 		// jsonb
 		{"jsonb object", TypeJSONB, `{"a": 1, "b\n": ["x", null, true]}`, false, append([]byte{1}, `{"a":1,"b\n":["x",null,true]}`...), ""},
 		{"jsonb string", TypeJSONB, `"a\"b"`, false, append([]byte{1}, `"a\"b"`...), ""},
+		{"jsonb escapes", TypeJSONB, `{"\b":"\u0008\f\u000C\u001f"}`, false, append([]byte{1}, `{"\b":"\b\f\f\u001f"}`...), ""},
+		{"jsonb string escapes", TypeJSONB, `"\u0008\f\u0001"`, false, append([]byte{1}, `"\b\f\u0001"`...), ""},
 		{"jsonb number", TypeJSONB, `1.50`, false, append([]byte{1}, `1.50`...), ""},
 		{"jsonb bool", TypeJSONB, `false`, false, append([]byte{1}, `false`...), ""},
 		{"jsonb NUL", TypeJSONB, `{"a":"\u0000"}`, false, nil, CodeNULInText},
@@ -291,6 +294,29 @@ func TestAppendTimeRounds(t *testing.T) {
 		got, err := appendTime(nil, TypeTimestamptz, tm)
 		if err != nil || !bytes.Equal(got, be64(uint64(c.want))) {
 			t.Errorf("%v: %x (%v), want %d µs", tm, got, err, c.want)
+		}
+	}
+}
+
+// A value of short escapes is written back short: a hostile payload of \b
+// (or \f) escapes is not re-encoded as \u0008, three times its size, in
+// each column that reads it.
+func TestShortEscapesDoNotGrow(t *testing.T) {
+	const n = 1 << 18
+	esc := strings.Repeat(`\b\f`, n/2) // n escapes, 2n bytes
+	payload := []byte(`{"o":{"s":"` + esc + `"},"s":"` + esc + `"}`)
+	m := mustCompile(t,
+		Column{Name: "ot", From: "json:o", Type: TypeText},
+		Column{Name: "oj", From: "json:o", Type: TypeJSONB},
+		Column{Name: "sj", From: "json:s", Type: TypeJSONB},
+	)
+	tup, err := m.NewEncoder(0).AppendTuple(nil, &Event{Data: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range fields(t, tup) {
+		if len(f) > 2*n+16 {
+			t.Errorf("field %d: %d bytes for %d bytes of escapes", i, len(f), 2*n)
 		}
 	}
 }

@@ -564,7 +564,10 @@ func appendBase64(dst []byte, s string) ([]byte, *DecodeError) {
 
 const hexDigits = "0123456789abcdef"
 
-// appendJSONString quotes s (valid UTF-8) as a JSON string.
+// appendJSONString quotes s (valid UTF-8) as a JSON string, escaping what
+// JSON needs escaped as PostgreSQL's jsonb output does: the two-byte forms
+// \" \\ \b \f \n \r \t, and \u00XX only for the other control
+// characters, so that a value of escapes grows no more than it came in.
 func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	last := 0
@@ -583,6 +586,10 @@ func appendJSONString(dst []byte, s string) []byte {
 			dst = append(dst, '\\', 'r')
 		case '\t':
 			dst = append(dst, '\\', 't')
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
 		default:
 			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
 		}
