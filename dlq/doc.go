@@ -11,9 +11,10 @@
 // consumer does (each fetch a new ephemeral consumer without acks, deleted
 // after it) but under Replay's contexts, from the first sequence the Filter
 // allows up to the stream's last sequence when Replay started, so that it
-// ends even while new dead letters arrive. It stops at that sequence, or as soon as
-// the stream holds nothing more up to it, whether or not the last letter
-// matches. A fetch that brings nothing while letters up to it remain is a
+// ends even while new dead letters arrive. It stops at that sequence, at the
+// first letter stored at or after Filter.Until (the stream stores its
+// letters in time order), or as soon as the stream holds nothing more up
+// to it, whether or not the last letter matches. A fetch that brings nothing while letters up to it remain is a
 // stall, retried with longer waits and then reported as ErrStalled, never
 // taken for the end.
 //

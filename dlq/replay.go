@@ -96,7 +96,7 @@ type Filter struct {
 	Stages   []string  // Jetsink-Stage is one of these
 	Subject  string    // original subject matches this NATS pattern ('*' a token, '>' the rest)
 	Since    time.Time // dead-lettered at or after
-	Until    time.Time // dead-lettered before
+	Until    time.Time // dead-lettered before; Replay reads no further than the first letter stored at or after it
 	FirstSeq uint64    // dead-letter stream sequence at least this
 	LastSeq  uint64    // and at most this (0: no upper bound)
 }
@@ -327,7 +327,8 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 	}
 	first := max(info.State.FirstSeq, o.Filter.FirstSeq)
 	if info.State.Msgs == 0 || last < first ||
-		(!o.Filter.Since.IsZero() && info.State.LastTime.Before(o.Filter.Since)) {
+		(!o.Filter.Since.IsZero() && info.State.LastTime.Before(o.Filter.Since)) ||
+		(!o.Filter.Until.IsZero() && !info.State.FirstTime.Before(o.Filter.Until)) {
 		return rep, nil
 	}
 	var rd *reader
@@ -376,6 +377,12 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 					return got, false, err
 				}
 				if meta.Sequence.Stream > last {
+					return got, true, nil
+				}
+				// A stream stamps its messages as it stores them, in
+				// sequence order (which --since's start by time relies on
+				// too): every letter after one at or past Until is too.
+				if !o.Filter.Until.IsZero() && !meta.Timestamp.Before(o.Filter.Until) {
 					return got, true, nil
 				}
 				if err := stopped(); err != nil {

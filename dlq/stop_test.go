@@ -302,6 +302,37 @@ func TestReplaySinceEnds(t *testing.T) {
 	}
 }
 
+// A replay with --until stops reading at the first letter stored at or
+// after it: the letters after the cutoff are neither replayed nor read
+// (Report.Scanned), where before all of them were read and filtered out.
+// With every letter at or after the cutoff it does not even fetch.
+func TestReplayUntilStopsReading(t *testing.T) {
+	js, ctx := setup(t, 6)
+	s, err := js.Stream(ctx, "EV_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetMsg(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Stream: "EV_DLQ", FetchWait: 100 * time.Millisecond, Filter: Filter{Until: m.Time}}
+	var seqs []uint64
+	rep, err := Replay(ctx, ctx, js, o, func(l *Letter, _ Outcome) { seqs = append(seqs, l.Seq) })
+	if err != nil || fmt.Sprint(seqs) != "[1 2 3]" || rep.Scanned != 3 || rep.Replayed != 3 || rep.Deleted != 3 {
+		t.Fatalf("seqs %v, report %+v, %v; want letters 1-3 replayed and only they read", seqs, rep, err)
+	}
+	if dl := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); dl != 3 {
+		t.Fatalf("%d dead letters left, want 4-6", dl)
+	}
+	fetches := 0
+	h := &hookJS{JetStream: js, fetch: func(jetstream.Consumer) (jetstream.MessageBatch, bool) { fetches++; return nil, false }}
+	rep, err = Replay(ctx, ctx, h, o, nil)
+	if err != nil || rep.Scanned != 0 || fetches != 0 {
+		t.Fatalf("with letters 4-6 left: report %+v, %v after %d fetches; want none read, no fetch", rep, err, fetches)
+	}
+}
+
 // When the server goes away, ending hard ends Replay at once whatever it
 // waits for: the next fetch (jetstream's ordered consumer re-made its
 // consumer there under timeouts of its own, 10 s three times, whatever the
