@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,11 +35,14 @@ type Partition struct {
 }
 
 // NewPartition makes a Partition, removed in t.Cleanup. When this process
-// is not root or has no ip command, it skips the test, saying what the test
-// needs, or fails it when CI is set: CI must run every test.
+// is not root, has no ip command, or may not make a namespace and a veth
+// pair (root in a container without CAP_NET_ADMIN or CAP_SYS_ADMIN), it
+// skips the test, saying what the test needs, or fails it when CI is set:
+// CI must run every test.
 func NewPartition(t testing.TB) *Partition {
 	t.Helper()
 	SkipOrFail(t, partitionMissing(os.Geteuid(), ipPath()))
+	SkipOrFail(t, partitionRefused())
 	id := fmt.Sprintf("%06x", rand.Uint32()&0xffffff)
 	// A /30 in 198.18.0.0/15, the range set aside for benchmarking
 	// networks (RFC 2544), which no real network should route.
@@ -107,6 +111,68 @@ func partitionMissing(euid int, ip string) string {
 	return "this test cuts a connection with a network namespace and a veth pair, " +
 		"which needs " + strings.Join(missing, " and ") +
 		": run it as root, as .ci/run does (sudo env \"PATH=$PATH\" go test -run <test> <package>)"
+}
+
+// partitionRefused says, once per test binary, why this process, root with
+// the ip command, may not make a Partition, or "" when it may: Docker gives
+// a container's root neither CAP_NET_ADMIN nor CAP_SYS_ADMIN, and a
+// security profile may refuse the mount that ip netns add makes. It tries,
+// with a namespace and a veth pair of its own, removed at once.
+var partitionRefused = sync.OnceValue(func() string {
+	name := fmt.Sprintf("jsk%06x", rand.Uint32()&0xffffff)
+	defer func() {
+		_ = exec.Command(ipPath(), "netns", "del", name).Run()
+		_ = exec.Command(ipPath(), "link", "del", name+"h").Run()
+	}()
+	for _, args := range [][]string{
+		{"netns", "add", name},
+		{"link", "add", name + "h", "type", "veth", "peer", "name", name + "n"},
+	} {
+		out, err := exec.Command(ipPath(), args...).CombinedOutput()
+		if err == nil {
+			continue
+		}
+		lacks := "all its capabilities"
+		if caps := missingCaps(); caps != "" {
+			lacks = caps
+		}
+		return fmt.Sprintf("this test cuts a connection with a network namespace and a veth pair, "+
+			"which needs CAP_NET_ADMIN and CAP_SYS_ADMIN, and ip %s failed (%v: %s): this process is root without %s, "+
+			"as in a container by default; run the container with --privileged "+
+			"(or --cap-add NET_ADMIN --cap-add SYS_ADMIN, with a security profile that allows mount)",
+			strings.Join(args, " "), err, strings.TrimSpace(string(out)), lacks)
+	}
+	return ""
+})
+
+// missingCaps names which of CAP_NET_ADMIN and CAP_SYS_ADMIN this process's
+// effective set lacks ("" for neither, or when it cannot tell).
+func missingCaps() string {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(status)) {
+		hex, ok := strings.CutPrefix(line, "CapEff:")
+		if !ok {
+			continue
+		}
+		eff, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+		if err != nil {
+			return ""
+		}
+		var missing []string
+		for _, c := range []struct {
+			bit  uint
+			name string
+		}{{unix.CAP_NET_ADMIN, "CAP_NET_ADMIN"}, {unix.CAP_SYS_ADMIN, "CAP_SYS_ADMIN"}} {
+			if eff&(1<<c.bit) == 0 {
+				missing = append(missing, c.name)
+			}
+		}
+		return strings.Join(missing, " and ")
+	}
+	return ""
 }
 
 // SkipOrFail skips t, saying why, when missing is not "": a developer's
