@@ -77,9 +77,13 @@
 // PostgreSQL's jsonb input demands, and nested at most 300 deep, a value
 // inside the innermost array or object counting as one level more
 // (fastjson's count: a number inside 300 arrays is refused). With
-// duplicate keys the last one wins, for json: columns as in jsonb (and in
-// JavaScript's JSON.parse and Go's encoding/json), so that a column never
-// disagrees with the payload stored beside it.
+// duplicate keys the last one wins when a json: path is looked up, as in
+// jsonb (and in JavaScript's JSON.parse and Go's encoding/json), so that a
+// column's value never disagrees with the payload stored beside it as
+// jsonb. An object itself is written out with its members as they came,
+// duplicates included; jsonb drops all but the last of them, but a text
+// column keeps them: with {"a":{"b":1,"b":null}}, json:a stores
+// {"b":1,"b":null} as text and {"b": null} as jsonb (json:a.b is NULL).
 //
 // Type rules, for a JSON value (headers and metadata strings follow the
 // string rules):

@@ -102,6 +102,7 @@ func TestAppendTupleTypes(t *testing.T) {
 		{"text bool", TypeText, `true`, false, []byte("true"), ""},
 		{"text object", TypeText, `{ "a" : [1, "x\u0000"] }`, false, []byte(`{"a":[1,"x\u0000"]}`), ""},
 		{"text object escapes", TypeText, `{"a":"\b\f\u0001\u001F\/\u00e9\"\\\n\r\t"}`, false, []byte(`{"a":"\b\f\u0001\u001f/é\"\\\n\r\t"}`), ""},
+		{"text object duplicate keys", TypeText, `{"b":1, "b":null}`, false, []byte(`{"b":1,"b":null}`), ""}, // as written; jsonb keeps the last
 		{"text NUL", TypeText, `"a\u0000b"`, false, nil, CodeNULInText},
 		{"text null", TypeText, `null`, false, null, ""},
 		{"text absent", TypeText, ``, false, null, ""},
