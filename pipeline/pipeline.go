@@ -220,6 +220,10 @@ func Key(ev *Event) uint64 {
 //
 // Events a worker holds when ctx ends are neither stored nor settled;
 // JetStream redelivers them after AckWait, as for any unacknowledged message.
+// A worker hands the dead letters of events that will not become rows to
+// lanes (letterLanes) and goes on; Run returns once the lanes have handed
+// every letter to the DeadLetterer (which, once ctx has ended, fails and
+// naks it).
 //
 // Run returns nil after a clean drain, ctx.Err() if ctx ended first, and an
 // error wrapping ErrInvalidConfig if in and out differ in their number of
@@ -252,14 +256,16 @@ func (p *Pipeline) RunHandoff(ctx context.Context, h Handoff) error {
 		mu   sync.Mutex
 		werr error
 	)
+	letters := p.startLetters(wctx)
 	for i := range h.N() {
 		w := &worker{
-			id:    i,
-			p:     p,
-			enc:   p.m.NewEncoder(p.cfg.MaxEventBytes),
-			in:    h.Input(i),
-			out:   h.Output(i),
-			stats: &p.stats[i],
+			id:      i,
+			p:       p,
+			enc:     p.m.NewEncoder(p.cfg.MaxEventBytes),
+			in:      h.Input(i),
+			out:     h.Output(i),
+			stats:   &p.stats[i],
+			letters: letters,
 		}
 		wg.Go(func() {
 			if err := w.run(wctx); err != nil {
@@ -273,6 +279,7 @@ func (p *Pipeline) RunHandoff(ctx context.Context, h Handoff) error {
 		})
 	}
 	wg.Wait()
+	letters.stop() // the letters the workers handed on: stored, or nak'ed
 	if err := ctx.Err(); err != nil {
 		return err
 	}

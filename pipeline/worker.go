@@ -30,6 +30,7 @@ type worker struct {
 	in      Input
 	out     Output
 	stats   *workerStats
+	letters *letterer
 	scratch []byte // the tuple being encoded
 	slab    *slab  // tuples are carved from here; nil before the first
 	carved  int64  // rows carved from slab
@@ -72,15 +73,29 @@ func (w *worker) run(ctx context.Context) error {
 				}
 				dl, column = decodeDeadLetter(derr)
 			}
-			// The rows decoded so far go on before the dead letter, which
-			// may take seconds (a dead-letter stream that does not answer):
-			// on their way to the sink they get its InProgress, here
-			// nothing renews their ack wait. They are the events before
-			// this one, so the order within a subject stays.
+			// The letter goes to its lane, and the worker on: storing it
+			// takes a round trip or more (letterLanes).
+			lt := letter{ev: *ev, dl: dl, column: column, stats: w.stats}
+			lane := w.letters.lane(ev)
+			select {
+			case lane <- lt:
+				continue
+			default:
+			}
+			// The lane is full (a dead-letter stream that answers slowly,
+			// or not at all): the rows decoded so far go on before the
+			// worker waits for room, since on their way to the sink they
+			// get its InProgress, and here nothing renews their ack wait.
+			// They are the events before this one, so the order within a
+			// subject stays.
 			if rows, err = w.push(ctx, rows); err != nil {
 				return err
 			}
-			w.deadLetter(ctx, ev, dl, column)
+			select {
+			case lane <- lt:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		clear(evs[:n]) // let the payloads go once their rows do
 		if rows, err = w.push(ctx, rows); err != nil {
@@ -200,18 +215,18 @@ func decodeDeadLetter(err error) (DeadLetter, string) {
 const failedDeadLetterEvery = time.Second
 
 // deadLetter hands an event that will not become a row (undecodable, or
-// past nats.max_deliver) to the DeadLetterer. If that fails the
-// DeadLetterer has nak'ed the event (it will come back; unless its stream
-// was re-created since, FailedDeadLetter), so the worker logs and carries
-// on.
-func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, column string) {
+// past nats.max_deliver) to the DeadLetterer, in a lane (letterer), and
+// counts it in stats, its worker's. If that fails the DeadLetterer has
+// nak'ed the event (it will come back; unless its stream was re-created
+// since, FailedDeadLetter), so the lane logs and carries on.
+func (p *Pipeline) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, column string, stats *workerStats) {
 	logged := dl // the letter stored: Causes may store a failed letter's cause for max_deliver's
-	if s, ok := w.p.dl.(storesAs); ok {
+	if s, ok := p.dl.(storesAs); ok {
 		logged = s.storedAs(ev, dl)
 	}
 	attrs := []any{"subject", ev.Subject, "stream", ev.Stream, "stream_seq", ev.StreamSeq, "stage", logged.Stage, "code", logged.Code, "column", column}
-	if dlErr := w.p.dl.DeadLetter(ctx, ev, dl); dlErr != nil {
-		w.stats.deadLetterFailed.Add(1)
+	if dlErr := p.dl.DeadLetter(ctx, ev, dl); dlErr != nil {
+		stats.deadLetterFailed.Add(1)
 		if errors.Is(dlErr, ErrDeadLetterHeldBack) {
 			return // logged by the dead-letterer, at most once a second
 		}
@@ -219,12 +234,12 @@ func (w *worker) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, colum
 		if FailedDeadLetter(dlErr) == "stale" {
 			msg = "dead-letter failed; event left to JetStream, its stream was re-created since"
 		}
-		w.p.dlFails.Log(ctx, w.p.log, slog.LevelWarn, failedDeadLetterEvery, msg, append(attrs, "error", dlErr.Error())...)
+		p.dlFails.Log(ctx, p.log, slog.LevelWarn, failedDeadLetterEvery, msg, append(attrs, "error", dlErr.Error())...)
 		return
 	}
-	w.stats.deadLettered.Add(1)
+	stats.deadLettered.Add(1)
 	// At most once a second too: a producer sending bad events would log
 	// a line each, beside the consumer's (the dead-letter stream holds
 	// every one, jetsink_events_dead_lettered_total counts them).
-	w.p.dlDone.Log(ctx, w.p.log, slog.LevelInfo, failedDeadLetterEvery, "event dead-lettered", append(attrs, "reason", logged.Reason)...)
+	p.dlDone.Log(ctx, p.log, slog.LevelInfo, failedDeadLetterEvery, "event dead-lettered", append(attrs, "reason", logged.Reason)...)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,55 +17,156 @@ import (
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
-// queuedDeadLetterer records how many rows the worker's output ring held
-// at each DeadLetter call.
-type queuedDeadLetterer struct {
-	h      *RingHandoff
-	mu     sync.Mutex
-	queued []int
+// blockingDeadLetterer records each DeadLetter call as it starts, and
+// holds it until release is closed (or ctx ends).
+type blockingDeadLetterer struct {
+	release chan struct{}
+	mu      sync.Mutex
+	started []*Event // copies
+	active  int
+	most    int // calls under way at once, at most
 }
 
-func (q *queuedDeadLetterer) DeadLetter(_ context.Context, _ *Event, _ DeadLetter) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.queued = append(q.queued, q.h.OutLen(0))
-	return nil
+func (b *blockingDeadLetterer) DeadLetter(ctx context.Context, ev *Event, _ DeadLetter) error {
+	b.mu.Lock()
+	c := *ev
+	b.started = append(b.started, &c)
+	b.active++
+	b.most = max(b.most, b.active)
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.active--
+		b.mu.Unlock()
+	}()
+	select {
+	case <-b.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
-// A worker pushes the rows it decoded before an event it dead-letters
-// before it calls DeadLetter, which may take seconds (a dead-letter stream
-// that does not answer): in the sink they get InProgress, held in the
-// worker nothing renews their ack wait. The rows keep their order.
-func TestWorkerPushesRowsBeforeDeadLetter(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+func (b *blockingDeadLetterer) snapshot() (started []*Event, most int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]*Event(nil), b.started...), b.most
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s", what)
+		}
+	}
+}
+
+// A worker hands a dead letter to its lane and goes on: the rows of the
+// events behind a poison event reach the sink while its letter is being
+// stored (one round trip or more each; before, the events behind waited,
+// without an InProgress, and a burst of poison events held them past
+// ack_wait). Letters of different subjects are stored at once; those of
+// one subject in order. Run returns once every letter is stored.
+func TestWorkerGoesOnWhileALetterIsStored(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cfg := testConfig(1, PinNone)
 	h := NewHandoff(HandoffRing, 1, cfg.RingSize).(*RingHandoff)
-	q := &queuedDeadLetterer{h: h}
-	p, err := New(cfg, mustCompile(t, orderColumns...), q, nil)
+	b := &blockingDeadLetterer{release: make(chan struct{})}
+	p, err := New(cfg, mustCompile(t, orderColumns...), b, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := []Event{
-		{Subject: "a", StreamSeq: 1, Data: []byte(`{"n":1}`)},
-		{Subject: "a", StreamSeq: 2, Data: []byte(`{"n":2}`), Exhausted: true, Delivered: 3},
-		{Subject: "a", StreamSeq: 3, Data: []byte(`{"n":3}`)},
-		{Subject: "a", StreamSeq: 4, Data: []byte(`nope`)},
-		{Subject: "a", StreamSeq: 5, Data: []byte(`{"n":5}`)},
+	var evs []Event
+	seq := uint64(0)
+	add := func(subject, data string) {
+		seq++
+		evs = append(evs, Event{Subject: subject, StreamSeq: seq, Data: []byte(data)})
 	}
-	rows := runBatch(t, ctx, p, h, evs)
-	if len(q.queued) != 2 || q.queued[0] != 1 || q.queued[1] != 2 {
-		t.Fatalf("rows in the output ring at each DeadLetter call: %v, want [1 2] (the rows decoded before it)", q.queued)
+	add("a", `nope`)
+	for range 5 {
+		add("a", `{"n":1}`)
 	}
-	var seqs []uint64
-	for _, r := range rows {
-		seqs = append(seqs, r.Event.StreamSeq)
+	for i := range 20 {
+		add(fmt.Sprintf("s%d", i), `nope`)
+		add("b", `nope`)
 	}
-	if len(seqs) != 3 || seqs[0] != 1 || seqs[1] != 3 || seqs[2] != 5 {
-		t.Fatalf("rows of stream seqs %v, want [1 3 5]", seqs)
+	for _, ev := range evs {
+		if err := h.Push(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if st := p.Stats(); st.Rows != 3 || st.DeadLettered != 2 {
-		t.Fatalf("Stats = %+v, want 3 rows, 2 dead-lettered", st)
+	h.Close()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, h.In, h.Out) }()
+	waitFor(t, "the rows behind the first poison event while its letter is stored", func() bool { return h.OutLen(0) == 5 })
+	waitFor(t, "letters of other subjects stored at once", func() bool { _, most := b.snapshot(); return most >= 2 })
+	close(b.release)
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	started, _ := b.snapshot()
+	if len(started) != 41 {
+		t.Fatalf("%d letters, want 41", len(started))
+	}
+	var bSeqs []uint64
+	for _, ev := range started {
+		if ev.Subject == "b" {
+			bSeqs = append(bSeqs, ev.StreamSeq)
+		}
+	}
+	if !slices.IsSorted(bSeqs) || len(bSeqs) != 20 {
+		t.Fatalf("subject b's letters in the order %v, want its 20 in stream order", bSeqs)
+	}
+	if st := p.Stats(); st.Rows != 5 || st.DeadLettered != 41 {
+		t.Fatalf("Stats = %+v, want 5 rows, 41 dead-lettered", st)
+	}
+}
+
+// When a lane is full (its letters stored slowly, or not at all), the
+// worker pushes the rows it decoded before it waits for room: on their way
+// to the sink they get its InProgress, held in the worker nothing renews
+// their ack wait. A hard stop ends the wait.
+func TestWorkerPushesRowsBeforeWaitingForAFullLane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := testConfig(1, PinNone)
+	h := NewHandoff(HandoffRing, 1, cfg.RingSize).(*RingHandoff)
+	b := &blockingDeadLetterer{release: make(chan struct{})}
+	p, err := New(cfg, mustCompile(t, orderColumns...), b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One letter under way and laneQueue queued fill subject a's lane;
+	// a row decoded after them waits in the worker until the next letter
+	// finds the lane full.
+	seq := uint64(0)
+	push := func(data string) {
+		seq++
+		if err := h.Push(ctx, Event{Subject: "a", StreamSeq: seq, Data: []byte(data)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push(`{"n":1}`)
+	for range 1 + laneQueue {
+		push(`nope`)
+	}
+	push(`{"n":2}`)
+	push(`nope`)
+	push(`{"n":3}`)
+	hard, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(hard, h.In, h.Out) }()
+	waitFor(t, "the rows decoded before the full lane", func() bool { return h.OutLen(0) == 2 })
+	time.Sleep(50 * time.Millisecond) // the worker waits for room: nothing behind it is decoded
+	if n := h.OutLen(0); n != 2 {
+		t.Fatalf("%d rows out while the worker waits for room, want 2", n)
+	}
+	stop()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
 }
 
