@@ -300,6 +300,28 @@ func TestReplayRefusedConsumerInfoIsNotAskedAgain(t *testing.T) {
 	}
 }
 
+// A user the server refuses the creation of the consumers that read the
+// dead-letter stream gets an error naming the permission after the first
+// fetch's wait, not ErrStalled after four ever longer ones: the server
+// answers the refused request with silence, which looked like a stall.
+func TestReplayRefusedReadingIsNotAStall(t *testing.T) {
+	for _, domain := range []string{"", "hub"} {
+		t.Run("domain "+domain, func(t *testing.T) {
+			admin, replay, ctx := deniedReplayIn(t, 3, "$JS.API.CONSUMER.CREATE.EV_DLQ.>", domain)
+			rep, _, err := outcomes(t, ctx, replay, Options{Stream: "EV_DLQ", FetchWait: 500 * time.Millisecond})
+			if !errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, ErrStalled) || rep.Scanned != 0 {
+				t.Fatalf("report %+v, %v; want a refusal naming the permission, nothing read", rep, err)
+			}
+			if want := "allow the user to publish to $JS.API.CONSUMER.CREATE.EV_DLQ.>"; !strings.Contains(err.Error(), want) {
+				t.Errorf("%v: does not name the subject to allow, %s", err, want)
+			}
+			if dl := testenv.StreamMsgs(t, ctx, admin, "EV_DLQ"); dl != 3 {
+				t.Fatalf("%d dead letters left, want 3", dl)
+			}
+		})
+	}
+}
+
 // deniedReplay starts a server with the event and dead-letter streams and
 // letters dead letters on dlq.EV, and returns a connection of its admin, one
 // of a user who may publish anywhere but to deny, and a 30 s context.

@@ -51,7 +51,9 @@
 //
 // A re-publish the server refuses the connection's user answers nothing:
 // it tells the connection (nats.ErrPermissionViolation), which Replay reads
-// after the attempt's wait, and takes as a refusal.
+// after the attempt's wait, and takes as a refusal. So is the creation of
+// a consumer to read the dead-letter stream: Replay returns the refusal
+// after the fetch's wait instead of taking the silence for a stall.
 //
 // A letter it cannot settle for sure (below) ends Replay, with
 // ErrUnsettled: the letters after it would likely end the same way, and it

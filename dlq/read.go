@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -59,6 +60,12 @@ func newReader(js jetstream.JetStream, stream, subject string, deliver jetstream
 // the reader's config says when after is 0) and fetches up to
 // n messages, and r.maxBytes, from it, all under ctx. A failed creation is retried a few
 // times while ctx lasts. Call drop when done with the batch.
+//
+// A server that refuses the connection's user the creation answers
+// nothing (it tells the connection): the request runs out of time, and
+// fetch returns an error wrapping nats.ErrPermissionViolation that names
+// the subject to allow, not tried again, rather than a fetch that brought
+// nothing.
 func (r *reader) fetch(ctx context.Context, after uint64, n int) (jetstream.MessageBatch, error) {
 	cfg := r.cfg
 	if after != 0 {
@@ -66,10 +73,15 @@ func (r *reader) fetch(ctx context.Context, after uint64, n int) (jetstream.Mess
 	}
 	backoff := makeBackoff
 	for attempt := 1; ; attempt++ {
+		before := lastError(r.js)
 		c, err := r.js.CreateConsumer(ctx, r.stream, cfg)
 		if err == nil {
 			r.cons = c
 			break
+		}
+		// The subject goes on with the consumer's name and filter.
+		if named, perm := refusedUnder(r.js, api(r.js)+"CONSUMER.CREATE."+r.stream+".", before); perm != nil {
+			return nil, fmt.Errorf("make a consumer to read %s: %w (allow the user to publish to %s>)", r.stream, perm, named)
 		}
 		if attempt == makeAttempts || ctx.Err() != nil {
 			return nil, err

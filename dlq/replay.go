@@ -270,13 +270,14 @@ const (
 //
 // It returns an error wrapping ErrInvalidOptions for bad options (among
 // them a dead-letter stream that denies deletes, unless Keep or DryRun),
-// the error of reading the stream, ErrStalled, ErrUnsettled, or a context's
-// error. A letter that fails is reported through each and counted in
-// Report.Failed. When its event is certainly not stored (a refusal,
-// ErrNoReader) Replay goes on with the next letter; when it may be stored
-// although the letter stays (Report.Unsure), or is stored and the letter
-// could not be deleted (Report.Undeleted), Replay stops there, with
-// ErrUnsettled.
+// the error of reading the stream (one wrapping nats.ErrPermissionViolation
+// if the server refuses the user the consumers that read it), ErrStalled,
+// ErrUnsettled, or a context's error. A letter that fails is reported
+// through each and counted in Report.Failed. When its event is certainly
+// not stored (a refusal, ErrNoReader) Replay goes on with the next letter;
+// when it may be stored although the letter stays (Report.Unsure), or is
+// stored and the letter could not be deleted (Report.Undeleted), Replay
+// stops there, with ErrUnsettled.
 func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, each func(*Letter, Outcome)) (Report, error) {
 	var rep Report
 	if o.Stream == "" {
@@ -361,7 +362,8 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 			defer rd.drop(hard)
 			batch, err := rd.fetch(fctx, after, fetchBatch)
 			if err != nil {
-				if deadline, _ := fctx.Deadline(); !time.Now().Before(deadline) && stopped() == nil {
+				if deadline, _ := fctx.Deadline(); !time.Now().Before(deadline) && stopped() == nil &&
+					!errors.Is(err, nats.ErrPermissionViolation) { // a refusal is not a stall: no wait ends it
 					return 0, false, nil // the wait ran out while the consumer was being made: a stall
 				}
 				return 0, false, err
@@ -965,9 +967,23 @@ func api(js jetstream.JetStream) string {
 // since) and is the server's refusal to let its user publish to subject,
 // else nil.
 func refused(js jetstream.JetStream, subject string, before error) error {
+	_, err := refusedTo(js, subject, "\"", before)
+	return err
+}
+
+// refusedUnder is refused for any subject that starts with prefix. It also
+// returns prefix as the server names it (see refusedTo).
+func refusedUnder(js jetstream.JetStream, prefix string, before error) (string, error) {
+	return refusedTo(js, prefix, "", before)
+}
+
+// refusedTo is refused for the subjects that start with subject+end (the
+// server quotes the subject it refuses, so end `"` makes it subject
+// alone), and returns subject as the server named it.
+func refusedTo(js jetstream.JetStream, subject, end string, before error) (string, error) {
 	err := lastError(js)
 	if err == nil || err == before || !errors.Is(err, nats.ErrPermissionViolation) {
-		return nil
+		return "", nil
 	}
 	// A server whose own domain the subject names maps $JS.<domain>.API
 	// to $JS.API before it checks permissions, and names that.
@@ -975,8 +991,10 @@ func refused(js jetstream.JetStream, subject string, before error) error {
 	if p := api(js); p != "$JS.API." {
 		mapped = "$JS.API." + strings.TrimPrefix(subject, p)
 	}
-	if strings.Contains(err.Error(), "Publish to \""+subject+"\"") || strings.Contains(err.Error(), "Publish to \""+mapped+"\"") {
-		return err
+	for _, named := range []string{subject, mapped} {
+		if strings.Contains(err.Error(), "Publish to \""+named+end) {
+			return named, err
+		}
 	}
-	return nil
+	return "", nil
 }
