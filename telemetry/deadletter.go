@@ -14,10 +14,11 @@ func codeAttr(s string) attribute.KeyValue  { return attribute.String("code", s)
 // DeadLetterer wraps the pipeline.DeadLetterer that the pipeline and the
 // sink share: each dead letter is counted by stage and code
 // (jetsink.events.dead_lettered) and ends the message's span, failed with
-// the reason, whether the publish worked ("dead_letter") or the message was
-// nak'ed for redelivery ("nak", with the dead-letter error), or, its stream
-// re-created since, left alone ("stale"; pipeline.FailedDeadLetter). Safe for
-// concurrent use if Next is.
+// the reason, whether the publish worked ("dead_letter", with attributes
+// stage, code and, when there is a SQLSTATE, db.response.status_code) or
+// the message was nak'ed for redelivery ("nak", with the dead-letter
+// error), or, its stream re-created since, left alone ("stale";
+// pipeline.FailedDeadLetter). Safe for concurrent use if Next is.
 type DeadLetterer struct {
 	Next    pipeline.DeadLetterer
 	Metrics *Metrics // nil: not counted
@@ -32,7 +33,12 @@ func (d *DeadLetterer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pi
 	}
 	d.Metrics.DeadLettered(ctx, dl.Stage, dl.Code)
 	if ev.Span != nil {
-		ev.Span.SetAttributes(stageAttr(dl.Stage), codeAttr(dl.Code), attribute.String("db.response.status_code", dl.SQLState))
+		ev.Span.SetAttributes(stageAttr(dl.Stage), codeAttr(dl.Code))
+		// Only a database's answer has a status code: a decode-stage
+		// letter's empty one would read as an answer without one.
+		if dl.SQLState != "" {
+			ev.Span.SetAttributes(attribute.String("db.response.status_code", dl.SQLState))
+		}
 	}
 	// Also without a span: the event's life ends here (its bytes of the
 	// in-flight budget are back already if Next gave them back).
