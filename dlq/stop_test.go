@@ -272,11 +272,10 @@ func TestReplayStall(t *testing.T) {
 	}
 }
 
-// A replay that starts at --since reads from there, and knows the stream is
-// read to the end when nothing at or after that time is left (the letters
-// before it are not left to read).
-func TestReplaySinceEnds(t *testing.T) {
-	js, ctx := setup(t, 6)
+// letterFour is the dead-letter stream of setup(t, 6) and its fourth
+// letter, the cutoff of the --since and --until tests.
+func letterFour(t *testing.T, ctx context.Context, js jetstream.JetStream) (jetstream.Stream, *jetstream.RawStreamMsg) {
+	t.Helper()
 	s, err := js.Stream(ctx, "EV_DLQ")
 	if err != nil {
 		t.Fatal(err)
@@ -285,6 +284,15 @@ func TestReplaySinceEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, m
+}
+
+// A replay that starts at --since reads from there, and knows the stream is
+// read to the end when nothing at or after that time is left (the letters
+// before it are not left to read).
+func TestReplaySinceEnds(t *testing.T) {
+	js, ctx := setup(t, 6)
+	s, m := letterFour(t, ctx, js)
 	o := Options{Stream: "EV_DLQ", DryRun: true, FetchWait: 100 * time.Millisecond, Filter: Filter{Since: m.Time}}
 	var seqs []uint64
 	rep, err := Replay(ctx, ctx, js, o, func(l *Letter, _ Outcome) { seqs = append(seqs, l.Seq) })
@@ -308,14 +316,7 @@ func TestReplaySinceEnds(t *testing.T) {
 // With every letter at or after the cutoff it does not even fetch.
 func TestReplayUntilStopsReading(t *testing.T) {
 	js, ctx := setup(t, 6)
-	s, err := js.Stream(ctx, "EV_DLQ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := s.GetMsg(ctx, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, m := letterFour(t, ctx, js)
 	o := Options{Stream: "EV_DLQ", FetchWait: 100 * time.Millisecond, Filter: Filter{Until: m.Time}}
 	var seqs []uint64
 	rep, err := Replay(ctx, ctx, js, o, func(l *Letter, _ Outcome) { seqs = append(seqs, l.Seq) })

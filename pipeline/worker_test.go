@@ -53,6 +53,21 @@ func (b *blockingDeadLetterer) snapshot() (started []*Event, most int) {
 	return append([]*Event(nil), b.started...), b.most
 }
 
+// blockedPipeline is a one-worker pipeline whose dead letters block
+// (blockingDeadLetterer), its hand-off, and a context for the test.
+func blockedPipeline(t *testing.T) (context.Context, *RingHandoff, *blockingDeadLetterer, *Pipeline) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	cfg := testConfig(1, PinNone)
+	b := &blockingDeadLetterer{release: make(chan struct{})}
+	p, err := New(cfg, mustCompile(t, orderColumns...), b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, NewHandoff(HandoffRing, 1, cfg.RingSize).(*RingHandoff), b, p
+}
+
 // waitFor polls cond until it holds, failing the test after 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -70,15 +85,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // ack_wait). Letters of different subjects are stored at once; those of
 // one subject in order. Run returns once every letter is stored.
 func TestWorkerGoesOnWhileALetterIsStored(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg := testConfig(1, PinNone)
-	h := NewHandoff(HandoffRing, 1, cfg.RingSize).(*RingHandoff)
-	b := &blockingDeadLetterer{release: make(chan struct{})}
-	p, err := New(cfg, mustCompile(t, orderColumns...), b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, h, b, p := blockedPipeline(t)
 	var evs []Event
 	seq := uint64(0)
 	add := func(subject, data string) {
@@ -130,15 +137,7 @@ func TestWorkerGoesOnWhileALetterIsStored(t *testing.T) {
 // to the sink they get its InProgress, held in the worker nothing renews
 // their ack wait. A hard stop ends the wait.
 func TestWorkerPushesRowsBeforeWaitingForAFullLane(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg := testConfig(1, PinNone)
-	h := NewHandoff(HandoffRing, 1, cfg.RingSize).(*RingHandoff)
-	b := &blockingDeadLetterer{release: make(chan struct{})}
-	p, err := New(cfg, mustCompile(t, orderColumns...), b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, h, _, p := blockedPipeline(t)
 	// One letter under way and laneQueue queued fill subject a's lane;
 	// a row decoded after them waits in the worker until the next letter
 	// finds the lane full.
