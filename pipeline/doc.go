@@ -13,8 +13,8 @@
 // closes). RunHandoff does the same over any Handoff: RingHandoff is those
 // rings, ChanHandoff buffered channels to measure them against (config key
 // pipeline.handoff). A worker pops events in batches of 64, encodes each with its own
-// Encoder, pushes the rows in one batch (or, before a dead letter, the rows
-// decoded so far: the dead letter may take seconds), and blocks when its
+// Encoder, pushes the rows in one batch (or, before it waits for room in a
+// full dead-letter lane, the rows decoded so far), and blocks when its
 // output ring is full: back-pressure goes from the sink through the workers to the
 // consumer. It stops when its input ring is closed and drained (Run then
 // returns nil) or when ctx ends (Run returns ctx.Err()).
@@ -26,11 +26,15 @@
 // Exhausted (delivered past nats.max_deliver) is not decoded at all: it is
 // handed to the DeadLetterer with StageDeliver and CodeMaxDeliver
 // (MaxDeliverDeadLetter); Causes, first on the dead-letter path, gives
-// such a letter the cause of an earlier letter of the event that failed. If the
-// DeadLetterer fails it has nak'ed the
-// event (or left it, its stream re-created since: FailedDeadLetter), so it
-// is not lost; the worker logs a warning and goes on with the
-// next event.
+// such a letter the cause of an earlier letter of the event that failed.
+// The worker does not wait for the letter (a publish and its PubAck, a
+// round trip or more): it hands it to one of its 16 lanes, goroutines
+// chosen by the subject's key, so that one subject's letters are stored
+// in order, and goes on with the next event; it waits only when that
+// lane is full (32 letters queued). Run waits for the lanes. If the
+// DeadLetterer fails it has nak'ed the event (or left it, its stream
+// re-created since: FailedDeadLetter), so it is not lost; the lane logs a
+// warning and goes on with the next letter.
 //
 // A panic while an event is encoded (a bug of jetsink's that this event's
 // bytes reach) is recovered for that event alone: the worker logs it at

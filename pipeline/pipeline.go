@@ -221,9 +221,9 @@ func Key(ev *Event) uint64 {
 // Events a worker holds when ctx ends are neither stored nor settled;
 // JetStream redelivers them after AckWait, as for any unacknowledged message.
 // A worker hands the dead letters of events that will not become rows to
-// lanes (letterLanes) and goes on; Run returns once the lanes have handed
-// every letter to the DeadLetterer (which, once ctx has ended, fails and
-// naks it).
+// lanes of its own (letterLanes) and goes on; Run returns once the lanes
+// have handed every letter to the DeadLetterer, or, once ctx has ended,
+// left its event to JetStream as well.
 //
 // Run returns nil after a clean drain, ctx.Err() if ctx ended first, and an
 // error wrapping ErrInvalidConfig if in and out differ in their number of
@@ -256,7 +256,6 @@ func (p *Pipeline) RunHandoff(ctx context.Context, h Handoff) error {
 		mu   sync.Mutex
 		werr error
 	)
-	letters := p.startLetters(wctx)
 	for i := range h.N() {
 		w := &worker{
 			id:      i,
@@ -265,10 +264,12 @@ func (p *Pipeline) RunHandoff(ctx context.Context, h Handoff) error {
 			in:      h.Input(i),
 			out:     h.Output(i),
 			stats:   &p.stats[i],
-			letters: letters,
+			letters: p.startLetters(wctx),
 		}
 		wg.Go(func() {
-			if err := w.run(wctx); err != nil {
+			err := w.run(wctx)
+			w.letters.stop() // the letters it handed on: stored, or nak'ed
+			if err != nil {
 				mu.Lock()
 				if werr == nil {
 					werr = err
@@ -279,7 +280,6 @@ func (p *Pipeline) RunHandoff(ctx context.Context, h Handoff) error {
 		})
 	}
 	wg.Wait()
-	letters.stop() // the letters the workers handed on: stored, or nak'ed
 	if err := ctx.Err(); err != nil {
 		return err
 	}

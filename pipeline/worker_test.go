@@ -135,9 +135,12 @@ func TestWorkerGoesOnWhileALetterIsStored(t *testing.T) {
 // When a lane is full (its letters stored slowly, or not at all), the
 // worker pushes the rows it decoded before it waits for room: on their way
 // to the sink they get its InProgress, held in the worker nothing renews
-// their ack wait. A hard stop ends the wait.
+// their ack wait. A hard stop ends the wait, and the letters queued then
+// are handed to no one (their events come back after ack_wait): a letter
+// failed for the cancel would count and log a failure of the dead-letter
+// stream.
 func TestWorkerPushesRowsBeforeWaitingForAFullLane(t *testing.T) {
-	ctx, h, _, p := blockedPipeline(t)
+	ctx, h, b, p := blockedPipeline(t)
 	// One letter under way and laneQueue queued fill subject a's lane;
 	// a row decoded after them waits in the worker until the next letter
 	// finds the lane full.
@@ -166,6 +169,12 @@ func TestWorkerPushesRowsBeforeWaitingForAFullLane(t *testing.T) {
 	stop()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	if started, _ := b.snapshot(); len(started) != 1 {
+		t.Fatalf("%d letters handed on, want the one under way at the stop", len(started))
+	}
+	if st := p.Stats(); st.DeadLetterFailed != 1 || st.DeadLettered != 0 {
+		t.Fatalf("Stats = %+v, want the one under way failed", st)
 	}
 }
 
@@ -336,5 +345,80 @@ func TestWorkerDropsBuffersAnOutlierGrew(t *testing.T) {
 	}
 	if c := max(cap(w.enc.strBuf), cap(w.enc.keyBuf), cap(w.enc.numBuf)); c > keepBuf {
 		t.Errorf("the encoder keeps a %d-byte buffer after an outlier, one event later", c)
+	}
+}
+
+// subjectDeadLetterer holds the letters of subject hold until release is
+// closed (or ctx ends), and stores every other at once; it records the
+// subjects of the letters stored.
+type subjectDeadLetterer struct {
+	hold    string
+	release chan struct{}
+	mu      sync.Mutex
+	stored  []string
+}
+
+func (d *subjectDeadLetterer) DeadLetter(ctx context.Context, ev *Event, _ DeadLetter) error {
+	if ev.Subject == d.hold {
+		select {
+		case <-d.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stored = append(d.stored, ev.Subject)
+	return nil
+}
+
+func (d *subjectDeadLetterer) has(subject string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Contains(d.stored, subject)
+}
+
+// Each worker has lanes of its own: a flood of poison events on one
+// worker's subject, its lane full and its letters slow, does not hold the
+// letter of another worker's subject whose key picks the same lane (with
+// lanes shared, that letter waited behind the flood, and the other worker
+// with it, its events past ack_wait).
+func TestOneWorkersFloodDoesNotHoldAnothersLetters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lane := func(s string) uint64 { return (Key(&Event{Subject: s}) >> 60) % letterLanes }
+	worker := func(s string) uint64 { return Key(&Event{Subject: s}) & 1 }
+	x, y := "x", ""
+	for i := 0; y == ""; i++ {
+		if s := fmt.Sprintf("y%d", i); lane(s) == lane(x) && worker(s) != worker(x) {
+			y = s
+		}
+	}
+	cfg := testConfig(2, PinNone)
+	d := &subjectDeadLetterer{hold: x, release: make(chan struct{})}
+	p, err := New(cfg, mustCompile(t, orderColumns...), d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandoff(HandoffRing, 2, cfg.RingSize).(*RingHandoff)
+	for i := range 2 + laneQueue + 1 { // x's lane full, and its worker waiting for room
+		if err := h.Push(ctx, Event{Subject: x, StreamSeq: uint64(i + 1), Data: []byte(`nope`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, h.In, h.Out) }()
+	waitFor(t, "x's worker to fill its lane", func() bool { return h.InLen(int(worker(x))) == 0 })
+	if err := h.Push(ctx, Event{Subject: y, StreamSeq: 100, Data: []byte(`nope`)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the other worker's letter, in the same lane as x's flood", func() bool { return d.has(y) })
+	close(d.release)
+	h.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if st := p.Stats(); st.DeadLettered != 2+laneQueue+1+1 {
+		t.Fatalf("Stats = %+v, want %d dead-lettered", st, 2+laneQueue+1+1)
 	}
 }
