@@ -288,7 +288,8 @@ const MaxDerivedAckPending = 10000
 const MaxPullMessages = 1 << 20
 
 // DeriveMaxAckPending sets MaxAckPending, when it is 0, to inFlight (what the
-// rest of the chain can hold: ring slots plus open batch rows) plus
+// rest of the chain can hold: ring slots, events waiting for their dead
+// letters and open batch rows) plus
 // PullMessages, at most MaxDerivedAckPending (but never below
 // PullMessages), so that the server does not throttle the consumer
 // below what jetsink can use while memory stays bounded. An explicit

@@ -200,8 +200,9 @@ const dlRecreateEvery = 5 * time.Second
 // that time (a dead-letter stream without quorum, or with no_ack, or a
 // connection gone silent), as opposed to one refused, opens it, and the
 // dead letters after it fail at once with errDeadLetterUnanswered, so that
-// a run of poison events does not hold a worker (and the events behind
-// them in its ring), or the sink, for a timeout each. One dead letter at a
+// a run of poison events does not hold a worker's lanes (and, once one is
+// full, the worker and the events behind it in its ring), or the sink,
+// for a timeout each. One dead letter at a
 // time, at most every dlProbeEvery, goes through as a probe; the first
 // PubAck closes the breaker. A publish that finds no stream
 // (jetstream.ErrNoStreamResponse) with nats.create_stream set re-creates
@@ -486,12 +487,13 @@ func oneLine(s string, n int) string {
 
 // deadLetterTimeout bounds one dead-letter publish: min(5 s, ack_wait/8),
 // but at least 500 ms, which a PubAck from a replicated stream under load
-// may need. A worker dead-letters on its own goroutine, and nothing renews
-// the ack wait of the events behind it in its ring (or of the rows it has
-// decoded and not yet pushed) meanwhile, so each slow dead letter brings
-// them closer to their ack_wait; this keeps one from taking a large part
-// of it, and the breaker (publishDeadLetter) keeps a run of poison events
-// while the dead-letter stream hangs from taking one each. (nats.go's own
+// may need. Nothing renews the ack wait of an event waiting for its dead
+// letter (in a worker's lane, pipeline.LettersPerWorker), nor, once that
+// lane is full, of the events behind it in the worker's ring, so each slow
+// dead letter brings them closer to their ack_wait; this keeps one from
+// taking a large part of it, and the breaker (publishDeadLetter) keeps a
+// run of poison events while the dead-letter stream hangs from taking one
+// each. (nats.go's own
 // default is 5 s.)
 func (c *Consumer) deadLetterTimeout() time.Duration {
 	return max(min(5*time.Second, c.cfg.AckWait/8), 500*time.Millisecond)

@@ -181,7 +181,8 @@
 // # Concurrency
 //
 // DeadLetter (pipeline.DeadLetterer), Lag, Stats and Ready are safe from any
-// goroutine; DeadLetter is called by many workers at once. Run must not run
+// goroutine; DeadLetter is called by many goroutines at once (the
+// workers' dead-letter lanes, 16 each, and the sink's connections). Run must not run
 // twice at the same time on one Consumer.
 //
 // # Errors

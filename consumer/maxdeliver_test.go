@@ -131,8 +131,12 @@ func TestMaxDeliverExtraDeliveryDeadLettered(t *testing.T) {
 		t.Fatalf("consumer stats %+v, want MaxDelivered 1 and nothing else dead-lettered", st)
 	}
 	// The worker counts rows after pushing them, so the row may be here
-	// before its count is.
-	waitFor(t, ctx, "the pipeline to count the third row", func() bool { return pr.p.Stats().Rows >= 3 })
+	// before its count is; a dead letter is counted by its lane, after
+	// the term.
+	waitFor(t, ctx, "the pipeline to count the third row and the dead letter", func() bool {
+		ps := pr.p.Stats()
+		return ps.Rows >= 3 && ps.DeadLettered >= 1
+	})
 	if ps := pr.p.Stats(); ps.DeadLettered != 1 || ps.Rows != 3 {
 		t.Fatalf("pipeline stats %+v, want 1 dead-lettered and 3 rows", ps)
 	}

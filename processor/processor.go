@@ -64,8 +64,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	}
 	workers := cfg.Pipeline.Workers
 	// What the chain can hold beyond the pull buffer: both rings of every
-	// worker and one open batch per connection plus the one being filled.
-	cfg.NATS.DeriveMaxAckPending(2*workers*cfg.Pipeline.RingSize +
+	// worker, the events waiting for their dead letters in its lanes, and
+	// one open batch per connection plus the one being filled.
+	cfg.NATS.DeriveMaxAckPending(workers*(2*cfg.Pipeline.RingSize+pipeline.LettersPerWorker) +
 		(cfg.Postgres.Connections+1)*cfg.Postgres.Batch.MaxRows)
 	p.cfg = cfg
 	// The admin listener's address first: taken (another jetsink on the
