@@ -49,7 +49,8 @@ type letterer struct {
 // until stop. Once ctx has ended a lane hands its letters to no one: the
 // process is stopping, and their events, neither stored nor settled, come
 // back after ack_wait, as those in the rings do (a letter failed for the
-// cancel would count and log a failure of the dead-letter stream).
+// cancel would count and log a failure of the dead-letter stream). A
+// letter already under way when ctx ends fails, and its event is nak'ed.
 func (p *Pipeline) startLetters(ctx context.Context) *letterer {
 	l := &letterer{}
 	for i := range l.lanes {
@@ -69,7 +70,8 @@ func (p *Pipeline) startLetters(ctx context.Context) *letterer {
 }
 
 // lane is ev's lane: the high bits of its subject's key (the low ones
-// chose its worker, and are the same for all of a worker's subjects).
+// chose its worker, Key % workers, and with a power of two of workers are
+// the same for all of a worker's subjects).
 func (l *letterer) lane(ev *Event) chan<- letter {
 	return l.lanes[(Key(ev)>>60)%letterLanes]
 }

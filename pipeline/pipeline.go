@@ -222,8 +222,9 @@ func Key(ev *Event) uint64 {
 // JetStream redelivers them after AckWait, as for any unacknowledged message.
 // A worker hands the dead letters of events that will not become rows to
 // lanes of its own (letterLanes) and goes on; Run returns once the lanes
-// have handed every letter to the DeadLetterer, or, once ctx has ended,
-// left its event to JetStream as well.
+// have handed every letter to the DeadLetterer. Once ctx has ended, a
+// letter under way fails (its event nak'ed), and those still queued are
+// left with their events to JetStream, as the events in the rings are.
 //
 // Run returns nil after a clean drain, ctx.Err() if ctx ended first, and an
 // error wrapping ErrInvalidConfig if in and out differ in their number of
@@ -258,25 +259,27 @@ func (p *Pipeline) RunHandoff(ctx context.Context, h Handoff) error {
 	)
 	for i := range h.N() {
 		w := &worker{
-			id:      i,
-			p:       p,
-			enc:     p.m.NewEncoder(p.cfg.MaxEventBytes),
-			in:      h.Input(i),
-			out:     h.Output(i),
-			stats:   &p.stats[i],
-			letters: p.startLetters(wctx),
+			id:    i,
+			p:     p,
+			enc:   p.m.NewEncoder(p.cfg.MaxEventBytes),
+			in:    h.Input(i),
+			out:   h.Output(i),
+			stats: &p.stats[i],
 		}
 		wg.Go(func() {
+			w.letters = p.startLetters(wctx)
 			err := w.run(wctx)
-			w.letters.stop() // the letters it handed on: stored, or nak'ed
 			if err != nil {
 				mu.Lock()
 				if werr == nil {
 					werr = err
 				}
 				mu.Unlock()
-				cancel()
+				cancel() // the siblings stop, and the lanes store no more
 			}
+			// The letters it handed on: stored, nak'ed, or (ctx ended)
+			// left to JetStream.
+			w.letters.stop()
 		})
 	}
 	wg.Wait()

@@ -162,6 +162,7 @@ func TestWorkerPushesRowsBeforeWaitingForAFullLane(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(hard, h.In, h.Out) }()
 	waitFor(t, "the rows decoded before the full lane", func() bool { return h.OutLen(0) == 2 })
+	waitFor(t, "the first letter under way", func() bool { started, _ := b.snapshot(); return len(started) == 1 })
 	time.Sleep(50 * time.Millisecond) // the worker waits for room: nothing behind it is decoded
 	if n := h.OutLen(0); n != 2 {
 		t.Fatalf("%d rows out while the worker waits for room, want 2", n)
@@ -401,7 +402,9 @@ func TestOneWorkersFloodDoesNotHoldAnothersLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := NewHandoff(HandoffRing, 2, cfg.RingSize).(*RingHandoff)
-	for i := range 2 + laneQueue + 1 { // x's lane full, and its worker waiting for room
+	// One letter under way, laneQueue queued, one the worker holds while
+	// it waits for room, one more in its batch.
+	for i := range 2 + laneQueue + 1 {
 		if err := h.Push(ctx, Event{Subject: x, StreamSeq: uint64(i + 1), Data: []byte(`nope`)}); err != nil {
 			t.Fatal(err)
 		}
