@@ -92,9 +92,11 @@ func TestMaxDeliverLetterKeepsItsCause(t *testing.T) {
 	if _, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: e.dlqStream(), Subjects: []string{cfg.NATS.DeadLetterSubject}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the dead letter stored", func() (bool, string) {
-		n := e.dlqCount(ctx)
-		return n == 1, "dead letters " + itoa(int64(n))
+	// Stored, and counted: the counts follow the PubAck, which may come
+	// after the stream has the letter.
+	waitFor(t, ctx, "the dead letter stored and counted", func() (bool, string) {
+		n, st := e.dlqCount(ctx), c.Stats()
+		return n == 1 && st.DeadLettered+st.MaxDelivered >= 1, "dead letters " + itoa(int64(n)) + fmt.Sprintf(", stats %+v", st)
 	})
 	dlq, err := e.js.Stream(ctx, e.dlqStream())
 	if err != nil {
@@ -112,9 +114,14 @@ func TestMaxDeliverLetterKeepsItsCause(t *testing.T) {
 	if st := c.Stats(); st.DeadLettered != 1 || st.MaxDelivered != 0 {
 		t.Errorf("stats %+v: want the letter counted as dead-lettered, none as max_deliver", st)
 	}
-	// The metrics count the letter stored, not the one the worker sent.
-	_, body := adminGet(t, ctx, r, "/metrics")
+	// The metrics count the letter stored, not the one the worker sent
+	// (once the dead-letterer has returned, after the term).
 	const name = "jetsink_events_dead_lettered_total"
+	var body string
+	waitFor(t, ctx, "the letter in the metrics", func() (bool, string) {
+		_, body = adminGet(t, ctx, r, "/metrics")
+		return metricValue(body, name, `stage="decode"`, `code="invalid_json"`)+metricValue(body, name, `stage="deliver"`, `code="max_deliver"`) >= 1, grep(body, name)
+	})
 	if v, w := metricValue(body, name, `stage="decode"`, `code="invalid_json"`), metricValue(body, name, `stage="deliver"`, `code="max_deliver"`); v != 1 || w != 0 {
 		t.Errorf("%s: %v for decode/invalid_json (want 1), %v for deliver/max_deliver (want 0)\n%s", name, v, w, grep(body, name))
 	}
