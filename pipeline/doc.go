@@ -30,8 +30,9 @@
 // The worker does not wait for the letter (a publish and its PubAck, a
 // round trip or more): it hands it to one of its 16 lanes, goroutines
 // chosen by the subject's key, so that one subject's letters are stored
-// in order, and goes on with the next event; it waits only when that
-// lane is full (32 letters queued). Run waits for the lanes. If the
+// in order, and goes on with the next event; it waits only when its
+// letters reach their limit (SetLetterLimit). The events waiting in the
+// lanes get InProgress (SetHeartbeat). Run waits for the lanes. If the
 // DeadLetterer fails it has nak'ed the event (or left it, its stream
 // re-created since: FailedDeadLetter), so it is not lost; the lane logs a
 // warning and goes on with the next letter.

@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/jetsink/jetsink/ringq"
@@ -122,12 +123,39 @@ type Pipeline struct {
 	panics  Every // the log of decoder panics (worker.recovered)
 	dlFails Every // the log of failed dead letters (worker.deadLetter)
 	dlDone  Every // the log of stored ones
+
+	// Set before Run (SetHeartbeat, SetLetterLimit).
+	beatEvery   time.Duration // InProgress for waiting dead letters; 0: none
+	epochs      *Epochs
+	letterLimit func() int // letters a worker's lanes hold before it waits; nil: DefaultLetterLimit
+
+	letterBeats    atomic.Uint64 // InProgress sent for waiting dead letters
+	letterBeatErrs atomic.Uint64 // and failed
+	beatFails      Every         // the log of failed ones
 }
+
+// SetHeartbeat makes the workers' lanes send InProgress every period for
+// the events waiting there for their dead letters (the first half a
+// period after delivery), skipping events of an epoch other than epochs'
+// current one. 0, the default, sends none. Call it before Run; the sink's
+// period (sink.Config.InProgressEvery) is the one to pass.
+func (p *Pipeline) SetHeartbeat(every time.Duration, epochs *Epochs) {
+	p.beatEvery, p.epochs = every, epochs
+}
+
+// SetLetterLimit sets how many events may wait in a worker's lanes for
+// their dead letters before the worker waits for room (at least 1):
+// limit is asked each time a letter is handed on. Without it,
+// DefaultLetterLimit. Call it before Run. The waiting events hold their
+// share of the consumer's in-flight budget, which is what bounds them
+// when limit returns more.
+func (p *Pipeline) SetLetterLimit(limit func() int) { p.letterLimit = limit }
 
 // workerStats are one worker's counters, padded against false sharing.
 type workerStats struct {
 	rows, deadLettered, deadLetterFailed atomic.Uint64
-	_                                    [40]byte
+	lettersWaiting                       atomic.Int64 // in the worker's lanes
+	_                                    [32]byte
 }
 
 // Stats are cumulative counts since New.
@@ -135,6 +163,12 @@ type Stats struct {
 	Rows             uint64 // events encoded and pushed to the output rings
 	DeadLettered     uint64 // events handed to the DeadLetterer successfully: undecodable, or Exhausted
 	DeadLetterFailed uint64 // DeadLetterer calls that failed (the event was nak'ed, not lost)
+	// LettersWaiting is how many events wait in the workers' lanes for
+	// their dead letters now (not counting the ones under way).
+	LettersWaiting int64
+	// LetterInProgress counts the InProgress sent for waiting events, and
+	// LetterInProgressErrors those that failed.
+	LetterInProgress, LetterInProgressErrors uint64
 }
 
 // New returns a Pipeline for cfg. It returns an error wrapping
@@ -178,7 +212,10 @@ func (p *Pipeline) Stats() Stats {
 		s.Rows += p.stats[i].rows.Load()
 		s.DeadLettered += p.stats[i].deadLettered.Load()
 		s.DeadLetterFailed += p.stats[i].deadLetterFailed.Load()
+		s.LettersWaiting += p.stats[i].lettersWaiting.Load()
 	}
+	s.LetterInProgress = p.letterBeats.Load()
+	s.LetterInProgressErrors = p.letterBeatErrs.Load()
 	return s
 }
 
@@ -267,7 +304,7 @@ func (p *Pipeline) RunHandoff(ctx context.Context, h Handoff) error {
 			stats: &p.stats[i],
 		}
 		wg.Go(func() {
-			w.letters = p.startLetters(wctx)
+			w.letters = p.startLetters(wctx, w.stats)
 			err := w.run(wctx)
 			if err != nil {
 				mu.Lock()
@@ -279,7 +316,7 @@ func (p *Pipeline) RunHandoff(ctx context.Context, h Handoff) error {
 			}
 			// The letters it handed on: stored, nak'ed, or (ctx ended)
 			// left to JetStream.
-			w.letters.stop()
+			w.letters.close()
 		})
 	}
 	wg.Wait()

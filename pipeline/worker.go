@@ -76,25 +76,20 @@ func (w *worker) run(ctx context.Context) error {
 			// The letter goes to its lane, and the worker on: storing it
 			// takes a round trip or more (letterLanes).
 			lt := letter{ev: *ev, dl: dl, column: column, stats: w.stats}
-			lane := w.letters.lane(ev)
-			select {
-			case lane <- lt:
+			if w.letters.add(lt) {
 				continue
-			default:
 			}
-			// The lane is full (a dead-letter stream that answers slowly,
-			// or not at all): the rows decoded so far go on before the
-			// worker waits for room, since on their way to the sink they
-			// get its InProgress, and here nothing renews their ack wait.
-			// They are the events before this one, so the order within a
-			// subject stays.
+			// The worker's letters are at their limit (a dead-letter
+			// stream that answers slowly, or not at all): the rows
+			// decoded so far go on before the worker waits for room,
+			// since on their way to the sink they get its InProgress, and
+			// here nothing renews their ack wait. They are the events
+			// before this one, so the order within a subject stays.
 			if rows, err = w.push(ctx, rows); err != nil {
 				return err
 			}
-			select {
-			case lane <- lt:
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := w.letters.wait(ctx, lt); err != nil {
+				return err
 			}
 		}
 		clear(evs[:n]) // let the payloads go once their rows do

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,41 +83,49 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // events behind a poison event reach the sink while its letter is being
 // stored (one round trip or more each; before, the events behind waited,
 // without an InProgress, and a burst of poison events held them past
-// ack_wait). Letters of different subjects are stored at once; those of
-// one subject in order. Run returns once every letter is stored.
+// ack_wait). A lane's queue has no bound of its own: a flood of 100 poison
+// events on one subject does not hold the rows behind it (with 32 queued
+// at most, as the lanes had first, it did). Letters of different subjects
+// are stored at once; those of one subject in order. Run returns once
+// every letter is stored.
 func TestWorkerGoesOnWhileALetterIsStored(t *testing.T) {
 	ctx, h, b, p := blockedPipeline(t)
-	var evs []Event
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, h.In, h.Out) }()
 	seq := uint64(0)
 	add := func(subject, data string) {
 		seq++
-		evs = append(evs, Event{Subject: subject, StreamSeq: seq, Data: []byte(data)})
+		if err := h.Push(ctx, Event{Subject: subject, StreamSeq: seq, Data: []byte(data)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	add("a", `nope`)
 	for range 5 {
 		add("a", `{"n":1}`)
 	}
-	for i := range 20 {
-		add(fmt.Sprintf("s%d", i), `nope`)
+	waitFor(t, "the rows behind the first poison event while its letter is stored", func() bool { return h.OutLen(0) == 5 })
+	for i := range 100 {
+		if i < 20 {
+			add(fmt.Sprintf("s%d", i), `nope`)
+		}
 		add("b", `nope`)
 	}
-	for _, ev := range evs {
-		if err := h.Push(ctx, ev); err != nil {
-			t.Fatal(err)
-		}
+	for range 5 {
+		add("c", `{"n":2}`)
 	}
 	h.Close()
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx, h.In, h.Out) }()
-	waitFor(t, "the rows behind the first poison event while its letter is stored", func() bool { return h.OutLen(0) == 5 })
+	waitFor(t, "the rows behind a flood of 100 letters on one subject", func() bool { return h.OutLen(0) == 10 })
 	waitFor(t, "letters of other subjects stored at once", func() bool { _, most := b.snapshot(); return most >= 2 })
+	if st := p.Stats(); st.LettersWaiting < 90 {
+		t.Fatalf("Stats = %+v, want subject b's letters waiting", st)
+	}
 	close(b.release)
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	started, _ := b.snapshot()
-	if len(started) != 41 {
-		t.Fatalf("%d letters, want 41", len(started))
+	if len(started) != 121 {
+		t.Fatalf("%d letters, want 121", len(started))
 	}
 	var bSeqs []uint64
 	for _, ev := range started {
@@ -124,26 +133,27 @@ func TestWorkerGoesOnWhileALetterIsStored(t *testing.T) {
 			bSeqs = append(bSeqs, ev.StreamSeq)
 		}
 	}
-	if !slices.IsSorted(bSeqs) || len(bSeqs) != 20 {
-		t.Fatalf("subject b's letters in the order %v, want its 20 in stream order", bSeqs)
+	if !slices.IsSorted(bSeqs) || len(bSeqs) != 100 {
+		t.Fatalf("subject b's letters in the order %v, want its 100 in stream order", bSeqs)
 	}
-	if st := p.Stats(); st.Rows != 5 || st.DeadLettered != 41 {
-		t.Fatalf("Stats = %+v, want 5 rows, 41 dead-lettered", st)
+	if st := p.Stats(); st.Rows != 10 || st.DeadLettered != 121 || st.LettersWaiting != 0 {
+		t.Fatalf("Stats = %+v, want 10 rows, 121 dead-lettered, none waiting", st)
 	}
 }
 
-// When a lane is full (its letters stored slowly, or not at all), the
-// worker pushes the rows it decoded before it waits for room: on their way
-// to the sink they get its InProgress, held in the worker nothing renews
-// their ack wait. A hard stop ends the wait, and the letters queued then
-// are handed to no one (their events come back after ack_wait): a letter
-// failed for the cancel would count and log a failure of the dead-letter
-// stream.
-func TestWorkerPushesRowsBeforeWaitingForAFullLane(t *testing.T) {
+// When its letters reach their limit (stored slowly, or not at all, and
+// more of them than SetLetterLimit allows), the worker pushes the rows it
+// decoded before it waits for room: on their way to the sink they get its
+// InProgress, held in the worker nothing renews their ack wait. A hard
+// stop ends the wait, and the letters queued then are handed to no one
+// (their events come back after ack_wait): a letter failed for the cancel
+// would count and log a failure of the dead-letter stream.
+func TestWorkerPushesRowsBeforeWaitingForRoomForLetters(t *testing.T) {
 	ctx, h, b, p := blockedPipeline(t)
-	// One letter under way and laneQueue queued fill subject a's lane;
-	// a row decoded after them waits in the worker until the next letter
-	// finds the lane full.
+	const limit = 4
+	p.SetLetterLimit(func() int { return limit })
+	// One letter under way and limit queued; a row decoded after them
+	// waits in the worker until the next letter finds no room.
 	seq := uint64(0)
 	push := func(data string) {
 		seq++
@@ -152,7 +162,7 @@ func TestWorkerPushesRowsBeforeWaitingForAFullLane(t *testing.T) {
 		}
 	}
 	push(`{"n":1}`)
-	for range 1 + laneQueue {
+	for range 1 + limit {
 		push(`nope`)
 	}
 	push(`{"n":2}`)
@@ -161,11 +171,14 @@ func TestWorkerPushesRowsBeforeWaitingForAFullLane(t *testing.T) {
 	hard, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- p.Run(hard, h.In, h.Out) }()
-	waitFor(t, "the rows decoded before the full lane", func() bool { return h.OutLen(0) == 2 })
+	waitFor(t, "the rows decoded before the letters' limit", func() bool { return h.OutLen(0) == 2 })
 	waitFor(t, "the first letter under way", func() bool { started, _ := b.snapshot(); return len(started) == 1 })
 	time.Sleep(50 * time.Millisecond) // the worker waits for room: nothing behind it is decoded
 	if n := h.OutLen(0); n != 2 {
 		t.Fatalf("%d rows out while the worker waits for room, want 2", n)
+	}
+	if st := p.Stats(); st.LettersWaiting != limit {
+		t.Fatalf("Stats = %+v, want %d letters waiting", st, limit)
 	}
 	stop()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -174,8 +187,107 @@ func TestWorkerPushesRowsBeforeWaitingForAFullLane(t *testing.T) {
 	if started, _ := b.snapshot(); len(started) != 1 {
 		t.Fatalf("%d letters handed on, want the one under way at the stop", len(started))
 	}
-	if st := p.Stats(); st.DeadLetterFailed != 1 || st.DeadLettered != 0 {
-		t.Fatalf("Stats = %+v, want the one under way failed", st)
+	if st := p.Stats(); st.DeadLetterFailed != 1 || st.DeadLettered != 0 || st.LettersWaiting != 0 {
+		t.Fatalf("Stats = %+v, want the one under way failed, none waiting", st)
+	}
+}
+
+// beatMsg counts the InProgress it gets, and whether it got one after its
+// event was dead-lettered (term).
+type beatMsg struct {
+	Msg
+	beats  atomic.Int64
+	termed atomic.Bool
+	late   atomic.Bool
+	fail   bool // every InProgress fails
+}
+
+func (m *beatMsg) InProgress() error {
+	if m.termed.Load() {
+		m.late.Store(true)
+	}
+	m.beats.Add(1)
+	if m.fail {
+		return errors.New("connection closed")
+	}
+	return nil
+}
+
+// termingDeadLetterer blocks each letter until release is closed, then
+// marks its beatMsg termed, as the consumer's dead-letterer terms the
+// message once the letter is stored.
+type termingDeadLetterer struct {
+	blockingDeadLetterer
+}
+
+func (d *termingDeadLetterer) DeadLetter(ctx context.Context, ev *Event, dl DeadLetter) error {
+	if err := d.blockingDeadLetterer.DeadLetter(ctx, ev, dl); err != nil {
+		return err
+	}
+	ev.Msg.(*beatMsg).termed.Store(true)
+	return nil
+}
+
+// Events waiting in a lane for their dead letters get InProgress every
+// period (SetHeartbeat), as the sink's rows do, so that a dead-letter
+// stream answering slowly does not leave them past ack_wait; the letter
+// under way gets none (it is settled once its publish returns), nor does
+// an event taken before its stream was re-created (Epochs), nor any once
+// its letter is stored.
+func TestWaitingLettersGetInProgress(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := testConfig(1, PinNone)
+	d := &termingDeadLetterer{blockingDeadLetterer{release: make(chan struct{})}}
+	p, err := New(cfg, mustCompile(t, orderColumns...), d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var epochs Epochs
+	const every = 40 * time.Millisecond
+	p.SetHeartbeat(every, &epochs)
+	h := NewHandoff(HandoffRing, 1, cfg.RingSize).(*RingHandoff)
+	old, cur := epochs.Current(), epochs.Advance()
+	msgs := make([]*beatMsg, 6)
+	for i := range msgs {
+		msgs[i] = &beatMsg{}
+		ev := Event{Msg: msgs[i], Subject: "a", StreamSeq: uint64(i + 1), Data: []byte(`nope`), Received: time.Now(), Epoch: cur}
+		if i == 5 {
+			ev.Epoch = old // taken before the stream was re-created
+		}
+		if err := h.Push(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Close()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, h.In, h.Out) }()
+	waitFor(t, "two InProgress for each waiting letter of the current epoch", func() bool {
+		for _, m := range msgs[1:5] {
+			if m.beats.Load() < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	if n := msgs[0].beats.Load(); n != 0 {
+		t.Errorf("the letter under way got %d InProgress, want none", n)
+	}
+	if n := msgs[5].beats.Load(); n != 0 {
+		t.Errorf("the event of the stream re-created since got %d InProgress, want none", n)
+	}
+	if st := p.Stats(); st.LetterInProgress < 8 || st.LettersWaiting != 5 {
+		t.Errorf("Stats = %+v, want at least 8 InProgress sent and 5 letters waiting", st)
+	}
+	close(d.release)
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	time.Sleep(2 * every) // a beat after a letter was stored would show now
+	for i, m := range msgs {
+		if m.late.Load() {
+			t.Errorf("event %d got InProgress after its letter was stored", i+1)
+		}
 	}
 }
 
@@ -401,10 +513,12 @@ func TestOneWorkersFloodDoesNotHoldAnothersLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	const limit = 4
+	p.SetLetterLimit(func() int { return limit })
 	h := NewHandoff(HandoffRing, 2, cfg.RingSize).(*RingHandoff)
-	// One letter under way, laneQueue queued, one the worker holds while
-	// it waits for room, one more in its batch.
-	for i := range 2 + laneQueue + 1 {
+	// One letter under way, limit queued, one the worker holds while it
+	// waits for room, one more in its batch.
+	for i := range 2 + limit + 1 {
 		if err := h.Push(ctx, Event{Subject: x, StreamSeq: uint64(i + 1), Data: []byte(`nope`)}); err != nil {
 			t.Fatal(err)
 		}
@@ -421,7 +535,64 @@ func TestOneWorkersFloodDoesNotHoldAnothersLetters(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if st := p.Stats(); st.DeadLettered != 2+laneQueue+1+1 {
-		t.Fatalf("Stats = %+v, want %d dead-lettered", st, 2+laneQueue+1+1)
+	if st := p.Stats(); st.DeadLettered != 2+limit+1+1 {
+		t.Fatalf("Stats = %+v, want %d dead-lettered", st, 2+limit+1+1)
+	}
+}
+
+// A lane beats a letter only once it is due: half a period after its
+// event was delivered, then a period after each beat, and a quarter
+// period after a failed one.
+func TestLaneBeatsWhenDue(t *testing.T) {
+	const every = time.Minute
+	p := &Pipeline{beatEvery: every}
+	l := &letterer{p: p, queued: new(atomic.Int64)}
+	for i := range l.lanes {
+		l.lanes[i].wake = make(chan struct{}, 1)
+	}
+	start := time.Now()
+	m := &beatMsg{}
+	l.put(letter{ev: Event{Msg: m, Subject: "a", Received: start.Add(-10 * time.Second)}})
+	ln := l.lane(&Event{Subject: "a"})
+	beat := func(at time.Duration) uint64 {
+		sent, _, _ := ln.beat(start.Add(at), every, 0)
+		return sent
+	}
+	for _, c := range []struct {
+		at   time.Duration
+		want uint64
+	}{
+		{0, 0},                 // delivered 10 s ago: due at 20 s
+		{19 * time.Second, 0},  //
+		{20 * time.Second, 1},  // the first beat; the next a period on
+		{21 * time.Second, 0},  //
+		{79 * time.Second, 0},  //
+		{80 * time.Second, 1},  //
+		{80 * time.Second, 0},  // not twice at one time
+		{140 * time.Second, 1}, //
+		{141 * time.Second, 0}, //
+	} {
+		if got := beat(c.at); got != c.want {
+			t.Fatalf("beat at %v sent %d, want %d", c.at, got, c.want)
+		}
+	}
+	if n := m.beats.Load(); n != 3 {
+		t.Fatalf("%d InProgress, want 3", n)
+	}
+	// A failed beat is tried again a quarter period on.
+	f := &beatMsg{fail: true}
+	l.put(letter{ev: Event{Msg: f, Subject: "b", Received: start}})
+	lb := l.lane(&Event{Subject: "b"})
+	for _, c := range []struct {
+		at           time.Duration
+		sent, failed uint64
+	}{
+		{30 * time.Second, 1, 1},
+		{44 * time.Second, 0, 0},
+		{45 * time.Second, 1, 1},
+	} {
+		if sent, failed, _ := lb.beat(start.Add(c.at), every, 0); sent != c.sent || failed != c.failed {
+			t.Fatalf("beat at %v: %d sent, %d failed, want %d and %d", c.at, sent, failed, c.sent, c.failed)
+		}
 	}
 }

@@ -142,6 +142,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		p.Close()
 		return nil, fmt.Errorf("build pipeline: %w", err)
 	}
+	// The events waiting for their dead letters get InProgress as the
+	// sink's rows do, and are bounded as those are.
+	p.pipeline.SetHeartbeat(sinkCfg.InProgressEvery, p.consumer.Epochs())
+	p.pipeline.SetLetterLimit(letterLimit(&cfg, p.consumer.InFlightBytes))
 	log.Info("telemetry", "tracing", p.tracing.Enabled(), "sampling", p.tracing.Sampler(), "service", tc.ServiceName)
 	return p, nil
 }
@@ -452,6 +456,22 @@ func boundedHoldRows(cfg *config.Config, workers int) int {
 // sets none: none while inFlight (consumer.InFlightBytes) reports a byte
 // budget that bounds the pulls, else bounded.
 func holdLimit(inFlight func() (held, limit int64), bounded int) func() int {
+	return func() int {
+		if _, limit := inFlight(); limit > 0 {
+			return math.MaxInt
+		}
+		return bounded
+	}
+}
+
+// letterLimit is how many events may wait in a worker's lanes for their
+// dead letters (pipeline.SetLetterLimit): no limit while a byte budget
+// bounds the pulls (the waiting events hold their share of it, as the
+// rows the sink holds do: see holdRows), else as many as JetStream lets
+// the consumer have unacked, and pipeline.DefaultLetterLimit with no
+// limit there either (nats.max_ack_pending -1).
+func letterLimit(cfg *config.Config, inFlight func() (held, limit int64)) func() int {
+	bounded := max(pipeline.DefaultLetterLimit, cfg.NATS.MaxAckPending)
 	return func() int {
 		if _, limit := inFlight(); limit > 0 {
 			return math.MaxInt

@@ -61,7 +61,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	takenIntoHeld := counterIn("jetsink.batch.taken_into_held",
 		"Batches taken into one retried while the database refuses a row that no commit has yet shown to be at fault, to bisect again with their rows", "{batch}")
 	inProgressErrs := counterIn("jetsink.in_progress.failures",
-		"Heartbeats (InProgress) that failed for messages waiting in the sink (a batch retried, or waiting for a committer); sent again at the next tick, but past ack_wait JetStream may deliver such a message again", "{message}")
+		"Heartbeats (InProgress) that failed for messages waiting in the sink (a batch retried, or waiting for a committer) or for their dead letters; sent again at the next tick, but past ack_wait JetStream may deliver such a message again", "{message}")
 	resubscribes := counterIn("jetsink.consumer.resubscribes",
 		"Pull subscriptions started again after one ended (a reconnect, a consumer re-created, an error)", "{subscription}")
 	heartbeatsMissed := counterIn("jetsink.consumer.heartbeats_missed",
@@ -70,6 +70,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		"Streams or consumers replaced under events in flight: the events taken before are stored but not acked", "{epoch}")
 	deadConns := counterIn("jetsink.postgres.dead_connections",
 		"Connections to PostgreSQL given up because the server gave no sign of life for dead_connection_timeout", "{connection}")
+	lettersWaiting := gauge("jetsink.dead_letter.waiting", "Events waiting in the workers' lanes for their dead letters to be stored (not counting one under way per lane): a dead-letter stream that answers slowly", "{event}")
 	ring := gauge("jetsink.ring.occupancy", "Events waiting in a ring (in: consumer to worker, out: worker to sink)", "{event}")
 	inFlight := gauge("jetsink.in_flight", "Bytes of the messages taken from JetStream whose fate is not yet settled (nats.max_in_flight_bytes bounds them; wire pull client)", "By")
 	inFlightLimit := gauge("jetsink.in_flight.limit", "nats.max_in_flight_bytes as applied (0: no bound)", "By")
@@ -114,7 +115,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	queueFull := metric.WithAttributes(attribute.String("reason", "queue_full"))
 	exportFailed := metric.WithAttributes(attribute.String("reason", "export_failed"))
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		cs, ss := p.consumer.Stats(), p.sink.Stats()
+		cs, ss, ps := p.consumer.Stats(), p.sink.Stats(), p.pipeline.Stats()
 		o.ObserveInt64(received, int64(cs.Received))
 		o.ObserveInt64(redelivered, int64(cs.Redelivered))
 		o.ObserveInt64(markers, int64(cs.Markers))
@@ -135,7 +136,8 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		o.ObserveInt64(timeoutSplits, int64(ss.TimeoutSplits))
 		o.ObserveInt64(bisectCopies, int64(ss.BisectCopies))
 		o.ObserveInt64(takenIntoHeld, int64(ss.TakenIntoHeld))
-		o.ObserveInt64(inProgressErrs, int64(ss.InProgressErrors))
+		o.ObserveInt64(inProgressErrs, int64(ss.InProgressErrors+ps.LetterInProgressErrors))
+		o.ObserveInt64(lettersWaiting, ps.LettersWaiting)
 		o.ObserveFloat64(attemptAge, p.sink.OldestAttempt().Seconds())
 		held, limit := p.consumer.InFlightBytes()
 		o.ObserveInt64(inFlight, held)
@@ -163,7 +165,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 			o.ObserveInt64(spansLost, int64(st.ExportFailed), exportFailed)
 		}
 		return nil
-	}, received, redelivered, markers, committed, maxDelivered, dlFailed, resubscribes, heartbeatsMissed, epochs, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, ring, inFlight, inFlightLimit, pending, ackPending,
+	}, received, redelivered, markers, committed, maxDelivered, dlFailed, resubscribes, heartbeatsMissed, epochs, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, lettersWaiting, ring, inFlight, inFlightLimit, pending, ackPending,
 		lagAge, attemptAge, ready, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
