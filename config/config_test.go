@@ -272,6 +272,7 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"unknown --set key", "", nil, []string{"postgres.batch.rows=1"}, "postgres.batch.rows: no such key (`jetsink keys` lists them)"},
 		{"--set typo", "", nil, []string{"postgres.batch.max_rwos=1"}, "postgres.batch.max_rwos: no such key (did you mean postgres.batch.max_rows?)"},
 		{"--set of a file-only key", "", nil, []string{"postgres.columns=x"}, "postgres.columns: this key can only be set in the config file"},
+		{"env of a file-only key", "", []string{"JETSINK_POSTGRES_COLUMNS=x"}, nil, "environment variable JETSINK_POSTGRES_COLUMNS: postgres.columns can only be set in the config file"},
 		{"--set without =", "", nil, []string{"postgres.table"}, "key=value"},
 		{"--set into a value", "", nil, []string{"postgres.table.x=1"}, "postgres.table.x"},
 		// Where the value came from: the file's line (not the merged

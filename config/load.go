@@ -32,6 +32,17 @@ var envIgnored = map[string]bool{
 	"JETSINK_JAEGER_BIN": true, // the Jaeger binary of tools/jaeger and the tracing test (README)
 }
 
+// fileOnlyEnv returns the file-only key (postgres.columns) whose variable
+// name is, "" if none.
+func fileOnlyEnv(fileOnly map[string]reflect.Type, name string) string {
+	for path := range fileOnly {
+		if EnvName(path) == name {
+			return path
+		}
+	}
+	return ""
+}
+
 // kubernetesServiceVar reports whether name=value is one of the variables
 // Kubernetes puts into every container for each Service of its namespace
 // (enableServiceLinks, on by default): for a Service "jetsink" or
@@ -231,6 +242,10 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 		path, ok := envKeys[name]
 		if !ok {
 			if kubernetesServiceVar(name, value) {
+				continue
+			}
+			if fo := fileOnlyEnv(sc.fileOnly, name); fo != "" {
+				sc.problems = append(sc.problems, fmt.Errorf("%w: environment variable %s: %s can only be set in the config file", ErrInvalidConfig, name, fo))
 				continue
 			}
 			sc.problems = append(sc.problems, fmt.Errorf("%w: environment variable %s is not a jetsink setting%s (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL; `jetsink keys` lists them)",
