@@ -113,6 +113,38 @@ func TestReplayLeavesOtherConsumersLetters(t *testing.T) {
 	}
 }
 
+// Jetsinks on two streams with the default dead-letter subject share one
+// dead-letter stream, and their durables may have the same name: with
+// EventStream, a replay leaves the letters of the other stream's events
+// (which the other jetsink may not be ready to take again) and counts them.
+func TestReplayLeavesOtherStreamsLetters(t *testing.T) {
+	js, ctx := setup(t, 0)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EV2", Subjects: []string{"ev2.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []string{"EV", "EV2"} {
+		if _, err := js.CreateOrUpdateConsumer(ctx, st, jetstream.ConsumerConfig{Durable: "jetsink", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	putLetterData(t, ctx, js, "dlq.EV", 0, []byte("{}"), nil)
+	putLetterData(t, ctx, js, "dlq.EV", 1, []byte("{}"), nats.Header{consumer.HeaderStream: {"EV2"}, consumer.HeaderSubject: {"ev2.1"}})
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink", EventStream: "EV"})
+	if err != nil || rep.Replayed != 1 || rep.Others != 1 || rep.Matched != 1 || !by["ev.0"].Deleted {
+		t.Fatalf("report %+v, %v, outcomes %+v; want EV's letter replayed, EV2's left", rep, err, by)
+	}
+	if _, ok := by["ev2.1"]; ok {
+		t.Fatalf("the other stream's letter was handled: %+v", by["ev2.1"])
+	}
+	rep, by, err = outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink", EventStream: "EV2"})
+	if err != nil || rep.Replayed != 1 || rep.Others != 0 || !by["ev2.1"].Deleted {
+		t.Fatalf("report %+v, %v, outcomes %+v; want EV2's letter replayed", rep, err, by)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV2"); n != 1 {
+		t.Fatalf("%d events in EV2, want the replayed one", n)
+	}
+}
+
 // WrittenBy names whose letters are replayed, not who reads them: a
 // letter is still published only where Consumer reads.
 func TestReplayWrittenByStillNeedsTheReader(t *testing.T) {

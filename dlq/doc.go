@@ -22,7 +22,9 @@
 // (a dead-letter stream may hold the letters of several jetsinks); with
 // Options.Consumer it leaves the letters another consumer wrote
 // (Report.Others); Options.WrittenBy replays those of another consumer
-// instead, such as the durable's old name after a rename.
+// instead, such as the durable's old name after a rename. With
+// Options.EventStream it leaves the letters of another stream's events
+// too (jetsinks on two streams share the default dead-letter subject).
 //
 // For each dead letter the Filter matches it first checks, with
 // Options.Consumer, that the durable consumer that reads the event stream

@@ -187,10 +187,15 @@ type Options struct {
 	// letters carry it in Jetsink-Consumer. Consumer still has to read
 	// each letter's event.
 	WrittenBy string
-	Filter    Filter
-	DryRun    bool // list only: publish nothing, delete nothing
-	Keep      bool // re-publish but do not delete the dead letters
-	Limit     int  // stop after this many matches (0: no limit)
+	// EventStream, if set, is the event stream whose letters are
+	// replayed: a letter whose Jetsink-Stream is another (a jetsink on
+	// another stream whose dead-letter subject is the same, as the
+	// default is) is left for that jetsink's replay (Report.Others).
+	EventStream string
+	Filter      Filter
+	DryRun      bool // list only: publish nothing, delete nothing
+	Keep        bool // re-publish but do not delete the dead letters
+	Limit       int  // stop after this many matches (0: no limit)
 	// FetchWait bounds the wait for the next batch of the stream (default
 	// 2s). A wait that brings nothing while the stream still holds a
 	// dead letter to read is a stall: it is retried with twice the wait,
@@ -222,7 +227,7 @@ type Report struct {
 	Replayed int
 	Deleted  int
 	Skipped  int // not jetsink dead letters (ErrNotDeadLetter)
-	Others   int // letters the filter selected that another consumer wrote (Jetsink-Consumer is not Options.WrittenBy, or Consumer), left for its own replay
+	Others   int // letters the filter selected that another consumer wrote (Jetsink-Consumer is not Options.WrittenBy, or Consumer), or of another stream's events (Jetsink-Stream is not Options.EventStream), left for their own replay
 	Failed   int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader)
 	// Undeleted lists the dead-letter sequences of letters re-published
 	// (acknowledged by their stream) but not deleted although Keep was not
@@ -469,7 +474,8 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	if !o.Filter.Match(l) {
 		return false, nil
 	}
-	if by := cmp.Or(o.WrittenBy, o.Consumer); by != "" && l.Consumer != "" && l.Consumer != by {
+	if by := cmp.Or(o.WrittenBy, o.Consumer); by != "" && l.Consumer != "" && l.Consumer != by ||
+		o.EventStream != "" && l.Stream != o.EventStream {
 		rep.Others++
 		return false, nil
 	}

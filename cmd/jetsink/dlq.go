@@ -155,6 +155,9 @@ gives that letter up at once and exits with status 130.
 				return err
 			}
 			o.Stream, o.Consumer = stream, cfg.NATS.Consumer
+			if o.EventStream == "" {
+				o.EventStream = cfg.NATS.Stream
+			}
 			if o.Stream == "" {
 				lctx, lcancel := context.WithTimeout(intake, 10*time.Second)
 				o.Stream, err = js.StreamNameBySubject(lctx, cfg.NATS.DeadLetterSubject)
@@ -186,10 +189,10 @@ gives that letter up at once and exits with status 130.
 					l.Stream, l.StreamSeq, l.Reason, state)
 			})
 			if o.DryRun {
-				fmt.Fprintf(w, "%s: scanned %d, matched %d, would replay %d, would fail %d, skipped %d (not dead letters), %d of other consumers'; dry run: nothing re-published or deleted\n",
+				fmt.Fprintf(w, "%s: scanned %d, matched %d, would replay %d, would fail %d, skipped %d (not dead letters), %d of other consumers' or streams'; dry run: nothing re-published or deleted\n",
 					o.Stream, rep.Scanned, rep.Matched, rep.Matched-rep.Failed, rep.Failed, rep.Skipped, rep.Others)
 			} else {
-				fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, skipped %d (not dead letters), %d of other consumers', failed %d\n",
+				fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, skipped %d (not dead letters), %d of other consumers' or streams', failed %d\n",
 					o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, rep.Skipped, rep.Others, rep.Failed)
 			}
 			// also names the letters re-published but not deleted, and
@@ -245,6 +248,7 @@ gives that letter up at once and exits with status 130.
 	fl.StringVar(&since, "since", "", "only dead letters parked since this time (RFC 3339) or this long ago (e.g. 2h)")
 	fl.StringVar(&until, "until", "", "only dead letters parked before this time (RFC 3339) or this long ago")
 	fl.StringVar(&seqRange, "seq", "", "only these dead-letter stream sequences: N, N-M or N-")
+	fl.StringVar(&o.EventStream, "event-stream", "", "replay the dead letters of stream NAME's events (Jetsink-Stream; default nats.stream); nats.consumer must read them there")
 	fl.StringVar(&o.WrittenBy, "written-by", "", "replay the dead letters durable consumer NAME wrote (Jetsink-Consumer; default nats.consumer), e.g. its old name after a rename; nats.consumer must still read their events")
 	fl.IntVar(&o.Limit, "limit", 0, "stop after this many dead letters (0: all)")
 	fl.BoolVar(&o.DryRun, "dry-run", false, "list what would be replayed; publish and delete nothing")

@@ -102,7 +102,7 @@ func TestDLQReplayFirstSignalFinishesTheLetter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, js, pubs := dlqSetup(t, ctx, 3)
-	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ")
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV")
 
 	first := receive(t, ctx, pubs)
 	interrupt(t)
@@ -125,7 +125,7 @@ func TestDLQReplaySecondSignalExitsAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, js, pubs := dlqSetup(t, ctx, 2)
-	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ")
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV")
 
 	receive(t, ctx, pubs) // and never answer it
 	interrupt(t)
@@ -158,7 +158,7 @@ func TestDLQReplaySecondSignalEndsTheConnect(t *testing.T) {
 	// Put back after startJetsink's cleanup has waited for its run.
 	t.Cleanup(func(d time.Duration) func() { return func() { natsConnectTimeout = d } }(natsConnectTimeout))
 	natsConnectTimeout = time.Minute
-	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", "nats://"+addr, "--dlq-stream", "EV_DLQ")
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", "nats://"+addr, "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV")
 
 	select {
 	case <-accepted:
@@ -183,7 +183,7 @@ func TestDLQReplayNamesUndeletedLetters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, js, pubs := dlqSetup(t, ctx, 1)
-	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ")
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV")
 
 	m := receive(t, ctx, pubs)
 	s, err := js.Stream(ctx, "EV_DLQ")
@@ -215,7 +215,7 @@ func TestDLQReplayNamesUnsureAndKeptLetters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, js, pubs := dlqSetup(t, ctx, 2)
-	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--seq", "1")
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--seq", "1")
 	m := receive(t, ctx, pubs)
 	if err := m.Respond([]byte(`{"stream":"EV_SOURCE","seq":7}`)); err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestDLQReplayNamesUnsureAndKeptLetters(t *testing.T) {
 		t.Fatalf("%d dead letters left, want 2", n)
 	}
 
-	r = startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--seq", "2", "--keep")
+	r = startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--seq", "2", "--keep")
 	pubAck(t, receive(t, ctx, pubs), 1)
 	if code := r.wait(t, ctx); code != exitOK {
 		t.Fatalf("--keep: exit %d, want %d\n%s", code, exitOK, r.out.String())
@@ -247,7 +247,7 @@ func TestDLQReplayWarnsOfAnUnknownCode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, _, _ := dlqSetup(t, ctx, 1)
-	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--dry-run",
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--dry-run",
 		"--code", "constrant", "--code", "invalid_json")
 	if code := r.wait(t, ctx); code != exitOK {
 		t.Fatalf("exit %d, want %d\n%s", code, exitOK, r.out.String())
@@ -264,7 +264,7 @@ func TestDLQReplayWarnsOfAnUnknownCode(t *testing.T) {
 func TestDLQReplayRefusesANegativeLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", "nats://127.0.0.1:1", "--dlq-stream", "EV_DLQ", "--limit", "-1")
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", "nats://127.0.0.1:1", "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--limit", "-1")
 	if code := r.wait(t, ctx); code != exitConfig || strings.Contains(r.out.String(), "scanned") {
 		t.Fatalf("exit %d, want %d and no summary\n%s", code, exitConfig, r.out.String())
 	}
@@ -291,7 +291,7 @@ func TestDLQReplayNeedsAReader(t *testing.T) {
 	defer cancel()
 	srv, js, pubs := dlqSetup(t, ctx, 2)
 	for _, args := range [][]string{{"--set", "nats.consumer=elsewhere", "--dry-run"}, {"--set", "nats.consumer=elsewhere"}} {
-		r := startJetsink(t, ctx, append([]string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ"}, args...)...)
+		r := startJetsink(t, ctx, append([]string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV"}, args...)...)
 		if code := r.wait(t, ctx); code != exitFailed {
 			t.Fatalf("%v: exit %d, want %d\n%s", args, code, exitFailed, r.out.String())
 		}
@@ -308,21 +308,30 @@ func TestDLQReplayDryRunSummary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, js, pubs := dlqSetup(t, ctx, 3)
-	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--dry-run", "--seq", "1-2")
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--dry-run", "--seq", "1-2")
 	if code := r.wait(t, ctx); code != exitOK {
 		t.Fatalf("exit %d, want %d\n%s", code, exitOK, r.out.String())
 	}
 	out := r.out.String()
-	if !strings.Contains(out, "EV_DLQ: scanned 2, matched 2, would replay 2, would fail 0, skipped 0 (not dead letters), 0 of other consumers'; dry run: nothing re-published or deleted") ||
+	if !strings.Contains(out, "EV_DLQ: scanned 2, matched 2, would replay 2, would fail 0, skipped 0 (not dead letters), 0 of other consumers' or streams'; dry run: nothing re-published or deleted") ||
 		strings.Contains(out, "replayed 0") || strings.Contains(out, "deleted 0") {
 		t.Fatalf("the dry run's summary does not say what it would do:\n%s", out)
 	}
-	r = startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--dry-run", "--set", "nats.consumer=elsewhere")
+	r = startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--dry-run", "--set", "nats.consumer=elsewhere")
 	if code := r.wait(t, ctx); code != exitFailed {
 		t.Fatalf("no reader: exit %d, want %d\n%s", code, exitFailed, r.out.String())
 	}
 	if out := r.out.String(); !strings.Contains(out, "matched 3, would replay 0, would fail 3,") {
 		t.Fatalf("no reader: the dry run's summary does not say that all would fail:\n%s", out)
+	}
+	// The letters are of stream EV's events: a jetsink on another stream
+	// (nats.stream, here the default) leaves them to EV's.
+	r = startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--dry-run")
+	if code := r.wait(t, ctx); code != exitOK {
+		t.Fatalf("another stream: exit %d, want %d\n%s", code, exitOK, r.out.String())
+	}
+	if out := r.out.String(); !strings.Contains(out, "matched 0, would replay 0, would fail 0, skipped 0 (not dead letters), 3 of other consumers' or streams'") {
+		t.Fatalf("another stream: the dry run's summary does not leave EV's letters:\n%s", out)
 	}
 	lettersStay(t, ctx, js, pubs, 3)
 }
