@@ -306,6 +306,9 @@ func (p *Processor) Consumer() *consumer.Consumer { return p.consumer }
 // Sink gives access to the sink for health checks and statistics.
 func (p *Processor) Sink() *sink.Sink { return p.sink }
 
+// PipelineStats returns the workers' counters.
+func (p *Processor) PipelineStats() pipeline.Stats { return p.pipeline.Stats() }
+
 // CloseStages ends the drain: it confirms that NATS has read the acks of
 // the committed rows and closes the connections (consumer.Consumer.Close):
 // while ctx has time left (at most 10 s when it has no deadline) it waits

@@ -13,6 +13,7 @@ import (
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // A poison row is dead-lettered; once the constraint is fixed, `jetsink dlq
@@ -124,6 +125,44 @@ func TestMaxDeliverLetterKeepsItsCause(t *testing.T) {
 	})
 	if v, w := metricValue(body, name, `stage="decode"`, `code="invalid_json"`), metricValue(body, name, `stage="deliver"`, `code="max_deliver"`); v != 1 || w != 0 {
 		t.Errorf("%s: %v for decode/invalid_json (want 1), %v for deliver/max_deliver (want 0)\n%s", name, v, w, grep(body, name))
+	}
+	r.drain(t)
+}
+
+// A dead-letter stream a round trip of 200 ms away stores one subject's
+// letters one at a time, 200 ms or more each: the last of 30 poison events
+// waits for its letter about 6 s, three times ack_wait. The events waiting
+// in the worker's lane get InProgress, so JetStream delivers none of them
+// again (before, it delivered the ones past ack_wait again, and again,
+// each a letter stored in vain: the dead-letter stream that was slow got
+// more to do) and each is dead-lettered once.
+func TestSlowDeadLetterStreamRedeliversNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	e.createStreams(ctx)
+	const n = 30
+	for i := range n {
+		if _, err := e.js.Publish(ctx, e.prefix+".bad", []byte("nope "+itoa(int64(i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	far := testenv.NewDelayProxy(t, strings.TrimPrefix(e.natsURL, "nats://"), 100*time.Millisecond)
+	cfg := e.config(sink.AtLeastOnce)
+	cfg.NATS.URL = far.URL()
+	cfg.NATS.AckWait = 2 * time.Second
+	r := e.start(ctx, cfg)
+	c := r.p.Consumer()
+	waitFor(t, ctx, "every poison event dead-lettered", func() (bool, string) {
+		st := c.Stats()
+		return e.dlqCount(ctx) == n && st.DeadLettered >= n, fmt.Sprintf("dead letters %d, stats %+v", e.dlqCount(ctx), st)
+	})
+	st := c.Stats()
+	if st.Redelivered != 0 || st.DeadLettered != n {
+		t.Errorf("stats %+v: want no event delivered again and %d dead-lettered once each", st, n)
+	}
+	if ps := r.p.PipelineStats(); ps.LetterInProgress == 0 {
+		t.Errorf("pipeline stats %+v: no InProgress sent for the waiting letters", ps)
 	}
 	r.drain(t)
 }
