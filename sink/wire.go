@@ -343,14 +343,18 @@ func (e *brokenConnError) Unwrap() error { return e.err }
 // cancel request has gone out or failed, or when it returns without one.
 func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQuery, cancelSent chan<- struct{}) (res copyResult) {
 	res.stored, res.inserted = -1, -1
-	var unreplicated *pgproto3.NoticeResponse // see syncRepCancelled
+	// unreplicated is the text of the warning that says a commit's wait
+	// for a synchronous standby was cancelled (see syncRepCancelled),
+	// copied when it comes: pgproto3 decodes every notice into the same
+	// struct, so a later notice would overwrite it.
+	var unreplicated *string
 	defer func() {
 		// On every return: also when the connection fails between the
 		// last CommandComplete and ReadyForQuery (res.complete, with an
 		// error), the warning before it says the commit may not be on
 		// the standby.
 		if res.complete && unreplicated != nil {
-			res.complete, res.err = false, &unreplicatedError{warning: unreplicated.Message}
+			res.complete, res.err = false, &unreplicatedError{warning: *unreplicated}
 		}
 	}()
 	nc := pg.Conn()
@@ -425,7 +429,8 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQ
 			rowed = true
 		case *pgproto3.NoticeResponse:
 			if unreplicated == nil && syncRepCancelled(cmp.Or(msg.SeverityUnlocalized, msg.Severity), msg.Message, ctx.Err() != nil) {
-				unreplicated = msg
+				warning := msg.Message // a string: the struct is reused, the text is not
+				unreplicated = &warning
 			}
 		case *pgproto3.ErrorResponse:
 			if pgErr == nil {

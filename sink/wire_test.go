@@ -196,6 +196,35 @@ func TestCopyCompleteThenFatal(t *testing.T) {
 	}
 }
 
+// The warning that says a commit's wait for a synchronous standby was
+// cancelled is the one the error quotes, also when other notices follow it
+// before the COPY completes (a trigger's RAISE NOTICE, a second WARNING):
+// pgproto3 decodes every notice into one struct, which the next overwrites.
+func TestSyncRepWarningKeptPastLaterNotices(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	const warning = "canceling wait for synchronous replication due to user request"
+	pg, _ := connectFake(t, ctx, func(be *pgproto3.Backend, _ *fakePG) {
+		if !receiveCopy(be) {
+			return
+		}
+		be.Send(&pgproto3.NoticeResponse{Severity: "WARNING", SeverityUnlocalized: "WARNING", Code: "01000", Message: warning})
+		be.Send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "00000", Message: "a later notice"})
+		be.Send(&pgproto3.CommandComplete{CommandTag: []byte("COPY 3")})
+		be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+		_ = be.Flush()
+	})
+	rs, _ := rows(1, 3, nil)
+	var w copyWire
+	_, res := sendCopy(ctx, pg, &w, guardedCopy("COPY t (a) FROM STDIN (FORMAT binary)", 1), rs)
+	ue, ok := errors.AsType[*unreplicatedError](res.err)
+	if !ok || res.complete {
+		t.Fatalf("sendCopy: complete %v, %v; want an *unreplicatedError", res.complete, res.err)
+	}
+	if ue.warning != warning {
+		t.Fatalf("the error quotes %q, want the warning %q", ue.warning, warning)
+	}
+}
+
 // tooBigForFlight is a batch of 64 MiB, more than loopback TCP holds in
 // flight: a writer to a server that reads none of it is still writing
 // when the test acts.
