@@ -786,7 +786,10 @@ func (s *Sink) renew(row *pipeline.Row) {
 	s.st.inProgress.Add(1)
 	if err != nil {
 		s.st.inProgressErrs.Add(1)
-		s.log.Warn("in-progress failed before a dead letter; JetStream may redeliver the message meanwhile",
+		// Called for each row of a miscounted COPY, up to max_rows of
+		// them, and NATS being away refuses them all: one line a while
+		// (the counter has them all).
+		s.log.Log(context.Background(), warnEvery(&s.renewWarned), "in-progress failed before a dead letter; JetStream may redeliver the message meanwhile",
 			"stream_seq", row.Event.StreamSeq, "err", err)
 	}
 }

@@ -115,9 +115,10 @@ type Sink struct {
 	// typesLogged: Check's problems were logged after a type guard failed.
 	typesLogged atomic.Bool
 	// splitWarned: a timed-out batch's line at Warn; beatWarned: a refused
-	// InProgress's (see warnEvery).
-	splitWarned, beatWarned pipeline.Every
-	dlFails, dlDone         pipeline.Every // the logs of failed dead letters (park) and stored ones (deadLetter)
+	// InProgress's, renewWarned one refused before a dead letter (see
+	// warnEvery).
+	splitWarned, beatWarned, renewWarned pipeline.Every
+	dlFails, dlDone                      pipeline.Every // the logs of failed dead letters (park) and stored ones (deadLetter)
 	// typesGen numbers the reads of the table's types; typesMu holds
 	// typesStored, the number of the read copySQL's guards come from
 	// (see readTypes).

@@ -553,3 +553,27 @@ func TestLogSuspectQuotesOnlyTheServersOwnMessages(t *testing.T) {
 		t.Errorf("a raised message was logged, or a SQLSTATE not:\n%s", out)
 	}
 }
+
+// The rows of a miscounted COPY are each renewed (InProgress) before their
+// dead letters: while NATS refuses InProgress, that is one warning a while
+// for the sink, not one per row (up to max_rows); the counter has them all.
+func TestRefusedRenewWarnsOnceAWhile(t *testing.T) {
+	var buf bytes.Buffer
+	dl := &recDL{}
+	s := &Sink{cfg: Config{InProgressEvery: time.Second}, dl: dl, log: slog.New(slog.NewTextHandler(&buf, nil))}
+	c := &committer{s: s}
+	const n = 50
+	rs, ms := rows(1, n, nil)
+	defer pipeline.ReleaseRows(rs)
+	for _, m := range ms {
+		m.refuseInProgress.Store(1)
+	}
+	b := &batch{rows: rs}
+	c.deadLetterMiscounted(context.Background(), b, 0, n, &miscountError{sent: n, stored: n - 1})
+	if letters, _ := dl.letters(); len(letters) != n || s.Stats().InProgressErrors != n {
+		t.Fatalf("%d dead letters, %d InProgress refused; want %d of each", len(letters), s.Stats().InProgressErrors, n)
+	}
+	if got := strings.Count(buf.String(), "level=WARN msg=\"in-progress failed"); got != 1 {
+		t.Errorf("%d warnings for %d refused InProgress in a row, want 1:\n%s", got, n, buf.String())
+	}
+}
