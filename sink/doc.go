@@ -18,8 +18,13 @@
 //
 // Each committer owns one *pgx.Conn, opens it when Run starts (all at once,
 // so that the first batches do not each wait for a connect) and reconnects
-// it after it breaks; a separate admin connection serves Ping, Init and
-// Check (Connections+1 in all, application_name AppName). A pool buys nothing here: every
+// it after it breaks; a separate admin connection serves Ping, Init, Check,
+// StoredSeq and the report of a slow batch. While another call holds that
+// one, Ping pings on a short connection of its own (privatePing: one at a
+// time, which the Pings meanwhile share), and the slow-batch report looks
+// on another (adminOrOwn: one at a time). So the sink keeps Connections+1
+// connections open and has up to Connections+3 at once, all with
+// application_name AppName. A pool buys nothing here: every
 // connection has exactly one user, and the exactly-once staging table is
 // per connection state the committer tracks itself.
 //

@@ -255,7 +255,9 @@ func stagingTable(defs string) pgx.Identifier {
 
 // New validates cfg and cols and prepares Connections+1 connections
 // (application_name AppName): one per committer and one for Ping, Init and
-// Check. New itself connects only when cfg.CreateTable is set: then it
+// Check, and up to two short ones while that one is busy (one for Ping,
+// one for the slow-batch report: Connections+3 at once; see the package
+// doc). New itself connects only when cfg.CreateTable is set: then it
 // runs Init and returns its error. Otherwise a database that is down at
 // start-up only delays the first commit: Run opens the committers'
 // connections when it starts, and retries them for ever. dl may be nil
