@@ -46,7 +46,7 @@ type Stats struct {
 	Bytes              uint64 // tuple bytes committed
 	Retries            uint64 // failed attempts that were retried
 	PossibleDuplicates uint64 // rows whose COMMIT outcome was unknown in at-least-once mode (sent again, or left to redelivery at shutdown)
-	ConfigErrors       uint64 // attempts that failed with a configuration-class error (42xxx, 28xxx, ...)
+	ConfigErrors       uint64 // attempts retried for an error of the table, the session or the grants (42xxx, 28xxx, ...), or for one a row or the table may cause (a trigger's RAISE, 54000, XX000, ...) while no commit since showed that the table takes rows (see the package doc, Failures)
 	BisectCopies       uint64 // extra COPYs spent isolating poison rows
 	TakenIntoHeld      uint64 // batches a committer retrying a refused row took into its batch, to bisect again with their rows (see holdWait)
 	TimeoutSplits      uint64 // attempts of more than one row that a server timeout ended (statement_timeout, transaction_timeout, a cancel): each halved the committer's cap on rows per attempt, or left it lower (see committer.pieceTimedOut)
