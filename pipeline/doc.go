@@ -13,8 +13,8 @@
 // closes). RunHandoff does the same over any Handoff: RingHandoff is those
 // rings, ChanHandoff buffered channels to measure them against (config key
 // pipeline.handoff). A worker pops events in batches of 64, encodes each with its own
-// Encoder, pushes the rows in one batch (or, before it waits for room in a
-// full dead-letter lane, the rows decoded so far), and blocks when its
+// Encoder, pushes the rows in one batch (or, before it waits for room for
+// its dead letters, the rows decoded so far), and blocks when its
 // output ring is full: back-pressure goes from the sink through the workers to the
 // consumer. It stops when its input ring is closed and drained (Run then
 // returns nil) or when ctx ends (Run returns ctx.Err()).

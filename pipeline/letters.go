@@ -54,9 +54,16 @@ type lane struct {
 	mu     sync.Mutex
 	q      []letter // waiting: q[head:], oldest first
 	head   int
+	taken  uint64 // letters taken so far: q[head] is letter number taken
 	closed bool
 	wake   chan struct{} // 1 deep: a letter was put, or the lane closed
+
+	betweenChunks func() // tests: runs where beat has let the lock go
 }
+
+// beatChunk is how many letters beat sends InProgress to under one hold of
+// the lane's lock: the worker's put and the lane's take wait for it.
+const beatChunk = 256
 
 // put appends lt.
 func (ln *lane) put(lt letter) {
@@ -85,6 +92,7 @@ func (ln *lane) take() (letter, bool) {
 			lt := ln.q[ln.head]
 			ln.q[ln.head] = letter{} // its payload goes with its letter
 			ln.head++
+			ln.taken++
 			if ln.head == len(ln.q) {
 				// Empty: keep a small slice for the next letters, give a
 				// flood's back.
@@ -117,27 +125,47 @@ func (ln *lane) close() {
 }
 
 // beat sends InProgress for the lane's letters that are due (see
-// letterer.heartbeat) and of epoch.
-func (ln *lane) beat(now time.Time, every time.Duration, epoch uint64) (sent, failed uint64, err error) {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	for i := ln.head; i < len(ln.q); i++ {
-		lt := &ln.q[i]
-		// A letter taken before its stream was re-created gets none:
-		// JetStream would apply it to the new stream's event with the
-		// same sequence (see Epochs).
-		if now.Before(lt.due) || lt.ev.Msg == nil || lt.ev.Epoch != epoch {
-			continue
+// letterer.heartbeat) and of the epoch epochs holds, beatChunk letters at a
+// time: between chunks the lane's lock and the epoch's hold are let go, so
+// that a long lane holds neither the worker nor a stream's re-creation
+// (Epochs.Advance) while its InProgress are written. A letter is numbered
+// by the letters taken before it (taken), which neither a take nor put's
+// sliding changes.
+func (ln *lane) beat(now time.Time, every time.Duration, epochs *Epochs) (sent, failed uint64, err error) {
+	var next uint64 // the number of the next letter to look at
+	for {
+		epoch := epochs.Hold()
+		ln.mu.Lock()
+		next = max(next, ln.taken)
+		i := ln.head + int(next-ln.taken)
+		end := min(len(ln.q), i+beatChunk)
+		for ; i < end; i++ {
+			lt := &ln.q[i]
+			// A letter taken before its stream was re-created gets none:
+			// JetStream would apply it to the new stream's event with the
+			// same sequence (see Epochs).
+			if now.Before(lt.due) || lt.ev.Msg == nil || lt.ev.Epoch != epoch {
+				continue
+			}
+			lt.due = now.Add(every)
+			sent++
+			if e := lt.ev.Msg.InProgress(); e != nil {
+				failed++
+				err = e
+				lt.due = now.Add(every / 4) // again at the next tick
+			}
 		}
-		lt.due = now.Add(every)
-		sent++
-		if e := lt.ev.Msg.InProgress(); e != nil {
-			failed++
-			err = e
-			lt.due = now.Add(every / 4) // again at the next tick
+		next = ln.taken + uint64(i-ln.head)
+		more := i < len(ln.q)
+		ln.mu.Unlock()
+		epochs.Release()
+		if !more {
+			return sent, failed, err
+		}
+		if ln.betweenChunks != nil {
+			ln.betweenChunks()
 		}
 	}
-	return sent, failed, err
 }
 
 // letterer is one worker's lanes.
@@ -183,7 +211,7 @@ func (p *Pipeline) startLetters(ctx context.Context, stats *workerStats) *letter
 		})
 	}
 	if p.beatEvery > 0 {
-		l.beatWG.Go(l.heartbeat)
+		l.beatWG.Go(func() { l.heartbeat(ctx) })
 	}
 	return l
 }
@@ -221,6 +249,7 @@ func (l *letterer) wait(ctx context.Context, lt letter) error {
 		select {
 		case <-l.room:
 		case <-ctx.Done():
+			Release(lt.ev.Msg) // as the lanes do at a hard stop
 			return ctx.Err()
 		}
 	}
@@ -249,14 +278,19 @@ func (l *letterer) put(lt letter) {
 // ack wait is renewed at most 3/4 of the period after delivery and 5/4 of
 // it after each beat (the period is a third of ack_wait). The letter under
 // way is not beaten: it is settled (term or nak) once its publish
-// returns, which the dead-letterer's own timeout bounds.
-func (l *letterer) heartbeat() {
+// returns, which the dead-letterer's own timeout bounds. It ends with ctx
+// (a hard stop: the lanes then leave their letters to JetStream, which
+// should deliver them again after ack_wait, not later) or once the lanes
+// are done.
+func (l *letterer) heartbeat(ctx context.Context) {
 	every := l.p.beatEvery
-	t := time.NewTicker(every / 4)
+	t := time.NewTicker(max(every/4, time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
 		case <-l.stop:
+			return
+		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			if l.queued.Load() == 0 {
@@ -264,19 +298,17 @@ func (l *letterer) heartbeat() {
 			}
 			var sent, failed uint64
 			var failure error
-			epoch := l.p.epochs.Hold()
 			for i := range l.lanes {
-				s, f, err := l.lanes[i].beat(now, every, epoch)
+				s, f, err := l.lanes[i].beat(now, every, l.p.epochs)
 				sent, failed = sent+s, failed+f
 				if err != nil {
 					failure = err
 				}
 			}
-			l.p.epochs.Release()
 			l.p.letterBeats.Add(sent)
 			if failed > 0 {
 				l.p.letterBeatErrs.Add(failed)
-				l.p.beatFails.Log(context.Background(), l.p.log, slog.LevelWarn, failedDeadLetterEvery,
+				l.p.beatFails.Log(ctx, l.p.log, slog.LevelWarn, failedDeadLetterEvery,
 					"in-progress failed for events waiting for their dead letters; JetStream may redeliver them meanwhile",
 					"messages", failed, "error", failure.Error())
 			}

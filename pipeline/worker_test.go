@@ -192,18 +192,18 @@ func TestWorkerPushesRowsBeforeWaitingForRoomForLetters(t *testing.T) {
 	}
 }
 
-// beatMsg counts the InProgress it gets, and whether it got one after its
-// event was dead-lettered (term).
+// beatMsg counts the InProgress it gets, and whether it got one once its
+// letter was under way (and then its event terminated).
 type beatMsg struct {
 	Msg
-	beats  atomic.Int64
-	termed atomic.Bool
-	late   atomic.Bool
-	fail   bool // every InProgress fails
+	beats atomic.Int64
+	under atomic.Bool // its letter is under way
+	late  atomic.Bool
+	fail  bool // every InProgress fails
 }
 
 func (m *beatMsg) InProgress() error {
-	if m.termed.Load() {
+	if m.under.Load() {
 		m.late.Store(true)
 	}
 	m.beats.Add(1)
@@ -213,19 +213,16 @@ func (m *beatMsg) InProgress() error {
 	return nil
 }
 
-// termingDeadLetterer blocks each letter until release is closed, then
-// marks its beatMsg termed, as the consumer's dead-letterer terms the
-// message once the letter is stored.
+// termingDeadLetterer marks each letter's beatMsg under way and blocks it
+// until release is closed, as the consumer's dead-letterer publishes the
+// letter and then terms the message.
 type termingDeadLetterer struct {
 	blockingDeadLetterer
 }
 
 func (d *termingDeadLetterer) DeadLetter(ctx context.Context, ev *Event, dl DeadLetter) error {
-	if err := d.blockingDeadLetterer.DeadLetter(ctx, ev, dl); err != nil {
-		return err
-	}
-	ev.Msg.(*beatMsg).termed.Store(true)
-	return nil
+	ev.Msg.(*beatMsg).under.Store(true)
+	return d.blockingDeadLetterer.DeadLetter(ctx, ev, dl)
 }
 
 // Events waiting in a lane for their dead letters get InProgress every
@@ -270,9 +267,6 @@ func TestWaitingLettersGetInProgress(t *testing.T) {
 		}
 		return true
 	})
-	if n := msgs[0].beats.Load(); n != 0 {
-		t.Errorf("the letter under way got %d InProgress, want none", n)
-	}
 	if n := msgs[5].beats.Load(); n != 0 {
 		t.Errorf("the event of the stream re-created since got %d InProgress, want none", n)
 	}
@@ -283,11 +277,70 @@ func TestWaitingLettersGetInProgress(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	time.Sleep(2 * every) // a beat after a letter was stored would show now
 	for i, m := range msgs {
 		if m.late.Load() {
-			t.Errorf("event %d got InProgress after its letter was stored", i+1)
+			t.Errorf("event %d got InProgress while or after its letter was stored", i+1)
 		}
+	}
+}
+
+// A lane beats its letters in chunks, letting its lock go between them:
+// every due letter of a long lane is beaten once, also while letters are
+// taken from its front and put at its back meanwhile (the numbering by
+// letters taken keeps the place), and none twice.
+func TestLaneBeatsALongLaneInChunks(t *testing.T) {
+	const every = time.Minute
+	p := &Pipeline{beatEvery: every}
+	l := &letterer{p: p, queued: new(atomic.Int64)}
+	for i := range l.lanes {
+		l.lanes[i].wake = make(chan struct{}, 1)
+	}
+	start := time.Now()
+	ln := l.lane(&Event{Subject: "a"})
+	const n = 5*beatChunk + 7
+	msgs := make([]*beatMsg, n)
+	for i := range msgs {
+		msgs[i] = &beatMsg{}
+		l.put(letter{ev: Event{Msg: msgs[i], Subject: "a", Received: start.Add(-time.Hour)}})
+	}
+	// Between chunks, as the lane takes from the front and the worker
+	// puts letters not yet due: more taken than put, so that put slides
+	// the waiting letters down the slice.
+	took := 0
+	var fresh []*beatMsg
+	ln.betweenChunks = func() {
+		for range beatChunk {
+			ln.take()
+			took++
+			if took%2 == 0 {
+				m := &beatMsg{}
+				fresh = append(fresh, m)
+				l.put(letter{ev: Event{Msg: m, Subject: "a", Received: start}})
+			}
+		}
+	}
+	sent, failed, _ := ln.beat(start, every, nil)
+	ln.betweenChunks = nil
+	var beaten uint64
+	for i, m := range msgs {
+		b := m.beats.Load()
+		if b > 1 || i >= took && b != 1 {
+			t.Fatalf("letter %d (of %d, %d taken) beaten %d times, want once if still waiting, at most once if taken", i, n, took, b)
+		}
+		beaten += uint64(b)
+	}
+	for _, m := range fresh {
+		if m.beats.Load() != 0 {
+			t.Fatal("a letter not yet due was beaten")
+		}
+	}
+	if failed != 0 || sent != beaten {
+		t.Fatalf("%d sent, %d failed; the letters got %d", sent, failed, beaten)
+	}
+	// Once more, with nothing taken in between: every waiting letter due.
+	sent, _, _ = ln.beat(start.Add(every), every, nil)
+	if want := uint64(n - took + len(fresh)); sent != want {
+		t.Fatalf("a second beat sent %d, want all %d waiting", sent, want)
 	}
 }
 
@@ -492,7 +545,7 @@ func (d *subjectDeadLetterer) has(subject string) bool {
 }
 
 // Each worker has lanes of its own: a flood of poison events on one
-// worker's subject, its lane full and its letters slow, does not hold the
+// worker's subject, its letters at their limit and slow, does not hold the
 // letter of another worker's subject whose key picks the same lane (with
 // lanes shared, that letter waited behind the flood, and the other worker
 // with it, its events past ack_wait).
@@ -555,7 +608,7 @@ func TestLaneBeatsWhenDue(t *testing.T) {
 	l.put(letter{ev: Event{Msg: m, Subject: "a", Received: start.Add(-10 * time.Second)}})
 	ln := l.lane(&Event{Subject: "a"})
 	beat := func(at time.Duration) uint64 {
-		sent, _, _ := ln.beat(start.Add(at), every, 0)
+		sent, _, _ := ln.beat(start.Add(at), every, nil)
 		return sent
 	}
 	for _, c := range []struct {
@@ -591,7 +644,7 @@ func TestLaneBeatsWhenDue(t *testing.T) {
 		{44 * time.Second, 0, 0},
 		{45 * time.Second, 1, 1},
 	} {
-		if sent, failed, _ := lb.beat(start.Add(c.at), every, 0); sent != c.sent || failed != c.failed {
+		if sent, failed, _ := lb.beat(start.Add(c.at), every, nil); sent != c.sent || failed != c.failed {
 			t.Fatalf("beat at %v: %d sent, %d failed, want %d and %d", c.at, sent, failed, c.sent, c.failed)
 		}
 	}

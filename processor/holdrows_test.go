@@ -6,6 +6,7 @@ import (
 
 	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/pipeline"
 )
 
 // The sink may take in, while the database stalls, every row the stages
@@ -57,6 +58,32 @@ func TestHoldLimitFollowsTheByteBudget(t *testing.T) {
 		limit = c.limit
 		if got := f(); got != c.want {
 			t.Errorf("byte budget %d: hold limit %d, want %d", c.limit, got, c.want)
+		}
+	}
+}
+
+// The events waiting for their dead letters are bounded as the sink's rows
+// are: no limit of their own while a byte budget bounds the pulls, else as
+// many as JetStream lets the consumer have unacked, and the pipeline's
+// default with no limit there either.
+func TestLetterLimitFollowsTheBudgets(t *testing.T) {
+	var limit int64
+	budget := func() (int64, int64) { return 0, limit }
+	cfg := config.Default()
+	for _, c := range []struct {
+		maxAckPending int
+		limit         int64
+		want          int
+	}{
+		{10_000, 32 << 20, math.MaxInt},
+		{10_000, 0, 10_000},
+		{100, 0, pipeline.DefaultLetterLimit},
+		{-1, 0, pipeline.DefaultLetterLimit},
+		{-1, 32 << 20, math.MaxInt},
+	} {
+		cfg.NATS.MaxAckPending, limit = c.maxAckPending, c.limit
+		if got := letterLimit(&cfg, budget)(); got != c.want {
+			t.Errorf("max_ack_pending %d, byte budget %d: letter limit %d, want %d", c.maxAckPending, c.limit, got, c.want)
 		}
 	}
 }
