@@ -284,17 +284,23 @@ func TestWaitingLettersGetInProgress(t *testing.T) {
 	}
 }
 
+// testLetterer is a worker's lanes with the heartbeat period every, not
+// started: the test puts, takes and beats itself.
+func testLetterer(every time.Duration) *letterer {
+	l := &letterer{p: &Pipeline{beatEvery: every}, queued: new(atomic.Int64)}
+	for i := range l.lanes {
+		l.lanes[i].wake = make(chan struct{}, 1)
+	}
+	return l
+}
+
 // A lane beats its letters in chunks, letting its lock go between them:
 // every due letter of a long lane is beaten once, also while letters are
 // taken from its front and put at its back meanwhile (the numbering by
 // letters taken keeps the place), and none twice.
 func TestLaneBeatsALongLaneInChunks(t *testing.T) {
 	const every = time.Minute
-	p := &Pipeline{beatEvery: every}
-	l := &letterer{p: p, queued: new(atomic.Int64)}
-	for i := range l.lanes {
-		l.lanes[i].wake = make(chan struct{}, 1)
-	}
+	l := testLetterer(every)
 	start := time.Now()
 	ln := l.lane(&Event{Subject: "a"})
 	const n = 5*beatChunk + 7
@@ -598,11 +604,7 @@ func TestOneWorkersFloodDoesNotHoldAnothersLetters(t *testing.T) {
 // period after a failed one.
 func TestLaneBeatsWhenDue(t *testing.T) {
 	const every = time.Minute
-	p := &Pipeline{beatEvery: every}
-	l := &letterer{p: p, queued: new(atomic.Int64)}
-	for i := range l.lanes {
-		l.lanes[i].wake = make(chan struct{}, 1)
-	}
+	l := testLetterer(every)
 	start := time.Now()
 	m := &beatMsg{}
 	l.put(letter{ev: Event{Msg: m, Subject: "a", Received: start.Add(-10 * time.Second)}})
