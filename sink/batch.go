@@ -17,12 +17,20 @@ import (
 // max_rows and max_bytes are exact.
 const carrySize = 256
 
+// batchStart is the room for rows a batch starts with (at most max_rows):
+// fill doubles it as rows come, up to max_rows, and the batch keeps what it
+// grew to. max_rows may be up to 1<<20 while the rows in flight
+// (max_ack_pending) are usually far fewer: Connections+1 batches of
+// max_rows made up front would reserve ~240 MiB each, most of it never
+// used.
+const batchStart = 1024
+
 // batch is a set of rows committed in one transaction. Batch objects are
 // reused: Connections+1 of them circulate between the batcher (one open
 // batch) and the committers (one each), plus the carry.
 type batch struct {
-	mu    sync.Mutex     // guards rows (length), lo, since and due against the heartbeat
-	rows  []pipeline.Row // capacity fixed at creation (but see absorb)
+	mu    sync.Mutex     // guards rows, lo, since and due against the heartbeat
+	rows  []pipeline.Row // grown by fill up to max_rows (see batchStart), past it by absorb
 	lo    int            // rows[:lo] are settled (acked or dead-lettered); settlement is a prefix
 	bytes int            // sum of len(Tuple) of rows
 	since time.Time      // when JetStream delivered its oldest row; zero when empty
@@ -67,7 +75,7 @@ func (b *batch) reset() {
 // absorb moves o's rows, none settled, to the end of b, and leaves o
 // empty, to be released: a committer holding b for a suspect row takes
 // them in (committer.holdWait). The rows stay unsettled and under the
-// heartbeat, now b's. b may grow past its capacity; shrink gives it back.
+// heartbeat, now b's. b may grow past max_rows; shrink gives that back.
 func (b *batch) absorb(o *batch) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -108,14 +116,31 @@ func (b *batch) dropSettled(upto int) int {
 	return n
 }
 
-// shrink gives an empty batch that absorb grew its capacity n back.
-func (b *batch) shrink(n int) {
-	if cap(b.rows) <= n {
+// shrink gives back the memory of an empty batch that absorb grew past
+// maxRows: it starts again with batchStart rows of room. One that fill
+// grew (up to maxRows) keeps its room, so that a drain's batches, full
+// each time, grow once and are then reused.
+func (b *batch) shrink(maxRows int) {
+	if cap(b.rows) <= maxRows {
 		return
 	}
 	b.mu.Lock()
-	b.rows = make([]pipeline.Row, 0, n)
+	b.rows = make([]pipeline.Row, 0, min(maxRows, batchStart))
 	b.mu.Unlock()
+}
+
+// reserve makes room in b for k more rows, at most up to maxRows: it
+// doubles b's room (at least to what k needs), so that filling a batch to
+// max_rows copies its rows a few times at most, and only while it first
+// grows. The caller holds b.mu.
+func (b *batch) reserve(k, maxRows int) {
+	n := len(b.rows)
+	if k <= 0 || n+k <= cap(b.rows) {
+		return
+	}
+	grown := make([]pipeline.Row, n, min(max(2*cap(b.rows), n+k), max(maxRows, n+k)))
+	copy(grown, b.rows)
+	b.rows = grown
 }
 
 // run is the state of one Run call.
@@ -219,7 +244,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	r.warming.Store(int32(n))
 	r.all = append(r.all, r.carry)
 	for range n + 1 {
-		b := &batch{rows: make([]pipeline.Row, 0, s.cfg.Batch.MaxRows)}
+		b := &batch{rows: make([]pipeline.Row, 0, min(s.cfg.Batch.MaxRows, batchStart))}
 		r.all = append(r.all, b)
 		r.free <- b
 	}
@@ -671,6 +696,7 @@ func (r *run) fill(b *batch, cfg *BatchConfig) bool {
 			}
 		}
 	}
+	b.reserve(min(len(c.rows)-c.lo, cfg.MaxRows-len(b.rows)), cfg.MaxRows)
 	full := false
 	i := c.lo
 	for ; i < len(c.rows); i++ {

@@ -124,8 +124,8 @@ type RetryConfig struct {
 	Max     time.Duration `yaml:"max"`     // default 5s
 }
 
-// Upper bounds: Connections+1 batches of max_rows rows are allocated up
-// front, and a batch holds at most max_bytes of tuples in memory.
+// Upper bounds: Connections+1 batches may each grow to max_rows rows (see
+// batchStart), and a batch holds at most max_bytes of tuples in memory.
 const (
 	maxBatchRows  = 1 << 20
 	maxBatchBytes = 1 << 30

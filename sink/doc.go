@@ -29,7 +29,9 @@
 // per connection state the committer tracks itself.
 //
 // Batch objects are reused (Connections+1 of them, plus a 256-row carry),
-// so the hot path allocates nothing per row. Ping, Stats, DDL, Init and
+// so the hot path allocates nothing per row. Each starts with room for
+// 1024 rows (batchStart) and doubles it as rows come, up to max_rows, so
+// that a large max_rows reserves only what its batches come to hold. Ping, Stats, DDL, Init and
 // Check are safe concurrently with Run; Close must come after Run.
 //
 // # Batching

@@ -607,6 +607,48 @@ func TestCutMaxRows(t *testing.T) {
 	}
 }
 
+// A large max_rows is not reserved up front: the batches start with room
+// for batchStart rows (with max_rows 1<<20, two batches of it took ~480
+// MiB before a row came). A batch that fills past that grows, and commits
+// every row: row 1 holds the only committer on a locked table while the
+// next 3000 rows gather in one batch.
+func TestLargeMaxRowsGrowsBatchesOnDemand(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Batch.MaxRows, c.Batch.MaxBytes, c.Batch.MaxDelay = maxBatchRows, 64<<20, time.Hour
+		c.Connections = 1
+	})
+	admin := pg.Conn(t)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	select {
+	case <-s.Warmed(): // after Run made its batches
+	case <-ctx.Done():
+		t.Fatal("Run did not start")
+	}
+	for i, b := range s.running.Load().all[1:] { // the carry first
+		b.mu.Lock()
+		room := cap(b.rows)
+		b.mu.Unlock()
+		if room > batchStart {
+			t.Fatalf("batch %d starts with room for %d rows, want %d at most", i, room, batchStart)
+		}
+	}
+	tx := lockTable(t, ctx, pg, s)
+	first, m1 := rows(1, 1, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "row 1 waiting on the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+	more, ms := rows(2, 3000, nil)
+	src.push(t, ctx, more)
+	waitFor(t, ctx, "the batcher to take every row", func() bool { return src.Len() == 0 })
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "every row acked", allAcked(append(m1, ms...)))
+	closeAndCheckTxSizes(t, ctx, src, wait, admin, s.cfg.Table, 1, 3000)
+}
+
 func TestCutMaxBytes(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)

@@ -577,3 +577,46 @@ func TestRefusedRenewWarnsOnceAWhile(t *testing.T) {
 		t.Errorf("%d warnings for %d refused InProgress in a row, want 1:\n%s", got, n, buf.String())
 	}
 }
+
+// A batch starts with room for batchStart rows, whatever max_rows says, and
+// fill grows it as rows come: every row lands in order, max_rows stays
+// exact, and the room never passes max_rows, so shrink keeps it for the
+// next batch. Room that absorb added past max_rows shrink gives back.
+func TestFillGrowsTheBatchUpToMaxRows(t *testing.T) {
+	const n = 3000
+	rs, _ := rows(1, n, nil)
+	defer pipeline.ReleaseRows(rs)
+	for _, maxRows := range []int{maxBatchRows, 2500, 1000} {
+		cfg := BatchConfig{MaxRows: maxRows, MaxBytes: 1 << 30}
+		r := &run{carry: &batch{rows: make([]pipeline.Row, 0, carrySize)}}
+		b := &batch{rows: make([]pipeline.Row, 0, min(maxRows, batchStart))}
+		for next := 0; next < n && len(b.rows) < maxRows; {
+			k := copy(r.carry.rows[:carrySize], rs[next:])
+			r.carry.rows, r.carry.lo = r.carry.rows[:k], 0
+			r.fill(b, &cfg)
+			next += r.carry.lo
+		}
+		want := min(n, maxRows)
+		if len(b.rows) != want || cap(b.rows) > maxRows {
+			t.Fatalf("max_rows %d: %d rows, room for %d; want %d rows, room for at most max_rows", maxRows, len(b.rows), cap(b.rows), want)
+		}
+		for i := range b.rows {
+			if b.rows[i].Event.StreamSeq != uint64(i+1) {
+				t.Fatalf("max_rows %d: row %d is event %d", maxRows, i, b.rows[i].Event.StreamSeq)
+			}
+		}
+		grown := cap(b.rows)
+		clear(b.rows) // the rows are rs's: released once, by the test
+		b.rows = b.rows[:0]
+		b.shrink(maxRows)
+		if cap(b.rows) != grown {
+			t.Fatalf("max_rows %d: shrink took the room fill grew (%d) down to %d", maxRows, grown, cap(b.rows))
+		}
+	}
+	b := &batch{rows: make([]pipeline.Row, 0, 10)}
+	b.absorb(&batch{rows: make([]pipeline.Row, 20)})
+	b.rows = b.rows[:0]
+	if b.shrink(10); cap(b.rows) != 10 {
+		t.Fatalf("shrink left room for %d rows after absorb, want 10", cap(b.rows))
+	}
+}
