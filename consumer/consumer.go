@@ -128,6 +128,12 @@ type Consumer struct {
 	// acksRefused is the server's last refusal of an ack or InProgress
 	// (no permission on $JS.ACK): see AcksRefused.
 	acksRefused atomic.Pointer[refusal]
+	// pullsRefused is set while the server refuses the pulls themselves
+	// (no permission to publish to the pull subject: notePullRefusal), for
+	// NotConsuming. Unlike stuck, which a look at the consumer or a session
+	// that lasts clears, only a pull shown to get through clears it: a
+	// message (push), or heartbeats that keep coming (provePulls).
+	pullsRefused atomic.Pointer[pullRefusal]
 
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration
@@ -376,6 +382,7 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			c.noteAckRefusal(err)
+			c.notePullRefusal(err) // nats.go's pulls
 			subject := ""
 			if sub != nil {
 				subject = sub.Subject
@@ -506,6 +513,55 @@ func (c *Consumer) noteAckRefusal(err error) {
 			"and written again (at-least-once mode); give the user permission to publish to $JS.ACK.<stream>.> "+
 			"(and $JS.ACK.*.*.<stream>.>, the form a server with a domain or newer ack subjects uses) "+
 			"(the readiness check fails meanwhile)", "err", err)
+	}
+}
+
+// pullRefusal is the server refusing the pulls: since the first refusal
+// of a run, at the last, err saying so.
+type pullRefusal struct {
+	since, at time.Time
+	err       error
+}
+
+// pullSubject is the subject the pulls are published to, the one a user
+// must be allowed to publish to.
+func (c *Consumer) pullSubject() string {
+	return c.cfg.APIPrefix() + ".CONSUMER.MSG.NEXT." + c.cfg.Stream + "." + c.cfg.Consumer
+}
+
+// notePullRefusal notes err if it is the server refusing a pull: a
+// permission violation for a publish to pullSubject (an -ERR on the
+// connection that pulled: nats.go's async error, or the wire Sub's error;
+// the server drops the pull, and nothing answers it). Nothing is consumed
+// meanwhile, although the stream and the consumer answer every look:
+// NotConsuming reports it after stuckAfter, until provePulls or push
+// clears it. The first of a run is logged at Error, naming the subject to
+// allow. Safe from any goroutine.
+func (c *Consumer) notePullRefusal(err error) {
+	if err == nil {
+		return
+	}
+	subject := c.pullSubject()
+	t := err.Error()
+	if !strings.Contains(strings.ToLower(t), "permissions violation") || !strings.Contains(t, `"`+subject+`"`) {
+		return
+	}
+	now := time.Now()
+	why := fmt.Errorf("the server refuses the pulls: give the user permission to publish to %s: %w", subject, err)
+	for {
+		prev := c.pullsRefused.Load()
+		r := &pullRefusal{since: now, at: now, err: why}
+		if prev != nil {
+			r.since = prev.since
+		}
+		if !c.pullsRefused.CompareAndSwap(prev, r) {
+			continue
+		}
+		if prev == nil {
+			c.log.Error("the server refuses jetsink's pulls: nothing is consumed; give the user permission to publish to "+subject+
+				" (the readiness check fails after "+c.stuckAfter.String()+")", "err", err)
+		}
+		return
 	}
 }
 

@@ -238,15 +238,21 @@ const stuckAfter = 30 * time.Second
 // longer (the stream or the consumer cannot be made or looked at, the
 // subscription is refused: deleted with nats.create_stream off, no
 // permission; or a session's pulls and looks at the consumer go
-// unanswered, until a look is answered), or nil. Safe from any goroutine; the readiness check
+// unanswered, until a look is answered; or the server refuses the pulls
+// themselves, no permission to publish to the pull subject, until a pull
+// gets through), or nil. Safe from any goroutine; the readiness check
 // reports it.
 func (c *Consumer) NotConsuming() error {
-	st := c.stuck.Load()
-	if st == nil {
-		return nil
+	// What Run retries now first; a refusal of the pulls may be older.
+	if st := c.stuck.Load(); st != nil {
+		if d := time.Since(st.since); d >= c.stuckAfter {
+			return fmt.Errorf("not consuming for %v: %w", d.Round(time.Second), st.err)
+		}
 	}
-	if d := time.Since(st.since); d >= c.stuckAfter {
-		return fmt.Errorf("not consuming for %v: %w", d.Round(time.Second), st.err)
+	if r := c.pullsRefused.Load(); r != nil {
+		if d := time.Since(r.since); d >= c.stuckAfter {
+			return fmt.Errorf("not consuming for %v: %w", d.Round(time.Second), r.err)
+		}
 	}
 	return nil
 }
@@ -421,6 +427,13 @@ type session struct {
 	// the log (Consumer.subErrs), until another is logged: the session's
 	// end logs it, as the reason it may have ended for.
 	unlogged error
+	// heartbeat is the idle heartbeat the session's pulls ask for. quiet
+	// is when the session last gave a sign that its pulls may not get
+	// through: it began, reported an error (a missed heartbeat among
+	// them), or NATS was found away or reconnected (serve's goroutine
+	// only; see provePulls).
+	heartbeat time.Duration
+	quiet     time.Time
 }
 
 // await asks serve to verify the stream and returns its verdict.
@@ -499,6 +512,7 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 		}
 	}
 	if s.wire {
+		s.heartbeat = cfg.PullHeartbeat
 		cc, err := c.consumeWire(hard, s, handle, onErr)
 		if err != nil {
 			return nil, fmt.Errorf("consume: %w", err)
@@ -524,6 +538,7 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 		opts = append(opts, jetstream.PullMaxMessages(msgs))
 	}
 	hb, moved := cfg.natsGoHeartbeat()
+	s.heartbeat = hb
 	if moved {
 		c.log.Warn("nats.pull_heartbeat is outside the range nats.go's pulls take; pulling with the nearest", "pull_heartbeat", cfg.PullHeartbeat,
 			"heartbeat", hb, "range", minNATSGoHeartbeat.String()+"-"+maxNATSGoHeartbeat.String())
@@ -552,11 +567,13 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 	defer floorTick.Stop()
 	confirm := time.NewTimer(sessionConfirm)
 	defer confirm.Stop()
+	s.quiet = time.Now()
 	for {
 		select {
 		case <-confirm.C:
-			c.stuck.Store(nil) // the session lasts: Run got through
+			c.stuck.Store(nil) // the session lasts: Run got through (not pullsRefused)
 		case <-floorTick.C:
+			c.provePulls(s)
 			if why := c.refreshFloor(ctx); why != "" {
 				c.log.Warn("the consumer's configuration was changed on the server; applying jetsink's again", "changed", why)
 				return s.drain(hard)
@@ -634,6 +651,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				return s.leave(hard)
 			}
 		case <-c.reconnected:
+			s.quiet = time.Now() // the pulls begin again (provePulls)
 			if !s.wire && c.pullsWithWire() {
 				// wire was given up (wireConn); nats.go's reconnect gave it
 				// another chance. The next session looks at the stream.
@@ -676,6 +694,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				return s.leaveDraining(hard)
 			}
 		case err := <-s.errs:
+			s.quiet = time.Now() // whatever it says (provePulls)
 			if st, ok := errors.AsType[*wire.StallError](err); ok {
 				c.log.Warn("no pull: the events in flight fill nats.max_in_flight_bytes, and none has been settled meanwhile",
 					"waited", st.Waited.Round(time.Second), "held_bytes", st.Held, "max_in_flight_bytes", st.Limit,
@@ -722,6 +741,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				return s.drain(hard)
 			default:
 				c.noteAckRefusal(err)
+				c.notePullRefusal(err) // the wire client's pulls
 				s.unlogged = err
 				if c.subErrs.Log(ctx, c.log, slog.LevelWarn, asyncErrEvery, "pull subscription", "err", err) {
 					s.unlogged = nil
@@ -838,6 +858,9 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 	}
 	if c.stuck.Load() != nil {
 		c.stuck.Store(nil) // a message came: consuming (recheck)
+	}
+	if c.pullsRefused.Load() != nil {
+		c.pullsRefused.Store(nil) // a pull got through
 	}
 	if len(msg.Data()) == 0 {
 		if headerOf(msg, h, headerMarkerReason) != "" && headerOf(msg, h, headerRollup) == "sub" {
@@ -1138,6 +1161,39 @@ func (c *Consumer) why(ctx context.Context, what string, err error) string {
 // jetsink, consuming, does not see), and a cluster without a meta leader
 // answers no request.
 const jetStreamGone = "JetStream does not answer (disabled by the server: a full store disk, out of resources; or a cluster without a meta leader)"
+
+// provePulls clears pullsRefused (notePullRefusal) once session s shows
+// that its pulls get through without a message to say so: for
+// pullsProven(s.heartbeat) no pull was refused, NATS stayed connected, and
+// the session reported no error, so no missed heartbeat. Both pull
+// clients pull again at a missed heartbeat (wire within three heartbeat
+// intervals, nats.go within two), and a refused pull misses them all:
+// were the pulls still refused, one would have been refused meanwhile.
+// (nats.go tells of no heartbeat but by its absence.) Neither a look at
+// the consumer nor a session that lasts shows that much. Called every
+// floorEvery; serve's goroutine.
+func (c *Consumer) provePulls(s *session) {
+	r := c.pullsRefused.Load()
+	if r == nil {
+		return
+	}
+	now := time.Now()
+	if !c.nc.IsConnected() {
+		s.quiet = now // nothing pulls meanwhile
+		return
+	}
+	if need := pullsProven(s.heartbeat); now.Sub(s.quiet) < need || now.Sub(r.at) < need {
+		return
+	}
+	if c.pullsRefused.CompareAndSwap(r, nil) {
+		c.log.Info("the server takes jetsink's pulls again", "subject", c.pullSubject())
+	}
+}
+
+// pullsProven is how long a session's pulls of idle heartbeat hb must go
+// unrefused, and its heartbeats unmissed, for provePulls: four heartbeat
+// intervals, a second at least (a refusal reaches Run through a queue).
+func pullsProven(hb time.Duration) time.Duration { return max(4*hb, time.Second) }
 
 // floorEvery is how often serve asks the server for the consumer's ack
 // floor (noteFloor): at most that much of what was acked is delivered

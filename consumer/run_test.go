@@ -1279,6 +1279,58 @@ func TestRefusedAcksLogBounded(t *testing.T) {
 	r.cancel()
 }
 
+// A user who may look at the stream and the consumer and ack, but not
+// publish to the pull subject ($JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>):
+// the server refuses each pull with an -ERR, nothing answers it, and each
+// look at the consumer succeeds. NotConsuming reports it after stuckAfter,
+// naming the subject to allow, and keeps reporting it through the looks
+// at the consumer that the missed heartbeats bring and the floor's, which
+// cleared what there was before (the readiness check stayed green while
+// nothing was consumed). Once the permission is back, the heartbeats that
+// come clear it, before any message; the events come. (Both pull clients:
+// nats.go's refusals come as its connection's async errors, wire's as its
+// Sub's.)
+func TestRefusedPullsNotConsuming(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	js, cfg, reload := permissionsServer(t, ctx)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.stuckAfter = 300 * time.Millisecond
+	c.floorEvery = 200 * time.Millisecond
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 0)
+
+	subject := "$JS.API.CONSUMER.MSG.NEXT." + cfg.Stream + "." + cfg.Consumer
+	reload(subject)
+	reported := func() bool {
+		err := c.NotConsuming()
+		return err != nil && strings.Contains(err.Error(), "permission to publish to "+subject)
+	}
+	waitFor(t, ctx, "NotConsuming to name the pull subject", reported)
+	states := strings.Count(log.String(), "consumer state") // a look at the consumer that succeeded
+	misses := c.Stats().HeartbeatsMissing
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for until := time.Now().Add(recheckGap + 2*time.Second); time.Now().Before(until); <-tick.C {
+		if !reported() {
+			t.Fatalf("NotConsuming = %v, want the refused pulls still", c.NotConsuming())
+		}
+	}
+	if strings.Count(log.String(), "consumer state") == states || c.Stats().HeartbeatsMissing == misses {
+		t.Fatalf("no missed heartbeat and look at the consumer meanwhile; the test proves nothing:\n%s", log)
+	}
+	if n := strings.Count(log.String(), "the server refuses jetsink's pulls"); n != 1 {
+		t.Errorf("%d lines saying the pulls are refused, want 1", n)
+	}
+
+	reload()
+	waitFor(t, ctx, "NotConsuming to clear once the pulls get through", func() bool { return c.NotConsuming() == nil })
+	publish(t, ctx, js, cfg, 1, 1, 1)
+	r.ackUntil(t, ctx, 1)
+	r.stopClean(t, ctx)
+}
+
 // Under noDeadline (what Run makes of its contexts), a JetStream API
 // request the server never answers (a stream electing its leader) ends at
 // nats.go's default timeout, not at the caller's deadline: Run retries it
