@@ -425,9 +425,11 @@ func TestNoRespondersChecksTheConsumer(t *testing.T) {
 	}
 }
 
-// The error a Sub reported just before it ended is logged, whichever of
-// the two serve sees first: Go's select picks among ready cases at random,
-// and the end alone said only that the subscription ended.
+// The error a Sub reported just before it ended is logged, and kept for
+// Run (session.lastErr), whichever of the two serve sees first: Go's
+// select picks among ready cases at random, and the end alone said only
+// that the subscription ended. Run reports it when the session ended at
+// once: NotConsuming said "no reason given" when serve had read it first.
 func TestSessionEndLogsItsReason(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -446,6 +448,9 @@ func TestSessionEndLogsItsReason(t *testing.T) {
 		}
 		if !strings.Contains(buf.String(), "pull request refused") {
 			t.Fatalf("run %d: the reason the subscription ended was not logged:\n%s", i, buf.String())
+		}
+		if !errors.Is(s.lastErr, wire.ErrBadRequest) {
+			t.Fatalf("run %d: the session ended with lastErr %v, want the Sub's terminal error", i, s.lastErr)
 		}
 	}
 }

@@ -420,8 +420,10 @@ type session struct {
 	// Nats-Msg-Size came (delivery goroutine only): 0 not asked yet,
 	// bodiesWhole or bodiesLeftOut.
 	bodies int
-	// lastErr is the last error serve read from errs after the session
-	// ended by itself (logErrs): why, as far as the client said.
+	// lastErr is the last error serve read from errs, while the session
+	// ran or after it ended (logErrs): why it ended by itself, as far as
+	// the client said. (A Sub reports its terminal error just before it
+	// ends, and serve often reads it while the session still runs.)
 	lastErr error
 	// unlogged is the last error serve read from errs and held back from
 	// the log (Consumer.subErrs), until another is logged: the session's
@@ -694,6 +696,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				return s.leaveDraining(hard)
 			}
 		case err := <-s.errs:
+			s.lastErr = err
 			s.quiet = time.Now() // whatever it says (provePulls)
 			if st, ok := errors.AsType[*wire.StallError](err); ok {
 				c.log.Warn("no pull: the events in flight fill nats.max_in_flight_bytes, and none has been settled meanwhile",
