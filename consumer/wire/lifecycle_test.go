@@ -422,6 +422,60 @@ func TestNoRespondersPullsAgainEachTick(t *testing.T) {
 	}
 }
 
+// A pull nothing answers (503) while messages that came before are held
+// (as during a consumer leader election, with a slow handler) is pulled
+// again at the next tick too, not as soon as the handler has taken enough
+// of them: each such pull is refused as fast, and resets what is pending,
+// so that each message handled after it pulled again, up to one refused
+// pull a held message at an electing cluster instead of one a tick.
+func TestNoRespondersWithMessagesHeldPullsAtTheTick(t *testing.T) {
+	const tick, n = 2 * time.Second, 10
+	var pulls atomic.Int32
+	url := pullServer(t, func(w io.Writer, inbox, sid string, k int, _ string) {
+		pulls.Add(1)
+		if k == 1 {
+			for i := 1; i <= n; i++ {
+				_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.%d.%d.0.0 1\r\nx\r\n", sid, i, i)
+			}
+		}
+		writeStatus(w, inbox, sid, "NATS/1.0 503\r\n\r\n")
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	rec := newErrRecorder()
+	release := make(chan struct{})
+	var handled atomic.Int32
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: n, Expires: 30 * time.Second, Heartbeat: tick},
+		func(*Msg) {
+			<-release
+			// The server has answered every pull sent before (its 503
+			// is read before the PONG) by the time the next message is
+			// handled: as at a cluster that refuses them as fast.
+			_ = c.Flush(ctx)
+			handled.Add(1)
+		}, rec.onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	eventually(t, 5*time.Second, "the 503 with the messages held", func() bool {
+		sub.pmu.Lock()
+		defer sub.pmu.Unlock()
+		return sub.repull
+	})
+	close(release)
+	eventually(t, 5*time.Second, "the messages handled", func() bool { return handled.Load() == n })
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The first pull, and the tick's should it have come meanwhile.
+	if got := pulls.Load(); got > 2 {
+		t.Fatalf("%d pulls before the next tick, with %d messages held at the 503; want the first only (and the tick's)", got, n)
+	}
+	eventually(t, 2*tick, "the tick's pull", func() bool { return pulls.Load() >= 2 })
+	rec.wait(t, time.Second, func(err error) bool { return errors.Is(err, ErrNoResponders) })
+}
+
 // A pull the server keeps open and never answers, not even with
 // heartbeats, is reported after two quiet heartbeat intervals, and the Sub
 // asks afresh.

@@ -129,7 +129,8 @@ type Sub struct {
 	tooBig int
 	// repull: a pull was refused in a way a pull sent at once would be
 	// refused again as fast (see onStatus); the next one waits for the
-	// delivery goroutine's heartbeat tick (pmu).
+	// delivery goroutine's heartbeat tick (pmu), whatever else would pull
+	// (the Budget's wake, a message handled or its bytes spent).
 	repull bool
 
 	// openBytes is what the open pulls may still bring, with max_bytes on
@@ -729,7 +730,9 @@ func (s *Sub) spendBytes(n int64) {
 	s.pmu.Lock()
 	if s.openBytes.Load() <= 0 { // no pull sent meanwhile
 		s.noPullOpen()
-		s.maybePull()
+		if !s.repull { // else the tick pulls (onStatus)
+			s.maybePull()
+		}
 	}
 	s.pmu.Unlock()
 }
@@ -776,6 +779,8 @@ func (s *Sub) deliver(m *Msg) {
 	if s.pending > 0 {
 		s.pending--
 	}
-	s.maybePull()
+	if !s.repull { // else the tick pulls (onStatus): messages held at a refusal must not each pull again
+		s.maybePull()
+	}
 	s.pmu.Unlock()
 }
