@@ -119,6 +119,18 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 	if old := c.wc.Swap(wc); old != nil {
 		_ = old.Close()
 	}
+	// nats.go may have disconnected while the dial ran: its disconnect
+	// handler aborts the wire connection it finds in c.wc, and this one
+	// was not there yet. nats.go changes its status before it calls the
+	// handler, so one of the two catches it: this look, after the Swap,
+	// finds nats.go away and aborts it here, or the status changes after
+	// this look and the handler, which runs after that, finds it in c.wc.
+	// Pull only while the API (and the acks of a lost wire connection's
+	// messages) can get through.
+	if !c.nc.IsConnected() {
+		wc.Abort()
+		return nil, errors.New("connect the wire pull client: nats.go disconnected meanwhile")
+	}
 	return wc, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,4 +140,57 @@ func TestOtherServersKeepTheURLsCredentials(t *testing.T) {
 			t.Errorf("connected to %s: %q, want %q", tc.connected, got, tc.want)
 		}
 	}
+}
+
+// raceDialer dials address, except the first dial after arm: that one
+// cuts the proxy nats.go's connection goes through, waits until nats.go's
+// disconnect handler has run, and then dials the server at direct.
+type raceDialer struct {
+	armed  atomic.Bool
+	cut    func()
+	ran    func() bool // the disconnect handler has run
+	direct string
+}
+
+func (d *raceDialer) Dial(network, address string) (net.Conn, error) {
+	if !d.armed.CompareAndSwap(true, false) {
+		return net.Dial(network, address)
+	}
+	d.cut()
+	deadline := time.Now().Add(10 * time.Second)
+	for !d.ran() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return net.Dial(network, d.direct)
+}
+
+// nats.go disconnects while the wire connection is being dialled: its
+// disconnect handler aborts the wire connection it finds, and finds none
+// (the old one, not this one). wireConn then must not hand on a live wire
+// connection while nats.go is away: the wire client pulls only while the
+// API, and the acks of a lost wire connection's messages, can get
+// through. Before, the session pulled meanwhile.
+func TestWireConnNotMadeWhileNATSDisconnects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	p := testenv.NewGateProxy(t, strings.TrimPrefix(srv.URL(), "nats://"))
+	cfg := testConfig(t, srv)
+	cfg.URL = p.URL()
+	d := &raceDialer{cut: p.Cut, direct: strings.TrimPrefix(srv.URL(), "nats://")}
+	cfg.dialer = d
+	c := newConsumer(t, ctx, cfg)
+	before := c.acks.disconnects.Load()
+	d.ran = func() bool { return c.acks.disconnects.Load() != before }
+	d.armed.Store(true)
+	wc, err := c.wireConn(ctx)
+	if !d.ran() {
+		t.Fatal("nats.go's disconnect handler did not run while the wire connection was dialled; the test proves nothing")
+	}
+	if err == nil && !isDone(wc) {
+		t.Fatalf("wireConn returned a live wire connection while nats.go is disconnected (connected: %v)", c.nc.IsConnected())
+	}
+	t.Logf("wireConn: %v", err)
+	p.Reopen() // for Close, which confirms the acks
+	waitFor(t, ctx, "the reconnect", c.nc.IsConnected)
 }
