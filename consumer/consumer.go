@@ -223,8 +223,8 @@ type Stats struct {
 	DeadLettered      uint64 // dead letters stored for the workers and the sink (not MaxDelivered's); a repeat counts again
 	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed; or, its stream re-created, left alone)
 	MaxDelivered      uint64 // events dead-lettered as max_deliver (pipeline.StageDeliver): past nats.max_deliver, with no earlier failed letter's cause (pipeline.Causes)
-	Resubscribes      uint64 // pull subscriptions started again after one ended
-	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow)
+	Resubscribes      uint64 // pull subscriptions started again after one ended by itself or for a consumer or stream gone, replaced or changed (not a lost connection)
+	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow); the consumer is then looked up, at most every recheckGap
 	Epochs            uint64 // new epochs: the stream or consumer was replaced under events in flight
 	StaleTerms        uint64 // dead letters stored whose original was not terminated: its stream was replaced
 	// AcksUnconfirmed counts acks and terms (AckAll, DeadLetter) that may
