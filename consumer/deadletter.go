@@ -200,9 +200,9 @@ const dlRecreateEvery = 5 * time.Second
 // that time (a dead-letter stream without quorum, or with no_ack, or a
 // connection gone silent), as opposed to one refused, opens it, and the
 // dead letters after it fail at once with errDeadLetterUnanswered, so that
-// a run of poison events does not hold a worker's lanes (and, once one is
-// full, the worker and the events behind it in its ring), or the sink,
-// for a timeout each. One dead letter at a
+// a run of poison events does not hold a worker's lanes (their letters,
+// renewed with InProgress, waiting with their share of the in-flight
+// budget), or the sink, for a timeout each. One dead letter at a
 // time, at most every dlProbeEvery, goes through as a probe; the first
 // PubAck closes the breaker. A publish that finds no stream
 // (jetstream.ErrNoStreamResponse) with nats.create_stream set re-creates
@@ -487,14 +487,20 @@ func oneLine(s string, n int) string {
 
 // deadLetterTimeout bounds one dead-letter publish: min(5 s, ack_wait/8),
 // but at least 500 ms, which a PubAck from a replicated stream under load
-// may need. Nothing renews the ack wait of an event waiting for its dead
-// letter (in a worker's lane, pipeline.LettersPerWorker), nor, once that
-// lane is full, of the events behind it in the worker's ring, so each slow
-// dead letter brings them closer to their ack_wait; this keeps one from
-// taking a large part of it, and the breaker (publishDeadLetter) keeps a
-// run of poison events while the dead-letter stream hangs from taking one
-// each. (nats.go's own
-// default is 5 s.)
+// may need. The events waiting in a worker's lanes for their dead letters
+// get InProgress from the pipeline's heartbeat (pipeline.SetHeartbeat: the
+// sink's period, a third of ack_wait by default), and the lanes have no
+// bound of their own (a worker's letters are bounded by the in-flight
+// budget, or by a limit derived from max_ack_pending:
+// pipeline.SetLetterLimit). The letter under way gets none: its lane
+// settles it (term or nak) once this publish returns. Taken from its lane
+// at most 5/4 of a heartbeat period after its last InProgress (5/12 of
+// ack_wait by default), it is settled well within its ack wait after a
+// publish so bounded (a re-creation of the dead-letter stream, and the
+// publish sent again, at most every dlRecreateEvery, take longer). The
+// breaker (publishDeadLetter) keeps a run of poison events, while the
+// dead-letter stream hangs, from waiting out this timeout one after
+// another in their lanes. (nats.go's own default is 5 s.)
 func (c *Consumer) deadLetterTimeout() time.Duration {
 	return max(min(5*time.Second, c.cfg.AckWait/8), 500*time.Millisecond)
 }
