@@ -170,6 +170,17 @@ type run struct {
 	workMu   sync.RWMutex
 	workDone atomic.Bool
 
+	// working counts the batches handed to committers (hand) that they
+	// have not finished with, but for those of stranded committers
+	// (committer.strand): ones that retry rows refused with a suspect
+	// error after the batcher is done. stranded is closed once working
+	// drops to 0 after that: no commit can come any more to show that the
+	// table takes rows, and the stranded committers give their rows up
+	// (committer.strandedWait).
+	working      atomic.Int32
+	stranded     chan struct{}
+	strandedOnce sync.Once
+
 	// warming counts the committers whose first connect has not ended;
 	// grace ends the wait for them warmGrace after the first connected
 	// (see Sink.Warmed).
@@ -211,7 +222,10 @@ func (r *run) closeWork() {
 
 // Run moves rows from src into the table until src reports closed
 // (ringq.ErrClosed) and every popped row is committed and acked (or
-// dead-lettered); then it returns nil. ctx is the hard context: cancelling
+// dead-lettered, or, refused with an error that a row or the table may
+// cause while nothing else is left to commit, left unacked for JetStream to
+// redeliver: Stats.GivenUp, see committer.strandedWait); then it returns
+// nil. ctx is the hard context: cancelling
 // it abandons uncommitted batches (their messages are not acked and will be
 // redelivered) and Run returns ctx.Err(). A Source error other than
 // ringq.ErrClosed is returned as is, after the batches handed over are
@@ -235,6 +249,8 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 		spares: map[*batch]struct{}{},
 		pings:  make(chan chan error),
 		done:   make(chan struct{}),
+
+		stranded: make(chan struct{}),
 	}
 	s.running.Store(r)
 	defer s.running.Store(nil)
@@ -536,13 +552,25 @@ func (r *run) awaitCommitter(ctx context.Context, d time.Duration) (bool, error)
 	}
 }
 
-// hand gives b to the committer whose token was taken.
+// hand gives b to the committer whose token was taken. b counts as
+// working (see run.working) from before the send: a committer that learns
+// that work is closed has seen every batch handed counted.
 func (r *run) hand(ctx context.Context, b *batch) error {
+	r.working.Add(1)
 	select {
 	case r.work <- b:
 		return nil
 	case <-ctx.Done():
+		r.working.Add(-1)
 		return ctx.Err()
+	}
+}
+
+// finished records that a committer is done with a batch handed to it, or
+// that it is stranded with one (see run.working).
+func (r *run) finished() {
+	if r.working.Add(-1) == 0 && r.workDone.Load() {
+		r.strandedOnce.Do(func() { close(r.stranded) })
 	}
 }
 

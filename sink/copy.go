@@ -69,6 +69,11 @@ type committer struct {
 	held *batch
 	// noWork: the batcher has closed work, so holdWait offers no token.
 	noWork bool
+	// stranded: holding rows for a suspect error with noWork set, this
+	// committer's batch does not count in run.working (see strand).
+	// lastTry: it has tried them again since nothing else could commit
+	// (strandedEnd).
+	stranded, lastTry bool
 	// hold carries a hold's retries over the rows holdWait takes in: the
 	// next hold of the batch (resume) goes on with its backoff and its
 	// count, so that new rows neither reset the backoff nor keep the
@@ -137,6 +142,7 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 				err = herr
 			}
 		}
+		c.r.finished() // with b: handed on (counted again for its taker), or done
 		if handed {
 			// Connect before taking work again; once the batcher is done
 			// (warmCtx), there is none to take.
@@ -144,6 +150,9 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 				return ctx.Err()
 			}
 			continue
+		}
+		if _, ok := errors.AsType[*givenUpError](err); ok {
+			err = nil // its rows left unacked, for JetStream to redeliver (process logged them)
 		}
 		b.reset()
 		if !b.spare {
@@ -312,8 +321,10 @@ func (c *committer) closeConn() {
 
 // process commits b and settles every row: acked after commit, or
 // dead-lettered if the database refuses it. It returns nil, ctx.Err() once
-// ctx has ended, or errHandOff: b, untouched, is to go to another committer
-// (commitRetry could not connect while others committed).
+// ctx has ended, errHandOff: b, untouched, is to go to another committer
+// (commitRetry could not connect while others committed), or a
+// *givenUpError: at the end of a drain, the rows of b it had not settled
+// are left unacked (see strandedWait).
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
 	c.retries, c.settled, c.bytes, c.suspectSeq, c.held = 0, 0, 0, 0, nil
@@ -444,6 +455,11 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				c.held = b
 				err := c.commitRetry(ctx, rows[lo:hi], true)
 				c.held = nil
+				c.unstrand()
+				if gu, ok := errors.AsType[*givenUpError](err); ok {
+					c.giveUp(b, lo, gu)
+					return err
+				}
 				if c.hold.resume = errors.Is(err, errAbsorbed); c.hold.resume {
 					// Rows were taken in: drop the settled ones first,
 					// so that a hold that goes on through many batches
@@ -676,7 +692,9 @@ func copyLine(err error) (int, bool) {
 // rows missing, or ctx.Err(). A classSuspect error it returns at once,
 // unless c.held is set: then it retries it like a configuration error until
 // rows commit elsewhere (tableTakesRows), or returns errAbsorbed once it
-// has taken more rows into c.held (holdWait). With halve set, it returns
+// has taken more rows into c.held (holdWait), or a *givenUpError once the
+// batcher is done and no committer has a batch left that may commit
+// (strandedWait). With halve set, it returns
 // a server timeout (timedOut) of more than one row at once, having halved
 // c.piece, for the caller to try the rows in smaller pieces.
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve bool) error {
@@ -814,9 +832,15 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			c.s.log.Debug("batch failed again", "rows", len(rows), "attempt", attempt+1, "err", err, "retry_in", wait)
 		}
 		if c.held != nil && cl == classSuspect {
-			absorbed, err := c.holdWait(ctx, wait)
-			if err != nil {
-				return err
+			absorbed, werr := c.holdWait(ctx, wait)
+			if gu, ok := errors.AsType[*givenUpError](werr); ok {
+				if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+					gu.sqlstate = pgErr.Code
+				}
+				return gu
+			}
+			if werr != nil {
+				return werr
 			}
 			if absorbed {
 				c.hold.failing, c.hold.warned, c.hold.attempts = failing, warned, attempt+1
@@ -874,9 +898,18 @@ var errAbsorbed = errors.New("sink: more rows taken into the held batch")
 // (the batcher claimed it), receives the batch the batcher hands it.
 func (c *committer) holdWait(ctx context.Context, d time.Duration) (bool, error) {
 	r := c.r
+	if r == nil {
+		return false, sleep(ctx, d)
+	}
+	if r.workDone.Load() {
+		c.noWork = true // (and the tokens left in ready are stale)
+	}
+	if c.noWork {
+		return false, c.strandedWait(ctx, d)
+	}
 	lim := max(c.s.holdRows(), c.s.cfg.Batch.MaxRows)
 	lim += min(c.s.cfg.Batch.MaxRows, math.MaxInt-lim) // HoldRows may be "no limit": math.MaxInt
-	if r == nil || c.noWork || len(c.held.rows)-c.held.lo >= lim {
+	if len(c.held.rows)-c.held.lo >= lim {
 		// Bounded like the rows the batcher holds in a stall, whatever
 		// the Source lets in (the settled rows are dropped).
 		return false, sleep(ctx, d)
@@ -914,13 +947,105 @@ func (c *committer) holdWait(ctx context.Context, d time.Duration) (bool, error)
 		case <-r.ready:
 		default:
 		}
-		return false, sleep(ctx, max(0, time.Until(until)))
+		return false, c.strandedWait(ctx, max(0, time.Until(until)))
 	}
 	c.linkTaken(o.rows[o.lo:])
 	c.held.absorb(o)
 	r.release(o)
+	r.finished() // o: its rows are the held batch's now
 	c.s.st.takenIntoHeld.Add(1)
 	return true, nil
+}
+
+// givenUpError is commitRetry's answer when the committer gives up the
+// held batch's rows (see strandedWait): they are left unacked. It keeps
+// the SQLSTATE of the error they failed with, not its message, which may
+// quote a row.
+type givenUpError struct{ sqlstate string }
+
+func (e *givenUpError) Error() string {
+	return "sink: rows refused (SQLSTATE " + e.sqlstate + ") given up at the end of the drain, unacked"
+}
+
+// strandedWait is holdWait once the batcher is done (noWork): no rows can
+// come to show that the table takes rows but those other committers still
+// commit. It waits d before the next attempt, or less once no committer
+// has a batch left that may commit (run.stranded): every one still at
+// work is stranded too, retrying rows refused with a suspect error, and
+// nothing would ever commit again to tell the rows' fault from the
+// table's. The drain would then last until the hard context ends
+// (drain_timeout), to leave the rows unacked all the same. Instead
+// strandedWait returns nil at once for one more attempt (the table may
+// have been fixed meanwhile), and a *givenUpError if that fails too
+// (strandedEnd): the rows are left unacked, and JetStream redelivers them
+// after ack_wait, as it does the rows of a hard stop, to a run with other
+// rows to commit beside them (refused again, they are dead-lettered then)
+// or with the table fixed. A committer that finished its batch last may
+// have committed rows after this one's failure (tableTakesRows): then
+// the next attempt, refused again, has the row dead-lettered now.
+func (c *committer) strandedWait(ctx context.Context, d time.Duration) error {
+	c.strand()
+	select {
+	case <-c.r.stranded:
+		return c.strandedEnd()
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.r.stranded:
+		return c.strandedEnd()
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// strandedEnd is strandedWait's answer once nothing can commit any more:
+// nil (try again at once) when the table has taken rows since the
+// failure, or the first time, so that an attempt that starts after the
+// last commit elsewhere has failed too before the rows are given up (the
+// table may have been fixed during the wait); then a *givenUpError.
+func (c *committer) strandedEnd() error {
+	if c.tableTakesRows() || !c.lastTry {
+		c.lastTry = true
+		return nil
+	}
+	return &givenUpError{}
+}
+
+// strand takes the committer's batch out of run.working: it holds rows
+// for a suspect error, and the batcher is done. unstrand counts it again,
+// when the hold ends (process).
+func (c *committer) strand() {
+	if !c.stranded {
+		c.stranded = true
+		c.r.finished()
+	}
+}
+
+func (c *committer) unstrand() {
+	if c.stranded {
+		c.stranded = false
+		c.r.working.Add(1)
+	}
+}
+
+// giveUp leaves the rows b.rows[lo:], held for e, unsettled: loop resets
+// b, so that the heartbeat sends no more InProgress for them, and
+// JetStream redelivers them after ack_wait. Logged at Warn, with the
+// SQLSTATE but not the message, which may quote a row (see logSuspect).
+func (c *committer) giveUp(b *batch, lo int, e *givenUpError) {
+	n := len(b.rows) - lo
+	if n <= 0 {
+		return
+	}
+	c.s.st.givenUp.Add(uint64(n))
+	args := []any{"rows", n, "first_stream_seq", b.rows[lo].Event.StreamSeq, "sqlstate", e.sqlstate}
+	c.s.log.Warn("drain: rows the database refuses with an error that a row or the table may cause, and no other row left "+
+		"to commit to tell which: left unacked; JetStream delivers them again after ack_wait, and a run that commits other "+
+		"rows beside them dead-letters them if they are still refused", args...)
 }
 
 // linkTaken links the batch's span to the messages of rows, taken into

@@ -193,7 +193,13 @@
 //     hands it (committer.holdWait) into the retried one and bisects
 //     again, so that refused rows holding every connection do not keep
 //     the rows behind them from committing, and from showing that the
-//     table takes rows;
+//     table takes rows. At the end of a drain (the Source closed and
+//     every batch handed out), once every committer with a batch left is
+//     retrying such rows, nothing can commit any more to tell: their
+//     rows are left unacked (JetStream redelivers them after ack_wait,
+//     as after a hard stop), logged at Warn and counted in
+//     Stats.GivenUp, and Run returns, instead of retrying until the hard
+//     context ends (committer.strandedWait);
 //   - a COPY that committed with another row count than the rows sent (see
 //     Delivery): not retried; its rows are dead-lettered, not acked; an
 //     exactly-once batch that committed with rows missing from the table:

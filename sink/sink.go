@@ -59,13 +59,14 @@ type Stats struct {
 	InProgress         uint64 // InProgress calls sent
 	InProgressErrors   uint64 // InProgress calls that failed
 	DeadConnections    uint64 // connections given up because the server gave no sign of life for dead_connection_timeout
+	GivenUp            uint64 // rows left unacked at the end of a drain: refused with an error a row or the table may cause, and nothing left to commit to tell which (JetStream redelivers them after ack_wait)
 }
 
 type counters struct {
 	batches, rows, bytes, retries, possibleDups, configErrs, bisectCopies atomic.Uint64
 	deadLettered, deadLetterErrs, ackErrs, inProgress, inProgressErrs     atomic.Uint64
 	miscounts, uncounted, staleAcks, deadConns, takenIntoHeld             atomic.Uint64
-	timeoutSplits                                                         atomic.Uint64
+	timeoutSplits, givenUp                                                atomic.Uint64
 
 	// attemptSeq numbers the sink's commit attempts as they start;
 	// committedStart is the highest number of an attempt that committed.
@@ -1151,5 +1152,6 @@ func (s *Sink) Stats() Stats {
 		InProgress:         s.st.inProgress.Load(),
 		InProgressErrors:   s.st.inProgressErrs.Load(),
 		DeadConnections:    s.st.deadConns.Load(),
+		GivenUp:            s.st.givenUp.Load(),
 	}
 }

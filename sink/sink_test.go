@@ -1717,6 +1717,114 @@ func TestTriggerRefusedRowAloneDeadLetteredOnceOthersCommit(t *testing.T) {
 	}
 }
 
+// A drain whose last unsettled rows are refused by a trigger (P0001, which
+// the sink cannot tell from a table that refuses every row until another
+// row commits) ends: with the Source closed, no row is left to commit
+// beside them, and retrying them lasted until the hard context ended
+// (drain_timeout, exit status 130). They are left unacked, neither acked
+// nor dead-lettered, for JetStream to deliver again; the rows before them
+// are committed and acked. Run returns nil long before its hard context
+// ends.
+func TestDrainGivesUpRefusedLastRows(t *testing.T) {
+	for _, tc := range []struct{ conns, bad int }{{1, 1}, {2, 1}, {2, 2}} {
+		t.Run(fmt.Sprintf("%d_connections_%d_refused", tc.conns, tc.bad), func(t *testing.T) {
+			ctx := testCtx(t, 90*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) {
+				c.Connections = tc.conns
+				c.Batch.MaxRows = 1
+			})
+			logs := captureLog(t, s, time.Minute)
+			admin := pg.Conn(t)
+			refuseBadRows(t, ctx, admin, s.table, true)
+			src := newSource()
+			hard, stop := context.WithTimeout(ctx, 30*time.Second)
+			defer stop()
+			wait := runSink(t, hard, s, src)
+			good, mGood := rows(1, 10, nil)
+			src.push(t, ctx, good)
+			waitFor(t, ctx, "the good rows acked", allAcked(mGood))
+			bad, mBad := rows(11, tc.bad, func(int) string { return `{"bad":true}` })
+			src.push(t, ctx, bad)
+			waitFor(t, ctx, "the refused rows retried", func() bool { return s.Stats().ConfigErrors >= uint64(tc.bad) })
+			src.close() // a drain: nothing more comes
+			if err := wait(); err != nil {
+				t.Fatalf("Run = %v, want nil: the drain lasted until the hard context ended", err)
+			}
+			for i, m := range mBad {
+				if m.acks.Load() != 0 || m.terms.Load() != 0 || m.naks.Load() != 0 {
+					t.Fatalf("refused row %d settled (acks %d, terms %d, naks %d), want it left to JetStream",
+						11+i, m.acks.Load(), m.terms.Load(), m.naks.Load())
+				}
+			}
+			if letters, _ := dl.letters(); len(letters) != 0 {
+				t.Fatalf("dead letters %+v, want none", letters)
+			}
+			if st := s.Stats(); st.GivenUp != uint64(tc.bad) {
+				t.Errorf("Stats.GivenUp = %d, want %d", st.GivenUp, tc.bad)
+			}
+			out := logs.String()
+			if !strings.Contains(out, "left unacked") || !strings.Contains(out, "sqlstate=P0001") || strings.Contains(out, "row refused") {
+				t.Errorf("want the rows logged as left unacked, with their SQLSTATE and without the trigger's message:\n%s", out)
+			}
+			if n := count(t, ctx, admin, s.cfg.Table); n != 10 {
+				t.Fatalf("%d rows committed, want 10", n)
+			}
+		})
+	}
+}
+
+// At the end of a drain a committer retrying a refused row gives it up
+// only once no other committer has a batch left that may commit: one that
+// commits rows after the refusal shows that the table takes rows, and the
+// row is dead-lettered as usual. Here row 1, refused, is retried on one
+// connection; row 2 waits with it on a locked table on the other, and
+// takes a second longer to store (a trigger's pg_sleep) than row 1 takes
+// to fail once the lock is gone, with the Source closed by then.
+func TestDrainDeadLettersOnAnothersCommit(t *testing.T) {
+	// (A short name: application_name, which pg_stat_activity is searched
+	// by, keeps 63 bytes.)
+	ctx := testCtx(t, 90*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) {
+		c.Connections = 2
+		c.Batch.MaxRows = 1
+	})
+	admin := pg.Conn(t)
+	refuseBadRows(t, ctx, admin, s.table, true)
+	triggerOn(t, ctx, admin, s.table, "slow", "NEW.payload->>'slow' IS NOT NULL", "PERFORM pg_sleep(1)")
+	src := newSource()
+	hard, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	wait := runSink(t, hard, s, src)
+	bad, mBad := rows(1, 1, func(int) string { return `{"bad":true}` })
+	src.push(t, ctx, bad)
+	waitFor(t, ctx, "the refused row retried", func() bool { return s.Stats().ConfigErrors >= 1 })
+	tx := lockTable(t, ctx, pg, s)
+	lockWaits := func(n int) func() bool {
+		return func() bool { return backends(t, ctx, admin, s.cfg.AppName, "wait_event_type = 'Lock'") >= n }
+	}
+	waitFor(t, ctx, "the refused row's retry waiting on the lock", lockWaits(1))
+	slow, mSlow := rows(2, 1, func(int) string { return `{"slow":true}` })
+	src.push(t, ctx, slow)
+	waitFor(t, ctx, "row 2 waiting on the lock", lockWaits(2))
+	src.close()
+	waitFor(t, ctx, "the batcher done", func() bool { r := s.running.Load(); return r != nil && r.workDone.Load() })
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	letters, seqs := dl.letters()
+	if len(letters) != 1 || seqs[0] != 1 || letters[0].Code != "refused" || mBad[0].acks.Load() != 0 {
+		t.Fatalf("dead letters %+v for %v (row 1 acked %d times); want row 1's, code refused", letters, seqs, mBad[0].acks.Load())
+	}
+	if mSlow[0].acks.Load() != 1 || s.Stats().GivenUp != 0 {
+		t.Fatalf("row 2 acked %d times, %d rows given up; want 1, 0", mSlow[0].acks.Load(), s.Stats().GivenUp)
+	}
+}
+
 // A refused row held alone (one connection), then batches that each end
 // with a refused row ([good, refused]): the committer retrying takes the
 // next batch in each time, and its good row lets one refused row go, so
