@@ -70,6 +70,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		"Streams or consumers replaced under events in flight: the events taken before are stored but not acked", "{epoch}")
 	deadConns := counterIn("jetsink.postgres.dead_connections",
 		"Connections to PostgreSQL given up because the server gave no sign of life for dead_connection_timeout", "{connection}")
+	givenUp := counter("jetsink.events.given_up", "Rows a drain left unacked because the database refused them with an error the row or the table may cause, and nothing committed after to tell which; JetStream delivers them again after ack_wait")
 	lettersWaiting := gauge("jetsink.dead_letter.waiting", "Events waiting in the workers' lanes for their dead letters to be stored (not counting one under way per lane): a dead-letter stream that answers slowly", "{event}")
 	ring := gauge("jetsink.ring.occupancy", "Events waiting in a ring (in: consumer to worker, out: worker to sink)", "{event}")
 	inFlight := gauge("jetsink.in_flight", "Bytes of the messages taken from JetStream whose fate is not yet settled (nats.max_in_flight_bytes bounds them; wire pull client)", "By")
@@ -138,6 +139,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		o.ObserveInt64(takenIntoHeld, int64(ss.TakenIntoHeld))
 		o.ObserveInt64(inProgressErrs, int64(ss.InProgressErrors+ps.LetterInProgressErrors))
 		o.ObserveInt64(lettersWaiting, ps.LettersWaiting)
+		o.ObserveInt64(givenUp, int64(ss.GivenUp))
 		o.ObserveFloat64(attemptAge, p.sink.OldestAttempt().Seconds())
 		held, limit := p.consumer.InFlightBytes()
 		o.ObserveInt64(inFlight, held)
@@ -165,7 +167,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 			o.ObserveInt64(spansLost, int64(st.ExportFailed), exportFailed)
 		}
 		return nil
-	}, received, redelivered, markers, committed, maxDelivered, dlFailed, resubscribes, heartbeatsMissed, epochs, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, lettersWaiting, ring, inFlight, inFlightLimit, pending, ackPending,
+	}, received, redelivered, markers, committed, maxDelivered, dlFailed, resubscribes, heartbeatsMissed, epochs, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, lettersWaiting, givenUp, ring, inFlight, inFlightLimit, pending, ackPending,
 		lagAge, attemptAge, ready, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
