@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -763,4 +764,34 @@ func onCluster(t *testing.T) (jetstream.JetStream, Config) {
 		t.Fatal(err)
 	}
 	return js, testConfigURL(t, cl.URLs())
+}
+
+// A pull refused for want of permission is taken for one whichever way the
+// server names the pull subject: $JS.<domain>.API... on a server of
+// another domain, $JS.API... on the servers of nats.domain themselves,
+// which map the one to the other before they check; another consumer's
+// refusal, or another error, is not.
+func TestNotePullRefusalNamesEitherSubject(t *testing.T) {
+	refused := func(domain, msg string) bool {
+		c := &Consumer{cfg: Config{Stream: "S", Consumer: "C", Domain: domain}, log: slog.New(slog.DiscardHandler)}
+		c.notePullRefusal(errors.New(msg))
+		return c.pullsRefused.Load() != nil
+	}
+	const pv = `nats: permissions violation: Permissions Violation for Publish to `
+	for _, c := range []struct {
+		domain, msg string
+		want        bool
+	}{
+		{"", pv + `"$JS.API.CONSUMER.MSG.NEXT.S.C"`, true},
+		{"", pv + `"$JS.API.CONSUMER.MSG.NEXT.S.C2"`, false},
+		{"", pv + `"$JS.hub.API.CONSUMER.MSG.NEXT.S.C"`, false},
+		{"hub", pv + `"$JS.hub.API.CONSUMER.MSG.NEXT.S.C"`, true},
+		{"hub", pv + `"$JS.API.CONSUMER.MSG.NEXT.S.C"`, true},
+		{"hub", pv + `"$JS.API.CONSUMER.MSG.NEXT.S.C2"`, false},
+		{"hub", `nats: timeout "$JS.API.CONSUMER.MSG.NEXT.S.C"`, false},
+	} {
+		if got := refused(c.domain, c.msg); got != c.want {
+			t.Errorf("domain %q, %s: refusal noted %v, want %v", c.domain, c.msg, got, c.want)
+		}
+	}
 }

@@ -223,7 +223,7 @@ type Stats struct {
 	DeadLettered      uint64 // dead letters stored for the workers and the sink (not MaxDelivered's); a repeat counts again
 	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed; or, its stream re-created, left alone)
 	MaxDelivered      uint64 // events dead-lettered as max_deliver (pipeline.StageDeliver): past nats.max_deliver, with no earlier failed letter's cause (pipeline.Causes)
-	Resubscribes      uint64 // pull subscriptions started again after one ended by itself or for a consumer or stream gone, replaced or changed (not a lost connection)
+	Resubscribes      uint64 // pull subscriptions started again after one ended by itself or for a consumer or stream gone, replaced or changed, or the stream unreadable after a reconnect (not a lost connection alone)
 	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow); the consumer is then looked up, at most every recheckGap
 	Epochs            uint64 // new epochs: the stream or consumer was replaced under events in flight
 	StaleTerms        uint64 // dead letters stored whose original was not terminated: its stream was replaced
@@ -543,9 +543,15 @@ func (c *Consumer) notePullRefusal(err error) {
 	}
 	subject := c.pullSubject()
 	t := err.Error()
-	if !strings.Contains(strings.ToLower(t), "permissions violation") || !strings.Contains(t, `"`+subject+`"`) {
+	// On the servers of nats.domain themselves, the server maps
+	// $JS.<domain>.API to $JS.API before it checks the permission, and
+	// names the subject it checked.
+	local := "$JS.API.CONSUMER.MSG.NEXT." + c.cfg.Stream + "." + c.cfg.Consumer
+	if !strings.Contains(strings.ToLower(t), "permissions violation") ||
+		!strings.Contains(t, `"`+subject+`"`) && (c.cfg.Domain == "" || !strings.Contains(t, `"`+local+`"`)) {
 		return
 	}
+	subject = apiSubjects(c.cfg, "CONSUMER.MSG.NEXT."+c.cfg.Stream+"."+c.cfg.Consumer)
 	now := time.Now()
 	why := fmt.Errorf("the server refuses the pulls: give the user permission to publish to %s: %w", subject, err)
 	for {

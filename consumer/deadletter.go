@@ -491,8 +491,8 @@ func oneLine(s string, n int) string {
 // get InProgress from the pipeline's heartbeat (pipeline.SetHeartbeat: the
 // sink's period, a third of ack_wait by default), and the lanes have no
 // bound of their own (a worker's letters are bounded by the in-flight
-// budget, or by a limit derived from max_ack_pending:
-// pipeline.SetLetterLimit). The letter under way gets none: its lane
+// budget, or by a limit derived from max_ack_pending, 512 at least:
+// pipeline.SetLetterLimit, pipeline.DefaultLetterLimit). The letter under way gets none: its lane
 // settles it (term or nak) once this publish returns. Taken from its lane
 // at most 5/4 of a heartbeat period after its last InProgress (5/12 of
 // ack_wait by default), it is settled well within its ack wait after a

@@ -1287,9 +1287,9 @@ func TestRefusedAcksLogBounded(t *testing.T) {
 // at the consumer that the missed heartbeats bring and the floor's, which
 // cleared what there was before (the readiness check stayed green while
 // nothing was consumed). Once the permission is back, the heartbeats that
-// come clear it, before any message; the events come. (Both pull clients:
-// nats.go's refusals come as its connection's async errors, wire's as its
-// Sub's.)
+// come clear it, before any message; the events come. (With either pull
+// client, JETSINK_TEST_PULL_CLIENT: nats.go's refusals come as its
+// connection's async errors, wire's as its Sub's; make test runs both.)
 func TestRefusedPullsNotConsuming(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -151,7 +151,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 }
 
 // Run moves events until intake is cancelled and everything taken in is
-// committed and acked (returns nil), until hard is cancelled (returns
+// committed and acked, dead-lettered, or (rows the database refused at
+// the end with nothing left to commit to tell why: sink Stats.GivenUp)
+// left unacked for JetStream to deliver again (returns nil), until hard is cancelled (returns
 // hard's error), or until a stage fails (returns its error after the others
 // have stopped).
 func (p *Processor) Run(intake, hard context.Context) error {

@@ -63,7 +63,7 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	inProgressErrs := counterIn("jetsink.in_progress.failures",
 		"Heartbeats (InProgress) that failed for messages waiting in the sink (a batch retried, or waiting for a committer) or for their dead letters; sent again at the next tick, but past ack_wait JetStream may deliver such a message again", "{message}")
 	resubscribes := counterIn("jetsink.consumer.resubscribes",
-		"Pull subscriptions started again, the consumer made again where needed, after one ended by itself (a consumer deleted, a pull refused) or for a consumer or stream gone or re-created, or its configuration changed on the server; not after a lost connection (nats.go pulls on across a reconnect, the wire client on a new connection)", "{subscription}")
+		"Pull subscriptions started again, the consumer made again where needed, after one ended by itself (a consumer deleted, a pull refused) or for a consumer or stream gone or re-created, or its configuration changed on the server, or the stream unreadable after a reconnect; not after a lost connection alone (nats.go pulls on across a reconnect, the wire client on a new connection)", "{subscription}")
 	heartbeatsMissed := counterIn("jetsink.consumer.heartbeats_missed",
 		"Pulls whose idle heartbeats stopped coming (a server gone or stalled, a consumer lost); the consumer is then looked up, at most once every 5 s", "{pull}")
 	epochs := counterIn("jetsink.consumer.epochs",

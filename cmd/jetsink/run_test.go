@@ -92,11 +92,12 @@ func TestDrainDeadlineFiresOnce(t *testing.T) {
 
 // The drain's last line claims every event settled only when no ack
 // failed or went into a connection that was lost, no dead letter failed
-// (its event nak'ed) and no event was left to a replaced stream; before,
+// (its event nak'ed), no event was left to a replaced stream and no row
+// given up at the end for the database's refusal; before,
 // acks a connection refused (counted by the sink), and then failed dead
 // letters and stale settles, did not stop the claim.
 func TestLogDrained(t *testing.T) {
-	for _, u := range []unsettled{{}, {unconfirmed: 3}, {ackErrors: 5}, {unconfirmed: 3, ackErrors: 5}, {deadLetterFailed: 2}, {stale: 7}} {
+	for _, u := range []unsettled{{}, {unconfirmed: 3}, {ackErrors: 5}, {unconfirmed: 3, ackErrors: 5}, {deadLetterFailed: 2}, {stale: 7}, {givenUp: 1}} {
 		var buf bytes.Buffer
 		logDrained(slog.New(slog.NewTextHandler(&buf, nil)), u, nil)
 		out := buf.String()
@@ -104,7 +105,7 @@ func TestLogDrained(t *testing.T) {
 		if got := strings.Contains(out, "committed and acked"); got != settled {
 			t.Errorf("%+v: %q", u, out)
 		}
-		want := fmt.Sprintf("acks_unconfirmed=%d ack_errors=%d dead_letter_failed=%d stale=%d", u.unconfirmed, u.ackErrors, u.deadLetterFailed, u.stale)
+		want := fmt.Sprintf("acks_unconfirmed=%d ack_errors=%d dead_letter_failed=%d stale=%d given_up=%d", u.unconfirmed, u.ackErrors, u.deadLetterFailed, u.stale, u.givenUp)
 		if !settled && (!strings.Contains(out, "level=WARN") || !strings.Contains(out, want)) {
 			t.Errorf("%+v: want a warning with %q: %q", u, want, out)
 		}
@@ -112,7 +113,7 @@ func TestLogDrained(t *testing.T) {
 	// What the run left before the stop is told apart from the stop's.
 	var buf bytes.Buffer
 	logDrained(slog.New(slog.NewTextHandler(&buf, nil)), unsettled{unconfirmed: 698, ackErrors: 2}, &unsettled{unconfirmed: 698})
-	if want := "acks_unconfirmed=698 ack_errors=2 dead_letter_failed=0 stale=0 stop_acks_unconfirmed=0 stop_ack_errors=2 stop_dead_letter_failed=0 stop_stale=0"; !strings.Contains(buf.String(), want) {
+	if want := "acks_unconfirmed=698 ack_errors=2 dead_letter_failed=0 stale=0 given_up=0 stop_acks_unconfirmed=0 stop_ack_errors=2 stop_dead_letter_failed=0 stop_stale=0"; !strings.Contains(buf.String(), want) {
 		t.Errorf("want %q: %q", want, buf.String())
 	}
 }
