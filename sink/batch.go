@@ -170,16 +170,26 @@ type run struct {
 	workMu   sync.RWMutex
 	workDone atomic.Bool
 
-	// working counts the batches handed to committers (hand) that they
-	// have not finished with, but for those of stranded committers
-	// (committer.strand): ones that retry rows refused with a suspect
-	// error after the batcher is done. stranded is closed once working
-	// drops to 0 after that: no commit can come any more to show that the
-	// table takes rows, and the stranded committers give their rows up
-	// (committer.strandedWait).
-	working      atomic.Int32
-	stranded     chan struct{}
-	strandedOnce sync.Once
+	// strandMu guards working, untried and strandChange. working counts
+	// the batches handed to committers (hand) that they have not
+	// finished with, but for those of stranded committers
+	// (committer.strandLocked): ones that wait, in strandedWait, to retry rows
+	// refused with a suspect error after the batcher is done. A
+	// committer's attempts count, stranded or not. So working is 0 after
+	// the batcher is done when every committer with a batch left waits
+	// in strandedWait: nothing commits, and nothing will, to show that
+	// the table takes rows. That is a state, not an event: it ends when
+	// one of them tries its rows again (it counts then), and comes again
+	// when that try has failed too. untried counts the stranded
+	// committers that have not had their last try at the rows they hold
+	// (committer.lastTry): none gives its rows up while one may still
+	// commit. strandChange is closed, and replaced, at each change of
+	// either once the batcher is done, to wake the stranded committers
+	// to look again.
+	strandMu     sync.Mutex
+	working      int
+	untried      int
+	strandChange chan struct{}
 
 	// warming counts the committers whose first connect has not ended;
 	// grace ends the wait for them warmGrace after the first connected
@@ -250,7 +260,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 		pings:  make(chan chan error),
 		done:   make(chan struct{}),
 
-		stranded: make(chan struct{}),
+		strandChange: make(chan struct{}),
 	}
 	s.running.Store(r)
 	defer s.running.Store(nil)
@@ -556,22 +566,44 @@ func (r *run) awaitCommitter(ctx context.Context, d time.Duration) (bool, error)
 // working (see run.working) from before the send: a committer that learns
 // that work is closed has seen every batch handed counted.
 func (r *run) hand(ctx context.Context, b *batch) error {
-	r.working.Add(1)
+	r.addWork(1, 0)
 	select {
 	case r.work <- b:
 		return nil
 	case <-ctx.Done():
-		r.working.Add(-1)
+		r.addWork(-1, 0)
 		return ctx.Err()
 	}
 }
 
-// finished records that a committer is done with a batch handed to it, or
-// that it is stranded with one (see run.working).
+// finished records that a committer is done with a batch handed to it
+// (see run.working).
 func (r *run) finished() {
-	if r.working.Add(-1) == 0 && r.workDone.Load() {
-		r.strandedOnce.Do(func() { close(r.stranded) })
+	r.addWork(-1, 0)
+}
+
+// addWork adds dw to run.working and du to run.untried.
+func (r *run) addWork(dw, du int) {
+	r.strandMu.Lock()
+	r.addWorkLocked(dw, du)
+	r.strandMu.Unlock()
+}
+
+// addWorkLocked is addWork under r.strandMu. Once the batcher is done, it
+// wakes the stranded committers (strandChange) to look at the change.
+func (r *run) addWorkLocked(dw, du int) {
+	r.working += dw
+	r.untried += du
+	if r.workDone.Load() && (dw != 0 || du != 0) {
+		close(r.strandChange)
+		r.strandChange = make(chan struct{})
 	}
+}
+
+// allStranded reports, under r.strandMu, whether the batcher is done and
+// every committer with a batch left is stranded (see run.working).
+func (r *run) allStranded() bool {
+	return r.workDone.Load() && r.working == 0
 }
 
 // newSpare makes a batch to hold rows while every committer is busy; its

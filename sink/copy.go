@@ -62,17 +62,22 @@ type committer struct {
 	// failure and shows that the table takes rows since, so that the error
 	// comes from the rows that fail. (Not the failed attempt's own number:
 	// an attempt that started while it ran may have committed before the
-	// table began to refuse rows.)
+	// table began to refuse rows.) Set with lastTry (suspectFrom): a new
+	// failure's rows get a last try of their own.
 	suspectSeq uint64
 	// held, while commitRetry retries classSuspect errors (see process), is
 	// the batch whose rows it retries: holdWait adds rows to it.
 	held *batch
 	// noWork: the batcher has closed work, so holdWait offers no token.
 	noWork bool
-	// stranded: holding rows for a suspect error with noWork set, this
-	// committer's batch does not count in run.working (see strand).
-	// lastTry: it has tried them again since nothing else could commit
-	// (strandedEnd).
+	// stranded: waiting in strandedWait to retry rows held for a suspect
+	// error with noWork set, this committer's batch does not count in
+	// run.working (see strandLocked). lastTry: it has tried the rows
+	// refused since suspectSeq was last set once every committer was
+	// stranded (strandedWait). run.untried counts the stranded
+	// committers whose lastTry is false: lastTry changes only while the
+	// committer is not stranded (suspectFrom), or with run.untried, under
+	// run.strandMu (strandedWait).
 	stranded, lastTry bool
 	// hold carries a hold's retries over the rows holdWait takes in: the
 	// next hold of the batch (resume) goes on with its backoff and its
@@ -327,7 +332,8 @@ func (c *committer) closeConn() {
 // are left unacked (see strandedWait).
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
-	c.retries, c.settled, c.bytes, c.suspectSeq, c.held = 0, 0, 0, 0, nil
+	c.retries, c.settled, c.bytes, c.held = 0, 0, 0, nil
+	c.suspectFrom(0)
 	c.hold.resume = false
 	// c.span may start later too, with rows taken into the batch
 	// (holdWait, linkTaken).
@@ -433,7 +439,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				c.suspectSeq = 0 // the next refused row needs a commit of its own
+				c.suspectFrom(0) // the next refused row needs a commit of its own
 			case c.probe(ctx, b, p):
 				// A row of the batch committed alone: the table takes
 				// rows. Settled, it was moved to p; bisect again.
@@ -575,6 +581,14 @@ func (c *committer) settleCommitted(ctx context.Context, b *batch, lo, hi int, e
 		return true
 	}
 	return false
+}
+
+// suspectFrom sets c.suspectSeq to seq (0: no suspect failure), and
+// clears c.lastTry: rows refused anew get a last try of their own at the
+// end of a drain (strandedWait). The committer is not stranded (it is
+// not waiting in strandedWait), so run.untried does not count it.
+func (c *committer) suspectFrom(seq uint64) {
+	c.suspectSeq, c.lastTry = seq, false
 }
 
 // tableTakesRows reports whether an attempt that started after the
@@ -760,7 +774,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			if c.suspectSeq == 0 {
 				// Not seq: only attempts that start from now on can
 				// show that the table takes rows after this failure.
-				c.suspectSeq = c.s.st.attemptSeq.Load()
+				c.suspectFrom(c.s.st.attemptSeq.Load())
 			}
 			if c.tableTakesRows() {
 				// A commit since this failure: the server judged the
@@ -969,67 +983,93 @@ func (e *givenUpError) Error() string {
 
 // strandedWait is holdWait once the batcher is done (noWork): no rows can
 // come to show that the table takes rows but those other committers still
-// commit. It waits d before the next attempt, or less once no committer
-// has a batch left that may commit (run.stranded): every one still at
-// work is stranded too, retrying rows refused with a suspect error, and
-// nothing would ever commit again to tell the rows' fault from the
-// table's. The drain would then last until the hard context ends
-// (drain_timeout), to leave the rows unacked all the same. Instead
-// strandedWait returns nil at once for one more attempt (the table may
-// have been fixed meanwhile), and a *givenUpError if that fails too
-// (strandedEnd): the rows are left unacked, and JetStream redelivers them
-// after ack_wait, as it does the rows of a hard stop, to a run with other
-// rows to commit beside them (refused again, they are dead-lettered then)
-// or with the table fixed. A committer that finished its batch last may
-// have committed rows after this one's failure (tableTakesRows): then
-// the next attempt, refused again, has the row dead-lettered now.
+// commit. The committer is stranded while it waits (strandLocked): its batch
+// leaves run.working. It waits d before the next attempt, or less once
+// every committer with a batch left is stranded (run.allStranded):
+// nothing commits, and nothing would ever commit again to tell the rows'
+// fault from the table's; the drain would then last until the hard
+// context ends (drain_timeout), to leave the rows unacked all the same.
+// Instead, in that state, strandedWait returns nil at once for one last
+// try (the table may have been fixed meanwhile) if the committer has not
+// had it since its rows were refused (lastTry), or if the table has
+// taken rows since (tableTakesRows: refused again, the row is
+// dead-lettered); else, once no other stranded committer has its last
+// try to come (run.untried), a *givenUpError: the rows are left unacked,
+// and JetStream redelivers them after ack_wait, as it does the rows of a
+// hard stop, to a run with other rows to commit beside them (refused
+// again, they are dead-lettered then) or with the table fixed.
+//
+// An attempt counts as work, stranded or not: strandedWait counts the
+// committer again (unstrand) before it returns nil, so that the others
+// wait for what its attempt shows. The state ends whenever a committer
+// tries again, and comes again once its try has failed, or its batch is
+// done: the last tries come one after another, and one that commits
+// lets the others try again, and dead-letter their rows. The decision is
+// taken under run.strandMu with the state, so that no committer gives its
+// rows up on a state that another's attempt has already ended.
 func (c *committer) strandedWait(ctx context.Context, d time.Duration) error {
-	c.strand()
-	select {
-	case <-c.r.stranded:
-		return c.strandedEnd()
-	default:
-	}
+	r := c.r
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-c.r.stranded:
-		return c.strandedEnd()
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		r.strandMu.Lock()
+		c.strandLocked()
+		if r.allStranded() {
+			switch {
+			case !c.lastTry || c.tableTakesRows():
+				c.unstrandLocked()
+				c.lastTry = true
+				r.strandMu.Unlock()
+				return nil
+			case r.untried == 0:
+				r.strandMu.Unlock()
+				return &givenUpError{}
+			}
+		}
+		change := r.strandChange
+		r.strandMu.Unlock()
+		select {
+		case <-change: // look again
+		case <-t.C:
+			c.unstrand()
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
-// strandedEnd is strandedWait's answer once nothing can commit any more:
-// nil (try again at once) when the table has taken rows since the
-// failure, or the first time, so that an attempt that starts after the
-// last commit elsewhere has failed too before the rows are given up (the
-// table may have been fixed during the wait); then a *givenUpError.
-func (c *committer) strandedEnd() error {
-	if c.tableTakesRows() || !c.lastTry {
-		c.lastTry = true
-		return nil
-	}
-	return &givenUpError{}
-}
-
-// strand takes the committer's batch out of run.working: it holds rows
-// for a suspect error, and the batcher is done. unstrand counts it again,
-// when the hold ends (process).
-func (c *committer) strand() {
+// strandLocked takes the committer's batch out of run.working, under
+// run.strandMu: it waits in strandedWait to retry rows held for a suspect
+// error, and the batcher is done. unstrand counts it again, as it tries
+// them (strandedWait) or its hold ends (process).
+func (c *committer) strandLocked() {
 	if !c.stranded {
 		c.stranded = true
-		c.r.finished()
+		c.r.addWorkLocked(-1, untried(c.lastTry))
 	}
 }
 
 func (c *committer) unstrand() {
+	c.r.strandMu.Lock()
+	c.unstrandLocked()
+	c.r.strandMu.Unlock()
+}
+
+func (c *committer) unstrandLocked() {
 	if c.stranded {
 		c.stranded = false
-		c.r.working.Add(1)
+		c.r.addWorkLocked(1, -untried(c.lastTry))
 	}
+}
+
+// untried is what a stranded committer adds to run.untried: 1 if it has
+// not had its last try (lastTry false).
+func untried(lastTry bool) int {
+	if lastTry {
+		return 0
+	}
+	return 1
 }
 
 // giveUp leaves the rows b.rows[lo:], held for e, unsettled: loop resets

@@ -195,11 +195,15 @@
 //     the rows behind them from committing, and from showing that the
 //     table takes rows. At the end of a drain (the Source closed and
 //     every batch handed out), once every committer with a batch left is
-//     retrying such rows, nothing can commit any more to tell: their
-//     rows are left unacked (JetStream redelivers them after ack_wait,
-//     as after a hard stop), logged at Warn and counted in
-//     Stats.GivenUp, and Run returns, instead of retrying until the hard
-//     context ends (committer.strandedWait);
+//     retrying such rows, nothing can commit any more to tell: each tries
+//     its rows once more, and once every one of those tries has failed
+//     with no commit since, their rows are left unacked (JetStream
+//     redelivers them after ack_wait, as after a hard stop), logged at
+//     Warn and counted in Stats.GivenUp, and Run returns, instead of
+//     retrying until the hard context ends
+//     (committer.strandedWait). A commit meanwhile (a committer still at
+//     work, or another's last try) shows that the table takes rows:
+//     refused again, the rows are dead-lettered instead;
 //   - a COPY that committed with another row count than the rows sent (see
 //     Delivery): not retried; its rows are dead-lettered, not acked; an
 //     exactly-once batch that committed with rows missing from the table:

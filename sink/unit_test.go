@@ -620,3 +620,138 @@ func TestFillGrowsTheBatchUpToMaxRows(t *testing.T) {
 		t.Fatalf("shrink left room for %d rows after absorb, want 10", cap(b.rows))
 	}
 }
+
+// strandedRun is a drained run (the batcher done) with n committers, each
+// holding a batch, for the tests of committer.strandedWait; commit
+// records a commit of an attempt that starts now, refuse the refusal of
+// a committer's rows with a suspect error (no commit since).
+func strandedRun(n int) (r *run, cs []*committer, commit func(), refuse func(c *committer)) {
+	s := &Sink{}
+	r = &run{s: s, strandChange: make(chan struct{})}
+	for range n {
+		cs = append(cs, &committer{s: s, r: r})
+	}
+	r.addWork(n, 0)
+	r.workDone.Store(true)
+	commit = func() { s.st.committedStart.Store(s.st.attemptSeq.Add(1)) }
+	refuse = func(c *committer) { c.suspectFrom(s.st.attemptSeq.Add(1)) }
+	return r, cs, commit, refuse
+}
+
+// workingNow is run.working, read under its lock.
+func (r *run) workingNow() int {
+	r.strandMu.Lock()
+	defer r.strandMu.Unlock()
+	return r.working
+}
+
+// Once every committer is stranded, one of them tries its rows once more
+// (a last try), and its try counts as work: the others wait for what it
+// shows. A committer that goes back to work (another's commit shows that
+// the table takes rows, and it bisects) keeps the others from giving up
+// until it is stranded again, and a row refused anew gets a last try of
+// its own. The sequence a review found (three connections, the table
+// fixed as the drain began): A, B and C stranded; A's last try fails,
+// B's commits; A and C see it and bisect; A's next refused row must not
+// be given up while C still commits, nor without a try once C is done.
+// The looks are ordered by holding some back (a strand alone).
+func TestStrandedIsAStateNotAnEvent(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	r, cs, commit, refuse := strandedRun(3)
+	a, b, c := cs[0], cs[1], cs[2]
+	for _, x := range cs {
+		refuse(x)
+	}
+	r.strandMu.Lock()
+	b.strandLocked()
+	c.strandLocked()
+	r.strandMu.Unlock()
+	if err := a.strandedWait(ctx, time.Hour); err != nil {
+		t.Fatalf("A's wait with every committer stranded = %v, want nil: its last try", err)
+	}
+	// A's last try fails, with nothing committed: B's and C's are to come.
+	errA := make(chan error, 1)
+	go func() { errA <- a.strandedWait(ctx, time.Hour) }()
+	if err := b.strandedWait(ctx, time.Hour); err != nil {
+		t.Fatalf("B's wait = %v, want nil: its last try", err)
+	}
+	if n := r.workingNow(); n != 1 {
+		t.Fatalf("working = %d during B's last try, want 1: a try counts as work", n)
+	}
+	// B's last try commits, and B is done: A tries again.
+	commit()
+	r.finished()
+	if err := <-errA; err != nil {
+		t.Fatalf("A's wait after B's commit = %v, want nil: another try", err)
+	}
+	// C looks while A tries: a retry after its backoff, which counts as
+	// work too.
+	if err := c.strandedWait(ctx, time.Millisecond); err != nil {
+		t.Fatalf("C's wait with A trying = %v, want nil (a retry)", err)
+	}
+	if n := r.workingNow(); n != 2 {
+		t.Fatalf("working = %d with A trying and C retrying, want 2", n)
+	}
+	// A's and C's tries, refused, see B's commit: they bisect. A commits
+	// a piece, dead-letters its row, and its next row is refused, with
+	// no commit since.
+	if !a.tableTakesRows() || !c.tableTakesRows() {
+		t.Fatal("B's commit does not show A and C that the table takes rows")
+	}
+	commit()
+	a.suspectFrom(0)
+	refuse(a)
+	for i := range 3 {
+		if err := a.strandedWait(ctx, time.Millisecond); err != nil {
+			t.Fatalf("A's wait %d with C committing = %v, want nil (a retry)", i+1, err)
+		}
+	}
+	// C is done, without a commit since: A's new row gets its last try.
+	r.finished()
+	if err := a.strandedWait(ctx, time.Hour); err != nil {
+		t.Fatalf("A's wait once C is done = %v, want nil: the new row's last try", err)
+	}
+	if err := a.strandedWait(ctx, time.Hour); !isGivenUp(err) {
+		t.Fatalf("A's wait after the new row's last try failed = %v, want a *givenUpError", err)
+	}
+}
+
+// A committer whose last try has failed does not give its rows up while
+// another, stranded, has its last try still to come (run.untried): that
+// try may commit. Y's look is held back here (its strand alone) so that
+// X looks first.
+func TestStrandedWaitsForTheOthersLastTries(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	r, cs, _, refuse := strandedRun(2)
+	x, y := cs[0], cs[1]
+	refuse(x)
+	refuse(y)
+	r.strandMu.Lock()
+	y.strandLocked()
+	r.strandMu.Unlock()
+	if err := x.strandedWait(ctx, time.Hour); err != nil {
+		t.Fatalf("X's first wait = %v, want nil: its last try", err)
+	}
+	if err := x.strandedWait(ctx, time.Millisecond); err != nil {
+		t.Fatalf("X's wait with Y's last try to come = %v, want nil (a retry)", err)
+	}
+	errX := make(chan error, 1)
+	go func() { errX <- x.strandedWait(ctx, time.Hour) }()
+	if err := y.strandedWait(ctx, time.Hour); err != nil {
+		t.Fatalf("Y's wait = %v, want nil: its last try", err)
+	}
+	if err := y.strandedWait(ctx, time.Hour); !isGivenUp(err) {
+		t.Fatalf("Y's wait after its last try failed = %v, want a *givenUpError", err)
+	}
+	if err := <-errX; !isGivenUp(err) {
+		t.Fatalf("X's wait after both last tries failed = %v, want a *givenUpError", err)
+	}
+	if n := r.workingNow(); n != 0 {
+		t.Fatalf("working = %d with both given up, want 0", n)
+	}
+}
+
+func isGivenUp(err error) bool {
+	_, ok := errors.AsType[*givenUpError](err)
+	return ok
+}
