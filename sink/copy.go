@@ -1074,8 +1074,12 @@ func untried(lastTry bool) int {
 
 // giveUp leaves the rows b.rows[lo:], held for e, unsettled: loop resets
 // b, so that the heartbeat sends no more InProgress for them, and
-// JetStream redelivers them after ack_wait. Logged at Warn, with the
-// SQLSTATE but not the message, which may quote a row (see logSuspect).
+// JetStream redelivers them after ack_wait. Their events' life in the
+// process ends here all the same (pipeline.Event.End, outcome
+// "given_up"): their spans end, failed, and their messages give back
+// their hold on the in-flight budget, as a stale row's do (settle).
+// Logged at Warn, with the SQLSTATE but not the message, which may quote
+// a row (see logSuspect).
 func (c *committer) giveUp(b *batch, lo int, e *givenUpError) {
 	n := len(b.rows) - lo
 	if n <= 0 {
@@ -1083,6 +1087,9 @@ func (c *committer) giveUp(b *batch, lo int, e *givenUpError) {
 	}
 	c.s.st.givenUp.Add(uint64(n))
 	args := []any{"rows", n, "first_stream_seq", b.rows[lo].Event.StreamSeq, "sqlstate", e.sqlstate}
+	for i := lo; i < len(b.rows); i++ {
+		telemetry.EndMessage(&b.rows[i].Event, "given_up", e)
+	}
 	c.s.log.Warn("drain: rows the database refuses with an error that a row or the table may cause, and no other row left "+
 		"to commit to tell which: left unacked; JetStream delivers them again after ack_wait, and a run that commits other "+
 		"rows beside them dead-letters them if they are still refused", args...)

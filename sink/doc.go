@@ -198,9 +198,10 @@
 //     retrying such rows, nothing can commit any more to tell: each tries
 //     its rows once more, and once every one of those tries has failed
 //     with no commit since, their rows are left unacked (JetStream
-//     redelivers them after ack_wait, as after a hard stop), logged at
-//     Warn and counted in Stats.GivenUp, and Run returns, instead of
-//     retrying until the hard context ends
+//     redelivers them after ack_wait, as after a hard stop; their events
+//     end with outcome "given_up", giving back their hold on the
+//     in-flight budget), logged at Warn and counted in Stats.GivenUp,
+//     and Run returns, instead of retrying until the hard context ends
 //     (committer.strandedWait). A commit meanwhile (a committer still at
 //     work, or another's last try) shows that the table takes rows:
 //     refused again, the rows are dead-lettered instead;

@@ -49,7 +49,10 @@ func tuple(stream string, seq int64, payload string) []byte {
 // recMsg is a pipeline.Msg that records how it was settled.
 type recMsg struct {
 	acks, naks, inProgress, terms atomic.Int32
-	failAck                       bool
+	// releases counts the calls of Release (pipeline.Releaser), which
+	// ending the event makes (pipeline.Event.End).
+	releases atomic.Int32
+	failAck  bool
 	// refuseInProgress is how many InProgress calls to refuse (a
 	// connection refusing them) before taking any.
 	refuseInProgress atomic.Int32
@@ -78,6 +81,8 @@ func (m *recMsg) InProgress() error {
 }
 
 var errAlreadySettled = errors.New("message was already acknowledged")
+
+func (m *recMsg) Release() { m.releases.Add(1) }
 
 func (m *recMsg) Term() error                        { m.terms.Add(1); return nil }
 func (m *recMsg) TermWithReason(reason string) error { m.terms.Add(1); return nil }

@@ -1722,9 +1722,10 @@ func TestTriggerRefusedRowAloneDeadLetteredOnceOthersCommit(t *testing.T) {
 // row commits) ends: with the Source closed, no row is left to commit
 // beside them, and retrying them lasted until the hard context ended
 // (drain_timeout, exit status 130). They are left unacked, neither acked
-// nor dead-lettered, for JetStream to deliver again; the rows before them
-// are committed and acked. Run returns nil long before its hard context
-// ends.
+// nor dead-lettered, for JetStream to deliver again; their events end all
+// the same (span ended, failed, with outcome given_up; the in-flight budget
+// released); the rows before them are committed and acked. Run returns nil
+// long before its hard context ends.
 func TestDrainGivesUpRefusedLastRows(t *testing.T) {
 	for _, tc := range []struct{ conns, bad int }{{1, 1}, {2, 1}, {2, 2}} {
 		t.Run(fmt.Sprintf("%d_connections_%d_refused", tc.conns, tc.bad), func(t *testing.T) {
@@ -1745,6 +1746,11 @@ func TestDrainGivesUpRefusedLastRows(t *testing.T) {
 			src.push(t, ctx, good)
 			waitFor(t, ctx, "the good rows acked", allAcked(mGood))
 			bad, mBad := rows(11, tc.bad, func(int) string { return `{"bad":true}` })
+			spans := make([]*endSpan, len(bad))
+			for i := range bad {
+				spans[i] = &endSpan{}
+				bad[i].Event.Span = spans[i]
+			}
 			src.push(t, ctx, bad)
 			waitFor(t, ctx, "the refused rows retried", func() bool { return s.Stats().ConfigErrors >= uint64(tc.bad) })
 			src.close() // a drain: nothing more comes
@@ -1755,6 +1761,14 @@ func TestDrainGivesUpRefusedLastRows(t *testing.T) {
 				if m.acks.Load() != 0 || m.terms.Load() != 0 || m.naks.Load() != 0 {
 					t.Fatalf("refused row %d settled (acks %d, terms %d, naks %d), want it left to JetStream",
 						11+i, m.acks.Load(), m.terms.Load(), m.naks.Load())
+				}
+				sp := spans[i]
+				sp.mu.Lock()
+				ends, outcome, serr := sp.ends, sp.outcome, sp.err
+				sp.mu.Unlock()
+				if r := m.releases.Load(); r != 1 || ends != 1 || outcome != "given_up" || serr == nil {
+					t.Errorf("refused row %d: released %d times, span ended %d times, outcome %q, err %v; want 1, 1, given_up, an error",
+						11+i, r, ends, outcome, serr)
 				}
 			}
 			if letters, _ := dl.letters(); len(letters) != 0 {
