@@ -38,7 +38,8 @@
 //     messaging.message.id, messaging.nats.stream, .stream_sequence and
 //     .delivery_count. It lives in pipeline.Event.Span until the message is
 //     settled, and ends there (EndMessage): at the ack after the commit, at
-//     the dead letter (failed, with stage and code), or at a nak (failed).
+//     the dead letter (failed, with stage and code), at a nak (failed), or,
+//     left unacked at the end of a drain (given_up), failed.
 //     Its duration is thus receive-to-settle. A message abandoned at a hard
 //     shutdown is never settled; its span is never ended nor exported.
 //   - "copy <table>", CLIENT, one per batch that holds a sampled message: a
