@@ -31,7 +31,7 @@ const batchStart = 1024
 type batch struct {
 	mu    sync.Mutex     // guards rows, lo, since and due against the heartbeat
 	rows  []pipeline.Row // grown by fill up to max_rows (see batchStart), past it by absorb
-	lo    int            // rows[:lo] are settled (acked or dead-lettered); settlement is a prefix
+	lo    int            // rows[:lo] are settled (acked, dead-lettered or given up); settlement is a prefix
 	bytes int            // sum of len(Tuple) of rows
 	since time.Time      // when JetStream delivered its oldest row; zero when empty
 	due   time.Time      // when the heartbeat next sends InProgress for the rows
@@ -52,8 +52,8 @@ func (b *batch) lingerEnd(cfg *BatchConfig, busy bool) time.Time {
 	return b.since.Add(min(d, cfg.MaxDelay))
 }
 
-// settledTo records that rows[:hi] are settled (acked or dead-lettered), so
-// that the heartbeat stops sending InProgress for them.
+// settledTo records that rows[:hi] are settled (acked, dead-lettered, or
+// given up), so that the heartbeat stops sending InProgress for them.
 func (b *batch) settledTo(hi int) {
 	b.mu.Lock()
 	b.lo = hi
@@ -170,7 +170,7 @@ type run struct {
 	workMu   sync.RWMutex
 	workDone atomic.Bool
 
-	// strandMu guards working, untried and strandChange. working counts
+	// strandMu guards working, stranded and strandChange. working counts
 	// the batches handed to committers (hand) that they have not
 	// finished with, but for those of stranded committers
 	// (committer.strandLocked): ones that wait, in strandedWait, to retry rows
@@ -180,15 +180,14 @@ type run struct {
 	// in strandedWait: nothing commits, and nothing will, to show that
 	// the table takes rows. That is a state, not an event: it ends when
 	// one of them tries its rows again (it counts then), and comes again
-	// when that try has failed too. untried counts the stranded
-	// committers that have not had their last try at the rows they hold
-	// (committer.lastTry): none gives its rows up while one may still
-	// commit. strandChange is closed, and replaced, at each change of
-	// either once the batcher is done, to wake the stranded committers
-	// to look again.
+	// when that try has failed too. stranded holds those committers:
+	// none gives its rows up while one of them has a try still to come
+	// (triesToCome), that may commit. strandChange is closed, and
+	// replaced, at each change of working once the batcher is done, to
+	// wake the stranded committers to look again.
 	strandMu     sync.Mutex
 	working      int
-	untried      int
+	stranded     map[*committer]struct{}
 	strandChange chan struct{}
 
 	// warming counts the committers whose first connect has not ended;
@@ -260,6 +259,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 		pings:  make(chan chan error),
 		done:   make(chan struct{}),
 
+		stranded:     map[*committer]struct{}{},
 		strandChange: make(chan struct{}),
 	}
 	s.running.Store(r)
@@ -566,12 +566,12 @@ func (r *run) awaitCommitter(ctx context.Context, d time.Duration) (bool, error)
 // working (see run.working) from before the send: a committer that learns
 // that work is closed has seen every batch handed counted.
 func (r *run) hand(ctx context.Context, b *batch) error {
-	r.addWork(1, 0)
+	r.addWork(1)
 	select {
 	case r.work <- b:
 		return nil
 	case <-ctx.Done():
-		r.addWork(-1, 0)
+		r.addWork(-1)
 		return ctx.Err()
 	}
 }
@@ -579,22 +579,21 @@ func (r *run) hand(ctx context.Context, b *batch) error {
 // finished records that a committer is done with a batch handed to it
 // (see run.working).
 func (r *run) finished() {
-	r.addWork(-1, 0)
+	r.addWork(-1)
 }
 
-// addWork adds dw to run.working and du to run.untried.
-func (r *run) addWork(dw, du int) {
+// addWork adds dw to run.working.
+func (r *run) addWork(dw int) {
 	r.strandMu.Lock()
-	r.addWorkLocked(dw, du)
+	r.addWorkLocked(dw)
 	r.strandMu.Unlock()
 }
 
 // addWorkLocked is addWork under r.strandMu. Once the batcher is done, it
 // wakes the stranded committers (strandChange) to look at the change.
-func (r *run) addWorkLocked(dw, du int) {
+func (r *run) addWorkLocked(dw int) {
 	r.working += dw
-	r.untried += du
-	if r.workDone.Load() && (dw != 0 || du != 0) {
+	if r.workDone.Load() && dw != 0 {
 		close(r.strandChange)
 		r.strandChange = make(chan struct{})
 	}
@@ -604,6 +603,22 @@ func (r *run) addWorkLocked(dw, du int) {
 // every committer with a batch left is stranded (see run.working).
 func (r *run) allStranded() bool {
 	return r.workDone.Load() && r.working == 0
+}
+
+// triesToCome reports, under r.strandMu, whether a stranded committer has
+// a try of its rows still to come once every one is stranded
+// (committer.strandedWait): it has not had its last try, or the table
+// has taken rows since its rows were refused. Their lastTry and
+// suspectSeq change only while they are not stranded (suspectFrom,
+// strandedWait after unstrandLocked): read here under r.strandMu, after
+// their strandLocked, they are not written meanwhile.
+func (r *run) triesToCome() bool {
+	for c := range r.stranded {
+		if !c.lastTry || c.tableTakesRows() {
+			return true
+		}
+	}
+	return false
 }
 
 // newSpare makes a batch to hold rows while every committer is busy; its

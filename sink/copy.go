@@ -70,15 +70,12 @@ type committer struct {
 	held *batch
 	// noWork: the batcher has closed work, so holdWait offers no token.
 	noWork bool
-	// stranded: waiting in strandedWait to retry rows held for a suspect
-	// error with noWork set, this committer's batch does not count in
-	// run.working (see strandLocked). lastTry: it has tried the rows
-	// refused since suspectSeq was last set once every committer was
-	// stranded (strandedWait). run.untried counts the stranded
-	// committers whose lastTry is false: lastTry changes only while the
-	// committer is not stranded (suspectFrom), or with run.untried, under
-	// run.strandMu (strandedWait).
-	stranded, lastTry bool
+	// lastTry: it has tried the rows refused since suspectSeq was last
+	// set once every committer was stranded (strandedWait). It changes,
+	// as suspectSeq does, only while the committer is not in
+	// run.stranded (suspectFrom, and strandedWait after unstrandLocked):
+	// the others read both there under run.strandMu (run.triesToCome).
+	lastTry bool
 	// hold carries a hold's retries over the rows holdWait takes in: the
 	// next hold of the batch (resume) goes on with its backoff and its
 	// count, so that new rows neither reset the backoff nor keep the
@@ -586,7 +583,8 @@ func (c *committer) settleCommitted(ctx context.Context, b *batch, lo, hi int, e
 // suspectFrom sets c.suspectSeq to seq (0: no suspect failure), and
 // clears c.lastTry: rows refused anew get a last try of their own at the
 // end of a drain (strandedWait). The committer is not stranded (it is
-// not waiting in strandedWait), so run.untried does not count it.
+// not waiting in strandedWait), so no other reads them meanwhile
+// (run.triesToCome).
 func (c *committer) suspectFrom(seq uint64) {
 	c.suspectSeq, c.lastTry = seq, false
 }
@@ -993,8 +991,9 @@ func (e *givenUpError) Error() string {
 // try (the table may have been fixed meanwhile) if the committer has not
 // had it since its rows were refused (lastTry), or if the table has
 // taken rows since (tableTakesRows: refused again, the row is
-// dead-lettered); else, once no other stranded committer has its last
-// try to come (run.untried), a *givenUpError: the rows are left unacked,
+// dead-lettered); else, once no stranded committer has a try to come
+// (run.triesToCome: its last one, or one after a commit since its rows
+// were refused), a *givenUpError: the rows are left unacked,
 // and JetStream redelivers them after ack_wait, as it does the rows of a
 // hard stop, to a run with other rows to commit beside them (refused
 // again, they are dead-lettered then) or with the table fixed.
@@ -1021,7 +1020,7 @@ func (c *committer) strandedWait(ctx context.Context, d time.Duration) error {
 				c.lastTry = true
 				r.strandMu.Unlock()
 				return nil
-			case r.untried == 0:
+			case !r.triesToCome():
 				r.strandMu.Unlock()
 				return &givenUpError{}
 			}
@@ -1039,14 +1038,15 @@ func (c *committer) strandedWait(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// strandLocked takes the committer's batch out of run.working, under
-// run.strandMu: it waits in strandedWait to retry rows held for a suspect
-// error, and the batcher is done. unstrand counts it again, as it tries
-// them (strandedWait) or its hold ends (process).
+// strandLocked takes the committer's batch out of run.working, and puts
+// it in run.stranded, under run.strandMu: it waits in strandedWait to
+// retry rows held for a suspect error, and the batcher is done. unstrand
+// counts it again, as it tries them (strandedWait) or its hold ends
+// (process).
 func (c *committer) strandLocked() {
-	if !c.stranded {
-		c.stranded = true
-		c.r.addWorkLocked(-1, untried(c.lastTry))
+	if _, ok := c.r.stranded[c]; !ok {
+		c.r.stranded[c] = struct{}{}
+		c.r.addWorkLocked(-1)
 	}
 }
 
@@ -1057,42 +1057,37 @@ func (c *committer) unstrand() {
 }
 
 func (c *committer) unstrandLocked() {
-	if c.stranded {
-		c.stranded = false
-		c.r.addWorkLocked(1, -untried(c.lastTry))
+	if _, ok := c.r.stranded[c]; ok {
+		delete(c.r.stranded, c)
+		c.r.addWorkLocked(1)
 	}
 }
 
-// untried is what a stranded committer adds to run.untried: 1 if it has
-// not had its last try (lastTry false).
-func untried(lastTry bool) int {
-	if lastTry {
-		return 0
-	}
-	return 1
-}
-
-// giveUp leaves the rows b.rows[lo:], held for e, unsettled: loop resets
-// b, so that the heartbeat sends no more InProgress for them, and
-// JetStream redelivers them after ack_wait. Their events' life in the
-// process ends here all the same (pipeline.Event.End, outcome
-// "given_up"): their spans end, failed, and their messages give back
-// their hold on the in-flight budget, as a stale row's do (settle).
-// Logged at Warn, with the SQLSTATE but not the message, which may quote
-// a row (see logSuspect).
+// giveUp leaves the rows b.rows[lo:], held for e, unacked: JetStream
+// redelivers them after ack_wait. It marks them settled first, as settle
+// does, so that the heartbeat sends no more InProgress for them. Their
+// events' life in the process ends here all the same (pipeline.Event.End,
+// outcome "given_up"): their spans end, failed, and their messages give
+// back their hold on the in-flight budget, as a stale row's do (settle).
+// Logged at Warn, with the lowest stream sequence of the rows (probe
+// reorders them) and the SQLSTATE but not the message, which may quote a
+// row (see logSuspect).
 func (c *committer) giveUp(b *batch, lo int, e *givenUpError) {
 	n := len(b.rows) - lo
 	if n <= 0 {
 		return
 	}
+	b.settledTo(len(b.rows))
 	c.s.st.givenUp.Add(uint64(n))
-	args := []any{"rows", n, "first_stream_seq", b.rows[lo].Event.StreamSeq, "sqlstate", e.sqlstate}
+	lowest := b.rows[lo].Event.StreamSeq
 	for i := lo; i < len(b.rows); i++ {
+		lowest = min(lowest, b.rows[i].Event.StreamSeq)
 		telemetry.EndMessage(&b.rows[i].Event, "given_up", e)
 	}
 	c.s.log.Warn("drain: rows the database refuses with an error that a row or the table may cause, and no other row left "+
 		"to commit to tell which: left unacked; JetStream delivers them again after ack_wait, and a run that commits other "+
-		"rows beside them dead-letters them if they are still refused", args...)
+		"rows beside them dead-letters them if they are still refused",
+		"rows", n, "lowest_stream_seq", lowest, "sqlstate", e.sqlstate)
 }
 
 // linkTaken links the batch's span to the messages of rows, taken into

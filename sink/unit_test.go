@@ -627,11 +627,11 @@ func TestFillGrowsTheBatchUpToMaxRows(t *testing.T) {
 // a committer's rows with a suspect error (no commit since).
 func strandedRun(n int) (r *run, cs []*committer, commit func(), refuse func(c *committer)) {
 	s := &Sink{}
-	r = &run{s: s, strandChange: make(chan struct{})}
+	r = &run{s: s, stranded: map[*committer]struct{}{}, strandChange: make(chan struct{})}
 	for range n {
 		cs = append(cs, &committer{s: s, r: r})
 	}
-	r.addWork(n, 0)
+	r.addWork(n)
 	r.workDone.Store(true)
 	commit = func() { s.st.committedStart.Store(s.st.attemptSeq.Add(1)) }
 	refuse = func(c *committer) { c.suspectFrom(s.st.attemptSeq.Add(1)) }
@@ -717,7 +717,7 @@ func TestStrandedIsAStateNotAnEvent(t *testing.T) {
 }
 
 // A committer whose last try has failed does not give its rows up while
-// another, stranded, has its last try still to come (run.untried): that
+// another, stranded, has its last try still to come (run.triesToCome): that
 // try may commit. Y's look is held back here (its strand alone) so that
 // X looks first.
 func TestStrandedWaitsForTheOthersLastTries(t *testing.T) {
@@ -748,6 +748,66 @@ func TestStrandedWaitsForTheOthersLastTries(t *testing.T) {
 	}
 	if n := r.workingNow(); n != 0 {
 		t.Fatalf("working = %d with both given up, want 0", n)
+	}
+}
+
+// A committer does not give its rows up while another, stranded, has a
+// try to come after its last one: a commit since its rows were refused
+// (tableTakesRows) sends it to try again, and that try may commit, and
+// have the first one's rows dead-lettered. The sequence a review found
+// (three connections): A, C and D stranded; D's last try fails, C's
+// commits and C goes on; A's retry sees C's commit, bisects, and its
+// next row is refused anew; C is done; A's new row gets its last try,
+// which fails, before D has looked again. D's look is held back here
+// (its strand alone) so that A looks first.
+func TestStrandedWaitsForATryAfterACommit(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	r, cs, commit, refuse := strandedRun(3)
+	a, c, d := cs[0], cs[1], cs[2]
+	for _, x := range cs {
+		refuse(x)
+	}
+	r.strandMu.Lock()
+	a.strandLocked()
+	c.strandLocked()
+	r.strandMu.Unlock()
+	if err := d.strandedWait(ctx, time.Hour); err != nil {
+		t.Fatalf("D's wait = %v, want nil: its last try", err)
+	}
+	// D's last try fails; it strands, and looks later.
+	r.strandMu.Lock()
+	d.strandLocked()
+	r.strandMu.Unlock()
+	if err := c.strandedWait(ctx, time.Hour); err != nil {
+		t.Fatalf("C's wait = %v, want nil: its last try", err)
+	}
+	// C's last try commits, and C goes on with its batch. A retries
+	// after its backoff, sees C's commit, bisects, and its next row is
+	// refused with no commit since.
+	commit()
+	if err := a.strandedWait(ctx, time.Millisecond); err != nil {
+		t.Fatalf("A's wait with C committing = %v, want nil (a retry)", err)
+	}
+	if !a.tableTakesRows() || !d.tableTakesRows() {
+		t.Fatal("C's commit does not show A and D that the table takes rows")
+	}
+	a.suspectFrom(0)
+	refuse(a)
+	r.finished() // C is done
+	if err := a.strandedWait(ctx, time.Hour); err != nil {
+		t.Fatalf("A's wait once C is done = %v, want nil: the new row's last try", err)
+	}
+	// A's last try fails: D has a try to come, after C's commit.
+	errA := make(chan error, 1)
+	go func() { errA <- a.strandedWait(ctx, time.Hour) }()
+	if err := d.strandedWait(ctx, time.Hour); err != nil {
+		t.Fatalf("D's wait after C's commit = %v, want nil: another try", err)
+	}
+	// D's try commits, and D is done: A tries again.
+	commit()
+	r.finished()
+	if err := <-errA; err != nil {
+		t.Fatalf("A's wait after D's commit = %v, want nil: another try (A gave its rows up while D's try was to come)", err)
 	}
 }
 
