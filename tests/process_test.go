@@ -200,8 +200,16 @@ func TestCrashAndSignalRecovery(t *testing.T) {
 					t.Fatalf("graceful stop produced %d duplicates", dups)
 				case mode == sink.ExactlyOnce && dups != 0:
 					t.Fatalf("exactly-once produced %d duplicates", dups)
-				case dups > 2*1000:
-					t.Fatalf("%d duplicates: more than the batches in flight (2 connections x 1000 rows)", dups)
+				case dups > 2*2*1000:
+					// Committed and not acked at the kill: per connection,
+					// the batch whose acks were written but that the
+					// connection's reset dropped (a kill -9 with input
+					// unread resets it, and the kernel sends nothing more),
+					// and the one before it, whose acks may still wait for
+					// the writer on a busy machine. Each run's count varies
+					// widely (session 55, 6 runs each of f251fb9 and of
+					// b0d34c6: 0-1,744 and 172-1,155); CI once saw 2,273.
+					t.Fatalf("%d duplicates: more than two batches in flight per connection (2 connections x 2 x 1000 rows)", dups)
 				}
 			})
 		}
