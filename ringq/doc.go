@@ -28,7 +28,8 @@
 //
 // A Ring is a power-of-two array of slots and two free-running counters: head, the number
 // of slots the consumer has emptied and handed back, written only by the consumer; and
-// tail, the number of items pushed so far, written only by the producer. Item number i
+// tail, the number of items pushed so far, written by the producer (and by Close, which
+// sets its top bit; see Close below). Item number i
 // lives in slot i & mask. The ring holds tail-head items (unsigned, modulo the index
 // space), so full and empty need
 // no spare slot and no flag. With capacity 4 (mask 3):
@@ -47,8 +48,8 @@
 //	wrapped: head = 2^63-1, tail = 2          t  h
 //	three items, in slots 3, 0, 1      [b][c][ ][a]     slot(2^63-1) = 3, slot(0) = 0
 //
-// The producer writes slot tail & mask and then publishes tail+1. The consumer reads slot
-// head & mask, zeroes it (so the ring does not keep the item's buffers alive), and hands
+// The producer writes slot tail & mask and then publishes tail+1. The consumer reads the
+// next unread slot, zeroes it (so the ring does not keep the item's buffers alive), and hands
 // it back by publishing head+1. PushN and PopN move a whole run of slots (two copies when
 // the run wraps the array) and publish the index once. Single-item pops (Pop, TryPop, a
 // Merge's PopN into one slot) hand their slots back lazily: the consumer keeps its own
@@ -71,22 +72,26 @@
 // tail, and the consumer's atomic load of that tail value happens before its reads of the
 // slots, so the consumer never sees a half-written item. Symmetrically the consumer's read
 // and zeroing of a slot happen before its store of head, which happens before the producer
-// reuses the slot. Because each store of an index is a full fence on most CPUs, the batch
-// calls publish once per batch, not once per item. The race detector understands these
+// reuses the slot. Because an atomic store or compare-and-swap of an index costs far more
+// than a plain store (a full fence on amd64; on arm64 a store-release, and the cache line
+// moves to the other core), the batch calls publish once per batch, not once per item. The race detector understands these
 // edges, so -race checks the slot accesses too.
 //
 // # Why one producer and one consumer only
 //
-// Each index has exactly one writer, so a plain "read my index, write the slot, store
-// index+1" needs no read-modify-write. That is what makes the naive ring with two atomic
-// indices correct, and it is correct only for one producer and one consumer: two
+// In the naive ring with two atomic indices each index has exactly one writer, so a plain
+// "read my index, write the slot, store index+1" needs no read-modify-write; that is what
+// makes it correct, and it is correct only for one producer and one consumer: two
 // producers can read the same tail, write the same slot, and both store tail+1, so one
 // item is overwritten and lost; two consumers can read the same slot and both store
 // head+1, so one item is delivered twice and the next one skipped. Nothing in the
-// indices shows that it happened. Several producers or consumers need a read-modify-write
-// on every item (a lock, or Vyukov's per-slot sequence numbers), which measured slower here
-// than one SPSC ring per worker, so Dispatch and Merge build fan-out and fan-in from SPSC
-// rings instead.
+// indices shows that it happened. This ring keeps the one-writer rule for head, and for
+// tail but for Close: the producer publishes with one compare-and-swap per call (per run
+// of items for PushN), which only Close can make fail (see Close), so it never retries
+// and never contends with another producer. Several producers or consumers need more:
+// a read-modify-write that other producers make fail and retry, on every item (a lock, or
+// Vyukov's per-slot sequence numbers), which measured slower here than one SPSC ring per
+// worker, so Dispatch and Merge build fan-out and fan-in from SPSC rings instead.
 //
 // # Why the capacity must be a power of two
 //
@@ -138,7 +143,8 @@
 //
 // # Errors
 //
-// Push, PushN and Dispatch.Push return ErrClosed once the ring is closed. Pop, PopN and
+// Push, PushN and Dispatch.Push return ErrClosed once the ring is closed (PushN with an
+// empty vs returns 0, nil, as PopN with an empty dst does). Pop, PopN and
 // Merge.PopN return ErrClosed once the ring (for a Merge: every ring) is closed and
 // drained. Every blocking call returns ctx.Err() when its context ends while it waits (a
 // call that does not have to wait succeeds even if ctx is already done). Nothing is

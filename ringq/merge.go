@@ -54,8 +54,8 @@ func (m *Merge[T]) Len() int {
 }
 
 // TryPopN moves up to len(dst) items into dst without blocking and returns how many; 0
-// when nothing is ready. Each call starts at the ring after the last one that gave the
-// previous call an item, so a busy ring cannot starve the others and an empty ring passes
+// when nothing is ready. Each call starts at the ring after the last one that gave an
+// item (to the last call that got one), so a busy ring cannot starve the others and an empty ring passes
 // its turn on instead of doubling the next one's share. Items from one ring keep their
 // order; items from different rings interleave. Consumer only.
 func (m *Merge[T]) TryPopN(dst []T) int {

@@ -71,7 +71,7 @@ func New[T any](capacity int, opts ...Option) *Ring[T] {
 }
 
 func newRing[T any](capacity int, cfg config, readers *notifier) *Ring[T] {
-	if capacity > maxCapacity {
+	if int64(capacity) > maxCapacity {
 		panic("ringq: capacity exceeds 1<<40")
 	}
 	size := uint64(1)
@@ -208,7 +208,7 @@ func (r *Ring[T]) TryPushN(vs []T) int {
 // PushN adds all of vs in order, blocking while the ring is full, and publishes each run
 // of items that fits with one atomic operation. It returns len(vs) and nil, or the number
 // of leading items added before ctx ended (ctx.Err()) or the ring was closed (ErrClosed).
-// Producer only.
+// With an empty vs it returns 0, nil at once, closed or not. Producer only.
 func (r *Ring[T]) PushN(ctx context.Context, vs []T) (int, error) {
 	if r.debug {
 		r.enterProducer()

@@ -381,15 +381,23 @@ func TestMisuseDetected(t *testing.T) {
 		}
 		return uint64(*v)
 	}, WithDebug(true))
-	go func() { done <- d.Push(ctx, 0) }()
+	// The first Push's item, 1, belongs on ring 1; had the second Push run, it
+	// would have zeroed the item the first one's key reads, and 1 would land on
+	// ring 0.
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	defer cancel3()
+	go func() { done <- d.Push(ctx3, 1) }()
 	<-entered
-	mustPanic(t, "second Dispatch producer", func() { _ = d.Push(ctx, 1) })
+	mustPanic(t, "second Dispatch producer", func() { _ = d.Push(ctx3, 0) })
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatalf("the first Push: %v", err)
 	}
-	if v, ok := d.Ring(0).TryPop(); !ok || v != 0 {
-		t.Fatalf("ring 0 holds %d, %v; want the first Push's 0", v, ok)
+	if v, ok := d.Ring(1).TryPop(); !ok || v != 1 {
+		t.Fatalf("ring 1 holds %d, %v; want the first Push's 1", v, ok)
+	}
+	if v, ok := d.Ring(0).TryPop(); ok {
+		t.Fatalf("ring 0 holds %d; want nothing", v)
 	}
 }
 

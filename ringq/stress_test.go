@@ -508,6 +508,7 @@ func drainParked(t *testing.T, r *Ring[int], items, every int) {
 		}
 		v, err := r.Pop(ctx)
 		if err != nil || v != i {
+			r.Close() // the producer may be parked on the full ring
 			wg.Wait()
 			t.Fatalf("Pop = %d, %v; want %d, nil", v, err, i)
 		}
