@@ -472,9 +472,9 @@ func holdLimit(inFlight func() (held, limit int64), bounded int) func() int {
 // letterLimit is how many events may wait in a worker's lanes for their
 // dead letters (pipeline.SetLetterLimit): no limit while a byte budget
 // bounds the pulls (the waiting events hold their share of it, as the
-// rows the sink holds do: see holdRows), else as many as JetStream lets
-// the consumer have unacked, and pipeline.DefaultLetterLimit with no
-// limit there either (nats.max_ack_pending -1).
+// rows the sink holds do: see holdRows), else nats.max_ack_pending or
+// pipeline.DefaultLetterLimit, whichever is larger (so the default also
+// when max_ack_pending is -1, no limit, or smaller than it).
 func letterLimit(cfg *config.Config, inFlight func() (held, limit int64)) func() int {
 	bounded := max(pipeline.DefaultLetterLimit, cfg.NATS.MaxAckPending)
 	return func() int {
