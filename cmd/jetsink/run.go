@@ -286,22 +286,26 @@ func (d *drainDeadline) finish() (cut bool) {
 // unsettled counts the events a drain that committed every event taken
 // in could not settle here: acks that a lost connection may have taken
 // (unconfirmed) or that a connection refused (ackErrors, e.g. nats.go's
-// reconnect buffer full), whose events come back after ack_wait; events
-// nak'ed because their dead letter could not be stored (deadLetterFailed),
-// which come back after the nak's delay; and those left to the stream
-// that replaced theirs (stale: committed rows not acked, dead letters
-// whose original was not terminated); and rows the database refused at
-// the end with nothing left to commit to tell the row's fault from the
-// table's (givenUp: left unacked, they come back after ack_wait).
+// reconnect buffer full), whose events come back after ack_wait; the
+// publishes to $JS.ACK the server refused for want of permission
+// (acksRefused: the client sees no error, the server drops them; acks,
+// terms, naks and InProgress alike, their events come back after ack_wait
+// or may); events nak'ed because their dead letter could not be stored
+// (deadLetterFailed), which come back after the nak's delay; and those
+// left to the stream that replaced theirs (stale: committed rows not
+// acked, dead letters whose original was not terminated); and rows the
+// database refused at the end with nothing left to commit to tell the
+// row's fault from the table's (givenUp: left unacked, they come back
+// after ack_wait).
 type unsettled struct {
-	unconfirmed, ackErrors, deadLetterFailed, stale, givenUp uint64
+	unconfirmed, ackErrors, acksRefused, deadLetterFailed, stale, givenUp uint64
 }
 
 // unsettledOf reads p's counters.
 func unsettledOf(p *processor.Processor) unsettled {
 	cs, ss := p.Consumer().Stats(), p.Sink().Stats()
-	return unsettled{unconfirmed: cs.AcksUnconfirmed, ackErrors: ss.AckErrors, deadLetterFailed: cs.DeadLetterFailed, stale: ss.StaleAcks + cs.StaleTerms,
-		givenUp: ss.GivenUp}
+	return unsettled{unconfirmed: cs.AcksUnconfirmed, ackErrors: ss.AckErrors, acksRefused: cs.AcksRefused, deadLetterFailed: cs.DeadLetterFailed,
+		stale: ss.StaleAcks + cs.StaleTerms, givenUp: ss.GivenUp}
 }
 
 // logDrained says how a drain that committed every event taken in ended:
@@ -313,12 +317,15 @@ func logDrained(log *slog.Logger, u unsettled, atStop *unsettled) {
 		log.Info("drained: every event taken in is committed and acked, or dead-lettered")
 		return
 	}
-	args := []any{"acks_unconfirmed", u.unconfirmed, "ack_errors", u.ackErrors, "dead_letter_failed", u.deadLetterFailed, "stale", u.stale, "given_up", u.givenUp}
+	args := []any{"acks_unconfirmed", u.unconfirmed, "ack_errors", u.ackErrors, "acks_refused", u.acksRefused, "dead_letter_failed", u.deadLetterFailed,
+		"stale", u.stale, "given_up", u.givenUp}
 	if atStop != nil { // nil: the stop's snapshot was not taken (in time)
 		args = append(args, "stop_acks_unconfirmed", u.unconfirmed-atStop.unconfirmed, "stop_ack_errors", u.ackErrors-atStop.ackErrors,
-			"stop_dead_letter_failed", u.deadLetterFailed-atStop.deadLetterFailed, "stop_stale", u.stale-atStop.stale)
+			"stop_acks_refused", u.acksRefused-atStop.acksRefused, "stop_dead_letter_failed", u.deadLetterFailed-atStop.deadLetterFailed,
+			"stop_stale", u.stale-atStop.stale)
 	}
 	log.Warn("drained: every event taken in is committed or given back, but since the start not all were settled here: acks that failed or that a lost connection may have taken (their events come back after ack_wait), "+
+		"publishes to $JS.ACK the server refused for want of permission (acks_refused: acks, terms, naks and InProgress alike; their events come back, or may, after ack_wait), "+
 		"events whose dead letter could not be stored (nak'ed, they come back), events of a stream replaced under them (left to it), "+
 		"rows the database refused at the end with nothing left to commit to tell the row's fault from the table's (given_up: unacked, they come back after ack_wait); "+
 		"each is logged above; stop_* count those since the stop began", args...)

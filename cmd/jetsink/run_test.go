@@ -20,6 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -91,13 +95,14 @@ func TestDrainDeadlineFiresOnce(t *testing.T) {
 }
 
 // The drain's last line claims every event settled only when no ack
-// failed or went into a connection that was lost, no dead letter failed
-// (its event nak'ed), no event was left to a replaced stream and no row
-// given up at the end for the database's refusal; before,
-// acks a connection refused (counted by the sink), and then failed dead
-// letters and stale settles, did not stop the claim.
+// failed or went into a connection that was lost, the server refused no
+// publish to $JS.ACK, no dead letter failed (its event nak'ed), no event
+// was left to a replaced stream and no row given up at the end for the
+// database's refusal; before, acks a connection refused (counted by the
+// sink), then failed dead letters and stale settles, and then acks the
+// server refused, did not stop the claim.
 func TestLogDrained(t *testing.T) {
-	for _, u := range []unsettled{{}, {unconfirmed: 3}, {ackErrors: 5}, {unconfirmed: 3, ackErrors: 5}, {deadLetterFailed: 2}, {stale: 7}, {givenUp: 1}} {
+	for _, u := range []unsettled{{}, {unconfirmed: 3}, {ackErrors: 5}, {unconfirmed: 3, ackErrors: 5}, {acksRefused: 4}, {deadLetterFailed: 2}, {stale: 7}, {givenUp: 1}} {
 		var buf bytes.Buffer
 		logDrained(slog.New(slog.NewTextHandler(&buf, nil)), u, nil)
 		out := buf.String()
@@ -105,16 +110,60 @@ func TestLogDrained(t *testing.T) {
 		if got := strings.Contains(out, "committed and acked"); got != settled {
 			t.Errorf("%+v: %q", u, out)
 		}
-		want := fmt.Sprintf("acks_unconfirmed=%d ack_errors=%d dead_letter_failed=%d stale=%d given_up=%d", u.unconfirmed, u.ackErrors, u.deadLetterFailed, u.stale, u.givenUp)
+		want := fmt.Sprintf("acks_unconfirmed=%d ack_errors=%d acks_refused=%d dead_letter_failed=%d stale=%d given_up=%d",
+			u.unconfirmed, u.ackErrors, u.acksRefused, u.deadLetterFailed, u.stale, u.givenUp)
 		if !settled && (!strings.Contains(out, "level=WARN") || !strings.Contains(out, want)) {
 			t.Errorf("%+v: want a warning with %q: %q", u, want, out)
 		}
 	}
 	// What the run left before the stop is told apart from the stop's.
 	var buf bytes.Buffer
-	logDrained(slog.New(slog.NewTextHandler(&buf, nil)), unsettled{unconfirmed: 698, ackErrors: 2}, &unsettled{unconfirmed: 698})
-	if want := "acks_unconfirmed=698 ack_errors=2 dead_letter_failed=0 stale=0 given_up=0 stop_acks_unconfirmed=0 stop_ack_errors=2 stop_dead_letter_failed=0 stop_stale=0"; !strings.Contains(buf.String(), want) {
+	logDrained(slog.New(slog.NewTextHandler(&buf, nil)), unsettled{unconfirmed: 698, ackErrors: 2, acksRefused: 9}, &unsettled{unconfirmed: 698, acksRefused: 6})
+	if want := "acks_unconfirmed=698 ack_errors=2 acks_refused=9 dead_letter_failed=0 stale=0 given_up=0 stop_acks_unconfirmed=0 stop_ack_errors=2 stop_acks_refused=3 stop_dead_letter_failed=0 stop_stale=0"; !strings.Contains(buf.String(), want) {
 		t.Errorf("want %q: %q", want, buf.String())
+	}
+}
+
+// A user who may not publish to $JS.ACK: the server drops each ack and
+// tells only with an -ERR, so every batch commits and no ack call fails,
+// and at the stop NATS confirms the flush. The drain's last line says the
+// acks were refused; before, it said every event taken in was committed
+// and acked, and exited 0 while every event was to come back after
+// ack_wait.
+func TestRunDrainTellsOfRefusedAcks(t *testing.T) {
+	const events, pass = 20, "no-acks"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	catchSignals(t)
+	srv := natsServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(), Users: []*server.User{{Username: "jetsink", Password: pass,
+		Permissions: &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.ACK.>"}}}}}})
+	pg := testenv.Postgres(t)
+	r := startJetsink(t, ctx, "run", "--nats-url", srv.ClientURL(), "--database-url", pg.URL,
+		"--set", "nats.user=jetsink", "--set", "nats.password="+pass,
+		"--set", "nats.create_stream=true", "--set", "postgres.create_table=true",
+		"--set", "telemetry.listen=127.0.0.1:0")
+	r.waitOutput(t, ctx, "jetsink running")
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("jetsink", pass))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range events {
+		if _, err := js.Publish(ctx, "events.a", fmt.Appendf(nil, `{"n":%d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.waitOutput(t, ctx, "the server refuses jetsink's acks")
+	interrupt(t)
+	code := r.wait(t, ctx)
+	out := r.out.String()
+	m := regexp.MustCompile(`acks_refused=(\d+)`).FindStringSubmatch(out)
+	if code != exitOK || strings.Contains(out, "every event taken in is committed and acked") || m == nil || m[1] == "0" {
+		t.Fatalf("exit %d (%v), want %d and a last line that counts the refused acks (acks_refused):\n%s", code, r.err, exitOK, out)
 	}
 }
 
