@@ -36,15 +36,18 @@ var chaosFaults = []string{
 	"lock-table",         // ACCESS EXCLUSIVE on the table for 0.5-3 s
 }
 
-const chaosMaxAckPending, chaosInBatches = 4000, 2 * 1000
+// chaosInBatches is the rows of writeConfig's batches in flight at once:
+// one per connection.
+const chaosMaxAckPending, chaosInBatches = 4000, writeConnections * writeMaxRows
 
 // chaosDups is what each fault can add as duplicates in at-least-once
 // mode: rows whose commit outcome was unknown or whose acks were lost, at
-// most the batches in flight (connections x max_rows) or, when NATS loses
+// most the batches in flight (connections x max_rows); after a kill -9,
+// two batches per connection (kill9Duplicates says why); when NATS loses
 // acks, the messages in flight (max_ack_pending). A drain (SIGTERM) and a
 // lock add none.
 var chaosDups = map[string]int64{
-	"kill-9":             chaosInBatches,
+	"kill-9":             kill9Duplicates,
 	"sigterm":            0,
 	"postgres-crash":     chaosInBatches,
 	"nats-restart":       chaosMaxAckPending,

@@ -28,8 +28,8 @@ import (
 
 // 1) kill -9 of the jetsink process mid-batch while events are still being
 // published; a new process takes over. At-least-once may duplicate the
-// batches that had committed and not yet been acked: connections x max_rows
-// (2 x 1000 in writeConfig).
+// batches that had committed and not yet been acked: two per connection
+// (kill9Duplicates, 2 x 2 x 1000 in writeConfig).
 func TestFaultKill9DuringPublish(t *testing.T) {
 	const events = 20_000
 	for _, mode := range modes {
@@ -64,7 +64,7 @@ func TestFaultKill9DuringPublish(t *testing.T) {
 			}
 			v := e.check(ctx, x)
 			t.Logf("%d rows at the kill", atKill)
-			e.judgeValid("1 kill -9 during publish", mode, v, 2*1000)
+			e.judgeValid("1 kill -9 during publish", mode, v, kill9Duplicates)
 		})
 	}
 }

@@ -18,6 +18,18 @@ import (
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
+// writeConfig's sink: its connections, and the rows a batch holds at most.
+const writeConnections, writeMaxRows = 2, 1000
+
+// kill9Duplicates is what a kill -9 of a jetsink run with writeConfig may
+// duplicate in at-least-once mode: rows committed and not acked. Per
+// connection that is two batches, not one: the batch whose acks were
+// written but that the connection's reset dropped (a kill -9 with input
+// unread resets it, and the kernel sends nothing more), and the one before
+// it, whose acks may still wait for the writer on a busy machine (commit
+// 9e10db6: CI once saw 2,273 duplicates, over one batch per connection).
+const kill9Duplicates = writeConnections * 2 * writeMaxRows
+
 // writeConfig writes the YAML a user would write for this env. Each extra
 // setting is "nats.<key>: <value>" or "postgres.<key>: <value>", a line
 // added to that section.
@@ -38,8 +50,8 @@ postgres:
   table: %s
   create_table: true
   mode: %s
-  connections: 2
-  batch: {max_rows: 1000, max_bytes: 1MiB, max_delay: 20ms}
+  connections: %d
+  batch: {max_rows: %d, max_bytes: 1MiB, max_delay: 20ms}
 %s  columns:
     - {name: id, from: "json:id", type: uuid, required: true}
     - {name: ts, from: "json:ts", type: timestamptz, required: true}
@@ -55,7 +67,8 @@ drain_timeout: 30s
 telemetry:
   listen: 127.0.0.1:0
 log: {level: info, format: text}
-`, e.nats.URL(), e.stream, e.stream, sectionLines(extra, "nats."), e.pg.URL, e.table, mode, sectionLines(extra, "postgres."))
+`, e.nats.URL(), e.stream, e.stream, sectionLines(extra, "nats."), e.pg.URL, e.table, mode,
+		writeConnections, writeMaxRows, sectionLines(extra, "postgres."))
 	path := filepath.Join(e.t.TempDir(), "jetsink.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		e.t.Fatal(err)
@@ -140,7 +153,7 @@ func (p *proc) wait(t *testing.T, within time.Duration) int {
 //
 //   - kill -9: nothing lost; exactly-once adds no duplicate; at-least-once
 //     duplicates at most the batches that had committed but not yet been
-//     acked (connections × max_rows).
+//     acked (kill9Duplicates: connections × 2 × max_rows).
 //   - SIGTERM: the drain commits and acks everything taken in, so the
 //     restart finds nothing to redo: no loss, no duplicate, in both modes.
 func TestCrashAndSignalRecovery(t *testing.T) {
@@ -200,16 +213,11 @@ func TestCrashAndSignalRecovery(t *testing.T) {
 					t.Fatalf("graceful stop produced %d duplicates", dups)
 				case mode == sink.ExactlyOnce && dups != 0:
 					t.Fatalf("exactly-once produced %d duplicates", dups)
-				case dups > 2*2*1000:
-					// Committed and not acked at the kill: per connection,
-					// the batch whose acks were written but that the
-					// connection's reset dropped (a kill -9 with input
-					// unread resets it, and the kernel sends nothing more),
-					// and the one before it, whose acks may still wait for
-					// the writer on a busy machine. Each run's count varies
-					// widely (session 55, 6 runs each of f251fb9 and of
-					// b0d34c6: 0-1,744 and 172-1,155); CI once saw 2,273.
-					t.Fatalf("%d duplicates: more than two batches in flight per connection (2 connections x 2 x 1000 rows)", dups)
+				case dups > kill9Duplicates:
+					// Each run's count varies widely (session 55, 6 runs
+					// each of f251fb9 and of b0d34c6: 0-1,744 and
+					// 172-1,155).
+					t.Fatalf("%d duplicates: more than two batches in flight per connection (%d connections x 2 x %d rows)", dups, writeConnections, writeMaxRows)
 				}
 			})
 		}
