@@ -86,14 +86,18 @@ NATS restart) are logged with their number, and the exit is 0.`,
 				starting := !st.done
 				st.stopped = starting
 				st.Unlock()
-				if starting {
-					log.Info("stopping: still starting up, nothing taken in yet; a second signal exits at once", "signal", sig.String())
-					stopStart()
-				} else {
-					log.Info("draining: stopped pulling, committing what is in flight; a second signal exits at once", "signal", sig.String(), "drain_timeout", cfg.DrainTimeout)
-				}
-				stopIntake()
-				dd.start()
+				beginDrain(dd, func() {
+					if starting {
+						stopStart()
+					}
+					stopIntake()
+				}, func() {
+					if starting {
+						log.Info("stopping: still starting up, nothing taken in yet; a second signal exits at once", "signal", sig.String())
+					} else {
+						log.Info("draining: stopped pulling, committing what is in flight; a second signal exits at once", "signal", sig.String(), "drain_timeout", cfg.DrainTimeout)
+					}
+				})
 			}, func(sig os.Signal) {
 				if !dd.cutShort(func() {
 					log.Warn("second signal: exiting now; uncommitted events stay unacked and will be redelivered", "signal", sig.String())
@@ -206,6 +210,19 @@ func runResult(err, cut, closeErr error) error {
 		return fmt.Errorf("drain: %w", closeErr)
 	}
 	return nil
+}
+
+// beginDrain is the first signal's work: it starts the drain's deadline,
+// then stop (which ends intake, or start-up), and only then say logs it.
+// The deadline first: with nothing in flight Run returns as soon as intake
+// ends, and run then reads the deadline for CloseStages; read before start,
+// it is zero, and CloseStages waits its own 10 s instead of drain_timeout.
+// The log last: a write to a stderr that blocks (a full pipe) must not
+// hold up the drain.
+func beginDrain(dd *drainDeadline, stop, say func()) {
+	dd.start()
+	stop()
+	say()
 }
 
 // drainDeadline decides how a drain ends: complete (finish), or cut short

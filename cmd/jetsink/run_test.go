@@ -58,6 +58,43 @@ func TestDrainDeadlineAfterFinish(t *testing.T) {
 	}
 }
 
+// The first signal sets the drain's deadline before it ends intake, and
+// logs last. Before, it ended intake first: an idle Run returned at once,
+// run read a zero deadline, and CloseStages waited its own 10 s instead of
+// drain_timeout; and it logged first, so a stderr that blocked (a full
+// pipe) held up the drain itself.
+func TestBeginDrainOrder(t *testing.T) {
+	dd := &drainDeadline{timeout: time.Hour, fire: func() {}}
+	defer dd.finish()
+	stopped := make(chan bool, 1) // whether the deadline was set when stop ran
+	said, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		beginDrain(dd, func() { stopped <- !dd.deadline().IsZero() }, func() {
+			close(said)
+			<-release // a log write that blocks
+		})
+	}()
+	defer func() { close(release); <-done }()
+	var set bool
+	select {
+	case set = <-stopped:
+	case <-said:
+		// stop, had it come first, sent before said was closed.
+		select {
+		case set = <-stopped:
+		default:
+			t.Fatal("the log line came before intake ended: a write that blocks would hold up the drain")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("intake not ended")
+	}
+	if !set {
+		t.Fatal("intake ended before the drain's deadline was set")
+	}
+}
+
 // The deadline fires once, whether the timer or an explicit expire (the
 // Shutdown that ran out of time) comes first.
 func TestDrainDeadlineFiresOnce(t *testing.T) {
