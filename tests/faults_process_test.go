@@ -101,15 +101,24 @@ func (e *env) redeliveries(ctx context.Context) uint64 {
 	return info.Delivered.Consumer - info.Delivered.Stream
 }
 
-// 7) The table is locked (ACCESS EXCLUSIVE) for 15s, three times ack_wait
-// (5s), while the publisher sends far more than drains (nothing drains
+// 7) The table is locked (ACCESS EXCLUSIVE) for 20s, twice ack_wait
+// (10s), while the publisher sends far more than drains (nothing drains
 // during the lock). The process's memory stays bounded (back-pressure keeps
 // the backlog in JetStream), nothing is redelivered (InProgress), nothing is
 // lost.
+//
+// ack_wait is 10 s, not writeConfig's 5 s: the sink sends InProgress every
+// third of ack_wait, checked every quarter of that, so up to 5/12 of
+// ack_wait apart (~2.1 s of 5 s), and the two jetsinks of this test run at
+// once on a loaded machine: a stall of ~3 s took an event past a 5 s
+// ack_wait and failed the test. 10 s leaves ~5.8 s. The lock stays twice
+// ack_wait: the events taken in as it starts wait for all of it, ~10 s
+// past their ack_wait, and without InProgress come again.
 func TestFaultTableLocked(t *testing.T) {
 	const (
 		warm, events = 2_000, 25_000
-		lock         = 15 * time.Second
+		ackWait      = 10 * time.Second
+		lock         = 2 * ackWait
 		rssBoundKiB  = 100 << 10 // 100 MiB: about twice what was measured (45 MiB)
 	)
 	for _, mode := range modes {
@@ -119,7 +128,7 @@ func TestFaultTableLocked(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			e.createStreams(ctx)
-			p := e.spawn(e.writeConfig(mode)) // ack_wait 5s
+			p := e.spawn(e.writeConfig(mode, fmt.Sprintf("nats.ack_wait: %v", ackWait)))
 			pid := p.cmd.Process.Pid
 
 			x := newExpected()
@@ -179,11 +188,11 @@ func TestFaultTableLocked(t *testing.T) {
 				// into spare batches and sends InProgress for every one it
 				// holds (README, "While the database stalls"): none may
 				// come again.
-				t.Errorf("%d redeliveries with a lock (%v) longer than ack_wait (5s): events held by jetsink got no InProgress", redelivered, lock)
+				t.Errorf("%d redeliveries with a lock (%v) longer than ack_wait (%v): events held by jetsink got no InProgress", redelivered, lock, ackWait)
 			}
 			// Each redelivery above may add a duplicate; the test has
 			// failed already if there was one.
-			e.judgeValid("7 table locked 15s", mode, v, int64(redelivered))
+			e.judgeValid("7 table locked 20s", mode, v, int64(redelivered))
 		})
 	}
 }

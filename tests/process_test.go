@@ -32,17 +32,23 @@ const kill9Duplicates = writeConnections * 2 * writeMaxRows
 
 // writeConfig writes the YAML a user would write for this env. Each extra
 // setting is "nats.<key>: <value>" or "postgres.<key>: <value>", a line
-// added to that section.
+// added to that section; "nats.ack_wait: <d>" replaces the 5 s default
+// (a key given twice is an error).
 func (e *env) writeConfig(mode sink.Mode, extra ...string) string {
 	e.t.Helper()
+	ackWait := "  ack_wait: 5s\n"
+	for _, l := range extra {
+		if strings.HasPrefix(l, "nats.ack_wait:") {
+			ackWait = ""
+		}
+	}
 	yaml := fmt.Sprintf(`
 nats:
   url: %s
   stream: %s
   consumer: jetsink
   dead_letter_subject: dlq.%s
-  ack_wait: 5s
-%spipeline:
+%s%spipeline:
   workers: 2
   ring_size: 1024
 postgres:
@@ -67,7 +73,7 @@ drain_timeout: 30s
 telemetry:
   listen: 127.0.0.1:0
 log: {level: info, format: text}
-`, e.nats.URL(), e.stream, e.stream, sectionLines(extra, "nats."), e.pg.URL, e.table, mode,
+`, e.nats.URL(), e.stream, e.stream, ackWait, sectionLines(extra, "nats."), e.pg.URL, e.table, mode,
 		writeConnections, writeMaxRows, sectionLines(extra, "postgres."))
 	path := filepath.Join(e.t.TempDir(), "jetsink.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
