@@ -131,10 +131,14 @@
 //     so is a fraction of a leap second at 23:59:60 local time, which
 //     PostgreSQL refuses there (time_overflows) but not at another hour:
 //     2016-12-31T23:59:60.5Z is 2017-01-01T00:00:00.5Z, as
-//     2016-12-31T18:59:60.5-05:00 is in PostgreSQL too.
+//     2016-12-31T18:59:60.5-05:00 is in PostgreSQL too. Hour 24 with
+//     nothing but zeros after it is the next day's midnight, as in ISO 8601
+//     and PostgreSQL; "infinity" and "-infinity" (any case) are
+//     PostgreSQL's infinite timestamps.
 //     meta:published_at and meta:received_at are rounded to the nearest
 //     microsecond (a half away from zero).
-//   - date: "YYYY-MM-DD" (0000 is 1 BC, as above).
+//   - date: "YYYY-MM-DD" (0000 is 1 BC, as above), "infinity" or
+//     "-infinity".
 //   - jsonb: any JSON value, written compactly (the payload column keeps the
 //     payload's bytes); \u0000 anywhere in it is refused with nul_in_text
 //     (PostgreSQL refuses it with SQLSTATE 22P05), and a number beyond

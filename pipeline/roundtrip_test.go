@@ -244,6 +244,44 @@ func TestRoundTripPostgres(t *testing.T) {
 		}
 	})
 
+	t.Run("timestamps agree with text input", func(t *testing.T) {
+		cols := []Column{
+			{Name: "src", From: "json:v", Type: TypeText},
+			{Name: "ts", From: "json:v", Type: TypeTimestamptz},
+		}
+		tss := []string{"2026-11-29T24:00:00Z", "2026-11-29T24:00Z", "2026-12-31T24:00:00.0000001+14:00",
+			"2024-02-28T24:00:00-05:30", "infinity", "-infinity", "Infinity", "-INFINITY",
+			"2016-12-31T23:59:60Z", "2026-11-29 19:59:15.1234565+00"}
+		evs := make([]Event, len(tss))
+		for i, s := range tss {
+			evs[i] = Event{Data: []byte(`{"v":"` + s + `"}`)}
+		}
+		createTable(t, ctx, conn, "timestamps", cols)
+		copyTuples(t, ctx, conn, "timestamps", cols, encodeAll(t, mustCompile(t, cols...), evs))
+		bad := queryRows(t, ctx, conn, `SELECT src, ts::text, src::timestamptz::text FROM timestamps
+			WHERE ts IS DISTINCT FROM src::timestamptz`)
+		for _, b := range bad {
+			t.Errorf("disagreement: %v", b)
+		}
+		dates := []string{"infinity", "-Infinity", "2026-11-29"}
+		evs = make([]Event, len(dates))
+		for i, s := range dates {
+			evs[i] = Event{Data: []byte(`{"v":"` + s + `"}`)}
+		}
+		cols[1] = Column{Name: "d", From: "json:v", Type: TypeDate}
+		createTable(t, ctx, conn, "dates", cols)
+		copyTuples(t, ctx, conn, "dates", cols, encodeAll(t, mustCompile(t, cols...), evs))
+		bad = queryRows(t, ctx, conn, `SELECT src, d::text, src::date::text FROM dates WHERE d IS DISTINCT FROM src::date`)
+		for _, b := range bad {
+			t.Errorf("disagreement: %v", b)
+		}
+		var count int
+		if err := conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM timestamps) + (SELECT count(*) FROM dates)").Scan(&count); err != nil ||
+			count != len(tss)+len(dates) {
+			t.Fatalf("count %d (%v), want %d", count, err, len(tss)+len(dates))
+		}
+	})
+
 	t.Run("float4 agrees with text input", func(t *testing.T) {
 		cols := []Column{{Name: "src", From: "json:v", Type: TypeText}, {Name: "f4", From: "json:v", Type: TypeFloat4}}
 		nums := []string{"0", "-0", "0.1", "3.4028235e38", "-3.4028235e38", "1e-45", "1.17549435e-38", "16777217", "21.375"}

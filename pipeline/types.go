@@ -441,8 +441,29 @@ func parseYMD(s string) (int64, bool) {
 	return daysFromCivil(y, m, d) - pgEpochDays, true
 }
 
-// parseDate parses "YYYY-MM-DD" into days since 2000-01-01.
+// infinity reports whether s is "infinity" (+1) or "-infinity" (-1), in
+// any case, as PostgreSQL's timestamptz and date input read them; 0 for
+// anything else.
+func infinity(s string) int {
+	switch {
+	case strings.EqualFold(s, "infinity"):
+		return 1
+	case strings.EqualFold(s, "-infinity"):
+		return -1
+	}
+	return 0
+}
+
+// parseDate parses "YYYY-MM-DD" into days since 2000-01-01, or "infinity"
+// and "-infinity" into PostgreSQL's date infinities (the largest and
+// smallest int32).
 func parseDate(s string) (int32, bool) {
+	switch infinity(s) {
+	case 1:
+		return math.MaxInt32, true
+	case -1:
+		return math.MinInt32, true
+	}
 	if len(s) != 10 {
 		return 0, false
 	}
@@ -462,9 +483,19 @@ func parseDate(s string) (int32, bool) {
 // and an offset of ±HH or ±HHMM (strftime's %z, PostgreSQL's "+00") or
 // ±HH:MM:SS (what Java's OffsetDateTime and Python's isoformat write for
 // an instant in local mean time, before ~1900: Amsterdam's +00:19:32).
+// Hour 24 is the next day's midnight when nothing follows it but zeros,
+// as ISO 8601 and PostgreSQL have it (24:00:00.0000001 rounds to 24:00:00
+// in PostgreSQL too). "infinity" and "-infinity" (any case) are
+// PostgreSQL's timestamp infinities, the largest and smallest int64.
 func parseTimestamp(s string) (int64, *DecodeError) {
 	bad := func() (int64, *DecodeError) {
 		return 0, invalidFormat(TypeTimestamptz, "want RFC 3339 such as 2026-11-29T19:59:15.123456Z")
+	}
+	switch infinity(s) {
+	case 1:
+		return math.MaxInt64, nil
+	case -1:
+		return math.MinInt64, nil
 	}
 	days, ok := parseYMD(s)
 	if !ok || len(s) < 17 || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') || s[13] != ':' {
@@ -472,7 +503,7 @@ func parseTimestamp(s string) (int64, *DecodeError) {
 	}
 	h, ok1 := digits(s[11:], 2)
 	mi, ok2 := digits(s[14:], 2)
-	if !ok1 || !ok2 || h > 23 || mi > 59 {
+	if !ok1 || !ok2 || h > 24 || mi > 59 {
 		return bad()
 	}
 	rest := s[16:]
@@ -505,6 +536,9 @@ func parseTimestamp(s string) (int64, *DecodeError) {
 			}
 			rest = rest[i:]
 		}
+	}
+	if h == 24 && (mi != 0 || sec != 0 || us != 0) {
+		return bad() // past the end of the day (PostgreSQL's time_overflows)
 	}
 	var off int64
 	switch {
