@@ -458,13 +458,13 @@ func infinity(s string) int {
 // and "-infinity" into PostgreSQL's date infinities (the largest and
 // smallest int32).
 func parseDate(s string) (int32, bool) {
-	switch infinity(s) {
-	case 1:
-		return math.MaxInt32, true
-	case -1:
-		return math.MinInt32, true
-	}
 	if len(s) != 10 {
+		switch infinity(s) {
+		case 1:
+			return math.MaxInt32, true
+		case -1:
+			return math.MinInt32, true
+		}
 		return 0, false
 	}
 	d, ok := parseYMD(s)
@@ -491,11 +491,13 @@ func parseTimestamp(s string) (int64, *DecodeError) {
 	bad := func() (int64, *DecodeError) {
 		return 0, invalidFormat(TypeTimestamptz, "want RFC 3339 such as 2026-11-29T19:59:15.123456Z")
 	}
-	switch infinity(s) {
-	case 1:
-		return math.MaxInt64, nil
-	case -1:
-		return math.MinInt64, nil
+	if len(s) < 10 { // shorter than any date: the hot path skips the look
+		switch infinity(s) {
+		case 1:
+			return math.MaxInt64, nil
+		case -1:
+			return math.MinInt64, nil
+		}
 	}
 	days, ok := parseYMD(s)
 	if !ok || len(s) < 17 || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') || s[13] != ':' {
