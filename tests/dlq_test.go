@@ -130,18 +130,24 @@ func TestMaxDeliverLetterKeepsItsCause(t *testing.T) {
 }
 
 // A dead-letter stream a round trip of 200 ms away stores one subject's
-// letters one at a time, 200 ms or more each: the last of 30 poison events
-// waits for its letter about 6 s, three times ack_wait. The events waiting
-// in the worker's lane get InProgress, so JetStream delivers none of them
-// again (before, it delivered the ones past ack_wait again, and again,
-// each a letter stored in vain: the dead-letter stream that was slow got
-// more to do) and each is dead-lettered once.
+// letters one at a time, 200 ms or more each: the last of 60 poison events
+// waits for its letter 12 s or more, three times ack_wait. The events
+// waiting in the worker's lane get InProgress, so JetStream delivers none
+// of them again (before, it delivered the ones past ack_wait again, and
+// again, each a letter stored in vain: the dead-letter stream that was
+// slow got more to do) and each is dead-lettered once.
+//
+// ack_wait is 4 s: InProgress comes up to 5/12 of ack_wait apart and takes
+// 100 ms through the proxy, which with 2 s left ~1.1 s for a stall of the
+// race-instrumented process on a loaded machine, and with 4 s leaves ~2.2
+// s. The letters are as many as keep the wait at three times ack_wait:
+// without InProgress, every event past the first ~20 comes again.
 func TestSlowDeadLetterStreamRedeliversNothing(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	e.createStreams(ctx)
-	const n = 30
+	const n = 60
 	for i := range n {
 		if _, err := e.js.Publish(ctx, e.prefix+".bad", []byte("nope "+itoa(int64(i)))); err != nil {
 			t.Fatal(err)
@@ -150,7 +156,7 @@ func TestSlowDeadLetterStreamRedeliversNothing(t *testing.T) {
 	far := testenv.NewDelayProxy(t, strings.TrimPrefix(e.natsURL, "nats://"), 100*time.Millisecond)
 	cfg := e.config(sink.AtLeastOnce)
 	cfg.NATS.URL = far.URL()
-	cfg.NATS.AckWait = 2 * time.Second
+	cfg.NATS.AckWait = 4 * time.Second
 	r := e.start(ctx, cfg)
 	c := r.p.Consumer()
 	waitFor(t, ctx, "every poison event dead-lettered", func() (bool, string) {
