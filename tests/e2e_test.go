@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -121,10 +122,17 @@ func (e *env) checkSample(ctx context.Context, events, n int) {
 	}
 }
 
+// gateWatch is how long TestNoPullBeforeTheSinkConnects watches the
+// consumer once it waits at its pull gate: twice the sink's warmGrace
+// (1 s), the shortest time sink.Sink.Warmed waits for anything; with every
+// connect hanging, it waits for warmTimeout (10 s) or longer.
+const gateWatch = 2 * time.Second
+
 // jetsink pulls nothing until the sink can commit: while the committers'
 // connects hang (PostgreSQL reached through a proxy that forwards
-// nothing), the consumer has no pull waiting and has delivered nothing, and
-// the backlog stays in the stream; once they go through, it is drained.
+// nothing), the consumer waits at its pull gate, has no pull waiting and
+// has delivered nothing, and the backlog stays in the stream; once they go
+// through, it is drained.
 func TestNoPullBeforeTheSinkConnects(t *testing.T) {
 	const events = 2_000
 	e := newEnv(t)
@@ -144,12 +152,23 @@ func TestNoPullBeforeTheSinkConnects(t *testing.T) {
 	gate.Freeze()
 	r := e.launch(ctx, p)
 	t.Cleanup(gate.Thaw) // before the processor's: a failure here leaves nothing frozen for it
-	for range 10 {
-		time.Sleep(100 * time.Millisecond)
+	untouched := func() {
+		t.Helper()
 		if info := e.consumerInfo(ctx); info.Delivered.Consumer != 0 || info.NumWaiting != 0 || info.NumPending != events {
 			t.Fatalf("while no committer could connect: delivered %d, pulls waiting %d, pending %d of %d",
 				info.Delivered.Consumer, info.NumWaiting, info.NumPending, events)
 		}
+	}
+	// First the consumer must have got as far as the gate (its start-up
+	// look-ups done), or a slow start would pass the watch below whether
+	// the gate holds or not.
+	waitFor(t, ctx, "the consumer waiting at its pull gate", func() (bool, string) {
+		untouched()
+		return goroutineIn("jetsink/consumer.(*Consumer).mayPull("), "no goroutine in consumer.(*Consumer).mayPull"
+	})
+	for end := time.Now().Add(gateWatch); time.Now().Before(end); {
+		time.Sleep(100 * time.Millisecond) // observation interval, not a wait for a condition
+		untouched()
 	}
 	gate.Thaw()
 	e.waitDrained(ctx, events, r)
@@ -193,5 +212,18 @@ func TestAckOnlyAfterCommit(t *testing.T) {
 	r.drain(t)
 	if n := e.rows(ctx); n != events {
 		t.Fatalf("%d rows, want %d", n, events)
+	}
+}
+
+// goroutineIn reports whether a goroutine of this process is in fn (part
+// of a stack frame's function name, as runtime.Stack prints it).
+func goroutineIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Contains(string(buf[:n]), fn)
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
