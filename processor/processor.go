@@ -164,25 +164,39 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	intake, cancelIntake := context.WithCancel(intake)
 	defer cancelIntake()
 
+	// What a /metrics scrape fetches (the lag, the readiness checks) runs
+	// under fetches: the SDK calls the callbacks with a context that never
+	// ends, and the listener's shutdown waits for the scrape. They end
+	// when the listener begins to stop (a scrape under way then reports
+	// the figures fetched before) or when the caller's hard does.
+	fetches, endFetches := context.WithCancel(callerHard)
 	if p.cfg.Telemetry.Listen != "" {
-		stop, err := p.serveAdmin(hard)
+		stop, err := p.serveAdmin(callerHard)
 		if err != nil {
+			endFetches()
 			return err
 		}
 		// The listener outlives Run: Shutdown, which may wait for NATS to
 		// confirm the last acks, stops it near its end, so that /healthz,
 		// /readyz and /metrics answer until the process is about to exit.
-		defer p.atShutdown(stop)()
+		defer p.atShutdown(func() {
+			endFetches()
+			stop()
+		})()
 	}
 
 	h, in := newHandoff(p.cfg.Pipeline)
-	unobserve, err := p.observe(h)
+	unobserve, err := p.observe(fetches, h)
 	if err != nil {
+		endFetches()
 		return err
 	}
 	// After the listener: a last scrape still finds the final counts (the
 	// counters are read by these callbacks, and vanish without them).
-	defer p.atShutdown(unobserve)()
+	defer p.atShutdown(func() {
+		endFetches()
+		unobserve()
+	})()
 	// Export the spans of everything settled. hard may be over already (a
 	// stage failed, or the drain timed out): give the flush a moment anyway,
 	// a short one when the caller's hard has ended (a second signal), and
@@ -254,8 +268,9 @@ func (p *Processor) readiness() map[string]telemetry.Check {
 }
 
 // serveAdmin starts the admin listener (/healthz, /readyz) and returns the
-// function that stops it and waits for it.
-func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
+// function that stops it and waits for it: the requests in flight then get
+// a grace that hard's end cuts short (telemetry.ServeOn).
+func (p *Processor) serveAdmin(hard context.Context) (stop func(), err error) {
 	admin := telemetry.NewAdmin(p.readiness())
 	admin.Handle("GET /metrics", p.metrics.Handler())
 	if p.cfg.Telemetry.Pprof {
@@ -268,7 +283,7 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 		admin.Handle("/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
 		admin.Handle("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ctx, cancel := context.WithCancel(context.WithoutCancel(hard))
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	lp := p.adminLn.Swap(nil)
@@ -276,7 +291,7 @@ func (p *Processor) serveAdmin(ctx context.Context) (stop func(), err error) {
 		cancel()
 		return nil, errors.New("admin listener: already served by an earlier Run, or closed by Shutdown")
 	}
-	go func() { done <- telemetry.ServeOn(ctx, *lp, admin, ready) }()
+	go func() { done <- telemetry.ServeOn(ctx, hard, *lp, admin, ready) }()
 	select {
 	case addr := <-ready:
 		p.adminAddr.Store(&addr)
@@ -343,11 +358,16 @@ func (p *Processor) CloseStages(ctx context.Context) error {
 // exported get up to exportBudget more within ctx (Run has flushed them
 // already), or abortedBudget when Run's flush failed or ctx has ended,
 // plus up to a second for an export that had to be cancelled
-// (telemetry.Tracing.Shutdown); meanwhile the admin listener stops, which
-// gives a request in flight up to 2 s (telemetry.Serve); then metrics get
-// abortedBudget. So telemetry holds up the end for about 3 s at most, less
-// when ctx ends. Call it after Run returns. Later calls, and Close,
-// return the first call's result at once.
+// (telemetry.Tracing.Shutdown); meanwhile the admin listener stops: a
+// scrape under way stops fetching (it reports the figures fetched before),
+// and the requests in flight get up to 2 s, none once the hard context
+// given to Run has ended (telemetry.ServeOn); then metrics get
+// abortedBudget. So telemetry holds up the end for a little over 3 s at
+// most (the export's 2 s, the exporter's second to stop, metrics' 250 ms),
+// and for about 1.5 s at most once ctx (Run's hard) has ended: the
+// export's 250 ms, the exporter's second, metrics' 250 ms. Call it after
+// Run returns. Later calls, and Close, return the first call's result at
+// once.
 func (p *Processor) Shutdown(ctx context.Context) error {
 	p.closeOnce.Do(func() { p.closeErr = p.shutdown(ctx) })
 	return p.closeErr

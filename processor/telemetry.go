@@ -22,9 +22,13 @@ const (
 
 // observe registers the observable instruments: counters read from the
 // stages' Stats (nothing is added to the hot path for them), ring occupancy
-// per ring, and the consumer's lag, cached for lagTTL. The returned
-// function unregisters them.
-func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
+// per ring, and the consumer's lag, cached for lagTTL. What a scrape
+// fetches (the lag, the readiness checks) ends when fetches does, as well
+// as with the callback's context: the Prometheus exporter calls it with
+// context.TODO, which never ends, and the admin listener's shutdown waits
+// for the scrape. A fetch cut short keeps the figures fetched before. The
+// returned function unregisters them.
+func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func(), error) {
 	m := p.metrics.Meter()
 	var errs []error
 	counterIn := func(name, desc, unit string) metric.Int64ObservableCounter {
@@ -109,13 +113,12 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 	for name := range checks {
 		readyAttrs[name] = metric.WithAttributes(attribute.String("check", name))
 	}
-	readiness := &telemetry.Cached[map[string]error]{TTL: lagTTL, Timeout: time.Duration(len(checks)) * telemetry.CheckTimeout,
-		Fetch: func(ctx context.Context) (map[string]error, error) {
-			return telemetry.RunChecks(ctx, checks, telemetry.CheckTimeout), nil
-		}}
+	readiness := readinessCache(fetches, checks)
 	queueFull := metric.WithAttributes(attribute.String("reason", "queue_full"))
 	exportFailed := metric.WithAttributes(attribute.String("reason", "export_failed"))
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := within(ctx, fetches)
+		defer cancel()
 		cs, ss, ps := p.consumer.Stats(), p.sink.Stats(), p.pipeline.Stats()
 		o.ObserveInt64(received, int64(cs.Received))
 		o.ObserveInt64(redelivered, int64(cs.Redelivered))
@@ -173,6 +176,31 @@ func (p *Processor) observe(h pipeline.Handoff) (func(), error) {
 		return nil, fmt.Errorf("metric callback: %w", err)
 	}
 	return func() { _ = reg.Unregister() }, nil
+}
+
+// readinessCache runs checks for the jetsink_ready gauge, at most every
+// lagTTL. A run that fetches cut short (the listener stopping, a second
+// signal) fails as a whole, so that the gauge keeps what the checks
+// answered before rather than report them failing for that.
+func readinessCache(fetches context.Context, checks map[string]telemetry.Check) *telemetry.Cached[map[string]error] {
+	return &telemetry.Cached[map[string]error]{TTL: lagTTL, Timeout: time.Duration(len(checks)) * telemetry.CheckTimeout,
+		Fetch: func(ctx context.Context) (map[string]error, error) {
+			results := telemetry.RunChecks(ctx, checks, telemetry.CheckTimeout)
+			if err := fetches.Err(); err != nil {
+				return nil, fmt.Errorf("readiness checks cut short: %w", err)
+			}
+			return results, nil
+		}}
+}
+
+// within is ctx, ended also when fetches ends. Call cancel when done.
+func within(ctx, fetches context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(fetches, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 // boolInt is 1 for true, 0 for false.

@@ -96,7 +96,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, ready chan<- net.Ad
 	if err != nil {
 		return err
 	}
-	return ServeOn(ctx, l, h, ready)
+	return ServeOn(ctx, context.Background(), l, h, ready)
 }
 
 // Listen binds the admin listener's address, so that a caller can learn
@@ -119,8 +119,12 @@ func Listen(addr string) (net.Listener, error) {
 // tests.
 var adminIdleTimeout = 2 * time.Minute
 
-// ServeOn is Serve on a listener that Listen bound; it closes l.
-func ServeOn(ctx context.Context, l net.Listener, h http.Handler, ready chan<- net.Addr) error {
+// ServeOn is Serve on a listener that Listen bound; it closes l. The
+// requests in flight when ctx ends get shutdownGrace, or less: the grace
+// ends when hard does (at once if hard has ended already: a second signal
+// must not wait for a CPU profile), and the error then wraps hard's
+// error.
+func ServeOn(ctx, hard context.Context, l net.Listener, h http.Handler, ready chan<- net.Addr) error {
 	addr := l.Addr().String()
 	var err error
 	if ready != nil {
@@ -138,7 +142,7 @@ func ServeOn(ctx context.Context, l net.Listener, h http.Handler, ready chan<- n
 		return fmt.Errorf("admin listener %s: %w", addr, err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	sctx, cancel := context.WithTimeout(hard, shutdownGrace)
 	defer cancel()
 	err = srv.Shutdown(sctx)
 	if err != nil {
@@ -146,7 +150,11 @@ func ServeOn(ctx context.Context, l net.Listener, h http.Handler, ready chan<- n
 		// profile, a /readyz check): Close ends its connection, and
 		// with it its request's context.
 		_ = srv.Close()
-		err = fmt.Errorf("requests still running after %v cut off: %w", shutdownGrace, err)
+		if hard.Err() != nil {
+			err = fmt.Errorf("requests still running cut off, the shutdown cut short: %w", err)
+		} else {
+			err = fmt.Errorf("requests still running after %v cut off: %w", shutdownGrace, err)
+		}
 	}
 	if serr := <-done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr

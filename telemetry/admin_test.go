@@ -183,3 +183,64 @@ func TestServeEndsRequestsInFlight(t *testing.T) {
 		t.Errorf("Serve = %v, want the grace's deadline", err)
 	}
 }
+
+// Once hard has ended (a second signal), a request in flight gets no
+// grace: ServeOn cuts it off at once and returns with hard's error. Before,
+// it had its 2 s whatever the signals said.
+func TestServeOnCutsTheGraceWhenHardEnds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	entered, returned := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(returned)
+		close(entered)
+		<-r.Context().Done()
+	})
+	l, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	hard, cut := context.WithCancel(ctx)
+	defer cut()
+	served := make(chan error, 1)
+	go func() { served <- ServeOn(srvCtx, hard, l, h, nil) }()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	answered := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.Addr().String()+"/debug/pprof/profile?seconds=30", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		answered <- err
+	}()
+	defer func() { <-answered }()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the request never reached the handler")
+	}
+	cut()
+	began := time.Now()
+	stop()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		t.Fatal("ServeOn did not return")
+	}
+	if took := time.Since(began); took >= shutdownGrace/2 {
+		t.Errorf("ServeOn returned %v after its stop with hard ended, want well under the %v grace", took, shutdownGrace)
+	}
+	select {
+	case <-returned:
+	default:
+		t.Fatal("the handler is still running after ServeOn returned")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("ServeOn = %v, want hard's error", err)
+	}
+}

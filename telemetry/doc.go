@@ -89,9 +89,13 @@
 // meter provider starts none: collection runs on the scraping request's
 // goroutine. Serve owns one goroutine (the HTTP server) and the handlers of
 // its requests, and waits for all of them before it returns: the requests
-// still running after the shutdown grace (2 s) have their connections
-// closed, which cancels their contexts, so every handler must return once
-// its request's context is done. Checks run on each /readyz request,
+// still running after the shutdown grace (2 s; ServeOn ends it early when
+// its hard context ends) have their connections closed, which cancels
+// their contexts, so every handler must return once its request's context
+// is done. A /metrics scrape runs the processor's callbacks under a
+// context of the SDK's that never ends (context.TODO), so whatever they
+// fetch must end by other means (the processor ends those fetches when the
+// listener stops). Checks run on each /readyz request,
 // concurrently with everything else, so they must be safe for concurrent
 // use and bounded in time; each gets a context with a short timeout.
 // Tracing, Metrics, DeadLetterer, Cached and the SDK error handler are safe

@@ -27,10 +27,11 @@ consumer and the table) stops it and exits 0: nothing has been taken in.
 On SIGTERM or SIGINT (or SIGHUP, unless started ignoring it: nohup) it
 drains: stops pulling, lets the rings empty, commits and acks the last batch, waits until NATS has confirmed the acks (for a
 connection that is reconnecting too), and exits 0, within drain_timeout;
-telemetry then shuts down (the last spans, the admin listener: up to about
-3 s more; a second signal cuts the spans' export short). A second signal, or
-the drain timeout, before the acks are confirmed exits at once with status
-130 (also after a stage failed, whose error is printed too; a signal within
+telemetry then shuts down (the last spans, the admin listener: a little over
+3 s more at most; a second signal cuts both short, to about 1.5 s). A second
+signal, or the drain timeout, before the acks are confirmed gives up waiting
+and exits with status 130 within about 2.5 s at most (short budgets for the
+NATS connections and the last spans; also after a stage failed, whose error is printed too; a signal within
 100 ms of the one before is taken as a repeat of it, as timeout(1) sends); nothing that
 was not committed has been acked, so JetStream redelivers it, and acks
 NATS had not confirmed are logged: their events come back after ack_wait.

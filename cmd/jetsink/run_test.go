@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -343,6 +344,76 @@ func TestRunDrainEndsWhenAcksAreConfirmed(t *testing.T) {
 	out := r.out.String()
 	if code != exitOK || strings.Contains(out, "drain timeout") || !strings.Contains(out, "every event taken in is committed and acked") {
 		t.Fatalf("exit %d (%v), want %d after a clean drain, without a drain timeout:\n%s", code, r.err, exitOK, out)
+	}
+}
+
+// A second signal after the drain ends the admin listener's grace at
+// once: a request in flight (here a 30 s CPU profile) is cut off, not
+// given its 2 s. Before, the grace ran its course whatever the signals
+// said.
+func TestRunSecondSignalCutsTheAdminGrace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	catchSignals(t)
+	ns := testenv.NATS(t)
+	pg := testenv.Postgres(t)
+	r := startJetsink(t, ctx, "run", "--nats-url", ns.URL(), "--database-url", pg.URL,
+		"--set", "nats.create_stream=true", "--set", "postgres.create_table=true",
+		"--set", "telemetry.listen=127.0.0.1:0", "--set", "telemetry.pprof=true")
+	r.waitOutput(t, ctx, "jetsink running")
+	m := regexp.MustCompile(`"admin listener" addr=(\S+)`).FindStringSubmatch(r.out.String())
+	if m == nil {
+		t.Fatalf("no admin listener address in the output:\n%s", r.out.String())
+	}
+	profiled := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m[1]+"/debug/pprof/profile?seconds=30", nil)
+		if err != nil {
+			profiled <- err
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		profiled <- err
+	}()
+	for !strings.Contains(goroutines(), "net/http/pprof.Profile(") {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the profile request never reached its handler")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	interrupt(t)
+	// The listener closed: the drain is over, and the grace has begun.
+	for {
+		c, err := net.DialTimeout("tcp", m[1], time.Second)
+		if err != nil {
+			break
+		}
+		_ = c.Close()
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the admin listener still accepts:\n%s", r.out.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	interruptAgain(t)
+	sent := time.Now()
+	code := r.wait(t, ctx)
+	took := time.Since(sent)
+	<-profiled
+	out := r.out.String()
+	if code != exitOK || !strings.Contains(out, "second signal: the drain is over") {
+		t.Fatalf("exit %d (%v), want %d after a second signal that came once the drain was over:\n%s", code, r.err, exitOK, out)
+	}
+	// Without the cut, the 2 s grace less the 200 ms interruptAgain waits.
+	t.Logf("returned %v after the second signal", took)
+	if took > time.Second {
+		t.Fatalf("jetsink returned %v after the second signal, want it to cut the admin listener's grace short:\n%s", took, out)
 	}
 }
 
