@@ -162,7 +162,7 @@ type workerStats struct {
 type Stats struct {
 	Rows             uint64 // events encoded and pushed to the output rings
 	DeadLettered     uint64 // events handed to the DeadLetterer successfully: undecodable, or Exhausted
-	DeadLetterFailed uint64 // DeadLetterer calls that failed (the event was nak'ed, not lost)
+	DeadLetterFailed uint64 // DeadLetterer calls that failed: the event is not lost (nak'ed, or left to come back after ack_wait; one of a re-created stream is not wanted)
 	// LettersWaiting is how many events wait in the workers' lanes for
 	// their dead letters now (not counting the ones under way).
 	LettersWaiting int64
