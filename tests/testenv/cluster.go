@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,13 +48,18 @@ type clusterNode struct {
 func NewNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
 	c := &NATSCluster{t: t, bin: NATSServerBinary(t)}
-	ports := make([]int, 2*n) // client ports, then route ports
-	for i := range ports {
+	ports := make([]int, 0, 2*n) // client ports, then route ports
+	for len(ports) < 2*n {
 		p, err := embedded.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		ports[i] = p
+		// Each was free when picked, and then released, so FreePort may
+		// give it again: two servers, or a server's two listeners, on one
+		// port would fail to start.
+		if !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
 	}
 	routes := make([]string, n)
 	for i := range n {
@@ -120,16 +126,29 @@ func (c *NATSCluster) start(i int) error {
 			_ = conn.Close()
 			return nil
 		}
+		// The error carries the end of the server's log: its directory
+		// is t.TempDir's, removed when the test ends.
 		select {
 		case <-done:
-			return fmt.Errorf("nats-server %s exited at start (see %s)", nd.name, filepath.Join(nd.dir, "nats.log"))
+			return fmt.Errorf("nats-server %s exited at start; the end of its log:\n%s", nd.name, logTail(logf.Name()))
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("nats-server %s accepts no client after 20s: %w", nd.name, err)
+			return fmt.Errorf("nats-server %s accepts no client after 20s: %w; the end of its log:\n%s", nd.name, err, logTail(logf.Name()))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// logTail is the last 20 lines of the file at path, or why it cannot be
+// read.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-20):], "\n")
 }
 
 // waitJetStream waits until the cluster answers a JetStream API request
