@@ -83,10 +83,16 @@ func testCAFile(t *testing.T) string {
 // to it meanwhile, and wire, dialling the server nats.go is on, was
 // refused until it gave up and left the pulls to nats.go. It dials another
 // server of the cluster instead.
+//
+// Everything from the listener's close to the wire connection's flush
+// must happen while nats.go is still on n1, within the server's grace
+// period: 5 s, not the cluster's 1 s, which a loaded machine could
+// overrun (the test then fails saying nats.go left n1 already). The server
+// exits a few seconds after it, well within the test's minute.
 func TestWireDialsAnotherServerWhileNATSGosIsInLameDuckMode(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	cl := testenv.NewNATSCluster(t, 2, testenv.LameDuckGrace(5*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // after the cluster's start, which has bounds of its own
 	defer cancel()
-	cl := testenv.NewNATSCluster(t, 2)
 	nc, err := nats.Connect(cl.URLs(), nats.DontRandomize(), nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)

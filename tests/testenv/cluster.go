@@ -42,11 +42,30 @@ type clusterNode struct {
 	done chan struct{} // closed when cmd has exited
 }
 
+// NATSClusterOption changes how NewNATSCluster configures its servers.
+type NATSClusterOption func(*natsClusterOptions)
+
+type natsClusterOptions struct {
+	lameDuckGrace time.Duration
+}
+
+// LameDuckGrace sets the servers' lame_duck_grace_period: how long a server
+// in lame duck mode, its listener closed, waits before it starts closing
+// its clients. 1 s unless set; a test that must act while its clients are
+// still connected asks for more.
+func LameDuckGrace(d time.Duration) NATSClusterOption {
+	return func(o *natsClusterOptions) { o.lameDuckGrace = d }
+}
+
 // NewNATSCluster starts n routed JetStream servers (named n1, n2, ...) and
 // waits until the cluster answers JetStream API requests. They are killed
 // in t.Cleanup.
-func NewNATSCluster(t testing.TB, n int) *NATSCluster {
+func NewNATSCluster(t testing.TB, n int, opts ...NATSClusterOption) *NATSCluster {
 	t.Helper()
+	o := natsClusterOptions{lameDuckGrace: time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	c := &NATSCluster{t: t, bin: NATSServerBinary(t)}
 	ports := make([]int, 0, 2*n) // client ports, then route ports
 	for len(ports) < 2*n {
@@ -69,9 +88,10 @@ func NewNATSCluster(t testing.TB, n int) *NATSCluster {
 		nd := &clusterNode{name: fmt.Sprintf("n%d", i+1), port: ports[i], dir: t.TempDir()}
 		nd.conf = filepath.Join(nd.dir, "nats.conf")
 		// Lame duck mode as a test can wait for: after a grace period of
-		// 1 s (10 s by default) the clients are closed one a second at
-		// most, over up to 30 s (the least a server takes; 2 minutes by
-		// default), and a test has few.
+		// 1 s unless LameDuckGrace says otherwise (10 s by nats-server's
+		// default) the clients are closed one a second at most, over up
+		// to 30 s (the least a server takes; 2 minutes by default), and a
+		// test has few.
 		conf := fmt.Sprintf(`server_name: %s
 listen: "127.0.0.1:%d"
 jetstream { store_dir: %q }
@@ -81,8 +101,8 @@ cluster {
   routes: [%s]
 }
 lame_duck_duration: "30s"
-lame_duck_grace_period: "1s"
-`, nd.name, nd.port, filepath.Join(nd.dir, "store"), ports[n+i], strings.Join(routes, ", "))
+lame_duck_grace_period: %q
+`, nd.name, nd.port, filepath.Join(nd.dir, "store"), ports[n+i], strings.Join(routes, ", "), o.lameDuckGrace)
 		if err := os.WriteFile(nd.conf, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
