@@ -15,7 +15,9 @@
 // unless CI is set, where it fails the test instead.
 //
 // Packages that use Postgres call Main from TestMain so that the shared
-// cluster is stopped when the test binary ends and goroutine leaks are
+// cluster is stopped when the test binary ends, every cluster it started
+// is stopped shortly before its -timeout would panic (which no cleanup
+// outlives, while pg_ctl's servers would), and goroutine leaks are
 // reported:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }

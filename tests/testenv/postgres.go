@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"net"
 	"net/url"
@@ -70,6 +71,11 @@ func postgres(t testing.TB, options string) *PG {
 		shared.mu.Lock()
 		if shared.cluster == nil && shared.err == nil {
 			shared.cluster, shared.err = embedded.StartPostgres()
+			if shared.err == nil {
+				if shared.err = keep(shared.cluster); shared.err != nil {
+					shared.cluster = nil
+				}
+			}
 		}
 		var err error
 		cluster, err = shared.cluster, shared.err // not :=, which would leave PG.Cluster nil
@@ -109,13 +115,20 @@ func (p *PG) Conn(t testing.TB) *pgx.Conn {
 }
 
 // Main runs the tests, stops the shared cluster, and reports goroutines that
-// outlived them (goleak). Call it from TestMain.
+// outlived them (goleak). Shortly before the test binary's -timeout runs
+// out it destroys every PostgreSQL cluster this package started, which
+// would outlive the timeout's panic. Call it from TestMain.
 func Main(m *testing.M) {
+	flag.Parse() // m.Run would parse them after the watchdog needs -test.timeout
+	watchdog := startWatchdog()
 	code := m.Run()
+	if watchdog != nil {
+		watchdog.Stop()
+	}
 	removeBinaries()
 	shared.mu.Lock()
 	if shared.cluster != nil {
-		if err := shared.cluster.Destroy(); err != nil {
+		if err := destroy(shared.cluster); err != nil {
 			fmt.Fprintf(os.Stderr, "testenv: stop shared PostgreSQL: %v\n", err)
 		}
 		shared.cluster = nil
@@ -145,8 +158,11 @@ func NewCluster(t testing.TB, opts ...embedded.ClusterOption) *embedded.Cluster 
 	if err != nil {
 		t.Fatalf("no PostgreSQL cluster for this test (it stops and restarts its own, so %s cannot stand in): %v", EnvDatabaseURL, err)
 	}
+	if err := keep(c); err != nil {
+		t.Fatalf("PostgreSQL cluster for this test: %v", err)
+	}
 	t.Cleanup(func() {
-		if err := c.Destroy(); err != nil {
+		if err := destroy(c); err != nil {
 			t.Errorf("destroy PostgreSQL cluster: %v", err)
 		}
 	})
@@ -196,8 +212,11 @@ func NewStandby(t testing.TB, primary *embedded.Cluster) *embedded.Cluster {
 	if err != nil {
 		t.Fatalf("standby of the PostgreSQL cluster: %v", err)
 	}
+	if err := keep(s); err != nil {
+		t.Fatalf("standby of the PostgreSQL cluster: %v", err)
+	}
 	t.Cleanup(func() {
-		if err := s.Destroy(); err != nil {
+		if err := destroy(s); err != nil {
 			t.Errorf("destroy PostgreSQL standby: %v", err)
 		}
 	})
