@@ -242,8 +242,9 @@ func (e *env) deadLetterKey(d deadLetter, x *expected) (string, bool) {
 
 // judge fails the test when duplicates exceed what mode allows: none in
 // exactly-once mode; at most allowed (the processor's own count of
-// uncertain commits, or the batches in flight at a kill -9) in
-// at-least-once mode. It logs the scenario's one-line summary.
+// uncertain commits and redeliveries, the batches in flight at a kill -9,
+// or a bound on either: outageAllowance) in at-least-once mode. It logs
+// the scenario's one-line summary.
 func (e *env) judge(name string, mode sink.Mode, v verdict, allowed int64) {
 	e.t.Helper()
 	e.t.Logf("SUMMARY %-28s %-13s published=%d rows=%d dead_letters=%d duplicates=%d allowed_duplicates=%d lost=%d unexpected=%d",
@@ -252,7 +253,7 @@ func (e *env) judge(name string, mode sink.Mode, v verdict, allowed int64) {
 	case mode == sink.ExactlyOnce && v.duplicates != 0:
 		e.t.Errorf("exactly-once: %d duplicates, want 0", v.duplicates)
 	case v.duplicates > allowed:
-		e.t.Errorf("at-least-once: %d duplicates, more than the %d uncertain commits the processor counted", v.duplicates, allowed)
+		e.t.Errorf("at-least-once: %d duplicates, more than the %d allowed", v.duplicates, allowed)
 	}
 }
 
