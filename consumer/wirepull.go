@@ -153,12 +153,7 @@ func otherServers(connected string, servers, discovered []string, configured str
 	if err != nil {
 		return nil
 	}
-	given := map[string]*url.Userinfo{}
-	for c := range strings.SplitSeq(configured, ",") {
-		if u, err := url.Parse(strings.TrimSpace(c)); err == nil && u.User != nil {
-			given[u.Host] = u.User
-		}
-	}
+	given := configuredServers(configured)
 	var out []string
 	for _, s := range servers {
 		u, err := url.Parse(s)
@@ -166,7 +161,7 @@ func otherServers(connected string, servers, discovered []string, configured str
 			continue
 		}
 		if u.User == nil {
-			if ui, ok := given[u.Host]; ok {
+			if ui := given[serverKey(u)]; ui != nil {
 				u.User = ui
 			} else if slices.Contains(discovered, s) {
 				u.User = cu.User
@@ -175,6 +170,28 @@ func otherServers(connected string, servers, discovered []string, configured str
 		out = append(out, u.String())
 	}
 	return out
+}
+
+// configuredServers maps each server of configured (nats.url), by
+// serverKey, to the user information of its URL there, nil for none.
+func configuredServers(configured string) map[string]*url.Userinfo {
+	given := map[string]*url.Userinfo{}
+	for c := range strings.SplitSeq(configured, ",") {
+		if u, err := url.Parse(strings.TrimSpace(c)); err == nil && u.Host != "" {
+			given[serverKey(u)] = u.User
+		}
+	}
+	return given
+}
+
+// serverKey names the server of u as nats.go's pool does, so that a
+// nats.url entry and the pool's entry for it match: host:port, with port
+// 4222 when u has none (nats.go adds it: nats://alice:pw@n2 in nats.url
+// is nats://n2:4222 in Servers()). Host names are compared in lower case,
+// as DNS does. Websocket's default ports (80, 443) are not needed: wire
+// never pulls over a websocket.
+func serverKey(u *url.URL) string {
+	return net.JoinHostPort(strings.ToLower(u.Hostname()), cmp.Or(u.Port(), "4222"))
 }
 
 // wireOptions are the consumer's connection settings for wire.Dial to the

@@ -1,0 +1,22 @@
+package consumer
+
+import (
+	"slices"
+	"testing"
+)
+
+// nats.go adds port 4222 to a nats.url entry that has none, and its pool
+// (Servers) gives the server so: the entry's credentials must still be
+// found for it. Before, they were looked up by the entry's bare host, and
+// wire dialled the fallback server without them (Authorization Violation
+// on a rolling restart's lame duck step). An empty port ("n3:") is no
+// port, as for nats.go; host names match whatever their case.
+func TestOtherServersFindTheCredentialsOfAURLWithoutPort(t *testing.T) {
+	pool := []string{"nats://n1:4222", "nats://n2:4222", "tls://n3:4222", "nats://n4:4222", "nats://10.0.0.5:4222"}
+	configured := "nats://alice:pw@n1,nats://bob:pw@N2, tls://carol:pw@n3:,nats://n4"
+	got := otherServers("nats://alice:pw@n1:4222", pool, nil, configured)
+	want := []string{"nats://bob:pw@n2:4222", "tls://carol:pw@n3:4222", "nats://n4:4222", "nats://10.0.0.5:4222"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
