@@ -220,9 +220,13 @@ func (c *Consumer) wireOptions(connected string) (wire.Options, error) {
 	// holds an IP) against the configured URL's host name; so must wire,
 	// whichever TLS settings it gets below (before, nats.tls.ca_file or
 	// cert_file replaced them, and wire checked the certificate against
-	// the IP).
+	// the IP). A server given in nats.url by its IP, nats.go verifies
+	// against that IP, and so does wire: its pool is nats.url's servers
+	// and the ones it learned of, so a server not in nats.url is learned.
 	if cu, err := url.Parse(connected); err == nil && net.ParseIP(cu.Hostname()) != nil {
-		if first, err := url.Parse(strings.TrimSpace(strings.Split(cfg.URL, ",")[0])); err == nil && first.Hostname() != "" && net.ParseIP(first.Hostname()) == nil {
+		_, given := configuredServers(cfg.URL)[serverKey(cu)]
+		first, err := url.Parse(strings.TrimSpace(strings.Split(cfg.URL, ",")[0]))
+		if !given && err == nil && first.Hostname() != "" && net.ParseIP(first.Hostname()) == nil {
 			o.ServerName = first.Hostname()
 		}
 	}
