@@ -450,17 +450,22 @@ func (c *Conn) closedErr() error {
 // Close writes out what is buffered (bounded by Options.WriteTimeout),
 // closes the connection and waits for its goroutines. Every Sub ends with
 // ErrConnectionClosed; Close does not wait for their delivery goroutines
-// (it may be called from a handler), their Closed channels tell. It
-// returns the error of the final write, if any.
+// (it may be called from a handler), their Closed channels tell. After a
+// failure (or Abort) it changes nothing for the Subs: those that hand on
+// what they hold still do. It returns the error of the final write, if
+// any.
 func (c *Conn) Close() error {
 	var err error
 	c.mu.Lock()
 	if !c.closed.Load() {
 		err = c.bw.Flush()
+		// Only while open: a Sub of a connection that failed first may
+		// not have looked at byClose yet, and must still hand on what it
+		// holds rather than drop it.
+		c.byClose.Store(true)
 	}
 	// Under the lock: a settlement after the final flush must fail, not
 	// be buffered and dropped.
-	c.byClose.Store(true)
 	c.closed.Store(true)
 	c.mu.Unlock()
 	c.fail(ErrConnectionClosed)
