@@ -147,6 +147,10 @@ type Conn struct {
 	closed   atomic.Bool
 	byClose  atomic.Bool   // Close ended it, not a failure
 	done     chan struct{} // closed when the connection has failed or closed
+	// readDone is closed when the reader has returned: it goes on parsing
+	// what it had read from the socket after done is closed, and a Sub
+	// handing on what it holds waits for that (see Sub.handOnHeld).
+	readDone chan struct{}
 	failOnce sync.Once
 	err      error // why; set before done is closed
 	wg       sync.WaitGroup
@@ -309,6 +313,7 @@ func handshake(ctx context.Context, nc net.Conn, o *Options, host string, wantTL
 		maxPayload: 1 << 20, // the server's default
 		kick:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
+		readDone:   make(chan struct{}),
 	}
 	if info.MaxPayload > 0 {
 		c.maxPayload = min(info.MaxPayload, maxPayloadCap)
@@ -687,9 +692,12 @@ func (c *Conn) pingLoop() {
 	}
 }
 
-// readLoop parses what the server sends until the connection fails.
+// readLoop parses what the server sends until the connection fails, and
+// then what it had read already (the Subs hand on the messages in it):
+// the socket's next read returns the error that ends it.
 func (c *Conn) readLoop(p parser) {
 	defer c.wg.Done()
+	defer close(c.readDone)
 	p.maxPayload = c.maxPayload
 	var f frame
 	for {

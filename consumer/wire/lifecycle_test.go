@@ -43,7 +43,12 @@ func acceptOne(t *testing.T, serve func(net.Conn)) string {
 // PING and then runs script with the connection and its reader.
 func fakeServer(t *testing.T, info string, script func(net.Conn, *bufio.Reader)) string {
 	t.Helper()
-	return acceptOne(t, func(conn net.Conn) {
+	return acceptOne(t, fakeServe(info, script))
+}
+
+// fakeServe is fakeServer's server, for one connection.
+func fakeServe(info string, script func(net.Conn, *bufio.Reader)) func(net.Conn) {
+	return func(conn net.Conn) {
 		br := bufio.NewReader(conn)
 		if _, err := conn.Write([]byte("INFO " + info + "\r\n")); err != nil {
 			return
@@ -58,7 +63,7 @@ func fakeServer(t *testing.T, info string, script func(net.Conn, *bufio.Reader))
 			}
 		}
 		script(conn, br)
-	})
+	}
 }
 
 const fakeInfo = `{"server_id":"fake","headers":true,"max_payload":100}`
@@ -74,7 +79,14 @@ func writeStatus(w io.Writer, inbox, sid, block string) {
 // to onPull, which writes the answer, if any, to w.
 func pullServer(t *testing.T, onPull func(w io.Writer, inbox, sid string, n int, body string)) string {
 	t.Helper()
-	return fakeServer(t, `{"server_id":"fake","headers":true,"max_payload":1048576}`, func(conn net.Conn, br *bufio.Reader) {
+	return fakeServer(t, pullInfo, pullScript(onPull))
+}
+
+const pullInfo = `{"server_id":"fake","headers":true,"max_payload":1048576}`
+
+// pullScript is pullServer's script.
+func pullScript(onPull func(w io.Writer, inbox, sid string, n int, body string)) func(net.Conn, *bufio.Reader) {
+	return func(conn net.Conn, br *bufio.Reader) {
 		_, _ = conn.Write([]byte("PONG\r\n")) // CONNECT's
 		var inbox, sid string
 		for n := 0; ; {
@@ -97,7 +109,7 @@ func pullServer(t *testing.T, onPull func(w io.Writer, inbox, sid string, n int,
 				onPull(conn, inbox, sid, n, body)
 			}
 		}
-	})
+	}
 }
 
 // waitErr waits for the connection to end and returns its error.

@@ -163,8 +163,10 @@ type Sub struct {
 // ErrBadRequest, or one wrapping ErrConnectionClosed. When the connection
 // fails (not Close), a Sub whose messages can still be settled
 // (Options.Settle) reports that error first, then hands on the messages
-// that had arrived, then ends. Errors returned: ErrInvalidOptions, or one
-// wrapping ErrConnectionClosed.
+// that had arrived (all the reader had read from the socket but any
+// beyond a full buffer, 2 x MaxMessages, more than the pulls ask for:
+// JetStream redelivers those after ack_wait), then ends. Errors returned:
+// ErrInvalidOptions, or one wrapping ErrConnectionClosed.
 func (c *Conn) Consume(o PullOptions, handler func(*Msg), onErr func(error)) (*Sub, error) {
 	if err := o.withDefaults(); err != nil {
 		return nil, err
@@ -287,8 +289,10 @@ func (s *Sub) receive(m *Msg) {
 	case s.ch <- m:
 	default:
 		// Full: wait for the handler, unless the Sub or the connection
-		// ends (a handler may Close the connection, which waits for
-		// this goroutine).
+		// ends (a handler may Close or Abort the connection, which waits
+		// for this goroutine). What a failed connection's reader drops so,
+		// beyond what the pulls asked for, JetStream redelivers after
+		// ack_wait.
 		select {
 		case s.ch <- m:
 		case <-s.quit:
@@ -510,12 +514,13 @@ func (s *Sub) maybePull() {
 func (s *Sub) run() {
 	err := s.loop()
 	told := false
-	if s.c.opts.Settle != nil && errors.Is(err, ErrConnectionClosed) && !s.c.byClose.Load() && (s.taken != nil || len(s.ch) > 0) {
+	if s.c.opts.Settle != nil && errors.Is(err, ErrConnectionClosed) && !s.c.byClose.Load() {
 		// The connection failed, but its messages can still be settled
 		// (Options.Settle): hand on what arrived before it did, as
 		// nats.go's Consume keeps its buffer across a reconnect, rather
 		// than have JetStream deliver it again after ack_wait. The
-		// handler hears the error first.
+		// handler hears the error first. Even with none held now: the
+		// reader may still be parsing messages it had read.
 		s.onErr(err)
 		told = true
 		err = s.handOnHeld(err)
@@ -533,9 +538,13 @@ func (s *Sub) run() {
 }
 
 // handOnHeld delivers the messages s holds after its connection failed
-// with err, and returns err; nil if Stop ends it first.
+// with err, and returns err; nil if Stop ends it first. It ends once the
+// reader has: until then the reader may put more into ch, from what it
+// had read before the failure, and an empty ch says nothing. The reader
+// does not wait for it (receive gives up on a full ch once the
+// connection is done), so the wait is short.
 func (s *Sub) handOnHeld(err error) error {
-	for {
+	for reading := true; ; {
 		select {
 		case <-s.stop:
 			return nil
@@ -549,8 +558,19 @@ func (s *Sub) handOnHeld(err error) error {
 		select {
 		case m := <-s.ch:
 			s.hand(m)
+			continue
 		default:
-			return err
+		}
+		if !reading {
+			return err // the reader put in ch all it will, and ch is empty
+		}
+		select {
+		case m := <-s.ch:
+			s.hand(m)
+		case <-s.c.readDone:
+			reading = false
+		case <-s.stop:
+			return nil
 		}
 	}
 }
