@@ -83,7 +83,10 @@
 // follows it. Unless a WARNING came before it that says (or, after the
 // sink's cancel, may say) that the commit's wait for a synchronous
 // standby was cancelled: committed here, perhaps not on the standby, so
-// not acked (an unknown outcome, sent again). Exactly-once's Query, which
+// not acked (an unknown outcome, sent again). The sink's sessions
+// start with client_min_messages at warning (or the lower level the URL
+// asks for), since at error, for the role, the database or in the URL,
+// the server would not send it. Exactly-once's Query, which
 // ends with its COMMIT, is judged the same way.
 //
 // A batch is acked as stored only when that CommandComplete counts exactly

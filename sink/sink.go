@@ -324,6 +324,14 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	// character the database cannot hold (SQLSTATE 22P05: its row is
 	// dead-lettered). A client_encoding in the URL is overridden.
 	cc.RuntimeParams["client_encoding"] = "UTF8"
+	// A commit that a cancel took out of its wait for a synchronous
+	// standby tells it only in a WARNING (see syncRepCancelled), which the
+	// server does not send at client_min_messages error (set for the role,
+	// the database or in the URL): that commit would be acked. A startup
+	// parameter overrides the role's and the database's defaults and the
+	// URL's options; a URL that asks for a level at which warnings are
+	// still sent keeps it.
+	sendWarnings(cc.RuntimeParams)
 	hosts := hostsOf(cc)
 	if d := cfg.DeadConnectionTimeout; d > 0 && cc.ConnectTimeout == 0 {
 		// A host that is gone answers no connect either: without a

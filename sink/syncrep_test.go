@@ -3,6 +3,8 @@ package sink
 import (
 	"context"
 	"errors"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,6 +87,111 @@ func TestSyncRepCancelIsNotAcked(t *testing.T) {
 				t.Errorf("%d rows dead-lettered, want none", len(letters))
 			}
 		})
+	}
+}
+
+// The warning that tells of a commit cancelled out of its wait for a
+// synchronous standby reaches the client only at client_min_messages
+// warning or below. Set to error for the sink's role (or database), or
+// in the URL's options, it was not sent, and such a commit was acked.
+// The sink's sessions start with client_min_messages at warning, which
+// overrides both.
+func TestSyncRepWarningForced(t *testing.T) { // a short name: application_name keeps 63 bytes
+	ctx := testCtx(t, 120*time.Second)
+	cluster := testenv.NewCluster(t)
+	url := cluster.URL("postgres")
+	admin := (&testenv.PG{URL: url}).Conn(t)
+	for _, via := range []string{"role", "options"} {
+		t.Run(via, func(t *testing.T) {
+			sinkURL := withParam(t, url, "options", "-cclient_min_messages=error") // no space: withParam would write it as "+"
+			if via == "role" {
+				_, sinkURL = newRole(t, ctx, admin, url, "GRANT CREATE ON SCHEMA public TO %[1]s",
+					"ALTER ROLE %[1]s SET client_min_messages = error")
+			}
+			// After Run has stopped, before the role is dropped (which
+			// would wait for the standby).
+			t.Cleanup(func() { syncStandby(t, ctx, admin, url, "") })
+			// The setting is in effect for other clients of the URL.
+			other, err := pgx.Connect(ctx, sinkURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var level string
+			err = other.QueryRow(ctx, "SHOW client_min_messages").Scan(&level)
+			_ = other.Close(ctx)
+			if err != nil || level != "error" {
+				t.Fatalf("client_min_messages %q (%v) for the URL's sessions, want error", level, err)
+			}
+
+			s, dl := newTestSink(t, ctx, sinkURL, func(c *Config) { c.Batch.MaxRows = 50 })
+			if err := s.withAdmin(ctx, func(c *pgx.Conn) error {
+				return c.QueryRow(ctx, "SHOW client_min_messages").Scan(&level)
+			}); err != nil || level != "warning" {
+				t.Fatalf("client_min_messages %q (%v) for the sink's sessions, want warning", level, err)
+			}
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			first, m1 := rows(1, 50, nil)
+			src.push(t, ctx, first)
+			waitFor(t, ctx, "the first rows acked", allAcked(m1))
+
+			syncStandby(t, ctx, admin, url, "nobody")
+			second, m2 := rows(51, 50, nil)
+			src.push(t, ctx, second)
+			waitSyncRep(t, ctx, admin, s.cfg.AppName)
+			retries := s.Stats().Retries
+			if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep'", s.cfg.AppName); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, ctx, "the batch retried (or acked) after the cancel", func() bool { return s.Stats().Retries > retries || m2[0].acks.Load() != 0 })
+			for i, m := range m2 {
+				if m.acks.Load() != 0 {
+					t.Fatalf("row %d acked after its commit's wait for the standby was cancelled", 51+i)
+				}
+			}
+			syncStandby(t, ctx, admin, url, "")
+			finishClean(t, ctx, src, wait, dl, m2)
+		})
+	}
+}
+
+// The startup parameters keep a level the URL asks for at which warnings
+// are sent, and set any other to warning, whether the URL names it in a
+// parameter of its own or in options.
+func TestSendWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		params map[string]string
+		want   string
+	}{
+		{map[string]string{}, "warning"},
+		{map[string]string{"client_min_messages": "error"}, "warning"},
+		{map[string]string{"Client_Min_Messages": "ERROR"}, "warning"},
+		{map[string]string{"client_min_messages": "notice"}, "notice"},
+		{map[string]string{"client_min_messages": "DEBUG1"}, "DEBUG1"},
+		{map[string]string{"client_min_messages": "log"}, "log"},
+		{map[string]string{"options": "-c client_min_messages=error"}, "warning"},
+		{map[string]string{"options": "-c client_min_messages=notice"}, "notice"},
+		{map[string]string{"options": "-cclient_min_messages=debug2 -c statement_timeout=5s"}, "debug2"},
+		{map[string]string{"options": "--client-min-messages=log"}, "log"},
+		{map[string]string{"options": "-c client_min_messages=notice -c client_min_messages=error"}, "warning"},
+		{map[string]string{"options": "-c search_path=a\\ b -c client_min_messages=info"}, "info"},
+		{map[string]string{"options": "-c client_min_messages=notice", "client_min_messages": "error"}, "warning"}, // the parameter comes after options
+		{map[string]string{"options": "-c client_min_messages=error", "client_min_messages": "notice"}, "notice"},
+	} {
+		params := maps.Clone(tc.params)
+		sendWarnings(params)
+		n := 0
+		for k := range params {
+			if strings.EqualFold(k, "client_min_messages") {
+				n++
+			}
+		}
+		if got := params["client_min_messages"]; got != tc.want || n != 1 {
+			t.Errorf("sendWarnings(%v) sets %q (%d keys), want %q", tc.params, got, n, tc.want)
+		}
+		if params["options"] != tc.params["options"] {
+			t.Errorf("sendWarnings(%v) changed options to %q", tc.params, params["options"])
+		}
 	}
 }
 

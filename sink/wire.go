@@ -467,6 +467,92 @@ func syncRepCancelled(severity, message string, cancelled bool) bool {
 	return severity == "WARNING" && (cancelled || strings.Contains(message, "synchronous replication"))
 }
 
+// sendWarnings sets the client_min_messages of the sessions that params
+// (a connection's startup parameters) start to "warning", unless the URL
+// asks for a level at which the server sends warnings anyway (notice,
+// log, debug1, ...: kept, so that nothing the URL asked for goes
+// missing), with client_min_messages=... or with -c
+// client_min_messages=... in options. A role's or a database's default
+// below warning is raised to it, as a startup parameter cannot read
+// them first: jetsink reads no notice but the sync-rep one.
+func sendWarnings(params map[string]string) {
+	asked := ""
+	if opts, ok := params["options"]; ok {
+		asked = optionsSetting(opts, "client_min_messages")
+	}
+	for k, v := range params {
+		// GUC names ignore case: one key only, or the server would
+		// take whichever came last in the startup message.
+		if strings.EqualFold(k, "client_min_messages") {
+			asked = v
+			delete(params, k)
+		}
+	}
+	if !warningsSentAt[strings.ToLower(asked)] {
+		asked = "warning"
+	}
+	params["client_min_messages"] = asked
+}
+
+// warningsSentAt are the levels of client_min_messages (PostgreSQL's
+// client_message_level_options) at which the server sends a WARNING to
+// the client; above them is only error.
+var warningsSentAt = map[string]bool{"debug5": true, "debug4": true, "debug3": true, "debug2": true, "debug1": true, "debug": true,
+	"log": true, "info": true, "notice": true, "warning": true}
+
+// optionsSetting returns the last value the command-line options of a
+// startup message (libpq's options) give the setting name, "" if none:
+// "-c name=value", "-cname=value" or "--name=value", separated by
+// spaces, a backslash taking the next character as it is
+// (PostgreSQL's pg_split_opts). In a setting's name "-" stands for "_",
+// and case does not count.
+func optionsSetting(options, name string) string {
+	var args []string
+	var arg strings.Builder
+	inArg, escaped := false, false
+	for _, r := range options {
+		switch {
+		case escaped:
+			arg.WriteRune(r)
+			escaped = false
+		case r == '\\':
+			inArg, escaped = true, true
+		case r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' || r == '\v':
+			if inArg {
+				args = append(args, arg.String())
+				arg.Reset()
+				inArg = false
+			}
+		default:
+			inArg = true
+			arg.WriteRune(r)
+		}
+	}
+	if inArg {
+		args = append(args, arg.String())
+	}
+	value := ""
+	for i := 0; i < len(args); i++ {
+		var setting string
+		switch a := args[i]; {
+		case a == "-c" && i+1 < len(args):
+			i++
+			setting = args[i]
+		case strings.HasPrefix(a, "-c"):
+			setting = a[2:]
+		case strings.HasPrefix(a, "--"):
+			setting = a[2:]
+		default:
+			continue
+		}
+		k, v, ok := strings.Cut(setting, "=")
+		if ok && strings.EqualFold(strings.ReplaceAll(k, "-", "_"), name) {
+			value = v
+		}
+	}
+	return value
+}
+
 // unreplicatedError reports a commit that a cancel took out of its wait
 // for a synchronous standby (syncRepCancelled): its outcome on the
 // standby is unknown, so its rows are not acked, and come again.
