@@ -83,7 +83,9 @@
 // follows it. Unless a WARNING came before it that says (or, after the
 // sink's cancel, may say) that the commit's wait for a synchronous
 // standby was cancelled: committed here, perhaps not on the standby, so
-// not acked (an unknown outcome, sent again). The sink's sessions
+// not acked (an unknown outcome, sent again). Only a WARNING of the
+// server's own (without a context, which a trigger's RAISE has) that
+// comes while the last statement commits counts. The sink's sessions
 // start with client_min_messages at warning (or the lower level the URL
 // asks for), since at error, for the role, the database or in the URL,
 // the server would not send it. Exactly-once's Query, which

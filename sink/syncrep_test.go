@@ -1,10 +1,13 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"maps"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,6 +198,67 @@ func TestSendWarnings(t *testing.T) {
 	}
 }
 
+// A trigger's RAISE WARNING for each row, read only after a hard stop (a
+// relay holds the server's answer here, as a socket's buffer may), is no
+// sign of a commit cancelled out of its wait for a synchronous standby:
+// the batch committed, and is acked. Before, any WARNING read once the
+// hard context had ended counted, and the committed batch was left
+// unacked (redelivered: a duplicate, or in exactly-once mode a conflict).
+func TestTriggerWarningsReadAfterHardStop(t *testing.T) {
+	const marker = "jetsink-trigger-warning"
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			admin := pg.Conn(t)
+			l := listen(t)
+			proxied, to := l.proxy(t, withParam(t, pg.URL, "sslmode", "disable")) // the relay reads the answers
+			hold := make(chan struct{})
+			release := sync.OnceFunc(func() { close(hold) })
+			t.Cleanup(release) // before the listener's cleanup, which waits for the relay
+			var held atomic.Bool
+			l.relay(to, func() (up, down func([]byte) verdict) {
+				return func([]byte) verdict { return pass }, func(b []byte) verdict {
+					if bytes.Contains(b, []byte(marker)) {
+						held.Store(true)
+						<-hold
+					}
+					return pass
+				}
+			})
+			s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Mode = mode; c.Connections = 1 })
+			table := s.table.Sanitize()
+			if _, err := admin.Exec(ctx, "CREATE FUNCTION warn() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RAISE WARNING '"+marker+
+				" %', NEW.stream_seq; RETURN NEW; END$$; CREATE TRIGGER warn BEFORE INSERT ON "+table+" FOR EACH ROW EXECUTE FUNCTION warn()"); err != nil {
+				t.Fatal(err)
+			}
+			runCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			src := newSource()
+			wait := runSink(t, runCtx, s, src)
+			rs, ms := rows(1, 50, nil)
+			src.push(t, ctx, rs)
+			waitFor(t, ctx, "the batch committed and its warnings held", func() bool { return held.Load() && count(t, ctx, admin, s.cfg.Table) == 50 })
+			stop()
+			release()
+			if err := wait(); err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run = %v after a hard stop, want nil or context.Canceled", err)
+			}
+			for i, m := range ms {
+				if m.acks.Load() != 1 {
+					t.Fatalf("row %d acked %d times, want once: it committed, and only a trigger warned", 1+i, m.acks.Load())
+				}
+			}
+			if letters, _ := dl.letters(); len(letters) != 0 {
+				t.Errorf("%d rows dead-lettered, want none", len(letters))
+			}
+			if n := count(t, ctx, admin, s.cfg.Table); n != 50 {
+				t.Errorf("%d rows, want 50", n)
+			}
+		})
+	}
+}
+
 // syncStandby sets synchronous_standby_names and returns once commits
 // wait for it ("nobody": a probe's commit waits) or no longer do ("").
 func syncStandby(t *testing.T, ctx context.Context, admin *pgx.Conn, url, names string) {
@@ -240,23 +304,34 @@ func waitSyncRep(t *testing.T, ctx context.Context, admin *pgx.Conn, app string)
 	})
 }
 
-// Any WARNING after the sink's own cancel request counts (the server's
-// messages may be translated); without one, only the English text.
+// A WARNING from the server itself (no context) while the last statement
+// commits counts after the sink's own cancel request, whatever it says
+// (the server's messages may be translated); without one, only the
+// English text. A trigger's RAISE WARNING (with a context), or any
+// warning before the last statement, never counts: read after a hard
+// stop, one of those had the committed batch refused.
 func TestSyncRepCancelled(t *testing.T) {
 	const en = "canceling wait for synchronous replication due to user request"
 	const fr = "annulation de l'attente pour la réplication synchrone"
+	const plpgsql = "PL/pgSQL function w() line 1 at RAISE"
 	for _, tc := range []struct {
-		severity, message string
-		cancelled, want   bool
+		severity, where, message string
+		committing, cancelled    bool
+		want                     bool
 	}{
-		{"WARNING", en, false, true},
-		{"WARNING", fr, true, true},
-		{"WARNING", fr, false, false},
-		{"NOTICE", en, true, false},
-		{"WARNING", "a trigger's RAISE WARNING", false, false},
+		{"WARNING", "", en, true, false, true},
+		{"WARNING", "", fr, true, true, true},
+		{"WARNING", "", fr, true, false, false},
+		{"NOTICE", "", en, true, true, false},
+		{"WARNING", "", "a trigger's RAISE WARNING", true, false, false},
+		{"WARNING", plpgsql, "row 7", true, true, false},                       // a deferred trigger's, at commit, after a hard stop
+		{"WARNING", plpgsql, en, true, false, false},                           // a trigger's that quotes the text
+		{"WARNING", plpgsql + "\nCOPY t, line 1", "row 7", false, true, false}, // a row trigger's, read after a hard stop
+		{"WARNING", "", "row 7", false, true, false},                           // before the last statement
+		{"WARNING", "", en, false, false, false},
 	} {
-		if got := syncRepCancelled(tc.severity, tc.message, tc.cancelled); got != tc.want {
-			t.Errorf("syncRepCancelled(%q, %q, %v) = %v, want %v", tc.severity, tc.message, tc.cancelled, got, tc.want)
+		if got := syncRepCancelled(tc.severity, tc.where, tc.message, tc.committing, tc.cancelled); got != tc.want {
+			t.Errorf("syncRepCancelled(%q, %q, %q, %v, %v) = %v, want %v", tc.severity, tc.where, tc.message, tc.committing, tc.cancelled, got, tc.want)
 		}
 	}
 }

@@ -428,7 +428,10 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQ
 		case *pgproto3.DataRow:
 			rowed = true
 		case *pgproto3.NoticeResponse:
-			if unreplicated == nil && syncRepCancelled(cmp.Or(msg.SeverityUnlocalized, msg.Severity), msg.Message, ctx.Err() != nil) {
+			// Only while the last statement runs, which commits (at
+			// its end, before its CommandComplete).
+			committing := pgErr == nil && done == q.stmts-1
+			if unreplicated == nil && syncRepCancelled(cmp.Or(msg.SeverityUnlocalized, msg.Severity), msg.Where, msg.Message, committing, ctx.Err() != nil) {
 				warning := msg.Message // a string: the struct is reused, the text is not
 				unreplicated = &warning
 			}
@@ -453,18 +456,27 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQ
 }
 
 // syncRepCancelled reports whether a notice (its severity, not
-// translated, and message) may say that a commit waiting
+// translated, its context and message) may say that a commit waiting
 // for a synchronous standby was cancelled out of its wait: committed on
 // this server, and perhaps not on the standby (PostgreSQL's syncrep.c: a
 // WARNING, "canceling wait for synchronous replication due to user
 // request", then the statement completes as if nothing happened). Lost if
 // the server fails over to that standby: such a commit must not be
-// acked. A WARNING after the sink's own cancel request (cancelled) counts,
-// whatever it says (the server's messages may be translated); otherwise
-// (pg_cancel_backend by someone else) only the English text is known.
-// Either way the worst a wrong guess costs is a redelivery.
-func syncRepCancelled(severity, message string, cancelled bool) bool {
-	return severity == "WARNING" && (cancelled || strings.Contains(message, "synchronous replication"))
+// acked. That warning comes while the commit runs (committing: the
+// Query's last statement, before its CommandComplete) and from the
+// server itself, with no context (where ""); a trigger's RAISE WARNING
+// has one ("PL/pgSQL function ..."), and one raised while the rows are
+// copied or inserted comes before the last statement, so neither counts,
+// even when it is read after the hard context ended (it may have waited
+// in the socket's buffer). Its SQLSTATE, 01000, is any WARNING's, and
+// says nothing. A WARNING that fits, after the sink's own cancel request
+// (cancelled), counts whatever it says (the server's messages may be
+// translated); otherwise (pg_cancel_backend by someone else) only the
+// English text is known. Either way the worst a wrong guess costs is a
+// redelivery.
+func syncRepCancelled(severity, where, message string, committing, cancelled bool) bool {
+	return severity == "WARNING" && where == "" && committing &&
+		(cancelled || strings.Contains(message, "synchronous replication"))
 }
 
 // sendWarnings sets the client_min_messages of the sessions that params
