@@ -125,18 +125,23 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 		}
 		err = c.process(ctx, b)
 		handed := false
+		var off handOffRetry
 		for errors.Is(err, errHandOff) {
-			switch herr := c.handOff(ctx, b); {
+			switch herr := c.handOff(ctx, b, off.wait); {
 			case herr == nil:
 				handed, err = true, nil // another committer has b now
 			case errors.Is(herr, errHandOff):
-				// None took it within handWait: try it here if this
+				// None took it while offered: try it here if this
 				// committer can connect now, else offer it again (not
 				// process: that would warn of the batch anew each time).
-				if cerr := c.connect(ctx); cerr == nil {
+				switch cerr := c.connect(ctx); {
+				case cerr == nil:
+					off = handOffRetry{}
 					err = c.process(ctx, b)
-				} else if ctx.Err() != nil {
+				case ctx.Err() != nil:
 					err = ctx.Err()
+				default:
+					c.handOffFailed(&off, cerr, len(b.rows))
 				}
 			case errors.Is(herr, errWorkDone):
 				err = c.process(ctx, b) // no committer takes work any more: keep trying here
@@ -216,17 +221,17 @@ var (
 )
 
 // handOff gives b to a committer waiting for work, as the batcher does
-// (claiming its token). errHandOff when none waits within handWait;
-// errWorkDone once the batcher is done (the tokens left in ready are
-// stale, their committers gone). After it returns nil, b is the other
-// committer's.
-func (c *committer) handOff(ctx context.Context, b *batch) error {
+// (claiming its token). errHandOff when none waits within wait (at least
+// handWait); errWorkDone once the batcher is done (the tokens left in
+// ready are stale, their committers gone). After it returns nil, b is the
+// other committer's.
+func (c *committer) handOff(ctx context.Context, b *batch, wait time.Duration) error {
 	c.r.workMu.RLock()
 	defer c.r.workMu.RUnlock()
 	if c.r.workDone.Load() {
 		return errWorkDone
 	}
-	t := time.NewTimer(handWait)
+	t := time.NewTimer(max(wait, handWait))
 	defer t.Stop()
 	select {
 	case <-c.r.ready:
@@ -238,8 +243,51 @@ func (c *committer) handOff(ctx context.Context, b *batch) error {
 	return c.r.hand(ctx, b)
 }
 
-// handWait is how long handOff waits for a committer to take a batch.
+// handWait is how long handOff waits at least for a committer to take a
+// batch.
 const handWait = time.Second
+
+// handOffRetry is the state of a committer's connects that fail while its
+// batch waits to be handed off (see loop): the connects back off as a
+// batch's retries do, and wait, the backoff's last step, is how long the
+// batch is offered before the next one (a committer that comes free takes
+// it at once all the same).
+type handOffRetry struct {
+	bo              backoff
+	wait            time.Duration
+	attempts        int
+	failing, warned time.Time // the first failure; the last one logged at Warn
+}
+
+// handOffFailed records a connect that failed (err) while the committer's
+// batch of rows waited to be handed off. The committer holds the batch's
+// events meanwhile, so this is a failing batch like any other: a retry
+// counted, the sink failing (Failing, Ready) until a batch is answered,
+// and a Warn line on the first failure and every stillFailingEvery (a
+// connection limit of the role's or the server's, say).
+func (c *committer) handOffFailed(off *handOffRetry, err error, rows int) {
+	now := time.Now()
+	if off.attempts == 0 {
+		off.bo = backoff{initial: c.bo.initial, max: c.bo.max}
+		off.failing = now
+	}
+	off.attempts++
+	off.wait = max(off.bo.next(), handWait)
+	c.s.st.retries.Add(1)
+	c.s.refused(err, c.s.classify(err), now)
+	switch {
+	case off.attempts == 1:
+		off.warned = now
+		c.s.log.Warn("cannot connect; offering the batch to the other committers until one takes it or this one connects",
+			"rows", rows, "err", err, "retry_in", off.wait)
+	case now.Sub(off.warned) >= stillFailingEvery:
+		off.warned = now
+		c.s.log.Warn("still cannot connect; offering the batch to the other committers until one takes it or this one connects",
+			"rows", rows, "attempts", off.attempts, "failing_for", now.Sub(off.failing).Round(time.Millisecond), "err", err, "retry_in", off.wait)
+	default:
+		c.s.log.Debug("cannot connect again; offering the batch to the other committers", "rows", rows, "attempts", off.attempts, "err", err, "retry_in", off.wait)
+	}
+}
 
 // reconnect connects the committer, retrying with backoff until it can or
 // ctx ends (the batcher is done), after it handed its batch off: taking

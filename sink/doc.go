@@ -26,7 +26,12 @@
 // connections open and has up to Connections+3 at once, all with
 // application_name AppName. A pool buys nothing here: every
 // connection has exactly one user, and the exactly-once staging table is
-// per connection state the committer tracks itself.
+// per connection state the committer tracks itself. A committer that
+// cannot connect (the role's or the server's connection limit) while
+// others commit offers its batch to them; while none is free to take it,
+// it tries to connect again with the retries' backoff, each failure a
+// retry counted (Stats.Retries), logged at Warn at first and every minute,
+// and the sink failing (Failing, Ready) until a batch is answered.
 //
 // Batch objects are reused (Connections+1 of them, plus a 256-row carry),
 // so the hot path allocates nothing per row. Each starts with room for

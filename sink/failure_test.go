@@ -548,6 +548,73 @@ func TestBatchesGoToTheCommitterThatCanConnect(t *testing.T) {
 	}
 }
 
+// A committer that cannot connect (the role's CONNECTION LIMIT) while
+// another commits offers its batch to the others, and tries to connect
+// again whenever none took it. While none comes free (here the other
+// waits on a lock), those connects failed unseen: nothing logged, no
+// retry counted, and Failing (so Ready) said nothing while the batch's
+// events waited. Now each counts as a retry, the first is logged at
+// Warn, and the sink is failing until a batch is answered. Batches of 5
+// rows: Y fails (b), then X commits a and c and takes d, which waits on
+// an advisory lock, all well before Y's next attempt (0.75-1.5 s later),
+// which hands off to none.
+func TestHandOffConnectFailuresAreSeen(t *testing.T) {
+	ctx, admin, role, s, src, wait, logs := roleSink(t, 2, true, func(c *Config) {
+		c.Batch.MaxRows = 5
+		c.Retry = RetryConfig{Initial: 1500 * time.Millisecond, Max: 1500 * time.Millisecond}
+	})
+	triggerOn(t, ctx, admin, s.table, "held", "NEW.stream_seq >= 21", "PERFORM pg_advisory_xact_lock(4242)")
+	execAll(t, ctx, admin, "ALTER ROLE "+role+" CONNECTION LIMIT 1", terminateRole(role), "SELECT pg_advisory_lock(4242)")
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execAll(t, ctx, admin, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
+	a, am := rows(6, 5, nil) // X takes the connection and waits on the lock
+	src.push(t, ctx, a)
+	waitFor(t, ctx, "a batch waiting on the lock", func() bool {
+		var n int
+		execAll(t, ctx, admin, "SELECT pg_stat_clear_snapshot()") // admin is in the locking transaction
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'", role).Scan(&n)
+		return err == nil && n == 1
+	})
+	b, bm := rows(11, 5, nil) // Y cannot connect
+	src.push(t, ctx, b)
+	c, cm := rows(16, 5, nil)
+	src.push(t, ctx, c)
+	d, dm := rows(21, 5, nil)
+	src.push(t, ctx, d)
+	waitFor(t, ctx, "the other batch's connect refused", func() bool { return s.Stats().Retries > 0 })
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "X's batches before the advisory lock acked", allAcked(append(am, cm...)))
+	retries := s.Stats().Retries
+	seen, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	waitFor(t, seen, "the failed connects of the batch offered logged", func() bool {
+		return strings.Contains(logs.String(), "cannot connect; offering the batch to the other committers")
+	})
+	waitFor(t, seen, "the failed connects of the batch offered counted", func() bool { return s.Stats().Retries > retries })
+	if d, msg := s.Failing(); d == 0 || !strings.Contains(msg, "53300") {
+		t.Errorf("Failing() = %v, %q while a batch waits for a committer that cannot connect; want failing, 53300", d, msg)
+	}
+	for _, m := range append(bm, dm...) {
+		if m.acks.Load() != 0 {
+			t.Fatal("a row of b or d acked while its committer cannot connect or waits on the lock")
+		}
+	}
+	execAll(t, ctx, admin, "SELECT pg_advisory_unlock(4242)")
+	src.Close()
+	waitFor(t, ctx, "every batch acked", allAcked(append(bm, dm...)))
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if d, msg := s.Failing(); d != 0 {
+		t.Errorf("Failing() = %v, %q once every batch committed", d, msg)
+	}
+}
+
 // A stop while a committer that cannot connect would hand its batch off:
 // once the batcher is done no committer takes work (a token left in ready
 // then is stale: its committer got nil and returned), and the batch is
