@@ -136,7 +136,15 @@
 // on exactly those columns may be DEFERRABLE: ON CONFLICT refuses one as
 // its arbiter (SQLSTATE 55000, even beside a non-deferrable index), so
 // every batch would fail; Check reports it (ProblemDeferrableUnique), and
-// Init fails on it (ErrNoKeyIndex). A
+// Init fails on it (ErrNoKeyIndex). Nor may a key column, or a unique
+// index on the key, compare with a nondeterministic collation (an ICU one
+// that ignores case): the events of streams "ORDERS" and "orders" with
+// the same sequence would share a key, and the second be skipped as
+// stored. Check reports it (ProblemCollation), Init fails on it, and the
+// type guards refuse every batch once a committer's connection has read
+// it as it opened (the lookup after a commit compares text keys as bytes
+// too, so a change the guards have not read yet dead-letters such an
+// event instead of acking it). A
 // stream deleted and re-created restarts its sequence, and its rows would
 // conflict with old ones: StoredSeq tells the consumer the table's highest
 // sequence, so that it re-creates a stream past it and refuses one that

@@ -68,26 +68,42 @@ var pgTypes = map[pipeline.Type]pgType{
 // has one: numeric(10,2), varchar(5)), recv the built-in C function that
 // reads base's binary input ("" if it is not one), castFrom the types
 // with a binary-coercible implicit or assignment cast to base.
+// looseCollation names the column's collation if it is nondeterministic
+// (an ICU collation that ignores case or accents: see Sink.looseKey), ""
+// otherwise.
 type colType struct {
-	typ, base uint32
-	mod       int32
-	recv      string
-	castFrom  []uint32
+	typ, base      uint32
+	mod            int32
+	recv           string
+	castFrom       []uint32
+	looseCollation string
 }
 
 // columnTypesSQL reads the colType of every column of the table whose
 // OID is $1, or else of the one $2 names (none if there is no such table).
 // The catalogs it reads need no privilege.
-const columnTypesSQL = `WITH RECURSIVE t(name, typ, base, mod) AS (
-	SELECT attname::text, atttypid, atttypid, atttypmod FROM pg_attribute
+const columnTypesSQL = `WITH RECURSIVE t(name, typ, base, mod, coll) AS (
+	SELECT attname::text, atttypid, atttypid, atttypmod, attcollation FROM pg_attribute
 	WHERE attrelid = coalesce($1::oid, to_regclass($2::text)::oid) AND attnum > 0 AND NOT attisdropped
 	UNION ALL
-	SELECT t.name, t.typ, d.typbasetype, CASE WHEN t.mod >= 0 THEN t.mod ELSE d.typtypmod END
+	SELECT t.name, t.typ, d.typbasetype, CASE WHEN t.mod >= 0 THEN t.mod ELSE d.typtypmod END, t.coll
 	FROM t JOIN pg_type d ON d.oid = t.base AND d.typtype = 'd')
 SELECT t.name, t.typ, t.base, t.mod, coalesce(p.prosrc, ''),
-	ARRAY(SELECT castsource FROM pg_cast WHERE casttarget = t.base AND castcontext <> 'e' AND castmethod = 'b')
+	ARRAY(SELECT castsource FROM pg_cast WHERE casttarget = t.base AND castcontext <> 'e' AND castmethod = 'b'),
+	coalesce((SELECT collname::text FROM pg_collation WHERE oid = t.coll AND NOT collisdeterministic), '')
 FROM t JOIN pg_type b ON b.oid = t.base AND b.typtype <> 'd'
 	LEFT JOIN pg_proc p ON p.oid = b.typreceive AND p.prolang = 12 -- internal`
+
+// looseKeyIndexSQL reports whether the table $1 names has a unique index
+// that exactly-once's ON CONFLICT ($2, $3) takes for an arbiter (no
+// expression, no predicate, those two key columns) with a
+// nondeterministic collation (see uniqueIndex.looseCollation).
+const looseKeyIndexSQL = `SELECT EXISTS (SELECT FROM pg_index i
+	JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attname = $2
+	JOIN pg_attribute b ON b.attrelid = i.indrelid AND b.attname = $3
+	WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indexprs IS NULL AND i.indpred IS NULL
+		AND i.indnkeyatts = 2 AND (i.indkey::int2[])[0:1] @> ARRAY[a.attnum, b.attnum]
+		AND EXISTS (SELECT FROM pg_collation c WHERE c.oid = ANY (i.indcollation::oid[]) AND NOT c.collisdeterministic))`
 
 // columnTypes reads the types of the table's columns, by name: the table
 // whose OID is rel, or if rel is nil the one its name finds on
@@ -105,7 +121,7 @@ func scanColumnTypes(rows pgx.Rows) (map[string]colType, error) {
 	cts := map[string]colType{}
 	var name string
 	var ct colType
-	_, err := pgx.ForEachRow(rows, []any{&name, &ct.typ, &ct.base, &ct.mod, &ct.recv, &ct.castFrom}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&name, &ct.typ, &ct.base, &ct.mod, &ct.recv, &ct.castFrom, &ct.looseCollation}, func() error {
 		cts[name], ct = ct, colType{}
 		return nil
 	})
@@ -162,7 +178,9 @@ func withSuffix(base, suffix string) string {
 // nothing when another relation has the index's name, and every batch
 // would then fail (ErrNoKeyIndex; the message says what holds the name);
 // so would they beside a DEFERRABLE unique constraint on the key
-// (ErrNoKeyIndex too, saying how to make it not deferrable).
+// (ErrNoKeyIndex too, saying how to make it not deferrable), and a key
+// column or key index with a nondeterministic collation would skip
+// events (ErrNoKeyIndex too: ProblemCollation).
 func (s *Sink) Init(ctx context.Context) error {
 	var missing *Problem
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
@@ -217,8 +235,10 @@ func (s *Sink) Init(ctx context.Context) error {
 		}
 		for _, p := range probs {
 			// A DEFERRABLE constraint on the key makes INSERT ... ON
-			// CONFLICT fail even beside the index Init made.
-			if p.Kind == ProblemNoUniqueIndex || p.Kind == ProblemDeferrableUnique {
+			// CONFLICT fail even beside the index Init made; a key that
+			// compares with a nondeterministic collation would skip
+			// events as stored before.
+			if p.Kind == ProblemNoUniqueIndex || p.Kind == ProblemDeferrableUnique || p.Kind == ProblemCollation {
 				missing = &p
 			}
 		}
@@ -253,6 +273,14 @@ const (
 	// ON CONFLICT refuses it as an arbiter (SQLSTATE 55000), even beside a
 	// non-deferrable index on the same columns, so every batch would fail.
 	ProblemDeferrableUnique ProblemKind = "deferrable_unique"
+	// ProblemCollation: in exactly-once mode a key column (meta:stream,
+	// meta:stream_seq), or a unique index ON CONFLICT takes for an arbiter
+	// on them, compares with a nondeterministic collation (an ICU one
+	// that ignores case or accents). The events of streams "ORDERS" and
+	// "orders" with the same sequence then share a key: the second would
+	// be skipped as stored before. The sink refuses every batch (retried
+	// until the collation changes), as for a column of type citext.
+	ProblemCollation ProblemKind = "collation"
 	// ProblemRowTrigger is a warning: the table has enabled BEFORE INSERT
 	// row triggers. One that returns NULL leaves its row out of the COPY,
 	// and the sink then dead-letters the whole batch (code row_count); in
@@ -512,6 +540,7 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		probs = append(probs, encProblem)
 	}
 	mapped := map[string]pipeline.Column{}
+	looseKeys := false // a key column's collation is nondeterministic: its indexes' too, by default
 	for _, c := range s.cols {
 		mapped[c.Name] = c
 		want := pgTypes[c.Type]
@@ -530,6 +559,13 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			probs = append(probs, Problem{Kind: ProblemGenerated, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s is GENERATED ALWAYS AS IDENTITY: exactly-once's INSERT cannot write it (SQLSTATE 428C9), so every batch would fail and be retried", col, tname),
 				Fix:     fmt.Sprintf("remove column %s from postgres.columns, or ALTER TABLE %s ALTER COLUMN %s SET GENERATED BY DEFAULT", c.Name, tname, col)})
+		case s.looseKey(c, cts[c.Name]):
+			looseKeys = true
+			probs = append(probs, Problem{Kind: ProblemCollation, Column: c.Name,
+				Message: fmt.Sprintf("column %s of %s, part of exactly-once's key, compares with the nondeterministic collation %s: events whose keys "+
+					"it takes for equal (streams \"ORDERS\" and \"orders\", say) would be skipped as stored before and acked, so jetsink "+
+					"stores nothing in this table until it changes (each batch is retried)", col, tname, pgx.Identifier{cts[c.Name].looseCollation}.Sanitize()),
+				Fix: fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN %s TYPE %s COLLATE "default"`, tname, col, a.format)})
 		case !s.columnReads(c, cts[c.Name]):
 			what := "so jetsink stores nothing in this table until they match (each batch is retried)"
 			probs = append(probs, Problem{Kind: ProblemTypeMismatch, Column: c.Name,
@@ -627,8 +663,23 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				Fix: "drop the rules (DROP RULE name ON " + tname + "; an UPDATE rule blocks it even when disabled), " +
 					"or use at-least-once mode, where COPY does not run rules (so they do not do what they were made for either)"})
 		}
-		usable, deferrable := keyIndexes(idx, attrs[s.streamC].num, attrs[s.seqC].num)
+		usable, deferrable, loose := keyIndexes(idx, attrs[s.streamC].num, attrs[s.seqC].num)
 		key := "(" + pgx.Identifier{s.streamC}.Sanitize() + ", " + pgx.Identifier{s.seqC}.Sanitize() + ")"
+		for _, u := range loose {
+			if looseKeys {
+				break // fixed with the column
+			}
+			drop := "DROP INDEX " + u.qualified
+			if u.con != "" {
+				drop = "ALTER TABLE " + tname + " DROP CONSTRAINT " + pgx.Identifier{u.con}.Sanitize()
+			}
+			probs = append(probs, Problem{Kind: ProblemCollation,
+				Message: fmt.Sprintf("the unique index %s on %s %s compares with a nondeterministic collation: exactly-once's "+
+					"INSERT ... ON CONFLICT takes it for an arbiter, and would skip events whose keys it takes for equal (streams "+
+					"\"ORDERS\" and \"orders\", say) as stored before, so jetsink stores nothing in this table until it changes "+
+					"(each batch is retried)", u.qualified, tname, key),
+				Fix: drop + "; then " + s.DDL()[1]})
+		}
 		for _, k := range deferrable {
 			con := pgx.Identifier{k.name}.Sanitize()
 			probs = append(probs, Problem{Kind: ProblemDeferrableUnique,
@@ -958,6 +1009,10 @@ type uniqueIndex struct {
 	plain     bool    // no predicate, no expression: ON CONFLICT (cols) can infer it
 	immediate bool    // not DEFERRABLE
 	con, def  string  // the UNIQUE or PRIMARY KEY constraint behind it and its definition, if any
+	qualified string  // its schema-qualified name, quoted
+	// looseCollation: a key column of it compares with a
+	// nondeterministic collation (see ProblemCollation).
+	looseCollation bool
 }
 
 // uniqueIndexes reads rel's valid unique indexes, by name.
@@ -967,15 +1022,17 @@ func (s *Sink) uniqueIndexes(ctx context.Context, c *pgx.Conn, rel uint32) ([]un
 			AND d.objid = i.indexrelid AND d.refclassid = 'pg_class'::regclass AND d.refobjid = i.indrelid
 			AND d.refobjsubid > 0),
 		i.indpred IS NULL AND i.indexprs IS NULL, i.indimmediate,
-		coalesce(con.conname::text, ''), coalesce(pg_get_constraintdef(con.oid), '')
-		FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+		coalesce(con.conname::text, ''), coalesce(pg_get_constraintdef(con.oid), ''),
+		quote_ident(n.nspname) || '.' || quote_ident(ic.relname),
+		EXISTS (SELECT FROM pg_collation co WHERE co.oid = ANY (i.indcollation::oid[]) AND NOT co.collisdeterministic)
+		FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_namespace n ON n.oid = ic.relnamespace
 		LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u')
 		WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid ORDER BY ic.relname`, rel)
 	if err == nil {
 		var out []uniqueIndex
 		if out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (uniqueIndex, error) {
 			var u uniqueIndex
-			err := r.Scan(&u.name, &u.key, &u.used, &u.plain, &u.immediate, &u.con, &u.def)
+			err := r.Scan(&u.name, &u.key, &u.used, &u.plain, &u.immediate, &u.con, &u.def, &u.qualified, &u.looseCollation)
 			return u, err
 		}); err == nil {
 			return out, nil
@@ -1047,19 +1104,24 @@ type keyConstraint struct {
 
 // keyIndexes looks at those of idx that are plain (no predicate, no
 // expression) with key columns exactly {a, b}: those that ON CONFLICT (a,
-// b) infers as its arbiters. usable reports one that is not deferrable;
-// deferrable lists the constraints behind the deferrable ones, which
-// PostgreSQL refuses as arbiters (SQLSTATE 55000) whether or not a usable
-// one exists beside them. Only a UNIQUE or PRIMARY KEY constraint can be
-// DEFERRABLE, never a CREATE UNIQUE INDEX (Init's).
-func keyIndexes(idx []uniqueIndex, a, b int16) (usable bool, deferrable []keyConstraint) {
+// b) infers as its arbiters (whatever their collations). usable reports
+// one that is not deferrable; deferrable lists the constraints behind the
+// deferrable ones, which PostgreSQL refuses as arbiters (SQLSTATE 55000)
+// whether or not a usable one exists beside them. Only a UNIQUE or
+// PRIMARY KEY constraint can be DEFERRABLE, never a CREATE UNIQUE INDEX
+// (Init's). loose lists those with a nondeterministic collation
+// (ProblemCollation), usable or not.
+func keyIndexes(idx []uniqueIndex, a, b int16) (usable bool, deferrable []keyConstraint, loose []uniqueIndex) {
 	if a == 0 || b == 0 {
-		return false, nil
+		return false, nil, nil
 	}
 	for _, u := range idx {
 		k := u.key
 		if !u.plain || len(k) != 2 || !((k[0] == a && k[1] == b) || (k[0] == b && k[1] == a)) {
 			continue
+		}
+		if u.looseCollation {
+			loose = append(loose, u)
 		}
 		switch {
 		case u.immediate:
@@ -1071,7 +1133,7 @@ func keyIndexes(idx []uniqueIndex, a, b int16) (usable bool, deferrable []keyCon
 			deferrable = append(deferrable, keyConstraint{name: u.con, immediateDef: def})
 		}
 	}
-	return usable, deferrable
+	return usable, deferrable, loose
 }
 
 // StoredSeq returns the highest stream sequence the table holds for stream

@@ -384,6 +384,42 @@ func TestMissingKeysBySequenceType(t *testing.T) {
 	}
 }
 
+// The lookup after a commit compares a text key as bytes too: a key
+// column that got a collation ignoring case while a connection was open
+// (the guards, which would refuse it, read the collation when a
+// connection opens) found "ORDERS" for "orders", which ON CONFLICT had
+// skipped, and the event was acked and never stored. Now it is missing,
+// and dead-lettered.
+func TestMissingKeysComparedAsBytes(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	for _, typ := range []pipeline.Type{pipeline.TypeInt8, pipeline.TypeText} {
+		t.Run(string(typ), func(t *testing.T) {
+			s := newKeySink(t, ctx, pg.URL, typ, true)
+			alter := "ALTER TABLE " + s.table.Sanitize() + " ALTER str TYPE text COLLATE ci"
+			if typ == pipeline.TypeText {
+				alter += ", ALTER sq TYPE text COLLATE ci"
+			}
+			if _, err := admin.Exec(ctx, "CREATE COLLATION IF NOT EXISTS ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false); "+
+				alter+"; INSERT INTO "+s.table.Sanitize()+" VALUES ('ORDERS', '7')"); err != nil {
+				t.Fatal(err)
+			}
+			c := &committer{s: s}
+			defer c.closeConn()
+			if err := c.connect(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rs, _ := caseEvents()
+			missing, err := c.missingKeys(ctx, rs)
+			want := map[rowKey]struct{}{{"orders", "7"}: {}}
+			if err != nil || !maps.Equal(missing, want) {
+				t.Fatalf("missingKeys = %v, %v; want %v", missing, err, want)
+			}
+		})
+	}
+}
+
 // holdAdmin has a call hold s's admin connection until done is called
 // (again: a no-op), and then returns its error on busy.
 func holdAdmin(ctx context.Context, s *Sink) (done func(), busy <-chan error) {

@@ -631,20 +631,35 @@ func (s *Sink) buildSQL() {
 				seqT = pgTypes[c.Type].name
 			}
 		}
+		// A text key is compared a second time as bytes (COLLATE "C"):
+		// under a nondeterministic collation, which the guards refuse
+		// (see looseKey) but which a column may get while a connection
+		// is open, "orders" would be found as "ORDERS" and acked,
+		// although ON CONFLICT skipped it. The first comparison, in the
+		// column's collation, keeps the unique index usable.
+		exact := func(col, key, typ string) string {
+			if typ != "text" {
+				return ""
+			}
+			return " AND t." + col + " = k." + key + "::text COLLATE pg_catalog.\"C\""
+		}
 		s.missingSQL = "SELECT k.stream, k.seq FROM unnest($1::text[], $2::text[]) k(stream, seq) WHERE NOT EXISTS (SELECT 1 FROM " +
-			s.table.Sanitize() + " t WHERE t." + stream + " = k.stream::" + streamT + " AND t." + seq + " = k.seq::" + seqT + ")"
+			s.table.Sanitize() + " t WHERE t." + stream + " = k.stream::" + streamT + " AND t." + seq + " = k.seq::" + seqT +
+			exact(stream, "stream", streamT) + exact(seq, "seq", seqT) + ")"
 	}
 	s.copyStmts = 2
 	if s.cfg.Mode == AtLeastOnce {
 		s.copyStmts = 3
 	}
-	s.setCopySQL(nil)
+	s.setCopySQL(nil, nil)
 }
 
 // setCopySQL writes the COPY of a batch with its type guards (see
 // buildSQL), which accept for each mapped column the mapping's type, the
-// types pgType.accepts, and the type also[column] (one reads accepts).
-func (s *Sink) setCopySQL(also map[string]uint32) {
+// types pgType.accepts, and the type also[column] (one reads accepts);
+// for a column in refuse, none (an exactly-once key with a
+// nondeterministic collation: see looseKey).
+func (s *Sink) setCopySQL(also map[string]uint32, refuse map[string]bool) {
 	names := make([]string, len(s.cols))
 	typedRow := make([]string, len(s.cols)) // (NULL::table).column, at-least-once
 	typedX := make([]string, len(s.cols))   // x.column, exactly-once
@@ -660,6 +675,9 @@ func (s *Sink) setCopySQL(also map[string]uint32) {
 		}
 		typedRow[i] = "pg_typeof((NULL::" + s.table.Sanitize() + ")." + names[i] + ")::oid IN (" + strings.Join(in, ", ") + ")"
 		typedX[i] = "pg_typeof(x." + names[i] + ")::oid IN (" + strings.Join(in, ", ") + ")"
+		if refuse[c.Name] {
+			typedRow[i], typedX[i] = "false", "false"
+		}
 	}
 	target := s.table.Sanitize()
 	if s.cfg.Mode == ExactlyOnce {
@@ -687,16 +705,23 @@ func (s *Sink) setCopySQL(also map[string]uint32) {
 // pgTypes lists: a domain, citext (see Sink.columnReads), whose OIDs
 // differ from database to database, and from server to server after a
 // failover. A committer calls it on every connection it opens, and after
-// a guard failed. fits reports that every mapped column has such a type
-// now. Of reads that overlap, the one that began last is kept. An error
-// leaves the guards as they were.
+// a guard failed. In exactly-once mode the guards refuse every batch
+// while a key column, or a unique index on the key, has a nondeterministic
+// collation (see looseKey). fits reports that every mapped column has
+// such a type now, and no such collation applies. Of reads that overlap,
+// the one that began last is kept. An error leaves the guards as they
+// were.
 func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error) {
 	gen := s.typesGen.Add(1)
-	// Both reads in one round trip (a new connection's start-up waits
+	// The reads in one round trip (a new connection's start-up waits
 	// for them: see Warmed).
 	var b pgx.Batch
 	b.Queue(columnTypesSQL, (*uint32)(nil), s.table.Sanitize())
 	b.Queue("SELECT row_security_active(to_regclass($1))", s.table.Sanitize())
+	eo := s.cfg.Mode == ExactlyOnce
+	if eo {
+		b.Queue(looseKeyIndexSQL, s.table.Sanitize(), s.streamC, s.seqC)
+	}
 	br := c.SendBatch(ctx, &b)
 	defer br.Close()
 	rows, err := br.Query()
@@ -711,16 +736,25 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 	if err := br.QueryRow().Scan(&rls); err != nil {
 		return false, fmt.Errorf("read whether row-level security applies to %s: %w", s.table.Sanitize(), err)
 	}
+	looseIndex := false
+	if eo {
+		if err := br.QueryRow().Scan(&looseIndex); err != nil {
+			return false, fmt.Errorf("read the collations of the unique indexes of %s: %w", s.table.Sanitize(), err)
+		}
+	}
 	if err := br.Close(); err != nil {
 		return false, fmt.Errorf("read the column types of %s: %w", s.table.Sanitize(), err)
 	}
 	also := map[string]uint32{}
+	refuse := map[string]bool{}
 	fits = true
 	for _, col := range s.cols {
 		ct, ok := cts[col.Name]
 		switch {
 		case !ok || !s.columnReads(col, ct):
 			fits = false
+		case s.looseKey(col, ct) || looseIndex && col.Name == s.streamC:
+			fits, refuse[col.Name] = false, true
 		case !pgTypes[col.Type].accepts(ct.typ):
 			also[col.Name] = ct.typ
 		}
@@ -730,7 +764,7 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 	if gen > s.typesStored {
 		s.typesStored = gen
 		s.rowSecurity.Store(rls != nil && *rls)
-		s.setCopySQL(also)
+		s.setCopySQL(also, refuse)
 	}
 	return fits, nil
 }
@@ -767,6 +801,18 @@ func (s *Sink) typesFitNow(ctx context.Context, sent *string) bool {
 func (s *Sink) columnReads(col pipeline.Column, ct colType) bool {
 	eo := s.cfg.Mode == ExactlyOnce
 	return pgTypes[col.Type].reads(ct, eo, eo && (col.Name == s.streamC || col.Name == s.seqC))
+}
+
+// looseKey reports whether, in exactly-once mode, col is a key column
+// (meta:stream, meta:stream_seq) of type ct that compares with a
+// nondeterministic collation: the unique index then takes the events of
+// streams "ORDERS" and "orders" with the same sequence for one another's,
+// ON CONFLICT DO NOTHING skips the second, and the lookup after the
+// commit (missingSQL, but for its COLLATE "C") finds the first in its
+// place. The guards refuse every batch then (readTypes), and Check says
+// why (ProblemCollation), as for citext (columnReads).
+func (s *Sink) looseKey(col pipeline.Column, ct colType) bool {
+	return s.cfg.Mode == ExactlyOnce && (col.Name == s.streamC || col.Name == s.seqC) && ct.looseCollation != ""
 }
 
 // quoteLiteral quotes s as an SQL string literal, whatever

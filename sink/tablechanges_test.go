@@ -499,6 +499,104 @@ func TestDomainsAndCitext(t *testing.T) {
 	}
 }
 
+// ciCollation makes a nondeterministic ICU collation, "ci", that ignores
+// case (the test cluster's PostgreSQL is built with ICU).
+const ciCollation = "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)"
+
+// caseEvents makes the rows of events of streams "ORDERS" and "orders",
+// both with sequence 7: under a collation that ignores case, one key.
+func caseEvents() ([]pipeline.Row, []*recMsg) {
+	ms := []*recMsg{{}, {}}
+	return carved([]pipeline.Event{
+		{Msg: ms[0], Stream: "ORDERS", StreamSeq: 7, Subject: "events.x", Data: []byte(`{"n":1}`)},
+		{Msg: ms[1], Stream: "orders", StreamSeq: 7, Subject: "events.x", Data: []byte(`{"n":2}`)},
+	}), ms
+}
+
+// In exactly-once mode a key column, or a unique index on the key, that
+// compares with a nondeterministic collation (here one that ignores case)
+// takes the events of streams "ORDERS" and "orders" with the same
+// sequence for one key: ON CONFLICT DO NOTHING skipped the second, the
+// lookup after the commit found the first in its place, and the second
+// was acked and never stored. Check and Init now report it as an error,
+// and the guards refuse every batch until the collation changes (as for
+// citext); after the fix Check gives, both events are stored.
+func TestNondeterministicKeyCollation(t *testing.T) {
+	for _, where := range []string{"column", "index"} {
+		t.Run(where, func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			admin := pg.Conn(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = ExactlyOnce; c.CreateTable = false; c.Connections = 1 })
+			stream := "text COLLATE ci"
+			if where == "index" {
+				stream = "text"
+			}
+			probs := typedTable(t, ctx, admin, s, ciCollation, stream, "bigint", "jsonb")
+			if where == "index" {
+				if _, err := admin.Exec(ctx, "CREATE UNIQUE INDEX caseless ON "+s.table.Sanitize()+" (stream COLLATE ci, stream_seq)"); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if probs, err = s.Check(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []string
+			for _, p := range probs {
+				got = append(got, fmt.Sprintf("%s %s %v", p.Kind, p.Column, p.Warning))
+			}
+			want := []string{"collation stream false"}
+			if where == "index" {
+				want = []string{"collation  false"}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("problems %q, want %q", got, want)
+			}
+			if err := s.Init(ctx); !errors.Is(err, ErrNoKeyIndex) || !strings.Contains(err.Error(), "nondeterministic collation") {
+				t.Fatalf("Init = %v, want ErrNoKeyIndex naming the collation", err)
+			}
+
+			logs := captureLog(t, s, time.Minute)
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := caseEvents()
+			src.push(t, ctx, rs)
+			settled := func() bool {
+				for _, m := range ms {
+					if m.acks.Load() != 0 || m.terms.Load() != 0 {
+						return true
+					}
+				}
+				return false
+			}
+			waitFor(t, ctx, "the batch refused by the guard, retried", func() bool { return s.Stats().ConfigErrors >= 2 || settled() })
+			if settled() {
+				t.Fatal("a row settled (acked or dead-lettered) under a key that ignores case")
+			}
+			if n := count(t, ctx, admin, s.cfg.Table); n != 0 {
+				t.Fatalf("%d rows stored under a key that ignores case", n)
+			}
+			if l := logs.String(); !strings.Contains(l, "nondeterministic collation") {
+				t.Errorf("the log does not name the collation:\n%s", l)
+			}
+			for _, q := range strings.Split(probs[0].Fix, "; then ") {
+				if _, err := admin.Exec(ctx, q); err != nil {
+					t.Fatalf("the fix %q: %v", q, err)
+				}
+			}
+			finishClean(t, ctx, src, wait, dl, ms)
+			var n int
+			if err := admin.QueryRow(ctx, "SELECT count(DISTINCT stream COLLATE \"C\") FROM "+s.table.Sanitize()+" WHERE stream_seq = 7").Scan(&n); err != nil || n != 2 {
+				t.Fatalf("%d streams stored with sequence 7 (%v), want 2: ORDERS and orders", n, err)
+			}
+			if probs, err := s.Check(ctx); err != nil || len(probs) != 0 {
+				t.Errorf("Check after the fix: %v, %v", probs, err)
+			}
+		})
+	}
+}
+
 // A column retyped while the sink runs to a domain over its type, or to
 // citext: the guard refuses a batch once per connection (the types it
 // accepts were read when the connection opened), the types are read again,

@@ -590,8 +590,9 @@ func (e *typesChangedError) Error() string {
 	if e.afterCopy {
 		when = " (it changed while the batch was sent: the COPY was rolled back)"
 	}
-	return "the table's columns no longer all have the types the mapping writes (binary COPY would store other values)" + when +
-		": nothing of the batch is stored, and it is retried until they do (`jetsink check` names the columns)"
+	return "the table's columns no longer all have the types the mapping writes (binary COPY would store other values), " +
+		"or an exactly-once key column or its unique index compares with a nondeterministic collation" + when +
+		": nothing of the batch is stored, and it is retried until they fit (`jetsink check` names the columns)"
 }
 
 func (e *typesChangedError) Unwrap() error { return e.err }
