@@ -150,7 +150,9 @@ func ServeOn(ctx, hard context.Context, l net.Listener, h http.Handler, ready ch
 		// profile, a /readyz check): Close ends its connection, and
 		// with it its request's context.
 		_ = srv.Close()
-		if hard.Err() != nil {
+		// The grace running out is Shutdown's DeadlineExceeded; hard's
+		// end, its Canceled.
+		if !errors.Is(err, context.DeadlineExceeded) && hard.Err() != nil {
 			err = fmt.Errorf("requests still running cut off, the shutdown cut short: %w", err)
 		} else {
 			err = fmt.Errorf("requests still running after %v cut off: %w", shutdownGrace, err)

@@ -219,7 +219,8 @@ func runResult(err, cut, closeErr error) error {
 // ends, and run then reads the deadline for CloseStages; read before start,
 // it is zero, and CloseStages waits its own 10 s instead of drain_timeout.
 // The log last: a write to a stderr that blocks (a full pipe) must not
-// hold up the drain.
+// hold up the drain. So an idle Run may end, and say so, before this line
+// is written: on a slow stderr "drained" can precede "draining".
 func beginDrain(dd *drainDeadline, stop, say func()) {
 	dd.start()
 	stop()

@@ -410,10 +410,12 @@ func TestRunSecondSignalCutsTheAdminGrace(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "second signal: the drain is over") {
 		t.Fatalf("exit %d (%v), want %d after a second signal that came once the drain was over:\n%s", code, r.err, exitOK, out)
 	}
-	// Without the cut, the 2 s grace less the 200 ms interruptAgain waits.
+	// Without the cut, the 2 s grace less the 200 ms interruptAgain waits,
+	// and the listener logs that the grace ran out ("after 2s cut off").
+	// The log line, not the time, decides: the time only shows.
 	t.Logf("returned %v after the second signal", took)
-	if took > time.Second {
-		t.Fatalf("jetsink returned %v after the second signal, want it to cut the admin listener's grace short:\n%s", took, out)
+	if !strings.Contains(out, "the shutdown cut short") {
+		t.Fatalf("jetsink returned %v after the second signal without cutting the admin listener's grace short:\n%s", took, out)
 	}
 }
 

@@ -89,10 +89,16 @@ func stopClusters(margin time.Duration) {
 	fmt.Fprintf(os.Stderr, "testenv: the test binary's -timeout runs out in %v: destroying the %d PostgreSQL clusters it started, which would outlive its panic (a test still using one fails from now on); every goroutine now:\n",
 		margin, len(clusters.live))
 	_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+	// All at once: one whose server will not stop (pg_ctl waits up to
+	// 30 s) must not use up the margin of the others.
+	var wg sync.WaitGroup
 	for c := range clusters.live {
-		if err := c.Destroy(); err != nil {
-			fmt.Fprintf(os.Stderr, "testenv: destroy PostgreSQL cluster: %v\n", err)
-		}
+		wg.Go(func() {
+			if err := c.Destroy(); err != nil {
+				fmt.Fprintf(os.Stderr, "testenv: destroy PostgreSQL cluster: %v\n", err)
+			}
+		})
 	}
+	wg.Wait()
 	clusters.live = nil
 }
