@@ -90,11 +90,13 @@
 // standby was cancelled: committed here, perhaps not on the standby, so
 // not acked (an unknown outcome, sent again). Only a WARNING of the
 // server's own (without a context, which a trigger's RAISE has) that
-// comes while the last statement commits counts. The sink's sessions
-// start with client_min_messages at warning (or the lower level the URL
-// asks for), since at error, for the role, the database or in the URL,
-// the server would not send it. Exactly-once's Query, which
-// ends with its COMMIT, is judged the same way.
+// comes while the last statement commits counts. The first guard raises
+// client_min_messages to warning for the batch's transaction when it is
+// error (for the role, the database or in the URL), at which the server
+// would not send that warning; a lower level is kept. Not at the
+// session's start: PgBouncer refuses a startup parameter it does not
+// track. Exactly-once's Query, which ends with its COMMIT, is judged the
+// same way.
 //
 // A batch is acked as stored only when that CommandComplete counts exactly
 // the rows sent ("COPY n"). A BEFORE INSERT trigger that returns NULL, or a

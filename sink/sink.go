@@ -324,14 +324,6 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	// character the database cannot hold (SQLSTATE 22P05: its row is
 	// dead-lettered). A client_encoding in the URL is overridden.
 	cc.RuntimeParams["client_encoding"] = "UTF8"
-	// A commit that a cancel took out of its wait for a synchronous
-	// standby tells it only in a WARNING (see syncRepCancelled), which the
-	// server does not send at client_min_messages error (set for the role,
-	// the database or in the URL): that commit would be acked. A startup
-	// parameter overrides the role's and the database's defaults and the
-	// URL's options; a URL that asks for a level at which warnings are
-	// still sent keeps it.
-	sendWarnings(cc.RuntimeParams)
 	hosts := hostsOf(cc)
 	if d := cfg.DeadConnectionTimeout; d > 0 && cc.ConnectTimeout == 0 {
 		// A host that is gone answers no connect either: without a
@@ -654,11 +646,32 @@ func (s *Sink) buildSQL() {
 	s.setCopySQL(nil, nil)
 }
 
+// raiseToWarning, a column of each batch's first type guard, raises
+// client_min_messages to warning for the batch's transaction when the
+// session has it above (error, set for the role, the database or in the
+// URL; also fatal and panic before PostgreSQL 12). A commit that a cancel
+// took out of its wait for a synchronous standby says so only in a
+// WARNING (see syncRepCancelled), which the server does not send at
+// error: that commit would be acked. set_config(..., true) lasts until
+// the transaction ends, the implicit one of at-least-once's Query too,
+// and the server resets it only after the commit record and the wait
+// (CommitTransaction: RecordTransactionCommit, then AtEOXact_GUC), so the
+// warning goes out (TestSyncRepWarningForced). A lower level (notice,
+// log, debug1, ...) sends warnings too and is kept as asked. Not a
+// startup parameter: PgBouncer refuses every one it does not track
+// ("unsupported startup parameter"), and a session's setting would not
+// follow the client under transaction pooling. A setting read (and, at
+// error, one set_config) in a statement every batch runs anyway: no
+// round trip.
+const raiseToWarning = "CASE WHEN current_setting('client_min_messages') IN ('error', 'fatal', 'panic') " +
+	"THEN set_config('client_min_messages', 'warning', true) END"
+
 // setCopySQL writes the COPY of a batch with its type guards (see
 // buildSQL), which accept for each mapped column the mapping's type, the
 // types pgType.accepts, and the type also[column] (one reads accepts);
 // for a column in refuse, none (an exactly-once key with a
-// nondeterministic collation: see looseKey).
+// nondeterministic collation: see looseKey). The first guard also
+// raises client_min_messages for the transaction (raiseToWarning).
 func (s *Sink) setCopySQL(also map[string]uint32, refuse map[string]bool) {
 	names := make([]string, len(s.cols))
 	typedRow := make([]string, len(s.cols)) // (NULL::table).column, at-least-once
@@ -688,11 +701,12 @@ func (s *Sink) setCopySQL(also map[string]uint32, refuse map[string]bool) {
 		// The regclass first: a missing table fails as the COPY would
 		// (42P01), not as a missing row type (42704).
 		guard := "SELECT " + quoteLiteral(s.table.Sanitize()) + "::regclass, 1/(" + strings.Join(typedRow, " AND ") + ")::int"
-		sql = guard + "; " + sql + "; " + guard
+		sql = guard + ", " + raiseToWarning + "; " + sql + "; " + guard
 	} else {
 		// ON false: the table is not read (the plan's inner side is a
 		// Result with a one-time filter); ONLY: not its partitions.
-		guard := "SELECT 1/(" + strings.Join(typedX, " AND ") + ")::int FROM (SELECT) one LEFT JOIN ONLY " + s.table.Sanitize() + " x ON false"
+		guard := "SELECT 1/(" + strings.Join(typedX, " AND ") + ")::int, " + raiseToWarning +
+			" FROM (SELECT) one LEFT JOIN ONLY " + s.table.Sanitize() + " x ON false"
 		sql = guard + "; " + sql
 	}
 	s.copySQL.Store(&sql)

@@ -3,8 +3,8 @@ package sink
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
-	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -97,103 +98,165 @@ func TestSyncRepCancelIsNotAcked(t *testing.T) {
 // synchronous standby reaches the client only at client_min_messages
 // warning or below. Set to error for the sink's role (or database), or
 // in the URL's options, it was not sent, and such a commit was acked.
-// The sink's sessions start with client_min_messages at warning, which
-// overrides both.
+// Each batch's first guard raises the level to warning for its own
+// transaction (raiseToWarning), and the server resets it only after the
+// commit's wait: in at-least-once's implicit transaction as in
+// exactly-once's BEGIN ... COMMIT. The sessions keep error otherwise.
 func TestSyncRepWarningForced(t *testing.T) { // a short name: application_name keeps 63 bytes
-	ctx := testCtx(t, 120*time.Second)
+	ctx := testCtx(t, 240*time.Second)
 	cluster := testenv.NewCluster(t)
 	url := cluster.URL("postgres")
 	admin := (&testenv.PG{URL: url}).Conn(t)
-	for _, via := range []string{"role", "options"} {
-		t.Run(via, func(t *testing.T) {
-			sinkURL := withParam(t, url, "options", "-cclient_min_messages=error") // no space: withParam would write it as "+"
-			if via == "role" {
-				_, sinkURL = newRole(t, ctx, admin, url, "GRANT CREATE ON SCHEMA public TO %[1]s",
-					"ALTER ROLE %[1]s SET client_min_messages = error")
-			}
-			// After Run has stopped, before the role is dropped (which
-			// would wait for the standby).
-			t.Cleanup(func() { syncStandby(t, ctx, admin, url, "") })
-			// The setting is in effect for other clients of the URL.
-			other, err := pgx.Connect(ctx, sinkURL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var level string
-			err = other.QueryRow(ctx, "SHOW client_min_messages").Scan(&level)
-			_ = other.Close(ctx)
-			if err != nil || level != "error" {
-				t.Fatalf("client_min_messages %q (%v) for the URL's sessions, want error", level, err)
-			}
-
-			s, dl := newTestSink(t, ctx, sinkURL, func(c *Config) { c.Batch.MaxRows = 50 })
-			if err := s.withAdmin(ctx, func(c *pgx.Conn) error {
-				return c.QueryRow(ctx, "SHOW client_min_messages").Scan(&level)
-			}); err != nil || level != "warning" {
-				t.Fatalf("client_min_messages %q (%v) for the sink's sessions, want warning", level, err)
-			}
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-			first, m1 := rows(1, 50, nil)
-			src.push(t, ctx, first)
-			waitFor(t, ctx, "the first rows acked", allAcked(m1))
-
-			syncStandby(t, ctx, admin, url, "nobody")
-			second, m2 := rows(51, 50, nil)
-			src.push(t, ctx, second)
-			waitSyncRep(t, ctx, admin, s.cfg.AppName)
-			retries := s.Stats().Retries
-			if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep'", s.cfg.AppName); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, ctx, "the batch retried (or acked) after the cancel", func() bool { return s.Stats().Retries > retries || m2[0].acks.Load() != 0 })
-			for i, m := range m2 {
-				if m.acks.Load() != 0 {
-					t.Fatalf("row %d acked after its commit's wait for the standby was cancelled", 51+i)
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		for _, via := range []string{"role", "options"} {
+			t.Run(string(mode)+"/"+via, func(t *testing.T) {
+				sinkURL := withParam(t, url, "options", "-cclient_min_messages=error") // no space: withParam would write it as "+"
+				if via == "role" {
+					_, sinkURL = newRole(t, ctx, admin, url, "GRANT CREATE ON SCHEMA public TO %[1]s",
+						"ALTER ROLE %[1]s SET client_min_messages = error")
 				}
-			}
-			syncStandby(t, ctx, admin, url, "")
-			finishClean(t, ctx, src, wait, dl, m2)
-		})
+				// After Run has stopped, before the role is dropped (which
+				// would wait for the standby).
+				t.Cleanup(func() { syncStandby(t, ctx, admin, url, "") })
+				s, dl := newTestSink(t, ctx, sinkURL, func(c *Config) { c.Mode = mode; c.Batch.MaxRows = 50 })
+				// The sink leaves its sessions at the level asked for.
+				var level string
+				if err := s.withAdmin(ctx, func(c *pgx.Conn) error {
+					return c.QueryRow(ctx, "SHOW client_min_messages").Scan(&level)
+				}); err != nil || level != "error" {
+					t.Fatalf("client_min_messages %q (%v) for the sink's sessions, want error", level, err)
+				}
+				src := newSource()
+				wait := runSink(t, ctx, s, src)
+				first, m1 := rows(1, 50, nil)
+				src.push(t, ctx, first)
+				waitFor(t, ctx, "the first rows acked", allAcked(m1))
+
+				syncStandby(t, ctx, admin, url, "nobody")
+				second, m2 := rows(51, 50, nil)
+				src.push(t, ctx, second)
+				waitSyncRep(t, ctx, admin, s.cfg.AppName)
+				retries := s.Stats().Retries
+				if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep'", s.cfg.AppName); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, ctx, "the batch retried (or acked) after the cancel", func() bool { return s.Stats().Retries > retries || m2[0].acks.Load() != 0 })
+				for i, m := range m2 {
+					if m.acks.Load() != 0 {
+						t.Fatalf("row %d acked after its commit's wait for the standby was cancelled", 51+i)
+					}
+				}
+				syncStandby(t, ctx, admin, url, "")
+				finishClean(t, ctx, src, wait, dl, m2)
+			})
+		}
 	}
 }
 
-// The startup parameters keep a level the URL asks for at which warnings
-// are sent, and set any other to warning, whether the URL names it in a
-// parameter of its own or in options.
-func TestSendWarnings(t *testing.T) {
-	for _, tc := range []struct {
-		params map[string]string
-		want   string
-	}{
-		{map[string]string{}, "warning"},
-		{map[string]string{"client_min_messages": "error"}, "warning"},
-		{map[string]string{"Client_Min_Messages": "ERROR"}, "warning"},
-		{map[string]string{"client_min_messages": "notice"}, "notice"},
-		{map[string]string{"client_min_messages": "DEBUG1"}, "DEBUG1"},
-		{map[string]string{"client_min_messages": "log"}, "log"},
-		{map[string]string{"options": "-c client_min_messages=error"}, "warning"},
-		{map[string]string{"options": "-c client_min_messages=notice"}, "notice"},
-		{map[string]string{"options": "-cclient_min_messages=debug2 -c statement_timeout=5s"}, "debug2"},
-		{map[string]string{"options": "--client-min-messages=log"}, "log"},
-		{map[string]string{"options": "-c client_min_messages=notice -c client_min_messages=error"}, "warning"},
-		{map[string]string{"options": "-c search_path=a\\ b -c client_min_messages=info"}, "info"},
-		{map[string]string{"options": "-c client_min_messages=notice", "client_min_messages": "error"}, "warning"}, // the parameter comes after options
-		{map[string]string{"options": "-c client_min_messages=error", "client_min_messages": "notice"}, "notice"},
+// raiseToWarning sets client_min_messages to warning for the transaction
+// only when the session has it at error, keeps a lower level, warns of
+// nothing, and lasts to the end of the transaction: the implicit one of
+// a Query of several statements (at-least-once's) and an explicit one
+// (exactly-once's). The session has its own level again afterwards.
+func TestRaiseToWarning(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	for _, tc := range []struct{ level, want string }{
+		{"error", "warning"},
+		{"warning", "warning"},
+		{"notice", "notice"},
+		{"log", "log"},
+		{"debug1", "debug1"},
 	} {
-		params := maps.Clone(tc.params)
-		sendWarnings(params)
-		n := 0
-		for k := range params {
-			if strings.EqualFold(k, "client_min_messages") {
-				n++
+		var notices atomic.Int64
+		cc, err := pgx.ParseConfig(withParam(t, pg.URL, "options", "-cclient_min_messages="+tc.level))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc.OnNotice = func(*pgconn.PgConn, *pgconn.Notice) { notices.Add(1) }
+		conn, err := pgx.ConnectConfig(ctx, cc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{
+			"SELECT " + raiseToWarning + "; SELECT 1; SELECT current_setting('client_min_messages')",
+			"BEGIN; SELECT " + raiseToWarning + "; SELECT 1; SELECT current_setting('client_min_messages'); COMMIT",
+		} {
+			rs, err := conn.PgConn().Exec(ctx, q).ReadAll()
+			if err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+			last := rs[len(rs)-1] // the current_setting
+			if strings.HasPrefix(q, "BEGIN") {
+				last = rs[len(rs)-2]
+			}
+			in := string(last.Rows[0][0])
+			var after string
+			if err := conn.QueryRow(ctx, "SHOW client_min_messages").Scan(&after); err != nil {
+				t.Fatal(err)
+			}
+			if in != tc.want || after != tc.level {
+				t.Errorf("at %s, %q: %s in the transaction and %s after it, want %s and %s", tc.level, q, in, after, tc.want, tc.level)
 			}
 		}
-		if got := params["client_min_messages"]; got != tc.want || n != 1 {
-			t.Errorf("sendWarnings(%v) sets %q (%d keys), want %q", tc.params, got, n, tc.want)
+		_ = conn.Close(ctx)
+		if n := notices.Load(); n != 0 {
+			t.Errorf("at %s: %d notices, want none", tc.level, n)
 		}
-		if params["options"] != tc.params["options"] {
-			t.Errorf("sendWarnings(%v) changed options to %q", tc.params, params["options"])
+	}
+}
+
+// The sink's connections send only the startup parameters PgBouncer
+// accepts by default (and user, database): it answers any other with
+// "FATAL: unsupported startup parameter", so every connect failed when
+// the sink added client_min_messages.
+func TestStartupParamsPassPgBouncer(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	l := listen(t)
+	proxied, to := l.proxy(t, withParam(t, pg.URL, "sslmode", "disable")) // the relay reads the startup message
+	var mu sync.Mutex
+	var params []string
+	l.relay(to, func() (up, down func([]byte) verdict) {
+		var buf []byte
+		started := false
+		return func(b []byte) verdict {
+			mu.Lock()
+			defer mu.Unlock()
+			if started {
+				return pass
+			}
+			buf = append(buf, b...)
+			if len(buf) < 8 || len(buf) < int(binary.BigEndian.Uint32(buf)) {
+				return pass
+			}
+			started = true
+			// Length, protocol version, then name and value pairs
+			// ending with an empty name.
+			fields := strings.Split(string(buf[8:binary.BigEndian.Uint32(buf)]), "\x00")
+			for i := 0; i+1 < len(fields) && fields[i] != ""; i += 2 {
+				params = append(params, fields[i])
+			}
+			return pass
+		}, func([]byte) verdict { return pass }
+	})
+	s, _ := newTestSink(t, ctx, proxied, nil)
+	c := &committer{s: s}
+	defer c.closeConn()
+	rs, _ := rows(1, 5, nil)
+	if _, err := c.attempt(ctx, rs); err != nil { // connects
+		t.Fatal(err)
+	}
+	accepted := map[string]bool{"user": true, "database": true, // PgBouncer's own
+		"client_encoding": true, "datestyle": true, "timezone": true, "standard_conforming_strings": true, "application_name": true}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(params) == 0 {
+		t.Fatal("no startup message seen")
+	}
+	for _, p := range params {
+		if !accepted[strings.ToLower(p)] {
+			t.Errorf("startup parameter %q, which PgBouncer refuses by default; sent: %v", p, params)
 		}
 	}
 }
