@@ -225,13 +225,31 @@ var (
 // handWait); errWorkDone once the batcher is done (the tokens left in
 // ready are stale, their committers gone). After it returns nil, b is the
 // other committer's.
+//
+// It offers b in turns of handWait at most (offer), each under workMu's
+// read lock, which closeWork waits for; and while closeWork waits, the
+// other committers' hand-offs wait too (a writer waiting holds new
+// readers back). One turn as long as wait (up to Retry.Max, 5 s by
+// default) held the end of a drain up by as much.
 func (c *committer) handOff(ctx context.Context, b *batch, wait time.Duration) error {
+	deadline := time.Now().Add(max(wait, handWait))
+	for {
+		err := c.offer(ctx, b, min(handWait, time.Until(deadline)))
+		if !errors.Is(err, errHandOff) || time.Until(deadline) <= 0 {
+			return err
+		}
+	}
+}
+
+// offer is one turn of handOff: it waits up to wait for a committer to
+// take b, holding workMu's read lock.
+func (c *committer) offer(ctx context.Context, b *batch, wait time.Duration) error {
 	c.r.workMu.RLock()
 	defer c.r.workMu.RUnlock()
 	if c.r.workDone.Load() {
 		return errWorkDone
 	}
-	t := time.NewTimer(max(wait, handWait))
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-c.r.ready:
@@ -244,7 +262,7 @@ func (c *committer) handOff(ctx context.Context, b *batch, wait time.Duration) e
 }
 
 // handWait is how long handOff waits at least for a committer to take a
-// batch.
+// batch, and the longest it holds workMu's read lock at a time.
 const handWait = time.Second
 
 // handOffRetry is the state of a committer's connects that fail while its

@@ -815,3 +815,37 @@ func isGivenUp(err error) bool {
 	_, ok := errors.AsType[*givenUpError](err)
 	return ok
 }
+
+// A committer that offers its batch for long (handOff's wait is the
+// backoff of its failing connects, up to Retry.Max) holds workMu's read
+// lock a turn of handWait at a time: the batcher's closeWork, at the end
+// of a drain, waits for one turn at most, not for the whole wait, and the
+// offer then ends with errWorkDone (the batch is committed by its own
+// committer).
+func TestHandOffLetsWorkClose(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	r := &run{ready: make(chan struct{}, 2), work: make(chan *batch)}
+	c := &committer{r: r}
+	done := make(chan error, 1)
+	go func() { done <- c.handOff(ctx, &batch{}, 20*time.Second) }()
+	waitFor(t, ctx, "the offer holding the read lock", func() bool {
+		if r.workMu.TryLock() {
+			r.workMu.Unlock()
+			return false
+		}
+		return true
+	})
+	start := time.Now()
+	r.closeWork()
+	if d := time.Since(start); d > 3*handWait {
+		t.Errorf("closeWork waited %v for an offer of 20s, want handWait (%v) at most", d.Round(time.Millisecond), handWait)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, errWorkDone) {
+			t.Errorf("handOff = %v once work closed, want errWorkDone", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("handOff went on offering after work closed")
+	}
+}
