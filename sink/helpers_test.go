@@ -56,9 +56,15 @@ type recMsg struct {
 	// refuseInProgress is how many InProgress calls to refuse (a
 	// connection refusing them) before taking any.
 	refuseInProgress atomic.Int32
+	// beforeAck, if set, is called as Ack starts (to hold the
+	// committer that acks).
+	beforeAck func()
 }
 
 func (m *recMsg) Ack() error {
+	if m.beforeAck != nil {
+		m.beforeAck()
+	}
 	m.acks.Add(1)
 	if m.failAck {
 		return fmt.Errorf("ack: %w", os.ErrDeadlineExceeded)
