@@ -142,8 +142,9 @@
 // index on the key, compare with a nondeterministic collation (an ICU one
 // that ignores case): the events of streams "ORDERS" and "orders" with
 // the same sequence would share a key, and the second be skipped as
-// stored. Check reports it (ProblemCollation), Init fails on it, and the
-// type guards refuse every batch once a committer's connection has read
+// stored. Check reports it (ProblemCollation; its fix re-collates the
+// column, which a foreign key on it does not block), Init fails on it
+// (without building the key index first), and the type guards refuse every batch once a committer's connection has read
 // it as it opened (the lookup after a commit compares text keys as bytes
 // too, so a change the guards have not read yet dead-letters such an
 // event instead of acking it). A

@@ -180,7 +180,8 @@ func withSuffix(base, suffix string) string {
 // so would they beside a DEFERRABLE unique constraint on the key
 // (ErrNoKeyIndex too, saying how to make it not deferrable), and a key
 // column or key index with a nondeterministic collation would skip
-// events (ErrNoKeyIndex too: ProblemCollation).
+// events (ErrNoKeyIndex too: ProblemCollation; on such a column Init
+// builds no index, which would not help).
 func (s *Sink) Init(ctx context.Context) error {
 	var missing *Problem
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
@@ -203,10 +204,17 @@ func (s *Sink) Init(ctx context.Context) error {
 				if probs, err = s.check(ctx, c); err != nil {
 					return err
 				}
-				if !slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == ProblemNoUniqueIndex }) {
+				has := func(k ProblemKind) bool {
+					return slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == k })
+				}
+				if !has(ProblemNoUniqueIndex) || has(ProblemCollation) {
 					// A usable key index is there (a primary key on
 					// the key, say): another would cost every insert,
-					// and its build would block writes at start.
+					// and its build would block writes at start. Or a
+					// key column compares with a nondeterministic
+					// collation: Init fails below whatever it builds,
+					// and the build would block writes, for long on a
+					// big table, for nothing.
 					ddl = nil
 				}
 			}
@@ -237,9 +245,12 @@ func (s *Sink) Init(ctx context.Context) error {
 			// A DEFERRABLE constraint on the key makes INSERT ... ON
 			// CONFLICT fail even beside the index Init made; a key that
 			// compares with a nondeterministic collation would skip
-			// events as stored before.
+			// events as stored before. That one is named first: the
+			// index is made only once it is fixed.
 			if p.Kind == ProblemNoUniqueIndex || p.Kind == ProblemDeferrableUnique || p.Kind == ProblemCollation {
-				missing = &p
+				if missing == nil || missing.Kind != ProblemCollation {
+					missing = &p
+				}
 			}
 		}
 		return err
@@ -669,16 +680,28 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			if looseKeys {
 				break // fixed with the column
 			}
-			drop := "DROP INDEX " + u.qualified
+			fix := "DROP INDEX " + u.qualified + "; then " + s.DDL()[1]
 			if u.con != "" {
-				drop = "ALTER TABLE " + tname + " DROP CONSTRAINT " + pgx.Identifier{u.con}.Sanitize()
+				// Not expected: PostgreSQL gives a constraint's index
+				// its columns' collations (ADD CONSTRAINT ... USING
+				// INDEX refuses another), so the column is reported
+				// above. Should one come: re-collate the key's columns,
+				// as there, since dropping the constraint fails while a
+				// foreign key depends on it.
+				var alters []string
+				for _, k := range []string{s.streamC, s.seqC} {
+					if mapped[k].Type == pipeline.TypeText {
+						alters = append(alters, fmt.Sprintf(`ALTER COLUMN %s TYPE %s COLLATE "default"`, pgx.Identifier{k}.Sanitize(), attrs[k].format))
+					}
+				}
+				fix = "ALTER TABLE " + tname + " " + strings.Join(alters, ", ")
 			}
 			probs = append(probs, Problem{Kind: ProblemCollation,
 				Message: fmt.Sprintf("the unique index %s on %s %s compares with a nondeterministic collation: exactly-once's "+
 					"INSERT ... ON CONFLICT takes it for an arbiter, and would skip events whose keys it takes for equal (streams "+
 					"\"ORDERS\" and \"orders\", say) as stored before, so jetsink stores nothing in this table until it changes "+
 					"(each batch is retried)", u.qualified, tname, key),
-				Fix: drop + "; then " + s.DDL()[1]})
+				Fix: fix})
 		}
 		for _, k := range deferrable {
 			con := pgx.Identifier{k.name}.Sanitize()

@@ -520,9 +520,11 @@ func caseEvents() ([]pipeline.Row, []*recMsg) {
 // lookup after the commit found the first in its place, and the second
 // was acked and never stored. Check and Init now report it as an error,
 // and the guards refuse every batch until the collation changes (as for
-// citext); after the fix Check gives, both events are stored.
+// citext); after the fix Check gives, both events are stored. For a
+// primary key on such a column that a foreign key references, the fix
+// re-collates the column: dropping the constraint would fail.
 func TestNondeterministicKeyCollation(t *testing.T) {
-	for _, where := range []string{"column", "index"} {
+	for _, where := range []string{"column", "index", "primary key"} {
 		t.Run(where, func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
 			pg := testenv.Postgres(t)
@@ -532,10 +534,23 @@ func TestNondeterministicKeyCollation(t *testing.T) {
 			if where == "index" {
 				stream = "text"
 			}
-			probs := typedTable(t, ctx, admin, s, ciCollation, stream, "bigint", "jsonb")
-			if where == "index" {
-				if _, err := admin.Exec(ctx, "CREATE UNIQUE INDEX caseless ON "+s.table.Sanitize()+" (stream COLLATE ci, stream_seq)"); err != nil {
+			var probs []Problem
+			if where == "primary key" {
+				table := s.table.Sanitize()
+				ref := pgx.Identifier{s.table[len(s.table)-1] + "_ref"}.Sanitize()
+				if _, err := admin.Exec(ctx, ciCollation+"; CREATE TABLE "+table+" (stream text COLLATE ci, stream_seq bigint, payload jsonb, PRIMARY KEY (stream, stream_seq)); "+
+					"CREATE TABLE "+ref+" (stream text COLLATE ci, stream_seq bigint, FOREIGN KEY (stream, stream_seq) REFERENCES "+table+")"); err != nil {
 					t.Fatal(err)
+				}
+				t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP TABLE IF EXISTS "+ref) })
+			} else {
+				probs = typedTable(t, ctx, admin, s, ciCollation, stream, "bigint", "jsonb")
+			}
+			if where != "column" {
+				if where == "index" {
+					if _, err := admin.Exec(ctx, "CREATE UNIQUE INDEX caseless ON "+s.table.Sanitize()+" (stream COLLATE ci, stream_seq)"); err != nil {
+						t.Fatal(err)
+					}
 				}
 				var err error
 				if probs, err = s.Check(ctx); err != nil {
@@ -552,6 +567,9 @@ func TestNondeterministicKeyCollation(t *testing.T) {
 			}
 			if !slices.Equal(got, want) {
 				t.Fatalf("problems %q, want %q", got, want)
+			}
+			if where == "primary key" && !strings.HasPrefix(probs[0].Fix, "ALTER TABLE "+s.table.Sanitize()+" ALTER COLUMN") {
+				t.Fatalf("fix %q for a primary key, want the column re-collated", probs[0].Fix)
 			}
 			if err := s.Init(ctx); !errors.Is(err, ErrNoKeyIndex) || !strings.Contains(err.Error(), "nondeterministic collation") {
 				t.Fatalf("Init = %v, want ErrNoKeyIndex naming the collation", err)
@@ -594,6 +612,52 @@ func TestNondeterministicKeyCollation(t *testing.T) {
 				t.Errorf("Check after the fix: %v, %v", probs, err)
 			}
 		})
+	}
+}
+
+// On a key column with a nondeterministic collation and no key index,
+// Init fails (ErrNoKeyIndex, naming the collation) without building the
+// index first: the build blocks writes, for long on a big table, and
+// would not help. Once the column is re-collated as Check says, Init
+// builds it.
+func TestInitBuildsNoIndexOnALooseKey(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = ExactlyOnce; c.CreateTable = false })
+	if _, err := admin.Exec(ctx, ciCollation+"; CREATE TABLE "+s.table.Sanitize()+" (stream text COLLATE ci, stream_seq bigint, payload jsonb)"); err != nil {
+		t.Fatal(err)
+	}
+	indexes := func() int {
+		t.Helper()
+		var n int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_index WHERE indrelid = to_regclass($1)", s.table.Sanitize()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := s.Init(ctx); !errors.Is(err, ErrNoKeyIndex) || !strings.Contains(err.Error(), "nondeterministic collation") {
+		t.Fatalf("Init = %v, want ErrNoKeyIndex naming the collation", err)
+	}
+	if n := indexes(); n != 0 {
+		t.Fatalf("%d indexes built by an Init that fails on the key's collation, want none", n)
+	}
+	probs, err := s.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(probs, func(p Problem) bool { return p.Kind == ProblemCollation })
+	if i < 0 {
+		t.Fatalf("problems %v, want one of the collation", probs)
+	}
+	if _, err := admin.Exec(ctx, probs[i].Fix); err != nil {
+		t.Fatalf("the fix %q: %v", probs[i].Fix, err)
+	}
+	if err := s.Init(ctx); err != nil {
+		t.Fatalf("Init after the fix: %v", err)
+	}
+	if n := indexes(); n != 1 {
+		t.Fatalf("%d indexes after Init, want its key index", n)
 	}
 }
 
