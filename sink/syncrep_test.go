@@ -45,15 +45,7 @@ func TestSyncRepCancelIsNotAcked(t *testing.T) {
 			waitFor(t, ctx, "the first rows acked", allAcked(m1))
 
 			// An operator cancels the committer's wait.
-			syncStandby(t, ctx, admin, url, "nobody")
-			second, m2 := rows(51, 50, nil)
-			src.push(t, ctx, second)
-			waitSyncRep(t, ctx, admin, s.cfg.AppName)
-			retries := s.Stats().Retries
-			if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep'", s.cfg.AppName); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, ctx, "the batch retried (or acked) after the cancel", func() bool { return s.Stats().Retries > retries || m2[0].acks.Load() != 0 })
+			m2 := cancelSyncRepWait(t, ctx, admin, url, s, src)
 			if m2[0].acks.Load() == 0 {
 				waitSyncRep(t, ctx, admin, s.cfg.AppName) // the retry waits in turn
 			}
@@ -132,15 +124,7 @@ func TestSyncRepWarningForced(t *testing.T) { // a short name: application_name 
 				src.push(t, ctx, first)
 				waitFor(t, ctx, "the first rows acked", allAcked(m1))
 
-				syncStandby(t, ctx, admin, url, "nobody")
-				second, m2 := rows(51, 50, nil)
-				src.push(t, ctx, second)
-				waitSyncRep(t, ctx, admin, s.cfg.AppName)
-				retries := s.Stats().Retries
-				if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep'", s.cfg.AppName); err != nil {
-					t.Fatal(err)
-				}
-				waitFor(t, ctx, "the batch retried (or acked) after the cancel", func() bool { return s.Stats().Retries > retries || m2[0].acks.Load() != 0 })
+				m2 := cancelSyncRepWait(t, ctx, admin, url, s, src)
 				for i, m := range m2 {
 					if m.acks.Load() != 0 {
 						t.Fatalf("row %d acked after its commit's wait for the standby was cancelled", 51+i)
@@ -351,6 +335,24 @@ func syncStandby(t *testing.T, ctx context.Context, admin *pgx.Conn, url, names 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// cancelSyncRepWait names a synchronous standby that never comes, hands s
+// rows 51-100, cancels the COMMIT's wait for it as an operator would
+// (pg_cancel_backend), and returns once the batch was retried or acked:
+// the rows' messages.
+func cancelSyncRepWait(t *testing.T, ctx context.Context, admin *pgx.Conn, url string, s *Sink, src source) []*recMsg {
+	t.Helper()
+	syncStandby(t, ctx, admin, url, "nobody")
+	second, m2 := rows(51, 50, nil)
+	src.push(t, ctx, second)
+	waitSyncRep(t, ctx, admin, s.cfg.AppName)
+	retries := s.Stats().Retries
+	if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep'", s.cfg.AppName); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the batch retried (or acked) after the cancel", func() bool { return s.Stats().Retries > retries || m2[0].acks.Load() != 0 })
+	return m2
 }
 
 // waitSyncRep waits until a backend of the application waits for the

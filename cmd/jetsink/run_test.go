@@ -312,31 +312,7 @@ func TestRunDrainEndsWhenAcksAreConfirmed(t *testing.T) {
 	}
 
 	// A CPU profile of 30 s, in flight when the drain ends.
-	m := regexp.MustCompile(`"admin listener" addr=(\S+)`).FindStringSubmatch(r.out.String())
-	if m == nil {
-		t.Fatalf("no admin listener address in the output:\n%s", r.out.String())
-	}
-	profiled := make(chan error, 1)
-	go func() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m[1]+"/debug/pprof/profile?seconds=30", nil)
-		if err != nil {
-			profiled <- err
-			return
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-		}
-		profiled <- err
-	}()
-	for !strings.Contains(goroutines(), "net/http/pprof.Profile(") {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the profile request never reached its handler")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	_, profiled := profileInFlight(t, ctx, r)
 
 	interrupt(t)
 	code := r.wait(t, ctx)
@@ -361,36 +337,12 @@ func TestRunSecondSignalCutsTheAdminGrace(t *testing.T) {
 		"--set", "nats.create_stream=true", "--set", "postgres.create_table=true",
 		"--set", "telemetry.listen=127.0.0.1:0", "--set", "telemetry.pprof=true")
 	r.waitOutput(t, ctx, "jetsink running")
-	m := regexp.MustCompile(`"admin listener" addr=(\S+)`).FindStringSubmatch(r.out.String())
-	if m == nil {
-		t.Fatalf("no admin listener address in the output:\n%s", r.out.String())
-	}
-	profiled := make(chan error, 1)
-	go func() {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m[1]+"/debug/pprof/profile?seconds=30", nil)
-		if err != nil {
-			profiled <- err
-			return
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-		}
-		profiled <- err
-	}()
-	for !strings.Contains(goroutines(), "net/http/pprof.Profile(") {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the profile request never reached its handler")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	addr, profiled := profileInFlight(t, ctx, r)
 
 	interrupt(t)
 	// The listener closed: the drain is over, and the grace has begun.
 	for {
-		c, err := net.DialTimeout("tcp", m[1], time.Second)
+		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			break
 		}
@@ -509,4 +461,37 @@ func TestRunResultKeepsTheStageErrorOfACutDrain(t *testing.T) {
 			t.Errorf("%s: exit %d, want %d", tc.name, code, tc.code)
 		}
 	}
+}
+
+// profileInFlight asks the admin listener of r for a CPU profile of 30 s
+// and returns once its handler runs: the listener's address, and where
+// the request's end (cut off by the listener's shutdown) comes.
+func profileInFlight(t *testing.T, ctx context.Context, r *jetsinkRun) (string, <-chan error) {
+	t.Helper()
+	m := regexp.MustCompile(`"admin listener" addr=(\S+)`).FindStringSubmatch(r.out.String())
+	if m == nil {
+		t.Fatalf("no admin listener address in the output:\n%s", r.out.String())
+	}
+	profiled := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m[1]+"/debug/pprof/profile?seconds=30", nil)
+		if err != nil {
+			profiled <- err
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		profiled <- err
+	}()
+	for !strings.Contains(goroutines(), "net/http/pprof.Profile(") {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the profile request never reached its handler")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return m[1], profiled
 }
