@@ -102,11 +102,16 @@
 //     32-digit form are refused.
 //   - int2, int4, int8: JSON integers, or strings holding one ("42");
 //     range-checked. A fraction or exponent (1.5, 1e3) is wrong_type.
-//   - float4, float8: JSON numbers or strings in JSON number syntax; NaN and
+//   - float4, float8: JSON numbers or strings holding one; NaN and
 //     Infinity are refused, as are overflow and underflow to zero.
-//   - numeric: JSON numbers or strings in JSON number syntax, exact, with the
+//   - numeric: JSON numbers or strings holding one, exact, with the
 //     display scale the text shows (1.50 stays 1.50); PostgreSQL's limits
 //     (131072 digits before the point, 16383 after) apply.
+//   - A number in a string is read as PostgreSQL 15's text input for its
+//     type reads it: white space around it and a leading '+' are skipped,
+//     and for float and numeric a point may have digits on one side only
+//     (".5", "1."). NaN, Infinity, hex and PostgreSQL 16's "1_000" are
+//     refused with invalid_format.
 //   - bool: true or false, or a string PostgreSQL's bool input reads:
 //     "true", "false", "t", "yes", "on", "1", "off", "0", "True" (case and
 //     surrounding white space do not matter, and any prefix of true, yes,

@@ -109,7 +109,8 @@ func FuzzNumeric(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if !isJSONNumber(s) || len(s) > 200 {
+		s, ok := pgNumberText(s, false)
+		if !ok || len(s) > 200 {
 			return
 		}
 		b, derr := appendNumeric(nil, s)
@@ -301,7 +302,8 @@ func FuzzFloat64Short(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if !isJSONNumber(s) {
+		s, ok := pgNumberText(s, false)
+		if !ok {
 			return
 		}
 		got, ok := parseFloat64Short(s)

@@ -14,13 +14,20 @@ import (
 // appendNumber encodes s, the text of a JSON number (fromJSON) or of a
 // string, as a numeric type.
 func appendNumber(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeError) {
+	integer := t == TypeInt2 || t == TypeInt4 || t == TypeInt8
+	if !fromJSON {
+		var ok bool
+		if s, ok = pgNumberText(s, integer); !ok {
+			if integer {
+				return dst, invalidFormat(t, "want an integer such as 42")
+			}
+			return dst, invalidFormat(t, "want a number such as 21.5")
+		}
+	}
 	switch t {
 	case TypeInt2, TypeInt4, TypeInt8:
-		if !isInteger(s) {
-			if fromJSON {
-				return dst, wrongType(t, "a number with a fraction or exponent")
-			}
-			return dst, invalidFormat(t, "want an integer such as 42")
+		if !isInteger(s) { // a JSON number: a string passed pgNumberText
+			return dst, wrongType(t, "a number with a fraction or exponent")
 		}
 		v, ok := parseInt64(s)
 		if !ok {
@@ -28,9 +35,6 @@ func appendNumber(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 		}
 		return appendIntValue(dst, t, v)
 	case TypeFloat4, TypeFloat8:
-		if !fromJSON && !isJSONNumber(s) { // a JSON number passed the scan
-			return dst, invalidFormat(t, "want a JSON number such as 21.5")
-		}
 		if t == TypeFloat8 {
 			if f, ok := parseFloat64Short(s); ok {
 				return binary.BigEndian.AppendUint64(dst, math.Float64bits(f)), nil
@@ -50,9 +54,6 @@ func appendNumber(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 		}
 		return binary.BigEndian.AppendUint64(dst, math.Float64bits(f)), nil
 	default: // numeric
-		if !fromJSON && !isJSONNumber(s) {
-			return dst, invalidFormat(t, "want a JSON number such as 12.50")
-		}
 		return appendNumeric(dst, s)
 	}
 }
@@ -60,7 +61,7 @@ func appendNumber(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 // pow10f64 holds the powers of ten a float64 represents exactly.
 var pow10f64 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
 
-// parseFloat64Short parses s (isJSONNumber) when it has no exponent and at
+// parseFloat64Short parses s (a JSON number, or pgNumberText's) when it has no exponent and at
 // most 15 digits: the digits then make an integer a float64 holds exactly,
 // and one division by an exact power of ten rounds correctly, so the result
 // is strconv.ParseFloat's (Clinger's fast path, which ParseFloat also takes,
@@ -170,45 +171,69 @@ func parseInt64(s string) (int64, bool) {
 	return int64(u), true
 }
 
-// isJSONNumber reports whether s follows the JSON number grammar
-// (-?int(.frac)?([eE][+-]?exp)?), except that leading zeros are allowed.
-func isJSONNumber(s string) bool {
+// pgNumberText reads s, a string (not a JSON number) bound for a numeric
+// type, as PostgreSQL 15's text input for that type does: white space
+// around it is dropped (isspace's six bytes), and so is a leading '+'.
+// What is left must be -?[0-9]+ for an integer type; for the others a
+// number whose point may have digits on one side only (".5", "1.", as C's
+// strtod and numeric_in read them), then an optional exponent. It returns
+// what is left, a substring of s, in a form parseInt64, parseFloat64Short,
+// strconv.ParseFloat and appendNumeric all read. NaN, Infinity, hex and
+// PostgreSQL 16's 1_000 and 0x1F stay refused.
+func pgNumberText(s string, integer bool) (string, bool) {
+	s = trimSpace(s)
+	if len(s) > 1 && s[0] == '+' && s[1] != '-' {
+		s = s[1:]
+	}
+	if integer {
+		return s, isInteger(s)
+	}
 	i := 0
 	if i < len(s) && s[i] == '-' {
 		i++
 	}
-	d := i
+	digits := 0
 	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	if i == d {
-		return false
+		i, digits = i+1, digits+1
 	}
 	if i < len(s) && s[i] == '.' {
 		i++
-		d = i
 		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
+			i, digits = i+1, digits+1
 		}
-		if i == d {
-			return false
-		}
+	}
+	if digits == 0 {
+		return s, false
 	}
 	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
 		i++
 		if i < len(s) && (s[i] == '+' || s[i] == '-') {
 			i++
 		}
-		d = i
+		d := i
 		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 			i++
 		}
 		if i == d {
-			return false
+			return s, false
 		}
 	}
-	return i == len(s)
+	return s, i == len(s)
 }
+
+// trimSpace drops the white space around s that PostgreSQL's number and
+// bool inputs skip: C's isspace, six ASCII bytes.
+func trimSpace(s string) string {
+	for len(s) > 0 && isSpace(s[0]) {
+		s = s[1:]
+	}
+	for len(s) > 0 && isSpace(s[len(s)-1]) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func isSpace(c byte) bool { return c == ' ' || (c >= '\t' && c <= '\r') }
 
 // Limits of PostgreSQL's numeric as numeric_recv accepts it.
 const (
@@ -227,7 +252,7 @@ const numericMaxExp = math.MaxInt32 / 2
 
 var pow10x4 = [4]uint16{1, 10, 100, 1000}
 
-// appendNumeric encodes s (isJSONNumber) in numeric's binary format:
+// appendNumeric encodes s (a JSON number, or pgNumberText's) in numeric's binary format:
 // int16 ndigits, int16 weight, uint16 sign, uint16 dscale, then ndigits
 // base-10000 digits, most significant first. The value is exact: the
 // display scale is the number of fraction digits the text shows (after
@@ -405,7 +430,7 @@ func digits(s string, n int) (int64, bool) {
 // around it is ignored, case too, and any prefix of true, yes, false or no
 // counts, as do on, off (at least "of"), 1 and 0. It returns 1 or 0.
 func parseBool(s string) (byte, bool) {
-	s = strings.TrimFunc(s, func(r rune) bool { return r == ' ' || (r >= '\t' && r <= '\r') })
+	s = trimSpace(s)
 	if s == "" || len(s) > len("false") {
 		return 0, false
 	}
