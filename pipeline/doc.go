@@ -125,8 +125,13 @@
 //     0; then no fraction, which PostgreSQL would take for minutes and
 //     seconds), offsets ±hh, ±hhmm and ±hh:mm:ss (local mean time before
 //     ~1900, as Java's OffsetDateTime and Python's isoformat write it:
-//     Amsterdam's +00:19:32). A zone is required (without one
-//     PostgreSQL would use its session's). Numbers are
+//     Amsterdam's +00:19:32), the zones UTC and GMT (any case), and
+//     spaces before the zone ("2026-11-29 19:59:15 UTC" and "... +0000",
+//     as Ruby's Time#to_s writes). A zone is required (without one
+//     PostgreSQL would use its session's), and zones named otherwise
+//     ("EST", "Europe/Paris") are refused: their meaning is the server's
+//     setting. White space around the value is skipped, as PostgreSQL
+//     skips it. Numbers are
 //     refused: epoch seconds and milliseconds are too easy to confuse.
 //     Second 60 (a leap second) is the next minute's first, as in
 //     PostgreSQL. Four-digit years always lie inside PostgreSQL's range;
@@ -143,7 +148,9 @@
 //     meta:published_at and meta:received_at are rounded to the nearest
 //     microsecond (a half away from zero).
 //   - date: "YYYY-MM-DD" (0000 is 1 BC, as above), "infinity" or
-//     "-infinity".
+//     "-infinity"; also a date followed by a time of day and a zone as
+//     timestamptz reads them, or no zone: the date is kept as written,
+//     as PostgreSQL keeps it (2026-11-29T23:30:00-05:00 is 2026-11-29).
 //   - jsonb: any JSON value, written compactly (the payload column keeps the
 //     payload's bytes); \u0000 anywhere in it is refused with nul_in_text
 //     (PostgreSQL refuses it with SQLSTATE 22P05), and a number beyond

@@ -219,6 +219,15 @@ func TestAppendTupleTypes(t *testing.T) {
 		{"ts offset one-digit second", TypeTimestamptz, `"1850-01-01T00:00:00+00:19:3"`, false, nil, CodeInvalidFormat},
 		{"ts offset seconds no colon", TypeTimestamptz, `"1850-01-01T00:00:00+001932"`, false, nil, CodeInvalidFormat},
 		{"ts one-digit second", TypeTimestamptz, `"2026-11-29T19:59:1Z"`, false, nil, CodeInvalidFormat},
+		{"ts space UTC", TypeTimestamptz, `"2026-11-29 19:59:15 UTC"`, false, tsMicros("2026-11-29T19:59:15Z"), ""}, // Ruby's Time#to_s
+		{"ts UTC attached", TypeTimestamptz, `"2026-11-29T19:59:15.5utc"`, false, tsMicros("2026-11-29T19:59:15.5Z"), ""},
+		{"ts space GMT", TypeTimestamptz, `"2026-11-29 19:59 GMT"`, false, tsMicros("2026-11-29T19:59:00Z"), ""},
+		{"ts space offset", TypeTimestamptz, `"2026-11-29 19:59:15 +0530"`, false, tsMicros("2026-11-29T14:29:15Z"), ""},
+		{"ts spaces offset", TypeTimestamptz, `"2026-11-29T19:59:15  -01:00"`, false, tsMicros("2026-11-29T20:59:15Z"), ""},
+		{"ts white space around", TypeTimestamptz, `" \t2026-11-29T19:59:15Z\n"`, false, tsMicros("2026-11-29T19:59:15Z"), ""},
+		{"ts named zone", TypeTimestamptz, `"2026-11-29 19:59:15 EST"`, false, nil, CodeInvalidFormat}, // its meaning is the server's setting
+		{"ts Go String", TypeTimestamptz, `"2026-11-29 19:59:15.123 +0000 UTC"`, false, nil, CodeInvalidFormat}, // PostgreSQL refuses it too
+		{"ts space only", TypeTimestamptz, `"2026-11-29 19:59:15 "`, false, nil, CodeInvalidFormat},
 		{"ts two separators", TypeTimestamptz, `"2026-11-29  19:59:15Z"`, false, nil, CodeInvalidFormat},
 		{"ts bad day", TypeTimestamptz, `"2026-02-29T00:00:00Z"`, false, nil, CodeInvalidFormat},
 		{"ts leap day", TypeTimestamptz, `"2024-02-29T00:00:00Z"`, false, tsMicros("2024-02-29T00:00:00Z"), ""},
@@ -246,7 +255,11 @@ func TestAppendTupleTypes(t *testing.T) {
 		{"date bad", TypeDate, `"2026-13-01"`, false, nil, CodeInvalidFormat},
 		{"date infinity", TypeDate, `"INFINITY"`, false, be32(math.MaxInt32), ""},
 		{"date -infinity", TypeDate, `"-Infinity"`, false, be32(0x80000000), ""},
-		{"date with time", TypeDate, `"2026-11-29T00:00:00Z"`, false, nil, CodeInvalidFormat},
+		{"date with time", TypeDate, `"2000-01-02T23:30:00-05:00"`, false, be32(1), ""}, // the date as written, as PostgreSQL keeps it
+		{"date with local time", TypeDate, `" 2000-01-02 10:00 "`, false, be32(1), ""},
+		{"date with bad time", TypeDate, `"2000-01-02T25:00"`, false, nil, CodeInvalidFormat},
+		{"date with bad zone", TypeDate, `"2000-01-02T10:00 EST"`, false, nil, CodeInvalidFormat},
+		{"date T only", TypeDate, `"2000-01-02T"`, false, nil, CodeInvalidFormat},
 		{"date number", TypeDate, `20261129`, false, nil, CodeWrongType},
 		// jsonb
 		{"jsonb object", TypeJSONB, `{"a": 1, "b\n": ["x", null, true]}`, false, append([]byte{1}, `{"a":1,"b\n":["x",null,true]}`...), ""},

@@ -251,7 +251,20 @@ func TestRoundTripPostgres(t *testing.T) {
 		}
 		tss := []string{"2026-11-29T24:00:00Z", "2026-11-29T24:00Z", "2026-12-31T24:00:00.0000001+14:00",
 			"2024-02-28T24:00:00-05:30", "infinity", "-infinity", "Infinity", "-INFINITY",
-			"2016-12-31T23:59:60Z", "2026-11-29 19:59:15.1234565+00"}
+			"2016-12-31T23:59:60Z", "2026-11-29 19:59:15.1234565+00",
+			// zones after spaces, UTC and GMT, white space around the value
+			"2026-11-29 19:59:15 UTC", "2026-11-29 19:59:15UTC", "2026-11-29T19:59:15.5 gmt", "2026-11-29 19:59 Utc",
+			"2026-11-29 19:59:15 +0530", "2026-11-29T19:59:15  -01:00", "2026-11-29 19:59:15 z", " 2026-11-29T19:59:15Z ",
+			"\\t2026-11-29T19:59:15+01\\n", " infinity", "-infinity\\r"}
+		// A zone the encoder missed would show: the session's is not UTC here.
+		if _, err := conn.Exec(ctx, "SET TIME ZONE 'Asia/Kolkata'"); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := conn.Exec(ctx, "SET TIME ZONE 'UTC'"); err != nil {
+				t.Fatal(err)
+			}
+		}()
 		evs := make([]Event, len(tss))
 		for i, s := range tss {
 			evs[i] = Event{Data: []byte(`{"v":"` + s + `"}`)}
@@ -263,7 +276,9 @@ func TestRoundTripPostgres(t *testing.T) {
 		for _, b := range bad {
 			t.Errorf("disagreement: %v", b)
 		}
-		dates := []string{"infinity", "-Infinity", "2026-11-29"}
+		dates := []string{"infinity", "-Infinity", "2026-11-29", " 2026-11-29\\t", "2026-11-29T23:59:15-05:00",
+			"2026-11-29 24:00:00", "2026-11-29T23:59:60Z", "2026-11-29 10:00", "2026-11-29 10:00:00.9999999 UTC",
+			"2026-11-29T00:30+14:00", " -infinity "}
 		evs = make([]Event, len(dates))
 		for i, s := range dates {
 			evs[i] = Event{Data: []byte(`{"v":"` + s + `"}`)}

@@ -481,19 +481,35 @@ func infinity(s string) int {
 
 // parseDate parses "YYYY-MM-DD" into days since 2000-01-01, or "infinity"
 // and "-infinity" into PostgreSQL's date infinities (the largest and
-// smallest int32).
+// smallest int32). As PostgreSQL's date input does, it skips white space
+// around the value and takes a date followed by a time of day and an
+// optional zone (what parseTimestamp reads, zone or not), keeping the date
+// as written: 2026-11-29T23:30:00-05:00 is 2026-11-29.
 func parseDate(s string) (int32, bool) {
 	if len(s) != 10 {
+		s = trimSpace(s)
 		switch infinity(s) {
 		case 1:
 			return math.MaxInt32, true
 		case -1:
 			return math.MinInt32, true
 		}
-		return 0, false
+		if len(s) > 10 {
+			_, rest, ok := parseClock(s)
+			if !ok || (rest != "" && !zoneOK(rest)) {
+				return 0, false
+			}
+			s = s[:10]
+		}
 	}
 	d, ok := parseYMD(s)
 	return int32(d), ok
+}
+
+// zoneOK reports whether parseZone reads all of rest.
+func zoneOK(rest string) bool {
+	_, ok := parseZone(rest)
+	return ok
 }
 
 // parseTimestamp parses an RFC 3339 timestamp (YYYY-MM-DDTHH:MM:SS, an
@@ -505,16 +521,18 @@ func parseDate(s string) (int32, bool) {
 // space for the T (PostgreSQL's own output, Python's str), no seconds
 // (Java's OffsetDateTime.toString at second 0: "10:15Z"; then no
 // fraction either, which PostgreSQL would read as minutes and seconds),
-// and an offset of ±HH or ±HHMM (strftime's %z, PostgreSQL's "+00") or
-// ±HH:MM:SS (what Java's OffsetDateTime and Python's isoformat write for
-// an instant in local mean time, before ~1900: Amsterdam's +00:19:32).
-// Hour 24 is the next day's midnight when nothing follows it but zeros,
-// as ISO 8601 and PostgreSQL have it (24:00:00.0000001 rounds to 24:00:00
-// in PostgreSQL too). "infinity" and "-infinity" (any case) are
-// PostgreSQL's timestamp infinities, the largest and smallest int64.
+// and the zones parseZone reads. Hour 24 is the next day's midnight when
+// nothing follows it but zeros, as ISO 8601 and PostgreSQL have it
+// (24:00:00.0000001 rounds to 24:00:00 in PostgreSQL too). "infinity" and
+// "-infinity" (any case) are PostgreSQL's timestamp infinities, the
+// largest and smallest int64. White space around the value is skipped, as
+// PostgreSQL skips it.
 func parseTimestamp(s string) (int64, *DecodeError) {
 	bad := func() (int64, *DecodeError) {
 		return 0, invalidFormat(TypeTimestamptz, "want RFC 3339 such as 2026-11-29T19:59:15.123456Z")
+	}
+	if len(s) > 0 && (isSpace(s[0]) || isSpace(s[len(s)-1])) {
+		s = trimSpace(s)
 	}
 	if len(s) < 10 { // shorter than any date: the hot path skips the look
 		switch infinity(s) {
@@ -525,79 +543,114 @@ func parseTimestamp(s string) (int64, *DecodeError) {
 		}
 	}
 	days, ok := parseYMD(s)
-	if !ok || len(s) < 17 || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') || s[13] != ':' {
+	if !ok {
 		return bad()
+	}
+	c, rest, ok := parseClock(s)
+	if !ok {
+		return bad()
+	}
+	off, ok := parseZone(rest)
+	if !ok {
+		return bad()
+	}
+	secs := days*86400 + c.h*3600 + c.mi*60 + c.sec - off
+	return secs*1_000_000 + c.us, nil
+}
+
+// clock is a time of day as parseClock reads it.
+type clock struct{ h, mi, sec, us int64 }
+
+// parseClock reads the time of day after the date in s (a T, t or space,
+// then HH:MM, optionally :SS and a fraction of any length rounded to
+// microseconds) and returns it with the rest of s. Second 60 (a leap
+// second, which RFC 3339 allows) is the next minute's first, as in
+// PostgreSQL; hour 24 only with nothing but zeros after it.
+func parseClock(s string) (c clock, rest string, ok bool) {
+	if len(s) < 16 || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') || s[13] != ':' {
+		return c, "", false
 	}
 	h, ok1 := digits(s[11:], 2)
 	mi, ok2 := digits(s[14:], 2)
 	if !ok1 || !ok2 || h > 24 || mi > 59 {
-		return bad()
+		return c, "", false
 	}
-	rest := s[16:]
-	var sec, us int64
+	c.h, c.mi = h, mi
+	rest = s[16:]
 	if rest != "" && rest[0] == ':' {
-		var ok bool
-		// Second 60: a leap second (RFC 3339 allows it), which
-		// PostgreSQL takes as the next minute's first, as the sum below
-		// does.
-		if sec, ok = digits(rest[1:], 2); !ok || sec > 60 {
-			return bad()
+		if c.sec, ok = digits(rest[1:], 2); !ok || c.sec > 60 {
+			return c, "", false
 		}
 		rest = rest[3:]
 		if rest != "" && rest[0] == '.' {
 			i := 1
 			for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
 				if i <= 6 {
-					us = us*10 + int64(rest[i]-'0')
+					c.us = c.us*10 + int64(rest[i]-'0')
 				}
 				i++
 			}
 			if i == 1 {
-				return bad()
+				return c, "", false
 			}
 			for j := i; j <= 6; j++ {
-				us *= 10
+				c.us *= 10
 			}
 			if i > 7 { // finer than microseconds: round as PostgreSQL's input does
-				us = pgFractionMicros(rest[:i])
+				c.us = pgFractionMicros(rest[:i])
 			}
 			rest = rest[i:]
 		}
 	}
-	if h == 24 && (mi != 0 || sec != 0 || us != 0) {
-		return bad() // past the end of the day (PostgreSQL's time_overflows)
+	if h == 24 && (mi != 0 || c.sec != 0 || c.us != 0) {
+		return c, "", false // past the end of the day (PostgreSQL's time_overflows)
 	}
-	var off int64
+	return c, rest, true
+}
+
+// parseZone reads all of rest, the zone after a time of day, as seconds
+// east of UTC: Z, UTC or GMT in any case (zones whose meaning no server
+// setting changes), or an offset of ±HH:MM, ±HH or ±HHMM (strftime's %z,
+// PostgreSQL's "+00"), or ±HH:MM:SS (what Java's OffsetDateTime and
+// Python's isoformat write for an instant in local mean time, before
+// ~1900: Amsterdam's +00:19:32); spaces may come first (Ruby's Time#to_s:
+// "2026-11-29 19:59:15 +0000", "... UTC"). No zone at all is refused:
+// PostgreSQL would use its session's.
+func parseZone(rest string) (off int64, ok bool) {
+	for len(rest) > 0 && rest[0] == ' ' {
+		rest = rest[1:]
+	}
 	switch {
 	case rest == "Z" || rest == "z":
-	case len(rest) >= 3 && (rest[0] == '+' || rest[0] == '-'):
-		oh, ok1 := digits(rest[1:], 2)
-		var om, os int64
-		ok2, ok3 := true, true
-		switch {
-		case len(rest) == 3: // ±HH
-		case len(rest) == 5: // ±HHMM
-			om, ok2 = digits(rest[3:], 2)
-		case len(rest) == 6 && rest[3] == ':': // ±HH:MM
-			om, ok2 = digits(rest[4:], 2)
-		case len(rest) == 9 && rest[3] == ':' && rest[6] == ':': // ±HH:MM:SS, local mean time
-			om, ok2 = digits(rest[4:], 2)
-			os, ok3 = digits(rest[7:], 2)
-		default:
-			return bad()
-		}
-		if !ok1 || !ok2 || !ok3 || oh > 23 || om > 59 || os > 59 {
-			return bad()
-		}
-		off = oh*3600 + om*60 + os
-		if rest[0] == '-' {
-			off = -off
-		}
-	default:
-		return bad()
+		return 0, true
+	case len(rest) == 3 && (strings.EqualFold(rest, "UTC") || strings.EqualFold(rest, "GMT")):
+		return 0, true
+	case len(rest) < 3 || (rest[0] != '+' && rest[0] != '-'):
+		return 0, false
 	}
-	secs := days*86400 + h*3600 + mi*60 + sec - off
-	return secs*1_000_000 + us, nil
+	oh, ok1 := digits(rest[1:], 2)
+	var om, os int64
+	ok2, ok3 := true, true
+	switch {
+	case len(rest) == 3: // ±HH
+	case len(rest) == 5: // ±HHMM
+		om, ok2 = digits(rest[3:], 2)
+	case len(rest) == 6 && rest[3] == ':': // ±HH:MM
+		om, ok2 = digits(rest[4:], 2)
+	case len(rest) == 9 && rest[3] == ':' && rest[6] == ':': // ±HH:MM:SS, local mean time
+		om, ok2 = digits(rest[4:], 2)
+		os, ok3 = digits(rest[7:], 2)
+	default:
+		return 0, false
+	}
+	if !ok1 || !ok2 || !ok3 || oh > 23 || om > 59 || os > 59 {
+		return 0, false
+	}
+	off = oh*3600 + om*60 + os
+	if rest[0] == '-' {
+		off = -off
+	}
+	return off, true
 }
 
 // strictBase64 is standard base64 that refuses nonzero padding bits ("QR==",
