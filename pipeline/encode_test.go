@@ -225,7 +225,7 @@ func TestAppendTupleTypes(t *testing.T) {
 		{"ts space offset", TypeTimestamptz, `"2026-11-29 19:59:15 +0530"`, false, tsMicros("2026-11-29T14:29:15Z"), ""},
 		{"ts spaces offset", TypeTimestamptz, `"2026-11-29T19:59:15  -01:00"`, false, tsMicros("2026-11-29T20:59:15Z"), ""},
 		{"ts white space around", TypeTimestamptz, `" \t2026-11-29T19:59:15Z\n"`, false, tsMicros("2026-11-29T19:59:15Z"), ""},
-		{"ts named zone", TypeTimestamptz, `"2026-11-29 19:59:15 EST"`, false, nil, CodeInvalidFormat}, // its meaning is the server's setting
+		{"ts named zone", TypeTimestamptz, `"2026-11-29 19:59:15 EST"`, false, nil, CodeInvalidFormat},          // its meaning is the server's setting
 		{"ts Go String", TypeTimestamptz, `"2026-11-29 19:59:15.123 +0000 UTC"`, false, nil, CodeInvalidFormat}, // PostgreSQL refuses it too
 		{"ts space only", TypeTimestamptz, `"2026-11-29 19:59:15 "`, false, nil, CodeInvalidFormat},
 		{"ts two separators", TypeTimestamptz, `"2026-11-29  19:59:15Z"`, false, nil, CodeInvalidFormat},
