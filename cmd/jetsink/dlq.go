@@ -266,11 +266,16 @@ func seqList(seqs []uint64) []string {
 }
 
 // parseWhen reads an RFC 3339 time or a duration before now; "" is zero.
+// A negative duration is an error: it would be a time after now, which
+// every dead letter is parked before (--until -1h would select them all).
 func parseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
 	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("%q is a negative duration: give a positive one, meaning that long ago (2h), or an RFC 3339 time", s)
+		}
 		return now.Add(-d), nil
 	}
 	t, err := time.Parse(time.RFC3339, s)

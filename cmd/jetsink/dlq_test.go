@@ -270,6 +270,50 @@ func TestDLQReplayRefusesANegativeLimit(t *testing.T) {
 	}
 }
 
+// --since and --until take a positive duration, meaning that long ago, or
+// an RFC 3339 time. A negative duration would be a time after now, and
+// --until -1h would then select, replay and delete every dead letter.
+func TestParseWhen(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in      string
+		want    time.Time
+		wantErr string
+	}{
+		{"", time.Time{}, ""},
+		{"2h", now.Add(-2 * time.Hour), ""},
+		{"0s", now, ""},
+		{"2026-12-01T08:00:00Z", time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC), ""},
+		{"-1h", time.Time{}, `"-1h" is a negative duration: give a positive one`},
+		{"-1ns", time.Time{}, "negative duration"},
+		{"yesterday", time.Time{}, "neither a duration"},
+	} {
+		got, err := parseWhen(tc.in, now)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("parseWhen(%q): %v", tc.in, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("parseWhen(%q) = %v, %v; want an error with %q", tc.in, got, err, tc.wantErr)
+		case tc.wantErr == "" && !got.Equal(tc.want):
+			t.Errorf("parseWhen(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// A negative --since or --until is refused as a bad flag, before anything
+// connects (the NATS URL here answers nothing).
+func TestDLQReplayRefusesANegativeDuration(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, flag := range []string{"--until", "--since"} {
+		r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", "nats://127.0.0.1:1", "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", flag, "-1h")
+		code := r.wait(t, ctx)
+		if msg := fmt.Sprint(r.err); code != exitConfig || !strings.Contains(msg, flag+`: "-1h" is a negative duration`) || strings.Contains(r.out.String(), "scanned") {
+			t.Errorf("%s -1h: exit %d (%s), want %d, naming the negative duration, and no summary\n%s", flag, code, msg, exitConfig, r.out.String())
+		}
+	}
+}
+
 func TestDLQHelpSaysWhatItDoes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
