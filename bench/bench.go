@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.yaml.in/yaml/v3"
@@ -524,8 +525,21 @@ func (o *Options) defaults() error {
 	if o.LockFor != 0 && o.Scenario != ScenarioRate {
 		return fmt.Errorf("%w: --lock-for needs --scenario rate", ErrInvalidOptions)
 	}
+	if o.EventBytes < 0 {
+		return fmt.Errorf("%w: --event-bytes must not be negative (0: no padding)", ErrInvalidOptions)
+	}
+	// The embedded nats-server has the default max_payload; a configured
+	// one's is known once connected (loadgen.Publish checks it then).
+	if limit := loadgen.MaxEventBytes(natsserver.MAX_PAYLOAD_SIZE); o.Embedded && int64(o.EventBytes) > limit {
+		return fmt.Errorf("%w: --event-bytes %d does not fit the embedded nats-server's max_payload (%d bytes, with room for the headers): at most %d",
+			ErrInvalidOptions, o.EventBytes, natsserver.MAX_PAYLOAD_SIZE, limit)
+	}
 	for _, v := range o.Variants {
-		if limit := maxEventBytes(o.Base.Pipeline.MaxEventBytes, v); limit > 0 && int64(o.EventBytes) > limit {
+		cfg, err := o.variantConfig(v)
+		if err != nil {
+			return err
+		}
+		if limit := cfg.Pipeline.MaxEventBytes; limit > 0 && int64(o.EventBytes) > limit {
 			return fmt.Errorf("%w: --event-bytes %d is above pipeline.max_event_bytes %d%s: jetsink would dead-letter every event; "+
 				"raise it (--set pipeline.max_event_bytes=N) or pad less", ErrInvalidOptions, o.EventBytes, limit, variantSuffix(v))
 		}
@@ -533,14 +547,30 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// maxEventBytes is pipeline.max_event_bytes as variant v runs it: base,
-// unless the variant sets it; 0 if what it sets is not a number.
-func maxEventBytes(base int64, v Variant) int64 {
-	n, err := strconv.ParseInt(strings.TrimSpace(variantValue(strconv.FormatInt(base, 10), "pipeline.max_event_bytes", v)), 10, 64)
+// variantConfig loads the configuration jetsink runs variant v with, as
+// "jetsink run" loads it: the file the bench writes for it (Base with a
+// run's names; the servers' URLs are Base's here), then v's JETSINK_
+// variables, then its --set values, validated. A key or value jetsink would
+// refuse is so refused before any server starts, not after the preload.
+// Its errors wrap ErrInvalidOptions and config.ErrInvalidConfig (or a
+// section's sentinel), one joined for each problem config.Load finds.
+func (o *Options) variantConfig(v Variant) (config.Config, error) {
+	raw, err := yaml.Marshal(jetsinkConfig(o.Base, newTarget(EngineJetsink, "BENCH_CHECK", "benchcheck", v)))
 	if err != nil {
-		return 0
+		return config.Config{}, fmt.Errorf("bench: write config: %w", err)
 	}
-	return n
+	cfg, err := config.Parse(raw, v.Env, v.Set)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		var errs []error
+		for _, p := range config.Problems(err) {
+			errs = append(errs, fmt.Errorf("%w: jetsink's configuration%s: %w", ErrInvalidOptions, variantSuffix(v), p))
+		}
+		return config.Config{}, errors.Join(errs...)
+	}
+	return cfg, nil
 }
 
 // variantValue is the config key at path as variant v runs jetsink: base,
@@ -835,10 +865,15 @@ func (b *bencher) start(t target) (*child, error) {
 // URLs it connects to (through the links, when there are), and for
 // jetsink the run's stream, consumer, table and mapping.
 func (b *bencher) engineConfig(t target) config.Config {
-	cfg := b.engineCfg
 	if t.engine == EngineBaseline {
-		return cfg
+		return b.engineCfg
 	}
+	return jetsinkConfig(b.engineCfg, t)
+}
+
+// jetsinkConfig is cfg with t's stream, consumer, table and mapping, and
+// the bench's settings for jetsink: the configuration jetsink runs t with.
+func jetsinkConfig(cfg config.Config, t target) config.Config {
 	cfg.NATS.Stream = t.stream
 	cfg.NATS.Subjects = []string{t.prefix + ".>"}
 	cfg.NATS.CreateStream = true

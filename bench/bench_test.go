@@ -680,7 +680,7 @@ func TestOptionsValidate(t *testing.T) {
 
 	// Events padded past pipeline.max_event_bytes would all be
 	// dead-lettered: refused, per variant.
-	o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, EventBytes: 2048}
+	o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, EventBytes: 2048, Base: config.Default()}
 	o.Base.Pipeline.MaxEventBytes = 1024
 	if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "pipeline.max_event_bytes 1024") {
 		t.Errorf("EventBytes above max_event_bytes: %v", err)
@@ -701,6 +701,42 @@ func TestOptionsValidate(t *testing.T) {
 	o.Variants[0].Set = []string{"pipeline.max_event_bytes=2000"}
 	if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("a --set below EventBytes over a variable above it: %v", err)
+	}
+
+	// Padding the embedded nats-server cannot take, refused before it starts.
+	for _, n := range []int{-1, 1 << 20} {
+		o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, EventBytes: n, Embedded: true, Base: config.Default()}
+		o.Base.Pipeline.MaxEventBytes = 4 << 20
+		if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "--event-bytes") {
+			t.Errorf("EventBytes %d, embedded: %v, want ErrInvalidOptions naming --event-bytes", n, err)
+		}
+	}
+}
+
+// Each variant's configuration is loaded as "jetsink run" will load it,
+// and a key or value it refuses is refused by Run before any server
+// starts, with the loader's words (its "did you mean"), the variant named.
+func TestOptionsValidateTheVariantsConfiguration(t *testing.T) {
+	for _, tc := range []struct {
+		v   Variant
+		say string
+	}{
+		{Variant{Set: []string{"pipeline.wokers=2"}}, "did you mean pipeline.workers?"},
+		{Variant{Name: "pipeline.workers=x", Set: []string{"pipeline.workers=x"}}, "jetsink's configuration [pipeline.workers=x]: "},
+		{Variant{Name: "pipeline.workers=-1", Set: []string{"pipeline.workers=-1"}}, "pipeline.workers is -1"},
+		{Variant{Name: "env:JETSINK_PIPELINE_WORKERS=x", Env: []string{"JETSINK_PIPELINE_WORKERS=x"}}, "JETSINK_PIPELINE_WORKERS"},
+		{Variant{Name: "env:JETSINK_PIPELINE_WOKERS=2", Env: []string{"JETSINK_PIPELINE_WOKERS=2"}}, "not a jetsink setting"},
+	} {
+		o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, Base: config.Default(), Variants: []Variant{{}, tc.v}}
+		_, err := Run(context.Background(), o)
+		if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(fmt.Sprint(err), tc.say) {
+			t.Errorf("variant %+v: %v; want ErrInvalidOptions with %q", tc.v, err, tc.say)
+		}
+	}
+	o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, Base: config.Default(),
+		Variants: []Variant{{Name: "pipeline.workers=2", Set: []string{"pipeline.workers=2"}}, {Name: "env:GOGC=200", Env: []string{"GOGC=200"}}}}
+	if err := o.defaults(); err != nil {
+		t.Errorf("good variants: %v", err)
 	}
 }
 

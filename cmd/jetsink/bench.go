@@ -71,6 +71,8 @@ environment variable instead, e.g. --matrix env:GOGC=100,200); --set overrides
 apply to jetsink only, so neither takes the keys the bench sets itself:
 nats.url and postgres.url (use --nats-url and --database-url), and the
 stream, subjects, consumer, dead-letter subject and table (its own per run).
+Each variant's configuration is loaded as jetsink will load it before
+anything starts: a key or value it refuses exits 2 at once.
 The engines get no JETSINK_* or OTEL_* variable from the bench's
 environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 		Example: `  jetsink bench --scenario drain --events 1000000 --compare baseline --count 3

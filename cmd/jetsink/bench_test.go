@@ -55,6 +55,30 @@ func TestBenchRejectsKeysItOwns(t *testing.T) {
 	}
 }
 
+// A --set or --matrix value (or key) that jetsink would refuse is a
+// configuration error, exit 2 with the loader's words, before any server
+// starts: not an exit 1 from the jetsink subprocess after the preload.
+func TestBenchChecksTheEnginesConfigurationFirst(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		args []string
+		say  string
+	}{
+		{[]string{"--set", "pipeline.wokers=2"}, "--set pipeline.wokers: no such key (did you mean pipeline.workers?)"},
+		{[]string{"--matrix", "pipeline.workers=1,x"}, "jetsink's configuration [pipeline.workers=x]: "},
+		{[]string{"--matrix", "env:JETSINK_PIPELINE_WORKERS=1,-1"}, "pipeline.workers is -1"},
+		{[]string{"--event-bytes", "2000000"}, "--event-bytes 2000000 does not fit the embedded nats-server's max_payload"},
+	} {
+		r := startJetsink(t, ctx, append([]string{"bench", "-q", "--events", "100"}, tc.args...)...)
+		code := r.wait(t, ctx)
+		msg := r.out.String() + fmt.Sprint(r.err)
+		if code != exitConfig || !strings.Contains(msg, tc.say) || strings.Contains(msg, "embedded NATS") {
+			t.Errorf("bench %v: exit %d, want %d with %q in:\n%s", tc.args, code, exitConfig, tc.say, msg)
+		}
+	}
+}
+
 // fullDisk is stdout on a full disk: a write takes part of what it is
 // given, then fails.
 type fullDisk struct{ took int }
