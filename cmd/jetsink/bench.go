@@ -40,6 +40,10 @@ func newBenchCmd() *cobra.Command {
                      report jetsink's memory before and during the lock,
                      redeliveries, and how long it took to catch up
 
+A flag of the other scenario is refused rather than ignored, and so is
+--log-level: jetsink runs at warn (--set log.level=LEVEL changes it; its
+last lines are shown if it fails).
+
 By default it runs on an embedded nats-server and a throwaway PostgreSQL
 cluster with fsync on, prepared like a running server: WAL segments to
 recycle, and a CHECKPOINT before each engine's run (--cold-postgres: as
@@ -106,6 +110,16 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 			if cmd.Flags().Changed("lock-at") && o.LockFor == 0 {
 				return fmt.Errorf("%w: --lock-at needs --lock-for", bench.ErrInvalidOptions)
 			}
+			if err := otherScenarioFlags(cmd, o.Scenario); err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("log-level") {
+				// configFlags has it; the bench has no log of its own, and
+				// each engine logs at warn (its last lines are shown if it
+				// fails).
+				return usageError{errors.New("--log-level: the bench logs nothing of its own, and jetsink runs at warn; " +
+					"--set log.level=LEVEL changes jetsink's, whose last lines the bench shows if it fails")}
+			}
 			for _, kv := range cf.set {
 				if err := benchOwnsKey("--set", kv); err != nil {
 					return err
@@ -168,6 +182,7 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 	// not offered.
 	_ = cmd.Flags().MarkHidden("stream")
 	_ = cmd.Flags().MarkHidden("table")
+	_ = cmd.Flags().MarkHidden("log-level") // refused: see RunE
 	f := cmd.Flags()
 	f.StringVar(&o.Scenario, "scenario", bench.ScenarioDrain, "drain or rate")
 	f.IntVar(&o.Events, "events", 200_000, "drain: events to preload")
@@ -190,6 +205,31 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
 	cmd.AddCommand(newBenchBaselineCmd())
 	return cmd
+}
+
+// scenarioFlags are the flags that apply to one scenario only.
+var scenarioFlags = map[string][]string{
+	bench.ScenarioDrain: {"events"},
+	bench.ScenarioRate:  {"rate", "duration", "lock-at", "lock-for"},
+}
+
+// otherScenarioFlags returns a usage error if cmd's command line sets a
+// flag of a scenario other than scenario: it would be ignored.
+func otherScenarioFlags(cmd *cobra.Command, scenario string) error {
+	if _, ok := scenarioFlags[scenario]; !ok {
+		return nil // bench.Run names the scenarios
+	}
+	for _, other := range []string{bench.ScenarioDrain, bench.ScenarioRate} {
+		if other == scenario {
+			continue
+		}
+		for _, name := range scenarioFlags[other] {
+			if cmd.Flags().Changed(name) {
+				return usageError{fmt.Errorf("--%s applies to --scenario %s only, and this is --scenario %s", name, other, scenario)}
+			}
+		}
+	}
+	return nil
 }
 
 // benchOwned are the keys bench sets in the configuration it writes for

@@ -79,6 +79,31 @@ func TestBenchChecksTheEnginesConfigurationFirst(t *testing.T) {
 	}
 }
 
+// A flag of the other scenario would be ignored: refused, exit 2, before
+// anything connects (the NATS URL here answers nothing); so is --log-level,
+// which the engines do not take.
+func TestBenchRefusesFlagsItWouldIgnore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		args []string
+		say  string
+	}{
+		{[]string{"--rate", "100"}, "--rate applies to --scenario rate only, and this is --scenario drain"},
+		{[]string{"--scenario", "drain", "--duration", "5s"}, "--duration applies to --scenario rate only"},
+		{[]string{"--scenario", "drain", "--lock-for", "5s"}, "--lock-for applies to --scenario rate only"},
+		{[]string{"--scenario", "rate", "--events", "100"}, "--events applies to --scenario drain only, and this is --scenario rate"},
+		{[]string{"--events", "100", "--log-level", "debug"}, "--log-level: the bench logs nothing of its own"},
+	} {
+		r := startJetsink(t, ctx, append([]string{"bench", "-q", "--nats-url", "nats://127.0.0.1:1"}, tc.args...)...)
+		code := r.wait(t, ctx)
+		msg := r.out.String() + fmt.Sprint(r.err)
+		if code != exitConfig || !strings.Contains(msg, tc.say) {
+			t.Errorf("bench %v: exit %d, want %d with %q in:\n%s", tc.args, code, exitConfig, tc.say, msg)
+		}
+	}
+}
+
 // fullDisk is stdout on a full disk: a write takes part of what it is
 // given, then fails.
 type fullDisk struct{ took int }
