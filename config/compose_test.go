@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"strings"
 	"testing"
@@ -13,9 +14,10 @@ import (
 )
 
 // The jetsink service of docker-compose.yml (which no test here can run)
-// sets only variables that the config takes, in forms it accepts: an
-// unknown JETSINK_ variable would stop it at start, and restart it for
-// ever.
+// sets only variables that the config takes, in forms it accepts, with
+// values that pass validation, as "jetsink run" loads them: an unknown
+// JETSINK_ variable or a value refused would stop it at start, and restart
+// it for ever.
 func TestComposeEnvironmentLoads(t *testing.T) {
 	raw, err := os.ReadFile("../docker-compose.yml")
 	if err != nil {
@@ -33,16 +35,26 @@ func TestComposeEnvironmentLoads(t *testing.T) {
 	if len(vars) == 0 {
 		t.Fatal("docker-compose.yml: no environment for the jetsink service")
 	}
-	var env []string
-	for k, v := range vars {
-		env = append(env, k+"="+v)
+	load := func(vars map[string]string) (Config, error) {
+		var env []string
+		for k, v := range vars {
+			env = append(env, k+"="+v)
+		}
+		return Load(Source{Env: env})
 	}
-	cfg, err := Parse(nil, env, nil)
+	cfg, err := load(vars)
 	if err != nil {
 		t.Fatalf("the jetsink service's environment does not load: %v", err)
 	}
 	if cfg.Telemetry.Listen != vars["JETSINK_TELEMETRY_LISTEN"] || !strings.HasPrefix(cfg.Postgres.URL, "postgres://") || cfg.NATS.URL != vars["JETSINK_NATS_URL"] {
 		t.Errorf("loaded listen %q, postgres %q, nats %q from %v", cfg.Telemetry.Listen, cfg.Postgres.URL, cfg.NATS.URL, vars)
+	}
+	// The check itself: a value that parses but that validation refuses
+	// fails it.
+	bad := maps.Clone(vars)
+	bad["JETSINK_MEMORY_LIMIT"] = "8MiB"
+	if _, err := load(bad); err == nil {
+		t.Error("the environment with JETSINK_MEMORY_LIMIT=8MiB (below the 16MiB validation asks) loads: the check does not validate")
 	}
 }
 
