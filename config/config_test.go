@@ -229,6 +229,32 @@ func TestNullKeepsTheDefault(t *testing.T) {
 	}
 }
 
+// An empty variable for a key that is not a string or a list is unset: the
+// file's value stays (later wins), else the default. An empty --set drops
+// the file's value for the default; an empty variable for a string key
+// sets it empty.
+func TestEmptyVariableKeepsTheFilesValue(t *testing.T) {
+	file := []byte("postgres:\n  batch:\n    max_rows: 1234\n  table: t\nnats:\n  ack_wait: 45s\ntelemetry:\n  pprof: true\n")
+	env := []string{"JETSINK_POSTGRES_BATCH_MAX_ROWS=", "JETSINK_NATS_ACK_WAIT=", "JETSINK_TELEMETRY_PPROF=", "JETSINK_PIPELINE_WORKERS="}
+	cfg, err := Parse(file, env, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := Default()
+	if cfg.Postgres.Batch.MaxRows != 1234 || cfg.NATS.AckWait != 45*time.Second || !cfg.Telemetry.Pprof || cfg.Pipeline.Workers != def.Pipeline.Workers {
+		t.Errorf("empty variables: max_rows %d, ack_wait %v, pprof %v, workers %d; want the file's 1234 (not the default 5000), 45s, true and the default %d",
+			cfg.Postgres.Batch.MaxRows, cfg.NATS.AckWait, cfg.Telemetry.Pprof, cfg.Pipeline.Workers, def.Pipeline.Workers)
+	}
+	cfg, err = Parse(file, nil, []string{"postgres.batch.max_rows="})
+	if err != nil || cfg.Postgres.Batch.MaxRows != def.Postgres.Batch.MaxRows {
+		t.Errorf("--set postgres.batch.max_rows=: max_rows %d, %v; want the default %d", cfg.Postgres.Batch.MaxRows, err, def.Postgres.Batch.MaxRows)
+	}
+	cfg, err = Parse([]byte("telemetry:\n  listen: 127.0.0.1:9000\n"), []string{"JETSINK_TELEMETRY_LISTEN="}, nil)
+	if err != nil || cfg.Telemetry.Listen != "" {
+		t.Errorf("JETSINK_TELEMETRY_LISTEN=: listen %q, %v; want it empty", cfg.Telemetry.Listen, err)
+	}
+}
+
 // A fraction for a whole-number key is refused, not truncated (YAML
 // decodes 2.5 into an int as 2), from a file, a variable or --set alike.
 func TestFractionForAWholeNumberRefused(t *testing.T) {

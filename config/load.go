@@ -252,6 +252,13 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 				ErrInvalidConfig, name, suggestion("", name, slices.Collect(maps.Keys(envKeys)))))
 			continue
 		}
+		if kind := sc.keys[path].Kind; value == "" && kind != reflect.String && kind != reflect.Slice {
+			// Empty for a number, boolean or duration: unset, as a
+			// compose file's ${VAR:-} leaves it. The file's value, else
+			// the default, stays (replaced by "", YAML's null, it was
+			// the default, whatever the file said).
+			continue
+		}
 		if other, ok := sc.origin[path]; ok && envValues[path] != value {
 			// An alias and the key's own variable: which one wins would
 			// depend on the order of the environment.
