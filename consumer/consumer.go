@@ -221,7 +221,7 @@ type Stats struct {
 	Received          uint64 // messages pushed into the dispatch
 	Redelivered       uint64 // of which delivered more than once
 	DeadLettered      uint64 // dead letters stored for the workers and the sink (not MaxDelivered's); a repeat counts again
-	DeadLetterFailed  uint64 // dead-letter publishes that failed (original nak'ed; or, its stream re-created, left alone)
+	DeadLetterFailed  uint64 // dead letters whose publish failed (original nak'ed; or, its stream re-created, published again until stored or the hard stop), once each
 	MaxDelivered      uint64 // events dead-lettered as max_deliver (pipeline.StageDeliver): past nats.max_deliver, with no earlier failed letter's cause (pipeline.Causes)
 	Resubscribes      uint64 // pull subscriptions started again after one ended by itself or for a consumer or stream gone, replaced or changed, or the stream unreadable after a reconnect (not a lost connection alone)
 	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow); the consumer is then looked up, at most every recheckGap

@@ -20,7 +20,8 @@ import (
 
 // ErrDeadLetter is wrapped by DeadLetter when the dead letter could not be
 // published; the original was nak'ed with a delay (unless the error also
-// wraps pipeline.ErrStaleEpoch), not acked or terminated.
+// wraps pipeline.ErrStaleEpoch: its stream was re-created, and the
+// publish was tried until ctx ended), not acked or terminated.
 var ErrDeadLetter = errors.New("dead-letter publish failed")
 
 // Headers jetsink adds to a dead letter, next to the original headers.
@@ -69,9 +70,12 @@ const (
 // (logFailedDeadLetter). A publish that finds no stream, with
 // nats.create_stream set, re-creates the dead-letter stream (at most every
 // 5 s) and is sent once more. If it fails, the original is nak'ed with a delay
-// growing with its delivery count (unless its stream was replaced since,
-// see below: then the error also wraps pipeline.ErrStaleEpoch) and the
-// error returned wraps ErrDeadLetter. An event of
+// growing with its delivery count and the error returned wraps
+// ErrDeadLetter; unless its stream was replaced since (see below): then
+// nothing would deliver it again, and the letter is published again,
+// waiting for the breaker's probes, until it is stored or ctx ends
+// (publishStale); at that end the error also wraps pipeline.ErrStaleEpoch,
+// and the event is lost, which is logged at Error. An event of
 // dl.Stage pipeline.StageDeliver (delivered past nats.max_deliver) is
 // counted in Stats.MaxDelivered, every other in Stats.DeadLettered. If the
 // publish
@@ -101,20 +105,22 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 		var nerr error
 		if !c.epochs.IfCurrent(ev.Epoch, func() { nerr = ev.Msg.NakWithDelay(delay) }) {
 			// Its stream was replaced: a nak would send the new stream's
-			// event with the same sequence back while it may be in flight.
-			c.logFailedDeadLetter(err, "dead-letter publish failed; the event is not nak'ed, its stream was re-created since",
-				"subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
-				"dead_letter_subject", c.cfg.DeadLetterSubject, "err", err)
-			return fmt.Errorf("%w: publish to %s: %w; not nak'ed: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err, pipeline.ErrStaleEpoch)
-		}
-		if nerr != nil {
+			// event with the same sequence back while it may be in flight,
+			// and the event itself is in no stream any more (or in one
+			// whose durable was made past it): this letter is its only
+			// copy. It is published again until it is stored, or ctx ends.
+			if ack, err = c.publishStale(ctx, ev, dl, m, err); err != nil {
+				return fmt.Errorf("%w: publish to %s: %w; not nak'ed: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err, pipeline.ErrStaleEpoch)
+			}
+		} else if nerr != nil {
 			c.logFailedDeadLetter(err, "dead-letter publish failed, and so did the nak; the event comes back after ack_wait", "subject", ev.Subject,
 				"stream_seq", ev.StreamSeq, "code", dl.Code, "dead_letter_subject", c.cfg.DeadLetterSubject, "err", err, "nak_err", nerr)
 			return fmt.Errorf("%w: publish to %s: %w (nak: %w)", ErrDeadLetter, c.cfg.DeadLetterSubject, err, nerr)
+		} else {
+			c.logFailedDeadLetter(err, "dead-letter publish failed; event nak'ed for redelivery", "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
+				"dead_letter_subject", c.cfg.DeadLetterSubject, "retry_in", delay, "err", err)
+			return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
 		}
-		c.logFailedDeadLetter(err, "dead-letter publish failed; event nak'ed for redelivery", "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
-			"dead_letter_subject", c.cfg.DeadLetterSubject, "retry_in", delay, "err", err)
-		return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
 	}
 	// Every stored dead letter counts, a repeat too (JetStream de-duplicated
 	// it: an earlier delivery's publish was stored, and its term failed or
@@ -163,6 +169,59 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 			"is stored again only if that is after the dead-letter stream's duplicate window", "stream_seq", ev.StreamSeq, "err", err)
 	}
 	return nil
+}
+
+// Waits between the publishes of a stale event's dead letter
+// (publishStale): 250 ms doubling, at most 5 s.
+const (
+	staleRetryBase = 250 * time.Millisecond
+	staleRetryMax  = 5 * time.Second
+)
+
+// publishStale publishes m, the dead letter of ev whose first publish
+// failed with err after ev's stream was replaced (its epoch is not the
+// current one), again and again until it is stored, or ctx (the run's
+// hard stop) ends: ev can be neither nak'ed (the nak would land on the
+// new stream's event with its sequence) nor redelivered (its stream is
+// gone, or its durable was made past it), so giving up the letter loses
+// the event. It waits staleRetryBase, doubling up to staleRetryMax, after
+// a publish that failed, and after one the open breaker held back until
+// its next probe is due, so that it may be that probe. The letter's
+// Nats-Msg-Id holds ev's store time (deadLetterID), so it cannot be taken
+// for a letter of the new stream's event with the same sequence. If ctx
+// ends first it logs the loss at Error, every time, and returns the last
+// error.
+func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter, m *nats.Msg, err error) (*jetstream.PubAck, error) {
+	wait := staleRetryBase
+	for tries := 1; ; tries++ {
+		c.logFailedDeadLetter(err, "dead-letter publish failed for an event whose stream was re-created since: it cannot be nak'ed, "+
+			"and nothing delivers it again, so the publish is tried again until it is stored (or jetsink is stopped hard)",
+			"stream", ev.Stream, "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
+			"dead_letter_subject", c.cfg.DeadLetterSubject, "tries", tries, "err", err)
+		d := wait
+		if errors.Is(err, errDeadLetterUnanswered) {
+			d = max(c.dlBreaker.untilProbe(time.Now()), 10*time.Millisecond)
+		} else {
+			wait = min(2*wait, staleRetryMax)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			c.log.Error("gave up the dead letter of an event whose stream was re-created since, at a hard stop: the event is lost, "+
+				"neither stored nor dead-lettered (its stream no longer holds it)", "stream", ev.Stream, "subject", ev.Subject,
+				"stream_seq", ev.StreamSeq, "published", ev.Published, "code", dl.Code, "dead_letter_subject", c.cfg.DeadLetterSubject,
+				"tries", tries, "err", err)
+			return nil, err
+		case <-t.C:
+		}
+		var ack *jetstream.PubAck
+		if ack, err = c.publishDeadLetter(ctx, m); err == nil {
+			c.log.Warn("dead letter of an event whose stream was re-created since stored after tries failed",
+				"stream", ev.Stream, "stream_seq", ev.StreamSeq, "tries", tries)
+			return ack, nil
+		}
+	}
 }
 
 // logFailedDeadLetter logs a failed dead letter at Error, at most once
@@ -322,6 +381,21 @@ func (b *dlBreaker) admit(now time.Time) (probe bool, err error) {
 	}
 	b.probing = true
 	return true, nil
+}
+
+// untilProbe is how long, from now, until admit would let a probe go: 0
+// when the breaker is closed or a probe is due, a quarter of
+// dlProbeEvery while one is under way.
+func (b *dlBreaker) untilProbe(now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !b.open:
+		return 0
+	case b.probing:
+		return dlProbeEvery / 4
+	}
+	return max(b.next.Sub(now), 0)
 }
 
 // probeDue reports whether admit would let a probe go now (tests).

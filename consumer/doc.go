@@ -103,7 +103,9 @@
 //     sequence goes back. Each new epoch waits until no ack or term is
 //     being sent and flushes those sent before, on both connections; from then on the sink does
 //     not ack, and DeadLetter does not terminate, events of an earlier
-//     epoch (their rows are written all the same). An old ack would
+//     epoch (their rows are written all the same; their dead letters,
+//     which nothing would send again, are published until stored or the
+//     hard stop, not nak'ed). An old ack would
 //     otherwise settle the new stream's event with the same sequence. A
 //     consumer re-created on the same stream starts no epoch when Run
 //     re-creates it (no sequence is reused); one re-created by someone
@@ -192,7 +194,9 @@
 // stream is missing and nats.create_stream is false. DeadLetter wraps
 // ErrDeadLetter when the publish failed, or was not tried because an
 // earlier one got no answer and no probe has been stored since (the original was
-// nak'ed with a delay, never acked or terminated). Run returns nil after a clean intake
+// nak'ed with a delay, never acked or terminated); with
+// pipeline.ErrStaleEpoch too when the original's stream was re-created
+// and ctx ended before its letter could be stored. Run returns nil after a clean intake
 // shutdown, and otherwise wraps the hard context's error, ringq.ErrClosed
 // or jetstream.ErrConnectionClosed. Close wraps ErrAcksUnconfirmed when acks
 // may not have reached the server.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -116,11 +117,14 @@ func TestEpochKeepsOldSettlementsOffANewStream(t *testing.T) {
 	waitFor(t, ctx, "only the terminated new event to leave the pending set", func() bool { return ackPending() == 2 })
 
 	// An old event's dead letter that fails naks nothing: the nak would
-	// send the new event with its sequence back, in nakDelay(1).
+	// send the new event with its sequence back, in nakDelay(1). (It is
+	// published again until ctx ends: TestStaleDeadLetterOutlastsOutage.)
 	if err := js.DeleteStream(ctx, cfg.Stream+"_DLQ"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DeadLetter(ctx, &old[2], dl); !errors.Is(err, ErrDeadLetter) || !errors.Is(err, pipeline.ErrStaleEpoch) {
+	hard, stop := context.WithTimeout(ctx, time.Second)
+	defer stop()
+	if err := c.DeadLetter(hard, &old[2], dl); !errors.Is(err, ErrDeadLetter) || !errors.Is(err, pipeline.ErrStaleEpoch) {
 		t.Fatalf("DeadLetter(old) without a dead-letter stream = %v, want ErrDeadLetter and pipeline.ErrStaleEpoch", err)
 	}
 	select {
@@ -138,6 +142,97 @@ func TestEpochKeepsOldSettlementsOffANewStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the old ack to settle the new event", func() bool { return ackPending() == 1 })
+	r.stopClean(t, ctx)
+}
+
+// A poison event taken before its stream was re-created, whose dead
+// letter fails after that (the dead-letter stream does not answer, the
+// breaker is open): it cannot be nak'ed, and no stream holds it any more,
+// so its letter is published again until the dead-letter stream answers,
+// 2 s later, and stored then; before, it was given up after one try, and
+// the event lost. At a hard stop before a letter is stored the loss is
+// logged at Error.
+func TestStaleDeadLetterOutlastsOutage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = 8 * time.Second // a dead-letter publish may take 1 s
+	js := jsFor(t, srv)
+	makeStream(t, ctx, js, cfg)
+	cfg.CreateStream = false // the operator owns both streams
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	nc := srv.Connect(t)
+	silent, err := nc.SubscribeSync(cfg.DeadLetterSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 3, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	evs := takeN(t, ctx, r, 3)
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+
+	// A publish nobody answers opens the breaker; then nobody listens at
+	// all, so that the probes are refused at once, and it stays open.
+	if err := c.DeadLetter(ctx, &evs[0], dl); !errors.Is(err, ErrDeadLetter) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("DeadLetter with nobody answering = %v, want ErrDeadLetter wrapping context.DeadlineExceeded", err)
+	}
+	if err := silent.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	first := c.Epochs().Current()
+	recreateStream(t, ctx, js, cfg, 0)
+	waitFor(t, ctx, "a new epoch", func() bool { return c.Epochs().Current() != first })
+
+	stored := make(chan error, 1)
+	go func() { stored <- c.DeadLetter(ctx, &evs[1], dl) }()
+	select {
+	case err := <-stored:
+		t.Fatalf("DeadLetter of an event of the replaced stream = %v before any dead-letter stream answered; want it to keep trying", err)
+	case <-time.After(2 * time.Second):
+	}
+	dlq := dlqStream(t, ctx, js, cfg)
+	select {
+	case err := <-stored:
+		if err != nil {
+			t.Fatalf("DeadLetter of an event of the replaced stream, the dead-letter stream back = %v, want nil", err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("the stale dead letter was not stored once the dead-letter stream answered: %v", ctx.Err())
+	}
+	m, err := dlq.GetLastMsgForSubject(ctx, cfg.DeadLetterSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Header.Get(HeaderStreamSeq), strconv.FormatUint(evs[1].StreamSeq, 10); got != want {
+		t.Fatalf("dead letter of stream_seq %s stored, want %s", got, want)
+	}
+	if st := c.Stats(); st.DeadLettered != 1 || st.StaleTerms != 1 {
+		t.Fatalf("stats %+v; want 1 dead lettered, 1 stale term (the new stream's event with its sequence left alone)", st)
+	}
+
+	// A hard stop first: given up, and logged at Error with what was lost.
+	if err := js.DeleteStream(ctx, dlq.CachedInfo().Config.Name); err != nil {
+		t.Fatal(err)
+	}
+	hard, stop := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer stop()
+	if err := c.DeadLetter(hard, &evs[2], dl); !errors.Is(err, ErrDeadLetter) || !errors.Is(err, pipeline.ErrStaleEpoch) {
+		t.Fatalf("DeadLetter of an event of the replaced stream at a hard stop = %v, want ErrDeadLetter and pipeline.ErrStaleEpoch", err)
+	}
+	lost := false
+	for line := range strings.Lines(log.String()) {
+		if strings.Contains(line, "level=ERROR") && strings.Contains(line, "gave up the dead letter") &&
+			strings.Contains(line, "stream_seq="+strconv.FormatUint(evs[2].StreamSeq, 10)) && strings.Contains(line, "subject="+evs[2].Subject) {
+			lost = true
+		}
+	}
+	if !lost {
+		t.Fatalf("no Error line for the stale dead letter given up; log:\n%s", log.String())
+	}
 	r.stopClean(t, ctx)
 }
 

@@ -33,9 +33,16 @@
 // in order, and goes on with the next event; it waits only when its
 // letters reach their limit (SetLetterLimit). The events waiting in the
 // lanes get InProgress (SetHeartbeat). Run waits for the lanes. If the
-// DeadLetterer fails it has nak'ed the event (or left it, its stream
-// re-created since: FailedDeadLetter), so it is not lost; the lane logs a
-// warning and goes on with the next letter.
+// DeadLetterer fails it has nak'ed the event, so it is not lost; the lane
+// logs a warning and goes on with the next letter. An event whose stream
+// was re-created since it was taken cannot be nak'ed (the nak would land
+// on the new stream's event with its sequence) and is delivered by
+// nothing again: the consumer's DeadLetterer publishes its letter again
+// until it is stored, holding the lane, and fails (FailedDeadLetter
+// "stale") only when ctx, the hard stop, ends first; then the event is
+// lost, and the DeadLetterer logs it at Error. At a hard stop the letters
+// still waiting in the lanes are not handed on: their events come back
+// after ack_wait, but for stale ones, lost with their stream.
 //
 // A panic while an event is encoded (a bug of jetsink's that this event's
 // bytes reach) is recovered for that event alone: the worker logs it at

@@ -212,8 +212,10 @@ const failedDeadLetterEvery = time.Second
 // deadLetter hands an event that will not become a row (undecodable, or
 // past nats.max_deliver) to the DeadLetterer, in a lane (letterer), and
 // counts it in stats, its worker's. If that fails the DeadLetterer has
-// nak'ed the event (it will come back; unless its stream was re-created
-// since, FailedDeadLetter), so the lane logs and carries on.
+// nak'ed the event (it will come back), so the lane logs and carries on;
+// or, for an event whose stream was re-created since (FailedDeadLetter
+// "stale"), which nothing would deliver again, it tried until ctx ended,
+// and logged the loss itself.
 func (p *Pipeline) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, column string, stats *workerStats) {
 	logged := dl // the letter stored: Causes may store a failed letter's cause for max_deliver's
 	if s, ok := p.dl.(storesAs); ok {
@@ -227,7 +229,7 @@ func (p *Pipeline) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, col
 		}
 		msg := "dead-letter failed; event nak'ed for redelivery"
 		if FailedDeadLetter(dlErr) == "stale" {
-			msg = "dead-letter failed; event left to JetStream, its stream was re-created since"
+			msg = "dead-letter given up at a hard stop; its stream was re-created since, so the event is lost"
 		}
 		p.dlFails.Log(ctx, p.log, slog.LevelWarn, failedDeadLetterEvery, msg, append(attrs, "error", dlErr.Error())...)
 		return
