@@ -381,11 +381,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := db.QueryRow(ctx, "SHOW track_commit_timestamp").Scan(&track); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "jetsink-bench-")
+	dir, err := makeTempDir()
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer removeTempDir(dir)
 
 	b := &bencher{o: o, cfg: cfg, engineCfg: engineCfg, js: js, ackNC: ackNC, db: db, dir: dir, byCommitTS: track == "on", say: say, pgPID: pgPID,
 		id: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}

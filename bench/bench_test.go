@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -872,6 +873,43 @@ func TestKillChildren(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("child %d still runs 10 s after KillChildren", i)
 		}
+	}
+}
+
+// The directory of the engines' configuration files (the servers' URLs,
+// NATS credentials) is private and marked as this process's, which the
+// next bench's sweep needs to remove it after a SIGKILL (embedded.TempDir
+// writes the owner file); RemoveTempDirs, a second signal's clean-up,
+// removes it, and removeTempDir at the end of a run.
+func TestTempDirIsSweptAndRemoved(t *testing.T) {
+	dirs := make([]string, 2)
+	for i := range dirs {
+		dir, err := makeTempDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { removeTempDir(dir) })
+		dirs[i] = dir
+		if !strings.HasPrefix(filepath.Base(dir), tempDirPrefix) {
+			t.Errorf("%s: not named %s*", dir, tempDirPrefix)
+		}
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v, %v; want a directory only its user may enter", dir, fi, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "owner.pid")); err != nil {
+			t.Errorf("%s is not marked as this process's, and no sweep would remove it: %v", dir, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "x.yaml"), []byte("postgres: {url: postgres://u:pw@db/x}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeTempDir(dirs[0])
+	if _, err := os.Stat(dirs[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s after removeTempDir: %v", dirs[0], err)
+	}
+	RemoveTempDirs()
+	if _, err := os.Stat(dirs[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s after RemoveTempDirs: %v", dirs[1], err)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/jetsink/jetsink/embedded"
 )
 
 // child is a jetsink (or baseline) subprocess.
@@ -96,6 +98,69 @@ func KillChildren() {
 	defer children.mu.Unlock()
 	for c := range children.m {
 		_ = c.cmd.Process.Kill()
+	}
+}
+
+// tempDirPrefix starts the name of the directory Run writes the engines'
+// configuration files in (in os.TempDir()).
+const tempDirPrefix = "jetsink-bench-"
+
+// tempDirs are the directories of the runs under way, for RemoveTempDirs.
+var tempDirs liveDirs
+
+type liveDirs struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func (l *liveDirs) add(dir string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = make(map[string]struct{})
+	}
+	l.m[dir] = struct{}{}
+}
+
+func (l *liveDirs) remove(dir string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, dir)
+}
+
+// makeTempDir makes the directory for the engines' configuration files,
+// which hold the servers' URLs and NATS credentials: only this user may
+// enter it, and it is marked as this process's (embedded.TempDir), so that
+// the next bench removes it if this one dies without doing so (SIGKILL).
+// RemoveTempDirs removes it after a second signal; removeTempDir when the
+// run is over.
+func makeTempDir() (string, error) {
+	dir, err := embedded.TempDir(tempDirPrefix)
+	if err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	tempDirs.add(dir)
+	return dir, nil
+}
+
+// removeTempDir removes a directory makeTempDir made.
+func removeTempDir(dir string) {
+	tempDirs.remove(dir)
+	_ = embedded.RemoveTempDir(dir)
+}
+
+// RemoveTempDirs removes the temporary directories of the runs under way,
+// whose configuration files hold the servers' URLs and NATS credentials,
+// for a caller about to exit without the clean-up Run does (a second
+// signal), after KillChildren: the engines read their files at start. A
+// bench that dies without either (SIGKILL) leaves its directory to the
+// next bench, which removes it.
+func RemoveTempDirs() {
+	tempDirs.mu.Lock()
+	defer tempDirs.mu.Unlock()
+	for dir := range tempDirs.m {
+		_ = embedded.RemoveTempDir(dir)
+		delete(tempDirs.m, dir)
 	}
 }
 

@@ -88,8 +88,11 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The first signal stops the run and cleans up (the engine, the
 			// streams, the tables, the embedded servers: up to a minute or
-			// two); a second exits at once, leaving what is not cleaned up
-			// yet (the next bench's sweep removes stray embedded servers).
+			// two); a second kills the engines, removes the directory of
+			// their configuration files (which hold the servers' URLs and
+			// credentials) and exits at once, leaving what is not cleaned
+			// up yet (the next bench's sweep removes stray embedded servers
+			// and the directory of a bench killed outright).
 			ctx, cancel := context.WithCancelCause(cmd.Context())
 			defer cancel(nil)
 			errOut := cmd.ErrOrStderr()
@@ -97,8 +100,9 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 				fmt.Fprintf(errOut, "jetsink: %s: stopping the bench and cleaning up; a second signal exits at once\n", sig)
 				cancel(fmt.Errorf("stopped by %s", sig))
 			}, func(sig os.Signal) {
-				fmt.Fprintf(errOut, "jetsink: second %s: exiting without cleaning up\n", sig)
+				fmt.Fprintf(errOut, "jetsink: second %s: killing the engines, removing their configuration files, and exiting without the rest of the clean-up\n", sig)
 				bench.KillChildren()
+				bench.RemoveTempDirs()
 				os.Exit(exitAborted)
 			})
 			defer stop()

@@ -149,12 +149,14 @@ second one gives the drain up and exits with status 130.`,
 				return nil
 			}
 			// The demo's table has the demo's columns, not raw mode's:
-			// what jetsink does next needs its config.
-			dir, err := os.MkdirTemp("", "jetsink-demo-")
+			// what jetsink does next needs its config. Its directory is
+			// marked as this process's: the next demo removes it if this
+			// one dies without doing so (a second signal, SIGKILL).
+			dir, err := embedded.TempDir("jetsink-demo-")
 			if err != nil {
 				return err
 			}
-			defer os.RemoveAll(dir)
+			defer func() { _ = embedded.RemoveTempDir(dir) }()
 			file := filepath.Join(dir, "jetsink.yaml")
 			if err := os.WriteFile(file, demoConfigFile(cfg), 0o600); err != nil { // it holds the password
 				return err

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -199,6 +200,11 @@ func TestDemoKeepWritesAConfigThatChecks(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no config file in:\n%s", r.out.String())
 	}
+	// Marked as the demo's (embedded.TempDir), for the next demo's sweep
+	// to remove should this one die first.
+	if _, err := os.Stat(filepath.Join(filepath.Dir(m[1]), "owner.pid")); err != nil {
+		t.Errorf("the config file's directory is not marked as the demo's: %v", err)
+	}
 	check := startJetsink(t, ctx, "check", "--config", m[1])
 	if code := check.wait(t, ctx); code != 0 {
 		t.Errorf("check --config %s: exit %d\n%s", m[1], code, check.out.String())
@@ -207,8 +213,8 @@ func TestDemoKeepWritesAConfigThatChecks(t *testing.T) {
 	if code := r.wait(t, ctx); code != 0 {
 		t.Fatalf("demo --keep after Ctrl-C: exit %d\n%s", code, r.out.String())
 	}
-	if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
-		t.Errorf("%s after the demo: %v, want it removed", m[1], err)
+	if _, err := os.Stat(filepath.Dir(m[1])); !os.IsNotExist(err) {
+		t.Errorf("%s after the demo: %v, want it removed", filepath.Dir(m[1]), err)
 	}
 }
 
