@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -404,9 +405,25 @@ func checkConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) []P
 			Fix: "to drain at full speed, delete it (nats consumer rm) and let jetsink create it, or choose another nats.consumer; a new durable " +
 				"starts at the stream's first event unless made otherwise"})
 	}
-	if cc.AckWait != cfg.AckWait || cc.MaxDeliver != durableMaxDeliver || cc.FilterSubject != cfg.FilterSubject {
-		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("consumer %s has ack_wait %s, max_deliver %d, filter %q; run will update it to %s, %s, %q",
-			cfg.Consumer, cc.AckWait, cc.MaxDeliver, cc.FilterSubject, cfg.AckWait, describeMaxDeliver(cfg.MaxDeliver), cfg.FilterSubject)})
+	if cc.AckWait != cfg.AckWait || cc.MaxDeliver != durableMaxDeliver || !sameFilter(&cc, cfg.FilterSubject) || len(cc.BackOff) > 0 {
+		filter := strconv.Quote(cc.FilterSubject)
+		if len(cc.FilterSubjects) > 0 {
+			filter = fmt.Sprintf("%q", cc.FilterSubjects)
+		}
+		msg := fmt.Sprintf("consumer %s has ack_wait %s, max_deliver %d, filter %s", cfg.Consumer, cc.AckWait, cc.MaxDeliver, filter)
+		if len(cc.BackOff) > 0 {
+			msg += fmt.Sprintf(", backoff %v", cc.BackOff)
+		}
+		msg += fmt.Sprintf("; run will update it to %s, %s, %q", cfg.AckWait, describeMaxDeliver(cfg.MaxDeliver), cfg.FilterSubject)
+		if len(cc.BackOff) > 0 {
+			msg += ", no backoff"
+		}
+		p := Problem{Warning: true, Message: msg}
+		if !sameFilter(&cc, cfg.FilterSubject) {
+			p.Fix = "the consumer keeps its place in the stream when its filter changes: events on subjects the new filter adds " +
+				"that lie before that place are not delivered"
+		}
+		problems = append(problems, p)
 	}
 	if why := pullLimits(cc, &cfg); why != "" {
 		// Set on the consumer (an edit), run sets it back; filled in

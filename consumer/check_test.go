@@ -541,6 +541,63 @@ func TestCheckReportsPullLimits(t *testing.T) {
 	}
 }
 
+// A durable filtered by filter_subjects (the list form), or with a
+// backoff, is not as run makes it: check says so, and that events before
+// the durable's place on the subjects a new filter adds are not
+// delivered; New sets both back, and logs the filter change. Before,
+// check compared filter_subject alone, and neither looked at the backoff.
+func TestCheckReportsFilterSubjectsAndBackoff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	newConsumer(t, ctx, cfg) // the stream, the dead-letter stream and the durable as run makes them
+	if ps, err := Check(ctx, cfg, testLogger(t, nil)); err != nil || strings.Contains(problemsText(ps), "run will update it") {
+		t.Fatalf("the durable run made (%v):\n%s", err, problemsText(ps))
+	}
+	only := subjectOf(cfg, 0, 2)
+	for _, tc := range []struct {
+		name  string
+		edit  func(*jetstream.ConsumerConfig)
+		want  string
+		fixed bool // the fix says what a filter change skips
+	}{
+		{"filter_subjects", func(cc *jetstream.ConsumerConfig) { cc.FilterSubjects = []string{only} }, "filter [" + strconv.Quote(only) + "]", true},
+		{"backoff", func(cc *jetstream.ConsumerConfig) { cc.BackOff = []time.Duration{cfg.AckWait, 2 * time.Second} }, "backoff [30s 2s]", false},
+	} {
+		cc := jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: cfg.AckWait, MaxDeliver: durableMaxDeliver}
+		tc.edit(&cc)
+		if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
+			t.Fatal(err)
+		}
+		ps, err := Check(ctx, cfg, testLogger(t, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found *Problem
+		for i, p := range ps {
+			if strings.Contains(p.Message, "run will update it") {
+				found = &ps[i]
+			}
+		}
+		if found == nil || !found.Warning || !strings.Contains(found.Message, tc.want) ||
+			strings.Contains(found.Fix, "not delivered") != tc.fixed {
+			t.Fatalf("%s: problems:\n%s\nwant a warning naming %s", tc.name, problemsText(ps), tc.want)
+		}
+		c, log := newLoggedConsumer(t, ctx, cfg)
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ps, err := Check(ctx, cfg, testLogger(t, nil)); err != nil || strings.Contains(problemsText(ps), "run will update it") {
+			t.Fatalf("%s: after New (%v):\n%s", tc.name, err, problemsText(ps))
+		}
+		if logged := strings.Contains(log.String(), "changing the consumer's filter"); logged != tc.fixed {
+			t.Fatalf("%s: filter change logged %v, want %v; log:\n%s", tc.name, logged, tc.fixed, log.String())
+		}
+	}
+}
+
 // The server's jetstream limits set max_request_batch 100 on every
 // consumer: a derived pull_max_messages pulls 100 at most and drains the
 // stream; a set one above it is refused.

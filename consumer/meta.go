@@ -126,6 +126,12 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		c.resumeUnsure = false
 	}
 	cc := c.consumerConfig(meta, prev)
+	if prev != nil && !sameFilter(prev, cfg.FilterSubject) {
+		// The server swaps the filter without going back (refreshFloor).
+		c.log.Warn("changing the consumer's filter to nats.filter_subject: it keeps its place in the stream, so events on subjects "+
+			"the old filter left out that lie before that place are not delivered", "consumer", cfg.Consumer,
+			"filter_subject", prev.FilterSubject, "filter_subjects", prev.FilterSubjects, "nats.filter_subject", cfg.FilterSubject)
+	}
 	resumed := false
 	if prev == nil {
 		if resumed, err = c.resumeAfterFloor(ctx, &cc); err != nil {

@@ -1209,7 +1209,13 @@ const floorEvery = 10 * time.Second
 // since jetsink applied it ("" for nothing) that would lose events or
 // deliver them wrongly: its body left out (headers_only), a delivery
 // limit (max_deliver: the server gives up on an event, neither stored nor
-// dead-lettered), a shorter ack_wait.
+// dead-lettered), a shorter ack_wait, a backoff (it sets the waits after
+// the first delivery, whatever ack_wait says: events come again while
+// they commit), another filter. The server swaps a filter without going
+// back: the events the other filter left out that were published
+// meanwhile are skipped, and jetsink's filter, applied again, does not
+// bring them back. That is logged at Error with the ack floor and the
+// delivered sequence, from which the operator can make the consumer again.
 func (c *Consumer) refreshFloor(ctx context.Context) string {
 	if !c.nc.IsConnected() {
 		return ""
@@ -1236,7 +1242,33 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		// update, would set it back and forth.)
 		changed = append(changed, "ack_wait")
 	}
+	if len(got.BackOff) > 0 {
+		changed = append(changed, "backoff")
+	}
+	if !sameFilter(&got, c.cfg.FilterSubject) {
+		changed = append(changed, "filter_subject")
+		c.log.Error("the consumer's filter was changed on the server: the events on the subjects it left out that were published "+
+			"meanwhile may have been skipped, and are not delivered once jetsink's filter is applied again (the server does not go back); "+
+			"to have them delivered, stop jetsink and make the consumer again from ack_floor+1 (nats consumer rm, then nats consumer add "+
+			"<stream> <consumer> --pull --ack explicit --deliver <ack_floor+1>; jetsink keeps where it starts and sets the rest), "+
+			"which delivers again what was acked past the floor",
+			"consumer", c.cfg.Consumer, "filter_subject", got.FilterSubject, "filter_subjects", got.FilterSubjects,
+			"nats.filter_subject", c.cfg.FilterSubject, "ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
+	}
 	return strings.Join(changed, ", ")
+}
+
+// sameFilter reports whether cc filters as jetsink's filter would: one
+// filter subject, want ("" for none), in FilterSubject or alone in
+// FilterSubjects.
+func sameFilter(cc *jetstream.ConsumerConfig, want string) bool {
+	switch len(cc.FilterSubjects) {
+	case 0:
+		return cc.FilterSubject == want
+	case 1:
+		return cc.FilterSubject == "" && cc.FilterSubjects[0] == want && want != ""
+	}
+	return false
 }
 
 // noteFloor keeps ci's ack floor as where a consumer Run makes again

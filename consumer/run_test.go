@@ -1136,6 +1136,79 @@ func TestRunOverOperatorsEdits(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// An operator's edit of the durable's filter, or a backoff, while Run
+// runs is seen at the next look (floorEvery) and set back, the filter
+// change logged at Error with the ack floor and the delivered sequence:
+// the server swaps a filter without going back, so the events the edit
+// left out meanwhile are skipped for good; a backoff ([30s, 2s, 2s]:
+// ack_wait stays 30 s) redelivers every 2 s while a row commits. Before,
+// neither was seen.
+func TestRunOverFilterAndBackoffEdits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = 100 * time.Millisecond
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 2, 2, 0) // in.<stream>.s0 and .s1
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	for range 2 {
+		if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onServer := func() jetstream.ConsumerConfig {
+		t.Helper()
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cons.CachedInfo().Config
+	}
+	edit := func(change func(*jetstream.ConsumerConfig)) {
+		t.Helper()
+		cc := onServer()
+		change(&cc)
+		if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// setBack waits, at most 5 s (50 looks), for jetsink's configuration.
+	setBack := func(what string, ok func(jetstream.ConsumerConfig) bool) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		waitFor(t, wctx, what+" set back", func() bool { return ok(onServer()) })
+	}
+	wide := func(cc jetstream.ConsumerConfig) bool { return cc.FilterSubject == "" && len(cc.FilterSubjects) == 0 }
+	only := subjectOf(cfg, 0, 2)
+
+	edit(func(cc *jetstream.ConsumerConfig) { cc.FilterSubject = only })
+	setBack("filter_subject", wide)
+	edit(func(cc *jetstream.ConsumerConfig) { cc.FilterSubjects = []string{only} })
+	setBack("filter_subjects", wide)
+	edit(func(cc *jetstream.ConsumerConfig) {
+		cc.BackOff = []time.Duration{30 * time.Second, 2 * time.Second, 2 * time.Second}
+	})
+	setBack("backoff", func(cc jetstream.ConsumerConfig) bool { return len(cc.BackOff) == 0 && cc.AckWait == cfg.AckWait })
+
+	filterErrs := 0
+	for line := range strings.Lines(log.String()) {
+		if strings.Contains(line, "level=ERROR") && strings.Contains(line, "the consumer's filter was changed on the server") &&
+			strings.Contains(line, "ack_floor=2") && strings.Contains(line, "delivered=2") {
+			filterErrs++
+		}
+	}
+	if filterErrs < 2 || !strings.Contains(log.String(), "changed=backoff") {
+		t.Fatalf("%d Error lines for the filter edits (want one each, with ack_floor=2 delivered=2), and the backoff's; log:\n%s", filterErrs, log.String())
+	}
+	// Both subjects flow again.
+	publish(t, ctx, js, cfg, 2, 2, 2)
+	r.ackUntil(t, ctx, 3)
+	r.stopClean(t, ctx)
+}
+
 // A subject delete marker (a message JetStream stores itself when a
 // subject's last message ages out, with subject_delete_marker_ttl) is no
 // event: acked, counted, not handed on. Before, it went to the pipeline
