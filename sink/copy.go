@@ -774,7 +774,9 @@ func copyLine(err error) (int, bool) {
 // batcher is done and no committer has a batch left that may commit
 // (strandedWait). With halve set, it returns
 // a server timeout (timedOut) of more than one row at once, having halved
-// c.piece, for the caller to try the rows in smaller pieces.
+// c.piece, for the caller to try the rows in smaller pieces. An
+// exactly-once commit whose lookup of missing rows failed (lookupError) is
+// no failed attempt: it sends the rows again until a lookup answers.
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve bool) error {
 	bo, first := &c.bo, 0
 	var failing, warned time.Time // when this batch first failed, and was last logged at Warn
@@ -789,17 +791,20 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		c.bo.reset()
 	}
 	var firstSeq uint64 // the attempt that failed first (see errHandOff)
+	// Commits whose lookup of the rows missing from the table failed
+	// (lookupError), and the backoff and last Warn line of their retries.
+	var lookups int
+	var lookupBo backoff
+	var lookupWarned time.Time
 	for attempt := first; ; attempt++ {
 		began := time.Now()
 		seq := c.s.st.attemptSeq.Add(1)
 		unknown, err := c.attempt(ctx, rows)
 		failedAt := time.Now()
 		if err == nil {
-			// Raise committedStart to seq. (A commit that left rows out,
-			// below, shows less about the table: not counted.)
-			for cur := c.s.st.committedStart.Load(); cur < seq && !c.s.st.committedStart.CompareAndSwap(cur, seq); {
-				cur = c.s.st.committedStart.Load()
-			}
+			// (A commit that left rows out, below, shows less about the
+			// table: not counted.)
+			c.s.st.raiseCommittedStart(seq)
 			c.took = time.Since(began)
 			c.s.answered()
 			if attempt > 0 {
@@ -811,6 +816,38 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			c.took = time.Since(began)
 			c.s.answered()
 			return err // committed: settled, never sent again
+		}
+		if le, ok := errors.AsType[*lookupError](err); ok {
+			// Committed, and not yet settled: not a failed attempt (no
+			// retry counted, no piece halved for a lookup that timed
+			// out, the sink not failing). The rows are sent again: those
+			// stored conflict, and the lookup runs again. A commit that
+			// inserted rows shows that the table takes rows; one that
+			// inserted none may have had them all left out.
+			if le.inserted > 0 {
+				c.s.st.raiseCommittedStart(seq)
+			}
+			c.s.answered()
+			if ctx.Err() != nil {
+				return ctx.Err() // unacked: redelivered, the stored rows conflict
+			}
+			if lookups == 0 {
+				lookupBo = backoff{initial: c.bo.initial, max: c.bo.max}
+			}
+			lookups++
+			wait := lookupBo.next()
+			level := slog.LevelDebug
+			if lookups == 1 || time.Since(lookupWarned) >= stillFailingEvery {
+				level, lookupWarned = slog.LevelWarn, time.Now()
+			}
+			c.s.log.Log(ctx, level, "batch committed, but the lookup of which of its rows the table stored failed; "+
+				"retrying the lookup (the batch is sent again: its stored rows conflict)",
+				"rows", len(rows), "lookups", lookups, "err", le.err, "retry_in", wait)
+			if err := sleep(ctx, wait); err != nil {
+				return err
+			}
+			attempt-- // not a failure: the attempts that failed are counted as before
+			continue
 		}
 		if unknown && c.s.cfg.Mode == AtLeastOnce {
 			// The rows may be in the table, and they will come again:
@@ -1251,7 +1288,8 @@ func (s *Sink) firstSeen(key string) bool {
 // the type guard and the COPY into the staging table; INSERT ... SELECT
 // ... ON CONFLICT DO NOTHING; COMMIT. When the INSERT inserted fewer rows
 // than staged, a query after the commit looks for the batch's keys the
-// table lacks (and attempt returns a *missingError if there were any).
+// table lacks (and attempt returns a *missingError if there were any, a
+// *lookupError if the query failed).
 // unknown reports that the statement that commits was sent and no answer
 // came back, so the rows may have been committed.
 //
@@ -1375,12 +1413,13 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 	if c.conn == nil || c.conn.IsClosed() {
 		// Closed after the commit (ctx ended meanwhile, or the server
 		// ended the session before ReadyForQuery): the rows are not
-		// acked (redelivered, they conflict).
-		return false, fmt.Errorf("look for rows missing from the table after the commit: %w", cmp.Or(ctx.Err(), pgconn.ErrConnClosed))
+		// acked (sent again, or redelivered: they conflict).
+		return false, &lookupError{inserted: inserted,
+			err: fmt.Errorf("look for rows missing from the table after the commit: %w", cmp.Or(ctx.Err(), pgconn.ErrConnClosed))}
 	}
 	missing, err := c.missingKeys(ctx, rows)
 	if err != nil {
-		return false, err
+		return false, &lookupError{inserted: inserted, err: err}
 	}
 	if len(missing) > 0 {
 		return false, &missingError{sent: len(rows), keys: missing}
@@ -1447,6 +1486,23 @@ type missingError struct {
 func (e *missingError) Error() string {
 	return fmt.Sprintf("move %d rows from staging: committed with %d of them missing from the table", e.sent, len(e.keys))
 }
+
+// lookupError reports an exactly-once transaction that committed with
+// fewer rows inserted than staged, and whose lookup of the rows missing
+// from the table (missingKeys) failed: a statement_timeout, a connection
+// lost after the commit. Which of its rows it stored is not known, so none
+// is settled; commitRetry sends the rows again (those stored conflict) and
+// the lookup runs again.
+type lookupError struct {
+	inserted int64 // the rows the INSERT from staging stored
+	err      error
+}
+
+func (e *lookupError) Error() string {
+	return "the transaction committed, but: " + e.err.Error()
+}
+
+func (e *lookupError) Unwrap() error { return e.err }
 
 // committedMissing returns err's *missingError, nil if it is none.
 func committedMissing(err error) *missingError {

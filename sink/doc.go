@@ -113,7 +113,11 @@
 // triggers; the INSERT that follows inserts fewer rows than staged
 // whenever some conflict, so when it does, one more query after the
 // COMMIT looks the batch's keys up in the table (by its unique key) and
-// finds those it lacks. A BEFORE INSERT
+// finds those it lacks. (If that lookup fails, a statement_timeout or a
+// connection lost after the COMMIT, the batch has committed all the same:
+// nothing is acked yet, the batch is sent again, its stored rows conflict,
+// and the lookup runs again; no failed attempt is counted, and no piece
+// halved.) A BEFORE INSERT
 // trigger returning NULL or a DO INSTEAD NOTHING rule left those out (or a
 // trigger stored them under another key): here the sink knows which they
 // are, so only they are dead-lettered with code "row_count" and the rest of

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -843,4 +845,91 @@ func execAll(t *testing.T, ctx context.Context, c *pgx.Conn, sqls ...string) {
 // terminateRole is a statement that ends every session of role.
 func terminateRole(role string) string {
 	return "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = '" + role + "'"
+}
+
+// An exactly-once batch holding a row stored before (a redelivery) inserts
+// fewer rows than it staged, so after its commit the sink looks up which of
+// its rows the table lacks. When that lookup fails (a statement_timeout,
+// 57014; the connection lost after the commit), the batch has committed
+// all the same: it is sent again (its stored rows conflict) and looked up
+// again, with no retry counted, no piece halved and no line saying that
+// the batch failed or timed out; each row is acked once. Before, the
+// timeout halved the committer's pieces (TimeoutSplits) and was logged as
+// the batch's, and the lost connection as "batch failed; retrying until it
+// commits", with a retry counted and the sink failing.
+func TestExactlyOnceLookupFailsAfterCommit(t *testing.T) {
+	for _, how := range []string{"timeout", "cut"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			l := listen(t)
+			proxied, to := l.proxy(t, pg.URL)
+			proxied = withParam(t, proxied, "sslmode", "disable") // the hook reads the messages
+			var armed, failed atomic.Bool
+			l.relayTo(to, func(client net.Conn) (up, down func([]byte) verdict) {
+				var f frontendStream
+				copyDone := false // the client's last write ended a COPY
+				up = func(b []byte) verdict {
+					ts := f.types(b)
+					// The first query after an exactly-once COPY (sent once
+					// its Query's ReadyForQuery came) is the lookup.
+					if armed.Load() && copyDone && bytes.IndexByte(ts, 'P') >= 0 && failed.CompareAndSwap(false, true) {
+						if how == "cut" {
+							return cut
+						}
+						// The server's answer to a statement that timed
+						// out; the connection goes on.
+						msg, err := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "57014",
+							Message: "canceling statement due to statement timeout"}).Encode(nil)
+						if err == nil {
+							msg, err = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(msg)
+						}
+						if err != nil {
+							return cut
+						}
+						_, _ = client.Write(msg)
+						return drop
+					}
+					copyDone = bytes.IndexByte(ts, 'c') >= 0
+					return pass
+				}
+				return up, func([]byte) verdict { return pass }
+			})
+			s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections, c.Mode = 1, ExactlyOnce })
+			logs := captureLog(t, s, time.Minute)
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			first, m1 := rows(1, 1, nil)
+			src.push(t, ctx, first)
+			waitFor(t, ctx, "row 1 acked", allAcked(m1))
+
+			armed.Store(true)
+			again, ms := rows(1, 5, nil) // row 1 conflicts: 4 of 5 inserted, then the lookup
+			src.push(t, ctx, again)
+			finishClean(t, ctx, src, wait, dl, ms)
+			if !failed.Load() {
+				t.Fatal("no lookup went by to fail")
+			}
+			for i, m := range ms {
+				if n := m.acks.Load(); n != 1 {
+					t.Errorf("message %d acked %d times, want once", i+1, n)
+				}
+			}
+			if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 5 {
+				t.Errorf("%d rows, want 5", n)
+			}
+			if st := s.Stats(); st.TimeoutSplits != 0 || st.Retries != 0 {
+				t.Errorf("%d timeout splits, %d retries; want none: the batch committed", st.TimeoutSplits, st.Retries)
+			}
+			log := logs.String()
+			for _, wrong := range []string{"timed out on the server", "batch failed", "retrying until it commits"} {
+				if strings.Contains(log, wrong) {
+					t.Errorf("the log says %q of a batch that committed:\n%s", wrong, log)
+				}
+			}
+			if !strings.Contains(log, "batch committed, but the lookup of which of its rows the table stored failed") {
+				t.Errorf("the log does not say the lookup failed after the commit:\n%s", log)
+			}
+		})
+	}
 }

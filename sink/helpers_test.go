@@ -488,6 +488,12 @@ const (
 // both ways, passing every read through the hooks that hooks makes for the
 // connection: up sees what the client sends, down what the server sends.
 func (l *listener) relay(to string, hooks func() (up, down func([]byte) verdict)) {
+	l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) { return hooks() })
+}
+
+// relayTo is relay with hooks that get the client's connection, to answer
+// it in the server's place.
+func (l *listener) relayTo(to string, hooks func(client net.Conn) (up, down func([]byte) verdict)) {
 	l.wg.Go(func() {
 		for {
 			client, err := l.Accept()
@@ -501,7 +507,7 @@ func (l *listener) relay(to string, hooks func() (up, down func([]byte) verdict)
 			}
 			l.track(client)
 			l.track(server)
-			up, down := hooks()
+			up, down := hooks(client)
 			l.wg.Go(func() { pump(server, client, down, server) })
 			l.wg.Go(func() { pump(client, server, up, server) })
 		}
@@ -581,6 +587,16 @@ type frontendStream struct {
 // count reads b and returns how many messages of the given types began
 // in it.
 func (f *frontendStream) count(b []byte, types ...byte) (n int64) {
+	for _, t := range f.types(b) {
+		if bytes.IndexByte(types, t) >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// types reads b and returns the types of the messages that began in it.
+func (f *frontendStream) types(b []byte) (ts []byte) {
 	for len(b) > 0 {
 		if f.body > 0 {
 			k := min(f.body, len(b))
@@ -597,9 +613,7 @@ func (f *frontendStream) count(b []byte, types ...byte) (n int64) {
 			break
 		}
 		if f.started {
-			if bytes.IndexByte(types, f.head[0]) >= 0 {
-				n++
-			}
+			ts = append(ts, f.head[0])
 			f.copied = f.copied || f.head[0] == 'd'
 			f.body = int(binary.BigEndian.Uint32(f.head[1:])) - 4
 		} else {
@@ -610,7 +624,7 @@ func (f *frontendStream) count(b []byte, types ...byte) (n int64) {
 		}
 		f.head = f.head[:0]
 	}
-	return n
+	return ts
 }
 
 // proxy returns dbURL with its host replaced by l's address, and the host

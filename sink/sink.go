@@ -76,6 +76,14 @@ type counters struct {
 	attemptSeq, committedStart atomic.Uint64
 }
 
+// raiseCommittedStart raises committedStart to seq, the number of an
+// attempt that committed.
+func (c *counters) raiseCommittedStart(seq uint64) {
+	for cur := c.committedStart.Load(); cur < seq && !c.committedStart.CompareAndSwap(cur, seq); {
+		cur = c.committedStart.Load()
+	}
+}
+
 // Sink writes rows to one PostgreSQL table in batches and settles their
 // messages. Create it with New, run it with Run, and Close it after Run has
 // returned. Ping, Stats, DDL, Init and Check are safe at any time.
