@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -176,17 +178,19 @@ gives that letter up at once and exits with status 130.
 				state := verb
 				switch {
 				case out.Err != nil && o.DryRun:
-					state = "would fail: " + out.Err.Error()
+					state = "would fail: " + escapeControl(out.Err.Error())
 				case out.Err != nil:
-					state = "FAILED: " + out.Err.Error()
+					state = "FAILED: " + escapeControl(out.Err.Error())
 				case out.Deleted:
 					state = "replayed, deleted"
 				case out.Replayed:
 					state = "replayed, kept"
 				}
+				// The headers are anyone's who may publish to the
+				// dead-letter subject: shown, not written raw.
 				fmt.Fprintf(w, "%d %s %s stage=%s code=%s sqlstate=%s from=%s:%d reason=%q: %s\n",
-					l.Seq, l.Time.UTC().Format(time.RFC3339), l.Subject, l.Stage, l.Code, l.SQLState,
-					l.Stream, l.StreamSeq, l.Reason, state)
+					l.Seq, l.Time.UTC().Format(time.RFC3339), shown(l.Subject), shown(l.Stage), shown(l.Code), shown(l.SQLState),
+					shown(l.Stream), l.StreamSeq, l.Reason, state)
 			})
 			if o.DryRun {
 				fmt.Fprintf(w, "%s: scanned %d, matched %d, would replay %d, would fail %d, skipped %d (not dead letters), %d of other consumers' or streams'; dry run: nothing re-published or deleted\n",
@@ -220,21 +224,23 @@ gives that letter up at once and exits with status 130.
 				fmt.Fprintf(w, "--keep: the %d replayed dead letters stay in %s; replaying them again after the event stream's duplicate window stores their events twice\n",
 					rep.Replayed, o.Stream)
 			}
+			// Replay's errors may quote a letter's headers (its subject,
+			// its stream): escaped, as in the listing.
 			switch cause := context.Cause(hard); {
 			case errors.Is(cause, errAborted):
-				return also(cause)
+				return escapedError{also(cause)}
 			case errors.Is(err, dlq.ErrInvalidOptions):
 				return usageError{err}
 			case errors.Is(err, dlq.ErrUnsettled):
-				return also(err)
+				return escapedError{also(err)}
 			case err != nil && intake.Err() != nil:
-				return also(fmt.Errorf("%w: the dead letters not reached stay in %s; run the command again to go on", context.Cause(intake), o.Stream))
+				return escapedError{also(fmt.Errorf("%w: the dead letters not reached stay in %s; run the command again to go on", context.Cause(intake), o.Stream))}
 			case err != nil:
-				return also(err)
+				return escapedError{also(err)}
 			case rep.Failed > 0 && o.DryRun:
 				return fmt.Errorf("%d of %d dead letters would not be replayed", rep.Failed, rep.Matched)
 			case rep.Failed > 0:
-				return also(fmt.Errorf("%d of %d dead letters not replayed or not deleted; they stay in %s", rep.Failed, rep.Matched, o.Stream))
+				return escapedError{also(fmt.Errorf("%d of %d dead letters not replayed or not deleted; they stay in %s", rep.Failed, rep.Matched, o.Stream))}
 			}
 			return nil
 		},
@@ -255,6 +261,45 @@ gives that letter up at once and exits with status 130.
 	fl.BoolVar(&o.Keep, "keep", false, "re-publish but keep the dead letters in their stream (replayed again after the duplicate window, they are stored twice)")
 	return cmd
 }
+
+// shown is a dead letter's header value as the listing prints it: as it
+// is when it is valid UTF-8 of printable characters other than space and
+// '"' (a subject, a stage, a code), else quoted, with Go's escapes (%q). A
+// letter is anyone's who may publish to the dead-letter subject, and a
+// terminal escape in a header must not reach the terminal.
+func shown(s string) string {
+	if utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' || r == '"' }) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// escapeControl is s with each character that is not printable (a control
+// character, a byte of invalid UTF-8) but for a line feed written as a Go
+// escape, \x1b for ESC: for text that may quote a dead letter's headers.
+func escapeControl(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsPrint(r) || r == '\n':
+			b.WriteString(s[i : i+n])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// escapedError is an error whose text is escapeControl's of err's.
+type escapedError struct{ err error }
+
+func (e escapedError) Error() string { return escapeControl(e.err.Error()) }
+func (e escapedError) Unwrap() error { return e.err }
 
 // seqList formats dead-letter sequences.
 func seqList(seqs []uint64) []string {

@@ -346,6 +346,66 @@ func TestDLQReplayNeedsAReader(t *testing.T) {
 	lettersStay(t, ctx, js, pubs, 2)
 }
 
+// A dead letter's headers are anyone's who may publish to the dead-letter
+// subject: the listing escapes what a terminal would act on (ESC, BEL),
+// in the fields and in an error that quotes them, and nothing raw reaches
+// the output.
+func TestDLQReplayEscapesHeaders(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, js, _ := dlqSetup(t, ctx, 0)
+	h := nats.Header{
+		consumer.HeaderSubject:   {"slow.\x1b[2K"},
+		consumer.HeaderStream:    {"EV"},
+		consumer.HeaderStreamSeq: {"100"},
+		consumer.HeaderStage:     {"sink\x1b[2K"},
+		consumer.HeaderCode:      {"constraint\x1b]0;title\x07"},
+		consumer.HeaderSQLState:  {"23505\u202e"},
+	}
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		say  []string
+	}{
+		{nil, []string{` stage="sink\x1b[2K" code="constraint\x1b]0;title\a" sqlstate="23505\u202e" `, ` "slow.\x1b[2K" `}},
+		{[]string{"--set", "nats.consumer=elsewhere"}, []string{"would fail: ", `dead letter 1 to slow.\x1b[2K: `}},
+	} {
+		r := startJetsink(t, ctx, append([]string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--dry-run"}, tc.args...)...)
+		r.wait(t, ctx)
+		out := r.out.String() + fmt.Sprint(r.err)
+		if strings.ContainsAny(out, "\x1b\x07\u202e") {
+			t.Errorf("%v: a header's control characters reach the output raw:\n%q", tc.args, out)
+		}
+		for _, want := range tc.say {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: no %s in:\n%s", tc.args, want, out)
+			}
+		}
+	}
+}
+
+// escapeControl writes what a terminal would act on as Go escapes and
+// leaves text and line feeds alone; escapedError, replay's error with it,
+// still wraps its error for the exit status.
+func TestEscapeControl(t *testing.T) {
+	for in, want := range map[string]string{
+		"dead letter 1 to events.a: refused": "dead letter 1 to events.a: refused",
+		"to slow.\x1b[2K: x":                 `to slow.\x1b[2K: x`,
+		"bell\a, invalid \xff, rtl \u202e":   `bell\a, invalid \xff, rtl \u202e`,
+		"one\ntwo, café":                     "one\ntwo, café",
+	} {
+		if got := escapeControl(in); got != want {
+			t.Errorf("escapeControl(%q) = %q, want %q", in, got, want)
+		}
+	}
+	err := escapedError{fmt.Errorf("%w: dead letter 1 to slow.\x1b[2K", errAborted)}
+	if !errors.Is(err, errAborted) || strings.Contains(err.Error(), "\x1b") || exitCode(err) != exitAborted {
+		t.Errorf("escapedError: %q, exit %d; want it to wrap errAborted (exit %d), escaped", err, exitCode(err), exitAborted)
+	}
+}
+
 // --dry-run's summary says what would be replayed and what would fail, not
 // "replayed 0, deleted 0" as if a replay had failed to do anything.
 func TestDLQReplayDryRunSummary(t *testing.T) {
