@@ -20,6 +20,10 @@ import (
 	"github.com/jetsink/jetsink/telemetry"
 )
 
+// maxEventBytes is the largest --event-bytes publish takes: NATS's
+// largest max_payload (loadgen.Options.Validate's bound).
+const maxEventBytes = 64 << 20
+
 func newPublishCmd() *cobra.Command {
 	var (
 		cf       configFlags
@@ -81,13 +85,23 @@ telemetry.sample_ratio.`,
   jetsink publish --subject events --rate 20000 --duration 60s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Each range is checked here, by its flag's name, before
+			// loadgen's Validate, which names its Options' fields and takes
+			// 0 for a default.
 			switch {
+			case o.Subject == "":
+				return usageError{errors.New("--subject: give the subject prefix, e.g. events")}
 			case o.Events < 0:
 				return usageError{fmt.Errorf("--events %d: give a positive number of events", o.Events)}
-			case o.Subjects < 1:
-				return usageError{fmt.Errorf("--subjects %d: give at least 1 (the number of devices, each its own subject)", o.Subjects)}
-			case o.EventBytes < 0:
-				return usageError{fmt.Errorf("--event-bytes %d: give 0 (unpadded) or a size in bytes", o.EventBytes)}
+			case o.Subjects < 1 || o.Subjects > loadgen.MaxSubjects:
+				return usageError{fmt.Errorf("--subjects %d: give 1 up to %d (the number of devices, each its own subject)", o.Subjects, loadgen.MaxSubjects)}
+			case o.MaxPending < 1 || o.MaxPending > loadgen.MaxMaxPending:
+				return usageError{fmt.Errorf("--max-pending %d: give 1 up to %d (the publishes awaiting their PubAck or a resend, at which the publisher pauses)",
+					o.MaxPending, loadgen.MaxMaxPending)}
+			case o.EventBytes < 0 || o.EventBytes > maxEventBytes:
+				return usageError{fmt.Errorf("--event-bytes %d: give 0 (unpadded) or a size in bytes, at most %d (64 MiB, the largest max_payload)", o.EventBytes, maxEventBytes)}
+			case math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) || o.Rate < 0:
+				return usageError{fmt.Errorf("--rate %g: give a positive number of events per second", o.Rate)}
 			case o.AckWait <= 0:
 				return usageError{fmt.Errorf("--ack-wait %v: give a duration above 0, such as 5s", o.AckWait)}
 			case (o.Events > 0) == (o.Rate > 0):

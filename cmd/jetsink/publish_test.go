@@ -33,27 +33,39 @@ func runPublish(t *testing.T, ctx context.Context, args ...string) (string, stri
 	return stdout.String(), stderr.String(), err
 }
 
-// Flags that cannot make a run are usage errors, found before connecting.
+// Flags that cannot make a run are usage errors, found before connecting,
+// that name the flag and the range it takes (not loadgen's Options
+// fields, whose 0 means a default).
 func TestPublishCmdUsageErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, args := range [][]string{
-		{"--rate", "0.5", "--duration", "1s"},  // less than one event
-		{"--events", "10", "--duration", "1s"}, // --duration is for --rate
-		{"--rate", "10"},
-		{"--events", "10", "--rate", "10", "--duration", "1s"},
-		{},
-		{"--events", "-5"},
-		{"--events", "10", "--subjects", "0"},
-		{"--events", "10", "--event-bytes", "-1"},
-		{"--events", "10", "--ack-wait", "0s"},
+	for _, tc := range []struct {
+		args []string
+		say  string
+	}{
+		{[]string{"--rate", "0.5", "--duration", "1s"}, "less than one event"},
+		{[]string{"--events", "10", "--duration", "1s"}, "--duration goes with --rate"},
+		{[]string{"--rate", "10"}, "--rate needs --duration"},
+		{[]string{"--events", "10", "--rate", "10", "--duration", "1s"}, "give either --events or --rate"},
+		{[]string{}, "give either --events or --rate"},
+		{[]string{"--events", "-5"}, "--events -5: "},
+		{[]string{"--events", "10", "--subjects", "0"}, "--subjects 0: give 1 up to 1048576"},
+		{[]string{"--events", "10", "--subjects", "2000000"}, "--subjects 2000000: give 1 up to 1048576"},
+		{[]string{"--events", "10", "--max-pending", "0"}, "--max-pending 0: give 1 up to 1048576"},
+		{[]string{"--events", "10", "--max-pending", "2000000"}, "--max-pending 2000000: give 1 up to 1048576"},
+		{[]string{"--events", "10", "--event-bytes", "-1"}, "--event-bytes -1: "},
+		{[]string{"--events", "10", "--event-bytes", "100000000"}, "--event-bytes 100000000: give 0 (unpadded) or a size in bytes, at most 67108864"},
+		{[]string{"--rate", "inf", "--duration", "1s"}, "--rate +Inf: give a positive number"},
+		{[]string{"--events", "10", "--rate", "-1"}, "--rate -1: give a positive number"},
+		{[]string{"--events", "10", "--subject", ""}, "--subject: give the subject prefix"},
+		{[]string{"--events", "10", "--ack-wait", "0s"}, "--ack-wait 0s: "},
 	} {
 		// Nothing listens on port 1: a run that got past the checks would
 		// fail to connect instead.
-		_, _, err := runPublish(t, ctx, append(args, "--nats-url", "nats://127.0.0.1:1", "-q")...)
+		_, _, err := runPublish(t, ctx, append(tc.args, "--nats-url", "nats://127.0.0.1:1", "-q")...)
 		var usage usageError
-		if !errors.As(err, &usage) {
-			t.Errorf("publish %v: %v, want a usage error", args, err)
+		if !errors.As(err, &usage) || !strings.Contains(err.Error(), tc.say) {
+			t.Errorf("publish %v: %v, want a usage error with %q", tc.args, err, tc.say)
 		}
 	}
 }
