@@ -64,8 +64,9 @@ const (
 //
 // The publish may take min(5 s, nats.ack_wait/8), at least 500 ms, and
 // less if ctx ends first. One that gets no answer in that time opens a
-// breaker: until a probe publish (one at a time, at most every second)
-// gets a PubAck, DeadLetter publishes nothing and fails at once, as a
+// breaker: until a probe publish (one at a time, at most every second,
+// waiting min(30 s, nats.ack_wait/2) for its answer) gets a PubAck,
+// DeadLetter publishes nothing and fails at once, as a
 // failed publish does, and logs such failures at most once a second
 // (logFailedDeadLetter). A publish that finds no stream, with
 // nats.create_stream set, re-creates the dead-letter stream (at most every
@@ -94,7 +95,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	// event gets neither).
 	defer pipeline.Release(ev.Msg)
 	m := c.deadLetterMsg(ev, dl)
-	ack, err := c.publishDeadLetter(ctx, m)
+	ack, err := c.publishDeadLetter(ctx, ev, m)
 	if errors.Is(err, nats.ErrMaxPayload) {
 		err = fmt.Errorf("%w: the dead letter is %d bytes with its headers, the server's max_payload %d (raise it, or remove the event from the stream)",
 			err, headerLen(m.Header)+len(m.Data), c.nc.MaxPayload())
@@ -216,7 +217,7 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 		case <-t.C:
 		}
 		var ack *jetstream.PubAck
-		if ack, err = c.publishDeadLetter(ctx, m); err == nil {
+		if ack, err = c.publishDeadLetter(ctx, ev, m); err == nil {
 			c.log.Warn("dead letter of an event whose stream was re-created since stored after tries failed",
 				"stream", ev.Stream, "stream_seq", ev.StreamSeq, "tries", tries)
 			return ack, nil
@@ -254,27 +255,41 @@ const dlProbeEvery = time.Second
 // dead-letter stream (create_stream).
 const dlRecreateEvery = 5 * time.Second
 
-// publishDeadLetter publishes m and waits for its PubAck, at most
-// deadLetterTimeout, through a breaker: a publish that got no answer in
+// publishDeadLetter publishes m, ev's dead letter, and waits for its
+// PubAck, at most deadLetterTimeout, through a breaker: a publish that got no answer in
 // that time (a dead-letter stream without quorum, or with no_ack, or a
 // connection gone silent), as opposed to one refused, opens it, and the
 // dead letters after it fail at once with errDeadLetterUnanswered, so that
 // a run of poison events does not hold a worker's lanes (their letters,
 // renewed with InProgress, waiting with their share of the in-flight
 // budget), or the sink, for a timeout each. One dead letter at a
-// time, at most every dlProbeEvery, goes through as a probe; the first
-// PubAck closes the breaker. A publish that finds no stream
+// time, at most every dlProbeEvery, goes through as a probe, and waits
+// longer for its PubAck (probeTimeout), so that a dead-letter stream whose
+// PubAcks steadily take longer than deadLetterTimeout still closes the
+// breaker; ev, unless its stream was replaced since, gets InProgress
+// before it, so that the wait does not run it past its ack wait. The
+// first PubAck (a duplicate's too) closes the breaker. A publish that finds no stream
 // (jetstream.ErrNoStreamResponse) with nats.create_stream set re-creates
 // the dead-letter stream, at most every dlRecreateEvery, and is sent once
 // more.
-func (c *Consumer) publishDeadLetter(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m *nats.Msg) (*jetstream.PubAck, error) {
 	probe, err := c.dlBreaker.admit(time.Now())
 	if err != nil {
 		return nil, err
 	}
-	ack, err := c.publishOnce(ctx, m)
+	timeout := c.deadLetterTimeout()
+	if probe {
+		timeout = c.probeTimeout()
+		var perr error
+		c.epochs.IfCurrent(ev.Epoch, func() { perr = ev.Msg.InProgress() })
+		if perr != nil {
+			c.log.Warn("in-progress before a dead-letter probe failed; the event may be delivered again meanwhile (its dead letter is stored once)",
+				"stream_seq", ev.StreamSeq, "err", perr)
+		}
+	}
+	ack, err := c.publishOnce(ctx, m, timeout)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) && c.cfg.CreateStream && c.recreateDeadLetterStream(ctx) {
-		ack, err = c.publishOnce(ctx, m)
+		ack, err = c.publishOnce(ctx, m, timeout)
 	}
 	outcome := dlAnswered
 	switch {
@@ -291,22 +306,22 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, m *nats.Msg) (*jetstre
 		// publish, and it times out the same way; the stream may be fine.
 		c.log.Error("the dead-letter stream did not answer a publish: dead letters fail at once (their events are nak'ed) "+
 			"until a probe, one every "+dlProbeEvery.String()+" at most, is answered",
-			"dead_letter_subject", c.cfg.DeadLetterSubject, "timeout", c.deadLetterTimeout(), "nats_status", c.nc.Status().String(), "err", err)
+			"dead_letter_subject", c.cfg.DeadLetterSubject, "timeout", timeout, "probe_timeout", c.probeTimeout(), "nats_status", c.nc.Status().String(), "err", err)
 	case breakerClosed:
 		c.log.Info("the dead-letter stream answers again", "dead_letter_subject", c.cfg.DeadLetterSubject)
 	}
 	return ack, err
 }
 
-// publishOnce is one publish of m, bounded by deadLetterTimeout, that
+// publishOnce is one publish of m, bounded by timeout, that
 // nats.go does not retry: by default it sends a publish that finds no
 // stream (no responders) twice more, 250 ms apart, so that with a 500 ms
 // deadline it ended in context.DeadlineExceeded, not
 // jetstream.ErrNoStreamResponse: the deleted stream was not re-created,
 // and the breaker opened as if nobody had answered. Without the retries it
 // is a refusal, at once; its event is nak'ed, or the stream re-created.
-func (c *Consumer) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
-	pctx, cancel := context.WithTimeout(ctx, c.deadLetterTimeout())
+func (c *Consumer) publishOnce(ctx context.Context, m *nats.Msg, timeout time.Duration) (*jetstream.PubAck, error) {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return c.js.PublishMsg(pctx, m, jetstream.WithRetryAttempts(0))
 }
@@ -577,6 +592,20 @@ func oneLine(s string, n int) string {
 // another in their lanes. (nats.go's own default is 5 s.)
 func (c *Consumer) deadLetterTimeout() time.Duration {
 	return max(min(5*time.Second, c.cfg.AckWait/8), 500*time.Millisecond)
+}
+
+// probeTimeout bounds the publish of the open breaker's probe:
+// min(30 s, nats.ack_wait/2), but at least deadLetterTimeout. With
+// deadLetterTimeout alone a dead-letter stream whose PubAcks steadily take
+// longer (a replicated stream under load, 500 ms being the bound for an
+// ack_wait up to 4 s) kept the breaker open for good: every probe timed
+// out, and every dead letter failed. One probe at a time waits this long,
+// at most every dlProbeEvery, while the other dead letters fail at once;
+// its event got InProgress just before (publishDeadLetter), and the sink
+// renews a row's before it parks it, so half of ack_wait leaves the
+// settling time.
+func (c *Consumer) probeTimeout() time.Duration {
+	return max(min(30*time.Second, c.cfg.AckWait/2), c.deadLetterTimeout())
 }
 
 // nakDelay is how long a message waits after a failed dead-letter publish.

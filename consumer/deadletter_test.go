@@ -671,6 +671,95 @@ func TestDeadLetterBreakerStates(t *testing.T) {
 	admit(5*time.Second+dlProbeEvery, false, true)
 }
 
+// The open breaker's probe waits longer for its PubAck than a dead
+// letter does: min(30 s, ack_wait/2), at least the dead letter's own
+// min(5 s, ack_wait/8), at least 500 ms.
+func TestDeadLetterProbeTimeout(t *testing.T) {
+	for _, tc := range []struct{ ackWait, timeout, probe time.Duration }{
+		{time.Second, 500 * time.Millisecond, 500 * time.Millisecond},
+		{4 * time.Second, 500 * time.Millisecond, 2 * time.Second},
+		{8 * time.Second, time.Second, 4 * time.Second},
+		{30 * time.Second, 3750 * time.Millisecond, 15 * time.Second},
+		{5 * time.Minute, 5 * time.Second, 30 * time.Second},
+	} {
+		c := &Consumer{cfg: Config{AckWait: tc.ackWait}}
+		if got := c.deadLetterTimeout(); got != tc.timeout {
+			t.Errorf("ack_wait %s: deadLetterTimeout %s, want %s", tc.ackWait, got, tc.timeout)
+		}
+		if got := c.probeTimeout(); got != tc.probe {
+			t.Errorf("ack_wait %s: probeTimeout %s, want %s", tc.ackWait, got, tc.probe)
+		}
+	}
+}
+
+// A dead-letter stream whose PubAcks steadily take 1 s (here a plain
+// subscriber that answers each publish so, as a duplicate), with ack_wait
+// 4 s: a dead letter's 500 ms runs out, and the breaker opens; the probe
+// waits 2 s, gets its PubAck, and closes it, a duplicate's too. Before,
+// the probe waited 500 ms as well, and the breaker stayed open for good.
+func TestDeadLetterSlowPubAcksCloseTheBreaker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = 4 * time.Second
+	js := jsFor(t, srv)
+	makeStream(t, ctx, js, cfg)
+	cfg.CreateStream = false // no dead-letter stream
+	c := newConsumer(t, ctx, cfg)
+	nc := srv.Connect(t)
+	slow, err := nc.SubscribeSync(cfg.DeadLetterSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// One publish at a time reaches it: each is answered 1 s after it is read.
+	actx, stop := context.WithCancel(ctx)
+	var answering sync.WaitGroup
+	answering.Go(func() {
+		for {
+			m, err := slow.NextMsgWithContext(actx)
+			if err != nil {
+				return
+			}
+			select {
+			case <-time.After(time.Second):
+			case <-actx.Done():
+				return
+			}
+			// An answer nobody waits for any more (a publish that timed
+			// out) is dropped by the server: not an error here.
+			_ = m.Respond([]byte(`{"stream":"SLOW","seq":1,"duplicate":true}`))
+		}
+	})
+	t.Cleanup(func() {
+		stop()
+		answering.Wait()
+	})
+	publish(t, ctx, js, cfg, 4, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	evs := takeN(t, ctx, r, 4)
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+
+	if err := c.DeadLetter(ctx, &evs[0], dl); !errors.Is(err, ErrDeadLetter) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("DeadLetter with PubAcks after 1 s = %v, want ErrDeadLetter wrapping context.DeadlineExceeded (500 ms)", err)
+	}
+	if err := c.DeadLetter(ctx, &evs[1], dl); !errors.Is(err, errDeadLetterUnanswered) {
+		t.Fatalf("DeadLetter with the breaker open = %v, want errDeadLetterUnanswered", err)
+	}
+	waitFor(t, ctx, "the probe to be due", func() bool { return c.dlBreaker.probeDue(time.Now()) })
+	if err := c.DeadLetter(ctx, &evs[2], dl); err != nil {
+		t.Fatalf("the probe, its PubAck after 1 s = %v, want nil", err)
+	}
+	// Closed: the next dead letter is published, and waits its own 500 ms.
+	if err := c.DeadLetter(ctx, &evs[3], dl); errors.Is(err, errDeadLetterUnanswered) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("DeadLetter after the probe = %v, want it published and timed out, not held back", err)
+	}
+	r.stopClean(t, ctx)
+}
+
 // While the breaker is open each dead letter fails in microseconds: they
 // are all counted, but logged at most once every dlProbeEvery, each line
 // with the number held back since the last (a run of poison events would
