@@ -466,6 +466,12 @@ func (b *bencher) exactlyOnce(name string) bool {
 	return strings.TrimSpace(mode) == string(sink.ExactlyOnce)
 }
 
+// minAckWait is the shortest PubAck wait the publisher is given (from
+// Options.DuplicateWindow, which must cover its resends): a shorter one
+// resends events whose PubAck is merely late, under load or over a slow
+// link, and the resends' work skews the figures.
+const minAckWait = 500 * time.Millisecond
+
 func (o *Options) defaults() error {
 	if o.Exe == "" {
 		return fmt.Errorf("%w: the jetsink binary is required", ErrInvalidOptions)
@@ -473,9 +479,10 @@ func (o *Options) defaults() error {
 	if o.DuplicateWindow < 0 {
 		return fmt.Errorf("%w: --duplicate-window must not be negative", ErrInvalidOptions)
 	}
-	if o.DuplicateWindow > 0 && loadgen.MaxAckWait(o.DuplicateWindow) <= 0 {
-		return fmt.Errorf("%w: --duplicate-window %v is shorter than the publisher's resends need (%v with the shortest PubAck wait)",
-			ErrInvalidOptions, o.DuplicateWindow, loadgen.ResendSpan(10*time.Millisecond))
+	if o.DuplicateWindow > 0 && loadgen.MaxAckWait(o.DuplicateWindow) < minAckWait {
+		return fmt.Errorf("%w: --duplicate-window %v leaves the publisher a PubAck wait of %v, under which it would resend events still on their way, "+
+			"skewing the figures: give at least %v (a PubAck wait of %v), or 0 for the server's default",
+			ErrInvalidOptions, o.DuplicateWindow, loadgen.MaxAckWait(o.DuplicateWindow), loadgen.ResendSpan(minAckWait), minAckWait)
 	}
 	if o.PostgresRTT < 0 || o.NATSRTT < 0 {
 		return fmt.Errorf("%w: --postgres-rtt and --nats-rtt must not be negative", ErrInvalidOptions)

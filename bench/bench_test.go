@@ -704,6 +704,18 @@ func TestOptionsValidate(t *testing.T) {
 		t.Errorf("a --set below EventBytes over a variable above it: %v", err)
 	}
 
+	// A duplicate window whose PubAck wait would be under minAckWait is
+	// refused, naming the smallest window taken (4s: 5 x (500ms + 300ms)),
+	// which is taken.
+	o = Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: 1600 * time.Millisecond, Base: config.Default()}
+	if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "give at least 4s (a PubAck wait of 500ms)") {
+		t.Errorf("DuplicateWindow 1.6s: %v, want ErrInvalidOptions asking for at least 4s", err)
+	}
+	o.DuplicateWindow = loadgen.ResendSpan(minAckWait)
+	if err := o.defaults(); err != nil || loadgen.MaxAckWait(o.DuplicateWindow) != minAckWait {
+		t.Errorf("DuplicateWindow %v: %v, PubAck wait %v; want it taken, with %v", o.DuplicateWindow, err, loadgen.MaxAckWait(o.DuplicateWindow), minAckWait)
+	}
+
 	// Padding the embedded nats-server cannot take, refused before it starts.
 	for _, n := range []int{-1, 1 << 20} {
 		o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, EventBytes: n, Embedded: true, Base: config.Default()}
