@@ -21,8 +21,9 @@ var ErrDeadLetterHeldBack = errors.New("not published: a dead-letter publish got
 
 // FailedDeadLetter names what became of a message whose DeadLetter call
 // failed with err: "nak" (nak'ed, it comes back), or "stale" when the
-// error wraps ErrStaleEpoch (left alone: a nak would land on the new
-// stream's event with the same sequence). It is the outcome for
+// error wraps ErrStaleEpoch (not nak'ed: a nak would land on the new
+// stream's event with the same sequence; the dead-letterer tried until the
+// hard stop, and logged giving it up, as nothing delivers it again). It is the outcome for
 // Event.EndSpan. "nak" also covers the rare failures that nak nothing (the
 // nak itself failed, or the event had no message handle): such a message
 // comes back after ack_wait instead.

@@ -175,6 +175,7 @@ type letterer struct {
 	lanesWG sync.WaitGroup
 	beatWG  sync.WaitGroup
 	queued  *atomic.Int64 // letters put and not yet taken (the worker's stats)
+	stale   atomic.Int64  // letters of an old epoch left at a hard stop (leave)
 	room    chan struct{} // 1 deep: a lane took a letter
 	stop    chan struct{} // closed by close once the lanes are done: the heartbeat ends
 }
@@ -184,8 +185,11 @@ type letterer struct {
 // close. Once ctx has ended a lane hands its letters to no one: the
 // process is stopping, and their events, neither stored nor settled, come
 // back after ack_wait, as those in the rings do (a letter failed for the
-// cancel would count and log a failure of the dead-letter stream). A
-// letter already under way when ctx ends fails, and its event is nak'ed.
+// cancel would count and log a failure of the dead-letter stream); but an
+// event whose stream was re-created since (an old epoch) is gone from
+// JetStream, and close logs how many such letters were left. A letter
+// already under way when ctx ends fails, and its event is nak'ed (or, of
+// an old epoch, its dead-letterer logs it).
 func (p *Pipeline) startLetters(ctx context.Context, stats *workerStats) *letterer {
 	l := &letterer{p: p, queued: &stats.lettersWaiting, room: make(chan struct{}, 1), stop: make(chan struct{})}
 	for i := range l.lanes {
@@ -203,7 +207,7 @@ func (p *Pipeline) startLetters(ctx context.Context, stats *workerStats) *letter
 				default:
 				}
 				if ctx.Err() != nil {
-					Release(lt.ev.Msg) // its share of the in-flight budget
+					l.leave(&lt)
 					continue
 				}
 				p.deadLetter(ctx, &lt.ev, lt.dl, lt.column, lt.stats)
@@ -249,7 +253,7 @@ func (l *letterer) wait(ctx context.Context, lt letter) error {
 		select {
 		case <-l.room:
 		case <-ctx.Done():
-			Release(lt.ev.Msg) // as the lanes do at a hard stop
+			l.leave(&lt) // as the lanes do at a hard stop
 			return ctx.Err()
 		}
 	}
@@ -316,6 +320,17 @@ func (l *letterer) heartbeat(ctx context.Context) {
 	}
 }
 
+// leave gives up lt at a hard stop: its message's share of the in-flight
+// budget is released, and JetStream delivers its event again after
+// ack_wait; unless the event's stream was re-created since it was taken,
+// which leaves nothing to deliver it again: counted for close's log.
+func (l *letterer) leave(lt *letter) {
+	if lt.ev.Epoch != l.p.epochs.Current() {
+		l.stale.Add(1)
+	}
+	Release(lt.ev.Msg)
+}
+
 // close ends the lanes once they have handed on what they hold, then the
 // heartbeat, and waits. Call it after the worker has returned.
 func (l *letterer) close() {
@@ -323,6 +338,11 @@ func (l *letterer) close() {
 		l.lanes[i].close()
 	}
 	l.lanesWG.Wait()
+	if n := l.stale.Load(); n > 0 {
+		l.p.log.Error("hard stop: dead letters left unpublished for events whose stream was re-created since they were taken; "+
+			"nothing delivers those events again, so they are lost unless their old stream still holds them",
+			"events", n)
+	}
 	close(l.stop)
 	l.beatWG.Wait()
 }

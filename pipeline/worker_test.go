@@ -425,6 +425,53 @@ func TestWorkerDoesNotLogDeadLettersHeldBack(t *testing.T) {
 	}
 }
 
+// At a hard stop the letters still queued in the lanes are left to
+// JetStream, which delivers their events again after ack_wait; but not an
+// event whose stream was re-created since it was taken (an old epoch):
+// nothing delivers it again, and the stop says so at Error, with how many.
+func TestHardStopLogsStaleLettersLeft(t *testing.T) {
+	for _, recreated := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var logs testenv.SyncBuffer
+		cfg := testConfig(1, PinNone)
+		b := &blockingDeadLetterer{release: make(chan struct{})}
+		p, err := New(cfg, mustCompile(t, orderColumns...), b, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var epochs Epochs
+		p.SetHeartbeat(time.Hour, &epochs)
+		h := NewHandoff(HandoffRing, 1, cfg.RingSize).(*RingHandoff)
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(runCtx, h.In, h.Out) }()
+		for i := range 5 { // one letter under way, four queued behind it
+			if err := h.Push(ctx, Event{Subject: "a", StreamSeq: uint64(i + 1), Data: []byte(`nope`), Epoch: epochs.Current()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, "one letter under way and four queued", func() bool {
+			started, _ := b.snapshot()
+			return len(started) == 1 && p.Stats().LettersWaiting == 4
+		})
+		if recreated {
+			epochs.Advance()
+		}
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run = %v, want context.Canceled", err)
+		}
+		line := "hard stop: dead letters left unpublished"
+		switch got := logs.String(); {
+		case recreated && (!strings.Contains(got, line) || !strings.Contains(got, "level=ERROR") || !strings.Contains(got, "events=4")):
+			t.Errorf("stream re-created: log %q, want an Error line %q with events=4", got, line)
+		case !recreated && strings.Contains(got, line):
+			t.Errorf("same stream: log %q, want no line %q (JetStream delivers them again)", got, line)
+		}
+	}
+}
+
 // panickyMsg is a message whose header block panics when read: a stand-in
 // for a decoder bug that one event's bytes reach.
 type panickyMsg struct{ Msg }
