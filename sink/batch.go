@@ -197,6 +197,11 @@ type run struct {
 	firstConn sync.Once
 	grace     *time.Timer
 
+	// recheck carries a committer's request to compare the mapping with
+	// the table after a type guard refused its batch (see look); one
+	// request waits at most.
+	recheck chan struct{}
+
 	// pings carries Ready's pings to an idle committer
 	// (Sink.pingCommitter), each a buffered channel for the result; done
 	// is closed once the committers have returned.
@@ -249,15 +254,16 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	}
 	n := s.cfg.Connections
 	r := &run{
-		s:      s,
-		src:    src,
-		work:   make(chan *batch),
-		ready:  make(chan struct{}, n),
-		free:   make(chan *batch, n+1),
-		carry:  &batch{rows: make([]pipeline.Row, 0, carrySize)},
-		spares: map[*batch]struct{}{},
-		pings:  make(chan chan error),
-		done:   make(chan struct{}),
+		s:       s,
+		src:     src,
+		work:    make(chan *batch),
+		ready:   make(chan struct{}, n),
+		free:    make(chan *batch, n+1),
+		carry:   &batch{rows: make([]pipeline.Row, 0, carrySize)},
+		spares:  map[*batch]struct{}{},
+		pings:   make(chan chan error),
+		done:    make(chan struct{}),
+		recheck: make(chan struct{}, 1),
 
 		stranded:     map[*committer]struct{}{},
 		strandChange: make(chan struct{}),
@@ -279,12 +285,15 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	// with the server far away, the look's dozen queries would otherwise
 	// hold up the first batch. Under warmCtx: a look still dialing a
 	// server that answers nothing must not hold up a stop once the
-	// batches are handed over.
+	// batches are handed over. The same goroutine looks again when a
+	// committer asks (run.look), until the committers have returned.
 	warmCtx, stopWarm := context.WithCancel(ctx)
+	lookCtx, stopLook := context.WithCancel(ctx)
 	var look sync.WaitGroup
 	defer look.Wait()
+	defer stopLook()
 	defer stopWarm()
-	look.Go(func() { s.logProblems(warmCtx) })
+	look.Go(func() { r.look(warmCtx, lookCtx) })
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -300,6 +309,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	err := r.batcher(ctx)
 	stopWarm() // every batch is handed over: a committer still connecting has none
 	wg.Wait()
+	stopLook() // no committer asks for a look any more
 	close(r.done)
 	if r.grace != nil {
 		r.grace.Stop()
@@ -314,22 +324,65 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	return err
 }
 
-// logProblems compares the mapping with the table once, so that a table
-// that does not fit is reported at the start, as the first batch fails on
-// it, and one that may store other values than sent is reported at all.
-// It reports whether it found (and logged) any that is not a warning.
-func (s *Sink) logProblems(ctx context.Context) (found bool) {
+// look is Run's look at the table (logProblems): once at the start, under
+// warmCtx, bounded by 10 s or dialMax (long enough for a connect past a
+// dead host of a failover list); then again whenever a committer asks
+// (recheckTable, after a type guard refused its batch), until ctx ends,
+// bounded by readTypesTimeout, until one has logged the table's problems
+// (typesLogged). At most once per stillFailingEvery, counting the first
+// look unless it found the table fitting (then the table has changed
+// since, and a look says how): a look logs, and while looks fail (the
+// server refuses the admin connection, 53300) each says that it cannot
+// compare. The committers do not wait for it: a look waits for the admin
+// connection (held by a StoredSeq, a Ping, a check of Init's) and may
+// have to connect it.
+func (r *run) look(warmCtx, ctx context.Context) {
+	s := r.s
+	var last time.Time // the last look that logged
+	if found, err := s.logProblems(warmCtx, max(10*time.Second, s.dialMax)); found || err != nil {
+		last = time.Now()
+	}
+	for {
+		select {
+		case <-r.recheck:
+		case <-ctx.Done():
+			return
+		}
+		if s.typesLogged.Load() || time.Since(last) < stillFailingEvery {
+			continue
+		}
+		last = time.Now()
+		if found, _ := s.logProblems(ctx, readTypesTimeout); found {
+			s.typesLogged.Store(true) // said which columns, and how to fix them
+		}
+	}
+}
+
+// recheckTable asks Run's look (run.look) to compare the mapping with the
+// table again, without waiting for it.
+func (r *run) recheckTable() {
+	select {
+	case r.recheck <- struct{}{}:
+	default: // asked already
+	}
+}
+
+// logProblems compares the mapping with the table once, within limit, so
+// that a table that does not fit is reported at the start, as the first
+// batch fails on it, and one that may store other values than sent is
+// reported at all. It reports whether it found (and logged) any that is
+// not a warning, and Check's error (logged unless ctx has ended).
+func (s *Sink) logProblems(ctx context.Context, limit time.Duration) (found bool, err error) {
 	stopped := ctx
-	// Long enough for a connect past a dead host of a failover list.
-	ctx, cancel := context.WithTimeout(ctx, max(10*time.Second, s.dialMax))
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	probs, err := s.Check(ctx)
 	if err != nil && stopped.Err() != nil {
-		return false // stopping: nothing to report the table to
+		return false, err // stopping: nothing to report the table to
 	}
 	if err != nil {
 		s.log.Warn("cannot compare the column mapping with the table yet", "err", err)
-		return false
+		return false, err
 	}
 	for _, p := range probs {
 		if headline, ok := serverWarnings[p.Kind]; ok {
@@ -343,7 +396,7 @@ func (s *Sink) logProblems(ctx context.Context) (found bool) {
 		s.log.Error("the table does not fit the column mapping", "problem", p.Message, "fix", p.Fix)
 		found = true
 	}
-	return found
+	return found, nil
 }
 
 // serverWarnings are the log lines of Check's warnings about the server

@@ -925,15 +925,15 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			c.closeConn()
 		case cl == classConfig:
 			c.s.st.configErrs.Add(1)
-			if _, ok := errors.AsType[*typesChangedError](err); ok && c.s.typesFitNow(ctx, c.guards) {
+			if _, ok := errors.AsType[*typesChangedError](err); ok && c.s.typesFitNow(ctx, c.conn, c.guards) {
 				// Retyped to a type the guards had not seen, one that
 				// stores the mapping's bytes as sent (a domain, citext):
 				// they take it now. Not the table's fault.
 				c.s.log.Info("a mapped column's type changed to one that stores the values as sent; retrying the batch", "rows", len(rows))
 			} else {
 				c.s.logConfigError(err)
-				if ok && !c.s.typesLogged.Load() && c.s.logProblems(ctx) {
-					c.s.typesLogged.Store(true) // said which columns, and how to fix them
+				if ok && c.r != nil {
+					c.r.recheckTable() // to say which columns, and how to fix them
 				}
 			}
 			// Start the next attempt on a fresh connection: the table may

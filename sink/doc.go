@@ -31,7 +31,11 @@
 // others commit offers its batch to them; while none is free to take it,
 // it tries to connect again with the retries' backoff, each failure a
 // retry counted (Stats.Retries), logged at Warn at first and every minute,
-// and the sink failing (Failing, Ready) until a batch is answered.
+// and the sink failing (Failing, Ready) until a batch is answered. One
+// more goroutine of Run's, the look, compares the mapping with the table
+// (Check, on the admin connection) while the committers first connect,
+// and again when a type guard refuses a batch, at most once a minute
+// (run.look): no committer waits for it.
 //
 // Batch objects are reused (Connections+1 of them, plus a 256-row carry),
 // so the hot path allocates nothing per row. Each starts with room for

@@ -407,10 +407,12 @@ func (p Problem) String() string { return p.Message + "; fix: " + p.Fix }
 
 // Check compares the mapping with the table in the database and returns
 // every problem found (none: the sink can write). The error is for failing
-// to ask (connection, permission), not for problems.
+// to ask (connection, permission), not for problems. It only reads: on an
+// admin connection the server has ended since its last use (a restart,
+// pg_terminate_backend), it asks again on a new one.
 func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
 	var probs []Problem
-	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
+	err := s.readAdmin(ctx, func(c *pgx.Conn) error {
 		var err error
 		probs, err = s.check(ctx, c)
 		return err

@@ -121,7 +121,7 @@ type Sink struct {
 	closed     bool                     // Close has run: admin is not opened again (held like admin)
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
-	// typesLogged: Check's problems were logged after a type guard failed.
+	// typesLogged: Check's problems were logged after a type guard failed (run.look).
 	typesLogged atomic.Bool
 	// splitWarned: a timed-out batch's line at Warn; beatWarned: a refused
 	// InProgress's, renewWarned one refused before a dead letter (see
@@ -446,6 +446,18 @@ func (s *Sink) withAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
 		return fmt.Errorf("wait for the admin connection: %w", ctx.Err())
 	}
 	return s.onAdmin(ctx, f, false)
+}
+
+// readAdmin is withAdmin for an f that only reads: a failure that closed
+// an admin connection made before the call is tried once more on a new
+// one (see onAdmin).
+func (s *Sink) readAdmin(ctx context.Context, f func(*pgx.Conn) error) error {
+	select {
+	case s.adminSem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the admin connection: %w", ctx.Err())
+	}
+	return s.onAdmin(ctx, f, true)
 }
 
 // onAdmin is withAdmin once adminSem is taken; it releases it. If again,
@@ -796,22 +808,23 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 // connection starts with the attempt).
 const readTypesTimeout = 10 * time.Second
 
-// typesFitNow reads the table's types again on the admin connection after
-// the guards failed (sent: the COPY with the guards the failed attempt
-// sent), and reports whether every mapped column now has a type that
-// stores the mapping's bytes as sent and the guards have changed since
-// (a column retyped to a domain over its type: they accept it from now
-// on, whichever committer read it first). Guards that fail as they are
-// mean the table is at fault.
-func (s *Sink) typesFitNow(ctx context.Context, sent *string) bool {
+// typesFitNow reads the table's types again after the guards failed, on
+// c, the connection of the committer whose attempt they failed (sent: the
+// COPY with the guards that attempt sent), and reports whether every
+// mapped column now has a type that stores the mapping's bytes as sent
+// and the guards have changed since (a column retyped to a domain over
+// its type: they accept it from now on, whichever committer read it
+// first). Guards that fail as they are mean the table is at fault. On c,
+// not the admin connection: a retry does not wait for a StoredSeq or a
+// check that holds that one. False if c is closed (the next attempt's
+// connect reads the types).
+func (s *Sink) typesFitNow(ctx context.Context, c *pgx.Conn, sent *string) bool {
+	if c == nil || c.IsClosed() {
+		return false
+	}
 	ctx, cancel := context.WithTimeout(ctx, readTypesTimeout)
 	defer cancel()
-	var fits bool
-	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
-		var err error
-		fits, err = s.readTypes(ctx, c)
-		return err
-	})
+	fits, err := s.readTypes(ctx, c)
 	return err == nil && fits && sent != nil && *sent != *s.copySQL.Load()
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,10 +63,11 @@ func TestColumnRetypedWhileRunning(t *testing.T) {
 				if n := count(t, ctx, admin, s.cfg.Table); n != 10 {
 					t.Fatalf("%d rows stored while a column has another type, want 10", n)
 				}
-				if !strings.Contains(logs.String(), "no longer all have the types the mapping writes") ||
-					!strings.Contains(logs.String(), "but the mapping writes") {
-					t.Errorf("the log does not say that the column changed type and which:\n%s", logs.String())
-				}
+				// Which column, Run's look says, off the committers' path.
+				waitFor(t, ctx, "the log to say that the column changed type and which", func() bool {
+					return strings.Contains(logs.String(), "no longer all have the types the mapping writes") &&
+						strings.Contains(logs.String(), "but the mapping writes")
+				})
 				if _, err := admin.Exec(ctx, alter+tc.back); err != nil {
 					t.Fatal(err)
 				}
@@ -883,4 +885,112 @@ func TestRefusalByATypeGuardSaysWhy(t *testing.T) {
 	if r == nil || !r.table || strings.Contains(r.msg, "division by zero") || !strings.Contains(r.msg, "no longer all have the types the mapping writes") {
 		t.Fatalf("refusal %+v, want the type change, of the table, without the guard's division by zero", r)
 	}
+}
+
+// A batch that a type guard refuses is retried without waiting for the
+// admin connection, and the mapping is compared with the table (Check) by
+// Run's look, off the committers' path, at most once per stillFailingEvery.
+// Before, every retry of every committer read the types on the admin
+// connection and ran Check itself: behind a busy admin connection each
+// retry waited 10 s for the one and up to max(10 s, dialMax) for the
+// other; while Check failed (the admin connection refused), every retry
+// logged "cannot compare the column mapping with the table yet"; and each
+// committer logged the table's problems.
+func TestTypeGuardRefusalsAndTheTableCheck(t *testing.T) {
+	const cannot = "cannot compare the column mapping with the table yet"
+	const notFit = "the table does not fit the column mapping"
+	// start runs a sink of 3 committers on a table whose payload is json,
+	// not the mapping's jsonb, with 3 batches of 2 rows for them; hold
+	// takes the admin connection first, as a long StoredSeq would.
+	start := func(t *testing.T, ctx context.Context, hold bool) (s *Sink, logs *testenv.SyncBuffer, release, finish func()) {
+		t.Helper()
+		pg := testenv.Postgres(t)
+		s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections, c.Batch.MaxRows = 3, 2 })
+		logs = captureLog(t, s, time.Minute)
+		admin := pg.Conn(t)
+		table := s.table.Sanitize()
+		if _, err := admin.Exec(ctx, "ALTER TABLE "+table+" ALTER COLUMN payload TYPE json USING payload::json"); err != nil {
+			t.Fatal(err)
+		}
+		var held atomic.Bool
+		release = func() {
+			if held.CompareAndSwap(true, false) {
+				<-s.adminSem
+			}
+		}
+		if hold {
+			s.adminSem <- struct{}{}
+			held.Store(true)
+			t.Cleanup(release) // after Run returns, before Close
+		}
+		src := newSource()
+		wait := runSink(t, ctx, s, src)
+		rs, ms := rows(1, 6, nil)
+		src.push(t, ctx, rs)
+		finish = func() {
+			t.Helper()
+			if _, err := admin.Exec(ctx, "ALTER TABLE "+table+" ALTER COLUMN payload TYPE jsonb USING payload::jsonb"); err != nil {
+				t.Fatal(err)
+			}
+			finishClean(t, ctx, src, wait, dl, ms)
+			if n := count(t, ctx, admin, s.cfg.Table); n != 6 {
+				t.Fatalf("%d rows, want 6", n)
+			}
+		}
+		return s, logs, release, finish
+	}
+	retried := func(t *testing.T, ctx context.Context, s *Sink, n uint64, within time.Duration) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, within)
+		defer cancel()
+		from := s.Stats().ConfigErrors
+		waitFor(t, wctx, fmt.Sprintf("%d more retries of the refused batches", n), func() bool { return s.Stats().ConfigErrors >= from+n })
+	}
+
+	t.Run("check held up, then failing", func(t *testing.T) {
+		ctx := testCtx(t, 60*time.Second)
+		s, logs, release, finish := start(t, ctx, true)
+		// The admin connection is busy: the retries go on all the same,
+		// well within the 10 s one retry waited for it.
+		retried(t, ctx, s, 20, 8*time.Second)
+		// The admin connection refused from now on (as a server at its
+		// connection limit does, 53300; here the sink's own refusal after
+		// Close): every look fails at once.
+		s.closed = true
+		release()
+		waitFor(t, ctx, "a look that cannot compare", func() bool { return strings.Contains(logs.String(), cannot) })
+		retried(t, ctx, s, 20, 30*time.Second)
+		if n := strings.Count(logs.String(), cannot); n != 1 {
+			t.Errorf("%q logged %d times within a minute, want once:\n%s", cannot, n, logs)
+		}
+		s.adminSem <- struct{}{}
+		s.closed = false
+		<-s.adminSem
+		finish()
+	})
+
+	t.Run("check says what to fix", func(t *testing.T) {
+		ctx := testCtx(t, 60*time.Second)
+		s, logs, _, finish := start(t, ctx, false)
+		probs, err := s.Check(ctx)
+		errs := 0 // problems that are not warnings
+		for _, p := range probs {
+			if !p.Warning {
+				errs++
+			}
+		}
+		if err != nil || errs == 0 {
+			t.Fatalf("Check = %v, %v; want the payload's type", probs, err)
+		}
+		retried(t, ctx, s, 20, 30*time.Second)
+		// The look at the start said it, and the committers' refusals
+		// within the minute after do not say it again.
+		if n := strings.Count(logs.String(), notFit); n != errs {
+			t.Errorf("%q logged %d times for %d problems, want once each:\n%s", notFit, n, errs, logs)
+		}
+		if strings.Contains(logs.String(), cannot) {
+			t.Errorf("%q logged:\n%s", cannot, logs)
+		}
+		finish()
+	})
 }
