@@ -117,6 +117,15 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("copy: %w", &pgconn.PgError{Code: "23505"}), classData},
 		{&pgconn.PgError{Code: "22P03"}, classSuspect},
 		{&pgconn.PgError{Code: "22P04"}, classSuspect},
+		// A field shorter than its column's type reads (PostgreSQL 15's
+		// words): a row's value, or the table's type; not a lost
+		// connection.
+		{&pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01", Message: "insufficient data left in message",
+			Where: "COPY t, line 3, column a"}, classSuspect},
+		{&pgconn.PgError{Severity: "ERROR", Code: "08P01", Where: "COPY t, line 3, column a"}, classSuspect},
+		{&pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "08P01", Where: "COPY t, line 3, column a"}, classTransient},
+		{&pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01", Where: "COPY t, line 3"}, classTransient},
+		{&pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01"}, classTransient},
 		{&pgconn.PgError{Code: "40001"}, classTransient},
 		{&pgconn.PgError{Code: "40P01"}, classTransient},
 		{&pgconn.PgError{Code: "57P01"}, classTransient},
