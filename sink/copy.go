@@ -1524,10 +1524,16 @@ func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) 
 	err = res.err
 	c.untouched = res.untouched
 	var pgErr *pgconn.PgError
-	if _, broken := errors.AsType[*brokenConnError](err); broken || ctx.Err() != nil || err != nil && !errors.As(err, &pgErr) {
+	_, broken := errors.AsType[*brokenConnError](err)
+	_, unreplicated := errors.AsType[*unreplicatedError](err)
+	if broken || ctx.Err() != nil || err != nil && !errors.As(err, &pgErr) && !unreplicated {
 		// No answer from the server, or one on a connection that broke,
 		// or ctx has ended (the connection may carry a deadline now,
-		// even after a COPY that committed).
+		// even after a COPY that committed). Not a commit whose wait for
+		// a synchronous standby a cancel ended (pg_cancel_backend): the
+		// server answered it to ReadyForQuery, and the connection serves
+		// the retry (one that broke before ReadyForQuery is closed
+		// already).
 		c.closeConn()
 	}
 	if err != nil {

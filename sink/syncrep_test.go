@@ -45,9 +45,14 @@ func TestSyncRepCancelIsNotAcked(t *testing.T) {
 			waitFor(t, ctx, "the first rows acked", allAcked(m1))
 
 			// An operator cancels the committer's wait.
-			m2 := cancelSyncRepWait(t, ctx, admin, url, s, src)
+			m2, pid := cancelSyncRepWait(t, ctx, admin, url, s, src)
 			if m2[0].acks.Load() == 0 {
 				waitSyncRep(t, ctx, admin, s.cfg.AppName) // the retry waits in turn
+				// On the same connection: the cancel ended a wait, not
+				// the session, and the server answered to ReadyForQuery.
+				if got := syncRepPID(t, ctx, admin, s.cfg.AppName); got != pid {
+					t.Errorf("the retry waits on backend %d, want %d: the connection was closed after the cancelled wait", got, pid)
+				}
 			}
 			for i, m := range m2 {
 				if m.acks.Load() != 0 {
@@ -124,7 +129,7 @@ func TestSyncRepWarningForced(t *testing.T) { // a short name: application_name 
 				src.push(t, ctx, first)
 				waitFor(t, ctx, "the first rows acked", allAcked(m1))
 
-				m2 := cancelSyncRepWait(t, ctx, admin, url, s, src)
+				m2, _ := cancelSyncRepWait(t, ctx, admin, url, s, src)
 				for i, m := range m2 {
 					if m.acks.Load() != 0 {
 						t.Fatalf("row %d acked after its commit's wait for the standby was cancelled", 51+i)
@@ -340,19 +345,44 @@ func syncStandby(t *testing.T, ctx context.Context, admin *pgx.Conn, url, names 
 // cancelSyncRepWait names a synchronous standby that never comes, hands s
 // rows 51-100, cancels the COMMIT's wait for it as an operator would
 // (pg_cancel_backend), and returns once the batch was retried or acked:
-// the rows' messages.
-func cancelSyncRepWait(t *testing.T, ctx context.Context, admin *pgx.Conn, url string, s *Sink, src source) []*recMsg {
+// the rows' messages, and the backend whose wait it cancelled.
+func cancelSyncRepWait(t *testing.T, ctx context.Context, admin *pgx.Conn, url string, s *Sink, src source) ([]*recMsg, uint32) {
 	t.Helper()
 	syncStandby(t, ctx, admin, url, "nobody")
 	second, m2 := rows(51, 50, nil)
 	src.push(t, ctx, second)
 	waitSyncRep(t, ctx, admin, s.cfg.AppName)
+	pid := syncRepPID(t, ctx, admin, s.cfg.AppName)
 	retries := s.Stats().Retries
-	if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep'", s.cfg.AppName); err != nil {
+	if _, err := admin.Exec(ctx, "SELECT pg_cancel_backend($1)", pid); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the batch retried (or acked) after the cancel", func() bool { return s.Stats().Retries > retries || m2[0].acks.Load() != 0 })
-	return m2
+	return m2, pid
+}
+
+// syncRepPID waits until one backend of the application waits for the
+// synchronous standby while it runs a statement, and returns it. (Not one
+// that waits as it exits: a closed exactly-once connection's backend
+// drops its staging table then, in a transaction of its own whose commit
+// waits too, while pg_stat_activity says it is idle.)
+func syncRepPID(t *testing.T, ctx context.Context, admin *pgx.Conn, app string) uint32 {
+	t.Helper()
+	var pids []uint32
+	waitFor(t, ctx, "a statement waiting for the standby", func() bool {
+		rs, err := admin.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'SyncRep' AND state = 'active'", app)
+		if err == nil {
+			pids, err = pgx.CollectRows(rs, pgx.RowTo[uint32])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(pids) > 0
+	})
+	if len(pids) != 1 {
+		t.Fatalf("backends %v running a statement that waits for the standby, want one", pids)
+	}
+	return pids[0]
 }
 
 // waitSyncRep waits until a backend of the application waits for the
