@@ -246,7 +246,9 @@ func (r *run) closeWork() {
 // done. Database failures are never returned: they are retried until ctx
 // ends. Without a DeadLetterer (New with nil) Run returns an error wrapping
 // ErrInvalidConfig at once. Every goroutine Run starts has ended when it
-// returns. Run must not be called twice at once.
+// returns, and so has a connect of the admin connection that its look at
+// the table started (it ends that connect: see Sink.endAdminDial). Run
+// must not be called twice at once.
 func (s *Sink) Run(ctx context.Context, src Source) error {
 	defer s.markWarmed()
 	if s.dl == nil {
@@ -290,6 +292,7 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	warmCtx, stopWarm := context.WithCancel(ctx)
 	lookCtx, stopLook := context.WithCancel(ctx)
 	var look sync.WaitGroup
+	defer s.endAdminDial() // one the look (or a committer) gave up on
 	defer look.Wait()
 	defer stopLook()
 	defer stopWarm()

@@ -510,11 +510,12 @@ func (s *Sink) onAdminOnce(ctx context.Context, f func(*pgx.Conn) error) (stale 
 }
 
 // dialCall is a connect of the admin connection's: conn or err is set
-// before done is closed.
+// before done is closed. cancel ends it (endAdminDial).
 type dialCall struct {
-	done chan struct{}
-	conn *pgx.Conn
-	err  error
+	done   chan struct{}
+	conn   *pgx.Conn
+	err    error
+	cancel context.CancelFunc
 }
 
 // dialAdmin connects the admin connection (the caller holds adminSem). The
@@ -524,7 +525,8 @@ type dialCall struct {
 // failover list). A caller whose ctx ends first gets an error, and the
 // connect goes on, for the next call to take (or join while under way); so
 // probes that each give up still reach the live host. A failed connect is
-// not kept: the next call starts anew.
+// not kept: the next call starts anew. Run ends one still under way as it
+// returns (endAdminDial).
 func (s *Sink) dialAdmin(ctx context.Context) (*pgx.Conn, error) {
 	s.pingMu.Lock()
 	d := s.adminDial
@@ -533,9 +535,9 @@ func (s *Sink) dialAdmin(ctx context.Context) (*pgx.Conn, error) {
 			s.pingMu.Unlock()
 			return nil, fmt.Errorf("postgres %s: %w", s.where, errSinkClosed)
 		}
-		d = &dialCall{done: make(chan struct{})}
-		s.adminDial = d
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.dialMax)
+		d = &dialCall{done: make(chan struct{}), cancel: cancel}
+		s.adminDial = d
 		go func() {
 			defer cancel()
 			c, err := s.connect(dctx)
@@ -572,6 +574,28 @@ func (s *Sink) dialAdmin(ctx context.Context) (*pgx.Conn, error) {
 	}
 	s.pingMu.Unlock()
 	return d.conn, d.err
+}
+
+// endAdminDial ends the admin connection's connect under way, if any
+// (one done already is left for the next caller to take), and waits for
+// its goroutine, dialSlack at most: Run calls it as it returns, for a
+// connect that its look at the table, or a committer's, started and gave
+// up on (see dialAdmin), so that none outlives Run. A Ping that waits for
+// that connect then fails.
+func (s *Sink) endAdminDial() {
+	s.pingMu.Lock()
+	d := s.adminDial
+	s.pingMu.Unlock()
+	if d == nil {
+		return
+	}
+	d.cancel()
+	t := time.NewTimer(dialSlack)
+	defer t.Stop()
+	select {
+	case <-d.done:
+	case <-t.C:
+	}
 }
 
 // closeConn closes c, waiting a second at most for the server's goodbye.

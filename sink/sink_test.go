@@ -259,7 +259,8 @@ func TestHangingConnectAtStartHoldsNothingUp(t *testing.T) {
 // over, Run returns though the look's dial has not ended. Before, Run
 // waited for it, for 10 s at least (the look's own bound; with the
 // defaults and one host, 125 s): a SIGTERM then ended at drain_timeout,
-// exit 130, "uncommitted events stay unacked" with none taken in.
+// exit 130, "uncommitted events stay unacked" with none taken in. The
+// look's connect of the admin connection has ended when Run returns.
 func TestStopWhileTheLookAtTheTableDials(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
@@ -289,6 +290,18 @@ func TestStopWhileTheLookAtTheTableDials(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "cannot compare") {
 		t.Errorf("the look cut short by the stop was reported:\n%s", logs)
+	}
+	// Nor does the look's connect outlive Run: it would go on for dialMax
+	// (125 s here), a goroutine Run started.
+	s.pingMu.Lock()
+	d := s.adminDial
+	s.pingMu.Unlock()
+	if d != nil {
+		select {
+		case <-d.done:
+		default:
+			t.Error("the look's connect of the admin connection still runs after Run returned")
+		}
 	}
 }
 
