@@ -1762,7 +1762,12 @@ func (c *committer) settleMissing(ctx context.Context, b *batch, lo, hi int, e *
 	for i := lo; i < m; i++ {
 		c.parkHeld(ctx, b, i, dl)
 	}
-	c.settle(b, m, hi)
+	if m < hi {
+		// Not when every row is missing: a commit with no row settled
+		// counts no batch (Stats.Batches), as a miscounted COPY's does
+		// not.
+		c.settle(b, m, hi)
+	}
 }
 
 func hasKey(keys map[rowKey]struct{}, k rowKey) bool {

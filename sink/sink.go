@@ -41,7 +41,7 @@ type Source interface {
 
 // Stats are cumulative counters, safe to read at any time.
 type Stats struct {
-	Batches            uint64 // batches committed (a bisected batch counts once per committed piece)
+	Batches            uint64 // batches committed (a bisected batch counts once per committed piece; one whose every row is dead-lettered after its commit, miscounted or missing from the table, counts none, as in the batch metrics: Rows/Batches is the mean batch size)
 	Rows               uint64 // rows committed (in exactly-once mode: rows offered that are in the table after the commit, a redelivered one stored before included)
 	Bytes              uint64 // tuple bytes committed
 	Retries            uint64 // failed attempts that were retried

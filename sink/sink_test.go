@@ -2279,6 +2279,37 @@ func TestExactlyOnceMissingRows(t *testing.T) {
 	}
 }
 
+// An exactly-once batch whose rows are all missing from the table after
+// its commit (dead-lettered, none acked) counts no batch, as an
+// at-least-once COPY that committed with a miscount does not: Batches
+// counts the commits whose rows were settled. It counted one of 0 rows.
+func TestExactlyOnceAllRowsMissingCountsNoBatch(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.Mode = ExactlyOnce })
+	addDropTrigger(t, ctx, pg.Conn(t), s)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	t.Cleanup(src.close)
+	first, m1 := rows(1, 2, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "rows 1-2 acked", allAcked(m1))
+	before := s.Stats()
+	dropped, ms := rows(3, 3, dropSeqs(3, 4, 5))
+	src.push(t, ctx, dropped)
+	waitFor(t, ctx, "the batch to be settled", allSettled(ms))
+	if l, _ := dl.letters(); len(l) != 3 {
+		t.Fatalf("%d dead letters, want 3", len(l))
+	}
+	if st := s.Stats(); st.Batches != before.Batches || st.Rows != before.Rows || st.Miscounts != before.Miscounts+1 {
+		t.Fatalf("stats %+v after %+v: want no batch and no row more, one miscount", st, before)
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 // While the missing rows of an exactly-once batch are dead-lettered one by
 // one through a slow dead-letter stream, those still waiting keep getting
 // InProgress: the batch is marked settled only after they are parked.
