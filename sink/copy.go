@@ -1864,7 +1864,9 @@ func (c *committer) park(ctx context.Context, row *pipeline.Row, dl pipeline.Dea
 		// every such row, at every delivery), as the consumer logs it.
 		msg := "dead-letter failed; the message was nak'ed and will come back"
 		if pipeline.FailedDeadLetter(derr) == "stale" {
-			msg = "dead-letter failed; the message was left to JetStream, its stream was re-created since"
+			// The dead-letterer tried until the hard stop, and logged
+			// giving up at Error.
+			msg = "dead-letter given up at the hard stop; the event's stream was re-created since it was taken, so nothing delivers it again"
 		}
 		c.s.dlFails.Log(ctx, c.s.log, slog.LevelWarn, time.Second, msg, "stream", row.Event.Stream,
 			"stream_seq", row.Event.StreamSeq, "code", dl.Code, "sqlstate", dl.SQLState, "err", derr)
