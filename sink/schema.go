@@ -204,6 +204,9 @@ func (s *Sink) Init(ctx context.Context) error {
 				if probs, err = s.check(ctx, c); err != nil {
 					return err
 				}
+				if len(probs) == 1 && probs[0].Kind == ProblemServerVersion && !probs[0].Warning {
+					return fmt.Errorf("init: %s", probs[0]) // nothing else was looked at
+				}
 				has := func(k ProblemKind) bool {
 					return slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == k })
 				}
@@ -372,7 +375,30 @@ const (
 	// without the value does not get: the COPY names every mapped column,
 	// and sends NULL for it.
 	ProblemIgnoredDefault ProblemKind = "ignored_default"
+	// ProblemServerVersion is the server's release: before 12 an error
+	// (the checks read catalog columns it lacks, such as
+	// pg_attribute.attgenerated, and nothing else is looked at), 12 to 14
+	// a warning (past their end of life, and not tested with jetsink).
+	ProblemServerVersion ProblemKind = "server_version"
 )
+
+// versionProblem reports the problem with a server whose
+// server_version_num is num, if it has one (see ProblemServerVersion).
+func versionProblem(num int) (Problem, bool) {
+	const fix = "upgrade PostgreSQL to 15 or newer"
+	v := fmt.Sprintf("%d.%d", num/10000, num%10000)
+	switch {
+	case num < 120000:
+		return Problem{Kind: ProblemServerVersion, Fix: fix,
+			Message: "PostgreSQL " + v + " is older than 12, which jetsink needs: its checks read catalog columns that release " +
+				"lacks (pg_attribute.attgenerated), and it is tested with 15 and newer"}, true
+	case num < 150000:
+		return Problem{Kind: ProblemServerVersion, Warning: true, Fix: fix,
+			Message: "PostgreSQL " + v + " is past its end of life (14, the last of 12 to 14, in November 2026) and not tested with " +
+				"jetsink, which is tested with 15 and newer"}, true
+	}
+	return Problem{}, false
+}
 
 // shortServerTimeout: a statement_timeout or transaction_timeout under it
 // is reported (ProblemServerTimeout). A batch of the default max_rows
@@ -429,7 +455,18 @@ func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
 
 // check is Check on c, but for the host list.
 func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
+	var num int
+	if err := c.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
+		return nil, fmt.Errorf("check the server version of %s: %w", s.where, err)
+	}
+	vp, old := versionProblem(num)
+	if old && !vp.Warning {
+		return []Problem{vp}, nil // the checks below would fail on its catalog
+	}
 	probs, err := s.checkTable(ctx, c)
+	if old {
+		probs = append(probs, vp)
+	}
 	if slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == ProblemReadOnly }) {
 		// Init can make nothing on a read-only session (a standby): check
 		// must not say "run makes it" of a missing table there.

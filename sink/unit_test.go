@@ -858,3 +858,28 @@ func TestHandOffLetsWorkClose(t *testing.T) {
 		t.Fatal("handOff went on offering after work closed")
 	}
 }
+
+// A server older than 12 is an error (the checks would fail on catalog
+// columns it lacks), 12 to 14 a warning (past their end of life,
+// untested), 15 and newer nothing.
+func TestVersionProblem(t *testing.T) {
+	for _, c := range []struct {
+		num            int
+		problem, error bool
+		shows          string
+	}{
+		{110022, true, true, "11.22"},
+		{119999, true, true, "11.9999"},
+		{120000, true, false, "12.0"},
+		{140015, true, false, "14.15"},
+		{149999, true, false, "14.9999"},
+		{150000, false, false, ""},
+		{150008, false, false, ""},
+		{180001, false, false, ""},
+	} {
+		p, ok := versionProblem(c.num)
+		if ok != c.problem || (ok && (p.Warning == c.error || p.Kind != ProblemServerVersion || !strings.Contains(p.Message, "PostgreSQL "+c.shows+" "))) {
+			t.Errorf("versionProblem(%d) = %+v, %v; want a problem %v, an error %v, naming %s", c.num, p, ok, c.problem, c.error, c.shows)
+		}
+	}
+}
