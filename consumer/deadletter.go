@@ -75,7 +75,8 @@ const (
 // ErrDeadLetter; unless its stream was replaced since (see below): then
 // nothing would deliver it again, and the letter is published again,
 // waiting for the breaker's probes, until it is stored or ctx ends
-// (publishStale); at that end the error also wraps pipeline.ErrStaleEpoch,
+// (publishStale), or at once if it is over max_payload (no publish can
+// store it); at that end the error also wraps pipeline.ErrStaleEpoch,
 // and the event is lost, which is logged at Error. An event of
 // dl.Stage pipeline.StageDeliver (delivered past nats.max_deliver) is
 // counted in Stats.MaxDelivered, every other in Stats.DeadLettered. If the
@@ -190,11 +191,20 @@ const (
 // its next probe is due, so that it may be that probe. The letter's
 // Nats-Msg-Id holds ev's store time (deadLetterID), so it cannot be taken
 // for a letter of the new stream's event with the same sequence. If ctx
-// ends first it logs the loss at Error, every time, and returns the last
+// ends first, or the letter is over max_payload (neverFits: retrying
+// would only hold ev's lane, or the sink's committer, until the hard
+// stop), it logs the loss at Error, every time, and returns the last
 // error.
 func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter, m *nats.Msg, err error) (*jetstream.PubAck, error) {
 	wait := staleRetryBase
 	for tries := 1; ; tries++ {
+		if neverFits(err) {
+			c.log.Error("gave up the dead letter of an event whose stream was re-created since: it is over the server's max_payload, "+
+				"which no publish can change; the event is lost, neither stored nor dead-lettered (its stream no longer holds it)",
+				"stream", ev.Stream, "subject", ev.Subject, "stream_seq", ev.StreamSeq, "published", ev.Published, "code", dl.Code,
+				"dead_letter_subject", c.cfg.DeadLetterSubject, "tries", tries, "err", err)
+			return nil, err
+		}
 		c.logFailedDeadLetter(err, "dead-letter publish failed for an event whose stream was re-created since: it cannot be nak'ed, "+
 			"and nothing delivers it again, so the publish is tried again until it is stored (or jetsink is stopped hard)",
 			"stream", ev.Stream, "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
@@ -223,6 +233,18 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 			return ack, nil
 		}
 	}
+}
+
+// neverFits reports whether err, a dead-letter publish's, is one that no
+// publish of the same letter can get past: the letter is over the
+// connection's max_payload (nats.go refuses it before sending, every
+// time; fitReason has already cut the reason). A refusal of the server
+// (no stream, a full one) or no answer may end; a permissions violation
+// on the dead-letter subject cannot be told from no answer (the server
+// drops the publish and says so on the connection, not to the request),
+// and is tried again as one.
+func neverFits(err error) bool {
+	return errors.Is(err, nats.ErrMaxPayload)
 }
 
 // logFailedDeadLetter logs a failed dead letter at Error, at most once

@@ -196,7 +196,8 @@
 // earlier one got no answer and no probe has been stored since (the original was
 // nak'ed with a delay, never acked or terminated); with
 // pipeline.ErrStaleEpoch too when the original's stream was re-created
-// and ctx ended before its letter could be stored. Run returns nil after a clean intake
+// and ctx ended before its letter could be stored, or the letter is over
+// max_payload (nats.ErrMaxPayload too). Run returns nil after a clean intake
 // shutdown, and otherwise wraps the hard context's error, ringq.ErrClosed
 // or jetstream.ErrConnectionClosed. Close wraps ErrAcksUnconfirmed when acks
 // may not have reached the server.

@@ -549,3 +549,54 @@ func TestSessionEndLogsItsReason(t *testing.T) {
 		}
 	}
 }
+
+// A poison event taken before its stream was re-created whose dead letter
+// is over max_payload: no publish can store it, so it is given up at
+// once, logged at Error with its stream, subject and sequence, rather
+// than tried until the hard stop (holding its lane, or a committer, and
+// every graceful stop until drain_timeout).
+func TestStaleDeadLetterOverMaxPayloadGivenUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	js := jsFor(t, srv)
+	makeStream(t, ctx, js, cfg)
+	dlqStream(t, ctx, js, cfg)
+	cfg.CreateStream = false // the operator owns both streams
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	// The letter's own headers take about 250 bytes: 100 under
+	// max_payload leaves no room for them (TestDeadLetterOfALargeEventFitsMaxPayload).
+	m := &nats.Msg{Subject: subjectOf(cfg, 0, 1), Data: []byte(strings.Repeat("x", int(c.nc.MaxPayload())-100))}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	first := c.Epochs().Current()
+	recreateStream(t, ctx, js, cfg, 0)
+	waitFor(t, ctx, "a new epoch", func() bool { return c.Epochs().Current() != first })
+
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+	done := make(chan error, 1)
+	go func() { done <- c.DeadLetter(ctx, &ev, dl) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, pipeline.ErrStaleEpoch) || !errors.Is(err, nats.ErrMaxPayload) {
+			t.Fatalf("DeadLetter of a stale event over max_payload = %v, want ErrDeadLetter, pipeline.ErrStaleEpoch and nats.ErrMaxPayload", err)
+		}
+	case <-time.After(10 * time.Second): // at once, but for a slow machine
+		t.Fatal("DeadLetter of a stale event over max_payload still trying after 10 s; want it given up at once")
+	}
+	lost := false
+	for line := range strings.Lines(log.String()) {
+		if strings.Contains(line, "level=ERROR") && strings.Contains(line, "gave up the dead letter") && strings.Contains(line, "stream="+cfg.Stream) &&
+			strings.Contains(line, "stream_seq="+strconv.FormatUint(ev.StreamSeq, 10)) && strings.Contains(line, "subject="+ev.Subject) {
+			lost = true
+		}
+	}
+	if !lost {
+		t.Fatalf("no Error line for the stale dead letter given up; log:\n%s", log.String())
+	}
+	r.stopClean(t, ctx)
+}
