@@ -776,7 +776,10 @@ func copyLine(err error) (int, bool) {
 // a server timeout (timedOut) of more than one row at once, having halved
 // c.piece, for the caller to try the rows in smaller pieces. An
 // exactly-once commit whose lookup of missing rows failed (lookupError) is
-// no failed attempt: it sends the rows again until a lookup answers.
+// never settled before a lookup answers: the rows are sent again (those
+// stored conflict). A lookup that a lost connection or a first timeout
+// ended is no failed attempt (lookupPassing); any other is one, of
+// classConfig unless transient, never bisected nor dead-lettered.
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve bool) error {
 	bo, first := &c.bo, 0
 	var failing, warned time.Time // when this batch first failed, and was last logged at Warn
@@ -793,7 +796,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 	var firstSeq uint64 // the attempt that failed first (see errHandOff)
 	// Commits whose lookup of the rows missing from the table failed
 	// (lookupError), and the backoff and last Warn line of their retries.
-	var lookups int
+	var lookups, lookupTimeouts int // lookupTimeouts: in a row (lookupPassing)
 	var lookupBo backoff
 	var lookupWarned time.Time
 	for attempt := first; ; attempt++ {
@@ -817,20 +820,25 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			c.s.answered()
 			return err // committed: settled, never sent again
 		}
-		if le, ok := errors.AsType[*lookupError](err); ok {
-			// Committed, and not yet settled: not a failed attempt (no
-			// retry counted, no piece halved for a lookup that timed
-			// out, the sink not failing). The rows are sent again: those
-			// stored conflict, and the lookup runs again. A commit that
+		le, isLookup := errors.AsType[*lookupError](err)
+		if isLookup {
+			// Committed, and not yet settled: never acked before a
+			// lookup answers. The rows are sent again: those stored
+			// conflict, and the lookup runs again. A commit that
 			// inserted rows shows that the table takes rows; one that
 			// inserted none may have had them all left out.
 			if le.inserted > 0 {
 				c.s.st.raiseCommittedStart(seq)
 			}
-			c.s.answered()
 			if ctx.Err() != nil {
 				return ctx.Err() // unacked: redelivered, the stored rows conflict
 			}
+		}
+		if isLookup && lookupPassing(le.err, &lookupTimeouts) {
+			// A lookup that a lost connection or a first timeout
+			// ended: not a failed attempt (no retry counted, no piece
+			// halved, the sink not failing).
+			c.s.answered()
 			if lookups == 0 {
 				lookupBo = backoff{initial: c.bo.initial, max: c.bo.max}
 			}
@@ -871,6 +879,13 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			}
 		}
 		cl := c.s.classify(err)
+		if isLookup && cl != classTransient {
+			// A lookup that fails for good (a grant revoked, a scan
+			// error): the table's or the session's fault, never a row's
+			// (the rows committed), so neither bisected nor
+			// dead-lettered; retried and logged loudly, the sink failing.
+			cl = classConfig
+		}
 		if cl == classSuspect {
 			if c.suspectSeq == 0 {
 				// Not seq: only attempts that start from now on can
@@ -1425,6 +1440,32 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 		return false, &missingError{sent: len(rows), keys: missing}
 	}
 	return false, nil
+}
+
+// lookupTimeoutsPassing is how many lookups after a commit (missingKeys) in
+// a row may time out before the next is a failed attempt like any other
+// (commitRetry): counted, the piece halved, the sink failing.
+const lookupTimeoutsPassing = 1
+
+// lookupPassing reports whether a lookup that failed with err after its
+// commit is retried as committed-but-unconfirmed (lookupError), not as a
+// failed attempt: a lost connection or another transient error, or a
+// server timeout (timedOut) while fewer than lookupTimeoutsPassing+1 have
+// come in a row (*timeouts counts them). A lookup that always exceeds a
+// statement_timeout at this batch size then halves it, as a COPY does;
+// one that fails for good (a grant on the key columns revoked, a scan
+// error) is no transient failure, and the sink reports it.
+func lookupPassing(err error, timeouts *int) bool {
+	if classify(err) != classTransient {
+		*timeouts = 0
+		return false
+	}
+	if !timedOut(err) {
+		*timeouts = 0
+		return true
+	}
+	*timeouts++
+	return *timeouts <= lookupTimeoutsPassing
 }
 
 // rowKey is a row's exactly-once key: its message's stream and sequence, as

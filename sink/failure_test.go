@@ -933,3 +933,105 @@ func TestExactlyOnceLookupFailsAfterCommit(t *testing.T) {
 		})
 	}
 }
+
+// An exactly-once lookup after the commit that fails for good is a failed
+// attempt, not a passing one: one the server refuses (42501, a grant on
+// the key columns revoked) makes the sink report the refusal, and one that
+// always times out halves the batch (TimeoutSplits) until the sink reports
+// it failing. Nothing is acked before a lookup answers, and once lookups
+// answer again every row is acked once and stored once.
+func TestExactlyOnceLookupFailsForGood(t *testing.T) {
+	for _, tc := range []struct{ code, message, ready string }{ // ready: what Ready says
+		{"42501", "permission denied for table events", "has refused every batch"},
+		{"57014", "canceling statement due to statement timeout", "has failed every batch"},
+		// Suspect if a row's: the lookup's is never bisected nor dead-lettered.
+		{"XX000", "could not read block 0", "has refused every batch"},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			old := refusedFor
+			t.Cleanup(func() { refusedFor = old })
+			refusedFor = 300 * time.Millisecond
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			l := listen(t)
+			proxied, to := l.proxy(t, pg.URL)
+			proxied = withParam(t, proxied, "sslmode", "disable") // the hook reads the messages
+			var armed atomic.Bool
+			var failed atomic.Int32
+			l.relayTo(to, func(client net.Conn) (up, down func([]byte) verdict) {
+				var f frontendStream
+				copyDone := false // the client's last write ended a COPY
+				up = func(b []byte) verdict {
+					ts := f.types(b)
+					// The first query after an exactly-once COPY is the lookup.
+					if armed.Load() && copyDone && bytes.IndexByte(ts, 'P') >= 0 {
+						failed.Add(1)
+						msg, err := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: tc.code,
+							Message: tc.message}).Encode(nil)
+						if err == nil {
+							msg, err = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(msg)
+						}
+						if err != nil {
+							return cut
+						}
+						_, _ = client.Write(msg)
+						copyDone = false
+						return drop
+					}
+					copyDone = bytes.IndexByte(ts, 'c') >= 0
+					return pass
+				}
+				return up, func([]byte) verdict { return pass }
+			})
+			s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections, c.Mode = 1, ExactlyOnce })
+			logs := captureLog(t, s, time.Minute)
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			first, m1 := rows(1, 1, nil)
+			src.push(t, ctx, first)
+			waitFor(t, ctx, "row 1 acked", allAcked(m1))
+
+			armed.Store(true)
+			again, ms := rows(1, 5, nil) // row 1 conflicts: 4 of 5 inserted, then the lookup
+			src.push(t, ctx, again)
+			waitFor(t, ctx, "Ready to report the failing lookups", func() bool {
+				err := s.Ready(ctx)
+				return err != nil && strings.Contains(err.Error(), tc.ready) && strings.Contains(err.Error(), "SQLSTATE "+tc.code)
+			})
+			if tc.code == "57014" {
+				if st := s.Stats(); st.TimeoutSplits == 0 {
+					t.Errorf("no timeout split while every lookup timed out: %+v", st)
+				}
+			} else if st := s.Stats(); st.ConfigErrors == 0 || st.Retries == 0 {
+				t.Errorf("a refused lookup counted no retry or configuration error: %+v", st)
+			}
+			for i, m := range ms {
+				if m.acks.Load() != 0 || m.terms.Load() != 0 {
+					t.Fatalf("message %d settled while no lookup answered", i+1)
+				}
+			}
+			armed.Store(false)
+			finishClean(t, ctx, src, wait, dl, ms)
+			if failed.Load() < 2 {
+				t.Fatalf("%d lookups failed, want several", failed.Load())
+			}
+			for i, m := range ms {
+				if n := m.acks.Load(); n != 1 {
+					t.Errorf("message %d acked %d times, want once", i+1, n)
+				}
+			}
+			if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 5 {
+				t.Errorf("%d rows, want 5", n)
+			}
+			// The first timeout passes as a lookup to retry; a refusal
+			// is logged as one, saying the transaction committed.
+			want := "the transaction committed, but: look for rows missing"
+			if tc.code == "57014" {
+				want = "batch committed, but the lookup of which of its rows the table stored failed"
+			}
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("the log does not say %q:\n%s", want, logs.String())
+			}
+		})
+	}
+}
