@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -388,18 +389,30 @@ func (s *Sink) logProblems(ctx context.Context, limit time.Duration) (found bool
 		return false, err
 	}
 	for _, p := range probs {
-		if headline, ok := serverWarnings[p.Kind]; ok {
-			s.log.Warn(headline, "problem", p.Message, "fix", p.Fix)
-			continue
-		}
-		if p.Warning {
-			s.log.Warn("the table may not store every event as sent", "problem", p.Message, "fix", p.Fix)
-			continue
-		}
-		s.log.Error("the table does not fit the column mapping", "problem", p.Message, "fix", p.Fix)
-		found = true
+		level, headline := problemLine(p)
+		s.log.Log(ctx, level, headline, "problem", p.Message, "fix", p.Fix)
+		found = found || level == slog.LevelError
 	}
 	return found, nil
+}
+
+// problemLine is the level and the log line of a problem Check found: the
+// server's release and settings have their own (ProblemServerVersion,
+// serverWarnings), the table's say the table.
+func problemLine(p Problem) (slog.Level, string) {
+	switch {
+	case p.Kind == ProblemServerVersion && p.Warning:
+		return slog.LevelWarn, "the PostgreSQL release is past its end of life and not tested with jetsink"
+	case p.Kind == ProblemServerVersion:
+		return slog.LevelError, "the PostgreSQL release is older than jetsink supports; the table was not checked"
+	}
+	if headline, ok := serverWarnings[p.Kind]; ok {
+		return slog.LevelWarn, headline
+	}
+	if p.Warning {
+		return slog.LevelWarn, "the table may not store every event as sent"
+	}
+	return slog.LevelError, "the table does not fit the column mapping"
 }
 
 // serverWarnings are the log lines of Check's warnings about the server

@@ -386,7 +386,10 @@ const (
 // server_version_num is num, if it has one (see ProblemServerVersion).
 func versionProblem(num int) (Problem, bool) {
 	const fix = "upgrade PostgreSQL to 15 or newer"
-	v := fmt.Sprintf("%d.%d", num/10000, num%10000)
+	v := fmt.Sprintf("%d.%d", num/10000, num%10000) // 10 and newer: major, minor
+	if num < 100000 {
+		v = fmt.Sprintf("%d.%d.%d", num/10000, num/100%100, num%100) // 9.6.24 is 90624
+	}
 	switch {
 	case num < 120000:
 		return Problem{Kind: ProblemServerVersion, Fix: fix,

@@ -868,6 +868,9 @@ func TestVersionProblem(t *testing.T) {
 		problem, error bool
 		shows          string
 	}{
+		{90624, true, true, "9.6.24"},
+		{90500, true, true, "9.5.0"},
+		{100023, true, true, "10.23"},
 		{110022, true, true, "11.22"},
 		{119999, true, true, "11.9999"},
 		{120000, true, false, "12.0"},
@@ -880,6 +883,28 @@ func TestVersionProblem(t *testing.T) {
 		p, ok := versionProblem(c.num)
 		if ok != c.problem || (ok && (p.Warning == c.error || p.Kind != ProblemServerVersion || !strings.Contains(p.Message, "PostgreSQL "+c.shows+" "))) {
 			t.Errorf("versionProblem(%d) = %+v, %v; want a problem %v, an error %v, naming %s", c.num, p, ok, c.problem, c.error, c.shows)
+		}
+	}
+}
+
+// The server's release is logged under its own line, not as the table's
+// problem: nothing about the table was checked on a server older than 12.
+func TestProblemLine(t *testing.T) {
+	old, _ := versionProblem(110022)
+	eol, _ := versionProblem(140015)
+	for _, c := range []struct {
+		p     Problem
+		level slog.Level
+		says  string
+	}{
+		{old, slog.LevelError, "the PostgreSQL release is older than jetsink supports"},
+		{eol, slog.LevelWarn, "the PostgreSQL release is past its end of life"},
+		{Problem{Kind: ProblemAsyncCommit, Warning: true}, slog.LevelWarn, "a crash of PostgreSQL"},
+		{Problem{Kind: ProblemIgnoredDefault, Warning: true}, slog.LevelWarn, "the table may not store every event as sent"},
+		{Problem{Kind: ProblemTableMissing}, slog.LevelError, "the table does not fit the column mapping"},
+	} {
+		if level, line := problemLine(c.p); level != c.level || !strings.HasPrefix(line, c.says) {
+			t.Errorf("problemLine(%s) = %v %q; want %v %q...", c.p.Kind, level, line, c.level, c.says)
 		}
 	}
 }
