@@ -99,6 +99,13 @@ type Consumer struct {
 	// resumeUnsure: a consumer made past the floor whose stream could not
 	// be confirmed after (ensureConsumer). Run's goroutine only.
 	resumeUnsure bool
+	// filterApplied: ensureConsumer has applied nats.filter_subject once
+	// (New); later updates keep a filter another jetsink of the durable
+	// recorded (othersFilter). metaMu held.
+	filterApplied bool
+	// otherFilterLog bounds refreshFloor's Error line about another
+	// jetsink's filter (serve's goroutine only).
+	otherFilterLog pipeline.Every
 
 	// dlBreaker fails dead letters fast while the dead-letter stream does
 	// not answer; dlRecreated is when DeadLetter last re-created that

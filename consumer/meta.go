@@ -22,6 +22,29 @@ const metaTimeout = 10 * time.Second
 // the record now, so New logs it and check reports it.
 const strandedKey = "jetsink_max_deliver_pending"
 
+// filterKey is where jetsink records, in the consumer's metadata, the
+// filter it set (nats.filter_subject, "" for none). An operator's edit of
+// the filter (nats consumer edit) leaves it alone, so a filter the server
+// has that differs from it is an edit, set back (refreshFloor); one that
+// matches it was set by another jetsink of the durable, configured
+// otherwise (a rolling update that changes nats.filter_subject), and is
+// kept: setting it back would have the two swap it every floorEvery, each
+// swap skipping events for good (the server does not go back).
+const filterKey = "jetsink_filter_subject"
+
+// othersFilter reports the filter cc has if another jetsink set it: the
+// one recorded under filterKey, cc's own, and not nats.filter_subject.
+func (c *Consumer) othersFilter(cc *jetstream.ConsumerConfig) (string, bool) {
+	if cc == nil {
+		return "", false
+	}
+	f, ok := cc.Metadata[filterKey]
+	if !ok || !sameFilter(cc, f) || f == c.cfg.FilterSubject {
+		return "", false
+	}
+	return f, true
+}
+
 // strandedProblem says what to do about a leftover strandedKey record v.
 func strandedProblem(v string) Problem {
 	return Problem{
@@ -41,12 +64,16 @@ func strandedProblem(v string) Problem {
 // from it, so that a durable its owner made (say, to deliver only new
 // messages) is taken as it is; so is its replica count, which an operator
 // may have set apart from the stream's. (Its pause the server keeps
-// through an update by itself.)
+// through an update by itself.) Its filter is nats.filter_subject,
+// recorded in meta under filterKey; but after New's update (filterApplied)
+// a filter another jetsink recorded on the server (othersFilter) is kept,
+// record and all. metaMu held.
 func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.ConsumerConfig) jetstream.ConsumerConfig {
 	cfg := &c.cfg
-	if len(meta) == 0 {
-		meta = nil
+	if meta == nil {
+		meta = map[string]string{}
 	}
+	meta[filterKey] = cfg.FilterSubject
 	cc := jetstream.ConsumerConfig{
 		Durable:       cfg.Consumer,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -61,6 +88,10 @@ func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.Consum
 		cc.MemoryStorage = prev.MemoryStorage
 		cc.MaxWaiting, cc.ReplayPolicy = prev.MaxWaiting, prev.ReplayPolicy
 		cc.Replicas = prev.Replicas
+		if f, ok := c.othersFilter(prev); ok && c.filterApplied {
+			cc.FilterSubject, cc.FilterSubjects = prev.FilterSubject, prev.FilterSubjects
+			meta[filterKey] = f
+		}
 	}
 	return cc
 }
@@ -126,7 +157,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		c.resumeUnsure = false
 	}
 	cc := c.consumerConfig(meta, prev)
-	if prev != nil && !sameFilter(prev, cfg.FilterSubject) {
+	if _, others := c.othersFilter(prev); prev != nil && !sameFilter(prev, cfg.FilterSubject) && !(others && c.filterApplied) {
 		// The server swaps the filter without going back (refreshFloor).
 		c.log.Warn("changing the consumer's filter to nats.filter_subject: it keeps its place in the stream, so events on subjects "+
 			"the old filter left out that lie before that place are not delivered", "consumer", cfg.Consumer,
@@ -168,6 +199,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",
 			"consumer", cfg.Consumer, "resumes_in", info.PauseRemaining.Round(time.Second))
 	}
+	c.filterApplied = true
 	c.cons.Store(&consumerHandle{cons})
 	return nil
 }

@@ -1216,6 +1216,10 @@ const floorEvery = 10 * time.Second
 // meanwhile are skipped, and jetsink's filter, applied again, does not
 // bring them back. That is logged at Error with the ack floor and the
 // delivered sequence, from which the operator can make the consumer again.
+// A filter another jetsink of the durable set (othersFilter: the one
+// recorded in its metadata) is not set back, but logged at Error, at
+// most once a minute: two jetsinks configured otherwise, as in a rolling
+// update that changes nats.filter_subject, would swap it back and forth.
 func (c *Consumer) refreshFloor(ctx context.Context) string {
 	if !c.nc.IsConnected() {
 		return ""
@@ -1245,7 +1249,15 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 	if len(got.BackOff) > 0 {
 		changed = append(changed, "backoff")
 	}
-	if !sameFilter(&got, c.cfg.FilterSubject) {
+	if f, ok := c.othersFilter(&got); ok {
+		// Set by another jetsink of this durable (filterKey): setting
+		// it back would have the two swap it for as long as both run.
+		c.otherFilterLog.Log(ctx, c.log, slog.LevelError, time.Minute, "another jetsink of this durable consumer consumes with another filter, "+
+			"which this one keeps rather than set its own back (the two would swap it, each swap skipping events): this one consumes "+
+			"the events of that filter, not of its nats.filter_subject; if that is not a rolling update under way, give the two "+
+			"jetsinks the same nats.filter_subject, or a nats.consumer each", "consumer", c.cfg.Consumer, "filter_subject", f,
+			"nats.filter_subject", c.cfg.FilterSubject)
+	} else if !sameFilter(&got, c.cfg.FilterSubject) {
 		changed = append(changed, "filter_subject")
 		c.log.Error("the consumer's filter was changed on the server: the events on the subjects it left out that were published "+
 			"meanwhile may have been skipped, and are not delivered once jetsink's filter is applied again (the server does not go back); "+

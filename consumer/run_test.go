@@ -1174,12 +1174,11 @@ func TestRunOverFilterAndBackoffEdits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// setBack waits, at most 5 s (50 looks), for jetsink's configuration.
+	// setBack waits for jetsink's configuration, within the test's
+	// timeout: a look, a drain, an update and a new subscription each.
 	setBack := func(what string, ok func(jetstream.ConsumerConfig) bool) {
 		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		waitFor(t, wctx, what+" set back", func() bool { return ok(onServer()) })
+		waitFor(t, ctx, what+" set back", func() bool { return ok(onServer()) })
 	}
 	wide := func(cc jetstream.ConsumerConfig) bool { return cc.FilterSubject == "" && len(cc.FilterSubjects) == 0 }
 	only := subjectOf(cfg, 0, 2)
@@ -1206,6 +1205,73 @@ func TestRunOverFilterAndBackoffEdits(t *testing.T) {
 	// Both subjects flow again.
 	publish(t, ctx, js, cfg, 2, 2, 2)
 	r.ackUntil(t, ctx, 3)
+	r.stopClean(t, ctx)
+}
+
+// Two jetsinks of one durable configured with two filters, as in a
+// rolling update that changes nats.filter_subject: the one that starts
+// sets its filter, recorded in the durable's metadata, and the one
+// running keeps it rather than set its own back, logging at Error (once
+// a minute at most) what it consumes; a backoff it sets back keeps that
+// filter too. Before, it set its own back within floorEvery, the new one
+// its own at its next look, and so on, each swap skipping events for good.
+func TestRunKeepsAnotherJetsinksFilter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv) // no filter: every subject of the stream
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = 100 * time.Millisecond
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 2, 2, 0) // in.<stream>.s0 and .s1
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 1)
+	onServer := func() jetstream.ConsumerConfig {
+		t.Helper()
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cons.CachedInfo().Config
+	}
+	only := subjectOf(cfg, 0, 2)
+	other := cfg
+	other.FilterSubject = only
+	c2, log2 := newLoggedConsumer(t, ctx, other) // the new instance, starting
+	if err := c2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log2.String(), "changing the consumer's filter") {
+		t.Fatalf("no Warn from the instance that changed the filter; log:\n%s", log2.String())
+	}
+	kept := func(cc jetstream.ConsumerConfig) bool { return cc.FilterSubject == only && cc.Metadata[filterKey] == only }
+	if cc := onServer(); !kept(cc) {
+		t.Fatalf("after the second instance started: filter %q, metadata %v; want %q in both", cc.FilterSubject, cc.Metadata, only)
+	}
+	// Many looks (floorEvery 100 ms), even on a slow machine.
+	const logged = "another jetsink of this durable consumer consumes with another filter"
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if cc := onServer(); !kept(cc) || strings.Contains(log.String(), "the consumer's filter was changed on the server") {
+			t.Fatalf("the running instance sets its filter back: filter %q, metadata %v; want %q kept; log:\n%s", cc.FilterSubject, cc.Metadata, only, log.String())
+		}
+	}
+	waitFor(t, ctx, "the Error line", func() bool { return strings.Contains(log.String(), logged) })
+	if n := strings.Count(log.String(), logged); n != 1 {
+		t.Fatalf("%d Error lines about the other filter in 3 s, want 1 (once a minute); log:\n%s", n, log.String())
+	}
+	// A backoff is set back, and the filter kept with it.
+	cc := onServer()
+	cc.BackOff = []time.Duration{30 * time.Second, 2 * time.Second}
+	if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "backoff set back", func() bool { return len(onServer().BackOff) == 0 })
+	if cc := onServer(); !kept(cc) {
+		t.Fatalf("after the backoff was set back: filter %q, metadata %v; want %q kept", cc.FilterSubject, cc.Metadata, only)
+	}
+	// It consumes what that filter delivers.
+	publish(t, ctx, js, cfg, 2, 2, 2)
+	r.ackUntil(t, ctx, 2)
 	r.stopClean(t, ctx)
 }
 
