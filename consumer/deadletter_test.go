@@ -692,17 +692,20 @@ func TestDeadLetterProbeTimeout(t *testing.T) {
 	}
 }
 
-// A dead-letter stream whose PubAcks steadily take 1 s (here a plain
+// A dead-letter stream whose PubAcks steadily take 2.5 s (here a plain
 // subscriber that answers each publish so, as a duplicate), with ack_wait
-// 4 s: a dead letter's 500 ms runs out, and the breaker opens; the probe
-// waits 2 s, gets its PubAck, and closes it, a duplicate's too. Before,
-// the probe waited 500 ms as well, and the breaker stayed open for good.
+// 12 s: a dead letter's 1.5 s runs out, and the breaker opens; the probe
+// waits 6 s, gets its PubAck, and closes it, a duplicate's too. Before,
+// the probe waited 1.5 s as well, and the breaker stayed open for good.
+// (Margins of 1 s and 3.5 s either side of the answer's delay, for a slow
+// machine.)
 func TestDeadLetterSlowPubAcksCloseTheBreaker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
-	cfg.AckWait = 4 * time.Second
+	cfg.AckWait = 12 * time.Second
+	const answerIn = 2500 * time.Millisecond
 	js := jsFor(t, srv)
 	makeStream(t, ctx, js, cfg)
 	cfg.CreateStream = false // no dead-letter stream
@@ -715,7 +718,7 @@ func TestDeadLetterSlowPubAcksCloseTheBreaker(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	// One publish at a time reaches it: each is answered 1 s after it is read.
+	// One publish at a time reaches it: each is answered answerIn after it is read.
 	actx, stop := context.WithCancel(ctx)
 	var answering sync.WaitGroup
 	answering.Go(func() {
@@ -725,7 +728,7 @@ func TestDeadLetterSlowPubAcksCloseTheBreaker(t *testing.T) {
 				return
 			}
 			select {
-			case <-time.After(time.Second):
+			case <-time.After(answerIn):
 			case <-actx.Done():
 				return
 			}
@@ -744,16 +747,16 @@ func TestDeadLetterSlowPubAcksCloseTheBreaker(t *testing.T) {
 	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
 
 	if err := c.DeadLetter(ctx, &evs[0], dl); !errors.Is(err, ErrDeadLetter) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("DeadLetter with PubAcks after 1 s = %v, want ErrDeadLetter wrapping context.DeadlineExceeded (500 ms)", err)
+		t.Fatalf("DeadLetter with PubAcks after %v = %v, want ErrDeadLetter wrapping context.DeadlineExceeded (%v)", answerIn, err, c.deadLetterTimeout())
 	}
 	if err := c.DeadLetter(ctx, &evs[1], dl); !errors.Is(err, errDeadLetterUnanswered) {
 		t.Fatalf("DeadLetter with the breaker open = %v, want errDeadLetterUnanswered", err)
 	}
 	waitFor(t, ctx, "the probe to be due", func() bool { return c.dlBreaker.probeDue(time.Now()) })
 	if err := c.DeadLetter(ctx, &evs[2], dl); err != nil {
-		t.Fatalf("the probe, its PubAck after 1 s = %v, want nil", err)
+		t.Fatalf("the probe, its PubAck after %v (probe timeout %v) = %v, want nil", answerIn, c.probeTimeout(), err)
 	}
-	// Closed: the next dead letter is published, and waits its own 500 ms.
+	// Closed: the next dead letter is published, and waits its own 1.5 s.
 	if err := c.DeadLetter(ctx, &evs[3], dl); errors.Is(err, errDeadLetterUnanswered) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("DeadLetter after the probe = %v, want it published and timed out, not held back", err)
 	}
