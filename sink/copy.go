@@ -1624,6 +1624,9 @@ func (c *committer) exactlyOnce() copyQuery {
 // from staging, where row-level security's policies apply
 // (fromStagingError), and COMMIT.
 func (c *committer) statementError(q copyQuery, at, n int, err error) error {
+	if at == q.copyAt {
+		return &copyStmtError{n: n, err: err}
+	}
 	if q.insertAt > 0 && at > 0 && at <= q.stmts && at != q.copyAt && q.guards&(1<<at) == 0 {
 		switch {
 		case at == q.insertAt:
@@ -1638,6 +1641,20 @@ func (c *committer) statementError(q copyQuery, at, n int, err error) error {
 	}
 	return fmt.Errorf("copy %d rows: %w", n, err)
 }
+
+// copyStmtError is an error of the COPY statement itself, the one that
+// reads the rows' fields (not a guard's, nor exactly-once's INSERT or
+// COMMIT): see classify's 08P01.
+type copyStmtError struct {
+	n   int
+	err error
+}
+
+func (e *copyStmtError) Error() string {
+	return fmt.Sprintf("copy %d rows: %v", e.n, e.err)
+}
+
+func (e *copyStmtError) Unwrap() error { return e.err }
 
 // fromStagingError is exactly-once's INSERT from the staging table
 // failing: the statement where row-level security's policies apply (see

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,7 +20,7 @@ type class int
 
 const (
 	// classTransient: the database or the network hiccuped (SQLSTATE class
-	// 08 but an 08P01 raised reading a COPY row's field, 40, 53, 55P03,
+	// 08 but an ERROR 08P01 of the COPY statement, 40, 53, 55P03,
 	// 55006, 57, 58; 25P03 and 25P04, a session timeout that ended the
 	// connection; lost connection; timeout). Retry the whole
 	// batch with backoff; one that a statement or transaction timeout
@@ -43,7 +42,7 @@ const (
 	// index entry too large for its index (54000), a trigger's recursion
 	// too deep (54001), a WITH CHECK OPTION (44000), an internal error
 	// (XX000), a feature a value needs (0A000), a binary field its column's
-	// type cannot read (an ERROR 08P01 naming the COPY's line and column;
+	// type cannot read (an ERROR 08P01 of the COPY statement, copyStmtError;
 	// in class 22, 22P03 and 22P04, see classify). It may as well come from
 	// the table (a trigger that refuses every row), so such a batch is
 	// bisected, and a row that fails alone is dead-lettered only once a
@@ -121,13 +120,18 @@ func classify(err error) class {
 			// fails in never lets happen.
 			return classSuspect
 		}
-		if code == "08P01" && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR" && readingCopyField(pgErr.Where) {
-			// protocol_violation raised while the server read a value
+		if _, ok := errors.AsType[*copyStmtError](err); ok && code == "08P01" && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR" {
+			// protocol_violation at ERROR severity (the session goes
+			// on) from our COPY statement: the server reading a value
 			// of a COPY row ("insufficient data left in message": a
 			// field shorter than its column's type reads, PostgreSQL
-			// 15): 22P03's case for a field too short, not a lost
-			// connection (that one ends the session, FATAL, or names
-			// no column). Suspect, as 22P03 is.
+			// 15), 22P03's case for a field too short, not a lost
+			// connection (that one ends the session: FATAL). Suspect,
+			// as 22P03 is: a fault of every row (one in the wire
+			// format) dead-letters nothing, since no other attempt
+			// commits. Not told by its context ("COPY t, line 3,
+			// column a"), which lc_messages translates, the "COPY"
+			// too ("tのCOPY、行 3、列 a").
 			return classSuspect
 		}
 		if code == "2200H" {
@@ -182,24 +186,6 @@ func classify(err error) class {
 	// Anything else (a protocol surprise, a closed tx) is retried on a new
 	// connection and reported like a configuration error: loudly.
 	return classConfig
-}
-
-// readingCopyField reports whether where, an error's context, says that
-// the server was reading a value of a COPY row: "COPY <table>, line <n>,
-// column <c>" (one line of it; the error's own, not a trigger's).
-func readingCopyField(where string) bool {
-	for ctxLine := range strings.SplitSeq(where, "\n") {
-		if !strings.HasPrefix(ctxLine, "COPY ") {
-			continue
-		}
-		_, rest, ok := strings.Cut(ctxLine, ", line ")
-		if !ok {
-			return false
-		}
-		n := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
-		return n > 0 && strings.HasPrefix(rest[n:], ", column ")
-	}
-	return false
 }
 
 // stillFailingEvery is how often a batch that keeps failing with transient

@@ -118,14 +118,23 @@ func TestClassify(t *testing.T) {
 		{&pgconn.PgError{Code: "22P03"}, classSuspect},
 		{&pgconn.PgError{Code: "22P04"}, classSuspect},
 		// A field shorter than its column's type reads (PostgreSQL 15's
-		// words): a row's value, or the table's type; not a lost
+		// words), told by severity and statement, not by the translated
+		// context: a row's value, or the table's type; not a lost
 		// connection.
-		{&pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01", Message: "insufficient data left in message",
-			Where: "COPY t, line 3, column a"}, classSuspect},
-		{&pgconn.PgError{Severity: "ERROR", Code: "08P01", Where: "COPY t, line 3, column a"}, classSuspect},
-		{&pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "08P01", Where: "COPY t, line 3, column a"}, classTransient},
-		{&pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01", Where: "COPY t, line 3"}, classTransient},
-		{&pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01"}, classTransient},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01",
+			Message: "insufficient data left in message", Where: "COPY t, line 3, column a"}}, classSuspect},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Severity: "FEHLER", SeverityUnlocalized: "ERROR", Code: "08P01",
+			Message: "nicht genug Daten in Message übrig", Where: "COPY t, Zeile 3, Spalte a"}}, classSuspect},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01",
+			Where: "tのCOPY、行 3、列 a"}}, classSuspect},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Severity: "ERROR", Code: "08P01"}}, classSuspect}, // before 9.6: no unlocalized severity
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "08P01",
+			Where: "COPY t, line 3, column a"}}, classTransient},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Severity: "FEHLER", SeverityUnlocalized: "FATAL", Code: "08P01"}}, classTransient},
+		// Not the COPY statement's (a guard's, the COMMIT's, a connect's).
+		{&pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01", Where: "COPY t, line 3, column a"}, classTransient},
+		{fmt.Errorf("commit 3 rows: %w", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01"}), classTransient},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08006"}}, classTransient},
 		{&pgconn.PgError{Code: "40001"}, classTransient},
 		{&pgconn.PgError{Code: "40P01"}, classTransient},
 		{&pgconn.PgError{Code: "57P01"}, classTransient},
@@ -905,6 +914,34 @@ func TestProblemLine(t *testing.T) {
 	} {
 		if level, line := problemLine(c.p); level != c.level || !strings.HasPrefix(line, c.says) {
 			t.Errorf("problemLine(%s) = %v %q; want %v %q...", c.p.Kind, level, line, c.level, c.says)
+		}
+	}
+}
+
+// Only the COPY statement's error is a copyStmtError (what classify's
+// 08P01 rule needs): not a guard's, nor exactly-once's INSERT or COMMIT.
+func TestStatementErrorOfTheCopy(t *testing.T) {
+	e := &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01"}
+	atLeastOnce := copyQuery{stmts: 2, copyAt: 2, guards: 1 << 1}
+	exactlyOnce := copyQuery{stmts: 6, copyAt: 4, guards: 1 << 3, insertAt: 5}
+	for _, c := range []struct {
+		q    copyQuery
+		at   int
+		copy bool
+	}{
+		{atLeastOnce, 1, false}, {atLeastOnce, 2, true},
+		{exactlyOnce, 1, false}, {exactlyOnce, 3, false}, {exactlyOnce, 4, true}, {exactlyOnce, 5, false}, {exactlyOnce, 6, false},
+	} {
+		err := (&committer{}).statementError(c.q, c.at, 3, e)
+		if _, ok := errors.AsType[*copyStmtError](err); ok != c.copy {
+			t.Errorf("statement %d of %+v: %v, a copyStmtError %v; want %v", c.at, c.q, err, ok, c.copy)
+		}
+		want := classTransient
+		if c.copy {
+			want = classSuspect
+		}
+		if got := classify(err); got != want {
+			t.Errorf("statement %d: an ERROR 08P01 classed %v, want %v", c.at, got, want)
 		}
 	}
 }
