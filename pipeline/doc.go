@@ -39,10 +39,12 @@
 // on the new stream's event with its sequence) and is delivered by
 // nothing again: the consumer's DeadLetterer publishes its letter again
 // until it is stored, holding the lane, and fails (FailedDeadLetter
-// "stale") only when ctx, the hard stop, ends first; then the event is
-// lost, and the DeadLetterer logs it at Error. At a hard stop the letters
-// still waiting in the lanes are not handed on: their events come back
-// after ack_wait, but for stale ones, lost with their stream.
+// "stale") only when ctx, the hard stop, ends first, or at once when the
+// letter is over the server's max_payload; then the event is lost, and
+// the DeadLetterer logs it at Error. At a hard stop the letters still
+// waiting in the lanes are not handed on: their events come back after
+// ack_wait, but for stale ones, lost with their stream (logged at Error,
+// with how many).
 //
 // A panic while an event is encoded (a bug of jetsink's that this event's
 // bytes reach) is recovered for that event alone: the worker logs it at

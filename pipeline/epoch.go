@@ -23,8 +23,9 @@ var ErrDeadLetterHeldBack = errors.New("not published: a dead-letter publish got
 // failed with err: "nak" (nak'ed, it comes back), or "stale" when the
 // error wraps ErrStaleEpoch (not nak'ed: a nak would land on the new
 // stream's event with the same sequence; the dead-letterer tried until the
-// hard stop, and logged giving it up, as nothing delivers it again). It is the outcome for
-// Event.EndSpan. "nak" also covers the rare failures that nak nothing (the
+// hard stop, or gave up at once on a letter over the server's max_payload,
+// and logged giving it up at Error, as nothing delivers it again). It is
+// the outcome for Event.EndSpan. "nak" also covers the rare failures that nak nothing (the
 // nak itself failed, or the event had no message handle): such a message
 // comes back after ack_wait instead.
 func FailedDeadLetter(err error) string {
