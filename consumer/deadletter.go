@@ -75,8 +75,8 @@ const (
 // ErrDeadLetter; unless its stream was replaced since (see below): then
 // nothing would deliver it again, and the letter is published again,
 // waiting for the breaker's probes, until it is stored or ctx ends
-// (publishStale), or at once if it is over max_payload (no publish can
-// store it); at that end the error also wraps pipeline.ErrStaleEpoch,
+// (publishStale), or at once if it is over the connected server's
+// max_payload (no publish on this connection can store it); at that end the error also wraps pipeline.ErrStaleEpoch,
 // and the event is lost, which is logged at Error. An event of
 // dl.Stage pipeline.StageDeliver (delivered past nats.max_deliver) is
 // counted in Stats.MaxDelivered, every other in Stats.DeadLettered. If the
@@ -199,10 +199,15 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 	wait := staleRetryBase
 	for tries := 1; ; tries++ {
 		if neverFits(err) {
-			c.log.Error("gave up the dead letter of an event whose stream was re-created since: it is over the server's max_payload, "+
-				"which no publish can change; the event is lost, neither stored nor dead-lettered (its stream no longer holds it)",
+			// Given up though a reconnect to a server with a larger
+			// max_payload could store it: waiting for one that may never
+			// come would hold ev's lane, or the committer, until the hard stop.
+			size, limit := headerLen(m.Header)+len(m.Data), c.nc.MaxPayload()
+			c.log.Error(fmt.Sprintf("gave up the dead letter of an event whose stream was re-created since: it is %d bytes with its headers, "+
+				"over the connected server's max_payload (%d bytes); the event is lost, neither stored nor dead-lettered (its stream no "+
+				"longer holds it)", size, limit),
 				"stream", ev.Stream, "subject", ev.Subject, "stream_seq", ev.StreamSeq, "published", ev.Published, "code", dl.Code,
-				"dead_letter_subject", c.cfg.DeadLetterSubject, "tries", tries, "err", err)
+				"dead_letter_subject", c.cfg.DeadLetterSubject, "dead_letter_bytes", size, "max_payload", limit, "tries", tries, "err", err)
 			return nil, err
 		}
 		c.logFailedDeadLetter(err, "dead-letter publish failed for an event whose stream was re-created since: it cannot be nak'ed, "+
@@ -236,9 +241,11 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 }
 
 // neverFits reports whether err, a dead-letter publish's, is one that no
-// publish of the same letter can get past: the letter is over the
-// connection's max_payload (nats.go refuses it before sending, every
-// time; fitReason has already cut the reason). A refusal of the server
+// publish of the same letter on this connection can get past: the letter
+// is over the connected server's max_payload (nats.go refuses it before
+// sending, every time; fitReason has already cut the reason). Only a
+// reconnect to a server with a larger max_payload (nc.MaxPayload follows
+// the server's INFO) could store it; publishStale does not wait for one. A refusal of the server
 // (no stream, a full one) or no answer may end; a permissions violation
 // on the dead-letter subject cannot be told from no answer (the server
 // drops the publish and says so on the connection, not to the request),

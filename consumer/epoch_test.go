@@ -551,8 +551,9 @@ func TestSessionEndLogsItsReason(t *testing.T) {
 }
 
 // A poison event taken before its stream was re-created whose dead letter
-// is over max_payload: no publish can store it, so it is given up at
-// once, logged at Error with its stream, subject and sequence, rather
+// is over max_payload: no publish on this connection can store it, so it
+// is given up at once, logged at Error with its stream, subject, sequence
+// and both sizes, rather
 // than tried until the hard stop (holding its lane, or a committer, and
 // every graceful stop until drain_timeout).
 func TestStaleDeadLetterOverMaxPayloadGivenUp(t *testing.T) {
@@ -591,7 +592,9 @@ func TestStaleDeadLetterOverMaxPayloadGivenUp(t *testing.T) {
 	lost := false
 	for line := range strings.Lines(log.String()) {
 		if strings.Contains(line, "level=ERROR") && strings.Contains(line, "gave up the dead letter") && strings.Contains(line, "stream="+cfg.Stream) &&
-			strings.Contains(line, "stream_seq="+strconv.FormatUint(ev.StreamSeq, 10)) && strings.Contains(line, "subject="+ev.Subject) {
+			strings.Contains(line, "stream_seq="+strconv.FormatUint(ev.StreamSeq, 10)) && strings.Contains(line, "subject="+ev.Subject) &&
+			strings.Contains(line, "over the connected server's max_payload") && strings.Contains(line, "max_payload="+strconv.FormatInt(c.nc.MaxPayload(), 10)) &&
+			strings.Contains(line, "dead_letter_bytes=") {
 			lost = true
 		}
 	}
