@@ -106,6 +106,13 @@ type Consumer struct {
 	// otherFilterLog bounds refreshFloor's Error line about another
 	// jetsink's filter (serve's goroutine only).
 	otherFilterLog pipeline.Every
+	// filterKeep is how long another jetsink's filter is kept since it
+	// was set (defaultFilterKeep; shorter in tests). filterSeen is such a
+	// filter recorded without a time, and when it was first seen
+	// (othersFilter), under filterSeenMu.
+	filterKeep   time.Duration
+	filterSeenMu sync.Mutex
+	filterSeen   *seenFilter
 
 	// dlBreaker fails dead letters fast while the dead-letter stream does
 	// not answer; dlRecreated is when DeadLetter last re-created that
@@ -285,7 +292,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	}
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
 	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
-		recheckRefused: refusedRecheck, floorEvery: floorEvery, stuckAfter: stuckAfter, lookTimeout: 5 * time.Second}
+		recheckRefused: refusedRecheck, floorEvery: floorEvery, filterKeep: defaultFilterKeep, stuckAfter: stuckAfter, lookTimeout: 5 * time.Second}
 
 	opts, err := c.natsOptions()
 	if err != nil {

@@ -23,26 +23,77 @@ const metaTimeout = 10 * time.Second
 const strandedKey = "jetsink_max_deliver_pending"
 
 // filterKey is where jetsink records, in the consumer's metadata, the
-// filter it set (nats.filter_subject, "" for none). An operator's edit of
-// the filter (nats consumer edit) leaves it alone, so a filter the server
-// has that differs from it is an edit, set back (refreshFloor); one that
-// matches it was set by another jetsink of the durable, configured
-// otherwise (a rolling update that changes nats.filter_subject), and is
-// kept: setting it back would have the two swap it every floorEvery, each
-// swap skipping events for good (the server does not go back).
+// filter it set (nats.filter_subject, "" for none), and filterSetAtKey
+// when it set it. An operator's edit of the filter (nats consumer edit)
+// leaves them alone, so a filter the server has that differs from the
+// record is an edit, set back (refreshFloor); one that matches it was set
+// by another jetsink of the durable, configured otherwise (a rolling
+// update that changes nats.filter_subject), and is kept for filterKeep
+// since it was set: setting it back at once would have the two swap it
+// every floorEvery, each swap skipping events for good (the server does
+// not go back). Past filterKeep it is set back as an edit is: the
+// jetsink that set it may have stopped (an old instance restarted
+// mid-rollout, a one-off run against the durable), and keeping it for
+// ever would skip this one's events for as long as it runs.
 const filterKey = "jetsink_filter_subject"
 
+// filterSetAtKey records when jetsink set the filter recorded under
+// filterKey, and which: "<RFC 3339 UTC> <filter>" (a subject has no
+// spaces; the filter may be ""). It counts only for that filter: an
+// older jetsink writes filterKey alone and leaves this key, of the filter
+// before, as it was. A record without a time that counts (such a
+// jetsink's) counts as set when this process first saw it.
+const filterSetAtKey = "jetsink_filter_set_at"
+
+// defaultFilterKeep is how long after another jetsink of the durable set
+// its filter this one keeps it (Consumer.filterKeep): longer than a
+// rolling update takes to replace the instances, short enough that a
+// filter nobody runs any more does not skip events for long.
+const defaultFilterKeep = 5 * time.Minute
+
+// filterSetAt is filterSetAtKey's value for filter f set at t.
+func filterSetAt(t time.Time, f string) string {
+	return t.UTC().Format(time.RFC3339) + " " + f
+}
+
 // othersFilter reports the filter cc has if another jetsink set it: the
-// one recorded under filterKey, cc's own, and not nats.filter_subject.
-func (c *Consumer) othersFilter(cc *jetstream.ConsumerConfig) (string, bool) {
-	if cc == nil {
-		return "", false
+// one recorded under filterKey, cc's own, and not nats.filter_subject;
+// and when it was set (filterSetAtKey, or when this process first saw it
+// without one). Safe for concurrent use.
+func (c *Consumer) othersFilter(cc *jetstream.ConsumerConfig) (string, time.Time, bool) {
+	c.filterSeenMu.Lock()
+	defer c.filterSeenMu.Unlock()
+	var f string
+	ok := cc != nil
+	if ok {
+		f, ok = cc.Metadata[filterKey]
 	}
-	f, ok := cc.Metadata[filterKey]
 	if !ok || !sameFilter(cc, f) || f == c.cfg.FilterSubject {
-		return "", false
+		c.filterSeen = nil
+		return "", time.Time{}, false
 	}
-	return f, true
+	ts, of, _ := strings.Cut(cc.Metadata[filterSetAtKey], " ")
+	if at, err := time.Parse(time.RFC3339, ts); err == nil && of == f {
+		c.filterSeen = nil
+		return f, at, true
+	}
+	if c.filterSeen == nil || c.filterSeen.filter != f {
+		c.filterSeen = &seenFilter{filter: f, at: time.Now()}
+	}
+	return f, c.filterSeen.at, true
+}
+
+// seenFilter is another jetsink's filter recorded without a time, and
+// when this process first saw it.
+type seenFilter struct {
+	filter string
+	at     time.Time
+}
+
+// keepsOthers reports whether another jetsink's filter set at is kept
+// still (filterKeep).
+func (c *Consumer) keepsOthers(at time.Time) bool {
+	return time.Since(at) < c.filterKeep
 }
 
 // strandedProblem says what to do about a leftover strandedKey record v.
@@ -65,13 +116,24 @@ func strandedProblem(v string) Problem {
 // messages) is taken as it is; so is its replica count, which an operator
 // may have set apart from the stream's. (Its pause the server keeps
 // through an update by itself.) Its filter is nats.filter_subject,
-// recorded in meta under filterKey; but after New's update (filterApplied)
-// a filter another jetsink recorded on the server (othersFilter) is kept,
-// record and all. metaMu held.
+// recorded in meta under filterKey, and when it was set under
+// filterSetAtKey (kept from prev if prev has that filter recorded with a
+// time); but after New's update (filterApplied) a filter another jetsink
+// recorded on the server (othersFilter) is kept, record and all, until
+// filterKeep has passed since it was set (keepsOthers). metaMu held.
 func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.ConsumerConfig) jetstream.ConsumerConfig {
 	cfg := &c.cfg
 	if meta == nil {
 		meta = map[string]string{}
+	}
+	prevSetAt := ""
+	if prev != nil && sameFilter(prev, cfg.FilterSubject) && prev.Metadata[filterKey] == cfg.FilterSubject {
+		prevSetAt = prev.Metadata[filterSetAtKey] // already set, and when
+	}
+	if ts, f, _ := strings.Cut(prevSetAt, " "); f == cfg.FilterSubject && ts != "" {
+		meta[filterSetAtKey] = prevSetAt
+	} else {
+		meta[filterSetAtKey] = filterSetAt(time.Now(), cfg.FilterSubject)
 	}
 	meta[filterKey] = cfg.FilterSubject
 	cc := jetstream.ConsumerConfig{
@@ -88,9 +150,14 @@ func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.Consum
 		cc.MemoryStorage = prev.MemoryStorage
 		cc.MaxWaiting, cc.ReplayPolicy = prev.MaxWaiting, prev.ReplayPolicy
 		cc.Replicas = prev.Replicas
-		if f, ok := c.othersFilter(prev); ok && c.filterApplied {
+		if f, at, ok := c.othersFilter(prev); ok && c.filterApplied && c.keepsOthers(at) {
 			cc.FilterSubject, cc.FilterSubjects = prev.FilterSubject, prev.FilterSubjects
 			meta[filterKey] = f
+			if v, ok := prev.Metadata[filterSetAtKey]; ok {
+				meta[filterSetAtKey] = v
+			} else {
+				delete(meta, filterSetAtKey)
+			}
 		}
 	}
 	return cc
@@ -157,7 +224,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		c.resumeUnsure = false
 	}
 	cc := c.consumerConfig(meta, prev)
-	if _, others := c.othersFilter(prev); prev != nil && !sameFilter(prev, cfg.FilterSubject) && !(others && c.filterApplied) {
+	if _, at, others := c.othersFilter(prev); prev != nil && !sameFilter(prev, cfg.FilterSubject) && !(others && c.filterApplied && c.keepsOthers(at)) {
 		// The server swaps the filter without going back (refreshFloor).
 		c.log.Warn("changing the consumer's filter to nats.filter_subject: it keeps its place in the stream, so events on subjects "+
 			"the old filter left out that lie before that place are not delivered", "consumer", cfg.Consumer,
@@ -198,6 +265,13 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	if info := cons.CachedInfo(); info.Paused {
 		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",
 			"consumer", cfg.Consumer, "resumes_in", info.PauseRemaining.Round(time.Second))
+	}
+	if cc.Metadata[filterKey] == cfg.FilterSubject {
+		// Its own filter applied: another's, set again without a time,
+		// is seen anew.
+		c.filterSeenMu.Lock()
+		c.filterSeen = nil
+		c.filterSeenMu.Unlock()
 	}
 	c.filterApplied = true
 	c.cons.Store(&consumerHandle{cons})

@@ -1244,7 +1244,9 @@ func TestRunKeepsAnotherJetsinksFilter(t *testing.T) {
 	if !strings.Contains(log2.String(), "changing the consumer's filter") {
 		t.Fatalf("no Warn from the instance that changed the filter; log:\n%s", log2.String())
 	}
-	kept := func(cc jetstream.ConsumerConfig) bool { return cc.FilterSubject == only && cc.Metadata[filterKey] == only }
+	kept := func(cc jetstream.ConsumerConfig) bool {
+		return cc.FilterSubject == only && cc.Metadata[filterKey] == only
+	}
 	if cc := onServer(); !kept(cc) {
 		t.Fatalf("after the second instance started: filter %q, metadata %v; want %q in both", cc.FilterSubject, cc.Metadata, only)
 	}
@@ -1272,6 +1274,128 @@ func TestRunKeepsAnotherJetsinksFilter(t *testing.T) {
 	// It consumes what that filter delivers.
 	publish(t, ctx, js, cfg, 2, 2, 2)
 	r.ackUntil(t, ctx, 2)
+	r.stopClean(t, ctx)
+}
+
+// Another jetsink's filter is kept only for filterKeep since it was set
+// (filterSetAtKey), then set back as an operator's edit is, logged at
+// Error with the ack floor and the delivered sequence: the jetsink that
+// set it may have stopped. A record without a time (an older jetsink's)
+// counts as set when this one first saw it; one set long ago is set back
+// at the next look. Before, it was kept for as
+// long as this one ran, skipping its own subjects' events.
+func TestRunSetsItsFilterBackAfterTheKeep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv) // no filter: every subject of the stream
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = 100 * time.Millisecond
+	const keep = 6 * time.Second
+	c.filterKeep = keep
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 2, 2, 0) // in.<stream>.s0 and .s1
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 1)
+	onServer := func() jetstream.ConsumerConfig {
+		t.Helper()
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cons.CachedInfo().Config
+	}
+	only := subjectOf(cfg, 0, 2)
+	kept := func(cc jetstream.ConsumerConfig) bool {
+		return cc.FilterSubject == only && cc.Metadata[filterKey] == only
+	}
+	ours := func(cc jetstream.ConsumerConfig) bool {
+		return cc.FilterSubject == "" && len(cc.FilterSubjects) == 0 && cc.Metadata[filterKey] == ""
+	}
+	errorLines := func(msg string) int {
+		n := 0
+		for line := range strings.Lines(log.String()) {
+			if strings.Contains(line, "level=ERROR") && strings.Contains(line, msg) && strings.Contains(line, "keep_for="+keep.String()) &&
+				strings.Contains(line, "ack_floor=") && strings.Contains(line, "delivered=") {
+				n++
+			}
+		}
+		return n
+	}
+	const keptLine, setBackLine = "which this one keeps until keep_until", "set another filter longer than keep_for ago"
+
+	// Another jetsink sets its filter, with the time.
+	other := cfg
+	other.FilterSubject = only
+	c2 := newConsumer(t, ctx, other)
+	if err := c2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cc := onServer()
+	ts, f, _ := strings.Cut(cc.Metadata[filterSetAtKey], " ")
+	setAt, err := time.Parse(time.RFC3339, ts)
+	if !kept(cc) || err != nil || f != only {
+		t.Fatalf("after the second instance started: filter %q, metadata %v; want %q recorded with the time", cc.FilterSubject, cc.Metadata, only)
+	}
+	waitFor(t, ctx, "the Error line of the keep", func() bool { return errorLines(keptLine) > 0 })
+	if cc := onServer(); !kept(cc) && time.Since(setAt) < keep {
+		t.Fatalf("set back within the keep: filter %q, metadata %v", cc.FilterSubject, cc.Metadata)
+	}
+	waitFor(t, ctx, "its own filter set back", func() bool { return ours(onServer()) })
+	if d := time.Since(setAt); d < keep {
+		t.Fatalf("set its own filter back %v after the other's was set, want %v or more", d, keep)
+	}
+	waitFor(t, ctx, "the Error line of the set-back", func() bool { return errorLines(setBackLine) > 0 })
+	if ts, f, _ := strings.Cut(onServer().Metadata[filterSetAtKey], " "); f != "" || ts == "" {
+		t.Fatalf("%s = %q after the set-back, want the time and its own filter", filterSetAtKey, onServer().Metadata[filterSetAtKey])
+	}
+
+	// A record without a time, as jetsink 26294e5 wrote it: kept for
+	// filterKeep since this one first saw it; so is the same one set
+	// again at once after this one set its own back, with the time of
+	// another filter left from before (26294e5 keeps the keys it does
+	// not know), which does not count.
+	var edited time.Time
+	for i := range 2 {
+		cc = onServer()
+		cc.FilterSubject = only
+		cc.Metadata[filterKey] = only
+		delete(cc.Metadata, filterSetAtKey)
+		if i == 1 {
+			cc.Metadata[filterSetAtKey] = filterSetAt(time.Now().Add(-time.Hour), "")
+		}
+		edited = time.Now()
+		if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, "its own filter set back", func() bool { return ours(onServer()) })
+		if d := time.Since(edited); d < keep {
+			t.Fatalf("set its own filter back %v after a record without a time (%d), want %v or more", d, i+1, keep)
+		}
+		waitFor(t, ctx, "the Error line of the set-back", func() bool { return errorLines(setBackLine) > 1+i })
+	}
+
+	// A record set longer than filterKey ago (by a jetsink that stopped):
+	// set back at the next look.
+	cc = onServer()
+	cc.FilterSubject = only
+	cc.Metadata[filterKey] = only
+	cc.Metadata[filterSetAtKey] = filterSetAt(time.Now().Add(-time.Hour), only)
+	edited = time.Now()
+	if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "its own filter set back", func() bool { return ours(onServer()) })
+	if d := time.Since(edited); d >= keep {
+		t.Fatalf("set its own filter back %v after a record set an hour ago, want less than %v", d, keep)
+	}
+	waitFor(t, ctx, "the last Error line of the set-back", func() bool { return errorLines(setBackLine) > 3 })
+	if strings.Contains(log.String(), "the consumer's filter was changed on the server") {
+		t.Fatalf("another jetsink's filter taken for an operator's edit; log:\n%s", log.String())
+	}
+	// Both subjects flow again.
+	publish(t, ctx, js, cfg, 2, 2, 2)
+	r.ackUntil(t, ctx, 3)
 	r.stopClean(t, ctx)
 }
 
