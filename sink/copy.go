@@ -778,8 +778,8 @@ func copyLine(err error) (int, bool) {
 // exactly-once commit whose lookup of missing rows failed (lookupError) is
 // never settled before a lookup answers: the rows are sent again (those
 // stored conflict). A lookup that a lost connection or a first timeout
-// ended is no failed attempt (lookupPassing); any other is one, of
-// classConfig unless transient, never bisected nor dead-lettered.
+// ended is no failed attempt, up to a bound (lookupPasses); any other is
+// one, of classConfig unless transient, never bisected nor dead-lettered.
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve bool) error {
 	bo, first := &c.bo, 0
 	var failing, warned time.Time // when this batch first failed, and was last logged at Warn
@@ -796,7 +796,8 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 	var firstSeq uint64 // the attempt that failed first (see errHandOff)
 	// Commits whose lookup of the rows missing from the table failed
 	// (lookupError), and the backoff and last Warn line of their retries.
-	var lookups, lookupTimeouts int // lookupTimeouts: in a row (lookupPassing)
+	var lookups int
+	var passes lookupPasses
 	var lookupBo backoff
 	var lookupWarned time.Time
 	for attempt := first; ; attempt++ {
@@ -834,10 +835,10 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 				return ctx.Err() // unacked: redelivered, the stored rows conflict
 			}
 		}
-		if isLookup && lookupPassing(le.err, &lookupTimeouts) {
+		if isLookup && passes.passing(le.err, failedAt) {
 			// A lookup that a lost connection or a first timeout
-			// ended: not a failed attempt (no retry counted, no piece
-			// halved, the sink not failing).
+			// ended, within the bound: not a failed attempt (no retry
+			// counted, no piece halved, the sink not failing).
 			c.s.answered()
 			if lookups == 0 {
 				lookupBo = backoff{initial: c.bo.initial, max: c.bo.max}
@@ -1443,29 +1444,70 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 }
 
 // lookupTimeoutsPassing is how many lookups after a commit (missingKeys) in
-// a row may time out before the next is a failed attempt like any other
-// (commitRetry): counted, the piece halved, the sink failing.
+// a row may time out (lost connections between them not counted) before
+// the next is a failed attempt like any other (commitRetry): counted, the
+// piece halved, the sink failing.
 const lookupTimeoutsPassing = 1
 
-// lookupPassing reports whether a lookup that failed with err after its
-// commit is retried as committed-but-unconfirmed (lookupError), not as a
-// failed attempt: a lost connection or another transient error, or a
-// server timeout (timedOut) while fewer than lookupTimeoutsPassing+1 have
-// come in a row (*timeouts counts them). A lookup that always exceeds a
-// statement_timeout at this batch size then halves it, as a COPY does;
-// one that fails for good (a grant on the key columns revoked, a scan
-// error) is no transient failure, and the sink reports it.
-func lookupPassing(err error, timeouts *int) bool {
-	if classify(err) != classTransient {
-		*timeouts = 0
+// lookupQuietPasses is how many of a batch's failed lookups after its
+// commit may pass quietly (lookupPasses); so may none once
+// stillFailingEvery has gone by since the first failed.
+const lookupQuietPasses = 3
+
+// lookupPasses counts the failed lookups after a batch's commit
+// (commitRetry, one per batch).
+type lookupPasses struct {
+	quiet    int       // passed quietly
+	timeouts int       // server timeouts in a row, lost connections between them not counted
+	first    time.Time // when the first failed
+}
+
+// passing reports whether a lookup that failed with err at now, after its
+// commit, is retried quietly as committed-but-unconfirmed (lookupError),
+// not as a failed attempt: a lost connection (lostConn), or a server
+// timeout (timedOut) while no more than lookupTimeoutsPassing have come
+// in a row; and only lookupQuietPasses times, within stillFailingEvery of
+// the first failure. Any other failure is a failed attempt: a transient
+// server error (53200, 40001, 55P03, 57P01) counted with the sink
+// failing; a timeout past the bound halving the batch, as a COPY's does,
+// so a lookup that always exceeds a statement_timeout at this batch size
+// ends; one that fails for good (a grant on the key columns revoked, a
+// scan error) reported. A connection that a pooler cuts on every lookup,
+// or timeouts between lost connections, then make the sink report
+// failing too, not only pass for ever.
+func (p *lookupPasses) passing(err error, now time.Time) bool {
+	if p.first.IsZero() {
+		p.first = now
+	}
+	lost := lostConn(err)
+	switch {
+	case timedOut(err):
+		p.timeouts++
+	case !lost:
+		p.timeouts = 0
+	}
+	if p.quiet >= lookupQuietPasses || now.Sub(p.first) >= stillFailingEvery {
 		return false
 	}
-	if !timedOut(err) {
-		*timeouts = 0
-		return true
+	if !lost && (!timedOut(err) || p.timeouts > lookupTimeoutsPassing) {
+		return false
 	}
-	*timeouts++
-	return *timeouts <= lookupTimeoutsPassing
+	p.quiet++
+	return true
+}
+
+// lostConn reports whether err (transient) is a connection lost: no answer
+// from the server (a network error, the connection closed), or a
+// connection exception (class 08) a pooler sends for the server
+// connection it lost. Not a server's refusal, an out of memory (53200),
+// a serialization failure (40001), a lock timeout (55P03) or a shutdown
+// (57P01).
+func lostConn(err error) bool {
+	if classify(err) != classTransient {
+		return false
+	}
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return !ok || strings.HasPrefix(pgErr.Code, "08")
 }
 
 // rowKey is a row's exactly-once key: its message's stream and sequence, as
@@ -1585,7 +1627,7 @@ func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) 
 			// which commits as the Query's last statement ends.
 			sent = false
 		}
-		return sent, -1, c.statementError(q, res.failedAt, len(rows), err)
+		return sent, -1, c.statementError(q, res, len(rows))
 	}
 	if res.stored != int64(len(rows)) && q.insertAt == 0 {
 		// (Exactly-once's COPY goes into the staging table, and the keys
@@ -1617,14 +1659,18 @@ func (c *committer) exactlyOnce() copyQuery {
 	return c.eo.q
 }
 
-// statementError says which statement of q failed with err: at is its
+// statementError says which statement of q failed with res.err: at is its
 // place (copyResult.failedAt; past the last, an error after it, a FATAL
 // before ReadyForQuery). Exactly-once's statements before the guard are
 // BEGIN and the staging table's CREATE; after the COPY come the INSERT
 // from staging, where row-level security's policies apply
-// (fromStagingError), and COMMIT.
-func (c *committer) statementError(q copyQuery, at, n int, err error) error {
-	if at == q.copyAt {
+// (fromStagingError), and COMMIT. The COPY's error is a copyStmtError
+// only when the session went on after it (res.ready): an ERROR 08P01
+// followed by the connection closing is an older PgBouncer's report of
+// the server connection it lost, not the server reading a row.
+func (c *committer) statementError(q copyQuery, res copyResult, n int) error {
+	at, err := res.failedAt, res.err
+	if at == q.copyAt && res.ready {
 		return &copyStmtError{n: n, err: err}
 	}
 	if q.insertAt > 0 && at > 0 && at <= q.stmts && at != q.copyAt && q.guards&(1<<at) == 0 {
@@ -1922,9 +1968,10 @@ func (c *committer) park(ctx context.Context, row *pipeline.Row, dl pipeline.Dea
 		// every such row, at every delivery), as the consumer logs it.
 		msg := "dead-letter failed; the message was nak'ed and will come back"
 		if pipeline.FailedDeadLetter(derr) == "stale" {
-			// The dead-letterer tried until the hard stop, and logged
-			// giving up at Error.
-			msg = "dead-letter given up at the hard stop; the event's stream was re-created since it was taken, so nothing delivers it again"
+			// The dead-letterer tried until the hard stop, or gave up
+			// at once on a letter over the server's max_payload (no
+			// publish can store it), and logged giving up at Error.
+			msg = "dead-letter given up (at the hard stop, or at once if over the server's max_payload); the event's stream was re-created since it was taken, so nothing delivers it again"
 		}
 		c.s.dlFails.Log(ctx, c.s.log, slog.LevelWarn, time.Second, msg, "stream", row.Event.Stream,
 			"stream_seq", row.Event.StreamSeq, "code", dl.Code, "sqlstate", dl.SQLState, "err", derr)

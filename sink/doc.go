@@ -121,7 +121,9 @@
 // connection lost after the COMMIT, the batch has committed all the same:
 // nothing is acked yet, the batch is sent again, its stored rows conflict,
 // and the lookup runs again; no failed attempt is counted, and no piece
-// halved.) A BEFORE INSERT
+// halved, for up to three such lookups of a batch within a minute; past
+// that, or for another transient error such as 53200, each is a failed
+// attempt, counted with the sink failing.) A BEFORE INSERT
 // trigger returning NULL or a DO INSTEAD NOTHING rule left those out (or a
 // trigger stored them under another key): here the sink knows which they
 // are, so only they are dead-lettered with code "row_count" and the rest of

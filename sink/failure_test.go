@@ -946,6 +946,8 @@ func TestExactlyOnceLookupFailsForGood(t *testing.T) {
 		{"57014", "canceling statement due to statement timeout", "has failed every batch"},
 		// Suspect if a row's: the lookup's is never bisected nor dead-lettered.
 		{"XX000", "could not read block 0", "has refused every batch"},
+		// Transient, but the server's: a failed attempt from the first.
+		{"53200", "out of memory", "has failed every batch"},
 	} {
 		t.Run(tc.code, func(t *testing.T) {
 			old := refusedFor
@@ -1002,8 +1004,8 @@ func TestExactlyOnceLookupFailsForGood(t *testing.T) {
 				if st := s.Stats(); st.TimeoutSplits == 0 {
 					t.Errorf("no timeout split while every lookup timed out: %+v", st)
 				}
-			} else if st := s.Stats(); st.ConfigErrors == 0 || st.Retries == 0 {
-				t.Errorf("a refused lookup counted no retry or configuration error: %+v", st)
+			} else if st := s.Stats(); (st.ConfigErrors == 0) != (tc.code == "53200") || st.Retries == 0 {
+				t.Errorf("a refused lookup counted no retry, or a configuration error if and only if not transient: %+v", st)
 			}
 			for i, m := range ms {
 				if m.acks.Load() != 0 || m.terms.Load() != 0 {
@@ -1032,6 +1034,82 @@ func TestExactlyOnceLookupFailsForGood(t *testing.T) {
 			if !strings.Contains(logs.String(), want) {
 				t.Errorf("the log does not say %q:\n%s", want, logs.String())
 			}
+			quiet := "batch committed, but the lookup of which of its rows the table stored failed"
+			if tc.code == "53200" && strings.Contains(logs.String(), quiet) {
+				t.Errorf("a lookup that ran out of memory passed quietly:\n%s", logs.String())
+			}
 		})
+	}
+}
+
+// An exactly-once lookup after the commit whose connection is cut every
+// time (a pooler's query_timeout, say) passes quietly only a few times;
+// then each is a failed attempt: retries counted and the sink reported
+// failing, not Ready while nothing is acked. Nothing is acked before a
+// lookup answers; once one does, every row is acked once and stored once.
+func TestExactlyOnceLookupCutEveryTime(t *testing.T) {
+	old := refusedFor
+	t.Cleanup(func() { refusedFor = old })
+	refusedFor = 300 * time.Millisecond
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	l := listen(t)
+	proxied, to := l.proxy(t, pg.URL)
+	proxied = withParam(t, proxied, "sslmode", "disable") // the hook reads the messages
+	var armed atomic.Bool
+	var cuts atomic.Int32
+	l.relayTo(to, func(client net.Conn) (up, down func([]byte) verdict) {
+		var f frontendStream
+		copyDone := false // the client's last write ended a COPY
+		up = func(b []byte) verdict {
+			ts := f.types(b)
+			// The first query after an exactly-once COPY is the lookup.
+			if armed.Load() && copyDone && bytes.IndexByte(ts, 'P') >= 0 {
+				cuts.Add(1)
+				return cut
+			}
+			copyDone = bytes.IndexByte(ts, 'c') >= 0
+			return pass
+		}
+		return up, func([]byte) verdict { return pass }
+	})
+	s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections, c.Mode = 1, ExactlyOnce })
+	logs := captureLog(t, s, time.Minute)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	first, m1 := rows(1, 1, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "row 1 acked", allAcked(m1))
+
+	armed.Store(true)
+	again, ms := rows(1, 5, nil) // row 1 conflicts: 4 of 5 inserted, then the lookup
+	src.push(t, ctx, again)
+	waitFor(t, ctx, "Ready to report the lookups cut", func() bool {
+		err := s.Ready(ctx)
+		return err != nil && strings.Contains(err.Error(), "has failed every batch")
+	})
+	if n := cuts.Load(); n <= lookupQuietPasses {
+		t.Errorf("Ready failing after %d lookups cut, want more than the %d that pass quietly", n, lookupQuietPasses)
+	}
+	if st := s.Stats(); st.Retries == 0 || st.ConfigErrors != 0 {
+		t.Errorf("lookups cut past the bound: %+v; want retries counted, no configuration error", st)
+	}
+	for i, m := range ms {
+		if m.acks.Load() != 0 || m.terms.Load() != 0 {
+			t.Fatalf("message %d settled while no lookup answered", i+1)
+		}
+	}
+	armed.Store(false)
+	finishClean(t, ctx, src, wait, dl, ms)
+	for i, m := range ms {
+		if n := m.acks.Load(); n != 1 {
+			t.Errorf("message %d acked %d times, want once", i+1, n)
+		}
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 5 {
+		t.Errorf("%d rows, want 5", n)
+	}
+	if !strings.Contains(logs.String(), "batch committed, but the lookup of which of its rows the table stored failed") {
+		t.Errorf("the log does not say the lookup failed after the commit:\n%s", logs.String())
 	}
 }

@@ -122,7 +122,10 @@ func classify(err error) class {
 		}
 		if _, ok := errors.AsType[*copyStmtError](err); ok && code == "08P01" && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR" {
 			// protocol_violation at ERROR severity (the session goes
-			// on) from our COPY statement: the server reading a value
+			// on: statementError wraps it only once ReadyForQuery
+			// came; an older PgBouncer's lost server connection, an
+			// ERROR 08P01 and then the socket closed, stays
+			// transient) from our COPY statement: the server reading a value
 			// of a COPY row ("insufficient data left in message": a
 			// field shorter than its column's type reads, PostgreSQL
 			// 15), 22P03's case for a field too short, not a lost

@@ -932,16 +932,68 @@ func TestStatementErrorOfTheCopy(t *testing.T) {
 		{atLeastOnce, 1, false}, {atLeastOnce, 2, true},
 		{exactlyOnce, 1, false}, {exactlyOnce, 3, false}, {exactlyOnce, 4, true}, {exactlyOnce, 5, false}, {exactlyOnce, 6, false},
 	} {
-		err := (&committer{}).statementError(c.q, c.at, 3, e)
-		if _, ok := errors.AsType[*copyStmtError](err); ok != c.copy {
-			t.Errorf("statement %d of %+v: %v, a copyStmtError %v; want %v", c.at, c.q, err, ok, c.copy)
+		for _, ready := range []bool{true, false} {
+			// Not ready: the connection closed after the ERROR (an older
+			// PgBouncer's lost server connection), transient.
+			err := (&committer{}).statementError(c.q, copyResult{failedAt: c.at, err: e, ready: ready}, 3)
+			if _, ok := errors.AsType[*copyStmtError](err); ok != (c.copy && ready) {
+				t.Errorf("statement %d of %+v, ready %v: %v, a copyStmtError %v; want %v", c.at, c.q, ready, err, ok, c.copy && ready)
+			}
+			want := classTransient
+			if c.copy && ready {
+				want = classSuspect
+			}
+			if got := classify(err); got != want {
+				t.Errorf("statement %d, ready %v: an ERROR 08P01 classed %v, want %v", c.at, ready, got, want)
+			}
 		}
-		want := classTransient
-		if c.copy {
-			want = classSuspect
+	}
+}
+
+// A failed lookup after a commit passes quietly only as a lost connection
+// or a first timeout in a row (lost connections between timeouts do not
+// break the row), and at most lookupQuietPasses times a batch, within
+// stillFailingEvery; other transient server errors are failed attempts.
+func TestLookupPasses(t *testing.T) {
+	lost := fmt.Errorf("look for rows missing from the table after the commit: %w", io.ErrUnexpectedEOF)
+	pooler := &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "08P01", Message: "query_timeout"}
+	timeout := &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "57014"}
+	oom := &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "53200"}
+	shutdown := &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01"}
+	serial := &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "40001"}
+	lock := &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "55P03"}
+	denied := &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "42501"}
+	type step struct {
+		err  error
+		pass bool
+	}
+	for name, steps := range map[string][]step{
+		"cut every time":               {{lost, true}, {lost, true}, {lost, true}, {lost, false}, {lost, false}},
+		"pooler every time":            {{pooler, true}, {pooler, true}, {pooler, true}, {pooler, false}},
+		"timeouts between cuts":        {{timeout, true}, {lost, true}, {timeout, false}},
+		"timeout after the bound":      {{lost, true}, {lost, true}, {lost, true}, {timeout, false}},
+		"out of memory":                {{oom, false}, {lost, true}, {oom, false}},
+		"shutdown":                     {{shutdown, false}},
+		"serialization":                {{serial, false}},
+		"lock timeout":                 {{lock, false}},
+		"refused":                      {{denied, false}},
+		"other error between timeouts": {{timeout, true}, {oom, false}, {timeout, true}},
+	} {
+		var p lookupPasses
+		now := time.Now()
+		for i, s := range steps {
+			if got := p.passing(s.err, now); got != s.pass {
+				t.Errorf("%s: lookup %d failing with %v passes %v, want %v", name, i+1, s.err, got, s.pass)
+			}
+			now = now.Add(time.Millisecond)
 		}
-		if got := classify(err); got != want {
-			t.Errorf("statement %d: an ERROR 08P01 classed %v, want %v", c.at, got, want)
-		}
+	}
+	var p lookupPasses
+	now := time.Now()
+	if !p.passing(io.EOF, now) {
+		t.Error("a first lost connection does not pass")
+	}
+	if p.passing(io.EOF, now.Add(stillFailingEvery)) {
+		t.Error("a lost connection passes stillFailingEvery after the first failed lookup")
 	}
 }

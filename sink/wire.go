@@ -272,6 +272,10 @@ type copyResult struct {
 	// statement, before it answered (at-least-once's first guard).
 	// Nothing was stored.
 	untouched bool
+	// ready: ReadyForQuery came, after the error too: the session went
+	// on. Without it after an ERROR, the server (or a pooler: "server
+	// conn crashed?") closed the connection instead.
+	ready bool
 }
 
 // copyCount reads the row count of a COPY's CommandComplete tag, "COPY n";
@@ -449,7 +453,7 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQ
 				w.refused.Store(true)
 			}
 		case *pgproto3.ReadyForQuery:
-			res.err = pgErr
+			res.err, res.ready = pgErr, true
 			return res
 		}
 	}

@@ -526,3 +526,44 @@ func TestCopyStopsWritingAfterError(t *testing.T) {
 		t.Fatalf("%d rows, want %d", n, len(good))
 	}
 }
+
+// An ERROR 08P01 while the COPY is the statement under way is the server
+// reading a row's field only when the session goes on (ReadyForQuery):
+// suspect. An older PgBouncer reports the server connection it lost
+// ("server conn crashed?", query_timeout) as that same ERROR and then
+// closes the socket: a lost connection, transient, never bisected.
+func TestCopyProtocolErrorThenClosed(t *testing.T) {
+	for _, ready := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ready=%v", ready), func(t *testing.T) {
+			ctx := testCtx(t, 10*time.Second)
+			pg, _ := connectFake(t, ctx, func(be *pgproto3.Backend, _ *fakePG) {
+				if !receiveCopy(be) {
+					return
+				}
+				be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01",
+					Message: "server conn crashed?"})
+				if ready {
+					be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+				}
+				_ = be.Flush()
+				if ready {
+					_, _ = be.Receive() // until the client closes
+				}
+			}) // then the fake closes the connection
+			rs, _ := rows(1, 3, nil)
+			var w copyWire
+			q := guardedCopy("COPY t (a) FROM STDIN (FORMAT binary)", 1)
+			_, res := sendCopy(ctx, pg, &w, q, rs)
+			if res.err == nil || res.failedAt != q.copyAt || res.ready != ready {
+				t.Fatalf("sendCopy: err %v at %d, ready %v; want an error at %d, ready %v", res.err, res.failedAt, res.ready, q.copyAt, ready)
+			}
+			want := classTransient
+			if ready {
+				want = classSuspect
+			}
+			if got := classify((&committer{}).statementError(q, res, len(rs))); got != want {
+				t.Fatalf("ERROR 08P01 of the COPY, ready %v: classed %v, want %v", ready, got, want)
+			}
+		})
+	}
+}
