@@ -29,7 +29,7 @@ const strandedKey = "jetsink_max_deliver_pending"
 // record is an edit, set back (refreshFloor); one that matches it was set
 // by another jetsink of the durable, configured otherwise (a rolling
 // update that changes nats.filter_subject), and is kept for filterKeep
-// since it was set: setting it back at once would have the two swap it
+// since this process first saw it: setting it back at once would have the two swap it
 // every floorEvery, each swap skipping events for good (the server does
 // not go back). Past filterKeep it is set back as an edit is: the
 // jetsink that set it may have stopped (an old instance restarted
@@ -39,14 +39,16 @@ const filterKey = "jetsink_filter_subject"
 
 // filterSetAtKey records when jetsink set the filter recorded under
 // filterKey, and which: "<RFC 3339 UTC> <filter>" (a subject has no
-// spaces; the filter may be ""). It counts only for that filter: an
-// older jetsink writes filterKey alone and leaves this key, of the filter
-// before, as it was. A record without a time that counts (such a
-// jetsink's) counts as set when this process first saw it.
+// spaces; the filter may be ""), for an operator to read (nats consumer
+// info). The keep does not count from it: it is the writer's clock, and
+// a clock behind this host's by more than filterKeep would have the keep
+// end at once (the swap every floorEvery again), one ahead would keep a
+// filter nobody runs for as long as it is ahead. The keep counts from
+// when this process first saw the filter, on its own clock.
 const filterSetAtKey = "jetsink_filter_set_at"
 
-// defaultFilterKeep is how long after another jetsink of the durable set
-// its filter this one keeps it (Consumer.filterKeep): longer than a
+// defaultFilterKeep is how long after this process first sees a filter
+// another jetsink of the durable set it keeps it (Consumer.filterKeep): longer than a
 // rolling update takes to replace the instances, short enough that a
 // filter nobody runs any more does not skip events for long.
 const defaultFilterKeep = 5 * time.Minute
@@ -58,8 +60,8 @@ func filterSetAt(t time.Time, f string) string {
 
 // othersFilter reports the filter cc has if another jetsink set it: the
 // one recorded under filterKey, cc's own, and not nats.filter_subject;
-// and when it was set (filterSetAtKey, or when this process first saw it
-// without one). Safe for concurrent use.
+// and when this process first saw it (see filterSetAtKey for why not the
+// recorded time). Safe for concurrent use.
 func (c *Consumer) othersFilter(cc *jetstream.ConsumerConfig) (string, time.Time, bool) {
 	c.filterSeenMu.Lock()
 	defer c.filterSeenMu.Unlock()
@@ -72,26 +74,21 @@ func (c *Consumer) othersFilter(cc *jetstream.ConsumerConfig) (string, time.Time
 		c.filterSeen = nil
 		return "", time.Time{}, false
 	}
-	ts, of, _ := strings.Cut(cc.Metadata[filterSetAtKey], " ")
-	if at, err := time.Parse(time.RFC3339, ts); err == nil && of == f {
-		c.filterSeen = nil
-		return f, at, true
-	}
 	if c.filterSeen == nil || c.filterSeen.filter != f {
 		c.filterSeen = &seenFilter{filter: f, at: time.Now()}
 	}
 	return f, c.filterSeen.at, true
 }
 
-// seenFilter is another jetsink's filter recorded without a time, and
-// when this process first saw it.
+// seenFilter is another jetsink's filter, and when this process first
+// saw it.
 type seenFilter struct {
 	filter string
 	at     time.Time
 }
 
-// keepsOthers reports whether another jetsink's filter set at is kept
-// still (filterKeep).
+// keepsOthers reports whether another jetsink's filter first seen at at
+// is kept still (filterKeep).
 func (c *Consumer) keepsOthers(at time.Time) bool {
 	return time.Since(at) < c.filterKeep
 }

@@ -1259,22 +1259,22 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		// it back at once would have the two swap it for as long as both
 		// run.
 		c.otherFilterLog.Log(ctx, c.log, slog.LevelError, time.Minute, "another jetsink of this durable consumer consumes with another filter, "+
-			"which this one keeps until keep_until (keep_for after it was set) rather than set its own back at once (the two would swap it, "+
+			"which this one keeps until keep_until (keep_for after it first saw it) rather than set its own back at once (the two would swap it, "+
 			"each swap skipping events): this one consumes the events of that filter, not of its nats.filter_subject, and then sets its "+
 			"own back; if that is not a rolling update under way, give the two jetsinks the same nats.filter_subject, or a nats.consumer each",
-			"consumer", c.cfg.Consumer, "filter_subject", f, "nats.filter_subject", c.cfg.FilterSubject, "set_at", at.UTC().Format(time.RFC3339),
+			"consumer", c.cfg.Consumer, "filter_subject", f, "nats.filter_subject", c.cfg.FilterSubject, "first_seen", at.UTC().Format(time.RFC3339),
 			"keep_for", c.filterKeep, "keep_until", at.Add(c.filterKeep).UTC().Format(time.RFC3339),
 			"ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	case others:
 		changed = append(changed, "filter_subject")
-		c.log.Error("another jetsink of this durable consumer set another filter longer than keep_for ago: this one sets its own back, "+
+		c.log.Error("another jetsink of this durable consumer set another filter, which this one first saw longer than keep_for ago: this one sets its own back, "+
 			"since the one that set it may no longer run; the events on the subjects that filter left out that were published "+
 			"meanwhile may have been skipped, and are not delivered once jetsink's filter is applied again (the server does not go back); "+
 			"to have them delivered, stop jetsink and make the consumer again from ack_floor+1 (nats consumer rm, then nats consumer add "+
 			"<stream> <consumer> --pull --ack explicit --deliver <ack_floor+1>; jetsink keeps where it starts and sets the rest), "+
 			"which delivers again what was acked past the floor; if the other jetsink still runs, give the two the same "+
 			"nats.filter_subject, or a nats.consumer each (each sets its own back keep_for after the other)",
-			"consumer", c.cfg.Consumer, "filter_subject", f, "nats.filter_subject", c.cfg.FilterSubject, "set_at", at.UTC().Format(time.RFC3339),
+			"consumer", c.cfg.Consumer, "filter_subject", f, "nats.filter_subject", c.cfg.FilterSubject, "first_seen", at.UTC().Format(time.RFC3339),
 			"keep_for", c.filterKeep, "ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	case !sameFilter(&got, c.cfg.FilterSubject):
 		changed = append(changed, "filter_subject")
