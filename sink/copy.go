@@ -1969,8 +1969,8 @@ func (c *committer) park(ctx context.Context, row *pipeline.Row, dl pipeline.Dea
 		msg := "dead-letter failed; the message was nak'ed and will come back"
 		if pipeline.FailedDeadLetter(derr) == "stale" {
 			// The dead-letterer tried until the hard stop, or gave up
-			// at once on a letter over the server's max_payload (no
-			// publish can store it), and logged giving up at Error.
+			// at once on a letter over the connected server's
+			// max_payload, and logged giving up at Error.
 			msg = "dead-letter given up (at the hard stop, or at once if over the server's max_payload); the event's stream was re-created since it was taken, so nothing delivers it again"
 		}
 		c.s.dlFails.Log(ctx, c.s.log, slog.LevelWarn, time.Second, msg, "stream", row.Event.Stream,
