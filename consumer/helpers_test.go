@@ -379,3 +379,25 @@ func streamConfig(t testing.TB, ctx context.Context, js jetstream.JetStream, nam
 	}
 	return s.CachedInfo().Config
 }
+
+// onServerConfig is the durable consumer's configuration as the server
+// has it.
+func onServerConfig(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config) jetstream.ConsumerConfig {
+	t.Helper()
+	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cons.CachedInfo().Config
+}
+
+// editOnServer changes the durable consumer on the server as an operator
+// would (nats consumer edit).
+func editOnServer(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config, change func(*jetstream.ConsumerConfig)) {
+	t.Helper()
+	cc := onServerConfig(t, ctx, js, cfg)
+	change(&cc)
+	if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
+		t.Fatal(err)
+	}
+}

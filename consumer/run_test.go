@@ -1087,24 +1087,8 @@ func TestRunOverOperatorsEdits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// onServer is the consumer's configuration as the server has it.
-	onServer := func() jetstream.ConsumerConfig {
-		t.Helper()
-		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cons.CachedInfo().Config
-	}
-	// edit changes the consumer as an operator would.
-	edit := func(change func(*jetstream.ConsumerConfig)) {
-		t.Helper()
-		cc := onServer()
-		change(&cc)
-		if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
-			t.Fatal(err)
-		}
-	}
+	onServer := func() jetstream.ConsumerConfig { return onServerConfig(t, ctx, js, cfg) }
+	edit := func(change func(*jetstream.ConsumerConfig)) { editOnServer(t, ctx, js, cfg, change) }
 	edit(func(cc *jetstream.ConsumerConfig) { cc.MaxRequestBatch = 1 }) // below any pull of jetsink's
 	// The open pull expires (PullExpiry 2 s); the next is refused.
 	waitFor(t, ctx, "max_request_batch 0 again", func() bool { return onServer().MaxRequestBatch == 0 })
@@ -1158,22 +1142,8 @@ func TestRunOverFilterAndBackoffEdits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	onServer := func() jetstream.ConsumerConfig {
-		t.Helper()
-		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cons.CachedInfo().Config
-	}
-	edit := func(change func(*jetstream.ConsumerConfig)) {
-		t.Helper()
-		cc := onServer()
-		change(&cc)
-		if _, err := js.UpdateConsumer(ctx, cfg.Stream, cc); err != nil {
-			t.Fatal(err)
-		}
-	}
+	onServer := func() jetstream.ConsumerConfig { return onServerConfig(t, ctx, js, cfg) }
+	edit := func(change func(*jetstream.ConsumerConfig)) { editOnServer(t, ctx, js, cfg, change) }
 	// setBack waits for jetsink's configuration, within the test's
 	// timeout: a look, a drain, an update and a new subscription each.
 	setBack := func(what string, ok func(jetstream.ConsumerConfig) bool) {
@@ -1226,14 +1196,7 @@ func TestRunKeepsAnotherJetsinksFilter(t *testing.T) {
 	publish(t, ctx, js, cfg, 2, 2, 0) // in.<stream>.s0 and .s1
 	r := startRun(t, ctx, c, 1, 64, 1000)
 	r.ackUntil(t, ctx, 1)
-	onServer := func() jetstream.ConsumerConfig {
-		t.Helper()
-		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cons.CachedInfo().Config
-	}
+	onServer := func() jetstream.ConsumerConfig { return onServerConfig(t, ctx, js, cfg) }
 	only := subjectOf(cfg, 0, 2)
 	other := cfg
 	other.FilterSubject = only
@@ -1297,14 +1260,7 @@ func TestRunSetsItsFilterBackAfterTheKeep(t *testing.T) {
 	publish(t, ctx, js, cfg, 2, 2, 0) // in.<stream>.s0 and .s1
 	r := startRun(t, ctx, c, 1, 64, 1000)
 	r.ackUntil(t, ctx, 1)
-	onServer := func() jetstream.ConsumerConfig {
-		t.Helper()
-		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cons.CachedInfo().Config
-	}
+	onServer := func() jetstream.ConsumerConfig { return onServerConfig(t, ctx, js, cfg) }
 	only := subjectOf(cfg, 0, 2)
 	kept := func(cc jetstream.ConsumerConfig) bool {
 		return cc.FilterSubject == only && cc.Metadata[filterKey] == only
