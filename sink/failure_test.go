@@ -847,6 +847,70 @@ func terminateRole(role string) string {
 	return "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = '" + role + "'"
 }
 
+// lookupRig is an exactly-once sink of one connection behind a proxy
+// that, once armed, hands the first query after each COPY (sent once its
+// Query's ReadyForQuery came: the lookup of the rows an INSERT that
+// stored fewer than it staged left out) to onLookup, which decides its
+// fate. Row 1 is stored and acked before it is armed, so that rows 1 to
+// 5 sent again conflict on it and are looked up.
+type lookupRig struct {
+	pg    *testenv.PG
+	s     *Sink
+	dl    *recDL
+	logs  *testenv.SyncBuffer
+	src   source
+	wait  func() error
+	armed atomic.Bool
+}
+
+func newLookupRig(t *testing.T, ctx context.Context, onLookup func(client net.Conn) verdict) *lookupRig {
+	t.Helper()
+	r := &lookupRig{pg: testenv.Postgres(t)}
+	l := listen(t)
+	proxied, to := l.proxy(t, r.pg.URL)
+	proxied = withParam(t, proxied, "sslmode", "disable") // the hook reads the messages
+	l.relayTo(to, func(client net.Conn) (up, down func([]byte) verdict) {
+		var f frontendStream
+		copyDone := false // the client's last write ended a COPY
+		up = func(b []byte) verdict {
+			ts := f.types(b)
+			if r.armed.Load() && copyDone && bytes.IndexByte(ts, 'P') >= 0 {
+				if v := onLookup(client); v != pass {
+					copyDone = false
+					return v
+				}
+			}
+			copyDone = bytes.IndexByte(ts, 'c') >= 0
+			return pass
+		}
+		return up, func([]byte) verdict { return pass }
+	})
+	r.s, r.dl = newTestSink(t, ctx, proxied, func(c *Config) { c.Connections, c.Mode = 1, ExactlyOnce })
+	r.logs = captureLog(t, r.s, time.Minute)
+	r.src = newSource()
+	r.wait = runSink(t, ctx, r.s, r.src)
+	first, m1 := rows(1, 1, nil)
+	r.src.push(t, ctx, first)
+	waitFor(t, ctx, "row 1 acked", allAcked(m1))
+	r.armed.Store(true)
+	return r
+}
+
+// answerLookup answers the lookup on client as the server answers a
+// statement that failed with code and message: an ErrorResponse, then
+// ReadyForQuery, the connection going on; the lookup is dropped.
+func answerLookup(client net.Conn, code, message string) verdict {
+	msg, err := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code, Message: message}).Encode(nil)
+	if err == nil {
+		msg, err = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(msg)
+	}
+	if err != nil {
+		return cut
+	}
+	_, _ = client.Write(msg)
+	return drop
+}
+
 // An exactly-once batch holding a row stored before (a redelivery) inserts
 // fewer rows than it staged, so after its commit the sink looks up which of
 // its rows the table lacks. When that lookup fails (a statement_timeout,
@@ -861,49 +925,19 @@ func TestExactlyOnceLookupFailsAfterCommit(t *testing.T) {
 	for _, how := range []string{"timeout", "cut"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := testCtx(t, 30*time.Second)
-			pg := testenv.Postgres(t)
-			l := listen(t)
-			proxied, to := l.proxy(t, pg.URL)
-			proxied = withParam(t, proxied, "sslmode", "disable") // the hook reads the messages
-			var armed, failed atomic.Bool
-			l.relayTo(to, func(client net.Conn) (up, down func([]byte) verdict) {
-				var f frontendStream
-				copyDone := false // the client's last write ended a COPY
-				up = func(b []byte) verdict {
-					ts := f.types(b)
-					// The first query after an exactly-once COPY (sent once
-					// its Query's ReadyForQuery came) is the lookup.
-					if armed.Load() && copyDone && bytes.IndexByte(ts, 'P') >= 0 && failed.CompareAndSwap(false, true) {
-						if how == "cut" {
-							return cut
-						}
-						// The server's answer to a statement that timed
-						// out; the connection goes on.
-						msg, err := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "57014",
-							Message: "canceling statement due to statement timeout"}).Encode(nil)
-						if err == nil {
-							msg, err = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(msg)
-						}
-						if err != nil {
-							return cut
-						}
-						_, _ = client.Write(msg)
-						return drop
-					}
-					copyDone = bytes.IndexByte(ts, 'c') >= 0
+			var failed atomic.Bool
+			r := newLookupRig(t, ctx, func(client net.Conn) verdict {
+				if !failed.CompareAndSwap(false, true) {
 					return pass
 				}
-				return up, func([]byte) verdict { return pass }
+				if how == "cut" {
+					return cut
+				}
+				// The server's answer to a statement that timed out; the
+				// connection goes on.
+				return answerLookup(client, "57014", "canceling statement due to statement timeout")
 			})
-			s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections, c.Mode = 1, ExactlyOnce })
-			logs := captureLog(t, s, time.Minute)
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-			first, m1 := rows(1, 1, nil)
-			src.push(t, ctx, first)
-			waitFor(t, ctx, "row 1 acked", allAcked(m1))
-
-			armed.Store(true)
+			pg, s, dl, logs, src, wait := r.pg, r.s, r.dl, r.logs, r.src, r.wait
 			again, ms := rows(1, 5, nil) // row 1 conflicts: 4 of 5 inserted, then the lookup
 			src.push(t, ctx, again)
 			finishClean(t, ctx, src, wait, dl, ms)
@@ -954,46 +988,12 @@ func TestExactlyOnceLookupFailsForGood(t *testing.T) {
 			t.Cleanup(func() { refusedFor = old })
 			refusedFor = 300 * time.Millisecond
 			ctx := testCtx(t, 30*time.Second)
-			pg := testenv.Postgres(t)
-			l := listen(t)
-			proxied, to := l.proxy(t, pg.URL)
-			proxied = withParam(t, proxied, "sslmode", "disable") // the hook reads the messages
-			var armed atomic.Bool
 			var failed atomic.Int32
-			l.relayTo(to, func(client net.Conn) (up, down func([]byte) verdict) {
-				var f frontendStream
-				copyDone := false // the client's last write ended a COPY
-				up = func(b []byte) verdict {
-					ts := f.types(b)
-					// The first query after an exactly-once COPY is the lookup.
-					if armed.Load() && copyDone && bytes.IndexByte(ts, 'P') >= 0 {
-						failed.Add(1)
-						msg, err := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: tc.code,
-							Message: tc.message}).Encode(nil)
-						if err == nil {
-							msg, err = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(msg)
-						}
-						if err != nil {
-							return cut
-						}
-						_, _ = client.Write(msg)
-						copyDone = false
-						return drop
-					}
-					copyDone = bytes.IndexByte(ts, 'c') >= 0
-					return pass
-				}
-				return up, func([]byte) verdict { return pass }
+			r := newLookupRig(t, ctx, func(client net.Conn) verdict {
+				failed.Add(1)
+				return answerLookup(client, tc.code, tc.message)
 			})
-			s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections, c.Mode = 1, ExactlyOnce })
-			logs := captureLog(t, s, time.Minute)
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-			first, m1 := rows(1, 1, nil)
-			src.push(t, ctx, first)
-			waitFor(t, ctx, "row 1 acked", allAcked(m1))
-
-			armed.Store(true)
+			pg, s, dl, logs, src, wait := r.pg, r.s, r.dl, r.logs, r.src, r.wait
 			again, ms := rows(1, 5, nil) // row 1 conflicts: 4 of 5 inserted, then the lookup
 			src.push(t, ctx, again)
 			waitFor(t, ctx, "Ready to report the failing lookups", func() bool {
@@ -1012,7 +1012,7 @@ func TestExactlyOnceLookupFailsForGood(t *testing.T) {
 					t.Fatalf("message %d settled while no lookup answered", i+1)
 				}
 			}
-			armed.Store(false)
+			r.armed.Store(false)
 			finishClean(t, ctx, src, wait, dl, ms)
 			if failed.Load() < 2 {
 				t.Fatalf("%d lookups failed, want several", failed.Load())
@@ -1052,36 +1052,12 @@ func TestExactlyOnceLookupCutEveryTime(t *testing.T) {
 	t.Cleanup(func() { refusedFor = old })
 	refusedFor = 300 * time.Millisecond
 	ctx := testCtx(t, 30*time.Second)
-	pg := testenv.Postgres(t)
-	l := listen(t)
-	proxied, to := l.proxy(t, pg.URL)
-	proxied = withParam(t, proxied, "sslmode", "disable") // the hook reads the messages
-	var armed atomic.Bool
 	var cuts atomic.Int32
-	l.relayTo(to, func(client net.Conn) (up, down func([]byte) verdict) {
-		var f frontendStream
-		copyDone := false // the client's last write ended a COPY
-		up = func(b []byte) verdict {
-			ts := f.types(b)
-			// The first query after an exactly-once COPY is the lookup.
-			if armed.Load() && copyDone && bytes.IndexByte(ts, 'P') >= 0 {
-				cuts.Add(1)
-				return cut
-			}
-			copyDone = bytes.IndexByte(ts, 'c') >= 0
-			return pass
-		}
-		return up, func([]byte) verdict { return pass }
+	r := newLookupRig(t, ctx, func(net.Conn) verdict {
+		cuts.Add(1)
+		return cut
 	})
-	s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections, c.Mode = 1, ExactlyOnce })
-	logs := captureLog(t, s, time.Minute)
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	first, m1 := rows(1, 1, nil)
-	src.push(t, ctx, first)
-	waitFor(t, ctx, "row 1 acked", allAcked(m1))
-
-	armed.Store(true)
+	pg, s, dl, logs, src, wait := r.pg, r.s, r.dl, r.logs, r.src, r.wait
 	again, ms := rows(1, 5, nil) // row 1 conflicts: 4 of 5 inserted, then the lookup
 	src.push(t, ctx, again)
 	waitFor(t, ctx, "Ready to report the lookups cut", func() bool {
@@ -1099,7 +1075,7 @@ func TestExactlyOnceLookupCutEveryTime(t *testing.T) {
 			t.Fatalf("message %d settled while no lookup answered", i+1)
 		}
 	}
-	armed.Store(false)
+	r.armed.Store(false)
 	finishClean(t, ctx, src, wait, dl, ms)
 	for i, m := range ms {
 		if n := m.acks.Load(); n != 1 {
