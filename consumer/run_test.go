@@ -1240,13 +1240,13 @@ func TestRunKeepsAnotherJetsinksFilter(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
-// Another jetsink's filter is kept only for filterKeep since it was set
-// (filterSetAtKey), then set back as an operator's edit is, logged at
-// Error with the ack floor and the delivered sequence: the jetsink that
-// set it may have stopped. A record without a time (an older jetsink's)
-// counts as set when this one first saw it; one set long ago is set back
-// at the next look. Before, it was kept for as
-// long as this one ran, skipping its own subjects' events.
+// Another jetsink's filter is kept only for filterKeep since this one
+// first saw it, then set back as an operator's edit is, logged at Error
+// with the ack floor and the delivered sequence: the jetsink that set it
+// may have stopped. The time recorded with it (filterSetAtKey) does not
+// count, being another host's clock: a record without one, or with one an
+// hour old, is kept as long. Before, it was kept for as long as this one
+// ran, skipping its own subjects' events.
 func TestRunSetsItsFilterBackAfterTheKeep(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
