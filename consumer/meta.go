@@ -29,9 +29,9 @@ const strandedKey = "jetsink_max_deliver_pending"
 // record is an edit, set back (refreshFloor); one that matches it was set
 // by another jetsink of the durable, configured otherwise (a rolling
 // update that changes nats.filter_subject), and is kept for filterKeep
-// since this process first saw it: setting it back at once would have the two swap it
-// every floorEvery, each swap skipping events for good (the server does
-// not go back). Past filterKeep it is set back as an edit is: the
+// since this process first saw it: setting it back at once would have the
+// two swap it every floorEvery, each swap skipping events for good (the
+// server does not go back). Past filterKeep it is set back as an edit is: the
 // jetsink that set it may have stopped (an old instance restarted
 // mid-rollout, a one-off run against the durable), and keeping it for
 // ever would skip this one's events for as long as it runs.
@@ -48,9 +48,9 @@ const filterKey = "jetsink_filter_subject"
 const filterSetAtKey = "jetsink_filter_set_at"
 
 // defaultFilterKeep is how long after this process first sees a filter
-// another jetsink of the durable set it keeps it (Consumer.filterKeep): longer than a
-// rolling update takes to replace the instances, short enough that a
-// filter nobody runs any more does not skip events for long.
+// another jetsink of the durable set it keeps it (Consumer.filterKeep):
+// longer than a rolling update takes to replace the instances, short
+// enough that a filter nobody runs any more does not skip events for long.
 const defaultFilterKeep = 5 * time.Minute
 
 // filterSetAt is filterSetAtKey's value for filter f set at t.
@@ -117,7 +117,8 @@ func strandedProblem(v string) Problem {
 // filterSetAtKey (kept from prev if prev has that filter recorded with a
 // time); but after New's update (filterApplied) a filter another jetsink
 // recorded on the server (othersFilter) is kept, record and all, until
-// filterKeep has passed since it was set (keepsOthers). metaMu held.
+// filterKeep has passed since this process first saw it (keepsOthers).
+// metaMu held.
 func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.ConsumerConfig) jetstream.ConsumerConfig {
 	cfg := &c.cfg
 	if meta == nil {
@@ -264,8 +265,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 			"consumer", cfg.Consumer, "resumes_in", info.PauseRemaining.Round(time.Second))
 	}
 	if cc.Metadata[filterKey] == cfg.FilterSubject {
-		// Its own filter applied: another's, set again without a time,
-		// is seen anew.
+		// Its own filter applied: another's, set again, is seen anew.
 		c.filterSeenMu.Lock()
 		c.filterSeen = nil
 		c.filterSeenMu.Unlock()

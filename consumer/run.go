@@ -1218,7 +1218,8 @@ const floorEvery = 10 * time.Second
 // delivered sequence, from which the operator can make the consumer again.
 // A filter another jetsink of the durable set (othersFilter: the one
 // recorded in its metadata) is not set back until filterKeep has passed
-// since it was set, but logged at Error, at most once a minute: two
+// since this process first saw it, but logged at Error, at most once a
+// minute: two
 // jetsinks configured otherwise, as in a rolling update that changes
 // nats.filter_subject, would swap it back and forth. Past filterKeep it
 // is set back as an edit is (the jetsink that set it may have stopped),
