@@ -401,3 +401,23 @@ func editOnServer(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg
 		t.Fatal(err)
 	}
 }
+
+// startFilterTestRun starts a run of a consumer with no filter (every
+// subject of the stream) that looks at its durable every 100 ms, over a
+// stream holding one event on each of two subjects (in.<stream>.s0 and
+// .s1), after set (if not nil) has changed the consumer; it returns the
+// configuration, the consumer's log, the run and JetStream. The tests of
+// filters edited on the server build on it.
+func startFilterTestRun(t *testing.T, ctx context.Context, set func(*Consumer)) (Config, *syncBuffer, *runner, jetstream.JetStream) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = 100 * time.Millisecond
+	if set != nil {
+		set(c)
+	}
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 2, 2, 0)
+	return cfg, log, startRun(t, ctx, c, 1, 64, 1000), js
+}

@@ -1130,13 +1130,7 @@ func TestRunOverOperatorsEdits(t *testing.T) {
 func TestRunOverFilterAndBackoffEdits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv)
-	c, log := newLoggedConsumer(t, ctx, cfg)
-	c.floorEvery = 100 * time.Millisecond
-	js := jsFor(t, srv)
-	publish(t, ctx, js, cfg, 2, 2, 0) // in.<stream>.s0 and .s1
-	r := startRun(t, ctx, c, 1, 64, 1000)
+	cfg, log, r, js := startFilterTestRun(t, ctx, nil)
 	for range 2 {
 		if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
 			t.Fatal(err)
@@ -1188,13 +1182,7 @@ func TestRunOverFilterAndBackoffEdits(t *testing.T) {
 func TestRunKeepsAnotherJetsinksFilter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv) // no filter: every subject of the stream
-	c, log := newLoggedConsumer(t, ctx, cfg)
-	c.floorEvery = 100 * time.Millisecond
-	js := jsFor(t, srv)
-	publish(t, ctx, js, cfg, 2, 2, 0) // in.<stream>.s0 and .s1
-	r := startRun(t, ctx, c, 1, 64, 1000)
+	cfg, log, r, js := startFilterTestRun(t, ctx, nil)
 	r.ackUntil(t, ctx, 1)
 	onServer := func() jetstream.ConsumerConfig { return onServerConfig(t, ctx, js, cfg) }
 	only := subjectOf(cfg, 0, 2)
@@ -1250,15 +1238,8 @@ func TestRunKeepsAnotherJetsinksFilter(t *testing.T) {
 func TestRunSetsItsFilterBackAfterTheKeep(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv) // no filter: every subject of the stream
-	c, log := newLoggedConsumer(t, ctx, cfg)
-	c.floorEvery = 100 * time.Millisecond
 	const keep = 6 * time.Second
-	c.filterKeep = keep
-	js := jsFor(t, srv)
-	publish(t, ctx, js, cfg, 2, 2, 0) // in.<stream>.s0 and .s1
-	r := startRun(t, ctx, c, 1, 64, 1000)
+	cfg, log, r, js := startFilterTestRun(t, ctx, func(c *Consumer) { c.filterKeep = keep })
 	r.ackUntil(t, ctx, 1)
 	onServer := func() jetstream.ConsumerConfig { return onServerConfig(t, ctx, js, cfg) }
 	only := subjectOf(cfg, 0, 2)
