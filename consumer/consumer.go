@@ -142,6 +142,12 @@ type Consumer struct {
 	// acksRefused is the server's last refusal of an ack or InProgress
 	// (no permission on $JS.ACK): see AcksRefused.
 	acksRefused atomic.Pointer[refusal]
+	// dlDenied is the server's last refusal of a dead letter (the user
+	// may not publish to nats.dead_letter_subject), cleared by a dead
+	// letter stored: see DeadLettersDenied. dlDeniedLog bounds its Error
+	// lines (quietEvery).
+	dlDenied    atomic.Pointer[refusal]
+	dlDeniedLog pipeline.Every
 	// pullsRefused is set while the server refuses the pulls themselves
 	// (no permission to publish to the pull subject: notePullRefusal), for
 	// NotConsuming. Unlike stuck, which a look at the consumer or a session
@@ -397,6 +403,7 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			c.noteAckRefusal(err)
 			c.notePullRefusal(err) // nats.go's pulls
+			c.noteDeadLetterDenial(err)
 			subject := ""
 			if sub != nil {
 				subject = sub.Subject
@@ -528,6 +535,50 @@ func (c *Consumer) noteAckRefusal(err error) {
 			"(and $JS.ACK.*.*.<stream>.>, the form a server with a domain or newer ack subjects uses) "+
 			"(the readiness check fails meanwhile)", "err", err)
 	}
+}
+
+// noteDeadLetterDenial keeps err if it is the server refusing a dead
+// letter: a permissions violation for a publish to
+// nats.dead_letter_subject. The server drops the publish and says so on
+// the connection (nats.go's async error), not to the publish, which only
+// times out: publishDeadLetter then names the permission instead of a
+// stream that did not answer. Logged at Error at most once every
+// quietEvery (with the number held back): a run of poison events is
+// refused at every probe. Safe from any goroutine.
+func (c *Consumer) noteDeadLetterDenial(err error) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return
+	}
+	// nats.go's text: `nats: permissions violation: Permissions Violation
+	// for Publish to "<subject>"`; the subject is the one sent, no prefix.
+	t := err.Error()
+	if !strings.Contains(strings.ToLower(t), "for publish to") || !strings.Contains(t, `"`+c.cfg.DeadLetterSubject+`"`) {
+		return
+	}
+	c.dlDenied.Store(&refusal{at: time.Now(), err: err})
+	c.dlDeniedLog.Log(context.Background(), c.log, slog.LevelError, quietEvery,
+		"the NATS user may not publish to "+c.cfg.DeadLetterSubject+": give it permission; until then no dead letter is stored, "+
+			"and the events to dead-letter are nak'ed and delivered again, none lost (the readiness check fails meanwhile)",
+		"dead_letter_subject", c.cfg.DeadLetterSubject, "err", err)
+}
+
+// dlDeniedFor is how long after the server last refused a dead letter
+// DeadLettersDenied still reports it, unless a dead letter is stored
+// first: an event whose dead letter failed comes back within dlNakMax,
+// and is refused again while the permission is missing.
+const dlDeniedFor = 2 * dlNakMax
+
+// DeadLettersDenied returns the server's refusal of a dead letter (the
+// user may not publish to nats.dead_letter_subject) seen in the last
+// dlDeniedFor and not followed by a dead letter stored, or nil. Safe from
+// any goroutine; the readiness check reports it.
+func (c *Consumer) DeadLettersDenied() error {
+	r := c.dlDenied.Load()
+	if r == nil || time.Since(r.at) > dlDeniedFor {
+		return nil
+	}
+	return fmt.Errorf("the NATS user may not publish to %s, so no dead letter is stored (%v ago): give it permission: %w",
+		c.cfg.DeadLetterSubject, time.Since(r.at).Round(time.Second), r.err)
 }
 
 // pullRefusal is the server refusing the pulls: since the first refusal

@@ -246,10 +246,11 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 // sending, every time; fitReason has already cut the reason). Only a
 // reconnect to a server with a larger max_payload (nc.MaxPayload follows
 // the server's INFO) could store it; publishStale does not wait for one. A refusal of the server
-// (no stream, a full one) or no answer may end; a permissions violation
-// on the dead-letter subject cannot be told from no answer (the server
-// drops the publish and says so on the connection, not to the request),
-// and is tried again as one.
+// (no stream, a full one) or no answer may end; so may a permissions
+// violation on the dead-letter subject (the server drops the publish and
+// says so on the connection, not to the request: it times out, and
+// publishDeadLetter names the permission), which is tried again as no
+// answer is: a permission given saves the event.
 func neverFits(err error) bool {
 	return errors.Is(err, nats.ErrMaxPayload)
 }
@@ -300,7 +301,11 @@ const dlRecreateEvery = 5 * time.Second
 // first PubAck (a duplicate's too) closes the breaker. A publish that finds no stream
 // (jetstream.ErrNoStreamResponse) with nats.create_stream set re-creates
 // the dead-letter stream, at most every dlRecreateEvery, and is sent once
-// more.
+// more. A publish that timed out after the server refused a dead letter
+// on the connection (noteDeadLetterDenial: the user may not publish to
+// the subject) returns an error that says so and wraps the refusal
+// (nats.ErrPermissionViolation) and the timeout; a dead letter stored
+// clears the refusal (DeadLettersDenied).
 func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m *nats.Msg) (*jetstream.PubAck, error) {
 	probe, err := c.dlBreaker.admit(time.Now())
 	if err != nil {
@@ -316,26 +321,45 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 				"stream_seq", ev.StreamSeq, "err", perr)
 		}
 	}
+	began := time.Now()
 	ack, err := c.publishOnce(ctx, m, timeout)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) && c.cfg.CreateStream && c.recreateDeadLetterStream(ctx) {
 		ack, err = c.publishOnce(ctx, m, timeout)
 	}
 	outcome := dlAnswered
+	denied := false
 	switch {
 	case err == nil:
+		// The user may publish there (again).
+		c.dlDenied.Store(nil)
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		// Our own timeout, not the caller's end.
 		outcome = dlUnanswered
+		if r := c.dlDenied.Load(); r != nil && !r.at.Before(began) {
+			// The server refused a dead letter meanwhile (on the
+			// connection: noteDeadLetterDenial), and answers none it
+			// refuses: say so, not that nothing answered. Still
+			// unanswered for the breaker: every such publish waits out its
+			// timeout, and a probe finds the permission given.
+			denied = true
+			err = fmt.Errorf("the NATS user may not publish to %s: give it permission: %w (the publish timed out: %w)",
+				c.cfg.DeadLetterSubject, r.err, err)
+		}
 	default:
 		outcome = dlRefused
 	}
 	switch c.dlBreaker.done(time.Now(), probe, outcome, err) {
 	case breakerOpened:
+		msg := "the dead-letter stream did not answer a publish: dead letters fail at once (their events are nak'ed) " +
+			"until a probe, one every " + dlProbeEvery.String() + " at most, is answered"
+		if denied {
+			msg = "the server refused a dead letter: the NATS user may not publish to " + c.cfg.DeadLetterSubject + ": give it permission; " +
+				"dead letters fail at once (their events are nak'ed) until a probe, one every " + dlProbeEvery.String() + " at most, is stored"
+		}
 		// nats_status: a connection that is reconnecting buffers the
 		// publish, and it times out the same way; the stream may be fine.
-		c.log.Error("the dead-letter stream did not answer a publish: dead letters fail at once (their events are nak'ed) "+
-			"until a probe, one every "+dlProbeEvery.String()+" at most, is answered",
-			"dead_letter_subject", c.cfg.DeadLetterSubject, "timeout", timeout, "probe_timeout", c.probeTimeout(), "nats_status", c.nc.Status().String(), "err", err)
+		c.log.Error(msg, "dead_letter_subject", c.cfg.DeadLetterSubject, "timeout", timeout, "probe_timeout", c.probeTimeout(),
+			"nats_status", c.nc.Status().String(), "err", err)
 	case breakerClosed:
 		c.log.Info("the dead-letter stream answers again", "dead_letter_subject", c.cfg.DeadLetterSubject)
 	}

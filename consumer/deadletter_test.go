@@ -1075,3 +1075,72 @@ func TestDeadLettersOfTwoConsumersAreBothStored(t *testing.T) {
 		}
 	}
 }
+
+// A user who may not publish to the dead-letter subject: the server drops
+// each dead letter and says so on the connection, not to the publish,
+// which times out. The Error log, DeadLetter's error and the readiness
+// check (DeadLettersDenied) name the permission to give, and the event is
+// nak'ed; once it is given, the event's dead letter is stored and the
+// check clears. Before, the log said only that the dead-letter stream did
+// not answer, and the readiness check stayed green. (The dead letter goes
+// through nats.go with either pull client.)
+func TestDeadLetterDeniedNamesThePermission(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	js, cfg, reload := permissionsServer(t, ctx)
+	cfg.AckWait = 4 * time.Second // a dead-letter publish waits 500 ms, a probe 2 s
+	reload(cfg.DeadLetterSubject)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+	want := "may not publish to " + cfg.DeadLetterSubject
+	err := c.DeadLetter(ctx, &ev, dl)
+	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("DeadLetter denied by the server = %v, want ErrDeadLetter wrapping nats.ErrPermissionViolation, saying %q", err, want)
+	}
+	errorLine := func(msg string) bool {
+		for line := range strings.Lines(log.String()) {
+			if strings.Contains(line, "level=ERROR") && strings.Contains(line, msg) && strings.Contains(line, want) {
+				return true
+			}
+		}
+		return false
+	}
+	if !errorLine("the NATS user "+want+": give it permission") || !errorLine("dead-letter publish failed; event nak'ed") {
+		t.Fatalf("no Error lines naming the permission, for the refusal and for the failed dead letter; log:\n%s", log)
+	}
+	if strings.Contains(log.String(), "did not answer") {
+		t.Fatalf("a refused dead letter taken for an unanswered one; log:\n%s", log)
+	}
+	if err := c.DeadLettersDenied(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("DeadLettersDenied = %v, want it to say %q", err, want)
+	}
+	if lag, err := c.Lag(ctx); err != nil || lag.AckFloor != 0 {
+		t.Fatalf("ack floor = %d (%v) after a denied dead letter: the event was acked or terminated", lag.AckFloor, err)
+	}
+
+	// The permission given: the nak'ed event comes back, and its dead
+	// letter, the breaker's probe, is stored.
+	reload()
+	again := r.next(t, ctx).ev
+	if again.StreamSeq != ev.StreamSeq || again.Delivered != 2 {
+		t.Fatalf("got seq %d delivery %d, want seq %d again", again.StreamSeq, again.Delivered, ev.StreamSeq)
+	}
+	waitFor(t, ctx, "the probe to be due", func() bool { return c.dlBreaker.probeDue(time.Now()) })
+	if err := c.DeadLetter(ctx, &again, dl); err != nil {
+		t.Fatalf("DeadLetter once the permission is given: %v", err)
+	}
+	info, err := dlqStream(t, ctx, js, cfg).Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("dead-letter stream holds %d messages, want 1", info.State.Msgs)
+	}
+	if err := c.DeadLettersDenied(); err != nil {
+		t.Fatalf("DeadLettersDenied after a dead letter was stored = %v, want nil", err)
+	}
+	r.stopClean(t, ctx)
+}

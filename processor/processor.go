@@ -261,6 +261,9 @@ func (p *Processor) readiness() map[string]telemetry.Check {
 			if err := p.consumer.AcksRefused(); err != nil {
 				return err // every event comes again after ack_wait
 			}
+			if err := p.consumer.DeadLettersDenied(); err != nil {
+				return err // no dead letter stored: poison events come again and again
+			}
 			return p.consumer.Refused() // a stream whose sequence restarted: not consuming
 		},
 		"postgres": p.sink.Ready,
