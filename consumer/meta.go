@@ -222,7 +222,10 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		c.resumeUnsure = false
 	}
 	cc := c.consumerConfig(meta, prev)
-	if _, at, others := c.othersFilter(prev); prev != nil && !sameFilter(prev, cfg.FilterSubject) && !(others && c.filterApplied && c.keepsOthers(at)) {
+	// Whether another jetsink's filter is kept is decided once, by
+	// consumerConfig: deciding again here could differ (the keep may
+	// end in between), and warn of a change not made, or not of one made.
+	if prev != nil && !sameFilter(prev, cfg.FilterSubject) && sameFilter(&cc, cfg.FilterSubject) {
 		// The server swaps the filter without going back (refreshFloor).
 		c.log.Warn("changing the consumer's filter to nats.filter_subject: it keeps its place in the stream, so events on subjects "+
 			"the old filter left out that lie before that place are not delivered", "consumer", cfg.Consumer,
@@ -315,7 +318,13 @@ func (c *Consumer) floorStream(ctx context.Context) (bool, error) {
 // updateMeta rewrites the consumer's metadata: as the server has it, with
 // change applied, so that keys others set stay, within metaTimeout; not
 // cut short when ctx ends (a shutdown): the marks it writes keep a restart
-// from taking a replaced stream for a new one. metaMu held.
+// from taking a replaced stream for a new one. The filter, and its record
+// (filterKey, filterSetAtKey), stay as the server has them: set back here,
+// an operator's edit, or another jetsink's filter past its keep, went
+// unseen, with no Error line giving the ack floor from which to recover
+// the events it skipped, and the next look (refreshFloor) found jetsink's
+// own. Setting it back is refreshFloor's and ensureConsumer's, which say
+// so. metaMu held.
 func (c *Consumer) updateMeta(ctx context.Context, change func(map[string]string)) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), metaTimeout)
 	defer cancel()
@@ -327,7 +336,16 @@ func (c *Consumer) updateMeta(ctx context.Context, change func(map[string]string
 		return fmt.Errorf("consumer %s on stream %s: %w", c.cfg.Consumer, c.cfg.Stream, jetstream.ErrConsumerNotFound)
 	}
 	change(meta)
-	_, err = c.js.UpdateConsumer(ctx, c.cfg.Stream, c.consumerConfig(meta, prev))
+	cc := c.consumerConfig(meta, prev)
+	cc.FilterSubject, cc.FilterSubjects = prev.FilterSubject, prev.FilterSubjects
+	for _, k := range []string{filterKey, filterSetAtKey} {
+		if v, ok := prev.Metadata[k]; ok {
+			cc.Metadata[k] = v
+		} else {
+			delete(cc.Metadata, k)
+		}
+	}
+	_, err = c.js.UpdateConsumer(ctx, c.cfg.Stream, cc)
 	return err
 }
 

@@ -1172,6 +1172,79 @@ func TestRunOverFilterAndBackoffEdits(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// A rewrite of the durable's metadata (markReplaced, as checkSeq marks a
+// replaced stream) keeps the filter the server has, and its record: an
+// operator's edit is still there for the next look (refreshFloor), which
+// sets it back and logs it at Error with the ack floor and the delivered
+// sequence. Before, the rewrite set jetsink's filter back silently, and
+// the look found nothing to say.
+func TestMetadataUpdateKeepsAnEditedFilter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var c *Consumer
+	cfg, log, r, js := startFilterTestRun(t, ctx, func(cc *Consumer) { c = cc })
+	r.ackUntil(t, ctx, 1)
+	waitFor(t, ctx, "both acks on the server", func() bool {
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		return err == nil && cons.CachedInfo().AckFloor.Stream == 2
+	})
+	// Stopped, so that no look of the run's sets the edit back first: the
+	// test looks itself, below.
+	r.stopClean(t, ctx)
+	only := subjectOf(cfg, 0, 2)
+	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) { cc.FilterSubject = only })
+	edited := onServerConfig(t, ctx, js, cfg)
+	created := time.Now()
+	if err := c.markReplaced(ctx, created, true); err != nil {
+		t.Fatal(err)
+	}
+	cc := onServerConfig(t, ctx, js, cfg)
+	if cc.Metadata[replacedKey] != replacedMark(created) {
+		t.Fatalf("metadata %v after markReplaced, want %s set", cc.Metadata, replacedKey)
+	}
+	if cc.FilterSubject != only || len(cc.FilterSubjects) != 0 {
+		t.Fatalf("filter %q %q after a metadata update, want the edit %q kept", cc.FilterSubject, cc.FilterSubjects, only)
+	}
+	for _, k := range []string{filterKey, filterSetAtKey} {
+		if cc.Metadata[k] != edited.Metadata[k] {
+			t.Fatalf("%s = %q after a metadata update, want %q as before it", k, cc.Metadata[k], edited.Metadata[k])
+		}
+	}
+	look := func(line string) {
+		t.Helper()
+		if why := c.refreshFloor(ctx); !strings.Contains(why, "filter_subject") {
+			t.Fatalf("the look after the update found %q changed, want filter_subject", why)
+		}
+		found := false
+		for l := range strings.Lines(log.String()) {
+			found = found || strings.Contains(l, "level=ERROR") && strings.Contains(l, line) &&
+				strings.Contains(l, "ack_floor=2") && strings.Contains(l, "delivered=2")
+		}
+		if !found {
+			t.Fatalf("no Error line %q with ack_floor=2 delivered=2; log:\n%s", line, log.String())
+		}
+	}
+	look("the consumer's filter was changed on the server")
+
+	// Another jetsink's filter, recorded an hour ago and first seen as
+	// long ago (its keep is over): kept with its record, which the look
+	// needs to tell it from an edit.
+	setAt := filterSetAt(time.Now().Add(-time.Hour), only)
+	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) {
+		cc.Metadata[filterKey], cc.Metadata[filterSetAtKey] = only, setAt
+	})
+	c.filterSeen = &seenFilter{filter: only, at: time.Now().Add(-time.Hour)}
+	if err := c.markReplaced(ctx, created, false); err != nil {
+		t.Fatal(err)
+	}
+	cc = onServerConfig(t, ctx, js, cfg)
+	if _, ok := cc.Metadata[replacedKey]; ok || cc.FilterSubject != only || cc.Metadata[filterKey] != only || cc.Metadata[filterSetAtKey] != setAt {
+		t.Fatalf("filter %q, metadata %v after a metadata update; want %s cleared, and %q kept with its record (%s)",
+			cc.FilterSubject, cc.Metadata, replacedKey, only, setAt)
+	}
+	look("another jetsink of this durable consumer set another filter, which this one first saw longer than keep_for ago")
+}
+
 // Two jetsinks of one durable configured with two filters, as in a
 // rolling update that changes nats.filter_subject: the one that starts
 // sets its filter, recorded in the durable's metadata, and the one
