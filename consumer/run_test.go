@@ -1163,7 +1163,7 @@ func TestRunOverFilterAndBackoffEdits(t *testing.T) {
 			filterErrs++
 		}
 	}
-	if filterErrs < 2 || !strings.Contains(log.String(), "changed=backoff") {
+	if filterErrs != 2 || !strings.Contains(log.String(), "changed=backoff") {
 		t.Fatalf("%d Error lines for the filter edits (want one each, with ack_floor=2 delivered=2), and the backoff's; log:\n%s", filterErrs, log.String())
 	}
 	// Both subjects flow again.
