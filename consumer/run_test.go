@@ -1334,25 +1334,28 @@ func TestRunSetsItsFilterBackAfterTheKeep(t *testing.T) {
 	}
 	const keptLine, setBackLine = "which this one keeps until keep_until", "which this one first saw longer than keep_for ago"
 
-	// Another jetsink sets its filter, with the time.
+	// Another jetsink sets its filter, with the time. The keep is
+	// measured from before it starts, which is before the running one
+	// can first see its filter: not from the time recorded, cut to whole
+	// seconds, which would let a set-back up to a second early pass.
 	other := cfg
 	other.FilterSubject = only
+	started := time.Now()
 	c2 := newConsumer(t, ctx, other)
 	if err := c2.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	cc := onServer()
 	ts, f, _ := strings.Cut(cc.Metadata[filterSetAtKey], " ")
-	setAt, err := time.Parse(time.RFC3339, ts)
-	if !kept(cc) || err != nil || f != only {
+	if _, err := time.Parse(time.RFC3339, ts); !kept(cc) || err != nil || f != only {
 		t.Fatalf("after the second instance started: filter %q, metadata %v; want %q recorded with the time", cc.FilterSubject, cc.Metadata, only)
 	}
 	waitFor(t, ctx, "the Error line of the keep", func() bool { return errorLines(keptLine) > 0 })
-	if cc := onServer(); !kept(cc) && time.Since(setAt) < keep {
+	if cc := onServer(); !kept(cc) && time.Since(started) < keep {
 		t.Fatalf("set back within the keep: filter %q, metadata %v", cc.FilterSubject, cc.Metadata)
 	}
 	waitFor(t, ctx, "its own filter set back", func() bool { return ours(onServer()) })
-	if d := time.Since(setAt); d < keep {
+	if d := time.Since(started); d < keep {
 		t.Fatalf("set its own filter back %v after the other's was set, want %v or more", d, keep)
 	}
 	waitFor(t, ctx, "the Error line of the set-back", func() bool { return errorLines(setBackLine) > 0 })
@@ -1409,6 +1412,50 @@ func TestRunSetsItsFilterBackAfterTheKeep(t *testing.T) {
 	publish(t, ctx, js, cfg, 2, 2, 2)
 	r.ackUntil(t, ctx, 3)
 	r.stopClean(t, ctx)
+}
+
+// ensureConsumer, applying its own filter, forgets when it first saw
+// another jetsink's: that filter, set again later, is seen anew and kept
+// for filterKeep from then. Remembered, the keep counted from the first
+// sight, and the filter set again after this one set its own back was set
+// back at once (the two swapping it, each swap skipping events).
+// othersFilter forgets it too, at a look that finds the own filter, but a
+// look may find the other's set again first; this test has no run, and
+// so no look.
+func TestApplyingItsOwnFilterForgetsAnothersFirstSight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	only := subjectOf(cfg, 0, 2)
+	setOthers := func(cc *jetstream.ConsumerConfig) {
+		cc.FilterSubject = only
+		cc.Metadata[filterKey] = only
+		cc.Metadata[filterSetAtKey] = filterSetAt(time.Now(), only)
+	}
+	editOnServer(t, ctx, js, cfg, setOthers)
+	// First seen an hour ago: the keep is over, and ensureConsumer applies
+	// its own filter.
+	c.filterSeen = &seenFilter{filter: only, at: time.Now().Add(-time.Hour)}
+	if err := c.ensureConsumer(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if cc := onServerConfig(t, ctx, js, cfg); cc.FilterSubject != "" || len(cc.FilterSubjects) != 0 || cc.Metadata[filterKey] != "" {
+		t.Fatalf("filter %q %q, metadata %v after the keep; want its own (none) applied", cc.FilterSubject, cc.FilterSubjects, cc.Metadata)
+	}
+	// Set again: first seen now.
+	editOnServer(t, ctx, js, cfg, setOthers)
+	cc := onServerConfig(t, ctx, js, cfg)
+	before := time.Now()
+	f, at, ok := c.othersFilter(&cc)
+	if !ok || f != only || at.Before(before) {
+		t.Fatalf("othersFilter = %q, first seen %v ago, %v; want %q first seen now", f, time.Since(at).Round(time.Second), ok, only)
+	}
+	if !c.keepsOthers(at) {
+		t.Fatal("the filter set again is not kept")
+	}
 }
 
 // A subject delete marker (a message JetStream stores itself when a
