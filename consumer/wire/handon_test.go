@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,12 +142,17 @@ func TestFailedConnectionHandsOnWhatItsReaderHadRead(t *testing.T) {
 		t.Fatalf("handed on %q first, want m1 m2 m3", m)
 	}
 	// Before the fix the Sub now left at once (quit), with m4-m6 still to
-	// be parsed; fixed, it waits for the reader. A wait long enough for
-	// the old leaving, which would fail the test below.
-	select {
-	case <-sub.quit:
-	case <-time.After(300 * time.Millisecond):
-	}
+	// be parsed; fixed, it waits for the reader, parked in handOnHeld.
+	// The reader goes on only once the Sub has done one or the other, so
+	// the old leaving fails the test below however slow the machine.
+	eventually(t, 10*time.Second, "the Sub to leave or wait for the reader", func() bool {
+		select {
+		case <-sub.quit:
+			return true
+		default:
+			return waitsForReader()
+		}
+	})
 	c.mu.Unlock()
 	locked = false
 	waitClosed(t, sub, 10*time.Second)
@@ -199,4 +206,17 @@ func TestCloseAfterAFailureLeavesSubsHandingOn(t *testing.T) {
 	if !errors.Is(sub.Err(), ErrConnectionClosed) {
 		t.Errorf("Sub ended with %v, want ErrConnectionClosed", sub.Err())
 	}
+}
+
+// waitsForReader reports whether a Sub's delivery goroutine is parked in
+// handOnHeld's wait for the reader (the one select there that blocks).
+func waitsForReader() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "[select") && strings.Contains(g, "wire.(*Sub).handOnHeld(") {
+			return true
+		}
+	}
+	return false
 }
