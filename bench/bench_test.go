@@ -724,6 +724,13 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("EventBytes %d, embedded: %v, want ErrInvalidOptions naming --event-bytes", n, err)
 		}
 	}
+	// A configured server's max_payload may be larger (up to 64 MiB): its
+	// limit is checked once connected, not against the embedded default.
+	o = Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, EventBytes: 1 << 20, Base: config.Default()}
+	o.Base.Pipeline.MaxEventBytes = 4 << 20
+	if err := o.defaults(); err != nil {
+		t.Errorf("EventBytes 1 MiB for a configured server: %v, want it taken", err)
+	}
 }
 
 // Each variant's configuration is loaded as "jetsink run" will load it,
