@@ -98,6 +98,10 @@ type committer struct {
 	// untried, nearest last: where process cuts its next try when poison
 	// rows come one after another.
 	ends []int
+	// passes counts the batch's failed lookups after its commits
+	// (lookupPasses) over every commitRetry of its pieces, so that the
+	// bound holds per batch, not per halving of it; process resets it.
+	passes lookupPasses
 	// Scratch of settle: the messages of a committed piece, their acks' results.
 	acks    []pipeline.Msg
 	ackErrs []error
@@ -396,6 +400,7 @@ func (c *committer) closeConn() {
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
 	c.retries, c.settled, c.bytes, c.held = 0, 0, 0, nil
+	c.passes = lookupPasses{}
 	c.suspectFrom(0)
 	c.hold.resume = false
 	// c.span may start later too, with rows taken into the batch
@@ -532,7 +537,9 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				if c.hold.resume = errors.Is(err, errAbsorbed); c.hold.resume {
 					// Rows were taken in: drop the settled ones first,
 					// so that a hold that goes on through many batches
-					// keeps only what it retries.
+					// keeps only what it retries. Its lookups count
+					// anew, as a new batch's would.
+					c.passes = lookupPasses{}
 					n := b.dropSettled(lo)
 					lo, last = lo-n, last-n
 					for i := range c.ends {
@@ -778,7 +785,7 @@ func copyLine(err error) (int, bool) {
 // exactly-once commit whose lookup of missing rows failed (lookupError) is
 // never settled before a lookup answers: the rows are sent again (those
 // stored conflict). A lookup that a lost connection or a first timeout
-// ended is no failed attempt, up to a bound (lookupPasses); any other is
+// ended is no failed attempt, up to a bound per batch (c.passes); any other is
 // one, of classConfig unless transient, never bisected nor dead-lettered.
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve bool) error {
 	bo, first := &c.bo, 0
@@ -797,7 +804,6 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 	// Commits whose lookup of the rows missing from the table failed
 	// (lookupError), and the backoff and last Warn line of their retries.
 	var lookups int
-	var passes lookupPasses
 	var lookupBo backoff
 	var lookupWarned time.Time
 	for attempt := first; ; attempt++ {
@@ -835,7 +841,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 				return ctx.Err() // unacked: redelivered, the stored rows conflict
 			}
 		}
-		if isLookup && passes.passing(le.err, failedAt) {
+		if isLookup && c.passes.passing(le.err, failedAt) {
 			// A lookup that a lost connection or a first timeout
 			// ended, within the bound: not a failed attempt (no retry
 			// counted, no piece halved, the sink not failing).
@@ -1454,8 +1460,8 @@ const lookupTimeoutsPassing = 1
 // stillFailingEvery has gone by since the first failed.
 const lookupQuietPasses = 3
 
-// lookupPasses counts the failed lookups after a batch's commit
-// (commitRetry, one per batch).
+// lookupPasses counts the failed lookups after a batch's commits
+// (committer.passes: one per batch, over the pieces a timeout cuts it into).
 type lookupPasses struct {
 	quiet    int       // passed quietly
 	timeouts int       // server timeouts in a row, lost connections between them not counted

@@ -1089,3 +1089,42 @@ func TestExactlyOnceLookupCutEveryTime(t *testing.T) {
 		t.Errorf("the log does not say the lookup failed after the commit:\n%s", logs.String())
 	}
 }
+
+// The bound on a batch's failed lookups that pass quietly
+// (lookupQuietPasses) holds for the batch, not for each piece of it: a
+// lookup that always times out halves the batch of 16 rows down to one
+// (each timeout past the first is a failed attempt), and its pieces'
+// lookups pass quietly no more often than the batch's would. Before, each
+// piece's retries counted their own, and one more passed quietly per
+// halving: five for 16 rows.
+func TestExactlyOnceLookupQuietPassesPerBatch(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	var timeouts atomic.Int32
+	r := newLookupRig(t, ctx, func(client net.Conn) verdict {
+		timeouts.Add(1)
+		return answerLookup(client, "57014", "canceling statement due to statement timeout")
+	})
+	pg, s, dl, logs, src, wait := r.pg, r.s, r.dl, r.logs, r.src, r.wait
+	again, ms := rows(1, 16, nil) // row 1 conflicts: 15 of 16 inserted, then the lookup
+	src.push(t, ctx, again)
+	waitFor(t, ctx, "the batch halved down to one row", func() bool { return s.Stats().TimeoutSplits >= 4 })
+	n := timeouts.Load()
+	waitFor(t, ctx, "the lone row's lookups to time out again", func() bool { return timeouts.Load() >= n+3 })
+	r.armed.Store(false)
+	finishClean(t, ctx, src, wait, dl, ms)
+	// Each commitRetry logs its first quiet pass at Warn (the others at
+	// Debug, which the capture leaves out), so this counts every pass
+	// of a piece that had one.
+	quiet := strings.Count(logs.String(), "batch committed, but the lookup of which of its rows the table stored failed")
+	if quiet == 0 || quiet > lookupQuietPasses {
+		t.Errorf("%d quiet passes logged for one batch, want 1 to %d:\n%s", quiet, lookupQuietPasses, logs.String())
+	}
+	for i, m := range ms {
+		if n := m.acks.Load(); n != 1 {
+			t.Errorf("message %d acked %d times, want once", i+1, n)
+		}
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 16 {
+		t.Errorf("%d rows, want 16", n)
+	}
+}
