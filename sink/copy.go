@@ -806,6 +806,14 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 	var lookups int
 	var lookupBo backoff
 	var lookupWarned time.Time
+	// The statement timeouts in a row of a lone row (see
+	// loneTimeoutsPoison): how many, when the first came, and the last
+	// attempt started by then, which a commit of another row must pass.
+	var lone struct {
+		n     int
+		first time.Time
+		seq   uint64
+	}
 	for attempt := first; ; attempt++ {
 		began := time.Now()
 		seq := c.s.st.attemptSeq.Add(1)
@@ -828,6 +836,17 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			return err // committed: settled, never sent again
 		}
 		le, isLookup := errors.AsType[*lookupError](err)
+		// Only the row's own statement timing out counts: not a lookup
+		// after its commit (it committed), nor a commit whose outcome is
+		// unknown; any other error starts the count anew.
+		if len(rows) == 1 && !isLookup && !unknown && queryCanceled(err) {
+			if lone.n == 0 {
+				lone.first, lone.seq = failedAt, c.s.st.attemptSeq.Load()
+			}
+			lone.n++
+		} else {
+			lone.n = 0
+		}
 		if isLookup {
 			// Committed, and not yet settled: never acked before a
 			// lookup answers. The rows are sent again: those stored
@@ -912,6 +931,18 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		if cl == classData {
 			c.s.answered() // the server judged the rows: it takes batches
 			return err
+		}
+		if span := failedAt.Sub(lone.first); lone.n >= loneTimeoutsPoison && span >= c.s.loneSpan &&
+			c.s.st.committedStart.Load() > lone.seq && c.held == nil {
+			// Other rows commit, so the table is neither locked nor
+			// slow for every row: this one is too slow alone, and
+			// process dead-letters it. (Not a held row: process bisects
+			// the held batch again first, and comes back here.)
+			ev := &rows[0].Event
+			c.s.log.Error("a row alone timed out on the server again and again while other rows committed; dead-lettering it",
+				"stream", ev.Stream, "stream_seq", ev.StreamSeq, "timeouts", lone.n, "over", span.Round(time.Millisecond),
+				"sqlstate", "57014", "hint", "raise statement_timeout for jetsink's role (ALTER ROLE ... SET), or find what makes this row slow (a trigger, a lock on a row it refers to)")
+			return &loneTimeoutError{err: err, n: lone.n, span: span}
 		}
 		c.s.st.retries.Add(1)
 		c.retries++
@@ -1900,6 +1931,9 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 			dl.Code = pipeline.CodeConstraint
 		case c.s.classify(err) == classSuspect:
 			dl.Code = pipeline.CodeRefused
+		}
+		if le, ok := errors.AsType[*loneTimeoutError](err); ok {
+			dl.Code, dl.Reason = pipeline.CodeRefused, le.reason(pgErr)
 		}
 	}
 	if !c.parkHeld(ctx, b, p, dl) {

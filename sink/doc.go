@@ -178,7 +178,11 @@
 //   - but statement_timeout, transaction_timeout or a cancel (57014,
 //     25P04) of more than one row: the committer caps its attempts at half
 //     the rows and goes on in pieces (Stats.TimeoutSplits), down to one row,
-//     which is retried. The cap carries over to its next batches, so that a
+//     which is retried; a row whose statement times out alone (57014) 3
+//     times in a row over 5 minutes at least, while rows of attempts that
+//     started after its first such timeout commit, is too slow alone, not
+//     locked out: it is dead-lettered (code refused, SQLSTATE 57014) and
+//     logged at Error (see loneTimeoutsPoison). The cap carries over to its next batches, so that a
 //     limit shorter than a batch takes costs each committer the timeouts
 //     of one batch's halvings, not of every batch's; it doubles after a commit fast enough that twice the cap
 //     would take under half the time the timed-out attempt ran (after a

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -1126,5 +1128,119 @@ func TestExactlyOnceLookupQuietPassesPerBatch(t *testing.T) {
 	}
 	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 16 {
 		t.Errorf("%d rows, want 16", n)
+	}
+}
+
+// A row that alone takes longer than the statement_timeout was retried for
+// ever (a timeout is transient, and one row cannot be halved): its
+// committer stuck for good, its event neither stored nor dead-lettered,
+// every drain running to drain_timeout, the row back after each restart.
+// Now a row that timed out alone loneTimeoutsPoison times in a row, over
+// loneSpan at least, while rows of attempts started after its first lone
+// timeout committed, is dead-lettered with SQLSTATE 57014, and the others
+// are stored ("slow": a trigger sleeps a second for row 3, the limit is
+// 200 ms). Not while nothing commits ("table locked"), nor before the span
+// has gone by ("row locked": its trigger waits for a lock held elsewhere,
+// as an insert waits for a locked parent row, while the other rows
+// commit): those rows are retried and, once the lock goes, stored. (The
+// names are short: application_name, the test's, keeps 63 bytes.)
+func TestRowSlowerThanTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		span time.Duration
+	}{
+		{"slow", time.Second},
+		{"table locked", 500 * time.Millisecond},
+		{"row locked", time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "200"), func(c *Config) { c.Connections = 2 })
+			s.loneSpan = tc.span
+			logs := captureLog(t, s, time.Minute)
+			admin, locker := pg.Conn(t), pg.Conn(t)
+			lockKey := strconv.FormatInt(time.Now().UnixNano()%1e12, 10)
+			switch tc.name {
+			case "slow":
+				triggerOn(t, ctx, admin, s.table, "slow", "NEW.stream_seq = 3", "PERFORM pg_sleep(1)")
+			case "row locked":
+				triggerOn(t, ctx, admin, s.table, "wait", "NEW.stream_seq = 3", "PERFORM pg_advisory_xact_lock("+lockKey+")")
+				execAll(t, ctx, locker, "SELECT pg_advisory_lock("+lockKey+")")
+			}
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			waitFor(t, ctx, "both committers connected", func() bool {
+				return backends(t, ctx, admin, s.cfg.AppName, "true") >= 2
+			})
+			var tx pgx.Tx
+			if tc.name == "table locked" {
+				tx = lockTable(t, ctx, pg, s)
+			}
+			first, ms := rows(1, 3, nil)
+			src.push(t, ctx, first)
+			// Halved down to one row that times out alone: row 3 (row 1
+			// with the table locked).
+			waitFor(t, ctx, "a row to time out alone", func() bool {
+				return strings.Contains(logs.String(), `retrying until it commits" rows=1 `)
+			})
+			lone := time.Now()
+			rest, ms2 := rows(4, 3, nil) // another committer takes them
+			src.push(t, ctx, rest)
+			ms = append(ms, ms2...)
+
+			switch tc.name {
+			case "slow":
+				waitFor(t, ctx, "row 3 dead-lettered", func() bool { l, _ := dl.letters(); return len(l) > 0 })
+				waitFor(t, ctx, "the other rows acked", allAcked(append(ms[:2:2], ms[3:]...)))
+				src.close()
+				if err := wait(); err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				letters, seqs := dl.letters()
+				if len(letters) != 1 || seqs[0] != 3 || letters[0].SQLState != "57014" || letters[0].Code != pipeline.CodeRefused ||
+					!strings.Contains(letters[0].Reason, "alone timed out") || !strings.Contains(letters[0].Reason, "while other rows committed") {
+					t.Fatalf("dead letters %+v for rows %v, want one for row 3, SQLSTATE 57014, saying it alone timed out while other rows committed", letters, seqs)
+				}
+				if m := ms[2]; m.acks.Load() != 0 || m.terms.Load() != 1 {
+					t.Errorf("row 3's message acked %d times, termed %d, want termed once", m.acks.Load(), m.terms.Load())
+				}
+				if n := count(t, ctx, admin, s.cfg.Table); n != 5 {
+					t.Errorf("%d rows in the table, want 5", n)
+				}
+				if !strings.Contains(logs.String(), "level=ERROR msg=\"a row alone timed out on the server again and again") {
+					t.Errorf("the row given up is not logged at Error:\n%s", logs)
+				}
+				return
+			case "table locked":
+				// Well past the span, with the lone rows timing out every
+				// 200-400 ms.
+				waitFor(t, ctx, "the span to go by four times", func() bool { return time.Since(lone) > 4*tc.span })
+				if n := s.Stats().Retries; n < 2*loneTimeoutsPoison {
+					t.Fatalf("%d retries while the table was locked, want %d or more", n, 2*loneTimeoutsPoison)
+				}
+				if l, seqs := dl.letters(); len(l) != 0 {
+					t.Fatalf("rows %v dead-lettered while nothing committed: %+v", seqs, l)
+				}
+				if err := tx.Rollback(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case "row locked":
+				waitFor(t, ctx, "rows 1, 2, 4, 5 and 6 acked", allAcked(append(ms[:2:2], ms[3:]...)))
+				r := s.Stats().Retries
+				waitFor(t, ctx, "row 3 to time out alone again, past the count", func() bool {
+					l, _ := dl.letters()
+					return s.Stats().Retries >= r+loneTimeoutsPoison+1 || len(l) > 0
+				})
+				if l, seqs := dl.letters(); len(l) != 0 {
+					t.Fatalf("rows %v dead-lettered before the span went by: %+v", seqs, l)
+				}
+				execAll(t, ctx, locker, "SELECT pg_advisory_unlock("+lockKey+")")
+			}
+			finishClean(t, ctx, src, wait, dl, ms)
+			if n := count(t, ctx, admin, s.cfg.Table); n != 6 {
+				t.Errorf("%d rows in the table, want 6", n)
+			}
+		})
 	}
 }

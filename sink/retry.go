@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -279,6 +280,54 @@ func timedOut(err error) bool {
 		return false
 	}
 	return pgErr.Code == "57014" || pgErr.Code == "25P04"
+}
+
+// A row that a statement timeout ends every time it is tried alone would be
+// retried for ever (a timeout is transient, and one row cannot be halved):
+// its committer stuck for good, its event neither stored nor dead-lettered,
+// every drain running to drain_timeout, and the row back after each
+// restart. A lock held elsewhere ends the same way for a while, though, so
+// commitRetry gives such a row up as poison (loneTimeoutError) only once it
+// has timed out alone loneTimeoutsPoison times in a row, over
+// loneTimeoutSpan at least, while rows of attempts that started after its
+// first lone timeout committed: a table that is locked, or a server that is
+// slow for every row, commits none, and a lock on the row's parent held for
+// less than the span is waited out.
+const (
+	loneTimeoutsPoison = 3
+	loneTimeoutSpan    = 5 * time.Minute
+)
+
+// loneTimeoutError is commitRetry's answer for a row that it gives up on
+// after its lone timeouts (see loneTimeoutsPoison): process dead-letters it,
+// with the timeout's SQLSTATE (57014).
+type loneTimeoutError struct {
+	err  error // the last timeout
+	n    int
+	span time.Duration
+}
+
+func (e *loneTimeoutError) Error() string {
+	return fmt.Sprintf("the row alone timed out on the server %d times in a row over %v while other rows committed: %v",
+		e.n, e.span.Round(time.Second), e.err)
+}
+
+func (e *loneTimeoutError) Unwrap() error { return e.err }
+
+// reason is the dead letter's reason: the timeout's message and SQLSTATE
+// (it quotes no value of the row), and why the row was given up.
+func (e *loneTimeoutError) reason(pgErr *pgconn.PgError) string {
+	return fmt.Sprintf("%s (SQLSTATE %s): this row alone timed out %d times in a row over %v while other rows committed",
+		pgErr.Message, pgErr.Code, e.n, e.span.Round(time.Second))
+}
+
+// queryCanceled reports whether err is the server's query_canceled
+// (57014): a statement_timeout, which a row slower than it meets every
+// time, or a cancel request, which the code does not tell apart. Not
+// transaction_timeout (25P04), which ends the session.
+func queryCanceled(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == "57014"
 }
 
 // outcomeUnknown reports whether a failed COMMIT may have committed: the
