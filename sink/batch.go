@@ -208,6 +208,25 @@ type run struct {
 	// is closed once the committers have returned.
 	pings chan chan error
 	done  chan struct{}
+
+	// staleLeft counts the rows a hard stop left unsettled whose stream
+	// was re-created since they were taken (leaveStale), for Run's log.
+	staleLeft atomic.Int64
+}
+
+// leaveStale counts the unsettled rows of b whose event's stream was
+// re-created since it was taken (its epoch is not the current one), as a
+// hard stop drops b's rows: JetStream delivers the others again after
+// ack_wait, but nothing delivers these, whose old stream is gone.
+func (r *run) leaveStale(b *batch) {
+	cur := r.s.epochs.Current()
+	b.mu.Lock()
+	for i := b.lo; i < len(b.rows); i++ {
+		if b.rows[i].Event.Epoch != cur {
+			r.staleLeft.Add(1)
+		}
+	}
+	b.mu.Unlock()
 }
 
 // warmGrace is how long, after the first committer has connected, the
@@ -242,7 +261,9 @@ func (r *run) closeWork() {
 // redeliver: Stats.GivenUp, see committer.strandedWait); then it returns
 // nil. ctx is the hard context: cancelling
 // it abandons uncommitted batches (their messages are not acked and will be
-// redelivered) and Run returns ctx.Err(). A Source error other than
+// redelivered) and Run returns ctx.Err(), after logging at Error how many
+// of their rows no one will redeliver, their stream re-created since they
+// were taken (see run.leaveStale). A Source error other than
 // ringq.ErrClosed is returned as is, after the batches handed over are
 // done. Database failures are never returned: they are retried until ctx
 // ends. Without a DeadLetterer (New with nil) Run returns an error wrapping
@@ -323,6 +344,24 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	for _, e := range errs {
 		if err == nil {
 			err = e
+		}
+	}
+	if ctx.Err() != nil {
+		// A hard stop: the committers counted the rows of their batches
+		// as they dropped them; the batcher's (open, held, the carry)
+		// are left here.
+		for _, b := range r.all {
+			r.leaveStale(b)
+		}
+		r.spareMu.Lock()
+		for b := range r.spares {
+			r.leaveStale(b)
+		}
+		r.spareMu.Unlock()
+		if n := r.staleLeft.Load(); n > 0 {
+			s.log.Error("hard stop left rows uncommitted for events whose stream was re-created since they were taken; "+
+				"nothing delivers those events again, so they are lost unless their old stream still holds them",
+				"events", n)
 		}
 	}
 	return err

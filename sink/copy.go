@@ -165,6 +165,9 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 		if _, ok := errors.AsType[*givenUpError](err); ok {
 			err = nil // its rows left unacked, for JetStream to redeliver (process logged them)
 		}
+		if ctx.Err() != nil {
+			c.r.leaveStale(b) // a hard stop drops its unsettled rows
+		}
 		b.reset()
 		if !b.spare {
 			b.shrink(c.s.cfg.Batch.MaxRows)

@@ -2730,6 +2730,50 @@ func TestStaleEpochCommittedNotAcked(t *testing.T) {
 	}
 }
 
+// At a hard stop the rows not committed are dropped, and JetStream
+// delivers them again after ack_wait; unless their stream was re-created
+// since they were taken, which leaves nothing to deliver them. Those are
+// counted, the committer's batch and the batcher's alike, and logged once
+// at Error as Run returns ("hard stop left rows uncommitted", events=8);
+// with the same stream, no such line. Before, they were dropped in silence.
+func TestHardStopLogsStaleRowsLeft(t *testing.T) {
+	for _, recreated := range []bool{false, true} {
+		t.Run(fmt.Sprint("recreated=", recreated), func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, epochs := newEpochSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1 })
+			logs := captureLog(t, s, time.Minute)
+			admin := pg.Conn(t)
+			lockTable(t, ctx, pg, s)
+			src := newSource()
+			t.Cleanup(src.close)
+			runCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			wait := runSink(t, runCtx, s, src)
+			first, _ := rows(1, 5, nil)
+			src.push(t, ctx, first)
+			waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+			more, _ := rows(6, 3, nil) // the batcher's: its one committer is busy
+			src.push(t, ctx, more)
+			waitFor(t, ctx, "the batcher to take them", func() bool { return src.Len() == 0 })
+			if recreated {
+				epochs.Advance()
+			}
+			stop()
+			if err := wait(); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Run = %v, want context.Canceled", err)
+			}
+			line := "hard stop left rows uncommitted"
+			switch got := logs.String(); {
+			case recreated && (!strings.Contains(got, "level=ERROR msg=\""+line) || !strings.Contains(got, "events=8")):
+				t.Errorf("stream re-created: log %q, want an Error line %q with events=8", got, line)
+			case !recreated && strings.Contains(got, line):
+				t.Errorf("same stream: log %q, want no line %q (JetStream delivers them again)", got, line)
+			}
+		})
+	}
+}
+
 // endSpan records how a message's span was ended.
 type endSpan struct {
 	noop.Span
