@@ -16,7 +16,7 @@ else
 TESTPKGS ?= $(PKGS)
 endif
 
-.PHONY: all build test vet race bench fmt clean jaeger alerts
+.PHONY: all build test test-race test-natsgo vet race bench fmt clean jaeger alerts
 
 all: build
 
@@ -43,15 +43,20 @@ vet:
 # of one core).
 # -vet=off: the vet target has run every analyzer go test would.
 test: vet jaeger alerts
-	@log=$$(mktemp); \
-	echo "JETSINK_TEST_PULL_CLIENT=nats.go $(GO) test -race -vet=off -count=1 -timeout $(TIMEOUT) ./consumer >$$log &"; \
-	JETSINK_TEST_PULL_CLIENT=nats.go $(GO) test -race -vet=off -count=1 -timeout $(TIMEOUT) ./consumer >$$log 2>&1 & bg=$$!; \
-	echo "$(GO) test -race -vet=off -count=1 -timeout $(TIMEOUT) $(TESTPKGS)"; \
-	$(GO) test -race -vet=off -count=1 -timeout $(TIMEOUT) $(TESTPKGS); rc=$$?; \
-	wait $$bg; bgrc=$$?; \
-	echo "consumer with nats.go's pull client (JETSINK_TEST_PULL_CLIENT=nats.go):"; cat $$log; rm -f $$log; \
-	test $$rc -eq 0 && test $$bgrc -eq 0
+	@$(MAKE) --no-print-directory -j2 test-race test-natsgo
 	$(GO) test -count=1 -timeout 5m -run 'Alloc' ./ringq ./pipeline ./consumer ./consumer/wire ./telemetry
+
+# The two passes of make test, which runs them together (make -j2: a
+# failure of either fails it, once both have ended; an interrupt stops
+# both). The second's output is kept until it ends, so that its lines do
+# not cut into the first's.
+test-race:
+	$(GO) test -race -vet=off -count=1 -timeout $(TIMEOUT) $(TESTPKGS)
+
+test-natsgo:
+	@echo "JETSINK_TEST_PULL_CLIENT=nats.go $(GO) test -race -vet=off -count=1 -timeout $(TIMEOUT) ./consumer (its output when it ends)"
+	@log=$$(mktemp); JETSINK_TEST_PULL_CLIENT=nats.go $(GO) test -race -vet=off -count=1 -timeout $(TIMEOUT) ./consumer >$$log 2>&1; \
+	rc=$$?; echo "consumer with nats.go's pull client:"; cat $$log; rm -f $$log; exit $$rc
 
 # Jaeger v2 for the tracing test: built once from the Go module proxy into
 # ~/.cache/jetsink (a no-op when it is there; the first build takes minutes).
