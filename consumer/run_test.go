@@ -1311,7 +1311,10 @@ func TestRunKeepsAnotherJetsinksFilter(t *testing.T) {
 func TestRunSetsItsFilterBackAfterTheKeep(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	const keep = 6 * time.Second
+	// 30 looks (floorEvery: 100 ms) to a keep: one late look does not
+	// make a set-back early, nor one a second early (the time recorded,
+	// cut to whole seconds) pass.
+	const keep = 3 * time.Second
 	cfg, log, r, js := startFilterTestRun(t, ctx, func(c *Consumer) { c.filterKeep = keep })
 	r.ackUntil(t, ctx, 1)
 	onServer := func() jetstream.ConsumerConfig { return onServerConfig(t, ctx, js, cfg) }
