@@ -131,10 +131,12 @@ type Consumer struct {
 	// pulls that no server answered or that missed their heartbeats, and
 	// of looks at the consumer that failed (quietEvery): JetStream
 	// disabled for hours would log a pair every few seconds. lastRecheck
-	// is when serve's last look at the consumer ended (serve's goroutine
-	// only).
+	// is when serve's last look at the consumer ended; a pull looks again
+	// only recheckGap after it (the constant; shorter in tests). serve's
+	// goroutine only.
 	noResponders, missedBeats, checkErrs pipeline.Every
 	lastRecheck                          time.Time
+	recheckGap                           time.Duration
 	// retryLog bounds Run's retry lines (quietEvery), made anew when the
 	// line's level or step (retryLine) changes (Run's goroutine only).
 	retryLog  pipeline.Every
@@ -298,7 +300,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	}
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
 	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
-		recheckRefused: refusedRecheck, floorEvery: floorEvery, filterKeep: defaultFilterKeep, stuckAfter: stuckAfter, lookTimeout: 5 * time.Second}
+		recheckRefused: refusedRecheck, floorEvery: floorEvery, filterKeep: defaultFilterKeep, stuckAfter: stuckAfter, lookTimeout: 5 * time.Second,
+		recheckGap: recheckGap}
 
 	opts, err := c.natsOptions()
 	if err != nil {

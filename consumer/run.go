@@ -710,7 +710,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			case errors.Is(err, nats.ErrNoResponders):
 				// A pull nothing answered: no server holds the consumer
 				// now. The pulls go on (wire: one a heartbeat tick).
-				if time.Since(c.lastRecheck) < recheckGap {
+				if time.Since(c.lastRecheck) < c.recheckGap {
 					continue // a look has just been made
 				}
 				c.noResponders.Log(ctx, c.log, slog.LevelWarn, quietEvery,
@@ -731,7 +731,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				if wc := c.wc.Load(); s.wire && wc != nil {
 					c.probeWire(wc)
 				}
-				if time.Since(c.lastRecheck) < recheckGap {
+				if time.Since(c.lastRecheck) < c.recheckGap {
 					continue // a look has just been made (those missed while it ran come in a burst)
 				}
 				c.missedBeats.Log(ctx, c.log, slog.LevelWarn, quietEvery, "pull heartbeats missed; checking the consumer")

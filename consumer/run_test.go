@@ -493,6 +493,7 @@ func TestJetStreamOffAndOnAgain(t *testing.T) {
 	c, log := newLoggedConsumer(t, ctx, cfg)
 	c.stuckAfter = 300 * time.Millisecond
 	c.lookTimeout = 500 * time.Millisecond
+	c.recheckGap = time.Second
 	js := jsFor(t, srv)
 	publish(t, ctx, js, cfg, 1, 1, 0)
 	r := startRun(t, ctx, c, 1, 64, 1000)
@@ -506,7 +507,7 @@ func TestJetStreamOffAndOnAgain(t *testing.T) {
 		err := c.NotConsuming()
 		return err != nil && strings.Contains(err.Error(), "JetStream does not answer")
 	})
-	time.Sleep(recheckGap + 2*time.Second) // more pulls and looks
+	time.Sleep(c.recheckGap + 2*time.Second) // more pulls and looks
 	for _, msg := range []string{"a pull found no server to answer it", "consumer check failed"} {
 		if n := count(msg); n > 1 {
 			t.Errorf("%d warnings %q in a few seconds, want 1 a minute at most", n, msg)
@@ -1622,6 +1623,7 @@ func TestRefusedPullsNotConsuming(t *testing.T) {
 	c, log := newLoggedConsumer(t, ctx, cfg)
 	c.stuckAfter = 300 * time.Millisecond
 	c.floorEvery = 200 * time.Millisecond
+	c.recheckGap = time.Second
 	publish(t, ctx, js, cfg, 1, 1, 0)
 	r := startRun(t, ctx, c, 1, 64, 1000)
 	r.ackUntil(t, ctx, 0)
@@ -1637,7 +1639,7 @@ func TestRefusedPullsNotConsuming(t *testing.T) {
 	misses := c.Stats().HeartbeatsMissing
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for until := time.Now().Add(recheckGap + 2*time.Second); time.Now().Before(until); <-tick.C {
+	for until := time.Now().Add(c.recheckGap + 2*time.Second); time.Now().Before(until); <-tick.C {
 		if !reported() {
 			t.Fatalf("NotConsuming = %v, want the refused pulls still", c.NotConsuming())
 		}
