@@ -167,8 +167,9 @@ type Consumer struct {
 	stuck      atomic.Pointer[stuckState]
 	stuckAfter time.Duration
 	// lookTimeout bounds serve's look at the consumer after its pulls
-	// went unanswered (5 s).
-	lookTimeout time.Duration
+	// went unanswered (5 s); streamLookTimeout a look at the stream
+	// (streamInfo: 5 s). Shorter in tests.
+	lookTimeout, streamLookTimeout time.Duration
 
 	// acks follows the acks and terms sent, for the confirmations of Run
 	// and Close.
@@ -301,7 +302,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
 	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
 		recheckRefused: refusedRecheck, floorEvery: floorEvery, filterKeep: defaultFilterKeep, stuckAfter: stuckAfter, lookTimeout: 5 * time.Second,
-		recheckGap: recheckGap}
+		streamLookTimeout: 5 * time.Second, recheckGap: recheckGap}
 
 	opts, err := c.natsOptions()
 	if err != nil {

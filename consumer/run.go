@@ -309,9 +309,9 @@ func (c *Consumer) streamCreatedAt(ctx context.Context) (time.Time, error) {
 	return info.Created, nil
 }
 
-// streamInfo looks the stream up, for at most 5 s.
+// streamInfo looks the stream up, for at most streamLookTimeout (5 s).
 func (c *Consumer) streamInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, c.streamLookTimeout)
 	defer cancel()
 	stream, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {

@@ -202,9 +202,10 @@ func TestRunIntakeCancelLosesNothing(t *testing.T) {
 }
 
 // A restart loses nothing; one that keeps the server down longer than a
-// look at the stream waits (5 s) is a lost connection too.
+// look at the stream or the consumer waits (streamLookTimeout and
+// lookTimeout: 5 s, half the outage here) is a lost connection too.
 func TestRunSurvivesServerRestart(t *testing.T) {
-	for _, down := range []time.Duration{0, 6 * time.Second} {
+	for _, down := range []time.Duration{0, 2 * time.Second} {
 		t.Run(fmt.Sprintf("down %v", down), func(t *testing.T) { runSurvivesServerRestart(t, down) })
 	}
 }
@@ -217,6 +218,9 @@ func runSurvivesServerRestart(t *testing.T, down time.Duration) {
 	cfg := testConfig(t, srv)
 	cfg.AckWait = 2 * time.Second
 	c := newConsumer(t, ctx, cfg)
+	if down > 0 {
+		c.streamLookTimeout, c.lookTimeout = down/2, down/2
+	}
 	pubConn := srv.Connect(t)
 	js := jsFor(t, srv)
 	publish(t, ctx, js, cfg, n/2, 7, 0)

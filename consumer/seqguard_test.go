@@ -243,6 +243,7 @@ func TestStoredSeqOutageCostsNoDelivery(t *testing.T) {
 	defer cancel()
 	cfg.MaxDeliver = 1
 	c := newConsumer(t, ctx, cfg)
+	c.streamLookTimeout = time.Second
 	const n = 40
 	publish(t, ctx, js, cfg, n, 1, 0)
 	r := startRun(t, ctx, c, 1, 2, 1) // a tiny ring and nobody reading: push blocks
@@ -253,7 +254,7 @@ func TestStoredSeqOutageCostsNoDelivery(t *testing.T) {
 	// Now take what the client holds: the first message after the
 	// disconnect has to be verified while the server is away.
 	restarted := make(chan error, 1)
-	time.AfterFunc(7*time.Second, func() { restarted <- srv.Restart() }) // past verify's 5 s lookup
+	time.AfterFunc(2*time.Second, func() { restarted <- srv.Restart() }) // past verify's lookup (1 s here)
 	for len(got) < n {
 		ev := r.next(t, ctx).ev
 		got[ev.StreamSeq] = ev.Delivered
