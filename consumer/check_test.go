@@ -439,6 +439,7 @@ func TestLogShowsNoCredentialsOfTheURL(t *testing.T) {
 // STREAM.INFO on it: here a publish permission denied) gets a warning that
 // they are not checked, not a failed check: run only warns of it too.
 func TestCheckDeadLetterStreamSettingsUnreadable(t *testing.T) {
+	onePassOnly(t) // DefaultConfig: the pull client is wire's in both passes
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const pass = "check-secret"

@@ -143,6 +143,7 @@ func ackPending(t *testing.T, ctx context.Context, srv *testenv.NATSServer, cfg 
 // the caller's deadline, so a second signal did not end jetsink. The acks
 // the server never confirmed are counted, not claimed.
 func TestCloseBoundedWhileServerHangs(t *testing.T) {
+	onePassOnly(t)
 	for _, client := range []string{PullClientWire, PullClientNATSGo} {
 		for _, tc := range []struct {
 			name     string
@@ -195,6 +196,7 @@ func TestCloseBoundedWhileServerHangs(t *testing.T) {
 // reconnecting connection at once, which dropped them without an error:
 // the events were delivered again although the shutdown said acked.
 func TestCloseWaitsForTheReconnectToConfirmAcks(t *testing.T) {
+	onePassOnly(t)
 	for _, client := range []string{PullClientWire, PullClientNATSGo} {
 		t.Run(client, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -227,6 +229,7 @@ func TestCloseWaitsForTheReconnectToConfirmAcks(t *testing.T) {
 // so (ErrAcksUnconfirmed, Stats.AcksUnconfirmed, a warning) instead of
 // returning as if they had been sent.
 func TestCloseCountsAcksItCannotConfirm(t *testing.T) {
+	onePassOnly(t)
 	for _, client := range []string{PullClientWire, PullClientNATSGo} {
 		t.Run(client, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -263,6 +266,7 @@ func TestCloseCountsAcksItCannotConfirm(t *testing.T) {
 // consumer has a connection again, its next confirmation counts them and
 // says so, rather than let them pass for delivered.
 func TestLostConnectionCountsItsUnconfirmedAcks(t *testing.T) {
+	onePassOnly(t)
 	for _, client := range []string{PullClientWire, PullClientNATSGo} {
 		t.Run(client, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -303,6 +307,7 @@ func TestLostConnectionCountsItsUnconfirmedAcks(t *testing.T) {
 // new connection cannot vouch for them, so Close reports them although it
 // reached the server.
 func TestCloseCountsAcksOfALostConnection(t *testing.T) {
+	onePassOnly(t)
 	for _, client := range []string{PullClientWire, PullClientNATSGo} {
 		t.Run(client, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -343,6 +348,7 @@ func TestCloseCountsAcksOfALostConnection(t *testing.T) {
 // Before, its one flush failed and Close returned ErrAcksUnconfirmed (exit
 // 1) with most of its deadline left.
 func TestCloseFlushesAgainAfterARestart(t *testing.T) {
+	onePassOnly(t)
 	for _, client := range []string{PullClientWire, PullClientNATSGo} {
 		t.Run(client, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -376,6 +382,7 @@ func TestCloseFlushesAgainAfterARestart(t *testing.T) {
 // connection. Before, it did, and Close then said every ack had reached
 // the server while the 3 below never did.
 func TestConfirmBeforeTheDisconnectHandler(t *testing.T) {
+	onePassOnly(t)
 	for _, reconnected := range []bool{false, true} {
 		t.Run(fmt.Sprintf("reconnected=%v", reconnected), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -416,6 +423,7 @@ func TestConfirmBeforeTheDisconnectHandler(t *testing.T) {
 // confirm. Before, it took about a minute (nats.go's default write
 // timeout).
 func TestCloseBoundedWithAFullSocket(t *testing.T) {
+	onePassOnly(t)
 	for _, client := range []string{PullClientWire, PullClientNATSGo} {
 		t.Run(client, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -464,6 +472,7 @@ func TestCloseBoundedWithAFullSocket(t *testing.T) {
 // no session runs to see it fail (Run has returned) and no confirmation
 // has seen it open.
 func TestCloseCountsAcksOfALostWireConnection(t *testing.T) {
+	onePassOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)

@@ -220,6 +220,7 @@ func TestNewPullMaxBytesBelowMaxPayload(t *testing.T) {
 // refuses it. Derived (0), it is the default or four of the largest
 // messages; -1 is none.
 func TestNewInFlightBudget(t *testing.T) {
+	onePassOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)

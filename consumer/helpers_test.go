@@ -26,6 +26,21 @@ import (
 
 var nameSeq atomic.Uint64
 
+// onePassOnly skips t in make test's second run of this package, the one
+// with JETSINK_TEST_PULL_CLIENT set (nats.go), for a test whose path that
+// variable does not change: it names its pull client, runs with each, or
+// builds its configuration without testConfig. The house rule allows this
+// skip only because the same test runs in the other pass, without the
+// variable, which make test (and so CI) always runs too; it is no skip for
+// want of a service.
+func onePassOnly(t *testing.T) {
+	t.Helper()
+	if v := os.Getenv("JETSINK_TEST_PULL_CLIENT"); v != "" {
+		t.Skipf("JETSINK_TEST_PULL_CLIENT=%s does not change this test's path (it names its pull client, runs with each, "+
+			"or does not read the variable); it runs in the pass without it", v)
+	}
+}
+
 // uniqueName turns the test's name into a unique stream name.
 func uniqueName(t testing.TB) string {
 	var b strings.Builder

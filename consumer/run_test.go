@@ -745,6 +745,7 @@ func TestRunWithPullMaxBytes(t *testing.T) {
 // that nats.go answers by pulling again at once, for ever, silently).
 // Both pull clients pull at least max_payload plus the margin.
 func TestRunPullMaxBytesAtMaxPayload(t *testing.T) {
+	onePassOnly(t)
 	for _, client := range []string{PullClientWire, PullClientNATSGo} {
 		t.Run(client, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -790,6 +791,7 @@ func TestRunPullMaxBytesAtMaxPayload(t *testing.T) {
 // up (two API requests) and logged a warning of missed heartbeats, for as
 // long as the back-pressure lasted. That is no sign of a lost consumer.
 func TestRunBlockedPushIsNoMissedHeartbeat(t *testing.T) {
+	onePassOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)
@@ -910,6 +912,7 @@ func pulledBy(m pipeline.Msg) string {
 // acks cannot get out. Run pulls again on a new wire connection once
 // nats.go is back, and nothing is lost.
 func TestWireFollowsNATSGoDisconnect(t *testing.T) {
+	onePassOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)
@@ -985,6 +988,7 @@ func publishThreeMore(t *testing.T, ctx context.Context, js jetstream.JetStream,
 // Run pulls with wire again, and nothing is lost or taken twice. Before,
 // wire stayed given up for the life of the process.
 func TestWireAgainAfterNATSGoReconnects(t *testing.T) {
+	onePassOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)
@@ -1019,6 +1023,7 @@ func TestWireAgainAfterNATSGoReconnects(t *testing.T) {
 // answer, a few seconds, instead of when its own PINGs fail, 40-60 s later:
 // the session pulled nothing meanwhile.
 func TestSilentWireConnectionDroppedAfterMissedHeartbeats(t *testing.T) {
+	onePassOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)
@@ -1051,6 +1056,7 @@ func TestSilentWireConnectionDroppedAfterMissedHeartbeats(t *testing.T) {
 // to the nearest bound, with a warning, rather than failing every
 // subscribe for ever.
 func TestNATSGoPullsWithAHeartbeatOutsideItsRange(t *testing.T) {
+	onePassOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv := testenv.NATS(t)
