@@ -102,6 +102,9 @@ type committer struct {
 	// (lookupPasses) over every commitRetry of its pieces, so that the
 	// bound holds per batch, not per halving of it; process resets it.
 	passes lookupPasses
+	// unknown: a commit of the batch's rows had an unknown outcome
+	// (process resets it): a row given up may be stored already.
+	unknown bool
 	// Scratch of settle: the messages of a committed piece, their acks' results.
 	acks    []pipeline.Msg
 	ackErrs []error
@@ -402,7 +405,7 @@ func (c *committer) closeConn() {
 // are left unacked (see strandedWait).
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
-	c.retries, c.settled, c.bytes, c.held = 0, 0, 0, nil
+	c.retries, c.settled, c.bytes, c.held, c.unknown = 0, 0, 0, nil, false
 	c.passes = lookupPasses{}
 	c.suspectFrom(0)
 	c.hold.resume = false
@@ -549,6 +552,15 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 						c.ends[i] -= n
 					}
 					rows = b.rows
+					continue
+				}
+				if _, ok := errors.AsType[*loneTimeoutError](err); ok {
+					// The held rest was row lo alone (the last of the
+					// batch, or c.piece cuts at one row), and it timed out
+					// alone while other rows committed: given up like
+					// an unheld one. Rows before lo stay settled.
+					c.deadLetter(ctx, b, lo, err)
+					lo, whole = lo+1, true
 					continue
 				}
 				if c.settleCommitted(ctx, b, lo, hi, err) {
@@ -810,12 +822,13 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 	var lookupBo backoff
 	var lookupWarned time.Time
 	// The statement timeouts in a row of a lone row (see
-	// loneTimeoutsPoison): how many, when the first came, and the last
-	// attempt started by then, which a commit of another row must pass.
+	// loneTimeoutsPoison) with a commit of another row between each two:
+	// how many, when the first came, and the last attempt started by the
+	// latest, which a commit before the next must pass.
 	var lone struct {
 		n     int
 		first time.Time
-		seq   uint64
+		last  uint64
 	}
 	for attempt := first; ; attempt++ {
 		began := time.Now()
@@ -841,12 +854,19 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		le, isLookup := errors.AsType[*lookupError](err)
 		// Only the row's own statement timing out counts: not a lookup
 		// after its commit (it committed), nor a commit whose outcome is
-		// unknown; any other error starts the count anew.
+		// unknown; any other error starts the count anew, and so does a
+		// timeout with no commit of an attempt started after the last
+		// one (a table locked for every row since: one commit early on
+		// must not count for the timeouts of a long lock after it).
+		if unknown {
+			c.unknown = true
+		}
 		if len(rows) == 1 && !isLookup && !unknown && queryCanceled(err) {
-			if lone.n == 0 {
-				lone.first, lone.seq = failedAt, c.s.st.attemptSeq.Load()
+			if lone.n == 0 || c.s.st.committedStart.Load() <= lone.last {
+				lone.n, lone.first = 0, failedAt
 			}
 			lone.n++
+			lone.last = c.s.st.attemptSeq.Load()
 		} else {
 			lone.n = 0
 		}
@@ -935,17 +955,20 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			c.s.answered() // the server judged the rows: it takes batches
 			return err
 		}
-		if span := failedAt.Sub(lone.first); lone.n >= loneTimeoutsPoison && span >= c.s.loneSpan &&
-			c.s.st.committedStart.Load() > lone.seq && c.held == nil {
-			// Other rows commit, so the table is neither locked nor
-			// slow for every row: this one is too slow alone, and
-			// process dead-letters it. (Not a held row: process bisects
-			// the held batch again first, and comes back here.)
+		if span := failedAt.Sub(lone.first); lone.n >= loneTimeoutsPoison && span >= c.s.loneSpan {
+			// Other rows commit between its timeouts, so the table is
+			// neither locked nor slow for every row: this one is too
+			// slow alone, and process dead-letters it (a held row too:
+			// the rest of its held batch is this row alone).
 			ev := &rows[0].Event
 			c.s.log.Error("a row alone timed out on the server again and again while other rows committed; dead-lettering it",
 				"stream", ev.Stream, "stream_seq", ev.StreamSeq, "timeouts", lone.n, "over", span.Round(time.Millisecond),
 				"sqlstate", "57014", "hint", "raise statement_timeout for jetsink's role (ALTER ROLE ... SET), or find what makes this row slow (a trigger, a lock on a row it refers to)")
-			return &loneTimeoutError{err: err, n: lone.n, span: span}
+			// Stored already, perhaps: a redelivery, exactly-once's
+			// (its BEFORE INSERT trigger runs before the conflict), or
+			// a commit of this batch whose outcome was unknown.
+			stored := c.s.cfg.Mode == ExactlyOnce || ev.Delivered > 1 || c.unknown
+			return &loneTimeoutError{err: err, n: lone.n, span: span, mayBeStored: stored}
 		}
 		c.s.st.retries.Add(1)
 		c.retries++

@@ -179,9 +179,11 @@
 //     25P04) of more than one row: the committer caps its attempts at half
 //     the rows and goes on in pieces (Stats.TimeoutSplits), down to one row,
 //     which is retried; a row whose statement times out alone (57014) 3
-//     times in a row over 5 minutes at least, while rows of attempts that
-//     started after its first such timeout commit, is too slow alone, not
-//     locked out: it is dead-lettered (code refused, SQLSTATE 57014) and
+//     times in a row over 5 minutes at least, with a commit of another
+//     row (of an attempt started after the timeout before) between each
+//     two, is too slow alone, not locked out: it is dead-lettered (code
+//     refused, SQLSTATE 57014; "may already be stored" when a redelivery,
+//     exactly-once, or a commit of unknown outcome may have stored it) and
 //     logged at Error (see loneTimeoutsPoison). The cap carries over to its next batches, so that a
 //     limit shorter than a batch takes costs each committer the timeouts
 //     of one batch's halvings, not of every batch's; it doubles after a commit fast enough that twice the cap

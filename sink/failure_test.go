@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1136,21 +1137,29 @@ func TestExactlyOnceLookupQuietPassesPerBatch(t *testing.T) {
 // committer stuck for good, its event neither stored nor dead-lettered,
 // every drain running to drain_timeout, the row back after each restart.
 // Now a row that timed out alone loneTimeoutsPoison times in a row, over
-// loneSpan at least, while rows of attempts started after its first lone
-// timeout committed, is dead-lettered with SQLSTATE 57014, and the others
-// are stored ("slow": a trigger sleeps a second for row 3, the limit is
-// 200 ms). Not while nothing commits ("table locked"), nor before the span
-// has gone by ("row locked": its trigger waits for a lock held elsewhere,
-// as an insert waits for a locked parent row, while the other rows
-// commit): those rows are retried and, once the lock goes, stored. (The
-// names are short: application_name, the test's, keeps 63 bytes.)
+// loneSpan at least, with a commit of another row between each two, is
+// dead-lettered with SQLSTATE 57014, and the others are stored ("slow": a
+// trigger sleeps a second for row 3, the limit is 200 ms; rows come on
+// another committer all along). So is a held row ("held": row 2 fails
+// with a suspect error once, after row 1 was dead-lettered, so that the
+// committer holds the rest of the batch, row 2 alone, which then times
+// out; it was retried for ever, the rule left out for a held batch). Not
+// while nothing commits ("table locked"), nor when one commit came early
+// and the table is locked for every row since ("locked after commit": the
+// rule counted that one commit for every later timeout), nor before the
+// span has gone by ("row locked": its trigger waits for a lock held
+// elsewhere, as an insert waits for a locked parent row, while the other
+// rows commit): those rows are retried and, once the lock goes, stored.
+// (The names are short: application_name, the test's, keeps 63 bytes.)
 func TestRowSlowerThanTimeout(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		span time.Duration
 	}{
 		{"slow", time.Second},
+		{"held", time.Second},
 		{"table locked", 500 * time.Millisecond},
+		{"locked after commit", time.Second},
 		{"row locked", time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1161,10 +1170,21 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 			logs := captureLog(t, s, time.Minute)
 			admin, locker := pg.Conn(t), pg.Conn(t)
 			lockKey := strconv.FormatInt(time.Now().UnixNano()%1e12, 10)
+			n := 3 // rows in the first batch
 			switch tc.name {
 			case "slow":
 				triggerOn(t, ctx, admin, s.table, "slow", "NEW.stream_seq = 3", "PERFORM pg_sleep(1)")
-			case "row locked":
+			case "held":
+				// Row 1 refused (a data error, dead-lettered); row 2 a
+				// suspect error on its first try only (a sequence is
+				// not rolled back), then too slow.
+				n = 2
+				seq := pgx.Identifier{s.table[len(s.table)-1] + "_n"}.Sanitize()
+				execAll(t, ctx, admin, "CREATE SEQUENCE "+seq)
+				triggerOn(t, ctx, admin, s.table, "bad", "NEW.stream_seq = 1", "RAISE EXCEPTION 'bad row' USING ERRCODE = '22023'")
+				triggerOn(t, ctx, admin, s.table, "odd", "NEW.stream_seq = 2",
+					"IF nextval('"+seq+"') = 1 THEN RAISE EXCEPTION 'odd once'; END IF; PERFORM pg_sleep(1)")
+			case "row locked", "locked after commit":
 				triggerOn(t, ctx, admin, s.table, "wait", "NEW.stream_seq = 3", "PERFORM pg_advisory_xact_lock("+lockKey+")")
 				execAll(t, ctx, locker, "SELECT pg_advisory_lock("+lockKey+")")
 			}
@@ -1177,53 +1197,105 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 			if tc.name == "table locked" {
 				tx = lockTable(t, ctx, pg, s)
 			}
-			first, ms := rows(1, 3, nil)
+			first, ms := rows(1, n, nil)
+			if tc.name == "slow" {
+				first[2].Event.Delivered = 2 // a redelivery: it may be stored already
+			}
 			src.push(t, ctx, first)
 			// Halved down to one row that times out alone: row 3 (row 1
-			// with the table locked).
+			// with the table locked, row 2 held).
 			waitFor(t, ctx, "a row to time out alone", func() bool {
 				return strings.Contains(logs.String(), `retrying until it commits" rows=1 `)
 			})
 			lone := time.Now()
-			rest, ms2 := rows(4, 3, nil) // another committer takes them
-			src.push(t, ctx, rest)
-			ms = append(ms, ms2...)
-
+			// Rows that another committer takes: 4 to 6 at once, and one
+			// more at each call of feed, 50 ms apart at most.
+			next := n + 1
+			var fed time.Time
+			feed := func(k int) {
+				if time.Since(fed) < 50*time.Millisecond {
+					return
+				}
+				fed = time.Now()
+				more, ms2 := rows(next, k, nil)
+				next += k
+				src.push(t, ctx, more)
+				ms = append(ms, ms2...)
+			}
+			if tc.name != "held" {
+				feed(3)
+			}
+			var bad int // the rows dead-lettered
 			switch tc.name {
-			case "slow":
-				waitFor(t, ctx, "row 3 dead-lettered", func() bool { l, _ := dl.letters(); return len(l) > 0 })
-				waitFor(t, ctx, "the other rows acked", allAcked(append(ms[:2:2], ms[3:]...)))
+			case "slow", "held":
+				bad = n - 1 // row 3; row 2 (held)
+				waitFor(t, ctx, "the lone row dead-lettered", func() bool {
+					feed(1)
+					_, seqs := dl.letters()
+					return slices.Contains(seqs, uint64(bad+1))
+				})
+				dead := ms[bad : bad+1] // and row 1 (held), refused
+				others := append(ms[:bad:bad], ms[bad+1:]...)
+				if tc.name == "held" {
+					dead, others = ms[:2], ms[2:]
+				}
+				waitFor(t, ctx, "the other rows acked", allAcked(others))
 				src.close()
 				if err := wait(); err != nil {
 					t.Fatalf("Run: %v", err)
 				}
 				letters, seqs := dl.letters()
-				if len(letters) != 1 || seqs[0] != 3 || letters[0].SQLState != "57014" || letters[0].Code != pipeline.CodeRefused ||
-					!strings.Contains(letters[0].Reason, "alone timed out") || !strings.Contains(letters[0].Reason, "while other rows committed") {
-					t.Fatalf("dead letters %+v for rows %v, want one for row 3, SQLSTATE 57014, saying it alone timed out while other rows committed", letters, seqs)
+				if len(letters) != len(dead) {
+					t.Fatalf("dead letters %+v for rows %v, want %d", letters, seqs, len(dead))
 				}
-				if m := ms[2]; m.acks.Load() != 0 || m.terms.Load() != 1 {
-					t.Errorf("row 3's message acked %d times, termed %d, want termed once", m.acks.Load(), m.terms.Load())
+				l := letters[len(letters)-1]
+				if seqs[len(seqs)-1] != uint64(bad+1) || l.SQLState != "57014" || l.Code != pipeline.CodeRefused ||
+					!strings.Contains(l.Reason, "alone timed out") || !strings.Contains(l.Reason, "while other rows committed") ||
+					strings.Contains(l.Reason, "may already be stored") != (tc.name == "slow") {
+					t.Fatalf("dead letters %+v for rows %v, want the last for row %d, SQLSTATE 57014, saying it alone timed out while other rows committed "+
+						"(and, only for the redelivered row 3, that it may already be stored)", letters, seqs, bad+1)
 				}
-				if n := count(t, ctx, admin, s.cfg.Table); n != 5 {
-					t.Errorf("%d rows in the table, want 5", n)
+				if tc.name == "held" && (seqs[0] != 1 || letters[0].SQLState != "22023") {
+					t.Errorf("row 1's dead letter %+v (row %d), want its own, SQLSTATE 22023", letters[0], seqs[0])
+				}
+				for _, m := range dead {
+					if m.acks.Load() != 0 || m.terms.Load() != 1 {
+						t.Errorf("a dead-lettered row's message acked %d times, termed %d, want termed once", m.acks.Load(), m.terms.Load())
+					}
+				}
+				for _, m := range others {
+					if m.acks.Load() != 1 || m.terms.Load() != 0 {
+						t.Errorf("a stored row's message acked %d times, termed %d, want acked once", m.acks.Load(), m.terms.Load())
+					}
+				}
+				if got := count(t, ctx, admin, s.cfg.Table); got != len(others) {
+					t.Errorf("%d rows in the table, want %d: all but the dead-lettered", got, len(others))
 				}
 				if !strings.Contains(logs.String(), "level=ERROR msg=\"a row alone timed out on the server again and again") {
 					t.Errorf("the row given up is not logged at Error:\n%s", logs)
 				}
 				return
-			case "table locked":
+			case "table locked", "locked after commit":
+				if tc.name == "locked after commit" {
+					waitFor(t, ctx, "rows 4 to 6 acked", allAcked(ms[3:]))
+					tx = lockTable(t, ctx, pg, s)
+					lone = time.Now()
+				}
 				// Well past the span, with the lone rows timing out every
 				// 200-400 ms.
+				r := s.Stats().Retries
 				waitFor(t, ctx, "the span to go by four times", func() bool { return time.Since(lone) > 4*tc.span })
-				if n := s.Stats().Retries; n < 2*loneTimeoutsPoison {
-					t.Fatalf("%d retries while the table was locked, want %d or more", n, 2*loneTimeoutsPoison)
-				}
 				if l, seqs := dl.letters(); len(l) != 0 {
 					t.Fatalf("rows %v dead-lettered while nothing committed: %+v", seqs, l)
 				}
+				if n := s.Stats().Retries; n < r+2*loneTimeoutsPoison {
+					t.Fatalf("%d retries while the table was locked, want %d or more", n-r, 2*loneTimeoutsPoison)
+				}
 				if err := tx.Rollback(ctx); err != nil {
 					t.Fatal(err)
+				}
+				if tc.name == "locked after commit" {
+					execAll(t, ctx, locker, "SELECT pg_advisory_unlock("+lockKey+")")
 				}
 			case "row locked":
 				waitFor(t, ctx, "rows 1, 2, 4, 5 and 6 acked", allAcked(append(ms[:2:2], ms[3:]...)))

@@ -289,10 +289,12 @@ func timedOut(err error) bool {
 // restart. A lock held elsewhere ends the same way for a while, though, so
 // commitRetry gives such a row up as poison (loneTimeoutError) only once it
 // has timed out alone loneTimeoutsPoison times in a row, over
-// loneTimeoutSpan at least, while rows of attempts that started after its
-// first lone timeout committed: a table that is locked, or a server that is
-// slow for every row, commits none, and a lock on the row's parent held for
-// less than the span is waited out.
+// loneTimeoutSpan at least, with a commit between each two of an attempt
+// (another row's) that started after the first of them: a table that is
+// locked, or a server that is slow for every row, commits none (one commit
+// before a long lock counts for the timeouts up to it only), and a lock on
+// the row's parent held for less than the span is waited out. A held row
+// (process) is given up too when the held rest is that row alone.
 const (
 	loneTimeoutsPoison = 3
 	loneTimeoutSpan    = 5 * time.Minute
@@ -305,6 +307,9 @@ type loneTimeoutError struct {
 	err  error // the last timeout
 	n    int
 	span time.Duration
+	// mayBeStored: a redelivery, exactly-once, or a commit of its batch
+	// whose outcome was unknown: the row may be in the table already.
+	mayBeStored bool
 }
 
 func (e *loneTimeoutError) Error() string {
@@ -317,8 +322,12 @@ func (e *loneTimeoutError) Unwrap() error { return e.err }
 // reason is the dead letter's reason: the timeout's message and SQLSTATE
 // (it quotes no value of the row), and why the row was given up.
 func (e *loneTimeoutError) reason(pgErr *pgconn.PgError) string {
-	return fmt.Sprintf("%s (SQLSTATE %s): this row alone timed out %d times in a row over %v while other rows committed",
+	r := fmt.Sprintf("%s (SQLSTATE %s): this row alone timed out %d times in a row over %v while other rows committed",
 		pgErr.Message, pgErr.Code, e.n, e.span.Round(time.Second))
+	if e.mayBeStored {
+		r += "; it may already be stored: check its key before replaying"
+	}
+	return r
 }
 
 // queryCanceled reports whether err is the server's query_canceled
