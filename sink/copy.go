@@ -835,6 +835,12 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		seq := c.s.st.attemptSeq.Add(1)
 		unknown, err := c.attempt(ctx, rows)
 		failedAt := time.Now()
+		if _, ok := errors.AsType[*lookupError](err); !ok {
+			// A lookup answered, or none failed: the next lookup timeout
+			// of the batch (another piece's, minutes later) is the first
+			// in a row again.
+			c.passes.timeouts = 0
+		}
 		if err == nil {
 			// (A commit that left rows out, below, shows less about the
 			// table: not counted.)
@@ -1521,7 +1527,7 @@ const lookupQuietPasses = 3
 // (committer.passes: one per batch, over the pieces a timeout cuts it into).
 type lookupPasses struct {
 	quiet    int       // passed quietly
-	timeouts int       // server timeouts in a row, lost connections between them not counted
+	timeouts int       // server timeouts in a row, lost connections between them not counted; commitRetry clears it when an attempt ends without a lookupError
 	first    time.Time // when the first failed
 }
 

@@ -1316,3 +1316,40 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 		})
 	}
 }
+
+// The in-a-row count of an exactly-once batch's lookup timeouts starts anew
+// once a lookup answers: it was shared by every piece of the batch and
+// never cleared, so a timeout in one piece, answered afterwards, and one
+// in a later piece counted as two in a row, and the second halved the
+// pieces again. Here the whole batch's lookup times out twice (a failed
+// attempt: the batch is halved), the first piece's answers, and the
+// second piece's times out once: a quiet pass, no second split.
+func TestExactlyOnceLookupTimeoutsInARowPerPiece(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	var lookups atomic.Int32
+	r := newLookupRig(t, ctx, func(client net.Conn) verdict {
+		switch lookups.Add(1) {
+		case 1, 2, 4:
+			return answerLookup(client, "57014", "canceling statement due to statement timeout")
+		}
+		return pass
+	})
+	pg, s, dl, src, wait := r.pg, r.s, r.dl, r.src, r.wait
+	again, ms := rows(1, 16, nil) // row 1 conflicts: 15 of 16 inserted, then the lookup
+	src.push(t, ctx, again)
+	finishClean(t, ctx, src, wait, dl, ms)
+	if n := lookups.Load(); n < 5 {
+		t.Fatalf("%d lookups, want 5 or more: two of the whole batch, one per piece and the second piece's again", n)
+	}
+	if n := s.Stats().TimeoutSplits; n != 1 {
+		t.Errorf("%d timeout splits, want 1: the second piece's lookup timed out once after the first piece's answered", n)
+	}
+	for i, m := range ms {
+		if n := m.acks.Load(); n != 1 {
+			t.Errorf("message %d acked %d times, want once", i+1, n)
+		}
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 16 {
+		t.Errorf("%d rows, want 16", n)
+	}
+}
