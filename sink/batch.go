@@ -39,6 +39,12 @@ type batch struct {
 
 	deadline time.Time // batcher only: since + max_delay
 	spare    bool      // made to hold rows during a stall; dropped after its commit
+
+	// mayBeStored: a commit of its rows had an unknown outcome, so a row
+	// given up may be stored already. Its committer's (committer.unknown,
+	// kept here when process returns), it goes with the batch to the next
+	// process call: a hand-off (errHandOff), a hold that takes it in.
+	mayBeStored bool
 }
 
 // lingerEnd is when b, not full, stops waiting for a free committer: when
@@ -70,6 +76,7 @@ func (b *batch) reset() {
 	b.rows = b.rows[:0]
 	b.lo, b.bytes = 0, 0
 	b.since, b.due = time.Time{}, time.Time{}
+	b.mayBeStored = false
 	b.mu.Unlock()
 }
 
@@ -94,6 +101,7 @@ func (b *batch) absorb(o *batch) {
 	o.rows = o.rows[:0]
 	o.lo, o.bytes = 0, 0
 	o.since, o.due = time.Time{}, time.Time{}
+	o.mayBeStored = false
 }
 
 // dropSettled drops the settled rows of b, at most upto of them (the

@@ -102,8 +102,10 @@ type committer struct {
 	// (lookupPasses) over every commitRetry of its pieces, so that the
 	// bound holds per batch, not per halving of it; process resets it.
 	passes lookupPasses
-	// unknown: a commit of the batch's rows had an unknown outcome
-	// (process resets it): a row given up may be stored already.
+	// unknown: a commit of the batch's rows had an unknown outcome: a
+	// row given up may be stored already. process starts it from the
+	// batch's mayBeStored and keeps it there when it returns, so that it
+	// outlives a hand-off or another process call of the batch.
 	unknown bool
 	// Scratch of settle: the messages of a committed piece, their acks' results.
 	acks    []pipeline.Msg
@@ -405,7 +407,7 @@ func (c *committer) closeConn() {
 // are left unacked (see strandedWait).
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
-	c.retries, c.settled, c.bytes, c.held, c.unknown = 0, 0, 0, nil, false
+	c.retries, c.settled, c.bytes, c.held, c.unknown = 0, 0, 0, nil, b.mayBeStored
 	c.passes = lookupPasses{}
 	c.suspectFrom(0)
 	c.hold.resume = false
@@ -413,6 +415,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	// (holdWait, linkTaken).
 	c.span, c.spanMsgs = c.s.tracing.StartCopy(c.s.cfg.Table, rows), len(rows)
 	defer func() {
+		b.mayBeStored = c.unknown // c.held may have taken in a batch that was (holdWait)
 		telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, err)
 		c.span = nil
 	}()
@@ -555,13 +558,13 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 					continue
 				}
 				if _, ok := errors.AsType[*loneTimeoutError](err); ok {
-					// The held rest was row lo alone (the last of the
-					// batch, or c.piece cuts at one row), and it timed out
-					// alone while other rows committed: given up like
-					// an unheld one. Rows before lo stay settled.
-					c.deadLetter(ctx, b, lo, err)
-					lo, whole = lo+1, true
-					continue
+					// The held rest was row lo (= p) alone (the last of
+					// the batch, or c.piece cuts at one row), and it timed
+					// out alone while other rows committed: given up like
+					// an unheld one, below (whole and last stay as for any
+					// poison row). Rows before lo stay settled.
+					perr = err
+					break
 				}
 				if c.settleCommitted(ctx, b, lo, hi, err) {
 					if err == nil {
@@ -580,6 +583,14 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				// c.piece cuts it): bisect again.
 				continue
 			}
+		}
+		if _, ok := errors.AsType[*loneTimeoutError](perr); ok {
+			// Row p may have failed with a suspect error first (held or
+			// not), and its timeouts waited for other rows' commits: the
+			// next row refused with one needs a commit after its own
+			// failure, or a table that refuses every row since (a
+			// trigger added) would have it dead-lettered.
+			c.suspectFrom(0)
 		}
 		c.deadLetter(ctx, b, p, perr)
 		lo = p + 1
@@ -835,10 +846,13 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		seq := c.s.st.attemptSeq.Add(1)
 		unknown, err := c.attempt(ctx, rows)
 		failedAt := time.Now()
-		if _, ok := errors.AsType[*lookupError](err); !ok {
-			// A lookup answered, or none failed: the next lookup timeout
-			// of the batch (another piece's, minutes later) is the first
-			// in a row again.
+		if err == nil || committedMissing(err) != nil {
+			// Committed, and its lookup answered (if it had one): the
+			// next lookup timeout of the batch (another piece's, minutes
+			// later) is the first in a row again. Not after a connect or
+			// COPY error between two lookup timeouts: as a connection
+			// lost during the lookup (passing), it shows nothing of the
+			// lookup.
 			c.passes.timeouts = 0
 		}
 		if err == nil {
@@ -1150,6 +1164,9 @@ func (c *committer) holdWait(ctx context.Context, d time.Duration) (bool, error)
 		return false, c.strandedWait(ctx, max(0, time.Until(until)))
 	}
 	c.linkTaken(o.rows[o.lo:])
+	if o.mayBeStored {
+		c.unknown = true // o was handed off after a commit of unknown outcome
+	}
 	c.held.absorb(o)
 	r.release(o)
 	r.finished() // o: its rows are the held batch's now
@@ -1527,7 +1544,7 @@ const lookupQuietPasses = 3
 // (committer.passes: one per batch, over the pieces a timeout cuts it into).
 type lookupPasses struct {
 	quiet    int       // passed quietly
-	timeouts int       // server timeouts in a row, lost connections between them not counted; commitRetry clears it when an attempt ends without a lookupError
+	timeouts int       // server timeouts in a row, lost connections between them not counted; commitRetry clears it when an attempt commits and its lookup answers
 	first    time.Time // when the first failed
 }
 

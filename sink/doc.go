@@ -184,7 +184,11 @@
 //     two, is too slow alone, not locked out: it is dead-lettered (code
 //     refused, SQLSTATE 57014; "may already be stored" when a redelivery,
 //     exactly-once, or a commit of unknown outcome may have stored it) and
-//     logged at Error (see loneTimeoutsPoison). The cap carries over to its next batches, so that a
+//     logged at Error (see loneTimeoutsPoison). It needs those commits of
+//     other rows: with connections: 1, or while every committer is stuck
+//     on a slow row of its own, none comes, so such a row is retried for
+//     ever and a drain runs to drain_timeout (its rows left unacked, to
+//     come back). The cap carries over to its next batches, so that a
 //     limit shorter than a batch takes costs each committer the timeouts
 //     of one batch's halvings, not of every batch's; it doubles after a commit fast enough that twice the cap
 //     would take under half the time the timed-out attempt ran (after a

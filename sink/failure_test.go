@@ -1143,7 +1143,13 @@ func TestExactlyOnceLookupQuietPassesPerBatch(t *testing.T) {
 // another committer all along). So is a held row ("held": row 2 fails
 // with a suspect error once, after row 1 was dead-lettered, so that the
 // committer holds the rest of the batch, row 2 alone, which then times
-// out; it was retried for ever, the rule left out for a held batch). Not
+// out; it was retried for ever, the rule left out for a held batch). The
+// commits the rule waited for count for no row refused after it with a
+// suspect error ("refused after": row 2 as in "held" but with row 3 behind
+// it, so it is given up unheld; then the table refuses every row for a
+// while, as a trigger added would, and row 3, refused first, was
+// dead-lettered at once, the others' commits since row 2's suspect error
+// taken for the table taking rows). Not
 // while nothing commits ("table locked"), nor when one commit came early
 // and the table is locked for every row since ("locked after commit": the
 // rule counted that one commit for every later timeout), nor before the
@@ -1158,8 +1164,11 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 	}{
 		{"slow", time.Second},
 		{"held", time.Second},
+		{"refused after", time.Second},
 		{"table locked", 500 * time.Millisecond},
-		{"locked after commit", time.Second},
+		// Longer than the commits of rows 4 to 6 that may come while
+		// the lock is taken.
+		{"locked after commit", 2 * time.Second},
 		{"row locked", time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1171,14 +1180,31 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 			admin, locker := pg.Conn(t), pg.Conn(t)
 			lockKey := strconv.FormatInt(time.Now().UnixNano()%1e12, 10)
 			n := 3 // rows in the first batch
+			closeErr := make(chan error, 1)
 			switch tc.name {
 			case "slow":
 				triggerOn(t, ctx, admin, s.table, "slow", "NEW.stream_seq = 3", "PERFORM pg_sleep(1)")
-			case "held":
+			case "held", "refused after":
 				// Row 1 refused (a data error, dead-lettered); row 2 a
 				// suspect error on its first try only (a sequence is
 				// not rolled back), then too slow.
-				n = 2
+				if tc.name == "held" {
+					n = 2
+				} else {
+					// Every row refused, with a suspect error, from
+					// row 2's dead letter on (as it starts: before row 3
+					// is tried) until the test opens the table again.
+					closed := pgx.Identifier{s.table[len(s.table)-1] + "_closed"}.Sanitize()
+					execAll(t, ctx, admin, "CREATE TABLE "+closed+" (x int)")
+					triggerOn(t, ctx, admin, s.table, "closed", "EXISTS (SELECT FROM "+closed+")", "RAISE EXCEPTION 'table closed'")
+					closer := pg.Conn(t)
+					dl.started = func(ev *pipeline.Event) {
+						if ev.StreamSeq == 2 {
+							_, err := closer.Exec(ctx, "INSERT INTO "+closed+" VALUES (1)")
+							closeErr <- err
+						}
+					}
+				}
 				seq := pgx.Identifier{s.table[len(s.table)-1] + "_n"}.Sanitize()
 				execAll(t, ctx, admin, "CREATE SEQUENCE "+seq)
 				triggerOn(t, ctx, admin, s.table, "bad", "NEW.stream_seq = 1", "RAISE EXCEPTION 'bad row' USING ERRCODE = '22023'")
@@ -1222,11 +1248,43 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 				src.push(t, ctx, more)
 				ms = append(ms, ms2...)
 			}
-			if tc.name != "held" {
+			if tc.name != "held" && tc.name != "refused after" {
 				feed(3)
 			}
 			var bad int // the rows dead-lettered
 			switch tc.name {
+			case "refused after":
+				waitFor(t, ctx, "row 2 dead-lettered", func() bool {
+					feed(1)
+					_, seqs := dl.letters()
+					return slices.Contains(seqs, 2)
+				})
+				if err := <-closeErr; err != nil {
+					t.Fatalf("close the table: %v", err)
+				}
+				r := s.Stats().Retries
+				waitFor(t, ctx, "row 3 to be refused again and again", func() bool {
+					l, _ := dl.letters()
+					return s.Stats().Retries >= r+loneTimeoutsPoison || len(l) > 2
+				})
+				letters, seqs := dl.letters()
+				if len(letters) != 2 || seqs[0] != 1 || seqs[1] != 2 || letters[1].SQLState != "57014" {
+					t.Fatalf("dead letters %+v for rows %v, want rows 1 and 2 only (row 2's SQLSTATE 57014): "+
+						"row 3 is refused while no row commits after it", letters, seqs)
+				}
+				execAll(t, ctx, admin, "TRUNCATE "+pgx.Identifier{s.table[len(s.table)-1] + "_closed"}.Sanitize())
+				waitFor(t, ctx, "the other rows acked", allAcked(ms[2:]))
+				src.close()
+				if err := wait(); err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				if _, seqs := dl.letters(); len(seqs) != 2 {
+					t.Fatalf("rows %v dead-lettered, want 1 and 2", seqs)
+				}
+				if got := count(t, ctx, admin, s.cfg.Table); got != len(ms)-2 {
+					t.Errorf("%d rows in the table, want %d: all but rows 1 and 2", got, len(ms)-2)
+				}
+				return
 			case "slow", "held":
 				bad = n - 1 // row 3; row 2 (held)
 				waitFor(t, ctx, "the lone row dead-lettered", func() bool {
@@ -1277,19 +1335,31 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 				return
 			case "table locked", "locked after commit":
 				if tc.name == "locked after commit" {
-					waitFor(t, ctx, "rows 4 to 6 acked", allAcked(ms[3:]))
-					tx = lockTable(t, ctx, pg, s)
+					// Locked as soon as one of rows 4 to 6 is stored
+					// (the others may commit while the lock waits for
+					// them, well within the span).
+					var err error
+					if tx, err = pg.Conn(t).Begin(ctx); err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+					waitFor(t, ctx, "one of rows 4 to 6 acked", func() bool {
+						return slices.ContainsFunc(ms[3:], func(m *recMsg) bool { return m.acks.Load() > 0 })
+					})
+					if _, err := tx.Exec(ctx, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+						t.Fatal(err)
+					}
 					lone = time.Now()
 				}
 				// Well past the span, with the lone rows timing out every
-				// 200-400 ms.
+				// 200-400 ms (on a loaded machine, slower: wait for the
+				// timeouts too).
 				r := s.Stats().Retries
-				waitFor(t, ctx, "the span to go by four times", func() bool { return time.Since(lone) > 4*tc.span })
+				waitFor(t, ctx, "the span to go by four times, and 6 retries", func() bool {
+					return time.Since(lone) > 4*tc.span && s.Stats().Retries >= r+2*loneTimeoutsPoison
+				})
 				if l, seqs := dl.letters(); len(l) != 0 {
 					t.Fatalf("rows %v dead-lettered while nothing committed: %+v", seqs, l)
-				}
-				if n := s.Stats().Retries; n < r+2*loneTimeoutsPoison {
-					t.Fatalf("%d retries while the table was locked, want %d or more", n-r, 2*loneTimeoutsPoison)
 				}
 				if err := tx.Rollback(ctx); err != nil {
 					t.Fatal(err)

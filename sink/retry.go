@@ -290,11 +290,14 @@ func timedOut(err error) bool {
 // commitRetry gives such a row up as poison (loneTimeoutError) only once it
 // has timed out alone loneTimeoutsPoison times in a row, over
 // loneTimeoutSpan at least, with a commit between each two of an attempt
-// (another row's) that started after the first of them: a table that is
+// (another row's) that started after the timeout before: a table that is
 // locked, or a server that is slow for every row, commits none (one commit
 // before a long lock counts for the timeouts up to it only), and a lock on
 // the row's parent held for less than the span is waited out. A held row
-// (process) is given up too when the held rest is that row alone.
+// (process) is given up too when the held rest is that row alone. The rule
+// never fires without another committer that commits: with connections: 1,
+// or while every committer is stuck on a slow row of its own, such rows
+// are retried for ever, as before, and a drain runs to drain_timeout.
 const (
 	loneTimeoutsPoison = 3
 	loneTimeoutSpan    = 5 * time.Minute
