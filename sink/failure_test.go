@@ -868,6 +868,14 @@ type lookupRig struct {
 
 func newLookupRig(t *testing.T, ctx context.Context, onLookup func(client net.Conn) verdict) *lookupRig {
 	t.Helper()
+	return newLookupRigCut(t, ctx, onLookup, nil)
+}
+
+// newLookupRigCut is newLookupRig whose proxy also cuts the connection at
+// the next write that ends a COPY once cutCopy is set (and clears it): the
+// COPY fails, its commit's outcome unknown to the sink.
+func newLookupRigCut(t *testing.T, ctx context.Context, onLookup func(client net.Conn) verdict, cutCopy *atomic.Bool) *lookupRig {
+	t.Helper()
 	r := &lookupRig{pg: testenv.Postgres(t)}
 	l := listen(t)
 	proxied, to := l.proxy(t, r.pg.URL)
@@ -884,6 +892,9 @@ func newLookupRig(t *testing.T, ctx context.Context, onLookup func(client net.Co
 				}
 			}
 			copyDone = bytes.IndexByte(ts, 'c') >= 0
+			if copyDone && cutCopy != nil && cutCopy.CompareAndSwap(true, false) {
+				return cut
+			}
 			return pass
 		}
 		return up, func([]byte) verdict { return pass }
@@ -1395,6 +1406,50 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 // attempt: the batch is halved), the first piece's answers, and the
 // second piece's times out once: a quiet pass, no second split.
 func TestExactlyOnceLookupTimeoutsInARowPerPiece(t *testing.T) {
+	t.Run("answered", testLookupTimeoutsAnswered)
+	t.Run("copy failed between", testLookupTimeoutsCopyFailed)
+}
+
+// A COPY that fails (its connection cut) between two lookup timeouts of
+// the batch answers no lookup: the second timeout is the second in a row,
+// a failed attempt that halves the batch, as when a lost connection ends a
+// lookup between them (lookupPasses.passing). The count was cleared by
+// any attempt that ended without a lookupError.
+func testLookupTimeoutsCopyFailed(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	var lookups atomic.Int32
+	var cutCopy atomic.Bool
+	r := newLookupRigCut(t, ctx, func(client net.Conn) verdict {
+		switch lookups.Add(1) {
+		case 1:
+			cutCopy.Store(true) // the batch sent again
+			return answerLookup(client, "57014", "canceling statement due to statement timeout")
+		case 2:
+			return answerLookup(client, "57014", "canceling statement due to statement timeout")
+		}
+		return pass
+	}, &cutCopy)
+	pg, s, dl, src, wait := r.pg, r.s, r.dl, r.src, r.wait
+	again, ms := rows(1, 16, nil) // row 1 conflicts: 15 of 16 inserted, then the lookup
+	src.push(t, ctx, again)
+	finishClean(t, ctx, src, wait, dl, ms)
+	if cutCopy.Load() {
+		t.Fatal("no COPY cut after the first lookup")
+	}
+	if n := s.Stats().TimeoutSplits; n != 1 {
+		t.Errorf("%d timeout splits, want 1: the second lookup timeout, after a failed COPY, is the second in a row", n)
+	}
+	for i, m := range ms {
+		if n := m.acks.Load(); n != 1 {
+			t.Errorf("message %d acked %d times, want once", i+1, n)
+		}
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 16 {
+		t.Errorf("%d rows, want 16", n)
+	}
+}
+
+func testLookupTimeoutsAnswered(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	var lookups atomic.Int32
 	r := newLookupRig(t, ctx, func(client net.Conn) verdict {
