@@ -997,3 +997,26 @@ func TestLookupPasses(t *testing.T) {
 		t.Error("a lost connection passes stillFailingEvery after the first failed lookup")
 	}
 }
+
+// A batch keeps the mark that a commit of its rows had an unknown outcome
+// (so the lone-timeout rule's dead letter says a row may already be
+// stored) from one process call to the next: a hand-off or another try of
+// the batch started from a clean slate and lost it.
+func TestMayBeStoredOutlivesProcess(t *testing.T) {
+	s := &Sink{cfg: Config{Batch: BatchConfig{MaxRows: 10, MaxBytes: 1 << 20}}, log: slog.New(slog.DiscardHandler)}
+	c := &committer{s: s}
+	rs, _ := rows(1, 2, nil)
+	b := &batch{rows: rs, mayBeStored: true} // its reset, below, releases the rows
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the attempt gives up at once, before any connect
+	if err := c.process(ctx, b); !errors.Is(err, context.Canceled) {
+		t.Fatalf("process = %v, want context.Canceled", err)
+	}
+	if !c.unknown || !b.mayBeStored {
+		t.Errorf("after process: committer's unknown %v, batch's mayBeStored %v; want both true", c.unknown, b.mayBeStored)
+	}
+	b.reset()
+	if b.mayBeStored {
+		t.Error("a reset batch is marked as maybe stored")
+	}
+}
