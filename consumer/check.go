@@ -105,6 +105,8 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	if log == nil {
 		log = slog.Default()
 	}
+	// Only for natsOptions: the timeouts, gaps and intervals New sets stay
+	// zero here, so a look such as streamInfo must not be made through c.
 	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{})}
 	opts, err := c.natsOptions()
 	if err != nil {

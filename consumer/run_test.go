@@ -497,7 +497,9 @@ func TestJetStreamOffAndOnAgain(t *testing.T) {
 	c, log := newLoggedConsumer(t, ctx, cfg)
 	c.stuckAfter = 300 * time.Millisecond
 	c.lookTimeout = 500 * time.Millisecond
-	c.recheckGap = time.Second
+	// 2 s, not 5: a second look within the last second checked below needs
+	// a pull refused over 2 s after the look that found JetStream back.
+	c.recheckGap = 2 * time.Second
 	js := jsFor(t, srv)
 	publish(t, ctx, js, cfg, 1, 1, 0)
 	r := startRun(t, ctx, c, 1, 64, 1000)
