@@ -34,8 +34,8 @@ vet:
 # go vet, then every package's tests under the race detector, against real
 # servers (embedded nats-server, throwaway PostgreSQL clusters, Jaeger v2),
 # and beside them the consumer's tests again with nats.go's pull client
-# (nats.pull_client: nats.go; the default is wire), its output shown after
-# the others'; then the zero-allocation tests again in a normal build (the
+# (nats.pull_client: nats.go; the default is wire), its output shown whole
+# when it ends, among the main pass's package lines; then the zero-allocation tests again in a normal build (the
 # race detector allocates, and ringq's are built only without it).
 # The two passes run together because the machine is idle much of the
 # time: the tests wait on servers and timers (session 58 measured the CPUs
