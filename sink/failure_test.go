@@ -856,6 +856,21 @@ func terminateRole(role string) string {
 // stored fewer than it staged left out) to onLookup, which decides its
 // fate. Row 1 is stored and acked before it is armed, so that rows 1 to
 // 5 sent again conflict on it and are looked up.
+// storedOnceEach checks the end of a lookup rig's test: every message
+// acked once, and the table holding one row for each (row 1 stored before
+// the test, the others by it).
+func storedOnceEach(t *testing.T, ctx context.Context, pg *testenv.PG, s *Sink, ms []*recMsg) {
+	t.Helper()
+	for i, m := range ms {
+		if n := m.acks.Load(); n != 1 {
+			t.Errorf("message %d acked %d times, want once", i+1, n)
+		}
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != len(ms) {
+		t.Errorf("%d rows, want %d", n, len(ms))
+	}
+}
+
 type lookupRig struct {
 	pg    *testenv.PG
 	s     *Sink
@@ -958,14 +973,7 @@ func TestExactlyOnceLookupFailsAfterCommit(t *testing.T) {
 			if !failed.Load() {
 				t.Fatal("no lookup went by to fail")
 			}
-			for i, m := range ms {
-				if n := m.acks.Load(); n != 1 {
-					t.Errorf("message %d acked %d times, want once", i+1, n)
-				}
-			}
-			if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 5 {
-				t.Errorf("%d rows, want 5", n)
-			}
+			storedOnceEach(t, ctx, pg, s, ms)
 			if st := s.Stats(); st.TimeoutSplits != 0 || st.Retries != 0 {
 				t.Errorf("%d timeout splits, %d retries; want none: the batch committed", st.TimeoutSplits, st.Retries)
 			}
@@ -1031,14 +1039,7 @@ func TestExactlyOnceLookupFailsForGood(t *testing.T) {
 			if failed.Load() < 2 {
 				t.Fatalf("%d lookups failed, want several", failed.Load())
 			}
-			for i, m := range ms {
-				if n := m.acks.Load(); n != 1 {
-					t.Errorf("message %d acked %d times, want once", i+1, n)
-				}
-			}
-			if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 5 {
-				t.Errorf("%d rows, want 5", n)
-			}
+			storedOnceEach(t, ctx, pg, s, ms)
 			// The first timeout passes as a lookup to retry; a refusal
 			// is logged as one, saying the transaction committed.
 			want := "the transaction committed, but: look for rows missing"
@@ -1091,14 +1092,7 @@ func TestExactlyOnceLookupCutEveryTime(t *testing.T) {
 	}
 	r.armed.Store(false)
 	finishClean(t, ctx, src, wait, dl, ms)
-	for i, m := range ms {
-		if n := m.acks.Load(); n != 1 {
-			t.Errorf("message %d acked %d times, want once", i+1, n)
-		}
-	}
-	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 5 {
-		t.Errorf("%d rows, want 5", n)
-	}
+	storedOnceEach(t, ctx, pg, s, ms)
 	if !strings.Contains(logs.String(), "batch committed, but the lookup of which of its rows the table stored failed") {
 		t.Errorf("the log does not say the lookup failed after the commit:\n%s", logs.String())
 	}
@@ -1133,14 +1127,7 @@ func TestExactlyOnceLookupQuietPassesPerBatch(t *testing.T) {
 	if quiet == 0 || quiet > lookupQuietPasses {
 		t.Errorf("%d quiet passes logged for one batch, want 1 to %d:\n%s", quiet, lookupQuietPasses, logs.String())
 	}
-	for i, m := range ms {
-		if n := m.acks.Load(); n != 1 {
-			t.Errorf("message %d acked %d times, want once", i+1, n)
-		}
-	}
-	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 16 {
-		t.Errorf("%d rows, want 16", n)
-	}
+	storedOnceEach(t, ctx, pg, s, ms)
 }
 
 // A row that alone takes longer than the statement_timeout was retried for
@@ -1439,14 +1426,7 @@ func testLookupTimeoutsCopyFailed(t *testing.T) {
 	if n := s.Stats().TimeoutSplits; n != 1 {
 		t.Errorf("%d timeout splits, want 1: the second lookup timeout, after a failed COPY, is the second in a row", n)
 	}
-	for i, m := range ms {
-		if n := m.acks.Load(); n != 1 {
-			t.Errorf("message %d acked %d times, want once", i+1, n)
-		}
-	}
-	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 16 {
-		t.Errorf("%d rows, want 16", n)
-	}
+	storedOnceEach(t, ctx, pg, s, ms)
 }
 
 func testLookupTimeoutsAnswered(t *testing.T) {
@@ -1469,12 +1449,5 @@ func testLookupTimeoutsAnswered(t *testing.T) {
 	if n := s.Stats().TimeoutSplits; n != 1 {
 		t.Errorf("%d timeout splits, want 1: the second piece's lookup timed out once after the first piece's answered", n)
 	}
-	for i, m := range ms {
-		if n := m.acks.Load(); n != 1 {
-			t.Errorf("message %d acked %d times, want once", i+1, n)
-		}
-	}
-	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 16 {
-		t.Errorf("%d rows, want 16", n)
-	}
+	storedOnceEach(t, ctx, pg, s, ms)
 }
