@@ -1385,6 +1385,113 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 	}
 }
 
+// A held row that times out alone with rows of its batch behind it (the
+// piece cap at one row) is given up by the held branch itself, once, and
+// clears the suspect count, as an unheld one does. Rows 1 and 2 come as
+// one batch: row 1 is slow in it (the 2-row COPY times out: the cap drops
+// to one row), then refused once with a suspect error alone; the probe
+// swaps row 2 in, refused once too, so the committer holds the rest, row 2
+// then row 1, and row 2 times out alone while rows committed elsewhere
+// (fed from then on) pass between its timeouts. Row 2 is dead-lettered
+// (57014) and, as that starts, the table refuses every row for a while (a
+// trigger added): row 1, behind it, is then refused with a commit of
+// others since row 1's own suspect error long before, and was
+// dead-lettered when the held branch gave row 2 up by itself without
+// clearing that count. Without the branch, the row was retried again
+// unheld, from a count of none, and given up a second time (logged twice).
+func TestHeldRowSlowerThanTimeoutWithRowsAfter(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "200"), func(c *Config) { c.Connections = 2 })
+	s.loneSpan = time.Second
+	logs := captureLog(t, s, time.Minute)
+	admin := pg.Conn(t)
+	name := s.table[len(s.table)-1]
+	closed := pgx.Identifier{name + "_closed"}.Sanitize()
+	n1, n2 := pgx.Identifier{name + "_n1"}.Sanitize(), pgx.Identifier{name + "_n2"}.Sanitize()
+	execAll(t, ctx, admin, "CREATE TABLE "+closed+" (x int)", "CREATE SEQUENCE "+n1, "CREATE SEQUENCE "+n2)
+	// Triggers fire in name order: "closed" before the rows' own. A
+	// sequence is not rolled back, so each counts its row's tries.
+	triggerOn(t, ctx, admin, s.table, "closed", "EXISTS (SELECT FROM "+closed+")", "RAISE EXCEPTION 'table closed'")
+	triggerOn(t, ctx, admin, s.table, "one", "NEW.stream_seq = 1",
+		"CASE nextval('"+n1+"') WHEN 1 THEN PERFORM pg_sleep(1); WHEN 2 THEN RAISE EXCEPTION 'one once'; ELSE NULL; END CASE")
+	triggerOn(t, ctx, admin, s.table, "two", "NEW.stream_seq = 2",
+		"IF nextval('"+n2+"') = 1 THEN RAISE EXCEPTION 'two once'; END IF; PERFORM pg_sleep(1)")
+	closer := pg.Conn(t)
+	closeErr := make(chan error, 1)
+	dl.started = func(ev *pipeline.Event) {
+		if ev.StreamSeq == 2 {
+			_, err := closer.Exec(ctx, "INSERT INTO "+closed+" VALUES (1)")
+			closeErr <- err
+		}
+	}
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	waitFor(t, ctx, "both committers connected", func() bool {
+		return backends(t, ctx, admin, s.cfg.AppName, "true") >= 2
+	})
+	first, ms := rows(1, 2, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "row 2 to time out alone, held", func() bool {
+		return strings.Contains(logs.String(), `retrying until it commits" rows=1 `)
+	})
+	if st := s.Stats(); st.TimeoutSplits == 0 {
+		t.Fatalf("no timeout split before the hold: %+v; the test needs the piece cap at one row", st)
+	}
+	// Rows that the other committer takes, one more at each poll (50 ms
+	// apart at least), so that commits come between row 2's timeouts.
+	next := 3
+	var fed time.Time
+	waitFor(t, ctx, "row 2 dead-lettered", func() bool {
+		if time.Since(fed) >= 50*time.Millisecond {
+			fed = time.Now()
+			more, ms2 := rows(next, 1, nil)
+			next++
+			src.push(t, ctx, more)
+			ms = append(ms, ms2...)
+		}
+		_, seqs := dl.letters()
+		return slices.Contains(seqs, 2)
+	})
+	if err := <-closeErr; err != nil {
+		t.Fatalf("close the table: %v", err)
+	}
+	r := s.Stats().Retries
+	waitFor(t, ctx, "row 1 to be refused again and again", func() bool {
+		l, _ := dl.letters()
+		return s.Stats().Retries >= r+loneTimeoutsPoison || len(l) > 1
+	})
+	letters, seqs := dl.letters()
+	if len(letters) != 1 || seqs[0] != 2 || letters[0].SQLState != "57014" || letters[0].Code != pipeline.CodeRefused {
+		t.Fatalf("dead letters %+v for rows %v, want row 2's only, SQLSTATE 57014: "+
+			"row 1 is refused while no row commits after it", letters, seqs)
+	}
+	if n := ms[0].acks.Load(); n != 0 {
+		t.Fatalf("row 1 acked %d times while the table refuses every row: it was not behind row 2", n)
+	}
+	execAll(t, ctx, admin, "TRUNCATE "+closed)
+	others := append(ms[:1:1], ms[2:]...)
+	waitFor(t, ctx, "the other rows acked", allAcked(others))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, seqs := dl.letters(); len(seqs) != 1 {
+		t.Fatalf("rows %v dead-lettered, want row 2", seqs)
+	}
+	for i, m := range others {
+		if m.acks.Load() != 1 || m.terms.Load() != 0 {
+			t.Errorf("stored row %d's message acked %d times, termed %d, want acked once", i, m.acks.Load(), m.terms.Load())
+		}
+	}
+	if got := count(t, ctx, admin, s.cfg.Table); got != len(others) {
+		t.Errorf("%d rows in the table, want %d: all but row 2", got, len(others))
+	}
+	if n := strings.Count(logs.String(), "a row alone timed out on the server again and again"); n != 1 {
+		t.Errorf("row 2 given up %d times, want once, by the held branch:\n%s", n, logs)
+	}
+}
+
 // The in-a-row count of an exactly-once batch's lookup timeouts starts anew
 // once a lookup answers: it was shared by every piece of the batch and
 // never cleared, so a timeout in one piece, answered afterwards, and one
