@@ -1497,11 +1497,64 @@ func TestHeldRowSlowerThanTimeoutWithRowsAfter(t *testing.T) {
 // never cleared, so a timeout in one piece, answered afterwards, and one
 // in a later piece counted as two in a row, and the second halved the
 // pieces again. Here the whole batch's lookup times out twice (a failed
-// attempt: the batch is halved), the first piece's answers, and the
-// second piece's times out once: a quiet pass, no second split.
+// attempt: the batch is halved), the first piece's answers (with no row
+// missing, or with one: "answered, rows missing"), and the second piece's
+// times out once: a quiet pass, no second split.
 func TestExactlyOnceLookupTimeoutsInARowPerPiece(t *testing.T) {
 	t.Run("answered", testLookupTimeoutsAnswered)
+	t.Run("answered, rows missing", testLookupTimeoutsMissingAnswered)
 	t.Run("copy failed between", testLookupTimeoutsCopyFailed)
+}
+
+// A lookup that answers with rows missing from the table (a *missingError:
+// committed, the missing rows dead-lettered) answers as well as one that
+// finds none missing: the next lookup timeout of the batch is the first in
+// a row again. As in "answered", but a trigger leaves row 3 out of the
+// table (RETURN NULL), so that the first piece's lookup finds it missing;
+// the second piece's lookup then times out once: a quiet pass, no second
+// split. The count was cleared only after an attempt with no error.
+func testLookupTimeoutsMissingAnswered(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	var lookups atomic.Int32
+	r := newLookupRig(t, ctx, func(client net.Conn) verdict {
+		switch lookups.Add(1) {
+		case 1, 2, 4:
+			return answerLookup(client, "57014", "canceling statement due to statement timeout")
+		}
+		return pass
+	})
+	pg, s, dl, src, wait := r.pg, r.s, r.dl, r.src, r.wait
+	admin := pg.Conn(t)
+	trigger(t, ctx, admin, s.table, "drop3", "BEFORE INSERT", "ROW", "IF NEW.stream_seq = 3 THEN RETURN NULL; END IF; RETURN NEW;")
+	again, ms := rows(1, 16, nil) // row 1 conflicts, row 3 is left out: 14 of 16 inserted, then the lookup
+	src.push(t, ctx, again)
+	stored := append(ms[:2:2], ms[3:]...)
+	waitFor(t, ctx, "rows acked", allAcked(stored))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := lookups.Load(); n < 5 {
+		t.Fatalf("%d lookups, want 5 or more: two of the whole batch, one per piece and the second piece's again", n)
+	}
+	if n := s.Stats().TimeoutSplits; n != 1 {
+		t.Errorf("%d timeout splits, want 1: the second piece's lookup timed out once after the first piece's answered (row 3 missing)", n)
+	}
+	letters, seqs := dl.letters()
+	if len(letters) != 1 || seqs[0] != 3 || letters[0].Code != pipeline.CodeRowCount {
+		t.Fatalf("dead letters %+v for rows %v, want row 3's only, code %s", letters, seqs, pipeline.CodeRowCount)
+	}
+	if m := ms[2]; m.acks.Load() != 0 || m.terms.Load() != 1 {
+		t.Errorf("row 3's message acked %d times, termed %d, want termed once", m.acks.Load(), m.terms.Load())
+	}
+	for i, m := range stored {
+		if n := m.acks.Load(); n != 1 {
+			t.Errorf("stored message %d acked %d times, want once", i, n)
+		}
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != len(stored) {
+		t.Errorf("%d rows, want %d: all but row 3", n, len(stored))
+	}
 }
 
 // A COPY that fails (its connection cut) between two lookup timeouts of
