@@ -570,6 +570,24 @@ func TestValidationErrorsSayWhereTheValueCameFrom(t *testing.T) {
 			t.Errorf("Load(%+v) = %v, want an error ending %q", c.src, err, c.want)
 		}
 	}
+	// A list, empty, refused by a rule that names another key after it:
+	// where the list was set, not the other key.
+	lists := filepath.Join(dir, "lists.yaml")
+	if err := os.WriteFile(lists, []byte("nats:\n  subjects: []\n  create_stream: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		src  Source
+		want string
+	}{
+		{Source{File: lists}, "(line 2 of " + lists + ")"},
+		{Source{Env: []string{"JETSINK_NATS_SUBJECTS=", "JETSINK_NATS_CREATE_STREAM=true"}}, "(JETSINK_NATS_SUBJECTS)"},
+	} {
+		_, err := Load(c.src)
+		if err == nil || !strings.Contains(err.Error(), "nats.subjects is empty") || !strings.HasSuffix(err.Error(), c.want) {
+			t.Errorf("Load(%+v) = %v, want nats.subjects refused, ending %q", c.src, err, c.want)
+		}
+	}
 	if err := os.WriteFile(path, []byte("nats:\n  strem: EVENTS\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

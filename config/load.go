@@ -578,6 +578,10 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 				}
 				continue
 			}
+			// The key's line (or variable): an empty list has no entry
+			// to name, and a rule about the list must not be traced to a
+			// key that the same message names after it.
+			sc.where[path] = whereOf(sc.at(path, kn, raw))
 		case val.Kind != yaml.ScalarNode:
 			if err := refuse(fmt.Errorf("%w: %s%s takes a single value (%s), not a list or a section", ErrInvalidConfig, sc.at(path, kn, raw), path, k.Type)); err != nil {
 				return err
