@@ -1492,6 +1492,106 @@ func TestHeldRowSlowerThanTimeoutWithRowsAfter(t *testing.T) {
 	}
 }
 
+// A batch handed to another committer (errHandOff) after a commit of
+// unknown outcome keeps that mark (batch.mayBeStored, written back as
+// process returns), so that its row, given up there for its lone timeouts,
+// is dead-lettered as one that may already be stored. Committer X's COPY
+// of row 1 is cut as it ends (outcome unknown), and the proxy then refuses
+// new connections, so that X cannot reconnect while Y, whose connection
+// stays, commits row 2: X hands row 1's batch to Y. There row 1 (a
+// trigger sleeps past the 200 ms limit) times out alone while X, let
+// connect again, commits rows between. Without the write-back, Y started
+// from a clean slate and the reason did not say so (a first delivery in
+// at-least-once mode: nothing else marks it).
+func TestMayBeStoredSurvivesHandOff(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	l := listen(t)
+	proxied, to := l.proxy(t, pg.URL)
+	proxied = withParam(t, withParam(t, proxied, "sslmode", "disable"), "statement_timeout", "200") // the hook reads the messages
+	var cutCopy, refuse atomic.Bool
+	cutCopy.Store(true)
+	l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) {
+		if refuse.Load() {
+			return func([]byte) verdict { return cut }, func([]byte) verdict { return pass }
+		}
+		var f frontendStream
+		up = func(b []byte) verdict {
+			if bytes.IndexByte(f.types(b), 'c') >= 0 && cutCopy.CompareAndSwap(true, false) {
+				refuse.Store(true)
+				return cut
+			}
+			return pass
+		}
+		return up, func([]byte) verdict { return pass }
+	})
+	s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections = 2 })
+	s.loneSpan = time.Second
+	logs := captureLog(t, s, time.Minute)
+	admin := pg.Conn(t)
+	tries := pgx.Identifier{s.table[len(s.table)-1] + "_n"}.Sanitize()
+	execAll(t, ctx, admin, "CREATE SEQUENCE "+tries)
+	triggerOn(t, ctx, admin, s.table, "slow", "NEW.stream_seq = 1", "PERFORM nextval('"+tries+"'); PERFORM pg_sleep(1)")
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	waitFor(t, ctx, "both committers connected", func() bool {
+		return backends(t, ctx, admin, s.cfg.AppName, "true") >= 2
+	})
+	first, ms := rows(1, 1, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "row 1's COPY cut, its outcome unknown", func() bool {
+		return strings.Contains(logs.String(), "commit_outcome_unknown=true")
+	})
+	second, ms2 := rows(2, 1, nil) // Y's: X cannot connect
+	src.push(t, ctx, second)
+	ms = append(ms, ms2...)
+	waitFor(t, ctx, "row 2 acked", allAcked(ms2))
+	// Row 1 reaches the server only on Y's connection: X's COPY was cut
+	// before it did, and X connects no more.
+	waitFor(t, ctx, "row 1 tried on the server, handed to Y", func() bool {
+		var called bool
+		err := admin.QueryRow(ctx, "SELECT is_called FROM "+tries).Scan(&called)
+		return err == nil && called
+	})
+	refuse.Store(false)
+	next := 3
+	var fed time.Time
+	waitFor(t, ctx, "row 1 dead-lettered", func() bool {
+		if time.Since(fed) >= 50*time.Millisecond {
+			fed = time.Now()
+			more, ms3 := rows(next, 1, nil)
+			next++
+			src.push(t, ctx, more)
+			ms = append(ms, ms3...)
+		}
+		_, seqs := dl.letters()
+		return slices.Contains(seqs, 1)
+	})
+	waitFor(t, ctx, "the other rows acked", allAcked(ms[1:]))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	letters, seqs := dl.letters()
+	if len(letters) != 1 || seqs[0] != 1 || letters[0].SQLState != "57014" || !strings.Contains(letters[0].Reason, "alone timed out") {
+		t.Fatalf("dead letters %+v for rows %v, want row 1's only, for its lone timeouts (SQLSTATE 57014)", letters, seqs)
+	}
+	if !strings.Contains(letters[0].Reason, "may already be stored") {
+		t.Errorf("row 1's dead letter %q does not say it may already be stored: its COPY's outcome was unknown before the hand-off", letters[0].Reason)
+	}
+	if m := ms[0]; m.acks.Load() != 0 || m.terms.Load() != 1 {
+		t.Errorf("row 1's message acked %d times, termed %d, want termed once", m.acks.Load(), m.terms.Load())
+	}
+	for i, m := range ms[1:] {
+		if m.acks.Load() != 1 || m.terms.Load() != 0 {
+			t.Errorf("row %d's message acked %d times, termed %d, want acked once", i+2, m.acks.Load(), m.terms.Load())
+		}
+	}
+	if got := count(t, ctx, admin, s.cfg.Table); got != len(ms)-1 {
+		t.Errorf("%d rows in the table, want %d: all but row 1", got, len(ms)-1)
+	}
+}
+
 // The in-a-row count of an exactly-once batch's lookup timeouts starts anew
 // once a lookup answers: it was shared by every piece of the batch and
 // never cleared, so a timeout in one piece, answered afterwards, and one
