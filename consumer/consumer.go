@@ -150,6 +150,10 @@ type Consumer struct {
 	// lines (quietEvery).
 	dlDenied    atomic.Pointer[refusal]
 	dlDeniedLog pipeline.Every
+	// dlPublishing holds the cancel functions of the dead-letter
+	// publishes under way (publishOnce), which noteDeadLetterDenial
+	// cancels with the refusal.
+	dlPublishing publishSet
 	// pullsRefused is set while the server refuses the pulls themselves
 	// (no permission to publish to the pull subject: notePullRefusal), for
 	// NotConsuming. Unlike stuck, which a look at the consumer or a session
@@ -544,11 +548,12 @@ func (c *Consumer) noteAckRefusal(err error) {
 // noteDeadLetterDenial keeps err if it is the server refusing a dead
 // letter: a permissions violation for a publish to
 // nats.dead_letter_subject. The server drops the publish and says so on
-// the connection (nats.go's async error), not to the publish, which only
-// times out: publishDeadLetter then names the permission instead of a
-// stream that did not answer. Logged at Error at most once every
-// quietEvery (with the number held back): a run of poison events is
-// refused at every probe. Safe from any goroutine.
+// the connection (nats.go's async error), not to the publish, which
+// would only time out: so the dead-letter publishes under way now end at
+// once with an error that wraps err and names the permission
+// (publishOnce); those begun after are not touched. Logged at Error at
+// most once every quietEvery (with the number held back): a run of
+// poison events is refused at every probe. Safe from any goroutine.
 func (c *Consumer) noteDeadLetterDenial(err error) {
 	if !errors.Is(err, nats.ErrPermissionViolation) {
 		return
@@ -560,6 +565,7 @@ func (c *Consumer) noteDeadLetterDenial(err error) {
 		return
 	}
 	c.dlDenied.Store(&refusal{at: time.Now(), err: err})
+	c.dlPublishing.cancelAll(err)
 	c.dlDeniedLog.Log(context.Background(), c.log, slog.LevelError, quietEvery,
 		"the NATS user may not publish to "+c.cfg.DeadLetterSubject+": give it permission; until then no dead letter is stored, "+
 			"and the events to dead-letter are nak'ed and delivered again, none lost (the readiness check fails meanwhile)",

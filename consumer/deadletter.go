@@ -63,8 +63,11 @@ const (
 // would otherwise exceed the connection's max_payload.
 //
 // The publish may take min(5 s, nats.ack_wait/8), at least 500 ms, and
-// less if ctx ends first. One that gets no answer in that time opens a
-// breaker: until a probe publish (one at a time, at most every second,
+// less if ctx ends first, or if the server refuses a dead letter
+// meanwhile for want of permission (the error then wraps
+// nats.ErrPermissionViolation and names the permission to give). One
+// that gets no answer in that time, or is so refused, opens a breaker:
+// until a probe publish (one at a time, at most every second,
 // waiting min(30 s, nats.ack_wait/2) for its answer) gets a PubAck,
 // DeadLetter publishes nothing and fails at once, as a
 // failed publish does, and logs such failures at most once a second
@@ -301,11 +304,13 @@ const dlRecreateEvery = 5 * time.Second
 // first PubAck (a duplicate's too) closes the breaker. A publish that finds no stream
 // (jetstream.ErrNoStreamResponse) with nats.create_stream set re-creates
 // the dead-letter stream, at most every dlRecreateEvery, and is sent once
-// more. A publish that timed out after the server refused a dead letter
-// on the connection (noteDeadLetterDenial: the user may not publish to
-// the subject) returns an error that says so and wraps the refusal
-// (nats.ErrPermissionViolation) and the timeout; a dead letter stored
-// clears the refusal (DeadLettersDenied).
+// more. A publish under way when the server refuses a dead letter on the
+// connection (noteDeadLetterDenial: the user may not publish to the
+// subject) ends then, rather than at its timeout, with an error that says
+// so and wraps the refusal (nats.ErrPermissionViolation; publishOnce);
+// for the breaker it is unanswered, so that while the permission is
+// missing one probe a second is refused, not every dead letter. A dead
+// letter stored clears the refusal (DeadLettersDenied).
 func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m *nats.Msg) (*jetstream.PubAck, error) {
 	probe, err := c.dlBreaker.admit(time.Now())
 	if err != nil {
@@ -321,7 +326,6 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 				"stream_seq", ev.StreamSeq, "err", perr)
 		}
 	}
-	began := time.Now()
 	ack, err := c.publishOnce(ctx, m, timeout)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) && c.cfg.CreateStream && c.recreateDeadLetterStream(ctx) {
 		ack, err = c.publishOnce(ctx, m, timeout)
@@ -332,19 +336,17 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 	case err == nil:
 		// The user may publish there (again).
 		c.dlDenied.Store(nil)
+	case errors.Is(err, nats.ErrPermissionViolation):
+		// The server refused a dead letter while this one was under way
+		// (publishOnce), and answers none it refuses. Unanswered for the
+		// breaker: the dead letters after it fail at once, and a probe a
+		// second finds the permission given, rather than each being sent
+		// and refused (an -ERR, and a line in the server's log, each).
+		outcome = dlUnanswered
+		denied = true
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		// Our own timeout, not the caller's end.
 		outcome = dlUnanswered
-		if r := c.dlDenied.Load(); r != nil && !r.at.Before(began) {
-			// The server refused a dead letter meanwhile (on the
-			// connection: noteDeadLetterDenial), and answers none it
-			// refuses: say so, not that nothing answered. Still
-			// unanswered for the breaker: every such publish waits out its
-			// timeout, and a probe finds the permission given.
-			denied = true
-			err = fmt.Errorf("the NATS user may not publish to %s: give it permission: %w (the publish timed out: %w)",
-				c.cfg.DeadLetterSubject, r.err, err)
-		}
 	default:
 		outcome = dlRefused
 	}
@@ -373,10 +375,72 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 // jetstream.ErrNoStreamResponse: the deleted stream was not re-created,
 // and the breaker opened as if nobody had answered. Without the retries it
 // is a refusal, at once; its event is nak'ed, or the stream re-created.
+//
+// The server answers no publish it refuses for want of permission; it
+// says so on the connection, with the subject and nothing that tells one
+// publish from another (noteDeadLetterDenial). So every dead-letter
+// publish under way when such a refusal is noted ends then (unless its
+// PubAck came first, or ctx ended), with an error that names the
+// permission and wraps the refusal (nats.ErrPermissionViolation): it
+// went to the subject refused, by the user refused, before the refusal
+// came back. One begun after a refusal is noted is not touched by it. (A
+// refusal of an earlier publish that timed out can still end one begun
+// before it arrived; that one would be refused too, unless the
+// permission was given in between: then its event is nak'ed and its dead
+// letter, published again, is stored once by its Nats-Msg-Id.)
 func (c *Consumer) publishOnce(ctx context.Context, m *nats.Msg, timeout time.Duration) (*jetstream.PubAck, error) {
-	pctx, cancel := context.WithTimeout(ctx, timeout)
+	dctx, deny := context.WithCancelCause(ctx)
+	defer deny(nil)
+	key := c.dlPublishing.add(deny)
+	defer c.dlPublishing.remove(key)
+	pctx, cancel := context.WithTimeout(dctx, timeout)
 	defer cancel()
-	return c.js.PublishMsg(pctx, m, jetstream.WithRetryAttempts(0))
+	ack, err := c.js.PublishMsg(pctx, m, jetstream.WithRetryAttempts(0))
+	// The caller's end wins; a refusal is dctx's cause (noteDeadLetterDenial
+	// notes only permission violations).
+	if cause := context.Cause(dctx); err != nil && ctx.Err() == nil && errors.Is(cause, nats.ErrPermissionViolation) {
+		return nil, fmt.Errorf("the NATS user may not publish to %s: give it permission: %w", m.Subject, cause)
+	}
+	return ack, err
+}
+
+// publishSet holds the cancel functions of the dead-letter publishes
+// under way, for noteDeadLetterDenial to end them. The zero value is
+// empty. Safe for concurrent use.
+type publishSet struct {
+	mu      sync.Mutex
+	next    uint64
+	cancels map[uint64]context.CancelCauseFunc
+}
+
+// add keeps cancel until remove is called with the key it returns.
+func (s *publishSet) add(cancel context.CancelCauseFunc) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cancels == nil {
+		s.cancels = make(map[uint64]context.CancelCauseFunc)
+	}
+	s.next++
+	s.cancels[s.next] = cancel
+	return s.next
+}
+
+// remove forgets the cancel function add kept under key.
+func (s *publishSet) remove(key uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.cancels, key)
+}
+
+// cancelAll cancels, with cause, the publishes under way, and forgets
+// them.
+func (s *publishSet) cancelAll(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, cancel := range s.cancels {
+		cancel(cause)
+		delete(s.cancels, key)
+	}
 }
 
 // recreateDeadLetterStream makes the dead-letter stream again

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -1077,18 +1078,21 @@ func TestDeadLettersOfTwoConsumersAreBothStored(t *testing.T) {
 }
 
 // A user who may not publish to the dead-letter subject: the server drops
-// each dead letter and says so on the connection, not to the publish,
-// which times out. The Error log, DeadLetter's error and the readiness
+// each dead letter and says so on the connection, not to the publish.
+// The publish, and the breaker's probe, end when the refusal arrives, not
+// at their timeouts. The Error log, DeadLetter's error and the readiness
 // check (DeadLettersDenied) name the permission to give, and the event is
 // nak'ed; once it is given, the event's dead letter is stored and the
-// check clears. Before, the log said only that the dead-letter stream did
-// not answer, and the readiness check stayed green. (The dead letter goes
-// through nats.go with either pull client.)
+// check clears; a refusal noted before a publish began does not end it.
+// Before, the log said only that the dead-letter stream did not answer,
+// and the readiness check stayed green; and then each refused publish
+// waited out its timeout. (The dead letter goes through nats.go with
+// either pull client.)
 func TestDeadLetterDeniedNamesThePermission(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	js, cfg, reload := permissionsServer(t, ctx)
-	cfg.AckWait = 4 * time.Second // a dead-letter publish waits 500 ms, a probe 2 s
+	cfg.AckWait = 40 * time.Second // a dead-letter publish waits 5 s, a probe 20 s
 	reload(cfg.DeadLetterSubject)
 	c, log := newLoggedConsumer(t, ctx, cfg)
 	publish(t, ctx, js, cfg, 1, 1, 0)
@@ -1096,10 +1100,21 @@ func TestDeadLetterDeniedNamesThePermission(t *testing.T) {
 	ev := r.next(t, ctx).ev
 	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
 	want := "may not publish to " + cfg.DeadLetterSubject
-	err := c.DeadLetter(ctx, &ev, dl)
-	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), want) {
-		t.Fatalf("DeadLetter denied by the server = %v, want ErrDeadLetter wrapping nats.ErrPermissionViolation, saying %q", err, want)
+	// deadLetter is DeadLetter for ev, which the server refuses: at once,
+	// not after timeout (the refusal comes in milliseconds; half of
+	// timeout is the margin for a loaded machine).
+	deadLetter := func(ev *pipeline.Event, what string, timeout time.Duration) {
+		t.Helper()
+		began := time.Now()
+		err := c.DeadLetter(ctx, ev, dl)
+		if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s denied by the server = %v, want ErrDeadLetter wrapping nats.ErrPermissionViolation, saying %q", what, err, want)
+		}
+		if took := time.Since(began); took > timeout/2 {
+			t.Fatalf("%s denied by the server took %v, its timeout %v: it waited for the timeout, not the refusal", what, took, timeout)
+		}
 	}
+	deadLetter(&ev, "DeadLetter", c.deadLetterTimeout())
 	errorLine := func(msg string) bool {
 		for line := range strings.Lines(log.String()) {
 			if strings.Contains(line, "level=ERROR") && strings.Contains(line, msg) && strings.Contains(line, want) {
@@ -1121,11 +1136,20 @@ func TestDeadLetterDeniedNamesThePermission(t *testing.T) {
 		t.Fatalf("ack floor = %d (%v) after a denied dead letter: the event was acked or terminated", lag.AckFloor, err)
 	}
 
-	// The permission given: the nak'ed event comes back, and its dead
-	// letter, the breaker's probe, is stored.
-	reload()
+	// Still denied: the nak'ed event comes back, and its dead letter, the
+	// breaker's probe, which waits longer, is refused at once too.
 	again := r.next(t, ctx).ev
 	if again.StreamSeq != ev.StreamSeq || again.Delivered != 2 {
+		t.Fatalf("got seq %d delivery %d, want seq %d again", again.StreamSeq, again.Delivered, ev.StreamSeq)
+	}
+	waitFor(t, ctx, "the probe to be due", func() bool { return c.dlBreaker.probeDue(time.Now()) })
+	deadLetter(&again, "the breaker's probe", c.probeTimeout())
+
+	// The permission given: the event comes back, and its dead letter,
+	// the next probe, is stored.
+	reload()
+	again = r.next(t, ctx).ev
+	if again.StreamSeq != ev.StreamSeq || again.Delivered != 3 {
 		t.Fatalf("got seq %d delivery %d, want seq %d again", again.StreamSeq, again.Delivered, ev.StreamSeq)
 	}
 	waitFor(t, ctx, "the probe to be due", func() bool { return c.dlBreaker.probeDue(time.Now()) })
@@ -1141,6 +1165,17 @@ func TestDeadLetterDeniedNamesThePermission(t *testing.T) {
 	}
 	if err := c.DeadLettersDenied(); err != nil {
 		t.Fatalf("DeadLettersDenied after a dead letter was stored = %v, want nil", err)
+	}
+
+	// A refusal noted (as the connection's error handler notes one)
+	// before a publish begins is not that publish's: it goes on to its
+	// PubAck (a duplicate of the letter stored).
+	c.noteDeadLetterDenial(fmt.Errorf("%w: Permissions Violation for Publish to %q", nats.ErrPermissionViolation, cfg.DeadLetterSubject))
+	if err := c.DeadLettersDenied(); err == nil {
+		t.Fatal("the refusal noted by hand was not noted")
+	}
+	if ack, err := c.publishDeadLetter(ctx, &again, c.deadLetterMsg(&again, dl)); err != nil || !ack.Duplicate {
+		t.Fatalf("dead-letter publish after a refusal was noted = %+v, %v; want a duplicate's PubAck", ack, err)
 	}
 	r.stopClean(t, ctx)
 }
