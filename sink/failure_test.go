@@ -850,12 +850,6 @@ func terminateRole(role string) string {
 	return "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE usename = '" + role + "'"
 }
 
-// lookupRig is an exactly-once sink of one connection behind a proxy
-// that, once armed, hands the first query after each COPY (sent once its
-// Query's ReadyForQuery came: the lookup of the rows an INSERT that
-// stored fewer than it staged left out) to onLookup, which decides its
-// fate. Row 1 is stored and acked before it is armed, so that rows 1 to
-// 5 sent again conflict on it and are looked up.
 // storedOnceEach checks the end of a lookup rig's test: every message
 // acked once, and the table holding one row for each (row 1 stored before
 // the test, the others by it).
@@ -871,6 +865,12 @@ func storedOnceEach(t *testing.T, ctx context.Context, pg *testenv.PG, s *Sink, 
 	}
 }
 
+// lookupRig is an exactly-once sink of one connection behind a proxy
+// that, once armed, hands the first query after each COPY (sent once its
+// Query's ReadyForQuery came: the lookup of the rows an INSERT that
+// stored fewer than it staged left out) to onLookup, which decides its
+// fate. Row 1 is stored and acked before it is armed, so that rows 1 to
+// 5 sent again conflict on it and are looked up.
 type lookupRig struct {
 	pg    *testenv.PG
 	s     *Sink
