@@ -520,6 +520,171 @@ func TestNoRespondersChecksTheConsumer(t *testing.T) {
 	}
 }
 
+// aloneSession is a session of its own (a stopCC; wire says whether it
+// pulls with consumer/wire) on which errs were reported, for serveAlone.
+func aloneSession(wire bool, errs ...error) (*session, *stopCC) {
+	cc := &stopCC{closed: make(chan struct{})}
+	s := &session{cc: cc, closed: cc.closed, errs: make(chan error, len(errs)), pushErr: make(chan error, 1),
+		ask: make(chan struct{}), verdict: make(chan error, 1), quit: make(chan struct{}), wire: wire}
+	for _, err := range errs {
+		s.errs <- err
+	}
+	return s, cc
+}
+
+// serveAlone runs serve on s, and returns its result when it ends (an
+// error too if it is over, which only an end of ctx should make it).
+func serveAlone(ctx context.Context, c *Consumer, s *session) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		over, err := c.serve(ctx, ctx, s)
+		if over && err == nil {
+			err = errors.New("serve over, with no error")
+		}
+		done <- err
+	}()
+	return done
+}
+
+// servedUntilMarker waits until serve has logged errMarker, which the
+// test reported after the errors it checks, so that serve has taken those;
+// it fails if serve ends first.
+func servedUntilMarker(t *testing.T, ctx context.Context, log *syncBuffer, done <-chan error) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !strings.Contains(log.String(), errMarker.Error()) {
+		select {
+		case err := <-done:
+			t.Fatalf("serve ended (%v) before it took the marker reported after the errors; log:\n%s", err, log)
+		case <-ctx.Done():
+			t.Fatalf("serve did not take the marker reported after the errors; log:\n%s", log)
+		case <-tick.C:
+		}
+	}
+}
+
+// errMarker is a pull error serve only logs (asyncErrEvery).
+var errMarker = errors.New("marker: an error serve only logs")
+
+// A pull nothing answered, or missed heartbeats, within recheckGap of
+// the last look at the consumer ask for no other look: here the consumer
+// is gone, and serve, which would find it so, goes on without looking
+// until the marker reported after. (TestNoRespondersChecksTheConsumer:
+// past recheckGap, it looks.) Before, TestJetStreamOffAndOnAgain alone
+// touched the guard, and passed without it.
+func TestRecheckGapHoldsTheLook(t *testing.T) {
+	onePassOnly(t) // serve alone: no pull client
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"no responders", fmt.Errorf("%w (%w)", nats.ErrNoResponders, wire.ErrNoResponders)},
+		{"missed heartbeats", fmt.Errorf("%w (%w)", jetstream.ErrNoHeartbeat, wire.ErrNoHeartbeat)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			cfg := testConfig(t, srv)
+			c, log := newLoggedConsumer(t, ctx, cfg)
+			if err := c.enterStream(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := jsFor(t, srv).DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+				t.Fatal(err)
+			}
+			c.floorEvery = time.Hour // no other look meanwhile
+			c.recheckGap, c.lastRecheck = time.Hour, time.Now()
+			s, cc := aloneSession(false, tc.err, tc.err, errMarker)
+			done := serveAlone(ctx, c, s)
+			servedUntilMarker(t, ctx, log, done)
+			cc.Stop()
+			if err := <-done; err != nil || s.gone {
+				t.Fatalf("serve = %v, session gone %v; want nil, false", err, s.gone)
+			}
+			if l := log.String(); strings.Contains(l, "checking the consumer") || strings.Contains(l, "consumer gone") {
+				t.Fatalf("serve looked at the consumer within recheckGap of the last look; log:\n%s", l)
+			}
+		})
+	}
+}
+
+// The warning that a pull found no responders, each of which has serve
+// look at the consumer, is logged once a minute at most (quietEvery), not
+// once a look: JetStream disabled for hours logged a pair every few
+// seconds. Before, TestJetStreamOffAndOnAgain alone counted it, and only
+// one pull reached it there, quieted or not.
+func TestNoRespondersWarningQuieted(t *testing.T) {
+	onePassOnly(t) // serve alone: no pull client
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	c, log := newLoggedConsumer(t, ctx, testConfig(t, srv))
+	if err := c.enterStream(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	c.floorEvery = time.Hour
+	c.recheckGap = 0 // each looks
+	noResp := fmt.Errorf("%w (%w)", nats.ErrNoResponders, wire.ErrNoResponders)
+	s, cc := aloneSession(false, noResp, noResp, noResp, errMarker)
+	done := serveAlone(ctx, c, s)
+	servedUntilMarker(t, ctx, log, done)
+	cc.Stop()
+	if err := <-done; err != nil || s.gone {
+		t.Fatalf("serve = %v, session gone %v; want nil, false", err, s.gone)
+	}
+	l := log.String()
+	if n := strings.Count(l, `msg="consumer state"`); n != 3 {
+		t.Fatalf("%d looks at the consumer, want one for each of the 3 pulls; the test proves nothing; log:\n%s", n, l)
+	}
+	if n := strings.Count(l, "a pull found no server to answer it"); n != 1 {
+		t.Fatalf("%d warnings that a pull found no server in a moment, want 1 (once a minute at most); log:\n%s", n, l)
+	}
+}
+
+// The wire connection lost (connLost) and serve's look at the stream that
+// its loss asked for failing (sent before nats.go noticed that its own
+// connection was lost too; here the look times out at once) is a lost
+// connection: the session drains and ends, not gone, and Run pulls again
+// without re-creating anything. The same failing look without the wire
+// connection's loss ends the session gone. Before,
+// TestRunSurvivesServerRestart alone touched it, and the race it needs
+// (nats.go still connected) rarely came there.
+func TestWireLossFailedLookIsALostConnection(t *testing.T) {
+	onePassOnly(t) // serve alone: no pull client
+	for _, lost := range []bool{true, false} {
+		t.Run(fmt.Sprintf("connLost %v", lost), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			c, log := newLoggedConsumer(t, ctx, testConfig(t, srv))
+			if err := c.enterStream(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			c.floorEvery = time.Hour
+			c.streamLookTimeout = time.Nanosecond // every look at the stream fails
+			c.lookAgain()                         // what the wire connection's loss, or nats.go's reconnect, asks for
+			s, cc := aloneSession(true)
+			s.connLost.Store(lost)
+			done := serveAlone(ctx, c, s)
+			select {
+			case err := <-done:
+				if err != nil || s.gone == lost {
+					t.Fatalf("serve = %v, session gone %v; want nil, %v", err, s.gone, !lost)
+				}
+			case <-ctx.Done():
+				cc.Stop()
+				<-done
+				t.Fatalf("serve did not end the session after the look at the stream failed; log:\n%s", log)
+			}
+			if failed := strings.Contains(log.String(), "could not look at the stream after the reconnect"); failed == lost {
+				t.Fatalf("the failed look logged as such: %v, want %v; log:\n%s", failed, !lost, log)
+			}
+		})
+	}
+}
+
 // The error a Sub reported just before it ended is logged, and kept for
 // Run (session.lastErr), whichever of the two serve sees first: Go's
 // select picks among ready cases at random, and the end alone said only

@@ -203,7 +203,10 @@ func TestRunIntakeCancelLosesNothing(t *testing.T) {
 
 // A restart loses nothing; one that keeps the server down longer than a
 // look at the stream or the consumer waits (streamLookTimeout and
-// lookTimeout: 5 s, half the outage here) is a lost connection too.
+// lookTimeout: 5 s, half the outage here) is a lost connection too. (The
+// look that the wire connection's loss asks for, failing while nats.go
+// has not yet noticed its own loss, rarely comes here:
+// TestWireLossFailedLookIsALostConnection checks that path.)
 func TestRunSurvivesServerRestart(t *testing.T) {
 	for _, down := range []time.Duration{0, 2 * time.Second} {
 		t.Run(fmt.Sprintf("down %v", down), func(t *testing.T) { runSurvivesServerRestart(t, down) })
@@ -488,7 +491,11 @@ func TestNotConsumingWhileTheConsumerDoesNotAnswer(t *testing.T) {
 // seconds (about 20 lines a minute in an operator's drill); and once
 // JetStream is back, the pulls refused meanwhile ask for one look, not one
 // each (31 warnings in 0.2 s in the drill, where a reload turned JetStream
-// on again). The events come again.
+// on again). The events come again. (Here the restart drops the pulls
+// refused meanwhile with the connection, and few pulls reach the warning
+// while JetStream is off: undoing the recheckGap guard, or the warning's
+// quieting, passed. TestRecheckGapHoldsTheLook and
+// TestNoRespondersWarningQuieted check those.)
 func TestJetStreamOffAndOnAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
