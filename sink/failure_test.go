@@ -1594,6 +1594,161 @@ func TestMayBeStoredSurvivesHandOff(t *testing.T) {
 	}
 }
 
+// A batch handed off after a commit of unknown outcome and taken into a
+// held batch (holdWait) marks the held batch (committer.unknown): absorb
+// clears the handed-off batch's mark, and the held one's row, given up
+// for its lone timeouts, is dead-lettered as one that may already be
+// stored. Committer X's COPY of row 1 is cut as it ends (outcome unknown),
+// and X's next connect waits at the proxy (gate) while Y commits row 2 and
+// holds row 3: a "closed" table refuses every row (a trigger's RAISE,
+// suspect), and nothing commits after row 3's failure. Let go, X's connect
+// is cut: X hands row 1's batch to Y, whose hold takes it in (Y's own
+// connects pass: a suspect error closes its connection each time). Y
+// holds rows 1 and 3 until the table opens; then row 1 (a trigger sleeps
+// past the 200 ms limit) times out alone on Y while X commits rows
+// between. Without the carry-over in holdWait, Y's own attempts, all of
+// known outcome, left the mark unset and the reason did not say so (a
+// first delivery in at-least-once mode: nothing else marks it);
+// TestMayBeStoredSurvivesHandOff passed under that change (its batch goes
+// to a committer waiting in next, not in a hold).
+func TestMayBeStoredTakenIntoHeld(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	l := listen(t)
+	proxied, to := l.proxy(t, pg.URL)
+	proxied = withParam(t, withParam(t, proxied, "sslmode", "disable"), "statement_timeout", "200") // the hook reads the messages
+	var cutCopy, gateNext atomic.Bool
+	cutCopy.Store(true)
+	gated, gate := make(chan struct{}), make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open) // before l's cleanup, which waits for the relays
+	l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) {
+		var f frontendStream
+		first, held := true, false
+		up = func(b []byte) verdict {
+			if first {
+				// The first connect after the cut, X's (not the
+				// CancelRequest that follows the cut COPY): held, then cut.
+				first = false
+				const cancelRequest = 80877102
+				isCancel := len(b) >= 8 && binary.BigEndian.Uint32(b[4:8]) == cancelRequest
+				if held = !isCancel && gateNext.CompareAndSwap(true, false); held {
+					close(gated)
+				}
+			}
+			if held {
+				<-gate
+				return cut
+			}
+			if bytes.IndexByte(f.types(b), 'c') >= 0 && cutCopy.CompareAndSwap(true, false) {
+				gateNext.Store(true)
+				return cut
+			}
+			return pass
+		}
+		return up, func([]byte) verdict { return pass }
+	})
+	s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections = 2 })
+	s.loneSpan = time.Second
+	logs := captureLog(t, s, time.Minute)
+	admin := pg.Conn(t)
+	name := s.table[len(s.table)-1]
+	closed := pgx.Identifier{name + "_closed"}.Sanitize()
+	refusals, refused1 := pgx.Identifier{name + "_refusals"}.Sanitize(), pgx.Identifier{name + "_refused1"}.Sanitize()
+	tries := pgx.Identifier{name + "_n"}.Sanitize()
+	execAll(t, ctx, admin, "CREATE TABLE "+closed+" (x int)",
+		"CREATE SEQUENCE "+refusals, "CREATE SEQUENCE "+refused1, "CREATE SEQUENCE "+tries)
+	// Triggers fire in name order: "closed" before "slow". A sequence is
+	// not rolled back: each counts its tries.
+	triggerOn(t, ctx, admin, s.table, "closed", "EXISTS (SELECT FROM "+closed+")",
+		"PERFORM nextval('"+refusals+"'); IF NEW.stream_seq = 1 THEN PERFORM nextval('"+refused1+"'); END IF; RAISE EXCEPTION 'table closed'")
+	triggerOn(t, ctx, admin, s.table, "slow", "NEW.stream_seq = 1", "PERFORM nextval('"+tries+"'); PERFORM pg_sleep(1)")
+	last := func(seq string) int64 {
+		var n int64
+		var called bool
+		if err := admin.QueryRow(ctx, "SELECT last_value, is_called FROM "+seq).Scan(&n, &called); err != nil {
+			t.Fatalf("read %s: %v", seq, err)
+		}
+		if !called {
+			return 0
+		}
+		return n
+	}
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	waitFor(t, ctx, "both committers connected", func() bool {
+		return backends(t, ctx, admin, s.cfg.AppName, "true") >= 2
+	})
+	ms := make([]*recMsg, 0, 64)
+	push := func(seq int) {
+		r, m := rows(seq, 1, nil)
+		src.push(t, ctx, r)
+		ms = append(ms, m...)
+	}
+	push(1)
+	waitFor(t, ctx, "row 1's COPY cut, its outcome unknown", func() bool {
+		return strings.Contains(logs.String(), "commit_outcome_unknown=true")
+	})
+	select {
+	case <-gated: // X's connect waits: Y's connects, all after it, pass
+	case <-ctx.Done():
+		t.Fatal("timed out waiting for X to connect again")
+	}
+	push(2) // Y's
+	waitFor(t, ctx, "row 2 acked", allAcked(ms[1:2]))
+	execAll(t, ctx, admin, "INSERT INTO "+closed+" VALUES (1)")
+	push(3)
+	// Y has taken row 3's batch (its token is out of ready): X's
+	// hand-off can only go to Y's hold.
+	waitFor(t, ctx, "row 3 refused on Y", func() bool { return last(refusals) > 0 })
+	open()
+	waitFor(t, ctx, "row 1's batch taken into Y's held one", func() bool { return s.Stats().TakenIntoHeld >= 1 })
+	// Bisected again, row 1 is probed alone, then held with row 3: both
+	// refused, for as long as the table is closed.
+	waitFor(t, ctx, "row 1 held on Y", func() bool { return last(refused1) >= 2 })
+	if n := last(tries); n != 0 {
+		t.Fatalf("row 1 ran its slow trigger %d times before the table opened: the test needs it held on Y", n)
+	}
+	execAll(t, ctx, admin, "TRUNCATE "+closed)
+	// Rows 1 and 3 time out together (a timeout split, the piece cap at
+	// one row): Y is out of its hold, so the rows fed from now on go to X.
+	waitFor(t, ctx, "rows 1 and 3 timed out together on Y", func() bool { return s.Stats().TimeoutSplits >= 1 })
+	next := 4
+	var fed time.Time
+	waitFor(t, ctx, "row 1 dead-lettered", func() bool {
+		if time.Since(fed) >= 50*time.Millisecond {
+			fed = time.Now()
+			push(next)
+			next++
+		}
+		_, seqs := dl.letters()
+		return slices.Contains(seqs, 1)
+	})
+	waitFor(t, ctx, "the other rows acked", allAcked(ms[1:]))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	letters, seqs := dl.letters()
+	if len(letters) != 1 || seqs[0] != 1 || letters[0].SQLState != "57014" || !strings.Contains(letters[0].Reason, "alone timed out") {
+		t.Fatalf("dead letters %+v for rows %v, want row 1's only, for its lone timeouts (SQLSTATE 57014)", letters, seqs)
+	}
+	if !strings.Contains(letters[0].Reason, "may already be stored") {
+		t.Errorf("row 1's dead letter %q does not say it may already be stored: its COPY's outcome was unknown before Y's hold took it in", letters[0].Reason)
+	}
+	if m := ms[0]; m.acks.Load() != 0 || m.terms.Load() != 1 {
+		t.Errorf("row 1's message acked %d times, termed %d, want termed once", m.acks.Load(), m.terms.Load())
+	}
+	for i, m := range ms[1:] {
+		if m.acks.Load() != 1 || m.terms.Load() != 0 {
+			t.Errorf("row %d's message acked %d times, termed %d, want acked once", i+2, m.acks.Load(), m.terms.Load())
+		}
+	}
+	if got := count(t, ctx, admin, s.cfg.Table); got != len(ms)-1 {
+		t.Errorf("%d rows in the table, want %d: all but row 1", got, len(ms)-1)
+	}
+}
+
 // The in-a-row count of an exactly-once batch's lookup timeouts starts anew
 // once a lookup answers: it was shared by every piece of the batch and
 // never cleared, so a timeout in one piece, answered afterwards, and one
