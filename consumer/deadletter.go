@@ -251,9 +251,9 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 // the server's INFO) could store it; publishStale does not wait for one. A refusal of the server
 // (no stream, a full one) or no answer may end; so may a permissions
 // violation on the dead-letter subject (the server drops the publish and
-// says so on the connection, not to the request: it times out, and
-// publishDeadLetter names the permission), which is tried again as no
-// answer is: a permission given saves the event.
+// says so on the connection, not to the request: publishOnce ends the
+// publishes under way then, naming the permission), which is tried again
+// as no answer is: a permission given saves the event.
 func neverFits(err error) bool {
 	return errors.Is(err, nats.ErrMaxPayload)
 }
@@ -382,12 +382,15 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 // publish under way when such a refusal is noted ends then (unless its
 // PubAck came first, or ctx ended), with an error that names the
 // permission and wraps the refusal (nats.ErrPermissionViolation): it
-// went to the subject refused, by the user refused, before the refusal
-// came back. One begun after a refusal is noted is not touched by it. (A
-// refusal of an earlier publish that timed out can still end one begun
-// before it arrived; that one would be refused too, unless the
-// permission was given in between: then its event is nak'ed and its dead
-// letter, published again, is stored once by its Nats-Msg-Id.)
+// went, or was about to go, to the subject refused, by the user refused.
+// One begun after a refusal is noted is not touched by it. (A refusal of
+// an earlier publish that timed out can still end one begun before it
+// arrived; that one would be refused too, unless the permission was
+// given in between: then its event is nak'ed and its dead letter,
+// published again, is stored once by its Nats-Msg-Id if that is within
+// the dead-letter stream's duplicate window.) An answer that came before
+// the refusal (a stream's refusal, no stream) is returned as it came: the
+// server answered it, so the permission was there.
 func (c *Consumer) publishOnce(ctx context.Context, m *nats.Msg, timeout time.Duration) (*jetstream.PubAck, error) {
 	dctx, deny := context.WithCancelCause(ctx)
 	defer deny(nil)
@@ -397,8 +400,10 @@ func (c *Consumer) publishOnce(ctx context.Context, m *nats.Msg, timeout time.Du
 	defer cancel()
 	ack, err := c.js.PublishMsg(pctx, m, jetstream.WithRetryAttempts(0))
 	// The caller's end wins; a refusal is dctx's cause (noteDeadLetterDenial
-	// notes only permission violations).
-	if cause := context.Cause(dctx); err != nil && ctx.Err() == nil && errors.Is(cause, nats.ErrPermissionViolation) {
+	// notes only permission violations), and only the publish's end by
+	// that cancel is the refusal's.
+	ended := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	if cause := context.Cause(dctx); ended && ctx.Err() == nil && errors.Is(cause, nats.ErrPermissionViolation) {
 		return nil, fmt.Errorf("the NATS user may not publish to %s: give it permission: %w", m.Subject, cause)
 	}
 	return ack, err
