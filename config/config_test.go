@@ -576,6 +576,14 @@ func TestValidationErrorsSayWhereTheValueCameFrom(t *testing.T) {
 	if err := os.WriteFile(lists, []byte("nats:\n  subjects: []\n  create_stream: true\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// One entry refused: that entry's line.
+	entries := filepath.Join(dir, "entries.yaml")
+	if err := os.WriteFile(entries, []byte("nats:\n  create_stream: true\n  subjects:\n    - events.>\n    - \"a b\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(Source{File: entries}); err == nil || !strings.Contains(err.Error(), "nats.subjects[1]") || !strings.HasSuffix(err.Error(), "(line 5 of "+entries+")") {
+		t.Errorf("Load(%s) = %v, want nats.subjects[1] refused at line 5", entries, err)
+	}
 	for _, c := range []struct {
 		src  Source
 		want string

@@ -580,8 +580,15 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 			}
 			// The key's line (or variable): an empty list has no entry
 			// to name, and a rule about the list must not be traced to a
-			// key that the same message names after it.
+			// key that the same message names after it. From the file,
+			// each entry's line too, for a rule about one entry
+			// (nats.subjects[1]).
 			sc.where[path] = whereOf(sc.at(path, kn, raw))
+			if sc.origin[path] == "" {
+				for i, e := range val.Content {
+					sc.where[fmt.Sprintf("%s[%d]", path, i)] = fmt.Sprintf("line %d", e.Line)
+				}
+			}
 		case val.Kind != yaml.ScalarNode:
 			if err := refuse(fmt.Errorf("%w: %s%s takes a single value (%s), not a list or a section", ErrInvalidConfig, sc.at(path, kn, raw), path, k.Type)); err != nil {
 				return err
