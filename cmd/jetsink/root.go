@@ -138,10 +138,10 @@ inside a transaction, and acks each message only after its transaction has
 committed. A slow database slows the consumer; the backlog waits in JetStream.
 
 Configuration: a YAML file (--config), overridden by JETSINK_* environment
-variables (JETSINK_NATS_URL, JETSINK_DATABASE_URL, any key as JETSINK_ and its
-path in capitals with _ for each dot: JETSINK_POSTGRES_BATCH_MAX_ROWS,
-JETSINK_DRAIN_TIMEOUT; jetsink keys lists them), overridden by flags (--set
-key=value).`),
+variables (JETSINK_NATS_URL, JETSINK_DATABASE_URL, and each key that
+"jetsink keys" lists, as JETSINK_ and its path in capitals with _ for each
+dot: JETSINK_POSTGRES_BATCH_MAX_ROWS, JETSINK_DRAIN_TIMEOUT), overridden by
+flags (--set key=value).`),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version(),
