@@ -567,6 +567,21 @@ func servedUntilMarker(t *testing.T, ctx context.Context, log *syncBuffer, done 
 // errMarker is a pull error serve only logs (asyncErrEvery).
 var errMarker = errors.New("marker: an error serve only logs")
 
+// consumerAlone is a consumer of its own embedded server's stream, with
+// its log, in the stream (enterStream) and with no look at the ack floor
+// for an hour, for serve alone (serveAlone).
+func consumerAlone(t *testing.T, ctx context.Context) (*Consumer, *syncBuffer, *testenv.NATSServer, Config) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	if err := c.enterStream(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	c.floorEvery = time.Hour
+	return c, log, srv, cfg
+}
+
 // A pull nothing answered, or missed heartbeats, within recheckGap of
 // the last look at the consumer ask for no other look: here the consumer
 // is gone, and serve, which would find it so, goes on without looking
@@ -585,16 +600,10 @@ func TestRecheckGapHoldsTheLook(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			srv := testenv.NATS(t)
-			cfg := testConfig(t, srv)
-			c, log := newLoggedConsumer(t, ctx, cfg)
-			if err := c.enterStream(ctx, false); err != nil {
-				t.Fatal(err)
-			}
+			c, log, srv, cfg := consumerAlone(t, ctx) // no other look meanwhile
 			if err := jsFor(t, srv).DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
 				t.Fatal(err)
 			}
-			c.floorEvery = time.Hour // no other look meanwhile
 			c.recheckGap, c.lastRecheck = time.Hour, time.Now()
 			s, cc := aloneSession(false, tc.err, tc.err, errMarker)
 			done := serveAlone(ctx, c, s)
@@ -619,12 +628,7 @@ func TestNoRespondersWarningQuieted(t *testing.T) {
 	onePassOnly(t) // serve alone: no pull client
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	c, log := newLoggedConsumer(t, ctx, testConfig(t, srv))
-	if err := c.enterStream(ctx, false); err != nil {
-		t.Fatal(err)
-	}
-	c.floorEvery = time.Hour
+	c, log, _, _ := consumerAlone(t, ctx)
 	c.recheckGap = 0 // each looks
 	noResp := fmt.Errorf("%w (%w)", nats.ErrNoResponders, wire.ErrNoResponders)
 	s, cc := aloneSession(false, noResp, noResp, noResp, errMarker)
@@ -657,12 +661,7 @@ func TestWireLossFailedLookIsALostConnection(t *testing.T) {
 		t.Run(fmt.Sprintf("connLost %v", lost), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			srv := testenv.NATS(t)
-			c, log := newLoggedConsumer(t, ctx, testConfig(t, srv))
-			if err := c.enterStream(ctx, false); err != nil {
-				t.Fatal(err)
-			}
-			c.floorEvery = time.Hour
+			c, log, _, _ := consumerAlone(t, ctx)
 			c.streamLookTimeout = time.Nanosecond // every look at the stream fails
 			c.lookAgain()                         // what the wire connection's loss, or nats.go's reconnect, asks for
 			s, cc := aloneSession(true)
