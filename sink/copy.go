@@ -517,11 +517,18 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 					return ctx.Err()
 				}
 				c.suspectFrom(0) // the next refused row needs a commit of its own
-			case c.probe(ctx, b, p):
+			case c.probe(ctx, b, p, &perr):
 				// A row of the batch committed alone: the table takes
 				// rows. Settled, it was moved to p; bisect again.
 				lo = p + 1
 				continue
+			case errors.As(perr, new(*loneTimeoutError)):
+				// The row probe tried last, now at p (the suspect row
+				// in its place), timed out alone while other rows
+				// committed: given up below, once, like any poison row
+				// (whole and last stay), as the held rest is. Left
+				// unsettled, it was held with the rest, retried from a
+				// count of none and given up a second time.
 			case ctx.Err() != nil:
 				return ctx.Err()
 			default:
@@ -586,9 +593,10 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 		}
 		if _, ok := errors.AsType[*loneTimeoutError](perr); ok {
 			// Row p may have failed with a suspect error first (held or
-			// not), and its timeouts waited for other rows' commits: the
-			// next row refused with one needs a commit after its own
-			// failure, or a table that refuses every row since (a
+			// not), or the row probe tried it in place of did, and its
+			// timeouts waited for other rows' commits: the next row
+			// refused with one (that row too) needs a commit after its
+			// own failure, or a table that refuses every row since (a
 			// trigger added) would have it dead-lettered.
 			c.suspectFrom(0)
 		}
@@ -631,8 +639,11 @@ var suspectProbes = [...]float64{1, 1.0 / 2, 1.0 / 4, 3.0 / 4, 1.0 / 8, 5.0 / 8}
 // is the first unsettled row). It tries up to len(suspectProbes) rows,
 // each swapped into place p first, so that settlement stays a prefix; the
 // suspect row takes its place. It reports whether one committed (it is then
-// settled).
-func (c *committer) probe(ctx context.Context, b *batch, p int) bool {
+// settled). A row tried that times out alone until commitRetry gives it up
+// (loneTimeoutError) ends the probe: it stays at p, unsettled, and probe
+// sets *perr to that error (and reports false), for process to dead-letter
+// it in the suspect row's stead.
+func (c *committer) probe(ctx context.Context, b *batch, p int, perr *error) bool {
 	rows := b.rows
 	n := len(rows) - p - 1 // rows after p
 	tried := map[int]bool{}
@@ -652,6 +663,10 @@ func (c *committer) probe(ctx context.Context, b *batch, p int) bool {
 		err := c.commitRetry(ctx, rows[p:p+1], false)
 		if c.settleCommitted(ctx, b, p, p+1, err) {
 			return true
+		}
+		if _, ok := errors.AsType[*loneTimeoutError](err); ok {
+			*perr = err
+			return false
 		}
 		if ctx.Err() != nil {
 			return false

@@ -225,9 +225,11 @@
 //     shows the table takes rows (a commit of an attempt that started
 //     while the failed one ran shows nothing: it may precede the refusal).
 //     Each such row needs a commit of its own. Until then up to 6 other
-//     rows of the batch are tried alone; if none commits, the rest of the
-//     batch is retried like a configuration error (below) until it commits
-//     or rows commit elsewhere. So a trigger that refuses every row
+//     rows of the batch are tried alone (one given up there for its lone
+//     timeouts, above, is dead-lettered then, once, and ends the search;
+//     the refused row is tried again after it); if none commits, the rest
+//     of the batch is retried like a configuration error (below) until it
+//     commits or rows commit elsewhere. So a trigger that refuses every row
 //     dead-letters nothing, and one that starts refusing every row partway
 //     through a batch at most the row where it started.
 //     While it retries, the committer also takes the batch the batcher

@@ -1494,6 +1494,126 @@ func TestHeldRowSlowerThanTimeoutWithRowsAfter(t *testing.T) {
 	}
 }
 
+// A row that probe tries alone (the row before it refused with a suspect
+// error, and nothing committed since) and that times out alone while rows
+// commit elsewhere is given up once, there, and dead-lettered in its
+// place, clearing the suspect count as any row given up for its lone
+// timeouts does. Rows 1 and 2 come as one batch: row 1 is refused with a
+// suspect error in the batch's COPY (its trigger fires before row 2's) and
+// alone; probe swaps row 2 in, which sleeps past the 200 ms limit every
+// time, and rows fed from then on commit on the other committer between
+// its timeouts. Row 2 is dead-lettered (57014) and, as that starts, the
+// table refuses every row for a while (a trigger added): row 1, behind it,
+// must not be dead-lettered on the commits of row 2's wait, which all came
+// after row 1's own suspect error. probe went on past the row's
+// loneTimeoutError: the row, left unsettled, was held with row 1, retried
+// from a count of none and given up a second time (two Error lines, and
+// another loneSpan).
+func TestProbedRowSlowerThanTimeout(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "200"), func(c *Config) { c.Connections = 2 })
+	s.loneSpan = time.Second
+	logs := captureLog(t, s, time.Minute)
+	admin := pg.Conn(t)
+	name := s.table[len(s.table)-1]
+	closed := pgx.Identifier{name + "_closed"}.Sanitize()
+	n1 := pgx.Identifier{name + "_n1"}.Sanitize()
+	execAll(t, ctx, admin, "CREATE TABLE "+closed+" (x int)", "CREATE SEQUENCE "+n1)
+	// Triggers fire in name order: "closed" before the rows' own. A
+	// sequence is not rolled back, so n1 counts row 1's tries that reach
+	// its trigger: refused on the first two, stored on the next.
+	triggerOn(t, ctx, admin, s.table, "closed", "EXISTS (SELECT FROM "+closed+")", "RAISE EXCEPTION 'table closed'")
+	triggerOn(t, ctx, admin, s.table, "one", "NEW.stream_seq = 1",
+		"IF nextval('"+n1+"') <= 2 THEN RAISE EXCEPTION 'one twice'; END IF")
+	triggerOn(t, ctx, admin, s.table, "two", "NEW.stream_seq = 2", "PERFORM pg_sleep(1)")
+	closer := pg.Conn(t)
+	closeErr := make(chan error, 1)
+	var row2 atomic.Int32 // row 2's dead letters started
+	dl.started = func(ev *pipeline.Event) {
+		// The first only: a second (a bug) must not block the committer
+		// in DeadLetter, nor close the table again; it is reported below.
+		if ev.StreamSeq == 2 && row2.Add(1) == 1 {
+			_, err := closer.Exec(ctx, "INSERT INTO "+closed+" VALUES (1)")
+			closeErr <- err
+		}
+	}
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	waitFor(t, ctx, "both committers connected", func() bool {
+		return backends(t, ctx, admin, s.cfg.AppName, "true") >= 2
+	})
+	first, ms := rows(1, 2, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "row 2 to time out alone, probed", func() bool {
+		return strings.Contains(logs.String(), `msg="batch failed; retrying until it commits" rows=1 `)
+	})
+	var tries int
+	if err := admin.QueryRow(ctx, "SELECT last_value FROM "+n1).Scan(&tries); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); tries != 2 || st.BisectCopies != 2 {
+		t.Fatalf("row 1 tried %d times, %d bisection COPYs, as row 2 first timed out alone; the test needs rows 1 and 2 in one batch, "+
+			"row 1 refused in its COPY and alone, then row 2 probed (2 and 2)", tries, st.BisectCopies)
+	}
+	// Rows that the other committer takes, one more at each poll (50 ms
+	// apart at least), so that commits come between row 2's timeouts.
+	next := 3
+	var fed time.Time
+	waitFor(t, ctx, "row 2 dead-lettered", func() bool {
+		if time.Since(fed) >= 50*time.Millisecond {
+			fed = time.Now()
+			more, ms2 := rows(next, 1, nil)
+			next++
+			src.push(t, ctx, more)
+			ms = append(ms, ms2...)
+		}
+		_, seqs := dl.letters()
+		return slices.Contains(seqs, 2)
+	})
+	if err := <-closeErr; err != nil {
+		t.Fatalf("close the table: %v", err)
+	}
+	r := s.Stats().Retries
+	waitFor(t, ctx, "row 1 to be refused again and again", func() bool {
+		l, _ := dl.letters()
+		return s.Stats().Retries >= r+loneTimeoutsPoison || len(l) > 1
+	})
+	letters, seqs := dl.letters()
+	if len(letters) != 1 || seqs[0] != 2 || letters[0].SQLState != "57014" || letters[0].Code != pipeline.CodeRefused ||
+		strings.Contains(letters[0].Reason, "may already be stored") {
+		t.Fatalf("dead letters %+v for rows %v, want row 2's only, SQLSTATE 57014, not saying it may already be stored "+
+			"(a first delivery, no commit of unknown outcome): row 1 is refused while no row commits after it", letters, seqs)
+	}
+	if n := ms[0].acks.Load(); n != 0 {
+		t.Fatalf("row 1 acked %d times while the table refuses every row: it was not behind row 2", n)
+	}
+	execAll(t, ctx, admin, "TRUNCATE "+closed)
+	others := append(ms[:1:1], ms[2:]...)
+	waitFor(t, ctx, "the other rows acked", allAcked(others))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := row2.Load(); n != 1 {
+		t.Errorf("row 2's dead letter started %d times, want once", n)
+	}
+	if _, seqs := dl.letters(); len(seqs) != 1 {
+		t.Fatalf("rows %v dead-lettered, want row 2", seqs)
+	}
+	for i, m := range others {
+		if m.acks.Load() != 1 || m.terms.Load() != 0 {
+			t.Errorf("stored row %d's message acked %d times, termed %d, want acked once", i, m.acks.Load(), m.terms.Load())
+		}
+	}
+	if got := count(t, ctx, admin, s.cfg.Table); got != len(others) {
+		t.Errorf("%d rows in the table, want %d: all but row 2", got, len(others))
+	}
+	if n := strings.Count(logs.String(), "a row alone timed out on the server again and again"); n != 1 {
+		t.Errorf("row 2 given up %d times, want once, by probe:\n%s", n, logs)
+	}
+}
+
 // A batch handed to another committer (errHandOff) after a commit of
 // unknown outcome keeps that mark (batch.mayBeStored, written back as
 // process returns), so that its row, given up there for its lone timeouts,

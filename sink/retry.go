@@ -294,10 +294,12 @@ func timedOut(err error) bool {
 // locked, or a server that is slow for every row, commits none (one commit
 // before a long lock counts for the timeouts up to it only), and a lock on
 // the row's parent held for less than the span is waited out. A held row
-// (process) is given up too when the held rest is that row alone. The rule
-// never fires without another committer that commits: with connections: 1,
-// or while every committer is stuck on a slow row of its own, such rows
-// are retried for ever, as before, and a drain runs to drain_timeout.
+// (process) is given up too when the held rest is that row alone, and so is
+// a row that probe tries alone in the place of a refused one (once, where
+// it is). The rule never fires without another committer that commits: with
+// connections: 1, or while every committer is stuck on a slow row of its
+// own, such rows are retried for ever, as before, and a drain runs to
+// drain_timeout.
 const (
 	loneTimeoutsPoison = 3
 	loneTimeoutSpan    = 5 * time.Minute
