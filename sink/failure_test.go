@@ -1172,14 +1172,11 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)
 			pg := testenv.Postgres(t)
-			s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "200"), func(c *Config) { c.Connections = 2 })
-			s.loneSpan = tc.span
-			logs := captureLog(t, s, time.Minute)
+			s, dl, logs := loneSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "200"), tc.span)
 			admin, locker := pg.Conn(t), pg.Conn(t)
 			lockKey := strconv.FormatInt(time.Now().UnixNano()%1e12, 10)
-			n := 3 // rows in the first batch
-			closeErr := make(chan error, 1)
-			var row2 atomic.Int32 // row 2's dead letters started ("refused after")
+			n := 3                  // rows in the first batch
+			var closer *tableCloser // "refused after"
 			switch tc.name {
 			case "slow":
 				triggerOn(t, ctx, admin, s.table, "slow", "NEW.stream_seq = 3", "PERFORM pg_sleep(1)")
@@ -1193,19 +1190,7 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 					// Every row refused, with a suspect error, from
 					// row 2's dead letter on (as it starts: before row 3
 					// is tried) until the test opens the table again.
-					closed := pgx.Identifier{s.table[len(s.table)-1] + "_closed"}.Sanitize()
-					execAll(t, ctx, admin, "CREATE TABLE "+closed+" (x int)")
-					triggerOn(t, ctx, admin, s.table, "closed", "EXISTS (SELECT FROM "+closed+")", "RAISE EXCEPTION 'table closed'")
-					closer := pg.Conn(t)
-					dl.started = func(ev *pipeline.Event) {
-						// The first only: a second (a bug) must not
-						// block the committer in DeadLetter, nor close
-						// the table again; it is reported below.
-						if ev.StreamSeq == 2 && row2.Add(1) == 1 {
-							_, err := closer.Exec(ctx, "INSERT INTO "+closed+" VALUES (1)")
-							closeErr <- err
-						}
-					}
+					closer = closeOnDeadLetter(t, ctx, pg, admin, s, dl, 2)
 				}
 				seq := pgx.Identifier{s.table[len(s.table)-1] + "_n"}.Sanitize()
 				execAll(t, ctx, admin, "CREATE SEQUENCE "+seq)
@@ -1216,11 +1201,7 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 				triggerOn(t, ctx, admin, s.table, "wait", "NEW.stream_seq = 3", "PERFORM pg_advisory_xact_lock("+lockKey+")")
 				execAll(t, ctx, locker, "SELECT pg_advisory_lock("+lockKey+")")
 			}
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-			waitFor(t, ctx, "both committers connected", func() bool {
-				return backends(t, ctx, admin, s.cfg.AppName, "true") >= 2
-			})
+			src, wait := runBoth(t, ctx, admin, s)
 			var tx pgx.Tx
 			if tc.name == "table locked" {
 				tx = lockTable(t, ctx, pg, s)
@@ -1237,52 +1218,25 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 			})
 			lone := time.Now()
 			// Rows that another committer takes: 4 to 6 at once, and one
-			// more at each call of feed, 50 ms apart at most.
-			next := n + 1
-			var fed time.Time
-			feed := func(k int) {
-				if time.Since(fed) < 50*time.Millisecond {
-					return
-				}
-				fed = time.Now()
-				more, ms2 := rows(next, k, nil)
-				next += k
-				src.push(t, ctx, more)
-				ms = append(ms, ms2...)
-			}
+			// more at each call of feed, 50 ms apart at least.
+			feed := feeder(t, ctx, src, n+1, &ms)
 			if tc.name != "held" && tc.name != "refused after" {
 				feed(3)
 			}
 			var bad int // the rows dead-lettered
 			switch tc.name {
 			case "refused after":
-				waitFor(t, ctx, "row 2 dead-lettered", func() bool {
-					feed(1)
-					_, seqs := dl.letters()
-					return slices.Contains(seqs, 2)
-				})
-				if err := <-closeErr; err != nil {
-					t.Fatalf("close the table: %v", err)
-				}
-				r := s.Stats().Retries
-				waitFor(t, ctx, "row 3 to be refused again and again", func() bool {
-					l, _ := dl.letters()
-					return s.Stats().Retries >= r+loneTimeoutsPoison || len(l) > 2
-				})
+				feedUntilDeadLettered(t, ctx, dl, feed, "row 2 dead-lettered", 2)
+				closer.waitClosed(t, ctx)
+				waitRefusedAgain(t, ctx, s, dl, "row 3 to be refused again and again", 2)
 				letters, seqs := dl.letters()
 				if len(letters) != 2 || seqs[0] != 1 || seqs[1] != 2 || letters[1].SQLState != "57014" {
 					t.Fatalf("dead letters %+v for rows %v, want rows 1 and 2 only (row 2's SQLSTATE 57014): "+
 						"row 3 is refused while no row commits after it", letters, seqs)
 				}
-				execAll(t, ctx, admin, "TRUNCATE "+pgx.Identifier{s.table[len(s.table)-1] + "_closed"}.Sanitize())
-				waitFor(t, ctx, "the other rows acked", allAcked(ms[2:]))
-				src.close()
-				if err := wait(); err != nil {
-					t.Fatalf("Run: %v", err)
-				}
-				if n := row2.Load(); n != 1 {
-					t.Errorf("row 2's dead letter started %d times, want once", n)
-				}
+				closer.open(t, ctx, admin)
+				stopOnceAcked(t, ctx, src, wait, ms[2:])
+				closer.startedOnce(t)
 				if _, seqs := dl.letters(); len(seqs) != 2 {
 					t.Fatalf("rows %v dead-lettered, want 1 and 2", seqs)
 				}
@@ -1292,21 +1246,13 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 				return
 			case "slow", "held":
 				bad = n - 1 // row 3; row 2 (held)
-				waitFor(t, ctx, "the lone row dead-lettered", func() bool {
-					feed(1)
-					_, seqs := dl.letters()
-					return slices.Contains(seqs, uint64(bad+1))
-				})
+				feedUntilDeadLettered(t, ctx, dl, feed, "the lone row dead-lettered", uint64(bad+1))
 				dead := ms[bad : bad+1] // and row 1 (held), refused
 				others := append(ms[:bad:bad], ms[bad+1:]...)
 				if tc.name == "held" {
 					dead, others = ms[:2], ms[2:]
 				}
-				waitFor(t, ctx, "the other rows acked", allAcked(others))
-				src.close()
-				if err := wait(); err != nil {
-					t.Fatalf("Run: %v", err)
-				}
+				stopOnceAcked(t, ctx, src, wait, others)
 				letters, seqs := dl.letters()
 				if len(letters) != len(dead) {
 					t.Fatalf("dead letters %+v for rows %v, want %d", letters, seqs, len(dead))
@@ -1321,19 +1267,7 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 				if tc.name == "held" && (seqs[0] != 1 || letters[0].SQLState != "22023") {
 					t.Errorf("row 1's dead letter %+v (row %d), want its own, SQLSTATE 22023", letters[0], seqs[0])
 				}
-				for _, m := range dead {
-					if m.acks.Load() != 0 || m.terms.Load() != 1 {
-						t.Errorf("a dead-lettered row's message acked %d times, termed %d, want termed once", m.acks.Load(), m.terms.Load())
-					}
-				}
-				for _, m := range others {
-					if m.acks.Load() != 1 || m.terms.Load() != 0 {
-						t.Errorf("a stored row's message acked %d times, termed %d, want acked once", m.acks.Load(), m.terms.Load())
-					}
-				}
-				if got := count(t, ctx, admin, s.cfg.Table); got != len(others) {
-					t.Errorf("%d rows in the table, want %d: all but the dead-lettered", got, len(others))
-				}
+				endedOnce(t, ctx, admin, s, dead, others, "the dead-lettered")
 				// Once: a held row given up by the held branch, not
 				// retried unheld from a count of none and given up again.
 				if n := strings.Count(logs.String(), "level=ERROR msg=\"a row alone timed out on the server again and again"); n != 1 {
@@ -1394,6 +1328,233 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 	}
 }
 
+// loneSink is a sink of two committers on url (whose statement_timeout
+// the caller sets) that gives a row up for its lone timeouts once span has
+// gone by, and the log it writes.
+func loneSink(t *testing.T, ctx context.Context, url string, span time.Duration) (*Sink, *recDL, *testenv.SyncBuffer) {
+	t.Helper()
+	s, dl := newTestSink(t, ctx, url, func(c *Config) { c.Connections = 2 })
+	s.loneSpan = span
+	return s, dl, captureLog(t, s, time.Minute)
+}
+
+// runBoth runs s on a new source and waits for both its committers to
+// connect.
+func runBoth(t *testing.T, ctx context.Context, admin *pgx.Conn, s *Sink) (source, func() error) {
+	t.Helper()
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	waitFor(t, ctx, "both committers connected", func() bool {
+		return backends(t, ctx, admin, s.cfg.AppName, "true") >= 2
+	})
+	return src, wait
+}
+
+// tableCloser closes a sink's table as row seq's first dead letter
+// starts: a trigger named "closed" (fired before the rows' own, in name
+// order) refuses every row, with a suspect error, while the table closed
+// holds a row. Only the first: a second dead letter of the row (a bug)
+// must not block the committer in DeadLetter, nor close the table again;
+// started counts them, for startedOnce once Run returns.
+type tableCloser struct {
+	closed  string // sanitized
+	seq     uint64
+	errc    chan error
+	started atomic.Int32
+}
+
+func closeOnDeadLetter(t *testing.T, ctx context.Context, pg *testenv.PG, admin *pgx.Conn, s *Sink, dl *recDL, seq uint64) *tableCloser {
+	t.Helper()
+	c := &tableCloser{closed: pgx.Identifier{s.table[len(s.table)-1] + "_closed"}.Sanitize(), seq: seq, errc: make(chan error, 1)}
+	execAll(t, ctx, admin, "CREATE TABLE "+c.closed+" (x int)")
+	triggerOn(t, ctx, admin, s.table, "closed", "EXISTS (SELECT FROM "+c.closed+")", "RAISE EXCEPTION 'table closed'")
+	closer := pg.Conn(t)
+	dl.started = func(ev *pipeline.Event) {
+		if ev.StreamSeq == seq && c.started.Add(1) == 1 {
+			_, err := closer.Exec(ctx, "INSERT INTO "+c.closed+" VALUES (1)")
+			c.errc <- err
+		}
+	}
+	return c
+}
+
+// waitClosed waits for the dead letter's hook to close the table.
+func (c *tableCloser) waitClosed(t *testing.T, ctx context.Context) {
+	t.Helper()
+	select {
+	case err := <-c.errc:
+		if err != nil {
+			t.Fatalf("close the table: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("timed out waiting for row %d's dead letter to close the table", c.seq)
+	}
+}
+
+// open lets the table take rows again.
+func (c *tableCloser) open(t *testing.T, ctx context.Context, admin *pgx.Conn) {
+	t.Helper()
+	execAll(t, ctx, admin, "TRUNCATE "+c.closed)
+}
+
+func (c *tableCloser) startedOnce(t *testing.T) {
+	t.Helper()
+	if n := c.started.Load(); n != 1 {
+		t.Errorf("row %d's dead letter started %d times, want once", c.seq, n)
+	}
+}
+
+// feeder returns feed, which pushes k rows to src, numbered on from next,
+// and appends their messages to *ms, unless it did so less than 50 ms
+// before: called at each poll of a wait, it gives the other committer rows
+// to commit between a lone row's timeouts.
+func feeder(t *testing.T, ctx context.Context, src source, next int, ms *[]*recMsg) (feed func(k int)) {
+	var fed time.Time
+	return func(k int) {
+		if time.Since(fed) < 50*time.Millisecond {
+			return
+		}
+		fed = time.Now()
+		more, mk := rows(next, k, nil)
+		next += k
+		src.push(t, ctx, more)
+		*ms = append(*ms, mk...)
+	}
+}
+
+// feedUntilDeadLettered feeds a row at each poll until row seq is
+// dead-lettered.
+func feedUntilDeadLettered(t *testing.T, ctx context.Context, dl *recDL, feed func(k int), what string, seq uint64) {
+	t.Helper()
+	waitFor(t, ctx, what, func() bool {
+		feed(1)
+		_, seqs := dl.letters()
+		return slices.Contains(seqs, seq)
+	})
+}
+
+// waitRefusedAgain waits for the retries of a row refused alone to pass
+// the lone-timeout count, or for more than letters dead letters (a row
+// given up wrongly, which the caller reports).
+func waitRefusedAgain(t *testing.T, ctx context.Context, s *Sink, dl *recDL, what string, letters int) {
+	t.Helper()
+	r := s.Stats().Retries
+	waitFor(t, ctx, what, func() bool {
+		l, _ := dl.letters()
+		return s.Stats().Retries >= r+loneTimeoutsPoison || len(l) > letters
+	})
+}
+
+// stopOnceAcked waits for ms acked, then ends src and waits for Run.
+func stopOnceAcked(t *testing.T, ctx context.Context, src source, wait func() error, ms []*recMsg) {
+	t.Helper()
+	waitFor(t, ctx, "the other rows acked", allAcked(ms))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// endedOnce checks how the messages ended: dead's termed once and never
+// acked, stored's acked once and never termed; and that the table holds
+// stored's rows only: all but those that but names.
+func endedOnce(t *testing.T, ctx context.Context, admin *pgx.Conn, s *Sink, dead, stored []*recMsg, but string) {
+	t.Helper()
+	for _, m := range dead {
+		if m.acks.Load() != 0 || m.terms.Load() != 1 {
+			t.Errorf("a dead-lettered row's message acked %d times, termed %d, want termed once", m.acks.Load(), m.terms.Load())
+		}
+	}
+	for i, m := range stored {
+		if m.acks.Load() != 1 || m.terms.Load() != 0 {
+			t.Errorf("stored row %d of %d: its message acked %d times, termed %d, want acked once", i+1, len(stored), m.acks.Load(), m.terms.Load())
+		}
+	}
+	if got := count(t, ctx, admin, s.cfg.Table); got != len(stored) {
+		t.Errorf("%d rows in the table, want %d: all but %s", got, len(stored), but)
+	}
+}
+
+// row1BehindRow2 ends a test in which row 2, given up for its lone
+// timeouts, closes the table as its dead letter starts (closer), with row
+// 1 behind it: row 1 must then be refused again and again, not
+// dead-lettered on commits that all came after its own suspect error;
+// once the table opens, it and the rows fed are stored, and row 2 was
+// given up once (one Error line), by by. It returns row 2's dead letter.
+func row1BehindRow2(t *testing.T, ctx context.Context, admin *pgx.Conn, s *Sink, dl *recDL, logs *testenv.SyncBuffer,
+	src source, wait func() error, closer *tableCloser, ms []*recMsg, by string) pipeline.DeadLetter {
+	t.Helper()
+	closer.waitClosed(t, ctx)
+	waitRefusedAgain(t, ctx, s, dl, "row 1 to be refused again and again", 1)
+	letters, seqs := dl.letters()
+	if len(letters) != 1 || seqs[0] != 2 || letters[0].SQLState != "57014" || letters[0].Code != pipeline.CodeRefused {
+		t.Fatalf("dead letters %+v for rows %v, want row 2's only, SQLSTATE 57014: "+
+			"row 1 is refused while no row commits after it", letters, seqs)
+	}
+	if n := ms[0].acks.Load(); n != 0 {
+		t.Fatalf("row 1 acked %d times while the table refuses every row: it was not behind row 2", n)
+	}
+	closer.open(t, ctx, admin)
+	others := append(ms[:1:1], ms[2:]...)
+	stopOnceAcked(t, ctx, src, wait, others)
+	closer.startedOnce(t)
+	if _, seqs := dl.letters(); len(seqs) != 1 {
+		t.Fatalf("rows %v dead-lettered, want row 2", seqs)
+	}
+	endedOnce(t, ctx, admin, s, nil, others, "row 2")
+	if n := strings.Count(logs.String(), "a row alone timed out on the server again and again"); n != 1 {
+		t.Errorf("row 2 given up %d times, want once, by %s:\n%s", n, by, logs)
+	}
+	return letters[0]
+}
+
+// cutCopyOnce is the URL of a proxy to pg, its statements ending at
+// 200 ms, that cuts the connection at the first write that ends a COPY
+// (the commit's outcome unknown to the sink), calling cutNow then. Each
+// connection's writes go first to a hook that conn makes for it: a verdict
+// other than pass is the write's.
+func cutCopyOnce(t *testing.T, pg *testenv.PG, conn func() func([]byte) verdict, cutNow func()) string {
+	t.Helper()
+	l := listen(t)
+	proxied, to := l.proxy(t, pg.URL)
+	proxied = withParam(t, withParam(t, proxied, "sslmode", "disable"), "statement_timeout", "200") // the hook reads the messages
+	var cutCopy atomic.Bool
+	cutCopy.Store(true)
+	l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) {
+		first := conn()
+		var f frontendStream
+		up = func(b []byte) verdict {
+			if v := first(b); v != pass {
+				return v
+			}
+			if bytes.IndexByte(f.types(b), 'c') >= 0 && cutCopy.CompareAndSwap(true, false) {
+				cutNow()
+				return cut
+			}
+			return pass
+		}
+		return up, func([]byte) verdict { return pass }
+	})
+	return proxied
+}
+
+// row1MayBeStored ends a test in which row 1's COPY was cut (outcome
+// unknown) and row 1, handed to the other committer, was given up there
+// for its lone timeouts: its dead letter, the only one, must say that it
+// may already be stored (its COPY's outcome was unknown, and why still
+// so), and every other row be stored.
+func row1MayBeStored(t *testing.T, ctx context.Context, admin *pgx.Conn, s *Sink, dl *recDL, ms []*recMsg, why string) {
+	t.Helper()
+	letters, seqs := dl.letters()
+	if len(letters) != 1 || seqs[0] != 1 || letters[0].SQLState != "57014" || !strings.Contains(letters[0].Reason, "alone timed out") {
+		t.Fatalf("dead letters %+v for rows %v, want row 1's only, for its lone timeouts (SQLSTATE 57014)", letters, seqs)
+	}
+	if !strings.Contains(letters[0].Reason, "may already be stored") {
+		t.Errorf("row 1's dead letter %q does not say it may already be stored: its COPY's outcome was unknown %s", letters[0].Reason, why)
+	}
+	endedOnce(t, ctx, admin, s, ms[:1], ms[1:], "row 1")
+}
+
 // A held row that times out alone with rows of its batch behind it (the
 // piece cap at one row) is given up by the held branch itself, once, and
 // clears the suspect count, as an unheld one does. Rows 1 and 2 come as
@@ -1411,37 +1572,19 @@ func TestRowSlowerThanTimeout(t *testing.T) {
 func TestHeldRowSlowerThanTimeoutWithRowsAfter(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
-	s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "200"), func(c *Config) { c.Connections = 2 })
-	s.loneSpan = time.Second
-	logs := captureLog(t, s, time.Minute)
+	s, dl, logs := loneSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "200"), time.Second)
 	admin := pg.Conn(t)
+	closer := closeOnDeadLetter(t, ctx, pg, admin, s, dl, 2)
 	name := s.table[len(s.table)-1]
-	closed := pgx.Identifier{name + "_closed"}.Sanitize()
 	n1, n2 := pgx.Identifier{name + "_n1"}.Sanitize(), pgx.Identifier{name + "_n2"}.Sanitize()
-	execAll(t, ctx, admin, "CREATE TABLE "+closed+" (x int)", "CREATE SEQUENCE "+n1, "CREATE SEQUENCE "+n2)
+	execAll(t, ctx, admin, "CREATE SEQUENCE "+n1, "CREATE SEQUENCE "+n2)
 	// Triggers fire in name order: "closed" before the rows' own. A
 	// sequence is not rolled back, so each counts its row's tries.
-	triggerOn(t, ctx, admin, s.table, "closed", "EXISTS (SELECT FROM "+closed+")", "RAISE EXCEPTION 'table closed'")
 	triggerOn(t, ctx, admin, s.table, "one", "NEW.stream_seq = 1",
 		"CASE nextval('"+n1+"') WHEN 1 THEN PERFORM pg_sleep(1); WHEN 2 THEN RAISE EXCEPTION 'one once'; ELSE NULL; END CASE")
 	triggerOn(t, ctx, admin, s.table, "two", "NEW.stream_seq = 2",
 		"IF nextval('"+n2+"') = 1 THEN RAISE EXCEPTION 'two once'; END IF; PERFORM pg_sleep(1)")
-	closer := pg.Conn(t)
-	closeErr := make(chan error, 1)
-	var row2 atomic.Int32 // row 2's dead letters started
-	dl.started = func(ev *pipeline.Event) {
-		// The first only: a second (a bug) must not block the committer
-		// in DeadLetter, nor close the table again; it is reported below.
-		if ev.StreamSeq == 2 && row2.Add(1) == 1 {
-			_, err := closer.Exec(ctx, "INSERT INTO "+closed+" VALUES (1)")
-			closeErr <- err
-		}
-	}
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	waitFor(t, ctx, "both committers connected", func() bool {
-		return backends(t, ctx, admin, s.cfg.AppName, "true") >= 2
-	})
+	src, wait := runBoth(t, ctx, admin, s)
 	first, ms := rows(1, 2, nil)
 	src.push(t, ctx, first)
 	waitFor(t, ctx, "row 2 to time out alone, held", func() bool {
@@ -1450,61 +1593,10 @@ func TestHeldRowSlowerThanTimeoutWithRowsAfter(t *testing.T) {
 	if st := s.Stats(); st.TimeoutSplits == 0 {
 		t.Fatalf("no timeout split before the hold: %+v; the test needs the piece cap at one row", st)
 	}
-	// Rows that the other committer takes, one more at each poll (50 ms
-	// apart at least), so that commits come between row 2's timeouts.
-	next := 3
-	var fed time.Time
-	waitFor(t, ctx, "row 2 dead-lettered", func() bool {
-		if time.Since(fed) >= 50*time.Millisecond {
-			fed = time.Now()
-			more, ms2 := rows(next, 1, nil)
-			next++
-			src.push(t, ctx, more)
-			ms = append(ms, ms2...)
-		}
-		_, seqs := dl.letters()
-		return slices.Contains(seqs, 2)
-	})
-	if err := <-closeErr; err != nil {
-		t.Fatalf("close the table: %v", err)
-	}
-	r := s.Stats().Retries
-	waitFor(t, ctx, "row 1 to be refused again and again", func() bool {
-		l, _ := dl.letters()
-		return s.Stats().Retries >= r+loneTimeoutsPoison || len(l) > 1
-	})
-	letters, seqs := dl.letters()
-	if len(letters) != 1 || seqs[0] != 2 || letters[0].SQLState != "57014" || letters[0].Code != pipeline.CodeRefused {
-		t.Fatalf("dead letters %+v for rows %v, want row 2's only, SQLSTATE 57014: "+
-			"row 1 is refused while no row commits after it", letters, seqs)
-	}
-	if n := ms[0].acks.Load(); n != 0 {
-		t.Fatalf("row 1 acked %d times while the table refuses every row: it was not behind row 2", n)
-	}
-	execAll(t, ctx, admin, "TRUNCATE "+closed)
-	others := append(ms[:1:1], ms[2:]...)
-	waitFor(t, ctx, "the other rows acked", allAcked(others))
-	src.close()
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if n := row2.Load(); n != 1 {
-		t.Errorf("row 2's dead letter started %d times, want once", n)
-	}
-	if _, seqs := dl.letters(); len(seqs) != 1 {
-		t.Fatalf("rows %v dead-lettered, want row 2", seqs)
-	}
-	for i, m := range others {
-		if m.acks.Load() != 1 || m.terms.Load() != 0 {
-			t.Errorf("stored row %d's message acked %d times, termed %d, want acked once", i, m.acks.Load(), m.terms.Load())
-		}
-	}
-	if got := count(t, ctx, admin, s.cfg.Table); got != len(others) {
-		t.Errorf("%d rows in the table, want %d: all but row 2", got, len(others))
-	}
-	if n := strings.Count(logs.String(), "a row alone timed out on the server again and again"); n != 1 {
-		t.Errorf("row 2 given up %d times, want once, by the held branch:\n%s", n, logs)
-	}
+	// Rows that the other committer takes, so that commits come between
+	// row 2's timeouts.
+	feedUntilDeadLettered(t, ctx, dl, feeder(t, ctx, src, 3, &ms), "row 2 dead-lettered", 2)
+	row1BehindRow2(t, ctx, admin, s, dl, logs, src, wait, closer, ms, "the held branch")
 }
 
 // A row that probe tries alone (the row before it refused with a suspect
@@ -1525,37 +1617,18 @@ func TestHeldRowSlowerThanTimeoutWithRowsAfter(t *testing.T) {
 func TestProbedRowSlowerThanTimeout(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
-	s, dl := newTestSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "200"), func(c *Config) { c.Connections = 2 })
-	s.loneSpan = time.Second
-	logs := captureLog(t, s, time.Minute)
+	s, dl, logs := loneSink(t, ctx, withParam(t, pg.URL, "statement_timeout", "200"), time.Second)
 	admin := pg.Conn(t)
-	name := s.table[len(s.table)-1]
-	closed := pgx.Identifier{name + "_closed"}.Sanitize()
-	n1 := pgx.Identifier{name + "_n1"}.Sanitize()
-	execAll(t, ctx, admin, "CREATE TABLE "+closed+" (x int)", "CREATE SEQUENCE "+n1)
+	closer := closeOnDeadLetter(t, ctx, pg, admin, s, dl, 2)
+	n1 := pgx.Identifier{s.table[len(s.table)-1] + "_n1"}.Sanitize()
+	execAll(t, ctx, admin, "CREATE SEQUENCE "+n1)
 	// Triggers fire in name order: "closed" before the rows' own. A
 	// sequence is not rolled back, so n1 counts row 1's tries that reach
 	// its trigger: refused on the first two, stored on the next.
-	triggerOn(t, ctx, admin, s.table, "closed", "EXISTS (SELECT FROM "+closed+")", "RAISE EXCEPTION 'table closed'")
 	triggerOn(t, ctx, admin, s.table, "one", "NEW.stream_seq = 1",
 		"IF nextval('"+n1+"') <= 2 THEN RAISE EXCEPTION 'one twice'; END IF")
 	triggerOn(t, ctx, admin, s.table, "two", "NEW.stream_seq = 2", "PERFORM pg_sleep(1)")
-	closer := pg.Conn(t)
-	closeErr := make(chan error, 1)
-	var row2 atomic.Int32 // row 2's dead letters started
-	dl.started = func(ev *pipeline.Event) {
-		// The first only: a second (a bug) must not block the committer
-		// in DeadLetter, nor close the table again; it is reported below.
-		if ev.StreamSeq == 2 && row2.Add(1) == 1 {
-			_, err := closer.Exec(ctx, "INSERT INTO "+closed+" VALUES (1)")
-			closeErr <- err
-		}
-	}
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	waitFor(t, ctx, "both committers connected", func() bool {
-		return backends(t, ctx, admin, s.cfg.AppName, "true") >= 2
-	})
+	src, wait := runBoth(t, ctx, admin, s)
 	first, ms := rows(1, 2, nil)
 	src.push(t, ctx, first)
 	waitFor(t, ctx, "row 2 to time out alone, probed", func() bool {
@@ -1569,61 +1642,11 @@ func TestProbedRowSlowerThanTimeout(t *testing.T) {
 		t.Fatalf("row 1 tried %d times, %d bisection COPYs, as row 2 first timed out alone; the test needs rows 1 and 2 in one batch, "+
 			"row 1 refused in its COPY and alone, then row 2 probed (2 and 2)", tries, st.BisectCopies)
 	}
-	// Rows that the other committer takes, one more at each poll (50 ms
-	// apart at least), so that commits come between row 2's timeouts.
-	next := 3
-	var fed time.Time
-	waitFor(t, ctx, "row 2 dead-lettered", func() bool {
-		if time.Since(fed) >= 50*time.Millisecond {
-			fed = time.Now()
-			more, ms2 := rows(next, 1, nil)
-			next++
-			src.push(t, ctx, more)
-			ms = append(ms, ms2...)
-		}
-		_, seqs := dl.letters()
-		return slices.Contains(seqs, 2)
-	})
-	if err := <-closeErr; err != nil {
-		t.Fatalf("close the table: %v", err)
-	}
-	r := s.Stats().Retries
-	waitFor(t, ctx, "row 1 to be refused again and again", func() bool {
-		l, _ := dl.letters()
-		return s.Stats().Retries >= r+loneTimeoutsPoison || len(l) > 1
-	})
-	letters, seqs := dl.letters()
-	if len(letters) != 1 || seqs[0] != 2 || letters[0].SQLState != "57014" || letters[0].Code != pipeline.CodeRefused ||
-		strings.Contains(letters[0].Reason, "may already be stored") {
-		t.Fatalf("dead letters %+v for rows %v, want row 2's only, SQLSTATE 57014, not saying it may already be stored "+
-			"(a first delivery, no commit of unknown outcome): row 1 is refused while no row commits after it", letters, seqs)
-	}
-	if n := ms[0].acks.Load(); n != 0 {
-		t.Fatalf("row 1 acked %d times while the table refuses every row: it was not behind row 2", n)
-	}
-	execAll(t, ctx, admin, "TRUNCATE "+closed)
-	others := append(ms[:1:1], ms[2:]...)
-	waitFor(t, ctx, "the other rows acked", allAcked(others))
-	src.close()
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if n := row2.Load(); n != 1 {
-		t.Errorf("row 2's dead letter started %d times, want once", n)
-	}
-	if _, seqs := dl.letters(); len(seqs) != 1 {
-		t.Fatalf("rows %v dead-lettered, want row 2", seqs)
-	}
-	for i, m := range others {
-		if m.acks.Load() != 1 || m.terms.Load() != 0 {
-			t.Errorf("stored row %d's message acked %d times, termed %d, want acked once", i, m.acks.Load(), m.terms.Load())
-		}
-	}
-	if got := count(t, ctx, admin, s.cfg.Table); got != len(others) {
-		t.Errorf("%d rows in the table, want %d: all but row 2", got, len(others))
-	}
-	if n := strings.Count(logs.String(), "a row alone timed out on the server again and again"); n != 1 {
-		t.Errorf("row 2 given up %d times, want once, by probe:\n%s", n, logs)
+	// Rows that the other committer takes, so that commits come between
+	// row 2's timeouts.
+	feedUntilDeadLettered(t, ctx, dl, feeder(t, ctx, src, 3, &ms), "row 2 dead-lettered", 2)
+	if l := row1BehindRow2(t, ctx, admin, s, dl, logs, src, wait, closer, ms, "probe"); strings.Contains(l.Reason, "may already be stored") {
+		t.Errorf("row 2's dead letter %q says it may already be stored: a first delivery, no commit of unknown outcome", l.Reason)
 	}
 }
 
@@ -1641,37 +1664,22 @@ func TestProbedRowSlowerThanTimeout(t *testing.T) {
 func TestMayBeStoredSurvivesHandOff(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
-	l := listen(t)
-	proxied, to := l.proxy(t, pg.URL)
-	proxied = withParam(t, withParam(t, proxied, "sslmode", "disable"), "statement_timeout", "200") // the hook reads the messages
-	var cutCopy, refuse atomic.Bool
-	cutCopy.Store(true)
-	l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) {
-		if refuse.Load() {
-			return func([]byte) verdict { return cut }, func([]byte) verdict { return pass }
-		}
-		var f frontendStream
-		up = func(b []byte) verdict {
-			if bytes.IndexByte(f.types(b), 'c') >= 0 && cutCopy.CompareAndSwap(true, false) {
-				refuse.Store(true)
+	var refuse atomic.Bool
+	proxied := cutCopyOnce(t, pg, func() func([]byte) verdict {
+		refused := refuse.Load()
+		return func([]byte) verdict {
+			if refused {
 				return cut
 			}
 			return pass
 		}
-		return up, func([]byte) verdict { return pass }
-	})
-	s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections = 2 })
-	s.loneSpan = time.Second
-	logs := captureLog(t, s, time.Minute)
+	}, func() { refuse.Store(true) })
+	s, dl, logs := loneSink(t, ctx, proxied, time.Second)
 	admin := pg.Conn(t)
 	tries := pgx.Identifier{s.table[len(s.table)-1] + "_n"}.Sanitize()
 	execAll(t, ctx, admin, "CREATE SEQUENCE "+tries)
 	triggerOn(t, ctx, admin, s.table, "slow", "NEW.stream_seq = 1", "PERFORM nextval('"+tries+"'); PERFORM pg_sleep(1)")
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	waitFor(t, ctx, "both committers connected", func() bool {
-		return backends(t, ctx, admin, s.cfg.AppName, "true") >= 2
-	})
+	src, wait := runBoth(t, ctx, admin, s)
 	first, ms := rows(1, 1, nil)
 	src.push(t, ctx, first)
 	waitFor(t, ctx, "row 1's COPY cut, its outcome unknown", func() bool {
@@ -1689,42 +1697,9 @@ func TestMayBeStoredSurvivesHandOff(t *testing.T) {
 		return err == nil && called
 	})
 	refuse.Store(false)
-	next := 3
-	var fed time.Time
-	waitFor(t, ctx, "row 1 dead-lettered", func() bool {
-		if time.Since(fed) >= 50*time.Millisecond {
-			fed = time.Now()
-			more, ms3 := rows(next, 1, nil)
-			next++
-			src.push(t, ctx, more)
-			ms = append(ms, ms3...)
-		}
-		_, seqs := dl.letters()
-		return slices.Contains(seqs, 1)
-	})
-	waitFor(t, ctx, "the other rows acked", allAcked(ms[1:]))
-	src.close()
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	letters, seqs := dl.letters()
-	if len(letters) != 1 || seqs[0] != 1 || letters[0].SQLState != "57014" || !strings.Contains(letters[0].Reason, "alone timed out") {
-		t.Fatalf("dead letters %+v for rows %v, want row 1's only, for its lone timeouts (SQLSTATE 57014)", letters, seqs)
-	}
-	if !strings.Contains(letters[0].Reason, "may already be stored") {
-		t.Errorf("row 1's dead letter %q does not say it may already be stored: its COPY's outcome was unknown before the hand-off", letters[0].Reason)
-	}
-	if m := ms[0]; m.acks.Load() != 0 || m.terms.Load() != 1 {
-		t.Errorf("row 1's message acked %d times, termed %d, want termed once", m.acks.Load(), m.terms.Load())
-	}
-	for i, m := range ms[1:] {
-		if m.acks.Load() != 1 || m.terms.Load() != 0 {
-			t.Errorf("row %d's message acked %d times, termed %d, want acked once", i+2, m.acks.Load(), m.terms.Load())
-		}
-	}
-	if got := count(t, ctx, admin, s.cfg.Table); got != len(ms)-1 {
-		t.Errorf("%d rows in the table, want %d: all but row 1", got, len(ms)-1)
-	}
+	feedUntilDeadLettered(t, ctx, dl, feeder(t, ctx, src, 3, &ms), "row 1 dead-lettered", 1)
+	stopOnceAcked(t, ctx, src, wait, ms[1:])
+	row1MayBeStored(t, ctx, admin, s, dl, ms, "before the hand-off")
 }
 
 // A batch handed off after a commit of unknown outcome and taken into a
@@ -1747,18 +1722,11 @@ func TestMayBeStoredSurvivesHandOff(t *testing.T) {
 func TestMayBeStoredTakenIntoHeld(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
-	l := listen(t)
-	proxied, to := l.proxy(t, pg.URL)
-	proxied = withParam(t, withParam(t, proxied, "sslmode", "disable"), "statement_timeout", "200") // the hook reads the messages
-	var cutCopy, gateNext atomic.Bool
-	cutCopy.Store(true)
+	var gateNext atomic.Bool
 	gated, gate := make(chan struct{}), make(chan struct{})
-	open := sync.OnceFunc(func() { close(gate) })
-	t.Cleanup(open) // before l's cleanup, which waits for the relays
-	l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) {
-		var f frontendStream
+	proxied := cutCopyOnce(t, pg, func() func([]byte) verdict {
 		first, held := true, false
-		up = func(b []byte) verdict {
+		return func(b []byte) verdict {
 			if first {
 				// The first connect after the cut, X's (not the
 				// CancelRequest that follows the cut COPY): held, then cut.
@@ -1773,17 +1741,12 @@ func TestMayBeStoredTakenIntoHeld(t *testing.T) {
 				<-gate
 				return cut
 			}
-			if bytes.IndexByte(f.types(b), 'c') >= 0 && cutCopy.CompareAndSwap(true, false) {
-				gateNext.Store(true)
-				return cut
-			}
 			return pass
 		}
-		return up, func([]byte) verdict { return pass }
-	})
-	s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections = 2 })
-	s.loneSpan = time.Second
-	logs := captureLog(t, s, time.Minute)
+	}, func() { gateNext.Store(true) })
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open) // before the proxy's cleanup, which waits for the relays
+	s, dl, logs := loneSink(t, ctx, proxied, time.Second)
 	admin := pg.Conn(t)
 	name := s.table[len(s.table)-1]
 	closed := pgx.Identifier{name + "_closed"}.Sanitize()
@@ -1807,11 +1770,7 @@ func TestMayBeStoredTakenIntoHeld(t *testing.T) {
 		}
 		return n
 	}
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	waitFor(t, ctx, "both committers connected", func() bool {
-		return backends(t, ctx, admin, s.cfg.AppName, "true") >= 2
-	})
+	src, wait := runBoth(t, ctx, admin, s)
 	ms := make([]*recMsg, 0, 64)
 	push := func(seq int) {
 		r, m := rows(seq, 1, nil)
@@ -1846,40 +1805,9 @@ func TestMayBeStoredTakenIntoHeld(t *testing.T) {
 	// Rows 1 and 3 time out together (a timeout split, the piece cap at
 	// one row): Y is out of its hold, so the rows fed from now on go to X.
 	waitFor(t, ctx, "rows 1 and 3 timed out together on Y", func() bool { return s.Stats().TimeoutSplits >= 1 })
-	next := 4
-	var fed time.Time
-	waitFor(t, ctx, "row 1 dead-lettered", func() bool {
-		if time.Since(fed) >= 50*time.Millisecond {
-			fed = time.Now()
-			push(next)
-			next++
-		}
-		_, seqs := dl.letters()
-		return slices.Contains(seqs, 1)
-	})
-	waitFor(t, ctx, "the other rows acked", allAcked(ms[1:]))
-	src.close()
-	if err := wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	letters, seqs := dl.letters()
-	if len(letters) != 1 || seqs[0] != 1 || letters[0].SQLState != "57014" || !strings.Contains(letters[0].Reason, "alone timed out") {
-		t.Fatalf("dead letters %+v for rows %v, want row 1's only, for its lone timeouts (SQLSTATE 57014)", letters, seqs)
-	}
-	if !strings.Contains(letters[0].Reason, "may already be stored") {
-		t.Errorf("row 1's dead letter %q does not say it may already be stored: its COPY's outcome was unknown before Y's hold took it in", letters[0].Reason)
-	}
-	if m := ms[0]; m.acks.Load() != 0 || m.terms.Load() != 1 {
-		t.Errorf("row 1's message acked %d times, termed %d, want termed once", m.acks.Load(), m.terms.Load())
-	}
-	for i, m := range ms[1:] {
-		if m.acks.Load() != 1 || m.terms.Load() != 0 {
-			t.Errorf("row %d's message acked %d times, termed %d, want acked once", i+2, m.acks.Load(), m.terms.Load())
-		}
-	}
-	if got := count(t, ctx, admin, s.cfg.Table); got != len(ms)-1 {
-		t.Errorf("%d rows in the table, want %d: all but row 1", got, len(ms)-1)
-	}
+	feedUntilDeadLettered(t, ctx, dl, feeder(t, ctx, src, 4, &ms), "row 1 dead-lettered", 1)
+	stopOnceAcked(t, ctx, src, wait, ms[1:])
+	row1MayBeStored(t, ctx, admin, s, dl, ms, "before Y's hold took it in")
 }
 
 // The in-a-row count of an exactly-once batch's lookup timeouts starts anew
@@ -1896,6 +1824,22 @@ func TestExactlyOnceLookupTimeoutsInARowPerPiece(t *testing.T) {
 	t.Run("copy failed between", testLookupTimeoutsCopyFailed)
 }
 
+// lookupsTimingOut is a lookup rig whose lookups 1 and 2 (the whole
+// batch's: a failed attempt, which halves it) and 4 (the second piece's
+// first) time out, and which counts them in lookups; the others pass.
+func lookupsTimingOut(t *testing.T, ctx context.Context) (r *lookupRig, lookups *atomic.Int32) {
+	t.Helper()
+	lookups = new(atomic.Int32)
+	r = newLookupRig(t, ctx, func(client net.Conn) verdict {
+		switch lookups.Add(1) {
+		case 1, 2, 4:
+			return answerLookup(client, "57014", "canceling statement due to statement timeout")
+		}
+		return pass
+	})
+	return r, lookups
+}
+
 // A lookup that answers with rows missing from the table (a *missingError:
 // committed, the missing rows dead-lettered) answers as well as one that
 // finds none missing: the next lookup timeout of the batch is the first in
@@ -1905,14 +1849,7 @@ func TestExactlyOnceLookupTimeoutsInARowPerPiece(t *testing.T) {
 // split. The count was cleared only after an attempt with no error.
 func testLookupTimeoutsMissingAnswered(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
-	var lookups atomic.Int32
-	r := newLookupRig(t, ctx, func(client net.Conn) verdict {
-		switch lookups.Add(1) {
-		case 1, 2, 4:
-			return answerLookup(client, "57014", "canceling statement due to statement timeout")
-		}
-		return pass
-	})
+	r, lookups := lookupsTimingOut(t, ctx)
 	pg, s, dl, src, wait := r.pg, r.s, r.dl, r.src, r.wait
 	admin := pg.Conn(t)
 	trigger(t, ctx, admin, s.table, "drop3", "BEFORE INSERT", "ROW", "IF NEW.stream_seq = 3 THEN RETURN NULL; END IF; RETURN NEW;")
@@ -1981,14 +1918,7 @@ func testLookupTimeoutsCopyFailed(t *testing.T) {
 
 func testLookupTimeoutsAnswered(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
-	var lookups atomic.Int32
-	r := newLookupRig(t, ctx, func(client net.Conn) verdict {
-		switch lookups.Add(1) {
-		case 1, 2, 4:
-			return answerLookup(client, "57014", "canceling statement due to statement timeout")
-		}
-		return pass
-	})
+	r, lookups := lookupsTimingOut(t, ctx)
 	pg, s, dl, src, wait := r.pg, r.s, r.dl, r.src, r.wait
 	again, ms := rows(1, 16, nil) // row 1 conflicts: 15 of 16 inserted, then the lookup
 	src.push(t, ctx, again)
