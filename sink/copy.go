@@ -522,13 +522,13 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				// rows. Settled, it was moved to p; bisect again.
 				lo = p + 1
 				continue
-			case errors.As(perr, new(*loneTimeoutError)):
+			case isLoneTimeout(perr):
 				// The row probe tried last, now at p (the suspect row
-				// in its place), timed out alone while other rows
+				// behind it), timed out alone while other rows
 				// committed: given up below, once, like any poison row
-				// (whole and last stay), as the held rest is. Left
-				// unsettled, it was held with the rest, retried from a
-				// count of none and given up a second time.
+				// (whole and last stay), as the held rest is; left
+				// unsettled, it would be held with the rest, retried
+				// from a count of none and given up a second time.
 			case ctx.Err() != nil:
 				return ctx.Err()
 			default:
@@ -564,7 +564,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 					rows = b.rows
 					continue
 				}
-				if _, ok := errors.AsType[*loneTimeoutError](err); ok {
+				if isLoneTimeout(err) {
 					// The held rest was row lo (= p) alone (the last of
 					// the batch, or c.piece cuts at one row), and it timed
 					// out alone while other rows committed: given up like
@@ -591,10 +591,10 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				continue
 			}
 		}
-		if _, ok := errors.AsType[*loneTimeoutError](perr); ok {
+		if isLoneTimeout(perr) {
 			// Row p may have failed with a suspect error first (held or
-			// not), or the row probe tried it in place of did, and its
-			// timeouts waited for other rows' commits: the next row
+			// not), or be a row probe tried in place p of a refused one,
+			// and its timeouts waited for other rows' commits: the next row
 			// refused with one (that row too) needs a commit after its
 			// own failure, or a table that refuses every row since (a
 			// trigger added) would have it dead-lettered.
@@ -664,7 +664,7 @@ func (c *committer) probe(ctx context.Context, b *batch, p int, perr *error) boo
 		if c.settleCommitted(ctx, b, p, p+1, err) {
 			return true
 		}
-		if _, ok := errors.AsType[*loneTimeoutError](err); ok {
+		if isLoneTimeout(err) {
 			*perr = err
 			return false
 		}

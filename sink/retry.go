@@ -324,6 +324,12 @@ func (e *loneTimeoutError) Error() string {
 
 func (e *loneTimeoutError) Unwrap() error { return e.err }
 
+// isLoneTimeout reports whether err is (or wraps) a loneTimeoutError.
+func isLoneTimeout(err error) bool {
+	_, ok := errors.AsType[*loneTimeoutError](err)
+	return ok
+}
+
 // reason is the dead letter's reason: the timeout's message and SQLSTATE
 // (it quotes no value of the row), and why the row was given up.
 func (e *loneTimeoutError) reason(pgErr *pgconn.PgError) string {
