@@ -331,7 +331,6 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 		ack, err = c.publishOnce(ctx, m, timeout)
 	}
 	outcome := dlAnswered
-	denied := false
 	switch {
 	case err == nil:
 		// The user may publish there (again).
@@ -343,7 +342,6 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 		// second finds the permission given, rather than each being sent
 		// and refused (an -ERR, and a line in the server's log, each).
 		outcome = dlUnanswered
-		denied = true
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		// Our own timeout, not the caller's end.
 		outcome = dlUnanswered
@@ -354,7 +352,7 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 	case breakerOpened:
 		msg := "the dead-letter stream did not answer a publish: dead letters fail at once (their events are nak'ed) " +
 			"until a probe, one every " + dlProbeEvery.String() + " at most, is answered"
-		if denied {
+		if errors.Is(err, nats.ErrPermissionViolation) {
 			msg = "the server refused a dead letter: the NATS user may not publish to " + c.cfg.DeadLetterSubject + ": give it permission; " +
 				"dead letters fail at once (their events are nak'ed) until a probe, one every " + dlProbeEvery.String() + " at most, is stored"
 		}
