@@ -17,7 +17,11 @@
 // traced, one whose traceparent is not is not, and a message without one is
 // a root sampled with Config.SampleRatio. OTEL_TRACES_SAMPLER, when set,
 // decides instead (samplerFromEnv); its forms without parentbased_ apply
-// the ratio to every message, whatever its traceparent says.
+// the ratio to every message, whatever its traceparent's sampled flag says,
+// and decide from the traceparent's trace id as the SDK's TraceIDRatioBased
+// does (its last 8 bytes), so that a publisher sampling at the same ratio
+// keeps the same traces; a message without a valid traceparent takes a
+// random draw.
 //
 // Ended spans wait in the batch span processor's queue (16,384, or
 // OTEL_BSP_MAX_QUEUE_SIZE). The SDK drops a span when that queue is full
@@ -53,7 +57,9 @@
 //     gets their links too (LinkCopy), past maxLinks counted by the SDK.
 //
 // An unsampled message costs a header lookup and, for a root, one random
-// number: no allocation, no attribute, no link (TestUnsampledAllocatesNothing).
+// number (with a traceparent and a sampler without parentbased_, the
+// reading of 16 hex digits of its trace id instead): no allocation, no
+// attribute, no link (TestUnsampledAllocatesNothing).
 //
 // The errors the SDK reports on its own (an export that failed in the
 // background, every few seconds while the collector is down; the exports

@@ -2,8 +2,11 @@ package telemetry
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -195,6 +198,81 @@ func TestSamplerFromEnvDecides(t *testing.T) {
 		}
 		if c.h != nil && spans[0].Parent.SpanID().String() != "b7ad6b7169203331" {
 			t.Errorf("%s: parent %v, want the publisher's span", c.sampler, spans[0].Parent.SpanID())
+		}
+	}
+}
+
+// OTEL_TRACES_SAMPLER=traceidratio decides from the traceparent's trace id,
+// as the SDK's TraceIDRatioBased does, not by a draw per message: a
+// publisher sampling at the same ratio keeps the same traces, so jetsink's
+// spans are not orphans. An id whose last 8 bytes are zero is always kept,
+// one whose last 8 bytes are all ones never, whatever the sampled flag;
+// for random ids jetsink and the SDK agree; a message not kept costs no
+// allocation.
+func TestTraceIDRatioDecidesFromTheTraceID(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+	tp := func(id trace.TraceID, flags string) nats.Header {
+		return nats.Header{"traceparent": {"00-" + id.String() + "-b7ad6b7169203331-" + flags}}
+	}
+	low := func(b byte) trace.TraceID {
+		id := trace.TraceID{0x0a, 0xf7, 0x65, 0x19, 0x16, 0xcd, 0x43, 0xdd}
+		for i := 8; i < 16; i++ {
+			id[i] = b
+		}
+		return id
+	}
+	t.Setenv("OTEL_TRACES_SAMPLER_ARG", "0.5")
+	tr := newTestTracing(t, discard{}, 1)
+	for _, flags := range []string{"00", "01"} {
+		kept := 0
+		for range 1000 {
+			for _, h := range []nats.Header{tp(low(0), flags), tp(low(0xff), flags)} {
+				ev := event(h)
+				if ev.Span = tr.StartMessage(ev); ev.Span != nil {
+					if ev.Span.SpanContext().TraceID() != low(0) {
+						t.Fatalf("flags %s: span of trace %v kept, want only %v's", flags, ev.Span.SpanContext().TraceID(), low(0))
+					}
+					kept++
+					EndMessage(&ev, "ack", nil)
+				}
+			}
+		}
+		if kept != 1000 {
+			t.Errorf("flags %s, ratio 0.5: %d of 1000 messages of trace ...0000 kept (and none of ...ffff), want all", flags, kept)
+		}
+	}
+	ev := event(tp(low(0xff), "01"))
+	if n := testing.AllocsPerRun(1000, func() {
+		if tr.StartMessage(ev) != nil {
+			t.Fatal("trace ...ffff kept at ratio 0.5")
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per message not kept, want 0", n)
+	}
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, ratio := range []float64{0.01, 0.5, 0.9} {
+		t.Setenv("OTEL_TRACES_SAMPLER_ARG", strconv.FormatFloat(ratio, 'g', -1, 64))
+		tr := newTestTracing(t, discard{}, 1)
+		sdk := sdktrace.TraceIDRatioBased(ratio)
+		kept := 0
+		for range 2000 {
+			var id trace.TraceID
+			binary.BigEndian.PutUint64(id[:8], rng.Uint64())
+			binary.BigEndian.PutUint64(id[8:], rng.Uint64())
+			want := sdk.ShouldSample(sdktrace.SamplingParameters{ParentContext: context.Background(), TraceID: id}).Decision == sdktrace.RecordAndSample
+			ev := event(tp(id, "01"))
+			ev.Span = tr.StartMessage(ev)
+			if got := ev.Span != nil; got != want {
+				t.Fatalf("ratio %g, trace %v: kept %v, TraceIDRatioBased says %v", ratio, id, got, want)
+			}
+			if ev.Span != nil {
+				kept++
+				EndMessage(&ev, "ack", nil)
+			}
+		}
+		if ratio == 0.5 && (kept < 800 || kept > 1200) {
+			t.Errorf("ratio 0.5: %d of 2000 random traces kept", kept)
 		}
 	}
 }

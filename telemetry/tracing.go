@@ -77,12 +77,15 @@ type Tracing struct {
 	errs   *errRoute                // where the SDK's errors go; nil when off
 	tracer trace.Tracer
 	prop   propagation.TraceContext
-	// rootBound: a root is sampled when a random 63-bit number is below it
-	// (the rule of sdktrace.TraceIDRatioBased).
+	// rootBound: a trace is sampled when the last 8 bytes of its trace id,
+	// shifted right by one, are below it (the rule of
+	// sdktrace.TraceIDRatioBased); a root, when a random 63-bit number is
+	// (sampleRoot).
 	rootBound uint64
 	// anyParent: the ratio applies to every message, whatever its
 	// traceparent's sampled flag says (OTEL_TRACES_SAMPLER without the
-	// parentbased_ prefix).
+	// parentbased_ prefix), decided from the traceparent's trace id
+	// (sampleTrace).
 	anyParent bool
 	sampler   string     // what decides sampling, for the start-up log
 	maxLinks  int        // links kept on a batch span
@@ -181,8 +184,11 @@ func linkLimit(maxRows int) (int, error) {
 // the OpenTelemetry specification defines them: the share of messages
 // sampled, and whether a message with a traceparent follows its sampled
 // flag instead (the parentbased_ samplers). set is false when the variable
-// is unset. The ratio of traceidratio is ARG (1 when unset); jetsink draws
-// it per message rather than from the trace id. The samplers that need a
+// is unset. The ratio of traceidratio is ARG (1 when unset), applied as
+// TraceIDRatioBased does: to a message's trace id (sampleTrace), so that
+// services sampling at the same ratio keep the same traces; a message
+// without a valid traceparent, whose trace id would be new and random,
+// takes a random draw instead (sampleRoot). The samplers that need a
 // remote service (jaeger_remote, xray) are refused.
 func samplerFromEnv() (ratio float64, parentBased, set bool, err error) {
 	name := strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER"))
@@ -669,7 +675,11 @@ func (s *stoppable) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySp
 	return err
 }
 
-// sampleRoot decides whether a message without a traceparent is traced.
+// sampleRoot decides whether a message without a valid traceparent is
+// traced: a random number, where TraceIDRatioBased would read the random
+// trace id the SDK is yet to make for it. Nothing else sees that id before
+// the decision (jetsink passes no trace context on), so the share kept is
+// the same, and an unsampled root costs no span.
 func (t *Tracing) sampleRoot() bool {
 	switch t.rootBound {
 	case 0:
@@ -680,12 +690,26 @@ func (t *Tracing) sampleRoot() bool {
 	return rand.Uint64()>>1 < t.rootBound
 }
 
+// sampleTrace decides whether the ratio keeps the message whose
+// traceparent is tp, whatever tp's sampled flag says (anyParent): from the
+// trace id, as sdktrace.TraceIDRatioBased does, so that jetsink keeps the
+// traces that a publisher or another service sampling at the same ratio
+// keeps; a tp that is not valid makes the message a root (sampleRoot).
+func (t *Tracing) sampleTrace(tp string) bool {
+	if !validTraceparent(tp) {
+		return t.sampleRoot()
+	}
+	return traceIDLow(tp)>>1 < t.rootBound
+}
+
 // StartMessage starts the CONSUMER span "process <pattern>" of one message
 // (see SetDestinations),
 // to be stored in ev.Span, parented on the publisher's traceparent header
 // when there is one. It returns nil, and allocates nothing, when tracing is
 // off or the message is not sampled: a traceparent whose sampled flag is
-// clear, or a root that loses the sample_ratio draw. The span starts at
+// clear (parent-based), a trace id the ratio does not keep (the samplers
+// without parentbased_: sampleTrace), or a root that loses the ratio's
+// draw. The span starts at
 // ev.Received; whoever settles the message ends it (see EndMessage). ev
 // goes by value so that the caller's event does not escape to the heap.
 func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
@@ -699,9 +723,9 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 			return nil
 		}
 	case t.anyParent:
-		// The ratio decides, whatever the publisher did; the span is
-		// still its child.
-		if !t.sampleRoot() {
+		// The ratio decides from the trace id, whatever the publisher
+		// did; the span is still its child.
+		if !t.sampleTrace(tp) {
 			return nil
 		}
 		if p := t.prop.Extract(context.Background(), carrier(ev.Header, ev.Msg, tp)); trace.SpanContextFromContext(p).IsValid() {
@@ -899,21 +923,35 @@ func carrier(h map[string][]string, msg pipeline.Msg, tp string) Carrier {
 //
 // Version 00 has exactly 55 characters and flags up to 03 (the otel
 // propagator refuses others); a later version may add fields after a '-'.
-func sampledFlag(tp string) bool {
+func sampledFlag(tp string) bool { return !validTraceparent(tp) || unhex(tp[54])&1 == 1 }
+
+// validTraceparent reports whether tp is a traceparent that Extract takes:
+// "<version>-<32 hex>-<16 hex>-<2 hex>", version not ff, ids not all zero,
+// lower-case hex (see sampledFlag).
+func validTraceparent(tp string) bool {
 	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' || !isHex(tp[:2]) || tp[:2] == "ff" || !isHex(tp[53:55]) {
-		return true
+		return false
 	}
 	// The ids as the propagator reads them: lower-case hex, not all zero.
 	if _, err := trace.TraceIDFromHex(tp[3:35]); err != nil {
-		return true
+		return false
 	}
 	if _, err := trace.SpanIDFromHex(tp[36:52]); err != nil {
-		return true
+		return false
 	}
-	if tp[:2] == "00" && (len(tp) != 55 || tp[53] != '0' || unhex(tp[54]) > 3) || len(tp) > 55 && tp[55] != '-' {
-		return true
+	return !(tp[:2] == "00" && (len(tp) != 55 || tp[53] != '0' || unhex(tp[54]) > 3) || len(tp) > 55 && tp[55] != '-')
+}
+
+// traceIDLow is the last 8 bytes of the trace id of tp, a valid
+// traceparent (validTraceparent), big-endian, as sdktrace.TraceIDRatioBased
+// reads them (binary.BigEndian.Uint64(traceID[8:16])), decoded from its 16
+// hex digits without allocating.
+func traceIDLow(tp string) uint64 {
+	var v uint64
+	for i := 19; i < 35; i++ {
+		v = v<<4 | uint64(unhex(tp[i]))
 	}
-	return unhex(tp[54])&1 == 1
+	return v
 }
 
 // isHex reports whether s is lower-case hex digits.
