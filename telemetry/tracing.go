@@ -44,7 +44,8 @@ type Config struct {
 	// http://host:4318 (OTLP/HTTP, /v1/traces is appended to the path
 	// unless it ends so already), https://... (with TLS), grpc://host:4317 or grpcs://...
 	// (OTLP/gRPC). With http(s) URLs, OTEL_EXPORTER_OTLP_PROTOCOL=grpc
-	// selects gRPC. Empty: the OTEL_EXPORTER_OTLP_* variables decide, and
+	// selects gRPC; a protocol other than grpc or http/protobuf is refused
+	// either way. Empty: the OTEL_EXPORTER_OTLP_* variables decide, and
 	// when they name no endpoint tracing is off (a no-op provider).
 	OTLPEndpoint string
 	// SampleRatio is the share of root traces kept (0..1); messages whose
@@ -332,6 +333,10 @@ func off(log *slog.Logger) (bool, error) {
 }
 
 // newExporter picks the OTLP exporter; nil, nil when no endpoint is known.
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (or else OTEL_EXPORTER_OTLP_PROTOCOL)
+// must be grpc or http/protobuf when set, whether the endpoint comes from
+// endpoint or the variables (an error wrapping ErrInvalidConfig); a grpc or
+// grpcs endpoint is gRPC whatever it says.
 // The OTEL_ variables are read as the exporters read them: trimmed of
 // white space (a value with a trailing newline from a secret file is the
 // same value, one of white space none).
@@ -352,10 +357,13 @@ func newExporter(ctx context.Context, endpoint string) (sdktrace.SpanExporter, e
 			return nil, err
 		}
 	}
+	// Checked whatever names the endpoint: with telemetry.otlp_endpoint
+	// too, a typo (grcp) or a protocol jetsink lacks (http/json) would
+	// otherwise be taken for http/protobuf.
+	if proto != "" && proto != "grpc" && proto != "http/protobuf" {
+		return nil, fmt.Errorf("%w: %s %q; use grpc or http/protobuf", ErrInvalidConfig, protoVar, proto)
+	}
 	if endpoint == "" {
-		if proto != "" && proto != "grpc" && proto != "http/protobuf" {
-			return nil, fmt.Errorf("%w: %s %q; use grpc or http/protobuf", ErrInvalidConfig, protoVar, proto)
-		}
 		// The exporters read every OTEL_EXPORTER_OTLP_* variable themselves,
 		// and drop the credentials of an endpoint as CheckEndpoint says.
 		for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {

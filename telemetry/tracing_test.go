@@ -465,6 +465,25 @@ func TestNewTracingEndpoints(t *testing.T) {
 	if _, err := NewTracing(ctx, Config{SampleRatio: 1}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") {
 		t.Errorf("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL http/json: err = %v, want ErrInvalidConfig naming it", err)
 	}
+	// With telemetry.otlp_endpoint too, whatever its scheme: a typo or an
+	// unsupported protocol is not taken for http/protobuf.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "")
+	for _, v := range []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
+		for _, proto := range []string{"grcp", "http/json"} {
+			t.Setenv(v, proto)
+			for _, endpoint := range []string{"http://127.0.0.1:1", "grpc://127.0.0.1:1"} {
+				tr, err := NewTracing(ctx, Config{OTLPEndpoint: endpoint, SampleRatio: 1})
+				if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), v) {
+					t.Errorf("%s %s with telemetry.otlp_endpoint %s: err = %v, want ErrInvalidConfig naming it", v, proto, endpoint, err)
+				}
+				if err == nil {
+					_ = tr.Shutdown(ctx)
+				}
+			}
+		}
+		t.Setenv(v, "")
+	}
 }
 
 // TestHeadersVariablesChecked: a part of OTEL_EXPORTER_OTLP_HEADERS (or
