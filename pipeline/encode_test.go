@@ -368,3 +368,27 @@ func TestShortEscapesDoNotGrow(t *testing.T) {
 		}
 	}
 }
+
+// White space around "infinity" is skipped whatever the length, including
+// the ten bytes of a plain date (" -infinity"), as PostgreSQL's date input
+// skips it.
+func TestParseDateInfinityWithSpace(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		want int32
+	}{
+		{" -infinity", math.MinInt32}, {"-infinity ", math.MinInt32}, {" infinity ", math.MaxInt32},
+		{"  infinity", math.MaxInt32}, {"infinity\t\t", math.MaxInt32}, {"\ninfinity ", math.MaxInt32},
+		{" infinity", math.MaxInt32}, {"  -infinity ", math.MinInt32}, // 9 and 12 bytes
+		{" 2026-11-29", 9829}, {"2026-11-29 ", 9829}, {"2026-11-29", 9829},
+	} {
+		if got, ok := parseDate(c.s); !ok || got != c.want {
+			t.Errorf("parseDate(%q) = %d, %v; want %d", c.s, got, ok, c.want)
+		}
+	}
+	for _, s := range []string{" 2026-11-2", "2026-11-2 ", "xinfinity ", " infinityx"} {
+		if got, ok := parseDate(s); ok {
+			t.Errorf("parseDate(%q) = %d, want refused", s, got)
+		}
+	}
+}

@@ -278,7 +278,9 @@ func TestRoundTripPostgres(t *testing.T) {
 		}
 		dates := []string{"infinity", "-Infinity", "2026-11-29", " 2026-11-29\\t", "2026-11-29T23:59:15-05:00",
 			"2026-11-29 24:00:00", "2026-11-29T23:59:60Z", "2026-11-29 10:00", "2026-11-29 10:00:00.9999999 UTC",
-			"2026-11-29T00:30+14:00", " -infinity "}
+			"2026-11-29T00:30+14:00", " -infinity ",
+			// ten bytes with white space at an end, the length of a plain date
+			" -infinity", "-infinity ", " infinity ", "  infinity", "infinity\\t\\t", " infinity\\n"}
 		evs = make([]Event, len(dates))
 		for i, s := range dates {
 			evs[i] = Event{Data: []byte(`{"v":"` + s + `"}`)}

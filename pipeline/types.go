@@ -486,7 +486,9 @@ func infinity(s string) int {
 // optional zone (what parseTimestamp reads, zone or not), keeping the date
 // as written: 2026-11-29T23:30:00-05:00 is 2026-11-29.
 func parseDate(s string) (int32, bool) {
-	if len(s) != 10 {
+	// The plain "YYYY-MM-DD" skips the trim; ten bytes with white space at
+	// an end (" -infinity", "infinity\t\t") do not.
+	if len(s) != 10 || isSpace(s[0]) || isSpace(s[9]) {
 		s = trimSpace(s)
 		switch infinity(s) {
 		case 1:
