@@ -443,7 +443,11 @@ func checkText(s string) *DecodeError {
 }
 
 func wrongType(t Type, got string) *DecodeError {
-	return &DecodeError{Code: CodeWrongType, Reason: "a " + string(t) + " column cannot take " + got}
+	a := "a " // a uuid, a text, ...
+	if t == TypeInt2 || t == TypeInt4 || t == TypeInt8 {
+		a = "an "
+	}
+	return &DecodeError{Code: CodeWrongType, Reason: a + string(t) + " column cannot take " + got}
 }
 
 func invalidFormat(t Type, want string) *DecodeError {

@@ -392,3 +392,24 @@ func TestParseDateInfinityWithSpace(t *testing.T) {
 		}
 	}
 }
+
+// A wrong_type reason reads as English: "an int4 column", "a uuid column".
+func TestWrongTypeArticle(t *testing.T) {
+	m := mustCompile(t, Column{Name: "n", From: "json:v", Type: TypeInt4})
+	_, err := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(`{"v":true}`)})
+	if de, ok := err.(*DecodeError); !ok || de.Code != CodeWrongType || !strings.Contains(de.Reason, "an int4 column cannot take a boolean") {
+		t.Errorf("int4 from true: %v, want wrong_type: ... an int4 column cannot take a boolean", err)
+	}
+	for _, c := range []struct {
+		t    Type
+		want string
+	}{
+		{TypeText, "a text"}, {TypeUUID, "a uuid"}, {TypeInt2, "an int2"}, {TypeInt4, "an int4"}, {TypeInt8, "an int8"},
+		{TypeFloat4, "a float4"}, {TypeFloat8, "a float8"}, {TypeNumeric, "a numeric"}, {TypeBool, "a bool"},
+		{TypeTimestamptz, "a timestamptz"}, {TypeDate, "a date"}, {TypeJSONB, "a jsonb"}, {TypeBytea, "a bytea"},
+	} {
+		if r := wrongType(c.t, "an object").Reason; !strings.HasPrefix(r, c.want+" column cannot take an object") {
+			t.Errorf("%s: %q, want it to begin %q", c.t, r, c.want+" column")
+		}
+	}
+}
