@@ -3,6 +3,8 @@ package dlq
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -409,17 +411,78 @@ func serverWith(t *testing.T, opts *server.Options) string {
 	return srv.ClientURL()
 }
 
-// A user that may not read the event stream's info (so not its duplicate
-// window) still replays: each re-publish is sent once and, unanswered,
-// not again.
+// A user that may not read the event stream's config replays none of its
+// letters: without it the replay cannot tell whether the stream would
+// store the event under the letter's subject. Here the stream's
+// subject_transform (events.> -> events.v2.>) would store the letter's
+// events.v2.x as events.v2.v2.x, and the PubAck would name the right
+// stream. Each letter stays with an error naming the subject to allow;
+// the refused lookup (which the server does not answer) is asked once,
+// and the letters of other streams replay.
 func TestReplayWithoutStreamInfo(t *testing.T) {
-	admin, replay, ctx := deniedReplay(t, 2, "$JS.API.STREAM.INFO.EV")
-	rep, err := Replay(ctx, ctx, replay, Options{Stream: "EV_DLQ", LetterTimeout: 3 * time.Second}, nil)
-	if err != nil || rep.Replayed != 2 || rep.Deleted != 2 || rep.Failed != 0 {
-		t.Fatalf("report %+v, %v; want both letters replayed", rep, err)
+	admin, replay, ctx := deniedReplay(t, 0, "$JS.API.STREAM.INFO.T_EVENTS")
+	if _, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "T_EVENTS", Subjects: []string{"events.>"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "events.>", Destination: "events.v2.>"}}); err != nil {
+		t.Fatal(err)
 	}
-	if ev := testenv.StreamMsgs(t, ctx, admin, "EV"); ev != 2 {
-		t.Fatalf("%d events, want 2", ev)
+	for i := range 3 {
+		putLetterData(t, ctx, admin, "dlq.EV", i, []byte(`{}`), nats.Header{consumer.HeaderSubject: {"events.v2." + strconv.Itoa(i)}, consumer.HeaderStream: {"T_EVENTS"}})
+	}
+	putLetter(t, ctx, admin, "dlq.EV", 3) // to ev.0, of EV
+	lookups := 0
+	js := &hookJS{JetStream: replay, lookup: func(name string) error {
+		if name == "T_EVENTS" {
+			lookups++
+		}
+		return nil
+	}}
+	var errs []error
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", LetterTimeout: 3 * time.Second}, func(l *Letter, out Outcome) {
+		if l.Stream == "T_EVENTS" {
+			errs = append(errs, out.Err)
+		}
+	})
+	if err != nil || rep.Replayed != 1 || rep.Failed != 3 || len(rep.Unsure) != 0 {
+		t.Fatalf("report %+v, %v; want T_EVENTS' 3 letters refused, EV's replayed", rep, err)
+	}
+	for _, err := range errs {
+		if !errors.Is(err, ErrPublish) || !errors.Is(err, nats.ErrPermissionViolation) ||
+			!strings.Contains(fmt.Sprint(err), "could not read the config of stream T_EVENTS") ||
+			!strings.Contains(fmt.Sprint(err), "allow the user to publish to $JS.API.STREAM.INFO.T_EVENTS") {
+			t.Errorf("%v: want ErrPublish naming the refused lookup and the subject to allow", err)
+		}
+	}
+	if lookups != 1 {
+		t.Errorf("T_EVENTS looked up %d times, want once", lookups)
+	}
+	if ev, tev, dl := testenv.StreamMsgs(t, ctx, admin, "EV"), testenv.StreamMsgs(t, ctx, admin, "T_EVENTS"), testenv.StreamMsgs(t, ctx, admin, "EV_DLQ"); ev != 1 || tev != 0 || dl != 3 {
+		t.Fatalf("%d events in EV, %d in T_EVENTS, %d dead letters; want 1, 0 and T_EVENTS' 3", ev, tev, dl)
+	}
+}
+
+// An event stream whose lookup times out is not published to either, but
+// the lookup is asked again for the next letter: a timeout passes.
+func TestReplayStreamLookupTimeoutIsAskedAgain(t *testing.T) {
+	base, ctx := setup(t, 2)
+	lookups := 0
+	js := &hookJS{JetStream: base, lookup: func(name string) error {
+		if name != "EV" {
+			return nil
+		}
+		if lookups++; lookups == 1 {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}}
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ"})
+	if err != nil || rep.Replayed != 1 || rep.Failed != 1 || len(rep.Unsure) != 0 {
+		t.Fatalf("report %+v, %v; want the first letter refused, the second replayed", rep, err)
+	}
+	if out := by["ev.0"]; !errors.Is(out.Err, ErrPublish) || !errors.Is(out.Err, context.DeadlineExceeded) || out.Unsure || out.Replayed {
+		t.Fatalf("ev.0: %+v; want ErrPublish naming the timeout, not re-published", out)
+	}
+	if ev, dl := testenv.StreamMsgs(t, ctx, base, "EV"), testenv.StreamMsgs(t, ctx, base, "EV_DLQ"); ev != 1 || dl != 1 {
+		t.Fatalf("%d events, %d dead letters; want 1 and 1", ev, dl)
 	}
 }
 

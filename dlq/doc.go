@@ -32,7 +32,10 @@
 // and Replay goes on), and that Jetsink-Subject is a subject the event
 // stream captures and no service's (ErrNoReader again: see target), and
 // not one the stream's subject transform would change again: it is the
-// subject as stored, after the transform (see readers.window). Then
+// subject as stored, after the transform (see readers.window). A letter
+// whose event stream's config it cannot read (the server refuses the user
+// STREAM.INFO on it, a timeout) is not re-published either (ErrPublish):
+// the letter stays, and a refused lookup is not asked again. Then
 // it publishes the original body to
 // Jetsink-Subject with the original headers minus every Jetsink-* header
 // and with the Nats-Msg-Id "<original msg id>:replay:<the dead letter's

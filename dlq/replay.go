@@ -535,10 +535,11 @@ type readers struct {
 }
 
 // streamOf is what readers learnt of one event stream: its duplicate
-// window (0: it could not be looked up), the subjects it captures when
-// they are known and it takes nothing from other streams, and its subject
-// transform.
+// window, the subjects it captures when they are known and it takes
+// nothing from other streams, and its subject transform; or that the
+// server refused the user its config.
 type streamOf struct {
+	err       error // the lookup was refused: no letter of the stream is re-published
 	window    time.Duration
 	subjects  []string                          // nil: not checked
 	transform *jetstream.SubjectTransformConfig // nil: none, or one that changes no subject
@@ -649,10 +650,13 @@ func (r *readers) check(ctx context.Context, l *Letter, wait time.Duration) erro
 // window returns the duplicate window of l's event stream, looking each
 // stream up once: a re-publish without an answer is sent again only while
 // the stream would still take the copy for a duplicate (see publish). A
-// stream it cannot look up within wait (a user without STREAM.INFO on it,
-// which the server answers with silence; a timeout) counts as a window of
-// 0: its re-publish is sent once, not again. An error (wrapping
-// ErrNoReader) means the stream does not exist, does not capture l's
+// stream it cannot look up within wait is not published to: without its
+// config the replay cannot tell whether it would store the event under
+// the letter's subject. The error wraps ErrPublish; a lookup the server
+// refuses the user (no STREAM.INFO on it, which the server answers with
+// silence) is not asked again, and names the subject to allow; any other
+// failure (a timeout) is asked again for the next letter. An error
+// wrapping ErrNoReader means the stream does not exist, does not capture l's
 // subject (and sources or mirrors nothing), or has a subject transform
 // whose Source matches it; the letter is then not re-published. (l.Subject
 // is the subject as stored, after the transform: published to it, the
@@ -670,10 +674,22 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, does not exist; it stays", l.Seq, l.Subject, ErrNoReader, l.Stream)
 		case err != nil:
-			if refused(r.js, api(r.js)+"STREAM.INFO."+l.Stream, before) != nil {
-				r.windows[l.Stream] = streamOf{} // not asked again
+			// Without the stream's config the replay cannot tell
+			// whether the stream would store the event as it was (its
+			// subject_transform): nothing is published.
+			if named, denied := refusedTo(r.js, api(r.js)+"STREAM.INFO."+l.Stream, "\"", before); denied != nil {
+				// Not asked again: the server answers a refused request
+				// with silence, and each letter would wait for it.
+				r.windows[l.Stream] = streamOf{err: fmt.Errorf("%w: could not read the config of stream %s, the letter's Jetsink-Stream, "+
+					"which says whether it would store the event as it was (its subject_transform): %w (allow the user to publish to %s)",
+					ErrPublish, l.Stream, denied, named)}
+				return 0, fmt.Errorf("dead letter %d to %s: %w; it stays", l.Seq, l.Subject, r.windows[l.Stream].err)
 			}
-			return 0, nil
+			// A timeout, a connection lost: asked again for the next
+			// letter, which a server back by then answers.
+			return 0, fmt.Errorf("%w: dead letter %d to %s not re-published: could not read the config of stream %s, the letter's Jetsink-Stream, "+
+				"which says whether it would store the event as it was (its subject_transform): %w; it stays",
+				ErrPublish, l.Seq, l.Subject, l.Stream, err)
 		}
 		cfg := s.CachedInfo().Config
 		so = streamOf{window: cfg.Duplicates, transform: transforms(cfg.SubjectTransform)}
@@ -684,6 +700,9 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 			so.subjects = append([]string{}, cfg.Subjects...)
 		}
 		r.windows[l.Stream] = so
+	}
+	if so.err != nil {
+		return 0, fmt.Errorf("dead letter %d to %s: %w; it stays", l.Seq, l.Subject, so.err)
 	}
 	tr := so.transform
 	if so.subjects != nil && !slices.ContainsFunc(so.subjects, func(f string) bool { return consumer.SubjectMatches(f, l.Subject) }) {
@@ -741,11 +760,11 @@ func target(l *Letter) error {
 	return nil
 }
 
-// windowText names a duplicate window for an error: 0 is one that could
-// not be read.
+// windowText names a duplicate window for an error: 0 is none (a stream
+// that keeps no Nats-Msg-Id).
 func windowText(w time.Duration) string {
 	if w <= 0 {
-		return "unknown: the event stream could not be looked up"
+		return "none"
 	}
 	return w.String()
 }

@@ -29,7 +29,10 @@ type hookJS struct {
 	loseAnswer func(n int) bool
 	// instead, when it returns an error for the n-th publish, sends nothing
 	// and returns that error.
-	instead   func(ctx context.Context, n int) error
+	instead func(ctx context.Context, n int) error
+	// lookup, when it returns an error for a stream's name, looks nothing
+	// up and returns that error.
+	lookup    func(name string) error
 	published []*nats.Msg // every message PublishMsg was given
 	answers   []*jetstream.PubAck
 }
@@ -56,6 +59,11 @@ func (h *hookJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.
 }
 
 func (h *hookJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	if h.lookup != nil {
+		if err := h.lookup(name); err != nil {
+			return nil, err
+		}
+	}
 	s, err := h.JetStream.Stream(ctx, name)
 	if err != nil || h.deleteMsg == nil {
 		return s, err
