@@ -48,13 +48,17 @@
 //     shutdown is never settled; its span is never ended nor exported.
 //   - "copy <table>", CLIENT, one per batch that holds a sampled message: a
 //     new root (always kept) with a link to every sampled message's span
-//     (at most maxLinks, 10,000; jetsink.batch.links_dropped counts the rest),
+//     (at most the link limit: Config.MaxLinks or OTEL_SPAN_LINK_COUNT_LIMIT,
+//     never over maxLinks, 10,000; jetsink.batch.links_dropped counts the
+//     rest),
 //     messaging.batch.message_count, db.system.name=postgresql,
 //     db.collection.name, db.operation.name=COPY, and at its end the rows
 //     and bytes committed and the attempts retried; each ack round is an
 //     "ack" event on it. A batch that a committer retrying it takes the
 //     next ones into (a refused row no commit has shown to be at fault)
-//     gets their links too (LinkCopy), past maxLinks counted by the SDK.
+//     gets their links too (LinkCopy), up to the same limit: the span keeps
+//     its first links, its own messages' then those taken in, and
+//     jetsink.batch.links_dropped counts the sampled messages past it.
 //
 // An unsampled message costs a header lookup and, for a root, one random
 // number (with a traceparent and a sampler without parentbased_, the

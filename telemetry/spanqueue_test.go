@@ -277,6 +277,115 @@ func TestTraceIDRatioDecidesFromTheTraceID(t *testing.T) {
 	}
 }
 
+// LinkCopy stops at the batch span's limit of links: the span keeps its
+// first links (its own messages', then those taken in) rather than the
+// SDK evicting the oldest for each new one, and jetsink.batch.links_dropped
+// counts the messages past the limit, across calls, with those StartCopy
+// left out.
+func TestLinkCopyKeepsTheFirstLinks(t *testing.T) {
+	t.Setenv("OTEL_SPAN_LINK_COUNT_LIMIT", "4")
+	exp := tracetest.NewInMemoryExporter()
+	tr := newTestTracing(t, exp, 1)
+	sampled := func(n int) []pipeline.Row {
+		rows := make([]pipeline.Row, n)
+		for i := range rows {
+			rows[i].Event = event(nil)
+			rows[i].Event.Span = tr.StartMessage(rows[i].Event)
+		}
+		return rows
+	}
+	for _, c := range []struct {
+		name      string
+		start     int   // sampled rows of the batch
+		taken     []int // sampled rows of each LinkCopy
+		wantLinks int   // the first rows linked
+		dropped   int64 // 0: no attribute
+	}{
+		{"under the limit", 2, []int{1, 1}, 4, 0},
+		{"at the limit", 4, []int{3}, 4, 3},
+		{"reaching it", 3, []int{2, 2}, 4, 3},
+		{"over it from the start", 6, []int{1, 2}, 4, 5},
+	} {
+		var all []pipeline.Row
+		rows := sampled(c.start)
+		all = append(all, rows...)
+		cp := tr.StartCopy("events", rows)
+		total := len(rows)
+		for _, n := range c.taken {
+			rows := append(sampled(n), pipeline.Row{Event: event(nil)}) // and one not sampled
+			all = append(all, rows...)
+			total += len(rows)
+			if got := tr.LinkCopy(cp, "events", rows, total); got != cp {
+				t.Fatalf("%s: LinkCopy returned another span", c.name)
+			}
+		}
+		EndCopy(cp, total, 1000, 1, nil)
+		var ids []trace.SpanID // of the sampled rows, in order
+		for i := range all {
+			if sp := all[i].Event.Span; sp != nil {
+				ids = append(ids, sp.SpanContext().SpanID())
+			}
+			all[i].Event.EndSpan("ack", nil)
+		}
+		if err := tr.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var copySp *tracetest.SpanStub
+		for _, s := range exp.GetSpans() {
+			if s.SpanKind == trace.SpanKindClient {
+				copySp = &s
+			}
+		}
+		exp.Reset()
+		if copySp == nil {
+			t.Fatalf("%s: no copy span exported", c.name)
+		}
+		if len(copySp.Links) != c.wantLinks || copySp.DroppedLinks != 0 {
+			t.Errorf("%s: %d links (%d dropped by the SDK), want %d", c.name, len(copySp.Links), copySp.DroppedLinks, c.wantLinks)
+		}
+		for i, l := range copySp.Links {
+			if l.SpanContext.SpanID() != ids[i] {
+				t.Errorf("%s: link %d is to %v, want the batch's sampled message %d (%v)", c.name, i, l.SpanContext.SpanID(), i, ids[i])
+			}
+		}
+		attrs := attribute.NewSet(copySp.Attributes...)
+		got, ok := attrs.Value("jetsink.batch.links_dropped")
+		if c.dropped == 0 && ok || c.dropped != 0 && got.AsInt64() != c.dropped {
+			t.Errorf("%s: jetsink.batch.links_dropped %v (set %v), want %d", c.name, got.AsInt64(), ok, c.dropped)
+		}
+		if got, _ := attrs.Value("messaging.batch.message_count"); got.AsInt64() != int64(total) {
+			t.Errorf("%s: messaging.batch.message_count %d, want %d", c.name, got.AsInt64(), total)
+		}
+	}
+
+	// A span StartCopy did not start: its links are counted as the SDK
+	// holds them.
+	rows := sampled(6)
+	links := make([]trace.Link, 4)
+	for i := range links {
+		links[i] = trace.Link{SpanContext: rows[i].Event.Span.SpanContext()}
+	}
+	_, other := tr.Tracer().Start(context.Background(), "other", trace.WithLinks(links...))
+	other = tr.LinkCopy(other, "events", rows[4:], 6)
+	other.End()
+	for i := range rows {
+		rows[i].Event.EndSpan("ack", nil)
+	}
+	if err := tr.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range exp.GetSpans() {
+		if s.Name != "other" {
+			continue
+		}
+		set := attribute.NewSet(s.Attributes...)
+		got, _ := set.Value("jetsink.batch.links_dropped")
+		if len(s.Links) != 4 || s.DroppedLinks != 0 || s.Links[0].SpanContext.SpanID() != links[0].SpanContext.SpanID() || got.AsInt64() != 2 {
+			t.Errorf("another span: %d links (%d dropped by the SDK), links_dropped %d, want its 4 first kept and 2 counted", len(s.Links), s.DroppedLinks, got.AsInt64())
+		}
+	}
+}
+
 // A batch span keeps at most its limit of links and says how many it left
 // out, instead of growing past what a collector takes in one export.
 func TestStartCopyBoundsLinks(t *testing.T) {

@@ -787,9 +787,11 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 func EndMessage(ev *pipeline.Event, outcome string, err error) { ev.End(outcome, err) }
 
 // StartCopy starts the CLIENT span "copy <table>" of one batch, linked to
-// the span of every sampled message in rows, or returns nil when no message
-// of the batch is sampled (then the batch costs one pass over rows). The
-// span is a new root, always kept. The caller ends it with EndCopy.
+// the span of every sampled message in rows up to the span's limit of
+// links (the first ones; jetsink.batch.links_dropped counts the rest), or
+// returns nil when no message of the batch is sampled (then the batch
+// costs one pass over rows). The span is a new root, always kept. The
+// caller ends it with EndCopy, after any LinkCopy.
 func (t *Tracing) StartCopy(table string, rows []pipeline.Row) trace.Span {
 	if t == nil || t.tp == nil {
 		return nil
@@ -817,7 +819,7 @@ func (t *Tracing) StartCopy(table string, rows []pipeline.Row) trace.Span {
 		attribute.String("messaging.system", "nats"),
 		attribute.Int("messaging.batch.message_count", len(rows)))
 	if n > len(links) {
-		// The spans of the messages past maxLinks are exported, but
+		// The spans of the messages past the limit are exported, but
 		// the batch does not point at them.
 		attrs = append(attrs, attribute.Int("jetsink.batch.links_dropped", n-len(links)))
 	}
@@ -826,16 +828,33 @@ func (t *Tracing) StartCopy(table string, rows []pipeline.Row) trace.Span {
 		trace.WithNewRoot(),
 		trace.WithLinks(links...),
 		trace.WithAttributes(attrs...))
-	return sp
+	return &copySpan{Span: sp, links: len(links), dropped: n - len(links)}
+}
+
+// copySpan is a batch span with the count of its links, for LinkCopy: at
+// its limit, the SDK's AddLink would evict the span's first link (the
+// batch's own messages' first) to make room for the new one, shifting its
+// queue of links on every add.
+type copySpan struct {
+	trace.Span
+	links   int // links the span holds
+	dropped int // sampled messages not linked: jetsink.batch.links_dropped
 }
 
 // LinkCopy links the batch span sp to the sampled messages of rows, which
 // joined its batch after it started (a committer retrying a batch takes
 // the next ones into it), and sets its messaging.batch.message_count to
 // total. With sp nil (no message of the batch was sampled) it starts the
-// span as StartCopy does, if one of rows is. It returns the span. Links
-// past the span's limit are counted by the SDK (dropped links), not in
-// jetsink.batch.links_dropped.
+// span as StartCopy does, if one of rows is. It returns the span, to be
+// passed to the next LinkCopy and to EndCopy.
+//
+// The span keeps its first links, up to its limit (as StartCopy): the
+// batch's own messages, then those taken in, in the order they came; the
+// sampled messages past the limit are not linked, and
+// jetsink.batch.links_dropped counts them with those StartCopy left out.
+// sp is nil or a span StartCopy or LinkCopy returned (another span's links
+// are counted as the SDK holds them, at each call); LinkCopy must not be
+// called for the same span concurrently.
 func (t *Tracing) LinkCopy(sp trace.Span, table string, rows []pipeline.Row, total int) trace.Span {
 	if t == nil || t.tp == nil {
 		return sp
@@ -843,10 +862,29 @@ func (t *Tracing) LinkCopy(sp trace.Span, table string, rows []pipeline.Row, tot
 	if sp == nil {
 		sp = t.StartCopy(table, rows)
 	} else {
-		for i := range rows {
-			if m := rows[i].Event.Span; m != nil {
-				sp.AddLink(trace.Link{SpanContext: m.SpanContext()})
+		cs, ok := sp.(*copySpan)
+		if !ok {
+			// Not StartCopy's: its links as the SDK holds them.
+			cs = &copySpan{Span: sp}
+			if ro, ok := sp.(sdktrace.ReadOnlySpan); ok {
+				cs.links = len(ro.Links())
 			}
+			sp = cs
+		}
+		dropped := cs.dropped
+		for i := range rows {
+			m := rows[i].Event.Span
+			switch {
+			case m == nil:
+			case cs.links < t.maxLinks:
+				cs.AddLink(trace.Link{SpanContext: m.SpanContext()})
+				cs.links++
+			default:
+				cs.dropped++
+			}
+		}
+		if cs.dropped != dropped {
+			cs.SetAttributes(attribute.Int("jetsink.batch.links_dropped", cs.dropped))
 		}
 	}
 	if sp != nil {
