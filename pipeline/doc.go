@@ -118,8 +118,9 @@
 //     (131072 digits before the point, 16383 after) apply.
 //   - A number in a string is read as PostgreSQL 15's text input for its
 //     type reads it: white space around it and a leading '+' are skipped,
-//     and for float and numeric a point may have digits on one side only
-//     (".5", "1."). NaN, Infinity, hex and PostgreSQL 16's "1_000" are
+//     for float and numeric a point may have digits on one side only
+//     (".5", "1."), and for numeric white space may follow the exponent's
+//     e ("1e 5"). NaN, Infinity, hex and PostgreSQL 16's "1_000" are
 //     refused with invalid_format.
 //   - bool: true or false, or a string PostgreSQL's bool input reads:
 //     "true", "false", "t", "yes", "on", "1", "off", "0", "True" (case and

@@ -413,3 +413,30 @@ func TestWrongTypeArticle(t *testing.T) {
 		}
 	}
 }
+
+// A numeric column reads white space after the exponent marker, as
+// PostgreSQL 15's numeric_in does (its strtol skips it); float8in's strtod
+// does not, nor does the float columns' input here.
+func TestNumericExponentSpace(t *testing.T) {
+	for _, c := range []struct{ in, same string }{
+		{"1e 5", "1e5"}, {" 1.50E\t-2 ", "1.50e-2"}, {"2e\n\v+3", "2e+3"},
+	} {
+		got, gerr := appendString(nil, TypeNumeric, c.in, true)
+		want, werr := appendNumeric(nil, c.same)
+		if gerr != nil || werr != nil || !bytes.Equal(got, want) {
+			t.Errorf("numeric %q: %x (%v), want %x as %q", c.in, got, gerr, want, c.same)
+		}
+	}
+	for _, typ := range []Type{TypeNumeric, TypeFloat8, TypeFloat4, TypeInt8} {
+		for _, in := range []string{"1e+ 5", "1e ", "1 e5", "1e 5.5"} {
+			if _, derr := appendString(nil, typ, in, true); derr == nil || derr.Code != CodeInvalidFormat {
+				t.Errorf("%s %q: %v, want invalid_format", typ, in, derr)
+			}
+		}
+	}
+	for _, typ := range []Type{TypeFloat8, TypeFloat4, TypeInt8} {
+		if _, derr := appendString(nil, typ, "1e 5", true); derr == nil || derr.Code != CodeInvalidFormat {
+			t.Errorf("%s %q: %v, want invalid_format", typ, "1e 5", derr)
+		}
+	}
+}

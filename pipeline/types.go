@@ -17,7 +17,7 @@ func appendNumber(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 	integer := t == TypeInt2 || t == TypeInt4 || t == TypeInt8
 	if !fromJSON {
 		var ok bool
-		if s, ok = pgNumberText(s, integer); !ok {
+		if s, ok = pgNumberText(s, t); !ok {
 			if integer {
 				return dst, invalidFormat(t, "want an integer such as 42")
 			}
@@ -171,21 +171,24 @@ func parseInt64(s string) (int64, bool) {
 	return int64(u), true
 }
 
-// pgNumberText reads s, a string (not a JSON number) bound for a numeric
-// type, as PostgreSQL 15's text input for that type does: white space
-// around it is dropped (isspace's six bytes), and so is a leading '+'.
-// What is left must be -?[0-9]+ for an integer type; for the others a
-// number whose point may have digits on one side only (".5", "1.", as C's
-// strtod and numeric_in read them), then an optional exponent. It returns
-// what is left, a substring of s, in a form parseInt64, parseFloat64Short,
-// strconv.ParseFloat and appendNumeric all read. NaN, Infinity, hex and
+// pgNumberText reads s, a string (not a JSON number) bound for a column
+// of numeric type t, as PostgreSQL 15's text input for that type does:
+// white space around it is dropped (isspace's six bytes), and so is a
+// leading '+'. What is left must be -?[0-9]+ for an integer type; for the
+// others a number whose point may have digits on one side only (".5",
+// "1.", as C's strtod and numeric_in read them), then an optional
+// exponent, which for numeric alone may start with white space ("1e 5":
+// numeric_in reads the exponent with strtol, which skips it; float8in's
+// strtod does not). It returns what is left, a substring of s, in a form
+// parseInt64, appendNumeric and (with no white space in it)
+// parseFloat64Short and strconv.ParseFloat read. NaN, Infinity, hex and
 // PostgreSQL 16's 1_000 and 0x1F stay refused.
-func pgNumberText(s string, integer bool) (string, bool) {
+func pgNumberText(s string, t Type) (string, bool) {
 	s = trimSpace(s)
 	if len(s) > 1 && s[0] == '+' && s[1] != '-' {
 		s = s[1:]
 	}
-	if integer {
+	if t == TypeInt2 || t == TypeInt4 || t == TypeInt8 {
 		return s, isInteger(s)
 	}
 	i := 0
@@ -207,6 +210,9 @@ func pgNumberText(s string, integer bool) (string, bool) {
 	}
 	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
 		i++
+		for t == TypeNumeric && i < len(s) && isSpace(s[i]) {
+			i++
+		}
 		if i < len(s) && (s[i] == '+' || s[i] == '-') {
 			i++
 		}
@@ -267,6 +273,9 @@ func appendNumeric(dst []byte, s string) ([]byte, *DecodeError) {
 		if s[i] == 'e' || s[i] == 'E' {
 			mant = s[:i]
 			e := s[i+1:]
+			for isSpace(e[0]) { // "1e 5" from a string, as numeric_in's strtol reads it
+				e = e[1:]
+			}
 			eneg := e[0] == '-'
 			if e[0] == '-' || e[0] == '+' {
 				e = e[1:]
