@@ -134,7 +134,7 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 					return err
 				}
 			}
-			o.Embedded = cf.file == "" && cf.natsURL == "" && cf.dbURL == "" &&
+			o.Embedded = cf.file == "" && !cf.given("nats-url") && !cf.given("database-url") &&
 				os.Getenv("JETSINK_NATS_URL") == "" && os.Getenv("JETSINK_DATABASE_URL") == "" && os.Getenv("JETSINK_POSTGRES_URL") == ""
 			// --set goes to the jetsink subprocess, on top of the config.
 			sets := cf.set

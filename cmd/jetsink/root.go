@@ -83,6 +83,10 @@ type configFlags struct {
 	table    string
 	mode     string
 	logLevel string
+	// fs is the command's flag set, which says which flags were given:
+	// a flag given empty (--database-url "$DATABASE_URL", the variable
+	// unset) is a value to validate and refuse, not one left out.
+	fs *pflag.FlagSet
 }
 
 func (f *configFlags) register(fs *pflag.FlagSet) {
@@ -97,12 +101,16 @@ func (f *configFlags) register(fs *pflag.FlagSet) {
 // registerNATS registers the flags of a command that reads the
 // configuration but uses only its nats: section.
 func (f *configFlags) registerNATS(fs *pflag.FlagSet) {
+	f.fs = fs
 	fs.StringVarP(&f.file, "config", "c", os.Getenv("JETSINK_CONFIG"), "YAML config file (env JETSINK_CONFIG)")
 	fs.StringArrayVar(&f.set, "set", nil, "override any key, e.g. --set nats.ack_wait=1m (repeatable; 'jetsink keys' lists them)")
 	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server URL (nats.url, env JETSINK_NATS_URL; default "+consumer.DefaultURL+")")
 }
 
-// load reads file, environment and flags, flags winning.
+// load reads file, environment and flags, flags winning. A shortcut flag
+// given counts, even empty: validation refuses an empty URL, naming the
+// flag, where leaving it out would reach the file's, the environment's or
+// the default server.
 func (f *configFlags) load() (config.Config, error) {
 	var flags []config.Flag
 	for _, fl := range []config.Flag{
@@ -110,11 +118,16 @@ func (f *configFlags) load() (config.Config, error) {
 		{Name: "--stream", Key: "nats.stream", Value: f.stream}, {Name: "--table", Key: "postgres.table", Value: f.table},
 		{Name: "--mode", Key: "postgres.mode", Value: f.mode}, {Name: "--log-level", Key: "log.level", Value: f.logLevel},
 	} {
-		if fl.Value != "" {
+		if f.given(strings.TrimPrefix(fl.Name, "--")) {
 			flags = append(flags, fl)
 		}
 	}
 	return config.Load(config.Source{File: f.file, Env: os.Environ(), Flags: flags, Set: f.set})
+}
+
+// given reports whether the flag name was on the command line.
+func (f *configFlags) given(name string) bool {
+	return f.fs != nil && f.fs.Lookup(name) != nil && f.fs.Changed(name)
 }
 
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
