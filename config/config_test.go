@@ -791,3 +791,30 @@ func TestListFromVariable(t *testing.T) {
 		}
 	}
 }
+
+// A variable, flag or --set for a key under a section that the file gives
+// a single value or a list (nats: foo) leaves the file's problem to be
+// reported, with its line, beside the file's other problems: it does not
+// end the reading with a message that names only the variable.
+func TestOverrideUnderAFileValueThatIsNoSection(t *testing.T) {
+	for _, file := range []string{"nats: foo\npipeline:\n  wrkers: 1\n", "nats: [a]\npipeline:\n  wrkers: 1\n"} {
+		want := [][]string{
+			{"line 1: nats is a section: write its keys under it"},
+			{"line 3: pipeline.wrkers: no such key"},
+		}
+		_, err := Parse([]byte(file), []string{"JETSINK_NATS_URL=nats://x:1"}, nil)
+		checkProblems(t, err, want)
+		_, err = Parse([]byte(file), nil, []string{"nats.url=nats://x:1"})
+		checkProblems(t, err, want)
+		path := filepath.Join(t.TempDir(), "f.yaml")
+		if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Load(Source{File: path, Flags: []Flag{{Name: "--nats-url", Key: "nats.url", Value: "nats://x:1"}}})
+		want[0] = append(want[0], "(in "+path+")")
+		checkProblems(t, err, want)
+	}
+	// Deeper: postgres.batch given a number.
+	_, err := Parse([]byte("postgres:\n  batch: 5\n"), []string{"JETSINK_POSTGRES_BATCH_MAX_ROWS=10"}, nil)
+	checkProblems(t, err, [][]string{{"line 2: postgres.batch is a section"}})
+}

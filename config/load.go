@@ -266,7 +266,7 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 			continue
 		}
 		sc.origin[path], envValues[path] = name, value
-		if err := setPath(root, path, value, sc.keys[path].Kind); err != nil {
+		if err := setPath(root, path, value, sc.keys[path].Kind); err != nil && !errors.Is(err, errNotSection) {
 			return Config{}, nil, sc.fail(fmt.Errorf("%w: %s: %w", ErrInvalidConfig, name, err))
 		}
 	}
@@ -276,7 +276,7 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 			return Config{}, nil, sc.fail(fmt.Errorf("%w: %s sets %s, which is no key", ErrInvalidConfig, f.Name, f.Key))
 		}
 		sc.origin[f.Key] = f.Name
-		if err := setPath(root, f.Key, f.Value, k.Kind); err != nil {
+		if err := setPath(root, f.Key, f.Value, k.Kind); err != nil && !errors.Is(err, errNotSection) {
 			return Config{}, nil, sc.fail(fmt.Errorf("%w: %s: %w", ErrInvalidConfig, f.Name, err))
 		}
 	}
@@ -303,7 +303,7 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 			return Config{}, nil, sc.fail(fmt.Errorf("%w: --set %s: no such key%s (`jetsink keys` lists them)", ErrInvalidConfig, path, sc.suggest(parent, last)))
 		}
 		sc.origin[path] = "--set"
-		if err := setPath(root, path, value, k.Kind); err != nil {
+		if err := setPath(root, path, value, k.Kind); err != nil && !errors.Is(err, errNotSection) {
 			return Config{}, nil, sc.fail(fmt.Errorf("%w: --set %s: %w", ErrInvalidConfig, path, err))
 		}
 	}
@@ -374,8 +374,14 @@ func listItems(value string) ([]string, error) {
 	return out, nil
 }
 
+// errNotSection is setPath's error for a path through a value of the file
+// that is no mapping (nats: foo): the value is left as it is, for check to
+// report with its line, beside the file's other problems.
+var errNotSection = errors.New("not a section")
+
 // setPath sets the scalar (or, for lists, sequence) at a dotted path,
-// creating mappings on the way.
+// creating mappings on the way. It returns errNotSection, setting nothing,
+// when a section on the way holds a single value or a list.
 func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 	parts := strings.Split(path, ".")
 	node := root
@@ -420,7 +426,7 @@ func setPath(root *yaml.Node, path, value string, kind reflect.Kind) error {
 			cp.Anchor, cp.Content = "", slices.Clone(child.Content)
 			child = &cp
 		default:
-			return fmt.Errorf("%s is not a section", strings.Join(parts[:i+1], "."))
+			return fmt.Errorf("%s: %w", strings.Join(parts[:i+1], "."), errNotSection)
 		}
 		node.Content[at] = child
 		node = child
