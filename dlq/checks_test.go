@@ -644,3 +644,75 @@ func TestReplayRefusesASubjectTheStreamWouldTransformAgain(t *testing.T) {
 		t.Fatalf("%d dead letters left, want the 3 refused", n)
 	}
 }
+
+// An event stream that drops a subject's oldest message to store a new one
+// (max_msgs_per_subject, with discard old, or discard new without
+// discard_new_per_subject) is not replayed into: three letters of ev.0
+// re-published back to back would each push the one before out before
+// jetsink read it, and all three letters would be deleted. They stay,
+// naming the limit, and the dry run says so too. AllowMaxMsgsPerSubject
+// replays them all the same (and the stream keeps one). With
+// discard_new_per_subject the stream refuses the publish instead: the
+// letters it refuses stay.
+func TestReplayRefusesAStreamThatDropsPerSubject(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		discard          jetstream.DiscardPolicy
+		newPerSubject    bool
+		allow            bool
+		replayed, failed int
+		events, letters  uint64
+		want             error  // each failed letter's
+		says             string // and in its error
+	}{
+		{"discard old", jetstream.DiscardOld, false, false, 0, 3, 0, 3, ErrNoReader,
+			"stream EV, the letter's Jetsink-Stream, drops a subject's oldest message to store a new one (max_msgs_per_subject 1, discard old)"},
+		{"discard new", jetstream.DiscardNew, false, false, 0, 3, 0, 3, ErrNoReader,
+			"(max_msgs_per_subject 1, with discard new but not discard_new_per_subject)"},
+		{"allowed", jetstream.DiscardOld, false, true, 3, 0, 1, 0, nil, ""},
+		{"discard new per subject", jetstream.DiscardNew, true, false, 1, 2, 1, 2, ErrPublish, "maximum messages per subject exceeded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			js, ctx := setup(t, 0)
+			if err := js.DeleteStream(ctx, "EV"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EV", Subjects: []string{"ev.>"},
+				MaxMsgsPerSubject: 1, Discard: tc.discard, DiscardNewPerSubject: tc.newPerSubject}); err != nil {
+				t.Fatal(err)
+			}
+			for _, i := range []int{0, 3, 6} { // all three to ev.0
+				putLetter(t, ctx, js, "dlq.EV", i)
+			}
+			for _, dry := range []bool{true, false} {
+				var errs []error
+				rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", DryRun: dry, AllowMaxMsgsPerSubject: tc.allow}, func(l *Letter, out Outcome) {
+					if out.Err != nil {
+						errs = append(errs, out.Err)
+					}
+					if out.Unsure {
+						t.Errorf("dry run %v: letter %d unsure: %v", dry, l.Seq, out.Err)
+					}
+				})
+				wantFailed, wantReplayed := tc.failed, tc.replayed
+				if dry {
+					wantReplayed = 0
+					if tc.want != ErrNoReader {
+						wantFailed = 0 // the server's refusal is not foreseen
+					}
+				}
+				if err != nil || rep.Matched != 3 || rep.Replayed != wantReplayed || rep.Failed != wantFailed {
+					t.Fatalf("dry run %v: report %+v, %v; want %d replayed, %d failed", dry, rep, err, wantReplayed, wantFailed)
+				}
+				for _, err := range errs {
+					if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+						t.Errorf("dry run %v: %v; want %v with %q", dry, err, tc.want, tc.says)
+					}
+				}
+			}
+			if ev, dl := testenv.StreamMsgs(t, ctx, js, "EV"), testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); ev != tc.events || dl != tc.letters {
+				t.Fatalf("%d events, %d dead letters; want %d and %d", ev, dl, tc.events, tc.letters)
+			}
+		})
+	}
+}

@@ -35,7 +35,14 @@
 // subject as stored, after the transform (see readers.window). A letter
 // whose event stream's config it cannot read (the server refuses the user
 // STREAM.INFO on it, a timeout) is not re-published either (ErrPublish):
-// the letter stays, and a refused lookup is not asked again. Then
+// the letter stays, and a refused lookup is not asked again. Nor is one
+// whose event stream drops a subject's oldest message to store a new one
+// (max_msgs_per_subject, unless with discard new and
+// discard_new_per_subject), without Options.AllowMaxMsgsPerSubject
+// (ErrNoReader): each replayed event would push out the oldest of its
+// subject, perhaps one jetsink has not read yet (the event of the letter
+// replayed just before), while the letters are deleted. A dry run checks
+// the event stream too. Then
 // it publishes the original body to
 // Jetsink-Subject with the original headers minus every Jetsink-* header
 // and with the Nats-Msg-Id "<original msg id>:replay:<the dead letter's

@@ -30,7 +30,10 @@ var (
 	// that reads its stream (Options.Consumer) is not there or does not
 	// take its subject: stored, the event would wait where nothing reads
 	// it, or, in a stream with interest retention, be dropped at once
-	// although the stream acknowledges it. The dead letter stays.
+	// although the stream acknowledges it. Replay wraps it too when the
+	// event would not be stored as it was, or could be dropped before
+	// jetsink reads it (Options.AllowMaxMsgsPerSubject), or the letter's
+	// subject is not one to publish to. The dead letter stays.
 	ErrNoReader = errors.New("dlq: nothing would read the replayed event")
 	// ErrUnsettled: Replay stopped after a letter it could not settle for
 	// sure (Report.Unsure or Report.Undeleted names it), so that the ones

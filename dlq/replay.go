@@ -193,9 +193,17 @@ type Options struct {
 	// default is) is left for that jetsink's replay (Report.Others).
 	EventStream string
 	Filter      Filter
-	DryRun      bool // list only: publish nothing, delete nothing
-	Keep        bool // re-publish but do not delete the dead letters
-	Limit       int  // stop after this many matches (0: no limit)
+	// AllowMaxMsgsPerSubject replays into an event stream that drops a
+	// subject's oldest message to store a new one (max_msgs_per_subject
+	// without discard new and discard_new_per_subject), which Replay
+	// otherwise refuses (ErrNoReader): there each replayed event pushes
+	// out the oldest of its subject, perhaps one jetsink has not read yet
+	// (the event of the letter replayed just before), and the letters are
+	// deleted all the same.
+	AllowMaxMsgsPerSubject bool
+	DryRun                 bool // list only: publish nothing, delete nothing
+	Keep                   bool // re-publish but do not delete the dead letters
+	Limit                  int  // stop after this many matches (0: no limit)
 	// FetchWait bounds the wait for the next batch of the stream (default
 	// 2s). A wait that brings nothing while the stream still holds a
 	// dead letter to read is a stall: it is retried with twice the wait,
@@ -326,7 +334,7 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 		return rep, fmt.Errorf("%w: dead-letter stream %s denies deletes (deny_delete): every letter replayed would stay, its event stored too; "+
 			"pass --keep to replay them all the same", ErrInvalidOptions, o.Stream)
 	}
-	rs := &readers{js: js, name: o.Consumer, of: map[string]readerOf{}, windows: map[string]streamOf{}}
+	rs := &readers{js: js, name: o.Consumer, perSubject: o.AllowMaxMsgsPerSubject, of: map[string]readerOf{}, windows: map[string]streamOf{}}
 	last := info.State.LastSeq
 	if o.Filter.LastSeq != 0 {
 		last = min(last, o.Filter.LastSeq)
@@ -490,12 +498,10 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 		out.Err = err
 	} else if err := rs.check(ctx, l, wait); err != nil {
 		out.Err = err
+	} else if window, err := rs.window(ctx, l, wait); err != nil { // a dry run too: it only reads
+		out.Err = err
 	} else if !o.DryRun {
-		if window, err := rs.window(ctx, l, wait); err != nil {
-			out.Err = err
-		} else {
-			out = replayOne(ctx, js, stream, l, o.Keep, wait, window)
-		}
+		out = replayOne(ctx, js, stream, l, o.Keep, wait, window)
 	}
 	if out.Replayed {
 		rep.Replayed++
@@ -528,10 +534,11 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 // readers checks that Options.Consumer reads the stream and subject of a
 // letter, looking each stream's consumer up once.
 type readers struct {
-	js      jetstream.JetStream
-	name    string              // "": no check
-	of      map[string]readerOf // by event stream
-	windows map[string]streamOf // by event stream
+	js         jetstream.JetStream
+	name       string              // "": no check
+	perSubject bool                // Options.AllowMaxMsgsPerSubject
+	of         map[string]readerOf // by event stream
+	windows    map[string]streamOf // by event stream
 }
 
 // streamOf is what readers learnt of one event stream: its duplicate
@@ -543,6 +550,22 @@ type streamOf struct {
 	window    time.Duration
 	subjects  []string                          // nil: not checked
 	transform *jetstream.SubjectTransformConfig // nil: none, or one that changes no subject
+	drops     string                            // the max_msgs_per_subject that drops a subject's oldest message, "" if none (see dropsPerSubject)
+}
+
+// dropsPerSubject describes cfg's max_msgs_per_subject if the stream drops
+// a subject's oldest message to store a new one once the subject holds that
+// many, else "". With discard new it does so too unless
+// discard_new_per_subject is set: then it refuses the new one (nats-server's
+// store), and a replayed letter refused stays.
+func dropsPerSubject(cfg *jetstream.StreamConfig) string {
+	switch {
+	case cfg.MaxMsgsPerSubject <= 0 || cfg.Discard == jetstream.DiscardNew && cfg.DiscardNewPerSubject:
+		return ""
+	case cfg.Discard == jetstream.DiscardNew:
+		return fmt.Sprintf("max_msgs_per_subject %d, with discard new but not discard_new_per_subject", cfg.MaxMsgsPerSubject)
+	}
+	return fmt.Sprintf("max_msgs_per_subject %d, discard old", cfg.MaxMsgsPerSubject)
 }
 
 // transforms returns the stream's subject transform (subject_transform)
@@ -657,8 +680,10 @@ func (r *readers) check(ctx context.Context, l *Letter, wait time.Duration) erro
 // silence) is not asked again, and names the subject to allow; any other
 // failure (a timeout) is asked again for the next letter. An error
 // wrapping ErrNoReader means the stream does not exist, does not capture l's
-// subject (and sources or mirrors nothing), or has a subject transform
-// whose Source matches it; the letter is then not re-published. (l.Subject
+// subject (and sources or mirrors nothing), has a subject transform whose
+// Source matches it, or, without Options.AllowMaxMsgsPerSubject, drops a
+// subject's oldest message to store a new one (see dropsPerSubject); the
+// letter is then not re-published. A dry run checks all of it too. (l.Subject
 // is the subject as stored, after the transform: published to it, the
 // event would be transformed again, events.v2.x to events.v2.v2.x.) (A letter is a message anyone allowed to publish to the
 // dead-letter subject can write: its Jetsink-Subject is where the replay's
@@ -692,7 +717,7 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 				ErrPublish, l.Seq, l.Subject, l.Stream, err)
 		}
 		cfg := s.CachedInfo().Config
-		so = streamOf{window: cfg.Duplicates, transform: transforms(cfg.SubjectTransform)}
+		so = streamOf{window: cfg.Duplicates, transform: transforms(cfg.SubjectTransform), drops: dropsPerSubject(&cfg)}
 		if cfg.Mirror == nil && len(cfg.Sources) == 0 {
 			// A stream that sources others holds events published to
 			// subjects it does not capture; their re-publish is stored
@@ -719,6 +744,14 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 			"%s is the subject as stored, and re-published to it the event would be transformed again, stored as %s; "+
 			"it stays (publish it to the subject it was first published to by hand)",
 			l.Seq, l.Subject, ErrNoReader, l.Stream, tr.Source, tr.Destination, l.Subject, again)
+	}
+	if so.drops != "" && !r.perSubject {
+		return 0, fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, drops a subject's oldest message to store a new one (%s): "+
+			"each replayed event would push out the oldest of its subject, which jetsink may not have read yet (the event of the letter replayed just before it), "+
+			"while the letters are deleted; and it would stand as the subject's latest message, over newer ones. "+
+			"It stays (replay into the stream all the same with --allow-max-msgs-per-subject; "+
+			"or set discard new and discard_new_per_subject on it, which refuses such a publish instead)",
+			l.Seq, l.Subject, ErrNoReader, l.Stream, so.drops)
 	}
 	return so.window, nil
 }

@@ -70,10 +70,20 @@ sources others), to one its stream's subject_transform would change again
 would be stored as events.v2.v2.x), or to one JetStream's API, the system
 account or inboxes serve ($JS.API..., $JS.ACK..., $SYS..., _INBOX...):
 anyone allowed to publish to the dead-letter subject can write a letter, and
-the replay publishes with your credentials. Such a letter stays, is
-reported, and the replay goes on; --dry-run says so too (but for the
-stream's subjects and transform, which it does not look up).
+the replay publishes with your credentials. Nor is it published into a
+stream that drops a subject's oldest message to store a new one
+(max_msgs_per_subject, unless with discard new and
+discard_new_per_subject): each replayed event would push out the oldest of
+its subject, perhaps one jetsink has not read yet (the letter replayed just
+before it), while the letters are deleted; --allow-max-msgs-per-subject
+replays into it all the same. Nor into a stream whose config the user may
+not read (STREAM.INFO), or that does not answer: the replay cannot tell
+what it would do with the event. Such a letter stays, is reported, and the
+replay goes on; --dry-run says so too.
 Every consumer of the stream gets the replayed event, not jetsink alone.
+A stream with max_msgs, max_bytes (discard old) or max_age deletes its
+oldest events, read or not, when full or old, replayed ones as any other:
+jetsink check warns of such limits.
 
 Every replay of a letter carries the same Nats-Msg-Id, and so do the two
 dead letters one event may have, so within the event stream's duplicate
@@ -258,6 +268,7 @@ gives that letter up at once and exits with status 130.
 	fl.StringVar(&o.WrittenBy, "written-by", "", "replay the dead letters durable consumer NAME wrote (Jetsink-Consumer; default nats.consumer), e.g. its old name after a rename; nats.consumer must still read their events")
 	fl.IntVar(&o.Limit, "limit", 0, "stop after this many dead letters (0: all)")
 	fl.BoolVar(&o.DryRun, "dry-run", false, "list what would be replayed; publish and delete nothing")
+	fl.BoolVar(&o.AllowMaxMsgsPerSubject, "allow-max-msgs-per-subject", false, "replay into an event stream that drops a subject's oldest message to store a new one (max_msgs_per_subject with discard old): a replayed event may be dropped before jetsink reads it, its letter deleted")
 	fl.BoolVar(&o.Keep, "keep", false, "re-publish but keep the dead letters in their stream (replayed again after the duplicate window, they are stored twice)")
 	return cmd
 }

@@ -498,3 +498,50 @@ func TestCtxDialerReleasesClosedConnections(t *testing.T) {
 		t.Fatalf("an open connection after the context ended: read %v, want net.ErrClosed", err)
 	}
 }
+
+// An event stream that keeps one message per subject (max_msgs_per_subject
+// 1, discard old) would let each of three letters of ev.0 replayed back to
+// back push the one before out before jetsink read it: replay refuses it,
+// naming the limit and the flag, in the dry run too, and keeps the letters
+// (exit 1); --allow-max-msgs-per-subject replays them all the same.
+func TestDLQReplayRefusesAStreamThatDropsPerSubject(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range []jetstream.StreamConfig{{Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}, {Name: "EV", Subjects: []string{"ev.>"}, MaxMsgsPerSubject: 1}} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: consumer.DefaultConfig().Consumer}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		h := nats.Header{consumer.HeaderSubject: {"ev.0"}, consumer.HeaderStream: {"EV"}, consumer.HeaderStreamSeq: {strconv.Itoa(100 + i)},
+			consumer.HeaderStage: {"sink"}, consumer.HeaderCode: {"constraint"}}
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV"}
+	for _, extra := range [][]string{{"--dry-run"}, nil} {
+		r := startJetsink(t, ctx, append(args, extra...)...)
+		if code := r.wait(t, ctx); code != exitFailed {
+			t.Fatalf("%v: exit %d, want %d\n%s", extra, code, exitFailed, r.out.String())
+		}
+		if out := r.out.String(); strings.Count(out, "(max_msgs_per_subject 1, discard old)") != 3 || !strings.Contains(out, "--allow-max-msgs-per-subject") {
+			t.Fatalf("%v: the limit and the flag are not named for each letter:\n%s", extra, out)
+		}
+		if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 3 {
+			t.Fatalf("%v: %d dead letters left, want 3", extra, n)
+		}
+	}
+	r := startJetsink(t, ctx, append(args, "--allow-max-msgs-per-subject")...)
+	if code := r.wait(t, ctx); code != exitOK || !strings.Contains(r.out.String(), "replayed 3, deleted 3") {
+		t.Fatalf("--allow-max-msgs-per-subject: exit %d, want %d and all 3 replayed\n%s", code, exitOK, r.out.String())
+	}
+}
