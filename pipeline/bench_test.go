@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 )
@@ -229,6 +230,36 @@ func BenchmarkKey(b *testing.B) {
 			h := fnv.New64a()
 			h.Write([]byte(ev.Subject))
 			_ = h.Sum64()
+		}
+	})
+}
+
+// BenchmarkParseTimestamp compares parseTimestamp with time.Parse on the
+// form most payloads carry, and times parseDate; all take the value.
+func BenchmarkParseTimestamp(b *testing.B) {
+	const ts = "2026-11-29T19:59:15.123456Z"
+	b.Run("parseTimestamp", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, derr := parseTimestamp(ts); derr != nil {
+				b.Fatal(derr)
+			}
+		}
+	})
+	b.Run("time.Parse", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := time.Parse(time.RFC3339Nano, ts); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parseDate", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := parseDate("2026-11-29"); !ok {
+				b.Fatal("refused")
+			}
 		}
 	})
 }

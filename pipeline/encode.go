@@ -359,7 +359,7 @@ func appendString(dst []byte, t Type, s string, fromJSON bool) ([]byte, *DecodeE
 	case TypeDate:
 		d, ok := parseDate(s)
 		if !ok {
-			return dst, invalidFormat(t, "want YYYY-MM-DD")
+			return dst, badDate(s)
 		}
 		return binary.BigEndian.AppendUint32(dst, uint32(d)), nil
 	case TypeJSONB:

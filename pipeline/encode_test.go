@@ -440,3 +440,64 @@ func TestNumericExponentSpace(t *testing.T) {
 		}
 	}
 }
+
+// A timestamptz or date refused for one wrong part says which: no zone
+// (Python's naive isoformat, Java's LocalDateTime), a zone name, an offset
+// or a time of day out of range, a date that does not exist. Anything else
+// gets the example of the form wanted.
+func TestTimeRefusalReasons(t *testing.T) {
+	m := mustCompile(t, Column{Name: "ts", From: "json:ts", Type: TypeTimestamptz})
+	_, err := m.NewEncoder(0).AppendTuple(nil, &Event{Data: []byte(`{"ts":"2026-11-29T10:15:00"}`)})
+	if de, ok := err.(*DecodeError); !ok || de.Code != CodeInvalidFormat || !strings.Contains(de.Reason, "no time zone: add Z or an offset") {
+		t.Errorf("naive timestamp: %v, want invalid_format: ... no time zone: add Z or an offset ...", err)
+	}
+	const (
+		noZone    = "no time zone: add Z or an offset such as +01:00"
+		named     = "time zone named other than UTC or GMT"
+		offset    = "time zone offset out of range"
+		clock     = "time of day out of range"
+		tsExample = "want RFC 3339 such as 2026-11-29T19:59:15.123456Z"
+	)
+	for _, c := range []struct {
+		t       Type
+		in, why string
+	}{
+		{TypeTimestamptz, "2026-11-29T10:15:00", noZone},
+		{TypeTimestamptz, " 2026-11-29 10:15:00.123456789 ", noZone},
+		{TypeTimestamptz, "2026-11-29T10:15", noZone},
+		{TypeTimestamptz, "2026-11-29", "no time of day and no time zone"},
+		{TypeTimestamptz, "2026-11-29T10:15:00 EST", named},
+		{TypeTimestamptz, "2026-11-29T10:15:00Europe/Paris", named},
+		{TypeTimestamptz, "2026-11-29T10:15:00 Etc/GMT+5", named},
+		{TypeTimestamptz, "2026-11-29T10:15:00+24:00", offset},
+		{TypeTimestamptz, "2026-11-29T10:15:00-0560", offset},
+		{TypeTimestamptz, "2026-11-29T10:15:00+00:19:60", offset},
+		{TypeTimestamptz, "2026-02-29T10:15:00Z", "no such date: 2026-02 has 28 days"},
+		{TypeTimestamptz, "2026-13-01T10:15:00Z", "no such date: month 13"},
+		{TypeTimestamptz, "2026-11-00T10:15:00Z", "no such date: day 00"},
+		{TypeTimestamptz, "2026-11-29T25:00:00Z", clock},
+		{TypeTimestamptz, "2026-11-29T10:60:00Z", clock},
+		{TypeTimestamptz, "2026-11-29T10:15:61Z", clock},
+		{TypeTimestamptz, "2026-11-29T24:00:01Z", clock},
+		{TypeTimestamptz, "2026-11-29T24:00:00.5Z", clock},
+		{TypeTimestamptz, "1764410100", tsExample},
+		{TypeTimestamptz, "2026-11-29T10:15:00+1", tsExample},
+		{TypeTimestamptz, "2026-11-29T10:15:00.Z", tsExample},
+		{TypeTimestamptz, "2026-11-29T10:15:00Z!", tsExample},
+		{TypeTimestamptz, "2026-11-29T1:15:00Z", tsExample},
+		{TypeTimestamptz, "29/11/2026", tsExample},
+		{TypeTimestamptz, "", tsExample},
+		{TypeDate, "2026-02-29", "no such date: 2026-02 has 28 days"},
+		{TypeDate, " 2026-00-10 ", "no such date: month 00"},
+		{TypeDate, "2026-11-29T25:00", clock},
+		{TypeDate, "2026-11-29T10:00 EST", named},
+		{TypeDate, "2026-11-29T10:00+99:00", offset},
+		{TypeDate, "2026-11-29T", "want YYYY-MM-DD"},
+		{TypeDate, "29.11.2026", "want YYYY-MM-DD"},
+	} {
+		_, derr := appendString(nil, c.t, c.in, true)
+		if derr == nil || derr.Code != CodeInvalidFormat || !strings.Contains(derr.Reason, c.why) {
+			t.Errorf("%s %q: %v, want invalid_format: ... %s", c.t, c.in, derr, c.why)
+		}
+	}
+}

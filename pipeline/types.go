@@ -539,9 +539,6 @@ func zoneOK(rest string) bool {
 // largest and smallest int64. White space around the value is skipped, as
 // PostgreSQL skips it.
 func parseTimestamp(s string) (int64, *DecodeError) {
-	bad := func() (int64, *DecodeError) {
-		return 0, invalidFormat(TypeTimestamptz, "want RFC 3339 such as 2026-11-29T19:59:15.123456Z")
-	}
 	if len(s) > 0 && (isSpace(s[0]) || isSpace(s[len(s)-1])) {
 		s = trimSpace(s)
 	}
@@ -555,19 +552,143 @@ func parseTimestamp(s string) (int64, *DecodeError) {
 	}
 	days, ok := parseYMD(s)
 	if !ok {
-		return bad()
+		return 0, badTimestamp(s)
 	}
 	c, rest, ok := parseClock(s)
 	if !ok {
-		return bad()
+		return 0, badTimestamp(s)
 	}
 	off, ok := parseZone(rest)
 	if !ok {
-		return bad()
+		return 0, badTimestamp(s)
 	}
 	secs := days*86400 + c.h*3600 + c.mi*60 + c.sec - off
 	return secs*1_000_000 + c.us, nil
 }
+
+// badTimestamp is the refusal of s, a string parseTimestamp refused: what
+// timeRefusal finds wrong, else an example of the form wanted. Only the
+// failure path comes here, so that valid values pay nothing for the
+// classification.
+func badTimestamp(s string) *DecodeError {
+	why := timeRefusal(s, true)
+	if why == "" {
+		why = "want RFC 3339 such as 2026-11-29T19:59:15.123456Z"
+	}
+	return invalidFormat(TypeTimestamptz, why)
+}
+
+// badDate is the refusal of s, a string parseDate refused, as badTimestamp
+// is parseTimestamp's.
+func badDate(s string) *DecodeError {
+	why := timeRefusal(s, false)
+	if why == "" {
+		why = "want YYYY-MM-DD"
+	}
+	return invalidFormat(TypeDate, why)
+}
+
+// timeRefusal says what is wrong with s, a timestamptz (needZone) or date
+// that parseTimestamp or parseDate refused, when it has their form but a
+// part of it is wrong: a date that does not exist, a time of day or an
+// offset out of range, a zone named other than UTC or GMT, or (needZone)
+// no zone. It returns "" for anything else. It re-reads s, mirroring the
+// parsers' checks of form, so that a part whose form passes must have
+// failed on its range.
+func timeRefusal(s string, needZone bool) string {
+	s = trimSpace(s)
+	if len(s) < 10 || s[4] != '-' || s[7] != '-' {
+		return ""
+	}
+	y, ok1 := digits(s, 4)
+	m, ok2 := digits(s[5:], 2)
+	d, ok3 := digits(s[8:], 2)
+	switch {
+	case !ok1 || !ok2 || !ok3:
+		return ""
+	case m < 1 || m > 12:
+		return "no such date: month " + s[5:7]
+	case d < 1:
+		return "no such date: day 00"
+	case d > daysIn(y, m):
+		return "no such date: " + s[:7] + " has " + strconv.FormatInt(daysIn(y, m), 10) + " days"
+	}
+	if len(s) == 10 {
+		if needZone {
+			return "no time of day and no time zone: want RFC 3339 such as 2026-11-29T19:59:15.123456Z"
+		}
+		return ""
+	}
+	_, rest, ok := parseClock(s)
+	if !ok {
+		if clockForm(s) {
+			return "time of day out of range: hours 00 to 23 (or 24:00:00, the end of the day), minutes 00 to 59, seconds 00 to 60"
+		}
+		return ""
+	}
+	z := strings.TrimLeft(rest, " ")
+	switch {
+	case z == "":
+		if needZone {
+			return "no time zone: add Z or an offset such as +01:00 (without one PostgreSQL would use its session's zone)"
+		}
+	case isLetter(z[0]):
+		for i := 1; i < len(z); i++ {
+			if c := z[i]; !isLetter(c) && !isDigit(c) && strings.IndexByte("/_+-", c) < 0 {
+				return ""
+			}
+		}
+		return "time zone named other than UTC or GMT, whose meaning is the server's setting: write Z or an offset such as +01:00"
+	case offsetForm(z):
+		return "time zone offset out of range: at most 23 hours, 59 minutes and 59 seconds either way"
+	}
+	return ""
+}
+
+// clockForm reports whether the time of day after the date in s has the
+// form parseClock reads, whatever the range of its numbers.
+func clockForm(s string) bool {
+	if len(s) < 16 || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') || s[13] != ':' {
+		return false
+	}
+	_, ok1 := digits(s[11:], 2)
+	_, ok2 := digits(s[14:], 2)
+	if !ok1 || !ok2 {
+		return false
+	}
+	rest := s[16:]
+	if rest == "" || rest[0] != ':' {
+		return true
+	}
+	if _, ok := digits(rest[1:], 2); !ok {
+		return false
+	}
+	rest = rest[3:]
+	return rest == "" || rest[0] != '.' || (len(rest) > 1 && isDigit(rest[1]))
+}
+
+// offsetForm reports whether z has the form of an offset parseZone reads,
+// whatever the range of its numbers.
+func offsetForm(z string) bool {
+	if len(z) < 3 || (z[0] != '+' && z[0] != '-') {
+		return false
+	}
+	all := func(s string) bool {
+		_, ok := digits(s, len(s))
+		return ok
+	}
+	switch {
+	case len(z) == 3, len(z) == 5:
+		return all(z[1:])
+	case len(z) == 6 && z[3] == ':':
+		return all(z[1:3]) && all(z[4:])
+	case len(z) == 9 && z[3] == ':' && z[6] == ':':
+		return all(z[1:3]) && all(z[4:6]) && all(z[7:])
+	}
+	return false
+}
+
+func isLetter(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }
 
 // clock is a time of day as parseClock reads it.
 type clock struct{ h, mi, sec, us int64 }
