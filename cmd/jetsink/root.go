@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -207,8 +208,35 @@ func helpTopicIsUsage(root, help *cobra.Command) {
 // command line itself was wrong: cobra reports an unknown subcommand of
 // jetsink (found before any flag is parsed, with its suggestion) as a plain
 // error of the command that only groups others.
+//
+// Every command's output goes through one stdout that remembers its first
+// failed write: output cut short (keys or init --print > FILE on a full
+// disk, --version > /dev/full) fails the command with exitFailed, saying
+// so once, unless the command's own error already says it (bench's).
 func execute(ctx context.Context, root *cobra.Command) error {
+	out := &stdout{w: root.OutOrStdout()}
+	// Also where cobra prints the error of a failed --version, which is
+	// then reported once, by exitCode.
+	root.SetOut(out)
+	help := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		// Rendered whole first: cobra's own help prints a failed write's
+		// error itself, and it is reported once, below.
+		var buf bytes.Buffer
+		c.SetOut(&buf)
+		help(c, args)
+		c.SetOut(out)
+		_, _ = out.Write(buf.Bytes())
+	})
 	cmd, err := root.ExecuteContextC(ctx)
+	if out.err != nil {
+		switch {
+		case err == nil, err == out.err: // err is --version's write
+			return out.failed()
+		case !errors.Is(err, out.err):
+			err = errors.Join(err, out.failed())
+		}
+	}
 	var usage usageError
 	switch {
 	case err != nil && cmd != nil && !cmd.Runnable() && !errors.As(err, &usage):
@@ -222,6 +250,30 @@ func execute(ctx context.Context, root *cobra.Command) error {
 		return errors.New(err.Error()) // exitFailed, not exitConfig
 	}
 	return err
+}
+
+// stdout is the commands' output: it remembers the first write that
+// failed, and writes nothing after it.
+type stdout struct {
+	w   io.Writer
+	err error
+}
+
+func (o *stdout) Write(p []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	o.err = err
+	return n, err
+}
+
+// failed is the error of output that could not be written whole.
+func (o *stdout) failed() error {
+	return fmt.Errorf("could not write the output, which is cut short or missing: %w", o.err)
 }
 
 // cobraUnknown matches cobra's error for an unknown subcommand of the root

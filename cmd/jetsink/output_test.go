@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// noSpace is stdout on a full disk (> /dev/full): every write fails.
+type noSpace struct{ writes int }
+
+func (w *noSpace) Write([]byte) (int, error) {
+	w.writes++
+	return 0, &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.ENOSPC}
+}
+
+// Output that could not be written (keys or init --print > FILE on a full
+// disk, --version > /dev/full) fails the command with exitFailed, not
+// exitConfig, saying so once; a command's own failure stays beside it.
+func TestOutputWriteFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	t.Setenv("JETSINK_CONFIG", "")
+	pg := testenv.Postgres(t)
+	for _, tc := range []struct {
+		args []string
+		also error // the command's own error, kept
+	}{
+		{[]string{"keys"}, nil},
+		{[]string{"--version"}, nil},
+		{[]string{"--help"}, nil},
+		{[]string{"help", "run"}, nil},
+		{[]string{"init", "--print", "--database-url", pg.URL, "--table", "outfail"}, nil},
+		{[]string{"check", "--nats-url", "nats://127.0.0.1:1", "--database-url", "postgres://127.0.0.1:1/x"}, errCheckFailed},
+	} {
+		root := newRoot()
+		w := &noSpace{}
+		var errOut strings.Builder
+		root.SetOut(w)
+		root.SetErr(&errOut)
+		root.SetArgs(tc.args)
+		err := execute(ctx, root)
+		if code := exitCode(err); code != exitFailed || !errors.Is(err, syscall.ENOSPC) ||
+			!strings.Contains(fmt.Sprint(err), "could not write the output") || tc.also != nil && !errors.Is(err, tc.also) {
+			t.Errorf("jetsink %s: exit %d, %v; want %d, saying the output could not be written (ENOSPC)%s",
+				strings.Join(tc.args, " "), code, err, exitFailed, map[bool]string{true: ", beside " + fmt.Sprint(tc.also)}[tc.also != nil])
+		}
+		if w.writes == 0 {
+			t.Errorf("jetsink %s: nothing written", strings.Join(tc.args, " "))
+		}
+		if strings.Contains(errOut.String(), "no space left") || strings.Count(fmt.Sprint(err), "no space left") != 1 {
+			t.Errorf("jetsink %s: the failure not said once: %v; stderr:\n%s", strings.Join(tc.args, " "), err, errOut.String())
+		}
+	}
+}
