@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/dlq"
@@ -116,7 +119,9 @@ dead letters were left (0 if that letter was the last); a second signal
 gives that letter up at once and exits with status 130.
 
 --dry-run lists what would be replayed and changes nothing. Filters combine
-(all must match). Exit status 1 if any replay or delete failed.`,
+(all must match); one given an empty value, or a list with an empty entry
+(--code "$CODE" with CODE unset), is refused, exit status 2, rather than
+taken for no filter. Exit status 1 if any replay or delete failed.`,
 		Example: `  jetsink dlq replay --config jetsink.yaml --dry-run
   jetsink dlq replay --config jetsink.yaml --code constraint --since 2h
   jetsink dlq replay --config jetsink.yaml --stage decode --subject 'events.dev-1' --seq 100-250`,
@@ -268,9 +273,43 @@ gives that letter up at once and exits with status 130.
 	fl.StringVar(&o.WrittenBy, "written-by", "", "replay the dead letters durable consumer NAME wrote (Jetsink-Consumer; default nats.consumer), e.g. its old name after a rename; nats.consumer must still read their events")
 	fl.IntVar(&o.Limit, "limit", 0, "stop after this many dead letters (0: all)")
 	fl.BoolVar(&o.DryRun, "dry-run", false, "list what would be replayed; publish and delete nothing")
+	// A filter given an empty value ("--code $CODE" with CODE unset) is
+	// no filter at all, and would replay every letter.
+	for _, name := range []string{"dlq-stream", "code", "stage", "subject", "since", "until", "seq", "event-stream", "written-by"} {
+		f := fl.Lookup(name)
+		_, list := f.Value.(pflag.SliceValue)
+		f.Value = nonEmpty{Value: f.Value, list: list}
+	}
 	fl.BoolVar(&o.AllowMaxMsgsPerSubject, "allow-max-msgs-per-subject", false, "replay into an event stream that drops a subject's oldest message to store a new one (max_msgs_per_subject with discard old): a replayed event may be dropped before jetsink reads it, its letter deleted")
 	fl.BoolVar(&o.Keep, "keep", false, "re-publish but keep the dead letters in their stream (replayed again after the duplicate window, they are stored twice)")
 	return cmd
+}
+
+// nonEmpty is a flag's value that refuses to be set to an empty or blank
+// value, or, for a list (list), one with an empty or blank entry (a,,b):
+// pflag takes "" for no value, and a filter flag given one, from a variable
+// left unset, would select every dead letter instead of none. The flag's
+// type, and so its help, is its Value's.
+type nonEmpty struct {
+	pflag.Value
+	list bool
+}
+
+func (v nonEmpty) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("empty (a variable left unset?): give a value, or leave the flag out")
+	}
+	if v.list {
+		// As pflag reads a list: CSV, one record.
+		entries, err := csv.NewReader(strings.NewReader(s)).Read()
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(entries, func(e string) bool { return strings.TrimSpace(e) == "" }) {
+			return errors.New("an entry of the list is empty: give values, or leave the flag out")
+		}
+	}
+	return v.Value.Set(s)
 }
 
 // shown is a dead letter's header value as the listing prints it: as it

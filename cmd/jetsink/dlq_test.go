@@ -545,3 +545,30 @@ func TestDLQReplayRefusesAStreamThatDropsPerSubject(t *testing.T) {
 		t.Fatalf("--allow-max-msgs-per-subject: exit %d, want %d and all 3 replayed\n%s", code, exitOK, r.out.String())
 	}
 }
+
+// A filter flag given an empty or blank value, or a list with an empty
+// entry ("--code $CODE" with CODE unset), is a bad flag naming it, before
+// anything connects (the NATS URL here answers nothing): pflag took "" for
+// no filter, and replay then replayed and deleted every dead letter.
+func TestDLQReplayRefusesAnEmptyFilter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, args := range [][]string{
+		{"--code", ""}, {"--code="}, {"--code", " "}, {"--code", "constraint,"}, {"--code", "constraint", "--code", ""},
+		{"--stage", ""}, {"--stage", "decode,,sink"},
+		{"--subject", ""}, {"--subject", " "}, {"--since", ""}, {"--until", "\t"}, {"--seq", ""},
+		{"--dlq-stream", ""}, {"--event-stream", ""}, {"--written-by", ""},
+	} {
+		r := startJetsink(t, ctx, append([]string{"dlq", "replay", "--nats-url", "nats://127.0.0.1:1", "--set", "nats.stream=EV"}, args...)...)
+		code := r.wait(t, ctx)
+		flag := "" // the last flag given: the empty one
+		for _, a := range args {
+			if strings.HasPrefix(a, "--") {
+				flag = strings.TrimSuffix(a, "=")
+			}
+		}
+		if msg := fmt.Sprint(r.err); code != exitConfig || !strings.Contains(msg, `for "`+flag+`" flag`) || strings.Contains(r.out.String(), "scanned") {
+			t.Errorf("%q: exit %d (%s), want %d naming %s, and no summary\n%s", args, code, msg, exitConfig, flag, r.out.String())
+		}
+	}
+}
