@@ -818,3 +818,25 @@ func TestOverrideUnderAFileValueThatIsNoSection(t *testing.T) {
 	_, err := Parse([]byte("postgres:\n  batch: 5\n"), []string{"JETSINK_POSTGRES_BATCH_MAX_ROWS=10"}, nil)
 	checkProblems(t, err, [][]string{{"line 2: postgres.batch is a section"}})
 }
+
+// A section given a value by --set or a variable is named as a section,
+// with one of its keys for an example, not met with a suggestion of
+// itself.
+func TestSectionGivenAValue(t *testing.T) {
+	for _, tc := range []struct {
+		env, set []string
+		want     string
+	}{
+		{nil, []string{"nats=x"}, "--set nats: a section, not a key: set its keys, e.g. --set nats.url=VALUE"},
+		{nil, []string{"nats.tls=x"}, "--set nats.tls: a section, not a key: set its keys, e.g. --set nats.tls.ca_file=VALUE"},
+		{[]string{"JETSINK_POSTGRES_BATCH=5"}, nil, "environment variable JETSINK_POSTGRES_BATCH: postgres.batch is a section, not a key: set its keys, e.g. JETSINK_POSTGRES_BATCH_MAX_ROWS"},
+	} {
+		_, err := Parse(nil, tc.env, tc.set)
+		if err == nil || !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "did you mean") {
+			t.Errorf("env %v, --set %v: %v; want %q", tc.env, tc.set, err, tc.want)
+		}
+	}
+	if s := suggestion("", "url", []string{"url", "uri"}); s != " (did you mean uri?)" {
+		t.Errorf("suggestion for url among url and uri = %q, want uri: never the name itself", s)
+	}
+}

@@ -248,6 +248,11 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 				sc.problems = append(sc.problems, fmt.Errorf("%w: environment variable %s: %s can only be set in the config file", ErrInvalidConfig, name, fo))
 				continue
 			}
+			if sec := sc.sectionOfEnv(name); sec != "" {
+				sc.problems = append(sc.problems, fmt.Errorf("%w: environment variable %s: %s is a section, not a key: set its keys, e.g. %s (`jetsink keys` lists them)",
+					ErrInvalidConfig, name, sec, EnvName(sc.exampleKey(sec))))
+				continue
+			}
 			sc.problems = append(sc.problems, fmt.Errorf("%w: environment variable %s is not a jetsink setting%s (a key's variable is JETSINK_ plus its dotted path in capitals with _ for dots, e.g. JETSINK_NATS_URL; `jetsink keys` lists them)",
 				ErrInvalidConfig, name, suggestion("", name, slices.Collect(maps.Keys(envKeys)))))
 			continue
@@ -295,6 +300,10 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 		if !ok {
 			if _, ok := sc.fileOnly[path]; ok {
 				return Config{}, nil, sc.fail(fmt.Errorf("%w: --set %s: this key can only be set in the config file", ErrInvalidConfig, path))
+			}
+			if sc.sections[path] {
+				return Config{}, nil, sc.fail(fmt.Errorf("%w: --set %s: a section, not a key: set its keys, e.g. --set %s=VALUE (`jetsink keys` lists them)",
+					ErrInvalidConfig, path, sc.exampleKey(path)))
 			}
 			parent, last := "", path
 			if i := strings.LastIndexByte(path, '.'); i >= 0 {
@@ -622,6 +631,27 @@ func (sc *schema) fail(err error) error {
 	return errors.Join(append(sc.problems, err)...)
 }
 
+// exampleKey is the first key under section, in the order Keys lists
+// them.
+func (sc *schema) exampleKey(section string) string {
+	for _, k := range Keys() {
+		if strings.HasPrefix(k.Path, section+".") {
+			return k.Path
+		}
+	}
+	return section
+}
+
+// sectionOfEnv is the section whose variable name would be, "" if none.
+func (sc *schema) sectionOfEnv(name string) string {
+	for sec := range sc.sections {
+		if EnvName(sec) == name {
+			return sec
+		}
+	}
+	return ""
+}
+
 // suggest returns " (did you mean X?)" for the key or section under prefix
 // whose last element is nearest to name, if it is near enough to be a typo.
 func (sc *schema) suggest(prefix, name string) string {
@@ -644,10 +674,14 @@ func (sc *schema) suggest(prefix, name string) string {
 }
 
 // suggestion returns " (did you mean <prefix><c>?)" for the candidate
-// nearest to name, if it is near enough to be a typo, or "".
+// nearest to name, if it is near enough to be a typo, or "". name itself
+// is never suggested.
 func suggestion(prefix, name string, candidates []string) string {
 	best, bestD := "", 3
 	for _, c := range candidates {
+		if c == name {
+			continue
+		}
 		if d := editDistance(name, c); d < bestD || d == bestD && c < best {
 			best, bestD = c, d
 		}
