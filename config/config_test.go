@@ -321,7 +321,7 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"alias that contains itself", "nats: &a\n  <<: *a\n", nil, nil, "contains itself"},
 		{"alias that contains itself, behind a merge", "nats:\n  tls:\n  <<: {tls: &t {<<: *t}}\n", nil, nil, "contains itself"},
 		{"column that contains itself, behind a merge", "postgres:\n  columns:\n  <<: {columns: [&c {<<: *c}]}\n", nil, nil, "contains itself"},
-		{"key set twice", "pipeline:\n  workers: 1\n  workers: 2\n", nil, nil, `"workers" already defined at line 2`},
+		{"key set twice", "pipeline:\n  workers: 1\n  workers: 2\n", nil, nil, "line 3: pipeline.workers: already set at line 2"},
 		{"list for a column's type", "# c\n\n\npostgres:\n  columns:\n    - name: x\n      type: [a]\n", nil, nil, "line 7: postgres.columns[0]: cannot unmarshal !!seq"},
 	}
 	for _, c := range cases {
@@ -838,5 +838,26 @@ func TestSectionGivenAValue(t *testing.T) {
 	}
 	if s := suggestion("", "url", []string{"url", "uri"}); s != " (did you mean uri?)" {
 		t.Errorf("suggestion for url among url and uri = %q, want uri: never the name itself", s)
+	}
+}
+
+// A key set twice in one mapping is named by its path, with both lines,
+// before the file's other problems; a key a merge (<<) brings in and the
+// mapping sets itself is legal YAML, and the mapping's value wins.
+func TestKeySetTwice(t *testing.T) {
+	_, err := Parse([]byte("nats:\n  url: nats://a:4222\n  url: nats://b:4222\npipeline:\n  wrkers: 1\npostgres:\n  columns:\n    - name: a\n      name: b\n"), nil, nil)
+	checkProblems(t, err, [][]string{
+		{"line 3: nats.url: already set at line 2"},
+		{"line 9: postgres.columns[0].name: already set at line 8"},
+		{"line 5: pipeline.wrkers: no such key"},
+	})
+	cfg, err := Parse([]byte("nats:\n  <<: {url: nats://a:4222, stream: A}\n  url: nats://b:4222\n"), nil, nil)
+	if err != nil || cfg.NATS.URL != "nats://b:4222" || cfg.NATS.Stream != "A" {
+		t.Fatalf("merged key set again: %v, url %q, stream %q; want nats://b:4222 and A", err, cfg.NATS.URL, cfg.NATS.Stream)
+	}
+	cfg, err = Parse([]byte("postgres:\n  batch: {max_rows: 10, max_delay: 5ms}\n  url: postgres://x/y\n"+
+		"pipeline:\n  <<: [{workers: 2}, {workers: 3, ring_size: 1024}]\n  workers: 4\n"), nil, nil)
+	if err != nil || cfg.Pipeline.Workers != 4 || cfg.Pipeline.RingSize != 1024 {
+		t.Fatalf("merged keys set again: %v, workers %d, ring_size %d; want 4 and 1024", err, cfg.Pipeline.Workers, cfg.Pipeline.RingSize)
 	}
 }

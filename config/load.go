@@ -225,6 +225,10 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 		}
 	}
 	sc := newSchema()
+	// Before the probe decode below, which would stop at the first with
+	// yaml.v3's message, naming neither the key's path nor the problems
+	// after it.
+	duplicateKeys(root, "", &sc.problems)
 	// Environment, then flags: later overrides win.
 	envKeys := make(map[string]string, len(sc.keys))
 	for path := range sc.keys {
@@ -337,6 +341,58 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 		return Config{}, nil, sc.fail(fmt.Errorf("%w: %s", ErrInvalidConfig, describeYAMLError(err)))
 	}
 	return cfg, sc.where, nil
+}
+
+// duplicateKeys notes each key that a mapping of the file sets twice,
+// naming its path and both lines, and drops the second, so that the
+// reading goes on to the file's other problems. Aliases are not followed:
+// each mapping is visited once, where it is written. A key that a merge
+// (<<) brings in and the mapping sets too is no duplicate: the mapping's
+// own value wins, as YAML has it.
+func duplicateKeys(n *yaml.Node, path string, problems *[]error) {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		for i, e := range n.Content {
+			duplicateKeys(e, fmt.Sprintf("%s[%d]", path, i), problems)
+		}
+	case yaml.MappingNode:
+		first := map[string]int{} // key -> its line
+		kept := n.Content[:0]
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			kn, val := n.Content[j], n.Content[j+1]
+			if kn.ShortTag() == "!!merge" {
+				for _, m := range merge(val) {
+					duplicateKeys(m, path, problems)
+				}
+				kept = append(kept, kn, val)
+				continue
+			}
+			p := kn.Value
+			if path != "" {
+				p = path + "." + kn.Value
+			}
+			if kn.Kind == yaml.ScalarNode {
+				if line, ok := first[kn.Value]; ok {
+					*problems = append(*problems, fmt.Errorf("%w: line %d: %s: already set at line %d; set it once", ErrInvalidConfig, kn.Line, p, line))
+					continue
+				}
+				first[kn.Value] = kn.Line
+			}
+			duplicateKeys(val, p, problems)
+			kept = append(kept, kn, val)
+		}
+		clear(n.Content[len(kept):])
+		n.Content = kept
+	}
+}
+
+// merge is the mappings written in a merge key's value, which is one or a
+// list of them (aliases among them are visited where their anchors are).
+func merge(val *yaml.Node) []*yaml.Node {
+	if val.Kind == yaml.SequenceNode {
+		return val.Content
+	}
+	return []*yaml.Node{val}
 }
 
 // describeYAMLError keeps yaml's message (it names the line and the field)
