@@ -861,3 +861,16 @@ func TestKeySetTwice(t *testing.T) {
 		t.Fatalf("merged keys set again: %v, workers %d, ring_size %d; want 4 and 1024", err, cfg.Pipeline.Workers, cfg.Pipeline.RingSize)
 	}
 }
+
+// A key that differs from one only in case is suggested.
+func TestCaseOnlyTypoIsSuggested(t *testing.T) {
+	for file, want := range map[string]string{
+		"NATS:\n  url: nats://x:4222\n":          "line 1: NATS: no such key (did you mean nats?)",
+		"nats:\n  URL: nats://x:4222\n":          "line 2: nats.URL: no such key (did you mean nats.url?)",
+		"postgres:\n  columns:\n    - Name: a\n": "line 3: postgres.columns[0].Name: no such key (did you mean postgres.columns[0].name?)",
+	} {
+		if _, err := Parse([]byte(file), nil, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want %q", file, err, want)
+		}
+	}
+}

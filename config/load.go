@@ -731,14 +731,15 @@ func (sc *schema) suggest(prefix, name string) string {
 
 // suggestion returns " (did you mean <prefix><c>?)" for the candidate
 // nearest to name, if it is near enough to be a typo, or "". name itself
-// is never suggested.
+// is never suggested; letters differing only in case count as the same.
 func suggestion(prefix, name string, candidates []string) string {
 	best, bestD := "", 3
 	for _, c := range candidates {
 		if c == name {
 			continue
 		}
-		if d := editDistance(name, c); d < bestD || d == bestD && c < best {
+		// In one case: NATS and URL are nats and url in the wrong one.
+		if d := editDistance(strings.ToLower(name), strings.ToLower(c)); d < bestD || d == bestD && c < best {
 			best, bestD = c, d
 		}
 	}
