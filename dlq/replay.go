@@ -235,6 +235,9 @@ type Report struct {
 	Replayed int
 	Deleted  int
 	Skipped  int // not jetsink dead letters (ErrNotDeadLetter)
+	// NotLetters lists the dead-letter sequences of the first
+	// NotLettersNamed messages skipped, in order.
+	NotLetters []uint64
 	Others   int // letters the filter selected that another consumer wrote (Jetsink-Consumer is not Options.WrittenBy, or Consumer), or of another stream's events (Jetsink-Stream is not Options.EventStream), left for their own replay
 	Failed   int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader)
 	// Undeleted lists the dead-letter sequences of letters re-published
@@ -248,6 +251,9 @@ type Report struct {
 	// safe, after it the event may be stored twice.
 	Unsure []uint64
 }
+
+// NotLettersNamed bounds Report.NotLetters.
+const NotLettersNamed = 10
 
 const (
 	fetchBatch     = 256
@@ -477,6 +483,9 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	l, err := letter(meta, m.Headers(), m.Data())
 	if err != nil {
 		rep.Skipped++
+		if len(rep.NotLetters) < NotLettersNamed {
+			rep.NotLetters = append(rep.NotLetters, meta.Sequence.Stream)
+		}
 		return false, nil
 	}
 	if !o.Filter.Match(l) {

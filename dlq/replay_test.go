@@ -263,14 +263,23 @@ func TestReplayWrongStreamKeepsTheLetter(t *testing.T) {
 	}
 }
 
+// A message without Jetsink-Subject or Jetsink-Stream is skipped, and the
+// report names the sequences of the first NotLettersNamed.
 func TestReplaySkipsForeignMessages(t *testing.T) {
 	js, ctx := setup(t, 2)
-	if _, err := js.Publish(ctx, "dlq.EV", []byte("not a dead letter")); err != nil {
-		t.Fatal(err)
+	var want []uint64
+	for i := range NotLettersNamed + 2 {
+		ack, err := js.Publish(ctx, "dlq.EV", []byte("not a dead letter"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < NotLettersNamed {
+			want = append(want, ack.Sequence)
+		}
 	}
 	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", DryRun: true}, nil)
-	if err != nil || rep.Scanned != 3 || rep.Skipped != 1 || rep.Matched != 2 {
-		t.Fatalf("report %+v, %v", rep, err)
+	if err != nil || rep.Scanned != NotLettersNamed+4 || rep.Skipped != NotLettersNamed+2 || rep.Matched != 2 || !slices.Equal(rep.NotLetters, want) {
+		t.Fatalf("report %+v, %v; want sequences %v named", rep, err, want)
 	}
 }
 

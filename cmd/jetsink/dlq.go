@@ -208,11 +208,11 @@ taken for no filter. Exit status 1 if any replay or delete failed.`,
 					shown(l.Stream), l.StreamSeq, l.Reason, state)
 			})
 			if o.DryRun {
-				fmt.Fprintf(w, "%s: scanned %d, matched %d, would replay %d, would fail %d, skipped %d (not dead letters), %d of other consumers' or streams'; dry run: nothing re-published or deleted\n",
-					o.Stream, rep.Scanned, rep.Matched, rep.Matched-rep.Failed, rep.Failed, rep.Skipped, rep.Others)
+				fmt.Fprintf(w, "%s: scanned %d, matched %d, would replay %d, would fail %d, %s, %d of other consumers' or streams'; dry run: nothing re-published or deleted\n",
+					o.Stream, rep.Scanned, rep.Matched, rep.Matched-rep.Failed, rep.Failed, skipped(rep), rep.Others)
 			} else {
-				fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, skipped %d (not dead letters), %d of other consumers' or streams', failed %d\n",
-					o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, rep.Skipped, rep.Others, rep.Failed)
+				fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, %s, %d of other consumers' or streams', failed %d\n",
+					o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, skipped(rep), rep.Others, rep.Failed)
 			}
 			// also names the letters re-published but not deleted, and
 			// those whose event may be stored although they stay.
@@ -350,6 +350,21 @@ type escapedError struct{ err error }
 
 func (e escapedError) Error() string { return escapeControl(e.err.Error()) }
 func (e escapedError) Unwrap() error { return e.err }
+
+// skipped is the summary's count of the messages replay skipped, naming
+// the sequences of the first few: "skipped 12 (not dead letters, without
+// Jetsink-Subject or Jetsink-Stream: 4, 9, ... and 2 more)".
+func skipped(rep dlq.Report) string {
+	if rep.Skipped == 0 {
+		return "skipped 0 (not dead letters)"
+	}
+	s := fmt.Sprintf("skipped %d (not dead letters, without %s or %s: %s", rep.Skipped, consumer.HeaderSubject, consumer.HeaderStream,
+		strings.Join(seqList(rep.NotLetters), ", "))
+	if more := rep.Skipped - len(rep.NotLetters); more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s + ")"
+}
 
 // seqList formats dead-letter sequences.
 func seqList(seqs []uint64) []string {

@@ -572,3 +572,23 @@ func TestDLQReplayRefusesAnEmptyFilter(t *testing.T) {
 		}
 	}
 }
+
+// The summary names the sequences of the messages skipped as no dead
+// letters (the first few), for whoever goes to look at them.
+func TestDLQReplayNamesSkippedMessages(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, js, _ := dlqSetup(t, ctx, 1)
+	for range 12 { // sequences 2 to 13
+		if _, err := js.Publish(ctx, "dlq.EV", []byte("not a dead letter")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--dry-run")
+	if code := r.wait(t, ctx); code != exitOK {
+		t.Fatalf("exit %d, want %d\n%s", code, exitOK, r.out.String())
+	}
+	if want := "skipped 12 (not dead letters, without Jetsink-Subject or Jetsink-Stream: 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 and 2 more), "; !strings.Contains(r.out.String(), want) {
+		t.Fatalf("no %q in:\n%s", want, r.out.String())
+	}
+}
