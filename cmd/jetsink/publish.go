@@ -8,7 +8,9 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -91,6 +93,8 @@ telemetry.sample_ratio.`,
 			switch {
 			case o.Subject == "":
 				return usageError{errors.New("--subject: give the subject prefix, e.g. events")}
+			case subjectPrefixProblem(o.Subject) != "":
+				return usageError{fmt.Errorf("--subject %q: %s", o.Subject, subjectPrefixProblem(o.Subject))}
 			case o.Events < 0:
 				return usageError{fmt.Errorf("--events %d: give a positive number of events", o.Events)}
 			case o.Subjects < 1 || o.Subjects > loadgen.MaxSubjects:
@@ -115,6 +119,9 @@ telemetry.sample_ratio.`,
 			}
 			if err := o.Validate(); err != nil {
 				return usageError{err}
+			}
+			if n := uint64(o.Total()); o.First > math.MaxUint64-(n-1) {
+				return usageError{fmt.Errorf("--first %d: %d events from it would pass the largest sequence number, %d", o.First, n, uint64(math.MaxUint64))}
 			}
 			cfg, err := cf.load()
 			if err != nil {
@@ -241,6 +248,26 @@ telemetry.sample_ratio.`,
 	f.BoolVar(&o.NoTraceContext, "no-trace-context", false, "send no traceparent when not tracing (jetsink then samples the events at telemetry.sample_ratio)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
 	return cmd
+}
+
+// subjectPrefixProblem says what is wrong with --subject, "" if nothing:
+// events go to <subject>.<device>, which must be a subject a publish can
+// go to. NATS takes a wildcard token there (events.> goes to
+// "events.>.dev-0"), and refuses white space only at the publish, which
+// publish would send again and again.
+func subjectPrefixProblem(s string) string {
+	if strings.ContainsFunc(s, unicode.IsSpace) {
+		return "a subject holds no white space"
+	}
+	for _, tok := range strings.Split(s, ".") {
+		switch tok {
+		case "":
+			return "a subject has no empty token (no dot at either end, no two dots together)"
+		case "*", ">":
+			return "events go to <subject>.<device>: give a plain subject, without the wildcards * and >"
+		}
+	}
+	return ""
 }
 
 // stopAckWait is how long, at least, publish waits for the PubAcks of what

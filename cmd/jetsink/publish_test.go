@@ -59,6 +59,15 @@ func TestPublishCmdUsageErrors(t *testing.T) {
 		{[]string{"--events", "10", "--rate", "-1"}, "--rate -1: give a positive number"},
 		{[]string{"--events", "10", "--subject", ""}, "--subject: give the subject prefix"},
 		{[]string{"--events", "10", "--ack-wait", "0s"}, "--ack-wait 0s: "},
+		{[]string{"--events", "10", "--subject", "events.>"}, `--subject "events.>": events go to <subject>.<device>: give a plain subject, without the wildcards`},
+		{[]string{"--events", "10", "--subject", "*.x"}, "without the wildcards * and >"},
+		{[]string{"--events", "10", "--subject", "a b"}, `--subject "a b": a subject holds no white space`},
+		{[]string{"--events", "10", "--subject", "a\tb"}, "no white space"},
+		{[]string{"--events", "10", "--subject", "events."}, "no empty token"},
+		{[]string{"--events", "10", "--subject", ".events"}, "no empty token"},
+		{[]string{"--events", "10", "--subject", "a..b"}, "no empty token"},
+		{[]string{"--events", "2", "--first", "18446744073709551615"}, "--first 18446744073709551615: 2 events from it would pass the largest sequence number"},
+		{[]string{"--rate", "10", "--duration", "1s", "--first", "18446744073709551610"}, "10 events from it would pass"},
 	} {
 		// Nothing listens on port 1: a run that got past the checks would
 		// fail to connect instead.
