@@ -98,7 +98,8 @@ A failure before the acknowledgement leaves the dead letter in place; the
 replay goes on with the next when the event is certainly not stored (the
 stream refused it, or the server refused the user the subject). A
 re-publish that gets no answer (the event stream may have stored it) is
-sent again within the letter's 30 s. The replay stops, exit status 1, at a
+sent again within the first three quarters of the letter's 30 s (the
+rest is kept for deleting it). The replay stops, exit status 1, at a
 letter it cannot settle for sure:
   - a letter whose re-publish never got an answer: its event may or may not
     be stored. Do not delete it; run the command again at once, within the
