@@ -42,11 +42,20 @@ func survivePipes() {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }
 
+// isOutputClosed reports whether err is only that stdout's reader went
+// away (a command's own error beside it is still reported).
+func isOutputClosed(err error) bool {
+	_, ok := err.(outputClosed)
+	return ok
+}
+
 func exitCode(err error) int {
 	var usage usageError
 	switch {
 	case err == nil:
 		return exitOK
+	case isOutputClosed(err):
+		return exitFailed // its reader has gone: nobody to tell
 	case errors.Is(err, errAborted):
 		fmt.Fprintln(os.Stderr, "jetsink:", err)
 		return exitAborted

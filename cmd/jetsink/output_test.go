@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"syscall"
@@ -58,5 +59,42 @@ func TestOutputWriteFailure(t *testing.T) {
 		if strings.Contains(errOut.String(), "no space left") || strings.Count(fmt.Sprint(err), "no space left") != 1 {
 			t.Errorf("jetsink %s: the failure not said once: %v; stderr:\n%s", strings.Join(tc.args, " "), err, errOut.String())
 		}
+	}
+}
+
+// readerGone is a stdout whose reader has gone (`jetsink keys | head -1`).
+type readerGone struct{}
+
+func (readerGone) Write([]byte) (int, error) {
+	return 0, &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.EPIPE}
+}
+
+// Output whose reader has gone (EPIPE) ends the command with exitFailed
+// and nothing on stderr, as SIGPIPE would have: jetsink catches SIGPIPE
+// (survivePipes), and `jetsink keys | head -1` is no failure to report.
+func TestOutputReaderGoneIsQuiet(t *testing.T) {
+	t.Setenv("JETSINK_CONFIG", "")
+	root := newRoot()
+	root.SetOut(readerGone{})
+	var errOut strings.Builder
+	root.SetErr(&errOut)
+	root.SetArgs([]string{"keys"})
+	err := execute(context.Background(), root)
+	if !errors.Is(err, syscall.EPIPE) || !isOutputClosed(err) {
+		t.Fatalf("jetsink keys into a closed pipe: %v; want the broken pipe, as outputClosed", err)
+	}
+	r, w, perr := os.Pipe()
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	code := exitCode(err)
+	os.Stderr = stderr
+	w.Close()
+	said, _ := io.ReadAll(r)
+	r.Close()
+	if code != exitFailed || len(said) > 0 || errOut.Len() > 0 {
+		t.Fatalf("exit %d, stderr %q%q; want %d and nothing said", code, said, errOut.String(), exitFailed)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -271,10 +272,22 @@ func (o *stdout) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// failed is the error of output that could not be written whole.
+// failed is the error of output that could not be written whole: an
+// outputClosed when the reader went away (EPIPE: `jetsink keys | head`).
 func (o *stdout) failed() error {
-	return fmt.Errorf("could not write the output, which is cut short or missing: %w", o.err)
+	err := fmt.Errorf("could not write the output, which is cut short or missing: %w", o.err)
+	if errors.Is(o.err, syscall.EPIPE) {
+		return outputClosed{err}
+	}
+	return err
 }
+
+// outputClosed is the error of output whose reader has gone (EPIPE): the
+// command exits with exitFailed, saying nothing, as a program that
+// SIGPIPE ends would (jetsink catches SIGPIPE: survivePipes).
+type outputClosed struct{ error }
+
+func (e outputClosed) Unwrap() error { return e.error }
 
 // cobraUnknown matches cobra's error for an unknown subcommand of the root
 // (its legacyArgs), which quotes the argument whole.
