@@ -264,7 +264,8 @@ type Report struct {
 
 // LinkReport is one delayed link (see link) over the whole run: the
 // round-trip time it added; how much later than due its chunks went out
-// (a busy machine: each way, a chunk took half the RTT plus that); how
+// (every chunk, as its write began: a busy machine, or a writer held up by
+// a slow reader; each way, a chunk took half the RTT plus that); how
 // often and how long its readers waited because it held its most already
 // (the link, not the engine, held the traffic back); and the engines'
 // connections it carried.

@@ -48,9 +48,9 @@ type link struct {
 	wg     sync.WaitGroup
 
 	accepted atomic.Int64 // connections forwarded
-	// For Late: the chunks that waited for their due time, the sum and the
-	// most of how much later than due they went out.
-	waited atomic.Int64
+	// For Late: the chunks (and ends) sent, the sum and the most of how
+	// much later than due they went out.
+	sent   atomic.Int64
 	lateNs atomic.Int64
 	maxNs  atomic.Int64
 	// For Stalls: how often and how long a reader waited because its
@@ -127,11 +127,14 @@ func (l *link) Close() {
 	l.wg.Wait()
 }
 
-// Late is how much later than due the chunks that waited for their due
-// time went out: the mean and the most. Each way, such a chunk took half
-// the RTT plus that.
+// Late is how much later than due the chunks went out, the mean and the
+// most: every chunk, and every connection's end, each way, timed as its
+// write (or close) began, whether the writer slept until it was due or
+// took it overdue (blocked on a slow reader, or descheduled) or gathered it
+// into the write of an earlier one. Each way, a chunk took half the RTT
+// plus that; the write itself is not counted.
 func (l *link) Late() (mean, most time.Duration) {
-	n := l.waited.Load()
+	n := l.sent.Load()
 	if n == 0 {
 		return 0, 0
 	}
@@ -154,7 +157,7 @@ func (l *link) report(server string, rtt time.Duration) LinkReport {
 
 func (l *link) late(d time.Duration) {
 	d = max(d, 0)
-	l.waited.Add(1)
+	l.sent.Add(1)
 	l.lateNs.Add(int64(d))
 	for {
 		m := l.maxNs.Load()
@@ -290,11 +293,9 @@ func (l *link) send(q <-chan linkChunk, room *byteBudget, src, dst net.Conn) {
 				return
 			}
 		}
-		if time.Until(c.due) > 0 {
-			sleepUntil(c.due)
-			l.late(time.Since(c.due))
-		}
+		sleepUntil(c.due) // returns at once when c is overdue
 		if c.end {
+			l.late(time.Since(c.due))
 			if tc, ok := dst.(*net.TCPConn); ok && c.err == nil {
 				_ = tc.CloseWrite() // the other direction goes on
 			} else {
@@ -324,6 +325,13 @@ func (l *link) send(q <-chan linkChunk, room *byteBudget, src, dst net.Conn) {
 		out := bufs[:0] // WriteTo consumes out, not bufs
 		for _, h := range held {
 			out = append(out, h.data)
+		}
+		// Every chunk counts, those taken or gathered past their due
+		// time too (the writer was blocked or descheduled): counting only
+		// those it slept for would hide the delay when the machine is busy.
+		at := time.Now()
+		for _, h := range held {
+			l.late(at.Sub(h.due))
 		}
 		_, err := out.WriteTo(dst)
 		for _, h := range held {

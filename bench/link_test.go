@@ -173,3 +173,51 @@ func TestLinkClose(t *testing.T) {
 		t.Fatal("a closed link accepted a connection")
 	}
 }
+
+// A chunk the writer takes after its due time, because the write before it
+// blocked, counts in Late as much as one it slept for: here the reader
+// waits 80 ms before it reads the first chunk, so the second (due 20 ms
+// after the first: not gathered into its write) goes out ~60 ms late,
+// which Late must show.
+func TestLinkLateCountsOverdueChunks(t *testing.T) {
+	l := &link{half: time.Millisecond}
+	src, srcPeer := net.Pipe()
+	dst, reader := net.Pipe()
+	defer srcPeer.Close()
+	defer reader.Close()
+	room := newByteBudget(linkQueueBytes)
+	q := make(chan linkChunk, 2)
+	start := time.Now()
+	due := [2]time.Time{start.Add(l.half), start.Add(l.half + 20*time.Millisecond)}
+	for i, d := range due {
+		c := linkChunk{data: []byte{byte(i)}, due: d}
+		room.take(c.size())
+		q <- c
+	}
+	close(q)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.send(q, room, src, dst)
+	}()
+	defer func() { dst.Close(); <-done }()
+
+	_ = reader.SetDeadline(time.Now().Add(time.Minute))
+	time.Sleep(80 * time.Millisecond) // the slow reader: what the test is about
+	var got [2]time.Time
+	for i := range got {
+		b := make([]byte, 1)
+		if _, err := io.ReadFull(reader, b); err != nil || b[0] != byte(i) {
+			t.Fatalf("read chunk %d: %v, got %d", i, err, b[0])
+		}
+		got[i] = time.Now()
+	}
+	<-done
+	real := got[1].Sub(due[1])
+	if real < 30*time.Millisecond {
+		t.Fatalf("the second chunk came only %v after its due time: the test proves nothing", real)
+	}
+	if _, most := l.Late(); most < real/2 {
+		t.Errorf("Late's max is %v; the second chunk went out %v late", most, real)
+	}
+}
