@@ -357,10 +357,16 @@ func queryCanceled(err error) bool {
 // synchronous standby ("The transaction has already committed locally").
 func outcomeUnknown(err error) bool {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return true
-	}
-	switch cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) {
+	return !errors.As(err, &pgErr) || endsSession(pgErr)
+}
+
+// endsSession reports whether e ends the server's session: FATAL or
+// PANIC, by the severity the server does not translate (PostgreSQL 9.6
+// and later send it), by the one it does when there is none. The
+// translated one alone would miss a server with lc_messages other than
+// English ("SCHWERWIEGEND" in German).
+func endsSession(e *pgconn.PgError) bool {
+	switch cmp.Or(e.SeverityUnlocalized, e.Severity) {
 	case "FATAL", "PANIC":
 		return true
 	}

@@ -333,6 +333,17 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	// character the database cannot hold (SQLSTATE 22P05: its row is
 	// dead-lettered). A client_encoding in the URL is overridden.
 	cc.RuntimeParams["client_encoding"] = "UTF8"
+	// pgx closes a connection on a FATAL error, but tells one by the
+	// severity the server translates: on a server with lc_messages in
+	// German ("SCHWERWIEGEND") the connection stayed open in pgx's eyes
+	// and the FATAL came as an ordinary message, so a session the server
+	// had ended while idle cost a batch a failed attempt, warned of and
+	// counted, where it costs none (committer.attempt). A PANIC ends the
+	// session too.
+	pgxOnError := cc.OnPgError
+	cc.OnPgError = func(pc *pgconn.PgConn, e *pgconn.PgError) bool {
+		return !endsSession(e) && (pgxOnError == nil || pgxOnError(pc, e))
+	}
 	hosts := hostsOf(cc)
 	if d := cfg.DeadConnectionTimeout; d > 0 && cc.ConnectTimeout == 0 {
 		// A host that is gone answers no connect either: without a

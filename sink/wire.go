@@ -405,7 +405,7 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQ
 				res.err = pgErr
 			case ctx.Err() != nil:
 				res.err = errors.Join(ctx.Err(), err)
-			default: // a FATAL error comes here too (pgconn closes on it)
+			default: // a FATAL error comes here too (the sink's OnPgError closes on it: see New)
 				res.err = err
 				_, fatal := errors.AsType[*pgconn.PgError](err)
 				res.untouched = fatal && answers == 0

@@ -69,6 +69,13 @@ type fakePG struct {
 // connectFake starts a fakePG running script and connects to it.
 func connectFake(t *testing.T, ctx context.Context, script func(be *pgproto3.Backend, f *fakePG)) (*pgconn.PgConn, *fakePG) {
 	t.Helper()
+	return connectFakeWith(t, ctx, nil, script)
+}
+
+// connectFakeWith is connectFake with the connection's config changed by
+// tune first, when it is not nil.
+func connectFakeWith(t *testing.T, ctx context.Context, tune func(*pgconn.Config), script func(be *pgproto3.Backend, f *fakePG)) (*pgconn.PgConn, *fakePG) {
+	t.Helper()
 	ln := listen(t)
 	f := &fakePG{cancels: make(chan struct{}, 4)}
 	ln.wg.Go(func() {
@@ -130,6 +137,9 @@ func connectFake(t *testing.T, ctx context.Context, script func(be *pgproto3.Bac
 			return c, nil
 		}
 		return &closeCounter{Conn: c, n: &f.closed}, nil
+	}
+	if tune != nil {
+		tune(cfg)
 	}
 	pg, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -563,6 +573,51 @@ func TestCopyProtocolErrorThenClosed(t *testing.T) {
 			}
 			if got := classify((&committer{}).statementError(q, res, len(rs))); got != want {
 				t.Fatalf("ERROR 08P01 of the COPY, ready %v: classed %v, want %v", ready, got, want)
+			}
+		})
+	}
+}
+
+// A session the server ended while idle (pg_terminate_backend, 57P01)
+// leaves its FATAL error in the socket, read with the next Query's
+// answers: the attempt is untouched (committer.attempt tries again at once
+// on a new connection, with no warning or retry counted) and the
+// connection closed, also when the server's messages are not in English.
+// pgx's own OnPgError told a FATAL by the translated severity, and on a
+// German server ("SCHWERWIEGEND") read it as an ordinary message: a failed
+// attempt, warned of, counted and backed off.
+func TestFatalWhileIdleTranslated(t *testing.T) {
+	for _, sev := range []string{"FATAL", "SCHWERWIEGEND", "PANIK"} {
+		t.Run(sev, func(t *testing.T) {
+			ctx := testCtx(t, 10*time.Second)
+			cfg := DefaultConfig()
+			cfg.URL = "postgres://u@127.0.0.1:1/db" // New connects to nothing without create_table
+			cfg.Table = uniqueName(t)
+			s, err := New(ctx, cfg, testCols, &recDL{}, testLogger(t))
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			unlocalized := map[string]string{"FATAL": "FATAL", "SCHWERWIEGEND": "FATAL", "PANIK": "PANIC"}[sev]
+			waiting := make(chan struct{})
+			pg, _ := connectFakeWith(t, ctx, func(c *pgconn.Config) { c.OnPgError = s.connCfg.OnPgError }, func(be *pgproto3.Backend, _ *fakePG) {
+				be.Send(&pgproto3.ErrorResponse{Severity: sev, SeverityUnlocalized: unlocalized, Code: "57P01",
+					Message: "Verbindung wird abgebrochen aufgrund von Anweisung des Administrators"})
+				_ = be.Flush()
+				close(waiting)
+			}) // then the fake closes the connection, as the backend exits
+			select {
+			case <-waiting:
+			case <-ctx.Done():
+				t.Fatal("the fake server did not send its error")
+			}
+			rs, _ := rows(1, 3, nil)
+			var w copyWire
+			sent, res := sendCopy(ctx, pg, &w, guardedCopy("COPY t (a) FROM STDIN (FORMAT binary)", 1), rs)
+			if sent || !res.untouched || !endedIdle(res.err) && unlocalized == "FATAL" {
+				t.Fatalf("sendCopy = %v, untouched %v, %v; want not sent, untouched, the server's 57P01", sent, res.untouched, res.err)
+			}
+			if !pg.IsClosed() {
+				t.Fatal("the connection is still open after the server's " + unlocalized)
 			}
 		})
 	}
