@@ -594,6 +594,55 @@ func TestTableLockFails(t *testing.T) {
 	}
 }
 
+// hold's closing sample is taken while the lock is still held (another
+// connection sees it), so result counts it in RSSMaxDuring, as
+// LockResult says, not in the catch-up after the release.
+func TestTableLockSamplesBothEndsWhileHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pg := testenv.Postgres(t)
+	b := &bencher{cfg: config.Default(), db: pg.Conn(t)}
+	b.cfg.Postgres.URL = pg.URL
+	tg := target{engine: EngineBaseline, table: "lock_samples"}
+	if err := b.createTable(ctx, tg); err != nil {
+		t.Fatal(err)
+	}
+	defer b.dropTable(tg.table)
+	var (
+		samples []rssSample
+		locked  []bool
+		lockErr error
+	)
+	mark := func() { // on the lock's goroutine; the test waits for it
+		samples = append(samples, rssSample{time.Now(), int64(len(samples)+1) << 20})
+		var n int
+		err := b.db.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE relation = $1::regclass AND mode = 'AccessExclusiveLock' AND granted`, tg.table).Scan(&n)
+		lockErr = errors.Join(lockErr, err)
+		locked = append(locked, n > 0)
+	}
+	l, err := b.lockTable(ctx, tg.table, minLockFor, mark, func(error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l.start(start)
+	if err := l.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if lockErr != nil {
+		t.Fatal(lockErr)
+	}
+	if len(samples) != 2 || !locked[0] || !locked[1] {
+		t.Fatalf("%d samples, lock held at each: %v; want 2, both while the lock was held", len(samples), locked)
+	}
+	r := l.result(samples, start, l.held.Add(time.Second))
+	if r.RSSBefore != 1<<20 || r.RSSMaxDuring != 2<<20 || r.RSSGrowth != 1<<20 || r.RSSMaxCatchUp != 0 {
+		t.Errorf("before %d, max during %d, growth %d, max catching up %d; want 1 MiB, 2 MiB (the closing sample), 1 MiB, 0",
+			r.RSSBefore, r.RSSMaxDuring, r.RSSGrowth, r.RSSMaxCatchUp)
+	}
+}
+
 // treeCPU counts a live child's CPU (as for a running backend) and a child
 // the parent has reaped (as for a backend that has exited).
 func TestTreeCPU(t *testing.T) {

@@ -14,7 +14,8 @@ type LockResult struct {
 	AtS   float64 `json:"at_s"`   // lock taken, seconds after the first scheduled send
 	HeldS float64 `json:"held_s"` // how long it was held
 	// RSSBefore is sampled as the lock is granted, RSSMaxDuring is the
-	// highest sample from then to the release (one is taken at each end),
+	// highest sample from then to the release (one is taken at each end,
+	// the last just before the release, while the lock is still held),
 	// RSSGrowth the difference; RSSMaxCatchUp is the highest from the
 	// release until the catch-up is over.
 	RSSBefore     int64 `json:"rss_before_bytes"`
@@ -44,13 +45,13 @@ type tableLock struct {
 	done        chan struct{}
 	err         error     // valid after done
 	taken, held time.Time // when the lock was granted and released; valid after done
-	mark        func()    // called as the lock is granted and released
+	mark        func()    // called as the lock is granted and just before it is released
 }
 
 // lockTable connects now (so that connecting does not delay the lock) and,
 // from the time start gives on, holds an ACCESS EXCLUSIVE lock on table for
-// d, then rolls back; mark runs as the lock is granted and as it is
-// released. The lock waits for a COPY in progress to finish, as any locker
+// d, then rolls back; mark runs as the lock is granted and, while it is
+// still held, just before the rollback releases it. The lock waits for a COPY in progress to finish, as any locker
 // would. If the lock fails, fail is called with the error (to stop the
 // publisher).
 func (b *bencher) lockTable(ctx context.Context, table string, d time.Duration, mark func(), fail func(error)) (*tableLock, error) {
@@ -100,11 +101,14 @@ func (l *tableLock) hold(ctx context.Context, conn *pgx.Conn, table string, d ti
 	l.taken = time.Now()
 	l.mark()
 	err = sleepCtx(ctx, d)
+	// The closing sample is taken while the lock is still held, so that
+	// result counts it in RSSMaxDuring (at or before held), not in the
+	// catch-up.
+	l.mark()
 	if rerr := tx.Rollback(context.WithoutCancel(ctx)); rerr != nil && err == nil {
 		err = fmt.Errorf("bench: unlock %s: %w", table, rerr)
 	}
 	l.held = time.Now()
-	l.mark()
 	return err
 }
 
