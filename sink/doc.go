@@ -203,7 +203,9 @@
 //     for, with which a failover does (ProblemAsyncStandby);
 //   - COMMIT (at-least-once: the whole COPY) sent and no answer: outcome
 //     unknown, treated as not committed and retried; in at-least-once mode
-//     its rows count as PossibleDuplicates;
+//     its rows count as PossibleDuplicates; so is one answered without an
+//     error but with the session left in a transaction (ReadyForQuery's
+//     status not idle), whose connection is closed;
 //   - data (class 22, 23): the batch is bisected; good rows are committed
 //     and acked, each refused row is dead-lettered through the
 //     DeadLetterer (which terms it, or naks it and returns an error, in

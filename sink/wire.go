@@ -246,12 +246,33 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQuery, 
 		_ = pg.Close(context.Background())
 		res.err = nil
 	}
+	if _, ok := errors.AsType[*txStatusError](res.err); ok {
+		// Closed, the server rolls the open transaction back; the
+		// outcome is unknown all the same (committer.copy).
+		_ = pg.Close(context.Background())
+	}
 	return true, res
+}
+
+// txStatusError reports a Query holding a COPY that the server answered
+// without an error, but after which its session is not idle (status, of
+// ReadyForQuery: 'T' in a transaction, 'E' in a failed one): each Query of
+// the sink ends its transaction, implicit (at-least-once) or with COMMIT
+// (exactly-once), so the server did not run it as sent (a pooler's
+// surprise). The connection is closed, which rolls back whatever it holds,
+// and the outcome counts as unknown: nothing is acked, and the batch is
+// sent again.
+type txStatusError struct{ status byte }
+
+func (e *txStatusError) Error() string {
+	return fmt.Sprintf("the server answered the batch's Query with the session in transaction status %q, not idle: "+
+		"its commit is not certain; connection closed, not acked, sent again", e.status)
 }
 
 // copyResult is the answer to one Query holding a COPY. complete reports
 // that the CommandComplete of its last statement arrived (with no error
-// before it): a COPY in autocommit, or in the implicit transaction of a
+// before it, nor a ReadyForQuery after it that finds the session in a
+// transaction: txStatusError): a COPY in autocommit, or in the implicit transaction of a
 // Query of several statements, has committed by then, since the server
 // commits before it reports the last statement (a COMMIT too). stored is
 // the row count in the COPY's CommandComplete, -1 without one; inserted
@@ -454,6 +475,14 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQ
 			}
 		case *pgproto3.ReadyForQuery:
 			res.err, res.ready = pgErr, true
+			if pgErr == nil && msg.TxStatus != 'I' {
+				// Every statement went through, and the transaction
+				// is still open ('T') or failed ('E'): the Query
+				// did not end with the commit it was built to end
+				// with. A later statement would commit, or roll
+				// back, the batch with it.
+				res.complete, res.err = false, &txStatusError{status: msg.TxStatus}
+			}
 			return res
 		}
 	}

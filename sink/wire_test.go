@@ -622,3 +622,38 @@ func TestFatalWhileIdleTranslated(t *testing.T) {
 		})
 	}
 }
+
+// Every Query of the sink ends its transaction: a COPY answered without an
+// error but with the session still in a transaction ('T') or a failed one
+// ('E') did not run as sent, and a later statement would commit or roll
+// back its rows with it. Not complete (not acked), an unknown outcome (sent
+// again; at-least-once counts a possible duplicate), the connection closed.
+func TestCopyCompleteInTransaction(t *testing.T) {
+	for _, status := range []byte{'T', 'E'} {
+		t.Run(string(status), func(t *testing.T) {
+			ctx := testCtx(t, 10*time.Second)
+			pg, _ := connectFake(t, ctx, func(be *pgproto3.Backend, _ *fakePG) {
+				if !receiveCopy(be) {
+					return
+				}
+				be.Send(&pgproto3.CommandComplete{CommandTag: []byte("COPY 3")})
+				be.Send(&pgproto3.ReadyForQuery{TxStatus: status})
+				_ = be.Flush()
+				_, _ = be.Receive() // until the client closes
+			})
+			rs, _ := rows(1, 3, nil)
+			var w copyWire
+			q := guardedCopy("COPY t (a) FROM STDIN (FORMAT binary)", 1)
+			sent, res := sendCopy(ctx, pg, &w, q, rs)
+			if _, ok := errors.AsType[*txStatusError](res.err); !ok || res.complete || !sent {
+				t.Fatalf("sendCopy = %v, complete %v, %v; want sent, not complete, a *txStatusError", sent, res.complete, res.err)
+			}
+			if err := (&committer{}).statementError(q, res, len(rs)); !outcomeUnknown(err) {
+				t.Fatalf("%v: the outcome counts as known", err)
+			}
+			if !pg.IsClosed() {
+				t.Fatalf("the connection is still open, in transaction status %q", pg.TxStatus())
+			}
+		})
+	}
+}
