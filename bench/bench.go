@@ -542,6 +542,11 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("%w: --event-bytes %d does not fit the embedded nats-server's max_payload (%d bytes, with room for the headers): at most %d",
 			ErrInvalidOptions, o.EventBytes, natsserver.MAX_PAYLOAD_SIZE, limit)
 	}
+	// What loadgen.Publish would refuse (a rate that is not a number, or
+	// too many events), refused before any server starts.
+	if err := o.publishOptions("bench", o.scenarioLoad()).Validate(); err != nil {
+		return fmt.Errorf("%w: the publisher: %w", ErrInvalidOptions, err)
+	}
 	for _, v := range o.Variants {
 		cfg, err := o.variantConfig(v)
 		if err != nil {
@@ -724,7 +729,7 @@ func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result,
 		}
 		defer b.deleteStream(stream)
 		b.say("rep %d%s: preloading %d events into %s", rep+1, variantSuffix(v), b.o.Events, stream)
-		pub, err := loadgen.Publish(ctx, b.js.Conn(), b.publishOptions(prefix, loadgen.Options{Events: b.o.Events}))
+		pub, err := loadgen.Publish(ctx, b.js.Conn(), b.o.publishOptions(prefix, b.o.scenarioLoad()))
 		if err != nil {
 			return nil, fmt.Errorf("bench: preload: %w", err)
 		}
@@ -776,19 +781,28 @@ func runOrder(rep int, compare bool) []string {
 	return []string{EngineJetsink, EngineBaseline}
 }
 
-// publishOptions completes o (the events or the rate) for a run on the
+// publishOptions completes lo (the events or the rate) for a run on the
 // subjects under prefix. The events carry each its scheduled send time
 // (Stamp) and no traceparent, so that jetsink samples them as roots at its
 // own ratio, as in the runs before the publisher sent one by default. The
 // PubAck wait is short enough that every resend of an event falls within
 // the streams' duplicate window (loadgen.MaxAckWait), when one is set.
-func (b *bencher) publishOptions(prefix string, o loadgen.Options) loadgen.Options {
-	o.Subject, o.Subjects, o.Run, o.Stamp, o.NoTraceContext = prefix, b.o.Subjects, uint64(time.Now().UnixNano()), true, true
-	o.EventBytes = b.o.EventBytes
-	if b.o.DuplicateWindow > 0 {
-		o.AckWait = min(loadgen.MaxAckWait(b.o.DuplicateWindow), 5*time.Second) // defaults refuses a window too short for any
+func (o *Options) publishOptions(prefix string, lo loadgen.Options) loadgen.Options {
+	lo.Subject, lo.Subjects, lo.Run, lo.Stamp, lo.NoTraceContext = prefix, o.Subjects, uint64(time.Now().UnixNano()), true, true
+	lo.EventBytes = o.EventBytes
+	if o.DuplicateWindow > 0 {
+		lo.AckWait = min(loadgen.MaxAckWait(o.DuplicateWindow), 5*time.Second) // defaults refuses a window too short for any
 	}
-	return o
+	return lo
+}
+
+// scenarioLoad is what the scenario publishes: the preload's events, or
+// the rate for the duration.
+func (o *Options) scenarioLoad() loadgen.Options {
+	if o.Scenario == ScenarioRate {
+		return loadgen.Options{Rate: o.Rate, Duration: o.Duration}
+	}
+	return loadgen.Options{Events: o.Events}
 }
 
 func variantSuffix(v Variant) string {
@@ -1165,7 +1179,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	// time: the steady CPU window opens there (nothing is delivered yet),
 	// and the lock is taken LockAt after it.
 	var first cpuMark
-	o := b.publishOptions(t.prefix, loadgen.Options{Rate: b.o.Rate, Duration: b.o.Duration})
+	o := b.o.publishOptions(t.prefix, b.o.scenarioLoad())
 	o.Started = func(start time.Time) {
 		first, _ = cpuNow(c.cmd.Process.Pid)
 		if lock != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -725,6 +726,21 @@ func TestOptionsValidate(t *testing.T) {
 	} {
 		if _, err := Run(context.Background(), o); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("Run(%+v) = %v, want ErrInvalidOptions", o, err)
+		}
+	}
+
+	// What loadgen.Publish refuses, refused before the servers start, with
+	// a configuration that is valid (a zero Base is refused for itself).
+	for _, o := range []Options{
+		{Exe: "x", Scenario: ScenarioRate, Rate: math.NaN(), Duration: time.Second},
+		{Exe: "x", Scenario: ScenarioRate, Rate: math.Inf(1), Duration: time.Second},
+		{Exe: "x", Scenario: ScenarioRate, Rate: 1e12, Duration: 10 * time.Second},
+		{Exe: "x", Scenario: ScenarioDrain, Events: 10, EventBytes: 64<<20 + 1},
+	} {
+		o.Base = config.Default()
+		if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !errors.Is(err, loadgen.ErrInvalidOptions) {
+			t.Errorf("Options{Rate: %v, Duration: %v, Events: %d, EventBytes: %d}: %v, want ErrInvalidOptions wrapping loadgen's",
+				o.Rate, o.Duration, o.Events, o.EventBytes, err)
 		}
 	}
 
