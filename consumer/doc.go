@@ -144,9 +144,12 @@
 // flush, and Close's for the connections, give up after abortBudget
 // (250 ms) when a write to a server that reads nothing holds a
 // connection's lock (that flush or close then ends at writeTimeout, 10 s);
-// and the flush-then-abort of a wire connection dropped after nats.go's
-// disconnect, or after a probe it did not answer, runs on its own for at
-// most abortFlush or wireProbeTimeout (2 s).
+// the flush-then-abort of a wire connection dropped after nats.go's
+// disconnect runs on its own for at most abortFlush; and a probe of the
+// wire connection after missed heartbeats (probeWire) runs on its own
+// until its PONG, until wireProbeTimeout (2 s) passes with nothing
+// received (it then aborts the connection), or until the connection ends
+// (Close): while a large message arrives slowly it waits on.
 //
 // # Shutdown
 //

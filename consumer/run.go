@@ -462,22 +462,47 @@ func (s *session) await(hard context.Context) error {
 	}
 }
 
-// wireProbeTimeout bounds probeWire's PING.
+// wireProbeTimeout is how long probeWire waits for its PONG with nothing
+// at all coming from the server.
 const wireProbeTimeout = 2 * time.Second
 
 // probeWire pings the wire connection wc, on a goroutine of its own, and
-// aborts it when no PONG comes within wireProbeTimeout: a connection the
-// network left half-open (the server gone without a word) would otherwise
-// hold the session, which pulls nothing, until the PINGs of its own
-// schedule failed, 40-60 s. The session then ends as for any lost wire
-// connection, and Run pulls again on a new one.
+// aborts it when no PONG comes and no byte either for wireProbeTimeout: a
+// connection the network left half-open (the server gone without a word)
+// would otherwise hold the session, which pulls nothing, until the PINGs
+// of its own schedule failed, 40-60 s. The session then ends as for any
+// lost wire connection, and Run pulls again on a new one. A connection
+// still receiving is not dropped: a large message over a slow link (64 MiB
+// takes 5 s at 100 Mbit/s) holds the PONG behind it, and aborting there
+// lost the message half-read, again at each redelivery. The probe waits
+// on while each wireProbeTimeout brings bytes; it ends with its PONG or
+// with the connection.
 func (c *Consumer) probeWire(wc *wire.Conn) {
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), wireProbeTimeout)
+		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		if err := wc.Flush(ctx); err != nil && !isDone(wc) {
-			c.log.Warn("wire pull connection does not answer; dropping it", "err", err)
-			wc.Abort()
+		answer := make(chan error, 1)
+		go func() { answer <- wc.Flush(ctx) }()
+		look := time.NewTicker(wireProbeTimeout)
+		defer look.Stop()
+		last := wc.LastRead()
+		for {
+			select {
+			case <-answer: // the PONG, or the connection gone
+				return
+			case <-look.C:
+			}
+			if read := wc.LastRead(); !read.Equal(last) {
+				last = read // bytes came: the server is there
+				continue
+			}
+			cancel()
+			if err := <-answer; err != nil && !isDone(wc) { // nil: the PONG came just now
+				c.log.Warn("wire pull connection does not answer; dropping it",
+					"silent_for", wireProbeTimeout)
+				wc.Abort()
+			}
+			return
 		}
 	}()
 }

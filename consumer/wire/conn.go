@@ -130,6 +130,7 @@ type connectInfo struct {
 type Conn struct {
 	id         uint64 // registry id
 	nc         net.Conn
+	clock      *readClock // the reader's source: when it last read (nil in some tests)
 	opts       Options
 	maxPayload int
 
@@ -309,6 +310,7 @@ func handshake(ctx context.Context, nc net.Conn, o *Options, host string, wantTL
 	}
 	c := &Conn{
 		nc:         &deadlineConn{Conn: conn, timeout: o.WriteTimeout},
+		clock:      clock,
 		opts:       *o,
 		maxPayload: 1 << 20, // the server's default
 		kick:       make(chan struct{}, 1),
@@ -416,6 +418,28 @@ func (d *deadlineConn) Write(p []byte) (int, error) {
 
 // MaxPayload is the server's max_payload.
 func (c *Conn) MaxPayload() int { return c.maxPayload }
+
+// LastRead is when bytes last came from the server (the wall clock, read
+// once per read from the socket; no monotonic reading). Before a PING is
+// taken for unanswered, it tells whether the server is still sending: a
+// large message arriving over a slow link (64 MiB takes 5 s at 100 Mbit/s)
+// holds the PONG behind it, as it holds the idle heartbeats, but the
+// connection is alive.
+func (c *Conn) LastRead() time.Time {
+	if c.clock == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, c.clock.at.Load())
+}
+
+// receiving reports when the reader last read from the socket (Unix
+// nanoseconds) and whether it is waiting there for the rest of a frame.
+func (c *Conn) receiving() (at int64, inFrame bool) {
+	if c.clock == nil {
+		return 0, false
+	}
+	return c.clock.at.Load(), c.clock.inFrame.Load()
+}
 
 // Done is closed when the connection has closed or failed.
 func (c *Conn) Done() <-chan struct{} { return c.done }

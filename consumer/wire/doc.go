@@ -17,7 +17,10 @@
 // 409 status (Nats-Pending-Messages), and pulls afresh, reporting
 // ErrNoHeartbeat, when neither a message nor an idle heartbeat arrives for
 // two to three heartbeat intervals (silence is sampled once per interval,
-// so that a message costs no timer reset). Msg settles a message (Ack, Nak,
+// so that a message costs no timer reset; a frame part-way read whose
+// bytes still arrive is not silence, as a heartbeat would wait behind it).
+// Conn.LastRead tells when bytes last came, for a caller that would take
+// an unanswered PING for a dead connection. Msg settles a message (Ack, Nak,
 // NakWithDelay, InProgress, Term, TermWithReason) with the payloads
 // JetStream expects, on the connection that delivered it while that is
 // open, after that through Options.Settle if set (jetsink passes its

@@ -26,7 +26,9 @@ var (
 	ErrAuthorization = errors.New("wire: authorization refused")
 	// ErrNoHeartbeat: a pull subscription saw neither a message nor an
 	// idle heartbeat for two to three heartbeat intervals (it looks once
-	// an interval, and reports the second quiet look). The Sub pulls again
+	// an interval, and reports the second quiet look; a look that finds
+	// the reader part-way through a frame whose bytes still arrive, a
+	// large message over a slow link, is not quiet). The Sub pulls again
 	// by itself; the caller decides whether the consumer is still there.
 	ErrNoHeartbeat = errors.New("wire: no heartbeat received")
 	// ErrNoResponders: a pull found nothing to answer it (status 503): no

@@ -542,6 +542,112 @@ func TestHeartbeatsKeepQuietSubAlive(t *testing.T) {
 	}
 }
 
+// slowMessage writes one message of 50 x 20,000 bytes to sid over about
+// five seconds (200 KB/s: a megabyte over a link of a few Mbit/s, or 64 MiB
+// over 100 Mbit/s, takes as long), with no heartbeat meanwhile: the server
+// sends nothing else while a frame is part-way written.
+func slowMessage(w io.Writer, sid string) {
+	_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.1.1.0.0 %d\r\n", sid, 50*20000)
+	chunk := []byte(strings.Repeat("x", 20000))
+	for range 50 {
+		_, _ = w.Write(chunk)
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, _ = w.Write([]byte("\r\n"))
+}
+
+// A large message arriving slowly, its bytes flowing all the while, is not
+// missed heartbeats: the server's heartbeat waits behind it. (It was: the
+// Sub reported ErrNoHeartbeat and pulled again, and jetsink's consumer
+// then pinged the connection and, the PONG being behind the message too,
+// aborted it, losing the message half-read, again at each redelivery.)
+func TestSlowLargeMessageIsNotSilence(t *testing.T) {
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		if n == 1 {
+			slowMessage(w, sid)
+		}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	var handled atomic.Int64
+	var mu sync.Mutex
+	var errs []string
+	start := time.Now()
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: time.Second},
+		func(*Msg) { handled.Add(1) }, func(err error) {
+			mu.Lock()
+			errs = append(errs, fmt.Sprintf("%.1fs %v", time.Since(start).Seconds(), err))
+			mu.Unlock()
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	eventually(t, 20*time.Second, "handled", func() bool { return handled.Load() == 1 })
+	t.Logf("handled after %.1fs", time.Since(start).Seconds())
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) > 0 {
+		t.Fatalf("errors while the message's bytes were flowing: %v", errs)
+	}
+}
+
+// A frame whose bytes stop coming part-way is silence all the same: the
+// reader waiting inside a frame counts as life only while it reads.
+func TestStalledFrameIsSilence(t *testing.T) {
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		if n == 1 {
+			_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.1.1.0.0 %d\r\n%s", sid, 50*20000, strings.Repeat("x", 20000))
+		}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	rec := newErrRecorder()
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 2 * time.Second, Heartbeat: 500 * time.Millisecond},
+		func(*Msg) {}, rec.onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	rec.wait(t, 5*time.Second, func(err error) bool { return errors.Is(err, ErrNoHeartbeat) })
+}
+
+// While a large message arrives slowly, a Flush waits behind it (the PONG
+// comes after it), and LastRead tells that the connection is not silent.
+func TestLastReadAdvancesBehindASlowMessage(t *testing.T) {
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		if n == 1 {
+			slowMessage(w, sid)
+		}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	var handled atomic.Int64
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: time.Second},
+		func(*Msg) { handled.Add(1) }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	time.Sleep(500 * time.Millisecond) // let the message start: no condition to poll
+	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	before := c.LastRead()
+	if err := c.Flush(fctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush behind a message still arriving: %v, want the deadline", err)
+	}
+	if handled.Load() != 0 {
+		t.Fatal("the message was handled within 2.5 s; the test needs it slower")
+	}
+	if after := c.LastRead(); !after.After(before) {
+		t.Fatalf("LastRead %v did not advance from %v while bytes flowed", after, before)
+	}
+	if err := c.Flush(ctx); err != nil {
+		t.Fatalf("Flush after the message: %v", err)
+	}
+	eventually(t, 10*time.Second, "handled", func() bool { return handled.Load() == 1 })
+}
+
 func TestDrainDeliversWhatArrived(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	srv := testenv.NATS(t)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 )
 
@@ -54,16 +55,22 @@ type parser struct {
 // one that returned bytes: one clock reading per read from the socket,
 // which under load brings many messages, instead of one per message (a
 // clock reading costs ~0.1 µs on a KVM guest; profile in BENCHMARKS.md,
-// session 23). One goroutine reads at a time.
+// session 23). One goroutine reads at a time; others look (Conn.LastRead,
+// a Sub's heartbeat tick), hence the atomics, which cost one store per
+// read from the socket and nothing per message.
 type readClock struct {
 	r  io.Reader
-	at int64 // Unix nanoseconds
+	at atomic.Int64 // Unix nanoseconds
+	// inFrame: the parser has read part of a frame and waits on the
+	// socket for the rest (a large message on a slow link). Set only when
+	// the read buffer does not already hold the rest.
+	inFrame atomic.Bool
 }
 
 func (c *readClock) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	if n > 0 {
-		c.at = time.Now().UnixNano()
+		c.at.Store(time.Now().UnixNano())
 	}
 	return n, err
 }
@@ -180,6 +187,12 @@ func (p *parser) msg(f *frame, args []byte, hmsg bool) error {
 	// copy the subject and reply first.
 	copy(body, subj)
 	copy(body[len(subj):], reply)
+	// Waiting on the socket for the rest of the frame: nothing the server
+	// sent after it, a heartbeat or a PONG, can be read meanwhile.
+	waits := p.clock != nil && p.br.Buffered() < int(total)+2
+	if waits {
+		p.clock.inFrame.Store(true)
+	}
 	if _, err := io.ReadFull(p.br, body[len(subj)+len(reply):]); err != nil {
 		return unexpectedEOF(err)
 	}
@@ -191,8 +204,11 @@ func (p *parser) msg(f *frame, args []byte, hmsg bool) error {
 		return protoErr("%s body not followed by CRLF", opName(hmsg))
 	}
 	_, _ = p.br.Discard(2) // cannot fail: Peek has the bytes
+	if waits {
+		p.clock.inFrame.Store(false)
+	}
 	if p.clock != nil {
-		m.recv = p.clock.at
+		m.recv = p.clock.at.Load()
 	}
 	f.kind, f.sid, f.msg = frameMsg, id, m
 	return nil

@@ -610,6 +610,7 @@ func (s *Sub) loop() error {
 	defer tick.Stop()
 	var handled, seen uint64
 	idle := 0
+	lastRead, _ := s.c.receiving()
 	var stall stallWatch
 	for {
 		// While messages are waiting, take them without the full select;
@@ -669,6 +670,9 @@ func (s *Sub) loop() error {
 				s.maybePull()
 			}
 			s.pmu.Unlock()
+			at, inFrame := s.c.receiving()
+			read := at != lastRead
+			lastRead = at
 			// Silence is measured on this goroutine, as nats.go measures
 			// it around its handler: a slow handler is not silence.
 			if s.status.Swap(false) || handled != seen || len(s.ch) > 0 {
@@ -691,6 +695,14 @@ func (s *Sub) loop() error {
 			}
 			if quiet {
 				idle = 0
+				continue
+			}
+			if read && inFrame {
+				// Nor is a frame the reader is part-way through, its
+				// bytes still arriving: a heartbeat would wait behind it
+				// (a large message over a slow link takes seconds). It
+				// proves nothing of this Sub's pull either (the frame may
+				// be another Sub's): such a tick counts neither way.
 				continue
 			}
 			if idle++; idle < 2 {
