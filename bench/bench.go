@@ -1221,9 +1221,8 @@ func sendLag(pub loadgen.Result) *SendLag {
 	if pub.SendLag == nil {
 		return nil
 	}
-	l := &SendLag{Percentiles: percentiles(pub.SendLag), Over1ms: pub.SentOver1ms}
-	l.Max = millis(pub.SendLagMax) // exact, where the histogram's is its bucket's top
-	return l
+	// The exact max, where the histogram's is its bucket's top.
+	return &SendLag{Percentiles: percentiles(pub.SendLag, pub.SendLagMax.Microseconds()), Over1ms: pub.SentOver1ms}
 }
 
 // settle waits until t's engine c has acked the res.Published events, stops

@@ -1305,3 +1305,30 @@ func TestRateRunSaysThePublisherFellBehind(t *testing.T) {
 		t.Fatalf("want one run said to fall behind, the second:\n%s", text.String())
 	}
 }
+
+// A latency's max is the value recorded, not the top of its histogram
+// bucket: 59 min 59 s read 3,600,810 ms, over the hour that nothing was
+// clamped above; a value over the hour reads as the hour, counted. No
+// percentile reads above the max.
+func TestHistMaxIsExact(t *testing.T) {
+	for _, c := range []struct {
+		d     time.Duration
+		max   float64
+		above int64
+	}{
+		{59*time.Minute + 59*time.Second, 3_599_000, 0},
+		{2 * time.Hour, 3_600_000, 1},
+		{1234567 * time.Microsecond, 1234.567, 0},
+	} {
+		h := newHist()
+		h.record(time.Millisecond)
+		h.record(c.d)
+		p := h.percentiles()
+		if p.Max != c.max || p.AboveMax != c.above {
+			t.Errorf("%v: max %v ms, %d clamped above; want %v ms, %d", c.d, p.Max, p.AboveMax, c.max, c.above)
+		}
+		if p.P999 > p.Max || p.P99 > p.Max {
+			t.Errorf("%v: p99 %v, p99.9 %v ms above the max %v", c.d, p.P99, p.P999, p.Max)
+		}
+	}
+}

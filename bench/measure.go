@@ -39,10 +39,14 @@ type Percentiles struct {
 func (p Percentiles) Clamped() int64 { return p.BelowMin + p.AboveMax }
 
 // hist is a latency histogram that counts the values it clamps into its
-// range.
+// range and keeps the largest value it recorded exactly: the histogram's
+// own Max is the top of that value's bucket (3 significant digits), which
+// reads up to 0.1% high, above the hour of its range for a value just
+// under it.
 type hist struct {
 	h            *hdrhistogram.Histogram
 	below, above int64
+	max          int64 // µs, as recorded (clamped)
 }
 
 func newHist() *hist { return &hist{h: hdrhistogram.New(histMin, histMax, histDigits)} }
@@ -60,6 +64,7 @@ func (h *hist) record(d time.Duration) int64 {
 		us = histMax
 	}
 	_ = h.h.RecordValue(us) // within range: no error
+	h.max = max(h.max, us)
 	return us
 }
 
@@ -69,20 +74,23 @@ func (h *hist) percentiles() Percentiles {
 	if h.h.TotalCount() == 0 {
 		return Percentiles{}
 	}
-	p := percentiles(h.h)
+	p := percentiles(h.h, h.max)
 	p.BelowMin, p.AboveMax = h.below, h.above
 	return p
 }
 
-func percentiles(h *hdrhistogram.Histogram) Percentiles {
-	ms := func(us int64) float64 { return float64(us) / 1000 }
+// percentiles reads h's distribution; maxUS is the largest value recorded,
+// exactly, which is the Max and caps the percentiles (each is the top of
+// its value's bucket, which can lie above every value recorded).
+func percentiles(h *hdrhistogram.Histogram, maxUS int64) Percentiles {
+	ms := func(us int64) float64 { return float64(min(us, maxUS)) / 1000 }
 	return Percentiles{
 		Count: h.TotalCount(),
 		P50:   ms(h.ValueAtQuantile(50)),
 		P90:   ms(h.ValueAtQuantile(90)),
 		P99:   ms(h.ValueAtQuantile(99)),
 		P999:  ms(h.ValueAtQuantile(99.9)),
-		Max:   ms(h.Max()),
+		Max:   ms(maxUS),
 		Mean:  h.Mean() / 1000,
 	}
 }
@@ -190,13 +198,14 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	// event has a row; where the first events were lost, the windows and
 	// their seconds were shifted against the other plots'.
 	var win *hdrhistogram.Histogram
+	var winMax int64 // µs, exactly
 	winStart := from
 	if window > 0 {
 		win = hdrhistogram.New(histMin, histMax, histDigits)
 	}
 	flushWin := func() {
 		if win != nil && win.TotalCount() > 0 {
-			p := percentiles(win)
+			p := percentiles(win, winMax)
 			f.timeline = append(f.timeline, TimePoint{T: winStart.Sub(from).Seconds(), Count: p.Count, P50: p.P50, P99: p.P99, Max: p.Max})
 		}
 	}
@@ -211,6 +220,7 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 		if d := ts.Sub(winStart); win != nil && d >= window {
 			flushWin()
 			win.Reset()
+			winMax = 0
 			winStart = winStart.Add(d / window * window) // past empty windows at once: the first row may be far from from
 		}
 		end := at
@@ -245,6 +255,7 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 		}
 		if win != nil {
 			_ = win.RecordValue(us)
+			winMax = max(winMax, us)
 		}
 	}
 	rows.Close()
@@ -258,7 +269,7 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 	f.delivery, f.inside = delivery.percentiles(), inside.percentiles()
 	f.commitToAck, f.toCommit = commitToAck.percentiles(), toCommit.percentiles()
 	for _, q := range curveQuantiles {
-		v := all.h.ValueAtQuantile(q)
+		v := min(all.h.ValueAtQuantile(q), all.max)
 		if q == 0 {
 			v = all.h.Min() // ValueAtQuantile(0) is the lowest bucket's start, 0
 		}
