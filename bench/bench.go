@@ -121,8 +121,10 @@ type Result struct {
 	Stray         int64  `json:"rows_outside_published_seqs"`
 	StreamLastSeq uint64 `json:"stream_last_seq"`
 	// PublishPS is the rate the publisher sent at (loadgen's SendRate):
-	// events sent over the time to the last one's first send, not to its
-	// PubAck. In a rate run, below --rate when the publisher fell behind.
+	// the intervals between the first send and the last over the time
+	// between them, not to the last PubAck; 0 for one event. In a rate
+	// run, --rate when every event went out on time, below it when the
+	// publisher fell behind.
 	PublishPS float64 `json:"publish_per_s"`
 	// PubRetried counts publishes sent again after a failed or late PubAck;
 	// a retried event keeps its scheduled time, so its latency shows it.

@@ -1293,9 +1293,11 @@ func TestChildEnvironment(t *testing.T) {
 }
 
 // A rate run whose publisher sent below 99% of the rate offered says so in
-// its line; one that kept up does not.
+// its line; one that kept up does not, nor one of a single event (no rate:
+// PublishPS 0).
 func TestRateRunSaysThePublisherFellBehind(t *testing.T) {
-	rs := []Result{{Engine: EngineJetsink, Rep: 1, PublishPS: 1000.4}, {Engine: EngineJetsink, Rep: 2, PublishPS: 905}}
+	rs := []Result{{Engine: EngineJetsink, Rep: 1, PublishPS: 1000.4}, {Engine: EngineJetsink, Rep: 2, PublishPS: 905},
+		{Engine: EngineJetsink, Rep: 3, PublishPS: 0}}
 	r := Report{Scenario: ScenarioRate, Rate: 1000, Results: rs, Summary: summarize(rs)}
 	var text bytes.Buffer
 	if err := r.WriteText(&text); err != nil {

@@ -186,7 +186,8 @@ func (r *Report) WriteText(w io.Writer) error {
 		if l := x.lost(); l != "" {
 			fmt.Fprintf(&b, "      LOST EVENTS, not counted in the summary: %s\n", l)
 		}
-		if r.Scenario == ScenarioRate && r.Rate > 0 && x.PublishPS < 0.99*r.Rate {
+		// PublishPS is 0 for a run of one event: no rate to compare.
+		if r.Scenario == ScenarioRate && r.Rate > 0 && x.PublishPS > 0 && x.PublishPS < 0.99*r.Rate {
 			fmt.Fprintf(&b, "      THE PUBLISHER FELL BEHIND: it sent at %.0f/s of the %.0f/s offered (the latency still counts from the schedule)\n", x.PublishPS, r.Rate)
 		}
 		late, first := "", "startup"

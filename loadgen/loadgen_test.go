@@ -126,6 +126,24 @@ func TestPublishOpenLoopAndFailures(t *testing.T) {
 	if err != nil || res.Sent != 500 || res.Acked != 500 {
 		t.Fatalf("open loop: %+v, %v", res, err)
 	}
+	// 10 events at 20/s: the last is due 450 ms after the first, so
+	// Sending is ~450 ms and the rate 20/s (10 over it read 22/s).
+	res, err = Publish(ctx, nc, Options{Subject: "ol", Rate: 20, Duration: 500 * time.Millisecond, Run: 4})
+	if r := res.SendRate(); err != nil || res.Sent != 10 || r < 18 || r > 20.5 {
+		t.Fatalf("open loop at 20/s: sent %d in %v, SendRate %.2f/s, %v; want 10, about 20/s", res.Sent, res.Sending, r, err)
+	}
+	for _, c := range []struct {
+		r    Result
+		want float64
+	}{
+		{Result{Sent: 10, Sending: 900 * time.Millisecond}, 10},
+		{Result{Sent: 1, Sending: 0}, 0},
+		{Result{}, 0},
+	} {
+		if got := c.r.SendRate(); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%d sent in %v: SendRate %v, want %v", c.r.Sent, c.r.Sending, got, c.want)
+		}
+	}
 }
 
 func TestPublishStampsScheduledSendTime(t *testing.T) {

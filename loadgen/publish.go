@@ -190,15 +190,18 @@ type Result struct {
 	Sending time.Duration
 }
 
-// SendRate is the rate the events went out at: Sent over Sending. It does
-// not wait for the PubAcks and the resends after the last send, as
-// Sent/Elapsed does; in open loop, below Rate when the publisher fell
-// behind its schedule. 0 before the first send.
+// SendRate is the rate the events went out at: the Sent-1 intervals
+// between the first send and the last over Sending. In open loop that is
+// Rate when every event went out on time (Sending runs to the last event's
+// due time, (Sent-1)/Rate; Sent over it overstated the rate by
+// Sent/(Sent-1)), below Rate when the publisher fell behind its schedule.
+// It does not wait for the PubAcks and the resends after the last send, as
+// Sent/Elapsed does. 0 with fewer than two sends: no interval to measure.
 func (r Result) SendRate() float64 {
-	if r.Sending <= 0 {
+	if r.Sent < 2 || r.Sending <= 0 {
 		return 0
 	}
-	return float64(r.Sent) / r.Sending.Seconds()
+	return float64(r.Sent-1) / r.Sending.Seconds()
 }
 
 // The send lag histogram's range, in microseconds.
