@@ -1334,3 +1334,28 @@ func TestHistMaxIsExact(t *testing.T) {
 		}
 	}
 }
+
+// A drain's text leaves out send->stored, the preload's publish latency
+// (no part of the drain's), and gives stored->commit from the engine's
+// start; a rate run's line splits its latency at the store time.
+func TestDrainLineLeavesOutThePreload(t *testing.T) {
+	lat := Percentiles{Count: 10, P50: 1, P90: 2, P99: 3, P999: 4, Max: 5}
+	r := Result{Engine: EngineJetsink, Rep: 1, Published: 10, Rows: 10, StreamLastSeq: 10, Latency: lat,
+		LatencyToStream: Percentiles{Count: 10, P50: 700, P99: 900, Max: 950}, LatencyInEngine: lat}
+	for _, c := range []struct {
+		scenario  string
+		want, not string
+	}{
+		{ScenarioDrain, "stored->commit (from the engine's start) p50 1.0 p99 3.0 p99.9 4.0 max 5.0 ms", "send->stored"},
+		{ScenarioRate, "of which send->stored p50 700.0 p99 900.0 max 950.0 ms, stored->commit p50 1.0", "engine's start"},
+	} {
+		rep := &Report{Scenario: c.scenario, Results: []Result{r}, Summary: summarize([]Result{r})}
+		var text bytes.Buffer
+		if err := rep.WriteText(&text); err != nil {
+			t.Fatal(err)
+		}
+		if got := text.String(); !strings.Contains(got, c.want) || strings.Contains(got, c.not) {
+			t.Errorf("%s: want %q, not %q:\n%s", c.scenario, c.want, c.not, got)
+		}
+	}
+}

@@ -182,7 +182,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "  #%d%s %-8s FAILED, not counted: %s\n", x.Rep, v, x.Engine, x.Failed)
 			continue
 		}
-		fmt.Fprintf(&b, "  #%d%s %s\n", x.Rep, v, x.line())
+		fmt.Fprintf(&b, "  #%d%s %s\n", x.Rep, v, x.line(r.Scenario))
 		if l := x.lost(); l != "" {
 			fmt.Fprintf(&b, "      LOST EVENTS, not counted in the summary: %s\n", l)
 		}
