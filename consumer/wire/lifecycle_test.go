@@ -1033,6 +1033,65 @@ func TestPullWhoseBytesRanOutExactlyEnds(t *testing.T) {
 	}
 }
 
+// A pull that ends by its batch count, its max_bytes mostly unused, gets
+// no status: its bytes must not stay counted as open, or a later pull whose
+// bytes run out exactly (no status either) is not seen to end, and the Sub
+// pulls again only after missed heartbeats.
+func TestExactBytesAfterACountEndedPull(t *testing.T) {
+	const maxBytes = 1 << 20
+	pulls := make(chan string, 16)
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		pulls <- body
+		switch n {
+		case 1: // ends by its batch count
+			for i := range 10 {
+				_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.%d.%d.0.0 1\r\nx\r\n", sid, i+1, i+1)
+			}
+		case 2: // ends by its bytes, exactly, with no status
+			reply := "$JS.ACK.S.C.1.11.11.0.0"
+			data := strings.Repeat("x", maxBytes-len("S.x")-len(reply))
+			_, _ = fmt.Fprintf(w, "MSG S.x %s %s %d\r\n%s\r\n", sid, reply, len(data), data)
+		}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	var handled atomic.Int64
+	var mu sync.Mutex
+	var errs []error
+	var sub *Sub
+	subbed := make(chan struct{})
+	handler := func(*Msg) {
+		if handled.Add(1) == 1 {
+			// All of the first pull arrives before the second is sent
+			// (at half, after six are handled): it has ended, by count.
+			<-subbed
+			for deadline := time.Now().Add(5 * time.Second); len(sub.ch) < 9 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, MaxBytes: maxBytes, Expires: 30 * time.Second, Heartbeat: 10 * time.Second},
+		handler, func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() })
+	close(subbed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	for i := 1; i <= 3; i++ {
+		select {
+		case b := <-pulls:
+			t.Logf("pull %d: %s", i, strings.TrimSpace(b))
+		case <-time.After(5 * time.Second):
+			sub.pmu.Lock()
+			pending := sub.pending
+			sub.pmu.Unlock()
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("no pull %d within 5s (handled %d, pending %d, openBytes %d, errors %v)", i, handled.Load(), pending, sub.openBytes.Load(), errs)
+		}
+	}
+}
+
 // After a run of 409 "Message Size Exceeds MaxBytes", a Sub under a Budget
 // asks for all of the Budget's room, so that a message stored under a
 // larger max_payload may come, but for that one message only; once it

@@ -138,7 +138,14 @@ type Sub struct {
 	// what arrived and the Nats-Pending-Bytes of the statuses that ended
 	// them. The server ends a pull whose bytes run out exactly without a
 	// status, so at 0 no pull is open, whatever pending says (see
-	// spendBytes). Added to under pmu; the reader subtracts. A forced reset
+	// spendBytes). A pull that ends by its batch count gets no status
+	// either, and its unused max_bytes stay counted until a pull is sent
+	// with every message requested arrived (maybePull sets it to 0 then):
+	// while an earlier pull is still open, which messages are whose is not
+	// known (nats-server, 2.15 at least, takes turns among them), so a later pull
+	// whose bytes run out exactly is not seen to end, and the Sub pulls
+	// again at missed heartbeats. Added to under pmu; the reader
+	// subtracts. A forced reset
 	// (missed heartbeats, a leadership change) sets it to 0 while pulls the
 	// server still holds may bring more: then it runs low, and a later step
 	// to 0 may come early and pull once too often (bounded by the buffer,
@@ -484,6 +491,14 @@ func (s *Sub) maybePull() {
 		// the messages behind it cannot come in one burst of the whole
 		// room either.
 		batch = 1
+	}
+	if s.pending <= int(s.held.Load()) {
+		// Every message requested has arrived: no pull is open, whatever
+		// openBytes says. A pull that ends by its batch count gets no
+		// status, and its unused max_bytes would stay counted: a later
+		// pull whose bytes run out exactly would then never bring
+		// openBytes to 0 (see spendBytes).
+		s.openBytes.Store(0)
 	}
 	s.pending += batch
 	s.maxBytes = maxBytes
