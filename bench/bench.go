@@ -159,9 +159,14 @@ type Result struct {
 	// of the machine that was busy, and the bench process's own time per
 	// event (the embedded nats-server and the publisher live there). The
 	// rest of MachineCPUPerEvent - CPUPerEvent - BenchCPUPerEvent is mostly
-	// PostgreSQL (and whatever else runs on the machine).
+	// PostgreSQL (and whatever else runs on the machine). Steal time (on a
+	// VM, a CPU of this guest waiting while the hypervisor ran another) is
+	// no process's: it is in neither, and MachineBusy is the busy share of
+	// the time the CPUs were this machine's. MachineSteal is the share of
+	// all the CPU time that was stolen.
 	MachineCPUPerEvent float64 `json:"machine_cpu_us_per_event,omitempty"`
 	MachineBusy        float64 `json:"machine_busy_share,omitempty"`
+	MachineSteal       float64 `json:"machine_steal_share,omitempty"`
 	BenchCPUPerEvent   float64 `json:"bench_process_cpu_us_per_event,omitempty"`
 	// This engine's CPU per event in the same window (CPUPerEvent holds
 	// its shutdown too), in the kernel's 10 ms ticks: what the machine's
@@ -1271,10 +1276,13 @@ func (r *Result) machineCPU(before, after cpuSample) {
 	if r.Published == 0 {
 		return
 	}
-	busy, idle := after.busy-before.busy, after.idle-before.idle
+	busy, idle, steal := after.busy-before.busy, after.idle-before.idle, after.steal-before.steal
 	r.MachineCPUPerEvent = busy.Seconds() * 1e6 / float64(r.Published)
 	if busy+idle > 0 {
 		r.MachineBusy = float64(busy) / float64(busy+idle)
+	}
+	if busy+idle+steal > 0 {
+		r.MachineSteal = float64(steal) / float64(busy+idle+steal)
 	}
 	r.BenchCPUPerEvent = (after.self - before.self).Seconds() * 1e6 / float64(r.Published)
 	if before.pgOK && after.pgOK {
@@ -1353,8 +1361,12 @@ func (r Result) line(scenario string) string {
 			engine = r.CPUPerEvent
 		}
 		rest := r.MachineCPUPerEvent - engine - r.BenchCPUPerEvent
-		s += fmt.Sprintf("\n           machine %.0f%% busy, %.2f µs CPU/event in all: %.2f this engine, %.2f nats-server+bench, ",
-			100*r.MachineBusy, r.MachineCPUPerEvent, engine, r.BenchCPUPerEvent)
+		stolen := ""
+		if r.MachineSteal >= 0.005 {
+			stolen = fmt.Sprintf(" (of the CPU time it had; %.0f%% more stolen by the hypervisor)", 100*r.MachineSteal)
+		}
+		s += fmt.Sprintf("\n           machine %.0f%% busy%s, %.2f µs CPU/event in all: %.2f this engine, %.2f nats-server+bench, ",
+			100*r.MachineBusy, stolen, r.MachineCPUPerEvent, engine, r.BenchCPUPerEvent)
 		if r.PostgresCPUPerEvent > 0 {
 			s += fmt.Sprintf("%.2f PostgreSQL, %.2f other", r.PostgresCPUPerEvent, rest-r.PostgresCPUPerEvent)
 		} else {

@@ -1359,3 +1359,25 @@ func TestDrainLineLeavesOutThePreload(t *testing.T) {
 		}
 	}
 }
+
+// Steal time (a VM's CPU waiting while the hypervisor ran another guest) is
+// no process's busy time: the machine's busy figures leave it out, and the
+// report gives its share apart.
+func TestMachineCPULeavesOutSteal(t *testing.T) {
+	// USER_HZ 100: user 300, system 100, idle 400, steal 200 ticks.
+	busy, idle, steal, ok := parseCPULine("cpu  300 0 100 400 0 0 0 200 0 0")
+	if !ok || busy != 4*time.Second || idle != 4*time.Second || steal != 2*time.Second {
+		t.Fatalf("busy %v, idle %v, steal %v, %v; want 4s, 4s, 2s", busy, idle, steal, ok)
+	}
+	if _, _, _, ok := parseCPULine("cpu0 1 2 3"); ok {
+		t.Error("a short line parsed")
+	}
+	r := Result{Engine: EngineJetsink, Published: 1000}
+	r.machineCPU(cpuSample{}, cpuSample{busy: busy, idle: idle, steal: steal})
+	if r.MachineCPUPerEvent != 4000 || r.MachineBusy != 0.5 || r.MachineSteal != 0.2 {
+		t.Errorf("machine %v µs/event, busy %v, steal %v; want 4000, 0.5, 0.2", r.MachineCPUPerEvent, r.MachineBusy, r.MachineSteal)
+	}
+	if want := "machine 50% busy (of the CPU time it had; 20% more stolen by the hypervisor), 4000.00 µs CPU/event"; !strings.Contains(r.line(ScenarioRate), want) {
+		t.Errorf("line without %q:\n%s", want, r.line(ScenarioRate))
+	}
+}

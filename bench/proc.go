@@ -298,11 +298,14 @@ func loadAvg1() float64 {
 // process's own (user+sys) and, for an embedded PostgreSQL, the server's at
 // one moment.
 type cpuSample struct {
-	at         time.Time
-	busy, idle time.Duration // machine: busy = user+nice+system+irq+softirq+steal; idle = idle+iowait
-	self       time.Duration // this process (the embedded nats-server lives here)
-	pg         time.Duration // the postmaster and its children, live and reaped
-	pgOK       bool
+	at time.Time
+	// The machine's: busy = user+nice+system+irq+softirq, idle =
+	// idle+iowait, steal = what the hypervisor gave other guests while a
+	// CPU of this one's waited (on a VM), in neither: no process here ran.
+	busy, idle, steal time.Duration
+	self              time.Duration // this process (the embedded nats-server lives here)
+	pg                time.Duration // the postmaster and its children, live and reaped
+	pgOK              bool
 }
 
 // sampleCPU reads a cpuSample; ok is false where /proc/stat is missing.
@@ -321,20 +324,29 @@ func sampleCPU(pgPID int) (s cpuSample, ok bool) {
 		return s, false
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
+	s.busy, s.idle, s.steal, ok = parseCPULine(line)
+	return s, ok
+}
+
+// parseCPULine reads /proc/stat's first line, the "cpu" total of every
+// CPU: busy, idle and steal time as cpuSample has them.
+func parseCPULine(line string) (busy, idle, steal time.Duration, ok bool) {
 	f := strings.Fields(line)
 	if len(f) < 9 || f[0] != "cpu" {
-		return s, false
+		return 0, 0, 0, false
 	}
 	var v [8]float64 // user nice system idle iowait irq softirq steal, in clock ticks
 	for i := range v {
+		var err error
 		if v[i], err = strconv.ParseFloat(f[i+1], 64); err != nil {
-			return s, false
+			return 0, 0, 0, false
 		}
 	}
 	const tick = float64(clockTick)
-	s.busy = time.Duration((v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) * tick)
-	s.idle = time.Duration((v[3] + v[4]) * tick)
-	return s, true
+	busy = time.Duration((v[0] + v[1] + v[2] + v[5] + v[6]) * tick)
+	idle = time.Duration((v[3] + v[4]) * tick)
+	steal = time.Duration(v[7] * tick)
+	return busy, idle, steal, true
 }
 
 // treeCPU is the CPU time (user+sys) of process pid, of the children it
