@@ -153,8 +153,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 // Run moves events until intake is cancelled and everything taken in is
 // committed and acked, dead-lettered, or (rows the database refused at
 // the end with nothing left to commit to tell why: sink Stats.GivenUp)
-// left unacked for JetStream to deliver again (returns nil), until hard is cancelled (returns
-// hard's error), or until a stage fails (returns its error after the others
+// left unacked for JetStream to deliver again (returns nil), until hard ends (returns
+// hard's error, context.Cause's), or until a stage fails (returns its error after the others
 // have stopped).
 func (p *Processor) Run(intake, hard context.Context) error {
 	callerHard := hard // the caller's: not ended by a stage's failure
@@ -523,11 +523,13 @@ func (s *stages) start(name string, run func() error) {
 	go func() {
 		defer s.wg.Done()
 		err := run()
-		// A stage stopped by hard's end says so with hard's error: not a
-		// failure of its own. Any other error is one, even one that wraps
-		// context.Canceled (a context of the stage's own): skipped, it
-		// would leave the stage gone and the others running.
-		if err == nil || (s.hard.Err() != nil && errors.Is(err, context.Canceled)) {
+		// A stage stopped by hard's end says so with hard's error (Canceled
+		// or, for a caller's hard that ended by its deadline,
+		// DeadlineExceeded; or its cause): not a failure of its own. Any
+		// other error is one, even one that wraps context.Canceled (a
+		// context of the stage's own) while hard lives: skipped, it would
+		// leave the stage gone and the others running.
+		if err == nil || s.endedByHard(err) {
 			return
 		}
 		s.mu.Lock()
@@ -540,6 +542,15 @@ func (s *stages) start(name string, run func() error) {
 		s.cancelHard(err)
 		s.cancelIntake()
 	}()
+}
+
+// endedByHard reports whether err only says that hard has ended.
+func (s *stages) endedByHard(err error) bool {
+	herr := s.hard.Err()
+	if herr == nil {
+		return false
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, herr) || errors.Is(err, context.Cause(s.hard))
 }
 
 // wait returns once every stage has stopped, with the failures.

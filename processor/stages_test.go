@@ -52,26 +52,52 @@ func TestStagesStopTogether(t *testing.T) {
 }
 
 // A stage that ends without error, or because the caller ended hard,
-// stops nothing and reports nothing.
+// stops nothing and reports nothing: a hard cancelled, or one that reached
+// its deadline (context.WithTimeout). Before, the latter's
+// DeadlineExceeded counted as a failure: the first ended hard with itself
+// as the cause, and Run returned "consumer: ... context deadline exceeded"
+// rather than hard's error.
 func TestStagesQuietEnds(t *testing.T) {
-	callerHard, callerCancel := context.WithCancel(context.Background())
-	hard, cancelHard := context.WithCancelCause(callerHard)
-	defer cancelHard(nil)
-	intake, cancelIntake := context.WithCancel(context.Background())
-	defer cancelIntake()
-	st := &stages{hard: hard, cancelHard: cancelHard, cancelIntake: cancelIntake}
-	st.start("done", func() error { return nil })
-	waitStages(t, st)
-	if hard.Err() != nil || intake.Err() != nil {
-		t.Fatalf("a stage ending cleanly ended hard (%v) or intake (%v)", hard.Err(), intake.Err())
-	}
-	callerCancel()
-	st.start("cut short", func() error { return fmt.Errorf("drain cut short: %w", hard.Err()) })
-	if errs := waitStages(t, st); len(errs) != 0 {
-		t.Fatalf("errors %q after the caller ended hard, want none", errs)
-	}
-	if intake.Err() != nil {
-		t.Error("the caller ending hard ended intake through the stages")
+	for _, tc := range []struct {
+		name string
+		// hard is the caller's hard context and the function that
+		// returns once it has ended.
+		hard func() (ctx context.Context, end, release func())
+	}{
+		{"cancelled", func() (context.Context, func(), func()) {
+			ctx, cancel := context.WithCancel(context.Background())
+			return ctx, cancel, cancel
+		}},
+		{"at its deadline", func() (context.Context, func(), func()) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			return ctx, func() { <-ctx.Done() }, cancel
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			callerHard, callerEnd, release := tc.hard()
+			defer release()
+			hard, cancelHard := context.WithCancelCause(callerHard)
+			defer cancelHard(nil)
+			intake, cancelIntake := context.WithCancel(context.Background())
+			defer cancelIntake()
+			st := &stages{hard: hard, cancelHard: cancelHard, cancelIntake: cancelIntake}
+			st.start("done", func() error { return nil })
+			waitStages(t, st)
+			if hard.Err() != nil || intake.Err() != nil {
+				t.Fatalf("a stage ending cleanly ended hard (%v) or intake (%v)", hard.Err(), intake.Err())
+			}
+			callerEnd()
+			st.start("cut short", func() error { return fmt.Errorf("drain cut short: %w", hard.Err()) })
+			if errs := waitStages(t, st); len(errs) != 0 {
+				t.Fatalf("errors %q after the caller ended hard, want none", errs)
+			}
+			if cause, want := context.Cause(hard), context.Cause(callerHard); cause != want {
+				t.Errorf("hard's cause %v, want the caller's, %v", cause, want)
+			}
+			if intake.Err() != nil {
+				t.Error("the caller ending hard ended intake through the stages")
+			}
+		})
 	}
 }
 
