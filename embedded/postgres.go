@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,12 +36,25 @@ type Cluster struct {
 	opts    clusterOptions
 	pass    string // the superuser's password, in URL
 	running bool
+	server  *postmaster // the server this process started, until reaped
+}
+
+// postmaster is a server process this one started, and reaps.
+type postmaster struct {
+	proc *os.Process
+	done chan struct{} // closed once the process has ended and been reaped
+	err  error         // Wait's, once done is closed
 }
 
 type clusterOptions struct {
 	fsync bool
-	bin   string // directory holding initdb, pg_ctl, postgres; "" finds them (tests set it)
+	bin   string        // directory holding initdb, pg_ctl, postgres; "" finds them (tests set it)
+	ready time.Duration // how long the server may take to accept connections; 0 is readyTimeout
 }
+
+// readyTimeout is how long a server may take to accept connections, as
+// pg_ctl start -t 60 gave it.
+const readyTimeout = 60 * time.Second
 
 // ClusterOption changes how NewCluster configures the server.
 type ClusterOption func(*clusterOptions)
@@ -52,10 +66,13 @@ func WithFsync() ClusterOption { return func(o *clusterOptions) { o.fsync = true
 
 // StartPostgres initdbs and starts a throwaway cluster in a new temporary
 // directory on a free loopback port, as the "postgres" user when the process
-// is root (PostgreSQL refuses root). The caller must call Destroy. Errors say
-// how to provide PostgreSQL when its binaries are missing.
+// is root (PostgreSQL refuses root). The server is a child of this process,
+// and shuts down when it ends (see the package doc). The caller must call
+// Destroy. Errors say how to provide PostgreSQL when its binaries are
+// missing.
 func StartPostgres(opts ...ClusterOption) (*Cluster, error) {
 	sweepOrphansOnce(pgDirPrefix, stopOrphan)
+	sweepOrphansOnce(demoDirPrefix, nil) // holds a URL with a dead cluster's password
 	var o clusterOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -104,6 +121,10 @@ func (c *Cluster) stop(mode string) error {
 		return fmt.Errorf("pg_ctl stop -m %s: %w", mode, err)
 	}
 	c.running = false
+	// pg_ctl saw postmaster.pid go, which the server removes as it exits.
+	if !c.reap(10*time.Second) && !c.halt() {
+		return errors.New(c.strayStays())
+	}
 	return nil
 }
 
@@ -127,7 +148,7 @@ func (c *Cluster) Destroy() error {
 	// sweep, and would keep its port and shared memory until reboot: one
 	// that pg_ctl could not stop, or that a failed Start left running
 	// (not c.running).
-	if !c.stopStray() {
+	if !c.stopStray() || !c.halt() {
 		if err == nil {
 			return errors.New(c.strayStays())
 		}
@@ -353,25 +374,29 @@ func (c *Cluster) start() error {
 	if c.opts.fsync {
 		fsync = "on"
 	}
-	serverOpts := strings.Join([]string{
+	// What pg_ctl start ran, through the shell as pg_ctl does: the log is
+	// opened by the server's user (a root jetsink opening it in a
+	// directory of the postgres user's could be led by a link to a file
+	// of root's), and exec keeps the pid.
+	logFile := filepath.Join(c.dir, "server.log")
+	pm, err := c.startPostmaster(logFile,
+		filepath.Join(c.bin, "postgres"), "-D", c.dataDir(),
 		"-p", strconv.Itoa(c.port),
 		"-k", c.dir,
 		"-c", "listen_addresses=127.0.0.1",
-		"-c", "fsync=" + fsync,
+		"-c", "fsync="+fsync,
 		"-c", "max_connections=200",
-		"-c", "shared_buffers=128MB",
-	}, " ")
-	logFile := filepath.Join(c.dir, "server.log")
-	// run's timeout is past pg_ctl's own -t, so that pg_ctl, not a kill,
-	// ends a slow start: by then the server has written postmaster.pid,
-	// which stopStray needs to find it.
-	if err := c.run(90*time.Second, "pg_ctl", "-D", c.dataDir(), "-l", logFile, "-o", serverOpts, "-w", "-t", "60", "start"); err != nil {
-		// pg_ctl may have given up waiting while the server came up (or
-		// been killed by run's timeout): stop it, so that neither the next
-		// attempt nor a removal of the directory leaves it running.
+		"-c", "shared_buffers=128MB")
+	if err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	c.server = pm
+	if err := c.waitReady(pm); err != nil {
+		// Stopped, so that neither the next attempt nor a removal of the
+		// directory leaves it running.
 		log, _ := readRegular(logFile, 64<<10, true)
-		err = fmt.Errorf("pg_ctl start on port %d: %w\nserver log:\n%s", c.port, err, lastLines(string(log), 20))
-		if !c.stopStray() {
+		err = fmt.Errorf("postgres on port %d: %w\nserver log:\n%s", c.port, err, lastLines(string(log), 20))
+		if !c.halt() || !c.stopStray() {
 			return fmt.Errorf("%w\n%w: %s", err, errStrayRuns, c.strayStays())
 		}
 		return err
@@ -380,14 +405,131 @@ func (c *Cluster) start() error {
 	return nil
 }
 
+// startPostmaster starts the server, the command line argv (postgres and
+// its arguments) with its output appended to logFile, as a child of this process that the kernel sends
+// SIGQUIT (PostgreSQL's immediate shutdown: the data is throwaway) when
+// this process ends, even by SIGKILL. (pg_ctl start detached the server,
+// which ran on after a killed jetsink, with its port and its password.)
+// A goroutine reaps it; c.reap waits for that.
+//
+// The signal comes when the thread that started the server ends, not the
+// process: the goroutine stays locked to that thread until the server has
+// ended, so that no other goroutine runs there, and none can end it by
+// exiting locked to it. Go sets the signal (PR_SET_PDEATHSIG) after
+// switching to the server's user, which would clear it.
+func (c *Cluster) startPostmaster(logFile string, argv ...string) (*postmaster, error) {
+	cmd := c.command(context.Background(), nil, "/bin/sh",
+		append([]string{"-c", `log=$1; shift; exec "$@" >>"$log" 2>&1`, "sh", logFile}, argv...)...)
+	dieWithParent(cmd.SysProcAttr, syscall.SIGQUIT)
+	var stderr strings.Builder // the shell's, should it fail before exec
+	cmd.Stderr = &stderr
+	pm := &postmaster{done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer close(pm.done)
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		pm.proc = cmd.Process
+		started <- nil
+		pm.err = cmd.Wait()
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			pm.err = fmt.Errorf("%w: %s", pm.err, msg)
+		}
+	}()
+	if err := <-started; err != nil {
+		<-pm.done
+		return nil, err
+	}
+	return pm, nil
+}
+
+// waitReady waits until the server pm accepts connections: until its
+// postmaster.pid, with its pid, says "ready" (or "standby", a standby
+// that takes read-only connections), which is what pg_ctl start -w waits
+// for. Its error says when the server ended first, or took longer than
+// the cluster's ready timeout.
+func (c *Cluster) waitReady(pm *postmaster) error {
+	timeout := cmp.Or(c.opts.ready, readyTimeout)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if status := c.pmStatus(pm.proc.Pid); status == "ready" || status == "standby" {
+			return nil
+		}
+		select {
+		case <-pm.done:
+			return fmt.Errorf("the server ended before it accepted connections: %w", pm.err)
+		case <-deadline.C:
+			return fmt.Errorf("the server did not accept connections within %v", timeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// pmStatus is the status line of postmaster.pid ("starting", "ready",
+// "standby", "stopping"), when its first line is pid; "" otherwise.
+func (c *Cluster) pmStatus(pid int) string {
+	b, err := readRegular(filepath.Join(c.dataDir(), "postmaster.pid"), 4<<10, false)
+	if err != nil {
+		return ""
+	}
+	// pid, data directory, start time, port, socket directory, listen
+	// address, shared memory key, status.
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 8 || strings.TrimSpace(lines[0]) != strconv.Itoa(pid) {
+		return ""
+	}
+	return strings.TrimSpace(lines[7])
+}
+
+// reap waits up to d for the server this process started to be reaped,
+// and reports whether it has been (true too when there is none).
+func (c *Cluster) reap(d time.Duration) bool {
+	if c.server == nil {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.server.done:
+		c.server = nil
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// halt stops the server this process started, if it still runs, by
+// SIGQUIT (immediate shutdown, which stops its children too), then
+// SIGKILL, and reports whether it has ended and been reaped.
+func (c *Cluster) halt() bool {
+	for _, sig := range []os.Signal{syscall.SIGQUIT, syscall.SIGKILL} {
+		if c.reap(0) {
+			return true
+		}
+		_ = c.server.proc.Signal(sig) // os.ErrProcessDone once reaped: no other process is signalled
+		if c.reap(10 * time.Second) {
+			return true
+		}
+	}
+	return false
+}
+
 // forgetDead notes a server that died by itself (the OOM killer, a
 // kill -9) as not running, and removes the lock files it left (the data
 // directory's and its socket's): they name a process that is gone,
-// another one now, or a zombie nobody reaps (a container's init may not),
-// and a new server refuses to start while that process exists.
+// another one now, or a zombie not yet reaped, and a new server refuses
+// to start while that process exists.
 func (c *Cluster) forgetDead() {
 	if c.running && !c.strayRuns() {
 		c.running = false
+		c.halt() // reaped: a server whose postmaster.pid is gone is stopped too
 		_ = os.Remove(filepath.Join(c.dataDir(), "postmaster.pid"))
 		_ = os.Remove(filepath.Join(c.dir, ".s.PGSQL."+strconv.Itoa(c.port)+".lock"))
 	}
@@ -398,7 +540,7 @@ func (c *Cluster) forgetDead() {
 var errStrayRuns = errors.New("the server that failed to start could not be stopped")
 
 // stopStray stops a server running in the data directory whatever
-// c.running says: one that came up after pg_ctl start gave up, or an
+// c.running says: one that came up after start gave up waiting, or an
 // orphan's (see sweepOrphans). It reads the pid from postmaster.pid and
 // leaves alone a live process whose command line does not name the data
 // directory (the pid was reused). It tries pg_ctl stop -m immediate, then
@@ -466,7 +608,18 @@ func (c *Cluster) run(timeout time.Duration, name string, args ...string) error 
 func (c *Cluster) runEnv(timeout time.Duration, env []string, name string, args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
+	out, err := c.command(ctx, env, filepath.Join(c.bin, name), args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// command is the command to run path, one of the PostgreSQL programs (or
+// the shell that starts one), as the postgres user when root, with env
+// added to its environment.
+func (c *Cluster) command(ctx context.Context, env []string, path string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir = c.dir
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "LANG=C")
 	if c.cred != nil {
@@ -483,18 +636,14 @@ func (c *Cluster) runEnv(timeout time.Duration, env []string, name string, args 
 	}
 	// A process group of its own: a Ctrl-C at the terminal goes to jetsink,
 	// which stops the cluster in its own way, not straight to initdb or
-	// pg_ctl (killed half-way, "initdb: signal: interrupt", or a pg_ctl
-	// start given up and retried on another port).
+	// the server (killed half-way, "initdb: signal: interrupt", or a
+	// server shut down under the drain).
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
 	cmd.Env = append(cmd.Env, env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return cmd
 }
 
 // minPostgresMajor is the oldest PostgreSQL release jetsink supports.

@@ -1,10 +1,12 @@
 package embedded
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/url"
@@ -110,28 +112,26 @@ func TestSweepOrphanedNATSStoreDirs(t *testing.T) {
 	}
 }
 
-// When pg_ctl start fails although the server came up (as when it gives up
-// waiting just before the server is ready), the server is stopped before
-// the next attempt and before the directory is removed.
+// When the server is not ready in time (it may come up after start gave
+// up), it is stopped before the next attempt and
+// before the directory is removed, even one that is not start's child.
 func TestFailedStartLeavesNoServer(t *testing.T) {
-	// A pg_ctl that starts the server and then reports failure, and logs
-	// its arguments.
+	// A postgres that logs its arguments and starts the server in another
+	// process, whose postmaster.pid this one never sees: it comes up, and
+	// start never finds it ready.
 	var log string
-	bin := fakePgCtl(t, func(bin, real string) string {
+	bin := fakeTool(t, "postgres", func(bin, real string) string {
 		log = filepath.Join(bin, "starts")
 		return "#!/bin/sh\n" +
-			"for a; do last=$a; done\n" +
-			"\"" + real + "\" \"$@\" || exit\n" +
-			"[ \"$last\" = start ] || exit 0\n" +
 			"echo \"$@\" >>" + log + "\n" +
-			"echo 'pg_ctl: server did not start in time (test)' >&2\n" +
-			"exit 1\n"
+			"\"" + real + "\" \"$@\" &\n" +
+			"wait\n"
 	})
 
-	c, err := startCluster(clusterOptions{bin: bin})
+	c, err := startCluster(clusterOptions{bin: bin, ready: 2 * time.Second})
 	if err == nil {
 		_ = c.Destroy()
-		t.Fatal("startCluster succeeded with a pg_ctl that always fails to start")
+		t.Fatal("startCluster succeeded with a server it never finds ready")
 	}
 	b, rerr := os.ReadFile(log)
 	if rerr != nil {
@@ -139,22 +139,28 @@ func TestFailedStartLeavesNoServer(t *testing.T) {
 	}
 	starts := strings.Split(strings.TrimSpace(string(b)), "\n")
 	t.Logf("%d starts; startCluster: %.200s", len(starts), err)
+	if len(starts) != 3 {
+		t.Errorf("%d starts, want 3", len(starts))
+	}
 	for _, args := range starts {
 		f := strings.Fields(args)
 		for i, a := range f {
-			if a != "-p" || i+1 == len(f) {
-				continue
-			}
-			if conn, err := net.DialTimeout("tcp", "127.0.0.1:"+f[i+1], time.Second); err == nil {
-				conn.Close()
-				t.Errorf("a server started by a failed pg_ctl start still listens on port %s", f[i+1])
-			}
-		}
-		if strings.Contains(args, pgDirPrefix) {
-			dir := args[strings.Index(args, "/"):]
-			dir = dir[:strings.Index(dir, "/data")]
-			if _, err := os.Stat(dir); !os.IsNotExist(err) {
-				t.Errorf("cluster dir %s still there: %v", dir, err)
+			switch {
+			case i+1 == len(f):
+			case a == "-p":
+				if conn, err := net.DialTimeout("tcp", "127.0.0.1:"+f[i+1], time.Second); err == nil {
+					conn.Close()
+					t.Errorf("a server that failed to start still listens on port %s", f[i+1])
+				}
+			case a == "-D":
+				if procs := processesIn(t, f[i+1]); len(procs) > 0 {
+					t.Errorf("processes %v of a server that failed to start still run in %s", procs, f[i+1])
+				}
+				if dir := filepath.Dir(f[i+1]); !strings.HasPrefix(filepath.Base(dir), pgDirPrefix) {
+					t.Errorf("data directory %s not in a %s* directory", f[i+1], pgDirPrefix)
+				} else if _, err := os.Stat(dir); !os.IsNotExist(err) {
+					t.Errorf("cluster dir %s still there: %v", dir, err)
+				}
 			}
 		}
 	}
@@ -164,6 +170,14 @@ func TestFailedStartLeavesNoServer(t *testing.T) {
 // initdb and postgres and, as pg_ctl, the shell script that script returns
 // given the directory and the real pg_ctl's path.
 func fakePgCtl(t *testing.T, script func(bin, realPgCtl string) string) string {
+	t.Helper()
+	return fakeTool(t, "pg_ctl", script)
+}
+
+// fakeTool makes a bin directory the postgres user can read and write,
+// with the real initdb, pg_ctl and postgres but for name, the shell script
+// that script returns given the directory and the real name's path.
+func fakeTool(t *testing.T, name string, script func(bin, real string) string) string {
 	t.Helper()
 	real, err := findPostgresBin()
 	if err != nil {
@@ -177,12 +191,15 @@ func fakePgCtl(t *testing.T, script func(bin, realPgCtl string) string) string {
 	if err := os.Chmod(bin, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"initdb", "postgres"} {
-		if err := os.Symlink(filepath.Join(real, name), filepath.Join(bin, name)); err != nil {
+	for _, tool := range []string{"initdb", "pg_ctl", "postgres"} {
+		if tool == name {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(real, tool), filepath.Join(bin, tool)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(bin, "pg_ctl"), []byte(script(bin, filepath.Join(real, "pg_ctl"))), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(bin, name), []byte(script(bin, filepath.Join(real, name))), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return bin
@@ -917,4 +934,146 @@ func TestStandbyFollowsAndPromotes(t *testing.T) {
 	if n := count(); n != 3 {
 		t.Fatalf("promoted standby has %d rows, want 3", n)
 	}
+}
+
+// ownerChild is set in the process TestServerDiesWithItsOwner starts.
+const ownerChild = "JETSINK_TEST_OWNER_CHILD"
+
+// A process that starts the servers and is then killed with SIGKILL (or
+// by the OOM killer), so that it removes nothing, takes its PostgreSQL
+// server with it: pg_ctl's server, a daemon, ran on with its port and the
+// password jetsink demo had printed. What it cannot remove, its
+// directories, the next demo or bench (StartNATS(""), then StartPostgres)
+// removes.
+func TestServerDiesWithItsOwner(t *testing.T) {
+	if os.Getenv(ownerChild) == "1" {
+		ns, err := StartNATS("")
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		c, err := StartPostgres()
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		demo, err := TempDir(demoDirPrefix)
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		fmt.Println("ready", c.Port(), c.dir, ns.StoreDir(), demo)
+		select {}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestServerDiesWithItsOwner$")
+	cmd.Env = append(os.Environ(), ownerChild+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	dieWithParent(cmd.SysProcAttr, syscall.SIGKILL) // should the test binary die first
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	said := make(chan string, 1)
+	go func() {
+		defer close(said)
+		r := bufio.NewReader(out)
+		line, _ := r.ReadString('\n')
+		said <- strings.TrimSpace(line)
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	var line string
+	select {
+	case line = <-said:
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		<-said
+		t.Fatal("the child did not start its servers within 2 minutes")
+	}
+	f := strings.Fields(line)
+	if len(f) != 5 || f[0] != "ready" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		<-said
+		t.Fatalf("the child said %q, want ready, the port and its directories", line)
+	}
+	port, pgDir, natsDir, demoDir := f[1], f[2], f[3], f[4]
+	dataDir := filepath.Join(pgDir, "data")
+	t.Cleanup(func() { // when the test fails: what the sweep would do
+		if stopOrphan(pgDir) {
+			_ = os.RemoveAll(pgDir)
+		}
+		_ = os.RemoveAll(natsDir)
+		_ = os.RemoveAll(demoDir)
+	})
+
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	<-said
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		procs := processesIn(t, dataDir)
+		if err != nil && len(procs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after its owner's SIGKILL, the server's port %s accepts connections (%v) and processes %v run in %s",
+				port, err == nil, procs, dataDir)
+		}
+	}
+
+	sweeps.mu.Lock()
+	sweeps.done = nil // as in a new process: the next demo's
+	sweeps.mu.Unlock()
+	ns, err := StartNATS("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Destroy()
+	c, err := StartPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{pgDir, natsDir, demoDir} {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("the dead owner's %s is still there after the next StartNATS and StartPostgres: %v", dir, err)
+		}
+	}
+}
+
+// processesIn lists the processes whose command line names dir, as the
+// postmaster's does its data directory.
+func processesIn(t *testing.T, dir string) []int {
+	t.Helper()
+	cmdlines, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, p := range cmdlines {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		if slices.Contains(strings.Split(string(b), "\x00"), dir) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			out = append(out, pid)
+		}
+	}
+	return out
 }

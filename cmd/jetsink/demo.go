@@ -41,7 +41,11 @@ both servers up until Ctrl-C so you can look.
 
 Ctrl-C (SIGINT or SIGTERM) stops publishing and pulling, lets jetsink commit
 what it holds, removes everything and exits 1 (0 once --keep is waiting); a
-second one gives the drain up and exits with status 130.`,
+second one gives the drain up and exits with status 130. Killed outright
+(SIGKILL, the OOM killer), the demo takes PostgreSQL down with it, but its
+directories in the temporary directory (jetsink-nats-*, jetsink-pg-* and,
+with --keep, jetsink-demo-*, whose config file holds the password of a
+server gone) stay until the next demo removes them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Before the servers start, which takes seconds.
