@@ -724,13 +724,15 @@ func TestOptionsValidate(t *testing.T) {
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Subjects: loadgen.MaxSubjects + 1},
 		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Timeout: -time.Second},
 	} {
+		// A valid configuration: a zero Base is refused for itself, which
+		// would pass a case whose own check is missing.
+		o.Base = config.Default()
 		if _, err := Run(context.Background(), o); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("Run(%+v) = %v, want ErrInvalidOptions", o, err)
 		}
 	}
 
-	// What loadgen.Publish refuses, refused before the servers start, with
-	// a configuration that is valid (a zero Base is refused for itself).
+	// What loadgen.Publish refuses, refused before the servers start.
 	for _, o := range []Options{
 		{Exe: "x", Scenario: ScenarioRate, Rate: math.NaN(), Duration: time.Second},
 		{Exe: "x", Scenario: ScenarioRate, Rate: math.Inf(1), Duration: time.Second},
