@@ -2,8 +2,10 @@ package config
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -123,4 +125,134 @@ func TestHealthcheckTimeoutsNest(t *testing.T) {
 		t.Fatalf("Dockerfile: HEALTHCHECK CMD %s: %v", command, err)
 	}
 	nest("Dockerfile", strings.Join(argv, " "), docker)
+}
+
+// pinned are the files that name the versions the images must match.
+type pinned struct {
+	goMod, dockerfile, compose      string // ../go.mod, ../Dockerfile, ../docker-compose.yml
+	jaegerMod, jaegerBuild, tracing string // tools/jaeger's go.mod and build.sh, tests/tracing_test.go
+}
+
+// The images of the Dockerfile and docker-compose.yml are those of what
+// the tests run: the Go of go.mod's go line builds the image, the nats
+// image is the release line of the nats-server the tests embed, and the
+// Jaeger image is the release the tracing test runs (tools/jaeger). A
+// version raised in one place alone fails here; so does each one changed
+// in a copy of the files.
+func TestImagesMatchWhatTheTestsRun(t *testing.T) {
+	read := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	files := pinned{
+		goMod:       read("../go.mod"),
+		dockerfile:  read("../Dockerfile"),
+		compose:     read("../docker-compose.yml"),
+		jaegerMod:   read("../tools/jaeger/go.mod"),
+		jaegerBuild: read("../tools/jaeger/build.sh"),
+		tracing:     read("../tests/tracing_test.go"),
+	}
+	for _, p := range pinProblems(files) {
+		t.Error(p)
+	}
+
+	// The check itself: each version changed alone, in a copy, is caught.
+	bump := func(field func(*pinned) *string, re, repl string) func(pinned) pinned {
+		return func(f pinned) pinned { // f is a copy
+			p := field(&f)
+			changed := regexp.MustCompile(re).ReplaceAllString(*p, repl)
+			if changed == *p {
+				t.Fatalf("the mutation %s -> %s changes nothing", re, repl)
+			}
+			*p = changed
+			return f
+		}
+	}
+	goMod := func(f *pinned) *string { return &f.goMod }
+	compose := func(f *pinned) *string { return &f.compose }
+	for name, mutate := range map[string]func(pinned) pinned{
+		"go.mod's go line":            bump(goMod, `(?m)^go (\d+)\.\d+`, "go ${1}.99"),
+		"the Dockerfile's golang tag": bump(func(f *pinned) *string { return &f.dockerfile }, `golang:(\d+)\.\d+`, "golang:${1}.99"),
+		"go.mod's nats-server":        bump(goMod, `(nats-server/v2 v\d+)\.\d+`, "${1}.99"),
+		"the nats image":              bump(compose, `image: nats:(\d+)\.\d+`, "image: nats:${1}.99"),
+		"the jaeger image":            bump(compose, `(jaegertracing/jaeger:\d+)\.\d+`, "${1}.99"),
+		"tools/jaeger's go.mod":       bump(func(f *pinned) *string { return &f.jaegerMod }, `(jaegertracing/jaeger v\d+)\.\d+`, "${1}.99"),
+		"tools/jaeger/build.sh":       bump(func(f *pinned) *string { return &f.jaegerBuild }, `(?m)^(version=v\d+)\.\d+`, "${1}.99"),
+		"tests' jaegerVersion":        bump(func(f *pinned) *string { return &f.tracing }, `(jaegerVersion = "v\d+)\.\d+`, "${1}.99"),
+	} {
+		if p := pinProblems(mutate(files)); len(p) == 0 {
+			t.Errorf("%s changed alone passes the check", name)
+		} else {
+			t.Logf("%s changed alone: %s", name, strings.Join(p, "; "))
+		}
+	}
+}
+
+// pinProblems says where the images of f do not match the versions the
+// tests run, or a version cannot be found.
+func pinProblems(f pinned) []string {
+	var problems []string
+	find := func(where, text, re string) string {
+		m := regexp.MustCompile(re).FindStringSubmatch(text)
+		if m == nil {
+			problems = append(problems, fmt.Sprintf("%s: no match for %s", where, re))
+			return ""
+		}
+		return m[1]
+	}
+	var compose struct {
+		Services map[string]struct {
+			Image string `yaml:"image"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal([]byte(f.compose), &compose); err != nil {
+		return []string{fmt.Sprintf("docker-compose.yml: %v", err)}
+	}
+	// A tag's major.minor: 1.26 of golang:1.26-bookworm or 1.26.1-bookworm.
+	const majorMinor = `(\d+\.\d+)(?:\.\d+)?(?:-\S+)?`
+
+	goLine := find("go.mod", f.goMod, `(?m)^go (\d+\.\d+)(?:\.\d+)?\s*$`)
+	golang := find("Dockerfile", f.dockerfile, `(?m)^FROM golang:`+majorMinor+`(?:\s|$)`)
+	if goLine != "" && golang != "" && golang != goLine {
+		problems = append(problems, fmt.Sprintf("the Dockerfile builds with golang:%s, go.mod says go %s", golang, goLine))
+	}
+
+	natsMod := find("go.mod", f.goMod, `(?m)^\s*github\.com/nats-io/nats-server/v2 v(\d+\.\d+)\.\d+`)
+	natsImage := find("docker-compose.yml's nats service", compose.Services["nats"].Image, `^nats:`+majorMinor+`$`)
+	if natsMod != "" && natsImage != "" && natsImage != natsMod {
+		problems = append(problems, fmt.Sprintf("docker-compose.yml runs nats %s, the tests embed nats-server %s", natsImage, natsMod))
+	}
+
+	// Jaeger v2 is released beside module version v1.(63+m).p as v2.m.p.
+	var jaeger []string
+	for _, v := range []struct{ where, text, re string }{
+		{"tests/tracing_test.go", f.tracing, `jaegerVersion = "(v[^"]+)"`},
+		{"tools/jaeger/build.sh", f.jaegerBuild, `(?m)^version=(\S+)$`},
+		{"tools/jaeger/go.mod", f.jaegerMod, `(?m)^\s*github\.com/jaegertracing/jaeger (v\S+)`},
+	} {
+		if got := find(v.where, v.text, v.re); got != "" {
+			jaeger = append(jaeger, v.where+" "+got)
+		}
+	}
+	for _, j := range jaeger {
+		if strings.Fields(j)[1] != strings.Fields(jaeger[0])[1] {
+			problems = append(problems, fmt.Sprintf("Jaeger versions differ: %s", strings.Join(jaeger, ", ")))
+			break
+		}
+	}
+	if len(jaeger) > 0 {
+		var minor, patch int
+		mod := strings.Fields(jaeger[0])[1]
+		if _, err := fmt.Sscanf(mod, "v1.%d.%d", &minor, &patch); err != nil || minor < 63 {
+			problems = append(problems, fmt.Sprintf("Jaeger module %s: not the v1.6x.y or later of a Jaeger v2 release", mod))
+		} else if want := fmt.Sprintf("jaegertracing/jaeger:2.%d.%d", minor-63, patch); compose.Services["jaeger"].Image != want {
+			problems = append(problems, fmt.Sprintf("docker-compose.yml runs %s, want %s (Jaeger module %s, which the tracing test runs)",
+				compose.Services["jaeger"].Image, want, mod))
+		}
+	}
+	return problems
 }
