@@ -8,13 +8,25 @@
 //
 // Goroutines: Run starts one goroutine per stage (the consumer loop, the
 // pipeline's Run, the sink's Run) and waits for all of them before it
-// returns, and the stages wait for theirs, with one exception: on a hard
-// stop the consumer returns without waiting for its subscription's
+// returns, and the stages wait for theirs, with two exceptions on a hard
+// stop. The consumer returns without waiting for its subscription's
 // delivery goroutine (wire's or nats.go's), which may still be in a
 // message's handler when Run returns; its push into the closed ring fails
 // and the message is nak'ed. That goroutine ends with the connection, in
-// CloseStages, and the admin listener that Run started ends in Shutdown:
-// nothing outlives Shutdown (or Close).
+// CloseStages. And once the caller's hard has ended, Run waits
+// abortedBudget at most for the stages: a write to a NATS server that
+// reads nothing (a partition that drops packets, a frozen server) holds
+// an ack, an InProgress or a dead letter, and the stage making it, until
+// the connection's write timeout (10 s, then as long again on nats.go's
+// connection), past the bound a cut-short stop promises. Run logs those
+// stages at Warn and returns hard's error; they end when their writes
+// fail: at the write timeout, or sooner if CloseStages gets to close the
+// connection under them. Nothing is torn by not waiting: acks follow
+// COMMIT, so such a stage acks only what is committed, the counters Run
+// and Shutdown read are atomic, and CloseStages and Shutdown bound their
+// own waits (the consumer's Close gives up on a connection held by such a
+// write). The admin listener that Run started ends in Shutdown: apart
+// from such stages, nothing outlives Shutdown (or Close).
 //
 // Starting: the consumer's first pull (after its start-up checks, which
 // run meanwhile) waits until the sink's committers' first connects have

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,7 +157,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 // the end with nothing left to commit to tell why: sink Stats.GivenUp)
 // left unacked for JetStream to deliver again (returns nil), until hard ends (returns
 // hard's error, context.Cause's), or until a stage fails (returns its error after the others
-// have stopped).
+// have stopped). Once hard has ended, Run waits abortedBudget at most for
+// the stages to stop: one that a write to a server that reads nothing
+// holds (an ack, an InProgress, a dead letter, until the connection's
+// write timeout) is logged at Warn and left running; it ends with that
+// write, or when CloseStages closes its connection.
 func (p *Processor) Run(intake, hard context.Context) error {
 	callerHard := hard // the caller's: not ended by a stage's failure
 	aborted := callerHard.Done()
@@ -234,8 +240,16 @@ func (p *Processor) Run(intake, hard context.Context) error {
 		defer close(progressDone)
 		p.logProgress(progress, p.log)
 	}()
-	errs := st.wait()
-	stopProgress() // the totals, once every stage has stopped
+	// Once the caller's hard has ended, the stages get abortedBudget to
+	// stop, as the connections do in CloseStages: one held by a write to a
+	// server that reads nothing (see stages.wait) is left to end at that
+	// write's timeout, within the process's last seconds or after them.
+	errs, stuck := st.wait(aborted, abortedBudget)
+	if len(stuck) > 0 {
+		p.log.Warn("hard stop: not waiting any longer for stages still running (a write to a NATS server that reads nothing, say, "+
+			"holds them until its timeout); nothing uncommitted is acked", "stages", strings.Join(stuck, ","), "waited", abortedBudget)
+	}
+	stopProgress() // the totals, once every stage has stopped (or been given up on)
 	<-progressDone
 
 	if len(errs) > 0 {
@@ -513,15 +527,24 @@ type stages struct {
 	hard         context.Context // ends when the caller's does or a stage fails
 	cancelHard   context.CancelCauseFunc
 	cancelIntake context.CancelFunc
-	wg           sync.WaitGroup
 	mu           sync.Mutex
 	errs         []error
+	running      []*stage // in the order started
+}
+
+// stage is one of stages', done closed once its function has returned.
+type stage struct {
+	name string
+	done chan struct{}
 }
 
 func (s *stages) start(name string, run func() error) {
-	s.wg.Add(1)
+	st := &stage{name: name, done: make(chan struct{})}
+	s.mu.Lock()
+	s.running = append(s.running, st)
+	s.mu.Unlock()
 	go func() {
-		defer s.wg.Done()
+		defer close(st.done)
 		err := run()
 		// A stage stopped by hard's end says so with hard's error (Canceled
 		// or, for a caller's hard that ended by its deadline,
@@ -553,10 +576,41 @@ func (s *stages) endedByHard(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, herr) || errors.Is(err, context.Cause(s.hard))
 }
 
-// wait returns once every stage has stopped, with the failures.
-func (s *stages) wait() []error {
-	s.wg.Wait()
+// wait returns once every stage has stopped, with the failures; or, once
+// aborted (the caller's hard) has ended, budget later at most, with the
+// failures so far and the names of the stages still running. Those are
+// held where hard's end cannot reach them: a write to a server that reads
+// nothing (an ack, an InProgress, a dead letter) holds its connection's
+// lock until its write timeout, 10 s or more, past what a cut-short stop
+// promises. Nothing is lost by not waiting: acks follow COMMIT, so what
+// they would still ack is committed, and what they leave unacked comes
+// back after ack_wait.
+func (s *stages) wait(aborted <-chan struct{}, budget time.Duration) (errs []error, stuck []string) {
+	s.mu.Lock()
+	all := slices.Clone(s.running)
+	s.mu.Unlock()
+	var giveUp <-chan time.Time
+	for i := 0; i < len(all); {
+		select {
+		case <-all[i].done:
+			i++
+		case <-aborted:
+			aborted = nil
+			t := time.NewTimer(budget)
+			defer t.Stop()
+			giveUp = t.C
+		case <-giveUp:
+			for _, st := range all[i:] {
+				select {
+				case <-st.done:
+				default:
+					stuck = append(stuck, st.name)
+				}
+			}
+			i = len(all)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.errs
+	return slices.Clone(s.errs), stuck
 }

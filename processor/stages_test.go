@@ -101,12 +101,70 @@ func TestStagesQuietEnds(t *testing.T) {
 	}
 }
 
+// Once the caller's hard has ended, wait gives the stages abortedBudget
+// and returns, naming those still running: a write to a NATS server that
+// reads nothing holds a stage (its ack, under the connection's lock) until
+// the write's timeout, 10 s or more, past the ~2.5 s a cut-short stop
+// promises. Before, Run waited for it.
+func TestStagesWaitBoundedOnceHardEnds(t *testing.T) {
+	callerHard, callerCancel := context.WithCancel(context.Background())
+	hard, cancelHard := context.WithCancelCause(callerHard)
+	defer cancelHard(nil)
+	_, cancelIntake := context.WithCancel(context.Background())
+	defer cancelIntake()
+	st := &stages{hard: hard, cancelHard: cancelHard, cancelIntake: cancelIntake}
+
+	held := make(chan struct{}) // the write's timeout
+	defer close(held)
+	st.start("consumer", func() error {
+		<-hard.Done()
+		return fmt.Errorf("push: %w", hard.Err())
+	})
+	st.start("sink", func() error {
+		<-held // deaf to hard, as a write under a connection's lock is
+		return fmt.Errorf("ack: %w", context.Canceled)
+	})
+
+	// While the caller's hard lives, wait waits (a drain takes its time).
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		st.wait(callerHard.Done(), abortedBudget)
+	}()
+	select {
+	case <-waited:
+		t.Fatal("wait returned with a stage running and the caller's hard alive")
+	case <-time.After(2 * abortedBudget):
+	}
+
+	callerCancel() // a second signal, or drain_timeout
+	start := time.Now()
+	select {
+	case <-waited:
+	case <-time.After(6 * time.Second):
+		t.Fatal("wait still waits for a stage 6 s after the caller's hard ended")
+	}
+	if d := time.Since(start); d < abortedBudget {
+		t.Errorf("wait returned %v after hard's end, before the stages' %v", d, abortedBudget)
+	}
+	errs, stuck := st.wait(callerHard.Done(), abortedBudget)
+	if len(errs) != 0 {
+		t.Errorf("errors %q, want none: hard's end stopped the consumer, and the sink has not returned", errs)
+	}
+	if len(stuck) != 1 || stuck[0] != "sink" {
+		t.Errorf("stages still running %q, want [sink]", stuck)
+	}
+}
+
 // waitStages is st.wait, failing the test if a stage has not stopped
 // within 10 s (it never will: nothing ended what it waits on).
 func waitStages(t *testing.T, st *stages) []error {
 	t.Helper()
 	done := make(chan []error, 1)
-	go func() { done <- st.wait() }()
+	go func() {
+		errs, _ := st.wait(nil, 0)
+		done <- errs
+	}()
 	select {
 	case errs := <-done:
 		return errs
