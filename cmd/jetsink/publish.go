@@ -217,8 +217,12 @@ telemetry.sample_ratio.`,
 			if o.Rate > 0 {
 				late = fmt.Sprintf(", late %d", res.Late)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "published %d events in %v (sent at %.0f/s, the last PubAck %v after the start); acked %d, duplicate %d, retried %d, failed %d%s; run %d\n",
-				res.Sent, res.Sending.Round(time.Millisecond), res.SendRate(), res.Elapsed.Round(time.Millisecond), res.Acked, res.Duplicate,
+			rate := "" // no rate from fewer than two sends
+			if res.Sent > 1 {
+				rate = fmt.Sprintf("sent at %.0f/s, ", res.SendRate())
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "published %d events in %v (%sthe last PubAck %v after the start); acked %d, duplicate %d, retried %d, failed %d%s; run %d\n",
+				res.Sent, res.Sending.Round(time.Millisecond), rate, res.Elapsed.Round(time.Millisecond), res.Acked, res.Duplicate,
 				res.Retried, res.Failed, late, o.Run)
 			if l := res.SendLag; l != nil && l.TotalCount() > 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "send lag (send - due) p50 %.2f p99 %.2f max %.1f ms; %d of %d sent over 1 ms late\n",
