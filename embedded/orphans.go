@@ -22,7 +22,7 @@ const ownerFile = "owner.pid"
 const (
 	natsDirPrefix = "jetsink-nats-"
 	pgDirPrefix   = "jetsink-pg-"
-	demoDirPrefix = "jetsink-demo-" // jetsink demo --keep's (TempDir), swept by StartPostgres
+	DemoDirPrefix = "jetsink-demo-" // jetsink demo --keep's (TempDir), swept by StartPostgres
 )
 
 // ownedTempDir makes a new directory prefix+"*" in os.TempDir() with

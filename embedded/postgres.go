@@ -72,7 +72,7 @@ func WithFsync() ClusterOption { return func(o *clusterOptions) { o.fsync = true
 // missing.
 func StartPostgres(opts ...ClusterOption) (*Cluster, error) {
 	sweepOrphansOnce(pgDirPrefix, stopOrphan)
-	sweepOrphansOnce(demoDirPrefix, nil) // holds a URL with a dead cluster's password
+	sweepOrphansOnce(DemoDirPrefix, nil) // holds a URL with a dead cluster's password
 	var o clusterOptions
 	for _, opt := range opts {
 		opt(&o)

@@ -957,7 +957,7 @@ func TestServerDiesWithItsOwner(t *testing.T) {
 			fmt.Println("error", err)
 			os.Exit(1)
 		}
-		demo, err := TempDir(demoDirPrefix)
+		demo, err := TempDir(DemoDirPrefix)
 		if err != nil {
 			fmt.Println("error", err)
 			os.Exit(1)

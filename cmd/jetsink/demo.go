@@ -156,7 +156,7 @@ server gone) stay until the next demo removes them.`,
 			// what jetsink does next needs its config. Its directory is
 			// marked as this process's: the next demo removes it if this
 			// one dies without doing so (a second signal, SIGKILL).
-			dir, err := embedded.TempDir("jetsink-demo-")
+			dir, err := embedded.TempDir(embedded.DemoDirPrefix)
 			if err != nil {
 				return err
 			}

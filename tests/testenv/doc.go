@@ -17,8 +17,8 @@
 // Packages that use Postgres call Main from TestMain so that the shared
 // cluster is stopped when the test binary ends, every cluster it started
 // is stopped shortly before its -timeout would panic (which no cleanup
-// outlives, while pg_ctl's servers would), and goroutine leaks are
-// reported:
+// outlives: the servers die with the binary, their directories stay until
+// a later StartPostgres sweeps them), and goroutine leaks are reported:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 //

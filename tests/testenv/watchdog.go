@@ -13,11 +13,11 @@ import (
 )
 
 // clusters are the PostgreSQL clusters this package started and has not
-// destroyed yet. pg_ctl runs each server as a daemon, out of DieWithTest's
-// reach: a test binary that panics at its -timeout, which ends it before
-// Main's end and every t.Cleanup, would leave them running, with their
-// ports, memory and directories, until a later StartPostgres sweeps them.
-// The watchdog destroys them before that.
+// destroyed yet. A test binary that panics at its -timeout, which ends it
+// before Main's end and every t.Cleanup, takes each server down with it
+// (embedded starts it with a death signal) but leaves its directory until
+// a later StartPostgres sweeps it. The watchdog destroys them before
+// that, and prints the goroutines' stacks.
 var clusters struct {
 	mu   sync.Mutex
 	live map[*embedded.Cluster]bool
