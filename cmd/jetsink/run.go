@@ -31,7 +31,7 @@ telemetry then shuts down (the last spans, the admin listener: a little over
 3 s more at most; a second signal cuts both short, to about 1.5 s). A second
 signal, or the drain timeout, before the acks are confirmed gives up waiting
 and exits with status 130 within about 2.5 s at most (short budgets for the
-NATS connections and the last spans; also after a stage failed, whose error is printed too; a signal within
+stages, the NATS connections and the last spans; also after a stage failed, whose error is printed too; a signal within
 100 ms of the one before is taken as a repeat of it, as timeout(1) sends); nothing that
 was not committed has been acked, so JetStream redelivers it, and acks
 NATS had not confirmed are logged: their events come back after ack_wait.
