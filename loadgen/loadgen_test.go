@@ -137,6 +137,9 @@ func TestPublishOpenLoopAndFailures(t *testing.T) {
 		want float64
 	}{
 		{Result{Sent: 10, Sending: 900 * time.Millisecond}, 10},
+		// A preload's first send ends 100 ms in: 9 intervals in the 900 ms
+		// after it, where 9 over the whole 1 s read 9/s.
+		{Result{Sent: 10, Sending: time.Second, firstSent: 100 * time.Millisecond}, 10},
 		{Result{Sent: 1, Sending: 0}, 0},
 		{Result{}, 0},
 	} {

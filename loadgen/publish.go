@@ -188,20 +188,26 @@ type Result struct {
 	Start   time.Time
 	Elapsed time.Duration
 	Sending time.Duration
+	// firstSent is when the first event's first send ended, from Start,
+	// as Sending is the last's: SendRate's span.
+	firstSent time.Duration
 }
 
 // SendRate is the rate the events went out at: the Sent-1 intervals
-// between the first send and the last over Sending. In open loop that is
-// Rate when every event went out on time (Sending runs to the last event's
-// due time, (Sent-1)/Rate; Sent over it overstated the rate by
-// Sent/(Sent-1)), below Rate when the publisher fell behind its schedule.
-// It does not wait for the PubAcks and the resends after the last send, as
+// between the end of the first send and the end of the last, over the time
+// between them. In open loop that is Rate when every event went out on
+// time ((Sent-1)/Rate apart; Sent over Sending overstated the rate by
+// Sent/(Sent-1)), below Rate when the publisher fell behind its schedule;
+// in a preload, the rate the publisher could send at (Sending also holds
+// the first send, so Sent-1 over it understated a short preload's). It
+// does not wait for the PubAcks and the resends after the last send, as
 // Sent/Elapsed does. 0 with fewer than two sends: no interval to measure.
 func (r Result) SendRate() float64 {
-	if r.Sent < 2 || r.Sending <= 0 {
+	span := r.Sending - r.firstSent
+	if r.Sent < 2 || span <= 0 {
 		return 0
 	}
-	return float64(r.Sent-1) / r.Sending.Seconds()
+	return float64(r.Sent-1) / span.Seconds()
 }
 
 // The send lag histogram's range, in microseconds.
@@ -366,6 +372,9 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			}
 		}
 		now = p.send(ctx, seq, stamp, 1)
+		if res.Sent == 0 {
+			res.firstSent = now
+		}
 		res.Sending = now
 		if p.lag != nil {
 			p.lag.record(now - due)

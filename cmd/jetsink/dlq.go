@@ -280,6 +280,11 @@ taken for no filter. Exit status 1 if any replay or delete failed.`,
 		f := fl.Lookup(name)
 		_, list := f.Value.(pflag.SliceValue)
 		f.Value = nonEmpty{Value: f.Value, list: list}
+		if list {
+			// pflag takes "[]" for no default only from its own slice
+			// values: --help would say "(default [])".
+			f.DefValue = ""
+		}
 	}
 	fl.BoolVar(&o.AllowMaxMsgsPerSubject, "allow-max-msgs-per-subject", false, "replay into an event stream that drops a subject's oldest message to store a new one (max_msgs_per_subject with discard old): a replayed event may be dropped before jetsink reads it, its letter deleted")
 	fl.BoolVar(&o.Keep, "keep", false, "re-publish but keep the dead letters in their stream (replayed again after the duplicate window, they are stored twice)")

@@ -325,6 +325,12 @@ func TestDLQHelpSaysWhatItDoes(t *testing.T) {
 	if strings.Contains(out, "list them") || !strings.Contains(out, "replay") {
 		t.Fatalf("dlq --help promises a command it lacks, or not replay:\n%s", out)
 	}
+	// The filters refuse an empty value (nonEmpty): their help gives no
+	// default, as pflag's own slices print none.
+	r = startJetsink(t, ctx, "dlq", "replay", "--help")
+	if code := r.wait(t, ctx); code != 0 || !strings.Contains(r.out.String(), "--code") || strings.Contains(r.out.String(), "(default [])") {
+		t.Fatalf("dlq replay --help: exit %d, want 0, the filters without a default []:\n%s", code, r.out.String())
+	}
 }
 
 // Without nats.consumer on the letters' stream nothing would read a
