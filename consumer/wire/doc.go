@@ -45,10 +45,12 @@
 // to the Subs), a flusher (writes the buffered output when woken, so many
 // settlements share one write) and a pinger. Each Sub owns a delivery
 // goroutine that runs its handler and onErr, so a slow handler never keeps
-// the reader from answering PINGs. Close ends the Conn's goroutines and
-// waits for them; each Sub's goroutine ends on Stop, after Drain, on a
-// terminal status, or when the connection ends, and Closed tells. Conn,
-// Sub and Msg methods are safe for concurrent use.
+// the reader from answering PINGs; Drain writes its UNSUB from one more,
+// short-lived, which the delivery goroutine waits for (so Drain never waits
+// for a write under way). Close ends the Conn's goroutines and waits for
+// them; each Sub's goroutines end on Stop, after Drain, on a terminal
+// status, or when the connection ends, and Closed tells. Conn, Sub and Msg
+// methods are safe for concurrent use.
 //
 // # One allocation per message
 //

@@ -1163,3 +1163,45 @@ func TestFlushHonoursItsContextWhileAWriteHoldsTheConnection(t *testing.T) {
 		t.Fatalf("Flush once the write is over: %v", err)
 	}
 }
+
+// Drain returns at once while a write to a server that reads nothing holds
+// the connection's lock (until Options.WriteTimeout): its UNSUB waits on a
+// goroutine of the Sub's, and the drain completes once the write is over.
+// Before, Drain waited for the lock, and so did the caller's shutdown:
+// consumer.Run, its hard context ended, held until the write timed out.
+func TestDrainDoesNotWaitForAWriteHoldingTheConnection(t *testing.T) {
+	url := pullServer(t, func(io.Writer, string, string, int, string) {})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10}, func(*Msg) {}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(ctx); err != nil { // SUB and the pull are out
+		t.Fatal(err)
+	}
+	c.mu.Lock() // as the flusher holds it through a stuck write
+	unlock := time.AfterFunc(3*time.Second, c.mu.Unlock)
+	drained := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(drained)
+		sub.Drain()
+	}()
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+	}
+	took := time.Since(start)
+	if unlock.Stop() {
+		c.mu.Unlock()
+	}
+	<-drained
+	if took > time.Second {
+		t.Fatalf("Drain took %v with the connection's lock held, want it to return at once", took)
+	}
+	waitClosed(t, sub, 5*time.Second) // the UNSUB and its PING went out, and the PONG came
+	if err := sub.Err(); err != nil {
+		t.Fatalf("Err after Drain: %v", err)
+	}
+}

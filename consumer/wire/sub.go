@@ -113,7 +113,7 @@ type Sub struct {
 	stopped   sync.Once
 	drain     sync.Once
 	drained   chan struct{} // closed by the PONG that follows Drain's UNSUB
-	unsub     atomic.Bool   // UNSUB written
+	unsub     atomic.Bool   // UNSUB written, or being written by Drain's writer
 	fatal     chan struct{}
 	fatalOnce sync.Once
 	fErr      error // set before fatal is closed
@@ -157,6 +157,14 @@ type Sub struct {
 	maxBytes int64 // the max_bytes of the last pull sent, 0 for none
 	draining bool
 	body     []byte
+
+	// Drain's UNSUB and PING are written by a goroutine of its own (a
+	// write under way holds the connection's lock, up to
+	// Options.WriteTimeout), which the delivery goroutine waits for before
+	// it ends. endMu orders the two: once ended is set, Drain starts none.
+	endMu    sync.Mutex
+	ended    bool
+	unsubbed chan struct{} // closed when Drain's writer is done; nil without one
 }
 
 // Consume subscribes to a fresh inbox and pulls from the durable pull
@@ -230,19 +238,33 @@ func (c *Conn) Consume(o PullOptions, handler func(*Msg), onErr func(error)) (*S
 // Drain stops pulling and unsubscribes; the Sub delivers what the server
 // sent before the unsubscribe, then ends (Closed) with a nil Err. The
 // messages it had requested and not sent, JetStream delivers to the next
-// subscriber (after ack_wait if already on their way). It does not block.
+// subscriber (after ack_wait if already on their way). It does not block,
+// also while a write to a server that reads nothing holds the connection
+// (the UNSUB waits for it on a goroutine of the Sub's, which ends before
+// Closed; a Stop after Drain still ends the Sub at once).
 func (s *Sub) Drain() {
 	s.drain.Do(func() {
 		s.pmu.Lock()
 		s.draining = true
 		s.pmu.Unlock()
+		s.endMu.Lock()
+		defer s.endMu.Unlock()
+		if s.ended {
+			return // leave unsubscribes, or the connection is gone
+		}
 		s.unsub.Store(true)
-		// The PONG to this PING comes after every message the server sent
-		// before it read the UNSUB: once it closes drained, the buffer
-		// holds all there is. On a closed connection the Sub ends anyway.
-		_ = s.c.ping(s.drained, func(bw *bufio.Writer) {
-			_, _ = bw.WriteString("UNSUB " + strconv.FormatUint(s.sid, 10) + "\r\n")
-		})
+		written := make(chan struct{})
+		s.unsubbed = written
+		go func() {
+			defer close(written)
+			// The PONG to this PING comes after every message the server
+			// sent before it read the UNSUB: once it closes drained, the
+			// buffer holds all there is. On a closed connection the Sub
+			// ends anyway.
+			_ = s.c.ping(s.drained, func(bw *bufio.Writer) {
+				_, _ = bw.WriteString("UNSUB " + strconv.FormatUint(s.sid, 10) + "\r\n")
+			})
+		}()
 	})
 }
 
@@ -544,7 +566,14 @@ func (s *Sub) run() {
 	if s.opts.Budget != nil {
 		s.opts.Budget.forget(s.wake)
 	}
+	s.endMu.Lock()
+	s.ended = true
+	unsubbed := s.unsubbed
+	s.endMu.Unlock()
 	s.leave()
+	if unsubbed != nil {
+		<-unsubbed // Drain's writer: no goroutine of the Sub's outlives Closed
+	}
 	if err != nil && !told {
 		s.onErr(err)
 	}
