@@ -110,14 +110,17 @@ func (l *ackLedger) lost() {
 
 // abandon is Close giving up on a final confirmation stuck behind a
 // connection (a write to a server that reads nothing holds its lock): it
-// returns the number of acks sent since the last confirmation, all of them
-// unconfirmed, or 0 if the final confirmation has accounted for them
-// meanwhile (then it will not).
+// returns the number of acks begun since the last confirmation, all of
+// them unconfirmed, or 0 if the final confirmation has accounted for them
+// meanwhile (then it will not). Begun, not sent: a batch whose write that
+// same lock holds was counted as begun and not yet as sent, and its acks,
+// of committed events, may never go out.
 func (l *ackLedger) abandon() uint64 {
 	if !l.final.CompareAndSwap(false, true) {
 		return 0
 	}
-	return l.sent.Load() - min(l.confirmedAt.Load(), l.sent.Load())
+	begun := l.begun.Load()
+	return begun - min(l.confirmedAt.Load(), begun)
 }
 
 // wireLost is lost for wire connection wc, once however often it is told.
@@ -152,7 +155,7 @@ func (c *Consumer) AckAll(ms []pipeline.Msg, errs []error) {
 // Stats.AcksUnconfirmed and returned: the ones sent before a connection
 // was lost since the last confirmation (or during the flush: its answer
 // then came on a new connection) and, when a flush failed and final is
-// set, every one since then. When a flush fails and final is not set,
+// set, every one begun since then (also those still being handed over). When a flush fails and final is not set,
 // nothing changes: the next confirmation tries again. A final confirmation
 // flushes again after a connection lost during its flush (a NATS restart)
 // while ctx has time and nats.go's connection is not closed.
@@ -224,7 +227,10 @@ func (c *Consumer) confirm(ctx context.Context, final bool) (unconfirmed uint64,
 	}
 	upTo := min(lostAt, n)
 	if err != nil {
-		upTo = n
+		// Final, and given up on: every ack begun is in doubt, those of a
+		// batch still being handed over (a write to a server that reads
+		// nothing holds the connection's lock) with the rest.
+		upTo = max(n, l.begun.Load())
 	}
 	// Close's final confirmation accounts unless Close has given up on it
 	// (abandon) and counted these already.

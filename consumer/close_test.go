@@ -556,3 +556,68 @@ func TestRunReturnsOnHardWhileAWriteHoldsTheConnection(t *testing.T) {
 	p.Cut()           // frees the writer
 	<-filler
 }
+
+// When Close cannot confirm the acks while a write to a server that reads
+// nothing holds a connection (it gives up on the connection, nats.go's
+// here, or its final flush fails, wire's), the acks it counts unconfirmed
+// include those of a batch that the held lock keeps from being written
+// (begun, never sent): they are committed events whose acks may never go
+// out, and come back after ack_wait. Before, only the acks a connection
+// had taken were counted.
+func TestCloseCountsTheAcksOfABatchHeldByTheWrite(t *testing.T) {
+	onePassOnly(t)
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			var buf syncBuffer
+			c, p, cfg := closeSetup(t, ctx, srv, client, &buf)
+			r, stopRun := startHardRun(t, ctx, c)
+			publish(t, ctx, jsFor(t, srv), cfg, 5, 1, 0)
+			ms := takeMsgs(t, ctx, r, 5)
+			stopRun() // no confirmation runs after Run
+			p.Freeze()
+			ackAll(t, c, ms[:3]) // sent into the frozen connection
+			// InProgress until the socket takes no more and a write holds
+			// the connection's lock.
+			var sent atomic.Int64
+			filler := make(chan struct{})
+			go func() {
+				defer close(filler)
+				for sent.Load() < 1<<20 && ms[4].InProgress() == nil {
+					sent.Add(1)
+				}
+			}()
+			for last := int64(-1); ; {
+				time.Sleep(300 * time.Millisecond)
+				n := sent.Load()
+				if n == last {
+					break
+				}
+				last = n
+			}
+			held := make(chan struct{})
+			go func() { // a committer's batch, held by the write
+				defer close(held)
+				c.AckAll(ms[3:], make([]error, 2))
+			}()
+			waitFor(t, ctx, "the held batch's acks begun", func() bool { return c.acks.begun.Load() == 5 })
+			ended, end := context.WithCancel(ctx)
+			end() // a second signal
+			err := c.Close(ended)
+			if !errors.Is(err, ErrAcksUnconfirmed) {
+				t.Errorf("Close = %v, want ErrAcksUnconfirmed", err)
+			}
+			if st := c.Stats(); st.AcksUnconfirmed != 5 {
+				t.Errorf("Stats.AcksUnconfirmed = %d, want 5: the 3 sent and the 2 of the batch held by the write", st.AcksUnconfirmed)
+			}
+			if log := buf.String(); !strings.Contains(log, "acks=5 ") {
+				t.Errorf("log:\n%s\nwant the warning to count 5 acks not confirmed", log)
+			}
+			p.Cut() // frees the writers
+			<-filler
+			<-held
+		})
+	}
+}

@@ -174,14 +174,18 @@
 // while Run runs it confirms them every second with a flush of each
 // connection (a PING, answered after what was written before it). Those
 // sent before a connection was lost and not confirmed before it, and those
-// Close cannot confirm, may not have reached the server: they are logged at
+// Close cannot confirm (with those of a batch that a write to a server
+// that reads nothing keeps from being handed over), may not have reached
+// the server: they are logged at
 // Warn, counted in Stats.AcksUnconfirmed, and, at Close, reported by an
 // error wrapping ErrAcksUnconfirmed. Their events are delivered again after
 // ack_wait (a duplicate row in at-least-once mode) if they did not. The
 // count is an upper bound: at a loss it takes all the acks sent since the
 // last confirmation (a second's, or the whole outage's when the server went
 // silent first) and those sent in the moment before nats.go tells of the
-// disconnect, although some of them reached the server.
+// disconnect, although some of them reached the server; at a Close that
+// cannot confirm, a held batch's acks are counted although they may yet
+// fail to be written (the sink then reports them too).
 //
 // # Concurrency
 //
