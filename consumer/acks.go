@@ -269,8 +269,9 @@ func (c *Consumer) flush(ctx context.Context, wc *wire.Conn) error {
 }
 
 // confirming takes a confirmation every confirmEvery until the function it
-// returns is called; that function waits for the goroutine to end.
-func (c *Consumer) confirming() (stop func()) {
+// returns is called; that function waits for the goroutine to end, at most
+// abortBudget, or hardConfirmWait when told that hard has ended.
+func (c *Consumer) confirming() (stop func(hardEnded bool)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -292,11 +293,15 @@ func (c *Consumer) confirming() (stop func()) {
 			}
 		}
 	}()
-	return func() {
+	return func(hardEnded bool) {
 		cancel()
+		wait := abortBudget
+		if hardEnded {
+			wait = hardConfirmWait
+		}
 		select {
 		case <-done:
-		case <-time.After(abortBudget):
+		case <-time.After(wait):
 			// Its flush waits behind a write to a server that reads
 			// nothing (nats.go takes its lock before it looks at the
 			// context): it ends when that write times out, and Close
@@ -304,6 +309,12 @@ func (c *Consumer) confirming() (stop func()) {
 		}
 	}
 }
+
+// hardConfirmWait is how long Run waits for the ack confirmer once hard has
+// ended: time enough for one that is not held by a connection's lock to
+// end, and little of the abortBudget (250 ms) a hard stop (processor.Run)
+// gives all its stages.
+const hardConfirmWait = 25 * time.Millisecond
 
 // closeContext is what Close waits under: ctx while it has time left, at
 // most closeWait when ctx has no deadline; when ctx has ended already,

@@ -621,3 +621,55 @@ func TestCloseCountsTheAcksOfABatchHeldByTheWrite(t *testing.T) {
 		})
 	}
 }
+
+// Once hard has ended, Run waits for its ack confirmer only a moment
+// (hardConfirmWait), not abortBudget: a confirmer whose flush waits for
+// nats.go's lock, which a write to a server that reads nothing holds (its
+// socket full), ends only at the write timeout, and a hard stop
+// (processor.Run) gives all its stages abortBudget. Before, Run's wait for
+// it alone took that long, and the hard stop named the consumer.
+func TestConfirmerNotWaitedForOnceHardHasEnded(t *testing.T) {
+	onePassOnly(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	c, p, _ := closeSetup(t, ctx, srv, PullClientNATSGo, nil)
+	c.acks.begin(1) // an ack sent, for the confirmer to confirm
+	c.acks.end(1, 1)
+	p.Freeze()
+	var sent atomic.Int64
+	filler := make(chan struct{})
+	go func() {
+		defer close(filler)
+		payload := make([]byte, 1024)
+		for sent.Load() < 256<<20 && c.nc.Publish("filler.x", payload) == nil {
+			sent.Add(int64(len(payload)))
+		}
+	}()
+	for last := int64(-1); ; {
+		time.Sleep(300 * time.Millisecond)
+		n := sent.Load()
+		if n == last {
+			break
+		}
+		last = n
+	}
+	stop := c.confirming()
+	waitFor(t, ctx, "the ack confirmer flushing", func() bool {
+		if c.acks.mu.TryLock() {
+			c.acks.mu.Unlock()
+			return false
+		}
+		return true
+	})
+	start := time.Now()
+	stop(true)
+	if d := time.Since(start); d > abortBudget*4/5 {
+		t.Errorf("the confirmer's stop took %v once hard had ended, want well within the %v a hard stop waits for its stages", d, abortBudget)
+	}
+	ended, end := context.WithCancel(ctx)
+	end()
+	_ = c.Close(ended)
+	p.Cut() // frees the writers
+	<-filler
+}

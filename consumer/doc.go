@@ -142,7 +142,8 @@
 // connection (Close). Nothing here outlives Close for long. Three waits
 // are bounded rather than joined: Run's wait for the ack confirmer's last
 // flush, and Close's for the connections, give up after abortBudget
-// (250 ms) when a write to a server that reads nothing holds a
+// (250 ms; Run's after 25 ms once hard has ended, a hard stop giving all
+// its stages 250 ms) when a write to a server that reads nothing holds a
 // connection's lock (that flush or close then ends at writeTimeout, 10 s);
 // the flush-then-abort of a wire connection dropped after nats.go's
 // disconnect runs on its own for at most abortFlush; and a probe of the

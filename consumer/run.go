@@ -70,7 +70,8 @@ type Output interface {
 // acks sent (see the package documentation).
 func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 	defer out.Close()
-	defer c.confirming()()
+	stopConfirming := c.confirming()
+	defer func() { stopConfirming(hard.Err() != nil) }()
 	// Every JetStream API request Run makes is bounded by nats.go's
 	// default timeout (5 s), also under a ctx with a deadline: one the
 	// server drops (a stream or consumer electing a leader answers nothing)
