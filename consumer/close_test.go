@@ -495,66 +495,82 @@ func TestCloseCountsAcksOfALostWireConnection(t *testing.T) {
 }
 
 // Once hard has ended, Run returns promptly also while a write to a server
-// that reads nothing holds the wire connection's lock (the acks and
-// InProgress of many batches fill the socket, until its write timeout):
-// nothing in its way out waits for that lock. Before, intake's end drained
-// the subscription, whose UNSUB waited for the lock, and Run with it, 10 s
-// (writeTimeout) after hard had ended; a hard stop (processor.Run) named
-// the consumer among the stages it gave up waiting for.
+// that reads nothing holds a connection's lock (the acks and InProgress of
+// many batches fill the socket, until its write timeout): well within the
+// abortBudget a hard stop (processor.Run) gives all its stages, which
+// before named the consumer among those it gave up on. Before, with the
+// wire client, intake's end drained the subscription, whose UNSUB waited
+// for the wire connection's lock, and Run with it, 10 s (writeTimeout)
+// after hard had ended; with nats.go's connection full, Run's supervision
+// waited for nats.go's lock (IsConnected after missed heartbeats, an API
+// request) as long, and its wait for the ack confirmer took abortBudget.
 func TestRunReturnsOnHardWhileAWriteHoldsTheConnection(t *testing.T) {
 	onePassOnly(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	c, p, cfg := closeSetup(t, ctx, srv, PullClientWire, nil)
-	hard, stopHard := context.WithCancel(ctx)
-	t.Cleanup(stopHard)
-	r := startRun(t, hard, c, 1, 16, 16)
-	publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
-	ms := takeMsgs(t, ctx, r, 3)
-	p.Freeze()
-	// A committer's InProgress, standing for the settlements of many
-	// batches: until the socket takes no more and the write holds the lock.
-	var sent atomic.Int64
-	filler := make(chan struct{})
-	go func() {
-		defer close(filler)
-		for sent.Load() < 1<<20 && ms[0].InProgress() == nil {
-			sent.Add(1)
-		}
-	}()
-	for last := int64(-1); ; {
-		time.Sleep(300 * time.Millisecond)
-		n := sent.Load()
-		if n == last {
-			break
-		}
-		last = n
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			c, p, cfg := closeSetup(t, ctx, srv, client, nil)
+			hard, stopHard := context.WithCancel(ctx)
+			t.Cleanup(stopHard)
+			r := startRun(t, hard, c, 1, 16, 16)
+			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
+			ms := takeMsgs(t, ctx, r, 3)
+			p.Freeze()
+			ackAll(t, c, ms[:2]) // for the confirmer to confirm
+			// A committer's InProgress, standing for the settlements of
+			// many batches: until the socket takes no more and the write
+			// holds the lock.
+			var sent atomic.Int64
+			filler := make(chan struct{})
+			go func() {
+				defer close(filler)
+				for sent.Load() < 1<<20 && ms[2].InProgress() == nil {
+					sent.Add(1)
+				}
+			}()
+			for last := int64(-1); ; {
+				time.Sleep(300 * time.Millisecond)
+				n := sent.Load()
+				if n == last {
+					break
+				}
+				last = n
+			}
+			waitFor(t, ctx, "the ack confirmer flushing", func() bool {
+				if c.acks.mu.TryLock() {
+					c.acks.mu.Unlock()
+					return false
+				}
+				return true
+			})
+			r.cancel() // intake: Run drains, which a server that reads nothing never completes
+			select {
+			case err := <-r.done:
+				t.Fatalf("Run = %v at intake's end with the server frozen, want it draining until hard", err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			stopHard() // a second signal
+			start := time.Now()
+			select {
+			case err := <-r.done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("Run = %v, want hard's error", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("Run still runs 5 s after hard's end (a write to the frozen server holds a connection)")
+			}
+			if d := time.Since(start); d > abortBudget*4/5 {
+				t.Errorf("Run returned %v after hard's end, want well within the %v a hard stop waits for its stages", d, abortBudget)
+			} else {
+				t.Logf("Run returned %v after hard's end", d)
+			}
+			_ = c.Close(hard) // as processor.CloseStages does: bounded, its context ended
+			p.Cut()           // frees the writer
+			<-filler
+		})
 	}
-	r.cancel() // intake: Run drains, which a server that reads nothing never completes
-	select {
-	case err := <-r.done:
-		t.Fatalf("Run = %v at intake's end with the server frozen, want it draining until hard", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	stopHard() // a second signal
-	start := time.Now()
-	select {
-	case err := <-r.done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("Run = %v, want hard's error", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("Run still runs 5 s after hard's end (a write to the frozen server holds the wire connection)")
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Run returned %v after hard's end, want about at once (a hard stop waits %v for its stages)", d, abortBudget)
-	} else {
-		t.Logf("Run returned %v after hard's end", d)
-	}
-	_ = c.Close(hard) // as processor.CloseStages does: bounded, its context ended
-	p.Cut()           // frees the writer
-	<-filler
 }
 
 // When Close cannot confirm the acks while a write to a server that reads

@@ -139,12 +139,16 @@
 // goroutine that confirms the acks every second (below). nats.go's other
 // goroutines (reader, flusher, pull loop, status watcher) and wire's
 // (reader, flusher, pinger) end with the subscription and with the
-// connection (Close). Nothing here outlives Close for long. Three waits
+// connection (Close). Nothing here outlives Close for long. Four waits
 // are bounded rather than joined: Run's wait for the ack confirmer's last
 // flush, and Close's for the connections, give up after abortBudget
 // (250 ms; Run's after 25 ms once hard has ended, a hard stop giving all
 // its stages 250 ms) when a write to a server that reads nothing holds a
 // connection's lock (that flush or close then ends at writeTimeout, 10 s);
+// once hard has ended, Run waits 100 ms at most for its own supervising
+// goroutine, which asks nats.go about its connection and sends JetStream
+// API requests, both of which wait for nats.go's lock (Run closes the
+// dispatch and returns; that goroutine ends with the write, or at Close);
 // the flush-then-abort of a wire connection dropped after nats.go's
 // disconnect runs on its own for at most abortFlush; and a probe of the
 // wire connection after missed heartbeats (probeWire) runs on its own

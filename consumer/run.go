@@ -68,7 +68,39 @@ type Output interface {
 // Run must not be called concurrently with itself. While it runs, a
 // goroutine of its own confirms every second that the server has read the
 // acks sent (see the package documentation).
+//
+// Once hard has ended, Run waits hardRunWait at most for its supervising
+// goroutine, which asks nats.go about its connection and sends JetStream
+// API requests: a write to a server that reads nothing holds nats.go's
+// lock, which those take first, until writeTimeout (10 s). Run then closes
+// out and returns; that goroutine ends when the write does (or Close), and
+// Run is not to be called again before.
 func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
+	done := make(chan error, 1)
+	go func() { done <- c.run(ctx, hard, out) }()
+	select {
+	case err := <-done:
+		return err
+	case <-hard.Done():
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(hardRunWait):
+		out.Close() // the pushes left fail (ErrClosed), and so does any after them
+		c.log.Warn("hard stop: not waiting for the consumer's supervision, held by nats.go's connection (a write to a server that reads nothing, say)",
+			"waited", hardRunWait)
+		return fmt.Errorf("consume: shutdown cut short: %w", hard.Err())
+	}
+}
+
+// hardRunWait is how long Run waits for its supervising goroutine once hard
+// has ended: its way out takes hardConfirmWait at most when nothing holds
+// it, and a hard stop (processor.Run) gives all its stages abortBudget.
+const hardRunWait = 100 * time.Millisecond
+
+// run is Run's body, on a goroutine of Run's.
+func (c *Consumer) run(ctx, hard context.Context, out Output) error {
 	defer out.Close()
 	stopConfirming := c.confirming()
 	defer func() { stopConfirming(hard.Err() != nil) }()
