@@ -154,7 +154,9 @@
 // wire connection after missed heartbeats (probeWire) runs on its own
 // until its PONG, until wireProbeTimeout (2 s) passes with nothing
 // received (it then aborts the connection), or until the connection ends
-// (Close): while a large message arrives slowly it waits on.
+// (Close): while a large message arrives slowly it waits on (as the
+// connection's pinger does), which the server's write deadline and its
+// own pings bound.
 //
 // # Shutdown
 //

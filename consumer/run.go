@@ -504,12 +504,16 @@ const wireProbeTimeout = 2 * time.Second
 // connection the network left half-open (the server gone without a word)
 // would otherwise hold the session, which pulls nothing, until the PINGs
 // of its own schedule failed, 40-60 s. The session then ends as for any
-// lost wire connection, and Run pulls again on a new one. A connection
-// still receiving is not dropped: a large message over a slow link (64 MiB
-// takes 5 s at 100 Mbit/s) holds the PONG behind it, and aborting there
-// lost the message half-read, again at each redelivery. The probe waits
-// on while each wireProbeTimeout brings bytes; it ends with its PONG or
-// with the connection.
+// lost wire connection, and Run pulls again on a new one. The probe does
+// not drop a connection still receiving: a large message over a slow link
+// (64 MiB takes 5 s at 100 Mbit/s) holds the PONG behind it, and aborting
+// there lost the message half-read, again at each redelivery. It waits on
+// while each wireProbeTimeout brings bytes, and ends with its PONG or with
+// the connection. Nor does the connection's own pinger (every
+// pingInterval) count an interval in which the frame it is reading came
+// on. A frame whose bytes keep coming, however slowly, is bounded by its
+// size (max_payload) and by the server: its write deadline, and its own
+// pings, whose PINGs wait behind the frame as well.
 func (c *Consumer) probeWire(wc *wire.Conn) {
 	go func() {
 		ctx, cancel := context.WithCancel(context.Background())

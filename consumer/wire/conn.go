@@ -53,7 +53,10 @@ type Options struct {
 	// PingInterval is how often the client pings the server (default 2m).
 	PingInterval time.Duration
 	// MaxPingsOut: when more pings than this are unanswered the connection
-	// is closed with ErrStaleConnection (default 2).
+	// is closed with ErrStaleConnection (default 2). An interval in which
+	// the reader, part-way through a frame, read more of it counts neither
+	// way (a large message over a slow link holds the PONG behind it); a
+	// frame whose bytes stop coming does not.
 	MaxPingsOut int
 	// WriteTimeout bounds each write to the socket (default 10s): a server
 	// that stops reading fails the connection instead of blocking
@@ -695,16 +698,31 @@ func (c *Conn) flushLoop() {
 }
 
 // pingLoop pings every PingInterval and gives the connection up when more
-// than MaxPingsOut pings are unanswered.
+// than MaxPingsOut pings are unanswered. A tick that finds the reader
+// part-way through a frame, and the socket read since the last tick,
+// neither pings nor counts, nor forgets the pings out: the PONG waits
+// behind that frame (64 MiB takes 54 s at 10 Mbit/s, and jetsink pings
+// every 20 s, 2 out), and giving up there lost the message half-read, at
+// each redelivery. A frame whose bytes stop coming counts as before. One
+// whose bytes keep coming, however slowly, is bounded by its size (64 MiB
+// at most) and by the server: its write deadline, and its own pings, whose
+// PINGs wait behind the frame as well.
 func (c *Conn) pingLoop() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.opts.PingInterval)
 	defer t.Stop()
+	last, _ := c.receiving()
 	for {
 		select {
 		case <-t.C:
 		case <-c.done:
 			return
+		}
+		at, inFrame := c.receiving()
+		read := at != last
+		last = at
+		if read && inFrame {
+			continue
 		}
 		if int(c.pingsOut.Add(1)) > c.opts.MaxPingsOut {
 			c.fail(ErrStaleConnection)

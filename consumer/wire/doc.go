@@ -31,7 +31,8 @@
 // # What it does not do
 //
 // It never reconnects: when the connection fails (read or write error,
-// -ERR, unanswered pings) every Sub ends with an error wrapping
+// -ERR, unanswered pings; a ping interval in which a frame part-way read
+// came on counts neither way) every Sub ends with an error wrapping
 // ErrConnectionClosed and the caller dials again. It subscribes to nothing
 // but its pull inboxes, speaks no JetStream API but the pull (streams and
 // consumers are created and inspected with nats.go), follows no cluster

@@ -612,6 +612,69 @@ func TestStalledFrameIsSilence(t *testing.T) {
 	rec.wait(t, 5*time.Second, func(err error) bool { return errors.Is(err, ErrNoHeartbeat) })
 }
 
+// The connection's own pings do not give up a connection while a large
+// message arrives slowly, its bytes flowing all the while, though the
+// PONGs wait behind it. (They did: with pings every second, 2 out, the
+// connection failed as stale at 3 s, the message half-read; jetsink pings
+// every 20 s, and 64 MiB takes 54 s at 10 Mbit/s.)
+func TestSlowLargeMessageIsNotAStaleConnection(t *testing.T) {
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		if n == 1 {
+			slowMessage(w, sid)
+		}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c, err := Dial(ctx, Options{URL: url, PingInterval: time.Second, MaxPingsOut: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	var handled atomic.Int64
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: time.Second},
+		func(*Msg) { handled.Add(1) }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	start := time.Now()
+	// Its PING follows the pull: the PONG comes after the message.
+	if err := c.Flush(ctx); err != nil {
+		t.Fatalf("Flush behind a message still arriving, after %.1fs: %v", time.Since(start).Seconds(), err)
+	}
+	if d := time.Since(start); d < 4*time.Second {
+		t.Fatalf("Flush answered after %v, before the message could have arrived; the test needs it slower", d)
+	}
+	eventually(t, 10*time.Second, "handled", func() bool { return handled.Load() == 1 })
+}
+
+// A frame whose bytes stop coming part-way leaves the pings unanswered as
+// any silence does: the connection is stale.
+func TestStalledFrameIsAStaleConnection(t *testing.T) {
+	hold := make(chan struct{})
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		if n == 1 {
+			_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.1.1.0.0 %d\r\n%s", sid, 50*20000, strings.Repeat("x", 20000))
+			<-hold // reads nothing more: its PONGs would be read as the frame's bytes
+		}
+	})
+	t.Cleanup(func() { close(hold) })
+	ctx := testCtx(t, 30*time.Second)
+	c, err := Dial(ctx, Options{URL: url, PingInterval: 200 * time.Millisecond, MaxPingsOut: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: 10 * time.Second},
+		func(*Msg) {}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	if err := waitErr(t, c); !errors.Is(err, ErrStaleConnection) {
+		t.Fatalf("got %v, want ErrStaleConnection", err)
+	}
+}
+
 // While a large message arrives slowly, a Flush waits behind it (the PONG
 // comes after it), and LastRead tells that the connection is not silent.
 func TestLastReadAdvancesBehindASlowMessage(t *testing.T) {
