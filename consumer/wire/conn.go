@@ -436,12 +436,15 @@ func (c *Conn) LastRead() time.Time {
 }
 
 // receiving reports when the reader last read from the socket (Unix
-// nanoseconds) and whether it is waiting there for the rest of a frame.
-func (c *Conn) receiving() (at int64, inFrame bool) {
+// nanoseconds), whether it is waiting there for the rest of a frame, and
+// that frame's sid.
+func (c *Conn) receiving() (at int64, inFrame bool, sid uint64) {
 	if c.clock == nil {
-		return 0, false
+		return 0, false, 0
 	}
-	return c.clock.at.Load(), c.clock.inFrame.Load()
+	at = c.clock.at.Load()
+	f := c.clock.inFrame.Load()
+	return at, f != 0, f - 1
 }
 
 // Done is closed when the connection has closed or failed.
@@ -711,14 +714,14 @@ func (c *Conn) pingLoop() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.opts.PingInterval)
 	defer t.Stop()
-	last, _ := c.receiving()
+	last, _, _ := c.receiving()
 	for {
 		select {
 		case <-t.C:
 		case <-c.done:
 			return
 		}
-		at, inFrame := c.receiving()
+		at, inFrame, _ := c.receiving()
 		read := at != last
 		last = at
 		if read && inFrame {

@@ -592,6 +592,52 @@ func TestSlowLargeMessageIsNotSilence(t *testing.T) {
 	}
 }
 
+// Pauses within one large message arriving slowly, each shorter than two
+// heartbeat intervals, do not add up to missed heartbeats: a tick that
+// finds the Sub's own frame still arriving is life. (They did: such a tick
+// counted neither way, so one quiet tick in each pause made two, and
+// ErrNoHeartbeat came at 5 s.)
+func TestPausesWithinASlowMessageDoNotAddUp(t *testing.T) {
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		if n != 1 {
+			return
+		}
+		_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.1.1.0.0 %d\r\n", sid, 30*20000)
+		chunk := []byte(strings.Repeat("x", 20000))
+		for i := range 30 {
+			_, _ = w.Write(chunk)
+			time.Sleep(100 * time.Millisecond)
+			if i == 4 || i == 19 {
+				time.Sleep(1800 * time.Millisecond) // 1.9 s without a byte: one quiet tick
+			}
+		}
+		_, _ = w.Write([]byte("\r\n"))
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	var handled atomic.Int64
+	var mu sync.Mutex
+	var errs []string
+	start := time.Now()
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: time.Second},
+		func(*Msg) { handled.Add(1) }, func(err error) {
+			mu.Lock()
+			errs = append(errs, fmt.Sprintf("%.1fs %v", time.Since(start).Seconds(), err))
+			mu.Unlock()
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	eventually(t, 20*time.Second, "handled", func() bool { return handled.Load() == 1 })
+	t.Logf("handled after %.1fs", time.Since(start).Seconds())
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) > 0 {
+		t.Fatalf("errors while the message's bytes came, with pauses: %v", errs)
+	}
+}
+
 // A frame whose bytes stop coming part-way is silence all the same: the
 // reader waiting inside a frame counts as life only while it reads.
 func TestStalledFrameIsSilence(t *testing.T) {

@@ -61,10 +61,12 @@ type parser struct {
 type readClock struct {
 	r  io.Reader
 	at atomic.Int64 // Unix nanoseconds
-	// inFrame: the parser has read part of a frame and waits on the
-	// socket for the rest (a large message on a slow link). Set only when
-	// the read buffer does not already hold the rest.
-	inFrame atomic.Bool
+	// inFrame is 1 + the sid of a frame the parser has read part of and
+	// waits on the socket for the rest of (a large message on a slow
+	// link), 0 for none: set only when the read buffer does not already
+	// hold the rest. One store, so that a look sees the flag and the sid
+	// together.
+	inFrame atomic.Uint64
 }
 
 func (c *readClock) Read(b []byte) (int, error) {
@@ -191,7 +193,7 @@ func (p *parser) msg(f *frame, args []byte, hmsg bool) error {
 	// sent after it, a heartbeat or a PONG, can be read meanwhile.
 	waits := p.clock != nil && p.br.Buffered() < int(total)+2
 	if waits {
-		p.clock.inFrame.Store(true)
+		p.clock.inFrame.Store(id + 1) // id < 10^19: no overflow
 	}
 	if _, err := io.ReadFull(p.br, body[len(subj)+len(reply):]); err != nil {
 		return unexpectedEOF(err)
@@ -205,7 +207,7 @@ func (p *parser) msg(f *frame, args []byte, hmsg bool) error {
 	}
 	_, _ = p.br.Discard(2) // cannot fail: Peek has the bytes
 	if waits {
-		p.clock.inFrame.Store(false)
+		p.clock.inFrame.Store(0)
 	}
 	if p.clock != nil {
 		m.recv = p.clock.at.Load()

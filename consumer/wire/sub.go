@@ -654,7 +654,7 @@ func (s *Sub) loop() error {
 	defer tick.Stop()
 	var handled, seen uint64
 	idle := 0
-	lastRead, _ := s.c.receiving()
+	lastRead, _, _ := s.c.receiving()
 	var stall stallWatch
 	for {
 		// While messages are waiting, take them without the full select;
@@ -714,7 +714,7 @@ func (s *Sub) loop() error {
 				s.maybePull()
 			}
 			s.pmu.Unlock()
-			at, inFrame := s.c.receiving()
+			at, inFrame, frameSID := s.c.receiving()
 			read := at != lastRead
 			lastRead = at
 			// Silence is measured on this goroutine, as nats.go measures
@@ -744,9 +744,14 @@ func (s *Sub) loop() error {
 			if read && inFrame {
 				// Nor is a frame the reader is part-way through, its
 				// bytes still arriving: a heartbeat would wait behind it
-				// (a large message over a slow link takes seconds). It
-				// proves nothing of this Sub's pull either (the frame may
-				// be another Sub's): such a tick counts neither way.
+				// (a large message over a slow link takes seconds). This
+				// Sub's is life, as the message it brings will be: the
+				// quiet ticks of pauses within it do not add up. Another
+				// Sub's proves nothing of this one's pull: such a tick
+				// counts neither way.
+				if frameSID == s.sid {
+					idle = 0
+				}
 				continue
 			}
 			if idle++; idle < 2 {
