@@ -138,7 +138,7 @@ type Sub struct {
 	// what arrived and the Nats-Pending-Bytes of the statuses that ended
 	// them. The server ends a pull whose bytes run out exactly without a
 	// status, so at 0 no pull is open, whatever pending says (see
-	// spendBytes). A pull that ends by its batch count gets no status
+	// bytesRanOut). A pull that ends by its batch count gets no status
 	// either, and its unused max_bytes stay counted until a pull is sent
 	// with every message requested arrived (maybePull sets it to 0 then):
 	// while an earlier pull is still open, which messages are whose is not
@@ -311,9 +311,18 @@ func (s *Sub) receive(m *Msg) {
 		s.pmu.Unlock()
 	}
 	s.tooBig = 0
+	// Its bytes come off openBytes before it counts in held: maybePull
+	// (on the delivery goroutine too) forgets openBytes only once held
+	// counts every message requested, so only once this one's bytes are
+	// off. The other way round, a maybePull between the two set openBytes
+	// to a new pull's max_bytes, and this message's bytes came off the new
+	// pull's: an early step to 0, and a pull too many.
+	ended := s.byteLimited() && s.spent(m.pullSize())
 	s.held.Add(1)
 	s.holdBytes(m, 1)
-	s.spendBytes(m.pullSize())
+	if ended {
+		s.bytesRanOut()
+	}
 	select {
 	case s.ch <- m:
 	default:
@@ -519,7 +528,9 @@ func (s *Sub) maybePull() {
 		// openBytes says. A pull that ends by its batch count gets no
 		// status, and its unused max_bytes would stay counted: a later
 		// pull whose bytes run out exactly would then never bring
-		// openBytes to 0 (see spendBytes).
+		// openBytes to 0 (see bytesRanOut). The reader takes a
+		// message's bytes off openBytes before it counts it in held
+		// (receive): they are not taken off this pull's.
 		s.openBytes.Store(0)
 	}
 	s.pending += batch
@@ -798,16 +809,13 @@ func (w *stallWatch) see(now time.Time, held int64, after time.Duration) (time.D
 // byteLimited reports whether the Sub's pulls carry max_bytes.
 func (s *Sub) byteLimited() bool { return s.opts.MaxBytes > 0 || s.opts.Budget != nil }
 
-// spendBytes counts an arrived message of size n against the open pulls'
-// max_bytes (reader goroutine). When it used up the last of them, no pull
-// is open: a pull whose bytes run out exactly ends without a status
+// bytesRanOut runs on the reader when an arrived message used up the last
+// of the open pulls' max_bytes (spent), once it counts in held: no pull
+// is open. A pull whose bytes run out exactly ends without a status
 // (nats-server's nextWaiting gives it that one message and drops it), and
 // the messages it did not bring would otherwise stay counted in pending
 // until missed heartbeats (ErrNoHeartbeat) had the Sub pull afresh.
-func (s *Sub) spendBytes(n int64) {
-	if !s.byteLimited() || !s.spent(n) {
-		return
-	}
+func (s *Sub) bytesRanOut() {
 	s.pmu.Lock()
 	if s.openBytes.Load() <= 0 { // no pull sent meanwhile
 		s.noPullOpen()
