@@ -368,3 +368,68 @@ func TestURLUserInfoConnect(t *testing.T) {
 		}
 	}
 }
+
+// captureConn holds back what is written to it while held is set.
+type captureConn struct {
+	net.Conn
+	held []byte
+	hold bool
+}
+
+func (c *captureConn) Write(b []byte) (int, error) {
+	if c.hold {
+		c.held = append(c.held, b...)
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// Under TLS, LastRead tells that bytes come while a TLS record (up to
+// 16 KiB) is still arriving: it notes the reads beneath TLS. (It noted
+// those through TLS, which return only once a record is whole: below ~130
+// kbit/s a frame still arriving looked silent for a second and more.)
+func TestTLSLastReadAdvancesWithinARecord(t *testing.T) {
+	srvCfg, roots := testPKI(t)
+	srvCfg.DynamicRecordSizingDisabled = true // the message in one record
+	release := make(chan struct{})
+	url := acceptOne(t, func(conn net.Conn) {
+		_, _ = conn.Write([]byte(`INFO {"server_id":"fake","headers":true,"max_payload":1048576,"tls_required":true}` + "\r\n"))
+		cc := &captureConn{Conn: conn}
+		tc := tls.Server(cc, srvCfg)
+		br := bufio.NewReader(tc)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if strings.HasPrefix(line, "PING") {
+				break
+			}
+		}
+		_, _ = tc.Write([]byte("PONG\r\n"))
+		// One record: a message for a sid nobody has, sent in 20 pieces
+		// over 2 s, the last held back until the test has looked.
+		cc.hold = true
+		_, _ = fmt.Fprintf(tc, "MSG S.x 99 %d\r\n%s\r\n", 16000, strings.Repeat("x", 16000))
+		cc.hold = false
+		rec := cc.held
+		piece := len(rec)/20 + 1
+		for len(rec) > piece {
+			_, _ = conn.Write(rec[:piece])
+			rec = rec[piece:]
+			time.Sleep(100 * time.Millisecond)
+		}
+		<-release
+		_, _ = conn.Write(rec)
+		_, _ = br.ReadString(0) // until the client closes
+	})
+	t.Cleanup(func() { close(release) })
+	ctx := testCtx(t, 30*time.Second)
+	c, err := Dial(ctx, Options{URL: url, TLS: &tls.Config{RootCAs: roots}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	before := c.LastRead()
+	eventually(t, 3*time.Second, "LastRead advancing within a TLS record", func() bool { return c.LastRead().After(before) })
+}

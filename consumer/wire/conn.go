@@ -133,7 +133,7 @@ type connectInfo struct {
 type Conn struct {
 	id         uint64 // registry id
 	nc         net.Conn
-	clock      *readClock // the reader's source: when it last read (nil in some tests)
+	clock      *readClock // when the reader last read from the socket (nil in some tests)
 	opts       Options
 	maxPayload int
 
@@ -260,13 +260,16 @@ func handshake(ctx context.Context, nc net.Conn, o *Options, host string, wantTL
 		if cfg.ServerName == "" {
 			cfg.ServerName = cmp.Or(o.ServerName, host)
 		}
-		tc := tls.Client(nc, cfg)
+		// The clock notes the reads beneath TLS: bytes arriving are what
+		// tell that the server is there, and a read through TLS returns
+		// only once a whole record (up to 16 KiB) has come, which below
+		// ~130 kbit/s takes more than a second.
+		tc := tls.Client(clockConn{Conn: nc, clock: clock}, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return fail(fmt.Errorf("tls handshake: %w", err))
 		}
 		conn = tc
-		clock.r = tc
-		p.br = bufio.NewReaderSize(clock, readBufSize)
+		p.br = bufio.NewReaderSize(tc, readBufSize)
 	}
 	ci := connectInfo{
 		TLSRequired: conn != nc, Name: o.Name, Lang: "go", Version: "jetsink-wire",
@@ -417,6 +420,21 @@ func (d *deadlineConn) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return d.Conn.Write(p)
+}
+
+// clockConn is the connection beneath TLS, its reads noted by clock (as
+// readClock notes them without TLS).
+type clockConn struct {
+	net.Conn
+	clock *readClock
+}
+
+func (c clockConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.clock.at.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 // MaxPayload is the server's max_payload.

@@ -57,7 +57,9 @@ type parser struct {
 // clock reading costs ~0.1 µs on a KVM guest; profile in BENCHMARKS.md,
 // session 23). One goroutine reads at a time; others look (Conn.LastRead,
 // a Sub's heartbeat tick), hence the atomics, which cost one store per
-// read from the socket and nothing per message.
+// read from the socket and nothing per message. Under TLS the reads it
+// notes are those beneath TLS (clockConn), and r is unused after the
+// handshake's INFO.
 type readClock struct {
 	r  io.Reader
 	at atomic.Int64 // Unix nanoseconds
