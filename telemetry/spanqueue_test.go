@@ -330,12 +330,7 @@ func TestLinkCopyKeepsTheFirstLinks(t *testing.T) {
 		if err := tr.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		var copySp *tracetest.SpanStub
-		for _, s := range exp.GetSpans() {
-			if s.SpanKind == trace.SpanKindClient {
-				copySp = &s
-			}
-		}
+		copySp := exportedCopySpan(exp)
 		exp.Reset()
 		if copySp == nil {
 			t.Fatalf("%s: no copy span exported", c.name)
@@ -386,6 +381,17 @@ func TestLinkCopyKeepsTheFirstLinks(t *testing.T) {
 	}
 }
 
+// exportedCopySpan is the last copy (client) span exp holds, or nil.
+func exportedCopySpan(exp *tracetest.InMemoryExporter) *tracetest.SpanStub {
+	var sp *tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.SpanKind == trace.SpanKindClient {
+			sp = &s
+		}
+	}
+	return sp
+}
+
 // A batch span keeps at most its limit of links and says how many it left
 // out, instead of growing past what a collector takes in one export.
 func TestStartCopyBoundsLinks(t *testing.T) {
@@ -402,12 +408,7 @@ func TestStartCopyBoundsLinks(t *testing.T) {
 	if err := tr.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var copySp *tracetest.SpanStub
-	for _, s := range exp.GetSpans() {
-		if s.SpanKind == trace.SpanKindClient {
-			copySp = &s
-		}
-	}
+	copySp := exportedCopySpan(exp)
 	if copySp == nil {
 		t.Fatal("no copy span exported")
 	}

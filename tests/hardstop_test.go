@@ -1,22 +1,20 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jetsink/jetsink/processor"
 	"github.com/jetsink/jetsink/sink"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // A hard stop (a second signal, drain_timeout) while NATS reads nothing:
@@ -32,12 +30,13 @@ func TestHardStopDoesNotWaitForAStuckAck(t *testing.T) {
 	defer cancel()
 	e := newEnv(t)
 	e.createStreams(ctx)
-	proxy := newDeafProxy(t, strings.TrimPrefix(e.nats.URL(), "nats://"))
+	proxy := testenv.NewGateProxy(t, strings.TrimPrefix(e.nats.URL(), "nats://"))
 
 	// Their acks are more than the sockets between jetsink and the frozen
-	// proxy hold (up to 4 MiB sent, 6 MiB received): ~300 bytes each, with
-	// a consumer's name as long as JetStream takes, so that few events do
-	// (a test under -race publishes slowly).
+	// proxy hold (up to 4 MiB sent, 6 MiB received; the proxy itself holds
+	// one read, 32 KiB, per direction and then reads nothing): ~300 bytes
+	// each, with a consumer's name as long as JetStream takes, so that few
+	// events do (a test under -race publishes slowly).
 	const events = 50_000
 	cfg := e.config(sink.AtLeastOnce)
 	cfg.NATS.URL = proxy.URL()
@@ -48,7 +47,7 @@ func TestHardStopDoesNotWaitForAStuckAck(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs testenv.SyncBuffer
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	p, err := processor.New(ctx, cfg, log)
 	if err != nil {
@@ -62,7 +61,7 @@ func TestHardStopDoesNotWaitForAStuckAck(t *testing.T) {
 		stopIntake()
 		stopHard()
 		<-done
-		proxy.Close() // ends the writes it held
+		proxy.Cut() // ends the writes it held
 		p.Close()
 	})
 
@@ -124,111 +123,4 @@ func TestHardStopDoesNotWaitForAStuckAck(t *testing.T) {
 	}
 	t.Logf("Run returned %v after hard's end; CloseStages and Shutdown %v after it; %d of %d rows committed",
 		ran, time.Since(start)-ran, e.rows(ctx), events)
-}
-
-// deafProxy forwards TCP connections to a target until Freeze, after which
-// it reads nothing more from either side, as a frozen server or a partition
-// that drops packets: a writer fills the socket's buffers and then blocks.
-type deafProxy struct {
-	ln      net.Listener
-	target  string
-	frozen  chan struct{} // closed by Freeze
-	freeze  sync.Once
-	closing chan struct{} // closed by Close
-	close   sync.Once
-	mu      sync.Mutex
-	conns   []net.Conn
-	wg      sync.WaitGroup
-}
-
-func newDeafProxy(t *testing.T, target string) *deafProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &deafProxy{ln: ln, target: target, frozen: make(chan struct{}), closing: make(chan struct{})}
-	p.wg.Go(p.accept)
-	t.Cleanup(p.Close)
-	return p
-}
-
-func (p *deafProxy) URL() string { return "nats://" + p.ln.Addr().String() }
-
-// Freeze stops reading, keeping the connections open.
-func (p *deafProxy) Freeze() { p.freeze.Do(func() { close(p.frozen) }) }
-
-// Close closes the listener and every connection, and waits for the pipes.
-func (p *deafProxy) Close() {
-	p.close.Do(func() { close(p.closing) })
-	_ = p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.conns = nil
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *deafProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(s, c) })
-		p.wg.Go(func() { p.pipe(c, s) })
-	}
-}
-
-// pipe copies src to dst until Freeze (then, after what it has read, it
-// waits for Close) or a failure; then it closes both.
-func (p *deafProxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		select {
-		case <-p.frozen:
-			<-p.closing
-			return
-		default:
-		}
-		n, err := src.Read(buf)
-		if n > 0 {
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
