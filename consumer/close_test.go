@@ -35,14 +35,14 @@ func closeSetup(t *testing.T, ctx context.Context, srv *testenv.NATSServer, clie
 }
 
 // closeScene is closeSetup, a Run under a hard context (stopRun ends it),
-// and the messages of 3 events it took.
-func closeScene(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer, mods ...func(*Config)) (
+// and the messages of n events it took.
+func closeScene(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer, n int, mods ...func(*Config)) (
 	c *Consumer, p *testenv.GateProxy, cfg Config, ms []pipeline.Msg, stopRun func()) {
 	t.Helper()
 	c, p, cfg = closeSetup(t, ctx, srv, client, buf, mods...)
 	r, stopRun := startHardRun(t, ctx, c)
-	publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
-	return c, p, cfg, takeMsgs(t, ctx, r, 3), stopRun
+	publish(t, ctx, jsFor(t, srv), cfg, n, 1, 0)
+	return c, p, cfg, takeMsgs(t, ctx, r, n), stopRun
 }
 
 // ackedWhileCut is a closeScene whose connections to NATS are then cut:
@@ -50,7 +50,7 @@ func closeScene(t *testing.T, ctx context.Context, srv *testenv.NATSServer, clie
 // buffer) and its Run is ended.
 func ackedWhileCut(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf *syncBuffer) (*Consumer, *testenv.GateProxy, Config) {
 	t.Helper()
-	c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, buf)
+	c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, buf, 3)
 	p.Cut()
 	waitDisconnected(t, ctx, c, buf)
 	ackAll(t, c, ms) // buffered for the reconnect
@@ -63,7 +63,7 @@ func ackedWhileCut(t *testing.T, ctx context.Context, srv *testenv.NATSServer, c
 // the frozen connections.
 func ackedWhileFrozen(t *testing.T, ctx context.Context, srv *testenv.NATSServer, client string, buf io.Writer, mods ...func(*Config)) (*Consumer, *testenv.GateProxy, Config) {
 	t.Helper()
-	c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, buf, mods...)
+	c, p, cfg, ms, stopRun := closeScene(t, ctx, srv, client, buf, 3, mods...)
 	stopRun() // no confirmation runs after Run
 	p.Freeze()
 	ackAll(t, c, ms)
@@ -111,6 +111,51 @@ func startHardRun(t *testing.T, ctx context.Context, c *Consumer) (r *runner, st
 	}
 }
 
+// fillSocket runs write again and again on a goroutine of its own, until
+// it fails or has run max times, and returns once the count has stopped
+// growing for 300 ms: the socket takes no more and a write holds the
+// connection's lock. The channel it returns is closed when the goroutine
+// ends, once the test has freed the writer (p.Cut).
+func fillSocket(write func() error, max int64) <-chan struct{} {
+	var sent atomic.Int64
+	filler := make(chan struct{})
+	go func() {
+		defer close(filler)
+		for sent.Load() < max && write() == nil {
+			sent.Add(1)
+		}
+	}()
+	for last := int64(-1); ; {
+		time.Sleep(300 * time.Millisecond)
+		n := sent.Load()
+		if n == last {
+			break
+		}
+		last = n
+	}
+	return filler
+}
+
+// publishUntilFull is fillSocket publishing 1 KiB messages on nats.go's
+// connection, 256 MiB at most, standing for the acks of many batches.
+func publishUntilFull(c *Consumer) <-chan struct{} {
+	payload := make([]byte, 1024)
+	return fillSocket(func() error { return c.nc.Publish("filler.x", payload) }, 256<<10)
+}
+
+// waitConfirmerFlushing waits until the ack confirmer holds c.acks.mu, as
+// it does while it flushes.
+func waitConfirmerFlushing(t *testing.T, ctx context.Context, c *Consumer) {
+	t.Helper()
+	waitFor(t, ctx, "the ack confirmer flushing", func() bool {
+		if c.acks.mu.TryLock() {
+			c.acks.mu.Unlock()
+			return false
+		}
+		return true
+	})
+}
+
 // waitDisconnected waits until the consumer has noticed that its
 // connections are down: nats.go reconnecting, the wire connection failed,
 // and both losses recorded (nats.go's handler runs a moment after its
@@ -154,7 +199,7 @@ func TestCloseBoundedWhileServerHangs(t *testing.T) {
 				defer cancel()
 				srv := testenv.NATS(t)
 				var buf syncBuffer
-				c, p, _, ms, stopRun := closeScene(t, ctx, srv, client, &buf)
+				c, p, _, ms, stopRun := closeScene(t, ctx, srv, client, &buf, 3)
 
 				p.Freeze()
 				ackAll(t, c, ms)
@@ -433,23 +478,7 @@ func TestCloseBoundedWithAFullSocket(t *testing.T) {
 			c, p, _ := ackedWhileFrozen(t, ctx, srv, client, &buf)
 			// Standing for the acks of many more batches: publish until
 			// the socket takes no more.
-			var sent atomic.Int64
-			filler := make(chan struct{})
-			go func() {
-				defer close(filler)
-				payload := make([]byte, 1024)
-				for sent.Load() < 256<<20 && c.nc.Publish("filler.x", payload) == nil {
-					sent.Add(int64(len(payload)))
-				}
-			}()
-			for last := int64(-1); ; {
-				time.Sleep(300 * time.Millisecond)
-				n := sent.Load()
-				if n == last {
-					break
-				}
-				last = n
-			}
+			filler := publishUntilFull(c)
 			ended, end := context.WithCancel(ctx)
 			end() // a second signal
 			start := time.Now()
@@ -522,29 +551,8 @@ func TestRunReturnsOnHardWhileAWriteHoldsTheConnection(t *testing.T) {
 			// A committer's InProgress, standing for the settlements of
 			// many batches: until the socket takes no more and the write
 			// holds the lock.
-			var sent atomic.Int64
-			filler := make(chan struct{})
-			go func() {
-				defer close(filler)
-				for sent.Load() < 1<<20 && ms[2].InProgress() == nil {
-					sent.Add(1)
-				}
-			}()
-			for last := int64(-1); ; {
-				time.Sleep(300 * time.Millisecond)
-				n := sent.Load()
-				if n == last {
-					break
-				}
-				last = n
-			}
-			waitFor(t, ctx, "the ack confirmer flushing", func() bool {
-				if c.acks.mu.TryLock() {
-					c.acks.mu.Unlock()
-					return false
-				}
-				return true
-			})
+			filler := fillSocket(ms[2].InProgress, 1<<20)
+			waitConfirmerFlushing(t, ctx, c)
 			r.cancel() // intake: Run drains, which a server that reads nothing never completes
 			select {
 			case err := <-r.done:
@@ -588,31 +596,13 @@ func TestCloseCountsTheAcksOfABatchHeldByTheWrite(t *testing.T) {
 			defer cancel()
 			srv := testenv.NATS(t)
 			var buf syncBuffer
-			c, p, cfg := closeSetup(t, ctx, srv, client, &buf)
-			r, stopRun := startHardRun(t, ctx, c)
-			publish(t, ctx, jsFor(t, srv), cfg, 5, 1, 0)
-			ms := takeMsgs(t, ctx, r, 5)
+			c, p, _, ms, stopRun := closeScene(t, ctx, srv, client, &buf, 5)
 			stopRun() // no confirmation runs after Run
 			p.Freeze()
 			ackAll(t, c, ms[:3]) // sent into the frozen connection
 			// InProgress until the socket takes no more and a write holds
 			// the connection's lock.
-			var sent atomic.Int64
-			filler := make(chan struct{})
-			go func() {
-				defer close(filler)
-				for sent.Load() < 1<<20 && ms[4].InProgress() == nil {
-					sent.Add(1)
-				}
-			}()
-			for last := int64(-1); ; {
-				time.Sleep(300 * time.Millisecond)
-				n := sent.Load()
-				if n == last {
-					break
-				}
-				last = n
-			}
+			filler := fillSocket(ms[4].InProgress, 1<<20)
 			held := make(chan struct{})
 			go func() { // a committer's batch, held by the write
 				defer close(held)
@@ -653,31 +643,9 @@ func TestConfirmerNotWaitedForOnceHardHasEnded(t *testing.T) {
 	c.acks.begin(1) // an ack sent, for the confirmer to confirm
 	c.acks.end(1, 1)
 	p.Freeze()
-	var sent atomic.Int64
-	filler := make(chan struct{})
-	go func() {
-		defer close(filler)
-		payload := make([]byte, 1024)
-		for sent.Load() < 256<<20 && c.nc.Publish("filler.x", payload) == nil {
-			sent.Add(int64(len(payload)))
-		}
-	}()
-	for last := int64(-1); ; {
-		time.Sleep(300 * time.Millisecond)
-		n := sent.Load()
-		if n == last {
-			break
-		}
-		last = n
-	}
+	filler := publishUntilFull(c)
 	stop := c.confirming()
-	waitFor(t, ctx, "the ack confirmer flushing", func() bool {
-		if c.acks.mu.TryLock() {
-			c.acks.mu.Unlock()
-			return false
-		}
-		return true
-	})
+	waitConfirmerFlushing(t, ctx, c)
 	start := time.Now()
 	stop(true)
 	if d := time.Since(start); d > abortBudget*4/5 {

@@ -1037,11 +1037,8 @@ func TestSilentWireConnectionDroppedAfterMissedHeartbeats(t *testing.T) {
 	defer cancel()
 	srv := testenv.NATS(t)
 	var buf syncBuffer
-	c, p, cfg := closeSetup(t, ctx, srv, PullClientWire, &buf)
-	r, stopRun := startHardRun(t, ctx, c)
+	c, p, _, _, stopRun := closeScene(t, ctx, srv, PullClientWire, &buf, 1)
 	defer stopRun()
-	publish(t, ctx, jsFor(t, srv), cfg, 1, 1, 0)
-	takeMsgs(t, ctx, r, 1)
 	first := c.wc.Load()
 	if first == nil {
 		t.Fatal("no wire connection after a delivery")

@@ -397,14 +397,8 @@ func TestTLSLastReadAdvancesWithinARecord(t *testing.T) {
 		cc := &captureConn{Conn: conn}
 		tc := tls.Server(cc, srvCfg)
 		br := bufio.NewReader(tc)
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			if strings.HasPrefix(line, "PING") {
-				break
-			}
+		if !readToPing(br) {
+			return
 		}
 		_, _ = tc.Write([]byte("PONG\r\n"))
 		// One record: a message for a sid nobody has, sent in 20 pieces

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,16 +54,23 @@ func fakeServe(info string, script func(net.Conn, *bufio.Reader)) func(net.Conn)
 		if _, err := conn.Write([]byte("INFO " + info + "\r\n")); err != nil {
 			return
 		}
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			if strings.HasPrefix(line, "PING") {
-				break
-			}
+		if readToPing(br) {
+			script(conn, br)
 		}
-		script(conn, br)
+	}
+}
+
+// readToPing reads what the client sends up to its first PING (CONNECT's)
+// and reports whether that PING came before the connection ended.
+func readToPing(br *bufio.Reader) bool {
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return false
+		}
+		if strings.HasPrefix(line, "PING") {
+			return true
+		}
 	}
 }
 
@@ -542,18 +550,70 @@ func TestHeartbeatsKeepQuietSubAlive(t *testing.T) {
 	}
 }
 
-// slowMessage writes one message of 50 x 20,000 bytes to sid over about
-// five seconds (200 KB/s: a megabyte over a link of a few Mbit/s, or 64 MiB
-// over 100 Mbit/s, takes as long), with no heartbeat meanwhile: the server
-// sends nothing else while a frame is part-way written.
-func slowMessage(w io.Writer, sid string) {
-	_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.1.1.0.0 %d\r\n", sid, 50*20000)
+// slowMessage writes one message of chunks x 20,000 bytes to sid, a chunk
+// every 100 ms (200 KB/s: 50 chunks, a megabyte, over a link of a few
+// Mbit/s, or 64 MiB over 100 Mbit/s, take as long), with no heartbeat
+// meanwhile: the server sends nothing else while a frame is part-way
+// written. After each chunk whose index (from 0) is in pauseAfter it waits
+// 1.8 s more: 1.9 s without a byte, one quiet tick at a 1 s heartbeat.
+func slowMessage(w io.Writer, sid string, chunks int, pauseAfter ...int) {
+	_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.1.1.0.0 %d\r\n", sid, chunks*20000)
 	chunk := []byte(strings.Repeat("x", 20000))
-	for range 50 {
+	for i := range chunks {
 		_, _ = w.Write(chunk)
 		time.Sleep(100 * time.Millisecond)
+		if slices.Contains(pauseAfter, i) {
+			time.Sleep(1800 * time.Millisecond)
+		}
 	}
 	_, _ = w.Write([]byte("\r\n"))
+}
+
+// slowServer is a pullServer that answers the first pull with slowMessage.
+func slowServer(t *testing.T, chunks int, pauseAfter ...int) string {
+	t.Helper()
+	return pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		if n == 1 {
+			slowMessage(w, sid, chunks, pauseAfter...)
+		}
+	})
+}
+
+// consumeSlow consumes from c as the slow-message tests do (heartbeat
+// 1 s, pulls that expire after 30 s), with onErr, and returns the count of
+// messages handled; the Sub stops in t.Cleanup, before c closes.
+func consumeSlow(t *testing.T, c *Conn, onErr func(error)) *atomic.Int64 {
+	t.Helper()
+	handled := new(atomic.Int64)
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: time.Second},
+		func(*Msg) { handled.Add(1) }, onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Stop(); <-sub.Closed() })
+	return handled
+}
+
+// errorsUntilHandled dials url, consumes with consumeSlow until one
+// message is handled (within 20 s), and returns the errors the Sub
+// reported meanwhile, each with its time since Consume.
+func errorsUntilHandled(t *testing.T, url string) []string {
+	t.Helper()
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	var mu sync.Mutex
+	var errs []string
+	start := time.Now()
+	handled := consumeSlow(t, c, func(err error) {
+		mu.Lock()
+		errs = append(errs, fmt.Sprintf("%.1fs %v", time.Since(start).Seconds(), err))
+		mu.Unlock()
+	})
+	eventually(t, 20*time.Second, "handled", func() bool { return handled.Load() == 1 })
+	t.Logf("handled after %.1fs", time.Since(start).Seconds())
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(errs)
 }
 
 // A large message arriving slowly, its bytes flowing all the while, is not
@@ -562,32 +622,7 @@ func slowMessage(w io.Writer, sid string) {
 // then pinged the connection and, the PONG being behind the message too,
 // aborted it, losing the message half-read, again at each redelivery.)
 func TestSlowLargeMessageIsNotSilence(t *testing.T) {
-	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
-		if n == 1 {
-			slowMessage(w, sid)
-		}
-	})
-	ctx := testCtx(t, 30*time.Second)
-	c := dialTest(t, ctx, url)
-	var handled atomic.Int64
-	var mu sync.Mutex
-	var errs []string
-	start := time.Now()
-	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: time.Second},
-		func(*Msg) { handled.Add(1) }, func(err error) {
-			mu.Lock()
-			errs = append(errs, fmt.Sprintf("%.1fs %v", time.Since(start).Seconds(), err))
-			mu.Unlock()
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { sub.Stop(); <-sub.Closed() }()
-	eventually(t, 20*time.Second, "handled", func() bool { return handled.Load() == 1 })
-	t.Logf("handled after %.1fs", time.Since(start).Seconds())
-	mu.Lock()
-	defer mu.Unlock()
-	if len(errs) > 0 {
+	if errs := errorsUntilHandled(t, slowServer(t, 50)); len(errs) > 0 {
 		t.Fatalf("errors while the message's bytes were flowing: %v", errs)
 	}
 }
@@ -598,42 +633,8 @@ func TestSlowLargeMessageIsNotSilence(t *testing.T) {
 // counted neither way, so one quiet tick in each pause made two, and
 // ErrNoHeartbeat came at 5 s.)
 func TestPausesWithinASlowMessageDoNotAddUp(t *testing.T) {
-	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
-		if n != 1 {
-			return
-		}
-		_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.1.1.0.0 %d\r\n", sid, 30*20000)
-		chunk := []byte(strings.Repeat("x", 20000))
-		for i := range 30 {
-			_, _ = w.Write(chunk)
-			time.Sleep(100 * time.Millisecond)
-			if i == 4 || i == 19 {
-				time.Sleep(1800 * time.Millisecond) // 1.9 s without a byte: one quiet tick
-			}
-		}
-		_, _ = w.Write([]byte("\r\n"))
-	})
-	ctx := testCtx(t, 30*time.Second)
-	c := dialTest(t, ctx, url)
-	var handled atomic.Int64
-	var mu sync.Mutex
-	var errs []string
-	start := time.Now()
-	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: time.Second},
-		func(*Msg) { handled.Add(1) }, func(err error) {
-			mu.Lock()
-			errs = append(errs, fmt.Sprintf("%.1fs %v", time.Since(start).Seconds(), err))
-			mu.Unlock()
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { sub.Stop(); <-sub.Closed() }()
-	eventually(t, 20*time.Second, "handled", func() bool { return handled.Load() == 1 })
-	t.Logf("handled after %.1fs", time.Since(start).Seconds())
-	mu.Lock()
-	defer mu.Unlock()
-	if len(errs) > 0 {
+	// 30 chunks, pausing after the 5th and the 20th.
+	if errs := errorsUntilHandled(t, slowServer(t, 30, 4, 19)); len(errs) > 0 {
 		t.Fatalf("errors while the message's bytes came, with pauses: %v", errs)
 	}
 }
@@ -664,24 +665,14 @@ func TestStalledFrameIsSilence(t *testing.T) {
 // connection failed as stale at 3 s, the message half-read; jetsink pings
 // every 20 s, and 64 MiB takes 54 s at 10 Mbit/s.)
 func TestSlowLargeMessageIsNotAStaleConnection(t *testing.T) {
-	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
-		if n == 1 {
-			slowMessage(w, sid)
-		}
-	})
+	url := slowServer(t, 50)
 	ctx := testCtx(t, 30*time.Second)
 	c, err := Dial(ctx, Options{URL: url, PingInterval: time.Second, MaxPingsOut: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	var handled atomic.Int64
-	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: time.Second},
-		func(*Msg) { handled.Add(1) }, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { sub.Stop(); <-sub.Closed() }()
+	handled := consumeSlow(t, c, nil)
 	start := time.Now()
 	// Its PING follows the pull: the PONG comes after the message.
 	if err := c.Flush(ctx); err != nil {
@@ -724,20 +715,10 @@ func TestStalledFrameIsAStaleConnection(t *testing.T) {
 // While a large message arrives slowly, a Flush waits behind it (the PONG
 // comes after it), and LastRead tells that the connection is not silent.
 func TestLastReadAdvancesBehindASlowMessage(t *testing.T) {
-	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
-		if n == 1 {
-			slowMessage(w, sid)
-		}
-	})
+	url := slowServer(t, 50)
 	ctx := testCtx(t, 30*time.Second)
 	c := dialTest(t, ctx, url)
-	var handled atomic.Int64
-	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, Expires: 30 * time.Second, Heartbeat: time.Second},
-		func(*Msg) { handled.Add(1) }, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { sub.Stop(); <-sub.Closed() }()
+	handled := consumeSlow(t, c, nil)
 	time.Sleep(500 * time.Millisecond) // let the message start: no condition to poll
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
