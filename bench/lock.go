@@ -45,13 +45,14 @@ type tableLock struct {
 	done        chan struct{}
 	err         error     // valid after done
 	taken, held time.Time // when the lock was granted and released; valid after done
-	mark        func()    // called as the lock is granted and just before it is released
+	mark        func()    // called as the lock is granted, just before it is released, and just after
 }
 
 // lockTable connects now (so that connecting does not delay the lock) and,
 // from the time start gives on, holds an ACCESS EXCLUSIVE lock on table for
-// d, then rolls back; mark runs as the lock is granted and, while it is
-// still held, just before the rollback releases it. The lock waits for a COPY in progress to finish, as any locker
+// d, then rolls back; mark runs as the lock is granted, while it is still
+// held just before the rollback releases it, and once after (the
+// catch-up's first sample). The lock waits for a COPY in progress to finish, as any locker
 // would. If the lock fails, fail is called with the error (to stop the
 // publisher).
 func (b *bencher) lockTable(ctx context.Context, table string, d time.Duration, mark func(), fail func(error)) (*tableLock, error) {
@@ -109,6 +110,9 @@ func (l *tableLock) hold(ctx context.Context, conn *pgx.Conn, table string, d ti
 		err = fmt.Errorf("bench: unlock %s: %w", table, rerr)
 	}
 	l.held = time.Now()
+	// And one as the catch-up begins, so that a catch-up shorter than the
+	// sampling interval has its sample too.
+	l.mark()
 	return err
 }
 
