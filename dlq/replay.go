@@ -238,8 +238,8 @@ type Report struct {
 	// NotLetters lists the dead-letter sequences of the first
 	// NotLettersNamed messages skipped, in order.
 	NotLetters []uint64
-	Others   int // letters the filter selected that another consumer wrote (Jetsink-Consumer is not Options.WrittenBy, or Consumer), or of another stream's events (Jetsink-Stream is not Options.EventStream), left for their own replay
-	Failed   int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader)
+	Others     int // letters the filter selected that another consumer wrote (Jetsink-Consumer is not Options.WrittenBy, or Consumer), or of another stream's events (Jetsink-Stream is not Options.EventStream), left for their own replay
+	Failed     int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader)
 	// Undeleted lists the dead-letter sequences of letters re-published
 	// (acknowledged by their stream) but not deleted although Keep was not
 	// set: each is now both an event and a dead letter, and replaying it
