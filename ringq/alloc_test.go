@@ -1,8 +1,3 @@
-//go:build !race
-
-// The race detector turns on the misuse checks (WithDebug), which allocate;
-// `make test` runs this file in a normal build after the -race pass.
-
 package ringq
 
 import (
@@ -10,12 +5,20 @@ import (
 	"testing"
 )
 
-// TestHotPathsDoNotAllocate guards the 0 allocs/op of the benchmarks.
+// TestHotPathsDoNotAllocate guards the 0 allocs/op of the benchmarks, with
+// the misuse checks off and on (race builds turn them on whatever the option
+// says, and run this test too).
 func TestHotPathsDoNotAllocate(t *testing.T) {
+	for _, debug := range []bool{false, true} {
+		hotPathsDoNotAllocate(t, debug)
+	}
+}
+
+func hotPathsDoNotAllocate(t *testing.T, debug bool) {
 	ctx := context.Background()
-	r := New[ev](64)
-	d := NewDispatch(2, 64, func(v *ev) uint64 { return v.key })
-	m := NewMerge[ev](2, 64)
+	r := New[ev](64, WithDebug(debug))
+	d := NewDispatch(2, 64, func(v *ev) uint64 { return v.key }, WithDebug(debug))
+	m := NewMerge[ev](2, 64, WithDebug(debug))
 	batch := make([]ev, 8)
 	for name, f := range map[string]func(){
 		"Ring.TryPush/TryPop": func() { r.TryPush(mkEv(1)); r.TryPop() },
@@ -37,7 +40,7 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		},
 	} {
 		if n := testing.AllocsPerRun(100, f); n != 0 {
-			t.Errorf("%s: %v allocs per run, want 0", name, n)
+			t.Errorf("%s (debug %v): %v allocs per run, want 0", name, debug, n)
 		}
 	}
 }

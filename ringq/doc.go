@@ -60,7 +60,8 @@
 // The price: a producer waiting on a full ring may have to wait for up to that many more
 // pops, a consumer that stops popping keeps up to that many items referenced, and Len
 // counts them. Each side keeps a cached copy of the other side's index and re-reads the
-// real one only when the cache says full (producer) or empty (consumer), so in steady
+// real one only when the cache says full (producer) or empty (consumer) or, for PushN and
+// PopN, has too little room or too few items for the whole batch, so in steady
 // state neither side touches the other's cache line for every item. Each index sits on
 // its own cache line (128 bytes, for the adjacent-line prefetcher) next to that side's
 // private fields.

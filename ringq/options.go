@@ -42,7 +42,7 @@ func WithSpin(n int) Option {
 
 // WithYield sets how many times a blocked Push or Pop calls runtime.Gosched (re-checking
 // after each) before it parks. 0 disables yielding; negative values count as 0. Default 2.
-// Once a wait has ended up parking anyway, that side's waits skip the yields for good, so a
+// Once a wait has got as far as parking, that side's waits skip the yields for good, so a
 // ring that sees an item now and then idles like a channel; single-item Push always yields
 // first (see the package documentation, "Waiting").
 func WithYield(n int) Option {
