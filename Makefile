@@ -36,7 +36,7 @@ vet:
 # and beside them the consumer's tests again with nats.go's pull client
 # (nats.pull_client: nats.go; the default is wire), its output shown whole
 # when it ends, among the main pass's package lines; then the zero-allocation tests again in a normal build (the
-# race detector allocates, and ringq's are built only without it).
+# build users run).
 # The two passes run together because the machine is idle much of the
 # time: the tests wait on servers and timers (session 58 measured the CPUs
 # 43% idle through the main pass, and the consumer's tests using a tenth
