@@ -116,7 +116,7 @@ func TestDemoSecondSignalAbortsAHungDrain(t *testing.T) {
 	waitLockWait(t, ctx, pgURL[1], "events")
 	interrupt(t)
 	r.waitOutput(t, ctx, "stopping; a second signal exits at once")
-	interruptAgain(t)
+	r.interruptAgain(t, ctx, "jetsink: second interrupt")
 	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
 	defer wcancel()
 	if code := r.wait(t, wctx); code != exitAborted {

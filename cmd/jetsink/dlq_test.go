@@ -130,7 +130,7 @@ func TestDLQReplaySecondSignalExitsAtOnce(t *testing.T) {
 	receive(t, ctx, pubs) // and never answer it
 	interrupt(t)
 	r.waitOutput(t, ctx, "stopping after the dead letter under way")
-	interruptAgain(t)
+	r.interruptAgain(t, ctx, "jetsink: second interrupt")
 	second := time.Now()
 	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second) // the letter's own timeout is 30 s
 	defer wcancel()
@@ -167,7 +167,7 @@ func TestDLQReplaySecondSignalEndsTheConnect(t *testing.T) {
 	}
 	interrupt(t)
 	r.waitOutput(t, ctx, "stopping after the dead letter under way")
-	interruptAgain(t)
+	r.interruptAgain(t, ctx, "jetsink: second interrupt")
 	second := time.Now()
 	if code := r.wait(t, ctx); code != exitAborted {
 		t.Fatalf("exit %d (%v), want %d\n%s", code, r.err, exitAborted, r.out.String())
