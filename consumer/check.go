@@ -385,27 +385,33 @@ func deadLetterDuplicates(ackWait time.Duration) time.Duration {
 
 // checkConsumer compares an existing durable consumer with the config.
 func checkConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) []Problem {
+	var info *jetstream.ConsumerInfo
 	cons, err := stream.Consumer(ctx, cfg.Consumer)
+	if err == nil {
+		info = cons.CachedInfo()
+	} else if errors.Is(err, jetstream.ErrNotPullConsumer) {
+		var push jetstream.PushConsumer
+		if push, err = stream.PushConsumer(ctx, cfg.Consumer); err == nil {
+			info = push.CachedInfo()
+		}
+	}
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it", cfg.Consumer)}}
 	}
 	if err != nil {
 		return []Problem{{Message: fmt.Sprintf("look up consumer %s: %v", cfg.Consumer, err)}}
 	}
-	cc := cons.CachedInfo().Config
-	var problems []Problem
-	if cc.AckPolicy != jetstream.AckExplicitPolicy || cc.DeliverSubject != "" {
-		problems = append(problems, Problem{Message: fmt.Sprintf("consumer %s is not an explicit-ack pull consumer, and a consumer's kind cannot be changed", cfg.Consumer),
-			Fix: "delete it (nats consumer rm) or choose another nats.consumer"})
+	cc := info.Config
+	if p, ok := foreignDurableProblem(cfg.Consumer, &cc); ok {
+		// Run refuses it (exit 2): nothing else about it matters.
+		return []Problem{p}
 	}
+	var problems []Problem
 	if v := cc.Metadata[strandedKey]; v != "" {
 		problems = append(problems, strandedProblem(v))
 	}
-	if cc.ReplayPolicy == jetstream.ReplayOriginalPolicy {
-		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("consumer %s has replay policy original: the server delivers its "+
-			"events at the pace they were published, so a backlog drains no faster than it came in (the server does not let an update change it)", cfg.Consumer),
-			Fix: "to drain at full speed, delete it (nats consumer rm) and let jetsink create it, or choose another nats.consumer; a new durable " +
-				"starts at the stream's first event unless made otherwise"})
+	if p, ok := replayOriginalProblem(cfg.Consumer, &cc); ok {
+		problems = append(problems, p)
 	}
 	if cc.AckWait != cfg.AckWait || cc.MaxDeliver != durableMaxDeliver || !sameFilter(&cc, cfg.FilterSubject) || len(cc.BackOff) > 0 {
 		filter := strconv.Quote(cc.FilterSubject)
@@ -435,6 +441,46 @@ func checkConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) []P
 			"consumer's own limits, but if the server's jetstream limits set them, run stops with this error (exit 2)", cfg.Consumer, why)})
 	}
 	return problems
+}
+
+// foreignDurableProblem is the Problem of durable consumer name (cc, as
+// the server has it) when it is not an explicit-ack pull consumer: the
+// server lets no update change a consumer's ack policy or make a push
+// consumer a pull one, so jetsink cannot use it, and New refuses it as a
+// bad nats.consumer (ErrInvalidConfig) before asking the server to. ok is
+// false for a consumer jetsink can take.
+func foreignDurableProblem(name string, cc *jetstream.ConsumerConfig) (p Problem, ok bool) {
+	var kind []string
+	switch cc.AckPolicy {
+	case jetstream.AckExplicitPolicy:
+	case jetstream.AckNonePolicy:
+		kind = append(kind, "ack policy none")
+	case jetstream.AckAllPolicy:
+		kind = append(kind, "ack policy all")
+	default:
+		kind = append(kind, fmt.Sprintf("ack policy %d", cc.AckPolicy))
+	}
+	if cc.DeliverSubject != "" {
+		kind = append(kind, "a push consumer delivering to "+cc.DeliverSubject)
+	}
+	if len(kind) == 0 {
+		return Problem{}, false
+	}
+	return Problem{Config: true, Message: fmt.Sprintf("consumer %s is not an explicit-ack pull consumer (%s), and a consumer's kind cannot be changed",
+		name, strings.Join(kind, ", ")), Fix: "delete it (nats consumer rm) or choose another nats.consumer"}, true
+}
+
+// replayOriginalProblem is the warning for durable consumer name (cc, as
+// the server has it) when its replay policy is original, which jetsink
+// keeps (consumerConfig); ok is false otherwise.
+func replayOriginalProblem(name string, cc *jetstream.ConsumerConfig) (p Problem, ok bool) {
+	if cc.ReplayPolicy != jetstream.ReplayOriginalPolicy {
+		return Problem{}, false
+	}
+	return Problem{Warning: true, Message: fmt.Sprintf("consumer %s has replay policy original: the server delivers its "+
+		"events at the pace they were published, so a backlog drains no faster than it came in (the server does not let an update change it)", name),
+		Fix: "to drain at full speed, delete it (nats consumer rm) and let jetsink create it, or choose another nats.consumer; a new durable " +
+			"starts at the stream's first event unless made otherwise"}, true
 }
 
 // describeMaxDeliver says which MaxDeliver the durable consumer gets for

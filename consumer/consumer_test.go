@@ -137,7 +137,12 @@ func TestNewTakesTheOwnersDurable(t *testing.T) {
 			if _, err := js.CreateConsumer(ctx, cfg.Stream, own); err != nil {
 				t.Fatal(err)
 			}
-			c := newConsumer(t, ctx, cfg)
+			c, log := newLoggedConsumer(t, ctx, cfg)
+			// Run keeps the replay policy, and says what it costs, as check does.
+			const slow = "has replay policy original"
+			if warned := strings.Contains(log.String(), slow); warned != (own.ReplayPolicy == jetstream.ReplayOriginalPolicy) {
+				t.Errorf("New warned of replay original: %v; log:\n%s", warned, log.String())
+			}
 			if err := c.markReplaced(ctx, time.Unix(1, 0), true); err != nil {
 				t.Fatalf("update of the owner's durable: %v", err)
 			}
@@ -164,6 +169,59 @@ func TestNewTakesTheOwnersDurable(t *testing.T) {
 				t.Fatalf("first delivery at sequence %d, want %d", ev.StreamSeq, tc.first)
 			}
 			r.stopClean(t, ctx)
+		})
+	}
+}
+
+// A durable of another kind under nats.consumer, which the server will
+// not let an update change: New refuses it as a bad nats.consumer (run
+// exits 2), saying what check says and how to fix it, rather than pass on
+// the server's "ack policy can not be updated".
+func TestNewNamesTheFixForAForeignDurable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cc   jetstream.ConsumerConfig
+		kind string
+	}{
+		{"ack none", jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy}, "ack policy none"},
+		{"ack all", jetstream.ConsumerConfig{AckPolicy: jetstream.AckAllPolicy}, "ack policy all"},
+		{"push", jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy, DeliverSubject: "push.here"}, "a push consumer delivering to push.here"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			cfg := testConfig(t, srv)
+			cfg.CreateStream = false
+			js := jsFor(t, srv)
+			makeStream(t, ctx, js, cfg)
+			cc := tc.cc
+			cc.Durable = cfg.Consumer
+			if _, err := js.CreateConsumer(ctx, cfg.Stream, cc); err != nil {
+				t.Fatal(err)
+			}
+			c, err := New(ctx, cfg, testLogger(t, nil))
+			if err == nil {
+				_ = c.Close(context.Background())
+				t.Fatal("New accepted a durable of another kind")
+			}
+			ps, cerr := Check(ctx, cfg, testLogger(t, nil))
+			if cerr != nil {
+				t.Fatal(cerr)
+			}
+			var checked *Problem
+			for i := range ps {
+				if strings.Contains(ps[i].Message, "not an explicit-ack pull consumer") {
+					checked = &ps[i]
+				}
+			}
+			if checked == nil || !checked.Config || checked.Warning {
+				t.Fatalf("check's problems, want one of the configuration naming the durable's kind:\n%s", problemsText(ps))
+			}
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), checked.String()) || !strings.Contains(err.Error(), tc.kind) ||
+				!strings.Contains(err.Error(), "nats consumer rm") {
+				t.Fatalf("New = %v\nwant ErrInvalidConfig with check's words and fix: %s", err, checked)
+			}
 		})
 	}
 }

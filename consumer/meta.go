@@ -165,14 +165,25 @@ func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.Consum
 // without the keys the server sets itself ("_nats." ...), and its
 // configuration (nil, nil, nil when there is no consumer yet).
 func (c *Consumer) currentMeta(ctx context.Context) (map[string]string, *jetstream.ConsumerConfig, error) {
+	var info *jetstream.ConsumerInfo
 	cons, err := c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Consumer)
+	if err == nil {
+		info = cons.CachedInfo()
+	} else if errors.Is(err, jetstream.ErrNotPullConsumer) {
+		// nats.go gives no pull handle on a push consumer; its
+		// configuration says what it is (ensureConsumer refuses it).
+		var push jetstream.PushConsumer
+		if push, err = c.js.PushConsumer(ctx, c.cfg.Stream, c.cfg.Consumer); err == nil {
+			info = push.CachedInfo()
+		}
+	}
 	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("look up consumer %s on stream %s: %w", c.cfg.Consumer, c.cfg.Stream, err)
 	}
-	prev := cons.CachedInfo().Config
+	prev := info.Config
 	meta := map[string]string{}
 	for k, v := range prev.Metadata {
 		if !strings.HasPrefix(k, "_nats.") {
@@ -184,7 +195,11 @@ func (c *Consumer) currentMeta(ctx context.Context) (map[string]string, *jetstre
 
 // ensureConsumer creates or updates the durable pull consumer and publishes
 // its handle for Run and Lag. It keeps the consumer's metadata as the
-// server has it, with set's keys set.
+// server has it, with set's keys set. A durable that is not an
+// explicit-ack pull consumer, which no update can change, it refuses
+// (ErrInvalidConfig, with check's words and fix) before asking the server;
+// one whose replay policy is original it takes, and warns of, as check
+// does.
 func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) error {
 	cfg := &c.cfg
 	c.metaMu.Lock()
@@ -220,6 +235,13 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 			prev = nil
 		}
 		c.resumeUnsure = false
+	}
+	if prev != nil {
+		// The server would refuse the update with its own words alone
+		// ("ack policy can not be updated").
+		if p, ok := foreignDurableProblem(cfg.Consumer, prev); ok {
+			return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
+		}
 	}
 	cc := c.consumerConfig(meta, prev)
 	// Whether another jetsink's filter is kept is decided once, by
@@ -262,6 +284,9 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	if old := c.batchLimit.Swap(limit); old != limit && cfg.PullMaxMessages == 0 && limit > 0 && int(limit) < cfg.PullMessages() {
 		c.log.Info("pulling fewer messages at a time than derived: the consumer's max_request_batch (the server's jetstream limits) allows no more",
 			"consumer", cfg.Consumer, "pull_max_messages", limit)
+	}
+	if p, ok := replayOriginalProblem(cfg.Consumer, &cons.CachedInfo().Config); ok {
+		c.log.Warn(p.Message, "fix", p.Fix)
 	}
 	if info := cons.CachedInfo(); info.Paused {
 		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",
