@@ -9,7 +9,11 @@
 // backoff; a connection whose server left two pings 20 s apart unanswered
 // is given up as stale and reconnected), creates or binds the stream and creates or updates the durable
 // consumer (explicit acks, nats.ack_wait, no MaxDeliver of its own (see
-// below), nats.max_ack_pending, nats.filter_subject). Run pulls with
+// below), nats.max_ack_pending, nats.filter_subject; a durable of another
+// kind, with another ack policy or a push consumer, which no update can
+// change, it refuses as a bad nats.consumer; one whose replay policy is
+// original it keeps, and warns that a backlog drains no faster than it
+// was published). Run pulls with
 // consumer/wire on a connection of its own (nats.pull_client "wire", the
 // default; its messages are acked over that connection while it is open,
 // a committed batch's in one write (Consumer.AckAll, for
@@ -139,7 +143,7 @@
 // goroutine that confirms the acks every second (below). nats.go's other
 // goroutines (reader, flusher, pull loop, status watcher) and wire's
 // (reader, flusher, pinger) end with the subscription and with the
-// connection (Close). Nothing here outlives Close for long. Four waits
+// connection (Close). Nothing here outlives Close for long. Five waits
 // are bounded rather than joined: Run's wait for the ack confirmer's last
 // flush, and Close's for the connections, give up after abortBudget
 // (250 ms; Run's after 25 ms once hard has ended, a hard stop giving all
