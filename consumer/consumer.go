@@ -223,6 +223,7 @@ type counters struct {
 	heartbeatsMissing atomic.Uint64
 	epochs            atomic.Uint64
 	staleTerms        atomic.Uint64
+	termErrors        atomic.Uint64
 	acksUnconfirmed   atomic.Uint64
 	acksRefused       atomic.Uint64
 	markers           atomic.Uint64
@@ -254,6 +255,12 @@ type Stats struct {
 	HeartbeatsMissing uint64 // pull heartbeats missed (server gone or slow); the consumer is then looked up, at most every recheckGap
 	Epochs            uint64 // new epochs: the stream or consumer was replaced under events in flight
 	StaleTerms        uint64 // dead letters stored whose original was not terminated: its stream was replaced
+	// TermErrors counts dead letters stored whose original's term failed
+	// in the client (nats.go's reconnect buffer full, the connection
+	// closed): never sent, so not among AcksUnconfirmed. The event comes
+	// back after nats.ack_wait and is dead-lettered again (stored once
+	// within the dead-letter stream's duplicate window, twice after it).
+	TermErrors uint64
 	// AcksUnconfirmed counts acks and terms (AckAll, DeadLetter) that may
 	// not have reached the server: sent on a connection lost before a flush
 	// confirmed them, or left unconfirmed by Close. Their events are
@@ -980,6 +987,7 @@ func (c *Consumer) Stats() Stats {
 		HeartbeatsMissing: s.heartbeatsMissing.Load(),
 		Epochs:            s.epochs.Load(),
 		StaleTerms:        s.staleTerms.Load(),
+		TermErrors:        s.termErrors.Load(),
 		AcksUnconfirmed:   s.acksUnconfirmed.Load(),
 		AcksRefused:       s.acksRefused.Load(),
 	}

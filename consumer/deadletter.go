@@ -84,7 +84,8 @@ const (
 // dl.Stage pipeline.StageDeliver (delivered past nats.max_deliver) is
 // counted in Stats.MaxDelivered, every other in Stats.DeadLettered. If the
 // publish
-// succeeds and the Term fails, DeadLetter logs it and returns nil (the
+// succeeds and the Term fails, DeadLetter logs it, counts it in
+// Stats.TermErrors and returns nil (the
 // message will come back, its dead letter is not stored again if it is
 // published within the dead-letter stream's duplicate window of the first,
 // and it is terminated then). An event whose stream was replaced since it was taken
@@ -170,6 +171,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 		// letter is de-duplicated by Nats-Msg-Id if it comes back within the
 		// dead-letter stream's duplicate window (2 minutes by default), and
 		// stored twice otherwise.
+		c.stats.termErrors.Add(1)
 		c.log.Warn("dead letter stored, but terminating the original failed; it will come back, and its dead letter "+
 			"is stored again only if that is after the dead-letter stream's duplicate window", "stream_seq", ev.StreamSeq, "err", err)
 	}

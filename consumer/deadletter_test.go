@@ -165,6 +165,43 @@ func TestDeadLetterPublishesThenTerminates(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// termFails is a message whose term fails in the client, as nats.go's
+// does with its reconnect buffer full or its connection closed.
+type termFails struct{ pipeline.Msg }
+
+var errTermFailed = errors.New("term failed in the client")
+
+func (termFails) TermWithReason(string) error { return errTermFailed }
+
+// A dead letter stored whose original's term failed in the client is
+// counted (Stats.TermErrors, in jetsink_ack_failures_total): the term was
+// never sent, so it is not among the unconfirmed acks, and the event comes
+// back after ack_wait. Before, only a Warn line told of it.
+func TestDeadLetterCountsAFailedTerm(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.PullClient = PullClientNATSGo // its message wrapped loses nothing a wire message's would
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	dlq := dlqStream(t, ctx, js, cfg)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	ev.Msg = termFails{ev.Msg}
+	if err := c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}); err != nil {
+		t.Fatalf("DeadLetter = %v, want nil: the dead letter is stored", err)
+	}
+	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("dead-letter stream: %+v, %v; want the letter stored", info, err)
+	}
+	if st := c.Stats(); st.TermErrors != 1 || st.DeadLettered != 1 || st.AcksUnconfirmed != 0 {
+		t.Fatalf("Stats = %+v; want the failed term counted in TermErrors, alone", st)
+	}
+	r.stopClean(t, ctx)
+}
+
 // A publisher's own Jetsink-* headers, in any case, do not reach the dead
 // letter: where jetsink sets none (no SQLSTATE, no original Nats-Msg-Id)
 // they would be read back as the letter's, and where it sets one, a

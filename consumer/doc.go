@@ -196,7 +196,9 @@
 // silent first) and those sent in the moment before nats.go tells of the
 // disconnect, although some of them reached the server; at a Close that
 // cannot confirm, a held batch's acks are counted although they may yet
-// fail to be written (the sink then reports them too).
+// fail to be written (the sink then reports them too). A dead letter's
+// term that fails in the client was never sent: it is counted apart, in
+// Stats.TermErrors (its event comes back after ack_wait too).
 //
 // # Concurrency
 //
