@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/telemetry"
 )
 
@@ -49,7 +50,7 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 	maxDelivered := counter("jetsink.events.max_delivered", "Events dead-lettered as max_deliver: delivered past nats.max_deliver (one whose earlier dead letter failed counts under that letter's cause)")
 	dlFailed := counter("jetsink.dead_letter.failures", "Dead letters not stored: the publish failed, or was not tried while the dead-letter stream does not answer (a breaker holds the publishes back until a probe gets through). The event is nak'ed and comes back (after ack_wait if the nak fails too); one whose stream was re-created since it was taken is left alone, neither nak'ed nor terminated")
 	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")
-	ackErrs := counter("jetsink.ack.failures", "Acks after commit that failed in the client (say, nats.go's reconnect buffer full); acks and terms sent on a connection lost before a flush confirmed them (those of the last flush at shutdown are counted after the last scrape, in the exit's log line only); and every publish to $JS.ACK the server refused for want of permission: acks, terms, naks and InProgress alike. A message whose ack or term was lost comes back after ack_wait (a committed row a duplicate in at-least-once mode); one whose InProgress was refused may")
+	ackErrs := counter("jetsink.ack.failures", "Acks after commit, and terms after a dead letter was stored, that failed in the client (say, nats.go's reconnect buffer full); acks and terms sent on a connection lost before a flush confirmed them (those of the last flush at shutdown are counted after the last scrape, in the exit's log line only); and every publish to $JS.ACK the server refused for want of permission: acks, terms, naks and InProgress alike. A message whose ack or term was lost comes back after ack_wait (a committed row a duplicate in at-least-once mode); one whose InProgress was refused may")
 	staleSettles := counter("jetsink.ack.stale", "Messages not acked after commit, or not terminated after their dead letter was stored, because their stream was re-created since they were taken")
 	miscounts := counterIn("jetsink.copy.miscounts",
 		"COPYs that committed with a row count other than the rows sent, and exactly-once batches that committed with rows missing from the table (dead-lettered, code row_count)", "{statement}")
@@ -130,7 +131,7 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 		o.ObserveInt64(epochs, int64(cs.Epochs))
 		o.ObserveInt64(committed, int64(ss.Rows))
 		o.ObserveInt64(possibleDups, int64(ss.PossibleDuplicates))
-		o.ObserveInt64(ackErrs, int64(ss.AckErrors+cs.AcksUnconfirmed+cs.AcksRefused))
+		o.ObserveInt64(ackErrs, int64(ackFailures(cs, ss)))
 		o.ObserveInt64(staleSettles, int64(ss.StaleAcks+cs.StaleTerms))
 		o.ObserveInt64(miscounts, int64(ss.Miscounts))
 		o.ObserveInt64(uncounted, int64(ss.Uncounted))
@@ -209,4 +210,12 @@ func boolInt(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// ackFailures is jetsink_ack_failures_total: the acks (sink) and dead
+// letters' terms (consumer) that failed in the client, the acks and terms
+// a lost connection may have taken, and the publishes to $JS.ACK the
+// server refused. Each event among them comes back after ack_wait, or may.
+func ackFailures(cs consumer.Stats, ss sink.Stats) uint64 {
+	return ss.AckErrors + cs.TermErrors + cs.AcksUnconfirmed + cs.AcksRefused
 }
