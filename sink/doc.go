@@ -206,7 +206,8 @@
 //     its rows count as PossibleDuplicates; so is one answered without an
 //     error but with the session left in a transaction (ReadyForQuery's
 //     status not idle), whose connection is closed;
-//   - data (class 22, 23): the batch is bisected; good rows are committed
+//   - data (class 22, 23, raised by the statement itself: a value its
+//     column refuses, a constraint): the batch is bisected; good rows are committed
 //     and acked, each refused row is dead-lettered through the
 //     DeadLetterer (which terms it, or naks it and returns an error, in
 //     which case it is not acked), for its own error: one that names its
@@ -218,7 +219,9 @@
 //     the pieces the bisection left, so a run of refused rows costs about
 //     two COPYs per row;
 //   - an error that a row may cause but the table may as well (a
-//     trigger's RAISE, class P0; an index entry too large, 54000; an
+//     trigger's RAISE, class P0; a class 22 or 23 error raised inside a
+//     function, whose context names it, as a trigger's bug that fails
+//     every row does, PERFORM 1/0; an index entry too large, 54000; an
 //     internal error, XX000; any server error outside the classes listed
 //     here and those of the table, the session and the grants, below): the
 //     batch is bisected the same way, but a row that fails alone is

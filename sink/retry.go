@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -27,7 +28,8 @@ const (
 	// batch with backoff; one that a statement or transaction timeout
 	// ended (timedOut), in smaller pieces.
 	classTransient class = iota
-	// classData: the database refused a row (SQLSTATE class 22 or 23).
+	// classData: the database refused a row (SQLSTATE class 22 or 23,
+	// raised by the statement, not inside a function it called).
 	// Bisect the batch to find it and dead-letter it.
 	classData
 	// classConfig: the table, the session or the permissions do not fit
@@ -44,7 +46,9 @@ const (
 	// too deep (54001), a WITH CHECK OPTION (44000), an internal error
 	// (XX000), a feature a value needs (0A000), a binary field its column's
 	// type cannot read (an ERROR 08P01 of the COPY statement, copyStmtError;
-	// in class 22, 22P03 and 22P04, see classify). It may as well come from
+	// in class 22, 22P03 and 22P04, see classify), and any class 22 or 23
+	// error raised inside a function (raisedInFunction: a trigger's bug,
+	// PERFORM 1/0, fails every row). It may as well come from
 	// the table (a trigger that refuses every row), so such a batch is
 	// bisected, and a row that fails alone is dead-lettered only once a
 	// commit attempt that started after the failure has committed, on any
@@ -153,6 +157,16 @@ func classify(err error) class {
 		}
 		switch code[:2] {
 		case "22", "23":
+			if raisedInFunction(err, pgErr) {
+				// A trigger's (or a function's a CHECK or a DEFAULT
+				// calls) failing: a bug in it (PERFORM 1/0, a cast that
+				// fails) fails every row as a refused value does one,
+				// and the table's owner fixes it without replaying
+				// events. Suspect, as its RAISE is: a row it refuses
+				// alone is dead-lettered once other rows commit, and
+				// a function that fails every row dead-letters none.
+				return classSuspect
+			}
 			return classData
 		case "08", "40", "53", "57", "58":
 			return classTransient
@@ -190,6 +204,31 @@ func classify(err error) class {
 	// Anything else (a protocol surprise, a closed tx) is retried on a new
 	// connection and reported like a configuration error: loudly.
 	return classConfig
+}
+
+// raisedInFunction reports whether pgErr, err's server error, was raised
+// inside a function that the failed statement called (a trigger, or a
+// function a CHECK constraint or a DEFAULT calls), not by the statement
+// itself: its context names the function's line before the statement's
+// own. The COPY's own errors have one line of context, "COPY t, line n,
+// column c" (a value its column refuses, a NOT NULL, a CHECK, a unique
+// key), which a function's follow; exactly-once's INSERT from staging, a
+// foreign key and a COMMIT have none. The lines are counted, not read,
+// since lc_messages translates them ("tのCOPY、行 3、列 a"), but for an
+// error not known to be the COPY statement's (copyStmtError): a line of
+// its own there is a function's unless it reads "COPY ". A function in C
+// that fails adds no line: taken for the statement's.
+func raisedInFunction(err error, pgErr *pgconn.PgError) bool {
+	switch {
+	case pgErr.Where == "":
+		return false
+	case strings.Contains(pgErr.Where, "\n"):
+		return true
+	}
+	if _, ok := errors.AsType[*copyStmtError](err); ok {
+		return false
+	}
+	return !strings.HasPrefix(pgErr.Where, "COPY ")
 }
 
 // stillFailingEvery is how often a batch that keeps failing with transient

@@ -115,6 +115,21 @@ func TestClassify(t *testing.T) {
 		{&pgconn.PgError{Code: "2200H"}, classSuspect}, // a serial column ran out
 		{&pgconn.PgError{Code: "22001"}, classData},
 		{fmt.Errorf("copy: %w", &pgconn.PgError{Code: "23505"}), classData},
+		// Raised inside a function (a trigger's bug fails every row): its
+		// context has the function's line before the COPY's, or any line
+		// for a statement with none of its own; counted, not read.
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "22P02", Where: "COPY t, line 3, column a"}}, classData},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "22P02", Where: "tのCOPY、行 3、列 a"}}, classData},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "23505", Where: "COPY t, line 3"}}, classData},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "22012",
+			Where: "SQL statement \"SELECT 1/0\"\nPL/pgSQL function f() line 1 at PERFORM\nCOPY t, line 3"}}, classSuspect},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "23505",
+			Where: "SQL-Anweisung »INSERT INTO log VALUES (1)«\nPL/pgSQL-Funktion f() Zeile 1 bei SQL-Anweisung\nCOPY t, Zeile 3"}}, classSuspect},
+		{&fromStagingError{n: 3, err: &pgconn.PgError{Code: "22P02", Where: "PL/pgSQL function f() line 1 at assignment"}}, classSuspect},
+		{&fromStagingError{n: 3, err: &pgconn.PgError{Code: "22012", Where: "PL/pgSQL-Funktion f() Zeile 1 bei PERFORM"}}, classSuspect},
+		{&fromStagingError{n: 3, err: &pgconn.PgError{Code: "23505"}}, classData},
+		{fmt.Errorf("commit 3 rows: %w", &pgconn.PgError{Code: "23503"}), classData}, // a deferred foreign key
+		{fmt.Errorf("commit 3 rows: %w", &pgconn.PgError{Code: "22012", Where: "PL/pgSQL function f() line 1 at PERFORM"}), classSuspect},
 		{&pgconn.PgError{Code: "22P03"}, classSuspect},
 		{&pgconn.PgError{Code: "22P04"}, classSuspect},
 		// A field shorter than its column's type reads (PostgreSQL 15's
