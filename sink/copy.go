@@ -1417,7 +1417,10 @@ func (s *Sink) firstSeen(key string) bool {
 // a retry counted (see endedIdle). A session ended once the Query had
 // begun (a COPY waiting on a lock that an operator's pg_terminate_backend
 // ended) is a failed attempt like any other: warned of, counted, retried
-// after the backoff.
+// after the backoff. So is an exactly-once Query whose COPY finds no
+// staging table in the session (stagingMissing: behind a pooler in
+// transaction mode, another server session): made again at once with the
+// table's CREATE.
 func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown bool, err error) {
 	reused := c.conn != nil && !c.conn.IsClosed()
 	c.untouched = false
@@ -1425,9 +1428,33 @@ func (c *committer) attempt(ctx context.Context, rows []pipeline.Row) (unknown b
 	if err != nil && reused && c.untouched && !unknown && ctx.Err() == nil && endedIdle(err) && (c.conn == nil || c.conn.IsClosed()) {
 		c.s.log.Debug("the server had ended the connection; trying the batch on a new one", "rows", len(rows), "err", err)
 		c.closeConn()
+		unknown, err = c.try(ctx, rows)
+	}
+	if err != nil && !unknown && ctx.Err() == nil && c.stagingMissing(err) {
+		c.s.log.Debug("the session has no staging table (a pooler's other server session, or a DISCARD); creating it and trying the batch again",
+			"rows", len(rows), "err", err)
+		c.staged = false
 		return c.try(ctx, rows)
 	}
 	return unknown, err
+}
+
+// stagingMissing reports whether err is exactly-once's COPY into the
+// staging table failing because the session lacks the table, in a Query
+// without its CREATE (c.staged was set): 42P01, or 3F000 in a session
+// that never had a temporary table ("schema pg_temp does not exist"). The
+// COPY names no other relation, so no message is read. A pooler in
+// transaction mode hands each transaction some server session, not
+// always the one that created the table; a DISCARD ALL drops it.
+func (c *committer) stagingMissing(err error) bool {
+	if c.s.cfg.Mode != ExactlyOnce || !c.eo.staged {
+		return false
+	}
+	if _, ok := errors.AsType[*copyStmtError](err); !ok {
+		return false
+	}
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && (pgErr.Code == "42P01" || pgErr.Code == "3F000")
 }
 
 // endedIdle reports whether err is the server's FATAL error for a session

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -279,6 +281,58 @@ func TestTriggerBugFailingEveryRow(t *testing.T) {
 	}
 	if st := s.Stats(); st.GivenUp != uint64(len(ms)) || st.Rows != 0 {
 		t.Errorf("stats %+v, want %d rows given up, none stored", st, len(ms))
+	}
+}
+
+// Behind a pooler in transaction mode, an exactly-once batch may land on a
+// server session without the staging table that the committer created on
+// another: its COPY failed (42P01, or 3F000 in a session that never had a
+// temporary table), logged at Error as the table's fault, counted as a
+// retry and a configuration error, the connection closed, the batch
+// retried after the backoff, for each new server session. Now the batch is
+// tried again at once with the table's CREATE. The committer's own
+// session stands in for the other: the table dropped in it, or the
+// connection swapped for a new one while the committer thinks it staged.
+func TestExactlyOnceStagingTableMissing(t *testing.T) {
+	for _, tc := range []struct{ name, code string }{{"dropped", "42P01"}, {"new session", "3F000"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = ExactlyOnce; c.Connections = 1 })
+			logs := &testenv.SyncBuffer{}
+			s.log = slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+			c := &committer{s: s}
+			defer c.closeConn()
+			rs, _ := rows(1, 5, nil)
+			if err := c.commitRetry(ctx, rs[:2], true); err != nil {
+				t.Fatal(err)
+			}
+			switch tc.name {
+			case "dropped":
+				execAll(t, ctx, c.conn, "DROP TABLE "+s.staging.Sanitize())
+			default:
+				c.closeConn()
+				if err := c.connect(ctx); err != nil {
+					t.Fatal(err)
+				}
+				c.staged = true
+			}
+			if err := c.commitRetry(ctx, rs[2:], true); err != nil {
+				t.Fatal(err)
+			}
+			if st := s.Stats(); st.Retries != 0 || st.ConfigErrors != 0 {
+				t.Errorf("Retries %d, ConfigErrors %d; want 0, 0: a missing staging table is made, not a failure", st.Retries, st.ConfigErrors)
+			}
+			if out := logs.String(); strings.Contains(out, "level=ERROR") || strings.Contains(out, "level=WARN msg=\"batch failed") {
+				t.Errorf("logged as a failure:\n%s", out)
+			}
+			if !strings.Contains(logs.String(), "SQLSTATE "+tc.code) {
+				t.Errorf("want the retry logged at Debug with SQLSTATE %s:\n%s", tc.code, logs)
+			}
+			if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 5 {
+				t.Errorf("%d rows in the table, want 5", n)
+			}
+		})
 	}
 }
 
