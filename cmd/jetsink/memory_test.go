@@ -213,10 +213,25 @@ func TestGCTunerFollowsTheLiveHeap(t *testing.T) {
 	for len(seen) > 0 {
 		<-seen
 	}
-	for range 3 {
-		runtime.GC()
+	// The tuner's sentinel, planted before stop, is freed by the next
+	// collection; wait until cleanups of the test's own, planted before
+	// each of two collections, have run, rather than for a fixed time that
+	// a loaded machine may not give the cleanup goroutine.
+	for range 2 {
+		ran := make(chan struct{})
+		runtime.AddCleanup(&sentinel{}, func(c chan struct{}) { close(c) }, ran)
+		deadline := time.After(10 * time.Second)
+		for done := false; !done; {
+			runtime.GC()
+			select {
+			case <-ran:
+				done = true
+			case <-time.After(10 * time.Millisecond):
+			case <-deadline:
+				t.Fatal("the test's cleanup did not run within 10s")
+			}
+		}
 	}
-	time.Sleep(50 * time.Millisecond)
 	if len(seen) != 0 {
 		t.Errorf("GOGC still updated after stop: %d", <-seen)
 	}
