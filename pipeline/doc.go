@@ -83,7 +83,12 @@
 // a key that Atoi reads as an index ("1", and unlike RFC 6901 also "01",
 // "+1") indexes an array, as fastjson's Get does, and names an object's
 // member as written. A missing value or JSON null is SQL
-// NULL, or CodeRequiredMissing when the column is required.
+// NULL, or CodeRequiredMissing when the column is required. A header sent
+// with an empty value is not missing: it is the empty string, which a
+// typed column (uuid, the integers, timestamptz, ...) refuses as it
+// refuses "" in JSON; meta:msg_id alone is NULL for an empty Nats-Msg-Id.
+// meta:delivered may go to an int2 column, which refuses a delivery count
+// above 32767 (possible only with max_deliver -1 or above 32767).
 //
 // When any column reads JSON, or the payload goes to a jsonb column, the
 // whole payload must be valid UTF-8 and strict JSON (RFC 8259; no NaN, no
