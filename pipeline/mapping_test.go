@@ -155,8 +155,10 @@ func TestMetaHeaderPayload(t *testing.T) {
 		{"meta:msg_id", TypeUUID, hx("3f0c9a2e1b7d4c8e9f000123456789ab"), ""},
 		{"header:X-Count", TypeInt4, be32(12), ""},
 		{"header:X-Count", TypeText, []byte("12"), ""},
-		{"header:x-count", TypeText, nil, ""},      // header names are case-sensitive, as in nats.Header
-		{"header:X-Empty", TypeText, []byte{}, ""}, // there, empty: not NULL
+		{"header:x-count", TypeText, nil, ""},                // header names are case-sensitive, as in nats.Header
+		{"header:X-Empty", TypeText, []byte{}, ""},           // there, empty: not NULL
+		{"header:X-Empty", TypeUUID, nil, CodeInvalidFormat}, // nor NULL for a typed column
+		{"header:X-Empty", TypeInt4, nil, CodeInvalidFormat},
 		{"header:X-Bad", TypeText, nil, CodeNULInText},
 		{"header:X-JSON", TypeJSONB, []byte("\x01{\"k\":[1]}"), ""},
 		{"header:X-Ctl", TypeJSONB, nil, CodeInvalidJSON}, // fastjson.Validate alone let this through
