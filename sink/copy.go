@@ -2025,6 +2025,8 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 		}
 		if le, ok := errors.AsType[*loneTimeoutError](err); ok {
 			dl.Code, dl.Reason = pipeline.CodeRefused, le.reason(pgErr)
+		} else if c.mayBeStored(&row.Event, err) {
+			dl.Reason += "; it may already be stored: check its key before replaying"
 		}
 	}
 	if !c.parkHeld(ctx, b, p, dl) {
@@ -2040,6 +2042,27 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 		attrs = append(attrs, "constraint", pgErr.ConstraintName, "column", pgErr.ColumnName)
 	}
 	c.s.dlDone.Log(ctx, c.s.log, slog.LevelInfo, time.Second, "row refused by the database, dead-lettered", attrs...)
+}
+
+// mayBeStored reports whether ev's row, which the database refuses with
+// err, may be in the table all the same, as its dead letter then says
+// (replayed, it is published anew: a new key, stored twice in exactly-once
+// mode): a redelivery (an earlier delivery may have committed, its ack
+// lost), or a batch with a commit of unknown outcome (c.unknown). In
+// exactly-once mode, too, when a function the INSERT from staging called
+// raised err (a BEFORE INSERT trigger, which runs before ON CONFLICT finds
+// the row stored: a consumer re-created to deliver stored events again,
+// say); not for the staging COPY's error, nor a constraint's, which a
+// stored row passed already.
+func (c *committer) mayBeStored(ev *pipeline.Event, err error) bool {
+	if c.unknown || ev.Delivered > 1 {
+		return true
+	}
+	if _, ok := errors.AsType[*fromStagingError](err); !ok { // exactly-once's only
+		return false
+	}
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Where != ""
 }
 
 // deadLetterMiscounted settles rows[lo:hi] of b, whose COPY committed while

@@ -219,7 +219,10 @@
 //     statement trigger). At most ceil(log2(n))+2 extra COPYs per
 //     refused row; after two refused rows in a row the rest is tried in
 //     the pieces the bisection left, so a run of refused rows costs about
-//     two COPYs per row;
+//     two COPYs per row. A refused row's letter says that it may already
+//     be stored when it may (committer.mayBeStored): a redelivery, a
+//     commit of its batch of unknown outcome, or in exactly-once mode a
+//     refusal a BEFORE INSERT trigger raised (it runs before ON CONFLICT);
 //   - an error that a row may cause but the table may as well (a
 //     trigger's RAISE, class P0; a class 22 or 23 error raised inside a
 //     function, whose context names it, as a trigger's bug that fails

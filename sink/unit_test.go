@@ -565,6 +565,51 @@ func TestStagingTableFollowsTheMapping(t *testing.T) {
 	}
 }
 
+// A dead letter says that its row may already be stored when it may: a
+// redelivery, a batch with a commit of unknown outcome, or, in exactly-once
+// mode, a refusal raised in a function the INSERT from staging called (a
+// BEFORE INSERT trigger runs before ON CONFLICT finds a stored row). Only
+// lone timeouts' letters said so.
+func TestDeadLetterSaysItMayBeStored(t *testing.T) {
+	const suffix = "it may already be stored"
+	check := &pgconn.PgError{Code: "23514", ConstraintName: "ok", Message: "check", Where: "COPY t, line 1"}
+	trigger := &pgconn.PgError{Code: "P0001", Message: "row refused", Where: "PL/pgSQL function f() line 1 at RAISE"}
+	for _, tc := range []struct {
+		name      string
+		mode      Mode
+		delivered uint32
+		unknown   bool
+		err       error
+		stored    bool
+	}{
+		{"first delivery", AtLeastOnce, 1, false, &copyStmtError{n: 1, err: check}, false},
+		{"redelivery", AtLeastOnce, 2, false, &copyStmtError{n: 1, err: check}, true},
+		{"unknown commit", AtLeastOnce, 1, true, &copyStmtError{n: 1, err: check}, true},
+		{"trigger, at-least-once", AtLeastOnce, 1, false, &copyStmtError{n: 1, err: trigger}, false},
+		{"exactly-once check", ExactlyOnce, 1, false, &fromStagingError{n: 1, err: &pgconn.PgError{Code: "23514", ConstraintName: "ok"}}, false},
+		{"exactly-once staging COPY", ExactlyOnce, 1, false, &copyStmtError{n: 1, err: &pgconn.PgError{Code: "22P03", Where: "COPY s, line 1, column a"}}, false},
+		{"exactly-once trigger", ExactlyOnce, 1, false, &fromStagingError{n: 1, err: trigger}, true},
+		{"exactly-once redelivery", ExactlyOnce, 3, false, &fromStagingError{n: 1, err: check}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dl := &recDL{}
+			s := &Sink{dl: dl, log: slog.New(slog.DiscardHandler)}
+			s.cfg.Mode = tc.mode
+			c := &committer{s: s, unknown: tc.unknown}
+			rs, ms := rows(1, 1, nil)
+			rs[0].Event.Delivered = tc.delivered
+			c.deadLetter(context.Background(), &batch{rows: rs}, 0, tc.err)
+			letters, _ := dl.letters()
+			if len(letters) != 1 || ms[0].terms.Load() != 1 {
+				t.Fatalf("letters %+v, terms %d; want one", letters, ms[0].terms.Load())
+			}
+			if got := strings.Contains(letters[0].Reason, suffix); got != tc.stored {
+				t.Errorf("reason %q: says it may be stored: %v, want %v", letters[0].Reason, got, tc.stored)
+			}
+		})
+	}
+}
+
 // A suspect error is logged once per SQLSTATE, with the server's message
 // when no function or trigger raised it (a wraparound stop says why, and
 // what to do), never with a RAISE's, which may quote a row.
