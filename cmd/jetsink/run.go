@@ -310,21 +310,23 @@ func (d *drainDeadline) finish() (cut bool) {
 // (acksRefused: the client sees no error, the server drops them; acks,
 // terms, naks and InProgress alike, their events come back after ack_wait
 // or may); events nak'ed because their dead letter could not be stored
-// (deadLetterFailed), which come back after the nak's delay; and those
+// (deadLetterFailed), which come back after the nak's delay; the terms
+// of stored dead letters that failed in the client (termErrors: their
+// events come back after ack_wait, and are dead-lettered again); and those
 // left to the stream that replaced theirs (stale: committed rows not
 // acked, dead letters whose original was not terminated); and rows the
 // database refused at the end with nothing left to commit to tell the
 // row's fault from the table's (givenUp: left unacked, they come back
 // after ack_wait).
 type unsettled struct {
-	unconfirmed, ackErrors, acksRefused, deadLetterFailed, stale, givenUp uint64
+	unconfirmed, ackErrors, acksRefused, deadLetterFailed, termErrors, stale, givenUp uint64
 }
 
 // unsettledOf reads p's counters.
 func unsettledOf(p *processor.Processor) unsettled {
 	cs, ss := p.Consumer().Stats(), p.Sink().Stats()
 	return unsettled{unconfirmed: cs.AcksUnconfirmed, ackErrors: ss.AckErrors, acksRefused: cs.AcksRefused, deadLetterFailed: cs.DeadLetterFailed,
-		stale: ss.StaleAcks + cs.StaleTerms, givenUp: ss.GivenUp}
+		termErrors: cs.TermErrors, stale: ss.StaleAcks + cs.StaleTerms, givenUp: ss.GivenUp}
 }
 
 // logDrained says how a drain that committed every event taken in ended:
@@ -337,15 +339,15 @@ func logDrained(log *slog.Logger, u unsettled, atStop *unsettled) {
 		return
 	}
 	args := []any{"acks_unconfirmed", u.unconfirmed, "ack_errors", u.ackErrors, "acks_refused", u.acksRefused, "dead_letter_failed", u.deadLetterFailed,
-		"stale", u.stale, "given_up", u.givenUp}
+		"term_errors", u.termErrors, "stale", u.stale, "given_up", u.givenUp}
 	if atStop != nil { // nil: the stop's snapshot was not taken (in time)
 		args = append(args, "stop_acks_unconfirmed", u.unconfirmed-atStop.unconfirmed, "stop_ack_errors", u.ackErrors-atStop.ackErrors,
 			"stop_acks_refused", u.acksRefused-atStop.acksRefused, "stop_dead_letter_failed", u.deadLetterFailed-atStop.deadLetterFailed,
-			"stop_stale", u.stale-atStop.stale)
+			"stop_term_errors", u.termErrors-atStop.termErrors, "stop_stale", u.stale-atStop.stale)
 	}
 	log.Warn("drained: every event taken in is committed or given back, but since the start not all were settled here: acks that failed or that a lost connection may have taken (their events come back after ack_wait), "+
 		"publishes to $JS.ACK the server refused for want of permission (acks_refused: acks, terms, naks and InProgress alike; their events come back, or may, after ack_wait), "+
-		"events whose dead letter could not be stored (nak'ed, they come back), events of a stream replaced under them (left to it), "+
+		"events whose dead letter could not be stored (nak'ed, they come back), dead letters stored whose term failed (term_errors: their events come back after ack_wait), events of a stream replaced under them (left to it), "+
 		"rows the database refused at the end with nothing left to commit to tell the row's fault from the table's (given_up: unacked, they come back after ack_wait); "+
 		"each is logged above; stop_* count those since the stop began", args...)
 }

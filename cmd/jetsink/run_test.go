@@ -134,13 +134,14 @@ func TestDrainDeadlineFiresOnce(t *testing.T) {
 
 // The drain's last line claims every event settled only when no ack
 // failed or went into a connection that was lost, the server refused no
-// publish to $JS.ACK, no dead letter failed (its event nak'ed), no event
+// publish to $JS.ACK, no dead letter failed (its event nak'ed) nor its
+// term, no event
 // was left to a replaced stream and no row given up at the end for the
 // database's refusal; before, acks a connection refused (counted by the
 // sink), then failed dead letters and stale settles, and then acks the
 // server refused, did not stop the claim.
 func TestLogDrained(t *testing.T) {
-	for _, u := range []unsettled{{}, {unconfirmed: 3}, {ackErrors: 5}, {unconfirmed: 3, ackErrors: 5}, {acksRefused: 4}, {deadLetterFailed: 2}, {stale: 7}, {givenUp: 1}} {
+	for _, u := range []unsettled{{}, {unconfirmed: 3}, {ackErrors: 5}, {unconfirmed: 3, ackErrors: 5}, {acksRefused: 4}, {deadLetterFailed: 2}, {termErrors: 3}, {stale: 7}, {givenUp: 1}} {
 		var buf bytes.Buffer
 		logDrained(slog.New(slog.NewTextHandler(&buf, nil)), u, nil)
 		out := buf.String()
@@ -148,8 +149,8 @@ func TestLogDrained(t *testing.T) {
 		if got := strings.Contains(out, "committed and acked"); got != settled {
 			t.Errorf("%+v: %q", u, out)
 		}
-		want := fmt.Sprintf("acks_unconfirmed=%d ack_errors=%d acks_refused=%d dead_letter_failed=%d stale=%d given_up=%d",
-			u.unconfirmed, u.ackErrors, u.acksRefused, u.deadLetterFailed, u.stale, u.givenUp)
+		want := fmt.Sprintf("acks_unconfirmed=%d ack_errors=%d acks_refused=%d dead_letter_failed=%d term_errors=%d stale=%d given_up=%d",
+			u.unconfirmed, u.ackErrors, u.acksRefused, u.deadLetterFailed, u.termErrors, u.stale, u.givenUp)
 		if !settled && (!strings.Contains(out, "level=WARN") || !strings.Contains(out, want)) {
 			t.Errorf("%+v: want a warning with %q: %q", u, want, out)
 		}
@@ -157,7 +158,7 @@ func TestLogDrained(t *testing.T) {
 	// What the run left before the stop is told apart from the stop's.
 	var buf bytes.Buffer
 	logDrained(slog.New(slog.NewTextHandler(&buf, nil)), unsettled{unconfirmed: 698, ackErrors: 2, acksRefused: 9}, &unsettled{unconfirmed: 698, acksRefused: 6})
-	if want := "acks_unconfirmed=698 ack_errors=2 acks_refused=9 dead_letter_failed=0 stale=0 given_up=0 stop_acks_unconfirmed=0 stop_ack_errors=2 stop_acks_refused=3 stop_dead_letter_failed=0 stop_stale=0"; !strings.Contains(buf.String(), want) {
+	if want := "acks_unconfirmed=698 ack_errors=2 acks_refused=9 dead_letter_failed=0 term_errors=0 stale=0 given_up=0 stop_acks_unconfirmed=0 stop_ack_errors=2 stop_acks_refused=3 stop_dead_letter_failed=0 stop_term_errors=0 stop_stale=0"; !strings.Contains(buf.String(), want) {
 		t.Errorf("want %q: %q", want, buf.String())
 	}
 }
