@@ -50,7 +50,8 @@ type committer struct {
 	// Telemetry of the batch being processed.
 	span     trace.Span    // its "copy <table>" span, nil if not traced
 	spanMsgs int           // the messages of the batch, with those taken in (the span's message count)
-	took     time.Duration // the last committed transaction's duration
+	took     time.Duration // the last committed transaction's duration: its statements, from stmtsAt
+	stmtsAt  time.Time     // when the last try's statements began, after its connect
 	retries  uint64        // attempts retried
 	settled  int           // rows acked
 	bytes    int           // their tuple bytes
@@ -874,7 +875,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			// (A commit that left rows out, below, shows less about the
 			// table: not counted.)
 			c.s.st.raiseCommittedStart(seq)
-			c.took = time.Since(began)
+			c.took = time.Since(c.stmtsAt)
 			c.s.answered()
 			if attempt > 0 {
 				c.s.log.Info("batch committed after retries", "rows", len(rows), "attempts", attempt+1)
@@ -882,7 +883,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			return nil
 		}
 		if committedMiscount(err) != nil || committedMissing(err) != nil {
-			c.took = time.Since(began)
+			c.took = time.Since(c.stmtsAt)
 			c.s.answered()
 			return err // committed: settled, never sent again
 		}
@@ -1488,10 +1489,14 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 			return false, err
 		}
 	}
+	// The statements begin: the commit's duration (took) and the attempt's
+	// age count from here, not from the connect (every host tried, TLS,
+	// the types read), nor from a try before that the server had ended.
+	c.stmtsAt = time.Now()
 	stop := watchConn(c.conn.PgConn().Conn(), s.cfg.DeadConnectionTimeout)
 	stopSlow := c.watchSlow(len(rows))
 	if c.started != nil { // nil for a committer outside Run (tests, benchmarks)
-		c.started.Store(time.Now().UnixNano())
+		c.started.Store(c.stmtsAt.UnixNano())
 		defer c.started.Store(0)
 	}
 	defer func() {

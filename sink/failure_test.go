@@ -336,6 +336,50 @@ func TestExactlyOnceStagingTableMissing(t *testing.T) {
 	}
 }
 
+// jetsink_commit_duration_seconds (committer.took) counted the connect too:
+// every host tried, TLS, the login, the types read; and, when the server
+// had ended the session while it was idle, the try that failed on it. A
+// proxy that holds each new connection for delay makes every connect take
+// that long at least, so the statements that committed took at most the
+// commitRetry call's time less delay: the first batch (connecting), and
+// one after pg_terminate_backend (a failed try, then a connect).
+func TestCommitDurationLeavesOutTheConnect(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	l := listen(t)
+	proxied, to := l.proxy(t, pg.URL)
+	l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) {
+		time.Sleep(delay) // held before the first byte either way
+		p := func([]byte) verdict { return pass }
+		return p, p
+	})
+	s, _ := newTestSink(t, ctx, proxied, nil)
+	c := &committer{s: s}
+	defer c.closeConn()
+	rs, _ := rows(1, 4, nil)
+	commit := func(what string, rows []pipeline.Row) {
+		t.Helper()
+		began := time.Now()
+		if err := c.commitRetry(ctx, rows, true); err != nil {
+			t.Fatal(err)
+		}
+		if took, most := c.took, time.Since(began)-delay; took > most {
+			t.Errorf("%s: commit duration %v, more than the %v its call took less the %v its connect took at least",
+				what, took, most+delay, delay)
+		}
+	}
+	commit("first batch", rs[:2])
+	execAll(t, ctx, pg.Conn(t), fmt.Sprintf("SELECT pg_terminate_backend(%d, 10000)", c.conn.PgConn().PID()))
+	commit("after the session ended", rs[2:])
+	if st := s.Stats(); st.Retries != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 4 {
+		t.Errorf("%d rows in the table, want 4", n)
+	}
+}
+
 // A failure recorded after a commit that came later (another connection
 // committed while this one classified and logged its error) does not make
 // the sink unready once traffic stops; failures after the commit do.
