@@ -51,6 +51,7 @@ type committer struct {
 	span     trace.Span    // its "copy <table>" span, nil if not traced
 	spanMsgs int           // the messages of the batch, with those taken in (the span's message count)
 	took     time.Duration // the last committed transaction's duration: its statements, from stmtsAt
+	commitAt time.Time     // when the last committed transaction committed (answered)
 	stmtsAt  time.Time     // when the last try's statements began, after its connect
 	retries  uint64        // attempts retried
 	settled  int           // rows acked
@@ -875,7 +876,8 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			// (A commit that left rows out, below, shows less about the
 			// table: not counted.)
 			c.s.st.raiseCommittedStart(seq)
-			c.took = time.Since(c.stmtsAt)
+			c.commitAt = time.Now()
+			c.took = c.commitAt.Sub(c.stmtsAt)
 			c.s.answered()
 			if attempt > 0 {
 				c.s.log.Info("batch committed after retries", "rows", len(rows), "attempts", attempt+1)
@@ -883,7 +885,8 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			return nil
 		}
 		if committedMiscount(err) != nil || committedMissing(err) != nil {
-			c.took = time.Since(c.stmtsAt)
+			c.commitAt = time.Now()
+			c.took = c.commitAt.Sub(c.stmtsAt)
 			c.s.answered()
 			return err // committed: settled, never sent again
 		}
@@ -1930,7 +1933,7 @@ func (c *committer) settle(b *batch, lo, hi int) {
 	c.settled += n
 	c.bytes += int(bytes)
 	telemetry.Acked(c.span, n, int(failed))
-	c.s.metrics.BatchCommitted(context.Background(), stored, int(bytes), c.took)
+	c.s.metrics.BatchCommitted(context.Background(), stored, int(bytes), c.took, c.commitAt)
 	st := &c.s.st
 	st.batches.Add(1)
 	st.rows.Add(uint64(n))

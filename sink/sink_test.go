@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -3022,5 +3024,57 @@ func TestParkDoesNotLogDeadLettersHeldBack(t *testing.T) {
 		if n, most := strings.Count(logs.String(), "dead-letter failed"), c.lines*(1+int(time.Since(began)/time.Second)); n < c.lines || n > most {
 			t.Errorf("%v: %d log lines, want %d to %d", c.err, n, c.lines, most)
 		}
+	}
+}
+
+// jetsink_event_latency_seconds was taken once the batch's acks were
+// written: an ack write that hangs (a NATS connection that reads nothing)
+// added its time to every row's publish-to-commit latency. Now each row's
+// latency ends at the commit, before the first ack starts (held here).
+func TestEventLatencyEndsAtTheCommit(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	m, err := telemetry.NewMetrics("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Shutdown(context.Background()) }()
+	s.Instrument(nil, m)
+	c := &committer{s: s}
+	defer c.closeConn()
+	rs, ms := rows(1, 3, nil)
+	published := time.Now()
+	for i := range rs {
+		rs[i].Event.Published = published
+	}
+	var ackAt time.Time
+	ms[0].beforeAck = func() {
+		ackAt = time.Now()
+		time.Sleep(50 * time.Millisecond) // an ack write held: time that is no commit's
+	}
+	if err := c.commitRetry(ctx, rs, true); err != nil {
+		t.Fatal(err)
+	}
+	c.settle(&batch{rows: rs}, 0, len(rs))
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	var sum float64
+	found := false
+	for line := range strings.Lines(rec.Body.String()) {
+		if !strings.HasPrefix(line, "jetsink_event_latency_seconds_sum") {
+			continue
+		}
+		f := strings.Fields(line)
+		if sum, err = strconv.ParseFloat(f[len(f)-1], 64); err != nil {
+			t.Fatal(err)
+		}
+		found = true
+	}
+	if !found {
+		t.Fatalf("no jetsink_event_latency_seconds_sum in:\n%s", rec.Body)
+	}
+	if most := float64(len(rs)) * ackAt.Sub(published).Seconds(); sum > most {
+		t.Errorf("event latency sum %.4fs over %d rows, more than %.4fs: counted past the commit, into the acks", sum, len(rs), most)
 	}
 }

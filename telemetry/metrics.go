@@ -111,15 +111,17 @@ func (m *Metrics) Shutdown(ctx context.Context) error {
 
 // BatchCommitted records one committed batch: its rows and bytes, how long
 // the committing transaction took, and for each row the time from its
-// JetStream publish to now. It allocates nothing.
-func (m *Metrics) BatchCommitted(ctx context.Context, rows []pipeline.Row, bytes int, took time.Duration) {
+// JetStream publish to committed, when the transaction committed (not
+// when this is called: the acks written since are not the commit's). It
+// allocates nothing.
+func (m *Metrics) BatchCommitted(ctx context.Context, rows []pipeline.Row, bytes int, took time.Duration, committed time.Time) {
 	if m == nil || len(rows) == 0 {
 		return
 	}
 	m.batchRows.Record(ctx, int64(len(rows)))
 	m.batchBytes.Record(ctx, int64(bytes))
 	m.commitDur.Record(ctx, took.Seconds())
-	m.latency.record(time.Now(), rows)
+	m.latency.record(committed, rows)
 }
 
 // DeadLettered counts one event parked by stage with reason code.
