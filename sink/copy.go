@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetsink/jetsink/pipeline"
@@ -418,7 +419,14 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	c.span, c.spanMsgs = c.s.tracing.StartCopy(c.s.cfg.Table, rows), len(rows)
 	defer func() {
 		b.mayBeStored = c.unknown // c.held may have taken in a batch that was (holdWait)
-		telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, err)
+		failed := err
+		if errors.Is(err, errHandOff) && c.span != nil {
+			// Not a failure: another committer takes the batch, untouched,
+			// under a span of its own.
+			c.span.SetAttributes(attribute.Bool("jetsink.batch.handed_off", true))
+			failed = nil
+		}
+		telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, failed)
 		c.span = nil
 	}()
 	lo := 0

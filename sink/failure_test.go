@@ -19,8 +19,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/telemetry"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -754,6 +760,79 @@ func TestHandOffConnectFailuresAreSeen(t *testing.T) {
 	}
 }
 
+// A batch handed to another committer (errHandOff) ended its copy span with
+// an Error status, as if it had failed, beside the span of the committer
+// that took it and committed it. Now that span ends without one, marked
+// jetsink.batch.handed_off. X, the committer with the role's one
+// connection, waits on a lock with batch a while Y cannot connect for b;
+// the lock gone, X commits a and then c (begun after Y's first failure),
+// so that Y's next failure hands b to X.
+func TestHandedOffBatchSpanIsNoError(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tr, err := telemetry.NewTracingTo(exp, telemetry.Config{ServiceName: "test", SampleRatio: 1, MaxLinks: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	ctx, admin, role, s, src, wait, _ := roleSinkWith(t, 2, false, func(s *Sink) { s.Instrument(tr, nil) }, func(c *Config) {
+		c.Batch.MaxRows = 5
+		c.Retry = RetryConfig{Initial: 300 * time.Millisecond, Max: 300 * time.Millisecond}
+	})
+	execAll(t, ctx, admin, "ALTER ROLE "+role+" CONNECTION LIMIT 1", terminateRole(role))
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execAll(t, ctx, admin, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
+	a, am := rows(6, 5, nil) // X takes the connection and waits on the lock
+	src.push(t, ctx, a)
+	waitFor(t, ctx, "a batch waiting on the lock", func() bool {
+		var n int
+		execAll(t, ctx, admin, "SELECT pg_stat_clear_snapshot()") // admin is in the locking transaction
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'", role).Scan(&n)
+		return err == nil && n == 1
+	})
+	b, bm := rows(11, 5, nil) // Y cannot connect
+	spans := map[trace.SpanID]bool{}
+	for i := range b {
+		b[i].Event.Span = tr.StartMessage(b[i].Event)
+		spans[b[i].Event.Span.SpanContext().SpanID()] = true
+	}
+	src.push(t, ctx, b)
+	waitFor(t, ctx, "Y's connect refused", func() bool { return s.Stats().Retries > 0 })
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "a acked", allAcked(am))
+	c, cm := rows(16, 5, nil)
+	src.push(t, ctx, c)
+	waitFor(t, ctx, "b and c acked", allAcked(append(bm, cm...)))
+	src.Close()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var handed, committed int
+	for _, sp := range exp.GetSpans() {
+		if sp.Name != "copy "+s.cfg.Table || !slices.ContainsFunc(sp.Links, func(l sdktrace.Link) bool { return spans[l.SpanContext.SpanID()] }) {
+			continue
+		}
+		if sp.Status.Code == codes.Error {
+			t.Errorf("b's copy span ended with status %v %q", sp.Status.Code, sp.Status.Description)
+		}
+		if slices.Contains(sp.Attributes, attribute.Bool("jetsink.batch.handed_off", true)) {
+			handed++
+		} else {
+			committed++
+		}
+	}
+	if handed != 1 || committed != 1 {
+		t.Errorf("b's copy spans: %d handed off, %d others; want 1, 1", handed, committed)
+	}
+}
+
 // A stop while a committer that cannot connect would hand its batch off:
 // once the batcher is done no committer takes work (a token left in ready
 // then is stale: its committer got nil and returned), and the batch is
@@ -910,6 +989,14 @@ func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
 func roleSink(t *testing.T, connections int, capture bool, mods ...func(*Config)) (ctx context.Context, admin *pgx.Conn, role string, s *Sink, src source,
 	wait func() error, logs *testenv.SyncBuffer) {
 	t.Helper()
+	return roleSinkWith(t, connections, capture, nil, mods...)
+}
+
+// roleSinkWith is roleSink calling before, if not nil, with the sink before
+// Run starts (to instrument it).
+func roleSinkWith(t *testing.T, connections int, capture bool, before func(*Sink), mods ...func(*Config)) (ctx context.Context, admin *pgx.Conn, role string,
+	s *Sink, src source, wait func() error, logs *testenv.SyncBuffer) {
+	t.Helper()
 	ctx = testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
 	admin = pg.Conn(t)
@@ -922,6 +1009,9 @@ func roleSink(t *testing.T, connections int, capture bool, mods ...func(*Config)
 	})
 	if capture {
 		logs = captureLog(t, s, time.Minute)
+	}
+	if before != nil {
+		before(s)
 	}
 	src = newSource()
 	wait = runSink(t, ctx, s, src)
