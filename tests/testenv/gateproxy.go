@@ -12,6 +12,12 @@ import (
 // every connection while keeping them open, as a server stopped with
 // SIGSTOP would; Thaw or Cut ends it. (Proxy, by contrast, forwards a fixed number
 // of connections and is cut by closing its listener.)
+//
+// What a frozen connection takes in before the client's writes block is
+// the client's send buffer (the kernel's to size), the proxy's receive
+// buffer, pinned to gateSocketBuffer so that no autotuning (up to
+// net.ipv4.tcp_rmem's maximum, 32 MiB on some hosts) makes it larger, and
+// the one read, 32 KiB, the pipe holds.
 type GateProxy struct {
 	ln     net.Listener
 	target string
@@ -41,6 +47,10 @@ func NewGateProxy(t testing.TB, target string) *GateProxy {
 	return p
 }
 
+// gateSocketBuffer is the receive and send buffer asked for on each of the
+// proxy's sockets (Linux gives twice as much, for its bookkeeping).
+const gateSocketBuffer = 256 << 10
+
 // URL is the proxy's address as a NATS URL.
 func (p *GateProxy) URL() string { return "nats://" + p.ln.Addr().String() }
 
@@ -62,10 +72,22 @@ func (p *GateProxy) accept() {
 			c.Close()
 			continue
 		}
+		pinBuffers(c)
+		pinBuffers(s)
 		p.conns = append(p.conns, c, s)
 		p.mu.Unlock()
 		p.wg.Go(func() { p.pipe(s, c) })
 		p.wg.Go(func() { p.pipe(c, s) })
+	}
+}
+
+// pinBuffers sets c's buffers to gateSocketBuffer, which also stops the
+// kernel from growing them. It is best effort: a platform that refuses
+// keeps its own sizes.
+func pinBuffers(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(gateSocketBuffer)
+		_ = tc.SetWriteBuffer(gateSocketBuffer)
 	}
 }
 
