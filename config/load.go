@@ -99,17 +99,27 @@ type Flag struct{ Name, Key, Value string }
 // does not parse, an alias that contains itself, a --set that is not
 // key=value or names no key) ends it, after the problems found before it.
 func Load(src Source) (Config, error) {
+	cfg, _, err := LoadOrigins(src)
+	return cfg, err
+}
+
+// LoadOrigins is Load that also says where each key src sets got its
+// value: "line 4 of jetsink.yaml", the environment variable
+// ("JETSINK_DATABASE_URL" for postgres.url, as set), the flag as typed
+// ("--nats-url") or "--set". Keys left at their default are absent. Its
+// errors are Load's.
+func LoadOrigins(src Source) (Config, map[string]string, error) {
 	var raw []byte
 	if src.File != "" {
 		b, err := os.ReadFile(src.File)
 		if err != nil {
-			return Config{}, fmt.Errorf("%w: read config file: %w", ErrInvalidConfig, err)
+			return Config{}, nil, fmt.Errorf("%w: read config file: %w", ErrInvalidConfig, err)
 		}
 		raw = b
 	}
 	cfg, where, err := parse(raw, src.Env, src.Flags, src.Set)
 	if err != nil {
-		return Config{}, eachProblem(err, func(e error) error {
+		return Config{}, nil, eachProblem(err, func(e error) error {
 			if msg := e.Error(); src.File != "" && (strings.Contains(msg, "config: line ") || strings.Contains(msg, "yaml: line ")) {
 				return fmt.Errorf("%w (in %s)", e, src.File)
 			}
@@ -117,9 +127,19 @@ func Load(src Source) (Config, error) {
 		})
 	}
 	if err := cfg.Validate(); err != nil {
-		return Config{}, eachProblem(err, func(e error) error { return whence(e, where, src.File) })
+		return Config{}, nil, eachProblem(err, func(e error) error { return whence(e, where, src.File) })
 	}
-	return cfg, nil
+	origins := make(map[string]string, len(where))
+	for path, o := range where {
+		switch {
+		case o == "":
+		case strings.HasPrefix(o, "line ") && src.File != "":
+			origins[path] = o + " of " + src.File
+		default:
+			origins[path] = o
+		}
+	}
+	return cfg, origins, nil
 }
 
 // eachProblem is err with f applied to each of its problems (Problems).

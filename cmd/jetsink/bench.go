@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,9 +48,13 @@ last lines are shown if it fails).
 By default it runs on an embedded nats-server and a throwaway PostgreSQL
 cluster with fsync on, prepared like a running server: WAL segments to
 recycle, and a CHECKPOINT before each engine's run (--cold-postgres: as
-initdb made it); with --config (or --nats-url/--database-url, or
-JETSINK_CONFIG) it runs against those servers, creating and dropping its own
-streams and tables. --postgres-rtt and --nats-rtt put the engines' connections
+initdb made it). Given both servers, from --nats-url and --database-url,
+JETSINK_NATS_URL and JETSINK_DATABASE_URL (or JETSINK_POSTGRES_URL), or
+nats.url and postgres.url in a config file (--config or JETSINK_CONFIG), it
+runs against those instead, creating and dropping its own streams and tables
+there, and says so on stderr, naming the settings; one server given without
+the other is refused. A config file that sets neither URL runs against
+jetsink's default servers (127.0.0.1). --postgres-rtt and --nats-rtt put the engines' connections
 to the embedded servers through a link that holds each chunk of bytes for
 half that time each way, as if the server ran on another machine (the bench's
 own connections stay direct; the link's copying runs in the bench process).
@@ -134,15 +139,17 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 					return err
 				}
 			}
-			o.Embedded = cf.file == "" && !cf.given("nats-url") && !cf.given("database-url") &&
-				os.Getenv("JETSINK_NATS_URL") == "" && os.Getenv("JETSINK_DATABASE_URL") == "" && os.Getenv("JETSINK_POSTGRES_URL") == ""
 			// --set goes to the jetsink subprocess, on top of the config.
 			sets := cf.set
 			cf.set = nil
 			// Embedded or not, the file, JETSINK_* and flags such as --mode
 			// give every key but the servers' URLs (and the stream, consumer
 			// and table, which bench names per run).
-			if o.Base, err = cf.load(); err != nil {
+			var origins map[string]string
+			if o.Base, origins, err = cf.loadOrigins(); err != nil {
+				return err
+			}
+			if o.Embedded, err = benchServers(errOut, o.Base, origins, cf.file, cf.given("config")); err != nil {
 				return err
 			}
 			if o.Base.NATS.Domain != "" {
@@ -209,6 +216,103 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress lines on stderr")
 	cmd.AddCommand(newBenchBaselineCmd())
 	return cmd
+}
+
+// benchServers reports whether the bench is to start embedded servers:
+// when nothing gives either server's URL and there is no config file. It
+// refuses one server given without the other (a JETSINK_DATABASE_URL
+// exported for "jetsink run" would otherwise send the bench to the default
+// NATS server, or switch the embedded ones off unsaid), and says on errOut
+// which settings point it at servers of the user's, where it creates and
+// drops its streams and tables. origins are config.LoadOrigins'; file is
+// the config file, from --config when flagged, else JETSINK_CONFIG.
+func benchServers(errOut io.Writer, cfg config.Config, origins map[string]string, file string, flagged bool) (embedded bool, err error) {
+	fileSetting := ""
+	if file != "" {
+		fileSetting = "JETSINK_CONFIG=" + file
+		if flagged {
+			fileSetting = "--config " + file
+		}
+	}
+	natsFrom, pgFrom := origins["nats.url"], origins["postgres.url"]
+	if natsFrom == "" && pgFrom == "" && file == "" {
+		return true, nil
+	}
+	// What to drop for the embedded servers, each once: a line of the
+	// file is dropped with the file.
+	var drop []string
+	for _, from := range []string{natsFrom, pgFrom, fileSetting} {
+		switch {
+		case from == "", strings.HasPrefix(from, "line "), slices.Contains(drop, from):
+		case strings.HasPrefix(from, "--"): // --config FILE among them
+			drop = append(drop, "drop "+from)
+		default: // a variable, JETSINK_CONFIG=FILE among them
+			name, _, _ := strings.Cut(from, "=")
+			drop = append(drop, "unset "+name)
+		}
+	}
+	drops := strings.Join(drop, " and ")
+	said := func(key, from string) string {
+		if strings.HasPrefix(from, "line ") {
+			return key + " at " + from
+		}
+		return from
+	}
+	if (natsFrom == "") != (pgFrom == "") {
+		given, server, missing, ways := said("postgres.url", pgFrom), "PostgreSQL", "NATS", "--nats-url, JETSINK_NATS_URL or nats.url in the config file"
+		if pgFrom == "" {
+			given, server, missing, ways = said("nats.url", natsFrom), "NATS", "PostgreSQL", "--database-url, JETSINK_DATABASE_URL or postgres.url in the config file"
+		}
+		return false, usageError{fmt.Errorf("bench: %s gives the %s server and nothing gives the %s one: give it too (%s) to run against your servers, or neither for the embedded ones (%s)",
+			given, server, missing, ways, drops)}
+	}
+	server := func(key, from, url string) string {
+		if from == "" {
+			return serverOf(url) + " (the default)"
+		}
+		return serverOf(url) + " from " + said(key, from)
+	}
+	lead := ""
+	if fileSetting != "" {
+		lead = fileSetting + ": "
+	}
+	fmt.Fprintf(errOut, "jetsink: bench: %sagainst your servers, not embedded ones, creating and dropping its BENCH_* streams and bench* tables there: NATS %s, PostgreSQL %s; %s for the embedded ones\n",
+		lead, server("nats.url", natsFrom, cfg.NATS.URL), server("postgres.url", pgFrom, cfg.Postgres.URL), drops)
+	return false, nil
+}
+
+// serverOf is a server's URL (or NATS's URLs, comma separated) cut to the
+// scheme and host, without a user, password or path; for a PostgreSQL
+// connection string of key=value words, its host and port words.
+func serverOf(urls string) string {
+	if !strings.Contains(urls, "://") {
+		var kept []string
+		for _, w := range strings.Fields(urls) {
+			if strings.HasPrefix(w, "host=") || strings.HasPrefix(w, "port=") {
+				kept = append(kept, w)
+			}
+		}
+		if len(kept) == 0 {
+			return "(the connection string's default host)"
+		}
+		return strings.Join(kept, " ")
+	}
+	var out []string
+	for s := range strings.SplitSeq(urls, ",") {
+		s = strings.TrimSpace(s)
+		scheme := ""
+		if i := strings.Index(s, "://"); i >= 0 {
+			scheme, s = s[:i+3], s[i+3:]
+		}
+		if i := strings.LastIndexByte(s, '@'); i >= 0 { // a password may hold a / or a ?
+			s = s[i+1:]
+		}
+		if i := strings.IndexAny(s, "/?#"); i >= 0 {
+			s = s[:i]
+		}
+		out = append(out, scheme+s)
+	}
+	return strings.Join(out, ",")
 }
 
 // scenarioFlags are the flags that apply to one scenario only.

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jetsink/jetsink/bench"
+	"github.com/jetsink/jetsink/config"
 )
 
 // --set and --matrix go to the jetsink subprocess only: the keys the bench
@@ -146,5 +148,81 @@ func TestBenchReportWriteFailure(t *testing.T) {
 	}
 	if err := writeReport(&out, nil, lost, false, ""); err != lost {
 		t.Errorf("no report: %v, want the run's error", err)
+	}
+}
+
+// A server given from any source (flag, variable, the config file) turns
+// the embedded servers off: one without the other is refused, exit 2,
+// naming the setting and what to unset, before anything connects (a
+// JETSINK_DATABASE_URL exported for "jetsink run" sent the bench to the
+// default NATS server); both are announced on stderr, with the settings
+// that give them and without their passwords.
+func TestBenchSaysWhichSettingsGiveTheServers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	file := filepath.Join(t.TempDir(), "jetsink.yaml")
+	if err := os.WriteFile(file, []byte("postgres:\n  url: postgres://u:s3cret@127.0.0.1:1/x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		code int
+		say  []string
+	}{
+		{[]string{"JETSINK_DATABASE_URL=postgres://u:s3cret@127.0.0.1:1/x"}, nil, exitConfig,
+			[]string{"JETSINK_DATABASE_URL gives the PostgreSQL server and nothing gives the NATS one", "--nats-url, JETSINK_NATS_URL or nats.url", "(unset JETSINK_DATABASE_URL)"}},
+		{[]string{"JETSINK_POSTGRES_URL=postgres://u:s3cret@127.0.0.1:1/x"}, nil, exitConfig,
+			[]string{"JETSINK_POSTGRES_URL gives the PostgreSQL server", "(unset JETSINK_POSTGRES_URL)"}},
+		{[]string{"JETSINK_NATS_URL=nats://u:s3cret@127.0.0.1:1"}, nil, exitConfig,
+			[]string{"JETSINK_NATS_URL gives the NATS server and nothing gives the PostgreSQL one", "--database-url, JETSINK_DATABASE_URL or postgres.url", "(unset JETSINK_NATS_URL)"}},
+		{nil, []string{"--database-url", "postgres://u:s3cret@127.0.0.1:1/x"}, exitConfig,
+			[]string{"--database-url gives the PostgreSQL server", "(drop --database-url)"}},
+		{nil, []string{"--config", file}, exitConfig,
+			[]string{"postgres.url at line 2 of " + file + " gives the PostgreSQL server", "(drop --config " + file + ")"}},
+		{[]string{"JETSINK_NATS_URL=nats://u:s3cret@127.0.0.1:1"}, []string{"--config", file}, exitFailed,
+			[]string{"jetsink: bench: --config " + file + ": against your servers, not embedded ones, creating and dropping its BENCH_* streams",
+				"NATS nats://127.0.0.1:1 from JETSINK_NATS_URL, PostgreSQL postgres://127.0.0.1:1 from postgres.url at line 2 of " + file,
+				"unset JETSINK_NATS_URL and drop --config " + file + " for the embedded ones", "nats.url nats://127.0.0.1:1"}},
+		{[]string{"JETSINK_DATABASE_URL=postgres://u:s3cret@127.0.0.1:1/x"}, []string{"--nats-url", "nats://u:s3cret@127.0.0.1:1"}, exitFailed,
+			[]string{"NATS nats://127.0.0.1:1 from --nats-url, PostgreSQL postgres://127.0.0.1:1 from JETSINK_DATABASE_URL; drop --nats-url and unset JETSINK_DATABASE_URL for the embedded ones"}},
+	} {
+		t.Run(strings.Join(append(append([]string(nil), tc.env...), tc.args...), " "), func(t *testing.T) {
+			for _, kv := range tc.env {
+				name, value, _ := strings.Cut(kv, "=")
+				t.Setenv(name, value)
+			}
+			r := startJetsink(t, ctx, append([]string{"bench", "-q", "--events", "10"}, tc.args...)...)
+			code := r.wait(t, ctx)
+			msg := r.out.String() + fmt.Sprint(r.err)
+			if code != tc.code || strings.Contains(msg, "s3cret") || strings.Contains(msg, "embedded NATS") {
+				t.Errorf("exit %d, want %d, without the password or embedded servers, in:\n%s", code, tc.code, msg)
+			}
+			for _, s := range tc.say {
+				if !strings.Contains(msg, s) {
+					t.Errorf("no %q in:\n%s", s, msg)
+				}
+			}
+		})
+	}
+	// A file from JETSINK_CONFIG (which startJetsink clears) that sets
+	// neither server: jetsink's defaults, said so.
+	var out strings.Builder
+	embedded, err := benchServers(&out, config.Default(), map[string]string{"pipeline.workers": "line 1 of j.yaml"}, "j.yaml", false)
+	if want := "jetsink: bench: JETSINK_CONFIG=j.yaml: against your servers, not embedded ones, creating and dropping its BENCH_* streams and bench* tables there: " +
+		"NATS nats://127.0.0.1:4222 (the default), PostgreSQL postgres://127.0.0.1:5432 (the default); unset JETSINK_CONFIG for the embedded ones\n"; embedded || err != nil || out.String() != want {
+		t.Errorf("JETSINK_CONFIG setting no server: embedded %v, %v, said\n%s\nwant\n%s", embedded, err, out.String(), want)
+	}
+	var help strings.Builder
+	root := newRoot()
+	root.SetArgs([]string{"bench", "--help"})
+	root.SetOut(&help)
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"JETSINK_NATS_URL", "JETSINK_DATABASE_URL", "JETSINK_POSTGRES_URL", "JETSINK_CONFIG"} {
+		if !strings.Contains(help.String(), v) {
+			t.Errorf("bench --help does not name %s:\n%s", v, help.String())
+		}
 	}
 }

@@ -114,6 +114,13 @@ func (f *configFlags) registerNATS(fs *pflag.FlagSet) {
 // flag, where leaving it out would reach the file's, the environment's or
 // the default server.
 func (f *configFlags) load() (config.Config, error) {
+	cfg, _, err := f.loadOrigins()
+	return cfg, err
+}
+
+// loadOrigins is load that also says where each key set got its value
+// (config.LoadOrigins).
+func (f *configFlags) loadOrigins() (config.Config, map[string]string, error) {
 	var flags []config.Flag
 	for _, fl := range []config.Flag{
 		{Name: "--nats-url", Key: "nats.url", Value: f.natsURL}, {Name: "--database-url", Key: "postgres.url", Value: f.dbURL},
@@ -124,7 +131,7 @@ func (f *configFlags) load() (config.Config, error) {
 			flags = append(flags, fl)
 		}
 	}
-	return config.Load(config.Source{File: f.file, Env: os.Environ(), Flags: flags, Set: f.set})
+	return config.LoadOrigins(config.Source{File: f.file, Env: os.Environ(), Flags: flags, Set: f.set})
 }
 
 // given reports whether the flag name was on the command line.
