@@ -119,6 +119,11 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 			if cmd.Flags().Changed("lock-at") && o.LockFor == 0 {
 				return fmt.Errorf("%w: --lock-at needs --lock-for", bench.ErrInvalidOptions)
 			}
+			if o.Count < 1 {
+				// bench.Options takes 0 for its default, 1; asked for on
+				// the command line, 0 repetitions is no run.
+				return usageError{fmt.Errorf("--count %d: at least 1 repetition", o.Count)}
+			}
 			if err := otherScenarioFlags(cmd, o.Scenario); err != nil {
 				return err
 			}

@@ -84,7 +84,8 @@ func TestBenchChecksTheEnginesConfigurationFirst(t *testing.T) {
 
 // A flag of the other scenario would be ignored: refused, exit 2, before
 // anything connects (the NATS URL here answers nothing); so is --log-level,
-// which the engines do not take.
+// which the engines do not take, and a --count below 1 (bench.Options
+// takes 0 for 1).
 func TestBenchRefusesFlagsItWouldIgnore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -97,6 +98,8 @@ func TestBenchRefusesFlagsItWouldIgnore(t *testing.T) {
 		{[]string{"--scenario", "drain", "--lock-for", "5s"}, "--lock-for applies to --scenario rate only"},
 		{[]string{"--scenario", "rate", "--events", "100"}, "--events applies to --scenario drain only, and this is --scenario rate"},
 		{[]string{"--events", "100", "--log-level", "debug"}, "--log-level: the bench logs nothing of its own"},
+		{[]string{"--events", "100", "--count", "0"}, "--count 0: at least 1 repetition"},
+		{[]string{"--events", "100", "--count", "-1"}, "--count -1: at least 1 repetition"},
 	} {
 		r := startJetsink(t, ctx, append([]string{"bench", "-q", "--nats-url", "nats://127.0.0.1:1"}, tc.args...)...)
 		code := r.wait(t, ctx)
