@@ -270,7 +270,8 @@ func (c *Consumer) flush(ctx context.Context, wc *wire.Conn) error {
 
 // confirming takes a confirmation every confirmEvery until the function it
 // returns is called; that function waits for the goroutine to end, at most
-// abortBudget, or hardConfirmWait when told that hard has ended.
+// abortBudget (confirmWait), or hardConfirmWait when told that hard has
+// ended.
 func (c *Consumer) confirming() (stop func(hardEnded bool)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -295,7 +296,7 @@ func (c *Consumer) confirming() (stop func(hardEnded bool)) {
 	}()
 	return func(hardEnded bool) {
 		cancel()
-		wait := abortBudget
+		wait := c.confirmWait
 		if hardEnded {
 			wait = hardConfirmWait
 		}

@@ -178,6 +178,10 @@ type Consumer struct {
 	// acks follows the acks and terms sent, for the confirmations of Run
 	// and Close.
 	acks ackLedger
+	// confirmWait is how long the end of Run waits for the ack confirmer
+	// while hard has not ended: abortBudget (longer in tests, so that a
+	// wait of it stands out from hardConfirmWait's).
+	confirmWait time.Duration
 	// closeOnce and closeErr make Close idempotent.
 	closeOnce sync.Once
 	closeErr  error
@@ -313,7 +317,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
 	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
 		recheckRefused: refusedRecheck, floorEvery: floorEvery, filterKeep: defaultFilterKeep, stuckAfter: stuckAfter, lookTimeout: 5 * time.Second,
-		streamLookTimeout: 5 * time.Second, recheckGap: recheckGap}
+		streamLookTimeout: 5 * time.Second, recheckGap: recheckGap, confirmWait: abortBudget}
 
 	opts, err := c.natsOptions()
 	if err != nil {
