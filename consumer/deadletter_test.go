@@ -593,8 +593,10 @@ func TestDeadLetterBreakerFailsFastUntilAProbeIsAnswered(t *testing.T) {
 	}
 	began := time.Now()
 	err := c.DeadLetter(ctx, &evs[1], dl)
-	if took := time.Since(began); took > timeout/2 {
-		t.Fatalf("the dead letter after a timed-out one took %s, want it to fail at once", took)
+	// A publish waited for its timeout takes that long at least; failing
+	// at once takes far less, also on a loaded machine.
+	if took := time.Since(began); took >= timeout {
+		t.Fatalf("the dead letter after a timed-out one took %s, a publish's timeout (%s); want it to fail at once", took, timeout)
 	}
 	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, errDeadLetterUnanswered) || !strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
 		t.Fatalf("DeadLetter with the breaker open = %v, want ErrDeadLetter wrapping errDeadLetterUnanswered, saying the last publish timed out", err)
@@ -607,8 +609,8 @@ func TestDeadLetterBreakerFailsFastUntilAProbeIsAnswered(t *testing.T) {
 	go func() { probed <- c.DeadLetter(ctx, &evs[2], dl) }()
 	waitFor(t, ctx, "the probe at the silent subscriber", func() bool { return sent() == 2 })
 	began = time.Now()
-	if err := c.DeadLetter(ctx, &evs[3], dl); !errors.Is(err, errDeadLetterUnanswered) || time.Since(began) > timeout/2 {
-		t.Fatalf("DeadLetter during a probe = %v after %s, want errDeadLetterUnanswered at once", err, time.Since(began))
+	if err := c.DeadLetter(ctx, &evs[3], dl); !errors.Is(err, errDeadLetterUnanswered) || time.Since(began) >= timeout {
+		t.Fatalf("DeadLetter during a probe = %v after %s (a publish's timeout: %s), want errDeadLetterUnanswered at once", err, time.Since(began), timeout)
 	}
 	select {
 	case err := <-probed:
