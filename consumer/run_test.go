@@ -799,6 +799,8 @@ func TestRunPullMaxBytesAtMaxPayload(t *testing.T) {
 // heartbeats every two of them, and each time jetsink looked the consumer
 // up (two API requests) and logged a warning of missed heartbeats, for as
 // long as the back-pressure lasted. That is no sign of a lost consumer.
+// Heartbeats every second, not the tests' 500 ms: a gap of two of them
+// (the timer's) under load is then 2 s, not 1 s.
 func TestRunBlockedPushIsNoMissedHeartbeat(t *testing.T) {
 	onePassOnly(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -806,6 +808,7 @@ func TestRunBlockedPushIsNoMissedHeartbeat(t *testing.T) {
 	srv := testenv.NATS(t)
 	cfg := testConfig(t, srv)
 	cfg.PullClient = PullClientNATSGo // the wire client has heartbeats of its own
+	cfg.PullHeartbeat = time.Second
 	c := newConsumer(t, ctx, cfg)
 	js := jsFor(t, srv)
 	publish(t, ctx, js, cfg, 100, 1, 0)
