@@ -42,6 +42,7 @@ var scenarios = map[string][]scenario{
 	"JetsinkRestarting": {
 		{"three restarts", `jetsink_start_time_seconds` + labels + ` 100 100 400 400 700 700 1000x5`, 10 * time.Minute, true},
 		{"two restarts", `jetsink_start_time_seconds` + labels + ` 100 100 400 400 700x5`, 9 * time.Minute, false},
+		{"three restarts, another job's name", `jetsink_start_time_seconds{job="sink",instance="a"} 100 100 400 400 700 700 1000x5`, 10 * time.Minute, true},
 		{"three restarts, long ago", `jetsink_start_time_seconds` + labels + ` 100 100 400 400 700 700 1000x40`, 40 * time.Minute, false},
 	},
 	"JetsinkNotReady": {

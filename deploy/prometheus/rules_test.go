@@ -3,6 +3,7 @@ package prometheus
 import (
 	"context"
 	"log/slog"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,21 +15,23 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/promql/promqltest"
 	"github.com/prometheus/prometheus/rules"
+	"gopkg.in/yaml.v3"
 )
 
 // says is what the summary of an alert firing in a scenario must say, for
 // summaries that render the expression's value: the value, as a reader
 // expects it.
 var says = map[string]string{
-	"JetsinkNotCommitting/backlog, no commit":        "with 100 events waiting",
-	"JetsinkNotCommitting/only in flight, no commit": "with 40 events waiting",
-	"JetsinkBatchStuck/one attempt for 5 minutes":    "has waited 5m 0s",
-	"JetsinkBehind/3% over a minute":                 "a: 3% of the events committed",
-	"JetsinkNATSSilent/no answer for 5 minutes":      "for 5m 0s",
-	"JetsinkAcksFailing/acks failed":                 "about 2 acks",
-	"JetsinkPostgresConnectionsDead/one given up":    "about 1 silent",
-	"JetsinkBatchesTimingOut/three attempts cut":     "about 3 commit attempts",
-	"JetsinkRestarting/three restarts":               "restarted 3 times",
+	"JetsinkNotCommitting/backlog, no commit":              "with 100 events waiting",
+	"JetsinkNotCommitting/only in flight, no commit":       "with 40 events waiting",
+	"JetsinkBatchStuck/one attempt for 5 minutes":          "has waited 5m 0s",
+	"JetsinkBehind/3% over a minute":                       "a: 3% of the events committed",
+	"JetsinkNATSSilent/no answer for 5 minutes":            "for 5m 0s",
+	"JetsinkAcksFailing/acks failed":                       "about 2 acks",
+	"JetsinkPostgresConnectionsDead/one given up":          "about 1 silent",
+	"JetsinkBatchesTimingOut/three attempts cut":           "about 3 commit attempts",
+	"JetsinkRestarting/three restarts":                     "restarted 3 times",
+	"JetsinkRestarting/three restarts, another job's name": "restarted 3 times",
 }
 
 // pending: for each alert with a for:, a scenario whose expression holds
@@ -159,5 +162,79 @@ func TestAlertsWaitTheirForAndRender(t *testing.T) {
 		if !used[key] {
 			t.Errorf("says[%q]: no alert fired in that scenario", key)
 		}
+	}
+}
+
+// jobNameComment is what the README tells users to look for in alerts.yml
+// to set their scrape job's name.
+const jobNameComment = "Put the job name of your scrape config here"
+
+// Every rule that matches on the job says, in its comment, to put the
+// scrape job's name there (a user who renames the job edits the rules the
+// README points at, and a rule it does not would never fire), and names
+// prometheus.yml's job. A rule needs the job only where nothing else tells
+// jetsink's series apart: up; jetsink's own metrics do.
+func TestRulesNamingTheJobSaySo(t *testing.T) {
+	raw, err := os.ReadFile("alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []struct {
+			Rules []yaml.Node `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadFile("prometheus.yml", false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := cfg.ScrapeConfigs[0].JobName
+	naming := 0
+	for _, g := range file.Groups {
+		for _, n := range g.Rules {
+			var r struct {
+				Alert, Expr string
+			}
+			if err := n.Decode(&r); err != nil {
+				t.Fatal(err)
+			}
+			comment := n.HeadComment
+			if len(n.Content) > 0 {
+				comment += n.Content[0].HeadComment
+			}
+			expr, err := parser.ParseExpr(r.Expr)
+			if err != nil {
+				t.Fatalf("%s: %v", r.Alert, err)
+			}
+			var values []string
+			parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
+				if vs, ok := node.(*parser.VectorSelector); ok {
+					for _, m := range vs.LabelMatchers {
+						if m.Name == "job" {
+							values = append(values, m.Value)
+						}
+					}
+				}
+				return nil
+			})
+			if len(values) == 0 {
+				continue
+			}
+			naming++
+			if !strings.Contains(comment, jobNameComment) {
+				t.Errorf("%s matches on the job, and its comment does not say %q:\n%s", r.Alert, jobNameComment, comment)
+			}
+			for _, v := range values {
+				if v != job {
+					t.Errorf("%s matches job %q, and prometheus.yml's scrape job is %q", r.Alert, v, job)
+				}
+			}
+		}
+	}
+	if naming == 0 {
+		t.Error("no rule matches on the job: JetsinkDown and JetsinkAbsent read up, which every target has")
 	}
 }
