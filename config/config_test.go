@@ -874,3 +874,25 @@ func TestCaseOnlyTypoIsSuggested(t *testing.T) {
 		}
 	}
 }
+
+// A config path that is a directory (what Docker mounts when the file to
+// mount does not exist) is named with what gave it, and the fix said;
+// another error reading the file names what gave it too.
+func TestLoadConfigPathIsADirectory(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ from, want string }{
+		{"JETSINK_CONFIG", "invalid config: JETSINK_CONFIG=" + dir + " is a directory (Docker makes one when the file to mount does not exist: create the file first)"},
+		{"--config", "invalid config: --config " + dir + " is a directory (Docker makes one"},
+		{"", "invalid config: config file " + dir + " is a directory (Docker makes one"},
+	} {
+		_, err := Load(Source{File: dir, FileFrom: tc.from})
+		if !errors.Is(err, ErrInvalidConfig) || !strings.HasPrefix(fmt.Sprint(err), tc.want) {
+			t.Errorf("from %q: %v, want %q", tc.from, err, tc.want)
+		}
+	}
+	missing := filepath.Join(dir, "jetsink.yaml")
+	_, err := Load(Source{File: missing, FileFrom: "--config"})
+	if want := "invalid config: --config " + missing + ": open " + missing + ": "; !errors.Is(err, os.ErrNotExist) || !strings.HasPrefix(fmt.Sprint(err), want) {
+		t.Errorf("a missing file: %v, want %q", err, want)
+	}
+}

@@ -75,6 +75,9 @@ func kubernetesServiceVar(name, value string) bool {
 type Source struct {
 	// File is the YAML file's path; "" loads defaults only.
 	File string
+	// FileFrom is what gave File, as errors name it: "--config" or
+	// "JETSINK_CONFIG"; "" names it "config file".
+	FileFrom string
 	// Env is the environment as os.Environ returns it.
 	Env []string
 	// Flags are the values of a command's shortcut flags (--nats-url for
@@ -113,7 +116,18 @@ func LoadOrigins(src Source) (Config, map[string]string, error) {
 	if src.File != "" {
 		b, err := os.ReadFile(src.File)
 		if err != nil {
-			return Config{}, nil, fmt.Errorf("%w: read config file: %w", ErrInvalidConfig, err)
+			from := "config file " + src.File
+			switch src.FileFrom {
+			case "":
+			case "JETSINK_CONFIG":
+				from = "JETSINK_CONFIG=" + src.File
+			default:
+				from = src.FileFrom + " " + src.File
+			}
+			if fi, serr := os.Stat(src.File); serr == nil && fi.IsDir() {
+				return Config{}, nil, fmt.Errorf("%w: %s is a directory (Docker makes one when the file to mount does not exist: create the file first)", ErrInvalidConfig, from)
+			}
+			return Config{}, nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, from, err)
 		}
 		raw = b
 	}

@@ -399,7 +399,7 @@ func newBenchBaselineCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), stopSignals()...)
 			defer stop()
 			if file != "" {
-				cfg, err := config.Load(config.Source{File: file})
+				cfg, err := config.Load(config.Source{File: file, FileFrom: "--config"})
 				if err != nil {
 					return err
 				}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -40,5 +41,30 @@ func TestEmptyShortcutFlagIsRefused(t *testing.T) {
 		if code != exitConfig || !strings.Contains(msg, tc.say) {
 			t.Errorf("jetsink %s: exit %d, want %d with %q in:\n%s", strings.Join(tc.args, " "), code, exitConfig, tc.say, msg)
 		}
+	}
+}
+
+// A config path that is a directory (Docker's, for a file to mount that
+// did not exist) is named with what gave it, --config or JETSINK_CONFIG,
+// and the fix said: exit 2.
+func TestConfigPathIsADirectory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	const fix = " is a directory (Docker makes one when the file to mount does not exist: create the file first)"
+	r := startJetsink(t, ctx, "check", "--config", dir)
+	if code, msg := r.wait(t, ctx), r.out.String()+fmt.Sprint(r.err); code != exitConfig || !strings.Contains(msg, "--config "+dir+fix) {
+		t.Errorf("check --config DIR: exit %d, want %d saying %q in:\n%s", code, exitConfig, "--config "+dir+fix, msg)
+	}
+	// startJetsink clears JETSINK_CONFIG: the root is made after it is set.
+	t.Setenv("JETSINK_CONFIG", dir)
+	root := newRoot()
+	var out strings.Builder
+	root.SetArgs([]string{"check"})
+	root.SetOut(&out)
+	root.SetErr(&out)
+	err := execute(ctx, root)
+	if code, msg := exitCode(err), out.String()+fmt.Sprint(err); code != exitConfig || !strings.Contains(msg, "JETSINK_CONFIG="+dir+fix) {
+		t.Errorf("JETSINK_CONFIG=DIR check: exit %d, want %d saying %q in:\n%s", code, exitConfig, "JETSINK_CONFIG="+dir+fix, msg)
 	}
 }

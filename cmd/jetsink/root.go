@@ -131,7 +131,11 @@ func (f *configFlags) loadOrigins() (config.Config, map[string]string, error) {
 			flags = append(flags, fl)
 		}
 	}
-	return config.LoadOrigins(config.Source{File: f.file, Env: os.Environ(), Flags: flags, Set: f.set})
+	from := "JETSINK_CONFIG" // the flag's default
+	if f.given("config") {
+		from = "--config"
+	}
+	return config.LoadOrigins(config.Source{File: f.file, FileFrom: from, Env: os.Environ(), Flags: flags, Set: f.set})
 }
 
 // given reports whether the flag name was on the command line.
