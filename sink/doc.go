@@ -139,8 +139,8 @@
 // the COPY, the INSERT and COMMIT go out as one Query (with the staging
 // table's CREATE on a new connection, and in a Query sent again at once,
 // no failed attempt, when the COPY finds the session without the table:
-// behind a pooler in transaction mode, another server session), the same way as at-least-once's:
-// one round trip a batch, two when the INSERT's row count is short (the
+// behind a pooler in transaction mode, another server session), the same
+// way as at-least-once's: one round trip a batch, two when the INSERT's row count is short (the
 // lookup above), and no transaction waits on jetsink between its
 // statements (idle in transaction; but for the ROLLBACK after a Query
 // that failed). The lookup's keys are read after the commit: a row the
