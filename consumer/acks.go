@@ -111,16 +111,17 @@ func (l *ackLedger) lost() {
 // abandon is Close giving up on a final confirmation stuck behind a
 // connection (a write to a server that reads nothing holds its lock): it
 // returns the number of acks begun since the last confirmation, all of
-// them unconfirmed, or 0 if the final confirmation has accounted for them
-// meanwhile (then it will not). Begun, not sent: a batch whose write that
-// same lock holds was counted as begun and not yet as sent, and its acks,
-// of committed events, may never go out.
-func (l *ackLedger) abandon() uint64 {
+// them unconfirmed, and true; or false if the final confirmation has
+// accounted for them already (then what it returns stands, and it may
+// have returned before the close that is held). Begun, not sent: a batch
+// whose write that same lock holds was counted as begun and not yet as
+// sent, and its acks, of committed events, may never go out.
+func (l *ackLedger) abandon() (unconfirmed uint64, ok bool) {
 	if !l.final.CompareAndSwap(false, true) {
-		return 0
+		return 0, false
 	}
 	begun := l.begun.Load()
-	return begun - min(l.confirmedAt.Load(), begun)
+	return begun - min(l.confirmedAt.Load(), begun), true
 }
 
 // wireLost is lost for wire connection wc, once however often it is told.

@@ -680,3 +680,56 @@ func TestConfirmerNotWaitedForOnceHardHasEnded(t *testing.T) {
 	p.Cut() // frees the writers
 	<-filler
 }
+
+// A final confirm that fails accounts for the acks it could not confirm;
+// when closing the connections then takes longer than abortBudget past
+// Close's deadline (nats.go's lock held by a write, its closed handler
+// late), Close still reports them (ErrAcksUnconfirmed and a warning), from
+// the confirm's result. Before, Close gave up on the close with abandon,
+// which found them accounted for already and counted none: Close returned
+// nil and logged nothing while Stats.AcksUnconfirmed counted them (seen
+// in the hard-stop test as CloseStages = nil). Here nats.go's connection
+// is closed under the consumer, so the confirm fails at once, and the
+// disconnect handler holds the closed handler, which Close waits for,
+// until the test ends; Close's context ends only once the confirm has
+// accounted.
+func TestCloseReportsAConfirmThatFailedBeforeAHeldClose(t *testing.T) {
+	onePassOnly(t)
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			release := make(chan struct{})
+			var buf syncBuffer
+			c, _, _, ms, stopRun := closeScene(t, ctx, srv, client, &buf, 3,
+				func(cfg *Config) { cfg.beforeDisconnect = func() { <-release } })
+			stopRun() // no confirmation runs after Run
+			ackAll(t, c, ms)
+			c.nc.Close() // its handlers wait for release
+			defer close(release)
+
+			cctx, cancelClose := context.WithCancel(ctx)
+			defer cancelClose()
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close(cctx) }()
+			waitFor(t, ctx, "the final confirm to account for the acks", c.acks.final.Load)
+			cancelClose() // the deadline: Close gives the close abortBudget
+			var err error
+			select {
+			case err = <-closed:
+			case <-ctx.Done():
+				t.Fatal("Close did not return after its context ended")
+			}
+			if !errors.Is(err, ErrAcksUnconfirmed) {
+				t.Errorf("Close = %v, want ErrAcksUnconfirmed: the final confirm failed", err)
+			}
+			if st := c.Stats(); st.AcksUnconfirmed != 3 {
+				t.Errorf("Stats.AcksUnconfirmed = %d, want 3", st.AcksUnconfirmed)
+			}
+			if log := buf.String(); !strings.Contains(log, "acks not confirmed by NATS at shutdown") || !strings.Contains(log, "acks=3 ") {
+				t.Errorf("log:\n%s\nwant a warning that 3 acks were not confirmed", log)
+			}
+		})
+	}
+}

@@ -886,9 +886,15 @@ func (c *Consumer) close(ctx context.Context) error {
 		n   uint64
 		err error
 	}
-	done := make(chan result, 1)
+	// The final confirm's result is handed over before the connections
+	// close: once it has accounted for the acks, abandon counts none, and
+	// a close held past abortBudget must not leave them unreported.
+	confirmed := make(chan result, 1)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		n, err := c.confirm(wait, true)
+		confirmed <- result{n, err}
 		if wc := c.wc.Load(); wc != nil {
 			if err == nil {
 				_ = wc.Close()
@@ -905,21 +911,27 @@ func (c *Consumer) close(ctx context.Context) error {
 		// what it buffered.
 		c.nc.Close()
 		<-c.closed
-		done <- result{n, err}
 	}()
 	var r result
 	select {
-	case r = <-done:
+	case <-done:
+		r = <-confirmed
 	case <-wait.Done():
 		select {
-		case r = <-done:
+		case <-done:
+			r = <-confirmed
 		case <-time.After(abortBudget):
 			// A write to a server that reads nothing holds a connection's
 			// lock, which its flush and Close take before they look at a
 			// context, until writeTimeout: leave them to it.
-			r.n = c.acks.abandon()
-			c.stats.acksUnconfirmed.Add(r.n)
-			r.err = fmt.Errorf("the connections to NATS did not close within %s of the deadline (a write to a server that reads nothing holds them)", abortBudget)
+			if n, ok := c.acks.abandon(); ok {
+				c.stats.acksUnconfirmed.Add(n)
+				r = result{n, fmt.Errorf("the connections to NATS did not close within %s of the deadline (a write to a server that reads nothing holds them)", abortBudget)}
+			} else {
+				// The final confirm has accounted for the acks (and
+				// sends what it found at once); closing is what is held.
+				r = <-confirmed
+			}
 		}
 	}
 	n, err := r.n, r.err
