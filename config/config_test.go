@@ -709,15 +709,24 @@ func TestEveryColumnAtFaultIsReported(t *testing.T) {
     - {name: ts, from: "json:ts", type: timestamptz, required: maybe}
     - {name: v, form: "json:v", type: float8}`, [][]string{
 			{"line 3: postgres.columns[0].requred: no such key (did you mean postgres.columns[0].required?)", in},
-			{"line 4: postgres.columns[1]: cannot unmarshal", "maybe", in},
+			{`line 4: postgres.columns[1].required: "maybe" is not true or false`, in},
 			{"line 5: postgres.columns[2].form: no such key (did you mean postgres.columns[2].from?)", in},
+		}},
+		// A boolean is said as a key's is (not "cannot unmarshal !!int
+		// `4` into bool"); YAML 1.1's yes and no read as one.
+		{"booleans", `
+    - {name: a, from: "json:a", type: text, required: yes}
+    - {name: b, from: "json:b", type: text,
+       required: 4}
+    - {name: c, from: "json:c", type: text, required: no}`, [][]string{
+			{`line 5: postgres.columns[1].required: "4" is not true or false`, in},
 		}},
 		// An anchored entry at fault, repeated by an alias, is one problem.
 		{"anchored", `
     - &c {name: a, from: "json:a", type: text, required: maybe}
     - *c
     - {name: b, from: "json:b", type: text, required: [x]}`, [][]string{
-			{"line 3: postgres.columns[0]: cannot unmarshal", "maybe", in},
+			{`line 3: postgres.columns[0].required: "maybe" is not true or false`, in},
 			{"line 5: postgres.columns[2]: cannot unmarshal !!seq", in},
 		}},
 		{"validation", `

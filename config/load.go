@@ -850,8 +850,10 @@ func decodeProblems(val *yaml.Node, path string, t reflect.Type) []lineProblem {
 }
 
 // checkFields adds to found every mapping key in n that t has no field
-// for, naming its path and line; values of the wrong shape are left to the
-// decoder. It returns only walkGuard's errors, which end the check.
+// for, naming its path and line, and every single value of a boolean field
+// that is not one (replaced by false, so that the decoder does not report
+// it again); other values of the wrong shape are left to the decoder. It
+// returns only walkGuard's errors, which end the check.
 func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type, found *[]lineProblem) error {
 	n = deref(n)
 	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
@@ -893,6 +895,18 @@ func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type, found 
 			if !ok {
 				*found = append(*found, lineProblem{kn.Line, fmt.Errorf("%w: line %d: %s.%s: no such key%s", ErrInvalidConfig, kn.Line, path, kn.Value,
 					suggestion(path+".", kn.Value, slices.Collect(maps.Keys(fields))))})
+				continue
+			}
+			if ft.Kind() == reflect.Bool {
+				// Said as a key's boolean is (scalarWants), not as the
+				// decoder would: "cannot unmarshal !!str `maybe` into
+				// bool", naming no field.
+				if v := deref(n.Content[j+1]); v.Kind == yaml.ScalarNode && v.Decode(new(bool)) != nil {
+					*found = append(*found, lineProblem{v.Line, fmt.Errorf("%w: line %d: %s.%s: %q is not true or false", ErrInvalidConfig, v.Line, path, kn.Value, v.Value)})
+					// Reported: the decoder is not to report it again,
+					// nor this walk where an alias repeats the entry.
+					n.Content[j+1] = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "false", Line: v.Line}
+				}
 				continue
 			}
 			if err := checkFields(g, n.Content[j+1], path+"."+kn.Value, ft, found); err != nil {
