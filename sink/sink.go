@@ -308,7 +308,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 		}
 	}
 	if cfg.Mode == ExactlyOnce && (s.streamC == "" || s.seqC == "") {
-		return nil, fmt.Errorf("%w: postgres.mode exactly-once needs a column from meta:stream and one from meta:stream_seq in postgres.columns (the unique key); add them or use at-least-once", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: %s", ErrInvalidConfig, keyMissing(s.streamC, s.seqC))
 	}
 	s.buildSQL()
 
@@ -385,6 +385,27 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 		}
 	}
 	return s, nil
+}
+
+// keyMissing says what exactly-once's key lacks in postgres.columns, given
+// the names of the columns from meta:stream and meta:stream_seq ("" for
+// none), and suggests only the column that is missing.
+func keyMissing(streamC, seqC string) string {
+	const (
+		stream = `{name: stream, from: "meta:stream", type: text}`
+		seq    = `{name: stream_seq, from: "meta:stream_seq", type: int8}`
+	)
+	switch {
+	case streamC == "" && seqC == "":
+		return "postgres.mode exactly-once needs a column from meta:stream and one from meta:stream_seq in postgres.columns " +
+			"(the unique key); add " + stream + " and " + seq + ", or use at-least-once"
+	case streamC == "":
+		return fmt.Sprintf("postgres.mode exactly-once needs a column from meta:stream in postgres.columns beside %q "+
+			"(from meta:stream_seq): the two are the unique key; add %s, or use at-least-once", seqC, stream)
+	default:
+		return fmt.Sprintf("postgres.mode exactly-once needs a column from meta:stream_seq in postgres.columns beside %q "+
+			"(from meta:stream): the two are the unique key; add %s, or use at-least-once", streamC, seq)
+	}
 }
 
 // hostsOf lists the host:port pairs cc connects to, in the order tried

@@ -143,13 +143,42 @@ func TestParseTable(t *testing.T) {
 	}
 }
 
+// Exactly-once without its key is refused, and the error suggests adding
+// only the key column that is missing: with a column from meta:stream_seq
+// mapped it suggested adding one from meta:stream_seq as well.
 func TestNewRejectsExactlyOnceWithoutKey(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
-	cfg := DefaultConfig()
-	cfg.Mode = ExactlyOnce
-	_, err := New(ctx, cfg, testCols[2:], &recDL{}, nil)
-	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "meta:stream") {
-		t.Fatalf("New = %v, want ErrInvalidConfig naming meta:stream", err)
+	renamed := func(c pipeline.Column, name string) pipeline.Column { c.Name = name; return c }
+	for _, c := range []struct {
+		name         string
+		cols         []pipeline.Column
+		want, unwant []string
+	}{
+		{"neither", testCols[2:], []string{`add {name: stream, from: "meta:stream"`, `and {name: stream_seq, from: "meta:stream_seq"`}, nil},
+		{"no stream", []pipeline.Column{renamed(testCols[1], "seq"), testCols[2]},
+			[]string{`a column from meta:stream in postgres.columns beside "seq" (from meta:stream_seq)`, `add {name: stream, from: "meta:stream", type: text}`},
+			[]string{"{name: stream_seq"}},
+		{"no stream_seq", []pipeline.Column{renamed(testCols[0], "subj"), testCols[2]},
+			[]string{`a column from meta:stream_seq in postgres.columns beside "subj" (from meta:stream)`, `add {name: stream_seq, from: "meta:stream_seq", type: int8}`},
+			[]string{"{name: stream,"}},
+	} {
+		cfg := DefaultConfig()
+		cfg.Mode = ExactlyOnce
+		_, err := New(ctx, cfg, c.cols, &recDL{}, nil)
+		if !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: New = %v, want ErrInvalidConfig", c.name, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: New = %v, want %q in it", c.name, err, w)
+			}
+		}
+		for _, u := range c.unwant {
+			if strings.Contains(err.Error(), u) {
+				t.Errorf("%s: New = %v, suggests %q, which is mapped", c.name, err, u)
+			}
+		}
 	}
 }
 
