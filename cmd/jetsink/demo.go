@@ -121,8 +121,8 @@ server gone) stay until the next demo removes them.`,
 			if err != nil {
 				return stopped(fmt.Errorf("publish: %w", err))
 			}
-			fmt.Fprintf(out, "published %d events over %d subjects in %v (%.0f/s)\n",
-				res.Acked, subjects, res.Elapsed.Round(time.Millisecond), float64(res.Acked)/res.Elapsed.Seconds())
+			fmt.Fprintf(out, "published %d events over %s in %v (%.0f/s)\n",
+				res.Acked, subjectsUsed(res.Acked, subjects), res.Elapsed.Round(time.Millisecond), float64(res.Acked)/res.Elapsed.Seconds())
 
 			pull, stopPull := context.WithCancel(intake)
 			defer stopPull()
@@ -264,4 +264,15 @@ func invokedAs(arg0 string) string {
 		return "go run ./cmd/jetsink"
 	}
 	return arg0
+}
+
+// subjectsUsed says over how many subjects that many published events went:
+// loadgen sends event n to subject n mod subjects, so fewer events than
+// subjects use one each.
+func subjectsUsed(events, subjects int) string {
+	n := min(events, subjects)
+	if n == 1 {
+		return "1 subject"
+	}
+	return fmt.Sprintf("%d subjects", n)
 }

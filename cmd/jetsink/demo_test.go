@@ -78,12 +78,26 @@ func TestWaitSettledCountsDeadLetters(t *testing.T) {
 func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	r := startJetsink(t, ctx, "demo", "--events", "300", "--subjects", "3")
+	// Fewer events than the 1000 subjects: the subjects used are said,
+	// one per event (it said 1000).
+	r := startJetsink(t, ctx, "demo", "--events", "300")
 	if code := r.wait(t, ctx); code != 0 {
 		t.Fatalf("exit %d\n%s", code, r.out.String())
 	}
-	if out := r.out.String(); !strings.Contains(out, "drained 300 events") || !strings.Contains(out, "dead letters 0") {
-		t.Fatalf("no report:\n%s", out)
+	if out := r.out.String(); !strings.Contains(out, "published 300 events over 300 subjects in ") ||
+		!strings.Contains(out, "drained 300 events") || !strings.Contains(out, "dead letters 0") {
+		t.Fatalf("no report, or not over 300 subjects:\n%s", out)
+	}
+}
+
+func TestSubjectsUsed(t *testing.T) {
+	for _, tc := range []struct {
+		events, subjects int
+		want             string
+	}{{10, 1000, "10 subjects"}, {300, 3, "3 subjects"}, {1, 1000, "1 subject"}, {5, 1, "1 subject"}, {0, 1000, "0 subjects"}} {
+		if got := subjectsUsed(tc.events, tc.subjects); got != tc.want {
+			t.Errorf("subjectsUsed(%d, %d) = %q, want %q", tc.events, tc.subjects, got, tc.want)
+		}
 	}
 }
 
