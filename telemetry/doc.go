@@ -29,6 +29,13 @@
 // drops it without stalling and counts it, and counts what each export
 // carried (Tracing.SpanStats, jetsink_trace_spans_lost_total); a drop is
 // logged at most once a minute, and Shutdown logs the spans never exported.
+// The drop's line says what makes fewer spans under the sampler in force,
+// for the messages traced so far (Tracing.dropAdvice): a message whose
+// publisher sampled it is traced whatever Config.SampleRatio (or a
+// parentbased_ sampler's OTEL_TRACES_SAMPLER_ARG) says, so for those it
+// names OTEL_TRACES_SAMPLER=traceidratio, which applies its ratio to every
+// message, or a publisher that samples fewer; the ratio only for messages
+// traced as roots; and, always, a larger queue or a faster collector.
 //
 // Spans, following the OpenTelemetry messaging conventions:
 //

@@ -54,15 +54,18 @@ type spanQueue struct {
 
 	log      *slog.Logger // nil: slog.Default()
 	dropWarn pipeline.Every
+	// advice says, in the drop's log line, what makes fewer spans
+	// (Tracing.dropAdvice); nil: only the queue's and collector's remedies.
+	advice func() string
 }
 
 // newSpanQueue builds the batch processor exporting to exp (which it wraps
 // to count what it exports) with the queue sizes the OTEL_BSP_* variables
-// or the defaults say.
-func newSpanQueue(exp *stoppable, log *slog.Logger) *spanQueue {
+// or the defaults say; advice is spanQueue.advice.
+func newSpanQueue(exp *stoppable, log *slog.Logger, advice func() string) *spanQueue {
 	room := envPositive("OTEL_BSP_MAX_QUEUE_SIZE", defaultQueueSpans)
 	batch := min(envPositive("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", defaultExportSpans), room)
-	q := &spanQueue{room: int64(room), log: log}
+	q := &spanQueue{room: int64(room), log: log, advice: advice}
 	exp.queue = q
 	q.SpanProcessor = sdktrace.NewBatchSpanProcessor(exp, sdktrace.WithBlocking(),
 		sdktrace.WithMaxQueueSize(room+flushSlack), sdktrace.WithMaxExportBatchSize(batch))
@@ -98,14 +101,18 @@ func (q *spanQueue) OnEnd(s sdktrace.ReadOnlySpan) {
 }
 
 // dropped counts a dropped span and logs, at most once per errEvery, how
-// many were dropped so far.
+// many were dropped so far and what to do about it.
 func (q *spanQueue) dropped() {
 	n := q.drops.Add(1)
 	if _, ok := q.dropWarn.Allow(time.Now(), errEvery); !ok {
 		return
 	}
-	q.logger().LogAttrs(context.Background(), slog.LevelWarn,
-		"spans dropped: the export queue is full (the collector takes spans more slowly than jetsink makes them; sample fewer: telemetry.sample_ratio, or OTEL_TRACES_SAMPLER_ARG where OTEL_TRACES_SAMPLER is set; or raise OTEL_BSP_MAX_QUEUE_SIZE)",
+	msg := "spans dropped: the export queue is full (the collector takes spans more slowly than jetsink makes them); "
+	if q.advice != nil {
+		msg += q.advice() + "; or "
+	}
+	msg += "raise OTEL_BSP_MAX_QUEUE_SIZE, or give the collector more capacity"
+	q.logger().LogAttrs(context.Background(), slog.LevelWarn, msg,
 		slog.Uint64("dropped_total", n), slog.Int64("queue", q.room))
 }
 

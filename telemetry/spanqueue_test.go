@@ -435,3 +435,96 @@ func TestStartCopyBoundsLinks(t *testing.T) {
 		t.Errorf("MaxLinks 1<<20 kept %d links, want at most %d", big.maxLinks, maxLinks)
 	}
 }
+
+// The line logged when spans are dropped names what samples fewer under
+// the sampler in force: a message whose publisher sampled it is traced
+// whatever telemetry.sample_ratio (or a parentbased_ sampler's ARG) says,
+// so for those it names traceidratio and the publisher, not the ratio.
+func TestDropAdviceFollowsTheSampler(t *testing.T) {
+	// Kept by traceidratio at any ratio above 0: its last 8 bytes are 0.
+	sampled := nats.Header{"traceparent": []string{"00-0af7651916cd43dd0000000000000000-b7ad6b7169203331-01"}}
+	unsampled := nats.Header{"traceparent": []string{"00-0af7651916cd43dd0000000000000000-b7ad6b7169203331-00"}}
+	for _, c := range []struct {
+		sampler, arg string // OTEL_TRACES_SAMPLER, _ARG
+		ratio        float64
+		h            nats.Header
+		want, not    []string
+	}{
+		{"", "", 0.01, sampled,
+			[]string{"publisher sampled them", "whatever telemetry.sample_ratio says", "set OTEL_TRACES_SAMPLER=traceidratio with OTEL_TRACES_SAMPLER_ARG", "sample fewer in the publisher"},
+			[]string{"at telemetry.sample_ratio"}},
+		{"", "", 1, nil,
+			[]string{"without a traceparent are traced at telemetry.sample_ratio: lower it"},
+			[]string{"traceidratio", "publisher sampled them"}},
+		{"parentbased_traceidratio", "0.5", 1, sampled,
+			[]string{"whatever OTEL_TRACES_SAMPLER_ARG says", "set OTEL_TRACES_SAMPLER=traceidratio with"},
+			[]string{"telemetry.sample_ratio", "without a traceparent"}},
+		{"parentbased_always_on", "", 0, nil,
+			[]string{"set OTEL_TRACES_SAMPLER=parentbased_traceidratio with OTEL_TRACES_SAMPLER_ARG"},
+			[]string{"telemetry.sample_ratio", "publisher sampled them"}},
+		{"traceidratio", "0.5", 1, sampled,
+			[]string{"lower OTEL_TRACES_SAMPLER_ARG"},
+			[]string{"telemetry.sample_ratio", "publisher sampled them"}},
+		{"always_on", "", 0, unsampled,
+			[]string{"set OTEL_TRACES_SAMPLER=traceidratio with OTEL_TRACES_SAMPLER_ARG", "(not always_on)"},
+			[]string{"telemetry.sample_ratio"}},
+		// The SDK's own sampler (publish): spans started with Tracer.
+		{"", "", -1, nil,
+			[]string{"set OTEL_TRACES_SAMPLER=traceidratio with OTEL_TRACES_SAMPLER_ARG"},
+			[]string{"telemetry.sample_ratio"}},
+	} {
+		name := c.sampler + "/" + strconv.FormatFloat(c.ratio, 'g', -1, 64)
+		t.Setenv("OTEL_TRACES_SAMPLER", c.sampler)
+		t.Setenv("OTEL_TRACES_SAMPLER_ARG", c.arg)
+		t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1")
+		t.Setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1")
+		exp := &gateExporter{release: make(chan struct{}), entered: make(chan struct{})}
+		var logs testenv.SyncBuffer
+		tr, err := newTracing(exp, Config{ServiceName: "test", SampleRatio: c.ratio, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := func() {
+			if c.ratio < 0 {
+				_, sp := tr.Tracer().Start(context.Background(), "send")
+				sp.End()
+				return
+			}
+			ev := event(c.h)
+			if ev.Span = tr.StartMessage(ev); ev.Span == nil {
+				t.Fatalf("%s: the message was not sampled", name)
+			}
+			EndMessage(&ev, "ack", nil)
+		}
+		end() // exported, and held there
+		select {
+		case <-exp.entered:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: no export began", name)
+		}
+		end() // the queue's one place
+		end() // dropped
+		close(exp.release)
+		if err := tr.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		_, line, ok := strings.Cut(logs.String(), "spans dropped")
+		if !ok {
+			t.Fatalf("%s: no drop logged:\n%s", name, logs.String())
+		}
+		line, _, _ = strings.Cut(line, "\n")
+		if st := tr.SpanStats(); st.Dropped != 1 || !strings.Contains(line, "raise OTEL_BSP_MAX_QUEUE_SIZE") {
+			t.Errorf("%s: %+v, logged:\n%s", name, st, logs.String())
+		}
+		for _, w := range c.want {
+			if !strings.Contains(line, w) {
+				t.Errorf("%s: the drop's line does not say %q:\n%s", name, w, line)
+			}
+		}
+		for _, w := range c.not {
+			if strings.Contains(line, w) {
+				t.Errorf("%s: the drop's line says %q:\n%s", name, w, line)
+			}
+		}
+	}
+}

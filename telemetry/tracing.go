@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -88,9 +89,18 @@ type Tracing struct {
 	// parentbased_ prefix), decided from the traceparent's trace id
 	// (sampleTrace).
 	anyParent bool
-	sampler   string     // what decides sampling, for the start-up log
-	maxLinks  int        // links kept on a batch span
-	queue     *spanQueue // nil when off
+	sampler   string // what decides sampling, for the start-up log
+	// envSampler is OTEL_TRACES_SAMPLER when it decides (samplerFromEnv),
+	// "" when telemetry.sample_ratio does; sdkSampler: the SDK's own
+	// sampler decides (Config.SampleRatio < 0). For dropAdvice.
+	envSampler string
+	sdkSampler bool
+	// parentSeen, rootSeen: a message was traced because its publisher
+	// sampled it (parent-based), or as a root at the ratio; dropAdvice
+	// names what samples fewer of those.
+	parentSeen, rootSeen atomic.Bool
+	maxLinks             int        // links kept on a batch span
+	queue                *spanQueue // nil when off
 	// dests are the subject patterns messages come from, each with its
 	// span name (SetDestinations).
 	dests      []destination
@@ -251,7 +261,8 @@ func NewTracingTo(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 // configuration before it starts the batch processor's goroutine, so that
 // an error leaves nothing running.
 func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
-	t := &Tracing{exp: newStoppable(exp), sampler: "the SDK's (OTEL_TRACES_SAMPLER)", streamSpan: "process"}
+	t := &Tracing{exp: newStoppable(exp), sampler: "the SDK's (OTEL_TRACES_SAMPLER)", streamSpan: "process",
+		sdkSampler: cfg.SampleRatio < 0}
 	res, err := newResource(cfg.ServiceName)
 	if err != nil {
 		return nil, err
@@ -272,6 +283,7 @@ func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 			return nil, err
 		case set:
 			t.anyParent = !parentBased
+			t.envSampler = strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER"))
 			t.sampler = fmt.Sprintf("OTEL_TRACES_SAMPLER=%s, ratio %g", os.Getenv("OTEL_TRACES_SAMPLER"), ratio)
 		default:
 			ratio = min(cfg.SampleRatio, 1)
@@ -283,7 +295,7 @@ func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 			t.rootBound = 1 << 63
 		}
 	}
-	t.queue = newSpanQueue(t.exp, cfg.Log)
+	t.queue = newSpanQueue(t.exp, cfg.Log, t.dropAdvice)
 	opts = append(opts, sdktrace.WithSpanProcessor(t.queue))
 	t.tp = sdktrace.NewTracerProvider(opts...)
 	t.tracer = t.tp.Tracer(Scope)
@@ -730,6 +742,7 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 		if !t.sampleRoot() {
 			return nil
 		}
+		mark(&t.rootSeen)
 	case t.anyParent:
 		// The ratio decides from the trace id, whatever the publisher
 		// did; the span is still its child.
@@ -747,7 +760,10 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 			if !t.sampleRoot() {
 				return nil
 			}
+			mark(&t.rootSeen)
 			parent = forced
+		} else {
+			mark(&t.parentSeen)
 		}
 	}
 	pattern, name := t.destination(ev.Subject)
@@ -777,6 +793,58 @@ func (t *Tracing) StartMessage(ev pipeline.Event) trace.Span {
 		trace.WithTimestamp(ev.Received),
 		trace.WithAttributes(attrs...))
 	return sp
+}
+
+// mark sets b, writing only the first time: the workers that trace
+// messages then share the flag's cache line without taking it from each
+// other.
+func mark(b *atomic.Bool) {
+	if !b.Load() {
+		b.Store(true)
+	}
+}
+
+// dropAdvice says what makes jetsink sample fewer messages, under the
+// sampler in force and for the messages it has traced, for the log line of
+// dropped spans. Under parent-based sampling (telemetry.sample_ratio, or a
+// parentbased_ OTEL_TRACES_SAMPLER) a message whose publisher sampled it
+// is traced whatever the ratio says: only a sampler without parentbased_
+// (traceidratio), which applies its ratio to every message, or a
+// publisher that samples fewer, makes fewer of those.
+func (t *Tracing) dropAdvice() string {
+	const sampleAll = "OTEL_TRACES_SAMPLER=traceidratio with OTEL_TRACES_SAMPLER_ARG the share of messages to trace, which applies to every message whatever its publisher decided"
+	switch {
+	case t.sdkSampler:
+		return "to sample fewer spans, set OTEL_TRACES_SAMPLER=traceidratio with OTEL_TRACES_SAMPLER_ARG the share of them to keep"
+	case t.anyParent && t.envSampler == "traceidratio":
+		return "to sample fewer messages, lower OTEL_TRACES_SAMPLER_ARG (traceidratio applies it to every message)"
+	case t.anyParent:
+		return "to sample fewer messages, set " + sampleAll + " (not " + t.envSampler + ")"
+	}
+	var advice []string
+	if t.parentSeen.Load() {
+		knob := "telemetry.sample_ratio"
+		if t.envSampler != "" {
+			knob = "OTEL_TRACES_SAMPLER_ARG"
+		}
+		advice = append(advice, "messages whose publisher sampled them (a traceparent with the sampled flag) are traced whatever "+knob+
+			" says (parent-based sampling): to trace fewer of them, set "+sampleAll+", or sample fewer in the publisher")
+	}
+	if t.rootSeen.Load() {
+		switch t.envSampler {
+		case "":
+			advice = append(advice, "messages without a traceparent are traced at telemetry.sample_ratio: lower it")
+		case "parentbased_traceidratio":
+			advice = append(advice, "messages without a traceparent are traced at OTEL_TRACES_SAMPLER_ARG: lower it")
+		default:
+			advice = append(advice, "messages without a traceparent are all traced ("+t.envSampler+
+				"): to trace fewer, set OTEL_TRACES_SAMPLER=parentbased_traceidratio with OTEL_TRACES_SAMPLER_ARG the share of them to trace")
+		}
+	}
+	if len(advice) == 0 {
+		return "to sample fewer spans, set " + sampleAll
+	}
+	return strings.Join(advice, "; ")
 }
 
 // EndMessage ends ev's life in the process (pipeline.Event.End): its
