@@ -148,8 +148,16 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	// sink's rows do, and are bounded as those are.
 	p.pipeline.SetHeartbeat(sinkCfg.InProgressEvery, p.consumer.Epochs())
 	p.pipeline.SetLetterLimit(letterLimit(&cfg, p.consumer.InFlightBytes))
-	log.Info("telemetry", "tracing", p.tracing.Enabled(), "sampling", p.tracing.Sampler(), "service", tc.ServiceName)
+	logTelemetry(log, p.tracing, p.metrics)
 	return p, nil
+}
+
+// logTelemetry logs, at start-up, whether spans are exported, what samples
+// them, and the service.name that spans and metrics carry: the resource's,
+// which OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES take over
+// telemetry.service_name.
+func logTelemetry(log *slog.Logger, tr *telemetry.Tracing, m *telemetry.Metrics) {
+	log.Info("telemetry", "tracing", tr.Enabled(), "sampling", tr.Sampler(), "service", m.ServiceName())
 }
 
 // Run moves events until intake is cancelled and everything taken in is

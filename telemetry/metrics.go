@@ -27,6 +27,7 @@ type Metrics struct {
 	mp      *sdkmetric.MeterProvider
 	meter   metric.Meter
 	handler http.Handler
+	service string // the resource's service.name
 
 	batchRows    metric.Int64Histogram
 	batchBytes   metric.Int64Histogram
@@ -37,7 +38,7 @@ type Metrics struct {
 
 // NewMetrics builds the meter provider and the hot-path instruments.
 // Errors are the SDK's, wrapped.
-func NewMetrics(serviceName string) (*Metrics, error) {
+func NewMetrics(service string) (*Metrics, error) {
 	reg := prometheus.NewRegistry()
 	// The process's (RSS, open file descriptors) and the Go runtime's
 	// (go_goroutines, the heap).
@@ -55,7 +56,7 @@ func NewMetrics(serviceName string) (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
-	res, err := newResource(serviceName)
+	res, err := newResource(service)
 	if err != nil {
 		return nil, err
 	}
@@ -63,6 +64,7 @@ func NewMetrics(serviceName string) (*Metrics, error) {
 		mp:      sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)),
 		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		latency: latency,
+		service: serviceName(res),
 	}
 	m.meter = m.mp.Meter(Scope)
 	seconds := metric.WithExplicitBucketBoundaries(latencyBounds[:]...)
@@ -96,6 +98,17 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 
 // Meter is jetsink's meter, for observable instruments.
 func (m *Metrics) Meter() metric.Meter { return m.meter }
+
+// ServiceName is the service.name of the metrics' resource (target_info),
+// as Tracing.ServiceName is the spans': the name NewMetrics was given
+// ("jetsink" when empty) unless OTEL_SERVICE_NAME or
+// OTEL_RESOURCE_ATTRIBUTES names another. "" for a nil *Metrics.
+func (m *Metrics) ServiceName() string {
+	if m == nil {
+		return ""
+	}
+	return m.service
+}
 
 // Shutdown stops the meter provider: callbacks are unregistered and
 // scrapes return nothing more. It returns the SDK's error.

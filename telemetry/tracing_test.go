@@ -952,3 +952,43 @@ func TestBadResourceAttributesAreInvalidConfig(t *testing.T) {
 		t.Fatalf("err = %v, want ErrInvalidConfig naming OTEL_RESOURCE_ATTRIBUTES", err)
 	}
 }
+
+// ServiceName is the service.name the spans and metrics carry:
+// OTEL_SERVICE_NAME, then OTEL_RESOURCE_ATTRIBUTES's service.name, override
+// the configured name (the start-up log line names it).
+func TestServiceNameIsTheResources(t *testing.T) {
+	for _, c := range []struct{ configured, envName, attrs, want string }{
+		{"", "", "", "jetsink"},
+		{"sink-a", "", "", "sink-a"},
+		{"sink-a", "billing", "", "billing"},
+		{"sink-a", "", "deployment.environment=prod,service.name=orders", "orders"},
+		{"sink-a", "billing", "service.name=orders", "billing"},
+	} {
+		t.Setenv("OTEL_SERVICE_NAME", c.envName)
+		t.Setenv("OTEL_RESOURCE_ATTRIBUTES", c.attrs)
+		tr, err := NewTracingTo(discard{}, Config{ServiceName: c.configured, SampleRatio: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.ServiceName(); got != c.want {
+			t.Errorf("%+v: Tracing.ServiceName %q, want %q", c, got, c.want)
+		}
+		if err := tr.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		m, err := NewMetrics(c.configured)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.ServiceName(); got != c.want {
+			t.Errorf("%+v: Metrics.ServiceName %q, want %q", c, got, c.want)
+		}
+		if err := m.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var off *Tracing
+	if got := off.ServiceName(); got != "" {
+		t.Errorf("a nil Tracing's ServiceName %q, want empty", got)
+	}
+}
