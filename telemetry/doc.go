@@ -66,6 +66,10 @@
 //     gets their links too (LinkCopy), up to the same limit: the span keeps
 //     its first links, its own messages' then those taken in, and
 //     jetsink.batch.links_dropped counts the sampled messages past it.
+//     A batch its committer hands to another committer (it could not
+//     connect while the others could) ends its span with
+//     jetsink.batch.handed_off=true, not as an error: the span of the
+//     committer that takes it, a new one, commits it.
 //
 // An unsampled message costs a header lookup and, for a root, one random
 // number (with a traceparent and a sampler without parentbased_, the
