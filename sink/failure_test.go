@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -883,6 +884,90 @@ func TestRefusedLoginIsNotBlamedOnTheTable(t *testing.T) {
 	src.Close()
 	if err := wait(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A connect that reaches no server says where to set the URL, as NATS's
+// connect error does. One a server answered (a refused login, alone or
+// after a closed port in a failover list) has a cause of its own, and no
+// such hint.
+func TestConnectErrorSaysWhereToSetTheURLWhenNothingListens(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(url string) error {
+		t.Helper()
+		cfg := DefaultConfig()
+		cfg.URL = url
+		cfg.Table = uniqueName(t)
+		s, err := New(ctx, cfg, testCols, &recDL{}, testLogger(t))
+		if err != nil {
+			t.Fatalf("New(%s): %v", url, err)
+		}
+		defer s.Close()
+		_, err = s.Check(ctx)
+		return err
+	}
+	const hint = "(is PostgreSQL listening there? set postgres.url, --database-url or JETSINK_DATABASE_URL)"
+	err = check("postgres://u@" + closed + "/x") // sslmode=prefer: two tries, both refused
+	if err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.HasSuffix(err.Error(), hint) {
+		t.Errorf("nothing listening: Check = %v; want the refusal, then %s", err, hint)
+	}
+
+	// A name that does not resolve, and a dial the connect timeout ends
+	// (pgx keeps the context's error of it, not the dial's).
+	for name, c := range map[string]struct {
+		url        string
+		instrument func(*pgx.ConnConfig)
+	}{
+		"no such host": {"postgres://u@db.invalid:5432/x", func(cc *pgx.ConnConfig) {
+			cc.LookupFunc = func(_ context.Context, host string) ([]string, error) {
+				return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+			}
+		}},
+		"a dial timed out": {"postgres://u@" + closed + "/x", func(cc *pgx.ConnConfig) {
+			cc.ConnectTimeout = 50 * time.Millisecond
+			cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				<-ctx.Done() // the connect timeout's
+				return (&net.Dialer{}).DialContext(ctx, network, addr)
+			}
+		}},
+	} {
+		cfg := DefaultConfig()
+		cfg.URL = c.url
+		s, err := New(ctx, cfg, testCols, &recDL{}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.instrument(s.connCfg)
+		_, err = s.connect(ctx)
+		s.Close()
+		if err == nil || !strings.HasSuffix(err.Error(), hint) {
+			t.Errorf("%s: connect = %v; want it to end with %s", name, err, hint)
+		}
+	}
+
+	pg := testenv.Postgres(t)
+	role, roleURL := newRole(t, ctx, pg.Conn(t), pg.URL)
+	u, err := url.Parse(roleURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, "wrong-pw")
+	for name, wrong := range map[string]string{
+		"a refused login":                     u.String(),
+		"a closed port, then a login refused": strings.Replace(u.String(), "@"+u.Host, "@"+closed+","+u.Host, 1),
+	} {
+		err := check(wrong)
+		if err == nil || !strings.Contains(err.Error(), "28P01") || strings.Contains(err.Error(), "--database-url") {
+			t.Errorf("%s: Check = %v; want the refused login (28P01) without the hint", name, err)
+		}
 	}
 }
 

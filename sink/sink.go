@@ -435,6 +435,8 @@ func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
 // default), and lists every try, the same dial error twice. A server that
 // refuses TLS is no error under prefer, where the try without it follows:
 // that line goes (it led operators to look at TLS for a refused password).
+// A connect that reached no server (unreachable) ends with where to set
+// the URL, as the NATS connect error does.
 type connectError struct {
 	where string
 	err   error
@@ -451,7 +453,41 @@ func (e *connectError) Error() string {
 			kept = append(kept, l)
 		}
 	}
-	return "connect to postgres " + e.where + ": " + strings.Join(kept, "\n")
+	msg := "connect to postgres " + e.where + ": " + strings.Join(kept, "\n")
+	if unreachable(e.err) {
+		msg += " (is PostgreSQL listening there? set postgres.url, --database-url or JETSINK_DATABASE_URL)"
+	}
+	return msg
+}
+
+// unreachable reports whether err, a failed connect, reached no server:
+// every address tried failed to dial (refused, no route, a timeout) or
+// its name did not resolve. A refused login, a TLS error or any other
+// answer means a server is there, and has a cause of its own.
+func unreachable(err error) bool {
+	ce, ok := errors.AsType[*pgconn.ConnectError](err)
+	if !ok {
+		return false
+	}
+	tries := []error{ce.Unwrap()} // one, or errors.Join's of every try
+	if j, ok := tries[0].(interface{ Unwrap() []error }); ok {
+		tries = j.Unwrap()
+	}
+	for _, try := range tries {
+		if op, ok := errors.AsType[*net.OpError](try); ok && op.Op == "dial" {
+			continue
+		}
+		if _, ok := errors.AsType[*net.DNSError](try); ok {
+			continue
+		}
+		// pgx replaces a dial's timeout under the connect timeout with
+		// the context's error (normalizeTimeoutError).
+		if errors.Is(try, context.DeadlineExceeded) {
+			continue
+		}
+		return false
+	}
+	return len(tries) > 0
 }
 
 // refusedTLSRetried reports whether line, a try of pgx's ConnectError
