@@ -90,7 +90,11 @@ const (
 // published within the dead-letter stream's duplicate window of the first,
 // and it is terminated then). An event whose stream was replaced since it was taken
 // (its Epoch is not the consumer's) is not terminated: the term would land
-// on the new stream's event with the same sequence. Safe for concurrent use.
+// on the new stream's event with the same sequence. A stored letter is
+// logged at Warn, "event dead-lettered", at most once a second (held_back
+// counts the rest), with its reason, but for a row the database refused,
+// whose reason may quote the row's values (its code and SQLSTATE are
+// logged). Safe for concurrent use.
 func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter) error {
 	if ev.Msg == nil {
 		return fmt.Errorf("%w: event %s:%d has no message handle", ErrDeadLetter, ev.Stream, ev.StreamSeq)
@@ -138,16 +142,17 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	} else {
 		c.stats.deadLettered.Add(1)
 	}
-	// At most once every dlProbeEvery: a producer sending bad events, or a
-	// table refusing many rows, would log a line each (the dead-letter
-	// stream holds every one, jetsink_events_dead_lettered_total counts
-	// them).
+	// The one line of a stored dead letter (the worker and the sink log
+	// none at Warn), at most once every dlProbeEvery: a producer sending
+	// bad events, or a table refusing many rows, would log a line each
+	// (the dead-letter stream holds every one,
+	// jetsink_events_dead_lettered_total counts them).
 	msg := "event dead-lettered"
 	if ack.Duplicate {
 		msg = "event dead-lettered before (its dead letter is stored once); terminating it"
 	}
-	c.dlDoneLog.Log(ctx, c.log, slog.LevelWarn, dlProbeEvery, msg, "subject", ev.Subject, "stream_seq", ev.StreamSeq,
-		"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered)
+	c.dlDoneLog.Log(ctx, c.log, slog.LevelWarn, dlProbeEvery, msg, "subject", ev.Subject, "stream", ev.Stream, "stream_seq", ev.StreamSeq,
+		"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered, "reason", loggedReason(dl))
 	reason := dl.Code
 	if reason == "" {
 		reason = "dead_letter"
@@ -176,6 +181,17 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 			"is stored again only if that is after the dead-letter stream's duplicate window", "stream_seq", ev.StreamSeq, "err", err)
 	}
 	return nil
+}
+
+// loggedReason is dl's reason for the log: a row the database refused
+// (pipeline.StageSink, also as the cause of a max_deliver letter) has its
+// reason in the letter only (Jetsink-Reason), since the database's error
+// may quote a value of the row; its code and SQLSTATE are logged.
+func loggedReason(dl pipeline.DeadLetter) string {
+	if dl.Stage == pipeline.StageSink {
+		return "refused by the database: see the dead letter's Jetsink-Reason"
+	}
+	return dl.Reason
 }
 
 // Waits between the publishes of a stale event's dead letter

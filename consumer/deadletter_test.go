@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,6 +201,67 @@ func TestDeadLetterCountsAFailedTerm(t *testing.T) {
 		t.Fatalf("Stats = %+v; want the failed term counted in TermErrors, alone", st)
 	}
 	r.stopClean(t, ctx)
+}
+
+// A stored dead letter is logged once, at Warn, with what it is and why:
+// subject, stream, stream_seq, stage, code, sqlstate, delivered and its
+// reason, so that log.level=warn says why an event was dead-lettered.
+// Before, the consumer's Warn line had no reason and the worker's Info
+// line beside it had it, so at warn nobody saw it. A row the database
+// refused keeps its reason, which may quote the row's values, out of the
+// log (the letter has it).
+func TestDeadLetterLogsItsReasonAtWarn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	for _, tc := range []struct {
+		name       string
+		dl         pipeline.DeadLetter
+		want, hide string
+	}{
+		{"decode", pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: pipeline.CodeInvalidFormat,
+			Reason: `decode column "at": invalid_format: value is not a valid timestamptz`}, `reason="decode column \"at\": invalid_format: value is not a valid timestamptz"`, ""},
+		{"sink", pipeline.DeadLetter{Stage: pipeline.StageSink, Code: pipeline.CodeData, SQLState: "22P02",
+			Reason: `invalid input syntax for type integer: "secret-value" (SQLSTATE 22P02)`}, "sqlstate=22P02", "secret-value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, srv)
+			var buf syncBuffer
+			c, err := New(ctx, cfg, slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			t.Cleanup(func() { _ = c.Close(context.Background()) })
+			dlqStream(t, ctx, js, cfg)
+			publish(t, ctx, js, cfg, 1, 1, 0)
+			r := startRun(t, ctx, c, 1, 16, 16)
+			ev := r.next(t, ctx).ev
+			if err := c.DeadLetter(ctx, &ev, tc.dl); err != nil {
+				t.Fatalf("DeadLetter: %v", err)
+			}
+			r.stopClean(t, ctx)
+			var lines []string
+			for l := range strings.Lines(buf.String()) {
+				if strings.Contains(l, `msg="event dead-lettered"`) {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) != 1 {
+				t.Fatalf("%d lines of the stored letter at warn, want 1; log:\n%s", len(lines), buf.String())
+			}
+			l := lines[0]
+			for _, want := range []string{"level=WARN", "subject=" + ev.Subject, "stream=" + ev.Stream, "stream_seq=" + strconv.FormatUint(ev.StreamSeq, 10),
+				"stage=" + tc.dl.Stage, "code=" + tc.dl.Code, "delivered=1", "reason=", tc.want} {
+				if !strings.Contains(l, want) {
+					t.Errorf("the dead letter's line lacks %s: %s", want, l)
+				}
+			}
+			if tc.hide != "" && strings.Contains(l, tc.hide) {
+				t.Errorf("the dead letter's line quotes the row's value %q: %s", tc.hide, l)
+			}
+		})
+	}
 }
 
 // A publisher's own Jetsink-* headers, in any case, do not reach the dead

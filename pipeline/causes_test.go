@@ -111,9 +111,12 @@ func TestCausesKeepsTheFailedLettersCause(t *testing.T) {
 	}
 }
 
-// The worker's "event dead-lettered" line names the letter stored: for an
-// event past max_deliver whose dead letter failed before, the kept cause,
-// not max_deliver.
+// For an event past max_deliver whose dead letter failed before, the
+// letter handed to the dead-letterer, which logs it (the consumer, at
+// Warn), is the kept cause, not max_deliver; and the worker logs no line
+// of its own for a stored letter (it logged each at Info, beside the
+// consumer's Warn, and only that one had the reason). Its line of the
+// failed letter names the letter it would store.
 func TestWorkerLogsTheLetterCausesStores(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -135,16 +138,23 @@ func TestWorkerLogsTheLetterCausesStores(t *testing.T) {
 		}
 		ReleaseRows(runBatch(t, ctx, p, NewHandoff(HandoffRing, 1, cfg.RingSize).(*RingHandoff), []Event{ev}))
 	}
-	if len(next.got) != 2 || next.got[1].Code != CodeInvalidJSON {
-		t.Fatalf("handed on %+v, want the invalid_json letter twice", next.got)
+	if len(next.got) != 2 || next.got[1].Code != CodeInvalidJSON || next.got[1].Stage != StageDecode ||
+		!strings.Contains(next.got[1].Reason, "past nats.max_deliver") {
+		t.Fatalf("handed on %+v, want the invalid_json letter twice, the second past nats.max_deliver", next.got)
 	}
-	var line string
+	var failed int
 	for l := range strings.Lines(logs.String()) {
-		if strings.Contains(l, "msg=\"event dead-lettered\"") {
-			line = l
+		if strings.Contains(l, "dead-lettered") {
+			t.Errorf("the worker logged a stored letter, which the dead-letterer logs: %q", l)
+		}
+		if strings.Contains(l, "dead-letter failed") {
+			failed++
+			if !strings.Contains(l, "stage=decode") || !strings.Contains(l, "code=invalid_json") {
+				t.Errorf("the failed letter's log line names another letter: %q", l)
+			}
 		}
 	}
-	if !strings.Contains(line, "stage=decode") || !strings.Contains(line, "code=invalid_json") || !strings.Contains(line, "past nats.max_deliver") {
-		t.Errorf("the stored letter's log line names another letter: %q\nlogs:\n%s", line, logs.String())
+	if failed != 1 {
+		t.Errorf("%d lines of a failed letter, want 1:\n%s", failed, logs.String())
 	}
 }

@@ -122,7 +122,6 @@ type Pipeline struct {
 	stats   []workerStats
 	panics  Every // the log of decoder panics (worker.recovered)
 	dlFails Every // the log of failed dead letters (worker.deadLetter)
-	dlDone  Every // the log of stored ones
 
 	// Set before Run (SetHeartbeat, SetLetterLimit).
 	beatEvery   time.Duration // InProgress for waiting dead letters; 0: none

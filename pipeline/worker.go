@@ -205,8 +205,8 @@ func decodeDeadLetter(err error) (DeadLetter, string) {
 // failedDeadLetterEvery is how often, at most, a stage logs a failed dead
 // letter: one that fails (no dead-letter stream, a full one) fails at every
 // delivery of every such event, for as long as it lasts. The dead-letterer
-// (the consumer) logs each failure too, as often at most. Stored ones are
-// logged as often at most too.
+// (the consumer) logs each failure too, as often at most. A stored one
+// only the dead-letterer logs (the consumer, at Warn, with its reason).
 const failedDeadLetterEvery = time.Second
 
 // deadLetter hands an event that will not become a row (undecodable, or
@@ -234,9 +234,7 @@ func (p *Pipeline) deadLetter(ctx context.Context, ev *Event, dl DeadLetter, col
 		p.dlFails.Log(ctx, p.log, slog.LevelWarn, failedDeadLetterEvery, msg, append(attrs, "error", dlErr.Error())...)
 		return
 	}
+	// Stored: the dead-letterer logs it (the consumer, once, at Warn,
+	// with the reason); a line here too logged every letter twice.
 	stats.deadLettered.Add(1)
-	// At most once a second too: a producer sending bad events would log
-	// a line each, beside the consumer's (the dead-letter stream holds
-	// every one, jetsink_events_dead_lettered_total counts them).
-	p.dlDone.Log(ctx, p.log, slog.LevelInfo, failedDeadLetterEvery, "event dead-lettered", append(attrs, "reason", logged.Reason)...)
 }
