@@ -131,10 +131,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Postgres.Mode == sink.ExactlyOnce {
-		if !hasSource(c.Columns(), "meta:stream") || !hasSource(c.Columns(), "meta:stream_seq") {
-			errs = append(errs, fmt.Errorf("%w: postgres.mode exactly-once needs columns from meta:stream and meta:stream_seq "+
-				"(they carry the unique key); add {name: stream, from: \"meta:stream\", type: text} and "+
-				"{name: stream_seq, from: \"meta:stream_seq\", type: int8} to postgres.columns", ErrInvalidConfig))
+		if p := sink.ExactlyOnceKeyProblem(c.Columns()); p != "" {
+			errs = append(errs, fmt.Errorf("%w: %s", ErrInvalidConfig, p))
 		}
 	}
 	switch c.Log.Level {
@@ -195,12 +193,3 @@ func Problems(err error) []error {
 }
 
 var joinType = reflect.TypeOf(errors.Join(errors.New("")))
-
-func hasSource(cols []pipeline.Column, from string) bool {
-	for _, col := range cols {
-		if col.From == from {
-			return true
-		}
-	}
-	return false
-}

@@ -351,6 +351,12 @@ func TestValidateCrossSectionRules(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "meta:stream_seq") {
 		t.Fatalf("exactly-once without meta:stream/meta:stream_seq columns: got %v", err)
 	}
+	// With one of the two, only the other is asked for (before, both were).
+	cfg.Postgres.Columns = append(cfg.Postgres.Columns, pipeline.Column{Name: "seq", From: "meta:stream_seq", Type: "int8"})
+	err = cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), `beside "seq"`) || strings.Contains(err.Error(), `from: "meta:stream_seq"`) {
+		t.Fatalf("exactly-once with meta:stream_seq and without meta:stream: got %v", err)
+	}
 	cfg = Default()
 	cfg.Log.Format = "xml"
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "log.format") {

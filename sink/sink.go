@@ -387,6 +387,26 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	return s, nil
 }
 
+// ExactlyOnceKeyProblem says what exactly-once's key lacks in cols (the
+// column from meta:stream, the one from meta:stream_seq, or both), as New
+// refuses it, or "" when cols have both; for a configuration's checks made
+// before any sink is.
+func ExactlyOnceKeyProblem(cols []pipeline.Column) string {
+	var streamC, seqC string
+	for _, c := range cols {
+		switch c.From {
+		case "meta:stream":
+			streamC = c.Name
+		case "meta:stream_seq":
+			seqC = c.Name
+		}
+	}
+	if streamC != "" && seqC != "" {
+		return ""
+	}
+	return keyMissing(streamC, seqC)
+}
+
 // keyMissing says what exactly-once's key lacks in postgres.columns, given
 // the names of the columns from meta:stream and meta:stream_seq ("" for
 // none), and suggests only the column that is missing.
