@@ -54,6 +54,7 @@ type committer struct {
 	took     time.Duration // the last committed transaction's duration: its statements, from stmtsAt
 	commitAt time.Time     // when the last committed transaction committed (answered)
 	stmtsAt  time.Time     // when the last try's statements began, after its connect
+	answered time.Time     // when the last try's COPY (or Query) was answered, before exactly-once's lookup
 	retries  uint64        // attempts retried
 	settled  int           // rows acked
 	bytes    int           // their tuple bytes
@@ -884,7 +885,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			// (A commit that left rows out, below, shows less about the
 			// table: not counted.)
 			c.s.st.raiseCommittedStart(seq)
-			c.commitAt = time.Now()
+			c.commitAt = c.answered
 			c.took = c.commitAt.Sub(c.stmtsAt)
 			c.s.answered()
 			if attempt > 0 {
@@ -893,7 +894,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			return nil
 		}
 		if committedMiscount(err) != nil || committedMissing(err) != nil {
-			c.commitAt = time.Now()
+			c.commitAt = c.answered
 			c.took = c.commitAt.Sub(c.stmtsAt)
 			c.s.answered()
 			return err // committed: settled, never sent again
@@ -1524,6 +1525,7 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 	c.guards = s.copySQL.Load()
 	if s.cfg.Mode == AtLeastOnce {
 		sent, _, err := c.copy(ctx, guardedCopy(*c.guards, s.copyStmts), rows)
+		c.answered = time.Now()
 		if err != nil && committedMiscount(err) == nil {
 			return sent && outcomeUnknown(err), err
 		}
@@ -1541,6 +1543,9 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 		}
 	}()
 	sent, inserted, err := c.copy(ctx, c.exactlyOnce(), rows)
+	// The commit's time (took, and the events' latency to it) ends here,
+	// at the COMMIT's answer: not after the lookup below.
+	c.answered = time.Now()
 	if _, ok := errors.AsType[*unreplicatedError](err); ok {
 		// Stored here; on the standby perhaps not: retried, and the
 		// table's key takes what is there already (ON CONFLICT). The

@@ -387,6 +387,50 @@ func TestCommitDurationLeavesOutTheConnect(t *testing.T) {
 	}
 }
 
+// Exactly-once's commit duration (and the events' latency to the commit)
+// took in the lookup that runs after the COMMIT when rows conflicted (a
+// redelivered backlog: every batch). A proxy that holds the lookup
+// (missingSQL, the one statement with unnest) for delay before passing it
+// on makes the lookup take that long at least; the statements that
+// committed take less than that.
+func TestCommitDurationLeavesOutTheLookup(t *testing.T) {
+	const delay = 500 * time.Millisecond
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	l := listen(t)
+	proxied, to := l.proxy(t, pg.URL)
+	var held atomic.Int64
+	l.relay(to, func() (up, down func([]byte) verdict) {
+		up = func(b []byte) verdict {
+			if bytes.Contains(b, []byte("unnest(")) {
+				held.Add(1)
+				time.Sleep(delay) // the upstream hook's delay, not a synchronization
+			}
+			return pass
+		}
+		return up, func([]byte) verdict { return pass }
+	})
+	s, _ := newTestSink(t, ctx, proxied, func(c *Config) { c.Mode = ExactlyOnce; c.Connections = 1 })
+	c := &committer{s: s}
+	defer c.closeConn()
+	rs, _ := rows(1, 2, nil)
+	if err := c.commitRetry(ctx, rs, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.commitRetry(ctx, rs, true); err != nil { // redelivered: both conflict
+		t.Fatal(err)
+	}
+	if held.Load() == 0 {
+		t.Fatal("the lookup was not held: the test shows nothing")
+	}
+	if c.took >= delay {
+		t.Errorf("commit duration %v, at least the %v the lookup after the commit was held", c.took, delay)
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 2 {
+		t.Errorf("%d rows in the table, want 2", n)
+	}
+}
+
 // A failure recorded after a commit that came later (another connection
 // committed while this one classified and logged its error) does not make
 // the sink unready once traffic stops; failures after the commit do.
