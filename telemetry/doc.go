@@ -35,7 +35,10 @@
 // parentbased_ sampler's OTEL_TRACES_SAMPLER_ARG) says, so for those it
 // names OTEL_TRACES_SAMPLER=traceidratio, which applies its ratio to every
 // message, or a publisher that samples fewer; the ratio only for messages
-// traced as roots; and, always, a larger queue or a faster collector.
+// traced as roots. Under the SDK's own sampler (Config.SampleRatio < 0,
+// publish) it says to lower OTEL_TRACES_SAMPLER_ARG when a traceidratio
+// sampler is already set, and to set one otherwise. And, always, a larger
+// queue or a faster collector.
 //
 // Spans, following the OpenTelemetry messaging conventions:
 //

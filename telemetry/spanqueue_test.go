@@ -462,6 +462,10 @@ func TestDropAdviceFollowsTheSampler(t *testing.T) {
 		{"parentbased_always_on", "", 0, nil,
 			[]string{"set OTEL_TRACES_SAMPLER=parentbased_traceidratio with OTEL_TRACES_SAMPLER_ARG"},
 			[]string{"telemetry.sample_ratio", "publisher sampled them"}},
+		// parentbased_always_on takes no ARG: none is said to be ignored.
+		{"parentbased_always_on", "", 0, sampled,
+			[]string{"publisher sampled them", "traced by parentbased_always_on, which follows the publisher", "set OTEL_TRACES_SAMPLER=traceidratio with"},
+			[]string{"OTEL_TRACES_SAMPLER_ARG says", "telemetry.sample_ratio", "without a traceparent"}},
 		{"traceidratio", "0.5", 1, sampled,
 			[]string{"lower OTEL_TRACES_SAMPLER_ARG"},
 			[]string{"telemetry.sample_ratio", "publisher sampled them"}},
@@ -471,9 +475,16 @@ func TestDropAdviceFollowsTheSampler(t *testing.T) {
 		// The SDK's own sampler (publish): spans started with Tracer.
 		{"", "", -1, nil,
 			[]string{"set OTEL_TRACES_SAMPLER=traceidratio with OTEL_TRACES_SAMPLER_ARG"},
+			[]string{"telemetry.sample_ratio", "(not "}},
+		// ... already at a ratio (compose's publish): lower it.
+		{"traceidratio", "1", -1, nil,
+			[]string{"lower OTEL_TRACES_SAMPLER_ARG"},
+			[]string{"set OTEL_TRACES_SAMPLER=", "telemetry.sample_ratio"}},
+		{"parentbased_always_on", "", -1, nil,
+			[]string{"set OTEL_TRACES_SAMPLER=traceidratio with OTEL_TRACES_SAMPLER_ARG", "(not parentbased_always_on)"},
 			[]string{"telemetry.sample_ratio"}},
 	} {
-		name := c.sampler + "/" + strconv.FormatFloat(c.ratio, 'g', -1, 64)
+		name := c.sampler + "/" + strconv.FormatFloat(c.ratio, 'g', -1, 64) + "/" + strings.Join(c.h["traceparent"], "")
 		t.Setenv("OTEL_TRACES_SAMPLER", c.sampler)
 		t.Setenv("OTEL_TRACES_SAMPLER_ARG", c.arg)
 		t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1")

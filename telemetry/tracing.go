@@ -92,7 +92,9 @@ type Tracing struct {
 	sampler   string // what decides sampling, for the start-up log
 	// envSampler is OTEL_TRACES_SAMPLER when it decides (samplerFromEnv),
 	// "" when telemetry.sample_ratio does; sdkSampler: the SDK's own
-	// sampler decides (Config.SampleRatio < 0). For dropAdvice.
+	// sampler decides (Config.SampleRatio < 0), and envSampler is then
+	// OTEL_TRACES_SAMPLER as the SDK reads it (lower case; "" when unset,
+	// the SDK's parentbased_always_on). For dropAdvice.
 	envSampler string
 	sdkSampler bool
 	// parentSeen, rootSeen: a message was traced because its publisher
@@ -297,6 +299,9 @@ func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 		if ratio >= 1 {
 			t.rootBound = 1 << 63
 		}
+	} else {
+		// As sdktrace reads it (sampler_env.go), for dropAdvice.
+		t.envSampler = strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")))
 	}
 	t.queue = newSpanQueue(t.exp, cfg.Log, t.dropAdvice)
 	opts = append(opts, sdktrace.WithSpanProcessor(t.queue))
@@ -829,10 +834,16 @@ func mark(b *atomic.Bool) {
 // parentbased_ OTEL_TRACES_SAMPLER) a message whose publisher sampled it
 // is traced whatever the ratio says: only a sampler without parentbased_
 // (traceidratio), which applies its ratio to every message, or a
-// publisher that samples fewer, makes fewer of those.
+// publisher that samples fewer, makes fewer of those. Under the SDK's own
+// sampler (publish) a ratio sampler in force is lowered through its ARG;
+// any other is replaced by traceidratio.
 func (t *Tracing) dropAdvice() string {
 	const sampleAll = "OTEL_TRACES_SAMPLER=traceidratio with OTEL_TRACES_SAMPLER_ARG the share of messages to trace, which applies to every message whatever its publisher decided"
 	switch {
+	case t.sdkSampler && (t.envSampler == "traceidratio" || t.envSampler == "parentbased_traceidratio"):
+		return "to sample fewer spans, lower OTEL_TRACES_SAMPLER_ARG (" + t.envSampler + " keeps that share of the traces it starts)"
+	case t.sdkSampler && t.envSampler != "":
+		return "to sample fewer spans, set OTEL_TRACES_SAMPLER=traceidratio with OTEL_TRACES_SAMPLER_ARG the share of them to keep (not " + t.envSampler + ")"
 	case t.sdkSampler:
 		return "to sample fewer spans, set OTEL_TRACES_SAMPLER=traceidratio with OTEL_TRACES_SAMPLER_ARG the share of them to keep"
 	case t.anyParent && t.envSampler == "traceidratio":
@@ -842,12 +853,17 @@ func (t *Tracing) dropAdvice() string {
 	}
 	var advice []string
 	if t.parentSeen.Load() {
-		knob := "telemetry.sample_ratio"
-		if t.envSampler != "" {
-			knob = "OTEL_TRACES_SAMPLER_ARG"
+		var why string
+		switch t.envSampler {
+		case "":
+			why = "whatever telemetry.sample_ratio says (parent-based sampling)"
+		case "parentbased_traceidratio":
+			why = "whatever OTEL_TRACES_SAMPLER_ARG says (parent-based sampling)"
+		default: // parentbased_always_on or _off: no ratio to name
+			why = "by " + t.envSampler + ", which follows the publisher's decision"
 		}
-		advice = append(advice, "messages whose publisher sampled them (a traceparent with the sampled flag) are traced whatever "+knob+
-			" says (parent-based sampling): to trace fewer of them, set "+sampleAll+", or sample fewer in the publisher")
+		advice = append(advice, "messages whose publisher sampled them (a traceparent with the sampled flag) are traced "+why+
+			": to trace fewer of them, set "+sampleAll+", or sample fewer in the publisher")
 	}
 	if t.rootSeen.Load() {
 		switch t.envSampler {
