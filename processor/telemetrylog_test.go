@@ -33,7 +33,4 @@ func TestLogTelemetryNamesTheExportedService(t *testing.T) {
 	if line := buf.String(); !strings.Contains(line, "service=billing-sink") || strings.Contains(line, configured) {
 		t.Errorf("start-up line %q, want service=billing-sink", line)
 	}
-	if got := tr.ServiceName(); got != "billing-sink" {
-		t.Errorf("Tracing.ServiceName %q, want billing-sink", got)
-	}
 }

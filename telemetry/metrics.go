@@ -100,7 +100,8 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 func (m *Metrics) Meter() metric.Meter { return m.meter }
 
 // ServiceName is the service.name of the metrics' resource (target_info),
-// as Tracing.ServiceName is the spans': the name NewMetrics was given
+// and of the spans' when NewTracing is given the same Config.ServiceName
+// (both resources come from newResource): the name NewMetrics was given
 // ("jetsink" when empty) unless OTEL_SERVICE_NAME or
 // OTEL_RESOURCE_ATTRIBUTES names another. "" for a nil *Metrics.
 func (m *Metrics) ServiceName() string {

@@ -101,10 +101,8 @@ type Tracing struct {
 	// sampled it (parent-based), or as a root at the ratio; dropAdvice
 	// names what samples fewer of those.
 	parentSeen, rootSeen atomic.Bool
-	// service is the resource's service.name (ServiceName).
-	service  string
-	maxLinks int        // links kept on a batch span
-	queue    *spanQueue // nil when off
+	maxLinks             int        // links kept on a batch span
+	queue                *spanQueue // nil when off
 	// dests are the subject patterns messages come from, each with its
 	// span name (SetDestinations).
 	dests      []destination
@@ -271,7 +269,6 @@ func newTracing(exp sdktrace.SpanExporter, cfg Config) (*Tracing, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.service = serviceName(res)
 	limits := sdktrace.NewSpanLimits()
 	if limits.LinkCountLimit, err = linkLimit(cfg.MaxLinks); err != nil {
 		return nil, err
@@ -567,16 +564,6 @@ func newResource(service string) (*resource.Resource, error) {
 func serviceName(res *resource.Resource) string {
 	v, _ := res.Set().Value("service.name")
 	return v.AsString()
-}
-
-// ServiceName is the service.name the spans are exported with:
-// Config.ServiceName ("jetsink" when empty) unless OTEL_SERVICE_NAME or
-// OTEL_RESOURCE_ATTRIBUTES names another. "" when tracing is off.
-func (t *Tracing) ServiceName() string {
-	if !t.Enabled() {
-		return ""
-	}
-	return t.service
 }
 
 // Enabled reports whether spans are exported.

@@ -953,7 +953,7 @@ func TestBadResourceAttributesAreInvalidConfig(t *testing.T) {
 	}
 }
 
-// ServiceName is the service.name the spans and metrics carry:
+// Metrics.ServiceName is the service.name the spans and metrics carry:
 // OTEL_SERVICE_NAME, then OTEL_RESOURCE_ATTRIBUTES's service.name, override
 // the configured name (the start-up log line names it).
 func TestServiceNameIsTheResources(t *testing.T) {
@@ -966,12 +966,22 @@ func TestServiceNameIsTheResources(t *testing.T) {
 	} {
 		t.Setenv("OTEL_SERVICE_NAME", c.envName)
 		t.Setenv("OTEL_RESOURCE_ATTRIBUTES", c.attrs)
-		tr, err := NewTracingTo(discard{}, Config{ServiceName: c.configured, SampleRatio: 1})
+		exp := tracetest.NewInMemoryExporter()
+		tr, err := NewTracingTo(exp, Config{ServiceName: c.configured, SampleRatio: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := tr.ServiceName(); got != c.want {
-			t.Errorf("%+v: Tracing.ServiceName %q, want %q", c, got, c.want)
+		_, sp := tr.Tracer().Start(context.Background(), "send")
+		sp.End()
+		if err := tr.Provider().ForceFlush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, sp := range exp.GetSpans() {
+			names = append(names, serviceName(sp.Resource))
+		}
+		if len(names) != 1 || names[0] != c.want {
+			t.Errorf("%+v: spans' service.name %q, want [%q]", c, names, c.want)
 		}
 		if err := tr.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
@@ -987,8 +997,8 @@ func TestServiceNameIsTheResources(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var off *Tracing
+	var off *Metrics
 	if got := off.ServiceName(); got != "" {
-		t.Errorf("a nil Tracing's ServiceName %q, want empty", got)
+		t.Errorf("a nil Metrics' ServiceName %q, want empty", got)
 	}
 }
