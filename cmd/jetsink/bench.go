@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/jetsink/jetsink/bench"
@@ -271,37 +274,42 @@ func benchServers(errOut io.Writer, cfg config.Config, origins map[string]string
 		return false, usageError{fmt.Errorf("bench: %s gives the %s server and nothing gives the %s one: give it too (%s) to run against your servers, or neither for the embedded ones (%s)",
 			given, server, missing, ways, drops)}
 	}
-	server := func(key, from, url string) string {
+	server := func(key, from, server string) string {
 		if from == "" {
-			return serverOf(url) + " (the default)"
+			return server + " (the default)"
 		}
-		return serverOf(url) + " from " + said(key, from)
+		return server + " from " + said(key, from)
 	}
 	lead := ""
 	if fileSetting != "" {
 		lead = fileSetting + ": "
 	}
 	fmt.Fprintf(errOut, "jetsink: bench: %sagainst your servers, not embedded ones, creating and dropping its BENCH_* streams and bench* tables there: NATS %s, PostgreSQL %s; %s for the embedded ones\n",
-		lead, server("nats.url", natsFrom, cfg.NATS.URL), server("postgres.url", pgFrom, cfg.Postgres.URL), drops)
+		lead, server("nats.url", natsFrom, serverOf(cfg.NATS.URL)), server("postgres.url", pgFrom, pgServerOf(cfg.Postgres.URL)), drops)
 	return false, nil
 }
 
-// serverOf is a server's URL (or NATS's URLs, comma separated) cut to the
-// scheme and host, without a user, password or path; for a PostgreSQL
-// connection string of key=value words, its host and port words.
-func serverOf(urls string) string {
-	if !strings.Contains(urls, "://") {
-		var kept []string
-		for _, w := range strings.Fields(urls) {
-			if strings.HasPrefix(w, "host=") || strings.HasPrefix(w, "port=") {
-				kept = append(kept, w)
-			}
-		}
-		if len(kept) == 0 {
-			return "(the connection string's default host)"
-		}
-		return strings.Join(kept, " ")
+// pgServerOf is a PostgreSQL connection string (URL or key=value words)
+// cut to its hosts and ports, as pgx reads them: without a user or password,
+// which may hold a comma (serverOf would split a URL there), or the
+// database.
+func pgServerOf(conn string) string {
+	pc, err := pgconn.ParseConfig(conn)
+	if err != nil { // validation has parsed it already
+		return "(a connection string pgx does not read)"
 	}
+	hosts := []string{net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port)))}
+	for _, f := range pc.Fallbacks { // sslmode=prefer: each host twice
+		if h := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return "postgres://" + strings.Join(hosts, ",")
+}
+
+// serverOf is NATS's URLs (comma separated, as nats.go splits them) cut to
+// the scheme and host, without a user, password or path.
+func serverOf(urls string) string {
 	var out []string
 	for s := range strings.SplitSeq(urls, ",") {
 		s = strings.TrimSpace(s)

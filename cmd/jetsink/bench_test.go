@@ -187,6 +187,9 @@ func TestBenchSaysWhichSettingsGiveTheServers(t *testing.T) {
 			[]string{"jetsink: bench: --config " + file + ": against your servers, not embedded ones, creating and dropping its BENCH_* streams",
 				"NATS nats://127.0.0.1:1 from JETSINK_NATS_URL, PostgreSQL postgres://127.0.0.1:1 from postgres.url at line 2 of " + file,
 				"unset JETSINK_NATS_URL and drop --config " + file + " for the embedded ones", "nats.url nats://127.0.0.1:1"}},
+		// A comma in the password: the URL was cut there, before its user.
+		{[]string{"JETSINK_NATS_URL=nats://127.0.0.1:1"}, []string{"--database-url", "postgres://u:s3cret,x@127.0.0.1:1/x"}, exitFailed,
+			[]string{"PostgreSQL postgres://127.0.0.1:1 from --database-url;"}},
 		{[]string{"JETSINK_DATABASE_URL=postgres://u:s3cret@127.0.0.1:1/x"}, []string{"--nats-url", "nats://u:s3cret@127.0.0.1:1"}, exitFailed,
 			[]string{"NATS nats://127.0.0.1:1 from --nats-url, PostgreSQL postgres://127.0.0.1:1 from JETSINK_DATABASE_URL; drop --nats-url and unset JETSINK_DATABASE_URL for the embedded ones"}},
 	} {
@@ -226,6 +229,21 @@ func TestBenchSaysWhichSettingsGiveTheServers(t *testing.T) {
 	for _, v := range []string{"JETSINK_NATS_URL", "JETSINK_DATABASE_URL", "JETSINK_POSTGRES_URL", "JETSINK_CONFIG"} {
 		if !strings.Contains(help.String(), v) {
 			t.Errorf("bench --help does not name %s:\n%s", v, help.String())
+		}
+	}
+}
+
+// pgServerOf names a PostgreSQL server as pgx reads the connection string,
+// never with its user or password.
+func TestPgServerOf(t *testing.T) {
+	for conn, want := range map[string]string{
+		"postgres://u:p,ss@h1:5432/db":                 "postgres://h1:5432",
+		"postgres://u:p@h1:5432,h2:5433/db":            "postgres://h1:5432,h2:5433",
+		"postgresql://u:p%40x@h1/db?sslmode=prefer":    "postgres://h1:5432",
+		"host = db1 port = 6543 user=u password='a,b'": "postgres://db1:6543",
+	} {
+		if got := pgServerOf(conn); got != want {
+			t.Errorf("pgServerOf(%q) = %q, want %q", conn, got, want)
 		}
 	}
 }
