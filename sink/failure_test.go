@@ -997,6 +997,34 @@ func TestConnectErrorSaysWhereToSetTheURLWhenNothingListens(t *testing.T) {
 		}
 	}
 
+	// A server that takes the connection and never answers: pgx says
+	// "timeout: context deadline exceeded" of it as of a dial's timeout,
+	// but something listens there.
+	silent := listen(t)
+	silent.wg.Go(func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			silent.track(c) // held open, never written to, closed at cleanup
+		}
+	})
+	{
+		cfg := DefaultConfig()
+		cfg.URL = "postgres://u@" + silent.Addr().String() + "/x"
+		s, err := New(ctx, cfg, testCols, &recDL{}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.connCfg.ConnectTimeout = 50 * time.Millisecond
+		_, err = s.connect(ctx)
+		s.Close()
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "--database-url") {
+			t.Errorf("a server that never answers: connect = %v; want its timeout without the hint", err)
+		}
+	}
+
 	pg := testenv.Postgres(t)
 	role, roleURL := newRole(t, ctx, pg.Conn(t), pg.URL)
 	u, err := url.Parse(roleURL)

@@ -443,9 +443,22 @@ func hostsOf(cc *pgx.ConnConfig) []string {
 
 // connect opens one connection. The error names host, port and database.
 func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
-	c, err := pgx.ConnectConfig(ctx, s.connCfg) // which copies it
+	// The dials that fail are counted for this connect alone (see
+	// unreachable): pgx reports a dial's timeout and a server's, after
+	// the dial, alike.
+	cc := s.connCfg.Copy()
+	var failed atomic.Int32
+	dial := cc.DialFunc
+	cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			failed.Add(1)
+		}
+		return conn, err
+	}
+	c, err := pgx.ConnectConfig(ctx, cc) // which copies it
 	if err != nil {
-		return nil, &connectError{where: s.where, err: err}
+		return nil, &connectError{where: s.where, err: err, dialsFailed: int(failed.Load())}
 	}
 	return c, nil
 }
@@ -458,8 +471,9 @@ func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
 // A connect that reached no server (unreachable) ends with where to set
 // the URL, as the NATS connect error does.
 type connectError struct {
-	where string
-	err   error
+	where       string
+	err         error
+	dialsFailed int // how many of its tries failed to dial
 }
 
 func (e *connectError) Error() string {
@@ -474,7 +488,7 @@ func (e *connectError) Error() string {
 		}
 	}
 	msg := "connect to postgres " + e.where + ": " + strings.Join(kept, "\n")
-	if unreachable(e.err) {
+	if unreachable(e.err, e.dialsFailed) {
 		msg += " (is PostgreSQL listening there? set postgres.url, --database-url or JETSINK_DATABASE_URL)"
 	}
 	return msg
@@ -483,8 +497,12 @@ func (e *connectError) Error() string {
 // unreachable reports whether err, a failed connect, reached no server:
 // every address tried failed to dial (refused, no route, a timeout) or
 // its name did not resolve. A refused login, a TLS error or any other
-// answer means a server is there, and has a cause of its own.
-func unreachable(err error) bool {
+// answer means a server is there, and has a cause of its own; so does a
+// server that took the connection and then said nothing until the connect
+// timeout. dialsFailed is how many of the connect's dials failed: a try
+// that timed out counts as a dial's only if as many dials failed as tries
+// failed to dial or timed out.
+func unreachable(err error, dialsFailed int) bool {
 	ce, ok := errors.AsType[*pgconn.ConnectError](err)
 	if !ok {
 		return false
@@ -493,21 +511,25 @@ func unreachable(err error) bool {
 	if j, ok := tries[0].(interface{ Unwrap() []error }); ok {
 		tries = j.Unwrap()
 	}
+	dials := 0 // tries that failed to dial, or timed out
 	for _, try := range tries {
 		if op, ok := errors.AsType[*net.OpError](try); ok && op.Op == "dial" {
+			dials++
 			continue
 		}
 		if _, ok := errors.AsType[*net.DNSError](try); ok {
 			continue
 		}
 		// pgx replaces a dial's timeout under the connect timeout with
-		// the context's error (normalizeTimeoutError).
+		// the context's error (normalizeTimeoutError), and a read's
+		// timeout after the dial alike: told apart by dialsFailed.
 		if errors.Is(try, context.DeadlineExceeded) {
+			dials++
 			continue
 		}
 		return false
 	}
-	return len(tries) > 0
+	return len(tries) > 0 && dials <= dialsFailed
 }
 
 // refusedTLSRetried reports whether line, a try of pgx's ConnectError
