@@ -32,6 +32,7 @@ var says = map[string]string{
 	"JetsinkBatchesTimingOut/three attempts cut":           "about 3 commit attempts",
 	"JetsinkRestarting/three restarts":                     "restarted 3 times",
 	"JetsinkRestarting/three restarts, another job's name": "restarted 3 times",
+	"JetsinkAbsent/no target of the job":                   "no target of job jetsink)",
 }
 
 // pending: for each alert with a for:, a scenario whose expression holds
