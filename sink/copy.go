@@ -1021,7 +1021,11 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		c.s.st.retries.Add(1)
 		c.retries++
 		if halve && len(rows) > 1 && timedOut(err) {
-			c.pieceTimedOut(len(rows), time.Since(began))
+			// How long its statements ran, as took counts a commit's
+			// (pieceCommitted compares the two): not the connect, nor a
+			// try that found the session ended or without its staging
+			// table.
+			c.pieceTimedOut(len(rows), failedAt.Sub(laterOf(began, c.stmtsAt)))
 			c.s.st.timeoutSplits.Add(1)
 			c.s.logTimeoutSplit(err, len(rows), c.piece)
 			return err

@@ -431,6 +431,40 @@ func TestCommitDurationLeavesOutTheLookup(t *testing.T) {
 	}
 }
 
+// A piece that timed out was measured from before the connect (every host
+// tried, TLS, the login), while the pieces that commit are measured from
+// their statements (took): pieceCommitted compared the two, and a slow
+// connect made the cap grow back slower than it should. A proxy holds
+// each new connection for delay; the statements time out after 100 ms
+// (statement_timeout, a trigger sleeping per row): the attempt's limit
+// is its statements' time, under delay.
+func TestTimedOutPieceLeavesOutTheConnect(t *testing.T) {
+	const delay = time.Second
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	l := listen(t)
+	proxied, to := l.proxy(t, withParam(t, pg.URL, "statement_timeout", "100"))
+	l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) {
+		time.Sleep(delay) // held before the first byte either way
+		p := func([]byte) verdict { return pass }
+		return p, p
+	})
+	s, _ := newTestSink(t, ctx, proxied, nil)
+	triggerOn(t, ctx, pg.Conn(t), s.table, "slow", "true", "PERFORM pg_sleep(1)")
+	c := &committer{s: s}
+	defer c.closeConn()
+	rs, _ := rows(1, 4, nil)
+	if err := c.commitRetry(ctx, rs, true); !timedOut(err) {
+		t.Fatalf("commitRetry = %v; want a statement timeout", err)
+	}
+	if c.piece != 2 {
+		t.Fatalf("cap %d after 4 rows timed out, want 2", c.piece)
+	}
+	if c.limit >= delay {
+		t.Errorf("the timed-out attempt's limit is %v, at least the %v its connect took", c.limit, delay)
+	}
+}
+
 // A failure recorded after a commit that came later (another connection
 // committed while this one classified and logged its error) does not make
 // the sink unready once traffic stops; failures after the commit do.

@@ -288,6 +288,14 @@ func (c *committer) pieceTimedOut(rows int, d time.Duration) {
 	c.limit, c.pieceAt = d, time.Now()
 }
 
+// laterOf returns the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // pieceCommitted doubles c.piece after a piece of rows rows committed, if
 // twice the cap would take less than half the time the timed-out attempt
 // ran, at the rate this piece committed (so that the cap grows back within
