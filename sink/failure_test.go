@@ -434,7 +434,8 @@ func TestCommitDurationLeavesOutTheLookup(t *testing.T) {
 // A piece that timed out was measured from before the connect (every host
 // tried, TLS, the login), while the pieces that commit are measured from
 // their statements (took): pieceCommitted compared the two, and a slow
-// connect made the cap grow back slower than it should. A proxy holds
+// connect made commits look fast beside it, the cap grow back sooner than
+// it should and time out again. A proxy holds
 // each new connection for delay; the statements time out after 100 ms
 // (statement_timeout, a trigger sleeping per row): the attempt's limit
 // is its statements' time, under delay.
