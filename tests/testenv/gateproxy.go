@@ -48,7 +48,9 @@ func NewGateProxy(t testing.TB, target string) *GateProxy {
 }
 
 // gateSocketBuffer is the receive and send buffer asked for on each of the
-// proxy's sockets (Linux gives twice as much, for its bookkeeping).
+// proxy's sockets. Linux gives up to twice that, for its bookkeeping,
+// capped by net.core.rmem_max and net.core.wmem_max (212992 on many
+// distributions: 416 KiB, not 512 KiB).
 const gateSocketBuffer = 256 << 10
 
 // URL is the proxy's address as a NATS URL.
