@@ -1820,11 +1820,15 @@ func (c *committer) exactlyOnce() copyQuery {
 // (fromStagingError), and COMMIT. The COPY's error is a copyStmtError
 // only when the session went on after it (res.ready): an ERROR 08P01
 // followed by the connection closing is an older PgBouncer's report of
-// the server connection it lost, not the server reading a row.
+// the server connection it lost, not the server reading a row; it is a
+// copyUnreadyError then.
 func (c *committer) statementError(q copyQuery, res copyResult, n int) error {
 	at, err := res.failedAt, res.err
-	if at == q.copyAt && res.ready {
-		return &copyStmtError{n: n, err: err}
+	if at == q.copyAt {
+		if res.ready {
+			return &copyStmtError{n: n, err: err}
+		}
+		return &copyUnreadyError{n: n, err: err}
 	}
 	if q.insertAt > 0 && at > 0 && at <= q.stmts && at != q.copyAt && q.guards&(1<<at) == 0 {
 		switch {
@@ -1854,6 +1858,21 @@ func (e *copyStmtError) Error() string {
 }
 
 func (e *copyStmtError) Unwrap() error { return e.err }
+
+// copyUnreadyError is an error at the COPY statement's place whose
+// session closed before ReadyForQuery: not a copyStmtError (see
+// statementError), but a line of context on it is the COPY's own, as a
+// copyStmtError's is (raisedInFunction).
+type copyUnreadyError struct {
+	n   int
+	err error
+}
+
+func (e *copyUnreadyError) Error() string {
+	return fmt.Sprintf("copy %d rows: %v", e.n, e.err)
+}
+
+func (e *copyUnreadyError) Unwrap() error { return e.err }
 
 // fromStagingError is exactly-once's INSERT from the staging table
 // failing: the statement where row-level security's policies apply (see

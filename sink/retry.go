@@ -215,9 +215,10 @@ func classify(err error) class {
 // key), which a function's follow; exactly-once's INSERT from staging, a
 // foreign key and a COMMIT have none. The lines are counted, not read,
 // since lc_messages translates them ("tのCOPY、行 3、列 a"), but for an
-// error not known to be the COPY statement's (copyStmtError): a line of
-// its own there is a function's unless it reads "COPY ". A function in C
-// that fails adds no line: taken for the statement's.
+// error not known to be at the COPY statement (copyStmtError, or
+// copyUnreadyError when the session closed before ReadyForQuery): a line
+// of its own there is a function's unless it reads "COPY ". A function in
+// C that fails adds no line: taken for the statement's.
 func raisedInFunction(err error, pgErr *pgconn.PgError) bool {
 	switch {
 	case pgErr.Where == "":
@@ -226,6 +227,9 @@ func raisedInFunction(err error, pgErr *pgconn.PgError) bool {
 		return true
 	}
 	if _, ok := errors.AsType[*copyStmtError](err); ok {
+		return false
+	}
+	if _, ok := errors.AsType[*copyUnreadyError](err); ok {
 		return false
 	}
 	return !strings.HasPrefix(pgErr.Where, "COPY ")

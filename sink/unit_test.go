@@ -1006,6 +1006,19 @@ func TestStatementErrorOfTheCopy(t *testing.T) {
 			if got := classify(err); got != want {
 				t.Errorf("statement %d, ready %v: an ERROR 08P01 classed %v, want %v", c.at, ready, got, want)
 			}
+			// A value the COPY refuses, under translated lc_messages:
+			// the COPY's own one line of context, whether or not the
+			// session went on after it; the INSERT from staging has no
+			// line of its own, so one there is a function's.
+			refused := &pgconn.PgError{Code: "22P02", Where: "tのCOPY、行 3、列 a"}
+			want = classSuspect
+			if c.at == c.q.copyAt {
+				want = classData
+			}
+			rerr := (&committer{}).statementError(c.q, copyResult{failedAt: c.at, err: refused, ready: ready}, 3)
+			if got := classify(rerr); got != want {
+				t.Errorf("statement %d, ready %v: %v classed %v, want %v", c.at, ready, rerr, got, want)
+			}
 		}
 	}
 }
