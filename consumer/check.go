@@ -190,7 +190,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		if p, ok := filterProblem(&cfg, &info.Config); ok {
 			problems = append(problems, p) // New refuses it too
 		}
-		problems = append(problems, checkConsumer(ctx, stream, cfg)...)
+		problems = append(problems, checkConsumer(ctx, js, cfg)...)
 		if cfg.StoredSeq != nil {
 			stored, err := cfg.StoredSeq(ctx, cfg.Stream)
 			if err == nil {
@@ -383,18 +383,30 @@ func deadLetterDuplicates(ackWait time.Duration) time.Duration {
 	return 2 * ackWait
 }
 
-// checkConsumer compares an existing durable consumer with the config.
-func checkConsumer(ctx context.Context, stream jetstream.Stream, cfg Config) []Problem {
-	var info *jetstream.ConsumerInfo
-	cons, err := stream.Consumer(ctx, cfg.Consumer)
+// durableInfo reads the info of consumer name on stream, a pull or a push
+// consumer: nats.go (v1.55) looks a consumer up only as one kind, and gives
+// no pull handle on a push consumer (jetstream.ErrNotPullConsumer), whose
+// configuration still says what it is (foreignDurableProblem refuses it).
+// It returns nats.go's errors unwrapped: jetstream.ErrConsumerNotFound,
+// jetstream.ErrStreamNotFound, or the request's.
+func durableInfo(ctx context.Context, js jetstream.JetStream, stream, name string) (*jetstream.ConsumerInfo, error) {
+	cons, err := js.Consumer(ctx, stream, name)
 	if err == nil {
-		info = cons.CachedInfo()
-	} else if errors.Is(err, jetstream.ErrNotPullConsumer) {
-		var push jetstream.PushConsumer
-		if push, err = stream.PushConsumer(ctx, cfg.Consumer); err == nil {
-			info = push.CachedInfo()
-		}
+		return cons.CachedInfo(), nil
 	}
+	if !errors.Is(err, jetstream.ErrNotPullConsumer) {
+		return nil, err
+	}
+	push, err := js.PushConsumer(ctx, stream, name)
+	if err != nil {
+		return nil, err
+	}
+	return push.CachedInfo(), nil
+}
+
+// checkConsumer compares an existing durable consumer with the config.
+func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config) []Problem {
+	info, err := durableInfo(ctx, js, cfg.Stream, cfg.Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it", cfg.Consumer)}}
 	}

@@ -165,18 +165,8 @@ func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.Consum
 // without the keys the server sets itself ("_nats." ...), and its
 // configuration (nil, nil, nil when there is no consumer yet).
 func (c *Consumer) currentMeta(ctx context.Context) (map[string]string, *jetstream.ConsumerConfig, error) {
-	var info *jetstream.ConsumerInfo
-	cons, err := c.js.Consumer(ctx, c.cfg.Stream, c.cfg.Consumer)
-	if err == nil {
-		info = cons.CachedInfo()
-	} else if errors.Is(err, jetstream.ErrNotPullConsumer) {
-		// nats.go gives no pull handle on a push consumer; its
-		// configuration says what it is (ensureConsumer refuses it).
-		var push jetstream.PushConsumer
-		if push, err = c.js.PushConsumer(ctx, c.cfg.Stream, c.cfg.Consumer); err == nil {
-			info = push.CachedInfo()
-		}
-	}
+	// A push consumer too: ensureConsumer refuses it.
+	info, err := durableInfo(ctx, c.js, c.cfg.Stream, c.cfg.Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, nil, nil
 	}
