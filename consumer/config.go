@@ -664,18 +664,18 @@ func (c Config) natsGoHeartbeat() (time.Duration, bool) {
 // credentials (a user, a password or a token) and what to check.
 func ConnectError(urls string, err error) error {
 	return fmt.Errorf("nats.url %s: %w (is a nats-server with JetStream listening there? set nats.url, --nats-url or JETSINK_NATS_URL)",
-		serversOf(urls), err)
+		ServersOf(urls), err)
 }
 
 // connectedURL is the server nc is connected to, for the log: without the
 // user info (nats.go's ConnectedUrlRedacted hides a password only, and
 // shows a token or a user name).
-func connectedURL(nc *nats.Conn) string { return serversOf(nc.ConnectedUrl()) }
+func connectedURL(nc *nats.Conn) string { return ServersOf(nc.ConnectedUrl()) }
 
-// serversOf is urls with each URL cut to its scheme and host: no user,
-// password or token (whatever characters a password holds: everything up to
-// the last @ goes), no path or query.
-func serversOf(urls string) string {
+// ServersOf is NATS URLs (comma separated) with each cut to its scheme and
+// host: no user, password or token (whatever characters a password holds:
+// everything up to the last @ goes), no path or query. For logs and output.
+func ServersOf(urls string) string {
 	var out []string
 	for s := range strings.SplitSeq(urls, ",") {
 		s = strings.TrimSpace(s)

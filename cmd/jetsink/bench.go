@@ -18,6 +18,7 @@ import (
 
 	"github.com/jetsink/jetsink/bench"
 	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/consumer"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -285,13 +286,13 @@ func benchServers(errOut io.Writer, cfg config.Config, origins map[string]string
 		lead = fileSetting + ": "
 	}
 	fmt.Fprintf(errOut, "jetsink: bench: %sagainst your servers, not embedded ones, creating and dropping its BENCH_* streams and bench* tables there: NATS %s, PostgreSQL %s; %s for the embedded ones\n",
-		lead, server("nats.url", natsFrom, serverOf(cfg.NATS.URL)), server("postgres.url", pgFrom, pgServerOf(cfg.Postgres.URL)), drops)
+		lead, server("nats.url", natsFrom, consumer.ServersOf(cfg.NATS.URL)), server("postgres.url", pgFrom, pgServerOf(cfg.Postgres.URL)), drops)
 	return false, nil
 }
 
 // pgServerOf is a PostgreSQL connection string (URL or key=value words)
 // cut to its hosts and ports, as pgx reads them: without a user or password,
-// which may hold a comma (serverOf would split a URL there), or the
+// which may hold a comma (consumer.ServersOf would split a URL there), or the
 // database.
 func pgServerOf(conn string) string {
 	pc, err := pgconn.ParseConfig(conn)
@@ -305,27 +306,6 @@ func pgServerOf(conn string) string {
 		}
 	}
 	return "postgres://" + strings.Join(hosts, ",")
-}
-
-// serverOf is NATS's URLs (comma separated, as nats.go splits them) cut to
-// the scheme and host, without a user, password or path.
-func serverOf(urls string) string {
-	var out []string
-	for s := range strings.SplitSeq(urls, ",") {
-		s = strings.TrimSpace(s)
-		scheme := ""
-		if i := strings.Index(s, "://"); i >= 0 {
-			scheme, s = s[:i+3], s[i+3:]
-		}
-		if i := strings.LastIndexByte(s, '@'); i >= 0 { // a password may hold a / or a ?
-			s = s[i+1:]
-		}
-		if i := strings.IndexAny(s, "/?#"); i >= 0 {
-			s = s[:i]
-		}
-		out = append(out, scheme+s)
-	}
-	return strings.Join(out, ",")
 }
 
 // scenarioFlags are the flags that apply to one scenario only.
