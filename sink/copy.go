@@ -2070,7 +2070,7 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 		if le, ok := errors.AsType[*loneTimeoutError](err); ok {
 			dl.Code, dl.Reason = pipeline.CodeRefused, le.reason(pgErr)
 		} else if c.mayBeStored(&row.Event, err) {
-			dl.Reason += "; it may already be stored: check its key before replaying"
+			dl.Reason += mayBeStoredNote
 		}
 	}
 	if !c.parkHeld(ctx, b, p, dl) {

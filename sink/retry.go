@@ -387,10 +387,15 @@ func (e *loneTimeoutError) reason(pgErr *pgconn.PgError) string {
 	r := fmt.Sprintf("%s (SQLSTATE %s): this row alone timed out %d times in a row over %v while other rows committed",
 		pgErr.Message, pgErr.Code, e.n, e.span.Round(time.Second))
 	if e.mayBeStored {
-		r += "; it may already be stored: check its key before replaying"
+		r += mayBeStoredNote
 	}
 	return r
 }
+
+// mayBeStoredNote ends the reason of a dead letter whose row may be in the
+// table already (committer.mayBeStored): a replay of it would store it
+// twice.
+const mayBeStoredNote = "; it may already be stored: check its key before replaying"
 
 // queryCanceled reports whether err is the server's query_canceled
 // (57014): a statement_timeout, which a row slower than it meets every
