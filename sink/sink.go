@@ -307,8 +307,10 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 			s.seqC, s.seqText = c.Name, c.Type == pipeline.TypeText
 		}
 	}
-	if cfg.Mode == ExactlyOnce && (s.streamC == "" || s.seqC == "") {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidConfig, keyMissing(s.streamC, s.seqC))
+	if cfg.Mode == ExactlyOnce {
+		if p := ExactlyOnceKeyProblem(s.cols); p != "" {
+			return nil, fmt.Errorf("%w: %s", ErrInvalidConfig, p)
+		}
 	}
 	s.buildSQL()
 
@@ -401,21 +403,14 @@ func ExactlyOnceKeyProblem(cols []pipeline.Column) string {
 			seqC = c.Name
 		}
 	}
-	if streamC != "" && seqC != "" {
-		return ""
-	}
-	return keyMissing(streamC, seqC)
-}
-
-// keyMissing says what exactly-once's key lacks in postgres.columns, given
-// the names of the columns from meta:stream and meta:stream_seq ("" for
-// none), and suggests only the column that is missing.
-func keyMissing(streamC, seqC string) string {
+	// Only the column that is missing is suggested.
 	const (
 		stream = `{name: stream, from: "meta:stream", type: text}`
 		seq    = `{name: stream_seq, from: "meta:stream_seq", type: int8}`
 	)
 	switch {
+	case streamC != "" && seqC != "":
+		return ""
 	case streamC == "" && seqC == "":
 		return "postgres.mode exactly-once needs a column from meta:stream and one from meta:stream_seq in postgres.columns " +
 			"(the unique key); add " + stream + " and " + seq + ", or use at-least-once"

@@ -179,6 +179,12 @@ func TestNewRejectsExactlyOnceWithoutKey(t *testing.T) {
 				t.Errorf("%s: New = %v, suggests %q, which is mapped", c.name, err, u)
 			}
 		}
+		if p := ExactlyOnceKeyProblem(c.cols); p == "" || !strings.HasSuffix(err.Error(), ": "+p) {
+			t.Errorf("%s: New = %v; ExactlyOnceKeyProblem says %q", c.name, err, p)
+		}
+	}
+	if p := ExactlyOnceKeyProblem(testCols); p != "" {
+		t.Errorf("ExactlyOnceKeyProblem(testCols) = %q, want none", p)
 	}
 }
 
