@@ -40,8 +40,9 @@
 // Batch objects are reused (Connections+1 of them, plus a 256-row carry),
 // so the hot path allocates nothing per row. Each starts with room for
 // 1024 rows (batchStart) and doubles it as rows come, up to max_rows, so
-// that a large max_rows reserves only what its batches come to hold. Ping, Stats, DDL, Init and
-// Check are safe concurrently with Run; Close must come after Run.
+// that a large max_rows reserves only what its batches come to hold.
+// Ping, Stats, DDL, Init and Check are safe concurrently with Run; Close
+// must come after Run.
 //
 // # Batching
 //
@@ -132,35 +133,36 @@
 //
 // exactly-once: each batch is COPYed into a per-connection temporary
 // staging table (ON COMMIT DELETE ROWS; the mapping's types, and a type
-// guard keeps the INSERT from converting to a column of another type)
-// and moved with INSERT ...
-// SELECT ... ON CONFLICT (stream, stream_seq) DO NOTHING in the same
-// transaction, so a redelivered message adds nothing. BEGIN, the guard,
-// the COPY, the INSERT and COMMIT go out as one Query (with the staging
-// table's CREATE on a new connection, and in a Query sent again at once,
-// no failed attempt, when the COPY finds the session without the table:
-// behind a pooler in transaction mode, another server session), the same
-// way as at-least-once's: one round trip a batch, two when the INSERT's row count is short (the
-// lookup above), and no transaction waits on jetsink between its
-// statements (idle in transaction; but for the ROLLBACK after a Query
-// that failed). The lookup's keys are read after the commit: a row the
-// batch stored that another session deletes within that round trip is
-// taken for missing and dead-lettered (such a table cannot tell
-// redeliveries from new events anyway). No unique constraint
+// guard keeps the INSERT from converting to a column of another type) and
+// moved with INSERT ... SELECT ... ON CONFLICT (stream, stream_seq) DO
+// NOTHING in the same transaction, so a redelivered message adds nothing.
+// BEGIN, the guard, the COPY, the INSERT and COMMIT go out as one Query
+// (with the staging table's CREATE on a new connection, and in a Query
+// sent again at once, no failed attempt, when the COPY finds the session
+// without the table: behind a pooler in transaction mode, another server
+// session), the same way as at-least-once's: one round trip a batch, one
+// more when the INSERT's row count is short (the lookup above), two more
+// when the session lacks the staging table (the failed Query's ROLLBACK,
+// and the Query sent again with the CREATE); no transaction waits on
+// jetsink between its statements (idle in transaction; but for the
+// ROLLBACK after a Query that failed). The lookup's keys are read after
+// the commit: a row the batch stored that another session deletes within
+// that round trip is taken for missing and dead-lettered (such a table
+// cannot tell redeliveries from new events anyway). No unique constraint
 // on exactly those columns may be DEFERRABLE: ON CONFLICT refuses one as
 // its arbiter (SQLSTATE 55000, even beside a non-deferrable index), so
 // every batch would fail; Check reports it (ProblemDeferrableUnique), and
 // Init fails on it (ErrNoKeyIndex). Nor may a key column, or a unique
 // index on the key, compare with a nondeterministic collation (an ICU one
-// that ignores case): the events of streams "ORDERS" and "orders" with
-// the same sequence would share a key, and the second be skipped as
-// stored. Check reports it (ProblemCollation; its fix re-collates the
-// column, which a foreign key on it does not block), Init fails on it
-// (without building the key index first), and the type guards refuse every batch once a committer's connection has read
-// it as it opened (the lookup after a commit compares text keys as bytes
-// too, so a change the guards have not read yet dead-letters such an
-// event instead of acking it). A
-// stream deleted and re-created restarts its sequence, and its rows would
+// that ignores case): the events of streams "ORDERS" and "orders" with the
+// same sequence would share a key, and the second be skipped as stored.
+// Check reports it (ProblemCollation; its fix re-collates the column,
+// which a foreign key on it does not block), Init fails on it (without
+// building the key index first), and the type guards refuse every batch
+// once a committer's connection has read it as it opened (the lookup after
+// a commit compares text keys as bytes too, so a change the guards have
+// not read yet dead-letters such an event instead of acking it). A stream
+// deleted and re-created restarts its sequence, and its rows would
 // conflict with old ones: StoredSeq tells the consumer the table's highest
 // sequence, so that it re-creates a stream past it and refuses one that
 // restarted (package consumer, "A stream that restarts its sequence").
@@ -192,8 +194,9 @@
 //     ever and a drain runs to drain_timeout (its rows left unacked, to
 //     come back). The cap carries over to its next batches, so that a
 //     limit shorter than a batch takes costs each committer the timeouts
-//     of one batch's halvings, not of every batch's; it doubles after a commit fast enough that twice the cap
-//     would take under half the time the timed-out attempt ran (after a
+//     of one batch's halvings, not of every batch's; it doubles after a
+//     commit fast enough that twice the cap would take under half the
+//     time the timed-out attempt ran (after a
 //     lock wait that outlasted the limit: within about log2(max_rows)
 //     commits once the lock is gone), and at least once a minute otherwise,
 //     at the cost of one timeout a minute while the limit stays short.
@@ -209,8 +212,8 @@
 //     error but with the session left in a transaction (ReadyForQuery's
 //     status not idle), whose connection is closed;
 //   - data (class 22, 23, raised by the statement itself: a value its
-//     column refuses, a constraint): the batch is bisected; good rows are committed
-//     and acked, each refused row is dead-lettered through the
+//     column refuses, a constraint): the batch is bisected; good rows are
+//     committed and acked, each refused row is dead-lettered through the
 //     DeadLetterer (which terms it, or naks it and returns an error, in
 //     which case it is not acked), for its own error: one that names its
 //     line of the COPY, or that it failed with alone (it is tried alone
