@@ -3,6 +3,7 @@ package sink
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -161,6 +162,17 @@ func (c *Config) Validate() error {
 	} else if pc, err := pgconn.ParseConfig(c.URL); err != nil {
 		errs = append(errs, urlError(c.URL, err))
 	} else {
+		// pgx, as libpq, ends the user and password at the first @ (of the
+		// part before the first /): a raw @ or / in a password leaves the
+		// rest of it in a host or the database name, which every log line
+		// and error names ("db"). Said without quoting the URL.
+		hosts := []string{pc.Host}
+		for _, f := range pc.Fallbacks {
+			hosts = append(hosts, f.Host)
+		}
+		if strings.Contains(pc.Database, "@") || slices.ContainsFunc(hosts, func(h string) bool { return strings.Contains(h, "@") }) {
+			errs = append(errs, fmt.Errorf("%w: postgres.url has an @ in a host or the database name: a user or password holding @, / or : must have them percent-encoded (%%40, %%2F, %%3A)", ErrInvalidConfig))
+		}
 		for k := range pc.RuntimeParams {
 			// pgx sends a parameter it does not know to the server, which
 			// refuses pgxpool's (42704) at every connect.

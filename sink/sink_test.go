@@ -38,6 +38,12 @@ func TestValidate(t *testing.T) {
 		{"bad url", func(c *Config) { c.URL = "postgres://u:s3cret@host:notaport/db" }, "postgres.url"},
 		{"pgxpool setting in the url", func(c *Config) { c.URL = "postgres://u:s3cret@host/db?pool_max_conns=4" }, "pool_max_conns"},
 		{"server setting in the url", func(c *Config) { c.URL = "postgres://u:s3cret@host/db?search_path=app" }, ""},
+		// pgx ends the password at the first @, or at a / before it: the
+		// rest became a host or the database, named in every log line.
+		{"raw @ in the password", func(c *Config) { c.URL = "postgres://u:s3cret@x@host/db" }, "percent-encoded (%40"},
+		{"raw / in the password", func(c *Config) { c.URL = "postgres://u:2024/s3cret@host:5432/db" }, "percent-encoded"},
+		{"raw @ in a fallback's password", func(c *Config) { c.URL = "postgres://u:s3cret@x@h1,h2/db" }, "percent-encoded"},
+		{"encoded @ in the password", func(c *Config) { c.URL = "postgres://u:s3cret%40x@host/db" }, ""},
 		{"empty table", func(c *Config) { c.Table = "" }, "postgres.table"},
 		{"empty schema", func(c *Config) { c.Table = ".events" }, "postgres.table"},
 		{"three parts", func(c *Config) { c.Table = "a.b.c" }, "postgres.table"},

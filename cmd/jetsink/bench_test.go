@@ -236,7 +236,10 @@ func TestBenchSaysWhichSettingsGiveTheServers(t *testing.T) {
 // pgServerOf names a PostgreSQL server as pgx reads the connection string,
 // never with its user or password.
 func TestPgServerOf(t *testing.T) {
+	t.Setenv("PGHOST", "") // pgx takes a missing host or port from these
+	t.Setenv("PGPORT", "")
 	for conn, want := range map[string]string{
+		"postgres://u:x@s3cret@h1:5432/db":             "postgres://h1:5432", // refused by validation first
 		"postgres://u:p,ss@h1:5432/db":                 "postgres://h1:5432",
 		"postgres://u:p@h1:5432,h2:5433/db":            "postgres://h1:5432,h2:5433",
 		"postgresql://u:p%40x@h1/db?sslmode=prefer":    "postgres://h1:5432",
