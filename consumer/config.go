@@ -670,7 +670,24 @@ func ConnectError(urls string, err error) error {
 // connectedURL is the server nc is connected to, for the log: without the
 // user info (nats.go's ConnectedUrlRedacted hides a password only, and
 // shows a token or a user name).
-func connectedURL(nc *nats.Conn) string { return ServersOf(nc.ConnectedUrl()) }
+func connectedURL(nc *nats.Conn) string { return serverOf(nc.ConnectedUrl()) }
+
+// serverOf is one server's URL, as nats.go gives it (url.URL.String(),
+// which leaves a comma in the user info unescaped: ServersOf would split
+// there, before the user info), cut to its scheme and host.
+func serverOf(u string) string {
+	if p, err := url.Parse(u); err == nil && p.Host != "" {
+		return p.Scheme + "://" + p.Host
+	}
+	if i := strings.LastIndexByte(u, '@'); i >= 0 {
+		scheme := ""
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			scheme = u[:j+3]
+		}
+		u = scheme + u[i+1:]
+	}
+	return ServersOf(u)
+}
 
 // ServersOf is NATS URLs (comma separated) with each cut to its scheme and
 // host: no user, password or token (whatever characters a password holds:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -276,6 +277,24 @@ func TestConnectErrorHidesCredentials(t *testing.T) {
 	}
 	if !strings.Contains(msg, "nats://a.example:4222,tls://b.example:4443,c.example:4222,nats://d.example:4222") || !strings.Contains(msg, "JETSINK_NATS_URL") {
 		t.Errorf("%q does not name the servers and what to set", msg)
+	}
+}
+
+// The server nats.go is connected to comes as url.URL.String(), which
+// leaves a comma in the user info unescaped (a password written %2C in
+// nats.url): cut at the comma, the log showed the user and the password's
+// start.
+func TestServerOfAConnectedURL(t *testing.T) {
+	for in, want := range map[string]string{
+		(&url.URL{Scheme: "nats", User: url.UserPassword("alice", "s3,cret"), Host: "h:4222"}).String(): "nats://h:4222",
+		(&url.URL{Scheme: "tls", User: url.User("tok,3n"), Host: "h:4443"}).String():                    "tls://h:4443",
+		"nats://alice:s3cret@h:4222": "nats://h:4222",
+		"nats://h:4222":              "nats://h:4222",
+		"nats://a,l:s3@cret@h:4222":  "nats://h:4222", // url.Parse refuses it; cut at the last @
+	} {
+		if got := serverOf(in); got != want {
+			t.Errorf("serverOf(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 

@@ -97,7 +97,7 @@ func (c *Consumer) wireConn(ctx context.Context) (*wire.Conn, error) {
 				}
 				oerr = derr
 			}
-			errs = append(errs, fmt.Errorf("%s: %w", ServersOf(u), oerr))
+			errs = append(errs, fmt.Errorf("%s: %w", serverOf(u), oerr))
 		}
 		cancel()
 		if err != nil {
