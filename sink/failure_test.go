@@ -1451,9 +1451,13 @@ func TestExactlyOnceLookupFailsForGood(t *testing.T) {
 			pg, s, dl, logs, src, wait := r.pg, r.s, r.dl, r.logs, r.src, r.wait
 			again, ms := rows(1, 5, nil) // row 1 conflicts: 4 of 5 inserted, then the lookup
 			src.push(t, ctx, again)
-			waitFor(t, ctx, "Ready to report the failing lookups", func() bool {
+			// Several lookups, not only the time Ready waits (refusedFor):
+			// on a loaded machine the retry after the first could come
+			// later than that.
+			waitFor(t, ctx, "Ready to report the failing lookups, and them retried", func() bool {
 				err := s.Ready(ctx)
-				return err != nil && strings.Contains(err.Error(), tc.ready) && strings.Contains(err.Error(), "SQLSTATE "+tc.code)
+				return err != nil && strings.Contains(err.Error(), tc.ready) && strings.Contains(err.Error(), "SQLSTATE "+tc.code) &&
+					failed.Load() >= 2
 			})
 			if tc.code == "57014" {
 				if st := s.Stats(); st.TimeoutSplits == 0 {
