@@ -343,6 +343,21 @@ func TestExactlyOnceStagingTableMissing(t *testing.T) {
 	}
 }
 
+// slowConnects is pgURL through a proxy that holds each new connection for
+// delay before its first byte either way: every connect takes that long at
+// least.
+func slowConnects(t *testing.T, pgURL string, delay time.Duration) string {
+	t.Helper()
+	l := listen(t)
+	proxied, to := l.proxy(t, pgURL)
+	l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) {
+		time.Sleep(delay)
+		p := func([]byte) verdict { return pass }
+		return p, p
+	})
+	return proxied
+}
+
 // jetsink_commit_duration_seconds (committer.took) counted the connect too:
 // every host tried, TLS, the login, the types read; and, when the server
 // had ended the session while it was idle, the try that failed on it. A
@@ -354,13 +369,7 @@ func TestCommitDurationLeavesOutTheConnect(t *testing.T) {
 	const delay = 300 * time.Millisecond
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
-	l := listen(t)
-	proxied, to := l.proxy(t, pg.URL)
-	l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) {
-		time.Sleep(delay) // held before the first byte either way
-		p := func([]byte) verdict { return pass }
-		return p, p
-	})
+	proxied := slowConnects(t, pg.URL, delay)
 	s, _ := newTestSink(t, ctx, proxied, nil)
 	c := &committer{s: s}
 	defer c.closeConn()
@@ -448,13 +457,7 @@ func TestTimedOutPieceLeavesOutTheConnect(t *testing.T) {
 	const delay = time.Second
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
-	l := listen(t)
-	proxied, to := l.proxy(t, withParam(t, pg.URL, "statement_timeout", "100"))
-	l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) {
-		time.Sleep(delay) // held before the first byte either way
-		p := func([]byte) verdict { return pass }
-		return p, p
-	})
+	proxied := slowConnects(t, withParam(t, pg.URL, "statement_timeout", "100"), delay)
 	s, _ := newTestSink(t, ctx, proxied, nil)
 	triggerOn(t, ctx, pg.Conn(t), s.table, "slow", "true", "PERFORM pg_sleep(1)")
 	c := &committer{s: s}
