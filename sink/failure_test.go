@@ -809,7 +809,7 @@ func TestHandOffConnectFailuresAreSeen(t *testing.T) {
 		c.Batch.MaxRows = 5
 		c.Retry = RetryConfig{Initial: 1500 * time.Millisecond, Max: 1500 * time.Millisecond}
 	})
-	tx, am, bm := oneConnectionLocked(t, ctx, admin, role, s, src)
+	tx, am, bm := oneConnectionLocked(t, ctx, admin, role, s, src, nil)
 	c, cm := rows(16, 5, nil)
 	acking, proceed := make(chan struct{}), make(chan struct{})
 	release := sync.OnceFunc(func() { close(proceed) })
@@ -870,27 +870,13 @@ func TestHandedOffBatchSpanIsNoError(t *testing.T) {
 		c.Batch.MaxRows = 5
 		c.Retry = RetryConfig{Initial: 300 * time.Millisecond, Max: 300 * time.Millisecond}
 	})
-	execAll(t, ctx, admin, "ALTER ROLE "+role+" CONNECTION LIMIT 1", terminateRole(role))
-	tx, err := admin.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	execAll(t, ctx, admin, "LOCK TABLE "+s.table.Sanitize()+" IN ACCESS EXCLUSIVE MODE")
-	a, am := rows(6, 5, nil) // X takes the connection and waits on the lock
-	src.push(t, ctx, a)
-	waitFor(t, ctx, "a batch waiting on the lock", func() bool {
-		var n int
-		execAll(t, ctx, admin, "SELECT pg_stat_clear_snapshot()") // admin is in the locking transaction
-		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'", role).Scan(&n)
-		return err == nil && n == 1
-	})
-	b, bm := rows(11, 5, nil) // Y cannot connect
 	spans := map[trace.SpanID]bool{}
-	for i := range b {
-		b[i].Event.Span = tr.StartMessage(b[i].Event)
-		spans[b[i].Event.Span.SpanContext().SpanID()] = true
-	}
-	src.push(t, ctx, b)
+	tx, am, bm := oneConnectionLocked(t, ctx, admin, role, s, src, func(b []pipeline.Row) {
+		for i := range b {
+			b[i].Event.Span = tr.StartMessage(b[i].Event)
+			spans[b[i].Event.Span.SpanContext().SpanID()] = true
+		}
+	})
 	waitFor(t, ctx, "Y's connect refused", func() bool { return s.Stats().Retries > 0 })
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -935,7 +921,7 @@ func TestStopWhileABatchWouldBeHandedOff(t *testing.T) {
 	// failed, while X commits a slow last batch after the batcher is done.
 	ctx, admin, role, s, src, wait, _ := roleSink(t, 2, false, func(c *Config) { c.Retry = RetryConfig{Initial: 2 * time.Second, Max: 2 * time.Second} })
 	triggerOn(t, ctx, admin, s.table, "slow", "NEW.stream_seq >= 21", "PERFORM pg_sleep(0.6)")
-	tx, am, bm := oneConnectionLocked(t, ctx, admin, role, s, src)
+	tx, am, bm := oneConnectionLocked(t, ctx, admin, role, s, src, nil)
 	waitFor(t, ctx, "the other batch's connect refused", func() bool { return s.Stats().Retries > 0 })
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -1249,8 +1235,9 @@ func quietAfter(t *testing.T, d time.Duration) {
 // oneConnectionLocked limits role to one connection and locks s's table
 // in a transaction of admin's, then hands s two batches: X, the committer
 // with the connection, takes rows 6-10 (am) and waits on the lock; Y
-// cannot connect and holds rows 11-15 (bm). Rolling tx back lets X go on.
-func oneConnectionLocked(t *testing.T, ctx context.Context, admin *pgx.Conn, role string, s *Sink, src source) (tx pgx.Tx, am, bm []*recMsg) {
+// cannot connect and holds rows 11-15 (bm), given to prepare (when not
+// nil) before they go. Rolling tx back lets X go on.
+func oneConnectionLocked(t *testing.T, ctx context.Context, admin *pgx.Conn, role string, s *Sink, src source, prepare func([]pipeline.Row)) (tx pgx.Tx, am, bm []*recMsg) {
 	t.Helper()
 	execAll(t, ctx, admin, "ALTER ROLE "+role+" CONNECTION LIMIT 1", terminateRole(role))
 	tx, err := admin.Begin(ctx)
@@ -1267,6 +1254,9 @@ func oneConnectionLocked(t *testing.T, ctx context.Context, admin *pgx.Conn, rol
 		return err == nil && n == 1
 	})
 	b, bm := rows(11, 5, nil) // Y cannot connect
+	if prepare != nil {
+		prepare(b)
+	}
 	src.push(t, ctx, b)
 	return tx, am, bm
 }
