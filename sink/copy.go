@@ -1467,7 +1467,7 @@ func (c *committer) stagingMissing(err error) bool {
 	if c.s.cfg.Mode != ExactlyOnce || !c.eo.staged {
 		return false
 	}
-	if _, ok := errors.AsType[*copyStmtError](err); !ok {
+	if e, ok := errors.AsType[*copyStmtError](err); !ok || e.unready {
 		return false
 	}
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
@@ -1817,18 +1817,15 @@ func (c *committer) exactlyOnce() copyQuery {
 // before ReadyForQuery). Exactly-once's statements before the guard are
 // BEGIN and the staging table's CREATE; after the COPY come the INSERT
 // from staging, where row-level security's policies apply
-// (fromStagingError), and COMMIT. The COPY's error is a copyStmtError
-// only when the session went on after it (res.ready): an ERROR 08P01
-// followed by the connection closing is an older PgBouncer's report of
-// the server connection it lost, not the server reading a row; it is a
-// copyUnreadyError then.
+// (fromStagingError), and COMMIT. The COPY's error is a copyStmtError,
+// marked unready when the session did not go on after it (not
+// res.ready): an ERROR 08P01 followed by the connection closing is an
+// older PgBouncer's report of the server connection it lost, not the
+// server reading a row.
 func (c *committer) statementError(q copyQuery, res copyResult, n int) error {
 	at, err := res.failedAt, res.err
 	if at == q.copyAt {
-		if res.ready {
-			return &copyStmtError{n: n, err: err}
-		}
-		return &copyUnreadyError{n: n, err: err}
+		return &copyStmtError{n: n, err: err, unready: !res.ready}
 	}
 	if q.insertAt > 0 && at > 0 && at <= q.stmts && at != q.copyAt && q.guards&(1<<at) == 0 {
 		switch {
@@ -1847,10 +1844,14 @@ func (c *committer) statementError(q copyQuery, res copyResult, n int) error {
 
 // copyStmtError is an error of the COPY statement itself, the one that
 // reads the rows' fields (not a guard's, nor exactly-once's INSERT or
-// COMMIT): see classify's 08P01.
+// COMMIT): see classify's 08P01. unready: the session closed before
+// ReadyForQuery, so the error may be a pooler's, not the server's reading
+// of a row (classify's 08P01 rule and stagingMissing want it ready; a
+// line of context on it is the COPY's own either way, raisedInFunction).
 type copyStmtError struct {
-	n   int
-	err error
+	n       int
+	err     error
+	unready bool
 }
 
 func (e *copyStmtError) Error() string {
@@ -1858,21 +1859,6 @@ func (e *copyStmtError) Error() string {
 }
 
 func (e *copyStmtError) Unwrap() error { return e.err }
-
-// copyUnreadyError is an error at the COPY statement's place whose
-// session closed before ReadyForQuery: not a copyStmtError (see
-// statementError), but a line of context on it is the COPY's own, as a
-// copyStmtError's is (raisedInFunction).
-type copyUnreadyError struct {
-	n   int
-	err error
-}
-
-func (e *copyUnreadyError) Error() string {
-	return fmt.Sprintf("copy %d rows: %v", e.n, e.err)
-}
-
-func (e *copyUnreadyError) Unwrap() error { return e.err }
 
 // fromStagingError is exactly-once's INSERT from the staging table
 // failing: the statement where row-level security's policies apply (see

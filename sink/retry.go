@@ -125,7 +125,7 @@ func classify(err error) class {
 			// fails in never lets happen.
 			return classSuspect
 		}
-		if _, ok := errors.AsType[*copyStmtError](err); ok && code == "08P01" && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR" {
+		if e, ok := errors.AsType[*copyStmtError](err); ok && !e.unready && code == "08P01" && cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity) == "ERROR" {
 			// protocol_violation at ERROR severity (the session goes
 			// on: statementError wraps it only once ReadyForQuery
 			// came; an older PgBouncer's lost server connection, an
@@ -215,10 +215,9 @@ func classify(err error) class {
 // key), which a function's follow; exactly-once's INSERT from staging, a
 // foreign key and a COMMIT have none. The lines are counted, not read,
 // since lc_messages translates them ("tのCOPY、行 3、列 a"), but for an
-// error not known to be at the COPY statement (copyStmtError, or
-// copyUnreadyError when the session closed before ReadyForQuery): a line
-// of its own there is a function's unless it reads "COPY ". A function in
-// C that fails adds no line: taken for the statement's.
+// error not known to be at the COPY statement (copyStmtError, ready or
+// not): a line of its own there is a function's unless it reads "COPY ".
+// A function in C that fails adds no line: taken for the statement's.
 func raisedInFunction(err error, pgErr *pgconn.PgError) bool {
 	switch {
 	case pgErr.Where == "":
@@ -227,9 +226,6 @@ func raisedInFunction(err error, pgErr *pgconn.PgError) bool {
 		return true
 	}
 	if _, ok := errors.AsType[*copyStmtError](err); ok {
-		return false
-	}
-	if _, ok := errors.AsType[*copyUnreadyError](err); ok {
 		return false
 	}
 	return !strings.HasPrefix(pgErr.Where, "COPY ")

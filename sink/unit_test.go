@@ -978,8 +978,9 @@ func TestProblemLine(t *testing.T) {
 	}
 }
 
-// Only the COPY statement's error is a copyStmtError (what classify's
-// 08P01 rule needs): not a guard's, nor exactly-once's INSERT or COMMIT.
+// Only the COPY statement's error is a copyStmtError, unready when the
+// session closed before ReadyForQuery (what classify's 08P01 rule needs):
+// not a guard's, nor exactly-once's INSERT or COMMIT.
 func TestStatementErrorOfTheCopy(t *testing.T) {
 	e := &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "08P01"}
 	atLeastOnce := copyQuery{stmts: 2, copyAt: 2, guards: 1 << 1}
@@ -996,8 +997,8 @@ func TestStatementErrorOfTheCopy(t *testing.T) {
 			// Not ready: the connection closed after the ERROR (an older
 			// PgBouncer's lost server connection), transient.
 			err := (&committer{}).statementError(c.q, copyResult{failedAt: c.at, err: e, ready: ready}, 3)
-			if _, ok := errors.AsType[*copyStmtError](err); ok != (c.copy && ready) {
-				t.Errorf("statement %d of %+v, ready %v: %v, a copyStmtError %v; want %v", c.at, c.q, ready, err, ok, c.copy && ready)
+			if e, ok := errors.AsType[*copyStmtError](err); ok != c.copy || ok && e.unready == ready {
+				t.Errorf("statement %d of %+v, ready %v: %v, a copyStmtError %v; want %v, marked unready when not ready", c.at, c.q, ready, err, ok, c.copy)
 			}
 			want := classTransient
 			if c.copy && ready {
