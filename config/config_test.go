@@ -292,6 +292,13 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		{"hex duration", "nats:\n  ack_wait: 0x10\n", nil, nil, "nats.ack_wait: \"0x10\" has no unit"},
 		{"infinite duration", "nats:\n  ack_wait: .inf\n", nil, nil, "nats.ack_wait: \".inf\" has no unit"},
 		{"quoted duration without a unit", "nats:\n  ack_wait: \"30\"\n", nil, nil, "nats.ack_wait: \"30\" is not a duration"},
+		// A number or boolean in quotes is a string to YAML: said so, not
+		// that "true" is not true or false.
+		{"quoted boolean", "telemetry:\n  pprof: \"true\"\n", nil, nil, "telemetry.pprof: \"true\" is in quotes, which makes it a string: write true without them"},
+		{"single-quoted whole number", "postgres:\n  connections: '4'\n", nil, nil, "postgres.connections: \"4\" is in quotes, which makes it a string: write 4 without them"},
+		{"quoted number", "telemetry:\n  sample_ratio: \"0.5\"\n", nil, nil, "telemetry.sample_ratio: \"0.5\" is in quotes, which makes it a string: write 0.5 without them"},
+		{"quoted non-boolean", "telemetry:\n  pprof: \"maybe\"\n", nil, nil, "telemetry.pprof: \"maybe\" is not true or false"},
+		{"quoted column boolean", "postgres:\n  columns:\n    - {name: a, from: \"json:a\", type: text, required: \"false\"}\n", nil, nil, "postgres.columns[0].required: \"false\" is in quotes, which makes it a string: write false without them"},
 		{"an alias and its key, different", "", []string{"JETSINK_DATABASE_URL=postgres://a/x", "JETSINK_POSTGRES_URL=postgres://b/x"}, nil, "JETSINK_DATABASE_URL and JETSINK_POSTGRES_URL both set postgres.url, to different values"},
 		{"unknown env", "", []string{"JETSINK_NATS_UR=x"}, nil, "JETSINK_NATS_UR is not a jetsink setting (did you mean JETSINK_NATS_URL?)"},
 		{"an env _PORT that is not a service link", "", []string{"JETSINK_NATS_PORT=4222"}, nil, "JETSINK_NATS_PORT is not a jetsink setting"},

@@ -902,7 +902,7 @@ func checkFields(g *walkGuard, n *yaml.Node, path string, t reflect.Type, found 
 				// decoder would: "cannot unmarshal !!str `maybe` into
 				// bool", naming no field.
 				if v := deref(n.Content[j+1]); v.Kind == yaml.ScalarNode && v.Decode(new(bool)) != nil {
-					*found = append(*found, lineProblem{v.Line, fmt.Errorf("%w: line %d: %s.%s: %q is not true or false", ErrInvalidConfig, v.Line, path, kn.Value, v.Value)})
+					*found = append(*found, lineProblem{v.Line, fmt.Errorf("%w: line %d: %s.%s: %s", ErrInvalidConfig, v.Line, path, kn.Value, notValue(v, scalarWants[reflect.Bool].typ, scalarWants[reflect.Bool].want))})
 					// Reported: the decoder is not to report it again,
 					// nor this walk where an alias repeats the entry.
 					n.Content[j+1] = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "false", Line: v.Line}
@@ -1083,7 +1083,7 @@ func (sc *schema) scalar(path string, k Key, kn, raw *yaml.Node) (*yaml.Node, er
 	}
 	if w, ok := scalarWants[k.Kind]; ok {
 		if err := val.Decode(reflect.New(w.typ).Interface()); err != nil {
-			return nil, fmt.Errorf("%w: %s%s: %q is not %s", ErrInvalidConfig, at, path, val.Value, w.want)
+			return nil, fmt.Errorf("%w: %s%s: %s", ErrInvalidConfig, at, path, notValue(val, w.typ, w.want))
 		}
 	}
 	return val, nil
@@ -1099,6 +1099,20 @@ var scalarWants = map[reflect.Kind]struct {
 	reflect.Int64:   {reflect.TypeFor[int64](), "a whole number"},
 	reflect.Float64: {reflect.TypeFor[float64](), "a number"},
 	reflect.Bool:    {reflect.TypeFor[bool](), "true or false"},
+}
+
+// notValue says why val, which did not decode into typ, is not want (as
+// scalarWants asks for it): a value in quotes that would decode without them
+// is a string to YAML, which is said, where "true" is not true or false
+// would leave the reader puzzled.
+func notValue(val *yaml.Node, typ reflect.Type, want string) string {
+	if val.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+		plain := yaml.Node{Kind: yaml.ScalarNode, Value: val.Value}
+		if plain.Decode(reflect.New(typ).Interface()) == nil {
+			return fmt.Sprintf("%q is in quotes, which makes it a string: write %s without them", val.Value, val.Value)
+		}
+	}
+	return fmt.Sprintf("%q is not %s", val.Value, want)
 }
 
 // keyPart is s up to its first character that cannot be in a key (letters,
