@@ -1000,12 +1000,15 @@ func storing(err error) bool {
 
 // notStored reports whether this publish certainly stored nothing: the
 // stream answered with an error, no stream captures the subject, or nothing
-// was sent (the client refused the message). Not a closed connection:
+// was sent (the client refused the message: too large, a bad subject, a
+// header name it will not write, or headers the server does not support).
+// Not a closed connection:
 // nats.go also fails the requests in flight with it, sent already.
 func notStored(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrHeadersNotSupported)
+		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadSubject) || errors.Is(err, nats.ErrHeadersNotSupported) ||
+		errors.Is(err, nats.ErrBadHeaderMsg)
 }
 
 // lastError is the connection's last asynchronous error (nil without a

@@ -477,6 +477,23 @@ func TestReplayRefusedRepublishIsNotRetried(t *testing.T) {
 	}
 }
 
+// A letter whose header has a name nats.go will not write ("ce/type": the
+// server and other clients take it; another tool may have written the
+// letter) is refused before anything is sent: not sent again, and not
+// unsure, as an unanswered publish would be.
+func TestReplayHeaderNatsGoCannotWriteIsNotUnsure(t *testing.T) {
+	js, ctx := setup(t, 0)
+	h := &hookJS{JetStream: js}
+	l := &Letter{Subject: "ev.1", Stream: "EV", StreamSeq: 7, MsgID: "m", Header: nats.Header{"ce/type": {"x"}}, Data: []byte("{}")}
+	_, unanswered, err := publish(ctx, h, l, time.Second, 2*time.Minute)
+	if !errors.Is(err, nats.ErrBadHeaderMsg) || unanswered || len(h.published) != 1 {
+		t.Fatalf("%d publishes, unanswered %v, err %v; want one refused before sending, not unanswered", len(h.published), unanswered, err)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV"); n != 0 {
+		t.Fatalf("%d events stored, want 0", n)
+	}
+}
+
 // Once an attempt went unanswered, a later refusal does not show that the
 // event is not stored (the first may be stored yet): the letter is named
 // unsure. The answer that the same Nats-Msg-Id is still being stored (a
