@@ -138,6 +138,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	// The event stream as run will have it (create_stream), for the
 	// dead-letter stream's check; nil when there is none.
 	var events *jetstream.StreamConfig
+	var found *jetstream.StreamConfig // the event stream as it is, when it is there
 	stream, err := js.Stream(ctx, cfg.Stream)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound) && cfg.CreateStream:
@@ -156,6 +157,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		return nil, fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
 	default:
 		info := stream.CachedInfo()
+		found = &info.Config
 		if dropped, added := subjectsDiff(info.Config.Subjects, cfg.Subjects); cfg.CreateStream && (len(dropped) > 0 || len(added) > 0) {
 			switch {
 			case info.Config.Mirror != nil:
@@ -207,6 +209,14 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		}
 	}
 	dlqName, err := js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
+	if sourced := dlqName; found != nil && (err == nil || errors.Is(err, jetstream.ErrStreamNotFound) && cfg.CreateStream) {
+		if err != nil {
+			sourced = cfg.Stream + "_DLQ" // run will create it
+		}
+		if err := checkNoSourceLoop(found, sourced, cfg.DeadLetterSubject, cfg.FilterSubject); err != nil {
+			problems = append(problems, Problem{Config: true, Message: err.Error()}) // New refuses it: ErrInvalidConfig
+		}
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		p := Problem{Message: fmt.Sprintf("no stream captures nats.dead_letter_subject %s: events that cannot be stored would be nak'ed again and again instead of parked", cfg.DeadLetterSubject),
 			Fix: fmt.Sprintf("create one, e.g. nats stream add %s_DLQ --subjects %s, or set nats.create_stream: true", cfg.Stream, cfg.DeadLetterSubject)}

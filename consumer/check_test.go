@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -850,6 +851,110 @@ func TestNotePullRefusalNamesEitherSubject(t *testing.T) {
 	} {
 		if got := refused(c.domain, c.msg); got != c.want {
 			t.Errorf("domain %q, %s: refusal noted %v, want %v", c.domain, c.msg, got, c.want)
+		}
+	}
+}
+
+// An event stream that sources (or mirrors) the stream capturing the
+// dead-letter subject takes every dead letter back as an event, which is
+// dead-lettered again under its new sequence, without end (a reviewer's
+// run: 27,528 letters of one bad event in 5 s). New refuses it, and check
+// says so, unless the source's filter, or the durable's, leaves the
+// dead-letter subject out.
+func TestStreamSourcingTheDeadLetterStreamIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	base := testConfig(t, srv)
+	base.CreateStream = false
+	src, dlq := base.Stream+"_SRC", base.Stream+"_DLQ"
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: src, Subjects: []string{"in." + base.Stream + ".>"}},
+		{Name: dlq, Subjects: []string{base.DeadLetterSubject}},
+	} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, tc := range []struct {
+		name    string
+		sc      jetstream.StreamConfig
+		filter  string
+		refused bool
+	}{
+		{"sources", jetstream.StreamConfig{Sources: []*jetstream.StreamSource{{Name: src}, {Name: dlq}}}, "", true},
+		{"mirrors", jetstream.StreamConfig{Mirror: &jetstream.StreamSource{Name: dlq}}, "", true},
+		{"sources through a transform", jetstream.StreamConfig{Sources: []*jetstream.StreamSource{{Name: dlq,
+			SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: base.DeadLetterSubject, Destination: "in." + base.Stream + ".dl"}}}}},
+			"in." + base.Stream + ".>", true},
+		{"source filter leaves it out", jetstream.StreamConfig{Sources: []*jetstream.StreamSource{{Name: src}, {Name: dlq, FilterSubject: "other.>"}}}, "", false},
+		{"durable filter leaves it out", jetstream.StreamConfig{Sources: []*jetstream.StreamSource{{Name: src}, {Name: dlq}}}, "in." + base.Stream + ".>", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			cfg.Stream = fmt.Sprintf("%s_EV%d", base.Stream, i)
+			cfg.Consumer = fmt.Sprintf("c%d_%s", i, base.Stream)
+			cfg.FilterSubject = tc.filter
+			sc := tc.sc
+			sc.Name = cfg.Stream
+			if _, err := js.CreateStream(ctx, sc); err != nil {
+				t.Fatal(err)
+			}
+			ps, err := Check(ctx, cfg, testLogger(t, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var loops []Problem
+			for _, p := range ps {
+				if strings.Contains(p.Message, "dead-lettered again") {
+					loops = append(loops, p)
+				}
+			}
+			if tc.refused != (len(loops) == 1 && loops[0].Config && !loops[0].Warning && strings.Contains(loops[0].Message, dlq)) {
+				t.Fatalf("check's problems:\n%s\nwant the loop through %s reported: %v", problemsText(ps), dlq, tc.refused)
+			}
+			c, err := New(ctx, cfg, testLogger(t, nil))
+			if err == nil {
+				_ = c.Close(ctx)
+			}
+			if refused := errors.Is(err, ErrInvalidConfig) && strings.Contains(err.Error(), "dead-lettered again"); refused != tc.refused {
+				t.Fatalf("New: %v; want the loop refused: %v", err, tc.refused)
+			}
+		})
+	}
+	// With create_stream and no stream capturing the dead-letter subject
+	// yet, the stream run would create (<stream>_DLQ) is the one judged.
+	cfg := base
+	cfg.Stream = base.Stream + "_NEW"
+	cfg.Consumer = "new_" + base.Stream
+	cfg.Subjects = []string{"new." + base.Stream + ".>"}
+	cfg.DeadLetterSubject = "dlq2." + base.Stream
+	cfg.CreateStream = true
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Sources: []*jetstream.StreamSource{{Name: src}, {Name: cfg.Stream + "_DLQ"}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(ctx, cfg, testLogger(t, nil))
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), cfg.Stream+"_DLQ") {
+		t.Fatalf("New with create_stream: %v; want the loop through %s_DLQ refused", err, cfg.Stream)
+	}
+}
+
+func TestSourcedAs(t *testing.T) {
+	for _, tc := range []struct {
+		src  jetstream.StreamSource
+		want string // "": not sourced
+	}{
+		{jetstream.StreamSource{}, "dlq.x"},
+		{jetstream.StreamSource{FilterSubject: "dlq.>"}, "dlq.x"},
+		{jetstream.StreamSource{FilterSubject: "other.>"}, ""},
+		{jetstream.StreamSource{SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "other.>", Destination: "a"}}}, ""},
+		{jetstream.StreamSource{SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "other.>"}, {Source: "dlq.*", Destination: "ev.{{wildcard(1)}}.dl"}}}, "ev.*.dl"},
+		{jetstream.StreamSource{SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "dlq.>"}}}, "dlq.x"},
+	} {
+		got, ok := sourcedAs(&tc.src, "dlq.x")
+		if ok != (tc.want != "") || got != tc.want {
+			t.Errorf("sourcedAs(%+v) = %q, %v; want %q", tc.src, got, ok, tc.want)
 		}
 	}
 }

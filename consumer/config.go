@@ -7,12 +7,15 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/pipeline"
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns. The message
@@ -473,6 +476,77 @@ func checkNoLoop(stream string, subjects []string, dlq string) error {
 		}
 	}
 	return nil
+}
+
+// checkNoSourceLoop fails when event stream sc mirrors or sources
+// dlqStream, the stream that captures the dead-letter subject dlq, through
+// a filter that takes dlq, and the durable's filter (nats.filter_subject,
+// "" for all) takes the letters as they arrive: every dead letter would
+// come back as an event, be dead-lettered again under its new sequence,
+// and so on without end (the original's Jetsink-* headers are not copied
+// to its letter, so nothing marks it). A source from another account or
+// domain (External) is another stream of that name. The subject a letter
+// arrives on is judged as the source's subject transform makes it (a
+// mapping function's token, any); under a subject transform of sc's own
+// the durable's filter is not judged.
+func checkNoSourceLoop(sc *jetstream.StreamConfig, dlqStream, dlq, filter string) error {
+	from := slices.Clone(sc.Sources)
+	kind := "sources"
+	if sc.Mirror != nil {
+		from = append([]*jetstream.StreamSource{sc.Mirror}, from...)
+	}
+	for i, src := range from {
+		if src == nil || src.Name != dlqStream || src.External != nil {
+			continue
+		}
+		if i == 0 && sc.Mirror != nil {
+			kind = "mirrors"
+		}
+		arrives, ok := sourcedAs(src, dlq)
+		if !ok || filter != "" && sc.SubjectTransform == nil && !pipeline.SubjectsOverlap(filter, arrives) {
+			continue
+		}
+		return fmt.Errorf("%w: stream %s %s %s, which captures nats.dead_letter_subject %q, so every dead letter would come back as an event "+
+			"and be dead-lettered again, without end; take %s out of the stream's sources (or give the source a filter_subject that leaves %s out), "+
+			"set nats.filter_subject to leave it out, or use a nats.dead_letter_subject that a stream the event stream does not source captures",
+			ErrInvalidConfig, sc.Name, kind, dlqStream, dlq, dlqStream, dlq)
+	}
+	return nil
+}
+
+// sourcedAs is the subject (a pattern: a token a mapping function makes is
+// "*") on which a message published to subject dlq of src's stream arrives
+// in the stream that sources (or mirrors) it, and false when src's filter
+// or transforms leave it out.
+func sourcedAs(src *jetstream.StreamSource, dlq string) (string, bool) {
+	if len(src.SubjectTransforms) > 0 {
+		for _, t := range src.SubjectTransforms {
+			if t.Source == "" || SubjectMatches(t.Source, dlq) {
+				return transformedPattern(t.Destination, dlq), true
+			}
+		}
+		return "", false
+	}
+	if src.FilterSubject != "" && !SubjectMatches(src.FilterSubject, dlq) {
+		return "", false
+	}
+	return dlq, true
+}
+
+// transformedPattern is the subject a transform to dest makes of subject:
+// dest with each token that holds a mapping function or a $n reference
+// taken as "*"; subject itself when dest is "".
+func transformedPattern(dest, subject string) string {
+	if dest == "" {
+		return subject
+	}
+	tokens := strings.Split(dest, ".")
+	for i, t := range tokens {
+		if strings.Contains(t, "{{") || strings.HasPrefix(t, "$") {
+			tokens[i] = "*"
+		}
+	}
+	return strings.Join(tokens, ".")
 }
 
 func validateURLs(list string) error {

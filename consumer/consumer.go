@@ -736,7 +736,8 @@ func (c *Consumer) setup(ctx context.Context) error {
 }
 
 // ensureStream creates or updates the stream (CreateStream) or checks that
-// it exists, and refuses a stream that captures the dead-letter subject.
+// it exists, and refuses a stream that captures the dead-letter subject,
+// or sources or mirrors the stream that does (ErrInvalidConfig).
 func (c *Consumer) ensureStream(ctx context.Context) error {
 	cfg := &c.cfg
 	var stream jetstream.Stream
@@ -769,7 +770,30 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 			c.destinations = append([]string{}, subjects...) // not nil: set once
 		}
 	}
-	return checkNoLoop(cfg.Stream, subjects, cfg.DeadLetterSubject)
+	if err := checkNoLoop(cfg.Stream, subjects, cfg.DeadLetterSubject); err != nil {
+		return err
+	}
+	return c.checkNoSourceLoop(ctx, &stream.CachedInfo().Config)
+}
+
+// checkNoSourceLoop refuses event stream sc when it mirrors or sources the
+// stream that captures the dead-letter subject (checkNoSourceLoop, the
+// function): <stream>_DLQ when none does yet and create_stream will make
+// it. A stream that neither mirrors nor sources costs no look-up; a
+// failed look-up is left to ensureDeadLetterStream, which logs it.
+func (c *Consumer) checkNoSourceLoop(ctx context.Context, sc *jetstream.StreamConfig) error {
+	if sc.Mirror == nil && len(sc.Sources) == 0 {
+		return nil
+	}
+	cfg := &c.cfg
+	name, err := c.js.StreamNameBySubject(ctx, cfg.DeadLetterSubject)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound) && cfg.CreateStream:
+		name = c.deadLetterStreamConfig(ctx).Name
+	case err != nil:
+		return nil
+	}
+	return checkNoSourceLoop(sc, name, cfg.DeadLetterSubject, cfg.FilterSubject)
 }
 
 // Destinations are the subject patterns the consumer takes messages from,
