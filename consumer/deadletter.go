@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,11 @@ const (
 	HeaderSQLState  = "Jetsink-SQLState"   // PostgreSQL SQLSTATE, when there is one
 	HeaderOrigMsgID = "Jetsink-Msg-Id"     // the original Nats-Msg-Id, when there was one
 	HeaderConsumer  = "Jetsink-Consumer"   // the durable consumer that gave it up (nats.consumer)
+	// HeaderOmitted lists, quoted (strconv.QuoteToASCII) and comma-separated,
+	// the original's header names nats.go cannot write (writableHeaderName),
+	// left out of the letter, in byte order; at most MaxReasonLen bytes, ", ..." ending a
+	// list cut short.
+	HeaderOmitted = "Jetsink-Omitted-Headers"
 )
 
 // Consumer parks events for the pipeline and sink stages.
@@ -57,7 +63,9 @@ const (
 // body and headers, except JetStream's own Nats-* control headers, which
 // would act on the dead-letter stream (the original Nats-Msg-Id moves to
 // Jetsink-Msg-Id), and any Jetsink-* header of the original's own, which
-// would pass for jetsink's; it gets Nats-Msg-Id deadLetterID(ev, consumer) so a poison event
+// would pass for jetsink's, and any header whose name nats.go cannot write
+// (writableHeaderName; listed in Jetsink-Omitted-Headers, HeaderOmitted);
+// it gets Nats-Msg-Id deadLetterID(ev, consumer) so a poison event
 // redelivered before its Term lands is stored once, and the Jetsink-*
 // headers above. Jetsink-Reason is shortened or left out if the letter
 // would otherwise exceed the connection's max_payload.
@@ -105,6 +113,9 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	defer pipeline.Release(ev.Msg)
 	m := c.deadLetterMsg(ev, dl)
 	ack, err := c.publishDeadLetter(ctx, ev, m)
+	if errors.Is(err, nats.ErrBadHeaderMsg) {
+		err = fmt.Errorf("%w: a header name of the dead letter is one nats.go cannot write (a bug: such names are left out)", err)
+	}
 	if errors.Is(err, nats.ErrMaxPayload) {
 		err = fmt.Errorf("%w: the dead letter is %d bytes with its headers, the server's max_payload %d (raise it, or remove the event from the stream)",
 			err, headerLen(m.Header)+len(m.Data), c.nc.MaxPayload())
@@ -212,7 +223,8 @@ const (
 // its next probe is due, so that it may be that probe. The letter's
 // Nats-Msg-Id holds ev's store time (deadLetterID), so it cannot be taken
 // for a letter of the new stream's event with the same sequence. If ctx
-// ends first, or the letter is over max_payload (neverFits: retrying
+// ends first, or the letter is over max_payload or has a header name
+// nats.go cannot write (neverFits: retrying
 // would only hold ev's lane, or the sink's committer, until the hard
 // stop), it logs the loss at Error, every time, and returns the last
 // error.
@@ -220,6 +232,13 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 	wait := staleRetryBase
 	for tries := 1; ; tries++ {
 		if neverFits(err) {
+			if errors.Is(err, nats.ErrBadHeaderMsg) {
+				c.log.Error("gave up the dead letter of an event whose stream was re-created since: nats.go cannot write one of its header names "+
+					"(a bug: such names are left out); the event is lost, neither stored nor dead-lettered (its stream no longer holds it)",
+					"stream", ev.Stream, "subject", ev.Subject, "stream_seq", ev.StreamSeq, "published", ev.Published, "code", dl.Code,
+					"dead_letter_subject", c.cfg.DeadLetterSubject, "tries", tries, "err", err)
+				return nil, err
+			}
 			// Given up though a reconnect to a server with a larger
 			// max_payload could store it: waiting for one that may never
 			// come would hold ev's lane, or the committer, until the hard stop.
@@ -264,7 +283,9 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 // neverFits reports whether err, a dead-letter publish's, is one that no
 // publish of the same letter on this connection can get past: the letter
 // is over the connected server's max_payload (nats.go refuses it before
-// sending, every time; fitReason has already cut the reason). Only a
+// sending, every time; fitReason has already cut the reason), or has a
+// header name nats.go cannot write (nats.ErrBadHeaderMsg: deadLetterMsg
+// leaves every such name out, so this is a backstop, not an expected end). Only a
 // reconnect to a server with a larger max_payload (nc.MaxPayload follows
 // the server's INFO) could store it; publishStale does not wait for one. A refusal of the server
 // (no stream, a full one) or no answer may end; so may a permissions
@@ -273,7 +294,7 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 // publishes under way then, naming the permission), which is tried again
 // as no answer is: a permission given saves the event.
 func neverFits(err error) bool {
-	return errors.Is(err, nats.ErrMaxPayload)
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg)
 }
 
 // logFailedDeadLetter logs a failed dead letter at Error, at most once
@@ -617,11 +638,22 @@ func deadLetterID(ev *pipeline.Event, consumer string) string {
 // would otherwise be read back by `jetsink dlq` as the letter's own.
 func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *nats.Msg {
 	h := make(nats.Header, len(ev.Header)+10)
+	var omitted []string
 	for k, v := range ev.HeaderFields() {
 		if strings.HasPrefix(k, "Nats-") || jetsinkHeader(k) {
 			continue
 		}
+		if !writableHeaderName(k) {
+			if !slices.Contains(omitted, k) {
+				omitted = append(omitted, k)
+			}
+			continue
+		}
 		h[k] = append(h[k], v)
+	}
+	if len(omitted) > 0 {
+		slices.Sort(omitted)
+		h.Set(HeaderOmitted, omittedList(omitted, MaxReasonLen))
 	}
 	if ev.MsgID != "" {
 		h.Set(HeaderOrigMsgID, ev.MsgID)
@@ -641,6 +673,53 @@ func (c *Consumer) deadLetterMsg(ev *pipeline.Event, dl pipeline.DeadLetter) *na
 	}
 	fitReason(h, len(ev.Data), c.nc.MaxPayload())
 	return &nats.Msg{Subject: c.cfg.DeadLetterSubject, Header: h, Data: ev.Data}
+}
+
+// writableHeaderName reports whether nats.go (v1.55, isHeaderKeyValid)
+// writes a header named k: at least one byte, each printable ASCII (33 to
+// 126) but for "()/,:;<=>?@[\]{} and the double quote. It refuses to
+// publish a message with any other (nats.ErrBadHeaderMsg), although the
+// server, and other clients, pass names such as "ce/type" on: copied into
+// a dead letter, such a name failed every publish of it, and its event
+// was nak'ed again and again.
+func writableHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if b := k[i]; b < 33 || b > 126 || strings.IndexByte(`"()/,:;<=>?@[\]{}`, b) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// omittedList is the value of HeaderOmitted for names: each quoted in
+// ASCII (a valid header value whatever the name holds: no CR, LF or
+// blank at either end), ", " between them, in the order given, at most n bytes: the names past that are left
+// out and ", ..." ends the list.
+func omittedList(names []string, n int) string {
+	const more = ", ..."
+	var b strings.Builder
+	for i, k := range names {
+		q := strconv.QuoteToASCII(k)
+		if i > 0 {
+			q = ", " + q
+		}
+		reserve := 0 // room for more, unless this is the last name
+		if i < len(names)-1 {
+			reserve = len(more)
+		}
+		if b.Len()+len(q)+reserve > n {
+			if b.Len() == 0 {
+				return "..."
+			}
+			b.WriteString(more)
+			break
+		}
+		b.WriteString(q)
+	}
+	return b.String()
 }
 
 // jetsinkHeader reports whether k names a Jetsink-* header, in any case:

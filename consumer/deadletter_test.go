@@ -1,10 +1,13 @@
 package consumer
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	neturl "net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -1279,4 +1282,163 @@ func TestDeadLetterDeniedNamesThePermission(t *testing.T) {
 		t.Fatalf("dead-letter publish after a refusal was noted = %+v, %v; want a duplicate's PubAck", ack, err)
 	}
 	r.stopClean(t, ctx)
+}
+
+// rawPublish publishes body to subject with header lines hdr ("Name:
+// value" each) over a connection of its own that speaks the protocol by
+// hand, as another client may: nats.go refuses to send some header names
+// the server takes (writableHeaderName). It returns once the server has
+// answered a PING sent after the publish.
+func rawPublish(t *testing.T, url, subject string, hdr []string, body string) {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "INFO ") {
+		t.Fatalf("server's first line %q: %v", line, err)
+	}
+	h := "NATS/1.0\r\n" + strings.Join(hdr, "\r\n") + "\r\n\r\n"
+	fmt.Fprintf(conn, "CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true,\"protocol\":1}\r\nHPUB %s %d %d\r\n%s%s\r\nPING\r\n",
+		subject, len(h), len(h)+len(body), h, body)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("waiting for PONG: %v", err)
+		}
+		if strings.HasPrefix(line, "-ERR") {
+			t.Fatalf("server refused the raw publish: %s", line)
+		}
+		if strings.HasPrefix(line, "PONG") {
+			return
+		}
+	}
+}
+
+// An event whose header names nats.go refuses to write ("ce/type", which
+// the server and other clients take) is dead-lettered without them, listed
+// in Jetsink-Omitted-Headers: copied as received, they failed every publish
+// of its letter (nats.ErrBadHeaderMsg), and the event was nak'ed forever.
+func TestDeadLetterOmitsHeaderNamesNATSGoCannotWrite(t *testing.T) {
+	onePassOnly(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.PullClient = PullClientWire // nats.go's client cannot read such a header back
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	dlq := dlqStream(t, ctx, js, cfg)
+	rawPublish(t, srv.URL(), subjectOf(cfg, 0, 1), []string{"ce/type: x", "X-Ok: kept", "ce/type: y", "Größe: 1"}, "not json")
+
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	if err := c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Reason: "bad", Code: "invalid_json"}); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	r.stopClean(t, ctx)
+	m, err := dlq.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatalf("no dead letter stored: %v", err)
+	}
+	if got, want := m.Header.Get(HeaderOmitted), `"Gr\u00f6\u00dfe", "ce/type"`; got != want {
+		t.Errorf("%s = %q, want %q", HeaderOmitted, got, want)
+	}
+	if v := m.Header.Get("X-Ok"); v != "kept" || string(m.Data) != "not json" {
+		t.Errorf("letter's X-Ok %q, body %q; want the original's", v, m.Data)
+	}
+}
+
+// Every header name deadLetterMsg writes is one nats.go writes: the
+// letter of an event with every one-byte name, and others the server
+// takes, is published by nats.go, and the names left out are exactly
+// those nats.go refuses alone.
+func TestDeadLetterHeaderNamesAreWritable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c := newConsumer(t, ctx, cfg)
+	nc := srv.Connect(t)
+	names := []string{"", "ce/type", "Größe", "a b", "X-Ok", "{x}", "x\x7f"}
+	for b := range 256 {
+		names = append(names, string([]byte{byte(b)}))
+	}
+	ev := pipeline.Event{Stream: cfg.Stream, StreamSeq: 1, Subject: subjectOf(cfg, 0, 1), Header: nats.Header{}}
+	var refused []string
+	for _, k := range names {
+		ev.Header[k] = []string{"v"}
+		err := nc.PublishMsg(&nats.Msg{Subject: "probe", Header: nats.Header{k: {"v"}}})
+		if err != nil && !errors.Is(err, nats.ErrBadHeaderMsg) {
+			t.Fatalf("publish with header %q: %v", k, err)
+		}
+		if writableHeaderName(k) != (err == nil) {
+			t.Errorf("writableHeaderName(%q) = %v, but nats.go's publish: %v", k, writableHeaderName(k), err)
+		}
+		if err != nil {
+			refused = append(refused, k)
+		}
+	}
+	m := c.deadLetterMsg(&ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Reason: "bad", Code: "invalid_json"})
+	m.Subject = "probe"
+	if err := nc.PublishMsg(m); err != nil {
+		t.Fatalf("nats.go refuses the dead letter: %v", err)
+	}
+	omitted := m.Header.Get(HeaderOmitted)
+	if len(omitted) > MaxReasonLen || !strings.HasSuffix(omitted, ", ...") {
+		t.Errorf("%s is %d bytes, want at most %d ending in \", ...\" (more names than fit): %q", HeaderOmitted, len(omitted), MaxReasonLen, omitted)
+	}
+	for _, k := range names {
+		if _, kept := m.Header[k]; kept == slices.Contains(refused, k) {
+			t.Errorf("header %q kept: %v; nats.go refuses it: %v", k, kept, !kept)
+		}
+	}
+}
+
+func TestOmittedList(t *testing.T) {
+	for _, tc := range []struct {
+		names []string
+		n     int
+		want  string
+	}{
+		{[]string{"a/b"}, 512, `"a/b"`},
+		{[]string{"a/b", "é\r\n"}, 512, `"a/b", "\u00e9\r\n"`},
+		{[]string{"a/b", "c/d", "e/f"}, 14, `"a/b", ...`},
+		{[]string{"a/b", "c/d"}, 12, `"a/b", "c/d"`},
+		{[]string{"a/b", "c/d", "e/f"}, 17, `"a/b", "c/d", ...`},
+		{[]string{strings.Repeat("/", 20)}, 10, "..."},
+	} {
+		if got := omittedList(tc.names, tc.n); got != tc.want || len(got) > tc.n {
+			t.Errorf("omittedList(%q, %d) = %q, want %q", tc.names, tc.n, got, tc.want)
+		}
+	}
+}
+
+// A letter nats.go refuses for a header name (a backstop: deadLetterMsg
+// leaves such names out) is given up at once by publishStale, as one over
+// max_payload is: no publish of it can succeed, and retrying it would hold
+// its lane until the hard stop.
+func TestPublishStaleGivesUpABadHeaderName(t *testing.T) {
+	ctx, cfg, c, _, _ := dlqSetup(t)
+	ev := pipeline.Event{Stream: cfg.Stream, StreamSeq: 1, Subject: subjectOf(cfg, 0, 1)}
+	m := &nats.Msg{Subject: cfg.DeadLetterSubject, Header: nats.Header{"ce/type": {"x"}}, Data: []byte("not json")}
+	_, first := c.publishDeadLetter(ctx, &ev, m)
+	if !errors.Is(first, nats.ErrBadHeaderMsg) {
+		t.Fatalf("first publish: %v, want nats.ErrBadHeaderMsg", first)
+	}
+	stale, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := c.publishStale(stale, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json"}, m, first)
+	if !errors.Is(err, nats.ErrBadHeaderMsg) || stale.Err() != nil {
+		t.Fatalf("publishStale: %v (its context: %v); want nats.ErrBadHeaderMsg at once, not at the hard stop", err, stale.Err())
+	}
 }

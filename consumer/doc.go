@@ -217,7 +217,9 @@
 // nak'ed with a delay, never acked or terminated); with
 // pipeline.ErrStaleEpoch too when the original's stream was re-created
 // and ctx ended before its letter could be stored, or the letter is over
-// max_payload (nats.ErrMaxPayload too). Run returns nil after a clean intake
+// max_payload (nats.ErrMaxPayload too) or holds a header name nats.go
+// cannot write (nats.ErrBadHeaderMsg too; a backstop: such names are left
+// out of the letter). Run returns nil after a clean intake
 // shutdown, and otherwise wraps the hard context's error, ringq.ErrClosed
 // or jetstream.ErrConnectionClosed. Close wraps ErrAcksUnconfirmed when acks
 // may not have reached the server.
