@@ -235,7 +235,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 				Message: fmt.Sprintf("could not read the settings of dead-letter stream %s, so they are not checked: %v", dlqName, err),
 				Fix:     fmt.Sprintf("allow %s to have them checked", apiSubjects(cfg, "STREAM.INFO."+dlqName))})
 		} else {
-			problems = append(problems, deadLetterStreamProblems(&dlq.CachedInfo().Config, events, cfg.AckWait)...)
+			problems = append(problems, deadLetterStreamProblems(&dlq.CachedInfo().Config, events, cfg.AckWait, nc.MaxPayload())...)
 		}
 	}
 	return problems, nil
@@ -330,15 +330,36 @@ func filterProblem(cfg *Config, sc *jetstream.StreamConfig) (p Problem, ok bool)
 // deadLetterStreamProblems judges sc, the stream that captures the
 // dead-letter subject: settings under which it deletes dead letters that
 // nobody has seen (max_age; a limit with discard old; interest or
-// work-queue retention), never answers a publish (no_ack), or stores the
+// work-queue retention), never answers a publish (no_ack), refuses the
+// letter of an event of the largest size (a max_msg_size below that size
+// and deadLetterHeadroom, within maxPayload; the largest event is the
+// event stream's max_msg_size, or else maxPayload, the server's), or
+// stores the
 // dead letter of an event that comes back after nats.ack_wait twice (a
 // duplicate window below deadLetterDuplicates(ackWait)). Check reports them; New (and
 // Run, when it makes the streams again) logs them. Warnings all: jetsink
 // runs, but letters may go.
-func deadLetterStreamProblems(sc, events *jetstream.StreamConfig, ackWait time.Duration) []Problem {
+func deadLetterStreamProblems(sc, events *jetstream.StreamConfig, ackWait time.Duration, maxPayload int64) []Problem {
 	var problems []Problem
 	warn := func(msg, fix string) {
 		problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("dead-letter stream %s %s", sc.Name, msg), Fix: fix})
+	}
+	// The server refuses a message over a stream's max_msg_size (API error
+	// 10054), a dead letter too: its event is then nak'ed again and again.
+	if sc.MaxMsgSize > 0 {
+		largest, of := maxPayload, fmt.Sprintf("the server's max_payload %d", maxPayload)
+		if events != nil && events.MaxMsgSize > 0 && (int64(events.MaxMsgSize) < largest || largest <= 0) {
+			largest, of = int64(events.MaxMsgSize), fmt.Sprintf("event stream %s's max_msg_size %d", events.Name, events.MaxMsgSize)
+		}
+		need := largest + deadLetterHeadroom
+		if maxPayload > 0 {
+			need = min(need, maxPayload) // fitReason shortens a letter over it
+		}
+		if largest > 0 && int64(sc.MaxMsgSize) < need {
+			warn(fmt.Sprintf("has max_msg_size %d, less than the %d bytes a dead letter of the largest event may take (%s, plus %d for jetsink's headers): "+
+				"it refuses such a letter, and its event is nak'ed again and again", sc.MaxMsgSize, need, of, deadLetterHeadroom),
+				fmt.Sprintf("raise its max_msg_size to %d or more, or -1 for none (nats stream edit %s --max-msg-size %d)", need, sc.Name, need))
+		}
 	}
 	// A dead letter is the only copy of an event terminated in the event
 	// stream: it should be kept as safely as the events are.
@@ -381,6 +402,13 @@ func deadLetterStreamProblems(sc, events *jetstream.StreamConfig, ackWait time.D
 	}
 	return problems
 }
+
+// deadLetterHeadroom is what a dead letter may take beyond its event's
+// body and headers, as deadLetterStreamProblems judges a dead-letter
+// stream's max_msg_size: jetsink's headers (Jetsink-Reason and
+// Jetsink-Omitted-Headers up to MaxReasonLen each, the subject, stream,
+// consumer and ids; a subject of more than a few hundred bytes needs more).
+const deadLetterHeadroom = 2 << 10
 
 // deadLetterDuplicates is the least duplicate window of a dead-letter
 // stream: twice ackWait. The dead letter of an event that comes back, its

@@ -155,6 +155,8 @@ func TestCheckDeadLetterStreamSettings(t *testing.T) {
 		{"duplicate window = 2x ack_wait", jetstream.StreamConfig{Duplicates: time.Minute}, ""},
 		// The event stream is on file.
 		{"memory", jetstream.StreamConfig{Storage: jetstream.MemoryStorage}, "keeps its dead letters in memory"},
+		// The event stream's events may be as large as max_payload.
+		{"max_msg_size", jetstream.StreamConfig{MaxMsgSize: 4096}, "has max_msg_size 4096, less than the"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := tc.sc
@@ -955,6 +957,32 @@ func TestSourcedAs(t *testing.T) {
 		got, ok := sourcedAs(&tc.src, "dlq.x")
 		if ok != (tc.want != "") || got != tc.want {
 			t.Errorf("sourcedAs(%+v) = %q, %v; want %q", tc.src, got, ok, tc.want)
+		}
+	}
+}
+
+// A dead-letter stream whose max_msg_size is below what the letter of the
+// largest event may take refuses that letter (API error 10054), and its
+// event is nak'ed again and again.
+func TestDeadLetterStreamMaxMsgSize(t *testing.T) {
+	const maxPayload = 1 << 20
+	for _, tc := range []struct {
+		dlq, events int32 // max_msg_size, 0 for none
+		want        string
+	}{
+		{0, 0, ""},
+		{-1, 4096, ""},
+		{maxPayload, 0, ""},
+		{maxPayload - 1, 0, "less than the 1048576 bytes a dead letter of the largest event may take (the server's max_payload 1048576"},
+		{4096 + deadLetterHeadroom, 4096, ""},
+		{4096 + deadLetterHeadroom - 1, 4096, "less than the 6144 bytes a dead letter of the largest event may take (event stream EV's max_msg_size 4096"},
+		{maxPayload, 2 * maxPayload, ""},
+	} {
+		sc := jetstream.StreamConfig{Name: "DLQ", MaxMsgSize: tc.dlq, Duplicates: time.Hour}
+		events := jetstream.StreamConfig{Name: "EV", MaxMsgSize: tc.events}
+		ps := deadLetterStreamProblems(&sc, &events, time.Second, maxPayload)
+		if tc.want == "" && len(ps) > 0 || tc.want != "" && (len(ps) != 1 || !strings.Contains(ps[0].Message, tc.want) || ps[0].Fix == "") {
+			t.Errorf("max_msg_size %d beside %d: problems\n%s\nwant one saying %q", tc.dlq, tc.events, problemsText(ps), tc.want)
 		}
 	}
 }

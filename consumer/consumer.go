@@ -878,7 +878,7 @@ func (c *Consumer) warnDeadLetterStream(ctx context.Context, name string) {
 	if es, err := c.js.Stream(ctx, c.cfg.Stream); err == nil {
 		events = &es.CachedInfo().Config
 	}
-	for _, p := range deadLetterStreamProblems(&s.CachedInfo().Config, events, c.cfg.AckWait) {
+	for _, p := range deadLetterStreamProblems(&s.CachedInfo().Config, events, c.cfg.AckWait, c.nc.MaxPayload()) {
 		c.log.Warn(p.Message, "fix", p.Fix)
 	}
 }
