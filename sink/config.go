@@ -102,7 +102,8 @@ type BatchConfig struct {
 	// MinDelay (linger) holds a batch that is not full back from a free
 	// connection until its oldest row has been in jetsink that long, so
 	// that a steady trickle makes fewer, larger transactions. 0 hands rows
-	// over at once; a value above MaxDelay acts as MaxDelay. Default 2ms
+	// over at once. At most MaxDelay (Validate refuses more), but for the
+	// default, which follows a MaxDelay set under it. Default 2ms
 	// (BENCHMARKS.md, session 12: at 20k/s on two cores a third busy, the
 	// p99 was 8-9 ms against 12-24 ms at 5-10ms; on two saturated cores,
 	// session 5, 10ms halved the p99 against 5ms).
@@ -110,12 +111,14 @@ type BatchConfig struct {
 	// OverlapDelay holds a batch that is not full back from a free
 	// connection while any other connection is committing: it waits until
 	// none is (and MinDelay has passed), or until its oldest row has been
-	// in jetsink for OverlapDelay (at most MaxDelay), whichever comes
-	// first. So a second connection commits beside the first only when
-	// the batch is full or the first falls behind, and a drain makes
-	// fewer, larger transactions, which cost PostgreSQL less per row than
-	// concurrent small ones (BENCHMARKS.md, session 16). 0: a free
-	// connection takes the batch after MinDelay, busy or not. Default 20ms.
+	// in jetsink for OverlapDelay, whichever comes first. So a second
+	// connection commits beside the first only when the batch is full or
+	// the first falls behind, and a drain makes fewer, larger
+	// transactions, which cost PostgreSQL less per row than concurrent
+	// small ones (BENCHMARKS.md, session 16). 0: a free connection takes
+	// the batch after MinDelay, busy or not. At most MaxDelay (Validate
+	// refuses more), but for the default, which follows a MaxDelay set
+	// under it. Default 20ms.
 	OverlapDelay time.Duration `yaml:"overlap_delay"`
 }
 
@@ -203,6 +206,22 @@ func (c *Config) Validate() error {
 	}
 	if c.Batch.OverlapDelay < 0 {
 		errs = append(errs, fmt.Errorf("%w: postgres.batch.overlap_delay must be >= 0 (default %v)", ErrInvalidConfig, DefaultConfig().Batch.OverlapDelay))
+	}
+	// A linger past max_delay would be cut at max_delay (lingerEnd): a
+	// value written so is refused rather than quietly shortened. Validate
+	// sees values, not where they came from, so a default that a smaller
+	// max_delay caps (max_delay: 1ms alone) cannot be told from the same
+	// value written out: that one value is let through, and follows
+	// max_delay.
+	def := DefaultConfig().Batch
+	for _, d := range []struct {
+		key      string
+		val, def time.Duration
+	}{{"min_delay", c.Batch.MinDelay, def.MinDelay}, {"overlap_delay", c.Batch.OverlapDelay, def.OverlapDelay}} {
+		if c.Batch.MaxDelay >= 0 && d.val > c.Batch.MaxDelay && d.val != d.def {
+			errs = append(errs, fmt.Errorf("%w: postgres.batch.%s (%v) is above postgres.batch.max_delay (%v), which bounds how long a batch lingers: "+
+				"set %s at most max_delay, or raise max_delay", ErrInvalidConfig, d.key, d.val, c.Batch.MaxDelay, d.key))
+		}
 	}
 	if c.Connections < 1 || c.Connections > 64 {
 		errs = append(errs, fmt.Errorf("%w: postgres.connections must be between 1 and 64 (default 4)", ErrInvalidConfig))

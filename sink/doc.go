@@ -59,15 +59,16 @@
 //
 // Batch.MinDelay (linger, 2ms by default) changes "at once": a batch that
 // is not full waits for a free committer until its oldest row has been in
-// jetsink that long (at most MaxDelay), so a steady trickle makes fewer,
-// larger transactions. Batch.OverlapDelay (20ms by default, at most
-// MaxDelay) applies while any other committer is busy: a batch that is not
-// full then waits until no other committer is busy (and its MinDelay has
-// passed), or until its oldest row has been in jetsink for OverlapDelay,
-// whichever comes first. So a second committer commits beside the first
-// only when the batch is full or the first falls behind: concurrent small
-// COPYs into one table cost PostgreSQL more per row than one larger one
-// (BENCHMARKS.md, session 16).
+// jetsink that long, so a steady trickle makes fewer, larger transactions.
+// Batch.OverlapDelay (20ms by default) applies while any other committer
+// is busy: a batch that is not full then waits until no other committer
+// is busy (and its MinDelay has passed), or until its oldest row has been
+// in jetsink for OverlapDelay, whichever comes first. Validate refuses
+// either above MaxDelay; a default above a MaxDelay set lower follows it.
+// So a second committer commits beside the first only when the batch is
+// full or the first falls behind: concurrent small COPYs into one table
+// cost PostgreSQL more per row than one larger one (BENCHMARKS.md,
+// session 16).
 //
 // # Delivery
 //
