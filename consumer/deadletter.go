@@ -67,7 +67,9 @@ const (
 // (writableHeaderName; listed in Jetsink-Omitted-Headers, HeaderOmitted);
 // it gets Nats-Msg-Id deadLetterID(ev, consumer) so a poison event
 // redelivered before its Term lands is stored once, and the Jetsink-*
-// headers above. Jetsink-Reason is shortened or left out if the letter
+// headers above. An event on the dead-letter subject itself, a letter that
+// came back (refuseLoop), is not dead-lettered again but nak'ed with the
+// longest delay. Jetsink-Reason is shortened or left out if the letter
 // would otherwise exceed the connection's max_payload.
 //
 // The publish may take min(5 s, nats.ack_wait/8), at least 500 ms, and
@@ -111,6 +113,9 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	// back to the in-flight budget (a nak or term does it too; a stale
 	// event gets neither).
 	defer pipeline.Release(ev.Msg)
+	if ev.Subject == c.cfg.DeadLetterSubject {
+		return c.refuseLoop(ev, dl)
+	}
 	m := c.deadLetterMsg(ev, dl)
 	ack, err := c.publishDeadLetter(ctx, ev, m)
 	if errors.Is(err, nats.ErrBadHeaderMsg) {
@@ -192,6 +197,38 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 			"is stored again only if that is after the dead-letter stream's duplicate window", "stream_seq", ev.StreamSeq, "err", err)
 	}
 	return nil
+}
+
+// refuseLoop settles ev, an event on the dead-letter subject itself, without
+// dead-lettering it: it can only be a dead letter that came back into the
+// event stream (one that sources or mirrors the dead-letter stream: New
+// refuses such a stream, but a source added while jetsink runs is not
+// seen), and dead-lettering it stores it again under a new sequence, which
+// comes back in turn, without end (a reviewer's run: 5,600 letters a second
+// of one bad event). The letter stays where it is; ev is nak'ed with the
+// longest delay (dlNakMax), not terminated, so that nothing is lost while
+// the stream's sources are put right, and counted and logged at Error (at
+// most once a second) as a failed dead letter. One whose stream was
+// replaced since is neither (the nak would land on the new stream's event
+// with its sequence): its letter is stored already.
+func (c *Consumer) refuseLoop(ev *pipeline.Event, dl pipeline.DeadLetter) error {
+	c.stats.deadLetterFailed.Add(1)
+	err := fmt.Errorf("%w: event %s:%d is on nats.dead_letter_subject %s itself: a dead letter that came back, which stream %s sources or mirrors; "+
+		"not dead-lettered again (each would come back in turn): take the dead-letter stream out of its sources", ErrDeadLetter, ev.Stream, ev.StreamSeq,
+		c.cfg.DeadLetterSubject, ev.Stream)
+	var nerr error
+	if !c.epochs.IfCurrent(ev.Epoch, func() { nerr = ev.Msg.NakWithDelay(dlNakMax) }) {
+		return fmt.Errorf("%w; not nak'ed: its stream was re-created since", err)
+	}
+	args := []any{"stream", ev.Stream, "stream_seq", ev.StreamSeq, "code", dl.Code, "dead_letter_subject", c.cfg.DeadLetterSubject,
+		"retry_in", dlNakMax, "fix", "take the dead-letter stream out of the event stream's sources"}
+	if nerr != nil {
+		err = fmt.Errorf("%w (nak: %w)", err, nerr)
+		args = append(args, "nak_err", nerr)
+	}
+	c.logFailedDeadLetter(err, "a dead letter came back as an event: the event stream sources or mirrors the dead-letter stream; "+
+		"it is not dead-lettered again, but nak'ed (each would come back in turn, without end)", args...)
+	return err
 }
 
 // loggedReason is dl's reason for the log: a row the database refused

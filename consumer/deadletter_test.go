@@ -1442,3 +1442,49 @@ func TestPublishStaleGivesUpABadHeaderName(t *testing.T) {
 		t.Fatalf("publishStale: %v (its context: %v); want nats.ErrBadHeaderMsg at once, not at the hard stop", err, stale.Err())
 	}
 }
+
+// A dead letter that comes back into the event stream (a source of the
+// dead-letter stream added while jetsink runs, which New would refuse) is
+// not dead-lettered again, which would store it under a new sequence to
+// come back in turn, without end: it is nak'ed with the longest delay and
+// logged at Error.
+func TestDeadLetterThatCameBackIsNotDeadLetteredAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	dlq := dlqStream(t, ctx, js, cfg)
+	sc := streamConfig(t, ctx, js, cfg.Stream)
+	sc.Sources = []*jetstream.StreamSource{{Name: dlq.CachedInfo().Config.Name}}
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, cfg.DeadLetterSubject, []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	if ev.Subject != cfg.DeadLetterSubject {
+		t.Fatalf("event on %s, want the dead letter sourced back on %s", ev.Subject, cfg.DeadLetterSubject)
+	}
+	err := c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Reason: "bad", Code: "invalid_json"})
+	if !errors.Is(err, ErrDeadLetter) {
+		t.Fatalf("DeadLetter: %v, want ErrDeadLetter", err)
+	}
+	r.stopClean(t, ctx)
+	info, ierr := dlq.Info(ctx)
+	if ierr != nil {
+		t.Fatal(ierr)
+	}
+	if info.State.Msgs != 1 {
+		t.Errorf("dead-letter stream holds %d letters, want the 1 that came back (not dead-lettered again)", info.State.Msgs)
+	}
+	if s := c.Stats(); s.DeadLettered != 0 || s.DeadLetterFailed != 1 {
+		t.Errorf("stats: %d dead-lettered, %d failed; want 0 and 1", s.DeadLettered, s.DeadLetterFailed)
+	}
+	if !strings.Contains(log.String(), "level=ERROR msg=\"a dead letter came back as an event") {
+		t.Errorf("log:\n%s\nwant the loop at Error", log.String())
+	}
+}
