@@ -275,6 +275,59 @@ func TestFractionForAWholeNumberRefused(t *testing.T) {
 	}
 }
 
+// A size is a whole number of bytes, computed exactly: an amount that
+// leaves a fraction of a byte, which humanize.ParseBytes dropped (0.5 was
+// 0, no limit for memory_limit; 1.9 was 1), is refused, and so is a comma,
+// which ParseBytes took out (1,5MiB was 15MiB), from the file, a variable
+// and --set alike. KB is 1000 bytes, KiB 1024.
+func TestSizeIsAWholeNumberOfBytes(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		want  int64
+	}{
+		{"1.5KiB", 1536}, {"4MiB", 4 << 20}, {"4 MiB", 4 << 20}, {"4mib", 4 << 20}, {"4Mi", 4 << 20},
+		{"512KB", 512000}, {"2k", 2000}, {"0.29KB", 290}, {".5KiB", 512}, {"1.0", 1}, {"7B", 7},
+		{"08", 8}, {"-1", -1}, {"0", 0}, {"8PiB", 1 << 53},
+	} {
+		for _, src := range []struct {
+			file     string
+			env, set []string
+		}{
+			{"pipeline:\n  max_event_bytes: " + c.value + "\n", nil, nil},
+			{"", []string{"JETSINK_PIPELINE_MAX_EVENT_BYTES=" + c.value}, nil},
+			{"", nil, []string{"pipeline.max_event_bytes=" + c.value}},
+		} {
+			cfg, err := Parse([]byte(src.file), src.env, src.set)
+			if err != nil || cfg.Pipeline.MaxEventBytes != c.want {
+				t.Errorf("%q %v %v: max_event_bytes %d, err %v; want %d", src.file, src.env, src.set, cfg.Pipeline.MaxEventBytes, err, c.want)
+			}
+		}
+	}
+	notWhole := "is not a whole number of bytes (use e.g. 4MiB, 1.5KiB or a number of bytes)"
+	comma := "has a comma, which may be a decimal point or a thousands separator: write the size without it"
+	notSize := "is not a size (use e.g. 4MiB, 512KiB or a number of bytes)"
+	for _, c := range []struct{ value, want string }{
+		{"0.5", notWhole}, {"1.9", notWhole}, {".5", notWhole}, {"0.0001KiB", notWhole}, {"1.1MiB", notWhole}, {"0.0001KB", notWhole},
+		{"1,5MiB", comma}, {"1,000", comma}, {"1,024KiB", comma},
+		{"1e3", notSize}, {"0x10", notSize}, {"1_0", notSize}, {"-1KiB", notSize}, {"1..5KiB", notSize}, {".", notSize},
+		{"4 MiB B", notSize}, {"9PiB", notSize}, {"1/2KiB", notSize}, {"lots", notSize},
+	} {
+		for _, src := range []struct {
+			file     string
+			env, set []string
+		}{
+			{"memory_limit: " + c.value + "\n", nil, nil},
+			{"", []string{"JETSINK_MEMORY_LIMIT=" + c.value}, nil},
+			{"", nil, []string{"memory_limit=" + c.value}},
+		} {
+			cfg, err := Parse([]byte(src.file), src.env, src.set)
+			if want := fmt.Sprintf("memory_limit: %q %s", c.value, c.want); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%q %v %v: memory_limit %d, err %v; want %q", src.file, src.env, src.set, cfg.MemoryLimit, err, want)
+			}
+		}
+	}
+}
+
 func TestParseErrorsNameTheKey(t *testing.T) {
 	cases := []struct {
 		name      string

@@ -7,8 +7,10 @@
 // postgres.batch.max_rows is JETSINK_POSTGRES_BATCH_MAX_ROWS. A few keys have
 // shorter aliases (JETSINK_DATABASE_URL for postgres.url). List values take
 // commas (JETSINK_NATS_SUBJECTS="a.>,b.>"); postgres.columns is file-only.
-// Keys whose name ends in "bytes" take sizes such as 4MiB or 512KB as well as
-// plain integers; durations are Go durations (20ms, 30s).
+// Keys whose name ends in "bytes" take sizes such as 4MiB, 1.5KiB or 512KB
+// (KB is 1000 bytes, KiB 1024) as well as plain integers; a size that is not
+// a whole number of bytes (0.5, 0.0001KiB) or holds a comma (1,5MiB) is
+// refused. Durations are Go durations (20ms, 30s).
 //
 // Unknown keys are errors, so a typo never silently leaves a default in
 // place. Validate checks every value and the rules that span sections; its

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dustin/go-humanize"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -1025,10 +1024,10 @@ func merged(val *yaml.Node, prefix string, f func(*yaml.Node, string) error) err
 // scalar checks and normalizes the single value of key k (at path) and
 // returns the node to keep in its place: human sizes under keys ending in
 // "bytes" (and memory_limit, whose "auto" becomes MemoryLimitAuto) become
-// plain integers, and a duration written as the number 0 becomes 0s (YAML
-// refuses to decode a number into a duration); another number for a
-// duration is an error that asks for a unit, and every other number and
-// boolean must read as one. A value that an alias names, or that is an
+// plain integers (parseSize), and a duration written as the number 0
+// becomes 0s (YAML refuses to decode a number into a duration); another
+// number for a duration is an error that asks for a unit, and every other
+// number and boolean must read as one. A value that an alias names, or that is an
 // anchor, is rewritten as a copy, so that other keys sharing it keep it.
 func (sc *schema) scalar(path string, k Key, kn, raw *yaml.Node) (*yaml.Node, error) {
 	at := sc.at(path, kn, raw)
@@ -1069,8 +1068,13 @@ func (sc *schema) scalar(path string, k Key, kn, raw *yaml.Node) (*yaml.Node, er
 			val.Value, val.Tag, val.Style = strconv.Itoa(MemoryLimitAuto), "!!int", 0
 			return val, nil
 		}
-		n, err := humanize.ParseBytes(val.Value)
-		if err != nil || n > 1<<53 {
+		n, err := parseSize(val.Value)
+		switch {
+		case errors.Is(err, errSizeComma):
+			return nil, fmt.Errorf("%w: %s%s: %q has a comma, which may be a decimal point or a thousands separator: write the size without it (e.g. 1.5MiB, or 1000 for 1,000)", ErrInvalidConfig, at, path, val.Value)
+		case errors.Is(err, errSizeNotWhole):
+			return nil, fmt.Errorf("%w: %s%s: %q is not a whole number of bytes (use e.g. 4MiB, 1.5KiB or a number of bytes)", ErrInvalidConfig, at, path, val.Value)
+		case err != nil:
 			return nil, fmt.Errorf("%w: %s%s: %q is not a size (use e.g. 4MiB, 512KiB or a number of bytes)", ErrInvalidConfig, at, path, val.Value)
 		}
 		val.Value, val.Tag, val.Style = strconv.FormatUint(n, 10), "!!int", 0
