@@ -188,8 +188,8 @@ func TestOverrideOfAnAnchoredValue(t *testing.T) {
 		t.Fatalf("stream %q, subjects %v, err %v; want S2, [S1]", cfg.NATS.Stream, cfg.NATS.Subjects, err)
 	}
 	cfg, err = Parse([]byte("pipeline:\n  max_event_bytes: &n 010\n  workers: *n\n"), nil, nil)
-	if err != nil || cfg.Pipeline.MaxEventBytes != 10 || cfg.Pipeline.Workers != 8 {
-		t.Fatalf("max_event_bytes %d, workers %d, err %v; want 10 and 8 (YAML reads 010 as octal for a number)", cfg.Pipeline.MaxEventBytes, cfg.Pipeline.Workers, err)
+	if err != nil || cfg.Pipeline.MaxEventBytes != 10 || cfg.Pipeline.Workers != 10 {
+		t.Fatalf("max_event_bytes %d, workers %d, err %v; want 10 and 10 (a leading zero is decimal for a size and a whole number alike)", cfg.Pipeline.MaxEventBytes, cfg.Pipeline.Workers, err)
 	}
 	def := Default()
 	cfg, err = Parse([]byte("nats:\n  tls: &t\n  subjects: *t\npostgres:\n  batch:\n    max_rows: &r\n    max_bytes: *r\n"), nil, nil)
@@ -223,9 +223,9 @@ func TestNullKeepsTheDefault(t *testing.T) {
 	if err != nil || cfg.Pipeline.MaxEventBytes != 10 || cfg.Postgres.Batch.MaxBytes != 9 {
 		t.Fatalf("sizes with a leading zero: max_event_bytes %d, max_bytes %d, err %v; want 10, 9", cfg.Pipeline.MaxEventBytes, cfg.Postgres.Batch.MaxBytes, err)
 	}
-	cfg, err = Parse([]byte("pipeline:\n  workers: 0x2\ntelemetry:\n  pprof: on\n"), nil, nil)
+	cfg, err = Parse([]byte("pipeline:\n  workers: 02\ntelemetry:\n  pprof: on\n"), nil, nil)
 	if err != nil || cfg.Pipeline.Workers != 2 || !cfg.Telemetry.Pprof {
-		t.Fatalf("0x2 and on: workers %d, pprof %v, err %v", cfg.Pipeline.Workers, cfg.Telemetry.Pprof, err)
+		t.Fatalf("02 and on: workers %d, pprof %v, err %v", cfg.Pipeline.Workers, cfg.Telemetry.Pprof, err)
 	}
 }
 
@@ -275,6 +275,69 @@ func TestFractionForAWholeNumberRefused(t *testing.T) {
 	}
 }
 
+// A whole number is read in decimal from the file, a variable and --set
+// alike: a leading zero changes nothing (yaml.v3, after YAML 1.1, read 010
+// as 8 and 0101 as 65, and took 08 for a fraction), as for a size. Hex,
+// octal, binary and underscores, which YAML would read, are refused with
+// the decimal number to write; a number key (sample_ratio) reads 010 as 10
+// too.
+func TestWholeNumbersAreDecimal(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		want  int
+	}{{"010", 10}, {"0101", 101}, {"08", 8}, {"-010", -10}, {"+07", 7}, {"12", 12}} {
+		for _, src := range []struct {
+			file     string
+			env, set []string
+		}{
+			{"nats:\n  max_deliver: " + c.value + "\n", nil, nil},
+			{"", []string{"JETSINK_NATS_MAX_DELIVER=" + c.value}, nil},
+			{"", nil, []string{"nats.max_deliver=" + c.value}},
+		} {
+			cfg, err := Parse([]byte(src.file), src.env, src.set)
+			if err != nil || cfg.NATS.MaxDeliver != c.want {
+				t.Errorf("%q %v %v: max_deliver %d, err %v; want %d", src.file, src.env, src.set, cfg.NATS.MaxDeliver, err, c.want)
+			}
+		}
+	}
+	for _, c := range []struct{ value, want string }{
+		{"0x10", `"0x10" is not a whole number written in decimal digits: write 16`},
+		{"0o10", `"0o10" is not a whole number written in decimal digits: write 8`},
+		{"0b10", `"0b10" is not a whole number written in decimal digits: write 2`},
+		{"1_000", `"1_000" is not a whole number written in decimal digits: write 1000`},
+		{"99999999999999999999", `"99999999999999999999" is not a whole number jetsink can hold`},
+	} {
+		for _, src := range []struct {
+			file     string
+			env, set []string
+		}{
+			{"postgres:\n  connections: " + c.value + "\n", nil, nil},
+			{"", []string{"JETSINK_POSTGRES_CONNECTIONS=" + c.value}, nil},
+			{"", nil, []string{"postgres.connections=" + c.value}},
+		} {
+			cfg, err := Parse([]byte(src.file), src.env, src.set)
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "postgres.connections: "+c.want) {
+				t.Errorf("%q %v %v: connections %d, err %v; want %q", src.file, src.env, src.set, cfg.Postgres.Connections, err, c.want)
+			}
+		}
+	}
+	cfg, err := Parse([]byte("telemetry:\n  sample_ratio: 010\n"), nil, nil)
+	if err != nil || cfg.Telemetry.SampleRatio != 10 {
+		t.Errorf("sample_ratio 010: %v, err %v; want 10 (then refused by Validate)", cfg.Telemetry.SampleRatio, err)
+	}
+	for _, v := range []string{"0x1", "1_0"} {
+		_, err = Parse(nil, []string{"JETSINK_TELEMETRY_SAMPLE_RATIO=" + v}, nil)
+		if want := fmt.Sprintf("telemetry.sample_ratio: %q is not a number written in decimal digits", v); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("sample_ratio %s: %v; want %q", v, err, want)
+		}
+	}
+	// In quotes, a string: said so only when it would read without them.
+	_, err = Parse([]byte("postgres:\n  connections: '0x10'\n"), nil, nil)
+	if err == nil || !strings.Contains(err.Error(), `postgres.connections: "0x10" is not a whole number`) {
+		t.Errorf("'0x10': %v; want \"0x10\" is not a whole number", err)
+	}
+}
+
 // A size is a whole number of bytes, computed exactly: an amount that
 // leaves a fraction of a byte, which humanize.ParseBytes dropped (0.5 was
 // 0, no limit for memory_limit; 1.9 was 1), is refused, and so is a comma,
@@ -286,7 +349,7 @@ func TestSizeIsAWholeNumberOfBytes(t *testing.T) {
 		want  int64
 	}{
 		{"1.5KiB", 1536}, {"4MiB", 4 << 20}, {"4 MiB", 4 << 20}, {"4mib", 4 << 20}, {"4Mi", 4 << 20},
-		{"512KB", 512000}, {"2k", 2000}, {"0.29KB", 290}, {".5KiB", 512}, {"1.0", 1}, {"7B", 7},
+		{"512KB", 512000}, {"2k", 2000}, {"0.29KB", 290}, {"1.001KB", 1001}, {".5KiB", 512}, {"1.0", 1}, {"7B", 7},
 		{"08", 8}, {"-1", -1}, {"0", 0}, {"8PiB", 1 << 53},
 	} {
 		for _, src := range []struct {

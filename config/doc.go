@@ -10,7 +10,9 @@
 // Keys whose name ends in "bytes" take sizes such as 4MiB, 1.5KiB or 512KB
 // (KB is 1000 bytes, KiB 1024) as well as plain integers; a size that is not
 // a whole number of bytes (0.5, 0.0001KiB) or holds a comma (1,5MiB) is
-// refused. Durations are Go durations (20ms, 30s).
+// refused. Whole numbers, and sizes without a unit, are decimal wherever
+// they are written: 010 is 10 (YAML 1.1 would read 8), and 0x10, 0o10 and
+// 1_000 are refused. Durations are Go durations (20ms, 30s).
 //
 // Unknown keys are errors, so a typo never silently leaves a default in
 // place. Validate checks every value and the rules that span sections; its

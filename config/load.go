@@ -1026,8 +1026,9 @@ func merged(val *yaml.Node, prefix string, f func(*yaml.Node, string) error) err
 // "bytes" (and memory_limit, whose "auto" becomes MemoryLimitAuto) become
 // plain integers (parseSize), and a duration written as the number 0
 // becomes 0s (YAML refuses to decode a number into a duration); another
-// number for a duration is an error that asks for a unit, and every other
-// number and boolean must read as one. A value that an alias names, or that is an
+// number for a duration is an error that asks for a unit, a number for any
+// other key is read in decimal (decimal), and every other number and
+// boolean must read as one. A value that an alias names, or that is an
 // anchor, is rewritten as a copy, so that other keys sharing it keep it.
 func (sc *schema) scalar(path string, k Key, kn, raw *yaml.Node) (*yaml.Node, error) {
 	at := sc.at(path, kn, raw)
@@ -1080,10 +1081,10 @@ func (sc *schema) scalar(path string, k Key, kn, raw *yaml.Node) (*yaml.Node, er
 		val.Value, val.Tag, val.Style = strconv.FormatUint(n, 10), "!!int", 0
 		return val, nil
 	}
-	if (k.Kind == reflect.Int || k.Kind == reflect.Int64) && val.ShortTag() == "!!float" {
-		// YAML would truncate 2.5 into the number (and 1e3 or 8.0 are
-		// whole, but written as fractions).
-		return nil, fmt.Errorf("%w: %s%s: %q is not a whole number written in digits", ErrInvalidConfig, at, path, val.Value)
+	if val.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) == 0 {
+		if err := decimal(val, k.Kind); err != nil {
+			return nil, fmt.Errorf("%w: %s%s: %w", ErrInvalidConfig, at, path, err)
+		}
 	}
 	if w, ok := scalarWants[k.Kind]; ok {
 		if err := val.Decode(reflect.New(w.typ).Interface()); err != nil {
@@ -1091,6 +1092,44 @@ func (sc *schema) scalar(path string, k Key, kn, raw *yaml.Node) (*yaml.Node, er
 		}
 	}
 	return val, nil
+}
+
+// decimal reads val, the value of a key of kind k, in decimal when YAML
+// reads it as a number, and writes it back so, whether it comes from the
+// file, a variable or --set: a whole number is a sign, if any, and decimal
+// digits, and a leading zero changes nothing (010 is 10, as for a size;
+// yaml.v3 follows YAML 1.1, where 010 is 8 and 08 a fraction). Another
+// form YAML reads as a whole number (0x10, 0o10, 0b10, 1_000) is refused
+// with the number to write; so are a fraction and an exponent (YAML would
+// truncate 2.5 into an int; 1e3 and 8.0 are whole but written as
+// fractions). A number key (float64) reads 010 as 10 too, and refuses
+// 0x10 and 1_0. Other kinds, and values YAML reads as strings, are left to
+// scalarWants.
+func decimal(val *yaml.Node, k reflect.Kind) error {
+	tag := val.ShortTag()
+	switch {
+	case (k == reflect.Int || k == reflect.Int64) && (tag == "!!int" || tag == "!!float"):
+		n, err := strconv.ParseInt(val.Value, 10, 64)
+		if err == nil {
+			val.Value, val.Tag, val.Style = strconv.FormatInt(n, 10), "!!int", 0
+			return nil
+		}
+		var yn int64
+		if tag == "!!int" && val.Decode(&yn) == nil {
+			return fmt.Errorf("%q is not a whole number written in decimal digits: write %d", val.Value, yn)
+		}
+		if errors.Is(err, strconv.ErrRange) {
+			return fmt.Errorf("%q is not a whole number jetsink can hold", val.Value)
+		}
+		return fmt.Errorf("%q is not a whole number written in decimal digits", val.Value)
+	case k == reflect.Float64 && tag == "!!int":
+		f, err := strconv.ParseFloat(val.Value, 64)
+		if err != nil || strings.ContainsFunc(strings.TrimLeft(val.Value, "+-"), func(r rune) bool { return r < '0' || r > '9' }) {
+			return fmt.Errorf("%q is not a number written in decimal digits", val.Value)
+		}
+		val.Value, val.Tag, val.Style = strconv.FormatFloat(f, 'g', -1, 64), "!!float", 0
+	}
+	return nil
 }
 
 // scalarWants says, for each kind of number or boolean config's keys have,
@@ -1112,7 +1151,7 @@ var scalarWants = map[reflect.Kind]struct {
 func notValue(val *yaml.Node, typ reflect.Type, want string) string {
 	if val.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
 		plain := yaml.Node{Kind: yaml.ScalarNode, Value: val.Value}
-		if plain.Decode(reflect.New(typ).Interface()) == nil {
+		if decimal(&plain, typ.Kind()) == nil && plain.Decode(reflect.New(typ).Interface()) == nil {
 			return fmt.Sprintf("%q is in quotes, which makes it a string: write %s without them", val.Value, val.Value)
 		}
 	}
