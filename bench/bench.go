@@ -67,7 +67,7 @@ type Options struct {
 	Events   int           // drain: events to preload
 	Rate     float64       // rate: events per second
 	Duration time.Duration // rate: for this long
-	Subjects int           // distinct subjects (devices); default 1000
+	Subjects int           // distinct subjects (devices), 1 to loadgen.MaxSubjects
 	// EventBytes pads each event's JSON to this many bytes
 	// (loadgen.Options.EventBytes); 0: ~180 bytes.
 	EventBytes int
@@ -99,7 +99,7 @@ type Options struct {
 	Variants []Variant
 	// Timeout bounds how long one engine may take to ack everything: from
 	// its start in a drain, from the end of publishing in a rate run;
-	// default 10 minutes.
+	// must be positive.
 	Timeout time.Duration
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
@@ -505,23 +505,22 @@ func (o *Options) defaults() error {
 	if o.ColdPostgres && !o.Embedded {
 		return fmt.Errorf("%w: --cold-postgres applies to the embedded PostgreSQL only, not to a configured server", ErrInvalidOptions)
 	}
-	if o.Subjects < 0 || o.Count < 0 || o.Timeout < 0 {
-		return fmt.Errorf("%w: --subjects, --count and --timeout must not be negative (0: the default)", ErrInvalidOptions)
+	// Subjects and Timeout have no default here: the command's flags give
+	// theirs, and a 0 typed there is refused, not taken for one.
+	if o.Subjects < 1 || o.Subjects > loadgen.MaxSubjects {
+		return fmt.Errorf("%w: --subjects %d: at least 1 and at most %d distinct subjects", ErrInvalidOptions, o.Subjects, loadgen.MaxSubjects)
 	}
-	if o.Subjects > loadgen.MaxSubjects {
-		return fmt.Errorf("%w: --subjects %d is above %d", ErrInvalidOptions, o.Subjects, loadgen.MaxSubjects)
+	if o.Timeout <= 0 {
+		return fmt.Errorf("%w: --timeout %v: give one engine's run a positive time to ack everything, e.g. 10m", ErrInvalidOptions, o.Timeout)
 	}
-	if o.Subjects == 0 {
-		o.Subjects = 1000
+	if o.Count < 0 {
+		return fmt.Errorf("%w: --count %d: at least 1 repetition", ErrInvalidOptions, o.Count)
 	}
 	if o.Count == 0 {
 		o.Count = 1
 	}
 	if len(o.Variants) == 0 {
 		o.Variants = []Variant{{}}
-	}
-	if o.Timeout == 0 {
-		o.Timeout = 10 * time.Minute
 	}
 	switch o.Scenario {
 	case ScenarioDrain:

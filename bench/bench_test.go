@@ -707,24 +707,24 @@ func (w testWriter) Write(p []byte) (int, error) {
 func TestOptionsValidate(t *testing.T) {
 	for _, o := range []Options{
 		{},
-		{Exe: "x", Scenario: "soak"},
-		{Exe: "x", Scenario: ScenarioDrain},
-		{Exe: "x", Scenario: ScenarioRate, Rate: 10},
-		{Exe: "x", Scenario: ScenarioRate, Rate: 0.1, Duration: time.Second},
-		{Exe: "x", Scenario: ScenarioRate, Rate: 10, Duration: time.Second, LockAt: time.Second, LockFor: time.Second},
-		{Exe: "x", Scenario: ScenarioRate, Rate: 10, Duration: time.Second, LockFor: -time.Second},
-		{Exe: "x", Scenario: ScenarioRate, Rate: 10, Duration: 5 * time.Second, LockFor: 100 * time.Millisecond},
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, LockFor: time.Second},
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, ColdPostgres: true},            // not embedded
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, PostgresRTT: time.Millisecond}, // not embedded
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, NATSRTT: time.Millisecond},     // not embedded
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Embedded: true, NATSRTT: -time.Millisecond},
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: -time.Second},
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: time.Second}, // shorter than any resend span
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Count: -1},
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Subjects: -1},
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Subjects: loadgen.MaxSubjects + 1},
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, Timeout: -time.Second},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: "soak"},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: 10},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: 0.1, Duration: time.Second},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: 10, Duration: time.Second, LockAt: time.Second, LockFor: time.Second},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: 10, Duration: time.Second, LockFor: -time.Second},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: 10, Duration: 5 * time.Second, LockFor: 100 * time.Millisecond},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, LockFor: time.Second},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, ColdPostgres: true},            // not embedded
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, PostgresRTT: time.Millisecond}, // not embedded
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, NATSRTT: time.Millisecond},     // not embedded
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, Embedded: true, NATSRTT: -time.Millisecond},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, DuplicateWindow: -time.Second},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, DuplicateWindow: time.Second}, // shorter than any resend span
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, Count: -1},
+		{Exe: "x", Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, Subjects: -1},
+		{Exe: "x", Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, Subjects: loadgen.MaxSubjects + 1},
+		{Exe: "x", Subjects: 10, Scenario: ScenarioDrain, Events: 10, Timeout: -time.Second},
 	} {
 		// A valid configuration: a zero Base is refused for itself, which
 		// would pass a case whose own check is missing.
@@ -736,10 +736,10 @@ func TestOptionsValidate(t *testing.T) {
 
 	// What loadgen.Publish refuses, refused before the servers start.
 	for _, o := range []Options{
-		{Exe: "x", Scenario: ScenarioRate, Rate: math.NaN(), Duration: time.Second},
-		{Exe: "x", Scenario: ScenarioRate, Rate: math.Inf(1), Duration: time.Second},
-		{Exe: "x", Scenario: ScenarioRate, Rate: 1e12, Duration: 10 * time.Second},
-		{Exe: "x", Scenario: ScenarioDrain, Events: 10, EventBytes: 64<<20 + 1},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: math.NaN(), Duration: time.Second},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: math.Inf(1), Duration: time.Second},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: 1e12, Duration: 10 * time.Second},
+		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, EventBytes: 64<<20 + 1},
 	} {
 		o.Base = config.Default()
 		if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !errors.Is(err, loadgen.ErrInvalidOptions) {
@@ -750,7 +750,7 @@ func TestOptionsValidate(t *testing.T) {
 
 	// Events padded past pipeline.max_event_bytes would all be
 	// dead-lettered: refused, per variant.
-	o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, EventBytes: 2048, Base: config.Default()}
+	o := Options{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, EventBytes: 2048, Base: config.Default()}
 	o.Base.Pipeline.MaxEventBytes = 1024
 	if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "pipeline.max_event_bytes 1024") {
 		t.Errorf("EventBytes above max_event_bytes: %v", err)
@@ -776,7 +776,7 @@ func TestOptionsValidate(t *testing.T) {
 	// A duplicate window whose PubAck wait would be under minAckWait is
 	// refused, naming the smallest window taken (4s: 5 x (500ms + 300ms)),
 	// which is taken.
-	o = Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, DuplicateWindow: 1600 * time.Millisecond, Base: config.Default()}
+	o = Options{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, DuplicateWindow: 1600 * time.Millisecond, Base: config.Default()}
 	if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "give at least 4s (a PubAck wait of 500ms)") {
 		t.Errorf("DuplicateWindow 1.6s: %v, want ErrInvalidOptions asking for at least 4s", err)
 	}
@@ -787,7 +787,7 @@ func TestOptionsValidate(t *testing.T) {
 
 	// Padding the embedded nats-server cannot take, refused before it starts.
 	for _, n := range []int{-1, 1 << 20} {
-		o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, EventBytes: n, Embedded: true, Base: config.Default()}
+		o := Options{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, EventBytes: n, Embedded: true, Base: config.Default()}
 		o.Base.Pipeline.MaxEventBytes = 4 << 20
 		if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "--event-bytes") {
 			t.Errorf("EventBytes %d, embedded: %v, want ErrInvalidOptions naming --event-bytes", n, err)
@@ -795,10 +795,38 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	// A configured server's max_payload may be larger (up to 64 MiB): its
 	// limit is checked once connected, not against the embedded default.
-	o = Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, EventBytes: 1 << 20, Base: config.Default()}
+	o = Options{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, EventBytes: 1 << 20, Base: config.Default()}
 	o.Base.Pipeline.MaxEventBytes = 4 << 20
 	if err := o.defaults(); err != nil {
 		t.Errorf("EventBytes 1 MiB for a configured server: %v, want it taken", err)
+	}
+}
+
+// --subjects 0 and --timeout 0 are refused, the flag and its value named,
+// as --count 0 is: they were taken for 1000 subjects and 10 minutes, which
+// neither the help nor the README says.
+func TestOptionsRefuseNoSubjectsOrTimeout(t *testing.T) {
+	valid := func() Options {
+		return Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, Subjects: 10, Timeout: time.Minute, Base: config.Default()}
+	}
+	if o := valid(); o.defaults() != nil {
+		t.Fatalf("valid options refused: %v", o.defaults())
+	}
+	for _, tc := range []struct {
+		mut func(*Options)
+		say string
+	}{
+		{func(o *Options) { o.Subjects = 0 }, "--subjects 0: at least 1"},
+		{func(o *Options) { o.Subjects = -3 }, "--subjects -3: at least 1"},
+		{func(o *Options) { o.Timeout = 0 }, "--timeout 0s: give one engine's run a positive time"},
+		{func(o *Options) { o.Timeout = -time.Second }, "--timeout -1s: give one engine's run a positive time"},
+		{func(o *Options) { o.Count = -1 }, "--count -1: at least 1 repetition"},
+	} {
+		o := valid()
+		tc.mut(&o)
+		if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), tc.say) {
+			t.Errorf("defaults() = %v; want ErrInvalidOptions with %q", err, tc.say)
+		}
 	}
 }
 
@@ -816,13 +844,13 @@ func TestOptionsValidateTheVariantsConfiguration(t *testing.T) {
 		{Variant{Name: "env:JETSINK_PIPELINE_WORKERS=x", Env: []string{"JETSINK_PIPELINE_WORKERS=x"}}, "JETSINK_PIPELINE_WORKERS"},
 		{Variant{Name: "env:JETSINK_PIPELINE_WOKERS=2", Env: []string{"JETSINK_PIPELINE_WOKERS=2"}}, "not a jetsink setting"},
 	} {
-		o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, Base: config.Default(), Variants: []Variant{{}, tc.v}}
+		o := Options{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, Base: config.Default(), Variants: []Variant{{}, tc.v}}
 		_, err := Run(context.Background(), o)
 		if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(fmt.Sprint(err), tc.say) {
 			t.Errorf("variant %+v: %v; want ErrInvalidOptions with %q", tc.v, err, tc.say)
 		}
 	}
-	o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, Base: config.Default(),
+	o := Options{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, Base: config.Default(),
 		Variants: []Variant{{Name: "pipeline.workers=2", Set: []string{"pipeline.workers=2"}}, {Name: "env:GOGC=200", Env: []string{"GOGC=200"}}}}
 	if err := o.defaults(); err != nil {
 		t.Errorf("good variants: %v", err)
