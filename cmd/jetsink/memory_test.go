@@ -78,7 +78,7 @@ func TestApplyMemoryLimit(t *testing.T) {
 			t.Errorf("GOGC %d, want GOGC's 150 left alone", got)
 		}
 	})
-	t.Run("auto tunes GOGC and sets no limit", func(t *testing.T) {
+	t.Run("auto tunes GOGC and sets no limit without a cgroup limit", func(t *testing.T) {
 		restoreGC(t)
 		unsetenv(t, "GOMEMLIMIT")
 		unsetenv(t, "GOGC")
@@ -86,7 +86,7 @@ func TestApplyMemoryLimit(t *testing.T) {
 			return
 		}
 		debug.SetMemoryLimit(math.MaxInt64)
-		stop := applyMemoryLimit(config.MemoryLimitAuto, log)
+		stop := applyMemoryLimitIn(cgroupV2(t, "max"), config.MemoryLimitAuto, log)
 		defer stop()
 		if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
 			t.Errorf("memory limit %d, want none", got)
@@ -101,20 +101,87 @@ func TestApplyMemoryLimit(t *testing.T) {
 		unsetenv(t, "GOMEMLIMIT")
 		t.Setenv("GOGC", "150")
 		debug.SetGCPercent(150)
-		stop := applyMemoryLimit(config.MemoryLimitAuto, log)
+		debug.SetMemoryLimit(math.MaxInt64)
+		stop := applyMemoryLimitIn(cgroupV2(t, "268435456"), config.MemoryLimitAuto, log)
 		defer stop()
 		if got := debug.SetGCPercent(100); got != 150 {
 			t.Errorf("GOGC %d, want GOGC's 150 left alone", got)
+		}
+		// A memory limit applies under GOGC, as a size does.
+		if got, want := debug.SetMemoryLimit(-1), softLimitUnder(256<<20); got != want {
+			t.Errorf("memory limit %d, want %d under the cgroup's 256 MiB", got, want)
+		}
+	})
+	t.Run("auto sets a soft limit under the cgroup's", func(t *testing.T) {
+		restoreGC(t)
+		unsetenv(t, "GOMEMLIMIT")
+		unsetenv(t, "GOGC")
+		debug.SetMemoryLimit(math.MaxInt64)
+		var out strings.Builder
+		stop := applyMemoryLimitIn(cgroupV2(t, "268435456"), config.MemoryLimitAuto,
+			slog.New(slog.NewTextHandler(&out, nil)))
+		defer stop()
+		want := int64(256<<20)/100*90 - 24<<20
+		if got := debug.SetMemoryLimit(-1); got != want {
+			t.Errorf("memory limit %d, want %d (90%% of 256 MiB less 24 MiB)", got, want)
+		}
+		if !strings.Contains(out.String(), `soft_limit="206 MiB: 90% of the cgroup's 256 MiB, less 24 MiB (`) {
+			t.Errorf("log does not say the soft limit:\n%s", out.String())
+		}
+	})
+	t.Run("auto: a cgroup that cannot be read sets no limit", func(t *testing.T) {
+		restoreGC(t)
+		unsetenv(t, "GOMEMLIMIT")
+		unsetenv(t, "GOGC")
+		debug.SetMemoryLimit(math.MaxInt64)
+		var out strings.Builder
+		stop := applyMemoryLimitIn(cgroupV2(t, "lots"), config.MemoryLimitAuto,
+			slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		defer stop()
+		if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+			t.Errorf("memory limit %d, want none", got)
+		}
+		if !strings.Contains(out.String(), "level=DEBUG") || !strings.Contains(out.String(), "cgroup_limit=none") {
+			t.Errorf("want the failure at debug and no limit at info:\n%s", out.String())
+		}
+	})
+	t.Run("GOMEMLIMIT wins over the cgroup's limit", func(t *testing.T) {
+		restoreGC(t)
+		t.Setenv("GOMEMLIMIT", "1GiB")
+		debug.SetMemoryLimit(math.MaxInt64)
+		applyMemoryLimitIn(cgroupV2(t, "268435456"), config.MemoryLimitAuto, log)()
+		if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+			t.Errorf("memory limit %d, want it left alone", got)
+		}
+	})
+	t.Run("a size ignores the cgroup's limit", func(t *testing.T) {
+		restoreGC(t)
+		unsetenv(t, "GOMEMLIMIT")
+		unsetenv(t, "GOGC")
+		applyMemoryLimitIn(cgroupV2(t, "268435456"), 40<<20, log)()
+		if got := debug.SetMemoryLimit(-1); got != 40<<20 {
+			t.Errorf("memory limit %d, want memory_limit's %d", got, 40<<20)
 		}
 	})
 	t.Run("zero does nothing", func(t *testing.T) {
 		restoreGC(t)
 		unsetenv(t, "GOMEMLIMIT")
 		debug.SetMemoryLimit(math.MaxInt64)
-		applyMemoryLimit(0, log)()
+		applyMemoryLimitIn(cgroupV2(t, "268435456"), 0, log)()
 		if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
 			t.Errorf("memory limit %d, want none", got)
 		}
+	})
+}
+
+// cgroupV2 is a fake root in which the process is a container's with
+// memory.max holding max.
+func cgroupV2(t *testing.T, max string) string {
+	t.Helper()
+	return fakeRoot(t, map[string]string{
+		"proc/self/cgroup":         "0::/\n",
+		"proc/self/mountinfo":      mountsV2Container,
+		"sys/fs/cgroup/memory.max": max + "\n",
 	})
 }
 
