@@ -127,6 +127,48 @@ func TestHealthcheckTimeoutsNest(t *testing.T) {
 	nest("Dockerfile", strings.Join(argv, " "), docker)
 }
 
+// A service that another waits for to be healthy (depends_on, condition
+// service_healthy) gives its healthcheck a start period of a minute or
+// more: nats-server's /healthz fails while JetStream recovers its streams
+// and pg_isready while PostgreSQL recovers from a crash, each as long as
+// the store is large, and without one, 12 failures at 5 s mark it
+// unhealthy and `docker compose up` gives up on the service waiting.
+func TestComposeWaitedForServicesHaveAStartPeriod(t *testing.T) {
+	raw, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Services map[string]struct {
+			DependsOn map[string]struct {
+				Condition string `yaml:"condition"`
+			} `yaml:"depends_on"`
+			Healthcheck struct {
+				StartPeriod string `yaml:"start_period"`
+			} `yaml:"healthcheck"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(raw, &compose); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	waited := 0
+	for name, svc := range compose.Services {
+		for dep, c := range svc.DependsOn {
+			if c.Condition != "service_healthy" {
+				continue
+			}
+			waited++
+			sp := compose.Services[dep].Healthcheck.StartPeriod
+			if d, err := time.ParseDuration(sp); err != nil || d < time.Minute {
+				t.Errorf("docker-compose.yml: %s waits for %s to be healthy, whose healthcheck start_period is %q; want 1m or more", name, dep, sp)
+			}
+		}
+	}
+	if waited == 0 {
+		t.Error("docker-compose.yml: no service waits for another to be healthy: the check checks nothing")
+	}
+}
+
 // pinned are the files that name the versions the images must match.
 type pinned struct {
 	goMod, dockerfile, compose      string // ../go.mod, ../Dockerfile, ../docker-compose.yml
