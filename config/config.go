@@ -30,11 +30,13 @@ type Config struct {
 	// process gives up; nothing uncommitted is acked. Default 30s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// MemoryLimit paces the Go garbage collector of "jetsink run".
-	// "auto" (MemoryLimitAuto, the default) sets no limit but adjusts GOGC
-	// after every collection so that the next one starts when the heap
-	// reaches 32MiB, or 1.5x the live heap if that is more: the collector
-	// runs far less often than Go's default on jetsink's small heap, and up
-	// to twice as often with a large one, to hold memory down. A size is
+	// "auto" (MemoryLimitAuto, the default) adjusts GOGC after every
+	// collection so that the next one starts when the heap reaches 32MiB,
+	// or 1.5x the live heap if that is more: the collector runs far less
+	// often than Go's default on jetsink's small heap, and up to twice as
+	// often with a large one, to hold memory down; under a cgroup's memory
+	// limit (a container's) it also sets Go's soft memory limit to 90% of
+	// it less 24MiB, at least 16MiB, as a backstop. A size is
 	// Go's soft memory limit (debug.SetMemoryLimit: heap, stacks and
 	// runtime data; not the binary's own pages) with GOGC 400 under it: the
 	// tightest bound on memory, but near it the collector works harder, up
