@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +33,14 @@ func TestEmptyShortcutFlagIsRefused(t *testing.T) {
 		{[]string{"publish", "--nats-url=", "--events", "1"}, "(--nats-url)"},
 		{[]string{"dlq", "replay", "--nats-url=", "--dry-run"}, "(--nats-url)"},
 		{[]string{"bench", "--database-url=", "--nats-url", nowhere, "--events", "1"}, "(--database-url)"},
+		// --config "$CFG" with CFG unset read no file, and ran on the
+		// defaults (and over JETSINK_CONFIG: below).
+		{[]string{"check", "--config=", "--nats-url", nowhere, "--database-url", pgNowhere}, emptyConfig},
+		{[]string{"run", "-c", "", "--nats-url", nowhere, "--database-url", pgNowhere}, emptyConfig},
+		{[]string{"init", "--print", "--config", "", "--database-url", pgNowhere}, emptyConfig},
+		{[]string{"publish", "--config=", "--nats-url", nowhere, "--events", "1"}, emptyConfig},
+		{[]string{"dlq", "replay", "--config=", "--nats-url", nowhere, "--dry-run"}, emptyConfig},
+		{[]string{"bench", "--config=", "--nats-url", nowhere, "--database-url", pgNowhere, "--events", "1"}, emptyConfig},
 	} {
 		r := startJetsink(t, ctx, tc.args...)
 		code := r.wait(t, ctx)
@@ -42,7 +52,26 @@ func TestEmptyShortcutFlagIsRefused(t *testing.T) {
 			t.Errorf("jetsink %s: exit %d, want %d with %q in:\n%s", strings.Join(tc.args, " "), code, exitConfig, tc.say, msg)
 		}
 	}
+
+	// Given empty, --config does not fall back to JETSINK_CONFIG either.
+	file := filepath.Join(t.TempDir(), "jetsink.yaml")
+	if err := os.WriteFile(file, []byte("nats:\n  url: "+nowhere+"\npostgres:\n  url: "+pgNowhere+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("JETSINK_CONFIG", file) // startJetsink clears it: the root is made after it is set
+	root := newRoot()
+	var out strings.Builder
+	root.SetArgs([]string{"check", "--config="})
+	root.SetOut(&out)
+	root.SetErr(&out)
+	err := execute(ctx, root)
+	if code, msg := exitCode(err), out.String()+fmt.Sprint(err); code != exitConfig || !strings.Contains(msg, emptyConfig) {
+		t.Errorf("JETSINK_CONFIG=FILE check --config=: exit %d, want %d with %q in:\n%s", code, exitConfig, emptyConfig, msg)
+	}
 }
+
+// emptyConfig is what a command says of --config given empty.
+const emptyConfig = "--config is empty (a variable left unset?)"
 
 // A config path that is a directory (Docker's, for a file to mount that
 // did not exist) is named with what gave it, --config or JETSINK_CONFIG,

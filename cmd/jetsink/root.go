@@ -112,7 +112,8 @@ func (f *configFlags) registerNATS(fs *pflag.FlagSet) {
 // load reads file, environment and flags, flags winning. A shortcut flag
 // given counts, even empty: validation refuses an empty URL, naming the
 // flag, where leaving it out would reach the file's, the environment's or
-// the default server.
+// the default server. --config given empty is a usageError: it would read
+// no file, not JETSINK_CONFIG's.
 func (f *configFlags) load() (config.Config, error) {
 	cfg, _, err := f.loadOrigins()
 	return cfg, err
@@ -133,6 +134,11 @@ func (f *configFlags) loadOrigins() (config.Config, map[string]string, error) {
 	}
 	from := "JETSINK_CONFIG" // the flag's default
 	if f.given("config") {
+		if f.file == "" {
+			// --config "$CFG" with CFG unset: no file at all, not
+			// JETSINK_CONFIG's, would be read.
+			return config.Config{}, nil, usageError{errors.New("--config is empty (a variable left unset?): give the config file's path, or leave --config out")}
+		}
 		from = "--config"
 	}
 	return config.LoadOrigins(config.Source{File: f.file, FileFrom: from, Env: os.Environ(), Flags: flags, Set: f.set})
