@@ -89,13 +89,14 @@ telemetry.sample_ratio.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Each range is checked here, by its flag's name, before
 			// loadgen's Validate, which names its Options' fields and takes
-			// 0 for a default.
+			// 0 for a default. Given, --events 0, --rate 0 and --duration 0s
+			// are refused with their value, not taken as left out.
 			switch {
 			case o.Subject == "":
 				return usageError{errors.New("--subject: give the subject prefix, e.g. events")}
 			case subjectPrefixProblem(o.Subject) != "":
 				return usageError{fmt.Errorf("--subject %q: %s", o.Subject, subjectPrefixProblem(o.Subject))}
-			case o.Events < 0:
+			case o.Events < 0 || o.Events == 0 && cmd.Flags().Changed("events"):
 				return usageError{fmt.Errorf("--events %d: give a positive number of events", o.Events)}
 			case o.Subjects < 1 || o.Subjects > loadgen.MaxSubjects:
 				return usageError{fmt.Errorf("--subjects %d: give 1 up to %d (the number of devices, each its own subject)", o.Subjects, loadgen.MaxSubjects)}
@@ -104,12 +105,14 @@ telemetry.sample_ratio.`,
 					o.MaxPending, loadgen.MaxMaxPending)}
 			case o.EventBytes < 0 || o.EventBytes > maxEventBytes:
 				return usageError{fmt.Errorf("--event-bytes %d: give 0 (unpadded) or a size in bytes, at most %d (64 MiB, the largest max_payload)", o.EventBytes, maxEventBytes)}
-			case math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) || o.Rate < 0:
+			case math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) || o.Rate < 0 || o.Rate == 0 && cmd.Flags().Changed("rate"):
 				return usageError{fmt.Errorf("--rate %g: give a positive number of events per second", o.Rate)}
 			case o.AckWait <= 0:
 				return usageError{fmt.Errorf("--ack-wait %v: give a duration above 0, such as 5s", o.AckWait)}
 			case (o.Events > 0) == (o.Rate > 0):
 				return usageError{fmt.Errorf("give either --events or --rate with --duration")}
+			case o.Rate > 0 && o.Duration <= 0 && cmd.Flags().Changed("duration"):
+				return usageError{fmt.Errorf("--duration %v: give a positive duration to publish at --rate for, such as 60s", o.Duration)}
 			case o.Rate > 0 && o.Duration <= 0:
 				return usageError{fmt.Errorf("--rate needs --duration")}
 			case o.Events > 0 && cmd.Flags().Changed("duration"):

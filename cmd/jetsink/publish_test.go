@@ -49,6 +49,15 @@ func TestPublishCmdUsageErrors(t *testing.T) {
 		{[]string{"--events", "10", "--rate", "10", "--duration", "1s"}, "give either --events or --rate"},
 		{[]string{}, "give either --events or --rate"},
 		{[]string{"--events", "-5"}, "--events -5: "},
+		// Given, a value that publishes nothing is named, not taken as
+		// the flag left out.
+		{[]string{"--events", "0"}, "--events 0: give a positive number of events"},
+		{[]string{"--events", "-1"}, "--events -1: give a positive number of events"},
+		{[]string{"--rate", "0", "--duration", "1s"}, "--rate 0: give a positive number of events per second"},
+		{[]string{"--rate", "-2", "--duration", "1s"}, "--rate -2: give a positive number of events per second"},
+		{[]string{"--rate", "10", "--duration", "-1s"}, "--duration -1s: give a positive duration"},
+		{[]string{"--rate", "10", "--duration", "0s"}, "--duration 0s: give a positive duration"},
+		{[]string{"--events", "10", "--duration", "0s"}, "--duration goes with --rate"},
 		{[]string{"--events", "10", "--subjects", "0"}, "--subjects 0: give 1 up to 1048576"},
 		{[]string{"--events", "10", "--subjects", "2000000"}, "--subjects 2000000: give 1 up to 1048576"},
 		{[]string{"--events", "10", "--max-pending", "0"}, "--max-pending 0: give 1 up to 1048576"},
