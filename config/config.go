@@ -147,6 +147,12 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("%w: log.format must be text or json, not %q", ErrInvalidConfig, c.Log.Format))
 	}
+	if c.Telemetry.ServiceName == "" {
+		// Only when written so (the default is jetsink): an empty
+		// variable (compose's ${VAR:-}) would otherwise become jetsink,
+		// unsaid, as postgres.app_name refuses it.
+		errs = append(errs, fmt.Errorf("%w: telemetry.service_name must not be empty (default jetsink; OTEL_SERVICE_NAME overrides it)", ErrInvalidConfig))
+	}
 	if !(c.Telemetry.SampleRatio >= 0 && c.Telemetry.SampleRatio <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("%w: telemetry.sample_ratio must be between 0 and 1, not %g", ErrInvalidConfig, c.Telemetry.SampleRatio))
 	}

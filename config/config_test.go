@@ -463,6 +463,27 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 	}
 }
 
+// telemetry.service_name written empty (as an empty variable, compose's
+// ${VAR:-}, writes it) is refused, as postgres.app_name is, not taken as
+// jetsink unsaid; left out, or null, it is jetsink.
+func TestEmptyServiceNameRefused(t *testing.T) {
+	for _, src := range []Source{
+		{Env: []string{"JETSINK_TELEMETRY_SERVICE_NAME="}},
+		{Set: []string{"telemetry.service_name="}},
+	} {
+		if _, err := Load(src); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "telemetry.service_name must not be empty") {
+			t.Errorf("%+v: err %v, want telemetry.service_name must not be empty", src, err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "jetsink.yaml")
+	if err := os.WriteFile(path, []byte("telemetry:\n  service_name:\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := Load(Source{File: path}); err != nil || cfg.Telemetry.ServiceName != "jetsink" {
+		t.Errorf("service_name null: %q, %v; want jetsink", cfg.Telemetry.ServiceName, err)
+	}
+}
+
 func TestValidateCrossSectionRules(t *testing.T) {
 	cfg := Default()
 	cfg.Postgres.Mode = sink.ExactlyOnce
