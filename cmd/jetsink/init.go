@@ -32,12 +32,17 @@ whichever schema; a new one is made in the first. When the name is taken by anot
 table renamed since, or left INVALID by a failed concurrent build), init
 says what holds it and how to free it, and exits 1. --print shows the SQL
 that makes both where there is no table, without running it (on an existing
-table init runs only what is missing of it).
+table init runs only what is missing of it). init reads the postgres: and
+log: settings only, and connects to no NATS server: it refuses --nats-url
+and --stream.
 
 Ctrl-C (SIGINT or SIGTERM) cancels the statement under way on the server,
 rolls the DDL back and exits 1; a second one exits at once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refused(cmd.Flags(), initIgnores, "nats-url", "stream"); err != nil {
+				return err
+			}
 			cfg, err := cf.load()
 			if err != nil {
 				return err
@@ -96,7 +101,12 @@ rolls the DDL back and exits 1; a second one exits at once.`,
 			return nil
 		},
 	}
-	cf.register(cmd.Flags())
+	cf.registerTable(cmd.Flags())
+	// Taken once and never used: refused, saying why.
+	refuseFlags(cmd.Flags(), "nats-url", "stream")
 	cmd.Flags().BoolVar(&printOnly, "print", false, "print the SQL instead of running it")
 	return cmd
 }
+
+// initIgnores is why init refuses --nats-url and --stream.
+const initIgnores = "init makes and checks the table only, from the postgres: and log: settings, and uses no NATS server or stream (jetsink check checks those)"

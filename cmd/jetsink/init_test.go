@@ -121,14 +121,14 @@ func TestCheckStopsOnSignal(t *testing.T) {
 	if _, err := ns.JetStream(t).CreateStream(ctx, jetstream.StreamConfig{Name: "CHECKSIG", Subjects: []string{"checksig.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--database-url", pg.URL, "--table", "checksig", "--mode", "exactly-once", "--nats-url", ns.URL(), "--stream", "CHECKSIG"}
+	args := []string{"--database-url", pg.URL, "--table", "checksig", "--mode", "exactly-once"}
 	if r := startJetsink(t, ctx, append([]string{"init"}, args...)...); r.wait(t, ctx) != exitOK {
 		t.Fatalf("init: %v\n%s", r.err, r.out.String())
 	}
 	lockTable(t, ctx, pg.URL, "checksig")
 
 	cmdCtx, cmdCancel := context.WithCancel(ctx)
-	r := startJetsink(t, cmdCtx, append([]string{"check"}, args...)...)
+	r := startJetsink(t, cmdCtx, append([]string{"check", "--nats-url", ns.URL(), "--stream", "CHECKSIG"}, args...)...)
 	t.Cleanup(cmdCancel)
 	waitLockWait(t, ctx, pg.URL, "checksig")
 	interrupt(t)
@@ -137,5 +137,48 @@ func TestCheckStopsOnSignal(t *testing.T) {
 	code := r.wait(t, wctx)
 	if code != exitFailed || r.err == nil || !strings.Contains(r.err.Error(), "stopped by interrupt: check did not finish") {
 		t.Fatalf("exit %d (%v), want %d saying check was stopped\n%s", code, r.err, exitFailed, r.out.String())
+	}
+}
+
+// init makes and checks the table only: --nats-url and --stream, which it
+// took and never used, are refused, naming the flag, and its help lists
+// the flags it uses.
+func TestInitRefusesNATSFlags(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const pgNowhere = "postgres://127.0.0.1:1/x"
+	for _, tc := range []struct {
+		args []string
+		say  string
+	}{
+		{[]string{"init", "--nats-url", "nats://127.0.0.1:1", "--database-url", pgNowhere}, "--nats-url: init "},
+		{[]string{"init", "--print", "--stream=ORDERS", "--database-url", pgNowhere}, "--stream: init "},
+		{[]string{"init", "--stream=", "--database-url", pgNowhere}, "--stream: init "},
+	} {
+		r := startJetsink(t, ctx, tc.args...)
+		code := r.wait(t, ctx)
+		msg := r.out.String()
+		if r.err != nil {
+			msg += r.err.Error()
+		}
+		if code != exitConfig || !strings.Contains(msg, tc.say) {
+			t.Errorf("jetsink %s: exit %d, want %d with %q in:\n%s", strings.Join(tc.args, " "), code, exitConfig, tc.say, msg)
+		}
+	}
+	r := startJetsink(t, ctx, "init", "--help")
+	help := r.out.String
+	if code := r.wait(t, ctx); code != exitOK {
+		t.Fatalf("init --help: exit %d\n%s", code, help())
+	}
+	_, flags, _ := strings.Cut(help(), "\nFlags:\n")
+	for _, f := range []string{"--config", "--set", "--database-url", "--table", "--mode", "--log-level", "--print"} {
+		if !strings.Contains(flags, f+" ") && !strings.Contains(flags, f+"[") { // --print[=true|false]
+			t.Errorf("init --help does not list %s:\n%s", f, help())
+		}
+	}
+	for _, f := range []string{"--nats-url", "--stream"} {
+		if strings.Contains(flags, f) {
+			t.Errorf("init --help lists %s, which init does not use:\n%s", f, help())
+		}
 	}
 }

@@ -92,21 +92,58 @@ type configFlags struct {
 }
 
 func (f *configFlags) register(fs *pflag.FlagSet) {
-	f.registerNATS(fs)
-	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (log.level)")
-	fs.StringVar(&f.dbURL, "database-url", "", "PostgreSQL URL (postgres.url, env JETSINK_DATABASE_URL; default "+sink.DefaultConfig().URL+")")
+	f.registerTable(fs)
+	f.natsURLFlag(fs)
 	fs.StringVar(&f.stream, "stream", "", "JetStream stream (nats.stream; default "+consumer.DefaultStream+")")
-	fs.StringVar(&f.table, "table", "", "target table (postgres.table; default "+sink.DefaultConfig().Table+")")
-	fs.StringVar(&f.mode, "mode", "", "at-least-once or exactly-once (postgres.mode; default "+string(sink.DefaultConfig().Mode)+")")
 }
 
 // registerNATS registers the flags of a command that reads the
 // configuration but uses only its nats: section.
 func (f *configFlags) registerNATS(fs *pflag.FlagSet) {
+	f.registerFile(fs)
+	f.natsURLFlag(fs)
+}
+
+// registerTable registers the flags of a command that reads the
+// configuration but uses only its postgres: and log: sections (init).
+func (f *configFlags) registerTable(fs *pflag.FlagSet) {
+	f.registerFile(fs)
+	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (log.level)")
+	fs.StringVar(&f.dbURL, "database-url", "", "PostgreSQL URL (postgres.url, env JETSINK_DATABASE_URL; default "+sink.DefaultConfig().URL+")")
+	fs.StringVar(&f.table, "table", "", "target table (postgres.table; default "+sink.DefaultConfig().Table+")")
+	fs.StringVar(&f.mode, "mode", "", "at-least-once or exactly-once (postgres.mode; default "+string(sink.DefaultConfig().Mode)+")")
+}
+
+// registerFile registers --config and --set, which every command that
+// reads the configuration has.
+func (f *configFlags) registerFile(fs *pflag.FlagSet) {
 	f.fs = fs
 	fs.StringVarP(&f.file, "config", "c", os.Getenv("JETSINK_CONFIG"), "YAML config file (env JETSINK_CONFIG)")
 	fs.StringArrayVar(&f.set, "set", nil, "override any key, e.g. --set nats.ack_wait=1m (repeatable; 'jetsink keys' lists them)")
+}
+
+func (f *configFlags) natsURLFlag(fs *pflag.FlagSet) {
 	fs.StringVar(&f.natsURL, "nats-url", "", "NATS server URL (nats.url, env JETSINK_NATS_URL; default "+consumer.DefaultURL+")")
+}
+
+// refuseFlags registers names as hidden flags taking a value, for refused
+// to refuse saying why, rather than pflag with a bare "unknown flag".
+func refuseFlags(fs *pflag.FlagSet, names ...string) {
+	for _, name := range names {
+		fs.String(name, "", "")
+		_ = fs.MarkHidden(name) // registered just above
+	}
+}
+
+// refused returns a usageError naming the first of names given in fs,
+// saying why, or nil.
+func refused(fs *pflag.FlagSet, why string, names ...string) error {
+	for _, name := range names {
+		if fs.Changed(name) {
+			return usageError{fmt.Errorf("--%s: %s; leave it out", name, why)}
+		}
+	}
+	return nil
 }
 
 // load reads file, environment and flags, flags winning. A shortcut flag
