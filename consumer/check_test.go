@@ -923,6 +923,7 @@ func TestStreamSourcingTheDeadLetterStreamIsRefused(t *testing.T) {
 			if refused := errors.Is(err, ErrInvalidConfig) && strings.Contains(err.Error(), "dead-lettered again"); refused != tc.refused {
 				t.Fatalf("New: %v; want the loop refused: %v", err, tc.refused)
 			}
+			dropSourcing(t, ctx, js, cfg.Stream)
 		})
 	}
 	// With create_stream and no stream capturing the dead-letter subject
@@ -939,6 +940,34 @@ func TestStreamSourcingTheDeadLetterStreamIsRefused(t *testing.T) {
 	_, err := New(ctx, cfg, testLogger(t, nil))
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), cfg.Stream+"_DLQ") {
 		t.Fatalf("New with create_stream: %v; want the loop through %s_DLQ refused", err, cfg.Stream)
+	}
+	dropSourcing(t, ctx, js, cfg.Stream)
+}
+
+// dropSourcing deletes stream name once the server has set up its mirror
+// or sources, or failed to. While the server waits for the answer to its
+// request for a source's consumer, a goroutine of its own waits too, for
+// 30 s whether the server shuts down or not, and the leak check at the end
+// of the tests reports it; a source that failed (its stream is not there)
+// or was lost is set up again every few seconds, as long as the stream
+// that sources it is there.
+func dropSourcing(t *testing.T, ctx context.Context, js jetstream.JetStream, name string) {
+	t.Helper()
+	waitFor(t, ctx, "the sources of stream "+name+" set up", func() bool {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := s.CachedInfo()
+		for _, si := range append([]*jetstream.StreamSourceInfo{info.Mirror}, info.Sources...) {
+			if si != nil && si.Active < 0 && si.Error == nil {
+				return false
+			}
+		}
+		return true
+	})
+	if err := js.DeleteStream(ctx, name); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1487,4 +1487,5 @@ func TestDeadLetterThatCameBackIsNotDeadLetteredAgain(t *testing.T) {
 	if !strings.Contains(log.String(), "level=ERROR msg=\"a dead letter came back as an event") {
 		t.Errorf("log:\n%s\nwant the loop at Error", log.String())
 	}
+	dropSourcing(t, ctx, js, cfg.Stream)
 }
