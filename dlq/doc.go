@@ -5,7 +5,9 @@
 // plus Jetsink-* headers: Jetsink-Subject, Jetsink-Stream,
 // Jetsink-Stream-Seq, Jetsink-Stage, Jetsink-Code, Jetsink-SQLState,
 // Jetsink-Delivered, Jetsink-Reason, Jetsink-Msg-Id (the original
-// Nats-Msg-Id), Jetsink-Consumer (the durable consumer that gave it up).
+// Nats-Msg-Id), Jetsink-Consumer (the durable consumer that gave it up),
+// and Jetsink-Omitted-Headers when the original had header names nats.go
+// cannot write (left out of the letter, so not replayed).
 //
 // Replay walks the dead-letter stream in order, as jetstream's ordered
 // consumer does (each fetch a new ephemeral consumer without acks, deleted
