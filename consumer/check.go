@@ -75,13 +75,15 @@ func pullBytes(pullMaxBytes int, maxPayload int64, log *slog.Logger) int {
 
 // inFlightProblem is the Problem of a max_in_flight_bytes (budget, as
 // Config.inFlightBudget gives it) too small for a message of the server's
-// max_payload: nothing could be pulled.
+// max_payload: nothing could be pulled. Its fix names the least budget
+// taken (max_payload + pullBytesMargin) and what 0 derives.
 func inFlightProblem(budget, maxPayload int64) (p Problem, ok bool) {
 	if budget == 0 || budget >= maxPayload+pullBytesMargin {
 		return Problem{}, false
 	}
 	return Problem{Config: true, Message: fmt.Sprintf("nats.max_in_flight_bytes (%d) is below the server's max_payload (%d) + %d: the largest message could never be pulled",
-		budget, maxPayload, pullBytesMargin), Fix: fmt.Sprintf("set nats.max_in_flight_bytes to %d or more, or 0", 4*(maxPayload+pullBytesMargin))}, true
+		budget, maxPayload, pullBytesMargin), Fix: fmt.Sprintf("set nats.max_in_flight_bytes to %d or more (the least that holds the largest message), or 0 (derived: %d)",
+		maxPayload+pullBytesMargin, max(DefaultMaxInFlightBytes, 4*(maxPayload+pullBytesMargin)))}, true
 }
 
 func (p Problem) String() string {

@@ -1015,3 +1015,31 @@ func TestDeadLetterStreamMaxMsgSize(t *testing.T) {
 		}
 	}
 }
+
+// The fix of a max_in_flight_bytes too small for the largest message
+// names the least budget taken (max_payload + 8 KiB, as the README says),
+// not four times it, and what 0 derives; the least it names is taken.
+func TestInFlightProblemNamesLeastBudget(t *testing.T) {
+	for _, tc := range []struct {
+		maxPayload    int64
+		least, derive string
+	}{
+		{1 << 20, "1056768 or more", "derived: 33554432"},
+		{8 << 20, "8396800 or more", "derived: 33587200"},
+	} {
+		p, bad := inFlightProblem(tc.maxPayload, tc.maxPayload)
+		if !bad {
+			t.Fatalf("max_payload %d: a budget of max_payload refused by nothing", tc.maxPayload)
+		}
+		if !strings.Contains(p.Fix, "set nats.max_in_flight_bytes to "+tc.least) || !strings.Contains(p.Fix, tc.derive) {
+			t.Errorf("max_payload %d: fix %q, want %q and %q", tc.maxPayload, p.Fix, tc.least, tc.derive)
+		}
+		least := tc.maxPayload + pullBytesMargin
+		if _, bad := inFlightProblem(least, tc.maxPayload); bad {
+			t.Errorf("max_payload %d: the least budget the fix names (%d) is refused", tc.maxPayload, least)
+		}
+		if _, bad := inFlightProblem(least-1, tc.maxPayload); !bad {
+			t.Errorf("max_payload %d: a budget below the least (%d) is taken", tc.maxPayload, least-1)
+		}
+	}
+}
