@@ -338,6 +338,9 @@ func (s *Sink) Run(ctx context.Context, src Source) error {
 	if s.cfg.InProgressEvery > 0 {
 		beatWG.Go(func() { r.heartbeat(ctx, stopBeat) })
 	}
+	if s.cfg.ReleaseAfter > 0 {
+		beatWG.Go(func() { r.watchReach(ctx, stopBeat) })
+	}
 
 	err := r.batcher(ctx)
 	stopWarm() // every batch is handed over: a committer still connecting has none
@@ -525,6 +528,19 @@ func (r *run) batcher(ctx context.Context) error {
 		}
 	}
 	for {
+		// While postgres is unreachable (Away), what may be given back
+		// is, and so are the rows that come; once the Source is closed
+		// (a drain), the batches go to the committers, which give back
+		// what they may.
+		reach := r.s.reachNow()
+		if reach.away && !closed {
+			if err := r.awayRound(ctx, &b, &held, &heldRows, reach.changed); errors.Is(err, ringq.ErrClosed) {
+				closed = true
+			} else if err != nil {
+				return err
+			}
+			continue
+		}
 		full := r.top(b, cfg)
 		if len(held) == 0 && len(b.rows) == 0 {
 			if closed {
@@ -573,9 +589,12 @@ func (r *run) batcher(ctx context.Context) error {
 			// Nothing more to take in: wait for a committer, or until b
 			// has waited long enough to count as a stall.
 			if canHold {
-				if stalled, err := r.awaitCommitter(ctx, b.since.Add(r.holdAfter).Sub(now)); err != nil {
+				if stalled, err := r.awaitCommitter(ctx, b.since.Add(r.holdAfter).Sub(now), reach.changed); err != nil {
 					return err
 				} else if stalled {
+					if r.s.reachNow() != reach {
+						continue // gone away (or back): look again
+					}
 					// Hold b as it is: topping it up first could take
 					// it past HoldRows, and then nothing would be held.
 					hold()
@@ -584,6 +603,8 @@ func (r *run) batcher(ctx context.Context) error {
 			} else {
 				select {
 				case <-r.ready:
+				case <-reach.changed.Done():
+					continue // away: give back what may be, and claim no committer
 				case <-ctx.Done():
 					return ctx.Err()
 				}
@@ -612,7 +633,7 @@ func (r *run) batcher(ctx context.Context) error {
 		default:
 			until = lingerEnd
 		}
-		if err := r.wait(ctx, until, wakeAbove, r.room(b)); errors.Is(err, ringq.ErrClosed) {
+		if err := r.wait(ctx, until, wakeAbove, r.room(b), reach.changed); errors.Is(err, ringq.ErrClosed) {
 			closed = true
 		} else if err != nil {
 			return err
@@ -621,10 +642,11 @@ func (r *run) batcher(ctx context.Context) error {
 }
 
 // wait pops up to n rows into the carry, blocking until some come, until
-// (unless it is zero), or, when wakeAbove >= 0, until more than wakeAbove
+// (unless it is zero), until changed ends (the sink goes away or comes
+// back: see Away), or, when wakeAbove >= 0, until more than wakeAbove
 // committers are free (it registers a wake for that). It returns
 // ringq.ErrClosed once the Source is closed and drained.
-func (r *run) wait(ctx context.Context, until time.Time, wakeAbove, n int) error {
+func (r *run) wait(ctx context.Context, until time.Time, wakeAbove, n int, changed context.Context) error {
 	var wctx context.Context
 	var cancel context.CancelFunc
 	if until.IsZero() {
@@ -633,6 +655,7 @@ func (r *run) wait(ctx context.Context, until time.Time, wakeAbove, n int) error
 		wctx, cancel = context.WithDeadline(ctx, until)
 	}
 	defer cancel()
+	defer context.AfterFunc(changed, cancel)()
 	if wakeAbove >= 0 {
 		r.setWake(cancel)
 		defer r.setWake(nil)
@@ -664,14 +687,17 @@ func (r *run) room(b *batch) int {
 }
 
 // awaitCommitter waits for a committer's token (false) or for d to pass
-// (true: the open batch now counts as stalled).
-func (r *run) awaitCommitter(ctx context.Context, d time.Duration) (bool, error) {
+// (true: the open batch now counts as stalled), or for changed to end
+// (true too: the caller looks at the sink's reach again, see Away).
+func (r *run) awaitCommitter(ctx context.Context, d time.Duration, changed context.Context) (bool, error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-r.ready:
 		return false, nil
 	case <-t.C:
+		return true, nil
+	case <-changed.Done():
 		return true, nil
 	case <-ctx.Done():
 		return false, ctx.Err()

@@ -90,6 +90,18 @@ type Config struct {
 	// InProgress reaches instead of in a ring where nothing does. 0, or
 	// InProgressEvery 0, keeps no spare batches; math.MaxInt sets no limit.
 	HoldRows int `yaml:"-"`
+	// ReleaseAfter is how long the sink may fail to reach PostgreSQL, with
+	// no answer from it meanwhile, before it gives back the events it
+	// holds (nak'ed with a short delay, so that other instances of the
+	// durable take them) and reports itself away (Sink.Away), until the
+	// server answers again: see the package doc, Failures. Set by the
+	// wiring, not a YAML key; 0 never gives events back.
+	ReleaseAfter time.Duration `yaml:"-"`
+	// MaxDeliver is nats.max_deliver (0: no limit): an event on its last
+	// delivery is never given back, since its next one would be past
+	// max_deliver and dead-lettered for an outage. Set by the wiring, not
+	// a YAML key.
+	MaxDeliver int `yaml:"-"`
 }
 
 // BatchConfig is postgres.batch: a batch is cut at MaxRows OR MaxBytes OR
@@ -237,6 +249,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Retry.Max < c.Retry.Initial {
 		errs = append(errs, fmt.Errorf("%w: postgres.retry.max must be >= postgres.retry.initial (default 5s)", ErrInvalidConfig))
+	}
+	if c.ReleaseAfter < 0 {
+		errs = append(errs, fmt.Errorf("%w: the release delay must be >= 0 (0: never give events back)", ErrInvalidConfig))
+	}
+	if c.MaxDeliver < 0 {
+		errs = append(errs, fmt.Errorf("%w: max deliver must be >= 0 (0: no limit)", ErrInvalidConfig))
 	}
 	if c.InProgressEvery < 0 {
 		errs = append(errs, fmt.Errorf("%w: in-progress interval must be >= 0 (it is nats.ack_wait/3)", ErrInvalidConfig))

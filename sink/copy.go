@@ -72,6 +72,13 @@ type committer struct {
 	// held, while commitRetry retries classSuspect errors (see process), is
 	// the batch whose rows it retries: holdWait adds rows to it.
 	held *batch
+	// rel, while commitRetry runs process's main attempt at b.rows[lo:]
+	// (not a bisection's, a probe's nor a hold's), is the batch it may
+	// give back while the sink is away (see releasing).
+	rel struct {
+		b  *batch
+		lo int
+	}
 	// noWork: the batcher has closed work, so holdWait offers no token.
 	noWork bool
 	// lastTry: it has tried the rows refused since suspectSeq was last
@@ -173,6 +180,9 @@ func (c *committer) loop(ctx, warmCtx context.Context) error {
 		}
 		if _, ok := errors.AsType[*givenUpError](err); ok {
 			err = nil // its rows left unacked, for JetStream to redeliver (process logged them)
+		}
+		if errors.Is(err, errReleased) {
+			err = nil // given back (giveBack)
 		}
 		if ctx.Err() != nil {
 			c.r.leaveStale(b) // a hard stop drops its unsettled rows
@@ -308,6 +318,7 @@ func (c *committer) handOffFailed(off *handOffRetry, err error, rows int) {
 	off.attempts++
 	off.wait = max(off.bo.next(), handWait)
 	c.s.st.retries.Add(1)
+	c.s.noteReach(err, now)
 	c.s.refused(err, c.s.classify(err), now)
 	switch {
 	case off.attempts == 1:
@@ -408,7 +419,8 @@ func (c *committer) closeConn() {
 // ctx has ended, errHandOff: b, untouched, is to go to another committer
 // (commitRetry could not connect while others committed), or a
 // *givenUpError: at the end of a drain, the rows of b it had not settled
-// are left unacked (see strandedWait).
+// are left unacked (see strandedWait), or errReleased: the rows of b it
+// had not settled were given back while the sink was away (giveBack).
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
 	c.retries, c.settled, c.bytes, c.held, c.unknown = 0, 0, 0, nil, b.mayBeStored
@@ -425,6 +437,11 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			// Not a failure: another committer takes the batch, untouched,
 			// under a span of its own.
 			c.span.SetAttributes(attribute.Bool("jetsink.batch.handed_off", true))
+			failed = nil
+		}
+		if errors.Is(err, errReleased) && c.span != nil {
+			// Not a failure: given back, for another instance to store.
+			c.span.SetAttributes(attribute.Bool("jetsink.batch.released", true))
 			failed = nil
 		}
 		telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, failed)
@@ -456,9 +473,11 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 		}
 		piece = hi < end
 		c.mayHand = lo == 0 && hi == len(rows) && c.held == nil
+		c.rel.b, c.rel.lo = b, lo
 		err := c.commitRetry(ctx, rows[lo:hi], true)
 		c.mayHand = false
-		if errors.Is(err, errHandOff) {
+		c.rel.b = nil
+		if errors.Is(err, errHandOff) || errors.Is(err, errReleased) {
 			return err
 		}
 		if c.settleCommitted(ctx, b, lo, hi, err) {
@@ -839,6 +858,9 @@ func copyLine(err error) (int, bool) {
 // stored conflict). A lookup that a lost connection or a first timeout
 // ended is no failed attempt, up to a bound per batch (c.passes); any other is
 // one, of classConfig unless transient, never bisected nor dead-lettered.
+// While the sink is away (Away), at process's main attempt (c.rel), it
+// returns errReleased instead of waiting for the next attempt once it has
+// given the batch back (releasing).
 func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve bool) error {
 	bo, first := &c.bo, 0
 	var failing, warned time.Time // when this batch first failed, and was last logged at Warn
@@ -872,6 +894,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		seq := c.s.st.attemptSeq.Add(1)
 		unknown, err := c.attempt(ctx, rows)
 		failedAt := time.Now()
+		c.s.noteReach(err, failedAt)
 		if err == nil || committedMissing(err) != nil {
 			// Committed, and its lookup answered (if it had one): the
 			// next lookup timeout of the batch (another piece's, minutes
@@ -1094,8 +1117,15 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			}
 			continue
 		}
-		if err := sleep(ctx, wait); err != nil {
+		// While the sink is away, process's main attempt gives its rows
+		// back (when it may) rather than wait for the next one.
+		if c.releasing() {
+			return errReleased
+		}
+		if woke, err := c.s.sleepReach(ctx, wait); err != nil {
 			return err
+		} else if woke && c.releasing() {
+			return errReleased
 		}
 	}
 }

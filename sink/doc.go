@@ -14,7 +14,10 @@
 //   - a heartbeat, when InProgressEvery > 0: it sends InProgress for the
 //     messages of every batch held (growing, waiting for a committer,
 //     blocked on a lock, retrying, waiting for dead letters), half that
-//     interval after its oldest row came and then every interval.
+//     interval after its oldest row came and then every interval;
+//   - a watcher, when ReleaseAfter > 0: it tells when PostgreSQL has
+//     been unreachable that long (Away), and then probes it (see
+//     Failures).
 //
 // Each committer owns one *pgx.Conn, opens it when Run starts (all at once,
 // so that the first batches do not each wait for a connect) and reconnects
@@ -296,6 +299,37 @@
 // their pid, user, application, state and transaction age, not their
 // query). It costs an attempt that ends sooner a timer, ~0.5 µs
 // (BenchmarkSlowWatch).
+//
+// A sink that cannot reach PostgreSQL gives its events back, so that
+// other instances of the durable may store them (release.go). Config.
+// ReleaseAfter (0: never) sets how long: once attempts have failed to reach
+// the server for that long (a connect that failed, whatever the server
+// said, refused login and too many connections included; a connection
+// lost with no answer), with no answer from it since (a commit, any error
+// of the server's on a live connection: a lock timeout, a data error), the
+// sink is away (Away; Ready fails, with the last failure): one line at
+// Warn, with how long, the error and the rows held. A COPY waiting for a
+// lock is no failure, however long. While away, the batcher hands nothing
+// over and takes no spare batch: it nak's (with a 2 s delay) the rows it
+// holds and those that still come, once each; a committer retrying
+// its batch gives the rest of it back instead of waiting for the next
+// attempt. Only what may be given back is, so that nothing is stored
+// twice, lost or dead-lettered for the outage: a row of the current epoch
+// (a nak of another would land on the new stream's event, and nothing
+// would deliver the row again), not on its last delivery (Config.
+// MaxDeliver: JetStream counts the redelivery a nak brings), with a
+// message. The batcher keeps the rows that may not (held, and kept alive
+// with InProgress, as in a stall); a committer gives back its whole batch
+// or keeps it whole, and in at-least-once mode keeps a batch one of whose
+// commits had an unknown outcome (its rows may be stored). A committer
+// bisecting, probing or holding refused rows keeps them. The rows given
+// back are settled (no more InProgress), their events ended with outcome
+// "released", counted in Stats.Released, and a nak that fails in
+// Stats.ReleaseErrors (JetStream delivers the event again after ack_wait).
+// The sink probes the server every max(Retry.Max, 1s) on a connection of
+// its own; the first answer (the probe's, or a commit's) ends it: one
+// line at Info, with how long and how many rows were given back, and
+// everything goes on as before. Run ending ends it too.
 //
 // # Use
 //

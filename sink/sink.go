@@ -60,13 +60,15 @@ type Stats struct {
 	InProgressErrors   uint64 // InProgress calls that failed
 	DeadConnections    uint64 // connections given up because the server gave no sign of life for dead_connection_timeout
 	GivenUp            uint64 // rows left unacked at the end of a drain: refused with an error a row or the table may cause, and nothing left to commit to tell which (JetStream redelivers them after ack_wait)
+	Released           uint64 // rows given back (nak'ed with a short delay, for another instance to take) while postgres was unreachable (see Away)
+	ReleaseErrors      uint64 // of those, naks that failed (the message is redelivered after ack_wait)
 }
 
 type counters struct {
 	batches, rows, bytes, retries, possibleDups, configErrs, bisectCopies atomic.Uint64
 	deadLettered, deadLetterErrs, ackErrs, inProgress, inProgressErrs     atomic.Uint64
 	miscounts, uncounted, staleAcks, deadConns, takenIntoHeld             atomic.Uint64
-	timeoutSplits, givenUp                                                atomic.Uint64
+	timeoutSplits, givenUp, released, releaseErrs                         atomic.Uint64
 
 	// attemptSeq numbers the sink's commit attempts as they start;
 	// committedStart is the highest number of an attempt that committed.
@@ -151,6 +153,17 @@ type Sink struct {
 	// (stamp): monotonic, as a wall clock stepped back between them
 	// would misorder them.
 	lastAnswered atomic.Int64
+	// unreachableSince is when attempts began failing to reach the
+	// server (cannotReach) with no answer since (a stamp; 0: never);
+	// lastReached is when the server last answered anything, reachErr
+	// the latest reach failure (see noteReach, and release.go).
+	unreachableSince, lastReached atomic.Int64
+	reachErr                      atomic.Pointer[string]
+	// reach is the state Away reports, replaced under reachMu at each
+	// switch (switchReach).
+	reach         atomic.Pointer[reachState]
+	reachMu       sync.Mutex
+	releaseWarned pipeline.Every // the log of failed naks (nakReleased)
 	// born is when New made the sink, where stamps count from.
 	born time.Time
 
@@ -1182,8 +1195,18 @@ type refusal struct {
 // and has not failed every batch for refusedFor: with a configuration
 // error, such as a missing table, a revoked permission or a read-only
 // server, or a transient one that lasts, such as a full disk. Ping alone
-// stays healthy then while nothing is written.
+// stays healthy then while nothing is written. While the sink is away
+// (Away: it could not reach the server for Config.ReleaseAfter and gave
+// its events back) it is not ready, whatever a ping says.
 func (s *Sink) Ready(ctx context.Context) error {
+	if st := s.reach.Load(); st != nil && st.away {
+		d, msg := s.unreachableFor(time.Now())
+		if d == 0 {
+			d, msg = time.Since(st.since), st.lastErr
+		}
+		return fmt.Errorf("postgres %s unreachable for %v; the events held here were given back, and none are taken until it answers: %s",
+			s.where, d.Round(time.Second), msg)
+	}
 	if err := s.Ping(ctx); err != nil {
 		if !tooManyConnections(err) {
 			return err
@@ -1330,7 +1353,11 @@ func (s *Sink) stamp(t time.Time) int64 { return int64(t.Sub(s.born)) + 1 }
 // bisected; a row it refused once the table took others), which shows
 // that it takes batches.
 func (s *Sink) answered() {
-	s.lastAnswered.Store(s.stamp(time.Now()))
+	now := s.stamp(time.Now())
+	s.lastAnswered.Store(now)
+	if s.cfg.ReleaseAfter > 0 {
+		s.reached(now)
+	}
 	if s.refusedSince.Load() != 0 {
 		s.refusedSince.Store(0)
 	}
@@ -1372,5 +1399,7 @@ func (s *Sink) Stats() Stats {
 		InProgressErrors:   s.st.inProgressErrs.Load(),
 		DeadConnections:    s.st.deadConns.Load(),
 		GivenUp:            s.st.givenUp.Load(),
+		Released:           s.st.released.Load(),
+		ReleaseErrors:      s.st.releaseErrs.Load(),
 	}
 }

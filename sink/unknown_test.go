@@ -23,6 +23,9 @@ type commitCutter struct {
 	// hold: instead of cutting the connection, keep it open and drop
 	// everything the server sends on it from then on.
 	hold atomic.Bool
+	// onCut, if set, is called as the proxy cuts (or holds) the
+	// connection, before the client can see it.
+	onCut func()
 }
 
 // copyDone ends a COPY, and the sink writes nothing after it in a batch's
@@ -67,6 +70,9 @@ func newCommitCutter(t *testing.T, dbURL string, m Mode) (*commitCutter, string)
 				return pass
 			}
 			p.cut.Add(1)
+			if p.onCut != nil {
+				p.onCut()
+			}
 			if p.hold.Load() {
 				holding.Store(true)
 				return drop

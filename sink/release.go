@@ -1,0 +1,443 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// An instance that cannot reach PostgreSQL would otherwise hold every
+// event it can take (HoldRows, kept alive by InProgress) for as long as
+// the outage lasts, and other instances of the same durable would get
+// none of them. The sink tells reaching the server from being answered by
+// it:
+//
+//	REACHABLE --reach failure--> FAILING(t0) --ReleaseAfter, no answer--> AWAY
+//	    ^                            |                                     |
+//	    +------- any answer ---------+------- any answer, or a probe ------+
+//
+// A reach failure (cannotReach) is a connect that failed, whatever the
+// cause (nothing listening, a refused login, too many connections, a
+// server starting up), or a connection lost without an answer. Any other
+// outcome of an attempt is an answer: the server is there (a lock
+// timeout, a data error, a commit). A connect that succeeds is not one: a
+// pooler accepts connects while its server is down. FAILING is today's
+// behaviour: the batches are retried and held with InProgress. AWAY:
+// the batcher and the committers give back what they hold that may be
+// given back (releasable), nak'ed with releaseNakDelay, and nak the rows
+// that still come; Away tells the consumer to stop pulling. The watcher
+// (run.watchReach) probes every max(Retry.Max, 1s) on a fresh connection
+// (probeReach: the admin connection may still be alive), and any answer
+// (a commit elsewhere, the probe) ends AWAY.
+
+// releaseNakDelay is the delay of the nak that gives an event back: it
+// keeps this instance's pulls still open from taking it straight back.
+const releaseNakDelay = 2 * time.Second
+
+// reachTick is how often the watcher looks at the stamps. A variable for
+// the tests.
+var reachTick = time.Second
+
+// errReleased is commitRetry's answer when it gave its batch back (see
+// committer.giveBack); process returns it and loop takes it as done.
+var errReleased = errors.New("sink: batch given back while postgres is unreachable")
+
+// reachState is one state of Away: replaced, never changed, at each
+// switch, when changed is cancelled.
+type reachState struct {
+	away    bool
+	since   time.Time // when AWAY began
+	lastErr string    // the last reach failure when AWAY began
+	// released is Stats.Released when AWAY began.
+	released uint64
+	changed  context.Context
+	cancel   context.CancelFunc
+}
+
+// reachNow returns the current reach state, made on first use.
+func (s *Sink) reachNow() *reachState {
+	if st := s.reach.Load(); st != nil {
+		return st
+	}
+	s.reachMu.Lock()
+	defer s.reachMu.Unlock()
+	if st := s.reach.Load(); st != nil {
+		return st
+	}
+	st := &reachState{}
+	st.changed, st.cancel = context.WithCancel(context.Background())
+	s.reach.Store(st)
+	return st
+}
+
+// Away reports whether the sink has given up reaching PostgreSQL for now
+// (Config.ReleaseAfter without an answer): it gives back the events it
+// holds and those that still come, and a consumer should stop pulling
+// until it is no longer away. changed is closed at the next switch, either
+// way, so that a caller can wait on it. Never away with ReleaseAfter 0,
+// nor outside Run (a Run that ends ends being away). Safe for concurrent
+// use, and cheap.
+func (s *Sink) Away() (away bool, changed <-chan struct{}) {
+	st := s.reachNow()
+	return st.away, st.changed.Done()
+}
+
+// isAway reports whether the sink is away (see Away).
+func (s *Sink) isAway() bool {
+	st := s.reach.Load()
+	return st != nil && st.away
+}
+
+// switchReach makes the state away (or not) if it is not already, and
+// returns the state it replaced (nil: no switch).
+func (s *Sink) switchReach(away bool, now time.Time, lastErr string) *reachState {
+	s.reachNow()
+	s.reachMu.Lock()
+	defer s.reachMu.Unlock()
+	old := s.reach.Load()
+	if old.away == away {
+		return nil
+	}
+	st := &reachState{away: away, since: now, lastErr: lastErr, released: s.st.released.Load()}
+	st.changed, st.cancel = context.WithCancel(context.Background())
+	s.reach.Store(st)
+	old.cancel()
+	return old
+}
+
+// cannotReach reports whether err, an attempt's, shows that the server
+// could not be reached: a failed connect, whatever the cause (the sink's
+// connectError, or pgx's ConnectError), or a connection lost with no
+// answer (lostConn: a network error, a closed connection, a pooler's
+// class 08, the dead-connection watchdog). Not a standby's lag
+// (unreplicatedError: the primary answered), nor any answer of the
+// server's on a live connection.
+func cannotReach(err error) bool {
+	if _, ok := errors.AsType[*unreplicatedError](err); ok {
+		return false
+	}
+	if _, ok := errors.AsType[*connectError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
+		return true
+	}
+	return lostConn(err)
+}
+
+// noteReach records the outcome of an attempt that ended at at: a reach
+// failure starts (or goes on with) a run of them, unreachableSince; any
+// answer stamps lastReached and ends AWAY. An attempt given up because
+// the run ends (context.Canceled) shows nothing.
+func (s *Sink) noteReach(err error, at time.Time) {
+	if s.cfg.ReleaseAfter <= 0 {
+		return
+	}
+	t := s.stamp(at)
+	if err != nil && cannotReach(err) {
+		msg := err.Error()
+		s.reachErr.Store(&msg)
+		for {
+			old := s.unreachableSince.Load()
+			last := s.lastReached.Load()
+			if t <= last || (old != 0 && old > last) {
+				return // from before the last answer, or a run under way since old
+			}
+			if s.unreachableSince.CompareAndSwap(old, t) {
+				return
+			}
+		}
+	}
+	if err != nil && errors.Is(err, context.Canceled) {
+		return
+	}
+	s.reached(t)
+}
+
+// reached stamps lastReached with t (an answer) and ends AWAY.
+func (s *Sink) reached(t int64) {
+	for {
+		old := s.lastReached.Load()
+		if old >= t || s.lastReached.CompareAndSwap(old, t) {
+			break
+		}
+	}
+	if s.isAway() {
+		now := time.Now()
+		if old := s.switchReach(false, now, ""); old != nil {
+			s.log.Info("postgres answers again; taking events again",
+				"away_for", now.Sub(old.since).Round(time.Millisecond), "released", s.st.released.Load()-old.released)
+		}
+	}
+}
+
+// unreachableFor is how long attempts have failed to reach the server
+// with no answer since (0: they do not), and the last such failure.
+func (s *Sink) unreachableFor(now time.Time) (time.Duration, string) {
+	since := s.unreachableSince.Load()
+	if since == 0 || since <= s.lastReached.Load() {
+		return 0, ""
+	}
+	msg := "an error"
+	if p := s.reachErr.Load(); p != nil {
+		msg = *p
+	}
+	return time.Duration(s.stamp(now) - since), msg
+}
+
+// watchReach is Run's watcher, until stop is closed or ctx ends: it makes
+// the sink AWAY once the server has not been reached for ReleaseAfter, with
+// no answer since, and while AWAY probes it every max(Retry.Max, 1s)
+// (probeReach), an answer ending AWAY (reached). When it returns (Run
+// ends), the sink is not AWAY, and its probe has ended.
+func (r *run) watchReach(ctx context.Context, stop <-chan struct{}) {
+	s := r.s
+	ctx, cancel := context.WithCancel(ctx)
+	probed := make(chan error, 1) // the probe's answer; one probe at a time
+	probing := false
+	defer func() {
+		cancel()
+		if probing {
+			<-probed
+		}
+		if old := s.switchReach(false, time.Now(), ""); old != nil {
+			s.log.Debug("run ended while postgres was unreachable", "away_for", time.Since(old.since).Round(time.Millisecond))
+		}
+	}()
+	t := time.NewTicker(reachTick)
+	defer t.Stop()
+	probeEvery := max(s.cfg.Retry.Max, time.Second)
+	var nextProbe time.Time
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case err := <-probed:
+			probing = false
+			if err == nil {
+				s.reached(s.stamp(time.Now()))
+			}
+		}
+		now := time.Now()
+		if !s.isAway() {
+			d, msg := s.unreachableFor(now)
+			if d < s.cfg.ReleaseAfter {
+				continue
+			}
+			if s.switchReach(true, now, msg) != nil {
+				s.log.Warn("postgres has been unreachable too long; giving back the events held here (nak'ed) "+
+					"and pulling none until it answers",
+					"unreachable_for", d.Round(time.Millisecond), "err", msg, "held", r.heldRows())
+			}
+			nextProbe = now.Add(probeEvery)
+			continue
+		}
+		if !probing && !now.Before(nextProbe) {
+			probing, nextProbe = true, now.Add(probeEvery)
+			go func() { probed <- s.probeReach(ctx) }()
+		}
+	}
+}
+
+// probeReach connects to the server on a connection of its own and pings
+// it, bounded by dialMax: nil if it answers. Not on the admin connection
+// (Ping): that one may still be alive while no new connection is let in
+// (53300), and the committers need new ones.
+func (s *Sink) probeReach(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.dialMax)
+	defer cancel()
+	c, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConn(ctx, c)
+	return c.Ping(ctx)
+}
+
+// heldRows counts the unsettled rows of every batch (the carry's too).
+func (r *run) heldRows() int {
+	n := 0
+	count := func(b *batch) {
+		b.mu.Lock()
+		n += len(b.rows) - b.lo
+		b.mu.Unlock()
+	}
+	for _, b := range r.all {
+		count(b)
+	}
+	r.spareMu.Lock()
+	defer r.spareMu.Unlock()
+	for b := range r.spares {
+		count(b)
+	}
+	return n
+}
+
+// releasable reports whether row, unsettled, may be given back (nak'ed):
+// its event was taken in the current epoch (a nak of a row of an earlier
+// one would land on the new stream's event with the same sequence, and
+// the row itself would be lost: nothing delivers it again), it is not on
+// its last delivery (JetStream counts the redelivery a nak brings, and
+// the next would be past max_deliver: dead-lettered for an outage), and
+// it has a message. The caller holds the epoch (Epochs.Hold).
+func (s *Sink) releasable(row *pipeline.Row, epoch uint64) bool {
+	return row.Event.Msg != nil && row.Event.Epoch == epoch &&
+		(s.cfg.MaxDeliver <= 0 || int64(row.Event.Delivered) < int64(s.cfg.MaxDeliver))
+}
+
+// nakReleased gives row's event back: nak'ed with releaseNakDelay, its
+// life in the process ended (outcome "released"). The caller holds the
+// epoch. A nak that fails is counted; the event comes back after
+// ack_wait.
+func (s *Sink) nakReleased(row *pipeline.Row) {
+	err := row.Event.Msg.NakWithDelay(releaseNakDelay)
+	s.st.released.Add(1)
+	if err != nil {
+		s.st.releaseErrs.Add(1)
+		s.log.Log(context.Background(), warnEvery(&s.releaseWarned), "nak failed as the event was given back; JetStream delivers it again after ack_wait",
+			"stream_seq", row.Event.StreamSeq, "err", err)
+	}
+	row.Event.End("released", err)
+}
+
+// releaseRows gives back the rows of b, the batcher's (none settled),
+// that may be given back, keeping the others in b, in order. It returns
+// how many it gave back.
+func (r *run) releaseRows(b *batch) int {
+	s := r.s
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	epoch := s.epochs.Hold()
+	defer s.epochs.Release()
+	kept, n := b.lo, 0
+	for i := b.lo; i < len(b.rows); i++ {
+		row := &b.rows[i]
+		if !s.releasable(row, epoch) {
+			if kept != i {
+				b.rows[kept] = *row
+			}
+			kept++
+			continue
+		}
+		s.nakReleased(row)
+		b.bytes -= len(row.Tuple)
+		pipeline.ReleaseRows(b.rows[i : i+1])
+		n++
+	}
+	clear(b.rows[kept:])
+	b.rows = b.rows[:kept]
+	if kept == 0 {
+		b.lo, b.bytes = 0, 0
+		b.since, b.due = time.Time{}, time.Time{}
+	}
+	return n
+}
+
+// giveBack gives back rows[lo:] of b, the committer's, all of them or none
+// (false: one may not be given back, or, at-least-once, a commit of the
+// batch had an unknown outcome: its rows may be stored, and would be
+// stored again). They are marked settled first, so that the heartbeat
+// sends no more InProgress for them.
+func (c *committer) giveBack(b *batch, lo int) bool {
+	s := c.s
+	if c.unknown && s.cfg.Mode != ExactlyOnce {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	epoch := s.epochs.Hold()
+	defer s.epochs.Release()
+	rows := b.rows[lo:]
+	for i := range rows {
+		if !s.releasable(&rows[i], epoch) {
+			return false
+		}
+	}
+	b.lo = len(b.rows)
+	for i := range rows {
+		s.nakReleased(&rows[i])
+	}
+	return true
+}
+
+// releasing reports whether the committer gave its batch back (see
+// giveBack): the sink is AWAY, and commitRetry is at process's main
+// attempt (c.rel).
+func (c *committer) releasing() bool {
+	return c.rel.b != nil && c.s.isAway() && c.giveBack(c.rel.b, c.rel.lo)
+}
+
+// sleepReach waits d, or until ctx ends (its error), or until the sink
+// goes AWAY or comes back (woke).
+func (s *Sink) sleepReach(ctx context.Context, d time.Duration) (woke bool, err error) {
+	changed := s.reachNow().changed
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return false, nil
+	case <-changed.Done():
+		return true, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// awayRound is one turn of the batcher while the sink is away (see Away):
+// it gives back what the held batches and the open one b hold that may be
+// given back (a held batch left empty is dropped), tops b up with the rows
+// waiting and gives those back too, then waits for more rows, or for
+// changed to end. It claims no committer and hands nothing over. Rows that
+// may not be given back stay in b; a b full of them is held as a stall
+// holds it, up to HoldRows, and past that nothing more is taken until the
+// sink comes back. It returns ringq.ErrClosed once the Source is closed and
+// drained.
+func (r *run) awayRound(ctx context.Context, b **batch, held *[]*batch, heldRows *int, changed context.Context) error {
+	cfg := &r.s.cfg.Batch
+	kept := (*held)[:0]
+	*heldRows = 0
+	for _, h := range *held {
+		r.releaseRows(h)
+		if len(h.rows) == 0 {
+			r.release(h)
+			continue
+		}
+		kept = append(kept, h)
+		*heldRows += len(h.rows)
+	}
+	clear((*held)[len(kept):])
+	*held = kept
+	for {
+		full := r.top(*b, cfg)
+		if r.releaseRows(*b) > 0 || !full {
+			if full {
+				continue // room again: top it up
+			}
+			break
+		}
+		// Full of rows that may not be given back.
+		if *heldRows+len((*b).rows) <= r.s.holdRows() && r.holdAfter > 0 {
+			*held = append(*held, *b)
+			*heldRows += len((*b).rows)
+			var ok bool
+			if *b, ok = r.tryTake(); !ok {
+				*b = r.newSpare()
+			}
+			continue
+		}
+		select {
+		case <-changed.Done():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return r.wait(ctx, time.Time{}, -1, r.room(*b), changed)
+}

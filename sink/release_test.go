@@ -1,0 +1,389 @@
+package sink
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// gated returns dbURL reached through a GateProxy, which the test cuts
+// (PostgreSQL unreachable: connections closed, new ones turned away) and
+// reopens.
+func gated(t *testing.T, dbURL string) (*testenv.GateProxy, string) {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := testenv.NewGateProxy(t, u.Host)
+	u.Host = strings.TrimPrefix(gate.URL(), "nats://")
+	return gate, u.String()
+}
+
+// releaseConfig is the tests' sink: it gives its events back after 2s
+// without reaching the server.
+func releaseConfig(mode Mode) func(*Config) {
+	return func(c *Config) {
+		c.Mode = mode
+		c.ReleaseAfter = 2 * time.Second
+		c.InProgressEvery = 600 * time.Millisecond
+		c.HoldRows = 5000
+		c.Batch.MaxRows = 100
+	}
+}
+
+// delivered sets the delivery count of rs.
+func delivered(rs []pipeline.Row, n uint32) []pipeline.Row {
+	for i := range rs {
+		rs[i].Event.Delivered = n
+	}
+	return rs
+}
+
+// allNaked reports whether every message of ms was nak'ed.
+func allNaked(ms []*recMsg) func() bool {
+	return func() bool {
+		for _, m := range ms {
+			if m.naks.Load() == 0 {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// settledOnce fails unless every message of ms was nak'ed once (naks) or
+// acked once, and nothing else.
+func settledOnce(t *testing.T, what string, ms []*recMsg, naks bool) {
+	t.Helper()
+	for i, m := range ms {
+		wantNaks, wantAcks := int32(0), int32(1)
+		if naks {
+			wantNaks, wantAcks = 1, 0
+		}
+		if m.naks.Load() != wantNaks || m.acks.Load() != wantAcks || m.terms.Load() != 0 {
+			t.Fatalf("%s: message %d: %d naks, %d acks, %d terms; want %d naks, %d acks", what, i,
+				m.naks.Load(), m.acks.Load(), m.terms.Load(), wantNaks, wantAcks)
+		}
+	}
+}
+
+// awaySwitch waits until Away reports away.
+func awaySwitch(t *testing.T, ctx context.Context, s *Sink, away bool) {
+	t.Helper()
+	for {
+		got, changed := s.Away()
+		if got == away {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("Away() is still %v", got)
+		}
+	}
+}
+
+// PostgreSQL becomes unreachable: once ReleaseAfter has passed with no
+// answer, the sink gives back (naks) every event it holds, the committers'
+// batches and the batcher's alike, naks each event that comes meanwhile
+// once, and reports itself away and not ready; once the server is
+// reachable again, it takes events again, and the redeliveries are stored
+// once each.
+func TestReleasedWhilePostgresUnreachable(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 90*time.Second)
+			pg := testenv.Postgres(t)
+			gate, dbURL := gated(t, pg.URL)
+			s, dl := newTestSink(t, ctx, dbURL, releaseConfig(mode))
+			logs := captureLog(t, s, time.Minute)
+			// Cut before Run: no committer has a connection that dies
+			// under a batch (a commit of unknown outcome, which
+			// TestReleaseKeepsUnknownOutcome covers).
+			gate.Cut()
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			if away, _ := s.Away(); away {
+				t.Fatal("away before any failure")
+			}
+			held, mHeld := rows(51, 500, nil)
+			src.push(t, ctx, held)
+			awaySwitch(t, ctx, s, true)
+			waitFor(t, ctx, "the held rows given back", allNaked(mHeld))
+			if err := s.Ready(ctx); err == nil || !strings.Contains(err.Error(), "unreachable") {
+				t.Fatalf("Ready while away: %v", err)
+			}
+			retries := s.Stats().Retries
+
+			// Rows that come while away are given back by the batcher,
+			// once each, none tried.
+			more, mMore := rows(551, 100, nil)
+			src.push(t, ctx, more)
+			waitFor(t, ctx, "the rows come meanwhile given back", allNaked(mMore))
+			settledOnce(t, "held", mHeld, true)
+			settledOnce(t, "come meanwhile", mMore, true)
+			st := s.Stats()
+			if st.Released != 600 || st.ReleaseErrors != 0 {
+				t.Fatalf("released %d (%d failed), want 600", st.Released, st.ReleaseErrors)
+			}
+			if st.Retries != retries {
+				t.Fatalf("%d attempts while away for rows that came meanwhile, want none", st.Retries-retries)
+			}
+			if st.InProgressErrors != 0 {
+				t.Fatalf("%d InProgress after a message was given back", st.InProgressErrors)
+			}
+			for i, m := range append(mHeld, mMore...) {
+				if m.releases.Load() == 0 {
+					t.Fatalf("message %d given back without its hold on the budget released", i)
+				}
+			}
+
+			gate.Reopen()
+			awaySwitch(t, ctx, s, false)
+			if err := s.Ready(ctx); err != nil {
+				t.Fatalf("Ready once back: %v", err)
+			}
+			again, mAgain := rows(51, 500, nil)
+			src.push(t, ctx, delivered(again, 2))
+			finishClean(t, ctx, src, wait, dl, mAgain)
+			settledOnce(t, "redelivered", mAgain, false)
+			if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 500 {
+				t.Fatalf("%d rows, want 500", n)
+			}
+			for _, line := range []string{"postgres has been unreachable too long", "postgres answers again"} {
+				if !strings.Contains(logs.String(), line) {
+					t.Errorf("no log line %q", line)
+				}
+			}
+		})
+	}
+}
+
+// The connection is cut after the server committed a batch and before its
+// answer came, and PostgreSQL stays unreachable: in at-least-once mode the
+// batch, which may be stored, is not given back (it would be stored
+// again) but held, and committed once the server is back; in exactly-once
+// mode it is given back, and its redelivery, stored already, is acked.
+func TestReleaseKeepsUnknownOutcome(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 90*time.Second)
+			pg := testenv.Postgres(t)
+			gate, gateURL := gated(t, pg.URL)
+			cutter, dbURL := newCommitCutter(t, gateURL, mode)
+			cutter.onCut = gate.Cut
+			s, dl := newTestSink(t, ctx, dbURL, releaseConfig(mode))
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+
+			cutter.armed.Store(true)
+			batch, mBatch := rows(1, 10, nil)
+			src.push(t, ctx, batch)
+			awaySwitch(t, ctx, s, true)
+			// Rows that come meanwhile are given back: the sink is away.
+			more, mMore := rows(11, 20, nil)
+			src.push(t, ctx, more)
+			waitFor(t, ctx, "the rows come meanwhile given back", allNaked(mMore))
+			if mode == AtLeastOnce {
+				// Two more attempts: the committer has looked at its
+				// batch at least once while away.
+				r := s.Stats().Retries
+				waitFor(t, ctx, "two more attempts", func() bool { return s.Stats().Retries >= r+2 })
+				for i, m := range mBatch {
+					if m.naks.Load() != 0 || m.acks.Load() != 0 {
+						t.Fatalf("message %d of the batch of unknown outcome: %d naks, %d acks while away", i, m.naks.Load(), m.acks.Load())
+					}
+				}
+				if st := s.Stats(); st.Released != 20 {
+					t.Fatalf("released %d, want the 20 come meanwhile", st.Released)
+				}
+				gate.Reopen()
+				finishClean(t, ctx, src, wait, dl, mBatch)
+				settledOnce(t, "unknown outcome", mBatch, false)
+				if st := s.Stats(); st.PossibleDuplicates < 10 {
+					t.Fatalf("%d possible duplicates, want 10 at least", st.PossibleDuplicates)
+				}
+				if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 20 {
+					t.Fatalf("%d rows, want 20 (the batch stored twice)", n)
+				}
+				return
+			}
+			waitFor(t, ctx, "the batch of unknown outcome given back", allNaked(mBatch))
+			settledOnce(t, "unknown outcome", mBatch, true)
+			gate.Reopen()
+			awaySwitch(t, ctx, s, false)
+			again, mAgain := rows(1, 10, nil)
+			src.push(t, ctx, delivered(again, 2))
+			finishClean(t, ctx, src, wait, dl, mAgain)
+			if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 10 {
+				t.Fatalf("%d rows, want 10", n)
+			}
+		})
+	}
+}
+
+// An event on its last delivery (nats.max_deliver) is never given back:
+// its next delivery would be past max_deliver and dead-lettered for an
+// outage. A batch a committer holds with one such row is kept whole;
+// the batcher keeps only such rows; one given back at its second delivery
+// is kept at its third (the outage goes on). Neither is an event taken
+// before its stream was re-created (another epoch): nothing would deliver
+// it again.
+func TestReleaseKeepsLastDelivery(t *testing.T) {
+	ctx := testCtx(t, 90*time.Second)
+	pg := testenv.Postgres(t)
+	gate, dbURL := gated(t, pg.URL)
+	// Exactly-once: the committer's batch, tried on the connection the cut
+	// killed, has a commit of unknown outcome, which at-least-once keeps
+	// whatever its rows.
+	s, dl := newTestSink(t, ctx, dbURL, func(c *Config) {
+		releaseConfig(ExactlyOnce)(c)
+		c.Connections = 1
+		c.MaxDeliver = 3
+	})
+	epochs := &pipeline.Epochs{}
+	epochs.Advance()
+	s.SetEpochs(epochs)
+	current := func(rs []pipeline.Row) []pipeline.Row {
+		for i := range rs {
+			rs[i].Event.Epoch = epochs.Current()
+		}
+		return rs
+	}
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	first, mFirst := rows(1, 1, nil)
+	src.push(t, ctx, current(first))
+	waitFor(t, ctx, "the first row acked", allAcked(mFirst))
+
+	gate.Cut()
+	// The committer's batch: five rows, one on its last delivery.
+	mixed, mMixed := rows(2, 5, nil)
+	mixed = current(delivered(mixed, 2))
+	mixed[2].Event.Delivered = 3
+	src.push(t, ctx, mixed)
+	awaySwitch(t, ctx, s, true)
+
+	// The batcher's: rows on their second delivery, on their last, and
+	// of another epoch.
+	second, mSecond := rows(10, 10, nil)
+	last, mLast := rows(20, 10, nil)
+	stale, mStale := rows(30, 10, nil) // epoch 0
+	src.push(t, ctx, current(delivered(second, 2)))
+	src.push(t, ctx, current(delivered(last, 3)))
+	src.push(t, ctx, stale)
+	waitFor(t, ctx, "the rows on their second delivery given back", allNaked(mSecond))
+	// Their third delivery, the outage going on.
+	third, mThird := rows(10, 10, nil)
+	src.push(t, ctx, current(delivered(third, 3)))
+	r := s.Stats().Retries
+	renewed := append(append(append([]*recMsg(nil), mMixed...), mLast...), mThird...)
+	kept := append(renewed, mStale...)
+	waitFor(t, ctx, "the kept rows renewed, and two more attempts", func() bool {
+		for _, m := range renewed {
+			if m.inProgress.Load() == 0 {
+				return false
+			}
+		}
+		return s.Stats().Retries >= r+2
+	})
+	for i, m := range kept {
+		if m.naks.Load() != 0 {
+			t.Fatalf("kept message %d nak'ed", i)
+		}
+	}
+	settledOnce(t, "second delivery", mSecond, true)
+	if st := s.Stats(); st.Released != 10 {
+		t.Fatalf("released %d, want 10", st.Released)
+	}
+
+	gate.Reopen()
+	waitFor(t, ctx, "the kept rows acked", allAcked(renewed))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got, _ := dl.letters(); len(got) != 0 {
+		t.Fatalf("dead letters: %v", got)
+	}
+	for i, m := range mStale {
+		if m.acks.Load() != 0 || m.naks.Load() != 0 {
+			t.Fatalf("stale message %d: %d acks, %d naks", i, m.acks.Load(), m.naks.Load())
+		}
+	}
+	if st := s.Stats(); st.StaleAcks != 10 {
+		t.Fatalf("%d stale acks, want 10", st.StaleAcks)
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 1+5+10+10+10 {
+		t.Fatalf("%d rows, want 36", n)
+	}
+}
+
+// A batch waiting for a lock is no outage: the server is there. The sink
+// neither goes away nor gives anything back, however long the wait.
+func TestReleaseNotOnALockWait(t *testing.T) {
+	ctx := testCtx(t, 90*time.Second)
+	s, admin, tx, src, wait, mFirst := lockedSinkWith(t, ctx, 200*time.Millisecond, func(s *Sink) {
+		s.cfg.ReleaseAfter = time.Second
+	})
+	away, changed := s.Away()
+	if away {
+		t.Fatal("away at the start")
+	}
+	more, mMore := rows(2, 150, nil)
+	src.push(t, ctx, more)
+	waitFor(t, ctx, "a lock wait of 5 s", func() bool { return s.OldestAttempt() >= 5*time.Second })
+	select {
+	case <-changed:
+		t.Fatal("the sink went away during a lock wait")
+	default:
+	}
+	all := append(mFirst, mMore...)
+	for i, m := range all {
+		if m.naks.Load() != 0 {
+			t.Fatalf("message %d nak'ed during a lock wait", i)
+		}
+	}
+	unlockAndFinish(t, ctx, tx, src, wait, all, admin, s, 151)
+	if st := s.Stats(); st.Released != 0 {
+		t.Fatalf("released %d", st.Released)
+	}
+}
+
+// A server that answers with an error (a lock timeout here) is reachable:
+// the run of reach failures before it (connects turned away) ends, and
+// the sink does not go away however long the answers are errors.
+func TestReleaseAnsweredByAnError(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	gate, dbURL := gated(t, pg.URL)
+	s, dl := newTestSink(t, ctx, withParam(t, dbURL, "lock_timeout", "100"), func(c *Config) {
+		c.Connections = 1
+		c.ReleaseAfter = time.Hour
+	})
+	tx := lockTable(t, ctx, pg, s)
+	gate.Cut()
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 1, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "a connect turned away", func() bool { d, _ := s.unreachableFor(time.Now()); return d > 0 })
+	gate.Reopen()
+	waitFor(t, ctx, "a lock timeout", func() bool {
+		r := s.refusedErr.Load()
+		return r != nil && strings.Contains(r.msg, "55P03")
+	})
+	if d, msg := s.unreachableFor(time.Now()); d != 0 {
+		t.Fatalf("unreachable for %v after an answer (%s)", d, msg)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	finishClean(t, ctx, src, wait, dl, ms)
+}
