@@ -73,6 +73,9 @@ func TestValidate(t *testing.T) {
 		{"retry initial", func(c *Config) { c.Retry.Initial = 0 }, "postgres.retry.initial"},
 		{"retry max", func(c *Config) { c.Retry.Max = time.Millisecond }, "postgres.retry.max"},
 		{"in progress", func(c *Config) { c.InProgressEvery = -time.Second }, "in-progress"},
+		{"release delay", func(c *Config) { c.ReleaseAfter = -time.Second }, "release delay"},
+		{"release delay set", func(c *Config) { c.ReleaseAfter, c.MaxDeliver = 30*time.Second, 5 }, ""},
+		{"max deliver", func(c *Config) { c.MaxDeliver = -1 }, "max deliver"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
