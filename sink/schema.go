@@ -630,7 +630,7 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			// Not a source that always has a value (meta:stream_seq,
 			// meta:subject, payload, ...): those need no required.
 			probs = append(probs, Problem{Kind: ProblemNotNull, Column: c.Name,
-				Message: fmt.Sprintf("column %s of %s is NOT NULL but its mapping is not required: an event without it is dead-lettered by the database, one batch bisect at a time", col, tname),
+				Message: fmt.Sprintf("column %s of %s is NOT NULL but its mapping is not required: an event without it is dead-lettered by the database, one batch bisect at a time%s", col, tname, ignoredDefaultNote(a.hasDefault && !a.auto)),
 				Fix:     fmt.Sprintf("set required: true on column %s in postgres.columns, or ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", c.Name, tname, col)})
 		case a.hasDefault && !a.auto && c.MayBeNull():
 			probs = append(probs, Problem{Kind: ProblemIgnoredDefault, Column: c.Name, Warning: true,
@@ -646,7 +646,8 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		if ct := cts[c.Name]; ok && ct.base != want.oid && want.accepts(ct.base) && (ct.mod >= 0 || ct.base == 1042) {
 			probs = append(probs, Problem{Kind: ProblemTypeModifier, Column: c.Name, Warning: true,
 				Message: fmt.Sprintf("column %s of %s is %s: PostgreSQL refuses a longer text (SQLSTATE 22001), which is dead-lettered "+
-					"(code data) after a bisection of its batch, and pads a shorter one in char(n) with spaces", col, tname, a.format),
+					"(code data) after a bisection of its batch, but for one longer only by spaces at its end, which it cuts off unsaid; "+
+					"and it pads a shorter one in char(n) with spaces", col, tname, a.format),
 				Fix: fmt.Sprintf("if every value fits, nothing; to store any length as sent, ALTER TABLE %s ALTER COLUMN %s TYPE text", tname, col)})
 		}
 	}
@@ -1238,4 +1239,15 @@ func (s *Sink) StoredSeq(ctx context.Context, stream string) (uint64, error) {
 		return 0, fmt.Errorf("the highest %s stored for stream %s in %s is %q, not a stream sequence", s.seqC, stream, s.table.Sanitize(), *max)
 	}
 	return n, nil
+}
+
+// ignoredDefaultNote is what a NOT NULL column's problem adds when the
+// column has a DEFAULT: the COPY names every mapped column, so the DEFAULT
+// never stands in for a value an event lacks (the column's own
+// ProblemIgnoredDefault is not given beside it).
+func ignoredDefaultNote(hasDefault bool) string {
+	if !hasDefault {
+		return ""
+	}
+	return " (its DEFAULT is not applied: the COPY names every mapped column)"
 }
