@@ -194,6 +194,12 @@ type Consumer struct {
 	traceMsg func(ev pipeline.Event) trace.Span
 	// pullGate is closed when Run may pull (SetPullGate); nil: at once.
 	pullGate <-chan struct{}
+	// pullPause says whether Run is to pull nothing now (SetPullPause);
+	// nil: never paused. pauseNoted: the pause that holds now, since
+	// pausedAt, has been logged (Run's goroutine only).
+	pullPause  func() (paused bool, changed <-chan struct{})
+	pauseNoted bool
+	pausedAt   time.Time
 }
 
 // SetPullGate makes Run wait for gate to be closed before its first pull:
@@ -201,6 +207,20 @@ type Consumer struct {
 // The processor passes the sink's Warmed, so that nothing is taken in
 // before it can be stored. Call it before Run, not concurrently with it.
 func (c *Consumer) SetPullGate(gate <-chan struct{}) { c.pullGate = gate }
+
+// SetPullPause makes Run pull nothing while f reports paused: the
+// session that pulls then ends as at a shutdown's drain (what the pull
+// client holds is pushed on; what the server has not sent, it delivers to
+// another subscriber), no pull is sent, and Run waits for changed (closed
+// at the next switch; f is asked again then) before it looks at the stream
+// and pulls again, as after a resubscribe but counting none. Neither the
+// silence meanwhile nor the pause itself is a fault: no missed heartbeat,
+// no resubscribe, nothing for NotConsuming. The processor passes the
+// sink's Away, so that an instance that cannot reach PostgreSQL, and has
+// given back the events it held, takes none from the others sharing the
+// consumer. f is called from Run's goroutine only and must not block;
+// nil: never paused. Call it before Run, not concurrently with it.
+func (c *Consumer) SetPullPause(f func() (paused bool, changed <-chan struct{})) { c.pullPause = f }
 
 // SetTracer makes Run call start for each event it receives, before the
 // event is pushed, and store the span it returns (nil: not sampled) in

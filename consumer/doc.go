@@ -176,6 +176,20 @@
 // once ctx has ended, gives the connections 250 ms and closes them without
 // waiting for a server that does not answer.
 //
+// # Pausing
+//
+// SetPullPause gives Run a pause to follow (the processor passes the
+// sink's Away: PostgreSQL unreachable, the events held given back). When
+// it holds, the session that pulls ends as at a shutdown's drain (what the
+// pull client holds is pushed on, for the sink to give back; nothing more
+// is pulled, and the server drops the open pull with its subscription), and
+// Run waits for the pause's end, looking at nothing meanwhile (the
+// sequence check may need PostgreSQL), before it re-creates what went
+// away, checks the stream and pulls again. A pause is no fault: no
+// resubscribe or missed heartbeat is counted, NotConsuming does not report
+// it, and it is logged at Info once as it begins and once as it ends. An
+// intake or hard end while paused returns at once.
+//
 // # Acks that may not have reached the server
 //
 // An ack is sent once the connection has taken it; nats.go buffers it

@@ -58,6 +58,10 @@ type Output interface {
 // on starts past the ack floor serve last had from the server (every
 // floorEvery), not at the start of the stream (resumeAfterFloor).
 //
+// While the pull pause (SetPullPause) holds, Run pulls nothing: the
+// session drains and ends, and Run waits for the pause's end before it
+// looks at the stream and pulls again (see the package documentation).
+//
 // When ctx (intake) ends, Run stops pulling, drains the subscription so
 // messages already delivered to this client are still pushed, and returns
 // nil. That drain and those pushes are bounded by hard. When hard ends, Run
@@ -109,6 +113,7 @@ func (c *Consumer) run(ctx, hard context.Context, out Output) error {
 	// server drops (a stream or consumer electing a leader answers nothing)
 	// waited for the whole deadline, not consuming meanwhile.
 	ctx, hard = noDeadline{ctx}, noDeadline{hard}
+	c.pauseNoted = false
 	backoff := retryMin
 	ensure := false   // the stream or consumer went away: re-create them first
 	advanced := false // a new epoch started since the last session began
@@ -121,6 +126,13 @@ func (c *Consumer) run(ctx, hard context.Context, out Output) error {
 		}
 		if c.nc.IsClosed() {
 			return fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)
+		}
+		if c.awaitUnpaused(ctx, hard) {
+			// Nothing is looked at meanwhile (the sequence check may
+			// need PostgreSQL); the stream may be replaced, and the
+			// consumer gone, by the end: the loop's top looks again.
+			backoff = retryMin
+			continue
 		}
 		retry := func(what string, err error) {
 			if missing(err) {
@@ -181,7 +193,7 @@ func (c *Consumer) run(ctx, hard context.Context, out Output) error {
 			continue
 		}
 		if !c.mayPull(ctx, hard) {
-			continue // the loop's top returns
+			continue // the loop's top returns, or looks again after a pause
 		}
 		s, err := c.subscribe(hard, out)
 		if err != nil {
@@ -199,6 +211,11 @@ func (c *Consumer) run(ctx, hard context.Context, out Output) error {
 			backoff = retryMin
 		}
 		if s.toWire {
+			continue
+		}
+		if s.paused {
+			// Not a resubscribe: the loop's top waits for the pause's end
+			// and looks at the stream before the next session pulls.
 			continue
 		}
 		if s.connLost.Load() && !s.gone {
@@ -445,6 +462,9 @@ type session struct {
 	// once nats.go reconnected (which gives wire another chance); Run
 	// subscribes again at once, re-creating nothing.
 	wire, toWire bool
+	// paused: serve ended the session, draining it, because the pull
+	// pause holds (SetPullPause); Run waits for its end.
+	paused bool
 	// headersOnly: push met a message of a consumer that delivers headers
 	// only (an operator set headers_only): serve ends the session, and
 	// Run applies the consumer's configuration again. Sends never block.
@@ -627,6 +647,10 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 // otherwise Run subscribes again.
 func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err error) {
 	defer s.stopAnswering()
+	paused, pauseSwitch := c.pausedNow()
+	if paused { // since mayPull looked
+		return c.pauseSession(hard, s)
+	}
 	floorTick := time.NewTicker(c.floorEvery)
 	defer floorTick.Stop()
 	confirm := time.NewTimer(sessionConfirm)
@@ -680,6 +704,10 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 		case <-hard.Done():
 			s.cc.Stop()
 			return true, fmt.Errorf("consume: shutdown cut short: %w", hard.Err())
+		case <-pauseSwitch:
+			if paused, pauseSwitch = c.pausedNow(); paused {
+				return c.pauseSession(hard, s)
+			}
 		case err := <-s.pushErr:
 			s.cc.Stop()
 			return true, err
@@ -1413,18 +1441,77 @@ type noDeadline struct{ context.Context }
 
 func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }
 
-// mayPull waits for the pull gate (SetPullGate); false if ctx or hard
-// ended, or the connection closed, first.
+// mayPull waits for the pull gate (SetPullGate), and while the pull
+// pause (SetPullPause) holds; false if ctx or hard ended, or the
+// connection closed, first, or if it waited for a pause's end (Run then
+// looks at the stream again before it pulls).
 func (c *Consumer) mayPull(ctx, hard context.Context) bool {
-	if c.pullGate == nil {
-		return true
+	if c.pullGate != nil {
+		select {
+		case <-c.pullGate:
+		case <-ctx.Done():
+			return false
+		case <-hard.Done():
+			return false
+		case <-c.closed:
+			return false
+		}
 	}
-	select {
-	case <-c.pullGate:
-		return true
-	case <-ctx.Done():
-	case <-hard.Done():
-	case <-c.closed:
+	return !c.awaitUnpaused(ctx, hard)
+}
+
+// pausedNow asks the pull pause (SetPullPause) whether it holds, and for
+// the channel closed at its next switch: false and nil without one.
+func (c *Consumer) pausedNow() (paused bool, changed <-chan struct{}) {
+	if c.pullPause == nil {
+		return false, nil
 	}
-	return false
+	return c.pullPause()
+}
+
+// awaitUnpaused waits while the pull pause holds, until it ends or ctx or
+// hard ends, or the connection closes, first; it reports whether the pause
+// held when it was called. Run's goroutine.
+func (c *Consumer) awaitUnpaused(ctx, hard context.Context) bool {
+	paused, changed := c.pausedNow()
+	if !paused {
+		return false
+	}
+	c.notePaused()
+	for paused {
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return true
+		case <-hard.Done():
+			return true
+		case <-c.closed:
+			return true
+		}
+		paused, changed = c.pausedNow()
+	}
+	c.pauseNoted = false
+	c.log.Info("pulling resumed: the sink reaches PostgreSQL again", "paused_for", time.Since(c.pausedAt).Round(time.Millisecond))
+	return true
+}
+
+// pauseSession ends session s for the pull pause: it pulls no more, and
+// what its client holds is pushed on (the sink gives it back), bounded by
+// hard, as at a shutdown's drain. Run then waits for the pause's end.
+func (c *Consumer) pauseSession(hard context.Context, s *session) (over bool, err error) {
+	c.notePaused()
+	s.paused = true
+	return s.drain(hard)
+}
+
+// notePaused logs, once for each pause, that pulling paused, and clears
+// what Run had found stuck: not pulling is meant now, not a fault for
+// NotConsuming (Run counts anew, should a step fail after the pause).
+func (c *Consumer) notePaused() {
+	if c.pauseNoted {
+		return
+	}
+	c.pauseNoted, c.pausedAt = true, time.Now()
+	c.stuck.Store(nil)
+	c.log.Info("pulling paused: the sink cannot reach PostgreSQL (it gives back the events it held); nothing is pulled until it can")
 }
