@@ -2,14 +2,19 @@ package consumer
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -735,10 +740,92 @@ func (c Config) natsGoHeartbeat() (time.Duration, bool) {
 
 // ConnectError says that connecting to urls (nats.url: one or more, comma
 // separated) failed with err, naming the servers without their
-// credentials (a user, a password or a token) and what to check.
+// credentials (a user, a password or a token) and what to check, by the
+// cause (connectHint).
 func ConnectError(urls string, err error) error {
-	return fmt.Errorf("nats.url %s: %w (is a nats-server with JetStream listening there? set nats.url, --nats-url or JETSINK_NATS_URL)",
-		ServersOf(urls), err)
+	return fmt.Errorf("nats.url %s: %w (%s)", ServersOf(urls), err, connectHint(err))
+}
+
+// The hints of connectHint.
+const (
+	hintListening = "is a nats-server with JetStream listening there? set nats.url, --nats-url or JETSINK_NATS_URL"
+	hintAuth      = "the server refused jetsink's credentials: check nats.user and nats.password (or nats.creds_file, nats.nkey_file, or the user info in nats.url)"
+	hintCA        = "jetsink could not verify the server's TLS certificate: set nats.tls.ca_file to the CA that signed it"
+	hintHostname  = "the server's TLS certificate is not for the host in nats.url: connect by a name the certificate holds"
+	hintClientCrt = "the server refused jetsink's TLS client certificate: check nats.tls.cert_file and nats.tls.key_file (given, current, signed by a CA the server trusts)"
+	hintNoTLS     = "the server offers no TLS, which the configuration asks for (nats.tls, or a tls:// URL in nats.url): drop those settings or enable TLS on the server"
+	hintTLS       = "the TLS handshake with the server failed: check nats.tls (ca_file, cert_file, key_file) against the server's tls settings"
+	hintTLSFirst  = "the server closed the connection before it said a word: one with tls { handshake_first: true } does that, which jetsink does not support; give the server a delay instead, such as handshake_first: \"300ms\""
+)
+
+// connectHint is what to check after nats.Connect failed with err: a
+// refused credential, a TLS setting, or, for a failed dial (refused, no
+// route, a timeout, a name not found) and whatever else, whether a
+// nats-server listens at nats.url at all.
+func connectHint(err error) string {
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
+		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
+		return hintAuth
+	case errors.Is(err, nats.ErrSecureConnWanted):
+		return hintNoTLS
+	}
+	if _, ok := errors.AsType[x509.HostnameError](err); ok {
+		return hintHostname
+	}
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return hintCA
+	}
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return hintCA
+	}
+	if _, ok := errors.AsType[x509.CertificateInvalidError](err); ok {
+		return hintCA
+	}
+	if a, ok := remoteTLSAlert(err); ok && clientCertAlert(a) {
+		return hintClientCrt
+	}
+	closed := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+	if errors.Is(err, nats.ErrTLS) && (closed || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)) {
+		// nats.go: closed by the server right after the TLS handshake,
+		// which is how a server (or a proxy) refuses a client certificate
+		// under TLS 1.3, when its alert came too late to be read.
+		return hintClientCrt
+	}
+	if closed {
+		return hintTLSFirst
+	}
+	if _, ok := remoteTLSAlert(err); ok || errors.Is(err, nats.ErrTLS) {
+		return hintTLS
+	}
+	return hintListening
+}
+
+// remoteTLSAlert is the alert the server sent that err carries: crypto/tls
+// reports one as a *net.OpError with Op "remote error" around its
+// (unexported) alert type, a uint8.
+func remoteTLSAlert(err error) (uint8, bool) {
+	op, ok := errors.AsType[*net.OpError](err)
+	if !ok || op.Op != "remote error" || op.Err == nil {
+		return 0, false
+	}
+	v := reflect.ValueOf(op.Err)
+	if v.Kind() != reflect.Uint8 {
+		return 0, false
+	}
+	return uint8(v.Uint()), true
+}
+
+// clientCertAlert reports whether the TLS alert a is about the client's
+// certificate (RFC 8446 6.2): bad_certificate, unsupported_certificate,
+// certificate_revoked, certificate_expired, certificate_unknown,
+// unknown_ca, certificate_required.
+func clientCertAlert(a uint8) bool {
+	switch a {
+	case 42, 43, 44, 45, 46, 48, 116:
+		return true
+	}
+	return false
 }
 
 // connectedURL is the server nc is connected to, for the log: without the

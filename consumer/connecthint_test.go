@@ -1,0 +1,173 @@
+package consumer
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// A failed connect names what to check by its cause: before, every
+// failure, a refused password or an untrusted CA alike, asked whether a
+// nats-server listened there at all. That question stays for a dial
+// nothing answered.
+func TestConnectErrorHintsByCause(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ca := newTestCA(t)
+	serverTLS := &tls.Config{Certificates: []tls.Certificate{ca.issue(t, false)}, MinVersion: tls.VersionTLS12}
+	mTLS := serverTLS.Clone()
+	mTLS.ClientAuth, mTLS.ClientCAs = tls.RequireAndVerifyClientCert, ca.pool
+	nothing := func() string { // a port nothing listens on
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		return "nats://" + addr
+	}
+	for _, tc := range []struct {
+		name      string
+		opts      func(*server.Options) // nil: no server
+		cfg       func(*Config)
+		want, not string
+	}{
+		{"a wrong password", func(o *server.Options) {
+			o.Users = []*server.User{{Username: "jetsink", Password: "right"}}
+		}, func(c *Config) { c.User, c.Password = "jetsink", "wrong" }, "nats.password", "listening there"},
+		{"a CA that did not sign the server's certificate", func(o *server.Options) {
+			o.TLSConfig, o.TLS = serverTLS, true
+		}, func(c *Config) { c.TLS.CAFile = testCAFile(t) }, "nats.tls.ca_file", "listening there"},
+		{"no client certificate where the server wants one", func(o *server.Options) {
+			o.TLSConfig, o.TLS, o.TLSVerify = mTLS, true, true
+		}, func(c *Config) { c.TLS.CAFile = ca.file }, "nats.tls.cert_file", "listening there"},
+		{"TLS asked of a server without it", func(*server.Options) {},
+			func(c *Config) { c.TLS.CAFile = ca.file }, "nats.tls", "listening there"},
+		{"nothing listening", nil, func(c *Config) { c.URL = nothing() }, "listening there", "nats.password"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tc.opts != nil {
+				opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+					JetStream: true, StoreDir: t.TempDir(), ServerName: "hint"}
+				tc.opts(opts)
+				cfg.URL = startServer(t, opts).ClientURL()
+			}
+			name := uniqueName(t)
+			cfg.Stream, cfg.Subjects, cfg.Consumer = name, []string{"in." + name + ".>"}, "c_"+name
+			cfg.DeadLetterSubject = "dlq." + name
+			tc.cfg(&cfg)
+			c, err := New(ctx, cfg, testLogger(t, nil))
+			if err == nil {
+				_ = c.Close(ctx)
+				t.Fatal("New connected")
+			}
+			if msg := err.Error(); !strings.Contains(msg, tc.want) || strings.Contains(msg, tc.not) {
+				t.Fatalf("New: %v\nwant it to name %q, and not %q", err, tc.want, tc.not)
+			}
+			if _, err := Check(ctx, cfg, testLogger(t, nil)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Check: %v\nwant it to name %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The causes no test server gives at will: a server with TLS handshake
+// first ends the connection before its INFO (EOF); one that refuses the
+// client certificate under TLS 1.3 closes it after the handshake.
+func TestConnectHint(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{io.EOF, hintTLSFirst},
+		{fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, io.EOF), hintClientCrt},
+		{nats.ErrNoServers, hintListening},
+		{nats.ErrAuthExpired, hintAuth},
+		{&net.OpError{Op: "dial", Err: errors.New("no route to host")}, hintListening},
+		{&net.DNSError{Err: "no such host", Name: "nats.example", IsNotFound: true}, hintListening},
+		{fmt.Errorf("%w: %w", nats.ErrTLS, &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), hintCA},
+	} {
+		if got := connectHint(tc.err); got != tc.want {
+			t.Errorf("connectHint(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+	if !strings.Contains(hintTLSFirst, `"300ms"`) {
+		t.Errorf("the handshake_first hint gives no delay: %s", hintTLSFirst)
+	}
+}
+
+// testCA is a throwaway CA: its pool, its certificate's PEM file, and
+// what it issues for 127.0.0.1.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pool *x509.CertPool
+	file string
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "hint CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	file := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key, pool: pool, file: file}
+}
+
+// issue is a certificate for 127.0.0.1, for a server, or for a client.
+func (ca *testCA) issue(t *testing.T, client bool) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := x509.ExtKeyUsageServerAuth
+	if client {
+		usage = x509.ExtKeyUsageClientAuth
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
