@@ -68,7 +68,10 @@ type Output interface {
 // returns promptly with an error wrapping hard's error; messages it took but
 // did not push are nak'ed, the rest are redelivered after nats.ack_wait.
 // Run returns an error wrapping ringq.ErrClosed if out was closed by someone
-// else and one wrapping jetstream.ErrConnectionClosed if Close was called.
+// else and one wrapping jetstream.ErrConnectionClosed if Close was called,
+// or if nats.go closed the connection for good: when the server refused
+// jetsink's credentials on reconnect, that error wraps the refusal
+// (nats.ErrAuthorization, nats.ErrAuthExpired, ...) too, and names the fix.
 // Run must not be called concurrently with itself. While it runs, a
 // goroutine of its own confirms every second that the server has read the
 // acks sent (see the package documentation).
@@ -103,6 +106,22 @@ func (c *Consumer) Run(ctx, hard context.Context, out Output) error {
 // it, and a hard stop (processor.Run) gives all its stages abortBudget.
 const hardRunWait = 100 * time.Millisecond
 
+// closedError is Run's error for a connection closed for good: by Close,
+// or by nats.go, which gives up on reconnecting when the server refused
+// the credentials twice (a password changed and the server reloaded, a JWT
+// expired or revoked); that reason (the connection's last error) is said
+// with the fix. Both wrap jetstream.ErrConnectionClosed.
+func (c *Consumer) closedError() error {
+	last := c.nc.LastError()
+	switch {
+	case errors.Is(last, nats.ErrAuthorization), errors.Is(last, nats.ErrAuthExpired),
+		errors.Is(last, nats.ErrAuthRevoked), errors.Is(last, nats.ErrAccountAuthExpired):
+		return fmt.Errorf("consume: %w: NATS refused jetsink's credentials on reconnect (%w): fix nats.user/nats.password (or nats.creds_file / nats.nkey_file) and restart",
+			jetstream.ErrConnectionClosed, last)
+	}
+	return fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)
+}
+
 // run is Run's body, on a goroutine of Run's.
 func (c *Consumer) run(ctx, hard context.Context, out Output) error {
 	defer out.Close()
@@ -125,7 +144,7 @@ func (c *Consumer) run(ctx, hard context.Context, out Output) error {
 			return nil
 		}
 		if c.nc.IsClosed() {
-			return fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)
+			return c.closedError()
 		}
 		if c.awaitUnpaused(ctx, hard) {
 			// Nothing is looked at meanwhile (the sequence check may
@@ -875,7 +894,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			}
 			s.logErrs(c.log)
 			if c.nc.IsClosed() {
-				return true, fmt.Errorf("consume: %w", jetstream.ErrConnectionClosed)
+				return true, c.closedError()
 			}
 			select {
 			case err := <-s.pushErr:
