@@ -1249,7 +1249,9 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 // why is what (a step that failed with err), after jetStreamGone when err
 // is one that JetStream's absence gives (no answer, no responders, not
 // enabled) and JetStream does not answer a request for the account's
-// information either, within 2 s (lookTimeout if shorter). Not while
+// information either, within 2 s (lookTimeout if shorter); after
+// natsSilent instead when then the server does not answer a PING within
+// as long either. Not while
 // NATS itself is away (a request would wait for the reconnect) or ctx has
 // ended.
 func (c *Consumer) why(ctx context.Context, what string, err error) string {
@@ -1257,13 +1259,27 @@ func (c *Consumer) why(ctx context.Context, what string, err error) string {
 		!errors.Is(err, jetstream.ErrJetStreamNotEnabled) || ctx.Err() != nil || !c.nc.IsConnected() {
 		return what
 	}
-	ctx, cancel := context.WithTimeout(ctx, min(2*time.Second, c.lookTimeout))
+	wait := min(2*time.Second, c.lookTimeout)
+	lctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if _, err := c.js.AccountInfo(ctx); err == nil {
+	if _, err := c.js.AccountInfo(lctx); err == nil {
 		return what
+	}
+	// Not even a PING answered: the server itself is silent, not only
+	// its JetStream.
+	fctx, fcancel := context.WithTimeout(ctx, wait)
+	defer fcancel()
+	if err := c.nc.FlushWithContext(fctx); err != nil && ctx.Err() == nil && c.nc.IsConnected() {
+		return natsSilent + ": " + what
 	}
 	return jetStreamGone + ": " + what
 }
+
+// natsSilent is what NotConsuming says while the server answers nothing
+// at all, not even a PING, on a connection still open: a server stopped
+// (SIGSTOP), overloaded, or a network that drops its traffic; nats.go
+// gives the connection up as stale after two pings 20 s apart.
+const natsSilent = "NATS does not answer (the server stopped or overloaded, or the network drops the traffic to it)"
 
 // jetStreamGone is what NotConsuming says while JetStream itself does not
 // answer, for the operator who reads /readyz: a server disables JetStream

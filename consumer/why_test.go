@@ -1,0 +1,96 @@
+package consumer
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A server that answers nothing at all (stopped with SIGSTOP, overloaded,
+// a network that drops its traffic) on a connection still open is said
+// to be NATS not answering; before, why blamed JetStream (a full disk, a
+// cluster without a meta leader) for it too. A server that answers
+// without JetStream is still JetStream not answering.
+func TestWhyTellsASilentServerFromJetStreamGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	silent := silentServer(t)
+	noJS := startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	for _, tc := range []struct {
+		name, url, want, not string
+	}{
+		{"a silent server", silent, natsSilent, jetStreamGone},
+		{"a server without JetStream", noJS.ClientURL(), jetStreamGone, natsSilent},
+	} {
+		nc, err := nats.Connect(tc.url, nats.MaxReconnects(-1))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &Consumer{nc: nc, js: js, lookTimeout: 300 * time.Millisecond}
+		got := c.why(ctx, "look up the consumer", nats.ErrTimeout)
+		nc.Close()
+		if !strings.HasPrefix(got, tc.want+": ") || strings.Contains(got, tc.not) {
+			t.Errorf("%s: why = %q, want it after %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// silentServer is the URL of a fake NATS server that answers a client's
+// connect (INFO, then a PONG for its first PING) and nothing after, while
+// it keeps the connection open and reads what comes.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { _ = l.Close(); <-done })
+	go func() {
+		defer close(done)
+		var conns []net.Conn
+		var readers sync.WaitGroup
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+			readers.Wait()
+		}()
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, conn)
+			_, _ = io.WriteString(conn, `INFO {"server_id":"silent","version":"2.10.0","proto":1,"headers":true,"max_payload":1048576}`+"\r\n")
+			readers.Go(func() {
+				r := bufio.NewReader(conn)
+				answered := false
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if !answered && strings.HasPrefix(line, "PING") {
+						answered = true
+						_, _ = io.WriteString(conn, "PONG\r\n")
+					}
+				}
+			})
+		}
+	}()
+	return "nats://" + l.Addr().String()
+}
