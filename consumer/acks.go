@@ -76,13 +76,19 @@ type ackLedger struct {
 	disconnects, reconnects atomic.Uint64
 
 	// final is set by the first to account for Close's confirmation: the
-	// final confirm, or Close giving up on it (abandon).
-	final atomic.Bool
+	// final confirm, or Close giving up on it (abandon); abandoned, when
+	// abandon did.
+	final, abandoned atomic.Bool
 
 	mu          sync.Mutex    // one confirmation at a time; guards the fields below
 	confirmed   uint64        // sent when the last confirmation was taken: what came before is accounted for
 	confirmedAt atomic.Uint64 // confirmed, for abandon, which cannot take mu
 	wc          *wire.Conn    // the wire connection open then, nil if none
+
+	// doubtSeq is the highest stream sequence delivered (seqGuard.seenMax)
+	// when a confirmation last counted acks in doubt: every one of them
+	// was for a message at or below it (see settleDoubt).
+	doubtSeq uint64
 }
 
 // begin counts k acks or terms about to be handed to a connection.
@@ -120,6 +126,7 @@ func (l *ackLedger) abandon() (unconfirmed uint64, ok bool) {
 	if !l.final.CompareAndSwap(false, true) {
 		return 0, false
 	}
+	l.abandoned.Store(true)
 	begun := l.begun.Load()
 	return begun - min(l.confirmedAt.Load(), begun), true
 }
@@ -238,11 +245,64 @@ func (c *Consumer) confirm(ctx context.Context, final bool) (unconfirmed uint64,
 	if account := !final || l.final.CompareAndSwap(false, true); account && upTo > l.confirmed {
 		unconfirmed = upTo - l.confirmed
 		c.stats.acksUnconfirmed.Add(unconfirmed)
+		// Each was begun before now, for a message delivered before now.
+		l.doubtSeq = max(l.doubtSeq, c.seq.seenMax.Load())
 	}
 	l.confirmed = n
 	l.confirmedAt.Store(n)
 	return unconfirmed, err
 }
+
+// settleDoubt shows, when it can, that the acks and terms counted in
+// Stats.AcksUnconfirmed took nothing with them after all: once Close's
+// final confirmation went through (the server has read every ack sent
+// since), the durable's ack floor at or past doubtSeq means that every
+// message those acks may have been for was acked or terminated, here or
+// by another instance, and none comes back for them; AcksSettled then
+// takes AcksUnconfirmed. The server applies acks a moment after it reads
+// them, so the floor is looked at settleLooks times, settleGap apart,
+// within ctx. Nothing is shown after Close gave up on the final
+// confirmation (abandon: its acks' sequences are not in doubtSeq) or a
+// stream or consumer was replaced (the floor is then another's).
+func (c *Consumer) settleDoubt(ctx context.Context) {
+	l := &c.acks
+	l.mu.Lock()
+	seq := l.doubtSeq
+	l.mu.Unlock()
+	n := c.stats.acksUnconfirmed.Load()
+	cons := c.cons.Load()
+	if n == 0 || seq == 0 || l.abandoned.Load() || c.stats.epochs.Load() != 0 || cons == nil || ctx.Err() != nil {
+		return
+	}
+	for i := range settleLooks {
+		if i > 0 {
+			select {
+			case <-time.After(settleGap):
+			case <-ctx.Done():
+				return
+			}
+		}
+		lctx, cancel := context.WithTimeout(ctx, settleLookTimeout)
+		ci, err := cons.Info(lctx)
+		cancel()
+		if err != nil {
+			return
+		}
+		if ci.AckFloor.Stream >= seq && n == c.stats.acksUnconfirmed.Load() {
+			c.stats.acksSettled.Store(n)
+			return
+		}
+	}
+}
+
+// How settleDoubt looks at the ack floor: it adds about 200 ms to a Close
+// whose acks were really lost, and at most settleLookTimeout when the
+// server does not answer (a look that fails ends it).
+const (
+	settleLooks       = 3
+	settleGap         = 100 * time.Millisecond
+	settleLookTimeout = time.Second
+)
 
 // flush returns once the server has read everything written before it on
 // wc (when not nil) and on nats.go's connection, or with the first error.

@@ -340,8 +340,46 @@ func TestLostConnectionCountsItsUnconfirmedAcks(t *testing.T) {
 			if err := c.Close(cctx); err != nil {
 				t.Fatalf("Close = %v, want nil: nothing was sent since", err)
 			}
-			if st := c.Stats(); st.AcksUnconfirmed != 3 {
-				t.Fatalf("Stats.AcksUnconfirmed = %d after Close, want still 3", st.AcksUnconfirmed)
+			if st := c.Stats(); st.AcksUnconfirmed != 3 || st.AcksSettled != 0 {
+				t.Fatalf("Stats.AcksUnconfirmed = %d, AcksSettled = %d after Close, want still 3, and 0: the acks were lost",
+					st.AcksUnconfirmed, st.AcksSettled)
+			}
+		})
+	}
+}
+
+// Acks a lost connection may have taken whose messages were acked since
+// (here: they were lost, came back after ack_wait and were acked again;
+// or they had reached the server after all) are shown settled at Close by
+// the durable's ack floor: Stats.AcksSettled takes AcksUnconfirmed, and
+// the drain can say every event was settled. Before, a connection lost
+// once made every later drain warn of them.
+func TestCloseShowsLostAcksSettledByTheAckFloor(t *testing.T) {
+	onePassOnly(t)
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			c, p, cfg := closeSetup(t, ctx, srv, client, nil, func(cfg *Config) { cfg.AckWait = time.Second })
+			r := startRun(t, ctx, c, 1, 16, 16)
+			publish(t, ctx, jsFor(t, srv), cfg, 3, 1, 0)
+			ms := takeMsgs(t, ctx, r, 3)
+			p.Freeze()
+			ackAll(t, c, ms) // written, never read by the server
+			p.Cut()
+			p.Reopen()
+			waitFor(t, ctx, "the acks counted as unconfirmed", func() bool { return c.Stats().AcksUnconfirmed == 3 })
+			ackAll(t, c, takeMsgs(t, ctx, r, 3)) // delivered again after ack_wait
+			r.stopClean(t, ctx)
+			cctx, cancelClose := context.WithTimeout(ctx, 10*time.Second)
+			defer cancelClose()
+			if err := c.Close(cctx); err != nil {
+				t.Fatalf("Close = %v, want nil", err)
+			}
+			if st := c.Stats(); st.AcksUnconfirmed != 3 || st.AcksSettled != 3 {
+				t.Fatalf("Stats.AcksUnconfirmed = %d, AcksSettled = %d after Close, want 3 and 3: the ack floor is past them",
+					st.AcksUnconfirmed, st.AcksSettled)
 			}
 		})
 	}

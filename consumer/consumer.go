@@ -249,6 +249,7 @@ type counters struct {
 	staleTerms        atomic.Uint64
 	termErrors        atomic.Uint64
 	acksUnconfirmed   atomic.Uint64
+	acksSettled       atomic.Uint64
 	acksRefused       atomic.Uint64
 	markers           atomic.Uint64
 }
@@ -291,6 +292,14 @@ type Stats struct {
 	// delivered again after nats.ack_wait (a duplicate row in at-least-once
 	// mode) if they did not.
 	AcksUnconfirmed uint64
+	// AcksSettled is AcksUnconfirmed as it was when Close showed them
+	// settled after all (0 when it could not): its final confirmation went
+	// through, and the durable's ack floor was then at or past the highest
+	// stream sequence delivered to this instance when any of them was put
+	// in doubt, so every message they may have been for was acked or
+	// terminated (by this instance or another) and none comes back for
+	// them. Not tried after a stream or consumer was replaced (Epochs).
+	AcksSettled uint64
 	// AcksRefused counts the publishes to $JS.ACK subjects the server
 	// refused (the user may not publish there; see AcksRefused): acks,
 	// terms, naks and InProgress alike, the server's error names only the
@@ -939,6 +948,9 @@ func (c *Consumer) close(ctx context.Context) error {
 		defer close(done)
 		n, err := c.confirm(wait, true)
 		confirmed <- result{n, err}
+		if err == nil {
+			c.settleDoubt(wait)
+		}
 		if wc := c.wc.Load(); wc != nil {
 			if err == nil {
 				_ = wc.Close()
@@ -1049,6 +1061,7 @@ func (c *Consumer) Stats() Stats {
 		StaleTerms:        s.staleTerms.Load(),
 		TermErrors:        s.termErrors.Load(),
 		AcksUnconfirmed:   s.acksUnconfirmed.Load(),
+		AcksSettled:       s.acksSettled.Load(),
 		AcksRefused:       s.acksRefused.Load(),
 	}
 }

@@ -212,7 +212,14 @@
 // cannot confirm, a held batch's acks are counted although they may yet
 // fail to be written (the sink then reports them too). A dead letter's
 // term that fails in the client was never sent: it is counted apart, in
-// Stats.TermErrors (its event comes back after ack_wait too).
+// Stats.TermErrors (its event comes back after ack_wait too). Once Close's
+// final confirmation has gone through, it looks at the durable's ack
+// floor: at or past the highest stream sequence delivered when acks were
+// last put in doubt, every message they may have been for is acked or
+// terminated (here or by another instance), and Stats.AcksSettled takes
+// Stats.AcksUnconfirmed; otherwise (a floor below, no answer, a stream or
+// consumer replaced since the start, a final confirmation given up on)
+// it stays 0.
 //
 // # Concurrency
 //
@@ -235,6 +242,8 @@
 // cannot write (nats.ErrBadHeaderMsg too; a backstop: such names are left
 // out of the letter). Run returns nil after a clean intake
 // shutdown, and otherwise wraps the hard context's error, ringq.ErrClosed
-// or jetstream.ErrConnectionClosed. Close wraps ErrAcksUnconfirmed when acks
+// or jetstream.ErrConnectionClosed (with nats.ErrAuthorization or another
+// refusal of the credentials when nats.go closed the connection for
+// that). Close wraps ErrAcksUnconfirmed when acks
 // may not have reached the server.
 package consumer

@@ -317,29 +317,43 @@ func (d *drainDeadline) finish() (cut bool) {
 // acked, dead letters whose original was not terminated); and rows the
 // database refused at the end with nothing left to commit to tell the
 // row's fault from the table's (givenUp: left unacked, they come back
-// after ack_wait).
+// after ack_wait). Of the unconfirmed, settled are those the consumer
+// showed settled after all at its close (consumer.Stats.AcksSettled: the
+// durable's ack floor was past every message they may have been for).
 type unsettled struct {
 	unconfirmed, ackErrors, acksRefused, deadLetterFailed, termErrors, stale, givenUp uint64
+	settled                                                                           uint64
 }
 
 // unsettledOf reads p's counters.
 func unsettledOf(p *processor.Processor) unsettled {
 	cs, ss := p.Consumer().Stats(), p.Sink().Stats()
 	return unsettled{unconfirmed: cs.AcksUnconfirmed, ackErrors: ss.AckErrors, acksRefused: cs.AcksRefused, deadLetterFailed: cs.DeadLetterFailed,
-		termErrors: cs.TermErrors, stale: ss.StaleAcks + cs.StaleTerms, givenUp: ss.GivenUp}
+		termErrors: cs.TermErrors, stale: ss.StaleAcks + cs.StaleTerms, givenUp: ss.GivenUp, settled: min(cs.AcksSettled, cs.AcksUnconfirmed)}
 }
 
 // logDrained says how a drain that committed every event taken in ended:
-// every event settled (committed and acked, or dead-lettered), or some
-// not, counted by u since the start; of them, those since the stop began
-// (u less atStop; not told when atStop is nil).
+// every event settled (committed and acked, or dead-lettered; acks a lost
+// connection may have taken count as settled once the consumer showed
+// them so), or some not, counted by u since the start; of them, those
+// since the stop began (u less atStop; not told when atStop is nil).
 func logDrained(log *slog.Logger, u unsettled, atStop *unsettled) {
-	if u == (unsettled{}) {
-		log.Info("drained: every event taken in is committed and acked, or dead-lettered")
-		return
+	if rest := u; rest.unconfirmed-rest.settled == 0 {
+		if rest.unconfirmed, rest.settled = 0, 0; rest == (unsettled{}) {
+			var args []any
+			if u.unconfirmed > 0 {
+				// Said: the log above warned of them.
+				args = []any{"acks_unconfirmed", u.unconfirmed, "acks_unconfirmed_settled", u.settled}
+			}
+			log.Info("drained: every event taken in is committed and acked, or dead-lettered", args...)
+			return
+		}
 	}
 	args := []any{"acks_unconfirmed", u.unconfirmed, "ack_errors", u.ackErrors, "acks_refused", u.acksRefused, "dead_letter_failed", u.deadLetterFailed,
 		"term_errors", u.termErrors, "stale", u.stale, "given_up", u.givenUp}
+	if u.settled > 0 {
+		args = append(args, "acks_unconfirmed_settled", u.settled)
+	}
 	if atStop != nil { // nil: the stop's snapshot was not taken (in time)
 		args = append(args, "stop_acks_unconfirmed", u.unconfirmed-atStop.unconfirmed, "stop_ack_errors", u.ackErrors-atStop.ackErrors,
 			"stop_acks_refused", u.acksRefused-atStop.acksRefused, "stop_dead_letter_failed", u.deadLetterFailed-atStop.deadLetterFailed,

@@ -155,6 +155,24 @@ func TestLogDrained(t *testing.T) {
 			t.Errorf("%+v: want a warning with %q: %q", u, want, out)
 		}
 	}
+	// Acks a lost connection may have taken, which the consumer showed
+	// settled at its close (the ack floor past them): the clean line, with
+	// their count; not while anything else is unsettled. Before, a
+	// connection lost once made every later drain warn of them.
+	for _, tc := range []struct {
+		u    unsettled
+		want string
+	}{
+		{unsettled{unconfirmed: 1500, settled: 1500}, `level=INFO msg="drained: every event taken in is committed and acked, or dead-lettered" acks_unconfirmed=1500 acks_unconfirmed_settled=1500`},
+		{unsettled{unconfirmed: 1500, settled: 1500, ackErrors: 1}, "level=WARN"},
+		{unsettled{unconfirmed: 1500}, "level=WARN"},
+	} {
+		var buf bytes.Buffer
+		logDrained(slog.New(slog.NewTextHandler(&buf, nil)), tc.u, &unsettled{unconfirmed: 1500})
+		if !strings.Contains(buf.String(), tc.want) {
+			t.Errorf("%+v: want %q: %q", tc.u, tc.want, buf.String())
+		}
+	}
 	// What the run left before the stop is told apart from the stop's.
 	var buf bytes.Buffer
 	logDrained(slog.New(slog.NewTextHandler(&buf, nil)), unsettled{unconfirmed: 698, ackErrors: 2, acksRefused: 9}, &unsettled{unconfirmed: 698, acksRefused: 6})
