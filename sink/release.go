@@ -114,10 +114,14 @@ func (s *Sink) switchReach(away bool, now time.Time, lastErr string) *reachState
 // connectError, or pgx's ConnectError), or a connection lost with no
 // answer (lostConn: a network error, a closed connection, a pooler's
 // class 08, the dead-connection watchdog). Not a standby's lag
-// (unreplicatedError: the primary answered), nor any answer of the
-// server's on a live connection.
+// (unreplicatedError: the primary answered), nor a lookup that failed
+// after its COMMIT (lookupError, whatever cut it: the server answered the
+// COMMIT), nor any answer of the server's on a live connection.
 func cannotReach(err error) bool {
 	if _, ok := errors.AsType[*unreplicatedError](err); ok {
+		return false
+	}
+	if _, ok := errors.AsType[*lookupError](err); ok {
 		return false
 	}
 	if _, ok := errors.AsType[*connectError](err); ok {

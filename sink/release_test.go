@@ -2,10 +2,16 @@ package sink
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"net"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -386,4 +392,40 @@ func TestReleaseAnsweredByAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	finishClean(t, ctx, src, wait, dl, ms)
+}
+
+// reachSink is a sink for the unit tests of the reach stamps: it gives
+// its events back after a second.
+func reachSink() *Sink {
+	return &Sink{cfg: Config{ReleaseAfter: time.Second}, born: time.Now().Add(-time.Hour), log: slog.New(slog.DiscardHandler)}
+}
+
+// A lookup after an exactly-once COMMIT that a lost connection ended (a
+// pooler or the dead-connection watchdog cutting it) is no reach failure:
+// the server answered the COMMIT just before. It ends a run of failures
+// as any answer does. (Only a unit test: through a proxy cutting every
+// lookup, the watcher's probe would answer and hide the difference.)
+func TestLookupCutIsReached(t *testing.T) {
+	for _, cut := range []error{
+		&pgconn.PgError{Code: "08006", Message: "server conn crashed?"},
+		&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET},
+	} {
+		if !cannotReach(cut) {
+			t.Fatalf("%v: not a reach failure on its own", cut)
+		}
+		lookup := &lookupError{inserted: 0, err: fmt.Errorf("look for rows missing from the table after the commit: %w", cut)}
+		if cannotReach(lookup) {
+			t.Fatalf("%v: a reach failure", lookup)
+		}
+		s := reachSink()
+		now := time.Now()
+		s.noteReach(&connectError{where: "127.0.0.1:1", err: syscall.ECONNREFUSED}, now.Add(-time.Minute))
+		if d, _ := s.unreachableFor(now); d < time.Minute {
+			t.Fatalf("unreachable for %v after a refused connect", d)
+		}
+		s.noteReach(lookup, now.Add(-time.Second))
+		if d, msg := s.unreachableFor(now); d != 0 {
+			t.Fatalf("unreachable for %v after a COMMIT answered (%s)", d, msg)
+		}
+	}
 }
