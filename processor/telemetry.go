@@ -50,7 +50,7 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 	maxDelivered := counter("jetsink.events.max_delivered", "Events dead-lettered as max_deliver: delivered past nats.max_deliver (one whose earlier dead letter failed counts under that letter's cause)")
 	dlFailed := counter("jetsink.dead_letter.failures", "Dead letters not stored: the publish failed, or was not tried while the dead-letter stream does not answer (a breaker holds the publishes back until a probe gets through). The event is nak'ed and comes back (after ack_wait if the nak fails too); one whose stream was re-created since it was taken is left alone, neither nak'ed nor terminated")
 	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")
-	ackErrs := counter("jetsink.ack.failures", "Acks after commit, and terms after a dead letter was stored, that failed in the client (say, nats.go's reconnect buffer full); acks and terms sent on a connection lost before a flush confirmed them (those of the last flush at shutdown are counted after the last scrape, in the exit's log line only); and every publish to $JS.ACK the server refused for want of permission: acks, terms, naks and InProgress alike. A message whose ack or term was lost comes back after ack_wait (a committed row a duplicate in at-least-once mode); one whose InProgress was refused may")
+	ackErrs := counter("jetsink.ack.failures", "Acks after commit, terms after a dead letter was stored, and naks of events given back while PostgreSQL was unreachable (jetsink.events.released), that failed in the client (say, nats.go's reconnect buffer full); acks and terms sent on a connection lost before a flush confirmed them (those of the last flush at shutdown are counted after the last scrape, in the exit's log line only); and every publish to $JS.ACK the server refused for want of permission: acks, terms, naks and InProgress alike. A message whose ack or term was lost comes back after ack_wait (a committed row a duplicate in at-least-once mode); one whose InProgress was refused may")
 	staleSettles := counter("jetsink.ack.stale", "Messages not acked after commit, or not terminated after their dead letter was stored, because their stream was re-created since they were taken")
 	miscounts := counterIn("jetsink.copy.miscounts",
 		"COPYs that committed with a row count other than the rows sent, and exactly-once batches that committed with rows missing from the table (dead-lettered, code row_count)", "{statement}")
@@ -75,6 +75,7 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 		"Streams or consumers replaced under events in flight: the events taken before are stored but not acked", "{epoch}")
 	deadConns := counterIn("jetsink.postgres.dead_connections",
 		"Connections to PostgreSQL given up because the server gave no sign of life for dead_connection_timeout", "{connection}")
+	released := counter("jetsink.events.released", "Events given back to JetStream (nak'ed with a 2 s delay, for the durable's other instances to store) because PostgreSQL could not be reached for max(ack_wait, 30s); naks of theirs that failed count in jetsink.ack.failures")
 	givenUp := counter("jetsink.events.given_up", "Rows a drain left unacked because the database refused them with an error the row or the table may cause, and nothing committed after to tell which; JetStream delivers them again after ack_wait")
 	lettersWaiting := gauge("jetsink.dead_letter.waiting", "Events waiting in the workers' lanes for their dead letters to be stored (not counting one under way per lane): a dead-letter stream that answers slowly", "{event}")
 	ring := gauge("jetsink.ring.occupancy", "Events waiting in a ring (in: consumer to worker, out: worker to sink)", "{event}")
@@ -90,6 +91,7 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 		metric.WithDescription("How long the longest commit attempt under way has run, 0 when none runs: a batch waiting for a lock, or on a server that hangs, shows here before anything fails"),
 		metric.WithUnit("s"))
 	errs = append(errs, err)
+	unreachable := gauge("jetsink.postgres.unreachable", "1 while PostgreSQL has not been reached for max(ack_wait, 30s): the events held here are given back and nothing is pulled until it answers; else 0", "")
 	ready := gauge("jetsink.ready", "1 while a readiness check passes, 0 while it fails, by check (nats, postgres): what /readyz answers, checked at most every 2 s", "")
 	spansExported := counterIn("jetsink.trace.spans.exported",
 		"Sampled spans the collector took", "{span}")
@@ -144,6 +146,9 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 		o.ObserveInt64(inProgressErrs, int64(ss.InProgressErrors+ps.LetterInProgressErrors))
 		o.ObserveInt64(lettersWaiting, ps.LettersWaiting)
 		o.ObserveInt64(givenUp, int64(ss.GivenUp))
+		o.ObserveInt64(released, int64(ss.Released))
+		away, _ := p.sink.Away()
+		o.ObserveInt64(unreachable, boolInt(away))
 		o.ObserveFloat64(attemptAge, p.sink.OldestAttempt().Seconds())
 		held, limit := p.consumer.InFlightBytes()
 		o.ObserveInt64(inFlight, held)
@@ -171,8 +176,8 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 			o.ObserveInt64(spansLost, int64(st.ExportFailed), exportFailed)
 		}
 		return nil
-	}, received, redelivered, markers, committed, maxDelivered, dlFailed, resubscribes, heartbeatsMissed, epochs, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, lettersWaiting, givenUp, ring, inFlight, inFlightLimit, pending, ackPending,
-		lagAge, attemptAge, ready, spansExported, spansLost)
+	}, received, redelivered, markers, committed, maxDelivered, dlFailed, resubscribes, heartbeatsMissed, epochs, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, lettersWaiting, givenUp, released, ring, inFlight, inFlightLimit, pending, ackPending,
+		lagAge, attemptAge, unreachable, ready, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
 	}
@@ -213,9 +218,11 @@ func boolInt(b bool) int64 {
 }
 
 // ackFailures is jetsink_ack_failures_total: the acks (sink) and dead
-// letters' terms (consumer) that failed in the client, the acks and terms
-// a lost connection may have taken, and the publishes to $JS.ACK the
-// server refused. Each event among them comes back after ack_wait, or may.
+// letters' terms (consumer) that failed in the client, and the naks of
+// events given back while PostgreSQL was unreachable (sink) that did; the
+// acks and terms a lost connection may have taken, and the publishes to
+// $JS.ACK the server refused. Each event among them comes back after
+// ack_wait, or may.
 func ackFailures(cs consumer.Stats, ss sink.Stats) uint64 {
-	return ss.AckErrors + cs.TermErrors + cs.AcksUnconfirmed + cs.AcksRefused
+	return ss.AckErrors + ss.ReleaseErrors + cs.TermErrors + cs.AcksUnconfirmed + cs.AcksRefused
 }
