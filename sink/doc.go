@@ -306,12 +306,17 @@
 // the server for that long (a connect that failed, whatever the server
 // said, refused login and too many connections included; a connection
 // lost with no answer), with no answer from it since (a commit, any error
-// of the server's on a live connection: a lock timeout, a data error), the
-// sink is away (Away; Ready fails, with the last failure): one line at
-// Warn, with how long, the error and the rows held. A COPY waiting for a
-// lock is no failure, however long. While away, the batcher hands nothing
-// over and takes no spare batch: it nak's (with a 2 s delay) the rows it
-// holds and those that still come, once each; a committer retrying
+// of the server's on a live connection: a lock timeout, a data error; a
+// lookup that failed after its COMMIT, which the server answered), and a
+// probe on a connection of its own has failed too, the sink is away (Away;
+// Ready fails, with the last failure): one line at Warn, with how long,
+// the error and the rows held. A COPY waiting for a lock is no failure,
+// however long, and the probe answering ends the run of failures before
+// it (a connect refused while PostgreSQL restarted, then a long wait
+// behind a CREATE INDEX). While away, the batcher hands nothing over: it
+// nak's (with a 2 s delay) the rows it holds and those that still come,
+// once each, and takes a spare batch only to hold rows that may not be
+// given back (below); a committer retrying
 // its batch gives the rest of it back instead of waiting for the next
 // attempt. Only what may be given back is, so that nothing is stored
 // twice, lost or dead-lettered for the outage: a row of the current epoch

@@ -16,9 +16,9 @@ import (
 // none of them. The sink tells reaching the server from being answered by
 // it:
 //
-//	REACHABLE --reach failure--> FAILING(t0) --ReleaseAfter, no answer--> AWAY
-//	    ^                            |                                     |
-//	    +------- any answer ---------+------- any answer, or a probe ------+
+//	REACHABLE --reach failure--> FAILING(t0) --ReleaseAfter, no answer,--> AWAY
+//	    ^                            |          a probe failed too          |
+//	    +--- any answer, a probe ----+------- any answer, or a probe -------+
 //
 // A reach failure (cannotReach) is a connect that failed, whatever the
 // cause (nothing listening, a refused login, too many connections, a
@@ -30,9 +30,11 @@ import (
 // the batcher and the committers give back what they hold that may be
 // given back (releasable), nak'ed with releaseNakDelay, and nak the rows
 // that still come; Away tells the consumer to stop pulling. The watcher
-// (run.watchReach) probes every max(Retry.Max, 1s) on a fresh connection
-// (probeReach: the admin connection may still be alive), and any answer
-// (a commit elsewhere, the probe) ends AWAY.
+// (run.watchReach) probes once before going away (the attempt under way
+// may wait for a lock on a connection that reached the server), then
+// every max(Retry.Max, 1s), on a fresh connection (probeReach: the admin
+// connection may still be alive), and any answer (a commit elsewhere, the
+// probe) ends FAILING or AWAY.
 
 // releaseNakDelay is the delay of the nak that gives an event back: it
 // keeps this instance's pulls still open from taking it straight back.
@@ -193,10 +195,38 @@ func (s *Sink) unreachableFor(now time.Time) (time.Duration, string) {
 	return time.Duration(s.stamp(now) - since), msg
 }
 
-// watchReach is Run's watcher, until stop is closed or ctx ends: it makes
-// the sink AWAY once the server has not been reached for ReleaseAfter, with
-// no answer since, and while AWAY probes it every max(Retry.Max, 1s)
-// (probeReach), an answer ending AWAY (reached). When it returns (Run
+// goAway makes the sink AWAY, as attempts have not reached the server for
+// d (ReleaseAfter or more) with no answer since, msg the last failure; it
+// reports whether it did and the sink is still AWAY. An answer may land
+// between the caller's unreachableFor and the switch: its reached saw the
+// sink not away yet and did nothing. So the stamps are read again after
+// the switch, which undoes it if they show an answer: reached stores
+// lastReached before it loads the state, goAway stores the state before it
+// loads lastReached, and with sequentially consistent atomics one of them
+// sees the other's store.
+func (s *Sink) goAway(now time.Time, d time.Duration, msg string) bool {
+	if s.switchReach(true, now, msg) == nil {
+		return false
+	}
+	if d, _ := s.unreachableFor(time.Now()); d == 0 {
+		if s.switchReach(false, time.Now(), "") != nil {
+			s.log.Debug("postgres answered as the sink went away; taking events still")
+		}
+		return false
+	}
+	return true
+}
+
+// watchReach is Run's watcher, until stop is closed or ctx ends: once the
+// server has not been reached for ReleaseAfter, with no answer since, it
+// probes it (probeReach) and makes the sink AWAY only if the probe fails
+// too: the attempts that failed may be over, and the one under way may be
+// waiting for a lock on a connection that reached the server (a connect
+// refused while PostgreSQL restarted, then a long wait behind a CREATE
+// INDEX), which no stamp shows. An answer ends the run of failures
+// (reached). While AWAY it probes every max(Retry.Max, 1s), an answer
+// ending AWAY. A probe takes up to dialMax (a network that drops the
+// packets), which delays going away by as much. When it returns (Run
 // ends), the sink is not AWAY, and its probe has ended.
 func (r *run) watchReach(ctx context.Context, stop <-chan struct{}) {
 	s := r.s
@@ -225,22 +255,36 @@ func (r *run) watchReach(ctx context.Context, stop <-chan struct{}) {
 		case <-t.C:
 		case err := <-probed:
 			probing = false
+			now := time.Now()
 			if err == nil {
-				s.reached(s.stamp(time.Now()))
+				s.reached(s.stamp(now))
+				continue
 			}
-		}
-		now := time.Now()
-		if !s.isAway() {
+			if s.isAway() {
+				continue
+			}
+			// The probe failed too: away, unless an answer came
+			// meanwhile.
 			d, msg := s.unreachableFor(now)
 			if d < s.cfg.ReleaseAfter {
 				continue
 			}
-			if s.switchReach(true, now, msg) != nil {
+			if s.goAway(now, d, msg) {
 				s.log.Warn("postgres has been unreachable too long; giving back the events held here (nak'ed) "+
 					"and pulling none until it answers",
 					"unreachable_for", d.Round(time.Millisecond), "err", msg, "held", r.heldRows())
 			}
 			nextProbe = now.Add(probeEvery)
+			continue
+		}
+		now := time.Now()
+		if !s.isAway() {
+			if d, _ := s.unreachableFor(now); d < s.cfg.ReleaseAfter || probing {
+				continue
+			}
+			// Ask the server before going away (see above).
+			probing = true
+			go func() { probed <- s.probeReach(ctx) }()
 			continue
 		}
 		if !probing && !now.Before(nextProbe) {

@@ -394,6 +394,63 @@ func TestReleaseAnsweredByAnError(t *testing.T) {
 	finishClean(t, ctx, src, wait, dl, ms)
 }
 
+// One connect turned away (PostgreSQL restarting, a pooler dropping its
+// server connection), then a reconnect whose batch waits for a lock for
+// longer than ReleaseAfter: the server is there, though no attempt has
+// ended since the failed connect. The watcher probes it before going away,
+// the probe answers, and the sink neither goes away nor gives anything
+// back; the batch commits once the lock is gone.
+func TestReleaseNotOnALockWaitAfterAFailedConnect(t *testing.T) {
+	ctx := testCtx(t, 90*time.Second)
+	pg := testenv.Postgres(t)
+	gate, dbURL := gated(t, pg.URL)
+	s, dl := newTestSink(t, ctx, dbURL, func(c *Config) {
+		c.Connections = 1
+		c.ReleaseAfter = 2 * time.Second
+	})
+	admin := pg.Conn(t)
+	tx := lockTable(t, ctx, pg, s)
+	gate.Cut()
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	t.Cleanup(src.close)
+	away, changed := s.Away()
+	if away {
+		t.Fatal("away at the start")
+	}
+	rs, ms := rows(1, 1, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "a connect turned away", func() bool { d, _ := s.unreachableFor(time.Now()); return d > 0 })
+	gate.Reopen()
+	waitFor(t, ctx, "the committer to wait for the lock", waitingOnLock(t, ctx, admin, s.cfg.AppName))
+	// Once the failed connect is ReleaseAfter old, the watcher either
+	// ends the run of failures (its probe answered) or goes away.
+	waitFor(t, ctx, "the watcher to act on the failed connect", func() bool {
+		away, _ := s.Away()
+		d, _ := s.unreachableFor(time.Now())
+		return away || d == 0
+	})
+	waitFor(t, ctx, "a lock wait of twice ReleaseAfter", func() bool { return s.OldestAttempt() >= 2*s.cfg.ReleaseAfter })
+	select {
+	case <-changed:
+		t.Fatal("the sink went away while its batch waited for a lock after a failed connect")
+	default:
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	finishClean(t, ctx, src, wait, dl, ms)
+	if ms[0].naks.Load() != 0 {
+		t.Fatal("the row was nak'ed")
+	}
+	if st := s.Stats(); st.Released != 0 {
+		t.Fatalf("released %d", st.Released)
+	}
+	if n := count(t, ctx, admin, s.cfg.Table); n != 1 {
+		t.Fatalf("%d rows, want 1", n)
+	}
+}
+
 // reachSink is a sink for the unit tests of the reach stamps: it gives
 // its events back after a second.
 func reachSink() *Sink {
@@ -427,5 +484,33 @@ func TestLookupCutIsReached(t *testing.T) {
 		if d, msg := s.unreachableFor(now); d != 0 {
 			t.Fatalf("unreachable for %v after a COMMIT answered (%s)", d, msg)
 		}
+	}
+}
+
+// An answer that lands between the watcher's look at the stamps and its
+// switch (a commit whose reached saw the sink not away yet) undoes the
+// switch: the sink does not stay away with the server answering.
+func TestGoAwayUndoneByAnAnswerMeanwhile(t *testing.T) {
+	s := reachSink()
+	refused := &connectError{where: "127.0.0.1:1", err: syscall.ECONNREFUSED}
+	s.noteReach(refused, time.Now().Add(-time.Minute))
+	now := time.Now()
+	d, msg := s.unreachableFor(now) // the watcher's look
+	s.reached(s.stamp(time.Now()))  // a commit
+	if s.goAway(now, d, msg) {
+		t.Fatal("went away after an answer")
+	}
+	if away, _ := s.Away(); away {
+		t.Fatal("away after an answer")
+	}
+	// With no answer, it goes away.
+	s.noteReach(refused, time.Now())
+	later := time.Now().Add(time.Minute)
+	d, msg = s.unreachableFor(later)
+	if !s.goAway(later, d, msg) {
+		t.Fatal("not away after a minute of failures")
+	}
+	if away, _ := s.Away(); !away {
+		t.Fatal("not away")
 	}
 }
