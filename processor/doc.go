@@ -34,6 +34,13 @@
 // (sink.Sink.Warmed, consumer.Consumer.SetPullGate): events wait in the
 // stream, not in jetsink, until it can store them.
 //
+// Cut off: once the sink has failed to reach PostgreSQL for ack_wait or
+// 30 s, whichever is longer (releaseAfter), with no answer from it, it
+// gives back (nak) the events it holds and those still coming, and the
+// consumer pulls nothing until it answers (sink.Sink.Away,
+// consumer.Consumer.SetPullPause): the durable's other instances store
+// them meanwhile.
+//
 // Stopping uses two contexts: cancelling intake stops the consumer from
 // pulling; each stage then drains into the next, the sink commits and acks
 // the last batch under hard, and Run returns nil. Cancelling hard gives up

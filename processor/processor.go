@@ -107,6 +107,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		sinkCfg.InProgressEvery = cfg.NATS.AckWait / 3
 	}
 	sinkCfg.HoldRows = holdRows(&cfg, workers)
+	setRelease(&sinkCfg, &cfg.NATS)
 	p.sink, err = sink.New(ctx, sinkCfg, mapper.Columns(), dl, log)
 	if err != nil {
 		p.Close()
@@ -131,6 +132,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	p.sink.Instrument(p.tracing, p.metrics)
 	p.sink.SetEpochs(p.consumer.Epochs())
 	p.consumer.SetPullGate(p.sink.Warmed()) // nothing taken in before the committers connect
+	p.consumer.SetPullPause(p.sink.Away)    // nor while the sink gives its events back
 	if sinkCfg.HoldRows == math.MaxInt {
 		// "No limit" holds only while the wire pull client pulls under
 		// max_in_flight_bytes: nats.go pulls over a websocket, and after
@@ -479,6 +481,32 @@ func newHandoff(cfg pipeline.Config) (pipeline.Handoff, consumer.Output) {
 	return h, h
 }
 
+// releaseFloor is the least time the sink must have failed to reach
+// PostgreSQL before it gives its events back (releaseAfter): as long as
+// the sink's refusedFor and the consumer's stuckAfter, it rides out a
+// failover or a pooler's restart, which should not send every event held
+// here to another instance.
+const releaseFloor = 30 * time.Second
+
+// releaseAfter is sink.Config.ReleaseAfter for nats.ack_wait ackWait:
+// ackWait, or releaseFloor if longer. ack_wait is how long the operator
+// lets a crashed instance's events wait before they go to the others:
+// those of an instance cut off from PostgreSQL wait as long, not longer
+// (but for releaseFloor), and a cut shorter than that moves none.
+func releaseAfter(ackWait time.Duration) time.Duration {
+	return max(releaseFloor, ackWait)
+}
+
+// setRelease sets what the sink needs to give its events back to the
+// durable's other instances, instead of holding them, once it cannot
+// reach PostgreSQL (sink.Sink.Away): when (releaseAfter), and
+// nats.max_deliver, since a give-back adds a delivery and an event on its
+// last one is kept (-1, no limit, is the sink's 0).
+func setRelease(sc *sink.Config, nc *consumer.Config) {
+	sc.ReleaseAfter = releaseAfter(nc.AckWait)
+	sc.MaxDeliver = max(nc.MaxDeliver, 0)
+}
+
 // holdRows is how many rows the sink may take in while the database
 // stalls, so that InProgress reaches every in-flight message: what the
 // rings and the pull buffer hold, or as many as JetStream lets this
@@ -489,6 +517,9 @@ func newHandoff(cfg pipeline.Config) (pipeline.Handoff, consumer.Output) {
 // nats.go, max_in_flight_bytes -1) memory comes first: what the rings and
 // the pull buffer hold, and those rows may be delivered again.
 // (That no limit holds only while the wire client pulls: see holdLimit.)
+// A database that cannot be reached at all, for releaseAfter, is not a
+// stall: the sink gives back what it holds, and the consumer pulls no more
+// (sink.Sink.Away).
 func holdRows(cfg *config.Config, workers int) int {
 	if cfg.NATS.MaxAckPending < 0 && cfg.NATS.PullClient != consumer.PullClientNATSGo && cfg.NATS.MaxInFlightBytes >= 0 {
 		return math.MaxInt
