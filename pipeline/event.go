@@ -153,11 +153,13 @@ func (ev *Event) End(outcome string, err error) {
 
 // EndSpan ends ev's span, if it has one, with how the message was settled:
 // outcome is "ack", "dead_letter", "nak", "term", "stale" (not acked: its
-// stream was re-created since it was taken) or "given_up" (not acked:
+// stream was re-created since it was taken), "given_up" (not acked:
 // refused at the end of a drain with nothing left to commit to tell why;
-// JetStream delivers it again), as the attribute
-// jetsink.settle unless it is "ack"; a non-nil err marks the span failed.
-// Without a span it is a nil check.
+// JetStream delivers it again) or "released" (nak'ed with a short delay:
+// given back, PostgreSQL unreachable, for another instance to store; a
+// non-nil err is the nak's, and JetStream delivers it after ack_wait), as
+// the attribute jetsink.settle unless it is "ack"; a non-nil err marks the
+// span failed. Without a span it is a nil check.
 func (ev *Event) EndSpan(outcome string, err error) {
 	sp := ev.Span
 	if sp == nil {
