@@ -67,10 +67,12 @@ const (
 // (writableHeaderName; listed in Jetsink-Omitted-Headers, HeaderOmitted);
 // it gets Nats-Msg-Id deadLetterID(ev, consumer) so a poison event
 // redelivered before its Term lands is stored once, and the Jetsink-*
-// headers above. An event on the dead-letter subject itself, a letter that
-// came back (refuseLoop), is not dead-lettered again but nak'ed with the
-// longest delay. Jetsink-Reason is shortened or left out if the letter
-// would otherwise exceed the connection's max_payload.
+// headers above. A letter of this consumer's that came back (refuseLoop:
+// an event on the dead-letter subject itself, or one whose
+// Jetsink-Consumer and Jetsink-Stream are this consumer's and stream's,
+// sourced back under another subject) is not dead-lettered again but
+// nak'ed with the longest delay. Jetsink-Reason is shortened or left out
+// if the letter would otherwise exceed the connection's max_payload.
 //
 // The publish may take min(5 s, nats.ack_wait/8), at least 500 ms, and
 // less if ctx ends first, or if the server refuses a dead letter
@@ -113,7 +115,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	// back to the in-flight budget (a nak or term does it too; a stale
 	// event gets neither).
 	defer pipeline.Release(ev.Msg)
-	if ev.Subject == c.cfg.DeadLetterSubject {
+	if c.cameBack(ev) {
 		return c.refuseLoop(ev, dl)
 	}
 	m := c.deadLetterMsg(ev, dl)
@@ -199,13 +201,30 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	return nil
 }
 
-// refuseLoop settles ev, an event on the dead-letter subject itself, without
-// dead-lettering it: it can only be a dead letter that came back into the
-// event stream (one that sources or mirrors the dead-letter stream: New
-// refuses such a stream, but a source added while jetsink runs is not
-// seen), and dead-lettering it stores it again under a new sequence, which
-// comes back in turn, without end (a reviewer's run: 5,600 letters a second
-// of one bad event). The letter stays where it is; ev is nak'ed with the
+// cameBack reports whether ev is a dead letter of this consumer's that
+// came back into the event stream: on the dead-letter subject itself, or,
+// through a source that transforms its subject, with this consumer's and
+// stream's Jetsink-Consumer and Jetsink-Stream. Only such a letter carries
+// both: deadLetterMsg leaves out an original's own Jetsink-* headers, and
+// so does `jetsink dlq replay`.
+func (c *Consumer) cameBack(ev *pipeline.Event) bool {
+	if ev.Subject == c.cfg.DeadLetterSubject {
+		return true
+	}
+	consumer, _ := ev.HeaderLookup(HeaderConsumer)
+	stream, _ := ev.HeaderLookup(HeaderStream)
+	return consumer == c.cfg.Consumer && stream == c.cfg.Stream
+}
+
+// refuseLoop settles ev, a dead letter of this consumer's that came back
+// (cameBack), without dead-lettering it: the event stream sources or
+// mirrors the dead-letter stream. New refuses such a stream; a source
+// added while Run runs is refused when Run looks at the stream again, at
+// its next resubscribe (ensureAll: ErrInvalidConfig, retried, consuming
+// nothing until the source is removed), and letters may come back before.
+// Dead-lettering one stores it again under a new sequence, which comes
+// back in turn, without end (a reviewer's run: 5,600 letters a second of
+// one bad event). The letter stays where it is; ev is nak'ed with the
 // longest delay (dlNakMax), not terminated, so that nothing is lost while
 // the stream's sources are put right, and counted and logged at Error (at
 // most once a second) as a failed dead letter. One whose stream was
@@ -213,9 +232,9 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 // with its sequence): its letter is stored already.
 func (c *Consumer) refuseLoop(ev *pipeline.Event, dl pipeline.DeadLetter) error {
 	c.stats.deadLetterFailed.Add(1)
-	err := fmt.Errorf("%w: event %s:%d is on nats.dead_letter_subject %s itself: a dead letter that came back, which stream %s sources or mirrors; "+
+	err := fmt.Errorf("%w: event %s:%d (subject %s) is a dead letter of consumer %s that came back from nats.dead_letter_subject %s, which stream %s sources or mirrors; "+
 		"not dead-lettered again (each would come back in turn): take the dead-letter stream out of its sources", ErrDeadLetter, ev.Stream, ev.StreamSeq,
-		c.cfg.DeadLetterSubject, ev.Stream)
+		ev.Subject, c.cfg.Consumer, c.cfg.DeadLetterSubject, ev.Stream)
 	var nerr error
 	if !c.epochs.IfCurrent(ev.Epoch, func() { nerr = ev.Msg.NakWithDelay(dlNakMax) }) {
 		return fmt.Errorf("%w; not nak'ed: its stream was re-created since", err)

@@ -1489,3 +1489,60 @@ func TestDeadLetterThatCameBackIsNotDeadLetteredAgain(t *testing.T) {
 	}
 	dropSourcing(t, ctx, js, cfg.Stream)
 }
+
+// A dead letter that comes back through a source that transforms its
+// subject (dlq.X to in.X.fromdlq, in the event stream's subjects) is not
+// on the dead-letter subject, but carries this consumer's and stream's
+// Jetsink-Consumer and Jetsink-Stream: it is not dead-lettered again
+// either. Before, only the subject was looked at, and such a letter was
+// stored again under its new sequence, to come back in turn.
+func TestDeadLetterThatCameBackTransformedIsNotDeadLetteredAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	dlq := dlqStream(t, ctx, js, cfg)
+	sc := streamConfig(t, ctx, js, cfg.Stream)
+	back := "in." + cfg.Stream + ".fromdlq"
+	sc.Sources = []*jetstream.StreamSource{{
+		Name:              dlq.CachedInfo().Config.Name,
+		SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: cfg.DeadLetterSubject, Destination: back}},
+	}}
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "in."+cfg.Stream+".a", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	r := startRun(t, ctx, c, 1, 16, 16)
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Reason: "bad", Code: "invalid_json"}
+	first := r.next(t, ctx).ev
+	if err := c.DeadLetter(ctx, &first, dl); err != nil {
+		t.Fatalf("DeadLetter of the original: %v", err)
+	}
+	ev := r.next(t, ctx).ev
+	if ev.Subject != back {
+		t.Fatalf("event on %s, want the dead letter sourced back on %s", ev.Subject, back)
+	}
+	err := c.DeadLetter(ctx, &ev, dl)
+	if !errors.Is(err, ErrDeadLetter) {
+		t.Fatalf("DeadLetter of the letter that came back: %v, want ErrDeadLetter", err)
+	}
+	r.stopClean(t, ctx)
+	info, ierr := dlq.Info(ctx)
+	if ierr != nil {
+		t.Fatal(ierr)
+	}
+	if info.State.Msgs != 1 {
+		t.Errorf("dead-letter stream holds %d letters, want the original's 1 (not dead-lettered again when it came back)", info.State.Msgs)
+	}
+	if s := c.Stats(); s.DeadLettered != 1 || s.DeadLetterFailed != 1 {
+		t.Errorf("stats: %d dead-lettered, %d failed; want 1 and 1", s.DeadLettered, s.DeadLetterFailed)
+	}
+	if !strings.Contains(log.String(), "level=ERROR msg=\"a dead letter came back as an event") {
+		t.Errorf("log:\n%s\nwant the loop at Error", log.String())
+	}
+	dropSourcing(t, ctx, js, cfg.Stream)
+}
