@@ -236,15 +236,20 @@ func (c *Consumer) checkSeq(ctx context.Context) error {
 		return nil
 	}
 	gen := c.seq.gen.Load()
+	// The table first: its rows are of events the stream held when they
+	// were stored, so a stream read after it ends at or past them unless
+	// it went back. Read the other way round, rows another instance of
+	// the durable stored meanwhile, of events published after the
+	// stream's info, passed for a stream restarted under them.
+	stored, err := c.storedSeq(ctx)
+	if err != nil {
+		return err
+	}
 	stream, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
 		return fmt.Errorf("look up stream %s: %w", c.cfg.Stream, err)
 	}
 	info := stream.CachedInfo()
-	stored, err := c.storedSeq(ctx)
-	if err != nil {
-		return err
-	}
 	marked, err := c.markedReplaced(ctx, info.Created)
 	if err != nil {
 		return err
