@@ -23,6 +23,11 @@ type fakePause struct {
 	paused  bool
 	changed chan struct{}
 	asked   int // calls that found it paused
+	calls   int // calls in all
+	// Set by pauseFrom: the call (by calls) that switches it on (0: none
+	// to come), and how many calls find it paused before it switches off
+	// by itself (0: until set).
+	from, lasts int
 }
 
 func newFakePause(paused bool) *fakePause {
@@ -32,10 +37,41 @@ func newFakePause(paused bool) *fakePause {
 func (p *fakePause) get() (bool, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.paused {
-		p.asked++
+	p.calls++
+	if p.from > 0 && p.calls == p.from {
+		p.switchTo(true)
 	}
-	return p.paused, p.changed
+	paused, changed := p.paused, p.changed
+	if paused {
+		p.asked++
+		if p.lasts > 0 && p.asked == p.lasts {
+			// The pause ends right after this call found it: the
+			// caller's channel is closed at once.
+			p.from, p.lasts = 0, 0
+			p.switchTo(false)
+		}
+	}
+	return paused, changed
+}
+
+// pauseFrom makes the pause hold from the call after the next ones (0:
+// from now, its channel closed), for the lasts calls that find it paused
+// (0: until set), and then end by itself, its channel closed.
+func (p *fakePause) pauseFrom(next, lasts int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.from, p.lasts = p.calls+next+1, lasts
+	if next == 0 {
+		p.from = 0
+		p.switchTo(true)
+	}
+}
+
+// switchTo switches the pause, p.mu held.
+func (p *fakePause) switchTo(paused bool) {
+	p.paused, p.asked = paused, 0
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
 func (p *fakePause) set(paused bool) {
@@ -44,9 +80,7 @@ func (p *fakePause) set(paused bool) {
 	if p.paused == paused {
 		return
 	}
-	p.paused, p.asked = paused, 0
-	close(p.changed)
-	p.changed = make(chan struct{})
+	p.switchTo(paused)
 }
 
 func (p *fakePause) isPaused() bool {
@@ -241,4 +275,74 @@ func TestPullPausedHardStop(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("run did not return after hard ended while paused")
 	}
+}
+
+// A pause that ends while its session drains (Run's loop finds it over
+// when it looks next, and does not wait) is over as one that Run waited
+// out: "pulling resumed" is logged, and the next pause is a pause of its
+// own, logged (and clearing what Run had found stuck). Before, the next
+// pause logged nothing, and its "pulling resumed" counted paused_for from
+// the first.
+func TestPullPauseOverWhileDrainingThenAnother(t *testing.T) {
+	onePassOnly(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	p := newFakePause(false)
+	c.SetPullPause(p.get)
+	publish(t, ctx, js, cfg, 5, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 100)
+	r.ackUntil(t, ctx, 4)
+
+	// Paused for serve's look only: over by the time the loop looks.
+	p.pauseFrom(0, 1)
+	waitFor(t, ctx, "the first pause noted", func() bool { return strings.Count(log.String(), "pulling paused") == 1 })
+	publish(t, ctx, js, cfg, 5, 1, 5)
+	r.ackUntil(t, ctx, 9) // pulling again
+
+	p.set(true)
+	waitFor(t, ctx, "Run to wait out the second pause", func() bool { return p.askedWhilePaused() >= 2 })
+	p.set(false)
+	publish(t, ctx, js, cfg, 5, 1, 10)
+	r.ackUntil(t, ctx, 14)
+	r.stopClean(t, ctx)
+	out := log.String()
+	if strings.Count(out, "pulling paused") != 2 || strings.Count(out, "pulling resumed") != 2 {
+		t.Errorf("want two lines each of pulling paused and resumed, one for each pause; log:\n%s", out)
+	}
+}
+
+// Found paused by the look just before it subscribes (mayPull), Run waits
+// the pause out and then looks at the stream again, its sequence against
+// the table too, before it pulls: the stream may have been replaced, or
+// the table restored, meanwhile.
+func TestPullPausedJustBeforeSubscribing(t *testing.T) {
+	onePassOnly(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	var looks atomic.Int64
+	cfg.StoredSeq = func(context.Context, string) (uint64, error) {
+		looks.Add(1)
+		return 0, nil
+	}
+	c := newConsumer(t, ctx, cfg)
+	// Its first call is the loop's top; the second, mayPull's, finds it
+	// paused, and the pause ends right after.
+	p := newFakePause(false)
+	p.pauseFrom(1, 1)
+	c.SetPullPause(p.get)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	looks.Store(0) // New's
+	r := startRun(t, ctx, c, 1, 64, 100)
+	r.ackUntil(t, ctx, 0)
+	if n := looks.Load(); n != 2 {
+		t.Errorf("the table's sequence looked at %d times before the first event, want 2: before the pause and after it", n)
+	}
+	r.stopClean(t, ctx)
 }

@@ -1506,10 +1506,12 @@ func (c *Consumer) pausedNow() (paused bool, changed <-chan struct{}) {
 
 // awaitUnpaused waits while the pull pause holds, until it ends or ctx or
 // hard ends, or the connection closes, first; it reports whether the pause
-// held when it was called. Run's goroutine.
+// held when it was called. A pause a session noted (pauseSession) that
+// ended while it drained ends here too, not waited for. Run's goroutine.
 func (c *Consumer) awaitUnpaused(ctx, hard context.Context) bool {
 	paused, changed := c.pausedNow()
 	if !paused {
+		c.noteResumed()
 		return false
 	}
 	c.notePaused()
@@ -1525,9 +1527,18 @@ func (c *Consumer) awaitUnpaused(ctx, hard context.Context) bool {
 		}
 		paused, changed = c.pausedNow()
 	}
+	c.noteResumed()
+	return true
+}
+
+// noteResumed logs, once for each pause notePaused noted, that pulling
+// resumes, and lets the next pause be noted.
+func (c *Consumer) noteResumed() {
+	if !c.pauseNoted {
+		return
+	}
 	c.pauseNoted = false
 	c.log.Info("pulling resumed: the sink reaches PostgreSQL again", "paused_for", time.Since(c.pausedAt).Round(time.Millisecond))
-	return true
 }
 
 // pauseSession ends session s for the pull pause: it pulls no more, and
