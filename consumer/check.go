@@ -83,7 +83,7 @@ func inFlightProblem(budget, maxPayload int64) (p Problem, ok bool) {
 	}
 	return Problem{Config: true, Message: fmt.Sprintf("nats.max_in_flight_bytes (%d) is below the server's max_payload (%d) + %d: the largest message could never be pulled",
 		budget, maxPayload, pullBytesMargin), Fix: fmt.Sprintf("set nats.max_in_flight_bytes to %d or more (the least that holds the largest message), or 0 (derived: %d)",
-		maxPayload+pullBytesMargin, max(DefaultMaxInFlightBytes, 4*(maxPayload+pullBytesMargin)))}, true
+		maxPayload+pullBytesMargin, Config{}.inFlightBudget(maxPayload))}, true
 }
 
 func (p Problem) String() string {

@@ -1034,6 +1034,9 @@ func TestInFlightProblemNamesLeastBudget(t *testing.T) {
 		if !strings.Contains(p.Fix, "set nats.max_in_flight_bytes to "+tc.least) || !strings.Contains(p.Fix, tc.derive) {
 			t.Errorf("max_payload %d: fix %q, want %q and %q", tc.maxPayload, p.Fix, tc.least, tc.derive)
 		}
+		if derived := fmt.Sprintf("derived: %d)", Config{}.inFlightBudget(tc.maxPayload)); !strings.Contains(p.Fix, derived) {
+			t.Errorf("max_payload %d: fix %q, want what 0 derives (inFlightBudget): %q", tc.maxPayload, p.Fix, derived)
+		}
 		least := tc.maxPayload + pullBytesMargin
 		if _, bad := inFlightProblem(least, tc.maxPayload); bad {
 			t.Errorf("max_payload %d: the least budget the fix names (%d) is refused", tc.maxPayload, least)
