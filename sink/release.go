@@ -175,6 +175,15 @@ func (s *Sink) reached(t int64) {
 	if s.isAway() {
 		now := time.Now()
 		if old := s.switchReach(false, now, ""); old != nil {
+			// The batches that failed while it could not be reached are
+			// given back: a server that answers again is not one failing
+			// every batch, and an instance left with nothing to commit
+			// (its events taken by another meanwhile) stayed not ready
+			// until a batch of its own committed, on a quiet stream for
+			// good. A refusal of the table's kind stays until answered.
+			if r := s.refusedErr.Load(); r == nil || !r.table {
+				s.refusedSince.Store(0)
+			}
 			s.log.Info("postgres answers again; taking events again",
 				"away_for", now.Sub(old.since).Round(time.Millisecond), "released", s.st.released.Load()-old.released)
 		}

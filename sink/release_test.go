@@ -109,6 +109,11 @@ func TestReleasedWhilePostgresUnreachable(t *testing.T) {
 			gate, dbURL := gated(t, pg.URL)
 			s, dl := newTestSink(t, ctx, dbURL, releaseConfig(mode))
 			logs := captureLog(t, s, time.Minute)
+			// Failing for less than ReleaseAfter before it goes away: so
+			// that Ready once back shows the failures are forgotten.
+			oldRefusedFor := refusedFor
+			t.Cleanup(func() { refusedFor = oldRefusedFor })
+			refusedFor = 500 * time.Millisecond
 			// Cut before Run: no committer has a connection that dies
 			// under a batch (a commit of unknown outcome, which
 			// TestReleaseKeepsUnknownOutcome covers).
