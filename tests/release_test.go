@@ -126,6 +126,16 @@ func TestReleaseToAnotherInstanceWhilePostgresUnreachable(t *testing.T) {
 				away, _ := a.p.Sink().Away()
 				return !away, "away"
 			})
+			// And it takes events again: its stream not refused (the
+			// sequence check once took the rows B stored meanwhile for a
+			// stream restarted under them), /readyz green.
+			waitFor(t, ctx, "A ready again", func() (bool, string) {
+				if err := a.p.Consumer().Refused(); err != nil {
+					return false, err.Error()
+				}
+				code, body := adminGet(t, ctx, a, "/readyz")
+				return code == http.StatusOK, fmt.Sprintf("/readyz %d %.300s", code, body)
+			})
 			e.publishDuring(ctx, x, warm+events, after, 0, 10).wait(t, ctx)
 			e.waitSettled(ctx, x)
 			a.drain(t)
