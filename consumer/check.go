@@ -197,6 +197,15 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		problems = append(problems, checkConsumer(ctx, js, cfg)...)
 		if cfg.StoredSeq != nil {
 			stored, err := cfg.StoredSeq(ctx, cfg.Stream)
+			if err == nil && info.State.LastSeq < stored {
+				// The stream as it is now, after the table: read before
+				// it, it misses the events a running jetsink stored
+				// meanwhile, and would pass for restarted under them
+				// (as Run's checkSeq reads them).
+				if fresh, ferr := stream.Info(ctx); ferr == nil {
+					info = fresh
+				}
+			}
 			if err == nil {
 				// A stream run refused before stays judged as a replacement.
 				marked := false

@@ -83,6 +83,48 @@ func TestCheckReportsWithoutChangingAnything(t *testing.T) {
 	}
 }
 
+// In exactly-once mode check compares the stream's end with the table's
+// highest sequence; a running jetsink storing events published after check
+// read the stream is no stream restarted under the rows.
+func TestCheckStoredSeqAheadOfAnEarlierStreamInfo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	makeStream(t, ctx, js, cfg)
+	publish(t, ctx, js, cfg, 5, 1, 0)
+	cfg.StoredSeq = func(ctx context.Context, stream string) (uint64, error) {
+		// The running instance: 10 more events published, and stored.
+		var last uint64
+		for g := range 10 {
+			ack, err := js.Publish(ctx, subjectOf(cfg, 100+g, 1), []byte("{}"))
+			if err != nil {
+				return 0, err
+			}
+			last = ack.Sequence
+		}
+		return last, nil
+	}
+	ps, err := Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := problemsText(ps); strings.Contains(text, "stream sequence against the table") {
+		t.Fatalf("problems:\n%s", text)
+	}
+	// The check itself: a table past what the stream ever held is refused.
+	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 1000, nil }
+	ps, err = Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := problemsText(ps); !strings.Contains(text, "stream sequence against the table") {
+		t.Fatalf("a table at 1000 over a stream at 15 not reported; problems:\n%s", text)
+	}
+}
+
 func TestCreateStreamAlsoCreatesDeadLetterStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
