@@ -1474,20 +1474,28 @@ func TestDeadLetterThatCameBackIsNotDeadLetteredAgain(t *testing.T) {
 		t.Fatalf("DeadLetter: %v, want ErrDeadLetter", err)
 	}
 	r.stopClean(t, ctx)
-	info, ierr := dlq.Info(ctx)
-	if ierr != nil {
-		t.Fatal(ierr)
+	loopRefused(t, ctx, dlq, c, log, 0)
+	dropSourcing(t, ctx, js, cfg.Stream)
+}
+
+// loopRefused fails unless the dead-letter stream dlq holds one letter, c
+// dead-lettered deadLettered events and failed one (the letter that came
+// back, refused), and logged that at Error.
+func loopRefused(t *testing.T, ctx context.Context, dlq jetstream.Stream, c *Consumer, log *syncBuffer, deadLettered uint64) {
+	t.Helper()
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if info.State.Msgs != 1 {
-		t.Errorf("dead-letter stream holds %d letters, want the 1 that came back (not dead-lettered again)", info.State.Msgs)
+		t.Errorf("dead-letter stream holds %d letters, want 1 (the letter that came back not dead-lettered again)", info.State.Msgs)
 	}
-	if s := c.Stats(); s.DeadLettered != 0 || s.DeadLetterFailed != 1 {
-		t.Errorf("stats: %d dead-lettered, %d failed; want 0 and 1", s.DeadLettered, s.DeadLetterFailed)
+	if s := c.Stats(); s.DeadLettered != deadLettered || s.DeadLetterFailed != 1 {
+		t.Errorf("stats: %d dead-lettered, %d failed; want %d and 1", s.DeadLettered, s.DeadLetterFailed, deadLettered)
 	}
 	if !strings.Contains(log.String(), "level=ERROR msg=\"a dead letter came back as an event") {
 		t.Errorf("log:\n%s\nwant the loop at Error", log.String())
 	}
-	dropSourcing(t, ctx, js, cfg.Stream)
 }
 
 // A dead letter that comes back through a source that transforms its
@@ -1531,18 +1539,6 @@ func TestDeadLetterThatCameBackTransformedIsNotDeadLetteredAgain(t *testing.T) {
 		t.Fatalf("DeadLetter of the letter that came back: %v, want ErrDeadLetter", err)
 	}
 	r.stopClean(t, ctx)
-	info, ierr := dlq.Info(ctx)
-	if ierr != nil {
-		t.Fatal(ierr)
-	}
-	if info.State.Msgs != 1 {
-		t.Errorf("dead-letter stream holds %d letters, want the original's 1 (not dead-lettered again when it came back)", info.State.Msgs)
-	}
-	if s := c.Stats(); s.DeadLettered != 1 || s.DeadLetterFailed != 1 {
-		t.Errorf("stats: %d dead-lettered, %d failed; want 1 and 1", s.DeadLettered, s.DeadLetterFailed)
-	}
-	if !strings.Contains(log.String(), "level=ERROR msg=\"a dead letter came back as an event") {
-		t.Errorf("log:\n%s\nwant the loop at Error", log.String())
-	}
+	loopRefused(t, ctx, dlq, c, log, 1)
 	dropSourcing(t, ctx, js, cfg.Stream)
 }
