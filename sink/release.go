@@ -180,9 +180,12 @@ func (s *Sink) reached(t int64) {
 			// every batch, and an instance left with nothing to commit
 			// (its events taken by another meanwhile) stayed not ready
 			// until a batch of its own committed, on a quiet stream for
-			// good. A refusal of the table's kind stays until answered.
-			if r := s.refusedErr.Load(); r == nil || !r.table {
-				s.refusedSince.Store(0)
+			// good. Only a run of failures that began with the attempts
+			// that could not reach it (one of the table's kind under way
+			// before stays until answered), and not one a committer
+			// began since (the CAS).
+			if since := s.refusedSince.Load(); since != 0 && since >= s.unreachableSince.Load() {
+				s.refusedSince.CompareAndSwap(since, 0)
 			}
 			s.log.Info("postgres answers again; taking events again",
 				"away_for", now.Sub(old.since).Round(time.Millisecond), "released", s.st.released.Load()-old.released)

@@ -462,6 +462,35 @@ func reachSink() *Sink {
 	return &Sink{cfg: Config{ReleaseAfter: time.Second}, born: time.Now().Add(-time.Hour), log: slog.New(slog.DiscardHandler)}
 }
 
+// Leaving AWAY forgets the batch failures of the outage (a sink that gave
+// everything back has nothing to commit that would clear them), but not a
+// run that began before it with the table refusing the batches (42501: a
+// grant taken away), which readiness goes on reporting.
+func TestLeavingAwayForgetsOnlyTheOutagesFailures(t *testing.T) {
+	refused := &connectError{where: "127.0.0.1:1", err: syscall.ECONNREFUSED}
+	for _, before := range []bool{false, true} {
+		s := reachSink()
+		start := time.Now().Add(-time.Minute)
+		if before {
+			s.refused(&pgconn.PgError{Code: "42501", Message: "permission denied for table events"}, classConfig, start.Add(-time.Minute))
+		}
+		s.noteReach(refused, start)
+		s.refused(refused, classTransient, start)
+		now := time.Now()
+		d, msg := s.unreachableFor(now)
+		if !s.goAway(now, d, msg) {
+			t.Fatal("not away after a minute of failures")
+		}
+		s.reached(s.stamp(time.Now())) // the probe answers
+		if away, _ := s.Away(); away {
+			t.Fatal("away after an answer")
+		}
+		if d, _ := s.failing(); (d != 0) != before {
+			t.Errorf("refused before the outage %v: failing for %v after it", before, d)
+		}
+	}
+}
+
 // A lookup after an exactly-once COMMIT that a lost connection ended (a
 // pooler or the dead-connection watchdog cutting it) is no reach failure:
 // the server answered the COMMIT just before. It ends a run of failures
