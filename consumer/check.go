@@ -117,7 +117,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	opts = append(opts, nats.MaxReconnects(0), nats.Timeout(5*time.Second))
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, ConnectError(cfg.URL, err)
+		return nil, cfg.ConnectError(err)
 	}
 	defer nc.Close()
 	js, err := cfg.JetStream(nc)

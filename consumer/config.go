@@ -741,28 +741,40 @@ func (c Config) natsGoHeartbeat() (time.Duration, bool) {
 // ConnectError says that connecting to urls (nats.url: one or more, comma
 // separated) failed with err, naming the servers without their
 // credentials (a user, a password or a token) and what to check, by the
-// cause (connectHint).
+// cause (connectHint). It knows no client certificate: Config.ConnectError
+// does, and blames one only when one is configured.
 func ConnectError(urls string, err error) error {
-	return fmt.Errorf("nats.url %s: %w (%s)", ServersOf(urls), err, connectHint(err))
+	return Config{URL: urls}.ConnectError(err)
+}
+
+// ConnectError says that connecting to c.URL failed with err, as the
+// function ConnectError does, blaming the client certificate for a
+// connection closed right after the TLS handshake only when
+// nats.tls.cert_file sets one.
+func (c Config) ConnectError(err error) error {
+	return fmt.Errorf("nats.url %s: %w (%s)", ServersOf(c.URL), err, connectHint(err, c.TLS.CertFile != ""))
 }
 
 // The hints of connectHint.
 const (
-	hintListening = "is a nats-server with JetStream listening there? set nats.url, --nats-url or JETSINK_NATS_URL"
-	hintAuth      = "the server refused jetsink's credentials: check nats.user and nats.password (or nats.creds_file, nats.nkey_file, or the user info in nats.url)"
-	hintCA        = "jetsink could not verify the server's TLS certificate: set nats.tls.ca_file to the CA that signed it"
-	hintHostname  = "the server's TLS certificate is not for the host in nats.url: connect by a name the certificate holds"
-	hintClientCrt = "the server refused jetsink's TLS client certificate: check nats.tls.cert_file and nats.tls.key_file (given, current, signed by a CA the server trusts)"
-	hintNoTLS     = "the server offers no TLS, which the configuration asks for (nats.tls, or a tls:// URL in nats.url): drop those settings or enable TLS on the server"
-	hintTLS       = "the TLS handshake with the server failed: check nats.tls (ca_file, cert_file, key_file) against the server's tls settings"
-	hintTLSFirst  = "the server closed the connection before it said a word: one with tls { handshake_first: true } does that, which jetsink does not support; give the server a delay instead, such as handshake_first: \"300ms\""
+	hintListening   = "is a nats-server with JetStream listening there? set nats.url, --nats-url or JETSINK_NATS_URL"
+	hintAuth        = "the server refused jetsink's credentials: check nats.user and nats.password (or nats.creds_file, nats.nkey_file, or the user info in nats.url)"
+	hintCA          = "jetsink could not verify the server's TLS certificate: set nats.tls.ca_file to the CA that signed it"
+	hintHostname    = "the server's TLS certificate is not for the host in nats.url: connect by a name the certificate holds"
+	hintClientCrt   = "the server refused jetsink's TLS client certificate: check nats.tls.cert_file and nats.tls.key_file (given, current, signed by a CA the server trusts)"
+	hintNoClientCrt = "the server wants a TLS client certificate, which jetsink did not give: set nats.tls.cert_file and nats.tls.key_file"
+	hintNoTLS       = "the server offers no TLS, which the configuration asks for (nats.tls, or a tls:// URL in nats.url): drop those settings or enable TLS on the server"
+	hintTLS         = "the TLS handshake with the server failed: check nats.tls (ca_file, cert_file, key_file) against the server's tls settings"
+	hintClosed      = "the server closed the connection before it said a word: nothing behind the address does that (a port mapping or a load balancer with no server ready yet: is a nats-server with JetStream listening there? set nats.url, --nats-url or JETSINK_NATS_URL), or a server with tls { handshake_first: true }, which jetsink does not support (give it a delay instead, such as handshake_first: \"300ms\")"
+	hintTLSClosed   = "the server closed the connection right after the TLS handshake: a server that wants a client certificate does that (set nats.tls.cert_file and nats.tls.key_file), or a TLS proxy with no server ready behind it: is a nats-server with JetStream listening there? check nats.tls against the server's tls settings"
 )
 
 // connectHint is what to check after nats.Connect failed with err: a
 // refused credential, a TLS setting, or, for a failed dial (refused, no
 // route, a timeout, a name not found) and whatever else, whether a
-// nats-server listens at nats.url at all.
-func connectHint(err error) string {
+// nats-server listens at nats.url at all. clientCert is whether
+// nats.tls.cert_file sets a client certificate.
+func connectHint(err error, clientCert bool) string {
 	switch {
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
 		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
@@ -783,17 +795,28 @@ func connectHint(err error) string {
 		return hintCA
 	}
 	if a, ok := remoteTLSAlert(err); ok && clientCertAlert(a) {
+		if !clientCert {
+			return hintNoClientCrt
+		}
 		return hintClientCrt
 	}
 	closed := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 	if errors.Is(err, nats.ErrTLS) && (closed || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)) {
 		// nats.go: closed by the server right after the TLS handshake,
 		// which is how a server (or a proxy) refuses a client certificate
-		// under TLS 1.3, when its alert came too late to be read.
-		return hintClientCrt
+		// under TLS 1.3, when its alert came too late to be read, or
+		// asks for one jetsink did not give; a TLS proxy with no server
+		// behind it closes there as well.
+		if clientCert {
+			return hintClientCrt
+		}
+		return hintTLSClosed
 	}
 	if closed {
-		return hintTLSFirst
+		// Before the server's INFO: a plain TCP listener (docker-proxy,
+		// a load balancer) with nothing behind it accepts and closes,
+		// as does a server with TLS handshake first.
+		return hintClosed
 	}
 	if _, ok := remoteTLSAlert(err); ok || errors.Is(err, nats.ErrTLS) {
 		return hintTLS

@@ -58,10 +58,13 @@ func TestConnectErrorHintsByCause(t *testing.T) {
 		}, func(c *Config) { c.TLS.CAFile = testCAFile(t) }, "nats.tls.ca_file", "listening there"},
 		{"no client certificate where the server wants one", func(o *server.Options) {
 			o.TLSConfig, o.TLS, o.TLSVerify = mTLS, true, true
-		}, func(c *Config) { c.TLS.CAFile = ca.file }, "nats.tls.cert_file", "listening there"},
+		}, func(c *Config) { c.TLS.CAFile = ca.file }, "nats.tls.cert_file", "refused jetsink's TLS client certificate"},
 		{"TLS asked of a server without it", func(*server.Options) {},
 			func(c *Config) { c.TLS.CAFile = ca.file }, "nats.tls", "listening there"},
 		{"nothing listening", nil, func(c *Config) { c.URL = nothing() }, "listening there", "nats.password"},
+		// docker-proxy while the server is not up yet, or a load
+		// balancer with no ready backend: a bare EOF before any INFO.
+		{"a listener that accepts and closes", nil, func(c *Config) { c.URL = acceptAndClose(t) }, "listening there", "nats.password"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
@@ -95,24 +98,54 @@ func TestConnectErrorHintsByCause(t *testing.T) {
 // client certificate under TLS 1.3 closes it after the handshake.
 func TestConnectHint(t *testing.T) {
 	for _, tc := range []struct {
-		err  error
-		want string
+		err        error
+		clientCert bool
+		want       string
 	}{
-		{io.EOF, hintTLSFirst},
-		{fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, io.EOF), hintClientCrt},
-		{nats.ErrNoServers, hintListening},
-		{nats.ErrAuthExpired, hintAuth},
-		{&net.OpError{Op: "dial", Err: errors.New("no route to host")}, hintListening},
-		{&net.DNSError{Err: "no such host", Name: "nats.example", IsNotFound: true}, hintListening},
-		{fmt.Errorf("%w: %w", nats.ErrTLS, &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), hintCA},
+		{io.EOF, false, hintClosed},
+		{fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, io.EOF), true, hintClientCrt},
+		{fmt.Errorf("%w: connection closed by remote after TLS handshake: %w", nats.ErrTLS, io.EOF), false, hintTLSClosed},
+		{&net.OpError{Op: "remote error", Err: testAlert(116)}, false, hintNoClientCrt},
+		{&net.OpError{Op: "remote error", Err: testAlert(42)}, true, hintClientCrt},
+		{nats.ErrNoServers, false, hintListening},
+		{nats.ErrAuthExpired, false, hintAuth},
+		{&net.OpError{Op: "dial", Err: errors.New("no route to host")}, false, hintListening},
+		{&net.DNSError{Err: "no such host", Name: "nats.example", IsNotFound: true}, false, hintListening},
+		{fmt.Errorf("%w: %w", nats.ErrTLS, &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), false, hintCA},
 	} {
-		if got := connectHint(tc.err); got != tc.want {
-			t.Errorf("connectHint(%v) = %q, want %q", tc.err, got, tc.want)
+		if got := connectHint(tc.err, tc.clientCert); got != tc.want {
+			t.Errorf("connectHint(%v, %v) = %q, want %q", tc.err, tc.clientCert, got, tc.want)
 		}
 	}
-	if !strings.Contains(hintTLSFirst, `"300ms"`) {
-		t.Errorf("the handshake_first hint gives no delay: %s", hintTLSFirst)
+	if !strings.Contains(hintClosed, `"300ms"`) || !strings.Contains(hintClosed, "listening there") {
+		t.Errorf("the hint for a bare EOF does not give both causes: %s", hintClosed)
 	}
+}
+
+// testAlert stands for crypto/tls's unexported alert type, a uint8.
+type testAlert uint8
+
+func (a testAlert) Error() string { return fmt.Sprintf("tls: alert(%d)", uint8(a)) }
+
+// acceptAndClose is the URL of a plain TCP listener that accepts each
+// connection and closes it at once, saying nothing.
+func acceptAndClose(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = conn.Close()
+		}
+	}()
+	return "nats://" + l.Addr().String()
 }
 
 // testCA is a throwaway CA: its pool, its certificate's PEM file, and

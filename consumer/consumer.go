@@ -355,7 +355,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		// nats.go's errors do not quote credentials.
-		return nil, ConnectError(cfg.URL, err)
+		return nil, cfg.ConnectError(err)
 	}
 	c.nc = nc
 	if err := c.setup(ctx); err != nil {
