@@ -351,6 +351,9 @@ func TestSizeIsAWholeNumberOfBytes(t *testing.T) {
 		{"1.5KiB", 1536}, {"4MiB", 4 << 20}, {"4 MiB", 4 << 20}, {"4mib", 4 << 20}, {"4Mi", 4 << 20},
 		{"512KB", 512000}, {"2k", 2000}, {"0.29KB", 290}, {"1.001KB", 1001}, {".5KiB", 512}, {"1.0", 1}, {"7B", 7},
 		{"08", 8}, {"-1", -1}, {"0", 0}, {"8PiB", 1 << 53},
+		// A larger unit's fraction of a byte is dropped, as humanize did
+		// (configs that worked before still load).
+		{"1.2GiB", 1288490188}, {"1.1MiB", 1153433}, {"0.8GiB", 858993459},
 	} {
 		for _, src := range []struct {
 			file     string
@@ -370,7 +373,7 @@ func TestSizeIsAWholeNumberOfBytes(t *testing.T) {
 	comma := "has a comma, which may be a decimal point or a thousands separator: write the size without it"
 	notSize := "is not a size (use e.g. 4MiB, 512KiB or a number of bytes)"
 	for _, c := range []struct{ value, want string }{
-		{"0.5", notWhole}, {"1.9", notWhole}, {".5", notWhole}, {"0.0001KiB", notWhole}, {"1.1MiB", notWhole}, {"0.0001KB", notWhole},
+		{"0.5", notWhole}, {"1.9", notWhole}, {".5", notWhole}, {"0.0001KiB", notWhole}, {"0.0001KB", notWhole}, {"1.5B", notWhole},
 		{"1,5MiB", comma}, {"1,000", comma}, {"1,024KiB", comma},
 		{"1e3", notSize}, {"0x10", notSize}, {"1_0", notSize}, {"-1KiB", notSize}, {"1..5KiB", notSize}, {".", notSize},
 		{"4 MiB B", notSize}, {"9PiB", notSize}, {"1/2KiB", notSize}, {"lots", notSize},

@@ -8,9 +8,10 @@
 // shorter aliases (JETSINK_DATABASE_URL for postgres.url). List values take
 // commas (JETSINK_NATS_SUBJECTS="a.>,b.>"); postgres.columns is file-only.
 // Keys whose name ends in "bytes" take sizes such as 4MiB, 1.5KiB or 512KB
-// (KB is 1000 bytes, KiB 1024) as well as plain integers; a size that is not
-// a whole number of bytes (0.5, 0.0001KiB) or holds a comma (1,5MiB) is
-// refused. Whole numbers, and sizes without a unit, are decimal wherever
+// (KB is 1000 bytes, KiB 1024) as well as plain integers; a fraction of a
+// byte written in bytes (0.5), a size that rounds down to none (0.0001KiB)
+// and one holding a comma (1,5MiB) are refused, and a larger unit's
+// fraction of a byte is dropped (1.2GiB is 1288490188). Whole numbers, and sizes without a unit, are decimal wherever
 // they are written: 010 is 10 (YAML 1.1 would read 8), and 0x10, 0o10 and
 // 1_000 are refused. Durations are Go durations (20ms, 30s).
 //

@@ -37,8 +37,9 @@ var (
 // floating point and dropped what was left of a byte (0.5 was 0, 0.29KB
 // 289), and took commas out (1,5MiB was 15MiB). It returns errSizeComma for
 // a comma anywhere (a decimal point or a thousands separator, which one is
-// anyone's guess), errSizeNotWhole when the amount times the unit leaves a
-// fraction of a byte, and errSizeMalformed for anything else it cannot read
+// anyone's guess), errSizeNotWhole for a fraction of a byte written in
+// bytes or a size that rounds down to none (a larger unit's fraction of a
+// byte is dropped: 1.2GiB is 1288490188), and errSizeMalformed for anything else it cannot read
 // or above maxSize. A sign, an exponent (1e3), underscores and hex are
 // malformed here; parse reads a plain, signed integer before calling it.
 func parseSize(s string) (uint64, error) {
@@ -59,11 +60,16 @@ func parseSize(s string) (uint64, error) {
 		return 0, errSizeMalformed
 	}
 	r.Mul(r, new(big.Rat).SetUint64(unit))
-	if !r.IsInt() {
+	n := new(big.Int).Quo(r.Num(), r.Denom()) // whole bytes, rounded down
+	if !r.IsInt() && (unit == humanize.Byte || n.Sign() == 0) {
+		// A fraction of a byte written in bytes (0.5, 1.9), or a size
+		// that would round down to nothing (0.0001KiB): a slip, not a
+		// size. A fraction of a larger unit (1.2GiB) is rounded down to
+		// a whole byte, as humanize did.
 		return 0, errSizeNotWhole
 	}
-	if r.Num().Cmp(big.NewInt(maxSize)) > 0 {
+	if n.Cmp(big.NewInt(maxSize)) > 0 {
 		return 0, errSizeMalformed
 	}
-	return r.Num().Uint64(), nil
+	return n.Uint64(), nil
 }
