@@ -218,7 +218,9 @@ func (c *Consumer) cameBack(ev *pipeline.Event) bool {
 
 // refuseLoop settles ev, a dead letter of this consumer's that came back
 // (cameBack), without dead-lettering it: the event stream sources or
-// mirrors the dead-letter stream. New refuses such a stream; a source
+// mirrors the dead-letter stream, or, for one matched by its headers, the
+// letter may also have been re-published by hand with them (a replay by
+// jetsink dlq replay strips them), which its error says. New refuses such a stream; a source
 // added while Run runs is refused when Run looks at the stream again, at
 // its next resubscribe (ensureAll: ErrInvalidConfig, retried, consuming
 // nothing until the source is removed), and letters may come back before.
@@ -232,21 +234,30 @@ func (c *Consumer) cameBack(ev *pipeline.Event) bool {
 // with its sequence): its letter is stored already.
 func (c *Consumer) refuseLoop(ev *pipeline.Event, dl pipeline.DeadLetter) error {
 	c.stats.deadLetterFailed.Add(1)
-	err := fmt.Errorf("%w: event %s:%d (subject %s) is a dead letter of consumer %s that came back from nats.dead_letter_subject %s, which stream %s sources or mirrors; "+
-		"not dead-lettered again (each would come back in turn): take the dead-letter stream out of its sources", ErrDeadLetter, ev.Stream, ev.StreamSeq,
-		ev.Subject, c.cfg.Consumer, c.cfg.DeadLetterSubject, ev.Stream)
+	how, fix := "which stream "+ev.Stream+" sources or mirrors", "take the dead-letter stream out of its sources"
+	logged := "a dead letter came back as an event: the event stream sources or mirrors the dead-letter stream; "
+	if ev.Subject != c.cfg.DeadLetterSubject {
+		// Matched by its Jetsink-* headers: a source that transforms the
+		// subject, or a letter re-published by hand with its headers
+		// (nats stream get, then nats pub), which replay would strip.
+		how = "through a source or mirror of the dead-letter stream, or re-published with its Jetsink-* headers"
+		fix = "take the dead-letter stream out of the stream's sources, and replay letters with jetsink dlq replay, which strips those headers"
+		logged = "a dead letter came back as an event: the event stream sources or mirrors the dead-letter stream, or the letter was re-published with its Jetsink-* headers; "
+	}
+	err := fmt.Errorf("%w: event %s:%d (subject %s) is a dead letter of consumer %s that came back from nats.dead_letter_subject %s (%s); "+
+		"not dead-lettered again (each would come back in turn): %s", ErrDeadLetter, ev.Stream, ev.StreamSeq,
+		ev.Subject, c.cfg.Consumer, c.cfg.DeadLetterSubject, how, fix)
 	var nerr error
 	if !c.epochs.IfCurrent(ev.Epoch, func() { nerr = ev.Msg.NakWithDelay(dlNakMax) }) {
 		return fmt.Errorf("%w; not nak'ed: its stream was re-created since", err)
 	}
 	args := []any{"stream", ev.Stream, "stream_seq", ev.StreamSeq, "code", dl.Code, "dead_letter_subject", c.cfg.DeadLetterSubject,
-		"retry_in", dlNakMax, "fix", "take the dead-letter stream out of the event stream's sources"}
+		"retry_in", dlNakMax, "fix", fix}
 	if nerr != nil {
 		err = fmt.Errorf("%w (nak: %w)", err, nerr)
 		args = append(args, "nak_err", nerr)
 	}
-	c.logFailedDeadLetter(err, "a dead letter came back as an event: the event stream sources or mirrors the dead-letter stream; "+
-		"it is not dead-lettered again, but nak'ed (each would come back in turn, without end)", args...)
+	c.logFailedDeadLetter(err, logged+"it is not dead-lettered again, but nak'ed (each would come back in turn, without end)", args...)
 	return err
 }
 

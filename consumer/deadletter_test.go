@@ -1473,6 +1473,9 @@ func TestDeadLetterThatCameBackIsNotDeadLetteredAgain(t *testing.T) {
 	if !errors.Is(err, ErrDeadLetter) {
 		t.Fatalf("DeadLetter: %v, want ErrDeadLetter", err)
 	}
+	if msg := err.Error(); !strings.Contains(msg, "sources or mirrors") || strings.Contains(msg, "re-published") {
+		t.Errorf("DeadLetter: %v\nwant it to name the source, not a re-publish (it came back on the dead-letter subject)", err)
+	}
 	r.stopClean(t, ctx)
 	loopRefused(t, ctx, dlq, c, log, 0)
 	dropSourcing(t, ctx, js, cfg.Stream)
@@ -1537,6 +1540,10 @@ func TestDeadLetterThatCameBackTransformedIsNotDeadLetteredAgain(t *testing.T) {
 	err := c.DeadLetter(ctx, &ev, dl)
 	if !errors.Is(err, ErrDeadLetter) {
 		t.Fatalf("DeadLetter of the letter that came back: %v, want ErrDeadLetter", err)
+	}
+	// Matched by its headers, it may also have been re-published by hand.
+	if msg := err.Error(); !strings.Contains(msg, "re-published with its Jetsink-* headers") || !strings.Contains(msg, "jetsink dlq replay") {
+		t.Errorf("DeadLetter of the letter that came back: %v\nwant it to name a letter re-published with its headers, and jetsink dlq replay", err)
 	}
 	r.stopClean(t, ctx)
 	loopRefused(t, ctx, dlq, c, log, 1)
