@@ -1251,7 +1251,8 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 // enabled) and JetStream does not answer a request for the account's
 // information either, within 2 s (lookTimeout if shorter); after
 // natsSilent instead when then the server does not answer a PING within
-// as long either. Not while
+// as long either, on a connection still open (what alone if it dropped
+// meanwhile, or ctx ended); jetStreamGone only after a PING answered. Not while
 // NATS itself is away (a request would wait for the reconnect) or ctx has
 // ended.
 func (c *Consumer) why(ctx context.Context, what string, err error) string {
@@ -1269,7 +1270,12 @@ func (c *Consumer) why(ctx context.Context, what string, err error) string {
 	// its JetStream.
 	fctx, fcancel := context.WithTimeout(ctx, wait)
 	defer fcancel()
-	if err := c.nc.FlushWithContext(fctx); err != nil && ctx.Err() == nil && c.nc.IsConnected() {
+	if err := c.nc.FlushWithContext(fctx); err != nil {
+		if ctx.Err() != nil || !c.nc.IsConnected() {
+			// The connection dropped (or was declared stale) during the
+			// flush, or ctx ended: neither says JetStream is gone.
+			return what
+		}
 		return natsSilent + ": " + what
 	}
 	return jetStreamGone + ": " + what

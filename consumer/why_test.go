@@ -23,15 +23,27 @@ import (
 func TestWhyTellsASilentServerFromJetStreamGone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	silent := silentServer(t)
+	silent := silentServer(t, false)
+	dropping := silentServer(t, true)
 	noJS := startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	const what = "look up the consumer"
 	for _, tc := range []struct {
-		name, url, want, not string
+		name, url string
+		// look bounds the account info request and the flush: short
+		// where nothing answers, long where the PONG must come in time
+		// on a loaded machine.
+		look      time.Duration
+		want, not string
 	}{
-		{"a silent server", silent, natsSilent, jetStreamGone},
-		{"a server without JetStream", noJS.ClientURL(), jetStreamGone, natsSilent},
+		{"a silent server", silent, 300 * time.Millisecond, natsSilent + ": " + what, jetStreamGone},
+		{"a server without JetStream", noJS.ClientURL(), 2 * time.Second, jetStreamGone + ": " + what, natsSilent},
+		// The connection drops during the flush: neither (before, it
+		// fell through to JetStream being gone).
+		{"a server that closes on the PING", dropping, 2 * time.Second, what, "answer"},
 	} {
-		nc, err := nats.Connect(tc.url, nats.MaxReconnects(-1))
+		// No reconnect before why has looked (nats.go waits ReconnectWait
+		// before it dials the one server again).
+		nc, err := nats.Connect(tc.url, nats.MaxReconnects(-1), nats.ReconnectWait(time.Minute))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -39,19 +51,20 @@ func TestWhyTellsASilentServerFromJetStreamGone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := &Consumer{nc: nc, js: js, lookTimeout: 300 * time.Millisecond}
-		got := c.why(ctx, "look up the consumer", nats.ErrTimeout)
+		c := &Consumer{nc: nc, js: js, lookTimeout: tc.look}
+		got := c.why(ctx, what, nats.ErrTimeout)
 		nc.Close()
-		if !strings.HasPrefix(got, tc.want+": ") || strings.Contains(got, tc.not) {
-			t.Errorf("%s: why = %q, want it after %q", tc.name, got, tc.want)
+		if !strings.HasPrefix(got, tc.want) || strings.Contains(got, tc.not) {
+			t.Errorf("%s: why = %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
 
 // silentServer is the URL of a fake NATS server that answers a client's
 // connect (INFO, then a PONG for its first PING) and nothing after, while
-// it keeps the connection open and reads what comes.
-func silentServer(t *testing.T) string {
+// it keeps the connection open and reads what comes; or, with
+// closeOnPing, closes the connection at the next PING.
+func silentServer(t *testing.T, closeOnPing bool) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -82,6 +95,10 @@ func silentServer(t *testing.T) string {
 				for {
 					line, err := r.ReadString('\n')
 					if err != nil {
+						return
+					}
+					if answered && closeOnPing && strings.HasPrefix(line, "PING") {
+						_ = conn.Close()
 						return
 					}
 					if !answered && strings.HasPrefix(line, "PING") {
