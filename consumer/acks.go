@@ -295,12 +295,14 @@ func (c *Consumer) settleDoubt(ctx context.Context) {
 	}
 }
 
-// How settleDoubt looks at the ack floor: it adds about 200 ms to a Close
-// whose acks were really lost, and at most settleLookTimeout when the
-// server does not answer (a look that fails ends it).
+// How settleDoubt looks at the ack floor: it adds about 1 s to a Close
+// whose acks were really lost (within Close's deadline), and at most
+// settleLookTimeout when the server does not answer (a look that fails
+// ends it). 1 s, not 200 ms: a loaded server (or a loaded machine under
+// -race) may apply the acks it has read later than 200 ms.
 const (
-	settleLooks       = 3
-	settleGap         = 100 * time.Millisecond
+	settleLooks       = 6
+	settleGap         = 200 * time.Millisecond
 	settleLookTimeout = time.Second
 )
 
