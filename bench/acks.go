@@ -120,7 +120,7 @@ func natsConnect(cfg consumer.Config, name string) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(cfg.URL, append([]nats.Option{nats.Name(name)}, auth...)...)
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", consumer.ConnectError(cfg.URL, err))
+		return nil, fmt.Errorf("bench: %w", cfg.ConnectError(err))
 	}
 	return nc, nil
 }

@@ -440,7 +440,7 @@ func natsConnect(ctx context.Context, cfg consumer.Config, name string) (*nats.C
 	opts = append(opts, auth...)
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, consumer.ConnectError(cfg.URL, err)
+		return nil, cfg.ConnectError(err)
 	}
 	return nc, nil
 }
