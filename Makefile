@@ -3,7 +3,8 @@ GO      ?= go
 PKGS    ?= ./...
 # A test binary's limit: well above the slowest package's 6-8 minutes
 # under -race on 2 cores (tests/: 6.1 to 7.1 in CI; over 10 once on a
-# machine loaded by other builds, session 61), below CI's 20-minute
+# machine loaded by other builds, session 61; 9.8 with other tests
+# running, session 62, its two-instance release test adding ~1), below CI's 20-minute
 # budget, so that a hung test is named, with every goroutine's stack,
 # before CI is killed.
 TIMEOUT ?= 15m
