@@ -738,19 +738,12 @@ func (c Config) natsGoHeartbeat() (time.Duration, bool) {
 	return hb, hb != c.PullHeartbeat
 }
 
-// ConnectError says that connecting to urls (nats.url: one or more, comma
-// separated) failed with err, naming the servers without their
+// ConnectError says that connecting to c.URL (nats.url: one or more,
+// comma separated) failed with err, naming the servers without their
 // credentials (a user, a password or a token) and what to check, by the
-// cause (connectHint). It knows no client certificate: Config.ConnectError
-// does, and blames one only when one is configured.
-func ConnectError(urls string, err error) error {
-	return Config{URL: urls}.ConnectError(err)
-}
-
-// ConnectError says that connecting to c.URL failed with err, as the
-// function ConnectError does, blaming the client certificate for a
-// connection closed right after the TLS handshake only when
-// nats.tls.cert_file sets one.
+// cause (connectHint), blaming the client certificate for a connection
+// closed right after the TLS handshake only when nats.tls.cert_file sets
+// one.
 func (c Config) ConnectError(err error) error {
 	return fmt.Errorf("nats.url %s: %w (%s)", ServersOf(c.URL), err, connectHint(err, c.TLS.CertFile != ""))
 }

@@ -265,7 +265,7 @@ func ExampleConfig_Validate() {
 
 func TestConnectErrorHidesCredentials(t *testing.T) {
 	cause := errors.New("nats: no servers available for connection")
-	err := ConnectError("nats://alice:s3cret@a.example:4222, tls://tok3n@b.example:4443?x=s3cret,carol:s3@cret@c.example:4222,nats://dave:12/s3cret@d.example:4222", cause)
+	err := Config{URL: "nats://alice:s3cret@a.example:4222, tls://tok3n@b.example:4443?x=s3cret,carol:s3@cret@c.example:4222,nats://dave:12/s3cret@d.example:4222"}.ConnectError(cause)
 	if !errors.Is(err, cause) {
 		t.Fatalf("%v does not wrap its cause", err)
 	}
