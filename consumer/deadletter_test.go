@@ -267,6 +267,23 @@ func TestDeadLetterLogsItsReasonAtWarn(t *testing.T) {
 	}
 }
 
+// letterOfTheFirst runs c, dead-letters the first event it delivers (as
+// invalid JSON), stops it, and returns the letter stored first in dlq.
+func letterOfTheFirst(t *testing.T, ctx context.Context, c *Consumer, dlq jetstream.Stream) *jetstream.RawStreamMsg {
+	t.Helper()
+	r := startRun(t, ctx, c, 1, 16, 16)
+	ev := r.next(t, ctx).ev
+	if err := c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Reason: "bad", Code: "invalid_json"}); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	r.stopClean(t, ctx)
+	m, err := dlq.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatalf("no dead letter stored: %v", err)
+	}
+	return m
+}
+
 // A publisher's own Jetsink-* headers, in any case, do not reach the dead
 // letter: where jetsink sets none (no SQLSTATE, no original Nats-Msg-Id)
 // they would be read back as the letter's, and where it sets one, a
@@ -283,17 +300,7 @@ func TestDeadLetterDropsThePublishersJetsinkHeaders(t *testing.T) {
 	if _, err := js.PublishMsg(ctx, orig); err != nil {
 		t.Fatal(err)
 	}
-	r := startRun(t, ctx, c, 1, 16, 16)
-	ev := r.next(t, ctx).ev
-	if err := c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Reason: "bad", Code: "invalid_json"}); err != nil {
-		t.Fatalf("DeadLetter: %v", err)
-	}
-	r.stopClean(t, ctx)
-
-	m, err := dlq.GetMsg(ctx, 1)
-	if err != nil {
-		t.Fatalf("no dead letter stored: %v", err)
-	}
+	m := letterOfTheFirst(t, ctx, c, dlq)
 	var got []string
 	for k, vs := range m.Header {
 		if jetsinkHeader(k) {
@@ -1340,16 +1347,7 @@ func TestDeadLetterOmitsHeaderNamesNATSGoCannotWrite(t *testing.T) {
 	dlq := dlqStream(t, ctx, js, cfg)
 	rawPublish(t, srv.URL(), subjectOf(cfg, 0, 1), []string{"ce/type: x", "X-Ok: kept", "ce/type: y", "Größe: 1"}, "not json")
 
-	r := startRun(t, ctx, c, 1, 16, 16)
-	ev := r.next(t, ctx).ev
-	if err := c.DeadLetter(ctx, &ev, pipeline.DeadLetter{Stage: pipeline.StageDecode, Reason: "bad", Code: "invalid_json"}); err != nil {
-		t.Fatalf("DeadLetter: %v", err)
-	}
-	r.stopClean(t, ctx)
-	m, err := dlq.GetMsg(ctx, 1)
-	if err != nil {
-		t.Fatalf("no dead letter stored: %v", err)
-	}
+	m := letterOfTheFirst(t, ctx, c, dlq)
 	if got, want := m.Header.Get(HeaderOmitted), `"Gr\u00f6\u00dfe", "ce/type"`; got != want {
 		t.Errorf("%s = %q, want %q", HeaderOmitted, got, want)
 	}
