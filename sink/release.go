@@ -313,12 +313,7 @@ func (r *run) watchReach(ctx context.Context, stop <-chan struct{}) {
 func (s *Sink) probeReach(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.dialMax)
 	defer cancel()
-	c, err := s.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeConn(ctx, c)
-	return c.Ping(ctx)
+	return s.connectPing(ctx)
 }
 
 // heldRows counts the unsettled rows of every batch (the carry's too).

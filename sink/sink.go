@@ -1124,6 +1124,18 @@ type pingCall struct {
 	err  error
 }
 
+// connectPing connects on a connection of its own, pings the server on it
+// and closes it, within ctx: a look that no committer's or the admin
+// connection's state can answer for (privatePing, probeReach).
+func (s *Sink) connectPing(ctx context.Context) error {
+	c, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConn(ctx, c)
+	return c.Ping(ctx)
+}
+
 // privatePing returns the ping on a connection of its own under way, or
 // starts one, bounded by dialMax, not by ctx: the callers that
 // wait for it bound their waits with contexts of their own, and one that
@@ -1145,11 +1157,7 @@ func (s *Sink) privatePing(ctx context.Context) *pingCall {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.dialMax)
 	go func() {
 		defer cancel()
-		c, err := s.connect(pctx)
-		if err == nil {
-			err = c.Ping(pctx)
-			closeConn(ctx, c)
-		}
+		err := s.connectPing(pctx)
 		s.pingMu.Lock()
 		s.pinging = nil
 		s.pingMu.Unlock()
