@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -714,5 +715,185 @@ func TestReplayRefusesAStreamThatDropsPerSubject(t *testing.T) {
 				t.Fatalf("%d events, %d dead letters; want %d and %d", ev, dl, tc.events, tc.letters)
 			}
 		})
+	}
+}
+
+// A letter of a key-value bucket's event ($KV.<bucket>.<key>, or one that
+// carries KV-Operation) is not replayed, dry run or not: re-published, a
+// delete or purge would remove the key's current value from the user's
+// bucket, a put would stand over a newer one. The letters stay, are
+// counted and named, and an ordinary letter beside them is replayed. The
+// letters are built from what the bucket's stream stored, as jetsink
+// writes them: the event's body and headers (not its Nats-* ones) plus
+// Jetsink-*. Read from the bucket's own stream, only
+// AllowMaxMsgsPerSubject would let them through (its history is a
+// max_msgs_per_subject); read from a stream that sources the bucket, they
+// would be stored by the bucket with no option at all.
+func TestReplayRefusesKeyValueLetters(t *testing.T) {
+	for _, tc := range []struct {
+		name, stream string
+		allow        bool
+	}{
+		{"the bucket's stream, AllowMaxMsgsPerSubject", "KV_CFG", true},
+		{"a stream sourcing the bucket", "CFG_COPY", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			js, ctx := setup(t, 0)
+			kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "CFG", History: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.stream != "KV_CFG" {
+				if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: tc.stream, Sources: []*jetstream.StreamSource{{Name: "KV_CFG"}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			do := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			put := func(key, value string) uint64 {
+				t.Helper()
+				rev, err := kv.PutString(ctx, key, value)
+				do(err)
+				return rev
+			}
+			last := func() uint64 {
+				t.Helper()
+				s, err := js.Stream(ctx, "KV_CFG")
+				do(err)
+				return s.CachedInfo().State.LastSeq
+			}
+			var events []uint64 // the bucket's stream sequences of the events dead-lettered
+			events = append(events, put("a", "old"))
+			put("b", "gone")
+			do(kv.Delete(ctx, "b"))
+			events = append(events, last())
+			put("b", "kept")
+			put("c", "gone")
+			do(kv.Purge(ctx, "c"))
+			events = append(events, last())
+			put("c", "kept")
+			put("a", "new")
+			want := map[string]string{"a": "new", "b": "kept", "c": "kept"}
+			bucket, err := js.Stream(ctx, "KV_CFG")
+			do(err)
+			var subjects []string
+			for i, seq := range events {
+				m, err := bucket.GetMsg(ctx, seq)
+				do(err)
+				h := nats.Header{consumer.HeaderSubject: {m.Subject}, consumer.HeaderStream: {tc.stream}}
+				for k, v := range m.Header {
+					if !strings.HasPrefix(k, "Nats-") {
+						h[k] = v
+					}
+				}
+				putLetterData(t, ctx, js, "dlq.EV", i, m.Data, h)
+				subjects = append(subjects, m.Subject)
+			}
+			if ops := []string{kvOp(t, ctx, bucket, events[0]), kvOp(t, ctx, bucket, events[1]), kvOp(t, ctx, bucket, events[2])}; ops[0] != "" || ops[1] != "DEL" || ops[2] != "PURGE" {
+				t.Fatalf("the bucket stored operations %q, want a put, DEL and PURGE", ops)
+			}
+			// An event of the bucket's stored by a source under another
+			// subject keeps its KV-Operation.
+			putLetterData(t, ctx, js, "dlq.EV", 3, nil, nats.Header{consumer.HeaderSubject: {"ev.cfg.b"}, kvOperation: {"DEL"}})
+			putLetterData(t, ctx, js, "dlq.EV", 4, []byte(`{}`), nats.Header{consumer.HeaderSubject: {"ev.ok"}})
+			refused := append(subjects, "ev.cfg.b")
+			before := last()
+			for _, dry := range []bool{true, false} {
+				rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", DryRun: dry, AllowMaxMsgsPerSubject: tc.allow})
+				if err != nil || rep.Failed != 4 || rep.KeyValue != 4 || !slices.Equal(rep.KeyValueLetters, []uint64{1, 2, 3, 4}) || rep.Matched != 5 {
+					t.Fatalf("dry run %v: report %+v, %v; want the 4 letters of the bucket's events refused and named", dry, rep, err)
+				}
+				for _, subj := range refused {
+					if out := by[subj]; !errors.Is(out.Err, ErrKeyValue) || out.Replayed || out.Unsure {
+						t.Errorf("dry run %v: letter to %s: %+v, want it refused (ErrKeyValue)", dry, subj, out)
+					}
+				}
+				if msg := fmt.Sprint(by[subjects[1]].Err); !strings.Contains(msg, "a delete (KV-Operation: DEL), which would remove the key's current value") ||
+					!strings.Contains(msg, "nats stream rmm EV_DLQ 2") {
+					t.Errorf("dry run %v: the delete letter's error does not say what it would do and what to do instead: %s", dry, msg)
+				}
+				if out := by["ev.ok"]; out.Err != nil || out.Replayed == dry {
+					t.Errorf("dry run %v: the ordinary letter: %+v", dry, out)
+				}
+			}
+			for key, value := range want {
+				e, err := kv.Get(ctx, key)
+				if err != nil || string(e.Value()) != value {
+					t.Errorf("key %s: %v, %v; want %q, as before the replay", key, e, err, value)
+				} else if e.Operation() != jetstream.KeyValuePut {
+					t.Errorf("key %s: operation %v", key, e.Operation())
+				}
+			}
+			if after := last(); after != before {
+				t.Errorf("the bucket's stream went from sequence %d to %d: the replay wrote into it", before, after)
+			}
+			if ev, dl := testenv.StreamMsgs(t, ctx, js, "EV"), testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); ev != 1 || dl != 4 {
+				t.Fatalf("%d events, %d dead letters; want 1 (ev.ok) and the 4 refused", ev, dl)
+			}
+		})
+	}
+}
+
+// kvOp is the KV-Operation of the bucket stream's message seq.
+func kvOp(t *testing.T, ctx context.Context, s jetstream.Stream, seq uint64) string {
+	t.Helper()
+	m, err := s.GetMsg(ctx, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Header.Get(kvOperation)
+}
+
+// A subject delete marker, which the server stores in a dead-letter stream
+// with subject_delete_marker_ttl where a subject's last letter aged out
+// (max_age, or its TTL as here), is passed over and counted as a marker,
+// not skipped as a message that is no dead letter, which the summary
+// names for someone to look at.
+func TestReplayPassesOverDeleteMarkers(t *testing.T) {
+	js, ctx := setup(t, 0)
+	if err := js.DeleteStream(ctx, "EV_DLQ"); err != nil {
+		t.Fatal(err)
+	}
+	// max_msgs_per_subject 1: otherwise the server raises a message's TTL
+	// to subject_delete_marker_ttl, and the marker's is an hour.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EV_DLQ", Subjects: []string{"dlq.>"}, MaxMsgsPerSubject: 1,
+		AllowMsgTTL: true, SubjectDeleteMarkerTTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.gone", Header: nats.Header{jetstream.MsgTTLHeader: {"1s"}}, Data: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "EV_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := s.GetLastMsgForSubject(ctx, "dlq.gone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+			if len(m.Data) != 0 {
+				t.Fatalf("the server's marker has a body: %q", m.Data)
+			}
+			break
+		}
+		if !sleep(ctx, 50*time.Millisecond) {
+			t.Fatalf("no subject delete marker on dlq.gone: %v", ctx.Err())
+		}
+	}
+	putLetter(t, ctx, js, "dlq.EV", 0)
+	foreign, err := js.Publish(ctx, "dlq.other", []byte("not a dead letter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ"}, nil)
+	if err != nil || rep.Scanned != 3 || rep.Markers != 1 || rep.Skipped != 1 || !slices.Equal(rep.NotLetters, []uint64{foreign.Sequence}) ||
+		rep.Matched != 1 || rep.Replayed != 1 {
+		t.Fatalf("report %+v, %v; want the marker counted as one, the foreign message skipped, the letter replayed", rep, err)
 	}
 }

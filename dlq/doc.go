@@ -44,7 +44,12 @@
 // (ErrNoReader): each replayed event would push out the oldest of its
 // subject, perhaps one jetsink has not read yet (the event of the letter
 // replayed just before), while the letters are deleted. A dry run checks
-// the event stream too. Then
+// the event stream too. Nor is a letter of a key-value bucket's event (its
+// Jetsink-Subject under $KV., or a KV-Operation header) re-published, with
+// or without options (ErrKeyValue, Report.KeyValue): it would be written
+// into the bucket again, a delete or purge removing the key's current
+// value, a put standing over a newer one; the letter stays, for whoever
+// puts back by hand what the bucket should hold. Then
 // it publishes the original body to
 // Jetsink-Subject with the original headers minus every Jetsink-* header
 // and with the Nats-Msg-Id "<original msg id>:replay:<the dead letter's
@@ -94,6 +99,13 @@
 // timeout, so that a stop cannot fall between the PubAck and the delete;
 // ending hard gives that letter up too, and ends any wait on NATS at once,
 // whether the server answers or not.
+//
+// A message of the dead-letter stream without Jetsink-Subject or
+// Jetsink-Stream is no dead letter: it is skipped and counted
+// (Report.Skipped, Report.NotLetters), but for the subject delete markers
+// the server itself stores in a stream with subject_delete_marker_ttl
+// where a subject's last letter aged out (an empty body and a
+// Nats-Marker-Reason header), counted apart (Report.Markers).
 //
 // DryRun lists what would be replayed and changes nothing.
 //

@@ -35,6 +35,12 @@ var (
 	// jetsink reads it (Options.AllowMaxMsgsPerSubject), or the letter's
 	// subject is not one to publish to. The dead letter stays.
 	ErrNoReader = errors.New("dlq: nothing would read the replayed event")
+	// ErrKeyValue: the letter's event is a key-value bucket's (its
+	// subject is under $KV., or it carries the KV-Operation header), and
+	// re-published it would be written into the bucket again: a delete
+	// would remove the key's current value, a put stand over a newer one.
+	// The letter stays (Report.KeyValue), and Replay goes on.
+	ErrKeyValue = errors.New("dlq: a key-value bucket's event is not replayed")
 	// ErrUnsettled: Replay stopped after a letter it could not settle for
 	// sure (Report.Unsure or Report.Undeleted names it), so that the ones
 	// after it do not end the same way and the letter can be replayed

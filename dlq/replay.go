@@ -234,12 +234,22 @@ type Report struct {
 	Matched  int // of which the filter selected
 	Replayed int
 	Deleted  int
-	Skipped  int // not jetsink dead letters (ErrNotDeadLetter)
+	Skipped  int // not jetsink dead letters (ErrNotDeadLetter), but for Markers
 	// NotLetters lists the dead-letter sequences of the first
 	// NotLettersNamed messages skipped, in order.
 	NotLetters []uint64
 	Others     int // letters the filter selected that another consumer wrote (Jetsink-Consumer is not Options.WrittenBy, or Consumer), or of another stream's events (Jetsink-Stream is not Options.EventStream), left for their own replay
-	Failed     int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader)
+	Failed     int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader), or it is a key-value bucket's (ErrKeyValue)
+	// Markers counts the subject delete markers read (see marker): the
+	// server's own, where the last message of a subject aged out, not
+	// letters and not skipped. Scanned counts them too.
+	Markers int
+	// KeyValue counts the matched letters of a key-value bucket's events
+	// not re-published (ErrKeyValue, also counted in Failed), and
+	// KeyValueLetters lists the dead-letter sequences of the first
+	// NotLettersNamed, in order.
+	KeyValue        int
+	KeyValueLetters []uint64
 	// Undeleted lists the dead-letter sequences of letters re-published
 	// (acknowledged by their stream) but not deleted although Keep was not
 	// set: each is now both an event and a dead letter, and replaying it
@@ -293,7 +303,7 @@ const (
 // if the server refuses the user the consumers that read it), ErrStalled,
 // ErrUnsettled, or a context's error. A letter that fails is reported
 // through each and counted in Report.Failed. When its event is certainly
-// not stored (a refusal, ErrNoReader) Replay goes on with the next letter;
+// not stored (a refusal, ErrNoReader, ErrKeyValue) Replay goes on with the next letter;
 // when it may be stored although the letter stays (Report.Unsure), or is
 // stored and the letter could not be deleted (Report.Undeleted), Replay
 // stops there, with ErrUnsettled.
@@ -481,6 +491,10 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	meta *jetstream.MsgMetadata, m jetstream.Msg, each func(*Letter, Outcome)) (matched bool, unsettled error) {
 	rep.Scanned++
 	l, err := letter(meta, m.Headers(), m.Data())
+	if err != nil && marker(m.Headers(), m.Data()) {
+		rep.Markers++
+		return false, nil
+	}
 	if err != nil {
 		rep.Skipped++
 		if len(rep.NotLetters) < NotLettersNamed {
@@ -505,6 +519,12 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	wait := min(publishWait, o.LetterTimeout/3)
 	if err := target(l); err != nil {
 		out.Err = err
+	} else if err := keyValue(l, o.Stream); err != nil {
+		out.Err = err
+		rep.KeyValue++
+		if len(rep.KeyValueLetters) < NotLettersNamed {
+			rep.KeyValueLetters = append(rep.KeyValueLetters, l.Seq)
+		}
 	} else if err := rs.check(ctx, l, wait); err != nil {
 		out.Err = err
 	} else if window, err := rs.window(ctx, l, wait); err != nil { // a dry run too: it only reads
@@ -800,6 +820,59 @@ func target(l *Letter) error {
 			"see who may publish to the dead-letter subject); it stays", l.Seq, l.Subject, ErrNoReader, bad)
 	}
 	return nil
+}
+
+// kvOperation is the header with which a key-value bucket marks a delete
+// (DEL) or a purge (PURGE) of a key; a put has none. (nats.go keeps its
+// name to itself.)
+const kvOperation = "KV-Operation"
+
+// keyValue returns an error wrapping ErrKeyValue if l's event is a
+// key-value bucket's: its subject is under $KV. (the subjects a bucket's
+// stream stores its keys under), or it carries the KV-Operation header
+// (the event of a bucket stored under another subject, by a source's or
+// mirror's subject transform, which a subject mapping of the account may
+// lead back to the bucket). Replayed, it would be written into the bucket
+// again, with the replay's credentials: a delete or purge would remove the
+// key's current value, a put would stand over a newer one. Published to a
+// stream that sources or mirrors the bucket, the bucket itself stores it
+// (and Replay would learn of it only from the PubAck); to the bucket's
+// stream, only Options.AllowMaxMsgsPerSubject lets it through (a bucket's
+// stream keeps max_msgs_per_subject, its history), and that option is
+// about events dropped, not about writing into a bucket. dlqStream names the
+// dead-letter stream for the error's hint.
+func keyValue(l *Letter, dlqStream string) error {
+	op := l.Header.Get(kvOperation)
+	if !strings.HasPrefix(l.Subject, "$KV.") && op == "" {
+		return nil
+	}
+	what := "a put"
+	switch op {
+	case "":
+	case "DEL":
+		what = "a delete (KV-Operation: DEL), which would remove the key's current value"
+	case "PURGE":
+		what = "a purge (KV-Operation: PURGE), which would remove the key's current value and history"
+	default:
+		what = fmt.Sprintf("an operation (KV-Operation: %q)", op)
+	}
+	if op == "" {
+		what += ", which would stand over the key's newer value, if any"
+	}
+	return fmt.Errorf("dead letter %d to %s: %w: its event is %s of a key-value bucket, and the replay would write it into the bucket again, "+
+		"not only send it to jetsink; it stays (fix what refused it, put back by hand what the bucket should hold, "+
+		"nats kv put <bucket> <key> <value>, and delete the letter, nats stream rmm %s %d)",
+		l.Seq, l.Subject, ErrKeyValue, what, dlqStream, l.Seq)
+}
+
+// marker reports whether a message of the dead-letter stream that is no
+// dead letter is a subject delete marker: what the server stores, with an
+// empty body and the Nats-Marker-Reason header, where a subject's last
+// message aged out (max_age, or a message TTL) in a stream with
+// subject_delete_marker_ttl. It is the server's, not a letter, and nobody
+// needs to look at it, unlike another message without Jetsink-Subject.
+func marker(h nats.Header, data []byte) bool {
+	return len(data) == 0 && h.Get(jetstream.MarkerReasonHeader) != ""
 }
 
 // windowText names a duplicate window for an error: 0 is none (a stream
