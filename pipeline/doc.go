@@ -95,7 +95,15 @@
 // raw control characters) without lone UTF-16 surrogate escapes, as
 // PostgreSQL's jsonb input demands, and nested at most 300 deep, a value
 // inside the innermost array or object counting as one level more
-// (fastjson's count: a number inside 300 arrays is refused). With
+// (fastjson's count: a number inside 300 arrays is refused). One empty
+// body is taken for JSON null: a NATS KV bucket's delete or purge marker,
+// whose KV-Operation header (first value, exact name, as a header: column
+// reads it) is DEL or PURGE. Its json: columns are NULL (a required one
+// refuses it with CodeRequiredMissing, the reason naming the marker), a
+// jsonb payload column is SQL NULL (not jsonb 'null'; raw mode's is
+// required), and a text or bytea payload column stores the empty body as
+// in any mapping. Any other empty body, such as nats.go's kv Put of an
+// empty value (no header), is refused with CodeInvalidJSON. With
 // duplicate keys the last one wins when a json: path is looked up, as in
 // jsonb (and in JavaScript's JSON.parse and Go's encoding/json), so that a
 // column's value never disagrees with the payload stored beside it as

@@ -64,8 +64,17 @@ func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 		return dst, &DecodeError{Code: CodeTooLarge, Reason: "payload is " + strconv.Itoa(len(data)) +
 			" bytes; max_event_bytes is " + strconv.FormatInt(e.maxEventBytes, 10)}
 	}
+	kvOp := ""
 	if m.needJSON && !e.scan(data) {
-		return dst, e.scanError(data)
+		// A KV delete or purge marker reads as JSON null: every json:
+		// path is missing (scan cleared e.vals and found nothing in the
+		// empty text), and a jsonb payload is NULL (appendPayload).
+		if len(data) == 0 {
+			kvOp = kvDeletion(ev)
+		}
+		if kvOp == "" {
+			return dst, e.scanError(data)
+		}
 	}
 	start := len(dst)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(m.cols)))
@@ -95,10 +104,35 @@ func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 			dst, derr = appendMeta(dst, c, ev)
 		}
 		if dst, derr = endField(dst, at, c, derr); derr != nil {
+			if kvOp != "" && derr.Code == CodeRequiredMissing && (c.src == srcJSON || c.src == srcPayload) {
+				derr.Reason += "; the event is a KV " + kvOp + " marker (header " + kvOperation + ": " + kvOp + ", no body)"
+			}
 			return dst[:start], derr
 		}
 	}
 	return dst, nil
+}
+
+// kvOperation is the header a NATS KV bucket's delete and purge markers
+// carry (nats.go jetstream/kv.go: kvop), with the values kvDel and
+// kvPurge, on an empty body.
+const (
+	kvOperation = "KV-Operation"
+	kvDel       = "DEL"
+	kvPurge     = "PURGE"
+)
+
+// kvDeletion returns the KV-Operation of ev, an event with an empty body,
+// when it is a KV delete or purge marker (DEL or PURGE, the header's
+// first value, matched exactly as a header: column reads it), else "".
+// A put of an empty value carries no such header (nats.go publishes the
+// value alone) and is no marker.
+func kvDeletion(ev *Event) string {
+	switch op, _ := ev.HeaderLookup(kvOperation); op {
+	case kvDel, kvPurge:
+		return op
+	}
+	return ""
 }
 
 // endField ends column c's field, whose 4-byte length starts at at: SQL
@@ -255,7 +289,12 @@ func (e *Encoder) appendPayload(dst []byte, t Type, data []byte) ([]byte, *Decod
 	switch t {
 	case TypeJSONB:
 		// The payload passed the scan (a jsonb payload column makes the
-		// Mapper need JSON), so its text is what jsonb's input takes.
+		// Mapper need JSON), so its text is what jsonb's input takes, or
+		// it is the empty body of a KV delete or purge marker, which
+		// AppendTuple let by as JSON null: SQL NULL, not jsonb 'null'.
+		if len(data) == 0 {
+			return dst, isNull
+		}
 		if e.nul {
 			return dst, nulInJSONB()
 		}
