@@ -96,7 +96,9 @@ func (p Problem) String() string {
 // Check connects to NATS and reports what `jetsink run` would find, without
 // creating or changing anything: the stream, the durable consumer, and a
 // stream capturing the dead-letter subject; with cfg.StoredSeq, a stream
-// whose sequence restarted under the table's rows (see Run). The error is
+// whose sequence restarted under the table's rows (see Run); with
+// cfg.Destination, a durable whose record names another destination (a
+// warning: see destinationKey). The error is
 // for a failure to
 // check at all (bad config wraps ErrInvalidConfig; an unreachable server is
 // the connect error).
@@ -472,6 +474,9 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config) []Pr
 		problems = append(problems, strandedProblem(v))
 	}
 	if p, ok := replayOriginalProblem(cfg.Consumer, &cc); ok {
+		problems = append(problems, p)
+	}
+	if p, ok := destinationProblem(cfg.Consumer, cc.Metadata[destinationKey], cfg.Destination); ok {
 		problems = append(problems, p)
 	}
 	if cc.AckWait != cfg.AckWait || cc.MaxDeliver != durableMaxDeliver || !sameFilter(&cc, cfg.FilterSubject) || len(cc.BackOff) > 0 {

@@ -233,6 +233,15 @@ type Config struct {
 	// continue past those rows, and Run refuses a stream whose sequence
 	// restarted under them (ErrSequenceRestarted). Not a file key.
 	StoredSeq func(ctx context.Context, stream string) (uint64, error) `yaml:"-"`
+	// Destination names where this instance writes the events (the
+	// wiring gives the PostgreSQL server, database and table, never a
+	// user or password: anyone who may read the consumer's info reads
+	// it). New and Run record it in the durable's metadata
+	// (destinationKey), and warn when the record names another: jetsinks
+	// sharing a durable split its events between them, so two writing to
+	// two destinations each get only some of the stream's events. Check
+	// reports it too. "" records and compares nothing. Not a file key.
+	Destination string `yaml:"-"`
 
 	// For tests: the consumer's connection dials with dialer when it is
 	// set, and pings every pingEvery instead of pingInterval when it is

@@ -39,6 +39,21 @@
 // settled because its stream was replaced is released there); the Sub
 // pulls only while the budget has room for the largest message.
 //
+// # Instances of one durable
+//
+// Instances sharing nats.consumer share its events, each event delivered
+// to one of them. Two writing to two destinations (Config.Destination:
+// the wiring names the PostgreSQL server, database and table) would each
+// get only some of the stream's events, with nothing failing. So each
+// records its destination in the durable's metadata (jetsink_destination)
+// when it applies its configuration (New, and Run when it makes the
+// consumer again), warning first when the record names another, and each
+// look at the consumer while it runs (every 10 s) does the same: while
+// two such instances run both keep warning; once one has gone the other
+// stops. Check reports such a record as a warning (a move to a new
+// destination, the old instances stopped, shows it until run records the
+// new one). Other jetsinks' filters are kept for a while (filterKey).
+//
 // # max_deliver
 //
 // jetsink tries to store an event nats.max_deliver times (every delivery

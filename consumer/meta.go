@@ -47,6 +47,60 @@ const filterKey = "jetsink_filter_subject"
 // when this process first saw the filter, on its own clock.
 const filterSetAtKey = "jetsink_filter_set_at"
 
+// destinationKey is where jetsink records, in the consumer's metadata,
+// where the instance that last applied its configuration writes
+// (Config.Destination): instances sharing a durable share its events,
+// each event going to one of them, so two writing to two destinations
+// split the stream between them, silently. New warns when the record
+// names another destination and records its own, and so does each look
+// at the consumer while it runs (refreshFloor, every floorEvery): while
+// two such instances run, both keep warning; once the other has gone the
+// record stays this one's and the warnings stop. Check reports it.
+const destinationKey = "jetsink_destination"
+
+// destinationProblem is the warning for durable consumer name whose
+// record (destinationKey) names recorded, another destination than ours;
+// ok is false when either is "" or they are the same. A warning, not an
+// error: a durable moved to a new destination on purpose, its old
+// instances stopped, shows the old record until run records the new one.
+func destinationProblem(name, recorded, ours string) (p Problem, ok bool) {
+	if recorded == "" || ours == "" || recorded == ours {
+		return Problem{}, false
+	}
+	return Problem{Warning: true,
+		Message: fmt.Sprintf("durable consumer %s was last used by a jetsink writing to %q (its metadata key %s), and this one writes to %q: "+
+			"jetsinks sharing a durable consumer split its events, each event going to one of them, so while both run each destination "+
+			"gets only some of the stream's events", name, recorded, destinationKey, ours),
+		Fix: fmt.Sprintf("give each destination its own nats.consumer; if this is a move from %q and the jetsinks writing there are stopped, "+
+			"nothing to do: run records the new destination", recorded)}, true
+}
+
+// recordDestination records Config.Destination under destinationKey in
+// the consumer's metadata, changing nothing else of the consumer as the
+// server has it (not its filter or its record, nor settings another
+// jetsink of the durable applied, which consumerConfig would set back to
+// this one's); a record naming it already is left alone. Within ctx.
+func (c *Consumer) recordDestination(ctx context.Context) error {
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	meta, prev, err := c.currentMeta(ctx)
+	if err != nil {
+		return err
+	}
+	if prev == nil {
+		return fmt.Errorf("consumer %s on stream %s: %w", c.cfg.Consumer, c.cfg.Stream, jetstream.ErrConsumerNotFound)
+	}
+	if meta[destinationKey] == c.cfg.Destination {
+		return nil
+	}
+	meta[destinationKey] = c.cfg.Destination
+	cc := *prev
+	cc.Metadata = meta
+	cc.PauseUntil = nil // the server keeps a pause through an update
+	_, err = c.js.UpdateConsumer(ctx, c.cfg.Stream, cc)
+	return err
+}
+
 // defaultFilterKeep is how long after this process first sees a filter
 // another jetsink of the durable set it keeps it (Consumer.filterKeep):
 // longer than a rolling update takes to replace the instances, short
@@ -189,7 +243,8 @@ func (c *Consumer) currentMeta(ctx context.Context) (map[string]string, *jetstre
 // explicit-ack pull consumer, which no update can change, it refuses
 // (ErrInvalidConfig, with check's words and fix) before asking the server;
 // one whose replay policy is original it takes, and warns of, as check
-// does.
+// does. It records Config.Destination (destinationKey), warning first, as
+// check reports, when the record names another.
 func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) error {
 	cfg := &c.cfg
 	c.metaMu.Lock()
@@ -232,6 +287,16 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		if p, ok := foreignDurableProblem(cfg.Consumer, prev); ok {
 			return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 		}
+	}
+	if cfg.Destination != "" {
+		// Recorded for the others of the durable (refreshFloor).
+		if p, ok := destinationProblem(cfg.Consumer, meta[destinationKey], cfg.Destination); ok {
+			c.log.Warn(p.Message, "fix", p.Fix, "recorded_destination", meta[destinationKey], "destination", cfg.Destination)
+		}
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta[destinationKey] = cfg.Destination
 	}
 	cc := c.consumerConfig(meta, prev)
 	// Whether another jetsink's filter is kept is decided once, by

@@ -1355,6 +1355,10 @@ const floorEvery = 10 * time.Second
 // nats.filter_subject, would swap it back and forth. Past filterKeep it
 // is set back as an edit is (the jetsink that set it may have stopped),
 // logged at Error with the ack floor and the delivered sequence.
+// A destination record (destinationKey) naming another than
+// Config.Destination is warned of (another jetsink writing elsewhere
+// shares the durable, or did) and this one's recorded again (an empty
+// or removed record silently): while both run, each warns once a look.
 func (c *Consumer) refreshFloor(ctx context.Context) string {
 	if !c.nc.IsConnected() {
 		return ""
@@ -1417,6 +1421,17 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 			"which delivers again what was acked past the floor",
 			"consumer", c.cfg.Consumer, "filter_subject", got.FilterSubject, "filter_subjects", got.FilterSubjects,
 			"nats.filter_subject", c.cfg.FilterSubject, "ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
+	}
+	if dest := c.cfg.Destination; dest != "" && got.Metadata[destinationKey] != dest {
+		recorded := got.Metadata[destinationKey]
+		if p, ok := destinationProblem(c.cfg.Consumer, recorded, dest); ok {
+			c.log.Warn(p.Message, "fix", p.Fix, "recorded_destination", recorded, "destination", dest)
+		}
+		// Recorded again, so that the other, if it runs, warns too; a
+		// failure is left to the next look.
+		if err := c.recordDestination(ctx); err != nil {
+			c.log.Debug("could not record the destination in the consumer's metadata", "err", err)
+		}
 	}
 	return strings.Join(changed, ", ")
 }
