@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -299,21 +297,7 @@ func pgServerOf(conn string) string {
 	if err != nil { // validation has parsed it already
 		return "(a connection string pgx does not read)"
 	}
-	// A host holding an @ (a raw @ in the password, which validation
-	// refuses first) is cut after it.
-	hostPort := func(host string, port uint16) string {
-		if i := strings.LastIndexByte(host, '@'); i >= 0 {
-			host = host[i+1:]
-		}
-		return net.JoinHostPort(host, strconv.Itoa(int(port)))
-	}
-	hosts := []string{hostPort(pc.Host, pc.Port)}
-	for _, f := range pc.Fallbacks { // sslmode=prefer: each host twice
-		if h := hostPort(f.Host, f.Port); !slices.Contains(hosts, h) {
-			hosts = append(hosts, h)
-		}
-	}
-	return "postgres://" + strings.Join(hosts, ",")
+	return "postgres://" + strings.Join(pgHosts(pc), ",")
 }
 
 // scenarioFlags are the flags that apply to one scenario only.

@@ -84,6 +84,7 @@ checks under way and exits 1; a second one exits at once.`,
 			defer s.Close()
 
 			natsCfg := cfg.NATS
+			natsCfg.Destination = destinationOf(cfg.Postgres.URL, cfg.Postgres.Table)
 			if pgCfg.Mode == sink.ExactlyOnce {
 				natsCfg.StoredSeq = s.StoredSeq
 			}
