@@ -68,7 +68,7 @@ config file's telemetry.listen is not read: give --url when the file sets it.`,
 			defer cancel()
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, probe, nil)
 			if err != nil {
-				return fmt.Errorf("healthcheck: --url: %w", err)
+				return fmt.Errorf("healthcheck: --url: %w", redactProbeError(probe, err))
 			}
 			// Not http.DefaultClient: a probe must ask the listener itself,
 			// not follow a redirect or go through HTTP_PROXY.
@@ -78,7 +78,7 @@ config file's telemetry.listen is not read: give --url when the file sets it.`,
 			}
 			resp, err := client.Do(req)
 			if err != nil {
-				return fmt.Errorf("healthcheck: %w", err)
+				return fmt.Errorf("healthcheck: %w", redactProbeError(probe, err))
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -119,4 +119,36 @@ func healthURL(listen string, set bool) (string, error) {
 		host = "127.0.0.1"
 	}
 	return (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, port), Path: "/readyz"}).String(), nil
+}
+
+// redactProbeError is err, an error of parsing or requesting probe, with
+// probe's user info (a token, a user name, a password) shown as xxxxx: Go
+// prints the URL whole when it does not parse, and with its user name
+// (only a password hidden) when the request fails, so that a token given
+// as http://TOKEN@host/readyz would reach the container's health log.
+// Errors that are not a *url.Error are returned as they are.
+func redactProbeError(probe string, err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return fmt.Errorf("%s %q: %w", ue.Op, redactURL(probe), ue.Err)
+}
+
+// redactURL is raw with everything before the last @ of its user info and
+// host replaced by xxxxx, whether or not raw parses (telemetry's
+// redactEndpoint does the same for the OTLP endpoint): the user info may
+// be a token, and a URL that does not parse may not say where it ends.
+// An @ further on (in the path) redacts the host too, which is the safe
+// side.
+func redactURL(raw string) string {
+	prefix, rest := "", raw
+	if i := strings.Index(raw, "://"); i >= 0 {
+		prefix, rest = raw[:i+len("://")], raw[i+len("://"):]
+	}
+	i := strings.LastIndex(rest, "@")
+	if i < 0 {
+		return raw
+	}
+	return prefix + "xxxxx" + rest[i:]
 }

@@ -118,3 +118,51 @@ func TestHealthURL(t *testing.T) {
 		}
 	}
 }
+
+// No error of the probe shows the user info of --url, a token as often
+// as a user name: not when the request fails (Go keeps the user name and
+// hides only a password), nor when the URL does not parse or has a scheme
+// the probe cannot use (Go prints those whole).
+func TestHealthcheckErrorsHideUserInfo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Closes every connection unanswered: the request fails after
+	// connecting.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for _, probe := range []string{
+		"http://s3cretTOKEN@" + host + "/readyz",
+		"http://s3cretUSER:s3cretPW@" + host + "/readyz",
+		"http://u:s3cret pw@" + host + "/readyz", // does not parse
+		"ftp://s3cretTOKEN@" + host + "/readyz",  // a scheme the probe cannot use
+	} {
+		r := startJetsink(t, ctx, "healthcheck", "--url", probe)
+		code := r.wait(t, ctx)
+		msg := r.out.String()
+		if r.err != nil {
+			msg += r.err.Error()
+		}
+		if code != exitFailed || strings.Contains(msg, "s3cret") || !strings.Contains(msg, "xxxxx@"+host) {
+			t.Errorf("healthcheck --url %s: exit %d, want %d, with the user info as xxxxx and no s3cret in %q", probe, code, exitFailed, msg)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for _, c := range []struct{ raw, want string }{
+		{"http://127.0.0.1:9464/readyz", "http://127.0.0.1:9464/readyz"},
+		{"http://tok@h:1/readyz", "http://xxxxx@h:1/readyz"},
+		{"http://u:p@ss@h/readyz", "http://xxxxx@h/readyz"},
+		{"tok@h:1/readyz", "xxxxx@h:1/readyz"},
+	} {
+		if got := redactURL(c.raw); got != c.want {
+			t.Errorf("redactURL(%q) = %q, want %q", c.raw, got, c.want)
+		}
+	}
+}
