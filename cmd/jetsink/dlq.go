@@ -82,7 +82,12 @@ before it), while the letters are deleted; --allow-max-msgs-per-subject
 replays into it all the same. Nor into a stream whose config the user may
 not read (STREAM.INFO), or that does not answer: the replay cannot tell
 what it would do with the event. Such a letter stays, is reported, and the
-replay goes on; --dry-run says so too.
+replay goes on; --dry-run says so too. Nor, whatever the flags, is a
+letter of a key-value bucket's event ($KV.<bucket>.<key>, or with a
+KV-Operation header): it would be written into the bucket again, a delete
+or purge removing the key's current value, a put standing over a newer
+one. It stays, named at the end: put back by hand what the bucket should
+hold (nats kv put), then delete the letter.
 Every consumer of the stream gets the replayed event, not jetsink alone.
 A stream with max_msgs, max_bytes (discard old) or max_age deletes its
 oldest events, read or not, when full or old, replayed ones as any other:
@@ -209,11 +214,21 @@ taken for no filter. Exit status 1 if any replay or delete failed.`,
 					shown(l.Stream), l.StreamSeq, l.Reason, state)
 			})
 			if o.DryRun {
-				fmt.Fprintf(w, "%s: scanned %d, matched %d, would replay %d, would fail %d, %s, %d of other consumers' or streams'; dry run: nothing re-published or deleted\n",
-					o.Stream, rep.Scanned, rep.Matched, rep.Matched-rep.Failed, rep.Failed, skipped(rep), rep.Others)
+				fmt.Fprintf(w, "%s: scanned %d, matched %d, would replay %d, would fail %d, %s%s, %d of other consumers' or streams'; dry run: nothing re-published or deleted\n",
+					o.Stream, rep.Scanned, rep.Matched, rep.Matched-rep.Failed, rep.Failed, skipped(rep), markers(rep), rep.Others)
 			} else {
-				fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, %s, %d of other consumers' or streams', failed %d\n",
-					o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, skipped(rep), rep.Others, rep.Failed)
+				fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, %s%s, %d of other consumers' or streams', failed %d\n",
+					o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, skipped(rep), markers(rep), rep.Others, rep.Failed)
+			}
+			if rep.KeyValue > 0 {
+				seqs := strings.Join(seqList(rep.KeyValueLetters), ", ")
+				if more := rep.KeyValue - len(rep.KeyValueLetters); more > 0 {
+					seqs += fmt.Sprintf(" and %d more", more)
+				}
+				fmt.Fprintf(w, "refused %d dead letters of a key-value bucket's events (%s %s): replayed, each would be written into its bucket again, "+
+					"a delete or purge removing the key's current value, a put standing over a newer one; they stay: fix what refused them, "+
+					"put back by hand what the bucket should hold (nats kv put <bucket> <key> <value>), then delete them (nats stream rmm %s <seq>)\n",
+					rep.KeyValue, o.Stream, seqs, o.Stream)
 			}
 			// also names the letters re-published but not deleted, and
 			// those whose event may be stored although they stay.
@@ -370,6 +385,17 @@ func skipped(rep dlq.Report) string {
 		s += fmt.Sprintf(" and %d more", more)
 	}
 	return s + ")"
+}
+
+// markers is the summary's count of the server's subject delete markers
+// replay passed over, "" when none: ", passed over 2 subject delete
+// markers (the server's, where letters aged out)". Not skipped messages:
+// nobody needs to look at them.
+func markers(rep dlq.Report) string {
+	if rep.Markers == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", passed over %d subject delete markers (the server's, where letters aged out)", rep.Markers)
 }
 
 // seqList formats dead-letter sequences.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/dlq"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -596,5 +597,64 @@ func TestDLQReplayNamesSkippedMessages(t *testing.T) {
 	}
 	if want := "skipped 12 (not dead letters, without Jetsink-Subject or Jetsink-Stream: 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 and 2 more), "; !strings.Contains(r.out.String(), want) {
 		t.Fatalf("no %q in:\n%s", want, r.out.String())
+	}
+}
+
+// Letters of a key-value bucket's events are refused, dry run or not: the
+// summary counts them and names the first few, says why and what to do
+// instead, and the exit status is 1 as for any letter not replayed.
+func TestDLQReplayNamesKeyValueLetters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, js, _ := dlqSetup(t, ctx, 0)
+	for i := range 12 { // sequences 1 to 12
+		h := nats.Header{
+			consumer.HeaderSubject: {"$KV.CFG.k" + strconv.Itoa(i)},
+			consumer.HeaderStream:  {"EV"},
+			consumer.HeaderStage:   {"decode"},
+			consumer.HeaderCode:    {"invalid_json"},
+			"KV-Operation":         {"DEL"},
+		}
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dry := range []bool{true, false} {
+		args := []string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV"}
+		if dry {
+			args = append(args, "--dry-run")
+		}
+		r := startJetsink(t, ctx, args...)
+		if code := r.wait(t, ctx); code != exitFailed {
+			t.Fatalf("dry run %v: exit %d, want %d\n%s", dry, code, exitFailed, r.out.String())
+		}
+		out := r.out.String()
+		for _, want := range []string{
+			"refused 12 dead letters of a key-value bucket's events (EV_DLQ 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 2 more): ",
+			"a delete or purge removing the key's current value",
+			"put back by hand what the bucket should hold (nats kv put <bucket> <key> <value>), then delete them (nats stream rmm EV_DLQ <seq>)",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("dry run %v: no %q in:\n%s", dry, want, out)
+			}
+		}
+		if dry && !strings.Contains(out, "would replay 0, would fail 12, skipped 0 (not dead letters), 0 of") ||
+			!dry && !strings.Contains(out, "replayed 0, deleted 0, skipped 0 (not dead letters), 0 of other consumers' or streams', failed 12") {
+			t.Errorf("dry run %v: the summary does not count them as failed:\n%s", dry, out)
+		}
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 12 {
+		t.Fatalf("%d dead letters left, want the 12 refused", n)
+	}
+}
+
+// The server's subject delete markers are counted apart in the summary,
+// only when there are some, not as messages that are no dead letters.
+func TestDLQReplaySummaryMarkers(t *testing.T) {
+	if got := markers(dlq.Report{Skipped: 1}); got != "" {
+		t.Errorf("no markers: %q, want nothing said", got)
+	}
+	if got, want := markers(dlq.Report{Markers: 2}), ", passed over 2 subject delete markers (the server's, where letters aged out)"; got != want {
+		t.Errorf("markers: %q, want %q", got, want)
 	}
 }
