@@ -472,6 +472,7 @@ var serverWarnings = map[ProblemKind]string{
 	ProblemAsyncCommit:   "a crash of PostgreSQL may lose events already acked",
 	ProblemAsyncStandby:  "a failover of PostgreSQL may lose events already acked",
 	ProblemHostList:      "connections may land on a standby",
+	ProblemTLSUnverified: "the connection to PostgreSQL does not make sure of the server",
 }
 
 // batcher is the one goroutine that pops rows and cuts batches.

@@ -370,6 +370,16 @@ const (
 	// that answers, a standby too, and every batch on a standby fails
 	// (SQLSTATE 25006) until that connection is replaced.
 	ProblemHostList ProblemKind = "host_list"
+	// ProblemTLSUnverified is a warning: postgres.url reaches a host that
+	// is not this machine (a Unix socket, 127.0.0.0/8, ::1, localhost)
+	// with an sslmode that does not make sure of the server: disable;
+	// allow and prefer (pgx's default, as libpq's), which connect in
+	// plaintext when TLS is not used and check no certificate when it is,
+	// sslrootcert or not; and require without sslrootcert, whose TLS
+	// checks no certificate. Each host of a list is looked at. Whoever is on the way (a man in
+	// the middle, a spoofed DNS name) can then ask for the password in
+	// cleartext, and read and change the events.
+	ProblemTLSUnverified ProblemKind = "tls_unverified"
 	// ProblemIgnoredDefault is a warning: a mapped column that may get
 	// NULL (pipeline.Column.MayBeNull) has a DEFAULT, which an event
 	// without the value does not get: the COPY names every mapped column,
@@ -453,10 +463,14 @@ func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
 				len(hosts), strings.Join(hosts, ",")),
 			Fix: "add target_session_attrs=read-write to postgres.url; if every host reaches the same primary (poolers in front of it), this does not apply"})
 	}
+	if err == nil && s.tlsUnverified.Kind != "" {
+		probs = append(probs, s.tlsUnverified)
+	}
 	return probs, err
 }
 
-// check is Check on c, but for the host list.
+// check is Check on c, but for what postgres.url alone says (the host
+// list, TLS).
 func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	var num int
 	if err := c.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {

@@ -124,6 +124,10 @@ type Sink struct {
 	closed     bool                     // Close has run: admin is not opened again (held like admin)
 	seenErrsMu sync.Mutex
 	seenErrs   map[string]struct{} // configuration errors already logged
+	// tlsUnverified: postgres.url may reach a host that is not this
+	// machine in plaintext, or over TLS that checks no certificate
+	// (ProblemTLSUnverified); its Kind is "" when not.
+	tlsUnverified Problem
 	// typesLogged: Check's problems were logged after a type guard failed (run.look).
 	typesLogged atomic.Bool
 	// splitWarned: a timed-out batch's line at Warn; beatWarned: a refused
@@ -376,6 +380,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	// (validateTimeline), after target_session_attrs' own check if the
 	// URL sets one: refused, pgx tries the next host.
 	s.hostList = len(hosts) > 1 && cc.ValidateConnect == nil
+	s.tlsUnverified, _ = tlsProblem(&cc.Config)
 	tsa := cc.ValidateConnect
 	cc.ValidateConnect = func(ctx context.Context, pc *pgconn.PgConn) error {
 		if tsa != nil {

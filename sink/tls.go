@@ -1,0 +1,113 @@
+package sink
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// tlsProblem reports ProblemTLSUnverified for cc, postgres.url as pgx
+// parsed it, when a connection may reach a host that is not this machine
+// in plaintext, or over TLS that checks no certificate. It reads what pgx
+// made of every setting that bears on it (the URL's or a key=value DSN's
+// sslmode, sslrootcert and sslnegotiation, PGSSLMODE and the other PG*
+// variables, a service file), not the text: one target per host and TLS
+// try, in the order pgx tries them (cc, then cc.Fallbacks), its TLSConfig
+// nil for plaintext. sslmode=prefer, the default, makes two a host, TLS
+// that checks nothing and then plaintext; allow the same the other way
+// round (sslrootcert or not: pgx checks no certificate for either);
+// require one, TLS that checks nothing unless sslrootcert is set (then it
+// is verify-ca); disable one, plaintext. Unix sockets (pgx uses
+// no TLS there) and loopback hosts (127.0.0.0/8, ::1, localhost) are
+// left out: nothing stands between jetsink and the server there.
+func tlsProblem(cc *pgconn.Config) (Problem, bool) {
+	type host struct {
+		name  string
+		tries []*tls.Config // in pgx's order; nil: plaintext
+	}
+	var hosts []*host
+	targets := append([]*pgconn.FallbackConfig{{Host: cc.Host, Port: cc.Port, TLSConfig: cc.TLSConfig}}, cc.Fallbacks...)
+	for _, f := range targets {
+		if onThisMachine(f.Host, f.Port) {
+			continue
+		}
+		name := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port)))
+		i := slices.IndexFunc(hosts, func(h *host) bool { return h.name == name })
+		if i < 0 {
+			hosts = append(hosts, &host{name: name})
+			i = len(hosts) - 1
+		}
+		hosts[i].tries = append(hosts[i].tries, f.TLSConfig)
+	}
+	var names []string
+	var plain, plainFirst, unchecked, checked bool
+	for _, h := range hosts {
+		risky := false
+		for j, c := range h.tries {
+			switch {
+			case c == nil:
+				plain, risky = true, true
+				plainFirst = plainFirst || j == 0 && len(h.tries) > 1
+			case !verifies(c):
+				unchecked, risky = true, true
+			default:
+				checked = true
+			}
+		}
+		if risky {
+			names = append(names, h.name)
+		}
+	}
+	if len(names) == 0 {
+		return Problem{}, false
+	}
+	var how string
+	switch {
+	case plain && !unchecked && !checked:
+		how = "without TLS (sslmode=disable)"
+	case plain && unchecked && plainFirst:
+		how = "in plaintext first, and over TLS that checks no certificate if the server wants TLS (sslmode=allow)"
+	case plain && unchecked:
+		how = "over TLS that checks no certificate, and in plaintext when the server declines TLS (sslmode=prefer, " +
+			"pgx's default when none is set)"
+	case plain: // not from pgx's parsing: prefer and allow check no certificate, sslrootcert or not
+		how = "in plaintext when the server declines TLS"
+	default:
+		how = "over TLS that checks no certificate (sslmode=require without sslrootcert)"
+	}
+	return Problem{Kind: ProblemTLSUnverified, Warning: true,
+		Message: fmt.Sprintf("postgres.url connects to %s %s; so whoever is on the way (a man in the middle, or a server "+
+			"answering for a spoofed DNS name) can ask for the password in cleartext and get it, and read and change the events",
+			strings.Join(names, ","), how),
+		Fix: "add sslmode=verify-full and sslrootcert=<the file of the CA that signed the server's certificate> to postgres.url " +
+			"(sslrootcert=system for a CA the system trusts); require_auth=scram-sha-256 also keeps the password from " +
+			"being sent to a server that asks for it in cleartext. A server on this machine: name it 127.0.0.1, " +
+			"localhost or its Unix socket's directory"}, true
+}
+
+// verifies reports whether TLS with c makes sure of the server: c checks
+// the certificate's chain (verify-ca: pgx skips Go's check, which would
+// also want the host name, and checks the chain in VerifyPeerCertificate)
+// or the chain and the name (verify-full).
+func verifies(c *tls.Config) bool {
+	return !c.InsecureSkipVerify || c.VerifyPeerCertificate != nil || c.VerifyConnection != nil
+}
+
+// onThisMachine reports whether pgx reaches host (a postgres.url host)
+// without the network: a Unix socket's directory, localhost, or a
+// loopback address.
+func onThisMachine(host string, port uint16) bool {
+	if network, _ := pgconn.NetworkAddress(host, port); network == "unix" {
+		return true
+	}
+	if h := strings.TrimSuffix(host, "."); strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
