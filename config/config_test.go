@@ -14,6 +14,7 @@ import (
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/sink"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestDefaultsAreValid(t *testing.T) {
@@ -577,6 +578,65 @@ func TestErrorsNeverShowThePassword(t *testing.T) {
 	}
 }
 
+// A value that YAML reads as syntax, not as the value, most often a
+// generated password beginning with * or ! written without quotes, is
+// refused with its line and key and a hint to quote it, never quoting
+// it: yaml.v3's messages would (unknown anchor 'Xy9' referenced, cannot
+// decode !!str `Xy9` as a !!int), without a line.
+func TestValueReadAsYAMLSyntaxIsNotShown(t *testing.T) {
+	const secret = "s3cretXy9"
+	for _, c := range []struct{ file, want string }{
+		{"nats:\n  user: u\n  password: *" + secret + "\n", `line 3: nats.password: YAML reads a value beginning with * as an alias`},
+		{"nats:\n  user: *" + secret + "\n", `line 2: nats.user: YAML reads a value beginning with * as an alias`},
+		{"nats:\n  # password: *" + secret + "\n  user: u\n  password: *" + secret + " # generated\n", `line 4: nats.password: YAML reads`},
+		{"nats:\n  tls:\n    # the CA\n\n    ca_file: *" + secret + "\n", `line 5: nats.tls.ca_file: YAML reads`},
+		{"nats:\n  stream: &" + secret + "long S\n  consumer: *" + secret + "long\n  user: u\n  password: *" + secret + "\n", `line 5: nats.password: YAML reads`},
+		{"nats: {user: u, password: *" + secret + "}\n", `line 1: YAML reads`},
+		{"postgres:\n  columns:\n    - {name: a, from: *" + secret + "}\n", `line 3: YAML reads`},
+		{"nats:\n  user: u\n  password: !!int " + secret + "\n", `line 3: nats.password: the value does not read as the !!int its tag asks for`},
+		{"nats:\n  user: u\n  password: !!float " + secret + "\n", `line 3: nats.password: the value does not read as the !!float`},
+		{"nats:\n  user: u\n  password: !!null " + secret + "\n", `line 3: nats.password: the value does not read as the !!null`},
+		{"nats:\n  user: u\n  password: !!binary " + secret + "\n", `line 3: nats.password: the value does not read as the !!binary`},
+		{"nats:\n  user: u\n  password: !!seq " + secret + "\n", `line 3: nats.password: the tag !!seq does not fit a single value`},
+		{"nats:\n  user: u\n  password: !!" + secret + "\n", `line 3: nats.password: a value beginning with ! is a tag to YAML`},
+		{"nats:\n  user: u\n  password: !" + secret + "\n", `line 3: nats.password: a value beginning with ! is a tag to YAML`},
+		{"nats:\n  user: u\n  password: !" + secret + " more\n", `line 3: nats.password: a value beginning with ! is a tag to YAML`},
+		{"postgres:\n  columns:\n    - {name: a, from: !!int " + secret + "}\n", `line 3: postgres.columns[0].from: the value does not read as the !!int`},
+		{"pipeline:\n  workers: !!bool " + secret + "\n", `line 2: pipeline.workers: the value does not read as the !!bool`},
+	} {
+		_, err := Parse([]byte(c.file), nil, nil)
+		if !errors.Is(err, ErrInvalidConfig) || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), "put a value beginning with #, !, &, * or % in quotes") {
+			t.Errorf("%q: %v; want ErrInvalidConfig with %q and the hint to quote, without the value", c.file, err, c.want)
+		}
+	}
+	// Through Load, the file is named, as for other lines.
+	file := filepath.Join(t.TempDir(), "jetsink.yaml")
+	if err := os.WriteFile(file, []byte("nats:\n  user: u\n  password: *"+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(Source{File: file}); err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "(in "+file+")") {
+		t.Errorf("Load: %v; want the file named, without the value", err)
+	}
+	// A standard tag that fits its value, and ! alone (a string), stay
+	// as they were.
+	cfg, err := Parse([]byte("nats:\n  user: u\n  password: ! "+secret+"\n  stream: !!str 0755\npipeline:\n  workers: !!int 3\n"), nil, nil)
+	if err != nil || cfg.NATS.Password != secret || cfg.NATS.Stream != "0755" || cfg.Pipeline.Workers != 3 {
+		t.Errorf("tags that fit: password %q, stream %q, workers %d, err %v", cfg.NATS.Password, cfg.NATS.Stream, cfg.Pipeline.Workers, err)
+	}
+}
+
+// describeYAMLError drops the values yaml.v3's messages quote.
+func TestDescribeYAMLErrorDropsTheValue(t *testing.T) {
+	err := &yaml.TypeError{Errors: []string{"line 3: cannot unmarshal !!str `s3cret` into int", "line 4: cannot unmarshal !!str `s3cret-...` into bool"}}
+	if got := describeYAMLError(err); got != "line 3: cannot unmarshal !!str into int; line 4: cannot unmarshal !!str into bool" {
+		t.Errorf("describeYAMLError = %q", got)
+	}
+	if got := describeYAMLError(errors.New("yaml: cannot decode !!str `s3cret` as a !!int")); got != "yaml: cannot decode !!str as a !!int" {
+		t.Errorf("describeYAMLError = %q", got)
+	}
+}
+
 // A --set with the wrong separator, or none, is refused without quoting
 // the value it carries.
 func TestSetErrorsNeverShowTheValue(t *testing.T) {
@@ -670,6 +730,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("postgres:\n  batch: {<<: &b {max_rows: 1}, max_delay: *b}\n"), "", "")
 	f.Add([]byte("nats:\n  tls:\n  <<: {tls: &t {<<: *t}}\n"), "JETSINK_NATS_TLS_CA_FILE=x", "")
 	f.Add([]byte("postgres:\n  columns:\n  <<: {columns: [&c {<<: *c}]}\n"), "", "")
+	f.Add([]byte("nats:\n  tls:\n    ca_file: *x # y\n"), "", "")
+	f.Add([]byte("nats: {user: !u, password: !!int x}\npostgres:\n  columns:\n    - {name: !!binary x}\n"), "", "")
 	f.Fuzz(func(t *testing.T, file []byte, env, set string) {
 		cfg, err := Parse(file, []string{env}, []string{set})
 		if err != nil {

@@ -18,5 +18,8 @@
 // Unknown keys are errors, so a typo never silently leaves a default in
 // place. Validate checks every value and the rules that span sections; its
 // errors wrap ErrInvalidConfig (or the section's own sentinel) and name the
-// key and the fix. Nothing here logs, and no error contains a password.
+// key and the fix. Nothing here logs, and no error contains a password:
+// a value that YAML reads as syntax, not as the value (an alias *x of no
+// anchor, a tag !x, a tag its value does not fit), is refused with its
+// line and key, not its text.
 package config

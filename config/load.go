@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -225,7 +226,7 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 		var doc yaml.Node
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
 		if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) { // EOF: comments only
-			return Config{}, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			return Config{}, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, unknownAlias(raw, err))
 		}
 		// yaml.Unmarshal would read the first document and ignore the
 		// rest, unchecked: settings after a --- line would silently
@@ -237,7 +238,7 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 				break
 			}
 			if err != nil {
-				return Config{}, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+				return Config{}, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, unknownAlias(raw, err))
 			}
 			if !emptyDocument(&more) {
 				return Config{}, nil, fmt.Errorf("%w: the config file holds more than one YAML document (a second at line %d, after a --- or ... line): jetsink reads one; merge them into one mapping",
@@ -353,6 +354,9 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 			return Config{}, nil, sc.fail(fmt.Errorf("%w: --set %s: %w", ErrInvalidConfig, path, err))
 		}
 	}
+	// Before the probe decode, which would stop at the first value that
+	// its tag does not fit, with yaml.v3's message, which quotes it.
+	badTags(root, "", &sc.problems)
 	// Decoded once as plain YAML first: most aliases that contain
 	// themselves or multiply without bound fail here, with yaml.v3's own
 	// checks; the walks below guard against the rest (walkGuard).
@@ -429,13 +433,196 @@ func merge(val *yaml.Node) []*yaml.Node {
 }
 
 // describeYAMLError keeps yaml's message (it names the line and the field)
-// but drops its multi-line framing.
+// but drops its multi-line framing, and the value it quotes (`...`, or
+// its first 7 bytes), which may be a password: the line names it.
 func describeYAMLError(err error) string {
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
-		return strings.Join(te.Errors, "; ")
+		return yamlQuoted.ReplaceAllString(strings.Join(te.Errors, "; "), "")
 	}
-	return err.Error()
+	return yamlQuoted.ReplaceAllString(err.Error(), "")
+}
+
+// yamlQuoted is a value as yaml.v3's messages quote it: " `x`".
+var yamlQuoted = regexp.MustCompile(" `[^`]*`")
+
+// quoteHint ends the errors about a value that YAML read as syntax.
+const quoteHint = "put a value beginning with #, !, &, * or % in quotes"
+
+// unknownAlias is err, an error of yaml.v3's parser, or, when it is about
+// an alias (*name) of an anchor (&name) that no value sets before it, one
+// that names its line and key and says to quote the value, without the
+// name: it is most often a generated password or token that begins with
+// *, written without quotes (password: *Xy9abc), and yaml.v3's message
+// ("unknown anchor 'Xy9abc' referenced") quotes it, without a line, on
+// stderr and into every log that keeps it. yaml.v3 has no type for this
+// error: its message is the only sign of it.
+func unknownAlias(raw []byte, err error) error {
+	const pre, post = "yaml: unknown anchor '", "' referenced"
+	msg := err.Error()
+	if !strings.HasPrefix(msg, pre) || !strings.HasSuffix(msg, post) || len(msg) <= len(pre)+len(post) {
+		return err
+	}
+	name := msg[len(pre) : len(msg)-len(post)]
+	const what = "YAML reads a value beginning with * as an alias of an anchor (&) set before it, and no anchor of this one's name is set: "
+	line, path := aliasAt(raw, name)
+	switch {
+	case line == 0:
+		return errors.New("the config file has " + what + quoteHint)
+	case path == "":
+		return fmt.Errorf("line %d: %s%s", line, what, quoteHint)
+	}
+	key := path[strings.LastIndexByte(path, '.')+1:]
+	return fmt.Errorf("line %d: %s: %s%s (%s: \"*...\")", line, path, what, quoteHint, key)
+}
+
+// aliasAt finds the first alias of anchor name in raw, the YAML text: a *
+// then the name, where a value may begin (after a key's colon, a list's
+// dash, a bracket, a brace or a comma, or at the start of a line), not in
+// a comment. It returns its line (0 if none is found) and the dotted path
+// of the block mapping's key whose value it is, as far as indentation
+// tells it ("" if it does not: a list's entry, a flow mapping's value, a
+// list on the way).
+func aliasAt(raw []byte, name string) (line int, path string) {
+	lines := strings.Split(string(raw), "\n")
+	for i, l := range lines {
+		if c := commentAt(l); c >= 0 {
+			l = l[:c]
+		}
+		for j := 0; ; {
+			k := strings.Index(l[j:], "*"+name)
+			if k < 0 {
+				break
+			}
+			k += j
+			j = k + 1
+			end := k + 1 + len(name)
+			if end < len(l) && anchorByte(l[end]) {
+				continue // a longer name
+			}
+			before := strings.TrimRight(l[:k], " \t")
+			if before != "" && !strings.ContainsRune(":-[{,?", rune(before[len(before)-1])) {
+				continue
+			}
+			if m := blockKey.FindString(l); m == "" || strings.TrimRight(m, " \t") != before {
+				return i + 1, "" // not a block mapping's value (a list's entry, a flow mapping's)
+			}
+			return i + 1, blockPath(lines[:i+1])
+		}
+	}
+	return 0, ""
+}
+
+// anchorByte reports whether c may be part of an anchor's name, as
+// yaml.v3 scans one.
+func anchorByte(c byte) bool {
+	return c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// commentAt is the index of the # that begins a comment in the line l, -1
+// if none: one at its start or after a space or tab, outside quotes.
+func commentAt(l string) int {
+	var quote byte
+	for i := 0; i < len(l); i++ {
+		switch c := l[i]; {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '#' && (i == 0 || l[i-1] == ' ' || l[i-1] == '\t'):
+			return i
+		}
+	}
+	return -1
+}
+
+// blockKey matches a line of a block mapping's key, and its value if any:
+// indentation, the key, a colon.
+var blockKey = regexp.MustCompile(`^( *)([A-Za-z0-9_]+):(?:[ \t]|$)`)
+
+// blockPath is the dotted path of the key on the last of lines, by the
+// keys above it with less indentation, when every one of them is a block
+// mapping's key alone on its line (a section); "" when the last line is
+// no key's, or a line on the way is something else (a list's entry).
+func blockPath(lines []string) string {
+	m := blockKey.FindStringSubmatch(lines[len(lines)-1])
+	if m == nil {
+		return ""
+	}
+	path, indent := m[2], len(m[1])
+	for i := len(lines) - 2; i >= 0 && indent > 0; i-- {
+		l := lines[i]
+		if c := commentAt(l); c >= 0 {
+			l = l[:c]
+		}
+		t := strings.TrimLeft(l, " ")
+		if strings.TrimSpace(t) == "" || len(l)-len(t) >= indent {
+			continue
+		}
+		m := blockKey.FindStringSubmatch(l)
+		if m == nil || strings.TrimSpace(l[len(m[0]):]) != "" {
+			return ""
+		}
+		path, indent = m[2]+"."+path, len(m[1])
+	}
+	if indent > 0 {
+		return ""
+	}
+	return path
+}
+
+// badTags notes each value in n, at path, whose tag YAML cannot read it
+// as (password: !!int x) and each with a tag of its own (!abc), which
+// YAML drops: jetsink knows none, and a password beginning with ! loses
+// it so (!abc is then the empty string, !abc def is def). It names the
+// line and the key, not the value, which may be a password, nor a tag of
+// one's own, which may be its start, and makes the value null, so that
+// the decoders do not quote it and the default stays. Aliases are not
+// followed: each value is visited once, where it is written.
+func badTags(n *yaml.Node, path string, problems *[]error) {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		for i, e := range n.Content {
+			badTags(e, fmt.Sprintf("%s[%d]", path, i), problems)
+		}
+	case yaml.MappingNode:
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			kn, val := n.Content[j], n.Content[j+1]
+			p := path
+			if kn.ShortTag() != "!!merge" {
+				if p != "" {
+					p += "."
+				}
+				p += kn.Value
+			}
+			badTags(kn, p, problems)
+			badTags(val, p, problems)
+		}
+	case yaml.ScalarNode:
+		if n.Style&yaml.TaggedStyle == 0 {
+			return
+		}
+		var why string
+		switch tag := n.ShortTag(); tag {
+		case "!!str", "!!int", "!!float", "!!bool", "!!null", "!!timestamp", "!!binary":
+			if n.Decode(new(any)) == nil {
+				return
+			}
+			why = "the value does not read as the " + tag + " its tag asks for: drop the tag, or, if it is part of the value, " + quoteHint
+		case "!!seq", "!!map", "!!merge":
+			why = "the tag " + tag + " does not fit a single value: drop it, or, if it is part of the value, " + quoteHint
+		default: // named not even in part: it may be a password's start
+			why = "a value beginning with ! is a tag to YAML, which jetsink does not read, and the value would be read without it: " + quoteHint
+		}
+		if path == "" {
+			*problems = append(*problems, fmt.Errorf("%w: line %d: %s", ErrInvalidConfig, n.Line, why))
+		} else {
+			*problems = append(*problems, fmt.Errorf("%w: line %d: %s: %s", ErrInvalidConfig, n.Line, path, why))
+		}
+		n.Tag, n.Value, n.Style = "!!null", "", 0
+	}
 }
 
 // listItems reads a list key's value from a variable or flag: items
