@@ -637,6 +637,43 @@ func TestDescribeYAMLErrorDropsTheValue(t *testing.T) {
 	}
 }
 
+// A credential (nats.user, nats.password) that YAML reads as a comment
+// (password: #Xy9) or an anchor (password: &Xy9), so as null, is refused:
+// it would keep its default, empty, and show only as the server refusing
+// jetsink. A key with nothing after it, or with a comment that reads as
+// one (# set by ...), keeps its default as any null does, and a variable
+// that sets the key replaces the file's value.
+func TestCredentialYAMLReadsAsNothingIsRefused(t *testing.T) {
+	const secret = "s3cretXy9"
+	for _, c := range []struct{ file, want string }{
+		{"nats:\n  user: u\n  password: #" + secret + "\n", `line 3: nats.password: a value beginning with # is a comment to YAML, and the key is left empty`},
+		{"nats:\n  user: u\n  password:   #" + secret + "\n", `line 3: nats.password: a value beginning with # is a comment`},
+		{"nats:\n  user: u\n  password: &" + secret + "\n", `line 3: nats.password: a value beginning with & is an anchor's name to YAML, and the key is left empty`},
+		{"nats:\n  user: #" + secret + "\n  password: pw\n", `line 2: nats.user: a value beginning with # is a comment`},
+	} {
+		_, err := Parse([]byte(c.file), nil, nil)
+		if !errors.Is(err, ErrInvalidConfig) || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), "put a value beginning with #, !, &, * or % in quotes") {
+			t.Errorf("%q: %v; want ErrInvalidConfig with %q and the hint to quote, without the value", c.file, err, c.want)
+		}
+	}
+	for _, file := range []string{
+		"nats:\n  user:\n  password:\n",
+		"nats:\n  user: # set by JETSINK_NATS_USER\n  password: # set by JETSINK_NATS_PASSWORD\n",
+		"nats:\n  user: ~\n  password: null\n",
+		"nats:\n  stream: #" + secret + "\n", // not a credential: its default, EVENTS, shows
+	} {
+		cfg, err := Parse([]byte(file), nil, nil)
+		if err != nil || cfg.NATS.User != "" || cfg.NATS.Password != "" || cfg.NATS.Stream != Default().NATS.Stream {
+			t.Errorf("%q: user %q, password %q, stream %q, err %v; want the defaults", file, cfg.NATS.User, cfg.NATS.Password, cfg.NATS.Stream, err)
+		}
+	}
+	cfg, err := Parse([]byte("nats:\n  user: u\n  password: #"+secret+"\n"), []string{"JETSINK_NATS_PASSWORD=pw"}, nil)
+	if err != nil || cfg.NATS.Password != "pw" {
+		t.Errorf("password set by its variable over a comment: %q, %v; want pw", cfg.NATS.Password, err)
+	}
+}
+
 // A --set with the wrong separator, or none, is refused without quoting
 // the value it carries.
 func TestSetErrorsNeverShowTheValue(t *testing.T) {
@@ -732,6 +769,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("postgres:\n  columns:\n  <<: {columns: [&c {<<: *c}]}\n"), "", "")
 	f.Add([]byte("nats:\n  tls:\n    ca_file: *x # y\n"), "", "")
 	f.Add([]byte("nats: {user: !u, password: !!int x}\npostgres:\n  columns:\n    - {name: !!binary x}\n"), "", "")
+	f.Add([]byte("nats:\n  user: &u\n  password: #p\n"), "", "")
 	f.Fuzz(func(t *testing.T, file []byte, env, set string) {
 		cfg, err := Parse(file, []string{env}, []string{set})
 		if err != nil {

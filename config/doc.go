@@ -21,5 +21,7 @@
 // key and the fix. Nothing here logs, and no error contains a password:
 // a value that YAML reads as syntax, not as the value (an alias *x of no
 // anchor, a tag !x, a tag its value does not fit), is refused with its
-// line and key, not its text.
+// line and key, not its text, and so is nats.user or nats.password left
+// empty by a one-word comment (#x) or an anchor (&x) where the value
+// would be.
 package config

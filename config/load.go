@@ -625,6 +625,30 @@ func badTags(n *yaml.Node, path string, problems *[]error) {
 	}
 }
 
+// credentialKeys are the keys that hold a credential of their own: a
+// value that YAML took for syntax and left empty (swallowedCredential)
+// would otherwise show only as the server refusing jetsink.
+var credentialKeys = map[string]bool{"nats.user": true, "nats.password": true}
+
+// swallowedCredential says why the null value raw of kn, a key at path,
+// is a credential that YAML read as syntax, "" if it is not one or not
+// so: an anchor with nothing after it (password: &Xy9) or a comment of one
+// word right after the key (password: #Xy9; a comment such as "# set by
+// JETSINK_NATS_PASSWORD" keeps the default, empty, as any null does).
+func swallowedCredential(path string, kn, raw *yaml.Node) string {
+	if !credentialKeys[path] {
+		return ""
+	}
+	key := kn.Value
+	switch c := kn.LineComment + raw.LineComment; {
+	case raw.Kind == yaml.ScalarNode && raw.Anchor != "":
+		return fmt.Sprintf("a value beginning with & is an anchor's name to YAML, and the key is left empty: %s (%s: \"&...\"), or write %s: \"\" for none", quoteHint, key, key)
+	case len(c) > 1 && c[0] == '#' && c[1] != ' ' && c[1] != '#' && !strings.ContainsAny(c, " \t"):
+		return fmt.Sprintf("a value beginning with # is a comment to YAML, and the key is left empty: %s (%s: \"#...\"), or write %s: \"\" for none", quoteHint, key, key)
+	}
+	return ""
+}
+
 // listItems reads a list key's value from a variable or flag: items
 // separated by commas (a.>, b.>), or the file's flow form ([a.>, "b.>"]).
 // An item that starts or ends with a bracket or a quote is refused: it
@@ -826,6 +850,11 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 			continue
 		}
 		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
+			if what := swallowedCredential(path, kn, raw); what != "" {
+				if err := refuse(fmt.Errorf("%w: line %d: %s: %s", ErrInvalidConfig, kn.Line, path, what)); err != nil {
+					return err
+				}
+			}
 			continue // dropped: the default stays (aliases still reach an anchored null)
 		}
 		switch {
