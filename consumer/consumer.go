@@ -252,6 +252,7 @@ type counters struct {
 	acksSettled       atomic.Uint64
 	acksRefused       atomic.Uint64
 	markers           atomic.Uint64
+	schedules         atomic.Uint64
 }
 
 // InFlightBytes is what the messages in flight hold of the in-flight byte
@@ -311,6 +312,12 @@ type Stats struct {
 	// markers: Nats-Marker-Reason and Nats-Rollup: sub, an empty body)
 	// that were acked and not handed on: they are no events.
 	Markers uint64
+	// Schedules counts the message schedules (a Nats-Schedule header, on a
+	// stream with allow_msg_schedules) that were acked and not handed on:
+	// each is a publisher's order to the server, which stores the event
+	// on the schedule's target subject when it fires (handed on as any
+	// event).
+	Schedules uint64
 }
 
 // Lag is the durable consumer's backlog as the server reports it.
@@ -1052,6 +1059,7 @@ func (c *Consumer) Stats() Stats {
 		Received:          s.received.Load(),
 		Redelivered:       s.redelivered.Load(),
 		Markers:           s.markers.Load(),
+		Schedules:         s.schedules.Load(),
 		DeadLettered:      s.deadLettered.Load(),
 		DeadLetterFailed:  s.deadLetterFailed.Load(),
 		MaxDelivered:      s.maxDelivered.Load(),

@@ -974,6 +974,15 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 	if c.pullsRefused.Load() != nil {
 		c.pullsRefused.Store(nil) // a pull got through
 	}
+	if isSchedule(msg, h) {
+		// A schedule (allow_msg_schedules): the server stores it as sent
+		// on its own subject and, when it fires, a copy without
+		// Nats-Schedule on the target subject, which is the event. Acked,
+		// counted, not handed on.
+		c.stats.schedules.Add(1)
+		c.settleMarker(msg, s.epoch)
+		return nil
+	}
 	if len(msg.Data()) == 0 {
 		if headerOf(msg, h, headerMarkerReason) != "" && headerOf(msg, h, headerRollup) == "sub" {
 			// A marker JetStream wrote itself when the subject's last
@@ -1070,6 +1079,33 @@ func (c *Consumer) bodiesLeftOut(hard context.Context, s *session) bool {
 // headerRollup is set on a subject delete marker too ("sub").
 const headerRollup = "Nats-Rollup"
 
+// headerSchedule is the header of a message schedule (nats-server's
+// JSSchedulePattern: "@at <time>", "@every <interval>", a cron
+// expression), matched exactly as the server does.
+const headerSchedule = "Nats-Schedule"
+
+// isSchedule reports whether msg is a message schedule: a non-empty
+// Nats-Schedule header. The server refuses one on a stream without
+// allow_msg_schedules, stores an empty one as an ordinary message, and
+// removes it (and every Nats-Schedule-* header but the Nats-Schedule-Next
+// it adds) from the copy it stores on the target subject when the schedule
+// fires. Only a message with headers is looked at: no map lookup or scan
+// for one without (h is nil for nats.go's, the header block empty for
+// wire's).
+func isSchedule(msg delivery, h map[string][]string) bool {
+	switch m := msg.(type) {
+	case *wire.Msg:
+		return m.HeaderBlock() != "" && m.HeaderGet(headerSchedule) != ""
+	case pipeline.RawHeader:
+		return m.HeaderGet(headerSchedule) != ""
+	}
+	if len(h) == 0 {
+		return false
+	}
+	v := h[headerSchedule]
+	return len(v) > 0 && v[0] != ""
+}
+
 // headerOf returns msg's header key; h is its headers when push has them
 // (nats.go's messages).
 func headerOf(msg delivery, h map[string][]string, key string) string {
@@ -1085,8 +1121,9 @@ func headerOf(msg delivery, h map[string][]string, key string) string {
 	return ""
 }
 
-// settleMarker acks a marker message taken in epoch (see nak for why not
-// in another), counted for Close to confirm, and ends its life here.
+// settleMarker acks a message that is no event (a marker, a schedule)
+// taken in epoch (see nak for why not in another), counted for Close to
+// confirm, and ends its life here.
 func (c *Consumer) settleMarker(msg pipeline.Msg, epoch uint64) {
 	defer pipeline.Release(msg)
 	c.epochs.IfCurrent(epoch, func() {

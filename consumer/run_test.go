@@ -1525,6 +1525,63 @@ func TestRunSkipsSubjectDeleteMarkers(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// A message schedule (Nats-Schedule, on a stream with allow_msg_schedules)
+// is no event: acked, counted, not handed on; the copy the server stores
+// on the target subject when it fires is the event. Before, both were
+// handed on, the schedule before its time. Both pull clients.
+func TestRunSkipsMessageSchedules(t *testing.T) {
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			cfg := testConfig(t, srv)
+			cfg.PullClient = client
+			js := jsFor(t, srv)
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects,
+				AllowMsgSchedules: true}); err != nil {
+				t.Fatal(err)
+			}
+			c := newConsumer(t, ctx, cfg)
+			r := startRun(t, ctx, c, 1, 64, 1000)
+			target := subjectOf(cfg, 1, 2)
+			// An empty Nats-Schedule is no schedule: the server stores it
+			// as any message, on any stream.
+			e := &nats.Msg{Subject: subjectOf(cfg, 0, 2), Data: []byte("1"), Header: nats.Header{"Nats-Schedule": {""}}}
+			if _, err := js.PublishMsg(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+			if g := r.next(t, ctx); g.ev.StreamSeq != 1 || bodyIndex(t, &g.ev) != 1 {
+				t.Fatalf("first event handed on: %s:%d; want the one with an empty Nats-Schedule (1)", g.ev.Subject, g.ev.StreamSeq)
+			} else if err := g.ev.Msg.Ack(); err != nil {
+				t.Fatal(err)
+			}
+			m := &nats.Msg{Subject: subjectOf(cfg, 0, 2), Data: []byte("7"), Header: nats.Header{}}
+			m.Header.Set("Nats-Schedule", "@at "+time.Now().Add(2*time.Second).UTC().Format(time.RFC3339))
+			m.Header.Set("Nats-Schedule-Target", target)
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			g := r.next(t, ctx)
+			if g.ev.Subject != target || g.ev.StreamSeq != 3 || bodyIndex(t, &g.ev) != 7 {
+				t.Fatalf("event after the schedule: %s:%d; want the fired copy on %s:3", g.ev.Subject, g.ev.StreamSeq, target)
+			}
+			if err := g.ev.Msg.Ack(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, ctx, "the events counted", func() bool { return c.Stats().Received == 2 })
+			if st := c.Stats(); st.Schedules != 1 || st.Received != 2 || st.Markers != 0 {
+				t.Fatalf("stats %+v; want 1 schedule, 2 events received", st)
+			}
+			waitFor(t, ctx, "every message acked", func() bool {
+				cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+				return err == nil && cons.CachedInfo().AckFloor.Stream == 3
+			})
+			r.stopClean(t, ctx)
+		})
+	}
+}
+
 // Empty messages whose publisher set headers JetStream also writes (a
 // Nats-Msg-Size, as a republish with headers_only sends; a
 // Nats-Marker-Reason without the marker's roll-up) are events, handed on
