@@ -290,19 +290,47 @@ func replicaProblem(cluster string, sc *jetstream.StreamConfig) (Problem, bool) 
 // eventStreamLimits warns of the limits under which the event stream sc
 // deletes events whether jetsink has stored them or not (max_age; a limit
 // with discard old): harmless while jetsink keeps up, a loss when
-// PostgreSQL is down, or jetsink stopped, for longer than they allow.
+// PostgreSQL is down, or jetsink stopped, for longer than they allow; and
+// of the publishers' deletions it allows (publisherDeletions).
 func eventStreamLimits(sc *jetstream.StreamConfig) []Problem {
+	problems := publisherDeletions(sc)
 	var limits []string
 	if sc.MaxAge > 0 {
 		limits = append(limits, "max_age "+sc.MaxAge.String())
 	}
 	limits = append(limits, discardingLimits(sc)...)
 	if len(limits) == 0 {
-		return nil
+		return problems
 	}
-	return []Problem{{Warning: true, Message: fmt.Sprintf("stream %s deletes events past %s whether jetsink has stored them or not: "+
+	return append([]Problem{{Warning: true, Message: fmt.Sprintf("stream %s deletes events past %s whether jetsink has stored them or not: "+
 		"those not stored by then (PostgreSQL down, or jetsink stopped, for longer) are lost", sc.Name, strings.Join(limits, ", ")),
-		Fix: "choose limits beyond the longest outage to ride out, or none (discard new: a full stream refuses publishes instead)"}}
+		Fix: "choose limits beyond the longest outage to ride out, or none (discard new: a full stream refuses publishes instead)"}}, problems...)
+}
+
+// publisherDeletions warns of the settings of event stream sc under which
+// a publisher's header deletes events whether jetsink has stored them or
+// not: allow_msg_ttl (Nats-TTL deletes its own event that long after it
+// was stored, even before jetsink was handed it) and allow_rollup_hdrs
+// (Nats-Rollup: sub or all deletes the subject's or the stream's earlier
+// events; on for a key-value bucket's stream, and with subject delete
+// markers or message schedules; the server refuses it with deny_purge). They
+// are the publishers' to use, so run logs them at the start too (check
+// alone warns of the limits, which the operator set).
+func publisherDeletions(sc *jetstream.StreamConfig) []Problem {
+	var problems []Problem
+	if sc.AllowMsgTTL {
+		problems = append(problems, Problem{Warning: true,
+			Message: fmt.Sprintf("stream %s allows per-message TTLs (allow_msg_ttl): an event published with a Nats-TTL header is deleted when it runs out whether jetsink has stored it or not: "+
+				"one with a TTL shorter than jetsink's lag (PostgreSQL down, or jetsink stopped, for longer) is lost", sc.Name),
+			Fix: "have publishers set no Nats-TTL on events for jetsink, or one beyond the longest outage to ride out (the server cannot turn allow_msg_ttl off)"})
+	}
+	if sc.AllowRollup {
+		problems = append(problems, Problem{Warning: true,
+			Message: fmt.Sprintf("stream %s allows roll-ups (allow_rollup_hdrs): an event published with a Nats-Rollup header (sub or all; a key-value bucket's purge sends one) deletes its subject's or the stream's earlier events whether jetsink has stored them or not: "+
+				"those not stored by then are lost", sc.Name),
+			Fix: fmt.Sprintf("have publishers send no Nats-Rollup to subjects jetsink reads, or turn roll-ups off (nats stream edit %s --no-allow-rollup; subject delete markers and message schedules keep them on)", sc.Name)})
+	}
+	return problems
 }
 
 // discardingLimits describes sc's limits that delete its oldest messages

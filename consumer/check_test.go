@@ -280,6 +280,39 @@ func TestCreateStreamKeepsExistingConfig(t *testing.T) {
 	check("after a second start")
 }
 
+// A stream that lets publishers delete events (allow_msg_ttl: Nats-TTL;
+// allow_rollup_hdrs: Nats-Rollup) loses them whether jetsink has stored
+// them or not: check warns of each, and New logs each. A stream with
+// neither gets neither.
+func TestPublisherDeletionsWarned(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	ttl := "allows per-message TTLs (allow_msg_ttl): an event published with a Nats-TTL header is deleted when it runs out whether jetsink has stored it or not"
+	rollup := "allows roll-ups (allow_rollup_hdrs): an event published with a Nats-Rollup header"
+	for _, tc := range []struct {
+		name     string
+		ttl, rup bool
+	}{{"both", true, true}, {"ttl", true, false}, {"rollup", false, true}, {"neither", false, false}} {
+		cfg := testConfig(t, srv)
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects,
+			AllowMsgTTL: tc.ttl, AllowRollup: tc.rup}); err != nil {
+			t.Fatal(err)
+		}
+		w := checkText(t, ctx, cfg, false)
+		_, logged := newLoggedConsumer(t, ctx, cfg)
+		for _, out := range []struct{ by, text string }{{"check", w}, {"run", logged.String()}} {
+			if got := strings.Contains(out.text, "stream "+cfg.Stream+" "+ttl); got != tc.ttl {
+				t.Errorf("%s: %s warns of allow_msg_ttl: %v, want %v:\n%s", tc.name, out.by, got, tc.ttl, out.text)
+			}
+			if got := strings.Contains(out.text, "stream "+cfg.Stream+" "+rollup); got != tc.rup {
+				t.Errorf("%s: %s warns of allow_rollup_hdrs: %v, want %v:\n%s", tc.name, out.by, got, tc.rup, out.text)
+			}
+		}
+	}
+}
+
 // nats.stream_max_age and stream_max_bytes bound a stream jetsink creates,
 // and, set, one already there (check says so first); unset, they leave an
 // existing stream's limits alone. check warns of limits that delete events

@@ -797,6 +797,9 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 	if p, ok := replicaProblem(clusterOf(c.nc, cfg), &stream.CachedInfo().Config); ok && p.Warning {
 		c.log.Warn(p.Message, "fix", p.Fix)
 	}
+	for _, p := range publisherDeletions(&stream.CachedInfo().Config) {
+		c.log.Warn(p.Message, "fix", p.Fix)
+	}
 	if p, ok := filterProblem(cfg, &stream.CachedInfo().Config); ok {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 	}
