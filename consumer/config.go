@@ -761,6 +761,7 @@ func (c Config) ConnectError(err error) error {
 const (
 	hintListening   = "is a nats-server with JetStream listening there? set nats.url, --nats-url or JETSINK_NATS_URL"
 	hintAuth        = "the server refused jetsink's credentials: check nats.user and nats.password (or nats.creds_file, nats.nkey_file, or the user info in nats.url)"
+	hintNoNKeys     = "the server has no NKey users, so it refused nats.nkey_file's key: check nats.nkey_file, or use the credentials the server has (nats.user and nats.password, nats.creds_file, a token)"
 	hintCA          = "jetsink could not verify the server's TLS certificate: set nats.tls.ca_file to the CA that signed it"
 	hintHostname    = "the server's TLS certificate is not for the host in nats.url: connect by a name the certificate holds"
 	hintClientCrt   = "the server refused jetsink's TLS client certificate: check nats.tls.cert_file and nats.tls.key_file (given, current, signed by a CA the server trusts)"
@@ -781,6 +782,10 @@ func connectHint(err error, clientCert bool) string {
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
 		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
 		return hintAuth
+	case errors.Is(err, nats.ErrNkeysNotSupported):
+		// The server answered, with no nonce in its INFO: it has no NKey
+		// users (nats.nkey_file set).
+		return hintNoNKeys
 	case errors.Is(err, nats.ErrSecureConnWanted):
 		return hintNoTLS
 	}

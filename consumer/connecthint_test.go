@@ -22,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // A failed connect names what to check by its cause: before, every
@@ -53,6 +54,11 @@ func TestConnectErrorHintsByCause(t *testing.T) {
 		{"a wrong password", func(o *server.Options) {
 			o.Users = []*server.User{{Username: "jetsink", Password: "right"}}
 		}, func(c *Config) { c.User, c.Password = "jetsink", "wrong" }, "nats.password", "listening there"},
+		// nats.go refuses to go on when the server asks for no NKey:
+		// the server answered, so not "listening there?".
+		{"an NKey for a server without NKey users", func(o *server.Options) {
+			o.Users = []*server.User{{Username: "jetsink", Password: "right"}}
+		}, func(c *Config) { c.NKeyFile = testNKeyFile(t) }, "has no NKey users", "listening there"},
 		{"a CA that did not sign the server's certificate", func(o *server.Options) {
 			o.TLSConfig, o.TLS = serverTLS, true
 		}, func(c *Config) { c.TLS.CAFile = testCAFile(t) }, "nats.tls.ca_file", "listening there"},
@@ -91,6 +97,24 @@ func TestConnectErrorHintsByCause(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testNKeyFile is a file holding a new user NKey's seed.
+func testNKeyFile(t *testing.T) string {
+	t.Helper()
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := user.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "user.nk")
+	if err := os.WriteFile(p, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // The causes no test server gives at will: a server with TLS handshake
