@@ -1429,7 +1429,7 @@ func (s *Sink) logConfigError(err error) {
 		return
 	}
 	s.log.Error("the database refuses every batch; fix the table or the permissions (`jetsink check` says what differs): "+
-		"events wait in JetStream and the batch is retried until then", "err", err)
+		"events wait in JetStream and the batch is retried until then", withHint(err, "err", err)...)
 }
 
 // firstSeen reports whether key is new to s.seenErrs, and records it.

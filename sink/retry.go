@@ -262,7 +262,67 @@ func withHint(err error, args ...any) []any {
 		return append(args, "hint", "a server timeout ended the attempt: a lock held elsewhere goes away, but a lock_timeout "+
 			"or idle_in_transaction_session_timeout too short for jetsink's role fails every attempt; raise it (ALTER ROLE ... SET)")
 	}
+	if h := sessionHint(pgErr); h != "" {
+		return append(args, "hint", h)
+	}
 	return args
+}
+
+// pooledStatementsHint is the hint of an error that a pooler in
+// transaction mode causes under a default_query_exec_mode that names
+// statements or keeps the unnamed one across round trips: pgx's
+// cache_statement prepares "stmtcache_..." statements, which another
+// client's transaction on the same server session finds already there
+// (42P05) or this client's next one misses on another (26000);
+// describe_exec prepares the unnamed statement and executes it in a second
+// round trip, which may reach another server session (26000). jetsink's
+// default (exec) and cache_describe name none and keep none across round
+// trips.
+const pooledStatementsHint = "a pooler in transaction mode shares server sessions between clients, and pgx's prepared statements do not " +
+	"survive that: remove default_query_exec_mode=cache_statement (or describe_exec) from postgres.url (jetsink's default, exec, " +
+	"prepares none), or use PgBouncer 1.21 or later with max_prepared_statements set"
+
+// sessionHint is the hint for an error of the session rather than the
+// table: a read-only session (25006), which behind a pooler outlasts its
+// fix, and prepared statements a pooler shares (42P05
+// duplicate_prepared_statement, 26000 invalid_sql_statement_name). ""
+// for any other.
+func sessionHint(pgErr *pgconn.PgError) string {
+	switch pgErr.Code {
+	case "25006":
+		return "the session is read-only (a standby, or default_transaction_read_only): point postgres.url at the primary, " +
+			"or set default_transaction_read_only off for jetsink's role or database; " + readOnlyPoolerFix
+	case "42P05", "26000":
+		return pooledStatementsHint
+	}
+	return ""
+}
+
+// pooledStatementsError is an error of the admin connection's (Check,
+// Init, Ping) with SQLSTATE 42P05 or 26000, which says
+// pooledStatementsHint after it (see hintPooledStatements).
+type pooledStatementsError struct{ err error }
+
+func (e *pooledStatementsError) Error() string {
+	return e.err.Error() + " (" + pooledStatementsHint + ")"
+}
+
+func (e *pooledStatementsError) Unwrap() error { return e.err }
+
+// hintPooledStatements is err, or err with pooledStatementsHint when it
+// is the server's 42P05 or 26000 (see pooledStatementsHint): check
+// and create_table failed with pgx's "prepared statement
+// "stmtcache_..." already exists" alone, and run's start-up look
+// warned the same.
+func hintPooledStatements(err error) error {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok || (pgErr.Code != "42P05" && pgErr.Code != "26000") {
+		return err
+	}
+	if _, ok := errors.AsType[*pooledStatementsError](err); ok {
+		return err
+	}
+	return &pooledStatementsError{err: err}
 }
 
 // errHalved is findPoison's answer when a piece timed out (timedOut):

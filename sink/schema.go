@@ -313,7 +313,9 @@ const (
 	ProblemPrivilege ProblemKind = "privilege"
 	// ProblemReadOnly: the session is read-only (a standby in recovery, or
 	// default_transaction_read_only for the role or database): every
-	// batch fails with SQLSTATE 25006.
+	// batch fails with SQLSTATE 25006. The setting is read when a session
+	// starts, so behind a pooler its fix includes renewing the pooler's
+	// server sessions (PgBouncer's RECONNECT).
 	ProblemReadOnly ProblemKind = "read_only"
 	// ProblemRule: in exactly-once mode the table has UPDATE rules (even
 	// disabled ones) or enabled INSERT rules. INSERT ... ON CONFLICT fails
@@ -1021,12 +1023,27 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel *uint32) ([]P
 			Message: fmt.Sprintf("%s is a standby in recovery: it takes no writes", s.serverOf(c)),
 			Fix:     "point postgres.url at the primary"})
 	case readOnly == "on":
-		probs = append(probs, Problem{Kind: ProblemReadOnly,
-			Message: "the session is read-only (default_transaction_read_only for the role or database): every batch fails with SQLSTATE 25006",
-			Fix:     "ALTER ROLE <jetsink's role> SET default_transaction_read_only = off (or the same on the database)"})
+		probs = append(probs, readOnlySessionProblem)
 	}
 	return probs, nil
 }
+
+// readOnlySessionProblem is checkWritable's problem of a session that
+// default_transaction_read_only makes read-only. The setting applies to a
+// session when it starts: behind a pooler, the server sessions it keeps
+// open stay read-only after the fix (PgBouncer's until server_lifetime,
+// an hour by default), however often jetsink connects again, so the fix
+// says to renew them too.
+var readOnlySessionProblem = Problem{Kind: ProblemReadOnly,
+	Message: "the session is read-only (default_transaction_read_only for the role or database): every batch fails with SQLSTATE 25006",
+	Fix: "ALTER ROLE <jetsink's role> SET default_transaction_read_only = off (or the same on the database); " +
+		readOnlyPoolerFix}
+
+// readOnlyPoolerFix is the part of a read-only session's fix for a pooler
+// between jetsink and the server: its server sessions that started
+// read-only stay so until they are replaced.
+const readOnlyPoolerFix = "behind a pooler, also renew its server connections (PgBouncer: RECONNECT <db> on its admin console), " +
+	"whose sessions stay read-only until they end"
 
 // serverOf is the address c is connected to (one host of a failover
 // list), or the list when it cannot tell.

@@ -597,7 +597,7 @@ func (s *Sink) onAdmin(ctx context.Context, f func(*pgx.Conn) error, again bool)
 	if err != nil && stale && again && ctx.Err() == nil {
 		_, err = s.onAdminOnce(ctx, f)
 	}
-	return err
+	return hintPooledStatements(err)
 }
 
 // onAdminOnce is one try of onAdmin's. stale reports that f failed on a
