@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,9 +100,9 @@ func (p Problem) String() string {
 // stream capturing the dead-letter subject; with cfg.StoredSeq, a stream
 // whose sequence restarted under the table's rows (see Run); with
 // cfg.Destination, a durable whose record names another destination (a
-// warning: see destinationKey). The error is
-// for a failure to
-// check at all (bad config wraps ErrInvalidConfig; an unreachable server is
+// warning: see destinationKey); a connection in the clear that carries
+// credentials to a server not on this machine (a warning:
+// clearTextProblem). The error is for a failure to check at all (bad config wraps ErrInvalidConfig; an unreachable server is
 // the connect error).
 func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error) {
 	if err := cfg.Validate(); err != nil {
@@ -133,6 +135,9 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		return nil, fmt.Errorf("JetStream is not available on nats.url: %w", err)
 	}
 	var problems []Problem
+	if p, ok := clearTextProblem(nc, &cfg); ok {
+		problems = append(problems, p)
+	}
 	if p, ok := pullMaxBytesProblem(cfg.PullMaxBytes, nc.MaxPayload()); ok {
 		problems = append(problems, p) // an error of New too: run would exit 2
 	}
@@ -252,6 +257,52 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		}
 	}
 	return problems, nil
+}
+
+// clearTextProblem is the warning of a connection nc that is not TLS to a
+// server not on this machine while cfg sends credentials: nats.go (and
+// the wire client) use TLS with a nats:// URL only when the server's INFO
+// asks for it, so the credentials (a password or token as is, a JWT, an
+// NKey's signature) and the events cross the network in the clear. It is
+// judged from the live connection: its TLS state and the address it
+// reached (a name such as localhost resolved), not from the URL.
+func clearTextProblem(nc *nats.Conn, cfg *Config) (Problem, bool) {
+	creds := sentCredentials(cfg)
+	if creds == "" {
+		return Problem{}, false
+	}
+	if _, err := nc.TLSConnectionState(); !errors.Is(err, nats.ErrConnectionNotTLS) {
+		return Problem{}, false // TLS, or no longer connected: nothing to judge
+	}
+	if u, err := url.Parse(nc.ConnectedUrl()); err == nil && u.Scheme == "wss" {
+		return Problem{}, false // TLS beneath the websocket
+	}
+	host, _, err := net.SplitHostPort(nc.ConnectedAddr())
+	if ip := net.ParseIP(host); err != nil || ip == nil || ip.IsLoopback() {
+		return Problem{}, false
+	}
+	return Problem{Warning: true,
+		Message: fmt.Sprintf("the connection to NATS at %s (%s) is not TLS: %s and the events cross the network in the clear",
+			connectedURL(nc), host, creds),
+		Fix: "use a tls:// URL in nats.url or set nats.tls.ca_file (either makes TLS mandatory; the server needs a tls block)"}, true
+}
+
+// sentCredentials names the credentials cfg has jetsink send to the
+// server, "" for none.
+func sentCredentials(cfg *Config) string {
+	switch {
+	case cfg.User != "" || cfg.Password != "":
+		return "nats.user and nats.password"
+	case cfg.CredsFile != "":
+		return "the JWT of nats.creds_file and its signature"
+	case cfg.NKeyFile != "":
+		return "the NKey of nats.nkey_file and its signature"
+	case strings.Contains(cfg.URL, "@"):
+		// A NATS URL has no path: an @ ends user info (a user and
+		// password, or a token).
+		return "the user info (a user and password, or a token) in nats.url"
+	}
+	return ""
 }
 
 // clusterOf is the name of the NATS cluster whose JetStream keeps the

@@ -63,7 +63,10 @@ const maxNameLen = 255
 // the key names of the file; DefaultConfig gives the documented defaults.
 type Config struct {
 	// URL of the NATS server; several may be given separated by commas.
-	// Credentials embedded in the URL are never logged. Default
+	// Credentials embedded in the URL are never logged. A nats:// URL
+	// uses TLS only when the server asks for it; tls:// (or TLS.CAFile)
+	// makes it mandatory. New and Check warn of a connection without TLS
+	// that carries credentials to a server not on loopback. Default
 	// nats://127.0.0.1:4222.
 	URL string `yaml:"url"`
 	// CredsFile is a JWT + NKey credentials file (decentralised auth).

@@ -207,8 +207,9 @@ func newTestCA(t *testing.T) *testCA {
 	return &testCA{cert: cert, key: key, pool: pool, file: file}
 }
 
-// issue is a certificate for 127.0.0.1, for a server, or for a client.
-func (ca *testCA) issue(t *testing.T, client bool) tls.Certificate {
+// issue is a certificate for 127.0.0.1 and ips, for a server, or for a
+// client.
+func (ca *testCA) issue(t *testing.T, client bool, ips ...net.IP) tls.Certificate {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -220,11 +221,110 @@ func (ca *testCA) issue(t *testing.T, client bool) tls.Certificate {
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		IPAddresses: append([]net.IP{net.ParseIP("127.0.0.1")}, ips...), KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{usage}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// A connection that is not TLS to a server not on this machine, with
+// credentials configured, is warned of by check and logged by New: a
+// nats:// URL uses TLS only when the server asks, and the password went
+// in the clear with nothing said. Not for TLS, a loopback address, or no
+// credentials.
+func TestClearTextWarned(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ip := nonLoopbackIP(t)
+	ca := newTestCA(t)
+	start := func(users bool, tlsOn bool) int {
+		opts := &server.Options{Host: "0.0.0.0", Port: -1, NoLog: true, NoSigs: true,
+			JetStream: true, StoreDir: t.TempDir(), ServerName: "clear"}
+		if users {
+			opts.Users = []*server.User{{Username: "jetsink", Password: "right"}}
+		}
+		if tlsOn {
+			opts.TLSConfig = &tls.Config{Certificates: []tls.Certificate{ca.issue(t, false, ip)}, MinVersion: tls.VersionTLS12}
+			opts.TLS = true
+		}
+		return startServer(t, opts).Addr().(*net.TCPAddr).Port
+	}
+	auth, open, tlsAuth := start(true, false), start(false, false), start(true, true)
+	at := func(host string, port int) string { return fmt.Sprintf("nats://%s:%d", host, port) }
+	password := func(c *Config) { c.User, c.Password = "jetsink", "right" }
+	const warning = "is not TLS: "
+	for _, tc := range []struct {
+		name string
+		url  string
+		cfg  func(*Config)
+		want string // "" for no warning
+	}{
+		{"a password to another host", at(ip.String(), auth), password, "nats.user and nats.password and the events cross the network in the clear"},
+		{"user info in the URL", fmt.Sprintf("nats://jetsink:right@%s:%d", ip, auth), func(*Config) {}, "the user info (a user and password, or a token) in nats.url"},
+		{"a password on loopback", at("127.0.0.1", auth), password, ""},
+		{"a password on localhost", at("localhost", auth), password, ""},
+		{"no credentials", at(ip.String(), open), func(*Config) {}, ""},
+		{"a password over TLS", at(ip.String(), tlsAuth), func(c *Config) { password(c); c.TLS.CAFile = ca.file }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.URL = tc.url
+			name := uniqueName(t)
+			cfg.Stream, cfg.Subjects, cfg.Consumer = name, []string{"in." + name + ".>"}, "c_"+name
+			cfg.DeadLetterSubject, cfg.CreateStream = "dlq."+name, true
+			tc.cfg(&cfg)
+			w := checkText(t, ctx, cfg, false)
+			_, logged := newLoggedConsumer(t, ctx, cfg)
+			for _, out := range []struct{ by, text string }{{"check", w}, {"run", logged.String()}} {
+				if tc.want == "" && strings.Contains(out.text, warning) {
+					t.Errorf("%s warns of a connection in the clear:\n%s", out.by, out.text)
+				}
+				if tc.want != "" && (!strings.Contains(out.text, warning+tc.want) || !strings.Contains(out.text, "tls://")) {
+					t.Errorf("%s does not warn %q:\n%s", out.by, tc.want, out.text)
+				}
+				if strings.Contains(out.text, "right") {
+					t.Errorf("%s shows the password:\n%s", out.by, out.text)
+				}
+			}
+		})
+	}
+}
+
+// nonLoopbackIP is an IPv4 address of this machine's that is not a
+// loopback one, which the test fails without.
+func nonLoopbackIP(t *testing.T) net.IP {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.To4()
+		}
+	}
+	t.Fatalf("this machine has no IPv4 address but loopback ones (%v): give it a network interface with one", addrs)
+	return nil
+}
+
+// The credentials a connection in the clear would carry are named by the
+// setting that gives them.
+func TestSentCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{URL: "nats://h:4222"}, ""},
+		{Config{URL: "nats://h:4222", User: "u", Password: "p"}, "nats.user and nats.password"},
+		{Config{URL: "nats://h:4222", CredsFile: "/c"}, "the JWT of nats.creds_file and its signature"},
+		{Config{URL: "nats://h:4222", NKeyFile: "/n"}, "the NKey of nats.nkey_file and its signature"},
+		{Config{URL: "nats://a:4222,nats://TOKEN@b:4222"}, "the user info (a user and password, or a token) in nats.url"},
+	} {
+		if got := sentCredentials(&tc.cfg); got != tc.want {
+			t.Errorf("sentCredentials(%+v) = %q, want %q", tc.cfg, got, tc.want)
+		}
+	}
 }

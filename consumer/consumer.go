@@ -365,6 +365,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 		return nil, cfg.ConnectError(err)
 	}
 	c.nc = nc
+	if p, ok := clearTextProblem(nc, &c.cfg); ok {
+		log.Warn(p.Message, "fix", p.Fix)
+	}
 	if err := c.setup(ctx); err != nil {
 		_ = c.Close(ctx)
 		return nil, err
