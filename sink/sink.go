@@ -500,11 +500,68 @@ func (e *connectError) Error() string {
 			kept = append(kept, l)
 		}
 	}
+	// pgx's text of the server's error leaves out its DETAIL and HINT,
+	// which say why a server refused: "Hot standby mode is disabled." of
+	// a standby with hot_standby off (57P03 "the database system is not
+	// accepting connections"), say.
+	for _, pe := range fatalErrorsOf(e.err) {
+		extra := pgErrorExtra(pe)
+		if extra == "" {
+			continue
+		}
+		at := slices.IndexFunc(kept, func(l string) bool { return strings.Contains(l, pe.Error()) })
+		switch {
+		case at < 0:
+			kept[len(kept)-1] += extra
+		case !strings.Contains(kept[at], extra):
+			kept[at] += extra
+		}
+	}
 	msg := "connect to postgres " + e.where + ": " + strings.Join(kept, "\n")
 	if unreachable(e.err, e.dialsFailed) {
 		msg += " (is PostgreSQL listening there? set postgres.url, --database-url or JETSINK_DATABASE_URL)"
 	}
 	return msg
+}
+
+// fatalErrorsOf is every server error ending the session (FATAL, PANIC:
+// a connect's refusals) in err's tree, each once.
+func fatalErrorsOf(err error) []*pgconn.PgError {
+	var found []*pgconn.PgError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *pgconn.PgError:
+			if endsSession(e) && !slices.Contains(found, e) {
+				found = append(found, e)
+			}
+		case interface{ Unwrap() []error }:
+			for _, c := range e.Unwrap() {
+				walk(c)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return found
+}
+
+// pgErrorExtra is pe's DETAIL and HINT as connectError adds them after
+// pgx's text, or "" when it has neither.
+func pgErrorExtra(pe *pgconn.PgError) string {
+	var parts []string
+	if pe.Detail != "" {
+		parts = append(parts, "DETAIL: "+pe.Detail)
+	}
+	if pe.Hint != "" {
+		parts = append(parts, "HINT: "+pe.Hint)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 // unreachable reports whether err, a failed connect, reached no server:

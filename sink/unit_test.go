@@ -491,6 +491,41 @@ func TestConnectErrorLeavesOutTheRefusedTLSTry(t *testing.T) {
 	}
 }
 
+// A connect the server refused with a DETAIL or HINT says them: pgx's text
+// leaves them out, and "Hot standby mode is disabled." is why a standby
+// refuses (57P03). Each try of a failover list keeps its own.
+func TestConnectErrorSaysTheServersDetail(t *testing.T) {
+	standby := &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P03",
+		Message: "the database system is not accepting connections", Detail: "Hot standby mode is disabled."}
+	starting := &pgconn.PgError{Severity: "FATAL", Code: "57P03",
+		Message: "the database system is starting up", Hint: "try later"}
+	head := errors.New("failed to connect to `user=u database=x`:")
+	try := func(host string, pe *pgconn.PgError) error {
+		return fmt.Errorf("\t%s (%s): server error: %w", host, host, pe)
+	}
+	got := (&connectError{where: "a,b/x", err: errors.Join(head, try("a", standby), try("b", starting))}).Error()
+	for _, want := range []string{
+		"not accepting connections (SQLSTATE 57P03) (DETAIL: Hot standby mode is disabled.)",
+		"starting up (SQLSTATE 57P03) (HINT: try later)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Error() = %q, want %q", got, want)
+		}
+	}
+	// Two tries that met the same refusal (sslmode=prefer's, with TLS and
+	// without) are one line, which says the detail once.
+	again := *standby
+	got = (&connectError{where: "a/x", err: errors.Join(head, try("a", standby), try("a", &again))}).Error()
+	if strings.Count(got, "Hot standby mode is disabled.") != 1 {
+		t.Errorf("Error() = %q, want the detail once", got)
+	}
+	// An ERROR (not a connect's refusal) is as pgx says it.
+	plain := &pgconn.PgError{Severity: "ERROR", Code: "42501", Message: "no", Detail: "a row's value"}
+	if got := (&connectError{where: "a/x", err: try("a", plain)}).Error(); strings.Contains(got, "DETAIL") {
+		t.Errorf("Error() = %q, want no detail of an ERROR", got)
+	}
+}
+
 // A URL naming several hosts (a failover list) is named whole in the log
 // and errors, and each host gets the least connect timeout, so that a dead
 // first host does not hold up every connect to the live one for
