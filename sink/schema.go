@@ -448,8 +448,11 @@ func (p Problem) String() string { return p.Message + "; fix: " + p.Fix }
 
 // Check compares the mapping with the table in the database and returns
 // every problem found (none: the sink can write). The error is for failing
-// to ask (connection, permission), not for problems. It only reads: on an
-// admin connection the server has ended since its last use (a restart,
+// to ask (connection, permission), not for problems; with it come the
+// warnings postgres.url alone gives (ProblemHostList,
+// ProblemTLSUnverified), which matter most when the connect fails: a
+// spoofed server refusing the login, say. It only reads: on an admin
+// connection the server has ended since its last use (a restart,
 // pg_terminate_backend), it asks again on a new one.
 func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
 	var probs []Problem
@@ -458,17 +461,29 @@ func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
 		probs, err = s.check(ctx, c)
 		return err
 	})
-	if hosts := hostsOf(s.connCfg); err == nil && s.hostList {
+	if err != nil {
+		probs = nil // what it found before the error is not the whole
+	}
+	return append(probs, s.URLProblems()...), err
+}
+
+// URLProblems returns the warnings postgres.url alone gives, without
+// connecting: ProblemHostList and ProblemTLSUnverified. Check returns
+// them too, with its error as well; init, whose connect may fail before
+// any Check, says them beside that error.
+func (s *Sink) URLProblems() []Problem {
+	var probs []Problem
+	if hosts := hostsOf(s.connCfg); s.hostList {
 		probs = append(probs, Problem{Kind: ProblemHostList, Warning: true,
 			Message: fmt.Sprintf("postgres.url names %d hosts (%s) without target_session_attrs: a connection takes the first one that "+
 				"answers, a standby too (after a failover, the old primary rejoined as one), where every batch fails with SQLSTATE 25006",
 				len(hosts), strings.Join(hosts, ",")),
 			Fix: "add target_session_attrs=read-write to postgres.url; if every host reaches the same primary (poolers in front of it), this does not apply"})
 	}
-	if err == nil && s.tlsUnverified.Kind != "" {
+	if s.tlsUnverified.Kind != "" {
 		probs = append(probs, s.tlsUnverified)
 	}
-	return probs, err
+	return probs
 }
 
 // check is Check on c, but for what postgres.url alone says (the host

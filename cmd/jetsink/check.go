@@ -105,6 +105,9 @@ checks under way and exits 1; a second one exits at once.`,
 			switch pgProblems, err := s.Check(ctx); {
 			case err != nil:
 				report("postgres", false, err.Error())
+				for _, p := range pgProblems { // what postgres.url alone says (TLS, a host list)
+					report("postgres", p.Warning, p.String())
+				}
 			case len(pgProblems) == 0:
 				fmt.Fprintf(out, "postgres: ok (table %s matches the %d mapped columns)\n", cfg.Postgres.Table, len(mapper.Columns()))
 			default:

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -77,12 +78,14 @@ rolls the DDL back and exits 1; a second one exits at once.`,
 				return nil
 			}
 			if err := s.Init(ctx); err != nil {
+				urlWarnings(cmd.OutOrStdout(), s.URLProblems())
 				return stopped(err)
 			}
 			// An existing table is left as it is: say whether it fits, as
 			// check would, rather than call it ready and have run refuse it.
 			probs, err := s.Check(ctx)
 			if err != nil {
+				urlWarnings(cmd.OutOrStdout(), probs)
 				return stopped(fmt.Errorf("table %s is there, but comparing it with the mapping failed: %w", cfg.Postgres.Table, err))
 			}
 			bad := 0
@@ -110,3 +113,12 @@ rolls the DDL back and exits 1; a second one exits at once.`,
 
 // initIgnores is why init refuses --nats-url and --stream.
 const initIgnores = "init makes and checks the table only, from the postgres: and log: settings, and uses no NATS server or stream (jetsink check checks those)"
+
+// urlWarnings prints the warnings postgres.url alone gives (TLS that does
+// not make sure of the server, a host list), which init says beside an
+// error: a spoofed server refusing the login is when they matter most.
+func urlWarnings(out io.Writer, probs []sink.Problem) {
+	for _, p := range probs {
+		fmt.Fprintf(out, "postgres: warning: %s\n", p)
+	}
+}

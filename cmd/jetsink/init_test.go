@@ -182,3 +182,29 @@ func TestInitRefusesNATSFlags(t *testing.T) {
 		}
 	}
 }
+
+// check and init say what postgres.url alone warns of (TLS that does not
+// make sure of a remote server, a host list without target_session_attrs)
+// beside a connect that fails, when they matter most (a spoofed server
+// refusing the login); the error still fails them (exit 1).
+func TestCheckAndInitWarnOfTheURLWhenTheyCannotConnect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const url = "postgres://u:p@127.0.0.1:1,db.invalid:5432/x?connect_timeout=2"
+	for _, args := range [][]string{
+		{"check", "--nats-url", "nats://127.0.0.1:1", "--stream", "URLWARN", "--database-url", url, "--table", "urlwarn"},
+		{"init", "--database-url", url, "--table", "urlwarn"},
+	} {
+		r := startJetsink(t, ctx, args...)
+		code := r.wait(t, ctx)
+		out := r.out.String()
+		if r.err != nil {
+			out += r.err.Error()
+		}
+		if code != exitFailed || !strings.Contains(out, "connect to postgres 127.0.0.1:1,db.invalid:5432/x") ||
+			!strings.Contains(out, "postgres: warning: postgres.url connects to db.invalid:5432 ") ||
+			!strings.Contains(out, "postgres: warning: postgres.url names 2 hosts") {
+			t.Errorf("jetsink %s: exit %d, want %d with the connect error and both URL warnings in:\n%s", args[0], code, exitFailed, out)
+		}
+	}
+}
