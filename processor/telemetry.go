@@ -46,6 +46,7 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 	received := counter("jetsink.events.received", "Messages taken from JetStream and handed to the workers")
 	redelivered := counter("jetsink.events.redelivered", "Received messages that JetStream had delivered before")
 	markers := counter("jetsink.events.markers", "Subject delete markers JetStream stored itself (subject_delete_marker_ttl): acked, no events")
+	schedules := counter("jetsink.events.schedules", "Message schedules (a Nats-Schedule header): acked, no events; their fired copies are")
 	committed := counter("jetsink.events.committed", "Events whose batch committed to PostgreSQL; in exactly-once mode also redeliveries of events already stored, which the INSERT skipped. Their acks go out after the commit: jetsink.ack.failures counts those that failed or were refused, jetsink.ack.stale the rows of a re-created stream, which are not acked")
 	maxDelivered := counter("jetsink.events.max_delivered", "Events dead-lettered as max_deliver: delivered past nats.max_deliver (one whose earlier dead letter failed counts under that letter's cause)")
 	dlFailed := counter("jetsink.dead_letter.failures", "Dead letters not stored: the publish failed, or was not tried while the dead-letter stream does not answer (a breaker holds the publishes back until a probe gets through). The event is nak'ed and comes back (after ack_wait if the nak fails too); one whose stream was re-created since it was taken is left alone, neither nak'ed nor terminated")
@@ -126,6 +127,7 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 		o.ObserveInt64(received, int64(cs.Received))
 		o.ObserveInt64(redelivered, int64(cs.Redelivered))
 		o.ObserveInt64(markers, int64(cs.Markers))
+		o.ObserveInt64(schedules, int64(cs.Schedules))
 		o.ObserveInt64(maxDelivered, int64(cs.MaxDelivered))
 		o.ObserveInt64(dlFailed, int64(cs.DeadLetterFailed))
 		o.ObserveInt64(resubscribes, int64(cs.Resubscribes))
@@ -176,7 +178,7 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 			o.ObserveInt64(spansLost, int64(st.ExportFailed), exportFailed)
 		}
 		return nil
-	}, received, redelivered, markers, committed, maxDelivered, dlFailed, resubscribes, heartbeatsMissed, epochs, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, lettersWaiting, givenUp, released, ring, inFlight, inFlightLimit, pending, ackPending,
+	}, received, redelivered, markers, schedules, committed, maxDelivered, dlFailed, resubscribes, heartbeatsMissed, epochs, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, lettersWaiting, givenUp, released, ring, inFlight, inFlightLimit, pending, ackPending,
 		lagAge, attemptAge, unreachable, ready, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)
