@@ -85,7 +85,7 @@ func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
 		var derr *DecodeError
 		switch c.src {
 		case srcJSON:
-			v := e.vals[c.node]
+			v := e.value(c.node)
 			if v.kind == kindAbsent || v.kind == kindNull {
 				derr = isNull
 				break

@@ -258,7 +258,10 @@ func FuzzScanMatchesFastjson(f *testing.F) {
 		payload, header := readCorpusEntry(f, filepath.Join(dir, ent.Name()))
 		f.Add(payload, header)
 	}
-	maps := [][]Column{fuzzColumns, scanColumns, benchColumns}
+	for _, s := range pathPayloads {
+		f.Add([]byte(s), `{"h":1}`)
+	}
+	maps := [][]Column{fuzzColumns, scanColumns, benchColumns, pathColumns}
 	type pair struct {
 		enc *Encoder
 		ref *refEncoder

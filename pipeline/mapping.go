@@ -217,7 +217,7 @@ func (m *Mapper) compile(i int, c Column, seen map[string]int) error {
 	if cc.src == srcJSON || (cc.src == srcPayload && c.Type == TypeJSONB) {
 		m.needJSON = true
 		if len(m.nodes) == 0 {
-			m.nodes = append(m.nodes, pathNode{idx: -1}) // the scanner's root
+			m.nodes = append(m.nodes, pathNode{idx: -1, maxIdx: -1, parent: -1}) // the scanner's root
 		}
 	}
 	m.cols[i] = cc

@@ -46,15 +46,22 @@ type jsonValue struct {
 // pathNode is one step of the compiled json: paths. The nodes form a trie
 // rooted at node 0; a column reads the value of its path's last node.
 type pathNode struct {
-	key      string  // object key this node stands for
-	idx      int     // the array index key names (as fastjson's Get reads it), or -1
-	children []int32 // node ids
+	key      string           // object key this node stands for
+	idx      int              // the array index key names (as fastjson's Get reads it), or -1
+	maxIdx   int              // the largest idx among children, -1 if none: later elements of an array are no child's
+	parent   int32            // -1 at the root
+	children []int32          // node ids
+	byKey    map[string]int32 // key -> position in children, for a node of more than byKeyMin children
 }
+
+// byKeyMin is the most children a node has before matchKey looks keys up
+// in a map (pathNode.byKey) rather than comparing them with each child's.
+const byKeyMin = 8
 
 // addPath adds path to the trie and returns the id of its last node.
 func addPath(nodes []pathNode, path []string) ([]pathNode, int32) {
 	if len(nodes) == 0 {
-		nodes = append(nodes, pathNode{idx: -1})
+		nodes = append(nodes, pathNode{idx: -1, maxIdx: -1, parent: -1})
 	}
 	cur := int32(0)
 next:
@@ -69,9 +76,20 @@ next:
 		if err != nil || idx < 0 {
 			idx = -1
 		}
-		nodes = append(nodes, pathNode{key: k, idx: idx})
+		nodes = append(nodes, pathNode{key: k, idx: idx, maxIdx: -1, parent: cur})
 		id := int32(len(nodes) - 1)
-		nodes[cur].children = append(nodes[cur].children, id)
+		p := &nodes[cur]
+		p.children = append(p.children, id)
+		p.maxIdx = max(p.maxIdx, idx)
+		if len(p.children) > byKeyMin {
+			if p.byKey == nil {
+				p.byKey = make(map[string]int32, len(p.children))
+				for j, c := range p.children {
+					p.byKey[nodes[c].key] = int32(j)
+				}
+			}
+			p.byKey[k] = int32(len(p.children) - 1)
+		}
 		cur = id
 	}
 	return nodes, cur
@@ -273,8 +291,9 @@ func (e *Encoder) scanValue(b []byte, i int, node int32, depth int) (int, bool) 
 func (e *Encoder) scanObject(b []byte, i int, node int32, depth int) (int, bool) {
 	start := i
 	var kids []int32
+	var byKey map[string]int32
 	if node >= 0 {
-		kids = e.m.nodes[node].children
+		kids, byKey = e.m.nodes[node].children, e.m.nodes[node].byKey
 	}
 	next := 0 // the child in kids the next key most likely names
 	i = skipWS(b, i+1)
@@ -291,7 +310,7 @@ func (e *Encoder) scanObject(b []byte, i int, node int32, depth int) (int, bool)
 			}
 			child := int32(-1)
 			if len(kids) > 0 {
-				if p := e.matchKey(kids, next, b[i+1:end-1], esc); p >= 0 {
+				if p := e.matchKey(kids, byKey, next, b[i+1:end-1], esc); p >= 0 {
 					child, next = kids[p], p+1
 				}
 			}
@@ -326,8 +345,9 @@ func (e *Encoder) scanObject(b []byte, i int, node int32, depth int) (int, bool)
 func (e *Encoder) scanArray(b []byte, i int, node int32, depth int) (int, bool) {
 	start := i
 	var kids []int32
+	maxIdx := -1
 	if node >= 0 {
-		kids = e.m.nodes[node].children
+		kids, maxIdx = e.m.nodes[node].children, e.m.nodes[node].maxIdx
 	}
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == ']' {
@@ -335,13 +355,15 @@ func (e *Encoder) scanArray(b []byte, i int, node int32, depth int) (int, bool) 
 	} else {
 		for n := 0; ; n++ {
 			child, more := int32(-1), false
-			for _, k := range kids {
-				if e.m.nodes[k].idx == n {
-					if child >= 0 {
-						more = true
-						break
+			if n <= maxIdx { // else no child indexes this element or any after it
+				for _, k := range kids {
+					if e.m.nodes[k].idx == n {
+						if child >= 0 {
+							more = true
+							break
+						}
+						child = k
 					}
-					child = k
 				}
 			}
 			at := i
@@ -379,40 +401,63 @@ func (e *Encoder) scanArray(b []byte, i int, node int32, depth int) (int, bool) 
 
 // matchKey returns the position in kids of the child that key (a raw key,
 // escaped when esc) names, or -1. It tries kids[next] first: keys tend to
-// come in the order the columns name them. With duplicate keys the last
-// one wins, as in PostgreSQL's jsonb, JavaScript's JSON.parse and Go's
-// encoding/json: a later occurrence forgets what the earlier one recorded,
-// under it too, so that a column and the stored jsonb payload never
-// disagree.
-func (e *Encoder) matchKey(kids []int32, next int, key []byte, esc bool) int {
+// come in the order the columns name them; then byKey, the node's map of
+// its children's keys when it has more than byKeyMin, else each child.
+// A key met twice is matched twice: its later value is recorded over the
+// earlier one's (see value for what was recorded under the earlier one).
+func (e *Encoder) matchKey(kids []int32, byKey map[string]int32, next int, key []byte, esc bool) int {
 	if esc {
 		e.keyBuf = appendUnescaped(e.keyBuf[:0], key)
 		key = e.keyBuf
 	}
 	nodes := e.m.nodes
-	p := -1
 	if next < len(kids) && nodes[kids[next]].key == string(key) {
-		p = next
-	} else {
-		for j, k := range kids {
-			if nodes[k].key == string(key) {
-				p = j
-				break
-			}
+		return next
+	}
+	if byKey != nil {
+		if j, ok := byKey[string(key)]; ok { // string(key) does not allocate here
+			return int(j)
+		}
+		return -1
+	}
+	for j, k := range kids {
+		if nodes[k].key == string(key) {
+			return j
 		}
 	}
-	if p >= 0 && e.vals[kids[p]].kind != kindAbsent { // a later duplicate
-		e.forget(kids[p])
-	}
-	return p
+	return -1
 }
 
-// forget clears the values recorded at node and under it.
-func (e *Encoder) forget(node int32) {
-	e.vals[node] = jsonValue{}
-	for _, c := range e.m.nodes[node].children {
-		e.forget(c)
+// value returns the value scan recorded for node, or a jsonValue of
+// kindAbsent when the payload has none there.
+//
+// With duplicate keys the last one wins, as in PostgreSQL's jsonb,
+// JavaScript's JSON.parse and Go's encoding/json, so that a column and the
+// stored jsonb payload never disagree. The later occurrence's value is
+// recorded over the earlier one's, but what was recorded under the
+// earlier one stays in e.vals, stale: nothing is cleared when a key
+// repeats, which would cost a repeated key as much as the mapping has
+// paths under it. Staleness is told here instead, from the spans: a
+// node's values at one depth of the payload never overlap, and a value
+// lies inside its parent's, so a recorded value is current exactly when
+// it lies inside its parent's current value, and that one inside its
+// parent's, up to the root; and as an earlier occurrence of a key ends
+// before the later one starts, so does everything under it, so the
+// starts alone tell.
+func (e *Encoder) value(node int32) jsonValue {
+	v := e.vals[node]
+	for c := v; c.kind != kindAbsent; {
+		p := e.m.nodes[node].parent
+		if p < 0 {
+			return v
+		}
+		pv := e.vals[p]
+		if c.start < pv.start { // recorded under an earlier occurrence of an ancestor
+			break
+		}
+		node, c = p, pv
 	}
+	return jsonValue{}
 }
 
 // strClass sorts string bytes: 0 plain, 1 '"', 2 '\\', 3 control
