@@ -153,7 +153,17 @@ type Result struct {
 	// CPUPerEvent (its whole life) includes. 0 when that window is under a
 	// second or no poll came before the first delivery (Linux only).
 	SteadyCPUPerEvent float64 `json:"steady_cpu_us_per_event,omitempty"`
-	PeakRSS           int64   `json:"peak_rss_bytes"`
+	PeakRSS           int64   `json:"peak_rss_bytes"` // VmHWM: the peak of the parts below together
+	// The peaks of the parts of the engine's resident set (see MemPeaks),
+	// sampled every 25 ms from its start to its stop: RssAnon is its own
+	// memory (heap, stacks, the runtime's), RssFile the pages of its
+	// executable the kernel has mapped, which move with how the binary
+	// entered the page cache. PeakRSS mixes the two; compare RSSAnonMax
+	// across sessions. 0 where /proc has no RssAnon.
+	RSSAnonMax       int64 `json:"rss_anon_max_bytes,omitempty"`
+	RSSFileAtAnonMax int64 `json:"rss_file_at_anon_max_bytes,omitempty"` // RssFile in the sample of RSSAnonMax
+	RSSFileMax       int64 `json:"rss_file_max_bytes,omitempty"`
+	RSSShmemMax      int64 `json:"rss_shmem_max_bytes,omitempty"`
 	// Where the machine's CPU went while this engine ran (its start to its
 	// last ack; Linux only): every process's busy time per event, the share
 	// of the machine that was busy, and the bench process's own time per
@@ -1336,6 +1346,7 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 		res.CPUPerMillion = res.CPUPerEvent
 	}
 	res.PeakRSS = u.PeakRSS
+	res.RSSAnonMax, res.RSSFileAtAnonMax, res.RSSFileMax, res.RSSShmemMax = u.Mem.Anon, u.Mem.FileAtAnon, u.Mem.File, u.Mem.Shmem
 	res.Redelivered = int64(ci.Delivered.Consumer) - int64(res.Published)
 	s, err := b.js.Stream(ctx, t.stream)
 	if err != nil {
@@ -1351,8 +1362,12 @@ func (r Result) line(scenario string) string {
 	if r.SteadyCPUPerEvent > 0 {
 		steady = fmt.Sprintf(" (%.2f steady)", r.SteadyCPUPerEvent)
 	}
-	s := fmt.Sprintf("%-8s %9.0f events/s  CPU %5.2f µs/event%s  RSS %5.1f MiB  latency p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f ms  batches %d (p50 %d rows)  redelivered %d  load %.2f",
-		r.Engine, r.EventsPerSec, r.CPUPerEvent, steady, float64(r.PeakRSS)/(1<<20), r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.P999, r.Latency.Max,
+	rss := ""
+	if r.RSSAnonMax > 0 {
+		rss = fmt.Sprintf(" (anon %.1f, file %.1f)", mib(r.RSSAnonMax), mib(r.RSSFileMax))
+	}
+	s := fmt.Sprintf("%-8s %9.0f events/s  CPU %5.2f µs/event%s  RSS %5.1f MiB%s  latency p50 %.1f p90 %.1f p99 %.1f p99.9 %.1f max %.1f ms  batches %d (p50 %d rows)  redelivered %d  load %.2f",
+		r.Engine, r.EventsPerSec, r.CPUPerEvent, steady, float64(r.PeakRSS)/(1<<20), rss, r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.P999, r.Latency.Max,
 		r.Batches.Count, r.Batches.P50, r.Redelivered, r.Load1)
 	if r.MachineCPUPerEvent > 0 {
 		engine := r.MachineEngineCPUPerEvent
@@ -1402,6 +1417,10 @@ func (r Result) line(scenario string) string {
 	if l := r.Lock; l != nil {
 		s += fmt.Sprintf("\n           table locked at %.1f s for %.1f s: RSS %.1f MiB as it was taken, at most %.1f while held (%+.1f), %.1f catching up; everything sent before the release committed %.1f s after it",
 			l.AtS, l.HeldS, mib(l.RSSBefore), mib(l.RSSMaxDuring), mib(l.RSSGrowth), mib(l.RSSMaxCatchUp), l.CatchUpS)
+		if l.RSSAnonBefore > 0 {
+			s += fmt.Sprintf("\n           of which anon (RssAnon) %.1f MiB as it was taken, at most %.1f while held (%+.1f), %.1f catching up",
+				mib(l.RSSAnonBefore), mib(l.RSSAnonMaxDuring), mib(l.RSSAnonGrowth), mib(l.RSSAnonMaxCatchUp))
+		}
 	}
 	for _, l := range r.Log {
 		s += "\n           log: " + l

@@ -125,6 +125,7 @@ func TestDrainCompareBaseline(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkReport(t, rep, 2)
+	checkMemParts(t, rep)
 	if len(rep.FirstByRep) != 1 || rep.FirstByRep[0] != rep.Results[0].Engine {
 		t.Errorf("first engine by repetition %v, but %s ran first", rep.FirstByRep, rep.Results[0].Engine)
 	}
@@ -556,11 +557,26 @@ func TestRateWithLock(t *testing.T) {
 	if l.RSSBefore <= 0 || l.RSSMaxDuring < l.RSSBefore || l.RSSMaxCatchUp <= 0 {
 		t.Errorf("lock RSS before %d, max during %d, max catching up %d", l.RSSBefore, l.RSSMaxDuring, l.RSSMaxCatchUp)
 	}
+	if l.RSSAnonBefore <= 0 || l.RSSAnonBefore >= l.RSSBefore || l.RSSAnonMaxDuring < l.RSSAnonBefore || l.RSSAnonMaxCatchUp <= 0 {
+		t.Errorf("lock RssAnon before %d (RSS %d), max during %d, max catching up %d", l.RSSAnonBefore, l.RSSBefore, l.RSSAnonMaxDuring, l.RSSAnonMaxCatchUp)
+	}
+	for _, p := range r.RSS {
+		if p.Anon <= 0 || p.Anon >= p.RSS {
+			t.Errorf("RSS timeline point %+v: want an RssAnon below the RSS", p)
+		}
+	}
 	if len(r.RSS) < 3 {
 		t.Errorf("RSS timeline %v: want a point per second of a 3 s run", r.RSS)
 	}
 	if s := rep.Summary[0].LockRSSGrowthMiB; s.N != 1 {
 		t.Errorf("summary lock RSS growth %+v, want one value", s)
+	}
+	if s := rep.Summary[0].LockRSSAnonGrowthMiB; s.N != 1 {
+		t.Errorf("summary lock RssAnon growth %+v, want one value", s)
+	}
+	var page bytes.Buffer
+	if err := rep.WriteHTML(&page); err != nil || !strings.Contains(page.String(), ">jetsink #1 anon</text>") {
+		t.Errorf("HTML report (%v): the memory plot has no RssAnon line:\n%s", err, page.String())
 	}
 }
 
@@ -617,7 +633,7 @@ func TestTableLockSamplesBothEndsWhileHeld(t *testing.T) {
 		lockErr error
 	)
 	mark := func() { // on the lock's goroutine; the test waits for it
-		samples = append(samples, rssSample{time.Now(), int64(len(samples)+1) << 20})
+		samples = append(samples, rssSample{time.Now(), int64(len(samples)+1) << 20, int64(len(samples)+1) << 19})
 		var n int
 		err := b.db.QueryRow(ctx, `SELECT count(*) FROM pg_locks
 			WHERE relation = $1::regclass AND mode = 'AccessExclusiveLock' AND granted`, tg.table).Scan(&n)
@@ -643,6 +659,10 @@ func TestTableLockSamplesBothEndsWhileHeld(t *testing.T) {
 	if r.RSSBefore != 1<<20 || r.RSSMaxDuring != 2<<20 || r.RSSGrowth != 1<<20 || r.RSSMaxCatchUp != 3<<20 {
 		t.Errorf("before %d, max during %d, growth %d, max catching up %d; want 1 MiB, 2 MiB (the closing sample), 1 MiB, 3 MiB (the catch-up's first)",
 			r.RSSBefore, r.RSSMaxDuring, r.RSSGrowth, r.RSSMaxCatchUp)
+	}
+	if r.RSSAnonBefore != 1<<19 || r.RSSAnonMaxDuring != 2<<19 || r.RSSAnonGrowth != 1<<19 || r.RSSAnonMaxCatchUp != 3<<19 {
+		t.Errorf("anon before %d, max during %d, growth %d, max catching up %d; want half the RSS figures",
+			r.RSSAnonBefore, r.RSSAnonMaxDuring, r.RSSAnonGrowth, r.RSSAnonMaxCatchUp)
 	}
 }
 
@@ -1208,6 +1228,9 @@ func TestReportWording(t *testing.T) {
 	}
 	rep.Results[1].LatencyFrom, rep.Results[1].LatencyAcked = "the first ack the bench saw (9 of 10 events; the rest pg_xact_commit_timestamp)", 9
 	rep.Results[2].Latency.BelowMin = 3
+	for i := range rep.Results[:4] { // each engine's first two: the third repetition measured no parts
+		rep.Results[i].PeakRSS, rep.Results[i].RSSAnonMax, rep.Results[i].RSSFileMax = 60<<20, int64(36+i)<<20, 24<<20
+	}
 	rep.Summary = summarize(rep.Results)
 	var text, js, page bytes.Buffer
 	if err := rep.WriteText(&text); err != nil {
@@ -1220,6 +1243,8 @@ func TestReportWording(t *testing.T) {
 		"publisher send lag (send - scheduled) p50 0.40 p99 1.50 max 7.0 ms, 2 of 10 events sent over 1 ms late",
 		"to the first ack the bench saw (9 of 10 events; the rest pg_xact_commit_timestamp)",
 		"clamped into the histograms' range (1 µs..1 h): latency 3 below 1 µs",
+		"RSS  60.0 MiB (anon 37.0, file 24.0)  latency",
+		"peak RSS MiB 60.0 [0.0..60.0] (anon 37.5 [36.0..39.0], file 24.0 [24.0..24.0])  p50 ms",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("text report without %q:\n%s", want, got)
@@ -1227,6 +1252,9 @@ func TestReportWording(t *testing.T) {
 	}
 	if n := strings.Count(got, "latency is from"); n != len(rep.Results) {
 		t.Errorf("%d latency end points for %d runs:\n%s", n, len(rep.Results), got)
+	}
+	if n := strings.Count(got, "(anon "); n != 4+2 {
+		t.Errorf("%d lines with the RSS parts, want the 4 runs' that measured them and both summaries:\n%s", n, got)
 	}
 	if n := strings.Count(got, "clamped into"); n != 1 {
 		t.Errorf("%d clamp lines, want the one run's:\n%s", n, got)

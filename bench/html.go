@@ -193,14 +193,20 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		if len(x.RSS) == 0 || x.Failed != "" {
 			continue
 		}
-		s := series{name: name(x)}
+		s, anon := series{name: name(x)}, series{name: name(x) + " anon"}
 		for _, p := range x.RSS {
 			s.xs, s.ys = append(s.xs, float64(p.TS)), append(s.ys, mib(p.RSS))
+			if p.Anon > 0 {
+				anon.xs, anon.ys = append(anon.xs, float64(p.TS)), append(anon.ys, mib(p.Anon))
+			}
 		}
 		rss = append(rss, s)
+		if len(anon.xs) > 0 {
+			rss = append(rss, anon)
+		}
 	}
 	if len(rss) > 0 {
-		b.WriteString("\n<h2>Memory over time</h2>\n<p>The engine's resident set (VmRSS), the most of each second; with --lock-for, the table was locked from the time the summary gives.</p>\n")
+		b.WriteString("\n<h2>Memory over time</h2>\n<p>The engine's resident set (VmRSS) and, as \"anon\", its own part of it (RssAnon: heap, stacks, the Go runtime's; the rest is mostly its executable's pages), the most of each second; with --lock-for, the table was locked from the time the summary gives.</p>\n")
 		b.WriteString(svgPlot("engine RSS over time", "seconds since the first scheduled send", "MiB", rss, nil, nil, true))
 	}
 	b.WriteString("\n</body></html>\n")

@@ -9,7 +9,9 @@ import (
 )
 
 // LockResult is what happened around the table lock of Options.LockFor.
-// The RSS figures are the engine's VmRSS, sampled every 250 ms.
+// The RSS figures are the engine's VmRSS, sampled every 250 ms, and the
+// RSSAnon ones its RssAnon in the same samples (its own memory, without
+// the executable's pages; see MemPeaks); 0 where /proc has no RssAnon.
 type LockResult struct {
 	AtS   float64 `json:"at_s"`   // lock taken, seconds after the first scheduled send
 	HeldS float64 `json:"held_s"` // how long it was held
@@ -22,6 +24,11 @@ type LockResult struct {
 	RSSMaxDuring  int64 `json:"rss_max_during_bytes"`
 	RSSGrowth     int64 `json:"rss_growth_bytes"`
 	RSSMaxCatchUp int64 `json:"rss_max_catch_up_bytes"`
+	// The same of RssAnon.
+	RSSAnonBefore     int64 `json:"rss_anon_before_bytes,omitempty"`
+	RSSAnonMaxDuring  int64 `json:"rss_anon_max_during_bytes,omitempty"`
+	RSSAnonGrowth     int64 `json:"rss_anon_growth_bytes,omitempty"`
+	RSSAnonMaxCatchUp int64 `json:"rss_anon_max_catch_up_bytes,omitempty"`
 	// CatchUpS runs from the release until every event scheduled before
 	// it is committed.
 	CatchUpS float64 `json:"catch_up_s"`
@@ -31,10 +38,12 @@ type LockResult struct {
 // samples inside it.
 const minLockFor = time.Second
 
-// RSSPoint is the highest VmRSS sampled in one second of a run.
+// RSSPoint is the highest VmRSS, and the highest RssAnon, sampled in one
+// second of a run.
 type RSSPoint struct {
-	TS  int   `json:"t_s"` // seconds after the first scheduled send
-	RSS int64 `json:"rss_bytes"`
+	TS   int   `json:"t_s"` // seconds after the first scheduled send
+	RSS  int64 `json:"rss_bytes"`
+	Anon int64 `json:"rss_anon_bytes,omitempty"` // 0 where /proc has no RssAnon
 }
 
 // tableLock holds an ACCESS EXCLUSIVE lock on a table from a time on, for a
@@ -128,19 +137,24 @@ func (l *tableLock) wait() error {
 func (l *tableLock) result(samples []rssSample, start, caughtUp time.Time) *LockResult {
 	r := &LockResult{AtS: l.taken.Sub(start).Seconds(), HeldS: l.held.Sub(l.taken).Seconds(),
 		CatchUpS: max(0, caughtUp.Sub(l.held).Seconds())}
+	first := true
 	for _, s := range samples {
 		switch {
 		case s.at.Before(l.taken):
 		case !s.at.After(l.held):
-			if r.RSSBefore == 0 {
-				r.RSSBefore = s.rss // the sample taken as the lock was granted
+			if first {
+				// the sample taken as the lock was granted
+				r.RSSBefore, r.RSSAnonBefore, first = s.rss, s.anon, false
 			}
 			r.RSSMaxDuring = max(r.RSSMaxDuring, s.rss)
+			r.RSSAnonMaxDuring = max(r.RSSAnonMaxDuring, s.anon)
 		case !s.at.After(caughtUp):
 			r.RSSMaxCatchUp = max(r.RSSMaxCatchUp, s.rss)
+			r.RSSAnonMaxCatchUp = max(r.RSSAnonMaxCatchUp, s.anon)
 		}
 	}
 	r.RSSGrowth = r.RSSMaxDuring - r.RSSBefore
+	r.RSSAnonGrowth = r.RSSAnonMaxDuring - r.RSSAnonBefore
 	return r
 }
 

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -22,12 +21,41 @@ type child struct {
 	out     *tailBuffer
 	done    chan struct{} // closed when the process has exited
 	err     error         // Wait's error, valid after done
+	mem     *memSampler
 }
 
 // Usage is what the kernel accounted to a child process.
 type Usage struct {
 	CPU     time.Duration // user + system, from the exited child's rusage
 	PeakRSS int64         // bytes: VmHWM of the child's own address space
+	// Mem is the highest of the resident set's parts sampled while the
+	// child ran (see MemPeaks); zero where /proc has no RssAnon.
+	Mem MemPeaks
+}
+
+// MemPeaks splits a process's peak resident set into its parts, as
+// /proc/<pid>/status gives them (RssAnon + RssFile + RssShmem = VmRSS),
+// each the highest sampled (every memEvery, and once more where VmHWM is
+// read), in bytes. Anon is the process's own memory: for a Go program its
+// heap, stacks and the runtime's metadata. File is pages of mapped files,
+// for jetsink its executable's: how many of them the kernel maps on a
+// fault depends on how they entered the page cache (a binary read whole,
+// by cp or sha256sum, sits in large folios mapped whole), so it moves
+// with the host's state, not the code's. VmHWM holds both.
+type MemPeaks struct {
+	Anon       int64 // the highest RssAnon
+	FileAtAnon int64 // RssFile in the sample of the highest RssAnon
+	File       int64 // the highest RssFile
+	Shmem      int64 // the highest RssShmem
+}
+
+// add counts a sample.
+func (p *MemPeaks) add(m memStatus) {
+	if m.anon > p.Anon {
+		p.Anon, p.FileAtAnon = m.anon, m.file
+	}
+	p.File = max(p.File, m.file)
+	p.Shmem = max(p.Shmem, m.shmem)
 }
 
 // startChild starts exe args with the JETSINK_* and OTEL_* variables
@@ -63,6 +91,7 @@ func startChild(exe string, env []string, args ...string) (*child, error) {
 		children.remove(c)
 		close(c.done)
 	}()
+	c.mem = sampleMem(cmd.Process.Pid, memEvery, c.done)
 	return c, nil
 }
 
@@ -164,34 +193,127 @@ func RemoveTempDirs() {
 	}
 }
 
-// peakRSS reads VmHWM from /proc/<pid>/status; 0 when unavailable.
-func (c *child) peakRSS() int64 {
-	kb, _ := procStatusKB(c.cmd.Process.Pid, "VmHWM:")
-	return kb << 10
+// memStatus is what /proc/<pid>/status says of a process's memory, in
+// bytes.
+type memStatus struct {
+	rss, hwm          int64 // VmRSS, VmHWM
+	anon, file, shmem int64 // RssAnon, RssFile, RssShmem: their sum is VmRSS
+	split             bool  // the Rss* lines were there (Linux 4.5 on)
 }
 
-// procStatusKB reads one "Name:   123 kB" field of /proc/<pid>/status.
-func procStatusKB(pid int, field string) (int64, bool) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+// readMemStatus reads pid's memStatus; ok is false if the process is gone
+// (or exited: a zombie has no VmRSS) or /proc is not there.
+func readMemStatus(pid int) (memStatus, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return 0, false
+		return memStatus{}, false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb, err == nil
+	return parseMemStatus(b)
+}
+
+// parseMemStatus reads the memory lines of a /proc/<pid>/status ("VmRSS:
+// 123 kB"); ok when it has VmRSS.
+func parseMemStatus(b []byte) (m memStatus, ok bool) {
+	var rss, anon bool
+	for line := range bytes.Lines(b) {
+		name, rest, found := bytes.Cut(line, []byte(":"))
+		if !found {
+			continue
 		}
+		var field *int64
+		switch string(name) {
+		case "VmRSS":
+			field, rss = &m.rss, true
+		case "VmHWM":
+			field = &m.hwm
+		case "RssAnon":
+			field, anon = &m.anon, true
+		case "RssFile":
+			field = &m.file
+		case "RssShmem":
+			field = &m.shmem
+		default:
+			continue
+		}
+		kb, err := strconv.ParseInt(string(bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(rest), []byte("kB")))), 10, 64)
+		if err != nil {
+			return memStatus{}, false
+		}
+		*field = kb << 10
 	}
-	return 0, false
+	m.split = anon
+	return m, rss
+}
+
+// memEvery is how often a memSampler reads the child's status: as often
+// as waitAcked asks for the consumer's state. A read costs the bench
+// process some tens of µs, none of it the child's.
+const memEvery = 25 * time.Millisecond
+
+// memSampler keeps the peaks of a child's memory parts (MemPeaks), read
+// from /proc/<pid>/status every so often until stopped or the child has
+// exited. VmHWM is the kernel's own peak and needs no sampling; its
+// parts have none, and a sample misses a peak shorter than the interval.
+type memSampler struct {
+	pid   int
+	stopc chan struct{}
+	once  sync.Once
+	done  chan struct{}
+
+	mu    sync.Mutex
+	peaks MemPeaks
+}
+
+// sampleMem starts sampling pid every interval until stop, or until exited
+// is closed.
+func sampleMem(pid int, every time.Duration, exited <-chan struct{}) *memSampler {
+	s := &memSampler{pid: pid, stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			s.sample()
+			select {
+			case <-t.C:
+			case <-s.stopc:
+				return
+			case <-exited:
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// sample reads the status once and counts it; it returns what it read.
+func (s *memSampler) sample() (memStatus, bool) {
+	m, ok := readMemStatus(s.pid)
+	if !ok || !m.split {
+		return m, ok
+	}
+	s.mu.Lock()
+	s.peaks.add(m)
+	s.mu.Unlock()
+	return m, ok
+}
+
+// stop ends the sampling, takes a last sample, and returns the peaks and
+// the last sample's VmHWM (0 when it could not be read).
+func (s *memSampler) stop() (MemPeaks, int64) {
+	s.once.Do(func() { close(s.stopc) })
+	<-s.done
+	m, _ := s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peaks, m.hwm
 }
 
 // stop sends SIGTERM (jetsink drains and exits 0), waits up to grace, then
-// kills. It returns the child's CPU over its whole life and its VmHWM read
-// just before the signal.
+// kills. It returns the child's CPU over its whole life, and its VmHWM and
+// the peaks of its memory's parts read just before the signal.
 func (c *child) stop(grace time.Duration) (Usage, error) {
-	hwm := c.peakRSS()
+	mem, hwm := c.mem.stop()
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	var exitErr error
 	select {
@@ -202,12 +324,12 @@ func (c *child) stop(grace time.Duration) (Usage, error) {
 		<-c.done
 		exitErr = fmt.Errorf("did not exit %v after SIGTERM; killed", grace)
 	}
-	return c.usage(hwm), exitErr
+	return c.usage(hwm, mem), exitErr
 }
 
 // usage reads the rusage of an exited child.
-func (c *child) usage(hwm int64) Usage {
-	u := Usage{PeakRSS: hwm}
+func (c *child) usage(hwm int64, mem MemPeaks) Usage {
+	u := Usage{PeakRSS: hwm, Mem: mem}
 	ps := c.cmd.ProcessState
 	if ps == nil {
 		return u
@@ -236,6 +358,7 @@ func logged(c *child) string {
 func (c *child) kill() {
 	_ = c.cmd.Process.Kill()
 	<-c.done
+	c.mem.stop()
 }
 
 // tailBuffer keeps the last max bytes written to it.
@@ -409,13 +532,14 @@ func procStat(pid int) (statFields, bool) {
 }
 
 type rssSample struct {
-	at  time.Time
-	rss int64
+	at   time.Time
+	rss  int64
+	anon int64 // RssAnon; 0 where /proc has none
 }
 
-// rssSampler reads a process's VmRSS every interval until stopped, and
-// whenever mark is called. At most Options.Timeout long: ~4 samples a
-// second of 24 bytes.
+// rssSampler reads a process's VmRSS and RssAnon every interval until
+// stopped, and whenever mark is called. At most Options.Timeout long: ~4
+// samples a second of 32 bytes.
 type rssSampler struct {
 	pid   int
 	stopc chan struct{}
@@ -446,12 +570,12 @@ func sampleRSS(pid int, every time.Duration) *rssSampler {
 
 // mark takes a sample now. Safe from any goroutine.
 func (s *rssSampler) mark() {
-	kb, ok := procStatusKB(s.pid, "VmRSS:")
+	m, ok := readMemStatus(s.pid)
 	if !ok {
 		return
 	}
 	s.mu.Lock()
-	s.samples = append(s.samples, rssSample{time.Now(), kb << 10})
+	s.samples = append(s.samples, rssSample{time.Now(), m.rss, m.anon})
 	s.mu.Unlock()
 }
 
@@ -465,17 +589,18 @@ func (s *rssSampler) stop() []rssSample {
 	return s.samples
 }
 
-// perSecond keeps the highest sample of each second after start (samples
-// before start count in second 0).
+// perSecond keeps the highest sample of each second after start, of VmRSS
+// and of RssAnon each (samples before start count in second 0).
 func perSecond(samples []rssSample, start time.Time) []RSSPoint {
 	var out []RSSPoint
 	for _, s := range samples {
 		ts := max(0, int(s.at.Sub(start)/time.Second))
 		if n := len(out); n > 0 && out[n-1].TS == ts {
 			out[n-1].RSS = max(out[n-1].RSS, s.rss)
+			out[n-1].Anon = max(out[n-1].Anon, s.anon)
 			continue
 		}
-		out = append(out, RSSPoint{TS: ts, RSS: s.rss})
+		out = append(out, RSSPoint{TS: ts, RSS: s.rss, Anon: s.anon})
 	}
 	return out
 }

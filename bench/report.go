@@ -51,18 +51,24 @@ type Summary struct {
 	// Result); N counts the runs that measured it.
 	SteadyCPUPerEvent Stat `json:"steady_cpu_us_per_event,omitzero"`
 	PeakRSSMiB        Stat `json:"peak_rss_mib"`
-	P50               Stat `json:"latency_p50_ms"`
-	P90               Stat `json:"latency_p90_ms"`
-	P99               Stat `json:"latency_p99_ms"`
-	P999              Stat `json:"latency_p99_9_ms"`
-	Max               Stat `json:"latency_max_ms"`
-	P99Engine         Stat `json:"latency_stream_to_commit_p99_ms"` // the engine's part of P99
-	Load1             Stat `json:"load1"`
-	Ratio             Stat `json:"ratio_to_baseline"`
-	CPURatio          Stat `json:"cpu_ratio_to_baseline,omitzero"`
+	// The peaks of RssAnon and RssFile (Result.RSSAnonMax, RSSFileMax);
+	// N counts the runs that measured them.
+	RSSAnonMiB Stat `json:"rss_anon_max_mib,omitzero"`
+	RSSFileMiB Stat `json:"rss_file_max_mib,omitzero"`
+	P50        Stat `json:"latency_p50_ms"`
+	P90        Stat `json:"latency_p90_ms"`
+	P99        Stat `json:"latency_p99_ms"`
+	P999       Stat `json:"latency_p99_9_ms"`
+	Max        Stat `json:"latency_max_ms"`
+	P99Engine  Stat `json:"latency_stream_to_commit_p99_ms"` // the engine's part of P99
+	Load1      Stat `json:"load1"`
+	Ratio      Stat `json:"ratio_to_baseline"`
+	CPURatio   Stat `json:"cpu_ratio_to_baseline,omitzero"`
 	// LockRSSGrowthMiB is the engine's RSS growth while the table was
 	// locked (Options.LockFor).
 	LockRSSGrowthMiB Stat `json:"lock_rss_growth_mib,omitzero"`
+	// LockRSSAnonGrowthMiB is the same of RssAnon.
+	LockRSSAnonGrowthMiB Stat `json:"lock_rss_anon_growth_mib,omitzero"`
 }
 
 func summarize(rs []Result) []Summary {
@@ -127,17 +133,25 @@ func summarize(rs []Result) []Summary {
 			}
 		}
 		s.Ratio, s.CPURatio = stat(ratios), stat(cpuRatios)
-		var growth, steady []float64
+		var growth, anonGrowth, steady, anon, file []float64
 		for _, r := range g {
 			if r.Lock != nil {
 				growth = append(growth, mib(r.Lock.RSSGrowth))
+				if r.Lock.RSSAnonBefore > 0 {
+					anonGrowth = append(anonGrowth, mib(r.Lock.RSSAnonGrowth))
+				}
 			}
 			if r.SteadyCPUPerEvent > 0 {
 				steady = append(steady, r.SteadyCPUPerEvent)
 			}
+			if r.RSSAnonMax > 0 {
+				anon, file = append(anon, mib(r.RSSAnonMax)), append(file, mib(r.RSSFileMax))
+			}
 		}
 		s.SteadyCPUPerEvent = stat(steady)
+		s.RSSAnonMiB, s.RSSFileMiB = stat(anon), stat(file)
 		s.LockRSSGrowthMiB = stat(growth)
+		s.LockRSSAnonGrowthMiB = stat(anonGrowth)
 		out = append(out, s)
 	}
 	return out
@@ -223,8 +237,12 @@ func (r *Report) WriteText(w io.Writer) error {
 		if s.Variant != "" {
 			name += " [" + s.Variant + "]"
 		}
-		fmt.Fprintf(&b, "  %-22s events/s %s  CPU µs/event %s  peak RSS MiB %s  p50 ms %s  p90 ms %s  p99 ms %s  p99.9 ms %s  max ms %s",
-			name, fmtStat(s.EventsPerSec, 0), fmtStat(s.CPUPerEvent, 2), fmtStat(s.PeakRSSMiB, 1),
+		parts := ""
+		if s.RSSAnonMiB.N > 0 {
+			parts = fmt.Sprintf(" (anon %s, file %s)", fmtStat(s.RSSAnonMiB, 1), fmtStat(s.RSSFileMiB, 1))
+		}
+		fmt.Fprintf(&b, "  %-22s events/s %s  CPU µs/event %s  peak RSS MiB %s%s  p50 ms %s  p90 ms %s  p99 ms %s  p99.9 ms %s  max ms %s",
+			name, fmtStat(s.EventsPerSec, 0), fmtStat(s.CPUPerEvent, 2), fmtStat(s.PeakRSSMiB, 1), parts,
 			fmtStat(s.P50, 1), fmtStat(s.P90, 1), fmtStat(s.P99, 1), fmtStat(s.P999, 1), fmtStat(s.Max, 1))
 		if s.SteadyCPUPerEvent.N > 0 {
 			fmt.Fprintf(&b, "  steady CPU µs/event %s", fmtStat(s.SteadyCPUPerEvent, 2))
@@ -240,6 +258,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		if s.LockRSSGrowthMiB.N > 0 {
 			fmt.Fprintf(&b, "  RSS growth while locked MiB %s", fmtStat(s.LockRSSGrowthMiB, 1))
+		}
+		if s.LockRSSAnonGrowthMiB.N > 0 {
+			fmt.Fprintf(&b, " (anon %s)", fmtStat(s.LockRSSAnonGrowthMiB, 1))
 		}
 		b.WriteString("\n")
 	}
