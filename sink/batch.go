@@ -425,7 +425,8 @@ func (r *run) recheckTable() {
 // that a table that does not fit is reported at the start, as the first
 // batch fails on it, and one that may store other values than sent is
 // reported at all. It reports whether it found (and logged) any that is
-// not a warning, and Check's error (logged unless ctx has ended).
+// not a warning, and Check's error (logged unless ctx has ended, with the
+// warnings postgres.url alone gives).
 func (s *Sink) logProblems(ctx context.Context, limit time.Duration) (found bool, err error) {
 	stopped := ctx
 	ctx, cancel := context.WithTimeout(ctx, limit)
@@ -436,14 +437,15 @@ func (s *Sink) logProblems(ctx context.Context, limit time.Duration) (found bool
 	}
 	if err != nil {
 		s.log.Warn("cannot compare the column mapping with the table yet", "err", err)
-		return false, err
+		// probs are what postgres.url alone says (URLProblems), warnings
+		// that matter most now: a spoofed server refusing the login.
 	}
 	for _, p := range probs {
 		level, headline := problemLine(p)
 		s.log.Log(ctx, level, headline, "problem", p.Message, "fix", p.Fix)
 		found = found || level == slog.LevelError
 	}
-	return found, nil
+	return found, err
 }
 
 // problemLine is the level and the log line of a problem Check found: the

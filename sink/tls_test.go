@@ -146,3 +146,23 @@ func TestCheckWarnsOfUnverifiedTLS(t *testing.T) {
 		t.Fatalf("%s: found %v, err %v; want the warning logged, log:\n%s", list, found, err, logs)
 	}
 }
+
+// Run's first look that cannot connect logs postgres.url's own warnings
+// beside its error: a server refusing the login may be a spoofed one.
+func TestFirstLookWarnsOfTheURLWhenItCannotConnect(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	const list = "postgres://u:p@127.0.0.1:1,db.invalid:5432/x?connect_timeout=2"
+	s, _ := newTestSink(t, ctx, list, func(c *Config) { c.CreateTable = false })
+	logs := captureLog(t, s, time.Minute)
+	if found, err := s.logProblems(ctx, 10*time.Second); found || err == nil {
+		t.Fatalf("found %v, err %v; want the connect's error", found, err)
+	}
+	for _, want := range []string{
+		`level=WARN msg="cannot compare the column mapping with the table yet"`,
+		`level=WARN msg="the connection to PostgreSQL does not make sure of the server" problem="postgres.url connects to db.invalid:5432`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("want %q in the log:\n%s", want, logs)
+		}
+	}
+}
