@@ -61,7 +61,8 @@ to the embedded servers through a link that holds each chunk of bytes for
 half that time each way, as if the server ran on another machine (the bench's
 own connections stay direct; the link's copying runs in the bench process).
 jetsink runs as a subprocess ("jetsink run"), so its CPU
-time and peak RSS are its own. Latency runs from each event's scheduled send
+time and peak RSS are its own (peak RSS is VmHWM, the executable's mapped
+pages included; the peaks of its RssAnon and RssFile are given beside it). Latency runs from each event's scheduled send
 time (no coordinated omission) to the first ack the bench sees for it, after
 its transaction's commit and the commit's WAL flush (rate; the commit
 timestamp is reported beside it), or from the engine's start to the commit
