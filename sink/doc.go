@@ -350,5 +350,11 @@
 // one wrapping ErrInvalidConfig at once when New was given no
 // DeadLetterer).
 // Errors never contain the
-// connection string; they name host, port and database.
+// connection string; they name host, port and database. A failed connect
+// says the server's DETAIL and HINT, which pgx's text leaves out. An error
+// of the admin connection (Check, Init, Ping, Ready) with SQLSTATE 42P05
+// or 26000, and a batch's logged with one, says that a pooler in
+// transaction mode shares server sessions under pgx's cache_statement or
+// describe_exec (pooledStatementsHint); one of a read-only session (25006)
+// logged says to renew a pooler's server sessions after the fix.
 package sink
