@@ -448,7 +448,7 @@ func (e *Encoder) value(node int32) jsonValue {
 	v := e.vals[node]
 	for c := v; c.kind != kindAbsent; {
 		p := e.m.nodes[node].parent
-		if p < 0 {
+		if p <= 0 { // the root occurs once: what lies in it is current
 			return v
 		}
 		pv := e.vals[p]

@@ -118,3 +118,40 @@ func TestPathsLastWinsValues(t *testing.T) {
 		}
 	}
 }
+
+// TestPathsKeysInAnyOrder reads flat mappings of 5 columns (each key
+// compared, kids[next] first) and of 40 (the root's byKey map) from
+// payloads whose keys come in column order, reversed and shuffled, with
+// keys no column reads between them.
+func TestPathsKeysInAnyOrder(t *testing.T) {
+	for _, n := range []int{5, 40} {
+		var cols []Column
+		for i := range n {
+			cols = append(cols, Column{Name: fmt.Sprintf("k%d", i), From: fmt.Sprintf("json:k%d", i), Type: TypeInt8})
+		}
+		enc := mustCompile(t, cols...).NewEncoder(0)
+		orders := map[string][]int{"in order": {}, "reversed": {}, "shuffled": {}}
+		for i := range n {
+			orders["in order"] = append(orders["in order"], i)
+			orders["reversed"] = append(orders["reversed"], n-1-i)
+			orders["shuffled"] = append(orders["shuffled"], (i*7+3)%n) // 7 is prime to 5 and 40
+		}
+		for name, order := range orders {
+			var sb strings.Builder
+			sb.WriteString(`{"x":0`)
+			for _, i := range order {
+				fmt.Fprintf(&sb, `,"k%d":%d,"y%d":-1`, i, 100+i, i)
+			}
+			sb.WriteString("}")
+			tup, err := enc.AppendTuple(nil, &Event{Data: []byte(sb.String())})
+			if err != nil {
+				t.Fatalf("%d columns, %s: %v", n, name, err)
+			}
+			for i, f := range fields(t, tup) {
+				if !bytes.Equal(f, be64(uint64(100+i))) {
+					t.Errorf("%d columns, %s: k%d = %x, want %d", n, name, i, f, 100+i)
+				}
+			}
+		}
+	}
+}
