@@ -27,7 +27,6 @@ type Encoder struct {
 	failAt        int         // and where
 	strBuf        []byte      // an unescaped string value
 	keyBuf        []byte      // an unescaped key or string inside appendCompact
-	numBuf        []byte      // throwaway output of numeric range checks
 }
 
 // NewEncoder returns an Encoder for m. Payloads longer than maxEventBytes
@@ -44,7 +43,7 @@ const keepBuf = 256 << 10
 
 // dropBufs lets the garbage collector have the buffers an outlier grew.
 func (e *Encoder) dropBufs() {
-	e.strBuf, e.keyBuf, e.numBuf, e.badNums = nil, nil, nil, nil
+	e.strBuf, e.keyBuf, e.badNums = nil, nil, nil
 }
 
 // isNull is the internal marker a value encoder returns for SQL NULL.
@@ -55,7 +54,7 @@ var isNull = &DecodeError{Code: "null"}
 // *DecodeError naming the column and the reason; the event should then be
 // dead-lettered. Nothing of ev is retained.
 func (e *Encoder) AppendTuple(dst []byte, ev *Event) ([]byte, error) {
-	if max(cap(e.strBuf), cap(e.keyBuf), cap(e.numBuf)) > keepBuf || cap(e.badNums) > keepBuf/8 {
+	if max(cap(e.strBuf), cap(e.keyBuf)) > keepBuf || cap(e.badNums) > keepBuf/8 {
 		e.dropBufs()
 	}
 	m := e.m
@@ -459,11 +458,8 @@ func textNumbersFit(s string) bool {
 			for ; j < len(s) && (isDigit(s[j]) || strings.IndexByte("+-.eE", s[j]) >= 0); j++ {
 				exp = exp || s[j] == 'e' || s[j] == 'E'
 			}
-			if exp || j-i >= 64 {
-				var buf [64]byte
-				if _, derr := appendNumeric(buf[:0], s[i:j]); derr != nil {
-					return false
-				}
+			if (exp || j-i >= 64) && !numericFits(s[i:j]) {
+				return false
 			}
 			i = j - 1
 		}

@@ -88,10 +88,11 @@ type column struct {
 // A Mapper is immutable and safe for concurrent use; the per-goroutine
 // state lives in an Encoder (see NewEncoder).
 type Mapper struct {
-	cols     []column
-	pub      []Column
-	needJSON bool       // some column reads the JSON payload, so it must be valid JSON
-	nodes    []pathNode // the json: paths as a trie, for the scanner
+	cols      []column
+	pub       []Column
+	needJSON  bool       // some column reads the JSON payload, so it must be valid JSON
+	jsonbNums bool       // a jsonb column takes JSON from the payload: numbers beyond numeric's range matter
+	nodes     []pathNode // the json: paths as a trie, for the scanner
 }
 
 // RawColumns returns the raw-mode mapping used when the config lists no
@@ -216,6 +217,7 @@ func (m *Mapper) compile(i int, c Column, seen map[string]int) error {
 	}
 	if cc.src == srcJSON || (cc.src == srcPayload && c.Type == TypeJSONB) {
 		m.needJSON = true
+		m.jsonbNums = m.jsonbNums || c.Type == TypeJSONB
 		if len(m.nodes) == 0 {
 			m.nodes = append(m.nodes, pathNode{idx: -1, maxIdx: -1, parent: -1}) // the scanner's root
 		}

@@ -593,8 +593,9 @@ func unhex4(b []byte, i int) (rune, bool) {
 
 func isDigit(c byte) bool { return c-'0' <= 9 }
 
-// scanNumber scans the JSON number at b[i]. A number with an exponent or
-// of 64 characters or more is checked against numeric's range, which jsonb
+// scanNumber scans the JSON number at b[i]. When a jsonb column takes JSON
+// from the payload (Mapper.jsonbNums), a number with an exponent or of 64
+// characters or more is checked against numeric's range, which jsonb
 // stores numbers in; shorter ones without an exponent always fit.
 func (e *Encoder) scanNumber(b []byte, i int) (int, bool) {
 	start := i
@@ -639,11 +640,8 @@ func (e *Encoder) scanNumber(b []byte, i int) (int, bool) {
 			return i, false
 		}
 	}
-	if exp || i-start >= 64 {
-		var derr *DecodeError
-		if e.numBuf, derr = appendNumeric(e.numBuf[:0], b2s(b[start:i])); derr != nil {
-			e.badNums = append(e.badNums, span{start, i})
-		}
+	if (exp || i-start >= 64) && e.m != nil && e.m.jsonbNums && !numericFits(b2s(b[start:i])) {
+		e.badNums = append(e.badNums, span{start, i})
 	}
 	return i, true
 }

@@ -258,14 +258,34 @@ const numericMaxExp = math.MaxInt32 / 2
 
 var pow10x4 = [4]uint16{1, 10, 100, 1000}
 
-// appendNumeric encodes s (a JSON number, or pgNumberText's) in numeric's binary format:
-// int16 ndigits, int16 weight, uint16 sign, uint16 dscale, then ndigits
-// base-10000 digits, most significant first. The value is exact: the
-// display scale is the number of fraction digits the text shows (after
-// applying the exponent), as PostgreSQL's text input would give.
-func appendNumeric(dst []byte, s string) ([]byte, *DecodeError) {
-	neg := s[0] == '-'
-	if neg {
+// numericForm is numeric's binary form of a number's text before it is
+// written (parseNumeric).
+type numericForm struct {
+	neg           bool
+	intPart, frac string // the mantissa's digits before and after the point
+	n             int    // len(intPart) + len(frac)
+	f             int64  // the value is the digits * 10^-f
+	dscale        int64
+	lo, hi        int   // the first and last non-zero digit; lo == n for zero
+	weight, low   int64 // the base-10000 places of digits lo and hi
+}
+
+func (p *numericForm) digit(k int) byte {
+	if k < len(p.intPart) {
+		return p.intPart[k] - '0'
+	}
+	return p.frac[k-len(p.intPart)] - '0'
+}
+
+// pow is the power of ten the digit at index k stands for.
+func (p *numericForm) pow(k int) int64 { return int64(p.n-1-k) - p.f }
+
+// parseNumeric reads s (a JSON number, or pgNumberText's) as numeric's
+// binary form, or says why numeric cannot hold it (a detail for
+// outOfRange). It allocates nothing.
+func parseNumeric(s string) (p numericForm, detail string, ok bool) {
+	p.neg = s[0] == '-'
+	if p.neg {
 		s = s[1:]
 	}
 	mant, exp := s, int64(0)
@@ -283,7 +303,7 @@ func appendNumeric(dst []byte, s string) ([]byte, *DecodeError) {
 			for j := 0; j < len(e); j++ {
 				exp = exp*10 + int64(e[j]-'0')
 				if exp >= numericMaxExp {
-					return dst, outOfRange(TypeNumeric, "exponent too large")
+					return p, "exponent too large", false
 				}
 			}
 			if eneg {
@@ -292,70 +312,99 @@ func appendNumeric(dst []byte, s string) ([]byte, *DecodeError) {
 			break
 		}
 	}
-	intPart, frac := mant, ""
+	p.intPart = mant
 	for i := 0; i < len(mant); i++ {
 		if mant[i] == '.' {
-			intPart, frac = mant[:i], mant[i+1:]
+			p.intPart, p.frac = mant[:i], mant[i+1:]
 			break
 		}
 	}
-	n := len(intPart) + len(frac)
-	digit := func(k int) byte {
-		if k < len(intPart) {
-			return intPart[k] - '0'
+	p.n = len(p.intPart) + len(p.frac)
+	p.f = int64(len(p.frac)) - exp
+	p.dscale = max(p.f, 0)
+	if p.dscale > numericMaxDScale {
+		return p, "more than 16383 digits after the decimal point", false
+	}
+	p.lo, p.hi = 0, p.n-1
+	for p.lo < p.n && p.digit(p.lo) == 0 {
+		p.lo++
+	}
+	if p.lo == p.n { // zero
+		return p, "", true
+	}
+	for p.digit(p.hi) == 0 {
+		p.hi--
+	}
+	p.weight = floorDiv4(p.pow(p.lo))
+	p.low = floorDiv4(p.pow(p.hi))
+	if p.weight > numericMaxWeight || p.low < numericMinWeight {
+		return p, "", false
+	}
+	if p.weight-p.low+1 > numericMaxDigits {
+		return p, "too many significant digits", false
+	}
+	return p, "", true
+}
+
+// numericFits reports whether numeric holds the JSON number s, as jsonb
+// needs, allocating nothing. A mantissa of fewer than 64 characters with
+// an exponent of at most 4 digits always fits: its digits after the point
+// number at most 63 + 9999 < 16383 (NUMERIC_DSCALE_MAX), and its first
+// digit stands for at most 10^(63+9999), base-10000 place 2515, far below
+// 32767 (NUMERIC_WEIGHT_MAX); the last for at least 10^-(63+9999). Other
+// numbers are measured.
+func numericFits(s string) bool {
+	e := strings.IndexAny(s, "eE")
+	if e < 0 {
+		e = len(s)
+	}
+	if e < 64 && len(s)-e <= 1+1+4 { // e, a sign, 4 digits
+		if d := s[min(e+1, len(s)):]; len(d) <= 4 || ((d[0] == '-' || d[0] == '+') && len(d) <= 5) {
+			return true
 		}
-		return frac[k-len(intPart)] - '0'
 	}
-	f := int64(len(frac)) - exp // value = digits * 10^-f
-	dscale := max(f, 0)
-	if dscale > numericMaxDScale {
-		return dst, outOfRange(TypeNumeric, "more than 16383 digits after the decimal point")
+	_, _, ok := parseNumeric(s)
+	return ok
+}
+
+// appendNumeric encodes s (a JSON number, or pgNumberText's) in numeric's binary format:
+// int16 ndigits, int16 weight, uint16 sign, uint16 dscale, then ndigits
+// base-10000 digits, most significant first. The value is exact: the
+// display scale is the number of fraction digits the text shows (after
+// applying the exponent), as PostgreSQL's text input would give.
+func appendNumeric(dst []byte, s string) ([]byte, *DecodeError) {
+	p, detail, ok := parseNumeric(s)
+	if !ok {
+		return dst, outOfRange(TypeNumeric, detail)
 	}
-	lo, hi := 0, n-1
-	for lo < n && digit(lo) == 0 {
-		lo++
-	}
-	if lo == n { // zero
+	if p.lo == p.n { // zero
 		dst = binary.BigEndian.AppendUint16(dst, 0)
 		dst = binary.BigEndian.AppendUint16(dst, 0)
 		dst = binary.BigEndian.AppendUint16(dst, numericPosSign)
-		return binary.BigEndian.AppendUint16(dst, uint16(dscale)), nil
+		return binary.BigEndian.AppendUint16(dst, uint16(p.dscale)), nil
 	}
-	for digit(hi) == 0 {
-		hi--
-	}
-	// The digit at index k stands for 10^pow(k).
-	pow := func(k int) int64 { return int64(n-1-k) - f }
-	weight := floorDiv4(pow(lo))
-	low := floorDiv4(pow(hi))
-	if weight > numericMaxWeight || low < numericMinWeight {
-		return dst, outOfRange(TypeNumeric, "")
-	}
-	nd := weight - low + 1
-	if nd > numericMaxDigits {
-		return dst, outOfRange(TypeNumeric, "too many significant digits")
-	}
+	nd := p.weight - p.low + 1
 	dst = binary.BigEndian.AppendUint16(dst, uint16(nd))
-	dst = binary.BigEndian.AppendUint16(dst, uint16(int16(weight)))
-	if neg {
+	dst = binary.BigEndian.AppendUint16(dst, uint16(int16(p.weight)))
+	if p.neg {
 		dst = binary.BigEndian.AppendUint16(dst, numericNegSign)
 	} else {
 		dst = binary.BigEndian.AppendUint16(dst, numericPosSign)
 	}
-	dst = binary.BigEndian.AppendUint16(dst, uint16(dscale))
+	dst = binary.BigEndian.AppendUint16(dst, uint16(p.dscale))
 	base := len(dst)
 	for range nd {
 		dst = append(dst, 0, 0)
 	}
-	for k := lo; k <= hi; k++ {
-		d := digit(k)
+	for k := p.lo; k <= p.hi; k++ {
+		d := p.digit(k)
 		if d == 0 {
 			continue
 		}
-		p := pow(k)
-		g := floorDiv4(p)
-		at := base + 2*int(weight-g)
-		v := binary.BigEndian.Uint16(dst[at:]) + uint16(d)*pow10x4[p-4*g]
+		pw := p.pow(k)
+		g := floorDiv4(pw)
+		at := base + 2*int(p.weight-g)
+		v := binary.BigEndian.Uint16(dst[at:]) + uint16(d)*pow10x4[pw-4*g]
 		binary.BigEndian.PutUint16(dst[at:], v)
 	}
 	return dst, nil
