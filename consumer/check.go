@@ -363,8 +363,9 @@ func eventStreamLimits(sc *jetstream.StreamConfig) []Problem {
 // not: allow_msg_ttl (Nats-TTL deletes its own event that long after it
 // was stored, even before jetsink was handed it) and allow_rollup_hdrs
 // (Nats-Rollup: sub or all deletes the subject's or the stream's earlier
-// events; on for a key-value bucket's stream, and with subject delete
-// markers or message schedules; the server refuses it with deny_purge). They
+// events; on for a key-value bucket's stream, whose purges need it and
+// get their own warning, and with subject delete markers or message
+// schedules; the server refuses it with deny_purge). They
 // are the publishers' to use, so run logs them at the start too (check
 // alone warns of the limits, which the operator set).
 func publisherDeletions(sc *jetstream.StreamConfig) []Problem {
@@ -375,13 +376,35 @@ func publisherDeletions(sc *jetstream.StreamConfig) []Problem {
 				"one with a TTL shorter than jetsink's lag (PostgreSQL down, or jetsink stopped, for longer) is lost", sc.Name),
 			Fix: "have publishers set no Nats-TTL on events for jetsink, or one beyond the longest outage to ride out (the server cannot turn allow_msg_ttl off)"})
 	}
-	if sc.AllowRollup {
+	if bucket, ok := kvBucket(sc); ok && sc.AllowRollup {
+		// The bucket needs roll-ups (a purge is one): turning them off
+		// would break it, not protect the events.
+		problems = append(problems, Problem{Warning: true,
+			Message: fmt.Sprintf("stream %s is key-value bucket %s's, which allows roll-ups (allow_rollup_hdrs) for its purges: a purge of a key (nats kv purge, KeyValue.Purge) deletes the key's earlier revisions whether jetsink has stored them or not: "+
+				"those not stored by then (PostgreSQL down, or jetsink stopped, when it came) are lost", sc.Name, bucket),
+			Fix: fmt.Sprintf("keep jetsink's lag short, or keep the history in a stream that sources %s without allow_rollup_hdrs (a purge copied there deletes nothing) and have jetsink read that; leave roll-ups on: the bucket's purges need them", sc.Name)})
+	} else if sc.AllowRollup {
 		problems = append(problems, Problem{Warning: true,
 			Message: fmt.Sprintf("stream %s allows roll-ups (allow_rollup_hdrs): an event published with a Nats-Rollup header (sub or all; a key-value bucket's purge sends one) deletes its subject's or the stream's earlier events whether jetsink has stored them or not: "+
 				"those not stored by then are lost", sc.Name),
 			Fix: fmt.Sprintf("have publishers send no Nats-Rollup to subjects jetsink reads, or turn roll-ups off (nats stream edit %s --no-allow-rollup; subject delete markers and message schedules keep them on)", sc.Name)})
 	}
 	return problems
+}
+
+// kvBucket reports whether sc is a key-value bucket's stream, as nats.go
+// and the nats CLI make one: named KV_<bucket>, with the subjects
+// $KV.<bucket>.> (or none, mirroring another bucket's stream), and
+// returns the bucket's name.
+func kvBucket(sc *jetstream.StreamConfig) (string, bool) {
+	bucket, ok := strings.CutPrefix(sc.Name, "KV_")
+	if !ok || bucket == "" {
+		return "", false
+	}
+	if len(sc.Subjects) == 0 {
+		return bucket, sc.Mirror != nil && strings.HasPrefix(sc.Mirror.Name, "KV_")
+	}
+	return bucket, len(sc.Subjects) == 1 && sc.Subjects[0] == "$KV."+bucket+".>"
 }
 
 // discardingLimits describes sc's limits that delete its oldest messages

@@ -313,6 +313,58 @@ func TestPublisherDeletionsWarned(t *testing.T) {
 	}
 }
 
+// A key-value bucket's stream needs its roll-ups (a purge is one): check
+// and New warn of what a purge deletes with a fix that keeps them on, not
+// the --no-allow-rollup a plain stream is told of, which would break the
+// bucket's purges.
+func TestPublisherDeletionsOfAKeyValueBucket(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	bucket := cfg.Stream
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 64}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Stream, cfg.Subjects, cfg.CreateStream = "KV_"+bucket, []string{"$KV." + bucket + ".>"}, false
+	w := checkText(t, ctx, cfg, false)
+	_, logged := newLoggedConsumer(t, ctx, cfg)
+	for _, out := range []struct{ by, text string }{{"check", w}, {"run", logged.String()}} {
+		if !strings.Contains(out.text, "stream KV_"+bucket+" is key-value bucket "+bucket+"'s, which allows roll-ups (allow_rollup_hdrs) for its purges: a purge of a key") ||
+			!strings.Contains(out.text, "keep jetsink's lag short") {
+			t.Errorf("%s does not warn of the bucket's purges:\n%s", out.by, out.text)
+		}
+		if strings.Contains(out.text, "--no-allow-rollup") || strings.Contains(out.text, "allows roll-ups (allow_rollup_hdrs): an event published") {
+			t.Errorf("%s gives the bucket a plain stream's roll-up warning:\n%s", out.by, out.text)
+		}
+	}
+	// Which streams are a bucket's: nats.go's and the CLI's, by name and
+	// subjects (a mirror's by the name it mirrors).
+	for _, tc := range []struct {
+		sc     jetstream.StreamConfig
+		bucket string
+	}{
+		{jetstream.StreamConfig{Name: "KV_cfg", Subjects: []string{"$KV.cfg.>"}}, "cfg"},
+		{jetstream.StreamConfig{Name: "KV_cfg", Mirror: &jetstream.StreamSource{Name: "KV_origin"}}, "cfg"},
+		{jetstream.StreamConfig{Name: "KV_cfg", Subjects: []string{"$KV.other.>"}}, ""},
+		{jetstream.StreamConfig{Name: "KV_cfg", Subjects: []string{"$KV.cfg.>", "more.>"}}, ""},
+		{jetstream.StreamConfig{Name: "KV_cfg"}, ""},
+		{jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"$KV.cfg.>"}}, ""},
+		{jetstream.StreamConfig{Name: "KV_", Subjects: []string{"$KV..>"}}, ""},
+	} {
+		b, ok := kvBucket(&tc.sc)
+		if ok != (tc.bucket != "") || ok && b != tc.bucket {
+			t.Errorf("kvBucket(%s %v mirror %v) = %q, %v; want %q", tc.sc.Name, tc.sc.Subjects, tc.sc.Mirror, b, ok, tc.bucket)
+		}
+		tc.sc.AllowRollup = true
+		ps := publisherDeletions(&tc.sc)
+		if len(ps) != 1 || strings.Contains(ps[0].Fix, "--no-allow-rollup") != (tc.bucket == "") {
+			t.Errorf("%s %v: %+v; want one warning, --no-allow-rollup in its fix only for a plain stream", tc.sc.Name, tc.sc.Subjects, ps)
+		}
+	}
+}
+
 // nats.stream_max_age and stream_max_bytes bound a stream jetsink creates,
 // and, set, one already there (check says so first); unset, they leave an
 // existing stream's limits alone. check warns of limits that delete events
