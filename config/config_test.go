@@ -674,6 +674,59 @@ func TestCredentialYAMLReadsAsNothingIsRefused(t *testing.T) {
 	}
 }
 
+// A credential that YAML cuts short is refused, naming its line and key,
+// not the value, the comment or the anchor's name: a plain value followed
+// by a one-word comment (password: abc #def, of which YAML keeps abc; a tab
+// before the # as a space), and a value after an anchor that no alias
+// uses (password: &abc def, of which YAML keeps def). A comment with a
+// space after its #, a quoted value holding " #", and an anchor that an
+// alias reuses load as written.
+func TestCredentialYAMLCutsShortIsRefused(t *testing.T) {
+	for _, c := range []struct{ file, hidden, want string }{
+		{"nats:\n  user: u\n  password: abc #def\n", "def", `line 3: nats.password: a # after a space or a tab begins a comment to YAML`},
+		{"nats:\n  user: u\n  password: s3cret\t#x\n", "x", `line 3: nats.password: a # after a space or a tab begins a comment`},
+		{"nats:\n  user: ab #cdefgh\n  password: pw\n", "cdefgh", `line 2: nats.user: a # after a space or a tab begins a comment`},
+		{"nats:\n  user: u\n  password: !!str abc #def\n", "def", `line 3: nats.password: a # after a space or a tab begins a comment`},
+		{"nats:\n  user: u\n  password: &s3cret s3cret2\n", "s3cret", `line 3: nats.password: a value beginning with & is an anchor's name to YAML, which no alias (*) in the file uses`},
+		{"nats:\n  user: &s3cret u\n  password: pw\n", "s3cret", `line 2: nats.user: a value beginning with & is an anchor's name`},
+		// The alias of another anchor of the same name does not save it.
+		{"nats:\n  stream: &s3cret S\n  consumer: *s3cret\n  user: u\n  password: &s3cret pw\n", "s3cret", `line 5: nats.password: a value beginning with & is an anchor's name`},
+	} {
+		_, err := Parse([]byte(c.file), nil, nil)
+		if !errors.Is(err, ErrInvalidConfig) || strings.Contains(err.Error(), c.hidden) || !strings.Contains(err.Error(), c.want) ||
+			!strings.Contains(err.Error(), "put a value beginning with #, !, &, * or % in quotes") {
+			t.Errorf("%q: %v; want ErrInvalidConfig with %q and the hint to quote, without %q", c.file, err, c.want, c.hidden)
+		}
+	}
+	for _, c := range []struct{ file, user, password string }{
+		{"nats:\n  user: u # the service's\n  password: pw # rotated monthly\n", "u", "pw"},
+		{"nats:\n  user: u\t# tab, then a spaced comment\n  password: pw\n", "u", "pw"},
+		{"nats:\n  user: u\n  password: \"abc #def\"\n", "u", "abc #def"},
+		{"nats:\n  user: u\n  password: 'abc #def' #quoted\n", "u", "abc #def"},
+		{"nats:\n  user: u\n  password: abc#def\n", "u", "abc#def"}, // no space: part of the value
+		{"nats:\n  user: u\n  password: |\n    abc #def\n", "u", "abc #def\n"},
+		{"nats:\n  user: &u jetsink\n  password: *u\n", "jetsink", "jetsink"},
+		{"nats:\n  password: &p s3cret\n  user: *p\n", "s3cret", "s3cret"},
+		{"nats:\n  stream: &p S #abc\n  user: u\n  password: pw\n", "u", "pw"}, // not a credential
+	} {
+		cfg, err := Parse([]byte(c.file), nil, nil)
+		if err != nil || cfg.NATS.User != c.user || cfg.NATS.Password != c.password {
+			t.Errorf("%q: user %q, password %q, err %v; want %q, %q", c.file, cfg.NATS.User, cfg.NATS.Password, err, c.user, c.password)
+		}
+	}
+	// An anchor that the file's alias uses stays reuse when a variable
+	// replaces the alias's value.
+	cfg, err := Parse([]byte("nats:\n  password: &p s3cret\n  user: *p\n"), []string{"JETSINK_NATS_USER=u"}, nil)
+	if err != nil || cfg.NATS.User != "u" || cfg.NATS.Password != "s3cret" {
+		t.Errorf("anchor reused, alias replaced by a variable: user %q, password %q, %v", cfg.NATS.User, cfg.NATS.Password, err)
+	}
+	// A variable replacing the cut value loads.
+	cfg, err = Parse([]byte("nats:\n  user: u\n  password: abc #def\n"), []string{"JETSINK_NATS_PASSWORD=pw"}, nil)
+	if err != nil || cfg.NATS.Password != "pw" {
+		t.Errorf("password set by its variable over a cut value: %q, %v; want pw", cfg.NATS.Password, err)
+	}
+}
+
 // A --set with the wrong separator, or none, is refused without quoting
 // the value it carries.
 func TestSetErrorsNeverShowTheValue(t *testing.T) {
@@ -770,6 +823,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("nats:\n  tls:\n    ca_file: *x # y\n"), "", "")
 	f.Add([]byte("nats: {user: !u, password: !!int x}\npostgres:\n  columns:\n    - {name: !!binary x}\n"), "", "")
 	f.Add([]byte("nats:\n  user: &u\n  password: #p\n"), "", "")
+	f.Add([]byte("nats:\n  user: &u u #c\n  password: *u\n"), "", "")
 	f.Fuzz(func(t *testing.T, file []byte, env, set string) {
 		cfg, err := Parse(file, []string{env}, []string{set})
 		if err != nil {

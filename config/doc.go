@@ -23,5 +23,8 @@
 // anchor, a tag !x, a tag its value does not fit), is refused with its
 // line and key, not its text, and so is nats.user or nats.password left
 // empty by a one-word comment (#x) or an anchor (&x) where the value
-// would be.
+// would be, or cut short by one: a plain value followed by a one-word
+// comment (abc #def, of which YAML keeps abc), or an anchor that no alias
+// in the file uses (&abc def, of which YAML keeps def). A comment with a
+// space after its # (pw # rotated monthly) is a comment.
 package config

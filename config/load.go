@@ -263,6 +263,9 @@ func parse(raw []byte, env []string, flags []Flag, set []string) (Config, map[st
 	// yaml.v3's message, naming neither the key's path nor the problems
 	// after it.
 	duplicateKeys(root, "", &sc.problems)
+	// The file's own aliases, before a variable or flag replaces a value
+	// holding one: its anchor was still meant for reuse.
+	sc.aliased = aliasTargets(root, map[*yaml.Node]bool{})
 	// Environment, then flags: later overrides win.
 	envKeys := make(map[string]string, len(sc.keys))
 	for path := range sc.keys {
@@ -643,10 +646,52 @@ func swallowedCredential(path string, kn, raw *yaml.Node) string {
 	switch c := kn.LineComment + raw.LineComment; {
 	case raw.Kind == yaml.ScalarNode && raw.Anchor != "":
 		return fmt.Sprintf("a value beginning with & is an anchor's name to YAML, and the key is left empty: %s (%s: \"&...\"), or write %s: \"\" for none", quoteHint, key, key)
-	case len(c) > 1 && c[0] == '#' && c[1] != ' ' && c[1] != '#' && !strings.ContainsAny(c, " \t"):
+	case oneWordComment(c):
 		return fmt.Sprintf("a value beginning with # is a comment to YAML, and the key is left empty: %s (%s: \"#...\"), or write %s: \"\" for none", quoteHint, key, key)
 	}
 	return ""
+}
+
+// cutCredential says why raw, the value of kn, a key at path, is a
+// credential that YAML read in part as syntax, "" if it is not one or not
+// so: a plain (unquoted) value followed by a comment of one word
+// (password: abc #def, of which YAML keeps abc; a tab before the # counts
+// as a space), or one after an anchor that no alias in the file uses
+// (password: &abc def, of which YAML keeps def). aliased holds the nodes
+// the file's aliases name: an anchor one of them uses is YAML's reuse,
+// kept. A comment with a space after its # (pw # rotated monthly) is a
+// comment. Neither the value, the comment nor the anchor's name is said.
+func cutCredential(path string, kn, raw *yaml.Node, aliased map[*yaml.Node]bool) string {
+	if !credentialKeys[path] || raw.Kind != yaml.ScalarNode {
+		return "" // an alias (*x) names a whole value
+	}
+	key := kn.Value
+	switch {
+	case raw.Anchor != "" && !aliased[raw]:
+		return fmt.Sprintf("a value beginning with & is an anchor's name to YAML, which no alias (*) in the file uses, and the key keeps only what follows it: %s (%s: \"&...\")", quoteHint, key)
+	case raw.Style&^yaml.TaggedStyle == 0 && oneWordComment(raw.LineComment):
+		return fmt.Sprintf("a # after a space or a tab begins a comment to YAML, and a comment of one word right after the value cuts it short there: %s, and one holding a # after a space or a tab too (%s: \"... #...\"); a comment with a space after its # (# like this) is read as one", quoteHint, key)
+	}
+	return ""
+}
+
+// oneWordComment reports whether c, a line comment as yaml.v3 keeps it,
+// is a # and one word right after it (#Xy9): most likely the rest of a
+// value that YAML took for a comment, where "# set by ..." reads as one.
+func oneWordComment(c string) bool {
+	return len(c) > 1 && c[0] == '#' && c[1] != '#' && !strings.ContainsAny(c, " \t")
+}
+
+// aliasTargets is the set of the nodes that the aliases in n name. Aliases
+// are not followed: each node is visited once, where it is written.
+func aliasTargets(n *yaml.Node, targets map[*yaml.Node]bool) map[*yaml.Node]bool {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		targets[n.Alias] = true
+	}
+	for _, c := range n.Content {
+		aliasTargets(c, targets)
+	}
+	return targets
 }
 
 // listItems reads a list key's value from a variable or flag: items
@@ -755,6 +800,7 @@ type schema struct {
 	origin   map[string]string       // key path -> the variable or flag that set it last
 	where    map[string]string       // key path -> where its value came from ("line 4", "JETSINK_X", "--set"), for the keys set
 	problems []error                 // the keys check refused, in the order met
+	aliased  map[*yaml.Node]bool     // the nodes the file's aliases name (aliasTargets), for cutCredential
 }
 
 func newSchema() *schema {
@@ -856,6 +902,12 @@ func (sc *schema) check(node *yaml.Node, prefix string) error {
 				}
 			}
 			continue // dropped: the default stays (aliases still reach an anchored null)
+		}
+		if what := cutCredential(path, kn, raw, sc.aliased); what != "" {
+			if err := refuse(fmt.Errorf("%w: line %d: %s: %s", ErrInvalidConfig, raw.Line, path, what)); err != nil {
+				return err
+			}
+			continue
 		}
 		switch {
 		case isFileOnly:
