@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -101,7 +102,7 @@ func (p Problem) String() string {
 // whose sequence restarted under the table's rows (see Run); with
 // cfg.Destination, a durable whose record names another destination (a
 // warning: see destinationKey); a connection in the clear that carries
-// credentials to a server not on this machine (a warning:
+// credentials to an address that is not loopback (a warning:
 // clearTextProblem). The error is for a failure to check at all (bad config wraps ErrInvalidConfig; an unreachable server is
 // the connect error).
 func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error) {
@@ -259,37 +260,61 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	return problems, nil
 }
 
-// clearTextProblem is the warning of a connection nc that is not TLS to a
-// server not on this machine while cfg sends credentials: nats.go (and
+// clearTextProblem is the warning of a connection nc that is not TLS to an
+// address that is not loopback while cfg sends credentials: nats.go (and
 // the wire client) use TLS with a nats:// URL only when the server's INFO
 // asks for it, so the credentials (a password or token as is, a JWT, an
 // NKey's signature) and the events cross the network in the clear. It is
-// judged from the live connection: its TLS state and the address it
-// reached (a name such as localhost resolved), not from the URL.
+// judged from the live connection: its TLS state, the URL it connected to
+// (whose user info, if any, is what nats.go sent) and the address it
+// reached (a name such as localhost resolved). Not loopback is all it can
+// tell: this machine's own LAN or bridge address warns too, and so does a
+// server behind a sidecar or tunnel that does TLS (a service mesh's mTLS),
+// which makes the warning moot.
 func clearTextProblem(nc *nats.Conn, cfg *Config) (Problem, bool) {
-	creds := sentCredentials(cfg)
+	connected := nc.ConnectedUrl()
+	creds := sentCredentials(cfg, connected)
 	if creds == "" {
 		return Problem{}, false
 	}
 	if _, err := nc.TLSConnectionState(); !errors.Is(err, nats.ErrConnectionNotTLS) {
 		return Problem{}, false // TLS, or no longer connected: nothing to judge
 	}
-	if u, err := url.Parse(nc.ConnectedUrl()); err == nil && u.Scheme == "wss" {
+	if u, err := url.Parse(connected); err == nil && u.Scheme == "wss" {
 		return Problem{}, false // TLS beneath the websocket
 	}
 	host, _, err := net.SplitHostPort(nc.ConnectedAddr())
-	if ip := net.ParseIP(host); err != nil || ip == nil || ip.IsLoopback() {
+	if err != nil || !offLoopback(host) {
 		return Problem{}, false
 	}
 	return Problem{Warning: true,
-		Message: fmt.Sprintf("the connection to NATS at %s (%s) is not TLS: %s and the events cross the network in the clear",
-			connectedURL(nc), host, creds),
-		Fix: "use a tls:// URL in nats.url or set nats.tls.ca_file (either makes TLS mandatory; the server needs a tls block)"}, true
+		Message: fmt.Sprintf("the connection to NATS at %s (%s, an address that is not loopback) is not TLS: %s and the events cross the network in the clear",
+			serverOf(connected), host, creds),
+		Fix: "use a tls:// URL in nats.url or set nats.tls.ca_file (either makes TLS mandatory; the server needs a tls block); " +
+			"a sidecar or tunnel that does TLS on this connection (a service mesh's mTLS) makes this moot"}, true
+}
+
+// offLoopback is notLoopback; tests replace it to judge a server on
+// 127.0.0.1 as one elsewhere.
+var offLoopback = notLoopback
+
+// notLoopback reports whether host, an IP address as net.SplitHostPort
+// gives it (an IPv6 one perhaps with a zone: fe80::1%eth0), is one that
+// is not loopback; false for what is no address (nothing to judge).
+func notLoopback(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	return !ip.WithZone("").Unmap().IsLoopback()
 }
 
 // sentCredentials names the credentials cfg has jetsink send to the
-// server, "" for none.
-func sentCredentials(cfg *Config) string {
+// server nats.go connected to (connected, its URL), "" for none. User
+// info in nats.url counts only in the connected server's URL: nats.go
+// sends each URL's own (and copies it to servers it learnt of, not to
+// other configured ones).
+func sentCredentials(cfg *Config, connected string) string {
 	switch {
 	case cfg.User != "" || cfg.Password != "":
 		return "nats.user and nats.password"
@@ -297,9 +322,8 @@ func sentCredentials(cfg *Config) string {
 		return "the JWT of nats.creds_file and its signature"
 	case cfg.NKeyFile != "":
 		return "the NKey of nats.nkey_file and its signature"
-	case strings.Contains(cfg.URL, "@"):
-		// A NATS URL has no path: an @ ends user info (a user and
-		// password, or a token).
+	}
+	if u, err := url.Parse(connected); err == nil && u.User != nil {
 		return "the user info (a user and password, or a token) in nats.url"
 	}
 	return ""

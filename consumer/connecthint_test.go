@@ -230,46 +230,61 @@ func (ca *testCA) issue(t *testing.T, client bool, ips ...net.IP) tls.Certificat
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-// A connection that is not TLS to a server not on this machine, with
-// credentials configured, is warned of by check and logged by New: a
-// nats:// URL uses TLS only when the server asks, and the password went
-// in the clear with nothing said. Not for TLS, a loopback address, or no
-// credentials.
+// A connection that is not TLS to an address that is not loopback, with
+// credentials sent, is warned of by check and logged by New: a nats://
+// URL uses TLS only when the server asks, and the password went in the
+// clear with nothing said. Not for TLS, a loopback address, no
+// credentials, or user info in another server's URL than the one
+// connected to (nats.go sends each URL's own). The servers listen on
+// 127.0.0.1, which the cases "elsewhere" have judged not loopback
+// (offLoopback replaced), so that no other interface is needed; the
+// loopback cases go through the real judgement.
 func TestClearTextWarned(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ip := nonLoopbackIP(t)
 	ca := newTestCA(t)
 	start := func(users bool, tlsOn bool) int {
-		opts := &server.Options{Host: "0.0.0.0", Port: -1, NoLog: true, NoSigs: true,
+		opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
 			JetStream: true, StoreDir: t.TempDir(), ServerName: "clear"}
 		if users {
 			opts.Users = []*server.User{{Username: "jetsink", Password: "right"}}
 		}
 		if tlsOn {
-			opts.TLSConfig = &tls.Config{Certificates: []tls.Certificate{ca.issue(t, false, ip)}, MinVersion: tls.VersionTLS12}
+			opts.TLSConfig = &tls.Config{Certificates: []tls.Certificate{ca.issue(t, false)}, MinVersion: tls.VersionTLS12}
 			opts.TLS = true
 		}
 		return startServer(t, opts).Addr().(*net.TCPAddr).Port
 	}
 	auth, open, tlsAuth := start(true, false), start(false, false), start(true, true)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().(*net.TCPAddr).Port // nothing listens there
+	_ = l.Close()
 	at := func(host string, port int) string { return fmt.Sprintf("nats://%s:%d", host, port) }
 	password := func(c *Config) { c.User, c.Password = "jetsink", "right" }
-	const warning = "is not TLS: "
+	const warning = ", an address that is not loopback) is not TLS: "
 	for _, tc := range []struct {
-		name string
-		url  string
-		cfg  func(*Config)
-		want string // "" for no warning
+		name      string
+		elsewhere bool // offLoopback judges every address not loopback
+		url       string
+		cfg       func(*Config)
+		want      string // "" for no warning
 	}{
-		{"a password to another host", at(ip.String(), auth), password, "nats.user and nats.password and the events cross the network in the clear"},
-		{"user info in the URL", fmt.Sprintf("nats://jetsink:right@%s:%d", ip, auth), func(*Config) {}, "the user info (a user and password, or a token) in nats.url"},
-		{"a password on loopback", at("127.0.0.1", auth), password, ""},
-		{"a password on localhost", at("localhost", auth), password, ""},
-		{"no credentials", at(ip.String(), open), func(*Config) {}, ""},
-		{"a password over TLS", at(ip.String(), tlsAuth), func(c *Config) { password(c); c.TLS.CAFile = ca.file }, ""},
+		{"a password elsewhere", true, at("127.0.0.1", auth), password, "nats.user and nats.password and the events cross the network in the clear"},
+		{"user info in the URL", true, fmt.Sprintf("nats://jetsink:right@127.0.0.1:%d", auth), func(*Config) {}, "the user info (a user and password, or a token) in nats.url"},
+		{"user info of another server", true, fmt.Sprintf("nats://jetsink:right@127.0.0.1:%d,nats://127.0.0.1:%d", closed, open), func(*Config) {}, ""},
+		{"a password on loopback", false, at("127.0.0.1", auth), password, ""},
+		{"a password on localhost", false, at("localhost", auth), password, ""},
+		{"no credentials", true, at("127.0.0.1", open), func(*Config) {}, ""},
+		{"a password over TLS", true, at("127.0.0.1", tlsAuth), func(c *Config) { password(c); c.TLS.CAFile = ca.file }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.elsewhere {
+				t.Cleanup(func() { offLoopback = notLoopback })
+				offLoopback = func(string) bool { return true }
+			}
 			cfg := DefaultConfig()
 			cfg.URL = tc.url
 			name := uniqueName(t)
@@ -282,7 +297,7 @@ func TestClearTextWarned(t *testing.T) {
 				if tc.want == "" && strings.Contains(out.text, warning) {
 					t.Errorf("%s warns of a connection in the clear:\n%s", out.by, out.text)
 				}
-				if tc.want != "" && (!strings.Contains(out.text, warning+tc.want) || !strings.Contains(out.text, "tls://")) {
+				if tc.want != "" && (!strings.Contains(out.text, warning+tc.want) || !strings.Contains(out.text, "tls://") || !strings.Contains(out.text, "sidecar")) {
 					t.Errorf("%s does not warn %q:\n%s", out.by, tc.want, out.text)
 				}
 				if strings.Contains(out.text, "right") {
@@ -293,38 +308,43 @@ func TestClearTextWarned(t *testing.T) {
 	}
 }
 
-// nonLoopbackIP is an IPv4 address of this machine's that is not a
-// loopback one, which the test fails without.
-func nonLoopbackIP(t *testing.T) net.IP {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
-			return n.IP.To4()
+// An address is judged loopback or not as nats.go reached it: IPv4 and
+// IPv6, an IPv4 one mapped into IPv6, and an IPv6 one with a zone, which
+// net.ParseIP refuses (a link-local server went unwarned).
+func TestNotLoopback(t *testing.T) {
+	for host, want := range map[string]bool{
+		"127.0.0.1": false, "127.3.2.1": false, "::1": false, "::ffff:127.0.0.1": false, "::1%lo": false,
+		"10.0.0.5": true, "192.168.1.20": true, "172.17.0.1": true, "2001:db8::1": true, "::ffff:10.0.0.5": true,
+		"fe80::1%eth0": true, "fe80::1": true,
+		"localhost": false, "": false, // no address: nothing to judge
+	} {
+		if got := notLoopback(host); got != want {
+			t.Errorf("notLoopback(%q) = %v, want %v", host, got, want)
 		}
 	}
-	t.Fatalf("this machine has no IPv4 address but loopback ones (%v): give it a network interface with one", addrs)
-	return nil
 }
 
 // The credentials a connection in the clear would carry are named by the
 // setting that gives them.
 func TestSentCredentials(t *testing.T) {
 	for _, tc := range []struct {
-		cfg  Config
-		want string
+		cfg       Config
+		connected string
+		want      string
 	}{
-		{Config{URL: "nats://h:4222"}, ""},
-		{Config{URL: "nats://h:4222", User: "u", Password: "p"}, "nats.user and nats.password"},
-		{Config{URL: "nats://h:4222", CredsFile: "/c"}, "the JWT of nats.creds_file and its signature"},
-		{Config{URL: "nats://h:4222", NKeyFile: "/n"}, "the NKey of nats.nkey_file and its signature"},
-		{Config{URL: "nats://a:4222,nats://TOKEN@b:4222"}, "the user info (a user and password, or a token) in nats.url"},
+		{Config{URL: "nats://h:4222"}, "nats://h:4222", ""},
+		{Config{URL: "nats://h:4222", User: "u", Password: "p"}, "nats://h:4222", "nats.user and nats.password"},
+		{Config{URL: "nats://h:4222", CredsFile: "/c"}, "nats://h:4222", "the JWT of nats.creds_file and its signature"},
+		{Config{URL: "nats://h:4222", NKeyFile: "/n"}, "nats://h:4222", "the NKey of nats.nkey_file and its signature"},
+		{Config{URL: "nats://a:4222,nats://TOKEN@b:4222"}, "nats://TOKEN@b:4222", "the user info (a user and password, or a token) in nats.url"},
+		// Connected to a, which nats.go sends no user info: b's is not sent.
+		{Config{URL: "nats://a:4222,nats://TOKEN@b:4222"}, "nats://a:4222", ""},
+		// A server learnt from a's INFO gets a's user info from nats.go.
+		{Config{URL: "nats://u:p@a:4222"}, "nats://u:p@10.0.0.7:4222", "the user info (a user and password, or a token) in nats.url"},
+		{Config{URL: "nats://u:p@a:4222"}, "", ""}, // not connected
 	} {
-		if got := sentCredentials(&tc.cfg); got != tc.want {
-			t.Errorf("sentCredentials(%+v) = %q, want %q", tc.cfg, got, tc.want)
+		if got := sentCredentials(&tc.cfg, tc.connected); got != tc.want {
+			t.Errorf("sentCredentials(%+v, %q) = %q, want %q", tc.cfg, tc.connected, got, tc.want)
 		}
 	}
 }
