@@ -88,11 +88,23 @@ type column struct {
 // A Mapper is immutable and safe for concurrent use; the per-goroutine
 // state lives in an Encoder (see NewEncoder).
 type Mapper struct {
-	cols      []column
-	pub       []Column
-	needJSON  bool       // some column reads the JSON payload, so it must be valid JSON
-	jsonbNums bool       // a jsonb column takes JSON from the payload: numbers beyond numeric's range matter
-	nodes     []pathNode // the json: paths as a trie, for the scanner
+	cols        []column
+	pub         []Column
+	needJSON    bool       // some column reads the JSON payload, so it must be valid JSON
+	jsonbNums   bool       // a jsonb column takes JSON from the payload: numbers beyond numeric's range matter
+	payloadCols int        // how many columns store the whole payload
+	nodes       []pathNode // the json: paths as a trie, for the scanner
+}
+
+// tupleCap is room, most likely enough, for the tuple of an event of n
+// payload bytes when the mapping stores the payload, and 0 when it does
+// not (the tuple's size then says little of the payload's). An estimate:
+// headers and metadata may take more, and the tuple grows then.
+func (m *Mapper) tupleCap(n int) int {
+	if m.payloadCols == 0 {
+		return 0
+	}
+	return 2 + len(m.cols)*(4+64) + m.payloadCols*(n+1)
 }
 
 // RawColumns returns the raw-mode mapping used when the config lists no
@@ -170,6 +182,7 @@ func (m *Mapper) compile(i int, c Column, seen map[string]int) error {
 	switch from := c.From; {
 	case from == "payload":
 		cc.src = srcPayload
+		m.payloadCols++
 	case strings.HasPrefix(from, "meta:"):
 		k, ok := metaSources[from[len("meta:"):]]
 		if !ok {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -167,4 +168,51 @@ func TestSlabSecondReleaseWithSiblingsHeldPanics(t *testing.T) {
 		t.Fatalf("the slab's count is %d after the refused second release, want the 2 rows still held", got)
 	}
 	ReleaseRows(rows[1:]) // the held rows, once each: no panic
+}
+
+// TestWorkerEncodesLargeTuplesInPlace: a large event whose payload the
+// mapping stores is encoded straight into its tuple, one allocation of
+// about its size (it was encoded into a scratch tuple grown for it,
+// copied out, and the scratch dropped); one whose tuple ends up small
+// after all is still carved from a slab, and a large tuple of a mapping
+// that does not store the payload is still copied out of the scratch.
+func TestWorkerEncodesLargeTuplesInPlace(t *testing.T) {
+	m := mustCompile(t, Column{Name: "id", From: "json:id", Type: TypeUUID},
+		Column{Name: "body", From: "payload", Type: TypeJSONB}, Column{Name: "a", From: "json:a", Type: TypeText})
+	w := &worker{enc: m.NewEncoder(0)}
+	defer w.retire()
+	event := func(n int) *Event {
+		head := `{"id":"3f0c9a2e-1b7d-4c8e-9f00-0123456789ab","a":"x","p":"`
+		return &Event{Data: []byte(head + strings.Repeat("x", n-len(head)-2) + `"}`)}
+	}
+	check := func(ev *Event, slab bool) Row {
+		t.Helper()
+		row, err := w.encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := m.NewEncoder(0).AppendTuple(nil, ev)
+		if !bytes.Equal(row.Tuple, want) || cap(row.Tuple) != len(row.Tuple) {
+			t.Errorf("%d-byte event: tuple of %d bytes (cap %d) differs from AppendTuple's %d", len(ev.Data), len(row.Tuple), cap(row.Tuple), len(want))
+		}
+		if (row.slab != nil) != slab {
+			t.Errorf("%d-byte event: carved from a slab: %v, want %v", len(ev.Data), row.slab != nil, slab)
+		}
+		return row
+	}
+	big := event(1 << 20)
+	ReleaseRows([]Row{check(big, false)})
+	if n := testing.AllocsPerRun(5, func() { w.encode(big) }); n != 1 {
+		t.Errorf("a 1 MiB event stored whole: %v allocations, want 1 (its tuple)", n)
+	}
+	// tupleCap is over ownSliceAbove, the tuple (payload and a) is not.
+	small := event(ownSliceAbove - 100)
+	if m.tupleCap(len(small.Data)) <= ownSliceAbove {
+		t.Fatalf("tupleCap(%d) = %d: the case needs it over %d", len(small.Data), m.tupleCap(len(small.Data)), ownSliceAbove)
+	}
+	ReleaseRows([]Row{check(small, true)})
+	// No payload column: the tuple's size is not known beforehand.
+	m = mustCompile(t, Column{Name: "p", From: "json:p", Type: TypeText})
+	w.enc = m.NewEncoder(0)
+	ReleaseRows([]Row{check(big, false)})
 }

@@ -119,18 +119,31 @@ func (w *worker) push(ctx context.Context, rows []Row) ([]Row, error) {
 // encode returns ev's row, its tuple in a slice of its own. Rows wait in
 // the sink's batch until commit, so a slab is not written again until the
 // worker has retired it and the sink has released every row carved from
-// it (ReleaseRows).
+// it (ReleaseRows). A tuple over ownSliceAbove gets an allocation of its
+// own; when the mapping stores the payload and so the tuple's size is
+// about known beforehand (tupleCap), the event is encoded straight into
+// it, else it is copied out of the scratch tuple.
 func (w *worker) encode(ev *Event) (Row, error) {
-	if err := w.appendTuple(ev); err != nil {
+	var t []byte
+	var err error
+	own := w.enc.m.tupleCap(len(ev.Data))
+	if own > ownSliceAbove {
+		t, err = w.appendTuple(make([]byte, 0, own), ev)
+	} else {
+		t, err = w.appendTuple(w.scratch[:0], ev)
+		w.scratch = t
+	}
+	if err != nil {
 		w.trimScratch() // a column may have grown it before another failed
 		return Row{}, err
 	}
-	n := len(w.scratch)
+	n := len(t)
 	if n > ownSliceAbove {
-		t := make([]byte, n)
-		copy(t, w.scratch)
-		w.trimScratch()
-		return Row{Event: *ev, Tuple: t}, nil
+		if own <= ownSliceAbove {
+			t = append(make([]byte, 0, n), t...)
+			w.trimScratch()
+		}
+		return Row{Event: *ev, Tuple: t[:n:n]}, nil
 	}
 	if w.slab == nil || cap(w.slab.buf)-len(w.slab.buf) < n {
 		w.retire()
@@ -139,7 +152,7 @@ func (w *worker) encode(ev *Event) (Row, error) {
 	}
 	s := w.slab
 	off := len(s.buf)
-	s.buf = append(s.buf, w.scratch...)
+	s.buf = append(s.buf, t...)
 	w.carved++
 	return Row{Event: *ev, Tuple: s.buf[off : off+n : off+n], slab: s, gen: w.gen}, nil
 }
@@ -151,19 +164,19 @@ func (w *worker) trimScratch() {
 	}
 }
 
-// appendTuple encodes ev into w.scratch. A panic of the encoder's, a bug
-// that this event's bytes reach, is recovered for this event alone (see
-// recovered); redelivered, the event would panic again, and take down the
-// process and everything in flight each time, until max_deliver. The
-// deferred recover costs nothing measurable (BENCHMARKS.md).
-func (w *worker) appendTuple(ev *Event) (err error) {
+// appendTuple encodes ev after dst (w.scratch or a tuple of its own). A
+// panic of the encoder's, a bug that this event's bytes reach, is
+// recovered for this event alone (see recovered); redelivered, the event
+// would panic again, and take down the process and everything in flight
+// each time, until max_deliver. The deferred recover costs nothing
+// measurable (BENCHMARKS.md).
+func (w *worker) appendTuple(dst []byte, ev *Event) (tuple []byte, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = w.recovered(ev, v)
+			tuple, err = nil, w.recovered(ev, v)
 		}
 	}()
-	w.scratch, err = w.enc.AppendTuple(w.scratch[:0], ev)
-	return err
+	return w.enc.AppendTuple(dst, ev)
 }
 
 // recovered deals with v, a panic of the encoder's on ev: it logs it at
