@@ -377,8 +377,10 @@ const (
 	// with an sslmode that does not make sure of the server: disable;
 	// allow and prefer (pgx's default, as libpq's), which connect in
 	// plaintext when TLS is not used and check no certificate when it is,
-	// sslrootcert or not; and require without sslrootcert, whose TLS
-	// checks no certificate. Each host of a list is looked at. Whoever is on the way (a man in
+	// sslrootcert or not; require without sslrootcert, whose TLS
+	// checks no certificate; and verify-ca without sslrootcert, whose TLS
+	// takes any certificate a CA of the system signed, for any name (pgx
+	// checks the chain, never the name). Each host of a list is looked at. Whoever is on the way (a man in
 	// the middle, a spoofed DNS name) can then ask for the password in
 	// cleartext, and read and change the events.
 	ProblemTLSUnverified ProblemKind = "tls_unverified"

@@ -13,18 +13,21 @@ import (
 
 // tlsProblem reports ProblemTLSUnverified for cc, postgres.url as pgx
 // parsed it, when a connection may reach a host that is not this machine
-// in plaintext, or over TLS that checks no certificate. It reads what pgx
-// made of every setting that bears on it (the URL's or a key=value DSN's
-// sslmode, sslrootcert and sslnegotiation, PGSSLMODE and the other PG*
-// variables, a service file), not the text: one target per host and TLS
-// try, in the order pgx tries them (cc, then cc.Fallbacks), its TLSConfig
-// nil for plaintext. sslmode=prefer, the default, makes two a host, TLS
-// that checks nothing and then plaintext; allow the same the other way
-// round (sslrootcert or not: pgx checks no certificate for either);
-// require one, TLS that checks nothing unless sslrootcert is set (then it
-// is verify-ca); disable one, plaintext. Unix sockets (pgx uses
-// no TLS there) and loopback hosts (127.0.0.0/8, ::1, localhost) are
-// left out: nothing stands between jetsink and the server there.
+// in plaintext, or over TLS that does not make sure of the server. It
+// reads what pgx made of every setting that bears on it (the URL's or a
+// key=value DSN's sslmode, sslrootcert and sslnegotiation, PGSSLMODE and
+// the other PG* variables, a service file), not the text: one target per
+// host and TLS try, in the order pgx tries them (cc, then cc.Fallbacks),
+// its TLSConfig nil for plaintext. sslmode=prefer, the default, makes two
+// a host, TLS that checks nothing and then plaintext; allow the same the
+// other way round (sslrootcert or not: pgx checks no certificate for
+// either); require one, TLS that checks nothing unless sslrootcert is set
+// (then it is verify-ca); verify-ca without sslrootcert one, TLS that
+// takes any certificate a CA of the system signed, for any name (libpq
+// would refuse to connect without its root.crt); disable one, plaintext.
+// Unix sockets (pgx uses no TLS there) and loopback hosts (127.0.0.0/8,
+// ::1, localhost) are left out: nothing stands between jetsink and the
+// server there.
 func tlsProblem(cc *pgconn.Config) (Problem, bool) {
 	type host struct {
 		name  string
@@ -45,18 +48,18 @@ func tlsProblem(cc *pgconn.Config) (Problem, bool) {
 		hosts[i].tries = append(hosts[i].tries, f.TLSConfig)
 	}
 	var names []string
-	var plain, plainFirst, unchecked, checked bool
+	var plain, plainFirst, unchecked, anyName bool
 	for _, h := range hosts {
 		risky := false
 		for j, c := range h.tries {
-			switch {
-			case c == nil:
+			switch trustOf(c) {
+			case trustPlain:
 				plain, risky = true, true
 				plainFirst = plainFirst || j == 0 && len(h.tries) > 1
-			case !verifies(c):
+			case trustNothing:
 				unchecked, risky = true, true
-			default:
-				checked = true
+			case trustAnyName:
+				anyName, risky = true, true
 			}
 		}
 		if risky {
@@ -68,7 +71,7 @@ func tlsProblem(cc *pgconn.Config) (Problem, bool) {
 	}
 	var how string
 	switch {
-	case plain && !unchecked && !checked:
+	case plain && !unchecked && !anyName:
 		how = "without TLS (sslmode=disable)"
 	case plain && unchecked && plainFirst:
 		how = "in plaintext first, and over TLS that checks no certificate if the server wants TLS (sslmode=allow)"
@@ -77,6 +80,9 @@ func tlsProblem(cc *pgconn.Config) (Problem, bool) {
 			"pgx's default when none is set)"
 	case plain: // not from pgx's parsing: prefer and allow check no certificate, sslrootcert or not
 		how = "in plaintext when the server declines TLS"
+	case anyName && !unchecked:
+		how = "over TLS that takes any certificate a public CA signed, for any name (sslmode=verify-ca without sslrootcert: " +
+			"pgx checks the chain against the system's CAs and never the host name, where libpq would refuse to connect)"
 	default:
 		how = "over TLS that checks no certificate (sslmode=require without sslrootcert)"
 	}
@@ -90,12 +96,32 @@ func tlsProblem(cc *pgconn.Config) (Problem, bool) {
 			"localhost or its Unix socket's directory"}, true
 }
 
-// verifies reports whether TLS with c makes sure of the server: c checks
-// the certificate's chain (verify-ca: pgx skips Go's check, which would
-// also want the host name, and checks the chain in VerifyPeerCertificate)
-// or the chain and the name (verify-full).
-func verifies(c *tls.Config) bool {
-	return !c.InsecureSkipVerify || c.VerifyPeerCertificate != nil || c.VerifyConnection != nil
+// trust is what a try's TLS makes sure of.
+type trust int
+
+const (
+	trustPlain   trust = iota // no TLS (sslmode=disable, prefer's and allow's plaintext try)
+	trustNothing              // TLS that checks no certificate (prefer, allow, require)
+	trustAnyName              // the chain against the system's CAs, not the name (verify-ca without sslrootcert)
+	trustServer               // the chain against sslrootcert (verify-ca, require with it), or the chain and the name (verify-full)
+)
+
+// trustOf says what TLS with c, as pgx sets it up, makes sure of; c nil
+// is plaintext. For verify-ca pgx skips Go's check, which would also want
+// the host name, and checks the chain in VerifyPeerCertificate against
+// c.RootCAs, sslrootcert's, or the system's when it is nil.
+func trustOf(c *tls.Config) trust {
+	switch {
+	case c == nil:
+		return trustPlain
+	case !c.InsecureSkipVerify || c.VerifyConnection != nil:
+		return trustServer
+	case c.VerifyPeerCertificate == nil:
+		return trustNothing
+	case c.RootCAs == nil:
+		return trustAnyName
+	}
+	return trustServer
 }
 
 // onThisMachine reports whether pgx reaches host (a postgres.url host)

@@ -47,10 +47,11 @@ func caFile(t *testing.T) string {
 // PGSSLMODE, a service file): a host that is not this machine, reached
 // with an sslmode that does not make sure of the server (pgx's default
 // prefer, with sslrootcert too; allow; disable; require without
-// sslrootcert), is warned of, naming the hosts and what the setting
-// does; verify-full, verify-ca and require with sslrootcert (verify-ca
-// in pgx) are not, nor loopback hosts and Unix sockets. Every host of a
-// list is judged.
+// sslrootcert; verify-ca without sslrootcert, which pgx checks against
+// the system's CAs and not the name), is warned of, naming the hosts and
+// what the setting does; verify-full, verify-ca and require with
+// sslrootcert (verify-ca in pgx) are not, nor loopback hosts and Unix
+// sockets. Every host of a list is judged.
 func TestTLSProblem(t *testing.T) {
 	ca := caFile(t)
 	svc := filepath.Join(t.TempDir(), "pg_service.conf")
@@ -78,6 +79,9 @@ func TestTLSProblem(t *testing.T) {
 		{dsn: "postgres://u@db.example.com/x?sslnegotiation=direct", says: "over TLS that checks no certificate"},
 		{dsn: "postgres://u@db.example.com/x?sslmode=verify-full&sslrootcert=" + ca},
 		{dsn: "postgres://u@db.example.com/x?sslmode=verify-ca&sslrootcert=" + ca},
+		{dsn: "postgres://u@db.example.com/x?sslmode=verify-ca", says: "connects to db.example.com:5432 over TLS that takes any certificate a public CA signed, for any name (sslmode=verify-ca without sslrootcert"},
+		{dsn: "postgres://u@db.example.com,db2.example.com:5433/x?sslmode=verify-ca", says: "connects to db.example.com:5432,db2.example.com:5433 over TLS that takes any certificate"},
+		{dsn: "postgres://u@db.example.com/x?sslmode=verify-ca&sslrootcert=system"},
 		{dsn: "postgres://u@db.example.com/x?sslmode=require&sslrootcert=" + ca},
 		{dsn: "postgres://u@db.example.com/x?sslmode=verify-full"},
 		// key=value, PGSSLMODE, a service file
