@@ -504,12 +504,18 @@ func (e *connectError) Error() string {
 	// which say why a server refused: "Hot standby mode is disabled." of
 	// a standby with hot_standby off (57P03 "the database system is not
 	// accepting connections"), say.
-	for _, pe := range fatalErrorsOf(e.err) {
-		extra := pgErrorExtra(pe)
+	// The try is found by its whole text, address and all: two hosts that
+	// refused with the same message may say different details.
+	for _, f := range fatalErrorsOf(e.err) {
+		extra := pgErrorExtra(f.pe)
 		if extra == "" {
 			continue
 		}
-		at := slices.IndexFunc(kept, func(l string) bool { return strings.Contains(l, pe.Error()) })
+		text := f.try
+		if text == "" || strings.Contains(text, "\n") {
+			text = f.pe.Error()
+		}
+		at := slices.IndexFunc(kept, func(l string) bool { return strings.Contains(l, text) })
 		switch {
 		case at < 0:
 			kept[len(kept)-1] += extra
@@ -524,27 +530,37 @@ func (e *connectError) Error() string {
 	return msg
 }
 
+// fatalError is a server error ending the session, with the text of the
+// try that met it: the error errors.Join listed it under (pgx's
+// perDialConnectError, "addr (host): ..."), or "" if none.
+type fatalError struct {
+	pe  *pgconn.PgError
+	try string
+}
+
 // fatalErrorsOf is every server error ending the session (FATAL, PANIC:
-// a connect's refusals) in err's tree, each once.
-func fatalErrorsOf(err error) []*pgconn.PgError {
-	var found []*pgconn.PgError
-	var walk func(error)
-	walk = func(err error) {
+// a connect's refusals) in err's tree, each once, with its try.
+func fatalErrorsOf(err error) []fatalError {
+	var found []fatalError
+	var walk func(err error, try string)
+	walk = func(err error, try string) {
 		switch e := err.(type) {
 		case nil:
 		case *pgconn.PgError:
-			if endsSession(e) && !slices.Contains(found, e) {
-				found = append(found, e)
+			if endsSession(e) && !slices.ContainsFunc(found, func(f fatalError) bool { return f.pe == e }) {
+				found = append(found, fatalError{pe: e, try: try})
 			}
 		case interface{ Unwrap() []error }:
 			for _, c := range e.Unwrap() {
-				walk(c)
+				if c != nil {
+					walk(c, c.Error())
+				}
 			}
 		case interface{ Unwrap() error }:
-			walk(e.Unwrap())
+			walk(e.Unwrap(), try)
 		}
 	}
-	walk(err)
+	walk(err, "")
 	return found
 }
 

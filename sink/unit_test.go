@@ -519,6 +519,19 @@ func TestConnectErrorSaysTheServersDetail(t *testing.T) {
 	if strings.Count(got, "Hot standby mode is disabled.") != 1 {
 		t.Errorf("Error() = %q, want the detail once", got)
 	}
+	// Two hosts that refused with the same message, each with its own
+	// detail: each line says its own.
+	other := *standby
+	other.Detail = "another detail"
+	got = (&connectError{where: "a,b/x", err: errors.Join(head, try("a", standby), try("b", &other))}).Error()
+	for _, want := range []string{
+		"a (a): server error: FATAL: the database system is not accepting connections (SQLSTATE 57P03) (DETAIL: Hot standby mode is disabled.)",
+		"b (b): server error: FATAL: the database system is not accepting connections (SQLSTATE 57P03) (DETAIL: another detail)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Error() = %q, want %q", got, want)
+		}
+	}
 	// An ERROR (not a connect's refusal) is as pgx says it.
 	plain := &pgconn.PgError{Severity: "ERROR", Code: "42501", Message: "no", Detail: "a row's value"}
 	if got := (&connectError{where: "a/x", err: try("a", plain)}).Error(); strings.Contains(got, "DETAIL") {
