@@ -122,33 +122,55 @@ func healthURL(listen string, set bool) (string, error) {
 }
 
 // redactProbeError is err, an error of parsing or requesting probe, with
-// probe's user info (a token, a user name, a password) shown as xxxxx: Go
-// prints the URL whole when it does not parse, and with its user name
-// (only a password hidden) when the request fails, so that a token given
-// as http://TOKEN@host/readyz would reach the container's health log.
-// Errors that are not a *url.Error are returned as they are.
+// probe's user info (a token, a user name, a password) and its query and
+// fragment (?token=...) shown as xxxxx: Go prints the URL whole when it
+// does not parse, and with its user name and query (only a password
+// hidden) when the request fails, so that a token given as
+// http://TOKEN@host/readyz or http://host/readyz?token=TOKEN would reach
+// the container's health log. Why the URL does not parse is not said
+// either: Go quotes the part at fault (invalid URL escape "%zz", invalid
+// port ":..."), which may be in the user info. Errors that are not a
+// *url.Error are returned as they are.
 func redactProbeError(probe string, err error) error {
 	var ue *url.Error
 	if !errors.As(err, &ue) {
 		return err
 	}
+	if ue.Op == "parse" {
+		return quietError{fmt.Sprintf("parse %q: not a URL: check its %%-escapes, host and port", redactURL(probe)), err}
+	}
 	return fmt.Errorf("%s %q: %w", ue.Op, redactURL(probe), ue.Err)
 }
 
+// quietError says msg and unwraps to err, which it does not print: err
+// quotes what msg must not show.
+type quietError struct {
+	msg string
+	err error
+}
+
+func (e quietError) Error() string { return e.msg }
+func (e quietError) Unwrap() error { return e.err }
+
 // redactURL is raw with everything before the last @ of its user info and
-// host replaced by xxxxx, whether or not raw parses (telemetry's
-// redactEndpoint does the same for the OTLP endpoint): the user info may
-// be a token, and a URL that does not parse may not say where it ends.
-// An @ further on (in the path) redacts the host too, which is the safe
-// side.
+// host replaced by xxxxx, and its query and fragment, after the first ? or
+// # that follows, replaced by xxxxx, whether or not raw parses
+// (telemetry's redactEndpoint does the same for the OTLP endpoint's user
+// info): the user info may be a token, a query may carry one
+// (?token=...), and a URL that does not parse may not say where its parts
+// end. An @ further on (in the path or the query) redacts the host too,
+// which is the safe side; a query's keys go with its values, as a key may
+// be the token itself (?TOKEN).
 func redactURL(raw string) string {
 	prefix, rest := "", raw
-	if i := strings.Index(raw, "://"); i >= 0 {
+	if i := strings.Index(raw, "://"); i >= 0 && !strings.ContainsAny(raw[:i], "/?#@") {
 		prefix, rest = raw[:i+len("://")], raw[i+len("://"):]
 	}
-	i := strings.LastIndex(rest, "@")
-	if i < 0 {
-		return raw
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		prefix, rest = prefix+"xxxxx", rest[i:]
 	}
-	return prefix + "xxxxx" + rest[i:]
+	if i := strings.IndexAny(rest, "?#"); i >= 0 && i+1 < len(rest) {
+		rest = rest[:i+1] + "xxxxx"
+	}
+	return prefix + rest
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -136,20 +138,24 @@ func TestHealthcheckErrorsHideUserInfo(t *testing.T) {
 	}))
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
-	for _, probe := range []string{
-		"http://s3cretTOKEN@" + host + "/readyz",
-		"http://s3cretUSER:s3cretPW@" + host + "/readyz",
-		"http://u:s3cret pw@" + host + "/readyz", // does not parse
-		"ftp://s3cretTOKEN@" + host + "/readyz",  // a scheme the probe cannot use
+	for _, c := range []struct{ probe, want string }{
+		{"http://s3cretTOKEN@" + host + "/readyz", "xxxxx@" + host},
+		{"http://s3cretUSER:s3cretPW@" + host + "/readyz", "xxxxx@" + host},
+		{"http://u:s3cret pw@" + host + "/readyz", "xxxxx@" + host},              // does not parse
+		{"http://u:%zzs3cret@" + host + "/readyz", "xxxxx@" + host},              // does not parse: Go quotes %zz
+		{"ftp://s3cretTOKEN@" + host + "/readyz", "xxxxx@" + host},               // a scheme the probe cannot use
+		{"http://" + host + "/readyz?token=s3cretTOKEN", host + "/readyz?xxxxx"}, // Go keeps the query
+		{"http://" + host + "/readyz?s3cretTOKEN", host + "/readyz?xxxxx"},
+		{"http://" + host + "/readyz?token=%zzs3cret", host + "/readyz?xxxxx"}, // parses: the query is not unescaped
 	} {
-		r := startJetsink(t, ctx, "healthcheck", "--url", probe)
+		r := startJetsink(t, ctx, "healthcheck", "--url", c.probe)
 		code := r.wait(t, ctx)
 		msg := r.out.String()
 		if r.err != nil {
 			msg += r.err.Error()
 		}
-		if code != exitFailed || strings.Contains(msg, "s3cret") || !strings.Contains(msg, "xxxxx@"+host) {
-			t.Errorf("healthcheck --url %s: exit %d, want %d, with the user info as xxxxx and no s3cret in %q", probe, code, exitFailed, msg)
+		if code != exitFailed || strings.Contains(msg, "s3cret") || strings.Contains(msg, "%zz") || !strings.Contains(msg, c.want) {
+			t.Errorf("healthcheck --url %s: exit %d, want %d, with %q and no s3cret or %%zz in %q", c.probe, code, exitFailed, c.want, msg)
 		}
 	}
 }
@@ -160,9 +166,23 @@ func TestRedactURL(t *testing.T) {
 		{"http://tok@h:1/readyz", "http://xxxxx@h:1/readyz"},
 		{"http://u:p@ss@h/readyz", "http://xxxxx@h/readyz"},
 		{"tok@h:1/readyz", "xxxxx@h:1/readyz"},
+		{"http://h:1/readyz?token=tok", "http://h:1/readyz?xxxxx"},
+		{"http://h:1/readyz?tok", "http://h:1/readyz?xxxxx"},
+		{"http://h:1/readyz#tok", "http://h:1/readyz#xxxxx"},
+		{"http://h:1/readyz?", "http://h:1/readyz?"},
+		{"http://to?k@h:1/readyz?a=tok", "http://xxxxx@h:1/readyz?xxxxx"},
+		{"http://h:1/readyz?a=tok@x", "http://xxxxx@x"},
+		{"h:1/readyz?next=http://tok", "h:1/readyz?xxxxx"}, // a :// in the query is no scheme's
 	} {
 		if got := redactURL(c.raw); got != c.want {
 			t.Errorf("redactURL(%q) = %q, want %q", c.raw, got, c.want)
 		}
+	}
+	// Why a URL does not parse is not said: Go quotes the bytes at fault.
+	_, perr := url.Parse("http://u:%zz@h/readyz")
+	err := redactProbeError("http://u:%zz@h/readyz", perr)
+	var ue *url.Error
+	if err == nil || strings.Contains(err.Error(), "%zz") || !strings.Contains(err.Error(), `parse "http://xxxxx@h/readyz": not a URL`) || !errors.As(err, &ue) {
+		t.Errorf("redactProbeError(parse error) = %v; want the URL redacted, without %%zz, unwrapping to the *url.Error", err)
 	}
 }
