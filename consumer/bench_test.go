@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsink/jetsink/consumer/wire"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/ringq"
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -249,6 +250,7 @@ func BenchmarkPush(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := &Consumer{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	c.schedulesReserved.Store(true) // a server of 2.12 or later: schedules looked for
 	msg := &fakeMsg{
 		meta:   jetstream.MsgMetadata{Stream: "EVENTS", NumDelivered: 1, Timestamp: time.Now()},
 		reply:  benchReply,
@@ -284,6 +286,7 @@ func BenchmarkPush(b *testing.B) {
 func TestPushDoesNotAllocate(t *testing.T) {
 	ctx := context.Background()
 	c := &Consumer{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	c.schedulesReserved.Store(true) // a server of 2.12 or later: schedules looked for
 	msg := &fakeMsg{reply: benchReply, header: nats.Header{HeaderMsgID: []string{"m1"}}}
 	out := ringq.NewDispatch(1, 1024, key)
 	defer out.Close()
@@ -365,5 +368,109 @@ func BenchmarkAckPolicy(b *testing.B) {
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 			b.ReportMetric(float64(used.Nanoseconds())/float64(b.N), "cpu-ns/msg")
 		})
+	}
+}
+
+// BenchmarkPushWire is BenchmarkPush for a message of the wire client
+// with headers (a Nats-Msg-Id among a traceparent and a content type, as
+// a publisher sends them): push reads its header block for the message ID
+// and looks for a schedule (Nats-Schedule), which it does not carry.
+func BenchmarkPushWire(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	msg := wireMsgWithHeaders(b, ctx)
+	c := &Consumer{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	c.schedulesReserved.Store(true) // a server of 2.12 or later: schedules looked for
+	out := ringq.NewDispatch(1, 8192, key)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]pipeline.Event, 64)
+		for {
+			if _, err := out.Ring(0).PopN(ctx, buf); err != nil {
+				return
+			}
+		}
+	}()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.push(ctx, out, msg, &session{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	out.Close()
+	<-done
+	if got := c.Stats().Received; got != uint64(b.N) {
+		b.Fatalf("Received = %d, want %d (a schedule taken?)", got, b.N)
+	}
+}
+
+// BenchmarkIsScheduleWire measures push's look for a schedule in a wire
+// message with headers and no Nats-Schedule (BenchmarkPushWire's): isSchedule,
+// which parses the header block only when the name occurs in it, against
+// the obvious alternative, a parse of the block (HeaderGet) every time.
+func BenchmarkIsScheduleWire(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	msg := wireMsgWithHeaders(b, ctx)
+	b.Run("isSchedule", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if isSchedule(msg, nil) {
+				b.Fatal("a schedule")
+			}
+		}
+	})
+	b.Run("HeaderGet", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if msg.HeaderBlock() != "" && msg.HeaderGet(headerSchedule) != "" {
+				b.Fatal("a schedule")
+			}
+		}
+	})
+}
+
+// wireMsgWithHeaders is a message the wire client was delivered, with a
+// Nats-Msg-Id among a traceparent and a content type.
+func wireMsgWithHeaders(b *testing.B, ctx context.Context) *wire.Msg {
+	b.Helper()
+	srv := testenv.NATS(b)
+	cfg := testConfig(b, srv)
+	js := jsFor(b, srv)
+	makeStream(b, ctx, js, cfg)
+	m := &nats.Msg{Subject: subjectOf(cfg, 0, 1), Data: []byte(`{"id":1}`), Header: nats.Header{}}
+	m.Header.Set("Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	m.Header.Set("Content-Type", "application/json")
+	m.Header.Set(HeaderMsgID, "6f1c2a9e-8d3b-4c57-9a0e-1b2c3d4e5f60")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		b.Fatal(err)
+	}
+	wc, err := wire.Dial(ctx, wire.Options{URL: srv.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = wc.Close() })
+	got := make(chan *wire.Msg, 1)
+	sub, err := wc.Consume(wire.PullOptions{Stream: cfg.Stream, Consumer: cfg.Consumer, MaxMessages: 1},
+		func(m *wire.Msg) {
+			select {
+			case got <- m:
+			default:
+			}
+		}, func(error) {})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(sub.Stop)
+	select {
+	case msg := <-got:
+		return msg
+	case <-ctx.Done():
+		b.Fatal("no message delivered")
+		return nil
 	}
 }

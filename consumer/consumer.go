@@ -160,6 +160,10 @@ type Consumer struct {
 	// that lasts clears, only a pull shown to get through clears it: a
 	// message (push), or heartbeats that keep coming (provePulls).
 	pullsRefused atomic.Pointer[pullRefusal]
+	// schedulesReserved: the server nats.go is connected to reserves the
+	// Nats-Schedule header (2.12 or later: noteServerVersion), so push
+	// takes a message with one for a schedule, not an event.
+	schedulesReserved atomic.Bool
 
 	// recheckRefused is refusedRecheck as New found it.
 	recheckRefused time.Duration
@@ -313,7 +317,8 @@ type Stats struct {
 	// that were acked and not handed on: they are no events.
 	Markers uint64
 	// Schedules counts the message schedules (a Nats-Schedule header, on a
-	// stream with allow_msg_schedules) that were acked and not handed on:
+	// stream with allow_msg_schedules, from a server of 2.12 or later:
+	// before, the header means nothing) that were acked and not handed on:
 	// each is a publisher's order to the server, which stores the event
 	// on the schedule's target subject when it fires (handed on as any
 	// event).
@@ -365,6 +370,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 		return nil, cfg.ConnectError(err)
 	}
 	c.nc = nc
+	c.noteServerVersion(nc)
 	if p, ok := clearTextProblem(nc, &c.cfg); ok {
 		log.Warn(p.Message, "fix", p.Fix)
 	}
@@ -444,6 +450,7 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 			// told (see confirm).
 			c.acks.reconnectsSeen.Store(nc.Stats().Reconnects)
 			c.acks.reconnects.Add(1)
+			c.noteServerVersion(nc) // perhaps another server's
 			// A wire pull client given up (wireConn) gets another chance:
 			// what kept it away (a server in lame duck mode that closed
 			// its listener first, a certificate) may be gone with the

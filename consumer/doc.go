@@ -23,8 +23,9 @@
 // up to nats.pull_max_messages (and optionally nats.pull_max_bytes per
 // pull) requested, a new pull sent when half are taken, idle heartbeats
 // from the server. Each message (but the subject delete markers JetStream
-// stores itself and the message schedules (a Nats-Schedule header) whose
-// fired copies are the events, which are acked and counted (Stats.Markers,
+// stores itself and the message schedules (a non-empty Nats-Schedule
+// header, while nats.go's server is 2.12 or later: before, the header
+// means nothing and the message is an event) whose fired copies are the events, which are acked and counted (Stats.Markers,
 // Stats.Schedules), and one delivered without its body by a
 // consumer someone made headers-only, which is nak'ed while the
 // configuration is applied again) becomes a pipeline.Event (one reply-subject

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -592,6 +593,7 @@ func (c *Consumer) subscribe(hard context.Context, out Output) (*session, error)
 	s := &session{errs: make(chan error, 16), pushErr: make(chan error, 1),
 		ask: make(chan struct{}), verdict: make(chan error, 1), quit: make(chan struct{}),
 		headersOnly: make(chan struct{}, 1), epoch: c.epochs.Current(), wire: c.pullsWithWire()}
+	c.noteServerVersion(c.nc)
 	handle := func(msg delivery) {
 		if s.failed {
 			c.nak(msg, s.epoch)
@@ -974,7 +976,7 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 	if c.pullsRefused.Load() != nil {
 		c.pullsRefused.Store(nil) // a pull got through
 	}
-	if isSchedule(msg, h) {
+	if c.schedulesReserved.Load() && isSchedule(msg, h) {
 		// A schedule (allow_msg_schedules): the server stores it as sent
 		// on its own subject and, when it fires, a copy without
 		// Nats-Schedule on the target subject, which is the event. Acked,
@@ -1085,17 +1087,20 @@ const headerRollup = "Nats-Rollup"
 const headerSchedule = "Nats-Schedule"
 
 // isSchedule reports whether msg is a message schedule: a non-empty
-// Nats-Schedule header. The server refuses one on a stream without
+// Nats-Schedule header. Push asks only while the server reserves the
+// header (schedulesReserved). The server refuses one on a stream without
 // allow_msg_schedules, stores an empty one as an ordinary message, and
 // removes it (and every Nats-Schedule-* header but the Nats-Schedule-Next
 // it adds) from the copy it stores on the target subject when the schedule
 // fires. Only a message with headers is looked at: no map lookup or scan
 // for one without (h is nil for nats.go's, the header block empty for
-// wire's).
+// wire's), and a wire message's header block is parsed again (after the
+// Nats-Msg-Id) only when the name occurs in it.
 func isSchedule(msg delivery, h map[string][]string) bool {
 	switch m := msg.(type) {
 	case *wire.Msg:
-		return m.HeaderBlock() != "" && m.HeaderGet(headerSchedule) != ""
+		b := m.HeaderBlock()
+		return b != "" && strings.Contains(b, headerSchedule) && m.HeaderGet(headerSchedule) != ""
 	case pipeline.RawHeader:
 		return m.HeaderGet(headerSchedule) != ""
 	}
@@ -1104,6 +1109,42 @@ func isSchedule(msg delivery, h map[string][]string) bool {
 	}
 	v := h[headerSchedule]
 	return len(v) > 0 && v[0] != ""
+}
+
+// noteServerVersion records whether the server nc is connected to reserves
+// Nats-Schedule (schedulesReserved): nats-server 2.12 or later. Before
+// 2.12 the header means nothing and a message carrying it is an event
+// like any other, which push must not ack and drop. Taken at New, at each
+// session's start and at each reconnect of nc (kept while nc is not
+// connected); the wire client's connection is taken to reach a server of
+// the same version.
+func (c *Consumer) noteServerVersion(nc *nats.Conn) {
+	if v := serverVersion(nc); v != "" { // "" while not connected: as last known
+		c.schedulesReserved.Store(versionAtLeast(v, 2, 12))
+	}
+}
+
+// serverVersion is nc's server's version as its INFO gave it; tests
+// replace it to play an older server.
+var serverVersion = (*nats.Conn).ConnectedServerVersion
+
+// versionAtLeast reports whether version ("2.12.0", "v2.14.1-RC.2") is
+// major.minor or later; false when it does not parse (no version known:
+// nothing is taken for a schedule).
+func versionAtLeast(version string, major, minor int) bool {
+	version = strings.TrimPrefix(version, "v")
+	ma, rest, ok := strings.Cut(version, ".")
+	if !ok {
+		return false
+	}
+	mi, _, _ := strings.Cut(rest, ".")
+	mi, _, _ = strings.Cut(mi, "-")
+	x, err1 := strconv.Atoi(ma)
+	y, err2 := strconv.Atoi(mi)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return x > major || x == major && y >= minor
 }
 
 // headerOf returns msg's header key; h is its headers when push has them

@@ -1528,57 +1528,92 @@ func TestRunSkipsSubjectDeleteMarkers(t *testing.T) {
 // A message schedule (Nats-Schedule, on a stream with allow_msg_schedules)
 // is no event: acked, counted, not handed on; the copy the server stores
 // on the target subject when it fires is the event. Before, both were
-// handed on, the schedule before its time. Both pull clients.
+// handed on, the schedule before its time. Both pull clients. With a
+// server before 2.12 (played: serverVersion replaced), where the header
+// means nothing, a message with it is an event, handed on: it was acked
+// and dropped.
 func TestRunSkipsMessageSchedules(t *testing.T) {
 	for _, client := range []string{PullClientWire, PullClientNATSGo} {
-		t.Run(client, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			srv := testenv.NATS(t)
-			cfg := testConfig(t, srv)
-			cfg.PullClient = client
-			js := jsFor(t, srv)
-			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects,
-				AllowMsgSchedules: true}); err != nil {
-				t.Fatal(err)
-			}
-			c := newConsumer(t, ctx, cfg)
-			r := startRun(t, ctx, c, 1, 64, 1000)
-			target := subjectOf(cfg, 1, 2)
-			// An empty Nats-Schedule is no schedule: the server stores it
-			// as any message, on any stream.
-			e := &nats.Msg{Subject: subjectOf(cfg, 0, 2), Data: []byte("1"), Header: nats.Header{"Nats-Schedule": {""}}}
-			if _, err := js.PublishMsg(ctx, e); err != nil {
-				t.Fatal(err)
-			}
-			if g := r.next(t, ctx); g.ev.StreamSeq != 1 || bodyIndex(t, &g.ev) != 1 {
-				t.Fatalf("first event handed on: %s:%d; want the one with an empty Nats-Schedule (1)", g.ev.Subject, g.ev.StreamSeq)
-			} else if err := g.ev.Msg.Ack(); err != nil {
-				t.Fatal(err)
-			}
-			m := &nats.Msg{Subject: subjectOf(cfg, 0, 2), Data: []byte("7"), Header: nats.Header{}}
-			m.Header.Set("Nats-Schedule", "@at "+time.Now().Add(2*time.Second).UTC().Format(time.RFC3339))
-			m.Header.Set("Nats-Schedule-Target", target)
-			if _, err := js.PublishMsg(ctx, m); err != nil {
-				t.Fatal(err)
-			}
-			g := r.next(t, ctx)
-			if g.ev.Subject != target || g.ev.StreamSeq != 3 || bodyIndex(t, &g.ev) != 7 {
-				t.Fatalf("event after the schedule: %s:%d; want the fired copy on %s:3", g.ev.Subject, g.ev.StreamSeq, target)
-			}
-			if err := g.ev.Msg.Ack(); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, ctx, "the events counted", func() bool { return c.Stats().Received == 2 })
-			if st := c.Stats(); st.Schedules != 1 || st.Received != 2 || st.Markers != 0 {
-				t.Fatalf("stats %+v; want 1 schedule, 2 events received", st)
-			}
-			waitFor(t, ctx, "every message acked", func() bool {
-				cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-				return err == nil && cons.CachedInfo().AckFloor.Stream == 3
+		for _, version := range []string{"", "2.11.9"} {
+			t.Run(client+"/"+cmp.Or(version, "this server"), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				if version != "" {
+					t.Cleanup(func() { serverVersion = (*nats.Conn).ConnectedServerVersion })
+					serverVersion = func(*nats.Conn) string { return version }
+				}
+				srv := testenv.NATS(t)
+				cfg := testConfig(t, srv)
+				cfg.PullClient = client
+				js := jsFor(t, srv)
+				if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects,
+					AllowMsgSchedules: true}); err != nil {
+					t.Fatal(err)
+				}
+				c := newConsumer(t, ctx, cfg)
+				r := startRun(t, ctx, c, 1, 64, 1000)
+				target := subjectOf(cfg, 1, 2)
+				// An empty Nats-Schedule is no schedule: the server stores it
+				// as any message, on any stream.
+				e := &nats.Msg{Subject: subjectOf(cfg, 0, 2), Data: []byte("1"), Header: nats.Header{"Nats-Schedule": {""}}}
+				if _, err := js.PublishMsg(ctx, e); err != nil {
+					t.Fatal(err)
+				}
+				if g := r.next(t, ctx); g.ev.StreamSeq != 1 || bodyIndex(t, &g.ev) != 1 {
+					t.Fatalf("first event handed on: %s:%d; want the one with an empty Nats-Schedule (1)", g.ev.Subject, g.ev.StreamSeq)
+				} else if err := g.ev.Msg.Ack(); err != nil {
+					t.Fatal(err)
+				}
+				m := &nats.Msg{Subject: subjectOf(cfg, 0, 2), Data: []byte("7"), Header: nats.Header{}}
+				m.Header.Set("Nats-Schedule", "@at "+time.Now().Add(2*time.Second).UTC().Format(time.RFC3339))
+				m.Header.Set("Nats-Schedule-Target", target)
+				if _, err := js.PublishMsg(ctx, m); err != nil {
+					t.Fatal(err)
+				}
+				schedules, received := uint64(1), uint64(2)
+				if version != "" {
+					// Before 2.12: the message with the header is an event.
+					g := r.next(t, ctx)
+					if g.ev.Subject != m.Subject || g.ev.StreamSeq != 2 || bodyIndex(t, &g.ev) != 7 {
+						t.Fatalf("event after the first: %s:%d; want the one with Nats-Schedule (server %s), %s:2", g.ev.Subject, g.ev.StreamSeq, version, m.Subject)
+					}
+					if err := g.ev.Msg.Ack(); err != nil {
+						t.Fatal(err)
+					}
+					schedules, received = 0, 3
+				}
+				g := r.next(t, ctx)
+				if g.ev.Subject != target || g.ev.StreamSeq != 3 || bodyIndex(t, &g.ev) != 7 {
+					t.Fatalf("event after the schedule: %s:%d; want the fired copy on %s:3", g.ev.Subject, g.ev.StreamSeq, target)
+				}
+				if err := g.ev.Msg.Ack(); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, ctx, "the events counted", func() bool { return c.Stats().Received == received })
+				if st := c.Stats(); st.Schedules != schedules || st.Received != received || st.Markers != 0 {
+					t.Fatalf("stats %+v; want %d schedules, %d events received", st, schedules, received)
+				}
+				waitFor(t, ctx, "every message acked", func() bool {
+					cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+					return err == nil && cons.CachedInfo().AckFloor.Stream == 3
+				})
+				r.stopClean(t, ctx)
 			})
-			r.stopClean(t, ctx)
-		})
+		}
+	}
+}
+
+// A server's version is 2.12 or later, or not, as its INFO spells it; one
+// that does not parse is not (nothing is taken for a schedule then).
+func TestVersionAtLeast(t *testing.T) {
+	for v, want := range map[string]bool{
+		"2.12.0": true, "2.12.0-RC.1": true, "v2.14.3": true, "2.15.2": true, "3.0.0": true, "2.100.0": true,
+		"2.11.9": false, "2.11.10-beta": false, "2.9.25": false, "1.99.0": false,
+		"": false, "2": false, "x.12.0": false, "2.x": false,
+	} {
+		if got := versionAtLeast(v, 2, 12); got != want {
+			t.Errorf("versionAtLeast(%q, 2, 12) = %v, want %v", v, got, want)
+		}
 	}
 }
 
