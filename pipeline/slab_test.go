@@ -202,7 +202,9 @@ func TestWorkerEncodesLargeTuplesInPlace(t *testing.T) {
 	}
 	big := event(1 << 20)
 	ReleaseRows([]Row{check(big, false)})
-	if n := testing.AllocsPerRun(5, func() { w.encode(big) }); n != 1 {
+	// Counted without the race detector (poisonSlabs is its build), whose
+	// runtime allocates now and then on its own.
+	if n := testing.AllocsPerRun(5, func() { w.encode(big) }); n != 1 && !poisonSlabs {
 		t.Errorf("a 1 MiB event stored whole: %v allocations, want 1 (its tuple)", n)
 	}
 	// tupleCap is over ownSliceAbove, the tuple (payload and a) is not.
