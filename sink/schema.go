@@ -373,7 +373,8 @@ const (
 	// (SQLSTATE 25006) until that connection is replaced.
 	ProblemHostList ProblemKind = "host_list"
 	// ProblemTLSUnverified is a warning: postgres.url reaches a host that
-	// is not this machine (a Unix socket, 127.0.0.0/8, ::1, localhost)
+	// is not this machine (a Unix socket, 127.0.0.0/8, ::1, localhost,
+	// 0.0.0.0, ::)
 	// with an sslmode that does not make sure of the server: disable;
 	// allow and prefer (pgx's default, as libpq's), which connect in
 	// plaintext when TLS is not used and check no certificate when it is,
@@ -475,7 +476,7 @@ func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
 // any Check, says them beside that error.
 func (s *Sink) URLProblems() []Problem {
 	var probs []Problem
-	if hosts := hostsOf(s.connCfg); s.hostList {
+	if hosts := hostsOf(&s.connCfg.Config); s.hostList {
 		probs = append(probs, Problem{Kind: ProblemHostList, Warning: true,
 			Message: fmt.Sprintf("postgres.url names %d hosts (%s) without target_session_attrs: a connection takes the first one that "+
 				"answers, a standby too (after a failover, the old primary rejoined as one), where every batch fails with SQLSTATE 25006",

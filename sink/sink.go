@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -363,7 +364,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	cc.OnPgError = func(pc *pgconn.PgConn, e *pgconn.PgError) bool {
 		return !endsSession(e) && (pgxOnError == nil || pgxOnError(pc, e))
 	}
-	hosts := hostsOf(cc)
+	hosts := hostsOf(&cc.Config)
 	if d := cfg.DeadConnectionTimeout; d > 0 && cc.ConnectTimeout == 0 {
 		// A host that is gone answers no connect either: without a
 		// connect_timeout in the URL, pgx tries each host (and address)
@@ -441,17 +442,40 @@ func ExactlyOnceKeyProblem(cols []pipeline.Column) string {
 	}
 }
 
-// hostsOf lists the host:port pairs cc connects to, in the order tried
-// (the first, then its fallbacks), once each (sslmode=prefer makes two
-// fallbacks of each host, one with TLS and one without).
-func hostsOf(cc *pgx.ConnConfig) []string {
-	hosts := []string{net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))}
-	for _, f := range cc.Fallbacks {
-		if h := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))); !slices.Contains(hosts, h) {
-			hosts = append(hosts, h)
+// hostTried is a host:port of postgres.url and pgx's tries of it.
+type hostTried struct {
+	host string
+	port uint16
+	name string        // host:port
+	tls  []*tls.Config // one a try, in pgx's order; nil: plaintext
+}
+
+// hostsTried lists the hosts cc connects to, in the order tried (the
+// first, then its fallbacks), once each with all its tries (sslmode=prefer
+// makes two fallbacks of each host, one with TLS and one without).
+func hostsTried(cc *pgconn.Config) []*hostTried {
+	var hosts []*hostTried
+	targets := append([]*pgconn.FallbackConfig{{Host: cc.Host, Port: cc.Port, TLSConfig: cc.TLSConfig}}, cc.Fallbacks...)
+	for _, f := range targets {
+		name := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port)))
+		i := slices.IndexFunc(hosts, func(h *hostTried) bool { return h.name == name })
+		if i < 0 {
+			hosts = append(hosts, &hostTried{host: f.Host, port: f.Port, name: name})
+			i = len(hosts) - 1
 		}
+		hosts[i].tls = append(hosts[i].tls, f.TLSConfig)
 	}
 	return hosts
+}
+
+// hostsOf lists the host:port pairs cc connects to, in the order tried,
+// once each (hostsTried).
+func hostsOf(cc *pgconn.Config) []string {
+	var names []string
+	for _, h := range hostsTried(cc) {
+		names = append(names, h.name)
+	}
+	return names
 }
 
 // connect opens one connection. The error names host, port and database.

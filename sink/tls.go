@@ -4,8 +4,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,46 +14,31 @@ import (
 // in plaintext, or over TLS that does not make sure of the server. It
 // reads what pgx made of every setting that bears on it (the URL's or a
 // key=value DSN's sslmode, sslrootcert and sslnegotiation, PGSSLMODE and
-// the other PG* variables, a service file), not the text: one target per
-// host and TLS try, in the order pgx tries them (cc, then cc.Fallbacks),
-// its TLSConfig nil for plaintext. sslmode=prefer, the default, makes two
+// the other PG* variables, a service file), not the text: each host's
+// tries, in the order pgx makes them (hostsTried), a try's TLSConfig nil
+// for plaintext. sslmode=prefer, the default, makes two
 // a host, TLS that checks nothing and then plaintext; allow the same the
 // other way round (sslrootcert or not: pgx checks no certificate for
 // either); require one, TLS that checks nothing unless sslrootcert is set
 // (then it is verify-ca); verify-ca without sslrootcert one, TLS that
 // takes any certificate a CA of the system signed, for any name (libpq
 // would refuse to connect without its root.crt); disable one, plaintext.
-// Unix sockets (pgx uses no TLS there) and loopback hosts (127.0.0.0/8,
-// ::1, localhost) are left out: nothing stands between jetsink and the
+// Unix sockets (pgx uses no TLS there) and hosts on this machine
+// (onThisMachine) are left out: nothing stands between jetsink and the
 // server there.
 func tlsProblem(cc *pgconn.Config) (Problem, bool) {
-	type host struct {
-		name  string
-		tries []*tls.Config // in pgx's order; nil: plaintext
-	}
-	var hosts []*host
-	targets := append([]*pgconn.FallbackConfig{{Host: cc.Host, Port: cc.Port, TLSConfig: cc.TLSConfig}}, cc.Fallbacks...)
-	for _, f := range targets {
-		if onThisMachine(f.Host, f.Port) {
-			continue
-		}
-		name := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port)))
-		i := slices.IndexFunc(hosts, func(h *host) bool { return h.name == name })
-		if i < 0 {
-			hosts = append(hosts, &host{name: name})
-			i = len(hosts) - 1
-		}
-		hosts[i].tries = append(hosts[i].tries, f.TLSConfig)
-	}
 	var names []string
 	var plain, plainFirst, unchecked, anyName bool
-	for _, h := range hosts {
+	for _, h := range hostsTried(cc) {
+		if onThisMachine(h.host, h.port) {
+			continue
+		}
 		risky := false
-		for j, c := range h.tries {
+		for j, c := range h.tls {
 			switch trustOf(c) {
 			case trustPlain:
 				plain, risky = true, true
-				plainFirst = plainFirst || j == 0 && len(h.tries) > 1
+				plainFirst = plainFirst || j == 0 && len(h.tls) > 1
 			case trustNothing:
 				unchecked, risky = true, true
 			case trustAnyName:
@@ -125,8 +108,9 @@ func trustOf(c *tls.Config) trust {
 }
 
 // onThisMachine reports whether pgx reaches host (a postgres.url host)
-// without the network: a Unix socket's directory, localhost, or a
-// loopback address.
+// without the network: a Unix socket's directory, localhost, a loopback
+// address, or an unspecified one (0.0.0.0, ::), which Linux connects to
+// this machine.
 func onThisMachine(host string, port uint16) bool {
 	if network, _ := pgconn.NetworkAddress(host, port); network == "unix" {
 		return true
@@ -135,5 +119,5 @@ func onThisMachine(host string, port uint16) bool {
 		return true
 	}
 	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
 }

@@ -50,8 +50,8 @@ func caFile(t *testing.T) string {
 // sslrootcert; verify-ca without sslrootcert, which pgx checks against
 // the system's CAs and not the name), is warned of, naming the hosts and
 // what the setting does; verify-full, verify-ca and require with
-// sslrootcert (verify-ca in pgx) are not, nor loopback hosts and Unix
-// sockets. Every host of a list is judged.
+// sslrootcert (verify-ca in pgx) are not, nor loopback and unspecified
+// (0.0.0.0, ::) hosts and Unix sockets. Every host of a list is judged.
 func TestTLSProblem(t *testing.T) {
 	ca := caFile(t)
 	svc := filepath.Join(t.TempDir(), "pg_service.conf")
@@ -68,6 +68,8 @@ func TestTLSProblem(t *testing.T) {
 		{dsn: "postgres://u@localhost/x"},
 		{dsn: "postgres://u@LOCALHOST./x?sslmode=require"},
 		{dsn: "postgres://u@[::1]:5433/x?sslmode=disable"},
+		{dsn: "postgres://u@0.0.0.0/x?sslmode=disable"}, // Linux connects it to this machine
+		{dsn: "postgres://u@[::]:5433/x?sslmode=require"},
 		{dsn: "host=/var/run/postgresql user=u dbname=x sslmode=disable"},
 		{dsn: "postgres://u@%2Ftmp/x"},
 		{dsn: "postgres://u@db.example.com/x", says: "connects to db.example.com:5432 over TLS that checks no certificate, and in plaintext when the server declines TLS (sslmode=prefer"},
@@ -95,6 +97,7 @@ func TestTLSProblem(t *testing.T) {
 		{dsn: "postgres://u@localhost,10.0.0.5,[::1],10.0.0.6:5433/x?sslmode=require", says: "connects to 10.0.0.5:5432,10.0.0.6:5433 over TLS"},
 		{dsn: "host=/tmp,localhost,db.example.com user=u sslmode=disable", says: "connects to db.example.com:5432 without TLS"},
 		{dsn: "postgres://u@127.0.0.1,localhost,[::1]/x?sslmode=disable"},
+		{dsn: "postgres://u@0.0.0.0,db.example.com,[::]/x?sslmode=disable", says: "connects to db.example.com:5432 without TLS"},
 	} {
 		t.Setenv("PGSSLMODE", c.env)
 		if c.env == "" {
