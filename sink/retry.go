@@ -237,13 +237,16 @@ func raisedInFunction(err error, pgErr *pgconn.PgError) bool {
 // counter.
 var stillFailingEvery = time.Minute
 
-// withHint appends a "hint" attribute to the log arguments args when a
-// server-side timeout or a cancel ended the attempt that failed with err.
-// Such an error is retried like any transient one, since a lock held
-// elsewhere goes away; a statement or transaction timeout shorter than a
-// batch takes is met by cutting the batch into pieces (timedOut), which
-// costs time; a lock_timeout or idle_in_transaction_session_timeout too
-// short fails every attempt. Either way the limit wants raising.
+// withHint appends a "hint" attribute to the log arguments args when err,
+// the error an attempt failed with, is one whose fix lies outside the
+// table: a server-side timeout or a cancel, or an error of the session
+// (sessionHint: a read-only session, 25006; prepared statements a pooler
+// in transaction mode shares, 42P05 and 26000). A timeout is retried like
+// any transient error, since a lock held elsewhere goes away; a statement
+// or transaction timeout shorter than a batch takes is met by cutting the
+// batch into pieces (timedOut), which costs time; a lock_timeout or
+// idle_in_transaction_session_timeout too short fails every attempt.
+// Either way the limit wants raising. Any other error gets no hint.
 func withHint(err error, args ...any) []any {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
