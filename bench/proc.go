@@ -255,10 +255,11 @@ const memEvery = 25 * time.Millisecond
 // exited. VmHWM is the kernel's own peak and needs no sampling; its
 // parts have none, and a sample misses a peak shorter than the interval.
 type memSampler struct {
-	pid   int
-	stopc chan struct{}
-	once  sync.Once
-	done  chan struct{}
+	pid    int
+	exited <-chan struct{} // closed once the child is reaped
+	stopc  chan struct{}
+	once   sync.Once
+	done   chan struct{}
 
 	mu    sync.Mutex
 	peaks MemPeaks
@@ -267,7 +268,7 @@ type memSampler struct {
 // sampleMem starts sampling pid every interval until stop, or until exited
 // is closed.
 func sampleMem(pid int, every time.Duration, exited <-chan struct{}) *memSampler {
-	s := &memSampler{pid: pid, stopc: make(chan struct{}), done: make(chan struct{})}
+	s := &memSampler{pid: pid, exited: exited, stopc: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(every)
@@ -287,7 +288,15 @@ func sampleMem(pid int, every time.Duration, exited <-chan struct{}) *memSampler
 }
 
 // sample reads the status once and counts it; it returns what it read.
+// Once the child has exited it reads nothing: reaped, its PID may be
+// another process's. (Reaped between the look and the read, its PID would
+// have to be handed out again in those microseconds.)
 func (s *memSampler) sample() (memStatus, bool) {
+	select {
+	case <-s.exited:
+		return memStatus{}, false
+	default:
+	}
 	m, ok := readMemStatus(s.pid)
 	if !ok || !m.split {
 		return m, ok
@@ -298,8 +307,9 @@ func (s *memSampler) sample() (memStatus, bool) {
 	return m, ok
 }
 
-// stop ends the sampling, takes a last sample, and returns the peaks and
-// the last sample's VmHWM (0 when it could not be read).
+// stop ends the sampling, takes a last sample while the child has not
+// exited, and returns the peaks and the last sample's VmHWM (0 when it
+// could not be read, or the child had exited).
 func (s *memSampler) stop() (MemPeaks, int64) {
 	s.once.Do(func() { close(s.stopc) })
 	<-s.done

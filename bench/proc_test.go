@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A status as Linux 6.x writes it: the memory lines among the others.
@@ -69,6 +70,23 @@ func TestMemPeaks(t *testing.T) {
 	}
 	if want := (MemPeaks{Anon: 40, FileAtAnon: 20, File: 35, Shmem: 2}); p != want {
 		t.Errorf("peaks %+v, want %+v", p, want)
+	}
+}
+
+// A sampler whose child has exited reads nothing, at its start or at its
+// stop: the PID, reaped, may be another process's (here it is this test's,
+// which a read would count).
+func TestMemSamplerReadsNothingOnceExited(t *testing.T) {
+	exited := make(chan struct{})
+	close(exited)
+	s := sampleMem(os.Getpid(), time.Hour, exited)
+	if peaks, hwm := s.stop(); peaks != (MemPeaks{}) || hwm != 0 {
+		t.Errorf("peaks %+v, VmHWM %d after the exit; want none read", peaks, hwm)
+	}
+	// Not exited: this process is read.
+	s = sampleMem(os.Getpid(), time.Hour, make(chan struct{}))
+	if peaks, hwm := s.stop(); peaks.Anon <= 0 || hwm <= 0 {
+		t.Errorf("peaks %+v, VmHWM %d of a live process; want them read", peaks, hwm)
 	}
 }
 
