@@ -32,12 +32,15 @@ type Column struct {
 
 // MayBeNull reports whether the column can get SQL NULL: it is not
 // required, and its source may be missing from an event (a json: path or
-// pointer, a header, meta:msg_id). A column's DEFAULT never applies: the
+// pointer, a header, meta:msg_id), or it is a jsonb payload column, NULL
+// for a NATS KV bucket's delete or purge marker (a text or bytea one
+// stores the marker's empty body). A column's DEFAULT never applies: the
 // COPY names every mapped column.
 func (c Column) MayBeNull() bool {
 	if c.Required {
 		return false
 	}
 	f := c.From
-	return strings.HasPrefix(f, "json:") || strings.HasPrefix(f, "/") || strings.HasPrefix(f, "header:") || f == "meta:msg_id"
+	return strings.HasPrefix(f, "json:") || strings.HasPrefix(f, "/") || strings.HasPrefix(f, "header:") || f == "meta:msg_id" ||
+		f == "payload" && c.Type == TypeJSONB
 }

@@ -65,6 +65,27 @@ func TestKVDeleteMarkers(t *testing.T) {
 		}
 	})
 
+	// One encoder, as a worker keeps it: a marker after an event that set
+	// every json: column finds none of them, and the next event its own.
+	t.Run("one encoder", func(t *testing.T) {
+		enc := changelog.NewEncoder(0)
+		full := &Event{Subject: "$KV.b.k1", StreamSeq: 8, Data: []byte(`{"name":"x","n":2}`)}
+		marker := &Event{Subject: "$KV.b.k1", StreamSeq: 9, Header: del}
+		for i, ev := range []*Event{full, marker, full, marker} {
+			tup, err := enc.AppendTuple(nil, ev)
+			if err != nil {
+				t.Fatalf("event %d: %v", i, err)
+			}
+			f := fields(t, tup)
+			if ev == marker && (f[3] != nil || f[4] != nil || f[5] != nil || f[6] == nil || len(f[6]) != 0) {
+				t.Errorf("marker after an event (%d): fields = %q, want name, n and value NULL, body empty", i, f)
+			}
+			if ev == full && (string(f[3]) != "x" || !bytes.Equal(f[4], be64(2))) {
+				t.Errorf("event after a marker (%d): fields = %q", i, f)
+			}
+		}
+	})
+
 	// Raw mode: the payload column is required (and NOT NULL in the table
 	// init makes), so the marker is refused before the database, and the
 	// reason says what it was.
@@ -145,4 +166,25 @@ func TestKVDeleteMarkers(t *testing.T) {
 func isCode(err error, code string) bool {
 	var de *DecodeError
 	return errors.As(err, &de) && de.Code == code
+}
+
+// A jsonb payload column that is not required may be NULL (a KV marker's),
+// which check needs to know of a NOT NULL column; a text or bytea one
+// stores the marker's empty body, and a required one refuses it.
+func TestPayloadMayBeNull(t *testing.T) {
+	for _, c := range []struct {
+		col  Column
+		null bool
+	}{
+		{Column{From: "payload", Type: TypeJSONB}, true},
+		{Column{From: "payload", Type: TypeJSONB, Required: true}, false},
+		{Column{From: "payload", Type: TypeText}, false},
+		{Column{From: "payload", Type: TypeBytea}, false},
+		{Column{From: "meta:subject", Type: TypeText}, false},
+		{Column{From: "json:a", Type: TypeJSONB}, true},
+	} {
+		if got := c.col.MayBeNull(); got != c.null {
+			t.Errorf("%+v: MayBeNull() = %v, want %v", c.col, got, c.null)
+		}
+	}
 }
