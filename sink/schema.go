@@ -279,6 +279,10 @@ const (
 	ProblemTableMissing  ProblemKind = "table_missing"
 	ProblemColumnMissing ProblemKind = "column_missing"
 	ProblemTypeMismatch  ProblemKind = "type_mismatch"
+	// ProblemNotNull: a NOT NULL column that nothing maps to and has no
+	// default, or whose mapping is not required and may be NULL
+	// (pipeline.Column.MayBeNull). A warning for a jsonb payload column,
+	// NULL for a NATS KV bucket's delete and purge markers alone.
 	ProblemNotNull       ProblemKind = "not_null"
 	ProblemGenerated     ProblemKind = "generated"
 	ProblemNoUniqueIndex ProblemKind = "no_unique_index"
@@ -660,15 +664,32 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 					"of another type reads as another value or refuses, %s", col, tname, a.format, want.name, want.name, what),
 				Fix: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s, or change the column's type in postgres.columns",
 					tname, col, want.name)})
+		case a.notNull && c.MayBeNull() && c.From == "payload":
+			// A jsonb payload column is NULL for a NATS KV bucket's delete
+			// and purge markers alone: a warning, as most streams carry
+			// none, and a table that passed check before still does.
+			probs = append(probs, Problem{Kind: ProblemNotNull, Column: c.Name, Warning: true,
+				Message: fmt.Sprintf("column %s of %s is NOT NULL but its mapping (payload, jsonb) is not required: a NATS KV bucket's delete "+
+					"or purge marker (an empty body with KV-Operation: DEL or PURGE) stores NULL there, so each one fails its batch "+
+					"(SQLSTATE 23502) and is dead-lettered by the database (code constraint), one batch bisect at a time%s",
+					col, tname, ignoredDefaultNote(a.hasDefault && !a.auto)),
+				Fix: fmt.Sprintf("if the stream carries no KV markers, nothing; to keep them out, set required: true on column %s in "+
+					"postgres.columns (jetsink then dead-letters each as required_missing, without failing a batch); to store them, "+
+					"ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", c.Name, tname, col)})
 		case a.notNull && c.MayBeNull():
 			// Not a source that always has a value (meta:stream_seq,
-			// meta:subject, payload, ...): those need no required.
+			// meta:subject, a text or bytea payload, ...): those need no
+			// required.
 			probs = append(probs, Problem{Kind: ProblemNotNull, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s is NOT NULL but its mapping is not required: an event without it is dead-lettered by the database, one batch bisect at a time%s", col, tname, ignoredDefaultNote(a.hasDefault && !a.auto)),
 				Fix:     fmt.Sprintf("set required: true on column %s in postgres.columns, or ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL", c.Name, tname, col)})
 		case a.hasDefault && !a.auto && c.MayBeNull():
+			without := "an event without " + c.From
+			if c.From == "payload" {
+				without = "a NATS KV bucket's delete or purge marker (an empty body with KV-Operation: DEL or PURGE)"
+			}
 			probs = append(probs, Problem{Kind: ProblemIgnoredDefault, Column: c.Name, Warning: true,
-				Message: fmt.Sprintf("column %s of %s has a DEFAULT, but an event without %s stores NULL there: the COPY names every mapped column", col, tname, c.From),
+				Message: fmt.Sprintf("column %s of %s has a DEFAULT, but %s stores NULL there: the COPY names every mapped column", col, tname, without),
 				Fix: fmt.Sprintf("if every event has it, set required: true on column %s; to store the default instead, a BEFORE INSERT trigger can set "+
 					"NEW.%s := coalesce(NEW.%s, <the default>)", c.Name, col, col)})
 		}

@@ -971,31 +971,52 @@ func TestCheckWarnsOfAnIgnoredDefault(t *testing.T) {
 }
 
 // A NOT NULL column mapped from a source every event has (a meta field
-// but msg_id, the payload) needs no required: check says nothing of it.
-// Before, it was an error (check exited 1 and run logged that the table
-// does not fit) for the columns an exactly-once key is made of.
+// but msg_id, a text or bytea payload) needs no required: check says
+// nothing of it. Before, it was an error (check exited 1 and run logged
+// that the table does not fit) for the columns an exactly-once key is made
+// of. A jsonb payload is NULL for a NATS KV bucket's delete and purge
+// markers: a warning naming them, which suggests required (not for a
+// required one); with a DEFAULT and no NOT NULL, the ignored default's
+// warning names them.
 func TestCheckNotNullOfSourcesNeverNull(t *testing.T) {
 	probs := checkTableOf(t, `seq2 int8 NOT NULL, subj text NOT NULL, pub timestamptz NOT NULL, body jsonb NOT NULL,
-		id text NOT NULL, x int4 NOT NULL`,
+		id text NOT NULL, x int4 NOT NULL, btext text NOT NULL, bbytes bytea NOT NULL, breq jsonb NOT NULL,
+		bdef jsonb DEFAULT '{}'`,
 		pipeline.Column{Name: "seq2", From: "meta:stream_seq", Type: pipeline.TypeInt8},
 		pipeline.Column{Name: "subj", From: "meta:subject", Type: pipeline.TypeText},
 		pipeline.Column{Name: "pub", From: "meta:published_at", Type: pipeline.TypeTimestamptz},
-		pipeline.Column{Name: "body", From: "payload", Type: pipeline.TypeJSONB},
+		pipeline.Column{Name: "body", From: "payload", Type: pipeline.TypeJSONB},  // a KV marker's is NULL
 		pipeline.Column{Name: "id", From: "meta:msg_id", Type: pipeline.TypeText}, // an event may have none
-		pipeline.Column{Name: "x", From: "/x", Type: pipeline.TypeInt4})
+		pipeline.Column{Name: "x", From: "/x", Type: pipeline.TypeInt4},
+		pipeline.Column{Name: "btext", From: "payload", Type: pipeline.TypeText},
+		pipeline.Column{Name: "bbytes", From: "payload", Type: pipeline.TypeBytea},
+		pipeline.Column{Name: "breq", From: "payload", Type: pipeline.TypeJSONB, Required: true},
+		pipeline.Column{Name: "bdef", From: "payload", Type: pipeline.TypeJSONB})
 	var got []string
 	for _, p := range probs {
-		if p.Kind != ProblemNotNull || p.Warning {
+		switch {
+		case p.Column == "body":
+			if p.Kind != ProblemNotNull || !p.Warning ||
+				!strings.Contains(p.Message, "a NATS KV bucket's delete or purge marker (an empty body with KV-Operation: DEL or PURGE) stores NULL there") ||
+				!strings.Contains(p.Fix, "set required: true on column body") {
+				t.Errorf("body: %+v; want a not_null warning naming KV markers, suggesting required", p)
+			}
+		case p.Column == "bdef":
+			if p.Kind != ProblemIgnoredDefault || !p.Warning ||
+				!strings.Contains(p.Message, "has a DEFAULT, but a NATS KV bucket's delete or purge marker") {
+				t.Errorf("bdef: %+v; want an ignored_default warning naming KV markers", p)
+			}
+		case p.Kind != ProblemNotNull || p.Warning:
 			t.Errorf("unexpected problem %+v", p)
 			continue
 		}
-		if strings.Contains(p.Message, "DEFAULT") {
+		if strings.Contains(p.Message, "DEFAULT") && p.Column != "bdef" {
 			t.Errorf("%s, without a DEFAULT: %s", p.Column, p.Message)
 		}
 		got = append(got, p.Column)
 	}
-	if slices.Sort(got); !slices.Equal(got, []string{"id", "x"}) {
-		t.Fatalf("NOT NULL problems for %v, want id and x only", got)
+	if slices.Sort(got); !slices.Equal(got, []string{"bdef", "body", "id", "x"}) {
+		t.Fatalf("problems for %v, want bdef, body, id and x only", got)
 	}
 }
 
