@@ -257,30 +257,7 @@ func BenchmarkPush(b *testing.B) {
 		header: nats.Header{HeaderMsgID: []string{"m1"}},
 		data:   []byte(`{"id":1}`),
 	}
-	out := ringq.NewDispatch(1, 8192, key)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]pipeline.Event, 64)
-		for {
-			if _, err := out.Ring(0).PopN(ctx, buf); err != nil {
-				return
-			}
-		}
-	}()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := c.push(ctx, out, msg, &session{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	out.Close()
-	<-done
-	if got := c.Stats().Received; got != uint64(b.N) {
-		b.Fatalf("Received = %d, want %d", got, b.N)
-	}
+	benchPush(b, ctx, c, msg)
 }
 
 func TestPushDoesNotAllocate(t *testing.T) {
@@ -381,30 +358,7 @@ func BenchmarkPushWire(b *testing.B) {
 	msg := wireMsgWithHeaders(b, ctx)
 	c := &Consumer{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	c.schedulesReserved.Store(true) // a server of 2.12 or later: schedules looked for
-	out := ringq.NewDispatch(1, 8192, key)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]pipeline.Event, 64)
-		for {
-			if _, err := out.Ring(0).PopN(ctx, buf); err != nil {
-				return
-			}
-		}
-	}()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := c.push(ctx, out, msg, &session{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	out.Close()
-	<-done
-	if got := c.Stats().Received; got != uint64(b.N) {
-		b.Fatalf("Received = %d, want %d (a schedule taken?)", got, b.N)
-	}
+	benchPush(b, ctx, c, msg)
 }
 
 // BenchmarkIsScheduleWire measures push's look for a schedule in a wire
@@ -472,5 +426,35 @@ func wireMsgWithHeaders(b *testing.B, ctx context.Context) *wire.Msg {
 	case <-ctx.Done():
 		b.Fatal("no message delivered")
 		return nil
+	}
+}
+
+// benchPush times c.push of msg b.N times into a ring a goroutine drains,
+// and checks that every one was received (none taken for a schedule).
+func benchPush(b *testing.B, ctx context.Context, c *Consumer, msg delivery) {
+	b.Helper()
+	out := ringq.NewDispatch(1, 8192, key)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]pipeline.Event, 64)
+		for {
+			if _, err := out.Ring(0).PopN(ctx, buf); err != nil {
+				return
+			}
+		}
+	}()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.push(ctx, out, msg, &session{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	out.Close()
+	<-done
+	if got := c.Stats().Received; got != uint64(b.N) {
+		b.Fatalf("Received = %d, want %d (a schedule taken?)", got, b.N)
 	}
 }
