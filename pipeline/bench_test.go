@@ -174,22 +174,7 @@ func BenchmarkRowTuple(b *testing.B) {
 	m := mustCompile(b, benchColumns...)
 	ev := &Event{Data: benchPayload}
 	b.Run("slab_released", func(b *testing.B) {
-		w := &worker{enc: m.NewEncoder(0)}
-		defer w.retire()
-		rows := make([]Row, 0, 1000)
-		b.ReportAllocs()
-		for b.Loop() {
-			row, err := w.encode(ev)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rows = append(rows, row)
-			if len(rows) == cap(rows) {
-				ReleaseRows(rows)
-				rows = rows[:0]
-			}
-		}
-		ReleaseRows(rows)
+		encodeReleasing(b, m, ev, 1000)
 	})
 	b.Run("slab_dropped", func(b *testing.B) {
 		w := &worker{enc: m.NewEncoder(0)}
@@ -262,4 +247,26 @@ func BenchmarkParseTimestamp(b *testing.B) {
 			}
 		}
 	})
+}
+
+// encodeReleasing times a worker of m encoding ev, its rows released a
+// batch of batch at a time, as the sink releases a committed batch's.
+func encodeReleasing(b *testing.B, m *Mapper, ev *Event, batch int) {
+	b.Helper()
+	w := &worker{enc: m.NewEncoder(0)}
+	defer w.retire()
+	rows := make([]Row, 0, batch)
+	b.ReportAllocs()
+	for b.Loop() {
+		row, err := w.encode(ev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows = append(rows, row)
+		if len(rows) == cap(rows) {
+			ReleaseRows(rows)
+			rows = rows[:0]
+		}
+	}
+	ReleaseRows(rows)
 }

@@ -280,23 +280,8 @@ func BenchmarkCliffWorkerEncode(b *testing.B) {
 	for _, size := range []int{180, 4 << 10, 16 << 10, 200 << 10, 300 << 10, 1 << 20} {
 		ev := &Event{Data: padded(max(size, 200), false)}
 		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
-			w := &worker{enc: m.NewEncoder(0)}
-			defer w.retire()
-			rows := make([]Row, 0, 64)
 			b.SetBytes(int64(len(ev.Data)))
-			b.ReportAllocs()
-			for b.Loop() {
-				row, err := w.encode(ev)
-				if err != nil {
-					b.Fatal(err)
-				}
-				rows = append(rows, row)
-				if len(rows) == cap(rows) {
-					ReleaseRows(rows)
-					rows = rows[:0]
-				}
-			}
-			ReleaseRows(rows)
+			encodeReleasing(b, m, ev, 64)
 		})
 	}
 }
