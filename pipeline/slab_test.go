@@ -173,9 +173,12 @@ func TestSlabSecondReleaseWithSiblingsHeldPanics(t *testing.T) {
 // TestWorkerEncodesLargeTuplesInPlace: a large event whose payload the
 // mapping stores is encoded straight into its tuple, one allocation of
 // about its size (it was encoded into a scratch tuple grown for it,
-// copied out, and the scratch dropped); one whose tuple ends up small
-// after all is still carved from a slab, and a large tuple of a mapping
-// that does not store the payload is still copied out of the scratch.
+// copied out, and the scratch dropped); one just under ownSliceAbove,
+// whose tuple is small, and a small one of a mapping wide enough that
+// tupleCap is over ownSliceAbove, are encoded into the scratch and carved
+// from a slab without allocating; a payload over max_event_bytes allocates
+// nothing of its size; and a large tuple of a mapping that does not store
+// the payload is still copied out of the scratch.
 func TestWorkerEncodesLargeTuplesInPlace(t *testing.T) {
 	m := mustCompile(t, Column{Name: "id", From: "json:id", Type: TypeUUID},
 		Column{Name: "body", From: "payload", Type: TypeJSONB}, Column{Name: "a", From: "json:a", Type: TypeText})
@@ -213,6 +216,41 @@ func TestWorkerEncodesLargeTuplesInPlace(t *testing.T) {
 		t.Fatalf("tupleCap(%d) = %d: the case needs it over %d", len(small.Data), m.tupleCap(len(small.Data)), ownSliceAbove)
 	}
 	ReleaseRows([]Row{check(small, true)})
+	noAllocs := func(what string, ev *Event) {
+		t.Helper()
+		var rows []Row
+		n := testing.AllocsPerRun(20, func() {
+			row, _ := w.encode(ev)
+			if row.slab != nil {
+				rows = append(rows[:0], row)
+				ReleaseRows(rows)
+			}
+		})
+		if n != 0 && !poisonSlabs {
+			t.Errorf("%s: %v allocations per event, want none", what, n)
+		}
+	}
+	noAllocs("an event just under ownSliceAbove", small)
+	// A payload over max_event_bytes is refused before any column: no
+	// allocation but the refusal's own.
+	w.enc = m.NewEncoder(64 << 10)
+	refusal := testing.AllocsPerRun(5, func() { w.enc.AppendTuple(nil, big) })
+	if n := testing.AllocsPerRun(5, func() { w.encode(big) }); n > refusal && !poisonSlabs {
+		t.Errorf("a 1 MiB event over max_event_bytes: %v allocations, want the refusal's %v alone", n, refusal)
+	}
+	// A mapping so wide that tupleCap is over ownSliceAbove for any event.
+	cols := []Column{{Name: "body", From: "payload", Type: TypeJSONB}}
+	for i := range 130 {
+		cols = append(cols, Column{Name: fmt.Sprintf("f%d", i), From: fmt.Sprintf("json:f%d", i), Type: TypeText})
+	}
+	m = mustCompile(t, cols...)
+	w.enc = m.NewEncoder(0)
+	tiny := &Event{Data: []byte(`{"f0":"a","f1":"b"}`)}
+	if m.tupleCap(len(tiny.Data)) <= ownSliceAbove {
+		t.Fatalf("tupleCap(%d) = %d with %d columns: the case needs it over %d", len(tiny.Data), m.tupleCap(len(tiny.Data)), len(cols), ownSliceAbove)
+	}
+	ReleaseRows([]Row{check(tiny, true)})
+	noAllocs("a small event of a 131-column mapping", tiny)
 	// No payload column: the tuple's size is not known beforehand.
 	m = mustCompile(t, Column{Name: "p", From: "json:p", Type: TypeText})
 	w.enc = m.NewEncoder(0)

@@ -120,15 +120,15 @@ func (w *worker) push(ctx context.Context, rows []Row) ([]Row, error) {
 // the sink's batch until commit, so a slab is not written again until the
 // worker has retired it and the sink has released every row carved from
 // it (ReleaseRows). A tuple over ownSliceAbove gets an allocation of its
-// own; when the mapping stores the payload and so the tuple's size is
-// about known beforehand (tupleCap), the event is encoded straight into
-// it, else it is copied out of the scratch tuple.
+// own; when it is sure to be over (inPlace), the event is encoded straight
+// into one of about its size (tupleCap), else it is copied out of the
+// scratch tuple.
 func (w *worker) encode(ev *Event) (Row, error) {
 	var t []byte
 	var err error
-	own := w.enc.m.tupleCap(len(ev.Data))
-	if own > ownSliceAbove {
-		t, err = w.appendTuple(make([]byte, 0, own), ev)
+	own := w.inPlace(ev)
+	if own {
+		t, err = w.appendTuple(make([]byte, 0, w.enc.m.tupleCap(len(ev.Data))), ev)
 	} else {
 		t, err = w.appendTuple(w.scratch[:0], ev)
 		w.scratch = t
@@ -139,7 +139,7 @@ func (w *worker) encode(ev *Event) (Row, error) {
 	}
 	n := len(t)
 	if n > ownSliceAbove {
-		if own <= ownSliceAbove {
+		if !own {
 			t = append(make([]byte, 0, n), t...)
 			w.trimScratch()
 		}
@@ -155,6 +155,18 @@ func (w *worker) encode(ev *Event) (Row, error) {
 	s.buf = append(s.buf, t...)
 	w.carved++
 	return Row{Event: *ev, Tuple: s.buf[off : off+n : off+n], slab: s, gen: w.gen}, nil
+}
+
+// inPlace reports whether ev's tuple, if ev is stored at all, is over
+// ownSliceAbove for sure: a column that stores the payload holds all of it,
+// so a payload over ownSliceAbove, and within max_event_bytes (a larger one
+// is refused before any column), makes such a tuple. An estimate
+// (tupleCap) would not do: over ownSliceAbove for a wide mapping or a
+// payload just under it, it would have an event whose tuple ends up small
+// allocate a buffer, be carved from a slab, and drop it, every time.
+func (w *worker) inPlace(ev *Event) bool {
+	n := len(ev.Data)
+	return w.enc.m.payloadCols > 0 && n > ownSliceAbove && (w.enc.maxEventBytes <= 0 || int64(n) <= w.enc.maxEventBytes)
 }
 
 // trimScratch does not keep a huge scratch buffer after an outlier.
