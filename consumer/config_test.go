@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // sentinel stands in for a secret; no error or log line may contain it.
@@ -421,7 +423,7 @@ func TestAuthOptionsChecksTheCredsFile(t *testing.T) {
 // already refused the same files.
 func TestAuthOptionsChecksTheTLSFiles(t *testing.T) {
 	dir := t.TempDir()
-	ca := testCAFile(t)
+	ca := testenv.CAFile(t)
 	notPEM := filepath.Join(dir, "not.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // A failed connect names what to check by its cause: before, every
@@ -61,7 +63,7 @@ func TestConnectErrorHintsByCause(t *testing.T) {
 		}, func(c *Config) { c.NKeyFile = testNKeyFile(t) }, "has no NKey users", "listening there"},
 		{"a CA that did not sign the server's certificate", func(o *server.Options) {
 			o.TLSConfig, o.TLS = serverTLS, true
-		}, func(c *Config) { c.TLS.CAFile = testCAFile(t) }, "nats.tls.ca_file", "listening there"},
+		}, func(c *Config) { c.TLS.CAFile = testenv.CAFile(t) }, "nats.tls.ca_file", "listening there"},
 		{"no client certificate where the server wants one", func(o *server.Options) {
 			o.TLSConfig, o.TLS, o.TLSVerify = mTLS, true, true
 		}, func(c *Config) { c.TLS.CAFile = ca.file }, "nats.tls.cert_file", "refused jetsink's TLS client certificate"},

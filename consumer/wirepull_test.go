@@ -2,17 +2,8 @@ package consumer
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"log/slog"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -40,7 +31,7 @@ func TestWireOptionsServerNameOfALearnedServer(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		tls  TLSConfig
-	}{{"no TLS settings", TLSConfig{}}, {"ca_file", TLSConfig{CAFile: testCAFile(t)}}} {
+	}{{"no TLS settings", TLSConfig{}}, {"ca_file", TLSConfig{CAFile: testenv.CAFile(t)}}} {
 		c := &Consumer{cfg: Config{URL: "tls://localhost:" + port, TLS: tc.tls}, nc: nc, log: slog.Default()}
 		o, err := c.wireOptions(nc.ConnectedUrl())
 		if err != nil {
@@ -55,27 +46,6 @@ func TestWireOptionsServerNameOfALearnedServer(t *testing.T) {
 	if o, err := c.wireOptions(nc.ConnectedUrl()); err != nil || o.ServerName != "" {
 		t.Errorf("connected as configured: ServerName %q, %v; want none", o.ServerName, err)
 	}
-}
-
-// testCAFile writes a throwaway CA certificate as PEM and returns its path.
-func testCAFile(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // A server in lame duck mode (a rolling restart's step) closes its

@@ -1,13 +1,6 @@
 package sink
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -21,28 +14,6 @@ import (
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
-// caFile writes a self-signed CA certificate for sslrootcert and returns
-// its path.
-func caFile(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "jetsink test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // postgres.url is judged as pgx parsed it (a URL, a key=value DSN,
 // PGSSLMODE, a service file): a host that is not this machine, reached
 // with an sslmode that does not make sure of the server (pgx's default
@@ -53,7 +24,7 @@ func caFile(t *testing.T) string {
 // sslrootcert (verify-ca in pgx) are not, nor loopback and unspecified
 // (0.0.0.0, ::) hosts and Unix sockets. Every host of a list is judged.
 func TestTLSProblem(t *testing.T) {
-	ca := caFile(t)
+	ca := testenv.CAFile(t)
 	svc := filepath.Join(t.TempDir(), "pg_service.conf")
 	if err := os.WriteFile(svc, []byte("[remote]\nhost=db.example.com\nsslmode=require\n"), 0o600); err != nil {
 		t.Fatal(err)
