@@ -257,9 +257,7 @@ const memEvery = 25 * time.Millisecond
 type memSampler struct {
 	pid    int
 	exited <-chan struct{} // closed once the child is reaped
-	stopc  chan struct{}
-	once   sync.Once
-	done   chan struct{}
+	tick   *ticking
 
 	mu    sync.Mutex
 	peaks MemPeaks
@@ -268,23 +266,44 @@ type memSampler struct {
 // sampleMem starts sampling pid every interval until stop, or until exited
 // is closed.
 func sampleMem(pid int, every time.Duration, exited <-chan struct{}) *memSampler {
-	s := &memSampler{pid: pid, exited: exited, stopc: make(chan struct{}), done: make(chan struct{})}
+	s := &memSampler{pid: pid, exited: exited}
+	s.tick = startTicking(every, exited, func() { s.sample() })
+	return s
+}
+
+// ticking runs a function at once and then every interval, on a goroutine
+// of its own, until halted or until exited is closed (nil: never).
+type ticking struct {
+	stopc chan struct{}
+	once  sync.Once
+	done  chan struct{}
+}
+
+func startTicking(every time.Duration, exited <-chan struct{}, f func()) *ticking {
+	t := &ticking{stopc: make(chan struct{}), done: make(chan struct{})}
 	go func() {
-		defer close(s.done)
-		t := time.NewTicker(every)
-		defer t.Stop()
+		defer close(t.done)
+		tk := time.NewTicker(every)
+		defer tk.Stop()
 		for {
-			s.sample()
+			f()
 			select {
-			case <-t.C:
-			case <-s.stopc:
+			case <-tk.C:
+			case <-t.stopc:
 				return
 			case <-exited:
 				return
 			}
 		}
 	}()
-	return s
+	return t
+}
+
+// halt ends the ticking and waits for the function's last run to end.
+// Safe to call more than once.
+func (t *ticking) halt() {
+	t.once.Do(func() { close(t.stopc) })
+	<-t.done
 }
 
 // sample reads the status once and counts it; it returns what it read.
@@ -311,8 +330,7 @@ func (s *memSampler) sample() (memStatus, bool) {
 // exited, and returns the peaks and the last sample's VmHWM (0 when it
 // could not be read, or the child had exited).
 func (s *memSampler) stop() (MemPeaks, int64) {
-	s.once.Do(func() { close(s.stopc) })
-	<-s.done
+	s.tick.halt()
 	m, _ := s.sample()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -551,30 +569,16 @@ type rssSample struct {
 // stopped, and whenever mark is called. At most Options.Timeout long: ~4
 // samples a second of 32 bytes.
 type rssSampler struct {
-	pid   int
-	stopc chan struct{}
-	once  sync.Once
-	done  chan struct{}
+	pid  int
+	tick *ticking
 
 	mu      sync.Mutex
 	samples []rssSample
 }
 
 func sampleRSS(pid int, every time.Duration) *rssSampler {
-	s := &rssSampler{pid: pid, stopc: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			s.mark()
-			select {
-			case <-t.C:
-			case <-s.stopc:
-				return
-			}
-		}
-	}()
+	s := &rssSampler{pid: pid}
+	s.tick = startTicking(every, nil, s.mark)
 	return s
 }
 
@@ -592,8 +596,7 @@ func (s *rssSampler) mark() {
 // stop ends the sampling and returns the samples, in time order (each is
 // timed under the lock).
 func (s *rssSampler) stop() []rssSample {
-	s.once.Do(func() { close(s.stopc) })
-	<-s.done
+	s.tick.halt()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.samples
