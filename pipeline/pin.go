@@ -1,13 +1,10 @@
 package pipeline
 
 import (
-	"fmt"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // pin ties the calling worker goroutine to the machine as p.cfg.Pin says
@@ -18,46 +15,10 @@ func (p *Pipeline) pin(id int) (unpin func(), err error) {
 		runtime.LockOSThread()
 		return runtime.UnlockOSThread, nil
 	case PinCPU:
-		runtime.LockOSThread()
-		var old unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &old); err != nil {
-			runtime.UnlockOSThread()
-			return nil, fmt.Errorf("pipeline worker %d: read CPU affinity: %w", id, err)
-		}
-		var set unix.CPUSet
-		set.Set(p.cpus[id%len(p.cpus)])
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			runtime.UnlockOSThread()
-			return nil, fmt.Errorf("pipeline worker %d: bind to CPU %d: %w", id, p.cpus[id%len(p.cpus)], err)
-		}
-		return func() {
-			// Give the thread back with its old mask; if that fails, stay
-			// locked so the runtime ends the thread with the goroutine.
-			if unix.SchedSetaffinity(0, &old) == nil {
-				runtime.UnlockOSThread()
-			}
-		}, nil
+		return pinToCPU(id, p.cpus[id%len(p.cpus)])
 	default:
 		return func() {}, nil
 	}
-}
-
-// allowedCPUs lists the CPUs in this process's affinity mask.
-func allowedCPUs() ([]int, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil, err
-	}
-	var cpus []int
-	for i := 0; i < len(set)*64; i++ {
-		if set.IsSet(i) {
-			cpus = append(cpus, i)
-		}
-	}
-	if len(cpus) == 0 {
-		return nil, fmt.Errorf("empty CPU affinity mask")
-	}
-	return cpus, nil
 }
 
 // PhysicalCores returns the number of physical cores this process may run
