@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // A link stands for the network between the engines and a server on
@@ -344,19 +342,6 @@ func (l *link) send(q <-chan linkChunk, room *byteBudget, src, dst net.Conn) {
 			drain()
 			return
 		}
-	}
-}
-
-// sleepUntil sleeps until t with nanosleep: a Go timer would round the
-// wait up to a whole millisecond while the process is otherwise idle.
-func sleepUntil(t time.Time) {
-	for {
-		d := time.Until(t)
-		if d <= 0 {
-			return
-		}
-		ts := unix.NsecToTimespec(int64(d))
-		_ = unix.Nanosleep(&ts, nil) // EINTR: sleep what is left
 	}
 }
 

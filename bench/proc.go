@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,7 +80,7 @@ func startChild(exe string, env []string, args ...string) (*child, error) {
 	// the drain short (exit 130). The bench alone stops its children
 	// (on a closed terminal's SIGHUP too, which no longer reaches them);
 	// should it die without doing so (SIGKILL), they get SIGTERM and drain.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = childAttr()
 	c := &child{cmd: cmd, out: out, done: make(chan struct{})}
 	c.started = time.Now()
 	if err := cmd.Start(); err != nil {
@@ -367,7 +368,10 @@ func (c *child) usage(hwm int64, mem MemPeaks) Usage {
 	// the bench process with its embedded nats-server), so it is only a
 	// fallback when /proc could not be read.
 	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && u.PeakRSS == 0 {
-		u.PeakRSS = ru.Maxrss << 10 // kilobytes on Linux
+		u.PeakRSS = ru.Maxrss // bytes on macOS
+		if runtime.GOOS != "darwin" {
+			u.PeakRSS <<= 10 // kilobytes on Linux and the BSDs
+		}
 	}
 	return u
 }
