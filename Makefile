@@ -18,7 +18,7 @@ else
 TESTPKGS ?= $(PKGS)
 endif
 
-.PHONY: all build test test-race test-natsgo vet race bench fmt clean jaeger alerts
+.PHONY: all build test test-race test-natsgo vet vet-darwin race bench fmt clean jaeger alerts
 
 all: build
 
@@ -37,11 +37,19 @@ build:
 vet:
 	$(GO) vet $(PKGS)
 
+# go vet of the macOS build, tests included: jetsink builds and runs there
+# too (README: platforms), without the parts that are Linux's (CPU
+# affinity, TCP_INFO, network namespaces: files named *_linux.go, with
+# *_other.go beside them). The BSDs build from the same files.
+vet-darwin:
+	GOOS=darwin GOARCH=arm64 $(GO) vet $(PKGS)
+
 # go vet, then every package's tests under the race detector, against real
 # servers (embedded nats-server, throwaway PostgreSQL clusters, Jaeger v2),
 # and beside them the consumer's tests again with nats.go's pull client
 # (nats.pull_client: nats.go; the default is wire), its output shown whole
-# when it ends, among the main pass's package lines; then the zero-allocation tests again in a normal build (the
+# when it ends, among the main pass's package lines, and go vet of the macOS
+# build (vet-darwin); then the zero-allocation tests again in a normal build (the
 # build users run).
 # The two passes run together because the machine is idle much of the
 # time: the tests wait on servers and timers (session 58 measured the CPUs
@@ -49,7 +57,7 @@ vet:
 # of one core).
 # -vet=off: the vet target has run every analyzer go test would.
 test: vet jaeger alerts
-	@$(MAKE) --no-print-directory -j2 test-race test-natsgo
+	@$(MAKE) --no-print-directory -j3 test-race test-natsgo vet-darwin
 	$(GO) test -count=1 -timeout 5m -run 'Alloc' ./ringq ./pipeline ./consumer ./consumer/wire ./telemetry
 
 # The two passes of make test, which runs them together (make -j2: a
