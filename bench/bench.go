@@ -1172,7 +1172,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	rss := sampleRSS(c.cmd.Process.Pid, 250*time.Millisecond)
+	rss := sampleRSS(c.cmd.Process.Pid, 250*time.Millisecond, c.done)
 	abort := func(err error) (Result, error) {
 		rss.stop()
 		c.kill()

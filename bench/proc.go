@@ -570,24 +570,32 @@ type rssSample struct {
 }
 
 // rssSampler reads a process's VmRSS and RssAnon every interval until
-// stopped, and whenever mark is called. At most Options.Timeout long: ~4
-// samples a second of 32 bytes.
+// stopped or the process has exited, and whenever mark is called (not
+// once it has exited: reaped, its PID may be another process's). At most
+// Options.Timeout long: ~4 samples a second of 32 bytes.
 type rssSampler struct {
-	pid  int
-	tick *ticking
+	pid    int
+	exited <-chan struct{} // closed once the child is reaped
+	tick   *ticking
 
 	mu      sync.Mutex
 	samples []rssSample
 }
 
-func sampleRSS(pid int, every time.Duration) *rssSampler {
-	s := &rssSampler{pid: pid}
-	s.tick = startTicking(every, nil, s.mark)
+func sampleRSS(pid int, every time.Duration, exited <-chan struct{}) *rssSampler {
+	s := &rssSampler{pid: pid, exited: exited}
+	s.tick = startTicking(every, exited, s.mark)
 	return s
 }
 
-// mark takes a sample now. Safe from any goroutine.
+// mark takes a sample now, unless the process has exited. Safe from any
+// goroutine.
 func (s *rssSampler) mark() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
 	m, ok := readMemStatus(s.pid)
 	if !ok {
 		return

@@ -132,3 +132,22 @@ func checkMemParts(t *testing.T, rep *Report) {
 		}
 	}
 }
+
+// An RSS sampler (the table lock's) whose child has exited reads nothing,
+// on its ticks or when marked: the PID may be another process's (here
+// this test's).
+func TestRSSSamplerReadsNothingOnceExited(t *testing.T) {
+	exited := make(chan struct{})
+	close(exited)
+	s := sampleRSS(os.Getpid(), time.Hour, exited)
+	s.mark()
+	if got := s.stop(); len(got) != 0 {
+		t.Errorf("%d samples after the exit; want none", len(got))
+	}
+	// Not exited: this process is read, at the start and when marked.
+	s = sampleRSS(os.Getpid(), time.Hour, make(chan struct{}))
+	s.mark()
+	if got := s.stop(); len(got) == 0 {
+		t.Errorf("no samples of a live process")
+	}
+}
