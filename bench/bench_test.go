@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -1067,6 +1068,17 @@ func TestSummaryRatioPairsEachVariantWithItsBaseline(t *testing.T) {
 	want := map[string]float64{"a": 2, "b": 1.5}
 	wantCPU := map[string]float64{"a": 0.25, "b": 0.5}
 	for _, s := range summarize(rs) {
+		// The JSON has the ratios where they were taken, and no zero
+		// ones ({"median":0,...}) for the baseline.
+		js, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{`"ratio_to_baseline"`, `"cpu_ratio_to_baseline"`} {
+			if has := bytes.Contains(js, []byte(k)); has != (s.Engine == EngineJetsink) {
+				t.Errorf("%s: %s in its JSON: %v: %s", s.Engine, k, has, js)
+			}
+		}
 		if s.Engine != EngineJetsink {
 			if s.Ratio.N != 0 || s.CPURatio.N != 0 {
 				t.Errorf("baseline with ratios to itself: %+v", s)

@@ -62,7 +62,7 @@ type Summary struct {
 	Max        Stat `json:"latency_max_ms"`
 	P99Engine  Stat `json:"latency_stream_to_commit_p99_ms"` // the engine's part of P99
 	Load1      Stat `json:"load1"`
-	Ratio      Stat `json:"ratio_to_baseline"`
+	Ratio      Stat `json:"ratio_to_baseline,omitzero"`
 	CPURatio   Stat `json:"cpu_ratio_to_baseline,omitzero"`
 	// LockRSSGrowthMiB is the engine's RSS growth while the table was
 	// locked (Options.LockFor).
