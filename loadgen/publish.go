@@ -167,8 +167,8 @@ type Result struct {
 	// not scheduled: SendLag does.
 	Late int
 	// SendLag is, in open loop, the distribution of each event's send lag:
-	// its first send (when it was handed to the connection) minus its due
-	// time, in microseconds (1 µs to 1 hour, 3 significant digits; a lag
+	// its first send (the clock read just before it was handed to the
+	// connection, after the event was encoded) minus its due time, in microseconds (1 µs to 1 hour, 3 significant digits; a lag
 	// below 1 µs is recorded as 0, one over an hour as an hour). The loop
 	// sleeps at least a millisecond at a time and then sends everything
 	// due, so up to ~1 ms is by design; more is the publisher descheduled,
@@ -184,18 +184,20 @@ type Result struct {
 	// Start is when the schedule started: event i was due at Start +
 	// i/Rate (open loop); a preload's first send. Elapsed runs from it to
 	// the last PubAck (or the give-up), Sending to the last event's first
-	// send.
+	// send (as SendLag, the clock read just before the send).
 	Start   time.Time
 	Elapsed time.Duration
 	Sending time.Duration
-	// firstSent is when the first event's first send ended, from Start,
-	// as Sending is the last's: SendRate's span.
+	// firstSent is when the first event's first send began (the clock
+	// read just before it), from Start, as Sending is the last's:
+	// SendRate's span.
 	firstSent time.Duration
 }
 
 // SendRate is the rate the events went out at: the Sent-1 intervals
-// between the end of the first send and the end of the last, over the time
-// between them. In open loop that is Rate when every event went out on
+// between the start of the first send and the start of the last (the
+// clock is read just before each is handed to the connection), over the
+// time between them. In open loop that is Rate when every event went out on
 // time ((Sent-1)/Rate apart; Sent over Sending overstated the rate by
 // Sent/(Sent-1)), below Rate when the publisher fell behind its schedule;
 // in a preload, the rate the publisher could send at (Sending also holds
@@ -537,8 +539,9 @@ func (p *publisher) close() {
 
 // send publishes event seq (with ts stamp, if not 0) for the try-th time
 // and records it as in flight before the PubAck can arrive. It returns
-// when it sent, as time since start (one clock read per event, shared
-// with its caller).
+// when it sent, as time since start: the clock read after encoding and
+// just before PublishMsg (one clock read per event, shared with its
+// caller), so the time PublishMsg takes is not in it.
 func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) time.Duration {
 	ev := Make(p.o.Run, seq, p.o.Subjects)
 	if stamp != 0 {
