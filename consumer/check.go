@@ -202,7 +202,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		if p, ok := filterProblem(&cfg, &info.Config); ok {
 			problems = append(problems, p) // New refuses it too
 		}
-		problems = append(problems, checkConsumer(ctx, js, cfg)...)
+		problems = append(problems, checkConsumer(ctx, js, cfg, info.Config.Retention == jetstream.InterestPolicy)...)
 		if cfg.StoredSeq != nil {
 			stored, err := cfg.StoredSeq(ctx, cfg.Stream)
 			if err == nil && info.State.LastSeq < stored {
@@ -369,6 +369,9 @@ func replicaProblem(cluster string, sc *jetstream.StreamConfig) (Problem, bool) 
 // of the publishers' deletions it allows (publisherDeletions).
 func eventStreamLimits(sc *jetstream.StreamConfig) []Problem {
 	problems := publisherDeletions(sc)
+	if p, ok := interestProblem(sc); ok {
+		problems = append(problems, p)
+	}
 	var limits []string
 	if sc.MaxAge > 0 {
 		limits = append(limits, "max_age "+sc.MaxAge.String())
@@ -380,6 +383,48 @@ func eventStreamLimits(sc *jetstream.StreamConfig) []Problem {
 	return append([]Problem{{Warning: true, Message: fmt.Sprintf("stream %s deletes events past %s whether jetsink has stored them or not: "+
 		"those not stored by then (PostgreSQL down, or jetsink stopped, for longer) are lost", sc.Name, strings.Join(limits, ", ")),
 		Fix: "choose limits beyond the longest outage to ride out, or none (discard new: a full stream refuses publishes instead)"}}, problems...)
+}
+
+// interestProblem is the warning for event stream sc when it has interest
+// retention (ok false otherwise): the server keeps an event only while a
+// consumer on the stream has not acknowledged it, and stores none
+// published while no consumer is on the stream (nats-server's
+// processJetStreamMsg skips them), so deleting jetsink's durable consumer,
+// which jetsink's own fixes elsewhere advise (holdFirst), deletes every event it
+// has not acknowledged (all of them when it is the only consumer: the
+// stream is emptied), and loses the events published before it is made
+// again. Run logs it at the start too.
+func interestProblem(sc *jetstream.StreamConfig) (p Problem, ok bool) {
+	if sc.Retention != jetstream.InterestPolicy {
+		return Problem{}, false
+	}
+	return Problem{Warning: true,
+		Message: fmt.Sprintf("stream %s has interest retention: it keeps an event only until every consumer on the stream has acknowledged it, "+
+			"and stores none published while no consumer is on it; deleting jetsink's durable consumer (nats consumer rm) deletes every event "+
+			"it has not acknowledged that no other consumer still holds (with no other consumer: all of them, the stream is emptied), "+
+			"and the events published before the durable is made again are not stored", sc.Name),
+		Fix: "before deleting the durable consumer (to move it past an event, or as another fix says), " + holdSteps(sc.Name) +
+			"; or have jetsink read a stream with limits retention"}, true
+}
+
+// holdSteps says how to keep the events of interest stream stream while
+// jetsink's durable consumer is deleted and made again: a consumer that
+// acknowledges nothing, from the durable's ack floor on, added first and
+// removed after.
+func holdSteps(stream string) string {
+	return fmt.Sprintf("first add a consumer that holds the events it has not acknowledged: nats consumer add %s jetsink_hold --pull --ack explicit "+
+		"--deliver <ack floor + 1> (nats consumer info shows the durable's ack floor), and remove it (nats consumer rm %s jetsink_hold) "+
+		"once the durable is there again (until then the stream keeps every event)", stream, stream)
+}
+
+// holdFirst is what to add to a fix that deletes the durable consumer of
+// event stream stream when it has interest retention (interestProblem):
+// "" when it has not.
+func holdFirst(stream string, interest bool) string {
+	if !interest {
+		return ""
+	}
+	return "; stream " + stream + " has interest retention, where deleting the durable deletes the events it has not acknowledged: " + holdSteps(stream)
 }
 
 // publisherDeletions warns of the settings of event stream sc under which
@@ -581,8 +626,9 @@ func durableInfo(ctx context.Context, js jetstream.JetStream, stream, name strin
 	return push.CachedInfo(), nil
 }
 
-// checkConsumer compares an existing durable consumer with the config.
-func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config) []Problem {
+// checkConsumer compares an existing durable consumer with the config;
+// interest: the event stream has interest retention (holdFirst).
+func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, interest bool) []Problem {
 	info, err := durableInfo(ctx, js, cfg.Stream, cfg.Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it", cfg.Consumer)}}
@@ -593,6 +639,7 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config) []Pr
 	cc := info.Config
 	if p, ok := foreignDurableProblem(cfg.Consumer, &cc); ok {
 		// Run refuses it (exit 2): nothing else about it matters.
+		p.Fix += holdFirst(cfg.Stream, interest)
 		return []Problem{p}
 	}
 	var problems []Problem
@@ -600,6 +647,7 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config) []Pr
 		problems = append(problems, strandedProblem(v))
 	}
 	if p, ok := replayOriginalProblem(cfg.Consumer, &cc); ok {
+		p.Fix += holdFirst(cfg.Stream, interest)
 		problems = append(problems, p)
 	}
 	if p, ok := destinationProblem(cfg.Consumer, cc.Metadata[destinationKey], cfg.Destination); ok {

@@ -313,6 +313,63 @@ func TestPublisherDeletionsWarned(t *testing.T) {
 	}
 }
 
+// An event stream with interest retention is warned of by check and by
+// run at its start: deleting the durable, which jetsink's own fixes
+// advise, deletes every event it has not acked (the server purges an
+// interest stream whose last consumer goes) and stores nothing published
+// meanwhile. Those fixes say, for such a stream, to add a holding
+// consumer first. Before, only the dead-letter stream's retention was
+// looked at.
+func TestInterestRetentionWarned(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	warning := "has interest retention: it keeps an event only until every consumer on the stream has acknowledged it"
+	for _, tc := range []struct {
+		name      string
+		retention jetstream.RetentionPolicy
+	}{{"interest", jetstream.InterestPolicy}, {"limits", jetstream.LimitsPolicy}} {
+		interest := tc.retention == jetstream.InterestPolicy
+		cfg := testConfig(t, srv)
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Retention: tc.retention}); err != nil {
+			t.Fatal(err)
+		}
+		hold := "nats consumer add " + cfg.Stream + " jetsink_hold --pull --ack explicit --deliver <ack floor + 1>"
+		w := checkText(t, ctx, cfg, false)
+		_, logged := newLoggedConsumer(t, ctx, cfg)
+		for _, out := range []struct{ by, text string }{{"check", w}, {"run", logged.String()}} {
+			if got := strings.Contains(out.text, "stream "+cfg.Stream+" "+warning); got != interest {
+				t.Errorf("%s: %s warns of interest retention: %v, want %v:\n%s", tc.name, out.by, got, interest, out.text)
+			}
+			if got := strings.Contains(out.text, hold); got != interest {
+				t.Errorf("%s: %s says to add a holding consumer: %v, want %v:\n%s", tc.name, out.by, got, interest, out.text)
+			}
+		}
+		// A durable of another kind: its fix (delete it) says to hold
+		// the events first, in check and in New's refusal.
+		foreign := cfg
+		foreign.Consumer += "_foreign"
+		if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: foreign.Consumer, AckPolicy: jetstream.AckNonePolicy}); err != nil {
+			t.Fatal(err)
+		}
+		w = checkText(t, ctx, foreign, false)
+		var refusal string
+		for line := range strings.Lines(w) {
+			if strings.Contains(line, "is not an explicit-ack pull consumer") {
+				refusal = line
+			}
+		}
+		if refusal == "" || strings.Contains(refusal, hold) != interest {
+			t.Errorf("%s: check's fix for a durable of another kind says to add a holding consumer: %v, want %v:\n%s", tc.name, !interest, interest, w)
+		}
+		_, err := New(ctx, foreign, testLogger(t, nil))
+		if !errors.Is(err, ErrInvalidConfig) || strings.Contains(err.Error(), hold) != interest {
+			t.Errorf("%s: New of a durable of another kind = %v; want ErrInvalidConfig, a holding consumer named: %v", tc.name, err, interest)
+		}
+	}
+}
+
 // A key-value bucket's stream needs its roll-ups (a purge is one): check
 // and New warn of what a purge deletes with a fix that keeps them on, not
 // the --no-allow-rollup a plain stream is told of, which would break the

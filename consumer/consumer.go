@@ -93,7 +93,10 @@ type Consumer struct {
 	// reported for it on the stream created at resumeStream (noteFloor),
 	// so that a deleted durable does not deliver the whole stream again.
 	// serve asks for the floor every floorEvery. Run's goroutine only.
-	resumeFloor  atomic.Uint64 // atomic for the tests' sake
+	resumeFloor atomic.Uint64 // atomic for the tests' sake
+	// interest: the event stream has interest retention, where deleting
+	// the durable deletes its events (ensureStream; holdFirst).
+	interest     atomic.Bool
 	resumeStream time.Time
 	floorEvery   time.Duration
 	// resumeUnsure: a consumer made past the floor whose stream could not
@@ -810,6 +813,11 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 	for _, p := range publisherDeletions(&stream.CachedInfo().Config) {
 		c.log.Warn(p.Message, "fix", p.Fix)
 	}
+	p, interest := interestProblem(&stream.CachedInfo().Config)
+	if interest {
+		c.log.Warn(p.Message, "fix", p.Fix)
+	}
+	c.interest.Store(interest)
 	if p, ok := filterProblem(cfg, &stream.CachedInfo().Config); ok {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 	}

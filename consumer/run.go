@@ -1487,7 +1487,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 			"to have them delivered, stop jetsink and make the consumer again from ack_floor+1 (nats consumer rm, then nats consumer add "+
 			"<stream> <consumer> --pull --ack explicit --deliver <ack_floor+1>; jetsink keeps where it starts and sets the rest), "+
 			"which delivers again what was acked past the floor; if the other jetsink still runs, give the two the same "+
-			"nats.filter_subject, or a nats.consumer each (each sets its own back keep_for after the other)",
+			"nats.filter_subject, or a nats.consumer each (each sets its own back keep_for after the other)"+holdFirst(c.cfg.Stream, c.interest.Load()),
 			"consumer", c.cfg.Consumer, "filter_subject", f, "nats.filter_subject", c.cfg.FilterSubject, "first_seen", at.UTC().Format(time.RFC3339),
 			"keep_for", c.filterKeep, "ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	case !sameFilter(&got, c.cfg.FilterSubject):
@@ -1496,7 +1496,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 			"meanwhile may have been skipped, and are not delivered once jetsink's filter is applied again (the server does not go back); "+
 			"to have them delivered, stop jetsink and make the consumer again from ack_floor+1 (nats consumer rm, then nats consumer add "+
 			"<stream> <consumer> --pull --ack explicit --deliver <ack_floor+1>; jetsink keeps where it starts and sets the rest), "+
-			"which delivers again what was acked past the floor",
+			"which delivers again what was acked past the floor"+holdFirst(c.cfg.Stream, c.interest.Load()),
 			"consumer", c.cfg.Consumer, "filter_subject", got.FilterSubject, "filter_subjects", got.FilterSubjects,
 			"nats.filter_subject", c.cfg.FilterSubject, "ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	}
