@@ -8,20 +8,42 @@ import (
 	"strings"
 )
 
-// series is one line of a plot.
+// series is one line of a plot. Its colour is its run's (group: the
+// lines of one run share it), its dash what it shows of the run (p99 or
+// max, VmRSS or RssAnon; "" solid).
 type series struct {
-	name string
-	xs   []float64
-	ys   []float64
+	name  string
+	xs    []float64
+	ys    []float64
+	group int
+	dash  string // an SVG stroke-dasharray
 }
+
+// dashed is the dash of a run's second line (max beside p99, RssAnon
+// beside VmRSS).
+const dashed = "6 3"
 
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"}
 
+// colour is group's colour: the palette's, then hues a golden angle apart,
+// so that no two runs share one.
+func colour(group int) string {
+	if group < len(palette) {
+		return palette[group]
+	}
+	return fmt.Sprintf("hsl(%.1f,65%%,40%%)", math.Mod(float64(group-len(palette))*137.508+15, 360))
+}
+
+// legendStep is the height of a legend entry; the plot grows to hold
+// them all.
+const legendStep = 16.0
+
 // svgPlot draws line series on a linear x axis and a log10 y axis, or a
 // linear one from 0 (linearY). xTick labels x positions (nil: plain
-// numbers).
+// numbers). It is 360 px high, more where the legend needs it.
 func svgPlot(title, xLabel, yLabel string, ss []series, xTicks []float64, xTickLabel func(float64) string, linearY bool) string {
-	const W, H, L, R, T, B = 760.0, 360.0, 70.0, 170.0, 30.0, 45.0
+	const W, L, R, T, B = 760.0, 70.0, 170.0, 30.0, 45.0
+	H := max(360.0, T+12+float64(len(ss))*legendStep)
 	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, s := range ss {
 		for i := range s.xs {
@@ -86,15 +108,19 @@ func svgPlot(title, xLabel, yLabel string, ss []series, xTicks []float64, xTickL
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">%s</text>`, L+(W-L-R)/2, H-8, html.EscapeString(xLabel))
 	fmt.Fprintf(&b, `<text transform="translate(14 %.0f) rotate(-90)" text-anchor="middle">%s</text>`, T+(H-T-B)/2, html.EscapeString(yLabel))
 	for i, s := range ss {
-		c := palette[i%len(palette)]
+		c := colour(s.group)
+		dash := ""
+		if s.dash != "" {
+			dash = fmt.Sprintf(` stroke-dasharray="%s"`, s.dash)
+		}
 		var pts []string
 		for j := range s.xs {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s.xs[j]), py(s.ys[j])))
 		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, c, strings.Join(pts, " "))
-		ly := T + 12 + float64(i)*16
-		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="%s" stroke-width="2"/><text x="%.0f" y="%.0f">%s</text>`,
-			W-R+8, W-R+26, ly-4, ly-4, c, W-R+30, ly, html.EscapeString(s.name))
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s"%s stroke-width="1.5" points="%s"/>`, c, dash, strings.Join(pts, " "))
+		ly := T + 12 + float64(i)*legendStep
+		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="%s"%s stroke-width="2"/><text x="%.0f" y="%.0f">%s</text>`,
+			W-R+8, W-R+26, ly-4, ly-4, c, dash, W-R+30, ly, html.EscapeString(s.name))
 	}
 	b.WriteString(`</svg>`)
 	return b.String()
@@ -155,23 +181,24 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		}
 	}
 	var overTime, curves []series
+	run := 0 // a run's lines share a colour
 	for _, x := range r.Results {
 		if x.Failed != "" {
 			continue
 		}
+		run++
 		n := name(x)
 		if len(spans) > 1 {
 			n += " (" + r.latencySpan(x) + ")"
 		}
-		var p99 series
-		p99.name = n + " p99"
-		mx := series{name: n + " max"}
+		p99 := series{name: n + " p99", group: run - 1}
+		mx := series{name: n + " max", group: run - 1, dash: dashed}
 		for _, t := range x.Timeline {
 			p99.xs, p99.ys = append(p99.xs, t.T), append(p99.ys, t.P99)
 			mx.xs, mx.ys = append(mx.xs, t.T), append(mx.ys, t.Max)
 		}
 		overTime = append(overTime, p99, mx)
-		c := series{name: n}
+		c := series{name: n, group: run - 1}
 		for _, p := range x.Curve {
 			c.xs, c.ys = append(c.xs, nines(p.Percentile)), append(c.ys, p.Ms)
 		}
@@ -189,11 +216,16 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	b.WriteString(svgPlot(title+" by percentile", "percentile", "ms (log)", curves, ticks,
 		func(x float64) string { return labels[x] }, false))
 	var rss []series
+	run = 0
 	for _, x := range r.Results {
-		if len(x.RSS) == 0 || x.Failed != "" {
+		if x.Failed != "" {
 			continue
 		}
-		s, anon := series{name: name(x)}, series{name: name(x) + " anon"}
+		run++ // the colour of the run's latency lines
+		if len(x.RSS) == 0 {
+			continue
+		}
+		s, anon := series{name: name(x), group: run - 1}, series{name: name(x) + " anon", group: run - 1, dash: dashed}
 		for _, p := range x.RSS {
 			s.xs, s.ys = append(s.xs, float64(p.TS)), append(s.ys, mib(p.RSS))
 			if p.Anon > 0 {
