@@ -93,15 +93,15 @@ type Consumer struct {
 	// reported for it on the stream created at resumeStream (noteFloor),
 	// so that a deleted durable does not deliver the whole stream again.
 	// serve asks for the floor every floorEvery. Run's goroutine only.
-	resumeFloor atomic.Uint64 // atomic for the tests' sake
-	// interest: the event stream has interest retention, where deleting
-	// the durable deletes its events (ensureStream; holdFirst).
-	interest     atomic.Bool
+	resumeFloor  atomic.Uint64 // atomic for the tests' sake
 	resumeStream time.Time
 	floorEvery   time.Duration
 	// resumeUnsure: a consumer made past the floor whose stream could not
 	// be confirmed after (ensureConsumer). Run's goroutine only.
 	resumeUnsure bool
+	// interest: the event stream has interest retention, where deleting
+	// the durable deletes its events (ensureStream; holdFirst).
+	interest atomic.Bool
 	// filterApplied: ensureConsumer has applied nats.filter_subject once
 	// (New); later updates keep a filter another jetsink of the durable
 	// recorded (othersFilter). metaMu held.
