@@ -196,6 +196,13 @@ type Result struct {
 	// drain's acks leaves the bench process's CPU to nats-server.
 	LatencyFrom  string `json:"latency_end"`
 	LatencyAcked int64  `json:"latency_acked_rows,omitempty"`
+	// CommitIsCopy says the server does not track commit timestamps
+	// (track_commit_timestamp off): a row's "commit" time is then its
+	// committed_at, when COPY wrote it, a little before its COMMIT, and
+	// so every leg named for the commit (latency_stream_to_commit,
+	// latency_to_commit, a drain's Latency) ends at the COPY. The text
+	// report names those legs stored->COPY and send->COPY then.
+	CommitIsCopy bool `json:"commit_time_is_copy_time,omitempty"`
 	// Latency split at the moment JetStream stored the event (its
 	// metadata timestamp, the published_at column): scheduled send ->
 	// stored is the publisher's and nats-server's part, stored -> commit
@@ -1326,6 +1333,7 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 		res.LatencyFrom = fmt.Sprintf("the first ack the bench saw (%d of %d events; the rest %s)", f.acked, f.latency.Count, commit)
 	}
 	res.LatencyAcked = f.acked
+	res.CommitIsCopy = !b.byCommitTS
 	res.LatencyCommitToAck, res.LatencyToCommit = f.commitToAck, f.toCommit
 	res.Rows, res.Duplicate, res.Stray = f.rows, f.duplicates, f.stray
 	res.Missing = int64(res.Published) - f.seqsStored
@@ -1387,17 +1395,18 @@ func (r Result) line(scenario string) string {
 			s += fmt.Sprintf("%.2f the rest (PostgreSQL, other)", rest)
 		}
 	}
+	commit := r.commitEnd()
 	switch {
 	case r.LatencyInEngine.Count == 0:
 	case scenario == ScenarioDrain:
 		// A drain's send->stored is the preload's, before the engine
 		// started: no part of its latency, which stored->commit is whole.
-		s += fmt.Sprintf("\n           stored->commit (from the engine's start) p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms",
-			r.LatencyInEngine.P50, r.LatencyInEngine.P99, r.LatencyInEngine.P999, r.LatencyInEngine.Max)
+		s += fmt.Sprintf("\n           stored->%s (from the engine's start) p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms",
+			commit, r.LatencyInEngine.P50, r.LatencyInEngine.P99, r.LatencyInEngine.P999, r.LatencyInEngine.Max)
 	default:
-		s += fmt.Sprintf("\n           of which send->stored p50 %.1f p99 %.1f max %.1f ms, stored->commit p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms",
+		s += fmt.Sprintf("\n           of which send->stored p50 %.1f p99 %.1f max %.1f ms, stored->%s p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms",
 			r.LatencyToStream.P50, r.LatencyToStream.P99, r.LatencyToStream.Max,
-			r.LatencyInEngine.P50, r.LatencyInEngine.P99, r.LatencyInEngine.P999, r.LatencyInEngine.Max)
+			commit, r.LatencyInEngine.P50, r.LatencyInEngine.P99, r.LatencyInEngine.P999, r.LatencyInEngine.Max)
 	}
 	if r.LatencyCopyToCommit.Count > 0 {
 		s += fmt.Sprintf("\n           stored->COPY p50 %.1f p99 %.1f max %.1f ms, COPY->commit p50 %.1f p99 %.1f max %.1f ms",
@@ -1410,9 +1419,9 @@ func (r Result) line(scenario string) string {
 			r.LatencyInside.P50, r.LatencyInside.P99, r.LatencyInside.Max)
 	}
 	if r.LatencyCommitToAck.Count > 0 {
-		s += fmt.Sprintf("\n           commit->ack seen p50 %.1f p99 %.1f max %.1f ms; send->commit p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms",
+		s += fmt.Sprintf("\n           commit->ack seen p50 %.1f p99 %.1f max %.1f ms; send->%s p50 %.1f p99 %.1f p99.9 %.1f max %.1f ms",
 			r.LatencyCommitToAck.P50, r.LatencyCommitToAck.P99, r.LatencyCommitToAck.Max,
-			r.LatencyToCommit.P50, r.LatencyToCommit.P99, r.LatencyToCommit.P999, r.LatencyToCommit.Max)
+			commit, r.LatencyToCommit.P50, r.LatencyToCommit.P99, r.LatencyToCommit.P999, r.LatencyToCommit.Max)
 	}
 	if l := r.Lock; l != nil {
 		s += fmt.Sprintf("\n           table locked at %.1f s for %.1f s: RSS %.1f MiB as it was taken, at most %.1f while held (%+.1f), %.1f catching up; everything sent before the release committed %.1f s after it",
@@ -1429,6 +1438,15 @@ func (r Result) line(scenario string) string {
 		s += fmt.Sprintf("  MISSING %d DUPLICATE %d STRAY %d", r.Missing, r.Duplicate, r.Stray)
 	}
 	return s
+}
+
+// commitEnd names where r's legs "to the commit" end: the commit, or the
+// COPY when the server tracks no commit timestamps (CommitIsCopy).
+func (r Result) commitEnd() string {
+	if r.CommitIsCopy {
+		return "COPY"
+	}
+	return "commit"
 }
 
 // millis is d in milliseconds.

@@ -1432,6 +1432,38 @@ func TestDrainLineLeavesOutThePreload(t *testing.T) {
 	}
 }
 
+// Without commit timestamps a row's commit time is its COPY's
+// (committed_at): the text names the legs that end there stored->COPY, in
+// the run's line and the summary, not stored->commit.
+func TestCopyTimeLegsSayCOPY(t *testing.T) {
+	lat := Percentiles{Count: 10, P50: 1, P90: 2, P99: 3, P999: 4, Max: 5}
+	r := Result{Engine: EngineJetsink, Rep: 1, Published: 10, Rows: 10, StreamLastSeq: 10, Latency: lat,
+		LatencyToStream: Percentiles{Count: 10, P50: 700, P99: 900, Max: 950}, LatencyInEngine: lat,
+		LatencyToCommit: Percentiles{Count: 10, P50: 1, P99: 3, Max: 5, BelowMin: 1}, CommitIsCopy: true}
+	for _, c := range []struct {
+		scenario string
+		want     []string
+	}{
+		{ScenarioDrain, []string{"stored->COPY (from the engine's start) p50 1.0", "stored->COPY p99 ms 3.0", "to COPY 1 below 1 µs"}},
+		{ScenarioRate, []string{"stored->COPY p50 1.0 p99 3.0", "stored->COPY p99 ms 3.0"}},
+	} {
+		rep := &Report{Scenario: c.scenario, Results: []Result{r}, Summary: summarize([]Result{r})}
+		var text bytes.Buffer
+		if err := rep.WriteText(&text); err != nil {
+			t.Fatal(err)
+		}
+		got := text.String()
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: want %q:\n%s", c.scenario, w, got)
+			}
+		}
+		if strings.Contains(got, "->commit") || strings.Contains(got, "to commit") {
+			t.Errorf("%s: a leg named for the commit:\n%s", c.scenario, got)
+		}
+	}
+}
+
 // Steal time (a VM's CPU waiting while the hypervisor ran another guest) is
 // no process's busy time: the machine's busy figures leave it out, and the
 // report gives its share apart.

@@ -41,7 +41,9 @@
 // the row's committed_at column (DEFAULT clock_timestamp(), filled by
 // COPY), which is when the row was copied, a little before its COMMIT; the
 // legs of the latency (send to stored, stored to received, to the COPY, to
-// the commit, commit to ack) use it. Rows per transaction (grouped by
+// the commit, commit to ack) use it, and the text report names the legs
+// that end there for the COPY (stored->COPY; the JSON keeps its keys and
+// says commit_time_is_copy_time). Rows per transaction (grouped by
 // xmin) give the batch-size distribution.
 //
 // A run that lost an event (acked by JetStream to the publisher, absent

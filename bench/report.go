@@ -60,7 +60,7 @@ type Summary struct {
 	P99        Stat `json:"latency_p99_ms"`
 	P999       Stat `json:"latency_p99_9_ms"`
 	Max        Stat `json:"latency_max_ms"`
-	P99Engine  Stat `json:"latency_stream_to_commit_p99_ms"` // the engine's part of P99
+	P99Engine  Stat `json:"latency_stream_to_commit_p99_ms"` // the engine's part of P99 (to the COPY where CommitIsCopy)
 	Load1      Stat `json:"load1"`
 	Ratio      Stat `json:"ratio_to_baseline,omitzero"`
 	CPURatio   Stat `json:"cpu_ratio_to_baseline,omitzero"`
@@ -69,6 +69,8 @@ type Summary struct {
 	LockRSSGrowthMiB Stat `json:"lock_rss_growth_mib,omitzero"`
 	// LockRSSAnonGrowthMiB is the same of RssAnon.
 	LockRSSAnonGrowthMiB Stat `json:"lock_rss_anon_growth_mib,omitzero"`
+
+	commitEnd string // where P99Engine ends (Result.commitEnd)
 }
 
 func summarize(rs []Result) []Summary {
@@ -133,6 +135,7 @@ func summarize(rs []Result) []Summary {
 			}
 		}
 		s.Ratio, s.CPURatio = stat(ratios), stat(cpuRatios)
+		s.commitEnd = g[0].commitEnd() // one bencher's runs: one server
 		var growth, anonGrowth, steady, anon, file []float64
 		for _, r := range g {
 			if r.Lock != nil {
@@ -248,7 +251,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "  steady CPU µs/event %s", fmtStat(s.SteadyCPUPerEvent, 2))
 		}
 		if s.P99Engine.Median > 0 {
-			fmt.Fprintf(&b, "  stored->commit p99 ms %s", fmtStat(s.P99Engine, 1))
+			fmt.Fprintf(&b, "  stored->%s p99 ms %s", s.commitEnd, fmtStat(s.P99Engine, 1))
 		}
 		if s.Ratio.N > 0 {
 			fmt.Fprintf(&b, "  x baseline %s", fmtStat(s.Ratio, 2))
@@ -301,8 +304,8 @@ func (x Result) clamped() string {
 	for _, d := range []struct {
 		name string
 		p    Percentiles
-	}{{"latency", x.Latency}, {"to commit", x.LatencyToCommit}, {"send->stored", x.LatencyToStream},
-		{"stored->commit", x.LatencyInEngine}, {"stored->COPY", x.LatencyBeforeCopy}, {"COPY->commit", x.LatencyCopyToCommit},
+	}{{"latency", x.Latency}, {"to " + x.commitEnd(), x.LatencyToCommit}, {"send->stored", x.LatencyToStream},
+		{"stored->" + x.commitEnd(), x.LatencyInEngine}, {"stored->COPY", x.LatencyBeforeCopy}, {"COPY->commit", x.LatencyCopyToCommit},
 		{"stored->received", x.LatencyDelivery}, {"received->COPY", x.LatencyInside}, {"commit->ack", x.LatencyCommitToAck}} {
 		if d.p.Clamped() > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d below 1 µs (negative included), %d above 1 h", d.name, d.p.BelowMin, d.p.AboveMax))
