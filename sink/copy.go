@@ -1739,7 +1739,8 @@ func integralText(s string) string {
 // missingError reports an exactly-once transaction that committed while
 // the INSERT from staging left the rows with these keys out of the table
 // (as they were looked up after the commit):
-// a BEFORE INSERT trigger returned NULL for them, or a rule dropped them
+// a BEFORE INSERT trigger returned NULL for them (perhaps storing them in
+// an inheritance child, which the lookup does not read), or a rule dropped them
 // (or a trigger changed their key, so that they are stored under another
 // one; that shows only when another row of the batch conflicted, since
 // only then is the table searched). The other rows of the batch are
@@ -2041,7 +2042,8 @@ func (c *committer) settleMissing(ctx context.Context, b *batch, lo, hi int, e *
 		"with code "+pipeline.CodeRowCount+", the others acked", "rows", hi-lo, "missing_keys", len(e.keys))
 	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: pipeline.CodeRowCount,
 		Reason: "the transaction holding this row committed without it in the table: a BEFORE INSERT trigger returned NULL " +
-			"for it, a rule dropped it, or a trigger stored it under another key; the rest of its batch was stored"}
+			"for it (perhaps storing it elsewhere, an inheritance child say), a rule dropped it, or a trigger stored it under " +
+			"another key; the rest of its batch was stored"}
 	m := lo // rows[lo:m] are the missing ones
 	b.mu.Lock()
 	for i := lo; i < hi; i++ {

@@ -165,7 +165,13 @@
 // building the key index first), and the type guards refuse every batch
 // once a committer's connection has read it as it opened (the lookup after
 // a commit compares text keys as bytes too, so a change the guards have
-// not read yet dead-letters such an event instead of acking it). A stream
+// not read yet dead-letters such an event instead of acking it). Nor may
+// a plain table have inheritance children: its unique index does not span
+// them, so a row a BEFORE INSERT trigger sends into a child gets past ON
+// CONFLICT at every delivery. Check reports it (ProblemInheritance), Init
+// fails on it, and the lookup after a commit counts a row only in the
+// table itself or in a partition of a partitioned table, so such a row is
+// dead-lettered (code "row_count"), not acked. A stream
 // deleted and re-created restarts its sequence, and its rows would
 // conflict with old ones: StoredSeq tells the consumer the table's highest
 // sequence, so that it re-creates a stream past it and refuses one that

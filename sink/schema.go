@@ -181,7 +181,9 @@ func withSuffix(base, suffix string) string {
 // (ErrNoKeyIndex too, saying how to make it not deferrable), and a key
 // column or key index with a nondeterministic collation would skip
 // events (ErrNoKeyIndex too: ProblemCollation; on such a column Init
-// builds no index, which would not help).
+// builds no index, which would not help), and a plain table with
+// inheritance children would store redeliveries again (ErrNoKeyIndex too:
+// ProblemInheritance; no index built either).
 func (s *Sink) Init(ctx context.Context) error {
 	var missing *Problem
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
@@ -210,12 +212,13 @@ func (s *Sink) Init(ctx context.Context) error {
 				has := func(k ProblemKind) bool {
 					return slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == k })
 				}
-				if !has(ProblemNoUniqueIndex) || has(ProblemCollation) {
+				if !has(ProblemNoUniqueIndex) || has(ProblemCollation) || has(ProblemInheritance) {
 					// A usable key index is there (a primary key on
 					// the key, say): another would cost every insert,
 					// and its build would block writes at start. Or a
 					// key column compares with a nondeterministic
-					// collation: Init fails below whatever it builds,
+					// collation, or the table has inheritance
+					// children: Init fails below whatever it builds,
 					// and the build would block writes, for long on a
 					// big table, for nothing.
 					ddl = nil
@@ -248,9 +251,11 @@ func (s *Sink) Init(ctx context.Context) error {
 			// A DEFERRABLE constraint on the key makes INSERT ... ON
 			// CONFLICT fail even beside the index Init made; a key that
 			// compares with a nondeterministic collation would skip
-			// events as stored before. That one is named first: the
+			// events as stored before; a table with inheritance
+			// children has an index that does not span them (see
+			// ProblemInheritance). The collation is named first: the
 			// index is made only once it is fixed.
-			if p.Kind == ProblemNoUniqueIndex || p.Kind == ProblemDeferrableUnique || p.Kind == ProblemCollation {
+			if p.Kind == ProblemNoUniqueIndex || p.Kind == ProblemDeferrableUnique || p.Kind == ProblemCollation || p.Kind == ProblemInheritance {
 				if missing == nil || missing.Kind != ProblemCollation {
 					missing = &p
 				}
@@ -268,7 +273,8 @@ func (s *Sink) Init(ctx context.Context) error {
 }
 
 // ErrNoKeyIndex: Init ran, and the table still has no unique index on the
-// exactly-once key that INSERT ... ON CONFLICT can use.
+// exactly-once key that INSERT ... ON CONFLICT can use (or one that does
+// not span the table's inheritance children: ProblemInheritance).
 var ErrNoKeyIndex = errors.New("no usable unique index on the exactly-once key after init")
 
 // ProblemKind classifies a Problem.
@@ -327,6 +333,15 @@ const (
 	// INSTEAD NOTHING, where it stores nothing. (COPY, at-least-once, does
 	// not run rules.)
 	ProblemRule ProblemKind = "rule"
+	// ProblemInheritance: in exactly-once mode the table is a plain table
+	// with inheritance children (CREATE TABLE ... INHERITS). Its unique
+	// index on the key does not span them: a row a BEFORE INSERT trigger
+	// sends into a child is not seen by INSERT ... ON CONFLICT, and each
+	// redelivery of its event would be stored again. The sink looks rows up
+	// in the table alone (FROM ONLY), so such a row is dead-lettered (code
+	// row_count), not acked; Init fails. (A partitioned table's unique
+	// index spans its partitions: not reported.)
+	ProblemInheritance ProblemKind = "inheritance"
 	// ProblemEncoding: the database's encoding is not UTF8. SQL_ASCII is an
 	// error: PostgreSQL neither checks nor converts text there, and refuses
 	// jsonb's \u escapes above 007F (SQLSTATE 0A000, a batch retried until
@@ -577,6 +592,14 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				Fix: fmt.Sprintf("CREATE TABLE ... PARTITION OF %s FOR VALUES ... (or DEFAULT)", tname)})
 		}
 	case "r", "f": // a table, a foreign table
+		if partitions && s.cfg.Mode == ExactlyOnce {
+			kindProblem = append(kindProblem, Problem{Kind: ProblemInheritance,
+				Message: fmt.Sprintf("%s has inheritance children (INHERITS), which its unique index on the exactly-once key does not "+
+					"span: a row a trigger sends into a child is not seen by INSERT ... ON CONFLICT, so each redelivery of its event "+
+					"would be stored again; jetsink looks rows up in %s alone, and dead-letters such rows (code row_count)", tname, tname),
+				Fix: "write into a table without inheritance children (a partitioned table's unique index spans its partitions), " +
+					"or use postgres.mode: at-least-once"})
+		}
 	case "v":
 		if !insteadOf {
 			kindProblem = append(kindProblem, Problem{Kind: ProblemRelationKind,
@@ -726,10 +749,13 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		fix := "make sure these triggers never return NULL for jetsink's rows, or write into a table without them"
 		if s.cfg.Mode == ExactlyOnce {
 			msg = fmt.Sprintf("%s has BEFORE INSERT row triggers (%s): a row one returns NULL for is missing after the "+
-				"INSERT, and jetsink dead-letters it (code row_count); one that changes %s or %s makes its row look "+
-				"missing, and dead-lettered although stored, whenever another row of its batch conflicts",
-				tname, strings.Join(triggers, ", "), s.streamC, s.seqC)
-			fix = "make sure these triggers never return NULL for jetsink's rows nor change their key, or write into a table without them"
+				"INSERT, and jetsink dead-letters it (code row_count); one that stores the row elsewhere (into another "+
+				"table) and returns NULL, or changes %s or %s, gets past INSERT ... ON CONFLICT, which runs after the "+
+				"trigger: a redelivered event would be stored again, and is dead-lettered (code row_count) only when jetsink "+
+				"looks its key up in %s and finds it missing",
+				tname, strings.Join(triggers, ", "), s.streamC, s.seqC, tname)
+			fix = "make sure these triggers never return NULL for jetsink's rows, never store them elsewhere, nor change their key; " +
+				"or write into a table without them"
 		}
 		probs = append(probs, Problem{Kind: ProblemRowTrigger, Warning: true, Message: msg, Fix: fix})
 	}

@@ -900,9 +900,18 @@ func (s *Sink) buildSQL() {
 			}
 			return " AND t." + col + " = k." + key + "::text COLLATE pg_catalog.\"C\""
 		}
+		// A row counts only in the table itself, or in a partition of a
+		// partitioned one, whose unique index spans its partitions: not
+		// in a plain table's inheritance children, where ON CONFLICT
+		// does not see it (a BEFORE INSERT trigger that redirects rows
+		// there would have each redelivery stored again, and acked). Not
+		// FROM ONLY, which reads nothing of a partitioned table. The
+		// table's relkind is read once per lookup (an InitPlan).
+		reg := quoteLiteral(s.table.Sanitize()) + "::regclass"
 		s.missingSQL = "SELECT k.stream, k.seq FROM unnest($1::text[], $2::text[]) k(stream, seq) WHERE NOT EXISTS (SELECT 1 FROM " +
 			s.table.Sanitize() + " t WHERE t." + stream + " = k.stream::" + streamT + " AND t." + seq + " = k.seq::" + seqT +
-			exact(stream, "stream", streamT) + exact(seq, "seq", seqT) + ")"
+			exact(stream, "stream", streamT) + exact(seq, "seq", seqT) +
+			" AND (t.tableoid = " + reg + " OR (SELECT relkind FROM pg_catalog.pg_class WHERE oid = " + reg + ") = 'p'))"
 	}
 	s.copyStmts = 2
 	if s.cfg.Mode == AtLeastOnce {

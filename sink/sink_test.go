@@ -3131,3 +3131,79 @@ func TestEventLatencyEndsAtTheCommit(t *testing.T) {
 		t.Errorf("event latency sum %.4fs over %d rows, more than %.4fs: counted past the commit, into the acks", sum, len(rs), most)
 	}
 }
+
+// Exactly-once counts a row stored only where the key's unique index sees
+// it: in the table itself, or in a partition of a partitioned table. A
+// plain table's BEFORE INSERT trigger that stores rows into an inheritance
+// child and returns NULL gets each delivery past ON CONFLICT (the parent's
+// index sees nothing), and the lookup after the commit, reading the
+// children too, found the rows and acked them: every redelivery was stored
+// again, and acked. Now such rows are missing (dead-lettered, code
+// row_count, not acked), and check and init refuse the table. A
+// partitioned table's redeliveries are still found in its partitions, and
+// acked.
+func TestExactlyOnceInheritanceChildren(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup string // %[1]s the table, %[2]s a second name, %[3]s a third
+		acked bool
+	}{
+		{"partitioned", "CREATE TABLE %[1]s (stream text NOT NULL, stream_seq bigint NOT NULL, payload jsonb, UNIQUE (stream, stream_seq)) " +
+			"PARTITION BY LIST (stream); CREATE TABLE %[2]s PARTITION OF %[1]s FOR VALUES IN ('S')", true},
+		{"inheritance child", "CREATE TABLE %[1]s (stream text NOT NULL, stream_seq bigint NOT NULL, payload jsonb, UNIQUE (stream, stream_seq)); " +
+			"CREATE TABLE %[2]s () INHERITS (%[1]s); " +
+			"CREATE FUNCTION %[3]s() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO %[2]s SELECT NEW.*; RETURN NULL; END $$; " +
+			"CREATE TRIGGER redirect BEFORE INSERT ON %[1]s FOR EACH ROW EXECUTE FUNCTION %[3]s()", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.Mode = ExactlyOnce; c.CreateTable = false })
+			admin := pg.Conn(t)
+			child, fn := pgx.Identifier{s.cfg.Table + "_c"}.Sanitize(), pgx.Identifier{s.cfg.Table + "_f"}.Sanitize()
+			if _, err := admin.Exec(ctx, fmt.Sprintf(tc.setup, s.table.Sanitize(), child, fn)); err != nil {
+				t.Fatal(err)
+			}
+			probs, err := s.Check(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == ProblemInheritance && !p.Warning })
+			if found == tc.acked {
+				t.Errorf("check: %v; want an inheritance error: %v", probs, !tc.acked)
+			}
+			if err := s.Init(ctx); errors.Is(err, ErrNoKeyIndex) == tc.acked {
+				t.Errorf("Init = %v; want ErrNoKeyIndex: %v", err, !tc.acked)
+			}
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			t.Cleanup(src.close)
+			for delivered := uint32(1); delivered <= 2; delivered++ {
+				rs, ms := rows(1, 3, nil)
+				for i := range rs {
+					rs[i].Event.Delivered = delivered
+				}
+				src.push(t, ctx, rs)
+				waitFor(t, ctx, "the rows settled", allSettled(ms))
+				for i, m := range ms {
+					if acked := m.acks.Load() == 1; acked != tc.acked {
+						t.Errorf("delivery %d, row %d: acked %v, want %v", delivered, i+1, acked, tc.acked)
+					}
+				}
+			}
+			letters, _ := dl.letters()
+			for _, l := range letters {
+				if l.Code != pipeline.CodeRowCount {
+					t.Errorf("dead letter %+v, want code %s", l, pipeline.CodeRowCount)
+				}
+			}
+			if want := map[bool]int{true: 0, false: 6}[tc.acked]; len(letters) != want {
+				t.Errorf("%d dead letters, want %d", len(letters), want)
+			}
+			src.close()
+			if err := wait(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		})
+	}
+}
