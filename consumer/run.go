@@ -215,6 +215,7 @@ func (c *Consumer) run(ctx, hard context.Context, out Output) error {
 		if !c.mayPull(ctx, hard) {
 			continue // the loop's top returns, or looks again after a pause
 		}
+		c.floorNow(ctx)
 		s, err := c.subscribe(hard, out)
 		if err != nil {
 			retry("subscribe to the consumer", err)
@@ -1411,6 +1412,25 @@ func pullsProven(hb time.Duration) time.Duration { return max(4*hb, time.Second)
 // floor (noteFloor): at most that much of what was acked is delivered
 // again should the consumer go away.
 const floorEvery = 10 * time.Second
+
+// floorNow asks the server for the consumer's ack floor (noteFloor)
+// before a session pulls, on the stream enterStream has just looked at:
+// serve asks only every floorEvery, and a consumer lost before the first
+// of those in a process that had not learnt a floor yet (its start, the
+// consumer an operator's from a later sequence) was made again from the
+// start of the stream, delivering again every event it held. Not from the
+// info ensureConsumer had, which may be of a stream replaced since. Unless
+// NATS is away; a failure leaves the floor as it was. Run's goroutine.
+func (c *Consumer) floorNow(ctx context.Context) {
+	if !c.nc.IsConnected() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if ci, err := c.cons.Load().Info(ctx); err == nil {
+		c.noteFloor(ci)
+	}
+}
 
 // refreshFloor asks the server for the consumer's ack floor (noteFloor),
 // unless NATS is away; a failure is left to the next tick. It returns

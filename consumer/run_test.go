@@ -358,6 +358,70 @@ func TestRecreatedConsumerResumesPastItsAckFloor(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// A consumer lost before serve's first look (floorEvery) is made again
+// past the ack floor it had when the session began, not from the start
+// of the stream: Run asks for the floor before each session pulls. As
+// measured: an operator's durable from sequence 91 over 100 events,
+// 91..100 acked, jetsink started, the durable deleted within its first
+// second; before, the 100 events came again.
+func TestConsumerLostBeforeTheFirstLookResumesPastItsAckFloor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	js := jsFor(t, srv)
+	makeStream(t, ctx, js, cfg)
+	publish(t, ctx, js, cfg, 100, 1, 0)
+	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: 91})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for msg := range batch.Messages() {
+		if err := msg.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ci, err := cons.Info(ctx); err != nil || ci.AckFloor.Stream != 100 {
+		t.Fatalf("operator's durable before jetsink starts: %+v, %v; want ack floor 100", ci, err)
+	}
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = time.Hour // no look of serve's in this test
+	publish(t, ctx, js, cfg, 1, 1, 100)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	if first := r.next(t, ctx); bodyIndex(t, &first.ev) != 100 {
+		t.Fatalf("first event %d, want 100", bodyIndex(t, &first.ev))
+	}
+	// The first event came from a session that asked before it pulled.
+	if got := c.resumeFloor.Load(); got != 100 {
+		t.Fatalf("ack floor known once the first session pulled = %d, want 100", got)
+	}
+	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 10, 1, 101)
+	// Event 100, taken and not acked, comes again; none before it.
+	for seen := map[int]bool{}; len(seen) < 11; {
+		g := r.next(t, ctx)
+		i := bodyIndex(t, &g.ev)
+		if i < 100 {
+			t.Fatalf("event %d, acked before jetsink started, delivered again", i)
+		}
+		seen[i] = true
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(log.String(), "start_seq=101") {
+		t.Errorf("the log does not say where the consumer was made again:\n%s", log.String())
+	}
+	r.stopClean(t, ctx)
+}
+
 // Only on the stream the floor was learnt on: a consumer made again on a
 // stream that replaced it (another creation time), or on one whose
 // sequence went back below the floor under the same creation time (a
