@@ -1440,7 +1440,9 @@ func (c *Consumer) floorNow(ctx context.Context) {
 // limit (max_deliver: the server gives up on an event, neither stored nor
 // dead-lettered), a shorter ack_wait, a backoff (it sets the waits after
 // the first delivery, whatever ack_wait says: events come again while
-// they commit), another filter. The server swaps a filter without going
+// they commit), an inactive_threshold (the server deletes the durable
+// when jetsink is stopped longer, and the next start makes it anew from
+// the start of the stream), another filter. The server swaps a filter without going
 // back: the events the other filter left out that were published
 // meanwhile are skipped, and jetsink's filter, applied again, does not
 // bring them back. That is logged at Error with the ack floor and the
@@ -1485,6 +1487,12 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 	}
 	if len(got.BackOff) > 0 {
 		changed = append(changed, "backoff")
+	}
+	if got.InactiveThreshold > 0 {
+		// The server deletes the durable once no pull has come for
+		// that long: while jetsink is stopped, and the next start makes
+		// it anew from the start of the stream.
+		changed = append(changed, "inactive_threshold")
 	}
 	f, at, others := c.othersFilter(&got)
 	switch {

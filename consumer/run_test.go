@@ -1187,6 +1187,14 @@ func TestRunOverOperatorsEdits(t *testing.T) {
 	// A max_deliver set on the server: applied again at the next look.
 	edit(func(cc *jetstream.ConsumerConfig) { cc.MaxDeliver = 3 })
 	waitFor(t, ctx, "max_deliver unlimited again", func() bool { return onServer().MaxDeliver == durableMaxDeliver })
+	// An inactive_threshold: the server would delete the durable once
+	// jetsink is stopped longer (and the next start make it anew from the
+	// start of the stream). Applied again, and logged.
+	edit(func(cc *jetstream.ConsumerConfig) { cc.InactiveThreshold = time.Hour })
+	waitFor(t, ctx, "no inactive_threshold again", func() bool { return onServer().InactiveThreshold == 0 })
+	if !strings.Contains(log.String(), "changed=inactive_threshold") {
+		t.Errorf("inactive_threshold set back without a word:\n%s", log.String())
+	}
 
 	until := time.Now().Add(time.Hour)
 	if _, err := js.PauseConsumer(ctx, cfg.Stream, cfg.Consumer, until); err != nil {
