@@ -102,6 +102,10 @@ type Consumer struct {
 	// interest: the event stream has interest retention, where deleting
 	// the durable deletes its events (ensureStream; holdFirst).
 	interest atomic.Bool
+	// serverPaused: the durable was last seen paused on the server
+	// (nats consumer pause), and that was logged (ensureConsumer,
+	// notePausedOnServer).
+	serverPaused atomic.Bool
 	// filterApplied: ensureConsumer has applied nats.filter_subject once
 	// (New); later updates keep a filter another jetsink of the durable
 	// recorded (othersFilter). metaMu held.

@@ -344,7 +344,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	if p, ok := replayOriginalProblem(cfg.Consumer, &cons.CachedInfo().Config); ok {
 		c.log.Warn(p.Message, "fix", p.Fix+holdFirst(cfg.Stream, c.interest.Load()))
 	}
-	if info := cons.CachedInfo(); info.Paused {
+	if info := cons.CachedInfo(); info.Paused && !c.serverPaused.Swap(true) {
 		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",
 			"consumer", cfg.Consumer, "resumes_in", info.PauseRemaining.Round(time.Second))
 	}

@@ -1471,6 +1471,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 	}
 	c.stuck.Store(nil) // the consumer answers (recheck)
 	c.noteFloor(ci)
+	c.notePausedOnServer(ci)
 	got := ci.Config
 	var changed []string
 	if got.HeadersOnly {
@@ -1540,6 +1541,25 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		}
 	}
 	return strings.Join(changed, ", ")
+}
+
+// notePausedOnServer logs, once for each pause, that the durable (ci, as
+// the server has it) is paused on the server (nats consumer pause; the
+// server keeps a pause through jetsink's updates), with resumes_in, and
+// that it delivers again once the pause is over: nothing else showed
+// such a pause while jetsink ran, no pull fails, and the events wait in
+// the stream. (ensureConsumer warns of one it finds, once too.)
+func (c *Consumer) notePausedOnServer(ci *jetstream.ConsumerInfo) {
+	if ci.Paused {
+		if !c.serverPaused.Swap(true) {
+			c.log.Warn("the consumer was paused on the server (nats consumer pause): nothing is delivered until it resumes (nats consumer resume, or its pause time)",
+				"consumer", c.cfg.Consumer, "resumes_in", ci.PauseRemaining.Round(time.Second))
+		}
+		return
+	}
+	if c.serverPaused.Swap(false) {
+		c.log.Info("the consumer's pause on the server is over: delivering again", "consumer", c.cfg.Consumer)
+	}
 }
 
 // sameFilter reports whether cc filters as jetsink's filter would: one

@@ -1212,6 +1212,45 @@ func TestRunOverOperatorsEdits(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// A pause of the durable on the server while Run runs (nats consumer
+// pause, nats-server 2.11) is logged at the next look, once, with
+// resumes_in, and its end too. Before, nothing showed it: no pull fails,
+// and the events wait in the stream.
+func TestRunLogsAPauseOnTheServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = 50 * time.Millisecond
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 0)
+	paused := "the consumer was paused on the server (nats consumer pause)"
+	over := "the consumer's pause on the server is over: delivering again"
+	if _, err := js.PauseConsumer(ctx, cfg.Stream, cfg.Consumer, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the pause logged", func() bool { return strings.Contains(log.String(), paused) })
+	// Logged once, not at every look (notePausedOnServer is safe from
+	// here: its state is atomic).
+	c.notePausedOnServer(&jetstream.ConsumerInfo{Paused: true, PauseRemaining: time.Hour})
+	if _, err := js.ResumeConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the pause's end logged", func() bool { return strings.Contains(log.String(), over) })
+	publish(t, ctx, js, cfg, 1, 1, 1)
+	r.ackUntil(t, ctx, 1)
+	if n := strings.Count(log.String(), paused); n != 1 {
+		t.Errorf("the pause logged %d times, want once:\n%s", n, log.String())
+	}
+	if !strings.Contains(log.String(), "resumes_in=") {
+		t.Errorf("the pause's line does not say when it ends:\n%s", log.String())
+	}
+	r.stopClean(t, ctx)
+}
+
 // An operator's edit of the durable's filter, or a backoff, while Run
 // runs is seen at the next look (floorEvery) and set back, the filter
 // change logged at Error with the ack floor and the delivered sequence:
