@@ -1939,10 +1939,25 @@ var errStaleEpoch = fmt.Errorf("not acked: %w", pipeline.ErrStaleEpoch)
 // those taken in an earlier epoch than the consumer's (see
 // Sink.SetEpochs).
 func (c *committer) settle(b *batch, lo, hi int) {
-	b.settledTo(hi)
-	var bytes, failed, stale uint64
-	var first error
+	bytes := c.ack(b, lo, hi)
 	stored := b.rows[lo:hi]
+	n := len(stored)
+	c.settled += n
+	c.bytes += int(bytes)
+	c.s.metrics.BatchCommitted(context.Background(), stored, int(bytes), c.took, c.commitAt)
+	st := &c.s.st
+	st.batches.Add(1)
+	st.rows.Add(uint64(n))
+	st.bytes.Add(bytes)
+}
+
+// ack acks rows[lo:hi] of b, found in the table, but those of an earlier
+// epoch (see settle), marks them settled and returns their tuples' bytes.
+// It counts no batch nor row: settle does, for a commit.
+func (c *committer) ack(b *batch, lo, hi int) (bytes uint64) {
+	b.settledTo(hi)
+	var failed, stale uint64
+	var first error
 	epoch := c.s.epochs.Hold()
 	acks := c.acks[:0]
 	for i := lo; i < hi; i++ {
@@ -1982,15 +1997,9 @@ func (c *committer) settle(b *batch, lo, hi int) {
 	clear(acks)
 	clear(errs)
 	c.acks, c.ackErrs = acks[:0], errs[:0]
-	n := len(stored)
-	c.settled += n
-	c.bytes += int(bytes)
+	n := hi - lo
 	telemetry.Acked(c.span, n, int(failed))
-	c.s.metrics.BatchCommitted(context.Background(), stored, int(bytes), c.took, c.commitAt)
 	st := &c.s.st
-	st.batches.Add(1)
-	st.rows.Add(uint64(n))
-	st.bytes.Add(bytes)
 	if stale > 0 {
 		st.staleAcks.Add(stale)
 		c.s.log.Warn("rows committed but not acked: their stream was re-created since they were taken, and an ack "+
@@ -2001,6 +2010,7 @@ func (c *committer) settle(b *batch, lo, hi int) {
 		c.s.log.Warn("ack failed after commit; those messages will be redelivered (a duplicate row in at-least-once mode)",
 			"messages", failed, "of", n, "err", first)
 	}
+	return bytes
 }
 
 // settleMissing settles rows[lo:hi] of b, whose exactly-once transaction
@@ -2072,8 +2082,25 @@ func hasKey(keys map[rowKey]struct{}, k rowKey) bool {
 // deadLetter parks row p of b, which the database refuses with err. If the
 // dead-letterer fails, it has nak'ed the message (unless its stream was
 // re-created since): the row is not acked.
+//
+// In exactly-once mode a row the INSERT from staging refused is looked up
+// in the table first (refusedButStored): a CHECK, a domain's constraint, a
+// row-level security policy or a BEFORE INSERT trigger judges a row before
+// ON CONFLICT finds its key stored, so an event stored before can be
+// refused when delivered again (a CHECK added NOT VALID since, a consumer
+// re-created to deliver from the start). Stored, it is acked as a
+// duplicate, as ON CONFLICT would have; dead-lettered, a replay would store
+// it again.
 func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) {
 	row := &b.rows[p]
+	looked, stored := c.refusedButStored(ctx, b, p, err)
+	if stored {
+		c.ack(b, p, p+1)
+		c.settled++
+		c.s.storedDone.Log(ctx, c.s.log, slog.LevelInfo, time.Second, "row refused by the database, but its key is in the table "+
+			"already: acked as stored before", "stream", row.Event.Stream, "stream_seq", row.Event.StreamSeq, "sqlstate", sqlState(err))
+		return
+	}
 	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: pipeline.CodeData, Reason: err.Error()}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -2087,7 +2114,7 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 		}
 		if le, ok := errors.AsType[*loneTimeoutError](err); ok {
 			dl.Code, dl.Reason = pipeline.CodeRefused, le.reason(pgErr)
-		} else if c.mayBeStored(&row.Event, err) {
+		} else if c.mayBeStored(&row.Event, err, looked) {
 			dl.Reason += mayBeStoredNote
 		}
 	}
@@ -2106,25 +2133,58 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 	c.s.dlDone.Log(ctx, c.s.log, slog.LevelInfo, time.Second, "row refused by the database, dead-lettered", attrs...)
 }
 
+// refusedButStored looks row p of b, which the database refused with err,
+// up in the table when err is exactly-once's INSERT from staging's (not a
+// lone timeout's: see loneTimeoutError), on the committer's connection if
+// it has one. looked reports that the lookup answered; stored, that the
+// row's key is in the table.
+func (c *committer) refusedButStored(ctx context.Context, b *batch, p int, err error) (looked, stored bool) {
+	if c.s.cfg.Mode != ExactlyOnce || !isFromStaging(err) || isLoneTimeout(err) || c.conn == nil || c.conn.IsClosed() {
+		return false, false
+	}
+	lctx, cancel := context.WithTimeout(ctx, readTypesTimeout)
+	defer cancel()
+	missing, lerr := c.missingKeys(lctx, b.rows[p:p+1])
+	if lerr != nil {
+		c.s.log.Debug("could not look a refused row up in the table; its dead letter says it may be stored", "err", lerr)
+		return false, false
+	}
+	return true, len(missing) == 0
+}
+
+// isFromStaging reports whether err is exactly-once's INSERT from staging's
+// (fromStagingError).
+func isFromStaging(err error) bool {
+	_, ok := errors.AsType[*fromStagingError](err)
+	return ok
+}
+
+// sqlState is err's SQLSTATE, "" if it has none.
+func sqlState(err error) string {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pgErr.Code
+	}
+	return ""
+}
+
 // mayBeStored reports whether ev's row, which the database refuses with
 // err, may be in the table all the same, as its dead letter then says
 // (replayed, it is published anew: a new key, stored twice in exactly-once
 // mode): a redelivery (an earlier delivery may have committed, its ack
-// lost), or a batch with a commit of unknown outcome (c.unknown). In
-// exactly-once mode, too, when a function the INSERT from staging called
-// raised err (a BEFORE INSERT trigger, which runs before ON CONFLICT finds
-// the row stored: a consumer re-created to deliver stored events again,
-// say); not for the staging COPY's error, nor a constraint's, which a
-// stored row passed already.
-func (c *committer) mayBeStored(ev *pipeline.Event, err error) bool {
+// lost, or be committing on another connection), or a batch with a commit
+// of unknown outcome (c.unknown). In exactly-once mode, too, when err is
+// the INSERT from staging's and looked is false: its CHECKs, its domains'
+// constraints, its row-level security and its BEFORE INSERT triggers judge
+// a row before ON CONFLICT finds it stored (a CHECK added NOT VALID since
+// the row was stored, a consumer re-created to deliver stored events
+// again), and the row could not be looked up in the table
+// (refusedButStored), which otherwise settles it. Not for the staging
+// COPY's error, which no row stored as sent meets.
+func (c *committer) mayBeStored(ev *pipeline.Event, err error, looked bool) bool {
 	if c.unknown || ev.Delivered > 1 {
 		return true
 	}
-	if _, ok := errors.AsType[*fromStagingError](err); !ok { // exactly-once's only
-		return false
-	}
-	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	return ok && pgErr.Where != ""
+	return !looked && isFromStaging(err) // exactly-once's only
 }
 
 // deadLetterMiscounted settles rows[lo:hi] of b, whose COPY committed while

@@ -232,10 +232,17 @@
 //     statement trigger). At most ceil(log2(n))+2 extra COPYs per
 //     refused row; after two refused rows in a row the rest is tried in
 //     the pieces the bisection left, so a run of refused rows costs about
-//     two COPYs per row. A refused row's letter says that it may already
+//     two COPYs per row. In exactly-once mode a row the INSERT from
+//     staging refused (this class or the next, not a lone timeout) is
+//     first looked up in the table by its key: its CHECKs, domains,
+//     row-level security and BEFORE INSERT triggers judge a row before
+//     ON CONFLICT finds it stored (a CHECK added NOT VALID after it was
+//     stored, a consumer re-made to deliver from the start), so a stored
+//     one is acked as a duplicate, as ON CONFLICT would have, not
+//     dead-lettered. A refused row's letter says that it may already
 //     be stored when it may (committer.mayBeStored): a redelivery, a
 //     commit of its batch of unknown outcome, or in exactly-once mode a
-//     refusal a BEFORE INSERT trigger raised (it runs before ON CONFLICT);
+//     refusal of the INSERT from staging whose lookup did not answer;
 //   - an error that a row may cause but the table may as well (a
 //     trigger's RAISE, class P0; a class 22 or 23 error raised inside a
 //     function, whose context names it, as a trigger's bug that fails

@@ -136,6 +136,7 @@ type Sink struct {
 	// warnEvery).
 	splitWarned, beatWarned, renewWarned pipeline.Every
 	dlFails, dlDone                      pipeline.Every // the logs of failed dead letters (park) and stored ones (deadLetter)
+	storedDone                           pipeline.Every // the log of refused rows found stored and acked (deadLetter)
 	// typesGen numbers the reads of the table's types; typesMu holds
 	// typesStored, the number of the read copySQL's guards come from
 	// (see readTypes).

@@ -3207,3 +3207,63 @@ func TestExactlyOnceInheritanceChildren(t *testing.T) {
 		})
 	}
 }
+
+// In exactly-once mode a CHECK, or a BEFORE INSERT trigger, judges a row
+// before ON CONFLICT finds its key stored: an event stored before and
+// delivered again (a consumer re-made from the start) was refused, and
+// dead-lettered as a new event (no "may already be stored"), so that its
+// replay stored it twice. Now a refused row is looked up in the table: one
+// stored is acked as a duplicate, one that is not (row 5) is dead-lettered,
+// and its letter does not say it may be stored.
+func TestExactlyOnceRefusedButStoredAcked(t *testing.T) {
+	for _, tc := range []struct {
+		name, refuse, code string
+	}{
+		{"check added not valid", "ALTER TABLE %[1]s ADD CONSTRAINT no25 CHECK (stream_seq NOT IN (2, 5)) NOT VALID", pipeline.CodeConstraint},
+		{"trigger", "CREATE FUNCTION %[2]s() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.stream_seq IN (2, 5) THEN " +
+			"RAISE EXCEPTION 'no'; END IF; RETURN NEW; END $$; CREATE TRIGGER no25 BEFORE INSERT ON %[1]s FOR EACH ROW EXECUTE FUNCTION %[2]s()",
+			pipeline.CodeRefused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.Mode = ExactlyOnce })
+			admin := pg.Conn(t)
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			t.Cleanup(src.close)
+			first, m1 := rows(1, 3, nil)
+			src.push(t, ctx, first)
+			waitFor(t, ctx, "rows 1-3 acked", allAcked(m1))
+			if _, err := admin.Exec(ctx, fmt.Sprintf(tc.refuse, s.table.Sanitize(), pgx.Identifier{s.cfg.Table + "_no25"}.Sanitize())); err != nil {
+				t.Fatal(err)
+			}
+			again, ms := rows(1, 5, nil) // delivered from the start again: first deliveries
+			for i := range again {
+				again[i].Event.Delivered = 1
+			}
+			src.push(t, ctx, again)
+			waitFor(t, ctx, "rows 1-5 settled", allSettled(ms))
+			for i, m := range ms {
+				want := [2]int32{1, 0} // acks, terms
+				if i+1 == 5 {
+					want = [2]int32{0, 1}
+				}
+				if got := [2]int32{m.acks.Load(), m.terms.Load()}; got != want {
+					t.Errorf("row %d: acks, terms %v, want %v", i+1, got, want)
+				}
+			}
+			letters, seqs := dl.letters()
+			if len(letters) != 1 || seqs[0] != 5 || letters[0].Code != tc.code || strings.Contains(letters[0].Reason, "may already be stored") {
+				t.Errorf("dead letters %+v (rows %v), want one for row 5, code %s, not saying it may be stored", letters, seqs, tc.code)
+			}
+			if n := count(t, ctx, admin, s.cfg.Table); n != 4 {
+				t.Errorf("%d rows stored, want 4", n)
+			}
+			src.close()
+			if err := wait(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		})
+	}
+}

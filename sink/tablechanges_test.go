@@ -754,14 +754,6 @@ func TestCheckRowSecurity(t *testing.T) {
 	}
 }
 
-// sqlState is err's SQLSTATE, or "".
-func sqlState(err error) string {
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		return pgErr.Code
-	}
-	return ""
-}
-
 // Row-level security at run time. Exactly-once: a row that the policy's
 // WITH CHECK refuses (42501) is dead-lettered (code refused) once other
 // rows have committed; 42501 was a configuration error, retried for ever,

@@ -616,8 +616,10 @@ func TestStagingTableFollowsTheMapping(t *testing.T) {
 // A dead letter says that its row may already be stored when it may: a
 // redelivery, a batch with a commit of unknown outcome, or, in exactly-once
 // mode, a refusal raised in a function the INSERT from staging called (a
-// BEFORE INSERT trigger runs before ON CONFLICT finds a stored row). Only
-// lone timeouts' letters said so.
+// BEFORE INSERT trigger runs before ON CONFLICT finds a stored row), or
+// any refusal of the INSERT from staging that could not be looked up in the
+// table (a CHECK is judged before ON CONFLICT too). Only lone timeouts'
+// letters said so.
 func TestDeadLetterSaysItMayBeStored(t *testing.T) {
 	const suffix = "it may already be stored"
 	check := &pgconn.PgError{Code: "23514", ConstraintName: "ok", Message: "check", Where: "COPY t, line 1"}
@@ -634,7 +636,9 @@ func TestDeadLetterSaysItMayBeStored(t *testing.T) {
 		{"redelivery", AtLeastOnce, 2, false, &copyStmtError{n: 1, err: check}, true},
 		{"unknown commit", AtLeastOnce, 1, true, &copyStmtError{n: 1, err: check}, true},
 		{"trigger, at-least-once", AtLeastOnce, 1, false, &copyStmtError{n: 1, err: trigger}, false},
-		{"exactly-once check", ExactlyOnce, 1, false, &fromStagingError{n: 1, err: &pgconn.PgError{Code: "23514", ConstraintName: "ok"}}, false},
+		// Not looked up (no connection): a CHECK judges a stored row
+		// before ON CONFLICT too (one added NOT VALID since).
+		{"exactly-once check", ExactlyOnce, 1, false, &fromStagingError{n: 1, err: &pgconn.PgError{Code: "23514", ConstraintName: "ok"}}, true},
 		{"exactly-once staging COPY", ExactlyOnce, 1, false, &copyStmtError{n: 1, err: &pgconn.PgError{Code: "22P03", Where: "COPY s, line 1, column a"}}, false},
 		{"exactly-once trigger", ExactlyOnce, 1, false, &fromStagingError{n: 1, err: trigger}, true},
 		{"exactly-once redelivery", ExactlyOnce, 3, false, &fromStagingError{n: 1, err: check}, true},
