@@ -183,12 +183,15 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 					cfg.Stream, cmp.Or(strings.Join(info.Config.Subjects, ", "), "no subjects of its own"), strings.Join(added, ", "))})
 			}
 		}
-		if limits := streamLimitsDiff(&info.Config, &cfg); cfg.CreateStream && len(limits) > 0 {
+		if info.Config.Sealed && cfg.CreateStream {
+			problems = append(problems, Problem{Warning: true, Message: sealedMessage(cfg.Stream)})
+		}
+		if limits := streamLimitsDiff(&info.Config, &cfg); cfg.CreateStream && !info.Config.Sealed && len(limits) > 0 {
 			problems = append(problems, Problem{Warning: true, Message: fmt.Sprintf("run will set stream %s's %s (nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas, nats.stream_duplicate_window; "+
 				"a lower max_age or max_bytes deletes events at once, stored by jetsink or not)", cfg.Stream, strings.Join(limits, ", "))})
 		}
 		limited := info.Config
-		if cfg.CreateStream {
+		if cfg.CreateStream && !info.Config.Sealed {
 			limited = withStreamKeys(limited, &cfg)
 		}
 		events = &limited

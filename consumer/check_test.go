@@ -422,6 +422,41 @@ func TestPublisherDeletionsOfAKeyValueBucket(t *testing.T) {
 	}
 }
 
+// A sealed event stream (nats stream seal) with create_stream and
+// nats.stream_max_age: the server zeroes a sealed stream's max_age, so
+// run found max_age 0s -> 1h at every start, warned "setting the stream's
+// limits" and sent an update that changed nothing; check said run would
+// set it. Now both say the stream is sealed, once, and leave its limits.
+func TestSealedStreamLimitsLeftAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv) // create_stream: true
+	makeStream(t, ctx, js, cfg)
+	publish(t, ctx, js, cfg, 2, 1, 0)
+	sc := streamConfig(t, ctx, js, cfg.Stream)
+	sc.Sealed = true
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	cfg.StreamMaxAge = time.Hour
+	sealed := "stream " + cfg.Stream + " is sealed (nats stream seal)"
+	if w := checkText(t, ctx, cfg, false); strings.Contains(w, "run will set") || strings.Contains(w, "deletes events past") || !strings.Contains(w, sealed) {
+		t.Errorf("check of a sealed stream:\n%s", w)
+	}
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	if err := c.ensureStream(ctx); err != nil { // as Run does after a loss
+		t.Fatal(err)
+	}
+	if l := log.String(); strings.Contains(l, "setting the stream's limits") || strings.Count(l, sealed) != 1 {
+		t.Errorf("run on a sealed stream: want it said sealed once, no limits set:\n%s", l)
+	}
+	if got := streamConfig(t, ctx, js, cfg.Stream); !got.Sealed || got.MaxAge != 0 {
+		t.Errorf("stream after run: sealed %v, max_age %v; want sealed, 0", got.Sealed, got.MaxAge)
+	}
+}
+
 // nats.stream_max_age and stream_max_bytes bound a stream jetsink creates,
 // and, set, one already there (check says so first); unset, they leave an
 // existing stream's limits alone. check warns of limits that delete events

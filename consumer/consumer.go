@@ -106,6 +106,8 @@ type Consumer struct {
 	// (nats consumer pause), and that was logged (ensureConsumer,
 	// notePausedOnServer).
 	serverPaused atomic.Bool
+	// sealedNoted: createStream has said the event stream is sealed.
+	sealedNoted atomic.Bool
 	// filterApplied: ensureConsumer has applied nats.filter_subject once
 	// (New); later updates keep a filter another jetsink of the durable
 	// recorded (othersFilter). metaMu held.

@@ -133,7 +133,16 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 	// would go back to its default.
 	sc := existing.CachedInfo().Config
 	dropped, added := subjectsDiff(sc.Subjects, cfg.Subjects)
-	limits := streamLimitsDiff(&sc, cfg)
+	var limits []string
+	if sc.Sealed {
+		// The server zeroes a sealed stream's max_age, whatever an update
+		// says: the limits would differ, and be "set", at every start.
+		if !c.sealedNoted.Swap(true) {
+			c.log.Warn(sealedMessage(cfg.Stream), "stream", cfg.Stream)
+		}
+	} else {
+		limits = streamLimitsDiff(&sc, cfg)
+	}
 	if len(dropped) == 0 && len(added) == 0 && len(limits) == 0 {
 		return existing, nil
 	}
@@ -159,6 +168,14 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 		"dropped", strings.Join(dropped, ","))
 	sc.Subjects = cfg.Subjects
 	return c.js.UpdateStream(ctx, sc)
+}
+
+// sealedMessage says what a sealed event stream (nats stream seal) means
+// for jetsink, as check and run say it.
+func sealedMessage(stream string) string {
+	return "stream " + stream + " is sealed (nats stream seal): it takes no new events, and keeps those it has for good (no max_age); " +
+		"jetsink consumes what is left and leaves its limits alone (nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas, " +
+		"nats.stream_duplicate_window)"
 }
 
 // withStreamKeys is sc with what nats.stream_max_age, nats.stream_max_bytes,
