@@ -203,6 +203,19 @@ type Result struct {
 	// latency_to_commit, a drain's Latency) ends at the COPY. The text
 	// report names those legs stored->COPY and send->COPY then.
 	CommitIsCopy bool `json:"commit_time_is_copy_time,omitempty"`
+	// The servers' clocks less the bench host's over the run (estimated
+	// before and after it, from the round trip of a query and of a
+	// publish), give or take their uncertainty: every timestamp of a
+	// server (commit and COPY times, a message's stored time) was taken
+	// less its server's offset before it was compared with the host's
+	// (the elapsed time, the rate, the latencies and their legs, the
+	// lock's catch-up). About 0 on the embedded servers, which keep the
+	// host's clock.
+	PGClockOffsetMs        float64 `json:"pg_clock_offset_ms"`
+	PGClockUncertaintyMs   float64 `json:"pg_clock_offset_plus_minus_ms"`
+	NATSClockOffsetMs      float64 `json:"nats_clock_offset_ms"`
+	NATSClockUncertaintyMs float64 `json:"nats_clock_offset_plus_minus_ms"`
+	clk                    clocks
 	// Latency split at the moment JetStream stored the event (its
 	// metadata timestamp, the published_at column): scheduled send ->
 	// stored is the publisher's and nats-server's part, stored -> commit
@@ -418,6 +431,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	b := &bencher{o: o, cfg: cfg, engineCfg: engineCfg, js: js, ackNC: ackNC, db: db, dir: dir, byCommitTS: track == "on", say: say, pgPID: pgPID,
 		id: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
+	defer b.deleteClockStream()
 	for r := 0; r < o.Count; r++ {
 		if o.Compare {
 			rep.FirstByRep = append(rep.FirstByRep, runOrder(r, true)[0])
@@ -724,8 +738,12 @@ type bencher struct {
 	id         string
 	byCommitTS bool
 	pgPID      int // the embedded postmaster, or 0
-	seq        int
-	say        func(string, ...any)
+	// pgNow and natsNow read the servers' clocks (nil: pgClock,
+	// natsClock); clockStream says natsClock made its stream.
+	pgNow, natsNow clockProbe
+	clockStream    bool
+	seq            int
+	say            func(string, ...any)
 }
 
 // target names one engine's stream, consumer and table.
@@ -1156,12 +1174,16 @@ func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Resu
 	if err := b.checkpointFirst(ctx); err != nil {
 		return res, err
 	}
+	clk, err := b.clocks(ctx)
+	if err != nil {
+		return res, err
+	}
 	before, cpuOK := sampleCPU(b.pgPID)
 	c, err := b.start(t)
 	if err != nil {
 		return res, err
 	}
-	return res, b.settle(ctx, &res, c, t, before, cpuOK, c.started, cpuMark{}, nil)
+	return res, b.settle(ctx, &res, c, t, before, cpuOK, c.started, cpuMark{}, nil, clk)
 }
 
 // rate starts t's engine, publishes open loop, and measures it.
@@ -1172,6 +1194,10 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	}
 	defer b.dropTable(t.table)
 	if err := b.checkpointFirst(ctx); err != nil {
+		return res, err
+	}
+	clk, err := b.clocks(ctx)
+	if err != nil {
 		return res, err
 	}
 	before, cpuOK := sampleCPU(b.pgPID)
@@ -1230,11 +1256,11 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	}
 	res.Published, res.PublishPS, res.PubRetried, res.PubLate = pub.Acked, pub.SendRate(), pub.Retried, pub.Late
 	res.SendLag = sendLag(pub)
-	err = b.settle(ctx, &res, c, t, before, cpuOK, pub.Start, first, acks)
+	err = b.settle(ctx, &res, c, t, before, cpuOK, pub.Start, first, acks, clk)
 	samples := rss.stop()
 	res.RSS = perSecond(samples, pub.Start)
 	if lock != nil && err == nil {
-		caughtUp, cerr := lastCommitSentBy(ctx, b.db, t.table, b.byCommitTS, lock.held)
+		caughtUp, cerr := lastCommitSentBy(ctx, b.db, t.table, b.byCommitTS, lock.held, res.clk.pg.Offset)
 		if cerr != nil {
 			return res, fmt.Errorf("bench: measure the catch-up: %w", cerr)
 		}
@@ -1256,9 +1282,11 @@ func sendLag(pub loadgen.Result) *SendLag {
 // it and fills res: the machine's CPU since before (when cpuOK), the
 // engine's usage and log problems, its steady CPU since first (see
 // waitAcked), and what the table says, with elapsed time counted from from
-// and latency ending at acks, when non-nil (see measureTable).
+// and latency ending at acks, when non-nil (see measureTable), and the
+// servers' timestamps corrected for their clocks (clk, as estimated before
+// the run; finish estimates them again).
 func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, before cpuSample, cpuOK bool, from time.Time,
-	first cpuMark, acks *ackTimes) error {
+	first cpuMark, acks *ackTimes, clk clocks) error {
 	ci, steady, err := b.waitAcked(ctx, c, t, uint64(res.Published), first)
 	if err != nil {
 		c.kill()
@@ -1277,7 +1305,7 @@ func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, b
 	}
 	usage, stopErr := c.stop(30 * time.Second)
 	res.Log = c.problems(10)
-	if err := b.finish(ctx, res, t, ci, usage, from, acks); err != nil {
+	if err := b.finish(ctx, res, t, ci, usage, from, acks, clk); err != nil {
 		return err
 	}
 	if stopErr != nil {
@@ -1306,9 +1334,19 @@ func (r *Result) machineCPU(before, after cpuSample) {
 	}
 }
 
-// finish fills res from the table, the consumer and the child's usage.
-func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstream.ConsumerInfo, u Usage, from time.Time, acks *ackTimes) error {
+// finish fills res from the table, the consumer and the child's usage,
+// with the servers' timestamps taken less their clocks' offsets over the
+// run: clk, estimated before it, and an estimate now.
+func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstream.ConsumerInfo, u Usage, from time.Time,
+	acks *ackTimes, clk clocks) error {
 	res.Load1 = loadAvg1()
+	after, err := b.clocks(ctx)
+	if err != nil {
+		return err
+	}
+	res.clk = clk.over(after)
+	res.PGClockOffsetMs, res.PGClockUncertaintyMs = millis(res.clk.pg.Offset), millis(res.clk.pg.Uncertainty)
+	res.NATSClockOffsetMs, res.NATSClockUncertaintyMs = millis(res.clk.nats.Offset), millis(res.clk.nats.Uncertainty)
 	window := time.Second
 	if b.o.Scenario == ScenarioRate && b.o.Duration < 20*time.Second {
 		window = max(b.o.Duration/20, 10*time.Millisecond)
@@ -1316,7 +1354,7 @@ func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstre
 	if b.o.Scenario == ScenarioDrain {
 		window = 0 // a drain's latency is its commit time less the engine's start: over time, that is the time axis
 	}
-	f, err := measureTable(ctx, b.db, t.table, b.byCommitTS, window, acks, from, int64(res.Published))
+	f, err := measureTable(ctx, b.db, t.table, b.byCommitTS, window, acks, from, int64(res.Published), res.clk)
 	if err != nil {
 		return fmt.Errorf("bench: measure %s: %w", t.table, err)
 	}

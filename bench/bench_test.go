@@ -1156,7 +1156,7 @@ func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
 	}
 	// Published 7: 4 and 6 are missing, 8, 9 and the row without a
 	// stream_seq stray (that one has no latency).
-	f, err := measureTable(ctx, b.db, tg.table, false, 0, nil, time.Time{}, 7)
+	f, err := measureTable(ctx, b.db, tg.table, false, 0, nil, time.Time{}, 7, clocks{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1178,7 +1178,7 @@ func TestMeasureTableCountsSequencesAndClamps(t *testing.T) {
 	// every row the latency does, whether its ack was seen or not.
 	acks := &ackTimes{base: time.Now(), at: make([]int64, 9)}
 	acks.at[0], acks.at[1] = int64(time.Second), int64(time.Second)
-	f, err = measureTable(ctx, b.db, tg.table, false, 0, acks, time.Time{}, 7)
+	f, err = measureTable(ctx, b.db, tg.table, false, 0, acks, time.Time{}, 7, clocks{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1208,7 +1208,7 @@ func TestMeasureTableTimelineFromScheduleStart(t *testing.T) {
 		FROM (VALUES (2, 1500), (3, 2200), (4, 2600)) AS v(seq, ms)`, from); err != nil {
 		t.Fatal(err)
 	}
-	f, err := measureTable(ctx, b.db, tg.table, false, time.Second, nil, from, 4)
+	f, err := measureTable(ctx, b.db, tg.table, false, time.Second, nil, from, 4, clocks{})
 	if err != nil {
 		t.Fatal(err)
 	}

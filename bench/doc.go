@@ -46,6 +46,20 @@
 // says commit_time_is_copy_time). Rows per transaction (grouped by
 // xmin) give the batch-size distribution.
 //
+// Those figures subtract timestamps of three clocks: the bench host's
+// (the schedule, the engine's start, the acks, jetsink's received_at),
+// PostgreSQL's (commit and COPY times) and nats-server's (a message's
+// stored time). Before and after each engine's run the bench estimates
+// each server's offset from the host's (clock.go: of five round trips, a
+// SELECT clock_timestamp() and a publish whose stored time is read back,
+// the shortest, the reading taken at its middle, give or take half of it)
+// and takes every server timestamp less its offset over the run (the mean
+// of the two); the report gives the offsets (pg_clock_offset_ms,
+// nats_clock_offset_ms, each with its +-) and the text warns of one over
+// a millisecond. On the embedded servers, which keep the host's clock,
+// they come out at about 0. A rate run's headline latency, from the
+// schedule to the ack, is on the host's clock alone.
+//
 // A run that lost an event (acked by JetStream to the publisher, absent
 // from the table), or stored one twice in exactly-once mode, makes Run
 // return ErrLost with the report.

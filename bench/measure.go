@@ -156,9 +156,12 @@ type tableFacts struct {
 // window > 0 groups the latencies by scheduled send time for the
 // latency-over-time plot, in windows counted from from (a rate run's first
 // scheduled send, the zero of the RSS plot and of the lock's times too);
-// 0 makes no timeline.
+// 0 makes no timeline. Every time PostgreSQL wrote (commit and COPY
+// times) is taken less clk.pg's offset, every stored time (published_at,
+// nats-server's) less clk.nats's: on the host's clock, as ts, from,
+// received_at (the engine's) and the acks are.
 func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bool, window time.Duration,
-	acks *ackTimes, from time.Time, published int64) (tableFacts, error) {
+	acks *ackTimes, from time.Time, published int64, clk clocks) (tableFacts, error) {
 	var f tableFacts
 	t := pgx.Identifier{table}.Sanitize()
 	commit := commitTime(byCommitTS)
@@ -173,7 +176,7 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 		return f, nil
 	}
 	if first != nil && last != nil { // the first and last commit of any row, duplicates too
-		f.first, f.last = *first, *last
+		f.first, f.last = first.Add(-clk.pg.Offset), last.Add(-clk.pg.Offset)
 	}
 	// A row without a stream_seq is counted stray above and has no latency
 	// here (nothing says which publish it was).
@@ -216,6 +219,10 @@ func measureTable(ctx context.Context, db *pgx.Conn, table string, byCommitTS bo
 		if err := rows.Scan(&seq, &ts, &stored, &received, &copied, &at); err != nil {
 			rows.Close()
 			return f, fmt.Errorf("read latencies: %w", err)
+		}
+		copied, at = copied.Add(-clk.pg.Offset), at.Add(-clk.pg.Offset)
+		if stored != nil {
+			*stored = stored.Add(-clk.nats.Offset)
 		}
 		if d := ts.Sub(winStart); win != nil && d >= window {
 			flushWin()
@@ -323,8 +330,9 @@ func batchStats(sizes []int64) Batches {
 }
 
 // lastCommitSentBy returns the commit time of the last row of table whose
-// event was scheduled at or before t: when everything sent by then was in.
-func lastCommitSentBy(ctx context.Context, db *pgx.Conn, table string, byCommitTS bool, t time.Time) (time.Time, error) {
+// event was scheduled at or before t: when everything sent by then was in,
+// on the host's clock (PostgreSQL's less pgOffset).
+func lastCommitSentBy(ctx context.Context, db *pgx.Conn, table string, byCommitTS bool, t time.Time, pgOffset time.Duration) (time.Time, error) {
 	commit := commitTime(byCommitTS)
 	var last *time.Time
 	if err := db.QueryRow(ctx, "SELECT max("+commit+") FROM "+pgx.Identifier{table}.Sanitize()+" WHERE ts <= $1", t).Scan(&last); err != nil {
@@ -333,7 +341,7 @@ func lastCommitSentBy(ctx context.Context, db *pgx.Conn, table string, byCommitT
 	if last == nil {
 		return t, nil
 	}
-	return *last, nil
+	return last.Add(-pgOffset), nil
 }
 
 // commitTime is the SQL for a row's commit time: its transaction's commit

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Stat is the median and spread of one figure over the repetitions.
@@ -230,6 +232,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		} else {
 			fmt.Fprintf(&b, "      latency is from each event's scheduled send time to %s\n", x.LatencyFrom)
 		}
+		if c := x.clockLine(); c != "" {
+			fmt.Fprintf(&b, "      %s\n", c)
+		}
 		if c := x.clamped(); c != "" {
 			fmt.Fprintf(&b, "      clamped into the histograms' range (1 µs..1 h): %s\n", c)
 		}
@@ -295,6 +300,20 @@ func (r *Report) orderLine() string {
 		s += " - not balanced: an odd --count runs one engine first once more"
 	}
 	return s
+}
+
+// clockLine warns when a server's clock was more than clockWarn off the
+// host's in x's run (its figures corrected for it), or when the offset
+// could not be known to within clockWarn; "" otherwise.
+func (x Result) clockLine() string {
+	warn := float64(clockWarn) / float64(time.Millisecond)
+	off := func(o, u float64) bool { return math.Abs(o) > warn || u > warn }
+	if !off(x.PGClockOffsetMs, x.PGClockUncertaintyMs) && !off(x.NATSClockOffsetMs, x.NATSClockUncertaintyMs) {
+		return ""
+	}
+	return fmt.Sprintf("SERVER CLOCKS OFF THIS HOST'S: PostgreSQL %+.3f ms (±%.3f), nats-server %+.3f ms (±%.3f); "+
+		"their timestamps were taken less it (the figures are corrected to within the ±)",
+		x.PGClockOffsetMs, x.PGClockUncertaintyMs, x.NATSClockOffsetMs, x.NATSClockUncertaintyMs)
 }
 
 // clamped lists the distributions of x with values clamped into the
