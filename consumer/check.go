@@ -244,6 +244,10 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			Fix: fmt.Sprintf("create one, e.g. nats stream add %s_DLQ --subjects %s, or set nats.create_stream: true", cfg.Stream, cfg.DeadLetterSubject)}
 		if cfg.CreateStream {
 			p = Problem{Warning: true, Message: fmt.Sprintf("no stream captures %s yet; run will create %s_DLQ (create_stream: true)", cfg.DeadLetterSubject, cfg.Stream)}
+			if taken, err := js.Stream(ctx, cfg.Stream+"_DLQ"); err == nil {
+				// Run's New fails to make it (the name is in use).
+				p = deadLetterNameInUse(cfg.Stream+"_DLQ", cfg.DeadLetterSubject, taken.CachedInfo().Config.Subjects)
+			}
 		}
 		problems = append(problems, p)
 	} else if err != nil {

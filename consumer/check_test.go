@@ -422,6 +422,35 @@ func TestPublisherDeletionsOfAKeyValueBucket(t *testing.T) {
 	}
 }
 
+// The dead-letter stream's subjects edited away: nothing captures
+// nats.dead_letter_subject, and create_stream cannot make <stream>_DLQ
+// again, the name being in use. Run said "no stream captures the
+// dead-letter subject (deleted?)" and then only the server's "stream name
+// already in use"; check said run would create it. Both now say the
+// stream is there with other subjects, and how to fix it.
+func TestDeadLetterStreamSubjectsEditedAway(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv) // create_stream: true
+	c := newConsumer(t, ctx, cfg)
+	dlq := cfg.Stream + "_DLQ"
+	sc := streamConfig(t, ctx, js, dlq)
+	sc.Subjects = []string{"elsewhere." + cfg.Stream}
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	want := "stream " + dlq + " exists but does not capture nats.dead_letter_subject " + cfg.DeadLetterSubject + " (it captures elsewhere." + cfg.Stream
+	if e := checkText(t, ctx, cfg, true); !strings.Contains(e, want) || !strings.Contains(e, "nats stream edit "+dlq) {
+		t.Errorf("check's errors do not say the dead-letter stream's subjects were edited:\n%s", e)
+	}
+	err := c.ensureDeadLetterStream(ctx) // as a dead letter that finds no stream does
+	if !errors.Is(err, errDeadLetterStream) || !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || !strings.Contains(err.Error(), want) {
+		t.Errorf("making the dead-letter stream again = %v; want it to say %q", err, want)
+	}
+}
+
 // A sealed event stream (nats stream seal) with create_stream and
 // nats.stream_max_age: the server zeroes a sealed stream's max_age, so
 // run found max_age 0s -> 1h at every start, warned "setting the stream's

@@ -899,11 +899,32 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 	}
 	sc := c.deadLetterStreamConfig(ctx)
 	if _, err := c.js.CreateStream(ctx, sc); err != nil {
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// No stream captures the subject, but the name is taken: its
+			// subjects were edited (or another stream has the name).
+			var subjects []string
+			if s, serr := c.js.Stream(ctx, sc.Name); serr == nil {
+				subjects = s.CachedInfo().Config.Subjects
+			}
+			p := deadLetterNameInUse(sc.Name, cfg.DeadLetterSubject, subjects)
+			return fmt.Errorf("%w: create %s for %s: %w: %s", errDeadLetterStream, sc.Name, cfg.DeadLetterSubject, err, p)
+		}
 		return fmt.Errorf("%w: create %s for %s: %w", errDeadLetterStream, sc.Name, cfg.DeadLetterSubject, err)
 	}
 	c.log.Info("created dead-letter stream", "dlq_stream", sc.Name, "subject", cfg.DeadLetterSubject,
 		"duplicate_window", sc.Duplicates, "replicas", sc.Replicas)
 	return nil
+}
+
+// deadLetterNameInUse is the Problem of a stream named name, the one
+// create_stream makes for nats.dead_letter_subject subject, that exists
+// and captures subjects, not subject: its subjects were edited (nats
+// stream edit), so no stream captures the subject and none can be made
+// under that name.
+func deadLetterNameInUse(name, subject string, subjects []string) Problem {
+	return Problem{Message: fmt.Sprintf("stream %s exists but does not capture nats.dead_letter_subject %s (it captures %s: its subjects were edited?), "+
+		"so no stream captures dead letters, and create_stream cannot make %s", name, subject, cmp.Or(strings.Join(subjects, ", "), "no subjects"), name),
+		Fix: fmt.Sprintf("give %s the subject again (nats stream edit %s --subjects with %s among them), or set nats.dead_letter_subject to a subject it captures", name, name, subject)}
 }
 
 // deadLetterStreamConfig is the dead-letter stream jetsink creates:
