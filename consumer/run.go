@@ -1440,7 +1440,8 @@ func (c *Consumer) floorNow(ctx context.Context) {
 // limit (max_deliver: the server gives up on an event, neither stored nor
 // dead-lettered), a shorter ack_wait, a backoff (it sets the waits after
 // the first delivery, whatever ack_wait says: events come again while
-// they commit), an inactive_threshold (the server deletes the durable
+// they commit), a lower max_ack_pending (the throughput falls, nothing
+// failing), an inactive_threshold (the server deletes the durable
 // when jetsink is stopped longer, and the next start makes it anew from
 // the start of the stream), another filter. The server swaps a filter without going
 // back: the events the other filter left out that were published
@@ -1488,6 +1489,13 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 	}
 	if len(got.BackOff) > 0 {
 		changed = append(changed, "backoff")
+	}
+	if want := c.cfg.maxAckPending(); want > 0 && got.MaxAckPending > 0 && got.MaxAckPending < want {
+		// Lower: the server delivers no more than that unacked, and the
+		// throughput falls with nothing failing. (Not higher, as
+		// ack_wait; nor under nats.max_ack_pending -1, which the
+		// server's own limits may lower.)
+		changed = append(changed, "max_ack_pending")
 	}
 	if got.InactiveThreshold > 0 {
 		// The server deletes the durable once no pull has come for

@@ -1190,6 +1190,12 @@ func TestRunOverOperatorsEdits(t *testing.T) {
 	// An inactive_threshold: the server would delete the durable once
 	// jetsink is stopped longer (and the next start make it anew from the
 	// start of the stream). Applied again, and logged.
+	// A lower max_ack_pending: the throughput falls, nothing failing.
+	edit(func(cc *jetstream.ConsumerConfig) { cc.MaxAckPending = 1 })
+	waitFor(t, ctx, "max_ack_pending jetsink's again", func() bool { return onServer().MaxAckPending == c.cfg.maxAckPending() })
+	if !strings.Contains(log.String(), "changed=max_ack_pending") {
+		t.Errorf("max_ack_pending set back without a word:\n%s", log.String())
+	}
 	edit(func(cc *jetstream.ConsumerConfig) { cc.InactiveThreshold = time.Hour })
 	waitFor(t, ctx, "no inactive_threshold again", func() bool { return onServer().InactiveThreshold == 0 })
 	if !strings.Contains(log.String(), "changed=inactive_threshold") {
