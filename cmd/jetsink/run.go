@@ -318,19 +318,23 @@ func (d *drainDeadline) finish() (cut bool) {
 // acked, dead letters whose original was not terminated); and rows the
 // database refused at the end with nothing left to commit to tell the
 // row's fault from the table's (givenUp: left unacked, they come back
-// after ack_wait). Of the unconfirmed, settled are those the consumer
-// showed settled after all at its close (consumer.Stats.AcksSettled: the
-// durable's ack floor was past every message they may have been for).
+// after ack_wait); and the events given back while PostgreSQL was
+// unreachable (released: nak'ed, they come back for this instance or
+// another; their naks that failed count in ackErrors, their events come
+// back after ack_wait). Of the unconfirmed, settled are those the
+// consumer showed settled after all at its close
+// (consumer.Stats.AcksSettled: the durable's ack floor was past every
+// message they may have been for).
 type unsettled struct {
-	unconfirmed, ackErrors, acksRefused, deadLetterFailed, termErrors, stale, givenUp uint64
-	settled                                                                           uint64
+	unconfirmed, ackErrors, acksRefused, deadLetterFailed, termErrors, stale, givenUp, released uint64
+	settled                                                                                     uint64
 }
 
 // unsettledOf reads p's counters.
 func unsettledOf(p *processor.Processor) unsettled {
 	cs, ss := p.Consumer().Stats(), p.Sink().Stats()
-	return unsettled{unconfirmed: cs.AcksUnconfirmed, ackErrors: ss.AckErrors, acksRefused: cs.AcksRefused, deadLetterFailed: cs.DeadLetterFailed,
-		termErrors: cs.TermErrors, stale: ss.StaleAcks + cs.StaleTerms, givenUp: ss.GivenUp, settled: min(cs.AcksSettled, cs.AcksUnconfirmed)}
+	return unsettled{unconfirmed: cs.AcksUnconfirmed, ackErrors: ss.AckErrors + ss.ReleaseErrors, acksRefused: cs.AcksRefused, deadLetterFailed: cs.DeadLetterFailed,
+		termErrors: cs.TermErrors, stale: ss.StaleAcks + cs.StaleTerms, givenUp: ss.GivenUp, released: ss.Released, settled: min(cs.AcksSettled, cs.AcksUnconfirmed)}
 }
 
 // logDrained says how a drain that committed every event taken in ended:
@@ -351,18 +355,20 @@ func logDrained(log *slog.Logger, u unsettled, atStop *unsettled) {
 		}
 	}
 	args := []any{"acks_unconfirmed", u.unconfirmed, "ack_errors", u.ackErrors, "acks_refused", u.acksRefused, "dead_letter_failed", u.deadLetterFailed,
-		"term_errors", u.termErrors, "stale", u.stale, "given_up", u.givenUp}
+		"term_errors", u.termErrors, "stale", u.stale, "given_up", u.givenUp, "released", u.released}
 	if u.settled > 0 {
 		args = append(args, "acks_unconfirmed_settled", u.settled)
 	}
 	if atStop != nil { // nil: the stop's snapshot was not taken (in time)
 		args = append(args, "stop_acks_unconfirmed", u.unconfirmed-atStop.unconfirmed, "stop_ack_errors", u.ackErrors-atStop.ackErrors,
 			"stop_acks_refused", u.acksRefused-atStop.acksRefused, "stop_dead_letter_failed", u.deadLetterFailed-atStop.deadLetterFailed,
-			"stop_term_errors", u.termErrors-atStop.termErrors, "stop_stale", u.stale-atStop.stale)
+			"stop_term_errors", u.termErrors-atStop.termErrors, "stop_stale", u.stale-atStop.stale, "stop_given_up", u.givenUp-atStop.givenUp,
+			"stop_released", u.released-atStop.released)
 	}
 	log.Warn("drained: every event taken in is committed or given back, but since the start not all were settled here: acks that failed or that a lost connection may have taken (their events come back after ack_wait), "+
 		"publishes to $JS.ACK the server refused for want of permission (acks_refused: acks, terms, naks and InProgress alike; their events come back, or may, after ack_wait), "+
 		"events whose dead letter could not be stored (nak'ed, they come back), dead letters stored whose term failed (term_errors: their events come back after ack_wait), events of a stream replaced under them (left to it), "+
-		"rows the database refused at the end with nothing left to commit to tell the row's fault from the table's (given_up: unacked, they come back after ack_wait); "+
+		"rows the database refused at the end with nothing left to commit to tell the row's fault from the table's (given_up: unacked, they come back after ack_wait), "+
+		"events given back while PostgreSQL was unreachable (released: nak'ed, they come back, to this instance or another; naks that failed count in ack_errors); "+
 		"each is logged above; stop_* count those since the stop began", args...)
 }
