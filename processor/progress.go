@@ -10,27 +10,46 @@ import (
 // time, at Info, when it has done something.
 const progressEvery = time.Minute
 
-// tally is what the progress log counts.
+// tally is what the progress log counts. Once nothing is in flight,
+// received is the sum of the fates: committed, deadLettered,
+// deadLetterFailed (nak'ed, they come back and are received again),
+// released and givenUp.
 type tally struct {
 	received, redelivered, committed, deadLettered, retries uint64
+	deadLetterFailed, released, givenUp                     uint64
 }
 
 func (p *Processor) tally() tally {
 	cs, ss := p.consumer.Stats(), p.sink.Stats()
 	return tally{received: cs.Received, redelivered: cs.Redelivered, committed: ss.Rows,
-		deadLettered: cs.DeadLettered + cs.MaxDelivered, retries: ss.Retries}
+		deadLettered: cs.DeadLettered + cs.MaxDelivered, retries: ss.Retries,
+		deadLetterFailed: cs.DeadLetterFailed, released: ss.Released, givenUp: ss.GivenUp}
 }
 
 // progressArgs are the log attributes of what happened between was and
-// now, over d; none when nothing did.
+// now, over d; none when nothing did. The rarer fates (dead_letter_failed,
+// released, given_up) are there only when some happened.
 func progressArgs(was, now tally, d time.Duration) []any {
 	if now == was {
 		return nil
 	}
 	committed := now.committed - was.committed
-	return []any{"committed", committed, "per_second", int64(float64(committed) / d.Seconds()),
+	args := []any{"committed", committed, "per_second", int64(float64(committed) / d.Seconds()),
 		"received", now.received - was.received, "redelivered", now.redelivered - was.redelivered,
 		"dead_lettered", now.deadLettered - was.deadLettered, "retries", now.retries - was.retries}
+	for _, f := range []struct {
+		key      string
+		was, now uint64
+	}{
+		{"dead_letter_failed", was.deadLetterFailed, now.deadLetterFailed},
+		{"released", was.released, now.released},
+		{"given_up", was.givenUp, now.givenUp},
+	} {
+		if n := f.now - f.was; n > 0 {
+			args = append(args, f.key, n)
+		}
+	}
+	return args
 }
 
 // logProgress logs, every progressEvery until ctx ends, what the minute
