@@ -3,6 +3,7 @@ package wire
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1214,6 +1215,157 @@ func TestExactBytesAfterACountEndedPull(t *testing.T) {
 			defer mu.Unlock()
 			t.Fatalf("no pull %d within 5s (handled %d, pending %d, openBytes %d, errors %v)", i, handled.Load(), pending, sub.openBytes.Load(), errs)
 		}
+	}
+}
+
+// batchSum adds up the "batch" of the pull bodies in pulls, read until it
+// is empty, and returns it with the bodies.
+func batchSum(t *testing.T, pulls chan string) (int, []string) {
+	t.Helper()
+	var sum int
+	var bodies []string
+	for {
+		select {
+		case b := <-pulls:
+			var p struct{ Batch int }
+			if err := json.Unmarshal([]byte(b), &p); err != nil {
+				t.Fatalf("pull %q: %v", b, err)
+			}
+			sum += p.Batch
+			bodies = append(bodies, strings.TrimSpace(b))
+		default:
+			return sum, bodies
+		}
+	}
+}
+
+// nats-server 2.15 ends a pull by its batch count, its max_bytes mostly
+// unused, with a 409 Batch Completed right after its last message. When
+// the delivery goroutine has sent the next pull between the two (every
+// message requested arrived: it forgets the open bytes), the status's
+// bytes must not come off the new pull's too: openBytes reached 0 at the
+// new pull's first message, and the Sub pulled a third time while the
+// second was open, past MaxMessages.
+func TestBatchCompletedAfterTheNextPull(t *testing.T) {
+	const maxBytes = 1 << 20
+	pullSize := func(i int) int { return len("S.x") + len(fmt.Sprintf("$JS.ACK.S.C.1.%d.%d.0.0", i, i)) + 1 }
+	var first int // the pullSize of pull 1's ten messages
+	for i := 1; i <= 10; i++ {
+		first += pullSize(i)
+	}
+	pulls := make(chan string, 16)
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		pulls <- body
+		switch n {
+		case 1: // ends by its batch count; its status comes with pull 2
+			for i := 1; i <= 10; i++ {
+				_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.%d.%d.0.0 1\r\nx\r\n", sid, i, i)
+			}
+		case 2:
+			writeStatus(w, inbox, sid, fmt.Sprintf("NATS/1.0 409 Batch Completed\r\nNats-Pending-Messages: 0\r\nNats-Pending-Bytes: %d\r\n\r\n", maxBytes-first))
+			// As large as pull 1's ten: with their bytes taken off pull
+			// 2's, it used up the rest.
+			reply := "$JS.ACK.S.C.1.11.11.0.0"
+			data := strings.Repeat("x", first-len("S.x")-len(reply))
+			_, _ = fmt.Fprintf(w, "MSG S.x %s %s %d\r\n%s\r\n", sid, reply, len(data), data)
+		}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	var handled atomic.Int64
+	ready := make(chan struct{})
+	rec := newErrRecorder()
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, MaxBytes: maxBytes, Expires: 30 * time.Second, Heartbeat: 10 * time.Second},
+		func(*Msg) {
+			if handled.Add(1) == 1 {
+				<-ready // all of pull 1 arrives before pull 2 is sent
+			}
+		}, rec.onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	eventually(t, 10*time.Second, "pull 1's ten messages arrived", func() bool { return sub.held.Load() == 10 })
+	close(ready)
+	eventually(t, 10*time.Second, "pull 2's message handled", func() bool { return handled.Load() == 11 })
+	// The Sub writes a pull before it hands on the message that prompted
+	// it: the server has read any once it answers this PING.
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sum, bodies := batchSum(t, pulls)
+	if len(bodies) != 2 || sum-11 > 10 {
+		t.Fatalf("pulls %q: %d requested and not handled, MaxMessages 10; want 2 pulls", bodies, sum-11)
+	}
+	if got, want := sub.openBytes.Load(), int64(maxBytes-first); got != want {
+		t.Fatalf("openBytes %d, want %d (pull 2's max_bytes less its message)", got, want)
+	}
+}
+
+// With a replicated consumer a pull's 409 Batch Completed overtakes its
+// messages (the server holds deliveries back until they are replicated).
+// Sent with every earlier message arrived (a reset), that pull's status
+// still subtracts its bytes: otherwise they stayed counted, a later pull
+// whose bytes ran out exactly was not seen to end, and the Sub waited for
+// missed heartbeats.
+func TestBatchCompletedBeforeItsMessages(t *testing.T) {
+	const maxBytes = 1 << 20
+	msg := func(w io.Writer, sid string, i int) {
+		_, _ = fmt.Fprintf(w, "MSG S.x %s $JS.ACK.S.C.1.%d.%d.0.0 1\r\nx\r\n", sid, i, i)
+	}
+	size := func(from, to int) (n int) {
+		for i := from; i <= to; i++ {
+			n += len("S.x") + len(fmt.Sprintf("$JS.ACK.S.C.1.%d.%d.0.0", i, i)) + 1
+		}
+		return n
+	}
+	pulls := make(chan string, 16)
+	url := pullServer(t, func(w io.Writer, inbox, sid string, n int, body string) {
+		pulls <- body
+		switch n {
+		case 1: // ten messages, then its status
+			for i := 1; i <= 10; i++ {
+				msg(w, sid, i)
+			}
+			writeStatus(w, inbox, sid, fmt.Sprintf("NATS/1.0 409 Batch Completed\r\nNats-Pending-Messages: 0\r\nNats-Pending-Bytes: %d\r\n\r\n", maxBytes-size(1, 10)))
+		case 2: // batch 6: its status first, then two of its messages
+			writeStatus(w, inbox, sid, fmt.Sprintf("NATS/1.0 409 Batch Completed\r\nNats-Pending-Messages: 0\r\nNats-Pending-Bytes: %d\r\n\r\n", maxBytes-size(11, 16)))
+			msg(w, sid, 11)
+			msg(w, sid, 12)
+		case 3: // pull 2's other four, then one that uses up pull 3's bytes exactly
+			for i := 13; i <= 16; i++ {
+				msg(w, sid, i)
+			}
+			reply := "$JS.ACK.S.C.1.17.17.0.0"
+			data := strings.Repeat("x", maxBytes-len("S.x")-len(reply))
+			_, _ = fmt.Fprintf(w, "MSG S.x %s %s %d\r\n%s\r\n", sid, reply, len(data), data)
+		}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	c := dialTest(t, ctx, url)
+	var handled atomic.Int64
+	ready := make(chan struct{})
+	rec := newErrRecorder()
+	sub, err := c.Consume(PullOptions{Stream: "S", Consumer: "C", MaxMessages: 10, MaxBytes: maxBytes, Expires: 30 * time.Second, Heartbeat: 10 * time.Second},
+		func(*Msg) {
+			if handled.Add(1) == 1 {
+				<-ready
+			}
+		}, rec.onErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sub.Stop(); <-sub.Closed() }()
+	// All of pull 1 and its status before pull 2 is sent (at six handled).
+	eventually(t, 10*time.Second, "pull 1 and its status arrived", func() bool { return sub.held.Load() == 10 && sub.openBytes.Load() == 0 })
+	close(ready)
+	eventually(t, 10*time.Second, "the last message handled", func() bool { return handled.Load() == 17 })
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, bodies := batchSum(t, pulls)
+	if len(bodies) != 4 {
+		t.Fatalf("pulls %q; want a fourth once pull 3's bytes ran out", bodies)
 	}
 }
 

@@ -138,19 +138,37 @@ type Sub struct {
 	// what arrived and the Nats-Pending-Bytes of the statuses that ended
 	// them. The server ends a pull whose bytes run out exactly without a
 	// status, so at 0 no pull is open, whatever pending says (see
-	// bytesRanOut). A pull that ends by its batch count gets no status
-	// either, and its unused max_bytes stay counted until a pull is sent
-	// with every message requested arrived (maybePull sets it to 0 then):
-	// while an earlier pull is still open, which messages are whose is not
-	// known (nats-server, 2.15 at least, takes turns among them), so a later pull
-	// whose bytes run out exactly is not seen to end, and the Sub pulls
-	// again at missed heartbeats. Added to under pmu; the reader
-	// subtracts. A forced reset
-	// (missed heartbeats, a leadership change) sets it to 0 while pulls the
-	// server still holds may bring more: then it runs low, and a later step
-	// to 0 may come early and pull once too often (bounded by the buffer,
-	// 2 x MaxMessages), until a reset that is true.
+	// bytesRanOut). A pull that ends by its batch count with bytes unused
+	// gets a 409 Batch Completed with them (nats-server 2.15; servers
+	// that send none leave them counted), and maybePull sets openBytes to
+	// 0 anyway when it sends a pull with every message requested arrived:
+	// that status may still be on its way then, and its bytes are not the
+	// new pull's to lose (see forgot). While an earlier pull is still
+	// open, which messages are whose is not known (nats-server takes turns
+	// among the pulls), so leftovers no status reports stay counted, a
+	// later pull whose bytes run out exactly is not seen to end, and the
+	// Sub pulls again at missed heartbeats. Added to under pmu; the reader
+	// subtracts. A forced reset (missed heartbeats, a leadership change)
+	// sets it to 0 while pulls the server still holds may bring more: then
+	// it runs low, and a later step to 0 may come early and pull once too
+	// often (bounded by the buffer, 2 x MaxMessages), until a reset that
+	// is true.
 	openBytes atomic.Int64
+	// resets counts the times openBytes was set to 0 (forgetOpen); forgot
+	// is what the last of them found there and no status has claimed
+	// since (pmu). msgGen is resets as the last message arrived (reader
+	// goroutine only). A 409 Batch Completed comes right after its pull's
+	// last message; with a reset between (the next pull sent as that
+	// message counted in held), that reset forgot the bytes it reports,
+	// and they come off forgot before openBytes (onStatus). With a
+	// replicated consumer the status comes before its pull's last message
+	// (the server holds deliveries back until they are replicated): a
+	// reset since, the one that sent its pull, found nothing of that
+	// pull's in openBytes, only what was open before (usually nothing),
+	// and the status's bytes come off openBytes as they should.
+	resets atomic.Uint64
+	forgot int64
+	msgGen uint64
 
 	pmu      sync.Mutex
 	pending  int   // messages requested and not yet handled
@@ -311,6 +329,8 @@ func (s *Sub) receive(m *Msg) {
 		s.pmu.Unlock()
 	}
 	s.tooBig = 0
+	// Before it counts in held, which a reset waits for (maybePull).
+	s.msgGen = s.resets.Load()
 	// Its bytes come off openBytes before it counts in held: maybePull
 	// (on the delivery goroutine too) forgets openBytes only once held
 	// counts every message requested, so only once this one's bytes are
@@ -370,6 +390,7 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 	notify := true
 	reset := false
 	later := false // pull again at the next tick, not now
+	completed := false
 	// What the pull this status ends had left.
 	left, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Messages")))
 	leftBytes, _ := parseUint([]byte(m.HeaderGet("Nats-Pending-Bytes")))
@@ -433,7 +454,9 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 		// whether the message went or the limits were raised.
 		later = s.tooBig > tooBigRun
 	case code == 409 && strings.Contains(lower, "batch completed"):
-		notify = false
+		// The pull ended by its batch count with bytes unused, which
+		// nats-server 2.15 reports right after its last message.
+		notify, completed = false, true
 	case code == 409 && strings.Contains(lower, "leadership change"):
 		reset = true // the new leader knows nothing of the requests
 	case code == 503:
@@ -448,10 +471,21 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 		// pending counts what is requested and not yet handled; of that,
 		// only what has arrived is still real.
 		s.pending = int(s.held.Load())
-		s.openBytes.Store(0)
+		s.forgetOpen()
 	} else {
 		s.pending = max(s.pending-int(min(left, uint64(s.opts.MaxMessages))), 0)
-		if s.byteLimited() && s.spent(int64(min(leftBytes, math.MaxInt64))) {
+		n := int64(min(leftBytes, math.MaxInt64))
+		if completed && s.msgGen != s.resets.Load() {
+			// A reset came after this pull's last message (the delivery
+			// goroutine sent the next pull as that message counted in
+			// held): it forgot these bytes, and the pulls sent since
+			// must not lose them too (openBytes early at 0, one pull too
+			// many, MaxMessages passed).
+			f := min(n, s.forgot)
+			s.forgot -= f
+			n -= f
+		}
+		if s.byteLimited() && s.spent(n) {
 			s.noPullOpen()
 		}
 	}
@@ -525,13 +559,16 @@ func (s *Sub) maybePull() {
 	}
 	if s.pending <= int(s.held.Load()) {
 		// Every message requested has arrived: no pull is open, whatever
-		// openBytes says. A pull that ends by its batch count gets no
-		// status, and its unused max_bytes would stay counted: a later
-		// pull whose bytes run out exactly would then never bring
-		// openBytes to 0 (see bytesRanOut). The reader takes a
-		// message's bytes off openBytes before it counts it in held
-		// (receive): they are not taken off this pull's.
-		s.openBytes.Store(0)
+		// openBytes says. Unused max_bytes of a pull that ended by its
+		// batch count would otherwise stay counted (a server without
+		// 409 Batch Completed, or one whose status is still on its
+		// way): a later pull whose bytes run out exactly would then
+		// never bring openBytes to 0 (see bytesRanOut). The reader takes
+		// a message's bytes off openBytes before it counts it in held
+		// (receive): they are not taken off this pull's. A Batch
+		// Completed still on its way takes its bytes off what this
+		// forgot (onStatus).
+		s.forgetOpen()
 	}
 	s.pending += batch
 	s.maxBytes = maxBytes
@@ -773,7 +810,7 @@ func (s *Sub) loop() error {
 			// As nats.go: forget what was asked and ask afresh.
 			s.pmu.Lock()
 			s.pending = 0
-			s.openBytes.Store(0)
+			s.forgetOpen()
 			s.maybePull()
 			s.pmu.Unlock()
 		}
@@ -838,8 +875,15 @@ func (s *Sub) spent(n int64) bool {
 // noPullOpen resets the pull accounting once no pull can bring more: of
 // what pending counts, only what arrived is real. pmu must be held.
 func (s *Sub) noPullOpen() {
-	s.openBytes.Store(0)
+	s.forgetOpen()
 	s.pending = int(s.held.Load())
+}
+
+// forgetOpen sets openBytes to 0, keeping what it held in forgot for a
+// 409 Batch Completed still on its way (see resets). pmu must be held.
+func (s *Sub) forgetOpen() {
+	s.forgot = max(s.openBytes.Swap(0), 0)
+	s.resets.Add(1)
 }
 
 // holdBytes adds sign x m's pullSize to heldBytes, which only MaxBytes
