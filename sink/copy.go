@@ -69,6 +69,11 @@ type committer struct {
 	// table began to refuse rows.) Set with lastTry (suspectFrom): a new
 	// failure's rows get a last try of their own.
 	suspectSeq uint64
+	// suspectKey is the constraintKey of the error that set suspectSeq.
+	suspectKey string
+	// probed is where the suspect row went when probe last committed a
+	// row in its place.
+	probed int
 	// held, while commitRetry retries classSuspect errors (see process), is
 	// the batch whose rows it retries: holdWait adds rows to it.
 	held *batch
@@ -534,6 +539,14 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			// Row p fails with an error that a row may cause, or the
 			// table (see classSuspect).
 			switch {
+			case c.tableTakesRows() && alone && c.sameConstraint(perr):
+				// A CHECK or NOT NULL that judges the row alone (ownError)
+				// refused it, by its own line or alone, and rows have
+				// committed under that same constraint since it first
+				// refused one: the constraint takes rows, and refuses
+				// this one. The next it refuses needs no commit of its
+				// own (a run of rows a publisher sent bad, a batch of
+				// them among good ones); another constraint's does.
 			case c.tableTakesRows():
 				// findPoison may have blamed row p on an error its piece
 				// had before the table changed: try it alone.
@@ -546,10 +559,22 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				c.suspectFrom(0) // the next refused row needs a commit of its own
+				if !c.sameConstraint(perr) {
+					c.suspectFrom(0) // the next refused row needs a commit of its own
+				}
 			case c.probe(ctx, b, p, &perr):
 				// A row of the batch committed alone: the table takes
-				// rows. Settled, it was moved to p; bisect again.
+				// rows. Settled, it was moved to p; bisect again. But
+				// a CHECK or NOT NULL that refused row p by its own
+				// line (or alone) judges it alone: the row, moved
+				// next, is dead-lettered without a bisection to find
+				// it again.
+				if alone && c.sameConstraint(perr) {
+					c.unprobe(b, p)
+					p++
+					last = p
+					break
+				}
 				lo = p + 1
 				continue
 			case isLoneTimeout(perr):
@@ -692,6 +717,7 @@ func (c *committer) probe(ctx context.Context, b *batch, p int, perr *error) boo
 		c.s.st.bisectCopies.Add(1)
 		err := c.commitRetry(ctx, rows[p:p+1], false)
 		if c.settleCommitted(ctx, b, p, p+1, err) {
+			c.probed = q
 			return true
 		}
 		if isLoneTimeout(err) {
@@ -703,6 +729,16 @@ func (c *committer) probe(ctx context.Context, b *batch, p int, perr *error) boo
 		}
 	}
 	return false
+}
+
+// unprobe moves the suspect row back to p+1 after probe committed a row
+// alone in its place p (it went where that row was: the last row probe
+// tried).
+func (c *committer) unprobe(b *batch, p int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := c.probed
+	b.rows[p+1], b.rows[q] = b.rows[q], b.rows[p+1]
 }
 
 // settleCommitted settles rows[lo:hi] of b if err, from committing them,
@@ -790,6 +826,27 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 		alone = true // the error names lo's line
 	}
 	return lo, last, alone, nil
+}
+
+// constraintKey names the CHECK or NOT NULL constraint (ownError: it
+// judges a row alone) that refused a row with err: its SQLSTATE, its
+// name, its column; "" for any other error. Once a commit that started
+// after the first refusal by one shows that it takes rows
+// (tableTakesRows), the rows it refuses are the rows' fault, not the
+// table's (see committer.sameConstraint).
+func constraintKey(err error) string {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok || !ownError(err) || (pgErr.Code != "23514" && pgErr.Code != "23502") {
+		return ""
+	}
+	return pgErr.Code + "\x00" + pgErr.SchemaName + "\x00" + pgErr.TableName + "\x00" + pgErr.ConstraintName + "\x00" + pgErr.ColumnName
+}
+
+// sameConstraint reports whether err is a refusal by the CHECK or NOT
+// NULL constraint (constraintKey) that set c.suspectSeq.
+func (c *committer) sameConstraint(err error) bool {
+	k := constraintKey(err)
+	return k != "" && k == c.suspectKey
 }
 
 // ownError reports whether err, a row's failure in a bisection, can only
@@ -1007,10 +1064,13 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			cl = classConfig
 		}
 		if cl == classSuspect {
-			if c.suspectSeq == 0 {
+			if c.suspectSeq == 0 || c.suspectKey != constraintKey(err) {
 				// Not seq: only attempts that start from now on can
 				// show that the table takes rows after this failure.
+				// A constraint other than the one refused rows since
+				// suspectSeq was set may refuse every row: its own.
 				c.suspectFrom(c.s.st.attemptSeq.Load())
+				c.suspectKey = constraintKey(err)
 			}
 			if c.tableTakesRows() {
 				// A commit since this failure: the server judged the

@@ -222,7 +222,8 @@
 //     error but with the session left in a transaction (ReadyForQuery's
 //     status not idle), whose connection is closed;
 //   - data (class 22, 23, raised by the statement itself: a value its
-//     column refuses, a constraint): the batch is bisected; good rows are
+//     column refuses, a constraint; but a CHECK or NOT NULL violation,
+//     23514 or 23502, which the next class takes): the batch is bisected; good rows are
 //     committed and acked, each refused row is dead-lettered through the
 //     DeadLetterer (which terms it, or naks it and returns an error, in
 //     which case it is not acked), for its own error: one that names its
@@ -246,7 +247,11 @@
 //   - an error that a row may cause but the table may as well (a
 //     trigger's RAISE, class P0; a class 22 or 23 error raised inside a
 //     function, whose context names it, as a trigger's bug that fails
-//     every row does, PERFORM 1/0; an index entry too large, 54000; an
+//     every row does, PERFORM 1/0; a CHECK or NOT NULL violation, 23514
+//     or 23502, which a constraint added while jetsink runs raises for
+//     every row, a CHECK no event passes, added NOT VALID, a NOT NULL on a
+//     column the events leave empty, a domain's CHECK, a partition not
+//     made yet; an index entry too large, 54000; an
 //     internal error, XX000; any server error outside the classes listed
 //     here and those of the table, the session and the grants, below): the
 //     batch is bisected the same way, but a row that fails alone is
@@ -254,7 +259,13 @@
 //     after the failure was seen has committed, on any connection: that
 //     shows the table takes rows (a commit of an attempt that started
 //     while the failed one ran shows nothing: it may precede the refusal).
-//     Each such row needs a commit of its own. Until then up to 6 other
+//     Each such row needs a commit of its own, but for one that the
+//     CHECK or NOT NULL constraint that refused a row before it refuses
+//     by its own line of the COPY (or alone): once a commit that started
+//     after that constraint's first refusal shows that it takes rows, the
+//     rows it refuses are theirs (a run of bad events), dead-lettered as
+//     they are found (after a probe that commits, the refused row is
+//     dead-lettered at once, not bisected for again). Until then up to 6 other
 //     rows of the batch are tried alone (one given up there for its lone
 //     timeouts, above, is dead-lettered then, once, and ends the search;
 //     the refused row is tried again after it); if none commits, the rest

@@ -8,13 +8,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/jetsink/jetsink/pipeline"
 )
 
 // class is what the sink does about a failed attempt.
@@ -29,7 +26,8 @@ const (
 	// ended (timedOut), in smaller pieces.
 	classTransient class = iota
 	// classData: the database refused a row (SQLSTATE class 22 or 23,
-	// raised by the statement, not inside a function it called).
+	// raised by the statement, not inside a function it called; but
+	// 23514 and 23502, which a constraint every row meets raises too).
 	// Bisect the batch to find it and dead-letter it.
 	classData
 	// classConfig: the table, the session or the permissions do not fit
@@ -44,7 +42,8 @@ const (
 	// it is outside classes 22 and 23: a trigger's RAISE (class P0), an
 	// index entry too large for its index (54000), a trigger's recursion
 	// too deep (54001), a WITH CHECK OPTION (44000), an internal error
-	// (XX000), a feature a value needs (0A000), a binary field its column's
+	// (XX000), a feature a value needs (0A000), a CHECK or NOT NULL
+	// violation (23514, 23502), a binary field its column's
 	// type cannot read (an ERROR 08P01 of the COPY statement, copyStmtError;
 	// in class 22, 22P03 and 22P04, see classify), and any class 22 or 23
 	// error raised inside a function (raisedInFunction: a trigger's bug,
@@ -77,18 +76,11 @@ func tableClass(class string) bool {
 	return false
 }
 
-// classify is the package's classify, but a NOT NULL violation (23502)
-// of a column the mapping does not write is classSuspect: added to the
-// table while jetsink runs, it fails every row (the table's fault, which
-// the operator fixes without replaying events), unless a trigger fills it
-// for some rows. So is insufficient_privilege (42501) from exactly-once's
-// INSERT while row-level security applies to the table (Sink.rowSecurity):
-// a policy's WITH CHECK refuses some rows with it.
+// classify is the package's classify, but insufficient_privilege (42501)
+// from exactly-once's INSERT while row-level security applies to the
+// table (Sink.rowSecurity) is classSuspect: a policy's WITH CHECK refuses
+// some rows with it.
 func (s *Sink) classify(err error) class {
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "23502" && pgErr.ColumnName != "" &&
-		!slices.ContainsFunc(s.cols, func(c pipeline.Column) bool { return c.Name == pgErr.ColumnName }) {
-		return classSuspect
-	}
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42501" && s.rowSecurity.Load() {
 		if _, ok := errors.AsType[*fromStagingError](err); ok {
 			// insufficient_privilege from the INSERT under row-level
@@ -148,11 +140,19 @@ func classify(err error) class {
 			// table's fault, unless a trigger draws for some rows.
 			return classSuspect
 		}
-		if code == "23514" && pgErr.ConstraintName == "" {
-			// check_violation without a constraint: no partition for
-			// the row (or a row outside the partition it was sent
-			// to). A row whose key is far off, or a table whose next
-			// partition is not made yet: every row fails then.
+		if code == "23514" || code == "23502" {
+			// check_violation, not_null_violation: a row's value the
+			// constraint refuses, or a constraint that every row
+			// meets, the table's fault: a CHECK added (NOT VALID, or
+			// to an empty table) that no event passes, a NOT NULL on
+			// a column the events leave empty or the mapping does not
+			// write, a domain's CHECK, or, without a constraint name,
+			// no partition for the row (a table whose next partition
+			// is not made yet). Dead-lettered at once, every row of
+			// such a table went to the dead-letter stream within
+			// seconds; suspect, a row refused alone is dead-lettered
+			// once other rows commit beside it, and a table that
+			// refuses every row is held and retried until it is fixed.
 			return classSuspect
 		}
 		switch code[:2] {

@@ -1347,9 +1347,10 @@ func b2i(b bool) int32 {
 	return 0
 }
 
-// Poison rows that come one after another (a publisher's bad release, a
-// whole batch refused by a constraint) are found piece by piece, about two
-// COPYs per row, not one bisection of the rest each. Extra COPYs before
+// Poison rows that come one after another (a publisher's bad release)
+// are found piece by piece, about two COPYs per row, not one bisection of
+// the rest each. (A whole batch that a CHECK refuses, none committing, is
+// held: TestTableFaultEveryRowMeetsIsHeld.) Extra COPYs before
 // and after, case by case: 367 -> 126, 579 -> 203, 367 -> 126, 122 -> 68,
 // 138 -> 93, 302 -> 185.
 func TestBisectRunOfPoisonRows(t *testing.T) {
@@ -1360,7 +1361,6 @@ func TestBisectRunOfPoisonRows(t *testing.T) {
 		perRow  int      // bound on extra COPYs per poison row
 	}{
 		{AtLeastOnce, false, [][2]int{{21, 80}}, 3},
-		{AtLeastOnce, false, [][2]int{{1, 100}}, 3},
 		{ExactlyOnce, false, [][2]int{{21, 80}}, 3},
 		{AtLeastOnce, false, [][2]int{{5, 9}, {40, 49}, {90, 95}}, 4},
 		{AtLeastOnce, true, [][2]int{{30, 39}}, 12}, // a trigger's refusal costs a probe or a retry alone too

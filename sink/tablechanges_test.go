@@ -134,10 +134,10 @@ func TestColumnRetypedWhileTheBatchWaits(t *testing.T) {
 // Faults of the table that every row meets are not the rows': a
 // partitioned table without a partition for the rows (its maintenance is
 // late), a NOT NULL column that nothing maps to, an identity column that
-// ran out of numbers. Each row failed (23514 without a constraint name,
-// 23502, 2200H) and was dead-lettered, all of them, for the operator to
-// replay; now the batch is held and retried until the table is fixed, and
-// then stored.
+// ran out of numbers, a CHECK added NOT VALID that no row passes. Each row failed (23514
+// with or without a constraint name, 23502, 2200H) and was dead-lettered,
+// all of them, for the operator to replay; now the batch is held and
+// retried until the table is fixed, and then stored.
 func TestTableFaultEveryRowMeetsIsHeld(t *testing.T) {
 	for _, tc := range []struct {
 		name, fault, fix string
@@ -150,6 +150,8 @@ func TestTableFaultEveryRowMeetsIsHeld(t *testing.T) {
 		{"identity_ran_out", "ALTER TABLE %[1]s ADD COLUMN n int GENERATED ALWAYS AS IDENTITY (MAXVALUE 2); SELECT nextval(pg_get_serial_sequence('%[1]s', 'n')); " +
 			"INSERT INTO %[1]s (stream, stream_seq) VALUES ('X', 0)%.0[2]s",
 			"ALTER TABLE %[1]s ALTER COLUMN n SET MAXVALUE 1000; DELETE FROM %[1]s WHERE stream = 'X'%.0[2]s", false},
+		{"check_every_row", "ALTER TABLE %[1]s ADD CONSTRAINT chk CHECK (stream_seq < 0) NOT VALID%.0[2]s",
+			"ALTER TABLE %[1]s DROP CONSTRAINT chk%.0[2]s", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t, 60*time.Second)

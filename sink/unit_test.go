@@ -110,9 +110,10 @@ func TestClassify(t *testing.T) {
 		err  error
 		want class
 	}{
-		{&pgconn.PgError{Code: "23514", ConstraintName: "ok"}, classData},
-		{&pgconn.PgError{Code: "23514"}, classSuspect}, // no partition for the row
-		{&pgconn.PgError{Code: "2200H"}, classSuspect}, // a serial column ran out
+		{&pgconn.PgError{Code: "23514", ConstraintName: "ok"}, classSuspect}, // a CHECK every row may meet
+		{&pgconn.PgError{Code: "23514"}, classSuspect},                       // no partition for the row
+		{&pgconn.PgError{Code: "23502", ColumnName: "stream"}, classSuspect}, // a NOT NULL every row may meet
+		{&pgconn.PgError{Code: "2200H"}, classSuspect},                       // a serial column ran out
 		{&pgconn.PgError{Code: "22001"}, classData},
 		{fmt.Errorf("copy: %w", &pgconn.PgError{Code: "23505"}), classData},
 		// Raised inside a function (a trigger's bug fails every row): its
