@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -367,7 +368,9 @@ func TestPullPastTheConsumersLimitsEndsTheSub(t *testing.T) {
 // A pull refused because too many pulls wait on the consumer (409 Exceeded
 // MaxWaiting) is gone: the Sub reports it and pulls again at its next
 // heartbeat tick. Before, it counted the refused pull as open and pulled
-// only after missed heartbeats.
+// only after missed heartbeats. The fake server sends what nats-server
+// (2.15) does not: it answers so only a pull without idle_heartbeat, and
+// drops a Sub's refused pulls silently (see onStatus).
 func TestPullPastMaxWaitingPullsAgainNextTick(t *testing.T) {
 	const tick = time.Second
 	var mu sync.Mutex
@@ -399,6 +402,71 @@ func TestPullPastMaxWaitingPullsAgainNextTick(t *testing.T) {
 	// Missed heartbeats would take two ticks or more.
 	if gap < tick/2 || gap >= 2*tick {
 		t.Fatalf("pulled again %v after the refused pull; want at the next tick (%v)", gap, tick)
+	}
+}
+
+// nats-server (2.15) refuses a pull past the consumer's max_waiting with no
+// word to a client that asks for idle heartbeats, as the Sub always does
+// (a 409 Exceeded MaxWaiting goes only to pulls without): the Sub hears
+// nothing, reports ErrNoHeartbeat after missed heartbeats and pulls
+// afresh, and so on until there is room. This shows how it recovers; it
+// does not time it.
+func TestPullPastMaxWaitingRecoversAtMissedHeartbeats(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	srv := testenv.NATS(t)
+	js := srv.JetStream(t)
+	preload(t, ctx, js, "MW", 0, 1, jetstream.ConsumerConfig{AckWait: time.Minute, MaxWaiting: 1})
+	cons, err := js.Consumer(ctx, "MW", "C")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another client's pull takes the one place, without heartbeats.
+	nc := srv.Connect(t)
+	inbox := nats.NewInbox()
+	other, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT.MW.C", inbox, []byte(`{"batch":1,"expires":60000000000}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the other pull waiting", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumWaiting == 1
+	})
+	c := dialTest(t, ctx, srv.URL())
+	rec := newErrRecorder()
+	_, msgs := consumeInto(t, c, PullOptions{Stream: "MW", Consumer: "C", MaxMessages: 10, Expires: 2 * time.Second, Heartbeat: 300 * time.Millisecond}, rec)
+	notMaxWaiting := func(err error) {
+		t.Helper()
+		t.Logf("onErr: %v", err)
+		if se := (*StatusError)(nil); errors.As(err, &se) && strings.Contains(se.Description, "MaxWaiting") {
+			t.Fatalf("onErr: %v; nats-server says that only to pulls without idle_heartbeat", err)
+		}
+	}
+	rec.wait(t, 10*time.Second, func(err error) bool { notMaxWaiting(err); return errors.Is(err, ErrNoHeartbeat) })
+	if info, err := cons.Info(ctx); err != nil || info.NumWaiting != 1 {
+		t.Fatalf("consumer info %+v, %v; want the other pull alone waiting", info, err)
+	}
+	// The place frees (the other client goes); a pull after the next
+	// missed heartbeats takes it and delivers.
+	if err := other.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, "MW", 1, 1, 1)
+	if err := nextMsg(t, msgs, 20*time.Second).Ack(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case err := <-rec.ch:
+			notMaxWaiting(err)
+		default:
+			return
+		}
 	}
 }
 

@@ -416,8 +416,14 @@ func (s *Sub) onStatus(code int, descr string, m *Msg) {
 		return
 	case code == 409 && strings.Contains(lower, "exceeded maxwaiting"):
 		// Too many pulls wait on the consumer (other clients'): this one
-		// is gone. Pull again at the next tick; one now would likely
-		// be refused too.
+		// is gone. nats-server (2.15) says so only to a pull without
+		// idle_heartbeat, which this Sub always sends: it drops this
+		// Sub's refused pulls silently, and they stay counted until
+		// missed heartbeats have the Sub pull afresh (put off while
+		// another pull of its own is open: the server's heartbeats for
+		// it come to the same inbox). This branch serves a server that
+		// does say it: pull again at the next tick; one now would
+		// likely be refused too.
 		reset, later = true, true
 	case code == 408, code == 404:
 		notify = false // a request expired or found nothing: routine
