@@ -141,7 +141,7 @@ func BenchmarkCopy(b *testing.B) {
 						b.Fatal(err)
 					}
 					if mode == ExactlyOnce {
-						if _, err := tx.Exec(ctx, s.insertSQL); err != nil {
+						if _, err := tx.Exec(ctx, s.tsql.Load().insert); err != nil {
 							b.Fatal(err)
 						}
 					}

@@ -1772,7 +1772,7 @@ func (c *committer) missingKeys(ctx context.Context, rows []pipeline.Row) (map[r
 		k := keyOf(&rows[i])
 		streams[i], seqs[i] = k.stream, k.seq
 	}
-	rs, err := c.conn.Query(ctx, c.s.missingSQL, streams, seqs)
+	rs, err := c.conn.Query(ctx, c.s.tsql.Load().missing, streams, seqs)
 	if err != nil {
 		return nil, fmt.Errorf("look for rows missing from the table after the commit: %w", err)
 	}
@@ -1893,7 +1893,7 @@ func (c *committer) exactlyOnce() copyQuery {
 		if !c.staged {
 			pre, n = pre+s.stageSQL+"; ", 2
 		}
-		q.sql = pre + q.sql + "; " + s.insertSQL + "; COMMIT"
+		q.sql = pre + q.sql + "; " + s.tsql.Load().insert + "; COMMIT"
 		q.copyAt += n
 		q.guards <<= n
 		q.insertAt = q.stmts + n + 1

@@ -178,6 +178,15 @@
 // restarted (package consumer, "A stream that restarts its sequence").
 // Order is not promised.
 //
+// The statements name the table as the first connection that finds it
+// does (readTypes), by its schema-qualified name (pinTable, logged at Info
+// when postgres.table is unqualified), not by the name as configured: a
+// table of the same name made later in a schema earlier on search_path
+// ("$user", first by default), or a search_path changed for the role,
+// does not take the rows. A table dropped and made again under that name
+// is still found; one moved to another schema is not (every batch fails
+// with 42P01, retried, until jetsink is restarted).
+//
 // # Failures
 //
 // Errors are classified with predicates (SQLSTATE class via errors.As,

@@ -105,15 +105,20 @@ type Sink struct {
 	seqC    string // exactly-once: name of the meta:stream_seq column
 	seqText bool   // exactly-once: that column is text (ordered as text, not as numbers)
 
-	copySQL    atomic.Pointer[string] // COPY into the table (at-least-once) or the staging table, with type guards (see buildSQL)
-	copyStmts  int                    // statements in copySQL: 3 (guard, COPY, guard) or 2 (guard, COPY)
-	staging    pgx.Identifier         // exactly-once: the staging table (stagingTable)
-	stageSQL   string                 // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
-	insertSQL  string                 // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
-	missingSQL string                 // exactly-once: the keys ($1 streams, $2 sequences) the table lacks
-	adminSem   chan struct{}          // holds admin: a mutex that a waiter's context can give up
-	ownLook    chan struct{}          // holds the one connection of its own a waiting-batch report may open (adminOrOwn)
-	admin      *pgx.Conn              // the "+1" connection: Ping, Init, Check; nil until needed
+	copySQL   atomic.Pointer[string] // COPY into the table (at-least-once) or the staging table, with type guards (see buildSQL)
+	copyStmts int                    // statements in copySQL: 3 (guard, COPY, guard) or 2 (guard, COPY)
+	staging   pgx.Identifier         // exactly-once: the staging table (stagingTable)
+	stageSQL  string                 // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
+	// tsql is the table's name in the batches' statements, and
+	// exactly-once's statements that name it (see buildSQL): the
+	// configured name until a committer's readTypes finds the table, its
+	// schema-qualified name from then on (pinTable).
+	tsql   atomic.Pointer[tableSQL]
+	pinned bool // tsql names the table found (held by typesMu)
+
+	adminSem   chan struct{} // holds admin: a mutex that a waiter's context can give up
+	ownLook    chan struct{} // holds the one connection of its own a waiting-batch report may open (adminOrOwn)
+	admin      *pgx.Conn     // the "+1" connection: Ping, Init, Check; nil until needed
 	pingMu     sync.Mutex
 	pinging    *pingCall                // the ping on a connection of its own under way, which other Pings wait for
 	adminDial  *dialCall                // the admin connection's connect under way, or done and not yet taken (see dialAdmin)
@@ -867,7 +872,6 @@ func (s *Sink) buildSQL() {
 		names[i] = pgx.Identifier{c.Name}.Sanitize()
 		defs[i] = names[i] + " " + pgTypes[c.Type].name
 	}
-	list := strings.Join(names, ", ")
 	if s.cfg.Mode == ExactlyOnce {
 		// Only the mapped columns, with the mapping's types (see above)
 		// and no constraints.
@@ -875,50 +879,74 @@ func (s *Sink) buildSQL() {
 		s.staging = stagingTable(cols)
 		s.stageSQL = "CREATE TEMP TABLE IF NOT EXISTS " + pgx.Identifier{s.staging[1]}.Sanitize() +
 			" (" + cols + ") ON COMMIT DELETE ROWS"
-		stream, seq := pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()
-		s.insertSQL = "INSERT INTO " + s.table.Sanitize() + " (" + list + ") SELECT " + list + " FROM " +
-			s.staging.Sanitize() + " ON CONFLICT (" + stream + ", " + seq + ") DO NOTHING"
-		// The keys as keyOf writes them, each looked up as the mapping's
-		// type (the staging table's) by the table's unique key.
-		var streamT, seqT string
-		for _, c := range s.cols {
-			switch c.Name {
-			case s.streamC:
-				streamT = pgTypes[c.Type].name
-			case s.seqC:
-				seqT = pgTypes[c.Type].name
-			}
-		}
-		// A text key is compared a second time as bytes (COLLATE "C"):
-		// under a nondeterministic collation, which the guards refuse
-		// (see looseKey) but which a column may get while a connection
-		// is open, "orders" would be found as "ORDERS" and acked,
-		// although ON CONFLICT skipped it. The first comparison, in the
-		// column's collation, keeps the unique index usable.
-		exact := func(col, key, typ string) string {
-			if typ != "text" {
-				return ""
-			}
-			return " AND t." + col + " = k." + key + "::text COLLATE pg_catalog.\"C\""
-		}
-		// A row counts only in the table itself, or in a partition of a
-		// partitioned one, whose unique index spans its partitions: not
-		// in a plain table's inheritance children, where ON CONFLICT
-		// does not see it (a BEFORE INSERT trigger that redirects rows
-		// there would have each redelivery stored again, and acked). Not
-		// FROM ONLY, which reads nothing of a partitioned table. The
-		// table's relkind is read once per lookup (an InitPlan).
-		reg := quoteLiteral(s.table.Sanitize()) + "::regclass"
-		s.missingSQL = "SELECT k.stream, k.seq FROM unnest($1::text[], $2::text[]) k(stream, seq) WHERE NOT EXISTS (SELECT 1 FROM " +
-			s.table.Sanitize() + " t WHERE t." + stream + " = k.stream::" + streamT + " AND t." + seq + " = k.seq::" + seqT +
-			exact(stream, "stream", streamT) + exact(seq, "seq", seqT) +
-			" AND (t.tableoid = " + reg + " OR (SELECT relkind FROM pg_catalog.pg_class WHERE oid = " + reg + ") = 'p'))"
 	}
 	s.copyStmts = 2
 	if s.cfg.Mode == AtLeastOnce {
 		s.copyStmts = 3
 	}
+	s.tsql.Store(s.tableSQLOf(s.table.Sanitize()))
 	s.setCopySQL(nil, nil)
+}
+
+// tableSQL is the table's name in the batches' statements (name, quoted),
+// and exactly-once's statements that name it.
+type tableSQL struct {
+	name    string
+	insert  string // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
+	missing string // exactly-once: the keys ($1 streams, $2 sequences) the table lacks
+}
+
+// tableSQLOf builds the statements of tableSQL for the table named name
+// (quoted), after buildSQL has set the staging table.
+func (s *Sink) tableSQLOf(name string) *tableSQL {
+	t := &tableSQL{name: name}
+	if s.cfg.Mode != ExactlyOnce {
+		return t
+	}
+	names := make([]string, len(s.cols))
+	for i, c := range s.cols {
+		names[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	list := strings.Join(names, ", ")
+	stream, seq := pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()
+	t.insert = "INSERT INTO " + name + " (" + list + ") SELECT " + list + " FROM " +
+		s.staging.Sanitize() + " ON CONFLICT (" + stream + ", " + seq + ") DO NOTHING"
+	// The keys as keyOf writes them, each looked up as the mapping's
+	// type (the staging table's) by the table's unique key.
+	var streamT, seqT string
+	for _, c := range s.cols {
+		switch c.Name {
+		case s.streamC:
+			streamT = pgTypes[c.Type].name
+		case s.seqC:
+			seqT = pgTypes[c.Type].name
+		}
+	}
+	// A text key is compared a second time as bytes (COLLATE "C"):
+	// under a nondeterministic collation, which the guards refuse
+	// (see looseKey) but which a column may get while a connection
+	// is open, "orders" would be found as "ORDERS" and acked,
+	// although ON CONFLICT skipped it. The first comparison, in the
+	// column's collation, keeps the unique index usable.
+	exact := func(col, key, typ string) string {
+		if typ != "text" {
+			return ""
+		}
+		return " AND t." + col + " = k." + key + "::text COLLATE pg_catalog.\"C\""
+	}
+	// A row counts only in the table itself, or in a partition of a
+	// partitioned one, whose unique index spans its partitions: not
+	// in a plain table's inheritance children, where ON CONFLICT
+	// does not see it (a BEFORE INSERT trigger that redirects rows
+	// there would have each redelivery stored again, and acked). Not
+	// FROM ONLY, which reads nothing of a partitioned table. The
+	// table's relkind is read once per lookup (an InitPlan).
+	reg := quoteLiteral(name) + "::regclass"
+	t.missing = "SELECT k.stream, k.seq FROM unnest($1::text[], $2::text[]) k(stream, seq) WHERE NOT EXISTS (SELECT 1 FROM " +
+		name + " t WHERE t." + stream + " = k.stream::" + streamT + " AND t." + seq + " = k.seq::" + seqT +
+		exact(stream, "stream", streamT) + exact(seq, "seq", seqT) +
+		" AND (t.tableoid = " + reg + " OR (SELECT relkind FROM pg_catalog.pg_class WHERE oid = " + reg + ") = 'p'))"
+	return t
 }
 
 // raiseToWarning, a column of each batch's first type guard, raises
@@ -948,6 +976,7 @@ const raiseToWarning = "CASE WHEN current_setting('client_min_messages') IN ('er
 // nondeterministic collation: see looseKey). The first guard also
 // raises client_min_messages for the transaction (raiseToWarning).
 func (s *Sink) setCopySQL(also map[string]uint32, refuse map[string]bool) {
+	table := s.tsql.Load().name
 	names := make([]string, len(s.cols))
 	typedRow := make([]string, len(s.cols)) // (NULL::table).column, at-least-once
 	typedX := make([]string, len(s.cols))   // x.column, exactly-once
@@ -961,13 +990,13 @@ func (s *Sink) setCopySQL(also map[string]uint32, refuse map[string]bool) {
 		for j, o := range oids {
 			in[j] = strconv.FormatUint(uint64(o), 10)
 		}
-		typedRow[i] = "pg_typeof((NULL::" + s.table.Sanitize() + ")." + names[i] + ")::oid IN (" + strings.Join(in, ", ") + ")"
+		typedRow[i] = "pg_typeof((NULL::" + table + ")." + names[i] + ")::oid IN (" + strings.Join(in, ", ") + ")"
 		typedX[i] = "pg_typeof(x." + names[i] + ")::oid IN (" + strings.Join(in, ", ") + ")"
 		if refuse[c.Name] {
 			typedRow[i], typedX[i] = "false", "false"
 		}
 	}
-	target := s.table.Sanitize()
+	target := table
 	if s.cfg.Mode == ExactlyOnce {
 		target = s.staging.Sanitize()
 	}
@@ -975,13 +1004,13 @@ func (s *Sink) setCopySQL(also map[string]uint32, refuse map[string]bool) {
 	if s.cfg.Mode == AtLeastOnce {
 		// The regclass first: a missing table fails as the COPY would
 		// (42P01), not as a missing row type (42704).
-		guard := "SELECT " + quoteLiteral(s.table.Sanitize()) + "::regclass, 1/(" + strings.Join(typedRow, " AND ") + ")::int"
+		guard := "SELECT " + quoteLiteral(table) + "::regclass, 1/(" + strings.Join(typedRow, " AND ") + ")::int"
 		sql = guard + ", " + raiseToWarning + "; " + sql + "; " + guard
 	} else {
 		// ON false: the table is not read (the plan's inner side is a
 		// Result with a one-time filter); ONLY: not its partitions.
 		guard := "SELECT 1/(" + strings.Join(typedX, " AND ") + ")::int, " + raiseToWarning +
-			" FROM (SELECT) one LEFT JOIN ONLY " + s.table.Sanitize() + " x ON false"
+			" FROM (SELECT) one LEFT JOIN ONLY " + table + " x ON false"
 		sql = guard + "; " + sql
 	}
 	s.copySQL.Store(&sql)
@@ -1002,37 +1031,48 @@ func (s *Sink) setCopySQL(also map[string]uint32, refuse map[string]bool) {
 // were.
 func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error) {
 	gen := s.typesGen.Add(1)
+	table := s.tsql.Load().name
 	// The reads in one round trip (a new connection's start-up waits
 	// for them: see Warmed).
 	var b pgx.Batch
-	b.Queue(columnTypesSQL, (*uint32)(nil), s.table.Sanitize())
-	b.Queue("SELECT row_security_active(to_regclass($1))", s.table.Sanitize())
+	b.Queue(columnTypesSQL, (*uint32)(nil), table)
+	b.Queue("SELECT row_security_active(to_regclass($1))", table)
 	eo := s.cfg.Mode == ExactlyOnce
 	if eo {
-		b.Queue(looseKeyIndexSQL, s.table.Sanitize(), s.streamC, s.seqC)
+		b.Queue(looseKeyIndexSQL, table, s.streamC, s.seqC)
 	}
+	b.Queue(`SELECT n.nspname, c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = to_regclass($1)`, table)
 	br := c.SendBatch(ctx, &b)
 	defer br.Close()
 	rows, err := br.Query()
 	if err != nil {
-		return false, fmt.Errorf("read the column types of %s: %w", s.table.Sanitize(), err)
+		return false, fmt.Errorf("read the column types of %s: %w", table, err)
 	}
 	cts, err := scanColumnTypes(rows)
 	if err != nil {
-		return false, fmt.Errorf("read the column types of %s: %w", s.table.Sanitize(), err)
+		return false, fmt.Errorf("read the column types of %s: %w", table, err)
 	}
 	var rls *bool
 	if err := br.QueryRow().Scan(&rls); err != nil {
-		return false, fmt.Errorf("read whether row-level security applies to %s: %w", s.table.Sanitize(), err)
+		return false, fmt.Errorf("read whether row-level security applies to %s: %w", table, err)
 	}
 	looseIndex := false
 	if eo {
 		if err := br.QueryRow().Scan(&looseIndex); err != nil {
-			return false, fmt.Errorf("read the collations of the unique indexes of %s: %w", s.table.Sanitize(), err)
+			return false, fmt.Errorf("read the collations of the unique indexes of %s: %w", table, err)
 		}
 	}
+	var found pgx.Identifier // the table's schema and name, if there is one
+	var schema, name string
+	switch err := br.QueryRow().Scan(&schema, &name); {
+	case err == nil:
+		found = pgx.Identifier{schema, name}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("read the schema of %s: %w", table, err)
+	}
 	if err := br.Close(); err != nil {
-		return false, fmt.Errorf("read the column types of %s: %w", s.table.Sanitize(), err)
+		return false, fmt.Errorf("read the column types of %s: %w", table, err)
 	}
 	also := map[string]uint32{}
 	refuse := map[string]bool{}
@@ -1053,9 +1093,33 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 	if gen > s.typesStored {
 		s.typesStored = gen
 		s.rowSecurity.Store(rls != nil && *rls)
+		if !s.pinned && found != nil {
+			s.pinTable(found)
+		}
 		s.setCopySQL(also, refuse)
 	}
 	return fits, nil
+}
+
+// pinTable makes the batches' statements name the table found, by its
+// schema-qualified name, from now on (held by typesMu). The name is
+// looked up along search_path by every statement that uses it as
+// configured (unqualified, as "table: events"): a table of the same
+// name made later in a schema earlier on the path ("$user", one made
+// for the role), or a search_path changed for jetsink's role, took the
+// rows from then on, acked, without a word (or, owned by another role,
+// failed every batch with 42501, naming a grant on the wrong table), and
+// exactly-once stored redeliveries again there. A table dropped and made
+// again under the same name is still found; one moved to another schema
+// is not (every batch fails, 42P01, retried: restart jetsink).
+func (s *Sink) pinTable(found pgx.Identifier) {
+	s.pinned = true
+	name := found.Sanitize()
+	if name == s.tsql.Load().name {
+		return
+	}
+	s.tsql.Store(s.tableSQLOf(name))
+	s.log.Info("writing into the table found on search_path by its schema-qualified name from now on", "found", name)
 }
 
 // readTypesTimeout bounds a readTypes: a server gone silent would

@@ -988,3 +988,53 @@ func TestTypeGuardRefusalsAndTheTableCheck(t *testing.T) {
 		finish()
 	})
 }
+
+// The configured name, unqualified ("table: events"), went through
+// search_path in every statement: a table of the same name made while
+// jetsink ran in a schema earlier on the path (one named after the role,
+// "$user", first by default) took the rows from then on, acked, without a
+// word. Now the statements name the table the first connection found, by
+// its schema-qualified name: every row goes there.
+func TestTableNameKeptWhenShadowedOnSearchPath(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = mode; c.Connections = 2 })
+			logs := captureLog(t, s, time.Minute)
+			admin := pg.Conn(t)
+			var role string
+			if err := admin.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
+				t.Fatal(err)
+			}
+			public := pgx.Identifier{"public", s.cfg.Table}.Sanitize()
+			shadow := pgx.Identifier{role, s.cfg.Table}.Sanitize()
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 20, nil)
+			src.push(t, ctx, rs[:10])
+			waitFor(t, ctx, "rows 1-10 acked", allAcked(ms[:10]))
+			execAll(t, ctx, admin, "CREATE SCHEMA "+pgx.Identifier{role}.Sanitize()+" AUTHORIZATION "+pgx.Identifier{role}.Sanitize()+
+				"; CREATE TABLE "+shadow+" (LIKE "+public+" INCLUDING ALL)")
+			var found string
+			if err := admin.QueryRow(ctx, "SELECT to_regclass($1)::oid::regclass::text", s.table.Sanitize()).Scan(&found); err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasPrefix(found, "public.") {
+				t.Fatalf("the name finds %s, not the new table: the test shows nothing", found)
+			}
+			src.push(t, ctx, rs[10:])
+			finishClean(t, ctx, src, wait, dl, ms)
+			var inPublic, inShadow int
+			if err := admin.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+public+"), (SELECT count(*) FROM "+shadow+")").Scan(&inPublic, &inShadow); err != nil {
+				t.Fatal(err)
+			}
+			if inPublic != 20 || inShadow != 0 {
+				t.Fatalf("%d rows in %s, %d in %s (made later, earlier on search_path); want all 20 in the first", inPublic, public, inShadow, shadow)
+			}
+			if !strings.Contains(logs.String(), "by its schema-qualified name") {
+				t.Errorf("the name found not logged:\n%s", logs)
+			}
+		})
+	}
+}
