@@ -473,6 +473,7 @@ var serverWarnings = map[ProblemKind]string{
 	ProblemServerTimeout: "a limit of the server's may slow the batches down",
 	ProblemAsyncCommit:   "a crash of PostgreSQL may lose events already acked",
 	ProblemAsyncStandby:  "a failover of PostgreSQL may lose events already acked",
+	ProblemUnlogged:      "a crash or failover of PostgreSQL may lose events already acked",
 	ProblemHostList:      "connections may land on a standby",
 	ProblemTLSUnverified: "the connection to PostgreSQL does not make sure of the server",
 }

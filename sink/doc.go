@@ -224,7 +224,10 @@
 //     (ProblemServerTimeout), and of synchronous_commit off, with which
 //     a crash of the server loses commits already acked
 //     (ProblemAsyncCommit), and of physical standbys that no COMMIT waits
-//     for, with which a failover does (ProblemAsyncStandby);
+//     for, with which a failover does (ProblemAsyncStandby), and of an
+//     UNLOGGED table or partition, which a crash or a failover empties
+//     (ProblemUnlogged; a table made unlogged while jetsink runs is
+//     logged at Warn once a connection reads the table again);
 //   - COMMIT (at-least-once: the whole COPY) sent and no answer: outcome
 //     unknown, treated as not committed and retried; in at-least-once mode
 //     its rows count as PossibleDuplicates; so is one answered without an

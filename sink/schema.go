@@ -386,6 +386,11 @@ const (
 	// failover to a standby loses the commits it had not received yet,
 	// whose events jetsink has acked.
 	ProblemAsyncStandby ProblemKind = "async_standby"
+	// ProblemUnlogged is a warning: the table, or a partition of it, is
+	// UNLOGGED. PostgreSQL empties such a table after a crash, and a
+	// standby has none of its rows, so a crash or a failover loses rows
+	// whose events jetsink has acked.
+	ProblemUnlogged ProblemKind = "unlogged"
 	// ProblemHostList is a warning: postgres.url names several hosts
 	// without target_session_attrs. Each connection takes the first host
 	// that answers, a standby too, and every batch on a standby fails
@@ -562,17 +567,33 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		return append(probs, p), nil
 	}
 	var kind, qualified string
-	var insteadOf, partitions bool
-	var shadowed *string // a type the table's name finds before the table's row type
+	var insteadOf, partitions, unlogged bool
+	var shadowed *string      // a type the table's name finds before the table's row type
+	var unloggedParts *string // the unlogged partitions, if any
 	if err := c.QueryRow(ctx, `SELECT relkind::text, EXISTS (SELECT FROM pg_trigger WHERE tgrelid = $1 AND tgenabled <> 'D'
 		AND tgtype & 64 <> 0 AND tgtype & 4 <> 0), EXISTS (SELECT FROM pg_inherits WHERE inhparent = $1),
 		quote_ident(n.nspname) || '.' || quote_ident(c.relname),
-		(SELECT format_type(t.oid, NULL) FROM pg_type t WHERE t.oid = to_regtype($2) AND t.typrelid <> $1)
+		(SELECT format_type(t.oid, NULL) FROM pg_type t WHERE t.oid = to_regtype($2) AND t.typrelid <> $1),
+		c.relpersistence = 'u',
+		(SELECT string_agg(p.relid::regclass::text, ', ' ORDER BY p.relid::regclass::text) FROM pg_partition_tree($1) p
+			JOIN pg_class pc ON pc.oid = p.relid WHERE p.relid <> $1 AND pc.relpersistence = 'u')
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, *oid, tname).Scan(&kind, &insteadOf, &partitions,
-		&qualified, &shadowed); err != nil {
+		&qualified, &shadowed, &unlogged, &unloggedParts); err != nil {
 		return nil, fmt.Errorf("check table %s on %s: %w", tname, s.where, err)
 	}
 	var kindProblem []Problem
+	if unlogged {
+		kindProblem = append(kindProblem, Problem{Kind: ProblemUnlogged, Warning: true,
+			Message: fmt.Sprintf("%s is unlogged: a crash or failover empties it after jetsink has acked its events, "+
+				"which are then in neither the table nor the stream's unacked events", tname),
+			Fix: fmt.Sprintf("ALTER TABLE %s SET LOGGED", tname)})
+	}
+	if unloggedParts != nil {
+		kindProblem = append(kindProblem, Problem{Kind: ProblemUnlogged, Warning: true,
+			Message: fmt.Sprintf("partitions of %s are unlogged (%s): a crash or failover empties them after jetsink has acked their events, "+
+				"which are then in neither the table nor the stream's unacked events", tname, *unloggedParts),
+			Fix: "ALTER TABLE <partition> SET LOGGED, for each"})
+	}
 	if shadowed != nil && s.cfg.Mode != ExactlyOnce {
 		// The at-least-once type guard reads the columns' types as
 		// (NULL::<table>).<column>: a type name, which finds pg_catalog's

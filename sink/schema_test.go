@@ -1284,3 +1284,62 @@ func TestInitKeepsAKeyThatIsThere(t *testing.T) {
 		t.Fatalf("%d unique indexes on %s after Init, want the primary key's only", n, tbl)
 	}
 }
+
+// An UNLOGGED table (or partition) loses its rows in a crash, and a
+// standby has none of them: a crash or failover after jetsink acked their
+// events lost them, and nothing said so. Check warns of it; and a table
+// made unlogged while jetsink runs is logged at Warn once a connection
+// reads the table again.
+func TestCheckWarnsOfAnUnloggedTable(t *testing.T) {
+	for _, tc := range []struct{ name, ddl, says string }{
+		{"logged", "CREATE TABLE %[1]s (stream text, stream_seq int8, payload jsonb)", ""},
+		{"unlogged", "CREATE UNLOGGED TABLE %[1]s (stream text, stream_seq int8, payload jsonb)", "is unlogged"},
+		{"unlogged_partition", "CREATE TABLE %[1]s (stream text, stream_seq int8, payload jsonb) PARTITION BY RANGE (stream_seq); " +
+			"CREATE TABLE %[2]s PARTITION OF %[1]s FOR VALUES FROM (0) TO (100); " +
+			"CREATE UNLOGGED TABLE %[3]s PARTITION OF %[1]s FOR VALUES FROM (100) TO (200)", "partitions of"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false })
+			admin := pg.Conn(t)
+			table := s.table.Sanitize()
+			execAll(t, ctx, admin, fmt.Sprintf(tc.ddl, table, pgx.Identifier{s.cfg.Table + "_a"}.Sanitize(), pgx.Identifier{s.cfg.Table + "_b"}.Sanitize()))
+			probs, err := s.Check(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []Problem
+			for _, p := range probs {
+				if p.Kind == ProblemUnlogged {
+					got = append(got, p)
+				}
+			}
+			if tc.says == "" {
+				if len(got) != 0 {
+					t.Fatalf("problems %v for a logged table", got)
+				}
+			} else if len(got) != 1 || !got[0].Warning || !strings.Contains(got[0].Message, tc.says) ||
+				!strings.Contains(got[0].Message, "a crash or failover empties") || !strings.Contains(got[0].Fix, "SET LOGGED") {
+				t.Fatalf("problems %v, want one warning saying %q and that a crash or failover empties it", got, tc.says)
+			}
+			if tc.name != "logged" {
+				return
+			}
+			logs := captureLog(t, s, time.Minute)
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 2, nil)
+			src.push(t, ctx, rs[:1])
+			waitFor(t, ctx, "row 1 acked", allAcked(ms[:1]))
+			execAll(t, ctx, admin, "ALTER TABLE "+table+" SET UNLOGGED")
+			// A new connection reads the table again.
+			execAll(t, ctx, admin, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "+quoteLiteral(s.cfg.AppName))
+			src.push(t, ctx, rs[1:])
+			finishClean(t, ctx, src, wait, dl, ms)
+			if n := strings.Count(logs.String(), "the table is unlogged now"); n != 1 {
+				t.Fatalf("the table made unlogged logged %d times, want once:\n%s", n, logs)
+			}
+		})
+	}
+}

@@ -115,6 +115,9 @@ type Sink struct {
 	// schema-qualified name from then on (pinTable).
 	tsql   atomic.Pointer[tableSQL]
 	pinned bool // tsql names the table found (held by typesMu)
+	// unlogged: the table was unlogged at the last readTypes kept (held
+	// by typesMu).
+	unlogged bool
 
 	adminSem   chan struct{} // holds admin: a mutex that a waiter's context can give up
 	ownLook    chan struct{} // holds the one connection of its own a waiting-batch report may open (adminOrOwn)
@@ -1041,8 +1044,8 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 	if eo {
 		b.Queue(looseKeyIndexSQL, table, s.streamC, s.seqC)
 	}
-	b.Queue(`SELECT n.nspname, c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid = to_regclass($1)`, table)
+	b.Queue(`SELECT n.nspname, c.relname, c.relpersistence = 'u' FROM pg_catalog.pg_class c
+		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, table)
 	br := c.SendBatch(ctx, &b)
 	defer br.Close()
 	rows, err := br.Query()
@@ -1065,7 +1068,8 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 	}
 	var found pgx.Identifier // the table's schema and name, if there is one
 	var schema, name string
-	switch err := br.QueryRow().Scan(&schema, &name); {
+	var unlogged bool
+	switch err := br.QueryRow().Scan(&schema, &name, &unlogged); {
 	case err == nil:
 		found = pgx.Identifier{schema, name}
 	case !errors.Is(err, pgx.ErrNoRows):
@@ -1093,6 +1097,13 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 	if gen > s.typesStored {
 		s.typesStored = gen
 		s.rowSecurity.Store(rls != nil && *rls)
+		if unlogged && !s.unlogged && s.pinned {
+			// Found logged before (check warns of it at the start):
+			// made unlogged since (ALTER TABLE ... SET UNLOGGED).
+			s.log.Warn("the table is unlogged now: a crash or failover of PostgreSQL empties it after jetsink has acked its events",
+				"fix", "ALTER TABLE "+table+" SET LOGGED")
+		}
+		s.unlogged = unlogged
 		if !s.pinned && found != nil {
 			s.pinTable(found)
 		}
