@@ -79,7 +79,8 @@ func tableClass(class string) bool {
 // classify is the package's classify, but insufficient_privilege (42501)
 // from exactly-once's INSERT while row-level security applies to the
 // table (Sink.rowSecurity) is classSuspect: a policy's WITH CHECK refuses
-// some rows with it.
+// some rows with it, and so do the SELECT policies the rows they hide
+// (ON CONFLICT checks a row against them too).
 func (s *Sink) classify(err error) class {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42501" && s.rowSecurity.Load() {
 		if _, ok := errors.AsType[*fromStagingError](err); ok {

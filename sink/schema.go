@@ -1050,11 +1050,10 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel *uint32) ([]P
 				Fix: fix + "; or set postgres.mode: exactly-once, which inserts from a staging table under the policies"})
 		} else {
 			probs = append(probs, Problem{Kind: ProblemRowSecurity, Warning: true,
-				Message: fmt.Sprintf("row-level security applies to jetsink's role on %s: a row that a policy's WITH CHECK refuses "+
-					"(SQLSTATE 42501) is dead-lettered (code refused) once other rows have committed; and the policies must let the role "+
-					"SELECT the rows it stores: after a batch in which a row was stored before (a redelivery), jetsink looks for the rows the "+
-					"INSERT left out, and dead-letters one it cannot see (code row_count) although it is stored", tname),
-				Fix: "give the role a SELECT policy over the rows it stores (if the policies refuse rows on purpose, that is all); or " + fix})
+				Message: fmt.Sprintf("row-level security applies to jetsink's role on %s: a row that a policy's WITH CHECK refuses, "+
+					"or that the role's SELECT policies hide (INSERT ... ON CONFLICT, which exactly-once uses, checks each row against "+
+					"them too), is refused (SQLSTATE 42501) and dead-lettered (code refused) once other rows have committed, not stored", tname),
+				Fix: "give the role a SELECT policy over every row it stores (if the policies refuse rows on purpose, that is all); or " + fix})
 		}
 	}
 	type limit struct{ Name, Setting, Unit string }

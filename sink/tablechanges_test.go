@@ -732,6 +732,18 @@ func TestCheckRowSecurity(t *testing.T) {
 			if ks := kinds(); len(ks) != 1 || ks[0] != want {
 				t.Fatalf("problems under row-level security: %v, want %s", ks, want)
 			}
+			if mode == ExactlyOnce {
+				// A row the SELECT policies hide is refused by INSERT ...
+				// ON CONFLICT (42501), not stored: not a row_count.
+				probs, err := s.Check(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m := probs[0].Message; !strings.Contains(m, "SELECT policies hide") || !strings.Contains(m, "code refused") ||
+					strings.Contains(m, "row_count") {
+					t.Errorf("the warning says %q, want a row the SELECT policies hide refused (42501, code refused)", m)
+				}
+			}
 			// What check says of each mode, from the server itself.
 			conn, err := pgx.Connect(ctx, roleURL)
 			if err != nil {
