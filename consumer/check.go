@@ -156,13 +156,13 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		made := jetstream.StreamConfig{Name: cfg.Stream, MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes, Replicas: cfg.StreamReplicas,
 			Duplicates: cfg.StreamDuplicateWindow, Storage: jetstream.FileStorage}
 		events = &made
-		problems = append(problems, eventStreamLimits(&made)...)
+		problems = append(problems, eventStreamLimits(&made, &cfg)...)
 		if p, ok := replicaProblem(clusterOf(nc, &cfg), &made); ok {
 			problems = append(problems, p)
 		}
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		problems = append(problems, Problem{Message: fmt.Sprintf("stream %s does not exist", cfg.Stream),
-			Fix: "create it (nats stream add) or set nats.create_stream: true"})
+			Fix: fmt.Sprintf("create it (nats stream add %s --subjects <the subjects it captures> --defaults) or set nats.create_stream: true", shellWord(cfg.Stream))})
 	case err != nil:
 		return nil, fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
 	default:
@@ -195,7 +195,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			limited = withStreamKeys(limited, &cfg)
 		}
 		events = &limited
-		problems = append(problems, eventStreamLimits(&limited)...)
+		problems = append(problems, eventStreamLimits(&limited, &cfg)...)
 		if p, ok := replicaProblem(clusterOf(nc, &cfg), &limited); ok {
 			problems = append(problems, p)
 		}
@@ -241,7 +241,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		p := Problem{Message: fmt.Sprintf("no stream captures nats.dead_letter_subject %s: events that cannot be stored would be nak'ed again and again instead of parked", cfg.DeadLetterSubject),
-			Fix: fmt.Sprintf("create one, e.g. nats stream add %s_DLQ --subjects %s, or set nats.create_stream: true", cfg.Stream, cfg.DeadLetterSubject)}
+			Fix: fmt.Sprintf("create one, e.g. nats stream add %s --subjects %s --defaults, or set nats.create_stream: true", shellWord(cfg.Stream+"_DLQ"), shellWord(cfg.DeadLetterSubject))}
 		if cfg.CreateStream {
 			p = Problem{Warning: true, Message: fmt.Sprintf("no stream captures %s yet; run will create %s_DLQ (create_stream: true)", cfg.DeadLetterSubject, cfg.Stream)}
 			if taken, err := js.Stream(ctx, cfg.Stream+"_DLQ"); err == nil {
@@ -374,9 +374,9 @@ func replicaProblem(cluster string, sc *jetstream.StreamConfig) (Problem, bool) 
 // with discard old): harmless while jetsink keeps up, a loss when
 // PostgreSQL is down, or jetsink stopped, for longer than they allow; and
 // of the publishers' deletions it allows (publisherDeletions).
-func eventStreamLimits(sc *jetstream.StreamConfig) []Problem {
+func eventStreamLimits(sc *jetstream.StreamConfig, cfg *Config) []Problem {
 	problems := publisherDeletions(sc)
-	if p, ok := interestProblem(sc); ok {
+	if p, ok := interestProblem(sc, cfg); ok {
 		problems = append(problems, p)
 	}
 	var limits []string
@@ -400,8 +400,9 @@ func eventStreamLimits(sc *jetstream.StreamConfig) []Problem {
 // which jetsink's own fixes elsewhere advise (holdFirst), deletes every event it
 // has not acknowledged (all of them when it is the only consumer: the
 // stream is emptied), and loses the events published before it is made
-// again. Run logs it at the start too.
-func interestProblem(sc *jetstream.StreamConfig) (p Problem, ok bool) {
+// again. Run logs it at the start too. cfg is jetsink's (its durable and
+// filter, for holdSteps).
+func interestProblem(sc *jetstream.StreamConfig, cfg *Config) (p Problem, ok bool) {
 	if sc.Retention != jetstream.InterestPolicy {
 		return Problem{}, false
 	}
@@ -410,28 +411,77 @@ func interestProblem(sc *jetstream.StreamConfig) (p Problem, ok bool) {
 			"and stores none published while no consumer is on it; deleting jetsink's durable consumer (nats consumer rm) deletes every event "+
 			"it has not acknowledged that no other consumer still holds (with no other consumer: all of them, the stream is emptied), "+
 			"and the events published before the durable is made again are not stored", sc.Name),
-		Fix: "before deleting the durable consumer (to move it past an event, or as another fix says), " + holdSteps(sc.Name) +
+		Fix: "before deleting the durable consumer (to move it past an event, or as another fix says), " + holdSteps(cfg, floorPlaceholder) +
 			"; or have jetsink read a stream with limits retention"}, true
 }
 
-// holdSteps says how to keep the events of interest stream stream while
-// jetsink's durable consumer is deleted and made again: a consumer that
-// acknowledges nothing, from the durable's ack floor on, added first and
-// removed after.
-func holdSteps(stream string) string {
-	return fmt.Sprintf("first add a consumer that holds the events it has not acknowledged: nats consumer add %s jetsink_hold --pull --ack explicit "+
-		"--deliver <ack floor + 1> (nats consumer info shows the durable's ack floor), and remove it (nats consumer rm %s jetsink_hold) "+
-		"once the durable is there again (until then the stream keeps every event)", stream, stream)
+// holdSteps says how to keep the events of interest stream cfg.Stream
+// while jetsink's durable consumer is deleted and made again: a consumer
+// that acknowledges nothing, from deliver (the durable's ack floor's
+// stream sequence + 1: deliverAfter, or floorPlaceholder) on, added first
+// and removed after.
+func holdSteps(cfg *Config, deliver string) string {
+	return fmt.Sprintf("first add a consumer that holds the events it has not acknowledged: %s%s, and remove it (nats consumer rm %s jetsink_hold) "+
+		"once the durable is there again (until then the stream keeps every event)",
+		consumerAdd(cfg.Stream, "jetsink_hold", cfg.FilterSubject, deliver), floorWhere(cfg, deliver), shellWord(cfg.Stream))
 }
 
 // holdFirst is what to add to a fix that deletes the durable consumer of
-// event stream stream when it has interest retention (interestProblem):
-// "" when it has not.
-func holdFirst(stream string, interest bool) string {
+// event stream cfg.Stream when it has interest retention
+// (interestProblem): "" when it has not. deliver is as holdSteps'.
+func holdFirst(cfg *Config, deliver string, interest bool) string {
 	if !interest {
 		return ""
 	}
-	return "; stream " + stream + " has interest retention, where deleting the durable deletes the events it has not acknowledged: " + holdSteps(stream)
+	return "; stream " + cfg.Stream + " has interest retention, where deleting the durable deletes the events it has not acknowledged: " + holdSteps(cfg, deliver)
+}
+
+// floorPlaceholder is the --deliver of a consumer made past the durable's
+// ack floor when the floor is not at hand (deliverAfter when it is): nats
+// consumer info prints the floor as "Consumer sequence: X Stream
+// sequence: Y", the consumer's first, and --deliver takes a stream
+// sequence. They differ: X > Y on a stream with redeliveries (X + 1
+// skips events), X < Y for a filtered durable.
+const floorPlaceholder = "<the ack floor's stream sequence + 1>"
+
+// deliverAfter is the --deliver of a consumer made past ack floor floor
+// (a consumer info's AckFloor.Stream).
+func deliverAfter(floor uint64) string {
+	return strconv.FormatUint(floor+1, 10)
+}
+
+// floorWhere says where to read the ack floor for a deliver of
+// floorPlaceholder, "" for a number.
+func floorWhere(cfg *Config, deliver string) string {
+	if deliver != floorPlaceholder {
+		return ""
+	}
+	return fmt.Sprintf(" (nats consumer info %s %s shows the durable's ack floor: take its stream sequence, not its consumer sequence, printed first)",
+		shellWord(cfg.Stream), shellWord(cfg.Consumer))
+}
+
+// consumerAdd is the natscli command that adds durable name on stream,
+// an explicit-ack pull consumer of filter ("" for every subject)
+// delivering from stream sequence deliver on. Without --replay and
+// --defaults natscli asks for the replay policy and the rest, and fails
+// with no terminal ("could not ask replay policy"); at one, replay
+// original makes a durable no update can change.
+func consumerAdd(stream, name, filter, deliver string) string {
+	cmd := "nats consumer add " + shellWord(stream) + " " + shellWord(name) + " --pull --ack explicit --deliver " + deliver + " --replay instant"
+	if filter != "" {
+		cmd += " --filter " + shellWord(filter)
+	}
+	return cmd + " --defaults"
+}
+
+// shellWord is s as one word of a POSIX shell's command line: as it is
+// when it holds nothing a shell reads specially, else in single quotes (a
+// subject's wildcards > and * redirect and glob).
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,:/=@%+") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // publisherDeletions warns of the settings of event stream sc under which
@@ -646,7 +696,7 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, inte
 	cc := info.Config
 	if p, ok := foreignDurableProblem(cfg.Consumer, &cc); ok {
 		// Run refuses it (exit 2): nothing else about it matters.
-		p.Fix += holdFirst(cfg.Stream, interest)
+		p.Fix += holdFirst(&cfg, floorPlaceholder, interest)
 		return []Problem{p}
 	}
 	var problems []Problem
@@ -654,7 +704,7 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, inte
 		problems = append(problems, strandedProblem(v))
 	}
 	if p, ok := replayOriginalProblem(cfg.Consumer, &cc); ok {
-		p.Fix += holdFirst(cfg.Stream, interest)
+		p.Fix += holdFirst(&cfg, floorPlaceholder, interest)
 		problems = append(problems, p)
 	}
 	if p, ok := destinationProblem(cfg.Consumer, cc.Metadata[destinationKey], cfg.Destination); ok {

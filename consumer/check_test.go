@@ -48,6 +48,10 @@ func TestCheckReportsWithoutChangingAnything(t *testing.T) {
 	if !strings.Contains(text, "stream "+cfg.Stream+" does not exist") || !strings.Contains(text, "no stream captures nats.dead_letter_subject") {
 		t.Fatalf("problems:\n%s", text)
 	}
+	// Both fixes are commands natscli runs without asking (--defaults).
+	if n := requireUnattended(t, "check", text); n != 2 {
+		t.Errorf("%d nats stream add commands in the fixes, want 2 (the stream, the dead-letter stream):\n%s", n, text)
+	}
 	if _, err := js.Stream(ctx, cfg.Stream); err == nil {
 		t.Fatal("Check created the stream")
 	}
@@ -335,7 +339,8 @@ func TestInterestRetentionWarned(t *testing.T) {
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Retention: tc.retention}); err != nil {
 			t.Fatal(err)
 		}
-		hold := "nats consumer add " + cfg.Stream + " jetsink_hold --pull --ack explicit --deliver <ack floor + 1>"
+		hold := "nats consumer add " + cfg.Stream + " jetsink_hold --pull --ack explicit --deliver <the ack floor's stream sequence + 1> --replay instant --defaults " +
+			"(nats consumer info " + cfg.Stream + " "
 		w := checkText(t, ctx, cfg, false)
 		_, logged := newLoggedConsumer(t, ctx, cfg)
 		for _, out := range []struct{ by, text string }{{"check", w}, {"run", logged.String()}} {
@@ -345,6 +350,7 @@ func TestInterestRetentionWarned(t *testing.T) {
 			if got := strings.Contains(out.text, hold); got != interest {
 				t.Errorf("%s: %s says to add a holding consumer: %v, want %v:\n%s", tc.name, out.by, got, interest, out.text)
 			}
+			requireUnattended(t, tc.name+": "+out.by, out.text)
 		}
 		// A durable of another kind: its fix (delete it) says to hold
 		// the events first, in check and in New's refusal.
@@ -363,9 +369,13 @@ func TestInterestRetentionWarned(t *testing.T) {
 		if refusal == "" || strings.Contains(refusal, hold) != interest {
 			t.Errorf("%s: check's fix for a durable of another kind says to add a holding consumer: %v, want %v:\n%s", tc.name, !interest, interest, w)
 		}
+		requireUnattended(t, tc.name+": check of a durable of another kind", w)
 		_, err := New(ctx, foreign, testLogger(t, nil))
 		if !errors.Is(err, ErrInvalidConfig) || strings.Contains(err.Error(), hold) != interest {
 			t.Errorf("%s: New of a durable of another kind = %v; want ErrInvalidConfig, a holding consumer named: %v", tc.name, err, interest)
+		}
+		if err != nil {
+			requireUnattended(t, tc.name+": New of a durable of another kind", err.Error())
 		}
 	}
 }
@@ -1291,6 +1301,53 @@ func TestInFlightProblemNamesLeastBudget(t *testing.T) {
 		}
 		if _, bad := inFlightProblem(least-1, tc.maxPayload); !bad {
 			t.Errorf("max_payload %d: a budget below the least (%d) is taken", tc.maxPayload, least-1)
+		}
+	}
+}
+
+// The commands jetsink prints for an operator run as printed, in a
+// script too: natscli asks for the replay policy and the rest without
+// --replay and --defaults (and fails with no terminal, "could not ask
+// replay policy"); a durable made again takes jetsink's filter, quoted
+// for the shell (a > redirects); and --deliver is the ack floor's stream
+// sequence + 1, the number where it is known, since nats consumer info
+// prints the floor's consumer sequence first. Before, they said
+// "--deliver <ack floor + 1>" and stopped to ask.
+func TestOperatorCommandsRunUnattended(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Stream, cfg.Consumer, cfg.FilterSubject = "ORDERS", "jetsink", "orders.eu.>"
+	hold := holdSteps(&cfg, floorPlaceholder)
+	want := "nats consumer add ORDERS jetsink_hold --pull --ack explicit --deliver <the ack floor's stream sequence + 1> --replay instant " +
+		"--filter 'orders.eu.>' --defaults (nats consumer info ORDERS jetsink shows the durable's ack floor: take its stream sequence, " +
+		"not its consumer sequence, printed first)"
+	if !strings.Contains(hold, want) || requireUnattended(t, "holdSteps", hold) != 1 {
+		t.Errorf("holdSteps:\n%s\nwant it to hold:\n%s", hold, want)
+	}
+	if got := holdFirst(&cfg, deliverAfter(1234), true); !strings.Contains(got, "--deliver 1235 --replay instant --filter 'orders.eu.>' --defaults, and remove it") ||
+		strings.Contains(got, "nats consumer info") || requireUnattended(t, "holdFirst", got) != 1 {
+		t.Errorf("holdFirst with the floor 1234:\n%s", got)
+	}
+	c := &Consumer{cfg: cfg}
+	remake := c.remakeSteps(1234)
+	want = "past its ack floor, stream sequence 1234 (nats consumer rm ORDERS jetsink, then nats consumer add ORDERS jetsink " +
+		"--pull --ack explicit --deliver 1235 --replay instant --filter 'orders.eu.>' --defaults;"
+	if !strings.Contains(remake, want) || requireUnattended(t, "remakeSteps", remake) != 1 {
+		t.Errorf("remakeSteps(1234):\n%s\nwant it to hold:\n%s", remake, want)
+	}
+	// On an interest stream, the holding consumer from the floor too.
+	c.interest.Store(true)
+	remake = c.remakeSteps(1234)
+	if !strings.Contains(remake, want) || !strings.Contains(remake, "nats consumer add ORDERS jetsink_hold --pull --ack explicit --deliver 1235 ") ||
+		requireUnattended(t, "remakeSteps", remake) != 2 {
+		t.Errorf("remakeSteps(1234) on an interest stream:\n%s", remake)
+	}
+	cfg.FilterSubject = ""
+	if got := consumerAdd("ORDERS", "jetsink", "", "1"); got != "nats consumer add ORDERS jetsink --pull --ack explicit --deliver 1 --replay instant --defaults" {
+		t.Errorf("consumerAdd without a filter: %s", got)
+	}
+	for in, want := range map[string]string{"orders.eu": "orders.eu", "orders.*.x": "'orders.*.x'", "a b": "'a b'", "it's": `'it'\''s'`, "": "''"} {
+		if got := shellWord(in); got != want {
+			t.Errorf("shellWord(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

@@ -819,7 +819,7 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 	for _, p := range publisherDeletions(&stream.CachedInfo().Config) {
 		c.log.Warn(p.Message, "fix", p.Fix)
 	}
-	p, interest := interestProblem(&stream.CachedInfo().Config)
+	p, interest := interestProblem(&stream.CachedInfo().Config, cfg)
 	if interest {
 		c.log.Warn(p.Message, "fix", p.Fix)
 	}

@@ -436,3 +436,44 @@ func startFilterTestRun(t *testing.T, ctx context.Context, set func(*Consumer)) 
 	publish(t, ctx, js, cfg, 2, 2, 0)
 	return cfg, log, startRun(t, ctx, c, 1, 64, 1000), js
 }
+
+// requireUnattended fails t for each natscli command in text (by: who
+// printed it) that stops to ask questions, as it does without a
+// terminal ("could not ask replay policy"): a nats consumer add or nats
+// stream add without --defaults, a consumer add without --replay instant;
+// and for a --deliver that is neither a number nor the ack floor's stream
+// sequence (nats consumer info prints the consumer sequence first). It
+// returns how many such commands text holds.
+func requireUnattended(t *testing.T, by, text string) int {
+	t.Helper()
+	for _, vague := range []string{"ack floor + 1", "ack_floor+1"} {
+		if strings.Contains(text, vague) {
+			t.Errorf("%s says %q, which does not say which of the floor's sequences:\n%s", by, vague, text)
+		}
+	}
+	n := 0
+	for _, verb := range []string{"nats consumer add ", "nats stream add "} {
+		for rest := text; ; {
+			i := strings.Index(rest, verb)
+			if i < 0 {
+				break
+			}
+			n++
+			rest = rest[i+len(verb):]
+			cmd := strings.TrimSpace((rest + ";")[:strings.IndexAny(rest+";", ";,()\n")])
+			if !strings.HasSuffix(cmd, " --defaults") {
+				t.Errorf("%s: %q does not end with --defaults:\n%s", by, verb+cmd, text)
+			}
+			if verb == "nats consumer add " && !strings.Contains(cmd, " --replay instant") {
+				t.Errorf("%s: %q has no --replay instant:\n%s", by, verb+cmd, text)
+			}
+			if _, deliver, ok := strings.Cut(cmd, " --deliver "); ok {
+				number := strings.TrimLeft(deliver, "0123456789")
+				if number == deliver && !strings.HasPrefix(deliver, "<the ack floor's stream sequence + 1>") || number != deliver && !strings.HasPrefix(number, " ") {
+					t.Errorf("%s: %q delivers from neither a number nor the ack floor's stream sequence:\n%s", by, verb+cmd, text)
+				}
+			}
+		}
+	}
+	return n
+}

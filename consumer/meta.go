@@ -285,7 +285,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		// The server would refuse the update with its own words alone
 		// ("ack policy can not be updated").
 		if p, ok := foreignDurableProblem(cfg.Consumer, prev); ok {
-			p.Fix += holdFirst(cfg.Stream, c.interest.Load())
+			p.Fix += holdFirst(cfg, floorPlaceholder, c.interest.Load())
 			return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 		}
 	}
@@ -342,7 +342,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 			"consumer", cfg.Consumer, "pull_max_messages", limit)
 	}
 	if p, ok := replayOriginalProblem(cfg.Consumer, &cons.CachedInfo().Config); ok {
-		c.log.Warn(p.Message, "fix", p.Fix+holdFirst(cfg.Stream, c.interest.Load()))
+		c.log.Warn(p.Message, "fix", p.Fix+holdFirst(cfg, floorPlaceholder, c.interest.Load()))
 	}
 	if info := cons.CachedInfo(); info.Paused && !c.serverPaused.Swap(true) {
 		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",

@@ -1521,19 +1521,16 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		c.log.Error("another jetsink of this durable consumer set another filter, which this one first saw longer than keep_for ago: this one sets its own back, "+
 			"since the one that set it may no longer run; the events on the subjects that filter left out that were published "+
 			"meanwhile may have been skipped, and are not delivered once jetsink's filter is applied again (the server does not go back); "+
-			"to have them delivered, stop jetsink and make the consumer again from ack_floor+1 (nats consumer rm, then nats consumer add "+
-			"<stream> <consumer> --pull --ack explicit --deliver <ack_floor+1>; jetsink keeps where it starts and sets the rest), "+
-			"which delivers again what was acked past the floor; if the other jetsink still runs, give the two the same "+
-			"nats.filter_subject, or a nats.consumer each (each sets its own back keep_for after the other)"+holdFirst(c.cfg.Stream, c.interest.Load()),
+			"to have them delivered, "+c.remakeSteps(ci.AckFloor.Stream)+
+			"; if the other jetsink still runs, give the two the same "+
+			"nats.filter_subject, or a nats.consumer each (each sets its own back keep_for after the other)",
 			"consumer", c.cfg.Consumer, "filter_subject", f, "nats.filter_subject", c.cfg.FilterSubject, "first_seen", at.UTC().Format(time.RFC3339),
 			"keep_for", c.filterKeep, "ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	case !sameFilter(&got, c.cfg.FilterSubject):
 		changed = append(changed, "filter_subject")
 		c.log.Error("the consumer's filter was changed on the server: the events on the subjects it left out that were published "+
 			"meanwhile may have been skipped, and are not delivered once jetsink's filter is applied again (the server does not go back); "+
-			"to have them delivered, stop jetsink and make the consumer again from ack_floor+1 (nats consumer rm, then nats consumer add "+
-			"<stream> <consumer> --pull --ack explicit --deliver <ack_floor+1>; jetsink keeps where it starts and sets the rest), "+
-			"which delivers again what was acked past the floor"+holdFirst(c.cfg.Stream, c.interest.Load()),
+			"to have them delivered, "+c.remakeSteps(ci.AckFloor.Stream),
 			"consumer", c.cfg.Consumer, "filter_subject", got.FilterSubject, "filter_subjects", got.FilterSubjects,
 			"nats.filter_subject", c.cfg.FilterSubject, "ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	}
@@ -1549,6 +1546,19 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		}
 	}
 	return strings.Join(changed, ", ")
+}
+
+// remakeSteps says how to have the durable deliver again past ack floor
+// floor (its AckFloor.Stream) the events it skipped: deleted and made
+// again with jetsink's filter from the floor's stream sequence + 1
+// (deliverAfter), as a number, not the placeholder a fix without the
+// floor says (floorPlaceholder); on a stream with interest retention,
+// after a holding consumer from there is added (holdFirst).
+func (c *Consumer) remakeSteps(floor uint64) string {
+	return fmt.Sprintf("stop jetsink and make the consumer again past its ack floor, stream sequence %d (nats consumer rm %s %s, then %s; "+
+		"jetsink keeps where it starts and sets the rest), which delivers again what was acked past the floor%s",
+		floor, shellWord(c.cfg.Stream), shellWord(c.cfg.Consumer), consumerAdd(c.cfg.Stream, c.cfg.Consumer, c.cfg.FilterSubject, deliverAfter(floor)),
+		holdFirst(&c.cfg, deliverAfter(floor), c.interest.Load()))
 }
 
 // notePausedOnServer logs, once for each pause, that the durable (ci, as

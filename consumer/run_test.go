@@ -1352,13 +1352,22 @@ func TestMetadataUpdateKeepsAnEditedFilter(t *testing.T) {
 		if why := c.refreshFloor(ctx); !strings.Contains(why, "filter_subject") {
 			t.Fatalf("the look after the update found %q changed, want filter_subject", why)
 		}
-		found := false
+		found := ""
 		for l := range strings.Lines(log.String()) {
-			found = found || strings.Contains(l, "level=ERROR") && strings.Contains(l, line) &&
-				strings.Contains(l, "ack_floor=2") && strings.Contains(l, "delivered=2")
+			if strings.Contains(l, "level=ERROR") && strings.Contains(l, line) &&
+				strings.Contains(l, "ack_floor=2") && strings.Contains(l, "delivered=2") {
+				found = l
+			}
 		}
-		if !found {
+		if found == "" {
 			t.Fatalf("no Error line %q with ack_floor=2 delivered=2; log:\n%s", line, log.String())
+		}
+		// Its command makes the durable again from the floor's stream
+		// sequence + 1, the number, and runs without asking.
+		remake := "nats consumer rm " + cfg.Stream + " " + cfg.Consumer + ", then nats consumer add " + cfg.Stream + " " + cfg.Consumer +
+			" --pull --ack explicit --deliver 3 --replay instant --defaults;"
+		if !strings.Contains(found, remake) || requireUnattended(t, "run", found) != 1 {
+			t.Fatalf("the Error line does not say %q:\n%s", remake, found)
 		}
 	}
 	look("the consumer's filter was changed on the server")
