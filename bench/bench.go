@@ -210,11 +210,19 @@ type Result struct {
 	// less its server's offset before it was compared with the host's
 	// (the elapsed time, the rate, the latencies and their legs, the
 	// lock's catch-up). About 0 on the embedded servers, which keep the
-	// host's clock.
+	// host's clock. The round trip is the probe's the estimate was read
+	// in (the ± is half of it, plus half the drift from before the run to
+	// after it). Unknown: the bench could read that server's clock
+	// neither before nor after the run (it said why on stderr); its offset
+	// then reads 0, and the figures are uncorrected for it.
 	PGClockOffsetMs        float64 `json:"pg_clock_offset_ms"`
 	PGClockUncertaintyMs   float64 `json:"pg_clock_offset_plus_minus_ms"`
+	PGClockRoundTripMs     float64 `json:"pg_clock_round_trip_ms"`
+	PGClockUnknown         bool    `json:"pg_clock_offset_unknown,omitempty"`
 	NATSClockOffsetMs      float64 `json:"nats_clock_offset_ms"`
 	NATSClockUncertaintyMs float64 `json:"nats_clock_offset_plus_minus_ms"`
+	NATSClockRoundTripMs   float64 `json:"nats_clock_round_trip_ms"`
+	NATSClockUnknown       bool    `json:"nats_clock_offset_unknown,omitempty"`
 	clk                    clocks
 	// Latency split at the moment JetStream stored the event (its
 	// metadata timestamp, the published_at column): scheduled send ->
@@ -739,7 +747,8 @@ type bencher struct {
 	byCommitTS bool
 	pgPID      int // the embedded postmaster, or 0
 	// pgNow and natsNow read the servers' clocks (nil: pgClock,
-	// natsClock); clockStream says natsClock made its stream.
+	// natsClock); clockStream says natsClock may have made its stream,
+	// which deleteClockStream has not seen gone.
 	pgNow, natsNow clockProbe
 	clockStream    bool
 	seq            int
@@ -1174,10 +1183,7 @@ func (b *bencher) drain(ctx context.Context, t target, pub loadgen.Result) (Resu
 	if err := b.checkpointFirst(ctx); err != nil {
 		return res, err
 	}
-	clk, err := b.clocks(ctx)
-	if err != nil {
-		return res, err
-	}
+	clk := b.clocks(ctx)
 	before, cpuOK := sampleCPU(b.pgPID)
 	c, err := b.start(t)
 	if err != nil {
@@ -1196,10 +1202,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	if err := b.checkpointFirst(ctx); err != nil {
 		return res, err
 	}
-	clk, err := b.clocks(ctx)
-	if err != nil {
-		return res, err
-	}
+	clk := b.clocks(ctx)
 	before, cpuOK := sampleCPU(b.pgPID)
 	c, err := b.start(t)
 	if err != nil {
@@ -1340,13 +1343,11 @@ func (r *Result) machineCPU(before, after cpuSample) {
 func (b *bencher) finish(ctx context.Context, res *Result, t target, ci *jetstream.ConsumerInfo, u Usage, from time.Time,
 	acks *ackTimes, clk clocks) error {
 	res.Load1 = loadAvg1()
-	after, err := b.clocks(ctx)
-	if err != nil {
-		return err
-	}
-	res.clk = clk.over(after)
+	res.clk = clk.over(b.clocks(ctx))
 	res.PGClockOffsetMs, res.PGClockUncertaintyMs = millis(res.clk.pg.Offset), millis(res.clk.pg.Uncertainty)
+	res.PGClockRoundTripMs, res.PGClockUnknown = millis(res.clk.pg.RTT), res.clk.pg.Unknown
 	res.NATSClockOffsetMs, res.NATSClockUncertaintyMs = millis(res.clk.nats.Offset), millis(res.clk.nats.Uncertainty)
+	res.NATSClockRoundTripMs, res.NATSClockUnknown = millis(res.clk.nats.RTT), res.clk.nats.Unknown
 	window := time.Second
 	if b.o.Scenario == ScenarioRate && b.o.Duration < 20*time.Second {
 		window = max(b.o.Duration/20, 10*time.Millisecond)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -33,10 +34,15 @@ type clockProbe func(ctx context.Context) (server, sent, back time.Time, err err
 
 // clockOffset is a server's clock less the host's: the server's reading
 // taken at the middle of its round trip, give or take Uncertainty (half
-// the round trip, plus half the drift between two estimates).
+// the round trip, plus half the drift between two estimates). RTT is the
+// round trip it was read in (the longer of two estimates'). Unknown says
+// the server's clock could not be read: Offset is 0, and the figures
+// that subtract its timestamps from the host's are uncorrected for it.
 type clockOffset struct {
 	Offset      time.Duration
 	Uncertainty time.Duration
+	RTT         time.Duration
+	Unknown     bool
 }
 
 // estimateOffset probes a server's clock clockProbes times and keeps the
@@ -50,7 +56,7 @@ func estimateOffset(ctx context.Context, probe clockProbe) (clockOffset, error) 
 		}
 		rtt := max(back.Sub(sent), 0)
 		// server has no monotonic reading: Sub compares wall clocks.
-		o := clockOffset{Offset: server.Sub(sent.Add(rtt / 2)), Uncertainty: rtt / 2}
+		o := clockOffset{Offset: server.Sub(sent.Add(rtt / 2)), Uncertainty: rtt / 2, RTT: rtt}
 		if i == 0 || o.Uncertainty < best.Uncertainty {
 			best = o
 		}
@@ -60,10 +66,18 @@ func estimateOffset(ctx context.Context, probe clockProbe) (clockOffset, error) 
 
 // over is the offset over a run from the estimates before and after it:
 // their mean, as uncertain as the less certain one plus half their drift.
+// When one of them is unknown it is the other (unknown when both are).
 func over(before, after clockOffset) clockOffset {
+	switch {
+	case before.Unknown:
+		return after
+	case after.Unknown:
+		return before
+	}
 	drift := after.Offset - before.Offset
 	return clockOffset{Offset: before.Offset + drift/2,
-		Uncertainty: max(before.Uncertainty, after.Uncertainty) + max(drift, -drift)/2}
+		Uncertainty: max(before.Uncertainty, after.Uncertainty) + max(drift, -drift)/2,
+		RTT:         max(before.RTT, after.RTT)}
 }
 
 // clocks are PostgreSQL's and nats-server's offsets from the host's clock.
@@ -76,8 +90,12 @@ func (c clocks) over(after clocks) clocks {
 	return clocks{pg: over(c.pg, after.pg), nats: over(c.nats, after.nats)}
 }
 
-// clocks estimates both servers' offsets.
-func (b *bencher) clocks(ctx context.Context) (clocks, error) {
+// clocks estimates both servers' offsets. A server whose clock it cannot
+// read (a probe failed: a query refused, an account that takes no more
+// streams) it says so of on stderr and marks Unknown: a run's figures
+// are not worth less for it than before the bench corrected for clocks,
+// and a finished run is not thrown away for it.
+func (b *bencher) clocks(ctx context.Context) clocks {
 	pgNow, natsNow := b.pgNow, b.natsNow
 	if pgNow == nil {
 		pgNow = b.pgClock
@@ -86,14 +104,23 @@ func (b *bencher) clocks(ctx context.Context) (clocks, error) {
 		natsNow = b.natsClock
 	}
 	var c clocks
-	var err error
-	if c.pg, err = estimateOffset(ctx, pgNow); err != nil {
-		return c, fmt.Errorf("bench: read PostgreSQL's clock: %w", err)
+	for _, s := range []struct {
+		name  string
+		probe clockProbe
+		o     *clockOffset
+	}{{"PostgreSQL", pgNow, &c.pg}, {"nats-server", natsNow, &c.nats}} {
+		o, err := estimateOffset(ctx, s.probe)
+		if err != nil {
+			o = clockOffset{Unknown: true}
+			if ctx.Err() == nil && b.say != nil { // a run being stopped has other things to say
+				b.say("could not read %s's clock (%v): this estimate of its offset from this host's is left out "+
+					"(with neither the one before nor the one after the run, the run's figures are uncorrected for it)", s.name, err)
+			}
+		}
+		*s.o = o
 	}
-	if c.nats, err = estimateOffset(ctx, natsNow); err != nil {
-		return c, fmt.Errorf("bench: read nats-server's clock: %w", err)
-	}
-	return c, nil
+	b.deleteClockStream()
+	return c
 }
 
 // pgClock reads PostgreSQL's clock_timestamp(), the clock of committed_at
@@ -106,17 +133,20 @@ func (b *bencher) pgClock(ctx context.Context) (server, sent, back time.Time, er
 }
 
 // natsClock publishes a message to a stream of the bench's own (made on
-// first use, in memory, holding one message) and reads the time
-// nats-server stored it at, the clock of a message's metadata timestamp:
-// stored between the publish and its PubAck.
+// an estimate's first probe, in a file as the bench's other streams, an
+// account that allows no memory storage being able to hold it, and
+// deleted after the estimate, so that it holds no stream of the account's
+// limit during a run) and reads the time nats-server stored it at, the
+// clock of a message's metadata timestamp: stored between the publish and
+// its PubAck.
 func (b *bencher) natsClock(ctx context.Context) (server, sent, back time.Time, err error) {
-	name, subject := "BENCH_"+b.id+"_CLOCK", "bench"+b.id+"_clock"
+	name, subject := b.clockStreamName(), "bench"+b.id+"_clock"
 	if !b.clockStream {
+		b.clockStream = true // deleteClockStream tries, whatever the answer: a lost reply may hide a stream made
 		if _, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject},
-			Storage: jetstream.MemoryStorage, MaxMsgs: 1}); err != nil {
+			Storage: jetstream.FileStorage, MaxMsgs: 1}); err != nil {
 			return server, sent, back, fmt.Errorf("create stream %s: %w", name, err)
 		}
-		b.clockStream = true
 	}
 	sent = time.Now()
 	ack, err := b.js.Publish(ctx, subject, nil)
@@ -135,9 +165,18 @@ func (b *bencher) natsClock(ctx context.Context) (server, sent, back time.Time, 
 	return m.Time, sent, back, nil
 }
 
-// deleteClockStream removes the stream natsClock made, if it did.
+func (b *bencher) clockStreamName() string { return "BENCH_" + b.id + "_CLOCK" }
+
+// deleteClockStream removes the stream natsClock made, if it may have
+// made one; it stays to be deleted again (at the end of Run) when the
+// server does not say it is gone.
 func (b *bencher) deleteClockStream() {
-	if b.clockStream {
-		b.deleteStream("BENCH_" + b.id + "_CLOCK")
+	if !b.clockStream {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.js.DeleteStream(ctx, b.clockStreamName()); err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
+		b.clockStream = false
 	}
 }

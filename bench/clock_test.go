@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -36,13 +38,50 @@ func TestEstimateOffset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (clockOffset{Offset: 5*time.Second + ms/2, Uncertainty: ms / 2}); o != want {
+	if want := (clockOffset{Offset: 5*time.Second + ms/2, Uncertainty: ms / 2, RTT: ms}); o != want {
 		t.Errorf("estimate %+v, want %+v (the 1 ms round trip's)", o, want)
 	}
-	got := over(clockOffset{Offset: 10 * ms, Uncertainty: ms}, clockOffset{Offset: 14 * ms, Uncertainty: 3 * ms})
-	if want := (clockOffset{Offset: 12 * ms, Uncertainty: 5 * ms}); got != want {
+	before, after := clockOffset{Offset: 10 * ms, Uncertainty: ms, RTT: 2 * ms}, clockOffset{Offset: 14 * ms, Uncertainty: 3 * ms, RTT: 6 * ms}
+	if got, want := over(before, after), (clockOffset{Offset: 12 * ms, Uncertainty: 5 * ms, RTT: 6 * ms}); got != want {
 		t.Errorf("over a run %+v, want %+v", got, want)
 	}
+	// An estimate that could not read the clock leaves the other one.
+	unknown := clockOffset{Unknown: true}
+	if got := over(before, unknown); got != before {
+		t.Errorf("over a run, unknown after it: %+v, want the estimate before, %+v", got, before)
+	}
+	if got := over(unknown, after); got != after {
+		t.Errorf("over a run, unknown before it: %+v, want the estimate after, %+v", got, after)
+	}
+	if got := over(unknown, unknown); got != unknown {
+		t.Errorf("over a run, unknown before and after: %+v, want unknown", got)
+	}
+}
+
+// clockRun makes a drain's table on b whose rows were sent (ts) before
+// from, stored 0.1 s and 0.2 s after it on a nats-server 2 s ahead of the
+// host's clock, and committed 0.5 s and 1 s after it on a PostgreSQL 5 s
+// ahead.
+func clockRun(ctx context.Context, t *testing.T, b *bencher) (target, time.Time) {
+	t.Helper()
+	tg := newTarget(EngineBaseline, "BENCH_"+strings.ToUpper(b.id), "bench"+b.id, Variant{})
+	if err := b.createStream(ctx, tg.stream, tg.prefix); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.deleteStream(tg.stream) })
+	if err := b.createTable(ctx, tg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.dropTable(tg.table) })
+	from := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	if _, err := b.db.Exec(ctx, `INSERT INTO `+tg.table+` (id, ts, stream_seq, published_at, committed_at)
+		SELECT gen_random_uuid(), $1::timestamptz - interval '1 second', seq,
+			$1::timestamptz + interval '2 seconds' + stored * interval '1 millisecond',
+			$1::timestamptz + interval '5 seconds' + committed * interval '1 millisecond'
+		FROM (VALUES (1, 100, 500), (2, 200, 1000)) AS v(seq, stored, committed)`, from); err != nil {
+		t.Fatal(err)
+	}
+	return tg, from
 }
 
 // A run against servers whose clocks are ahead of the host's (PostgreSQL
@@ -58,28 +97,8 @@ func TestFinishCorrectsServerClocks(t *testing.T) {
 	b := &bencher{o: Options{Scenario: ScenarioDrain}, js: js, db: testenv.Postgres(t).Conn(t), id: "clocks",
 		pgNow:   fixedClock(5*time.Second, []time.Duration{0}, []time.Duration{0}),
 		natsNow: fixedClock(2*time.Second, []time.Duration{0}, []time.Duration{0})}
-	tg := newTarget(EngineBaseline, "BENCH_CLOCKS", "benchclocks", Variant{})
-	if err := b.createStream(ctx, tg.stream, tg.prefix); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.createTable(ctx, tg); err != nil {
-		t.Fatal(err)
-	}
-	defer b.dropTable(tg.table)
-	clk, err := b.clocks(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Sent (ts) before from, stored 0.1 s and 0.2 s after it, committed
-	// 0.5 s and 1 s after it, each on its server's clock.
-	from := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	if _, err := b.db.Exec(ctx, `INSERT INTO `+tg.table+` (id, ts, stream_seq, published_at, committed_at)
-		SELECT gen_random_uuid(), $1::timestamptz - interval '1 second', seq,
-			$1::timestamptz + interval '2 seconds' + stored * interval '1 millisecond',
-			$1::timestamptz + interval '5 seconds' + committed * interval '1 millisecond'
-		FROM (VALUES (1, 100, 500), (2, 200, 1000)) AS v(seq, stored, committed)`, from); err != nil {
-		t.Fatal(err)
-	}
+	tg, from := clockRun(ctx, t, b)
+	clk := b.clocks(ctx)
 	res := Result{Engine: tg.engine, Rep: 1, Published: 2}
 	if err := b.finish(ctx, &res, tg, &jetstream.ConsumerInfo{}, Usage{}, from, nil, clk); err != nil {
 		t.Fatal(err)
@@ -116,8 +135,81 @@ func TestFinishCorrectsServerClocks(t *testing.T) {
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	if want := "SERVER CLOCKS OFF THIS HOST'S: PostgreSQL +5000.000 ms (±0.000), nats-server +2000.000 ms"; !strings.Contains(text.String(), want) {
-		t.Errorf("text without %q:\n%s", want, text.String())
+	for _, want := range []string{"PostgreSQL's clock OFF THIS HOST'S by +5000.000 ms (±0.000)",
+		"nats-server's clock OFF THIS HOST'S by +2000.000 ms (±0.000)"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text without %q:\n%s", want, text.String())
+		}
+	}
+}
+
+// failing is probe but for the calls fail says fail (counted from 1).
+func failing(probe clockProbe, fail func(call int) bool) clockProbe {
+	call := 0
+	return func(ctx context.Context) (time.Time, time.Time, time.Time, error) {
+		call++
+		if fail(call) {
+			return time.Time{}, time.Time{}, time.Time{}, errors.New("probe refused")
+		}
+		return probe(ctx)
+	}
+}
+
+// A server's clock the bench cannot read before or after a run (a query
+// refused, an account that takes no more streams) neither fails the run
+// nor leaves it uncorrected when the other estimate read it: the offset is
+// that estimate's. One read neither before nor after is marked unknown,
+// said on stderr, and the text says the figures are uncorrected for it.
+func TestFinishWithoutAClockReading(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, db := testenv.NATS(t).JetStream(t), testenv.Postgres(t).Conn(t)
+	pg := fixedClock(5*time.Second, []time.Duration{0}, []time.Duration{0})
+	nats := fixedClock(2*time.Second, []time.Duration{0}, []time.Duration{0})
+	never := func(int) bool { return true }
+	for _, c := range []struct {
+		name                string
+		pgNow, natsNow      clockProbe
+		pgMs, natsMs        float64
+		pgUnknown, natsUnkn bool
+		elapsedS            float64
+	}{
+		// PostgreSQL's read before the run only (its probe fails from the
+		// second estimate on), nats-server's after it only.
+		{"before or after", failing(pg, func(call int) bool { return call > clockProbes }), failing(nats, func(call int) bool { return call == 1 }),
+			5000, 2000, false, false, 1},
+		{"neither", failing(pg, never), failing(nats, never), 0, 0, true, true, 6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var said []string
+			b := &bencher{o: Options{Scenario: ScenarioDrain}, js: js, db: db, id: "noclock" + strings.ReplaceAll(c.name, " ", ""),
+				pgNow: c.pgNow, natsNow: c.natsNow, say: func(f string, a ...any) { said = append(said, fmt.Sprintf(f, a...)) }}
+			tg, from := clockRun(ctx, t, b)
+			clk := b.clocks(ctx)
+			res := Result{Engine: tg.engine, Rep: 1, Published: 2}
+			if err := b.finish(ctx, &res, tg, &jetstream.ConsumerInfo{}, Usage{}, from, nil, clk); err != nil {
+				t.Fatalf("finish: %v, want a result", err)
+			}
+			if res.PGClockOffsetMs != c.pgMs || res.NATSClockOffsetMs != c.natsMs ||
+				res.PGClockUnknown != c.pgUnknown || res.NATSClockUnknown != c.natsUnkn {
+				t.Errorf("offsets PostgreSQL %v ms (unknown %v), nats-server %v ms (unknown %v); want %v (%v), %v (%v)",
+					res.PGClockOffsetMs, res.PGClockUnknown, res.NATSClockOffsetMs, res.NATSClockUnknown, c.pgMs, c.pgUnknown, c.natsMs, c.natsUnkn)
+			}
+			if math.Abs(res.ElapsedS-c.elapsedS) > 1e-6 {
+				t.Errorf("elapsed %v s, want %v", res.ElapsedS, c.elapsedS)
+			}
+			// A line for each failed estimate, of each server.
+			all := strings.Join(said, "\n")
+			if want := map[bool]int{false: 2, true: 4}[c.pgUnknown]; len(said) != want ||
+				!strings.Contains(all, "could not read PostgreSQL's clock (probe refused)") ||
+				!strings.Contains(all, "could not read nats-server's clock (probe refused)") {
+				t.Errorf("said %q, want %d lines, of both servers' clocks", said, want)
+			}
+			line := res.clockLine()
+			if got := strings.Contains(line, "PostgreSQL's clock COULD NOT BE READ (see stderr): the figures are uncorrected"); got != c.pgUnknown {
+				t.Errorf("clock line %q: says PostgreSQL's clock could not be read: %v, want %v", line, got, c.pgUnknown)
+			}
+		})
 	}
 }
 
@@ -129,9 +221,9 @@ func TestClocksOfEmbeddedServers(t *testing.T) {
 	defer cancel()
 	b := &bencher{js: testenv.NATS(t).JetStream(t), db: testenv.Postgres(t).Conn(t), id: "realclocks"}
 	defer b.deleteClockStream()
-	c, err := b.clocks(ctx)
-	if err != nil {
-		t.Fatal(err)
+	c := b.clocks(ctx)
+	if c.pg.Unknown || c.nats.Unknown {
+		t.Fatalf("clocks %+v: not read", c)
 	}
 	for _, o := range []struct {
 		name string
@@ -145,26 +237,66 @@ func TestClocksOfEmbeddedServers(t *testing.T) {
 			t.Errorf("%s: offset %v (±%v) from the host's own clock", o.name, o.o.Offset, o.o.Uncertainty)
 		}
 	}
-	if !b.clockStream {
-		t.Error("the NATS probe made no stream")
+	// The NATS probe's stream is gone after the estimate, so that it
+	// holds none of the account's streams during a run; it is kept in a
+	// file, as the bench's other streams, not in memory, which an account
+	// may not allow.
+	name := b.clockStreamName()
+	if _, err := b.js.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("the clock stream after an estimate: %v, want it deleted", err)
+	}
+	if _, _, _, err := b.natsClock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := s.CachedInfo().Config.Storage; st != jetstream.FileStorage {
+		t.Errorf("the clock stream is in %v, want a file", st)
 	}
 }
 
-// The text warns of a server clock more than a millisecond off, or not
-// known to within one, and of nothing less.
+// The text warns of a server clock off the host's by more than a
+// millisecond and more than its ±, says of one whose offset is not known
+// to within a millisecond that it is not (not that it is off), and of
+// one that could not be read that the figures are uncorrected for it.
 func TestClockLine(t *testing.T) {
+	const off, vague, unread = "OFF THIS HOST'S", "not known to within", "COULD NOT BE READ"
 	for _, c := range []struct {
 		r    Result
-		warn bool
+		want []string // in the line, in order; none: no line
 	}{
-		{Result{}, false},
-		{Result{PGClockOffsetMs: 0.4, PGClockUncertaintyMs: 0.1, NATSClockOffsetMs: -0.9, NATSClockUncertaintyMs: 0.9}, false},
-		{Result{PGClockOffsetMs: -1.5, PGClockUncertaintyMs: 0.1}, true},
-		{Result{NATSClockOffsetMs: 1.2}, true},
-		{Result{PGClockUncertaintyMs: 2}, true},
+		{Result{}, nil},
+		{Result{PGClockOffsetMs: 0.4, PGClockUncertaintyMs: 0.1, NATSClockOffsetMs: -0.9, NATSClockUncertaintyMs: 0.9}, nil},
+		{Result{PGClockOffsetMs: -1.5, PGClockUncertaintyMs: 0.1}, []string{"PostgreSQL's clock " + off + " by -1.500 ms (±0.100)"}},
+		{Result{NATSClockOffsetMs: 1.2}, []string{"nats-server's clock " + off + " by +1.200 ms (±0.000)"}},
+		// A round trip of 4 ms, the clocks agreeing: uncertain, not off.
+		{Result{PGClockUncertaintyMs: 2, PGClockRoundTripMs: 4}, []string{"PostgreSQL's clock offset " + vague + " ±2.000 ms (round trip 4.000 ms): "}},
+		// Over 1 ms but within its ±, and a drift over the run.
+		{Result{NATSClockOffsetMs: 1.5, NATSClockUncertaintyMs: 2, NATSClockRoundTripMs: 3},
+			[]string{"nats-server's clock offset " + vague + " ±2.000 ms (round trip 3.000 ms, drift over the run 1.000 ms)"}},
+		{Result{PGClockUnknown: true, NATSClockOffsetMs: 3, NATSClockUncertaintyMs: 0.2},
+			[]string{"PostgreSQL's clock " + unread, "; nats-server's clock " + off + " by +3.000 ms"}},
 	} {
-		if l := c.r.clockLine(); (l != "") != c.warn {
-			t.Errorf("%+v: %q, want a warning: %v", c.r, l, c.warn)
+		l := c.r.clockLine()
+		if len(c.want) == 0 {
+			if l != "" {
+				t.Errorf("%+v: %q, want no line", c.r, l)
+			}
+			continue
+		}
+		rest := l
+		for _, w := range c.want {
+			i := strings.Index(rest, w)
+			if i < 0 {
+				t.Errorf("%+v: %q, want %q", c.r, l, w)
+				break
+			}
+			rest = rest[i+len(w):]
+		}
+		if n := strings.Count(l, off) + strings.Count(l, vague) + strings.Count(l, unread); n != len(c.want) {
+			t.Errorf("%+v: %q, %d warnings, want %d", c.r, l, n, len(c.want))
 		}
 	}
 }

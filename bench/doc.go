@@ -55,10 +55,19 @@
 // the shortest, the reading taken at its middle, give or take half of it)
 // and takes every server timestamp less its offset over the run (the mean
 // of the two); the report gives the offsets (pg_clock_offset_ms,
-// nats_clock_offset_ms, each with its +-) and the text warns of one over
-// a millisecond. On the embedded servers, which keep the host's clock,
-// they come out at about 0. A rate run's headline latency, from the
-// schedule to the ack, is on the host's clock alone.
+// nats_clock_offset_ms, each with its +- and the round trip it was read
+// in) and the text warns of one that is off by more than a millisecond
+// and more than its +-, and says of one not known to within a
+// millisecond (a round trip over 2 ms, or a drift over the run) that it
+// is not. On the embedded servers, which keep the host's clock, they come
+// out at about 0. A probe that fails (a query refused, an account that
+// takes no more streams: the NATS probe's stream, in a file as the
+// bench's other streams, lives for the estimate only) does not fail the
+// run: the bench says so on stderr and takes the other estimate; with
+// neither, the JSON says pg_clock_offset_unknown (or nats_...) and the
+// text that the figures are uncorrected for that server. A rate run's
+// headline latency, from the schedule to the ack, is on the host's clock
+// alone.
 //
 // A run that lost an event (acked by JetStream to the publisher, absent
 // from the table), or stored one twice in exactly-once mode, makes Run

@@ -302,18 +302,40 @@ func (r *Report) orderLine() string {
 	return s
 }
 
-// clockLine warns when a server's clock was more than clockWarn off the
-// host's in x's run (its figures corrected for it), or when the offset
-// could not be known to within clockWarn; "" otherwise.
+// clockLine warns of a server's clock off the host's by more than its
+// estimate's uncertainty and clockWarn in x's run (its figures corrected
+// for it), of one whose offset is not known to within clockWarn (a long
+// round trip, or a drift over the run: the figures are right to within
+// that), and of one the bench could not read (the figures uncorrected for
+// it); "" when there is none.
 func (x Result) clockLine() string {
 	warn := float64(clockWarn) / float64(time.Millisecond)
-	off := func(o, u float64) bool { return math.Abs(o) > warn || u > warn }
-	if !off(x.PGClockOffsetMs, x.PGClockUncertaintyMs) && !off(x.NATSClockOffsetMs, x.NATSClockUncertaintyMs) {
-		return ""
+	var parts []string
+	for _, c := range []struct {
+		name            string
+		offset, pm, rtt float64
+		unknown         bool
+	}{{"PostgreSQL", x.PGClockOffsetMs, x.PGClockUncertaintyMs, x.PGClockRoundTripMs, x.PGClockUnknown},
+		{"nats-server", x.NATSClockOffsetMs, x.NATSClockUncertaintyMs, x.NATSClockRoundTripMs, x.NATSClockUnknown}} {
+		switch {
+		case c.unknown:
+			parts = append(parts, fmt.Sprintf("%s's clock COULD NOT BE READ (see stderr): the figures are uncorrected for its offset", c.name))
+		case math.Abs(c.offset) > warn && math.Abs(c.offset) > c.pm:
+			parts = append(parts, fmt.Sprintf("%s's clock OFF THIS HOST'S by %+.3f ms (±%.3f): its timestamps were taken less it, "+
+				"the figures corrected to within the ±", c.name, c.offset, c.pm))
+		case c.pm > warn:
+			s := fmt.Sprintf("%s's clock offset not known to within ±%.3f ms", c.name, c.pm)
+			if c.rtt > 0 {
+				s += fmt.Sprintf(" (round trip %.3f ms", c.rtt)
+				if drift := 2*c.pm - c.rtt; drift > 0.0005 {
+					s += fmt.Sprintf(", drift over the run %.3f ms", drift)
+				}
+				s += ")"
+			}
+			parts = append(parts, s+": the figures are right to within that")
+		}
 	}
-	return fmt.Sprintf("SERVER CLOCKS OFF THIS HOST'S: PostgreSQL %+.3f ms (±%.3f), nats-server %+.3f ms (±%.3f); "+
-		"their timestamps were taken less it (the figures are corrected to within the ±)",
-		x.PGClockOffsetMs, x.PGClockUncertaintyMs, x.NATSClockOffsetMs, x.NATSClockUncertaintyMs)
+	return strings.Join(parts, "; ")
 }
 
 // clamped lists the distributions of x with values clamped into the
