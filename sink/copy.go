@@ -1446,7 +1446,7 @@ func (s *Sink) logSuspect(err error) {
 				"\"Preventing Transaction ID Wraparound Failures\"")
 		}
 	}
-	s.log.Error("the database refuses rows with an error that one row or the table may cause (a trigger raised, an index limit, "+
+	s.log.Error("the database refuses rows with an error that one row or the table may cause (a CHECK or NOT NULL constraint, a trigger raised, an index limit, "+
 		"an internal error), and no row has committed since to show that the table takes any: retrying them until one commits "+
 		"here or elsewhere, or the table is fixed", args...)
 }
