@@ -108,6 +108,13 @@ type Consumer struct {
 	serverPaused atomic.Bool
 	// sealedNoted: createStream has said the event stream is sealed.
 	sealedNoted atomic.Bool
+	// streamNoted: ensureStream has logged what it warns of in the event
+	// stream's settings (replicas, the publishers' deletions, interest
+	// retention): at the start, not again at each re-creation.
+	streamNoted atomic.Bool
+	// looks counts refreshFloor's answered looks at the durable (the
+	// tests count them).
+	looks atomic.Uint64
 	// filterApplied: ensureConsumer has applied nats.filter_subject once
 	// (New); later updates keep a filter another jetsink of the durable
 	// recorded (othersFilter). metaMu held.
@@ -812,19 +819,23 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 			return fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
 		}
 	}
-	subjects := stream.CachedInfo().Config.Subjects
-	if p, ok := replicaProblem(clusterOf(c.nc, cfg), &stream.CachedInfo().Config); ok && p.Warning {
-		c.log.Warn(p.Message, "fix", p.Fix)
-	}
-	for _, p := range publisherDeletions(&stream.CachedInfo().Config) {
-		c.log.Warn(p.Message, "fix", p.Fix)
-	}
-	p, interest := interestProblem(&stream.CachedInfo().Config, cfg)
-	if interest {
-		c.log.Warn(p.Message, "fix", p.Fix)
+	sc := &stream.CachedInfo().Config
+	subjects := sc.Subjects
+	p, interest := interestProblem(sc, cfg)
+	// Said once, at the start: Run calls this again at each re-creation.
+	if !c.streamNoted.Swap(true) {
+		if p, ok := replicaProblem(clusterOf(c.nc, cfg), sc); ok && p.Warning {
+			c.log.Warn(p.Message, "fix", p.Fix)
+		}
+		for _, p := range publisherDeletions(sc) {
+			c.log.Warn(p.Message, "fix", p.Fix)
+		}
+		if interest {
+			c.log.Warn(p.Message, "fix", p.Fix)
+		}
 	}
 	c.interest.Store(interest)
-	if p, ok := filterProblem(cfg, &stream.CachedInfo().Config); ok {
+	if p, ok := filterProblem(cfg, sc); ok {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 	}
 	if c.destinations == nil {
@@ -836,7 +847,7 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 	if err := checkNoLoop(cfg.Stream, subjects, cfg.DeadLetterSubject); err != nil {
 		return err
 	}
-	return c.checkNoSourceLoop(ctx, &stream.CachedInfo().Config)
+	return c.checkNoSourceLoop(ctx, sc)
 }
 
 // checkNoSourceLoop refuses event stream sc when it mirrors or sources the

@@ -344,6 +344,11 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	if p, ok := replayOriginalProblem(cfg.Consumer, &cons.CachedInfo().Config); ok {
 		c.log.Warn(p.Message, "fix", p.Fix+holdFirst(cfg, floorPlaceholder, c.interest.Load()))
 	}
+	if prev == nil {
+		// Made anew: a pause of the one deleted went with it (the next
+		// look would say it is over).
+		c.serverPaused.Store(false)
+	}
 	if info := cons.CachedInfo(); info.Paused && !c.serverPaused.Swap(true) {
 		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",
 			"consumer", cfg.Consumer, "resumes_in", info.PauseRemaining.Round(time.Second))

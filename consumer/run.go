@@ -1471,6 +1471,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		return ""
 	}
 	c.stuck.Store(nil) // the consumer answers (recheck)
+	c.looks.Add(1)
 	c.noteFloor(ci)
 	c.notePausedOnServer(ci)
 	got := ci.Config

@@ -1187,15 +1187,15 @@ func TestRunOverOperatorsEdits(t *testing.T) {
 	// A max_deliver set on the server: applied again at the next look.
 	edit(func(cc *jetstream.ConsumerConfig) { cc.MaxDeliver = 3 })
 	waitFor(t, ctx, "max_deliver unlimited again", func() bool { return onServer().MaxDeliver == durableMaxDeliver })
-	// An inactive_threshold: the server would delete the durable once
-	// jetsink is stopped longer (and the next start make it anew from the
-	// start of the stream). Applied again, and logged.
 	// A lower max_ack_pending: the throughput falls, nothing failing.
 	edit(func(cc *jetstream.ConsumerConfig) { cc.MaxAckPending = 1 })
 	waitFor(t, ctx, "max_ack_pending jetsink's again", func() bool { return onServer().MaxAckPending == c.cfg.maxAckPending() })
 	if !strings.Contains(log.String(), "changed=max_ack_pending") {
 		t.Errorf("max_ack_pending set back without a word:\n%s", log.String())
 	}
+	// An inactive_threshold: the server would delete the durable once
+	// jetsink is stopped longer (and the next start make it anew from the
+	// start of the stream). Applied again, and logged.
 	edit(func(cc *jetstream.ConsumerConfig) { cc.InactiveThreshold = time.Hour })
 	waitFor(t, ctx, "no inactive_threshold again", func() bool { return onServer().InactiveThreshold == 0 })
 	if !strings.Contains(log.String(), "changed=inactive_threshold") {
@@ -1255,6 +1255,44 @@ func TestRunLogsAPauseOnTheServer(t *testing.T) {
 		t.Errorf("the pause's line does not say when it ends:\n%s", log.String())
 	}
 	r.stopClean(t, ctx)
+}
+
+// A durable deleted while paused on the server, and made anew by Run, is
+// not paused: the looks after say nothing of a pause's end. Before, the
+// pause seen on the deleted one was kept, and the next look logged "the
+// consumer's pause on the server is over".
+func TestRemadeDurableForgetsThePauseOnTheServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = 50 * time.Millisecond
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 0)
+	if _, err := js.PauseConsumer(ctx, cfg.Stream, cfg.Consumer, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the pause logged", func() bool {
+		return strings.Contains(log.String(), "the consumer was paused on the server (nats consumer pause)")
+	})
+	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the durable made again", func() bool {
+		_, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		return c.Stats().Resubscribes >= 1 && err == nil
+	})
+	publish(t, ctx, js, cfg, 1, 1, 1)
+	r.ackUntil(t, ctx, 1)
+	from := c.looks.Load()
+	waitFor(t, ctx, "three looks at the new durable", func() bool { return c.looks.Load() >= from+3 })
+	r.stopClean(t, ctx)
+	if strings.Contains(log.String(), "pause on the server is over") {
+		t.Errorf("the end of a pause of a durable made anew, never paused, logged:\n%s", log.String())
+	}
 }
 
 // An operator's edit of the durable's filter, or a backoff, while Run
