@@ -693,7 +693,8 @@ var suspectProbes = [...]float64{1, 1.0 / 2, 1.0 / 4, 3.0 / 4, 1.0 / 8, 5.0 / 8}
 // p failed with a classSuspect error and no row had committed since (so p
 // is the first unsettled row). It tries up to len(suspectProbes) rows,
 // each swapped into place p first, so that settlement stays a prefix; the
-// suspect row takes its place. It reports whether one committed (it is then
+// suspect row takes its place (c.probed, where unprobe finds it), and
+// goes back to p if the row tried does not commit. It reports whether one committed (it is then
 // settled). A row tried that times out alone until commitRetry gives it up
 // (loneTimeoutError) ends the probe: it stays at p, unsettled, and probe
 // sets *perr to that error (and reports false), for process to dead-letter
@@ -724,6 +725,11 @@ func (c *committer) probe(ctx context.Context, b *batch, p int, perr *error) boo
 			*perr = err
 			return false
 		}
+		// Not committed: the suspect row goes back to p, so that the next
+		// try's leaves it where c.probed says.
+		b.mu.Lock()
+		rows[p], rows[q] = rows[q], rows[p]
+		b.mu.Unlock()
 		if ctx.Err() != nil {
 			return false
 		}

@@ -3208,6 +3208,55 @@ func TestExactlyOnceInheritanceChildren(t *testing.T) {
 	}
 }
 
+// probe swaps each row it tries into the suspect row's place: one that did
+// not commit stayed there, so that after a later try committed, unprobe
+// brought back the first row tried, not the suspect one, and dead-lettered
+// it with the suspect row's error. Here row 1 fails a CHECK and row 10,
+// probe's first try, a unique index (stored before): each letter must give
+// its own row's error.
+func TestProbeDeadLettersTheSuspectRow(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1 })
+	admin := pg.Conn(t)
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE UNIQUE INDEX ON %[1]s (stream_seq); ALTER TABLE %[1]s ADD CONSTRAINT not1 CHECK (stream_seq <> 1)",
+		s.table.Sanitize())); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	t.Cleanup(src.close)
+	ten, m10 := rows(10, 1, nil)
+	src.push(t, ctx, ten)
+	waitFor(t, ctx, "row 10 acked", allAcked(m10))
+	rs, ms := rows(1, 10, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "rows 1-10 settled", allSettled(ms))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	want := map[uint64]string{1: "23514", 10: "23505"}
+	letters, seqs := dl.letters()
+	if len(letters) != 2 {
+		t.Errorf("dead letters %+v (rows %v), want rows 1 and 10", letters, seqs)
+	}
+	for i, l := range letters {
+		if l.SQLState != want[seqs[i]] {
+			t.Errorf("row %d dead-lettered with SQLSTATE %s (%s), want %s", seqs[i], l.SQLState, l.Reason, want[seqs[i]])
+		}
+	}
+	for i, m := range ms {
+		seq := uint64(i + 1)
+		if _, bad := want[seq]; (m.acks.Load() == 1) == bad {
+			t.Errorf("row %d: acks %d, terms %d", seq, m.acks.Load(), m.terms.Load())
+		}
+	}
+}
+
 // In exactly-once mode a CHECK, or a BEFORE INSERT trigger, judges a row
 // before ON CONFLICT finds its key stored: an event stored before and
 // delivered again (a consumer re-made from the start) was refused, and
