@@ -74,6 +74,11 @@ type committer struct {
 	// probed is where the suspect row went when probe last committed a
 	// row in its place.
 	probed int
+	// absent, if absentOK, is the key of the refused row that storedBefore
+	// last found missing from the table: deadLetter, about to park that
+	// row, need not look it up again.
+	absent   rowKey
+	absentOK bool
 	// held, while commitRetry retries classSuspect errors (see process), is
 	// the batch whose rows it retries: holdWait adds rows to it.
 	held *batch
@@ -429,6 +434,7 @@ func (c *committer) closeConn() {
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
 	c.retries, c.settled, c.bytes, c.held, c.unknown = 0, 0, 0, nil, b.mayBeStored
+	c.absentOK = false
 	c.passes = lookupPasses{}
 	c.suspectFrom(0)
 	c.hold.resume = false
@@ -533,6 +539,16 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+		}
+		if c.s.cfg.Mode == ExactlyOnce && isFromStaging(perr) && c.storedBefore(ctx, b, p, perr) {
+			// Row p, refused by the INSERT from staging, is in the table
+			// already (a CHECK added NOT VALID since it was stored, a
+			// trigger that refuses it now): acked as stored before. It
+			// needs no commit to show whose fault the refusal is, so a
+			// batch of such rows alone is not held. Not a poison row:
+			// whole and last stay.
+			lo = p + 1
+			continue
 		}
 		whole, last = p != last+1, p
 		if c.s.classify(perr) == classSuspect {
@@ -2161,10 +2177,7 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 	row := &b.rows[p]
 	looked, stored := c.refusedButStored(ctx, b, p, err)
 	if stored {
-		c.ack(b, p, p+1)
-		c.settled++
-		c.s.storedDone.Log(ctx, c.s.log, slog.LevelInfo, time.Second, "row refused by the database, but its key is in the table "+
-			"already: acked as stored before", "stream", row.Event.Stream, "stream_seq", row.Event.StreamSeq, "sqlstate", sqlState(err))
+		c.ackStored(ctx, b, p, err)
 		return
 	}
 	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: pipeline.CodeData, Reason: err.Error()}
@@ -2199,13 +2212,55 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 	c.s.dlDone.Log(ctx, c.s.log, slog.LevelInfo, time.Second, "row refused by the database, dead-lettered", attrs...)
 }
 
+// storedBefore looks row p of b, refused by exactly-once's INSERT from
+// staging with err, up in the table (refusedButStored) and, if it is
+// there, acks it as stored before (ackStored) and reports true. Found
+// absent, its key is kept in c.absent, so that deadLetter does not look
+// it up again.
+func (c *committer) storedBefore(ctx context.Context, b *batch, p int, err error) bool {
+	looked, stored := c.refusedButStored(ctx, b, p, err)
+	if stored {
+		c.ackStored(ctx, b, p, err)
+		return true
+	}
+	if looked {
+		c.absent, c.absentOK = keyOf(&b.rows[p]), true
+	}
+	return false
+}
+
+// ackStored acks row p of b, refused by the database with err but found
+// in the table by its key (refusedButStored): an event stored before, as
+// ON CONFLICT would have skipped it. The row and its bytes count in
+// Stats (Rows, Bytes: jetsink_events_committed_total counts such
+// redeliveries too), but no batch: no commit stored it, and the metrics'
+// batch latency is not this one's.
+func (c *committer) ackStored(ctx context.Context, b *batch, p int, err error) {
+	row := &b.rows[p]
+	bytes := c.ack(b, p, p+1)
+	c.settled++
+	c.bytes += int(bytes)
+	c.s.st.rows.Add(1)
+	c.s.st.bytes.Add(bytes)
+	c.s.storedDone.Log(ctx, c.s.log, slog.LevelInfo, time.Second, "row refused by the database, but its key is in the table "+
+		"already: acked as stored before", "stream", row.Event.Stream, "stream_seq", row.Event.StreamSeq, "sqlstate", sqlState(err))
+}
+
 // refusedButStored looks row p of b, which the database refused with err,
 // up in the table when err is exactly-once's INSERT from staging's (not a
 // lone timeout's: see loneTimeoutError), on the committer's connection if
 // it has one. looked reports that the lookup answered; stored, that the
 // row's key is in the table.
 func (c *committer) refusedButStored(ctx context.Context, b *batch, p int, err error) (looked, stored bool) {
-	if c.s.cfg.Mode != ExactlyOnce || !isFromStaging(err) || isLoneTimeout(err) || c.conn == nil || c.conn.IsClosed() {
+	if c.s.cfg.Mode != ExactlyOnce || !isFromStaging(err) || isLoneTimeout(err) {
+		return false, false
+	}
+	absent := c.absentOK && c.absent == keyOf(&b.rows[p])
+	c.absentOK = false
+	if absent {
+		return true, false // storedBefore found it missing just now
+	}
+	if c.conn == nil || c.conn.IsClosed() {
 		return false, false
 	}
 	lctx, cancel := context.WithTimeout(ctx, readTypesTimeout)

@@ -252,7 +252,11 @@
 //     ON CONFLICT finds it stored (a CHECK added NOT VALID after it was
 //     stored, a consumer re-made to deliver from the start), so a stored
 //     one is acked as a duplicate, as ON CONFLICT would have, not
-//     dead-lettered. A refused row's letter says that it may already
+//     dead-lettered, and counts in Stats.Rows and Bytes (no batch). It is
+//     looked up as soon as the bisection finds it, before the next class's
+//     rule: a stored row needs no commit to show whose fault its refusal
+//     is, so a batch of stored events that a constraint or trigger refuses
+//     is acked, not held. A refused row's letter says that it may already
 //     be stored when it may (committer.mayBeStored): a redelivery, a
 //     commit of its batch of unknown outcome, or in exactly-once mode a
 //     refusal of the INSERT from staging whose lookup did not answer;
@@ -284,7 +288,8 @@
 //     of the batch is retried like a configuration error (below) until it
 //     commits or rows commit elsewhere. So a trigger that refuses every row
 //     dead-letters nothing, and one that starts refusing every row partway
-//     through a batch at most the row where it started.
+//     through a batch at most the row where it started (in exactly-once
+//     mode, rows it refuses that are stored already are acked, above).
 //     While it retries, the committer also takes the batch the batcher
 //     hands it (committer.holdWait) into the retried one and bisects
 //     again, so that refused rows holding every connection do not keep

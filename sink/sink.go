@@ -43,8 +43,8 @@ type Source interface {
 // Stats are cumulative counters, safe to read at any time.
 type Stats struct {
 	Batches            uint64 // batches committed (a bisected batch counts once per committed piece; one whose every row is dead-lettered after its commit, miscounted or missing from the table, counts none, as in the batch metrics: Rows/Batches is the mean batch size)
-	Rows               uint64 // rows committed (in exactly-once mode: rows offered that are in the table after the commit, a redelivered one stored before included)
-	Bytes              uint64 // tuple bytes committed
+	Rows               uint64 // rows committed (in exactly-once mode: rows offered that are in the table after the commit, a redelivered one stored before included, and one refused but found stored before, acked with no commit)
+	Bytes              uint64 // tuple bytes committed (and of the rows Rows counts without a commit)
 	Retries            uint64 // failed attempts that were retried
 	PossibleDuplicates uint64 // rows whose COMMIT outcome was unknown in at-least-once mode (sent again, or left to redelivery at shutdown)
 	ConfigErrors       uint64 // attempts retried for an error of the table, the session or the grants (42xxx, 28xxx, ...), or for one a row or the table may cause (a trigger's RAISE, 54000, XX000, ...) while no commit since showed that the table takes rows (see the package doc, Failures)

@@ -3313,6 +3313,68 @@ func TestExactlyOnceRefusedButStoredAcked(t *testing.T) {
 			if err := wait(); err != nil {
 				t.Fatalf("Run: %v", err)
 			}
+			// Row 2, acked as stored before, counts in Rows and Bytes as
+			// the redeliveries ON CONFLICT skipped (rows 1 and 3) do.
+			var bytes uint64
+			for _, r := range slices.Concat(first, again[:4]) {
+				bytes += uint64(len(r.Tuple))
+			}
+			if st := s.Stats(); st.Rows != 7 || st.Bytes != bytes || st.DeadLettered != 1 {
+				t.Errorf("stats: rows %d, bytes %d, dead-lettered %d; want 7, %d, 1", st.Rows, st.Bytes, st.DeadLettered, bytes)
+			}
+		})
+	}
+}
+
+// When every row in flight is stored already and refused on redelivery (a
+// CHECK no row passes, added NOT VALID; a trigger that raises for every
+// row), no row commits to show that the table takes rows: such a batch
+// was held and retried for ever (a refused row reached the lookup only
+// once another row had committed). Now the lookup comes first: all three
+// are acked, none dead-lettered, and they count as committed rows.
+func TestExactlyOnceEveryRowRefusedButStoredAcked(t *testing.T) {
+	for _, tc := range []struct {
+		name, refuse string
+	}{
+		{"check", "ALTER TABLE %[1]s ADD CONSTRAINT noold CHECK (stream_seq > 100) NOT VALID"},
+		{"trigger", "CREATE FUNCTION %[2]s() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'no'; END $$; " +
+			"CREATE TRIGGER noall BEFORE INSERT ON %[1]s FOR EACH ROW EXECUTE FUNCTION %[2]s()"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1; c.Mode = ExactlyOnce })
+			admin := pg.Conn(t)
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			t.Cleanup(src.close)
+			first, m1 := rows(1, 3, nil)
+			src.push(t, ctx, first)
+			waitFor(t, ctx, "rows 1-3 acked", allAcked(m1))
+			if _, err := admin.Exec(ctx, fmt.Sprintf(tc.refuse, s.table.Sanitize(), pgx.Identifier{s.cfg.Table + "_no"}.Sanitize())); err != nil {
+				t.Fatal(err)
+			}
+			again, ms := rows(1, 3, nil)
+			for i := range again {
+				again[i].Event.Delivered = 2
+			}
+			src.push(t, ctx, again)
+			waitFor(t, ctx, "rows 1-3 acked again", allAcked(ms))
+			src.close()
+			if err := wait(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			for i, m := range ms {
+				if got := [2]int32{m.acks.Load(), m.terms.Load()}; got != [2]int32{1, 0} {
+					t.Errorf("row %d: acks, terms %v, want [1 0]", i+1, got)
+				}
+			}
+			if letters, seqs := dl.letters(); len(letters) != 0 {
+				t.Errorf("rows %v dead-lettered: %+v", seqs, letters)
+			}
+			if st := s.Stats(); st.Rows != 6 {
+				t.Errorf("stats: rows %d, want 6", st.Rows)
+			}
 		})
 	}
 }
