@@ -379,6 +379,9 @@ func eventStreamLimits(sc *jetstream.StreamConfig, cfg *Config) []Problem {
 	if p, ok := interestProblem(sc, cfg); ok {
 		problems = append(problems, p)
 	}
+	if p, ok := inactiveLimitProblem(sc); ok {
+		problems = append(problems, p)
+	}
 	var limits []string
 	if sc.MaxAge > 0 {
 		limits = append(limits, "max_age "+sc.MaxAge.String())
@@ -413,6 +416,30 @@ func interestProblem(sc *jetstream.StreamConfig, cfg *Config) (p Problem, ok boo
 			"and the events published before the durable is made again are not stored", sc.Name),
 		Fix: "before deleting the durable consumer (to move it past an event, or as another fix says), " + holdSteps(cfg, floorPlaceholder) +
 			"; or have jetsink read a stream with limits retention"}, true
+}
+
+// inactiveLimitProblem is the warning for event stream sc when it has a
+// consumer_limits.inactive_threshold (ok false otherwise): the server
+// gives it to a consumer that sets none, as jetsink's durable does
+// (nats-server's setConsumerConfigDefaults), and refuses one above it, so
+// jetsink cannot take it off; and it deletes a consumer no pull has come
+// to for that long: the durable, once jetsink has been stopped longer.
+// The next start makes it anew from the start of the stream (at-least-once:
+// every event the stream holds stored again). Run logs it at the start
+// too. natscli sets the limit only at nats stream add (--limit-consumer-
+// inactive): nats stream edit has no flag for it.
+func inactiveLimitProblem(sc *jetstream.StreamConfig) (p Problem, ok bool) {
+	limit := sc.ConsumerLimits.InactiveThreshold
+	if limit <= 0 {
+		return Problem{}, false
+	}
+	return Problem{Warning: true,
+		Message: fmt.Sprintf("stream %s has consumer_limits.inactive_threshold %v, which the server gives jetsink's durable consumer (jetsink sets none, "+
+			"and cannot take it off: the server refuses a longer one): once jetsink has been stopped longer than that, the server deletes the durable, "+
+			"and the next start makes it anew from the start of the stream, storing again every event the stream holds (at-least-once)", sc.Name, limit),
+		Fix: fmt.Sprintf("remove the limit: set the stream's consumer_limits.inactive_threshold to 0 (nats stream edit %s has no flag for it: "+
+			"edit the configuration with nats stream edit %s --interactive, or --config <a file of it>); or never stop jetsink for that long",
+			shellWord(sc.Name), shellWord(sc.Name))}, true
 }
 
 // holdSteps says how to keep the events of interest stream cfg.Stream

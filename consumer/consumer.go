@@ -111,7 +111,20 @@ type Consumer struct {
 	// streamNoted: ensureStream has logged what it warns of in the event
 	// stream's settings (replicas, the publishers' deletions, interest
 	// retention): at the start, not again at each re-creation.
-	streamNoted atomic.Bool
+	// inactiveLimitNoted: it has warned of the stream's
+	// consumer_limits.inactive_threshold (inactiveLimitProblem), when it
+	// first found one.
+	streamNoted        atomic.Bool
+	inactiveLimitNoted atomic.Bool
+	// inactiveLimit is the event stream's consumer_limits.inactive_threshold
+	// as last looked at (ensureStream, streamLimits): the server gives it
+	// to a consumer that sets none, as jetsink's durable does, so it is no
+	// edit (refreshFloor). A time.Duration.
+	inactiveLimit atomic.Int64
+	// ackPendingLeft: refreshFloor has said it leaves a max_ack_pending
+	// lowered on the server that the stream's consumer_limits keep it from
+	// setting back; cleared when there is none.
+	ackPendingLeft atomic.Bool
 	// looks counts refreshFloor's answered looks at the durable (the
 	// tests count them).
 	looks atomic.Uint64
@@ -835,6 +848,10 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 		}
 	}
 	c.interest.Store(interest)
+	c.inactiveLimit.Store(int64(sc.ConsumerLimits.InactiveThreshold))
+	if p, ok := inactiveLimitProblem(sc); ok && !c.inactiveLimitNoted.Swap(true) {
+		c.log.Warn(p.Message, "fix", p.Fix)
+	}
 	if p, ok := filterProblem(cfg, sc); ok {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 	}

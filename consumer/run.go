@@ -1441,9 +1441,11 @@ func (c *Consumer) floorNow(ctx context.Context) {
 // dead-lettered), a shorter ack_wait, a backoff (it sets the waits after
 // the first delivery, whatever ack_wait says: events come again while
 // they commit), a lower max_ack_pending (the throughput falls, nothing
-// failing), an inactive_threshold (the server deletes the durable
-// when jetsink is stopped longer, and the next start makes it anew from
-// the start of the stream), another filter. The server swaps a filter without going
+// failing; unless the stream's consumer_limits keep jetsink's from being
+// set again: warned of, once), an inactive_threshold (the server deletes
+// the durable when jetsink is stopped longer, and the next start makes it
+// anew from the start of the stream; unless it is the stream's
+// consumer_limits', which the server gives it again), another filter. The server swaps a filter without going
 // back: the events the other filter left out that were published
 // meanwhile are skipped, and jetsink's filter, applied again, does not
 // bring them back. That is logged at Error with the ack floor and the
@@ -1495,13 +1497,35 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		// Lower: the server delivers no more than that unacked, and the
 		// throughput falls with nothing failing. (Not higher, as
 		// ack_wait; nor under nats.max_ack_pending -1, which the
-		// server's own limits may lower.)
-		changed = append(changed, "max_ack_pending")
+		// server's own limits may lower.) Not either when the stream's
+		// consumer_limits.max_ack_pending is below jetsink's, set since
+		// the edit: the server would refuse jetsink's at each update,
+		// and Run, re-creating the consumer, would not consume again.
+		limits, ok := c.streamLimits(ctx)
+		switch {
+		case !ok: // the next look
+		case limits.MaxAckPending > 0 && limits.MaxAckPending < want:
+			if !c.ackPendingLeft.Swap(true) {
+				c.log.Warn("the consumer's max_ack_pending was lowered on the server, and the stream's consumer_limits.max_ack_pending, "+
+					"below jetsink's, keeps jetsink from setting it back (the server refuses a higher one): fewer events are delivered at a time",
+					"consumer", c.cfg.Consumer, "max_ack_pending", got.MaxAckPending, "limit", limits.MaxAckPending, "nats.max_ack_pending", want,
+					"fix", fmt.Sprintf("raise the consumer's to the limit (nats consumer edit %s %s --max-pending %d), or remove the stream's limit",
+						shellWord(c.cfg.Stream), shellWord(c.cfg.Consumer), limits.MaxAckPending))
+			}
+		default:
+			c.ackPendingLeft.Store(false)
+			changed = append(changed, "max_ack_pending")
+		}
+	} else {
+		c.ackPendingLeft.Store(false)
 	}
-	if got.InactiveThreshold > 0 {
+	if got.InactiveThreshold > 0 && !c.givenByStream(ctx, got.InactiveThreshold) {
 		// The server deletes the durable once no pull has come for
 		// that long: while jetsink is stopped, and the next start makes
-		// it anew from the start of the stream.
+		// it anew from the start of the stream. (Not the stream's
+		// consumer_limits.inactive_threshold, which the server gives a
+		// consumer that sets none, as jetsink's: setting it back, the
+		// server gives it again. ensureStream warns of it.)
 		changed = append(changed, "inactive_threshold")
 	}
 	f, at, others := c.othersFilter(&got)
@@ -1547,6 +1571,32 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		}
 	}
 	return strings.Join(changed, ", ")
+}
+
+// givenByStream reports whether d, the durable's inactive_threshold, is
+// the event stream's consumer_limits.inactive_threshold (inactiveLimit),
+// or could not be told apart from it (a failed look). When it is not the
+// one last noted, the stream is looked at again: its limit may have been
+// changed since, and the durable given the new one by an update (another
+// jetsink's).
+func (c *Consumer) givenByStream(ctx context.Context, d time.Duration) bool {
+	if d == time.Duration(c.inactiveLimit.Load()) {
+		return true
+	}
+	limits, ok := c.streamLimits(ctx)
+	return !ok || d == limits.InactiveThreshold
+}
+
+// streamLimits looks at the event stream's consumer_limits now, and notes
+// its inactive_threshold (inactiveLimit); ok false when the look failed.
+func (c *Consumer) streamLimits(ctx context.Context) (limits jetstream.StreamConsumerLimits, ok bool) {
+	stream, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return limits, false
+	}
+	limits = stream.CachedInfo().Config.ConsumerLimits
+	c.inactiveLimit.Store(int64(limits.InactiveThreshold))
+	return limits, true
 }
 
 // remakeSteps says how to have the durable deliver again past ack floor

@@ -1295,6 +1295,115 @@ func TestRemadeDurableForgetsThePauseOnTheServer(t *testing.T) {
 	}
 }
 
+// A stream's consumer_limits.inactive_threshold, which the server gives
+// jetsink's durable (it sets none) and does not let it go above, is no
+// edit of the durable: before, every look set it back, ending the session,
+// and the server gave it again at once (a resubscribe each look, for
+// ever, retry_in doubling); nor is a limit raised while Run runs and
+// given to the durable. It is warned of once, at run's start and by
+// check, with the fix: once jetsink is stopped longer, the server deletes
+// the durable and the next start makes it anew from the start of the
+// stream.
+func TestStreamConsumerLimitInactiveThresholdNotFought(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects,
+		ConsumerLimits: jetstream.StreamConsumerLimits{InactiveThreshold: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	warning := "stream " + cfg.Stream + " has consumer_limits.inactive_threshold 1h0m0s, which the server gives jetsink's durable consumer"
+	fix := "set the stream's consumer_limits.inactive_threshold to 0 (nats stream edit " + cfg.Stream + " has no flag for it"
+	if w := checkText(t, ctx, cfg, false); !strings.Contains(w, warning) || !strings.Contains(w, fix) {
+		t.Errorf("check does not warn of the stream's inactive_threshold limit, with the fix:\n%s", w)
+	}
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = 50 * time.Millisecond
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 0)
+	from := c.looks.Load()
+	waitFor(t, ctx, "five looks at the durable", func() bool { return c.looks.Load() >= from+5 })
+	// The limit raised while Run runs, and the durable given the new one
+	// (as another jetsink's update would have it): no edit either, though
+	// not the limit Run noted.
+	sc := streamConfig(t, ctx, js, cfg.Stream)
+	sc.ConsumerLimits.InactiveThreshold = 2 * time.Hour
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) { cc.InactiveThreshold = 2 * time.Hour })
+	from = c.looks.Load()
+	waitFor(t, ctx, "five looks at the durable given the new limit", func() bool { return c.looks.Load() >= from+5 })
+	publish(t, ctx, js, cfg, 1, 1, 1)
+	r.ackUntil(t, ctx, 1)
+	r.stopClean(t, ctx)
+	if err := c.ensureStream(ctx); err != nil { // as Run does at each re-creation: not said again
+		t.Fatal(err)
+	}
+	l := log.String()
+	if strings.Contains(l, "changed=inactive_threshold") {
+		t.Errorf("the stream's limit set back as an edit:\n%s", l)
+	}
+	if n := c.Stats().Resubscribes; n != 0 {
+		t.Errorf("%d resubscribes, want none:\n%s", n, l)
+	}
+	if n := strings.Count(l, "stream "+cfg.Stream+" has consumer_limits.inactive_threshold "); n != 1 || !strings.Contains(l, warning) || !strings.Contains(l, fix) {
+		t.Errorf("run warned of the stream's inactive_threshold limit %d times, want once, with the fix:\n%s", n, l)
+	}
+	if got := onServerConfig(t, ctx, js, cfg).InactiveThreshold; got != 2*time.Hour {
+		t.Errorf("the durable's inactive_threshold is %v, want the stream's limit, 2h", got)
+	}
+}
+
+// A max_ack_pending lowered on the server is not set back when the
+// stream's consumer_limits.max_ack_pending, set since, is below jetsink's:
+// the server refuses jetsink's, and Run, re-creating the consumer at each
+// try, would not have consumed again. It is warned of once, with the
+// limit to raise the durable's to.
+func TestStreamConsumerLimitMaxAckPendingNotFought(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = 50 * time.Millisecond
+	if want := c.cfg.maxAckPending(); want <= 10 {
+		t.Fatalf("jetsink's max_ack_pending %d; the test wants it above 10", want)
+	}
+	// Before Run: no look comes between the two edits.
+	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) { cc.MaxAckPending = 1 })
+	sc := streamConfig(t, ctx, js, cfg.Stream)
+	sc.ConsumerLimits.MaxAckPending = 10
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 0)
+	from := c.looks.Load()
+	waitFor(t, ctx, "five looks at the durable", func() bool { return c.looks.Load() >= from+5 })
+	publish(t, ctx, js, cfg, 1, 1, 1)
+	r.ackUntil(t, ctx, 1)
+	r.stopClean(t, ctx)
+	l := log.String()
+	if strings.Contains(l, "changed=max_ack_pending") || c.Stats().Resubscribes != 0 {
+		t.Errorf("max_ack_pending set back against the stream's limit (%d resubscribes):\n%s", c.Stats().Resubscribes, l)
+	}
+	warning := "the consumer's max_ack_pending was lowered on the server, and the stream's consumer_limits.max_ack_pending"
+	if n := strings.Count(l, warning); n != 1 || !strings.Contains(l, "--max-pending 10") {
+		t.Errorf("the max_ack_pending left warned of %d times, want once, with the limit:\n%s", n, l)
+	}
+}
+
 // An operator's edit of the durable's filter, or a backoff, while Run
 // runs is seen at the next look (floorEvery) and set back, the filter
 // change logged at Error with the ack floor and the delivered sequence:
