@@ -43,7 +43,7 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 		errs = append(errs, err)
 		return g
 	}
-	received := counter("jetsink.events.received", "Messages taken from JetStream and handed to the workers")
+	received := counter("jetsink.events.received", "Events handed to the workers, each delivery once (not markers, schedules, or messages nak'ed before hand-on)")
 	redelivered := counter("jetsink.events.redelivered", "Received messages that JetStream had delivered before")
 	markers := counter("jetsink.events.markers", "Subject delete markers JetStream stored itself (subject_delete_marker_ttl): acked, no events")
 	schedules := counter("jetsink.events.schedules", "Message schedules (a Nats-Schedule header): acked, no events; their fired copies are")
