@@ -253,10 +253,12 @@ func (s *Sink) Init(ctx context.Context) error {
 			// compares with a nondeterministic collation would skip
 			// events as stored before; a table with inheritance
 			// children has an index that does not span them (see
-			// ProblemInheritance). The collation is named first: the
-			// index is made only once it is fixed.
+			// ProblemInheritance). The collation is named first, then
+			// the inheritance: the index is made only once they are
+			// fixed, so naming the missing index (and a CREATE UNIQUE
+			// INDEX for its fix) would send the operator the wrong way.
 			if p.Kind == ProblemNoUniqueIndex || p.Kind == ProblemDeferrableUnique || p.Kind == ProblemCollation || p.Kind == ProblemInheritance {
-				if missing == nil || missing.Kind != ProblemCollation {
+				if missing == nil || keyRank(p.Kind) < keyRank(missing.Kind) {
 					missing = &p
 				}
 			}
@@ -270,6 +272,19 @@ func (s *Sink) Init(ctx context.Context) error {
 		return fmt.Errorf("%w: %s on %s: %s", ErrNoKeyIndex, s.table.Sanitize(), s.where, missing)
 	}
 	return nil
+}
+
+// keyRank orders the key problems Init names (the first found of the
+// lowest rank): a collation, then inheritance children, which keep Init
+// from building the index, then the rest.
+func keyRank(k ProblemKind) int {
+	switch k {
+	case ProblemCollation:
+		return 0
+	case ProblemInheritance:
+		return 1
+	}
+	return 2
 }
 
 // ErrNoKeyIndex: Init ran, and the table still has no unique index on the
@@ -338,8 +353,9 @@ const (
 	// index on the key does not span them: a row a BEFORE INSERT trigger
 	// sends into a child is not seen by INSERT ... ON CONFLICT, and each
 	// redelivery of its event would be stored again. The sink looks rows up
-	// in the table alone (FROM ONLY), so such a row is dead-lettered (code
-	// row_count), not acked; Init fails. (A partitioned table's unique
+	// in the table itself alone (its rows' tableoid; of a partitioned table,
+	// in its partitions too), so such a row is dead-lettered (code
+	// row_count), not acked; Init fails, and builds no index. (A partitioned table's unique
 	// index spans its partitions: not reported.)
 	ProblemInheritance ProblemKind = "inheritance"
 	// ProblemEncoding: the database's encoding is not UTF8. SQL_ASCII is an
@@ -868,8 +884,10 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			msg := fmt.Sprintf("exactly-once mode needs a unique index on %s %s and there is none", tname, key)
 			// Whether Init's CREATE UNIQUE INDEX can make it: not on a
 			// foreign table or a view (42809), nor on a table partitioned
-			// by another column or an expression (0A000).
-			cannot := taken != "" || kind == "f" || kind == "v"
+			// by another column or an expression (0A000), nor on a table
+			// with inheritance children, on which Init fails without
+			// building it (ProblemInheritance).
+			cannot := taken != "" || kind == "f" || kind == "v" || kind == "r" && partitions
 			if kind == "p" {
 				var parts []int16
 				if err := c.QueryRow(ctx, "SELECT partattrs::int2[] FROM pg_partitioned_table WHERE partrelid = $1", *oid).Scan(&parts); err != nil {
