@@ -1380,3 +1380,33 @@ func TestInitNamesInheritanceBeforeMissingIndex(t *testing.T) {
 		t.Errorf("Init built %d indexes on a table with inheritance children", indexes)
 	}
 }
+
+// Of two type reads that overlap, the one that began last is kept, but it
+// may have run its query first: one that saw the table still logged,
+// kept after one that saw it unlogged, set it back to logged, so that the
+// next read (a reconnect) warned a second time (TestCheckWarnsOfAnUnloggedTable
+// logged twice now and then, its committers' first reads overlapping the
+// ALTER). A REPEATABLE READ transaction begun before the ALTER plays that
+// read here. The table made unlogged is logged once.
+func TestTableMadeUnloggedWarnsOnce(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, nil)
+	logs := captureLog(t, s, time.Minute)
+	admin, conn, stale := pg.Conn(t), pg.Conn(t), pg.Conn(t)
+	read := func(c *pgx.Conn) {
+		t.Helper()
+		if _, err := s.readTypes(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read(conn) // pins the table, logged
+	execAll(t, ctx, stale, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1")
+	execAll(t, ctx, admin, "ALTER TABLE "+s.table.Sanitize()+" SET UNLOGGED")
+	read(conn)  // unlogged now: warns
+	read(stale) // began last, saw it logged
+	read(conn)
+	if n := strings.Count(logs.String(), "the table is unlogged now"); n != 1 {
+		t.Fatalf("the table made unlogged logged %d times, want once:\n%s", n, logs)
+	}
+}

@@ -116,8 +116,11 @@ type Sink struct {
 	tsql   atomic.Pointer[tableSQL]
 	pinned bool // tsql names the table found (held by typesMu)
 	// unlogged: the table was unlogged at the last readTypes kept (held
-	// by typesMu).
-	unlogged bool
+	// by typesMu). unloggedWarned: readTypes has logged that the table
+	// was made unlogged (held by typesMu): once, since a read kept after
+	// another may have run its query first and seen the table as it was
+	// (see readTypes), which would log it again at the next read.
+	unlogged, unloggedWarned bool
 
 	adminSem   chan struct{} // holds admin: a mutex that a waiter's context can give up
 	ownLook    chan struct{} // holds the one connection of its own a waiting-batch report may open (adminOrOwn)
@@ -1097,9 +1100,10 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 	if gen > s.typesStored {
 		s.typesStored = gen
 		s.rowSecurity.Store(rls != nil && *rls)
-		if unlogged && !s.unlogged && s.pinned {
+		if unlogged && !s.unlogged && s.pinned && !s.unloggedWarned {
 			// Found logged before (check warns of it at the start):
 			// made unlogged since (ALTER TABLE ... SET UNLOGGED).
+			s.unloggedWarned = true
 			s.log.Warn("the table is unlogged now: a crash or failover of PostgreSQL empties it after jetsink has acked its events",
 				"fix", "ALTER TABLE "+table+" SET LOGGED")
 		}
