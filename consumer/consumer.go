@@ -121,6 +121,10 @@ type Consumer struct {
 	// to a consumer that sets none, as jetsink's durable does, so it is no
 	// edit (refreshFloor). A time.Duration.
 	inactiveLimit atomic.Int64
+	// inactiveLimitAt is when inactiveLimit was noted (UnixNano): the
+	// tests set it back to have the next look look at the stream
+	// (givenByStream).
+	inactiveLimitAt atomic.Int64
 	// ackPendingLeft: refreshFloor has said it leaves a max_ack_pending
 	// lowered on the server that the stream's consumer_limits keep it from
 	// setting back; cleared when there is none.
@@ -848,7 +852,7 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 		}
 	}
 	c.interest.Store(interest)
-	c.inactiveLimit.Store(int64(sc.ConsumerLimits.InactiveThreshold))
+	c.noteInactiveLimit(sc.ConsumerLimits.InactiveThreshold)
 	if p, ok := inactiveLimitProblem(sc); ok && !c.inactiveLimitNoted.Swap(true) {
 		c.log.Warn(p.Message, "fix", p.Fix)
 	}

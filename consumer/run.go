@@ -1578,14 +1578,23 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 // or could not be told apart from it (a failed look). When it is not the
 // one last noted, the stream is looked at again: its limit may have been
 // changed since, and the durable given the new one by an update (another
-// jetsink's).
+// jetsink's). When it is, the stream is looked at again too, at most
+// every inactiveLimitEvery: the server does not take the limit off the
+// consumers it gave it to when the stream's is removed (the fix
+// inactiveLimitProblem advises), so the durable keeps it, and only a look
+// at the stream tells that it is jetsink's to set back now.
 func (c *Consumer) givenByStream(ctx context.Context, d time.Duration) bool {
-	if d == time.Duration(c.inactiveLimit.Load()) {
+	if d == time.Duration(c.inactiveLimit.Load()) &&
+		time.Since(time.Unix(0, c.inactiveLimitAt.Load())) < inactiveLimitEvery {
 		return true
 	}
 	limits, ok := c.streamLimits(ctx)
 	return !ok || d == limits.InactiveThreshold
 }
+
+// inactiveLimitEvery is how often givenByStream looks at the stream again
+// while the durable's inactive_threshold is the stream's limit last noted.
+const inactiveLimitEvery = time.Minute
 
 // streamLimits looks at the event stream's consumer_limits now, and notes
 // its inactive_threshold (inactiveLimit); ok false when the look failed.
@@ -1595,8 +1604,16 @@ func (c *Consumer) streamLimits(ctx context.Context) (limits jetstream.StreamCon
 		return limits, false
 	}
 	limits = stream.CachedInfo().Config.ConsumerLimits
-	c.inactiveLimit.Store(int64(limits.InactiveThreshold))
+	c.noteInactiveLimit(limits.InactiveThreshold)
 	return limits, true
+}
+
+// noteInactiveLimit notes the event stream's
+// consumer_limits.inactive_threshold d, as seen now (inactiveLimit,
+// inactiveLimitAt).
+func (c *Consumer) noteInactiveLimit(d time.Duration) {
+	c.inactiveLimit.Store(int64(d))
+	c.inactiveLimitAt.Store(time.Now().UnixNano())
 }
 
 // remakeSteps says how to have the durable deliver again past ack floor

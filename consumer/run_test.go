@@ -1359,6 +1359,59 @@ func TestStreamConsumerLimitInactiveThresholdNotFought(t *testing.T) {
 	}
 }
 
+// The fix inactiveLimitProblem advises, the stream's
+// consumer_limits.inactive_threshold set to 0, takes effect while jetsink
+// runs: the server leaves the limit it gave the durable, and a look (at
+// most every inactiveLimitEvery, here advanced by inactiveLimitAt) finds
+// the stream without it and sets the durable's back. Before, a durable's
+// value equal to the limit noted was never looked at again: it kept 1h.
+func TestStreamConsumerLimitInactiveThresholdRemovedSetBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects,
+		ConsumerLimits: jetstream.StreamConsumerLimits{InactiveThreshold: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	if why := c.refreshFloor(ctx); why != "" {
+		t.Fatalf("the stream's limit taken for an edit: changed=%s", why)
+	}
+	sc := streamConfig(t, ctx, js, cfg.Stream)
+	sc.ConsumerLimits.InactiveThreshold = 0
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if got := onServerConfig(t, ctx, js, cfg).InactiveThreshold; got != time.Hour {
+		t.Fatalf("the server took the limit off the durable (%v): the test has nothing to show", got)
+	}
+	c.inactiveLimitAt.Store(time.Now().UnixNano())
+	if why := c.refreshFloor(ctx); why != "" { // within inactiveLimitEvery: no look at the stream
+		t.Errorf("the stream looked at again within inactiveLimitEvery: changed=%s", why)
+	}
+	c.inactiveLimitAt.Store(0) // inactiveLimitEvery passed
+	if why := c.refreshFloor(ctx); why != "inactive_threshold" {
+		t.Fatalf("after the stream's limit was removed, a look says changed=%q, want inactive_threshold", why)
+	}
+	// Run sets it back.
+	c.floorEvery = 50 * time.Millisecond
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 0)
+	waitFor(t, ctx, "the durable's inactive_threshold set back to 0", func() bool {
+		return onServerConfig(t, ctx, js, cfg).InactiveThreshold == 0
+	})
+	publish(t, ctx, js, cfg, 1, 1, 1)
+	r.ackUntil(t, ctx, 1)
+	r.stopClean(t, ctx)
+	if !strings.Contains(log.String(), "changed=inactive_threshold") {
+		t.Errorf("Run did not say it set the durable's inactive_threshold back:\n%s", log.String())
+	}
+}
+
 // A max_ack_pending lowered on the server is not set back when the
 // stream's consumer_limits.max_ack_pending, set since, is below jetsink's:
 // the server refuses jetsink's, and Run, re-creating the consumer at each
