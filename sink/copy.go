@@ -540,7 +540,7 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				return ctx.Err()
 			}
 		}
-		if c.s.cfg.Mode == ExactlyOnce && isFromStaging(perr) && c.storedBefore(ctx, b, p, perr) {
+		if c.looksUp(perr) && c.storedBefore(ctx, b, p, perr) {
 			// Row p, refused by the INSERT from staging, is in the table
 			// already (a CHECK added NOT VALID since it was stored, a
 			// trigger that refuses it now): acked as stored before. It
@@ -549,6 +549,9 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			// whole and last stay.
 			lo = p + 1
 			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err() // the lookup may not have answered: row p is redelivered
 		}
 		whole, last = p != last+1, p
 		if c.s.classify(perr) == classSuspect {
@@ -671,7 +674,9 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			// trigger added) would have it dead-lettered.
 			c.suspectFrom(0)
 		}
-		c.deadLetter(ctx, b, p, perr)
+		if !c.deadLetter(ctx, b, p, perr) {
+			return ctx.Err() // left for JetStream to redeliver
+		}
 		lo = p + 1
 	}
 	return nil
@@ -1700,7 +1705,7 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 	}
 	missing, err := c.missingKeys(ctx, rows)
 	if err != nil {
-		return false, &lookupError{inserted: inserted, err: err}
+		return false, &lookupError{inserted: inserted, err: fmt.Errorf("look for rows missing from the table after the commit: %w", err)}
 	}
 	if len(missing) > 0 {
 		return false, &missingError{sent: len(rows), keys: missing}
@@ -1785,9 +1790,10 @@ func keyOf(row *pipeline.Row) rowKey {
 	return rowKey{row.Event.Stream, strconv.FormatUint(row.Event.StreamSeq, 10)}
 }
 
-// missingKeys returns the keys of rows, just committed, that the table
-// lacks (the exactly-once missingSQL, which looks them up by the table's
-// unique key): one round trip.
+// missingKeys returns the keys of rows, just committed or refused
+// (refusedButStored), that the table lacks (the exactly-once missingSQL,
+// which looks them up by the table's unique key): one round trip. Its
+// error is the query's, unwrapped: the caller says which lookup failed.
 func (c *committer) missingKeys(ctx context.Context, rows []pipeline.Row) (map[rowKey]struct{}, error) {
 	streams, seqs := make([]string, len(rows)), make([]string, len(rows))
 	for i := range rows {
@@ -1796,7 +1802,7 @@ func (c *committer) missingKeys(ctx context.Context, rows []pipeline.Row) (map[r
 	}
 	rs, err := c.conn.Query(ctx, c.s.tsql.Load().missing, streams, seqs)
 	if err != nil {
-		return nil, fmt.Errorf("look for rows missing from the table after the commit: %w", err)
+		return nil, err
 	}
 	keys := map[rowKey]struct{}{}
 	var k rowKey
@@ -1804,7 +1810,7 @@ func (c *committer) missingKeys(ctx context.Context, rows []pipeline.Row) (map[r
 		keys[k] = struct{}{}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("look for rows missing from the table after the commit: %w", err)
+		return nil, err
 	}
 	return keys, nil
 }
@@ -2172,13 +2178,17 @@ func hasKey(keys map[rowKey]struct{}, k rowKey) bool {
 // refused when delivered again (a CHECK added NOT VALID since, a consumer
 // re-created to deliver from the start). Stored, it is acked as a
 // duplicate, as ON CONFLICT would have; dead-lettered, a replay would store
-// it again.
-func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) {
+// it again. When ctx ends before the lookup answers, the row is left
+// unsettled (JetStream redelivers it) and deadLetter reports false.
+func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) bool {
 	row := &b.rows[p]
 	looked, stored := c.refusedButStored(ctx, b, p, err)
 	if stored {
 		c.ackStored(ctx, b, p, err)
-		return
+		return true
+	}
+	if !looked && ctx.Err() != nil && c.looksUp(err) {
+		return false
 	}
 	dl := pipeline.DeadLetter{Stage: pipeline.StageSink, Code: pipeline.CodeData, Reason: err.Error()}
 	var pgErr *pgconn.PgError
@@ -2198,7 +2208,7 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 		}
 	}
 	if !c.parkHeld(ctx, b, p, dl) {
-		return
+		return true // nak'ed by the dead-letterer, settled
 	}
 	// The reason may quote a value of the row: it goes to the dead letter,
 	// not into the log.
@@ -2210,6 +2220,7 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 		attrs = append(attrs, "constraint", pgErr.ConstraintName, "column", pgErr.ColumnName)
 	}
 	c.s.dlDone.Log(ctx, c.s.log, slog.LevelInfo, time.Second, "row refused by the database, dead-lettered", attrs...)
+	return true
 }
 
 // storedBefore looks row p of b, refused by exactly-once's INSERT from
@@ -2248,11 +2259,16 @@ func (c *committer) ackStored(ctx context.Context, b *batch, p int, err error) {
 
 // refusedButStored looks row p of b, which the database refused with err,
 // up in the table when err is exactly-once's INSERT from staging's (not a
-// lone timeout's: see loneTimeoutError), on the committer's connection if
-// it has one. looked reports that the lookup answered; stored, that the
-// row's key is in the table.
+// lone timeout's: see loneTimeoutError), on the committer's connection
+// (made anew if it has none). looked reports that the lookup answered;
+// stored, that the row's key is in the table. A lookup that fails for a
+// lost connection or a timeout while ctx lives is tried once more on a new
+// connection; one that still fails, or fails otherwise, is logged at Warn
+// (at most once a second), and the row's dead letter says that it may be
+// stored. When ctx has ended meanwhile, nothing is looked (the caller
+// leaves the row unsettled: JetStream redelivers it).
 func (c *committer) refusedButStored(ctx context.Context, b *batch, p int, err error) (looked, stored bool) {
-	if c.s.cfg.Mode != ExactlyOnce || !isFromStaging(err) || isLoneTimeout(err) {
+	if !c.looksUp(err) {
 		return false, false
 	}
 	absent := c.absentOK && c.absent == keyOf(&b.rows[p])
@@ -2260,17 +2276,42 @@ func (c *committer) refusedButStored(ctx context.Context, b *batch, p int, err e
 	if absent {
 		return true, false // storedBefore found it missing just now
 	}
-	if c.conn == nil || c.conn.IsClosed() {
-		return false, false
+	var lerr error
+	for try := 0; try < 2; try++ {
+		if c.conn != nil && c.conn.IsClosed() {
+			c.closeConn()
+		}
+		if c.conn == nil {
+			if lerr = c.connect(ctx); lerr != nil {
+				break
+			}
+		}
+		lctx, cancel := context.WithTimeout(ctx, readTypesTimeout)
+		var missing map[rowKey]struct{}
+		missing, lerr = c.missingKeys(lctx, b.rows[p:p+1])
+		timeout := lctx.Err() != nil || timedOut(lerr)
+		cancel()
+		if lerr == nil {
+			return true, len(missing) == 0
+		}
+		if ctx.Err() != nil || !timeout && !c.conn.IsClosed() {
+			break // ended, or an answer that another try would repeat
+		}
+		c.closeConn() // lost, or its state unknown after a timeout
 	}
-	lctx, cancel := context.WithTimeout(ctx, readTypesTimeout)
-	defer cancel()
-	missing, lerr := c.missingKeys(lctx, b.rows[p:p+1])
-	if lerr != nil {
-		c.s.log.Debug("could not look a refused row up in the table; its dead letter says it may be stored", "err", lerr)
-		return false, false
+	if ctx.Err() == nil {
+		c.s.lookupFails.Log(ctx, c.s.log, slog.LevelWarn, time.Second, "could not look a refused row up in the table by its key; "+
+			"it is dead-lettered with a note that it may already be stored", "stream", b.rows[p].Event.Stream,
+			"stream_seq", b.rows[p].Event.StreamSeq, "err", lerr)
 	}
-	return true, len(missing) == 0
+	return false, false
+}
+
+// looksUp reports whether a row refused with err is looked up in the table
+// (refusedButStored): in exactly-once mode, for the INSERT from staging's
+// error but a lone timeout's.
+func (c *committer) looksUp(err error) bool {
+	return c.s.cfg.Mode == ExactlyOnce && isFromStaging(err) && !isLoneTimeout(err)
 }
 
 // isFromStaging reports whether err is exactly-once's INSERT from staging's

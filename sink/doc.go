@@ -259,7 +259,11 @@
 //     is acked, not held. A refused row's letter says that it may already
 //     be stored when it may (committer.mayBeStored): a redelivery, a
 //     commit of its batch of unknown outcome, or in exactly-once mode a
-//     refusal of the INSERT from staging whose lookup did not answer;
+//     refusal of the INSERT from staging whose lookup did not answer (one
+//     that lost its connection or timed out is tried once more on a new
+//     connection; a failure is logged at Warn, at most once a second; a
+//     lookup the hard stop ends leaves the row unsettled, to be delivered
+//     again);
 //   - an error that a row may cause but the table may as well (a
 //     trigger's RAISE, class P0; a class 22 or 23 error raised inside a
 //     function, whose context names it, as a trigger's bug that fails

@@ -2378,3 +2378,90 @@ func testLookupTimeoutsAnswered(t *testing.T) {
 	}
 	storedOnceEach(t, ctx, pg, s, ms)
 }
+
+// In exactly-once mode a refused row is looked up in the table by its key
+// (an event stored before, that a CHECK added NOT VALID now refuses). When
+// that lookup lost its connection, the row was dead-lettered "may already
+// be stored" (replayed, stored twice), logged at Debug; when the hard stop
+// ended it, too. Now a lookup that lost its connection is tried on a new
+// one: row 2, stored before, is acked ("cut"); one that the stop ends
+// leaves the row unsettled, for JetStream to deliver again ("stopped").
+func TestExactlyOnceRefusedRowLookupFails(t *testing.T) {
+	for _, how := range []string{"cut", "stopped"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			runCtx, stop := context.WithCancel(ctx)
+			defer stop()
+			pg := testenv.Postgres(t)
+			l := listen(t)
+			proxied, to := l.proxy(t, pg.URL)
+			proxied = withParam(t, proxied, "sslmode", "disable") // the hooks read the messages
+			var armed atomic.Bool
+			var hits atomic.Int32
+			l.relayTo(to, func(net.Conn) (up, down func([]byte) verdict) {
+				var f frontendStream
+				var refused atomic.Bool // the last statement failed with 23514, no COMMIT since
+				up = func(b []byte) verdict {
+					// The first extended-protocol query after the refusal
+					// is the lookup (the COPY's transaction is a simple
+					// query).
+					if ts := f.types(b); armed.Load() && refused.Load() && bytes.IndexByte(ts, 'B') >= 0 && hits.Add(1) == 1 {
+						if how == "cut" {
+							return cut
+						}
+						stop()
+						return drop
+					}
+					return pass
+				}
+				down = func(b []byte) verdict {
+					if bytes.Contains(b, []byte("C23514\x00")) {
+						refused.Store(true)
+					}
+					if bytes.Contains(b, []byte("COMMIT\x00")) {
+						refused.Store(false)
+					}
+					return pass
+				}
+				return up, down
+			})
+			s, dl := newTestSink(t, ctx, proxied, func(c *Config) { c.Connections, c.Mode = 1, ExactlyOnce })
+			logs := captureLog(t, s, time.Minute)
+			src := newSource()
+			t.Cleanup(src.close)
+			wait := runSink(t, runCtx, s, src)
+			first, m1 := rows(1, 3, nil)
+			src.push(t, ctx, first)
+			waitFor(t, ctx, "rows 1-3 acked", allAcked(m1))
+			execAll(t, ctx, pg.Conn(t), "ALTER TABLE "+s.table.Sanitize()+" ADD CONSTRAINT no2 CHECK (stream_seq <> 2) NOT VALID")
+			armed.Store(true)
+			again, ms := rows(1, 3, nil)
+			src.push(t, ctx, again)
+			if how == "cut" {
+				finishClean(t, ctx, src, wait, dl, ms)
+			} else {
+				_ = wait() // the stop's error
+				if l, seqs := dl.letters(); len(l) != 0 {
+					t.Errorf("rows %v dead-lettered at the stop: %+v", seqs, l)
+				}
+			}
+			if hits.Load() == 0 {
+				t.Fatalf("no lookup of a refused row was seen:\n%s", logs)
+			}
+			want := int32(1)
+			if how == "stopped" {
+				want = 0
+			}
+			if got := [2]int32{ms[1].acks.Load(), ms[1].terms.Load()}; got != [2]int32{want, 0} {
+				t.Errorf("row 2: acks, terms %v; want [%d 0]", got, want)
+			}
+			if how == "cut" {
+				for i, m := range ms {
+					if m.acks.Load() != 1 || m.terms.Load() != 0 {
+						t.Errorf("row %d: acks %d, terms %d; want acked once", i+1, m.acks.Load(), m.terms.Load())
+					}
+				}
+			}
+		})
+	}
+}

@@ -148,6 +148,7 @@ type Sink struct {
 	splitWarned, beatWarned, renewWarned pipeline.Every
 	dlFails, dlDone                      pipeline.Every // the logs of failed dead letters (park) and stored ones (deadLetter)
 	storedDone                           pipeline.Every // the log of refused rows found stored and acked (deadLetter)
+	lookupFails                          pipeline.Every // the log of refused rows that could not be looked up (refusedButStored)
 	// typesGen numbers the reads of the table's types; typesMu holds
 	// typesStored, the number of the read copySQL's guards come from
 	// (see readTypes).

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jetsink/jetsink/pipeline"
@@ -637,8 +638,8 @@ func TestDeadLetterSaysItMayBeStored(t *testing.T) {
 		{"redelivery", AtLeastOnce, 2, false, &copyStmtError{n: 1, err: check}, true},
 		{"unknown commit", AtLeastOnce, 1, true, &copyStmtError{n: 1, err: check}, true},
 		{"trigger, at-least-once", AtLeastOnce, 1, false, &copyStmtError{n: 1, err: trigger}, false},
-		// Not looked up (no connection): a CHECK judges a stored row
-		// before ON CONFLICT too (one added NOT VALID since).
+		// Not looked up (no server to connect to): a CHECK judges a
+		// stored row before ON CONFLICT too (one added NOT VALID since).
 		{"exactly-once check", ExactlyOnce, 1, false, &fromStagingError{n: 1, err: &pgconn.PgError{Code: "23514", ConstraintName: "ok"}}, true},
 		{"exactly-once staging COPY", ExactlyOnce, 1, false, &copyStmtError{n: 1, err: &pgconn.PgError{Code: "22P03", Where: "COPY s, line 1, column a"}}, false},
 		{"exactly-once trigger", ExactlyOnce, 1, false, &fromStagingError{n: 1, err: trigger}, true},
@@ -648,6 +649,11 @@ func TestDeadLetterSaysItMayBeStored(t *testing.T) {
 			dl := &recDL{}
 			s := &Sink{dl: dl, log: slog.New(slog.DiscardHandler)}
 			s.cfg.Mode = tc.mode
+			cc, err := pgx.ParseConfig("postgres://jetsink@127.0.0.1:1/none?connect_timeout=5") // nothing listens on port 1
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.connCfg = cc
 			c := &committer{s: s, unknown: tc.unknown}
 			rs, ms := rows(1, 1, nil)
 			rs[0].Event.Delivered = tc.delivered
