@@ -439,7 +439,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	b := &bencher{o: o, cfg: cfg, engineCfg: engineCfg, js: js, ackNC: ackNC, db: db, dir: dir, byCommitTS: track == "on", say: say, pgPID: pgPID,
 		id: strconv.FormatInt(time.Now().UnixNano()%1e9, 36)}
-	defer b.deleteClockStream()
+	defer b.deleteClockStream(true)
 	for r := 0; r < o.Count; r++ {
 		if o.Compare {
 			rep.FirstByRep = append(rep.FirstByRep, runOrder(r, true)[0])

@@ -119,7 +119,7 @@ func (b *bencher) clocks(ctx context.Context) clocks {
 		}
 		*s.o = o
 	}
-	b.deleteClockStream()
+	b.deleteClockStream(false)
 	return c
 }
 
@@ -169,14 +169,18 @@ func (b *bencher) clockStreamName() string { return "BENCH_" + b.id + "_CLOCK" }
 
 // deleteClockStream removes the stream natsClock made, if it may have
 // made one; it stays to be deleted again (at the end of Run) when the
-// server does not say it is gone.
-func (b *bencher) deleteClockStream() {
+// server does not say it is gone, and Run's last try says so when it
+// fails (last): the stream would hold one of the account's streams.
+func (b *bencher) deleteClockStream(last bool) {
 	if !b.clockStream {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := b.js.DeleteStream(ctx, b.clockStreamName()); err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
+	err := b.js.DeleteStream(ctx, b.clockStreamName())
+	if err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
 		b.clockStream = false
+	} else if last && b.say != nil {
+		b.say("could not delete the clock probe's stream %s (%v): delete it by hand (nats stream rm %s)", b.clockStreamName(), err, b.clockStreamName())
 	}
 }

@@ -220,7 +220,7 @@ func TestClocksOfEmbeddedServers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b := &bencher{js: testenv.NATS(t).JetStream(t), db: testenv.Postgres(t).Conn(t), id: "realclocks"}
-	defer b.deleteClockStream()
+	defer b.deleteClockStream(true)
 	c := b.clocks(ctx)
 	if c.pg.Unknown || c.nats.Unknown {
 		t.Fatalf("clocks %+v: not read", c)
