@@ -373,13 +373,19 @@ func replicaProblem(cluster string, sc *jetstream.StreamConfig) (Problem, bool) 
 // deletes events whether jetsink has stored them or not (max_age; a limit
 // with discard old): harmless while jetsink keeps up, a loss when
 // PostgreSQL is down, or jetsink stopped, for longer than they allow; and
-// of the publishers' deletions it allows (publisherDeletions).
+// of the publishers' deletions it allows (publisherDeletions), of its
+// interest retention and consumer_limits.inactive_threshold; and reports,
+// as an error, a consumer_limits.max_ack_pending below jetsink's
+// (ackPendingLimitProblem).
 func eventStreamLimits(sc *jetstream.StreamConfig, cfg *Config) []Problem {
 	problems := publisherDeletions(sc)
 	if p, ok := interestProblem(sc, cfg); ok {
 		problems = append(problems, p)
 	}
 	if p, ok := inactiveLimitProblem(sc); ok {
+		problems = append(problems, p)
+	}
+	if p, ok := ackPendingLimitProblem(sc, cfg); ok {
 		problems = append(problems, p)
 	}
 	var limits []string
@@ -440,6 +446,24 @@ func inactiveLimitProblem(sc *jetstream.StreamConfig) (p Problem, ok bool) {
 		Fix: fmt.Sprintf("remove the limit: set the stream's consumer_limits.inactive_threshold to 0 (nats stream edit %s has no flag for it: "+
 			"edit the configuration with nats stream edit %s --interactive, or --config <a file of it>); or never stop jetsink for that long",
 			shellWord(sc.Name), shellWord(sc.Name))}, true
+}
+
+// ackPendingLimitProblem is the error for event stream sc when its
+// consumer_limits.max_ack_pending is below jetsink's (cfg.maxAckPending;
+// ok false otherwise): the server refuses to make or update a consumer
+// asking for more (nats-server's checkConsumerCfg, err_code 10121), so
+// New fails, and so does every re-creation of the consumer inside Run.
+func ackPendingLimitProblem(sc *jetstream.StreamConfig, cfg *Config) (p Problem, ok bool) {
+	limit, want := sc.ConsumerLimits.MaxAckPending, cfg.maxAckPending()
+	if limit <= 0 || want <= 0 || want <= limit {
+		return Problem{}, false
+	}
+	return Problem{
+		Message: fmt.Sprintf("stream %s has consumer_limits.max_ack_pending %d, below jetsink's max_ack_pending %d: the server refuses to make or update "+
+			"jetsink's durable consumer with it, so run fails at its start, and a run under way cannot make the consumer again (as it does to resubscribe)",
+			sc.Name, limit, want),
+		Fix: fmt.Sprintf("set nats.max_ack_pending to %d or less, or remove the stream's limit (set its consumer_limits.max_ack_pending to 0: "+
+			"nats stream edit %s --interactive, or --config <a file of it>)", limit, shellWord(sc.Name))}, true
 }
 
 // holdSteps says how to keep the events of interest stream cfg.Stream

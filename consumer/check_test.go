@@ -1359,3 +1359,41 @@ func TestOperatorCommandsRunUnattended(t *testing.T) {
 		}
 	}
 }
+
+// A stream's consumer_limits.max_ack_pending below jetsink's is an error
+// of check, naming nats.max_ack_pending: the server refuses the durable
+// with jetsink's, at the start and at any re-creation inside Run. Before,
+// check said nothing and run failed with the server's words alone
+// (err_code=10121); New's error now names the key too. At the limit, both
+// pass.
+func TestCheckReportsStreamMaxAckPendingLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects,
+		ConsumerLimits: jetstream.StreamConsumerLimits{MaxAckPending: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := cfg.maxAckPending(); want <= 10 {
+		t.Fatalf("jetsink's max_ack_pending %d; the test wants it above 10", want)
+	}
+	msg := fmt.Sprintf("stream %s has consumer_limits.max_ack_pending 10, below jetsink's max_ack_pending %d: the server refuses", cfg.Stream, cfg.maxAckPending())
+	if errs := checkText(t, ctx, cfg, true); !strings.Contains(errs, msg) || !strings.Contains(errs, "set nats.max_ack_pending to 10 or less") {
+		t.Errorf("check does not report the stream's max_ack_pending limit as an error, with the fix:\n%s", errs)
+	}
+	if _, err := New(ctx, cfg, testLogger(t, nil)); err == nil || !strings.Contains(err.Error(), "set nats.max_ack_pending") {
+		t.Errorf("New's error does not name nats.max_ack_pending: %v", err)
+	}
+	cfg.MaxAckPending = 10
+	if errs := checkText(t, ctx, cfg, true); strings.Contains(errs, "consumer_limits.max_ack_pending") {
+		t.Errorf("check reports the limit with nats.max_ack_pending at it:\n%s", errs)
+	}
+	c, err := New(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatalf("New with nats.max_ack_pending at the stream's limit: %v", err)
+	}
+	_ = c.Close(ctx)
+}

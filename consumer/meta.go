@@ -156,6 +156,12 @@ func strandedProblem(v string) Problem {
 	}
 }
 
+// errCodeMaxAckPendingExcess is the server's error code for a consumer
+// asking a max_ack_pending above a limit of the stream's
+// (consumer_limits), the account's or the server's
+// (JSConsumerMaxPendingAckExcessErrF).
+const errCodeMaxAckPendingExcess jetstream.ErrorCode = 10121
+
 // consumerConfig is the durable consumer as jetsink wants it, with meta as
 // its metadata. Its MaxDeliver is unlimited (durableMaxDeliver) whatever
 // nats.max_deliver says; the server accepts that change on an existing
@@ -316,6 +322,10 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		}
 	}
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, cc)
+	if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMaxAckPendingExcess {
+		return fmt.Errorf("create or update consumer %s on stream %s: %w (set nats.max_ack_pending, %d, to that limit or less, "+
+			"or remove the stream's consumer_limits.max_ack_pending)", cfg.Consumer, cfg.Stream, err, cc.MaxAckPending)
+	}
 	if err != nil {
 		return fmt.Errorf("create or update consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
 	}

@@ -1507,10 +1507,10 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		case limits.MaxAckPending > 0 && limits.MaxAckPending < want:
 			if !c.ackPendingLeft.Swap(true) {
 				c.log.Warn("the consumer's max_ack_pending was lowered on the server, and the stream's consumer_limits.max_ack_pending, "+
-					"below jetsink's, keeps jetsink from setting it back (the server refuses a higher one): fewer events are delivered at a time",
+					"below jetsink's, keeps jetsink from setting it back (the server refuses a higher one): fewer events are delivered at a time, "+
+					"and the server will refuse the consumer at jetsink's next start and at any re-creation while it runs (as to resubscribe)",
 					"consumer", c.cfg.Consumer, "max_ack_pending", got.MaxAckPending, "limit", limits.MaxAckPending, "nats.max_ack_pending", want,
-					"fix", fmt.Sprintf("raise the consumer's to the limit (nats consumer edit %s %s --max-pending %d), or remove the stream's limit",
-						shellWord(c.cfg.Stream), shellWord(c.cfg.Consumer), limits.MaxAckPending))
+					"fix", fmt.Sprintf("set nats.max_ack_pending to %d or less, or remove the stream's limit", limits.MaxAckPending))
 			}
 		default:
 			c.ackPendingLeft.Store(false)

@@ -1452,7 +1452,8 @@ func TestStreamConsumerLimitMaxAckPendingNotFought(t *testing.T) {
 		t.Errorf("max_ack_pending set back against the stream's limit (%d resubscribes):\n%s", c.Stats().Resubscribes, l)
 	}
 	warning := "the consumer's max_ack_pending was lowered on the server, and the stream's consumer_limits.max_ack_pending"
-	if n := strings.Count(l, warning); n != 1 || !strings.Contains(l, "--max-pending 10") {
+	if n := strings.Count(l, warning); n != 1 || !strings.Contains(l, "will refuse the consumer at jetsink's next start") ||
+		!strings.Contains(l, "set nats.max_ack_pending to 10 or less") {
 		t.Errorf("the max_ack_pending left warned of %d times, want once, with the limit:\n%s", n, l)
 	}
 }
