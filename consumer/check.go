@@ -428,24 +428,34 @@ func interestProblem(sc *jetstream.StreamConfig, cfg *Config) (p Problem, ok boo
 // consumer_limits.inactive_threshold (ok false otherwise): the server
 // gives it to a consumer that sets none, as jetsink's durable does
 // (nats-server's setConsumerConfigDefaults), and refuses one above it, so
-// jetsink cannot take it off; and it deletes a consumer no pull has come
-// to for that long: the durable, once jetsink has been stopped longer.
-// The next start makes it anew from the start of the stream (at-least-once:
-// every event the stream holds stored again). Run logs it at the start
-// too. natscli sets the limit only at nats stream add (--limit-consumer-
-// inactive): nats stream edit has no flag for it.
+// jetsink cannot take it off; and it deletes a pull consumer no pull has
+// come to for that long (deleteNotActive): the durable, once jetsink has
+// been stopped longer, or has run pulling nothing (Run's pause while
+// PostgreSQL is unreachable). The next start makes it anew from the start
+// of the stream (at-least-once: every event the stream holds stored
+// again); Run, still running, makes it again past its ack floor. On a
+// stream with interest retention, deleting the durable deletes the events
+// it has not acknowledged (interestProblem): lost. Run logs it at the
+// start too. natscli sets the limit only at nats stream add
+// (--limit-consumer-inactive): nats stream edit has no flag for it.
 func inactiveLimitProblem(sc *jetstream.StreamConfig) (p Problem, ok bool) {
 	limit := sc.ConsumerLimits.InactiveThreshold
 	if limit <= 0 {
 		return Problem{}, false
 	}
+	lost := ""
+	if sc.Retention == jetstream.InterestPolicy {
+		lost = "; and this stream has interest retention: deleting the durable deletes every event it has not acknowledged " +
+			"that no other consumer holds, which are lost, never stored"
+	}
 	return Problem{Warning: true,
 		Message: fmt.Sprintf("stream %s has consumer_limits.inactive_threshold %v, which the server gives jetsink's durable consumer (jetsink sets none, "+
-			"and cannot take it off: the server refuses a longer one): once jetsink has been stopped longer than that, the server deletes the durable, "+
-			"and the next start makes it anew from the start of the stream, storing again every event the stream holds (at-least-once)", sc.Name, limit),
+			"and cannot take it off: the server refuses a longer one): the server deletes the durable once no pull has come for longer than that, "+
+			"so once jetsink has been stopped longer, and the next start makes it anew from the start of the stream, storing again every event "+
+			"the stream holds (at-least-once), or while PostgreSQL is unreachable for longer (jetsink pulls nothing then)%s", sc.Name, limit, lost),
 		Fix: fmt.Sprintf("remove the limit: set the stream's consumer_limits.inactive_threshold to 0 (nats stream edit %s has no flag for it: "+
-			"edit the configuration with nats stream edit %s --interactive, or --config <a file of it>); or never stop jetsink for that long",
-			shellWord(sc.Name), shellWord(sc.Name))}, true
+			"edit the configuration with nats stream edit %s --interactive, or --config <a file of it>); or never stop jetsink, "+
+			"nor leave PostgreSQL unreachable, for that long", shellWord(sc.Name), shellWord(sc.Name))}, true
 }
 
 // ackPendingLimitProblem is the error for event stream sc when its

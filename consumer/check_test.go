@@ -1397,3 +1397,33 @@ func TestCheckReportsStreamMaxAckPendingLimit(t *testing.T) {
 	}
 	_ = c.Close(ctx)
 }
+
+// The warning of a stream's consumer_limits.inactive_threshold says the
+// durable is deleted also while jetsink runs and pulls nothing (the
+// server counts from the last pull: Run's pause while PostgreSQL is
+// unreachable), and, on an interest stream, that the events it held are
+// lost. Before, it spoke of a stopped jetsink and of events stored again
+// only.
+func TestCheckWarnsOfInactiveLimitOnInterestStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Retention: jetstream.InterestPolicy,
+		ConsumerLimits: jetstream.StreamConsumerLimits{InactiveThreshold: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	w := checkText(t, ctx, cfg, false)
+	for _, want := range []string{
+		"stream " + cfg.Stream + " has consumer_limits.inactive_threshold 1h0m0s",
+		"or while PostgreSQL is unreachable for longer (jetsink pulls nothing then)",
+		"this stream has interest retention: deleting the durable deletes every event it has not acknowledged that no other consumer holds, which are lost",
+		"nor leave PostgreSQL unreachable, for that long",
+	} {
+		if !strings.Contains(w, want) {
+			t.Errorf("check's warning does not say %q:\n%s", want, w)
+		}
+	}
+}
