@@ -108,14 +108,15 @@ type Consumer struct {
 	serverPaused atomic.Bool
 	// sealedNoted: createStream has said the event stream is sealed.
 	sealedNoted atomic.Bool
-	// streamNoted: ensureStream has logged what it warns of in the event
-	// stream's settings (replicas, the publishers' deletions, interest
-	// retention): at the start, not again at each re-creation.
-	// inactiveLimitNoted: it has warned of the stream's
-	// consumer_limits.inactive_threshold (inactiveLimitProblem), when it
-	// first found one.
-	streamNoted        atomic.Bool
-	inactiveLimitNoted atomic.Bool
+	// streamNoted is the creation time of the event stream whose settings
+	// ensureStream has logged what it warns of in (replicas, the
+	// publishers' deletions, interest retention): once per stream, not
+	// again at each re-creation of the consumer, but again for a stream
+	// that replaced it. inactiveLimitNoted: that of the stream whose
+	// consumer_limits.inactive_threshold (inactiveLimitProblem) it has
+	// warned of, when it first found one.
+	streamNoted        atomic.Pointer[time.Time]
+	inactiveLimitNoted atomic.Pointer[time.Time]
 	// inactiveLimit is the event stream's consumer_limits.inactive_threshold
 	// as last looked at (ensureStream, streamLimits): the server gives it
 	// to a consumer that sets none, as jetsink's durable does, so it is no
@@ -839,8 +840,10 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 	sc := &stream.CachedInfo().Config
 	subjects := sc.Subjects
 	p, interest := interestProblem(sc, cfg)
-	// Said once, at the start: Run calls this again at each re-creation.
-	if !c.streamNoted.Swap(true) {
+	// Said once a stream, at the start: Run calls this again at each
+	// re-creation, of the same stream or of one that replaced it.
+	created := stream.CachedInfo().Created
+	if !sameTime(c.streamNoted.Swap(&created), created) {
 		if p, ok := replicaProblem(clusterOf(c.nc, cfg), sc); ok && p.Warning {
 			c.log.Warn(p.Message, "fix", p.Fix)
 		}
@@ -853,7 +856,7 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 	}
 	c.interest.Store(interest)
 	c.noteInactiveLimit(sc.ConsumerLimits.InactiveThreshold)
-	if p, ok := inactiveLimitProblem(sc); ok && !c.inactiveLimitNoted.Swap(true) {
+	if p, ok := inactiveLimitProblem(sc); ok && !sameTime(c.inactiveLimitNoted.Swap(&created), created) {
 		c.log.Warn(p.Message, "fix", p.Fix)
 	}
 	if p, ok := filterProblem(cfg, sc); ok {
@@ -869,6 +872,11 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 		return err
 	}
 	return c.checkNoSourceLoop(ctx, sc)
+}
+
+// sameTime reports whether noted is t (false when nil).
+func sameTime(noted *time.Time, t time.Time) bool {
+	return noted != nil && noted.Equal(t)
 }
 
 // checkNoSourceLoop refuses event stream sc when it mirrors or sources the

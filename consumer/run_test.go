@@ -1412,6 +1412,52 @@ func TestStreamConsumerLimitInactiveThresholdRemovedSetBack(t *testing.T) {
 	}
 }
 
+// ensureStream's warnings of the event stream's settings are given once
+// per stream, keyed on its creation time: a stream deleted and made again
+// with interest retention and an inactive_threshold limit is warned of
+// when Run re-creates the consumer on it (ensureStream), and not again at
+// the next re-creation. Before, the flags set by the first stream hid the
+// new stream's interest retention.
+func TestStreamWarningsOncePerStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	limit := jetstream.StreamConsumerLimits{InactiveThreshold: time.Hour}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, ConsumerLimits: limit}); err != nil {
+		t.Fatal(err)
+	}
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	interest := "stream " + cfg.Stream + " has interest retention: it keeps an event only"
+	inactive := "stream " + cfg.Stream + " has consumer_limits.inactive_threshold 1h0m0s"
+	lost := "this stream has interest retention: deleting the durable deletes every event"
+	counts := func() (int, int, int) {
+		l := log.String()
+		return strings.Count(l, interest), strings.Count(l, inactive), strings.Count(l, lost)
+	}
+	if i, n, l := counts(); i != 0 || n != 1 || l != 0 {
+		t.Fatalf("New on a limits stream: interest warned %d times, inactive_threshold %d (%d with interest), want 0, 1, 0:\n%s", i, n, l, log.String())
+	}
+	if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Retention: jetstream.InterestPolicy,
+		ConsumerLimits: limit}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // as Run does at each re-creation of the consumer
+		if err := c.ensureStream(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if i, n, l := counts(); i != 1 || n != 2 || l != 1 {
+		t.Errorf("after the stream was made again with interest retention: interest warned %d times, inactive_threshold %d (%d with interest), want 1, 2, 1:\n%s",
+			i, n, l, log.String())
+	}
+}
+
 // A max_ack_pending lowered on the server is not set back when the
 // stream's consumer_limits.max_ack_pending, set since, is below jetsink's:
 // the server refuses jetsink's, and Run, re-creating the consumer at each
