@@ -713,17 +713,19 @@ var suspectProbes = [...]float64{1, 1.0 / 2, 1.0 / 4, 3.0 / 4, 1.0 / 8, 5.0 / 8}
 // probe looks for a row of b.rows[p+1:] that commits on its own, after row
 // p failed with a classSuspect error and no row had committed since (so p
 // is the first unsettled row). It tries up to len(suspectProbes) rows,
-// each swapped into place p first, so that settlement stays a prefix; the
-// suspect row takes its place (c.probed, where unprobe finds it), and
-// goes back to p if the row tried does not commit. It reports whether one committed (it is then
-// settled). A row tried that times out alone until commitRetry gives it up
-// (loneTimeoutError) ends the probe: it stays at p, unsettled, and probe
-// sets *perr to that error (and reports false), for process to dead-letter
-// it in the suspect row's stead.
+// each swapped into place p first, so that settlement stays a prefix: the
+// suspect row takes the place of the first row tried, and a row tried that
+// does not commit the place of the next (the last stays at p). c.probed
+// records where the suspect row is, for unprobe. It reports whether one
+// committed (it is then settled). A row tried that times out alone until
+// commitRetry gives it up (loneTimeoutError) ends the probe: it stays at
+// p, unsettled, and probe sets *perr to that error (and reports false),
+// for process to dead-letter it in the suspect row's stead.
 func (c *committer) probe(ctx context.Context, b *batch, p int, perr *error) bool {
 	rows := b.rows
 	n := len(rows) - p - 1 // rows after p
 	tried := map[int]bool{}
+	at := -1 // where the suspect row went: the first row tried's place
 	for _, f := range suspectProbes {
 		if n == 0 {
 			break
@@ -736,21 +738,19 @@ func (c *committer) probe(ctx context.Context, b *batch, p int, perr *error) boo
 		b.mu.Lock()
 		rows[p], rows[q] = rows[q], rows[p]
 		b.mu.Unlock()
+		if at < 0 {
+			at = q // later tries swap the row tried before, not it
+		}
 		c.s.st.bisectCopies.Add(1)
 		err := c.commitRetry(ctx, rows[p:p+1], false)
 		if c.settleCommitted(ctx, b, p, p+1, err) {
-			c.probed = q
+			c.probed = at
 			return true
 		}
 		if isLoneTimeout(err) {
 			*perr = err
 			return false
 		}
-		// Not committed: the suspect row goes back to p, so that the next
-		// try's leaves it where c.probed says.
-		b.mu.Lock()
-		rows[p], rows[q] = rows[q], rows[p]
-		b.mu.Unlock()
 		if ctx.Err() != nil {
 			return false
 		}
@@ -759,8 +759,8 @@ func (c *committer) probe(ctx context.Context, b *batch, p int, perr *error) boo
 }
 
 // unprobe moves the suspect row back to p+1 after probe committed a row
-// alone in its place p (it went where that row was: the last row probe
-// tried).
+// alone in its place p (it went where the first row probe tried was:
+// c.probed).
 func (c *committer) unprobe(b *batch, p int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -2301,7 +2301,7 @@ func (c *committer) refusedButStored(ctx context.Context, b *batch, p int, err e
 	}
 	if ctx.Err() == nil {
 		c.s.lookupFails.Log(ctx, c.s.log, slog.LevelWarn, time.Second, "could not look a refused row up in the table by its key; "+
-			"it is dead-lettered with a note that it may already be stored", "stream", b.rows[p].Event.Stream,
+			"if it is dead-lettered, its letter says that it may already be stored", "stream", b.rows[p].Event.Stream,
 			"stream_seq", b.rows[p].Event.StreamSeq, "err", lerr)
 	}
 	return false, false
