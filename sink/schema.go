@@ -109,7 +109,7 @@ const looseKeyIndexSQL = `SELECT EXISTS (SELECT FROM pg_index i
 // whose OID is rel, or if rel is nil the one its name finds on
 // search_path.
 func (s *Sink) columnTypes(ctx context.Context, c *pgx.Conn, rel *uint32) (map[string]colType, error) {
-	rows, err := c.Query(ctx, columnTypesSQL, rel, s.table.Sanitize())
+	rows, err := c.Query(ctx, columnTypesSQL, rel, s.tsql.Load().name)
 	if err != nil {
 		return nil, err
 	}
@@ -556,7 +556,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 
 // checkTable is check but for what a read-only session means for Init.
 func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
-	tname := s.table.Sanitize()
+	tname := s.tsql.Load().name // the table the batches write, once a connection has found it
 	var enc string
 	if err := c.QueryRow(ctx, "SELECT current_setting('server_encoding')").Scan(&enc); err != nil {
 		return nil, fmt.Errorf("check the encoding of %s: %w", s.where, err)
@@ -610,16 +610,12 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				"which are then in neither the table nor the stream's unacked events", tname, *unloggedParts),
 			Fix: "ALTER TABLE <partition> SET LOGGED, for each"})
 	}
-	if shadowed != nil && s.cfg.Mode != ExactlyOnce {
-		// The at-least-once type guard reads the columns' types as
-		// (NULL::<table>).<column>: a type name, which finds pg_catalog's
-		// types first (point, path, date, ...), then types along
-		// search_path; every batch would fail (42809, 42703), retried.
-		kindProblem = append(kindProblem, Problem{Kind: ProblemRelationKind,
-			Message: fmt.Sprintf("the name %s finds the type %s before the table's own row type, which jetsink's type guard reads: "+
-				"every batch would fail and be retried", tname, *shadowed),
-			Fix: fmt.Sprintf("set postgres.table to the schema-qualified name %s", qualified)})
-	}
+	// shadowed, a type the table's unqualified name finds before the
+	// table's row type (point, path, date, ...), failed every batch's
+	// at-least-once type guard, (NULL::<name>).<column>, until the guard
+	// used the schema-qualified name a connection pins (631c7da): it is
+	// no problem any more, whatever the name finds.
+	_ = shadowed
 	switch kind {
 	case "p":
 		if !partitions {
@@ -1352,7 +1348,7 @@ func (s *Sink) StoredSeq(ctx context.Context, stream string) (uint64, error) {
 	if s.seqText {
 		seq += "::numeric"
 	}
-	q := "SELECT max(" + seq + ")::numeric::text FROM " + s.table.Sanitize() +
+	q := "SELECT max(" + seq + ")::numeric::text FROM " + s.tsql.Load().name +
 		" WHERE " + pgx.Identifier{s.streamC}.Sanitize() + " = $1"
 	var max *string
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
