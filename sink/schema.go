@@ -582,19 +582,16 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		}
 		return append(probs, p), nil
 	}
-	var kind, qualified string
+	var kind string
 	var insteadOf, partitions, unlogged bool
-	var shadowed *string      // a type the table's name finds before the table's row type
 	var unloggedParts *string // the unlogged partitions, if any
 	if err := c.QueryRow(ctx, `SELECT relkind::text, EXISTS (SELECT FROM pg_trigger WHERE tgrelid = $1 AND tgenabled <> 'D'
 		AND tgtype & 64 <> 0 AND tgtype & 4 <> 0), EXISTS (SELECT FROM pg_inherits WHERE inhparent = $1),
-		quote_ident(n.nspname) || '.' || quote_ident(c.relname),
-		(SELECT format_type(t.oid, NULL) FROM pg_type t WHERE t.oid = to_regtype($2) AND t.typrelid <> $1),
 		c.relpersistence = 'u',
 		(SELECT string_agg(p.relid::regclass::text, ', ' ORDER BY p.relid::regclass::text) FROM pg_partition_tree($1) p
 			JOIN pg_class pc ON pc.oid = p.relid WHERE p.relid <> $1 AND pc.relpersistence = 'u')
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`, *oid, tname).Scan(&kind, &insteadOf, &partitions,
-		&qualified, &shadowed, &unlogged, &unloggedParts); err != nil {
+		FROM pg_class c WHERE c.oid = $1`, *oid).Scan(&kind, &insteadOf, &partitions,
+		&unlogged, &unloggedParts); err != nil {
 		return nil, fmt.Errorf("check table %s on %s: %w", tname, s.where, err)
 	}
 	var kindProblem []Problem
@@ -610,12 +607,6 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				"which are then in neither the table nor the stream's unacked events", tname, *unloggedParts),
 			Fix: "ALTER TABLE <partition> SET LOGGED, for each"})
 	}
-	// shadowed, a type the table's unqualified name finds before the
-	// table's row type (point, path, date, ...), failed every batch's
-	// at-least-once type guard, (NULL::<name>).<column>, until the guard
-	// used the schema-qualified name a connection pins (631c7da): it is
-	// no problem any more, whatever the name finds.
-	_ = shadowed
 	switch kind {
 	case "p":
 		if !partitions {
