@@ -164,6 +164,15 @@ func TestPullPausedWhileSinkAway(t *testing.T) {
 				t.Fatalf("delivered %d before the pause, want 5", delivered)
 			}
 			publish(t, ctx, js, cfg, 10, 1, 5)
+			// The server counts a stored message in its consumers'
+			// pending a moment after the publish's ack (the stream
+			// signals them on another goroutine: a look at once saw 5
+			// of the 10, CI session 64): wait until all 10 are counted,
+			// pending or delivered, before holding the count to 10.
+			waitFor(t, ctx, "the 10 events counted by the consumer", func() bool {
+				ci := consumerInfo(t, ctx, js, cfg)
+				return ci.NumPending+(ci.Delivered.Stream-delivered) >= 10
+			})
 			holdsNothingPulled(t, ctx, js, cfg, delivered, 10)
 			select {
 			case g := <-r.events:
