@@ -2,6 +2,9 @@ package dlq
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -846,6 +849,180 @@ func kvOp(t *testing.T, ctx context.Context, s jetstream.Stream, seq uint64) str
 		t.Fatal(err)
 	}
 	return m.Header.Get(kvOperation)
+}
+
+// A letter of an object store's event (an object's chunk,
+// $O.<bucket>.C.<nuid>, or its meta, $O.<bucket>.M.<name>) is not
+// replayed, dry run or not, as a key-value bucket's is not: re-published,
+// a chunk would be added to its object's data, which would no longer match
+// its digest, and a meta would stand over the object's newer one (here an
+// older version whose chunks the next put purged, and a delete over the
+// object put since). The letters stay, are counted and named apart from
+// key-value ones, and an ordinary letter beside them is replayed. The
+// letters are built as jetsink writes them from what nats.go's object
+// store wrote, read as it wrote it (a later put or delete removes it):
+// the event's body and headers but its Nats-* ones (the meta's
+// Nats-Rollup) plus Jetsink-*. Read from the store's own stream, which
+// keeps every message of a subject, nothing else stops them; read from a
+// stream that sources it, the store would store them.
+func TestReplayRefusesObjectStoreLetters(t *testing.T) {
+	for _, tc := range []struct{ name, stream string }{
+		{"the object store's stream", "OBJ_FILES"},
+		{"a stream sourcing the object store", "FILES_COPY"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			js, ctx := setup(t, 0)
+			obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "FILES"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.stream != "OBJ_FILES" {
+				if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: tc.stream, Sources: []*jetstream.StreamSource{{Name: "OBJ_FILES"}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			do := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			bucket, err := js.Stream(ctx, "OBJ_FILES")
+			do(err)
+			last := func() uint64 {
+				t.Helper()
+				info, err := bucket.Info(ctx)
+				do(err)
+				return info.State.LastSeq
+			}
+			// stored runs op and returns the messages it stored.
+			stored := func(op func() error) []*jetstream.RawStreamMsg {
+				t.Helper()
+				from := last() + 1
+				do(op())
+				var ms []*jetstream.RawStreamMsg
+				for seq := from; seq <= last(); seq++ {
+					m, err := bucket.GetMsg(ctx, seq)
+					do(err)
+					ms = append(ms, m)
+				}
+				return ms
+			}
+			put := func(name, data string) func() error {
+				return func() error { return putObject(ctx, js, obs, bucket, name, data) }
+			}
+			oldA := stored(put("a", "old data"))    // 2 chunks, meta
+			newA := stored(put("a", "new data, a")) // 3 chunks, meta; old chunks purged, old meta rolled up
+			stored(put("b", "kept"))                // 1 chunk, meta
+			delB := stored(func() error { return obs.Delete(ctx, "b") })
+			stored(put("b", "kept again"))
+			if len(oldA) != 3 || len(newA) != 4 || len(delB) != 1 {
+				t.Fatalf("the object store stored %d, %d and %d messages, want 3, 4 and 1", len(oldA), len(newA), len(delB))
+			}
+			events := []*jetstream.RawStreamMsg{oldA[2], newA[0], delB[0]} // a's old meta, a chunk of its new data, b's delete
+			if events[0].Header.Get(jetstream.MsgRollup) != jetstream.MsgRollupSubject || !strings.HasPrefix(events[0].Subject, "$O.FILES.M.") ||
+				!strings.HasPrefix(events[1].Subject, "$O.FILES.C.") || !strings.Contains(string(events[2].Data), `"deleted":true`) {
+				t.Fatalf("the object store wrote %s %v, %s, %s %s: not a meta, a chunk and a delete", events[0].Subject, events[0].Header,
+					events[1].Subject, events[2].Subject, events[2].Data)
+			}
+			var subjects []string
+			for i, m := range events {
+				h := nats.Header{consumer.HeaderSubject: {m.Subject}, consumer.HeaderStream: {tc.stream}}
+				for k, v := range m.Header {
+					if !strings.HasPrefix(k, "Nats-") {
+						h[k] = v
+					}
+				}
+				putLetterData(t, ctx, js, "dlq.EV", i, m.Data, h)
+				subjects = append(subjects, m.Subject)
+			}
+			putLetterData(t, ctx, js, "dlq.EV", 3, []byte(`{}`), nats.Header{consumer.HeaderSubject: {"ev.ok"}})
+			want := map[string]*jetstream.ObjectInfo{}
+			for _, name := range []string{"a", "b"} {
+				want[name], err = obs.GetInfo(ctx, name)
+				do(err)
+			}
+			before := last()
+			for _, dry := range []bool{true, false} {
+				rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", DryRun: dry})
+				if err != nil || rep.Failed != 3 || rep.ObjectStore != 3 || !slices.Equal(rep.ObjectStoreLetters, []uint64{1, 2, 3}) ||
+					rep.KeyValue != 0 || rep.Matched != 4 {
+					t.Fatalf("dry run %v: report %+v, %v; want the 3 letters of the object store's events refused and named", dry, rep, err)
+				}
+				for _, subj := range subjects {
+					if out := by[subj]; !errors.Is(out.Err, ErrObjectStore) || out.Replayed || out.Unsure {
+						t.Errorf("dry run %v: letter to %s: %+v, want it refused (ErrObjectStore)", dry, subj, out)
+					}
+				}
+				for i, says := range []string{"its event is an object's meta", "its event is a chunk of an object's data"} {
+					if msg := fmt.Sprint(by[subjects[i]].Err); !strings.Contains(msg, says) || !strings.Contains(msg, "nats object put <bucket> <file>") ||
+						!strings.Contains(msg, fmt.Sprintf("nats stream rmm EV_DLQ %d", i+1)) {
+						t.Errorf("dry run %v: the letter's error does not say what it would do and what to do instead: %s", dry, msg)
+					}
+				}
+				if out := by["ev.ok"]; out.Err != nil || out.Replayed == dry {
+					t.Errorf("dry run %v: the ordinary letter: %+v", dry, out)
+				}
+			}
+			if after := last(); after != before {
+				t.Errorf("the object store's stream went from sequence %d to %d: the replay wrote into it", before, after)
+			}
+			for name, w := range want {
+				info, err := obs.GetInfo(ctx, name)
+				if err != nil || info.NUID != w.NUID || info.Digest != w.Digest || info.Deleted {
+					t.Errorf("object %s: %+v, %v; want %+v, as before the replay", name, info, err, w)
+					continue
+				}
+				if _, err := obs.GetBytes(ctx, name); err != nil {
+					t.Errorf("object %s: %v", name, err)
+				}
+			}
+			if ev, dl := testenv.StreamMsgs(t, ctx, js, "EV"), testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); ev != 1 || dl != 3 {
+				t.Fatalf("%d events, %d dead letters; want 1 (ev.ok) and the 3 refused", ev, dl)
+			}
+		})
+	}
+}
+
+// putObject puts data as object name of obs (stream bucket) in 4-byte
+// chunks, writing what nats.go's ObjectStore.Put writes: the chunks to
+// $O.<bucket>.C.<a new nuid>, then the meta (the ObjectInfo as JSON) to
+// $O.<bucket>.M.<name, base64url> with Nats-Rollup: sub, then a purge of
+// the previous version's chunks. Not Put itself: in nats.go v1.55.0 it
+// leaves a goroutine behind now and then (its publisher's
+// resetPendingAcksOnReconnect may read the status channel only after
+// cleanupReplySub has set it to nil, and waits on nil for ever), which
+// the package's leak check reports. The test reads the objects back
+// through obs.
+func putObject(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, bucket jetstream.Stream, name, data string) error {
+	prev, err := obs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted())
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return err
+	}
+	info := jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: name, Opts: &jetstream.ObjectMetaOptions{ChunkSize: 4}},
+		Bucket: "FILES", NUID: strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix), Size: uint64(len(data))}
+	h := sha256.New()
+	for chunk := range slices.Chunk([]byte(data), 4) {
+		if _, err := js.Publish(ctx, "$O.FILES.C."+info.NUID, chunk); err != nil {
+			return err
+		}
+		h.Write(chunk)
+		info.Chunks++
+	}
+	info.Digest = jetstream.GetObjectDigestValue(h)
+	meta, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	m := &nats.Msg{Subject: "$O.FILES.M." + base64.URLEncoding.EncodeToString([]byte(name)), Data: meta,
+		Header: nats.Header{jetstream.MsgRollup: {jetstream.MsgRollupSubject}}}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return err
+	}
+	if prev != nil && !prev.Deleted {
+		return bucket.Purge(ctx, jetstream.WithPurgeSubject("$O.FILES.C."+prev.NUID))
+	}
+	return nil
 }
 
 // A subject delete marker, which the server stores in a dead-letter stream

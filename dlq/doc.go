@@ -49,7 +49,17 @@
 // or without options (ErrKeyValue, Report.KeyValue): it would be written
 // into the bucket again, a delete or purge removing the key's current
 // value, a put standing over a newer one; the letter stays, for whoever
-// puts back by hand what the bucket should hold. Then
+// puts back by hand what the bucket should hold. Nor, for the same
+// reason, is a letter of an object store's event (its Jetsink-Subject
+// under $O.: an object's chunk, $O.<bucket>.C.<nuid>, or its meta,
+// $O.<bucket>.M.<name>; ErrObjectStore, Report.ObjectStore): a chunk would
+// be added to its object's data, which would then no longer match its
+// digest, and a meta would stand over the object's newer one, bringing
+// back a deleted object or an older version without its chunks, or
+// deleting the object put since; the letter stays, for whoever puts the
+// object again by hand. An object store's messages carry no
+// header of their own, so one stored under another subject (a source's
+// subject transform) is not recognized. Then
 // it publishes the original body to
 // Jetsink-Subject with the original headers minus every Jetsink-* header
 // and with the Nats-Msg-Id "<original msg id>:replay:<the dead letter's

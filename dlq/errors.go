@@ -41,6 +41,14 @@ var (
 	// would remove the key's current value, a put stand over a newer one.
 	// The letter stays (Report.KeyValue), and Replay goes on.
 	ErrKeyValue = errors.New("dlq: a key-value bucket's event is not replayed")
+	// ErrObjectStore: the letter's event is an object store's (its
+	// subject is under $O.: an object's chunk, $O.<bucket>.C.<nuid>, or
+	// its meta, $O.<bucket>.M.<name>), and re-published it would be
+	// written into the store again: a chunk would be added to the
+	// object's data, which would no longer match its digest, a meta would
+	// stand over a newer one. The letter stays (Report.ObjectStore), and
+	// Replay goes on.
+	ErrObjectStore = errors.New("dlq: an object store's event is not replayed")
 	// ErrUnsettled: Replay stopped after a letter it could not settle for
 	// sure (Report.Unsure or Report.Undeleted names it), so that the ones
 	// after it do not end the same way and the letter can be replayed

@@ -239,7 +239,7 @@ type Report struct {
 	// NotLettersNamed messages skipped, in order.
 	NotLetters []uint64
 	Others     int // letters the filter selected that another consumer wrote (Jetsink-Consumer is not Options.WrittenBy, or Consumer), or of another stream's events (Jetsink-Stream is not Options.EventStream), left for their own replay
-	Failed     int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader), or it is a key-value bucket's (ErrKeyValue)
+	Failed     int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader), or it is a key-value bucket's or an object store's (ErrKeyValue, ErrObjectStore)
 	// Markers counts the subject delete markers read (see marker): the
 	// server's own, where the last message of a subject aged out, not
 	// letters and not skipped. Scanned counts them too.
@@ -250,6 +250,10 @@ type Report struct {
 	// NotLettersNamed, in order.
 	KeyValue        int
 	KeyValueLetters []uint64
+	// ObjectStore and ObjectStoreLetters are the same for the letters of
+	// an object store's events (ErrObjectStore).
+	ObjectStore        int
+	ObjectStoreLetters []uint64
 	// Undeleted lists the dead-letter sequences of letters re-published
 	// (acknowledged by their stream) but not deleted although Keep was not
 	// set: each is now both an event and a dead letter, and replaying it
@@ -303,7 +307,7 @@ const (
 // if the server refuses the user the consumers that read it), ErrStalled,
 // ErrUnsettled, or a context's error. A letter that fails is reported
 // through each and counted in Report.Failed. When its event is certainly
-// not stored (a refusal, ErrNoReader, ErrKeyValue) Replay goes on with the next letter;
+// not stored (a refusal, ErrNoReader, ErrKeyValue, ErrObjectStore) Replay goes on with the next letter;
 // when it may be stored although the letter stays (Report.Unsure), or is
 // stored and the letter could not be deleted (Report.Undeleted), Replay
 // stops there, with ErrUnsettled.
@@ -519,11 +523,15 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	wait := min(publishWait, o.LetterTimeout/3)
 	if err := target(l); err != nil {
 		out.Err = err
-	} else if err := keyValue(l, o.Stream); err != nil {
+	} else if err := storeEvent(l, o.Stream); err != nil {
 		out.Err = err
-		rep.KeyValue++
-		if len(rep.KeyValueLetters) < NotLettersNamed {
-			rep.KeyValueLetters = append(rep.KeyValueLetters, l.Seq)
+		n, seqs := &rep.KeyValue, &rep.KeyValueLetters
+		if errors.Is(err, ErrObjectStore) {
+			n, seqs = &rep.ObjectStore, &rep.ObjectStoreLetters
+		}
+		*n++
+		if len(*seqs) < NotLettersNamed {
+			*seqs = append(*seqs, l.Seq)
 		}
 	} else if err := rs.check(ctx, l, wait); err != nil {
 		out.Err = err
@@ -827,24 +835,56 @@ func target(l *Letter) error {
 // name to itself.)
 const kvOperation = "KV-Operation"
 
-// keyValue returns an error wrapping ErrKeyValue if l's event is a
-// key-value bucket's: its subject is under $KV. (the subjects a bucket's
-// stream stores its keys under), or it carries the KV-Operation header
-// (the event of a bucket stored under another subject, by a source's or
-// mirror's subject transform, which a subject mapping of the account may
-// lead back to the bucket). Replayed, it would be written into the bucket
-// again, with the replay's credentials: a delete or purge would remove the
-// key's current value, a put would stand over a newer one. Published to a
-// stream that sources or mirrors the bucket, the bucket itself stores it
-// (and Replay would learn of it only from the PubAck); to the bucket's
-// stream, only Options.AllowMaxMsgsPerSubject lets it through (a bucket's
-// stream keeps max_msgs_per_subject, its history), and that option is
-// about events dropped, not about writing into a bucket. dlqStream names the
-// dead-letter stream for the error's hint.
-func keyValue(l *Letter, dlqStream string) error {
+// A store is a kind of store nats.go keeps in a stream, whose events Replay
+// does not write back (see storeEvent).
+type store struct {
+	err     error  // ErrKeyValue or ErrObjectStore
+	name    string // "a key-value bucket"
+	noun    string // what the replay would write into: "bucket"
+	restore string // the command that puts back by hand what it should hold
+}
+
+var (
+	keyValueStore = store{ErrKeyValue, "a key-value bucket", "bucket", "nats kv put <bucket> <key> <value>"}
+	objectStore   = store{ErrObjectStore, "an object store", "object store", "nats object put <bucket> <file>"}
+)
+
+// storeEvent returns an error wrapping ErrKeyValue or ErrObjectStore if l's
+// event is a key-value bucket's (keyValue) or an object store's
+// (objectEvent): replayed, it would be written into the store again, with
+// the replay's credentials, not only sent to jetsink. Published to a
+// stream that sources or mirrors the store, the store itself stores it
+// (and Replay would learn of it only from the PubAck); to the store's own
+// stream, nothing else need stop it (a bucket's stream keeps
+// max_msgs_per_subject, its history, which Options.AllowMaxMsgsPerSubject
+// lets through, and that option is about events dropped, not about
+// writing into a store; an object store's stream keeps every message of a
+// subject). dlqStream names the dead-letter stream for the error's hint.
+func storeEvent(l *Letter, dlqStream string) error {
+	s, what := keyValue(l)
+	if what == "" {
+		s, what = objectEvent(l)
+	}
+	if what == "" {
+		return nil
+	}
+	return fmt.Errorf("dead letter %d to %s: %w: its event is %s of %s, and the replay would write it into the %s again, "+
+		"not only send it to jetsink; it stays (fix what refused it, put back by hand what the %s should hold, "+
+		"%s, and delete the letter, nats stream rmm %s %d)",
+		l.Seq, l.Subject, s.err, what, s.name, s.noun, s.noun, s.restore, dlqStream, l.Seq)
+}
+
+// keyValue says what l's event is if it is a key-value bucket's: its
+// subject is under $KV. (the subjects a bucket's stream stores its keys
+// under), or it carries the KV-Operation header (the event of a bucket
+// stored under another subject, by a source's or mirror's subject
+// transform, which a subject mapping of the account may lead back to the
+// bucket). Replayed, a delete or purge would remove the key's current
+// value, a put would stand over a newer one. It returns "" for any other.
+func keyValue(l *Letter) (store, string) {
 	op := l.Header.Get(kvOperation)
 	if !strings.HasPrefix(l.Subject, "$KV.") && op == "" {
-		return nil
+		return keyValueStore, ""
 	}
 	what := "a put"
 	switch op {
@@ -859,10 +899,39 @@ func keyValue(l *Letter, dlqStream string) error {
 	if op == "" {
 		what += ", which would stand over the key's newer value, if any"
 	}
-	return fmt.Errorf("dead letter %d to %s: %w: its event is %s of a key-value bucket, and the replay would write it into the bucket again, "+
-		"not only send it to jetsink; it stays (fix what refused it, put back by hand what the bucket should hold, "+
-		"nats kv put <bucket> <key> <value>, and delete the letter, nats stream rmm %s %d)",
-		l.Seq, l.Subject, ErrKeyValue, what, dlqStream, l.Seq)
+	return keyValueStore, what
+}
+
+// objectEvent says what l's event is if it is an object store's: its
+// subject is under $O., where nats.go's object store (bucket <b>, stream
+// OBJ_<b>) writes an object's data in chunks to $O.<b>.C.<nuid>, a new
+// nuid for each put, and its meta (name, size, digest, number of chunks
+// and nuid; a delete's with deleted set) to $O.<b>.M.<encoded name>, with
+// Nats-Rollup: sub, which leaves only the last. A replayed chunk would
+// be added to its object's chunks, which a get reads to the end: the data
+// read back would no longer match its digest. A replayed meta (without
+// the Nats-Rollup a letter leaves out) would stand over a newer one, the
+// one a get reads: a deleted object or an older version back without
+// its chunks, which a delete or the next put purged, or a delete over
+// the object put since. Unlike a bucket's, an object store's messages
+// carry no header of their own: one stored under another subject (a
+// source's subject transform) is not recognized. It returns "" for any
+// other.
+func objectEvent(l *Letter) (store, string) {
+	rest, ok := strings.CutPrefix(l.Subject, "$O.")
+	if !ok {
+		return objectStore, ""
+	}
+	_, rest, _ = strings.Cut(rest, ".") // the bucket
+	kind, _, _ := strings.Cut(rest, ".")
+	switch kind {
+	case "C":
+		return objectStore, "a chunk of an object's data (added to its chunks again, the object read back would no longer match its digest)"
+	case "M":
+		return objectStore, "an object's meta (standing over the object's newer meta, if any, it would bring back a deleted object " +
+			"or an older version without its chunks, which were purged, or delete the object put since)"
+	}
+	return objectStore, "a message under $O. (where object stores keep their chunks and meta)"
 }
 
 // marker reports whether a message of the dead-letter stream that is no
