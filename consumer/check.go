@@ -364,7 +364,7 @@ func replicaProblem(cluster string, sc *jetstream.StreamConfig) (Problem, bool) 
 	case cluster != "" && sc.Replicas <= 1:
 		return Problem{Warning: true,
 			Message: fmt.Sprintf("stream %s has one replica on NATS cluster %s: losing that server's disk loses the events on it, acked to their publishers", sc.Name, cluster),
-			Fix:     fmt.Sprintf("keep it on three servers: nats.stream_replicas: 3 with create_stream, or nats stream edit %s --replicas 3", sc.Name)}, true
+			Fix:     "keep it on three servers: nats.stream_replicas: 3 with create_stream, or " + streamEdit(sc.Name, "--replicas 3")}, true
 	}
 	return Problem{}, false
 }
@@ -453,9 +453,9 @@ func inactiveLimitProblem(sc *jetstream.StreamConfig) (p Problem, ok bool) {
 			"and cannot take it off: the server refuses a longer one): the server deletes the durable once no pull has come for longer than that, "+
 			"so once jetsink has been stopped longer, and the next start makes it anew from the start of the stream, storing again every event "+
 			"the stream holds (at-least-once), or while PostgreSQL is unreachable for longer (jetsink pulls nothing then)%s", sc.Name, limit, lost),
-		Fix: fmt.Sprintf("remove the limit: set the stream's consumer_limits.inactive_threshold to 0 (nats stream edit %s has no flag for it: "+
-			"edit the configuration with nats stream edit %s --interactive, or --config <a file of it>); or never stop jetsink, "+
-			"nor leave PostgreSQL unreachable, for that long", shellWord(sc.Name), shellWord(sc.Name))}, true
+		Fix: fmt.Sprintf("remove the limit: set the stream's consumer_limits.inactive_threshold to 0 (natscli's stream edit has no flag for it: "+
+			"edit the configuration with %s, or --config <a file of it>); or never stop jetsink, "+
+			"nor leave PostgreSQL unreachable, for that long", streamEdit(sc.Name, "--interactive"))}, true
 }
 
 // ackPendingLimitProblem is the error for event stream sc when its
@@ -473,7 +473,7 @@ func ackPendingLimitProblem(sc *jetstream.StreamConfig, cfg *Config) (p Problem,
 			"jetsink's durable consumer with it, so run fails at its start, and a run under way cannot make the consumer again (as it does to resubscribe)",
 			sc.Name, limit, want),
 		Fix: fmt.Sprintf("set nats.max_ack_pending to %d or less, or remove the stream's limit (set its consumer_limits.max_ack_pending to 0: "+
-			"nats stream edit %s --interactive, or --config <a file of it>)", limit, shellWord(sc.Name))}, true
+			"%s, or --config <a file of it>)", limit, streamEdit(sc.Name, "--interactive"))}, true
 }
 
 // holdSteps says how to keep the events of interest stream cfg.Stream
@@ -482,7 +482,7 @@ func ackPendingLimitProblem(sc *jetstream.StreamConfig, cfg *Config) (p Problem,
 // stream sequence + 1: deliverAfter, or floorPlaceholder) on, added first
 // and removed after.
 func holdSteps(cfg *Config, deliver string) string {
-	return fmt.Sprintf("first add a consumer that holds the events it has not acknowledged: %s%s, and remove it (nats consumer rm %s jetsink_hold) "+
+	return fmt.Sprintf("first add a consumer that holds the events it has not acknowledged: %s%s, and remove it (nats consumer rm %s jetsink_hold --force) "+
 		"once the durable is there again (until then the stream keeps every event)",
 		consumerAdd(cfg.Stream, "jetsink_hold", cfg.FilterSubject, deliver), floorWhere(cfg, deliver), shellWord(cfg.Stream))
 }
@@ -535,6 +535,14 @@ func consumerAdd(stream, name, filter, deliver string) string {
 	return cmd + " --defaults"
 }
 
+// streamEdit is the natscli command that edits stream with flags. Without
+// --force natscli shows the change and asks "Really edit Stream", and
+// fails with no terminal (natscli's cli/stream_command.go: strEdit's
+// Flag("force", "Force edit without prompting")).
+func streamEdit(stream, flags string) string {
+	return "nats stream edit " + shellWord(stream) + " --force " + flags
+}
+
 // shellWord is s as one word of a POSIX shell's command line: as it is
 // when it holds nothing a shell reads specially, else in single quotes (a
 // subject's wildcards > and * redirect and glob).
@@ -574,7 +582,7 @@ func publisherDeletions(sc *jetstream.StreamConfig) []Problem {
 		problems = append(problems, Problem{Warning: true,
 			Message: fmt.Sprintf("stream %s allows roll-ups (allow_rollup_hdrs): an event published with a Nats-Rollup header (sub or all; a key-value bucket's purge sends one) deletes its subject's or the stream's earlier events whether jetsink has stored them or not: "+
 				"those not stored by then are lost", sc.Name),
-			Fix: fmt.Sprintf("have publishers send no Nats-Rollup to subjects jetsink reads, or turn roll-ups off (nats stream edit %s --no-allow-rollup; subject delete markers and message schedules keep them on)", sc.Name)})
+			Fix: fmt.Sprintf("have publishers send no Nats-Rollup to subjects jetsink reads, or turn roll-ups off (%s; subject delete markers and message schedules keep them on)", streamEdit(sc.Name, "--no-allow-rollup"))})
 	}
 	return problems
 }
@@ -660,7 +668,7 @@ func deadLetterStreamProblems(sc, events *jetstream.StreamConfig, ackWait time.D
 		if largest > 0 && int64(sc.MaxMsgSize) < need {
 			warn(fmt.Sprintf("has max_msg_size %d, less than the %d bytes a dead letter of the largest event may take (%s, plus %d for jetsink's headers): "+
 				"it refuses such a letter, and its event is nak'ed again and again", sc.MaxMsgSize, need, of, deadLetterHeadroom),
-				fmt.Sprintf("raise its max_msg_size to %d or more, or -1 for none (nats stream edit %s --max-msg-size %d)", need, sc.Name, need))
+				fmt.Sprintf("raise its max_msg_size to %d or more, or -1 for none (%s)", need, streamEdit(sc.Name, fmt.Sprintf("--max-msg-size %d", need))))
 		}
 	}
 	// A dead letter is the only copy of an event terminated in the event
@@ -669,7 +677,7 @@ func deadLetterStreamProblems(sc, events *jetstream.StreamConfig, ackWait time.D
 		if have, want := max(sc.Replicas, 1), max(events.Replicas, 1); have < want {
 			warn(fmt.Sprintf("has %d replicas, fewer than event stream %s's %d: a dead letter is the only copy of its event, and losing servers the event stream survives may lose it",
 				have, events.Name, want),
-				fmt.Sprintf("raise its replicas to %d (nats stream edit %s --replicas %d)", want, sc.Name, want))
+				fmt.Sprintf("raise its replicas to %d (%s)", want, streamEdit(sc.Name, fmt.Sprintf("--replicas %d", want))))
 		}
 		if sc.Storage == jetstream.MemoryStorage && events.Storage == jetstream.FileStorage {
 			warn(fmt.Sprintf("keeps its dead letters in memory: a restart of its servers loses them, the only copies of events terminated in file-backed stream %s", events.Name),

@@ -1337,7 +1337,7 @@ func TestOperatorCommandsRunUnattended(t *testing.T) {
 	}
 	c := &Consumer{cfg: cfg}
 	remake := c.remakeSteps(1234)
-	want = "past its ack floor, stream sequence 1234 (nats consumer rm ORDERS jetsink, then nats consumer add ORDERS jetsink " +
+	want = "past its ack floor, stream sequence 1234 (nats consumer rm ORDERS jetsink --force, then nats consumer add ORDERS jetsink " +
 		"--pull --ack explicit --deliver 1235 --replay instant --filter 'orders.eu.>' --defaults;"
 	if !strings.Contains(remake, want) || requireUnattended(t, "remakeSteps", remake) != 1 {
 		t.Errorf("remakeSteps(1234):\n%s\nwant it to hold:\n%s", remake, want)
@@ -1357,6 +1357,76 @@ func TestOperatorCommandsRunUnattended(t *testing.T) {
 		if got := shellWord(in); got != want {
 			t.Errorf("shellWord(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// Every natscli command jetsink prints names the stream, consumer and
+// subjects as one word each for the shell, and runs without a terminal:
+// a stream may be named with a $ or a & (the server refuses only
+// whitespace, '.', '*', '>' and path separators), which a shell expands or
+// takes for a background job; and nats stream edit and nats consumer rm
+// ask for a confirmation unless told --force. Before, the fixes of
+// replicas, roll-ups, the dead-letter stream's max_msg_size, replicas and
+// subjects, and Validate's stream keys printed the stream's name bare, and
+// no edit or rm had --force.
+func TestOperatorCommandsQuoteNames(t *testing.T) {
+	const name = "ev$x&y"
+	cfg := DefaultConfig()
+	cfg.Stream, cfg.Consumer, cfg.FilterSubject = name, "jet$ink", "ev.>"
+	// The server takes such names (the test's own copy of them).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := jsFor(t, testenv.NATS(t))
+	own := name + "_" + uniqueName(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: own, Subjects: []string{own + ".>"}}); err != nil {
+		t.Fatalf("the server refuses stream %s: %v", own, err)
+	}
+	if _, err := js.CreateConsumer(ctx, own, jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatalf("the server refuses durable %s: %v", cfg.Consumer, err)
+	}
+	texts := map[string]string{}
+	if p, ok := replicaProblem("c1", &jetstream.StreamConfig{Name: name, Replicas: 1}); ok {
+		texts["replicaProblem"] = p.Fix
+	}
+	for _, p := range publisherDeletions(&jetstream.StreamConfig{Name: name, AllowRollup: true}) {
+		texts["publisherDeletions"] += p.Fix + "\n"
+	}
+	if p, ok := inactiveLimitProblem(&jetstream.StreamConfig{Name: name, ConsumerLimits: jetstream.StreamConsumerLimits{InactiveThreshold: time.Hour}}); ok {
+		texts["inactiveLimitProblem"] = p.Fix
+	}
+	if p, ok := ackPendingLimitProblem(&jetstream.StreamConfig{Name: name, ConsumerLimits: jetstream.StreamConsumerLimits{MaxAckPending: 1}}, &cfg); ok {
+		texts["ackPendingLimitProblem"] = p.Fix
+	}
+	for _, p := range deadLetterStreamProblems(&jetstream.StreamConfig{Name: name + "_DLQ", MaxMsgSize: 100, Replicas: 1},
+		&jetstream.StreamConfig{Name: name, Replicas: 3}, time.Minute, 1<<20) {
+		texts["deadLetterStreamProblems"] += p.Fix + "\n"
+	}
+	texts["deadLetterNameInUse"] = deadLetterNameInUse(name+"_DLQ", "ev$x&y.dead", []string{"other"}).Fix
+	bad := cfg
+	bad.CreateStream, bad.StreamMaxAge = false, time.Hour
+	if err := bad.Validate(); err != nil {
+		texts["Validate"] = err.Error()
+	}
+	texts["holdSteps"] = holdSteps(&cfg, floorPlaceholder)
+	c := &Consumer{cfg: cfg}
+	c.interest.Store(true)
+	texts["remakeSteps"] = c.remakeSteps(1234)
+	// How many nats commands each prints, of which how many edits.
+	want := map[string][2]int{"replicaProblem": {1, 1}, "publisherDeletions": {1, 1}, "inactiveLimitProblem": {1, 1},
+		"ackPendingLimitProblem": {1, 1}, "deadLetterStreamProblems": {2, 2}, "deadLetterNameInUse": {1, 1}, "Validate": {1, 1},
+		"holdSteps": {3, 0}, "remakeSteps": {4, 0}}
+	for by, w := range want {
+		text := texts[by]
+		if n := requireQuoted(t, by, text); n != w[0] {
+			t.Errorf("%s prints %d nats commands, want %d:\n%s", by, n, w[0], text)
+		}
+		if n := len(natsCommands(text, "nats stream edit ")); n != w[1] {
+			t.Errorf("%s prints %d nats stream edit, want %d:\n%s", by, n, w[1], text)
+		}
+		if !strings.Contains(text, shellWord(name)) && !strings.Contains(text, shellWord(name+"_DLQ")) {
+			t.Errorf("%s does not name stream %s as %s:\n%s", by, name, shellWord(name), text)
+		}
+		requireUnattended(t, by, text)
 	}
 }
 

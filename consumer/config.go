@@ -413,7 +413,7 @@ func (c Config) Validate() error {
 	}
 	if !c.CreateStream && (c.StreamMaxAge != 0 || c.StreamMaxBytes != 0 || c.StreamReplicas != 0 || c.StreamDuplicateWindow != 0) {
 		errs = append(errs, fmt.Errorf("%w: nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas and nats.stream_duplicate_window apply to the stream jetsink creates or updates: "+
-			"set nats.create_stream: true, or set them on the stream (nats stream edit %s --max-age ... --max-bytes ... --replicas ... --dupe-window ...)", ErrInvalidConfig, c.Stream))
+			"set nats.create_stream: true, or set them on the stream (%s)", ErrInvalidConfig, streamEdit(c.Stream, "--max-age ... --max-bytes ... --replicas ... --dupe-window ...")))
 	}
 	if c.CreateStream && len(c.Subjects) == 0 {
 		errs = append(errs, fmt.Errorf("%w: nats.subjects is empty; with nats.create_stream: true give the subjects the stream captures, e.g. [\"events.>\"]", ErrInvalidConfig))

@@ -964,7 +964,8 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 func deadLetterNameInUse(name, subject string, subjects []string) Problem {
 	return Problem{Message: fmt.Sprintf("stream %s exists but does not capture nats.dead_letter_subject %s (it captures %s: its subjects were edited?), "+
 		"so no stream captures dead letters, and create_stream cannot make %s", name, subject, cmp.Or(strings.Join(subjects, ", "), "no subjects"), name),
-		Fix: fmt.Sprintf("give %s the subject again (nats stream edit %s --subjects with %s among them), or set nats.dead_letter_subject to a subject it captures", name, name, subject)}
+		Fix: fmt.Sprintf("give %s the subject again (%s, and a --subjects for each subject it is to keep), or set nats.dead_letter_subject to a subject it captures",
+			name, streamEdit(name, "--subjects "+shellWord(subject)))}
 }
 
 // deadLetterStreamConfig is the dead-letter stream jetsink creates:

@@ -441,8 +441,10 @@ func startFilterTestRun(t *testing.T, ctx context.Context, set func(*Consumer)) 
 // printed it) that stops to ask questions, as it does without a
 // terminal ("could not ask replay policy"): a nats consumer add or nats
 // stream add without --defaults, a consumer add without --replay instant;
-// and for a --deliver that is neither a number nor the ack floor's stream
-// sequence (nats consumer info prints the consumer sequence first). It
+// a nats stream edit, nats consumer edit or nats consumer rm of a named
+// stream without --force; and for a --deliver that is neither a number
+// nor the ack floor's stream sequence (nats consumer info prints the
+// consumer sequence first). It
 // returns how many such commands text holds.
 func requireUnattended(t *testing.T, by, text string) int {
 	t.Helper()
@@ -471,6 +473,53 @@ func requireUnattended(t *testing.T, by, text string) int {
 				number := strings.TrimLeft(deliver, "0123456789")
 				if number == deliver && !strings.HasPrefix(deliver, "<the ack floor's stream sequence + 1>") || number != deliver && !strings.HasPrefix(number, " ") {
 					t.Errorf("%s: %q delivers from neither a number nor the ack floor's stream sequence:\n%s", by, verb+cmd, text)
+				}
+			}
+		}
+	}
+	// natscli asks "Really edit Stream", "Really delete Consumer" and
+	// the like unless told --force.
+	for _, verb := range []string{"nats stream edit ", "nats consumer edit ", "nats consumer rm "} {
+		for _, cmd := range natsCommands(text, verb) {
+			if !strings.Contains(cmd+" ", " --force ") {
+				t.Errorf("%s: %q has no --force:\n%s", by, cmd, text)
+			}
+		}
+	}
+	return n
+}
+
+// natsCommands is each command in text that begins with verb (as "nats
+// stream edit ") and names something (verb, then a word), up to the ;
+// , ( ) or newline that ends it.
+func natsCommands(text, verb string) []string {
+	var cmds []string
+	for rest := text; ; {
+		i := strings.Index(rest, verb)
+		if i < 0 {
+			return cmds
+		}
+		rest = rest[i+len(verb):]
+		cmd := (rest + ";")[:strings.IndexAny(rest+";", ";,()\n")]
+		if strings.TrimSpace(cmd) != "" {
+			cmds = append(cmds, verb+strings.TrimSpace(cmd))
+		}
+	}
+}
+
+// requireQuoted fails t for each word of a natscli command in text (by:
+// who printed it) that holds a $ or a & outside single quotes: a name
+// (stream, consumer, subject) printed for a shell to mis-read. It returns
+// how many nats commands text holds.
+func requireQuoted(t *testing.T, by, text string) int {
+	t.Helper()
+	n := 0
+	for _, verb := range []string{"nats stream ", "nats consumer "} {
+		for _, cmd := range natsCommands(text, verb) {
+			n++
+			for _, w := range strings.Fields(cmd) {
+				if strings.ContainsAny(w, "$&") && !(len(w) > 1 && strings.HasPrefix(w, "'") && strings.HasSuffix(w, "'")) {
+					t.Errorf("%s: %q has %s unquoted:\n%s", by, cmd, w, text)
 				}
 			}
 		}

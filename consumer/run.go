@@ -1623,7 +1623,7 @@ func (c *Consumer) noteInactiveLimit(d time.Duration) {
 // floor says (floorPlaceholder); on a stream with interest retention,
 // after a holding consumer from there is added (holdFirst).
 func (c *Consumer) remakeSteps(floor uint64) string {
-	return fmt.Sprintf("stop jetsink and make the consumer again past its ack floor, stream sequence %d (nats consumer rm %s %s, then %s; "+
+	return fmt.Sprintf("stop jetsink and make the consumer again past its ack floor, stream sequence %d (nats consumer rm %s %s --force, then %s; "+
 		"jetsink keeps where it starts and sets the rest), which delivers again what was acked past the floor%s",
 		floor, shellWord(c.cfg.Stream), shellWord(c.cfg.Consumer), consumerAdd(c.cfg.Stream, c.cfg.Consumer, c.cfg.FilterSubject, deliverAfter(floor)),
 		holdFirst(&c.cfg, deliverAfter(floor), c.interest.Load()))

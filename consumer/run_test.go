@@ -1316,7 +1316,7 @@ func TestStreamConsumerLimitInactiveThresholdNotFought(t *testing.T) {
 		t.Fatal(err)
 	}
 	warning := "stream " + cfg.Stream + " has consumer_limits.inactive_threshold 1h0m0s, which the server gives jetsink's durable consumer"
-	fix := "set the stream's consumer_limits.inactive_threshold to 0 (nats stream edit " + cfg.Stream + " has no flag for it"
+	fix := "set the stream's consumer_limits.inactive_threshold to 0 (natscli's stream edit has no flag for it: edit the configuration with nats stream edit " + cfg.Stream + " --force --interactive"
 	if w := checkText(t, ctx, cfg, false); !strings.Contains(w, warning) || !strings.Contains(w, fix) {
 		t.Errorf("check does not warn of the stream's inactive_threshold limit, with the fix:\n%s", w)
 	}
@@ -1611,7 +1611,7 @@ func TestMetadataUpdateKeepsAnEditedFilter(t *testing.T) {
 		}
 		// Its command makes the durable again from the floor's stream
 		// sequence + 1, the number, and runs without asking.
-		remake := "nats consumer rm " + cfg.Stream + " " + cfg.Consumer + ", then nats consumer add " + cfg.Stream + " " + cfg.Consumer +
+		remake := "nats consumer rm " + cfg.Stream + " " + cfg.Consumer + " --force, then nats consumer add " + cfg.Stream + " " + cfg.Consumer +
 			" --pull --ack explicit --deliver 3 --replay instant --defaults;"
 		if !strings.Contains(found, remake) || requireUnattended(t, "run", found) != 1 {
 			t.Fatalf("the Error line does not say %q:\n%s", remake, found)
