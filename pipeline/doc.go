@@ -82,7 +82,8 @@
 // RFC 6901 JSON pointer "/a/b~1c" (also written "json:/a/b~1c"). In both,
 // a key that Atoi reads as an index ("1", and unlike RFC 6901 also "01",
 // "+1") indexes an array, as fastjson's Get does, and names an object's
-// member as written. A missing value or JSON null is SQL
+// member as written; a negative key ("-1") only ever names a member, never
+// an array element (PostgreSQL's #> counts it from the end). A missing value or JSON null is SQL
 // NULL, or CodeRequiredMissing when the column is required. A header sent
 // with an empty value is not missing: it is the empty string, which a
 // typed column (uuid, the integers, timestamptz, ...) refuses as it
@@ -106,8 +107,10 @@
 // empty value (no header), is refused with CodeInvalidJSON. With
 // duplicate keys the last one wins when a json: path is looked up, as in
 // jsonb (and in JavaScript's JSON.parse and Go's encoding/json), so that a
-// column's value never disagrees with the payload stored beside it as
-// jsonb. An object itself is written out with its members as they came,
+// column never reads a member the payload stored beside it as jsonb
+// dropped. Scalars are read as json_populate_record reads them, not as
+// jsonb normalizes them: 1E2 and -0 into a text column stay 1E2 and -0,
+// and a float column keeps -0 (jsonb holds 100 and 0). An object itself is written out with its members as they came,
 // duplicates included; jsonb drops all but the last of them, but a text
 // column keeps them: with {"a":{"b":1,"b":null}}, json:a stores
 // {"b":1,"b":null} as text and {"b": null} as jsonb (json:a.b is NULL).
