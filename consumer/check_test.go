@@ -1337,7 +1337,7 @@ func TestOperatorCommandsRunUnattended(t *testing.T) {
 	}
 	c := &Consumer{cfg: cfg}
 	remake := c.remakeSteps(1234)
-	want = "past its ack floor, stream sequence 1234 (nats consumer rm ORDERS jetsink --force, then nats consumer add ORDERS jetsink " +
+	want = "past the ack floor it had under jetsink's filter, stream sequence 1234 (nats consumer rm ORDERS jetsink --force, then nats consumer add ORDERS jetsink " +
 		"--pull --ack explicit --deliver 1235 --replay instant --filter 'orders.eu.>' --defaults;"
 	if !strings.Contains(remake, want) || requireUnattended(t, "remakeSteps", remake) != 1 {
 		t.Errorf("remakeSteps(1234):\n%s\nwant it to hold:\n%s", remake, want)

@@ -90,8 +90,10 @@ type Consumer struct {
 
 	// resumeFloor is where Run makes again a consumer that went away while
 	// it ran: past the ack floor (a stream sequence) the server last
-	// reported for it on the stream created at resumeStream (noteFloor),
-	// so that a deleted durable does not deliver the whole stream again.
+	// reported for it under jetsink's filter on the stream created at
+	// resumeStream (noteFloor), so that a deleted durable does not
+	// deliver the whole stream again. refreshFloor's remake after another
+	// filter starts past it too (editFloor).
 	// serve asks for the floor every floorEvery. Run's goroutine only.
 	resumeFloor  atomic.Uint64 // atomic for the tests' sake
 	resumeStream time.Time

@@ -1449,7 +1449,9 @@ func (c *Consumer) floorNow(ctx context.Context) {
 // back: the events the other filter left out that were published
 // meanwhile are skipped, and jetsink's filter, applied again, does not
 // bring them back. That is logged at Error with the ack floor and the
-// delivered sequence, from which the operator can make the consumer again.
+// delivered sequence, and the commands that make the consumer again past
+// the floor it had under jetsink's filter (editFloor), not past its floor
+// now, which the server moved past the events skipped.
 // A filter another jetsink of the durable set (othersFilter: the one
 // recorded in its metadata) is not set back until filterKeep has passed
 // since this process first saw it, but logged at Error, at most once a
@@ -1546,7 +1548,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		c.log.Error("another jetsink of this durable consumer set another filter, which this one first saw longer than keep_for ago: this one sets its own back, "+
 			"since the one that set it may no longer run; the events on the subjects that filter left out that were published "+
 			"meanwhile may have been skipped, and are not delivered once jetsink's filter is applied again (the server does not go back); "+
-			"to have them delivered, "+c.remakeSteps(ci.AckFloor.Stream)+
+			"to have them delivered, "+c.remakeAfterEdit(ci)+
 			"; if the other jetsink still runs, give the two the same "+
 			"nats.filter_subject, or a nats.consumer each (each sets its own back keep_for after the other)",
 			"consumer", c.cfg.Consumer, "filter_subject", f, "nats.filter_subject", c.cfg.FilterSubject, "first_seen", at.UTC().Format(time.RFC3339),
@@ -1555,7 +1557,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		changed = append(changed, "filter_subject")
 		c.log.Error("the consumer's filter was changed on the server: the events on the subjects it left out that were published "+
 			"meanwhile may have been skipped, and are not delivered once jetsink's filter is applied again (the server does not go back); "+
-			"to have them delivered, "+c.remakeSteps(ci.AckFloor.Stream),
+			"to have them delivered, "+c.remakeAfterEdit(ci),
 			"consumer", c.cfg.Consumer, "filter_subject", got.FilterSubject, "filter_subjects", got.FilterSubjects,
 			"nats.filter_subject", c.cfg.FilterSubject, "ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	}
@@ -1616,17 +1618,48 @@ func (c *Consumer) noteInactiveLimit(d time.Duration) {
 	c.inactiveLimitAt.Store(time.Now().UnixNano())
 }
 
-// remakeSteps says how to have the durable deliver again past ack floor
-// floor (its AckFloor.Stream) the events it skipped: deleted and made
-// again with jetsink's filter from the floor's stream sequence + 1
-// (deliverAfter), as a number, not the placeholder a fix without the
-// floor says (floorPlaceholder); on a stream with interest retention,
-// after a holding consumer from there is added (holdFirst).
+// remakeSteps says how to have the durable deliver again the events
+// another filter on it skipped: deleted and made again with jetsink's
+// filter from stream sequence floor + 1 (deliverAfter), as a number, not
+// the placeholder a fix without the floor says (floorPlaceholder); on a
+// stream with interest retention, after a holding consumer from there is
+// added (holdFirst). floor is editFloor's: the ack floor the durable had
+// under jetsink's filter, not its floor now, which the server moved past
+// the events skipped.
 func (c *Consumer) remakeSteps(floor uint64) string {
-	return fmt.Sprintf("stop jetsink and make the consumer again past its ack floor, stream sequence %d (nats consumer rm %s %s --force, then %s; "+
-		"jetsink keeps where it starts and sets the rest), which delivers again what was acked past the floor%s",
+	return fmt.Sprintf("stop jetsink and make the consumer again past the ack floor it had under jetsink's filter, stream sequence %d "+
+		"(nats consumer rm %s %s --force, then %s; jetsink keeps where it starts and sets the rest), which delivers again what was acked past that floor%s",
 		floor, shellWord(c.cfg.Stream), shellWord(c.cfg.Consumer), consumerAdd(c.cfg.Stream, c.cfg.Consumer, c.cfg.FilterSubject, deliverAfter(floor)),
 		holdFirst(&c.cfg, deliverAfter(floor), c.interest.Load()))
+}
+
+// editFloor is the ack floor (a stream sequence) to make the durable again
+// past once ci shows another filter on it (remakeSteps): the floor last
+// noted under jetsink's filter on the stream of this session (noteFloor
+// notes none under another), or ci's if lower. Not ci's own: under the
+// other filter the server moved it past the events of jetsink's filter
+// that it skipped (a durable that had acked everything delivered takes
+// the last stream sequence it looked at as its floor), and a consumer made
+// past it would skip them again. Without such a floor (none noted on this
+// stream), ci's, with known false.
+func (c *Consumer) editFloor(ci *jetstream.ConsumerInfo) (floor uint64, known bool) {
+	floor = ci.AckFloor.Stream
+	if c.streamCreated.IsZero() || !c.resumeStream.Equal(c.streamCreated) {
+		return floor, false
+	}
+	return min(floor, c.resumeFloor.Load()), true
+}
+
+// remakeAfterEdit is remakeSteps from editFloor(ci), saying so when no
+// floor under jetsink's filter is known.
+func (c *Consumer) remakeAfterEdit(ci *jetstream.ConsumerInfo) string {
+	floor, known := c.editFloor(ci)
+	steps := c.remakeSteps(floor)
+	if !known {
+		steps += "; no ack floor under jetsink's filter is known to this process, and this one, the consumer's now, may be past " +
+			"events the other filter skipped: to have those too, make it from a sequence before the other filter was set"
+	}
+	return steps
 }
 
 // notePausedOnServer logs, once for each pause, that the durable (ci, as
@@ -1662,11 +1695,20 @@ func sameFilter(cc *jetstream.ConsumerConfig, want string) bool {
 }
 
 // noteFloor keeps ci's ack floor as where a consumer Run makes again
-// starts, for the stream of the current session. (Should ci be of a
+// starts, for the stream of the current session, when ci has jetsink's
+// filter. (Should ci be of a
 // consumer on a stream that replaced it meanwhile, the floor is kept for
 // a stream that is gone, and never used.) Run's goroutine.
 func (c *Consumer) noteFloor(ci *jetstream.ConsumerInfo) {
 	if ci == nil || c.streamCreated.IsZero() {
+		return
+	}
+	if !sameFilter(&ci.Config, c.cfg.FilterSubject) {
+		// Under another filter the server moves the floor past events of
+		// jetsink's it skips (with nothing pending, to the last stream
+		// sequence it looked at): the floor noted before is kept, for a
+		// consumer made again and for the remake refreshFloor advises
+		// (editFloor).
 		return
 	}
 	// The latest, not the highest: a floor that went back on the same

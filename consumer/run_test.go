@@ -1556,6 +1556,107 @@ func TestRunOverFilterAndBackoffEdits(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// The remake refreshFloor advises after another filter was on the durable
+// delivers the events of jetsink's filter the other one skipped: the
+// server moves a durable's ack floor, once nothing is pending, to the last
+// stream sequence it looked at, past those events, so the command starts
+// past the floor noted under jetsink's filter, not the one the look
+// found. Before, it said --deliver <the floor now + 1>, and a consumer
+// made by it skipped them again (reproduced on the embedded server: filter
+// s0, its event 1 acked; the filter edited to s1; s0's event at 3 never
+// delivered, s1's at 4 acked: ack_floor 4, --deliver 5).
+func TestFilterEditRemakeDeliversWhatTheEditSkipped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.FilterSubject = subjectOf(cfg, 0, 2)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = time.Hour // the test looks itself, below
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 2, 2, 0) // 1: s0 (jetsink's), 2: s1
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 0)
+	waitFor(t, ctx, "the ack on the server", func() bool {
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		return err == nil && cons.CachedInfo().AckFloor.Stream >= 1 && cons.CachedInfo().NumAckPending == 0
+	})
+	r.stopClean(t, ctx)
+	if why := c.refreshFloor(ctx); why != "" {
+		t.Fatalf("the look under jetsink's filter found %q changed", why)
+	}
+	// An operator's edit, and a client of the durable under it.
+	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) { cc.FilterSubject = subjectOf(cfg, 1, 2) })
+	publish(t, ctx, js, cfg, 2, 2, 2) // 3: s0, 4: s1
+	const skipped = 3
+	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It takes s1's events (2, unless the run's pull took the server
+	// past it, and 4) and acks them: the floor goes past 3.
+	var ci *jetstream.ConsumerInfo
+	waitFor(t, ctx, "the durable's ack floor past the event the edit skipped", func() bool {
+		batch, err := cons.FetchNoWait(10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ci, err = cons.Info(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return ci.AckFloor.Stream > skipped
+	})
+	if why := c.refreshFloor(ctx); !strings.Contains(why, "filter_subject") {
+		t.Fatalf("the look after the edit found %q changed, want filter_subject", why)
+	}
+	found := ""
+	for l := range strings.Lines(log.String()) {
+		if strings.Contains(l, "level=ERROR") && strings.Contains(l, "the consumer's filter was changed on the server") {
+			found = l
+		}
+	}
+	_, rest, ok := strings.Cut(found, "--deliver ")
+	deliver, err := strconv.ParseUint(strings.Fields(rest + " x")[0], 10, 64)
+	if !ok || err != nil {
+		t.Fatalf("no Error line with a --deliver number; log:\n%s", log.String())
+	}
+	if requireUnattended(t, "run", found); deliver > skipped {
+		t.Fatalf("the remake delivers from %d, past the event the edit skipped (%d), under ack floor %d:\n%s", deliver, skipped, ci.AckFloor.Stream, found)
+	}
+	if strings.Contains(found, "no ack floor under jetsink's filter is known") {
+		t.Errorf("the Error line says no floor is known, though a look under jetsink's filter noted one:\n%s", found)
+	}
+	// The remake, as printed, delivers it.
+	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	remade, err := js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: deliver, FilterSubject: cfg.FilterSubject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := remade.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for m := range batch.Messages() {
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, md.Sequence.Stream)
+	}
+	if len(got) != 1 || got[0] != skipped {
+		t.Fatalf("the remake from %d delivered %v first, want %d", deliver, got, skipped)
+	}
+}
+
 // A rewrite of the durable's metadata (markReplaced, as checkSeq marks a
 // replaced stream) keeps the filter the server has, and its record: an
 // operator's edit is still there for the next look (refreshFloor), which
@@ -1573,8 +1674,12 @@ func TestMetadataUpdateKeepsAnEditedFilter(t *testing.T) {
 		return err == nil && cons.CachedInfo().AckFloor.Stream == 2
 	})
 	// Stopped, so that no look of the run's sets the edit back first: the
-	// test looks itself, below.
+	// test looks itself, below, and here, to note the floor under
+	// jetsink's filter (the remake starts past it: editFloor).
 	r.stopClean(t, ctx)
+	if why := c.refreshFloor(ctx); why != "" {
+		t.Fatalf("the look before the edit found %q changed", why)
+	}
 	only := subjectOf(cfg, 0, 2)
 	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) { cc.FilterSubject = only })
 	edited := onServerConfig(t, ctx, js, cfg)
