@@ -87,7 +87,12 @@ letter of a key-value bucket's event ($KV.<bucket>.<key>, or with a
 KV-Operation header): it would be written into the bucket again, a delete
 or purge removing the key's current value, a put standing over a newer
 one. It stays, named at the end: put back by hand what the bucket should
-hold (nats kv put), then delete the letter.
+hold (nats kv put), then delete the letter. Nor is a letter of an object
+store's event ($O.<bucket>.C.<nuid>, a chunk, or $O.<bucket>.M.<name>, its
+meta): a chunk would be added to its object's data, which would no longer
+match its digest, a meta would stand over the object's newer one. It
+stays, named at the end: put the object again by hand (nats object put),
+then delete the letter.
 Every consumer of the stream gets the replayed event, not jetsink alone.
 A stream with max_msgs, max_bytes (discard old) or max_age deletes its
 oldest events, read or not, when full or old, replayed ones as any other:
@@ -220,16 +225,26 @@ taken for no filter. Exit status 1 if any replay or delete failed.`,
 				fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, %s%s, %d of other consumers' or streams', failed %d\n",
 					o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, skipped(rep), markers(rep), rep.Others, rep.Failed)
 			}
-			if rep.KeyValue > 0 {
-				seqs := strings.Join(seqList(rep.KeyValueLetters), ", ")
-				if more := rep.KeyValue - len(rep.KeyValueLetters); more > 0 {
+			// refused names the letters of a store's events (dlq.ErrKeyValue,
+			// dlq.ErrObjectStore) it did not replay.
+			refused := func(n int, named []uint64, whose, store, harm, restore string) {
+				if n == 0 {
+					return
+				}
+				seqs := strings.Join(seqList(named), ", ")
+				if more := n - len(named); more > 0 {
 					seqs += fmt.Sprintf(" and %d more", more)
 				}
-				fmt.Fprintf(w, "refused %d dead letters of a key-value bucket's events (%s %s): replayed, each would be written into its bucket again, "+
-					"a delete or purge removing the key's current value, a put standing over a newer one; they stay: fix what refused them, "+
-					"put back by hand what the bucket should hold (nats kv put <bucket> <key> <value>), then delete them (nats stream rmm %s <seq>)\n",
-					rep.KeyValue, o.Stream, seqs, o.Stream)
+				fmt.Fprintf(w, "refused %d dead letters of %s events (%s %s): replayed, each would be written into its %s again, "+
+					"%s; they stay: fix what refused them, "+
+					"put back by hand what the %s should hold (%s), then delete them (nats stream rmm %s <seq>)\n",
+					n, whose, o.Stream, seqs, store, harm, store, restore, o.Stream)
 			}
+			refused(rep.KeyValue, rep.KeyValueLetters, "a key-value bucket's", "bucket",
+				"a delete or purge removing the key's current value, a put standing over a newer one", "nats kv put <bucket> <key> <value>")
+			refused(rep.ObjectStore, rep.ObjectStoreLetters, "an object store's", "object store",
+				"a chunk added to its object's data, which would no longer match its digest, a meta standing over the object's newer one",
+				"nats object put <bucket> <file>")
 			// also names the letters re-published but not deleted, and
 			// those whose event may be stored although they stay.
 			also := func(err error) error { return err }

@@ -648,6 +648,46 @@ func TestDLQReplayNamesKeyValueLetters(t *testing.T) {
 	}
 }
 
+// Letters of an object store's events (its chunks and meta) are refused
+// and named apart from key-value ones, as those are: the summary counts
+// them, says why and what to do instead, and the exit status is 1.
+func TestDLQReplayNamesObjectStoreLetters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, js, _ := dlqSetup(t, ctx, 0)
+	for _, subj := range []string{"$O.FILES.C.wtysQV6Ewj3tM33So4Snvr", "$O.FILES.M.YQ=="} { // sequences 1 and 2
+		h := nats.Header{
+			consumer.HeaderSubject: {subj},
+			consumer.HeaderStream:  {"EV"},
+			consumer.HeaderStage:   {"decode"},
+			consumer.HeaderCode:    {"invalid_json"},
+		}
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV")
+	if code := r.wait(t, ctx); code != exitFailed {
+		t.Fatalf("exit %d, want %d\n%s", code, exitFailed, r.out.String())
+	}
+	out := r.out.String()
+	for _, want := range []string{
+		"refused 2 dead letters of an object store's events (EV_DLQ 1, 2): ",
+		"a chunk added to its object's data, which would no longer match its digest, a meta standing over the object's newer one",
+		"put back by hand what the object store should hold (nats object put <bucket> <file>), then delete them (nats stream rmm EV_DLQ <seq>)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "key-value") {
+		t.Errorf("the object store's letters named as a key-value bucket's:\n%s", out)
+	}
+	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 2 {
+		t.Fatalf("%d dead letters left, want the 2 refused", n)
+	}
+}
+
 // The server's subject delete markers are counted apart in the summary,
 // only when there are some, not as messages that are no dead letters.
 func TestDLQReplaySummaryMarkers(t *testing.T) {
