@@ -426,7 +426,9 @@ func (r *run) recheckTable() {
 // batch fails on it, and one that may store other values than sent is
 // reported at all. It reports whether it found (and logged) any that is
 // not a warning, and Check's error (logged unless ctx has ended, with the
-// warnings postgres.url alone gives).
+// warnings postgres.url alone gives). An unlogged table is logged once
+// per sink, here or by a committer's read of its types, whichever sees it
+// first (Sink.warnUnlogged).
 func (s *Sink) logProblems(ctx context.Context, limit time.Duration) (found bool, err error) {
 	stopped := ctx
 	ctx, cancel := context.WithTimeout(ctx, limit)
@@ -441,6 +443,14 @@ func (s *Sink) logProblems(ctx context.Context, limit time.Duration) (found bool
 		// that matter most now: a spoofed server refusing the login.
 	}
 	for _, p := range probs {
+		if p.unloggedTable {
+			s.typesMu.Lock()
+			warn := s.warnUnlogged()
+			s.typesMu.Unlock()
+			if !warn {
+				continue // logged already, by a committer's read or a look before
+			}
+		}
 		level, headline := problemLine(p)
 		s.log.Log(ctx, level, headline, "problem", p.Message, "fix", p.Fix)
 		found = found || level == slog.LevelError

@@ -476,6 +476,9 @@ type Problem struct {
 	// initCannot marks a missing table or unique index that Init (run
 	// with postgres.create_table) would not make: see InitMakes.
 	initCannot bool
+	// unloggedTable marks the ProblemUnlogged of the table itself (not
+	// its partitions'), which Run logs once (see Sink.warnUnlogged).
+	unloggedTable bool
 }
 
 // InitMakes reports whether Init (jetsink init, or run with
@@ -599,7 +602,7 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		kindProblem = append(kindProblem, Problem{Kind: ProblemUnlogged, Warning: true,
 			Message: fmt.Sprintf("%s is unlogged: a crash or failover empties it after jetsink has acked its events, "+
 				"which are then in neither the table nor the stream's unacked events", tname),
-			Fix: fmt.Sprintf("ALTER TABLE %s SET LOGGED", tname)})
+			Fix: fmt.Sprintf("ALTER TABLE %s SET LOGGED", tname), unloggedTable: true})
 	}
 	if unloggedParts != nil {
 		kindProblem = append(kindProblem, Problem{Kind: ProblemUnlogged, Warning: true,

@@ -1368,6 +1368,69 @@ func TestCheckWarnsOfAnUnloggedTable(t *testing.T) {
 	}
 }
 
+// A table first seen unlogged after the start was not logged at all:
+// readTypes warned only of a table it had seen logged before (pinned),
+// so one made unlogged while jetsink ran (created after the start, or
+// dropped and made again UNLOGGED before a read saw it gone) went
+// unsaid. Now the first sight of an unlogged table is logged once, by
+// whichever sees it first: a committer's read of the types, or Run's look
+// (logProblems), which does not log it again after a read, nor a read
+// after it.
+func TestTableFirstSeenUnloggedWarnsOnce(t *testing.T) {
+	for _, tc := range []string{"made_after_start", "remade_unlogged", "read_then_look", "look_then_read"} {
+		t.Run(tc, func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false })
+			logs := captureLog(t, s, time.Minute)
+			admin, conn := pg.Conn(t), pg.Conn(t)
+			table := s.table.Sanitize()
+			read := func() {
+				t.Helper()
+				if _, err := s.readTypes(ctx, conn); err != nil {
+					t.Fatal(err)
+				}
+			}
+			look := func() {
+				t.Helper()
+				if _, err := s.logProblems(ctx, 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const cols = " (stream text, stream_seq int8, payload jsonb)"
+			switch tc {
+			case "made_after_start":
+				read() // no table yet
+				execAll(t, ctx, admin, "CREATE UNLOGGED TABLE "+table+cols)
+				read()
+				read()
+			case "remade_unlogged":
+				execAll(t, ctx, admin, "CREATE TABLE "+table+cols)
+				look()
+				read() // logged: pins it
+				execAll(t, ctx, admin, "DROP TABLE "+table+"; CREATE UNLOGGED TABLE "+table+cols)
+				read()
+				look()
+				read()
+			case "read_then_look":
+				execAll(t, ctx, admin, "CREATE UNLOGGED TABLE "+table+cols)
+				read()
+				look()
+				read()
+			case "look_then_read":
+				execAll(t, ctx, admin, "CREATE UNLOGGED TABLE "+table+cols)
+				look()
+				read()
+				look()
+			}
+			// The look's line or the read's, once.
+			if n := strings.Count(logs.String(), "is unlogged"); n != 1 {
+				t.Fatalf("the unlogged table logged %d times, want once:\n%s", n, logs)
+			}
+		})
+	}
+}
+
 // A plain table with inheritance children and no key index, in exactly-once
 // mode: Init named the missing index, its fix a CREATE UNIQUE INDEX that
 // would not help (the last key problem won), and check with create_table

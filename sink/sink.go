@@ -115,12 +115,11 @@ type Sink struct {
 	// schema-qualified name from then on (pinTable).
 	tsql   atomic.Pointer[tableSQL]
 	pinned bool // tsql names the table found (held by typesMu)
-	// unlogged: the table was unlogged at the last readTypes kept (held
-	// by typesMu). unloggedWarned: readTypes has logged that the table
-	// was made unlogged (held by typesMu): once, since a read kept after
-	// another may have run its query first and seen the table as it was
-	// (see readTypes), which would log it again at the next read.
-	unlogged, unloggedWarned bool
+	// unloggedWarned: the table has been logged at Warn as unlogged
+	// (held by typesMu), by readTypes or by Run's look (logProblems):
+	// once per sink, whichever sees it first, at the start or later (see
+	// warnUnlogged).
+	unloggedWarned bool
 
 	adminSem   chan struct{} // holds admin: a mutex that a waiter's context can give up
 	ownLook    chan struct{} // holds the one connection of its own a waiting-batch report may open (adminOrOwn)
@@ -1048,8 +1047,7 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 	if eo {
 		b.Queue(looseKeyIndexSQL, table, s.streamC, s.seqC)
 	}
-	b.Queue(`SELECT n.nspname, c.relname, c.relpersistence = 'u' FROM pg_catalog.pg_class c
-		JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`, table)
+	b.Queue(foundTableSQL, table)
 	br := c.SendBatch(ctx, &b)
 	defer br.Close()
 	rows, err := br.Query()
@@ -1070,13 +1068,8 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 			return false, fmt.Errorf("read the collations of the unique indexes of %s: %w", table, err)
 		}
 	}
-	var found pgx.Identifier // the table's schema and name, if there is one
-	var schema, name string
-	var unlogged bool
-	switch err := br.QueryRow().Scan(&schema, &name, &unlogged); {
-	case err == nil:
-		found = pgx.Identifier{schema, name}
-	case !errors.Is(err, pgx.ErrNoRows):
+	found, err := scanFoundTable(br.QueryRow())
+	if err != nil {
 		return false, fmt.Errorf("read the schema of %s: %w", table, err)
 	}
 	if err := br.Close(); err != nil {
@@ -1098,27 +1091,69 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 	}
 	s.typesMu.Lock()
 	defer s.typesMu.Unlock()
+	if found.unlogged && s.warnUnlogged() {
+		// Not logged by Run's look, nor by a read before (kept or not:
+		// it was unlogged when this one looked): made unlogged since the
+		// start (ALTER TABLE ... SET UNLOGGED), made (or dropped and
+		// made again) unlogged after it, or seen here before the look
+		// got to it.
+		s.log.Warn("the table is unlogged now: a crash or failover of PostgreSQL empties it after jetsink has acked its events",
+			"fix", "ALTER TABLE "+found.name.Sanitize()+" SET LOGGED")
+	}
 	if gen > s.typesStored {
 		s.typesStored = gen
 		s.rowSecurity.Store(rls != nil && *rls)
-		if unlogged && !s.unlogged && s.pinned && !s.unloggedWarned {
-			// Found logged before (check warns of it at the start):
-			// made unlogged since (ALTER TABLE ... SET UNLOGGED).
-			s.unloggedWarned = true
-			s.log.Warn("the table is unlogged now: a crash or failover of PostgreSQL empties it after jetsink has acked its events",
-				"fix", "ALTER TABLE "+table+" SET LOGGED")
-		}
-		s.unlogged = unlogged
-		if !s.pinned && found != nil {
-			s.pinTable(found)
+		if found.name != nil {
+			s.pinTable(found.name)
 		}
 		s.setCopySQL(also, refuse)
 	}
 	return fits, nil
 }
 
+// foundTableSQL finds the table the name $1 names, as the batches'
+// statements find it (to_regclass: along search_path when unqualified):
+// its OID, schema, name, and whether it is unlogged. No row when there is
+// none. readTypes reads it (scanFoundTable), and pins the name it finds
+// (pinTable).
+const foundTableSQL = `SELECT c.oid, n.nspname, c.relname, c.relpersistence = 'u' FROM pg_catalog.pg_class c
+	JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`
+
+// foundTable is what foundTableSQL found: name is nil when there is no
+// such table.
+type foundTable struct {
+	oid      uint32
+	name     pgx.Identifier // schema, name
+	unlogged bool
+}
+
+// scanFoundTable reads foundTableSQL's row.
+func scanFoundTable(row pgx.Row) (foundTable, error) {
+	var f foundTable
+	var schema, name string
+	switch err := row.Scan(&f.oid, &schema, &name, &f.unlogged); {
+	case err == nil:
+		f.name = pgx.Identifier{schema, name}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return foundTable{}, err
+	}
+	return f, nil
+}
+
+// warnUnlogged reports whether the table, seen unlogged, is to be logged
+// at Warn now: the first time only (held by typesMu). Of reads that
+// overlap, one kept after another may have run its query first and seen
+// the table as it was (see readTypes), and Run's look and a committer's
+// read may see it at the same start: each would log it again.
+func (s *Sink) warnUnlogged() bool {
+	warn := !s.unloggedWarned
+	s.unloggedWarned = true
+	return warn
+}
+
 // pinTable makes the batches' statements name the table found, by its
-// schema-qualified name, from now on (held by typesMu). The name is
+// schema-qualified name, from now on (held by typesMu): the first table
+// found. The name is
 // looked up along search_path by every statement that uses it as
 // configured (unqualified, as "table: events"): a table of the same
 // name made later in a schema earlier on the path ("$user", one made
@@ -1129,6 +1164,9 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 // again under the same name is still found; one moved to another schema
 // is not (every batch fails, 42P01, retried: restart jetsink).
 func (s *Sink) pinTable(found pgx.Identifier) {
+	if s.pinned {
+		return
+	}
 	s.pinned = true
 	name := found.Sanitize()
 	if name == s.tsql.Load().name {
