@@ -368,7 +368,7 @@ func (c *child) usage(hwm int64, mem MemPeaks) Usage {
 	// the bench process with its embedded nats-server), so it is only a
 	// fallback when /proc could not be read.
 	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok && u.PeakRSS == 0 {
-		u.PeakRSS = ru.Maxrss // bytes on macOS
+		u.PeakRSS = int64(ru.Maxrss) // bytes on macOS (int32 on 32-bit Linux)
 		if runtime.GOOS != "darwin" {
 			u.PeakRSS <<= 10 // kilobytes on Linux and the BSDs
 		}

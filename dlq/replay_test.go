@@ -80,7 +80,7 @@ func putLetter(t *testing.T, ctx context.Context, js jetstream.JetStream, subjec
 
 // letterID is dead letter i's own Nats-Msg-Id, as jetsink writes it.
 func letterID(i int) string {
-	return fmt.Sprintf("EV:%d:%d:jetsink", 100+i, 1_700_000_000_000_000_000+i)
+	return fmt.Sprintf("EV:%d:%d:jetsink", 100+i, 1_700_000_000_000_000_000+int64(i))
 }
 
 // putLetterData is putLetter with data for the body and extra headers.

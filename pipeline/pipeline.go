@@ -93,11 +93,11 @@ func (c Config) Validate() error {
 		// Each worker's two rings are allocated whole at start, rounded up
 		// to a power of two: a product too large would have the process
 		// die of it, or a channel hand-off panic, instead of saying why.
-		slots := w << bits.Len(uint(c.RingSize-1))
+		slots := int64(w) << bits.Len(uint(c.RingSize-1)) // int64: 2^36 at the bounds
 		if slots > maxRingSlots {
 			errs = append(errs, fmt.Errorf("%w: pipeline.workers (%d) times pipeline.ring_size (%d, rounded up to a power of two) is %d ring slots, "+
 				"%d MiB allocated at start; keep it at most %d (ring_size %d at %d workers)",
-				ErrInvalidConfig, w, c.RingSize, slots, int64(slots)*slotBytes>>20, maxRingSlots, 1<<(bits.Len(uint(maxRingSlots/w))-1), w))
+				ErrInvalidConfig, w, c.RingSize, slots, slots*slotBytes>>20, maxRingSlots, 1<<(bits.Len(uint(maxRingSlots/w))-1), w))
 		}
 	}
 	if c.MaxEventBytes < 1 {
