@@ -25,8 +25,15 @@
 // COMMIT, so such a stage acks only what is committed, the counters Run
 // and Shutdown read are atomic, and CloseStages and Shutdown bound their
 // own waits (the consumer's Close gives up on a connection held by such a
-// write). The admin listener that Run started ends in Shutdown: apart
+// write). The admin listener that New started ends in Shutdown: apart
 // from such stages, nothing outlives Shutdown (or Close).
+//
+// The admin listener is served from New on, by a goroutine of its own
+// (telemetry.ServeOn): while New connects and checks, /healthz, /readyz
+// and /metrics answer 503 "starting: <what New is doing>"
+// (telemetry.NewStarting); Run swaps its own handler in on the same
+// server, so no connection is refused or dropped at the hand-over. A New
+// that fails stops it and closes the listener before it returns.
 //
 // Starting: the consumer's first pull (after its start-up checks, which
 // run meanwhile) waits until the sink's committers' first connects have

@@ -36,8 +36,9 @@ type Processor struct {
 	metrics  *telemetry.Metrics
 
 	adminAddr   atomic.Pointer[net.Addr]
-	adminLn     atomic.Pointer[net.Listener] // bound by New, taken by Run's serveAdmin or closed by Shutdown
-	exportStuck atomic.Bool                  // Run's last flush failed
+	admin       atomic.Pointer[adminServer] // served by New, taken by Run's serveAdmin or stopped by Shutdown
+	phase       atomic.Pointer[string]      // what New is doing, for the start-up handler
+	exportStuck atomic.Bool                 // Run's last flush failed
 
 	laterMu sync.Mutex
 	later   []func() // what Run leaves for Shutdown, in order (see atShutdown)
@@ -49,12 +50,15 @@ type Processor struct {
 	closeErr   error
 }
 
-// New binds the admin listener's address (telemetry.listen) first, then
-// connects to NATS and PostgreSQL and builds the stages. The listener
-// answers once Run serves it; Shutdown (or Close) frees the address if Run
-// never does. cfg must have passed Validate. Errors come from the stage
-// that failed (consumer, sink or pipeline sentinels, wrapped with the
-// operation).
+// New binds the admin listener's address (telemetry.listen) first and
+// serves it at once, then connects to NATS and PostgreSQL and builds the
+// stages. Until Run serves the admin endpoints for real, /healthz, /readyz
+// and /metrics answer 503 with "starting: " and what New is doing (or
+// "connected, not running yet" once it has returned); Run takes the
+// listener over without closing it. Shutdown (or Close) stops it if Run
+// never does, as New does when it fails. cfg must have passed Validate.
+// Errors come from the stage that failed (consumer, sink or pipeline
+// sentinels, wrapped with the operation).
 func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, error) {
 	mapper, err := pipeline.Compile(cfg.Columns())
 	if err != nil {
@@ -72,20 +76,23 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		(cfg.Postgres.Connections+1)*cfg.Postgres.Batch.MaxRows)
 	p.cfg = cfg
 	// The admin listener's address first: taken (another jetsink on the
-	// host), it is said before NATS and PostgreSQL are touched.
+	// host), it is said before NATS and PostgreSQL are touched. Served at
+	// once: a probe during start-up (an index built for minutes) is
+	// answered 503 with the phase, not left waiting.
+	p.setPhase("setting up telemetry")
 	if cfg.Telemetry.Listen != "" {
 		l, err := telemetry.Listen(cfg.Telemetry.Listen)
 		if err != nil {
 			return nil, err
 		}
-		p.adminLn.Store(&l)
+		p.startAdmin(l)
 	}
 
 	tc := cfg.Telemetry
 	p.tracing, err = telemetry.NewTracing(ctx, telemetry.Config{ServiceName: tc.ServiceName, OTLPEndpoint: tc.OTLPEndpoint,
 		SampleRatio: tc.SampleRatio, MaxLinks: cfg.Postgres.Batch.MaxRows, Log: log})
 	if err != nil {
-		p.closeAdminListener()
+		p.closeAdminListener(context.Background())
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	if p.metrics, err = telemetry.NewMetrics(tc.ServiceName); err != nil {
@@ -108,6 +115,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	}
 	sinkCfg.HoldRows = holdRows(&cfg, workers)
 	setRelease(&sinkCfg, &cfg.NATS)
+	p.setPhase("preparing the sink")
+	if sinkCfg.CreateTable {
+		// The index of exactly-once's key, built on a large table, can
+		// take minutes.
+		p.setPhase("connecting to PostgreSQL, creating the table and its index where missing (postgres.create_table)")
+	}
 	p.sink, err = sink.New(ctx, sinkCfg, mapper.Columns(), dl, log)
 	if err != nil {
 		p.Close()
@@ -119,6 +132,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		// from sequence 1 would have its events skipped as duplicates.
 		natsCfg.StoredSeq = p.sink.StoredSeq
 	}
+	p.setPhase("connecting to NATS and checking the stream and the consumer")
 	p.consumer, err = consumer.New(ctx, natsCfg, log)
 	if err != nil {
 		p.Close()
@@ -151,7 +165,61 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	p.pipeline.SetHeartbeat(sinkCfg.InProgressEvery, p.consumer.Epochs())
 	p.pipeline.SetLetterLimit(letterLimit(&cfg, p.consumer.InFlightBytes))
 	logTelemetry(log, p.tracing, p.metrics)
+	p.setPhase("connected, not running yet")
 	return p, nil
+}
+
+// setPhase says what New is doing, for the start-up handler's 503.
+func (p *Processor) setPhase(phase string) { p.phase.Store(&phase) }
+
+// startPhase is the phase setPhase last set.
+func (p *Processor) startPhase() string { return *p.phase.Load() }
+
+// adminServer is the admin listener, served from New on: requests get
+// the handler h holds, the start-up handler (telemetry.NewStarting) until
+// Run swaps in its own, on the same listener and server, so that no
+// connection is refused or dropped at the hand-over.
+type adminServer struct {
+	h          atomic.Pointer[http.Handler]
+	addr       net.Addr
+	stopServe  context.CancelFunc // begins the server's shutdown
+	cancelHard context.CancelFunc // ends the grace of the requests in flight
+	done       chan error         // ServeOn's result
+}
+
+func (s *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
+}
+
+// serve makes h what requests get from now on.
+func (s *adminServer) serve(h http.Handler) { s.h.Store(&h) }
+
+// stop shuts the server down and closes its listener: the requests in
+// flight get telemetry.ServeOn's grace, which ends when hard does.
+func (s *adminServer) stop(hard context.Context) error {
+	unhook := context.AfterFunc(hard, s.cancelHard)
+	defer unhook()
+	s.stopServe()
+	err := <-s.done
+	s.cancelHard()
+	return err
+}
+
+// startAdmin serves l with the start-up handler, and the profiles when
+// telemetry.pprof is on (a start-up that hangs can be looked into).
+func (p *Processor) startAdmin(l net.Listener) {
+	s := &adminServer{done: make(chan error, 1)}
+	starting := telemetry.NewStarting(p.startPhase)
+	p.handlePprof(starting)
+	s.serve(starting)
+	ctx, stopServe := context.WithCancel(context.Background())
+	hard, cancelHard := context.WithCancel(context.Background())
+	s.stopServe, s.cancelHard = stopServe, cancelHard
+	ready := make(chan net.Addr, 1)
+	go func() { s.done <- telemetry.ServeOn(ctx, hard, l, s, ready) }()
+	s.addr = <-ready // sent before ServeOn serves, whatever comes after
+	p.admin.Store(s)
+	p.log.Info("admin listener: starting", "addr", s.addr.String(), "answers", "503 until running")
 }
 
 // logTelemetry logs, at start-up, whether spans are exported, what samples
@@ -294,12 +362,35 @@ func (p *Processor) readiness() map[string]telemetry.Check {
 	}
 }
 
-// serveAdmin starts the admin listener (/healthz, /readyz) and returns the
-// function that stops it and waits for it: the requests in flight then get
-// a grace that hard's end cuts short (telemetry.ServeOn).
+// serveAdmin serves the admin endpoints for real (/healthz, /readyz,
+// /metrics) on the listener New serves, in place of the start-up handler,
+// and returns the function that stops it and waits for it: the requests in
+// flight then get a grace that hard's end cuts short (telemetry.ServeOn).
 func (p *Processor) serveAdmin(hard context.Context) (stop func(), err error) {
 	admin := telemetry.NewAdmin(p.readiness())
 	admin.Handle("GET /metrics", p.metrics.Handler())
+	p.handlePprof(admin)
+	s := p.admin.Swap(nil)
+	if s == nil {
+		return nil, errors.New("admin listener: already served by an earlier Run, or closed by Shutdown")
+	}
+	select {
+	case err := <-s.done: // it failed (accepting) while New ran
+		return nil, err
+	default:
+	}
+	s.serve(admin)
+	p.adminAddr.Store(&s.addr)
+	p.log.Info("admin listener", "addr", s.addr.String())
+	return func() {
+		if err := s.stop(hard); err != nil {
+			p.log.Warn("admin listener", "err", err)
+		}
+	}, nil
+}
+
+// handlePprof adds Go's profiles to admin when telemetry.pprof is on.
+func (p *Processor) handlePprof(admin *telemetry.Admin) {
 	if p.cfg.Telemetry.Pprof {
 		// Not /debug/pprof/cmdline: the command line can hold a
 		// password (--database-url, --set nats.password=...), and the
@@ -310,33 +401,11 @@ func (p *Processor) serveAdmin(hard context.Context) (stop func(), err error) {
 		admin.Handle("/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
 		admin.Handle("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(hard))
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	lp := p.adminLn.Swap(nil)
-	if lp == nil {
-		cancel()
-		return nil, errors.New("admin listener: already served by an earlier Run, or closed by Shutdown")
-	}
-	go func() { done <- telemetry.ServeOn(ctx, hard, *lp, admin, ready) }()
-	select {
-	case addr := <-ready:
-		p.adminAddr.Store(&addr)
-		p.log.Info("admin listener", "addr", addr.String())
-	case err := <-done:
-		cancel()
-		return nil, err
-	}
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			p.log.Warn("admin listener", "err", err)
-		}
-	}, nil
 }
 
-// AdminAddr is the admin listener's address once Run has started it, nil
-// before or when telemetry.listen is empty.
+// AdminAddr is the admin listener's address once Run serves it for real
+// (New serves it with the start-up handler before), nil before or when
+// telemetry.listen is empty.
 func (p *Processor) AdminAddr() net.Addr {
 	if a := p.adminAddr.Load(); a != nil {
 		return *a
@@ -404,15 +473,19 @@ func (p *Processor) Shutdown(ctx context.Context) error {
 // 10 s to be confirmed. Its error is logged by the consumer.
 func (p *Processor) Close() { _ = p.Shutdown(context.Background()) }
 
-// closeAdminListener closes the listener New bound, unless Run serves it.
-func (p *Processor) closeAdminListener() {
-	if lp := p.adminLn.Swap(nil); lp != nil {
-		_ = (*lp).Close()
+// closeAdminListener stops the listener New serves, and closes it, unless
+// Run serves it: the start-up handler's requests in flight get the grace
+// of telemetry.ServeOn, cut short when ctx ends.
+func (p *Processor) closeAdminListener(ctx context.Context) {
+	if s := p.admin.Swap(nil); s != nil {
+		if err := s.stop(ctx); err != nil {
+			p.log.Warn("admin listener", "err", err)
+		}
 	}
 }
 
 func (p *Processor) shutdown(ctx context.Context) error {
-	p.closeAdminListener()
+	p.closeAdminListener(ctx)
 	err := p.CloseStages(ctx)
 	// A second signal during the export ends it too (ctx), after which
 	// the exporter gets the second it takes to give up.

@@ -39,6 +39,25 @@ func NewAdmin(checks map[string]Check) *Admin {
 	return a
 }
 
+// NewStarting builds the handler to serve while a process starts, before
+// its readiness checks exist: /healthz, /readyz and /metrics answer 503,
+// "starting: " and what phase returns (say, "connecting to PostgreSQL"),
+// at once: a probe fails fast with the reason instead of waiting for an
+// answer that comes only once start-up is over. Handle adds others
+// (pprof's).
+func NewStarting(phase func() string) *Admin {
+	a := &Admin{timeout: CheckTimeout, mux: http.NewServeMux()}
+	starting := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "starting: "+phase())
+	}
+	for _, pattern := range []string{"GET /healthz", "GET /readyz", "GET /metrics"} {
+		a.mux.HandleFunc(pattern, starting)
+	}
+	return a
+}
+
 // Handle adds a handler (e.g. /metrics).
 func (a *Admin) Handle(pattern string, h http.Handler) { a.mux.Handle(pattern, h) }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -242,5 +243,36 @@ func TestServeOnCutsTheGraceWhenHardEnds(t *testing.T) {
 	}
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("ServeOn = %v, want hard's error", err)
+	}
+}
+
+// While a process starts, /healthz, /readyz and /metrics answer 503 with
+// the phase it is in, read at each request; what Handle adds is served.
+func TestStartingAnswers503WithThePhase(t *testing.T) {
+	var phase atomic.Pointer[string]
+	set := func(s string) { phase.Store(&s) }
+	set("connecting to PostgreSQL")
+	admin := NewStarting(func() string { return *phase.Load() })
+	admin.Handle("/debug/pprof/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "profiles") }))
+	get := func(path string) (int, string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		admin.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		if code, body := get(path); code != http.StatusServiceUnavailable || body != "starting: connecting to PostgreSQL\n" {
+			t.Errorf("GET %s: %d %q, want 503 \"starting: connecting to PostgreSQL\"", path, code, body)
+		}
+	}
+	set("connecting to NATS")
+	if code, body := get("/healthz"); code != http.StatusServiceUnavailable || body != "starting: connecting to NATS\n" {
+		t.Errorf("GET /healthz in the next phase: %d %q, want 503 \"starting: connecting to NATS\"", code, body)
+	}
+	if code, body := get("/debug/pprof/"); code != http.StatusOK || body != "profiles" {
+		t.Errorf("GET /debug/pprof/ added by Handle: %d %q", code, body)
+	}
+	if code, _ := get("/elsewhere"); code != http.StatusNotFound {
+		t.Errorf("GET /elsewhere: %d, want 404", code)
 	}
 }

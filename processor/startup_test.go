@@ -1,0 +1,182 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/telemetry"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// While New connects (here to a PostgreSQL that takes the connection and
+// never answers, as a blackholed host or one building an index for
+// minutes does to the checks), the admin listener answers at once: 503
+// with what New is doing, for /healthz, /readyz and /metrics. Before, New
+// bound the listener and only Run served it: a probe's connection was
+// taken and never answered (curl -m2 /healthz timed out with 0 bytes,
+// `jetsink healthcheck --live` said context deadline exceeded). A New
+// that fails closes the listener, as before.
+func TestAdminAnswersWhileStarting(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pgAddr, accepted := testenv.SilentServer(t)
+	cfg := config.Default()
+	cfg.Telemetry.Listen = "127.0.0.1:0"
+	cfg.Postgres.URL = "postgres://jetsink@" + pgAddr + "/jetsink?sslmode=disable&connect_timeout=600"
+	cfg.Postgres.CreateTable = true     // New connects to create the table where missing
+	cfg.NATS.URL = "nats://127.0.0.1:1" // never reached: PostgreSQL comes first
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bound := make(chan string, 1)
+	log := slog.New(&addrHandler{msg: "admin listener: starting", addr: bound})
+	newCtx, stopNew := context.WithCancel(ctx)
+	defer stopNew()
+	type result struct {
+		p   *Processor
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := New(newCtx, cfg, log)
+		done <- result{p, err}
+	}()
+	var addr string
+	select {
+	case addr = <-bound:
+	case r := <-done:
+		t.Fatalf("New returned before the admin listener was served: %v", r.err)
+	case <-ctx.Done():
+		t.Fatal("no admin listener served while New runs")
+	}
+	select {
+	case <-accepted: // New is connecting to PostgreSQL, which says nothing
+	case r := <-done:
+		t.Fatalf("New returned without connecting to PostgreSQL: %v", r.err)
+	case <-ctx.Done():
+		t.Fatal("New never connected to PostgreSQL")
+	}
+	// A generous timeout: the failure this catches is no answer at all.
+	client := &http.Client{Timeout: 20 * time.Second}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := client.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s while New connects: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		want := "starting: connecting to PostgreSQL"
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.HasPrefix(string(body), want) {
+			t.Errorf("GET %s while New connects: %s %q, want 503 %q...", path, resp.Status, body, want)
+		}
+	}
+	stopNew()
+	if r := <-done; r.err == nil {
+		r.p.Close()
+		t.Fatal("New against a PostgreSQL that never answers returned no error")
+	}
+	// The failed start-up closed the listener.
+	if c, err := net.Dial("tcp", addr); err == nil {
+		_ = c.Close()
+		t.Errorf("the admin listener %s still takes connections after New failed", addr)
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dial the admin listener after New failed: %v, want refused", err)
+	}
+}
+
+// addrHandler sends the addr attribute of the first record logged with
+// msg, and drops every record.
+type addrHandler struct {
+	msg  string
+	addr chan<- string
+}
+
+func (h *addrHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *addrHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *addrHandler) WithGroup(string) slog.Handler            { return h }
+func (h *addrHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != h.msg {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "addr" {
+			select {
+			case h.addr <- a.Value.String():
+			default:
+			}
+		}
+		return true
+	})
+	return nil
+}
+
+// Run's handler takes over from the start-up handler on the same listener
+// and server: a connection kept alive across the hand-over is answered by
+// each in turn, 503 then 200, and is not dropped; the stop that Run leaves
+// to Shutdown closes the listener.
+func TestAdminHandOverKeepsTheListener(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m, err := telemetry.NewMetrics("jetsink-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
+	p := &Processor{log: slog.New(slog.DiscardHandler), metrics: m}
+	p.setPhase("connecting to NATS")
+	l, err := telemetry.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.startAdmin(l)
+	addr := l.Addr().String()
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1}}
+	defer client.CloseIdleConnections()
+	get := func(path string) (int, string, bool) {
+		t.Helper()
+		var reused bool
+		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, "http://"+addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode, string(body), reused
+	}
+	if code, body, _ := get("/healthz"); code != http.StatusServiceUnavailable || body != "starting: connecting to NATS\n" {
+		t.Fatalf("GET /healthz while starting: %d %q, want 503 \"starting: connecting to NATS\"", code, body)
+	}
+	stop, err := p.serveAdmin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body, reused := get("/healthz"); code != http.StatusOK || body != "ok\n" || !reused {
+		t.Errorf("GET /healthz once Run serves: %d %q on the connection kept alive %v, want 200 \"ok\" on it", code, body, reused)
+	}
+	if a := p.AdminAddr(); a == nil || a.String() != addr {
+		t.Errorf("AdminAddr = %v once Run serves, want %s", a, addr)
+	}
+	stop()
+	if c, err := net.Dial("tcp", addr); err == nil {
+		_ = c.Close()
+		t.Errorf("the admin listener %s still takes connections after its stop", addr)
+	}
+	if _, err := p.serveAdmin(ctx); err == nil {
+		t.Error("a second serveAdmin served a listener that is gone")
+	}
+}
