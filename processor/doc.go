@@ -18,15 +18,19 @@
 // reads nothing (a partition that drops packets, a frozen server) holds
 // an ack, an InProgress or a dead letter, and the stage making it, until
 // the connection's write timeout (10 s, then as long again on nats.go's
-// connection), past the bound a cut-short stop promises. Run logs those
-// stages at Warn and returns hard's error; they end when their writes
-// fail: at the write timeout, or sooner if CloseStages gets to close the
-// connection under them. Nothing is torn by not waiting: acks follow
-// COMMIT, so such a stage acks only what is committed, the counters Run
-// and Shutdown read are atomic, and CloseStages and Shutdown bound their
-// own waits (the consumer's Close gives up on a connection held by such a
-// write). The admin listener that New started ends in Shutdown: apart
-// from such stages, nothing outlives Shutdown (or Close).
+// connection), past the bound a cut-short stop promises; and the sink's
+// committer whose COPY was given up on waits up to 5 s for PostgreSQL's
+// answer to its cancel, which a server that does not answer never gives.
+// Run logs those stages at Warn, with what is known to hold each (held:
+// the sink is in a commit attempt, or not), and returns hard's error; they
+// end when their writes or waits do: at their timeouts, or sooner if
+// CloseStages gets to close the connection under them. Nothing is torn by
+// not waiting: acks follow COMMIT, so such a stage acks only what is
+// committed, the counters Run and Shutdown read are atomic, and
+// CloseStages and Shutdown bound their own waits (the consumer's Close
+// gives up on a connection held by such a write). The admin listener that
+// New started ends in Shutdown: apart from such stages, nothing outlives
+// Shutdown (or Close).
 //
 // The admin listener is served from New on, by a goroutine of its own
 // (telemetry.ServeOn): while New connects and checks, /healthz, /readyz

@@ -324,8 +324,9 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	// write's timeout, within the process's last seconds or after them.
 	errs, stuck := st.wait(aborted, abortedBudget)
 	if len(stuck) > 0 {
-		p.log.Warn("hard stop: not waiting any longer for stages still running (a write to a NATS server that reads nothing, say, "+
-			"holds them until its timeout); nothing uncommitted is acked", "stages", strings.Join(stuck, ","), "waited", abortedBudget)
+		p.log.Warn("hard stop: not waiting any longer for stages still running (each ends when what holds it times out); "+
+			"nothing uncommitted is acked", "stages", strings.Join(stuck, ","), "held", strings.Join(heldBy(stuck, p.sink.OldestAttempt()), "; "),
+			"waited", abortedBudget)
 	}
 	stopProgress() // the totals, once every stage has stopped (or been given up on)
 	<-progressDone
@@ -337,6 +338,33 @@ func (p *Processor) Run(intake, hard context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// heldBy says what is known to hold each stage stuck names at a hard stop,
+// given how long the sink's longest commit attempt under way has run (0:
+// none). The sink is held by PostgreSQL while a commit attempt runs: a
+// COPY given up on waits for the server's answer to its cancel (up to
+// 5 s: sink's cancelWait), which a server that does not answer (a
+// blackholed host) never gives; otherwise, as the other stages, by a
+// write to a NATS server that reads nothing (acks, InProgress, dead
+// letters), until the connection's write timeout.
+func heldBy(stuck []string, attempt time.Duration) []string {
+	held := make([]string, 0, len(stuck))
+	for _, name := range stuck {
+		switch {
+		case name == "sink" && attempt > 0:
+			held = append(held, fmt.Sprintf("sink: a commit attempt on PostgreSQL under way for %v (a COPY given up on waits up to 5s "+
+				"for the server's answer to its cancel), or a write of acks to a NATS server that reads nothing",
+				attempt.Round(time.Millisecond)))
+		case name == "sink":
+			held = append(held, "sink: no commit attempt under way; a write of its acks or InProgress to a NATS server that reads nothing, say")
+		case name == "pipeline":
+			held = append(held, "pipeline: a dead letter's publish to a NATS server that reads nothing, say")
+		default:
+			held = append(held, name+": a write to a NATS server that reads nothing, say")
+		}
+	}
+	return held
 }
 
 // readiness is the checks /readyz runs and the jetsink_ready gauge

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -171,5 +172,29 @@ func waitStages(t *testing.T, st *stages) []error {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a stage still runs 10 s after another failed: what it waits on was not ended")
 		return nil
+	}
+}
+
+// The hard stop's Warn says what is known to hold each stage left
+// running. The sink held while a commit attempt runs is waiting on
+// PostgreSQL (a COPY given up on waits up to 5 s for the answer to its
+// cancel: the lifecycle review saw stages=sink with PostgreSQL blackholed
+// and NATS healthy), which the line named only as a write to NATS before.
+func TestHardStopSaysWhatHoldsTheStages(t *testing.T) {
+	held := heldBy([]string{"consumer", "pipeline", "sink"}, 6200*time.Millisecond)
+	if len(held) != 3 {
+		t.Fatalf("heldBy = %q, want one cause for each of 3 stages", held)
+	}
+	if s := held[2]; !strings.HasPrefix(s, "sink: a commit attempt on PostgreSQL under way for 6.2s") || !strings.Contains(s, "cancel") {
+		t.Errorf("the sink in a commit attempt: %q, want the attempt on PostgreSQL and its cancel named", s)
+	}
+	if s := held[1]; !strings.HasPrefix(s, "pipeline: ") || !strings.Contains(s, "dead letter") {
+		t.Errorf("the pipeline: %q, want its dead letter's publish named", s)
+	}
+	if s := held[0]; !strings.HasPrefix(s, "consumer: ") || !strings.Contains(s, "NATS") {
+		t.Errorf("the consumer: %q, want a write to NATS named", s)
+	}
+	if s := heldBy([]string{"sink"}, 0)[0]; strings.Contains(s, "PostgreSQL") || !strings.Contains(s, "NATS") {
+		t.Errorf("the sink with no commit attempt under way: %q, want a write to NATS named, not PostgreSQL", s)
 	}
 }
