@@ -179,8 +179,10 @@
 // Order is not promised.
 //
 // The statements name the table as the first connection that finds it
-// does (readTypes), by its schema-qualified name (pinTable, logged at Info
-// when postgres.table is unqualified), not by the name as configured: a
+// does (a committer's readTypes, or a check: Check, Run's look at the
+// start, Init's), by its schema-qualified name (pinTable, logged at Info
+// when postgres.table is unqualified; Sink.Table), not by the name as
+// configured; check reads and names the same table. So a
 // table of the same name made later in a schema earlier on search_path
 // ("$user", first by default), or a search_path changed for the role,
 // does not take the rows. A table dropped and made again under that name

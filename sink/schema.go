@@ -565,11 +565,15 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		return nil, fmt.Errorf("check the encoding of %s: %w", s.where, err)
 	}
 	encProblem, badEnc := encodingProblem(enc)
-	var oid *uint32
-	if err := c.QueryRow(ctx, "SELECT to_regclass($1)::oid", tname).Scan(&oid); err != nil {
+	// The table the batches write: the one the name finds now, pinned
+	// (as a committer's first read does) unless a read or a check found
+	// one before, so that run, in this process, writes the table checked
+	// here, and check names it by its schema-qualified name.
+	found, err := scanFoundTable(c.QueryRow(ctx, foundTableSQL, tname))
+	if err != nil {
 		return nil, fmt.Errorf("check table %s on %s: %w", tname, s.where, err)
 	}
-	if oid == nil {
+	if found.name == nil {
 		// What refuses every batch, and the server's settings, whatever
 		// the table: a standby takes no CREATE TABLE either.
 		probs, err := s.checkWritable(ctx, c, nil)
@@ -585,6 +589,11 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		}
 		return append(probs, p), nil
 	}
+	s.typesMu.Lock()
+	s.pinTable(found.name)
+	s.typesMu.Unlock()
+	tname = found.name.Sanitize()
+	oid := &found.oid
 	var kind string
 	var insteadOf, partitions, unlogged bool
 	var unloggedParts *string // the unlogged partitions, if any
@@ -1011,7 +1020,7 @@ func encodingProblem(enc string) (Problem, bool) {
 // batch"). rel is nil for a table that does not exist: then the session's
 // and the server's problems only.
 func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel *uint32) ([]Problem, error) {
-	tname := s.table.Sanitize()
+	tname := s.tsql.Load().name // schema-qualified once a check or a read has found the table
 	var insert, sel, temp, recovery, rls bool
 	var readOnly string
 	// Column privileges on every mapped column do as well as the

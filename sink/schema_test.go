@@ -615,7 +615,8 @@ func TestCheckPrivilegesAndReadOnly(t *testing.T) {
 	pg := testenv.Postgres(t)
 	admin := pg.Conn(t)
 	owner, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = ExactlyOnce }) // creates the table
-	tbl := owner.table.Sanitize()
+	// As check names it, schema-qualified.
+	tbl := pgx.Identifier{"public", owner.cfg.Table}.Sanitize()
 	role := uniqueName(t)
 	exec := func(q string) {
 		t.Helper()

@@ -111,8 +111,8 @@ type Sink struct {
 	stageSQL  string                 // exactly-once: CREATE TEMP TABLE IF NOT EXISTS staging (mapped columns only)
 	// tsql is the table's name in the batches' statements, and
 	// exactly-once's statements that name it (see buildSQL): the
-	// configured name until a committer's readTypes finds the table, its
-	// schema-qualified name from then on (pinTable).
+	// configured name until a committer's readTypes, or a check, finds
+	// the table, its schema-qualified name from then on (pinTable).
 	tsql   atomic.Pointer[tableSQL]
 	pinned bool // tsql names the table found (held by typesMu)
 	// unloggedWarned: the table has been logged at Warn as unlogged
@@ -1114,8 +1114,8 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 // foundTableSQL finds the table the name $1 names, as the batches'
 // statements find it (to_regclass: along search_path when unqualified):
 // its OID, schema, name, and whether it is unlogged. No row when there is
-// none. readTypes reads it (scanFoundTable), and pins the name it finds
-// (pinTable).
+// none. readTypes and check read it (scanFoundTable), and pin the name it
+// finds (pinTable).
 const foundTableSQL = `SELECT c.oid, n.nspname, c.relname, c.relpersistence = 'u' FROM pg_catalog.pg_class c
 	JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`
 
@@ -1151,9 +1151,16 @@ func (s *Sink) warnUnlogged() bool {
 	return warn
 }
 
+// Table returns the table's name as the batches' statements name it:
+// schema-qualified once a committer's connection or a check (Check,
+// Init's) has found the table, the configured name, quoted, until then.
+// jetsink check names the table it checked by it.
+func (s *Sink) Table() string { return s.tsql.Load().name }
+
 // pinTable makes the batches' statements name the table found, by its
 // schema-qualified name, from now on (held by typesMu): the first table
-// found. The name is
+// found, by a committer's readTypes or by a check, whichever comes first,
+// so that check reads the table run writes. The name is
 // looked up along search_path by every statement that uses it as
 // configured (unqualified, as "table: events"): a table of the same
 // name made later in a schema earlier on the path ("$user", one made
@@ -1173,7 +1180,7 @@ func (s *Sink) pinTable(found pgx.Identifier) {
 		return
 	}
 	s.tsql.Store(s.tableSQLOf(name))
-	s.log.Info("writing into the table found on search_path by its schema-qualified name from now on", "found", name)
+	s.log.Info("found the table on search_path: its statements name it by its schema-qualified name from now on", "found", name)
 }
 
 // readTypesTimeout bounds a readTypes: a server gone silent would

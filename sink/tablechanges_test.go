@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -572,7 +573,7 @@ func TestNondeterministicKeyCollation(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Fatalf("problems %q, want %q", got, want)
 			}
-			if where == "primary key" && !strings.HasPrefix(probs[0].Fix, "ALTER TABLE "+s.table.Sanitize()+" ALTER COLUMN") {
+			if where == "primary key" && !strings.HasPrefix(probs[0].Fix, "ALTER TABLE "+s.Table()+" ALTER COLUMN") {
 				t.Fatalf("fix %q for a primary key, want the column re-collated", probs[0].Fix)
 			}
 			if err := s.Init(ctx); !errors.Is(err, ErrNoKeyIndex) || !strings.Contains(err.Error(), "nondeterministic collation") {
@@ -1065,8 +1066,105 @@ func TestTableNameKeptWhenShadowedOnSearchPath(t *testing.T) {
 			if inPublic != 20 || inShadow != 0 {
 				t.Fatalf("%d rows in %s, %d in %s (made later, earlier on search_path); want all 20 in the first", inPublic, public, inShadow, shadow)
 			}
-			if !strings.Contains(logs.String(), "by its schema-qualified name") {
+			if s.Table() != public {
+				t.Errorf("the table is %s, want %s", s.Table(), public)
+			}
+			// In exactly-once mode New's Init checks the table, and
+			// pins it, before the log is captured.
+			if mode == AtLeastOnce && !strings.Contains(logs.String(), "by its schema-qualified name") {
 				t.Errorf("the name found not logged:\n%s", logs)
+			}
+		})
+	}
+}
+
+// jetsink check on its own did not pin the table's name: it read the
+// configured name through search_path at each look, and named the table
+// as configured ("events"), while run writes the table its first
+// connection found. With a table of that name made later in a schema
+// earlier on the path (search_path set for the role, or in the URL's
+// options), a check on the same sink read the new one, and run, started
+// after the check, wrote it, not the table checked. Now check finds the
+// table as run does, pins it, and names it schema-qualified: the second
+// check reads the first table, and run writes it.
+func TestCheckPinsTheTableRunWrites(t *testing.T) {
+	for _, via := range []string{"role", "url"} {
+		t.Run(via, func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			admin := pg.Conn(t)
+			url := pg.URL
+			execAll(t, ctx, admin, "CREATE SCHEMA home; CREATE SCHEMA shadow")
+			const path = "shadow, home"
+			switch via {
+			case "role":
+				var db string
+				if err := admin.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+					t.Fatal(err)
+				}
+				execAll(t, ctx, admin, "ALTER ROLE CURRENT_USER IN DATABASE "+pgx.Identifier{db}.Sanitize()+" SET search_path = "+path)
+			case "url":
+				u, err := neturl.Parse(pg.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// %20, not +: pgx reads a + in the query as itself.
+				opt := strings.ReplaceAll(neturl.QueryEscape("-c search_path="+strings.ReplaceAll(path, " ", "")), "+", "%20")
+				u.RawQuery += "&options=" + opt
+				url = u.String()
+			}
+			execAll(t, ctx, admin, "SET search_path = "+path) // as jetsink's sessions have it
+			s, dl := newTestSink(t, ctx, url, func(c *Config) { c.CreateTable = false })
+			home := pgx.Identifier{"home", s.cfg.Table}.Sanitize()
+			shadow := pgx.Identifier{"shadow", s.cfg.Table}.Sanitize()
+			// Unlogged: check's warning of it names the table.
+			execAll(t, ctx, admin, "CREATE UNLOGGED TABLE "+home+" (stream text, stream_seq int8, payload jsonb)")
+			check := func(when string) {
+				t.Helper()
+				probs, err := s.Check(ctx)
+				if err != nil {
+					t.Fatalf("check %s: %v", when, err)
+				}
+				named := false
+				for _, p := range probs {
+					if !p.Warning {
+						t.Errorf("check %s: of %s, not the shadow: %v", when, home, p)
+					}
+					named = named || p.Kind == ProblemUnlogged && strings.Contains(p.Message, home+" is unlogged")
+				}
+				if !named {
+					t.Errorf("check %s: %v; want %s named as unlogged", when, probs, home)
+				}
+				if s.Table() != home {
+					t.Errorf("check %s: the table is %s; want %s", when, s.Table(), home)
+				}
+			}
+			check("before the shadow")
+			// A column the shadow has and the mapping does not fill
+			// would fail every batch there: check must not read it.
+			execAll(t, ctx, admin, "CREATE TABLE "+shadow+" (LIKE "+home+" INCLUDING ALL, extra int NOT NULL)")
+			var finds string
+			if err := admin.QueryRow(ctx, "SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = to_regclass($1)",
+				pgx.Identifier{s.cfg.Table}.Sanitize()).Scan(&finds); err != nil {
+				t.Fatal(err)
+			}
+			if finds != "shadow" {
+				t.Fatalf("the name finds %s, not the shadow: the test shows nothing", finds)
+			}
+			check("after the shadow")
+			// Rows that the shadow would take, were they written there.
+			execAll(t, ctx, admin, "ALTER TABLE "+shadow+" ALTER COLUMN extra DROP NOT NULL")
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			rs, ms := rows(1, 10, nil)
+			src.push(t, ctx, rs)
+			finishClean(t, ctx, src, wait, dl, ms)
+			var inHome, inShadow int
+			if err := admin.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+home+"), (SELECT count(*) FROM "+shadow+")").Scan(&inHome, &inShadow); err != nil {
+				t.Fatal(err)
+			}
+			if inHome != 10 || inShadow != 0 {
+				t.Fatalf("%d rows in %s (checked), %d in %s; want all 10 in the table checked", inHome, home, inShadow, shadow)
 			}
 		})
 	}
