@@ -3,7 +3,9 @@
 // exporter) and the admin listener that serves /healthz (the process is
 // alive), /readyz (every readiness check passes: NATS connected, PostgreSQL
 // answering and not failing every batch; processor defines them) and
-// /metrics.
+// /metrics. While the process starts, before those checks exist, the same
+// listener serves NewStarting's handler: all three answer 503 "starting: "
+// and the phase, at once.
 //
 // # Traces
 //
