@@ -110,7 +110,9 @@ func TestCLIInitAndCheck(t *testing.T) {
 	}
 	e.createStreams(ctx)
 	out, code = jetsinkCmd(t, noCreate, "check", "--config", cfgPath)
-	if code != 0 || !strings.Contains(out, "postgres: ok") {
+	// The ok line names the table check found and run will write, by its
+	// schema-qualified name (an unqualified table is looked up on search_path).
+	if code != 0 || !strings.Contains(out, `postgres: ok (table "public".`) {
 		t.Fatalf("check after init: exit %d\n%s", code, out)
 	}
 	// Settings run refuses once it sees the server, or cannot read: exit

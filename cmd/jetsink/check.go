@@ -109,7 +109,7 @@ checks under way and exits 1; a second one exits at once.`,
 					report("postgres", p.Warning, p.String())
 				}
 			case len(pgProblems) == 0:
-				fmt.Fprintf(out, "postgres: ok (table %s matches the %d mapped columns)\n", cfg.Postgres.Table, len(mapper.Columns()))
+				fmt.Fprintf(out, "postgres: ok (table %s matches the %d mapped columns)\n", s.Table(), len(mapper.Columns()))
 			default:
 				for _, p := range pgProblems {
 					// Only warnings when run fixes them: create_table makes a missing table, and the unique index
