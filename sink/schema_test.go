@@ -531,37 +531,54 @@ func TestPingsWhileAdminIsBusyShareAConnection(t *testing.T) {
 	}
 }
 
-// Close waits for a ping on a connection of its own still under way, and
-// no such ping starts once Close has begun (a /readyz probe that comes
-// while Close holds the admin connection): no connection outlives Close.
+// Close ends a ping on a connection of its own still under way and waits
+// for it, and no such ping starts once Close has begun (a /readyz probe
+// that comes while Close holds the admin connection): no connection
+// outlives Close. The ping's dial here, once ended, returns only when let
+// go: Close must not return before.
 func TestCloseWaitsForPrivatePings(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
 	s, _ := newTestSink(t, ctx, pg.URL, nil)
-	dials, gate := gatedDials(s)
+	var dials atomic.Int64
+	var gated atomic.Bool
+	dialing, ended, letGo := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	s.connCfg.DialFunc = func(dctx context.Context, network, addr string) (net.Conn, error) {
+		if gated.Load() {
+			dials.Add(1)
+			close(dialing)
+			<-dctx.Done()
+			close(ended)
+			<-letGo
+			return nil, dctx.Err()
+		}
+		return (&net.Dialer{}).DialContext(dctx, network, addr)
+	}
 	done, busy := holdAdmin(ctx, s)
-	g := gate()
+	gated.Store(true)
 	pinged := make(chan error, 1)
 	go func() { pinged <- s.Ping(ctx) }()
-	for dials.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	<-dialing
 	done()
 	if err := <-busy; err != nil {
 		t.Fatal(err)
 	}
 	closed := make(chan struct{})
 	go func() { s.CloseContext(ctx); close(closed) }()
-	time.Sleep(3 * pingWait)
+	select {
+	case <-ended:
+	case <-closed:
+		t.Fatal("Close returned while a ping on a connection of its own was under way, without ending it")
+	}
 	select {
 	case <-closed:
-		t.Fatal("Close returned while a ping on a connection of its own was under way")
+		t.Fatal("Close returned before the ping it ended was done")
 	default:
 	}
-	close(g)
+	close(letGo)
 	<-closed
-	if err := <-pinged; err != nil {
-		t.Errorf("the ping Close waited for: %v", err)
+	if err := <-pinged; err == nil {
+		t.Error("the ping Close ended answered")
 	}
 	pc := s.privatePing(ctx)
 	<-pc.done

@@ -759,7 +759,7 @@ type dialCall struct {
 // connect goes on, for the next call to take (or join while under way); so
 // probes that each give up still reach the live host. A failed connect is
 // not kept: the next call starts anew. Run ends one still under way as it
-// returns (endAdminDial).
+// returns (endAdminDial), and so does Close (CloseContext).
 func (s *Sink) dialAdmin(ctx context.Context) (*pgx.Conn, error) {
 	s.pingMu.Lock()
 	d := s.adminDial
@@ -1247,9 +1247,9 @@ func (s *Sink) Close() { s.CloseContext(context.Background()) }
 // a stop that must be at once (a second signal) for both. So would
 // another call holding the admin connection (StoredSeq, Check): if ctx
 // ends first, CloseContext returns without closing it, leaving it to the
-// process's exit. It also waits, for dialSlack at most, for a ping on a
-// connection of its own (privatePing) or an admin connect (dialAdmin)
-// still under way.
+// process's exit. It also ends a ping on a connection of its own
+// (privatePing) or an admin connect (dialAdmin) still under way, whose
+// callers gave up on it, and waits for it, dialSlack at most.
 func (s *Sink) CloseContext(ctx context.Context) {
 	select {
 	case s.adminSem <- struct{}{}:
@@ -1266,8 +1266,18 @@ func (s *Sink) CloseContext(ctx context.Context) {
 	s.pingClosed = true
 	s.pingMu.Unlock()
 	// A ping or admin connect whose caller gave up on it may be under
-	// way: waited for dialSlack at most (a connect past a dead host takes
-	// longer), as one still under way then closes its own connection.
+	// way (a stop during New's, check's or init's connect to a server
+	// that takes the connection and never answers): ended now, nothing
+	// is left to take it, then waited for, dialSlack at most, as it closes
+	// its own connection. Not cancelled, Close waited out dialSlack for a
+	// connect that went on (5 s of a docker stop's 10). One that connects
+	// before the cancel tells is closed anyway (pingClosed).
+	if pc != nil {
+		pc.cancel()
+	}
+	if d != nil {
+		d.cancel()
+	}
 	wait := time.NewTimer(dialSlack)
 	defer wait.Stop()
 	if pc != nil {
@@ -1357,8 +1367,9 @@ func (s *Sink) Ping(ctx context.Context) error {
 // pingCall is a ping on a connection of its own: err is set before done
 // is closed.
 type pingCall struct {
-	done chan struct{}
-	err  error
+	done   chan struct{}
+	err    error
+	cancel context.CancelFunc // ends it (CloseContext)
 }
 
 // connectPing connects on a connection of its own, pings the server on it
@@ -1384,7 +1395,7 @@ func (s *Sink) privatePing(ctx context.Context) *pingCall {
 	if s.pinging != nil {
 		return s.pinging
 	}
-	pc := &pingCall{done: make(chan struct{})}
+	pc := &pingCall{done: make(chan struct{}), cancel: func() {}}
 	if s.pingClosed {
 		pc.err = errSinkClosed
 		close(pc.done)
@@ -1392,6 +1403,7 @@ func (s *Sink) privatePing(ctx context.Context) *pingCall {
 	}
 	s.pinging = pc
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.dialMax)
+	pc.cancel = cancel
 	go func() {
 		defer cancel()
 		err := s.connectPing(pctx)

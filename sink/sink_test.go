@@ -3043,6 +3043,54 @@ func TestCloseContextGivesUpOnASilentServer(t *testing.T) {
 	}
 }
 
+// Close ends an admin connect, and a ping on a connection of its own,
+// that their callers gave up on, and waits for them: a stop while New's,
+// check's or init's connect hangs on a server that takes the connection
+// and never answers. Before, Close waited dialSlack (5 s of a docker
+// stop's 10) and returned with both still under way. Neither ends by
+// itself here (no connect_timeout: dialMax is minutes), so each is done
+// when Close returns only if Close ended it.
+func TestCloseEndsConnectsUnderWay(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	addr, accepted := testenv.SilentServer(t)
+	s, _ := newTestSink(t, ctx, "postgres://u:p@"+addr+"/db?sslmode=disable", func(c *Config) { c.CreateTable = false })
+	actx, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- s.withAdmin(actx, func(*pgx.Conn) error { return nil }) }()
+	select {
+	case <-accepted:
+	case <-ctx.Done():
+		t.Fatal("the admin connect did not dial")
+	}
+	cancel()
+	if err := <-gaveUp; err == nil {
+		t.Fatal("the admin connection connected to a server that answers nothing")
+	}
+	s.pingMu.Lock()
+	d := s.adminDial
+	s.pingMu.Unlock()
+	if d == nil {
+		t.Fatal("no admin connect under way after its caller gave up")
+	}
+	pc := s.privatePing(ctx)
+	select {
+	case <-accepted:
+	case <-ctx.Done():
+		t.Fatal("the ping on a connection of its own did not dial")
+	}
+	s.Close()
+	select {
+	case <-d.done:
+	default:
+		t.Error("the admin connect still runs after Close returned")
+	}
+	select {
+	case <-pc.done:
+	default:
+		t.Error("the ping on a connection of its own still runs after Close returned")
+	}
+}
+
 // heldBackDL fails every dead letter as the consumer's open breaker does.
 type heldBackDL struct{ err error }
 
