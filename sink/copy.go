@@ -1629,7 +1629,7 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 	stop := watchConn(c.conn.PgConn().Conn(), s.cfg.DeadConnectionTimeout)
 	stopSlow := c.watchSlow(len(rows))
 	if c.started != nil { // nil for a committer outside Run (tests, benchmarks)
-		c.started.Store(c.stmtsAt.UnixNano())
+		c.started.Store(s.stamp(c.stmtsAt)) // not UnixNano: the wall clock steps
 		defer c.started.Store(0)
 	}
 	defer func() {

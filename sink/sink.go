@@ -185,7 +185,8 @@ type Sink struct {
 	born time.Time
 
 	// attempts holds, per committer, when its commit attempt under way
-	// started (Unix ns; 0: none): see OldestAttempt.
+	// started (a stamp, on the monotonic clock; 0: none): see
+	// OldestAttempt.
 	attempts []atomic.Int64
 
 	// running is the Run under way (nil: none), for pingCommitter.
@@ -1622,9 +1623,11 @@ func (s *Sink) answered() {
 
 // OldestAttempt is how long the longest commit attempt under way has run,
 // 0 when none runs: a batch waiting for a lock, or on a server that hangs,
-// shows here long before anything fails.
+// shows here long before anything fails. It is timed on the monotonic
+// clock: a step of the wall clock neither hides a stuck attempt (a step
+// back) nor ages one (a step forward).
 func (s *Sink) OldestAttempt() time.Duration {
-	now := time.Now().UnixNano()
+	now := s.stamp(time.Now())
 	var oldest int64
 	for i := range s.attempts {
 		if at := s.attempts[i].Load(); at != 0 {

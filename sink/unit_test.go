@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1151,5 +1152,21 @@ func TestMayBeStoredOutlivesProcess(t *testing.T) {
 	b.reset()
 	if b.mayBeStored {
 		t.Error("a reset batch is marked as maybe stored")
+	}
+}
+
+// OldestAttempt reads the committers' starts as the committers store them,
+// stamps on the monotonic clock (s.stamp), not Unix nanoseconds of the wall
+// clock, which a step back would hide a stuck attempt from (JetsinkBatchStuck
+// late by the step) and a step forward would age. Bounds far from any
+// machine's speed: an hour's attempt is past 59 minutes and not a day old.
+func TestOldestAttemptOnTheMonotonicClock(t *testing.T) {
+	s := &Sink{born: time.Now().Add(-2 * time.Hour), attempts: make([]atomic.Int64, 2)}
+	if age := s.OldestAttempt(); age != 0 {
+		t.Fatalf("OldestAttempt() = %v with none under way, want 0", age)
+	}
+	s.attempts[1].Store(s.stamp(time.Now().Add(-time.Hour)))
+	if age := s.OldestAttempt(); age < 59*time.Minute || age > 24*time.Hour {
+		t.Fatalf("OldestAttempt() = %v for an attempt started an hour ago (stamp %d), want about an hour", age, s.attempts[1].Load())
 	}
 }
