@@ -57,6 +57,7 @@ type committer struct {
 	answered time.Time     // when the last try's COPY (or Query) was answered, before exactly-once's lookup
 	retries  uint64        // attempts retried
 	settled  int           // rows acked
+	inserted int           // rows the batch's commits inserted (exactly-once; at-least-once inserts what it settles)
 	bytes    int           // their tuple bytes
 
 	// suspectSeq is the number of the last attempt that had started
@@ -433,7 +434,7 @@ func (c *committer) closeConn() {
 // had not settled were given back while the sink was away (giveBack).
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
-	c.retries, c.settled, c.bytes, c.held, c.unknown = 0, 0, 0, nil, b.mayBeStored
+	c.retries, c.settled, c.inserted, c.bytes, c.held, c.unknown = 0, 0, 0, 0, nil, b.mayBeStored
 	c.absentOK = false
 	c.passes = lookupPasses{}
 	c.suspectFrom(0)
@@ -455,7 +456,9 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			c.span.SetAttributes(attribute.Bool("jetsink.batch.released", true))
 			failed = nil
 		}
-		telemetry.EndCopy(c.span, c.settled, c.bytes, c.retries, failed)
+		if c.span != nil {
+			telemetry.EndCopy(c.span, c.copyCounts(), c.bytes, c.retries, failed)
+		}
 		c.span = nil
 	}()
 	lo := 0
@@ -1667,6 +1670,9 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 	// The commit's time (took, and the events' latency to it) ends here,
 	// at the COMMIT's answer: not after the lookup below.
 	c.answered = time.Now()
+	if inserted > 0 { // committed (here, at least), ON CONFLICT skipping the rest
+		c.inserted += int(inserted)
+	}
 	if _, ok := errors.AsType[*unreplicatedError](err); ok {
 		// Stored here; on the standby perhaps not: retried, and the
 		// table's key takes what is there already (ON CONFLICT). The
@@ -1899,7 +1905,13 @@ func (c *committer) copy(ctx context.Context, q copyQuery, rows []pipeline.Row) 
 			// which commits as the Query's last statement ends.
 			sent = false
 		}
-		return sent, -1, c.statementError(q, res, len(rows))
+		inserted = -1
+		if unreplicated {
+			// Committed here: the rows the INSERT stored, which the
+			// retry's ON CONFLICT skips (counted in the batch's span).
+			inserted = res.inserted
+		}
+		return sent, inserted, c.statementError(q, res, len(rows))
 	}
 	if res.stored != int64(len(rows)) && q.insertAt == 0 {
 		// (Exactly-once's COPY goes into the staging table, and the keys
@@ -2037,6 +2049,23 @@ func (c *committer) settle(b *batch, lo, hi int) {
 	st.batches.Add(1)
 	st.rows.Add(uint64(n))
 	st.bytes.Add(bytes)
+}
+
+// copyCounts is what the batch's span reports at its end
+// (telemetry.EndCopy): the rows settled (acked; jetsink.batch.rows), the
+// rows its commits inserted (db.response.returned_rows) and, in
+// exactly-once mode, the rows acked as stored already
+// (jetsink.batch.duplicates: a redelivery that ON CONFLICT skipped, or a
+// refused row found in the table, ackStored). In at-least-once mode every
+// row settled was inserted, and there are no duplicates to tell (-1).
+func (c *committer) copyCounts() telemetry.CopyCounts {
+	if c.s.cfg.Mode != ExactlyOnce {
+		return telemetry.CopyCounts{Settled: c.settled, Inserted: c.settled, Duplicates: -1}
+	}
+	// Rows a commit inserted and that were then not acked (a stop, a
+	// release) leave fewer settled than inserted: no duplicates among
+	// them to count.
+	return telemetry.CopyCounts{Settled: c.settled, Inserted: c.inserted, Duplicates: max(0, c.settled-c.inserted)}
 }
 
 // ack acks rows[lo:hi] of b, found in the table, but those of an earlier

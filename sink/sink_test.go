@@ -3426,3 +3426,56 @@ func TestExactlyOnceEveryRowRefusedButStoredAcked(t *testing.T) {
 		})
 	}
 }
+
+// A redelivery that exactly-once's INSERT skips is not reported as a row
+// stored: the copy spans of 10 rows stored, then the same 10 again, say 10
+// rows inserted (db.response.returned_rows) in all, 10 duplicates
+// (jetsink.batch.duplicates) and 20 rows settled (jetsink.batch.rows).
+// Before, both deliveries said 10 rows stored. (From the tracing review,
+// which saw it in Jaeger.)
+func TestExactlyOnceDuplicatesInTheCopySpan(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = ExactlyOnce; c.Batch.MaxRows = 64 })
+	exp := tracetest.NewInMemoryExporter()
+	tr, err := telemetry.NewTracingTo(exp, telemetry.Config{ServiceName: "test", SampleRatio: 1, MaxLinks: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	s.Instrument(tr, nil)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	for _, what := range []string{"first delivery", "redelivery"} {
+		rs, ms := rows(1, 10, nil)
+		for i := range rs {
+			rs[i].Event.Span = tr.StartMessage(rs[i].Event)
+		}
+		src.push(t, ctx, rs)
+		waitFor(t, ctx, what+" acked", allAcked(ms))
+	}
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, ctx, pg.Conn(t), s.cfg.Table); n != 10 {
+		t.Fatalf("table has %d rows, want 10", n)
+	}
+	sums := map[attribute.Key]int64{}
+	for _, sp := range exp.GetSpans() {
+		if sp.Name != "copy "+s.cfg.Table {
+			continue
+		}
+		for _, a := range sp.Attributes {
+			sums[a.Key] += a.Value.AsInt64()
+		}
+	}
+	for k, want := range map[attribute.Key]int64{"db.response.returned_rows": 10, "jetsink.batch.duplicates": 10, "jetsink.batch.rows": 20} {
+		if sums[k] != want {
+			t.Errorf("copy spans' %s add up to %d, want %d (the table holds 10 rows, delivered twice)", k, sums[k], want)
+		}
+	}
+}

@@ -64,8 +64,12 @@
 //     never over maxLinks, 10,000; jetsink.batch.links_dropped counts the
 //     rest),
 //     messaging.batch.message_count, db.system.name=postgresql,
-//     db.collection.name, db.operation.name=COPY, and at its end the rows
-//     and bytes committed and the attempts retried; each ack round is an
+//     db.collection.name, db.operation.name=COPY, and at its end (EndCopy)
+//     the rows settled (jetsink.batch.rows: acked), the rows its commits
+//     inserted (db.response.returned_rows), in exactly-once mode the rows
+//     acked as stored before (jetsink.batch.duplicates: redeliveries its
+//     INSERT skipped), the bytes committed (jetsink.batch.bytes) and the
+//     attempts retried (jetsink.batch.retries); each ack round is an
 //     "ack" event on it. A batch that a committer retrying it takes the
 //     next ones into (a refused row no commit has shown to be at fault)
 //     gets their links too (LinkCopy), up to the same limit: the span keeps

@@ -319,7 +319,7 @@ func TestLinkCopyKeepsTheFirstLinks(t *testing.T) {
 				t.Fatalf("%s: LinkCopy returned another span", c.name)
 			}
 		}
-		EndCopy(cp, total, 1000, 1, nil)
+		EndCopy(cp, rowsOf(total), 1000, 1, nil)
 		var ids []trace.SpanID // of the sampled rows, in order
 		for i := range all {
 			if sp := all[i].Event.Span; sp != nil {
@@ -404,7 +404,7 @@ func TestStartCopyBoundsLinks(t *testing.T) {
 		rows[i].Event.Span = tr.StartMessage(rows[i].Event)
 	}
 	cp := tr.StartCopy("events", rows)
-	EndCopy(cp, len(rows), 1000, 0, nil)
+	EndCopy(cp, rowsOf(len(rows)), 1000, 0, nil)
 	if err := tr.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -983,19 +983,38 @@ func (t *Tracing) LinkCopy(sp trace.Span, table string, rows []pipeline.Row, tot
 	return sp
 }
 
-// EndCopy ends a batch span from StartCopy (nil does nothing) with the rows
-// and bytes committed, the attempts retried and the error that stopped it,
-// if any.
-func EndCopy(sp trace.Span, rows, bytes int, retries uint64, err error) {
+// CopyCounts are a batch's rows as its span reports them at its end
+// (EndCopy).
+type CopyCounts struct {
+	// Settled: the rows acked, stored by the batch or before it
+	// (jetsink.batch.rows).
+	Settled int
+	// Inserted: the rows the batch's commits inserted into the table
+	// (db.response.returned_rows).
+	Inserted int
+	// Duplicates: the rows acked as stored before (exactly-once's
+	// redeliveries, which its INSERT skipped): jetsink.batch.duplicates.
+	// Negative: not known (at-least-once mode, which stores every row it
+	// settles), and the attribute is left out.
+	Duplicates int
+}
+
+// EndCopy ends a batch span from StartCopy (nil does nothing) with its
+// rows (n), the bytes committed, the attempts retried and the error that
+// stopped it, if any.
+func EndCopy(sp trace.Span, n CopyCounts, bytes int, retries uint64, err error) {
 	if sp == nil {
 		return
 	}
 	sp.SetAttributes(
-		attribute.Int("db.response.returned_rows", rows),
-		attribute.Int("jetsink.batch.rows", rows),
+		attribute.Int("db.response.returned_rows", n.Inserted),
+		attribute.Int("jetsink.batch.rows", n.Settled),
 		attribute.Int("jetsink.batch.bytes", bytes),
 		attribute.Int64("jetsink.batch.retries", int64(retries)),
 	)
+	if n.Duplicates >= 0 {
+		sp.SetAttributes(attribute.Int("jetsink.batch.duplicates", n.Duplicates))
+	}
 	if err != nil {
 		sp.RecordError(err)
 		sp.SetStatus(codes.Error, err.Error())

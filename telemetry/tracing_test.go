@@ -141,7 +141,7 @@ func TestStartMessageParentAndSampling(t *testing.T) {
 	}
 	Acked(cp, 2, 0)
 	EndMessage(&ev, "ack", nil)
-	EndCopy(cp, 2, 100, 1, nil)
+	EndCopy(cp, rowsOf(2), 100, 1, nil)
 
 	// An unsampled parent and a root at ratio 0: nothing.
 	h2 := nats.Header{"traceparent": []string{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}}
@@ -363,7 +363,7 @@ func BenchmarkTraceEvent(b *testing.B) {
 					EndMessage(&rows[j].Event, "ack", nil)
 				}
 				Acked(sp, n, 0)
-				EndCopy(sp, n, n*200, 0, nil)
+				EndCopy(sp, rowsOf(n), n*200, 0, nil)
 				i += n
 			}
 		})
@@ -847,7 +847,7 @@ func TestSpanLinkLimitVariable(t *testing.T) {
 		links[i] = trace.Link{SpanContext: rows[i].Event.Span.SpanContext()}
 	}
 	cp := tr.StartCopy("events", rows)
-	EndCopy(cp, len(rows), 1000, 0, nil)
+	EndCopy(cp, rowsOf(len(rows)), 1000, 0, nil)
 	_, sp := tr.Tracer().Start(context.Background(), "linked", trace.WithLinks(links...))
 	sp.End()
 	for i := range rows {
@@ -1000,5 +1000,55 @@ func TestServiceNameIsTheResources(t *testing.T) {
 	var off *Metrics
 	if got := off.ServiceName(); got != "" {
 		t.Errorf("a nil Metrics' ServiceName %q, want empty", got)
+	}
+}
+
+// rowsOf is the counts of a batch of n rows all inserted, in at-least-once
+// mode (no duplicates to tell).
+func rowsOf(n int) CopyCounts { return CopyCounts{Settled: n, Inserted: n, Duplicates: -1} }
+
+// A batch span tells the rows it acked (jetsink.batch.rows) from those its
+// commits inserted (db.response.returned_rows): an exactly-once
+// redelivery that ON CONFLICT skipped is a duplicate
+// (jetsink.batch.duplicates), not a row stored. At-least-once's spans have
+// no jetsink.batch.duplicates.
+func TestEndCopyCounts(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tr, err := NewTracingTo(exp, Config{ServiceName: "test", SampleRatio: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	for _, n := range []CopyCounts{{Settled: 10, Inserted: 3, Duplicates: 7}, rowsOf(4)} {
+		ev := pipeline.Event{Subject: "s", Stream: "S", StreamSeq: 1}
+		ev.Span = tr.StartMessage(ev)
+		cp := tr.StartCopy("events", []pipeline.Row{{Event: ev}})
+		EndMessage(&ev, "ack", nil)
+		EndCopy(cp, n, 100, 0, nil)
+	}
+	if err := tr.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var got []attribute.Set
+	for _, sp := range exp.GetSpans() {
+		if sp.Name == "copy events" {
+			got = append(got, attribute.NewSet(sp.Attributes...))
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d copy spans exported, want 2", len(got))
+	}
+	for i, want := range []map[attribute.Key]int64{
+		{"jetsink.batch.rows": 10, "db.response.returned_rows": 3, "jetsink.batch.duplicates": 7},
+		{"jetsink.batch.rows": 4, "db.response.returned_rows": 4},
+	} {
+		for k, w := range want {
+			if v, ok := got[i].Value(k); !ok || v.AsInt64() != w {
+				t.Errorf("span %d: %s = %v (set %v), want %d", i, k, v.AsInt64(), ok, w)
+			}
+		}
+		if _, ok := got[i].Value("jetsink.batch.duplicates"); ok && i == 1 {
+			t.Errorf("span %d (at-least-once): jetsink.batch.duplicates set", i)
+		}
 	}
 }
