@@ -154,6 +154,10 @@ func (c *Consumer) AckAll(ms []pipeline.Msg, errs []error) {
 		}
 	}
 	c.acks.end(len(ms), ok)
+	if ok > 0 {
+		// Under the sink's Hold: Current is the epoch of these events.
+		c.recent.record(c.sinceBase(), c.epochs.Current(), ms, errs)
+	}
 }
 
 // confirm flushes the open wire connection and nats.go's (waiting, within
@@ -348,6 +352,7 @@ func (c *Consumer) confirming() (stop func(hardEnded bool)) {
 			case <-ctx.Done():
 				return
 			}
+			c.resendAcks(true)
 			cctx, cancelConfirm := context.WithTimeout(ctx, confirmTimeout)
 			n, _ := c.confirm(cctx, false)
 			cancelConfirm()

@@ -44,11 +44,17 @@ const abortFlush = 2 * time.Second
 // consumer. Run is called by one goroutine; DeadLetter, Lag, Stats and Ready
 // are safe from any goroutine.
 type Consumer struct {
-	cfg    Config
-	log    *slog.Logger
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	closed chan struct{} // closed by the connection's closed handler
+	cfg  Config
+	log  *slog.Logger
+	base time.Time // taken at New: monotonic stamps are durations since it
+	// recent holds the acks sent lately, resendFrom when a leader change
+	// was told (sinceBase+1; 0: none due), for resendAcks (leaderacks.go).
+	recent      recentAcks
+	resendFrom  atomic.Int64
+	resendAgain atomic.Int64 // resendFrom as the first resend took it
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	closed      chan struct{} // closed by the connection's closed handler
 	// reconnected has a token after each reconnect, for serve.
 	reconnected chan struct{}
 
@@ -289,6 +295,7 @@ type counters struct {
 	staleTerms        atomic.Uint64
 	termErrors        atomic.Uint64
 	acksUnconfirmed   atomic.Uint64
+	acksResent        atomic.Uint64
 	acksSettled       atomic.Uint64
 	acksRefused       atomic.Uint64
 	markers           atomic.Uint64
@@ -329,10 +336,17 @@ type Stats struct {
 	TermErrors uint64
 	// AcksUnconfirmed counts acks and terms (AckAll, DeadLetter) that may
 	// not have reached the server: sent on a connection lost before a flush
-	// confirmed them, or left unconfirmed by Close. Their events are
+	// confirmed them, or left unconfirmed by Close, or sent around a
+	// consumer leader change and not kept to be sent again (more than
+	// recentAckCap in recentAckWindow; see AcksResent). Their events are
 	// delivered again after nats.ack_wait (a duplicate row in at-least-once
 	// mode) if they did not.
 	AcksUnconfirmed uint64
+	// AcksResent counts acks sent again after a consumer leader change
+	// (a pull's 409 Leadership Change): the old leader may have dropped
+	// them, and the new one may never have had them. An ack of a message
+	// already acked is a no-op.
+	AcksResent uint64
 	// AcksSettled is AcksUnconfirmed as it was when Close showed them
 	// settled after all (0 when it could not): its final confirmation went
 	// through, and the durable's ack floor was then at or past the highest
@@ -392,7 +406,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 		log = slog.Default()
 	}
 	log = log.With("component", "consumer", "stream", cfg.Stream, "consumer", cfg.Consumer)
-	c := &Consumer{cfg: cfg, log: log, closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
+	c := &Consumer{cfg: cfg, log: log, base: time.Now(), closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
 		recheckRefused: refusedRecheck, floorEvery: floorEvery, filterKeep: defaultFilterKeep, stuckAfter: stuckAfter, lookTimeout: 5 * time.Second,
 		streamLookTimeout: 5 * time.Second, recheckGap: recheckGap, confirmWait: abortBudget}
 
@@ -1161,6 +1175,7 @@ func (c *Consumer) Stats() Stats {
 		TermErrors:        s.termErrors.Load(),
 		AcksUnconfirmed:   s.acksUnconfirmed.Load(),
 		AcksSettled:       s.acksSettled.Load(),
+		AcksResent:        s.acksResent.Load(),
 		AcksRefused:       s.acksRefused.Load(),
 	}
 }

@@ -228,7 +228,17 @@
 // silent first) and those sent in the moment before nats.go tells of the
 // disconnect, although some of them reached the server; at a Close that
 // cannot confirm, a held batch's acks are counted although they may yet
-// fail to be written (the sink then reports them too). A dead letter's
+// fail to be written (the sink then reports them too). A consumer leader
+// change loses acks too, on a server that stays up: the old leader drops
+// those it had queued or not yet replicated, and one sent while no server
+// holds the ack subscription reaches no one. When a pull tells of one (409
+// Leadership Change, either client), Run logs it once at Warn and sends
+// again the acks of the last 2 s (at most 4,096, kept by reply subject)
+// at the first delivery after it, and once more at the confirmer's next
+// tick (Stats.AcksResent; an ack of a message already acked is a no-op);
+// acks of that window it no longer holds count in Stats.AcksUnconfirmed.
+// Terms are not sent again. Deliveries the old leader held back are not
+// acks lost: the new leader delivers them after ack_wait. A dead letter's
 // term that fails in the client was never sent: it is counted apart, in
 // Stats.TermErrors (its event comes back after ack_wait too). Once Close's
 // final confirmation has gone through, it looks at the durable's ack

@@ -847,6 +847,11 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 					continue // a look has just been made (those missed while it ran come in a burst)
 				}
 				c.missedBeats.Log(ctx, c.log, slog.LevelWarn, quietEvery, "pull heartbeats missed; checking the consumer")
+			case leadershipChange(err):
+				// Not a fault of the pulls (both clients pull again): the
+				// acks sent around it may be lost (leaderacks.go).
+				c.leaderChanged(err)
+				continue
 			case strings.Contains(err.Error(), "Exceeded MaxRequest"):
 				// nats.go's pulls are past the consumer's max_request_*
 				// limits (an operator's edit), each refused alike: end the
@@ -914,6 +919,10 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 // (its consumer sequence went back), or one after a reconnect only once
 // serve has verified the stream (session.await).
 func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *session) error {
+	if c.resendFrom.Load() != 0 {
+		// The first delivery since a leader change: the new leader's.
+		c.resendAcks(false)
+	}
 	meta, ok := parseAckReply(msg.Reply())
 	if !ok {
 		// Not a JetStream message: nothing to settle, nothing to store.

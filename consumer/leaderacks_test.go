@@ -1,0 +1,168 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// Consumer leader stepdowns while events flow and are acked (as the sink
+// does, AckAll) on a three-node cluster: the acks the old leader dropped,
+// or had not replicated, are sent again once the new leader delivers, so
+// that nothing acked stays pending on the new leader. ack_wait is an hour:
+// an event whose ack was lost would stay pending past the test's deadline
+// rather than come back. The change is logged, and the resend counted.
+func TestConsumerLeaderChangeResendsAcks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	js, cfg := onCluster(t)
+	cfg.AckWait = time.Hour
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	c, logBuf := newLoggedConsumer(t, ctx, cfg)
+	r := startRun(t, ctx, c, 1, 1024, 1024)
+
+	// The acker: what Run hands on, acked in the batches it comes in.
+	var acked atomic.Int64
+	var recvMu sync.Mutex
+	received := map[uint64]bool{} // stream sequences handed on (and acked)
+	ackCtx, stopAck := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var ms []pipeline.Msg
+		for {
+			select {
+			case g := <-r.events:
+				recvMu.Lock()
+				received[g.ev.StreamSeq] = true
+				recvMu.Unlock()
+				ms = append(ms[:0], g.ev.Msg)
+			more:
+				for len(ms) < 64 {
+					select {
+					case g := <-r.events:
+						recvMu.Lock()
+						received[g.ev.StreamSeq] = true
+						recvMu.Unlock()
+						ms = append(ms, g.ev.Msg)
+					default:
+						break more
+					}
+				}
+				c.AckAll(ms, make([]error, len(ms)))
+				acked.Add(int64(len(ms)))
+			case <-ackCtx.Done():
+				return
+			}
+		}
+	})
+	// The publisher, until told to stop.
+	var published atomic.Int64
+	pubCtx, stopPub := context.WithCancel(ctx)
+	var pubErr atomic.Pointer[error]
+	wg.Go(func() {
+		subj := strings.TrimSuffix(cfg.Subjects[0], ">") + "a"
+		for i := 0; pubCtx.Err() == nil; i++ {
+			if _, err := js.Publish(pubCtx, subj, []byte(strconv.Itoa(i))); err != nil {
+				if pubCtx.Err() == nil {
+					pubErr.Store(&err)
+				}
+				return
+			}
+			published.Add(1)
+		}
+	})
+	defer func() { stopPub(); stopAck(); wg.Wait() }()
+
+	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := func() string {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second) // unanswered during the election
+		defer cancel()
+		ci, err := cons.Info(lctx)
+		if err != nil || ci.Cluster == nil {
+			return ""
+		}
+		return ci.Cluster.Leader
+	}
+	nc := js.Conn()
+	for i := range 4 {
+		// Acks flowing: a few hundred more since the last stepdown.
+		from := acked.Load()
+		waitFor(t, ctx, "acks flowing", func() bool { return acked.Load() >= from+300 })
+		old := leader()
+		resp, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+cfg.Stream+"."+cfg.Consumer, nil)
+		if err != nil {
+			t.Fatalf("stepdown %d: %v", i, err)
+		}
+		if !strings.Contains(string(resp.Data), `"success":true`) {
+			t.Fatalf("stepdown %d of leader %q: %s", i, old, resp.Data)
+		}
+		waitFor(t, ctx, "a new consumer leader", func() bool { l := leader(); return l != "" && l != old })
+	}
+	from := acked.Load()
+	waitFor(t, ctx, "acks flowing after the last stepdown", func() bool { return acked.Load() >= from+300 })
+	stopPub()
+	if p := pubErr.Load(); p != nil {
+		t.Fatalf("publish: %v", *p)
+	}
+	// Every event received was acked: none of them may stay pending on
+	// the leader (an hour's ack_wait, and a lost ack, would keep it
+	// there). Those pending and never received are not acks lost: the old
+	// leader drops the deliveries it held back until their delivered
+	// state was replicated (resetPendingDeliveries), and the new one
+	// delivers them after ack_wait.
+	var last string
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		lctx, cancelLook := context.WithTimeout(ctx, 2*time.Second)
+		ci, err := cons.Info(lctx)
+		cancelLook()
+		if err == nil {
+			recvMu.Lock()
+			never := 0
+			for seq := uint64(1); seq <= ci.Delivered.Stream; seq++ {
+				if !received[seq] {
+					never++
+				}
+			}
+			recvMu.Unlock()
+			lost := ci.NumAckPending - never
+			if ci.NumPending == 0 && lost == 0 {
+				break
+			}
+			last = fmt.Sprintf("ack pending %d (never received %d), ack floor %d, delivered %d, num pending %d, acked %d",
+				ci.NumAckPending, never, ci.AckFloor.Stream, ci.Delivered.Stream, ci.NumPending, acked.Load())
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			st := c.Stats()
+			t.Fatalf("acks lost in the leader changes: %s (resent %d, in doubt %d)\n%s",
+				last, st.AcksResent, st.AcksUnconfirmed, logBuf.String())
+		}
+	}
+	if !strings.Contains(logBuf.String(), "the consumer's leader changed: acks sent around the change may be lost") {
+		t.Errorf("the leader changes were not logged:\n%s", logBuf.String())
+	}
+	if strings.Contains(logBuf.String(), `msg="pull subscription"`) {
+		t.Errorf("a leader change logged as a pull subscription's error:\n%s", logBuf.String())
+	}
+	if st := c.Stats(); st.AcksResent == 0 {
+		t.Errorf("no ack sent again after 4 leader changes: %+v", st)
+	}
+	r.stopClean(t, ctx)
+}
