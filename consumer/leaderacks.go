@@ -157,10 +157,11 @@ func (c *Consumer) leaderChanged(err error) {
 // change (the first caller after it takes it). Those the ring dropped are
 // counted in doubt.
 //
-// It sends them once more at the ack confirmer's next tick (again): the
-// first delivery may come a moment before the new leader applies acks
-// (one ack in about 4,000 was still lost after a single resend in
-// TestConsumerLeaderChangeResendsAcks).
+// It sends them once more at the ack confirmer's next tick (again), in
+// case the first delivery came before the new leader's ack subscription
+// reached the server this client is on (not seen: the one ack that
+// seemed lost after a single resend, while the test was written, was a
+// delivery the old leader dropped, never received).
 func (c *Consumer) resendAcks(again bool) {
 	due := &c.resendFrom
 	if again {
