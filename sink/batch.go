@@ -225,17 +225,24 @@ type run struct {
 // leaveStale counts the unsettled rows of b whose event's stream was
 // re-created since it was taken (its epoch is not the current one), as a
 // hard stop drops b's rows: JetStream delivers the others again after
-// ack_wait, but nothing delivers these, whose old stream is gone.
+// ack_wait, but nothing delivers these, whose old stream is gone. It ends
+// the span of each unsettled row's message ("abandoned", errAbandoned), so
+// that the batch span's links to them resolve.
 func (r *run) leaveStale(b *batch) {
 	cur := r.s.epochs.Current()
 	b.mu.Lock()
 	for i := b.lo; i < len(b.rows); i++ {
-		if b.rows[i].Event.Epoch != cur {
+		ev := &b.rows[i].Event
+		if ev.Epoch != cur {
 			r.staleLeft.Add(1)
 		}
+		ev.EndSpan("abandoned", errAbandoned)
 	}
 	b.mu.Unlock()
 }
+
+// errAbandoned ends the span of a message a hard stop left unsettled.
+var errAbandoned = errors.New("hard stop: left unsettled, not acked; JetStream delivers it again after ack_wait")
 
 // warmGrace is how long, after the first committer has connected, the
 // others' first connects are waited for (see Sink.Warmed).

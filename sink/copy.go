@@ -58,6 +58,8 @@ type committer struct {
 	retries  uint64        // attempts retried
 	settled  int           // rows acked
 	inserted int           // rows the batch's commits inserted (exactly-once; at-least-once inserts what it settles)
+	failed   int           // the batch's attempts that failed, ctx alive (its span's error at a hard stop: stopError)
+	lastFail error         // the last of them
 	bytes    int           // their tuple bytes
 
 	// suspectSeq is the number of the last attempt that had started
@@ -435,6 +437,7 @@ func (c *committer) closeConn() {
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
 	c.retries, c.settled, c.inserted, c.bytes, c.held, c.unknown = 0, 0, 0, 0, nil, b.mayBeStored
+	c.failed, c.lastFail = 0, nil
 	c.absentOK = false
 	c.passes = lookupPasses{}
 	c.suspectFrom(0)
@@ -457,6 +460,11 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 			failed = nil
 		}
 		if c.span != nil {
+			if failed != nil && ctx.Err() != nil && c.lastFail != nil {
+				// A hard stop cut the retries short: the span says what
+				// failed the batch, not "context canceled".
+				failed = c.stopError()
+			}
 			telemetry.EndCopy(c.span, c.copyCounts(), c.bytes, c.retries, failed)
 		}
 		c.span = nil
@@ -1008,6 +1016,9 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			c.took = c.commitAt.Sub(c.stmtsAt)
 			c.s.answered()
 			return err // committed: settled, never sent again
+		}
+		if ctx.Err() == nil { // not one a hard stop cut short: what the span tells at one (stopError)
+			c.failed, c.lastFail = c.failed+1, err
 		}
 		le, isLookup := errors.AsType[*lookupError](err)
 		// Only the row's own statement timing out counts: not a lookup
@@ -2049,6 +2060,22 @@ func (c *committer) settle(b *batch, lo, hi int) {
 	st.batches.Add(1)
 	st.rows.Add(uint64(n))
 	st.bytes.Add(bytes)
+}
+
+// stopError is the error of a batch's span that a hard stop ended while
+// its attempts failed: how many failed, and the last one's error, shown as
+// the log shows it (a suspect error by its SQLSTATE alone: its message may
+// quote a row).
+func (c *committer) stopError() error {
+	var shown any = c.lastFail
+	if pgErr, ok := errors.AsType[*pgconn.PgError](c.lastFail); ok && c.s.classify(c.lastFail) == classSuspect {
+		shown = "SQLSTATE " + pgErr.Code
+	}
+	attempts := "attempts"
+	if c.failed == 1 {
+		attempts = "attempt"
+	}
+	return fmt.Errorf("hard stop after %d failed %s; last: %v", c.failed, attempts, shown)
 }
 
 // copyCounts is what the batch's span reports at its end

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -3477,5 +3478,65 @@ func TestExactlyOnceDuplicatesInTheCopySpan(t *testing.T) {
 		if sums[k] != want {
 			t.Errorf("copy spans' %s add up to %d, want %d (the table holds 10 rows, delivered twice)", k, sums[k], want)
 		}
+	}
+}
+
+// A hard stop while PostgreSQL cannot be reached: the batch's copy span
+// says why its attempts failed ("hard stop after N failed attempts; last:
+// ... connection refused"), not "context canceled", and the span of the
+// message it links to, left unsettled, is ended ("abandoned") and
+// exported. Before, the link led nowhere. (From the tracing review.)
+func TestHardStopSpans(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	s, _ := newTestSink(t, ctx, "postgres://u:p@127.0.0.1:1/db?sslmode=disable&connect_timeout=1", func(c *Config) { c.CreateTable = false })
+	exp := tracetest.NewInMemoryExporter()
+	tr, err := telemetry.NewTracingTo(exp, telemetry.Config{ServiceName: "test", SampleRatio: 1, MaxLinks: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	s.Instrument(tr, nil)
+	src := newSource()
+	hard, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wait := runSink(t, hard, s, src)
+	rs, _ := rows(1, 1, nil)
+	rs[0].Event.Span = tr.StartMessage(rs[0].Event)
+	msgID := rs[0].Event.Span.SpanContext().SpanID()
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "a failed attempt of the batch", func() bool { return s.Stats().Retries >= 1 })
+	cancel()
+	_ = wait()
+	if err := tr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var msgExported, copied bool
+	for _, sp := range exp.GetSpans() {
+		if sp.SpanContext.SpanID() == msgID {
+			msgExported = true
+			settle := attribute.NewSet(sp.Attributes...)
+			if v, _ := settle.Value("jetsink.settle"); v.AsString() != "abandoned" || sp.Status.Code != codes.Error {
+				t.Errorf("message span: jetsink.settle %q, status %v %q; want abandoned, an error", v.AsString(), sp.Status.Code, sp.Status.Description)
+			}
+		}
+		if sp.Name == "copy "+s.cfg.Table {
+			copied = true
+			t.Logf("copy span: %v %q", sp.Status.Code, sp.Status.Description)
+			if d := sp.Status.Description; !strings.HasPrefix(d, "hard stop after ") || !strings.Contains(d, " failed attempt") || !strings.Contains(d, "; last: ") ||
+				!strings.Contains(d, "connect") || strings.Contains(d, "context canceled") {
+				t.Errorf("copy span's error %q, want the hard stop with what failed the batch (no connection)", d)
+			}
+			for _, l := range sp.Links {
+				if l.SpanContext.SpanID() != msgID {
+					t.Errorf("copy span links to %s, not the message's %s", l.SpanContext.SpanID(), msgID)
+				}
+			}
+		}
+	}
+	if !copied {
+		t.Error("no copy span exported")
+	}
+	if !msgExported {
+		t.Errorf("the copy span links to message span %s, which was never ended nor exported", msgID)
 	}
 }

@@ -56,8 +56,13 @@
 //     settled, and ends there (EndMessage): at the ack after the commit, at
 //     the dead letter (failed, with stage and code), at a nak (failed), or,
 //     left unacked at the end of a drain (given_up), failed.
-//     Its duration is thus receive-to-settle. A message abandoned at a hard
-//     shutdown is never settled; its span is never ended nor exported.
+//     Its duration is thus receive-to-settle. A message a hard shutdown
+//     leaves unsettled in one of the sink's batches (taken, not committed)
+//     has its span ended then, failed, with jetsink.settle=abandoned, so
+//     that the batch span's link to it resolves (JetStream delivers it
+//     again after ack_wait); one not yet in a batch (in the consumer or the
+//     pipeline) is never settled, and its span is never ended nor
+//     exported.
 //   - "copy <table>", CLIENT, one per batch that holds a sampled message: a
 //     new root (always kept) with a link to every sampled message's span
 //     (at most the link limit: Config.MaxLinks or OTEL_SPAN_LINK_COUNT_LIMIT,
@@ -75,6 +80,9 @@
 //     gets their links too (LinkCopy), up to the same limit: the span keeps
 //     its first links, its own messages' then those taken in, and
 //     jetsink.batch.links_dropped counts the sampled messages past it.
+//     A batch whose attempts a hard shutdown cuts short ends its span
+//     failed with "hard stop after N failed attempts; last: <error>" (a
+//     row's refusal by its SQLSTATE alone), not "context canceled".
 //     A batch its committer hands to another committer (it could not
 //     connect while the others could) ends its span with
 //     jetsink.batch.handed_off=true, not as an error: the span of the
