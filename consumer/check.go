@@ -199,6 +199,11 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		if p, ok := replicaProblem(clusterOf(nc, &cfg), &limited); ok {
 			problems = append(problems, p)
 		}
+		if cons, cerr := stream.Consumer(ctx, cfg.Consumer); cerr == nil {
+			if p, ok := durableReplicaProblem(clusterOf(nc, &cfg), cfg.Stream, limited.Replicas, &cons.CachedInfo().Config); ok {
+				problems = append(problems, p)
+			}
+		}
 		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
 			problems = append(problems, Problem{Config: true, Message: err.Error()}) // New refuses it: ErrInvalidConfig
 		}
@@ -367,6 +372,24 @@ func replicaProblem(cluster string, sc *jetstream.StreamConfig) (Problem, bool) 
 			Fix:     "keep it on three servers: nats.stream_replicas: 3 with create_stream, or " + streamEdit(sc.Name, "--replicas 3")}, true
 	}
 	return Problem{}, false
+}
+
+// durableReplicaProblem warns of durable cc with fewer replicas than its
+// stream's (streamReplicas) on cluster (clusterOf; "" for a server on its
+// own: nothing to warn of). A durable's 0 means the stream's. run keeps a
+// durable's replicas (made by an operator so, or edited since): while the
+// server holding it is down jetsink consumes nothing although the stream
+// keeps its quorum, and losing that server's disk loses the consumer's ack
+// floor.
+func durableReplicaProblem(cluster, stream string, streamReplicas int, cc *jetstream.ConsumerConfig) (Problem, bool) {
+	if cluster == "" || cc.Replicas < 1 || cc.Replicas >= streamReplicas {
+		return Problem{}, false
+	}
+	return Problem{Warning: true,
+		Message: fmt.Sprintf("consumer %s has %d replicas, fewer than stream %s's %d on NATS cluster %s: while a server holding it is down "+
+			"jetsink consumes nothing, although the stream keeps its quorum, and losing its disk loses the consumer's ack floor (run keeps a durable's replicas)",
+			cc.Durable, cc.Replicas, stream, streamReplicas, cluster),
+		Fix: fmt.Sprintf("nats consumer edit %s %s --replicas %d --force", shellWord(stream), shellWord(cc.Durable), streamReplicas)}, true
 }
 
 // eventStreamLimits warns of the limits under which the event stream sc

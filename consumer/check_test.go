@@ -1497,3 +1497,47 @@ func TestCheckWarnsOfInactiveLimitOnInterestStream(t *testing.T) {
 		}
 	}
 }
+
+// On a cluster, a durable made with fewer replicas than its stream's (run
+// keeps it) is warned of by check and once by New, with the edit that
+// gives it the stream's; one with the stream's, or 0 (the stream's), is
+// not.
+func TestDurableReplicasBelowStreamsOnACluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	js, cfg := onCluster(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	const warned = "has 1 replicas, fewer than stream "
+	for _, tc := range []struct {
+		replicas int
+		warned   bool
+	}{{1, true}, {3, false}, {0, false}} {
+		_ = js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer)
+		if _, err := js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy,
+			AckWait: cfg.AckWait, MaxDeliver: -1, MaxAckPending: cfg.maxAckPending(), Replicas: tc.replicas}); err != nil {
+			t.Fatalf("replicas %d: %v", tc.replicas, err)
+		}
+		ps, err := Check(ctx, cfg, testLogger(t, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := problemsText(ps)
+		if got := strings.Contains(text, warned+cfg.Stream+"'s 3"); got != tc.warned {
+			t.Errorf("durable with %d replicas: check warned %v, want %v:\n%s", tc.replicas, got, tc.warned, text)
+		}
+		if want := "nats consumer edit " + cfg.Stream + " " + cfg.Consumer + " --replicas 3 --force"; tc.warned && !strings.Contains(text, want) {
+			t.Errorf("check's fix is not %q:\n%s", want, text)
+		}
+		var buf syncBuffer
+		c, err := New(ctx, cfg, testLogger(t, &buf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close(ctx)
+		if got := strings.Count(buf.String(), warned); got != map[bool]int{true: 1, false: 0}[tc.warned] {
+			t.Errorf("durable with %d replicas: New warned %d times, want warned %v:\n%s", tc.replicas, got, tc.warned, buf.String())
+		}
+	}
+}

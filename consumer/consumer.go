@@ -52,9 +52,13 @@ type Consumer struct {
 	recent      recentAcks
 	resendFrom  atomic.Int64
 	resendAgain atomic.Int64 // resendFrom as the first resend took it
-	nc          *nats.Conn
-	js          jetstream.JetStream
-	closed      chan struct{} // closed by the connection's closed handler
+	// streamReplicas is the event stream's replicas as ensureStream last
+	// read them; durableReplicasWarned, once its durable's fewer were.
+	streamReplicas        atomic.Int64
+	durableReplicasWarned atomic.Bool
+	nc                    *nats.Conn
+	js                    jetstream.JetStream
+	closed                chan struct{} // closed by the connection's closed handler
 	// reconnected has a token after each reconnect, for serve.
 	reconnected chan struct{}
 
@@ -854,6 +858,7 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 		}
 	}
 	sc := &stream.CachedInfo().Config
+	c.streamReplicas.Store(int64(sc.Replicas))
 	subjects := sc.Subjects
 	p, interest := interestProblem(sc, cfg)
 	// Said once a stream, at the start: Run calls this again at each

@@ -294,6 +294,9 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 			p.Fix += holdFirst(cfg, floorPlaceholder, c.interest.Load())
 			return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 		}
+		if p, ok := durableReplicaProblem(clusterOf(c.nc, cfg), cfg.Stream, int(c.streamReplicas.Load()), prev); ok && !c.durableReplicasWarned.Swap(true) {
+			c.log.Warn(p.Message, "fix", p.Fix) // kept by buildConfig: said once
+		}
 	}
 	if cfg.Destination != "" {
 		// Recorded for the others of the durable (refreshFloor).
