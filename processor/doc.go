@@ -37,7 +37,9 @@
 // and /metrics answer 503 "starting: <what New is doing>"
 // (telemetry.NewStarting); Run swaps its own handler in on the same
 // server, so no connection is refused or dropped at the hand-over. A New
-// that fails stops it and closes the listener before it returns.
+// that fails stops it and closes the listener before it returns, at once:
+// a profile under way, or a connection that has sent no request, is cut
+// off, not given the grace a stop gives the requests in flight.
 //
 // Starting: the consumer's first pull (after its start-up checks, which
 // run meanwhile) waits until the sink's committers' first connects have

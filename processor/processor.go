@@ -56,7 +56,8 @@ type Processor struct {
 // and /metrics answer 503 with "starting: " and what New is doing (or
 // "connected, not running yet" once it has returned); Run takes the
 // listener over without closing it. Shutdown (or Close) stops it if Run
-// never does, as New does when it fails. cfg must have passed Validate.
+// never does; New stops it when it fails, cutting off what is in flight
+// (abortAdmin). cfg must have passed Validate.
 // Errors come from the stage that failed (consumer, sink or pipeline
 // sentinels, wrapped with the operation).
 func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, error) {
@@ -92,11 +93,11 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	p.tracing, err = telemetry.NewTracing(ctx, telemetry.Config{ServiceName: tc.ServiceName, OTLPEndpoint: tc.OTLPEndpoint,
 		SampleRatio: tc.SampleRatio, MaxLinks: cfg.Postgres.Batch.MaxRows, Log: log})
 	if err != nil {
-		p.closeAdminListener(context.Background())
+		p.abortAdmin()
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	if p.metrics, err = telemetry.NewMetrics(tc.ServiceName); err != nil {
-		p.Close()
+		p.fail()
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 
@@ -123,7 +124,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	}
 	p.sink, err = sink.New(ctx, sinkCfg, mapper.Columns(), dl, log)
 	if err != nil {
-		p.Close()
+		p.fail()
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	natsCfg := cfg.NATS
@@ -135,7 +136,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	p.setPhase("connecting to NATS and checking the stream and the consumer")
 	p.consumer, err = consumer.New(ctx, natsCfg, log)
 	if err != nil {
-		p.Close()
+		p.fail()
 		return nil, fmt.Errorf("start the NATS consumer: %w", err)
 	}
 	counted.Next = p.consumer
@@ -157,7 +158,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	p.sink.SetAckAll(p.consumer.AckAll) // counts the acks, for Shutdown to confirm
 	p.pipeline, err = pipeline.New(cfg.Pipeline, mapper, dl, log)
 	if err != nil {
-		p.Close()
+		p.fail()
 		return nil, fmt.Errorf("build pipeline: %w", err)
 	}
 	// The events waiting for their dead letters get InProgress as the
@@ -167,6 +168,31 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 	logTelemetry(log, p.tracing, p.metrics)
 	p.setPhase("connected, not running yet")
 	return p, nil
+}
+
+// fail releases what a New that fails has made: the start-up admin
+// server first, with no grace (abortAdmin), then the rest (Close).
+func (p *Processor) fail() {
+	p.abortAdmin()
+	p.Close()
+}
+
+// abortAdmin stops the start-up admin server of a New that fails, and
+// closes its listener, with no grace for the requests in flight: the
+// start-up handler answers at once, so what a grace would wait for is a
+// profile under way (telemetry.pprof) or a connection that has sent no
+// request yet (http.Server.Shutdown counts one idle only after 5 s), and
+// it would hold the failed start-up up to telemetry.ServeOn's 2 s, which
+// nothing would cut short: Close sets no deadline, and the hard context
+// that a second signal ends in jetsink run never reaches New. Those are
+// cut off, and not logged: jetsink is not starting, and New's error says
+// why.
+func (p *Processor) abortAdmin() {
+	if s := p.admin.Swap(nil); s != nil {
+		if err := s.abort(); err != nil && !errors.Is(err, context.Canceled) {
+			p.log.Warn("admin listener", "err", err)
+		}
+	}
 }
 
 // setPhase says what New is doing, for the start-up handler's 503.
@@ -203,6 +229,15 @@ func (s *adminServer) stop(hard context.Context) error {
 	err := <-s.done
 	s.cancelHard()
 	return err
+}
+
+// abort shuts the server down and closes its listener at once: the
+// requests in flight, and the connections that have sent none, are cut
+// off (telemetry.ServeOn then returns an error wrapping context.Canceled).
+func (s *adminServer) abort() error {
+	s.cancelHard() // first: ServeOn's grace derives from it
+	s.stopServe()
+	return <-s.done
 }
 
 // startAdmin serves l with the start-up handler, and the profiles when

@@ -8,7 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -179,4 +182,176 @@ func TestAdminHandOverKeepsTheListener(t *testing.T) {
 	if _, err := p.serveAdmin(ctx); err == nil {
 		t.Error("a second serveAdmin served a listener that is gone")
 	}
+}
+
+// A New that fails stops its start-up admin server at once. Before, it
+// gave the requests in flight telemetry.ServeOn's 2 s grace, under a
+// context nothing ends (Close's Background: run's hard context, which a
+// second signal cancels, never reaches New): a profile under way
+// (telemetry.pprof) or a connection that had sent no request yet held a
+// cancelled start-up for 2 s, then the Warn "requests still running after
+// 2s cut off". The profile here runs for 10 minutes; without the cut, the
+// grace runs out and that Warn is logged.
+func TestFailedNewCutsOffTheAdminListener(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pgAddr, accepted := testenv.SilentServer(t)
+	cfg := config.Default()
+	cfg.Telemetry.Listen = "127.0.0.1:0"
+	cfg.Telemetry.Pprof = true
+	cfg.Postgres.URL = "postgres://jetsink@" + pgAddr + "/jetsink?sslmode=disable&connect_timeout=600"
+	cfg.Postgres.CreateTable = true     // New connects to create the table where missing
+	cfg.NATS.URL = "nats://127.0.0.1:1" // never reached: PostgreSQL comes first
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bound := make(chan string, 1)
+	rec := &warnRecorder{}
+	log := slog.New(&teeHandler{rec, &addrHandler{msg: "admin listener: starting", addr: bound}})
+	newCtx, stopNew := context.WithCancel(ctx)
+	defer stopNew()
+	done := make(chan error, 1)
+	go func() {
+		p, err := New(newCtx, cfg, log)
+		if err == nil {
+			p.Close()
+		}
+		done <- err
+	}()
+	var addr string
+	select {
+	case addr = <-bound:
+	case err := <-done:
+		t.Fatalf("New returned before the admin listener was served: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no admin listener served while New runs")
+	}
+	select {
+	case <-accepted: // New is connecting to PostgreSQL, which says nothing
+	case err := <-done:
+		t.Fatalf("New returned without connecting to PostgreSQL: %v", err)
+	case <-ctx.Done():
+		t.Fatal("New never connected to PostgreSQL")
+	}
+	// A CPU profile of 10 minutes, under way when New fails.
+	profiled := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/profile?seconds=600", nil)
+		if err == nil {
+			var resp *http.Response
+			if resp, err = http.DefaultClient.Do(req); err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		}
+		profiled <- err
+	}()
+	waitStacks(ctx, t, "the profile's handler running", func(stacks string) bool {
+		return strings.Contains(stacks, "net/http/pprof.Profile(")
+	})
+	// And a connection that sends nothing, taken by the server.
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Close() }()
+	waitStacks(ctx, t, "the server serving both connections", func(stacks string) bool {
+		return strings.Count(stacks, "net/http.(*conn).serve(") >= 2
+	})
+
+	stopNew()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("New against a PostgreSQL that never answers returned no error")
+		}
+	case <-ctx.Done():
+		t.Fatal("New did not return after its context was cancelled")
+	}
+	for _, w := range rec.lines() {
+		if strings.Contains(w, "cut off") {
+			t.Errorf("a failed New logged %q: its start-up requests were given a grace, or their cut warned of", w)
+		}
+	}
+	// ServeOn waited for the profile's handler, which its cut ended.
+	if stacks := allStacks(); strings.Contains(stacks, "net/http/pprof.Profile(") {
+		t.Error("the profile's handler still runs after New failed")
+	}
+	select {
+	case <-profiled: // an error or a cut-short body: the request ended
+	case <-ctx.Done():
+		t.Error("the profile's request did not end with the failed New")
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		_ = c.Close()
+		t.Errorf("the admin listener %s still takes connections after New failed", addr)
+	}
+}
+
+// waitStacks polls the goroutines' stacks until ok says yes, failing the
+// test at ctx's end with what it waited for.
+func waitStacks(ctx context.Context, t *testing.T, what string, ok func(stacks string) bool) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !ok(allStacks()) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waited for %s until the test's deadline", what)
+		case <-tick.C:
+		}
+	}
+}
+
+// allStacks is every goroutine's stack.
+func allStacks() string {
+	buf := make([]byte, 1<<20)
+	for {
+		if n := runtime.Stack(buf, true); n < len(buf) {
+			return string(buf[:n])
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// warnRecorder keeps the records logged at Warn or above, as text.
+type warnRecorder struct {
+	mu    sync.Mutex
+	warns []string
+}
+
+func (h *warnRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *warnRecorder) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *warnRecorder) WithGroup(string) slog.Handler                { return h }
+func (h *warnRecorder) Handle(_ context.Context, r slog.Record) error {
+	line := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	h.mu.Lock()
+	h.warns = append(h.warns, line)
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *warnRecorder) lines() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.warns)
+}
+
+// teeHandler hands every record to each of its handlers that takes it.
+type teeHandler []slog.Handler
+
+func (h teeHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h teeHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h teeHandler) WithGroup(string) slog.Handler            { return h }
+func (h teeHandler) Handle(ctx context.Context, r slog.Record) error {
+	for _, x := range h {
+		if x.Enabled(ctx, r.Level) {
+			_ = x.Handle(ctx, r.Clone())
+		}
+	}
+	return nil
 }
