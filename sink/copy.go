@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +60,7 @@ type committer struct {
 	settled  int           // rows acked
 	inserted int           // rows the batch's commits inserted (exactly-once; at-least-once inserts what it settles)
 	failed   int           // the batch's attempts that failed, ctx alive (its span's error at a hard stop: stopError)
+	parked   int           // rows dead-lettered
 	lastFail error         // the last of them
 	bytes    int           // their tuple bytes
 
@@ -437,7 +439,7 @@ func (c *committer) closeConn() {
 func (c *committer) process(ctx context.Context, b *batch) (err error) {
 	rows := b.rows
 	c.retries, c.settled, c.inserted, c.bytes, c.held, c.unknown = 0, 0, 0, 0, nil, b.mayBeStored
-	c.failed, c.lastFail = 0, nil
+	c.failed, c.lastFail, c.parked = 0, nil, 0
 	c.absentOK = false
 	c.passes = lookupPasses{}
 	c.suspectFrom(0)
@@ -1171,6 +1173,13 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			}
 			c.s.log.Warn("batch still failing; retrying until it commits", withHint(err, "rows", len(rows), "attempts", attempt+1,
 				"failing_for", time.Since(failing).Round(time.Millisecond), "err", shown, "retry_in", wait)...)
+		}
+		if attempt == 0 || still {
+			// In the trace too, as often as in the log: a batch
+			// retried for minutes otherwise ends with a status OK and
+			// only its retries counted.
+			typ, state := errorType(err)
+			telemetry.CopyRetry(c.span, typ, state, attempt+1)
 		}
 		c.s.refused(err, cl, failedAt)
 		switch {
@@ -2062,6 +2071,28 @@ func (c *committer) settle(b *batch, lo, hi int) {
 	st.bytes.Add(bytes)
 }
 
+// errorType is err's error.type and SQLSTATE for a "retry" event of the
+// batch's span (telemetry.CopyRetry): the server's SQLSTATE when it
+// answered with one, else what kind of failure it was, in few values.
+func errorType(err error) (typ, sqlstate string) {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pgErr.Code, pgErr.Code
+	}
+	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
+		return "connect", ""
+	}
+	if _, ok := errors.AsType[*typesChangedError](err); ok {
+		return "types_changed", ""
+	}
+	if _, ok := errors.AsType[*brokenConnError](err); ok {
+		return "connection_lost", ""
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+		return "timeout", ""
+	}
+	return "_OTHER", ""
+}
+
 // stopError is the error of a batch's span that a hard stop ended while
 // its attempts failed: how many failed, and the last one's error, shown as
 // the log shows it (a suspect error by its SQLSTATE alone: its message may
@@ -2087,12 +2118,12 @@ func (c *committer) stopError() error {
 // row settled was inserted, and there are no duplicates to tell (-1).
 func (c *committer) copyCounts() telemetry.CopyCounts {
 	if c.s.cfg.Mode != ExactlyOnce {
-		return telemetry.CopyCounts{Settled: c.settled, Inserted: c.settled, Duplicates: -1}
+		return telemetry.CopyCounts{Settled: c.settled, Inserted: c.settled, Duplicates: -1, DeadLettered: c.parked}
 	}
 	// Rows a commit inserted and that were then not acked (a stop, a
 	// release) leave fewer settled than inserted: no duplicates among
 	// them to count.
-	return telemetry.CopyCounts{Settled: c.settled, Inserted: c.inserted, Duplicates: max(0, c.settled-c.inserted)}
+	return telemetry.CopyCounts{Settled: c.settled, Inserted: c.inserted, Duplicates: max(0, c.settled-c.inserted), DeadLettered: c.parked}
 }
 
 // ack acks rows[lo:hi] of b, found in the table, but those of an earlier
@@ -2472,5 +2503,6 @@ func (c *committer) park(ctx context.Context, row *pipeline.Row, dl pipeline.Dea
 		return false
 	}
 	c.s.st.deadLettered.Add(1)
+	c.parked++
 	return true
 }

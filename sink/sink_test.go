@@ -3526,6 +3526,17 @@ func TestHardStopSpans(t *testing.T) {
 				!strings.Contains(d, "connect") || strings.Contains(d, "context canceled") {
 				t.Errorf("copy span's error %q, want the hard stop with what failed the batch (no connection)", d)
 			}
+			// The retries' cause, at the first failure (and each
+			// "still failing" line, a minute apart: none here).
+			if len(sp.Events) == 0 || sp.Events[0].Name != "retry" {
+				t.Errorf("copy span's events %v, want a retry first", sp.Events)
+			} else if ev := attribute.NewSet(sp.Events[0].Attributes...); true {
+				typ, _ := ev.Value("error.type")
+				n, _ := ev.Value("jetsink.batch.attempts")
+				if typ.AsString() != "connect" || n.AsInt64() != 1 {
+					t.Errorf("retry event: error.type %q, jetsink.batch.attempts %d; want connect, 1", typ.AsString(), n.AsInt64())
+				}
+			}
 			for _, l := range sp.Links {
 				if l.SpanContext.SpanID() != msgID {
 					t.Errorf("copy span links to %s, not the message's %s", l.SpanContext.SpanID(), msgID)
@@ -3538,5 +3549,86 @@ func TestHardStopSpans(t *testing.T) {
 	}
 	if !msgExported {
 		t.Errorf("the copy span links to message span %s, which was never ended nor exported", msgID)
+	}
+}
+
+// A batch's span counts the rows it dead-lettered
+// (jetsink.batch.dead_lettered), and its retries' cause is on it ("retry"
+// events, with error.type and db.response.status_code: the SQLSTATE):
+// before, a batch retried for seconds ended with status OK, its retries
+// counted and nothing said why. Here a row a CHECK refuses, dead-lettered
+// (data errors are not retried), and a trigger refusing every row for a
+// while (suspect: retried until a commit).
+func TestCopySpanSaysRetriesAndDeadLetters(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Connections = 1 })
+	exp := tracetest.NewInMemoryExporter()
+	tr, err := telemetry.NewTracingTo(exp, telemetry.Config{ServiceName: "test", SampleRatio: 1, MaxLinks: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	s.Instrument(tr, nil)
+	admin := pg.Conn(t)
+	refuseBadRows(t, ctx, admin, s.table, false)
+	rs, ms := rows(1, 10, func(seq int) string {
+		if seq == 5 {
+			return `{"bad":true}`
+		}
+		return `{}`
+	})
+	for i := range rs {
+		rs[i].Event.Span = tr.StartMessage(rs[i].Event)
+	}
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the good rows acked, the bad one dead-lettered", func() bool {
+		letters, _ := dl.letters()
+		return len(letters) == 1 && allAcked(append(ms[:4:4], ms[5:]...))()
+	})
+	// Then every row refused (P0001) until the trigger goes.
+	raiseOn(t, ctx, admin, s.table, "true")
+	rs2, ms2 := rows(11, 1, nil)
+	rs2[0].Event.Span = tr.StartMessage(rs2[0].Event)
+	src.push(t, ctx, rs2)
+	waitFor(t, ctx, "a failed attempt", func() bool { return s.Stats().Retries >= 1 })
+	if _, err := admin.Exec(ctx, "DROP TRIGGER refuse ON "+s.table.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the row acked once the trigger is gone", allAcked(ms2))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var parked int64
+	var retries []attribute.Set
+	for _, sp := range exp.GetSpans() {
+		if sp.Name != "copy "+s.cfg.Table {
+			continue
+		}
+		set := attribute.NewSet(sp.Attributes...)
+		v, _ := set.Value("jetsink.batch.dead_lettered")
+		parked += v.AsInt64()
+		for _, e := range sp.Events {
+			if e.Name == "retry" {
+				retries = append(retries, attribute.NewSet(e.Attributes...))
+			}
+		}
+	}
+	if parked != 1 {
+		t.Errorf("copy spans' jetsink.batch.dead_lettered add up to %d, want 1", parked)
+	}
+	if len(retries) != 1 {
+		t.Fatalf("%d retry events, want 1 (the first failure)", len(retries))
+	}
+	typ, _ := retries[0].Value("error.type")
+	state, _ := retries[0].Value("db.response.status_code")
+	if typ.AsString() != "P0001" || state.AsString() != "P0001" {
+		t.Errorf("retry event: error.type %q, db.response.status_code %q; want P0001 for both", typ.AsString(), state.AsString())
 	}
 }

@@ -73,9 +73,15 @@
 //     the rows settled (jetsink.batch.rows: acked), the rows its commits
 //     inserted (db.response.returned_rows), in exactly-once mode the rows
 //     acked as stored before (jetsink.batch.duplicates: redeliveries its
-//     INSERT skipped), the bytes committed (jetsink.batch.bytes) and the
-//     attempts retried (jetsink.batch.retries); each ack round is an
-//     "ack" event on it. A batch that a committer retrying it takes the
+//     INSERT skipped), the rows dead-lettered (jetsink.batch.dead_lettered),
+//     the bytes committed (jetsink.batch.bytes) and the attempts retried
+//     (jetsink.batch.retries); each ack round is an "ack" event on it. A
+//     batch that fails gets a "retry" event (CopyRetry: error.type, the
+//     SQLSTATE or "connect", "timeout", "connection_lost",
+//     "types_changed", "_OTHER"; db.response.status_code, the SQLSTATE;
+//     jetsink.batch.attempts) at its first failure and at each "batch
+//     still failing" line the sink logs (a minute apart), not at every
+//     attempt. A batch that a committer retrying it takes the
 //     next ones into (a refused row no commit has shown to be at fault)
 //     gets their links too (LinkCopy), up to the same limit: the span keeps
 //     its first links, its own messages' then those taken in, and

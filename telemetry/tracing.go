@@ -997,6 +997,8 @@ type CopyCounts struct {
 	// Negative: not known (at-least-once mode, which stores every row it
 	// settles), and the attribute is left out.
 	Duplicates int
+	// DeadLettered: the rows dead-lettered (jetsink.batch.dead_lettered).
+	DeadLettered int
 }
 
 // EndCopy ends a batch span from StartCopy (nil does nothing) with its
@@ -1011,6 +1013,7 @@ func EndCopy(sp trace.Span, n CopyCounts, bytes int, retries uint64, err error) 
 		attribute.Int("jetsink.batch.rows", n.Settled),
 		attribute.Int("jetsink.batch.bytes", bytes),
 		attribute.Int64("jetsink.batch.retries", int64(retries)),
+		attribute.Int("jetsink.batch.dead_lettered", n.DeadLettered),
 	)
 	if n.Duplicates >= 0 {
 		sp.SetAttributes(attribute.Int("jetsink.batch.duplicates", n.Duplicates))
@@ -1201,4 +1204,24 @@ func Acked(sp trace.Span, n, failed int) {
 	sp.AddEvent("ack", trace.WithAttributes(
 		attribute.Int("messaging.batch.message_count", n),
 		attribute.Int("jetsink.ack.failed", failed)))
+}
+
+// CopyRetry adds a "retry" event to the batch span sp (nil does nothing):
+// an attempt to commit the batch failed, and the batch is retried. The
+// caller adds one at the batch's first failure and then as often as it logs
+// that the batch still fails, not at every attempt. errType is the
+// failure's error.type (a SQLSTATE, or a kind: "connect", "timeout",
+// "_OTHER"), sqlstate the server's SQLSTATE if it answered with one
+// (db.response.status_code), attempts the attempts made so far
+// (jetsink.batch.attempts).
+func CopyRetry(sp trace.Span, errType, sqlstate string, attempts int) {
+	if sp == nil {
+		return
+	}
+	attrs := make([]attribute.KeyValue, 0, 3)
+	attrs = append(attrs, attribute.String("error.type", errType), attribute.Int("jetsink.batch.attempts", attempts))
+	if sqlstate != "" {
+		attrs = append(attrs, attribute.String("db.response.status_code", sqlstate))
+	}
+	sp.AddEvent("retry", trace.WithAttributes(attrs...))
 }

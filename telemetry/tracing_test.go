@@ -1019,7 +1019,7 @@ func TestEndCopyCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
-	for _, n := range []CopyCounts{{Settled: 10, Inserted: 3, Duplicates: 7}, rowsOf(4)} {
+	for _, n := range []CopyCounts{{Settled: 10, Inserted: 3, Duplicates: 7, DeadLettered: 2}, rowsOf(4)} {
 		ev := pipeline.Event{Subject: "s", Stream: "S", StreamSeq: 1}
 		ev.Span = tr.StartMessage(ev)
 		cp := tr.StartCopy("events", []pipeline.Row{{Event: ev}})
@@ -1039,8 +1039,8 @@ func TestEndCopyCounts(t *testing.T) {
 		t.Fatalf("%d copy spans exported, want 2", len(got))
 	}
 	for i, want := range []map[attribute.Key]int64{
-		{"jetsink.batch.rows": 10, "db.response.returned_rows": 3, "jetsink.batch.duplicates": 7},
-		{"jetsink.batch.rows": 4, "db.response.returned_rows": 4},
+		{"jetsink.batch.rows": 10, "db.response.returned_rows": 3, "jetsink.batch.duplicates": 7, "jetsink.batch.dead_lettered": 2},
+		{"jetsink.batch.rows": 4, "db.response.returned_rows": 4, "jetsink.batch.dead_lettered": 0},
 	} {
 		for k, w := range want {
 			if v, ok := got[i].Value(k); !ok || v.AsInt64() != w {
