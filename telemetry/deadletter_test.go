@@ -2,8 +2,11 @@ package telemetry
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/jetsink/jetsink/pipeline"
@@ -12,7 +15,9 @@ import (
 // A dead-lettered message's span carries db.response.status_code only when
 // the database gave a SQLSTATE: a decode-stage letter has none, and an
 // empty code would read as a response that never came. Stage and code are
-// on both.
+// on both, as jetsink.dead_letter.stage and .code (not bare: the metric's
+// labels), and the span fails with an exception of a stable type,
+// jetsink.dead_letter, not the Go type of the error.
 func TestDeadLetterSpanHasStatusCodeOnlyWithSQLState(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tr := newTestTracing(t, exp, 1)
@@ -38,8 +43,31 @@ func TestDeadLetterSpanHasStatusCodeOnlyWithSQLState(t *testing.T) {
 		for _, kv := range spans[i].Attributes {
 			attrs[string(kv.Key)] = kv.Value.Emit()
 		}
-		if attrs["stage"] != dl.Stage || attrs["code"] != dl.Code {
-			t.Errorf("span of %+v: stage %q, code %q", dl, attrs["stage"], attrs["code"])
+		if attrs["jetsink.dead_letter.stage"] != dl.Stage || attrs["jetsink.dead_letter.code"] != dl.Code || attrs["jetsink.settle"] != "dead_letter" {
+			t.Errorf("span of %+v: jetsink.dead_letter.stage %q, .code %q, jetsink.settle %q", dl, attrs["jetsink.dead_letter.stage"], attrs["jetsink.dead_letter.code"], attrs["jetsink.settle"])
+		}
+		if _, ok := attrs["stage"]; ok {
+			t.Errorf("span of %+v: a bare stage attribute", dl)
+		}
+		if _, ok := attrs["code"]; ok {
+			t.Errorf("span of %+v: a bare code attribute", dl)
+		}
+		if spans[i].Status.Code != codes.Error || !strings.HasPrefix(spans[i].Status.Description, "dead-lettered at "+dl.Stage) {
+			t.Errorf("span of %+v: status %v %q, want an error", dl, spans[i].Status.Code, spans[i].Status.Description)
+		}
+		var types []string
+		for _, e := range spans[i].Events {
+			if e.Name != "exception" {
+				continue
+			}
+			for _, kv := range e.Attributes {
+				if kv.Key == "exception.type" {
+					types = append(types, kv.Value.AsString())
+				}
+			}
+		}
+		if !slices.Equal(types, []string{"jetsink.dead_letter"}) {
+			t.Errorf("span of %+v: exception.type %q, want one, jetsink.dead_letter", dl, types)
 		}
 		got, ok := attrs["db.response.status_code"]
 		if ok != (dl.SQLState != "") || got != dl.SQLState {

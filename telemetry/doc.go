@@ -54,7 +54,8 @@
 //     messaging.message.id, messaging.nats.stream, .stream_sequence and
 //     .delivery_count. It lives in pipeline.Event.Span until the message is
 //     settled, and ends there (EndMessage): at the ack after the commit, at
-//     the dead letter (failed, with stage and code), at a nak (failed), or,
+//     the dead letter (failed, an exception of type jetsink.dead_letter,
+//     jetsink.dead_letter.stage and .code), at a nak (failed), or,
 //     left unacked at the end of a drain (given_up), failed.
 //     Its duration is thus receive-to-settle. A message a hard shutdown
 //     leaves unsettled in one of the sink's batches (taken, not committed)
