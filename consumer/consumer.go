@@ -166,6 +166,7 @@ type Consumer struct {
 	// lines of the dead letters the open breaker holds back.
 	dlBreaker   dlBreaker
 	dlRecreated atomic.Int64
+	dlLooked    atomic.Pointer[dlLook] // deadLetterStreamThere's last verdict
 	dlHeldLog   pipeline.Every
 	dlFailLog   pipeline.Every // the same for the other failed dead letters
 	dlDoneLog   pipeline.Every // the same for the stored ones

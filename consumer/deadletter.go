@@ -377,7 +377,11 @@ func (c *Consumer) logFailedDeadLetter(err error, msg string, args ...any) {
 	if errors.Is(err, errDeadLetterUnanswered) {
 		limit = &c.dlHeldLog
 	}
-	limit.Log(context.Background(), c.log, slog.LevelError, dlProbeEvery, msg, args...)
+	level := slog.LevelError
+	if _, ok := errors.AsType[*dlNoLeaderError](err); ok {
+		level = slog.LevelWarn // it comes back after the nak's delay
+	}
+	limit.Log(context.Background(), c.log, level, dlProbeEvery, msg, args...)
 }
 
 // errDeadLetterUnanswered is wrapped by DeadLetter when it did not
@@ -433,8 +437,13 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 		}
 	}
 	ack, err := c.publishOnce(ctx, m, timeout)
-	if errors.Is(err, jetstream.ErrNoStreamResponse) && c.cfg.CreateStream && c.recreateDeadLetterStream(ctx) {
-		ack, err = c.publishOnce(ctx, m, timeout)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		if name, ok := c.deadLetterStreamThere(ctx); ok {
+			// Not sent again at once: the nak's delay brings it back.
+			err = &dlNoLeaderError{stream: name, err: err}
+		} else if c.cfg.CreateStream && c.recreateDeadLetterStream(ctx) {
+			ack, err = c.publishOnce(ctx, m, timeout)
+		}
 	}
 	outcome := dlAnswered
 	switch {
@@ -550,6 +559,53 @@ func (s *publishSet) cancelAll(cause error) {
 		cancel(cause)
 		delete(s.cancels, key)
 	}
+}
+
+// dlNoLeaderError is a dead-letter publish no stream answered while a
+// stream captures the subject: its leader is being elected (a stepdown, a
+// server restarting), most likely. Logged at Warn, not Error.
+type dlNoLeaderError struct {
+	stream string
+	err    error
+}
+
+func (e *dlNoLeaderError) Error() string {
+	return "dead-letter stream " + e.stream + " did not answer (a leader election?): " + e.err.Error()
+}
+
+func (e *dlNoLeaderError) Unwrap() error { return e.err }
+
+// deadLetterStreamThere looks up the stream that captures the dead-letter
+// subject after a publish no stream answered, and reports whether one (or,
+// the lookup failing otherwise, maybe one) is there: only
+// jetstream.ErrStreamNotFound says it was deleted. The verdict is kept
+// for dlRecreateEvery, so that a run of poison events during an election
+// looks once; a look that finds it is logged at Warn.
+func (c *Consumer) deadLetterStreamThere(ctx context.Context) (string, bool) {
+	now := int64(c.sinceBase()) + 1
+	if v := c.dlLooked.Load(); v != nil && now-v.at < int64(dlRecreateEvery) {
+		return v.name, v.there
+	}
+	lctx, cancel := context.WithTimeout(ctx, max(c.deadLetterTimeout(), 2*time.Second))
+	defer cancel()
+	name, err := c.js.StreamNameBySubject(lctx, c.cfg.DeadLetterSubject)
+	v := &dlLook{at: now, name: name, there: !errors.Is(err, jetstream.ErrStreamNotFound)}
+	if err != nil && v.there {
+		v.name = "(the lookup failed: " + err.Error() + ")"
+	}
+	c.dlLooked.Store(v)
+	if v.there {
+		c.log.Warn("dead-letter stream "+v.name+" did not answer (a leader election?); its dead letters' events are nak'ed and come back",
+			"dead_letter_subject", c.cfg.DeadLetterSubject)
+	}
+	return v.name, v.there
+}
+
+// dlLook is deadLetterStreamThere's last verdict, at (sinceBase+1).
+type dlLook struct {
+	at    int64
+	name  string
+	there bool
 }
 
 // recreateDeadLetterStream makes the dead-letter stream again

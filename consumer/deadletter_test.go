@@ -1547,3 +1547,45 @@ func TestDeadLetterThatCameBackTransformedIsNotDeadLetteredAgain(t *testing.T) {
 	loopRefused(t, ctx, dlq, c, log, 1)
 	dropSourcing(t, ctx, js, cfg.Stream)
 }
+
+// A dead-letter stream's leader election (a stepdown) answers a publish
+// with no responders while the stream is there: with create_stream, it is
+// not taken for a deletion ("deleted?", a re-creation), and nothing is
+// logged at ERROR; the dead letter's event is nak'ed and comes back.
+func TestDeadLetterStreamStepdownNotDeletion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	js, cfg := onCluster(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	c, logBuf := newLoggedConsumer(t, ctx, cfg) // makes <stream>_DLQ, three replicas
+	publish(t, ctx, js, cfg, 200, 1, 0)
+	r := startRun(t, ctx, c, 1, 256, 256)
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+	nc := js.Conn()
+	unanswered := 0
+	for i := 0; unanswered < 2; i++ {
+		if i == 150 {
+			t.Fatalf("no dead letter went unanswered in %d stepdowns", i)
+		}
+		sctx, cancelStep := context.WithTimeout(ctx, 2*time.Second) // unanswered during an election
+		resp, err := nc.RequestWithContext(sctx, "$JS.API.STREAM.LEADER.STEPDOWN."+cfg.Stream+"_DLQ", nil)
+		cancelStep()
+		if err != nil || !strings.Contains(string(resp.Data), `"success":true`) {
+			continue // an election under way
+		}
+		ev := r.next(t, ctx).ev
+		if err := c.DeadLetter(ctx, &ev, dl); errors.Is(err, jetstream.ErrNoStreamResponse) {
+			unanswered++
+		}
+	}
+	text := logBuf.String()
+	if strings.Contains(text, "deleted?") || strings.Contains(text, "level=ERROR") {
+		t.Errorf("a leader election taken for a deletion, or logged at ERROR:\n%s", text)
+	}
+	if !strings.Contains(text, "did not answer (a leader election?)") {
+		t.Errorf("the election not said:\n%s", text)
+	}
+	r.stopClean(t, ctx)
+}
