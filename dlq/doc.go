@@ -57,7 +57,10 @@
 // digest, and a meta would stand over the object's newer one, bringing
 // back a deleted object or an older version without its chunks, or
 // deleting the object put since; the letter stays, for whoever puts the
-// object again by hand. An object store's messages carry no
+// object again by hand. Report.Refusals lists the letters refused, store
+// by store, with each Store's words (what a replay would do there, and
+// the command that puts back by hand what it should hold), the ones its
+// letters' errors use. An object store's messages carry no
 // header of their own, so one stored under another subject (a source's
 // subject transform) is not recognized. Then
 // it publishes the original body to

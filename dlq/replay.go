@@ -523,12 +523,9 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	wait := min(publishWait, o.LetterTimeout/3)
 	if err := target(l); err != nil {
 		out.Err = err
-	} else if err := storeEvent(l, o.Stream); err != nil {
+	} else if st, err := storeEvent(l, o.Stream); err != nil {
 		out.Err = err
-		n, seqs := &rep.KeyValue, &rep.KeyValueLetters
-		if errors.Is(err, ErrObjectStore) {
-			n, seqs = &rep.ObjectStore, &rep.ObjectStoreLetters
-		}
+		n, seqs := st.counts(rep)
 		*n++
 		if len(*seqs) < NotLettersNamed {
 			*seqs = append(*seqs, l.Seq)
@@ -835,19 +832,52 @@ func target(l *Letter) error {
 // name to itself.)
 const kvOperation = "KV-Operation"
 
-// A store is a kind of store nats.go keeps in a stream, whose events Replay
-// does not write back (see storeEvent).
-type store struct {
-	err     error  // ErrKeyValue or ErrObjectStore
-	name    string // "a key-value bucket"
-	noun    string // what the replay would write into: "bucket"
-	restore string // the command that puts back by hand what it should hold
+// A Store is a kind of store nats.go keeps in a stream, whose events
+// Replay does not write back (see ErrKeyValue and ErrObjectStore): its
+// words, for the letter's error and for a summary of the letters refused
+// (Report.Refusals).
+type Store struct {
+	Err     error  // ErrKeyValue or ErrObjectStore
+	Name    string // "a key-value bucket"
+	Noun    string // what a replay would write into: "bucket"
+	Harm    string // what replayed events would do there
+	Restore string // the command that puts back by hand what it should hold
+	// counts is where a Report counts its letters refused.
+	counts func(*Report) (n *int, letters *[]uint64)
 }
 
 var (
-	keyValueStore = store{ErrKeyValue, "a key-value bucket", "bucket", "nats kv put <bucket> <key> <value>"}
-	objectStore   = store{ErrObjectStore, "an object store", "object store", "nats object put <bucket> <file>"}
+	keyValueStore = Store{ErrKeyValue, "a key-value bucket", "bucket",
+		"a delete or purge removing the key's current value, a put standing over a newer one", "nats kv put <bucket> <key> <value>",
+		func(r *Report) (*int, *[]uint64) { return &r.KeyValue, &r.KeyValueLetters }}
+	objectStore = Store{ErrObjectStore, "an object store", "object store",
+		"a chunk added to its object's data, which would no longer match its digest, a meta standing over the object's newer one",
+		"nats object put <bucket> <file>",
+		func(r *Report) (*int, *[]uint64) { return &r.ObjectStore, &r.ObjectStoreLetters }}
+	// stores is every Store, in the order Refusals lists them.
+	stores = []Store{keyValueStore, objectStore}
 )
+
+// A Refusal is the letters of one Store's events that a Replay did not
+// re-publish: N of them, the first NotLettersNamed named in Letters.
+type Refusal struct {
+	Store   Store
+	N       int
+	Letters []uint64
+}
+
+// Refusals lists the letters of a store's events the Replay refused
+// (Report.KeyValue, Report.ObjectStore), one Refusal for each Store that
+// has any: a key-value bucket's first, then an object store's.
+func (rep *Report) Refusals() []Refusal {
+	var refused []Refusal
+	for _, s := range stores {
+		if n, letters := s.counts(rep); *n > 0 {
+			refused = append(refused, Refusal{Store: s, N: *n, Letters: *letters})
+		}
+	}
+	return refused
+}
 
 // storeEvent returns an error wrapping ErrKeyValue or ErrObjectStore if l's
 // event is a key-value bucket's (keyValue) or an object store's
@@ -860,18 +890,19 @@ var (
 // lets through, and that option is about events dropped, not about
 // writing into a store; an object store's stream keeps every message of a
 // subject). dlqStream names the dead-letter stream for the error's hint.
-func storeEvent(l *Letter, dlqStream string) error {
+// The Store is the one whose event it is.
+func storeEvent(l *Letter, dlqStream string) (Store, error) {
 	s, what := keyValue(l)
 	if what == "" {
 		s, what = objectEvent(l)
 	}
 	if what == "" {
-		return nil
+		return Store{}, nil
 	}
-	return fmt.Errorf("dead letter %d to %s: %w: its event is %s of %s, and the replay would write it into the %s again, "+
+	return s, fmt.Errorf("dead letter %d to %s: %w: its event is %s of %s, and the replay would write it into the %s again, "+
 		"not only send it to jetsink; it stays (fix what refused it, put back by hand what the %s should hold, "+
 		"%s, and delete the letter, nats stream rmm %s %d)",
-		l.Seq, l.Subject, s.err, what, s.name, s.noun, s.noun, s.restore, dlqStream, l.Seq)
+		l.Seq, l.Subject, s.Err, what, s.Name, s.Noun, s.Noun, s.Restore, dlqStream, l.Seq)
 }
 
 // keyValue says what l's event is if it is a key-value bucket's: its
@@ -881,7 +912,7 @@ func storeEvent(l *Letter, dlqStream string) error {
 // transform, which a subject mapping of the account may lead back to the
 // bucket). Replayed, a delete or purge would remove the key's current
 // value, a put would stand over a newer one. It returns "" for any other.
-func keyValue(l *Letter) (store, string) {
+func keyValue(l *Letter) (Store, string) {
 	op := l.Header.Get(kvOperation)
 	if !strings.HasPrefix(l.Subject, "$KV.") && op == "" {
 		return keyValueStore, ""
@@ -917,7 +948,7 @@ func keyValue(l *Letter) (store, string) {
 // carry no header of their own: one stored under another subject (a
 // source's subject transform) is not recognized. It returns "" for any
 // other.
-func objectEvent(l *Letter) (store, string) {
+func objectEvent(l *Letter) (Store, string) {
 	rest, ok := strings.CutPrefix(l.Subject, "$O.")
 	if !ok {
 		return objectStore, ""

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -396,5 +397,44 @@ func TestFilterUnknownCodes(t *testing.T) {
 	}
 	if got := (Filter{}).UnknownCodes(); got != nil {
 		t.Errorf("no codes: %q", got)
+	}
+}
+
+// Refusals names each store's refused letters in that store's words, the
+// ones its letters' errors use: a key-value bucket's first, then an object
+// store's, and only those with letters refused.
+func TestRefusalsNameEachStore(t *testing.T) {
+	if got := (&Report{}).Refusals(); len(got) != 0 {
+		t.Errorf("none refused: %+v", got)
+	}
+	rep := Report{ObjectStore: 2, ObjectStoreLetters: []uint64{5, 6}}
+	if got := rep.Refusals(); len(got) != 1 || got[0].Store.Err != ErrObjectStore || got[0].N != 2 || !slices.Equal(got[0].Letters, []uint64{5, 6}) {
+		t.Errorf("an object store's 2 refused: %+v", got)
+	}
+	rep = Report{KeyValue: 12, KeyValueLetters: []uint64{1, 2}, ObjectStore: 1, ObjectStoreLetters: []uint64{20}}
+	got := rep.Refusals()
+	if len(got) != 2 || got[0].Store.Err != ErrKeyValue || got[0].N != 12 || !slices.Equal(got[0].Letters, []uint64{1, 2}) ||
+		got[1].Store.Err != ErrObjectStore || got[1].N != 1 || !slices.Equal(got[1].Letters, []uint64{20}) {
+		t.Fatalf("both refused: %+v", got)
+	}
+	for i, subject := range []string{"$KV.CFG.k", "$O.FILES.C.wtysQV6Ewj3tM33So4Snvr"} {
+		want := got[i].Store
+		s, err := storeEvent(&Letter{Seq: 3, Subject: subject}, "EV_DLQ")
+		if s.Err != want.Err || !errors.Is(err, want.Err) {
+			t.Errorf("%s: store %q, error %v, want %q's", subject, s.Name, err, want.Name)
+			continue
+		}
+		for _, words := range []string{want.Name, "into the " + want.Noun + " again", want.Restore} {
+			if !strings.Contains(err.Error(), words) {
+				t.Errorf("%s: no %q in %q", subject, words, err)
+			}
+		}
+		// The Store counts its letters where Refusals reads them.
+		var r Report
+		n, letters := s.counts(&r)
+		*n, *letters = 1, []uint64{3}
+		if rs := r.Refusals(); len(rs) != 1 || rs[0].Store.Err != want.Err {
+			t.Errorf("%s: a letter counted by its store is refused as %+v", subject, rs)
+		}
 	}
 }

@@ -225,26 +225,18 @@ taken for no filter. Exit status 1 if any replay or delete failed.`,
 				fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, %s%s, %d of other consumers' or streams', failed %d\n",
 					o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, skipped(rep), markers(rep), rep.Others, rep.Failed)
 			}
-			// refused names the letters of a store's events (dlq.ErrKeyValue,
-			// dlq.ErrObjectStore) it did not replay.
-			refused := func(n int, named []uint64, whose, store, harm, restore string) {
-				if n == 0 {
-					return
-				}
-				seqs := strings.Join(seqList(named), ", ")
-				if more := n - len(named); more > 0 {
+			// The letters of a store's events (dlq.ErrKeyValue,
+			// dlq.ErrObjectStore) it did not replay, in the store's words.
+			for _, r := range rep.Refusals() {
+				seqs := strings.Join(seqList(r.Letters), ", ")
+				if more := r.N - len(r.Letters); more > 0 {
 					seqs += fmt.Sprintf(" and %d more", more)
 				}
-				fmt.Fprintf(w, "refused %d dead letters of %s events (%s %s): replayed, each would be written into its %s again, "+
+				fmt.Fprintf(w, "refused %d dead letters of %s's events (%s %s): replayed, each would be written into its %s again, "+
 					"%s; they stay: fix what refused them, "+
 					"put back by hand what the %s should hold (%s), then delete them (nats stream rmm %s <seq>)\n",
-					n, whose, o.Stream, seqs, store, harm, store, restore, o.Stream)
+					r.N, r.Store.Name, o.Stream, seqs, r.Store.Noun, r.Store.Harm, r.Store.Noun, r.Store.Restore, o.Stream)
 			}
-			refused(rep.KeyValue, rep.KeyValueLetters, "a key-value bucket's", "bucket",
-				"a delete or purge removing the key's current value, a put standing over a newer one", "nats kv put <bucket> <key> <value>")
-			refused(rep.ObjectStore, rep.ObjectStoreLetters, "an object store's", "object store",
-				"a chunk added to its object's data, which would no longer match its digest, a meta standing over the object's newer one",
-				"nats object put <bucket> <file>")
 			// also names the letters re-published but not deleted, and
 			// those whose event may be stored although they stay.
 			also := func(err error) error { return err }
