@@ -1541,3 +1541,25 @@ func TestDurableReplicasBelowStreamsOnACluster(t *testing.T) {
 		}
 	}
 }
+
+// The fix printed for a dead-letter stream whose subjects were edited
+// gives it every subject it has and the dead-letter subject: natscli's
+// --subjects replaces the stream's whole list and --force skips the
+// confirmation that showed the change, so a command with the dead-letter
+// subject alone took the stream's other subjects away. (It said "and a
+// --subjects for each subject it is to keep" beside such a command.)
+func TestDeadLetterNameInUseKeepsTheStreamsSubjects(t *testing.T) {
+	for _, tc := range []struct {
+		subjects []string
+		want     string
+	}{
+		{[]string{"a.>", "b"}, "nats stream edit x_DLQ --force --subjects 'a.>' --subjects b --subjects ev.dead"},
+		{nil, "nats stream edit x_DLQ --force --subjects ev.dead"},
+	} {
+		fix := deadLetterNameInUse("x_DLQ", "ev.dead", tc.subjects).Fix
+		cmds := natsCommands(fix, "nats stream edit ")
+		if len(cmds) != 1 || cmds[0] != tc.want {
+			t.Errorf("subjects %q: the fix prints %q, want [%s]:\n%s", tc.subjects, cmds, tc.want, fix)
+		}
+	}
+}

@@ -986,8 +986,18 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 func deadLetterNameInUse(name, subject string, subjects []string) Problem {
 	return Problem{Message: fmt.Sprintf("stream %s exists but does not capture nats.dead_letter_subject %s (it captures %s: its subjects were edited?), "+
 		"so no stream captures dead letters, and create_stream cannot make %s", name, subject, cmp.Or(strings.Join(subjects, ", "), "no subjects"), name),
-		Fix: fmt.Sprintf("give %s the subject again (%s, and a --subjects for each subject it is to keep), or set nats.dead_letter_subject to a subject it captures",
-			name, streamEdit(name, "--subjects "+shellWord(subject)))}
+		Fix: fmt.Sprintf("give %s the subject again, keeping those it has (--subjects replaces the whole list: %s), or set nats.dead_letter_subject to a subject it captures",
+			name, streamEdit(name, subjectFlags(append(slices.Clip(subjects), subject))))}
+}
+
+// subjectFlags is a --subjects flag for each of subjects, as nats stream
+// edit reads them: the stream's whole list, which replaces the one it has.
+func subjectFlags(subjects []string) string {
+	flags := make([]string, len(subjects))
+	for i, s := range subjects {
+		flags[i] = "--subjects " + shellWord(s)
+	}
+	return strings.Join(flags, " ")
 }
 
 // deadLetterStreamConfig is the dead-letter stream jetsink creates:
