@@ -1336,7 +1336,7 @@ func TestOperatorCommandsRunUnattended(t *testing.T) {
 		t.Errorf("holdFirst with the floor 1234:\n%s", got)
 	}
 	c := &Consumer{cfg: cfg}
-	remake := c.remakeSteps(1234)
+	remake := c.remakeSteps(floorUnderFilter, 1234)
 	want = "past the ack floor it had under jetsink's filter, stream sequence 1234 (nats consumer rm ORDERS jetsink --force, then nats consumer add ORDERS jetsink " +
 		"--pull --ack explicit --deliver 1235 --replay instant --filter 'orders.eu.>' --defaults;"
 	if !strings.Contains(remake, want) || requireUnattended(t, "remakeSteps", remake) != 1 {
@@ -1344,7 +1344,7 @@ func TestOperatorCommandsRunUnattended(t *testing.T) {
 	}
 	// On an interest stream, the holding consumer from the floor too.
 	c.interest.Store(true)
-	remake = c.remakeSteps(1234)
+	remake = c.remakeSteps(floorUnderFilter, 1234)
 	if !strings.Contains(remake, want) || !strings.Contains(remake, "nats consumer add ORDERS jetsink_hold --pull --ack explicit --deliver 1235 ") ||
 		requireUnattended(t, "remakeSteps", remake) != 2 {
 		t.Errorf("remakeSteps(1234) on an interest stream:\n%s", remake)
@@ -1410,7 +1410,7 @@ func TestOperatorCommandsQuoteNames(t *testing.T) {
 	texts["holdSteps"] = holdSteps(&cfg, floorPlaceholder)
 	c := &Consumer{cfg: cfg}
 	c.interest.Store(true)
-	texts["remakeSteps"] = c.remakeSteps(1234)
+	texts["remakeSteps"] = c.remakeSteps(floorUnderFilter, 1234)
 	// How many nats commands each prints, of which how many edits.
 	want := map[string][2]int{"replicaProblem": {1, 1}, "publisherDeletions": {1, 1}, "inactiveLimitProblem": {1, 1},
 		"ackPendingLimitProblem": {1, 1}, "deadLetterStreamProblems": {2, 2}, "deadLetterNameInUse": {1, 1}, "Validate": {1, 1},
@@ -1561,5 +1561,29 @@ func TestDeadLetterNameInUseKeepsTheStreamsSubjects(t *testing.T) {
 		if len(cmds) != 1 || cmds[0] != tc.want {
 			t.Errorf("subjects %q: the fix prints %q, want [%s]:\n%s", tc.subjects, cmds, tc.want, fix)
 		}
+	}
+}
+
+// remakeAfterEdit names the floor it gives: with no floor under
+// jetsink's filter known (no stream noted by this process), the
+// consumer's floor now, not "the ack floor it had under jetsink's
+// filter", which the sentence after it then contradicted (diff review of
+// 399ac8e); with one known, that floor, without the sentence.
+func TestRemakeAfterEditNamesItsFloor(t *testing.T) {
+	cfg := Config{Stream: "ORDERS", Consumer: "jetsink", FilterSubject: "orders.>"}
+	ci := &jetstream.ConsumerInfo{AckFloor: jetstream.SequenceInfo{Stream: 9}}
+	c := &Consumer{cfg: cfg}
+	got := c.remakeAfterEdit(ci)
+	if strings.Contains(got, "it had under jetsink's filter") || !strings.Contains(got, "past its ack floor now, stream sequence 9 ") ||
+		!strings.Contains(got, "no ack floor under jetsink's filter is known") || !strings.Contains(got, " --deliver 10 ") {
+		t.Errorf("remakeAfterEdit with no floor known:\n%s", got)
+	}
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	c = &Consumer{cfg: cfg, streamCreated: created, resumeStream: created}
+	c.resumeFloor.Store(5)
+	got = c.remakeAfterEdit(ci)
+	if !strings.Contains(got, "past the ack floor it had under jetsink's filter, stream sequence 5 ") ||
+		strings.Contains(got, "is known") || strings.Contains(got, "floor now") || !strings.Contains(got, " --deliver 6 ") {
+		t.Errorf("remakeAfterEdit with the floor 5 known:\n%s", got)
 	}
 }

@@ -1632,13 +1632,14 @@ func (c *Consumer) noteInactiveLimit(d time.Duration) {
 // filter from stream sequence floor + 1 (deliverAfter), as a number, not
 // the placeholder a fix without the floor says (floorPlaceholder); on a
 // stream with interest retention, after a holding consumer from there is
-// added (holdFirst). floor is editFloor's: the ack floor the durable had
-// under jetsink's filter, not its floor now, which the server moved past
-// the events skipped.
-func (c *Consumer) remakeSteps(floor uint64) string {
-	return fmt.Sprintf("stop jetsink and make the consumer again past the ack floor it had under jetsink's filter, stream sequence %d "+
+// added (holdFirst). floor is editFloor's, and past says which floor it
+// is: the ack floor the durable had under jetsink's filter
+// (floorUnderFilter), not its floor now, which the server moved past the
+// events skipped; or, when none is known, its floor now (floorNowOnly).
+func (c *Consumer) remakeSteps(past string, floor uint64) string {
+	return fmt.Sprintf("stop jetsink and make the consumer again past %s, stream sequence %d "+
 		"(nats consumer rm %s %s --force, then %s; jetsink keeps where it starts and sets the rest), which delivers again what was acked past that floor%s",
-		floor, shellWord(c.cfg.Stream), shellWord(c.cfg.Consumer), consumerAdd(c.cfg.Stream, c.cfg.Consumer, c.cfg.FilterSubject, deliverAfter(floor)),
+		past, floor, shellWord(c.cfg.Stream), shellWord(c.cfg.Consumer), consumerAdd(c.cfg.Stream, c.cfg.Consumer, c.cfg.FilterSubject, deliverAfter(floor)),
 		holdFirst(&c.cfg, deliverAfter(floor), c.interest.Load()))
 }
 
@@ -1659,16 +1660,22 @@ func (c *Consumer) editFloor(ci *jetstream.ConsumerInfo) (floor uint64, known bo
 	return min(floor, c.resumeFloor.Load()), true
 }
 
+// The floors remakeSteps names: the one the durable had under jetsink's
+// filter (editFloor's, known), or its floor now.
+const (
+	floorUnderFilter = "the ack floor it had under jetsink's filter"
+	floorNowOnly     = "its ack floor now"
+)
+
 // remakeAfterEdit is remakeSteps from editFloor(ci), saying so when no
 // floor under jetsink's filter is known.
 func (c *Consumer) remakeAfterEdit(ci *jetstream.ConsumerInfo) string {
 	floor, known := c.editFloor(ci)
-	steps := c.remakeSteps(floor)
-	if !known {
-		steps += "; no ack floor under jetsink's filter is known to this process, and this one, the consumer's now, may be past " +
-			"events the other filter skipped: to have those too, make it from a sequence before the other filter was set"
+	if known {
+		return c.remakeSteps(floorUnderFilter, floor)
 	}
-	return steps
+	return c.remakeSteps(floorNowOnly, floor) + "; no ack floor under jetsink's filter is known to this process, and this one, the consumer's now, may be past " +
+		"events the other filter skipped: to have those too, make it from a sequence before the other filter was set"
 }
 
 // notePausedOnServer logs, once for each pause, that the durable (ci, as
