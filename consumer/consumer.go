@@ -149,6 +149,11 @@ type Consumer struct {
 	// (New); later updates keep a filter another jetsink of the durable
 	// recorded (othersFilter). metaMu held.
 	filterApplied bool
+	// filterEditSaid: refreshFloor has logged another filter on the
+	// durable at Error, with the remake past the floor before it, which
+	// the ensureConsumer that sets jetsink's back then only warns of
+	// (and clears). Run's goroutine only.
+	filterEditSaid bool
 	// otherFilterLog bounds refreshFloor's Error line about another
 	// jetsink's filter (serve's goroutine only).
 	otherFilterLog pipeline.Every

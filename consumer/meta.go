@@ -225,6 +225,16 @@ func (c *Consumer) consumerConfig(meta map[string]string, prev *jetstream.Consum
 // without the keys the server sets itself ("_nats." ...), and its
 // configuration (nil, nil, nil when there is no consumer yet).
 func (c *Consumer) currentMeta(ctx context.Context) (map[string]string, *jetstream.ConsumerConfig, error) {
+	meta, info, err := c.currentInfo(ctx)
+	if info == nil {
+		return meta, nil, err
+	}
+	return meta, &info.Config, err
+}
+
+// currentInfo is currentMeta with the consumer's info (its ack floor),
+// whose Config is the configuration currentMeta returns.
+func (c *Consumer) currentInfo(ctx context.Context) (map[string]string, *jetstream.ConsumerInfo, error) {
 	// A push consumer too: ensureConsumer refuses it.
 	info, err := durableInfo(ctx, c.js, c.cfg.Stream, c.cfg.Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -233,14 +243,14 @@ func (c *Consumer) currentMeta(ctx context.Context) (map[string]string, *jetstre
 	if err != nil {
 		return nil, nil, fmt.Errorf("look up consumer %s on stream %s: %w", c.cfg.Consumer, c.cfg.Stream, err)
 	}
-	prev := info.Config
+	info = new(*info) // not the client's cached copy, whose Config the callers change
 	meta := map[string]string{}
-	for k, v := range prev.Metadata {
+	for k, v := range info.Config.Metadata {
 		if !strings.HasPrefix(k, "_nats.") {
 			meta[k] = v
 		}
 	}
-	return meta, &prev, nil
+	return meta, info, nil
 }
 
 // ensureConsumer creates or updates the durable pull consumer and publishes
@@ -255,9 +265,13 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	cfg := &c.cfg
 	c.metaMu.Lock()
 	defer c.metaMu.Unlock()
-	meta, prev, err := c.currentMeta(ctx)
+	meta, info, err := c.currentInfo(ctx)
 	if err != nil {
 		return err
+	}
+	var prev *jetstream.ConsumerConfig
+	if info != nil {
+		prev = &info.Config
 	}
 	if len(set) > 0 && meta == nil {
 		meta = map[string]string{}
@@ -314,9 +328,22 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	// end in between), and warn of a change not made, or not of one made.
 	if prev != nil && !sameFilter(prev, cfg.FilterSubject) && sameFilter(&cc, cfg.FilterSubject) {
 		// The server swaps the filter without going back (refreshFloor).
-		c.log.Warn("changing the consumer's filter to nats.filter_subject: it keeps its place in the stream, so events on subjects "+
-			"the old filter left out that lie before that place are not delivered", "consumer", cfg.Consumer,
-			"filter_subject", prev.FilterSubject, "filter_subjects", prev.FilterSubjects, "nats.filter_subject", cfg.FilterSubject)
+		msg := "changing the consumer's filter to nats.filter_subject: it keeps its place in the stream, so events on subjects " +
+			"the old filter left out that lie before that place are not delivered"
+		args := []any{"consumer", cfg.Consumer, "filter_subject", prev.FilterSubject, "filter_subjects", prev.FilterSubjects,
+			"nats.filter_subject", cfg.FilterSubject}
+		if c.filterApplied && !c.filterEditSaid {
+			// Set on the server since jetsink applied its own, and not
+			// yet said by a look (refreshFloor): a session that ended
+			// for another reason before the look. The floor to make
+			// the durable again past is now or never: once the filter
+			// is jetsink's again, the next look notes the floor the
+			// server moved past the events skipped.
+			c.log.Error(msg+"; to have them delivered, "+c.remakeAfterEdit(info),
+				append(args, "ack_floor", info.AckFloor.Stream, "delivered", info.Delivered.Stream)...)
+		} else {
+			c.log.Warn(msg, args...)
+		}
 	}
 	resumed := false
 	if prev == nil {
@@ -373,6 +400,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		c.filterSeenMu.Unlock()
 	}
 	c.filterApplied = true
+	c.filterEditSaid = false
 	c.cons.Store(&consumerHandle{cons})
 	return nil
 }

@@ -1554,6 +1554,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 			"ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	case others:
 		changed = append(changed, "filter_subject")
+		c.filterEditSaid = true
 		c.log.Error("another jetsink of this durable consumer set another filter, which this one first saw longer than keep_for ago: this one sets its own back, "+
 			"since the one that set it may no longer run; the events on the subjects that filter left out that were published "+
 			"meanwhile may have been skipped, and are not delivered once jetsink's filter is applied again (the server does not go back); "+
@@ -1564,6 +1565,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 			"keep_for", c.filterKeep, "ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	case !sameFilter(&got, c.cfg.FilterSubject):
 		changed = append(changed, "filter_subject")
+		c.filterEditSaid = true
 		c.log.Error("the consumer's filter was changed on the server: the events on the subjects it left out that were published "+
 			"meanwhile may have been skipped, and are not delivered once jetsink's filter is applied again (the server does not go back); "+
 			"to have them delivered, "+c.remakeAfterEdit(ci),

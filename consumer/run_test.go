@@ -1657,6 +1657,108 @@ func TestFilterEditRemakeDeliversWhatTheEditSkipped(t *testing.T) {
 	}
 }
 
+// An operator's filter edit that a session's end (missed heartbeats, a
+// resubscribe) meets before the look (refreshFloor) is logged at Error
+// with the remake past the floor the durable had under jetsink's filter:
+// Run's ensureConsumer sets jetsink's filter back, and the next look
+// finds nothing to say. Before, that re-creation logged only a Warn,
+// "changing the consumer's filter", with no remake and no floor, and
+// Run's floorNow then noted the floor the server had moved past the
+// skipped events (diff review of 399ac8e). An edit a look said first is
+// not said at Error twice: the re-creation after it warns.
+func TestFilterEditMetByAResubscribeIsLoggedWithTheRemake(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.FilterSubject = subjectOf(cfg, 0, 2)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = time.Hour // the test looks itself, below
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 2, 2, 0) // 1: s0 (jetsink's), 2: s1
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 0)
+	waitFor(t, ctx, "the ack on the server", func() bool {
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		return err == nil && cons.CachedInfo().AckFloor.Stream >= 1 && cons.CachedInfo().NumAckPending == 0
+	})
+	r.stopClean(t, ctx)
+	if why := c.refreshFloor(ctx); why != "" {
+		t.Fatalf("the look under jetsink's filter found %q changed", why)
+	}
+	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) { cc.FilterSubject = subjectOf(cfg, 1, 2) })
+	publish(t, ctx, js, cfg, 2, 2, 2) // 3: s0, 4: s1
+	const skipped = 3
+	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the durable's ack floor past the event the edit skipped", func() bool {
+		batch, err := cons.FetchNoWait(10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ci.AckFloor.Stream > skipped
+	})
+	// What Run does when a session ends by itself: the consumer made
+	// again (ensureAll), then the floor looked at before subscribing.
+	if err := c.ensureConsumer(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.floorNow(ctx)
+	errorLines := func() []string {
+		var lines []string
+		for l := range strings.Lines(log.String()) {
+			if strings.Contains(l, "level=ERROR") && strings.Contains(l, "filter") {
+				lines = append(lines, l)
+			}
+		}
+		return lines
+	}
+	found := errorLines()
+	if len(found) != 1 || !strings.Contains(found[0], "changing the consumer's filter to nats.filter_subject") {
+		t.Fatalf("%d Error lines about the filter after the re-creation, want 1 saying it changes it; log:\n%s", len(found), log.String())
+	}
+	_, rest, ok := strings.Cut(found[0], "--deliver ")
+	deliver, err := strconv.ParseUint(strings.Fields(rest + " x")[0], 10, 64)
+	if !ok || err != nil {
+		t.Fatalf("the Error line has no --deliver number:\n%s", found[0])
+	}
+	if requireUnattended(t, "ensureConsumer", found[0]); deliver > skipped {
+		t.Fatalf("the remake delivers from %d, past the event the edit skipped (%d):\n%s", deliver, skipped, found[0])
+	}
+	if strings.Contains(found[0], "no ack floor under jetsink's filter is known") {
+		t.Errorf("the Error line says no floor is known, though a look under jetsink's filter noted one:\n%s", found[0])
+	}
+	if why := c.refreshFloor(ctx); why != "" {
+		t.Fatalf("the look after the re-creation found %q changed", why)
+	}
+	// Edited again, and a look says so first: the re-creation after it
+	// warns, and the Error lines are the look's one more.
+	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) { cc.FilterSubject = subjectOf(cfg, 1, 2) })
+	if why := c.refreshFloor(ctx); !strings.Contains(why, "filter_subject") {
+		t.Fatalf("the look after the second edit found %q changed, want filter_subject", why)
+	}
+	if err := c.ensureConsumer(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if found := errorLines(); len(found) != 2 || !strings.Contains(found[1], "the consumer's filter was changed on the server") {
+		t.Fatalf("%d Error lines about the filter after a look's and a re-creation, want 2, the look's last; log:\n%s", len(found), log.String())
+	}
+	if !strings.Contains(log.String(), "level=WARN msg=\"changing the consumer's filter") {
+		t.Errorf("the re-creation after the look did not warn that it changes the filter; log:\n%s", log.String())
+	}
+}
+
 // A rewrite of the durable's metadata (markReplaced, as checkSeq marks a
 // replaced stream) keeps the filter the server has, and its record: an
 // operator's edit is still there for the next look (refreshFloor), which
