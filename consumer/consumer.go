@@ -134,9 +134,9 @@ type Consumer struct {
 	// to a consumer that sets none, as jetsink's durable does, so it is no
 	// edit (refreshFloor). A time.Duration.
 	inactiveLimit atomic.Int64
-	// inactiveLimitAt is when inactiveLimit was noted (UnixNano): the
-	// tests set it back to have the next look look at the stream
-	// (givenByStream).
+	// inactiveLimitAt is when inactiveLimit was noted (sinceBase+1, the
+	// monotonic clock; 0: never): the tests set it to 0 to have the next
+	// look look at the stream (givenByStream).
 	inactiveLimitAt atomic.Int64
 	// ackPendingLeft: refreshFloor has said it leaves a max_ack_pending
 	// lowered on the server that the stream's consumer_limits keep it from
@@ -167,8 +167,9 @@ type Consumer struct {
 
 	// dlBreaker fails dead letters fast while the dead-letter stream does
 	// not answer; dlRecreated is when DeadLetter last re-created that
-	// stream (Unix ns; see publishDeadLetter); dlHeldLog bounds the log
-	// lines of the dead letters the open breaker holds back.
+	// stream (sinceBase+1, the monotonic clock; 0: never; see
+	// publishDeadLetter); dlHeldLog bounds the log lines of the dead
+	// letters the open breaker holds back.
 	dlBreaker   dlBreaker
 	dlRecreated atomic.Int64
 	dlLooked    atomic.Pointer[dlLook] // deadLetterStreamThere's last verdict

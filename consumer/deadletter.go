@@ -613,7 +613,7 @@ type dlLook struct {
 // tried less than dlRecreateEvery ago (by this call's or another's dead
 // letter). It reports whether a stream captures the subject now.
 func (c *Consumer) recreateDeadLetterStream(ctx context.Context) bool {
-	now := time.Now().UnixNano()
+	now := int64(c.sinceBase()) + 1 // the monotonic clock: a step of the host's does not hold it off
 	last := c.dlRecreated.Load()
 	if last != 0 && now-last < int64(dlRecreateEvery) || !c.dlRecreated.CompareAndSwap(last, now) {
 		return false

@@ -1038,7 +1038,7 @@ func TestDeadLetterRecreatesDeletedStream(t *testing.T) {
 		t.Fatalf("got seq %d delivery %d, want seq %d again", again.StreamSeq, again.Delivered, ev2.StreamSeq)
 	}
 	waitFor(t, ctx, "dlRecreateEvery to pass", func() bool {
-		return time.Since(time.Unix(0, c.dlRecreated.Load())) > dlRecreateEvery
+		return int64(c.sinceBase())+1-c.dlRecreated.Load() > int64(dlRecreateEvery)
 	})
 	if err := c.DeadLetter(ctx, &again, dl); err != nil {
 		t.Fatalf("DeadLetter %s after the last re-creation: %v", dlRecreateEvery, err)
@@ -1588,4 +1588,51 @@ func TestDeadLetterStreamStepdownNotDeletion(t *testing.T) {
 		t.Errorf("the election not said:\n%s", text)
 	}
 	r.stopClean(t, ctx)
+}
+
+// The stamps that space re-creating a deleted dead-letter stream
+// (dlRecreated) and looking at the event stream's consumer_limits again
+// (inactiveLimitAt) are on the monotonic clock, since New (sinceBase).
+// Before, they were Unix nanoseconds of the wall clock, compared with it
+// again: after the host's clock stepped back by D, a deleted dead-letter
+// stream was not made again for D + dlRecreateEvery, and the stream's
+// limit not looked at for D + inactiveLimitEvery. Here the process has
+// run for an hour (base): a re-creation or a note just now holds the next
+// off, one 10 minutes ago does not, and each writes a stamp of that clock.
+func TestDeadLetterAndLimitStampsOnTheMonotonicClock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.base = c.base.Add(-time.Hour) // keeps its monotonic reading
+	now := func() int64 { return int64(c.sinceBase()) + 1 }
+
+	c.dlRecreated.Store(now())
+	if c.recreateDeadLetterStream(ctx) || strings.Contains(log.String(), "re-creating it") {
+		t.Fatalf("the dead-letter stream re-created right after a re-creation; log:\n%s", log.String())
+	}
+	c.dlRecreated.Store(now() - int64(10*time.Minute))
+	before := now()
+	if !c.recreateDeadLetterStream(ctx) {
+		t.Fatalf("the dead-letter stream not re-created 10 minutes after the last; log:\n%s", log.String())
+	}
+	if at := c.dlRecreated.Load(); at < before || at > now() {
+		t.Errorf("dlRecreated = %d after a re-creation, want a stamp since New in [%d, %d]", at, before, now())
+	}
+
+	d := time.Hour
+	c.inactiveLimit.Store(int64(d))
+	c.inactiveLimitAt.Store(now())
+	if !c.givenByStream(ctx, d) || c.inactiveLimit.Load() != int64(d) {
+		t.Fatalf("the stream looked at again right after its limit was noted")
+	}
+	c.inactiveLimitAt.Store(now() - int64(10*time.Minute))
+	before = now()
+	if c.givenByStream(ctx, d) { // the stream has no limit: a look says so
+		t.Fatalf("the stream's limit noted 10 minutes ago taken as the durable's inactive_threshold without a look")
+	}
+	if at := c.inactiveLimitAt.Load(); at < before || at > now() {
+		t.Errorf("inactiveLimitAt = %d after a look, want a stamp since New in [%d, %d]", at, before, now())
+	}
 }

@@ -1597,8 +1597,8 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 // inactiveLimitProblem advises), so the durable keeps it, and only a look
 // at the stream tells that it is jetsink's to set back now.
 func (c *Consumer) givenByStream(ctx context.Context, d time.Duration) bool {
-	if d == time.Duration(c.inactiveLimit.Load()) &&
-		time.Since(time.Unix(0, c.inactiveLimitAt.Load())) < inactiveLimitEvery {
+	if at := c.inactiveLimitAt.Load(); d == time.Duration(c.inactiveLimit.Load()) &&
+		at != 0 && int64(c.sinceBase())+1-at < int64(inactiveLimitEvery) {
 		return true
 	}
 	limits, ok := c.streamLimits(ctx)
@@ -1626,7 +1626,7 @@ func (c *Consumer) streamLimits(ctx context.Context) (limits jetstream.StreamCon
 // inactiveLimitAt).
 func (c *Consumer) noteInactiveLimit(d time.Duration) {
 	c.inactiveLimit.Store(int64(d))
-	c.inactiveLimitAt.Store(time.Now().UnixNano())
+	c.inactiveLimitAt.Store(int64(c.sinceBase()) + 1)
 }
 
 // remakeSteps says how to have the durable deliver again the events

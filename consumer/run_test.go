@@ -1388,7 +1388,7 @@ func TestStreamConsumerLimitInactiveThresholdRemovedSetBack(t *testing.T) {
 	if got := onServerConfig(t, ctx, js, cfg).InactiveThreshold; got != time.Hour {
 		t.Fatalf("the server took the limit off the durable (%v): the test has nothing to show", got)
 	}
-	c.inactiveLimitAt.Store(time.Now().UnixNano())
+	c.inactiveLimitAt.Store(int64(c.sinceBase()) + 1)
 	if why := c.refreshFloor(ctx); why != "" { // within inactiveLimitEvery: no look at the stream
 		t.Errorf("the stream looked at again within inactiveLimitEvery: changed=%s", why)
 	}
