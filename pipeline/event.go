@@ -157,7 +157,9 @@ func (ev *Event) End(outcome string, err error) {
 // refused at the end of a drain with nothing left to commit to tell why;
 // JetStream delivers it again) or "released" (nak'ed with a short delay:
 // given back, PostgreSQL unreachable, for another instance to store; a
-// non-nil err is the nak's, and JetStream delivers it after ack_wait), as
+// non-nil err is the nak's, and JetStream delivers it after ack_wait) or
+// "abandoned" (left unsettled in a batch at a hard stop; delivered again
+// after ack_wait), as
 // the attribute jetsink.settle unless it is "ack"; a non-nil err marks the
 // span failed. Without a span it is a nil check.
 func (ev *Event) EndSpan(outcome string, err error) {
