@@ -1587,3 +1587,34 @@ func TestRemakeAfterEditNamesItsFloor(t *testing.T) {
 		t.Errorf("remakeAfterEdit with the floor 5 known:\n%s", got)
 	}
 }
+
+// check compares the stream's end with the table at the edge: an
+// operator's stream made with first_seq 5 and no message yet ends at 4,
+// under a table that stored sequence 5, and its first event would take
+// sequence 5 again (skipped as a duplicate in exactly-once mode): check
+// reports it. Made with first_seq 6, it is right.
+func TestCheckStoredSeqAtTheStreamsFirstSeq(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	cfg.StoredSeq = func(context.Context, string) (uint64, error) { return 5, nil }
+	for _, tc := range []struct {
+		first uint64
+		want  bool
+	}{{5, true}, {6, false}} {
+		_ = js.DeleteStream(ctx, cfg.Stream)
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, FirstSeq: tc.first}); err != nil {
+			t.Fatal(err)
+		}
+		ps, err := Check(ctx, cfg, testLogger(t, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if text := problemsText(ps); strings.Contains(text, "stream sequence against the table") != tc.want {
+			t.Errorf("stream made with first_seq %d, table at 5: reported %t, want %t; problems:\n%s", tc.first, !tc.want, tc.want, text)
+		}
+	}
+}

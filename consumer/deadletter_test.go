@@ -206,6 +206,50 @@ func TestDeadLetterCountsAFailedTerm(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// A dead letter stored whose original's term failed comes back with the
+// event (delivered 2) and is dead-lettered again: the dead-letter stream
+// keeps one letter of it, by the Nats-Msg-Id every delivery of the event
+// gives (deadLetterID). Before, only an exact compare of the header's
+// text caught an id that differs by delivery (a mutation audit), and
+// such an id stores a letter for each delivery.
+func TestDeadLetterAfterAFailedTermStoredOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.PullClient = PullClientNATSGo // its message wrapped loses nothing a wire message's would
+	cfg.AckWait = time.Second         // the event comes back soon, its term never sent
+	c := newConsumer(t, ctx, cfg)
+	js := jsFor(t, srv)
+	dlq := dlqStream(t, ctx, js, cfg)
+	publish(t, ctx, js, cfg, 1, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+	ev := r.next(t, ctx).ev
+	ev.Msg = termFails{ev.Msg}
+	if err := c.DeadLetter(ctx, &ev, dl); err != nil || ev.Delivered != 1 {
+		t.Fatalf("DeadLetter of delivery %d = %v, want delivery 1 stored", ev.Delivered, err)
+	}
+	again := r.next(t, ctx).ev
+	if again.StreamSeq != ev.StreamSeq || again.Delivered != 2 {
+		t.Fatalf("got seq %d delivery %d, want seq %d again, delivery 2", again.StreamSeq, again.Delivered, ev.StreamSeq)
+	}
+	if err := c.DeadLetter(ctx, &again, dl); err != nil {
+		t.Fatalf("DeadLetter of delivery 2 = %v, want nil", err)
+	}
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("the dead-letter stream holds %d letters, want one of the event delivered twice", info.State.Msgs)
+	}
+	if st := c.Stats(); st.TermErrors != 1 || st.DeadLettered != 2 {
+		t.Fatalf("Stats = %+v; want 2 dead letters, 1 failed term", st)
+	}
+	r.stopClean(t, ctx)
+}
+
 // A stored dead letter is logged once, at Warn, with what it is and why:
 // subject, stream, stream_seq, stage, code, sqlstate, delivered and its
 // reason, so that log.level=warn says why an event was dead-lettered.

@@ -339,3 +339,36 @@ func guardedTest(t *testing.T, d time.Duration) (context.Context, context.Cancel
 	cfg.StoredSeq = noRows
 	return ctx, cancel, srv, cfg, jsFor(t, srv)
 }
+
+// restarted at the edges of its two comparisons: the stream must end at
+// or past the stored sequence, and, replaced, the lowest sequence it can
+// still deliver (its first message's, or past its last when empty) must
+// lie past end. Before, the tests only made streams with first_seq 0, 1
+// or end+1, and neither "next > end" made ">=" nor "LastSeq >= stored"
+// made "LastSeq+1 >=" failed any (a mutation audit): each lets a stream
+// through whose new events reuse a stored sequence.
+func TestRestartedAtItsEdges(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		first, last     uint64
+		msgs            uint64
+		stored, end     uint64
+		replaced, wantR bool
+	}{
+		{"empty, ends one below stored", 5, 4, 0, 5, 5, false, true},
+		{"empty, ends at stored", 6, 5, 0, 5, 5, false, false},
+		{"replaced, first message at end", 5, 9, 5, 5, 5, true, true},
+		{"replaced, first message past end", 6, 10, 5, 5, 5, true, false},
+		{"replaced empty, next at end", 5, 4, 0, 3, 5, true, true},
+		{"replaced empty, next past end", 6, 5, 0, 3, 5, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			info := &jetstream.StreamInfo{State: jetstream.StreamState{FirstSeq: tc.first, LastSeq: tc.last, Msgs: tc.msgs}}
+			err := restarted("S", info, tc.stored, tc.end, tc.replaced)
+			if got := errors.Is(err, ErrSequenceRestarted); got != tc.wantR || err != nil && !got {
+				t.Fatalf("restarted(first %d, last %d, %d msgs; stored %d, end %d, replaced %t) = %v, want refused %t",
+					tc.first, tc.last, tc.msgs, tc.stored, tc.end, tc.replaced, err, tc.wantR)
+			}
+		})
+	}
+}
