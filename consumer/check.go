@@ -130,10 +130,16 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		return nil, err
 	}
 	if _, err := js.AccountInfo(ctx); err != nil {
+		where := "JetStream is not available on nats.url"
 		if cfg.Domain != "" {
-			return nil, fmt.Errorf("JetStream domain %q (nats.domain) is not available on nats.url: %w", cfg.Domain, err)
+			where = fmt.Sprintf("JetStream domain %q (nats.domain) is not available on nats.url", cfg.Domain)
 		}
-		return nil, fmt.Errorf("JetStream is not available on nats.url: %w", err)
+		if jetStreamSilent(err) {
+			// In run's words (why): a timeout alone says nothing of a
+			// full store disk or a cluster without a meta leader.
+			where += ": " + jetStreamGone
+		}
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	var problems []Problem
 	if p, ok := clearTextProblem(nc, &cfg); ok {

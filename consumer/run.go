@@ -1335,8 +1335,7 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 }
 
 // why is what (a step that failed with err), after jetStreamGone when err
-// is one that JetStream's absence gives (no answer, no responders, not
-// enabled) and JetStream does not answer a request for the account's
+// is one that JetStream's absence gives (jetStreamSilent) and JetStream does not answer a request for the account's
 // information either, within 2 s (lookTimeout if shorter); after
 // natsSilent instead when then the server does not answer a PING within
 // as long either, on a connection still open (what alone if it dropped
@@ -1344,8 +1343,7 @@ func (c *Consumer) recheck(ctx context.Context) (leave, replaced bool) {
 // NATS itself is away (a request would wait for the reconnect) or ctx has
 // ended.
 func (c *Consumer) why(ctx context.Context, what string, err error) string {
-	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, nats.ErrNoResponders) &&
-		!errors.Is(err, jetstream.ErrJetStreamNotEnabled) || ctx.Err() != nil || !c.nc.IsConnected() {
+	if !jetStreamSilent(err) || ctx.Err() != nil || !c.nc.IsConnected() {
 		return what
 	}
 	wait := min(2*time.Second, c.lookTimeout)
@@ -1368,6 +1366,21 @@ func (c *Consumer) why(ctx context.Context, what string, err error) string {
 	}
 	return jetStreamGone + ": " + what
 }
+
+// jetStreamSilent reports whether err is one that JetStream's absence
+// gives: no answer (a timeout), no responders, not enabled, or
+// "JetStream system temporarily unavailable" (errCodeJetStreamUnavailable:
+// a cluster that has lost its meta leader says so while it elects one).
+func jetStreamSilent(err error) bool {
+	apiErr := (*jetstream.APIError)(nil)
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeJetStreamUnavailable
+}
+
+// errCodeJetStreamUnavailable is the server's error code for "JetStream
+// system temporarily unavailable" (JSClusterNotAvailErr), which nats.go
+// has no name for.
+const errCodeJetStreamUnavailable jetstream.ErrorCode = 10008
 
 // natsSilent is what NotConsuming says while the server answers nothing
 // at all, not even a PING, on a connection still open: a server stopped

@@ -3,6 +3,7 @@ package consumer
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -56,6 +57,47 @@ func TestWhyTellsASilentServerFromJetStreamGone(t *testing.T) {
 		nc.Close()
 		if !strings.HasPrefix(got, tc.want) || strings.Contains(got, tc.not) {
 			t.Errorf("%s: why = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// "JetStream system temporarily unavailable" (API error 10008: a cluster
+// without a meta leader while it elects one) is JetStream not answering,
+// as a timeout is; before, why said the step alone. And check, which met
+// a quorum loss as "JetStream is not available on nats.url: context
+// deadline exceeded", says it in run's words (jetStreamGone).
+func TestJetStreamUnavailableSaidAsRunSaysIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	noJS := startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	nc, err := nats.Connect(noJS.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const what = "look up the consumer"
+	c := &Consumer{nc: nc, js: js, lookTimeout: 2 * time.Second}
+	unavailable := fmt.Errorf("look up: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"})
+	if got := c.why(ctx, what, unavailable); got != jetStreamGone+": "+what {
+		t.Errorf("why of API error 10008 = %q, want %q", got, jetStreamGone+": "+what)
+	}
+	if got := c.why(ctx, what, &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeBadRequest}); got != what {
+		t.Errorf("why of a bad request = %q, want %q", got, what)
+	}
+	// check, on a server that answers a client's connect and nothing
+	// after (no answer to the account info request), and on one without
+	// JetStream.
+	for _, url := range []string{silentServer(t, false), noJS.ClientURL()} {
+		cfg := testConfigURL(t, url)
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		_, err := Check(cctx, cfg, testLogger(t, nil))
+		ccancel()
+		if err == nil || !strings.HasPrefix(err.Error(), "JetStream is not available on nats.url: "+jetStreamGone+": ") {
+			t.Errorf("check on %s: %v, want %q first", url, err, "JetStream is not available on nats.url: "+jetStreamGone)
 		}
 	}
 }
