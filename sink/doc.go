@@ -182,12 +182,16 @@
 // does (a committer's readTypes, or a check: Check, Run's look at the
 // start, Init's), by its schema-qualified name (pinTable, logged at Info
 // when postgres.table is unqualified; Sink.Table), not by the name as
-// configured; check reads and names the same table. So a
+// configured; check reads and names the same table, and so do Init's and
+// StoredSeq's errors and the sink's log lines (table=) from then on. So a
 // table of the same name made later in a schema earlier on search_path
 // ("$user", first by default), or a search_path changed for the role,
 // does not take the rows. A table dropped and made again under that name
 // is still found; one moved to another schema is not (every batch fails
-// with 42P01, retried, until jetsink is restarted).
+// with 42P01, retried, until jetsink is restarted). Check names a pinned
+// table that is gone by its pinned name, its fix the CREATE TABLE of that
+// name (the configured one may find another table now, which CREATE
+// TABLE IF NOT EXISTS would leave as it is) or a restart.
 //
 // # Failures
 //

@@ -265,11 +265,13 @@ func (s *Sink) Init(ctx context.Context) error {
 		}
 		return err
 	})
+	// The table by the name its statements use: schema-qualified once
+	// Init's check has found it (pinTable).
 	if err != nil {
-		return fmt.Errorf("create table %s on %s: %w", s.table.Sanitize(), s.where, err)
+		return fmt.Errorf("create table %s on %s: %w", s.Table(), s.where, err)
 	}
 	if missing != nil {
-		return fmt.Errorf("%w: %s on %s: %s", ErrNoKeyIndex, s.table.Sanitize(), s.where, missing)
+		return fmt.Errorf("%w: %s on %s: %s", ErrNoKeyIndex, s.Table(), s.where, missing)
 	}
 	return nil
 }
@@ -913,9 +915,14 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 
 // tableMissing is the problem of a table that does not exist: one Init
 // makes, unless the schema it would be made in does not exist or
-// jetsink's role may not create in it.
+// jetsink's role may not create in it. Once the name is pinned to
+// another (pinTable: the table found along search_path), the problem is
+// that table's (pinnedMissing).
 func (s *Sink) tableMissing(ctx context.Context, c *pgx.Conn) (Problem, error) {
 	tname := s.table.Sanitize()
+	if pinned := s.tsql.Load().name; pinned != tname {
+		return s.pinnedMissing(ctx, c, pinned)
+	}
 	p := Problem{Kind: ProblemTableMissing, Message: fmt.Sprintf("table %s does not exist (or is not on search_path)", tname),
 		Fix: "run `jetsink init`, set postgres.create_table: true, or run: " + strings.Join(s.DDL(), "; ")}
 	var schema *string
@@ -946,6 +953,29 @@ func (s *Sink) tableMissing(ctx context.Context, c *pgx.Conn) (Problem, error) {
 		p.Fix = "GRANT CREATE ON SCHEMA " + sch + " TO <jetsink's role>, or create the table as its owner: " + strings.Join(s.DDL(), "; ")
 	}
 	return p, nil
+}
+
+// pinnedMissing is the problem of the table the batches write, pinned
+// as pinned (pinTable), that no longer exists: dropped, or moved to
+// another schema. The configured name may find another table now (one of
+// that name in a schema earlier on search_path), which DDL's CREATE TABLE
+// IF NOT EXISTS, unqualified, would leave as it is, as Init would: the
+// fix makes the table by its pinned name, or has jetsink look the name up
+// again.
+func (s *Sink) pinnedMissing(ctx context.Context, c *pgx.Conn, pinned string) (Problem, error) {
+	now, err := scanFoundTable(c.QueryRow(ctx, foundTableSQL, s.table.Sanitize()))
+	if err != nil {
+		return Problem{}, fmt.Errorf("check table %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	finds := "it finds none now"
+	if now.name != nil {
+		finds = "it now finds " + now.name.Sanitize()
+	}
+	return Problem{Kind: ProblemTableMissing, initCannot: true,
+		Message: fmt.Sprintf("table %s does not exist (dropped, or moved to another schema): jetsink found it as %s and writes it by that name",
+			pinned, s.table.Sanitize()),
+		Fix: "run: " + strings.Join(s.ddl(pinned, true), "; ") +
+			"; or restart jetsink to look the name up again (" + finds + ")"}, nil
 }
 
 // indexNameTaken says why DDL's CREATE UNIQUE INDEX IF NOT EXISTS would
@@ -1351,7 +1381,8 @@ func (s *Sink) StoredSeq(ctx context.Context, stream string) (uint64, error) {
 	if s.seqText {
 		seq += "::numeric"
 	}
-	q := "SELECT max(" + seq + ")::numeric::text FROM " + s.tsql.Load().name +
+	table := s.Table()
+	q := "SELECT max(" + seq + ")::numeric::text FROM " + table +
 		" WHERE " + pgx.Identifier{s.streamC}.Sanitize() + " = $1"
 	var max *string
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
@@ -1362,14 +1393,14 @@ func (s *Sink) StoredSeq(ctx context.Context, stream string) (uint64, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read the highest %s stored for stream %s in %s on %s: %w", s.seqC, stream, s.table.Sanitize(), s.where, err)
+		return 0, fmt.Errorf("read the highest %s stored for stream %s in %s on %s: %w", s.seqC, stream, table, s.where, err)
 	}
 	if max == nil {
 		return 0, nil
 	}
 	n, err := strconv.ParseUint(integralText(*max), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("the highest %s stored for stream %s in %s is %q, not a stream sequence", s.seqC, stream, s.table.Sanitize(), *max)
+		return 0, fmt.Errorf("the highest %s stored for stream %s in %s is %q, not a stream sequence", s.seqC, stream, table, *max)
 	}
 	return n, nil
 }

@@ -412,7 +412,9 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	// one, until the kernel gives up (about 2 minutes on Linux's
 	// defaults).
 	s.dialMax = time.Duration(2*len(hosts))*cmp.Or(cc.ConnectTimeout, kernelConnectTimeout) + dialSlack
-	s.log = log.With("component", "sink", "table", s.table.Sanitize(), "db", s.where)
+	// table= is the name the statements use: schema-qualified once a
+	// connection or a check has found the table (pinTable).
+	s.log = slog.New(&tableLog{base: log.With("component", "sink").Handler(), db: s.where, table: s.Table, cur: new(atomic.Pointer[namedLog])})
 	if cfg.CreateTable {
 		if err := s.Init(ctx); err != nil {
 			s.Close()
@@ -1191,6 +1193,61 @@ func (s *Sink) pinTable(found pgx.Identifier) {
 	}
 	s.tsql.Store(s.tableSQLOf(name))
 	s.log.Info("found the table on search_path: its statements name it by its schema-qualified name from now on", "found", name)
+}
+
+// tableLog is the sink's slog.Handler: base's, with the attributes table
+// (table(), as at each line) and db, then those of the With and WithGroup
+// calls on it (then). The handler with the attributes is made again when
+// the name changes (once, at pinTable).
+type tableLog struct {
+	base  slog.Handler
+	db    string
+	table func() string
+	then  func(slog.Handler) slog.Handler // nil: none
+	cur   *atomic.Pointer[namedLog]
+}
+
+// namedLog is the handler a tableLog made for the table named name.
+type namedLog struct {
+	name string
+	h    slog.Handler
+}
+
+func (l *tableLog) handler() slog.Handler {
+	name := l.table()
+	if n := l.cur.Load(); n != nil && n.name == name {
+		return n.h
+	}
+	h := l.base.WithAttrs([]slog.Attr{slog.String("table", name), slog.String("db", l.db)})
+	if l.then != nil {
+		h = l.then(h)
+	}
+	l.cur.Store(&namedLog{name, h})
+	return h
+}
+
+func (l *tableLog) Enabled(ctx context.Context, level slog.Level) bool {
+	return l.base.Enabled(ctx, level)
+}
+
+func (l *tableLog) Handle(ctx context.Context, r slog.Record) error {
+	return l.handler().Handle(ctx, r)
+}
+
+func (l *tableLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return l.with(func(h slog.Handler) slog.Handler { return h.WithAttrs(as) })
+}
+
+func (l *tableLog) WithGroup(name string) slog.Handler {
+	return l.with(func(h slog.Handler) slog.Handler { return h.WithGroup(name) })
+}
+
+func (l *tableLog) with(f func(slog.Handler) slog.Handler) slog.Handler {
+	then := f
+	if prev := l.then; prev != nil {
+		then = func(h slog.Handler) slog.Handler { return f(prev(h)) }
+	}
+	return &tableLog{base: l.base, db: l.db, table: l.table, then: then, cur: new(atomic.Pointer[namedLog])}
 }
 
 // readTypesTimeout bounds a readTypes: a server gone silent would

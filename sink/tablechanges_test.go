@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	neturl "net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -1167,5 +1170,81 @@ func TestCheckPinsTheTableRunWrites(t *testing.T) {
 				t.Fatalf("%d rows in %s (checked), %d in %s; want all 10 in the table checked", inHome, home, inShadow, shadow)
 			}
 		})
+	}
+}
+
+// Once check had pinned the table, a drop of it beside a table of the same
+// name earlier on search_path was named as the configured name, "t", with
+// the fix CREATE TABLE IF NOT EXISTS "t" (...), which, run as printed,
+// does nothing (the shadow is "t"), and Init's and StoredSeq's errors, and
+// the sink's log lines (table=), named the table as configured too. They
+// now name the pinned table, and the fix makes it by that name or has
+// jetsink look the name up again.
+func TestPinnedTableDroppedBesideAShadow(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	u, err := neturl.Parse(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.RawQuery += "&options=" + strings.ReplaceAll(neturl.QueryEscape("-c search_path=shadow,home"), "+", "%20")
+	execAll(t, ctx, admin, "CREATE SCHEMA home; CREATE SCHEMA shadow")
+	var logs testenv.SyncBuffer
+	cfg := DefaultConfig()
+	cfg.URL = u.String()
+	cfg.Table = uniqueName(t)
+	cfg.Mode = ExactlyOnce
+	cfg.CreateTable = false
+	s, err := New(ctx, cfg, testCols, &recDL{}, slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	home := pgx.Identifier{"home", cfg.Table}.Sanitize()
+	shadow := pgx.Identifier{"shadow", cfg.Table}.Sanitize()
+	execAll(t, ctx, admin, "CREATE TABLE "+home+" (stream text NOT NULL, stream_seq int8 NOT NULL, payload jsonb, UNIQUE (stream, stream_seq))")
+	if _, err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.Table() != home {
+		t.Fatalf("check pinned %s; want %s", s.Table(), home)
+	}
+	execAll(t, ctx, admin, "CREATE TABLE "+shadow+" (LIKE "+home+" INCLUDING ALL); DROP TABLE "+home)
+	probs, err := s.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(probs, func(p Problem) bool { return p.Kind == ProblemTableMissing })
+	if i < 0 {
+		t.Fatalf("check: %v; want the table missing", probs)
+	}
+	p := probs[i]
+	if !strings.Contains(p.Message, home) || strings.Contains(p.Fix, "IF NOT EXISTS "+pgx.Identifier{cfg.Table}.Sanitize()) ||
+		!strings.Contains(p.Fix, "CREATE TABLE IF NOT EXISTS "+home) || !strings.Contains(p.Fix, "it now finds "+shadow) || p.InitMakes() {
+		t.Errorf("check names %v (Init makes it: %v); want %s named, made by that name, or looked up again (it now finds %s)",
+			p, p.InitMakes(), home, shadow)
+	}
+	// The pinned table's name in StoredSeq's errors and in the log.
+	execAll(t, ctx, admin, "CREATE TABLE "+home+" (stream text, stream_seq text, payload jsonb); INSERT INTO "+home+" VALUES ('S', 'x', null)")
+	if _, err := s.StoredSeq(ctx, "S"); err == nil || !strings.Contains(err.Error(), home) {
+		t.Errorf("StoredSeq = %v; want an error naming %s", err, home)
+	}
+	s.log.Info("a line")
+	if want := "table=" + strconv.Quote(home); !strings.Contains(logs.String(), want) {
+		t.Errorf("the sink's log lines do not say %s:\n%s", want, logs.String())
+	}
+	// Init's error, once its check has pinned the table: a table with
+	// inheritance children, on which it builds no index.
+	cfg.Table += "_i"
+	cfg.CreateTable = true
+	home = pgx.Identifier{"home", cfg.Table}.Sanitize()
+	execAll(t, ctx, admin, "CREATE TABLE "+home+" (stream text NOT NULL, stream_seq int8 NOT NULL, payload jsonb); "+
+		"CREATE TABLE "+pgx.Identifier{"home", cfg.Table + "_c"}.Sanitize()+" () INHERITS ("+home+")")
+	if s2, err := New(ctx, cfg, testCols, &recDL{}, testLogger(t)); err == nil {
+		s2.Close()
+		t.Errorf("New made a sink on a table with inheritance children")
+	} else if !errors.Is(err, ErrNoKeyIndex) || !strings.Contains(err.Error(), ErrNoKeyIndex.Error()+": "+home+" on") {
+		t.Errorf("New = %v; want ErrNoKeyIndex naming %s", err, home)
 	}
 }
