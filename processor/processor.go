@@ -379,7 +379,7 @@ func (p *Processor) Run(intake, hard context.Context) error {
 // given how long the sink's longest commit attempt under way has run (0:
 // none). The sink is held by PostgreSQL while a commit attempt runs: a
 // COPY given up on waits for the server's answer to its cancel (up to
-// 5 s: sink's cancelWait), which a server that does not answer (a
+// sink.CancelWait), which a server that does not answer (a
 // blackholed host) never gives; otherwise, as the other stages, by a
 // write to a NATS server that reads nothing (acks, InProgress, dead
 // letters), until the connection's write timeout.
@@ -388,9 +388,9 @@ func heldBy(stuck []string, attempt time.Duration) []string {
 	for _, name := range stuck {
 		switch {
 		case name == "sink" && attempt > 0:
-			held = append(held, fmt.Sprintf("sink: a commit attempt on PostgreSQL under way for %v (a COPY given up on waits up to 5s "+
+			held = append(held, fmt.Sprintf("sink: a commit attempt on PostgreSQL under way for %v (a COPY given up on waits up to %v "+
 				"for the server's answer to its cancel), or a write of acks to a NATS server that reads nothing",
-				attempt.Round(time.Millisecond)))
+				attempt.Round(time.Millisecond), sink.CancelWait))
 		case name == "sink":
 			held = append(held, "sink: no commit attempt under way; a write of its acks or InProgress to a NATS server that reads nothing, say")
 		case name == "pipeline":

@@ -91,7 +91,7 @@
 // the connection is ready for the next statement without it. When the
 // hard context ends while the COPY waits (a locked table), the sink sends
 // the server a cancel request, again after a short pause while the cancel
-// connection fails (for up to cancelWait, 5s, in all), and reads the
+// connection fails (for up to CancelWait, 5s, in all), and reads the
 // answer, so that a statement it gave up on cannot commit later; a COPY
 // whose Query's last CommandComplete arrived has committed, whatever
 // follows it. Unless a WARNING came before it that says (or, after the

@@ -41,11 +41,12 @@ import (
 // committer and grows past copyChunk only for a single larger row.
 const copyChunk = 256 << 10
 
-// cancelWait bounds how long a COPY given up on (ctx ended after CopyDone)
+// CancelWait bounds how long a COPY given up on (ctx ended after CopyDone)
 // waits for its answer: the cancel request, sent again while its
 // connection fails, and the server's answer to the COPY, together. Then
-// the connection is given up and the outcome is unknown.
-const cancelWait = 5 * time.Second
+// the connection is given up and the outcome is unknown. A hard stop
+// can wait this long for a committer (the processor's log says so).
+const CancelWait = 5 * time.Second
 
 // The binary COPY stream around the tuples: signature, flags (0) and header
 // extension length (0); the trailer is a field count of -1.
@@ -57,7 +58,7 @@ var (
 // cancelRetry is the first pause before a cancel request that could not
 // be sent (its connection failed) is sent again; it doubles up to
 // cancelRetryMax. cancelAttempt bounds one attempt, so that a dial that
-// hangs is tried again within cancelWait.
+// hangs is tried again within CancelWait.
 const (
 	cancelRetry    = 50 * time.Millisecond
 	cancelRetryMax = time.Second
@@ -177,11 +178,11 @@ func guardedCopy(sql string, stmts int) copyQuery {
 //
 // Cancelling ctx while writing ends the write (the statement cannot commit
 // without CopyDone) and sends the server a cancel request, waiting (up to
-// cancelWait) until it has gone out but not for an answer: a backend
+// CancelWait) until it has gone out but not for an answer: a backend
 // waiting on a locked table would not see its client go before it got the
 // lock, and one reading the COPY's data would never answer it. Cancelling
 // ctx while waiting for the answer (a locked table) sends the server a
-// cancel request and reads on, for up to cancelWait: the answer then says
+// cancel request and reads on, for up to CancelWait: the answer then says
 // whether the COPY committed before the cancel reached it, so a shutdown
 // does not leave the outcome unknown.
 func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQuery, rows []pipeline.Row) (sent bool, res copyResult) {
@@ -206,7 +207,7 @@ func sendCopy(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQuery, 
 		deadline := time.Now().Add(time.Second)
 		if ctx.Err() != nil {
 			// The reader sends the server a cancel request: let it go
-			// out first (within cancelWait), for a backend waiting on a
+			// out first (within CancelWait), for a backend waiting on a
 			// locked table, which would not see its client go before it
 			// got the lock, and would hold its connection slot and its
 			// place in the lock's queue until then. Not its answer: a
@@ -363,7 +364,7 @@ func (e *brokenConnError) Unwrap() error { return e.err }
 // readCopyResult reads the server's answers to one Query q up to
 // ReadyForQuery (or an error) and returns its outcome; it sets w.refused
 // when an ErrorResponse arrives. When ctx ends first, it sends a cancel
-// request and waits up to cancelWait for the answer; the cancel request's
+// request and waits up to CancelWait for the answer; the cancel request's
 // goroutine has ended when it returns. It closes cancelSent once the
 // cancel request has gone out or failed, or when it returns without one.
 func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQuery, cancelSent chan<- struct{}) (res copyResult) {
@@ -387,7 +388,7 @@ func readCopyResult(ctx context.Context, pg *pgconn.PgConn, w *copyWire, q copyQ
 	cancelDone := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(cancelDone)
-		cctx, cancel := context.WithTimeout(answered, cancelWait)
+		cctx, cancel := context.WithTimeout(answered, CancelWait)
 		defer cancel()
 		w.cancelErr = cancelCopy(cctx, pg)
 		close(cancelSent)

@@ -286,7 +286,7 @@ func TestCopyCancelWhileWriting(t *testing.T) {
 		select {
 		case <-f.cancels:
 			cancelled.Store(true)
-		case <-time.After(cancelWait):
+		case <-time.After(CancelWait):
 			return
 		}
 		be.Send(&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "57014",
@@ -315,7 +315,7 @@ func TestCopyCancelWhileWriting(t *testing.T) {
 // A backend that reads a COPY's data takes a cancel request only with the
 // next message, which a write cut by the hard context never sends: once the
 // request has gone out, sendCopy gives up at once instead of waiting
-// cancelWait for an answer that will not come.
+// CancelWait for an answer that will not come.
 func TestCopyCancelWhileWritingUnanswered(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	hard, cancel := context.WithCancel(ctx)
@@ -346,8 +346,8 @@ func TestCopyCancelWhileWritingUnanswered(t *testing.T) {
 	default:
 		t.Fatal("no cancel request reached the server")
 	}
-	if took > cancelWait/2 {
-		t.Fatalf("sendCopy took %v after the hard context ended, waiting for an answer that cannot come (cancelWait %v)", took, cancelWait)
+	if took > CancelWait/2 {
+		t.Fatalf("sendCopy took %v after the hard context ended, waiting for an answer that cannot come (CancelWait %v)", took, CancelWait)
 	}
 }
 
@@ -403,11 +403,11 @@ func TestCopyCancel(t *testing.T) {
 }
 
 // When no cancel request gets through and the server never answers, the
-// COPY is given up after cancelWait (shutdown stays bounded), having tried
+// COPY is given up after CancelWait (shutdown stays bounded), having tried
 // the cancel request several times; the outcome is unknown and the error
 // says why.
 func TestCopyCancelFailsWithinCancelWait(t *testing.T) {
-	ctx := testCtx(t, cancelWait+10*time.Second)
+	ctx := testCtx(t, CancelWait+10*time.Second)
 	hard, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pg, f := connectFake(t, ctx, func(be *pgproto3.Backend, f *fakePG) {
@@ -431,11 +431,11 @@ func TestCopyCancelFailsWithinCancelWait(t *testing.T) {
 	if !sent || err == nil || !outcomeUnknown(err) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "cancel request") {
 		t.Fatalf("sendCopy = %v, %v; want true and an unknown outcome naming the cancel request", sent, err)
 	}
-	if took < cancelWait-time.Second || took > cancelWait+5*time.Second { // bounded, with room for a loaded machine
-		t.Fatalf("sendCopy took %v, want about cancelWait (%v)", took, cancelWait)
+	if took < CancelWait-time.Second || took > CancelWait+5*time.Second { // bounded, with room for a loaded machine
+		t.Fatalf("sendCopy took %v, want about CancelWait (%v)", took, CancelWait)
 	}
 	if n := f.dials.Load(); n < 3 {
-		t.Fatalf("%d cancel dials within cancelWait, want several", n)
+		t.Fatalf("%d cancel dials within CancelWait, want several", n)
 	}
 	t.Logf("gave up after %v and %d cancel dials", took, f.dials.Load())
 }
