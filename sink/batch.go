@@ -434,8 +434,8 @@ func (r *run) recheckTable() {
 // reported at all. It reports whether it found (and logged) any that is
 // not a warning, and Check's error (logged unless ctx has ended, with the
 // warnings postgres.url alone gives). An unlogged table is logged once
-// per change to unlogged, here or by a committer's read of its types,
-// whichever sees it first (Sink.warnUnlogged).
+// per sink, here or by a committer's read of its types, whichever sees it
+// first (Sink.warnUnlogged).
 func (s *Sink) logProblems(ctx context.Context, limit time.Duration) (found bool, err error) {
 	stopped := ctx
 	ctx, cancel := context.WithTimeout(ctx, limit)

@@ -232,11 +232,10 @@
 //     (ProblemAsyncCommit), and of physical standbys that no COMMIT waits
 //     for, with which a failover does (ProblemAsyncStandby), and of an
 //     UNLOGGED table or partition, which a crash or a failover empties
-//     (ProblemUnlogged; Run logs an unlogged table at Warn once per
-//     change to unlogged, at its first sight: at the start, or, for a
-//     table made unlogged, or made or made again UNLOGGED, while jetsink
-//     runs, once a connection reads the table again; made unlogged again
-//     after a connection read it logged, it is logged again);
+//     (ProblemUnlogged; Run logs an unlogged table at Warn once, at
+//     its first sight: at the start, or, for a table made unlogged, or
+//     made or made again UNLOGGED, while jetsink runs, once a connection
+//     reads the table again);
 //   - COMMIT (at-least-once: the whole COPY) sent and no answer: outcome
 //     unknown, treated as not committed and retried; in at-least-once mode
 //     its rows count as PossibleDuplicates; so is one answered without an

@@ -1449,42 +1449,6 @@ func TestTableFirstSeenUnloggedWarnsOnce(t *testing.T) {
 	}
 }
 
-// An unlogged table made logged, then unlogged again, was said once per
-// process (f79ad67's once per sink): the second change to unlogged went
-// unsaid. A kept read that finds the table logged now lets the next sight
-// of it unlogged be logged.
-func TestTableUnloggedAgainWarnsAgain(t *testing.T) {
-	ctx := testCtx(t, 30*time.Second)
-	pg := testenv.Postgres(t)
-	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false })
-	logs := captureLog(t, s, time.Minute)
-	admin, conn := pg.Conn(t), pg.Conn(t)
-	table := s.table.Sanitize()
-	read := func() {
-		t.Helper()
-		if _, err := s.readTypes(ctx, conn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	look := func() {
-		t.Helper()
-		if _, err := s.logProblems(ctx, 10*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	execAll(t, ctx, admin, "CREATE UNLOGGED TABLE "+table+" (stream text, stream_seq int8, payload jsonb)")
-	look() // the start's: logs it
-	read()
-	execAll(t, ctx, admin, "ALTER TABLE "+table+" SET LOGGED")
-	read()
-	execAll(t, ctx, admin, "ALTER TABLE "+table+" SET UNLOGGED")
-	read() // logs it again
-	look()
-	if n := strings.Count(logs.String(), "is unlogged"); n != 2 {
-		t.Fatalf("the table made unlogged twice logged %d times, want twice:\n%s", n, logs)
-	}
-}
-
 // A plain table with inheritance children and no key index, in exactly-once
 // mode: Init named the missing index, its fix a CREATE UNIQUE INDEX that
 // would not help (the last key problem won), and check with create_table

@@ -117,9 +117,8 @@ type Sink struct {
 	pinned bool // tsql names the table found (held by typesMu)
 	// unloggedWarned: the table has been logged at Warn as unlogged
 	// (held by typesMu), by readTypes or by Run's look (logProblems):
-	// once per change to unlogged, whichever sees it first, at the start
-	// or later (see warnUnlogged); a kept readTypes that finds the table
-	// logged clears it.
+	// once per sink, whichever sees it first, at the start or later (see
+	// warnUnlogged).
 	unloggedWarned bool
 
 	adminSem   chan struct{} // holds admin: a mutex that a waiter's context can give up
@@ -1109,13 +1108,6 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 		s.rowSecurity.Store(rls != nil && *rls)
 		if found.name != nil {
 			s.pinTable(found.name)
-			if !found.unlogged {
-				// Logged (again: ALTER TABLE ... SET LOGGED): made
-				// unlogged later, it is to be said again. A read
-				// before this one, kept before it, may still have
-				// seen it unlogged and log it once more.
-				s.unloggedWarned = false
-			}
 		}
 		s.setCopySQL(also, refuse)
 	}
@@ -1152,11 +1144,10 @@ func scanFoundTable(row pgx.Row) (foundTable, error) {
 }
 
 // warnUnlogged reports whether the table, seen unlogged, is to be logged
-// at Warn now: the first time since the start, or since a kept readTypes
-// found it logged (held by typesMu). Of reads that overlap, one kept
-// after another may have run its query first and seen the table as it
-// was (see readTypes), and Run's look and a committer's read may see it
-// at the same start: each would log it again.
+// at Warn now: the first time only (held by typesMu). Of reads that
+// overlap, one kept after another may have run its query first and seen
+// the table as it was (see readTypes), and Run's look and a committer's
+// read may see it at the same start: each would log it again.
 func (s *Sink) warnUnlogged() bool {
 	warn := !s.unloggedWarned
 	s.unloggedWarned = true
