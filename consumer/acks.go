@@ -352,7 +352,7 @@ func (c *Consumer) confirming() (stop func(hardEnded bool)) {
 			case <-ctx.Done():
 				return
 			}
-			c.resendAcks(true)
+			c.resendAcks(true, 0)
 			cctx, cancelConfirm := context.WithTimeout(ctx, confirmTimeout)
 			n, _ := c.confirm(cctx, false)
 			cancelConfirm()

@@ -51,7 +51,8 @@ type Consumer struct {
 	// was told (sinceBase+1; 0: none due), for resendAcks (leaderacks.go).
 	recent      recentAcks
 	resendFrom  atomic.Int64
-	resendAgain atomic.Int64 // resendFrom as the first resend took it
+	resendAgain atomic.Int64  // resendFrom as the first resend took it
+	resendEpoch atomic.Uint64 // the epoch the first resend sent under
 	// streamReplicas is the event stream's replicas as ensureStream last
 	// read them; durableReplicasWarned, once its durable's fewer were.
 	streamReplicas        atomic.Int64

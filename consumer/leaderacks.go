@@ -152,31 +152,57 @@ func (c *Consumer) leaderChanged(err error) {
 		"comes back after ack_wait: a duplicate row in at-least-once mode)", "err", err)
 }
 
-// resendAcks sends again, under the current epoch, the acks recorded from
-// recentAckWindow before the leader change was told until now, once per
-// change (the first caller after it takes it). Those the ring dropped are
-// counted in doubt.
+// resendAcks sends again, under epoch (the epoch of the delivery that
+// calls it), the acks of epoch recorded from recentAckWindow before the
+// leader change was told until now, once per change (the first caller
+// after it takes it). Those the ring dropped are counted in doubt. While
+// epoch is not the current one (serve has started a new epoch since, and
+// the delivery is stale), nothing is sent and the change stays due. A
+// change told more than resendStale ago is dropped unsent (its acks
+// counted in doubt): nothing was delivered since, across a reconnect
+// perhaps, and the acks it would send may be of another stream by now.
 //
 // It sends them once more at the ack confirmer's next tick (again), in
 // case the first delivery came before the new leader's ack subscription
 // reached the server this client is on (not seen: the one ack that
 // seemed lost after a single resend, while the test was written, was a
 // delivery the old leader dropped, never received).
-func (c *Consumer) resendAcks(again bool) {
+func (c *Consumer) resendAcks(again bool, epoch uint64) {
 	due := &c.resendFrom
 	if again {
 		due = &c.resendAgain
+		epoch = c.resendEpoch.Load()
 	}
+	if due.Load() == 0 {
+		return
+	}
+	if c.epochs.Hold() != epoch {
+		c.epochs.Release()
+		if again {
+			due.Store(0) // the epoch it was for is over
+		}
+		return
+	}
+	defer c.epochs.Release()
 	told := due.Swap(0)
 	if told == 0 {
 		return
 	}
+	from := max(time.Duration(told)-1-recentAckWindow, 0)
+	if !again && c.sinceBase()-(time.Duration(told)-1) > resendStale {
+		_, recorded := c.recent.since(from, epoch)
+		if recorded > 0 {
+			c.ackInDoubt(recorded)
+		}
+		c.log.Warn("no delivery since the consumer's leader change: its acks are not sent again; "+
+			"their events may come back after ack_wait (a duplicate row in at-least-once mode)", "in_doubt", recorded)
+		return
+	}
 	if !again {
+		c.resendEpoch.Store(epoch)
 		c.resendAgain.Store(told)
 	}
-	epoch := c.epochs.Hold()
-	defer c.epochs.Release()
-	replies, recorded := c.recent.since(max(time.Duration(told)-1-recentAckWindow, 0), epoch)
+	replies, recorded := c.recent.since(from, epoch)
 	c.acks.begin(len(replies))
 	ok := 0
 	for _, reply := range replies {
@@ -191,11 +217,7 @@ func (c *Consumer) resendAcks(again bool) {
 	}
 	lost := recorded - min(recorded, uint64(len(replies))) + uint64(len(replies)-ok)
 	if lost > 0 {
-		l := &c.acks
-		l.mu.Lock()
-		c.stats.acksUnconfirmed.Add(lost)
-		l.doubtSeq = max(l.doubtSeq, c.seq.seenMax.Load())
-		l.mu.Unlock()
+		c.ackInDoubt(lost)
 	}
 	if lost > 0 {
 		c.log.Warn("acks sent again after the consumer's leader change; some sent around it were not kept to send again "+
@@ -204,6 +226,20 @@ func (c *Consumer) resendAcks(again bool) {
 		return
 	}
 	c.log.Info("acks sent again after the consumer's leader change", "acks", ok)
+}
+
+// resendStale is how long a leader change stays due for a resend: the
+// window of the acks it sends, and a confirmation, after which they would
+// be sent to whatever has those sequences then.
+const resendStale = recentAckWindow + confirmEvery
+
+// ackInDoubt counts n acks sent around a leader change in doubt.
+func (c *Consumer) ackInDoubt(n uint64) {
+	l := &c.acks
+	l.mu.Lock()
+	c.stats.acksUnconfirmed.Add(n)
+	l.doubtSeq = max(l.doubtSeq, c.seq.seenMax.Load())
+	l.mu.Unlock()
 }
 
 // ackBody is an ack's payload.

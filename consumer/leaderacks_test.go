@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/ringq"
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // Consumer leader stepdowns while events flow and are acked (as the sink
@@ -165,4 +169,88 @@ func TestConsumerLeaderChangeResendsAcks(t *testing.T) {
 		t.Errorf("no ack sent again after 4 leader changes: %+v", st)
 	}
 	r.stopClean(t, ctx)
+}
+
+// A leader change told and no delivery since, then the stream and its
+// consumer re-created (the consumer sequence goes back): the first
+// delivery, the new stream's sequence 1, starts a new epoch, and the acks
+// of the old stream's events are not sent again under it (the server would
+// find the new event by its sequence and take it for acked). Before, push
+// sent them before it looked at the epoch. A change told longer ago than
+// resendStale is dropped, its acks counted in doubt.
+func TestLeaderChangeResendKeepsOffANewStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	c := newConsumer(t, ctx, testConfig(t, srv))
+	out := ringq.NewDispatch(1, 16, key)
+	defer out.Close()
+	// What reaches the server: a subscriber to the acks' subjects.
+	nc := srv.Connect(t)
+	acks, err := nc.SubscribeSync("$JS.ACK.S.C.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s := &session{epoch: c.epochs.Current()}
+	msg := func(sseq, cseq int) *fakeMsg {
+		return &fakeMsg{reply: fmt.Sprintf("$JS.ACK.S.C.1.%d.%d.%d.0", sseq, cseq, time.Now().UnixNano()), header: nats.Header{}}
+	}
+	pushed := func(m *fakeMsg) pipeline.Event {
+		t.Helper()
+		if err := c.push(ctx, out, m, s); err != nil {
+			t.Fatal(err)
+		}
+		ev, ok := out.Ring(0).TryPop()
+		if !ok {
+			t.Fatal("pushed event not in the ring")
+		}
+		return ev
+	}
+	// The old stream's events 1 and 2, acked.
+	old := []pipeline.Msg{pushed(msg(1, 1)).Msg, pushed(msg(2, 2)).Msg}
+	c.AckAll(old, make([]error, len(old)))
+	c.leaderChanged(errors.New("nats: consumer leadership changed"))
+	// The new stream's event 1, from the re-created consumer.
+	fresh := pushed(msg(1, 1))
+	if fresh.Epoch != c.Epochs().Current() || c.Stats().Epochs != 1 {
+		t.Fatalf("no new epoch for the re-created consumer: %+v", c.Stats())
+	}
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil { // what c.nc sent has reached nc
+		t.Fatal(err)
+	}
+	if n, _, _ := acks.Pending(); n != 0 {
+		m, _ := acks.NextMsg(0)
+		t.Fatalf("%s: %s", "an old stream's ack sent again under the new epoch", m.Subject)
+	}
+	if st := c.Stats(); st.AcksResent != 0 {
+		t.Fatalf("%d acks sent again across the new epoch", st.AcksResent)
+	}
+
+	// A change due for longer than resendStale: dropped, unsent.
+	c.AckAll([]pipeline.Msg{fresh.Msg}, []error{nil})
+	c.base = c.base.Add(-time.Hour) // a process an hour old
+	c.resendFrom.Store(int64(c.sinceBase() - resendStale - time.Second))
+	c.recent = recentAcks{}
+	c.recent.record(c.sinceBase()-resendStale-2*time.Second, c.epochs.Current(), []pipeline.Msg{fresh.Msg}, []error{nil})
+	before := c.Stats().AcksUnconfirmed
+	pushed(msg(2, 2))
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil { // what c.nc sent has reached nc
+		t.Fatal(err)
+	}
+	if n, _, _ := acks.Pending(); n != 0 {
+		m, _ := acks.NextMsg(0)
+		t.Fatalf("%s: %s", "a stale leader change's ack sent again", m.Subject)
+	}
+	if st := c.Stats(); st.AcksResent != 0 || st.AcksUnconfirmed != before+1 || c.resendFrom.Load() != 0 {
+		t.Fatalf("stale change: resent %d, in doubt %d (before %d), still due %v", st.AcksResent, st.AcksUnconfirmed, before, c.resendFrom.Load() != 0)
+	}
 }

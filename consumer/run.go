@@ -919,10 +919,6 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 // (its consumer sequence went back), or one after a reconnect only once
 // serve has verified the stream (session.await).
 func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *session) error {
-	if c.resendFrom.Load() != 0 {
-		// The first delivery since a leader change: the new leader's.
-		c.resendAcks(false)
-	}
 	meta, ok := parseAckReply(msg.Reply())
 	if !ok {
 		// Not a JetStream message: nothing to settle, nothing to store.
@@ -954,6 +950,14 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 				return fmt.Errorf("%w: %w", errNotVerified, err)
 			}
 		}
+	}
+	if c.resendFrom.Load() != 0 && !s.advanced.Load() {
+		// The first delivery since a leader change: the new leader's.
+		// Only now: its epoch is decided (a re-created consumer's above,
+		// a replaced stream's by serve before await's verdict), and acks
+		// of an older one must not go out (the server finds a pending
+		// event by stream sequence alone).
+		c.resendAcks(false, s.epoch)
 	}
 	s.lastCons = meta.consSeq
 	var (
