@@ -308,6 +308,7 @@ type counters struct {
 	termErrors        atomic.Uint64
 	acksUnconfirmed   atomic.Uint64
 	acksResent        atomic.Uint64
+	acksMaybeLost     atomic.Uint64
 	acksSettled       atomic.Uint64
 	acksRefused       atomic.Uint64
 	markers           atomic.Uint64
@@ -348,9 +349,7 @@ type Stats struct {
 	TermErrors uint64
 	// AcksUnconfirmed counts acks and terms (AckAll, DeadLetter) that may
 	// not have reached the server: sent on a connection lost before a flush
-	// confirmed them, or left unconfirmed by Close, or sent around a
-	// consumer leader change and not kept to be sent again (more than
-	// recentAckCap in recentAckWindow; see AcksResent). Their events are
+	// confirmed them, or left unconfirmed by Close. Their events are
 	// delivered again after nats.ack_wait (a duplicate row in at-least-once
 	// mode) if they did not.
 	AcksUnconfirmed uint64
@@ -359,6 +358,14 @@ type Stats struct {
 	// them, and the new one may never have had them. An ack of a message
 	// already acked is a no-op.
 	AcksResent uint64
+	// AcksMaybeLostAtLeaderChange counts acks sent in the recentAckWindow
+	// (2 s) before a consumer leader change that were not sent again:
+	// more than the recentAckCap (4,096) kept, or, with no delivery for
+	// a resend within 3 s of the change, all of them. The server read
+	// them, and the new leader has all but those of the change's last
+	// moments: an upper bound of what comes back after nats.ack_wait, not
+	// acks that failed (AcksUnconfirmed).
+	AcksMaybeLostAtLeaderChange uint64
 	// AcksSettled is AcksUnconfirmed as it was when Close showed them
 	// settled after all (0 when it could not): its final confirmation went
 	// through, and the durable's ack floor was then at or past the highest
@@ -1184,21 +1191,22 @@ func (c *Consumer) Lag(ctx context.Context) (Lag, error) {
 func (c *Consumer) Stats() Stats {
 	s := &c.stats
 	return Stats{
-		Received:          s.received.Load(),
-		Redelivered:       s.redelivered.Load(),
-		Markers:           s.markers.Load(),
-		Schedules:         s.schedules.Load(),
-		DeadLettered:      s.deadLettered.Load(),
-		DeadLetterFailed:  s.deadLetterFailed.Load(),
-		MaxDelivered:      s.maxDelivered.Load(),
-		Resubscribes:      s.resubscribes.Load(),
-		HeartbeatsMissing: s.heartbeatsMissing.Load(),
-		Epochs:            s.epochs.Load(),
-		StaleTerms:        s.staleTerms.Load(),
-		TermErrors:        s.termErrors.Load(),
-		AcksUnconfirmed:   s.acksUnconfirmed.Load(),
-		AcksSettled:       s.acksSettled.Load(),
-		AcksResent:        s.acksResent.Load(),
-		AcksRefused:       s.acksRefused.Load(),
+		Received:                    s.received.Load(),
+		Redelivered:                 s.redelivered.Load(),
+		Markers:                     s.markers.Load(),
+		Schedules:                   s.schedules.Load(),
+		DeadLettered:                s.deadLettered.Load(),
+		DeadLetterFailed:            s.deadLetterFailed.Load(),
+		MaxDelivered:                s.maxDelivered.Load(),
+		Resubscribes:                s.resubscribes.Load(),
+		HeartbeatsMissing:           s.heartbeatsMissing.Load(),
+		Epochs:                      s.epochs.Load(),
+		StaleTerms:                  s.staleTerms.Load(),
+		TermErrors:                  s.termErrors.Load(),
+		AcksUnconfirmed:             s.acksUnconfirmed.Load(),
+		AcksSettled:                 s.acksSettled.Load(),
+		AcksResent:                  s.acksResent.Load(),
+		AcksMaybeLostAtLeaderChange: s.acksMaybeLost.Load(),
+		AcksRefused:                 s.acksRefused.Load(),
 	}
 }

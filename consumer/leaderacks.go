@@ -36,8 +36,11 @@ import (
 // only sampled), which is right: its row was committed.
 //
 // Acks sent in the window that the ring no longer holds (more than
-// recentAckCap in recentAckWindow) are counted in doubt, in
-// Stats.AcksUnconfirmed, as a lost connection's are (ackLedger).
+// recentAckCap in recentAckWindow) are counted in
+// Stats.AcksMaybeLostAtLeaderChange, not among a lost connection's
+// (Stats.AcksUnconfirmed): the server has read them, and the new leader
+// has nearly all of them; only those of the change's last moments may be
+// lost, and the ring cannot tell which.
 const (
 	recentAckCap    = 4096
 	recentAckWindow = 2 * time.Second
@@ -57,6 +60,11 @@ type recentAcks struct {
 		idx int64
 		n   uint64
 	}
+	total uint64 // every ack recorded
+	// At the leader change told last: the acks recorded in the window
+	// before it, and total then (tell). The buckets are written again
+	// recentAckWindow later; these are not.
+	toldWindow, toldTotal uint64
 }
 
 type recentAck struct {
@@ -94,21 +102,33 @@ func (r *recentAcks) record(at time.Duration, epoch uint64, ms []pipeline.Msg, e
 		s.at, s.epoch, s.reply = at, epoch, append(s.reply[:0], rm.Reply()...)
 		r.next = (r.next + 1) % len(r.slots)
 		b.n++
+		r.total++
+	}
+}
+
+// tell notes, for since, the acks recorded from from until now (by
+// bucket): a leader change told now.
+func (r *recentAcks) tell(from time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.toldWindow, r.toldTotal = 0, r.total
+	first := int64(from / recentAckBucket)
+	for _, b := range r.buckets {
+		if b.idx >= first {
+			r.toldWindow += b.n
+		}
 	}
 }
 
 // since returns copies of the reply subjects of epoch's acks recorded at
-// or after from (by bucket), and how many acks were recorded then in all
-// (any epoch's: the ring may have dropped some).
+// or after from (by bucket), and how many acks were recorded since from in
+// all (any epoch's: the ring may have dropped some): those counted at the
+// last tell(from), and every one recorded after it.
 func (r *recentAcks) since(from time.Duration, epoch uint64) (replies []string, recorded uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	first := int64(from / recentAckBucket)
-	for _, b := range r.buckets {
-		if b.idx >= first {
-			recorded += b.n
-		}
-	}
+	recorded = r.toldWindow + (r.total - r.toldTotal)
 	var held uint64
 	for _, s := range r.slots {
 		if len(s.reply) == 0 || int64(s.at/recentAckBucket) < first {
@@ -144,6 +164,12 @@ func (c *Consumer) sinceBase() time.Duration { return time.Since(c.base) }
 // statuses before that delivery (one per open pull) are one change.
 func (c *Consumer) leaderChanged(err error) {
 	at := c.sinceBase() + 1 // never 0: 0 is "none due"
+	if c.resendFrom.Load() != 0 {
+		return
+	}
+	// Now: the buckets of the window are written again before a late
+	// first delivery.
+	c.recent.tell(max(at-1-recentAckWindow, 0))
 	if !c.resendFrom.CompareAndSwap(0, int64(at)) {
 		return
 	}
@@ -155,11 +181,12 @@ func (c *Consumer) leaderChanged(err error) {
 // resendAcks sends again, under epoch (the epoch of the delivery that
 // calls it), the acks of epoch recorded from recentAckWindow before the
 // leader change was told until now, once per change (the first caller
-// after it takes it). Those the ring dropped are counted in doubt. While
+// after it takes it). Those the ring dropped are counted in
+// Stats.AcksMaybeLostAtLeaderChange. While
 // epoch is not the current one (serve has started a new epoch since, and
 // the delivery is stale), nothing is sent and the change stays due. A
 // change told more than resendStale ago is dropped unsent (its acks
-// counted in doubt): nothing was delivered since, across a reconnect
+// counted so): nothing was delivered since, across a reconnect
 // perhaps, and the acks it would send may be of another stream by now.
 //
 // It sends them once more at the ack confirmer's next tick (again), in
@@ -191,11 +218,9 @@ func (c *Consumer) resendAcks(again bool, epoch uint64) {
 	from := max(time.Duration(told)-1-recentAckWindow, 0)
 	if !again && c.sinceBase()-(time.Duration(told)-1) > resendStale {
 		_, recorded := c.recent.since(from, epoch)
-		if recorded > 0 {
-			c.ackInDoubt(recorded)
-		}
+		c.stats.acksMaybeLost.Add(recorded)
 		c.log.Warn("no delivery since the consumer's leader change: its acks are not sent again; "+
-			"their events may come back after ack_wait (a duplicate row in at-least-once mode)", "in_doubt", recorded)
+			"their events may come back after ack_wait (a duplicate row in at-least-once mode)", "maybe_lost", recorded)
 		return
 	}
 	if !again {
@@ -216,13 +241,11 @@ func (c *Consumer) resendAcks(again bool, epoch uint64) {
 		return // counted and told at the first
 	}
 	lost := recorded - min(recorded, uint64(len(replies))) + uint64(len(replies)-ok)
-	if lost > 0 {
-		c.ackInDoubt(lost)
-	}
+	c.stats.acksMaybeLost.Add(lost)
 	if lost > 0 {
 		c.log.Warn("acks sent again after the consumer's leader change; some sent around it were not kept to send again "+
 			"(more than the last "+strconv.Itoa(recentAckCap)+"): their events may come back after ack_wait (a duplicate row in at-least-once mode)",
-			"acks", ok, "in_doubt", lost)
+			"acks", ok, "maybe_lost", lost)
 		return
 	}
 	c.log.Info("acks sent again after the consumer's leader change", "acks", ok)
@@ -232,15 +255,6 @@ func (c *Consumer) resendAcks(again bool, epoch uint64) {
 // window of the acks it sends, and a confirmation, after which they would
 // be sent to whatever has those sequences then.
 const resendStale = recentAckWindow + confirmEvery
-
-// ackInDoubt counts n acks sent around a leader change in doubt.
-func (c *Consumer) ackInDoubt(n uint64) {
-	l := &c.acks
-	l.mu.Lock()
-	c.stats.acksUnconfirmed.Add(n)
-	l.doubtSeq = max(l.doubtSeq, c.seq.seenMax.Load())
-	l.mu.Unlock()
-}
 
 // ackBody is an ack's payload.
 var ackBody = []byte("+ACK")

@@ -235,10 +235,12 @@ func TestLeaderChangeResendKeepsOffANewStream(t *testing.T) {
 	// A change due for longer than resendStale: dropped, unsent.
 	c.AckAll([]pipeline.Msg{fresh.Msg}, []error{nil})
 	c.base = c.base.Add(-time.Hour) // a process an hour old
-	c.resendFrom.Store(int64(c.sinceBase() - resendStale - time.Second))
 	c.recent = recentAcks{}
 	c.recent.record(c.sinceBase()-resendStale-2*time.Second, c.epochs.Current(), []pipeline.Msg{fresh.Msg}, []error{nil})
-	before := c.Stats().AcksUnconfirmed
+	told := c.sinceBase() - resendStale - time.Second
+	c.recent.tell(told - recentAckWindow)
+	c.resendFrom.Store(int64(told))
+	before := c.Stats().AcksMaybeLostAtLeaderChange
 	pushed(msg(2, 2))
 	if err := c.nc.Flush(); err != nil {
 		t.Fatal(err)
@@ -250,7 +252,36 @@ func TestLeaderChangeResendKeepsOffANewStream(t *testing.T) {
 		m, _ := acks.NextMsg(0)
 		t.Fatalf("%s: %s", "a stale leader change's ack sent again", m.Subject)
 	}
-	if st := c.Stats(); st.AcksResent != 0 || st.AcksUnconfirmed != before+1 || c.resendFrom.Load() != 0 {
-		t.Fatalf("stale change: resent %d, in doubt %d (before %d), still due %v", st.AcksResent, st.AcksUnconfirmed, before, c.resendFrom.Load() != 0)
+	if st := c.Stats(); st.AcksResent != 0 || st.AcksMaybeLostAtLeaderChange != before+1 || st.AcksUnconfirmed != 0 || c.resendFrom.Load() != 0 {
+		t.Fatalf("stale change: resent %d, maybe lost %d (before %d), unconfirmed %d, still due %v",
+			st.AcksResent, st.AcksMaybeLostAtLeaderChange, before, st.AcksUnconfirmed, c.resendFrom.Load() != 0)
+	}
+}
+
+// The count of acks sent in the window before a leader change, for a
+// first delivery long after it: 100 acks every 100 ms from 0 to 6 s, the
+// change told at 2 s. The window's buckets are written again by then;
+// the count at the change, and every ack since, are what was recorded.
+func TestRecentAcksCountAtTheChange(t *testing.T) {
+	var r recentAcks
+	ms := make([]pipeline.Msg, 100)
+	for i := range ms {
+		ms[i] = &fakeMsg{reply: "$JS.ACK.S.C.1." + strconv.Itoa(i) + ".1.1.0"}
+	}
+	errs := make([]error, len(ms))
+	const told = 2 * time.Second
+	for at := time.Duration(0); at <= 6*time.Second; at += 100 * time.Millisecond {
+		r.record(at, 1, ms, errs)
+		if at == told {
+			r.tell(told - recentAckWindow)
+		}
+	}
+	// From 0 to 2 s at the change (21 records), 4 s more after it (40).
+	replies, recorded := r.since(told-recentAckWindow, 1)
+	if recorded != 6100 {
+		t.Errorf("recorded %d acks since the change's window, want 6100", recorded)
+	}
+	if len(replies) != recentAckCap {
+		t.Errorf("%d replies held, want the ring's %d", len(replies), recentAckCap)
 	}
 }
