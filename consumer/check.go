@@ -134,7 +134,11 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		if cfg.Domain != "" {
 			where = fmt.Sprintf("JetStream domain %q (nats.domain) is not available on nats.url", cfg.Domain)
 		}
-		if jetStreamSilent(err) {
+		switch {
+		case errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrNoResponders):
+			// No JetStream here at all, or not in that domain: New's words.
+			return nil, fmt.Errorf("%s: %w (%s)", where, err, noJetStreamHint(cfg.Domain))
+		case jetStreamSilent(err):
 			// In run's words (why): a timeout alone says nothing of a
 			// full store disk or a cluster without a meta leader.
 			where += ": " + jetStreamGone
@@ -896,4 +900,14 @@ func apiSubjects(cfg Config, rest string) string {
 		return "$JS.API." + rest
 	}
 	return cfg.APIPrefix() + "." + rest + " (on the servers of domain " + cfg.Domain + " themselves: $JS.API." + rest + ")"
+}
+
+// noJetStreamHint says what to look at when no JetStream answers on the
+// server (nats.go's no responders, or JetStream not enabled): the server's
+// -js, or nats.domain. New and check say the same.
+func noJetStreamHint(domain string) string {
+	if domain != "" {
+		return fmt.Sprintf("no JetStream answers in domain %q from this server: check nats.domain", domain)
+	}
+	return "no JetStream answers on this server: is it run with -js? If the stream is in another JetStream domain, such as a leaf node's hub, set nats.domain"
 }

@@ -837,10 +837,7 @@ func (c *Consumer) setup(ctx context.Context) error {
 	c.js = js
 	if err := c.ensureStream(ctx); err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			if cfg.Domain != "" {
-				return fmt.Errorf("%w (no JetStream answers in domain %q from this server: check nats.domain)", err, cfg.Domain)
-			}
-			return fmt.Errorf("%w (no JetStream answers on this server: is it run with -js? If the stream is in another JetStream domain, such as a leaf node's hub, set nats.domain)", err)
+			return fmt.Errorf("%w (%s)", err, noJetStreamHint(cfg.Domain))
 		}
 		return err
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // A server that answers nothing at all (stopped with SIGSTOP, overloaded,
@@ -89,15 +91,28 @@ func TestJetStreamUnavailableSaidAsRunSaysIt(t *testing.T) {
 		t.Errorf("why of a bad request = %q, want %q", got, what)
 	}
 	// check, on a server that answers a client's connect and nothing
-	// after (no answer to the account info request), and on one without
-	// JetStream.
-	for _, url := range []string{silentServer(t, false), noJS.ClientURL()} {
-		cfg := testConfigURL(t, url)
-		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+	// after (no answer to the account info request): run's words.
+	cfg := testConfigURL(t, silentServer(t, false))
+	cctx, ccancel := context.WithTimeout(ctx, time.Second)
+	_, err = Check(cctx, cfg, testLogger(t, nil))
+	ccancel()
+	if err == nil || !strings.HasPrefix(err.Error(), "JetStream is not available on nats.url: "+jetStreamGone+": ") {
+		t.Errorf("check on a silent server: %v, want %q first", err, "JetStream is not available on nats.url: "+jetStreamGone)
+	}
+	// On a server without JetStream, and with a domain no JetStream
+	// answers in, New's words: -js, nats.domain; not a full disk.
+	jsSrv := testenv.NATS(t)
+	for _, tc := range []struct{ url, domain, want string }{
+		{noJS.ClientURL(), "", "is it run with -js?"},
+		{jsSrv.URL(), "nope", `no JetStream answers in domain "nope" from this server: check nats.domain`},
+	} {
+		cfg := testConfigURL(t, tc.url)
+		cfg.Domain = tc.domain
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := Check(cctx, cfg, testLogger(t, nil))
 		ccancel()
-		if err == nil || !strings.HasPrefix(err.Error(), "JetStream is not available on nats.url: "+jetStreamGone+": ") {
-			t.Errorf("check on %s: %v, want %q first", url, err, "JetStream is not available on nats.url: "+jetStreamGone)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), jetStreamGone) {
+			t.Errorf("check on %s (domain %q): %v, want %q and not %q", tc.url, tc.domain, err, tc.want, jetStreamGone)
 		}
 	}
 }
