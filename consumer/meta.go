@@ -341,6 +341,9 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 			// server moved past the events skipped.
 			c.log.Error(msg+"; to have them delivered, "+c.remakeAfterEdit(info),
 				append(args, "ack_floor", info.AckFloor.Stream, "delivered", info.Delivered.Stream)...)
+			// Said: an update that fails, retried every few seconds,
+			// warns from now on (cleared once the update succeeds).
+			c.filterEditSaid = true
 		} else {
 			c.log.Warn(msg, args...)
 		}

@@ -2393,3 +2393,43 @@ func TestAPIRequestsEndAtTheDefaultTimeoutUnderADeadline(t *testing.T) {
 		rcancel()
 	}
 }
+
+// An operator's filter edit that ensureConsumer says at Error is said once,
+// though the update that sets jetsink's filter back fails and Run retries it
+// every few seconds: here the stream's consumer_limits.max_ack_pending (10)
+// refuses jetsink's (err_code 10121) after the operator lowered the
+// durable's to fit it. Before, each retry logged the Error with its remake
+// steps again (diff review of 7d5412d: 3 calls, 3 Error lines).
+func TestFilterEditErrorSaidOnceThoughTheUpdateFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.FilterSubject = subjectOf(cfg, 0, 2)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = time.Hour
+	js := jsFor(t, srv)
+	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) {
+		cc.FilterSubject = subjectOf(cfg, 1, 2)
+		cc.MaxAckPending = 10
+	})
+	sc := streamConfig(t, ctx, js, cfg.Stream)
+	sc.ConsumerLimits.MaxAckPending = 10
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := c.ensureConsumer(ctx, nil); err == nil {
+			t.Fatal("ensureConsumer set max_ack_pending above the stream's consumer_limits")
+		}
+	}
+	n := 0
+	for l := range strings.Lines(log.String()) {
+		if strings.Contains(l, "level=ERROR") && strings.Contains(l, "changing the consumer's filter") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d Error lines saying the filter changes after 3 failed updates, want 1; log:\n%s", n, log.String())
+	}
+}
