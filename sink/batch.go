@@ -226,8 +226,9 @@ type run struct {
 // re-created since it was taken (its epoch is not the current one), as a
 // hard stop drops b's rows: JetStream delivers the others again after
 // ack_wait, but nothing delivers these, whose old stream is gone. It ends
-// the span of each unsettled row's message ("abandoned", errAbandoned), so
-// that the batch span's links to them resolve.
+// the span of each unsettled row's message, so that the batch span's links
+// to them resolve: "abandoned" (errAbandoned), or "stale" (errLeftStale)
+// for these.
 func (r *run) leaveStale(b *batch) {
 	cur := r.s.epochs.Current()
 	b.mu.Lock()
@@ -235,6 +236,8 @@ func (r *run) leaveStale(b *batch) {
 		ev := &b.rows[i].Event
 		if ev.Epoch != cur {
 			r.staleLeft.Add(1)
+			ev.EndSpan("stale", errLeftStale)
+			continue
 		}
 		ev.EndSpan("abandoned", errAbandoned)
 	}
@@ -243,6 +246,10 @@ func (r *run) leaveStale(b *batch) {
 
 // errAbandoned ends the span of a message a hard stop left unsettled.
 var errAbandoned = errors.New("hard stop: left unsettled, not acked; JetStream delivers it again after ack_wait")
+
+// errLeftStale ends the span of a message a hard stop left unsettled whose
+// stream was re-created since it was taken: nothing delivers it again.
+var errLeftStale = fmt.Errorf("hard stop: left unsettled, not acked, and nothing delivers it again: %w", pipeline.ErrStaleEpoch)
 
 // warmGrace is how long, after the first committer has connected, the
 // others' first connects are waited for (see Sink.Warmed).

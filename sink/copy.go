@@ -784,20 +784,19 @@ func (c *committer) unprobe(b *batch, p int) {
 // settleCommitted settles rows[lo:hi] of b if err, from committing them,
 // says that they committed, and reports whether it did.
 func (c *committer) settleCommitted(ctx context.Context, b *batch, lo, hi int, err error) bool {
-	if err == nil {
+	switch {
+	case err == nil:
 		c.settle(b, lo, hi)
-		return true
-	}
-	if me := committedMissing(err); me != nil {
-		c.settleMissing(ctx, b, lo, hi, me)
-		return true
-	}
-	if cerr := committedMiscount(err); cerr != nil {
+	case committedMissing(err) != nil:
+		c.settleMissing(ctx, b, lo, hi, committedMissing(err))
+	case committedMiscount(err) != nil:
 		// Committed: settled like a commit, whether or not ctx has ended.
-		c.deadLetterMiscounted(ctx, b, lo, hi, cerr)
-		return true
+		c.deadLetterMiscounted(ctx, b, lo, hi, committedMiscount(err))
+	default:
+		return false
 	}
-	return false
+	c.failuresDealtWith()
+	return true
 }
 
 // suspectFrom sets c.suspectSeq to seq (0: no suspect failure), and
@@ -1011,16 +1010,15 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			if attempt > 0 {
 				c.s.log.Info("batch committed after retries", "rows", len(rows), "attempts", attempt+1)
 			}
+			c.failuresDealtWith()
 			return nil
 		}
 		if committedMiscount(err) != nil || committedMissing(err) != nil {
 			c.commitAt = c.answered
 			c.took = c.commitAt.Sub(c.stmtsAt)
 			c.s.answered()
+			c.failuresDealtWith()
 			return err // committed: settled, never sent again
-		}
-		if ctx.Err() == nil { // not one a hard stop cut short: what the span tells at one (stopError)
-			c.failed, c.lastFail = c.failed+1, err
 		}
 		le, isLookup := errors.AsType[*lookupError](err)
 		// Only the row's own statement timing out counts: not a lookup
@@ -1076,6 +1074,9 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			}
 			attempt-- // not a failure: the attempts that failed are counted as before
 			continue
+		}
+		if ctx.Err() == nil { // not one a hard stop cut short: what the span tells at one (stopError)
+			c.failed, c.lastFail = c.failed+1, err
 		}
 		if unknown && c.s.cfg.Mode == AtLeastOnce {
 			// The rows may be in the table, and they will come again:
@@ -1154,6 +1155,12 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			c.pieceTimedOut(len(rows), failedAt.Sub(laterOf(began, c.stmtsAt)))
 			c.s.st.timeoutSplits.Add(1)
 			c.s.logTimeoutSplit(err, len(rows), c.piece)
+			if attempt == 0 || time.Since(warned) >= stillFailingEvery {
+				// Retried, in halves: in the trace as the retries
+				// below (a first failure, or one a minute on).
+				typ, state := errorType(err)
+				telemetry.CopyRetry(c.span, typ, state, attempt+1)
+			}
 			return err
 		}
 		wait := bo.next()
@@ -1166,11 +1173,7 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 		still := attempt > 0 && time.Since(warned) >= stillFailingEvery
 		if still {
 			warned = time.Now()
-			var shown any = err
-			var pgErr *pgconn.PgError
-			if cl == classSuspect && errors.As(err, &pgErr) {
-				shown = "SQLSTATE " + pgErr.Code // its message may quote a row (see logSuspect)
-			}
+			shown := shownError(err, cl)
 			c.s.log.Warn("batch still failing; retrying until it commits", withHint(err, "rows", len(rows), "attempts", attempt+1,
 				"failing_for", time.Since(failing).Round(time.Millisecond), "err", shown, "retry_in", wait)...)
 		}
@@ -2094,19 +2097,35 @@ func errorType(err error) (typ, sqlstate string) {
 }
 
 // stopError is the error of a batch's span that a hard stop ended while
-// its attempts failed: how many failed, and the last one's error, shown as
-// the log shows it (a suspect error by its SQLSTATE alone: its message may
-// quote a row).
+// its attempts failed: how many failed since the batch last committed rows
+// or dead-lettered one (failuresDealtWith), and the last one's error, shown
+// as the log shows it (shownError).
 func (c *committer) stopError() error {
-	var shown any = c.lastFail
-	if pgErr, ok := errors.AsType[*pgconn.PgError](c.lastFail); ok && c.s.classify(c.lastFail) == classSuspect {
-		shown = "SQLSTATE " + pgErr.Code
-	}
+	shown := shownError(c.lastFail, c.s.classify(c.lastFail))
 	attempts := "attempts"
 	if c.failed == 1 {
 		attempts = "attempt"
 	}
 	return fmt.Errorf("hard stop after %d failed %s; last: %v", c.failed, attempts, shown)
+}
+
+// shownError is err, of class cl, as the log and a batch's span show a
+// failed attempt: a *pgconn.PgError of class suspect or data by its
+// SQLSTATE alone, as its message may quote a row's value (22P02 an enum
+// label, 22021 bytes; see logSuspect), any other error in full.
+func shownError(err error, cl class) any {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && (cl == classSuspect || cl == classData) {
+		return "SQLSTATE " + pgErr.Code
+	}
+	return err
+}
+
+// failuresDealtWith forgets the batch's failed attempts (c.failed,
+// c.lastFail) once some of its rows have committed or one was
+// dead-lettered: what failed them is dealt with, and a hard stop's span
+// error (stopError) blames only failures since, of rows still unsettled.
+func (c *committer) failuresDealtWith() {
+	c.failed, c.lastFail = 0, nil
 }
 
 // copyCounts is what the batch's span reports at its end
@@ -2484,6 +2503,9 @@ func (c *committer) parkHeld(ctx context.Context, b *batch, i int, dl pipeline.D
 // its message (it comes back; see pipeline.FailedDeadLetter for the
 // exception) and the failure is logged.
 func (c *committer) park(ctx context.Context, row *pipeline.Row, dl pipeline.DeadLetter) bool {
+	// The row leaves the batch, dead-lettered or nak'ed: the attempts
+	// that failed on it are no cause of a hard stop's.
+	c.failuresDealtWith()
 	if derr := c.s.dl.DeadLetter(ctx, &row.Event, dl); derr != nil {
 		c.s.st.deadLetterErrs.Add(1)
 		if errors.Is(derr, pipeline.ErrDeadLetterHeldBack) {
