@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -191,7 +192,8 @@ func TestAdminHandOverKeepsTheListener(t *testing.T) {
 // (telemetry.pprof) or a connection that had sent no request yet held a
 // cancelled start-up for 2 s, then the Warn "requests still running after
 // 2s cut off". The profile here runs for 10 minutes; without the cut, the
-// grace runs out and that Warn is logged.
+// grace runs out and that Warn is logged. Under go test -cpuprofile the
+// handler cannot start a profile (one is under way): that part is left out.
 func TestFailedNewCutsOffTheAdminListener(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -233,9 +235,19 @@ func TestFailedNewCutsOffTheAdminListener(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("New never connected to PostgreSQL")
 	}
-	// A CPU profile of 10 minutes, under way when New fails.
+	// A CPU profile of 10 minutes, under way when New fails, unless one
+	// runs already (go test -cpuprofile): the handler would refuse it at
+	// once.
+	profiling := cpuProfileFree()
+	if !profiling {
+		t.Log("a CPU profile is under way (go test -cpuprofile?): no profile request")
+	}
 	profiled := make(chan error, 1)
 	go func() {
+		if !profiling {
+			profiled <- nil
+			return
+		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/profile?seconds=600", nil)
 		if err == nil {
 			var resp *http.Response
@@ -246,17 +258,23 @@ func TestFailedNewCutsOffTheAdminListener(t *testing.T) {
 		}
 		profiled <- err
 	}()
-	waitStacks(ctx, t, "the profile's handler running", func(stacks string) bool {
-		return strings.Contains(stacks, "net/http/pprof.Profile(")
-	})
+	if profiling {
+		waitStacks(ctx, t, "the profile's handler running", func(stacks string) bool {
+			return strings.Contains(stacks, "net/http/pprof.Profile(")
+		})
+	}
 	// And a connection that sends nothing, taken by the server.
 	raw, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = raw.Close() }()
+	serving := 1
+	if profiling {
+		serving = 2
+	}
 	waitStacks(ctx, t, "the server serving both connections", func(stacks string) bool {
-		return strings.Count(stacks, "net/http.(*conn).serve(") >= 2
+		return strings.Count(stacks, "net/http.(*conn).serve(") >= serving
 	})
 
 	stopNew()
@@ -286,6 +304,16 @@ func TestFailedNewCutsOffTheAdminListener(t *testing.T) {
 		_ = c.Close()
 		t.Errorf("the admin listener %s still takes connections after New failed", addr)
 	}
+}
+
+// cpuProfileFree reports whether a CPU profile could start now: none is
+// under way (go test -cpuprofile starts one for the whole run).
+func cpuProfileFree() bool {
+	if err := pprof.StartCPUProfile(io.Discard); err != nil {
+		return false
+	}
+	pprof.StopCPUProfile()
+	return true
 }
 
 // waitStacks polls the goroutines' stacks until ok says yes, failing the
