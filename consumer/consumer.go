@@ -53,6 +53,11 @@ type Consumer struct {
 	resendFrom  atomic.Int64
 	resendAgain atomic.Int64  // resendFrom as the first resend took it
 	resendEpoch atomic.Uint64 // the epoch the first resend sent under
+	lastTold    atomic.Int64  // resendFrom as leaderChanged last set it
+	// leaderSub is Run's subscription to the consumer's leader change
+	// advisory (watchLeader); leaderWatchDenied, once its refusal is said.
+	leaderSub         atomic.Pointer[nats.Subscription]
+	leaderWatchDenied atomic.Bool
 	// streamReplicas is the event stream's replicas as ensureStream last
 	// read them; durableReplicasWarned, once its durable's fewer were.
 	streamReplicas        atomic.Int64
@@ -535,6 +540,9 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if c.noteLeaderWatchDenial(sub, err) {
+				return
+			}
 			c.noteAckRefusal(err)
 			c.notePullRefusal(err) // nats.go's pulls
 			c.noteDeadLetterDenial(err)

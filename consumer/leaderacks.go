@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/consumer/wire"
@@ -156,16 +157,80 @@ func leadershipChange(err error) bool {
 	return errors.As(err, &se) && se.Code == 409 && strings.Contains(strings.ToLower(se.Description), "leadership change")
 }
 
+// A leader change under back-pressure (every pull answered in full, none
+// waiting at the new leader) gives no 409: the new leader sends one only
+// to the pull requests replicated as waiting (nats-server 2.15.2,
+// consumer.go: checkPendingRequests). So the consumer also listens, on
+// nats.go's connection, for the advisory every new consumer leader
+// publishes in the consumer's account (JSAdvisoryConsumerLeaderElectedPre,
+// jetstream_cluster.go: sendConsumerLeaderElectAdvisory), on a subject a
+// JetStream domain does not change. It comes just before the new leader
+// takes over (setLeader follows it) and may beat its ack subscription to
+// this client's server: the confirmer's second resend, a tick later,
+// sends the window's acks, and those since, again.
+const leaderElectedPrefix = "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED."
+
+// leaderElectedSubject is the subject of the advisory of a new leader of
+// the consumer.
+func (c *Consumer) leaderElectedSubject() string {
+	return leaderElectedPrefix + c.cfg.Stream + "." + c.cfg.Consumer
+}
+
+// errLeaderElected is what leaderChanged logs for the advisory.
+var errLeaderElected = errors.New("a new consumer leader was elected (JetStream advisory)")
+
+// watchLeader subscribes to the advisory of a new leader of the consumer,
+// on a clustered connection (a single server has no leader changes), and
+// returns the subscription to end when Run does (nil: none).
+func (c *Consumer) watchLeader() *nats.Subscription {
+	if c.nc.ConnectedClusterName() == "" {
+		return nil
+	}
+	subj := c.leaderElectedSubject()
+	sub, err := c.nc.Subscribe(subj, func(*nats.Msg) { c.leaderChanged(errLeaderElected) })
+	if err != nil {
+		c.log.Warn("cannot listen for the consumer's leader changes; acks lost in one while every pull is answered come back after ack_wait",
+			"subject", subj, "err", err)
+		return nil
+	}
+	c.leaderSub.Store(sub)
+	return sub
+}
+
+// noteLeaderWatchDenial logs, once, the server's refusal of the advisory
+// subscription (an async permissions violation), naming the subject to
+// allow, and reports whether err was it.
+func (c *Consumer) noteLeaderWatchDenial(sub *nats.Subscription, err error) bool {
+	if sub == nil || sub != c.leaderSub.Load() || !errors.Is(err, nats.ErrPermissionViolation) {
+		return false
+	}
+	if c.leaderWatchDenied.CompareAndSwap(false, true) {
+		c.log.Warn("not allowed to subscribe to the consumer's leader change advisory: acks lost in a leader change while "+
+			"every pull is answered (jetsink behind a backlog) come back after ack_wait (a duplicate row in at-least-once mode); "+
+			"allow subscribe to "+sub.Subject, "err", err)
+	}
+	return true
+}
+
+// leaderChangeSame is how close two leader changes told (a 409 per open
+// pull, the advisory) are taken for one.
+const leaderChangeSame = confirmEvery
+
 // sinceBase is the monotonic time since New.
 func (c *Consumer) sinceBase() time.Duration { return time.Since(c.base) }
 
-// leaderChanged is told of a pull's leader change status: the acks of the
-// window before it are sent again at the next delivery (push). Several
-// statuses before that delivery (one per open pull) are one change.
+// leaderChanged is told of a leader change, by a pull's status or the
+// advisory: the acks of the window before it are sent again at the next
+// delivery (push). Several told before that delivery, or within
+// leaderChangeSame of the first (one status per open pull, the advisory),
+// are one change.
 func (c *Consumer) leaderChanged(err error) {
 	at := c.sinceBase() + 1 // never 0: 0 is "none due"
 	if c.resendFrom.Load() != 0 {
 		return
+	}
+	if last := c.lastTold.Load(); last != 0 && at-time.Duration(last) < leaderChangeSame {
+		return // the same change, told again
 	}
 	// Now: the buckets of the window are written again before a late
 	// first delivery.
@@ -173,6 +238,7 @@ func (c *Consumer) leaderChanged(err error) {
 	if !c.resendFrom.CompareAndSwap(0, int64(at)) {
 		return
 	}
+	c.lastTold.Store(int64(at))
 	c.log.Warn("the consumer's leader changed: acks sent around the change may be lost; those of the last "+
 		recentAckWindow.String()+" are sent again once the new leader delivers (an event whose ack is lost "+
 		"comes back after ack_wait: a duplicate row in at-least-once mode)", "err", err)

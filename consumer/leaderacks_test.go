@@ -285,3 +285,162 @@ func TestRecentAcksCountAtTheChange(t *testing.T) {
 		t.Errorf("%d replies held, want the ring's %d", len(replies), recentAckCap)
 	}
 }
+
+// As TestConsumerLeaderChangeResendsAcks, behind a backlog and with a slow
+// acker (back-pressure: every pull answered in full, none waiting at the
+// new leader, so no 409 comes): the change is told by the leader elected
+// advisory, logged, and the acks sent around it are sent again. Before,
+// nothing told it, and the acks the old leader dropped left their events
+// pending (the diff review of f295e8f: 160 of 60,000 after 4 stepdowns).
+func TestConsumerLeaderChangeUnderBackPressure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	js, cfg := onCluster(t)
+	cfg.AckWait = time.Hour
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 60000, 1, 0)
+	c, logBuf := newLoggedConsumer(t, ctx, cfg)
+	r := startRun(t, ctx, c, 1, 1024, 1024)
+	var acked atomic.Int64
+	var recvMu sync.Mutex
+	received := map[uint64]bool{}
+	ackCtx, stopAck := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// At most 16 acks every 10 ms: slower than the backlog comes.
+		pace := time.NewTicker(10 * time.Millisecond)
+		defer pace.Stop()
+		var ms []pipeline.Msg
+		for {
+			select {
+			case g := <-r.events:
+				recvMu.Lock()
+				received[g.ev.StreamSeq] = true
+				recvMu.Unlock()
+				ms = append(ms[:0], g.ev.Msg)
+			more:
+				for len(ms) < 16 {
+					select {
+					case g := <-r.events:
+						recvMu.Lock()
+						received[g.ev.StreamSeq] = true
+						recvMu.Unlock()
+						ms = append(ms, g.ev.Msg)
+					default:
+						break more
+					}
+				}
+				c.AckAll(ms, make([]error, len(ms)))
+				acked.Add(int64(len(ms)))
+				select {
+				case <-pace.C:
+				case <-ackCtx.Done():
+					return
+				}
+			case <-ackCtx.Done():
+				return
+			}
+		}
+	})
+	defer func() { stopAck(); wg.Wait() }()
+	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := func() string {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		ci, err := cons.Info(lctx)
+		if err != nil || ci.Cluster == nil {
+			return ""
+		}
+		return ci.Cluster.Leader
+	}
+	nc := js.Conn()
+	const told = "the consumer's leader changed"
+	for i := range 4 {
+		from := acked.Load()
+		waitFor(t, ctx, "acks flowing", func() bool { return acked.Load() >= from+300 })
+		old := leader()
+		n := strings.Count(logBuf.String(), told)
+		resp, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+cfg.Stream+"."+cfg.Consumer, nil)
+		if err != nil || !strings.Contains(string(resp.Data), `"success":true`) {
+			t.Fatalf("stepdown %d: %v", i, err)
+		}
+		waitFor(t, ctx, "a new consumer leader", func() bool { l := leader(); return l != "" && l != old })
+		waitFor(t, ctx, "the leader change told", func() bool { return strings.Count(logBuf.String(), told) > n })
+	}
+	if st := c.Stats(); st.AcksResent == 0 {
+		t.Errorf("no ack sent again after 4 leader changes: %+v", st)
+	}
+	var last string
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		lctx, cancelLook := context.WithTimeout(ctx, 2*time.Second)
+		ci, err := cons.Info(lctx)
+		cancelLook()
+		if err == nil {
+			recvMu.Lock()
+			never := 0
+			for seq := uint64(1); seq <= ci.Delivered.Stream; seq++ {
+				if !received[seq] {
+					never++
+				}
+			}
+			recvMu.Unlock()
+			lost := ci.NumAckPending - never
+			if ci.NumPending == 0 && lost == 0 {
+				break
+			}
+			last = fmt.Sprintf("lost %d: ack pending %d (never received %d), ack floor %d, delivered %d, num pending %d, acked %d",
+				lost, ci.NumAckPending, never, ci.AckFloor.Stream, ci.Delivered.Stream, ci.NumPending, acked.Load())
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			st := c.Stats()
+			t.Fatalf("acks lost in the leader changes: %s (resent %d, maybe lost %d)\n%s",
+				last, st.AcksResent, st.AcksMaybeLostAtLeaderChange, logBuf.String())
+		}
+	}
+	r.stopClean(t, ctx)
+}
+
+// A leader change told twice within leaderChangeSame (a 409 per open pull,
+// the advisory) is one change: one Warn, even when a delivery has sent its
+// acks again in between; one told later is another. The advisory
+// subscription refused for want of permission is one Warn naming the
+// subject to allow, however often the server says it.
+func TestLeaderChangeToldOnceAndItsAdvisoryRefused(t *testing.T) {
+	var buf syncBuffer
+	c := &Consumer{cfg: Config{Stream: "S", Consumer: "C"}, log: testLogger(t, &buf), base: time.Now().Add(-time.Hour)}
+	const told = "the consumer's leader changed"
+	c.leaderChanged(errLeaderElected)
+	c.resendFrom.Store(0) // sent again at a delivery
+	c.leaderChanged(errors.New("nats: consumer leadership changed"))
+	if n := strings.Count(buf.String(), told); n != 1 || c.resendFrom.Load() != 0 {
+		t.Fatalf("one change told twice: %d lines, due %v\n%s", n, c.resendFrom.Load() != 0, buf.String())
+	}
+	c.lastTold.Add(-int64(leaderChangeSame))
+	c.leaderChanged(errLeaderElected)
+	if n := strings.Count(buf.String(), told); n != 2 || c.resendFrom.Load() == 0 {
+		t.Fatalf("a later change: %d lines, due %v", n, c.resendFrom.Load() != 0)
+	}
+
+	sub := &nats.Subscription{Subject: c.leaderElectedSubject()}
+	c.leaderSub.Store(sub)
+	denied := fmt.Errorf("%w: Permissions Violation for Subscription to %q", nats.ErrPermissionViolation, sub.Subject)
+	if c.noteLeaderWatchDenial(&nats.Subscription{Subject: "other"}, denied) || c.noteLeaderWatchDenial(sub, errors.New("nats: slow consumer")) {
+		t.Fatal("another subscription's refusal, or another error, taken for the advisory's refusal")
+	}
+	if !c.noteLeaderWatchDenial(sub, denied) || !c.noteLeaderWatchDenial(sub, denied) {
+		t.Fatal("the advisory's refusal not taken for it")
+	}
+	const say = "allow subscribe to $JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.S.C"
+	if n := strings.Count(buf.String(), say); n != 1 {
+		t.Fatalf("%d lines with %q, want 1:\n%s", n, say, buf.String())
+	}
+}

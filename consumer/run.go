@@ -128,6 +128,9 @@ func (c *Consumer) run(ctx, hard context.Context, out Output) error {
 	defer out.Close()
 	stopConfirming := c.confirming()
 	defer func() { stopConfirming(hard.Err() != nil) }()
+	if sub := c.watchLeader(); sub != nil {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
 	// Every JetStream API request Run makes is bounded by nats.go's
 	// default timeout (5 s), also under a ctx with a deadline: one the
 	// server drops (a stream or consumer electing a leader answers nothing)
