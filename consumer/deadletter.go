@@ -570,7 +570,16 @@ type dlNoLeaderError struct {
 }
 
 func (e *dlNoLeaderError) Error() string {
-	return "dead-letter stream " + e.stream + " did not answer (a leader election?): " + e.err.Error()
+	return dlStreamWords(e.stream) + " did not answer (a leader election?): " + e.err.Error()
+}
+
+// dlStreamWords names the dead-letter stream name, or, when its lookup
+// failed (name empty), the dead-letter stream alone.
+func dlStreamWords(name string) string {
+	if name == "" {
+		return "the dead-letter stream"
+	}
+	return "dead-letter stream " + name
 }
 
 func (e *dlNoLeaderError) Unwrap() error { return e.err }
@@ -590,13 +599,16 @@ func (c *Consumer) deadLetterStreamThere(ctx context.Context) (string, bool) {
 	defer cancel()
 	name, err := c.js.StreamNameBySubject(lctx, c.cfg.DeadLetterSubject)
 	v := &dlLook{at: now, name: name, there: !errors.Is(err, jetstream.ErrStreamNotFound)}
-	if err != nil && v.there {
-		v.name = "(the lookup failed: " + err.Error() + ")"
+	if err != nil {
+		v.name = "" // the lookup failed: which stream is not known
 	}
 	c.dlLooked.Store(v)
 	if v.there {
-		c.log.Warn("dead-letter stream "+v.name+" did not answer (a leader election?); its dead letters' events are nak'ed and come back",
-			"dead_letter_subject", c.cfg.DeadLetterSubject)
+		args := []any{"dead_letter_subject", c.cfg.DeadLetterSubject}
+		if err != nil {
+			args = append(args, "lookup_err", err) // and the stream not named
+		}
+		c.log.Warn(dlStreamWords(v.name)+" did not answer (a leader election?); its dead letters' events are nak'ed and come back", args...)
 	}
 	return v.name, v.there
 }

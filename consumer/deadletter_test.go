@@ -1680,3 +1680,29 @@ func TestDeadLetterAndLimitStampsOnTheMonotonicClock(t *testing.T) {
 		t.Errorf("inactiveLimitAt = %d after a look, want a stamp since New in [%d, %d]", at, before, now())
 	}
 }
+
+// A dead-letter publish no stream answered, and a lookup of the stream
+// that captures the subject that fails otherwise than by finding none: the
+// Warn says the dead-letter stream and the lookup's error apart. Before,
+// the error stood where the stream's name goes: 'dead-letter stream (the
+// lookup failed: context canceled) did not answer'.
+func TestDeadLetterStreamLookupFailedSaidApart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	c, logBuf := newLoggedConsumer(t, ctx, testConfig(t, srv))
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	name, there := c.deadLetterStreamThere(gone)
+	if name != "" || !there {
+		t.Fatalf("a failed lookup gave %q, there %v; want no name, maybe there", name, there)
+	}
+	text := logBuf.String()
+	if !strings.Contains(text, `msg="the dead-letter stream did not answer (a leader election?)`) ||
+		!strings.Contains(text, `lookup_err="context canceled"`) || strings.Contains(text, "lookup failed") {
+		t.Fatalf("the Warn:\n%s", text)
+	}
+	if got := (&dlNoLeaderError{stream: name, err: jetstream.ErrNoStreamResponse}).Error(); !strings.HasPrefix(got, "the dead-letter stream did not answer") {
+		t.Fatalf("the error reads %q", got)
+	}
+}
