@@ -467,6 +467,13 @@ func (c *committer) process(ctx context.Context, b *batch) (err error) {
 				// failed the batch, not "context canceled".
 				failed = c.stopError()
 			}
+			if c.unknown {
+				// A commit of the batch's rows whose outcome was unknown
+				// (the connection lost at its COMMIT): they may be stored,
+				// and a retry's ON CONFLICT then counts them among
+				// jetsink.batch.duplicates (at-least-once: stored twice).
+				c.span.SetAttributes(attribute.Bool("jetsink.batch.commit_outcome_unknown", true))
+			}
 			telemetry.EndCopy(c.span, c.copyCounts(), c.bytes, c.retries, failed)
 		}
 		c.span = nil

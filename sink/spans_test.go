@@ -204,3 +204,52 @@ func TestHardStopLeavesAStaleRowStale(t *testing.T) {
 		t.Errorf("message spans %v never ended nor exported", want)
 	}
 }
+
+// An exactly-once batch whose commit's outcome was unknown (the connection
+// cut after the server committed) is retried, and its rows, stored by that
+// commit, come back as jetsink.batch.duplicates (the retry's ON CONFLICT
+// skips them): its span now says so with
+// jetsink.batch.commit_outcome_unknown=true (diff review of d0662ef).
+func TestCopySpanSaysCommitOutcomeUnknown(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	proxy, proxied := newCommitCutter(t, pg.URL, ExactlyOnce)
+	s, _ := newTestSink(t, ctx, proxied, func(c *Config) { c.Mode = ExactlyOnce; c.Connections = 1 })
+	tr, exp := tracedSink(t, s)
+	rs, ms := rows(1, 10, nil)
+	for i := range rs {
+		rs[i].Event.Span = tr.StartMessage(rs[i].Event)
+	}
+	proxy.armed.Store(true)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "the rows acked", allAcked(ms))
+	src.close()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if proxy.cut.Load() != 1 {
+		t.Fatalf("the proxy cut %d connections, want 1", proxy.cut.Load())
+	}
+	if err := tr.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var spans int
+	for _, sp := range exp.GetSpans() {
+		if sp.Name != "copy "+s.cfg.Table {
+			continue
+		}
+		spans++
+		set := attribute.NewSet(sp.Attributes...)
+		dups, _ := set.Value("jetsink.batch.duplicates")
+		unknown, _ := set.Value("jetsink.batch.commit_outcome_unknown")
+		t.Logf("copy span: duplicates %d, commit_outcome_unknown %v", dups.AsInt64(), unknown.AsBool())
+		if dups.AsInt64() != 10 || !unknown.AsBool() {
+			t.Errorf("copy span: jetsink.batch.duplicates %d, jetsink.batch.commit_outcome_unknown %v; want 10 and true (its own commit's rows)", dups.AsInt64(), unknown.AsBool())
+		}
+	}
+	if spans != 1 {
+		t.Errorf("%d copy spans, want 1", spans)
+	}
+}

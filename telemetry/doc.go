@@ -61,9 +61,10 @@
 //     leaves unsettled in one of the sink's batches (taken, not committed)
 //     has its span ended then, failed, with jetsink.settle=abandoned, so
 //     that the batch span's link to it resolves (JetStream delivers it
-//     again after ack_wait); one not yet in a batch (in the consumer or the
-//     pipeline) is never settled, and its span is never ended nor
-//     exported.
+//     again after ack_wait), or jetsink.settle=stale if its stream was
+//     re-created since it was taken (nothing delivers it again); one not
+//     yet in a batch (in the consumer or the pipeline) is never settled,
+//     and its span is never ended nor exported.
 //   - "copy <table>", CLIENT, one per batch that holds a sampled message: a
 //     new root (always kept) with a link to every sampled message's span
 //     (at most the link limit: Config.MaxLinks or OTEL_SPAN_LINK_COUNT_LIMIT,
@@ -89,7 +90,13 @@
 //     jetsink.batch.links_dropped counts the sampled messages past it.
 //     A batch whose attempts a hard shutdown cuts short ends its span
 //     failed with "hard stop after N failed attempts; last: <error>" (a
-//     row's refusal by its SQLSTATE alone), not "context canceled".
+//     row's refusal by its SQLSTATE alone), not "context canceled": the
+//     attempts failed since its rows last committed or one was
+//     dead-lettered; with none (rows waiting on a lock), "context
+//     canceled". A batch one of whose commits had an unknown outcome
+//     (the connection lost at COMMIT) has
+//     jetsink.batch.commit_outcome_unknown=true: its rows may be stored,
+//     and jetsink.batch.duplicates then counts those its retry skipped.
 //     A batch its committer hands to another committer (it could not
 //     connect while the others could) ends its span with
 //     jetsink.batch.handed_off=true, not as an error: the span of the
