@@ -359,9 +359,9 @@ type Stats struct {
 	// mode) if they did not.
 	AcksUnconfirmed uint64
 	// AcksResent counts acks sent again after a consumer leader change
-	// (a pull's 409 Leadership Change): the old leader may have dropped
-	// them, and the new one may never have had them. An ack of a message
-	// already acked is a no-op.
+	// (a pull's 409 Leadership Change, or the leader elected advisory): the
+	// old leader may have dropped them, and the new one may never have had
+	// them. An ack of a message already acked is a no-op.
 	AcksResent uint64
 	// AcksMaybeLostAtLeaderChange counts acks sent in the recentAckWindow
 	// (2 s) before a consumer leader change that were not sent again:

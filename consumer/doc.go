@@ -232,12 +232,18 @@
 // change loses acks too, on a server that stays up: the old leader drops
 // those it had queued or not yet replicated, and one sent while no server
 // holds the ack subscription reaches no one. When a pull tells of one (409
-// Leadership Change, either client), Run logs it once at Warn and sends
-// again the acks of the last 2 s (at most 4,096, kept by reply subject)
-// at the first delivery after it, and once more at the confirmer's next
-// tick (Stats.AcksResent; an ack of a message already acked is a no-op);
-// acks of that window it no longer holds count in Stats.AcksUnconfirmed.
-// Terms are not sent again. Deliveries the old leader held back are not
+// Leadership Change, either client) or the leader elected advisory does
+// ($JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.<stream>.<durable>, which
+// Run subscribes to on a clustered connection: under back-pressure no pull
+// waits at the new leader, and no 409 comes), Run logs it once at Warn
+// (those told within 1 s of it are the same change) and sends again the
+// acks of the last 2 s (at most 4,096, kept by reply subject) at the first
+// delivery after it, under that delivery's epoch only, and once more at
+// the confirmer's next tick (Stats.AcksResent; an ack of a message already
+// acked is a no-op); acks of that window it no longer holds, and all of
+// them when no delivery comes within 3 s of the change (the resend is then
+// dropped), count in Stats.AcksMaybeLostAtLeaderChange, not among the
+// acks that failed. Terms are not sent again. Deliveries the old leader held back are not
 // acks lost: the new leader delivers them after ack_wait. A dead letter's
 // term that fails in the client was never sent: it is counted apart, in
 // Stats.TermErrors (its event comes back after ack_wait too). Once Close's
