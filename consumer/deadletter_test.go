@@ -1594,8 +1594,9 @@ func TestDeadLetterThatCameBackTransformedIsNotDeadLetteredAgain(t *testing.T) {
 
 // A dead-letter stream's leader election (a stepdown) answers a publish
 // with no responders while the stream is there: with create_stream, it is
-// not taken for a deletion ("deleted?", a re-creation), and nothing is
-// logged at ERROR; the dead letter's event is nak'ed and comes back.
+// not taken for a deletion ("deleted?", a re-creation), and it is not
+// logged at ERROR (a publish that times out instead is: the breaker);
+// the dead letter's event is nak'ed and comes back.
 func TestDeadLetterStreamStepdownNotDeletion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -1625,8 +1626,16 @@ func TestDeadLetterStreamStepdownNotDeletion(t *testing.T) {
 		}
 	}
 	text := logBuf.String()
-	if strings.Contains(text, "deleted?") || strings.Contains(text, "level=ERROR") {
-		t.Errorf("a leader election taken for a deletion, or logged at ERROR:\n%s", text)
+	if strings.Contains(text, "deleted?") {
+		t.Errorf("a leader election taken for a deletion:\n%s", text)
+	}
+	// A publish the old leader took and dropped times out instead (no
+	// answer at all): that opens the breaker, at ERROR as for any stream
+	// that does not answer, and under load it happens. Only that.
+	for l := range strings.Lines(text) {
+		if strings.Contains(l, "level=ERROR") && !strings.Contains(l, "deadline exceeded") {
+			t.Errorf("a leader election's no-responders logged at ERROR:\n%s", l)
+		}
 	}
 	if !strings.Contains(text, "did not answer (a leader election?)") {
 		t.Errorf("the election not said:\n%s", text)
