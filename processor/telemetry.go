@@ -52,6 +52,8 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 	dlFailed := counter("jetsink.dead_letter.failures", "Dead letters not stored: the publish failed, or was not tried while the dead-letter stream does not answer (a breaker holds the publishes back until a probe gets through). The event is nak'ed and comes back (after ack_wait if the nak fails too); one whose stream was re-created since it was taken is left alone, neither nak'ed nor terminated")
 	possibleDups := counter("jetsink.events.possible_duplicates", "Rows sent again after a COMMIT with unknown outcome (at-least-once)")
 	ackErrs := counter("jetsink.ack.failures", "Acks after commit, terms after a dead letter was stored, and naks of events given back while PostgreSQL was unreachable (jetsink.events.released), that failed in the client (say, nats.go's reconnect buffer full); acks and terms sent on a connection lost before a flush confirmed them (those of the last flush at shutdown are counted after the last scrape, in the exit's log line only); and every publish to $JS.ACK the server refused for want of permission: acks, terms, naks and InProgress alike. A message whose ack or term was lost comes back after ack_wait (a committed row a duplicate in at-least-once mode); one whose InProgress was refused may")
+	acksResent := counterIn("jetsink.ack.resent", "Acks sent again after a consumer leader change (a stepdown, a server restart in a cluster), which loses acks sent around it: those of the last 2 s, at most 4,096, once the new leader delivers; an ack of a message already acked is a no-op", "{ack}")
+	acksLeaderLost := counterIn("jetsink.ack.leader_change_lost", "Acks sent around a consumer leader change that could not be sent again (more than the 4,096 kept, or nothing delivered within 3 s of the change): the server may have lost them, and their events come back after ack_wait (a duplicate row each in at-least-once mode); not counted in jetsink.ack.failures", "{ack}")
 	staleSettles := counter("jetsink.ack.stale", "Messages not acked after commit, or not terminated after their dead letter was stored, because their stream was re-created since they were taken")
 	miscounts := counterIn("jetsink.copy.miscounts",
 		"COPYs that committed with a row count other than the rows sent, and exactly-once batches that committed with rows missing from the table (dead-lettered, code row_count)", "{statement}")
@@ -137,6 +139,8 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 		o.ObserveInt64(possibleDups, int64(ss.PossibleDuplicates))
 		o.ObserveInt64(ackErrs, int64(ackFailures(cs, ss)))
 		o.ObserveInt64(staleSettles, int64(ss.StaleAcks+cs.StaleTerms))
+		o.ObserveInt64(acksResent, int64(cs.AcksResent))
+		o.ObserveInt64(acksLeaderLost, int64(cs.AcksMaybeLostAtLeaderChange))
 		o.ObserveInt64(miscounts, int64(ss.Miscounts))
 		o.ObserveInt64(uncounted, int64(ss.Uncounted))
 		o.ObserveInt64(batches, int64(ss.Batches))
@@ -178,7 +182,7 @@ func (p *Processor) observe(fetches context.Context, h pipeline.Handoff) (func()
 			o.ObserveInt64(spansLost, int64(st.ExportFailed), exportFailed)
 		}
 		return nil
-	}, received, redelivered, markers, schedules, committed, maxDelivered, dlFailed, resubscribes, heartbeatsMissed, epochs, possibleDups, ackErrs, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, lettersWaiting, givenUp, released, ring, inFlight, inFlightLimit, pending, ackPending,
+	}, received, redelivered, markers, schedules, committed, maxDelivered, dlFailed, resubscribes, heartbeatsMissed, epochs, possibleDups, ackErrs, acksResent, acksLeaderLost, staleSettles, miscounts, uncounted, batches, retries, deadConns, timeoutSplits, bisectCopies, takenIntoHeld, inProgressErrs, lettersWaiting, givenUp, released, ring, inFlight, inFlightLimit, pending, ackPending,
 		lagAge, attemptAge, unreachable, ready, spansExported, spansLost)
 	if err != nil {
 		return nil, fmt.Errorf("metric callback: %w", err)

@@ -19,6 +19,10 @@ func TestAckFailuresCountsEveryKind(t *testing.T) {
 		want uint64
 	}{
 		{"none", consumer.Stats{DeadLettered: 5, StaleTerms: 1}, sink.Stats{Rows: 9, StaleAcks: 2}, 0},
+		// Not failures: their own counters, jetsink.ack.resent and
+		// jetsink.ack.leader_change_lost (JetsinkAcksFailing must not fire
+		// at each rolling restart of a cluster).
+		{"a consumer leader change", consumer.Stats{AcksResent: 9, AcksMaybeLostAtLeaderChange: 4096}, sink.Stats{}, 0},
 		{"ack failed in the client", consumer.Stats{}, sink.Stats{AckErrors: 1}, 1},
 		{"term failed in the client", consumer.Stats{TermErrors: 1}, sink.Stats{}, 1},
 		{"unconfirmed", consumer.Stats{AcksUnconfirmed: 1}, sink.Stats{}, 1},
