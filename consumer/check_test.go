@@ -1564,6 +1564,23 @@ func TestDeadLetterNameInUseKeepsTheStreamsSubjects(t *testing.T) {
 	}
 }
 
+// When the dead-letter stream's subjects could not be read, the fix prints
+// no command that would set its subjects to the dead-letter subject alone:
+// with --force it would remove every other subject without asking (diff
+// review of e8936ce: nil subjects were taken for none).
+func TestDeadLetterNameInUseSubjectsUnread(t *testing.T) {
+	p := deadLetterNameInUseUnread("x_DLQ", "ev.dead", errors.New("context deadline exceeded"))
+	for _, cmd := range natsCommands(p.Fix, "nats stream edit ") {
+		if !strings.Contains(cmd, "<each subject it has>") {
+			t.Errorf("the fix prints a runnable edit of the subjects, %q:\n%s", cmd, p.Fix)
+		}
+	}
+	if !strings.Contains(p.Fix, "nats stream info x_DLQ") || strings.Contains(p.Message, "no subjects") ||
+		!strings.Contains(p.Message, "could not be read: context deadline exceeded") {
+		t.Errorf("unread subjects: %s", p)
+	}
+}
+
 // remakeAfterEdit names the floor it gives: with no floor under
 // jetsink's filter known (no stream noted by this process), the
 // consumer's floor now, not "the ack floor it had under jetsink's

@@ -983,11 +983,12 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			// No stream captures the subject, but the name is taken: its
 			// subjects were edited (or another stream has the name).
-			var subjects []string
+			var p Problem
 			if s, serr := c.js.Stream(ctx, sc.Name); serr == nil {
-				subjects = s.CachedInfo().Config.Subjects
+				p = deadLetterNameInUse(sc.Name, cfg.DeadLetterSubject, s.CachedInfo().Config.Subjects)
+			} else {
+				p = deadLetterNameInUseUnread(sc.Name, cfg.DeadLetterSubject, serr)
 			}
-			p := deadLetterNameInUse(sc.Name, cfg.DeadLetterSubject, subjects)
 			return fmt.Errorf("%w: create %s for %s: %w: %s", errDeadLetterStream, sc.Name, cfg.DeadLetterSubject, err, p)
 		}
 		return fmt.Errorf("%w: create %s for %s: %w", errDeadLetterStream, sc.Name, cfg.DeadLetterSubject, err)
@@ -1003,10 +1004,25 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 // stream edit), so no stream captures the subject and none can be made
 // under that name.
 func deadLetterNameInUse(name, subject string, subjects []string) Problem {
-	return Problem{Message: fmt.Sprintf("stream %s exists but does not capture nats.dead_letter_subject %s (it captures %s: its subjects were edited?), "+
-		"so no stream captures dead letters, and create_stream cannot make %s", name, subject, cmp.Or(strings.Join(subjects, ", "), "no subjects"), name),
+	return Problem{Message: deadLetterNameInUseMessage(name, subject, "it captures "+cmp.Or(strings.Join(subjects, ", "), "no subjects")+": its subjects were edited?"),
 		Fix: fmt.Sprintf("give %s the subject again, keeping those it has (--subjects replaces the whole list: %s), or set nats.dead_letter_subject to a subject it captures",
 			name, streamEdit(name, subjectFlags(append(slices.Clip(subjects), subject))))}
+}
+
+// deadLetterNameInUseUnread is deadLetterNameInUse when the stream's
+// subjects could not be read (lookErr): no command that sets them is
+// printed, since one without them would remove them (natscli's --subjects
+// replaces the whole list, and --force asks nothing).
+func deadLetterNameInUseUnread(name, subject string, lookErr error) Problem {
+	return Problem{Message: deadLetterNameInUseMessage(name, subject, "its subjects could not be read: "+lookErr.Error()),
+		Fix: fmt.Sprintf("see the subjects it has (nats stream info %s), then give it the subject again, keeping them (%s: "+
+			"--subjects replaces the whole list), or set nats.dead_letter_subject to a subject it captures",
+			shellWord(name), streamEdit(name, "--subjects <each subject it has> --subjects "+shellWord(subject)))}
+}
+
+func deadLetterNameInUseMessage(name, subject, captures string) string {
+	return fmt.Sprintf("stream %s exists but does not capture nats.dead_letter_subject %s (%s), "+
+		"so no stream captures dead letters, and create_stream cannot make %s", name, subject, captures, name)
 }
 
 // subjectFlags is a --subjects flag for each of subjects, as nats stream
