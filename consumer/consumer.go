@@ -366,7 +366,7 @@ type Stats struct {
 	// AcksMaybeLostAtLeaderChange counts acks sent in the recentAckWindow
 	// (2 s) before a consumer leader change that were not sent again:
 	// more than the recentAckCap (4,096) kept, or, with no delivery for
-	// a resend within 3 s of the change, all of them. The server read
+	// a resend within nats.ack_wait of the change, all of them. The server read
 	// them, and the new leader has all but those of the change's last
 	// moments: an upper bound of what comes back after nats.ack_wait, not
 	// acks that failed (AcksUnconfirmed).
@@ -540,7 +540,7 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			if c.noteLeaderWatchDenial(sub, err) {
+			if c.noteLeaderWatchDenial(err) {
 				return
 			}
 			c.noteAckRefusal(err)

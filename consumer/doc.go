@@ -241,8 +241,8 @@
 // delivery after it, under that delivery's epoch only, and once more at
 // the confirmer's next tick (Stats.AcksResent; an ack of a message already
 // acked is a no-op); acks of that window it no longer holds, and all of
-// them when no delivery comes within 3 s of the change (the resend is then
-// dropped), count in Stats.AcksMaybeLostAtLeaderChange, not among the
+// them when no delivery comes within ack_wait of the change (the resend
+// is then dropped: their events have come back by then), count in Stats.AcksMaybeLostAtLeaderChange, not among the
 // acks that failed. Terms are not sent again. Deliveries the old leader held back are not
 // acks lost: the new leader delivers them after ack_wait. A dead letter's
 // term that fails in the client was never sent: it is counted apart, in

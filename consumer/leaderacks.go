@@ -198,39 +198,43 @@ func (c *Consumer) watchLeader() *nats.Subscription {
 }
 
 // noteLeaderWatchDenial logs, once, the server's refusal of the advisory
-// subscription (an async permissions violation), naming the subject to
-// allow, and reports whether err was it.
-func (c *Consumer) noteLeaderWatchDenial(sub *nats.Subscription, err error) bool {
-	if sub == nil || sub != c.leaderSub.Load() || !errors.Is(err, nats.ErrPermissionViolation) {
+// subscription (an async permissions violation, which nats.go v1.55 hands
+// to the error handler with no subscription: it is known by its subject),
+// naming the subject to allow, and reports whether err was it.
+func (c *Consumer) noteLeaderWatchDenial(err error) bool {
+	subj := c.leaderElectedSubject()
+	if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "Subscription to \""+subj+"\"") {
 		return false
 	}
 	if c.leaderWatchDenied.CompareAndSwap(false, true) {
 		c.log.Warn("not allowed to subscribe to the consumer's leader change advisory: acks lost in a leader change while "+
 			"every pull is answered (jetsink behind a backlog) come back after ack_wait (a duplicate row in at-least-once mode); "+
-			"allow subscribe to "+sub.Subject, "err", err)
+			"allow subscribe to "+subj, "err", err)
 	}
 	return true
 }
 
-// leaderChangeSame is how close two leader changes told (a 409 per open
-// pull, the advisory) are taken for one.
+// leaderChangeSame is how close after a change told a pull's 409 is taken
+// for the same change (a 409 per open pull, after the advisory). Each
+// advisory is a change of its own: an election publishes one.
 const leaderChangeSame = confirmEvery
 
 // sinceBase is the monotonic time since New.
 func (c *Consumer) sinceBase() time.Duration { return time.Since(c.base) }
 
 // leaderChanged is told of a leader change, by a pull's status or the
-// advisory: the acks of the window before it are sent again at the next
-// delivery (push). Several told before that delivery, or within
-// leaderChangeSame of the first (one status per open pull, the advisory),
-// are one change.
+// advisory (errLeaderElected): the acks of the window before it are sent
+// again at the next delivery (push). Several told before that delivery
+// are one change (its resend covers the acks since the first), and so is
+// a pull's 409 within leaderChangeSame of the last change told; another
+// advisory after the resend is another change.
 func (c *Consumer) leaderChanged(err error) {
 	at := c.sinceBase() + 1 // never 0: 0 is "none due"
 	if c.resendFrom.Load() != 0 {
 		return
 	}
-	if last := c.lastTold.Load(); last != 0 && at-time.Duration(last) < leaderChangeSame {
-		return // the same change, told again
+	if last := c.lastTold.Load(); last != 0 && at-time.Duration(last) < leaderChangeSame && !errors.Is(err, errLeaderElected) {
+		return // a 409 of the change told
 	}
 	// Now: the buckets of the window are written again before a late
 	// first delivery.
@@ -261,19 +265,36 @@ func (c *Consumer) leaderChanged(err error) {
 // seemed lost after a single resend, while the test was written, was a
 // delivery the old leader dropped, never received).
 func (c *Consumer) resendAcks(again bool, epoch uint64) {
-	due := &c.resendFrom
 	if again {
-		due = &c.resendAgain
+		// Taken first, then its epoch: a resend push stores (epoch,
+		// then due) meanwhile is the one taken, with its epoch.
+		told := c.resendAgain.Swap(0)
+		if told == 0 {
+			return
+		}
 		epoch = c.resendEpoch.Load()
+		if c.epochs.Hold() != epoch {
+			c.epochs.Release() // the epoch it was for is over
+			return
+		}
+		defer c.epochs.Release()
+		replies, _ := c.recent.since(max(time.Duration(told)-1-recentAckWindow, 0), epoch)
+		c.acks.begin(len(replies))
+		ok := 0
+		for _, reply := range replies {
+			if err := c.nc.Publish(reply, ackBody); err == nil {
+				ok++
+			}
+		}
+		c.acks.end(len(replies), ok)
+		return // counted and told at the first
 	}
+	due := &c.resendFrom
 	if due.Load() == 0 {
 		return
 	}
 	if c.epochs.Hold() != epoch {
 		c.epochs.Release()
-		if again {
-			due.Store(0) // the epoch it was for is over
-		}
 		return
 	}
 	defer c.epochs.Release()
@@ -282,17 +303,15 @@ func (c *Consumer) resendAcks(again bool, epoch uint64) {
 		return
 	}
 	from := max(time.Duration(told)-1-recentAckWindow, 0)
-	if !again && c.sinceBase()-(time.Duration(told)-1) > resendStale {
+	if c.sinceBase()-(time.Duration(told)-1) > c.resendStale() {
 		_, recorded := c.recent.since(from, epoch)
 		c.stats.acksMaybeLost.Add(recorded)
 		c.log.Warn("no delivery since the consumer's leader change: its acks are not sent again; "+
 			"their events may come back after ack_wait (a duplicate row in at-least-once mode)", "maybe_lost", recorded)
 		return
 	}
-	if !again {
-		c.resendEpoch.Store(epoch)
-		c.resendAgain.Store(told)
-	}
+	c.resendEpoch.Store(epoch)
+	c.resendAgain.Store(told)
 	replies, recorded := c.recent.since(from, epoch)
 	c.acks.begin(len(replies))
 	ok := 0
@@ -303,9 +322,6 @@ func (c *Consumer) resendAcks(again bool, epoch uint64) {
 	}
 	c.acks.end(len(replies), ok)
 	c.stats.acksResent.Add(uint64(ok))
-	if again {
-		return // counted and told at the first
-	}
 	lost := recorded - min(recorded, uint64(len(replies))) + uint64(len(replies)-ok)
 	c.stats.acksMaybeLost.Add(lost)
 	if lost > 0 {
@@ -317,10 +333,15 @@ func (c *Consumer) resendAcks(again bool, epoch uint64) {
 	c.log.Info("acks sent again after the consumer's leader change", "acks", ok)
 }
 
-// resendStale is how long a leader change stays due for a resend: the
-// window of the acks it sends, and a confirmation, after which they would
-// be sent to whatever has those sequences then.
-const resendStale = recentAckWindow + confirmEvery
+// resendStale is how long a leader change stays due for a resend:
+// nats.ack_wait (at least the window and a confirmation), after which the
+// events whose acks it lost have come back anyway. A resend is only ever
+// of the current epoch's acks, so a sink that holds push back for a few
+// seconds (a lock, a slow commit) does not turn it into one that could
+// land on another stream's events.
+func (c *Consumer) resendStale() time.Duration {
+	return max(c.cfg.AckWait, recentAckWindow+confirmEvery)
+}
 
 // ackBody is an ack's payload.
 var ackBody = []byte("+ACK")
