@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -551,7 +552,7 @@ func TestCloseWaitsForPrivatePings(t *testing.T) {
 			if !first.CompareAndSwap(false, true) {
 				// pgx dials again for a TLS fallback (sslmode=prefer)
 				// or a host's next address: only the first is held.
-				return nil, dctx.Err()
+				return nil, cmp.Or(dctx.Err(), errors.New("a dial after the held one"))
 			}
 			close(dialing)
 			<-dctx.Done()

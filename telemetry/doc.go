@@ -96,7 +96,8 @@
 //     canceled". A batch one of whose commits had an unknown outcome
 //     (the connection lost at COMMIT) has
 //     jetsink.batch.commit_outcome_unknown=true: its rows may be stored,
-//     and jetsink.batch.duplicates then counts those its retry skipped.
+//     and in exactly-once mode jetsink.batch.duplicates then counts those
+//     its retry skipped.
 //     A batch its committer hands to another committer (it could not
 //     connect while the others could) ends its span with
 //     jetsink.batch.handed_off=true, not as an error: the span of the
