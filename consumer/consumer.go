@@ -54,9 +54,8 @@ type Consumer struct {
 	resendAgain atomic.Int64  // resendFrom as the first resend took it
 	resendEpoch atomic.Uint64 // the epoch the first resend sent under
 	lastTold    atomic.Int64  // resendFrom as leaderChanged last set it
-	// leaderSub is Run's subscription to the consumer's leader change
-	// advisory (watchLeader); leaderWatchDenied, once its refusal is said.
-	leaderSub         atomic.Pointer[nats.Subscription]
+	// leaderWatchDenied: the refusal of Run's subscription to the
+	// consumer's leader change advisory (watchLeader) has been said.
 	leaderWatchDenied atomic.Bool
 	// streamReplicas is the event stream's replicas as ensureStream last
 	// read them; durableReplicasWarned, once its durable's fewer were.

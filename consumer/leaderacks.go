@@ -193,7 +193,6 @@ func (c *Consumer) watchLeader() *nats.Subscription {
 			"subject", subj, "err", err)
 		return nil
 	}
-	c.leaderSub.Store(sub)
 	return sub
 }
 
