@@ -227,7 +227,7 @@ func TestConsumerLeaderChangeUnderBackPressure(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
-	publish(t, ctx, js, cfg, 60000, 1, 0)
+	publish(t, ctx, js, cfg, 30000, 1, 0) // ~18 s of backlog at the acker's pace, past the 4 stepdowns
 	c, logBuf := newLoggedConsumer(t, ctx, cfg)
 	r := startRun(t, ctx, c, 1, 1024, 1024)
 	// At most 16 acks every 10 ms: slower than the backlog comes.
