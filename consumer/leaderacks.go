@@ -254,9 +254,8 @@ func (c *Consumer) leaderChanged(err error) {
 // Stats.AcksMaybeLostAtLeaderChange. While
 // epoch is not the current one (serve has started a new epoch since, and
 // the delivery is stale), nothing is sent and the change stays due. A
-// change told more than resendStale ago is dropped unsent (its acks
-// counted so): nothing was delivered since, across a reconnect
-// perhaps, and the acks it would send may be of another stream by now.
+// change told more than resendStale ago (ack_wait) is dropped unsent, its
+// acks counted so: their events have come back by then.
 //
 // It sends them once more at the ack confirmer's next tick (again), in
 // case the first delivery came before the new leader's ack subscription
@@ -278,14 +277,7 @@ func (c *Consumer) resendAcks(again bool, epoch uint64) {
 		}
 		defer c.epochs.Release()
 		replies, _ := c.recent.since(max(time.Duration(told)-1-recentAckWindow, 0), epoch)
-		c.acks.begin(len(replies))
-		ok := 0
-		for _, reply := range replies {
-			if err := c.nc.Publish(reply, ackBody); err == nil {
-				ok++
-			}
-		}
-		c.acks.end(len(replies), ok)
+		c.sendAcks(replies)
 		return // counted and told at the first
 	}
 	due := &c.resendFrom
@@ -312,14 +304,7 @@ func (c *Consumer) resendAcks(again bool, epoch uint64) {
 	c.resendEpoch.Store(epoch)
 	c.resendAgain.Store(told)
 	replies, recorded := c.recent.since(from, epoch)
-	c.acks.begin(len(replies))
-	ok := 0
-	for _, reply := range replies {
-		if err := c.nc.Publish(reply, ackBody); err == nil {
-			ok++
-		}
-	}
-	c.acks.end(len(replies), ok)
+	ok := c.sendAcks(replies)
 	c.stats.acksResent.Add(uint64(ok))
 	lost := recorded - min(recorded, uint64(len(replies))) + uint64(len(replies)-ok)
 	c.stats.acksMaybeLost.Add(lost)
@@ -330,6 +315,20 @@ func (c *Consumer) resendAcks(again bool, epoch uint64) {
 		return
 	}
 	c.log.Info("acks sent again after the consumer's leader change", "acks", ok)
+}
+
+// sendAcks publishes replies as acks on nats.go's connection, counted in
+// the ack ledger as AckAll's are, and returns how many went out.
+func (c *Consumer) sendAcks(replies []string) int {
+	c.acks.begin(len(replies))
+	ok := 0
+	for _, reply := range replies {
+		if err := c.nc.Publish(reply, ackBody); err == nil {
+			ok++
+		}
+	}
+	c.acks.end(len(replies), ok)
+	return ok
 }
 
 // resendStale is how long a leader change stays due for a resend:
