@@ -1568,49 +1568,8 @@ func TestRunOverFilterAndBackoffEdits(t *testing.T) {
 func TestFilterEditRemakeDeliversWhatTheEditSkipped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv)
-	cfg.FilterSubject = subjectOf(cfg, 0, 2)
-	c, log := newLoggedConsumer(t, ctx, cfg)
-	c.floorEvery = time.Hour // the test looks itself, below
-	js := jsFor(t, srv)
-	publish(t, ctx, js, cfg, 2, 2, 0) // 1: s0 (jetsink's), 2: s1
-	r := startRun(t, ctx, c, 1, 64, 1000)
-	r.ackUntil(t, ctx, 0)
-	waitFor(t, ctx, "the ack on the server", func() bool {
-		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-		return err == nil && cons.CachedInfo().AckFloor.Stream >= 1 && cons.CachedInfo().NumAckPending == 0
-	})
-	r.stopClean(t, ctx)
-	if why := c.refreshFloor(ctx); why != "" {
-		t.Fatalf("the look under jetsink's filter found %q changed", why)
-	}
-	// An operator's edit, and a client of the durable under it.
-	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) { cc.FilterSubject = subjectOf(cfg, 1, 2) })
-	publish(t, ctx, js, cfg, 2, 2, 2) // 3: s0, 4: s1
-	const skipped = 3
-	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// It takes s1's events (2, unless the run's pull took the server
-	// past it, and 4) and acks them: the floor goes past 3.
-	var ci *jetstream.ConsumerInfo
-	waitFor(t, ctx, "the durable's ack floor past the event the edit skipped", func() bool {
-		batch, err := cons.FetchNoWait(10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range batch.Messages() {
-			if err := m.DoubleAck(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if ci, err = cons.Info(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return ci.AckFloor.Stream > skipped
-	})
+	c, log, js, cfg, ci := filterEditSkipsAnEvent(t, ctx)
+	const skipped = filterEditSkipped
 	if why := c.refreshFloor(ctx); !strings.Contains(why, "filter_subject") {
 		t.Fatalf("the look after the edit found %q changed, want filter_subject", why)
 	}
@@ -1669,46 +1628,8 @@ func TestFilterEditRemakeDeliversWhatTheEditSkipped(t *testing.T) {
 func TestFilterEditMetByAResubscribeIsLoggedWithTheRemake(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	cfg := testConfig(t, srv)
-	cfg.FilterSubject = subjectOf(cfg, 0, 2)
-	c, log := newLoggedConsumer(t, ctx, cfg)
-	c.floorEvery = time.Hour // the test looks itself, below
-	js := jsFor(t, srv)
-	publish(t, ctx, js, cfg, 2, 2, 0) // 1: s0 (jetsink's), 2: s1
-	r := startRun(t, ctx, c, 1, 64, 1000)
-	r.ackUntil(t, ctx, 0)
-	waitFor(t, ctx, "the ack on the server", func() bool {
-		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-		return err == nil && cons.CachedInfo().AckFloor.Stream >= 1 && cons.CachedInfo().NumAckPending == 0
-	})
-	r.stopClean(t, ctx)
-	if why := c.refreshFloor(ctx); why != "" {
-		t.Fatalf("the look under jetsink's filter found %q changed", why)
-	}
-	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) { cc.FilterSubject = subjectOf(cfg, 1, 2) })
-	publish(t, ctx, js, cfg, 2, 2, 2) // 3: s0, 4: s1
-	const skipped = 3
-	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "the durable's ack floor past the event the edit skipped", func() bool {
-		batch, err := cons.FetchNoWait(10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range batch.Messages() {
-			if err := m.DoubleAck(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ci, err := cons.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ci.AckFloor.Stream > skipped
-	})
+	c, log, js, cfg, _ := filterEditSkipsAnEvent(t, ctx)
+	const skipped = filterEditSkipped
 	// What Run does when a session ends by itself: the consumer made
 	// again (ensureAll), then the floor looked at before subscribing.
 	if err := c.ensureConsumer(ctx, nil); err != nil {
@@ -2432,4 +2353,62 @@ func TestFilterEditErrorSaidOnceThoughTheUpdateFails(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d Error lines saying the filter changes after 3 failed updates, want 1; log:\n%s", n, log.String())
 	}
+}
+
+// filterEditSkipped is the stream sequence of the event of jetsink's
+// filter that filterEditSkipsAnEvent's operator edit skips.
+const filterEditSkipped = 3
+
+// filterEditSkipsAnEvent plays an operator's filter edit that skips an
+// event of jetsink's filter: a consumer on s0 (its looks are the test's)
+// takes and acks event 1 and notes the floor under its filter; the
+// durable's filter is edited to s1; event 3 (s0) is published and never
+// delivered, and a client of the durable takes and acks s1's events until
+// the server has moved the ack floor past it. It returns the durable's
+// info then.
+func filterEditSkipsAnEvent(t *testing.T, ctx context.Context) (*Consumer, *syncBuffer, jetstream.JetStream, Config, *jetstream.ConsumerInfo) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	cfg.FilterSubject = subjectOf(cfg, 0, 2)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	c.floorEvery = time.Hour // the test looks itself
+	js := jsFor(t, srv)
+	publish(t, ctx, js, cfg, 2, 2, 0) // 1: s0 (jetsink's), 2: s1
+	r := startRun(t, ctx, c, 1, 64, 1000)
+	r.ackUntil(t, ctx, 0)
+	waitFor(t, ctx, "the ack on the server", func() bool {
+		cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+		return err == nil && cons.CachedInfo().AckFloor.Stream >= 1 && cons.CachedInfo().NumAckPending == 0
+	})
+	r.stopClean(t, ctx)
+	if why := c.refreshFloor(ctx); why != "" {
+		t.Fatalf("the look under jetsink's filter found %q changed", why)
+	}
+	// An operator's edit, and a client of the durable under it.
+	editOnServer(t, ctx, js, cfg, func(cc *jetstream.ConsumerConfig) { cc.FilterSubject = subjectOf(cfg, 1, 2) })
+	publish(t, ctx, js, cfg, 2, 2, 2) // 3: s0, 4: s1
+	cons, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It takes s1's events (2, unless the run's pull took the server
+	// past it, and 4) and acks them: the floor goes past 3.
+	var ci *jetstream.ConsumerInfo
+	waitFor(t, ctx, "the durable's ack floor past the event the edit skipped", func() bool {
+		batch, err := cons.FetchNoWait(10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ci, err = cons.Info(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return ci.AckFloor.Stream > filterEditSkipped
+	})
+	return c, log, js, cfg, ci
 }
