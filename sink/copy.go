@@ -1548,8 +1548,8 @@ func (s *Sink) logConfigError(err error) {
 			"restart jetsink with the new ones in postgres.url: events wait in JetStream and the batch is retried until then", "err", err)
 		return
 	}
-	s.log.Error("the database refuses every batch; fix the table or the permissions (`jetsink check` says what differs): "+
-		"events wait in JetStream and the batch is retried until then", withHint(err, "err", err)...)
+	s.log.Error("the database refuses every batch; fix the table or the permissions (`jetsink check` says what differs, where it can see it; "+
+		"not what a trigger writes elsewhere: the error says what was refused): events wait in JetStream and the batch is retried until then", withHint(err, "err", err)...)
 }
 
 // firstSeen reports whether key is new to s.seenErrs, and records it.

@@ -336,7 +336,10 @@ const (
 	// ProblemPrivilege: jetsink's role lacks a privilege every batch needs:
 	// INSERT on the table; in exactly-once mode also SELECT on it (the
 	// missing-rows query, the stream checks) and TEMP on the database (the
-	// staging table).
+	// staging table); and USAGE on each sequence that the default of a
+	// column jetsink does not write calls (a serial key's nextval), which
+	// a table's INSERT grant does not give. A trigger that writes another
+	// table the role may not is not seen.
 	ProblemPrivilege ProblemKind = "privilege"
 	// ProblemReadOnly: the session is read-only (a standby in recovery, or
 	// default_transaction_read_only for the role or database): every
@@ -1088,6 +1091,19 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel *uint32) ([]P
 			grant("TEMP", "DATABASE "+pgx.Identifier{c.Config().Database}.Sanitize())
 		}
 	}
+	if rel != nil {
+		seqs, err := s.deniedSequences(ctx, c, *rel, names)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range seqs {
+			probs = append(probs, Problem{Kind: ProblemPrivilege, Column: q.col,
+				Message: fmt.Sprintf("jetsink's role may not use sequence %s, which the default of column %s of %s calls (nothing maps "+
+					"to the column, so every row takes its default): every batch fails (SQLSTATE 42501, permission denied for sequence)",
+					q.seq, pgx.Identifier{q.col}.Sanitize(), tname),
+				Fix: fmt.Sprintf("GRANT USAGE ON SEQUENCE %s TO <jetsink's role>", q.seq)})
+		}
+	}
 	if rls {
 		fix := "exempt jetsink's role: ALTER ROLE <jetsink's role> BYPASSRLS, or make it the table's owner without FORCE ROW LEVEL SECURITY"
 		if s.cfg.Mode == AtLeastOnce {
@@ -1158,6 +1174,47 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel *uint32) ([]P
 		probs = append(probs, readOnlySessionProblem)
 	}
 	return probs, nil
+}
+
+// deniedSeq is a sequence the default of an unmapped column calls and
+// jetsink's role may not use: the column's name, the sequence's
+// schema-qualified and quoted.
+type deniedSeq struct{ col, seq string }
+
+// deniedSequences returns the sequences that the defaults of rel's
+// columns other than mapped call (a serial's nextval) and jetsink's role
+// may use neither with USAGE nor with UPDATE: nextval needs one of them,
+// and every row takes those defaults, so every batch fails (42501) though
+// INSERT on the table is granted (a table owned by another role, a
+// serial key jetsink leaves to its default). An identity column needs no
+// grant (its sequence is the table's own), nor has it a pg_attrdef row; a
+// partitioned table's rows take the parent's defaults, which are rel's.
+// The CASE keeps has_sequence_privilege from the rows of other
+// relations a default depends on: the planner may call it before
+// relkind's test, and it fails on a table.
+func (s *Sink) deniedSequences(ctx context.Context, c *pgx.Conn, rel uint32, mapped []string) ([]deniedSeq, error) {
+	rows, err := c.Query(ctx, `SELECT a.attname::text, n.nspname::text, sq.relname::text
+		FROM pg_attrdef ad
+		JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum AND NOT a.attisdropped
+		JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid AND d.refclassid = 'pg_class'::regclass
+		JOIN pg_class sq ON sq.oid = d.refobjid JOIN pg_namespace n ON n.oid = sq.relnamespace
+		WHERE ad.adrelid = $1 AND a.attname <> ALL ($2::text[])
+			AND CASE WHEN sq.relkind = 'S' THEN NOT (has_sequence_privilege(sq.oid, 'USAGE') OR has_sequence_privilege(sq.oid, 'UPDATE'))
+				ELSE false END
+		ORDER BY a.attnum, 2, 3`, rel, mapped)
+	if err == nil {
+		var out []deniedSeq
+		if out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (deniedSeq, error) {
+			var q deniedSeq
+			var schema, name string
+			err := r.Scan(&q.col, &schema, &name)
+			q.seq = pgx.Identifier{schema, name}.Sanitize()
+			return q, err
+		}); err == nil {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("check the sequences of the defaults of %s on %s: %w", s.tsql.Load().name, s.where, err)
 }
 
 // readOnlySessionProblem is checkWritable's problem of a session that

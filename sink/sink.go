@@ -1537,7 +1537,7 @@ func (s *Sink) Ready(ctx context.Context) error {
 	}
 	if d, r := s.failing(); d >= refusedFor {
 		if r.table {
-			return fmt.Errorf("postgres %s has refused every batch for %v, none committed: %s (`jetsink check` says what differs)",
+			return fmt.Errorf("postgres %s has refused every batch for %v, none committed: %s (`jetsink check` says what differs, where it can see it)",
 				s.where, d.Round(time.Second), r.msg)
 		}
 		return fmt.Errorf("postgres %s has failed every batch for %v, none committed: %s",
