@@ -322,8 +322,8 @@ const (
 	// be skipped as stored before. The sink refuses every batch (retried
 	// until the collation changes), as for a column of type citext.
 	ProblemCollation ProblemKind = "collation"
-	// ProblemRowTrigger is a warning: the table has enabled BEFORE INSERT
-	// row triggers. One that returns NULL leaves its row out of the COPY,
+	// ProblemRowTrigger is a warning: the table, or a partition of it,
+	// has enabled BEFORE INSERT row triggers. One that returns NULL leaves its row out of the COPY,
 	// and the sink then dead-letters the whole batch (code row_count); in
 	// exactly-once mode, only the rows missing from the table.
 	ProblemRowTrigger ProblemKind = "row_trigger"
@@ -1278,13 +1278,34 @@ func (s *Sink) asyncStandby(ctx context.Context, c *pgx.Conn, syncCommit, syncNa
 			"ahead, as Patroni and repmgr do), with synchronous_commit on for jetsink's role; if no standby is ever promoted, this does not apply"}, true
 }
 
-// rowTriggers returns the names of rel's user triggers that fire BEFORE
-// INSERT FOR EACH ROW in a normal session (enabled, or enabled ALWAYS).
-// tgtype bits: 1 row, 2 before, 4 insert.
+// rowTriggers returns the names of the user triggers that fire BEFORE
+// INSERT FOR EACH ROW in a normal session (enabled, or enabled ALWAYS) on
+// rel or on any partition of it, where a row routed there meets them: a
+// partition's own as "name (on partition <partition>)". A trigger made
+// on a partitioned table is cloned onto each partition (tgparentid, from
+// PostgreSQL 13; on 12 the clones are internal): named once, as the
+// table's. tgtype bits: 1 row, 2 before, 4 insert.
 func (s *Sink) rowTriggers(ctx context.Context, c *pgx.Conn, rel uint32) ([]string, error) {
-	return s.catalogNames(ctx, c, "triggers", `SELECT tgname::text FROM pg_trigger
-		WHERE tgrelid = $1 AND NOT tgisinternal AND tgtype & 7 = 7 AND tgenabled IN ('O', 'A')
-		ORDER BY tgname`, rel)
+	rows, err := c.Query(ctx, `SELECT t.tgname::text, t.tgrelid <> $1, n.nspname::text, r.relname::text
+		FROM (SELECT $1::oid AS relid UNION SELECT relid FROM pg_partition_tree($1)) p
+		JOIN pg_trigger t ON t.tgrelid = p.relid JOIN pg_class r ON r.oid = t.tgrelid JOIN pg_namespace n ON n.oid = r.relnamespace
+		WHERE NOT t.tgisinternal AND t.tgtype & 7 = 7 AND t.tgenabled IN ('O', 'A')
+			AND coalesce((to_jsonb(t) ->> 'tgparentid')::oid, 0) = 0
+		ORDER BY t.tgrelid <> $1, n.nspname, r.relname, t.tgname`, rel)
+	if err == nil {
+		var names []string
+		if names, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+			var name, schema, part string
+			var onPart bool
+			if err := r.Scan(&name, &onPart, &schema, &part); err != nil || !onPart {
+				return name, err
+			}
+			return name + " (on partition " + pgx.Identifier{schema, part}.Sanitize() + ")", nil
+		}); err == nil {
+			return names, nil
+		}
+	}
+	return nil, fmt.Errorf("check triggers of %s on %s: %w", s.table.Sanitize(), s.where, err)
 }
 
 // uniqueIndex is a valid unique index of the table, as check reads it.

@@ -141,6 +141,50 @@ func TestInitAndCheck(t *testing.T) {
 	}
 }
 
+// A BEFORE INSERT row trigger on a partition, not on the partitioned
+// table: check read the table's triggers only, and said nothing of one
+// that returns NULL for some rows, which dead-lettered whole batches
+// (code row_count). Check names it with its partition, in both modes; a
+// trigger made on the table is named once, not once more for each
+// partition's clone; a disabled one not at all.
+func TestCheckWarnsOfAPartitionsTrigger(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	tbl := uniqueName(t)
+	for _, q := range []string{
+		"CREATE TABLE " + tbl + " (stream text, stream_seq int8, payload jsonb, UNIQUE (stream, stream_seq)) PARTITION BY LIST (stream)",
+		"CREATE TABLE " + tbl + "_a PARTITION OF " + tbl + " FOR VALUES IN ('a')",
+		"CREATE TABLE " + tbl + "_d PARTITION OF " + tbl + " DEFAULT",
+		"CREATE FUNCTION " + tbl + "_f() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN IF NEW.stream_seq % 10 = 0 THEN RETURN NULL; END IF; RETURN NEW; END'",
+		"CREATE TRIGGER norm BEFORE INSERT ON " + tbl + " FOR EACH ROW EXECUTE FUNCTION " + tbl + "_f()",
+		"CREATE TRIGGER skip BEFORE INSERT ON " + tbl + "_d FOR EACH ROW EXECUTE FUNCTION " + tbl + "_f()",
+		"CREATE TRIGGER off BEFORE INSERT ON " + tbl + "_a FOR EACH ROW EXECUTE FUNCTION " + tbl + "_f()",
+		"ALTER TABLE " + tbl + "_a DISABLE TRIGGER off",
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	want := `(norm, skip (on partition "public"."` + tbl + `_d"))`
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Table, c.Mode, c.CreateTable = tbl, mode, false })
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found []Problem
+		for _, p := range probs {
+			if p.Kind == ProblemRowTrigger {
+				found = append(found, p)
+			}
+		}
+		if len(found) != 1 || !found[0].Warning || !strings.Contains(found[0].Message, want) {
+			t.Errorf("%s: row triggers %v, want one warning naming %s", mode, found, want)
+		}
+	}
+}
+
 // A DEFERRABLE unique or primary key constraint on (stream, stream_seq)
 // cannot be exactly-once's ON CONFLICT arbiter (SQLSTATE 55000), not even
 // beside Init's non-deferrable index: Check reports it, and its fix, run,
