@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -225,7 +226,17 @@ func (s *Sink) Init(ctx context.Context) error {
 				}
 			}
 		case errors.Is(err, pgx.ErrNoRows):
-			err = nil // none: CREATE TABLE IF NOT EXISTS makes it
+			// None: CREATE TABLE IF NOT EXISTS makes it, unless one whose
+			// name differs in case alone is there, which the operator
+			// meant (a second table beside it would be read by nobody).
+			twin, ok, terr := s.caseTwin(ctx, c)
+			if terr != nil {
+				return terr
+			}
+			if ok {
+				return fmt.Errorf("%w: not made: %s", ErrInvalidConfig, twin)
+			}
+			err = nil
 		default:
 			return err
 		}
@@ -323,9 +334,10 @@ const (
 	// until the collation changes), as for a column of type citext.
 	ProblemCollation ProblemKind = "collation"
 	// ProblemRowTrigger is a warning: the table, or a partition of it,
-	// has enabled BEFORE INSERT row triggers. One that returns NULL leaves its row out of the COPY,
-	// and the sink then dead-letters the whole batch (code row_count); in
-	// exactly-once mode, only the rows missing from the table.
+	// has enabled BEFORE INSERT row triggers. One that returns NULL leaves
+	// its row out of the COPY, and the sink then dead-letters the whole
+	// batch (code row_count); in exactly-once mode, only the rows missing
+	// from the table.
 	ProblemRowTrigger ProblemKind = "row_trigger"
 	// ProblemUniqueKey is a warning: in at-least-once mode the table has a
 	// unique index all of whose columns jetsink writes. An event delivered
@@ -703,9 +715,18 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 		a, ok := attrs[c.Name]
 		switch {
 		case !ok:
-			probs = append(probs, Problem{Kind: ProblemColumnMissing, Column: c.Name,
+			p := Problem{Kind: ProblemColumnMissing, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s does not exist", col, tname),
-				Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", tname, col, want.name)})
+				Fix:     fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", tname, col, want.name)}
+			// One whose name differs in case alone is the one meant
+			// (jetsink quotes names: "Dev" is not dev): a second column
+			// would be one nobody reads.
+			if twin := caseTwinColumn(c.Name, slices.Sorted(maps.Keys(attrs)), s.cols); twin != "" {
+				p.Message += fmt.Sprintf(", but a column %s does: names in postgres.columns are case-sensitive (jetsink quotes them)",
+					pgx.Identifier{twin}.Sanitize())
+				p.Fix = fmt.Sprintf("write name: %s for this column in postgres.columns", twin)
+			}
+			probs = append(probs, p)
 		case a.generated:
 			probs = append(probs, Problem{Kind: ProblemGenerated, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s is a generated column: jetsink cannot write it (SQLSTATE 42P10 from COPY, 428C9 from exactly-once's INSERT), so every batch would fail and be retried", col, tname),
@@ -928,6 +949,9 @@ func (s *Sink) tableMissing(ctx context.Context, c *pgx.Conn) (Problem, error) {
 	}
 	p := Problem{Kind: ProblemTableMissing, Message: fmt.Sprintf("table %s does not exist (or is not on search_path)", tname),
 		Fix: "run `jetsink init`, set postgres.create_table: true, or run: " + strings.Join(s.DDL(), "; ")}
+	if twin, ok, err := s.caseTwin(ctx, c); err != nil || ok {
+		return twin, err
+	}
 	var schema *string
 	if len(s.table) == 2 {
 		schema = &s.table[0]
@@ -956,6 +980,51 @@ func (s *Sink) tableMissing(ctx context.Context, c *pgx.Conn) (Problem, error) {
 		p.Fix = "GRANT CREATE ON SCHEMA " + sch + " TO <jetsink's role>, or create the table as its owner: " + strings.Join(s.DDL(), "; ")
 	}
 	return p, nil
+}
+
+// caseTwin is the problem of a missing table when a relation whose name
+// differs from postgres.table's in case alone is there (in the schema
+// postgres.table names, or on search_path): jetsink quotes the name, so
+// "Events" is not events, and Init would make a second, empty table that
+// nobody reads beside it. ok reports one found; Init refuses to make the
+// table then (initCannot).
+func (s *Sink) caseTwin(ctx context.Context, c *pgx.Conn) (p Problem, ok bool, err error) {
+	var schema *string
+	if len(s.table) == 2 {
+		schema = &s.table[0]
+	}
+	var nsp, rel string
+	var visible bool
+	err = c.QueryRow(ctx, `SELECT n.nspname::text, c.relname::text, pg_table_is_visible(c.oid)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE lower(c.relname) = lower($2) AND c.relkind IN ('r', 'p', 'f', 'v', 'm')
+			AND CASE WHEN $1::text IS NULL THEN n.nspname = ANY (current_schemas(false)) ELSE lower(n.nspname) = lower($1) END
+		ORDER BY array_position(current_schemas(false), n.nspname), n.nspname, c.relname LIMIT 1`, schema, s.table[len(s.table)-1]).
+		Scan(&nsp, &rel, &visible)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Problem{}, false, nil
+	}
+	if err != nil {
+		return Problem{}, false, fmt.Errorf("check table %s on %s: %w", s.table.Sanitize(), s.where, err)
+	}
+	write := tableConfigPart(rel)
+	if schema != nil || !visible {
+		write = tableConfigPart(nsp) + "." + write
+	}
+	return Problem{Kind: ProblemTableMissing, initCannot: true,
+		Message: fmt.Sprintf("table %s does not exist, but %s does: names in postgres.table are case-sensitive (jetsink quotes "+
+			"them), and jetsink init (or postgres.create_table: true) would make a second, empty table beside it",
+			s.table.Sanitize(), pgx.Identifier{nsp, rel}.Sanitize()),
+		Fix: "write postgres.table: " + write}, true, nil
+}
+
+// tableConfigPart is a part of postgres.table as ParseTable reads it back
+// as name: verbatim, or quoted if it holds a dot or starts with a quote.
+func tableConfigPart(name string) string {
+	if strings.Contains(name, ".") || strings.HasPrefix(name, `"`) {
+		return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+	}
+	return name
 }
 
 // pinnedMissing is the problem of the table the batches write, pinned
@@ -1014,6 +1083,18 @@ func (s *Sink) indexNameTaken(ctx context.Context, c *pgx.Conn, rel uint32) (str
 	}
 	return fmt.Sprintf("the name of the index is taken by %s (relkind %s), which jetsink init's IF NOT EXISTS skips: "+
 		"ALTER TABLE %s RENAME TO %s", name, kind, name, old), nil
+}
+
+// caseTwinColumn is the first of the table's columns (sorted by name)
+// whose name differs from name in case alone and that no column of the
+// mapping cols writes; "" if none.
+func caseTwinColumn(name string, columns []string, cols []pipeline.Column) string {
+	for _, a := range columns {
+		if a != name && strings.EqualFold(a, name) && !slices.ContainsFunc(cols, func(c pipeline.Column) bool { return c.Name == a }) {
+			return a
+		}
+	}
+	return ""
 }
 
 // typeModifierProblem warns of column name of table, whose type with its

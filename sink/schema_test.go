@@ -185,6 +185,76 @@ func TestCheckWarnsOfAPartitionsTrigger(t *testing.T) {
 	}
 }
 
+// Names that differ in case alone: jetsink quotes names, so a mapping's
+// column "Dev" is not the table's dev, nor postgres.table Events the
+// table events. Check said to ADD COLUMN "Dev" (a second column nobody
+// reads), and that the table does not exist, which init (and run's
+// create_table) then made beside the one meant. Check now names the one
+// there and what to write, and Init refuses to make the table.
+func TestCheckNamesThatDifferInCase(t *testing.T) {
+	t.Run("column", func(t *testing.T) {
+		probs := checkTableOf(t, "dev text", pipeline.Column{Name: "Dev", From: "json:dev", Type: pipeline.TypeText})
+		if len(probs) != 1 || probs[0].Kind != ProblemColumnMissing || probs[0].Fix != "write name: dev for this column in postgres.columns" ||
+			!strings.Contains(probs[0].Message, `a column "dev" does: names in postgres.columns are case-sensitive`) {
+			t.Fatalf("problems %v, want one column_missing naming dev", probs)
+		}
+	})
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	tbl := uniqueName(t)
+	schema := tbl + "_s"
+	for _, q := range []string{"CREATE TABLE " + tbl + " (stream text, stream_seq int8, payload jsonb)",
+		"CREATE SCHEMA " + schema, "CREATE TABLE " + schema + ".ev (stream text, stream_seq int8, payload jsonb)"} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+	upper := strings.ToUpper(tbl[:1]) + tbl[1:]
+	for _, tc := range []struct{ table, write string }{
+		{upper, tbl},                                      // on search_path
+		{"PUBLIC." + upper, "public." + tbl},              // in the schema named, itself in another case
+		{strings.ToUpper(schema) + ".Ev", schema + ".ev"}, // in a schema off search_path
+	} {
+		t.Run(tc.table, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.URL, cfg.Table = pg.URL, tc.table
+			s, err := New(ctx, cfg, testCols, &recDL{}, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			probs, err := s.Check(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(probs) != 1 || probs[0].Kind != ProblemTableMissing || probs[0].InitMakes() ||
+				probs[0].Fix != "write postgres.table: "+tc.write || !strings.Contains(probs[0].Message, "case-sensitive") {
+				t.Fatalf("problems %v, want one table_missing, not one init makes, saying to write %s", probs, tc.write)
+			}
+			if err := s.Init(ctx); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "write postgres.table: "+tc.write) {
+				t.Fatalf("Init: %v, want ErrInvalidConfig saying to write %s", err, tc.write)
+			}
+			cfg.CreateTable = true // run's create_table: New runs Init
+			if s, err := New(ctx, cfg, testCols, &recDL{}, testLogger(t)); !errors.Is(err, ErrInvalidConfig) {
+				if err == nil {
+					s.Close()
+				}
+				t.Fatalf("New with create_table: %v, want ErrInvalidConfig", err)
+			}
+			name, err := ParseTable(tc.table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var made bool
+			if err := admin.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name.Sanitize()).Scan(&made); err != nil || made {
+				t.Fatalf("a table %s was made (%v)", tc.table, err)
+			}
+		})
+	}
+}
+
 // A DEFERRABLE unique or primary key constraint on (stream, stream_seq)
 // cannot be exactly-once's ON CONFLICT arbiter (SQLSTATE 55000), not even
 // beside Init's non-deferrable index: Check reports it, and its fix, run,
