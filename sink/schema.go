@@ -184,7 +184,12 @@ func withSuffix(base, suffix string) string {
 // events (ErrNoKeyIndex too: ProblemCollation; on such a column Init
 // builds no index, which would not help), and a plain table with
 // inheritance children would store redeliveries again (ErrNoKeyIndex too:
-// ProblemInheritance; no index built either).
+// ProblemInheritance; no index built either). Where no such index can be
+// built (a table partitioned by another column, a foreign table, a
+// view) Init builds none, and fails with ErrNoKeyIndex and check's words.
+// It makes no table when one whose name differs in case alone is there
+// (ErrInvalidConfig: postgres.table is quoted, and would name a second
+// table beside it).
 func (s *Sink) Init(ctx context.Context) error {
 	var missing *Problem
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
@@ -213,7 +218,15 @@ func (s *Sink) Init(ctx context.Context) error {
 				has := func(k ProblemKind) bool {
 					return slices.ContainsFunc(probs, func(p Problem) bool { return p.Kind == k })
 				}
-				if !has(ProblemNoUniqueIndex) || has(ProblemCollation) || has(ProblemInheritance) {
+				// The key index Init cannot make (another relation
+				// holds its name, the table's partition key is another
+				// column, a foreign table or a view) is named below in
+				// check's words; building it would fail, or do nothing.
+				// On a read-only session the CREATE's own error says so.
+				cannotIndex := !has(ProblemReadOnly) && slices.ContainsFunc(probs, func(p Problem) bool {
+					return p.Kind == ProblemNoUniqueIndex && p.initCannot
+				})
+				if !has(ProblemNoUniqueIndex) || has(ProblemCollation) || has(ProblemInheritance) || cannotIndex {
 					// A usable key index is there (a primary key on
 					// the key, say): another would cost every insert,
 					// and its build would block writes at start. Or a
@@ -915,14 +928,25 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 			cannot := taken != "" || kind == "f" || kind == "v" || kind == "r" && partitions
 			if kind == "p" {
 				var parts []int16
-				if err := c.QueryRow(ctx, "SELECT partattrs::int2[] FROM pg_partitioned_table WHERE partrelid = $1", *oid).Scan(&parts); err != nil {
+				var by string
+				if err := c.QueryRow(ctx, "SELECT partattrs::int2[], pg_get_partkeydef(partrelid) FROM pg_partitioned_table WHERE partrelid = $1",
+					*oid).Scan(&parts, &by); err != nil {
 					return nil, fmt.Errorf("check the partition key of %s on %s: %w", tname, s.where, err)
 				}
+				otherKey := false
 				for _, a := range parts { // 0: an expression
-					cannot = cannot || (a != attrs[s.streamC].num && a != attrs[s.seqC].num)
+					otherKey = otherKey || (a != attrs[s.streamC].num && a != attrs[s.seqC].num)
 				}
-				msg += " (on a partitioned table a unique index must hold the partition key's columns: the table must be " +
-					"partitioned by those columns, or by one of them, for exactly-once)"
+				if otherKey {
+					// PostgreSQL refuses the CREATE UNIQUE INDEX (0A000),
+					// and a table's partition key cannot change: the fix
+					// is another table, or another mode.
+					cannot = true
+					msg += fmt.Sprintf(", nor can there be: on a partitioned table a unique index must hold the partition key's "+
+						"columns, and %s is partitioned by others (PARTITION BY %s)", tname, by)
+					fix = fmt.Sprintf("write into a table partitioned by %s, by %s, or by both (a new table: the partition key "+
+						"of a table cannot change), or use postgres.mode: at-least-once", s.seqC, s.streamC)
+				}
 			}
 			if kind == "f" || kind == "v" {
 				msg += " (a foreign table or a view has no index of its own: exactly-once needs a table)"

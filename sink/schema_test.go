@@ -1470,6 +1470,11 @@ func TestCheckTablesEveryBatchFails(t *testing.T) {
 // A missing exactly-once key index on a table partitioned by another
 // column is not one Init can make (CREATE UNIQUE INDEX fails, 0A000):
 // check said create_table would fix it, and run then failed at start.
+// Then check's fix was still that CREATE UNIQUE INDEX, and Init ran it
+// and failed with "create table ...: unique constraint on partitioned
+// table must include all partitioning columns": the fix now says what
+// can be done, Init fails with check's words, building nothing, and the
+// partition key is spoken of only where it is another column.
 func TestCheckKeyIndexOfAPartitionedTable(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
@@ -1491,17 +1496,33 @@ func TestCheckKeyIndexOfAPartitionedTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var found bool
+		var found *Problem
 		for _, p := range probs {
 			if p.Kind == ProblemNoUniqueIndex {
-				found = true
-				if p.InitMakes() != c.initMakes {
-					t.Errorf("partitioned by %s: InitMakes = %v, want %v: %s", c.by, p.InitMakes(), c.initMakes, p)
-				}
+				found = &p
 			}
 		}
-		if !found {
-			t.Errorf("partitioned by %s: problems %v, want no_unique_index", c.by, probs)
+		if found == nil {
+			t.Fatalf("partitioned by %s: problems %v, want no_unique_index", c.by, probs)
+		}
+		if found.InitMakes() != c.initMakes {
+			t.Errorf("partitioned by %s: InitMakes = %v, want %v: %s", c.by, found.InitMakes(), c.initMakes, found)
+		}
+		if says := strings.Contains(found.Message, "partition key"); says == c.initMakes {
+			t.Errorf("partitioned by %s: the message speaks of the partition key: %v, want %v: %s", c.by, says, !c.initMakes, found)
+		}
+		err = s.Init(ctx)
+		if c.initMakes {
+			if err != nil {
+				t.Errorf("partitioned by %s: Init: %v", c.by, err)
+			}
+			continue
+		}
+		if strings.HasPrefix(found.Fix, "CREATE UNIQUE INDEX") || !strings.Contains(found.Fix, "postgres.mode: at-least-once") {
+			t.Errorf("partitioned by %s: fix %q, want one that can be done", c.by, found.Fix)
+		}
+		if !errors.Is(err, ErrNoKeyIndex) || !strings.Contains(err.Error(), found.String()) {
+			t.Errorf("partitioned by %s: Init: %v, want ErrNoKeyIndex with check's words %q", c.by, err, found)
 		}
 	}
 }
