@@ -43,8 +43,19 @@
 // discard_new_per_subject), without Options.AllowMaxMsgsPerSubject
 // (ErrNoReader): each replayed event would push out the oldest of its
 // subject, perhaps one jetsink has not read yet (the event of the letter
-// replayed just before), while the letters are deleted. A dry run checks
-// the event stream too. Nor is a letter of a key-value bucket's event (its
+// replayed just before), while the letters are deleted. Nor is one whose
+// event stream, at its max_msgs or max_bytes with discard old, would drop
+// a message its reader has not acked to store the event, without
+// Options.AllowDiscardOld (ErrNoReader): the reader is Options.Consumer,
+// or else the consumer the letters name if the stream has it, and the
+// messages after its ack floor are the ones kept (all of them, without a
+// reader); max_bytes counts each replayed event as its subject, headers
+// and body plus 34 bytes, what nats-server's file store adds (see room).
+// Publishers fill the stream meanwhile: within 256 letters of its limit,
+// the stream's state and the ack floor are read again before each letter
+// (else every 256 letters, or every second), so only a publisher faster
+// than one letter's round trip can still push out an unread event. A dry
+// run checks the event stream too, counting the letters it would replay. Nor is a letter of a key-value bucket's event (its
 // Jetsink-Subject under $KV., or a KV-Operation header) re-published, with
 // or without options (ErrKeyValue, Report.KeyValue): it would be written
 // into the bucket again, a delete or purge removing the key's current

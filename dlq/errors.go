@@ -32,7 +32,8 @@ var (
 	// it, or, in a stream with interest retention, be dropped at once
 	// although the stream acknowledges it. Replay wraps it too when the
 	// event would not be stored as it was, or could be dropped before
-	// jetsink reads it (Options.AllowMaxMsgsPerSubject), or the letter's
+	// jetsink reads it (Options.AllowMaxMsgsPerSubject), or would push
+	// out one not read yet (Options.AllowDiscardOld), or the letter's
 	// subject is not one to publish to. The dead letter stays.
 	ErrNoReader = errors.New("dlq: nothing would read the replayed event")
 	// ErrKeyValue: the letter's event is a key-value bucket's (its

@@ -201,9 +201,17 @@ type Options struct {
 	// (the event of the letter replayed just before), and the letters are
 	// deleted all the same.
 	AllowMaxMsgsPerSubject bool
-	DryRun                 bool // list only: publish nothing, delete nothing
-	Keep                   bool // re-publish but do not delete the dead letters
-	Limit                  int  // stop after this many matches (0: no limit)
+	// AllowDiscardOld replays into an event stream with max_msgs or
+	// max_bytes and discard old even where the replayed events would
+	// push out messages its reader has not acked, which Replay otherwise
+	// refuses (ErrNoReader): the stream drops its oldest messages to store
+	// new ones, read or not, and the letters are deleted all the same.
+	// The reader is Consumer, or else the consumer the letters name if the
+	// stream has it; without one, Replay refuses to push out any message.
+	AllowDiscardOld bool
+	DryRun          bool // list only: publish nothing, delete nothing
+	Keep            bool // re-publish but do not delete the dead letters
+	Limit           int  // stop after this many matches (0: no limit)
 	// FetchWait bounds the wait for the next batch of the stream (default
 	// 2s). A wait that brings nothing while the stream still holds a
 	// dead letter to read is a stall: it is retried with twice the wait,
@@ -354,7 +362,7 @@ func Replay(intake, hard context.Context, js jetstream.JetStream, o Options, eac
 		return rep, fmt.Errorf("%w: dead-letter stream %s denies deletes (deny_delete): every letter replayed would stay, its event stored too; "+
 			"pass --keep to replay them all the same", ErrInvalidOptions, o.Stream)
 	}
-	rs := &readers{js: js, name: o.Consumer, perSubject: o.AllowMaxMsgsPerSubject, of: map[string]readerOf{}, windows: map[string]streamOf{}}
+	rs := &readers{js: js, name: o.Consumer, perSubject: o.AllowMaxMsgsPerSubject, discardOld: o.AllowDiscardOld, dryRun: o.DryRun, of: map[string]readerOf{}, windows: map[string]streamOf{}}
 	last := info.State.LastSeq
 	if o.Filter.LastSeq != 0 {
 		last = min(last, o.Filter.LastSeq)
@@ -534,8 +542,15 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 		out.Err = err
 	} else if window, err := rs.window(ctx, l, wait); err != nil { // a dry run too: it only reads
 		out.Err = err
-	} else if !o.DryRun {
+	} else if err := rs.room(ctx, l, wait); err != nil { // a dry run too, counting what it would replay
+		out.Err = err
+	} else if o.DryRun {
+		rs.take(l) // as if replayed, for the room of the letters after it
+	} else {
 		out = replayOne(ctx, js, stream, l, o.Keep, wait, window)
+		if out.Replayed || out.Unsure {
+			rs.take(l)
+		}
 	}
 	if out.Replayed {
 		rep.Replayed++
@@ -571,6 +586,8 @@ type readers struct {
 	js         jetstream.JetStream
 	name       string              // "": no check
 	perSubject bool                // Options.AllowMaxMsgsPerSubject
+	discardOld bool                // Options.AllowDiscardOld
+	dryRun     bool                // Options.DryRun
 	of         map[string]readerOf // by event stream
 	windows    map[string]streamOf // by event stream
 }
@@ -585,6 +602,7 @@ type streamOf struct {
 	subjects  []string                          // nil: not checked
 	transform *jetstream.SubjectTransformConfig // nil: none, or one that changes no subject
 	drops     string                            // the max_msgs_per_subject that drops a subject's oldest message, "" if none (see dropsPerSubject)
+	room      *room                             // nil unless it drops its oldest messages once full (see discardsOld)
 }
 
 // dropsPerSubject describes cfg's max_msgs_per_subject if the stream drops
@@ -752,6 +770,9 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 		}
 		cfg := s.CachedInfo().Config
 		so = streamOf{window: cfg.Duplicates, transform: transforms(cfg.SubjectTransform), drops: dropsPerSubject(&cfg)}
+		if limits := discardsOld(&cfg); limits != "" {
+			so.room = &room{stream: s, limits: limits, maxMsgs: max(cfg.MaxMsgs, 0), maxBytes: max(cfg.MaxBytes, 0), dryRun: r.dryRun}
+		}
 		if cfg.Mirror == nil && len(cfg.Sources) == 0 {
 			// A stream that sources others holds events published to
 			// subjects it does not capture; their re-publish is stored

@@ -1,0 +1,262 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// fullStream replaces setup's EV with one of cfg's limits (discard old),
+// with the durable consumer jetsink on it, and publishes events to ev.9:
+// read of them are fetched and acked by jetsink, in order, the rest not.
+func fullStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, read, events int) jetstream.Stream {
+	t.Helper()
+	if err := js.DeleteStream(ctx, "EV"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name, cfg.Subjects, cfg.Discard = "EV", []string{"ev.>"}, jetstream.DiscardOld
+	s, err := js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "jetsink", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishEvents(t, ctx, js, read)
+	for n := 0; n < read; { // a fetch may bring fewer than asked for
+		batch, err := c.Fetch(read-n, jetstream.FetchContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			t.Fatal(err)
+		}
+	}
+	publishEvents(t, ctx, js, events-read)
+	return s
+}
+
+// publishEvents publishes n events to ev.9, as a publisher of the stream.
+func publishEvents(t *testing.T, ctx context.Context, js jetstream.JetStream, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := js.Publish(ctx, "ev.9", []byte(fmt.Sprintf(`{"event":%d}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// streamState is EV's first and last sequence and its message count.
+func streamState(t *testing.T, ctx context.Context, s jetstream.Stream) jetstream.StreamState {
+	t.Helper()
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State
+}
+
+// An event stream with max_msgs and discard old, full of events jetsink
+// has not read, is not replayed into: the replayed event would push out the
+// oldest of them, which jetsink would never read, while its letter is
+// deleted. The letter stays, naming the limit, the stream and the reader's
+// ack floor, and the dry run says so too. Once jetsink has read enough
+// (its ack floor moved) the letter is replayed, pushing out only an event
+// read; AllowDiscardOld replays it all the same. Without a reader known
+// (no Options.Consumer, a letter that names none) no message may be pushed
+// out: a stream with room for the letter beside all it holds is replayed
+// into, a full one is not, read or not.
+func TestReplayRefusesToPushOutUnreadEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		consumer     string // Options.Consumer
+		writtenBy    string // the letter's Jetsink-Consumer
+		read, events int    // events jetsink acked, of those published
+		max          int64  // max_msgs
+		allow        bool
+		replayed     bool
+		says         string // the refusal's
+		first        uint64 // the event stream's first sequence after it
+	}{
+		// The review's reproduction: the bad event 1, read (dead-lettered),
+		// then 5 unread: the stream holds 2-6.
+		{"full of unread events", "jetsink", "", 1, 6, 5, false, false,
+			"stream EV, the letter's Jetsink-Stream, drops its oldest messages to store new ones (max_msgs 5, discard old), " +
+				"and has no room: it held 5 messages, 5 of them after consumer jetsink's ack floor (stream sequence 1), not read yet", 2},
+		{"room where jetsink read", "jetsink", "", 3, 6, 5, false, true, "", 3},
+		{"allowed", "jetsink", "", 1, 6, 5, true, true, "", 3},
+		// The reader the letter names, when Options.Consumer does not.
+		{"the letter's consumer, full", "", "jetsink", 1, 6, 5, false, false,
+			"it held 5 messages, 5 of them after consumer jetsink's ack floor (stream sequence 1)", 2},
+		{"the letter's consumer, room", "", "jetsink", 3, 6, 5, false, true, "", 3},
+		{"no reader known, full", "", "", 5, 5, 5, false, false, "it held 5 messages; its reader is not known", 1},
+		{"no reader known, room", "", "", 0, 4, 5, false, true, "", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			js, ctx := setup(t, 0)
+			s := fullStream(t, ctx, js, jetstream.StreamConfig{MaxMsgs: tc.max}, tc.read, tc.events)
+			before := streamState(t, ctx, s)
+			var h nats.Header // none: a letter of an older version
+			if tc.writtenBy != "" {
+				h = nats.Header{consumer.HeaderConsumer: {tc.writtenBy}}
+			}
+			putLetterData(t, ctx, js, "dlq.EV", 0, []byte("{}"), h)
+			for _, dry := range []bool{true, false} {
+				var errs []error
+				rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", Consumer: tc.consumer, DryRun: dry, AllowDiscardOld: tc.allow},
+					func(l *Letter, out Outcome) {
+						if out.Err != nil {
+							errs = append(errs, out.Err)
+						}
+					})
+				wantReplayed := 0
+				if tc.replayed && !dry {
+					wantReplayed = 1
+				}
+				wantFailed := 1
+				if tc.replayed {
+					wantFailed = 0
+				}
+				if err != nil || rep.Matched != 1 || rep.Replayed != wantReplayed || rep.Failed != wantFailed {
+					t.Fatalf("dry run %v: report %+v, %v; want %d replayed, %d failed", dry, rep, err, wantReplayed, wantFailed)
+				}
+				for _, err := range errs {
+					if !errors.Is(err, ErrNoReader) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "--allow-discard-old") {
+						t.Errorf("dry run %v: %v; want ErrNoReader with %q", dry, err, tc.says)
+					}
+				}
+				if dry {
+					if after := streamState(t, ctx, s); after.FirstSeq != before.FirstSeq || after.LastSeq != before.LastSeq {
+						t.Fatalf("dry run: the stream went from %+v to %+v", before, after)
+					}
+				}
+			}
+			after := streamState(t, ctx, s)
+			letters := testenv.StreamMsgs(t, ctx, js, "EV_DLQ")
+			if tc.replayed && (after.LastSeq != before.LastSeq+1 || letters != 0) || !tc.replayed && (after.LastSeq != before.LastSeq || letters != 1) {
+				t.Fatalf("event stream %+v (before %+v), %d letters left", after, before, letters)
+			}
+			if after.FirstSeq != tc.first {
+				t.Fatalf("event stream's first sequence %d, want %d", after.FirstSeq, tc.first)
+			}
+		})
+	}
+}
+
+// max_bytes counts what the stream stores of a message: its subject,
+// headers and body and the store's own bytes, storedSize's estimate. A
+// letter whose event would push out bytes of events jetsink has not read,
+// by one byte, stays; the next, one byte smaller, is replayed, and fills
+// the stream to max_bytes exactly, pushing out nothing.
+func TestReplayRefusesToPushOutUnreadBytes(t *testing.T) {
+	js, ctx := setup(t, 0)
+	s := fullStream(t, ctx, js, jetstream.StreamConfig{MaxBytes: 1500}, 0, 4) // none read
+	before := streamState(t, ctx, s)
+	// What a letter's event takes without a body: all letters 0-9 carry
+	// headers of the same length.
+	dlq, err := js.Stream(ctx, "EV_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack := putLetterData(t, ctx, js, "dlq.EV", 0, nil, nil)
+	raw, err := dlq.GetMsg(ctx, ack.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := letter(&jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: raw.Sequence}, Timestamp: raw.Time}, raw.Header, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dlq.DeleteMsg(ctx, raw.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	room := 1500 - int64(before.Bytes) - storedSize(l) // the body that fits
+	if room < 10 {
+		t.Fatalf("4 events take %d bytes: too many for the test", before.Bytes)
+	}
+	putLetterData(t, ctx, js, "dlq.EV", 1, []byte(strings.Repeat("x", int(room+1))), nil)
+	putLetterData(t, ctx, js, "dlq.EV", 2, []byte(strings.Repeat("y", int(room))), nil)
+	by := map[string]Outcome{}
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink"}, func(l *Letter, out Outcome) { by[l.Subject] = out })
+	if err != nil || rep.Replayed != 1 || rep.Failed != 1 || !by["ev.2"].Deleted {
+		t.Fatalf("report %+v, %v, outcomes %+v; want ev.1's letter refused, ev.2's replayed", rep, err, by)
+	}
+	if err := by["ev.1"].Err; !errors.Is(err, ErrNoReader) || !strings.Contains(err.Error(), "(max_bytes 1500, discard old)") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("it held %d bytes, about %d of them in the 4 messages after consumer jetsink's ack floor (stream sequence 0), not read yet, "+
+			"and the event takes about %d", before.Bytes, before.Bytes, storedSize(l)+room+1)) {
+		t.Fatalf("ev.1: %v", err)
+	}
+	after := streamState(t, ctx, s)
+	if after.Bytes != 1500 || after.FirstSeq != before.FirstSeq || after.Msgs != before.Msgs+1 {
+		t.Fatalf("event stream %+v (before %+v): want max_bytes reached exactly, nothing pushed out", after, before)
+	}
+}
+
+// A publisher that fills the stream while the replay runs is seen: near
+// its limit, the stream's state and jetsink's ack floor are read again
+// before each letter. jetsink has read all 5 events, so the stream
+// (max_msgs 10) has room for 10; after the first letter's event, 9 unread
+// events come: the other two letters stay, and the stream keeps every
+// event not read.
+func TestReplayReadsTheRoomAgainNearTheLimit(t *testing.T) {
+	base, ctx := setup(t, 0)
+	s := fullStream(t, ctx, base, jetstream.StreamConfig{MaxMsgs: 10}, 5, 5)
+	for i := range 3 {
+		putLetterData(t, ctx, base, "dlq.EV", i, nil, nil)
+	}
+	js := &hookJS{JetStream: base}
+	js.afterPublish = func() {
+		if len(js.answers) == 1 {
+			publishEvents(t, ctx, base, 9)
+		}
+	}
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink"})
+	if err != nil || rep.Replayed != 1 || rep.Failed != 2 || !by["ev.0"].Deleted {
+		t.Fatalf("report %+v, %v, outcomes %+v; want the first replayed, the other two refused", rep, err, by)
+	}
+	for _, subj := range []string{"ev.1", "ev.2"} {
+		if err := by[subj].Err; !errors.Is(err, ErrNoReader) || !strings.Contains(err.Error(), "it held 10 messages, 10 of them after consumer jetsink's ack floor (stream sequence 5)") {
+			t.Errorf("%s: %v", subj, err)
+		}
+	}
+	// 15 events: the 5 read pushed out, the replayed one and the 9 new
+	// ones kept.
+	if st := streamState(t, ctx, s); st.FirstSeq != 6 || st.LastSeq != 15 || testenv.StreamMsgs(t, ctx, base, "EV_DLQ") != 2 {
+		t.Fatalf("event stream %+v, %d letters left; want 6-15 and 2", st, testenv.StreamMsgs(t, ctx, base, "EV_DLQ"))
+	}
+}
+
+// A dry run counts the letters it would replay against the room: with
+// room for one event, of two letters it says one would be replayed and
+// the other not, as the replay then does.
+func TestReplayDryRunCountsTheRoom(t *testing.T) {
+	js, ctx := setup(t, 0)
+	s := fullStream(t, ctx, js, jetstream.StreamConfig{MaxMsgs: 5}, 0, 4)
+	for i := range 2 {
+		putLetter(t, ctx, js, "dlq.EV", i)
+	}
+	for _, dry := range []bool{true, false} {
+		rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink", DryRun: dry})
+		if err != nil || rep.Matched != 2 || rep.Failed != 1 || by["ev.0"].Err != nil || !errors.Is(by["ev.1"].Err, ErrNoReader) {
+			t.Fatalf("dry run %v: report %+v, %v, outcomes %+v; want ev.0's letter replayed, ev.1's refused", dry, rep, err, by)
+		}
+	}
+	if st := streamState(t, ctx, s); st.FirstSeq != 1 || st.Msgs != 5 {
+		t.Fatalf("event stream %+v: want 1-5, nothing pushed out", st)
+	}
+}
