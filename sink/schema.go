@@ -1169,13 +1169,21 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel *uint32) ([]P
 	for i, col := range s.cols {
 		names[i] = col.Name
 	}
+	// lackIns, lackSel: the mapped columns without the column privilege,
+	// of mappedN there; named in the fix when some have it (a column
+	// grant that missed a column), not when none has.
+	var lackIns, lackSel []string
+	var mappedN int
 	err := c.QueryRow(ctx, `WITH mapped AS (SELECT a.attname FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0
 			AND NOT a.attisdropped AND a.attname = ANY($2::text[]))
 		SELECT has_table_privilege($1::oid, 'INSERT') OR NOT EXISTS (SELECT FROM mapped WHERE NOT has_column_privilege($1::oid, attname, 'INSERT')),
 		has_table_privilege($1::oid, 'SELECT') OR NOT EXISTS (SELECT FROM mapped WHERE NOT has_column_privilege($1::oid, attname, 'SELECT')),
 		has_database_privilege(current_database(), 'TEMP'), pg_is_in_recovery(), current_setting('transaction_read_only'),
-		coalesce(row_security_active($1::oid), false)`, rel, names).
-		Scan(&insert, &sel, &temp, &recovery, &readOnly, &rls)
+		coalesce(row_security_active($1::oid), false),
+		ARRAY(SELECT attname::text FROM mapped WHERE NOT has_column_privilege($1::oid, attname, 'INSERT') ORDER BY attname),
+		ARRAY(SELECT attname::text FROM mapped WHERE NOT has_column_privilege($1::oid, attname, 'SELECT') ORDER BY attname),
+		(SELECT count(*) FROM mapped)`, rel, names).
+		Scan(&insert, &sel, &temp, &recovery, &readOnly, &rls, &lackIns, &lackSel, &mappedN)
 	if err != nil {
 		return nil, fmt.Errorf("check privileges on %s on %s: %w", tname, s.where, err)
 	}
@@ -1185,12 +1193,27 @@ func (s *Sink) checkWritable(ctx context.Context, c *pgx.Conn, rel *uint32) ([]P
 			Message: fmt.Sprintf("jetsink's role may not %s %s, which every batch needs", priv, on),
 			Fix:     fmt.Sprintf("GRANT %s ON %s TO <jetsink's role>", priv, on)})
 	}
+	grantCols := func(priv string, lack []string) {
+		if len(lack) == 0 || len(lack) == mappedN {
+			grant(priv, tname)
+			return
+		}
+		cols := make([]string, len(lack))
+		for i, l := range lack {
+			cols[i] = pgx.Identifier{l}.Sanitize()
+		}
+		list := strings.Join(cols, ", ")
+		probs = append(probs, Problem{Kind: ProblemPrivilege,
+			Message: fmt.Sprintf("jetsink's role has %s on some mapped columns of %s but not on %s, which every batch needs",
+				priv, tname, list),
+			Fix: fmt.Sprintf("GRANT %s (%s) ON %s TO <jetsink's role> (or GRANT %s ON %s TO <jetsink's role>)", priv, list, tname, priv, tname)})
+	}
 	if !insert {
-		grant("INSERT", tname)
+		grantCols("INSERT", lackIns)
 	}
 	if s.cfg.Mode == ExactlyOnce {
 		if !sel {
-			grant("SELECT", tname)
+			grantCols("SELECT", lackSel)
 		}
 		if !temp {
 			grant("TEMP", "DATABASE "+pgx.Identifier{c.Config().Database}.Sanitize())
