@@ -596,6 +596,11 @@ func (o *Options) defaults() error {
 	if err := o.publishOptions("bench", o.scenarioLoad()).Validate(); err != nil {
 		return fmt.Errorf("%w: the publisher: %w", ErrInvalidOptions, err)
 	}
+	if o.Embedded {
+		if err := o.fitsDisk(os.TempDir()); err != nil {
+			return err
+		}
+	}
 	for _, v := range o.Variants {
 		cfg, err := o.variantConfig(v)
 		if err != nil {
@@ -857,6 +862,44 @@ func (o *Options) scenarioLoad() loadgen.Options {
 		return loadgen.Options{Rate: o.Rate, Duration: o.Duration}
 	}
 	return loadgen.Options{Events: o.Events}
+}
+
+// Bytes a run's event takes at the least on the embedded servers' disk:
+// in the stream, its subject, Nats-Msg-Id and the file store's record
+// framing beside the body (~100 bytes); in PostgreSQL, its row's tuple
+// header and typed columns (~150 bytes), before any index or WAL. The
+// estimate is low on purpose: it refuses only a run that cannot fit.
+const (
+	streamBytesPerEvent = 100
+	rowBytesPerEvent    = 150
+	bareEventBytes      = 180 // loadgen's unpadded telemetry event
+)
+
+// fitsDisk refuses a run whose events cannot fit on the file system of dir,
+// where the embedded nats-server and PostgreSQL keep their data: the stream
+// holds every event until the run ends, so a rate or an event count far
+// beyond the disk (--rate 1e12 --duration 1s is a trillion events) would
+// otherwise publish until the disk filled or --timeout ended the run, minutes
+// later. Where the free space cannot be read, nothing is refused.
+func (o *Options) fitsDisk(dir string) error {
+	free, ok := freeBytes(dir)
+	if !ok {
+		return nil
+	}
+	body := max(o.EventBytes, bareEventBytes)
+	need := float64(o.scenarioLoad().Total()) * float64(body+streamBytesPerEvent+body+rowBytesPerEvent)
+	if need <= float64(free) {
+		return nil
+	}
+	return fmt.Errorf("%w: %d events need at least %s on the embedded servers' disk (the stream keeps them all until the run ends, "+
+		"and each is a row in PostgreSQL), and %s has %s free: publish fewer (--events, or --rate x --duration), "+
+		"or set TMPDIR to a larger disk", ErrInvalidOptions, o.scenarioLoad().Total(),
+		gib(need), dir, gib(float64(free)))
+}
+
+// gib is n bytes in GiB, for a message.
+func gib(n float64) string {
+	return strconv.FormatFloat(n/(1<<30), 'f', 1, 64) + " GiB"
 }
 
 func variantSuffix(v Variant) string {

@@ -769,6 +769,22 @@ func TestOptionsValidate(t *testing.T) {
 		}
 	}
 
+	// A run the embedded servers' disk cannot hold is refused before they
+	// start (a trillion events at 280 bytes each is 255 TiB); a small one,
+	// or one against configured servers, is not.
+	huge := Options{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: 1e12, Duration: time.Second, Embedded: true, Base: config.Default()}
+	if err := huge.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "1000000000000 events need at least") || !strings.Contains(err.Error(), "TMPDIR") {
+		t.Errorf("--rate 1e12 --duration 1s on the embedded servers: %v, want ErrInvalidOptions naming the space and TMPDIR", err)
+	}
+	huge.Embedded = false
+	if err := huge.defaults(); err != nil {
+		t.Errorf("--rate 1e12 --duration 1s against configured servers: %v, want nil (their disk is not ours to read)", err)
+	}
+	small := Options{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 1_000_000, EventBytes: 1024, Embedded: true, Base: config.Default()}
+	if err := small.defaults(); err != nil {
+		t.Errorf("a 1M-event drain on the embedded servers: %v, want nil", err)
+	}
+
 	// Events padded past pipeline.max_event_bytes would all be
 	// dead-lettered: refused, per variant.
 	o := Options{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, EventBytes: 2048, Base: config.Default()}
