@@ -101,7 +101,9 @@ func (p Problem) String() string {
 // stream capturing the dead-letter subject; with cfg.StoredSeq, a stream
 // whose sequence restarted under the table's rows (see Run); with
 // cfg.Destination, a durable whose record names another destination (a
-// warning: see destinationKey); a connection in the clear that carries
+// warning: see destinationKey), or a durable yet to be made beside
+// another of that destination (an error in at-least-once mode, a warning
+// with StoredSeq: siblingProblem); a connection in the clear that carries
 // credentials to an address that is not loopback (a warning:
 // clearTextProblem). The error is for a failure to check at all (bad config wraps ErrInvalidConfig; an unreachable server is
 // the connect error).
@@ -790,6 +792,15 @@ func durableInfo(ctx context.Context, js jetstream.JetStream, stream, name strin
 func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, interest bool) []Problem {
 	info, err := durableInfo(ctx, js, cfg.Stream, cfg.Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		others, held, cut, err := siblings(ctx, js, &cfg)
+		switch {
+		case err != nil:
+			return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it, from the start of the stream; "+
+				"could not look for other durable consumers of this destination, whose events it would store again: %v", cfg.Consumer, err),
+				Fix: "allow " + apiSubjects(cfg, "CONSUMER.LIST."+cfg.Stream)}}
+		case len(others) > 0:
+			return []Problem{siblingProblem(&cfg, others, held, cfg.StoredSeq != nil, interest, cut)}
+		}
 		return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it", cfg.Consumer)}}
 	}
 	if err != nil {

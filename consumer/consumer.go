@@ -116,6 +116,10 @@ type Consumer struct {
 	// resumeUnsure: a consumer made past the floor whose stream could not
 	// be confirmed after (ensureConsumer). Run's goroutine only.
 	resumeUnsure bool
+	// starting: New's call of ensureConsumer, which refuses a durable
+	// made beside another of this destination (lookForSiblings); Run's
+	// warn. New's goroutine, then Run's.
+	starting bool
 	// interest: the event stream has interest retention, where deleting
 	// the durable deletes its events (ensureStream; holdFirst).
 	interest atomic.Bool
@@ -419,7 +423,10 @@ type Lag struct {
 // created with file storage, or its subjects updated. Otherwise a missing
 // stream fails with an error wrapping ErrStreamNotFound. Errors from Validate
 // wrap ErrInvalidConfig; so does a dead-letter subject the bound stream
-// itself captures, or a nats.pull_max_bytes below the server's max_payload.
+// itself captures, or a nats.pull_max_bytes below the server's max_payload;
+// so does, in at-least-once mode (no StoredSeq), a durable to be made from
+// the start of the stream beside another that a jetsink writing to
+// Destination used (a renamed nats.consumer: lookForSiblings).
 // ctx bounds the setup only.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
@@ -851,6 +858,8 @@ func (c *Consumer) setup(ctx context.Context) error {
 	if err := c.ensureDeadLetterStream(ctx); err != nil {
 		return err
 	}
+	c.starting = true // lookForSiblings refuses, at New only
+	defer func() { c.starting = false }()
 	return c.ensureConsumer(ctx, nil)
 }
 

@@ -260,7 +260,10 @@ func (c *Consumer) currentInfo(ctx context.Context) (map[string]string, *jetstre
 // (ErrInvalidConfig, with check's words and fix) before asking the server;
 // one whose replay policy is original it takes, and warns of, as check
 // does. It records Config.Destination (destinationKey), warning first, as
-// check reports, when the record names another.
+// check reports, when the record names another. A durable it makes from
+// the start of the stream beside another of this destination
+// (lookForSiblings) it refuses at New in at-least-once mode
+// (ErrInvalidConfig), and warns of otherwise.
 func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) error {
 	cfg := &c.cfg
 	c.metaMu.Lock()
@@ -351,6 +354,15 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	resumed := false
 	if prev == nil {
 		if resumed, err = c.resumeAfterFloor(ctx, &cc); err != nil {
+			return err
+		}
+	}
+	if prev == nil && !resumed {
+		// Made from the start of the stream: the events another
+		// durable of this destination delivered are stored again (a
+		// renamed nats.consumer). Refused at New only: a running
+		// jetsink whose durable went keeps running, warned.
+		if err := c.lookForSiblings(ctx, c.starting); err != nil {
 			return err
 		}
 	}

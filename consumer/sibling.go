@@ -1,0 +1,179 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/pipeline"
+)
+
+// siblingLimit bounds how many of the event stream's consumers siblings
+// reads (the server pages them 256 at a time): a stream may have many,
+// and the look is made before each new durable, inside New's time. A
+// variable for the tests.
+var siblingLimit = 4096
+
+// siblings lists the durables on the event stream other than
+// nats.consumer that a jetsink writing to cfg.Destination last used (its
+// metadata key destinationKey names it, compared as destinationProblem
+// does) and whose filter overlaps nats.filter_subject: events that
+// jetsink stored, a new durable named nats.consumer delivers again from
+// the start of the stream (a renamed nats.consumer; two instances of a
+// rolling update configured with two names). Those with disjoint filters split the stream's subjects
+// between them, as they should. It also returns how many events the
+// stream holds, and whether the list was cut at siblingLimit. Nothing
+// when cfg.Destination is "".
+func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (found []*jetstream.ConsumerInfo, held uint64, cut bool, err error) {
+	if cfg.Destination == "" {
+		return nil, 0, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, metaTimeout)
+	defer cancel()
+	stream, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
+	}
+	list := stream.ListConsumers(ctx)
+	n := 0
+	for info := range list.Info() {
+		if n++; n > siblingLimit {
+			// nats.go's lister blocks on its next send unless ctx has
+			// ended, which it looks at before each: end it, and drain.
+			cut = true
+			cancel()
+			continue
+		}
+		cc := &info.Config
+		if info.Name == cfg.Consumer || cc.Metadata[destinationKey] != cfg.Destination || !filtersOverlap(cc, cfg.FilterSubject) {
+			continue
+		}
+		found = append(found, info)
+	}
+	if err := list.Err(); err != nil && !cut {
+		return nil, 0, false, fmt.Errorf("list the consumers of stream %s: %w", cfg.Stream, err)
+	}
+	return found, stream.CachedInfo().State.Msgs, cut, nil
+}
+
+// filtersOverlap reports whether a subject both cc's filter and filter
+// ("" for every subject) let through may exist.
+func filtersOverlap(cc *jetstream.ConsumerConfig, filter string) bool {
+	theirs := slices.Clone(cc.FilterSubjects) // not appended to in cc
+	if cc.FilterSubject != "" {
+		theirs = append(theirs, cc.FilterSubject)
+	}
+	if len(theirs) == 0 || filter == "" {
+		return true
+	}
+	return slices.ContainsFunc(theirs, func(s string) bool { return pipeline.SubjectsOverlap(s, filter) })
+}
+
+// siblingProblem is the Problem of a new durable nats.consumer beside
+// others, durables that jetsinks writing to this destination used
+// (siblings), on a stream holding held events. In at-least-once mode
+// an error, which run refuses (Config: a bad nats.consumer; see
+// ensureConsumer): the new durable stores again every event the others'
+// jetsinks stored. In exactly-once mode (exactlyOnce) a warning: those
+// are skipped as duplicates, but read again. interest: the stream has
+// interest retention. cut: the list was cut at siblingLimit.
+func siblingProblem(cfg *Config, others []*jetstream.ConsumerInfo, held uint64, exactlyOnce, interest, cut bool) Problem {
+	var names, about []string
+	floor := others[0].AckFloor.Stream
+	for _, o := range others {
+		names = append(names, o.Name)
+		last := "has delivered nothing"
+		if t := o.Delivered.Last; t != nil {
+			last = "last delivered an event at " + t.UTC().Format(time.RFC3339)
+		}
+		about = append(about, fmt.Sprintf("%s (ack floor at stream sequence %d, %d events pending, %s)", o.Name, o.AckFloor.Stream, o.NumPending, last))
+		floor = min(floor, o.AckFloor.Stream)
+	}
+	msg := fmt.Sprintf("durable consumer %s does not exist yet, and stream %s has %s that a jetsink writing to %q used (metadata key %s): %s; "+
+		"a new durable delivers the stream from its start (%s)",
+		cfg.Consumer, cfg.Stream, plural(len(others), "durable consumer", "durable consumers"), cfg.Destination, destinationKey,
+		strings.Join(about, "; "), heldWords(held, cfg.FilterSubject))
+	if exactlyOnce {
+		msg += ": exactly-once skips those already stored, but reads them all again, and while a jetsink runs on " +
+			strings.Join(names, " or ") + " both read every event"
+	} else {
+		msg += ", so those already stored are stored again (at-least-once), and while a jetsink runs on " +
+			strings.Join(names, " or ") + " each event is stored twice"
+	}
+	if interest {
+		msg += "; this stream has interest retention: a durable left behind keeps every event it has not acknowledged until it is removed"
+	}
+	if cut {
+		msg += fmt.Sprintf(" (only the stream's first %d consumers were looked at)", siblingLimit)
+	}
+	lowest := ""
+	if len(others) > 1 {
+		lowest = " (the lowest of their ack floors)"
+	}
+	var rm []string
+	for _, n := range names {
+		rm = append(rm, "nats consumer rm "+shellWord(cfg.Stream)+" "+shellWord(n)+" --force")
+	}
+	// The new durable is made before the old is removed: on a stream
+	// with interest retention, removing it first deletes the events it
+	// holds.
+	fix := fmt.Sprintf("if nats.consumer was renamed: stop the jetsinks on %s; before %s's first start make it past their ack floor%s: %s "+
+		"(the floor as it is now: one that moved since, which nats consumer info shows, stores fewer again); then remove the old: %s. "+
+		"To store the stream again on purpose, make it from the start instead (%s), then remove the old",
+		strings.Join(names, " and "), cfg.Consumer, lowest, consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, deliverAfter(floor)),
+		strings.Join(rm, "; "), consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, "all"))
+	if exactlyOnce {
+		return Problem{Warning: true, Message: msg, Fix: fix}
+	}
+	return Problem{Config: true, Message: msg, Fix: fix}
+}
+
+// heldWords says which of a stream's held events a new durable of
+// filter delivers.
+func heldWords(held uint64, filter string) string {
+	if filter == "" {
+		return fmt.Sprintf("its %d events", held)
+	}
+	return fmt.Sprintf("of its %d events, those nats.filter_subject %s matches", held, filter)
+}
+
+// plural is "1 one" or "n many".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// lookForSiblings is ensureConsumer's look, before it makes durable
+// nats.consumer from the start of the stream, at the stream's other
+// durables of this destination (siblings): at New (starting) in
+// at-least-once mode it refuses (ErrInvalidConfig, with check's words)
+// when there are some; else it warns. A failure to list them is a
+// warning (an account may lack CONSUMER.LIST), not a reason to stop.
+func (c *Consumer) lookForSiblings(ctx context.Context, starting bool) error {
+	cfg := &c.cfg
+	others, held, cut, err := siblings(ctx, c.js, cfg)
+	if err != nil {
+		c.log.Warn("could not look for other durable consumers of this destination, whose events a new durable would store again: "+err.Error(),
+			"consumer", cfg.Consumer, "fix", "allow "+apiSubjects(*cfg, "CONSUMER.LIST."+cfg.Stream))
+		return nil
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	p := siblingProblem(cfg, others, held, cfg.StoredSeq != nil, c.interest.Load(), cut)
+	if !p.Warning && starting {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
+	}
+	var names []string
+	for _, o := range others {
+		names = append(names, o.Name)
+	}
+	c.log.Warn(p.Message, "fix", p.Fix, "consumer", cfg.Consumer, "other_consumers", names)
+	return nil
+}

@@ -1,0 +1,224 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// addDurable makes durable name on cfg's stream as a jetsink writing to
+// destination left it: explicit-ack pull, filter filter ("" for all),
+// its ack floor at stream sequence start-1.
+func addDurable(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config, name, destination, filter string, start uint64) {
+	t.Helper()
+	if _, err := js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start, FilterSubject: filter,
+		Metadata: map[string]string{destinationKey: destination}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// siblingStream makes cfg's stream, holding 10 events on two subjects
+// (in.<stream>.s0 and .s1).
+func siblingStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config) {
+	t.Helper()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ctx, js, cfg, 10, 2, 0)
+}
+
+// A renamed nats.consumer (durable A, used by a jetsink writing to this
+// destination, left; B new) made B from the start of the stream, storing
+// every event A's jetsink had stored again, at Info only, and check said
+// only "does not exist yet". In at-least-once mode New now refuses it
+// (ErrInvalidConfig) naming A, its ack floor and pending count, with the
+// commands that make B from A's floor and remove A, and check reports it
+// as an error; in exactly-once mode both warn. B is not made by the
+// refusal. A durable of another destination is not ours: nothing said.
+func TestNewDurableBesideAnotherOfTheDestination(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	const ours = "db1:5432/app public.events"
+	cfg := testConfig(t, srv)
+	cfg.Destination = ours
+	siblingStream(t, ctx, js, cfg)
+	a := cfg.Consumer + "_a"
+	addDurable(t, ctx, js, cfg, a, ours, "", 7) // floor 6, 4 pending
+
+	wants := []string{"durable consumer " + cfg.Consumer + " does not exist yet", a + " (ack floor at stream sequence 6, 4 events pending",
+		"its 10 events"}
+	fixWants := []string{"nats consumer add " + cfg.Stream + " " + cfg.Consumer + " --pull --ack explicit --deliver 7 --replay instant --defaults",
+		"nats consumer rm " + cfg.Stream + " " + a + " --force",
+		"nats consumer add " + cfg.Stream + " " + cfg.Consumer + " --pull --ack explicit --deliver all --replay instant --defaults"}
+	has := func(what, got string, wants []string) {
+		t.Helper()
+		for _, w := range wants {
+			if !strings.Contains(got, w) {
+				t.Fatalf("%s lacks %q:\n%s", what, w, got)
+			}
+		}
+	}
+
+	// At-least-once: refused, B not made.
+	_, err := New(ctx, cfg, testLogger(t, nil))
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("New beside %s: %v, want ErrInvalidConfig", a, err)
+	}
+	has("New's error", err.Error(), append(wants, append(fixWants, "each event is stored twice")...))
+	if _, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("durable %s after the refusal: %v, want none", cfg.Consumer, err)
+	}
+	ps, err := Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := siblingReported(ps, a)
+	if p == nil || p.Warning || !p.Config {
+		t.Fatalf("check reports %+v among %v; want an error naming %s", p, ps, a)
+	}
+	has("check's problem", p.String(), append(wants, fixWants...))
+
+	// Exactly-once: a warning, and B is made.
+	eo := cfg
+	eo.StoredSeq = func(context.Context, string) (uint64, error) { return 0, nil }
+	ps, err = Check(ctx, eo, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := siblingReported(ps, a); p == nil || !p.Warning || !strings.Contains(p.Message, "exactly-once skips those already stored") {
+		t.Fatalf("exactly-once check reports %+v among %v; want a warning naming %s", p, ps, a)
+	}
+	_, log := newLoggedConsumer(t, ctx, eo)
+	var line string
+	for l := range strings.Lines(log.String()) {
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, "does not exist yet") {
+			line = l
+		}
+	}
+	has("exactly-once New's Warn line", line, append(wants, fixWants...))
+
+	// Another destination: not ours.
+	other := cfg
+	other.Consumer, other.Destination = cfg.Consumer+"_c", "db1:5432/app public.other"
+	if got := checkText(t, ctx, other, false); strings.Contains(got, a) {
+		t.Fatalf("check of another destination names %s:\n%s", a, got)
+	}
+	if _, log := newLoggedConsumer(t, ctx, other); strings.Contains(log.String(), a) {
+		t.Fatalf("New of another destination names %s:\n%s", a, log.String())
+	}
+}
+
+// Durables of one destination whose filters split the stream's subjects
+// (one for in.<stream>.s0, one for .s1) deliver no event twice: a new
+// one beside the other is no rename, and nothing is said.
+func TestNewDurableOfAnotherFilterBesideOneOfTheDestination(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	const ours = "db1:5432/app public.events"
+	cfg := testConfig(t, srv)
+	cfg.Destination = ours
+	siblingStream(t, ctx, js, cfg)
+	s0 := cfg.Consumer + "_s0"
+	addDurable(t, ctx, js, cfg, s0, ours, subjectOf(cfg, 0, 2), 1)
+	cfg.FilterSubject = subjectOf(cfg, 1, 2)
+	if got := checkText(t, ctx, cfg, false); strings.Contains(got, s0) {
+		t.Fatalf("check of a disjoint filter names %s:\n%s", s0, got)
+	}
+	if _, log := newLoggedConsumer(t, ctx, cfg); strings.Contains(log.String(), s0) {
+		t.Fatalf("New of a disjoint filter names %s:\n%s", s0, log.String())
+	}
+}
+
+// siblingReported is the problem of ps naming durable name as one of this
+// destination, nil for none.
+func siblingReported(ps []Problem, name string) *Problem {
+	for i, p := range ps {
+		if strings.Contains(p.Message, "does not exist yet, and stream") && strings.Contains(p.Message, name) {
+			return &ps[i]
+		}
+	}
+	return nil
+}
+
+// A durable gone under a running jetsink, made again from the start of
+// the stream (no ack floor known to start past) beside another of this
+// destination, is warned of, not refused: refusing would stop a running
+// pipeline, which New's refusal exists to keep from starting.
+func TestDurableMadeAgainBesideAnotherOfTheDestinationWarns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	const ours = "db1:5432/app public.events"
+	cfg := testConfig(t, srv)
+	cfg.Destination = ours
+	siblingStream(t, ctx, js, cfg)
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	a := cfg.Consumer + "_a"
+	addDurable(t, ctx, js, cfg, a, ours, "", 7)
+	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ensureConsumer(ctx, nil); err != nil {
+		t.Fatalf("made again beside %s: %v, want a warning only", a, err)
+	}
+	if _, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatalf("durable %s not made again: %v", cfg.Consumer, err)
+	}
+	found := false
+	for l := range strings.Lines(log.String()) {
+		found = found || strings.Contains(l, "level=WARN") && strings.Contains(l, "does not exist yet, and stream") &&
+			strings.Contains(l, a+" (ack floor at stream sequence 6, 4 events pending")
+	}
+	if !found {
+		t.Fatalf("no Warn line naming %s with its floor and pending count; log:\n%s", a, log.String())
+	}
+}
+
+// The look at the stream's consumers stops at siblingLimit, says so, and
+// leaves no goroutine of nats.go's lister behind (goleak, TestMain).
+func TestSiblingsStopAtTheLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	const ours = "db1:5432/app public.events"
+	cfg := testConfig(t, srv)
+	cfg.Destination = ours
+	siblingStream(t, ctx, js, cfg)
+	for i := range 5 {
+		addDurable(t, ctx, js, cfg, cfg.Consumer+"_"+strconv.Itoa(i), ours, "", 1)
+	}
+	defer func(n int) { siblingLimit = n }(siblingLimit)
+	siblingLimit = 2
+	others, _, cut, err := siblings(ctx, js, &cfg)
+	if err != nil || !cut || len(others) != 2 {
+		t.Fatalf("siblings: %d found, cut %v, err %v; want 2, cut, no error", len(others), cut, err)
+	}
+	p := siblingReported(mustCheck(t, ctx, cfg), cfg.Consumer+"_")
+	if p == nil || !strings.Contains(p.Message, "2 durable consumers") || !strings.Contains(p.Message, "only the stream's first 2 consumers were looked at") {
+		t.Fatalf("check reports %+v; want 2 durables, and the cut said", p)
+	}
+}
+
+// mustCheck is Check's problems, failing t on its error.
+func mustCheck(t *testing.T, ctx context.Context, cfg Config) []Problem {
+	t.Helper()
+	ps, err := Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
