@@ -79,7 +79,13 @@ stream that drops a subject's oldest message to store a new one
 discard_new_per_subject): each replayed event would push out the oldest of
 its subject, perhaps one jetsink has not read yet (the letter replayed just
 before it), while the letters are deleted; --allow-max-msgs-per-subject
-replays into it all the same. Nor into a stream whose config the user may
+replays into it all the same. Nor is it published into a stream with
+max_msgs or max_bytes and discard old where it would push out an event
+nats.consumer (or, unset, the consumer the letter names) has not acked
+yet: the replay reads the stream's state and that consumer's ack floor,
+again before each letter near the limit, since publishers fill the stream
+meanwhile; without a reader, no message may be pushed out;
+--allow-discard-old replays into it all the same. Nor into a stream whose config the user may
 not read (STREAM.INFO), or that does not answer: the replay cannot tell
 what it would do with the event. Such a letter stays, is reported, and the
 replay goes on; --dry-run says so too. Nor, whatever the flags, is a
@@ -94,9 +100,9 @@ match its digest, a meta would stand over the object's newer one. It
 stays, named at the end: put the object again by hand (nats object put),
 then delete the letter.
 Every consumer of the stream gets the replayed event, not jetsink alone.
-A stream with max_msgs, max_bytes (discard old) or max_age deletes its
-oldest events, read or not, when full or old, replayed ones as any other:
-jetsink check warns of such limits.
+A stream with max_age deletes its oldest events, read or not, when old,
+and one with max_msgs or max_bytes (discard old) when publishers fill it,
+replayed ones as any other: jetsink check warns of such limits.
 
 Every replay of a letter carries the same Nats-Msg-Id, and so do the two
 dead letters one event may have, so within the event stream's duplicate
@@ -309,6 +315,7 @@ taken for no filter. Exit status 1 if any replay or delete failed.`,
 		}
 	}
 	fl.BoolVar(&o.AllowMaxMsgsPerSubject, "allow-max-msgs-per-subject", false, "replay into an event stream that drops a subject's oldest message to store a new one (max_msgs_per_subject with discard old): a replayed event may be dropped before jetsink reads it, its letter deleted")
+	fl.BoolVar(&o.AllowDiscardOld, "allow-discard-old", false, "replay into an event stream with max_msgs or max_bytes and discard old even where a replayed event pushes out one jetsink has not read, its letter deleted")
 	fl.BoolVar(&o.Keep, "keep", false, "re-publish but keep the dead letters in their stream (replayed again after the duplicate window, they are stored twice)")
 	return cmd
 }

@@ -553,6 +553,59 @@ func TestDLQReplayRefusesAStreamThatDropsPerSubject(t *testing.T) {
 	}
 }
 
+// An event stream that keeps 3 messages, discard old, all 3 not read by
+// the durable: a replayed letter would push the oldest out. replay refuses
+// it, naming the limit and the flag, in the dry run too, and keeps the
+// letter (exit 1), the stream untouched; --allow-discard-old replays it all
+// the same.
+func TestDLQReplayRefusesToPushOutAnUnreadEvent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range []jetstream.StreamConfig{{Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}, {Name: "EV", Subjects: []string{"ev.>"}, MaxMsgs: 3}} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: consumer.DefaultConfig().Consumer}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := js.Publish(ctx, "ev."+strconv.Itoa(i), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := nats.Header{consumer.HeaderSubject: {"ev.9"}, consumer.HeaderStream: {"EV"}, consumer.HeaderStreamSeq: {"100"},
+		consumer.HeaderStage: {"sink"}, consumer.HeaderCode: {"constraint"}}
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV"}
+	for _, extra := range [][]string{{"--dry-run"}, nil} {
+		r := startJetsink(t, ctx, append(args, extra...)...)
+		if code := r.wait(t, ctx); code != exitFailed {
+			t.Fatalf("%v: exit %d, want %d\n%s", extra, code, exitFailed, r.out.String())
+		}
+		if out := r.out.String(); !strings.Contains(out, "max_msgs 3") || !strings.Contains(out, "--allow-discard-old") {
+			t.Fatalf("%v: the limit and the flag are not named:\n%s", extra, out)
+		}
+		if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 1 {
+			t.Fatalf("%v: %d dead letters left, want 1", extra, n)
+		}
+		if info, err := js.Stream(ctx, "EV"); err != nil || info.CachedInfo().State.FirstSeq != 1 {
+			t.Fatalf("%v: stream EV %v, %v: want its first event (sequence 1) kept", extra, info, err)
+		}
+	}
+	r := startJetsink(t, ctx, append(args, "--allow-discard-old")...)
+	if code := r.wait(t, ctx); code != exitOK || !strings.Contains(r.out.String(), "replayed 1, deleted 1") {
+		t.Fatalf("--allow-discard-old: exit %d, want %d and the letter replayed\n%s", code, exitOK, r.out.String())
+	}
+}
+
 // A filter flag given an empty or blank value, or a list with an empty
 // entry ("--code $CODE" with CODE unset), is a bad flag naming it, before
 // anything connects (the NATS URL here answers nothing): pflag took "" for
