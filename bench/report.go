@@ -303,20 +303,20 @@ func (r *Report) orderLine() string {
 }
 
 // clockLine warns of a server's clock off the host's by more than its
-// estimate's uncertainty and clockWarn in x's run (its figures corrected
+// estimate's uncertainty and clockWarn in r's run (its figures corrected
 // for it), of one whose offset is not known to within clockWarn (a long
 // round trip, or a drift over the run: the figures are right to within
 // that), and of one the bench could not read (the figures uncorrected for
 // it); "" when there is none.
-func (x Result) clockLine() string {
+func (r Result) clockLine() string {
 	warn := float64(clockWarn) / float64(time.Millisecond)
 	var parts []string
 	for _, c := range []struct {
 		name            string
 		offset, pm, rtt float64
 		unknown         bool
-	}{{"PostgreSQL", x.PGClockOffsetMs, x.PGClockUncertaintyMs, x.PGClockRoundTripMs, x.PGClockUnknown},
-		{"nats-server", x.NATSClockOffsetMs, x.NATSClockUncertaintyMs, x.NATSClockRoundTripMs, x.NATSClockUnknown}} {
+	}{{"PostgreSQL", r.PGClockOffsetMs, r.PGClockUncertaintyMs, r.PGClockRoundTripMs, r.PGClockUnknown},
+		{"nats-server", r.NATSClockOffsetMs, r.NATSClockUncertaintyMs, r.NATSClockRoundTripMs, r.NATSClockUnknown}} {
 		switch {
 		case c.unknown:
 			parts = append(parts, fmt.Sprintf("%s's clock COULD NOT BE READ (see stderr): the figures are uncorrected for its offset", c.name))
@@ -338,16 +338,16 @@ func (x Result) clockLine() string {
 	return strings.Join(parts, "; ")
 }
 
-// clamped lists the distributions of x with values clamped into the
+// clamped lists the distributions of r with values clamped into the
 // histograms' range, or "" if none has.
-func (x Result) clamped() string {
+func (r Result) clamped() string {
 	var parts []string
 	for _, d := range []struct {
 		name string
 		p    Percentiles
-	}{{"latency", x.Latency}, {"to " + x.commitEnd(), x.LatencyToCommit}, {"send->stored", x.LatencyToStream},
-		{"stored->" + x.commitEnd(), x.LatencyInEngine}, {"stored->COPY", x.LatencyBeforeCopy}, {"COPY->commit", x.LatencyCopyToCommit},
-		{"stored->received", x.LatencyDelivery}, {"received->COPY", x.LatencyInside}, {"commit->ack", x.LatencyCommitToAck}} {
+	}{{"latency", r.Latency}, {"to " + r.commitEnd(), r.LatencyToCommit}, {"send->stored", r.LatencyToStream},
+		{"stored->" + r.commitEnd(), r.LatencyInEngine}, {"stored->COPY", r.LatencyBeforeCopy}, {"COPY->commit", r.LatencyCopyToCommit},
+		{"stored->received", r.LatencyDelivery}, {"received->COPY", r.LatencyInside}, {"commit->ack", r.LatencyCommitToAck}} {
 		if d.p.Clamped() > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d below 1 µs (negative included), %d above 1 h", d.name, d.p.BelowMin, d.p.AboveMax))
 		}

@@ -20,7 +20,7 @@ const benchCap = 1024
 // so that the queue copies a pointer-bearing value of realistic size (40 bytes).
 type ev struct {
 	seq, key uint64
-	data     []byte
+	_        []byte // never set: it makes ev the envelope's 40 bytes, a pointer among them
 }
 
 func mkEv(i int) ev { return ev{seq: uint64(i), key: uint64(i)} }

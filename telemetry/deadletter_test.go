@@ -41,7 +41,7 @@ func TestDeadLetterSpanHasStatusCodeOnlyWithSQLState(t *testing.T) {
 	for i, dl := range letters {
 		attrs := map[string]string{}
 		for _, kv := range spans[i].Attributes {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		if attrs["jetsink.dead_letter.stage"] != dl.Stage || attrs["jetsink.dead_letter.code"] != dl.Code || attrs["jetsink.settle"] != "dead_letter" {
 			t.Errorf("span of %+v: jetsink.dead_letter.stage %q, .code %q, jetsink.settle %q", dl, attrs["jetsink.dead_letter.stage"], attrs["jetsink.dead_letter.code"], attrs["jetsink.settle"])
