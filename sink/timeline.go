@@ -71,7 +71,7 @@ func (s *Sink) validateTimeline(ctx context.Context, pc *pgconn.PgConn) error {
 		return nil
 	}
 	row := res[0].Rows[0]
-	if row[1] == nil || len(row[1]) < 8 {
+	if len(row[1]) < 8 {
 		return nil // a standby: it takes no writes
 	}
 	system, err1 := strconv.ParseInt(string(row[0]), 10, 64)
