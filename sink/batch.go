@@ -447,7 +447,7 @@ func (s *Sink) logProblems(ctx context.Context, limit time.Duration) (found bool
 	stopped := ctx
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	probs, err := s.Check(ctx)
+	probs, err := s.checkAll(ctx, false) // not a full scan of the table at every start
 	if err != nil && stopped.Err() != nil {
 		return false, err // stopping: nothing to report the table to
 	}

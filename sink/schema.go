@@ -187,11 +187,16 @@ func withSuffix(base, suffix string) string {
 // ProblemInheritance; no index built either). Where no such index can be
 // built (a table partitioned by another column, a foreign table, a
 // view) Init builds none, and fails with ErrNoKeyIndex and check's words.
+// When the table holds rows with the same key (at-least-once mode stores
+// redeliveries again), the index's build fails: the error wraps
+// ErrNoKeyIndex and PostgreSQL's, names the key, and gives a DELETE that
+// keeps one row of each.
 // It makes no table when one whose name differs in case alone is there
 // (ErrInvalidConfig: postgres.table is quoted, and would name a second
 // table beside it).
 func (s *Sink) Init(ctx context.Context) error {
 	var missing *Problem
+	var indexFailed bool // the CREATE UNIQUE INDEX failed, not the CREATE TABLE
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
 		// A table the name finds anywhere on search_path is the one:
 		// CREATE TABLE IF NOT EXISTS looks in the first schema only, and
@@ -209,7 +214,7 @@ func (s *Sink) Init(ctx context.Context) error {
 		case err == nil:
 			ddl = s.ddl(found, false)
 			if s.cfg.Mode == ExactlyOnce {
-				if probs, err = s.check(ctx, c); err != nil {
+				if probs, err = s.check(ctx, c, false); err != nil {
 					return err
 				}
 				if len(probs) == 1 && probs[0].Kind == ProblemServerVersion && !probs[0].Warning {
@@ -255,8 +260,9 @@ func (s *Sink) Init(ctx context.Context) error {
 		}
 		if len(ddl) > 0 {
 			err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
-				for _, q := range ddl {
+				for i, q := range ddl {
 					if _, err := tx.Exec(ctx, q); err != nil {
+						indexFailed = s.cfg.Mode == ExactlyOnce && i == len(ddl)-1
 						return err
 					}
 				}
@@ -267,7 +273,7 @@ func (s *Sink) Init(ctx context.Context) error {
 			return err
 		}
 		if len(ddl) > 0 { // else probs is the table as it stays
-			if probs, err = s.check(ctx, c); err != nil {
+			if probs, err = s.check(ctx, c, false); err != nil {
 				return err
 			}
 		}
@@ -291,6 +297,17 @@ func (s *Sink) Init(ctx context.Context) error {
 	})
 	// The table by the name its statements use: schema-qualified once
 	// Init's check has found it (pinTable).
+	if err != nil && indexFailed {
+		idx := pgx.Identifier{s.indexName()}.Sanitize()
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "23505" {
+			// The table was written in at-least-once mode, which
+			// stores a redelivered event again: its rows come first.
+			return fmt.Errorf("create unique index %s on %s on %s: the table holds rows with the same key (%s; events stored "+
+				"again: at-least-once mode writes a redelivered event twice); fix: %s (%w: %w)",
+				idx, s.Table(), s.where, strings.TrimSuffix(pgErr.Detail, "."), s.dedupeFix(s.Table()), ErrNoKeyIndex, err)
+		}
+		return fmt.Errorf("create unique index %s on %s on %s: %w", idx, s.Table(), s.where, err)
+	}
 	if err != nil {
 		return fmt.Errorf("create table %s on %s: %w", s.Table(), s.where, err)
 	}
@@ -298,6 +315,47 @@ func (s *Sink) Init(ctx context.Context) error {
 		return fmt.Errorf("%w: %s on %s: %s", ErrNoKeyIndex, s.Table(), s.where, missing)
 	}
 	return nil
+}
+
+// dedupeFix is the fix for rows with the same exactly-once key in table
+// (quoted): a DELETE that keeps one of each, then init.
+func (s *Sink) dedupeFix(table string) string {
+	st, sq := pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()
+	return fmt.Sprintf("keep one row of each key (whichever: rows of one key differ if a trigger or a change of the mapping "+
+		"came between their writes), in a transaction, in a maintenance window (it scans the table and locks the rows it "+
+		"deletes: on a big table it takes long): DELETE FROM %s a USING %s b WHERE a.%s = b.%s AND a.%s = b.%s AND "+
+		"a.ctid > b.ctid; then jetsink init", table, table, st, st, sq, sq)
+}
+
+// duplicateKey looks in table (quoted) for rows with the same exactly-once
+// key, and returns the first found, as "(stream, seq)", or "". It scans
+// the whole table, so the server ends it after s.keyScan
+// (statement_timeout): then, or when the server refuses it (no SELECT
+// privilege), unscanned says why, and err is nil.
+func (s *Sink) duplicateKey(ctx context.Context, c *pgx.Conn, table string) (dup, unscanned string, err error) {
+	st, sq := pgx.Identifier{s.streamC}.Sanitize(), pgx.Identifier{s.seqC}.Sanitize()
+	err = pgx.BeginTxFunc(ctx, c, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d", max(s.keyScan.Milliseconds(), 1))); err != nil {
+			return err
+		}
+		// NULL keys are never equal to a unique index, nor to the DELETE.
+		err := tx.QueryRow(ctx, "SELECT format('(%s, %s)', "+st+", "+sq+") FROM "+table+" WHERE "+st+" IS NOT NULL AND "+sq+
+			" IS NOT NULL GROUP BY "+st+", "+sq+" HAVING count(*) > 1 LIMIT 1").Scan(&dup)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && ctx.Err() == nil {
+		if pgErr.Code == "57014" {
+			return "", fmt.Sprintf("the table is too large to scan in %s (or was locked that long)", s.keyScan), nil
+		}
+		return "", fmt.Sprintf("the scan failed (%v)", err), nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("look for rows with the same key in %s on %s: %w", table, s.where, err)
+	}
+	return dup, "", nil
 }
 
 // keyRank orders the key problems Init names (the first found of the
@@ -494,6 +552,12 @@ func versionProblem(num int) (Problem, bool) {
 // a lock held for a moment elsewhere, can take seconds.
 const shortServerTimeout = 10 * time.Second
 
+// keyScanTimeout bounds check's look for rows with the same exactly-once
+// key where the key index is missing (duplicateKey), a full scan of the
+// table: check should answer, and a big table's duplicates show when the
+// index is built.
+const keyScanTimeout = 10 * time.Second
+
 // Problem is one difference between the mapping and the table.
 type Problem struct {
 	Kind    ProblemKind
@@ -529,12 +593,21 @@ func (p Problem) String() string { return p.Message + "; fix: " + p.Fix }
 // ProblemTLSUnverified), which matter most when the connect fails: a
 // spoofed server refusing the login, say. It only reads: on an admin
 // connection the server has ended since its last use (a restart,
-// pg_terminate_backend), it asks again on a new one.
-func (s *Sink) Check(ctx context.Context) ([]Problem, error) {
+// pg_terminate_backend), it asks again on a new one. In exactly-once mode,
+// where the key index is missing, it scans the table for rows with the
+// same key, which would fail Init's CREATE UNIQUE INDEX, for 10 s at most
+// (the problem says when it did not finish); Run's look at start does not.
+func (s *Sink) Check(ctx context.Context) ([]Problem, error) { return s.checkAll(ctx, true) }
+
+// checkAll is Check; scan looks for rows with the same exactly-once key
+// where the key index is missing (duplicateKey), a full scan: Check asks
+// for it, Run's look at start does not (logProblems), nor does Init, whose
+// CREATE UNIQUE INDEX is that scan.
+func (s *Sink) checkAll(ctx context.Context, scan bool) ([]Problem, error) {
 	var probs []Problem
 	err := s.readAdmin(ctx, func(c *pgx.Conn) error {
 		var err error
-		probs, err = s.check(ctx, c)
+		probs, err = s.check(ctx, c, scan)
 		return err
 	})
 	if err != nil {
@@ -562,9 +635,9 @@ func (s *Sink) URLProblems() []Problem {
 	return probs
 }
 
-// check is Check on c, but for what postgres.url alone says (the host
+// check is checkAll on c, but for what postgres.url alone says (the host
 // list, TLS).
-func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
+func (s *Sink) check(ctx context.Context, c *pgx.Conn, scan bool) ([]Problem, error) {
 	var num int
 	if err := c.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
 		return nil, fmt.Errorf("check the server version of %s: %w", s.where, err)
@@ -573,7 +646,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 	if old && !vp.Warning {
 		return []Problem{vp}, nil // the checks below would fail on its catalog
 	}
-	probs, err := s.checkTable(ctx, c)
+	probs, err := s.checkTable(ctx, c, scan)
 	if old {
 		probs = append(probs, vp)
 	}
@@ -588,7 +661,7 @@ func (s *Sink) check(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 }
 
 // checkTable is check but for what a read-only session means for Init.
-func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
+func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Problem, error) {
 	tname := s.tsql.Load().name // the table the batches write, once a connection has found it
 	var enc string
 	if err := c.QueryRow(ctx, "SELECT current_setting('server_encoding')").Scan(&enc); err != nil {
@@ -953,7 +1026,26 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn) ([]Problem, error) {
 				fix = "set postgres.table to a table, or use postgres.mode: at-least-once"
 			}
 			if taken == "" && !cannot {
-				msg += "; building it fails if the table holds rows with the same key (at-least-once writes duplicates)"
+				dup, unscanned := "", ""
+				if scan {
+					if dup, unscanned, err = s.duplicateKey(ctx, c, tname); err != nil {
+						return nil, err
+					}
+				}
+				switch {
+				case dup != "":
+					// Init's CREATE UNIQUE INDEX would fail (23505):
+					// the rows come first.
+					cannot = true
+					msg += fmt.Sprintf(", and building it fails: the table holds rows with the same key, %s=%s among them "+
+						"(events stored again: at-least-once mode writes a redelivered event twice)", key, dup)
+					fix = s.dedupeFix(tname)
+				case unscanned != "":
+					msg += fmt.Sprintf("; building it fails if the table holds rows with the same key (at-least-once writes "+
+						"duplicates), which check did not look for: %s; if the build fails (SQLSTATE 23505), %s", unscanned, s.dedupeFix(tname))
+				case !scan:
+					msg += "; building it fails if the table holds rows with the same key (at-least-once writes duplicates)"
+				}
 			}
 			probs = append(probs, Problem{Kind: ProblemNoUniqueIndex, Message: msg, Fix: fix, initCannot: cannot})
 		}

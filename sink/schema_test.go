@@ -1742,3 +1742,145 @@ func TestTableMadeUnloggedWarnsOnce(t *testing.T) {
 		t.Fatalf("the table made unlogged logged %d times, want once:\n%s", n, logs)
 	}
 }
+
+// A table written in at-least-once mode holds rows with the same key
+// (redeliveries), and the operator switches to exactly-once. Init's
+// CREATE UNIQUE INDEX failed with "create table ...: could not create
+// unique index (SQLSTATE 23505)", no key, no fix (a restart loop under a
+// supervisor), and check said "none needed: run makes it". Check now finds
+// a key that is there twice and gives a DELETE that keeps one of each;
+// Init names the index, PostgreSQL's DETAIL and the same DELETE; after it,
+// Init builds the index. Also on a table partitioned by stream, where the
+// index can be built.
+func TestExactlyOnceOnATableWithDuplicateKeys(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	exec := func(q string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, part := range []string{"", " PARTITION BY LIST (stream)"} {
+		tbl := fmt.Sprintf("dup_%d", time.Now().UnixNano())
+		exec("CREATE TABLE " + tbl + " (stream text NOT NULL, stream_seq int8 NOT NULL, payload jsonb)" + part)
+		if part != "" {
+			exec("CREATE TABLE " + tbl + "_d PARTITION OF " + tbl + " DEFAULT")
+		}
+		// EVENTS 1 stored three times, 2 once; OTHER 1 once.
+		exec("INSERT INTO " + tbl + ` VALUES ('EVENTS', 2, '{}'), ('EVENTS', 1, '{"n": 1}'), ('OTHER', 1, '{}'),
+			('EVENTS', 1, '{"n": 2}'), ('EVENTS', 1, '{"n": 3}')`)
+		s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Table, c.Mode, c.CreateTable = tbl, ExactlyOnce, false })
+
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found *Problem
+		for _, p := range probs {
+			if p.Kind == ProblemNoUniqueIndex {
+				found = &p
+			}
+		}
+		if found == nil {
+			t.Fatalf("%q: problems %v, want no_unique_index", part, probs)
+		}
+		if found.InitMakes() || !strings.Contains(found.Message, `("stream", "stream_seq")=(EVENTS, 1)`) ||
+			!strings.Contains(found.Fix, "keep one row of each key") || !strings.HasSuffix(found.Fix, "; then jetsink init") {
+			t.Errorf("%q: InitMakes %v, %s; want a problem naming (EVENTS, 1), fixed by a DELETE, then init", part, found.InitMakes(), found)
+		}
+
+		err = s.Init(ctx)
+		pgErr, _ := errors.AsType[*pgconn.PgError](err)
+		if !errors.Is(err, ErrNoKeyIndex) || pgErr == nil || pgErr.Code != "23505" {
+			t.Fatalf("%q: Init = %v; want ErrNoKeyIndex and PostgreSQL's 23505", part, err)
+		}
+		for _, want := range []string{`create unique index "` + tbl + `_stream_seq_key"`, "Key (stream, stream_seq)=(EVENTS, 1) is duplicated", found.Fix} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%q: Init = %v; want it to say %q", part, err, want)
+			}
+		}
+
+		// The DELETE as given, run: one row of each key is left.
+		_, del, _ := strings.Cut(found.Fix, "): DELETE FROM ")
+		del, _, _ = strings.Cut("DELETE FROM "+del, "; then jetsink init")
+		exec(del)
+		var rows, keys int
+		if err := admin.QueryRow(ctx, "SELECT count(*), count(DISTINCT (stream, stream_seq)) FROM "+tbl).Scan(&rows, &keys); err != nil {
+			t.Fatal(err)
+		}
+		if rows != 3 || keys != 3 {
+			t.Fatalf("%q: after %s: %d rows of %d keys, want 3 of 3", part, del, rows, keys)
+		}
+		if err := s.Init(ctx); err != nil {
+			t.Fatalf("%q: Init after the DELETE: %v", part, err)
+		}
+		if probs, err := s.Check(ctx); err != nil || len(probs) != 0 {
+			t.Fatalf("%q: Check after Init: %v, %v; want none", part, probs, err)
+		}
+	}
+}
+
+// Check's scan for rows with the same key is bounded: past s.keyScan
+// (here a lock another session holds) the problem says it did not look,
+// and still says what to do if there are any. Run's look at start does no
+// such scan.
+func TestCheckDuplicateKeysNotScanned(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	tbl := fmt.Sprintf("dupscan_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE TABLE "+tbl+" (stream text, stream_seq int8, payload jsonb)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "INSERT INTO "+tbl+" VALUES ('EVENTS', 1, '{}'), ('EVENTS', 1, '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Table, c.Mode, c.CreateTable = tbl, ExactlyOnce, false })
+	noIndex := func(probs []Problem, err error) Problem {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range probs {
+			if p.Kind == ProblemNoUniqueIndex {
+				return p
+			}
+		}
+		t.Fatalf("problems %v, want no_unique_index", probs)
+		return Problem{}
+	}
+
+	// Run's start: no scan, the sentence of what may fail.
+	logs := captureLog(t, s, time.Hour)
+	if _, err := s.logProblems(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if out := logs.String(); strings.Contains(out, "(EVENTS, 1)") || !strings.Contains(out, "building it fails if the table holds rows with the same key") {
+		t.Errorf("Run's look at start: %s; want no scan for the key that is there twice", out)
+	}
+
+	lock := pg.Conn(t)
+	tx, err := lock.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+tbl+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	s.keyScan = 200 * time.Millisecond
+	p := noIndex(s.Check(ctx))
+	if !strings.Contains(p.Message, "which check did not look for: the table is too large to scan in 200ms") ||
+		!strings.Contains(p.Message, "if the build fails (SQLSTATE 23505), keep one row of each key") ||
+		!p.InitMakes() {
+		t.Errorf("scan past keyScan: %s (InitMakes %v); want it not looked at, saying what to do if there are any", p, p.InitMakes())
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := noIndex(s.Check(ctx)); !strings.Contains(p.Message, "(EVENTS, 1)") {
+		t.Errorf("once the lock is gone: %s; want the key that is there twice", p)
+	}
+}

@@ -130,6 +130,7 @@ type Sink struct {
 	pingClosed bool                     // Close has begun: no more such pings, nor admin connects
 	dialMax    time.Duration            // bounds a connect no caller's context bounds (see New)
 	loneSpan   time.Duration            // loneTimeoutSpan; the tests shorten it
+	keyScan    time.Duration            // keyScanTimeout; the tests shorten it
 	timelines  atomic.Pointer[timeline] // the newest timeline connections reached (see validateTimeline)
 	hostList   bool                     // postgres.url names several hosts without target_session_attrs (ProblemHostList)
 	closed     bool                     // Close has run: admin is not opened again (held like admin)
@@ -318,7 +319,7 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	table, _ := ParseTable(cfg.Table)
 	s := &Sink{cfg: cfg, table: table, cols: append([]pipeline.Column(nil), cols...), dl: dl, seenErrs: map[string]struct{}{},
 		adminSem: make(chan struct{}, 1), ownLook: make(chan struct{}, 1), ackAll: ackEach, attempts: make([]atomic.Int64, max(cfg.Connections, 1)), born: time.Now(),
-		warmed: make(chan struct{}), loneSpan: loneTimeoutSpan}
+		warmed: make(chan struct{}), loneSpan: loneTimeoutSpan, keyScan: keyScanTimeout}
 	seen := map[string]bool{}
 	for _, c := range s.cols {
 		if c.Name == "" || strings.ContainsRune(c.Name, 0) {
