@@ -212,6 +212,12 @@ type Consumer struct {
 	// lines (quietEvery).
 	dlDenied    atomic.Pointer[refusal]
 	dlDeniedLog pipeline.Every
+	// dlFull is the last refusal of a dead letter for want of room (a
+	// full dead-letter stream, or JetStream store: noteDeadLetterFull),
+	// cleared by a dead-letter publish that gets another answer: see
+	// DeadLettersDenied. dlFullLog bounds its Error lines (quietEvery).
+	dlFull    atomic.Pointer[dlFullError]
+	dlFullLog pipeline.Every
 	// dlPublishing holds the cancel functions of the dead-letter
 	// publishes under way (publishOnce), which noteDeadLetterDenial
 	// cancels with the refusal.
@@ -718,17 +724,24 @@ func (c *Consumer) noteDeadLetterDenial(err error) {
 // and is refused again while the permission is missing.
 const dlDeniedFor = 2 * dlNakMax
 
-// DeadLettersDenied returns the server's refusal of a dead letter (the
-// user may not publish to nats.dead_letter_subject) seen in the last
-// dlDeniedFor and not followed by a dead letter stored, or nil. Safe from
-// any goroutine; the readiness check reports it.
+// DeadLettersDenied returns the server's refusal of a dead letter seen in
+// the last dlDeniedFor and not followed by a dead letter stored, or nil:
+// the user may not publish to nats.dead_letter_subject (the error wraps
+// nats.ErrPermissionViolation), or the dead-letter stream, or the
+// JetStream store under it, is full (the error wraps the server's
+// *jetstream.APIError, names the limit and says what to do:
+// noteDeadLetterFull). A full one is forgotten, too, once a dead-letter
+// publish gets another answer. Safe from any goroutine; the readiness
+// check reports it.
 func (c *Consumer) DeadLettersDenied() error {
-	r := c.dlDenied.Load()
-	if r == nil || time.Since(r.at) > dlDeniedFor {
-		return nil
+	if r := c.dlDenied.Load(); r != nil && time.Since(r.at) <= dlDeniedFor {
+		return fmt.Errorf("the NATS user may not publish to %s, so no dead letter is stored (%v ago): give it permission: %w",
+			c.cfg.DeadLetterSubject, time.Since(r.at).Round(time.Second), r.err)
 	}
-	return fmt.Errorf("the NATS user may not publish to %s, so no dead letter is stored (%v ago): give it permission: %w",
-		c.cfg.DeadLetterSubject, time.Since(r.at).Round(time.Second), r.err)
+	if f := c.dlFull.Load(); f != nil && time.Since(f.at) <= dlDeniedFor {
+		return fmt.Errorf("%s, so no dead letter is stored (the last refused %v ago): %s: %w", f.what, time.Since(f.at).Round(time.Second), f.fix, f.err)
+	}
+	return nil
 }
 
 // pullRefusal is the server refusing the pulls: since the first refusal

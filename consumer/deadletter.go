@@ -368,11 +368,20 @@ func neverFits(err error) bool {
 // every dlProbeEvery, with held_back, the number not logged since the last
 // such line: one that the open breaker held back (err wraps
 // errDeadLetterUnanswered) fails in microseconds, and a run of poison
-// events would log thousands a second; one refused (no stream, a full one,
-// a letter past max_payload) fails the same way at every delivery of every
-// such event, for as long as it lasts. Stats.DeadLetterFailed counts them
+// events would log thousands a second; one refused (no stream, a letter
+// past max_payload) fails the same way at every delivery of every such
+// event, for as long as it lasts. One refused for want of room, or held
+// back while the stream is full (fullRefusal), is logged at most once
+// every quietEvery, saying what to do. Stats.DeadLetterFailed counts them
 // all.
 func (c *Consumer) logFailedDeadLetter(err error, msg string, args ...any) {
+	if full := c.fullRefusal(err); full != nil {
+		// The same refusal for every dead letter until room is made:
+		// logged with what to do, as the permission case is, once every
+		// quietEvery (the readiness check fails meanwhile).
+		c.dlFullLog.Log(context.Background(), c.log, slog.LevelError, quietEvery, msg+": "+full.what, append(args, "fix", full.fix)...)
+		return
+	}
 	limit := &c.dlFailLog
 	if errors.Is(err, errDeadLetterUnanswered) {
 		limit = &c.dlHeldLog
@@ -420,7 +429,10 @@ const dlRecreateEvery = 5 * time.Second
 // so and wraps the refusal (nats.ErrPermissionViolation; publishOnce);
 // for the breaker it is unanswered, so that while the permission is
 // missing one probe a second is refused, not every dead letter. A dead
-// letter stored clears the refusal (DeadLettersDenied).
+// letter stored clears the refusal (DeadLettersDenied). A publish refused
+// for want of room (fullLimit: a full dead-letter stream, or JetStream
+// store) is noted (noteDeadLetterFull) and opens the breaker the same
+// way; one that gets any other answer clears that note.
 func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m *nats.Msg) (*jetstream.PubAck, error) {
 	probe, err := c.dlBreaker.admit(time.Now())
 	if err != nil {
@@ -446,10 +458,24 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 		}
 	}
 	outcome := dlAnswered
+	wasFull := false
+	if limit, ok := fullLimit(err); ok {
+		err = c.noteDeadLetterFull(ctx, err, limit)
+	} else {
+		// Stored, or refused otherwise: the stream is not known full.
+		wasFull = c.dlFull.Swap(nil) != nil
+	}
 	switch {
 	case err == nil:
 		// The user may publish there (again).
 		c.dlDenied.Store(nil)
+	case errors.Is(err, errDeadLetterFull):
+		// Unanswered for the breaker, as a refused permission: until a
+		// probe a second is stored, the dead letters after it fail at
+		// once, not each sent to be refused (a full store, as opposed
+		// to a full stream, also costs the server a log line and its
+		// stream leader a step-down per publish).
+		outcome = dlUnanswered
 	case errors.Is(err, nats.ErrPermissionViolation):
 		// The server refused a dead letter while this one was under way
 		// (publishOnce), and answers none it refuses. Unanswered for the
@@ -465,6 +491,9 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 	}
 	switch c.dlBreaker.done(time.Now(), probe, outcome, err) {
 	case breakerOpened:
+		if errors.Is(err, errDeadLetterFull) {
+			break // DeadLetter logs it, with what to do (logFailedDeadLetter)
+		}
 		msg := "the dead-letter stream did not answer a publish: dead letters fail at once (their events are nak'ed) " +
 			"until a probe, one every " + dlProbeEvery.String() + " at most, is answered"
 		if errors.Is(err, nats.ErrPermissionViolation) {
@@ -476,7 +505,11 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 		c.log.Error(msg, "dead_letter_subject", c.cfg.DeadLetterSubject, "timeout", timeout, "probe_timeout", c.probeTimeout(),
 			"nats_status", c.nc.Status().String(), "err", err)
 	case breakerClosed:
-		c.log.Info("the dead-letter stream answers again", "dead_letter_subject", c.cfg.DeadLetterSubject)
+		msg := "the dead-letter stream answers again"
+		if wasFull {
+			msg = "the dead-letter stream has room again: dead letters are stored"
+		}
+		c.log.Info(msg, "dead_letter_subject", c.cfg.DeadLetterSubject)
 	}
 	return ack, err
 }
@@ -977,4 +1010,164 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// errDeadLetterFull is wrapped by a dead-letter publish refused for want
+// of room (a *dlFullError).
+var errDeadLetterFull = errors.New("the dead-letter stream is full")
+
+// dlFullError is a dead-letter publish the server refused for want of
+// room (fullLimit), with words that name what is full and say what to do.
+// It wraps the server's refusal (a *jetstream.APIError), errDeadLetterFull
+// and pipeline.ErrDeadLetterHeldBack: the consumer logs these
+// (logFailedDeadLetter, once every quietEvery), and the pipeline and the
+// sink, which log a failed dead letter each once a second unless it wraps
+// that sentinel, would add a line of their own for the same refusal, with
+// nothing to do in it.
+type dlFullError struct {
+	at       time.Time // refused then
+	lookedAt time.Time // words made then
+	limit    string    // fullLimit's
+	what     string    // what is full (deadLetterFullWords)
+	fix      string    // what to do (deadLetterFullWords)
+	err      error     // the server's refusal
+}
+
+func (e *dlFullError) Error() string { return e.what + ": " + e.err.Error() }
+
+func (e *dlFullError) Unwrap() []error {
+	return []error{e.err, errDeadLetterFull, errDeadLetterUnanswered}
+}
+
+// The limits fullLimit names, besides a stream's own (max_msgs,
+// max_bytes, max_msgs_per_subject).
+const (
+	fullServer  = "server"  // the server's max_file_store or max_memory_store
+	fullAccount = "account" // the account's JetStream storage limit
+)
+
+// fullLimit reports whether err is the server refusing a message for want
+// of room, and which limit refused it: a stream with discard new at its
+// max_msgs, max_bytes or max_msgs_per_subject (API error 10077, the
+// store's error as the description: nats-server's ErrMaxMsgs, ErrMaxBytes
+// and ErrMaxMsgsPerSubject, whose texts are the only thing that tells
+// them apart), the server's JetStream store full (10023, insufficient
+// resources: max_file_store, or max_memory_store for a memory stream; or
+// 10047 and 10028, which 2.15.2 sends for a stream's reservation, not a
+// publish), or the account's JetStream limit reached (10002). Each
+// refuses every dead letter alike until room is made. (10077 with other
+// text, such as a message too large, is not for want of room.)
+func fullLimit(err error) (string, bool) {
+	var api *jetstream.APIError
+	if err == nil || !errors.As(err, &api) {
+		return "", false
+	}
+	switch api.ErrorCode {
+	case 10077:
+		switch api.Description {
+		case "maximum messages exceeded":
+			return "max_msgs", true
+		case "maximum bytes exceeded":
+			return "max_bytes", true
+		case "maximum messages per subject exceeded":
+			return "max_msgs_per_subject", true
+		}
+	case 10023, 10047, 10028:
+		return fullServer, true
+	case 10002:
+		return fullAccount, true
+	}
+	return "", false
+}
+
+// noteDeadLetterFull notes err, a dead-letter publish refused for want of
+// room (limit: fullLimit), for DeadLettersDenied, and returns it as a
+// *dlFullError. Its words are made again (deadLetterFullWords, after a
+// look at the dead-letter stream) at most once every quietEvery, or when
+// the limit changes: one look per refusal would add two requests to each.
+func (c *Consumer) noteDeadLetterFull(ctx context.Context, err error, limit string) error {
+	now := time.Now()
+	prev := c.dlFull.Load()
+	var what, fix string
+	if prev != nil && prev.limit == limit && now.Sub(prev.lookedAt) < quietEvery {
+		what, fix = prev.what, prev.fix
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, max(c.deadLetterTimeout(), 2*time.Second))
+		var info *jetstream.StreamInfo
+		if name, lerr := c.js.StreamNameBySubject(lctx, c.cfg.DeadLetterSubject); lerr == nil {
+			if s, serr := c.js.Stream(lctx, name); serr == nil {
+				info = s.CachedInfo()
+			}
+		}
+		cancel()
+		what, fix = deadLetterFullWords(limit, info, c.cfg.DeadLetterSubject)
+		prev = nil
+	}
+	f := &dlFullError{at: now, lookedAt: now, limit: limit, what: what, fix: fix, err: err}
+	if prev != nil {
+		f.lookedAt = prev.lookedAt
+	}
+	c.dlFull.Store(f)
+	return f
+}
+
+// fullRefusal is the refusal for want of room that err, a failed dead
+// letter's, is, or was held back by (the breaker open after one, while
+// no publish has got another answer since), or nil.
+func (c *Consumer) fullRefusal(err error) *dlFullError {
+	if f, ok := errors.AsType[*dlFullError](err); ok {
+		return f
+	}
+	if errors.Is(err, errDeadLetterUnanswered) {
+		return c.dlFull.Load()
+	}
+	return nil
+}
+
+// deadLetterFullWords says what refused a dead letter for want of room
+// (limit: fullLimit), and what to do, with info, the dead-letter stream's
+// (nil when it could not be looked up), and subject, the dead-letter
+// subject. The commands are shell-quoted, and natscli's edit and purge
+// get --force (without a terminal they fail asking).
+func deadLetterFullWords(limit string, info *jetstream.StreamInfo, subject string) (what, fix string) {
+	name, stream := "<dead-letter stream>", "the dead-letter stream (the one capturing "+subject+")"
+	if info != nil {
+		name, stream = shellWord(info.Config.Name), "dead-letter stream "+info.Config.Name
+	}
+	edit := func(flag string, have int64) string {
+		if info == nil {
+			return "nats stream edit " + name + " --force " + flag + " <more>"
+		}
+		return streamEdit(info.Config.Name, fmt.Sprintf("%s %d", flag, max(2*have, have+1)))
+	}
+	purge := "nats stream purge " + name + " --force"
+	const until = "; until then each event to dead-letter is nak'ed and delivered again, none lost, and enough of them fill max_ack_pending and stall jetsink"
+	letters := "read its letters, then replay them after a fix (jetsink dlq replay deletes each letter it replays) or delete them (" + purge + ")"
+	switch limit {
+	case "max_msgs", "max_bytes", "max_msgs_per_subject":
+		var have int64
+		flag, held := "--"+strings.ReplaceAll(limit, "_", "-"), ""
+		if info != nil {
+			switch limit {
+			case "max_msgs":
+				have, held = info.Config.MaxMsgs, fmt.Sprintf(", holding %d letters", info.State.Msgs)
+			case "max_bytes":
+				have, held = info.Config.MaxBytes, fmt.Sprintf(", holding %d bytes", info.State.Bytes)
+			default:
+				have = info.Config.MaxMsgsPerSubject
+			}
+		}
+		at := limit
+		if info != nil {
+			at = fmt.Sprintf("%s %d", limit, have)
+		}
+		return fmt.Sprintf("%s is full (%s, discard new%s) and refuses more letters", stream, at, held),
+			fmt.Sprintf("raise its %s (%s), or %s%s", limit, edit(flag, have), letters, until)
+	case fullAccount:
+		return "the NATS account's JetStream storage limit is reached, and " + stream + " refuses more letters",
+			fmt.Sprintf("raise the account's JetStream limits (max_file, or max_mem for a memory stream), or free the account's store: %s%s", letters, until)
+	}
+	return "the NATS server's JetStream store is full (insufficient resources: max_file_store, or max_memory_store for a memory stream, or its disk), and " +
+			stream + " refuses more letters",
+		fmt.Sprintf("free the server's store (add disk, raise max_file_store, or delete what it holds: %s)%s", letters, until)
 }

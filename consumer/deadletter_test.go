@@ -1715,3 +1715,163 @@ func TestDeadLetterStreamLookupFailedSaidApart(t *testing.T) {
 		t.Fatalf("the error reads %q", got)
 	}
 }
+
+// A dead-letter stream that is full (max_msgs 1, discard new) refuses the
+// second letter: its event is nak'ed, not terminated; the error, the one
+// Error line and the readiness check (DeadLettersDenied) name the stream
+// and its limit (the line and the check give the command that raises
+// it, and the other ways out); the error wraps
+// pipeline.ErrDeadLetterHeldBack, so that the pipeline and the sink add no
+// line of their own; the breaker holds the next letter back. Once the
+// limit is raised, the events come back and their letters are stored,
+// and the check clears. Before, the check stayed green, and each refusal
+// was logged twice a second (the consumer's Error, the pipeline's Warn)
+// with the server's words alone, "maximum messages exceeded".
+func TestDeadLetterFullStreamSaysWhatToDo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	dlq := "DLQ_" + cfg.Stream
+	sc := jetstream.StreamConfig{Name: dlq, Subjects: []string{cfg.DeadLetterSubject}, MaxMsgs: 1, Discard: jetstream.DiscardNew}
+	if _, err := js.CreateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	publish(t, ctx, js, cfg, 3, 1, 0)
+	r := startRun(t, ctx, c, 1, 16, 16)
+	evs := []pipeline.Event{r.next(t, ctx).ev, r.next(t, ctx).ev, r.next(t, ctx).ev}
+	dl := pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+	if err := c.DeadLetter(ctx, &evs[0], dl); err != nil {
+		t.Fatalf("the first dead letter, with room for it: %v", err)
+	}
+	full := "dead-letter stream " + dlq + " is full (max_msgs 1, discard new, holding 1 letters)"
+	raise := streamEdit(dlq, "--max-msgs 2")
+	err := c.DeadLetter(ctx, &evs[1], dl)
+	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, errDeadLetterFull) || !errors.Is(err, pipeline.ErrDeadLetterHeldBack) ||
+		!strings.Contains(err.Error(), full) {
+		t.Fatalf("DeadLetter into the full stream = %v, want ErrDeadLetter wrapping errDeadLetterFull and pipeline.ErrDeadLetterHeldBack, saying %q",
+			err, full)
+	}
+	if err := c.DeadLettersDenied(); err == nil || !strings.Contains(err.Error(), full) || !strings.Contains(err.Error(), raise) {
+		t.Fatalf("DeadLettersDenied = %v, want it to say %q and %q", err, full, raise)
+	}
+	c.dlBreaker.mu.Lock()
+	open := c.dlBreaker.open
+	c.dlBreaker.mu.Unlock()
+	if !open {
+		t.Fatal("the breaker is closed after a refusal for want of room: every letter would be sent to be refused")
+	}
+	// The breaker open: the third letter fails without a publish, and is
+	// not logged again (a probe, on a machine slow enough to make it
+	// one, is refused as full).
+	if err := c.DeadLetter(ctx, &evs[2], dl); !errors.Is(err, pipeline.ErrDeadLetterHeldBack) {
+		t.Fatalf("DeadLetter while the stream is full = %v, want pipeline.ErrDeadLetterHeldBack", err)
+	}
+	var lines []string
+	for line := range strings.Lines(log.String()) {
+		if strings.Contains(line, "level=ERROR") {
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], full) || !strings.Contains(lines[0], raise) ||
+		!strings.Contains(lines[0], "jetsink dlq replay") || !strings.Contains(lines[0], "nats stream purge "+dlq+" --force") {
+		t.Fatalf("Error lines %q, want one saying %q, %q, jetsink dlq replay and nats stream purge; log:\n%s", lines, full, raise, log)
+	}
+	requireUnattended(t, "the full stream's Error line", lines[0])
+	requireQuoted(t, "the full stream's Error line", lines[0])
+	if strings.Contains(log.String(), "did not answer") {
+		t.Fatalf("a full stream taken for one that does not answer; log:\n%s", log)
+	}
+	if lag, err := c.Lag(ctx); err != nil || lag.AckFloor != 1 {
+		t.Fatalf("ack floor = %d (%v), want 1: only the event whose letter was stored is terminated", lag.AckFloor, err)
+	}
+
+	// Room made: the nak'ed events come back, and their letters are
+	// stored.
+	sc.MaxMsgs = 10
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		ev := r.next(t, ctx).ev
+		// The breaker closed, or its probe due.
+		waitFor(t, ctx, "the probe to be due", func() bool { return c.dlBreaker.untilProbe(time.Now()) == 0 })
+		if err := c.DeadLetter(ctx, &ev, dl); err != nil {
+			t.Fatalf("DeadLetter of seq %d once the limit is raised: %v", ev.StreamSeq, err)
+		}
+	}
+	info, err := dlqStream(t, ctx, js, cfg).Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 3 {
+		t.Fatalf("dead-letter stream holds %d letters, want 3", info.State.Msgs)
+	}
+	if err := c.DeadLettersDenied(); err != nil {
+		t.Fatalf("DeadLettersDenied once letters are stored again = %v, want nil", err)
+	}
+	if !strings.Contains(log.String(), "the dead-letter stream has room again") {
+		t.Fatalf("no line saying the dead-letter stream has room again; log:\n%s", log)
+	}
+	r.stopClean(t, ctx)
+}
+
+// fullLimit tells a refusal for want of room by the server's error code
+// (and, for 10077, the store's error it carries), through nats.go's
+// wrapping, from the other refusals; deadLetterFullWords names the limit
+// and gives a command natscli runs unattended, quoted for a shell.
+func TestDeadLetterFullLimit(t *testing.T) {
+	api := func(code int, errCode jetstream.ErrorCode, desc string) error {
+		return fmt.Errorf("nats: %w", &jetstream.APIError{Code: code, ErrorCode: errCode, Description: desc})
+	}
+	info := &jetstream.StreamInfo{Config: jetstream.StreamConfig{Name: "DLQ$x", MaxMsgs: 1000, MaxBytes: 1 << 20, MaxMsgsPerSubject: 5},
+		State: jetstream.StreamState{Msgs: 1000, Bytes: 1 << 20}}
+	for _, tc := range []struct {
+		name  string
+		err   error
+		limit string // "" for not for want of room
+		say   []string
+	}{
+		{"max_msgs", api(503, 10077, "maximum messages exceeded"), "max_msgs",
+			[]string{"dead-letter stream DLQ$x is full (max_msgs 1000, discard new, holding 1000 letters)", "nats stream edit 'DLQ$x' --force --max-msgs 2000"}},
+		{"max_bytes", api(503, 10077, "maximum bytes exceeded"), "max_bytes",
+			[]string{"(max_bytes 1048576, discard new, holding 1048576 bytes)", "--max-bytes 2097152"}},
+		{"max_msgs_per_subject", api(503, 10077, "maximum messages per subject exceeded"), "max_msgs_per_subject",
+			[]string{"(max_msgs_per_subject 5, discard new)", "--max-msgs-per-subject 10"}},
+		{"server store", api(503, 10023, "insufficient resources"), fullServer,
+			[]string{"the NATS server's JetStream store is full", "max_file_store", "nats stream purge 'DLQ$x' --force"}},
+		{"server store, reservation", api(500, 10047, "insufficient storage resources available"), fullServer, []string{"max_file_store"}},
+		{"account", api(400, 10002, "resource limits exceeded for account"), fullAccount, []string{"account's JetStream storage limit"}},
+		{"message too large", api(503, 10077, "message too large"), "", nil},
+		{"max_msg_size", api(400, 10054, "message size exceeds maximum allowed"), "", nil},
+		{"no stream", jetstream.ErrNoStreamResponse, "", nil},
+		{"timeout", context.DeadlineExceeded, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			limit, ok := fullLimit(tc.err)
+			if limit != tc.limit || ok != (tc.limit != "") {
+				t.Fatalf("fullLimit(%v) = %q, %v; want %q", tc.err, limit, ok, tc.limit)
+			}
+			if !ok {
+				return
+			}
+			what, fix := deadLetterFullWords(limit, info, "dlq.x")
+			text := what + ": " + fix
+			for _, say := range tc.say {
+				if !strings.Contains(text, say) {
+					t.Errorf("words %q, want them to say %q", text, say)
+				}
+			}
+			if requireUnattended(t, "deadLetterFullWords", text); requireQuoted(t, "deadLetterFullWords", text) == 0 {
+				t.Errorf("words %q give no nats command", text)
+			}
+			// The stream not looked up: named by its subject.
+			what, fix = deadLetterFullWords(limit, nil, "dlq.x")
+			if !strings.Contains(what+fix, "the one capturing dlq.x") {
+				t.Errorf("words without the stream's info %q, want them to name its subject", what+": "+fix)
+			}
+		})
+	}
+}

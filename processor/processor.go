@@ -417,7 +417,7 @@ func (p *Processor) readiness() map[string]telemetry.Check {
 				return err // every event comes again after ack_wait
 			}
 			if err := p.consumer.DeadLettersDenied(); err != nil {
-				return err // no dead letter stored: poison events come again and again
+				return err // no dead letter stored (no permission, or the dead-letter stream or store full): poison events come again and again
 			}
 			return p.consumer.Refused() // a stream whose sequence restarted: not consuming
 		},
