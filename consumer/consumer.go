@@ -580,35 +580,35 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 // AuthOptions are the nats.go options for the nats: section's credentials
 // and TLS files, for every client jetsink opens (the consumer, check, dlq).
 // Errors wrap ErrInvalidConfig and never quote a secret.
-func (cfg *Config) AuthOptions() ([]nats.Option, error) {
+func (c *Config) AuthOptions() ([]nats.Option, error) {
 	var opts []nats.Option
-	if cfg.User != "" {
-		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	if c.User != "" {
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
 	}
-	if cfg.CredsFile != "" {
-		if err := checkCredsFile(cfg.CredsFile); err != nil {
+	if c.CredsFile != "" {
+		if err := checkCredsFile(c.CredsFile); err != nil {
 			return nil, err
 		}
 		// Read again at each connect: a file rotated in place is used.
-		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+		opts = append(opts, nats.UserCredentials(c.CredsFile))
 	}
-	if cfg.NKeyFile != "" {
-		o, err := nats.NkeyOptionFromSeed(cfg.NKeyFile)
+	if c.NKeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(c.NKeyFile)
 		if err != nil {
 			// The error may quote the file; say only which key failed.
-			return nil, fmt.Errorf("%w: nats.nkey_file %q is not a readable NKey seed file", ErrInvalidConfig, cfg.NKeyFile)
+			return nil, fmt.Errorf("%w: nats.nkey_file %q is not a readable NKey seed file", ErrInvalidConfig, c.NKeyFile)
 		}
 		opts = append(opts, o)
 	}
-	if _, err := cfg.tlsFiles(); err != nil {
+	if _, err := c.tlsFiles(); err != nil {
 		return nil, err
 	}
 	// Read again at each connect: files rotated in place are used.
-	if cfg.TLS.CAFile != "" {
-		opts = append(opts, nats.RootCAs(cfg.TLS.CAFile))
+	if c.TLS.CAFile != "" {
+		opts = append(opts, nats.RootCAs(c.TLS.CAFile))
 	}
-	if cfg.TLS.CertFile != "" {
-		opts = append(opts, nats.ClientCert(cfg.TLS.CertFile, cfg.TLS.KeyFile))
+	if c.TLS.CertFile != "" {
+		opts = append(opts, nats.ClientCert(c.TLS.CertFile, c.TLS.KeyFile))
 	}
 	return opts, nil
 }
@@ -618,26 +618,26 @@ func (cfg *Config) AuthOptions() ([]nats.Option, error) {
 // (ErrInvalidConfig: exit 2): nats.go would read it only while it
 // connects, and its error there read as a server that cannot be reached.
 // The error never quotes a key.
-func (cfg *Config) tlsFiles() (*tls.Config, error) {
-	if cfg.TLS.CAFile == "" && cfg.TLS.CertFile == "" {
+func (c *Config) tlsFiles() (*tls.Config, error) {
+	if c.TLS.CAFile == "" && c.TLS.CertFile == "" {
 		return nil, nil
 	}
 	t := &tls.Config{MinVersion: tls.VersionTLS12}
-	if cfg.TLS.CAFile != "" {
-		pem, err := os.ReadFile(cfg.TLS.CAFile)
+	if c.TLS.CAFile != "" {
+		pem, err := os.ReadFile(c.TLS.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: nats.tls.ca_file %q cannot be read: %w", ErrInvalidConfig, cfg.TLS.CAFile, errors.Unwrap(err))
+			return nil, fmt.Errorf("%w: nats.tls.ca_file %q cannot be read: %w", ErrInvalidConfig, c.TLS.CAFile, errors.Unwrap(err))
 		}
 		t.RootCAs = x509.NewCertPool()
 		if !t.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: nats.tls.ca_file %q holds no PEM certificate", ErrInvalidConfig, cfg.TLS.CAFile)
+			return nil, fmt.Errorf("%w: nats.tls.ca_file %q holds no PEM certificate", ErrInvalidConfig, c.TLS.CAFile)
 		}
 	}
-	if cfg.TLS.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+	if c.TLS.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.TLS.CertFile, c.TLS.KeyFile)
 		if err != nil {
 			// The error may quote the key; say only which files.
-			return nil, fmt.Errorf("%w: nats.tls.cert_file %q and key_file %q are not a readable, usable pair", ErrInvalidConfig, cfg.TLS.CertFile, cfg.TLS.KeyFile)
+			return nil, fmt.Errorf("%w: nats.tls.cert_file %q and key_file %q are not a readable, usable pair", ErrInvalidConfig, c.TLS.CertFile, c.TLS.KeyFile)
 		}
 		t.Certificates = []tls.Certificate{cert}
 	}
