@@ -867,11 +867,15 @@ func (o *Options) scenarioLoad() loadgen.Options {
 // Bytes a run's event takes at the least on the embedded servers' disk:
 // in the stream, its subject, Nats-Msg-Id and the file store's record
 // framing beside the body (~100 bytes); in PostgreSQL, its row's tuple
-// header and typed columns (~150 bytes), before any index or WAL. The
-// estimate is low on purpose: it refuses only a run that cannot fit.
+// header and typed columns (~150 bytes) beside the body's jsonb, of which
+// no more than ~2 KB is counted (PostgreSQL compresses a larger value, and
+// the padding of --event-bytes is a run of one letter), before any index
+// or WAL. The estimate is low on purpose: it refuses only a run that
+// cannot fit.
 const (
 	streamBytesPerEvent = 100
 	rowBytesPerEvent    = 150
+	rowBodyBytesMax     = 2048
 	bareEventBytes      = 180 // loadgen's unpadded telemetry event
 )
 
@@ -887,7 +891,7 @@ func (o *Options) fitsDisk(dir string) error {
 		return nil
 	}
 	body := max(o.EventBytes, bareEventBytes)
-	need := float64(o.scenarioLoad().Total()) * float64(body+streamBytesPerEvent+body+rowBytesPerEvent)
+	need := float64(o.scenarioLoad().Total()) * float64(body+streamBytesPerEvent+min(body, rowBodyBytesMax)+rowBytesPerEvent)
 	if need <= float64(free) {
 		return nil
 	}

@@ -1,8 +1,11 @@
-//go:build unix
+//go:build linux || darwin || freebsd || dragonfly
 
 package bench
 
 import "syscall"
+
+// The systems whose syscall.Statfs_t has Bavail and Bsize (OpenBSD's,
+// NetBSD's and Solaris's do not: disk_other.go).
 
 // freeBytes is the space on dir's file system that an unprivileged process
 // may still fill (statfs's f_bavail blocks), and whether it could be read.
