@@ -10,13 +10,14 @@ import (
 // event's stream was re-created since the event was taken (see Epochs).
 var ErrStaleEpoch = errors.New("its stream was re-created since the message was taken")
 
-// ErrDeadLetterHeldBack is wrapped by a DeadLetter call that published
-// nothing because the dead-letter stream did not answer an earlier publish
-// and no probe has been stored since (the consumer's breaker). The message
-// is nak'ed as after any failed dead letter. Whoever returns it logs these
-// itself, boundedly; callers count it but do not log each one, which while
-// a run of poison events meets a hung dead-letter stream would be a line
-// per event.
+// ErrDeadLetterHeldBack is wrapped by a DeadLetter call whose failure the
+// dead-letterer logs itself, boundedly: it published nothing because the
+// breaker is open (an earlier publish got no answer, or was refused for
+// want of permission or room, and no probe has been stored since), or its
+// publish was refused for want of room. The message is nak'ed as after any
+// failed dead letter. Callers count it but do not log each one, which
+// while a run of poison events meets a hung or full dead-letter stream
+// would be a line per event.
 var ErrDeadLetterHeldBack = errors.New("not published: a dead-letter publish got no answer, and no probe has been stored since")
 
 // FailedDeadLetter names what became of a message whose DeadLetter call
