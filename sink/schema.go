@@ -1504,13 +1504,18 @@ func (s *Sink) asyncStandby(ctx context.Context, c *pgx.Conn, syncCommit, syncNa
 // partition's own as "name (on partition <partition>)". A trigger made
 // on a partitioned table is cloned onto each partition (tgparentid, from
 // PostgreSQL 13; on 12 the clones are internal): named once, as the
-// table's. tgtype bits: 1 row, 2 before, 4 insert.
+// table's. A clone whose parent trigger is outside rel's tree (rel is a
+// partition itself, written straight into, and the trigger is its
+// parent's) is what fires there: named as rel's. tgtype bits: 1 row, 2
+// before, 4 insert.
 func (s *Sink) rowTriggers(ctx context.Context, c *pgx.Conn, rel uint32) ([]string, error) {
-	rows, err := c.Query(ctx, `SELECT t.tgname::text, t.tgrelid <> $1, n.nspname::text, r.relname::text
-		FROM (SELECT $1::oid AS relid UNION SELECT relid FROM pg_partition_tree($1)) p
+	rows, err := c.Query(ctx, `WITH tree AS (SELECT $1::oid AS relid UNION SELECT relid FROM pg_partition_tree($1))
+		SELECT t.tgname::text, t.tgrelid <> $1, n.nspname::text, r.relname::text
+		FROM tree p
 		JOIN pg_trigger t ON t.tgrelid = p.relid JOIN pg_class r ON r.oid = t.tgrelid JOIN pg_namespace n ON n.oid = r.relnamespace
 		WHERE NOT t.tgisinternal AND t.tgtype & 7 = 7 AND t.tgenabled IN ('O', 'A')
-			AND coalesce((to_jsonb(t) ->> 'tgparentid')::oid, 0) = 0
+			AND NOT EXISTS (SELECT FROM pg_trigger pt WHERE pt.oid = coalesce((to_jsonb(t) ->> 'tgparentid')::oid, 0)
+				AND pt.tgrelid IN (SELECT relid FROM tree))
 		ORDER BY t.tgrelid <> $1, n.nspname, r.relname, t.tgname`, rel)
 	if err == nil {
 		var names []string
