@@ -792,14 +792,14 @@ func durableInfo(ctx context.Context, js jetstream.JetStream, stream, name strin
 func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, interest bool) []Problem {
 	info, err := durableInfo(ctx, js, cfg.Stream, cfg.Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		others, held, cut, err := siblings(ctx, js, &cfg)
+		look, err := siblings(ctx, js, &cfg)
 		switch {
 		case err != nil:
 			return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it, from the start of the stream; "+
 				"could not look for other durable consumers of this destination, whose events it would store again: %v", cfg.Consumer, err),
 				Fix: "allow " + apiSubjects(cfg, "CONSUMER.LIST."+cfg.Stream)}}
-		case len(others) > 0:
-			return []Problem{siblingProblem(&cfg, others, held, cfg.StoredSeq != nil, interest, cut)}
+		case len(look.found) > 0:
+			return []Problem{siblingProblem(&cfg, look, cfg.StoredSeq != nil, interest)}
 		}
 		return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it", cfg.Consumer)}}
 	}

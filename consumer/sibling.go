@@ -25,18 +25,16 @@ var siblingLimit = 4096
 // jetsink stored, a new durable named nats.consumer delivers again from
 // the start of the stream (a renamed nats.consumer; two instances of a
 // rolling update configured with two names). Those with disjoint filters split the stream's subjects
-// between them, as they should. It also returns how many events the
-// stream holds, and whether the list was cut at siblingLimit. Nothing
-// when cfg.Destination is "".
-func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (found []*jetstream.ConsumerInfo, held uint64, cut bool, err error) {
+// between them, as they should. Nothing when cfg.Destination is "".
+func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (look siblingLook, err error) {
 	if cfg.Destination == "" {
-		return nil, 0, false, nil
+		return look, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, metaTimeout)
 	defer cancel()
 	stream, err := js.Stream(ctx, cfg.Stream)
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
+		return look, fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
 	}
 	list := stream.ListConsumers(ctx)
 	n := 0
@@ -44,7 +42,7 @@ func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (found [
 		if n++; n > siblingLimit {
 			// nats.go's lister blocks on its next send unless ctx has
 			// ended, which it looks at before each: end it, and drain.
-			cut = true
+			look.cut = true
 			cancel()
 			continue
 		}
@@ -52,36 +50,103 @@ func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (found [
 		if info.Name == cfg.Consumer || cc.Metadata[destinationKey] != cfg.Destination || !filtersOverlap(cc, cfg.FilterSubject) {
 			continue
 		}
-		found = append(found, info)
+		look.found = append(look.found, info)
 	}
-	if err := list.Err(); err != nil && !cut {
-		return nil, 0, false, fmt.Errorf("list the consumers of stream %s: %w", cfg.Stream, err)
+	if err := list.Err(); err != nil && !look.cut {
+		return siblingLook{}, fmt.Errorf("list the consumers of stream %s: %w", cfg.Stream, err)
 	}
-	return found, stream.CachedInfo().State.Msgs, cut, nil
+	si := stream.CachedInfo()
+	look.held, look.subjects = si.State.Msgs, si.Config.Subjects
+	return look, nil
+}
+
+// siblingLook is what siblings found.
+type siblingLook struct {
+	found    []*jetstream.ConsumerInfo // the durables of this destination
+	held     uint64                    // how many events the stream holds
+	subjects []string                  // the stream's subjects
+	cut      bool                      // the list was cut at siblingLimit
+}
+
+// filters is cc's filter subjects, none for every subject.
+func filters(cc *jetstream.ConsumerConfig) []string {
+	theirs := slices.Clone(cc.FilterSubjects) // not appended to in cc
+	if cc.FilterSubject != "" {
+		theirs = append(theirs, cc.FilterSubject)
+	}
+	return theirs
 }
 
 // filtersOverlap reports whether a subject both cc's filter and filter
 // ("" for every subject) let through may exist.
 func filtersOverlap(cc *jetstream.ConsumerConfig, filter string) bool {
-	theirs := slices.Clone(cc.FilterSubjects) // not appended to in cc
-	if cc.FilterSubject != "" {
-		theirs = append(theirs, cc.FilterSubject)
-	}
+	theirs := filters(cc)
 	if len(theirs) == 0 || filter == "" {
 		return true
 	}
 	return slices.ContainsFunc(theirs, func(s string) bool { return pipeline.SubjectsOverlap(s, filter) })
 }
 
+// filterCovered reports whether every subject filter ("" for every
+// subject of the stream, whose subjects are streamSubjects) lets
+// through, one of others' filters lets through too: only then did they
+// deliver every event the new durable would below their ack floors, and
+// may it start past the lowest. Wildcards are compared as patterns, not
+// against the subjects the stream holds: filter in.> beside in.a and
+// in.b is not covered, even when the stream holds no in.c.
+func filterCovered(filter string, streamSubjects []string, others []*jetstream.ConsumerInfo) bool {
+	ours := []string{filter}
+	if filter == "" {
+		ours = streamSubjects
+		if len(ours) == 0 { // a stream of sources, or a mirror: any subject
+			ours = []string{">"}
+		}
+	}
+	var theirs []string
+	for _, o := range others {
+		fs := filters(&o.Config)
+		if len(fs) == 0 {
+			return true
+		}
+		theirs = append(theirs, fs...)
+	}
+	for _, s := range ours {
+		if !slices.ContainsFunc(theirs, func(w string) bool { return subjectWithin(s, w) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// subjectWithin reports whether every subject that pattern narrow
+// matches, pattern wide matches too (in.a.* is within in.>; in.> is not
+// within in.*).
+func subjectWithin(narrow, wide string) bool {
+	for {
+		nt, nrest, nmore := strings.Cut(narrow, ".")
+		wt, wrest, wmore := strings.Cut(wide, ".")
+		switch {
+		case wt == ">":
+			return true
+		case nt == ">", wt != "*" && nt != wt: // nt "*" is no literal wt
+			return false
+		case !nmore || !wmore:
+			return nmore == wmore
+		}
+		narrow, wide = nrest, wrest
+	}
+}
+
 // siblingProblem is the Problem of a new durable nats.consumer beside
-// others, durables that jetsinks writing to this destination used
-// (siblings), on a stream holding held events. In at-least-once mode
-// an error, which run refuses (Config: a bad nats.consumer; see
-// ensureConsumer): the new durable stores again every event the others'
-// jetsinks stored. In exactly-once mode (exactlyOnce) a warning: those
-// are skipped as duplicates, but read again. interest: the stream has
-// interest retention. cut: the list was cut at siblingLimit.
-func siblingProblem(cfg *Config, others []*jetstream.ConsumerInfo, held uint64, exactlyOnce, interest, cut bool) Problem {
+// others (look.found), durables that jetsinks writing to this
+// destination used (siblings). In at-least-once mode an error, which run
+// refuses (Config: a bad nats.consumer; see ensureConsumer): the new
+// durable stores again every event the others' jetsinks stored. In
+// exactly-once mode (exactlyOnce) a warning: those are skipped as
+// duplicates, but read again. interest: the stream has interest
+// retention.
+func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest bool) Problem {
+	others := look.found
 	var names, about []string
 	floor := others[0].AckFloor.Stream
 	for _, o := range others {
@@ -96,7 +161,7 @@ func siblingProblem(cfg *Config, others []*jetstream.ConsumerInfo, held uint64, 
 	msg := fmt.Sprintf("durable consumer %s does not exist yet, and stream %s has %s that a jetsink writing to %q used (metadata key %s): %s; "+
 		"a new durable delivers the stream from its start (%s)",
 		cfg.Consumer, cfg.Stream, plural(len(others), "durable consumer", "durable consumers"), cfg.Destination, destinationKey,
-		strings.Join(about, "; "), heldWords(held, cfg.FilterSubject))
+		strings.Join(about, "; "), heldWords(look.held, cfg.FilterSubject))
 	if exactlyOnce {
 		msg += ": exactly-once skips those already stored, but reads them all again, and while a jetsink runs on " +
 			strings.Join(names, " or ") + " both read every event"
@@ -104,32 +169,71 @@ func siblingProblem(cfg *Config, others []*jetstream.ConsumerInfo, held uint64, 
 		msg += ", so those already stored are stored again (at-least-once), and while a jetsink runs on " +
 			strings.Join(names, " or ") + " each event is stored twice"
 	}
+	covered := filterCovered(cfg.FilterSubject, look.subjects, others)
+	if !covered {
+		// Their floors say nothing of the subjects they leave out: a
+		// durable made past them would never deliver those subjects'
+		// events below, which no jetsink stored.
+		msg += fmt.Sprintf("; %s lets through subjects that their filters (%s) leave out, so it cannot start past their ack floor: "+
+			"it would never deliver the events on those subjects below it", newFilterWords(cfg.FilterSubject), theirFilters(others))
+	}
 	if interest {
 		msg += "; this stream has interest retention: a durable left behind keeps every event it has not acknowledged until it is removed"
 	}
-	if cut {
+	if look.cut {
 		msg += fmt.Sprintf(" (only the stream's first %d consumers were looked at)", siblingLimit)
-	}
-	lowest := ""
-	if len(others) > 1 {
-		lowest = " (the lowest of their ack floors)"
 	}
 	var rm []string
 	for _, n := range names {
 		rm = append(rm, "nats consumer rm "+shellWord(cfg.Stream)+" "+shellWord(n)+" --force")
 	}
+	fromStart := consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, "all")
 	// The new durable is made before the old is removed: on a stream
 	// with interest retention, removing it first deletes the events it
 	// holds.
-	fix := fmt.Sprintf("if nats.consumer was renamed: stop the jetsinks on %s; before %s's first start make it past their ack floor%s: %s "+
-		"(the floor as it is now: one that moved since, which nats consumer info shows, stores fewer again); then remove the old: %s. "+
-		"To store the stream again on purpose, make it from the start instead (%s), then remove the old",
-		strings.Join(names, " and "), cfg.Consumer, lowest, consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, deliverAfter(floor)),
-		strings.Join(rm, "; "), consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, "all"))
+	var fix string
+	if covered {
+		lowest := ""
+		if len(others) > 1 {
+			lowest = " (the lowest of their ack floors)"
+		}
+		fix = fmt.Sprintf("if nats.consumer was renamed: stop the jetsinks on %s; before %s's first start make it past their ack floor%s: %s "+
+			"(the floor as it is now: one that moved since, which nats consumer info shows, stores fewer again); then remove the old: %s. "+
+			"To store the stream again on purpose, make it from the start instead (%s), then remove the old",
+			strings.Join(names, " and "), cfg.Consumer, lowest, consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, deliverAfter(floor)),
+			strings.Join(rm, "; "), fromStart)
+	} else {
+		fix = fmt.Sprintf("if nats.consumer was renamed: stop the jetsinks on %s; before %s's first start make it from the start of the stream, "+
+			"storing again what they stored (not past their ack floor, which would skip for good the events below it on the subjects their filters leave out): %s; "+
+			"then remove the old: %s",
+			strings.Join(names, " and "), cfg.Consumer, fromStart, strings.Join(rm, "; "))
+	}
 	if exactlyOnce {
 		return Problem{Warning: true, Message: msg, Fix: fix}
 	}
 	return Problem{Config: true, Message: msg, Fix: fix}
+}
+
+// newFilterWords names the subjects a new durable of filter delivers.
+func newFilterWords(filter string) string {
+	if filter == "" {
+		return "no nats.filter_subject (every subject of the stream)"
+	}
+	return "nats.filter_subject " + filter
+}
+
+// theirFilters lists others' filters, each "every subject" when it has
+// none.
+func theirFilters(others []*jetstream.ConsumerInfo) string {
+	var all []string
+	for _, o := range others {
+		fs := filters(&o.Config)
+		if len(fs) == 0 {
+			fs = []string{"every subject"}
+		}
+		all = append(all, o.Name+": "+strings.Join(fs, ", "))
+	}
+	return strings.Join(all, "; ")
 }
 
 // heldWords says which of a stream's held events a new durable of
@@ -157,21 +261,21 @@ func plural(n int, one, many string) string {
 // warning (an account may lack CONSUMER.LIST), not a reason to stop.
 func (c *Consumer) lookForSiblings(ctx context.Context, starting bool) error {
 	cfg := &c.cfg
-	others, held, cut, err := siblings(ctx, c.js, cfg)
+	look, err := siblings(ctx, c.js, cfg)
 	if err != nil {
 		c.log.Warn("could not look for other durable consumers of this destination, whose events a new durable would store again: "+err.Error(),
 			"consumer", cfg.Consumer, "fix", "allow "+apiSubjects(*cfg, "CONSUMER.LIST."+cfg.Stream))
 		return nil
 	}
-	if len(others) == 0 {
+	if len(look.found) == 0 {
 		return nil
 	}
-	p := siblingProblem(cfg, others, held, cfg.StoredSeq != nil, c.interest.Load(), cut)
+	p := siblingProblem(cfg, look, cfg.StoredSeq != nil, c.interest.Load())
 	if !p.Warning && starting {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 	}
 	var names []string
-	for _, o := range others {
+	for _, o := range look.found {
 		names = append(names, o.Name)
 	}
 	c.log.Warn(p.Message, "fix", p.Fix, "consumer", cfg.Consumer, "other_consumers", names)

@@ -203,9 +203,9 @@ func TestSiblingsStopAtTheLimit(t *testing.T) {
 	}
 	defer func(n int) { siblingLimit = n }(siblingLimit)
 	siblingLimit = 2
-	others, _, cut, err := siblings(ctx, js, &cfg)
-	if err != nil || !cut || len(others) != 2 {
-		t.Fatalf("siblings: %d found, cut %v, err %v; want 2, cut, no error", len(others), cut, err)
+	look, err := siblings(ctx, js, &cfg)
+	if err != nil || !look.cut || len(look.found) != 2 {
+		t.Fatalf("siblings: %d found, cut %v, err %v; want 2, cut, no error", len(look.found), look.cut, err)
 	}
 	p := siblingReported(mustCheck(t, ctx, cfg), cfg.Consumer+"_")
 	if p == nil || !strings.Contains(p.Message, "2 durable consumers") || !strings.Contains(p.Message, "only the stream's first 2 consumers were looked at") {
@@ -221,4 +221,66 @@ func mustCheck(t *testing.T, ctx context.Context, cfg Config) []Problem {
 		t.Fatal(err)
 	}
 	return ps
+}
+
+// A new durable whose filter is wider than the old one's: old durable A
+// of in.<stream>.s0, its ack floor at stream sequence 8, and a new one
+// without nats.filter_subject. A never delivered s1's events 2, 4, 6
+// and 8, so the refusal's fix offered --deliver 9, which skips them for
+// good. It now offers --deliver all and says why not past the floor. A
+// new durable whose filter an old one's covers (the stream's own subject
+// beside none) still gets --deliver <floor+1>.
+func TestNewDurableWiderThanTheOldOneIsNotMadePastItsFloor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	const ours = "db1:5432/app public.events"
+	cfg := testConfig(t, srv)
+	cfg.Destination = ours
+	siblingStream(t, ctx, js, cfg)
+	a := cfg.Consumer + "_a"
+	addDurable(t, ctx, js, cfg, a, ours, subjectOf(cfg, 0, 2), 9) // floor 8
+
+	_, err := New(ctx, cfg, testLogger(t, nil))
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("New beside %s: %v, want ErrInvalidConfig", a, err)
+	}
+	for _, got := range []string{err.Error(), siblingReported(mustCheck(t, ctx, cfg), a).String()} {
+		if strings.Contains(got, "--deliver 9") {
+			t.Fatalf("offers --deliver 9, which never delivers s1's events below it:\n%s", got)
+		}
+		for _, w := range []string{"--deliver all", "leave out", a + ": " + subjectOf(cfg, 0, 2)} {
+			if !strings.Contains(got, w) {
+				t.Fatalf("lacks %q:\n%s", w, got)
+			}
+		}
+	}
+
+	// Covered: B, of no filter, beside C of the stream's one subject.
+	if err := js.DeleteConsumer(ctx, cfg.Stream, a); err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Consumer + "_c"
+	addDurable(t, ctx, js, cfg, c, ours, cfg.Subjects[0], 9)
+	_, err = New(ctx, cfg, testLogger(t, nil))
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "--deliver 9 ") {
+		t.Fatalf("New beside %s, whose filter covers every subject: %v; want ErrInvalidConfig offering --deliver 9", c, err)
+	}
+}
+
+func TestSubjectWithin(t *testing.T) {
+	for _, tc := range []struct {
+		narrow, wide string
+		want         bool
+	}{
+		{"a.b", "a.b", true}, {"a.b", "a.*", true}, {"a.b", "a.>", true}, {"a.*", "a.>", true}, {"a.>", "a.>", true},
+		{"a.b.c", "a.>", true}, {"a.*.c", "a.*.c", true}, {"a.b", ">", true}, {">", ">", true},
+		{"a.>", "a.*", false}, {"a.*", "a.b", false}, {"a", "a.>", false}, {"a.b", "a", false}, {"a", "a.b", false},
+		{">", "a.>", false}, {"a.b", "a.c", false}, {"a.b.c", "a.*", false}, {"*", "a", false},
+	} {
+		if got := subjectWithin(tc.narrow, tc.wide); got != tc.want {
+			t.Errorf("subjectWithin(%q, %q) = %v, want %v", tc.narrow, tc.wide, got, tc.want)
+		}
+	}
 }
