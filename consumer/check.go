@@ -797,7 +797,7 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, inte
 		case err != nil:
 			return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it, from the start of the stream; "+
 				"could not look for other durable consumers of this destination, whose events it would store again: %v", cfg.Consumer, err),
-				Fix: "allow " + apiSubjects(cfg, "CONSUMER.LIST."+cfg.Stream)}}
+				Fix: lookFix(&cfg, err)}}
 		case len(look.found) > 0:
 			return []Problem{siblingProblem(&cfg, look, cfg.StoredSeq != nil, interest)}
 		}

@@ -2,11 +2,13 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/pipeline"
@@ -30,11 +32,13 @@ func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (look si
 	if cfg.Destination == "" {
 		return look, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, metaTimeout)
+	nc := js.Conn()
+	before := nc.LastError()
+	ctx, cancel := context.WithTimeout(ctx, siblingLookTimeout)
 	defer cancel()
 	stream, err := js.Stream(ctx, cfg.Stream)
 	if err != nil {
-		return look, fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
+		return look, lookFailed(nc, cfg, "look up stream "+cfg.Stream, "STREAM.INFO."+cfg.Stream, before, err)
 	}
 	list := stream.ListConsumers(ctx)
 	n := 0
@@ -53,11 +57,53 @@ func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (look si
 		look.found = append(look.found, info)
 	}
 	if err := list.Err(); err != nil && !look.cut {
-		return siblingLook{}, fmt.Errorf("list the consumers of stream %s: %w", cfg.Stream, err)
+		return siblingLook{}, lookFailed(nc, cfg, "list the consumers of stream "+cfg.Stream, "CONSUMER.LIST."+cfg.Stream, before, err)
 	}
 	si := stream.CachedInfo()
 	look.held, look.subjects = si.State.Msgs, si.Config.Subjects
 	return look, nil
+}
+
+// siblingLookTimeout bounds siblings' look: made before a new durable
+// (at New, in check, and when Run makes it again, holding metaMu), it
+// must not wait long for a request the server refuses. The server refuses
+// one the user may not publish on the connection (an async -ERR), not
+// to the request, which only times out: lookFailed reads the refusal.
+const siblingLookTimeout = 3 * time.Second
+
+// errLookDenied marks lookFailed's error for a request the server
+// refused to let the user publish.
+var errLookDenied = errors.New("no permission")
+
+// lookFailed is siblings' error for err, the failure of what, a
+// JetStream API request to rest (its subject after the API prefix):
+// errLookDenied when the connection's last error, not before (the one
+// before the request), is the server refusing the user that publish;
+// else, at a deadline, "no answer".
+func lookFailed(nc *nats.Conn, cfg *Config, what, rest string, before, err error) error {
+	if last := nc.LastError(); last != nil && last != before && errors.Is(last, nats.ErrPermissionViolation) {
+		// On the servers of nats.domain themselves, the server maps
+		// $JS.<domain>.API to $JS.API before it checks the permission,
+		// and names the subject it checked.
+		t := last.Error()
+		if strings.Contains(t, `"`+cfg.APIPrefix()+"."+rest+`"`) || strings.Contains(t, `"$JS.API.`+rest+`"`) {
+			return fmt.Errorf("%s: %w: the NATS user may not publish to %s (%w)", what, errLookDenied, apiSubjects(*cfg, rest), last)
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: no answer within %s (%w)", what, siblingLookTimeout, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// lookFix is the fix for siblings' error err.
+func lookFix(cfg *Config, err error) string {
+	if errors.Is(err, errLookDenied) {
+		return "give the NATS user permission to publish to " + apiSubjects(*cfg, "CONSUMER.LIST."+cfg.Stream) +
+			" (and " + apiSubjects(*cfg, "STREAM.INFO."+cfg.Stream) + ")"
+	}
+	return fmt.Sprintf("see that stream %s answers (nats consumer ls %s, which lists the durables to look at: nats consumer info shows each one's metadata %s)",
+		cfg.Stream, shellWord(cfg.Stream), destinationKey)
 }
 
 // siblingLook is what siblings found.
@@ -264,7 +310,7 @@ func (c *Consumer) lookForSiblings(ctx context.Context, starting bool) error {
 	look, err := siblings(ctx, c.js, cfg)
 	if err != nil {
 		c.log.Warn("could not look for other durable consumers of this destination, whose events a new durable would store again: "+err.Error(),
-			"consumer", cfg.Consumer, "fix", "allow "+apiSubjects(*cfg, "CONSUMER.LIST."+cfg.Stream))
+			"fix", lookFix(cfg, err))
 		return nil
 	}
 	if len(look.found) == 0 {

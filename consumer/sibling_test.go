@@ -284,3 +284,51 @@ func TestSubjectWithin(t *testing.T) {
 		}
 	}
 }
+
+// Without permission to publish to $JS.API.CONSUMER.LIST.<stream> the
+// server refuses the look on the connection (an async -ERR), not to the
+// request, which waited metaTimeout (10 s) at New, in check, and in a
+// re-make during Run, and the warning said only "context deadline
+// exceeded". The warning and check's problem now say there is no
+// permission, and name it.
+func TestSiblingLookDeniedNamesThePermission(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, cfg, _ := permissionsServer(t, ctx, "$JS.API.CONSUMER.LIST.>")
+	cfg.Destination = "db1:5432/app public.events"
+	want := []string{"no permission", "may not publish to $JS.API.CONSUMER.LIST." + cfg.Stream}
+	_, log := newLoggedConsumer(t, ctx, cfg)
+	var line string
+	for l := range strings.Lines(log.String()) {
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, "could not look for other durable consumers") {
+			line = l
+		}
+	}
+	var p *Problem
+	cfg.Consumer += "_new" // one that does not exist yet
+	for _, q := range mustCheck(t, ctx, cfg) {
+		if strings.Contains(q.Message, "could not look for other durable consumers") {
+			p = &q
+		}
+	}
+	if p == nil {
+		t.Fatal("check reports no failed look")
+	}
+	for _, w := range append(want, "permission to publish to $JS.API.CONSUMER.LIST."+cfg.Stream) {
+		if !strings.Contains(line, w) || !strings.Contains(p.String(), w) {
+			t.Fatalf("lacks %q:\nNew's Warn line: %s\ncheck: %s", w, line, p)
+		}
+	}
+}
+
+// A look that timed out with no refusal on the connection says "no
+// answer", not a permission.
+func TestSiblingLookNoAnswer(t *testing.T) {
+	srv := testenv.NATS(t)
+	cfg := testConfig(t, srv)
+	js := jsFor(t, srv)
+	err := lookFailed(js.Conn(), &cfg, "list the consumers of stream "+cfg.Stream, "CONSUMER.LIST."+cfg.Stream, nil, context.DeadlineExceeded)
+	if errors.Is(err, errLookDenied) || !strings.Contains(err.Error(), "no answer within") || strings.Contains(lookFix(&cfg, err), "permission") {
+		t.Fatalf("lookFailed = %v (fix %q); want no answer, no permission named", err, lookFix(&cfg, err))
+	}
+}
