@@ -185,7 +185,8 @@ func withSuffix(base, suffix string) string {
 // builds no index, which would not help), and a plain table with
 // inheritance children would store redeliveries again (ErrNoKeyIndex too:
 // ProblemInheritance; no index built either). Where no such index can be
-// built (a table partitioned by another column, a foreign table, a
+// built (a table partitioned by another column, at any level of its
+// partitions, a foreign table, a
 // view) Init builds none, and fails with ErrNoKeyIndex and check's words.
 // When the table holds rows with the same key (at-least-once mode stores
 // redeliveries again), the index's build fails: the error wraps
@@ -1000,25 +1001,24 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 			// building it (ProblemInheritance).
 			cannot := taken != "" || kind == "f" || kind == "v" || kind == "r" && partitions
 			if kind == "p" {
-				var parts []int16
-				var by string
-				if err := c.QueryRow(ctx, "SELECT partattrs::int2[], pg_get_partkeydef(partrelid) FROM pg_partitioned_table WHERE partrelid = $1",
-					*oid).Scan(&parts, &by); err != nil {
+				other, part, by, err := s.otherPartitionKey(ctx, c, *oid)
+				if err != nil {
 					return nil, fmt.Errorf("check the partition key of %s on %s: %w", tname, s.where, err)
 				}
-				otherKey := false
-				for _, a := range parts { // 0: an expression
-					otherKey = otherKey || (a != attrs[s.streamC].num && a != attrs[s.seqC].num)
-				}
-				if otherKey {
+				if other {
 					// PostgreSQL refuses the CREATE UNIQUE INDEX (0A000),
 					// and a table's partition key cannot change: the fix
 					// is another table, or another mode.
 					cannot = true
-					msg += fmt.Sprintf(", nor can there be: on a partitioned table a unique index must hold the partition key's "+
-						"columns, and %s is partitioned by others (PARTITION BY %s)", tname, by)
-					fix = fmt.Sprintf("write into a table partitioned by %s, by %s, or by both (a new table: the partition key "+
-						"of a table cannot change), or use postgres.mode: at-least-once", s.seqC, s.streamC)
+					if part == "" {
+						msg += fmt.Sprintf(", nor can there be: on a partitioned table a unique index must hold the partition key's "+
+							"columns, and %s is partitioned by others (PARTITION BY %s)", tname, by)
+					} else {
+						msg += fmt.Sprintf(", nor can there be: on a partitioned table a unique index must hold the partition key's "+
+							"columns at every level, and its partition %s is partitioned by others (PARTITION BY %s)", part, by)
+					}
+					fix = fmt.Sprintf("write into a table partitioned by %s, by %s, or by both, at every level (a new table: the "+
+						"partition key of a table cannot change), or use postgres.mode: at-least-once", s.seqC, s.streamC)
 				}
 			}
 			if kind == "f" || kind == "v" {
@@ -1051,6 +1051,43 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 		}
 	}
 	return probs, nil
+}
+
+// otherPartitionKey looks at every partitioned table of rel's tree, rel
+// first, for a partition key with a column other than the exactly-once
+// key's, or an expression: PostgreSQL builds a unique index on a
+// partitioned table only if it holds the key columns of every level
+// (0A000). It reports whether there is one, the first, and its PARTITION
+// BY; part is its schema-qualified name, quoted, unless it is rel itself
+// (""). Key columns are compared by name, each read on its own level's
+// table: a partition attached with its columns in another order numbers
+// them otherwise. By name, a missing key column is no match for an
+// expression (attnum 0, as a missing column's was).
+func (s *Sink) otherPartitionKey(ctx context.Context, c *pgx.Conn, rel uint32) (other bool, part, by string, err error) {
+	rows, err := c.Query(ctx, `SELECT p.level = 0, n.nspname::text, r.relname::text,
+			pg_get_partkeydef(pt.partrelid),
+			ARRAY(SELECT coalesce(a.attname::text, '') FROM unnest(pt.partattrs::int2[]) k(num)
+				LEFT JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = k.num AND k.num <> 0) -- '': an expression
+		FROM pg_partition_tree($1) p JOIN pg_partitioned_table pt ON pt.partrelid = p.relid
+		JOIN pg_class r ON r.oid = p.relid JOIN pg_namespace n ON n.oid = r.relnamespace
+		ORDER BY p.level, n.nspname, r.relname`, rel)
+	if err != nil {
+		return false, "", "", err
+	}
+	var top bool
+	var schema, name, def string
+	var keys []string
+	_, err = pgx.ForEachRow(rows, []any{&top, &schema, &name, &def, &keys}, func() error {
+		if other || !slices.ContainsFunc(keys, func(k string) bool { return k != s.streamC && k != s.seqC }) {
+			return nil
+		}
+		other, by = true, def
+		if !top {
+			part = pgx.Identifier{schema, name}.Sanitize()
+		}
+		return nil
+	})
+	return other, part, by, err
 }
 
 // tableMissing is the problem of a table that does not exist: one Init

@@ -1495,16 +1495,35 @@ func TestCheckKeyIndexOfAPartitionedTable(t *testing.T) {
 	pg := testenv.Postgres(t)
 	admin := pg.Conn(t)
 	n := time.Now().UnixNano()
-	for _, c := range []struct {
-		by        string
+	for i, c := range []struct {
+		by, sub   string // sub: the partition _a's own PARTITION BY, if any
 		initMakes bool
-	}{{"RANGE (at)", false}, {"LIST (stream)", true}, {"RANGE ((stream_seq % 2))", false}} {
-		tbl := fmt.Sprintf("kp_%d_%d", n, len(c.by))
-		if _, err := admin.Exec(ctx, "CREATE TABLE "+tbl+" (stream text, stream_seq int8, payload jsonb, at timestamptz) PARTITION BY "+c.by); err != nil {
-			t.Fatal(err)
+	}{
+		{"RANGE (at)", "", false}, {"LIST (stream)", "", true}, {"RANGE ((stream_seq % 2))", "", false},
+		// PostgreSQL needs the key columns of every level in the
+		// index: a partition partitioned by another column is as its
+		// table would be (check read the top level's key alone, and
+		// Init failed with 0A000 under "create table").
+		{"LIST (stream)", "RANGE (at)", false},
+		// _a attached with its columns in another order: stream_seq is
+		// its third, the table's second; by name it is the key.
+		{"LIST (stream)", "RANGE (stream_seq)", true},
+	} {
+		tbl := fmt.Sprintf("kp_%d_%d", n, i)
+		if c.sub != "" {
+			c.by += " / " + c.sub // for the messages
 		}
-		if _, err := admin.Exec(ctx, "CREATE TABLE "+tbl+"_d PARTITION OF "+tbl+" DEFAULT"); err != nil {
-			t.Fatal(err)
+		ddl := []string{"CREATE TABLE " + tbl + " (stream text, stream_seq int8, payload jsonb, at timestamptz) PARTITION BY " + strings.Split(c.by, " / ")[0],
+			"CREATE TABLE " + tbl + "_d PARTITION OF " + tbl + " DEFAULT"}
+		if c.sub != "" {
+			ddl = append(ddl, "CREATE TABLE "+tbl+"_a (at timestamptz, payload jsonb, stream_seq int8, stream text) PARTITION BY "+c.sub,
+				"CREATE TABLE "+tbl+"_a1 PARTITION OF "+tbl+"_a DEFAULT",
+				"ALTER TABLE "+tbl+" ATTACH PARTITION "+tbl+"_a FOR VALUES IN ('a')")
+		}
+		for _, q := range ddl {
+			if _, err := admin.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
 		}
 		s, _ := newTestSink(t, ctx, pg.URL, func(cfg *Config) { cfg.Table, cfg.Mode, cfg.CreateTable = tbl, ExactlyOnce, false })
 		probs, err := s.Check(ctx)
@@ -1538,6 +1557,9 @@ func TestCheckKeyIndexOfAPartitionedTable(t *testing.T) {
 		}
 		if !errors.Is(err, ErrNoKeyIndex) || !strings.Contains(err.Error(), found.String()) {
 			t.Errorf("partitioned by %s: Init: %v, want ErrNoKeyIndex with check's words %q", c.by, err, found)
+		}
+		if c.sub != "" && !strings.Contains(found.Message, `its partition "public"."`+tbl+`_a" is partitioned by others (PARTITION BY `+c.sub+")") {
+			t.Errorf("partitioned by %s: %s, want the partition and its PARTITION BY named", c.by, found)
 		}
 	}
 }
