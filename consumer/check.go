@@ -800,6 +800,8 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, inte
 				Fix: lookFix(&cfg, err)}}
 		case len(look.found) > 0:
 			return []Problem{siblingProblem(&cfg, look, cfg.StoredSeq != nil, interest)}
+		case look.cut:
+			return []Problem{unseenSiblingsProblem(&cfg)}
 		}
 		return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it", cfg.Consumer)}}
 	}

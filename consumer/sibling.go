@@ -260,6 +260,20 @@ func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest bool) P
 	return Problem{Config: true, Message: msg, Fix: fix}
 }
 
+// unseenSiblingsProblem is the warning of a new durable nats.consumer
+// when siblings found none of this destination among the stream's first
+// siblingLimit consumers, and did not look at the others.
+func unseenSiblingsProblem(cfg *Config) Problem {
+	return Problem{Warning: true,
+		Message: fmt.Sprintf("durable consumer %s does not exist yet, and is made from the start of the stream; only the first %d consumers of stream %s "+
+			"were looked at for other durable consumers of this destination: the events one after them delivered, %s would store again",
+			cfg.Consumer, siblingLimit, cfg.Stream, cfg.Consumer),
+		Fix: fmt.Sprintf("if nats.consumer was renamed (nats consumer info %s <old> shows the old durable's metadata %s, ack floor and filter): "+
+			"stop its jetsinks; before %s's first start make it past the old one's ack floor, %s, when the old one's filter lets through "+
+			"every subject nats.filter_subject does (else from the start, --deliver all); then remove the old",
+			shellWord(cfg.Stream), destinationKey, cfg.Consumer, consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, floorPlaceholder))}
+}
+
 // newFilterWords names the subjects a new durable of filter delivers.
 func newFilterWords(filter string) string {
 	if filter == "" {
@@ -314,6 +328,10 @@ func (c *Consumer) lookForSiblings(ctx context.Context, starting bool) error {
 		return nil
 	}
 	if len(look.found) == 0 {
+		if look.cut {
+			p := unseenSiblingsProblem(cfg)
+			c.log.Warn(p.Message, "fix", p.Fix)
+		}
 		return nil
 	}
 	p := siblingProblem(cfg, look, cfg.StoredSeq != nil, c.interest.Load())

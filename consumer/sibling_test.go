@@ -332,3 +332,48 @@ func TestSiblingLookNoAnswer(t *testing.T) {
 		t.Fatalf("lookFailed = %v (fix %q); want no answer, no permission named", err, lookFix(&cfg, err))
 	}
 }
+
+// Past siblingLimit consumers with none of this destination among the
+// first, an old durable after them was neither refused nor mentioned:
+// New and check now warn that only the first were looked at.
+func TestSiblingsCutWithNoneFoundWarns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	const ours = "db1:5432/app public.events"
+	cfg := testConfig(t, srv)
+	cfg.Destination = ours
+	siblingStream(t, ctx, js, cfg)
+	for i := range 3 { // "_0" and "_1" list before "_2" (by name)
+		dest := "db1:5432/app public.other"
+		if i == 2 {
+			dest = ours
+		}
+		addDurable(t, ctx, js, cfg, cfg.Consumer+"_"+strconv.Itoa(i), dest, "", 1)
+	}
+	defer func(n int) { siblingLimit = n }(siblingLimit)
+	siblingLimit = 2
+	look, err := siblings(ctx, js, &cfg)
+	if err != nil || !look.cut || len(look.found) != 0 {
+		t.Fatalf("siblings: %d found, cut %v, err %v; want none found, cut", len(look.found), look.cut, err)
+	}
+	const want = "only the first 2 consumers of stream"
+	var p *Problem
+	for _, q := range mustCheck(t, ctx, cfg) {
+		if strings.Contains(q.Message, want) {
+			p = &q
+		}
+	}
+	if p == nil || !p.Warning {
+		t.Fatalf("check reports %+v; want a warning saying %q", p, want)
+	}
+	_, log := newLoggedConsumer(t, ctx, cfg)
+	found := false
+	for l := range strings.Lines(log.String()) {
+		found = found || strings.Contains(l, "level=WARN") && strings.Contains(l, want)
+	}
+	if !found {
+		t.Fatalf("New's log has no Warn line saying %q:\n%s", want, log.String())
+	}
+}
