@@ -49,13 +49,22 @@
 // Options.AllowDiscardOld (ErrNoReader): the reader is Options.Consumer,
 // or else the consumer the letters name if the stream has it, and the
 // messages after its ack floor are the ones kept (all of them, without a
-// reader); max_bytes counts each replayed event as its subject, headers
-// and body plus 34 bytes, what nats-server's file store adds (see room).
-// Publishers fill the stream meanwhile: within 256 letters of its limit,
-// the stream's state and the ack floor are read again before each letter
-// (else every 256 letters, or every second), so only a publisher faster
-// than one letter's round trip can still push out an unread event. A dry
-// run checks the event stream too, counting the letters it would replay. Nor is a letter of a key-value bucket's event (its
+// reader). Under max_bytes the stream drops its oldest messages until it
+// is under the limit again: Replay reads them one by one from the first
+// (STREAM.MSG.GET, which the user needs then: refused, the letter stays,
+// ErrPublish naming the subject to allow), as far as the letter needs,
+// adding their stored sizes as the store counts them, and refuses the
+// letter if that reaches past the floor, or past 256 messages read (see
+// room); a replayed event
+// counts as its subject, headers and body plus 34 bytes, what
+// nats-server's file store adds. Publishers fill the stream meanwhile:
+// within 256 letters of its limit, the stream's state and the ack floor
+// are read again before a letter is let through (else every 256 letters,
+// or every second), so only a publisher that fills the stream between a
+// reading and the publish (one letter's round trip near the limit, else
+// up to a second or 256 letters) can still push out an unread event. A
+// dry run checks the event stream too, counting the letters it would
+// replay. Nor is a letter of a key-value bucket's event (its
 // Jetsink-Subject under $KV., or a KV-Operation header) re-published, with
 // or without options (ErrKeyValue, Report.KeyValue): it would be written
 // into the bucket again, a delete or purge removing the key's current

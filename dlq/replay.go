@@ -664,6 +664,7 @@ func transformAgain(tr *jetstream.SubjectTransformConfig, subject string) (strin
 // consumer takes (none: all), or why nothing would read it.
 type readerOf struct {
 	filters []string
+	cons    jetstream.Consumer // the room's reader (see room)
 	err     error
 }
 
@@ -700,6 +701,7 @@ func (r *readers) check(ctx context.Context, l *Letter, wait time.Duration) erro
 				ErrPublish, l.Seq, r.name, l.Stream, err)
 		default:
 			cfg := c.CachedInfo().Config
+			ro.cons = c
 			ro.filters = cfg.FilterSubjects
 			if cfg.FilterSubject != "" {
 				ro.filters = append(ro.filters, cfg.FilterSubject)
@@ -771,7 +773,8 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 		cfg := s.CachedInfo().Config
 		so = streamOf{window: cfg.Duplicates, transform: transforms(cfg.SubjectTransform), drops: dropsPerSubject(&cfg)}
 		if limits := discardsOld(&cfg); limits != "" {
-			so.room = &room{stream: s, limits: limits, maxMsgs: max(cfg.MaxMsgs, 0), maxBytes: max(cfg.MaxBytes, 0), dryRun: r.dryRun}
+			so.room = &room{stream: s, js: r.js, name: l.Stream, limits: limits, maxMsgs: max(cfg.MaxMsgs, 0), maxBytes: max(cfg.MaxBytes, 0),
+				memory: cfg.Storage == jetstream.MemoryStorage, dryRun: r.dryRun}
 		}
 		if cfg.Mirror == nil && len(cfg.Sources) == 0 {
 			// A stream that sources others holds events published to

@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -21,9 +22,14 @@ const (
 	// storeOverhead is what a stream's store adds to a message's subject,
 	// encoded headers and body, which are what max_bytes counts with it:
 	// nats-server's file store writes the record's length (4), sequence
-	// (8), timestamp (8), subject length (2), header length (4) and a hash
-	// (8); its memory store adds 16, less.
+	// (8), timestamp (8), subject length (2), header length (4, none
+	// without headers) and a hash (8); its memory store adds 16, less.
+	// A replayed event always has headers (Nats-Msg-Id).
 	storeOverhead = 34
+	// walkCap bounds the messages one reading of a stream reads to tell
+	// how many of its oldest a replayed event would push out (see walk):
+	// beyond it the letter is refused.
+	walkCap = 256
 )
 
 // discardsOld describes cfg's max_msgs and max_bytes if the stream, once
@@ -49,49 +55,92 @@ func discardsOld(cfg *jetstream.StreamConfig) string {
 
 // storedSize estimates the bytes l's replayed event takes in its stream,
 // as max_bytes counts them: its subject, encoded headers and body, plus
-// storeOverhead.
+// storeOverhead (exact in a file store, 18 bytes over in a memory store).
 func storedSize(l *Letter) int64 {
 	return int64(l.Msg().Size()) + storeOverhead
 }
 
+// sizeIn is what a message of subject, raw headers hdr and body data takes
+// in a stream of the storage type, as max_bytes counts it (nats-server's
+// fileStoreMsgSize and memStoreMsgSize).
+func sizeIn(memory bool, subject string, hdr, data []byte) int64 {
+	n := int64(len(subject) + len(hdr) + len(data))
+	switch {
+	case memory:
+		return n + 16
+	case len(hdr) == 0:
+		return n + storeOverhead - 4
+	}
+	return n + storeOverhead
+}
+
 // room is what Replay may still publish into one event stream that
 // discards its oldest messages (see discardsOld) without pushing out one
-// the stream's reader has not acked: the messages after the reader's ack
-// floor stay, and max_msgs (max_bytes) less them is the room. The reader
+// the stream's reader has not acked. max_msgs: the messages after the
+// reader's ack floor stay, and max_msgs less them is the room. max_bytes:
+// the stream drops its oldest messages until what it holds is under
+// max_bytes again, so the room is what it lacks of max_bytes plus the
+// bytes of its oldest messages up to the floor, which it reads one by one
+// (walk) only as far as a letter needs (its STREAM.MSG.GET). The reader
 // is Options.Consumer, or else the consumer the letters name
 // (Jetsink-Consumer) if it is on the stream; without one (letters of two
 // consumers, or of none, or one the stream does not have) no message may
 // be pushed out at all.
 type room struct {
 	stream            jetstream.Stream
-	limits            string // discardsOld's words
-	maxMsgs, maxBytes int64  // 0: no limit
+	js                jetstream.JetStream // the walk's requests
+	name              string              // the stream's
+	limits            string              // discardsOld's words
+	maxMsgs, maxBytes int64               // 0: no limit
+	memory            bool                // memory storage: its own bytes per message
 	// looked: the reader was looked up, for the consumer named (by
 	// Options.Consumer or the first letter); reader is "" when it is not
-	// known (not on the stream, or a letter named another since).
-	looked      bool
-	named       string
-	reader      string
-	cons        jetstream.Consumer
-	msgs, bytes int64     // room left by the last reading, less the letters replayed since
-	taken       int       // letters replayed since the reading
-	at          time.Time // of the reading; zero: none yet
-	held, heldB int64     // what the stream held at the reading
-	unread      int64     // of which after the reader's ack floor (all of it without a reader)
-	unreadB     int64
-	floor       uint64
-	dry, dryB   int64 // in a dry run, the letters that would have been replayed, and their bytes
-	dryRun      bool
+	// known (not on the stream, or a letter named another since), and why
+	// says why, in the refusal's words.
+	looked bool
+	named  string
+	option bool // named by Options.Consumer: nats.consumer, to a CLI user
+	reader string
+	why    string
+	cons   jetstream.Consumer
+	msgs   int64     // room in messages left by the last reading, less the letters replayed since
+	base   int64     // the bytes the stream held at the reading, plus the letters replayed since (or in a dry run)
+	taken  int       // letters replayed since the reading
+	at     time.Time // of the reading; zero: none yet
+	held   int64     // what the stream held at the reading
+	heldB  int64
+	unread int64 // of which after the reader's ack floor (all of it without a reader)
+	floor  uint64
+	last   uint64 // the stream's last sequence at the reading
+	// The walk, since the reading: the oldest messages, read, from the
+	// stream's first sequence up to next (excluded), hold walked bytes;
+	// past is set once it met one after the floor (or none at all), and
+	// capped once it read walkCap.
+	next   uint64
+	walked int64
+	reads  int
+	past   bool
+	capped bool
+	denied error // the server refused the user STREAM.MSG.GET: not asked again
+	dry    int64 // in a dry run, the letters that would have been replayed, and their bytes
+	dryB   int64
+	dryRun bool
 }
 
 // room returns nil if l's event stream has room for l's replayed event
 // (see room; nil too for a stream that does not discard old messages, and
 // with Options.AllowDiscardOld). It returns an error wrapping ErrNoReader
 // when publishing it would push out a message the stream's reader has not
-// acked, or ErrPublish when the stream's state cannot be read within wait
-// (asked again for the next letter); either way the letter stays. Called
-// after window, which reads the stream's config. A replayed letter (or,
-// in a dry run, one that would be) is taken from the room with take.
+// acked, or ErrPublish when the stream's state, or the sizes of its
+// oldest messages, cannot be read within wait (asked again for the next
+// letter); either way the letter stays. Called after window, which reads
+// the stream's config. A replayed letter (or, in a dry run, one that would
+// be) is taken from the room with take.
+//
+// The stream's state and the reader's ack floor are read for the first
+// letter, and again after roomAge or roomMargin letters, and before each
+// letter near the limit (the room for fewer than roomMargin letters),
+// since publishers fill the stream meanwhile.
 func (r *readers) room(ctx context.Context, l *Letter, wait time.Duration) error {
 	so := r.windows[l.Stream]
 	rm := so.room
@@ -100,40 +149,155 @@ func (r *readers) room(ctx context.Context, l *Letter, wait time.Duration) error
 	}
 	r.lookReader(ctx, l, rm, wait)
 	need := storedSize(l)
-	if rm.at.IsZero() || rm.taken >= roomMargin || time.Since(rm.at) >= roomAge ||
-		rm.msgs < roomMargin && rm.maxMsgs > 0 || rm.bytes < roomMargin*need && rm.maxBytes > 0 {
+	if rm.at.IsZero() || rm.taken >= roomMargin || time.Since(rm.at) >= roomAge || rm.near(need) {
 		if err := rm.read(ctx, wait); err != nil {
-			return fmt.Errorf("%w: dead letter %d to %s not re-published: could not read the state of stream %s, the letter's Jetsink-Stream, "+
-				"or its reader's ack floor, which say whether the event would push out one not read yet (%s): %w; it stays",
-				ErrPublish, l.Seq, l.Subject, l.Stream, rm.limits, err)
+			return rm.unreadable(l, err)
 		}
 	}
-	var full string
-	known := rm.reader != ""
-	switch {
-	case rm.maxMsgs > 0 && rm.msgs < 1 && known:
-		full = fmt.Sprintf("it held %d messages, %d of them after consumer %s's ack floor (stream sequence %d), not read yet",
-			rm.held, rm.unread, rm.reader, rm.floor)
-	case rm.maxMsgs > 0 && rm.msgs < 1:
-		full = fmt.Sprintf("it held %d messages", rm.held)
-	case rm.maxBytes > 0 && rm.bytes < need && known:
-		full = fmt.Sprintf("it held %d bytes, about %d of them in the %d messages after consumer %s's ack floor (stream sequence %d), not read yet, "+
-			"and the event takes about %d", rm.heldB, rm.unreadB, rm.unread, rm.reader, rm.floor, need)
-	case rm.maxBytes > 0 && rm.bytes < need:
-		full = fmt.Sprintf("it held %d bytes, and the event takes about %d", rm.heldB, need)
-	default:
+	full, err := rm.judge(ctx, need, wait)
+	if err != nil {
+		return rm.unreadable(l, err)
+	}
+	if full == "" {
 		return nil
 	}
 	if rm.taken > 0 {
 		full += fmt.Sprintf(", and %d letters were replayed into it since (or would be, in a dry run)", rm.taken)
 	}
-	if !known {
-		full += "; its reader is not known (no Options.Consumer, and the letters name no consumer of the stream), so no message may be pushed out"
+	if rm.reader == "" {
+		full += "; its reader is not known (" + rm.why + "), so no message may be pushed out"
 	}
 	return fmt.Errorf("dead letter %d to %s: %w: stream %s, the letter's Jetsink-Stream, drops its oldest messages to store new ones (%s), "+
 		"and has no room: %s; the replayed event would push out one jetsink has not read, while its letter is deleted. "+
 		"It stays (replay again once jetsink has read the stream, or raise the limit; or replay into it all the same with --allow-discard-old)",
 		l.Seq, l.Subject, ErrNoReader, l.Stream, rm.limits, full)
+}
+
+// unreadable is room's error for a stream whose state, reader's ack floor
+// or oldest messages could not be read.
+func (rm *room) unreadable(l *Letter, err error) error {
+	return fmt.Errorf("%w: dead letter %d to %s not re-published: could not read the state of stream %s, the letter's Jetsink-Stream, "+
+		"its reader's ack floor or its oldest messages, which say whether the event would push out one not read yet (%s): %w; it stays",
+		ErrPublish, l.Seq, l.Subject, l.Stream, rm.limits, err)
+}
+
+// near reports whether the last reading, less the letters since, leaves
+// room for fewer than roomMargin letters of need bytes: the state is
+// then read again before a letter is let through.
+func (rm *room) near(need int64) bool {
+	return rm.maxMsgs > 0 && rm.msgs < roomMargin ||
+		rm.maxBytes > 0 && rm.maxBytes-rm.base+rm.walked < roomMargin*need
+}
+
+// judge tells, on the last reading, whether a replayed event of need bytes
+// would push out a message not read: full says what the stream holds if
+// so, "" if not. It reads the stream's oldest messages as far as it needs
+// to tell (see walk).
+func (rm *room) judge(ctx context.Context, need int64, wait time.Duration) (full string, err error) {
+	known := rm.reader != ""
+	switch {
+	case rm.maxMsgs > 0 && rm.msgs < 1 && known:
+		return fmt.Sprintf("it held %d messages, %d of them after consumer %s's ack floor (stream sequence %d), not read yet",
+			rm.held, rm.unread, rm.reader, rm.floor), nil
+	case rm.maxMsgs > 0 && rm.msgs < 1:
+		return fmt.Sprintf("it held %d messages", rm.held), nil
+	case rm.maxBytes <= 0:
+		return "", nil
+	}
+	excess := rm.base + need - rm.maxBytes // to push out
+	if excess <= 0 {
+		return "", nil
+	}
+	if !known {
+		return fmt.Sprintf("it held %d bytes, and the event takes about %d", rm.heldB, need), nil
+	}
+	for rm.walked < excess && !rm.past && !rm.capped {
+		if err := rm.walk(ctx, wait); err != nil {
+			return "", err
+		}
+	}
+	switch {
+	case rm.walked >= excess:
+		return "", nil
+	case rm.capped:
+		return fmt.Sprintf("it held %d bytes, and the event takes about %d: to store it the stream would drop %d bytes of its oldest messages, "+
+			"and its %d oldest, which consumer %s has read, hold %d of them; the replay reads no more to tell whether the rest were read",
+			rm.heldB, need, excess, walkCap, rm.reader, rm.walked), nil
+	case rm.walked == 0:
+		return fmt.Sprintf("it held %d bytes, and the event takes about %d: to store it the stream would drop %d bytes of its oldest messages, "+
+			"and the oldest is after consumer %s's ack floor (stream sequence %d), not read yet",
+			rm.heldB, need, excess, rm.reader, rm.floor), nil
+	}
+	return fmt.Sprintf("it held %d bytes, and the event takes about %d: to store it the stream would drop %d bytes of its oldest messages, "+
+		"and those up to consumer %s's ack floor (stream sequence %d), read, hold %d of them; the rest would be messages after the floor, not read yet",
+		rm.heldB, need, excess, rm.reader, rm.floor, rm.walked), nil
+}
+
+// walk reads the stream's next oldest message (STREAM.MSG.GET: its raw
+// headers, which the size counts as stored; a direct get adds its own),
+// and adds its stored size to walked if the reader has read it, else sets
+// past.
+func (rm *room) walk(ctx context.Context, wait time.Duration) error {
+	if rm.next > rm.floor {
+		rm.past = true
+		return nil
+	}
+	if rm.reads >= walkCap {
+		rm.capped = true
+		return nil
+	}
+	if rm.denied != nil {
+		return rm.denied
+	}
+	nc := rm.js.Conn()
+	if nc == nil {
+		return errors.New("no NATS connection to read the stream's messages with")
+	}
+	subject := api(rm.js) + "STREAM.MSG.GET." + rm.name
+	req := fmt.Sprintf(`{"seq":%d,"next_by_subj":">"}`, rm.next) // the first message at or after next
+	before := lastError(rm.js)
+	sctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	rm.reads++
+	m, err := nc.RequestWithContext(sctx, subject, []byte(req))
+	if err != nil {
+		// The server answers a refused request with silence: not asked
+		// again, each letter would wait for it.
+		if named, denied := refusedTo(rm.js, subject, "\"", before); denied != nil {
+			rm.denied = fmt.Errorf("read message %d of stream %s: %w (allow the user to publish to %s)", rm.next, rm.name, denied, named)
+			return rm.denied
+		}
+		return fmt.Errorf("read message %d of stream %s: %w", rm.next, rm.name, err)
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Subject string `json:"subject"`
+			Seq     uint64 `json:"seq"`
+			Header  []byte `json:"hdrs"` // base64, as stored
+			Data    []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return fmt.Errorf("read message %d of stream %s: %w", rm.next, rm.name, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		rm.past = true // none left from next on: the stream lost them since the reading
+		return nil
+	case resp.Error != nil:
+		return fmt.Errorf("read message %d of stream %s: %w", rm.next, rm.name, resp.Error)
+	case resp.Message == nil:
+		return fmt.Errorf("read message %d of stream %s: %w", rm.next, rm.name, jetstream.ErrInvalidJetStreamResponse)
+	}
+	msg := resp.Message
+	if msg.Seq > rm.floor {
+		rm.past = true
+		return nil
+	}
+	rm.walked += sizeIn(rm.memory, msg.Subject, msg.Header, msg.Data)
+	rm.next = msg.Seq + 1
+	return nil
 }
 
 // lookReader sets rm's reader for l, looking it up on first use:
@@ -142,25 +306,44 @@ func (r *readers) room(ctx context.Context, l *Letter, wait time.Duration) error
 // consumer than the first leaves no reader known from then on: room for
 // one may not be room for the other.
 func (r *readers) lookReader(ctx context.Context, l *Letter, rm *room, wait time.Duration) {
-	name := r.name
-	if name == "" {
-		name = l.Consumer
-	}
-	if !rm.looked {
-		rm.looked, rm.named = true, name
-		if name == "" {
-			return
-		}
-		lctx, cancel := context.WithTimeout(ctx, wait)
-		c, err := r.js.Consumer(lctx, l.Stream, name)
-		cancel()
-		if err == nil { // else not on the stream, or a lookup refused or unanswered: no reader, the conservative room
-			rm.reader, rm.cons = name, c
+	if r.name != "" {
+		if !rm.looked {
+			rm.looked, rm.named, rm.option = true, r.name, true
+			rm.reader, rm.cons = r.name, r.of[l.Stream].cons
+			if rm.cons == nil { // check looks it up first: not expected
+				rm.reader, rm.why = "", fmt.Sprintf("consumer %s (nats.consumer) of stream %s was not looked up", r.name, l.Stream)
+			}
 		}
 		return
 	}
-	if name != rm.named && rm.reader != "" {
+	if !rm.looked {
+		rm.looked, rm.named = true, l.Consumer
+		if l.Consumer == "" {
+			rm.why = fmt.Sprintf("dead letter %d names no consumer, no Jetsink-Consumer header: an older jetsink wrote it", l.Seq)
+			return
+		}
+		before := lastError(r.js)
+		lctx, cancel := context.WithTimeout(ctx, wait)
+		c, err := r.js.Consumer(lctx, l.Stream, l.Consumer)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			rm.why = fmt.Sprintf("consumer %s, which dead letter %d names in Jetsink-Consumer, is not on stream %s", l.Consumer, l.Seq, l.Stream)
+		case err != nil:
+			if denied := refused(r.js, api(r.js)+"CONSUMER.INFO."+l.Stream+"."+l.Consumer, before); denied != nil {
+				err = denied
+			} else {
+				rm.looked = false // a timeout: asked again for the next letter
+			}
+			rm.why = fmt.Sprintf("the info of consumer %s, which dead letter %d names in Jetsink-Consumer, could not be read: %v", l.Consumer, l.Seq, err)
+		default:
+			rm.reader, rm.cons = l.Consumer, c
+		}
+		return
+	}
+	if l.Consumer != rm.named && rm.reader != "" {
 		rm.reader, rm.cons, rm.at = "", nil, time.Time{}
+		rm.why = fmt.Sprintf("the letters name two consumers: %s, and %q in dead letter %d", rm.named, l.Consumer, l.Seq)
 	}
 }
 
@@ -175,34 +358,37 @@ func (rm *room) read(ctx context.Context, wait time.Duration) error {
 	}
 	st := si.State
 	held, heldBytes := int64(st.Msgs), int64(st.Bytes)
-	unread, unreadBytes := held, heldBytes
+	unread := held
 	var floor uint64
 	if rm.cons != nil {
 		ci, err := rm.cons.Info(sctx)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			rm.reader, rm.cons = "", nil // deleted meanwhile: no reader
+			rm.why = fmt.Sprintf("consumer %s is no longer on stream %s", rm.named, rm.name)
+			if rm.option {
+				rm.why = fmt.Sprintf("consumer %s (nats.consumer) is no longer on stream %s", rm.named, rm.name)
+			}
 		} else if err != nil {
 			return err
 		}
 		if ci != nil && rm.cons != nil {
 			// The messages after the floor: at most every sequence
-			// after it (fewer with messages deleted among them). Their
-			// bytes are not known: an average message's each, all the
-			// stream's bytes when all are after it.
+			// after it (fewer with messages deleted among them).
 			floor = ci.AckFloor.Stream
-			after := int64(0)
+			unread = 0
 			if from := max(floor, st.FirstSeq-1); st.LastSeq > from {
-				after = int64(min(st.LastSeq-from, st.Msgs))
-			}
-			unread, unreadBytes = after, 0
-			if after > 0 {
-				unreadBytes = min(heldBytes, (heldBytes+held-1)/held*after) // the average rounded up
+				unread = int64(min(st.LastSeq-from, st.Msgs))
 			}
 		}
 	}
-	rm.held, rm.heldB, rm.unread, rm.unreadB, rm.floor = held, heldBytes, unread, unreadBytes, floor
+	rm.held, rm.heldB, rm.unread, rm.floor, rm.last = held, heldBytes, unread, floor, st.LastSeq
 	// A dry run stored nothing: what it would have stands in.
-	rm.msgs, rm.bytes = rm.maxMsgs-unread-rm.dry, rm.maxBytes-unreadBytes-rm.dryB
+	rm.msgs, rm.base = rm.maxMsgs-unread-rm.dry, heldBytes+rm.dryB
+	rm.next, rm.walked, rm.reads, rm.past, rm.capped = st.FirstSeq, 0, 0, false, false
+	if rm.cons != nil && unread == 0 {
+		// Every message held is read: no need to walk them.
+		rm.next, rm.walked = st.LastSeq+1, heldBytes
+	}
 	rm.taken, rm.at = 0, time.Now()
 	return nil
 }
@@ -212,7 +398,7 @@ func (r *readers) take(l *Letter) {
 	if rm := r.windows[l.Stream].room; rm != nil {
 		n := storedSize(l)
 		rm.msgs--
-		rm.bytes -= n
+		rm.base += n
 		rm.taken++
 		if rm.dryRun {
 			rm.dry++

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -104,7 +105,10 @@ func TestReplayRefusesToPushOutUnreadEvents(t *testing.T) {
 		{"the letter's consumer, full", "", "jetsink", 1, 6, 5, false, false,
 			"it held 5 messages, 5 of them after consumer jetsink's ack floor (stream sequence 1)", 2},
 		{"the letter's consumer, room", "", "jetsink", 3, 6, 5, false, true, "", 3},
-		{"no reader known, full", "", "", 5, 5, 5, false, false, "it held 5 messages; its reader is not known", 1},
+		{"no reader known, full", "", "", 5, 5, 5, false, false, "it held 5 messages; its reader is not known " +
+			"(dead letter 1 names no consumer, no Jetsink-Consumer header: an older jetsink wrote it), so no message may be pushed out", 1},
+		{"the letter's consumer not on the stream", "", "other", 5, 5, 5, false, false, "it held 5 messages; its reader is not known " +
+			"(consumer other, which dead letter 1 names in Jetsink-Consumer, is not on stream EV), so no message may be pushed out", 1},
 		{"no reader known, room", "", "", 0, 4, 5, false, true, "", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,17 +162,10 @@ func TestReplayRefusesToPushOutUnreadEvents(t *testing.T) {
 	}
 }
 
-// max_bytes counts what the stream stores of a message: its subject,
-// headers and body and the store's own bytes, storedSize's estimate. A
-// letter whose event would push out bytes of events jetsink has not read,
-// by one byte, stays; the next, one byte smaller, is replayed, and fills
-// the stream to max_bytes exactly, pushing out nothing.
-func TestReplayRefusesToPushOutUnreadBytes(t *testing.T) {
-	js, ctx := setup(t, 0)
-	s := fullStream(t, ctx, js, jetstream.StreamConfig{MaxBytes: 1500}, 0, 4) // none read
-	before := streamState(t, ctx, s)
-	// What a letter's event takes without a body: all letters 0-9 carry
-	// headers of the same length.
+// emptyLetterSize is storedSize of the event of a letter putLetterData
+// writes without a body: all letters 0-9 carry headers of the same length.
+func emptyLetterSize(t *testing.T, ctx context.Context, js jetstream.JetStream) int64 {
+	t.Helper()
 	dlq, err := js.Stream(ctx, "EV_DLQ")
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +182,20 @@ func TestReplayRefusesToPushOutUnreadBytes(t *testing.T) {
 	if err := dlq.DeleteMsg(ctx, raw.Sequence); err != nil {
 		t.Fatal(err)
 	}
-	room := 1500 - int64(before.Bytes) - storedSize(l) // the body that fits
+	return storedSize(l)
+}
+
+// max_bytes counts what the stream stores of a message: its subject,
+// headers and body and the store's own bytes, storedSize's estimate. A
+// letter whose event would push out bytes of events jetsink has not read,
+// by one byte, stays; the next, one byte smaller, is replayed, and fills
+// the stream to max_bytes exactly, pushing out nothing.
+func TestReplayRefusesToPushOutUnreadBytes(t *testing.T) {
+	js, ctx := setup(t, 0)
+	s := fullStream(t, ctx, js, jetstream.StreamConfig{MaxBytes: 1500}, 0, 4) // none read
+	before := streamState(t, ctx, s)
+	empty := emptyLetterSize(t, ctx, js)
+	room := 1500 - int64(before.Bytes) - empty // the body that fits
 	if room < 10 {
 		t.Fatalf("4 events take %d bytes: too many for the test", before.Bytes)
 	}
@@ -197,8 +207,8 @@ func TestReplayRefusesToPushOutUnreadBytes(t *testing.T) {
 		t.Fatalf("report %+v, %v, outcomes %+v; want ev.1's letter refused, ev.2's replayed", rep, err, by)
 	}
 	if err := by["ev.1"].Err; !errors.Is(err, ErrNoReader) || !strings.Contains(err.Error(), "(max_bytes 1500, discard old)") ||
-		!strings.Contains(err.Error(), fmt.Sprintf("it held %d bytes, about %d of them in the 4 messages after consumer jetsink's ack floor (stream sequence 0), not read yet, "+
-			"and the event takes about %d", before.Bytes, before.Bytes, storedSize(l)+room+1)) {
+		!strings.Contains(err.Error(), fmt.Sprintf("it held %d bytes, and the event takes about %d: to store it the stream would drop 1 bytes of its oldest messages, "+
+			"and the oldest is after consumer jetsink's ack floor (stream sequence 0), not read yet", before.Bytes, empty+room+1)) {
 		t.Fatalf("ev.1: %v", err)
 	}
 	after := streamState(t, ctx, s)
@@ -258,5 +268,147 @@ func TestReplayDryRunCountsTheRoom(t *testing.T) {
 	}
 	if st := streamState(t, ctx, s); st.FirstSeq != 1 || st.Msgs != 5 {
 		t.Fatalf("event stream %+v: want 1-5, nothing pushed out", st)
+	}
+}
+
+// Under max_bytes the stream drops its oldest messages until it is under
+// the limit again: whether those are all read is told by their own sizes,
+// not the stream's average. The review's reproduction: 50 small events
+// read, then one unread of 12,000 bytes; a letter whose event would push
+// out one byte more than the 50 hold (the average put the unread bytes at
+// about 281, and it was replayed, pushing out event 51) stays; the next,
+// one byte smaller, pushes out exactly the 50 and is replayed, the stream
+// at max_bytes exactly. A dry run says the same.
+func TestReplayCountsTheBytesOfTheOldestEvents(t *testing.T) {
+	js, ctx := setup(t, 0)
+	s := fullStream(t, ctx, js, jetstream.StreamConfig{MaxBytes: 20000}, 50, 50)
+	read := int64(streamState(t, ctx, s).Bytes)
+	if _, err := js.Publish(ctx, "ev.9", []byte(strings.Repeat("u", 12000))); err != nil {
+		t.Fatal(err)
+	}
+	before := streamState(t, ctx, s)
+	body := 20000 - int64(before.Bytes) - emptyLetterSize(t, ctx, js) + read + 1 // pushes out read+1 bytes
+	putLetterData(t, ctx, js, "dlq.EV", 1, []byte(strings.Repeat("x", int(body))), nil)
+	putLetterData(t, ctx, js, "dlq.EV", 2, []byte(strings.Repeat("y", int(body-1))), nil)
+	for _, dry := range []bool{true, false} {
+		rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink", DryRun: dry})
+		if err != nil || rep.Failed != 1 || by["ev.2"].Err != nil {
+			t.Fatalf("dry run %v: report %+v, %v, outcomes %+v; want ev.1's letter refused, ev.2's replayed", dry, rep, err, by)
+		}
+		if err := by["ev.1"].Err; !errors.Is(err, ErrNoReader) || !strings.Contains(err.Error(), fmt.Sprintf(
+			"to store it the stream would drop %d bytes of its oldest messages, and those up to consumer jetsink's ack floor (stream sequence 50), "+
+				"read, hold %d of them; the rest would be messages after the floor, not read yet", read+1, read)) {
+			t.Fatalf("dry run %v: ev.1: %v", dry, err)
+		}
+	}
+	if after := streamState(t, ctx, s); after.FirstSeq != 51 || after.LastSeq != 52 || after.Bytes != 20000 || testenv.StreamMsgs(t, ctx, js, "EV_DLQ") != 1 {
+		t.Fatalf("event stream %+v (before %+v): want 51 kept, the 50 read pushed out, max_bytes reached exactly, one letter left", after, before)
+	}
+}
+
+// The walk counts each message as the store does: the stream's bytes are
+// the sum of its messages', in a file store and a memory store, with
+// headers and without, an empty body, a message deleted among them.
+func TestWalkCountsWhatTheStoreHolds(t *testing.T) {
+	for _, storage := range []jetstream.StorageType{jetstream.FileStorage, jetstream.MemoryStorage} {
+		t.Run(storage.String(), func(t *testing.T) {
+			js, ctx := setup(t, 0)
+			s := fullStream(t, ctx, js, jetstream.StreamConfig{MaxBytes: 1 << 20, Storage: storage}, 0, 3)
+			for _, m := range []*nats.Msg{
+				{Subject: "ev.1", Header: nats.Header{"Nats-Msg-Id": {"a"}, "X-Some": {"b", "c"}}, Data: []byte("with headers")},
+				{Subject: "ev.long.subject", Data: nil},
+				{Subject: "ev.2", Header: nats.Header{"K": {""}}, Data: []byte("x")},
+			} {
+				if _, err := js.PublishMsg(ctx, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.DeleteMsg(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			st := streamState(t, ctx, s)
+			rm := &room{stream: s, js: js, name: "EV", memory: storage == jetstream.MemoryStorage, floor: st.LastSeq, next: st.FirstSeq}
+			for !rm.past {
+				if err := rm.walk(ctx, 5*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rm.walked != int64(st.Bytes) || rm.reads != 5 {
+				t.Fatalf("walked %d bytes in %d reads; the stream holds %d in 5 messages", rm.walked, rm.reads, st.Bytes)
+			}
+		})
+	}
+}
+
+// The walk reads at most walkCap messages a reading: a letter whose event
+// would push out more (a letter far bigger than the stream's events) is
+// refused, saying so, and replayed once every event is read (no walk).
+func TestReplayWalkIsBounded(t *testing.T) {
+	js, ctx := setup(t, 0)
+	s := fullStream(t, ctx, js, jetstream.StreamConfig{MaxBytes: 20000}, walkCap+50, walkCap+51) // the last one not read
+	before := streamState(t, ctx, s)
+	putLetterData(t, ctx, js, "dlq.EV", 1, []byte(strings.Repeat("x", int(19000-emptyLetterSize(t, ctx, js)))), nil)
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink"})
+	if err != nil || rep.Failed != 1 || !errors.Is(by["ev.1"].Err, ErrNoReader) ||
+		!strings.Contains(by["ev.1"].Err.Error(), fmt.Sprintf("and its %d oldest, which consumer jetsink has read, hold ", walkCap)) ||
+		!strings.Contains(by["ev.1"].Err.Error(), "the replay reads no more to tell whether the rest were read") {
+		t.Fatalf("report %+v, %v, outcomes %+v; want ev.1's letter refused at the walk's bound", rep, err, by)
+	}
+	if after := streamState(t, ctx, s); after.FirstSeq != before.FirstSeq || after.LastSeq != before.LastSeq {
+		t.Fatalf("event stream %+v, before %+v", after, before)
+	}
+}
+
+// nats.consumer deleted while the replay runs leaves no reader known: the
+// stream, full, takes no letter more, and the refusal says why in the
+// CLI's words.
+func TestReplayReaderDeletedMeanwhile(t *testing.T) {
+	base, ctx := setup(t, 0)
+	s := fullStream(t, ctx, base, jetstream.StreamConfig{MaxMsgs: 6}, 5, 5)
+	for i := range 2 {
+		putLetter(t, ctx, base, "dlq.EV", i)
+	}
+	js := &hookJS{JetStream: base}
+	js.afterPublish = func() {
+		if err := base.DeleteConsumer(ctx, "EV", "jetsink"); err != nil {
+			t.Error(err)
+		}
+	}
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink"})
+	if err != nil || rep.Replayed != 1 || rep.Failed != 1 || !by["ev.0"].Deleted {
+		t.Fatalf("report %+v, %v, outcomes %+v; want the first replayed, the second refused", rep, err, by)
+	}
+	if err := by["ev.1"].Err; !errors.Is(err, ErrNoReader) || !strings.Contains(err.Error(),
+		"it held 6 messages; its reader is not known (consumer jetsink (nats.consumer) is no longer on stream EV), so no message may be pushed out") {
+		t.Fatalf("ev.1: %v", err)
+	}
+	if st := streamState(t, ctx, s); st.FirstSeq != 1 || st.LastSeq != 6 {
+		t.Fatalf("event stream %+v: want 1-6", st)
+	}
+}
+
+// A user the server refuses STREAM.MSG.GET on the event stream cannot tell
+// what a letter's event would push out under max_bytes: the letter stays,
+// ErrPublish naming the subject to allow, and nothing is pushed out.
+func TestReplayRefusedWalk(t *testing.T) {
+	admin, replay, ctx := deniedReplay(t, 0, "$JS.API.STREAM.MSG.GET.EV")
+	s := fullStream(t, ctx, admin, jetstream.StreamConfig{MaxBytes: 2000}, 5, 6) // the last one not read
+	before := streamState(t, ctx, s)
+	for i := range 2 {
+		putLetterData(t, ctx, admin, "dlq.EV", i, []byte(strings.Repeat("x", 1900)), nil)
+	}
+	rep, by, err := outcomes(t, ctx, replay, Options{Stream: "EV_DLQ", Consumer: "jetsink", LetterTimeout: 3 * time.Second})
+	if err != nil || rep.Replayed != 0 || rep.Failed != 2 {
+		t.Fatalf("report %+v, %v; want both letters refused", rep, err)
+	}
+	for subject, out := range by {
+		if !errors.Is(out.Err, ErrPublish) || !errors.Is(out.Err, nats.ErrPermissionViolation) ||
+			!strings.Contains(out.Err.Error(), "allow the user to publish to $JS.API.STREAM.MSG.GET.EV") {
+			t.Errorf("%s: %v; want a refusal naming the permission", subject, out.Err)
+		}
+	}
+	if after := streamState(t, ctx, s); after.FirstSeq != before.FirstSeq || after.LastSeq != before.LastSeq ||
+		testenv.StreamMsgs(t, ctx, admin, "EV_DLQ") != 2 {
+		t.Fatalf("event stream %+v, before %+v; want nothing replayed, both letters left", after, before)
 	}
 }
