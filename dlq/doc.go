@@ -62,9 +62,10 @@
 // are read again before a letter is let through (else every 256 letters,
 // or every second), so only a publisher that fills the stream between a
 // reading and the publish (one letter's round trip near the limit, else
-// up to a second or 256 letters) can still push out an unread event. A
-// dry run checks the event stream too, counting the letters it would
-// replay. Nor is a letter of a key-value bucket's event (its
+// up to a second or 256 letters) can still push out an unread event; a
+// letter the last reading has no room for is refused on it, without
+// reading again, for up to a second. A dry run checks the event stream
+// too, counting the letters it would replay. Nor is a letter of a key-value bucket's event (its
 // Jetsink-Subject under $KV., or a KV-Operation header) re-published, with
 // or without options (ErrKeyValue, Report.KeyValue): it would be written
 // into the bucket again, a delete or purge removing the key's current

@@ -140,7 +140,13 @@ type room struct {
 // The stream's state and the reader's ack floor are read for the first
 // letter, and again after roomAge or roomMargin letters, and before each
 // letter near the limit (the room for fewer than roomMargin letters),
-// since publishers fill the stream meanwhile.
+// since publishers fill the stream meanwhile; but a letter the last
+// reading has no room for is refused on it, without reading again, until
+// roomAge has passed: once a stream is full of events not read yet, the
+// letters after the first are refused at the cost of one reading a
+// second, not two requests each. A refusal on a reading up to roomAge old
+// keeps a letter that might have fitted (the reader acked more since):
+// the letter stays, for the next replay.
 func (r *readers) room(ctx context.Context, l *Letter, wait time.Duration) error {
 	so := r.windows[l.Stream]
 	rm := so.room
@@ -149,12 +155,20 @@ func (r *readers) room(ctx context.Context, l *Letter, wait time.Duration) error
 	}
 	r.lookReader(ctx, l, rm, wait)
 	need := storedSize(l)
-	if rm.at.IsZero() || rm.taken >= roomMargin || time.Since(rm.at) >= roomAge || rm.near(need) {
+	fresh := false
+	if rm.at.IsZero() || rm.taken >= roomMargin || time.Since(rm.at) >= roomAge {
 		if err := rm.read(ctx, wait); err != nil {
 			return rm.unreadable(l, err)
 		}
+		fresh = true
 	}
-	full, err := rm.judge(ctx, need, wait)
+	full, unknown, err := rm.judge(ctx, need, wait, fresh)
+	if err == nil && full == "" && !fresh && (unknown || rm.near(need)) {
+		if err := rm.read(ctx, wait); err != nil {
+			return rm.unreadable(l, err)
+		}
+		full, _, err = rm.judge(ctx, need, wait, true)
+	}
 	if err != nil {
 		return rm.unreadable(l, err)
 	}
@@ -191,46 +205,50 @@ func (rm *room) near(need int64) bool {
 
 // judge tells, on the last reading, whether a replayed event of need bytes
 // would push out a message not read: full says what the stream holds if
-// so, "" if not. It reads the stream's oldest messages as far as it needs
-// to tell (see walk).
-func (rm *room) judge(ctx context.Context, need int64, wait time.Duration) (full string, err error) {
+// so, "" if not. With walk it reads the stream's oldest messages as far as
+// it needs to tell (see walk); without, it reads nothing and says unknown
+// when it would have to.
+func (rm *room) judge(ctx context.Context, need int64, wait time.Duration, walk bool) (full string, unknown bool, err error) {
 	known := rm.reader != ""
 	switch {
 	case rm.maxMsgs > 0 && rm.msgs < 1 && known:
 		return fmt.Sprintf("it held %d messages, %d of them after consumer %s's ack floor (stream sequence %d), not read yet",
-			rm.held, rm.unread, rm.reader, rm.floor), nil
+			rm.held, rm.unread, rm.reader, rm.floor), false, nil
 	case rm.maxMsgs > 0 && rm.msgs < 1:
-		return fmt.Sprintf("it held %d messages", rm.held), nil
+		return fmt.Sprintf("it held %d messages", rm.held), false, nil
 	case rm.maxBytes <= 0:
-		return "", nil
+		return "", false, nil
 	}
 	excess := rm.base + need - rm.maxBytes // to push out
 	if excess <= 0 {
-		return "", nil
+		return "", false, nil
 	}
 	if !known {
-		return fmt.Sprintf("it held %d bytes, and the event takes about %d", rm.heldB, need), nil
+		return fmt.Sprintf("it held %d bytes, and the event takes about %d", rm.heldB, need), false, nil
 	}
 	for rm.walked < excess && !rm.past && !rm.capped {
+		if !walk {
+			return "", true, nil
+		}
 		if err := rm.walk(ctx, wait); err != nil {
-			return "", err
+			return "", false, err
 		}
 	}
 	switch {
 	case rm.walked >= excess:
-		return "", nil
+		return "", false, nil
 	case rm.capped:
 		return fmt.Sprintf("it held %d bytes, and the event takes about %d: to store it the stream would drop %d bytes of its oldest messages, "+
 			"and its %d oldest, which consumer %s has read, hold %d of them; the replay reads no more to tell whether the rest were read",
-			rm.heldB, need, excess, walkCap, rm.reader, rm.walked), nil
+			rm.heldB, need, excess, walkCap, rm.reader, rm.walked), false, nil
 	case rm.walked == 0:
 		return fmt.Sprintf("it held %d bytes, and the event takes about %d: to store it the stream would drop %d bytes of its oldest messages, "+
 			"and the oldest is after consumer %s's ack floor (stream sequence %d), not read yet",
-			rm.heldB, need, excess, rm.reader, rm.floor), nil
+			rm.heldB, need, excess, rm.reader, rm.floor), false, nil
 	}
 	return fmt.Sprintf("it held %d bytes, and the event takes about %d: to store it the stream would drop %d bytes of its oldest messages, "+
 		"and those up to consumer %s's ack floor (stream sequence %d), read, hold %d of them; the rest would be messages after the floor, not read yet",
-		rm.heldB, need, excess, rm.reader, rm.floor, rm.walked), nil
+		rm.heldB, need, excess, rm.reader, rm.floor, rm.walked), false, nil
 }
 
 // walk reads the stream's next oldest message (STREAM.MSG.GET: its raw

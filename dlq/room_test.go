@@ -359,6 +359,43 @@ func TestReplayWalkIsBounded(t *testing.T) {
 	}
 }
 
+// Once the stream is full of events not read, the letters after the first
+// are refused on the last reading, until roomAge has passed: not two
+// requests each (STREAM.INFO, CONSUMER.INFO). The readings are counted on
+// the server: at most one a roomAge, and the first.
+func TestReplayRefusesOnTheLastReading(t *testing.T) {
+	js, ctx := setup(t, 0)
+	fullStream(t, ctx, js, jetstream.StreamConfig{MaxMsgs: 5}, 0, 5)
+	const letters = 20
+	for i := range letters {
+		putLetter(t, ctx, js, "dlq.EV", i)
+	}
+	infos, err := js.Conn().SubscribeSync("$JS.API.STREAM.INFO.EV")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink"}, nil)
+	elapsed := time.Since(start)
+	if err != nil || rep.Failed != letters || rep.Replayed != 0 {
+		t.Fatalf("report %+v, %v; want all %d refused", rep, err, letters)
+	}
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n, _, err := infos.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One STREAM.INFO is window's, for the stream's config.
+	if readings := n - 1; readings < 1 || readings > 1+int(elapsed/roomAge) {
+		t.Fatalf("%d readings of the stream's state for %d letters refused in %v", readings, letters, elapsed)
+	}
+}
+
 // nats.consumer deleted while the replay runs leaves no reader known: the
 // stream, full, takes no letter more, and the refusal says why in the
 // CLI's words.
