@@ -799,7 +799,7 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, inte
 				"could not look for other durable consumers of this destination, whose events it would store again: %v", cfg.Consumer, err),
 				Fix: lookFix(&cfg, err)}}
 		case len(look.found) > 0:
-			return []Problem{siblingProblem(&cfg, look, cfg.StoredSeq != nil, interest)}
+			return []Problem{siblingProblem(&cfg, look, cfg.StoredSeq != nil, interest, false)}
 		case look.cut:
 			return []Problem{unseenSiblingsProblem(&cfg)}
 		}

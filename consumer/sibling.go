@@ -190,8 +190,9 @@ func subjectWithin(narrow, wide string) bool {
 // durable stores again every event the others' jetsinks stored. In
 // exactly-once mode (exactlyOnce) a warning: those are skipped as
 // duplicates, but read again. interest: the stream has interest
-// retention.
-func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest bool) Problem {
+// retention. made: the durable is being made now (the warning of
+// lookForSiblings), not yet (check, and New's refusal).
+func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest, made bool) Problem {
 	others := look.found
 	var names, about []string
 	floor := others[0].AckFloor.Stream
@@ -201,7 +202,7 @@ func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest bool) P
 		if t := o.Delivered.Last; t != nil {
 			last = "last delivered an event at " + t.UTC().Format(time.RFC3339)
 		}
-		about = append(about, fmt.Sprintf("%s (ack floor at stream sequence %d, %d events pending, %s)", o.Name, o.AckFloor.Stream, o.NumPending, last))
+		about = append(about, fmt.Sprintf("%s (ack floor at stream sequence %d, %s pending, %s)", o.Name, o.AckFloor.Stream, plural(o.NumPending, "event", "events"), last))
 		floor = min(floor, o.AckFloor.Stream)
 	}
 	msg := fmt.Sprintf("durable consumer %s does not exist yet, and stream %s has %s that a jetsink writing to %q used (metadata key %s): %s; "+
@@ -238,17 +239,33 @@ func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest bool) P
 	// with interest retention, removing it first deletes the events it
 	// holds.
 	var fix string
-	if covered {
-		lowest := ""
-		if len(others) > 1 {
-			lowest = " (the lowest of their ack floors)"
-		}
-		fix = fmt.Sprintf("if nats.consumer was renamed: stop the jetsinks on %s; before %s's first start make it past their ack floor%s: %s "+
-			"(the floor as it is now: one that moved since, which nats consumer info shows, stores fewer again); then remove the old: %s. "+
-			"To store the stream again on purpose, make it from the start instead (%s), then remove the old",
-			strings.Join(names, " and "), cfg.Consumer, lowest, consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, deliverAfter(floor)),
-			strings.Join(rm, "; "), fromStart)
-	} else {
+	lowest := ""
+	if len(others) > 1 {
+		lowest = " (the lowest of their ack floors)"
+	}
+	past := consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, deliverAfter(floor))
+	stale := "(the floor as it is now: one that moved since, which nats consumer info shows, stores fewer again)"
+	switch {
+	case made && covered:
+		// Made, and maybe consuming by the time this is read: from the
+		// start, it stored again what it has acknowledged; made again
+		// past their floor it would store again what it acknowledged
+		// above it.
+		fix = fmt.Sprintf("if nats.consumer was renamed: stop this jetsink and those on %s; then, if %s's ack floor (nats consumer info %s %s) is below theirs%s, "+
+			"remove it (nats consumer rm %s %s --force) and make it again past theirs: %s %s; then remove the old: %s. "+
+			"To store the stream again on purpose, keep %s as made, and remove the old",
+			strings.Join(names, " and "), cfg.Consumer, shellWord(cfg.Stream), shellWord(cfg.Consumer), lowest,
+			shellWord(cfg.Stream), shellWord(cfg.Consumer), past, stale, strings.Join(rm, "; "), cfg.Consumer)
+	case made:
+		fix = fmt.Sprintf("if nats.consumer was renamed: %s, just made from the start of the stream, stores again what they stored "+
+			"(past their ack floor it would skip for good the events below it on the subjects their filters leave out): "+
+			"stop the jetsinks on %s, and remove the old: %s",
+			cfg.Consumer, strings.Join(names, " and "), strings.Join(rm, "; "))
+	case covered:
+		fix = fmt.Sprintf("if nats.consumer was renamed: stop the jetsinks on %s; before %s's first start make it past their ack floor%s: %s %s; "+
+			"then remove the old: %s. To store the stream again on purpose, make it from the start instead (%s), then remove the old",
+			strings.Join(names, " and "), cfg.Consumer, lowest, past, stale, strings.Join(rm, "; "), fromStart)
+	default:
 		fix = fmt.Sprintf("if nats.consumer was renamed: stop the jetsinks on %s; before %s's first start make it from the start of the stream, "+
 			"storing again what they stored (not past their ack floor, which would skip for good the events below it on the subjects their filters leave out): %s; "+
 			"then remove the old: %s",
@@ -306,7 +323,7 @@ func heldWords(held uint64, filter string) string {
 }
 
 // plural is "1 one" or "n many".
-func plural(n int, one, many string) string {
+func plural[N int | uint64](n N, one, many string) string {
 	if n == 1 {
 		return "1 " + one
 	}
@@ -334,14 +351,16 @@ func (c *Consumer) lookForSiblings(ctx context.Context, starting bool) error {
 		}
 		return nil
 	}
-	p := siblingProblem(cfg, look, cfg.StoredSeq != nil, c.interest.Load())
-	if !p.Warning && starting {
+	exactlyOnce := cfg.StoredSeq != nil
+	refuse := !exactlyOnce && starting
+	p := siblingProblem(cfg, look, exactlyOnce, c.interest.Load(), !refuse)
+	if refuse {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)
 	}
 	var names []string
 	for _, o := range look.found {
 		names = append(names, o.Name)
 	}
-	c.log.Warn(p.Message, "fix", p.Fix, "consumer", cfg.Consumer, "other_consumers", names)
+	c.log.Warn(p.Message, "fix", p.Fix, "other_consumers", names) // the logger names the consumer
 	return nil
 }

@@ -105,7 +105,12 @@ func TestNewDurableBesideAnotherOfTheDestination(t *testing.T) {
 			line = l
 		}
 	}
-	has("exactly-once New's Warn line", line, append(wants, fixWants...))
+	// B is made right after the Warn: its fix is for a durable made.
+	has("exactly-once New's Warn line", line, append(wants, fixWants[0], fixWants[1],
+		"stop this jetsink and those on "+a, "remove it (nats consumer rm "+cfg.Stream+" "+cfg.Consumer+" --force)"))
+	if strings.Contains(line, "first start") {
+		t.Fatalf("exactly-once New's Warn line speaks of %s's first start, made as it is logged:\n%s", cfg.Consumer, line)
+	}
 
 	// Another destination: not ours.
 	other := cfg
@@ -177,13 +182,20 @@ func TestDurableMadeAgainBesideAnotherOfTheDestinationWarns(t *testing.T) {
 	if _, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
 		t.Fatalf("durable %s not made again: %v", cfg.Consumer, err)
 	}
-	found := false
+	var line string
 	for l := range strings.Lines(log.String()) {
-		found = found || strings.Contains(l, "level=WARN") && strings.Contains(l, "does not exist yet, and stream") &&
-			strings.Contains(l, a+" (ack floor at stream sequence 6, 4 events pending")
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, "does not exist yet, and stream") &&
+			strings.Contains(l, a+" (ack floor at stream sequence 6, 4 events pending") {
+			line = l
+		}
 	}
-	if !found {
+	if line == "" {
 		t.Fatalf("no Warn line naming %s with its floor and pending count; log:\n%s", a, log.String())
+	}
+	// Made again as it is logged: no "before its first start"; and the
+	// consumer named once (the logger's), not twice.
+	if strings.Contains(line, "first start") || !strings.Contains(line, "stop this jetsink") || strings.Count(line, " consumer=") != 1 {
+		t.Fatalf("the Warn line speaks of the first start of a durable just made, or names the consumer other than once:\n%s", line)
 	}
 }
 
@@ -250,16 +262,34 @@ func TestNewDurableWiderThanTheOldOneIsNotMadePastItsFloor(t *testing.T) {
 		if strings.Contains(got, "--deliver 9") {
 			t.Fatalf("offers --deliver 9, which never delivers s1's events below it:\n%s", got)
 		}
-		for _, w := range []string{"--deliver all", "leave out", a + ": " + subjectOf(cfg, 0, 2)} {
+		for _, w := range []string{"--deliver all", "leave out", a + ": " + subjectOf(cfg, 0, 2), "1 event pending,"} {
 			if !strings.Contains(got, w) {
 				t.Fatalf("lacks %q:\n%s", w, got)
 			}
 		}
 	}
 
+	// Exactly-once: warned, made from the start, and the fix says that
+	// is right.
+	eo := cfg
+	eo.Consumer += "_eo"
+	eo.StoredSeq = func(context.Context, string) (uint64, error) { return 0, nil }
+	_, log := newLoggedConsumer(t, ctx, eo)
+	var line string
+	for l := range strings.Lines(log.String()) {
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, "does not exist yet, and stream") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "just made from the start of the stream, stores again what they stored") || strings.Contains(line, "--deliver 9") {
+		t.Fatalf("exactly-once New's Warn line does not say %s, made from the start, is right, or offers --deliver 9:\n%s", eo.Consumer, line)
+	}
+
 	// Covered: B, of no filter, beside C of the stream's one subject.
-	if err := js.DeleteConsumer(ctx, cfg.Stream, a); err != nil {
-		t.Fatal(err)
+	for _, n := range []string{a, eo.Consumer} {
+		if err := js.DeleteConsumer(ctx, cfg.Stream, n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c := cfg.Consumer + "_c"
 	addDurable(t, ctx, js, cfg, c, ours, cfg.Subjects[0], 9)
