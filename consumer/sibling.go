@@ -27,7 +27,9 @@ var siblingLimit = 4096
 // jetsink stored, a new durable named nats.consumer delivers again from
 // the start of the stream (a renamed nats.consumer; two instances of a
 // rolling update configured with two names). Those with disjoint filters split the stream's subjects
-// between them, as they should. Nothing when cfg.Destination is "".
+// between them, as they should. Nothing when cfg.Destination is "". The
+// look takes siblingLookTimeout at most; its error says when the server
+// refused it (lookFailed).
 func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (look siblingLook, err error) {
 	if cfg.Destination == "" {
 		return look, nil
@@ -334,8 +336,10 @@ func plural[N int | uint64](n N, one, many string) string {
 // nats.consumer from the start of the stream, at the stream's other
 // durables of this destination (siblings): at New (starting) in
 // at-least-once mode it refuses (ErrInvalidConfig, with check's words)
-// when there are some; else it warns. A failure to list them is a
-// warning (an account may lack CONSUMER.LIST), not a reason to stop.
+// when there are some; else it warns, as it does when it found none
+// among the first siblingLimit and did not look further. A failure to
+// list them is a warning (an account may lack CONSUMER.LIST), not a
+// reason to stop.
 func (c *Consumer) lookForSiblings(ctx context.Context, starting bool) error {
 	cfg := &c.cfg
 	look, err := siblings(ctx, c.js, cfg)
