@@ -18,7 +18,7 @@ var ErrStaleEpoch = errors.New("its stream was re-created since the message was 
 // failed dead letter. Callers count it but do not log each one, which
 // while a run of poison events meets a hung or full dead-letter stream
 // would be a line per event.
-var ErrDeadLetterHeldBack = errors.New("not published: a dead-letter publish got no answer, and no probe has been stored since")
+var ErrDeadLetterHeldBack = errors.New("not published: the dead-letter breaker is open (an earlier publish got no answer or was refused), and no probe has been stored since")
 
 // FailedDeadLetter names what became of a message whose DeadLetter call
 // failed with err: "nak" (nak'ed, it comes back), or "stale" when the
