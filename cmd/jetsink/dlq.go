@@ -82,9 +82,12 @@ before it), while the letters are deleted; --allow-max-msgs-per-subject
 replays into it all the same. Nor is it published into a stream with
 max_msgs or max_bytes and discard old where it would push out an event
 nats.consumer (or, unset, the consumer the letter names) has not acked
-yet: the replay reads the stream's state and that consumer's ack floor,
-again before each letter near the limit, since publishers fill the stream
-meanwhile; without a reader, no message may be pushed out;
+yet: the replay reads the stream's state and that consumer's ack floor
+(under max_bytes also the sizes of the oldest events it would push out, at
+most 256, which needs STREAM.MSG.GET), again before each letter near the
+limit, since publishers fill the stream meanwhile: one that fills it
+between that reading and the publish can still push out an unread event;
+without a reader, no message may be pushed out;
 --allow-discard-old replays into it all the same. Nor into a stream whose config the user may
 not read (STREAM.INFO), or that does not answer: the replay cannot tell
 what it would do with the event. Such a letter stays, is reported, and the
