@@ -186,15 +186,18 @@ func withSuffix(base, suffix string) string {
 // inheritance children would store redeliveries again (ErrNoKeyIndex too:
 // ProblemInheritance; no index built either). Where no such index can be
 // built (a table partitioned by another column, at any level of its
-// partitions, a foreign table, a
-// view) Init builds none, and fails with ErrNoKeyIndex and check's words.
+// partitions, a foreign table, a view) Init builds none, and fails with
+// ErrNoKeyIndex and check's words.
 // When the table holds rows with the same key (at-least-once mode stores
 // redeliveries again), the index's build fails: the error wraps
 // ErrNoKeyIndex and PostgreSQL's, names the key, and gives a DELETE that
 // keeps one row of each.
-// It makes no table when one whose name differs in case alone is there
-// (ErrInvalidConfig: postgres.table is quoted, and would name a second
-// table beside it).
+// It makes no table when one whose name differs in case alone is in the
+// schema it would make it in (ErrInvalidConfig: postgres.table is
+// quoted, and would name a second table beside it), nor when the name
+// finds a relation that is not a table, a foreign table or a view (a
+// materialized view, say: ErrInvalidConfig; CREATE TABLE IF NOT EXISTS
+// would do nothing, and every batch fail).
 func (s *Sink) Init(ctx context.Context) error {
 	var missing *Problem
 	var indexFailed bool // the CREATE UNIQUE INDEX failed, not the CREATE TABLE
@@ -206,12 +209,16 @@ func (s *Sink) Init(ctx context.Context) error {
 		// transaction: check's reads may fail (pg_settings refused) and
 		// would abort it.
 		ddl := s.DDL()
-		var found string
+		var found, kind string
 		var probs []Problem // exactly-once: what check finds in the table that is there
-		err := c.QueryRow(ctx, `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+		err := c.QueryRow(ctx, `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname), c.relkind::text
 			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p', 'f', 'v')`, s.table.Sanitize()).Scan(&found)
+			WHERE c.oid = to_regclass($1)`, s.table.Sanitize()).Scan(&found, &kind)
 		switch {
+		case err == nil && !strings.Contains("rpfv", kind):
+			return fmt.Errorf("%w: not made: %s is not a table (pg_class.relkind %s), and CREATE TABLE IF NOT EXISTS would "+
+				"leave it as it is: COPY cannot write into it, so every batch would fail; set postgres.table to a table",
+				ErrInvalidConfig, found, kind)
 		case err == nil:
 			ddl = s.ddl(found, false)
 			if s.cfg.Mode == ExactlyOnce {
@@ -246,14 +253,16 @@ func (s *Sink) Init(ctx context.Context) error {
 			}
 		case errors.Is(err, pgx.ErrNoRows):
 			// None: CREATE TABLE IF NOT EXISTS makes it, unless one whose
-			// name differs in case alone is there, which the operator
-			// meant (a second table beside it would be read by nobody).
+			// name differs in case alone is in the schema it would be
+			// made in, which the operator meant (a second table beside
+			// it would be read by nobody). One in another schema is
+			// check's note: the table made is where the name says.
 			twin, ok, terr := s.caseTwin(ctx, c)
 			if terr != nil {
 				return terr
 			}
-			if ok {
-				return fmt.Errorf("%w: not made: %s", ErrInvalidConfig, twin)
+			if ok && twin.here {
+				return fmt.Errorf("%w: not made: %s", ErrInvalidConfig, twin.problem(s))
 			}
 			err = nil
 		default:
@@ -1102,8 +1111,19 @@ func (s *Sink) tableMissing(ctx context.Context, c *pgx.Conn) (Problem, error) {
 	}
 	p := Problem{Kind: ProblemTableMissing, Message: fmt.Sprintf("table %s does not exist (or is not on search_path)", tname),
 		Fix: "run `jetsink init`, set postgres.create_table: true, or run: " + strings.Join(s.DDL(), "; ")}
-	if twin, ok, err := s.caseTwin(ctx, c); err != nil || ok {
-		return twin, err
+	twin, ok, err := s.caseTwin(ctx, c)
+	if err != nil {
+		return Problem{}, err
+	}
+	if ok && twin.here {
+		return twin.problem(s), nil
+	}
+	if ok {
+		// Made where the name says, beside nothing: the twin may
+		// still be the table meant.
+		p.Message += fmt.Sprintf("; %s, in another schema, differs in case alone: names in postgres.table are case-sensitive "+
+			"(jetsink quotes them)", twin.name)
+		p.Fix += "; or, if " + twin.name + " is the table meant, write postgres.table: " + twin.write
 	}
 	var schema *string
 	if len(s.table) == 2 {
@@ -1135,40 +1155,63 @@ func (s *Sink) tableMissing(ctx context.Context, c *pgx.Conn) (Problem, error) {
 	return p, nil
 }
 
-// caseTwin is the problem of a missing table when a relation whose name
-// differs from postgres.table's in case alone is there (in the schema
-// postgres.table names, or on search_path): jetsink quotes the name, so
-// "Events" is not events, and Init would make a second, empty table that
-// nobody reads beside it. ok reports one found; Init refuses to make the
-// table then (initCannot).
-func (s *Sink) caseTwin(ctx context.Context, c *pgx.Conn) (p Problem, ok bool, err error) {
+// tableTwin is a table whose name differs from postgres.table's in case
+// alone: name its schema-qualified name, quoted; write what to write in
+// postgres.table for it; here whether it is in the schema Init would
+// make the table in (the one postgres.table names, in whatever case, or
+// else current_schema()), beside which Init makes no second table.
+type tableTwin struct {
+	name, write string
+	here        bool
+}
+
+// problem is the missing table's problem beside the twin t, in the
+// schema Init would make it in: jetsink quotes the name, so "Events" is
+// not events, and Init would make a second, empty table that nobody reads
+// beside it. Init refuses to make the table (initCannot).
+func (t tableTwin) problem(s *Sink) Problem {
+	return Problem{Kind: ProblemTableMissing, initCannot: true,
+		Message: fmt.Sprintf("table %s does not exist, but %s does: names in postgres.table are case-sensitive (jetsink quotes "+
+			"them), and jetsink init (or postgres.create_table: true) would make a second, empty table beside it",
+			s.table.Sanitize(), t.name),
+		Fix: "write postgres.table: " + t.write}
+}
+
+// caseTwin finds, for a missing table, a table (a partitioned or a
+// foreign one too) whose name differs from postgres.table's in case alone,
+// in the schema postgres.table names or else on search_path; one in the
+// schema Init would make the table in first. ok reports one found. Views
+// and materialized views are left out: an unrelated view of a similar
+// name (in a legacy schema on search_path, say) would otherwise keep Init
+// from making the table, and a relation of exactly the name is no twin
+// (Init names a materialized view the name finds as not a table).
+func (s *Sink) caseTwin(ctx context.Context, c *pgx.Conn) (t tableTwin, ok bool, err error) {
 	var schema *string
 	if len(s.table) == 2 {
 		schema = &s.table[0]
 	}
 	var nsp, rel string
 	var visible bool
-	err = c.QueryRow(ctx, `SELECT n.nspname::text, c.relname::text, pg_table_is_visible(c.oid)
+	err = c.QueryRow(ctx, `SELECT n.nspname::text, c.relname::text, pg_table_is_visible(c.oid),
+			$1::text IS NOT NULL OR n.nspname = current_schema() AS here
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE lower(c.relname) = lower($2) AND c.relkind IN ('r', 'p', 'f', 'v', 'm')
+		WHERE lower(c.relname) = lower($2) AND c.relkind IN ('r', 'p', 'f')
+			AND NOT (c.relname = $2 AND n.nspname = coalesce($1, n.nspname))
 			AND CASE WHEN $1::text IS NULL THEN n.nspname = ANY (current_schemas(false)) ELSE lower(n.nspname) = lower($1) END
-		ORDER BY array_position(current_schemas(false), n.nspname), n.nspname, c.relname LIMIT 1`, schema, s.table[len(s.table)-1]).
-		Scan(&nsp, &rel, &visible)
+		ORDER BY here DESC, array_position(current_schemas(false), n.nspname), n.nspname, c.relname LIMIT 1`, schema, s.table[len(s.table)-1]).
+		Scan(&nsp, &rel, &visible, &t.here)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Problem{}, false, nil
+		return tableTwin{}, false, nil
 	}
 	if err != nil {
-		return Problem{}, false, fmt.Errorf("check table %s on %s: %w", s.table.Sanitize(), s.where, err)
+		return tableTwin{}, false, fmt.Errorf("check table %s on %s: %w", s.table.Sanitize(), s.where, err)
 	}
-	write := tableConfigPart(rel)
+	t.name, t.write = pgx.Identifier{nsp, rel}.Sanitize(), tableConfigPart(rel)
 	if schema != nil || !visible {
-		write = tableConfigPart(nsp) + "." + write
+		t.write = tableConfigPart(nsp) + "." + t.write
 	}
-	return Problem{Kind: ProblemTableMissing, initCannot: true,
-		Message: fmt.Sprintf("table %s does not exist, but %s does: names in postgres.table are case-sensitive (jetsink quotes "+
-			"them), and jetsink init (or postgres.create_table: true) would make a second, empty table beside it",
-			s.table.Sanitize(), pgx.Identifier{nsp, rel}.Sanitize()),
-		Fix: "write postgres.table: " + write}, true, nil
+	t.write = yamlScalar(t.write)
+	return t, true, nil
 }
 
 // tableConfigPart is a part of postgres.table as ParseTable reads it back
@@ -1178,6 +1221,24 @@ func tableConfigPart(name string) string {
 		return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 	}
 	return name
+}
+
+// yamlScalar is v as a YAML value that reads back as the string v:
+// verbatim if it holds only ASCII letters, digits, '_', '.' and '$', does
+// not start with a digit or a dot and is no YAML keyword (null, true,
+// ...); else single-quoted. A name tableConfigPart quotes, "a.b", pasted
+// as it is, would lose its quotes to YAML and be read as schema a, table
+// b.
+func yamlScalar(v string) string {
+	plain := v != "" && !strings.ContainsAny(v[:1], "0123456789.") &&
+		!slices.Contains([]string{"null", "true", "false", "yes", "no", "on", "off", "y", "n"}, strings.ToLower(v))
+	for _, r := range v {
+		plain = plain && (r == '_' || r == '.' || r == '$' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}
+	if plain {
+		return v
+	}
+	return "'" + strings.ReplaceAll(v, "'", "''") + "'"
 }
 
 // pinnedMissing is the problem of the table the batches write, pinned

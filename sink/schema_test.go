@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -264,6 +265,120 @@ func TestCheckNamesThatDifferInCase(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Relations that differ from postgres.table in case alone and are not
+// the table meant. (a) An unrelated view "Tbl" in a legacy schema later
+// on search_path: check's fix said to write postgres.table: Tbl (the
+// view), and Init refused to make tbl in public beside nothing. A table
+// "Tbl" there is named as a note, and Init makes tbl in public, where
+// the name says. (b) postgres.table naming a materialized view: Init said
+// it did not exist, "but" it did, case-sensitive (the view itself); it
+// now says it is not a table. (c) A twin with a dot in its name: the fix
+// said write postgres.table: "a.b", which YAML reads as a.b, schema a.
+func TestCaseTwinsThatAreNotTheTable(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	tbl := uniqueName(t)
+	legacy := tbl + "_legacy"
+	upper := strings.ToUpper(tbl[:1]) + tbl[1:]
+	for _, q := range []string{
+		"CREATE SCHEMA " + legacy,
+		`CREATE VIEW ` + legacy + `."` + upper + `_v" AS SELECT 1 AS x`,
+		`CREATE TABLE ` + legacy + `."` + upper + `_t" (stream text, stream_seq int8, payload jsonb)`,
+		"CREATE MATERIALIZED VIEW " + tbl + "_mv AS SELECT 'a'::text AS stream, 1::int8 AS stream_seq, '{}'::jsonb AS payload",
+		`CREATE TABLE "` + tbl + `.Dot" (stream text, stream_seq int8, payload jsonb)`,
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+legacy+" CASCADE") })
+	dbURL := withSearchPath(t, pg.URL, "public,"+legacy)
+	newSink := func(t *testing.T, table string) *Sink {
+		t.Helper()
+		cfg := DefaultConfig()
+		cfg.URL, cfg.Table = dbURL, table
+		s, err := New(ctx, cfg, testCols, &recDL{}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	missing := func(t *testing.T, s *Sink) Problem {
+		t.Helper()
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found []Problem
+		for _, p := range probs {
+			if p.Kind == ProblemTableMissing {
+				found = append(found, p)
+			}
+		}
+		if len(found) != 1 {
+			t.Fatalf("problems %v, want one table_missing", probs)
+		}
+		return found[0]
+	}
+	made := func(t *testing.T, table string) {
+		t.Helper()
+		var ok bool
+		if err := admin.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", "public."+table).Scan(&ok); err != nil || !ok {
+			t.Fatalf("public.%s not made (%v)", table, err)
+		}
+	}
+	t.Run("view elsewhere", func(t *testing.T) {
+		s := newSink(t, tbl+"_v")
+		if p := missing(t, s); !p.InitMakes() || strings.Contains(p.String(), upper) {
+			t.Fatalf("%s: want one init makes, the view not named", p)
+		}
+		if err := s.Init(ctx); err != nil {
+			t.Fatalf("Init: %v", err)
+		}
+		made(t, tbl+"_v")
+	})
+	t.Run("table elsewhere", func(t *testing.T) {
+		s := newSink(t, tbl+"_t")
+		p := missing(t, s)
+		if !p.InitMakes() || !strings.Contains(p.Message, `"`+legacy+`"."`+upper+`_t", in another schema, differs in case alone`) ||
+			!strings.HasSuffix(p.Fix, "write postgres.table: "+upper+"_t") {
+			t.Fatalf("%s: want one init makes, naming the table elsewhere as a note", p)
+		}
+		if err := s.Init(ctx); err != nil {
+			t.Fatalf("Init: %v", err)
+		}
+		made(t, tbl+"_t")
+	})
+	t.Run("materialized view", func(t *testing.T) {
+		s := newSink(t, tbl+"_mv")
+		err := s.Init(ctx)
+		if !errors.Is(err, ErrInvalidConfig) || strings.Contains(err.Error(), "case-sensitive") ||
+			!strings.Contains(err.Error(), "is not a table (pg_class.relkind m)") {
+			t.Fatalf("Init: %v, want ErrInvalidConfig saying it is not a table", err)
+		}
+	})
+	t.Run("dot", func(t *testing.T) {
+		s := newSink(t, `"`+tbl+`.dot"`)
+		p := missing(t, s)
+		want := `'"` + tbl + `.Dot"'`
+		if p.InitMakes() || p.Fix != "write postgres.table: "+want {
+			t.Fatalf("%s: want one init cannot, fix write postgres.table: %s", p, want)
+		}
+		// Pasted into the configuration, it reads back as the table.
+		var cfg struct {
+			Table string `yaml:"table"`
+		}
+		if err := yaml.Unmarshal([]byte("table: "+want), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if name, err := ParseTable(cfg.Table); err != nil || !slices.Equal(name, pgx.Identifier{tbl + ".Dot"}) {
+			t.Fatalf("postgres.table: %s reads back as %v (%v), want %s.Dot", want, name, err, tbl)
+		}
+	})
 }
 
 // A DEFERRABLE unique or primary key constraint on (stream, stream_seq)
