@@ -817,10 +817,9 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 			// One whose name differs in case alone is the one meant
 			// (jetsink quotes names: "Dev" is not dev): a second column
 			// would be one nobody reads.
-			if twin := caseTwinColumn(c.Name, slices.Sorted(maps.Keys(attrs)), s.cols); twin != "" {
-				p.Message += fmt.Sprintf(", but a column %s does: names in postgres.columns are case-sensitive (jetsink quotes them)",
-					pgx.Identifier{twin}.Sanitize())
-				p.Fix = fmt.Sprintf("write name: %s for this column in postgres.columns", twin)
+			columns := slices.Sorted(maps.Keys(attrs))
+			if twins := caseTwinColumns(c.Name, columns, s.cols); len(twins) > 0 {
+				p.Message, p.Fix = s.columnTwinProblem(p.Message, c.Name, twins, columns, tname)
 			}
 			probs = append(probs, p)
 		case a.generated:
@@ -1299,16 +1298,54 @@ func (s *Sink) indexNameTaken(ctx context.Context, c *pgx.Conn, rel uint32) (str
 		"ALTER TABLE %s RENAME TO %s", name, kind, name, old), nil
 }
 
-// caseTwinColumn is the first of the table's columns (sorted by name)
-// whose name differs from name in case alone and that no column of the
-// mapping cols writes; "" if none.
-func caseTwinColumn(name string, columns []string, cols []pipeline.Column) string {
+// caseTwinColumns is the table's columns (columns, sorted by name) whose
+// names differ from name in case alone and that no column of the mapping
+// cols writes.
+func caseTwinColumns(name string, columns []string, cols []pipeline.Column) []string {
+	var twins []string
 	for _, a := range columns {
 		if a != name && strings.EqualFold(a, name) && !slices.ContainsFunc(cols, func(c pipeline.Column) bool { return c.Name == a }) {
-			return a
+			twins = append(twins, a)
 		}
 	}
-	return ""
+	return twins
+}
+
+// columnTwinProblem is the message (msg, and what follows) and fix of
+// the missing column name of table (whose columns are columns) when its
+// columns twins differ from it in case alone. Each is named: which one
+// is meant is the operator's to say. Mappings missing alike (DEV and
+// Dev, beside dev) get no same rename each, which would list a column
+// twice (New refuses that): one of them may be renamed, the others added
+// to the table or removed. Names in the fix are YAML values (yamlScalar).
+func (s *Sink) columnTwinProblem(msg, name string, twins, columns []string, table string) (string, string) {
+	quoted := make([]string, len(twins))
+	names := make([]string, len(twins))
+	for i, t := range twins {
+		quoted[i], names[i] = pgx.Identifier{t}.Sanitize(), "name: "+yamlScalar(t)
+	}
+	if len(twins) == 1 {
+		msg += fmt.Sprintf(", but a column %s does", quoted[0])
+	} else {
+		msg += fmt.Sprintf(", but columns %s do", strings.Join(quoted, ", "))
+	}
+	msg += ": names in postgres.columns are case-sensitive (jetsink quotes them)"
+	write := strings.Join(names, " or ")
+	var alike []string // the mappings missing alike, name among them
+	for _, c := range s.cols {
+		if !slices.Contains(columns, c.Name) && strings.EqualFold(c.Name, name) {
+			alike = append(alike, c.Name)
+		}
+	}
+	if len(alike) < 2 {
+		if len(twins) == 1 {
+			return msg, fmt.Sprintf("write %s for this column in postgres.columns", write)
+		}
+		return msg, fmt.Sprintf("write %s for this column in postgres.columns, whichever is meant", write)
+	}
+	msg += fmt.Sprintf("; postgres.columns maps %s, all missing, and a column can be listed once", strings.Join(alike, ", "))
+	return msg, fmt.Sprintf("write %s for the one of %s meant, and remove the others from postgres.columns or add them "+
+		"(ALTER TABLE %s ADD COLUMN ...)", write, strings.Join(alike, ", "), table)
 }
 
 // typeModifierProblem warns of column name of table, whose type with its

@@ -211,6 +211,31 @@ func TestCheckNamesThatDifferInCase(t *testing.T) {
 			t.Fatalf("problems %v, want one column_missing naming dev", probs)
 		}
 	})
+	// Two columns differ from the mapping in case alone: which is meant is
+	// the operator's to say, and both are named (only "Dev" was).
+	t.Run("two columns", func(t *testing.T) {
+		probs := checkTableOf(t, `"Dev" text, dev text`, pipeline.Column{Name: "DEV", From: "json:dev", Type: pipeline.TypeText})
+		if len(probs) != 1 || probs[0].Kind != ProblemColumnMissing ||
+			probs[0].Fix != "write name: Dev or name: dev for this column in postgres.columns, whichever is meant" ||
+			!strings.Contains(probs[0].Message, `columns "Dev", "dev" do: names in postgres.columns are case-sensitive`) {
+			t.Fatalf("problems %v, want one column_missing naming Dev and dev", probs)
+		}
+	})
+	// Two mappings differ from one column in case alone: each was told to
+	// write name: dev, and doing both lists dev twice, which New refuses.
+	t.Run("two mappings", func(t *testing.T) {
+		probs := checkTableOf(t, "dev text", pipeline.Column{Name: "DEV", From: "json:dev", Type: pipeline.TypeText},
+			pipeline.Column{Name: "Dev", From: "json:dev2", Type: pipeline.TypeText})
+		if len(probs) != 2 {
+			t.Fatalf("problems %v, want two column_missing", probs)
+		}
+		for _, p := range probs {
+			if p.Kind != ProblemColumnMissing || !strings.HasPrefix(p.Fix, "write name: dev for the one of DEV, Dev meant, and remove the others") ||
+				!strings.Contains(p.Message, "postgres.columns maps DEV, Dev, all missing, and a column can be listed once") {
+				t.Errorf("problem %v, want column_missing saying one of DEV, Dev can be dev", p)
+			}
+		}
+	})
 	ctx := testCtx(t, 30*time.Second)
 	pg := testenv.Postgres(t)
 	admin := pg.Conn(t)
