@@ -432,7 +432,9 @@ const dlRecreateEvery = 5 * time.Second
 // letter stored clears the refusal (DeadLettersDenied). A publish refused
 // for want of room (fullLimit: a full dead-letter stream, or JetStream
 // store) is noted (noteDeadLetterFull) and opens the breaker the same
-// way; one that gets any other answer clears that note.
+// way; a publish whose answer shows room (showsRoom: a letter stored, or
+// another refusal of the stream's) clears that note, one that got no
+// answer leaves it.
 func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m *nats.Msg) (*jetstream.PubAck, error) {
 	probe, err := c.dlBreaker.admit(time.Now())
 	if err != nil {
@@ -461,8 +463,7 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 	wasFull := false
 	if limit, ok := fullLimit(err); ok {
 		err = c.noteDeadLetterFull(ctx, err, limit)
-	} else {
-		// Stored, or refused otherwise: the stream is not known full.
+	} else if showsRoom(ack, err) {
 		wasFull = c.dlFull.Swap(nil) != nil
 	}
 	switch {
@@ -512,6 +513,34 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 		c.log.Info(msg, "dead_letter_subject", c.cfg.DeadLetterSubject)
 	}
 	return ack, err
+}
+
+// showsRoom reports whether a dead-letter publish that was not refused
+// for want of room (fullLimit) ended in an answer that shows the
+// dead-letter stream is no longer full, so that a note of it
+// (noteDeadLetterFull) is cleared: a PubAck, but for a duplicate's (the
+// server answers one before it looks at the stream's limits), a refusal
+// of the stream's other than of this letter's size (max_msg_size), or no
+// stream at all (jetstream.ErrNoStreamResponse, the stream looked up and
+// gone). No answer shows nothing: our timeout, ctx's end, a stream
+// without a leader (*dlNoLeaderError; in a cluster a stream refusing a
+// letter for want of store steps its leader down, and the next
+// publishes get no answer), nor does a refusal of the client's (over
+// max_payload, a header name) or of the user's (a permission). Before,
+// each of those cleared the note, and the readiness check went green
+// while the stream was still full.
+func showsRoom(ack *jetstream.PubAck, err error) bool {
+	if err == nil {
+		return ack == nil || !ack.Duplicate
+	}
+	if _, noLeader := errors.AsType[*dlNoLeaderError](err); noLeader {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return true
+	}
+	api, ok := errors.AsType[*jetstream.APIError](err)
+	return ok && api.ErrorCode != jetstream.JSErrCodeStreamMessageExceedsMaximum && !(api.ErrorCode == 10077 && api.Description == "message too large")
 }
 
 // publishOnce is one publish of m, bounded by timeout, that

@@ -1875,3 +1875,131 @@ func TestDeadLetterFullLimit(t *testing.T) {
 		})
 	}
 }
+
+// fullDeadLetterStream is a consumer whose dead-letter stream holds one
+// letter at most (max_msgs 1, discard new) and holds one: stored from
+// the fake event it returns with the others, numbered 1 to n. Its
+// log is kept.
+func fullDeadLetterStream(t *testing.T, ctx context.Context, n int) (Config, jetstream.JetStream, *Consumer, *syncBuffer, []*pipeline.Event) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.AckWait = 4 * time.Second // a publish waits 500 ms for its answer, a probe 2 s
+	sc := jetstream.StreamConfig{Name: "DLQ_" + cfg.Stream, Subjects: []string{cfg.DeadLetterSubject}, MaxMsgs: 1, Discard: jetstream.DiscardNew}
+	if _, err := js.CreateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	evs := make([]*pipeline.Event, n)
+	for i := range evs {
+		evs[i] = &pipeline.Event{Msg: &fakeMsg{}, Stream: cfg.Stream, StreamSeq: uint64(i + 1), Subject: subjectOf(cfg, i, 1),
+			Delivered: 1, Epoch: c.epochs.Current()}
+	}
+	if err := c.DeadLetter(ctx, evs[0], badJSON); err != nil {
+		t.Fatalf("the first dead letter, with room for it: %v", err)
+	}
+	return cfg, js, c, log, evs
+}
+
+var badJSON = pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: "invalid_json", Reason: "bad"}
+
+// A full dead-letter stream stays reported (DeadLettersDenied, the
+// readiness check) until an answer shows there is room: a publish that
+// gets no answer (the stream set to no_ack stands in for one without a
+// leader: in a cluster, a stream that refuses a letter for want of store
+// steps its leader down), one whose ctx ended, and a duplicate's PubAck
+// (the server answers a duplicate before it looks at its limits) leave
+// it; a letter stored clears it. Before, any end but another refusal for
+// want of room cleared it: /readyz went green while the stream was still
+// full, and red again at the next refusal.
+func TestDeadLetterFullKeptUntilAnAnswerShowsRoom(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg, js, c, _, evs := fullDeadLetterStream(t, ctx, 3)
+	if err := c.DeadLetter(ctx, evs[1], badJSON); !errors.Is(err, errDeadLetterFull) {
+		t.Fatalf("DeadLetter into the full stream = %v, want errDeadLetterFull", err)
+	}
+	stillFull := func(after string) {
+		t.Helper()
+		if err := c.DeadLettersDenied(); err == nil || !strings.Contains(err.Error(), "is full (max_msgs 1") {
+			t.Fatalf("DeadLettersDenied after %s = %v, want the stream still reported full", after, err)
+		}
+	}
+	stillFull("the refusal")
+	probeDue := func() {
+		t.Helper()
+		waitFor(t, ctx, "the probe to be due", func() bool { return c.dlBreaker.probeDue(time.Now()) })
+	}
+	// The letter of the first event, stored, published again (as the
+	// probe; its event lends its handle to the probe's InProgress alone).
+	probeDue()
+	if ack, err := c.publishDeadLetter(ctx, evs[0], c.deadLetterMsg(evs[0], badJSON)); err != nil || !ack.Duplicate {
+		t.Fatalf("the stored letter published again = %+v, %v; want a duplicate's PubAck", ack, err)
+	}
+	stillFull("a duplicate's PubAck")
+
+	sc, err := js.Stream(ctx, "DLQ_"+cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := sc.CachedInfo().Config
+	conf.NoAck = true
+	if _, err := js.UpdateStream(ctx, conf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.publishDeadLetter(ctx, evs[2], c.deadLetterMsg(evs[2], badJSON)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a dead letter to the stream set to no_ack = %v, want our timeout", err)
+	}
+	stillFull("a publish that got no answer")
+	probeDue()
+	ended, end := context.WithCancel(ctx)
+	end()
+	if _, err := c.publishDeadLetter(ended, evs[2], c.deadLetterMsg(evs[2], badJSON)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a dead letter whose ctx ended = %v, want context.Canceled", err)
+	}
+	stillFull("a publish whose ctx ended")
+
+	// Room made, and answers again: the next probe is stored.
+	conf.NoAck, conf.MaxMsgs = false, 10
+	if _, err := js.UpdateStream(ctx, conf); err != nil {
+		t.Fatal(err)
+	}
+	probeDue()
+	if err := c.DeadLetter(ctx, evs[2], badJSON); err != nil {
+		t.Fatalf("DeadLetter once there is room: %v", err)
+	}
+	if err := c.DeadLettersDenied(); err != nil {
+		t.Fatalf("DeadLettersDenied once a letter is stored = %v, want nil", err)
+	}
+}
+
+// Which ends of a dead-letter publish not refused for want of room show
+// the stream has room (showsRoom), clearing a note that it is full.
+func TestDeadLetterShowsRoom(t *testing.T) {
+	api := func(errCode jetstream.ErrorCode, desc string) error {
+		return fmt.Errorf("nats: %w", &jetstream.APIError{Code: 400, ErrorCode: errCode, Description: desc})
+	}
+	for _, tc := range []struct {
+		name string
+		ack  *jetstream.PubAck
+		err  error
+		room bool
+	}{
+		{"stored", &jetstream.PubAck{Stream: "DLQ", Sequence: 2}, nil, true},
+		{"a duplicate", &jetstream.PubAck{Stream: "DLQ", Sequence: 1, Duplicate: true}, nil, false},
+		{"refused otherwise", nil, api(10060, "expected stream does not match"), true},
+		{"no stream", nil, jetstream.ErrNoStreamResponse, true},
+		{"our timeout", nil, context.DeadlineExceeded, false},
+		{"ctx ended", nil, context.Canceled, false},
+		{"no leader", nil, &dlNoLeaderError{stream: "DLQ", err: jetstream.ErrNoStreamResponse}, false},
+		{"over max_msg_size", nil, api(jetstream.JSErrCodeStreamMessageExceedsMaximum, "message size exceeds maximum allowed"), false},
+		{"too large for the store", nil, api(10077, "message too large"), false},
+		{"over max_payload", nil, nats.ErrMaxPayload, false},
+		{"no permission", nil, fmt.Errorf("the NATS user may not publish to dlq: give it permission: %w", nats.ErrPermissionViolation), false},
+	} {
+		if got := showsRoom(tc.ack, tc.err); got != tc.room {
+			t.Errorf("%s: showsRoom = %v, want %v", tc.name, got, tc.room)
+		}
+	}
+}
