@@ -141,11 +141,11 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 				return fmt.Errorf("%w: publish to %s: %w; not nak'ed: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err, pipeline.ErrStaleEpoch)
 			}
 		} else if nerr != nil {
-			c.logFailedDeadLetter(err, "dead-letter publish failed, and so did the nak; the event comes back after ack_wait", "subject", ev.Subject,
+			c.logFailedDeadLetter(err, true, "dead-letter publish failed, and so did the nak; the event comes back after ack_wait", "subject", ev.Subject,
 				"stream_seq", ev.StreamSeq, "code", dl.Code, "dead_letter_subject", c.cfg.DeadLetterSubject, "err", err, "nak_err", nerr)
 			return fmt.Errorf("%w: publish to %s: %w (nak: %w)", ErrDeadLetter, c.cfg.DeadLetterSubject, err, nerr)
 		} else {
-			c.logFailedDeadLetter(err, "dead-letter publish failed; event nak'ed for redelivery", "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
+			c.logFailedDeadLetter(err, false, "dead-letter publish failed; event nak'ed for redelivery", "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
 				"dead_letter_subject", c.cfg.DeadLetterSubject, "retry_in", delay, "err", err)
 			return fmt.Errorf("%w: publish to %s: %w", ErrDeadLetter, c.cfg.DeadLetterSubject, err)
 		}
@@ -257,7 +257,7 @@ func (c *Consumer) refuseLoop(ev *pipeline.Event, dl pipeline.DeadLetter) error 
 		err = fmt.Errorf("%w (nak: %w)", err, nerr)
 		args = append(args, "nak_err", nerr)
 	}
-	c.logFailedDeadLetter(err, logged+"it is not dead-lettered again, but nak'ed (each would come back in turn, without end)", args...)
+	c.logFailedDeadLetter(err, false, logged+"it is not dead-lettered again, but nak'ed (each would come back in turn, without end)", args...)
 	return err
 }
 
@@ -317,7 +317,7 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 				"dead_letter_subject", c.cfg.DeadLetterSubject, "dead_letter_bytes", size, "max_payload", limit, "tries", tries, "err", err)
 			return nil, err
 		}
-		c.logFailedDeadLetter(err, "dead-letter publish failed for an event whose stream was re-created since: it cannot be nak'ed, "+
+		c.logFailedDeadLetter(err, true, "dead-letter publish failed for an event whose stream was re-created since: it cannot be nak'ed, "+
 			"and nothing delivers it again, so the publish is tried again until it is stored (or jetsink is stopped hard)",
 			"stream", ev.Stream, "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
 			"dead_letter_subject", c.cfg.DeadLetterSubject, "tries", tries, "err", err)
@@ -371,16 +371,25 @@ func neverFits(err error) bool {
 // events would log thousands a second; one refused (no stream, a letter
 // past max_payload) fails the same way at every delivery of every such
 // event, for as long as it lasts. One refused for want of room, or held
-// back while the stream is full (fullRefusal), is logged at most once
-// every quietEvery, saying what to do. Stats.DeadLetterFailed counts them
-// all.
-func (c *Consumer) logFailedDeadLetter(err error, msg string, args ...any) {
+// back while the stream is full (fullRefusal), says what is full and
+// what to do, and, unless own is set, is logged at most once every
+// quietEvery. own is for a line that says more than that the event was
+// nak'ed (the nak failed too; the event's stream was re-created, and the
+// letter is published again until stored): it keeps the once-a-second
+// bound. Before, such lines went to the once-a-minute line, and one
+// within a minute of the ordinary line was not logged. Stats.DeadLetterFailed
+// counts them all.
+func (c *Consumer) logFailedDeadLetter(err error, own bool, msg string, args ...any) {
 	if full := c.fullRefusal(err); full != nil {
-		// The same refusal for every dead letter until room is made:
-		// logged with what to do, as the permission case is, once every
-		// quietEvery (the readiness check fails meanwhile).
-		c.dlFullLog.Log(context.Background(), c.log, slog.LevelError, quietEvery, msg+": "+full.what, append(args, "fix", full.fix)...)
-		return
+		msg, args = msg+": "+full.what, append(args, "fix", full.fix)
+		if !own {
+			// The same refusal for every dead letter until room is
+			// made: logged with what to do, as the permission case is,
+			// once every quietEvery (the readiness check fails
+			// meanwhile).
+			c.dlFullLog.Log(context.Background(), c.log, slog.LevelError, quietEvery, msg, args...)
+			return
+		}
 	}
 	limit := &c.dlFailLog
 	if errors.Is(err, errDeadLetterUnanswered) {
@@ -657,13 +666,8 @@ func (c *Consumer) deadLetterStreamThere(ctx context.Context) (string, bool) {
 	if v := c.dlLooked.Load(); v != nil && now-v.at < int64(dlRecreateEvery) {
 		return v.name, v.there
 	}
-	lctx, cancel := context.WithTimeout(ctx, max(c.deadLetterTimeout(), 2*time.Second))
-	defer cancel()
-	name, err := c.js.StreamNameBySubject(lctx, c.cfg.DeadLetterSubject)
+	name, _, err := c.lookDeadLetterStream(ctx, false)
 	v := &dlLook{at: now, name: name, there: !errors.Is(err, jetstream.ErrStreamNotFound)}
-	if err != nil {
-		v.name = "" // the lookup failed: which stream is not known
-	}
 	c.dlLooked.Store(v)
 	if v.there {
 		args := []any{"dead_letter_subject", c.cfg.DeadLetterSubject}
@@ -673,6 +677,29 @@ func (c *Consumer) deadLetterStreamThere(ctx context.Context) (string, bool) {
 		c.log.Warn(dlStreamWords(v.name)+" did not answer (a leader election?); its dead letters' events are nak'ed and come back", args...)
 	}
 	return v.name, v.there
+}
+
+// lookDeadLetterStream looks up the stream that captures the dead-letter
+// subject, within max(deadLetterTimeout, 2 s): its name ("" when the
+// lookup failed: err says why, jetstream.ErrStreamNotFound that none
+// captures it) and, with info set, its StreamInfo, nil when that second
+// request failed (a stream without a leader answers none: a caller that
+// looks after no answer asks for the name alone).
+func (c *Consumer) lookDeadLetterStream(ctx context.Context, info bool) (string, *jetstream.StreamInfo, error) {
+	lctx, cancel := context.WithTimeout(ctx, max(c.deadLetterTimeout(), 2*time.Second))
+	defer cancel()
+	name, err := c.js.StreamNameBySubject(lctx, c.cfg.DeadLetterSubject)
+	if err != nil {
+		return "", nil, err
+	}
+	if !info {
+		return name, nil, nil
+	}
+	s, err := c.js.Stream(lctx, name)
+	if err != nil {
+		return name, nil, nil
+	}
+	return name, s.CachedInfo(), nil
 }
 
 // dlLook is deadLetterStreamThere's last verdict, at (sinceBase+1).
@@ -1049,10 +1076,10 @@ var errDeadLetterFull = errors.New("the dead-letter stream is full")
 // room (fullLimit), with words that name what is full and say what to do.
 // It wraps the server's refusal (a *jetstream.APIError), errDeadLetterFull
 // and pipeline.ErrDeadLetterHeldBack: the consumer logs these
-// (logFailedDeadLetter, once every quietEvery), and the pipeline and the
-// sink, which log a failed dead letter each once a second unless it wraps
-// that sentinel, would add a line of their own for the same refusal, with
-// nothing to do in it.
+// (logFailedDeadLetter: once every quietEvery, but for its rarer lines),
+// and the pipeline and the sink, which log a failed dead letter each once
+// a second unless it wraps that sentinel, would add a line of their own
+// for the same refusal, with nothing to do in it.
 type dlFullError struct {
 	at       time.Time // refused then
 	lookedAt time.Time // words made then
@@ -1112,8 +1139,9 @@ func fullLimit(err error) (string, bool) {
 // noteDeadLetterFull notes err, a dead-letter publish refused for want of
 // room (limit: fullLimit), for DeadLettersDenied, and returns it as a
 // *dlFullError. Its words are made again (deadLetterFullWords, after a
-// look at the dead-letter stream) at most once every quietEvery, or when
-// the limit changes: one look per refusal would add two requests to each.
+// look at the dead-letter stream, lookDeadLetterStream) at most once
+// every quietEvery, or when the limit changes: one look per refusal
+// would add two requests to each.
 func (c *Consumer) noteDeadLetterFull(ctx context.Context, err error, limit string) error {
 	now := time.Now()
 	prev := c.dlFull.Load()
@@ -1121,14 +1149,7 @@ func (c *Consumer) noteDeadLetterFull(ctx context.Context, err error, limit stri
 	if prev != nil && prev.limit == limit && now.Sub(prev.lookedAt) < quietEvery {
 		what, fix = prev.what, prev.fix
 	} else {
-		lctx, cancel := context.WithTimeout(ctx, max(c.deadLetterTimeout(), 2*time.Second))
-		var info *jetstream.StreamInfo
-		if name, lerr := c.js.StreamNameBySubject(lctx, c.cfg.DeadLetterSubject); lerr == nil {
-			if s, serr := c.js.Stream(lctx, name); serr == nil {
-				info = s.CachedInfo()
-			}
-		}
-		cancel()
+		_, info, _ := c.lookDeadLetterStream(ctx, true)
 		what, fix = deadLetterFullWords(limit, info, c.cfg.DeadLetterSubject)
 		prev = nil
 	}
@@ -1180,6 +1201,9 @@ func deadLetterFullWords(limit string, info *jetstream.StreamInfo, subject strin
 			switch limit {
 			case "max_msgs":
 				have, held = info.Config.MaxMsgs, fmt.Sprintf(", holding %d letters", info.State.Msgs)
+				if info.State.Msgs == 1 {
+					held = ", holding 1 letter"
+				}
 			case "max_bytes":
 				have, held = info.Config.MaxBytes, fmt.Sprintf(", holding %d bytes", info.State.Bytes)
 			default:

@@ -1746,7 +1746,7 @@ func TestDeadLetterFullStreamSaysWhatToDo(t *testing.T) {
 	if err := c.DeadLetter(ctx, &evs[0], dl); err != nil {
 		t.Fatalf("the first dead letter, with room for it: %v", err)
 	}
-	full := "dead-letter stream " + dlq + " is full (max_msgs 1, discard new, holding 1 letters)"
+	full := "dead-letter stream " + dlq + " is full (max_msgs 1, discard new, holding 1 letter)"
 	raise := streamEdit(dlq, "--max-msgs 2")
 	err := c.DeadLetter(ctx, &evs[1], dl)
 	if !errors.Is(err, ErrDeadLetter) || !errors.Is(err, errDeadLetterFull) || !errors.Is(err, pipeline.ErrDeadLetterHeldBack) ||
@@ -2002,4 +2002,59 @@ func TestDeadLetterShowsRoom(t *testing.T) {
 			t.Errorf("%s: showsRoom = %v, want %v", tc.name, got, tc.room)
 		}
 	}
+}
+
+// nakFails is a message whose nak fails in the client.
+type nakFails struct{ *fakeMsg }
+
+func (nakFails) NakWithDelay(time.Duration) error { return errors.New("nak failed in the client") }
+
+// While the dead-letter stream is full, the lines that say more than
+// that an event was nak'ed (its nak failed too; the event's stream was
+// re-created, and its letter is published again until stored) are
+// logged once a second as other failures are, with what is full and
+// the fix, not folded into the once-a-minute line of the ordinary
+// failures. Before, they went to that line: one within a minute of it
+// was not logged.
+func TestDeadLetterFullKeepsTheRarerLines(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, _, c, log, evs := fullDeadLetterStream(t, ctx, 4)
+	if err := c.DeadLetter(ctx, evs[1], badJSON); !errors.Is(err, errDeadLetterFull) {
+		t.Fatalf("DeadLetter into the full stream = %v, want errDeadLetterFull", err)
+	}
+	if !strings.Contains(log.String(), "event nak'ed for redelivery: dead-letter stream ") {
+		t.Fatalf("no line for the refusal; log:\n%s", log)
+	}
+	evs[2].Msg = nakFails{&fakeMsg{}}
+	if err := c.DeadLetter(ctx, evs[2], badJSON); !errors.Is(err, pipeline.ErrDeadLetterHeldBack) {
+		t.Fatalf("DeadLetter while the stream is full = %v, want it held back or refused as full", err)
+	}
+	requireLine := func(what string) {
+		t.Helper()
+		for line := range strings.Lines(log.String()) {
+			if strings.Contains(line, what) {
+				if !strings.Contains(line, "is full (max_msgs 1") || !strings.Contains(line, "fix=") {
+					t.Fatalf("the line %q does not say what is full and what to do", line)
+				}
+				return
+			}
+		}
+		t.Fatalf("no line %q; log:\n%s", what, log)
+	}
+	requireLine("dead-letter publish failed, and so did the nak")
+
+	stale := evs[3]
+	stale.Epoch = c.epochs.Current() + 1
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- c.DeadLetter(sctx, stale, badJSON) }()
+	const retried = "dead-letter publish failed for an event whose stream was re-created since"
+	waitFor(t, ctx, "the stale event's line", func() bool { return strings.Contains(log.String(), retried) })
+	stop()
+	if err := <-done; !errors.Is(err, pipeline.ErrStaleEpoch) {
+		t.Fatalf("DeadLetter of a stale event stopped hard = %v, want pipeline.ErrStaleEpoch", err)
+	}
+	requireLine(retried)
 }
