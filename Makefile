@@ -18,7 +18,7 @@ else
 TESTPKGS ?= $(PKGS)
 endif
 
-.PHONY: all build test test-race test-natsgo vet vet-darwin race bench fmt clean jaeger alerts
+.PHONY: all build test test-race test-natsgo vet vet-darwin race bench fmt clean jaeger alerts lint
 
 all: build
 
@@ -85,6 +85,17 @@ jaeger:
 # the race detector only costs build time.
 alerts:
 	cd deploy/prometheus && $(GO) vet ./... && $(GO) test -vet=off -count=1 -timeout 5m ./...
+
+# staticcheck, its version pinned here and installed outside jetsink's
+# go.mod (go install pkg@version) into ~/.cache/jetsink, for this host,
+# then run with the checks staticcheck.conf names on the Linux build and
+# the macOS one (the *_other.go files), tests included. Not part of make
+# test: its first build and a cold analysis take minutes on 2 cores.
+STATICCHECK_DIR ?= $(HOME)/.cache/jetsink/staticcheck-v0.8.2
+lint:
+	@test -x $(STATICCHECK_DIR)/staticcheck || GOBIN=$(STATICCHECK_DIR) $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	$(STATICCHECK_DIR)/staticcheck -tests $(PKGS)
+	GOOS=darwin GOARCH=arm64 $(STATICCHECK_DIR)/staticcheck -tests $(PKGS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 $(PKGS)
