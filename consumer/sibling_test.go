@@ -25,14 +25,25 @@ func addDurable(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg C
 	}
 }
 
-// siblingStream makes cfg's stream, holding 10 events on two subjects
-// (in.<stream>.s0 and .s1).
-func siblingStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config) {
+// ours is the destination the sibling tests' jetsink writes to.
+const ours = "db1:5432/app public.events"
+
+// siblingSetup starts a server and makes the stream of a jetsink writing
+// to ours, holding 10 events on two subjects (in.<stream>.s0 and .s1);
+// its context ends with the test, after 60 s at the most.
+func siblingSetup(t *testing.T) (context.Context, *testenv.NATSServer, jetstream.JetStream, Config) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.Destination = ours
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}); err != nil {
 		t.Fatal(err)
 	}
 	publish(t, ctx, js, cfg, 10, 2, 0)
+	return ctx, srv, js, cfg
 }
 
 // A renamed nats.consumer (durable A, used by a jetsink writing to this
@@ -44,14 +55,7 @@ func siblingStream(t *testing.T, ctx context.Context, js jetstream.JetStream, cf
 // as an error; in exactly-once mode both warn. B is not made by the
 // refusal. A durable of another destination is not ours: nothing said.
 func TestNewDurableBesideAnotherOfTheDestination(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	const ours = "db1:5432/app public.events"
-	cfg := testConfig(t, srv)
-	cfg.Destination = ours
-	siblingStream(t, ctx, js, cfg)
+	ctx, _, js, cfg := siblingSetup(t)
 	a := cfg.Consumer + "_a"
 	addDurable(t, ctx, js, cfg, a, ours, "", 7) // floor 6, 4 pending
 
@@ -127,14 +131,7 @@ func TestNewDurableBesideAnotherOfTheDestination(t *testing.T) {
 // (one for in.<stream>.s0, one for .s1) deliver no event twice: a new
 // one beside the other is no rename, and nothing is said.
 func TestNewDurableOfAnotherFilterBesideOneOfTheDestination(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	const ours = "db1:5432/app public.events"
-	cfg := testConfig(t, srv)
-	cfg.Destination = ours
-	siblingStream(t, ctx, js, cfg)
+	ctx, _, js, cfg := siblingSetup(t)
 	s0 := cfg.Consumer + "_s0"
 	addDurable(t, ctx, js, cfg, s0, ours, subjectOf(cfg, 0, 2), 1)
 	cfg.FilterSubject = subjectOf(cfg, 1, 2)
@@ -162,14 +159,7 @@ func siblingReported(ps []Problem, name string) *Problem {
 // destination, is warned of, not refused: refusing would stop a running
 // pipeline, which New's refusal exists to keep from starting.
 func TestDurableMadeAgainBesideAnotherOfTheDestinationWarns(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	const ours = "db1:5432/app public.events"
-	cfg := testConfig(t, srv)
-	cfg.Destination = ours
-	siblingStream(t, ctx, js, cfg)
+	ctx, _, js, cfg := siblingSetup(t)
 	c, log := newLoggedConsumer(t, ctx, cfg)
 	a := cfg.Consumer + "_a"
 	addDurable(t, ctx, js, cfg, a, ours, "", 7)
@@ -202,14 +192,7 @@ func TestDurableMadeAgainBesideAnotherOfTheDestinationWarns(t *testing.T) {
 // The look at the stream's consumers stops at siblingLimit, says so, and
 // leaves no goroutine of nats.go's lister behind (goleak, TestMain).
 func TestSiblingsStopAtTheLimit(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	const ours = "db1:5432/app public.events"
-	cfg := testConfig(t, srv)
-	cfg.Destination = ours
-	siblingStream(t, ctx, js, cfg)
+	ctx, _, js, cfg := siblingSetup(t)
 	for i := range 5 {
 		addDurable(t, ctx, js, cfg, cfg.Consumer+"_"+strconv.Itoa(i), ours, "", 1)
 	}
@@ -243,14 +226,7 @@ func mustCheck(t *testing.T, ctx context.Context, cfg Config) []Problem {
 // new durable whose filter an old one's covers (the stream's own subject
 // beside none) still gets --deliver <floor+1>.
 func TestNewDurableWiderThanTheOldOneIsNotMadePastItsFloor(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	const ours = "db1:5432/app public.events"
-	cfg := testConfig(t, srv)
-	cfg.Destination = ours
-	siblingStream(t, ctx, js, cfg)
+	ctx, _, js, cfg := siblingSetup(t)
 	a := cfg.Consumer + "_a"
 	addDurable(t, ctx, js, cfg, a, ours, subjectOf(cfg, 0, 2), 9) // floor 8
 
@@ -367,14 +343,7 @@ func TestSiblingLookNoAnswer(t *testing.T) {
 // first, an old durable after them was neither refused nor mentioned:
 // New and check now warn that only the first were looked at.
 func TestSiblingsCutWithNoneFoundWarns(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	const ours = "db1:5432/app public.events"
-	cfg := testConfig(t, srv)
-	cfg.Destination = ours
-	siblingStream(t, ctx, js, cfg)
+	ctx, _, js, cfg := siblingSetup(t)
 	for i := range 3 { // "_0" and "_1" list before "_2" (by name)
 		dest := "db1:5432/app public.other"
 		if i == 2 {
