@@ -506,6 +506,42 @@ func TestCtxDialerReleasesClosedConnections(t *testing.T) {
 	}
 }
 
+// limitedStreamReplay starts a server with dead-letter stream EV_DLQ
+// (dlq.EV) and event stream EV (ev.>, with limits' limits), jetsink's
+// durable on EV, as many unread events on EV as events says (ev.0, ev.1,
+// ...) and a dead letter of an EV event for each subject of letters
+// (stream sequences from 100); it returns the replay's arguments.
+func limitedStreamReplay(t *testing.T, ctx context.Context, limits jetstream.StreamConfig, events int, letters ...string) (jetstream.JetStream, []string) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	js, err := jetstream.New(srv.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits.Name, limits.Subjects = "EV", []string{"ev.>"}
+	for _, sc := range []jetstream.StreamConfig{{Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}, limits} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: consumer.DefaultConfig().Consumer}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range events {
+		if _, err := js.Publish(ctx, "ev."+strconv.Itoa(i), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, subject := range letters {
+		h := nats.Header{consumer.HeaderSubject: {subject}, consumer.HeaderStream: {"EV"}, consumer.HeaderStreamSeq: {strconv.Itoa(100 + i)},
+			consumer.HeaderStage: {"sink"}, consumer.HeaderCode: {"constraint"}}
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return js, []string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV"}
+}
+
 // An event stream that keeps one message per subject (max_msgs_per_subject
 // 1, discard old) would let each of three letters of ev.0 replayed back to
 // back push the one before out before jetsink read it: replay refuses it,
@@ -514,27 +550,7 @@ func TestCtxDialerReleasesClosedConnections(t *testing.T) {
 func TestDLQReplayRefusesAStreamThatDropsPerSubject(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	js, err := jetstream.New(srv.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sc := range []jetstream.StreamConfig{{Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}, {Name: "EV", Subjects: []string{"ev.>"}, MaxMsgsPerSubject: 1}} {
-		if _, err := js.CreateStream(ctx, sc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: consumer.DefaultConfig().Consumer}); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		h := nats.Header{consumer.HeaderSubject: {"ev.0"}, consumer.HeaderStream: {"EV"}, consumer.HeaderStreamSeq: {strconv.Itoa(100 + i)},
-			consumer.HeaderStage: {"sink"}, consumer.HeaderCode: {"constraint"}}
-		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(`{}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	args := []string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV"}
+	js, args := limitedStreamReplay(t, ctx, jetstream.StreamConfig{MaxMsgsPerSubject: 1}, 0, "ev.0", "ev.0", "ev.0")
 	for _, extra := range [][]string{{"--dry-run"}, nil} {
 		r := startJetsink(t, ctx, append(args, extra...)...)
 		if code := r.wait(t, ctx); code != exitFailed {
@@ -561,30 +577,7 @@ func TestDLQReplayRefusesAStreamThatDropsPerSubject(t *testing.T) {
 func TestDLQReplayRefusesToPushOutAnUnreadEvent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	js, err := jetstream.New(srv.Connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sc := range []jetstream.StreamConfig{{Name: "EV_DLQ", Subjects: []string{"dlq.EV"}}, {Name: "EV", Subjects: []string{"ev.>"}, MaxMsgs: 3}} {
-		if _, err := js.CreateStream(ctx, sc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: consumer.DefaultConfig().Consumer}); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		if _, err := js.Publish(ctx, "ev."+strconv.Itoa(i), []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h := nats.Header{consumer.HeaderSubject: {"ev.9"}, consumer.HeaderStream: {"EV"}, consumer.HeaderStreamSeq: {"100"},
-		consumer.HeaderStage: {"sink"}, consumer.HeaderCode: {"constraint"}}
-	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV"}
+	js, args := limitedStreamReplay(t, ctx, jetstream.StreamConfig{MaxMsgs: 3}, 3, "ev.9")
 	for _, extra := range [][]string{{"--dry-run"}, nil} {
 		r := startJetsink(t, ctx, append(args, extra...)...)
 		if code := r.wait(t, ctx); code != exitFailed {
