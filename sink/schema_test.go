@@ -1670,12 +1670,7 @@ func TestCheckKeyIndexOfAPartitionedTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var found *Problem
-		for _, p := range probs {
-			if p.Kind == ProblemNoUniqueIndex {
-				found = &p
-			}
-		}
+		found := lastProblem(probs, ProblemNoUniqueIndex)
 		if found == nil {
 			t.Fatalf("partitioned by %s: problems %v, want no_unique_index", c.by, probs)
 		}
@@ -1950,12 +1945,7 @@ func TestExactlyOnceOnATableWithDuplicateKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var found *Problem
-		for _, p := range probs {
-			if p.Kind == ProblemNoUniqueIndex {
-				found = &p
-			}
-		}
+		found := lastProblem(probs, ProblemNoUniqueIndex)
 		if found == nil {
 			t.Fatalf("%q: problems %v, want no_unique_index", part, probs)
 		}
@@ -2016,13 +2006,11 @@ func TestCheckDuplicateKeysNotScanned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range probs {
-			if p.Kind == ProblemNoUniqueIndex {
-				return p
-			}
+		p := lastProblem(probs, ProblemNoUniqueIndex)
+		if p == nil {
+			t.Fatalf("problems %v, want no_unique_index", probs)
 		}
-		t.Fatalf("problems %v, want no_unique_index", probs)
-		return Problem{}
+		return *p
 	}
 
 	// Run's start: no scan, the sentence of what may fail.
@@ -2056,4 +2044,15 @@ func TestCheckDuplicateKeysNotScanned(t *testing.T) {
 	if p := noIndex(s.Check(ctx)); !strings.Contains(p.Message, "(EVENTS, 1)") {
 		t.Errorf("once the lock is gone: %s; want the key that is there twice", p)
 	}
+}
+
+// lastProblem is the last of probs of kind k, nil if none is.
+func lastProblem(probs []Problem, k ProblemKind) *Problem {
+	var found *Problem
+	for i := range probs {
+		if probs[i].Kind == k {
+			found = &probs[i]
+		}
+	}
+	return found
 }
