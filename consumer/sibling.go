@@ -63,6 +63,7 @@ func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (look si
 	}
 	si := stream.CachedInfo()
 	look.held, look.subjects = si.State.Msgs, si.Config.Subjects
+	look.sourced = len(si.Config.Sources) > 0 || si.Config.Mirror != nil
 	return look, nil
 }
 
@@ -113,6 +114,7 @@ type siblingLook struct {
 	found    []*jetstream.ConsumerInfo // the durables of this destination
 	held     uint64                    // how many events the stream holds
 	subjects []string                  // the stream's subjects
+	sourced  bool                      // the stream has sources or is a mirror
 	cut      bool                      // the list was cut at siblingLimit
 }
 
@@ -136,17 +138,21 @@ func filtersOverlap(cc *jetstream.ConsumerConfig, filter string) bool {
 }
 
 // filterCovered reports whether every subject filter ("" for every
-// subject of the stream, whose subjects are streamSubjects) lets
-// through, one of others' filters lets through too: only then did they
-// deliver every event the new durable would below their ack floors, and
-// may it start past the lowest. Wildcards are compared as patterns, not
-// against the subjects the stream holds: filter in.> beside in.a and
-// in.b is not covered, even when the stream holds no in.c.
-func filterCovered(filter string, streamSubjects []string, others []*jetstream.ConsumerInfo) bool {
+// subject of the stream, whose subjects are streamSubjects; sourced: it
+// has sources or is a mirror) lets through, one of others' filters lets
+// through too: only then did they deliver every event the new durable
+// would below their ack floors, and may it start past the lowest.
+// Wildcards are compared as patterns, not against the subjects the
+// stream holds: filter in.> beside in.a and in.b is not covered, even
+// when the stream holds no in.c.
+func filterCovered(filter string, streamSubjects []string, sourced bool, others []*jetstream.ConsumerInfo) bool {
 	ours := []string{filter}
 	if filter == "" {
 		ours = streamSubjects
-		if len(ours) == 0 { // a stream of sources, or a mirror: any subject
+		if sourced || len(ours) == 0 {
+			// Sourced events keep their own subjects, outside the
+			// stream's subjects (and transforms may rename them): a
+			// durable of no filter delivers any subject.
 			ours = []string{">"}
 		}
 	}
@@ -218,7 +224,7 @@ func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest, made b
 		msg += ", so those already stored are stored again (at-least-once), and while a jetsink runs on " +
 			strings.Join(names, " or ") + " each event is stored twice"
 	}
-	covered := filterCovered(cfg.FilterSubject, look.subjects, others)
+	covered := filterCovered(cfg.FilterSubject, look.subjects, look.sourced, others)
 	if !covered {
 		// Their floors say nothing of the subjects they leave out: a
 		// durable made past them would never deliver those subjects'

@@ -275,6 +275,63 @@ func TestNewDurableWiderThanTheOldOneIsNotMadePastItsFloor(t *testing.T) {
 	}
 }
 
+// A stream with subjects and sources holds sourced events on their own
+// subjects, outside its subjects: stream S of in.<S>.> sourcing ORIG
+// (x.<S>.>, 5 events, sequences 1-5 in S), 5 of its own after; old
+// durable A of in.<S>.>, its ack floor at 10; a new durable of no
+// filter. The refusal's fix offered --deliver 11, taking the new
+// durable's subjects for S's own: the sourced events 1-5 would never be
+// delivered. It now offers --deliver all.
+func TestNewDurableOfAStreamWithSourcesIsNotMadePastTheFloor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.Destination, cfg.CreateStream = ours, false
+	orig := cfg.Stream + "_orig"
+	x := "x." + cfg.Stream
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: orig, Subjects: []string{x + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := js.Publish(ctx, x+"."+strconv.Itoa(i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Sources: []*jetstream.StreamSource{{Name: orig}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		si, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if si.State.Msgs == 5 {
+			break
+		}
+		select { // the sourcing is the server's own: no event to wait on
+		case <-ctx.Done():
+			t.Fatalf("stream %s holds %d events, want the 5 sourced: %v", cfg.Stream, si.State.Msgs, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	publish(t, ctx, js, cfg, 5, 1, 0)
+	a := cfg.Consumer + "_a"
+	addDurable(t, ctx, js, cfg, a, ours, cfg.Subjects[0], 11) // floor 10
+
+	_, err = New(ctx, cfg, testLogger(t, nil))
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("New beside %s: %v, want ErrInvalidConfig", a, err)
+	}
+	for _, got := range []string{err.Error(), siblingReported(mustCheck(t, ctx, cfg), a).String()} {
+		if strings.Contains(got, "--deliver 11") || !strings.Contains(got, "--deliver all") || !strings.Contains(got, "leave out") {
+			t.Fatalf("offers --deliver 11, which never delivers the sourced events 1-5, or not --deliver all:\n%s", got)
+		}
+	}
+}
+
 func TestSubjectWithin(t *testing.T) {
 	for _, tc := range []struct {
 		narrow, wide string
