@@ -443,7 +443,9 @@ const dlRecreateEvery = 5 * time.Second
 // store) is noted (noteDeadLetterFull) and opens the breaker the same
 // way; a publish whose answer shows room (showsRoom: a letter stored, or
 // another refusal of the stream's) clears that note, one that got no
-// answer leaves it.
+// answer leaves it. A letter larger than the stream's max_bytes itself is
+// refused, not full (noteDeadLetterFull): the breaker and the note are
+// left as they were.
 func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m *nats.Msg) (*jetstream.PubAck, error) {
 	probe, err := c.dlBreaker.admit(time.Now())
 	if err != nil {
@@ -471,7 +473,7 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 	outcome := dlAnswered
 	wasFull := false
 	if limit, ok := fullLimit(err); ok {
-		err = c.noteDeadLetterFull(ctx, err, limit)
+		err = c.noteDeadLetterFull(ctx, err, limit, m)
 	} else if showsRoom(ack, err) {
 		wasFull = c.dlFull.Swap(nil) != nil
 	}
@@ -1081,12 +1083,13 @@ var errDeadLetterFull = errors.New("the dead-letter stream is full")
 // a second unless it wraps that sentinel, would add a line of their own
 // for the same refusal, with nothing to do in it.
 type dlFullError struct {
-	at       time.Time // refused then
-	lookedAt time.Time // words made then
-	limit    string    // fullLimit's
-	what     string    // what is full (deadLetterFullWords)
-	fix      string    // what to do (deadLetterFullWords)
-	err      error     // the server's refusal
+	at       time.Time             // refused then
+	lookedAt time.Time             // words made then
+	limit    string                // fullLimit's
+	what     string                // what is full (deadLetterFullWords)
+	fix      string                // what to do (deadLetterFullWords)
+	info     *jetstream.StreamInfo // the dead-letter stream's, looked up at lookedAt (nil: the look failed)
+	err      error                 // the server's refusal
 }
 
 func (e *dlFullError) Error() string { return e.what + ": " + e.err.Error() }
@@ -1136,30 +1139,84 @@ func fullLimit(err error) (string, bool) {
 	return "", false
 }
 
-// noteDeadLetterFull notes err, a dead-letter publish refused for want of
-// room (limit: fullLimit), for DeadLettersDenied, and returns it as a
-// *dlFullError. Its words are made again (deadLetterFullWords, after a
-// look at the dead-letter stream, lookDeadLetterStream) at most once
-// every quietEvery, or when the limit changes: one look per refusal
-// would add two requests to each.
-func (c *Consumer) noteDeadLetterFull(ctx context.Context, err error, limit string) error {
+// noteDeadLetterFull takes err, the server's refusal of m, a dead letter,
+// for want of room (limit: fullLimit). At max_bytes it may be no want of
+// room: the server refuses a letter whenever the bytes stored and the
+// letter's (as the stream stores it, storedSize) would pass max_bytes,
+// an empty stream too, so a letter larger than max_bytes itself never
+// fits, while the letters after it may. Such a refusal is returned as a
+// *dlTooLargeError, which says how far to raise max_bytes, and not noted:
+// the breaker stays closed, and the readiness check is not touched.
+// Before, it was taken for a full stream: the words said to purge an
+// empty stream or raise max_bytes to a size still too small, the breaker
+// held back the letters after it, and the check stayed red for as long
+// as its event came back. Any other refusal is noted for
+// DeadLettersDenied and returned as a *dlFullError. Its words are made
+// again (deadLetterFullWords, after a look at the dead-letter stream,
+// lookDeadLetterStream) at most once every quietEvery, or when the limit
+// changes, or when the look they were made with would find m too large
+// (it is looked at again before m is taken for too large): one look per
+// refusal would add two requests to each. (A letter too large is looked
+// at each time it is refused; its event comes back only after its nak's
+// delay.)
+func (c *Consumer) noteDeadLetterFull(ctx context.Context, err error, limit string, m *nats.Msg) error {
 	now := time.Now()
 	prev := c.dlFull.Load()
-	var what, fix string
-	if prev != nil && prev.limit == limit && now.Sub(prev.lookedAt) < quietEvery {
-		what, fix = prev.what, prev.fix
-	} else {
+	if prev == nil || prev.limit != limit || now.Sub(prev.lookedAt) >= quietEvery || tooLarge(limit, prev.info, m) {
 		_, info, _ := c.lookDeadLetterStream(ctx, true)
-		what, fix = deadLetterFullWords(limit, info, c.cfg.DeadLetterSubject)
-		prev = nil
+		if tooLarge(limit, info, m) {
+			return newTooLargeError(info, m, err)
+		}
+		what, fix := deadLetterFullWords(limit, info, c.cfg.DeadLetterSubject, storedSize(m, info))
+		prev = &dlFullError{lookedAt: now, limit: limit, what: what, fix: fix, info: info}
 	}
-	f := &dlFullError{at: now, lookedAt: now, limit: limit, what: what, fix: fix, err: err}
-	if prev != nil {
-		f.lookedAt = prev.lookedAt
-	}
+	f := &dlFullError{at: now, lookedAt: prev.lookedAt, limit: limit, what: prev.what, fix: prev.fix, info: prev.info, err: err}
 	c.dlFull.Store(f)
 	return f
 }
+
+// tooLarge reports whether m, refused at limit, is larger than the
+// max_bytes of the stream that info (nil: not known) describes.
+func tooLarge(limit string, info *jetstream.StreamInfo, m *nats.Msg) bool {
+	return limit == "max_bytes" && info != nil && info.Config.MaxBytes > 0 && storedSize(m, info) > info.Config.MaxBytes
+}
+
+// storedSize is the bytes m takes in the stream info describes (nil: a
+// file stream), as nats-server 2.15.2 counts them against max_bytes:
+// subject, headers and body, and 34 bytes of a file store's record
+// (fileStoreMsgSize), or 16 of a memory store's (memStoreMsgSize).
+func storedSize(m *nats.Msg, info *jetstream.StreamInfo) int64 {
+	n := int64(len(m.Subject) + headerLen(m.Header) + len(m.Data))
+	if info != nil && info.Config.Storage == jetstream.MemoryStorage {
+		return n + 16
+	}
+	return n + 34
+}
+
+// dlTooLargeError is a dead letter refused at the dead-letter stream's
+// max_bytes (discard new) that is larger than max_bytes itself
+// (noteDeadLetterFull): no room made lets it in. It is a refusal, as one
+// past max_msg_size is (logFailedDeadLetter, once every dlProbeEvery; the
+// pipeline and the sink log their own): it does not wrap
+// errDeadLetterFull or pipeline.ErrDeadLetterHeldBack.
+type dlTooLargeError struct {
+	size     int64  // the letter, as the stream stores it
+	maxBytes int64  // the stream's
+	stream   string // the stream's name
+	err      error  // the server's refusal
+}
+
+func newTooLargeError(info *jetstream.StreamInfo, m *nats.Msg, err error) *dlTooLargeError {
+	return &dlTooLargeError{size: storedSize(m, info), maxBytes: info.Config.MaxBytes, stream: info.Config.Name, err: err}
+}
+
+func (e *dlTooLargeError) Error() string {
+	return fmt.Sprintf("this dead letter (%d bytes, as dead-letter stream %s stores it) is larger than the stream's max_bytes %d, "+
+		"and no room made would let it in: raise max_bytes to at least %d (%s): %v", e.size, e.stream, e.maxBytes, e.size,
+		streamEdit(e.stream, fmt.Sprintf("--max-bytes %d", max(2*e.maxBytes, 2*e.size))), e.err)
+}
+
+func (e *dlTooLargeError) Unwrap() error { return e.err }
 
 // fullRefusal is the refusal for want of room that err, a failed dead
 // letter's, is, or was held back by (the breaker open after one, while
@@ -1174,12 +1231,15 @@ func (c *Consumer) fullRefusal(err error) *dlFullError {
 	return nil
 }
 
-// deadLetterFullWords says what refused a dead letter for want of room
-// (limit: fullLimit), and what to do, with info, the dead-letter stream's
-// (nil when it could not be looked up), and subject, the dead-letter
-// subject. The commands are shell-quoted, and natscli's edit and purge
-// get --force (without a terminal they fail asking).
-func deadLetterFullWords(limit string, info *jetstream.StreamInfo, subject string) (what, fix string) {
+// deadLetterFullWords says what refused a dead letter of size bytes (as
+// the stream stores it, storedSize) for want of room (limit: fullLimit),
+// and what to do, with info, the dead-letter stream's (nil when it could
+// not be looked up), and subject, the dead-letter subject. The limit it
+// offers is twice the present one, and at max_bytes at least what the
+// stream holds and the letter. The commands are shell-quoted, and
+// natscli's edit and purge get --force (without a terminal they fail
+// asking).
+func deadLetterFullWords(limit string, info *jetstream.StreamInfo, subject string, size int64) (what, fix string) {
 	name, stream := "<dead-letter stream>", "the dead-letter stream (the one capturing "+subject+")"
 	if info != nil {
 		name, stream = shellWord(info.Config.Name), "dead-letter stream "+info.Config.Name
@@ -1188,7 +1248,11 @@ func deadLetterFullWords(limit string, info *jetstream.StreamInfo, subject strin
 		if info == nil {
 			return "nats stream edit " + name + " --force " + flag + " <more>"
 		}
-		return streamEdit(info.Config.Name, fmt.Sprintf("%s %d", flag, max(2*have, have+1)))
+		more := max(2*have, have+1)
+		if limit == "max_bytes" {
+			more = max(more, int64(info.State.Bytes)+size)
+		}
+		return streamEdit(info.Config.Name, fmt.Sprintf("%s %d", flag, more))
 	}
 	purge := "nats stream purge " + name + " --force"
 	const until = "; until then each event to dead-letter is nak'ed and delivered again, none lost, and enough of them fill max_ack_pending and stall jetsink"

@@ -1857,7 +1857,7 @@ func TestDeadLetterFullLimit(t *testing.T) {
 			if !ok {
 				return
 			}
-			what, fix := deadLetterFullWords(limit, info, "dlq.x")
+			what, fix := deadLetterFullWords(limit, info, "dlq.x", 100)
 			text := what + ": " + fix
 			for _, say := range tc.say {
 				if !strings.Contains(text, say) {
@@ -1868,7 +1868,7 @@ func TestDeadLetterFullLimit(t *testing.T) {
 				t.Errorf("words %q give no nats command", text)
 			}
 			// The stream not looked up: named by its subject.
-			what, fix = deadLetterFullWords(limit, nil, "dlq.x")
+			what, fix = deadLetterFullWords(limit, nil, "dlq.x", 100)
 			if !strings.Contains(what+fix, "the one capturing dlq.x") {
 				t.Errorf("words without the stream's info %q, want them to name its subject", what+": "+fix)
 			}
@@ -2001,6 +2001,87 @@ func TestDeadLetterShowsRoom(t *testing.T) {
 		if got := showsRoom(tc.ack, tc.err); got != tc.room {
 			t.Errorf("%s: showsRoom = %v, want %v", tc.name, got, tc.room)
 		}
+	}
+}
+
+// A dead letter larger than the dead-letter stream's max_bytes itself
+// (which the server refuses as "maximum bytes exceeded", an empty stream
+// too) is refused, not full: its error says how large it is and to raise
+// max_bytes to that, with a command whose limit lets it in; the breaker
+// stays closed, so the small letter after it is stored, and the readiness
+// check is not touched. The size it gives is the server's: one byte less
+// of max_bytes refuses the letter, that size stores it. Before, it read
+// "is full (max_bytes 4096, discard new, holding 0 bytes)", offered
+// --max-bytes 8192 for a 10 KB letter or a purge of the empty stream,
+// held back the letters after it, and kept the check red for as long as
+// its event came back.
+func TestDeadLetterLargerThanMaxBytesIsNotFull(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	dlq := "DLQ_" + cfg.Stream
+	sc := jetstream.StreamConfig{Name: dlq, Subjects: []string{cfg.DeadLetterSubject}, MaxBytes: 4096, Discard: jetstream.DiscardNew}
+	s, err := js.CreateStream(ctx, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newConsumer(t, ctx, cfg)
+	ev := func(seq uint64, size int) *pipeline.Event {
+		return &pipeline.Event{Msg: &fakeMsg{}, Stream: cfg.Stream, StreamSeq: seq, Subject: subjectOf(cfg, int(seq), 1),
+			Delivered: 1, Epoch: c.epochs.Current(), Data: make([]byte, size)}
+	}
+	big := ev(1, 10<<10)
+	err = c.DeadLetter(ctx, big, badJSON)
+	if !errors.Is(err, ErrDeadLetter) || errors.Is(err, errDeadLetterFull) || errors.Is(err, pipeline.ErrDeadLetterHeldBack) {
+		t.Fatalf("DeadLetter of a letter over max_bytes = %v, want ErrDeadLetter, neither full nor held back", err)
+	}
+	var size, offered int64
+	if _, scanErr := fmt.Sscanf(err.Error()[strings.Index(err.Error(), "this dead letter ("):], "this dead letter (%d bytes", &size); scanErr != nil {
+		t.Fatalf("the error %q gives no size: %v", err, scanErr)
+	}
+	say := []string{fmt.Sprintf("is larger than the stream's max_bytes 4096, and no room made would let it in: raise max_bytes to at least %d", size),
+		streamEdit(dlq, "--max-bytes ")}
+	for _, w := range say {
+		if !strings.Contains(err.Error(), w) {
+			t.Fatalf("DeadLetter of a letter over max_bytes = %v, want it to say %q", err, w)
+		}
+	}
+	if _, scanErr := fmt.Sscanf(err.Error()[strings.Index(err.Error(), "--max-bytes "):], "--max-bytes %d", &offered); scanErr != nil || offered < size {
+		t.Fatalf("the error %q offers max_bytes %d (%v), want at least the letter's %d", err, offered, scanErr, size)
+	}
+	if size <= 10<<10 || size > 11<<10 {
+		t.Fatalf("the letter of a 10 KiB event is said to be %d bytes", size)
+	}
+	if err := c.DeadLettersDenied(); err != nil {
+		t.Fatalf("DeadLettersDenied after a letter over max_bytes = %v, want nil: the stream is empty", err)
+	}
+	if err := c.DeadLetter(ctx, ev(2, 10), badJSON); err != nil {
+		t.Fatalf("a small letter after one over max_bytes: %v, want it stored", err)
+	}
+
+	// The size is the server's: max_bytes one byte less refuses the
+	// letter in the empty stream, the size itself stores it.
+	if err := s.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sc.MaxBytes = size - 1
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeadLetter(ctx, big, badJSON); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("this dead letter (%d bytes", size)) {
+		t.Fatalf("DeadLetter with max_bytes %d = %v, want it refused as larger than max_bytes", sc.MaxBytes, err)
+	}
+	sc.MaxBytes = size
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeadLetter(ctx, big, badJSON); err != nil {
+		t.Fatalf("DeadLetter with max_bytes %d, the size given: %v", sc.MaxBytes, err)
+	}
+	if err := c.DeadLettersDenied(); err != nil {
+		t.Fatalf("DeadLettersDenied = %v, want nil", err)
 	}
 }
 
