@@ -731,8 +731,9 @@ const dlDeniedFor = 2 * dlNakMax
 // JetStream store under it, is full (the error wraps the server's
 // *jetstream.APIError, names the limit and says what to do:
 // noteDeadLetterFull). A full one is forgotten, too, once a dead-letter
-// publish gets another answer. Safe from any goroutine; the readiness
-// check reports it.
+// publish's answer shows room (showsRoom: a letter stored, or another
+// refusal of the stream's); a publish that gets no answer leaves it. Safe
+// from any goroutine; the readiness check reports it.
 func (c *Consumer) DeadLettersDenied() error {
 	if r := c.dlDenied.Load(); r != nil && time.Since(r.at) <= dlDeniedFor {
 		return fmt.Errorf("the NATS user may not publish to %s, so no dead letter is stored (%v ago): give it permission: %w",
