@@ -56,8 +56,12 @@
 // adding their stored sizes as the store counts them, and refuses the
 // letter if that reaches past the floor, or past 256 messages read (see
 // room); a replayed event
-// counts as its subject, headers and body plus 34 bytes, what
-// nats-server's file store adds. Publishers fill the stream meanwhile:
+// counts as its subject, headers and body plus what the store adds (34
+// bytes in a file store, 16 in memory), and, in a stream that sources
+// others (where it arrives through the origin that captures its subject),
+// plus an upper bound of the Nats-Stream-Source header the stream writes
+// into its copy (the source's name, filter and transforms, the subject, a
+// sequence of up to 20 digits: tens of bytes). Publishers fill the stream meanwhile:
 // within 256 letters of its limit, the stream's state and the ack floor
 // are read again before a letter is let through (else every 256 letters,
 // or every second), so only a publisher that fills the stream between a

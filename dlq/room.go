@@ -1,6 +1,7 @@
 package dlq
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,10 @@ const (
 	// without headers) and a hash (8); its memory store adds 16, less.
 	// A replayed event always has headers (Nats-Msg-Id).
 	storeOverhead = 34
+	// sourceHash is the length of the hashes nats-server writes into a
+	// Nats-Stream-Source header: of an external source's API prefix, a
+	// durable source's consumer name, and the origin stream's identity.
+	sourceHash = 8
 	// walkCap bounds the messages one reading of a stream reads to tell
 	// how many of its oldest a replayed event would push out (see walk):
 	// beyond it the letter is refused.
@@ -53,25 +58,74 @@ func discardsOld(cfg *jetstream.StreamConfig) string {
 	return strings.Join(limits, ", ") + ", discard old"
 }
 
-// storedSize estimates the bytes l's replayed event takes in its stream,
-// as max_bytes counts them: its subject, encoded headers and body, plus
-// storeOverhead (exact in a file store, 18 bytes over in a memory store).
-func storedSize(l *Letter) int64 {
-	return int64(l.Msg().Size()) + storeOverhead
+// need is what l's replayed event takes in the stream, as max_bytes
+// counts it (sizeIn): exact, but in a stream that sources others, where it
+// adds an upper bound of the Nats-Stream-Source header the stream writes
+// into the copy it takes from the origin (see sourceHeader): a replayed
+// event reaches such a stream through the origin that captures its
+// subject, and the header is tens of bytes.
+func (rm *room) need(l *Letter) int64 {
+	m := l.Msg()
+	hdr := m.Size() - len(m.Subject) - len(m.Data) // encoded headers: nats.Msg gives only their size
+	if rm.sourced > 0 {
+		// The header names the subject as the origin stored it: the
+		// letter's, unless the origin transforms subjects.
+		hdr += rm.sourced + len(m.Subject)
+	}
+	return sizeIn(rm.memory, len(m.Subject), hdr, len(m.Data))
 }
 
-// sizeIn is what a message of subject, raw headers hdr and body data takes
-// in a stream of the storage type, as max_bytes counts it (nats-server's
-// fileStoreMsgSize and memStoreMsgSize).
-func sizeIn(memory bool, subject string, hdr, data []byte) int64 {
-	n := int64(len(subject) + len(hdr) + len(data))
+// sizeIn is what a message of subject, encoded headers and body of these
+// lengths takes in a stream of the storage type, as max_bytes counts it
+// (nats-server's fileStoreMsgSize and memStoreMsgSize).
+func sizeIn(memory bool, subject, hdr, data int) int64 {
+	n := int64(subject + hdr + data)
 	switch {
 	case memory:
 		return n + 16
-	case len(hdr) == 0:
+	case hdr == 0:
 		return n + storeOverhead - 4
 	}
 	return n + storeOverhead
+}
+
+// sourceHeader bounds the bytes of the Nats-Stream-Source header a stream
+// with sources writes into each message it takes from one of them, but
+// for the subject the header names; 0 without sources. nats-server 2.15's
+// genSourceHeader writes "Nats-Stream-Source: <name> <seq> <filter>
+// <destination> <subject> <identity>\r\n": the name with ":<hash>" for
+// an external source and ":C=<hash>" for a durable one, the seq up to 20
+// digits, the filter and destination those of its subject transforms
+// (joined by form feeds) or its filter_subject and ">", the identity a
+// hash of the origin's creation time.
+func sourceHeader(sources []*jetstream.StreamSource) int {
+	longest := -1
+	for _, s := range sources {
+		if s == nil {
+			continue
+		}
+		n := len(s.Name)
+		if s.External != nil || s.Domain != "" {
+			n += len(":") + sourceHash
+		}
+		if s.Consumer != nil {
+			n += len(":C=") + sourceHash
+		}
+		filter, dest := cmp.Or(s.FilterSubject, ">"), ">"
+		if len(s.SubjectTransforms) > 0 {
+			var fs, ds []string
+			for _, tr := range s.SubjectTransforms {
+				fs, ds = append(fs, cmp.Or(tr.Source, ">")), append(ds, cmp.Or(tr.Destination, ">"))
+			}
+			filter, dest = strings.Join(fs, "\f"), strings.Join(ds, "\f")
+		}
+		longest = max(longest, n+len(filter)+len(dest))
+	}
+	if longest < 0 {
+		return 0
+	}
+	const seq, spaces = 20, 5
+	return len("Nats-Stream-Source: ") + longest + seq + sourceHash + spaces + len("\r\n")
 }
 
 // room is what Replay may still publish into one event stream that
@@ -93,6 +147,7 @@ type room struct {
 	limits            string              // discardsOld's words
 	maxMsgs, maxBytes int64               // 0: no limit
 	memory            bool                // memory storage: its own bytes per message
+	sourced           int                 // sourceHeader: the stream has sources
 	// looked: the reader was looked up, for the consumer named (by
 	// Options.Consumer or the first letter); reader is "" when it is not
 	// known (not on the stream, or a letter named another since), and why
@@ -154,7 +209,7 @@ func (r *readers) room(ctx context.Context, l *Letter, wait time.Duration) error
 		return nil
 	}
 	r.lookReader(ctx, l, rm, wait)
-	need := storedSize(l)
+	need := rm.need(l)
 	fresh := false
 	if rm.at.IsZero() || rm.taken >= roomMargin || time.Since(rm.at) >= roomAge {
 		if err := rm.read(ctx, wait); err != nil {
@@ -313,7 +368,7 @@ func (rm *room) walk(ctx context.Context, wait time.Duration) error {
 		rm.past = true
 		return nil
 	}
-	rm.walked += sizeIn(rm.memory, msg.Subject, msg.Header, msg.Data)
+	rm.walked += sizeIn(rm.memory, len(msg.Subject), len(msg.Header), len(msg.Data))
 	rm.next = msg.Seq + 1
 	return nil
 }
@@ -414,7 +469,7 @@ func (rm *room) read(ctx context.Context, wait time.Duration) error {
 // take counts l's replayed event against the room of its stream.
 func (r *readers) take(l *Letter) {
 	if rm := r.windows[l.Stream].room; rm != nil {
-		n := storedSize(l)
+		n := rm.need(l)
 		rm.msgs--
 		rm.base += n
 		rm.taken++

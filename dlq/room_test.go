@@ -162,9 +162,17 @@ func TestReplayRefusesToPushOutUnreadEvents(t *testing.T) {
 	}
 }
 
-// emptyLetterSize is storedSize of the event of a letter putLetterData
-// writes without a body: all letters 0-9 carry headers of the same length.
+// emptyLetterSize is what the event of a letter putLetterData writes
+// without a body takes in EV in a file store (room.need): all letters 0-9
+// carry headers of the same length.
 func emptyLetterSize(t *testing.T, ctx context.Context, js jetstream.JetStream) int64 {
+	t.Helper()
+	return (&room{}).need(emptyLetter(t, ctx, js))
+}
+
+// emptyLetter is a letter putLetterData writes without a body, as Replay
+// reads it; it leaves the dead-letter stream as it was.
+func emptyLetter(t *testing.T, ctx context.Context, js jetstream.JetStream) *Letter {
 	t.Helper()
 	dlq, err := js.Stream(ctx, "EV_DLQ")
 	if err != nil {
@@ -182,19 +190,50 @@ func emptyLetterSize(t *testing.T, ctx context.Context, js jetstream.JetStream) 
 	if err := dlq.DeleteMsg(ctx, raw.Sequence); err != nil {
 		t.Fatal(err)
 	}
-	return storedSize(l)
+	return l
+}
+
+// storedBytes is what m takes in a stream of storage, as the server counts
+// it: its bytes in a stream made for it (and deleted), under a subject of
+// the same length (sz. for ev.).
+func storedBytes(t *testing.T, ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, m *nats.Msg) int64 {
+	t.Helper()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "SIZE", Subjects: []string{"sz.>"}, Storage: storage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, ok := strings.CutPrefix(m.Subject, "ev.")
+	if !ok {
+		t.Fatalf("subject %s: want one under ev.", m.Subject)
+	}
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "sz." + subject, Header: m.Header, Data: m.Data}); err != nil {
+		t.Fatal(err)
+	}
+	n := int64(streamState(t, ctx, s).Bytes)
+	if err := js.DeleteStream(ctx, "SIZE"); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // max_bytes counts what the stream stores of a message: its subject,
-// headers and body and the store's own bytes, storedSize's estimate. A
+// headers and body and the store's own bytes, which room.need counts
+// exactly, in a file store and in a memory store (16 bytes a message, not
+// the file store's 34: counted as 34, a letter that fits was refused). A
 // letter whose event would push out bytes of events jetsink has not read,
 // by one byte, stays; the next, one byte smaller, is replayed, and fills
 // the stream to max_bytes exactly, pushing out nothing.
 func TestReplayRefusesToPushOutUnreadBytes(t *testing.T) {
+	for _, storage := range []jetstream.StorageType{jetstream.FileStorage, jetstream.MemoryStorage} {
+		t.Run(storage.String(), func(t *testing.T) { refusesToPushOutUnreadBytes(t, storage) })
+	}
+}
+
+func refusesToPushOutUnreadBytes(t *testing.T, storage jetstream.StorageType) {
 	js, ctx := setup(t, 0)
-	s := fullStream(t, ctx, js, jetstream.StreamConfig{MaxBytes: 1500}, 0, 4) // none read
+	s := fullStream(t, ctx, js, jetstream.StreamConfig{MaxBytes: 1500, Storage: storage}, 0, 4) // none read
 	before := streamState(t, ctx, s)
-	empty := emptyLetterSize(t, ctx, js)
+	empty := storedBytes(t, ctx, js, storage, emptyLetter(t, ctx, js).Msg())
 	room := 1500 - int64(before.Bytes) - empty // the body that fits
 	if room < 10 {
 		t.Fatalf("4 events take %d bytes: too many for the test", before.Bytes)
@@ -447,5 +486,73 @@ func TestReplayRefusedWalk(t *testing.T) {
 	if after := streamState(t, ctx, s); after.FirstSeq != before.FirstSeq || after.LastSeq != before.LastSeq ||
 		testenv.StreamMsgs(t, ctx, admin, "EV_DLQ") != 2 {
 		t.Fatalf("event stream %+v, before %+v; want nothing replayed, both letters left", after, before)
+	}
+}
+
+// A replayed event reaches a stream that sources others through the
+// origin that captures its subject, and the stream's copy carries a
+// Nats-Stream-Source header the server adds, tens of bytes the letter does
+// not have: the room counts an upper bound of it. The review's
+// reproduction: ORIG (ev.>), EV sourcing it (max_bytes 5000, discard
+// old), 5 events none read; a letter that fits as if EV stored it as
+// published (it was replayed, and EV's copy, 46 bytes more, pushed out
+// the unread event 1) stays; one smaller by the bound is re-published
+// (stored by ORIG: ErrWrongStream, it stays too), and EV keeps every
+// event.
+func TestReplayCountsTheSourceHeader(t *testing.T) {
+	js, ctx := setup(t, 0)
+	if err := js.DeleteStream(ctx, "EV"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORIG", Subjects: []string{"ev.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	sources := []*jetstream.StreamSource{{Name: "ORIG"}}
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EV", Sources: sources, MaxBytes: 5000, Discard: jetstream.DiscardOld})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "jetsink", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	publishEvents(t, ctx, js, 5)
+	before := sourced(t, ctx, s, 5)
+	room := 5000 - int64(before.Bytes) - emptyLetterSize(t, ctx, js) // the body that fits, stored as published
+	extra := int64(sourceHeader(sources) + len("ev.1"))
+	if room-extra < 10 {
+		t.Fatalf("5 events take %d bytes: too many for the test", before.Bytes)
+	}
+	putLetterData(t, ctx, js, "dlq.EV", 1, []byte(strings.Repeat("x", int(room))), nil)
+	putLetterData(t, ctx, js, "dlq.EV", 2, []byte(strings.Repeat("y", int(room-extra))), nil)
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink"})
+	if err != nil || rep.Failed != 2 || rep.Deleted != 0 {
+		t.Fatalf("report %+v, %v, outcomes %+v; want both letters kept", rep, err, by)
+	}
+	if err := by["ev.1"].Err; !errors.Is(err, ErrNoReader) || !strings.Contains(err.Error(), fmt.Sprintf("it held %d bytes, and the event takes about %d: "+
+		"to store it the stream would drop %d bytes of its oldest messages, and the oldest is after consumer jetsink's ack floor (stream sequence 0), not read yet",
+		before.Bytes, 5000-int64(before.Bytes)+extra, extra)) {
+		t.Fatalf("ev.1: %v; want it refused", err)
+	}
+	if err := by["ev.2"].Err; !errors.Is(err, ErrWrongStream) {
+		t.Fatalf("ev.2: %v; want it re-published, stored by ORIG", err)
+	}
+	if after := sourced(t, ctx, s, 6); after.FirstSeq != 1 || after.Msgs != 6 || after.Bytes > 5000 {
+		t.Fatalf("event stream %+v (before %+v): want the replayed event beside the 5, none pushed out", after, before)
+	}
+}
+
+// sourced waits for stream s to have taken its last sequence from its
+// sources, and returns its state.
+func sourced(t *testing.T, ctx context.Context, s jetstream.Stream, last uint64) jetstream.StreamState {
+	t.Helper()
+	for {
+		if st := streamState(t, ctx, s); st.LastSeq >= last {
+			return st
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("stream took no message %d from its sources: %v", last, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
