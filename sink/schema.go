@@ -1117,13 +1117,6 @@ func (s *Sink) tableMissing(ctx context.Context, c *pgx.Conn) (Problem, error) {
 	if ok && twin.here {
 		return twin.problem(s), nil
 	}
-	if ok {
-		// Made where the name says, beside nothing: the twin may
-		// still be the table meant.
-		p.Message += fmt.Sprintf("; %s, in another schema, differs in case alone: names in postgres.table are case-sensitive "+
-			"(jetsink quotes them)", twin.name)
-		p.Fix += "; or, if " + twin.name + " is the table meant, write postgres.table: " + twin.write
-	}
 	var schema *string
 	if len(s.table) == 2 {
 		schema = &s.table[0]
@@ -1150,6 +1143,19 @@ func (s *Sink) tableMissing(ctx context.Context, c *pgx.Conn) (Problem, error) {
 		sch := pgx.Identifier{*name}.Sanitize()
 		p.Message += fmt.Sprintf(", and jetsink's role may not create tables in schema %s", sch)
 		p.Fix = "GRANT CREATE ON SCHEMA " + sch + " TO <jetsink's role>, or create the table as its owner: " + strings.Join(s.DDL(), "; ")
+	}
+	if ok {
+		// Made where the name says, beside nothing: the twin may
+		// still be the table meant, whether or not Init can make the
+		// table; said after the schema's outcome, whose fix replaces
+		// the default one, so that it is not lost with it.
+		p.Message += fmt.Sprintf("; %s, in another schema, differs in case alone: names in postgres.table are case-sensitive "+
+			"(jetsink quotes them)", twin.name)
+		if p.initCannot {
+			p.Fix = "if " + twin.name + " is the table meant, write postgres.table: " + twin.write + "; else " + p.Fix
+		} else {
+			p.Fix += "; or, if " + twin.name + " is the table meant, write postgres.table: " + twin.write
+		}
 	}
 	return p, nil
 }

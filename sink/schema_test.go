@@ -301,6 +301,9 @@ func TestCheckNamesThatDifferInCase(t *testing.T) {
 // it did not exist, "but" it did, case-sensitive (the view itself); it
 // now says it is not a table. (c) A twin with a dot in its name: the fix
 // said write postgres.table: "a.b", which YAML reads as a.b, schema a.
+// (d) A table "Tbl" in the legacy schema when jetsink's role may not
+// create in the first (PostgreSQL 15's public): the fix said only to
+// GRANT CREATE, the twin's "write postgres.table: Tbl" lost.
 func TestCaseTwinsThatAreNotTheTable(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pg := testenv.Postgres(t)
@@ -314,12 +317,14 @@ func TestCaseTwinsThatAreNotTheTable(t *testing.T) {
 		`CREATE TABLE ` + legacy + `."` + upper + `_t" (stream text, stream_seq int8, payload jsonb)`,
 		"CREATE MATERIALIZED VIEW " + tbl + "_mv AS SELECT 'a'::text AS stream, 1::int8 AS stream_seq, '{}'::jsonb AS payload",
 		`CREATE TABLE "` + tbl + `.Dot" (stream text, stream_seq int8, payload jsonb)`,
+		`CREATE TABLE ` + legacy + `."` + upper + `_g" (stream text, stream_seq int8, payload jsonb)`,
+		"CREATE SCHEMA " + tbl + "_a",
 	} {
 		if _, err := admin.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+legacy+" CASCADE") })
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+legacy+", "+tbl+"_a CASCADE") })
 	dbURL := withSearchPath(t, pg.URL, "public,"+legacy)
 	newSink := func(t *testing.T, table string) *Sink {
 		t.Helper()
@@ -377,6 +382,23 @@ func TestCaseTwinsThatAreNotTheTable(t *testing.T) {
 			t.Fatalf("Init: %v", err)
 		}
 		made(t, tbl+"_t")
+	})
+	t.Run("table elsewhere no create", func(t *testing.T) {
+		_, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT USAGE ON SCHEMA "+tbl+"_a, "+legacy+" TO %[1]s")
+		cfg := DefaultConfig()
+		cfg.URL, cfg.Table = withSearchPath(t, roleURL, tbl+"_a,"+legacy), tbl+"_g"
+		s, err := New(ctx, cfg, testCols, &recDL{}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		p := missing(t, s)
+		a := `"` + tbl + `_a"`
+		if p.InitMakes() || !strings.Contains(p.Message, "may not create tables in schema "+a) ||
+			!strings.Contains(p.Message, `"`+legacy+`"."`+upper+`_g", in another schema, differs in case alone`) ||
+			!strings.Contains(p.Fix, "write postgres.table: "+upper+"_g; else GRANT CREATE ON SCHEMA "+a) {
+			t.Fatalf("%s: want one init cannot, naming the table elsewhere and what to write for it, else the grant", p)
+		}
 	})
 	t.Run("materialized view", func(t *testing.T) {
 		s := newSink(t, tbl+"_mv")
