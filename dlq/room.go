@@ -410,7 +410,10 @@ func (r *readers) lookReader(ctx context.Context, l *Letter, rm *room, wait time
 			}
 			rm.why = fmt.Sprintf("the info of consumer %s, which dead letter %d names in Jetsink-Consumer, could not be read: %v", l.Consumer, l.Seq, err)
 		default:
-			rm.reader, rm.cons = l.Consumer, c
+			// After a lookup that timed out, the last reading was taken
+			// without a reader (every message unread, floor 0): read
+			// again, as when a reader is lost.
+			rm.reader, rm.cons, rm.at = l.Consumer, c, time.Time{}
 		}
 		return
 	}

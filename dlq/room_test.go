@@ -556,3 +556,40 @@ func sourced(t *testing.T, ctx context.Context, s jetstream.Stream, last uint64)
 		}
 	}
 }
+
+// A reader looked up again after a lookup that timed out is read with:
+// the stream's state and the reader's ack floor are read again, not the
+// reading taken without a reader (every message unread, floor 0) kept for
+// roomAge. jetsink has read 3 of EV's 5 events (max_msgs 5): room for 3.
+// The first letter's CONSUMER.INFO times out, and it stays (its reader not
+// known, no message may be pushed out); the second's is answered, and it
+// is replayed (it was refused, "5 of them after consumer jetsink's ack
+// floor (stream sequence 0)").
+func TestReplayReaderFoundAfterATimeout(t *testing.T) {
+	base, ctx := setup(t, 0)
+	s := fullStream(t, ctx, base, jetstream.StreamConfig{MaxMsgs: 5}, 3, 5)
+	for i := range 2 {
+		putLetterData(t, ctx, base, "dlq.EV", i, []byte("{}"), nats.Header{consumer.HeaderConsumer: {"jetsink"}})
+	}
+	lookups := 0
+	js := &hookJS{JetStream: base, consumerLookup: func(stream, name string) error {
+		if stream != "EV" {
+			return nil
+		}
+		if lookups++; lookups == 1 {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}}
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ"})
+	if err != nil || rep.Replayed != 1 || rep.Failed != 1 || lookups != 2 {
+		t.Fatalf("report %+v, %v, outcomes %+v, %d lookups; want the first letter refused, the second replayed", rep, err, by, lookups)
+	}
+	if err := by["ev.0"].Err; !errors.Is(err, ErrNoReader) || !strings.Contains(err.Error(), "it held 5 messages; its reader is not known "+
+		"(the info of consumer jetsink, which dead letter 1 names in Jetsink-Consumer, could not be read: context deadline exceeded)") {
+		t.Fatalf("ev.0: %v", err)
+	}
+	if st := streamState(t, ctx, s); st.FirstSeq != 2 || st.LastSeq != 6 {
+		t.Fatalf("event stream %+v: want the replayed event, a read one pushed out", st)
+	}
+}

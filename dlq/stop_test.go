@@ -32,9 +32,12 @@ type hookJS struct {
 	instead func(ctx context.Context, n int) error
 	// lookup, when it returns an error for a stream's name, looks nothing
 	// up and returns that error.
-	lookup    func(name string) error
-	published []*nats.Msg // every message PublishMsg was given
-	answers   []*jetstream.PubAck
+	lookup func(name string) error
+	// consumerLookup, when it returns an error for a consumer of a
+	// stream, looks nothing up and returns that error.
+	consumerLookup func(stream, name string) error
+	published      []*nats.Msg // every message PublishMsg was given
+	answers        []*jetstream.PubAck
 }
 
 func (h *hookJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
@@ -69,6 +72,15 @@ func (h *hookJS) Stream(ctx context.Context, name string) (jetstream.Stream, err
 		return s, err
 	}
 	return &hookStream{Stream: s, deleteMsg: h.deleteMsg}, nil
+}
+
+func (h *hookJS) Consumer(ctx context.Context, stream, name string) (jetstream.Consumer, error) {
+	if h.consumerLookup != nil {
+		if err := h.consumerLookup(stream, name); err != nil {
+			return nil, err
+		}
+	}
+	return h.JetStream.Consumer(ctx, stream, name)
 }
 
 func (h *hookJS) CreateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
