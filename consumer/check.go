@@ -795,9 +795,13 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, inte
 		look, err := siblings(ctx, js, &cfg)
 		switch {
 		case err != nil:
-			return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it, from the start of the stream; "+
-				"could not look for other durable consumers of this destination, whose events it would store again: %v", cfg.Consumer, err),
-				Fix: lookFix(&cfg, err)}}
+			msg := fmt.Sprintf("durable consumer %s does not exist yet; run will create it, from the start of the stream; "+
+				"could not look for other durable consumers of this destination, whose events it would store again: %v", cfg.Consumer, err)
+			if cfg.StoredSeq == nil && !errors.Is(err, errLookDenied) {
+				// lookForSiblings refuses at New.
+				msg += "; run looks again first, and, should that look fail too, does not create it but exits non-zero, to be started again"
+			}
+			return []Problem{{Warning: true, Message: msg, Fix: lookFix(&cfg, err)}}
 		case len(look.found) > 0:
 			return []Problem{siblingProblem(&cfg, look, cfg.StoredSeq != nil, interest, false)}
 		case look.cut:

@@ -2,10 +2,12 @@ package consumer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,8 +30,10 @@ var siblingLimit = 4096
 // the start of the stream (a renamed nats.consumer; two instances of a
 // rolling update configured with two names). Those with disjoint filters split the stream's subjects
 // between them, as they should. Nothing when cfg.Destination is "". The
-// look takes siblingLookTimeout at most; its error says when the server
-// refused it (lookFailed).
+// look takes siblingLookTimeout at most, less when the server refuses it
+// (watchDenial); its error says when the server refused it (lookFailed,
+// errLookDenied), and when consumers it could not look at may be of this
+// destination (errLookIncomplete).
 func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (look siblingLook, err error) {
 	if cfg.Destination == "" {
 		return look, nil
@@ -38,28 +42,53 @@ func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (look si
 	before := nc.LastError()
 	ctx, cancel := context.WithTimeout(ctx, siblingLookTimeout)
 	defer cancel()
+	defer watchDenial(ctx, cancel, nc, cfg, before)()
 	stream, err := js.Stream(ctx, cfg.Stream)
 	if err != nil {
 		return look, lookFailed(nc, cfg, "look up stream "+cfg.Stream, "STREAM.INFO."+cfg.Stream, before, err)
 	}
-	list := stream.ListConsumers(ctx)
-	n := 0
-	for info := range list.Info() {
-		if n++; n > siblingLimit {
-			// nats.go's lister blocks on its next send unless ctx has
-			// ended, which it looks at before each: end it, and drain.
-			look.cut = true
-			cancel()
-			continue
+	what := "list the consumers of stream " + cfg.Stream
+	seen := map[string]bool{}
+	var unanswered []string
+	for offset := 0; !look.cut; {
+		page, err := consumerPage(ctx, nc, cfg, offset)
+		if err != nil {
+			return siblingLook{}, lookFailed(nc, cfg, what, "CONSUMER.LIST."+cfg.Stream, before, err)
 		}
-		cc := &info.Config
-		if info.Name == cfg.Consumer || cc.Metadata[destinationKey] != cfg.Destination || !filtersOverlap(cc, cfg.FilterSubject) {
-			continue
+		for _, info := range page.Consumers {
+			if len(seen) == siblingLimit {
+				look.cut = true
+				break
+			}
+			seen[info.Name] = true
+			cc := &info.Config
+			if info.Name == cfg.Consumer || cc.Metadata[destinationKey] != cfg.Destination || !filtersOverlap(cc, cfg.FilterSubject) {
+				continue
+			}
+			look.found = append(look.found, info)
 		}
-		look.found = append(look.found, info)
+		unanswered = append(unanswered, page.Missing...)
+		for n := range page.Offline {
+			unanswered = append(unanswered, n)
+		}
+		// The server pages the stream's consumers by offset, those that
+		// did not answer among them.
+		next := page.Offset + max(page.Limit, len(page.Consumers))
+		if next <= offset || next >= page.Total {
+			break
+		}
+		offset = next
 	}
-	if err := list.Err(); err != nil && !look.cut {
-		return siblingLook{}, lookFailed(nc, cfg, "list the consumers of stream "+cfg.Stream, "CONSUMER.LIST."+cfg.Stream, before, err)
+	for _, n := range unanswered {
+		// An offline consumer is listed with its configuration too: its
+		// metadata was looked at.
+		if !seen[n] && n != cfg.Consumer && !slices.Contains(look.unanswered, n) {
+			look.unanswered = append(look.unanswered, n)
+		}
+	}
+	if len(look.unanswered) > 0 && len(look.found) == 0 {
+		return siblingLook{}, fmt.Errorf("%s: %w: %s did not answer the server within its time (nats-server waits 4s for each consumer's leader); "+
+			"any of them may be a durable of this destination", what, errLookIncomplete, unansweredWords(look.unanswered))
 	}
 	si := stream.CachedInfo()
 	look.held, look.subjects = si.State.Msgs, si.Config.Subjects
@@ -67,31 +96,135 @@ func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (look si
 	return look, nil
 }
 
+// siblingListSubject is the subject of the request that lists cfg's
+// stream's consumers. A variable for the tests, which answer it
+// themselves.
+var siblingListSubject = func(cfg *Config) string { return cfg.APIPrefix() + ".CONSUMER.LIST." + cfg.Stream }
+
+// consumerListPage is a page of the server's answer to CONSUMER.LIST
+// (nats-server's JSApiConsumerListResponse). Read here, not through
+// nats.go's lister, which drops missing and offline: consumers whose
+// leader did not answer the server in time, or is offline, which may be
+// of this destination, and would be taken for none.
+type consumerListPage struct {
+	Total     int                       `json:"total"`
+	Offset    int                       `json:"offset"`
+	Limit     int                       `json:"limit"`
+	Consumers []*jetstream.ConsumerInfo `json:"consumers"`
+	Missing   []string                  `json:"missing"`
+	Offline   map[string]string         `json:"offline"`
+	Error     *jetstream.APIError       `json:"error"`
+}
+
+// consumerPage asks for the page of cfg's stream's consumers from offset.
+func consumerPage(ctx context.Context, nc *nats.Conn, cfg *Config, offset int) (*consumerListPage, error) {
+	req, err := json.Marshal(struct {
+		Offset int `json:"offset"`
+	}{offset})
+	if err != nil {
+		return nil, err
+	}
+	msg, err := nc.RequestWithContext(ctx, siblingListSubject(cfg), req)
+	if err != nil {
+		return nil, err
+	}
+	var page consumerListPage
+	if err := json.Unmarshal(msg.Data, &page); err != nil {
+		return nil, fmt.Errorf("the server's answer is no consumer list: %w", err)
+	}
+	if page.Error != nil {
+		return nil, page.Error
+	}
+	return &page, nil
+}
+
+// unansweredWords names the consumers a look could not read.
+func unansweredWords(names []string) string {
+	const most = 10
+	if len(names) > most {
+		return fmt.Sprintf("%s (and %d more)", plural(len(names), "consumer", "consumers")+" "+strings.Join(names[:most], ", "), len(names)-most)
+	}
+	return plural(len(names), "consumer", "consumers") + " " + strings.Join(names, ", ")
+}
+
 // siblingLookTimeout bounds siblings' look: made before a new durable
-// (at New, in check, and when Run makes it again, holding metaMu), it
-// must not wait long for a request the server refuses. The server refuses
-// one the user may not publish on the connection (an async -ERR), not
-// to the request, which only times out: lookFailed reads the refusal.
-const siblingLookTimeout = 3 * time.Second
+// (at New, in check, and when Run makes it again, holding metaMu). It is
+// longer than the 4 s a clustered nats-server waits for each consumer's
+// leader before it answers CONSUMER.LIST (naming those that did not
+// answer): a shorter look would take a cluster that still answers for
+// one that does not, and at New refuse to start. A refusal of the
+// user's publish ends it sooner (watchDenial). A variable for the tests.
+var siblingLookTimeout = metaTimeout
+
+// denialPoll is how often watchDenial reads the connection's last error.
+const denialPoll = 100 * time.Millisecond
 
 // errLookDenied marks lookFailed's error for a request the server
 // refused to let the user publish.
 var errLookDenied = errors.New("no permission")
 
+// errLookIncomplete marks siblings' error when the server named
+// consumers that did not answer it, and none of this destination was
+// among those that did.
+var errLookIncomplete = errors.New("not every consumer answered")
+
+// watchDenial ends the look (cancel) as soon as the connection's last
+// error, other than before, is the server refusing the user a publish to
+// one of the look's API subjects (lookDenial): the server refuses on the
+// connection (an async -ERR, within a round trip), not to the request,
+// which would wait out siblingLookTimeout. The function it returns stops
+// the watch and waits for it to end.
+func watchDenial(ctx context.Context, cancel context.CancelFunc, nc *nats.Conn, cfg *Config, before error) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(denialPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if lookDenial(nc, cfg, before, "STREAM.INFO."+cfg.Stream) != nil || lookDenial(nc, cfg, before, "CONSUMER.LIST."+cfg.Stream) != nil {
+				cancel()
+				return
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// lookDenial is the connection's last error when it is not before and is
+// the server refusing the user a publish to the JetStream API subject
+// rest (its subject after the API prefix); else nil.
+func lookDenial(nc *nats.Conn, cfg *Config, before error, rest string) error {
+	last := nc.LastError()
+	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
+		return nil
+	}
+	// On the servers of nats.domain themselves, the server maps
+	// $JS.<domain>.API to $JS.API before it checks the permission, and
+	// names the subject it checked.
+	t := last.Error()
+	if strings.Contains(t, `"`+cfg.APIPrefix()+"."+rest+`"`) || strings.Contains(t, `"$JS.API.`+rest+`"`) {
+		return last
+	}
+	return nil
+}
+
 // lookFailed is siblings' error for err, the failure of what, a
 // JetStream API request to rest (its subject after the API prefix):
-// errLookDenied when the connection's last error, not before (the one
-// before the request), is the server refusing the user that publish;
-// else, at a deadline, "no answer".
+// errLookDenied when the server refused the user that publish
+// (lookDenial); else, at a deadline, "no answer".
 func lookFailed(nc *nats.Conn, cfg *Config, what, rest string, before, err error) error {
-	if last := nc.LastError(); last != nil && last != before && errors.Is(last, nats.ErrPermissionViolation) {
-		// On the servers of nats.domain themselves, the server maps
-		// $JS.<domain>.API to $JS.API before it checks the permission,
-		// and names the subject it checked.
-		t := last.Error()
-		if strings.Contains(t, `"`+cfg.APIPrefix()+"."+rest+`"`) || strings.Contains(t, `"$JS.API.`+rest+`"`) {
-			return fmt.Errorf("%s: %w: the NATS user may not publish to %s (%w)", what, errLookDenied, apiSubjects(*cfg, rest), last)
-		}
+	if last := lookDenial(nc, cfg, before, rest); last != nil {
+		return fmt.Errorf("%s: %w: the NATS user may not publish to %s (%w)", what, errLookDenied, apiSubjects(*cfg, rest), last)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: no answer within %s (%w)", what, siblingLookTimeout, err)
@@ -105,6 +238,10 @@ func lookFix(cfg *Config, err error) string {
 		return "give the NATS user permission to publish to " + apiSubjects(*cfg, "CONSUMER.LIST."+cfg.Stream) +
 			" (and " + apiSubjects(*cfg, "STREAM.INFO."+cfg.Stream) + ")"
 	}
+	if errors.Is(err, errLookIncomplete) {
+		return fmt.Sprintf("see that the consumers named answer (nats consumer info %s <name> shows each one's metadata %s), or remove those no jetsink uses",
+			shellWord(cfg.Stream), destinationKey)
+	}
 	return fmt.Sprintf("see that stream %s answers (nats consumer ls %s, which lists the durables to look at: nats consumer info shows each one's metadata %s)",
 		cfg.Stream, shellWord(cfg.Stream), destinationKey)
 }
@@ -116,6 +253,9 @@ type siblingLook struct {
 	subjects []string                  // the stream's subjects
 	sourced  bool                      // the stream has sources or is a mirror
 	cut      bool                      // the list was cut at siblingLimit
+	// unanswered names the consumers that did not answer the server,
+	// whose metadata was not read.
+	unanswered []string
 }
 
 // filters is cc's filter subjects, none for every subject.
@@ -238,6 +378,9 @@ func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest, made b
 	if look.cut {
 		msg += fmt.Sprintf(" (only the stream's first %d consumers were looked at)", siblingLimit)
 	}
+	if len(look.unanswered) > 0 {
+		msg += fmt.Sprintf(" (%s did not answer the look, and may be of this destination too)", unansweredWords(look.unanswered))
+	}
 	var rm []string
 	for _, n := range names {
 		rm = append(rm, "nats consumer rm "+shellWord(cfg.Stream)+" "+shellWord(n)+" --force")
@@ -343,13 +486,24 @@ func plural[N int | uint64](n N, one, many string) string {
 // durables of this destination (siblings): at New (starting) in
 // at-least-once mode it refuses (ErrInvalidConfig, with check's words)
 // when there are some; else it warns, as it does when it found none
-// among the first siblingLimit and did not look further. A failure to
-// list them is a warning (an account may lack CONSUMER.LIST), not a
-// reason to stop.
+// among the first siblingLimit and did not look further. A look the
+// server refused for want of permission is a warning (an account may
+// lack CONSUMER.LIST: a lasting choice, which would stop jetsink for
+// good). A look that got no answer, or not from every consumer, refuses
+// at New in at-least-once mode with an error that is not
+// ErrInvalidConfig (run exits non-zero, and its supervisor starts it
+// again, to look again); else it is a warning.
 func (c *Consumer) lookForSiblings(ctx context.Context, starting bool) error {
 	cfg := &c.cfg
+	exactlyOnce := cfg.StoredSeq != nil
+	refuse := !exactlyOnce && starting
 	look, err := siblings(ctx, c.js, cfg)
 	if err != nil {
+		if refuse && !errors.Is(err, errLookDenied) {
+			return fmt.Errorf("could not look at the stream's consumers: %w; not making durable consumer %s from the start of the stream, "+
+				"which could store again the events another durable of this destination stored (a renamed nats.consumer); "+
+				"fix: %s; started again, jetsink looks again", err, cfg.Consumer, lookFix(cfg, err))
+		}
 		c.log.Warn("could not look for other durable consumers of this destination, whose events a new durable would store again: "+err.Error(),
 			"fix", lookFix(cfg, err))
 		return nil
@@ -361,8 +515,6 @@ func (c *Consumer) lookForSiblings(ctx context.Context, starting bool) error {
 		}
 		return nil
 	}
-	exactlyOnce := cfg.StoredSeq != nil
-	refuse := !exactlyOnce && starting
 	p := siblingProblem(cfg, look, exactlyOnce, c.interest.Load(), !refuse)
 	if refuse {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, p)

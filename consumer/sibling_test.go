@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -190,7 +191,7 @@ func TestDurableMadeAgainBesideAnotherOfTheDestinationWarns(t *testing.T) {
 }
 
 // The look at the stream's consumers stops at siblingLimit, says so, and
-// leaves no goroutine of nats.go's lister behind (goleak, TestMain).
+// leaves no goroutine behind (goleak, TestMain).
 func TestSiblingsStopAtTheLimit(t *testing.T) {
 	ctx, _, js, cfg := siblingSetup(t)
 	for i := range 5 {
@@ -354,9 +355,15 @@ func TestSubjectWithin(t *testing.T) {
 // re-make during Run, and the warning said only "context deadline
 // exceeded". The warning and check's problem now say there is no
 // permission, and name it.
+//
+// The refusal ends the look, which waits siblingLookTimeout for an answer
+// otherwise: here longer than the test's context, so that a look that
+// waited for it would fail New.
 func TestSiblingLookDeniedNamesThePermission(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	defer func(d time.Duration) { siblingLookTimeout = d }(siblingLookTimeout)
+	siblingLookTimeout = time.Hour
 	_, cfg, _ := permissionsServer(t, ctx, "$JS.API.CONSUMER.LIST.>")
 	cfg.Destination = "db1:5432/app public.events"
 	want := []string{"no permission", "may not publish to $JS.API.CONSUMER.LIST." + cfg.Stream}
@@ -431,5 +438,127 @@ func TestSiblingsCutWithNoneFoundWarns(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("New's log has no Warn line saying %q:\n%s", want, log.String())
+	}
+}
+
+// noListAnswer has the sibling look's CONSUMER.LIST request go to a
+// subject of the test's (siblingListSubject) that srv's handle answers,
+// or leaves unanswered when handle is nil; and makes the look's timeout
+// 1 s.
+func noListAnswer(t *testing.T, srv *testenv.NATSServer, cfg Config, handle func(*nats.Msg)) {
+	t.Helper()
+	subject := "nolist." + cfg.Stream
+	prev, prevTimeout := siblingListSubject, siblingLookTimeout
+	t.Cleanup(func() { siblingListSubject, siblingLookTimeout = prev, prevTimeout })
+	siblingListSubject = func(*Config) string { return subject }
+	siblingLookTimeout = time.Second
+	nc := srv.Connect(t)
+	if handle == nil {
+		handle = func(*nats.Msg) {}
+	}
+	if _, err := nc.Subscribe(subject, handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lookRefusedAtNew asserts that New, in at-least-once mode, refuses to
+// make the durable with an error that is not ErrInvalidConfig (retried
+// by a restart) and has wants, and makes none; that check warns with
+// wants; and that exactly-once New warns with wants and makes it.
+func lookRefusedAtNew(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config, wants ...string) {
+	t.Helper()
+	_, err := New(ctx, cfg, testLogger(t, nil))
+	if err == nil || errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("New: %v; want an error, not ErrInvalidConfig", err)
+	}
+	for _, w := range append(wants, "not making durable consumer "+cfg.Consumer+" from the start of the stream") {
+		if !strings.Contains(err.Error(), w) {
+			t.Fatalf("New's error lacks %q:\n%v", w, err)
+		}
+	}
+	if _, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("durable %s after the refusal: %v, want none", cfg.Consumer, err)
+	}
+	var p *Problem
+	for _, q := range mustCheck(t, ctx, cfg) {
+		if strings.Contains(q.Message, "could not look for other durable consumers") {
+			p = &q
+		}
+	}
+	if p == nil || !p.Warning || !strings.Contains(p.Message, "does not create it but exits non-zero") {
+		t.Fatalf("check reports %+v; want a warning of the look, saying run does not create the durable", p)
+	}
+	eo := cfg
+	eo.StoredSeq = func(context.Context, string) (uint64, error) { return 0, nil }
+	_, log := newLoggedConsumer(t, ctx, eo)
+	for _, w := range wants {
+		if !strings.Contains(p.Message, w) || !strings.Contains(log.String(), w) {
+			t.Fatalf("lacks %q:\ncheck: %s\nexactly-once New's log:\n%s", w, p, log)
+		}
+	}
+}
+
+// A look at the stream's consumers that got no answer (3 s, shorter than
+// the 4 s a clustered server waits for each consumer's leader) was a
+// warning, and New went on to make the durable from the start of the
+// stream: an old durable of this destination not seen, its events stored
+// again. At New in at-least-once mode it now refuses, with an error that
+// is not the configuration's (run exits non-zero, and is started again);
+// check and exactly-once warn.
+func TestSiblingLookNoAnswerRefusesAtNew(t *testing.T) {
+	ctx, srv, js, cfg := siblingSetup(t)
+	noListAnswer(t, srv, cfg, nil)
+	lookRefusedAtNew(t, ctx, js, cfg, "no answer within 1s")
+}
+
+// nats.go's lister dropped the server's missing list (the consumers whose
+// leader did not answer the server within its 4 s): an old durable of
+// this destination among them was taken for none. A look with consumers
+// missing, none of this destination among the others, now refuses at
+// New in at-least-once mode, naming them, as for no answer.
+func TestSiblingLookWithConsumersMissingRefusesAtNew(t *testing.T) {
+	ctx, srv, js, cfg := siblingSetup(t)
+	noListAnswer(t, srv, cfg, func(m *nats.Msg) {
+		_ = m.Respond([]byte(`{"type":"io.nats.jetstream.api.v1.consumer_list_response","total":1,"offset":0,"limit":256,"consumers":[],"missing":["old_one"]}`))
+	})
+	lookRefusedAtNew(t, ctx, js, cfg, "1 consumer old_one did not answer", "may be a durable of this destination")
+}
+
+// The server pages the stream's consumers 256 at a time: a durable of
+// this destination on the second page is found.
+func TestSiblingsReadEveryPage(t *testing.T) {
+	ctx, _, js, cfg := siblingSetup(t)
+	for i := range 257 { // sorted by name: "_o..." before "_zz"
+		addDurable(t, ctx, js, cfg, cfg.Consumer+"_o"+strconv.Itoa(1000+i), "db1:5432/app public.other", "", 1)
+	}
+	last := cfg.Consumer + "_zz"
+	addDurable(t, ctx, js, cfg, last, ours, "", 1)
+	look, err := siblings(ctx, js, &cfg)
+	if err != nil || look.cut || len(look.found) != 1 || look.found[0].Name != last {
+		t.Fatalf("siblings: found %d, cut %v, err %v; want %s alone", len(look.found), look.cut, err, last)
+	}
+}
+
+// On a cluster the server gathers the consumers' infos from their
+// leaders before it answers the look (its missing list): an old durable
+// of this destination on a stream of three replicas is found, and New
+// refuses.
+func TestNewDurableBesideAnotherOfTheDestinationOnACluster(t *testing.T) {
+	js, cfg := onCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg.Destination, cfg.StreamReplicas = ours, 3
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Consumer + "_a"
+	addDurable(t, ctx, js, cfg, cfg.Consumer+"_0", "db1:5432/app public.other", "", 1)
+	addDurable(t, ctx, js, cfg, a, ours, "", 1)
+	_, err := New(ctx, cfg, testLogger(t, nil))
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), a+" (ack floor at stream sequence 0") {
+		t.Fatalf("New beside %s on a cluster: %v; want ErrInvalidConfig naming it", a, err)
 	}
 }
