@@ -1009,7 +1009,7 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 			// building it (ProblemInheritance).
 			cannot := taken != "" || kind == "f" || kind == "v" || kind == "r" && partitions
 			if kind == "p" {
-				other, part, by, err := s.otherPartitionKey(ctx, c, *oid)
+				other, part, by, coll, err := s.otherPartitionKey(ctx, c, *oid)
 				if err != nil {
 					return nil, fmt.Errorf("check the partition key of %s on %s: %w", tname, s.where, err)
 				}
@@ -1018,15 +1018,19 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 					// and a table's partition key cannot change: the fix
 					// is another table, or another mode.
 					cannot = true
-					if part == "" {
-						msg += fmt.Sprintf(", nor can there be: on a partitioned table a unique index must hold the partition key's "+
-							"columns, and %s is partitioned by others (PARTITION BY %s)", tname, by)
-					} else {
-						msg += fmt.Sprintf(", nor can there be: on a partitioned table a unique index must hold the partition key's "+
-							"columns at every level, and its partition %s is partitioned by others (PARTITION BY %s)", part, by)
+					level, what, others := "", tname, "others"
+					if part != "" {
+						level, what = " at every level", "its partition "+part
 					}
-					fix = fmt.Sprintf("write into a table partitioned by %s, by %s, or by both, at every level (a new table: the "+
-						"partition key of a table cannot change), or use postgres.mode: at-least-once", s.seqC, s.streamC)
+					if coll != "" {
+						level += ", each in the key's collation"
+						others = coll
+					}
+					msg += fmt.Sprintf(", nor can there be: on a partitioned table a unique index must hold the partition key's "+
+						"columns%s, and %s is partitioned by %s (PARTITION BY %s)", level, what, others, by)
+					fix = fmt.Sprintf("write into a table partitioned by %s, by %s, or by both, in their columns' collations, at "+
+						"every level (a new table: the partition key of a table cannot change), or use postgres.mode: at-least-once",
+						s.seqC, s.streamC)
 				}
 			}
 			if kind == "f" || kind == "v" {
@@ -1063,39 +1067,53 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 
 // otherPartitionKey looks at every partitioned table of rel's tree, rel
 // first, for a partition key with a column other than the exactly-once
-// key's, or an expression: PostgreSQL builds a unique index on a
-// partitioned table only if it holds the key columns of every level
-// (0A000). It reports whether there is one, the first, and its PARTITION
-// BY; part is its schema-qualified name, quoted, unless it is rel itself
-// (""). Key columns are compared by name, each read on its own level's
-// table: a partition attached with its columns in another order numbers
-// them otherwise. By name, a missing key column is no match for an
-// expression (attnum 0, as a missing column's was).
-func (s *Sink) otherPartitionKey(ctx context.Context, c *pgx.Conn, rel uint32) (other bool, part, by string, err error) {
+// key's, or an expression, or a key column in a collation other than its
+// column's: PostgreSQL builds a unique index on a partitioned table only
+// if it holds the key columns of every level, each in the key's collation
+// (0A000), and Init's index takes its columns' collations. It reports
+// whether there is one, the first, and its PARTITION BY; part is its
+// schema-qualified name, quoted, unless it is rel itself (""); coll, when
+// the key's columns are the exactly-once key's and one is in another
+// collation, says which (`stream in collation "C", not the column's
+// "default"`). Key columns are compared by name, each read on its own
+// level's table: a partition attached with its columns in another order
+// numbers them otherwise. By name, a missing key column is no match for
+// an expression (attnum 0, as a missing column's was).
+func (s *Sink) otherPartitionKey(ctx context.Context, c *pgx.Conn, rel uint32) (other bool, part, by, coll string, err error) {
 	rows, err := c.Query(ctx, `SELECT p.level = 0, n.nspname::text, r.relname::text,
 			pg_get_partkeydef(pt.partrelid),
-			ARRAY(SELECT coalesce(a.attname::text, '') FROM unnest(pt.partattrs::int2[]) k(num)
-				LEFT JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = k.num AND k.num <> 0) -- '': an expression
+			ARRAY(SELECT coalesce(a.attname::text, '') FROM unnest(pt.partattrs::int2[], pt.partcollation::oid[]) k(num, coll)
+				LEFT JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = k.num AND k.num <> 0), -- '': an expression
+			ARRAY(SELECT CASE WHEN a.attcollation IS DISTINCT FROM k.coll AND k.num <> 0
+					THEN format('%s in collation %s, not the column''s %s', quote_ident(a.attname), k.coll::regcollation,
+						coalesce(nullif(a.attcollation, 0)::regcollation::text, 'none'))
+					ELSE '' END
+				FROM unnest(pt.partattrs::int2[], pt.partcollation::oid[]) k(num, coll)
+				LEFT JOIN pg_attribute a ON a.attrelid = pt.partrelid AND a.attnum = k.num AND k.num <> 0)
 		FROM pg_partition_tree($1) p JOIN pg_partitioned_table pt ON pt.partrelid = p.relid
 		JOIN pg_class r ON r.oid = p.relid JOIN pg_namespace n ON n.oid = r.relnamespace
 		ORDER BY p.level, n.nspname, r.relname`, rel)
 	if err != nil {
-		return false, "", "", err
+		return false, "", "", "", err
 	}
 	var top bool
 	var schema, name, def string
-	var keys []string
-	_, err = pgx.ForEachRow(rows, []any{&top, &schema, &name, &def, &keys}, func() error {
-		if other || !slices.ContainsFunc(keys, func(k string) bool { return k != s.streamC && k != s.seqC }) {
+	var keys, colls []string
+	_, err = pgx.ForEachRow(rows, []any{&top, &schema, &name, &def, &keys, &colls}, func() error {
+		if other {
 			return nil
 		}
-		other, by = true, def
-		if !top {
+		if slices.ContainsFunc(keys, func(k string) bool { return k != s.streamC && k != s.seqC }) {
+			other, by = true, def
+		} else if i := slices.IndexFunc(colls, func(c string) bool { return c != "" }); i >= 0 {
+			other, by, coll = true, def, colls[i]
+		}
+		if other && !top {
 			part = pgx.Identifier{schema, name}.Sanitize()
 		}
 		return nil
 	})
-	return other, part, by, err
+	return other, part, by, coll, err
 }
 
 // tableMissing is the problem of a table that does not exist: one Init

@@ -1670,6 +1670,12 @@ func TestCheckKeyIndexOfAPartitionedTable(t *testing.T) {
 		// _a attached with its columns in another order: stream_seq is
 		// its third, the table's second; by name it is the key.
 		{"LIST (stream)", "RANGE (stream_seq)", true},
+		// A key column in a collation other than its column's: the
+		// index must use the key's (0A000), and Init's takes the
+		// column's. Check compared names alone, said Init makes it,
+		// and Init failed with a raw 0A000. At the top, and below.
+		{`LIST (stream COLLATE "C")`, "", false},
+		{"LIST (stream)", `RANGE (stream COLLATE "C")`, false},
 	} {
 		tbl := fmt.Sprintf("kp_%d_%d", n, i)
 		if c.sub != "" {
@@ -1715,8 +1721,12 @@ func TestCheckKeyIndexOfAPartitionedTable(t *testing.T) {
 		if !errors.Is(err, ErrNoKeyIndex) || !strings.Contains(err.Error(), found.String()) {
 			t.Errorf("partitioned by %s: Init: %v, want ErrNoKeyIndex with check's words %q", c.by, err, found)
 		}
-		if c.sub != "" && !strings.Contains(found.Message, `its partition "public"."`+tbl+`_a" is partitioned by others (PARTITION BY `+c.sub+")") {
+		if c.sub != "" && (!strings.Contains(found.Message, `its partition "public"."`+tbl+`_a" is partitioned by `) ||
+			!strings.Contains(found.Message, "(PARTITION BY "+c.sub+")")) {
 			t.Errorf("partitioned by %s: %s, want the partition and its PARTITION BY named", c.by, found)
+		}
+		if strings.Contains(c.by, "COLLATE") && !strings.Contains(found.Message, `stream in collation "C", not the column's "default"`) {
+			t.Errorf("partitioned by %s: %s, want the key's collation and the column's named", c.by, found)
 		}
 	}
 }
