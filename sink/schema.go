@@ -194,13 +194,16 @@ func withSuffix(base, suffix string) string {
 // keeps one row of each.
 // It makes no table when one whose name differs in case alone is in the
 // schema it would make it in (ErrInvalidConfig: postgres.table is
-// quoted, and would name a second table beside it), nor when the name
+// quoted, and would name a second table beside it); beside one in
+// another schema on search_path it makes the table, logging at Warn what
+// to write if that one is meant; nor does it make one when the name
 // finds a relation that is not a table, a foreign table or a view (a
 // materialized view, say: ErrInvalidConfig; CREATE TABLE IF NOT EXISTS
 // would do nothing, and every batch fail).
 func (s *Sink) Init(ctx context.Context) error {
 	var missing *Problem
 	var indexFailed bool // the CREATE UNIQUE INDEX failed, not the CREATE TABLE
+	var twinElsewhere *tableTwin
 	err := s.withAdmin(ctx, func(c *pgx.Conn) error {
 		// A table the name finds anywhere on search_path is the one:
 		// CREATE TABLE IF NOT EXISTS looks in the first schema only, and
@@ -264,6 +267,9 @@ func (s *Sink) Init(ctx context.Context) error {
 			if ok && twin.here {
 				return fmt.Errorf("%w: not made: %s", ErrInvalidConfig, twin.problem(s))
 			}
+			if ok {
+				twinElsewhere = &twin
+			}
 			err = nil
 		default:
 			return err
@@ -278,6 +284,14 @@ func (s *Sink) Init(ctx context.Context) error {
 				}
 				return nil
 			})
+		}
+		if err == nil && twinElsewhere != nil {
+			// Made, as check's note said: run's create_table makes it
+			// with no check run, and the table meant may be the twin,
+			// which nothing then reads from.
+			s.log.Warn("made the table where postgres.table names it; a table whose name differs in case alone is in another "+
+				"schema on search_path (names in postgres.table are case-sensitive): if that is the table meant, write "+
+				"postgres.table: "+twinElsewhere.write+" and drop the table made", "table", s.table.Sanitize(), "other", twinElsewhere.name)
 		}
 		if err != nil || s.cfg.Mode != ExactlyOnce {
 			return err

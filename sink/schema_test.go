@@ -378,10 +378,16 @@ func TestCaseTwinsThatAreNotTheTable(t *testing.T) {
 			!strings.HasSuffix(p.Fix, "write postgres.table: "+upper+"_t") {
 			t.Fatalf("%s: want one init makes, naming the table elsewhere as a note", p)
 		}
+		// run's create_table runs no check: Init says it at Warn.
+		logs := captureLog(t, s, time.Minute)
 		if err := s.Init(ctx); err != nil {
 			t.Fatalf("Init: %v", err)
 		}
 		made(t, tbl+"_t")
+		if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "write postgres.table: "+upper+"_t") ||
+			!strings.Contains(l, legacy+`\".\"`+upper+`_t`) {
+			t.Fatalf("Init logged %q, want a warning naming the table elsewhere and what to write for it", l)
+		}
 	})
 	t.Run("table elsewhere no create", func(t *testing.T) {
 		_, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT USAGE ON SCHEMA "+tbl+"_a, "+legacy+" TO %[1]s")
