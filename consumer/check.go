@@ -805,7 +805,7 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, inte
 		case len(look.found) > 0:
 			return []Problem{siblingProblem(&cfg, look, cfg.StoredSeq != nil, interest, false)}
 		case look.cut:
-			return []Problem{unseenSiblingsProblem(&cfg)}
+			return []Problem{unseenSiblingsProblem(&cfg, false)}
 		}
 		return []Problem{{Warning: true, Message: fmt.Sprintf("durable consumer %s does not exist yet; run will create it", cfg.Consumer)}}
 	}

@@ -389,6 +389,13 @@ func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest, made b
 	// The new durable is made before the old is removed: on a stream
 	// with interest retention, removing it first deletes the events it
 	// holds.
+	// Exactly-once skips the events stored as duplicates: a durable from
+	// the start reads them again, and stores none again.
+	again, againing, onPurpose := "stores again what they stored", "storing again what they stored", "store the stream again on purpose"
+	if exactlyOnce {
+		again, againing, onPurpose = "reads again what they stored (exactly-once skips each as stored already)",
+			"reading again what they stored (exactly-once skips each as stored already)", "read the stream again on purpose"
+	}
 	var fix string
 	lowest := ""
 	if len(others) > 1 {
@@ -404,23 +411,23 @@ func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest, made b
 		// above it.
 		fix = fmt.Sprintf("if nats.consumer was renamed: stop this jetsink and those on %s; then, if %s's ack floor (nats consumer info %s %s) is below theirs%s, "+
 			"remove it (nats consumer rm %s %s --force) and make it again past theirs: %s %s; then remove the old: %s. "+
-			"To store the stream again on purpose, keep %s as made, and remove the old",
+			"To %s, keep %s as made, and remove the old",
 			strings.Join(names, " and "), cfg.Consumer, shellWord(cfg.Stream), shellWord(cfg.Consumer), lowest,
-			shellWord(cfg.Stream), shellWord(cfg.Consumer), past, stale, strings.Join(rm, "; "), cfg.Consumer)
+			shellWord(cfg.Stream), shellWord(cfg.Consumer), past, stale, strings.Join(rm, "; "), onPurpose, cfg.Consumer)
 	case made:
-		fix = fmt.Sprintf("if nats.consumer was renamed: %s, just made from the start of the stream, stores again what they stored "+
+		fix = fmt.Sprintf("if nats.consumer was renamed: %s, just made from the start of the stream, %s "+
 			"(past their ack floor it would skip for good the events below it on the subjects their filters leave out): "+
 			"stop the jetsinks on %s, and remove the old: %s",
-			cfg.Consumer, strings.Join(names, " and "), strings.Join(rm, "; "))
+			cfg.Consumer, again, strings.Join(names, " and "), strings.Join(rm, "; "))
 	case covered:
 		fix = fmt.Sprintf("if nats.consumer was renamed: stop the jetsinks on %s; before %s's first start make it past their ack floor%s: %s %s; "+
-			"then remove the old: %s. To store the stream again on purpose, make it from the start instead (%s), then remove the old",
-			strings.Join(names, " and "), cfg.Consumer, lowest, past, stale, strings.Join(rm, "; "), fromStart)
+			"then remove the old: %s. To %s, make it from the start instead (%s), then remove the old",
+			strings.Join(names, " and "), cfg.Consumer, lowest, past, stale, strings.Join(rm, "; "), onPurpose, fromStart)
 	default:
 		fix = fmt.Sprintf("if nats.consumer was renamed: stop the jetsinks on %s; before %s's first start make it from the start of the stream, "+
-			"storing again what they stored (not past their ack floor, which would skip for good the events below it on the subjects their filters leave out): %s; "+
+			"%s (not past their ack floor, which would skip for good the events below it on the subjects their filters leave out): %s; "+
 			"then remove the old: %s",
-			strings.Join(names, " and "), cfg.Consumer, fromStart, strings.Join(rm, "; "))
+			strings.Join(names, " and "), cfg.Consumer, againing, fromStart, strings.Join(rm, "; "))
 	}
 	if exactlyOnce {
 		return Problem{Warning: true, Message: msg, Fix: fix}
@@ -430,16 +437,32 @@ func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest, made b
 
 // unseenSiblingsProblem is the warning of a new durable nats.consumer
 // when siblings found none of this destination among the stream's first
-// siblingLimit consumers, and did not look at the others.
-func unseenSiblingsProblem(cfg *Config) Problem {
+// siblingLimit consumers, and did not look at the others. made: the
+// durable is being made now (lookForSiblings), not yet (check).
+func unseenSiblingsProblem(cfg *Config, made bool) Problem {
+	look := fmt.Sprintf("nats consumer info %s <old> shows the old durable's metadata %s, ack floor and filter", shellWord(cfg.Stream), destinationKey)
+	past := consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, floorPlaceholder)
+	fix := fmt.Sprintf("if nats.consumer was renamed (%s): stop its jetsinks; before %s's first start make it past the old one's ack floor, %s, "+
+		"when the old one's filter lets through every subject nats.filter_subject does (else from the start, --deliver all); then remove the old",
+		look, cfg.Consumer, past)
+	if made {
+		// Made, and maybe consuming by the time this is read: made
+		// again past the old one's floor it would store again what it
+		// acknowledged above it.
+		fix = fmt.Sprintf("if nats.consumer was renamed (%s): stop this jetsink and the old one's; then, when the old one's filter lets through "+
+			"every subject nats.filter_subject does and %s's ack floor (nats consumer info %s %s) is below the old one's, "+
+			"remove it (nats consumer rm %s %s --force) and make it again past the old one's ack floor, %s; then remove the old",
+			look, cfg.Consumer, shellWord(cfg.Stream), shellWord(cfg.Consumer), shellWord(cfg.Stream), shellWord(cfg.Consumer), past)
+	}
+	again := "would store again"
+	if cfg.StoredSeq != nil {
+		again = "would read again (exactly-once skips each as stored already)"
+	}
 	return Problem{Warning: true,
 		Message: fmt.Sprintf("durable consumer %s does not exist yet, and is made from the start of the stream; only the first %d consumers of stream %s "+
-			"were looked at for other durable consumers of this destination: the events one after them delivered, %s would store again",
-			cfg.Consumer, siblingLimit, cfg.Stream, cfg.Consumer),
-		Fix: fmt.Sprintf("if nats.consumer was renamed (nats consumer info %s <old> shows the old durable's metadata %s, ack floor and filter): "+
-			"stop its jetsinks; before %s's first start make it past the old one's ack floor, %s, when the old one's filter lets through "+
-			"every subject nats.filter_subject does (else from the start, --deliver all); then remove the old",
-			shellWord(cfg.Stream), destinationKey, cfg.Consumer, consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, floorPlaceholder))}
+			"were looked at for other durable consumers of this destination: the events one after them delivered, %s %s",
+			cfg.Consumer, siblingLimit, cfg.Stream, cfg.Consumer, again),
+		Fix: fix}
 }
 
 // newFilterWords names the subjects a new durable of filter delivers.
@@ -510,7 +533,7 @@ func (c *Consumer) lookForSiblings(ctx context.Context, starting bool) error {
 	}
 	if len(look.found) == 0 {
 		if look.cut {
-			p := unseenSiblingsProblem(cfg)
+			p := unseenSiblingsProblem(cfg, true)
 			c.log.Warn(p.Message, "fix", p.Fix)
 		}
 		return nil

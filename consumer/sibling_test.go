@@ -247,10 +247,15 @@ func TestNewDurableWiderThanTheOldOneIsNotMadePastItsFloor(t *testing.T) {
 	}
 
 	// Exactly-once: warned, made from the start, and the fix says that
-	// is right.
+	// is right. What the old durables' jetsinks stored is read again, not
+	// stored again (duplicates skipped): check's fix and New's say so.
 	eo := cfg
 	eo.Consumer += "_eo"
 	eo.StoredSeq = func(context.Context, string) (uint64, error) { return 0, nil }
+	if got := siblingReported(mustCheck(t, ctx, eo), a).String(); !strings.Contains(got, "from the start of the stream, reading again what they stored (exactly-once skips") ||
+		strings.Contains(got, "storing again") {
+		t.Fatalf("exactly-once check's fix does not say the events are read again, or says stored again:\n%s", got)
+	}
 	_, log := newLoggedConsumer(t, ctx, eo)
 	var line string
 	for l := range strings.Lines(log.String()) {
@@ -258,7 +263,8 @@ func TestNewDurableWiderThanTheOldOneIsNotMadePastItsFloor(t *testing.T) {
 			line = l
 		}
 	}
-	if !strings.Contains(line, "just made from the start of the stream, stores again what they stored") || strings.Contains(line, "--deliver 9") {
+	if !strings.Contains(line, "just made from the start of the stream, reads again what they stored (exactly-once skips") ||
+		strings.Contains(line, "stores again") || strings.Contains(line, "--deliver 9") {
 		t.Fatalf("exactly-once New's Warn line does not say %s, made from the start, is right, or offers --deliver 9:\n%s", eo.Consumer, line)
 	}
 
@@ -431,13 +437,24 @@ func TestSiblingsCutWithNoneFoundWarns(t *testing.T) {
 	if p == nil || !p.Warning {
 		t.Fatalf("check reports %+v; want a warning saying %q", p, want)
 	}
-	_, log := newLoggedConsumer(t, ctx, cfg)
-	found := false
-	for l := range strings.Lines(log.String()) {
-		found = found || strings.Contains(l, "level=WARN") && strings.Contains(l, want)
+	if !strings.Contains(p.Fix, "before "+cfg.Consumer+"'s first start") {
+		t.Fatalf("check's fix is not for a durable yet to be made:\n%s", p)
 	}
-	if !found {
+	_, log := newLoggedConsumer(t, ctx, cfg)
+	var line string
+	for l := range strings.Lines(log.String()) {
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, want) {
+			line = l
+		}
+	}
+	if line == "" {
 		t.Fatalf("New's log has no Warn line saying %q:\n%s", want, log.String())
+	}
+	// The durable is made right after the Warn: its fix is for one made
+	// (it said "before <consumer>'s first start").
+	if strings.Contains(line, "first start") || !strings.Contains(line, "stop this jetsink") ||
+		!strings.Contains(line, "nats consumer rm "+cfg.Stream+" "+cfg.Consumer+" --force") {
+		t.Fatalf("New's Warn line is not the fix for a durable made:\n%s", line)
 	}
 }
 
