@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -1263,10 +1264,18 @@ func tableConfigPart(name string) string {
 // yamlScalar is v as a YAML value that reads back as the string v:
 // verbatim if it holds only ASCII letters, digits, '_', '.' and '$', does
 // not start with a digit or a dot and is no YAML keyword (null, true,
-// ...); else single-quoted. A name tableConfigPart quotes, "a.b", pasted
-// as it is, would lose its quotes to YAML and be read as schema a, table
-// b.
+// ...); else single-quoted; or double-quoted, with Go's escapes (which
+// YAML's double-quoted style reads alike), if it holds a character that
+// Go does not print, tab aside: a line break would be folded into a space
+// in single quotes (YAML reads U+0085, U+2028 and U+2029 as breaks too),
+// and other control characters are not allowed in a YAML file unescaped.
+// A name tableConfigPart quotes, "a.b", pasted as it is, would lose its
+// quotes to YAML and be read as schema a, table b. A name that is not
+// UTF-8 has no YAML form (a YAML file is UTF-8).
 func yamlScalar(v string) string {
+	if strings.ContainsFunc(v, func(r rune) bool { return r != '\t' && !unicode.IsPrint(r) }) {
+		return strconv.Quote(v)
+	}
 	plain := v != "" && !strings.ContainsAny(v[:1], "0123456789.") &&
 		!slices.Contains([]string{"null", "true", "false", "yes", "no", "on", "off", "y", "n"}, strings.ToLower(v))
 	for _, r := range v {

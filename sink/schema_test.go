@@ -434,6 +434,22 @@ func TestCaseTwinsThatAreNotTheTable(t *testing.T) {
 	})
 }
 
+// A name in a fix, written as a YAML value, reads back as the name. One
+// with a line break or a control character was single-quoted: YAML folds
+// a break into a space there, and refuses a control character.
+func TestYAMLScalarReadsBack(t *testing.T) {
+	for _, v := range []string{"events", "a.b", `"a.b"`, "null", "1st", "it's", "é", "tab\there", " lead and trail ",
+		"line\nbreak", "cr\rlf\r\n", "nul\x00", "bell\a", "del\x7f", "nel\u0085", "ls\u2028ps\u2029", "bom\ufeff", `back\slash\n`, "esc\x1b"} {
+		var got struct {
+			Name string `yaml:"name"`
+		}
+		doc := "name: " + yamlScalar(v) + "\n"
+		if err := yaml.Unmarshal([]byte(doc), &got); err != nil || got.Name != v {
+			t.Errorf("%q written as %q reads back as %q (%v)", v, doc, got.Name, err)
+		}
+	}
+}
+
 // A DEFERRABLE unique or primary key constraint on (stream, stream_seq)
 // cannot be exactly-once's ON CONFLICT arbiter (SQLSTATE 55000), not even
 // beside Init's non-deferrable index: Check reports it, and its fix, run,
