@@ -186,8 +186,9 @@ func withSuffix(base, suffix string) string {
 // builds no index, which would not help), and a plain table with
 // inheritance children would store redeliveries again (ErrNoKeyIndex too:
 // ProblemInheritance; no index built either). Where no such index can be
-// built (a table partitioned by another column, at any level of its
-// partitions, a foreign table, a view) Init builds none, and fails with
+// built (a table partitioned by another column, or by a key column in
+// a collation other than its column's, at any level of its partitions, a
+// foreign table, a view) Init builds none, and fails with
 // ErrNoKeyIndex and check's words.
 // When the table holds rows with the same key (at-least-once mode stores
 // redeliveries again), the index's build fails: the error wraps
