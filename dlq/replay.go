@@ -774,7 +774,8 @@ func (r *readers) window(ctx context.Context, l *Letter, wait time.Duration) (ti
 		so = streamOf{window: cfg.Duplicates, transform: transforms(cfg.SubjectTransform), drops: dropsPerSubject(&cfg)}
 		if limits := discardsOld(&cfg); limits != "" {
 			so.room = &room{stream: s, js: r.js, name: l.Stream, limits: limits, maxMsgs: max(cfg.MaxMsgs, 0), maxBytes: max(cfg.MaxBytes, 0),
-				memory: cfg.Storage == jetstream.MemoryStorage, sourced: sourceHeader(cfg.Sources), dryRun: r.dryRun}
+				memory: cfg.Storage == jetstream.MemoryStorage, sourced: sourceHeader(cfg.Sources), dryRun: r.dryRun,
+				copied: cfg.Mirror != nil || len(cfg.Sources) > 0}
 		}
 		if cfg.Mirror == nil && len(cfg.Sources) == 0 {
 			// A stream that sources others holds events published to

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,7 +36,21 @@ const (
 	// how many of its oldest a replayed event would push out (see walk):
 	// beyond it the letter is refused.
 	walkCap = 256
+	// copyWindow, times the publish wait, is how long after its PubAck a
+	// replayed event is counted as held by a stream that copies it from
+	// its origin (room.transit): the copy is taken a little later (in a
+	// cluster, later still), and a reading before it would find room
+	// that the copy is to fill. A copy already in is counted twice
+	// meanwhile: a letter that would fit is refused and stays.
+	copyWindow = 2
 )
+
+// sent is a letter replayed into a stream that copies it from its origin:
+// when, and the bytes it takes there.
+type sent struct {
+	at    time.Time
+	bytes int64
+}
 
 // discardsOld describes cfg's max_msgs and max_bytes if the stream, once
 // at one of them, drops its oldest messages to store a new one (discard
@@ -148,6 +163,12 @@ type room struct {
 	maxMsgs, maxBytes int64               // 0: no limit
 	memory            bool                // memory storage: its own bytes per message
 	sourced           int                 // sourceHeader: the stream has sources
+	// copied: the stream has sources or a mirror, and takes a replayed
+	// event from the origin that stores it, some time after its PubAck;
+	// transit holds the letters replayed within copyWindow, which a
+	// reading counts as held, since its state may not show them yet.
+	copied  bool
+	transit []sent
 	// looked: the reader was looked up, for the consumer named (by
 	// Options.Consumer or the first letter); reader is "" when it is not
 	// known (not on the stream, or a letter named another since), and why
@@ -158,8 +179,8 @@ type room struct {
 	reader string
 	why    string
 	cons   jetstream.Consumer
-	msgs   int64     // room in messages left by the last reading, less the letters replayed since
-	base   int64     // the bytes the stream held at the reading, plus the letters replayed since (or in a dry run)
+	msgs   int64     // room in messages left by the last reading, less the letters replayed since (and those in transit)
+	base   int64     // the bytes the stream held at the reading, plus the letters replayed since (or in a dry run, or in transit)
 	taken  int       // letters replayed since the reading
 	at     time.Time // of the reading; zero: none yet
 	held   int64     // what the stream held at the reading
@@ -460,6 +481,13 @@ func (rm *room) read(ctx context.Context, wait time.Duration) error {
 	rm.held, rm.heldB, rm.unread, rm.floor, rm.last = held, heldBytes, unread, floor, st.LastSeq
 	// A dry run stored nothing: what it would have stands in.
 	rm.msgs, rm.base = rm.maxMsgs-unread-rm.dry, heldBytes+rm.dryB
+	// Letters replayed lately may not be copied into the stream yet: they
+	// are counted as held, and unread, until copyWindow has passed.
+	rm.transit = slices.DeleteFunc(rm.transit, func(c sent) bool { return time.Since(c.at) >= copyWindow*wait })
+	for _, c := range rm.transit {
+		rm.msgs--
+		rm.base += c.bytes
+	}
 	rm.next, rm.walked, rm.reads, rm.past, rm.capped = st.FirstSeq, 0, 0, false, false
 	if rm.cons != nil && unread == 0 {
 		// Every message held is read: no need to walk them.
@@ -476,9 +504,12 @@ func (r *readers) take(l *Letter) {
 		rm.msgs--
 		rm.base += n
 		rm.taken++
-		if rm.dryRun {
+		switch {
+		case rm.dryRun:
 			rm.dry++
 			rm.dryB += n
+		case rm.copied:
+			rm.transit = append(rm.transit, sent{at: time.Now(), bytes: n})
 		}
 	}
 }

@@ -541,6 +541,94 @@ func TestReplayCountsTheSourceHeader(t *testing.T) {
 	}
 }
 
+// A stream that sources or mirrors the origin storing a replayed event
+// takes its copy some time after the PubAck (in a cluster, later still): a
+// reading of its state before then does not show it. The review's
+// reproduction: each reading near the limit forgot the letters replayed
+// since the last, and a replay of 30 letters each about a tenth of EV's
+// room now and then let 11 through, and EV (max_bytes 20000, discard old)
+// dropped events jetsink had not read. Here the copies are held back
+// until the replay ends (EV's source, or that of the stream EV mirrors, is
+// removed after the first PubAck, and added again after the replay, from
+// where it left off): at most 10 letters are re-published, and EV keeps
+// every event. Without the count of the letters in transit, the 30 were.
+func TestReplayCountsCopiesInTransit(t *testing.T) {
+	t.Run("sources", func(t *testing.T) { countsCopiesInTransit(t, false) })
+	t.Run("mirror", func(t *testing.T) { countsCopiesInTransit(t, true) })
+}
+
+func countsCopiesInTransit(t *testing.T, mirror bool) {
+	base, ctx := setup(t, 0)
+	if err := base.DeleteStream(ctx, "EV"); err != nil {
+		t.Fatal(err)
+	}
+	orig, err := base.CreateStream(ctx, jetstream.StreamConfig{Name: "ORIG", Subjects: []string{"ev.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stream whose source is held back: EV, or the one EV mirrors.
+	held := jetstream.StreamConfig{Name: "EV", Sources: []*jetstream.StreamSource{{Name: "ORIG"}}, MaxBytes: 20000, Discard: jetstream.DiscardOld}
+	ev := held
+	if mirror {
+		held = jetstream.StreamConfig{Name: "MID", Sources: []*jetstream.StreamSource{{Name: "ORIG"}}}
+		ev = jetstream.StreamConfig{Name: "EV", Mirror: &jetstream.StreamSource{Name: "MID"}, MaxBytes: 20000, Discard: jetstream.DiscardOld}
+		if _, err := base.CreateStream(ctx, held); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := base.CreateStream(ctx, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := base.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "jetsink", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	publishEvents(t, ctx, base, 5)
+	before := sourced(t, ctx, s, 5)
+	// Each letter takes about a tenth and a half of the room, counted
+	// with the source header EV's copy has (in the mirror, the header
+	// MID writes, which the room does not count): 10 fit, not 11.
+	room := 20000 - int64(before.Bytes)
+	body := room*2/21 - emptyLetterSize(t, ctx, base) - int64(sourceHeader(held.Sources)+len("ev.1"))
+	for i := range 30 { // from 1: emptyLetter's 0 is a duplicate
+		putLetterData(t, ctx, base, "dlq.EV", i+1, []byte(strings.Repeat("x", int(body))), nil)
+	}
+	js := &hookJS{JetStream: base}
+	stalled := held
+	stalled.Sources = nil
+	js.afterPublish = func() {
+		if len(js.published) == 1 {
+			if _, err := base.UpdateStream(ctx, stalled); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	republished, refused := 0, 0
+	rep, err := Replay(ctx, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink"}, func(l *Letter, out Outcome) {
+		switch {
+		case errors.Is(out.Err, ErrWrongStream):
+			republished++
+		case errors.Is(out.Err, ErrNoReader):
+			refused++
+		default:
+			t.Errorf("dead letter %d: %+v; want it re-published (stored by ORIG) or refused", l.Seq, out)
+		}
+	})
+	if err != nil || rep.Deleted != 0 {
+		t.Fatalf("report %+v, %v; want every letter kept (re-published ones are stored by ORIG)", rep, err)
+	}
+	if republished < 1 || republished > 10 || republished+refused != 30 {
+		t.Errorf("%d letters re-published, %d refused (report %+v); want at most the 10 EV has room for re-published, the rest refused", republished, refused, rep)
+	}
+	if _, err := base.UpdateStream(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	last := streamState(t, ctx, orig).LastSeq
+	if after := sourced(t, ctx, s, last); after.FirstSeq != 1 || after.Msgs != last || after.Bytes > 20000 {
+		t.Fatalf("event stream %+v (before %+v, %d re-published): want every event kept, none pushed out", after, before, republished)
+	}
+}
+
 // sourced waits for stream s to have taken its last sequence from its
 // sources, and returns its state.
 func sourced(t *testing.T, ctx context.Context, s jetstream.Stream, last uint64) jetstream.StreamState {
