@@ -739,7 +739,7 @@ func (c *Consumer) DeadLettersDenied() error {
 		return fmt.Errorf("the NATS user may not publish to %s, so no dead letter is stored (%v ago): give it permission: %w",
 			c.cfg.DeadLetterSubject, time.Since(r.at).Round(time.Second), r.err)
 	}
-	if f := c.dlFull.Load(); f != nil && time.Since(f.at) <= dlDeniedFor {
+	if f := c.dlFullNoted(); f != nil {
 		return fmt.Errorf("%s, so no dead letter is stored (the last refused %v ago): %s: %w", f.what, time.Since(f.at).Round(time.Second), f.fix, f.err)
 	}
 	return nil

@@ -444,8 +444,10 @@ const dlRecreateEvery = 5 * time.Second
 // way; a publish whose answer shows room (showsRoom: a letter stored, or
 // another refusal of the stream's) clears that note, one that got no
 // answer leaves it. A letter larger than the stream's max_bytes itself is
-// refused, not full (noteDeadLetterFull): the breaker and the note are
-// left as they were.
+// refused, not full (noteDeadLetterFull): the note is cleared, and the
+// breaker closed, when the stream looked up for it shows room for the
+// letters that were refused as full; otherwise both are left as they
+// were.
 func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m *nats.Msg) (*jetstream.PubAck, error) {
 	probe, err := c.dlBreaker.admit(time.Now())
 	if err != nil {
@@ -471,13 +473,19 @@ func (c *Consumer) publishDeadLetter(ctx context.Context, ev *pipeline.Event, m 
 		}
 	}
 	outcome := dlAnswered
-	wasFull := false
+	wasFull, tooLargeRoom := false, false
 	if limit, ok := fullLimit(err); ok {
-		err = c.noteDeadLetterFull(ctx, err, limit, m)
+		err, tooLargeRoom = c.noteDeadLetterFull(ctx, err, limit, m)
+		wasFull = tooLargeRoom
 	} else if showsRoom(ack, err) {
 		wasFull = c.dlFull.Swap(nil) != nil
 	}
 	switch {
+	case tooLargeRoom:
+		// A letter too large, refused by a stream that has room again
+		// for the letters refused as full (noteDeadLetterFull): the
+		// breaker the full stream opened closes, as on a letter stored,
+		// rather than hold back the letters after it until one is.
 	case err == nil:
 		// The user may publish there (again).
 		c.dlDenied.Store(nil)
@@ -1089,6 +1097,7 @@ type dlFullError struct {
 	what     string                // what is full (deadLetterFullWords)
 	fix      string                // what to do (deadLetterFullWords)
 	info     *jetstream.StreamInfo // the dead-letter stream's, looked up at lookedAt (nil: the look failed)
+	size     int64                 // the letter refused, as the stream stores it (storedSize)
 	err      error                 // the server's refusal
 }
 
@@ -1158,21 +1167,55 @@ func fullLimit(err error) (string, bool) {
 // (it is looked at again before m is taken for too large): one look per
 // refusal would add two requests to each. (A letter too large is looked
 // at each time it is refused; its event comes back only after its nak's
-// delay.)
-func (c *Consumer) noteDeadLetterFull(ctx context.Context, err error, limit string, m *nats.Msg) error {
+// delay.) That look also tells whether a note of the stream full still
+// holds (hasRoom): if not, the note is cleared and room reports true, as
+// showsRoom does for a letter stored. Before, a stream full, then
+// purged, then sent only letters too large, kept the note: the
+// readiness check said it was full (and to raise max_bytes) while it
+// stood empty, and the breaker held back the letters after each probe.
+func (c *Consumer) noteDeadLetterFull(ctx context.Context, err error, limit string, m *nats.Msg) (_ error, room bool) {
 	now := time.Now()
-	prev := c.dlFull.Load()
+	noted := c.dlFull.Load()
+	prev := noted
 	if prev == nil || prev.limit != limit || now.Sub(prev.lookedAt) >= quietEvery || tooLarge(limit, prev.info, m) {
 		_, info, _ := c.lookDeadLetterStream(ctx, true)
 		if tooLarge(limit, info, m) {
-			return newTooLargeError(info, m, err)
+			if noted != nil && noted.hasRoom(info) {
+				room = c.dlFull.CompareAndSwap(noted, nil)
+			}
+			return newTooLargeError(info, m, err), room
 		}
 		what, fix := deadLetterFullWords(limit, info, c.cfg.DeadLetterSubject, storedSize(m, info))
 		prev = &dlFullError{lookedAt: now, limit: limit, what: what, fix: fix, info: info}
 	}
-	f := &dlFullError{at: now, lookedAt: prev.lookedAt, limit: limit, what: prev.what, fix: prev.fix, info: prev.info, err: err}
+	f := &dlFullError{at: now, lookedAt: prev.lookedAt, limit: limit, what: prev.what, fix: prev.fix, info: prev.info,
+		size: storedSize(m, prev.info), err: err}
 	c.dlFull.Store(f)
-	return f
+	return f, false
+}
+
+// hasRoom reports whether info, the dead-letter stream's looked up after
+// f was noted, shows room at f's limit: at max_bytes for a letter of the
+// size f's was (what the stream holds and it within max_bytes), at
+// max_msgs for one more letter, or either limit gone, or discard new
+// gone. A limit the stream's info does not show (max_msgs_per_subject,
+// the server's or the account's store) is taken as still reached: a
+// letter stored, or another answer of the stream's (showsRoom), clears
+// the note then.
+func (f *dlFullError) hasRoom(info *jetstream.StreamInfo) bool {
+	if info == nil {
+		return false
+	}
+	if info.Config.Discard != jetstream.DiscardNew {
+		return true
+	}
+	switch f.limit {
+	case "max_bytes":
+		return info.Config.MaxBytes <= 0 || int64(info.State.Bytes)+f.size <= info.Config.MaxBytes
+	case "max_msgs":
+		return info.Config.MaxMsgs <= 0 || int64(info.State.Msgs) < info.Config.MaxMsgs
+	}
+	return false
 }
 
 // tooLarge reports whether m, refused at limit, is larger than the
@@ -1220,13 +1263,26 @@ func (e *dlTooLargeError) Unwrap() error { return e.err }
 
 // fullRefusal is the refusal for want of room that err, a failed dead
 // letter's, is, or was held back by (the breaker open after one, while
-// no publish has got another answer since), or nil.
+// no publish has got another answer since, noted no longer ago than
+// DeadLettersDenied reports it: dlFullNoted), or nil.
 func (c *Consumer) fullRefusal(err error) *dlFullError {
 	if f, ok := errors.AsType[*dlFullError](err); ok {
 		return f
 	}
 	if errors.Is(err, errDeadLetterUnanswered) {
-		return c.dlFull.Load()
+		return c.dlFullNoted()
+	}
+	return nil
+}
+
+// dlFullNoted is the last refusal of a dead letter for want of room
+// (noteDeadLetterFull), if not cleared since and at most dlDeniedFor ago,
+// or nil: the one DeadLettersDenied reports, and the words a letter held
+// back takes in the log (fullRefusal), so that the log does not say full
+// once the readiness check no longer does.
+func (c *Consumer) dlFullNoted() *dlFullError {
+	if f := c.dlFull.Load(); f != nil && time.Since(f.at) <= dlDeniedFor {
+		return f
 	}
 	return nil
 }

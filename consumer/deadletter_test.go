@@ -2085,6 +2085,97 @@ func TestDeadLetterLargerThanMaxBytesIsNotFull(t *testing.T) {
 	}
 }
 
+// A dead-letter stream full at max_bytes, then purged, then sent only
+// letters larger than its max_bytes: the first of them, the breaker's
+// probe, finds the room (its look at the stream, noteDeadLetterFull), so
+// the readiness check no longer says full, the breaker closes (the
+// letter after it is sent, and refused as too large itself, not held
+// back), and no line after says full. A letter too large while the
+// stream is still full leaves the note. Before, the check kept saying
+// "is full (max_bytes 4096, discard new, holding 2840 bytes)" of the
+// empty stream, with a fix of --max-bytes 8192, and each probe pushed
+// the next back while the letters between were held back as full.
+func TestDeadLetterTooLargeAfterFullFindsRoom(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "DLQ_" + cfg.Stream, Subjects: []string{cfg.DeadLetterSubject},
+		MaxBytes: 4096, Discard: jetstream.DiscardNew})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, log := newLoggedConsumer(t, ctx, cfg)
+	ev := func(seq uint64, size int) *pipeline.Event {
+		return &pipeline.Event{Msg: &fakeMsg{}, Stream: cfg.Stream, StreamSeq: seq, Subject: subjectOf(cfg, int(seq), 1),
+			Delivered: 1, Epoch: c.epochs.Current(), Data: make([]byte, size)}
+	}
+	for seq := uint64(1); ; seq++ {
+		err := c.DeadLetter(ctx, ev(seq, 1000), badJSON)
+		if errors.Is(err, errDeadLetterFull) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("DeadLetter %d into the stream filling up: %v", seq, err)
+		}
+	}
+	probeDue := func() {
+		t.Helper()
+		waitFor(t, ctx, "the probe to be due", func() bool { return c.dlBreaker.probeDue(time.Now()) })
+	}
+	// Still full: a letter too large, as the probe, leaves the note.
+	probeDue()
+	if err := c.DeadLetter(ctx, ev(100, 10<<10), badJSON); err == nil || !strings.Contains(err.Error(), "is larger than the stream's max_bytes") {
+		t.Fatalf("a letter too large for the full stream = %v, want it refused as too large", err)
+	}
+	if err := c.DeadLettersDenied(); err == nil || !strings.Contains(err.Error(), "is full (max_bytes 4096") {
+		t.Fatalf("DeadLettersDenied after a letter too large for the still full stream = %v, want it full", err)
+	}
+
+	if err := s.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	logged := len(log.String())
+	probeDue()
+	if err := c.DeadLetter(ctx, ev(101, 10<<10), badJSON); err == nil || !strings.Contains(err.Error(), "is larger than the stream's max_bytes") {
+		t.Fatalf("the probe, too large for the purged stream = %v, want it refused as too large", err)
+	}
+	if err := c.DeadLettersDenied(); err != nil {
+		t.Fatalf("DeadLettersDenied after a letter too large for the purged stream = %v, want nil: it has room", err)
+	}
+	err = c.DeadLetter(ctx, ev(102, 10<<10), badJSON)
+	if err == nil || errors.Is(err, pipeline.ErrDeadLetterHeldBack) || !strings.Contains(err.Error(), "is larger than the stream's max_bytes") {
+		t.Fatalf("the letter after the probe = %v, want it sent and refused as too large, not held back", err)
+	}
+	if err := c.DeadLetter(ctx, ev(103, 10), badJSON); err != nil {
+		t.Fatalf("a small letter into the purged stream: %v", err)
+	}
+	after := log.String()[logged:]
+	if !strings.Contains(after, "the dead-letter stream has room again") {
+		t.Errorf("the log after the purge does not say the stream has room again:\n%s", after)
+	}
+	if strings.Contains(after, "is full") {
+		t.Errorf("the log after the purge still says the stream is full:\n%s", after)
+	}
+}
+
+// A letter held back by the breaker takes the full words in the log only
+// while DeadLettersDenied reports them (dlFullNoted): a note older than
+// dlDeniedFor is not said again. Before, fullRefusal took any note left.
+func TestDeadLetterHeldBackFullWordsAgeOut(t *testing.T) {
+	c := &Consumer{}
+	held := fmt.Errorf("%w (the last: full)", errDeadLetterUnanswered)
+	c.dlFull.Store(&dlFullError{at: time.Now(), what: "stream is full", err: errors.New("refused")})
+	if f := c.fullRefusal(held); f == nil {
+		t.Fatal("fullRefusal of a letter held back after a fresh note = nil, want the note")
+	}
+	c.dlFull.Store(&dlFullError{at: time.Now().Add(-dlDeniedFor - time.Minute), what: "stream is full", err: errors.New("refused")})
+	if f := c.fullRefusal(held); f != nil {
+		t.Fatalf("fullRefusal of a letter held back after a note %v old = %q, want nil, as DeadLettersDenied", dlDeniedFor+time.Minute, f.what)
+	}
+}
+
 // nakFails is a message whose nak fails in the client.
 type nakFails struct{ *fakeMsg }
 
