@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/textproto"
 	"slices"
 	"strconv"
 	"strings"
@@ -987,13 +988,21 @@ func fitReason(h nats.Header, n int, maxPayload int64) {
 	h.Del(HeaderReason)
 }
 
-// headerLen is the size of h as nats.go writes it: "NATS/1.0\r\n", a
-// "key: value\r\n" line per value, and "\r\n".
+// headerLen is the size of h as nats.go writes it (nats.Msg's
+// headerSize): "NATS/1.0\r\n", a "key: value\r\n" line per value, its
+// leading and trailing spaces and tabs trimmed (textproto.TrimString),
+// and "\r\n"; no headers, nothing. Before, the trimmed bytes were counted:
+// a value ending in spaces made fitReason cut the reason for bytes never
+// sent, and the size a letter too large is said to take more than the
+// stream stores.
 func headerLen(h nats.Header) int {
+	if len(h) == 0 {
+		return 0
+	}
 	n := len("NATS/1.0\r\n\r\n")
 	for k, vs := range h {
 		for _, v := range vs {
-			n += len(k) + len(": \r\n") + len(v)
+			n += len(k) + len(": \r\n") + len(textproto.TrimString(v))
 		}
 	}
 	return n

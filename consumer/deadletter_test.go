@@ -2176,6 +2176,22 @@ func TestDeadLetterHeldBackFullWordsAgeOut(t *testing.T) {
 	}
 }
 
+// headerLen counts a header as nats.go sends it (nats.Msg's Size): the
+// values trimmed of leading and trailing spaces and tabs, none at all
+// for no headers. Before, the trimmed bytes were counted.
+func TestHeaderLenAsSent(t *testing.T) {
+	for _, h := range []nats.Header{
+		nil,
+		{HeaderReason: {"plain"}},
+		{HeaderReason: {"  spaced  \t"}, "X-B": {"a", " b ", ""}},
+	} {
+		m := &nats.Msg{Subject: "dlq", Header: h}
+		if got, want := headerLen(h), m.Size()-len(m.Subject); got != want {
+			t.Errorf("headerLen(%q) = %d, want %d as nats.go sends it", h, got, want)
+		}
+	}
+}
+
 // nakFails is a message whose nak fails in the client.
 type nakFails struct{ *fakeMsg }
 
