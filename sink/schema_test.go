@@ -183,12 +183,7 @@ func TestCheckWarnsOfAPartitionsTrigger(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var found []Problem
-				for _, p := range probs {
-					if p.Kind == ProblemRowTrigger {
-						found = append(found, p)
-					}
-				}
+				found := problemsOf(probs, ProblemRowTrigger)
 				if len(found) != 1 || !found[0].Warning || !strings.Contains(found[0].Message, tc.want) {
 					t.Errorf("%s: row triggers %v, want one warning naming %s", mode, found, tc.want)
 				}
@@ -343,12 +338,7 @@ func TestCaseTwinsThatAreNotTheTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var found []Problem
-		for _, p := range probs {
-			if p.Kind == ProblemTableMissing {
-				found = append(found, p)
-			}
-		}
+		found := problemsOf(probs, ProblemTableMissing)
 		if len(found) != 1 {
 			t.Fatalf("problems %v, want one table_missing", probs)
 		}
@@ -1800,12 +1790,7 @@ func TestCheckWarnsOfAnUnloggedTable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []Problem
-			for _, p := range probs {
-				if p.Kind == ProblemUnlogged {
-					got = append(got, p)
-				}
-			}
+			got := problemsOf(probs, ProblemUnlogged)
 			if tc.says == "" {
 				if len(got) != 0 {
 					t.Fatalf("problems %v for a logged table", got)
@@ -2098,6 +2083,17 @@ func TestCheckDuplicateKeysNotScanned(t *testing.T) {
 	if p := noIndex(s.Check(ctx)); !strings.Contains(p.Message, "(EVENTS, 1)") {
 		t.Errorf("once the lock is gone: %s; want the key that is there twice", p)
 	}
+}
+
+// problemsOf is those of probs of kind k, in their order.
+func problemsOf(probs []Problem, k ProblemKind) []Problem {
+	var of []Problem
+	for _, p := range probs {
+		if p.Kind == k {
+			of = append(of, p)
+		}
+	}
+	return of
 }
 
 // lastProblem is the last of probs of kind k, nil if none is.
