@@ -797,7 +797,7 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, inte
 		case err != nil:
 			msg := fmt.Sprintf("durable consumer %s does not exist yet; run will create it, from the start of the stream; "+
 				"could not look for other durable consumers of this destination, whose events it would store again: %v", cfg.Consumer, err)
-			if cfg.StoredSeq == nil && !errors.Is(err, errLookDenied) {
+			if cfg.StoredSeq == nil && !lookBarred(err) {
 				// lookForSiblings refuses at New.
 				msg += "; run looks again first, and, should that look fail too, does not create it but exits non-zero, to be started again"
 			}

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,6 +57,14 @@ func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (look si
 			return siblingLook{}, lookFailed(nc, cfg, what, "CONSUMER.LIST."+cfg.Stream, before, err)
 		}
 		for _, info := range page.Consumers {
+			// A consumer whose servers are all offline is listed by its
+			// configuration alone, without its name (and named in
+			// missing too); one created or deleted between pages can be
+			// listed twice.
+			info.Name = cmp.Or(info.Name, info.Config.Name, info.Config.Durable)
+			if seen[info.Name] {
+				continue
+			}
 			if len(seen) == siblingLimit {
 				look.cut = true
 				break
@@ -160,8 +169,20 @@ var siblingLookTimeout = metaTimeout
 const denialPoll = 100 * time.Millisecond
 
 // errLookDenied marks lookFailed's error for a request the server
-// refused to let the user publish.
-var errLookDenied = errors.New("no permission")
+// refused to let the user publish, errLookUnrouted one that nothing
+// answers at once (no responders: an account that imports JetStream's
+// API without that subject). Either lasts as long as the account's
+// setup (lookBarred): a warning, not a refusal to start.
+var (
+	errLookDenied   = errors.New("no permission")
+	errLookUnrouted = errors.New("no route")
+)
+
+// lookBarred reports whether the look failed for the account's setup
+// (errLookDenied, errLookUnrouted), not for want of an answer.
+func lookBarred(err error) bool {
+	return errors.Is(err, errLookDenied) || errors.Is(err, errLookUnrouted)
+}
 
 // errLookIncomplete marks siblings' error when the server named
 // consumers that did not answer it, and none of this destination was
@@ -226,6 +247,10 @@ func lookFailed(nc *nats.Conn, cfg *Config, what, rest string, before, err error
 	if last := lookDenial(nc, cfg, before, rest); last != nil {
 		return fmt.Errorf("%s: %w: the NATS user may not publish to %s (%w)", what, errLookDenied, apiSubjects(*cfg, rest), last)
 	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%s: %w: nothing answers %s for this account (does it import JetStream's API without it?) (%w)",
+			what, errLookUnrouted, apiSubjects(*cfg, rest), err)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: no answer within %s (%w)", what, siblingLookTimeout, err)
 	}
@@ -234,6 +259,10 @@ func lookFailed(nc *nats.Conn, cfg *Config, what, rest string, before, err error
 
 // lookFix is the fix for siblings' error err.
 func lookFix(cfg *Config, err error) string {
+	if errors.Is(err, errLookUnrouted) {
+		return "import (or export) " + apiSubjects(*cfg, "CONSUMER.LIST."+cfg.Stream) + " into the NATS user's account, beside " +
+			apiSubjects(*cfg, "STREAM.INFO."+cfg.Stream)
+	}
 	if errors.Is(err, errLookDenied) {
 		return "give the NATS user permission to publish to " + apiSubjects(*cfg, "CONSUMER.LIST."+cfg.Stream) +
 			" (and " + apiSubjects(*cfg, "STREAM.INFO."+cfg.Stream) + ")"
@@ -522,7 +551,7 @@ func (c *Consumer) lookForSiblings(ctx context.Context, starting bool) error {
 	refuse := !exactlyOnce && starting
 	look, err := siblings(ctx, c.js, cfg)
 	if err != nil {
-		if refuse && !errors.Is(err, errLookDenied) {
+		if refuse && !lookBarred(err) {
 			return fmt.Errorf("could not look at the stream's consumers: %w; not making durable consumer %s from the start of the stream, "+
 				"which could store again the events another durable of this destination stored (a renamed nats.consumer); "+
 				"fix: %s; started again, jetsink looks again", err, cfg.Consumer, lookFix(cfg, err))

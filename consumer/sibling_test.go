@@ -579,3 +579,60 @@ func TestNewDurableBesideAnotherOfTheDestinationOnACluster(t *testing.T) {
 		t.Fatalf("New beside %s on a cluster: %v; want ErrInvalidConfig naming it", a, err)
 	}
 }
+
+// A consumer whose servers are all offline is listed by nats-server with
+// its configuration alone, no name, and named in missing too: it was
+// taken for a consumer that did not answer, and a fresh durable refused
+// at New for as long as its node was down, though its metadata had been
+// read (diff review of cf6f3cd). One of another destination lets New make
+// the durable; one of this destination is named in the refusal.
+func TestSiblingLookReadsAnOfflineConsumersConfig(t *testing.T) {
+	for _, tc := range []struct {
+		dest string
+		made bool
+	}{{"db1:5432/app public.other", true}, {ours, false}} {
+		t.Run(strconv.FormatBool(tc.made), func(t *testing.T) {
+			ctx, srv, js, cfg := siblingSetup(t)
+			noListAnswer(t, srv, cfg, func(m *nats.Msg) {
+				_ = m.Respond([]byte(`{"type":"io.nats.jetstream.api.v1.consumer_list_response","total":1,"offset":0,"limit":256,` +
+					`"consumers":[{"config":{"durable_name":"down_one","name":"down_one","ack_policy":"explicit","metadata":{"` +
+					destinationKey + `":"` + tc.dest + `"}}}],"missing":["down_one"]}`))
+			})
+			c, err := New(ctx, cfg, testLogger(t, nil))
+			if c != nil {
+				t.Cleanup(func() { _ = c.Close(context.Background()) })
+			}
+			if tc.made {
+				if err != nil {
+					t.Fatalf("New beside an offline consumer of another destination: %v; want the durable made", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "down_one") || strings.Contains(err.Error(), "did not answer") {
+				t.Fatalf("New beside an offline consumer of this destination: %v; want ErrInvalidConfig naming down_one, not as unanswered", err)
+			}
+			if _, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				t.Fatalf("durable %s after the refusal: %v, want none", cfg.Consumer, err)
+			}
+		})
+	}
+}
+
+// An account that imports JetStream's API without CONSUMER.LIST gets no
+// responders for the look, at once: that lasts as long as the account's
+// setup, as a permission refusal does, so it is a warning naming the
+// subject to import, not a refusal to start at every restart (diff
+// review of cf6f3cd).
+func TestSiblingLookWithoutARouteWarns(t *testing.T) {
+	ctx, _, js, cfg := siblingSetup(t)
+	prev := siblingListSubject
+	t.Cleanup(func() { siblingListSubject = prev })
+	siblingListSubject = func(*Config) string { return "nobody.listens." + cfg.Stream }
+	_, log := newLoggedConsumer(t, ctx, cfg)
+	if _, err := js.Consumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatalf("durable %s: %v, want it made", cfg.Consumer, err)
+	}
+	if !strings.Contains(log.String(), "nothing answers") || !strings.Contains(log.String(), "import (or export)") {
+		t.Fatalf("New's log does not say the account has no route to the list, and what to import:\n%s", log)
+	}
+}
