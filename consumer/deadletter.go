@@ -1211,16 +1211,16 @@ func (c *Consumer) noteDeadLetterFull(ctx context.Context, err error, limit stri
 // the server's or the account's store) is taken as still reached: a
 // letter stored, or another answer of the stream's (showsRoom), clears
 // the note then.
-func (f *dlFullError) hasRoom(info *jetstream.StreamInfo) bool {
+func (e *dlFullError) hasRoom(info *jetstream.StreamInfo) bool {
 	if info == nil {
 		return false
 	}
 	if info.Config.Discard != jetstream.DiscardNew {
 		return true
 	}
-	switch f.limit {
+	switch e.limit {
 	case "max_bytes":
-		return info.Config.MaxBytes <= 0 || int64(info.State.Bytes)+f.size <= info.Config.MaxBytes
+		return info.Config.MaxBytes <= 0 || int64(info.State.Bytes)+e.size <= info.Config.MaxBytes
 	case "max_msgs":
 		return info.Config.MaxMsgs <= 0 || int64(info.State.Msgs) < info.Config.MaxMsgs
 	}
