@@ -1234,13 +1234,25 @@ func tooLarge(limit string, info *jetstream.StreamInfo, m *nats.Msg) bool {
 }
 
 // storedSize is the bytes m takes in the stream info describes (nil: a
-// file stream), as nats-server 2.15.2 counts them against max_bytes:
-// subject, headers and body, and 34 bytes of a file store's record
-// (fileStoreMsgSize), or 16 of a memory store's (memStoreMsgSize).
+// file stream), as StoredSize counts them.
 func storedSize(m *nats.Msg, info *jetstream.StreamInfo) int64 {
-	n := int64(len(m.Subject) + headerLen(m.Header) + len(m.Data))
-	if info != nil && info.Config.Storage == jetstream.MemoryStorage {
+	memory := info != nil && info.Config.Storage == jetstream.MemoryStorage
+	return StoredSize(memory, len(m.Subject), headerLen(m.Header), len(m.Data))
+}
+
+// StoredSize is what a message of subject, encoded headers (0: none) and
+// body of these lengths takes in a stream, as nats-server 2.15.2 counts it
+// against max_bytes (fileStoreMsgSize, memStoreMsgSize): those lengths
+// plus, in a file store, the record's length (4), sequence (8), timestamp
+// (8), subject length (2), header length (4, none without headers) and a
+// hash (8); in a memory store, 16.
+func StoredSize(memory bool, subject, hdr, data int) int64 {
+	n := int64(subject + hdr + data)
+	switch {
+	case memory:
 		return n + 16
+	case hdr == 0:
+		return n + 30
 	}
 	return n + 34
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/consumer"
 )
 
 const (
@@ -21,13 +23,6 @@ const (
 	// with more room, a reading serves for this many letters, or roomAge.
 	roomMargin = fetchBatch
 	roomAge    = time.Second
-	// storeOverhead is what a stream's store adds to a message's subject,
-	// encoded headers and body, which are what max_bytes counts with it:
-	// nats-server's file store writes the record's length (4), sequence
-	// (8), timestamp (8), subject length (2), header length (4, none
-	// without headers) and a hash (8); its memory store adds 16, less.
-	// A replayed event always has headers (Nats-Msg-Id).
-	storeOverhead = 34
 	// sourceHash is the length of the hashes nats-server writes into a
 	// Nats-Stream-Source header: of an external source's API prefix, a
 	// durable source's consumer name, and the origin stream's identity.
@@ -74,7 +69,7 @@ func discardsOld(cfg *jetstream.StreamConfig) string {
 }
 
 // need is what l's replayed event takes in the stream, as max_bytes
-// counts it (sizeIn): exact, but in a stream that sources others, where it
+// counts it (consumer.StoredSize): exact, but in a stream that sources others, where it
 // adds an upper bound of the Nats-Stream-Source header the stream writes
 // into the copy it takes from the origin (see sourceHeader): a replayed
 // event reaches such a stream through the origin that captures its
@@ -87,21 +82,7 @@ func (rm *room) need(l *Letter) int64 {
 		// letter's, unless the origin transforms subjects.
 		hdr += rm.sourced + len(m.Subject)
 	}
-	return sizeIn(rm.memory, len(m.Subject), hdr, len(m.Data))
-}
-
-// sizeIn is what a message of subject, encoded headers and body of these
-// lengths takes in a stream of the storage type, as max_bytes counts it
-// (nats-server's fileStoreMsgSize and memStoreMsgSize).
-func sizeIn(memory bool, subject, hdr, data int) int64 {
-	n := int64(subject + hdr + data)
-	switch {
-	case memory:
-		return n + 16
-	case hdr == 0:
-		return n + storeOverhead - 4
-	}
-	return n + storeOverhead
+	return consumer.StoredSize(rm.memory, len(m.Subject), hdr, len(m.Data))
 }
 
 // sourceHeader bounds the bytes of the Nats-Stream-Source header a stream
@@ -389,7 +370,7 @@ func (rm *room) walk(ctx context.Context, wait time.Duration) error {
 		rm.past = true
 		return nil
 	}
-	rm.walked += sizeIn(rm.memory, len(msg.Subject), len(msg.Header), len(msg.Data))
+	rm.walked += consumer.StoredSize(rm.memory, len(msg.Subject), len(msg.Header), len(msg.Data))
 	rm.next = msg.Seq + 1
 	return nil
 }
