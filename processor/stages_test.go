@@ -88,6 +88,9 @@ func TestStagesQuietEnds(t *testing.T) {
 				t.Fatalf("a stage ending cleanly ended hard (%v) or intake (%v)", hard.Err(), intake.Err())
 			}
 			callerEnd()
+			// A context closes its Done before it cancels its children:
+			// the stage sees hard ended, as a real one does, only after.
+			<-hard.Done()
 			st.start("cut short", func() error { return fmt.Errorf("drain cut short: %w", hard.Err()) })
 			if errs := waitStages(t, st); len(errs) != 0 {
 				t.Fatalf("errors %q after the caller ended hard, want none", errs)
