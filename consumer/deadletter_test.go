@@ -1784,6 +1784,9 @@ func TestDeadLetterFullStreamSaysWhatToDo(t *testing.T) {
 	if strings.Contains(log.String(), "did not answer") {
 		t.Fatalf("a full stream taken for one that does not answer; log:\n%s", log)
 	}
+	// The term reaches the server after DeadLetter returns: wait for the
+	// floor to move to 1, then see it go no further.
+	waitFor(t, ctx, "the ack floor at 1", func() bool { lag, err := c.Lag(ctx); return err == nil && lag.AckFloor >= 1 })
 	if lag, err := c.Lag(ctx); err != nil || lag.AckFloor != 1 {
 		t.Fatalf("ack floor = %d (%v), want 1: only the event whose letter was stored is terminated", lag.AckFloor, err)
 	}
