@@ -35,12 +35,13 @@ Exit status 0 when run would work (warnings allowed), 1 when something must
 be fixed first, 2 for a bad config. Ctrl-C (SIGINT or SIGTERM) stops the
 checks under way and exits 1; a second one exits at once.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			cfg, err := cf.load()
 			if err != nil {
 				return err
 			}
 			log := newLogger(cfg, os.Stderr)
+			defer logExitAs(cfg, log, &err)
 			// Tracing as run sets it up, with the OTEL_* variables: run
 			// refuses a bad one (exit 2). It exports nothing here.
 			if err := checkTracing(cmd.Context(), cfg, log); err != nil {

@@ -40,7 +40,7 @@ and --stream.
 Ctrl-C (SIGINT or SIGTERM) cancels the statement under way on the server,
 rolls the DDL back and exits 1; a second one exits at once.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			if err := refused(cmd.Flags(), initIgnores, "nats-url", "stream"); err != nil {
 				return err
 			}
@@ -49,6 +49,7 @@ rolls the DDL back and exits 1; a second one exits at once.`,
 				return err
 			}
 			log := newLogger(cfg, os.Stderr)
+			defer logExitAs(cfg, log, &err)
 			mapper, err := pipeline.Compile(cfg.Columns())
 			if err != nil {
 				return err

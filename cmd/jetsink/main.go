@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"sync"
@@ -50,6 +51,11 @@ func isOutputClosed(err error) bool {
 }
 
 func exitCode(err error) int {
+	say := func(msg any, _ int) { fmt.Fprintln(os.Stderr, "jetsink:", msg) }
+	if jl, ok := err.(jsonLogged); ok {
+		err = jl.err
+		say = func(msg any, code int) { jl.log.Error("exiting", "err", msg, "exit_code", code) }
+	}
 	var usage usageError
 	switch {
 	case err == nil:
@@ -57,17 +63,39 @@ func exitCode(err error) int {
 	case isOutputClosed(err):
 		return exitFailed // its reader has gone: nobody to tell
 	case errors.Is(err, errAborted):
-		fmt.Fprintln(os.Stderr, "jetsink:", err)
+		say(err, exitAborted)
 		return exitAborted
 	case errors.Is(err, config.ErrInvalidConfig), errors.As(err, &usage), isSectionConfigError(err),
 		errors.Is(err, bench.ErrInvalidOptions):
 		for _, p := range config.Problems(err) { // each key at fault on a line of its own
-			fmt.Fprintln(os.Stderr, "jetsink:", p)
+			say(p, exitConfig)
 		}
 		return exitConfig
 	default:
-		fmt.Fprintln(os.Stderr, "jetsink:", err)
+		say(err, exitFailed)
 		return exitFailed
+	}
+}
+
+// jsonLogged is the error of a command whose log is JSON (log.format:
+// json): exitCode writes it as a record of that log (msg "exiting", err,
+// exit_code), so that a pipeline parsing each line of stderr as JSON gets
+// why jetsink exited too; written as text it was a line that pipeline
+// could not parse, or two (pgx's errors span lines), the one line an
+// operator of a crash-looping jetsink looks for.
+type jsonLogged struct {
+	err error
+	log *slog.Logger
+}
+
+func (e jsonLogged) Error() string { return e.err.Error() }
+func (e jsonLogged) Unwrap() error { return e.err }
+
+// logExitAs makes *err, if any, a jsonLogged when cfg's log is JSON.
+// Deferred by the commands that log, once their logger is made.
+func logExitAs(cfg config.Config, log *slog.Logger, err *error) {
+	if *err != nil && cfg.Log.Format == "json" {
+		*err = jsonLogged{*err, log}
 	}
 }
 

@@ -191,9 +191,21 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	_ = level.UnmarshalText([]byte(cfg.Log.Level)) // validated already
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.Log.Format == "json" {
+		opts.ReplaceAttr = durationText
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationText writes a duration in a JSON log as the text log does
+// ("1m0s", "17.134s"): slog's JSON handler writes nanoseconds, a bare
+// 60000000000 under keys (retry_in, away_for, drain_timeout) that name no
+// unit.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 func newRoot() *cobra.Command {

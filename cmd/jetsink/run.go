@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,12 +40,13 @@ Acks that cannot be confirmed before then (the connection closed for good)
 exit 1, saying so; acks that a connection lost on the way may have taken (a
 NATS restart) are logged with their number, and the exit is 0.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			cfg, err := cf.load()
 			if err != nil {
 				return err
 			}
 			log := newLogger(cfg, cmd.ErrOrStderr())
+			defer logExitAs(cfg, log, &err)
 
 			ctx := cmd.Context()
 			intake, stopIntake := context.WithCancel(ctx)
@@ -365,10 +367,29 @@ func logDrained(log *slog.Logger, u unsettled, atStop *unsettled) {
 			"stop_term_errors", u.termErrors-atStop.termErrors, "stop_stale", u.stale-atStop.stale, "stop_given_up", u.givenUp-atStop.givenUp,
 			"stop_released", u.released-atStop.released)
 	}
-	log.Warn("drained: every event taken in is committed or given back, but since the start not all were settled here: acks that failed or that a lost connection may have taken (their events come back after ack_wait), "+
-		"publishes to $JS.ACK the server refused for want of permission (acks_refused: acks, terms, naks and InProgress alike; their events come back, or may, after ack_wait), "+
-		"events whose dead letter could not be stored (nak'ed, they come back), dead letters stored whose term failed (term_errors: their events come back after ack_wait), events of a stream replaced under them (left to it), "+
-		"rows the database refused at the end with nothing left to commit to tell the row's fault from the table's (given_up: unacked, they come back after ack_wait), "+
-		"events given back while PostgreSQL was unreachable (released: nak'ed, they come back, to this instance or another; naks that failed count in ack_errors); "+
-		"each is logged above; stop_* count those since the stop began", args...)
+	// The message names only the kinds that occurred (the args carry
+	// every count): an explanation of all seven made a line of about a
+	// thousand characters, most about counts that were zero.
+	var kinds []string
+	for _, k := range []struct {
+		n    uint64
+		what string
+	}{
+		{u.ackErrors + u.unconfirmed - u.settled, "acks that failed or that a lost connection may have taken (their events come back after ack_wait)"},
+		{u.acksRefused, "publishes to $JS.ACK the server refused for want of permission (acks_refused: acks, terms, naks and InProgress alike; their events come back, or may, after ack_wait)"},
+		{u.deadLetterFailed, "events whose dead letter could not be stored (nak'ed, they come back)"},
+		{u.termErrors, "dead letters stored whose term failed (term_errors: their events come back after ack_wait)"},
+		{u.stale, "events of a stream replaced under them (left to it)"},
+		{u.givenUp, "rows the database refused at the end with nothing left to commit to tell the row's fault from the table's (given_up: unacked, they come back after ack_wait)"},
+		{u.released, "events given back while PostgreSQL was unreachable (released: nak'ed, they come back, to this instance or another; naks that failed count in ack_errors)"},
+	} {
+		if k.n > 0 {
+			kinds = append(kinds, k.what)
+		}
+	}
+	msg := "drained: every event taken in is committed or given back, but since the start not all were settled here: " + strings.Join(kinds, "; ") + "; each is logged above"
+	if atStop != nil {
+		msg += "; stop_* count those since the stop began"
+	}
+	log.Warn(msg, args...)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -153,6 +155,20 @@ func TestLogDrained(t *testing.T) {
 			u.unconfirmed, u.ackErrors, u.acksRefused, u.deadLetterFailed, u.termErrors, u.stale, u.givenUp, u.released)
 		if !settled && (!strings.Contains(out, "level=WARN") || !strings.Contains(out, want)) {
 			t.Errorf("%+v: want a warning with %q: %q", u, want, out)
+		}
+		// The message explains the kinds that occurred, and only those:
+		// all seven made a line of about a thousand characters.
+		for _, k := range []struct {
+			n      uint64
+			phrase string
+		}{
+			{u.ackErrors + u.unconfirmed, "acks that failed"}, {u.acksRefused, "for want of permission"},
+			{u.deadLetterFailed, "dead letter could not be stored"}, {u.termErrors, "whose term failed"}, {u.stale, "stream replaced"},
+			{u.givenUp, "refused at the end"}, {u.released, "while PostgreSQL was unreachable"},
+		} {
+			if got := strings.Contains(out, k.phrase); got != (k.n > 0) {
+				t.Errorf("%+v: %q in the line: %v, want %v: %q", u, k.phrase, got, k.n > 0, out)
+			}
 		}
 	}
 	// Acks a lost connection may have taken, which the consumer showed
@@ -517,4 +533,47 @@ func profileInFlight(t *testing.T, ctx context.Context, r *jetsinkRun) (string, 
 		}
 	}
 	return m[1], profiled
+}
+
+// With log.format json every line run writes is a JSON object, the last
+// saying why it exited (a NATS refusal at start, exit 1), and durations
+// are written as in the text log. Before, the reason was a line of text
+// (two, for pgx's errors), which a pipeline parsing each line as JSON
+// dropped: the one line an operator of a crash-looping jetsink looks for.
+func TestRunLogsItsExitAsJSON(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := natsServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir(), Users: []*server.User{{Username: "jetsink", Password: "right"}}})
+	pg := testenv.Postgres(t)
+	r := startJetsink(t, ctx, "run", "--nats-url", srv.ClientURL(), "--database-url", pg.URL,
+		"--set", "nats.user=jetsink", "--set", "nats.password=wrong", "--set", "log.format=json",
+		"--set", "telemetry.listen=127.0.0.1:0")
+	code := r.wait(t, ctx)
+	out := strings.TrimSpace(r.out.String())
+	lines := strings.Split(out, "\n")
+	for _, l := range lines {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("a line that is not JSON: %q", l)
+		}
+	}
+	var last struct {
+		Level, Msg, Err string
+		ExitCode        int `json:"exit_code"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || code != exitFailed ||
+		last.Level != "ERROR" || last.Msg != "exiting" || last.ExitCode != exitFailed || !strings.Contains(last.Err, "nats") {
+		t.Fatalf("exit %d, last line %+v (%v); want exit %d and an ERROR record \"exiting\" naming the NATS failure:\n%s", code, last, err, exitFailed, out)
+	}
+}
+
+// Durations in a JSON log read as in the text log, not as nanoseconds
+// under a key that names no unit.
+func TestJSONLogWritesDurationsAsText(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := config.Default()
+	cfg.Log.Format = "json"
+	newLogger(cfg, &buf).Info("x", "retry_in", time.Minute, slog.Group("g", "away_for", 17134*time.Millisecond))
+	if want := `"retry_in":"1m0s","g":{"away_for":"17.134s"}`; !strings.Contains(buf.String(), want) {
+		t.Fatalf("want %s in %s", want, buf.String())
+	}
 }
