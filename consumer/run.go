@@ -1540,7 +1540,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 				c.log.Warn("the consumer's max_ack_pending was lowered on the server, and the stream's consumer_limits.max_ack_pending, "+
 					"below jetsink's, keeps jetsink from setting it back (the server refuses a higher one): fewer events are delivered at a time, "+
 					"and the server will refuse the consumer at jetsink's next start and at any re-creation while it runs (as to resubscribe)",
-					"consumer", c.cfg.Consumer, "max_ack_pending", got.MaxAckPending, "limit", limits.MaxAckPending, "nats.max_ack_pending", want,
+					"max_ack_pending", got.MaxAckPending, "limit", limits.MaxAckPending, "nats.max_ack_pending", want,
 					"fix", fmt.Sprintf("set nats.max_ack_pending to %d or less, or remove the stream's limit", limits.MaxAckPending))
 			}
 		default:
@@ -1569,7 +1569,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 			"which this one keeps until keep_until (keep_for after it first saw it) rather than set its own back at once (the two would swap it, "+
 			"each swap skipping events): this one consumes the events of that filter, not of its nats.filter_subject, and then sets its "+
 			"own back; if that is not a rolling update under way, give the two jetsinks the same nats.filter_subject, or a nats.consumer each",
-			"consumer", c.cfg.Consumer, "filter_subject", f, "nats.filter_subject", c.cfg.FilterSubject, "first_seen", at.UTC().Format(time.RFC3339),
+			"filter_subject", f, "nats.filter_subject", c.cfg.FilterSubject, "first_seen", at.UTC().Format(time.RFC3339),
 			"keep_for", c.filterKeep, "keep_until", at.Add(c.filterKeep).UTC().Format(time.RFC3339),
 			"ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	case others:
@@ -1581,7 +1581,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 			"to have them delivered, "+c.remakeAfterEdit(ci)+
 			"; if the other jetsink still runs, give the two the same "+
 			"nats.filter_subject, or a nats.consumer each (each sets its own back keep_for after the other)",
-			"consumer", c.cfg.Consumer, "filter_subject", f, "nats.filter_subject", c.cfg.FilterSubject, "first_seen", at.UTC().Format(time.RFC3339),
+			"filter_subject", f, "nats.filter_subject", c.cfg.FilterSubject, "first_seen", at.UTC().Format(time.RFC3339),
 			"keep_for", c.filterKeep, "ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	case !sameFilter(&got, c.cfg.FilterSubject):
 		changed = append(changed, "filter_subject")
@@ -1589,7 +1589,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 		c.log.Error("the consumer's filter was changed on the server: the events on the subjects it left out that were published "+
 			"meanwhile may have been skipped, and are not delivered once jetsink's filter is applied again (the server does not go back); "+
 			"to have them delivered, "+c.remakeAfterEdit(ci),
-			"consumer", c.cfg.Consumer, "filter_subject", got.FilterSubject, "filter_subjects", got.FilterSubjects,
+			"filter_subject", got.FilterSubject, "filter_subjects", got.FilterSubjects,
 			"nats.filter_subject", c.cfg.FilterSubject, "ack_floor", ci.AckFloor.Stream, "delivered", ci.Delivered.Stream)
 	}
 	if dest := c.cfg.Destination; dest != "" && got.Metadata[destinationKey] != dest {
@@ -1710,12 +1710,12 @@ func (c *Consumer) notePausedOnServer(ci *jetstream.ConsumerInfo) {
 	if ci.Paused {
 		if !c.serverPaused.Swap(true) {
 			c.log.Warn("the consumer was paused on the server (nats consumer pause): nothing is delivered until it resumes (nats consumer resume, or its pause time)",
-				"consumer", c.cfg.Consumer, "resumes_in", ci.PauseRemaining.Round(time.Second))
+				"resumes_in", ci.PauseRemaining.Round(time.Second))
 		}
 		return
 	}
 	if c.serverPaused.Swap(false) {
-		c.log.Info("the consumer's pause on the server is over: delivering again", "consumer", c.cfg.Consumer)
+		c.log.Info("the consumer's pause on the server is over: delivering again")
 	}
 }
 
