@@ -147,6 +147,11 @@ func (s *Sink) noteReach(err error, at time.Time) {
 	if err != nil && cannotReach(err) {
 		msg := err.Error()
 		s.reachErr.Store(&msg)
+		// Counted before the run it may begin is stamped, so that a
+		// concurrent failure counted after the run began counts in it
+		// (one racing the stamp may count in the run before: a line's
+		// count, not a budget).
+		n := s.reachFails.Add(1)
 		for {
 			old := s.unreachableSince.Load()
 			last := s.lastReached.Load()
@@ -154,6 +159,7 @@ func (s *Sink) noteReach(err error, at time.Time) {
 				return // from before the last answer, or a run under way since old
 			}
 			if s.unreachableSince.CompareAndSwap(old, t) {
+				s.reachFailsAt.Store(n - 1)
 				return
 			}
 		}
@@ -166,6 +172,9 @@ func (s *Sink) noteReach(err error, at time.Time) {
 
 // reached stamps lastReached with t (an answer) and ends AWAY.
 func (s *Sink) reached(t int64) {
+	// The run of failures that the answer ends, read before lastReached is
+	// stamped: a failure after the answer begins a new run.
+	runStart, failsAt := s.unreachableSince.Load(), s.reachFailsAt.Load()
 	for {
 		old := s.lastReached.Load()
 		if old >= t || s.lastReached.CompareAndSwap(old, t) {
@@ -187,8 +196,15 @@ func (s *Sink) reached(t int64) {
 			if since := s.refusedSince.Load(); since != 0 && since >= s.unreachableSince.Load() {
 				s.refusedSince.CompareAndSwap(since, 0)
 			}
-			s.log.Info("postgres answers again; taking events again",
-				"away_for", now.Sub(old.since).Round(time.Millisecond), "released", s.st.released.Load()-old.released)
+			// Both lengths: the outage began at the first attempt that
+			// could not reach it (unreachable_for), ReleaseAfter and a
+			// failed probe before the events were given back and the
+			// pulls paused (paused_for); an operator comparing the line
+			// with PostgreSQL's own log wants the first.
+			args := []any{"unreachable_for", time.Duration(s.stamp(now) - runStart).Round(time.Millisecond),
+				"failed_attempts", s.reachFails.Load() - failsAt,
+				"paused_for", now.Sub(old.since).Round(time.Millisecond), "released", s.st.released.Load() - old.released}
+			s.log.Info("postgres answers again; taking events again", args...)
 		}
 	}
 }
@@ -251,7 +267,7 @@ func (r *run) watchReach(ctx context.Context, stop <-chan struct{}) {
 			<-probed
 		}
 		if old := s.switchReach(false, time.Now(), ""); old != nil {
-			s.log.Debug("run ended while postgres was unreachable", "away_for", time.Since(old.since).Round(time.Millisecond))
+			s.log.Debug("run ended while postgres was unreachable", "paused_for", time.Since(old.since).Round(time.Millisecond))
 		}
 	}()
 	t := time.NewTicker(reachTick)

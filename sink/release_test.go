@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -546,5 +547,135 @@ func TestGoAwayUndoneByAnAnswerMeanwhile(t *testing.T) {
 	}
 	if away, _ := s.Away(); !away {
 		t.Fatal("not away")
+	}
+}
+
+// logValue is the value of key in line, a slog text line, unquoted if it
+// was quoted ("" if the line has no such key).
+func logValue(t *testing.T, line, key string) string {
+	t.Helper()
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	v := line[i+len(key)+2:]
+	if strings.HasPrefix(v, `"`) {
+		q, err := strconv.QuotedPrefix(v)
+		if err != nil {
+			t.Fatalf("%s in %q: %v", key, line, err)
+		}
+		u, _ := strconv.Unquote(q)
+		return u
+	}
+	if j := strings.IndexAny(v, " \n"); j >= 0 {
+		v = v[:j]
+	}
+	return v
+}
+
+// logDuration is the duration logged under key in line.
+func logDuration(t *testing.T, line, key string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(logValue(t, line, key))
+	if err != nil {
+		t.Fatalf("%s in %q: %v", key, line, err)
+	}
+	return d
+}
+
+// PostgreSQL stops, the sink goes away once ReleaseAfter has passed, and
+// the server starts again: the line that says it answers again gives the
+// whole outage, from the first attempt that failed (unreachable_for), not
+// only the time the pulls were paused (paused_for), which begins
+// ReleaseAfter later at least. It said away_for=17s for an outage of 46 s.
+func TestRecoveryLineGivesTheWholeOutage(t *testing.T) {
+	ctx := testCtx(t, 120*time.Second)
+	cluster := testenv.NewCluster(t)
+	s, dl := newTestSink(t, ctx, cluster.URL("postgres"), releaseConfig(AtLeastOnce))
+	logs := captureLog(t, s, time.Minute)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	first, mFirst := rows(1, 10, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "the first rows acked", allAcked(mFirst))
+
+	stopped := time.Now()
+	if err := cluster.Stop("fast"); err != nil {
+		t.Fatal(err)
+	}
+	held, mHeld := rows(11, 50, nil)
+	src.push(t, ctx, held)
+	awaySwitch(t, ctx, s, true)
+	waitFor(t, ctx, "the held rows given back", allNaked(mHeld))
+	if err := cluster.Start(); err != nil {
+		t.Fatal(err)
+	}
+	awaySwitch(t, ctx, s, false)
+	back := time.Now()
+	again, mAgain := rows(11, 50, nil)
+	src.push(t, ctx, delivered(again, 2))
+	finishClean(t, ctx, src, wait, dl, mAgain)
+
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "postgres answers again") {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatal("no line saying postgres answers again")
+	}
+	unreachable, paused := logDuration(t, line, "unreachable_for"), logDuration(t, line, "paused_for")
+	// The pause began once the run of failures was ReleaseAfter old (each
+	// rounded to the millisecond).
+	if unreachable+time.Millisecond < paused+s.cfg.ReleaseAfter {
+		t.Errorf("unreachable_for %v, paused_for %v: the outage began ReleaseAfter (%v) before the pause at least; line %q",
+			unreachable, paused, s.cfg.ReleaseAfter, line)
+	}
+	if unreachable > back.Sub(stopped) {
+		t.Errorf("unreachable_for %v, longer than the %v from the stop to the answer; line %q", unreachable, back.Sub(stopped), line)
+	}
+	if n, err := strconv.Atoi(logValue(t, line, "failed_attempts")); err != nil || n < 1 {
+		t.Errorf("failed_attempts %q, want a count of 1 or more; line %q", logValue(t, line, "failed_attempts"), line)
+	}
+	if got := logValue(t, line, "released"); got != "50" {
+		t.Errorf("released=%s, want 50; line %q", got, line)
+	}
+}
+
+// The line that ends an outage counts the attempts that failed in its run
+// of failures: not those of a run an answer ended before, nor one from
+// before that answer that ended after it; and its unreachable_for runs from
+// the run's first failure.
+func TestRecoveryLineCountsTheRunsFailures(t *testing.T) {
+	s := reachSink()
+	logs := &testenv.SyncBuffer{}
+	s.log = slog.New(slog.NewTextHandler(logs, nil))
+	refused := &connectError{where: "127.0.0.1:1", err: syscall.ECONNREFUSED}
+	base := time.Now().Add(-time.Minute)
+	s.noteReach(refused, base)
+	s.noteReach(refused, base.Add(100*time.Millisecond))
+	s.reached(s.stamp(base.Add(time.Second)))
+	s.noteReach(refused, base.Add(500*time.Millisecond)) // ended after the answer
+	start := base.Add(2 * time.Second)
+	for i := range 3 {
+		s.noteReach(refused, start.Add(time.Duration(i)*time.Second))
+	}
+	now := time.Now()
+	d, msg := s.unreachableFor(now)
+	if !s.goAway(now, d, msg) {
+		t.Fatal("not away after a minute of failures")
+	}
+	answered := time.Now()
+	s.reached(s.stamp(answered))
+	line := logs.String()
+	if !strings.Contains(line, "postgres answers again") {
+		t.Fatalf("no line saying postgres answers again: %q", line)
+	}
+	if got := logValue(t, line, "failed_attempts"); got != "3" {
+		t.Errorf("failed_attempts=%s, want 3; line %q", got, line)
+	}
+	if got, want := logDuration(t, line, "unreachable_for"), answered.Sub(start); got < want.Truncate(time.Millisecond) || got > time.Since(start)+time.Millisecond {
+		t.Errorf("unreachable_for=%v, want the %v since the run's first failure; line %q", got, want, line)
 	}
 }

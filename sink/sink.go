@@ -177,6 +177,10 @@ type Sink struct {
 	// the latest reach failure (see noteReach, and release.go).
 	unreachableSince, lastReached atomic.Int64
 	reachErr                      atomic.Pointer[string]
+	// reachFails counts the reach failures noted (noteReach), and
+	// reachFailsAt is its count when the run of them under way began: the
+	// line that ends an outage says how many attempts it failed.
+	reachFails, reachFailsAt atomic.Uint64
 	// reach is the state Away reports, replaced under reachMu at each
 	// switch (switchReach).
 	reach         atomic.Pointer[reachState]
