@@ -104,8 +104,8 @@ const (
 // and it is terminated then). An event whose stream was replaced since it was taken
 // (its Epoch is not the consumer's) is not terminated: the term would land
 // on the new stream's event with the same sequence. A stored letter is
-// logged at Warn, "event dead-lettered", at most once a second (held_back
-// counts the rest), with its reason, but for a row the database refused,
+// logged at Warn, "event dead-lettered", at most once a second for each
+// code (held_back counts the rest of that code), with its reason, but for a row the database refused,
 // whose reason may quote the row's values (its code and SQLSTATE are
 // logged). Safe for concurrent use.
 func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeline.DeadLetter) error {
@@ -162,15 +162,15 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 		c.stats.deadLettered.Add(1)
 	}
 	// The one line of a stored dead letter (the worker and the sink log
-	// none at Warn), at most once every dlProbeEvery: a producer sending
-	// bad events, or a table refusing many rows, would log a line each
-	// (the dead-letter stream holds every one,
+	// none at Warn), at most once every dlProbeEvery for each code: a
+	// producer sending bad events, or a table refusing many rows, would
+	// log a line each (the dead-letter stream holds every one,
 	// jetsink_events_dead_lettered_total counts them).
 	msg := "event dead-lettered"
 	if ack.Duplicate {
 		msg = "event dead-lettered before (its dead letter is stored once); terminating it"
 	}
-	c.dlDoneLog.Log(ctx, c.log, slog.LevelWarn, dlProbeEvery, msg, "subject", ev.Subject, "stream", ev.Stream, "stream_seq", ev.StreamSeq,
+	c.dlDoneLog.of(dl.Code).Log(ctx, c.log, slog.LevelWarn, dlProbeEvery, msg, "subject", ev.Subject, "stream", ev.Stream, "stream_seq", ev.StreamSeq,
 		"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered, "reason", loggedReason(dl))
 	reason := dl.Code
 	if reason == "" {
@@ -412,6 +412,42 @@ var errDeadLetterUnanswered = pipeline.ErrDeadLetterHeldBack
 // dlProbeEvery is how often, at most, an open breaker lets one dead letter
 // through as a probe.
 const dlProbeEvery = time.Second
+
+// dlCodeLimit bounds the line of a stored dead letter, "event
+// dead-lettered", to one every dlProbeEvery for each code, held_back
+// counting that code's letters not logged since: under one bound for
+// all, the code that came first in each second took every line, and
+// another as frequent was never named (a reviewer's run: 240 letters,
+// half of them out_of_range, logged as invalid_json only). The codes are
+// pipeline.DeadLetterCodes, a small fixed set, each with its own bound;
+// any other code (a DeadLetterer's caller may pass one) shares the last.
+// The zero value is ready; safe for concurrent use.
+type dlCodeLimit struct {
+	byCode [dlCodeSlots]pipeline.Every
+}
+
+// dlCodeSlots is the number of bounds of a dlCodeLimit: room for more
+// codes than pipeline.DeadLetterCodes has, and one for any other
+// (TestDeadLetterCodesHaveASlotEach).
+const dlCodeSlots = 20
+
+// dlCodeSlot is the index of each of pipeline.DeadLetterCodes in a
+// dlCodeLimit; read-only.
+var dlCodeSlot = func() map[string]int {
+	m := map[string]int{}
+	for i, code := range pipeline.DeadLetterCodes() {
+		m[code] = min(i, dlCodeSlots-1)
+	}
+	return m
+}()
+
+// of is the bound of code's lines.
+func (l *dlCodeLimit) of(code string) *pipeline.Every {
+	if i, ok := dlCodeSlot[code]; ok {
+		return &l.byCode[i]
+	}
+	return &l.byCode[dlCodeSlots-1]
+}
 
 // dlRecreateEvery is how often, at most, DeadLetter re-creates a deleted
 // dead-letter stream (create_stream).
