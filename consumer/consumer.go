@@ -66,6 +66,8 @@ type Consumer struct {
 	closed                chan struct{} // closed by the connection's closed handler
 	// reconnected has a token after each reconnect, for serve.
 	reconnected chan struct{}
+	// outage watches the connection while it is lost (natsOptions).
+	outage natsOutage
 
 	// cons is the durable consumer handle; Run replaces it when it has to
 	// re-create the consumer.
@@ -184,7 +186,7 @@ type Consumer struct {
 	dlLooked    atomic.Pointer[dlLook] // deadLetterStreamThere's last verdict
 	dlHeldLog   pipeline.Every
 	dlFailLog   pipeline.Every // the same for the other failed dead letters
-	dlDoneLog   dlCodeLimit    // the same for the stored ones, for each code
+	dlDoneLog   pipeline.Every // the same for the stored ones
 	// asyncErrs and subErrs bound the log lines of the connections' and
 	// the pull subscription's errors (asyncErrEvery): a server that
 	// refuses the user's acks answers each with one.
@@ -445,6 +447,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	c := &Consumer{cfg: cfg, log: log, base: time.Now(), closed: make(chan struct{}), reconnected: make(chan struct{}, 1),
 		recheckRefused: refusedRecheck, floorEvery: floorEvery, filterKeep: defaultFilterKeep, stuckAfter: stuckAfter, lookTimeout: 5 * time.Second,
 		streamLookTimeout: 5 * time.Second, recheckGap: recheckGap, confirmWait: abortBudget}
+	c.outage.after = outageAfter
 
 	opts, err := c.natsOptions()
 	if err != nil {
@@ -530,7 +533,9 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 			c.acks.lost()
 			c.acks.disconnects.Add(1)
 			c.log.Warn("nats disconnected", "err", err)
+			c.outage.down(c.log)
 		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { c.outage.failed(err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			// nats.go calls this after the disconnect handler: the loss is
 			// told (see confirm).
@@ -543,14 +548,18 @@ func (c *Consumer) natsOptions() ([]nats.Option, error) {
 			// server nats.go left.
 			c.wireDialFails.Store(0)
 			c.wireGaveUp.Store(false)
-			c.log.Info("nats reconnected", "url", connectedURL(nc))
+			away, attempts := c.outage.up()
+			c.log.Info("nats reconnected", "url", connectedURL(nc), "away_for", away.Round(time.Millisecond), "reconnect_attempts", attempts)
 			// While the connection was down the stream may have been
 			// re-created, and nats.go's pulls go on with whatever stream
 			// answers: push (exactly-once) or serve (at-least-once) has
 			// Run check it again.
 			c.lookAgain()
 		}),
-		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
+		nats.ClosedHandler(func(*nats.Conn) {
+			c.outage.stop() // before Close returns: nothing is logged after it
+			close(c.closed)
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if c.noteLeaderWatchDenial(err) {
 				return
@@ -830,6 +839,102 @@ const quietEvery = time.Minute
 // server answered asks for no other: pulls go out once a heartbeat tick,
 // and those refused while a look ran (up to 5 s) come in a burst.
 const recheckGap = 5 * time.Second
+
+// outageAfter is how long the NATS connection stays lost before natsOutage
+// logs an Error: as long as NotConsuming waits (stuckAfter), and as
+// PostgreSQL's default release_after. Not ack_wait: the server redelivers
+// nothing to a jetsink it cannot reach, and a reconnect in a rolling
+// upgrade of the servers takes seconds. The Error comes again after
+// outageRepeatMin, doubling up to outageRepeatMax, while it lasts.
+const (
+	outageAfter     = stuckAfter
+	outageRepeatMin = time.Minute
+	outageRepeatMax = 16 * time.Minute
+)
+
+// natsOutage watches a lost NATS connection. nats.go reconnects for ever
+// (MaxReconnects(-1)) and tells only the loss (Warn) and the reconnect:
+// an outage of ten minutes logged one Warn, and an alert on Error, which
+// sees PostgreSQL's outages, missed it. Both pull clients stop with
+// nats.go's connection (the wire client pulls only while it is up: see
+// natsOptions), so one watch covers both. Its methods run on nats.go's
+// callback goroutine, tell on a timer's; mu guards all.
+type natsOutage struct {
+	mu       sync.Mutex
+	after    time.Duration // the first Error after this long (tests shorten it)
+	since    time.Time     // when the connection was lost; zero while it is up
+	timer    *time.Timer   // the next Error's
+	next     time.Duration // the wait after the next Error
+	attempts int           // reconnect attempts failed since
+	lastErr  error         // the last one's error
+	stopped  bool          // the connection is closed: nothing more to say
+}
+
+// down starts the watch of a connection lost now; a second call before up
+// keeps the first's start.
+func (o *natsOutage) down(log *slog.Logger) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stopped || !o.since.IsZero() {
+		return
+	}
+	o.since, o.attempts, o.lastErr, o.next = time.Now(), 0, nil, outageRepeatMin
+	o.timer = time.AfterFunc(o.after, func() { o.tell(log) })
+}
+
+// failed counts a reconnect attempt that failed with err.
+func (o *natsOutage) failed(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.since.IsZero() {
+		o.attempts++
+		o.lastErr = err
+	}
+}
+
+// up ends the watch: the connection is back. It returns how long it was
+// lost and the reconnect attempts that failed meanwhile.
+func (o *natsOutage) up() (away time.Duration, attempts int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.timer != nil {
+		o.timer.Stop()
+	}
+	if !o.since.IsZero() {
+		away, attempts = time.Since(o.since), o.attempts
+	}
+	o.since, o.timer = time.Time{}, nil
+	return away, attempts
+}
+
+// stop ends the watch for good (the connection is closed): once it
+// returns, tell logs nothing.
+func (o *natsOutage) stop() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.stopped = true
+	if o.timer != nil {
+		o.timer.Stop()
+	}
+}
+
+// tell logs that the connection is still lost, and sets the next time.
+func (o *natsOutage) tell(log *slog.Logger) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stopped || o.since.IsZero() {
+		return // up or stop came first
+	}
+	lastErr := "none yet"
+	if o.lastErr != nil {
+		lastErr = o.lastErr.Error()
+	}
+	log.Error("NATS unreachable: nothing is consumed or acked, the events wait in JetStream; jetsink keeps reconnecting",
+		"unreachable_for", time.Since(o.since).Round(time.Millisecond), "reconnect_attempts", o.attempts, "last_err", lastErr,
+		"next_report_in", o.next, "fix", "check that the NATS servers of nats.url are up and reachable from this host")
+	o.timer = time.AfterFunc(o.next, func() { o.tell(log) })
+	o.next = min(2*o.next, outageRepeatMax)
+}
 
 // reconnectDelay is 100ms doubling per attempt up to 5s, with 20% jitter.
 func reconnectDelay(attempts int) time.Duration {

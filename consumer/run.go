@@ -866,7 +866,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 				c.noteAckRefusal(err)
 				c.notePullRefusal(err) // the wire client's pulls
 				s.unlogged = err
-				if c.subErrs.Log(ctx, c.log, slog.LevelWarn, asyncErrEvery, "pull subscription", "err", err) {
+				if c.subErrs.Log(ctx, c.log, slog.LevelWarn, asyncErrEvery, pullFailed, "err", err) {
 					s.unlogged = nil
 				}
 				continue
@@ -901,7 +901,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 			// wait in errs: this case and that one were ready together. Or
 			// it was read, and held back from the log (subErrs).
 			if s.unlogged != nil {
-				c.log.Warn("pull subscription", "err", s.unlogged)
+				c.log.Warn(pullFailed, "err", s.unlogged)
 			}
 			s.logErrs(c.log)
 			if c.nc.IsClosed() {
@@ -1256,13 +1256,18 @@ func (s *session) drain(hard context.Context) (over bool, err error) {
 	return s.awaitClosed(hard)
 }
 
+// pullFailed is the message of an error a session's pull client reported
+// (a lost connection, a refused pull, a deleted consumer); the session may
+// go on, or end and Run subscribe again.
+const pullFailed = "pulling from the consumer failed"
+
 // logErrs logs, at Warn, the errors the session reported that nobody has
 // read.
 func (s *session) logErrs(log *slog.Logger) {
 	for {
 		select {
 		case err := <-s.errs:
-			log.Warn("pull subscription", "err", err)
+			log.Warn(pullFailed, "err", err)
 			s.lastErr = err
 		default:
 			return

@@ -1,0 +1,94 @@
+package consumer
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetsink/jetsink/tests/testenv"
+)
+
+// shortenOutage has c's outage watch log its first Error after d.
+func shortenOutage(c *Consumer, d time.Duration) {
+	c.outage.mu.Lock()
+	defer c.outage.mu.Unlock()
+	c.outage.after = d
+}
+
+// A NATS outage of minutes logged one Warn ("nats disconnected") and then
+// nothing until the reconnect (Info): an alert on Error, which sees
+// PostgreSQL's outages, missed it, with either pull client. Still
+// disconnected after outageAfter (shortened here), the consumer logs an
+// Error saying NATS is unreachable, for how long, and that the events
+// wait in JetStream; the reconnect says how long it was away and how many
+// attempts failed. No line carries the password of nats.url.
+func TestNATSOutageLogsAnError(t *testing.T) {
+	onePassOnly(t) // runs with each pull client
+	for _, client := range []string{PullClientWire, PullClientNATSGo} {
+		t.Run(client, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			srv := testenv.NATS(t)
+			cfg := testConfig(t, srv)
+			cfg.PullClient = client
+			cfg.URL = strings.Replace(cfg.URL, "nats://", "nats://jetsink:"+sentinel+"@", 1)
+			log, buf := jsonLog(t)
+			c, err := New(ctx, cfg, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close(context.Background()) })
+			const after = 300 * time.Millisecond
+			shortenOutage(c, after)
+			publish(t, ctx, jsFor(t, srv), cfg, 1, 1, 0)
+			r := startRun(t, ctx, c, 1, 64, 16)
+			r.ackUntil(t, ctx, 0)
+
+			srv.Shutdown()
+			const unreachable = "NATS unreachable"
+			waitFor(t, ctx, "the outage's Error", func() bool { return strings.Contains(buf.String(), unreachable) })
+			if c.nc.IsConnected() {
+				t.Fatal("connected while the server is down")
+			}
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, ctx, "the reconnect", func() bool { return strings.Contains(buf.String(), `"msg":"nats reconnected"`) })
+			// Consuming again.
+			publish(t, ctx, jsFor(t, srv), cfg, 1, 1, 1)
+			r.ackUntil(t, ctx, 1)
+			r.stopClean(t, ctx)
+			_ = c.Close(context.Background())
+
+			if strings.Contains(buf.String(), sentinel) {
+				t.Fatalf("a log line carries the password:\n%s", buf.String())
+			}
+			recs := jsonRecords(t, buf.String())
+			errs := records(recs, unreachable)
+			if len(errs) != 1 { // the next is a minute later
+				t.Fatalf("%d lines %q, want 1", len(errs), unreachable)
+			}
+			e := errs[0]
+			if e["level"] != "ERROR" || !strings.Contains(e["msg"].(string), "the events wait in JetStream") ||
+				e["unreachable_for"].(float64) < float64(after) || e["fix"] == nil || e["last_err"] == nil {
+				t.Fatalf("the outage's line: %v; want an Error saying the events wait, with unreachable_for >= %v, last_err and fix", e, after)
+			}
+			var back []map[string]any
+			for _, r := range recs {
+				if r["msg"] == "nats reconnected" {
+					back = append(back, r)
+				}
+			}
+			if len(back) != 1 {
+				t.Fatalf("%d reconnect lines, want 1", len(back))
+			}
+			if away, _ := back[0]["away_for"].(float64); away < float64(after) {
+				t.Fatalf("the reconnect line's away_for: %v, want at least the %v before the Error: %v", back[0]["away_for"], after, back[0])
+			}
+			if n, _ := back[0]["reconnect_attempts"].(float64); n < 1 {
+				t.Fatalf("the reconnect line's reconnect_attempts: %v, want the failed ones (>= 1): %v", back[0]["reconnect_attempts"], back[0])
+			}
+		})
+	}
+}
