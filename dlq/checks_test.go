@@ -83,23 +83,18 @@ func TestReplayOnlyWhereTheConsumerReads(t *testing.T) {
 }
 
 // Letters another jetsink wrote (its own durable on the same stream, the
-// same dead-letter subject) are left for its replay, and counted; letters
-// of older versions, without Jetsink-Consumer, are replayed.
+// same dead-letter subject) are left for its replay, and counted.
 func TestReplayLeavesOtherConsumersLetters(t *testing.T) {
 	js, ctx := setup(t, 0)
 	if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: "jetsink", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
-	for i, who := range []string{"jetsink", "other", "", "other"} {
-		var h nats.Header
-		if who != "" {
-			h = nats.Header{consumer.HeaderConsumer: {who}}
-		}
-		putLetterData(t, ctx, js, "dlq.EV", i, []byte("{}"), h)
+	for i, who := range []string{"jetsink", "other", "jetsink", "other"} {
+		putLetterData(t, ctx, js, "dlq.EV", i, []byte("{}"), nats.Header{consumer.HeaderConsumer: {who}})
 	}
 	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "jetsink"})
 	if err != nil || rep.Replayed != 2 || rep.Others != 2 || rep.Matched != 2 {
-		t.Fatalf("report %+v, %v; want 2 replayed (jetsink's and the old one), 2 left as the other's", rep, err)
+		t.Fatalf("report %+v, %v; want jetsink's 2 replayed, 2 left as the other's", rep, err)
 	}
 	if _, ok := by["ev.1"]; ok {
 		t.Fatalf("the other consumer's letter was handled: %+v", by["ev.1"])
@@ -116,6 +111,48 @@ func TestReplayLeavesOtherConsumersLetters(t *testing.T) {
 	}
 	if n := testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); n != 0 {
 		t.Fatalf("%d dead letters left, want none", n)
+	}
+}
+
+// A letter that names no consumer (no Jetsink-Consumer: a jetsink from
+// before it wrote it) may be another jetsink's on the same stream, whose
+// cause may not be fixed: the upgrade review's replay by consumer a
+// re-published consumer b's 20 such letters, a's table got 20 rows of b's
+// events and b's 20 came back. Replay by a (or WrittenBy b) leaves it,
+// in a dry run too, and counts it apart from the other consumer's;
+// IncludeUnnamed replays it, and still not b's.
+func TestReplayLeavesLettersThatNameNoConsumer(t *testing.T) {
+	js, ctx := setup(t, 0)
+	for _, name := range []string{"a", "b"} { // two jetsinks, each taking every subject
+		if _, err := js.CreateOrUpdateConsumer(ctx, "EV", jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, who := range [][]string{{"a"}, nil, {"b"}, nil} {
+		putLetterData(t, ctx, js, "dlq.EV", i, []byte("{}"), nats.Header{consumer.HeaderConsumer: who})
+	}
+	for _, o := range []Options{
+		{Stream: "EV_DLQ", Consumer: "a", DryRun: true},
+		{Stream: "EV_DLQ", Consumer: "a", WrittenBy: "b", DryRun: true},
+		{Stream: "EV_DLQ", Consumer: "a"},
+	} {
+		rep, by, err := outcomes(t, ctx, js, o)
+		if err != nil || rep.Matched != 1 || rep.Others != 1 || rep.Unnamed != 2 || !slices.Equal(rep.UnnamedLetters, []uint64{2, 4}) || rep.Failed != 0 {
+			t.Fatalf("%+v: report %+v, %v; want 1 matched, 1 other's, the 2 naming no consumer (2, 4) left", o, rep, err)
+		}
+		if _, ok := by["ev.1"]; ok {
+			t.Fatalf("%+v: the letter naming no consumer was handled: %+v", o, by["ev.1"])
+		}
+	}
+	if ev, dl := testenv.StreamMsgs(t, ctx, js, "EV"), testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); ev != 1 || dl != 3 {
+		t.Fatalf("%d events, %d dead letters; want a's 1 replayed, b's and the 2 naming no consumer left", ev, dl)
+	}
+	rep, by, err := outcomes(t, ctx, js, Options{Stream: "EV_DLQ", Consumer: "a", IncludeUnnamed: true})
+	if err != nil || rep.Replayed != 2 || rep.Deleted != 2 || rep.Unnamed != 0 || rep.Others != 1 || !by["ev.1"].Deleted || !by["ev.0"].Deleted {
+		t.Fatalf("report %+v, %v, outcomes %+v; want the 2 naming no consumer replayed, b's left", rep, err, by)
+	}
+	if ev, dl := testenv.StreamMsgs(t, ctx, js, "EV"), testenv.StreamMsgs(t, ctx, js, "EV_DLQ"); ev != 3 || dl != 1 {
+		t.Fatalf("%d events, %d dead letters; want 3 and b's 1", ev, dl)
 	}
 }
 

@@ -24,7 +24,10 @@
 // (a dead-letter stream may hold the letters of several jetsinks); with
 // Options.Consumer it leaves the letters another consumer wrote
 // (Report.Others); Options.WrittenBy replays those of another consumer
-// instead, such as the durable's old name after a rename. With
+// instead, such as the durable's old name after a rename. Either way it
+// leaves the letters that name no consumer, which a jetsink from before
+// Jetsink-Consumer wrote, perhaps another one reading the same stream
+// (Report.Unnamed), unless Options.IncludeUnnamed. With
 // Options.EventStream it leaves the letters of another stream's events
 // too (jetsinks on two streams share the default dead-letter subject).
 //

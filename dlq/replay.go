@@ -175,7 +175,8 @@ type Options struct {
 	// Consumer, if set, is the durable consumer that reads the event
 	// streams (nats.consumer). Letters another consumer wrote (their
 	// Jetsink-Consumer) are left alone: replayed, their event would reach
-	// that consumer's jetsink again too. A letter is re-published only if that
+	// that consumer's jetsink again too; so are those that name none,
+	// unless IncludeUnnamed. A letter is re-published only if that
 	// consumer is on its stream and takes its subject (ErrNoReader):
 	// otherwise the event would wait where nothing reads it, or, in a
 	// stream with interest retention, be dropped at once although the
@@ -187,6 +188,19 @@ type Options struct {
 	// letters carry it in Jetsink-Consumer. Consumer still has to read
 	// each letter's event.
 	WrittenBy string
+	// IncludeUnnamed replays, with Consumer or WrittenBy set, the letters
+	// that name no consumer too (no Jetsink-Consumer: a jetsink built
+	// before 3ba427c, 2026-12-03, wrote them), which Replay otherwise
+	// leaves and counts (Report.Unnamed): any jetsink reading their stream
+	// may have written one, and replayed, its event would reach that
+	// jetsink again, whose cause may not be fixed, as well as this one,
+	// which would store it in its own table. Set it when only this
+	// jetsink's letters are among them (or the Filter picks its own).
+	// Replay does not guess it from the durables on the event stream: a
+	// jetsink whose durable was since deleted or renamed wrote letters
+	// that no durable there names, and a durable that is no jetsink's
+	// wrote none.
+	IncludeUnnamed bool
 	// EventStream, if set, is the event stream whose letters are
 	// replayed: a letter whose Jetsink-Stream is another (a jetsink on
 	// another stream whose dead-letter subject is the same, as the
@@ -248,6 +262,13 @@ type Report struct {
 	NotLetters []uint64
 	Others     int // letters the filter selected that another consumer wrote (Jetsink-Consumer is not Options.WrittenBy, or Consumer), or of another stream's events (Jetsink-Stream is not Options.EventStream), left for their own replay
 	Failed     int // re-publish or delete failed, or (in a dry run too) nothing would read the event (ErrNoReader), or it is a key-value bucket's or an object store's (ErrKeyValue, ErrObjectStore)
+	// Unnamed counts the letters the filter selected that name no
+	// consumer (no Jetsink-Consumer: an older jetsink wrote them), left
+	// because Options.Consumer or WrittenBy is set and IncludeUnnamed is
+	// not: they may be another jetsink's. UnnamedLetters lists the
+	// dead-letter sequences of the first NotLettersNamed, in order.
+	Unnamed        int
+	UnnamedLetters []uint64
 	// Markers counts the subject delete markers read (see marker): the
 	// server's own, where the last message of a subject aged out, not
 	// letters and not skipped. Scanned counts them too.
@@ -517,9 +538,18 @@ func (rep *Report) scan(hard context.Context, js jetstream.JetStream, stream jet
 	if !o.Filter.Match(l) {
 		return false, nil
 	}
-	if by := cmp.Or(o.WrittenBy, o.Consumer); by != "" && l.Consumer != "" && l.Consumer != by ||
-		o.EventStream != "" && l.Stream != o.EventStream {
+	switch by := cmp.Or(o.WrittenBy, o.Consumer); {
+	case by != "" && l.Consumer != "" && l.Consumer != by, o.EventStream != "" && l.Stream != o.EventStream:
 		rep.Others++
+		return false, nil
+	case by != "" && l.Consumer == "" && !o.IncludeUnnamed:
+		// A jetsink from before Jetsink-Consumer wrote it: perhaps
+		// another one reading the same stream, whose cause may not be
+		// fixed (see Options.IncludeUnnamed).
+		rep.Unnamed++
+		if len(rep.UnnamedLetters) < NotLettersNamed {
+			rep.UnnamedLetters = append(rep.UnnamedLetters, l.Seq)
+		}
 		return false, nil
 	}
 	rep.Matched++

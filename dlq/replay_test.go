@@ -84,8 +84,11 @@ func letterID(i int) string {
 	return fmt.Sprintf("EV:%d:%d:jetsink", 100+i, 1_700_000_000_000_000_000+int64(i))
 }
 
-// putLetterData is putLetter with data for the body and extra headers.
-// It returns the stream's PubAck.
+// putLetterData is putLetter with data for the body and extra headers (a
+// nil value leaves the header out: {consumer.HeaderConsumer: nil} for a
+// letter of an older jetsink, which names no consumer). Its letters are
+// consumer jetsink's, as a jetsink of this version writes them. It
+// returns the stream's PubAck.
 func putLetterData(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string, i int, data []byte, extra nats.Header) *jetstream.PubAck {
 	t.Helper()
 	stage := "decode"
@@ -100,10 +103,15 @@ func putLetterData(t *testing.T, ctx context.Context, js jetstream.JetStream, su
 		consumer.HeaderCode:      {fmt.Sprintf("c%d", i%2)},
 		consumer.HeaderReason:    {"test"},
 		consumer.HeaderOrigMsgID: {fmt.Sprintf("orig-%d", i)},
+		consumer.HeaderConsumer:  {"jetsink"},
 		jetstream.MsgIDHeader:    {letterID(i)},
 		"Traceparent":            {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
 	}
 	for k, v := range extra {
+		if v == nil {
+			delete(h, k)
+			continue
+		}
 		h[k] = v
 	}
 	ack, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: data})

@@ -86,7 +86,7 @@ func TestReplayRefusesToPushOutUnreadEvents(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		consumer     string // Options.Consumer
-		writtenBy    string // the letter's Jetsink-Consumer
+		writtenBy    string // the letter's Jetsink-Consumer, "" for none
 		read, events int    // events jetsink acked, of those published
 		max          int64  // max_msgs
 		allow        bool
@@ -96,11 +96,11 @@ func TestReplayRefusesToPushOutUnreadEvents(t *testing.T) {
 	}{
 		// The review's reproduction: the bad event 1, read (dead-lettered),
 		// then 5 unread: the stream holds 2-6.
-		{"full of unread events", "jetsink", "", 1, 6, 5, false, false,
+		{"full of unread events", "jetsink", "jetsink", 1, 6, 5, false, false,
 			"stream EV, the letter's Jetsink-Stream, drops its oldest messages to store new ones (max_msgs 5, discard old), " +
 				"and has no room: it held 5 messages, 5 of them after consumer jetsink's ack floor (stream sequence 1), not read yet", 2},
-		{"room where jetsink read", "jetsink", "", 3, 6, 5, false, true, "", 3},
-		{"allowed", "jetsink", "", 1, 6, 5, true, true, "", 3},
+		{"room where jetsink read", "jetsink", "jetsink", 3, 6, 5, false, true, "", 3},
+		{"allowed", "jetsink", "jetsink", 1, 6, 5, true, true, "", 3},
 		// The reader the letter names, when Options.Consumer does not.
 		{"the letter's consumer, full", "", "jetsink", 1, 6, 5, false, false,
 			"it held 5 messages, 5 of them after consumer jetsink's ack floor (stream sequence 1)", 2},
@@ -115,7 +115,7 @@ func TestReplayRefusesToPushOutUnreadEvents(t *testing.T) {
 			js, ctx := setup(t, 0)
 			s := fullStream(t, ctx, js, jetstream.StreamConfig{MaxMsgs: tc.max}, tc.read, tc.events)
 			before := streamState(t, ctx, s)
-			var h nats.Header // none: a letter of an older version
+			h := nats.Header{consumer.HeaderConsumer: nil} // none: a letter of an older version
 			if tc.writtenBy != "" {
 				h = nats.Header{consumer.HeaderConsumer: {tc.writtenBy}}
 			}

@@ -62,7 +62,12 @@ delete is retried a few times.
 Letters another durable consumer wrote (Jetsink-Consumer: another jetsink
 reading the same stream) are left for that jetsink's replay; --written-by
 NAME replays those of consumer NAME instead (after renaming nats.consumer,
-the letters written under its old name). A letter is
+the letters written under its old name). Letters that name no consumer
+(no Jetsink-Consumer: a jetsink from before 2026-12-03 wrote them) may be
+another jetsink's on the same stream, whose cause may not be fixed: they
+are left and counted too, unless --include-unnamed (--dry-run
+--include-unnamed lists them; --subject, --seq or --since pick this
+jetsink's). A letter is
 published only if the durable consumer nats.consumer is on its
 stream and its filter takes the letter's subject (--set nats.consumer=NAME
 for another): otherwise nothing would read the event, and a stream with
@@ -228,11 +233,22 @@ taken for no filter. Exit status 1 if any replay or delete failed.`,
 					shown(l.Stream), l.StreamSeq, l.Reason, state)
 			})
 			if o.DryRun {
-				fmt.Fprintf(w, "%s: scanned %d, matched %d, would replay %d, would fail %d, %s%s, %d of other consumers' or streams'; dry run: nothing re-published or deleted\n",
-					o.Stream, rep.Scanned, rep.Matched, rep.Matched-rep.Failed, rep.Failed, skipped(rep), markers(rep), rep.Others)
+				fmt.Fprintf(w, "%s: scanned %d, matched %d, would replay %d, would fail %d, %s%s, %d of other consumers' or streams'%s; dry run: nothing re-published or deleted\n",
+					o.Stream, rep.Scanned, rep.Matched, rep.Matched-rep.Failed, rep.Failed, skipped(rep), markers(rep), rep.Others, unnamed(rep))
 			} else {
-				fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, %s%s, %d of other consumers' or streams', failed %d\n",
-					o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, skipped(rep), markers(rep), rep.Others, rep.Failed)
+				fmt.Fprintf(w, "%s: scanned %d, matched %d, replayed %d, deleted %d, %s%s, %d of other consumers' or streams'%s, failed %d\n",
+					o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, skipped(rep), markers(rep), rep.Others, unnamed(rep), rep.Failed)
+			}
+			if rep.Unnamed > 0 {
+				seqs := strings.Join(seqList(rep.UnnamedLetters), ", ")
+				if more := rep.Unnamed - len(rep.UnnamedLetters); more > 0 {
+					seqs += fmt.Sprintf(" and %d more", more)
+				}
+				fmt.Fprintf(w, "left %d dead letters that name no consumer (%s %s): a jetsink from before 2026-12-03 wrote them, without Jetsink-Consumer, "+
+					"and they may be another jetsink's on the same stream, whose cause may not be fixed; replayed, such a letter's event would reach that jetsink again "+
+					"and be stored by this one (nats.consumer %s) too. List them with --dry-run --include-unnamed; replay them with --include-unnamed "+
+					"once they are this jetsink's (--subject, --seq or --since pick them)\n",
+					rep.Unnamed, o.Stream, seqs, o.Consumer)
 			}
 			// The letters of a store's events (dlq.ErrKeyValue,
 			// dlq.ErrObjectStore) it did not replay, in the store's words.
@@ -303,6 +319,7 @@ taken for no filter. Exit status 1 if any replay or delete failed.`,
 	fl.StringVar(&seqRange, "seq", "", "only these dead-letter stream sequences: N, N-M or N-")
 	fl.StringVar(&o.EventStream, "event-stream", "", "replay the dead letters of stream NAME's events (Jetsink-Stream; default nats.stream); nats.consumer must read them there")
 	fl.StringVar(&o.WrittenBy, "written-by", "", "replay the dead letters durable consumer NAME wrote (Jetsink-Consumer; default nats.consumer), e.g. its old name after a rename; nats.consumer must still read their events")
+	fl.BoolVar(&o.IncludeUnnamed, "include-unnamed", false, "replay the dead letters that name no consumer too (no Jetsink-Consumer: a jetsink from before 2026-12-03 wrote them; they may be another jetsink's on the same stream)")
 	fl.IntVar(&o.Limit, "limit", 0, "stop after this many dead letters (0: all)")
 	fl.BoolVar(&o.DryRun, "dry-run", false, "list what would be replayed; publish and delete nothing")
 	// A filter given an empty value ("--code $CODE" with CODE unset) is
@@ -413,6 +430,16 @@ func markers(rep dlq.Report) string {
 		return ""
 	}
 	return fmt.Sprintf(", passed over %d subject delete markers (the server's, where letters aged out)", rep.Markers)
+}
+
+// unnamed is the summary's count of the letters naming no consumer that
+// replay left (dlq.Report.Unnamed), "" when none: ", left 2 naming no
+// consumer". A line after the summary says what they are.
+func unnamed(rep dlq.Report) string {
+	if rep.Unnamed == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", left %d naming no consumer", rep.Unnamed)
 }
 
 // seqList formats dead-letter sequences.

@@ -22,7 +22,8 @@ import (
 // n dead letters of stream EV whose subjects, slow.<i>, no stream captures:
 // the test answers their re-publishes itself, when it likes, with a PubAck
 // from EV, through the channel it returns. EV (on ev.>) has the durable
-// consumer jetsink, unfiltered, so that replay finds a reader for them.
+// consumer jetsink, unfiltered, so that replay finds a reader for them;
+// the letters are its (Jetsink-Consumer), as this version writes them.
 func dlqSetup(t *testing.T, ctx context.Context, n int) (*testenv.NATSServer, jetstream.JetStream, <-chan *nats.Msg) {
 	t.Helper()
 	srv := testenv.NATS(t)
@@ -49,6 +50,7 @@ func dlqSetup(t *testing.T, ctx context.Context, n int) (*testenv.NATSServer, je
 			consumer.HeaderStreamSeq: {strconv.Itoa(100 + i)},
 			consumer.HeaderStage:     {"sink"},
 			consumer.HeaderCode:      {"constraint"},
+			consumer.HeaderConsumer:  {consumer.DefaultConfig().Consumer},
 		}
 		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(`{}`)}); err != nil {
 			t.Fatal(err)
@@ -341,7 +343,7 @@ func TestDLQReplayNeedsAReader(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, js, pubs := dlqSetup(t, ctx, 2)
-	for _, args := range [][]string{{"--set", "nats.consumer=elsewhere", "--dry-run"}, {"--set", "nats.consumer=elsewhere"}} {
+	for _, args := range [][]string{{"--set", "nats.consumer=elsewhere", "--written-by", "jetsink", "--dry-run"}, {"--set", "nats.consumer=elsewhere", "--written-by", "jetsink"}} {
 		r := startJetsink(t, ctx, append([]string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV"}, args...)...)
 		if code := r.wait(t, ctx); code != exitFailed {
 			t.Fatalf("%v: exit %d, want %d\n%s", args, code, exitFailed, r.out.String())
@@ -368,6 +370,7 @@ func TestDLQReplayEscapesHeaders(t *testing.T) {
 		consumer.HeaderStage:     {"sink\x1b[2K"},
 		consumer.HeaderCode:      {"constraint\x1b]0;title\x07"},
 		consumer.HeaderSQLState:  {"23505\u202e"},
+		consumer.HeaderConsumer:  {consumer.DefaultConfig().Consumer},
 	}
 	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
@@ -377,7 +380,7 @@ func TestDLQReplayEscapesHeaders(t *testing.T) {
 		say  []string
 	}{
 		{nil, []string{` stage="sink\x1b[2K" code="constraint\x1b]0;title\a" sqlstate="23505\u202e" `, ` "slow.\x1b[2K" `}},
-		{[]string{"--set", "nats.consumer=elsewhere"}, []string{"would fail: ", `dead letter 1 to slow.\x1b[2K: `}},
+		{[]string{"--set", "nats.consumer=elsewhere", "--written-by", "jetsink"}, []string{"would fail: ", `dead letter 1 to slow.\x1b[2K: `}},
 	} {
 		r := startJetsink(t, ctx, append([]string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--dry-run"}, tc.args...)...)
 		r.wait(t, ctx)
@@ -428,7 +431,7 @@ func TestDLQReplayDryRunSummary(t *testing.T) {
 		strings.Contains(out, "replayed 0") || strings.Contains(out, "deleted 0") {
 		t.Fatalf("the dry run's summary does not say what it would do:\n%s", out)
 	}
-	r = startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--dry-run", "--set", "nats.consumer=elsewhere")
+	r = startJetsink(t, ctx, "dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--dry-run", "--set", "nats.consumer=elsewhere", "--written-by", "jetsink")
 	if code := r.wait(t, ctx); code != exitFailed {
 		t.Fatalf("no reader: exit %d, want %d\n%s", code, exitFailed, r.out.String())
 	}
@@ -445,6 +448,48 @@ func TestDLQReplayDryRunSummary(t *testing.T) {
 		t.Fatalf("another stream: the dry run's summary does not leave EV's letters:\n%s", out)
 	}
 	lettersStay(t, ctx, js, pubs, 3)
+}
+
+// A letter that names no consumer (a jetsink from before Jetsink-Consumer
+// wrote it) may be another jetsink's on the same stream: replay leaves it,
+// the summary counts it, and a line names it and says how to replay it;
+// --include-unnamed takes it.
+func TestDLQReplayLeavesLettersThatNameNoConsumer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, js, pubs := dlqSetup(t, ctx, 1)
+	h := nats.Header{consumer.HeaderSubject: {"slow.old"}, consumer.HeaderStream: {"EV"}, consumer.HeaderStreamSeq: {"200"},
+		consumer.HeaderStage: {"sink"}, consumer.HeaderCode: {"constraint"}}
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(`{}`)}); err != nil { // sequence 2
+		t.Fatal(err)
+	}
+	args := []string{"dlq", "replay", "--nats-url", srv.URL(), "--dlq-stream", "EV_DLQ", "--set", "nats.stream=EV", "--dry-run"}
+	r := startJetsink(t, ctx, args...)
+	if code := r.wait(t, ctx); code != exitOK {
+		t.Fatalf("exit %d, want %d\n%s", code, exitOK, r.out.String())
+	}
+	out := r.out.String()
+	for _, want := range []string{
+		"EV_DLQ: scanned 2, matched 1, would replay 1, would fail 0, skipped 0 (not dead letters), 0 of other consumers' or streams', left 1 naming no consumer; dry run",
+		"left 1 dead letters that name no consumer (EV_DLQ 2): a jetsink from before 2026-12-03 wrote them",
+		"(nats.consumer jetsink)", "replay them with --include-unnamed",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "slow.old") {
+		t.Errorf("the letter naming no consumer is listed as if replayed:\n%s", out)
+	}
+	r = startJetsink(t, ctx, append(args, "--include-unnamed")...)
+	if code := r.wait(t, ctx); code != exitOK {
+		t.Fatalf("--include-unnamed: exit %d, want %d\n%s", code, exitOK, r.out.String())
+	}
+	if out := r.out.String(); !strings.Contains(out, "EV_DLQ: scanned 2, matched 2, would replay 2, would fail 0, skipped 0 (not dead letters), 0 of other consumers' or streams'; dry run") ||
+		!strings.Contains(out, " slow.old ") || strings.Contains(out, "naming no consumer") {
+		t.Fatalf("--include-unnamed: the letter naming no consumer is not taken:\n%s", out)
+	}
+	lettersStay(t, ctx, js, pubs, 2)
 }
 
 // A connection ctxDialer dialed and that is closed no longer waits for the
@@ -534,7 +579,7 @@ func limitedStreamReplay(t *testing.T, ctx context.Context, limits jetstream.Str
 	}
 	for i, subject := range letters {
 		h := nats.Header{consumer.HeaderSubject: {subject}, consumer.HeaderStream: {"EV"}, consumer.HeaderStreamSeq: {strconv.Itoa(100 + i)},
-			consumer.HeaderStage: {"sink"}, consumer.HeaderCode: {"constraint"}}
+			consumer.HeaderStage: {"sink"}, consumer.HeaderCode: {"constraint"}, consumer.HeaderConsumer: {consumer.DefaultConfig().Consumer}}
 		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h, Data: []byte(`{}`)}); err != nil {
 			t.Fatal(err)
 		}
@@ -655,11 +700,12 @@ func TestDLQReplayNamesKeyValueLetters(t *testing.T) {
 	srv, js, _ := dlqSetup(t, ctx, 0)
 	for i := range 12 { // sequences 1 to 12
 		h := nats.Header{
-			consumer.HeaderSubject: {"$KV.CFG.k" + strconv.Itoa(i)},
-			consumer.HeaderStream:  {"EV"},
-			consumer.HeaderStage:   {"decode"},
-			consumer.HeaderCode:    {"invalid_json"},
-			"KV-Operation":         {"DEL"},
+			consumer.HeaderSubject:  {"$KV.CFG.k" + strconv.Itoa(i)},
+			consumer.HeaderStream:   {"EV"},
+			consumer.HeaderStage:    {"decode"},
+			consumer.HeaderCode:     {"invalid_json"},
+			consumer.HeaderConsumer: {consumer.DefaultConfig().Consumer},
+			"KV-Operation":          {"DEL"},
 		}
 		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h}); err != nil {
 			t.Fatal(err)
@@ -703,10 +749,11 @@ func TestDLQReplayNamesObjectStoreLetters(t *testing.T) {
 	srv, js, _ := dlqSetup(t, ctx, 0)
 	for _, subj := range []string{"$O.FILES.C.wtysQV6Ewj3tM33So4Snvr", "$O.FILES.M.YQ=="} { // sequences 1 and 2
 		h := nats.Header{
-			consumer.HeaderSubject: {subj},
-			consumer.HeaderStream:  {"EV"},
-			consumer.HeaderStage:   {"decode"},
-			consumer.HeaderCode:    {"invalid_json"},
+			consumer.HeaderSubject:  {subj},
+			consumer.HeaderStream:   {"EV"},
+			consumer.HeaderStage:    {"decode"},
+			consumer.HeaderCode:     {"invalid_json"},
+			consumer.HeaderConsumer: {consumer.DefaultConfig().Consumer},
 		}
 		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "dlq.EV", Header: h}); err != nil {
 			t.Fatal(err)
