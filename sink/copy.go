@@ -64,6 +64,13 @@ type committer struct {
 	lastFail error         // the last of them
 	bytes    int           // their tuple bytes
 
+	// waitLogged is how long the last try ran if its wait was logged
+	// (watchSlow; 0 if not), and waitPID its backend: a batch whose wait
+	// was logged says so when it commits, as nothing else says that the
+	// wait ended.
+	waitLogged time.Duration
+	waitPID    uint32
+
 	// suspectSeq is the number of the last attempt that had started
 	// (counters.attemptSeq) when the first classSuspect error since the
 	// last row was dead-lettered for one was seen, 0 if none was. A commit
@@ -1014,7 +1021,16 @@ func (c *committer) commitRetry(ctx context.Context, rows []pipeline.Row, halve 
 			c.commitAt = c.answered
 			c.took = c.commitAt.Sub(c.stmtsAt)
 			c.s.answered()
-			if attempt > 0 {
+			switch {
+			case c.waitLogged > 0:
+				// Its wait was logged at Warn: the line that it ended,
+				// with the backend_pid of those lines.
+				args := []any{"rows", len(rows), "waited", roundWait(c.waitLogged), "backend_pid", c.waitPID}
+				if attempt > 0 {
+					args = append(args, "attempts", attempt+1)
+				}
+				c.s.log.Info("batch committed after waiting", args...)
+			case attempt > 0:
 				c.s.log.Info("batch committed after retries", "rows", len(rows), "attempts", attempt+1)
 			}
 			c.failuresDealtWith()
@@ -1642,6 +1658,7 @@ func endedIdle(err error) bool {
 // try is one attempt (see attempt).
 func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool, err error) {
 	s := c.s
+	c.waitLogged = 0
 	if err := ctx.Err(); err != nil {
 		return false, err // given up: a COPY sent now would only be cancelled
 	}
@@ -1660,13 +1677,14 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 	// the types read), nor from a try before that the server had ended.
 	c.stmtsAt = time.Now()
 	stop := watchConn(c.conn.PgConn().Conn(), s.cfg.DeadConnectionTimeout)
+	c.waitPID = c.conn.PgConn().PID()
 	stopSlow := c.watchSlow(len(rows))
 	if c.started != nil { // nil for a committer outside Run (tests, benchmarks)
 		c.started.Store(s.stamp(c.stmtsAt)) // not UnixNano: the wall clock steps
 		defer c.started.Store(0)
 	}
 	defer func() {
-		stopSlow()
+		c.waitLogged = stopSlow()
 		if !stop() {
 			return
 		}

@@ -350,8 +350,10 @@
 // doubled, with what pg_stat_activity says its backend waits for and the
 // sessions pg_blocking_pids names (reportSlow, on the admin connection;
 // their pid, user, application, state and transaction age, not their
-// query). It costs an attempt that ends sooner a timer, ~0.5 µs
-// (BenchmarkSlowWatch).
+// query). A batch whose wait was logged logs its commit at Info ("batch
+// committed after waiting", with how long its attempt ran and the same
+// backend_pid): nothing else would say that the wait ended. It costs an
+// attempt that ends sooner a timer, ~0.5 µs (BenchmarkSlowWatch).
 //
 // A sink that cannot reach PostgreSQL gives its events back, so that
 // other instances of the durable may store them (release.go). Config.

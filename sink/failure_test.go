@@ -1126,6 +1126,33 @@ func TestSlowBatchNamesWhatBlocksIt(t *testing.T) {
 	if age := s.OldestAttempt(); age != 0 {
 		t.Errorf("OldestAttempt() = %v after the commit, want 0", age)
 	}
+	// Its commit says that the wait logged has ended, once, with the
+	// reports' backend_pid; a batch that did not wait says nothing.
+	ended := func() []string {
+		var out []string
+		for line := range strings.Lines(logs.String()) {
+			if strings.Contains(line, "batch committed after waiting") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	if got := ended(); len(got) != 1 {
+		t.Fatalf("%d lines saying the batch committed after waiting, want 1: %q", len(got), got)
+	}
+	line := ended()[0]
+	if pid := logValue(t, line, "backend_pid"); logValue(t, line, "rows") != "50" || pid != logValue(t, reports()[0], "backend_pid") {
+		t.Errorf("%q does not name the batch of 50 rows of backend_pid %s", line, logValue(t, reports()[0], "backend_pid"))
+	}
+	if waited := logDuration(t, line, "waited"); waited < 2*slowBatchAfter {
+		t.Errorf("waited=%v, want at least the %v of the second report", waited, 2*slowBatchAfter)
+	}
+	quick, mQuick := rows(51, 10, nil)
+	src.push(t, ctx, quick)
+	waitFor(t, ctx, "the next batch acked", allAcked(mQuick))
+	if got := ended(); len(got) != 1 {
+		t.Errorf("a batch that did not wait said it committed after waiting: %q", got[1:])
+	}
 	n := len(reports())
 	time.Sleep(4 * slowBatchAfter) // past the next report a running watch would make
 	if got := len(reports()); got != n {

@@ -25,12 +25,13 @@ const slowLookTimeout = 5 * time.Second
 // watchSlow reports (reportSlow) an attempt of rows on the committer's
 // connection that has run for slowBatchAfter, and again at twice that, four
 // times, and so on. stop ends the watch and waits for a look under way,
-// which it cuts short.
-func (c *committer) watchSlow(rows int) (stop func()) {
+// which it cuts short; it returns how long the attempt had run if the wait
+// was logged (0 if not), for the line that says the wait ended.
+func (c *committer) watchSlow(rows int) (stop func() (logged time.Duration)) {
 	return c.s.watchSlow(c.conn.PgConn().PID(), c.conn.PgConn().Conn().RemoteAddr(), rows)
 }
 
-func (s *Sink) watchSlow(pid uint32, server net.Addr, rows int) (stop func()) {
+func (s *Sink) watchSlow(pid uint32, server net.Addr, rows int) (stop func() (logged time.Duration)) {
 	w := &slowWatch{s: s, pid: pid, server: server, rows: rows, start: time.Now(), next: slowBatchAfter}
 	w.wg.Add(1)
 	w.mu.Lock()
@@ -54,6 +55,7 @@ type slowWatch struct {
 	t       *time.Timer
 	next    time.Duration // since start, when the next look is due
 	stopped bool
+	logged  bool               // a look logged the wait
 	ctx     context.Context    // the looks'; nil before the first
 	cancel  context.CancelFunc // ends a look under way
 }
@@ -70,9 +72,10 @@ func (w *slowWatch) look() {
 	}
 	ctx := w.ctx
 	w.mu.Unlock()
-	w.s.reportSlow(ctx, w.pid, w.server, w.rows, time.Since(w.start))
+	logged := w.s.reportSlow(ctx, w.pid, w.server, w.rows, time.Since(w.start))
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.logged = w.logged || logged
 	if w.stopped {
 		return
 	}
@@ -81,7 +84,8 @@ func (w *slowWatch) look() {
 	w.t.Reset(w.next - time.Since(w.start))
 }
 
-func (w *slowWatch) stop() {
+func (w *slowWatch) stop() time.Duration {
+	ran := time.Since(w.start)
 	w.mu.Lock()
 	w.stopped = true
 	if w.t.Stop() {
@@ -93,6 +97,12 @@ func (w *slowWatch) stop() {
 		cancel()
 	}
 	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.logged {
+		return 0
+	}
+	return ran
 }
 
 // reportSlow logs, at Warn, that an attempt of rows has waited on backend
@@ -104,8 +114,9 @@ func (w *slowWatch) stop() {
 // logged with its error instead, and so is one whose connection reached
 // another server than server, the backend's peer (nil: not known): a
 // failover list's next host after a failover, which has no such backend.
-// Nothing is logged once ctx has ended: the attempt is over.
-func (s *Sink) reportSlow(ctx context.Context, pid uint32, server net.Addr, rows int, waited time.Duration) {
+// Nothing is logged once ctx has ended: the attempt is over. It reports
+// whether it logged.
+func (s *Sink) reportSlow(ctx context.Context, pid uint32, server net.Addr, rows int, waited time.Duration) bool {
 	lctx, cancel := context.WithTimeout(ctx, slowLookTimeout)
 	defer cancel()
 	var (
@@ -160,7 +171,7 @@ FROM pg_stat_activity WHERE pid = ANY($1)`, pids)
 		return nil
 	})
 	if ctx.Err() != nil {
-		return // the attempt ended while we looked
+		return false // the attempt ended while we looked
 	}
 	args := []any{"rows", rows, "waited", roundWait(waited), "backend_pid", pid}
 	var hints []string
@@ -193,6 +204,7 @@ FROM pg_stat_activity WHERE pid = ANY($1)`, pids)
 		args = append(args, "hint", strings.Join(hints, "; "))
 	}
 	s.log.Warn("batch waiting on PostgreSQL", args...)
+	return true
 }
 
 // otherServerError: the look at a waiting batch's backend reached another
