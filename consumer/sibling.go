@@ -30,7 +30,11 @@ var siblingLimit = 4096
 // jetsink stored, a new durable named nats.consumer delivers again from
 // the start of the stream (a renamed nats.consumer; two instances of a
 // rolling update configured with two names). Those with disjoint filters split the stream's subjects
-// between them, as they should. Nothing when cfg.Destination is "". The
+// between them, as they should. A durable whose metadata has a key of
+// jetsink's but not destinationKey was left by a jetsink from before that
+// key (madeByJetsink): it may be of this destination (upgraded, then
+// renamed), and is found too, named in look.unrecorded; one without any
+// key of jetsink's is no jetsink's. Nothing when cfg.Destination is "". The
 // look takes siblingLookTimeout at most, less when the server refuses it
 // (watchDenial); its error says when the server refused it (lookFailed,
 // errLookDenied), and when consumers it could not look at may be of this
@@ -71,7 +75,16 @@ func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (look si
 			}
 			seen[info.Name] = true
 			cc := &info.Config
-			if info.Name == cfg.Consumer || cc.Metadata[destinationKey] != cfg.Destination || !filtersOverlap(cc, cfg.FilterSubject) {
+			if info.Name == cfg.Consumer || !filtersOverlap(cc, cfg.FilterSubject) {
+				continue
+			}
+			switch recorded, ok := cc.Metadata[destinationKey]; {
+			case ok && recorded == cfg.Destination:
+			case !ok && madeByJetsink(cc):
+				// Made or last used by a jetsink from before
+				// destinationKey: it may have written here.
+				look.unrecorded = append(look.unrecorded, info.Name)
+			default:
 				continue
 			}
 			look.found = append(look.found, info)
@@ -104,6 +117,23 @@ func siblings(ctx context.Context, js jetstream.JetStream, cfg *Config) (look si
 	look.sourced = len(si.Config.Sources) > 0 || si.Config.Mirror != nil
 	return look, nil
 }
+
+// madeByJetsink reports whether a jetsink made or used the durable of cc:
+// its metadata has a key of jetsink's (jetsinkKeyPrefix). Jetsinks from
+// before destinationKey (2026-12-07) recorded filterKey, or
+// strandedKey, but not where they wrote.
+func madeByJetsink(cc *jetstream.ConsumerConfig) bool {
+	for k := range cc.Metadata {
+		if strings.HasPrefix(k, jetsinkKeyPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// jetsinkKeyPrefix begins each key jetsink writes in a consumer's
+// metadata (filterKey, destinationKey, ...).
+const jetsinkKeyPrefix = "jetsink_"
 
 // siblingListSubject is the subject of the request that lists cfg's
 // stream's consumers. A variable for the tests, which answer it
@@ -285,6 +315,9 @@ type siblingLook struct {
 	// unanswered names the consumers that did not answer the server,
 	// whose metadata was not read.
 	unanswered []string
+	// unrecorded names those of found that a jetsink made without
+	// recording its destination (madeByJetsink): of this one, or not.
+	unrecorded []string
 }
 
 // filters is cc's filter subjects, none for every subject.
@@ -379,12 +412,25 @@ func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest, made b
 		if t := o.Delivered.Last; t != nil {
 			last = "last delivered an event at " + t.UTC().Format(time.RFC3339)
 		}
-		about = append(about, fmt.Sprintf("%s (ack floor at stream sequence %d, %s pending, %s)", o.Name, o.AckFloor.Stream, plural(o.NumPending, "event", "events"), last))
+		unknown := ""
+		if slices.Contains(look.unrecorded, o.Name) {
+			unknown = "destination not recorded; "
+		}
+		about = append(about, fmt.Sprintf("%s (%sack floor at stream sequence %d, %s pending, %s)", o.Name, unknown, o.AckFloor.Stream,
+			plural(o.NumPending, "event", "events"), last))
 		floor = min(floor, o.AckFloor.Stream)
 	}
-	msg := fmt.Sprintf("durable consumer %s does not exist yet, and stream %s has %s that a jetsink writing to %q used (metadata key %s): %s; "+
+	used := fmt.Sprintf("that a jetsink writing to %q used (metadata key %s)", cfg.Destination, destinationKey)
+	switch n := len(look.unrecorded); {
+	case n == len(others):
+		used = fmt.Sprintf("that an older jetsink made or used without recording where it writes (no metadata key %s): "+
+			"it may have written to %q", destinationKey, cfg.Destination)
+	case n > 0:
+		used += fmt.Sprintf(" or that an older jetsink made or used without recording where it writes (no metadata key %s)", destinationKey)
+	}
+	msg := fmt.Sprintf("durable consumer %s does not exist yet, and stream %s has %s %s: %s; "+
 		"a new durable delivers the stream from its start (%s)",
-		cfg.Consumer, cfg.Stream, plural(len(others), "durable consumer", "durable consumers"), cfg.Destination, destinationKey,
+		cfg.Consumer, cfg.Stream, plural(len(others), "durable consumer", "durable consumers"), used,
 		strings.Join(about, "; "), heldWords(look.held, cfg.FilterSubject))
 	if exactlyOnce {
 		msg += ": exactly-once skips those already stored, but reads them all again, and while a jetsink runs on " +
@@ -457,6 +503,12 @@ func siblingProblem(cfg *Config, look siblingLook, exactlyOnce, interest, made b
 			"%s (not past their ack floor, which would skip for good the events below it on the subjects their filters leave out): %s; "+
 			"then remove the old: %s",
 			strings.Join(names, " and "), cfg.Consumer, againing, fromStart, strings.Join(rm, "; "))
+	}
+	if len(look.unrecorded) > 0 {
+		// Recorded, a durable of another destination is not this one's:
+		// New looks again at the next start.
+		fix += fmt.Sprintf(". If %s wrote elsewhere, run a current jetsink on it once (its own configuration), so that it records where it writes "+
+			"(metadata key %s), then start this one again", strings.Join(look.unrecorded, " and "), destinationKey)
 	}
 	if exactlyOnce {
 		return Problem{Warning: true, Message: msg, Fix: fix}
