@@ -202,9 +202,18 @@ type Consumer struct {
 	lastRecheck                          time.Time
 	recheckGap                           time.Duration
 	// retryLog bounds Run's retry lines (quietEvery), made anew when the
-	// line's level or step (retryLine) changes (Run's goroutine only).
-	retryLog  pipeline.Every
-	retryLine string
+	// line's level or step (retryLine) changes, so that the new line goes
+	// out at once; retryHeld counts the lines held back since the last
+	// one out, across such changes. retrySince is when this run of
+	// retries began (zero: none), retries how many it made, retryTold
+	// whether one of its lines went out (retriesOver). Run's goroutine
+	// only.
+	retryLog   pipeline.Every
+	retryLine  string
+	retryHeld  int64
+	retrySince time.Time
+	retries    int
+	retryTold  bool
 	// acksRefused is the server's last refusal of an ack or InProgress
 	// (no permission on $JS.ACK): see AcksRefused.
 	acksRefused atomic.Pointer[refusal]

@@ -172,10 +172,23 @@ func (c *Consumer) run(ctx, hard context.Context, out Output) error {
 			if c.NotConsuming() != nil {
 				level = slog.LevelError
 			}
+			now := time.Now()
+			if c.retrySince.IsZero() {
+				c.retrySince = now
+			}
+			c.retries++
 			if line := fmt.Sprint(level, what); line != c.retryLine {
+				// The held-back count stays: the Error after 30 s of
+				// Warns says how many were not logged.
 				c.retryLine, c.retryLog = line, pipeline.Every{}
 			}
-			c.retryLog.Log(ctx, c.log, level, quietEvery, what+"; retrying", "err", err, "retry_in", backoff)
+			if _, ok := c.retryLog.Allow(now, quietEvery); ok {
+				c.log.Log(ctx, level, what+"; retrying", "err", err, "retry_in", backoff,
+					"failing_for", now.Sub(c.retrySince).Round(time.Millisecond), "attempts", c.retries, "held_back", c.retryHeld)
+				c.retryHeld, c.retryTold = 0, true
+			} else {
+				c.retryHeld++
+			}
 			sleep(ctx, hard, backoff)
 			backoff = min(2*backoff, retryMax)
 		}
@@ -278,6 +291,21 @@ func (c *Consumer) run(ctx, hard context.Context, out Output) error {
 			backoff = min(2*backoff, retryMax)
 		}
 	}
+}
+
+// retriesOver ends a run of Run's retries, its session having lasted: if
+// one of its lines was logged, the end is too (an alert raised on the
+// Error sees it cleared), with how long it failed and the retries made.
+func (c *Consumer) retriesOver() {
+	if c.retrySince.IsZero() {
+		return
+	}
+	if c.retryTold {
+		c.log.Info("consuming again", "failing_for", time.Since(c.retrySince).Round(time.Millisecond), "attempts", c.retries,
+			"held_back", c.retryHeld)
+		c.retryHeld = 0
+	}
+	c.retrySince, c.retries, c.retryTold = time.Time{}, 0, false
 }
 
 // stuckState is why Run has not pulled since when (Consumer.stuck).
@@ -685,6 +713,7 @@ func (c *Consumer) serve(ctx, hard context.Context, s *session) (over bool, err 
 		select {
 		case <-confirm.C:
 			c.stuck.Store(nil) // the session lasts: Run got through (not pullsRefused)
+			c.retriesOver()
 		case <-floorTick.C:
 			c.provePulls(s)
 			if why := c.refreshFloor(ctx); why != "" {
