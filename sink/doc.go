@@ -183,7 +183,9 @@
 // start, Init's), by its schema-qualified name (pinTable, logged at Info
 // when postgres.table is unqualified; Sink.Table), not by the name as
 // configured; check reads and names the same table, and so do Init's and
-// StoredSeq's errors and the sink's log lines (table=) from then on. So a
+// StoredSeq's errors and the sink's log lines (table=, spelt as
+// quote_ident would, part by part: events, then public.events; "Events";
+// Sink.LogName) from then on. So a
 // table of the same name made later in a schema earlier on search_path
 // ("$user", first by default), or a search_path changed for the role,
 // does not take the rows. A table dropped and made again under that name

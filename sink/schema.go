@@ -293,7 +293,7 @@ func (s *Sink) Init(ctx context.Context) error {
 			// which nothing then reads from.
 			s.log.Warn("made the table where postgres.table names it; a table whose name differs in case alone is in another "+
 				"schema on search_path (names in postgres.table are case-sensitive): if that is the table meant, write "+
-				"postgres.table: "+twinElsewhere.write+" and drop the table made", "table", s.table.Sanitize(), "other", twinElsewhere.name)
+				"postgres.table: "+twinElsewhere.write+" and drop the table made", "other", twinElsewhere.log)
 		}
 		if err != nil || s.cfg.Mode != ExactlyOnce {
 			return err
@@ -1201,6 +1201,7 @@ func (s *Sink) tableMissing(ctx context.Context, c *pgx.Conn) (Problem, error) {
 // else current_schema()), beside which Init makes no second table.
 type tableTwin struct {
 	name, write string
+	log         string // name as the log lines spell a table (logName)
 	here        bool
 }
 
@@ -1245,7 +1246,7 @@ func (s *Sink) caseTwin(ctx context.Context, c *pgx.Conn) (t tableTwin, ok bool,
 	if err != nil {
 		return tableTwin{}, false, fmt.Errorf("check table %s on %s: %w", s.table.Sanitize(), s.where, err)
 	}
-	t.name, t.write = pgx.Identifier{nsp, rel}.Sanitize(), tableConfigPart(rel)
+	t.name, t.write, t.log = pgx.Identifier{nsp, rel}.Sanitize(), tableConfigPart(rel), logName(pgx.Identifier{nsp, rel})
 	if schema != nil || !visible {
 		t.write = tableConfigPart(nsp) + "." + t.write
 	}

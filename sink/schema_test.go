@@ -375,7 +375,7 @@ func TestCaseTwinsThatAreNotTheTable(t *testing.T) {
 		}
 		made(t, tbl+"_t")
 		if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "write postgres.table: "+upper+"_t") ||
-			!strings.Contains(l, legacy+`\".\"`+upper+`_t`) {
+			!strings.Contains(l, `other="`+legacy+`.\"`+upper+`_t\""`) {
 			t.Fatalf("Init logged %q, want a warning naming the table elsewhere and what to write for it", l)
 		}
 	})

@@ -416,9 +416,10 @@ func New(ctx context.Context, cfg Config, cols []pipeline.Column, dl pipeline.De
 	// one, until the kernel gives up (about 2 minutes on Linux's
 	// defaults).
 	s.dialMax = time.Duration(2*len(hosts))*cmp.Or(cc.ConnectTimeout, kernelConnectTimeout) + dialSlack
-	// table= is the name the statements use: schema-qualified once a
-	// connection or a check has found the table (pinTable).
-	s.log = slog.New(&tableLog{base: log.With("component", "sink").Handler(), db: s.where, table: s.Table, cur: new(atomic.Pointer[namedLog])})
+	// table= is the name the statements use, spelt as LogName spells it:
+	// schema-qualified once a connection or a check has found the table
+	// (pinTable).
+	s.log = slog.New(&tableLog{base: log.With("component", "sink").Handler(), db: s.where, table: s.LogName, cur: new(atomic.Pointer[namedLog])})
 	if cfg.CreateTable {
 		if err := s.Init(ctx); err != nil {
 			s.Close()
@@ -898,22 +899,24 @@ func (s *Sink) buildSQL() {
 	if s.cfg.Mode == AtLeastOnce {
 		s.copyStmts = 3
 	}
-	s.tsql.Store(s.tableSQLOf(s.table.Sanitize()))
+	s.tsql.Store(s.tableSQLOf(s.table))
 	s.setCopySQL(nil, nil)
 }
 
 // tableSQL is the table's name in the batches' statements (name, quoted),
-// and exactly-once's statements that name it.
+// in the log lines (logName), and exactly-once's statements that name it.
 type tableSQL struct {
 	name    string
+	log     string
 	insert  string // exactly-once: INSERT ... SELECT ... ON CONFLICT DO NOTHING
 	missing string // exactly-once: the keys ($1 streams, $2 sequences) the table lacks
 }
 
-// tableSQLOf builds the statements of tableSQL for the table named name
-// (quoted), after buildSQL has set the staging table.
-func (s *Sink) tableSQLOf(name string) *tableSQL {
-	t := &tableSQL{name: name}
+// tableSQLOf builds the statements of tableSQL for the table id, after
+// buildSQL has set the staging table.
+func (s *Sink) tableSQLOf(id pgx.Identifier) *tableSQL {
+	name := id.Sanitize()
+	t := &tableSQL{name: name, log: logName(id)}
 	if s.cfg.Mode != ExactlyOnce {
 		return t
 	}
@@ -1183,13 +1186,75 @@ func (s *Sink) pinTable(found pgx.Identifier) {
 		return
 	}
 	s.pinned = true
-	name := found.Sanitize()
-	if name == s.tsql.Load().name {
+	if found.Sanitize() == s.tsql.Load().name {
 		return
 	}
-	s.tsql.Store(s.tableSQLOf(name))
-	s.log.Info("found the table on search_path: its statements name it by its schema-qualified name from now on", "found", name)
+	s.tsql.Store(s.tableSQLOf(found))
+	// Its table= is the name found (the lines before it had the configured
+	// one): configured= ties the two.
+	s.log.Info("found the table on search_path: its statements name it by its schema-qualified name from now on", "configured", logName(s.table))
 }
+
+// LogName returns the table's name as the sink's log lines give it
+// (table=): Table's, each part quoted only where PostgreSQL needs it, as
+// quote_ident does (public.events, "Events", "order"), where Table quotes
+// every part: a grep for events finds the lines of a table of that name
+// whatever the line. Before the table is found on search_path it is the
+// configured name (events), then the name found (public.events), which
+// the line that says so ties to the configured one (configured=events).
+func (s *Sink) LogName() string { return s.tsql.Load().log }
+
+// logName is id as SQL that names it, each part quoted only where
+// PostgreSQL needs it, as quote_ident decides: a part that is not all
+// lower-case ASCII letters, digits and '_' (not starting with a digit), or
+// that is one of PostgreSQL 15's keywords that quote_ident quotes.
+func logName(id pgx.Identifier) string {
+	parts := make([]string, len(id))
+	for i, p := range id {
+		parts[i] = p
+		if needsQuotes(p) {
+			parts[i] = pgx.Identifier{p}.Sanitize()
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+func needsQuotes(p string) bool {
+	if p == "" || p[0] >= '0' && p[0] <= '9' {
+		return true
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return true
+		}
+	}
+	_, kw := quotedKeywords[p]
+	return kw
+}
+
+// quotedKeywords are the keywords of PostgreSQL 15 that quote_ident quotes
+// (SELECT word FROM pg_get_keywords() WHERE catcode <> 'U'). A later
+// release's new ones are left unquoted: only the log's spelling, not a
+// statement's.
+var quotedKeywords = func() map[string]struct{} {
+	m := map[string]struct{}{}
+	for _, w := range strings.Fields(`all analyse analyze and any array as asc asymmetric authorization between bigint binary
+		bit boolean both case cast char character check coalesce collate collation column
+		concurrently constraint create cross current_catalog current_date current_role
+		current_schema current_time current_timestamp current_user dec decimal default deferrable
+		desc distinct do else end except exists extract false fetch float for foreign freeze from
+		full grant greatest group grouping having ilike in initially inner inout int integer
+		intersect interval into is isnull join lateral leading least left like limit localtime
+		localtimestamp national natural nchar none normalize not notnull null nullif numeric
+		offset on only or order out outer overlaps overlay placing position precision primary real
+		references returning right row select session_user setof similar smallint some substring
+		symmetric table tablesample then time timestamp to trailing treat trim true union unique
+		user using values varchar variadic verbose when where window with xmlattributes xmlconcat
+		xmlelement xmlexists xmlforest xmlnamespaces xmlparse xmlpi xmlroot xmlserialize xmltable`) {
+		m[w] = struct{}{}
+	}
+	return m
+}()
 
 // tableLog is the sink's slog.Handler: base's, with the attributes table
 // (table(), as at each line) and db, then those of the With and WithGroup

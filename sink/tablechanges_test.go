@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	neturl "net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -1231,7 +1230,7 @@ func TestPinnedTableDroppedBesideAShadow(t *testing.T) {
 		t.Errorf("StoredSeq = %v; want an error naming %s", err, home)
 	}
 	s.log.Info("a line")
-	if want := "table=" + strconv.Quote(home); !strings.Contains(logs.String(), want) {
+	if want := "table=home." + cfg.Table + " "; !strings.Contains(logs.String(), want) {
 		t.Errorf("the sink's log lines do not say %s:\n%s", want, logs.String())
 	}
 	// Init's error, once its check has pinned the table: a table with
@@ -1246,5 +1245,105 @@ func TestPinnedTableDroppedBesideAShadow(t *testing.T) {
 		t.Errorf("New made a sink on a table with inheritance children")
 	} else if !errors.Is(err, ErrNoKeyIndex) || !strings.Contains(err.Error(), ErrNoKeyIndex.Error()+": "+home+" on") {
 		t.Errorf("New = %v; want ErrNoKeyIndex naming %s", err, home)
+	}
+}
+
+// The sink's log lines spelt a table two ways, table="\"events2\"" before
+// it was found on search_path and table="\"public\".\"events2\"" after,
+// and processor's table=events a third: a grep for one missed the
+// others. They now spell it as PostgreSQL's quote_ident would, part by
+// part: events2 before, public.events2 after, the line between saying
+// which configured name the one found is for.
+func TestLogLinesSpellTheTableOneWay(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	var logs testenv.SyncBuffer
+	cfg := DefaultConfig()
+	cfg.URL = pg.URL
+	cfg.Table = uniqueName(t)
+	cfg.CreateTable = false
+	cfg.Retry = RetryConfig{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}
+	s, err := New(ctx, cfg, testCols, &recDL{}, slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if got := s.LogName(); got != cfg.Table {
+		t.Fatalf("LogName() = %q before the table is found; want %q", got, cfg.Table)
+	}
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 10, nil)
+	src.push(t, ctx, rs)
+	waitFor(t, ctx, "a batch refused for the missing table", func() bool { return s.Stats().ConfigErrors >= 1 })
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	finishClean(t, ctx, src, wait, &recDL{}, ms)
+
+	before, after := "table="+cfg.Table+" ", "table=public."+cfg.Table+" "
+	var nBefore, nAfter int
+	for line := range strings.Lines(logs.String()) {
+		switch {
+		case strings.Contains(line, before):
+			nBefore++
+		case strings.Contains(line, after):
+			nAfter++
+		default:
+			t.Errorf("a line of the sink's with neither %q nor %q: %q", before, after, line)
+		}
+		if strings.Contains(line, "found the table on search_path") && !strings.Contains(line, after+"db=") ||
+			strings.Contains(line, "found the table on search_path") && !strings.Contains(line, "configured="+cfg.Table+"\n") {
+			t.Errorf("the line that the table was found does not tie %s to %s: %q", after, before, line)
+		}
+	}
+	if nBefore == 0 || nAfter == 0 {
+		t.Errorf("%d lines say %q and %d %q; want both", nBefore, before, nAfter, after)
+	}
+	if got := s.LogName(); got != "public."+cfg.Table {
+		t.Errorf("LogName() = %q once the table is found; want public.%s", got, cfg.Table)
+	}
+}
+
+// logName quotes a part of a table's name where, and only where,
+// PostgreSQL's quote_ident does: upper case, characters other than
+// lower-case ASCII letters, digits and '_', a leading digit, and the
+// keywords that are not unreserved (every one the server lists).
+func TestLogNameQuotesAsQuoteIdent(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	c := testenv.Postgres(t).Conn(t)
+	names := []string{"events", "Events", "my table", `a"b`, "a.b", "_x", "x1", "1x", "x$y", "événements", "abs", "name", "key"}
+	rs, err := c.Query(ctx, "SELECT word FROM pg_get_keywords()")
+	if err != nil {
+		t.Fatal(err)
+	}
+	words, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range append(names, words...) {
+		var want string
+		if err := c.QueryRow(ctx, "SELECT quote_ident($1)", n).Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		if got := logName(pgx.Identifier{n}); got != want {
+			t.Errorf("logName(%q) = %s; quote_ident says %s (a keyword of a later PostgreSQL than the list's 15? add it to quotedKeywords)", n, got, want)
+		}
+	}
+	for cfg, want := range map[string]string{
+		"events":             "events",
+		"public.events":      "public.events",
+		`"My Schema"."t.1"`:  `"My Schema"."t.1"`,
+		`Events`:             `"Events"`,
+		`app."order"`:        `app."order"`,
+		`"app"."user_event"`: `app.user_event`,
+	} {
+		id, err := ParseTable(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := logName(id); got != want {
+			t.Errorf("postgres.table %s: logName = %s; want %s", cfg, got, want)
+		}
 	}
 }
