@@ -186,7 +186,7 @@ type Consumer struct {
 	dlLooked    atomic.Pointer[dlLook] // deadLetterStreamThere's last verdict
 	dlHeldLog   pipeline.Every
 	dlFailLog   pipeline.Every // the same for the other failed dead letters
-	dlDoneLog   pipeline.Every // the same for the stored ones
+	dlDoneLog   dlCodeLimit    // the same for the stored ones, for each code
 	// asyncErrs and subErrs bound the log lines of the connections' and
 	// the pull subscription's errors (asyncErrEvery): a server that
 	// refuses the user's acks answers each with one.
