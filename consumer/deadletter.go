@@ -170,7 +170,7 @@ func (c *Consumer) DeadLetter(ctx context.Context, ev *pipeline.Event, dl pipeli
 	if ack.Duplicate {
 		msg = "event dead-lettered before (its dead letter is stored once); terminating it"
 	}
-	c.dlDoneLog.of(dl.Code).Log(ctx, c.log, slog.LevelWarn, dlProbeEvery, msg, "subject", ev.Subject, "stream", ev.Stream, "stream_seq", ev.StreamSeq,
+	c.dlDoneLog.of(dl.Code).Log(ctx, c.log, slog.LevelWarn, dlProbeEvery, msg, "subject", ev.Subject, c.eventStream(ev), "stream_seq", ev.StreamSeq,
 		"stage", dl.Stage, "code", dl.Code, "sqlstate", dl.SQLState, "delivered", ev.Delivered, "reason", loggedReason(dl))
 	reason := dl.Code
 	if reason == "" {
@@ -252,7 +252,7 @@ func (c *Consumer) refuseLoop(ev *pipeline.Event, dl pipeline.DeadLetter) error 
 	if !c.epochs.IfCurrent(ev.Epoch, func() { nerr = ev.Msg.NakWithDelay(dlNakMax) }) {
 		return fmt.Errorf("%w; not nak'ed: its stream was re-created since", err)
 	}
-	args := []any{"stream", ev.Stream, "stream_seq", ev.StreamSeq, "code", dl.Code, "dead_letter_subject", c.cfg.DeadLetterSubject,
+	args := []any{c.eventStream(ev), "stream_seq", ev.StreamSeq, "code", dl.Code, "dead_letter_subject", c.cfg.DeadLetterSubject,
 		"retry_in", dlNakMax, "fix", fix}
 	if nerr != nil {
 		err = fmt.Errorf("%w (nak: %w)", err, nerr)
@@ -260,6 +260,21 @@ func (c *Consumer) refuseLoop(ev *pipeline.Event, dl pipeline.DeadLetter) error 
 	}
 	c.logFailedDeadLetter(err, false, logged+"it is not dead-lettered again, but nak'ed (each would come back in turn, without end)", args...)
 	return err
+}
+
+// eventStream is what a line about ev says of its stream beside c.log's
+// "stream", the configured one (slog writes a key given twice twice, and
+// Elasticsearch and OpenSearch refuse a JSON line with a key twice):
+// nothing for an event of this consumer's, whose ack subject names the
+// consumer's stream (the same name after the stream is re-created: the
+// epoch, not the name, tells them apart), and "event_stream" for one of
+// another stream handed to DeadLetter. An empty Attr, which slog's
+// handlers leave out, stands for nothing.
+func (c *Consumer) eventStream(ev *pipeline.Event) slog.Attr {
+	if ev.Stream == c.cfg.Stream {
+		return slog.Attr{}
+	}
+	return slog.String("event_stream", ev.Stream)
 }
 
 // loggedReason is dl's reason for the log: a row the database refused
@@ -303,7 +318,7 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 			if errors.Is(err, nats.ErrBadHeaderMsg) {
 				c.log.Error("gave up the dead letter of an event whose stream was re-created since: nats.go cannot write one of its header names "+
 					"(a bug: such names are left out); the event is lost, neither stored nor dead-lettered (its stream no longer holds it)",
-					"stream", ev.Stream, "subject", ev.Subject, "stream_seq", ev.StreamSeq, "published", ev.Published, "code", dl.Code,
+					c.eventStream(ev), "subject", ev.Subject, "stream_seq", ev.StreamSeq, "published", ev.Published, "code", dl.Code,
 					"dead_letter_subject", c.cfg.DeadLetterSubject, "tries", tries, "err", err)
 				return nil, err
 			}
@@ -314,13 +329,13 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 			c.log.Error(fmt.Sprintf("gave up the dead letter of an event whose stream was re-created since: it is %d bytes with its headers, "+
 				"over the connected server's max_payload (%d bytes); the event is lost, neither stored nor dead-lettered (its stream no "+
 				"longer holds it)", size, limit),
-				"stream", ev.Stream, "subject", ev.Subject, "stream_seq", ev.StreamSeq, "published", ev.Published, "code", dl.Code,
+				c.eventStream(ev), "subject", ev.Subject, "stream_seq", ev.StreamSeq, "published", ev.Published, "code", dl.Code,
 				"dead_letter_subject", c.cfg.DeadLetterSubject, "dead_letter_bytes", size, "max_payload", limit, "tries", tries, "err", err)
 			return nil, err
 		}
 		c.logFailedDeadLetter(err, true, "dead-letter publish failed for an event whose stream was re-created since: it cannot be nak'ed, "+
 			"and nothing delivers it again, so the publish is tried again until it is stored (or jetsink is stopped hard)",
-			"stream", ev.Stream, "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
+			c.eventStream(ev), "subject", ev.Subject, "stream_seq", ev.StreamSeq, "code", dl.Code,
 			"dead_letter_subject", c.cfg.DeadLetterSubject, "tries", tries, "err", err)
 		d := wait
 		if errors.Is(err, errDeadLetterUnanswered) {
@@ -333,7 +348,7 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 		case <-ctx.Done():
 			t.Stop()
 			c.log.Error("gave up the dead letter of an event whose stream was re-created since, at a hard stop: the event is lost, "+
-				"neither stored nor dead-lettered (its stream no longer holds it)", "stream", ev.Stream, "subject", ev.Subject,
+				"neither stored nor dead-lettered (its stream no longer holds it)", c.eventStream(ev), "subject", ev.Subject,
 				"stream_seq", ev.StreamSeq, "published", ev.Published, "code", dl.Code, "dead_letter_subject", c.cfg.DeadLetterSubject,
 				"tries", tries, "err", err)
 			return nil, err
@@ -342,7 +357,7 @@ func (c *Consumer) publishStale(ctx context.Context, ev *pipeline.Event, dl pipe
 		var ack *jetstream.PubAck
 		if ack, err = c.publishDeadLetter(ctx, ev, m); err == nil {
 			c.log.Warn("dead letter of an event whose stream was re-created since stored after tries failed",
-				"stream", ev.Stream, "stream_seq", ev.StreamSeq, "tries", tries)
+				c.eventStream(ev), "stream_seq", ev.StreamSeq, "tries", tries)
 			return ack, nil
 		}
 	}

@@ -2,9 +2,6 @@ package consumer
 
 import (
 	"context"
-	"encoding/json"
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +10,7 @@ import (
 )
 
 // deadLetterLogSetup starts a server and a consumer on it logging JSON
-// to the returned buffer (slog's own handler, not strictKeys: what a log
+// to the returned buffer (jsonLog: slog's own handler, what a log
 // shipper reads), publishes n events, runs the consumer and returns them,
 // taken but not settled.
 func deadLetterLogSetup(t *testing.T, ctx context.Context, n int) (Config, *Consumer, *syncBuffer, *runner, []pipeline.Event) {
@@ -21,8 +18,8 @@ func deadLetterLogSetup(t *testing.T, ctx context.Context, n int) (Config, *Cons
 	srv := testenv.NATS(t)
 	js := jsFor(t, srv)
 	cfg := testConfig(t, srv)
-	buf := &syncBuffer{}
-	c, err := New(ctx, cfg, slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	log, buf := jsonLog(t)
+	c, err := New(ctx, cfg, log)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -38,21 +35,46 @@ func deadLetterLogSetup(t *testing.T, ctx context.Context, n int) (Config, *Cons
 }
 
 // storedLines are the JSON objects of the log's "event dead-lettered"
-// lines.
+// lines; jsonRecords fails t for a line with a key twice (Elasticsearch
+// and OpenSearch refuse it).
 func storedLines(t *testing.T, log string) []map[string]any {
 	t.Helper()
-	var out []map[string]any
-	for l := range strings.Lines(log) {
-		if !strings.Contains(l, `"msg":"event dead-lettered"`) {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m)
+	return records(jsonRecords(t, log), "event dead-lettered")
+}
+
+// A stored dead letter's JSON line carries each key once: the consumer's
+// logger says stream and consumer, and the line said stream again (a
+// reviewer's log: `stream=EVENTS ... stream=EVENTS`). An event of another
+// stream handed in is named under event_stream.
+func TestDeadLetterLineHasEachKeyOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, c, buf, r, evs := deadLetterLogSetup(t, ctx, 2)
+	if err := c.DeadLetter(ctx, &evs[0], pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: pipeline.CodeInvalidJSON, Reason: "bad"}); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
 	}
-	return out
+	other := evs[1]
+	other.Stream = cfg.Stream + "_OTHER"
+	// Another code, so that the first's bound does not hold its line back.
+	if err := c.DeadLetter(ctx, &other, pipeline.DeadLetter{Stage: pipeline.StageDecode, Code: pipeline.CodeOutOfRange, Reason: "big"}); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	r.stopClean(t, ctx)
+	lines := storedLines(t, buf.String())
+	if len(lines) != 2 {
+		t.Fatalf("%d lines of stored letters, want 2; log:\n%s", len(lines), buf.String())
+	}
+	for i, l := range lines {
+		if l["stream"] != cfg.Stream || l["consumer"] != cfg.Consumer || l["stream_seq"] != float64(i+1) {
+			t.Errorf("line %d says stream %v, consumer %v, stream_seq %v; want %s, %s, %d", i, l["stream"], l["consumer"], l["stream_seq"], cfg.Stream, cfg.Consumer, i+1)
+		}
+	}
+	if got, ok := lines[0]["event_stream"]; ok {
+		t.Errorf("the line of an event of the consumer's stream says event_stream %v", got)
+	}
+	if got := lines[1]["event_stream"]; got != other.Stream {
+		t.Errorf("the line of an event of stream %s says event_stream %v", other.Stream, got)
+	}
 }
 
 // Every code that is dead-lettered is named in the log, each at most once

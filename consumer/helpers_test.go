@@ -78,13 +78,15 @@ func testConfigURL(t testing.TB, url string) Config {
 	return cfg
 }
 
-// testLogger writes to the test log, or to buf when it is not nil.
+// testLogger writes to the test log, or to buf when it is not nil. A line
+// that carries one key twice (strictKeys) fails t, at its end, naming
+// the key and the log call.
 func testLogger(t testing.TB, buf io.Writer) *slog.Logger {
 	t.Helper()
 	if buf == nil {
 		buf = tWriter{t}
 	}
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(newStrictKeys(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}), strictReport(t)))
 }
 
 type tWriter struct{ t testing.TB }

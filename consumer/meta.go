@@ -333,7 +333,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		// The server swaps the filter without going back (refreshFloor).
 		msg := "changing the consumer's filter to nats.filter_subject: it keeps its place in the stream, so events on subjects " +
 			"the old filter left out that lie before that place are not delivered"
-		args := []any{"consumer", cfg.Consumer, "filter_subject", prev.FilterSubject, "filter_subjects", prev.FilterSubjects,
+		args := []any{"filter_subject", prev.FilterSubject, "filter_subjects", prev.FilterSubjects,
 			"nats.filter_subject", cfg.FilterSubject}
 		if c.filterApplied && !c.filterEditSaid {
 			// Set on the server since jetsink applied its own, and not
@@ -394,7 +394,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	limit := int64(cons.CachedInfo().Config.MaxRequestBatch)
 	if old := c.batchLimit.Swap(limit); old != limit && cfg.PullMaxMessages == 0 && limit > 0 && int(limit) < cfg.PullMessages() {
 		c.log.Info("pulling fewer messages at a time than derived: the consumer's max_request_batch (the server's jetstream limits) allows no more",
-			"consumer", cfg.Consumer, "pull_max_messages", limit)
+			"pull_max_messages", limit)
 	}
 	if p, ok := replayOriginalProblem(cfg.Consumer, &cons.CachedInfo().Config); ok {
 		c.log.Warn(p.Message, "fix", p.Fix+holdFirst(cfg, floorPlaceholder, c.interest.Load()))
@@ -406,7 +406,7 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	}
 	if info := cons.CachedInfo(); info.Paused && !c.serverPaused.Swap(true) {
 		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",
-			"consumer", cfg.Consumer, "resumes_in", info.PauseRemaining.Round(time.Second))
+			"resumes_in", info.PauseRemaining.Round(time.Second))
 	}
 	if cc.Metadata[filterKey] == cfg.FilterSubject {
 		// Its own filter applied: another's, set again, is seen anew.

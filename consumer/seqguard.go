@@ -138,7 +138,7 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 		// The server zeroes a sealed stream's max_age, whatever an update
 		// says: the limits would differ, and be "set", at every start.
 		if !c.sealedNoted.Swap(true) {
-			c.log.Warn(sealedMessage(cfg.Stream), "stream", cfg.Stream)
+			c.log.Warn(sealedMessage(cfg.Stream))
 		}
 	} else {
 		limits = streamLimitsDiff(&sc, cfg)
@@ -150,7 +150,7 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 		// Said at Warn: a lower limit deletes events at once, stored by
 		// jetsink or not (check warns of it before).
 		c.log.Warn("setting the stream's limits (nats.stream_max_age, nats.stream_max_bytes, nats.stream_replicas, nats.stream_duplicate_window)",
-			"stream", cfg.Stream, "limits", strings.Join(limits, ", "))
+			"limits", strings.Join(limits, ", "))
 		sc = withStreamKeys(sc, cfg)
 		if len(dropped) == 0 && len(added) == 0 {
 			return c.js.UpdateStream(ctx, sc)
@@ -164,7 +164,7 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 		level, msg = slog.LevelWarn, "setting the stream's subjects to nats.subjects (create_stream: true); messages published to "+
 			"the subjects dropped are no longer stored"
 	}
-	c.log.Log(ctx, level, msg, "stream", cfg.Stream, "from", strings.Join(sc.Subjects, ","), "to", strings.Join(cfg.Subjects, ","),
+	c.log.Log(ctx, level, msg, "from", strings.Join(sc.Subjects, ","), "to", strings.Join(cfg.Subjects, ","),
 		"dropped", strings.Join(dropped, ","))
 	sc.Subjects = cfg.Subjects
 	return c.js.UpdateStream(ctx, sc)
