@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,7 +39,7 @@ checks under way and exits 1; a second one exits at once.`,
 			if err != nil {
 				return err
 			}
-			log := newLogger(cfg, os.Stderr)
+			log := newLogger(cfg, cmd.ErrOrStderr())
 			defer logExitAs(cfg, log, &err)
 			// Tracing as run sets it up, with the OTEL_* variables: run
 			// refuses a bad one (exit 2). It exports nothing here.
@@ -51,7 +50,7 @@ checks under way and exits 1; a second one exits at once.`,
 			fmt.Fprintln(out, "config: ok")
 			// The first signal ends the checks under way (a query on a
 			// locked table waits for the lock).
-			ctx, stop := cancelOnSignal(cmd, "stopping check")
+			ctx, stop := cancelOnSignal(cmd, "stopping check", cfg, log)
 			defer stop()
 			failed := 0
 			badConfig := false // a setting run would refuse (exit 2) once it sees the server

@@ -240,10 +240,7 @@ taken for no filter. Exit status 1 if any replay or delete failed.`,
 					o.Stream, rep.Scanned, rep.Matched, rep.Replayed, rep.Deleted, skipped(rep), markers(rep), rep.Others, unnamed(rep), rep.Failed)
 			}
 			if rep.Unnamed > 0 {
-				seqs := strings.Join(seqList(rep.UnnamedLetters), ", ")
-				if more := rep.Unnamed - len(rep.UnnamedLetters); more > 0 {
-					seqs += fmt.Sprintf(" and %d more", more)
-				}
+				seqs := firstSeqs(rep.UnnamedLetters, rep.Unnamed)
 				fmt.Fprintf(w, "left %d dead letters that name no consumer (%s %s): a jetsink from before 2026-12-03 wrote them, without Jetsink-Consumer, "+
 					"and they may be another jetsink's on the same stream, whose cause may not be fixed; replayed, such a letter's event would reach that jetsink again "+
 					"and be stored by this one (nats.consumer %s) too. List them with --dry-run --include-unnamed; replay them with --include-unnamed "+
@@ -253,10 +250,7 @@ taken for no filter. Exit status 1 if any replay or delete failed.`,
 			// The letters of a store's events (dlq.ErrKeyValue,
 			// dlq.ErrObjectStore) it did not replay, in the store's words.
 			for _, r := range rep.Refusals() {
-				seqs := strings.Join(seqList(r.Letters), ", ")
-				if more := r.N - len(r.Letters); more > 0 {
-					seqs += fmt.Sprintf(" and %d more", more)
-				}
+				seqs := firstSeqs(r.Letters, r.N)
 				fmt.Fprintf(w, "refused %d dead letters of %s's events (%s %s): replayed, each would be written into its %s again, "+
 					"%s; they stay: fix what refused them, "+
 					"put back by hand what the %s should hold (%s), then delete them (nats stream rmm %s <seq>)\n",
@@ -413,12 +407,8 @@ func skipped(rep dlq.Report) string {
 	if rep.Skipped == 0 {
 		return "skipped 0 (not dead letters)"
 	}
-	s := fmt.Sprintf("skipped %d (not dead letters, without %s or %s: %s", rep.Skipped, consumer.HeaderSubject, consumer.HeaderStream,
-		strings.Join(seqList(rep.NotLetters), ", "))
-	if more := rep.Skipped - len(rep.NotLetters); more > 0 {
-		s += fmt.Sprintf(" and %d more", more)
-	}
-	return s + ")"
+	return fmt.Sprintf("skipped %d (not dead letters, without %s or %s: %s)", rep.Skipped, consumer.HeaderSubject, consumer.HeaderStream,
+		firstSeqs(rep.NotLetters, rep.Skipped))
 }
 
 // markers is the summary's count of the server's subject delete markers
@@ -443,6 +433,16 @@ func unnamed(rep dlq.Report) string {
 }
 
 // seqList formats dead-letter sequences.
+// firstSeqs writes the first few sequences of n letters: "4, 9, 12 and 2
+// more".
+func firstSeqs(first []uint64, n int) string {
+	s := strings.Join(seqList(first), ", ")
+	if more := n - len(first); more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
+}
+
 func seqList(seqs []uint64) []string {
 	out := make([]string, len(seqs))
 	for i, seq := range seqs {

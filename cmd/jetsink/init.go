@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -48,7 +47,7 @@ rolls the DDL back and exits 1; a second one exits at once.`,
 			if err != nil {
 				return err
 			}
-			log := newLogger(cfg, os.Stderr)
+			log := newLogger(cfg, cmd.ErrOrStderr())
 			defer logExitAs(cfg, log, &err)
 			mapper, err := pipeline.Compile(cfg.Columns())
 			if err != nil {
@@ -57,7 +56,7 @@ rolls the DDL back and exits 1; a second one exits at once.`,
 			// The first signal cancels the DDL under way (CREATE UNIQUE
 			// INDEX blocks writes to the table while it builds): the sink
 			// has PostgreSQL cancel it when ctx ends.
-			ctx, stop := cancelOnSignal(cmd, "cancelling init")
+			ctx, stop := cancelOnSignal(cmd, "cancelling init", cfg, log)
 			defer stop()
 			stopped := func(err error) error {
 				if ctx.Err() != nil {

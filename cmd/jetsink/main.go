@@ -51,10 +51,31 @@ func isOutputClosed(err error) bool {
 }
 
 func exitCode(err error) int {
-	say := func(msg any, _ int) { fmt.Fprintln(os.Stderr, "jetsink:", msg) }
-	if jl, ok := err.(jsonLogged); ok {
-		err = jl.err
-		say = func(msg any, code int) { jl.log.Error("exiting", "err", msg, "exit_code", code) }
+	say := func(code int, problems ...error) {
+		for _, p := range problems {
+			fmt.Fprintln(os.Stderr, "jetsink:", p)
+		}
+	}
+	// A command that logs in JSON (jsonLogged, maybe joined by execute
+	// with stdout's failure) has its exit written as one record of that
+	// log; several problems of a configuration go in one record too, so
+	// that one exit reads as one.
+	var jl jsonLogged
+	if errors.As(err, &jl) {
+		if err == error(jl) {
+			err = jl.err
+		}
+		say = func(code int, problems ...error) {
+			args := []any{"err", err.Error(), "exit_code", code}
+			if len(problems) > 1 {
+				texts := make([]string, len(problems))
+				for i, p := range problems {
+					texts[i] = p.Error()
+				}
+				args = append(args, "problems", texts)
+			}
+			jl.log.Error("exiting", args...)
+		}
 	}
 	var usage usageError
 	switch {
@@ -63,16 +84,14 @@ func exitCode(err error) int {
 	case isOutputClosed(err):
 		return exitFailed // its reader has gone: nobody to tell
 	case errors.Is(err, errAborted):
-		say(err, exitAborted)
+		say(exitAborted, err)
 		return exitAborted
 	case errors.Is(err, config.ErrInvalidConfig), errors.As(err, &usage), isSectionConfigError(err),
 		errors.Is(err, bench.ErrInvalidOptions):
-		for _, p := range config.Problems(err) { // each key at fault on a line of its own
-			say(p, exitConfig)
-		}
+		say(exitConfig, config.Problems(err)...) // each key at fault on a line of its own
 		return exitConfig
 	default:
-		say(err, exitFailed)
+		say(exitFailed, err)
 		return exitFailed
 	}
 }
@@ -123,13 +142,18 @@ func signalStages(cmd *cobra.Command, first, second string) (intake, hard contex
 
 // cancelOnSignal returns a context under cmd's that the first stop signal
 // (stopSignals) cancels, with cause "stopped by <signal>", announced on cmd's
-// stderr with what; jetsink then stops catching them, so that a second one
+// stderr with what (a record of cfg's log when that is JSON, as run's
+// announcements are); jetsink then stops catching them, so that a second one
 // ends the process. Call stop when done.
-func cancelOnSignal(cmd *cobra.Command, what string) (ctx context.Context, stop func()) {
+func cancelOnSignal(cmd *cobra.Command, what string, cfg config.Config, log *slog.Logger) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(cmd.Context())
 	errOut := cmd.ErrOrStderr()
 	stopWatch := watchSignals(func(sig os.Signal) {
-		fmt.Fprintf(errOut, "jetsink: %s: %s; a second signal exits at once\n", sig, what)
+		if cfg.Log.Format == "json" {
+			log.Info(what+"; a second signal exits at once", "signal", sig.String())
+		} else {
+			fmt.Fprintf(errOut, "jetsink: %s: %s; a second signal exits at once\n", sig, what)
+		}
 		cancel(fmt.Errorf("stopped by %s", sig))
 	})
 	return ctx, func() {

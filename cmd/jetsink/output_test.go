@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
 
@@ -96,5 +98,57 @@ func TestOutputReaderGoneIsQuiet(t *testing.T) {
 	r.Close()
 	if code != exitFailed || len(said) > 0 || errOut.Len() > 0 {
 		t.Fatalf("exit %d, stderr %q%q; want %d and nothing said", code, said, errOut.String(), exitFailed)
+	}
+}
+
+// With JSON logs, check's exit is one JSON record even when stdout failed
+// as well (execute joins the two errors), and init's and check's logs are
+// JSON throughout. Before, a failed stdout turned the exit back into lines
+// of text.
+func TestJSONExitBesideAFailedOutput(t *testing.T) {
+	t.Setenv("JETSINK_CONFIG", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	root := newRoot()
+	var errOut strings.Builder
+	root.SetOut(&noSpace{})
+	root.SetErr(&errOut)
+	root.SetArgs([]string{"check", "--nats-url", "nats://127.0.0.1:1", "--database-url", "postgres://127.0.0.1:1/x", "--set", "log.format=json"})
+	code := exitCode(execute(ctx, root))
+	var exits []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(errOut.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Errorf("a line that is not JSON: %q", l)
+		}
+		if rec["msg"] == "exiting" {
+			exits = append(exits, rec)
+		}
+	}
+	if code != exitFailed || len(exits) != 1 || exits[0]["exit_code"] != float64(exitFailed) ||
+		!strings.Contains(fmt.Sprint(exits[0]["err"]), "could not write the output") || !strings.Contains(fmt.Sprint(exits[0]["err"]), "check found") {
+		t.Fatalf("exit %d, records %v; want %d and one \"exiting\" record with both errors:\n%s", code, exits, exitFailed, errOut.String())
+	}
+}
+
+// A configuration's several problems, found once the log exists, end in
+// one JSON record that lists them, not one record each: one exit reads
+// as one.
+func TestJSONExitListsProblemsInOneRecord(t *testing.T) {
+	var buf strings.Builder
+	cfg := config.Default()
+	cfg.Log.Format = "json"
+	err := errors.Join(fmt.Errorf("%w: postgres.a is wrong", config.ErrInvalidConfig), fmt.Errorf("%w: postgres.b is wrong", config.ErrInvalidConfig))
+	logExitAs(cfg, newLogger(cfg, &buf), &err)
+	code := exitCode(err)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	var rec struct {
+		Msg      string
+		Problems []string
+		ExitCode int `json:"exit_code"`
+	}
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil || code != exitConfig || rec.Msg != "exiting" ||
+		rec.ExitCode != exitConfig || len(rec.Problems) != 2 || !strings.Contains(rec.Problems[1], "postgres.b") {
+		t.Fatalf("exit %d; want %d and one record listing both problems:\n%s", code, exitConfig, buf.String())
 	}
 }

@@ -162,7 +162,7 @@ func TestLogDrained(t *testing.T) {
 			n      uint64
 			phrase string
 		}{
-			{u.ackErrors + u.unconfirmed, "acks that failed"}, {u.acksRefused, "for want of permission"},
+			{u.ackErrors + u.unconfirmed - u.settled, "acks that failed"}, {u.acksRefused, "for want of permission"},
 			{u.deadLetterFailed, "dead letter could not be stored"}, {u.termErrors, "whose term failed"}, {u.stale, "stream replaced"},
 			{u.givenUp, "refused at the end"}, {u.released, "while PostgreSQL was unreachable"},
 		} {
