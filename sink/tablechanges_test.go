@@ -1279,6 +1279,11 @@ func TestLogLinesSpellTheTableOneWay(t *testing.T) {
 	if err := s.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Found (pinned) by a check: at-least-once's Init reads nothing, and
+	// the committer's retry may commit before a read of its finds it.
+	if _, err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
 	finishClean(t, ctx, src, wait, &recDL{}, ms)
 
 	before, after := "table="+cfg.Table+" ", "table=public."+cfg.Table+" "
