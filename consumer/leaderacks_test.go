@@ -88,7 +88,7 @@ func TestConsumerLeaderChangeResendsAcks(t *testing.T) {
 	if !strings.Contains(logBuf.String(), "the consumer's leader changed: acks sent around the change may be lost") {
 		t.Errorf("the leader changes were not logged:\n%s", logBuf.String())
 	}
-	if strings.Contains(logBuf.String(), `msg="pull subscription"`) {
+	if strings.Contains(logBuf.String(), `msg="pulling from the consumer failed"`) {
 		t.Errorf("a leader change logged as a pull subscription's error:\n%s", logBuf.String())
 	}
 	if st := c.Stats(); st.AcksResent == 0 {
