@@ -346,7 +346,7 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	st.start("pipeline", func() error { return p.pipeline.RunHandoff(hard, h) })
 	st.start("sink", func() error { return p.sink.Run(hard, h) })
 	p.log.Info("jetsink running", "workers", p.cfg.Pipeline.Workers, "handoff", p.cfg.Pipeline.Handoff, "stream", p.cfg.NATS.Stream,
-		"consumer", p.cfg.NATS.Consumer, "table", p.cfg.Postgres.Table, "mode", p.cfg.Postgres.Mode)
+		"consumer", p.cfg.NATS.Consumer, "table", p.sink.LogName(), "mode", p.cfg.Postgres.Mode)
 	progress, stopProgress := context.WithCancel(context.Background())
 	progressDone := make(chan struct{})
 	go func() {
