@@ -288,6 +288,13 @@ func (r *run) watchReach(ctx context.Context, stop <-chan struct{}) {
 				s.reached(s.stamp(now))
 				continue
 			}
+			// A failed probe is a failed attempt as a committer's is:
+			// counted in the run (failed_attempts), its error the last.
+			// The committers may have stopped trying (their batches given
+			// back), and a long outage counted only their attempts before
+			// it went away. (One that the server answered, a ping refused
+			// on a live connection, ends the run as any answer does.)
+			s.noteReach(err, now)
 			if s.isAway() {
 				continue
 			}

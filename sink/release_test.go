@@ -643,6 +643,65 @@ func TestRecoveryLineGivesTheWholeOutage(t *testing.T) {
 	}
 }
 
+// A long outage counts every probe that failed in the line that ends it:
+// once the sink is away the committers have given their batches back and
+// stop trying, and failed_attempts kept the count it had when the sink
+// went away (21 at away, still 21 after 8 s more of failing probes).
+func TestRecoveryLineCountsTheFailedProbes(t *testing.T) {
+	old := reachTick
+	reachTick = 100 * time.Millisecond // probes on time, not a tick late
+	t.Cleanup(func() { reachTick = old })
+	ctx := testCtx(t, 120*time.Second)
+	cluster := testenv.NewCluster(t)
+	s, dl := newTestSink(t, ctx, cluster.URL("postgres"), releaseConfig(AtLeastOnce))
+	logs := captureLog(t, s, time.Minute)
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	first, mFirst := rows(1, 10, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "the first rows acked", allAcked(mFirst))
+
+	if err := cluster.Stop("fast"); err != nil {
+		t.Fatal(err)
+	}
+	held, mHeld := rows(11, 20, nil)
+	src.push(t, ctx, held)
+	awaySwitch(t, ctx, s, true)
+	atAway := s.reachFails.Load() - s.reachFailsAt.Load()
+	waitFor(t, ctx, "the held rows given back", allNaked(mHeld))
+	// The outage itself, not a wait for an event: a few probe intervals.
+	probeEvery := max(s.cfg.Retry.Max, time.Second)
+	time.Sleep(4 * probeEvery)
+	if err := cluster.Start(); err != nil {
+		t.Fatal(err)
+	}
+	awaySwitch(t, ctx, s, false)
+	again, mAgain := rows(11, 20, nil)
+	src.push(t, ctx, delivered(again, 2))
+	finishClean(t, ctx, src, wait, dl, mAgain)
+
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "postgres answers again") {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatal("no line saying postgres answers again")
+	}
+	n, err := strconv.ParseUint(logValue(t, line, "failed_attempts"), 10, 64)
+	if err != nil {
+		t.Fatalf("failed_attempts: %v; line %q", err, line)
+	}
+	// A probe every probeEvery while paused, less the one that answered
+	// and one for the ticks' phase.
+	paused := logDuration(t, line, "paused_for")
+	if want := atAway + uint64(max(int(paused/probeEvery)-2, 1)); n < want {
+		t.Errorf("failed_attempts=%d, %d when the sink went away: want %d at least after %v paused, a probe every %v; line %q",
+			n, atAway, want, paused, probeEvery, line)
+	}
+}
+
 // The line that ends an outage counts the attempts that failed in its run
 // of failures: not those of a run an answer ended before, nor one from
 // before that answer that ended after it; and its unreachable_for runs from
