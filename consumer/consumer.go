@@ -866,54 +866,74 @@ const (
 // an outage of ten minutes logged one Warn, and an alert on Error, which
 // sees PostgreSQL's outages, missed it. Both pull clients stop with
 // nats.go's connection (the wire client pulls only while it is up: see
-// natsOptions), so one watch covers both. Its methods run on nats.go's
+// natsOptions), so one watch covers both. An outage ends only once the
+// connection has stayed up for after: a server that keeps coming back for
+// moments (crash-looping, a flapping link) is one outage, told at Error,
+// not a string of short ones each below after (a review's flapping server,
+// down 94% of the time, logged no Error). Its methods run on nats.go's
 // callback goroutine, tell on a timer's; mu guards all.
 type natsOutage struct {
 	mu       sync.Mutex
-	after    time.Duration // the first Error after this long (tests shorten it)
-	since    time.Time     // when the connection was lost; zero while it is up
-	timer    *time.Timer   // the next Error's
+	after    time.Duration // the first Error after this long (tests shorten it); 0: no watch (Check's connection, which does not reconnect)
+	since    time.Time     // when the outage began; zero while there is none
+	lost     bool          // the connection is lost now
+	lostAt   time.Time     // when it was lost last
+	upAt     time.Time     // when it came back last
+	gen      uint64        // the outage's number: a timer of an earlier one does nothing
+	timer    *time.Timer   // the next look (tell)
 	next     time.Duration // the wait after the next Error
-	attempts int           // reconnect attempts failed since
-	lastErr  error         // the last one's error
+	attempts int           // reconnect attempts failed in the outage
+	dropped  int           // attempts failed since the last loss
+	brief    int           // times the connection came back for less than after, in the outage
+	lastErr  error         // the last attempt's error
 	stopped  bool          // the connection is closed: nothing more to say
 }
 
-// down starts the watch of a connection lost now; a second call before up
-// keeps the first's start.
+// down notes a connection lost now: it starts an outage, or goes on with
+// the one a reconnect of less than after left open.
 func (o *natsOutage) down(log *slog.Logger) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.stopped || !o.since.IsZero() {
+	if o.stopped || o.after <= 0 || o.lost {
 		return
 	}
-	o.since, o.attempts, o.lastErr, o.next = time.Now(), 0, nil, outageRepeatMin
-	o.timer = time.AfterFunc(o.after, func() { o.tell(log) })
+	now := time.Now()
+	o.lost, o.lostAt, o.dropped = true, now, 0
+	if !o.since.IsZero() && now.Sub(o.upAt) < o.after {
+		o.brief++
+		return
+	}
+	if o.timer != nil {
+		o.timer.Stop()
+	}
+	o.gen++
+	gen := o.gen
+	o.since, o.attempts, o.brief, o.lastErr, o.next = now, 0, 0, nil, outageRepeatMin
+	o.timer = time.AfterFunc(o.after, func() { o.tell(log, gen) })
 }
 
 // failed counts a reconnect attempt that failed with err.
 func (o *natsOutage) failed(err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.since.IsZero() {
+	if o.lost {
 		o.attempts++
+		o.dropped++
 		o.lastErr = err
 	}
 }
 
-// up ends the watch: the connection is back. It returns how long it was
-// lost and the reconnect attempts that failed meanwhile.
+// up notes the connection back. It returns how long it was lost this
+// time and the reconnect attempts that failed meanwhile; the outage ends
+// once it stays up for after (tell).
 func (o *natsOutage) up() (away time.Duration, attempts int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.timer != nil {
-		o.timer.Stop()
+	if !o.lost {
+		return 0, 0
 	}
-	if !o.since.IsZero() {
-		away, attempts = time.Since(o.since), o.attempts
-	}
-	o.since, o.timer = time.Time{}, nil
-	return away, attempts
+	o.lost, o.upAt = false, time.Now()
+	return o.upAt.Sub(o.lostAt), o.dropped
 }
 
 // stop ends the watch for good (the connection is closed): once it
@@ -927,21 +947,30 @@ func (o *natsOutage) stop() {
 	}
 }
 
-// tell logs that the connection is still lost, and sets the next time.
-func (o *natsOutage) tell(log *slog.Logger) {
+// tell logs that the connection is lost still (or again), and sets the
+// next look; with the connection up for after, the outage is over.
+func (o *natsOutage) tell(log *slog.Logger, gen uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.stopped || o.since.IsZero() {
-		return // up or stop came first
+	if o.stopped || gen != o.gen || o.since.IsZero() {
+		return // stop, or a later outage, came first
+	}
+	if !o.lost {
+		if up := time.Since(o.upAt); up < o.after {
+			o.timer = time.AfterFunc(o.after-up, func() { o.tell(log, gen) })
+			return
+		}
+		o.since, o.timer = time.Time{}, nil
+		return
 	}
 	lastErr := "none yet"
 	if o.lastErr != nil {
 		lastErr = o.lastErr.Error()
 	}
 	log.Error("NATS unreachable: nothing is consumed or acked, the events wait in JetStream; jetsink keeps reconnecting",
-		"unreachable_for", time.Since(o.since).Round(time.Millisecond), "reconnect_attempts", o.attempts, "last_err", lastErr,
-		"next_report_in", o.next, "fix", "check that the NATS servers of nats.url are up and reachable from this host")
-	o.timer = time.AfterFunc(o.next, func() { o.tell(log) })
+		"unreachable_for", time.Since(o.since).Round(time.Millisecond), "reconnect_attempts", o.attempts, "brief_reconnects", o.brief,
+		"last_err", lastErr, "next_report_in", o.next, "fix", "check that the NATS servers of nats.url are up and reachable from this host")
+	o.timer = time.AfterFunc(o.next, func() { o.tell(log, gen) })
 	o.next = min(2*o.next, outageRepeatMax)
 }
 

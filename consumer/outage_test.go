@@ -92,3 +92,62 @@ func TestNATSOutageLogsAnError(t *testing.T) {
 		})
 	}
 }
+
+// A server that keeps coming back for moments (crash-looping, a flapping
+// link) is one outage: each drop here lasts 20 ms, well under the watch's
+// delay, and the connection is lost nearly all the time; the Error comes,
+// counting the brief reconnects. Before, each reconnect ended the outage
+// and the next drop started the clock again, so no Error ever came (a
+// review's flapping server, down 94% of the time).
+func TestNATSOutageCoversAFlappingServer(t *testing.T) {
+	log, buf := jsonLog(t)
+	o := &natsOutage{after: 200 * time.Millisecond}
+	defer o.stop()
+	const unreachable = "NATS unreachable"
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(buf.String(), unreachable) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no Error after 5 s of a connection lost nearly all the time:\n%s", buf.String())
+		}
+		o.down(log)
+		time.Sleep(20 * time.Millisecond) // the connection is lost this long
+		o.up()
+	}
+	e := records(jsonRecords(t, buf.String()), unreachable)[0]
+	if n, _ := e["brief_reconnects"].(float64); n < 1 {
+		t.Fatalf("the Error: %v; want brief_reconnects counting the moments it was back", e)
+	}
+	// Up for longer than after, the outage is over: the next loss starts a
+	// new one (its own delay), not a continuation.
+	o.mu.Lock()
+	gen := o.gen
+	o.mu.Unlock()
+	waitFor(t, context.Background(), "the outage to end", func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return o.since.IsZero()
+	})
+	o.down(log)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.gen != gen+1 || o.brief != 0 {
+		t.Fatalf("a loss after the outage ended: gen %d (was %d), brief %d; want a new outage", o.gen, gen, o.brief)
+	}
+}
+
+// A connection that does not reconnect (Check's: no delay set) has no
+// watch: a loss there logged "jetsink keeps reconnecting" at once, since
+// its delay was 0 (1 run in 5 of a review's check against a server shut
+// down).
+func TestNATSOutageWatchesNothingWithoutADelay(t *testing.T) {
+	log, buf := jsonLog(t)
+	o := &natsOutage{}
+	o.down(log)
+	o.mu.Lock()
+	timer := o.timer
+	o.mu.Unlock()
+	o.stop()
+	if timer != nil || buf.String() != "" {
+		t.Fatalf("a watch without a delay started (timer %v), logged:\n%s", timer != nil, buf.String())
+	}
+}

@@ -303,9 +303,9 @@ func (c *Consumer) retriesOver() {
 	if c.retryTold {
 		c.log.Info("consuming again", "failing_for", time.Since(c.retrySince).Round(time.Millisecond), "attempts", c.retries,
 			"held_back", c.retryHeld)
-		c.retryHeld = 0
 	}
-	c.retrySince, c.retries, c.retryTold = time.Time{}, 0, false
+	// A run that logged nothing leaves no held-back count to the next.
+	c.retrySince, c.retries, c.retryTold, c.retryHeld = time.Time{}, 0, false, 0
 }
 
 // stuckState is why Run has not pulled since when (Consumer.stuck).
