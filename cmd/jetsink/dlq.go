@@ -432,7 +432,6 @@ func unnamed(rep dlq.Report) string {
 	return fmt.Sprintf(", left %d naming no consumer", rep.Unnamed)
 }
 
-// seqList formats dead-letter sequences.
 // firstSeqs writes the first few sequences of n letters: "4, 9, 12 and 2
 // more".
 func firstSeqs(first []uint64, n int) string {
@@ -443,6 +442,7 @@ func firstSeqs(first []uint64, n int) string {
 	return s
 }
 
+// seqList formats dead-letter sequences.
 func seqList(seqs []uint64) []string {
 	out := make([]string, len(seqs))
 	for i, seq := range seqs {

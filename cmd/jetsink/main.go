@@ -62,7 +62,7 @@ func exitCode(err error) int {
 	// that one exit reads as one.
 	var jl jsonLogged
 	if errors.As(err, &jl) {
-		if err == error(jl) {
+		if _, outer := err.(jsonLogged); outer {
 			err = jl.err
 		}
 		say = func(code int, problems ...error) {
@@ -72,7 +72,7 @@ func exitCode(err error) int {
 				for i, p := range problems {
 					texts[i] = p.Error()
 				}
-				args = append(args, "problems", texts)
+				args = []any{"err", fmt.Sprintf("%d problems in the configuration", len(problems)), "problems", texts, "exit_code", code}
 			}
 			jl.log.Error("exiting", args...)
 		}
