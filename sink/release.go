@@ -139,12 +139,24 @@ func cannotReach(err error) bool {
 // failure starts (or goes on with) a run of them, unreachableSince; any
 // answer stamps lastReached and ends AWAY. An attempt given up because
 // the run ends (context.Canceled) shows nothing.
+//
+// A run starts where its first failed connect began (connectError.began),
+// not where it ended: the server gave no answer from then on, and a dial
+// whose packets are dropped ends up to connect_timeout per host later,
+// which unreachable_for (and ReleaseAfter's count) would leave out. Never
+// before the last answer, though. A connection lost with no answer
+// starts it at the loss (at): when the server last answered on it is
+// not known, and the attempt may have waited minutes for a lock.
 func (s *Sink) noteReach(err error, at time.Time) {
 	if s.cfg.ReleaseAfter <= 0 {
 		return
 	}
 	t := s.stamp(at)
 	if err != nil && cannotReach(err) {
+		start := t
+		if ce, ok := errors.AsType[*connectError](err); ok && !ce.began.IsZero() {
+			start = min(t, s.stamp(ce.began))
+		}
 		msg := err.Error()
 		s.reachErr.Store(&msg)
 		// Counted before the run it may begin is stamped, so that a
@@ -155,10 +167,19 @@ func (s *Sink) noteReach(err error, at time.Time) {
 		for {
 			old := s.unreachableSince.Load()
 			last := s.lastReached.Load()
-			if t <= last || (old != 0 && old > last) {
-				return // from before the last answer, or a run under way since old
+			if t <= last {
+				return // ended before the last answer
 			}
-			if s.unreachableSince.CompareAndSwap(old, t) {
+			start := max(start, last+1)
+			if old != 0 && old > last {
+				// A run under way since old: one that began before it
+				// (a long dial) moves its start back.
+				if start >= old || s.unreachableSince.CompareAndSwap(old, start) {
+					return
+				}
+				continue
+			}
+			if s.unreachableSince.CompareAndSwap(old, start) {
 				s.reachFailsAt.Store(n - 1)
 				return
 			}
@@ -197,7 +218,8 @@ func (s *Sink) reached(t int64) {
 				s.refusedSince.CompareAndSwap(since, 0)
 			}
 			// Both lengths: the outage began at the first attempt that
-			// could not reach it (unreachable_for), ReleaseAfter and a
+			// could not reach it (unreachable_for: where a connect began,
+			// where a connection was lost; see noteReach), ReleaseAfter and a
 			// failed probe before the events were given back and the
 			// pulls paused (paused_for); an operator comparing the line
 			// with PostgreSQL's own log wants the first.

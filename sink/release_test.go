@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jetsink/jetsink/pipeline"
@@ -699,6 +700,95 @@ func TestRecoveryLineCountsTheFailedProbes(t *testing.T) {
 	if want := atAway + uint64(max(int(paused/probeEvery)-2, 1)); n < want {
 		t.Errorf("failed_attempts=%d, %d when the sink went away: want %d at least after %v paused, a probe every %v; line %q",
 			n, atAway, want, paused, probeEvery, line)
+	}
+}
+
+// A run of reach failures starts where its first failed connect began,
+// not where it ended: a dial whose packets were dropped ends up to
+// connect_timeout per host later, and unreachable_for left that out. Not
+// before the last answer, though; and a connection lost with no answer
+// starts it at the loss.
+func TestUnreachableFromTheConnectsStart(t *testing.T) {
+	const dial = 30 * time.Second
+	dropped := func(began time.Time) error {
+		return &connectError{where: "10.0.0.1:5432", err: context.DeadlineExceeded, began: began}
+	}
+	lost := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+
+	s := reachSink()
+	ended := time.Now()
+	s.noteReach(dropped(ended.Add(-dial)), ended)
+	if d, _ := s.unreachableFor(ended); d != dial {
+		t.Errorf("unreachable for %v after a connect of %v that failed; want %v", d, dial, dial)
+	}
+
+	// A run under way moves back to a connect that began before it.
+	s = reachSink()
+	s.noteReach(lost, ended.Add(-time.Second))
+	s.noteReach(dropped(ended.Add(-dial)), ended)
+	if d, _ := s.unreachableFor(ended); d != dial {
+		t.Errorf("unreachable for %v; want the %v since the earliest connect's start", d, dial)
+	}
+
+	// An answer during the connect: the run starts after it.
+	s = reachSink()
+	answered := ended.Add(-time.Second)
+	s.reached(s.stamp(answered))
+	s.noteReach(dropped(ended.Add(-dial)), ended)
+	if d, _ := s.unreachableFor(ended); d <= 0 || d > ended.Sub(answered) {
+		t.Errorf("unreachable for %v; want more than 0, no more than the %v since the answer", d, ended.Sub(answered))
+	}
+
+	// A lost connection: from the loss.
+	s = reachSink()
+	s.noteReach(lost, ended)
+	if d, _ := s.unreachableFor(ended.Add(time.Second)); d != time.Second {
+		t.Errorf("unreachable for %v a second after a connection was lost; want 1s", d)
+	}
+
+	// A real connect to a server that never answers (packets taken, no
+	// reply): the run starts where it began, connect_timeout before it
+	// failed.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{})
+	t.Cleanup(func() {
+		ln.Close()
+		<-accepted
+	})
+	go func() {
+		defer close(accepted)
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c) // kept open, unanswered
+		}
+	}()
+	cc, err := pgx.ParseConfig("postgres://jet@" + ln.Addr().String() + "/nodb?connect_timeout=1&sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = reachSink()
+	s.connCfg = cc
+	ctx := testCtx(t, 30*time.Second)
+	_, err = s.connect(ctx)
+	failed := time.Now()
+	if !cannotReach(err) {
+		t.Fatalf("connect to a server that never answers: %v; want a reach failure", err)
+	}
+	s.noteReach(err, failed)
+	if d, _ := s.unreachableFor(failed); d < time.Second {
+		t.Errorf("unreachable for %v when a connect of connect_timeout=1 failed; want 1s at least (%v)", d, err)
 	}
 }
 

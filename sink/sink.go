@@ -504,6 +504,7 @@ func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
 	// The dials that fail are counted for this connect alone (see
 	// unreachable): pgx reports a dial's timeout and a server's, after
 	// the dial, alike.
+	began := time.Now()
 	cc := s.connCfg.Copy()
 	var failed atomic.Int32
 	dial := cc.DialFunc
@@ -516,7 +517,7 @@ func (s *Sink) connect(ctx context.Context) (*pgx.Conn, error) {
 	}
 	c, err := pgx.ConnectConfig(ctx, cc) // which copies it
 	if err != nil {
-		return nil, &connectError{where: s.where, err: err, dialsFailed: int(failed.Load())}
+		return nil, &connectError{where: s.where, err: err, dialsFailed: int(failed.Load()), began: began}
 	}
 	return c, nil
 }
@@ -532,6 +533,10 @@ type connectError struct {
 	where       string
 	err         error
 	dialsFailed int // how many of its tries failed to dial
+	// began is when the connect began: a run of reach failures starts
+	// there (noteReach), not at its end, which a dial whose packets are
+	// dropped puts up to connect_timeout per host later.
+	began time.Time
 }
 
 func (e *connectError) Error() string {
