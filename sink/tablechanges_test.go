@@ -1335,6 +1335,22 @@ func TestLogNameQuotesAsQuoteIdent(t *testing.T) {
 			t.Errorf("logName(%q) = %s; quote_ident says %s (a keyword of a later PostgreSQL than the list's 15? add it to quotedKeywords)", n, got, want)
 		}
 	}
+	// And the reverse: a stray word in quotedKeywords (a typo, an
+	// unreserved keyword) would quote a name the server leaves alone, and
+	// no name above need show it.
+	rs, err = c.Query(ctx, "SELECT word FROM pg_get_keywords() WHERE catcode <> 'U'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoted, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for w := range quotedKeywords {
+		if !slices.Contains(quoted, w) {
+			t.Errorf("quotedKeywords has %q, which quote_ident does not quote (not a keyword of this server's, or an unreserved one): take it out", w)
+		}
+	}
 	for cfg, want := range map[string]string{
 		"events":             "events",
 		"public.events":      "public.events",
