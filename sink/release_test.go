@@ -574,6 +574,22 @@ func logValue(t *testing.T, line, key string) string {
 	return v
 }
 
+// answersAgainLine is the last line of logs that says PostgreSQL answers
+// again, the end of an outage.
+func answersAgainLine(t *testing.T, logs string) string {
+	t.Helper()
+	var line string
+	for l := range strings.Lines(logs) {
+		if strings.Contains(l, "postgres answers again") {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatal("no line saying postgres answers again")
+	}
+	return line
+}
+
 // logDuration is the duration logged under key in line.
 func logDuration(t *testing.T, line, key string) time.Duration {
 	t.Helper()
@@ -617,15 +633,7 @@ func TestRecoveryLineGivesTheWholeOutage(t *testing.T) {
 	src.push(t, ctx, delivered(again, 2))
 	finishClean(t, ctx, src, wait, dl, mAgain)
 
-	var line string
-	for l := range strings.Lines(logs.String()) {
-		if strings.Contains(l, "postgres answers again") {
-			line = l
-		}
-	}
-	if line == "" {
-		t.Fatal("no line saying postgres answers again")
-	}
+	line := answersAgainLine(t, logs.String())
 	unreachable, paused := logDuration(t, line, "unreachable_for"), logDuration(t, line, "paused_for")
 	// The pause began once the run of failures was ReleaseAfter old (each
 	// rounded to the millisecond).
@@ -681,15 +689,7 @@ func TestRecoveryLineCountsTheFailedProbes(t *testing.T) {
 	src.push(t, ctx, delivered(again, 2))
 	finishClean(t, ctx, src, wait, dl, mAgain)
 
-	var line string
-	for l := range strings.Lines(logs.String()) {
-		if strings.Contains(l, "postgres answers again") {
-			line = l
-		}
-	}
-	if line == "" {
-		t.Fatal("no line saying postgres answers again")
-	}
+	line := answersAgainLine(t, logs.String())
 	n, err := strconv.ParseUint(logValue(t, line, "failed_attempts"), 10, 64)
 	if err != nil {
 		t.Fatalf("failed_attempts: %v; line %q", err, line)
