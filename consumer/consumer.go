@@ -866,31 +866,39 @@ const (
 // an outage of ten minutes logged one Warn, and an alert on Error, which
 // sees PostgreSQL's outages, missed it. Both pull clients stop with
 // nats.go's connection (the wire client pulls only while it is up: see
-// natsOptions), so one watch covers both. An outage ends only once the
-// connection has stayed up for after: a server that keeps coming back for
-// moments (crash-looping, a flapping link) is one outage, told at Error,
-// not a string of short ones each below after (a review's flapping server,
-// down 94% of the time, logged no Error). Its methods run on nats.go's
-// callback goroutine, tell on a timer's; mu guards all.
+// natsOptions), so one watch covers both. The Error comes once the
+// connection has been lost for after in all within one outage: a loss
+// that comes back for moments and is lost again (a crash-looping server, a
+// flapping link) goes on with the outage while the connection has been
+// lost in it longer than up (a review's flapping server, down 94% of the
+// time in drops under 30 s, logged no Error), and starts a new one
+// otherwise (a blip, then a restart 20 s later, is not 30 s lost; drops of
+// 50 ms every 20 s are no outage). An outage ends once the connection has
+// stayed up for after. Its methods run on nats.go's callback goroutine,
+// tell on a timer's; mu guards all.
 type natsOutage struct {
-	mu       sync.Mutex
-	after    time.Duration // the first Error after this long (tests shorten it); 0: no watch (Check's connection, which does not reconnect)
-	since    time.Time     // when the outage began; zero while there is none
-	lost     bool          // the connection is lost now
-	lostAt   time.Time     // when it was lost last
-	upAt     time.Time     // when it came back last
-	gen      uint64        // the outage's number: a timer of an earlier one does nothing
-	timer    *time.Timer   // the next look (tell)
-	next     time.Duration // the wait after the next Error
-	attempts int           // reconnect attempts failed in the outage
-	dropped  int           // attempts failed since the last loss
-	brief    int           // times the connection came back for less than after, in the outage
-	lastErr  error         // the last attempt's error
-	stopped  bool          // the connection is closed: nothing more to say
+	mu        sync.Mutex
+	after     time.Duration // the first Error once lost this long (tests shorten it); 0: no watch (Check's connection, which does not reconnect)
+	since     time.Time     // when the outage began; zero while there is none
+	lost      bool          // the connection is lost now
+	lostAt    time.Time     // when it was lost last
+	upAt      time.Time     // when it came back last
+	lostTotal time.Duration // lost in the outage, before the loss under way
+	upTotal   time.Duration // up in the outage, between its losses
+	gen       uint64        // the outage's number: a timer of an earlier one does nothing
+	timer     *time.Timer   // the next look (tell)
+	next      time.Duration // the wait after the next Error
+	told      bool          // the outage's first Error is logged
+	attempts  int           // reconnect attempts failed in the outage
+	dropped   int           // attempts failed since the last loss
+	brief     int           // times the connection came back in the outage
+	lastErr   error         // the last attempt's error
+	stopped   bool          // the connection is closed: nothing more to say
 }
 
-// down notes a connection lost now: it starts an outage, or goes on with
-// the one a reconnect of less than after left open.
+// down notes a connection lost now: it goes on with the outage under way
+// if the connection has been lost in it longer than up, and came back less
+// than after ago; else it starts one.
 func (o *natsOutage) down(log *slog.Logger) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -899,16 +907,20 @@ func (o *natsOutage) down(log *slog.Logger) {
 	}
 	now := time.Now()
 	o.lost, o.lostAt, o.dropped = true, now, 0
-	if !o.since.IsZero() && now.Sub(o.upAt) < o.after {
-		o.brief++
-		return
+	if !o.since.IsZero() {
+		if up := now.Sub(o.upAt); up < o.after && o.lostTotal >= o.upTotal+up {
+			o.upTotal += up
+			o.brief++
+			return
+		}
 	}
 	if o.timer != nil {
 		o.timer.Stop()
 	}
 	o.gen++
 	gen := o.gen
-	o.since, o.attempts, o.brief, o.lastErr, o.next = now, 0, 0, nil, outageRepeatMin
+	o.since, o.lostTotal, o.upTotal, o.told = now, 0, 0, false
+	o.attempts, o.brief, o.lastErr, o.next = 0, 0, nil, outageRepeatMin
 	o.timer = time.AfterFunc(o.after, func() { o.tell(log, gen) })
 }
 
@@ -933,7 +945,9 @@ func (o *natsOutage) up() (away time.Duration, attempts int) {
 		return 0, 0
 	}
 	o.lost, o.upAt = false, time.Now()
-	return o.upAt.Sub(o.lostAt), o.dropped
+	away = o.upAt.Sub(o.lostAt)
+	o.lostTotal += away
+	return away, o.dropped
 }
 
 // stop ends the watch for good (the connection is closed): once it
@@ -947,30 +961,39 @@ func (o *natsOutage) stop() {
 	}
 }
 
-// tell logs that the connection is lost still (or again), and sets the
-// next look; with the connection up for after, the outage is over.
+// tell logs that the connection is lost, once lost for after in the
+// outage, and sets the next look; with the connection up for after, the
+// outage is over.
 func (o *natsOutage) tell(log *slog.Logger, gen uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.stopped || gen != o.gen || o.since.IsZero() {
 		return // stop, or a later outage, came first
 	}
+	again := func(d time.Duration) { o.timer = time.AfterFunc(d, func() { o.tell(log, gen) }) }
 	if !o.lost {
 		if up := time.Since(o.upAt); up < o.after {
-			o.timer = time.AfterFunc(o.after-up, func() { o.tell(log, gen) })
+			again(o.after - up)
 			return
 		}
 		o.since, o.timer = time.Time{}, nil
 		return
 	}
+	lostFor := o.lostTotal + time.Since(o.lostAt)
+	if !o.told && lostFor < o.after {
+		again(o.after - lostFor)
+		return
+	}
+	o.told = true
 	lastErr := "none yet"
 	if o.lastErr != nil {
 		lastErr = o.lastErr.Error()
 	}
 	log.Error("NATS unreachable: nothing is consumed or acked, the events wait in JetStream; jetsink keeps reconnecting",
-		"unreachable_for", time.Since(o.since).Round(time.Millisecond), "reconnect_attempts", o.attempts, "brief_reconnects", o.brief,
+		"unreachable_for", lostFor.Round(time.Millisecond), "outage_for", time.Since(o.since).Round(time.Millisecond),
+		"reconnect_attempts", o.attempts, "brief_reconnects", o.brief,
 		"last_err", lastErr, "next_report_in", o.next, "fix", "check that the NATS servers of nats.url are up and reachable from this host")
-	o.timer = time.AfterFunc(o.next, func() { o.tell(log, gen) })
+	again(o.next)
 	o.next = min(2*o.next, outageRepeatMax)
 }
 

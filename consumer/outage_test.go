@@ -151,3 +151,52 @@ func TestNATSOutageWatchesNothingWithoutADelay(t *testing.T) {
 		t.Fatalf("a watch without a delay started (timer %v), logged:\n%s", timer != nil, buf.String())
 	}
 }
+
+// The Error counts the time the connection was lost, not the time since
+// the outage began: a blip, then a loss after the connection was up
+// longer than it had been lost, starts a new outage, whose Error comes
+// once it has been lost for the watch's delay; drops of a few
+// milliseconds now and then are no outage at all. Before, a blip and a
+// restart 20 s later logged the Error 10 s into the restart, with
+// unreachable_for 30 s, and brief drops every 20 s kept an outage open
+// for ever.
+func TestNATSOutageCountsTheTimeLost(t *testing.T) {
+	const after = 200 * time.Millisecond
+	log, buf := jsonLog(t)
+	o := &natsOutage{after: after}
+	defer o.stop()
+	// Brief drops, up most of the time: no Error.
+	end := time.Now().Add(5 * after)
+	for time.Now().Before(end) {
+		o.down(log)
+		time.Sleep(5 * time.Millisecond) // lost this long
+		o.up()
+		time.Sleep(after / 3) // up this long
+	}
+	if strings.Contains(buf.String(), "NATS unreachable") {
+		t.Fatalf("an Error for drops of 5 ms every %v:\n%s", after/3, buf.String())
+	}
+	// A blip, then a loss after more time up than lost: a new outage.
+	o.mu.Lock()
+	gen := o.gen
+	o.mu.Unlock()
+	o.down(log)
+	o.up()
+	time.Sleep(after / 2) // up this long
+	lostAt := time.Now()
+	o.down(log)
+	o.mu.Lock()
+	newOutage := o.gen == gen+2
+	o.mu.Unlock()
+	if !newOutage {
+		t.Fatal("a loss after the connection was up longer than lost went on with the blip's outage")
+	}
+	waitFor(t, context.Background(), "the Error", func() bool { return strings.Contains(buf.String(), "NATS unreachable") })
+	if took := time.Since(lostAt); took < after {
+		t.Fatalf("the Error came %v into the loss, before the watch's delay %v", took, after)
+	}
+	e := records(jsonRecords(t, buf.String()), "NATS unreachable")[0]
+	if lost, _ := e["unreachable_for"].(float64); time.Duration(lost) < after {
+		t.Fatalf("the Error: %v; want unreachable_for of the watch's delay %v at least", e, after)
+	}
+}
