@@ -152,6 +152,12 @@ func (s *Sink) noteReach(err error, at time.Time) {
 		return
 	}
 	t := s.stamp(at)
+	if err != nil && errors.Is(err, context.Canceled) {
+		// Given up because the run ends: no word on the server (a
+		// probe cut by shutdown counted as a failure, and could send
+		// the sink away as it stopped).
+		return
+	}
 	if err != nil && cannotReach(err) {
 		start := t
 		if ce, ok := errors.AsType[*connectError](err); ok && !ce.began.IsZero() {
@@ -170,7 +176,14 @@ func (s *Sink) noteReach(err error, at time.Time) {
 			if t <= last {
 				return // ended before the last answer
 			}
-			start := max(start, last+1)
+			start := start
+			if start <= last {
+				// A connect begun before the last answer says nothing
+				// of the time after it: from its end, as before a288e76
+				// (else one that outlasted ReleaseAfter sent the sink
+				// away at once, right after a commit).
+				start = t
+			}
 			if old != 0 && old > last {
 				// A run under way since old: one that began before it
 				// (a long dial) moves its start back.
@@ -184,9 +197,6 @@ func (s *Sink) noteReach(err error, at time.Time) {
 				return
 			}
 		}
-	}
-	if err != nil && errors.Is(err, context.Canceled) {
-		return
 	}
 	s.reached(t)
 }

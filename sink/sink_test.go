@@ -2357,6 +2357,9 @@ func TestExactlyOnceAllRowsMissingCountsNoBatch(t *testing.T) {
 	first, m1 := rows(1, 2, nil)
 	src.push(t, ctx, first)
 	waitFor(t, ctx, "rows 1-2 acked", allAcked(m1))
+	// The batch's counts come after its acks: read before them, the
+	// snapshot below was all zeros (failed once in CI).
+	waitFor(t, ctx, "rows 1-2 counted", func() bool { return s.Stats().Rows == 2 })
 	before := s.Stats()
 	dropped, ms := rows(3, 3, dropSeqs(3, 4, 5))
 	src.push(t, ctx, dropped)
