@@ -18,12 +18,7 @@ func deadLetterLogSetup(t *testing.T, ctx context.Context, n int) (Config, *Cons
 	srv := testenv.NATS(t)
 	js := jsFor(t, srv)
 	cfg := testConfig(t, srv)
-	log, buf := jsonLog(t)
-	c, err := New(ctx, cfg, log)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c, buf := newJSONLogged(t, ctx, cfg)
 	dlqStream(t, ctx, js, cfg)
 	publish(t, ctx, js, cfg, n, 1, 0)
 	r := startRun(t, ctx, c, 1, 2*n, 2*n)

@@ -33,12 +33,7 @@ func TestNATSOutageLogsAnError(t *testing.T) {
 			cfg := testConfig(t, srv)
 			cfg.PullClient = client
 			cfg.URL = strings.Replace(cfg.URL, "nats://", "nats://jetsink:"+sentinel+"@", 1)
-			log, buf := jsonLog(t)
-			c, err := New(ctx, cfg, log)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close(context.Background()) })
+			c, buf := newJSONLogged(t, ctx, cfg)
 			const after = 300 * time.Millisecond
 			shortenOutage(c, after)
 			publish(t, ctx, jsFor(t, srv), cfg, 1, 1, 0)

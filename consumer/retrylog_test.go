@@ -24,12 +24,7 @@ func TestRetryLoopSaysWhenItEnds(t *testing.T) {
 	cfg := testConfig(t, srv)
 	cfg.CreateStream = false
 	makeStream(t, ctx, js, cfg)
-	log, buf := jsonLog(t)
-	c, err := New(ctx, cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c, buf := newJSONLogged(t, ctx, cfg)
 	// Error after 1 s of retries: the Warns of the first (every 100 ms,
 	// doubling) are held back before it.
 	c.stuckAfter = time.Second

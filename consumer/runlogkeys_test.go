@@ -24,6 +24,19 @@ func jsonLog(t testing.TB) (*slog.Logger, *syncBuffer) {
 	return slog.New(slog.NewJSONHandler(io.MultiWriter(buf, tWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
+// newJSONLogged is New(ctx, cfg) logging JSON into the returned buffer
+// (jsonLog), closed when t ends.
+func newJSONLogged(t testing.TB, ctx context.Context, cfg Config) (*Consumer, *syncBuffer) {
+	t.Helper()
+	log, buf := jsonLog(t)
+	c, err := New(ctx, cfg, log)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c, buf
+}
+
 // jsonRecords parses each line of text as one JSON object, failing t for
 // a line that is none or that has a key twice (Elasticsearch and
 // OpenSearch refuse such a document; encoding/json keeps the last).
@@ -90,12 +103,7 @@ func TestLookLinesNameTheConsumerOnce(t *testing.T) {
 	srv := testenv.NATS(t)
 	js := jsFor(t, srv)
 	cfg := testConfig(t, srv)
-	log, buf := jsonLog(t)
-	c, err := New(ctx, cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c, buf := newJSONLogged(t, ctx, cfg)
 	look := func() string {
 		t.Helper()
 		return c.refreshFloor(ctx)
