@@ -495,6 +495,76 @@ func TestPublishResendsWithinResendSpan(t *testing.T) {
 	}
 }
 
+// A publish whose PubAck does not come is given up, not sent again, once a
+// resend would go out after the stream's duplicate window (less its
+// margin) from the first send: JetStream stores each event once, and
+// Publish reports the events not acknowledged, naming the window. Without
+// the guard the resends went on for ResendSpan (3.25s here, over the 2s
+// window: a loaded machine's late resend did that with a ResendSpan within
+// the window) and the stream stored each event twice.
+func TestPublishGivesUpRatherThanResendPastTheDuplicateWindow(t *testing.T) {
+	const (
+		n       = 20
+		window  = 2 * time.Second
+		ackWait = 400 * time.Millisecond // resend k goes out k x 650ms or more after the first send
+	)
+	e := newJSEnv(t)
+	e.stream(t, jetstream.StreamConfig{Name: "DW", Subjects: []string{"dw.>"}, Duplicates: window})
+	// The publisher sends to pw.>, where a subscriber passes each send on
+	// to the stream, Nats-Msg-Id and all, and answers none: the stream
+	// stores or de-duplicates every send, and no PubAck comes back.
+	type passed struct {
+		id  string
+		dup bool
+		err error
+	}
+	js := e.ns.JetStream(t)
+	passedOn := make(chan passed, (1+maxRetries)*n)
+	if _, err := e.nc.Subscribe("pw.>", func(m *nats.Msg) {
+		ack, err := js.PublishMsg(e.ctx, &nats.Msg{Subject: "dw." + strings.TrimPrefix(m.Subject, "pw."), Header: m.Header, Data: m.Data})
+		p := passed{id: m.Header.Get(jetstream.MsgIDHeader), err: err}
+		if err == nil {
+			p.dup = ack.Duplicate
+		}
+		passedOn <- p
+	}); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Subject: "pw", Subjects: 5, Events: n, Run: 18, AckWait: ackWait, DuplicateWindow: window}
+	res, err := Publish(e.ctx, e.nc, o)
+	// The third resend would go out 1.95s or more after the first send,
+	// past the 1.8s the 2s window leaves: every event is given up after
+	// two resends at most, whenever the machine ran them.
+	if !errors.Is(err, ErrNotAcked) || !strings.Contains(err.Error(), "duplicate window (2s) and could store the event twice") {
+		t.Errorf("error %v, want ErrNotAcked saying a resend would fall outside the duplicate window (2s)", err)
+	}
+	if res.Sent != n || res.Acked != 0 || res.Failed != n || res.PastWindow != n || res.Retried > 2*n {
+		t.Errorf("publish: %+v; want all %d given up past the window, after at most 2 resends each", res, n)
+	}
+	stored := map[string]int{}
+	for i := range n + res.Retried {
+		select {
+		case p := <-passedOn:
+			if p.err != nil {
+				t.Fatalf("passing %s on to the stream: %v", p.id, p.err)
+			}
+			if !p.dup {
+				stored[p.id]++
+			}
+		case <-e.ctx.Done():
+			t.Fatalf("%d sends, %d passed on to the stream", n+res.Retried, i)
+		}
+	}
+	for seq := range uint64(n) {
+		if id := MsgID(o.Run, seq); stored[id] != 1 {
+			t.Errorf("event %s stored %d times, want once", id, stored[id])
+		}
+	}
+	if got := testenv.StreamMsgs(t, e.ctx, js, "DW"); got != n {
+		t.Errorf("the stream holds %d messages, want %d", got, n)
+	}
+}
+
 // When MaxPending publishes are unsettled the open loop waits, and counts
 // the events that went out late because of it.
 func TestPublishOpenLoopCountsLateEvents(t *testing.T) {
@@ -626,6 +696,7 @@ func TestOptionsValidateAndTotal(t *testing.T) {
 		{"too many subjects", Options{Subject: "s", Events: 5, Subjects: MaxSubjects + 1}, 0},
 		{"negative subjects", Options{Subject: "s", Events: 5, Subjects: -1}, 0},
 		{"negative max pending", Options{Subject: "s", Events: 5, MaxPending: -1}, 0},
+		{"negative duplicate window", Options{Subject: "s", Events: 5, DuplicateWindow: -time.Second}, 0},
 		{"most pending", Options{Subject: "s", Events: 5, MaxPending: MaxMaxPending}, 5},
 		{"too many pending", Options{Subject: "s", Events: 5, MaxPending: MaxMaxPending + 1}, 0},
 	} {

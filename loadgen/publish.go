@@ -51,6 +51,15 @@ type Options struct {
 	// as failed and is sent again (default 5s). A resend is stored once only
 	// within the stream's duplicate window, which must cover ResendSpan(AckWait).
 	AckWait time.Duration
+	// DuplicateWindow is the stream's duplicate window (0: not known). When
+	// set, a publish is never sent again once the window less a margin
+	// (min(DuplicateWindow/10, 1s), for the resend's way to the server) has
+	// passed since its first send: JetStream would store a resend that
+	// reaches it after the window a second time. Such a publish is given up
+	// instead (Result.Failed and Result.PastWindow), as one never
+	// acknowledged. ResendSpan within the window is no guarantee: a machine
+	// that descheduled the publisher sends late.
+	DuplicateWindow time.Duration
 	// Progress, when set, is called about every 100ms with the count sent.
 	Progress func(sent int)
 	// Stamp sets each event's ts to its scheduled send time (open loop) or
@@ -116,6 +125,8 @@ func (o Options) Validate() error {
 		msg = "Events must not be negative"
 	case o.Subjects < 0 || o.Subjects > MaxSubjects:
 		msg = fmt.Sprintf("Subjects must be 0 (one) up to %d (got %d)", MaxSubjects, o.Subjects)
+	case o.DuplicateWindow < 0:
+		msg = "DuplicateWindow must be 0 (not known) or the stream's duplicate window"
 	case o.MaxPending < 0 || o.MaxPending > MaxMaxPending:
 		msg = fmt.Sprintf("MaxPending must be 0 (the default) up to %d (got %d)", MaxMaxPending, o.MaxPending)
 	case o.EventBytes < 0 || o.EventBytes > 64<<20:
@@ -160,7 +171,11 @@ type Result struct {
 	// used before, within the duplicate window) and did not store them again.
 	Duplicate int
 	Failed    int // not acknowledged after every retry
-	Retried   int // publishes sent again after a failed or timed-out PubAck
+	// PastWindow counts, of Failed, the publishes given up before their
+	// retries ran out because a resend would have gone out past
+	// Options.DuplicateWindow (less its margin) after the first send.
+	PastWindow int
+	Retried    int // publishes sent again after a failed or timed-out PubAck
 	// Late counts, in open loop, the events sent after their due time
 	// because MaxPending publishes were unsettled when they were due. It
 	// does not count an event sent late because the publisher was slow or
@@ -271,6 +286,16 @@ func ResendSpan(ackWait time.Duration) time.Duration {
 	return maxRetries * (ackWait + retryWait + slack)
 }
 
+// resendMargin is what Publish keeps of a known duplicate window for a
+// resend's way to the server (nats.go's flush, the network, JetStream's
+// queue): no resend goes out later than window - resendMargin(window)
+// after the event's first send. (The window runs from when JetStream
+// stored the first send, which is later than the publisher's clock read
+// for it.) With an AckWait of MaxAckWait(window), the last resend may fall
+// in the margin and be given up: that publish was sent maxRetries times
+// without a PubAck.
+func resendMargin(window time.Duration) time.Duration { return min(window/10, time.Second) }
+
 // MaxAckWait is the longest AckWait whose ResendSpan fits in a duplicate
 // window of window, truncated to 10ms; 0 if none does.
 func MaxAckWait(window time.Duration) time.Duration {
@@ -373,7 +398,7 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 				stamp = time.Now().UnixNano()
 			}
 		}
-		now = p.send(ctx, seq, stamp, 1)
+		now, _ = p.send(ctx, seq, stamp, 1, 0) // a first send always goes out
 		if res.Sent == 0 {
 			res.firstSent = now
 		}
@@ -426,6 +451,12 @@ func (p *publisher) finish(res Result) (Result, error) {
 		p.o.Progress(res.Sent)
 	}
 	if res.Failed > 0 {
+		if res.PastWindow > 0 {
+			// Name the window even when another failure came last: the
+			// cause of the give-ups is not the publish's failure.
+			return res, fmt.Errorf("%w: %d of %d, %d of them given up because %v (last: %v)",
+				ErrNotAcked, res.Failed, res.Sent, res.PastWindow, p.errWindow, p.lastErr())
+		}
 		return res, fmt.Errorf("%w: %d of %d (last: %v)", ErrNotAcked, res.Failed, res.Sent, p.lastErr())
 	}
 	return res, nil
@@ -450,6 +481,11 @@ type publisher struct {
 	sub     *nats.Subscription
 	status  chan nats.Status // RECONNECTING or CLOSED: the PubAcks in flight are lost
 	errLate error            // the cause of a publish failed for want of a PubAck
+	// resendBy is, from an event's first send, the last moment a resend
+	// of it may go out (never: Options.DuplicateWindow not known);
+	// errWindow says why one after it is given up.
+	resendBy  time.Duration
+	errWindow error
 
 	// Used only by the sending goroutine.
 	msg        nats.Msg
@@ -476,12 +512,14 @@ type publisher struct {
 type inFlight struct {
 	stamp int64 // the event's ts in Unix ns; 0: Base + seq ms
 	sent  int64 // time since start, ns
+	first int64 // the first send's sent
 	try   int   // 1 for the first send
 }
 
 type failedPub struct {
 	seq   uint64
 	stamp int64
+	first int64 // when the event was first sent, time since start in ns
 	try   int   // the send that failed
 	at    int64 // when it failed, time since start in ns
 }
@@ -496,6 +534,7 @@ func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, er
 		o:          o,
 		prefix:     nc.NewInbox() + ".",
 		errLate:    fmt.Errorf("no PubAck within %v", o.AckWait),
+		resendBy:   never,
 		subjects:   make([]string, o.Subjects),
 		template:   o.Subject + ".*",
 		sendSpan:   "send " + o.Subject + ".*",
@@ -507,6 +546,11 @@ func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, er
 		buf:        make([]byte, 0, 256),
 	}
 	p.timer.Stop()
+	if w := o.DuplicateWindow; w > 0 {
+		p.resendBy = w - resendMargin(w)
+		p.errWindow = fmt.Errorf("a resend would fall outside the stream's duplicate window (%v) and could store the event twice "+
+			"(none goes out later than %v after the event's first send; a longer window lets more resends through)", w, p.resendBy)
+	}
 	if o.Tracer == nil {
 		p.msg.Header = nats.Header{jetstream.MsgIDHeader: []string{""}}
 		if !o.NoTraceContext {
@@ -541,8 +585,11 @@ func (p *publisher) close() {
 // and records it as in flight before the PubAck can arrive. It returns
 // when it sent, as time since start: the clock read after encoding and
 // just before PublishMsg (one clock read per event, shared with its
-// caller), so the time PublishMsg takes is not in it.
-func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) time.Duration {
+// caller), so the time PublishMsg takes is not in it. A resend (try > 1)
+// of an event first sent at first (time since start, ns) does not go out
+// once resendBy has passed since then: send returns false, and the caller
+// gives the event up.
+func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, first int64) (time.Duration, bool) {
 	ev := Make(p.o.Run, seq, p.o.Subjects)
 	if stamp != 0 {
 		ev.TS = time.Unix(0, stamp).UTC()
@@ -563,6 +610,12 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) 
 	p.reply = strconv.AppendInt(p.reply, int64(try), 10)
 	m.Reply = string(p.reply)
 	m.Data = p.buf
+	// Checked here, after the encoding (a 64 MiB event takes a while) and
+	// just before the send, and not when the resend was due: a publisher
+	// descheduled in between would send it late.
+	if try > 1 && time.Since(p.start)-time.Duration(first) >= p.resendBy {
+		return 0, false
+	}
 	var span trace.Span
 	if p.o.Tracer != nil {
 		// A fresh header per message: one left from the last message
@@ -589,7 +642,10 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) 
 	if d := now + p.o.AckWait; d < p.nextExpire {
 		p.nextExpire = d
 	}
-	f := inFlight{stamp: stamp, sent: int64(now), try: try}
+	if try == 1 {
+		first = int64(now)
+	}
+	f := inFlight{stamp: stamp, sent: int64(now), first: first, try: try}
 	p.mu.Lock()
 	p.pending[seq] = f
 	p.mu.Unlock()
@@ -604,7 +660,7 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int) 
 	if span != nil {
 		span.End()
 	}
-	return now
+	return now, true
 }
 
 // appendUnsampledTraceparent appends a W3C traceparent with a random trace
@@ -725,7 +781,7 @@ func pubAck(m *nats.Msg) (dup bool, err error) {
 // failLocked queues the failed send f of seq to be sent again, and wakes
 // the sender to schedule it. p.mu is held.
 func (p *publisher) failLocked(seq uint64, f inFlight, cause error) {
-	p.failed = append(p.failed, failedPub{seq: seq, stamp: f.stamp, try: f.try, at: int64(time.Since(p.start))})
+	p.failed = append(p.failed, failedPub{seq: seq, stamp: f.stamp, first: f.first, try: f.try, at: int64(time.Since(p.start))})
 	p.err = cause
 	p.signal()
 }
@@ -806,8 +862,9 @@ func (p *publisher) expireLate(now time.Duration) {
 
 // resendDue sends again each failed publish whose retryWait has passed at
 // now, or gives it up (counting it in res.Failed) after maxRetries
-// resends. It does not block: a resend takes the room its failed send
-// held under MaxPending.
+// resends or once a resend would go out past the duplicate window
+// (resendBy, also in res.PastWindow). It does not block: a resend takes
+// the room its failed send held under MaxPending.
 func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duration) {
 	for {
 		p.mu.Lock()
@@ -822,7 +879,11 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 			res.Failed++
 			continue
 		}
-		p.send(ctx, f.seq, f.stamp, f.try+1)
+		if _, ok := p.send(ctx, f.seq, f.stamp, f.try+1, f.first); !ok {
+			res.Failed++
+			res.PastWindow++
+			continue
+		}
 		res.Retried++
 	}
 }
