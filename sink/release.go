@@ -44,6 +44,13 @@ const releaseNakDelay = 2 * time.Second
 // the tests.
 var reachTick = time.Second
 
+// reachTicks gives the watcher its ticks, every reachTick, and stops
+// them. A variable for the tests, which give them one by one.
+var reachTicks = func() (<-chan time.Time, func()) {
+	t := time.NewTicker(reachTick)
+	return t.C, t.Stop
+}
+
 // errReleased is commitRetry's answer when it gave its batch back (see
 // committer.giveBack); process returns it and loop takes it as done.
 var errReleased = errors.New("sink: batch given back while postgres is unreachable")
@@ -284,9 +291,10 @@ func (s *Sink) goAway(now time.Time, d time.Duration, msg string) bool {
 // waiting for a lock on a connection that reached the server (a connect
 // refused while PostgreSQL restarted, then a long wait behind a CREATE
 // INDEX), which no stamp shows. An answer ends the run of failures
-// (reached). While AWAY it probes every max(Retry.Max, 1s), an answer
-// ending AWAY. A probe takes up to dialMax (a network that drops the
-// packets), which delays going away by as much. When it returns (Run
+// (reached). While AWAY it probes every max(Retry.Max, 1s) (rounded up
+// to a whole tick, reachTick), an answer ending AWAY. A probe takes up
+// to dialMax (a network that drops the packets), which delays going away
+// by as much. When it returns (Run
 // ends), the sink is not AWAY, and its probe has ended.
 func (r *run) watchReach(ctx context.Context, stop <-chan struct{}) {
 	s := r.s
@@ -302,17 +310,24 @@ func (r *run) watchReach(ctx context.Context, stop <-chan struct{}) {
 			s.log.Debug("run ended while postgres was unreachable", "paused_for", time.Since(old.since).Round(time.Millisecond))
 		}
 	}()
-	t := time.NewTicker(reachTick)
-	defer t.Stop()
+	ticks, stopTicks := reachTicks()
+	defer stopTicks()
+	// While AWAY a probe is due every probeEvery, counted in ticks from
+	// the one the last probe began at (or the first one), not timed:
+	// a time read after a tick is a hair past it, and a probe due
+	// probeEvery after it missed the tick that came then (every 2 s, not
+	// every 1 s, with Retry.Max 1 s).
 	probeEvery := max(s.cfg.Retry.Max, time.Second)
-	var nextProbe time.Time
+	probeTicks := int((probeEvery + reachTick - 1) / reachTick)
+	ticksLeft := 0
 	for {
 		select {
 		case <-stop:
 			return
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-ticks:
+			ticksLeft--
 		case err := <-probed:
 			probing = false
 			now := time.Now()
@@ -341,7 +356,6 @@ func (r *run) watchReach(ctx context.Context, stop <-chan struct{}) {
 					"and pulling none until it answers",
 					"unreachable_for", d.Round(time.Millisecond), "err", msg, "held", r.heldRows())
 			}
-			nextProbe = now.Add(probeEvery)
 			continue
 		}
 		now := time.Now()
@@ -350,12 +364,12 @@ func (r *run) watchReach(ctx context.Context, stop <-chan struct{}) {
 				continue
 			}
 			// Ask the server before going away (see above).
-			probing = true
+			probing, ticksLeft = true, probeTicks
 			go func() { probed <- s.probeReach(ctx) }()
 			continue
 		}
-		if !probing && !now.Before(nextProbe) {
-			probing, nextProbe = true, now.Add(probeEvery)
+		if !probing && ticksLeft <= 0 {
+			probing, ticksLeft = true, probeTicks
 			go func() { probed <- s.probeReach(ctx) }()
 		}
 	}

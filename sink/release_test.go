@@ -838,3 +838,48 @@ func TestRecoveryLineCountsTheRunsFailures(t *testing.T) {
 		t.Errorf("unreachable_for=%v, want the %v since the run's first failure; line %q", got, want, line)
 	}
 }
+
+// While away the watcher probed every 2 s with Retry.Max 1 s, not every
+// 1 s (and every Retry.Max + 1 s above that): the next probe was due
+// probeEvery after a time read just after a tick, a hair past the tick
+// that came probeEvery later, which it skipped. The ticks are given one by
+// one here, no clock: with Retry.Max 1 s each one probes; with 2 s, every
+// other one; with 2.5 s, every third (rounded up to the 1 s tick).
+func TestAwayProbesEveryRetryMax(t *testing.T) {
+	pg := testenv.Postgres(t)
+	for _, tc := range []struct {
+		max   time.Duration
+		every int // ticks from one probe to the next
+	}{{time.Second, 1}, {2 * time.Second, 2}, {2500 * time.Millisecond, 3}} {
+		t.Run(fmt.Sprintf("every%d", tc.every), func(t *testing.T) {
+			ctx := testCtx(t, 20*time.Second)
+			gate, url := gated(t, pg.URL)
+			s, _ := newTestSink(t, ctx, url, func(c *Config) { releaseConfig(AtLeastOnce)(c); c.Retry.Max = tc.max })
+			ticks := make(chan time.Time)
+			old := reachTicks
+			reachTicks = func() (<-chan time.Time, func()) { return ticks, func() {} }
+			t.Cleanup(func() { reachTicks = old })
+			gate.Cut()
+			s.switchReach(true, time.Now(), "cut")
+			stop, done := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(done)
+				(&run{s: s}).watchReach(ctx, stop)
+			}()
+			defer func() { close(stop); <-done }()
+			base := s.reachFails.Load()
+			want := uint64(0)
+			for tick := range 4*tc.every + 1 {
+				ticks <- time.Now() // taken: the tick before it is handled, and its probe begun if due
+				if tick%tc.every == 0 {
+					want++
+					waitFor(t, ctx, fmt.Sprintf("probe %d, at tick %d of every %d", want, tick+1, tc.every),
+						func() bool { return s.reachFails.Load()-base >= want })
+				}
+				if n := s.reachFails.Load() - base; n > want {
+					t.Fatalf("%d probes by tick %d; want %d, one every %d ticks", n, tick+1, want, tc.every)
+				}
+			}
+		})
+	}
+}
