@@ -66,6 +66,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		return nil, fmt.Errorf("compile mapping: %w", err)
 	}
 	p := &Processor{log: log}
+	if cfg.NATS.Destination == "" {
+		// Recorded in the durable's metadata: other instances warn of a
+		// jetsink writing elsewhere, and a renamed consumer is refused
+		// (consumer.Config.Destination), for every caller (run, demo).
+		cfg.NATS.Destination = Destination(cfg.Postgres.URL, cfg.Postgres.Table)
+	}
 	if cfg.Pipeline.Workers == 0 {
 		cfg.Pipeline.Workers = pipeline.PhysicalCores()
 	}

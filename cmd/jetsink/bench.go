@@ -17,6 +17,7 @@ import (
 	"github.com/jetsink/jetsink/bench"
 	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/consumer"
+	"github.com/jetsink/jetsink/processor"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -298,7 +299,7 @@ func pgServerOf(conn string) string {
 	if err != nil { // validation has parsed it already
 		return "(a connection string pgx does not read)"
 	}
-	return "postgres://" + strings.Join(pgHosts(pc), ",")
+	return "postgres://" + strings.Join(processor.PostgresHosts(pc), ",")
 }
 
 // scenarioFlags are the flags that apply to one scenario only.

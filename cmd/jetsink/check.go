@@ -12,6 +12,7 @@ import (
 	"github.com/jetsink/jetsink/config"
 	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/pipeline"
+	"github.com/jetsink/jetsink/processor"
 	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/telemetry"
 )
@@ -84,7 +85,7 @@ checks under way and exits 1; a second one exits at once.`,
 			defer s.Close()
 
 			natsCfg := cfg.NATS
-			natsCfg.Destination = destinationOf(cfg.Postgres.URL, cfg.Postgres.Table)
+			natsCfg.Destination = processor.Destination(cfg.Postgres.URL, cfg.Postgres.Table)
 			if pgCfg.Mode == sink.ExactlyOnce {
 				natsCfg.StoredSeq = s.StoredSeq
 			}

@@ -118,7 +118,6 @@ NATS restart) are logged with their number, and the exit is 0.`,
 			})()
 
 			defer applyMemoryLimit(cfg.MemoryLimit, log)()
-			cfg.NATS.Destination = destinationOf(cfg.Postgres.URL, cfg.Postgres.Table)
 			p, err := processor.New(startCtx, cfg, log)
 			st.Lock()
 			st.done = true
