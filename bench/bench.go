@@ -845,12 +845,14 @@ func runOrder(rep int, compare bool) []string {
 // (Stamp) and no traceparent, so that jetsink samples them as roots at its
 // own ratio, as in the runs before the publisher sent one by default. The
 // PubAck wait is short enough that every resend of an event falls within
-// the streams' duplicate window (loadgen.MaxAckWait), when one is set.
+// the streams' duplicate window (loadgen.MaxAckWait), when one is set, and
+// none goes out past that window (loadgen gives such a publish up).
 func (o *Options) publishOptions(prefix string, lo loadgen.Options) loadgen.Options {
 	lo.Subject, lo.Subjects, lo.Run, lo.Stamp, lo.NoTraceContext = prefix, o.Subjects, uint64(time.Now().UnixNano()), true, true
 	lo.EventBytes = o.EventBytes
 	if o.DuplicateWindow > 0 {
 		lo.AckWait = min(loadgen.MaxAckWait(o.DuplicateWindow), 5*time.Second) // defaults refuses a window too short for any
+		lo.DuplicateWindow = o.DuplicateWindow
 	}
 	return lo
 }

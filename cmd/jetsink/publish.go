@@ -183,7 +183,7 @@ telemetry.sample_ratio.`,
 					o.EventBytes, nc.MaxPayload(), limit)}
 			}
 			out := cmd.ErrOrStderr()
-			if err := checkStream(intake, out, nc, cfg.NATS, o); err != nil {
+			if err := checkStream(intake, out, nc, cfg.NATS, &o); err != nil {
 				return stopped(err, 0, 0)
 			}
 			total := o.Total()
@@ -316,8 +316,10 @@ func resumeHint(o loadgen.Options, sent, unsettled int) string {
 // shorter than the span over which a publish may be sent again, so that a
 // late resend would be stored twice. Other lookup errors are left for
 // Publish to report. It looks in nats.domain's JetStream when that is set
-// (a publisher on a leaf node whose hub keeps the stream).
-func checkStream(ctx context.Context, w io.Writer, nc *nats.Conn, ncfg consumer.Config, o loadgen.Options) error {
+// (a publisher on a leaf node whose hub keeps the stream). It sets
+// o.DuplicateWindow to the stream's window: no resend goes out past it (the
+// publish is given up instead, and counted not acknowledged).
+func checkStream(ctx context.Context, w io.Writer, nc *nats.Conn, ncfg consumer.Config, o *loadgen.Options) error {
 	js, err := ncfg.JetStream(nc)
 	if err != nil {
 		return nil
@@ -343,6 +345,7 @@ func checkStream(ctx context.Context, w io.Writer, nc *nats.Conn, ncfg consumer.
 		return nil
 	}
 	window, span := s.CachedInfo().Config.Duplicates, loadgen.ResendSpan(o.AckWait)
+	o.DuplicateWindow = window
 	if window <= 0 || window >= span {
 		return nil
 	}
@@ -350,7 +353,8 @@ func checkStream(ctx context.Context, w io.Writer, nc *nats.Conn, ncfg consumer.
 	if ack := loadgen.MaxAckWait(window); ack > 0 {
 		fix = fmt.Sprintf("set --ack-wait %v or less, or raise the stream's duplicate window to %v", ack, span)
 	}
-	fmt.Fprintf(w, "warning: stream %s de-duplicates over %v, but a publish may be sent again up to %v after its first send (5 resends with --ack-wait %v), and a resend after %v would be stored twice: %s\n",
+	fmt.Fprintf(w, "warning: stream %s de-duplicates over %v, but a publish may be sent again up to %v after its first send (5 resends with --ack-wait %v); "+
+		"a resend after %v could be stored twice, so an event still unacknowledged then is given up and counted failed instead: %s\n",
 		name, window, span, o.AckWait, window, fix)
 	return nil
 }

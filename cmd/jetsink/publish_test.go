@@ -130,6 +130,31 @@ func TestPublishCmdWarnsAndCountsDuplicates(t *testing.T) {
 	}
 }
 
+// publish tells the publisher the stream's duplicate window: a publish
+// whose PubAck never comes (a stream with no_ack) is resent until a resend
+// would fall outside the window, then given up and counted failed (exit
+// non-zero), rather than resent past it and stored twice.
+func TestPublishCmdResendsWithinTheDuplicateWindow(t *testing.T) {
+	ns := testenv.NATS(t)
+	js := ns.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PW", Subjects: []string{"pw.>"}, Duplicates: 2 * time.Second, NoAck: true}); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := runPublish(t, ctx, "--nats-url", ns.URL(), "--subject", "pw", "--events", "5", "--ack-wait", "400ms", "-q")
+	if !errors.Is(err, loadgen.ErrNotAcked) || !strings.Contains(err.Error(), "outside the stream's duplicate window (2s)") {
+		t.Fatalf("publish to a stream that never acks: %v, want %v naming the 2s window\n%s%s", err, loadgen.ErrNotAcked, stdout, stderr)
+	}
+	st, err := js.Stream(ctx, "PW")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 5 {
+		t.Fatalf("stream holds %d messages, want 5: a resend went out past the duplicate window", n)
+	}
+}
+
 // --stamp sets each event's ts to when it was due (open loop), not to
 // loadgen.Base plus its seq in milliseconds.
 func TestPublishCmdStamp(t *testing.T) {
