@@ -767,7 +767,7 @@ func pubAck(m *nats.Msg) (dup bool, err error) {
 		Duplicate bool   `json:"duplicate"`
 	}
 	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return false, fmt.Errorf("%w: %v", jetstream.ErrInvalidJSAck, err)
+		return false, fmt.Errorf("%w: %w", jetstream.ErrInvalidJSAck, err)
 	}
 	if r.Error != nil {
 		return false, fmt.Errorf("%s (%d)", r.Error.Description, r.Error.Code)
