@@ -1,5 +1,3 @@
-// Command jetsink moves events from NATS JetStream into PostgreSQL.
-// See `jetsink --help` and the README.
 package main
 
 import (
