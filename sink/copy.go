@@ -30,8 +30,12 @@ type committer struct {
 	r      *run
 	conn   *pgx.Conn
 	staged bool // exactly-once: the staging table exists on conn
-	wire   copyWire
-	bo     backoff
+	// unfound: the last read of the table's types on conn (readTypes)
+	// found no table by its name: made since, it is looked for again
+	// before the next attempt's statements (try).
+	unfound bool
+	wire    copyWire
+	bo      backoff
 	// untouched: the last COPY's Query failed before the server answered
 	// any of it (copyResult.untouched), for attempt.
 	untouched bool
@@ -408,22 +412,37 @@ func (c *committer) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, readTypesTimeout)
-	_, err = c.s.readTypes(rctx, conn)
-	cancel()
-	if err != nil {
-		if conn.IsClosed() || ctx.Err() != nil {
-			_ = conn.Close(context.Background())
-			return err
-		}
-		msg := "could not read the table's column types; the type guards accept the ones read before"
-		if c.s.firstSeen("readTypes " + err.Error()) {
-			c.s.log.Warn(msg, "err", err)
-		} else {
-			c.s.log.Debug(msg, "err", err)
-		}
+	c.unfound = false
+	if err := c.readTypes(ctx, conn); err != nil {
+		_ = conn.Close(context.Background())
+		return err
 	}
 	c.conn, c.staged = conn, false
+	return nil
+}
+
+// readTypes reads the table's column types on conn, the committer's (see
+// Sink.readTypes), bounded by readTypesTimeout, and notes whether it
+// found the table (unfound). A failed read is logged and left to the
+// guards: they accept what they accepted before. Its error is returned
+// only when conn is closed or ctx has ended.
+func (c *committer) readTypes(ctx context.Context, conn *pgx.Conn) error {
+	rctx, cancel := context.WithTimeout(ctx, readTypesTimeout)
+	_, found, err := c.s.readTypes(rctx, conn)
+	cancel()
+	if err == nil {
+		c.unfound = !found
+		return nil
+	}
+	if conn.IsClosed() || ctx.Err() != nil {
+		return err
+	}
+	msg := "could not read the table's column types; the type guards accept the ones read before"
+	if c.s.firstSeen("readTypes " + err.Error()) {
+		c.s.log.Warn(msg, "err", err)
+	} else {
+		c.s.log.Debug(msg, "err", err)
+	}
 	return nil
 }
 
@@ -1671,6 +1690,18 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 		if err := c.connect(ctx); err != nil {
 			return false, err
 		}
+	} else if c.unfound {
+		// Opened before the table was made (by jetsink init, by hand):
+		// look again, so that this attempt's statements name it by its
+		// schema-qualified name (pinTable, unless a check has) and its
+		// guards know its types. Else the connection's batches went on
+		// naming it as configured, looked up along search_path, and a
+		// table of that name made later earlier on the path took the
+		// rows.
+		if err := c.readTypes(ctx, c.conn); err != nil {
+			c.closeConn()
+			return false, err
+		}
 	}
 	// The statements begin: the commit's duration (took) and the attempt's
 	// age count from here, not from the connect (every host tried, TLS,
@@ -1701,6 +1732,7 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 		if err != nil && committedMiscount(err) == nil {
 			return sent && outcomeUnknown(err), err
 		}
+		c.pinWritten(ctx)
 		return false, err
 	}
 	// Exactly-once: one Query begins the transaction, creates the staging
@@ -1738,6 +1770,7 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 		return sent && outcomeUnknown(err), err
 	}
 	c.staged = true
+	c.pinWritten(ctx)
 	if inserted == int64(len(rows)) {
 		return false, nil
 	}
@@ -1765,6 +1798,18 @@ func (c *committer) try(ctx context.Context, rows []pipeline.Row) (unknown bool,
 		return false, &missingError{sent: len(rows), keys: missing}
 	}
 	return false, nil
+}
+
+// pinWritten reads the types again after a commit when the read before
+// its statements found no table: made between the two, it is the one
+// the commit wrote, pinned now (pinTable), not at the connection's next
+// batch, if one comes. A failed read is the next attempt's to make
+// again: the rows are stored.
+func (c *committer) pinWritten(ctx context.Context) {
+	if !c.unfound || c.conn == nil || c.conn.IsClosed() {
+		return
+	}
+	_ = c.readTypes(ctx, c.conn)
 }
 
 // lookupTimeoutsPassing is how many lookups after a commit (missingKeys) in

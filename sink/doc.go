@@ -182,11 +182,15 @@
 // does (a committer's readTypes, or a check: Check, Run's look at the
 // start, Init's), by its schema-qualified name (pinTable, logged at Info
 // when postgres.table is unqualified; Sink.Table), not by the name as
-// configured; check reads and names the same table, and so do Init's and
-// StoredSeq's errors and the sink's log lines (table=, spelt as
-// quote_ident would, part by part: events, then public.events; "Events";
-// Sink.LogName) from then on. So a
-// table of the same name made later in a schema earlier on search_path
+// configured. A table made after jetsink started (by jetsink init, by
+// hand) is found by the first batch that writes it: a committer whose
+// connection found no table looks again before each attempt, and after
+// the commit of one (the table made between the look and the COPY).
+// Check reads and names the same table, and so do Init's and StoredSeq's
+// errors and the sink's log lines (table=, spelt as quote_ident would,
+// part by part: events, then public.events; "Events"; Sink.LogName) from
+// then on. So a table of the same name made later in a schema earlier on
+// search_path
 // ("$user", first by default), or a search_path changed for the role,
 // does not take the rows. A table dropped and made again under that name
 // is still found; one moved to another schema is not (every batch fails

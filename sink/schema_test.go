@@ -1839,7 +1839,7 @@ func TestTableFirstSeenUnloggedWarnsOnce(t *testing.T) {
 			table := s.table.Sanitize()
 			read := func() {
 				t.Helper()
-				if _, err := s.readTypes(ctx, conn); err != nil {
+				if _, _, err := s.readTypes(ctx, conn); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -1935,7 +1935,7 @@ func TestTableMadeUnloggedWarnsOnce(t *testing.T) {
 	admin, conn, stale := pg.Conn(t), pg.Conn(t), pg.Conn(t)
 	read := func(c *pgx.Conn) {
 		t.Helper()
-		if _, err := s.readTypes(ctx, c); err != nil {
+		if _, _, err := s.readTypes(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 	}

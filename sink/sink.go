@@ -1048,10 +1048,10 @@ func (s *Sink) setCopySQL(also map[string]uint32, refuse map[string]bool) {
 // a guard failed. In exactly-once mode the guards refuse every batch
 // while a key column, or a unique index on the key, has a nondeterministic
 // collation (see looseKey). fits reports that every mapped column has
-// such a type now, and no such collation applies. Of reads that overlap,
-// the one that began last is kept. An error leaves the guards as they
-// were.
-func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error) {
+// such a type now, and no such collation applies; exists, that the name
+// finds a table. Of reads that overlap, the one that began last is kept.
+// An error leaves the guards as they were.
+func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits, exists bool, err error) {
 	gen := s.typesGen.Add(1)
 	table := s.tsql.Load().name
 	// The reads in one round trip (a new connection's start-up waits
@@ -1068,28 +1068,28 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 	defer br.Close()
 	rows, err := br.Query()
 	if err != nil {
-		return false, fmt.Errorf("read the column types of %s: %w", table, err)
+		return false, false, fmt.Errorf("read the column types of %s: %w", table, err)
 	}
 	cts, err := scanColumnTypes(rows)
 	if err != nil {
-		return false, fmt.Errorf("read the column types of %s: %w", table, err)
+		return false, false, fmt.Errorf("read the column types of %s: %w", table, err)
 	}
 	var rls *bool
 	if err := br.QueryRow().Scan(&rls); err != nil {
-		return false, fmt.Errorf("read whether row-level security applies to %s: %w", table, err)
+		return false, false, fmt.Errorf("read whether row-level security applies to %s: %w", table, err)
 	}
 	looseIndex := false
 	if eo {
 		if err := br.QueryRow().Scan(&looseIndex); err != nil {
-			return false, fmt.Errorf("read the collations of the unique indexes of %s: %w", table, err)
+			return false, false, fmt.Errorf("read the collations of the unique indexes of %s: %w", table, err)
 		}
 	}
 	found, err := scanFoundTable(br.QueryRow())
 	if err != nil {
-		return false, fmt.Errorf("read the schema of %s: %w", table, err)
+		return false, false, fmt.Errorf("read the schema of %s: %w", table, err)
 	}
 	if err := br.Close(); err != nil {
-		return false, fmt.Errorf("read the column types of %s: %w", table, err)
+		return false, false, fmt.Errorf("read the column types of %s: %w", table, err)
 	}
 	also := map[string]uint32{}
 	refuse := map[string]bool{}
@@ -1124,7 +1124,7 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits bool, err error
 		}
 		s.setCopySQL(also, refuse)
 	}
-	return fits, nil
+	return fits, found.name != nil, nil
 }
 
 // foundTableSQL finds the table the name $1 names, as the batches'
@@ -1176,7 +1176,10 @@ func (s *Sink) Table() string { return s.tsql.Load().name }
 // pinTable makes the batches' statements name the table found, by its
 // schema-qualified name, from now on (held by typesMu): the first table
 // found, by a committer's readTypes or by a check, whichever comes first,
-// so that check reads the table run writes. The name is
+// so that check reads the table run writes. (The COPY and its guards
+// name it from the next readTypes on: a check's pin is read by every
+// committer whose connection found no table before its next attempt,
+// committer.unfound.) The name is
 // looked up along search_path by every statement that uses it as
 // configured (unqualified, as "table: events"): a table of the same
 // name made later in a schema earlier on the path ("$user", one made
@@ -1337,7 +1340,7 @@ func (s *Sink) typesFitNow(ctx context.Context, c *pgx.Conn, sent *string) bool 
 	}
 	ctx, cancel := context.WithTimeout(ctx, readTypesTimeout)
 	defer cancel()
-	fits, err := s.readTypes(ctx, c)
+	fits, _, err := s.readTypes(ctx, c)
 	return err == nil && fits && sent != nil && *sent != *s.copySQL.Load()
 }
 

@@ -1004,6 +1004,87 @@ func TestTypeGuardRefusalsAndTheTableCheck(t *testing.T) {
 	})
 }
 
+// A sink started before its table existed did not pin the table made
+// afterwards (by jetsink init, by hand): its committer's read at connect
+// found none, and the COPY on that connection then named the table as
+// configured, looked up along search_path for the connection's life, so
+// a table of that name made later earlier on the path took the rows. An
+// attempt on a connection opened before the table was found now looks for
+// it again, pins it (pinTable) and reads its types: a column that is a
+// domain is no type guard's refusal (without the read, the first batch
+// was refused, a configuration error). Pinned by a check instead (Run's
+// look after a type guard refused a batch, or at the start after the
+// committers' first read), the COPY and exactly-once's INSERT went on
+// naming the table as configured until a committer read the types again.
+func TestTableMadeLaterIsPinned(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		for _, tc := range []struct {
+			by     string // what finds the table first: the batch, or a check
+			domain bool   // the payload column is a domain over jsonb
+		}{{"batch", false}, {"batch", true}, {"check", false}} {
+			name := string(mode) + "_" + tc.by
+			if tc.domain {
+				name += "_domain"
+			}
+			t.Run(name, func(t *testing.T) {
+				ctx := testCtx(t, 60*time.Second)
+				pg := testenv.Postgres(t)
+				s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = mode; c.Connections = 1; c.CreateTable = false })
+				logs := captureLog(t, s, time.Minute)
+				admin := pg.Conn(t)
+				var role string
+				if err := admin.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
+					t.Fatal(err)
+				}
+				public := pgx.Identifier{"public", s.cfg.Table}.Sanitize()
+				shadow := pgx.Identifier{role, s.cfg.Table}.Sanitize()
+				src := newSource()
+				wait := runSink(t, ctx, s, src)
+				select {
+				case <-s.Warmed(): // the committer's connection is open, its read done
+				case <-ctx.Done():
+					t.Fatal("the committer did not connect")
+				}
+				waitFor(t, ctx, "Run's look at the start", func() bool {
+					return strings.Contains(logs.String(), "does not exist (or is not on search_path)")
+				})
+				ddl := s.DDL()
+				if tc.domain {
+					domain := pgx.Identifier{"doc_" + strings.ReplaceAll(string(mode), "-", "_")}.Sanitize()
+					ddl[0] = strings.Replace(ddl[0], " jsonb", " "+domain, 1)
+					ddl = append([]string{"CREATE DOMAIN " + domain + " AS jsonb"}, ddl...)
+				}
+				execAll(t, ctx, admin, ddl...)
+				if tc.by == "check" {
+					if _, err := s.Check(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				rs, ms := rows(1, 20, nil)
+				src.push(t, ctx, rs[:10])
+				waitFor(t, ctx, "rows 1-10 acked", allAcked(ms[:10]))
+				execAll(t, ctx, admin, "CREATE SCHEMA "+pgx.Identifier{role}.Sanitize()+" AUTHORIZATION "+pgx.Identifier{role}.Sanitize()+
+					"; CREATE TABLE "+shadow+" (LIKE "+public+" INCLUDING ALL)")
+				src.push(t, ctx, rs[10:])
+				finishClean(t, ctx, src, wait, dl, ms)
+				var inPublic, inShadow int
+				if err := admin.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+public+"), (SELECT count(*) FROM "+shadow+")").Scan(&inPublic, &inShadow); err != nil {
+					t.Fatal(err)
+				}
+				if inPublic != 20 || inShadow != 0 {
+					t.Errorf("%d rows in %s, %d in %s (made later, earlier on search_path); want all 20 in the first", inPublic, public, inShadow, shadow)
+				}
+				if s.Table() != public {
+					t.Errorf("the table is %s, want %s", s.Table(), public)
+				}
+				if n := s.Stats().ConfigErrors; n != 0 {
+					t.Errorf("%d configuration errors; want none (the payload column is a domain over jsonb, which the guards take once read)", n)
+				}
+			})
+		}
+	}
+}
+
 // The configured name, unqualified ("table: events"), went through
 // search_path in every statement: a table of the same name made while
 // jetsink ran in a schema earlier on the path (one named after the role,
@@ -1279,11 +1360,10 @@ func TestLogLinesSpellTheTableOneWay(t *testing.T) {
 	if err := s.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Found (pinned) by a check: at-least-once's Init reads nothing, and
-	// the committer's retry may commit before a read of its finds it.
-	if _, err := s.Check(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// Found (pinned) by the committer's retry, as in production, which
+	// calls no check: its connect reads the types, and when that read
+	// finds no table (Init's CREATE came after it, before the COPY) the
+	// read after the commit does (at-least-once's Init checks nothing).
 	finishClean(t, ctx, src, wait, &recDL{}, ms)
 
 	before, after := "table="+cfg.Table+" ", "table=public."+cfg.Table+" "
