@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsink/jetsink/processor"
 	"github.com/jetsink/jetsink/sink"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -68,6 +69,9 @@ func TestReleaseToAnotherInstanceWhilePostgresUnreachable(t *testing.T) {
 			gate := testenv.NewGateProxy(t, u.Host)
 			u.Host = strings.TrimPrefix(gate.URL(), "nats://")
 			cfgA.Postgres.URL = u.String()
+			// The same database through the gate: record it as B does, or
+			// each would warn of the other writing elsewhere.
+			cfgA.NATS.Destination = processor.Destination(e.pg.URL, e.table)
 			a := e.start(ctx, cfgA) // creates the table
 			b := e.start(ctx, cfgB)
 
