@@ -152,7 +152,7 @@ func (ev *Event) End(outcome string, err error) {
 }
 
 // EndSpan ends ev's span, if it has one, with how the message was settled:
-// outcome is "ack", "dead_letter", "nak", "term", "stale" (not acked: its
+// outcome is "ack", "dead_letter", "nak", "stale" (not acked: its
 // stream was re-created since it was taken), "given_up" (not acked:
 // refused at the end of a drain with nothing left to commit to tell why;
 // JetStream delivers it again) or "released" (nak'ed with a short delay:
