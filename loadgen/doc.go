@@ -14,7 +14,10 @@
 //
 // A publish whose PubAck fails or does not come within Options.AckWait is
 // sent again, up to 5 times; the stream's duplicate window must cover
-// ResendSpan(AckWait) for JetStream to store it once. An event whose first
+// ResendSpan(AckWait) for JetStream to store it once. Told the window
+// (Options.DuplicateWindow), Publish gives a publish up rather than send
+// a resend past it; MinDuplicateWindow(AckWait) lets every resend through,
+// and MaxAckWait(window) is the AckWait that does. An event whose first
 // send JetStream reports as a duplicate (its Nats-Msg-Id, from Run and
 // First, was used before) counts in Result.Duplicate, not Result.Acked.
 //

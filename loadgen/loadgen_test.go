@@ -723,11 +723,45 @@ func TestResendSpan(t *testing.T) {
 	if got := ResendSpan(0); got != 26500*time.Millisecond {
 		t.Errorf("ResendSpan(default) = %v, want 26.5s", got)
 	}
-	if got := MaxAckWait(10 * time.Second); got != 1700*time.Millisecond || ResendSpan(got) > 10*time.Second {
-		t.Errorf("MaxAckWait(10s) = %v (span %v), want 1.7s", got, ResendSpan(got))
+	if got := MaxAckWait(10 * time.Second); got != 1500*time.Millisecond {
+		t.Errorf("MaxAckWait(10s) = %v (span %v), want 1.5s", got, ResendSpan(got))
 	}
 	if got := MaxAckWait(time.Second); got != 0 {
 		t.Errorf("MaxAckWait(1s) = %v, want 0", got)
+	}
+	for _, tc := range []struct{ ackWait, window time.Duration }{
+		{500 * time.Millisecond, 4450 * time.Millisecond}, // bench's shortest PubAck wait
+		{1500 * time.Millisecond, 10 * time.Second},
+		{0, 27500 * time.Millisecond},
+	} {
+		if got := MinDuplicateWindow(tc.ackWait); got != tc.window {
+			t.Errorf("MinDuplicateWindow(%v) = %v, want %v", tc.ackWait, got, tc.window)
+		}
+	}
+	// With an AckWait of MaxAckWait(w) every resend is due before the
+	// margin Publish keeps of the window: the last is not given up unless
+	// the machine runs the publisher late. (Without the margin in
+	// MaxAckWait, the fifth resend came due about 250ms before the window,
+	// always in the margin.)
+	const unit = 10 * time.Millisecond
+	for w := unit; w <= time.Minute; w += unit {
+		a := MaxAckWait(w)
+		if a == 0 {
+			continue
+		}
+		if ResendSpan(a) > w-resendMargin(w) {
+			t.Fatalf("MaxAckWait(%v) = %v: its resends span %v, past the %v Publish sends resends within", w, a, ResendSpan(a), w-resendMargin(w))
+		}
+		if MaxAckWait(w+unit) < a {
+			t.Fatalf("MaxAckWait(%v) = %v, less than MaxAckWait(%v) = %v", w+unit, MaxAckWait(w+unit), w, a)
+		}
+	}
+	// MinDuplicateWindow is the shortest window MaxAckWait gives an AckWait for.
+	for a := unit; a <= 10*time.Second; a += unit {
+		w := MinDuplicateWindow(a)
+		if MaxAckWait(w) < a || MaxAckWait(w-unit) >= a {
+			t.Fatalf("MinDuplicateWindow(%v) = %v: MaxAckWait gives %v for it and %v for %v less; want it the shortest with %v", a, w, MaxAckWait(w), MaxAckWait(w-unit), unit, a)
+		}
 	}
 }
 

@@ -49,7 +49,9 @@ type Options struct {
 	MaxPending int
 	// AckWait is how long a publish may wait for its PubAck before it counts
 	// as failed and is sent again (default 5s). A resend is stored once only
-	// within the stream's duplicate window, which must cover ResendSpan(AckWait).
+	// within the stream's duplicate window, which must cover ResendSpan(AckWait);
+	// MinDuplicateWindow(AckWait) when given as DuplicateWindow, of which
+	// Publish keeps a margin.
 	AckWait time.Duration
 	// DuplicateWindow is the stream's duplicate window (0: not known). When
 	// set, a publish is never sent again once the window less a margin
@@ -278,7 +280,10 @@ const never = time.Duration(math.MaxInt64)
 // ResendSpan is the longest time from an event's first send to its last
 // resend when PubAcks do not come within ackWait (<= 0: the default 5s):
 // 5 x (ackWait + 300ms), 26.5s with the default. A stream's duplicate
-// window shorter than this may store a late resend a second time.
+// window shorter than this may store a late resend a second time; one
+// shorter than MinDuplicateWindow(ackWait), given as
+// Options.DuplicateWindow, makes Publish give up the resends that would
+// go out in its last resendMargin, or after it.
 func ResendSpan(ackWait time.Duration) time.Duration {
 	if ackWait <= 0 {
 		ackWait = 5 * time.Second
@@ -291,15 +296,35 @@ func ResendSpan(ackWait time.Duration) time.Duration {
 // queue): no resend goes out later than window - resendMargin(window)
 // after the event's first send. (The window runs from when JetStream
 // stored the first send, which is later than the publisher's clock read
-// for it.) With an AckWait of MaxAckWait(window), the last resend may fall
-// in the margin and be given up: that publish was sent maxRetries times
-// without a PubAck.
+// for it.) MaxAckWait leaves it out, so that with an AckWait of
+// MaxAckWait(window) every resend, the last included, is due before it
+// and goes out unless the machine runs the publisher that much late.
 func resendMargin(window time.Duration) time.Duration { return min(window/10, time.Second) }
 
 // MaxAckWait is the longest AckWait whose ResendSpan fits in a duplicate
-// window of window, truncated to 10ms; 0 if none does.
+// window of window less the margin Publish keeps of it for a resend's
+// way to the server (a tenth, at most 1s), truncated to 10ms; 0 if none
+// does: 1.5s for a 10s window. With a longer AckWait and
+// Options.DuplicateWindow set, Publish gives up the last resends rather
+// than send them past the window.
 func MaxAckWait(window time.Duration) time.Duration {
-	return max(window/maxRetries-retryWait-slack, 0).Truncate(10 * time.Millisecond)
+	return max((window-resendMargin(window))/maxRetries-retryWait-slack, 0).Truncate(10 * time.Millisecond)
+}
+
+// MinDuplicateWindow is the shortest duplicate window, rounded up to
+// 10ms, that covers every resend of a publish with ackWait (<= 0: the
+// default 5s): ResendSpan(ackWait) and the margin Publish keeps of the
+// window; the window MaxAckWait gives ackWait for (ackWait a multiple of
+// 10ms). 4.45s for 500ms, 27.5s for the default.
+func MinDuplicateWindow(ackWait time.Duration) time.Duration {
+	span := ResendSpan(ackWait)
+	// The margin is a tenth of the window under 10s, 1s from 10s on.
+	w := span + time.Second
+	if w < 10*time.Second {
+		w = (span*10 + 8) / 9 // the least w with w - w/10 >= span
+	}
+	const unit = 10 * time.Millisecond
+	return (w + unit - 1) / unit * unit
 }
 
 // MsgID is the Nats-Msg-Id of event seq of run.
