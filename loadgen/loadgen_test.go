@@ -367,6 +367,55 @@ func TestPublisherSettlesDuplicates(t *testing.T) {
 	}
 }
 
+// A PubAck that stores the event, coming after its send expired and the
+// event waits to be sent again, settles it: it counts as acked, and is
+// neither sent again nor given up. Without that, a resend that would fall
+// past the duplicate window (here every one: the event was first sent a
+// window ago) gave up an event JetStream had stored and acknowledged,
+// counted Failed and PastWindow; before the window was known, the resend
+// found the event stored and counted it acked.
+func TestPublisherSettlesALatePubAckOfAFailedSend(t *testing.T) {
+	e := newJSEnv(t)
+	const window = 2 * time.Second
+	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "la", Subjects: 1, MaxPending: 10, AckWait: time.Second, DuplicateWindow: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	sends := make(chan *nats.Msg, 10)
+	if _, err := e.nc.ChanSubscribe("la.>", sends); err != nil {
+		t.Fatal(err)
+	}
+	ok := []byte(`{"stream":"S","seq":1}`)
+	dup := []byte(`{"stream":"S","seq":2,"duplicate": true}`)
+	p.mu.Lock()
+	// Event 1's first send and event 2's second expired (no PubAck
+	// within AckWait), a window before now; event 3's too, and no PubAck
+	// came for it.
+	p.failLocked(1, inFlight{try: 1, first: -int64(window)}, p.errLate)
+	p.failLocked(2, inFlight{try: 2, first: -int64(window)}, p.errLate)
+	p.failLocked(3, inFlight{try: 1, first: -int64(window)}, p.errLate)
+	p.mu.Unlock()
+	p.onReply(&nats.Msg{Subject: p.prefix + "1_1", Data: ok})
+	p.onReply(&nats.Msg{Subject: p.prefix + "2_1", Data: dup}) // the first send's PubAck, a duplicate: stored before this call
+	p.onReply(&nats.Msg{Subject: p.prefix + "1_1", Data: ok})  // the same PubAck again counts once
+	var res Result
+	p.resendDue(e.ctx, &res, time.Since(p.start)+retryWait)
+	res = p.result(res)
+	if res.Acked != 1 || res.Duplicate != 1 || res.Failed != 1 || res.PastWindow != 1 || res.Retried != 0 {
+		t.Errorf("%+v; want event 1 acked, event 2 duplicate, event 3 given up past the window, none sent again", res)
+	}
+	if len(p.failed) != 0 || len(p.queued) != 0 || len(p.pending) != 0 {
+		t.Errorf("%d failed, %d queued, %d pending; want all settled", len(p.failed), len(p.queued), len(p.pending))
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if len(sends) != 0 {
+		t.Errorf("%d events sent again, want none", len(sends))
+	}
+}
+
 // stalls measures, until stop is called, how late the machine wakes a
 // sleeping goroutine: stop returns the most a 1 ms sleep overslept. A
 // publisher descheduled that long sends that late, which no code of its

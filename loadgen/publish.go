@@ -527,11 +527,16 @@ type publisher struct {
 	mu      sync.Mutex
 	pending map[uint64]inFlight // by seq
 	failed  []failedPub         // oldest first
-	acked   int                 // settled by a PubAck that stored the event (or a resend of it)
-	dups    int                 // settled by a duplicate PubAck to the first send
-	err     error               // the last failure's cause
-	limit   int                 // wake the sender when len(pending)+len(failed) <= limit
-	wake    chan struct{}
+	// queued holds the seqs in failed, true once a PubAck to an earlier
+	// send settled the event (it is stored): resendDue drops it then
+	// rather than send it again, or give it up past the window (keeping
+	// its room under MaxPending until it was due).
+	queued map[uint64]bool
+	acked  int   // settled by a PubAck that stored the event (or a resend of it)
+	dups   int   // settled by a duplicate PubAck to the first send
+	err    error // the last failure's cause
+	limit  int   // wake the sender when len(pending)+len(failed) <= limit
+	wake   chan struct{}
 }
 
 type inFlight struct {
@@ -566,6 +571,7 @@ func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, er
 		timer:      time.NewTimer(time.Hour),
 		nextExpire: never,
 		pending:    make(map[uint64]inFlight, o.MaxPending),
+		queued:     make(map[uint64]bool),
 		limit:      -1,
 		wake:       make(chan struct{}, 1),
 		buf:        make([]byte, 0, 256),
@@ -728,26 +734,42 @@ func (p *publisher) onReply(m *nats.Msg) {
 	defer p.mu.Unlock()
 	f, ok := p.pending[seq]
 	if !ok {
-		return // settled already, or failed and waiting to be sent again
+		// Settled already, or failed and waiting to be sent again: a
+		// success to an earlier send (its PubAck later than AckWait)
+		// settles the event there too. Its resend would have found the
+		// event stored, but would now be given up if it fell past the
+		// duplicate window: counted failed though JetStream stored it.
+		if settled, waiting := p.queued[seq]; waiting && !settled && cause == nil {
+			p.queued[seq] = true
+			p.settleLocked(dup, try)
+		}
+		return
 	}
 	if cause != nil && f.try != try {
 		return // an earlier send's failure; this send may still succeed
 	}
 	// A success settles the event whichever send it answers: it is stored.
 	delete(p.pending, seq)
-	switch {
-	case cause != nil:
+	if cause != nil {
 		p.failLocked(seq, f, cause)
-	case dup && try == 1:
-		// The first send found the Nats-Msg-Id stored already: not by
-		// this call. A resend's duplicate is the expected one.
-		p.dups++
-	default:
-		p.acked++
+	} else {
+		p.settleLocked(dup, try)
 	}
 	if p.limit >= 0 && len(p.pending)+len(p.failed) <= p.limit {
 		p.limit = -1
 		p.signal()
+	}
+}
+
+// settleLocked counts an event settled by a successful PubAck to its
+// try-th send. p.mu is held.
+func (p *publisher) settleLocked(dup bool, try int) {
+	if dup && try == 1 {
+		// The first send found the Nats-Msg-Id stored already: not by
+		// this call. A resend's duplicate is the expected one.
+		p.dups++
+	} else {
+		p.acked++
 	}
 }
 
@@ -807,6 +829,7 @@ func pubAck(m *nats.Msg) (dup bool, err error) {
 // the sender to schedule it. p.mu is held.
 func (p *publisher) failLocked(seq uint64, f inFlight, cause error) {
 	p.failed = append(p.failed, failedPub{seq: seq, stamp: f.stamp, first: f.first, try: f.try, at: int64(time.Since(p.start))})
+	p.queued[seq] = false
 	p.err = cause
 	p.signal()
 }
@@ -888,8 +911,9 @@ func (p *publisher) expireLate(now time.Duration) {
 // resendDue sends again each failed publish whose retryWait has passed at
 // now, or gives it up (counting it in res.Failed) after maxRetries
 // resends or once a resend would go out past the duplicate window
-// (resendBy, also in res.PastWindow). It does not block: a resend takes
-// the room its failed send held under MaxPending.
+// (resendBy, also in res.PastWindow); it drops one a late PubAck settled
+// meanwhile. It does not block: a resend takes the room its failed send
+// held under MaxPending.
 func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duration) {
 	for {
 		p.mu.Lock()
@@ -899,7 +923,12 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 		}
 		f := p.failed[0]
 		p.failed = p.failed[1:]
+		settled := p.queued[f.seq]
+		delete(p.queued, f.seq)
 		p.mu.Unlock()
+		if settled {
+			continue // stored: a late PubAck to an earlier send said so
+		}
 		if f.try > maxRetries {
 			res.Failed++
 			continue
