@@ -1032,12 +1032,7 @@ func TestTableMadeLaterIsPinned(t *testing.T) {
 				s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = mode; c.Connections = 1; c.CreateTable = false })
 				logs := captureLog(t, s, time.Minute)
 				admin := pg.Conn(t)
-				var role string
-				if err := admin.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
-					t.Fatal(err)
-				}
-				public := pgx.Identifier{"public", s.cfg.Table}.Sanitize()
-				shadow := pgx.Identifier{role, s.cfg.Table}.Sanitize()
+				public, shadow, makeShadow, counts := shadowing(t, ctx, admin, s)
 				src := newSource()
 				wait := runSink(t, ctx, s, src)
 				select {
@@ -1063,15 +1058,10 @@ func TestTableMadeLaterIsPinned(t *testing.T) {
 				rs, ms := rows(1, 20, nil)
 				src.push(t, ctx, rs[:10])
 				waitFor(t, ctx, "rows 1-10 acked", allAcked(ms[:10]))
-				execAll(t, ctx, admin, "CREATE SCHEMA "+pgx.Identifier{role}.Sanitize()+" AUTHORIZATION "+pgx.Identifier{role}.Sanitize()+
-					"; CREATE TABLE "+shadow+" (LIKE "+public+" INCLUDING ALL)")
+				makeShadow()
 				src.push(t, ctx, rs[10:])
 				finishClean(t, ctx, src, wait, dl, ms)
-				var inPublic, inShadow int
-				if err := admin.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+public+"), (SELECT count(*) FROM "+shadow+")").Scan(&inPublic, &inShadow); err != nil {
-					t.Fatal(err)
-				}
-				if inPublic != 20 || inShadow != 0 {
+				if inPublic, inShadow := counts(); inPublic != 20 || inShadow != 0 {
 					t.Errorf("%d rows in %s, %d in %s (made later, earlier on search_path); want all 20 in the first", inPublic, public, inShadow, shadow)
 				}
 				if s.Table() != public {
@@ -1099,19 +1089,13 @@ func TestTableNameKeptWhenShadowedOnSearchPath(t *testing.T) {
 			s, dl := newTestSink(t, ctx, pg.URL, func(c *Config) { c.Mode = mode; c.Connections = 2 })
 			logs := captureLog(t, s, time.Minute)
 			admin := pg.Conn(t)
-			var role string
-			if err := admin.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
-				t.Fatal(err)
-			}
-			public := pgx.Identifier{"public", s.cfg.Table}.Sanitize()
-			shadow := pgx.Identifier{role, s.cfg.Table}.Sanitize()
+			public, shadow, makeShadow, counts := shadowing(t, ctx, admin, s)
 			src := newSource()
 			wait := runSink(t, ctx, s, src)
 			rs, ms := rows(1, 20, nil)
 			src.push(t, ctx, rs[:10])
 			waitFor(t, ctx, "rows 1-10 acked", allAcked(ms[:10]))
-			execAll(t, ctx, admin, "CREATE SCHEMA "+pgx.Identifier{role}.Sanitize()+" AUTHORIZATION "+pgx.Identifier{role}.Sanitize()+
-				"; CREATE TABLE "+shadow+" (LIKE "+public+" INCLUDING ALL)")
+			makeShadow()
 			var found string
 			if err := admin.QueryRow(ctx, "SELECT to_regclass($1)::oid::regclass::text", s.table.Sanitize()).Scan(&found); err != nil {
 				t.Fatal(err)
@@ -1142,11 +1126,7 @@ func TestTableNameKeptWhenShadowedOnSearchPath(t *testing.T) {
 					}
 				}
 			}
-			var inPublic, inShadow int
-			if err := admin.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+public+"), (SELECT count(*) FROM "+shadow+")").Scan(&inPublic, &inShadow); err != nil {
-				t.Fatal(err)
-			}
-			if inPublic != 20 || inShadow != 0 {
+			if inPublic, inShadow := counts(); inPublic != 20 || inShadow != 0 {
 				t.Fatalf("%d rows in %s, %d in %s (made later, earlier on search_path); want all 20 in the first", inPublic, public, inShadow, shadow)
 			}
 			if s.Table() != public {
@@ -1447,4 +1427,30 @@ func TestLogNameQuotesAsQuoteIdent(t *testing.T) {
 			t.Errorf("postgres.table %s: logName = %s; want %s", cfg, got, want)
 		}
 	}
+}
+
+// shadowing names s's table in public and in a schema named after the
+// connected role ("$user", first on search_path by default), and returns
+// makeShadow, which makes that schema and a table like the first in it,
+// and counts, which counts the rows of each.
+func shadowing(t *testing.T, ctx context.Context, admin *pgx.Conn, s *Sink) (public, shadow string, makeShadow func(), counts func() (inPublic, inShadow int)) {
+	t.Helper()
+	var role string
+	if err := admin.QueryRow(ctx, "SELECT current_user").Scan(&role); err != nil {
+		t.Fatal(err)
+	}
+	public = pgx.Identifier{"public", s.cfg.Table}.Sanitize()
+	shadow = pgx.Identifier{role, s.cfg.Table}.Sanitize()
+	makeShadow = func() {
+		execAll(t, ctx, admin, "CREATE SCHEMA "+pgx.Identifier{role}.Sanitize()+" AUTHORIZATION "+pgx.Identifier{role}.Sanitize()+
+			"; CREATE TABLE "+shadow+" (LIKE "+public+" INCLUDING ALL)")
+	}
+	counts = func() (int, int) {
+		var inPublic, inShadow int
+		if err := admin.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+public+"), (SELECT count(*) FROM "+shadow+")").Scan(&inPublic, &inShadow); err != nil {
+			t.Fatal(err)
+		}
+		return inPublic, inShadow
+	}
+	return public, shadow, makeShadow, counts
 }
