@@ -97,6 +97,19 @@ func EnvName(path string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
 }
 
+// EnvAliases are the other variables that set a key, sorted
+// (JETSINK_DATABASE_URL for postgres.url); none for most.
+func EnvAliases(path string) []string {
+	var names []string
+	for name, p := range envAliases {
+		if p == path {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
 // KeyOfEnv is the key the environment variable name sets: the inverse of
 // EnvName, and the aliases (JETSINK_DATABASE_URL for postgres.url). ok is
 // false for a name that sets no key.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -150,5 +151,23 @@ func TestJSONExitListsProblemsInOneRecord(t *testing.T) {
 	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil || code != exitConfig || rec.Msg != "exiting" ||
 		rec.ExitCode != exitConfig || len(rec.Problems) != 2 || !strings.Contains(rec.Problems[1], "postgres.b") {
 		t.Fatalf("exit %d; want %d and one record listing both problems:\n%s", code, exitConfig, buf.String())
+	}
+}
+
+// keys lists a key's shorter variable on a line of its own: the README and
+// DESIGN.md name JETSINK_DATABASE_URL for postgres.url, and keys, which
+// says it lists every key's variable, showed only JETSINK_POSTGRES_URL.
+func TestKeysListsTheAliases(t *testing.T) {
+	t.Setenv("JETSINK_CONFIG", "")
+	root := newRoot()
+	var out strings.Builder
+	root.SetOut(&out)
+	root.SetArgs([]string{"keys"})
+	if err := execute(context.Background(), root); err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(`(?m)^postgres\.url +string +JETSINK_DATABASE_URL +\(short for JETSINK_POSTGRES_URL\)$`)
+	if !want.MatchString(out.String()) {
+		t.Fatalf("jetsink keys lists no line for JETSINK_DATABASE_URL:\n%s", out.String())
 	}
 }

@@ -459,9 +459,11 @@ func newKeysCmd() *cobra.Command {
 		Short: "List every configuration key, its type, default and environment variable",
 		Long: `List every configuration key that the environment and --set can set, with its
 type, environment variable and default. postgres.columns, the mapping, is
-set in the file only (see the README). JETSINK_DATABASE_URL is short for
-JETSINK_POSTGRES_URL. A default of 0 is derived at start (pipeline.workers:
-the physical cores; nats.max_ack_pending: from the rings and the pull;
+set in the file only (see the README). A key that a shorter variable sets
+too has a line for it (JETSINK_DATABASE_URL, short for
+JETSINK_POSTGRES_URL). A default of 0 is derived at start
+(pipeline.workers: the physical cores; nats.max_ack_pending: from the
+rings and the pull;
 nats.pull_max_messages: 4096, or 1024 with nats.go's pull client, at most
 max_ack_pending and the consumer's max_request_batch;
 nats.max_in_flight_bytes: 32MiB, or 4 x (the server's max_payload + 8KiB)
@@ -475,6 +477,9 @@ created stream has one), nats.stream_duplicate_window (2 minutes).`,
 			fmt.Fprintf(w, "%-36s %-9s %-40s %s\n", "KEY", "TYPE", "VARIABLE", "DEFAULT")
 			for _, k := range config.Keys() {
 				fmt.Fprintf(w, "%-36s %-9s %-40s %s\n", k.Path, k.Type, config.EnvName(k.Path), config.DefaultValue(k.Path))
+				for _, alias := range config.EnvAliases(k.Path) {
+					fmt.Fprintf(w, "%-36s %-9s %-40s %s\n", k.Path, k.Type, alias, "(short for "+config.EnvName(k.Path)+")")
+				}
 			}
 			return nil
 		},
