@@ -285,34 +285,117 @@ func TestPublishReportsJetStreamErrors(t *testing.T) {
 }
 
 // The PubAcks in flight when the connection drops are lost with it: they
-// are sent again after the reconnect, not after AckWait.
+// are sent again after the reconnect, not after AckWait (an hour here).
+// Until every event is out no stream captures them: a plain subscriber
+// takes them and answers none, then creates the stream and restarts the
+// server, so that every publish is in flight, unanswered, across the
+// reconnect. (Restarting the server mid-run instead showed resends only
+// of publishes the connection had kept for the reconnect, which a late
+// PubAck now settles: nothing was lost.)
 func TestPublishResendsAfterReconnect(t *testing.T) {
 	e := newJSEnv(t)
 	ctx, nc, ns := e.ctx, e.nc, e.ns
-	stream := e.stream(t, jetstream.StreamConfig{Name: "RC", Subjects: []string{"rc.>"}})
-	var restarted bool
-	var restartErr error
-	o := Options{Subject: "rc", Subjects: 10, Rate: 4000, Duration: time.Second, Run: 7, AckWait: time.Hour}
-	o.Progress = func(sent int) {
-		if sent >= 1000 && sent < 4000 && !restarted {
-			restarted = true
-			ns.Shutdown()
-			restartErr = ns.Restart()
+	const n = 200
+	restarted := make(chan error, 1)
+	var got int
+	var sub *nats.Subscription
+	sub, err := nc.Subscribe("rc.>", func(*nats.Msg) {
+		if got++; got == n {
+			_ = sub.Unsubscribe()
+			go func() {
+				if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: "RC", Subjects: []string{"rc.>"}, Storage: jetstream.FileStorage}); err != nil {
+					restarted <- err
+					return
+				}
+				ns.Shutdown()
+				restarted <- ns.Restart()
+			}()
 		}
-	}
-	res, err := Publish(ctx, nc, o)
-	if !restarted || restartErr != nil {
-		t.Fatalf("the server was not restarted while publishing: %v", restartErr)
-	}
-	if err != nil || res.Acked != 4000 || res.Duplicate != 0 || res.Retried == 0 {
-		t.Fatalf("publish: %+v, %v; want 4000 acknowledged, some resent", res, err)
-	}
-	info, err := stream.Info(ctx)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 4000 {
-		t.Fatalf("stream holds %d messages, want 4000", info.State.Msgs)
+	res, err := Publish(ctx, nc, Options{Subject: "rc", Subjects: 10, Events: n, Run: 7, AckWait: time.Hour})
+	if err := <-restarted; err != nil {
+		t.Fatalf("creating the stream and restarting the server: %v", err)
+	}
+	if err != nil || res.Acked != n || res.Duplicate != 0 || res.Retried < n {
+		t.Fatalf("publish: %+v, %v; want all %d resent after the reconnect and acknowledged", res, err, n)
+	}
+	if got := testenv.StreamMsgs(t, ctx, e.js, "RC"); got != n {
+		t.Fatalf("stream holds %d messages, want %d", got, n)
+	}
+}
+
+// A resend due while the connection is reconnecting is held, not handed
+// to nats.go, which would keep it in the connection's reconnect buffer
+// (8 MB by default) and send it at the reconnect however late, past the
+// duplicate window: JetStream stored the event twice. Held until its
+// resend-by time, it is given up there. The server goes down once it
+// stored the first sends, and comes back after the window: every event is
+// given up past the window and stored once. Without the hold (Retried 15:
+// each resend went into the buffer and expired there) the stream held the
+// 5 events twice.
+func TestPublishHoldsResendsWhileReconnecting(t *testing.T) {
+	const (
+		n      = 5
+		window = 2 * time.Second
+	)
+	e := newJSEnv(t)
+	// no_ack: no PubAck comes, so the publisher sends each event again
+	// until it gives it up.
+	s := e.stream(t, jetstream.StreamConfig{Name: "RB", Subjects: []string{"rb.>"}, Duplicates: window, NoAck: true, Storage: jetstream.FileStorage})
+	// The publisher's connection, with the default reconnect buffer; e's
+	// watches the stream.
+	nc := e.ns.Connect(t)
+	down := make(chan error, 1)
+	o := Options{Subject: "rb", Events: n, Run: 21, AckWait: 400 * time.Millisecond, DuplicateWindow: window}
+	o.Started = func(time.Time) {
+		go func() {
+			for { // polling: the stream tells no one it stored
+				info, err := s.Info(e.ctx)
+				if err != nil {
+					down <- err
+					return
+				}
+				if info.State.Msgs == n {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			e.ns.Shutdown()
+			down <- nil
+		}()
+	}
+	res, err := Publish(e.ctx, nc, o)
+	if err := <-down; err != nil {
+		t.Fatalf("waiting for the first sends to be stored: %v", err)
+	}
+	if !errors.Is(err, ErrNotAcked) || res.Sent != n || res.Acked != 0 || res.Failed != n || res.PastWindow != n {
+		t.Errorf("publish: %+v, %v; want all %d given up past the window", res, err, n)
+	}
+	// The window passes (no event says so): at its restart JetStream
+	// rebuilds its duplicate map from the messages stored within the
+	// window, none, and stores whatever the connection kept for it again.
+	time.Sleep(time.Until(res.Start.Add(window + 500*time.Millisecond)))
+	if err := e.ns.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// The publisher's connection sends what it kept first, at the
+	// reconnect, then this: once the stream holds it, it holds the rest.
+	if err := nc.Publish("rb.end", nil); err != nil {
+		t.Fatal(err)
+	}
+	for { // polling, as above
+		if _, err := s.GetLastMsgForSubject(e.ctx, "rb.end"); err == nil {
+			break
+		} else if e.ctx.Err() != nil {
+			t.Fatalf("rb.end never stored: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := testenv.StreamMsgs(t, e.ctx, e.js, "RB"); got != n+1 {
+		t.Errorf("the stream holds %d messages, want the %d events once and rb.end", got, n)
 	}
 }
 

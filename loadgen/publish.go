@@ -61,6 +61,17 @@ type Options struct {
 	// instead (Result.Failed and Result.PastWindow), as one never
 	// acknowledged. ResendSpan within the window is no guarantee: a machine
 	// that descheduled the publisher sends late.
+	//
+	// When set, a resend that comes due while the connection is
+	// reconnecting is also held (not counting as a try) until the
+	// connection is back, or given up once its time runs out: nats.go
+	// would keep it in the connection's reconnect buffer and send it at
+	// the reconnect, however late. Give Publish a connection made with
+	// nats.ReconnectBufSize(-1): a resend handed to it just as it drops
+	// then fails at once (an ordinary failed send, sent again while the
+	// window lasts) rather than wait in that buffer. Without the window
+	// the resends are not held, and a long outage gives them up after
+	// their maxRetries tries as before.
 	DuplicateWindow time.Duration
 	// Progress, when set, is called about every 100ms with the count sent.
 	Progress func(sent int)
@@ -612,15 +623,25 @@ func (p *publisher) close() {
 	_ = p.sub.Unsubscribe()
 }
 
+// sendOutcome says what send did with a send.
+type sendOutcome int
+
+const (
+	sendDone       sendOutcome = iota // handed to the connection (a failure of that included)
+	sendPastWindow                    // a resend not sent: resendBy has passed
+	sendHeld                          // a resend not sent: the connection is reconnecting
+)
+
 // send publishes event seq (with ts stamp, if not 0) for the try-th time
 // and records it as in flight before the PubAck can arrive. It returns
 // when it sent, as time since start: the clock read after encoding and
 // just before PublishMsg (one clock read per event, shared with its
 // caller), so the time PublishMsg takes is not in it. A resend (try > 1)
 // of an event first sent at first (time since start, ns) does not go out
-// once resendBy has passed since then: send returns false, and the caller
-// gives the event up.
-func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, first int64) (time.Duration, bool) {
+// once resendBy has passed since then (sendPastWindow: the caller gives
+// the event up), nor, with resendBy known, while the connection is
+// reconnecting (sendHeld: the caller holds it).
+func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, first int64) (time.Duration, sendOutcome) {
 	ev := Make(p.o.Run, seq, p.o.Subjects)
 	if stamp != 0 {
 		ev.TS = time.Unix(0, stamp).UTC()
@@ -645,7 +666,13 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 	// just before the send, and not when the resend was due: a publisher
 	// descheduled in between would send it late.
 	if try > 1 && time.Since(p.start)-time.Duration(first) >= p.resendBy {
-		return 0, false
+		return 0, sendPastWindow
+	}
+	// While the connection reconnects, nats.go keeps what it is handed
+	// for the reconnect, which may come after the window. (A first send
+	// kept there is stored once whenever it goes out.)
+	if try > 1 && p.resendBy != never && p.nc.IsReconnecting() {
+		return 0, sendHeld
 	}
 	var span trace.Span
 	if p.o.Tracer != nil {
@@ -691,7 +718,7 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 	if span != nil {
 		span.End()
 	}
-	return now, true
+	return now, sendDone
 }
 
 // appendUnsampledTraceparent appends a W3C traceparent with a random trace
@@ -912,7 +939,8 @@ func (p *publisher) expireLate(now time.Duration) {
 // now, or gives it up (counting it in res.Failed) after maxRetries
 // resends or once a resend would go out past the duplicate window
 // (resendBy, also in res.PastWindow); it drops one a late PubAck settled
-// meanwhile. It does not block: a resend takes the room its failed send
+// meanwhile, and puts back one due while the connection is reconnecting
+// (see send). It does not block: a resend takes the room its failed send
 // held under MaxPending.
 func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duration) {
 	for {
@@ -933,12 +961,22 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 			res.Failed++
 			continue
 		}
-		if _, ok := p.send(ctx, f.seq, f.stamp, f.try+1, f.first); !ok {
+		switch _, out := p.send(ctx, f.seq, f.stamp, f.try+1, f.first); out {
+		case sendPastWindow:
 			res.Failed++
 			res.PastWindow++
-			continue
+		case sendHeld:
+			// Not a try: looked at again retryWait on, until the
+			// connection is back or the window leaves no time. Its room
+			// under MaxPending stays taken.
+			p.mu.Lock()
+			f.at = int64(time.Since(p.start))
+			p.failed = append(p.failed, f)
+			p.queued[f.seq] = false
+			p.mu.Unlock()
+		default:
+			res.Retried++
 		}
-		res.Retried++
 	}
 }
 
