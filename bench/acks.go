@@ -112,13 +112,14 @@ func (a *ackTimes) get(seq int64) (time.Time, bool) {
 	return a.base.Add(time.Duration(a.at[seq-1] - 1)), true
 }
 
-// natsConnect connects with the nats: section's URL and credentials.
-func natsConnect(cfg consumer.Config, name string) (*nats.Conn, error) {
+// natsConnect connects with the nats: section's URL and credentials, and
+// extra options.
+func natsConnect(cfg consumer.Config, name string, extra ...nats.Option) (*nats.Conn, error) {
 	auth, err := cfg.AuthOptions()
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	nc, err := nats.Connect(cfg.URL, append([]nats.Option{nats.Name(name)}, auth...)...)
+	nc, err := nats.Connect(cfg.URL, append(append([]nats.Option{nats.Name(name)}, auth...), extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", cfg.ConnectError(err))
 	}

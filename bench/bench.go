@@ -406,7 +406,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		*ln.url = u.String()
 		say("the engines reach %s over a link adding %v to each round trip (%s)", ln.server, ln.rtt, lk.Addr())
 	}
-	nc, err := natsConnect(cfg.NATS, "jetsink-bench")
+	// The publisher's: no reconnect buffer, whose resends could reach a
+	// stream after its duplicate window (loadgen.Options.DuplicateWindow).
+	nc, err := natsConnect(cfg.NATS, "jetsink-bench", nats.ReconnectBufSize(-1))
 	if err != nil {
 		return nil, err
 	}
@@ -533,7 +535,7 @@ func (o *Options) defaults() error {
 	if o.DuplicateWindow > 0 && loadgen.MaxAckWait(o.DuplicateWindow) < minAckWait {
 		return fmt.Errorf("%w: --duplicate-window %v leaves the publisher a PubAck wait of %v, under which it would resend events still on their way, "+
 			"skewing the figures: give at least %v (a PubAck wait of %v), or 0 for the server's default",
-			ErrInvalidOptions, o.DuplicateWindow, loadgen.MaxAckWait(o.DuplicateWindow), loadgen.ResendSpan(minAckWait), minAckWait)
+			ErrInvalidOptions, o.DuplicateWindow, loadgen.MaxAckWait(o.DuplicateWindow), loadgen.MinDuplicateWindow(minAckWait), minAckWait)
 	}
 	if o.PostgresRTT < 0 || o.NATSRTT < 0 {
 		return fmt.Errorf("%w: --postgres-rtt and --nats-rtt must not be negative", ErrInvalidOptions)
@@ -750,7 +752,8 @@ type bencher struct {
 	dir        string
 	id         string
 	byCommitTS bool
-	pgPID      int // the embedded postmaster, or 0
+	pgPID      int           // the embedded postmaster, or 0
+	dupWindow  time.Duration // the duplicate window of the last stream made
 	// pgNow and natsNow read the servers' clocks (nil: pgClock,
 	// natsClock); clockStream says natsClock may have made its stream,
 	// which deleteClockStream has not seen gone.
@@ -788,7 +791,7 @@ func (b *bencher) repetition(ctx context.Context, rep int, v Variant) ([]Result,
 		}
 		defer b.deleteStream(stream)
 		b.say("rep %d%s: preloading %d events into %s", rep+1, variantSuffix(v), b.o.Events, stream)
-		pub, err := loadgen.Publish(ctx, b.js.Conn(), b.o.publishOptions(prefix, b.o.scenarioLoad()))
+		pub, err := loadgen.Publish(ctx, b.js.Conn(), b.publishOptions(prefix))
 		if err != nil {
 			return nil, fmt.Errorf("bench: preload: %w", err)
 		}
@@ -916,11 +919,25 @@ func variantSuffix(v Variant) string {
 }
 
 func (b *bencher) createStream(ctx context.Context, stream, prefix string) error {
-	if _, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
-		Storage: jetstream.FileStorage, Duplicates: b.o.DuplicateWindow}); err != nil {
+	s, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
+		Storage: jetstream.FileStorage, Duplicates: b.o.DuplicateWindow})
+	if err != nil {
 		return fmt.Errorf("bench: create stream %s: %w", stream, err)
 	}
+	b.dupWindow = s.CachedInfo().Config.Duplicates
 	return nil
+}
+
+// publishOptions is Options.publishOptions for the events of prefix, with
+// the duplicate window of the stream made for them (the server's, 2
+// minutes by default, when --duplicate-window is 0), past which the
+// publisher sends no resend.
+func (b *bencher) publishOptions(prefix string) loadgen.Options {
+	lo := b.o.publishOptions(prefix, b.o.scenarioLoad())
+	if lo.DuplicateWindow == 0 {
+		lo.DuplicateWindow = b.dupWindow
+	}
+	return lo
 }
 
 // deleteStream removes a run's stream and the dead-letter stream jetsink
@@ -1284,7 +1301,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	// time: the steady CPU window opens there (nothing is delivered yet),
 	// and the lock is taken LockAt after it.
 	var first cpuMark
-	o := b.o.publishOptions(t.prefix, b.o.scenarioLoad())
+	o := b.publishOptions(t.prefix)
 	o.Started = func(start time.Time) {
 		first, _ = cpuNow(c.cmd.Process.Pid)
 		if lock != nil {

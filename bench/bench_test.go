@@ -811,13 +811,14 @@ func TestOptionsValidate(t *testing.T) {
 	}
 
 	// A duplicate window whose PubAck wait would be under minAckWait is
-	// refused, naming the smallest window taken (4s: 5 x (500ms + 300ms)),
-	// which is taken.
+	// refused, naming the smallest window taken (4.45s: 5 x (500ms +
+	// 300ms), and a tenth of the window kept for the resends' way), which
+	// is taken.
 	o = Options{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, DuplicateWindow: 1600 * time.Millisecond, Base: config.Default()}
-	if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "give at least 4s (a PubAck wait of 500ms)") {
-		t.Errorf("DuplicateWindow 1.6s: %v, want ErrInvalidOptions asking for at least 4s", err)
+	if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "give at least 4.45s (a PubAck wait of 500ms)") {
+		t.Errorf("DuplicateWindow 1.6s: %v, want ErrInvalidOptions asking for at least 4.45s", err)
 	}
-	o.DuplicateWindow = loadgen.ResendSpan(minAckWait)
+	o.DuplicateWindow = loadgen.MinDuplicateWindow(minAckWait)
 	if err := o.defaults(); err != nil || loadgen.MaxAckWait(o.DuplicateWindow) != minAckWait {
 		t.Errorf("DuplicateWindow %v: %v, PubAck wait %v; want it taken, with %v", o.DuplicateWindow, err, loadgen.MaxAckWait(o.DuplicateWindow), minAckWait)
 	}

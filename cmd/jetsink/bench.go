@@ -216,7 +216,7 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 	f.IntVar(&o.Count, "count", 1, "repetitions (median and spread are reported)")
 	f.StringVar(&matrix, "matrix", "", "run jetsink once per value of a key (or env:NAME), e.g. pipeline.pin=none,thread,cpu")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on one engine's run after this long")
-	f.DurationVar(&o.DuplicateWindow, "duplicate-window", 0, "the streams' JetStream duplicate window (0: the server's default, 2m); at least 4s, which leaves the publisher a PubAck wait of 500ms within it")
+	f.DurationVar(&o.DuplicateWindow, "duplicate-window", 0, "the streams' JetStream duplicate window (0: the server's default, 2m); at least 4.45s, which leaves the publisher a PubAck wait of 500ms within it")
 	f.DurationVar(&o.PostgresRTT, "postgres-rtt", 0, "embedded: the engines reach PostgreSQL over a link adding this to each round trip, as to a server on another machine (e.g. 1ms)")
 	f.DurationVar(&o.NATSRTT, "nats-rtt", 0, "embedded: the engines reach NATS over a link adding this to each round trip")
 	f.BoolVar(&o.ColdPostgres, "cold-postgres", false, "embedded: leave the throwaway PostgreSQL as initdb made it (no recycled WAL, no CHECKPOINT before each run)")

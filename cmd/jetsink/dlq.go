@@ -499,7 +499,8 @@ var natsConnectTimeout = 5 * time.Second
 // natsConnect connects as name with the nats: section's URL and
 // credentials. Its errors never quote the password or the credentials.
 // Ending ctx ends a connect under way, and closes the connection's sockets.
-func natsConnect(ctx context.Context, cfg consumer.Config, name string) (*nats.Conn, error) {
+// extra options go after those.
+func natsConnect(ctx context.Context, cfg consumer.Config, name string, extra ...nats.Option) (*nats.Conn, error) {
 	timeout := natsConnectTimeout
 	opts := []nats.Option{nats.Name(name), nats.Timeout(timeout),
 		nats.SetCustomDialer(&ctxDialer{ctx: ctx, Dialer: net.Dialer{Timeout: timeout}})}
@@ -508,6 +509,7 @@ func natsConnect(ctx context.Context, cfg consumer.Config, name string) (*nats.C
 		return nil, err
 	}
 	opts = append(opts, auth...)
+	opts = append(opts, extra...)
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		return nil, cfg.ConnectError(err)

@@ -154,7 +154,9 @@ telemetry.sample_ratio.`,
 			connCtx, cancelConn := context.WithCancel(hard)
 			defer cancelConn()
 			unwatch := context.AfterFunc(intake, cancelConn)
-			nc, err := natsConnect(connCtx, cfg.NATS, "jetsink-publish")
+			// No reconnect buffer: a resend kept for a reconnect could reach
+			// the stream after its duplicate window (loadgen.Options).
+			nc, err := natsConnect(connCtx, cfg.NATS, "jetsink-publish", nats.ReconnectBufSize(-1))
 			if !unwatch() && err == nil {
 				nc.Close()
 				err = context.Cause(intake)
@@ -346,12 +348,13 @@ func checkStream(ctx context.Context, w io.Writer, nc *nats.Conn, ncfg consumer.
 	}
 	window, span := s.CachedInfo().Config.Duplicates, loadgen.ResendSpan(o.AckWait)
 	o.DuplicateWindow = window
-	if window <= 0 || window >= span {
+	need := loadgen.MinDuplicateWindow(o.AckWait) // the span, and the margin kept for the resends' way
+	if window <= 0 || window >= need {
 		return nil
 	}
-	fix := fmt.Sprintf("raise the stream's duplicate window to %v or more", span)
+	fix := fmt.Sprintf("raise the stream's duplicate window to %v or more", need)
 	if ack := loadgen.MaxAckWait(window); ack > 0 {
-		fix = fmt.Sprintf("set --ack-wait %v or less, or raise the stream's duplicate window to %v", ack, span)
+		fix = fmt.Sprintf("set --ack-wait %v or less, or raise the stream's duplicate window to %v", ack, need)
 	}
 	fmt.Fprintf(w, "warning: stream %s de-duplicates over %v, but a publish may be sent again up to %v after its first send (5 resends with --ack-wait %v); "+
 		"a resend after %v could be stored twice, so an event still unacknowledged then is given up and counted failed instead: %s\n",

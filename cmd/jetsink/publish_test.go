@@ -104,11 +104,11 @@ func TestPublishCmdWarnsAndCountsDuplicates(t *testing.T) {
 	if err != nil || !strings.Contains(stdout, "acked 50, duplicate 0,") {
 		t.Fatalf("first run: %v\n%s%s", err, stdout, stderr)
 	}
-	if !strings.Contains(stderr, "--ack-wait 1.7s or less") || strings.Count(stderr, "\n") != 1 {
-		t.Errorf("want one line of warning naming --ack-wait 1.7s for a 10s window; stderr:\n%s", stderr)
+	if !strings.Contains(stderr, "--ack-wait 1.5s or less") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("want one line of warning naming --ack-wait 1.5s for a 10s window; stderr:\n%s", stderr)
 	}
 	// Again, with an --ack-wait the window covers.
-	stdout, stderr, err = runPublish(t, ctx, append(args, "--ack-wait", "1.7s")...)
+	stdout, stderr, err = runPublish(t, ctx, append(args, "--ack-wait", "1.5s")...)
 	if err != nil || !strings.Contains(stdout, "acked 0, duplicate 50,") {
 		t.Fatalf("second run: %v\n%s%s", err, stdout, stderr)
 	}
