@@ -71,7 +71,7 @@ func TestBenchChecksTheEnginesConfigurationFirst(t *testing.T) {
 		{[]string{"--matrix", "pipeline.workers=1,x"}, "jetsink's configuration [pipeline.workers=x]: "},
 		{[]string{"--matrix", "env:JETSINK_PIPELINE_WORKERS=1,-1"}, "pipeline.workers is -1"},
 		{[]string{"--event-bytes", "2000000"}, "--event-bytes 2000000 does not fit the embedded nats-server's max_payload"},
-		{[]string{"--duplicate-window", "1600ms"}, "--duplicate-window 1.6s leaves the publisher a PubAck wait of 20ms"},
+		{[]string{"--duplicate-window", "3s"}, "--duplicate-window 3s leaves the publisher a PubAck wait of 240ms"},
 	} {
 		r := startJetsink(t, ctx, append([]string{"bench", "-q", "--events", "100"}, tc.args...)...)
 		code := r.wait(t, ctx)
