@@ -1502,3 +1502,27 @@ func TestMachineCPULeavesOutSteal(t *testing.T) {
 		t.Errorf("line without %q:\n%s", want, r.line(ScenarioRate))
 	}
 }
+
+// The publisher is told the duplicate window of the stream the bench made,
+// the server's (2 minutes) when --duplicate-window is 0, so that its
+// resends are held while reconnecting and none goes out past the window;
+// a --duplicate-window given is passed as it is.
+func TestPublisherKnowsTheStreamsWindow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := testenv.NATS(t)
+	js, err := jetstream.New(ns.Connect(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ given, want time.Duration }{{0, 2 * time.Minute}, {10 * time.Second, 10 * time.Second}} {
+		b := &bencher{js: js, o: Options{Subjects: 10, Scenario: ScenarioDrain, Events: 10, DuplicateWindow: c.given}}
+		stream, prefix := fmt.Sprintf("BENCH_WINDOW_%d", c.given/time.Second), fmt.Sprintf("benchwindow%d", c.given/time.Second)
+		if err := b.createStream(ctx, stream, prefix); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.publishOptions(prefix).DuplicateWindow; got != c.want {
+			t.Errorf("--duplicate-window %v: the publisher is told %v, want %v", c.given, got, c.want)
+		}
+	}
+}
