@@ -5,16 +5,17 @@
 // of N events) or open-loop at a fixed rate, where each event's send time
 // is scheduled in advance so that a slow system does not lower the offered
 // load. The open loop pauses only when Options.MaxPending publishes await
-// their PubAck (or a resend); the events due meanwhile go out late, and
-// Result.Late counts them. Result.SendLag records every event's send lag
+// their PubAck (or a resend), or while the connection reconnects; the
+// events due meanwhile go out late, and Result.Late counts them. Result.SendLag records every event's send lag
 // (its send minus its due time) whatever the cause, a descheduled or slow
 // publisher included, without an allocation per event; Result.Start is the
 // schedule's start, and Options.Started is called with it before the
 // first send.
 //
 // A publish whose PubAck fails or does not come within Options.AckWait is
-// sent again, up to 5 times; the stream's duplicate window must cover
-// ResendSpan(AckWait) for JetStream to store it once. Told the window
+// sent again, up to 5 times (a resend held for a reconnect is no try); the
+// stream's duplicate window must cover ResendSpan(AckWait) for JetStream
+// to store it once. Told the window
 // (Options.DuplicateWindow), Publish gives a publish up rather than send
 // a resend past it; MinDuplicateWindow(AckWait) lets every resend through,
 // and MaxAckWait(window) is the AckWait that does. An event whose first

@@ -969,3 +969,163 @@ func TestPublishEventBytesWithinMaxPayload(t *testing.T) {
 		t.Fatalf("stream: %+v, %v; want 2 messages of %d bytes", info.State, err, limit-headerRoom)
 	}
 }
+
+// A NATS restart during a preload, on a connection without a reconnect
+// buffer (as publish and bench make theirs) and the stream's window not
+// known (publish cannot read it without $JS.API rights): every send while
+// the connection reconnects failed at once, each resend used up a try,
+// and an event was given up ~5 x 250 ms after its send, first sends
+// included, as MaxPending refilled (Failed 8,192 of 20,000, the stream
+// holding 15,886, with the server down 3 s). Publish now sends nothing
+// while the connection reconnects: the first sends wait for the
+// reconnect, the resends are held without using up a try.
+func TestPublishRidesOutANATSRestart(t *testing.T) {
+	const (
+		n      = 20000
+		outage = 3 * time.Second // the scenario, not a wait for an event
+	)
+	e := newJSEnv(t)
+	e.stream(t, jetstream.StreamConfig{Name: "RO", Subjects: []string{"ro.>"}, Storage: jetstream.FileStorage})
+	nc, err := nats.Connect(e.ns.URL(), nats.ReconnectBufSize(-1), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	restarted := make(chan error, 1)
+	downAt := -1
+	o := Options{Subject: "ro", Subjects: 20, Events: n, Run: 31}
+	o.Progress = func(sent int) {
+		if downAt >= 0 || sent >= n {
+			return
+		}
+		// On the publisher's goroutine: the server is down before the
+		// next send.
+		downAt = sent
+		e.ns.Shutdown()
+		go func() {
+			time.Sleep(outage)
+			restarted <- e.ns.Restart()
+		}()
+	}
+	res, err := Publish(e.ctx, nc, o)
+	if downAt < 0 {
+		t.Fatalf("all %d events were sent before the first progress call: no outage to ride out", n)
+	}
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || res.Sent != n || res.Acked != n || res.Failed != 0 {
+		t.Errorf("publish, the server down %v after %d sends: %+v, %v; want all %d acknowledged, none failed", outage, downAt, res, err, n)
+	}
+	// Each of the n events acknowledged, and n messages: each stored once.
+	if got := testenv.StreamMsgs(t, e.ctx, e.js, "RO"); got != n {
+		t.Errorf("the stream holds %d messages, want %d", got, n)
+	}
+}
+
+// While the connection reconnects a new event waits for it rather than be
+// handed to a connection that refuses it (no reconnect buffer): refused,
+// it counted as sent and was sent again, as a resend, after the
+// reconnect. A plain subscriber sees which send of each event reached
+// the server first: every event first sent once the connection was
+// reconnecting reaches it on its first send. In open loop the events due
+// meanwhile go out late, and Result.Late counts them.
+func TestPublishWaitsForTheReconnectToSendNewEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+	}{
+		{"preload", Options{Events: 20000}}, // enough to be sending at the first progress call
+		{"open loop", Options{Rate: 2000, Duration: 2 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const outage = 500 * time.Millisecond // the scenario, not a wait for an event
+			e := newJSEnv(t)
+			e.stream(t, jetstream.StreamConfig{Name: "FS", Subjects: []string{"fs.>"}, Storage: jetstream.FileStorage})
+			nc, err := nats.Connect(e.ns.URL(), nats.ReconnectBufSize(-1), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			// The try of the first send of each event the server saw.
+			var (
+				mu      sync.Mutex
+				firstOf = map[string]string{}
+			)
+			// On the publisher's connection: nats.go subscribes again at
+			// the reconnect before it sends anything else.
+			if _, err := nc.Subscribe("fs.>", func(m *nats.Msg) {
+				id := m.Header.Get(jetstream.MsgIDHeader)
+				mu.Lock()
+				defer mu.Unlock()
+				if _, ok := firstOf[id]; !ok {
+					firstOf[id] = m.Reply[strings.LastIndexByte(m.Reply, '_')+1:]
+				}
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			reconnecting := nc.StatusChanged(nats.RECONNECTING)
+			restarted := make(chan error, 1)
+			downAt := -1
+			o := tc.o
+			o.Subject, o.Subjects, o.Run = "fs", 5, 32
+			o.Progress = func(sent int) {
+				if downAt >= 0 || sent >= o.Total() {
+					return
+				}
+				// On the publisher's goroutine: the next send comes once
+				// the connection knows it is down.
+				downAt = sent
+				e.ns.Shutdown()
+				<-reconnecting
+				go func() {
+					time.Sleep(outage)
+					restarted <- e.ns.Restart()
+				}()
+			}
+			res, err := Publish(e.ctx, nc, o)
+			if downAt < 0 {
+				t.Fatalf("all %d events were sent before the first progress call: no outage", o.Total())
+			}
+			if err := <-restarted; err != nil {
+				t.Fatal(err)
+			}
+			if err != nil || res.Acked != o.Total() || res.Failed != 0 {
+				t.Fatalf("publish: %+v, %v; want all %d acknowledged", res, err, o.Total())
+			}
+			if o.Rate > 0 && res.Late == 0 {
+				t.Errorf("open loop: %+v; want the events due during the %v outage counted late", res, outage)
+			}
+			// Delivered after its PubAck, maybe: wait for the last event.
+			last := MsgID(o.Run, uint64(o.Total()-1))
+			for {
+				mu.Lock()
+				_, ok := firstOf[last]
+				mu.Unlock()
+				if ok {
+					break
+				}
+				if e.ctx.Err() != nil {
+					t.Fatalf("the subscriber never saw %s", last)
+				}
+				time.Sleep(10 * time.Millisecond) // polling: nothing tells
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			bad := 0
+			for seq := downAt; seq < o.Total(); seq++ {
+				if try := firstOf[MsgID(o.Run, uint64(seq))]; try != "1" {
+					if bad++; bad <= 5 {
+						t.Errorf("event %d, first sent during the outage (from event %d on), reached the server first on send %q, want 1", seq, downAt, try)
+					}
+				}
+			}
+			if bad > 5 {
+				t.Errorf("and %d more", bad-5)
+			}
+		})
+	}
+}

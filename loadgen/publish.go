@@ -30,6 +30,11 @@ var ErrNotAcked = errors.New("publishes not acknowledged by JetStream")
 // ErrInvalidOptions is wrapped by the errors of Options.Validate.
 var ErrInvalidOptions = errors.New("loadgen: invalid options")
 
+// errReconnecting is the cause of a send the connection refused while it
+// was reconnecting (it keeps nothing for the reconnect): the event did not
+// go out, and is sent again once the connection is back.
+var errReconnecting = errors.New("connection reconnecting: the send was refused, and goes again once the connection is back")
+
 // Options says what to publish.
 type Options struct {
 	Subject  string // subject prefix; events go to <Subject>.<device>
@@ -62,16 +67,15 @@ type Options struct {
 	// acknowledged. ResendSpan within the window is no guarantee: a machine
 	// that descheduled the publisher sends late.
 	//
-	// When set, a resend that comes due while the connection is
-	// reconnecting is also held (not counting as a try) until the
-	// connection is back, or given up once its time runs out: nats.go
-	// would keep it in the connection's reconnect buffer and send it at
-	// the reconnect, however late. Give Publish a connection made with
+	// Whatever the window, Publish sends nothing while the connection
+	// reconnects (see Publish): a resend that comes due meanwhile is held,
+	// not counting as a try, until the connection is back; with the
+	// window set it is given up once its time runs out, as nats.go would
+	// keep it in the connection's reconnect buffer and send it at the
+	// reconnect, however late. Give Publish a connection made with
 	// nats.ReconnectBufSize(-1): a resend handed to it just as it drops
-	// then fails at once (an ordinary failed send, sent again while the
-	// window lasts) rather than wait in that buffer. Without the window
-	// the resends are not held, and a long outage gives them up after
-	// their maxRetries tries as before.
+	// then fails at once (an ordinary failed send, sent again after the
+	// reconnect while the window lasts) rather than wait in that buffer.
 	DuplicateWindow time.Duration
 	// Progress, when set, is called about every 100ms with the count sent.
 	Progress func(sent int)
@@ -190,9 +194,9 @@ type Result struct {
 	PastWindow int
 	Retried    int // publishes sent again after a failed or timed-out PubAck
 	// Late counts, in open loop, the events sent after their due time
-	// because MaxPending publishes were unsettled when they were due. It
-	// does not count an event sent late because the publisher was slow or
-	// not scheduled: SendLag does.
+	// because MaxPending publishes were unsettled, or the connection was
+	// reconnecting, when they were due. It does not count an event sent
+	// late because the publisher was slow or not scheduled: SendLag does.
 	Late int
 	// SendLag is, in open loop, the distribution of each event's send lag:
 	// its first send (the clock read just before it was handed to the
@@ -348,6 +352,13 @@ func MsgID(run, seq uint64) string {
 // ErrNotAcked if any publish failed, and ctx's error if cancelled; the
 // Result counts what happened in every case. Events JetStream already held
 // (Result.Duplicate) are not an error.
+//
+// While nc reconnects Publish sends nothing: the next event waits for the
+// reconnect (in open loop the events due meanwhile go out late, counted in
+// Result.Late), and a resend due meanwhile is held without using up a try
+// (see Options.DuplicateWindow), so that an outage of any length the
+// connection rides out (nats.MaxReconnects) gives nothing up. Once nc is
+// closed every send fails, and each publish is given up after its tries.
 func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	if err := o.Validate(); err != nil {
 		return Result{}, err
@@ -407,13 +418,13 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			due = time.Duration(math.Round(float64(i) * float64(time.Second) / o.Rate))
 			now = time.Since(p.start)
 			if due > now {
-				if now, _, err = p.wait(ctx, stop, &res, now, max(due, now+sendTick), math.MaxInt); err != nil {
+				if now, _, err = p.wait(ctx, stop, &res, now, max(due, now+sendTick), math.MaxInt, false); err != nil {
 					return p.result(res), err
 				}
 			}
 		}
 		var held bool
-		if now, held, err = p.wait(ctx, stop, &res, now, 0, o.MaxPending-1); err != nil {
+		if now, held, err = p.wait(ctx, stop, &res, now, 0, o.MaxPending-1, true); err != nil {
 			return p.result(res), err
 		}
 		if stopped(stop) {
@@ -450,7 +461,7 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	}
 	// Wait for the last PubAcks, resending what fails, until every publish
 	// is acknowledged or given up.
-	if _, _, err := p.wait(ctx, nil, &res, now, 0, 0); err != nil {
+	if _, _, err := p.wait(ctx, nil, &res, now, 0, 0, false); err != nil {
 		return p.result(res), err
 	}
 	return p.finish(res)
@@ -515,7 +526,7 @@ type publisher struct {
 	start   time.Time
 	prefix  string // reply subject prefix, "<inbox>."
 	sub     *nats.Subscription
-	status  chan nats.Status // RECONNECTING or CLOSED: the PubAcks in flight are lost
+	status  chan nats.Status // RECONNECTING or CLOSED: the PubAcks in flight are lost; CONNECTED: back
 	errLate error            // the cause of a publish failed for want of a PubAck
 	// resendBy is, from an event's first send, the last moment a resend
 	// of it may go out (never: Options.DuplicateWindow not known);
@@ -611,7 +622,7 @@ func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, er
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
 	p.sub = sub
-	p.status = nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
+	p.status = nc.StatusChanged(nats.RECONNECTING, nats.CLOSED, nats.CONNECTED)
 	p.start = time.Now()
 	return p, nil
 }
@@ -669,9 +680,11 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 		return 0, sendPastWindow
 	}
 	// While the connection reconnects, nats.go keeps what it is handed
-	// for the reconnect, which may come after the window. (A first send
-	// kept there is stored once whenever it goes out.)
-	if try > 1 && p.resendBy != never && p.nc.IsReconnecting() {
+	// for the reconnect, which may come after the window; without a
+	// reconnect buffer it refuses it at once, and each resend would use
+	// up a try for as long as the outage lasts. (Publish holds first
+	// sends before they get here: see wait.)
+	if try > 1 && p.nc.IsReconnecting() {
 		return 0, sendHeld
 	}
 	var span trace.Span
@@ -708,6 +721,11 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 	p.pending[seq] = f
 	p.mu.Unlock()
 	if err := p.nc.PublishMsg(m); err != nil {
+		if errors.Is(err, nats.ErrReconnectBufExceeded) {
+			// nats.go's "outbound buffer limit exceeded" says nothing
+			// of the outage: the connection had no reconnect buffer.
+			err = errReconnecting
+		}
 		p.mu.Lock()
 		if _, ok := p.pending[seq]; ok { // not settled by an earlier send's PubAck meanwhile
 			delete(p.pending, seq)
@@ -863,11 +881,15 @@ func (p *publisher) failLocked(seq uint64, f inFlight, cause error) {
 
 // wait runs the publisher's upkeep (expiring publishes whose PubAck is
 // later than AckWait, sending again what failed) until until has passed
-// and at most limit publishes are unsettled. now is the time since start
-// as the caller last read it. A closed stop (nil: never) ends it early,
-// without an error: the caller checks stop. It returns the time since start
-// when it returned, and whether it waited for the limit.
-func (p *publisher) wait(ctx context.Context, stop <-chan struct{}, res *Result, now, until time.Duration, limit int) (time.Duration, bool, error) {
+// and at most limit publishes are unsettled, and, with conn, the
+// connection is not reconnecting: a first send waits for the reconnect
+// rather than be refused (no reconnect buffer) or kept for it (one that
+// may be sent past the duplicate window), and a closed connection ends
+// the wait (its sends then fail). now is the time since start as the
+// caller last read it. A closed stop (nil: never) ends it early, without
+// an error: the caller checks stop. It returns the time since start when
+// it returned, and whether it waited for the limit or the connection.
+func (p *publisher) wait(ctx context.Context, stop <-chan struct{}, res *Result, now, until time.Duration, limit int, conn bool) (time.Duration, bool, error) {
 	held := false
 	for {
 		if now >= p.nextExpire {
@@ -885,13 +907,19 @@ func (p *publisher) wait(ctx context.Context, stop <-chan struct{}, res *Result,
 			p.limit = limit
 		}
 		p.mu.Unlock()
-		if !over && now >= until {
+		away := conn && p.nc.IsReconnecting()
+		if !over && !away && now >= until {
 			return now, held, nil
 		}
-		held = held || over
+		held = held || over || away
 		d := next - now
 		if now < until {
 			d = min(d, until-now)
+		}
+		if away {
+			// The CONNECTED status wakes it; this bounds the wait should
+			// that be missed (a full status channel drops it).
+			d = min(d, retryWait)
 		}
 		p.timer.Reset(max(d, 0))
 		select {
@@ -903,9 +931,11 @@ func (p *publisher) wait(ctx context.Context, stop <-chan struct{}, res *Result,
 			return time.Since(p.start), held, nil
 		case <-p.wake:
 			p.timer.Stop()
-		case _, open := <-p.status:
+		case st, open := <-p.status:
 			p.timer.Stop()
-			p.connectionLost(open)
+			if st != nats.CONNECTED { // back: the loop looks at the connection again
+				p.connectionLost(open)
+			}
 		case <-p.timer.C:
 		}
 		now = time.Since(p.start)
