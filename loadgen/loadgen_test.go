@@ -1129,3 +1129,60 @@ func TestPublishWaitsForTheReconnectToSendNewEvents(t *testing.T) {
 		})
 	}
 }
+
+// noBufferConn connects to e's server as publish and bench do, without a
+// reconnect buffer, reconnecting for ever.
+func noBufferConn(t *testing.T, e *jsEnv) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(e.ns.URL(), nats.ReconnectBufSize(-1), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// downUntilReconnecting shuts e's server down and returns once nc knows.
+func downUntilReconnecting(e *jsEnv, nc *nats.Conn) {
+	reconnecting := nc.StatusChanged(nats.RECONNECTING)
+	defer nc.RemoveStatusListener(reconnecting)
+	e.ns.Shutdown()
+	<-reconnecting
+}
+
+// A resend due while the connection reconnects is held, whether or not
+// the window is known, however often it comes due, and without being
+// encoded each time (it was, every retryWait of an outage, before the
+// check); it goes out once the connection is back.
+func TestPublisherHoldsAResendWithoutEncodingIt(t *testing.T) {
+	e := newJSEnv(t)
+	nc := noBufferConn(t, e)
+	p, err := newPublisher(e.ctx, nc, Options{Subject: "he", Subjects: 1, MaxPending: 10, AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	var encoded int
+	encodeHook = func(uint64) { encoded++ }
+	t.Cleanup(func() { encodeHook = nil })
+	downUntilReconnecting(e, nc)
+	p.mu.Lock()
+	p.failLocked(1, inFlight{try: 1}, p.errLate)
+	p.mu.Unlock()
+	var res Result
+	for range 2 * maxRetries {
+		p.resendDue(e.ctx, &res, time.Since(p.start)+retryWait)
+	}
+	if encoded != 0 || res.Retried != 0 || res.Failed != 0 || len(p.failed) != 1 {
+		t.Fatalf("while reconnecting: %d encodes, %+v, %d failed; want the resend held, never encoded, no try used", encoded, res, len(p.failed))
+	}
+	connected := nc.StatusChanged(nats.CONNECTED)
+	if err := e.ns.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	<-connected
+	p.resendDue(e.ctx, &res, time.Since(p.start)+retryWait)
+	if encoded != 1 || res.Retried != 1 || len(p.failed) != 0 {
+		t.Fatalf("reconnected: %d encodes, %+v, %d failed; want the resend sent", encoded, res, len(p.failed))
+	}
+}

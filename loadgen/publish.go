@@ -648,11 +648,18 @@ const (
 // when it sent, as time since start: the clock read after encoding and
 // just before PublishMsg (one clock read per event, shared with its
 // caller), so the time PublishMsg takes is not in it. A resend (try > 1)
-// of an event first sent at first (time since start, ns) does not go out
-// once resendBy has passed since then (sendPastWindow: the caller gives
-// the event up), nor, with resendBy known, while the connection is
-// reconnecting (sendHeld: the caller holds it).
+// of an event first sent at first (time since start, ns) may not go out:
+// see holdBack.
 func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, first int64) (time.Duration, sendOutcome) {
+	// Looked at before the encoding too: a resend held through an outage
+	// comes due every retryWait, and would be encoded each time for
+	// nothing (a 64 MiB event takes a while).
+	if out := p.holdBack(try, first); out != sendDone {
+		return 0, out
+	}
+	if encodeHook != nil {
+		encodeHook(seq)
+	}
 	ev := Make(p.o.Run, seq, p.o.Subjects)
 	if stamp != 0 {
 		ev.TS = time.Unix(0, stamp).UTC()
@@ -673,19 +680,11 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 	p.reply = strconv.AppendInt(p.reply, int64(try), 10)
 	m.Reply = string(p.reply)
 	m.Data = p.buf
-	// Checked here, after the encoding (a 64 MiB event takes a while) and
-	// just before the send, and not when the resend was due: a publisher
-	// descheduled in between would send it late.
-	if try > 1 && time.Since(p.start)-time.Duration(first) >= p.resendBy {
-		return 0, sendPastWindow
-	}
-	// While the connection reconnects, nats.go keeps what it is handed
-	// for the reconnect, which may come after the window; without a
-	// reconnect buffer it refuses it at once, and each resend would use
-	// up a try for as long as the outage lasts. (Publish holds first
-	// sends before they get here: see wait.)
-	if try > 1 && p.nc.IsReconnecting() {
-		return 0, sendHeld
+	// Again after the encoding (a 64 MiB event takes a while), just
+	// before the send: a publisher descheduled in between would send it
+	// late, or to a connection that dropped meanwhile.
+	if out := p.holdBack(try, first); out != sendDone {
+		return 0, out
 	}
 	var span trace.Span
 	if p.o.Tracer != nil {
@@ -738,6 +737,31 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 	}
 	return now, sendDone
 }
+
+// holdBack says whether a resend (try > 1) of an event first sent at first
+// (time since start, ns) must not go out now: sendPastWindow once resendBy
+// has passed since then (the caller gives the event up), sendHeld while
+// the connection is reconnecting (the caller holds it), else sendDone.
+// While the connection reconnects, nats.go keeps what it is handed for
+// the reconnect, which may come after the window; without a reconnect
+// buffer it refuses it at once, and each resend would use up a try for as
+// long as the outage lasts. (Publish holds first sends before they get to
+// send: see wait.)
+func (p *publisher) holdBack(try int, first int64) sendOutcome {
+	switch {
+	case try == 1:
+		return sendDone
+	case time.Since(p.start)-time.Duration(first) >= p.resendBy:
+		return sendPastWindow
+	case p.nc.IsReconnecting():
+		return sendHeld
+	}
+	return sendDone
+}
+
+// encodeHook, when set (by a test), is called each time send encodes
+// event seq.
+var encodeHook func(seq uint64)
 
 // appendUnsampledTraceparent appends a W3C traceparent with a random trace
 // id and span id and the sampled flag cleared: a span context that records
