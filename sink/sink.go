@@ -155,6 +155,13 @@ type Sink struct {
 	typesGen    atomic.Uint64
 	typesMu     sync.Mutex
 	typesStored uint64
+	// typesAlso and typesRefuse are the guards' types of the read kept
+	// (setCopySQL's arguments), for pinTable to write the COPY again
+	// with; typesFound, that that read found the table (all held by
+	// typesMu).
+	typesAlso   map[string]uint32
+	typesRefuse map[string]bool
+	typesFound  bool
 	// rowSecurity: row-level security applies to the committers' role on
 	// the table (read with the types): a 42501 may be a row's (see
 	// Sink.classify).
@@ -1048,9 +1055,13 @@ func (s *Sink) setCopySQL(also map[string]uint32, refuse map[string]bool) {
 // a guard failed. In exactly-once mode the guards refuse every batch
 // while a key column, or a unique index on the key, has a nondeterministic
 // collation (see looseKey). fits reports that every mapped column has
-// such a type now, and no such collation applies; exists, that the name
-// finds a table. Of reads that overlap, the one that began last is kept.
-// An error leaves the guards as they were.
+// such a type now, and no such collation applies. Of reads that overlap,
+// the one that began last is kept: exists reports that the read kept,
+// this one or one that began after it, found the table, so that the
+// guards and the table's name in the COPY come from a read that found it
+// (a committer whose read was not kept, its table found or not, looks
+// again if the kept one found none: see committer.unfound). An error
+// leaves the guards as they were.
 func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits, exists bool, err error) {
 	gen := s.typesGen.Add(1)
 	table := s.tsql.Load().name
@@ -1118,13 +1129,14 @@ func (s *Sink) readTypes(ctx context.Context, c *pgx.Conn) (fits, exists bool, e
 	}
 	if gen > s.typesStored {
 		s.typesStored = gen
+		s.typesAlso, s.typesRefuse, s.typesFound = also, refuse, found.name != nil
 		s.rowSecurity.Store(rls != nil && *rls)
 		if found.name != nil {
 			s.pinTable(found.name)
 		}
 		s.setCopySQL(also, refuse)
 	}
-	return fits, found.name != nil, nil
+	return fits, s.typesFound, nil
 }
 
 // foundTableSQL finds the table the name $1 names, as the batches'
@@ -1176,12 +1188,15 @@ func (s *Sink) Table() string { return s.tsql.Load().name }
 // pinTable makes the batches' statements name the table found, by its
 // schema-qualified name, from now on (held by typesMu): the first table
 // found, by a committer's readTypes or by a check, whichever comes first,
-// so that check reads the table run writes. (The COPY and its guards
-// name it from the next readTypes on: a check's pin is read by every
-// committer whose connection found no table before its next attempt,
-// committer.unfound.) The name is
-// looked up along search_path by every statement that uses it as
-// configured (unqualified, as "table: events"): a table of the same
+// so that check reads the table run writes. The COPY and its guards are
+// written again with it (setCopySQL, with the types of the read kept), so
+// that every committer's next attempt names it: before, only a
+// committer's readTypes did, and a committer whose read at connect had
+// failed (a statement_timeout, a 42501: the connection stays open) named
+// the table as configured for the connection's life after a check had
+// pinned it, as did a committer whose read found it but was not kept.
+// The name is looked up along search_path by every statement that uses
+// it as configured (unqualified, as "table: events"): a table of the same
 // name made later in a schema earlier on the path ("$user", one made
 // for the role), or a search_path changed for jetsink's role, took the
 // rows from then on, acked, without a word (or, owned by another role,
@@ -1198,6 +1213,7 @@ func (s *Sink) pinTable(found pgx.Identifier) {
 		return
 	}
 	s.tsql.Store(s.tableSQLOf(found))
+	s.setCopySQL(s.typesAlso, s.typesRefuse)
 	// Its table= is the name found (the lines before it had the configured
 	// one): configured= ties the two.
 	s.log.Info("found the table on search_path: its statements name it by its schema-qualified name from now on", "configured", logName(s.table))

@@ -1075,6 +1075,132 @@ func TestTableMadeLaterIsPinned(t *testing.T) {
 	}
 }
 
+// A committer whose read of the table's types at connect failed with the
+// connection left open (a 42501 here: EXECUTE on row_security_active
+// revoked from its role; a statement_timeout alike) noted nothing to look
+// for again, and its COPY named the table as configured for the
+// connection's life, looked up along search_path: a table of that name
+// made later in a schema earlier on the path took at-least-once's rows,
+// acked, while Table() said public. Pinned by a check ("check": the
+// committer's every read fails, the check pins the table before its own
+// read of row_security_active fails), the COPY and exactly-once's type
+// guard went on naming the table as configured: pinTable did not write
+// them again. Made after the start with no check ("later": the read at
+// connect fails once), the table was never pinned at all.
+func TestTablePinnedAfterAFailedRead(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		for _, by := range []string{"check", "later"} {
+			t.Run(string(mode)+"_"+by, func(t *testing.T) {
+				ctx := testCtx(t, 60*time.Second)
+				pg := testenv.Postgres(t)
+				admin := pg.Conn(t)
+				var db string
+				if err := admin.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+					t.Fatal(err)
+				}
+				// Not a superuser (whom no REVOKE stops); CREATE on the
+				// database for the schema named after it (shadowing).
+				_, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE, USAGE ON SCHEMA public TO %[1]s",
+					"GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO %[1]s")
+				rc, err := pgx.Connect(ctx, roleURL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = rc.Close(context.Background()) })
+				s, dl := newTestSink(t, ctx, roleURL, func(c *Config) { c.Mode = mode; c.Connections = 1; c.CreateTable = false })
+				logs := captureLog(t, s, time.Minute)
+				public, shadow, makeShadow, counts := shadowing(t, ctx, rc, s)
+				const rlsFunc = "pg_catalog.row_security_active(oid)"
+				execAll(t, ctx, admin, "REVOKE EXECUTE ON FUNCTION "+rlsFunc+" FROM PUBLIC")
+				if by == "check" {
+					execAll(t, ctx, rc, s.DDL()...)
+				}
+				src := newSource()
+				wait := runSink(t, ctx, s, src)
+				select {
+				case <-s.Warmed(): // the committer's connection is open, its read done
+				case <-ctx.Done():
+					t.Fatal("the committer did not connect")
+				}
+				if !strings.Contains(logs.String(), "could not read the table's column types") {
+					t.Fatalf("the committer's read at connect did not fail: the test shows nothing")
+				}
+				if by == "check" {
+					// Its own read of row_security_active fails, after
+					// the pin.
+					_, _ = s.Check(ctx)
+					if s.Table() != public {
+						t.Fatalf("the check did not pin the table: %s, want %s", s.Table(), public)
+					}
+				} else {
+					waitFor(t, ctx, "Run's look at the start", func() bool {
+						return strings.Contains(logs.String(), "does not exist (or is not on search_path)")
+					})
+					execAll(t, ctx, admin, "GRANT EXECUTE ON FUNCTION "+rlsFunc+" TO PUBLIC")
+					execAll(t, ctx, rc, s.DDL()...)
+				}
+				rs, ms := rows(1, 20, nil)
+				src.push(t, ctx, rs[:10])
+				waitFor(t, ctx, "rows 1-10 acked", allAcked(ms[:10]))
+				makeShadow()
+				src.push(t, ctx, rs[10:])
+				finishClean(t, ctx, src, wait, dl, ms)
+				if inPublic, inShadow := counts(); inPublic != 20 || inShadow != 0 {
+					t.Errorf("%d rows in %s, %d in %s (made later, earlier on search_path); want all 20 in the first", inPublic, public, inShadow, shadow)
+				}
+				if s.Table() != public {
+					t.Errorf("the table is %s, want %s", s.Table(), public)
+				}
+				if q := *s.copySQL.Load(); !strings.Contains(q, public) {
+					t.Errorf("the COPY and its guards do not name %s: %s", public, q)
+				}
+			})
+		}
+	}
+}
+
+// Of two reads of the types that overlap, the one that began last is
+// kept; the committer of the other one noted that its read had found the
+// table (committer.unfound false), though neither the pin nor the COPY came
+// from it: when the read kept had run its query before the table was
+// made, that committer's COPY named the table as configured for the
+// connection's life. readTypes now reports whether the read kept found
+// the table. The read that began later and was kept first is stood in
+// for by typesStored.
+func TestReadTypesNotKeptReportsTheKeptRead(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	s, _ := newTestSink(t, ctx, pg.URL, func(c *Config) { c.CreateTable = false })
+	conn, admin := pg.Conn(t), pg.Conn(t)
+	read := func() bool {
+		t.Helper()
+		_, exists, err := s.readTypes(ctx, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return exists
+	}
+	if read() {
+		t.Fatal("a table found before it was made")
+	}
+	execAll(t, ctx, admin, s.DDL()...)
+	// A read that begins after the next one and is kept before it, having
+	// run its query before the CREATE: found none.
+	s.typesMu.Lock()
+	s.typesStored = s.typesGen.Load() + 2
+	s.typesMu.Unlock()
+	if read() {
+		t.Error("a read that was not kept reports the table found, while the read kept found none: its committer would not look again")
+	}
+	s.typesGen.Add(1) // the read that stood in
+	if !read() {
+		t.Error("the read kept does not report the table found")
+	}
+	if public := (pgx.Identifier{"public", s.cfg.Table}).Sanitize(); s.Table() != public || !strings.Contains(*s.copySQL.Load(), public) {
+		t.Errorf("the table is %s, want %s, in the COPY too: %s", s.Table(), public, *s.copySQL.Load())
+	}
+}
+
 // The configured name, unqualified ("table: events"), went through
 // search_path in every statement: a table of the same name made while
 // jetsink ran in a schema earlier on the path (one named after the role,
