@@ -1186,3 +1186,42 @@ func TestPublisherHoldsAResendWithoutEncodingIt(t *testing.T) {
 		t.Fatalf("reconnected: %d encodes, %+v, %d failed; want the resend sent", encoded, res, len(p.failed))
 	}
 }
+
+// An event's duplicate window starts at the first send the connection
+// takes: a send refused while the connection reconnects (it has no
+// reconnect buffer) went nowhere. Started there, an outage longer than the
+// window gave the event up, counted Failed and PastWindow with "could store
+// the event twice", though no send of it had reached the server. The
+// refusal (the connection dropped between Publish's look at it and the
+// send) is made here by a first send while the server is down.
+func TestPublisherStartsTheWindowAtTheFirstSendTaken(t *testing.T) {
+	const window = 500 * time.Millisecond
+	e := newJSEnv(t)
+	e.stream(t, jetstream.StreamConfig{Name: "FT", Subjects: []string{"ft.>"}, Duplicates: window, Storage: jetstream.FileStorage})
+	nc := noBufferConn(t, e)
+	p, err := newPublisher(e.ctx, nc, Options{Subject: "ft", Subjects: 1, MaxPending: 10, AckWait: time.Second, DuplicateWindow: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	downUntilReconnecting(e, nc)
+	p.send(e.ctx, 0, 0, 1, noFirst)
+	if err := p.lastErr(); err == nil || !strings.Contains(err.Error(), "connection reconnecting") {
+		t.Fatalf("the refused send's error: %v; want it to say the connection was reconnecting", err)
+	}
+	time.Sleep(window) // the outage outlasts the window: the scenario, not a wait for an event
+	if err := e.ns.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	var res Result
+	if _, _, err := p.wait(e.ctx, nil, &res, time.Since(p.start), 0, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	res = p.result(res)
+	if res.Acked != 1 || res.Failed != 0 || res.Retried != 1 {
+		t.Errorf("%+v; want the event sent again after the reconnect and acknowledged", res)
+	}
+	if got := testenv.StreamMsgs(t, e.ctx, e.js, "FT"); got != 1 {
+		t.Errorf("the stream holds %d messages, want 1", got)
+	}
+}

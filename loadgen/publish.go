@@ -61,7 +61,8 @@ type Options struct {
 	// DuplicateWindow is the stream's duplicate window (0: not known). When
 	// set, a publish is never sent again once the window less a margin
 	// (min(DuplicateWindow/10, 1s), for the resend's way to the server) has
-	// passed since its first send: JetStream would store a resend that
+	// passed since its first send (the first the connection took: one it
+	// refused went nowhere): JetStream would store a resend that
 	// reaches it after the window a second time. Such a publish is given up
 	// instead (Result.Failed and Result.PastWindow), as one never
 	// acknowledged. ResendSpan within the window is no guarantee: a machine
@@ -292,6 +293,11 @@ const sendTick = time.Millisecond
 // never is a time since start that does not come.
 const never = time.Duration(math.MaxInt64)
 
+// noFirst is the first send's time of an event the connection took no
+// send of yet (each was refused: nothing went out), whose duplicate
+// window has not started.
+const noFirst = int64(math.MinInt64)
+
 // ResendSpan is the longest time from an event's first send to its last
 // resend when PubAcks do not come within ackWait (<= 0: the default 5s):
 // 5 x (ackWait + 300ms), 26.5s with the default. A stream's duplicate
@@ -445,7 +451,7 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 				stamp = time.Now().UnixNano()
 			}
 		}
-		now, _ = p.send(ctx, seq, stamp, 1, 0) // a first send always goes out
+		now, _ = p.send(ctx, seq, stamp, 1, noFirst) // a first send always goes out
 		if res.Sent == 0 {
 			res.firstSent = now
 		}
@@ -564,14 +570,14 @@ type publisher struct {
 type inFlight struct {
 	stamp int64 // the event's ts in Unix ns; 0: Base + seq ms
 	sent  int64 // time since start, ns
-	first int64 // the first send's sent
+	first int64 // the sent of the first send the connection took
 	try   int   // 1 for the first send
 }
 
 type failedPub struct {
 	seq   uint64
 	stamp int64
-	first int64 // when the event was first sent, time since start in ns
+	first int64 // when the connection first took a send of the event, time since start in ns; noFirst: none
 	try   int   // the send that failed
 	at    int64 // when it failed, time since start in ns
 }
@@ -647,9 +653,10 @@ const (
 // and records it as in flight before the PubAck can arrive. It returns
 // when it sent, as time since start: the clock read after encoding and
 // just before PublishMsg (one clock read per event, shared with its
-// caller), so the time PublishMsg takes is not in it. A resend (try > 1)
-// of an event first sent at first (time since start, ns) may not go out:
-// see holdBack.
+// caller), so the time PublishMsg takes is not in it. first is when
+// the connection first took a send of the event (time since start, ns), or
+// noFirst: this send's time, if the connection takes it. A resend (try > 1)
+// may not go out: see holdBack.
 func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, first int64) (time.Duration, sendOutcome) {
 	// Looked at before the encoding too: a resend held through an outage
 	// comes due every retryWait, and would be encoded each time for
@@ -712,10 +719,10 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 	if d := now + p.o.AckWait; d < p.nextExpire {
 		p.nextExpire = d
 	}
-	if try == 1 {
-		first = int64(now)
-	}
 	f := inFlight{stamp: stamp, sent: int64(now), first: first, try: try}
+	if first == noFirst {
+		f.first = int64(now)
+	}
 	p.mu.Lock()
 	p.pending[seq] = f
 	p.mu.Unlock()
@@ -728,6 +735,11 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 		p.mu.Lock()
 		if _, ok := p.pending[seq]; ok { // not settled by an earlier send's PubAck meanwhile
 			delete(p.pending, seq)
+			// Nothing went out: the window starts at a send the
+			// connection takes. (Started here, an outage longer than the
+			// window gave the event up as past it, "could store the event
+			// twice", though no send of it ever reached the server.)
+			f.first = first
 			p.failLocked(seq, f, err)
 		}
 		p.mu.Unlock()
@@ -739,8 +751,9 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 }
 
 // holdBack says whether a resend (try > 1) of an event first sent at first
-// (time since start, ns) must not go out now: sendPastWindow once resendBy
-// has passed since then (the caller gives the event up), sendHeld while
+// (time since start, ns; noFirst: none sent yet) must not go out now:
+// sendPastWindow once resendBy has passed since then (the caller gives the
+// event up), sendHeld while
 // the connection is reconnecting (the caller holds it), else sendDone.
 // While the connection reconnects, nats.go keeps what it is handed for
 // the reconnect, which may come after the window; without a reconnect
@@ -751,7 +764,7 @@ func (p *publisher) holdBack(try int, first int64) sendOutcome {
 	switch {
 	case try == 1:
 		return sendDone
-	case time.Since(p.start)-time.Duration(first) >= p.resendBy:
+	case first != noFirst && time.Since(p.start)-time.Duration(first) >= p.resendBy:
 		return sendPastWindow
 	case p.nc.IsReconnecting():
 		return sendHeld
