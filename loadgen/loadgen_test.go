@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -1223,5 +1224,73 @@ func TestPublisherStartsTheWindowAtTheFirstSendTaken(t *testing.T) {
 	}
 	if got := testenv.StreamMsgs(t, e.ctx, e.js, "FT"); got != 1 {
 		t.Errorf("the stream holds %d messages, want 1", got)
+	}
+}
+
+// A PubAck to an earlier send that comes while resendDue sends the event
+// again (it has taken it from failed, not yet put it in pending) settles
+// it: counted acked, neither sent again nor given up. resendDue dropped the
+// event's queued mark before the send: the PubAck found it in neither
+// place and was ignored, so the resend went out (event 2), or, past the
+// window, the event was given up, Failed and PastWindow, though stored
+// (event 1).
+func TestPublisherSettlesAPubAckThatComesDuringTheResend(t *testing.T) {
+	e := newJSEnv(t)
+	const window = 2 * time.Second
+	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "ra", Subjects: 1, MaxPending: 10, AckWait: time.Second, DuplicateWindow: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	sends := make(chan *nats.Msg, 10)
+	if _, err := e.nc.ChanSubscribe("ra.>", sends); err != nil {
+		t.Fatal(err)
+	}
+	ok := []byte(`{"stream":"S","seq":1}`)
+	resendHook = func(seq uint64) {
+		p.onReply(&nats.Msg{Subject: p.prefix + strconv.FormatUint(seq, 10) + "_1", Data: ok})
+	}
+	t.Cleanup(func() { resendHook = nil })
+	p.mu.Lock()
+	// Event 1 was first sent a window ago, event 2 just now: both first
+	// sends expired.
+	p.failLocked(1, inFlight{try: 1, first: -int64(window)}, p.errLate)
+	p.failLocked(2, inFlight{try: 1, first: int64(time.Since(p.start))}, p.errLate)
+	p.mu.Unlock()
+	var res Result
+	p.resendDue(e.ctx, &res, time.Since(p.start)+retryWait)
+	res = p.result(res)
+	if res.Acked != 2 || res.Failed != 0 || res.Retried != 0 {
+		t.Errorf("%+v; want both events acked, none sent again or given up", res)
+	}
+	if len(p.failed) != 0 || len(p.queued) != 0 || len(p.pending) != 0 {
+		t.Errorf("%d failed, %d queued, %d pending; want all settled", len(p.failed), len(p.queued), len(p.pending))
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if len(sends) != 0 {
+		t.Errorf("%d events sent again, want none", len(sends))
+	}
+	// And a resend held while the connection reconnects: dropped, not
+	// held again.
+	nc := noBufferConn(t, e)
+	q, err := newPublisher(e.ctx, nc, Options{Subject: "ra", Subjects: 1, MaxPending: 10, AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.close()
+	resendHook = func(seq uint64) {
+		q.onReply(&nats.Msg{Subject: q.prefix + strconv.FormatUint(seq, 10) + "_1", Data: ok})
+	}
+	downUntilReconnecting(e, nc)
+	q.mu.Lock()
+	q.failLocked(3, inFlight{try: 1}, q.errLate)
+	q.mu.Unlock()
+	res = Result{}
+	q.resendDue(e.ctx, &res, time.Since(q.start)+retryWait)
+	res = q.result(res)
+	if res.Acked != 1 || res.Failed != 0 || res.Retried != 0 || len(q.failed) != 0 || len(q.queued) != 0 {
+		t.Errorf("held: %+v, %d failed, %d queued; want the event acked, not held again", res, len(q.failed), len(q.queued))
 	}
 }

@@ -555,10 +555,12 @@ type publisher struct {
 	mu      sync.Mutex
 	pending map[uint64]inFlight // by seq
 	failed  []failedPub         // oldest first
-	// queued holds the seqs in failed, true once a PubAck to an earlier
-	// send settled the event (it is stored): resendDue drops it then
-	// rather than send it again, or give it up past the window (keeping
-	// its room under MaxPending until it was due).
+	// queued holds the seqs in failed, and the one resendDue took from
+	// it until send puts it in pending (or it is given up or held): true
+	// once a PubAck to an earlier send settled the event (it is stored).
+	// resendDue and send drop it then rather than send it again, or give
+	// it up past the window (keeping its room under MaxPending until it
+	// was due).
 	queued map[uint64]bool
 	acked  int   // settled by a PubAck that stored the event (or a resend of it)
 	dups   int   // settled by a duplicate PubAck to the first send
@@ -647,6 +649,7 @@ const (
 	sendDone       sendOutcome = iota // handed to the connection (a failure of that included)
 	sendPastWindow                    // a resend not sent: resendBy has passed
 	sendHeld                          // a resend not sent: the connection is reconnecting
+	sendSettled                       // a resend not sent: a PubAck to an earlier send settled the event
 )
 
 // send publishes event seq (with ts stamp, if not 0) for the try-th time
@@ -724,6 +727,19 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 		f.first = int64(now)
 	}
 	p.mu.Lock()
+	// A resend's seq stays in queued until here, and moves to pending
+	// under the one lock: a PubAck to an earlier send finds the event in
+	// one or the other, whenever it comes.
+	if settled, ok := p.queued[seq]; ok {
+		delete(p.queued, seq)
+		if settled {
+			p.mu.Unlock()
+			if span != nil {
+				span.End()
+			}
+			return now, sendSettled
+		}
+	}
 	p.pending[seq] = f
 	p.mu.Unlock()
 	if err := p.nc.PublishMsg(m); err != nil {
@@ -772,9 +788,10 @@ func (p *publisher) holdBack(try int, first int64) sendOutcome {
 	return sendDone
 }
 
-// encodeHook, when set (by a test), is called each time send encodes
-// event seq.
-var encodeHook func(seq uint64)
+// Test hooks, nil outside tests: encodeHook is called each time send
+// encodes event seq; resendHook by resendDue between taking a failed
+// publish of seq from failed and sending it again.
+var encodeHook, resendHook func(seq uint64)
 
 // appendUnsampledTraceparent appends a W3C traceparent with a random trace
 // id and span id and the sampled flag cleared: a span context that records
@@ -1018,29 +1035,45 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 		}
 		f := p.failed[0]
 		p.failed = p.failed[1:]
-		settled := p.queued[f.seq]
-		delete(p.queued, f.seq)
-		p.mu.Unlock()
-		if settled {
-			continue // stored: a late PubAck to an earlier send said so
-		}
-		if f.try > maxRetries {
-			res.Failed++
+		// Its seq stays in queued until send moves it to pending (or it
+		// is given up or held), so that a PubAck to an earlier send that
+		// comes meanwhile finds it: in neither map, the PubAck was
+		// dropped, and a resend past the window gave up a stored event.
+		if settled := p.queued[f.seq]; settled || f.try > maxRetries {
+			delete(p.queued, f.seq)
+			p.mu.Unlock()
+			if !settled { // else stored: a late PubAck to an earlier send said so
+				res.Failed++
+			}
 			continue
+		}
+		p.mu.Unlock()
+		if resendHook != nil {
+			resendHook(f.seq)
 		}
 		switch _, out := p.send(ctx, f.seq, f.stamp, f.try+1, f.first); out {
 		case sendPastWindow:
-			res.Failed++
-			res.PastWindow++
+			p.mu.Lock()
+			if !p.queued[f.seq] { // else stored, settled meanwhile
+				res.Failed++
+				res.PastWindow++
+			}
+			delete(p.queued, f.seq)
+			p.mu.Unlock()
 		case sendHeld:
 			// Not a try: looked at again retryWait on, until the
 			// connection is back or the window leaves no time. Its room
-			// under MaxPending stays taken.
+			// under MaxPending stays taken, unless it was settled
+			// meanwhile.
 			p.mu.Lock()
-			f.at = int64(time.Since(p.start))
-			p.failed = append(p.failed, f)
-			p.queued[f.seq] = false
+			if p.queued[f.seq] {
+				delete(p.queued, f.seq)
+			} else {
+				f.at = int64(time.Since(p.start))
+				p.failed = append(p.failed, f)
+			}
 			p.mu.Unlock()
+		case sendSettled:
 		default:
 			res.Retried++
 		}
