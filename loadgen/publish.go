@@ -769,9 +769,8 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 // holdBack says whether a resend (try > 1) of an event first sent at first
 // (time since start, ns; noFirst: none sent yet) must not go out now:
 // sendPastWindow once resendBy has passed since then (the caller gives the
-// event up), sendHeld while
-// the connection is reconnecting (the caller holds it), else sendDone.
-// While the connection reconnects, nats.go keeps what it is handed for
+// event up), sendHeld while the connection is reconnecting (the caller
+// holds it), else sendDone. While the connection reconnects, nats.go keeps what it is handed for
 // the reconnect, which may come after the window; without a reconnect
 // buffer it refuses it at once, and each resend would use up a try for as
 // long as the outage lasts. (Publish holds first sends before they get to
@@ -1073,7 +1072,7 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 				p.failed = append(p.failed, f)
 			}
 			p.mu.Unlock()
-		case sendSettled:
+		case sendSettled: // stored: dropped, as above
 		default:
 			res.Retried++
 		}
