@@ -57,8 +57,12 @@ run.
 A publish whose PubAck fails or does not come within --ack-wait is sent again
 250ms later, up to 5 times: the last resend goes out at most
 5 x (ack-wait + 300ms) after the first send (26.5s by default), and the
-stream's duplicate window must cover that for JetStream to store it once.
-publish reads the window and warns when it is shorter.
+stream's duplicate window must cover that, and a tenth of itself more (at
+most 1s) for the resend's way to the server, for JetStream to store it once
+(27.5s by default). publish reads the window and warns when it is shorter;
+an event still unacknowledged when the window less that margin has passed
+since its first send is given up and counted failed, not sent again. While
+the connection reconnects, resends wait for it.
 
 Exit status: non-zero if any publish was not acknowledged after the resends.
 Events whose first send JetStream reports as a duplicate (their Nats-Msg-Id
@@ -251,7 +255,7 @@ telemetry.sample_ratio.`,
 	f.Uint64Var(&o.Run, "run", 0, "run id for ids and Nats-Msg-Ids (default: the clock)")
 	f.Uint64Var(&o.First, "first", 0, "first sequence number")
 	f.IntVar(&o.MaxPending, "max-pending", 4096, "publishes awaiting their PubAck or a resend; at this many the publisher pauses, also with --rate")
-	f.DurationVar(&o.AckWait, "ack-wait", 5*time.Second, "send a publish again when its PubAck has not come within this; the stream's duplicate window must cover 5 x (ack-wait + 300ms)")
+	f.DurationVar(&o.AckWait, "ack-wait", 5*time.Second, "send a publish again when its PubAck has not come within this; the stream's duplicate window must cover 5 x (ack-wait + 300ms) and a tenth more (at most 1s)")
 	f.BoolVar(&o.Stamp, "stamp", false, "set each event's ts to its scheduled send time (--rate) or its send time, not a fixed time plus seq ms: "+
 		"the table's now() - ts is then publish-to-commit latency from the schedule (a run is no longer repeatable event for event)")
 	f.BoolVar(&o.NoTraceContext, "no-trace-context", false, "send no traceparent when not tracing (jetsink then samples the events at telemetry.sample_ratio)")
@@ -356,9 +360,10 @@ func checkStream(ctx context.Context, w io.Writer, nc *nats.Conn, ncfg consumer.
 	if ack := loadgen.MaxAckWait(window); ack > 0 {
 		fix = fmt.Sprintf("set --ack-wait %v or less, or raise the stream's duplicate window to %v", ack, need)
 	}
-	fmt.Fprintf(w, "warning: stream %s de-duplicates over %v, but a publish may be sent again up to %v after its first send (5 resends with --ack-wait %v); "+
-		"a resend after %v could be stored twice, so an event still unacknowledged then is given up and counted failed instead: %s\n",
-		name, window, span, o.AckWait, window, fix)
+	fmt.Fprintf(w, "warning: stream %s de-duplicates over %v, but a publish may be sent again up to %v after its first send (5 resends with --ack-wait %v), "+
+		"and a tenth of the window (at most 1s) is kept for a resend's way to the server; an event still unacknowledged when the window less that has passed "+
+		"is given up and counted failed rather than risk being stored twice: %s\n",
+		name, window, span, o.AckWait, fix)
 	return nil
 }
 
