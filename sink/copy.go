@@ -31,10 +31,11 @@ type committer struct {
 	conn   *pgx.Conn
 	staged bool // exactly-once: the staging table exists on conn
 	// unfound: the last read of the table's types on conn (readTypes)
-	// found no table by its name, failed, or was not kept and the read
-	// kept found none: made since, or found by that read, the table is
-	// looked for again before the next attempt's statements (try), which
-	// pins it and has the guards take its types.
+	// found no table by its name, failed while the table was not pinned,
+	// or was not kept and the read kept found none: made since, or found
+	// by that read, the table is looked for again before the next
+	// attempt's statements (try), which pins it and has the guards take
+	// its types.
 	unfound bool
 	wire    copyWire
 	bo      backoff
@@ -426,12 +427,12 @@ func (c *committer) connect(ctx context.Context) error {
 // readTypes reads the table's column types on conn, the committer's (see
 // Sink.readTypes), bounded by readTypesTimeout, and notes whether the
 // read kept found the table (unfound). A failed read is logged and left to
-// the guards: they accept what they accepted before, and the next attempt
-// reads again (unfound): else a read at connect that failed with the
-// connection open (a statement_timeout, a 42501) left the table as
-// configured in that connection's statements, looked up along
-// search_path, when it was made later and no check ran. Its error is
-// returned only when conn is closed or ctx has ended.
+// the guards: they accept what they accepted before, and, the table not
+// pinned yet, the next attempt reads again (unfound): else a read at
+// connect that failed with the connection open (a statement_timeout, a
+// 42501) left the table as configured in that connection's statements,
+// looked up along search_path, when it was made later and no check ran.
+// Its error is returned only when conn is closed or ctx has ended.
 func (c *committer) readTypes(ctx context.Context, conn *pgx.Conn) error {
 	rctx, cancel := context.WithTimeout(ctx, readTypesTimeout)
 	_, found, err := c.s.readTypes(rctx, conn)
@@ -443,8 +444,20 @@ func (c *committer) readTypes(ctx context.Context, conn *pgx.Conn) error {
 	if conn.IsClosed() || ctx.Err() != nil {
 		return err
 	}
-	c.unfound = true
+	// Read again before the next attempt only while the table is not
+	// pinned: once it is, pinTable has written the COPY and its guards
+	// with its schema-qualified name, and a read that keeps failing for a
+	// reason of its own (EXECUTE on row_security_active revoked, the
+	// role's statement_timeout) failed twice a batch for the connection's
+	// life, before the attempt and after its commit (pinWritten, which
+	// the acks wait for): with a statement_timeout, twice the timeout.
+	c.s.typesMu.Lock()
+	c.unfound = !c.s.pinned
+	c.s.typesMu.Unlock()
 	msg := "could not read the table's column types; the type guards accept the ones read before"
+	if c.unfound {
+		msg += "; read again before each attempt until the table is found"
+	}
 	if c.s.firstSeen("readTypes " + err.Error()) {
 		c.s.log.Warn(msg, "err", err)
 	} else {

@@ -184,10 +184,11 @@
 // when postgres.table is unqualified; Sink.Table), not by the name as
 // configured. A table made after jetsink started (by jetsink init, by
 // hand) is found by the first batch that writes it: a committer whose
-// connection found no table (or could not read the catalog) looks again
-// before each attempt, and after the commit of one (the table made
-// between the look and the COPY); a table found by a check, or by another
-// committer, is named by every committer's next attempt.
+// connection found no table (or could not read the catalog, the table
+// not pinned yet) looks again before each attempt, and after the commit
+// of one (the table made between the look and the COPY); a table found by
+// a check, or by another committer, is named by every committer's next
+// attempt.
 // Check reads and names the same table, and so do Init's and StoredSeq's
 // errors and the sink's log lines (table=, spelt as quote_ident would,
 // part by part: events, then public.events; "Events"; Sink.LogName) from

@@ -1159,6 +1159,65 @@ func TestTablePinnedAfterAFailedRead(t *testing.T) {
 	}
 }
 
+// A read of the types that keeps failing for a reason of its own
+// (EXECUTE on row_security_active revoked, the role's statement_timeout,
+// a 42703) had the committer read again before every attempt and after
+// every commit (pinWritten, which the acks wait for), for the
+// connection's life, also once the table was pinned (Run's look pinned
+// it at the start): 20 failed reads for 10 batches, with a
+// statement_timeout twice the timeout a batch. Pinned, the COPY and its
+// guards name the table already (pinTable writes them again): no read
+// is made again. The failed reads are counted by their log lines (the
+// first at Warn, the others at Debug).
+func TestFailingReadNotMadeAgainOncePinned(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 60*time.Second)
+			pg := testenv.Postgres(t)
+			admin := pg.Conn(t)
+			// Not a superuser, whom no REVOKE stops.
+			_, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE, USAGE ON SCHEMA public TO %[1]s")
+			rc, err := pgx.Connect(ctx, roleURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rc.Close(context.Background()) })
+			s, dl := newTestSink(t, ctx, roleURL, func(c *Config) { c.Mode = mode; c.Connections = 1; c.CreateTable = false })
+			logs := captureLog(t, s, time.Minute)
+			s.log = slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+			execAll(t, ctx, rc, s.DDL()...)
+			public := pgx.Identifier{"public", s.cfg.Table}.Sanitize()
+			execAll(t, ctx, admin, "REVOKE EXECUTE ON FUNCTION pg_catalog.row_security_active(oid) FROM PUBLIC")
+			const failed = "could not read the table's column types"
+			src := newSource()
+			wait := runSink(t, ctx, s, src)
+			waitFor(t, ctx, "the table pinned by Run's look", func() bool { return s.Table() == public })
+			select {
+			case <-s.Warmed(): // the committer's connection is open, its read done
+			case <-ctx.Done():
+				t.Fatal("the committer did not connect")
+			}
+			if !strings.Contains(logs.String(), failed) {
+				t.Fatal("the committer's read at connect did not fail: the test shows nothing")
+			}
+			// The first batch may read once more: the read at connect may
+			// have failed before the pin.
+			rs, ms := rows(1, 11, nil)
+			src.push(t, ctx, rs[:1])
+			waitFor(t, ctx, "row 1 acked", allAcked(ms[:1]))
+			before := strings.Count(logs.String(), failed)
+			for i := 1; i < len(rs); i++ {
+				src.push(t, ctx, rs[i:i+1])
+				waitFor(t, ctx, fmt.Sprintf("row %d acked", i+1), allAcked(ms[i:i+1]))
+			}
+			if n := strings.Count(logs.String(), failed) - before; n != 0 {
+				t.Errorf("%d failed reads of the types for 10 batches, the table pinned (%s); want none", n, s.Table())
+			}
+			finishClean(t, ctx, src, wait, dl, ms)
+		})
+	}
+}
+
 // Of two reads of the types that overlap, the one that began last is
 // kept; the committer of the other one noted that its read had found the
 // table (committer.unfound false), though neither the pin nor the COPY came
