@@ -116,15 +116,22 @@ func runPipeline(t *testing.T, cfg Config, cols []Column, dl DeadLetterer, evs [
 	return rows, runErr
 }
 
+// Per-subject order and the drain hold with 3 workers and with 64, more
+// than this machine's cores: workers: 0 on a 64-core host gives 64, and
+// pin: cpu then wraps the CPUs.
 func TestRunKeepsSubjectOrderAndDrains(t *testing.T) {
-	variants := []struct{ pin, handoff string }{
-		{PinNone, HandoffRing}, {PinThread, HandoffRing}, {PinNone, HandoffChannel},
+	type variant struct {
+		pin, handoff string
+		workers      int
+	}
+	variants := []variant{
+		{PinNone, HandoffRing, 3}, {PinThread, HandoffRing, 3}, {PinNone, HandoffChannel, 3}, {PinNone, HandoffRing, 64},
 	}
 	if runtime.GOOS == "linux" { // pin: cpu is Linux's sched_setaffinity
-		variants = append(variants, struct{ pin, handoff string }{PinCPU, HandoffRing})
+		variants = append(variants, variant{PinCPU, HandoffRing, 3}, variant{PinCPU, HandoffRing, 64})
 	}
 	for _, v := range variants {
-		t.Run(v.pin+"/"+v.handoff, func(t *testing.T) {
+		t.Run(v.pin+"/"+v.handoff+"/"+strconv.Itoa(v.workers), func(t *testing.T) {
 			const subjects, perSubject = 17, 400
 			var evs []Event
 			seq := uint64(0)
@@ -140,7 +147,7 @@ func TestRunKeepsSubjectOrderAndDrains(t *testing.T) {
 				}
 			}
 			dl := &recordingDeadLetterer{}
-			cfg := testConfig(3, v.pin)
+			cfg := testConfig(v.workers, v.pin)
 			cfg.Handoff = v.handoff
 			rows, err := runPipeline(t, cfg, orderColumns, dl, evs)
 			if err != nil {
