@@ -15,7 +15,9 @@
 // A publish whose PubAck fails or does not come within Options.AckWait is
 // sent again, up to 5 times (a resend held for a reconnect is no try); the
 // stream's duplicate window must cover ResendSpan(AckWait) for JetStream
-// to store it once. Told the window
+// to store it once. Once the connection is closed (its reconnects ran
+// out) Publish gives up at once what is unsent or unacknowledged, and
+// says how many of each. Told the window
 // (Options.DuplicateWindow), Publish gives a publish up rather than send
 // a resend past it; MinDuplicateWindow(AckWait) lets every resend through,
 // and MaxAckWait(window) is the AckWait that does. An event whose first

@@ -1024,6 +1024,124 @@ func TestPublishRidesOutANATSRestart(t *testing.T) {
 	}
 }
 
+// A connection whose reconnects run out closes; Publish then gives up at
+// once what is unsettled and sends nothing more. Before, every event left
+// was still "sent" to the closed connection and went through its 6 tries
+// 250 ms apart, MaxPending at a time (40,000 events, the server down after
+// ~2,300: "sent 40000 ... retried 195880" after 16 s, a 1M-event publish
+// ~6 minutes), Sent and Retried counting sends that never left the
+// process. A channel subscription on the publisher's connection sees what
+// reached the server: the events sent before the shutdown (flushed: the
+// server delivered them before its PONG), nothing after.
+func TestPublishGivesUpAtOnceWhenTheConnectionCloses(t *testing.T) {
+	const n = 40000
+	e := newJSEnv(t)
+	e.stream(t, jetstream.StreamConfig{Name: "CL", Subjects: []string{"cl.>"}, Storage: jetstream.FileStorage})
+	nc, err := nats.Connect(e.ns.URL(), nats.ReconnectBufSize(-1), nats.MaxReconnects(10), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	// Delivered in nats.go's read loop, before the PONG that ends a Flush.
+	seen := make(chan *nats.Msg, n)
+	if _, err := nc.ChanSubscribe("cl.>", seen); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	downAt, paused := -1, 0
+	o := Options{Subject: "cl", Subjects: 20, Events: n, Run: 41}
+	o.Progress = func(sent int) {
+		switch {
+		case downAt >= 0:
+			if sent == downAt {
+				paused++ // a call while the next event waits for the reconnect, or the last
+			}
+		case sent < n:
+			// On the publisher's goroutine: no send until it returns.
+			if err := nc.Flush(); err != nil {
+				t.Errorf("flush before the shutdown: %v", err)
+			}
+			downAt = sent
+			downUntilReconnecting(e, nc) // and never back
+		}
+	}
+	res, err := Publish(e.ctx, nc, o)
+	if downAt < 0 {
+		t.Fatalf("all %d events were sent before the first progress call: no outage", n)
+	}
+	if !nc.IsClosed() {
+		t.Fatalf("Publish returned (%+v, %v) with the connection not closed", res, err)
+	}
+	ids := map[string]bool{}
+	for len(seen) > 0 {
+		ids[(<-seen).Header.Get(jetstream.MsgIDHeader)] = true
+	}
+	if len(ids) != downAt {
+		t.Errorf("%d events reached the server, want the %d sent before the shutdown", len(ids), downAt)
+	}
+	if res.Sent != len(ids) || res.Retried != 0 || res.Acked+res.Failed != res.Sent || res.Duplicate != 0 {
+		t.Errorf("the server down after %d sends, the connection closed: %+v; want Sent %d (what reached the server), Retried 0 (a resend is held while reconnecting, none goes to a closed connection), Acked + Failed = Sent",
+			downAt, res, len(ids))
+	}
+	want := strconv.Itoa(n-downAt) + " of " + strconv.Itoa(n) + " events not published, " + strconv.Itoa(res.Failed) + " sent and not acknowledged"
+	if !errors.Is(err, ErrNotAcked) || !errors.Is(err, nats.ErrConnectionClosed) || err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v; want ErrNotAcked and nats.ErrConnectionClosed, saying %q", err, want)
+	}
+	// The last call (finish's) and at least one while the connection was
+	// reconnecting: 10 reconnects 100 ms apart, a call every retryWait.
+	if paused < 2 {
+		t.Errorf("progress was called %d times with the count at the shutdown; want a call during the reconnects, and the last", paused)
+	}
+}
+
+// An event whose only send the connection refused (it dropped between
+// Publish's look at it and the send: no reconnect buffer) did not go out:
+// once the connection is closed it is counted not published, not sent and
+// unacknowledged.
+func TestPublishCountsARefusedSendNotPublishedWhenTheConnectionCloses(t *testing.T) {
+	const n, k = 50, 10
+	e := newJSEnv(t)
+	e.stream(t, jetstream.StreamConfig{Name: "CR", Subjects: []string{"cr.>"}, Storage: jetstream.FileStorage})
+	nc, err := nats.Connect(e.ns.URL(), nats.ReconnectBufSize(-1), nats.MaxReconnects(2), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	seen := make(chan *nats.Msg, n)
+	if _, err := nc.ChanSubscribe("cr.>", seen); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Event k's first send, past Publish's look at the connection: the
+	// server goes down (and stays down) before it is handed over.
+	down := false
+	encodeHook = func(seq uint64) {
+		if seq == k && !down { // once: a resend of it (none, with the fix) must not wait for a reconnect that does not come
+			down = true
+			if err := nc.Flush(); err != nil {
+				t.Errorf("flush before the shutdown: %v", err)
+			}
+			downUntilReconnecting(e, nc)
+		}
+	}
+	t.Cleanup(func() { encodeHook = nil })
+	res, err := Publish(e.ctx, nc, Options{Subject: "cr", Subjects: 5, Events: n, Run: 43})
+	if len(seen) != k {
+		t.Errorf("%d events reached the server, want the %d sent before the shutdown", len(seen), k)
+	}
+	if res.Sent != k || res.Acked+res.Failed != k || res.Retried != 0 {
+		t.Errorf("%+v; want Sent %d (event %d's send was refused), Acked + Failed = Sent, Retried 0", res, k, k)
+	}
+	want := strconv.Itoa(n-k) + " of " + strconv.Itoa(n) + " events not published"
+	if !errors.Is(err, nats.ErrConnectionClosed) || err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v; want nats.ErrConnectionClosed, saying %q", err, want)
+	}
+}
+
 // While the connection reconnects a new event waits for it rather than be
 // handed to a connection that refuses it (no reconnect buffer): refused,
 // it counted as sent and was sent again, as a resend, after the

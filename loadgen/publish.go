@@ -182,7 +182,10 @@ func (o Options) Total() int {
 // Result counts what happened. Once Publish has returned without being
 // cancelled, Sent = Acked + Duplicate + Failed.
 type Result struct {
-	Sent  int // events sent, each once however often it was sent again
+	// Sent counts the events sent, each once however often it was sent
+	// again; once the connection is closed, less those whose every send
+	// it refused (they never left the process).
+	Sent  int
 	Acked int // stored: acknowledged by JetStream (a resend's duplicate PubAck included)
 	// Duplicate counts the events whose first send JetStream acknowledged
 	// as a duplicate: it held their Nats-Msg-Id already (Run and First
@@ -193,7 +196,10 @@ type Result struct {
 	// retries ran out because a resend would have gone out past
 	// Options.DuplicateWindow (less its margin) after the first send.
 	PastWindow int
-	Retried    int // publishes sent again after a failed or timed-out PubAck
+	// Retried counts the resends after a failed or timed-out PubAck that
+	// the connection took (not those it refused, nor those held while it
+	// reconnected).
+	Retried int
 	// Late counts, in open loop, the events sent after their due time
 	// because MaxPending publishes were unsettled, or the connection was
 	// reconnecting, when they were due. It does not count an event sent
@@ -363,8 +369,17 @@ func MsgID(run, seq uint64) string {
 // reconnect (in open loop the events due meanwhile go out late, counted in
 // Result.Late), and a resend due meanwhile is held without using up a try
 // (see Options.DuplicateWindow), so that an outage of any length the
-// connection rides out (nats.MaxReconnects) gives nothing up. Once nc is
-// closed every send fails, and each publish is given up after its tries.
+// connection rides out (nats.MaxReconnects) gives nothing up. With a
+// connection that never closes (nats.MaxReconnects(-1)) Publish therefore
+// waits through an outage as long as ctx allows: bound it with ctx (or
+// Stop) if that is not what you want. Options.Progress is called about
+// every 100ms with the same count while the next event waits for the
+// reconnect. Once nc is closed (its reconnects ran out, or it was
+// closed) Publish sends nothing more: it gives up at once every event not
+// yet sent and every publish not yet acknowledged (Result.Failed), and
+// returns an error wrapping ErrNotAcked and nats.ErrConnectionClosed that
+// counts both. Result.Sent then counts only the events a send of which
+// the connection took, not those it refused.
 func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	if err := o.Validate(); err != nil {
 		return Result{}, err
@@ -396,10 +411,9 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 		o.Started(p.start)
 	}
 	var (
-		res          Result
-		now          time.Duration // since p.start, as last read
-		lastProgress time.Duration
-		roomAt       = time.Duration(-1) // when the last wait for room under MaxPending ended
+		res    Result
+		now    time.Duration       // since p.start, as last read
+		roomAt = time.Duration(-1) // when the last wait for room under MaxPending ended
 	)
 	stop := o.Stop
 	for i := 0; i < total; i++ {
@@ -437,6 +451,13 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			res.Stopped = true
 			break
 		}
+		if p.closed {
+			// The connection closed (wait gave up what was unsettled):
+			// sent now, each event would be refused, or tried again on a
+			// closed connection.
+			p.unsent += total - i
+			break
+		}
 		if held {
 			roomAt = now
 		}
@@ -451,7 +472,10 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 				stamp = time.Now().UnixNano()
 			}
 		}
-		now, _ = p.send(ctx, seq, stamp, 1, noFirst) // a first send always goes out
+		// A first send is never held; one the connection refuses (closed,
+		// or dropped since wait looked: no reconnect buffer) fails, and
+		// counts in Sent until abandon takes it back out.
+		now, _ = p.send(ctx, seq, stamp, 1, noFirst)
 		if res.Sent == 0 {
 			res.firstSent = now
 		}
@@ -460,9 +484,9 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			p.lag.record(now - due)
 		}
 		res.Sent++
-		if o.Progress != nil && now-lastProgress >= 100*time.Millisecond {
+		if o.Progress != nil && now-p.lastProgress >= 100*time.Millisecond {
 			o.Progress(res.Sent)
-			lastProgress = now
+			p.lastProgress = now
 		}
 	}
 	// Wait for the last PubAcks, resending what fails, until every publish
@@ -502,6 +526,16 @@ func (p *publisher) finish(res Result) (Result, error) {
 	res = p.result(res)
 	if p.o.Progress != nil {
 		p.o.Progress(res.Sent)
+	}
+	if p.closed && (p.unsent > 0 || res.Failed > 0) {
+		last := ""
+		if err := p.lastErr(); err != nil {
+			last = fmt.Sprintf(" (last failure: %v)", err)
+		}
+		return res, fmt.Errorf("%w: the NATS connection closed (%w: its reconnects ran out, or it was closed): "+
+			"%d of %d events not published, %d sent and not acknowledged (stored or not)%s; "+
+			"publishing them again with the same Run and First within the stream's duplicate window stores each event once",
+			ErrNotAcked, nats.ErrConnectionClosed, p.unsent, p.o.Total(), res.Failed, last)
 	}
 	if res.Failed > 0 {
 		if res.PastWindow > 0 {
@@ -551,6 +585,14 @@ type publisher struct {
 	lag        *sendLag // open loop only
 	timer      *time.Timer
 	nextExpire time.Duration // when expireLate is next due, since start
+	// lastProgress is when Options.Progress was last called, since start.
+	lastProgress time.Duration
+	// closed is set once the connection was found closed and what was
+	// unsettled given up (abandon); unsent counts the events not
+	// published then: never sent, or every send of which the connection
+	// refused.
+	closed bool
+	unsent int
 
 	mu      sync.Mutex
 	pending map[uint64]inFlight // by seq
@@ -650,6 +692,8 @@ const (
 	sendPastWindow                    // a resend not sent: resendBy has passed
 	sendHeld                          // a resend not sent: the connection is reconnecting
 	sendSettled                       // a resend not sent: a PubAck to an earlier send settled the event
+	sendClosed                        // a resend not sent: the connection is closed
+	sendRefused                       // handed to the connection, which refused it: nothing went out (failed, as a lost PubAck)
 )
 
 // send publishes event seq (with ts stamp, if not 0) for the try-th time
@@ -759,6 +803,10 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 			p.failLocked(seq, f, err)
 		}
 		p.mu.Unlock()
+		if span != nil {
+			span.End()
+		}
+		return now, sendRefused
 	}
 	if span != nil {
 		span.End()
@@ -770,10 +818,12 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 // (time since start, ns; noFirst: none sent yet) must not go out now:
 // sendPastWindow once resendBy has passed since then (the caller gives the
 // event up), sendHeld while the connection is reconnecting (the caller
-// holds it), else sendDone. While the connection reconnects, nats.go keeps what it is handed for
-// the reconnect, which may come after the window; without a reconnect
-// buffer it refuses it at once, and each resend would use up a try for as
-// long as the outage lasts. (Publish holds first sends before they get to
+// holds it), sendClosed once it is closed (the caller gives every
+// unsettled publish up: see abandon), else sendDone. While the connection
+// reconnects, nats.go keeps what it is handed for the reconnect, which
+// may come after the window; without a reconnect buffer it refuses it at
+// once, and each resend would use up a try for as long as the outage
+// lasts. (Publish holds first sends before they get to
 // send: see wait.)
 func (p *publisher) holdBack(try int, first int64) sendOutcome {
 	switch {
@@ -781,8 +831,12 @@ func (p *publisher) holdBack(try int, first int64) sendOutcome {
 		return sendDone
 	case first != noFirst && time.Since(p.start)-time.Duration(first) >= p.resendBy:
 		return sendPastWindow
-	case p.nc.IsReconnecting():
+	}
+	switch p.nc.Status() {
+	case nats.RECONNECTING:
 		return sendHeld
+	case nats.CLOSED:
+		return sendClosed
 	}
 	return sendDone
 }
@@ -938,7 +992,8 @@ func (p *publisher) failLocked(seq uint64, f inFlight, cause error) {
 // connection is not reconnecting: a first send waits for the reconnect
 // rather than be refused (no reconnect buffer) or kept for it (one that
 // may be sent past the duplicate window), and a closed connection ends
-// the wait (its sends then fail). now is the time since start as the
+// the wait: it gives up every unsettled publish at once (abandon), and
+// the caller sends no more (p.closed). now is the time since start as the
 // caller last read it. A closed stop (nil: never) ends it early, without
 // an error: the caller checks stop. It returns the time since start when
 // it returned, and whether it waited for the limit or the connection.
@@ -949,6 +1004,14 @@ func (p *publisher) wait(ctx context.Context, stop <-chan struct{}, res *Result,
 			p.expireLate(now)
 		}
 		p.resendDue(ctx, res, now)
+		st := p.nc.Status()
+		if st == nats.CLOSED {
+			// Nothing sent from now on goes out: a wait for the PubAcks
+			// and tries of the unsettled, 4096 at a time, would only
+			// delay the error (a 1M-event publish by ~6 minutes).
+			p.abandon(res)
+			return now, held, nil
+		}
 		p.mu.Lock()
 		over := len(p.pending)+len(p.failed) > limit
 		next := p.nextExpire
@@ -960,11 +1023,17 @@ func (p *publisher) wait(ctx context.Context, stop <-chan struct{}, res *Result,
 			p.limit = limit
 		}
 		p.mu.Unlock()
-		away := conn && p.nc.IsReconnecting()
+		away := conn && st == nats.RECONNECTING
 		if !over && !away && now >= until {
 			return now, held, nil
 		}
 		held = held || over || away
+		if away && p.o.Progress != nil && now-p.lastProgress >= 100*time.Millisecond {
+			// The same count: the caller's output does not freeze
+			// for the outage, and it can tell that the count stalls.
+			p.o.Progress(res.Sent)
+			p.lastProgress = now
+		}
 		d := next - now
 		if now < until {
 			d = min(d, until-now)
@@ -1023,8 +1092,9 @@ func (p *publisher) expireLate(now time.Duration) {
 // resends or once a resend would go out past the duplicate window
 // (resendBy, also in res.PastWindow); it drops one a late PubAck settled
 // meanwhile, and puts back one due while the connection is reconnecting
-// (see send). It does not block: a resend takes the room its failed send
-// held under MaxPending.
+// (see send). Once the connection is closed it sends nothing: it puts the
+// resend back and returns, and wait gives them all up. It does not block:
+// a resend takes the room its failed send held under MaxPending.
 func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duration) {
 	for {
 		p.mu.Lock()
@@ -1059,11 +1129,11 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 			}
 			delete(p.queued, f.seq)
 			p.mu.Unlock()
-		case sendHeld:
+		case sendHeld, sendClosed:
 			// Not a try: looked at again retryWait on, until the
 			// connection is back or the window leaves no time. Its room
 			// under MaxPending stays taken, unless it was settled
-			// meanwhile.
+			// meanwhile. Closed, wait gives it up with the rest.
 			p.mu.Lock()
 			if p.queued[f.seq] {
 				delete(p.queued, f.seq)
@@ -1072,11 +1142,42 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 				p.failed = append(p.failed, f)
 			}
 			p.mu.Unlock()
+			if out == sendClosed {
+				return
+			}
 		case sendSettled: // stored: dropped, as above
+		case sendRefused:
+			// Failed again at once, a try used; not counted in Retried,
+			// which counts the resends that went out.
 		default:
 			res.Retried++
 		}
 	}
+}
+
+// abandon gives up, the connection being closed, every publish not yet
+// settled: one in pending, or failed after a send the connection took,
+// counts in res.Failed (it went out: it may be stored, its PubAck lost);
+// one every send of which the connection refused did not go out, and is
+// taken back out of res.Sent into p.unsent. It sets p.closed.
+func (p *publisher) abandon(res *Result) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res.Failed += len(p.pending)
+	clear(p.pending)
+	for _, f := range p.failed {
+		switch {
+		case p.queued[f.seq]: // settled by a late PubAck: counted acked
+		case f.first == noFirst:
+			res.Sent--
+			p.unsent++
+		default:
+			res.Failed++
+		}
+	}
+	p.failed = p.failed[:0]
+	clear(p.queued)
+	p.closed = true
 }
 
 // connectionLost fails the publishes in flight after a status change; a
