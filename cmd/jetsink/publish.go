@@ -159,8 +159,23 @@ telemetry.sample_ratio.`,
 			defer cancelConn()
 			unwatch := context.AfterFunc(intake, cancelConn)
 			// No reconnect buffer: a resend kept for a reconnect could reach
-			// the stream after its duplicate window (loadgen.Options).
-			nc, err := natsConnect(connCtx, cfg.NATS, "jetsink-publish", nats.ReconnectBufSize(-1))
+			// the stream after its duplicate window (loadgen.Options). The
+			// handlers (on nats.go's goroutine) say why the progress stalls:
+			// loadgen sends nothing while the connection reconnects.
+			errOut, nl := cmd.ErrOrStderr(), ""
+			if f, ok := errOut.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+				nl = "\n" // below the progress bar's line
+			}
+			nc, err := natsConnect(connCtx, cfg.NATS, "jetsink-publish", nats.ReconnectBufSize(-1),
+				nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+					if c.IsClosed() { // our Close at the end, or the reconnects ran out: Publish's error says so
+						return
+					}
+					fmt.Fprintf(errOut, "%sjetsink: NATS connection lost (%v): publishing paused until it reconnects\n", nl, err)
+				}),
+				nats.ReconnectHandler(func(c *nats.Conn) {
+					fmt.Fprintf(errOut, "jetsink: NATS connection back (%s): publishing resumes\n", c.ConnectedUrlRedacted())
+				}))
 			if !unwatch() && err == nil {
 				nc.Close()
 				err = context.Cause(intake)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,7 +23,7 @@ func runPublish(t *testing.T, ctx context.Context, args ...string) (string, stri
 	t.Helper()
 	unsetenv(t, "OTEL_EXPORTER_OTLP_ENDPOINT")
 	unsetenv(t, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr testenv.SyncBuffer // nats.go's handlers write to stderr too
 	root := newRoot()
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
@@ -152,6 +151,47 @@ func TestPublishCmdResendsWithinTheDuplicateWindow(t *testing.T) {
 	}
 	if n := st.CachedInfo().State.Msgs; n != 5 {
 		t.Fatalf("stream holds %d messages, want 5: a resend went out past the duplicate window", n)
+	}
+}
+
+// A NATS restart during a publish is said on stderr as it happens (the
+// progress stalls while loadgen holds its sends), and nothing is lost.
+func TestPublishCmdSaysWhyItPauses(t *testing.T) {
+	ns := testenv.NATS(t)
+	js := ns.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PP", Subjects: []string{"pp.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		stdout, stderr string
+		err            error
+	}
+	done := make(chan result, 1)
+	go func() {
+		stdout, stderr, err := runPublish(t, ctx, "--nats-url", ns.URL(), "--subject", "pp", "--rate", "2000", "--duration", "4s", "-q")
+		done <- result{stdout, stderr, err}
+	}()
+	for testenv.StreamMsgs(t, ctx, js, "PP") < 500 {
+		select {
+		case r := <-done:
+			t.Fatalf("publish ended before the restart: %v\n%s%s", r.err, r.stdout, r.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	ns.Shutdown()
+	time.Sleep(time.Second) // the outage: the scenario, not a wait for an event
+	if err := ns.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || !strings.Contains(r.stdout, "acked 8000, duplicate 0,") {
+		t.Fatalf("publish across a restart: %v\n%s%s", r.err, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "jetsink: NATS connection lost (") || !strings.Contains(r.stderr, "publishing paused until it reconnects") ||
+		!strings.Contains(r.stderr, "jetsink: NATS connection back (") {
+		t.Errorf("stderr does not say the connection was lost and came back:\n%s", r.stderr)
 	}
 }
 
