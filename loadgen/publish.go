@@ -534,8 +534,10 @@ func (p *publisher) finish(res Result) (Result, error) {
 		}
 		return res, fmt.Errorf("%w: the NATS connection closed (%w: its reconnects ran out, or it was closed): "+
 			"%d of %d events not published, %d sent and not acknowledged (stored or not)%s; "+
-			"publishing them again with the same Run and First within the stream's duplicate window stores each event once",
-			ErrNotAcked, nats.ErrConnectionClosed, p.unsent, p.o.Total(), res.Failed, last)
+			"the ones not published are the last, from seq %d: publishing those with the same Run stores each once "+
+			"(sending again the ones not acknowledged stores them twice if they were stored and the stream's duplicate window has passed since: "+
+			"the reconnects took long)",
+			ErrNotAcked, nats.ErrConnectionClosed, p.unsent, p.o.Total(), res.Failed, last, p.o.First+uint64(res.Sent))
 	}
 	if res.Failed > 0 {
 		if res.PastWindow > 0 {

@@ -163,8 +163,8 @@ telemetry.sample_ratio.`,
 			// handlers (on nats.go's goroutine) say why the progress stalls:
 			// loadgen sends nothing while the connection reconnects.
 			errOut, nl := cmd.ErrOrStderr(), ""
-			if f, ok := errOut.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-				nl = "\n" // below the progress bar's line
+			if f, ok := errOut.(*os.File); ok && !quiet && term.IsTerminal(int(f.Fd())) {
+				nl = "\n" // below the progress bar's line (redrawn while paused too)
 			}
 			nc, err := natsConnect(connCtx, cfg.NATS, "jetsink-publish", nats.ReconnectBufSize(-1),
 				nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
@@ -174,7 +174,7 @@ telemetry.sample_ratio.`,
 					fmt.Fprintf(errOut, "%sjetsink: NATS connection lost (%v): publishing paused until it reconnects\n", nl, err)
 				}),
 				nats.ReconnectHandler(func(c *nats.Conn) {
-					fmt.Fprintf(errOut, "jetsink: NATS connection back (%s): publishing resumes\n", c.ConnectedUrlRedacted())
+					fmt.Fprintf(errOut, "%sjetsink: NATS connection back (%s): publishing resumes\n", nl, c.ConnectedUrlRedacted())
 				}))
 			if !unwatch() && err == nil {
 				nc.Close()
@@ -256,6 +256,12 @@ telemetry.sample_ratio.`,
 			if err == nil && !res.Stopped {
 				return nil // every event sent and stored, the signal or not
 			}
+			if errors.Is(err, nats.ErrConnectionClosed) && intake.Err() == nil && res.Sent < o.Total() {
+				// The reconnects ran out: minutes, likely past the stream's
+				// duplicate window, so running it all again could store
+				// what was stored twice; the rest never went out.
+				err = fmt.Errorf("%w; publish the rest with %s", err, restFlags(o, res.Sent))
+			}
 			return stopped(err, res.Sent, res.Sent-res.Acked-res.Duplicate)
 		},
 	}
@@ -306,28 +312,35 @@ const stopAckWait = 10 * time.Second
 // sent events, unsettled of which JetStream had not acknowledged (no
 // PubAck yet, or failed).
 func resumeHint(o loadgen.Options, sent, unsettled int) string {
-	count := func(n int) string { // the flags that publish n events
-		if o.Rate == 0 {
-			return fmt.Sprintf(" --events %d", n)
-		}
-		// To the nanosecond: Options.Total rounds rate x duration, and
-		// this duration gives back n exactly.
-		return fmt.Sprintf(" --rate %g --duration %v", o.Rate, time.Duration(math.Round(float64(n)/o.Rate*1e9)))
-	}
-	rest := fmt.Sprintf("--run %d --first %d", o.Run, o.First+uint64(sent)) + count(o.Total()-sent)
+	rest := restFlags(o, sent)
 	if unsettled == 0 {
 		if sent >= o.Total() {
 			return "every event is stored"
 		}
 		return fmt.Sprintf("every event sent is stored; publish the rest with %s", rest)
 	}
-	again := fmt.Sprintf("--run %d --first %d", o.Run, o.First) + count(o.Total())
+	again := fmt.Sprintf("--run %d --first %d", o.Run, o.First) + countFlags(o, o.Total())
 	hint := fmt.Sprintf("%d sent were not acknowledged (yet) and may not be stored; run again with %s within the stream's duplicate window (what is stored is not stored twice)",
 		unsettled, again)
 	if sent < o.Total() {
 		hint += ", or publish the rest with " + rest
 	}
 	return hint
+}
+
+// countFlags are the flags that publish n of o's events.
+func countFlags(o loadgen.Options, n int) string {
+	if o.Rate == 0 {
+		return fmt.Sprintf(" --events %d", n)
+	}
+	// To the nanosecond: Options.Total rounds rate x duration, and this
+	// duration gives back n exactly.
+	return fmt.Sprintf(" --rate %g --duration %v", o.Rate, time.Duration(math.Round(float64(n)/o.Rate*1e9)))
+}
+
+// restFlags are the flags that publish o's events after the first sent.
+func restFlags(o loadgen.Options, sent int) string {
+	return fmt.Sprintf("--run %d --first %d", o.Run, o.First+uint64(sent)) + countFlags(o, o.Total()-sent)
 }
 
 // checkStream looks up the stream that captures o's first event. None, or
