@@ -132,7 +132,10 @@ func TestRunKeepsSubjectOrderAndDrains(t *testing.T) {
 	}
 	for _, v := range variants {
 		t.Run(v.pin+"/"+v.handoff+"/"+strconv.Itoa(v.workers), func(t *testing.T) {
-			const subjects, perSubject = 17, 400
+			subjects, perSubject := 17, 400
+			if v.workers > subjects {
+				subjects, perSubject = 4*v.workers, 40 // a few subjects on every worker's ring
+			}
 			var evs []Event
 			seq := uint64(0)
 			for i := range perSubject {
