@@ -1036,20 +1036,7 @@ func TestPublishRidesOutANATSRestart(t *testing.T) {
 func TestPublishGivesUpAtOnceWhenTheConnectionCloses(t *testing.T) {
 	const n = 40000
 	e := newJSEnv(t)
-	e.stream(t, jetstream.StreamConfig{Name: "CL", Subjects: []string{"cl.>"}, Storage: jetstream.FileStorage})
-	nc, err := nats.Connect(e.ns.URL(), nats.ReconnectBufSize(-1), nats.MaxReconnects(10), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	// Delivered in nats.go's read loop, before the PONG that ends a Flush.
-	seen := make(chan *nats.Msg, n)
-	if _, err := nc.ChanSubscribe("cl.>", seen); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	nc, seen := e.watchedConn(t, "CL", "cl", n, 10, 100*time.Millisecond)
 	downAt, paused := -1, 0
 	o := Options{Subject: "cl", Subjects: 20, Events: n, Run: 41}
 	o.Progress = func(sent int) {
@@ -1109,19 +1096,7 @@ func TestPublishGivesUpAtOnceWhenTheConnectionCloses(t *testing.T) {
 func TestPublishCountsARefusedSendNotPublishedWhenTheConnectionCloses(t *testing.T) {
 	const n, k = 50, 10
 	e := newJSEnv(t)
-	e.stream(t, jetstream.StreamConfig{Name: "CR", Subjects: []string{"cr.>"}, Storage: jetstream.FileStorage})
-	nc, err := nats.Connect(e.ns.URL(), nats.ReconnectBufSize(-1), nats.MaxReconnects(2), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	seen := make(chan *nats.Msg, n)
-	if _, err := nc.ChanSubscribe("cr.>", seen); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	nc, seen := e.watchedConn(t, "CR", "cr", n, 2, 50*time.Millisecond)
 	// Event k's first send, past Publish's look at the connection: the
 	// server goes down (and stays down) before it is handed over.
 	down := false
@@ -1417,4 +1392,27 @@ func TestPublisherSettlesAPubAckThatComesDuringTheResend(t *testing.T) {
 	if res.Acked != 1 || res.Failed != 0 || res.Retried != 0 || len(q.failed) != 0 || len(q.queued) != 0 {
 		t.Errorf("held: %+v, %d failed, %d queued; want the event acked, not held again", res, len(q.failed), len(q.queued))
 	}
+}
+
+// watchedConn makes a file stream name for prefix.> and a publisher's
+// connection as publish and bench make it (no reconnect buffer), with
+// reconnects tries wait apart, and a subscription on it that sees what
+// reached the server: delivered in nats.go's read loop, before the PONG
+// that ends a Flush. It holds up to n messages.
+func (e *jsEnv) watchedConn(t *testing.T, name, prefix string, n, reconnects int, wait time.Duration) (*nats.Conn, chan *nats.Msg) {
+	t.Helper()
+	e.stream(t, jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ".>"}, Storage: jetstream.FileStorage})
+	nc, err := nats.Connect(e.ns.URL(), nats.ReconnectBufSize(-1), nats.MaxReconnects(reconnects), nats.ReconnectWait(wait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	seen := make(chan *nats.Msg, n)
+	if _, err := nc.ChanSubscribe(prefix+".>", seen); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return nc, seen
 }
