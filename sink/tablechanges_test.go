@@ -1055,18 +1055,7 @@ func TestTableMadeLaterIsPinned(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				rs, ms := rows(1, 20, nil)
-				src.push(t, ctx, rs[:10])
-				waitFor(t, ctx, "rows 1-10 acked", allAcked(ms[:10]))
-				makeShadow()
-				src.push(t, ctx, rs[10:])
-				finishClean(t, ctx, src, wait, dl, ms)
-				if inPublic, inShadow := counts(); inPublic != 20 || inShadow != 0 {
-					t.Errorf("%d rows in %s, %d in %s (made later, earlier on search_path); want all 20 in the first", inPublic, public, inShadow, shadow)
-				}
-				if s.Table() != public {
-					t.Errorf("the table is %s, want %s", s.Table(), public)
-				}
+				shadowedMidway(t, ctx, s, src, wait, dl, public, shadow, makeShadow, counts)
 				if n := s.Stats().ConfigErrors; n != 0 {
 					t.Errorf("%d configuration errors; want none (the payload column is a domain over jsonb, which the guards take once read)", n)
 				}
@@ -1139,18 +1128,7 @@ func TestTablePinnedAfterAFailedRead(t *testing.T) {
 					execAll(t, ctx, admin, "GRANT EXECUTE ON FUNCTION "+rlsFunc+" TO PUBLIC")
 					execAll(t, ctx, rc, s.DDL()...)
 				}
-				rs, ms := rows(1, 20, nil)
-				src.push(t, ctx, rs[:10])
-				waitFor(t, ctx, "rows 1-10 acked", allAcked(ms[:10]))
-				makeShadow()
-				src.push(t, ctx, rs[10:])
-				finishClean(t, ctx, src, wait, dl, ms)
-				if inPublic, inShadow := counts(); inPublic != 20 || inShadow != 0 {
-					t.Errorf("%d rows in %s, %d in %s (made later, earlier on search_path); want all 20 in the first", inPublic, public, inShadow, shadow)
-				}
-				if s.Table() != public {
-					t.Errorf("the table is %s, want %s", s.Table(), public)
-				}
+				shadowedMidway(t, ctx, s, src, wait, dl, public, shadow, makeShadow, counts)
 				if q := *s.copySQL.Load(); !strings.Contains(q, public) {
 					t.Errorf("the COPY and its guards do not name %s: %s", public, q)
 				}
@@ -1638,4 +1616,24 @@ func shadowing(t *testing.T, ctx context.Context, admin *pgx.Conn, s *Sink) (pub
 		return inPublic, inShadow
 	}
 	return public, shadow, makeShadow, counts
+}
+
+// shadowedMidway runs 20 rows through s, the shadow (see shadowing) made
+// after the first 10 are acked, and finishes the run (finishClean): every
+// row must be in public, and s's table be public.
+func shadowedMidway(t *testing.T, ctx context.Context, s *Sink, src source, wait func() error, dl *recDL,
+	public, shadow string, makeShadow func(), counts func() (int, int)) {
+	t.Helper()
+	rs, ms := rows(1, 20, nil)
+	src.push(t, ctx, rs[:10])
+	waitFor(t, ctx, "rows 1-10 acked", allAcked(ms[:10]))
+	makeShadow()
+	src.push(t, ctx, rs[10:])
+	finishClean(t, ctx, src, wait, dl, ms)
+	if inPublic, inShadow := counts(); inPublic != 20 || inShadow != 0 {
+		t.Errorf("%d rows in %s, %d in %s (made later, earlier on search_path); want all 20 in the first", inPublic, public, inShadow, shadow)
+	}
+	if s.Table() != public {
+		t.Errorf("the table is %s, want %s", s.Table(), public)
+	}
 }
