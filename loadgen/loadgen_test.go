@@ -461,15 +461,7 @@ func TestPublisherSettlesDuplicates(t *testing.T) {
 func TestPublisherSettlesALatePubAckOfAFailedSend(t *testing.T) {
 	e := newJSEnv(t)
 	const window = 2 * time.Second
-	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "la", Subjects: 1, MaxPending: 10, AckWait: time.Second, DuplicateWindow: window})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
-	sends := make(chan *nats.Msg, 10)
-	if _, err := e.nc.ChanSubscribe("la.>", sends); err != nil {
-		t.Fatal(err)
-	}
+	p, sends := e.watchedPublisher(t, "la", window)
 	ok := []byte(`{"stream":"S","seq":1}`)
 	dup := []byte(`{"stream":"S","seq":2,"duplicate": true}`)
 	p.mu.Lock()
@@ -1336,15 +1328,7 @@ func TestPublisherStartsTheWindowAtTheFirstSendTaken(t *testing.T) {
 func TestPublisherSettlesAPubAckThatComesDuringTheResend(t *testing.T) {
 	e := newJSEnv(t)
 	const window = 2 * time.Second
-	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "ra", Subjects: 1, MaxPending: 10, AckWait: time.Second, DuplicateWindow: window})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
-	sends := make(chan *nats.Msg, 10)
-	if _, err := e.nc.ChanSubscribe("ra.>", sends); err != nil {
-		t.Fatal(err)
-	}
+	p, sends := e.watchedPublisher(t, "ra", window)
 	ok := []byte(`{"stream":"S","seq":1}`)
 	resendHook = func(seq uint64) {
 		p.onReply(&nats.Msg{Subject: p.prefix + strconv.FormatUint(seq, 10) + "_1", Data: ok})
@@ -1415,4 +1399,21 @@ func (e *jsEnv) watchedConn(t *testing.T, name, prefix string, n, reconnects int
 		t.Fatal(err)
 	}
 	return nc, seen
+}
+
+// watchedPublisher is a publisher of one subject under prefix (MaxPending
+// 10, AckWait 1 s, the duplicate window given), closed at the test's end,
+// and a subscription that sees its sends.
+func (e *jsEnv) watchedPublisher(t *testing.T, prefix string, window time.Duration) (*publisher, chan *nats.Msg) {
+	t.Helper()
+	p, err := newPublisher(e.ctx, e.nc, Options{Subject: prefix, Subjects: 1, MaxPending: 10, AckWait: time.Second, DuplicateWindow: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	sends := make(chan *nats.Msg, 10)
+	if _, err := e.nc.ChanSubscribe(prefix+".>", sends); err != nil {
+		t.Fatal(err)
+	}
+	return p, sends
 }

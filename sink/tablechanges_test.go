@@ -1089,14 +1089,8 @@ func TestTablePinnedAfterAFailedRead(t *testing.T) {
 				}
 				// Not a superuser (whom no REVOKE stops); CREATE on the
 				// database for the schema named after it (shadowing).
-				_, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE, USAGE ON SCHEMA public TO %[1]s",
+				rc, s, dl := sinkAsRole(t, ctx, admin, pg.URL, mode, "GRANT CREATE, USAGE ON SCHEMA public TO %[1]s",
 					"GRANT CREATE ON DATABASE "+pgx.Identifier{db}.Sanitize()+" TO %[1]s")
-				rc, err := pgx.Connect(ctx, roleURL)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = rc.Close(context.Background()) })
-				s, dl := newTestSink(t, ctx, roleURL, func(c *Config) { c.Mode = mode; c.Connections = 1; c.CreateTable = false })
 				logs := captureLog(t, s, time.Minute)
 				public, shadow, makeShadow, counts := shadowing(t, ctx, rc, s)
 				const rlsFunc = "pg_catalog.row_security_active(oid)"
@@ -1154,13 +1148,7 @@ func TestFailingReadNotMadeAgainOncePinned(t *testing.T) {
 			pg := testenv.Postgres(t)
 			admin := pg.Conn(t)
 			// Not a superuser, whom no REVOKE stops.
-			_, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT CREATE, USAGE ON SCHEMA public TO %[1]s")
-			rc, err := pgx.Connect(ctx, roleURL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = rc.Close(context.Background()) })
-			s, dl := newTestSink(t, ctx, roleURL, func(c *Config) { c.Mode = mode; c.Connections = 1; c.CreateTable = false })
+			rc, s, dl := sinkAsRole(t, ctx, admin, pg.URL, mode, "GRANT CREATE, USAGE ON SCHEMA public TO %[1]s")
 			logs := captureLog(t, s, time.Minute)
 			s.log = slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
 			execAll(t, ctx, rc, s.DDL()...)
@@ -1636,4 +1624,20 @@ func shadowedMidway(t *testing.T, ctx context.Context, s *Sink, src source, wait
 	if s.Table() != public {
 		t.Errorf("the table is %s, want %s", s.Table(), public)
 	}
+}
+
+// sinkAsRole makes a role that is not a superuser (whom no REVOKE stops),
+// with grants (see newRole), and a sink of one connection in mode that
+// connects as it and makes no table, and a connection of its own as the
+// role, closed at the test's end.
+func sinkAsRole(t *testing.T, ctx context.Context, admin *pgx.Conn, pgURL string, mode Mode, grants ...string) (*pgx.Conn, *Sink, *recDL) {
+	t.Helper()
+	_, roleURL := newRole(t, ctx, admin, pgURL, grants...)
+	rc, err := pgx.Connect(ctx, roleURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rc.Close(context.Background()) })
+	s, dl := newTestSink(t, ctx, roleURL, func(c *Config) { c.Mode = mode; c.Connections = 1; c.CreateTable = false })
+	return rc, s, dl
 }
