@@ -481,15 +481,7 @@ func TestPublisherSettlesALatePubAckOfAFailedSend(t *testing.T) {
 	if res.Acked != 1 || res.Duplicate != 1 || res.Failed != 1 || res.PastWindow != 1 || res.Retried != 0 {
 		t.Errorf("%+v; want event 1 acked, event 2 duplicate, event 3 given up past the window, none sent again", res)
 	}
-	if len(p.failed) != 0 || len(p.queued) != 0 || len(p.pending) != 0 {
-		t.Errorf("%d failed, %d queued, %d pending; want all settled", len(p.failed), len(p.queued), len(p.pending))
-	}
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if len(sends) != 0 {
-		t.Errorf("%d events sent again, want none", len(sends))
-	}
+	e.settledNoneSent(t, p, sends)
 }
 
 // stalls measures, until stop is called, how late the machine wakes a
@@ -1346,15 +1338,7 @@ func TestPublisherSettlesAPubAckThatComesDuringTheResend(t *testing.T) {
 	if res.Acked != 2 || res.Failed != 0 || res.Retried != 0 {
 		t.Errorf("%+v; want both events acked, none sent again or given up", res)
 	}
-	if len(p.failed) != 0 || len(p.queued) != 0 || len(p.pending) != 0 {
-		t.Errorf("%d failed, %d queued, %d pending; want all settled", len(p.failed), len(p.queued), len(p.pending))
-	}
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if len(sends) != 0 {
-		t.Errorf("%d events sent again, want none", len(sends))
-	}
+	e.settledNoneSent(t, p, sends)
 	// And a resend held while the connection reconnects: dropped, not
 	// held again.
 	nc := noBufferConn(t, e)
@@ -1416,4 +1400,19 @@ func (e *jsEnv) watchedPublisher(t *testing.T, prefix string, window time.Durati
 		t.Fatal(err)
 	}
 	return p, sends
+}
+
+// settledNoneSent checks that p holds nothing unsettled and, once the
+// connection is flushed, that nothing reached sends.
+func (e *jsEnv) settledNoneSent(t *testing.T, p *publisher, sends chan *nats.Msg) {
+	t.Helper()
+	if len(p.failed) != 0 || len(p.queued) != 0 || len(p.pending) != 0 {
+		t.Errorf("%d failed, %d queued, %d pending; want all settled", len(p.failed), len(p.queued), len(p.pending))
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if len(sends) != 0 {
+		t.Errorf("%d events sent again, want none", len(sends))
+	}
 }

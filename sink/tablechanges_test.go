@@ -1033,13 +1033,7 @@ func TestTableMadeLaterIsPinned(t *testing.T) {
 				logs := captureLog(t, s, time.Minute)
 				admin := pg.Conn(t)
 				public, shadow, makeShadow, counts := shadowing(t, ctx, admin, s)
-				src := newSource()
-				wait := runSink(t, ctx, s, src)
-				select {
-				case <-s.Warmed(): // the committer's connection is open, its read done
-				case <-ctx.Done():
-					t.Fatal("the committer did not connect")
-				}
+				src, wait := runWarmed(t, ctx, s)
 				waitFor(t, ctx, "Run's look at the start", func() bool {
 					return strings.Contains(logs.String(), "does not exist (or is not on search_path)")
 				})
@@ -1098,13 +1092,7 @@ func TestTablePinnedAfterAFailedRead(t *testing.T) {
 				if by == "check" {
 					execAll(t, ctx, rc, s.DDL()...)
 				}
-				src := newSource()
-				wait := runSink(t, ctx, s, src)
-				select {
-				case <-s.Warmed(): // the committer's connection is open, its read done
-				case <-ctx.Done():
-					t.Fatal("the committer did not connect")
-				}
+				src, wait := runWarmed(t, ctx, s)
 				if !strings.Contains(logs.String(), "could not read the table's column types") {
 					t.Fatalf("the committer's read at connect did not fail: the test shows nothing")
 				}
@@ -1640,4 +1628,18 @@ func sinkAsRole(t *testing.T, ctx context.Context, admin *pgx.Conn, pgURL string
 	t.Cleanup(func() { _ = rc.Close(context.Background()) })
 	s, dl := newTestSink(t, ctx, roleURL, func(c *Config) { c.Mode = mode; c.Connections = 1; c.CreateTable = false })
 	return rc, s, dl
+}
+
+// runWarmed runs s on a new source (runSink) and waits until its
+// committer's connection is open and its read of the types done.
+func runWarmed(t *testing.T, ctx context.Context, s *Sink) (source, func() error) {
+	t.Helper()
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	select {
+	case <-s.Warmed():
+	case <-ctx.Done():
+		t.Fatal("the committer did not connect")
+	}
+	return src, wait
 }
