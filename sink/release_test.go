@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/jetsink/jetsink/embedded"
 	"github.com/jetsink/jetsink/pipeline"
 	"github.com/jetsink/jetsink/tests/testenv"
 )
@@ -606,15 +607,7 @@ func logDuration(t *testing.T, line, key string) time.Duration {
 // only the time the pulls were paused (paused_for), which begins
 // ReleaseAfter later at least. It said away_for=17s for an outage of 46 s.
 func TestRecoveryLineGivesTheWholeOutage(t *testing.T) {
-	ctx := testCtx(t, 120*time.Second)
-	cluster := testenv.NewCluster(t)
-	s, dl := newTestSink(t, ctx, cluster.URL("postgres"), releaseConfig(AtLeastOnce))
-	logs := captureLog(t, s, time.Minute)
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	first, mFirst := rows(1, 10, nil)
-	src.push(t, ctx, first)
-	waitFor(t, ctx, "the first rows acked", allAcked(mFirst))
+	ctx, cluster, s, dl, logs, src, wait := releasingSink(t)
 
 	stopped := time.Now()
 	if err := cluster.Stop("fast"); err != nil {
@@ -660,15 +653,7 @@ func TestRecoveryLineCountsTheFailedProbes(t *testing.T) {
 	old := reachTick
 	reachTick = 100 * time.Millisecond // probes on time, not a tick late
 	t.Cleanup(func() { reachTick = old })
-	ctx := testCtx(t, 120*time.Second)
-	cluster := testenv.NewCluster(t)
-	s, dl := newTestSink(t, ctx, cluster.URL("postgres"), releaseConfig(AtLeastOnce))
-	logs := captureLog(t, s, time.Minute)
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	first, mFirst := rows(1, 10, nil)
-	src.push(t, ctx, first)
-	waitFor(t, ctx, "the first rows acked", allAcked(mFirst))
+	ctx, cluster, s, dl, logs, src, wait := releasingSink(t)
 
 	if err := cluster.Stop("fast"); err != nil {
 		t.Fatal(err)
@@ -882,4 +867,21 @@ func TestAwayProbesEveryRetryMax(t *testing.T) {
 			}
 		})
 	}
+}
+
+// releasingSink runs an at-least-once sink that releases (releaseConfig)
+// on a cluster of the test's own, its log captured, and has it commit
+// rows 1-10.
+func releasingSink(t *testing.T) (ctx context.Context, cluster *embedded.Cluster, s *Sink, dl *recDL, logs *testenv.SyncBuffer, src source, wait func() error) {
+	t.Helper()
+	ctx = testCtx(t, 120*time.Second)
+	cluster = testenv.NewCluster(t)
+	s, dl = newTestSink(t, ctx, cluster.URL("postgres"), releaseConfig(AtLeastOnce))
+	logs = captureLog(t, s, time.Minute)
+	src = newSource()
+	wait = runSink(t, ctx, s, src)
+	first, mFirst := rows(1, 10, nil)
+	src.push(t, ctx, first)
+	waitFor(t, ctx, "the first rows acked", allAcked(mFirst))
+	return ctx, cluster, s, dl, logs, src, wait
 }
