@@ -1257,7 +1257,7 @@ func TestPublisherHoldsAResendWithoutEncodingIt(t *testing.T) {
 	for range 2 * maxRetries {
 		p.resendDue(e.ctx, &res, time.Since(p.start)+retryWait)
 	}
-	if encoded != 0 || res.Retried != 0 || res.Failed != 0 || len(p.failed) != 1 {
+	if encoded != 0 || res.Retried != 0 || p.result(res).Failed != 0 || len(p.failed) != 1 {
 		t.Fatalf("while reconnecting: %d encodes, %+v, %d failed; want the resend held, never encoded, no try used", encoded, res, len(p.failed))
 	}
 	connected := nc.StatusChanged(nats.CONNECTED)
@@ -1414,5 +1414,128 @@ func (e *jsEnv) settledNoneSent(t *testing.T, p *publisher, sends chan *nats.Msg
 	}
 	if len(sends) != 0 {
 		t.Errorf("%d events sent again, want none", len(sends))
+	}
+}
+
+// A success PubAck that comes after its event was given up (its tries
+// used, or a resend past the duplicate window) counts the event acked, or
+// duplicate, no longer failed: JetStream stored it. It counted failed:
+// `jetsink publish` exited non-zero and said to publish the rest again,
+// which past the window stores the event twice. No stream captures the
+// publisher's subjects: the test takes event 0's sends, unanswered, and
+// forwards event 1's to a stream, reply subjects and all. MaxPending 1
+// sends event 1 once event 0 is given up; its encoding forwards every
+// send of event 0 first, on the connection that forwards event 1's:
+// JetStream stores them in that order and sends the PubAcks in it, so the
+// publisher reads event 0's before event 1's, which ends the publish.
+// Event 0's first send stores it (or finds it held); its resends are
+// duplicates of it, and count nothing.
+func TestPublishCountsAPubAckAfterTheGiveUp(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		window time.Duration // Options.DuplicateWindow
+		held   bool          // event 0 stored before the publish: its PubAck is a duplicate
+		ack    int           // Result.Acked and Duplicate, wanted
+		dup    int
+	}{
+		{name: "tries used", ack: 2},
+		// Sends at ~0, ~350 and ~700 ms; the next would be past 900 ms.
+		{name: "past the window, held before", window: time.Second, held: true, ack: 1, dup: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const run = 51
+			e := newJSEnv(t)
+			e.stream(t, jetstream.StreamConfig{Name: "GU", Subjects: []string{"gus.>"}})
+			forward := func(m *nats.Msg) error {
+				f := nats.NewMsg("gus" + strings.TrimPrefix(m.Subject, "gu"))
+				f.Reply, f.Header, f.Data = m.Reply, m.Header, m.Data
+				return e.nc.PublishMsg(f)
+			}
+			first := Make(run, 0, 2)
+			if tc.held {
+				m := nats.NewMsg("gus." + first.Device)
+				m.Header.Set(jetstream.MsgIDHeader, MsgID(run, 0))
+				if _, err := e.js.PublishMsg(e.ctx, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Event 0's sends, delivered in the read loop (before the
+			// PONG that ends a flush); event 1's, forwarded as they come.
+			sends := make(chan *nats.Msg, 2*maxRetries)
+			if _, err := e.nc.ChanSubscribe(first.Subject("gu"), sends); err != nil {
+				t.Fatal(err)
+			}
+			second := Make(run, 1, 2)
+			if _, err := e.nc.Subscribe(second.Subject("gu"), func(m *nats.Msg) {
+				if err := forward(m); err != nil {
+					t.Errorf("forwarding event 1: %v", err)
+				}
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			nc := e.ns.Connect(t)
+			forwarded := 0
+			encodeHook = func(seq uint64) {
+				if seq != 1 || forwarded > 0 {
+					return
+				}
+				// On the publisher's goroutine, event 0 given up: every
+				// send of it has reached the test's connection.
+				for _, c := range []*nats.Conn{nc, e.nc} {
+					if err := c.Flush(); err != nil {
+						t.Errorf("flush: %v", err)
+					}
+				}
+				for len(sends) > 0 {
+					if err := forward(<-sends); err != nil {
+						t.Errorf("forwarding event 0: %v", err)
+					}
+					forwarded++
+				}
+			}
+			t.Cleanup(func() { encodeHook = nil })
+			res, err := Publish(e.ctx, nc, Options{Subject: "gu", Subjects: 2, Events: 2, Run: run, MaxPending: 1,
+				AckWait: 100 * time.Millisecond, DuplicateWindow: tc.window})
+			if forwarded < 2 {
+				t.Fatalf("%d sends of event 0 before event 1's, want it sent again (%+v, %v)", forwarded, res, err)
+			}
+			if err != nil || res.Sent != 2 || res.Acked != tc.ack || res.Duplicate != tc.dup || res.Failed != 0 || res.PastWindow != 0 {
+				t.Errorf("publish, event 0 stored after its %d sends were given up: %+v, %v; want acked %d, duplicate %d, none failed",
+					forwarded, res, err, tc.ack, tc.dup)
+			}
+			if got := testenv.StreamMsgs(t, e.ctx, e.js, "GU"); got != 2 {
+				t.Errorf("the stream holds %d messages, want 2", got)
+			}
+		})
+	}
+}
+
+// What the publisher keeps of its given-up events for a late PubAck is
+// bounded: the last MaxPending of them. A PubAck to one of those counts
+// it once; to one forgotten, or never sent (every send refused), nothing.
+func TestPublisherKeepsTheLastGivenUp(t *testing.T) {
+	e := newJSEnv(t)
+	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "kg", Subjects: 1, MaxPending: 2, AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	p.mu.Lock()
+	p.giveUpLocked(1, false, true)
+	p.giveUpLocked(2, true, true)
+	p.giveUpLocked(3, false, true)
+	p.giveUpLocked(4, false, false)
+	p.mu.Unlock()
+	ok := []byte(`{"stream":"S","seq":1}`)
+	for _, reply := range []string{"1_6", "2_3", "3_6", "3_1", "4_6"} {
+		p.onReply(&nats.Msg{Subject: p.prefix + reply, Data: ok})
+	}
+	res := p.result(Result{Sent: 4})
+	if res.Acked != 2 || res.Failed != 2 || res.PastWindow != 0 || len(p.givenUp) != 0 || len(p.givenUpRing) != 2 {
+		t.Errorf("%+v, %d kept, ring %v; want events 2 and 3 acked once each, 1 (forgotten) and 4 (never out) failed, at most 2 kept",
+			res, len(p.givenUp), p.givenUpRing)
 	}
 }

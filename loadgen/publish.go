@@ -191,7 +191,11 @@ type Result struct {
 	// as a duplicate: it held their Nats-Msg-Id already (Run and First
 	// used before, within the duplicate window) and did not store them again.
 	Duplicate int
-	Failed    int // not acknowledged after every retry
+	// Failed counts the events given up: not acknowledged after every
+	// retry, or past the window (PastWindow). A success PubAck to a send
+	// of one that comes later, while Publish runs, counts it Acked (or
+	// Duplicate) instead: JetStream stored it.
+	Failed int
 	// PastWindow counts, of Failed, the publishes given up before their
 	// retries ran out because a resend would have gone out past
 	// Options.DuplicateWindow (less its margin) after the first send.
@@ -511,7 +515,7 @@ func stopped(stop <-chan struct{}) bool {
 // the start.
 func (p *publisher) result(res Result) Result {
 	p.mu.Lock()
-	res.Acked, res.Duplicate = p.acked, p.dups
+	res.Acked, res.Duplicate, res.Failed, res.PastWindow = p.acked, p.dups, p.gaveUp, p.pastWindow
 	p.mu.Unlock()
 	if p.lag != nil {
 		res.SendLag, res.SendLagMax, res.SentOver1ms = p.lag.h, p.lag.max, p.lag.over1ms
@@ -609,8 +613,27 @@ type publisher struct {
 	acked  int   // settled by a PubAck that stored the event (or a resend of it)
 	dups   int   // settled by a duplicate PubAck to the first send
 	err    error // the last failure's cause
-	limit  int   // wake the sender when len(pending)+len(failed) <= limit
-	wake   chan struct{}
+	// gaveUp counts the events given up (Result.Failed), pastWindow those
+	// of them given up for the duplicate window (Result.PastWindow): kept
+	// here with acked and dups, as onReply moves an event from them to
+	// those when a PubAck comes after the give-up.
+	gaveUp, pastWindow int
+	// givenUp holds the events given up after a send that went out,
+	// true for one given up for the window, until a success PubAck to
+	// one of their sends comes (JetStream stored a send whose PubAck was
+	// later than AckWait): onReply then counts the event settled
+	// instead, once. Such a PubAck may come as long as the reply
+	// subscription lives (until Publish returns; none comes on a closed
+	// connection), so givenUpRing bounds what is kept to the last
+	// MaxPending events given up, as many as may be unsettled at once:
+	// a PubAck that comes more give-ups than that after its event's is
+	// dropped, the event counted failed. (Given up for want of a PubAck,
+	// MaxPending events take 6 x AckWait at the least.)
+	givenUp     map[uint64]bool
+	givenUpRing []uint64 // the seqs given up, oldest at givenUpNext once full
+	givenUpNext int
+	limit       int // wake the sender when len(pending)+len(failed) <= limit
+	wake        chan struct{}
 }
 
 type inFlight struct {
@@ -646,6 +669,7 @@ func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, er
 		nextExpire: never,
 		pending:    make(map[uint64]inFlight, o.MaxPending),
 		queued:     make(map[uint64]bool),
+		givenUp:    make(map[uint64]bool),
 		limit:      -1,
 		wake:       make(chan struct{}, 1),
 		buf:        make([]byte, 0, 256),
@@ -888,13 +912,30 @@ func (p *publisher) onReply(m *nats.Msg) {
 	defer p.mu.Unlock()
 	f, ok := p.pending[seq]
 	if !ok {
+		if cause != nil {
+			return // settled, waiting to be sent again, or given up: a failure changes none of that
+		}
 		// Settled already, or failed and waiting to be sent again: a
 		// success to an earlier send (its PubAck later than AckWait)
 		// settles the event there too. Its resend would have found the
 		// event stored, but would now be given up if it fell past the
 		// duplicate window: counted failed though JetStream stored it.
-		if settled, waiting := p.queued[seq]; waiting && !settled && cause == nil {
-			p.queued[seq] = true
+		if settled, waiting := p.queued[seq]; waiting {
+			if !settled {
+				p.queued[seq] = true
+				p.settleLocked(dup, try)
+			}
+			return
+		}
+		// Given up (its tries used, or past the window), and stored all
+		// the same: left failed, it made `jetsink publish` fail and say
+		// to publish it again, which past the window stores it twice.
+		if past, ok := p.givenUp[seq]; ok {
+			delete(p.givenUp, seq) // once: a resend's duplicate PubAck may follow
+			p.gaveUp--
+			if past {
+				p.pastWindow--
+			}
 			p.settleLocked(dup, try)
 		}
 		return
@@ -1090,11 +1131,10 @@ func (p *publisher) expireLate(now time.Duration) {
 }
 
 // resendDue sends again each failed publish whose retryWait has passed at
-// now, or gives it up (counting it in res.Failed) after maxRetries
-// resends or once a resend would go out past the duplicate window
-// (resendBy, also in res.PastWindow); it drops one a late PubAck settled
-// meanwhile, and puts back one due while the connection is reconnecting
-// (see send). Once the connection is closed it sends nothing: it puts the
+// now, or gives it up (see giveUpLocked) after maxRetries resends or
+// once a resend would go out past the duplicate window (resendBy); it
+// drops one a late PubAck settled meanwhile, and puts back one due while
+// the connection is reconnecting (see send). Once the connection is closed it sends nothing: it puts the
 // resend back and returns, and wait gives them all up. It does not block:
 // a resend takes the room its failed send held under MaxPending.
 func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duration) {
@@ -1112,10 +1152,10 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 		// dropped, and a resend past the window gave up a stored event.
 		if settled := p.queued[f.seq]; settled || f.try > maxRetries {
 			delete(p.queued, f.seq)
-			p.mu.Unlock()
 			if !settled { // else stored: a late PubAck to an earlier send said so
-				res.Failed++
+				p.giveUpLocked(f.seq, false, f.first != noFirst)
 			}
+			p.mu.Unlock()
 			continue
 		}
 		p.mu.Unlock()
@@ -1126,8 +1166,7 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 		case sendPastWindow:
 			p.mu.Lock()
 			if !p.queued[f.seq] { // else stored, settled meanwhile
-				res.Failed++
-				res.PastWindow++
+				p.giveUpLocked(f.seq, true, true) // past the window, from a send that went out
 			}
 			delete(p.queued, f.seq)
 			p.mu.Unlock()
@@ -1157,15 +1196,38 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 	}
 }
 
+// giveUpLocked counts event seq given up, past the duplicate window if
+// past, and, when a send of it went out (out), keeps it in givenUp for a
+// PubAck that may still come. p.mu is held.
+func (p *publisher) giveUpLocked(seq uint64, past, out bool) {
+	p.gaveUp++
+	if past {
+		p.pastWindow++
+	}
+	if !out {
+		return // every send refused: nothing to answer
+	}
+	if len(p.givenUpRing) < max(p.o.MaxPending, 1) {
+		p.givenUpRing = append(p.givenUpRing, seq)
+	} else {
+		delete(p.givenUp, p.givenUpRing[p.givenUpNext]) // forgotten (settled since, maybe)
+		p.givenUpRing[p.givenUpNext] = seq
+		p.givenUpNext = (p.givenUpNext + 1) % len(p.givenUpRing)
+	}
+	p.givenUp[seq] = past
+}
+
 // abandon gives up, the connection being closed, every publish not yet
 // settled: one in pending, or failed after a send the connection took,
-// counts in res.Failed (it went out: it may be stored, its PubAck lost);
+// counts failed (it went out: it may be stored, its PubAck lost);
 // one every send of which the connection refused did not go out, and is
 // taken back out of res.Sent into p.unsent. It sets p.closed.
 func (p *publisher) abandon(res *Result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	res.Failed += len(p.pending)
+	// Not kept for a late PubAck (giveUpLocked): none comes on a closed
+	// connection.
+	p.gaveUp += len(p.pending)
 	clear(p.pending)
 	for _, f := range p.failed {
 		switch {
@@ -1174,7 +1236,7 @@ func (p *publisher) abandon(res *Result) {
 			res.Sent--
 			p.unsent++
 		default:
-			res.Failed++
+			p.gaveUp++
 		}
 	}
 	p.failed = p.failed[:0]
