@@ -1539,3 +1539,44 @@ func TestPublisherKeepsTheLastGivenUp(t *testing.T) {
 			res, len(p.givenUp), p.givenUpRing)
 	}
 }
+
+// A resend held while the connection reconnects goes out when the
+// connection is back, not when it comes due again: it waited up to
+// retryWait (250 ms) after the reconnect. Here retryWait is an hour, and
+// without the wake the wait ran into its deadline.
+func TestPublisherSendsAHeldResendAtTheReconnect(t *testing.T) {
+	e := newJSEnv(t)
+	e.stream(t, jetstream.StreamConfig{Name: "HR", Subjects: []string{"hr.>"}, Storage: jetstream.FileStorage})
+	nc := noBufferConn(t, e)
+	p, err := newPublisher(e.ctx, nc, Options{Subject: "hr", Subjects: 1, MaxPending: 10, AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	downUntilReconnecting(e, nc)
+	p.mu.Lock()
+	p.failLocked(1, inFlight{try: 1}, p.errLate)
+	p.mu.Unlock()
+	var res Result
+	p.resendDue(e.ctx, &res, time.Since(p.start)+retryWait)
+	if p.heldResends != 1 || len(p.failed) != 1 || res.Retried != 0 {
+		t.Fatalf("while reconnecting: %d held, %d failed, %+v; want the resend held", p.heldResends, len(p.failed), res)
+	}
+	// Only this goroutine, p's sending one, reads it.
+	defer func(w time.Duration) { retryWait = w }(retryWait)
+	retryWait = time.Hour
+	if err := e.ns.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	if _, _, err := p.wait(ctx, nil, &res, time.Since(p.start), 0, 0, false); err != nil {
+		t.Fatalf("the held resend did not go out at the reconnect: %v (%d held, %d failed)", err, p.heldResends, len(p.failed))
+	}
+	if res = p.result(res); res.Acked != 1 || res.Retried != 1 || res.Failed != 0 {
+		t.Errorf("%+v; want the resend sent at the reconnect and acknowledged", res)
+	}
+	if got := testenv.StreamMsgs(t, e.ctx, e.js, "HR"); got != 1 {
+		t.Errorf("the stream holds %d messages, want 1", got)
+	}
+}

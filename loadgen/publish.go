@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,10 +294,13 @@ func (l *sendLag) record(d time.Duration) {
 // the send before it. See ResendSpan.
 const (
 	maxRetries = 5
-	retryWait  = 250 * time.Millisecond
 	slack      = 50 * time.Millisecond
 	scanEvery  = 10 * time.Millisecond
 )
+
+// retryWait is a var for tests only: one sets it long to show that a
+// resend held for a reconnect goes out at the reconnect, not retryWait on.
+var retryWait = 250 * time.Millisecond
 
 // sendTick is the open-loop publisher's shortest sleep.
 const sendTick = time.Millisecond
@@ -599,6 +604,10 @@ type publisher struct {
 	// refused.
 	closed bool
 	unsent int
+	// heldResends counts the resends in failed held for a reconnect
+	// (failedPub.held): wait sends them at once when the connection is
+	// back (releaseHeld).
+	heldResends int
 
 	mu      sync.Mutex
 	pending map[uint64]inFlight // by seq
@@ -648,7 +657,8 @@ type failedPub struct {
 	stamp int64
 	first int64 // when the connection first took a send of the event, time since start in ns; noFirst: none
 	try   int   // the send that failed
-	at    int64 // when it failed, time since start in ns
+	at    int64 // when it failed, time since start in ns; when it was last held
+	held  bool  // a resend held while the connection reconnected (see releaseHeld)
 }
 
 // traceparentHeader is the W3C trace context header, in the lower case
@@ -1046,6 +1056,11 @@ func (p *publisher) wait(ctx context.Context, stop <-chan struct{}, res *Result,
 		if now >= p.nextExpire {
 			p.expireLate(now)
 		}
+		if p.heldResends > 0 && p.nc.Status() == nats.CONNECTED {
+			// Back (the CONNECTED status woke the wait): what was held
+			// goes now, not when it comes due again, up to retryWait on.
+			p.releaseHeld(now)
+		}
 		p.resendDue(ctx, res, now)
 		st := p.nc.Status()
 		if st == nats.CLOSED {
@@ -1107,6 +1122,21 @@ func (p *publisher) wait(ctx context.Context, stop <-chan struct{}, res *Result,
 	}
 }
 
+// releaseHeld makes the resends held for a reconnect due at now, keeping
+// failed oldest first (by at): resendDue sends them next.
+func (p *publisher) releaseHeld(now time.Duration) {
+	due := int64(now - retryWait)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.failed {
+		if f := &p.failed[i]; f.held {
+			f.held, f.at = false, min(f.at, due)
+		}
+	}
+	slices.SortStableFunc(p.failed, func(a, b failedPub) int { return cmp.Compare(a.at, b.at) })
+	p.heldResends = 0
+}
+
 // expireLate counts as failed the publishes sent AckWait or more before
 // now, and sets when to look next: when the oldest left reaches AckWait,
 // but not sooner than scanEvery (a scan reads every pending publish).
@@ -1146,6 +1176,10 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 		}
 		f := p.failed[0]
 		p.failed = p.failed[1:]
+		if f.held {
+			f.held = false
+			p.heldResends--
+		}
 		// Its seq stays in queued until send moves it to pending (or it
 		// is given up or held), so that a PubAck to an earlier send that
 		// comes meanwhile finds it: in neither map, the PubAck was
@@ -1171,16 +1205,17 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 			delete(p.queued, f.seq)
 			p.mu.Unlock()
 		case sendHeld, sendClosed:
-			// Not a try: looked at again retryWait on, until the
-			// connection is back or the window leaves no time. Its room
-			// under MaxPending stays taken, unless it was settled
+			// Not a try: looked at again retryWait on, for the window,
+			// or at once when the connection is back (releaseHeld). Its
+			// room under MaxPending stays taken, unless it was settled
 			// meanwhile. Closed, wait gives it up with the rest.
 			p.mu.Lock()
 			if p.queued[f.seq] {
 				delete(p.queued, f.seq)
 			} else {
-				f.at = int64(time.Since(p.start))
+				f.at, f.held = int64(time.Since(p.start)), true
 				p.failed = append(p.failed, f)
+				p.heldResends++
 			}
 			p.mu.Unlock()
 			if out == sendClosed {
@@ -1240,6 +1275,7 @@ func (p *publisher) abandon(res *Result) {
 		}
 	}
 	p.failed = p.failed[:0]
+	p.heldResends = 0
 	clear(p.queued)
 	p.closed = true
 }
