@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,6 +27,9 @@ type BaselineConfig struct {
 	Table       string
 	BatchRows   int           // default 1000
 	BatchDelay  time.Duration // default 50ms
+	// Log receives the start-up line (slog text format) that says what
+	// the baseline runs with, as jetsink's does (RanWith); nil: none.
+	Log io.Writer
 }
 
 // telemetry is the event as encoding/json decodes it.
@@ -78,6 +84,13 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
 	}
 	defer db.Close(context.WithoutCancel(ctx))
 
+	if cfg.Log != nil {
+		// One goroutine and one connection, by design; GOMAXPROCS is the
+		// runtime's (a cgroup's CPU quota lowers it), and the bench reads
+		// it here rather than working it out.
+		slog.New(slog.NewTextHandler(cfg.Log, nil)).Info(baselineStartMsg, "gomaxprocs", runtime.GOMAXPROCS(0),
+			"workers", 1, "connections", 1, "mode", "at-least-once")
+	}
 	msgs := make(chan jetstream.Msg, cfg.BatchRows)
 	cc, err := cons.Consume(func(m jetstream.Msg) { msgs <- m })
 	if err != nil {

@@ -262,6 +262,8 @@ type Result struct {
 	// Lock is what happened around the table lock (Options.LockFor).
 	Lock  *LockResult `json:"lock,omitempty"`
 	Load1 float64     `json:"load1"` // one-minute load average when the run ended
+	// RanWith is what the engine ran with, as it logged at its start.
+	RanWith RanWith `json:"ran_with"`
 	// Log holds the engine's warnings and errors (the first 10 in the tail
 	// of its output): a heartbeat missed, a retried batch.
 	Log []string `json:"log,omitempty"`
@@ -291,14 +293,18 @@ type Report struct {
 	Duration string  `json:"duration,omitempty"`
 	Subjects int     `json:"subjects"`
 	// EventBytes is Options.EventBytes: events padded to this size.
-	EventBytes int        `json:"event_bytes,omitempty"`
-	Target     string     `json:"target"` // "embedded (fsync on...)" or "configured"
-	CPUs       int        `json:"cpus"`
-	GoVer      string     `json:"go"`
-	Started    time.Time  `json:"started"`
-	LoadAvg    [2]float64 `json:"load1_before_after"`
-	Results    []Result   `json:"results"`
-	Summary    []Summary  `json:"summary"`
+	EventBytes int    `json:"event_bytes,omitempty"`
+	Target     string `json:"target"` // "embedded (fsync on...)" or "configured"
+	// CPUs is the bench's runtime.NumCPU: the CPUs its affinity mask
+	// allows, the host's in a container limited by a cgroup CPU quota
+	// (docker run --cpus=2 on a 64-core host: 64). What each engine ran
+	// with, GOMAXPROCS among it, is its Result's RanWith.
+	CPUs    int        `json:"cpus"`
+	GoVer   string     `json:"go"`
+	Started time.Time  `json:"started"`
+	LoadAvg [2]float64 `json:"load1_before_after"`
+	Results []Result   `json:"results"`
+	Summary []Summary  `json:"summary"`
 	// FirstByRep is, with --compare, the engine that ran first in each
 	// repetition (index 0 is repetition 1). The order alternates, so with
 	// an odd Count one engine runs first once more than the other.
@@ -1029,7 +1035,9 @@ func jetsinkConfig(cfg config.Config, t target) config.Config {
 	cfg.Postgres.CreateTable = false
 	cfg.Postgres.Columns = benchColumns()
 	cfg.Telemetry.Listen = ""
-	cfg.Log.Level = "warn"
+	// Info for its start-up line, which says what it ran with (RanWith);
+	// after it, an Info line a minute (progress) and a few at the stop.
+	cfg.Log.Level = "info"
 	return cfg
 }
 
@@ -1357,6 +1365,8 @@ func sendLag(pub loadgen.Result) *SendLag {
 func (b *bencher) settle(ctx context.Context, res *Result, c *child, t target, before cpuSample, cpuOK bool, from time.Time,
 	first cpuMark, acks *ackTimes, clk clocks) error {
 	ci, steady, err := b.waitAcked(ctx, c, t, uint64(res.Published), first)
+	// Logged at its start, long before: what it ran with, failed or not.
+	res.RanWith = ranWith(c.out.head())
 	if err != nil {
 		c.kill()
 		res.Log = c.problems(10)

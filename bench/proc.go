@@ -393,16 +393,21 @@ func (c *child) kill() {
 	c.mem.stop()
 }
 
-// tailBuffer keeps the last max bytes written to it.
+// tailBuffer keeps the last max bytes written to it, and the first
+// headMax (see head).
 type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf bytes.Buffer
+	mu    sync.Mutex
+	max   int
+	buf   bytes.Buffer
+	first []byte
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if n := headMax - len(t.first); n > 0 {
+		t.first = append(t.first, p[:min(n, len(p))]...)
+	}
 	t.buf.Write(p)
 	if n := t.buf.Len(); n > t.max {
 		t.buf.Next(n - t.max)

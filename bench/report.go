@@ -174,9 +174,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	switch r.Scenario {
 	case ScenarioDrain:
-		fmt.Fprintf(&b, "scenario drain: %d events preloaded over %d subjects; %s; %d CPUs; %s\n", r.Events, r.Subjects, r.Target, r.CPUs, r.GoVer)
+		fmt.Fprintf(&b, "scenario drain: %d events preloaded over %d subjects; %s; NumCPU %d (CPU affinity, not a cgroup quota); %s\n", r.Events, r.Subjects, r.Target, r.CPUs, r.GoVer)
 	default:
-		fmt.Fprintf(&b, "scenario rate: %.0f events/s for %s over %d subjects (open loop); %s; %d CPUs; %s\n", r.Rate, r.Duration, r.Subjects, r.Target, r.CPUs, r.GoVer)
+		fmt.Fprintf(&b, "scenario rate: %.0f events/s for %s over %d subjects (open loop); %s; NumCPU %d (CPU affinity, not a cgroup quota); %s\n", r.Rate, r.Duration, r.Subjects, r.Target, r.CPUs, r.GoVer)
 	}
 	fmt.Fprintf(&b, "streams' duplicate window: %s\n", r.DupWindow)
 	for _, l := range r.Links {
@@ -232,6 +232,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		} else {
 			fmt.Fprintf(&b, "      latency is from each event's scheduled send time to %s\n", x.LatencyFrom)
 		}
+		fmt.Fprintf(&b, "      %s\n", x.RanWith.line())
 		if c := x.clockLine(); c != "" {
 			fmt.Fprintf(&b, "      %s\n", c)
 		}

@@ -45,8 +45,10 @@ func newBenchCmd() *cobra.Command {
                      redeliveries, and how long it took to catch up
 
 A flag of the other scenario is refused rather than ignored, and so is
---log-level: jetsink runs at warn (--set log.level=LEVEL changes it; its
-last lines are shown if it fails).
+--log-level: jetsink runs at info, for its start-up line, which the report
+gives as what it ran with (GOMAXPROCS, workers, connections, mode); --set
+log.level=LEVEL changes it (above info, the report cannot say); its last
+lines are shown if it fails.
 
 By default it runs on an embedded nats-server and a throwaway PostgreSQL
 cluster with fsync on, prepared like a running server: WAL segments to
@@ -133,9 +135,9 @@ environment: to trace jetsink, --set telemetry.otlp_endpoint=URL.`,
 			}
 			if cmd.Flags().Changed("log-level") {
 				// configFlags has it; the bench has no log of its own, and
-				// each engine logs at warn (its last lines are shown if it
-				// fails).
-				return usageError{errors.New("--log-level: the bench logs nothing of its own, and jetsink runs at warn; " +
+				// each engine logs at info, for its start-up line (its last
+				// lines are shown if it fails).
+				return usageError{errors.New("--log-level: the bench logs nothing of its own, and jetsink runs at info (its start-up line says what it ran with); " +
 					"--set log.level=LEVEL changes jetsink's, whose last lines the bench shows if it fails")}
 			}
 			for _, kv := range cf.set {
@@ -398,6 +400,7 @@ func newBenchBaselineCmd() *cobra.Command {
 					c.DatabaseURL = cfg.Postgres.URL
 				}
 			}
+			c.Log = cmd.ErrOrStderr() // its start-up line, for the report's ran_with
 			return bench.RunBaseline(ctx, c)
 		},
 	}
