@@ -67,6 +67,13 @@ type verdict struct {
 	lost        []string
 	unexpected  []string
 	deadLetters []deadLetter
+	// By event (keyed "seq:<seq>" for a loadgen event, "msg:<Nats-Msg-Id>"
+	// for another message): its rows, and its dead letters. A scenario
+	// whose events are either good or bad by design checks each against
+	// its kind (e.g. chaosCheckEach): check alone counts a row and a dead
+	// letter alike as delivered.
+	rowsOf    map[string]int
+	lettersOf map[string][]deadLetter
 }
 
 // dlqStream is the stream createStreams makes for the dead-letter subject.
@@ -160,7 +167,7 @@ func (e *env) waitSettled(ctx context.Context, x *expected) {
 // to judge against its mode (see judge).
 func (e *env) check(ctx context.Context, x *expected) verdict {
 	e.t.Helper()
-	v := verdict{published: x.total()}
+	v := verdict{published: x.total(), rowsOf: map[string]int{}, lettersOf: map[string][]deadLetter{}}
 	found := map[string]int{}
 	rows, err := e.db.Query(ctx, "SELECT seq, id::text FROM "+pgx.Identifier{e.table}.Sanitize())
 	if err != nil {
@@ -179,6 +186,7 @@ func (e *env) check(ctx context.Context, x *expected) verdict {
 			continue
 		}
 		found["seq:"+strconv.FormatInt(seq, 10)]++
+		v.rowsOf["seq:"+strconv.FormatInt(seq, 10)]++
 	}
 	if err := rows.Err(); err != nil {
 		e.t.Fatalf("read rows: %v", err)
@@ -193,6 +201,7 @@ func (e *env) check(ctx context.Context, x *expected) verdict {
 			continue
 		}
 		found[key]++
+		v.lettersOf[key] = append(v.lettersOf[key], d)
 	}
 	for s := range x.seqs {
 		if found["seq:"+strconv.FormatUint(s, 10)] == 0 {
