@@ -13,16 +13,19 @@
 // first send.
 //
 // A publish whose PubAck fails or does not come within Options.AckWait is
-// sent again, up to 5 times (a resend held for a reconnect is no try); the
-// stream's duplicate window must cover ResendSpan(AckWait) for JetStream
-// to store it once. Once the connection is closed (its reconnects ran
-// out) Publish gives up at once what is unsent or unacknowledged, and
-// says how many of each. Told the window
-// (Options.DuplicateWindow), Publish gives a publish up rather than send
-// a resend past it; MinDuplicateWindow(AckWait) lets every resend through,
-// and MaxAckWait(window) is the AckWait that does. An event whose first
-// send JetStream reports as a duplicate (its Nats-Msg-Id, from Run and
-// First, was used before) counts in Result.Duplicate, not Result.Acked.
+// sent again, up to 5 times (a resend held for a reconnect is no try, and
+// goes out as soon as the connection is back); the stream's duplicate
+// window must cover ResendSpan(AckWait) for JetStream to store it once.
+// Once the connection is closed (its reconnects ran out) Publish gives up
+// at once what is unsent or unacknowledged, and says how many of each.
+// Told the window (Options.DuplicateWindow), Publish gives a publish up
+// rather than send a resend past it; MinDuplicateWindow(AckWait) lets
+// every resend through, and MaxAckWait(window) is the AckWait that does.
+// A publish given up whose PubAck comes later, while Publish runs, counts
+// as acknowledged after all (JetStream stored it), not failed. An event
+// whose first send JetStream reports as a duplicate (its Nats-Msg-Id,
+// from Run and First, was used before) counts in Result.Duplicate, not
+// Result.Acked.
 //
 // Events are a pure function of (run, seq): tests and benchmarks can
 // recompute what was published and check every stored value against it.
