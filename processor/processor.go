@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -351,7 +352,11 @@ func (p *Processor) Run(intake, hard context.Context) error {
 	st.start("consumer", func() error { return p.consumer.Run(intake, hard, in) })
 	st.start("pipeline", func() error { return p.pipeline.RunHandoff(hard, h) })
 	st.start("sink", func() error { return p.sink.Run(hard, h) })
-	p.log.Info("jetsink running", "workers", p.cfg.Pipeline.Workers, "handoff", p.cfg.Pipeline.Handoff, "stream", p.cfg.NATS.Stream,
+	// GOMAXPROCS and connections beside workers: what a figure ran with
+	// (jetsink bench reads this line; GOMAXPROCS follows a cgroup CPU
+	// quota, which runtime.NumCPU does not).
+	p.log.Info("jetsink running", "workers", p.cfg.Pipeline.Workers, "connections", p.cfg.Postgres.Connections,
+		"gomaxprocs", runtime.GOMAXPROCS(0), "handoff", p.cfg.Pipeline.Handoff, "stream", p.cfg.NATS.Stream,
 		"consumer", p.cfg.NATS.Consumer, "table", p.sink.LogName(), "mode", p.cfg.Postgres.Mode)
 	progress, stopProgress := context.WithCancel(context.Background())
 	progressDone := make(chan struct{})

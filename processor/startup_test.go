@@ -42,8 +42,8 @@ func TestAdminAnswersWhileStarting(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	bound := make(chan string, 1)
-	log := slog.New(&addrHandler{msg: "admin listener: starting", addr: bound})
+	bound := make(chan map[string]string, 1)
+	log := slog.New(&recordHandler{msg: "admin listener: starting", attrs: bound})
 	newCtx, stopNew := context.WithCancel(ctx)
 	defer stopNew()
 	type result struct {
@@ -57,7 +57,8 @@ func TestAdminAnswersWhileStarting(t *testing.T) {
 	}()
 	var addr string
 	select {
-	case addr = <-bound:
+	case m := <-bound:
+		addr = m["addr"]
 	case r := <-done:
 		t.Fatalf("New returned before the admin listener was served: %v", r.err)
 	case <-ctx.Done():
@@ -98,29 +99,29 @@ func TestAdminAnswersWhileStarting(t *testing.T) {
 	}
 }
 
-// addrHandler sends the addr attribute of the first record logged with
-// msg, and drops every record.
-type addrHandler struct {
-	msg  string
-	addr chan<- string
+// recordHandler sends the attributes of the first record logged with msg,
+// by key as text, and drops every record.
+type recordHandler struct {
+	msg   string
+	attrs chan<- map[string]string
 }
 
-func (h *addrHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *addrHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *addrHandler) WithGroup(string) slog.Handler            { return h }
-func (h *addrHandler) Handle(_ context.Context, r slog.Record) error {
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
 	if r.Message != h.msg {
 		return nil
 	}
+	m := map[string]string{}
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "addr" {
-			select {
-			case h.addr <- a.Value.String():
-			default:
-			}
-		}
+		m[a.Key] = a.Value.String()
 		return true
 	})
+	select {
+	case h.attrs <- m:
+	default:
+	}
 	return nil
 }
 
@@ -207,9 +208,9 @@ func TestFailedNewCutsOffTheAdminListener(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	bound := make(chan string, 1)
+	bound := make(chan map[string]string, 1)
 	rec := &warnRecorder{}
-	log := slog.New(&teeHandler{rec, &addrHandler{msg: "admin listener: starting", addr: bound}})
+	log := slog.New(&teeHandler{rec, &recordHandler{msg: "admin listener: starting", attrs: bound}})
 	newCtx, stopNew := context.WithCancel(ctx)
 	defer stopNew()
 	done := make(chan error, 1)
@@ -222,7 +223,8 @@ func TestFailedNewCutsOffTheAdminListener(t *testing.T) {
 	}()
 	var addr string
 	select {
-	case addr = <-bound:
+	case m := <-bound:
+		addr = m["addr"]
 	case err := <-done:
 		t.Fatalf("New returned before the admin listener was served: %v", err)
 	case <-ctx.Done():
