@@ -332,8 +332,16 @@ func (e *env) settleBehindTrickle(ctx context.Context, x *expected, next uint64)
 			seqs = append(seqs, s)
 		}
 	}()
+	stopped := false
+	defer func() {
+		if !stopped { // a wait that failed the test: no trickle past it
+			close(stop)
+			<-sent
+		}
+	}()
 	e.waitSettled(ctx, x)
 	close(stop)
+	stopped = true
 	for _, s := range <-sent {
 		x.seqs[s] = true
 	}
