@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"iter"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,32 +44,16 @@ const cgroupNoLimit = 1 << 62
 // cgroupLimit{} and a nil error; any file that cannot be read or parsed is
 // an error (the caller treats it as no limit).
 func readCgroupLimit(root string) (cgroupLimit, error) {
-	b, err := os.ReadFile(filepath.Join(root, "proc/self/cgroup"))
+	mnt, dir, v1, err := findCgroup(root, "memory")
 	if err != nil {
 		return cgroupLimit{}, err
-	}
-	cgroup, v1, err := memoryCgroup(string(b))
-	if err != nil {
-		return cgroupLimit{}, err
-	}
-	b, err = os.ReadFile(filepath.Join(root, "proc/self/mountinfo"))
-	if err != nil {
-		return cgroupLimit{}, err
-	}
-	mnt, dir, err := cgroupDir(string(b), cgroup, v1)
-	if err != nil {
-		return cgroupLimit{}, err
-	}
-	mnt, dir = filepath.Join(root, mnt), filepath.Join(root, mnt, dir)
-	if _, err := os.Stat(dir); err != nil {
-		return cgroupLimit{}, err // moved to another cgroup since, say
 	}
 	files := []string{"memory.max", "memory.high"}
 	if v1 {
 		files = []string{"memory.limit_in_bytes"}
 	}
 	var lim cgroupLimit
-	for d := dir; ; d = filepath.Dir(d) {
+	for d := range cgroupAncestors(mnt, dir) {
 		for _, f := range files {
 			path := filepath.Join(d, f)
 			n, err := readLimitFile(path)
@@ -80,16 +67,53 @@ func readCgroupLimit(root string) (cgroupLimit, error) {
 				lim = cgroupLimit{bytes: n, file: path}
 			}
 		}
-		if d == mnt || !strings.HasPrefix(d, mnt+string(filepath.Separator)) {
-			return lim, nil
+	}
+	return lim, nil
+}
+
+// findCgroup returns the directory of this process's cgroup for controller
+// ("memory", "cpu"), under root, the mount point that shows it, and whether
+// it is a v1 hierarchy's. See readCgroupLimit.
+func findCgroup(root, controller string) (mnt, dir string, v1 bool, err error) {
+	b, err := os.ReadFile(filepath.Join(root, "proc/self/cgroup"))
+	if err != nil {
+		return "", "", false, err
+	}
+	cgroup, v1, err := controllerCgroup(string(b), controller)
+	if err != nil {
+		return "", "", false, err
+	}
+	b, err = os.ReadFile(filepath.Join(root, "proc/self/mountinfo"))
+	if err != nil {
+		return "", "", false, err
+	}
+	mnt, rel, err := cgroupDir(string(b), cgroup, controller, v1)
+	if err != nil {
+		return "", "", false, err
+	}
+	mnt, dir = filepath.Join(root, mnt), filepath.Join(root, mnt, rel)
+	if _, err := os.Stat(dir); err != nil {
+		return "", "", false, err // moved to another cgroup since, say
+	}
+	return mnt, dir, v1, nil
+}
+
+// cgroupAncestors yields dir, then its parents up to mnt, the top of the
+// mount that shows them (dir is mnt or under it).
+func cgroupAncestors(mnt, dir string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for d := dir; ; d = filepath.Dir(d) {
+			if !yield(d) || d == mnt || !strings.HasPrefix(d, mnt+string(filepath.Separator)) {
+				return
+			}
 		}
 	}
 }
 
-// memoryCgroup returns the process's memory cgroup from the text of
-// /proc/self/cgroup ("hierarchy-ID:controllers:path" lines) and whether it
-// is in a v1 hierarchy.
-func memoryCgroup(text string) (path string, v1 bool, err error) {
+// controllerCgroup returns the process's cgroup for controller ("memory",
+// "cpu") from the text of /proc/self/cgroup ("hierarchy-ID:controllers:path"
+// lines) and whether it is in a v1 hierarchy.
+func controllerCgroup(text, controller string) (path string, v1 bool, err error) {
 	for line := range strings.Lines(text) {
 		line = strings.TrimSuffix(line, "\n")
 		if line == "" {
@@ -100,23 +124,24 @@ func memoryCgroup(text string) (path string, v1 bool, err error) {
 			return "", false, fmt.Errorf("/proc/self/cgroup: malformed line %q", line)
 		}
 		switch {
-		case f[0] != "0" && slices.Contains(strings.Split(f[1], ","), "memory"):
+		case f[0] != "0" && slices.Contains(strings.Split(f[1], ","), controller):
 			return f[2], true, nil
 		case f[0] == "0" && f[1] == "":
-			path = f[2] // a v1 memory line may follow
+			path = f[2] // a v1 line with the controller may follow
 		}
 	}
 	if path == "" {
-		return "", false, errors.New("/proc/self/cgroup: in no memory cgroup")
+		return "", false, fmt.Errorf("/proc/self/cgroup: in no %s cgroup", controller)
 	}
 	return path, false, nil
 }
 
 // cgroupDir returns, from the text of /proc/self/mountinfo, the mount point
-// of the cgroup hierarchy that shows cgroup and the cgroup's directory
-// relative to it ("" when the mount's root is the cgroup itself, as in a
-// container with its own cgroup namespace).
-func cgroupDir(text, cgroup string, v1 bool) (mnt, rel string, err error) {
+// of the cgroup hierarchy that shows cgroup (v1: the hierarchy with
+// controller among its mount options, "cpu" in "rw,cpu,cpuacct") and the
+// cgroup's directory relative to it ("" when the mount's root is the cgroup
+// itself, as in a container with its own cgroup namespace).
+func cgroupDir(text, cgroup, controller string, v1 bool) (mnt, rel string, err error) {
 	for line := range strings.Lines(text) {
 		line = strings.TrimSuffix(line, "\n")
 		if line == "" {
@@ -129,7 +154,7 @@ func cgroupDir(text, cgroup string, v1 bool) (mnt, rel string, err error) {
 			return "", "", fmt.Errorf("/proc/self/mountinfo: malformed line %q", line)
 		}
 		if v1 {
-			if g[0] != "cgroup" || !slices.Contains(strings.Split(g[2], ","), "memory") {
+			if g[0] != "cgroup" || !slices.Contains(strings.Split(g[2], ","), controller) {
 				continue
 			}
 		} else if g[0] != "cgroup2" {
@@ -150,7 +175,7 @@ func cgroupDir(text, cgroup string, v1 bool) (mnt, rel string, err error) {
 	}
 	kind := "cgroup2"
 	if v1 {
-		kind = "cgroup v1 memory"
+		kind = "cgroup v1 " + controller
 	}
 	return "", "", fmt.Errorf("/proc/self/mountinfo: no %s mount shows %s", kind, cgroup)
 }
@@ -194,4 +219,160 @@ func readLimitFile(path string) (int64, error) {
 		return 0, nil
 	}
 	return n, nil
+}
+
+// cpuQuota is the CPU bandwidth limit of the cgroup that holds this
+// process: quota microseconds of CPU time in every period.
+type cpuQuota struct {
+	cpus float64 // quota / period; 0: none
+	// file is the limit file that set it, under the root it was read from,
+	// raw what it holds: "150000 100000" in cpu.max (v2), "150000" in
+	// cpu.cfs_quota_us, whose period, in cpu.cfs_period_us beside it, is
+	// in period (v1).
+	file, raw, period string
+	// parent: the quota is a parent cgroup's, not the process's own.
+	parent bool
+}
+
+// String is the quota as the "cpu" line gives it: "1.5 (/sys/fs/cgroup/cpu.max
+// 150000 100000)", or "none".
+func (q cpuQuota) String() string {
+	if q.cpus == 0 {
+		return "none"
+	}
+	cpus := strings.TrimRight(strings.TrimRight(strconv.FormatFloat(q.cpus, 'f', 2, 64), "0"), ".")
+	if q.period != "" {
+		return fmt.Sprintf("%s (%s %s, cpu.cfs_period_us %s)", cpus, q.file, q.raw, q.period)
+	}
+	return fmt.Sprintf("%s (%s %s)", cpus, q.file, q.raw)
+}
+
+// readCPUQuota finds the CPU quota that applies to this process, as
+// readCgroupLimit finds the memory limit: the lowest (in CPUs) of its cpu
+// cgroup's and its parents' up to the top of the mount. The files: cpu.max
+// for v2 ("max <period>": none), cpu.cfs_quota_us and cpu.cfs_period_us for
+// v1 (a quota of -1: none). No quota found is cpuQuota{} and a nil error;
+// any file that cannot be read or parsed is an error (the caller treats it
+// as no quota).
+func readCPUQuota(root string) (cpuQuota, error) {
+	mnt, dir, v1, err := findCgroup(root, "cpu")
+	if err != nil {
+		return cpuQuota{}, err
+	}
+	var lowest cpuQuota
+	for d := range cgroupAncestors(mnt, dir) {
+		q, err := readCPUQuotaIn(d, v1)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a hierarchy's root has no cpu.max
+		}
+		if err != nil {
+			return cpuQuota{}, err
+		}
+		if q.cpus > 0 && (lowest.cpus == 0 || q.cpus < lowest.cpus) {
+			lowest = q
+			lowest.parent = d != dir
+		}
+	}
+	return lowest, nil
+}
+
+// readCPUQuotaIn reads the quota of the cgroup directory dir.
+func readCPUQuotaIn(dir string, v1 bool) (cpuQuota, error) {
+	if v1 {
+		qf := filepath.Join(dir, "cpu.cfs_quota_us")
+		quota, err := readCPUFile(qf)
+		if err != nil || quota < 0 {
+			return cpuQuota{}, err
+		}
+		period, err := readCPUFile(filepath.Join(dir, "cpu.cfs_period_us"))
+		if err != nil {
+			return cpuQuota{}, err
+		}
+		if quota == 0 || period <= 0 {
+			return cpuQuota{}, fmt.Errorf("%s: not a quota: %d in a period of %d", qf, quota, period)
+		}
+		return cpuQuota{cpus: float64(quota) / float64(period), file: qf,
+			raw: strconv.FormatInt(quota, 10), period: strconv.FormatInt(period, 10)}, nil
+	}
+	path := filepath.Join(dir, "cpu.max")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cpuQuota{}, err
+	}
+	raw := strings.TrimSpace(string(b))
+	q, p, ok := strings.Cut(raw, " ")
+	period, perr := strconv.ParseInt(p, 10, 64)
+	if !ok || perr != nil || period <= 0 {
+		return cpuQuota{}, fmt.Errorf("%s: not a quota and a period: %q", path, raw)
+	}
+	if q == "max" {
+		return cpuQuota{}, nil
+	}
+	quota, err := strconv.ParseInt(q, 10, 64)
+	if err != nil || quota <= 0 {
+		return cpuQuota{}, fmt.Errorf("%s: not a quota and a period: %q", path, raw)
+	}
+	return cpuQuota{cpus: float64(quota) / float64(period), file: path, raw: raw}, nil
+}
+
+// readCPUFile reads a cgroup v1 CPU bandwidth file: a number of
+// microseconds.
+func readCPUFile(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	s := strings.TrimSpace(string(b))
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: not a number of microseconds: %q", path, s)
+	}
+	return n, nil
+}
+
+// logCPU logs the "cpu" line at start-up: GOMAXPROCS, the cgroup's CPU
+// quota (readCPUQuota under root; "none" if it finds none or fails, which
+// it logs at Debug, as memory_limit: auto does) and the CPUs the process
+// may run on. Go's runtime sets GOMAXPROCS from the quota (rounded up, at
+// least 2) but does not say what the quota is: a figure measured under
+// docker run --cpus=1.5 cannot be read, nor reproduced, without it
+// (jetsink bench's report reads this line). gomaxprocs_from says when
+// GOMAXPROCS does not follow the quota.
+func logCPU(root string, log *slog.Logger) {
+	q, err := readCPUQuota(root)
+	if err != nil {
+		log.Debug("cpu: no cgroup CPU quota read", "err", err)
+	}
+	attrs := []any{"gomaxprocs", runtime.GOMAXPROCS(0), "cpu_quota", q.String(), "numcpu", runtime.NumCPU()}
+	if from := gomaxprocsFrom(q); from != "" {
+		attrs = append(attrs, "gomaxprocs_from", from)
+	}
+	log.Info("cpu", attrs...)
+}
+
+// gomaxprocsFrom says why GOMAXPROCS does not follow the quota q, when it
+// does not: the GOMAXPROCS variable (which the runtime takes as it is when
+// it is a positive number), GODEBUG containermaxprocs=0 (the last setting
+// wins, as the runtime reads it; one built in with a //go:debug line is not
+// seen here), or a quota on a parent cgroup, which the runtime does not
+// read (it reads the process's own cgroup's only).
+func gomaxprocsFrom(q cpuQuota) string {
+	if v := os.Getenv("GOMAXPROCS"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return "the GOMAXPROCS environment variable (" + v + "), not the CPU quota"
+		}
+	}
+	containerMaxProcs := ""
+	for s := range strings.SplitSeq(os.Getenv("GODEBUG"), ",") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(s), "containermaxprocs="); ok {
+			containerMaxProcs = v
+		}
+	}
+	if containerMaxProcs == "0" {
+		return "the CPUs: GODEBUG containermaxprocs=0 turns the CPU quota off for it"
+	}
+	if q.parent {
+		return "the CPUs and the process's own cgroup's quota: Go's runtime does not read cpu_quota, a parent cgroup's"
+	}
+	return ""
 }

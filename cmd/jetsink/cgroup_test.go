@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -289,5 +292,273 @@ func TestSoftLimitUnder(t *testing.T) {
 		if got := softLimitUnder(tc.cg); got != tc.want {
 			t.Errorf("soft limit %d under %d, want %d", got, tc.cg, tc.want)
 		}
+	}
+}
+
+// Lines of /proc/self/mountinfo with cgroup v1's cpu controller, as Docker
+// on a v1 host shows them: cpu and cpuacct co-mounted, a separate cpuset.
+const mountsV1CPU = "30 22 0:27 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755\n" +
+	"32 30 0:29 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n" +
+	"33 30 0:30 /docker/abc /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n" +
+	"34 30 0:31 /docker/abc /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n" +
+	"40 30 0:37 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
+
+func TestReadCPUQuota(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		files   map[string]string
+		want    string // cpuQuota.String with <root> for the root
+		parent  bool
+		wantErr string
+	}{
+		{
+			name: "v2 container with a quota",
+			files: map[string]string{
+				"proc/self/cgroup":         "0::/\n",
+				"proc/self/mountinfo":      mountsV2Container,
+				"sys/fs/cgroup/cpu.max":    "150000 100000\n",
+				"sys/fs/cgroup/memory.max": "max\n",
+			},
+			want: "1.5 (<root>/sys/fs/cgroup/cpu.max 150000 100000)",
+		},
+		{
+			name: "v2 max: none",
+			files: map[string]string{
+				"proc/self/cgroup":      "0::/\n",
+				"proc/self/mountinfo":   mountsV2Container,
+				"sys/fs/cgroup/cpu.max": "max 100000\n",
+			},
+			want: "none",
+		},
+		{
+			name: "v2 no cpu.max (the hierarchy's root): none",
+			files: map[string]string{
+				"proc/self/cgroup":                 "0::/\n",
+				"proc/self/mountinfo":              mountsV2Host,
+				"sys/fs/cgroup/cgroup.controllers": "cpu memory\n",
+			},
+			want: "none",
+		},
+		{
+			name: "v2 quota on a parent (a host's slice)",
+			files: map[string]string{
+				"proc/self/cgroup":    "0::/system.slice/jetsink.service\n",
+				"proc/self/mountinfo": mountsV2Host,
+				"sys/fs/cgroup/system.slice/jetsink.service/cpu.max": "max 100000\n",
+				"sys/fs/cgroup/system.slice/cpu.max":                 "200000 100000\n",
+			},
+			want:   "2 (<root>/sys/fs/cgroup/system.slice/cpu.max 200000 100000)",
+			parent: true,
+		},
+		{
+			name: "v2 the lowest in CPUs of the cgroup and its parents",
+			files: map[string]string{
+				"proc/self/cgroup":            "0::/a/b/c\n",
+				"proc/self/mountinfo":         mountsV2Host,
+				"sys/fs/cgroup/a/b/c/cpu.max": "100000 50000\n", // 2 CPUs in a shorter period
+				"sys/fs/cgroup/a/b/cpu.max":   "50000 100000\n",
+				"sys/fs/cgroup/a/cpu.max":     "400000 100000\n",
+			},
+			want:   "0.5 (<root>/sys/fs/cgroup/a/b/cpu.max 50000 100000)",
+			parent: true,
+		},
+		{
+			name: "v2 own quota below its parent's",
+			files: map[string]string{
+				"proc/self/cgroup":          "0::/a/b\n",
+				"proc/self/mountinfo":       mountsV2Host,
+				"sys/fs/cgroup/a/b/cpu.max": "33333 100000\n",
+				"sys/fs/cgroup/a/cpu.max":   "200000 100000\n",
+			},
+			want: "0.33 (<root>/sys/fs/cgroup/a/b/cpu.max 33333 100000)",
+		},
+		{
+			name: "v2 the mount rooted at the cgroup",
+			files: map[string]string{
+				"proc/self/cgroup":      "0::/system.slice/docker-1.scope\n",
+				"proc/self/mountinfo":   "30 22 0:27 /system.slice/docker-1.scope /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n",
+				"sys/fs/cgroup/cpu.max": "250000 100000\n",
+			},
+			want: "2.5 (<root>/sys/fs/cgroup/cpu.max 250000 100000)",
+		},
+		{
+			name: "v1 cpu,cpuacct, under a hybrid host's unified line",
+			files: map[string]string{
+				"proc/self/cgroup":                            "5:cpuset:/docker/abc\n4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/\n",
+				"proc/self/mountinfo":                         mountsV1CPU,
+				"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us":  "150000\n",
+				"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+				"sys/fs/cgroup/unified/cpu.max":               "1000 100000\n", // not the cpu controller's
+			},
+			want: "1.5 (<root>/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us 150000, cpu.cfs_period_us 100000)",
+		},
+		{
+			name: "v1 -1: none",
+			files: map[string]string{
+				"proc/self/cgroup":                    "1:cpu:/\n2:cpuacct:/\n0::/\n",
+				"proc/self/mountinfo":                 mountsV1,
+				"sys/fs/cgroup/cpu/cpu.cfs_quota_us":  "-1\n",
+				"sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n",
+			},
+			want: "none",
+		},
+		{
+			name: "v1 quota on a parent, cpuacct's hierarchy not taken for cpu's",
+			files: map[string]string{
+				"proc/self/cgroup": "2:cpuacct:/elsewhere\n11:cpu:/kubepods/pod1/c1\n",
+				"proc/self/mountinfo": "33 30 0:30 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n" +
+					"34 30 0:31 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n",
+				"sys/fs/cgroup/cpu/kubepods/pod1/c1/cpu.cfs_quota_us":  "-1\n",
+				"sys/fs/cgroup/cpu/kubepods/pod1/c1/cpu.cfs_period_us": "100000\n",
+				"sys/fs/cgroup/cpu/kubepods/pod1/cpu.cfs_quota_us":     "250000\n",
+				"sys/fs/cgroup/cpu/kubepods/pod1/cpu.cfs_period_us":    "100000\n",
+				"sys/fs/cgroup/cpu/kubepods/cpu.cfs_quota_us":          "-1\n",
+				"sys/fs/cgroup/cpu/kubepods/cpu.cfs_period_us":         "100000\n",
+				"sys/fs/cgroup/cpu/cpu.cfs_quota_us":                   "-1\n",
+				"sys/fs/cgroup/cpu/cpu.cfs_period_us":                  "100000\n",
+				"sys/fs/cgroup/cpuacct/elsewhere/cpu.cfs_quota_us":     "1000\n",
+			},
+			want:   "2.5 (<root>/sys/fs/cgroup/cpu/kubepods/pod1/cpu.cfs_quota_us 250000, cpu.cfs_period_us 100000)",
+			parent: true,
+		},
+		{
+			name: "in no cpu cgroup",
+			files: map[string]string{
+				"proc/self/cgroup":    "4:memory:/docker/abc\n",
+				"proc/self/mountinfo": mountsV1CPU,
+			},
+			wantErr: "no cpu cgroup",
+		},
+		{
+			name: "v1 no cpu mount",
+			files: map[string]string{
+				"proc/self/cgroup":    "3:cpu,cpuacct:/docker/abc\n",
+				"proc/self/mountinfo": mountsV2Container,
+			},
+			wantErr: "no cgroup v1 cpu mount",
+		},
+		{
+			name: "garbage in cpu.max",
+			files: map[string]string{
+				"proc/self/cgroup":      "0::/\n",
+				"proc/self/mountinfo":   mountsV2Container,
+				"sys/fs/cgroup/cpu.max": "lots\n",
+			},
+			wantErr: "not a quota",
+		},
+		{
+			name: "cpu.max without a period",
+			files: map[string]string{
+				"proc/self/cgroup":      "0::/\n",
+				"proc/self/mountinfo":   mountsV2Container,
+				"sys/fs/cgroup/cpu.max": "150000\n",
+			},
+			wantErr: "not a quota",
+		},
+		{
+			name: "garbage in a parent's cpu.max",
+			files: map[string]string{
+				"proc/self/cgroup":        "0::/a\n",
+				"proc/self/mountinfo":     mountsV2Host,
+				"sys/fs/cgroup/a/cpu.max": "150000 100000\n",
+				"sys/fs/cgroup/cpu.max":   "max\n",
+			},
+			wantErr: "not a quota",
+		},
+		{
+			name: "garbage in cpu.cfs_period_us",
+			files: map[string]string{
+				"proc/self/cgroup":                    "1:cpu:/\n",
+				"proc/self/mountinfo":                 mountsV1,
+				"sys/fs/cgroup/cpu/cpu.cfs_quota_us":  "150000\n",
+				"sys/fs/cgroup/cpu/cpu.cfs_period_us": "often\n",
+			},
+			wantErr: "not a number",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := fakeRoot(t, tc.files)
+			got, err := readCPUQuota(root)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("quota %v, error %v; want an error with %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.ReplaceAll(tc.want, "<root>", root); got.String() != want || got.parent != tc.parent {
+				t.Errorf("quota %q (a parent's: %t), want %q (%t)", got, got.parent, want, tc.parent)
+			}
+		})
+	}
+}
+
+// The "cpu" line gives GOMAXPROCS, the quota and the CPUs, and says when
+// GOMAXPROCS does not follow the quota.
+func TestLogCPU(t *testing.T) {
+	own := map[string]string{
+		"proc/self/cgroup":      "0::/\n",
+		"proc/self/mountinfo":   mountsV2Container,
+		"sys/fs/cgroup/cpu.max": "150000 100000\n",
+	}
+	parents := map[string]string{
+		"proc/self/cgroup":        "0::/a\n",
+		"proc/self/mountinfo":     mountsV2Host,
+		"sys/fs/cgroup/a/cpu.max": "max 100000\n",
+		"sys/fs/cgroup/cpu.max":   "150000 100000\n",
+	}
+	unreadable := map[string]string{
+		"proc/self/cgroup":      "0::/\n",
+		"proc/self/mountinfo":   mountsV2Container,
+		"sys/fs/cgroup/cpu.max": "lots\n",
+	}
+	gomaxprocs := fmt.Sprintf("msg=cpu gomaxprocs=%d ", runtime.GOMAXPROCS(0))
+	numcpu := fmt.Sprintf(" numcpu=%d", runtime.NumCPU())
+	for _, tc := range []struct {
+		name               string
+		files              map[string]string
+		gomaxprocsEnv      string
+		godebug            string
+		quota, from, debug string // from: "" for no gomaxprocs_from
+	}{
+		{name: "own quota", files: own, quota: `cpu_quota="1.5 (<root>/sys/fs/cgroup/cpu.max 150000 100000)"`},
+		{name: "no cgroup", files: map[string]string{}, quota: "cpu_quota=none", debug: "no cgroup CPU quota read"},
+		{name: "unreadable: none, said at debug", files: unreadable, quota: "cpu_quota=none", debug: "not a quota"},
+		{name: "GOMAXPROCS set", files: own, gomaxprocsEnv: "3", quota: `cpu_quota="1.5 (`,
+			from: `gomaxprocs_from="the GOMAXPROCS environment variable (3), not the CPU quota"`},
+		{name: "GOMAXPROCS not a number: the runtime ignores it", files: own, gomaxprocsEnv: "lots", quota: `cpu_quota="1.5 (`},
+		{name: "GODEBUG containermaxprocs=0", files: own, godebug: "panicnil=0,containermaxprocs=0", quota: `cpu_quota="1.5 (`,
+			from: `gomaxprocs_from="the CPUs: GODEBUG containermaxprocs=0`},
+		{name: "GODEBUG containermaxprocs=0 then 1", files: own, godebug: "containermaxprocs=0,containermaxprocs=1", quota: `cpu_quota="1.5 (`},
+		{name: "a parent's quota", files: parents, quota: `cpu_quota="1.5 (<root>/sys/fs/cgroup/cpu.max 150000 100000)"`,
+			from: `gomaxprocs_from="the CPUs and the process's own cgroup's quota: Go's runtime does not read cpu_quota, a parent cgroup's"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("GOMAXPROCS", tc.gomaxprocsEnv)
+			t.Setenv("GODEBUG", tc.godebug)
+			root := fakeRoot(t, tc.files)
+			var out strings.Builder
+			logCPU(root, slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug})))
+			var line string
+			for l := range strings.Lines(out.String()) {
+				if strings.Contains(l, "msg=cpu ") {
+					line = strings.TrimSuffix(l, "\n")
+				}
+			}
+			quota := strings.ReplaceAll(tc.quota, "<root>", root)
+			if !strings.Contains(line, gomaxprocs+quota) || !strings.Contains(line, numcpu) ||
+				!strings.Contains(line, "level=INFO") {
+				t.Errorf("want an INFO line with %q, %q and %q:\n%s", gomaxprocs, quota, numcpu, out.String())
+			}
+			if got := strings.Contains(line, "gomaxprocs_from="); got != (tc.from != "") || !strings.Contains(line, tc.from) {
+				t.Errorf("want gomaxprocs_from %q in the line:\n%s", tc.from, out.String())
+			}
+			debugged := strings.Contains(out.String(), `level=DEBUG msg="cpu: no cgroup CPU quota read"`)
+			if debugged != (tc.debug != "") || !strings.Contains(out.String(), tc.debug) {
+				t.Errorf("want the failure %q at debug (none if \"\"):\n%s", tc.debug, out.String())
+			}
+		})
 	}
 }

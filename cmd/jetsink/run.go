@@ -117,6 +117,7 @@ NATS restart) are logged with their number, and the exit is 0.`,
 				}
 			})()
 
+			logCPU("/", log)
 			defer applyMemoryLimit(cfg.MemoryLimit, log)()
 			p, err := processor.New(startCtx, cfg, log)
 			st.Lock()

@@ -577,3 +577,33 @@ func TestJSONLogWritesDurationsAsText(t *testing.T) {
 		t.Fatalf("want %s in %s", want, buf.String())
 	}
 }
+
+// run logs the "cpu" line at its start, before it connects (so also when
+// start-up fails), with the keys jetsink bench's report reads (gomaxprocs,
+// cpu_quota): before, the report said "not logged: cpu_quota" for every
+// figure, and nothing said what CPU quota GOMAXPROCS had followed.
+func TestRunLogsTheCPULine(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := startJetsink(t, ctx, "run", "--nats-url", "nats://127.0.0.1:1", "--database-url", "postgres://127.0.0.1:1/x",
+		"--set", "log.format=json", "--set", "telemetry.listen=127.0.0.1:0")
+	if code := r.wait(t, ctx); code != exitFailed {
+		t.Fatalf("exit %d, want %d (no NATS there):\n%s", code, exitFailed, r.out.String())
+	}
+	want, err := readCPUQuota("/")
+	if err != nil {
+		t.Logf("this machine's CPU quota is not read (%v): want none", err)
+	}
+	var cpu []map[string]any
+	for l := range strings.Lines(r.out.String()) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(l), &rec) == nil && rec["msg"] == "cpu" {
+			cpu = append(cpu, rec)
+		}
+	}
+	if len(cpu) != 1 || cpu[0]["level"] != "INFO" || cpu[0]["gomaxprocs"] != float64(runtime.GOMAXPROCS(0)) ||
+		cpu[0]["cpu_quota"] != want.String() || cpu[0]["numcpu"] != float64(runtime.NumCPU()) {
+		t.Fatalf("cpu records %v; want one at INFO with gomaxprocs %d, cpu_quota %q, numcpu %d:\n%s",
+			cpu, runtime.GOMAXPROCS(0), want, runtime.NumCPU(), r.out.String())
+	}
+}
