@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"iter"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -343,20 +344,21 @@ func logCPU(root string, log *slog.Logger) {
 	if err != nil {
 		log.Debug("cpu: no cgroup CPU quota read", "err", err)
 	}
-	attrs := []any{"gomaxprocs", runtime.GOMAXPROCS(0), "cpu_quota", q.String(), "numcpu", runtime.NumCPU()}
-	if from := gomaxprocsFrom(q); from != "" {
+	procs := runtime.GOMAXPROCS(0)
+	attrs := []any{"gomaxprocs", procs, "cpu_quota", q.String(), "numcpu", runtime.NumCPU()}
+	if from := gomaxprocsFrom(q, procs); from != "" {
 		attrs = append(attrs, "gomaxprocs_from", from)
 	}
 	log.Info("cpu", attrs...)
 }
 
-// gomaxprocsFrom says why GOMAXPROCS does not follow the quota q, when it
-// does not: the GOMAXPROCS variable (which the runtime takes as it is when
-// it is a positive number), GODEBUG containermaxprocs=0 (the last setting
-// wins, as the runtime reads it; one built in with a //go:debug line is not
-// seen here), or a quota on a parent cgroup, which the runtime does not
-// read (it reads the process's own cgroup's only).
-func gomaxprocsFrom(q cpuQuota) string {
+// gomaxprocsFrom says why GOMAXPROCS (procs) does not follow the quota q,
+// when it does not: the GOMAXPROCS variable (which the runtime takes as it
+// is when it is a positive number), GODEBUG containermaxprocs=0 (the last
+// setting wins, as the runtime reads it; one built in with a //go:debug
+// line is not seen here), or a quota on a parent cgroup that would give
+// fewer than procs (the runtime reads the process's own cgroup's only).
+func gomaxprocsFrom(q cpuQuota, procs int) string {
 	if v := os.Getenv("GOMAXPROCS"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n > 0 {
 			return "the GOMAXPROCS environment variable (" + v + "), not the CPU quota"
@@ -371,8 +373,9 @@ func gomaxprocsFrom(q cpuQuota) string {
 	if containerMaxProcs == "0" {
 		return "the CPUs: GODEBUG containermaxprocs=0 turns the CPU quota off for it"
 	}
-	if q.parent {
-		return "the CPUs and the process's own cgroup's quota: Go's runtime does not read cpu_quota, a parent cgroup's"
+	// The runtime's rounding: up, and at least 2.
+	if n := max(int(math.Ceil(q.cpus)), 2); q.parent && n < procs {
+		return fmt.Sprintf("not cpu_quota, a parent cgroup's, which Go's runtime does not read (it reads the process's own cgroup's): following it would give %d", n)
 	}
 	return ""
 }

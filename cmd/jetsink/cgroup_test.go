@@ -514,6 +514,12 @@ func TestLogCPU(t *testing.T) {
 		"proc/self/mountinfo":   mountsV2Container,
 		"sys/fs/cgroup/cpu.max": "lots\n",
 	}
+	// The parent's 1.5 CPUs give GOMAXPROCS 2, which is worth noting when
+	// GOMAXPROCS is more (a machine with more than 2 CPUs).
+	var parentFrom string
+	if runtime.GOMAXPROCS(0) > 2 {
+		parentFrom = `gomaxprocs_from="not cpu_quota, a parent cgroup's, which Go's runtime does not read (it reads the process's own cgroup's): following it would give 2"`
+	}
 	gomaxprocs := fmt.Sprintf("msg=cpu gomaxprocs=%d ", runtime.GOMAXPROCS(0))
 	numcpu := fmt.Sprintf(" numcpu=%d", runtime.NumCPU())
 	for _, tc := range []struct {
@@ -533,7 +539,7 @@ func TestLogCPU(t *testing.T) {
 			from: `gomaxprocs_from="the CPUs: GODEBUG containermaxprocs=0`},
 		{name: "GODEBUG containermaxprocs=0 then 1", files: own, godebug: "containermaxprocs=0,containermaxprocs=1", quota: `cpu_quota="1.5 (`},
 		{name: "a parent's quota", files: parents, quota: `cpu_quota="1.5 (<root>/sys/fs/cgroup/cpu.max 150000 100000)"`,
-			from: `gomaxprocs_from="the CPUs and the process's own cgroup's quota: Go's runtime does not read cpu_quota, a parent cgroup's"`},
+			from: parentFrom},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("GOMAXPROCS", tc.gomaxprocsEnv)
@@ -560,5 +566,32 @@ func TestLogCPU(t *testing.T) {
 				t.Errorf("want the failure %q at debug (none if \"\"):\n%s", tc.debug, out.String())
 			}
 		})
+	}
+}
+
+// gomaxprocs_from names a parent's quota only when following it would have
+// given fewer than GOMAXPROCS (the runtime rounds up, to at least 2): a
+// note where it changes nothing would read as GOMAXPROCS being off.
+func TestGOMAXPROCSFromAParentsQuota(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "")
+	t.Setenv("GODEBUG", "")
+	for _, tc := range []struct {
+		cpus   float64
+		parent bool
+		procs  int
+		want   string // "" for none
+	}{
+		{1.5, true, 8, "following it would give 2"},
+		{0.5, true, 8, "following it would give 2"},
+		{2.5, true, 4, "following it would give 3"},
+		{2.5, true, 3, ""},
+		{1.5, true, 2, ""},
+		{1.5, false, 8, ""}, // the runtime's own: it follows it, or was set otherwise
+		{0, false, 8, ""},
+	} {
+		got := gomaxprocsFrom(cpuQuota{cpus: tc.cpus, parent: tc.parent}, tc.procs)
+		if (got == "") != (tc.want == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("a quota of %g (a parent's: %t) at GOMAXPROCS %d: %q, want %q", tc.cpus, tc.parent, tc.procs, got, tc.want)
+		}
 	}
 }
