@@ -1286,6 +1286,7 @@ func (b *bencher) rate(ctx context.Context, t target) (Result, error) {
 	abort := func(err error) (Result, error) {
 		rss.stop()
 		c.kill()
+		res.RanWith = ranWith(c.out.head()) // logged at its start: the failed run's settings too
 		return res, err
 	}
 	if err := b.waitReady(ctx, c, t); err != nil {

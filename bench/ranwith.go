@@ -22,7 +22,7 @@ type RanWith struct {
 	// CPUQuota is the cgroup CPU limit the engine saw, as it logged it
 	// ("none" for none).
 	CPUQuota    string `json:"cpu_quota,omitempty"`
-	Workers     int    `json:"workers,omitempty"`              // pipeline.workers as resolved (0 is one per physical core)
+	Workers     int    `json:"workers,omitempty"`              // pipeline.workers as resolved (a configured 0 logs the physical cores)
 	Connections int    `json:"postgres_connections,omitempty"` // committers, each with its own connection
 	Mode        string `json:"mode,omitempty"`                 // at-least-once or exactly-once
 	// NotReported names (by their JSON keys) the fields the engine's
@@ -33,8 +33,8 @@ type RanWith struct {
 
 // The start-up lines the engines log at info, whose keys gomaxprocs,
 // cpu_quota, workers, connections and mode ranWith reads: jetsink's
-// (processor), the baseline's, and a "cpu" line for jetsink's cgroup CPU
-// quota, which jetsink's command would log beside its "memory" line.
+// (processor), the baseline's, and the "cpu" line that both commands log
+// (cmd/jetsink: GOMAXPROCS and the cgroup CPU quota).
 const (
 	jetsinkStartMsg  = "jetsink running"
 	baselineStartMsg = "baseline running"
@@ -49,7 +49,7 @@ func ranWith(out string) RanWith {
 		a := logAttrs(line)
 		if m := a["msg"]; m == jetsinkStartMsg || m == baselineStartMsg || m == cpuStartMsg {
 			for k, v := range a {
-				if _, ok := attrs[k]; !ok { // a restart's lines come later
+				if _, ok := attrs[k]; !ok { // the first line's value of a key both give
 					attrs[k] = v
 				}
 			}

@@ -19,7 +19,7 @@ func TestRanWithFromTheStartUpLine(t *testing.T) {
 		log  func(*slog.Logger)
 		want RanWith
 	}{
-		{"jetsink today", func(l *slog.Logger) {
+		{"jetsink before 724e071 and 955e3e1", func(l *slog.Logger) {
 			l.Info(jetsinkStartMsg, "workers", 3, "handoff", "ring", "stream", "S", "consumer", "c", "table", `"t"`, "mode", "exactly-once")
 		}, RanWith{Workers: 3, Mode: "exactly-once", NotReported: []string{"gomaxprocs", "cpu_quota", "postgres_connections"}}},
 		{"every key", func(l *slog.Logger) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -400,7 +401,8 @@ func newBenchBaselineCmd() *cobra.Command {
 					c.DatabaseURL = cfg.Postgres.URL
 				}
 			}
-			c.Log = cmd.ErrOrStderr() // its start-up line, for the report's ran_with
+			c.Log = cmd.ErrOrStderr()                              // its start-up line, for the report's ran_with
+			logCPU("/", slog.New(slog.NewTextHandler(c.Log, nil))) // its GOMAXPROCS and CPU quota, as run's
 			return bench.RunBaseline(ctx, c)
 		},
 	}
