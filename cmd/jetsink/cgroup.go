@@ -242,6 +242,9 @@ func (q cpuQuota) String() string {
 		return "none"
 	}
 	cpus := strings.TrimRight(strings.TrimRight(strconv.FormatFloat(q.cpus, 'f', 2, 64), "0"), ".")
+	if cpus == "0" { // under 0.005 CPUs: two significant digits (0.004)
+		cpus = strconv.FormatFloat(q.cpus, 'g', 2, 64)
+	}
 	if q.period != "" {
 		return fmt.Sprintf("%s (%s %s, cpu.cfs_period_us %s)", cpus, q.file, q.raw, q.period)
 	}
@@ -354,24 +357,32 @@ func logCPU(root string, log *slog.Logger) {
 
 // gomaxprocsFrom says why GOMAXPROCS (procs) does not follow the quota q,
 // when it does not: the GOMAXPROCS variable (which the runtime takes as it
-// is when it is a positive number), GODEBUG containermaxprocs=0 (the last
-// setting wins, as the runtime reads it; one built in with a //go:debug
+// is when it is a positive 32-bit number), GODEBUG containermaxprocs 0 or
+// less (the last setting wins, as the runtime reads it; one built in with a //go:debug
 // line is not seen here), or a quota on a parent cgroup that would give
 // fewer than procs (the runtime reads the process's own cgroup's only).
 func gomaxprocsFrom(q cpuQuota, procs int) string {
+	// Parsed as the runtime parses them (proc.go's schedinit, runtime1.go's
+	// parsegodebug): a 32-bit number; GODEBUG's fields split at ',' with no
+	// space trimmed, the last one that parses winning.
 	if v := os.Getenv("GOMAXPROCS"); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		if n, err := strconv.ParseInt(v, 10, 32); err == nil && n > 0 {
+			if q.cpus == 0 {
+				return "the GOMAXPROCS environment variable (" + v + ")"
+			}
 			return "the GOMAXPROCS environment variable (" + v + "), not the CPU quota"
 		}
 	}
-	containerMaxProcs := ""
+	var cmp int64 = 1 // the runtime's default: the quota followed
 	for s := range strings.SplitSeq(os.Getenv("GODEBUG"), ",") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(s), "containermaxprocs="); ok {
-			containerMaxProcs = v
+		if v, ok := strings.CutPrefix(s, "containermaxprocs="); ok {
+			if n, err := strconv.ParseInt(v, 10, 32); err == nil {
+				cmp = n
+			}
 		}
 	}
-	if containerMaxProcs == "0" {
-		return "the CPUs: GODEBUG containermaxprocs=0 turns the CPU quota off for it"
+	if cmp <= 0 && q.cpus > 0 {
+		return "the CPUs: GODEBUG containermaxprocs=" + strconv.FormatInt(cmp, 10) + " turns the CPU quota off for it"
 	}
 	// The runtime's rounding: up, and at least 2.
 	if n := max(int(math.Ceil(q.cpus)), 2); q.parent && n < procs {

@@ -322,6 +322,15 @@ func TestReadCPUQuota(t *testing.T) {
 			want: "1.5 (<root>/sys/fs/cgroup/cpu.max 150000 100000)",
 		},
 		{
+			name: "v2 a quota under 0.005 CPUs: two significant digits, not 0",
+			files: map[string]string{
+				"proc/self/cgroup":      "0::/\n",
+				"proc/self/mountinfo":   mountsV2Container,
+				"sys/fs/cgroup/cpu.max": "4000 1000000\n",
+			},
+			want: "0.004 (<root>/sys/fs/cgroup/cpu.max 4000 1000000)",
+		},
+		{
 			name: "v2 max: none",
 			files: map[string]string{
 				"proc/self/cgroup":      "0::/\n",
@@ -538,6 +547,18 @@ func TestLogCPU(t *testing.T) {
 		{name: "GODEBUG containermaxprocs=0", files: own, godebug: "panicnil=0,containermaxprocs=0", quota: `cpu_quota="1.5 (`,
 			from: `gomaxprocs_from="the CPUs: GODEBUG containermaxprocs=0`},
 		{name: "GODEBUG containermaxprocs=0 then 1", files: own, godebug: "containermaxprocs=0,containermaxprocs=1", quota: `cpu_quota="1.5 (`},
+		// As the runtime parses them (a review found these told wrong):
+		{name: "GOMAXPROCS past 32 bits: the runtime ignores it", files: own, gomaxprocsEnv: "3000000000", quota: `cpu_quota="1.5 (`},
+		{name: "GOMAXPROCS set, no quota", files: map[string]string{}, gomaxprocsEnv: "3", quota: "cpu_quota=none",
+			from: `gomaxprocs_from="the GOMAXPROCS environment variable (3)"`, debug: "no cgroup CPU quota read"},
+		{name: "GODEBUG containermaxprocs=-1", files: own, godebug: "containermaxprocs=-1", quota: `cpu_quota="1.5 (`,
+			from: `gomaxprocs_from="the CPUs: GODEBUG containermaxprocs=-1 turns`},
+		{name: "GODEBUG containermaxprocs=00", files: own, godebug: "containermaxprocs=00", quota: `cpu_quota="1.5 (`,
+			from: `gomaxprocs_from="the CPUs: GODEBUG containermaxprocs=0 turns`},
+		{name: "GODEBUG containermaxprocs=0 then not a number: 0 stays", files: own, godebug: "containermaxprocs=0,containermaxprocs=x",
+			quota: `cpu_quota="1.5 (`, from: `gomaxprocs_from="the CPUs: GODEBUG containermaxprocs=0 turns`},
+		{name: "GODEBUG with a space before the key: the runtime ignores it", files: own, godebug: "panicnil=0, containermaxprocs=0",
+			quota: `cpu_quota="1.5 (`},
 		{name: "a parent's quota", files: parents, quota: `cpu_quota="1.5 (<root>/sys/fs/cgroup/cpu.max 150000 100000)"`,
 			from: parentFrom},
 	} {
