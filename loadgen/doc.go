@@ -22,7 +22,9 @@
 // rather than send a resend past it; MinDuplicateWindow(AckWait) lets
 // every resend through, and MaxAckWait(window) is the AckWait that does.
 // A publish given up whose PubAck comes later, while Publish runs, counts
-// as acknowledged after all (JetStream stored it), not failed. An event
+// as acknowledged (or duplicate) after all (JetStream stored it), not
+// failed; Publish waits a while for those of the last events given up
+// before it returns (up to ResendSpan(AckWait)). An event
 // whose first send JetStream reports as a duplicate (its Nats-Msg-Id,
 // from Run and First, was used before) counts in Result.Duplicate, not
 // Result.Acked.

@@ -1289,7 +1289,7 @@ func TestPublisherStartsTheWindowAtTheFirstSendTaken(t *testing.T) {
 	}
 	defer p.close()
 	downUntilReconnecting(e, nc)
-	p.send(e.ctx, 0, 0, 1, noFirst)
+	p.send(e.ctx, 0, 0, 1, noFirst, false)
 	if err := p.lastErr(); err == nil || !strings.Contains(err.Error(), "connection reconnecting") {
 		t.Fatalf("the refused send's error: %v; want it to say the connection was reconnecting", err)
 	}
@@ -1578,5 +1578,96 @@ func TestPublisherSendsAHeldResendAtTheReconnect(t *testing.T) {
 	}
 	if got := testenv.StreamMsgs(t, e.ctx, e.js, "HR"); got != 1 {
 		t.Errorf("the stream holds %d messages, want 1", got)
+	}
+}
+
+// A PubAck that comes after its event was given up counts it acked also
+// for the last events given up: Publish waits for them (awaitGivenUp)
+// rather than return, ending its reply subscription, as soon as they are
+// given up. Every send reaches the stream 2.5 s late, forwarded by the
+// test with its reply subject; with an AckWait of 50 ms an event is given
+// up ~1.7 s after its first send, whose PubAck comes ~0.8 s later. The
+// last MaxPending events had nothing after them to wait for: Sent 20,
+// Acked 15, Failed 5, "publishes not acknowledged by JetStream: 5 of 20",
+// the stream holding all 20. Progress is called meanwhile, as during an
+// outage, with the count.
+func TestPublishWaitsForThePubAcksOfTheLastGivenUp(t *testing.T) {
+	const late = 2500 * time.Millisecond
+	e := newJSEnv(t)
+	e.stream(t, jetstream.StreamConfig{Name: "LG", Subjects: []string{"lgs.>"}})
+	forwardErrs := make(chan error, 1)
+	if _, err := e.nc.Subscribe("lg.>", func(m *nats.Msg) {
+		f := nats.NewMsg("lgs" + strings.TrimPrefix(m.Subject, "lg"))
+		f.Reply, f.Header, f.Data = m.Reply, m.Header, m.Data
+		time.AfterFunc(late, func() {
+			if err := e.nc.PublishMsg(f); err != nil && e.ctx.Err() == nil {
+				select {
+				case forwardErrs <- err:
+				default:
+				}
+			}
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc := e.ns.Connect(t)
+	var progress []int // on Publish's goroutine
+	res, err := Publish(e.ctx, nc, Options{Subject: "lg", Subjects: 3, Events: 20, Run: 52, MaxPending: 5,
+		AckWait: 50 * time.Millisecond, Progress: func(sent int) { progress = append(progress, sent) }})
+	if err != nil || res.Sent != 20 || res.Acked != 20 || res.Failed != 0 || res.Retried == 0 {
+		t.Errorf("publish, every send stored %v late: %+v, %v; want every event resent, given up and then acked, none failed", late, res, err)
+	}
+	select {
+	case err := <-forwardErrs:
+		t.Errorf("forwarding a send: %v", err)
+	default:
+	}
+	if got := testenv.StreamMsgs(t, e.ctx, e.js, "LG"); got != 20 {
+		t.Errorf("the stream holds %d messages, want 20", got)
+	}
+	// The last give-up comes ~0.8 s before its event's PubAck: several
+	// calls with the whole count while Publish waits for it.
+	if n := len(progress) - slices.Index(progress, 20); len(progress) == 0 || progress[len(progress)-1] != 20 || n < 3 {
+		t.Errorf("progress calls %v; want some with 20, the count, while the last PubAcks were awaited", progress)
+	}
+}
+
+// An event every send of which was answered with a failure (here no
+// stream: nats-server's 503, no responders) has no PubAck still to come:
+// Publish does not keep it for one, nor wait for one at the end, which
+// with an AckWait of an hour would last ResendSpan, 5 hours; here it ran
+// into the context's 30 s.
+func TestPublishDoesNotWaitForAnEventWhoseEverySendFailed(t *testing.T) {
+	e := newJSEnv(t)
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	res, err := Publish(ctx, e.nc, Options{Subject: "nostream", Events: 5, Run: 53, AckWait: time.Hour})
+	if ctx.Err() != nil || !errors.Is(err, ErrNotAcked) || res.Failed != 5 || res.Retried != 5*maxRetries {
+		t.Errorf("publish without a stream: %+v, %v (context: %v); want 5 failed after %d resends each, without waiting for more",
+			res, err, ctx.Err(), maxRetries)
+	}
+}
+
+// A publish in flight when the connection drops may still be answered
+// (its PubAck lost, or a cluster's other server answering after the
+// reconnect): given up later, it is kept for that PubAck.
+func TestPublisherKeepsAnEventInFlightAtADisconnect(t *testing.T) {
+	e := newJSEnv(t)
+	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "kd", Subjects: 1, MaxPending: 2, AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	p.mu.Lock()
+	p.pending[1] = inFlight{try: maxRetries + 1}
+	p.mu.Unlock()
+	p.connectionLost(true)
+	var res Result
+	p.resendDue(e.ctx, &res, time.Since(p.start)+retryWait)
+	if _, kept := p.givenUp[1]; !kept || p.result(res).Failed != 1 {
+		t.Errorf("%+v, kept %v; want the event given up and kept for its PubAck", p.result(res), p.givenUp)
 	}
 }

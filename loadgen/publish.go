@@ -196,7 +196,9 @@ type Result struct {
 	// Failed counts the events given up: not acknowledged after every
 	// retry, or past the window (PastWindow). A success PubAck to a send
 	// of one that comes later, while Publish runs, counts it Acked (or
-	// Duplicate) instead: JetStream stored it.
+	// Duplicate) instead: JetStream stored it. Publish waits for such
+	// PubAcks after its last give-up, up to ResendSpan(AckWait) (see
+	// Publish).
 	Failed int
 	// PastWindow counts, of Failed, the publishes given up before their
 	// retries ran out because a resend would have gone out past
@@ -389,6 +391,15 @@ func MsgID(run, seq uint64) string {
 // returns an error wrapping ErrNotAcked and nats.ErrConnectionClosed that
 // counts both. Result.Sent then counts only the events a send of which
 // the connection took, not those it refused.
+//
+// An event given up whose PubAck comes later counts as acknowledged (or
+// duplicate) after all: JetStream stored it. Once every publish is settled
+// or given up, Publish therefore waits, up to ResendSpan(AckWait) (26.5s
+// with the default), for the PubAcks still due to the last events given
+// up (one whose every send was answered with a failure has none due; the
+// wait ends early when the last comes, the connection closes or ctx ends,
+// and returns what was counted, without ctx's error: nothing is unsettled
+// then). Options.Progress is called about every 100ms meanwhile.
 func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	if err := o.Validate(); err != nil {
 		return Result{}, err
@@ -484,7 +495,7 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 		// A first send is never held; one the connection refuses (closed,
 		// or dropped since wait looked: no reconnect buffer) fails, and
 		// counts in Sent until abandon takes it back out.
-		now, _ = p.send(ctx, seq, stamp, 1, noFirst)
+		now, _ = p.send(ctx, seq, stamp, 1, noFirst, false)
 		if res.Sent == 0 {
 			res.firstSent = now
 		}
@@ -503,7 +514,63 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	if _, _, err := p.wait(ctx, nil, &res, now, 0, 0, false); err != nil {
 		return p.result(res), err
 	}
-	return p.finish(res)
+	last := p.awaitGivenUp(ctx, &res)
+	res, err = p.finish(res)
+	res.Elapsed = last
+	return res, err
+}
+
+// awaitGivenUp waits, once every publish is settled or given up, for the
+// late PubAcks of the events last given up after a send of theirs went
+// unanswered (givenUp): during the run a late PubAck counts for as long
+// as a later event takes to be given up, but the last MaxPending give-ups
+// had nothing after them, and Publish, returning, ended the reply
+// subscription: they stayed failed though JetStream stored them, and
+// `jetsink publish` failed and said to publish them again. It waits as
+// long as one event's resends span (ResendSpan(AckWait): such a PubAck is
+// late by about the time its event took to be given up, or more), until
+// none is left, the connection is closed, or ctx ends (what is counted
+// then stands: nothing is unsettled). Options.Progress is called about
+// every 100ms meanwhile, with the same count, as during an outage. It
+// returns, as time since start, when the last PubAck came: the wait's
+// start if none did.
+func (p *publisher) awaitGivenUp(ctx context.Context, res *Result) time.Duration {
+	now := time.Since(p.start)
+	last, end := now, now+ResendSpan(p.o.AckWait)
+	p.mu.Lock()
+	left := len(p.givenUp)
+	p.mu.Unlock()
+	for left > 0 && now < end && !p.closed && !p.nc.IsClosed() {
+		if p.o.Progress != nil && now-p.lastProgress >= 100*time.Millisecond {
+			p.o.Progress(res.Sent)
+			p.lastProgress = now
+		}
+		d := end - now
+		if p.o.Progress != nil {
+			d = min(d, 100*time.Millisecond)
+		}
+		p.timer.Reset(d)
+		select {
+		case <-ctx.Done():
+			p.timer.Stop()
+			return last
+		case <-p.wake: // onReply counted one
+			p.timer.Stop()
+		case _, open := <-p.status: // closed: the loop sees it
+			p.timer.Stop()
+			if !open {
+				p.status = nil
+			}
+		case <-p.timer.C:
+		}
+		now = time.Since(p.start)
+		p.mu.Lock()
+		if n := len(p.givenUp); n < left {
+			left, last = n, now
+		}
+		p.mu.Unlock()
+	}
+	return last
 }
 
 // stopped reports whether stop is closed; a nil stop never is.
@@ -632,12 +699,16 @@ type publisher struct {
 	// one of their sends comes (JetStream stored a send whose PubAck was
 	// later than AckWait): onReply then counts the event settled
 	// instead, once. Such a PubAck may come as long as the reply
-	// subscription lives (until Publish returns; none comes on a closed
-	// connection), so givenUpRing bounds what is kept to the last
-	// MaxPending events given up, as many as may be unsettled at once:
-	// a PubAck that comes more give-ups than that after its event's is
-	// dropped, the event counted failed. (Given up for want of a PubAck,
-	// MaxPending events take 6 x AckWait at the least.)
+	// subscription lives (until Publish returns, which waits a while for
+	// them: awaitGivenUp; none comes on a closed connection), so
+	// givenUpRing bounds what is kept to the last MaxPending events given
+	// up, as many as may be unsettled at once: a PubAck that comes more
+	// give-ups than that after its event's is dropped, the event counted
+	// failed. (An event is kept at least as long as a later event takes
+	// to be given up: the MaxPending-th give-up after it is of an event
+	// first sent after it was given up.) Only events a send of which
+	// failed without its PubAck are kept: one whose every send was
+	// answered with a failure has nothing more to come.
 	givenUp     map[uint64]bool
 	givenUpRing []uint64 // the seqs given up, oldest at givenUpNext once full
 	givenUpNext int
@@ -650,6 +721,11 @@ type inFlight struct {
 	sent  int64 // time since start, ns
 	first int64 // the sent of the first send the connection took
 	try   int   // 1 for the first send
+	// unanswered says that a send of the event before this one failed
+	// without its PubAck (AckWait passed, or the connection dropped): a
+	// PubAck to it may still come. One every send of which was answered
+	// with a failure has nothing more to come.
+	unanswered bool
 }
 
 type failedPub struct {
@@ -659,6 +735,9 @@ type failedPub struct {
 	try   int   // the send that failed
 	at    int64 // when it failed, time since start in ns; when it was last held
 	held  bool  // a resend held while the connection reconnected (see releaseHeld)
+	// unanswered: a send of the event, this one included, failed without
+	// its PubAck (see inFlight.unanswered).
+	unanswered bool
 }
 
 // traceparentHeader is the W3C trace context header, in the lower case
@@ -738,9 +817,10 @@ const (
 // just before PublishMsg (one clock read per event, shared with its
 // caller), so the time PublishMsg takes is not in it. first is when
 // the connection first took a send of the event (time since start, ns), or
-// noFirst: this send's time, if the connection takes it. A resend (try > 1)
-// may not go out: see holdBack.
-func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, first int64) (time.Duration, sendOutcome) {
+// noFirst: this send's time, if the connection takes it; unanswered, whether
+// a send before it failed without its PubAck. A resend (try > 1) may not go
+// out: see holdBack.
+func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, first int64, unanswered bool) (time.Duration, sendOutcome) {
 	// Looked at before the encoding too: a resend held through an outage
 	// comes due every retryWait, and would be encoded each time for
 	// nothing (a 64 MiB event takes a while).
@@ -802,7 +882,7 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 	if d := now + p.o.AckWait; d < p.nextExpire {
 		p.nextExpire = d
 	}
-	f := inFlight{stamp: stamp, sent: int64(now), first: first, try: try}
+	f := inFlight{stamp: stamp, sent: int64(now), first: first, try: try, unanswered: unanswered}
 	if first == noFirst {
 		f.first = int64(now)
 	}
@@ -947,6 +1027,7 @@ func (p *publisher) onReply(m *nats.Msg) {
 				p.pastWindow--
 			}
 			p.settleLocked(dup, try)
+			p.signal() // for awaitGivenUp
 		}
 		return
 	}
@@ -1033,7 +1114,7 @@ func pubAck(m *nats.Msg) (dup bool, err error) {
 // failLocked queues the failed send f of seq to be sent again, and wakes
 // the sender to schedule it. p.mu is held.
 func (p *publisher) failLocked(seq uint64, f inFlight, cause error) {
-	p.failed = append(p.failed, failedPub{seq: seq, stamp: f.stamp, first: f.first, try: f.try, at: int64(time.Since(p.start))})
+	p.failed = append(p.failed, failedPub{seq: seq, stamp: f.stamp, first: f.first, try: f.try, at: int64(time.Since(p.start)), unanswered: f.unanswered})
 	p.queued[seq] = false
 	p.err = cause
 	p.signal()
@@ -1148,6 +1229,7 @@ func (p *publisher) expireLate(now time.Duration) {
 		switch {
 		case f.sent <= cutoff:
 			delete(p.pending, seq)
+			f.unanswered = true // its PubAck may be late only
 			p.failLocked(seq, f, p.errLate)
 		case f.sent < oldest:
 			oldest = f.sent
@@ -1187,7 +1269,7 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 		if settled := p.queued[f.seq]; settled || f.try > maxRetries {
 			delete(p.queued, f.seq)
 			if !settled { // else stored: a late PubAck to an earlier send said so
-				p.giveUpLocked(f.seq, false, f.first != noFirst)
+				p.giveUpLocked(f.seq, false, f.unanswered)
 			}
 			p.mu.Unlock()
 			continue
@@ -1196,11 +1278,11 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 		if resendHook != nil {
 			resendHook(f.seq)
 		}
-		switch _, out := p.send(ctx, f.seq, f.stamp, f.try+1, f.first); out {
+		switch _, out := p.send(ctx, f.seq, f.stamp, f.try+1, f.first, f.unanswered); out {
 		case sendPastWindow:
 			p.mu.Lock()
 			if !p.queued[f.seq] { // else stored, settled meanwhile
-				p.giveUpLocked(f.seq, true, true) // past the window, from a send that went out
+				p.giveUpLocked(f.seq, true, f.unanswered) // past the window
 			}
 			delete(p.queued, f.seq)
 			p.mu.Unlock()
@@ -1232,15 +1314,18 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 }
 
 // giveUpLocked counts event seq given up, past the duplicate window if
-// past, and, when a send of it went out (out), keeps it in givenUp for a
-// PubAck that may still come. p.mu is held.
-func (p *publisher) giveUpLocked(seq uint64, past, out bool) {
+// past, and, when a send of it failed without its PubAck (unanswered),
+// keeps it in givenUp for that PubAck, which may still come. p.mu is held.
+func (p *publisher) giveUpLocked(seq uint64, past, unanswered bool) {
 	p.gaveUp++
 	if past {
 		p.pastWindow++
 	}
-	if !out {
-		return // every send refused: nothing to answer
+	if !unanswered {
+		// Every send refused, or answered with a failure (no stream, a
+		// stream's limit): nothing more comes, and Publish need not
+		// wait for it at the end (awaitGivenUp).
+		return
 	}
 	if len(p.givenUpRing) < max(p.o.MaxPending, 1) {
 		p.givenUpRing = append(p.givenUpRing, seq)
@@ -1292,6 +1377,7 @@ func (p *publisher) connectionLost(open bool) {
 	cause := errors.New("connection lost before the PubAck")
 	for seq, f := range p.pending {
 		delete(p.pending, seq)
+		f.unanswered = true // lost, or sent after the reconnect (a cluster's other server)
 		p.failLocked(seq, f, cause)
 	}
 }
