@@ -1543,7 +1543,10 @@ func TestPublisherKeepsTheLastGivenUp(t *testing.T) {
 // A resend held while the connection reconnects goes out when the
 // connection is back, not when it comes due again: it waited up to
 // retryWait (250 ms) after the reconnect. Here retryWait is an hour, and
-// without the wake the wait ran into its deadline.
+// without the wake the wait ran into its deadline. It goes out first,
+// too: event 1 failed before the disconnect, which failed event 2, in
+// flight, after it; event 1's resend, held, was put back behind event 2's,
+// not due until retryWait after the disconnect, and waited for it.
 func TestPublisherSendsAHeldResendAtTheReconnect(t *testing.T) {
 	e := newJSEnv(t)
 	e.stream(t, jetstream.StreamConfig{Name: "HR", Subjects: []string{"hr.>"}, Storage: jetstream.FileStorage})
@@ -1553,14 +1556,17 @@ func TestPublisherSendsAHeldResendAtTheReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.close()
-	downUntilReconnecting(e, nc)
 	p.mu.Lock()
 	p.failLocked(1, inFlight{try: 1}, p.errLate)
+	p.pending[2] = inFlight{try: 1}
 	p.mu.Unlock()
+	due := time.Since(p.start) + retryWait // event 1's resend, not event 2's
+	downUntilReconnecting(e, nc)
+	p.connectionLost(true)
 	var res Result
-	p.resendDue(e.ctx, &res, time.Since(p.start)+retryWait)
-	if p.heldResends != 1 || len(p.failed) != 1 || res.Retried != 0 {
-		t.Fatalf("while reconnecting: %d held, %d failed, %+v; want the resend held", p.heldResends, len(p.failed), res)
+	p.resendDue(e.ctx, &res, due)
+	if p.heldResends != 1 || len(p.failed) != 2 || p.failed[1].seq != 1 || res.Retried != 0 {
+		t.Fatalf("while reconnecting: %d held, failed %+v, %+v; want event 1's resend held, behind event 2's", p.heldResends, p.failed, res)
 	}
 	// Only this goroutine, p's sending one, reads it.
 	defer func(w time.Duration) { retryWait = w }(retryWait)
@@ -1570,11 +1576,12 @@ func TestPublisherSendsAHeldResendAtTheReconnect(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 	defer cancel()
-	if _, _, err := p.wait(ctx, nil, &res, time.Since(p.start), 0, 0, false); err != nil {
-		t.Fatalf("the held resend did not go out at the reconnect: %v (%d held, %d failed)", err, p.heldResends, len(p.failed))
+	// Until event 1 is settled: event 2's resend is due in an hour.
+	if _, _, err := p.wait(ctx, nil, &res, time.Since(p.start), 0, 1, false); err != nil {
+		t.Fatalf("the held resend did not go out at the reconnect: %v (%d held, failed %+v)", err, p.heldResends, p.failed)
 	}
-	if res = p.result(res); res.Acked != 1 || res.Retried != 1 || res.Failed != 0 {
-		t.Errorf("%+v; want the resend sent at the reconnect and acknowledged", res)
+	if res = p.result(res); res.Acked != 1 || res.Retried != 1 || res.Failed != 0 || len(p.failed) != 1 || p.failed[0].seq != 2 {
+		t.Errorf("%+v, failed %+v; want event 1's resend sent at the reconnect and acknowledged, event 2's not yet due", res, p.failed)
 	}
 	if got := testenv.StreamMsgs(t, e.ctx, e.js, "HR"); got != 1 {
 		t.Errorf("the stream holds %d messages, want 1", got)
