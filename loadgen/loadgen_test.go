@@ -1678,3 +1678,57 @@ func TestPublisherKeepsAnEventInFlightAtADisconnect(t *testing.T) {
 		t.Errorf("%+v, kept %v; want the event given up and kept for its PubAck", p.result(res), p.givenUp)
 	}
 }
+
+// An event one send of which went unanswered is kept for that send's
+// PubAck, and waited for at the end, even though every later send of it
+// was answered with a failure: the unanswered one may be stored. The test
+// forwards the first send (reply subject ending _1) to a stream 2 s late,
+// reply subject and all, and answers each resend at once with JetStream's
+// 503 (a store failure); the event is given up ~1.3 s after its first
+// send. The end's wait is made an hour long (givenUpSpan): Publish
+// returns when the PubAck comes, which it is woken for, not when the wait
+// ends (then the test's 20 s context ends first).
+func TestPublishWaitsForTheUnansweredSendOfAnEventWhoseResendsFailed(t *testing.T) {
+	defer func(f func(time.Duration) time.Duration) { givenUpSpan = f }(givenUpSpan)
+	givenUpSpan = func(time.Duration) time.Duration { return time.Hour }
+	e := newJSEnv(t)
+	e.stream(t, jetstream.StreamConfig{Name: "UF", Subjects: []string{"ufs.>"}})
+	errs := make(chan error, 1)
+	report := func(err error) {
+		if err != nil && e.ctx.Err() == nil {
+			select {
+			case errs <- err:
+			default:
+			}
+		}
+	}
+	if _, err := e.nc.Subscribe("uf.>", func(m *nats.Msg) {
+		if !strings.HasSuffix(m.Reply, "_1") {
+			report(m.Respond([]byte(`{"error":{"code":503,"err_code":10077,"description":"store failed"}}`)))
+			return
+		}
+		f := nats.NewMsg("ufs" + strings.TrimPrefix(m.Subject, "uf"))
+		f.Reply, f.Header, f.Data = m.Reply, m.Header, m.Data
+		time.AfterFunc(2*time.Second, func() { report(e.nc.PublishMsg(f)) })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	res, err := Publish(ctx, e.ns.Connect(t), Options{Subject: "uf", Events: 1, Run: 54, MaxPending: 1, AckWait: 50 * time.Millisecond})
+	if ctx.Err() != nil || err != nil || res.Sent != 1 || res.Acked != 1 || res.Failed != 0 || res.Retried != maxRetries {
+		t.Errorf("publish, the first send stored 2 s late, every resend failed: %+v, %v (context: %v); "+
+			"want it given up after %d resends, then acked at its PubAck, before the context's end", res, err, ctx.Err(), maxRetries)
+	}
+	select {
+	case err := <-errs:
+		t.Errorf("answering a send: %v", err)
+	default:
+	}
+	if got := testenv.StreamMsgs(t, e.ctx, e.js, "UF"); got != 1 {
+		t.Errorf("the stream holds %d messages, want 1", got)
+	}
+}

@@ -304,6 +304,12 @@ const (
 // resend held for a reconnect goes out at the reconnect, not retryWait on.
 var retryWait = 250 * time.Millisecond
 
+// givenUpSpan is how long Publish waits, at the end, for the late PubAcks
+// of the events given up (see awaitGivenUp): ResendSpan. A var for tests
+// only: one makes it an hour, to show that the wait ends when the PubAck
+// comes, with no timing in the test.
+var givenUpSpan = ResendSpan
+
 // sendTick is the open-loop publisher's shortest sleep.
 const sendTick = time.Millisecond
 
@@ -536,7 +542,7 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 // start if none did.
 func (p *publisher) awaitGivenUp(ctx context.Context, res *Result) time.Duration {
 	now := time.Since(p.start)
-	last, end := now, now+ResendSpan(p.o.AckWait)
+	last, end := now, now+givenUpSpan(p.o.AckWait)
 	p.mu.Lock()
 	left := len(p.givenUp)
 	p.mu.Unlock()
