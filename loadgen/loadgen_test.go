@@ -1289,7 +1289,7 @@ func TestPublisherStartsTheWindowAtTheFirstSendTaken(t *testing.T) {
 	}
 	defer p.close()
 	downUntilReconnecting(e, nc)
-	p.send(e.ctx, 0, 0, 1, noFirst, false)
+	p.send(e.ctx, 0, 0, 1, noFirst)
 	if err := p.lastErr(); err == nil || !strings.Contains(err.Error(), "connection reconnecting") {
 		t.Fatalf("the refused send's error: %v; want it to say the connection was reconnecting", err)
 	}
@@ -1524,19 +1524,22 @@ func TestPublisherKeepsTheLastGivenUp(t *testing.T) {
 	}
 	defer p.close()
 	p.mu.Lock()
-	p.giveUpLocked(1, false, true)
-	p.giveUpLocked(2, true, true)
-	p.giveUpLocked(3, false, true)
-	p.giveUpLocked(4, false, false)
+	for seq := range uint64(3) { // the last send of events 1 to 3 went unanswered
+		p.unansweredLocked(seq+1, inFlight{try: maxRetries + 1})
+	}
+	p.giveUpLocked(1, false)
+	p.giveUpLocked(2, true)
+	p.giveUpLocked(3, false)
+	p.giveUpLocked(4, false)
 	p.mu.Unlock()
 	ok := []byte(`{"stream":"S","seq":1}`)
 	for _, reply := range []string{"1_6", "2_3", "3_6", "3_1", "4_6"} {
 		p.onReply(&nats.Msg{Subject: p.prefix + reply, Data: ok})
 	}
 	res := p.result(Result{Sent: 4})
-	if res.Acked != 2 || res.Failed != 2 || res.PastWindow != 0 || len(p.givenUp) != 0 || len(p.givenUpRing) != 2 {
-		t.Errorf("%+v, %d kept, ring %v; want events 2 and 3 acked once each, 1 (forgotten) and 4 (never out) failed, at most 2 kept",
-			res, len(p.givenUp), p.givenUpRing)
+	if res.Acked != 2 || res.Failed != 2 || res.PastWindow != 0 || len(p.givenUp) != 0 || len(p.givenUpRing) != 2 || len(p.unanswered) != 0 {
+		t.Errorf("%+v, %d kept, ring %v, unanswered %v; want events 2 and 3 acked once each, 1 (forgotten) and 4 (never out) failed, at most 2 kept, none left",
+			res, len(p.givenUp), p.givenUpRing, p.unanswered)
 	}
 }
 
@@ -1672,6 +1675,9 @@ func TestPublisherKeepsAnEventInFlightAtADisconnect(t *testing.T) {
 	p.pending[1] = inFlight{try: maxRetries + 1}
 	p.mu.Unlock()
 	p.connectionLost(true)
+	if p.unanswered[1] != 1<<maxRetries {
+		t.Errorf("unanswered %v; want event 1's send %d", p.unanswered, maxRetries+1)
+	}
 	var res Result
 	p.resendDue(e.ctx, &res, time.Since(p.start)+retryWait)
 	if _, kept := p.givenUp[1]; !kept || p.result(res).Failed != 1 {
@@ -1730,5 +1736,80 @@ func TestPublishWaitsForTheUnansweredSendOfAnEventWhoseResendsFailed(t *testing.
 	}
 	if got := testenv.StreamMsgs(t, e.ctx, e.js, "UF"); got != 1 {
 		t.Errorf("the stream holds %d messages, want 1", got)
+	}
+}
+
+// An event given up is kept for a late PubAck only while a send of it is
+// unanswered: a failure PubAck to each (a slow server's, a full discard-new
+// stream's, later than AckWait) says none comes. It was kept all the same,
+// and Publish waited ResendSpan at the end for nothing: `jetsink publish`
+// sat 26.5 s silent before failing. The test answers every send with a
+// failure 500 ms late (AckWait 50 ms): each expires first, and the last,
+// the sixth, is answered after the give-up. The end's wait is made an hour
+// (givenUpSpan): Publish returns when that failure comes, before the
+// test's 20 s context ends.
+func TestPublishDoesNotWaitForAGivenUpEventWhoseSendsWereAllAnsweredLate(t *testing.T) {
+	defer func(f func(time.Duration) time.Duration) { givenUpSpan = f }(givenUpSpan)
+	givenUpSpan = func(time.Duration) time.Duration { return time.Hour }
+	e := newJSEnv(t)
+	errs := make(chan error, 1)
+	if _, err := e.nc.Subscribe("fl.>", func(m *nats.Msg) {
+		time.AfterFunc(500*time.Millisecond, func() {
+			if err := m.Respond([]byte(`{"error":{"code":503,"err_code":10077,"description":"store failed"}}`)); err != nil && e.ctx.Err() == nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	res, err := Publish(ctx, e.ns.Connect(t), Options{Subject: "fl", Events: 1, Run: 55, MaxPending: 1, AckWait: 50 * time.Millisecond})
+	if ctx.Err() != nil || !errors.Is(err, ErrNotAcked) || err == nil || !strings.Contains(err.Error(), "(last: store failed (503))") ||
+		res.Failed != 1 || res.Retried != maxRetries {
+		t.Errorf("publish, every send answered with a failure 500 ms late: %+v, %v (context: %v); "+
+			"want it given up after %d resends, the failure named, without waiting for the end of the wait", res, err, ctx.Err(), maxRetries)
+	}
+	select {
+	case err := <-errs:
+		t.Errorf("answering a send: %v", err)
+	default:
+	}
+}
+
+// A failure PubAck to a send that went unanswered answers it: an event
+// given up leaves givenUp, waking awaitGivenUp, once every such send of
+// it is answered.
+func TestPublisherForgetsAGivenUpEventOnceItsSendsAreAnswered(t *testing.T) {
+	e := newJSEnv(t)
+	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "fa", Subjects: 1, MaxPending: 2, AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	p.mu.Lock()
+	p.unansweredLocked(1, inFlight{try: 5})
+	p.unansweredLocked(1, inFlight{try: 6})
+	p.giveUpLocked(1, false)
+	p.mu.Unlock()
+	fail := []byte(`{"error":{"code":503,"err_code":10077,"description":"store failed"}}`)
+	p.onReply(&nats.Msg{Subject: p.prefix + "1_6", Data: fail})
+	if _, kept := p.givenUp[1]; !kept {
+		t.Fatalf("kept %v after one of its 2 unanswered sends failed; want it kept for the other's PubAck", p.givenUp)
+	}
+	p.onReply(&nats.Msg{Subject: p.prefix + "1_5", Data: fail})
+	if len(p.givenUp) != 0 || len(p.unanswered) != 0 {
+		t.Errorf("kept %v, unanswered %v after both its unanswered sends failed; want it forgotten", p.givenUp, p.unanswered)
+	}
+	select {
+	case <-p.wake:
+	default:
+		t.Error("the sender was not woken: awaitGivenUp waits for nothing")
 	}
 }

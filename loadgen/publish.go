@@ -501,7 +501,7 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 		// A first send is never held; one the connection refuses (closed,
 		// or dropped since wait looked: no reconnect buffer) fails, and
 		// counts in Sent until abandon takes it back out.
-		now, _ = p.send(ctx, seq, stamp, 1, noFirst, false)
+		now, _ = p.send(ctx, seq, stamp, 1, noFirst)
 		if res.Sent == 0 {
 			res.firstSent = now
 		}
@@ -712,14 +712,23 @@ type publisher struct {
 	// give-ups than that after its event's is dropped, the event counted
 	// failed. (An event is kept at least as long as a later event takes
 	// to be given up: the MaxPending-th give-up after it is of an event
-	// first sent after it was given up.) Only events a send of which
-	// failed without its PubAck are kept: one whose every send was
-	// answered with a failure has nothing more to come.
+	// first sent after it was given up.) Only events with a send still
+	// unanswered are kept, and only until a failure PubAck answers the
+	// last (see unanswered): one whose every send was answered with a
+	// failure has nothing more to come.
 	givenUp     map[uint64]bool
 	givenUpRing []uint64 // the seqs given up, oldest at givenUpNext once full
 	givenUpNext int
-	limit       int // wake the sender when len(pending)+len(failed) <= limit
-	wake        chan struct{}
+	// unanswered holds, per event not settled, the sends that failed
+	// without their PubAck (AckWait passed, or the connection dropped),
+	// bit try-1 for its try-th send: a PubAck to one may still come, until
+	// a failure PubAck to it says it will not. A send answered late with a
+	// failure (a slow server, a full discard-new stream) has nothing more
+	// to come either: kept as unanswered, it made Publish wait
+	// ResendSpan at the end for nothing.
+	unanswered map[uint64]uint8
+	limit      int // wake the sender when len(pending)+len(failed) <= limit
+	wake       chan struct{}
 }
 
 type inFlight struct {
@@ -727,11 +736,6 @@ type inFlight struct {
 	sent  int64 // time since start, ns
 	first int64 // the sent of the first send the connection took
 	try   int   // 1 for the first send
-	// unanswered says that a send of the event before this one failed
-	// without its PubAck (AckWait passed, or the connection dropped): a
-	// PubAck to it may still come. One every send of which was answered
-	// with a failure has nothing more to come.
-	unanswered bool
 }
 
 type failedPub struct {
@@ -741,9 +745,6 @@ type failedPub struct {
 	try   int   // the send that failed
 	at    int64 // when it failed, time since start in ns; when it was last held
 	held  bool  // a resend held while the connection reconnected (see releaseHeld)
-	// unanswered: a send of the event, this one included, failed without
-	// its PubAck (see inFlight.unanswered).
-	unanswered bool
 }
 
 // traceparentHeader is the W3C trace context header, in the lower case
@@ -765,6 +766,7 @@ func newPublisher(ctx context.Context, nc *nats.Conn, o Options) (*publisher, er
 		pending:    make(map[uint64]inFlight, o.MaxPending),
 		queued:     make(map[uint64]bool),
 		givenUp:    make(map[uint64]bool),
+		unanswered: make(map[uint64]uint8),
 		limit:      -1,
 		wake:       make(chan struct{}, 1),
 		buf:        make([]byte, 0, 256),
@@ -823,10 +825,9 @@ const (
 // just before PublishMsg (one clock read per event, shared with its
 // caller), so the time PublishMsg takes is not in it. first is when
 // the connection first took a send of the event (time since start, ns), or
-// noFirst: this send's time, if the connection takes it; unanswered, whether
-// a send before it failed without its PubAck. A resend (try > 1) may not go
-// out: see holdBack.
-func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, first int64, unanswered bool) (time.Duration, sendOutcome) {
+// noFirst: this send's time, if the connection takes it. A resend (try > 1)
+// may not go out: see holdBack.
+func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, first int64) (time.Duration, sendOutcome) {
 	// Looked at before the encoding too: a resend held through an outage
 	// comes due every retryWait, and would be encoded each time for
 	// nothing (a 64 MiB event takes a while).
@@ -888,7 +889,7 @@ func (p *publisher) send(ctx context.Context, seq uint64, stamp int64, try int, 
 	if d := now + p.o.AckWait; d < p.nextExpire {
 		p.nextExpire = d
 	}
-	f := inFlight{stamp: stamp, sent: int64(now), first: first, try: try, unanswered: unanswered}
+	f := inFlight{stamp: stamp, sent: int64(now), first: first, try: try}
 	if first == noFirst {
 		f.first = int64(now)
 	}
@@ -1006,6 +1007,9 @@ func (p *publisher) onReply(m *nats.Msg) {
 	dup, cause := pubAck(m)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if cause != nil {
+		p.answeredLocked(seq, try, cause)
+	}
 	f, ok := p.pending[seq]
 	if !ok {
 		if cause != nil {
@@ -1019,7 +1023,7 @@ func (p *publisher) onReply(m *nats.Msg) {
 		if settled, waiting := p.queued[seq]; waiting {
 			if !settled {
 				p.queued[seq] = true
-				p.settleLocked(dup, try)
+				p.settleLocked(seq, dup, try)
 			}
 			return
 		}
@@ -1032,7 +1036,7 @@ func (p *publisher) onReply(m *nats.Msg) {
 			if past {
 				p.pastWindow--
 			}
-			p.settleLocked(dup, try)
+			p.settleLocked(seq, dup, try)
 			p.signal() // for awaitGivenUp
 		}
 		return
@@ -1045,7 +1049,7 @@ func (p *publisher) onReply(m *nats.Msg) {
 	if cause != nil {
 		p.failLocked(seq, f, cause)
 	} else {
-		p.settleLocked(dup, try)
+		p.settleLocked(seq, dup, try)
 	}
 	if p.limit >= 0 && len(p.pending)+len(p.failed) <= p.limit {
 		p.limit = -1
@@ -1053,9 +1057,10 @@ func (p *publisher) onReply(m *nats.Msg) {
 	}
 }
 
-// settleLocked counts an event settled by a successful PubAck to its
-// try-th send. p.mu is held.
-func (p *publisher) settleLocked(dup bool, try int) {
+// settleLocked counts event seq settled by a successful PubAck to its
+// try-th send: no other PubAck to it matters now. p.mu is held.
+func (p *publisher) settleLocked(seq uint64, dup bool, try int) {
+	delete(p.unanswered, seq)
 	if dup && try == 1 {
 		// The first send found the Nats-Msg-Id stored already: not by
 		// this call. A resend's duplicate is the expected one.
@@ -1063,6 +1068,35 @@ func (p *publisher) settleLocked(dup bool, try int) {
 	} else {
 		p.acked++
 	}
+}
+
+// answeredLocked notes that the try-th send of seq was answered with a
+// failure, cause: if it had failed without its PubAck before
+// (unanswered), none comes now, and cause is the last failure's (the
+// error names it rather than the PubAck's wait: a full stream says so
+// late). An event given up with no send left unanswered leaves givenUp,
+// and awaitGivenUp is woken: it need not wait for it. p.mu is held.
+func (p *publisher) answeredLocked(seq uint64, try int, cause error) {
+	b, ok := p.unanswered[seq]
+	if !ok || try < 1 || try > 8 || b&(1<<(try-1)) == 0 {
+		return
+	}
+	p.err = cause
+	if b &^= 1 << (try - 1); b != 0 {
+		p.unanswered[seq] = b
+		return
+	}
+	delete(p.unanswered, seq)
+	if _, kept := p.givenUp[seq]; kept {
+		delete(p.givenUp, seq)
+		p.signal() // for awaitGivenUp
+	}
+}
+
+// unansweredLocked marks f, a send of seq, failed without its PubAck.
+// p.mu is held.
+func (p *publisher) unansweredLocked(seq uint64, f inFlight) {
+	p.unanswered[seq] |= 1 << (f.try - 1)
 }
 
 // signal wakes the sending goroutine if it waits, or makes its next wait
@@ -1120,7 +1154,7 @@ func pubAck(m *nats.Msg) (dup bool, err error) {
 // failLocked queues the failed send f of seq to be sent again, and wakes
 // the sender to schedule it. p.mu is held.
 func (p *publisher) failLocked(seq uint64, f inFlight, cause error) {
-	p.failed = append(p.failed, failedPub{seq: seq, stamp: f.stamp, first: f.first, try: f.try, at: int64(time.Since(p.start)), unanswered: f.unanswered})
+	p.failed = append(p.failed, failedPub{seq: seq, stamp: f.stamp, first: f.first, try: f.try, at: int64(time.Since(p.start))})
 	p.queued[seq] = false
 	p.err = cause
 	p.signal()
@@ -1235,7 +1269,7 @@ func (p *publisher) expireLate(now time.Duration) {
 		switch {
 		case f.sent <= cutoff:
 			delete(p.pending, seq)
-			f.unanswered = true // its PubAck may be late only
+			p.unansweredLocked(seq, f) // its PubAck may be late only
 			p.failLocked(seq, f, p.errLate)
 		case f.sent < oldest:
 			oldest = f.sent
@@ -1275,7 +1309,7 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 		if settled := p.queued[f.seq]; settled || f.try > maxRetries {
 			delete(p.queued, f.seq)
 			if !settled { // else stored: a late PubAck to an earlier send said so
-				p.giveUpLocked(f.seq, false, f.unanswered)
+				p.giveUpLocked(f.seq, false)
 			}
 			p.mu.Unlock()
 			continue
@@ -1284,11 +1318,11 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 		if resendHook != nil {
 			resendHook(f.seq)
 		}
-		switch _, out := p.send(ctx, f.seq, f.stamp, f.try+1, f.first, f.unanswered); out {
+		switch _, out := p.send(ctx, f.seq, f.stamp, f.try+1, f.first); out {
 		case sendPastWindow:
 			p.mu.Lock()
 			if !p.queued[f.seq] { // else stored, settled meanwhile
-				p.giveUpLocked(f.seq, true, f.unanswered) // past the window
+				p.giveUpLocked(f.seq, true) // past the window
 			}
 			delete(p.queued, f.seq)
 			p.mu.Unlock()
@@ -1320,14 +1354,15 @@ func (p *publisher) resendDue(ctx context.Context, res *Result, now time.Duratio
 }
 
 // giveUpLocked counts event seq given up, past the duplicate window if
-// past, and, when a send of it failed without its PubAck (unanswered),
-// keeps it in givenUp for that PubAck, which may still come. p.mu is held.
-func (p *publisher) giveUpLocked(seq uint64, past, unanswered bool) {
+// past, and, when a send of it is still unanswered (failed without its
+// PubAck, and not answered with a failure since), keeps it in givenUp for
+// that PubAck, which may still come. p.mu is held.
+func (p *publisher) giveUpLocked(seq uint64, past bool) {
 	p.gaveUp++
 	if past {
 		p.pastWindow++
 	}
-	if !unanswered {
+	if p.unanswered[seq] == 0 {
 		// Every send refused, or answered with a failure (no stream, a
 		// stream's limit): nothing more comes, and Publish need not
 		// wait for it at the end (awaitGivenUp).
@@ -1336,7 +1371,10 @@ func (p *publisher) giveUpLocked(seq uint64, past, unanswered bool) {
 	if len(p.givenUpRing) < max(p.o.MaxPending, 1) {
 		p.givenUpRing = append(p.givenUpRing, seq)
 	} else {
-		delete(p.givenUp, p.givenUpRing[p.givenUpNext]) // forgotten (settled since, maybe)
+		// Forgotten (settled since, maybe): a PubAck to it counts nothing.
+		old := p.givenUpRing[p.givenUpNext]
+		delete(p.givenUp, old)
+		delete(p.unanswered, old)
 		p.givenUpRing[p.givenUpNext] = seq
 		p.givenUpNext = (p.givenUpNext + 1) % len(p.givenUpRing)
 	}
@@ -1383,7 +1421,7 @@ func (p *publisher) connectionLost(open bool) {
 	cause := errors.New("connection lost before the PubAck")
 	for seq, f := range p.pending {
 		delete(p.pending, seq)
-		f.unanswered = true // lost, or sent after the reconnect (a cluster's other server)
+		p.unansweredLocked(seq, f) // lost, or sent after the reconnect (a cluster's other server)
 		p.failLocked(seq, f, cause)
 	}
 }

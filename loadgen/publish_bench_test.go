@@ -34,7 +34,7 @@ func BenchmarkSend(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				seq := uint64(i)
-				p.send(ctx, seq, 0, 1, 0, false)
+				p.send(ctx, seq, 0, 1, 0)
 				p.mu.Lock()
 				delete(p.pending, seq)
 				p.mu.Unlock()
