@@ -1813,3 +1813,32 @@ func TestPublisherForgetsAGivenUpEventOnceItsSendsAreAnswered(t *testing.T) {
 		t.Error("the sender was not woken: awaitGivenUp waits for nothing")
 	}
 }
+
+// Publish's wait at the end for the late PubAcks of the events given up
+// runs ResendSpan from the last give-up that kept one, not from the end:
+// a stall at minute 2 of a 10-minute open-loop run made it wait 26.5 s
+// at the end for events given up 8 minutes before. Here the event was
+// given up ResendSpan ago (the publisher's start moved back by as much;
+// AckWait an hour makes ResendSpan over 5 hours): the wait ends at once,
+// before the test's 20 s context, the event still kept and failed.
+func TestPublisherDoesNotWaitForEventsGivenUpLongBefore(t *testing.T) {
+	e := newJSEnv(t)
+	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "lb", Subjects: 1, MaxPending: 2, AckWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	p.mu.Lock()
+	p.unansweredLocked(1, inFlight{try: maxRetries + 1})
+	p.giveUpLocked(1, false)
+	p.mu.Unlock()
+	p.start = p.start.Add(-ResendSpan(time.Hour))
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	res := Result{Sent: 1}
+	p.awaitGivenUp(ctx, &res)
+	if _, kept := p.givenUp[1]; ctx.Err() != nil || !kept || p.result(res).Failed != 1 {
+		t.Errorf("%+v, kept %v (context: %v); want the wait over at once, the event given up %v before still failed",
+			p.result(res), p.givenUp, ctx.Err(), ResendSpan(time.Hour))
+	}
+}

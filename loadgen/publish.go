@@ -197,8 +197,8 @@ type Result struct {
 	// retry, or past the window (PastWindow). A success PubAck to a send
 	// of one that comes later, while Publish runs, counts it Acked (or
 	// Duplicate) instead: JetStream stored it. Publish waits for such
-	// PubAcks after its last give-up, up to ResendSpan(AckWait) (see
-	// Publish).
+	// PubAcks until ResendSpan(AckWait) has passed since its last
+	// give-up (see Publish).
 	Failed int
 	// PastWindow counts, of Failed, the publishes given up before their
 	// retries ran out because a resend would have gone out past
@@ -400,12 +400,14 @@ func MsgID(run, seq uint64) string {
 //
 // An event given up whose PubAck comes later counts as acknowledged (or
 // duplicate) after all: JetStream stored it. Once every publish is settled
-// or given up, Publish therefore waits, up to ResendSpan(AckWait) (26.5s
-// with the default), for the PubAcks still due to the last events given
-// up (one whose every send was answered with a failure has none due; the
-// wait ends early when the last comes, the connection closes or ctx ends,
-// and returns what was counted, without ctx's error: nothing is unsettled
-// then). Options.Progress is called about every 100ms meanwhile.
+// or given up, Publish therefore waits for the PubAcks still due to the
+// last events given up, until ResendSpan(AckWait) (26.5s with the
+// default) has passed since the last give-up: not at all when that was
+// long before the end (one whose every send was answered with a failure
+// has none due; the wait ends early when the last comes, the connection
+// closes or ctx ends, and returns what was counted, without ctx's error:
+// nothing is unsettled then). Options.Progress is called about every
+// 100ms meanwhile.
 func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 	if err := o.Validate(); err != nil {
 		return Result{}, err
@@ -532,9 +534,12 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 // as a later event takes to be given up, but the last MaxPending give-ups
 // had nothing after them, and Publish, returning, ended the reply
 // subscription: they stayed failed though JetStream stored them, and
-// `jetsink publish` failed and said to publish them again. It waits as
-// long as one event's resends span (ResendSpan(AckWait): such a PubAck is
-// late by about the time its event took to be given up, or more), until
+// `jetsink publish` failed and said to publish them again. It waits
+// until one event's resends span (ResendSpan(AckWait): such a PubAck is
+// late by about the time its event took to be given up, or more) has
+// passed since the last give-up that kept an event (keptAt), not since
+// the run's end: a stall early in a long open-loop run would otherwise
+// make the end wait 26.5s for events given up minutes before; until
 // none is left, the connection is closed, or ctx ends (what is counted
 // then stands: nothing is unsettled). Options.Progress is called about
 // every 100ms meanwhile, with the same count, as during an outage. It
@@ -542,9 +547,9 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 // start if none did.
 func (p *publisher) awaitGivenUp(ctx context.Context, res *Result) time.Duration {
 	now := time.Since(p.start)
-	last, end := now, now+givenUpSpan(p.o.AckWait)
+	last := now
 	p.mu.Lock()
-	left := len(p.givenUp)
+	left, end := len(p.givenUp), p.keptAt+givenUpSpan(p.o.AckWait)
 	p.mu.Unlock()
 	for left > 0 && now < end && !p.closed && !p.nc.IsClosed() {
 		if p.o.Progress != nil && now-p.lastProgress >= 100*time.Millisecond {
@@ -719,6 +724,7 @@ type publisher struct {
 	givenUp     map[uint64]bool
 	givenUpRing []uint64 // the seqs given up, oldest at givenUpNext once full
 	givenUpNext int
+	keptAt      time.Duration // when the last event kept in givenUp was given up, since start
 	// unanswered holds, per event not settled, the sends that failed
 	// without their PubAck (AckWait passed, or the connection dropped),
 	// bit try-1 for its try-th send: a PubAck to one may still come, until
@@ -1379,6 +1385,7 @@ func (p *publisher) giveUpLocked(seq uint64, past bool) {
 		p.givenUpNext = (p.givenUpNext + 1) % len(p.givenUpRing)
 	}
 	p.givenUp[seq] = past
+	p.keptAt = time.Since(p.start)
 }
 
 // abandon gives up, the connection being closed, every publish not yet
