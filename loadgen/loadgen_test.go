@@ -1594,54 +1594,80 @@ func TestPublisherSendsAHeldResendAtTheReconnect(t *testing.T) {
 // A PubAck that comes after its event was given up counts it acked also
 // for the last events given up: Publish waits for them (awaitGivenUp)
 // rather than return, ending its reply subscription, as soon as they are
-// given up. Every send reaches the stream 2.5 s late, forwarded by the
-// test with its reply subject; with an AckWait of 50 ms an event is given
-// up ~1.7 s after its first send, whose PubAck comes ~0.8 s later. The
-// last MaxPending events had nothing after them to wait for: Sent 20,
-// Acked 15, Failed 5, "publishes not acknowledged by JetStream: 5 of 20",
-// the stream holding all 20. Progress is called meanwhile, as during an
-// outage, with the count.
+// given up: Sent 20, Acked 15, Failed 5, "publishes not acknowledged by
+// JetStream: 5 of 20", the stream holding all 20. Progress is called
+// meanwhile, as during an outage, with the count. The test holds every
+// send (AckWait 50 ms: each is given up after its 6 sends) until Progress
+// has been called 3 times with the whole count, which only the wait at
+// the end does, then forwards them to a stream, reply subjects and all;
+// MaxPending 20 keeps every event given up for its PubAck, and the wait
+// is made an hour (givenUpSpan): nothing in it is timed.
 func TestPublishWaitsForThePubAcksOfTheLastGivenUp(t *testing.T) {
-	const late = 2500 * time.Millisecond
+	const n = 20
+	defer func(f func(time.Duration) time.Duration) { givenUpSpan = f }(givenUpSpan)
+	givenUpSpan = func(time.Duration) time.Duration { return time.Hour }
 	e := newJSEnv(t)
 	e.stream(t, jetstream.StreamConfig{Name: "LG", Subjects: []string{"lgs.>"}})
+	var (
+		mu       sync.Mutex
+		held     []*nats.Msg // until released
+		released bool
+	)
 	forwardErrs := make(chan error, 1)
-	if _, err := e.nc.Subscribe("lg.>", func(m *nats.Msg) {
+	forward := func(m *nats.Msg) {
 		f := nats.NewMsg("lgs" + strings.TrimPrefix(m.Subject, "lg"))
 		f.Reply, f.Header, f.Data = m.Reply, m.Header, m.Data
-		time.AfterFunc(late, func() {
-			if err := e.nc.PublishMsg(f); err != nil && e.ctx.Err() == nil {
-				select {
-				case forwardErrs <- err:
-				default:
-				}
+		if err := e.nc.PublishMsg(f); err != nil && e.ctx.Err() == nil {
+			select {
+			case forwardErrs <- err:
+			default:
 			}
-		})
+		}
+	}
+	if _, err := e.nc.Subscribe("lg.>", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if released {
+			forward(m)
+		} else {
+			held = append(held, m)
+		}
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	nc := e.ns.Connect(t)
 	var progress []int // on Publish's goroutine
-	res, err := Publish(e.ctx, nc, Options{Subject: "lg", Subjects: 3, Events: 20, Run: 52, MaxPending: 5,
-		AckWait: 50 * time.Millisecond, Progress: func(sent int) { progress = append(progress, sent) }})
-	if err != nil || res.Sent != 20 || res.Acked != 20 || res.Failed != 0 || res.Retried == 0 {
-		t.Errorf("publish, every send stored %v late: %+v, %v; want every event resent, given up and then acked, none failed", late, res, err)
+	wholeCount := 0
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	res, err := Publish(ctx, e.ns.Connect(t), Options{Subject: "lg", Subjects: 3, Events: n, Run: 52, MaxPending: n,
+		AckWait: 50 * time.Millisecond, Progress: func(sent int) {
+			progress = append(progress, sent)
+			if sent != n {
+				return
+			}
+			if wholeCount++; wholeCount == 3 {
+				mu.Lock()
+				defer mu.Unlock()
+				released = true
+				for _, m := range held {
+					forward(m)
+				}
+			}
+		}})
+	if ctx.Err() != nil || err != nil || res.Sent != n || res.Acked != n || res.Failed != 0 || res.Retried != n*maxRetries {
+		t.Errorf("publish, every send stored once Publish waits at the end: %+v, %v (context: %v; progress calls %v); "+
+			"want every event resent, given up and then acked, none failed", res, err, ctx.Err(), progress)
 	}
 	select {
 	case err := <-forwardErrs:
 		t.Errorf("forwarding a send: %v", err)
 	default:
 	}
-	if got := testenv.StreamMsgs(t, e.ctx, e.js, "LG"); got != 20 {
-		t.Errorf("the stream holds %d messages, want 20", got)
-	}
-	// The last give-up comes ~0.8 s before its event's PubAck: several
-	// calls with the whole count while Publish waits for it.
-	if n := len(progress) - slices.Index(progress, 20); len(progress) == 0 || progress[len(progress)-1] != 20 || n < 3 {
-		t.Errorf("progress calls %v; want some with 20, the count, while the last PubAcks were awaited", progress)
+	if got := testenv.StreamMsgs(t, e.ctx, e.js, "LG"); got != n {
+		t.Errorf("the stream holds %d messages, want %d", got, n)
 	}
 }
 
