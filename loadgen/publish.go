@@ -512,10 +512,7 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 			p.lag.record(now - due)
 		}
 		res.Sent++
-		if o.Progress != nil && now-p.lastProgress >= 100*time.Millisecond {
-			o.Progress(res.Sent)
-			p.lastProgress = now
-		}
+		p.progress(now, res.Sent)
 	}
 	// Wait for the last PubAcks, resending what fails, until every publish
 	// is acknowledged or given up.
@@ -552,10 +549,7 @@ func (p *publisher) awaitGivenUp(ctx context.Context, res *Result) time.Duration
 	left, end := len(p.givenUp), p.keptAt+givenUpSpan(p.o.AckWait)
 	p.mu.Unlock()
 	for left > 0 && now < end && !p.closed && !p.nc.IsClosed() {
-		if p.o.Progress != nil && now-p.lastProgress >= 100*time.Millisecond {
-			p.o.Progress(res.Sent)
-			p.lastProgress = now
-		}
+		p.progress(now, res.Sent)
 		d := end - now
 		if p.o.Progress != nil {
 			d = min(d, 100*time.Millisecond)
@@ -582,6 +576,15 @@ func (p *publisher) awaitGivenUp(ctx context.Context, res *Result) time.Duration
 		p.mu.Unlock()
 	}
 	return last
+}
+
+// progress calls Options.Progress, if set, with sent when it was last
+// called 100ms or more before now (time since start).
+func (p *publisher) progress(now time.Duration, sent int) {
+	if p.o.Progress != nil && now-p.lastProgress >= 100*time.Millisecond {
+		p.o.Progress(sent)
+		p.lastProgress = now
+	}
 }
 
 // stopped reports whether stop is closed; a nil stop never is.
@@ -1213,11 +1216,10 @@ func (p *publisher) wait(ctx context.Context, stop <-chan struct{}, res *Result,
 			return now, held, nil
 		}
 		held = held || over || away
-		if away && p.o.Progress != nil && now-p.lastProgress >= 100*time.Millisecond {
+		if away {
 			// The same count: the caller's output does not freeze
 			// for the outage, and it can tell that the count stalls.
-			p.o.Progress(res.Sent)
-			p.lastProgress = now
+			p.progress(now, res.Sent)
 		}
 		d := next - now
 		if now < until {
