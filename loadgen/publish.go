@@ -526,22 +526,24 @@ func Publish(ctx context.Context, nc *nats.Conn, o Options) (Result, error) {
 }
 
 // awaitGivenUp waits, once every publish is settled or given up, for the
-// late PubAcks of the events last given up after a send of theirs went
-// unanswered (givenUp): during the run a late PubAck counts for as long
-// as a later event takes to be given up, but the last MaxPending give-ups
-// had nothing after them, and Publish, returning, ended the reply
+// late PubAcks of the events last given up with a send still unanswered
+// (givenUp): during the run a late PubAck counts for as long as a later
+// event takes to be given up, but the last MaxPending give-ups had
+// nothing after them, and Publish, returning, ended the reply
 // subscription: they stayed failed though JetStream stored them, and
-// `jetsink publish` failed and said to publish them again. It waits
-// until one event's resends span (ResendSpan(AckWait): such a PubAck is
-// late by about the time its event took to be given up, or more) has
-// passed since the last give-up that kept an event (keptAt), not since
-// the run's end: a stall early in a long open-loop run would otherwise
-// make the end wait 26.5s for events given up minutes before; until
-// none is left, the connection is closed, or ctx ends (what is counted
-// then stands: nothing is unsettled). Options.Progress is called about
-// every 100ms meanwhile, with the same count, as during an outage. It
-// returns, as time since start, when the last PubAck came: the wait's
-// start if none did.
+// `jetsink publish` failed and said to publish them again.
+//
+// It waits until one event's resends span (ResendSpan(AckWait): such a
+// PubAck is late by about the time its event took to be given up, or
+// more) has passed since the last give-up that kept an event (keptAt):
+// timed from the run's end, it made a run that stalled early wait 26.5s
+// at the end for events given up minutes before. It ends sooner when none
+// is left (a success PubAck settled each, or a failure PubAck answered
+// its last unanswered send), the connection is closed, or ctx ends (what
+// is counted then stands: nothing is unsettled). Options.Progress is
+// called about every 100ms meanwhile, with the same count, as during an
+// outage. It returns, as time since start, when the last PubAck that
+// settled or answered a kept event came: the wait's start if none did.
 func (p *publisher) awaitGivenUp(ctx context.Context, res *Result) time.Duration {
 	now := time.Since(p.start)
 	last := now
@@ -559,7 +561,7 @@ func (p *publisher) awaitGivenUp(ctx context.Context, res *Result) time.Duration
 		case <-ctx.Done():
 			p.timer.Stop()
 			return last
-		case <-p.wake: // onReply counted one
+		case <-p.wake: // onReply settled or answered one
 			p.timer.Stop()
 		case _, open := <-p.status: // closed: the loop sees it
 			p.timer.Stop()
