@@ -1362,6 +1362,57 @@ func TestPublisherSettlesAPubAckThatComesDuringTheResend(t *testing.T) {
 	}
 }
 
+// storeFailed is JetStream's answer to a publish it could not store (503).
+const storeFailed = `{"error":{"code":503,"err_code":10077,"description":"store failed"}}`
+
+// answerer stands in for JetStream on a subject: handle gets each send
+// and answers it, forwards it to a stream, or holds it; what of that
+// fails while the test runs is kept for check.
+type answerer struct {
+	e    *jsEnv
+	errs chan error
+}
+
+func (e *jsEnv) answer(t *testing.T, subject string, handle func(a *answerer, m *nats.Msg)) *answerer {
+	t.Helper()
+	a := &answerer{e: e, errs: make(chan error, 1)}
+	if _, err := e.nc.Subscribe(subject, func(m *nats.Msg) { handle(a, m) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// report keeps err, unless the test is over.
+func (a *answerer) report(err error) {
+	if err != nil && a.e.ctx.Err() == nil {
+		select {
+		case a.errs <- err:
+		default:
+		}
+	}
+}
+
+// forward publishes m, reply subject and all, to to plus what follows
+// from in its subject: a stream there stores it and answers the publisher.
+func (a *answerer) forward(m *nats.Msg, from, to string) {
+	f := nats.NewMsg(to + strings.TrimPrefix(m.Subject, from))
+	f.Reply, f.Header, f.Data = m.Reply, m.Header, m.Data
+	a.report(a.e.nc.PublishMsg(f))
+}
+
+// check fails the test with what failed.
+func (a *answerer) check(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-a.errs:
+		t.Errorf("answering a send: %v", err)
+	default:
+	}
+}
+
 // watchedConn makes a file stream name for prefix.> and a publisher's
 // connection as publish and bench make it (no reconnect buffer), with
 // reconnects tries wait apart, and a subscription on it that sees what
@@ -1613,31 +1664,15 @@ func TestPublishWaitsForThePubAcksOfTheLastGivenUp(t *testing.T) {
 		held     []*nats.Msg // until released
 		released bool
 	)
-	forwardErrs := make(chan error, 1)
-	forward := func(m *nats.Msg) {
-		f := nats.NewMsg("lgs" + strings.TrimPrefix(m.Subject, "lg"))
-		f.Reply, f.Header, f.Data = m.Reply, m.Header, m.Data
-		if err := e.nc.PublishMsg(f); err != nil && e.ctx.Err() == nil {
-			select {
-			case forwardErrs <- err:
-			default:
-			}
-		}
-	}
-	if _, err := e.nc.Subscribe("lg.>", func(m *nats.Msg) {
+	a := e.answer(t, "lg.>", func(a *answerer, m *nats.Msg) {
 		mu.Lock()
 		defer mu.Unlock()
 		if released {
-			forward(m)
+			a.forward(m, "lg", "lgs")
 		} else {
 			held = append(held, m)
 		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	var progress []int // on Publish's goroutine
 	wholeCount := 0
 	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
@@ -1653,7 +1688,7 @@ func TestPublishWaitsForThePubAcksOfTheLastGivenUp(t *testing.T) {
 				defer mu.Unlock()
 				released = true
 				for _, m := range held {
-					forward(m)
+					a.forward(m, "lg", "lgs")
 				}
 			}
 		}})
@@ -1661,11 +1696,7 @@ func TestPublishWaitsForThePubAcksOfTheLastGivenUp(t *testing.T) {
 		t.Errorf("publish, every send stored once Publish waits at the end: %+v, %v (context: %v; progress calls %v); "+
 			"want every event resent, given up and then acked, none failed", res, err, ctx.Err(), progress)
 	}
-	select {
-	case err := <-forwardErrs:
-		t.Errorf("forwarding a send: %v", err)
-	default:
-	}
+	a.check(t)
 	if got := testenv.StreamMsgs(t, e.ctx, e.js, "LG"); got != n {
 		t.Errorf("the stream holds %d messages, want %d", got, n)
 	}
@@ -1725,29 +1756,13 @@ func TestPublishWaitsForTheUnansweredSendOfAnEventWhoseResendsFailed(t *testing.
 	givenUpSpan = func(time.Duration) time.Duration { return time.Hour }
 	e := newJSEnv(t)
 	e.stream(t, jetstream.StreamConfig{Name: "UF", Subjects: []string{"ufs.>"}})
-	errs := make(chan error, 1)
-	report := func(err error) {
-		if err != nil && e.ctx.Err() == nil {
-			select {
-			case errs <- err:
-			default:
-			}
-		}
-	}
-	if _, err := e.nc.Subscribe("uf.>", func(m *nats.Msg) {
+	a := e.answer(t, "uf.>", func(a *answerer, m *nats.Msg) {
 		if !strings.HasSuffix(m.Reply, "_1") {
-			report(m.Respond([]byte(`{"error":{"code":503,"err_code":10077,"description":"store failed"}}`)))
+			a.report(m.Respond([]byte(storeFailed)))
 			return
 		}
-		f := nats.NewMsg("ufs" + strings.TrimPrefix(m.Subject, "uf"))
-		f.Reply, f.Header, f.Data = m.Reply, m.Header, m.Data
-		time.AfterFunc(2*time.Second, func() { report(e.nc.PublishMsg(f)) })
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+		time.AfterFunc(2*time.Second, func() { a.forward(m, "uf", "ufs") })
+	})
 	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 	defer cancel()
 	res, err := Publish(ctx, e.ns.Connect(t), Options{Subject: "uf", Events: 1, Run: 54, MaxPending: 1, AckWait: 50 * time.Millisecond})
@@ -1755,11 +1770,7 @@ func TestPublishWaitsForTheUnansweredSendOfAnEventWhoseResendsFailed(t *testing.
 		t.Errorf("publish, the first send stored 2 s late, every resend failed: %+v, %v (context: %v); "+
 			"want it given up after %d resends, then acked at its PubAck, before the context's end", res, err, ctx.Err(), maxRetries)
 	}
-	select {
-	case err := <-errs:
-		t.Errorf("answering a send: %v", err)
-	default:
-	}
+	a.check(t)
 	if got := testenv.StreamMsgs(t, e.ctx, e.js, "UF"); got != 1 {
 		t.Errorf("the stream holds %d messages, want 1", got)
 	}
@@ -1778,22 +1789,9 @@ func TestPublishDoesNotWaitForAGivenUpEventWhoseSendsWereAllAnsweredLate(t *test
 	defer func(f func(time.Duration) time.Duration) { givenUpSpan = f }(givenUpSpan)
 	givenUpSpan = func(time.Duration) time.Duration { return time.Hour }
 	e := newJSEnv(t)
-	errs := make(chan error, 1)
-	if _, err := e.nc.Subscribe("fl.>", func(m *nats.Msg) {
-		time.AfterFunc(500*time.Millisecond, func() {
-			if err := m.Respond([]byte(`{"error":{"code":503,"err_code":10077,"description":"store failed"}}`)); err != nil && e.ctx.Err() == nil {
-				select {
-				case errs <- err:
-				default:
-				}
-			}
-		})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	a := e.answer(t, "fl.>", func(a *answerer, m *nats.Msg) {
+		time.AfterFunc(500*time.Millisecond, func() { a.report(m.Respond([]byte(storeFailed))) })
+	})
 	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 	defer cancel()
 	res, err := Publish(ctx, e.ns.Connect(t), Options{Subject: "fl", Events: 1, Run: 55, MaxPending: 1, AckWait: 50 * time.Millisecond})
@@ -1802,11 +1800,7 @@ func TestPublishDoesNotWaitForAGivenUpEventWhoseSendsWereAllAnsweredLate(t *test
 		t.Errorf("publish, every send answered with a failure 500 ms late: %+v, %v (context: %v); "+
 			"want it given up after %d resends, the failure named, without waiting for the end of the wait", res, err, ctx.Err(), maxRetries)
 	}
-	select {
-	case err := <-errs:
-		t.Errorf("answering a send: %v", err)
-	default:
-	}
+	a.check(t)
 }
 
 // A failure PubAck to a send that went unanswered answers it: an event
@@ -1824,7 +1818,7 @@ func TestPublisherForgetsAGivenUpEventOnceItsSendsAreAnswered(t *testing.T) {
 	p.unansweredLocked(1, inFlight{try: 6})
 	p.giveUpLocked(1, false)
 	p.mu.Unlock()
-	fail := []byte(`{"error":{"code":503,"err_code":10077,"description":"store failed"}}`)
+	fail := []byte(storeFailed)
 	p.onReply(&nats.Msg{Subject: p.prefix + "1_6", Data: fail})
 	if _, kept := p.givenUp[1]; !kept {
 		t.Fatalf("kept %v after one of its 2 unanswered sends failed; want it kept for the other's PubAck", p.givenUp)
