@@ -49,20 +49,7 @@ func TestDestinationOf(t *testing.T) {
 func TestNewRecordsTheDestination(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ns := testenv.NATS(t)
-	pg := testenv.Postgres(t)
-	cfg := config.Default()
-	cfg.NATS.URL = ns.URL()
-	cfg.NATS.CreateStream = true
-	cfg.NATS.Stream = "DESTNEW"
-	cfg.NATS.Subjects = []string{"destnew.>"}
-	cfg.Postgres.URL = pg.URL
-	cfg.Postgres.Table = "destnew"
-	cfg.Postgres.CreateTable = true
-	cfg.Telemetry.Listen = ""
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	ns, pg, cfg := serversConfig(t, "destnew", nil)
 	p, err := New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -76,4 +63,30 @@ func TestNewRecordsTheDestination(t *testing.T) {
 	if got := cons.CachedInfo().Config.Metadata["jetsink_destination"]; got != want || want == "" {
 		t.Fatalf("New recorded destination %q, want %q", got, want)
 	}
+}
+
+// serversConfig is a config for New on an embedded nats-server and a
+// throwaway PostgreSQL of the test's own: stream NAME (upper case) on
+// name.>, table name, both made by jetsink, no admin listener; set may
+// change it before it is validated.
+func serversConfig(t *testing.T, name string, set func(*config.Config)) (*testenv.NATSServer, *testenv.PG, config.Config) {
+	t.Helper()
+	ns := testenv.NATS(t)
+	pg := testenv.Postgres(t)
+	cfg := config.Default()
+	cfg.NATS.URL = ns.URL()
+	cfg.NATS.CreateStream = true
+	cfg.NATS.Stream = strings.ToUpper(name)
+	cfg.NATS.Subjects = []string{name + ".>"}
+	cfg.Postgres.URL = pg.URL
+	cfg.Postgres.Table = name
+	cfg.Postgres.CreateTable = true
+	cfg.Telemetry.Listen = ""
+	if set != nil {
+		set(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return ns, pg, cfg
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jetsink/jetsink/config"
-	"github.com/jetsink/jetsink/tests/testenv"
 )
 
 // Run's "jetsink running" line says what runs: the table as its
@@ -21,22 +20,10 @@ import (
 func TestRunningLineSaysWhatRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ns := testenv.NATS(t)
-	pg := testenv.Postgres(t)
-	cfg := config.Default()
-	cfg.NATS.URL = ns.URL()
-	cfg.NATS.CreateStream = true
-	cfg.NATS.Stream = "RUNLINE"
-	cfg.NATS.Subjects = []string{"runline.>"}
-	cfg.Postgres.URL = pg.URL
-	cfg.Postgres.Table = "runline"
-	cfg.Postgres.CreateTable = true
-	cfg.Postgres.Connections = 3
-	cfg.Pipeline.Workers = 0 // resolved by New: one per physical core
-	cfg.Telemetry.Listen = ""
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	_, _, cfg := serversConfig(t, "runline", func(cfg *config.Config) {
+		cfg.Postgres.Connections = 3
+		cfg.Pipeline.Workers = 0 // resolved by New: one per physical core
+	})
 	running := make(chan map[string]string, 1)
 	p, err := New(ctx, cfg, slog.New(&recordHandler{msg: "jetsink running", attrs: running}))
 	if err != nil {
