@@ -66,6 +66,11 @@ var chaosDups = map[string]int64{
 // decoded: 10 a second beside 2,000 valid ones.
 const chaosBadEvery = 100 * time.Millisecond
 
+// chaosPreStored is how many undecodable events TestChaos publishes
+// before jetsink starts, each with its dead letter stored already
+// (preStoreLetters).
+const chaosPreStored = 3
+
 // chaosSinkPoison reports whether TestChaos's CHECK constraint (seq % 1000
 // <> 123) refuses loadgen event seq: one in 1,000.
 func chaosSinkPoison(seq uint64) bool { return seq%1000 == 123 }
@@ -76,7 +81,8 @@ func chaosSinkPoison(seq uint64) bool { return seq%1000 == 123 }
 // (chaosCheckEach): a valid one is exactly one row in exactly-once mode, at
 // least one in at-least-once mode (duplicates within chaosDups), and no dead
 // letter; a poison one, refused by a CHECK constraint (one in 1,000) or
-// undecodable (10 a second), no row and exactly one dead letter with its
+// undecodable (10 a second, and chaosPreStored whose letters are stored
+// before jetsink starts), no row and exactly one dead letter with its
 // stage and code. Nothing is lost, and nothing else is in the table or the
 // dead-letter stream. jetsink must never exit by itself, and each SIGTERM
 // must end with status 0. A fault comes only once jetsink has started
@@ -116,6 +122,8 @@ func TestChaos(t *testing.T) {
 			// first: over the whole run, one letter per event
 			// (chaosCheckEach).
 			e.duplicateWindow(ctx, e.dlqStream(), dur+5*time.Minute)
+			x := newExpected()
+			pre := e.preStoreLetters(ctx, x, chaosPreStored)
 			cfgPath := e.writeConfig(mode,
 				fmt.Sprintf("nats.max_ack_pending: %d", chaosMaxAckPending),
 				"postgres.retry: {initial: 50ms, max: 500ms}")
@@ -125,7 +133,6 @@ func TestChaos(t *testing.T) {
 
 			const rate = 2000
 			n := int(rate * dur.Seconds())
-			x := newExpected()
 			pub := e.publishDuring(ctx, x, 0, n, rate, 100)
 			bad := e.publishBadDuring(ctx, dur, chaosBadEvery)
 
@@ -154,7 +161,7 @@ func TestChaos(t *testing.T) {
 			e.settleBehindTrickle(ctx, x, uint64(n))
 			ch.stop(t)
 			v := e.check(ctx, x)
-			chaosCheckEach(t, v, x, bad.sent)
+			chaosCheckEach(t, v, x, bad.sent, pre)
 			var allowed int64
 			for f, n := range done {
 				allowed += int64(n) * chaosDups[f]
@@ -166,8 +173,8 @@ func TestChaos(t *testing.T) {
 
 // chaosCheckEach checks TestChaos's events one by one, each by its kind: a
 // valid event has no dead letter (its rows: check and judge); a poison one
-// (bad: the undecodable ones' Nats-Msg-Ids and codes) no row and exactly
-// one dead letter, of its stage and code.
+// (bad and pre: the undecodable ones' Nats-Msg-Ids and codes) no row and
+// exactly one dead letter, of its stage and code.
 //
 // Exactly one in both modes, not a bound from the faults as for rows: a
 // letter goes out under Nats-Msg-Id <stream>:<seq>:<store time>:<consumer>,
@@ -178,8 +185,9 @@ func TestChaos(t *testing.T) {
 // duplicate window of the first (README, "Dead letters"). TestChaos's
 // window spans the run, so neither exception the README names (a letter
 // after the window, a dead-letter stream made again) can arise: a second
-// letter is a bug.
-func chaosCheckEach(t *testing.T, v verdict, x *expected, bad map[string]string) {
+// letter is a bug. The faults rarely bring a letter back (one must land
+// between its PubAck and its term); pre's letters come back every run.
+func chaosCheckEach(t *testing.T, v verdict, x *expected, bad, pre map[string]string) {
 	t.Helper()
 	var problems []string
 	var valid, refused int
@@ -197,12 +205,16 @@ func chaosCheckEach(t *testing.T, v verdict, x *expected, bad map[string]string)
 		if rows != 0 {
 			problems = append(problems, fmt.Sprintf("seq %d, which the CHECK refuses: %d rows", s, rows))
 		}
-		problems = append(problems, oneLetter(fmt.Sprintf("seq %d, which the CHECK refuses", s), letters, pipeline.StageSink, "constraint")...)
+		problems = append(problems, oneLetter(fmt.Sprintf("seq %d, which the CHECK refuses", s), letters, pipeline.StageSink, "constraint", "23514")...)
 	}
 	for id, code := range bad {
-		problems = append(problems, oneLetter("undecodable "+id, v.lettersOf["msg:"+id], pipeline.StageDecode, code)...)
+		problems = append(problems, oneLetter("undecodable "+id, v.lettersOf["msg:"+id], pipeline.StageDecode, code, "")...)
 	}
-	t.Logf("checked one by one: %d valid events, %d refused by the CHECK, %d undecodable", valid, refused, len(bad))
+	for id, code := range pre {
+		problems = append(problems, oneLetter("undecodable "+id+", its letter stored before jetsink started", v.lettersOf["msg:"+id], pipeline.StageDecode, code, "")...)
+	}
+	t.Logf("checked one by one: %d valid events, %d refused by the CHECK, %d undecodable (%d with their letters stored before)",
+		valid, refused, len(bad)+len(pre), len(pre))
 	if len(problems) > 0 {
 		sort.Strings(problems)
 		t.Errorf("%d events not what their kind requires, first: %s", len(problems), strings.Join(first(problems, 10), "; "))
@@ -210,8 +222,9 @@ func chaosCheckEach(t *testing.T, v verdict, x *expected, bad map[string]string)
 }
 
 // oneLetter is what is wrong with letters, the dead letters of the poison
-// event what: anything but one letter, of stage and code.
-func oneLetter(what string, letters []deadLetter, stage, code string) []string {
+// event what: anything but one letter, of stage, code and sqlState
+// (wrongKind).
+func oneLetter(what string, letters []deadLetter, stage, code, sqlState string) []string {
 	if len(letters) != 1 {
 		var whys []string
 		for _, d := range letters {
@@ -219,15 +232,91 @@ func oneLetter(what string, letters []deadLetter, stage, code string) []string {
 		}
 		return []string{fmt.Sprintf("%s: %d dead letters, want 1 %v", what, len(letters), whys)}
 	}
-	if d := letters[0]; d.get(consumer.HeaderStage) != stage || d.get(consumer.HeaderCode) != code {
-		return []string{fmt.Sprintf("%s: dead letter of %s, want stage %s code %s", what, letterWhy(d), stage, code)}
+	if wrong := wrongKind(letters[0], stage, code, sqlState); wrong != "" {
+		return []string{fmt.Sprintf("%s: dead letter of %s", what, wrong)}
 	}
 	return nil
 }
 
 func letterWhy(d deadLetter) string {
-	return fmt.Sprintf("stage %s code %s delivered %s (dead-letter seq %d, %q)", d.get(consumer.HeaderStage),
-		d.get(consumer.HeaderCode), d.get(consumer.HeaderDelivered), d.seq, d.get(consumer.HeaderReason))
+	return fmt.Sprintf("stage %s code %s sqlstate %q delivered %s (dead-letter seq %d, %q)", d.get(consumer.HeaderStage),
+		d.get(consumer.HeaderCode), d.get(consumer.HeaderSQLState), d.get(consumer.HeaderDelivered), d.seq, d.get(consumer.HeaderReason))
+}
+
+// chaosBadKinds are the undecodable events TestChaos publishes:
+// malformedInputs but too-large, a valid event under writeConfig's
+// max_event_bytes.
+func chaosBadKinds() []malformed {
+	var kinds []malformed
+	for _, m := range malformedInputs() {
+		if m.code != pipeline.CodeTooLarge {
+			kinds = append(kinds, m)
+		}
+	}
+	return kinds
+}
+
+// preStoreLetters publishes n undecodable events (chaosBadKinds in turn),
+// adds them to x, and stores the dead letter of each in the dead-letter
+// stream under the Nats-Msg-Id jetsink will give it, as if an earlier
+// jetsink had stored it and then been killed before its term. It returns
+// their Nats-Msg-Ids and codes. Called before jetsink starts: the letter
+// jetsink then publishes for each is a repeat, which the dead-letter
+// stream must drop (chaosCheckEach requires one letter). The faults make
+// that case only when one lands in the sub-millisecond gap between a
+// letter's PubAck and its term, so a letter id that changed with each
+// delivery passed nearly every run; these make it certain.
+func (e *env) preStoreLetters(ctx context.Context, x *expected, n int) map[string]string {
+	e.t.Helper()
+	s, err := e.js.Stream(ctx, e.stream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	kinds := chaosBadKinds()
+	pre := map[string]string{}
+	for i := range n {
+		m := kinds[i%len(kinds)]
+		id := fmt.Sprintf("prestored-%s-%d", m.name, i)
+		ack, err := e.js.PublishMsg(ctx, e.badMsg(m, id))
+		if err != nil {
+			e.t.Fatalf("publish %s: %v", id, err)
+		}
+		stored, err := s.GetMsg(ctx, ack.Sequence)
+		if err != nil {
+			e.t.Fatalf("read %s back (stream seq %d) for its store time: %v", id, ack.Sequence, err)
+		}
+		letter := &nats.Msg{Subject: "dlq." + e.stream, Data: m.data, Header: nats.Header{
+			jetstream.MsgIDHeader:    {chaosLetterID(e.stream, ack.Sequence, stored.Time, "jetsink")}, // writeConfig's nats.consumer
+			"X-Test":                 {m.name},
+			consumer.HeaderOrigMsgID: {id},
+			consumer.HeaderConsumer:  {"jetsink"},
+			consumer.HeaderSubject:   {stored.Subject},
+			consumer.HeaderStream:    {e.stream},
+			consumer.HeaderStreamSeq: {strconv.FormatUint(ack.Sequence, 10)},
+			consumer.HeaderDelivered: {"1"},
+			consumer.HeaderStage:     {pipeline.StageDecode},
+			consumer.HeaderCode:      {m.code},
+			consumer.HeaderReason:    {"stored by TestChaos before jetsink started"},
+		}}
+		dack, err := e.js.PublishMsg(ctx, letter)
+		if err != nil {
+			e.t.Fatalf("store the dead letter of %s: %v", id, err)
+		}
+		if dack.Duplicate {
+			e.t.Fatalf("store the dead letter of %s: JetStream took it for a duplicate of an earlier one", id)
+		}
+		pre[id] = m.code
+		x.other[id] = true
+	}
+	return pre
+}
+
+// chaosLetterID is the Nats-Msg-Id jetsink reading through durable gives
+// the dead letter of stream's event seq, stored at stored. Package
+// consumer exports no function for it: this mirrors the form README,
+// "Dead letters", documents, <stream>:<seq>:<store time, Unix ns>:<consumer>.
+func chaosLetterID(stream string, seq uint64, stored time.Time, durable string) string {
+	return fmt.Sprintf("%s:%d:%d:%s", stream, seq, stored.UnixNano(), durable)
 }
 
 // badPublisher publishes undecodable events in the background.
@@ -242,12 +331,7 @@ type badPublisher struct {
 // (NATS restarting) is sent again under its id until JetStream acknowledges
 // it: the event stream's duplicate window keeps it once.
 func (e *env) publishBadDuring(ctx context.Context, d, every time.Duration) *badPublisher {
-	var kinds []malformed
-	for _, m := range malformedInputs() {
-		if m.code != pipeline.CodeTooLarge {
-			kinds = append(kinds, m)
-		}
-	}
+	kinds := chaosBadKinds()
 	p := &badPublisher{done: make(chan error, 1), sent: map[string]string{}}
 	go func() {
 		tick := time.NewTicker(every)
@@ -255,7 +339,7 @@ func (e *env) publishBadDuring(ctx context.Context, d, every time.Duration) *bad
 		for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
 			m := kinds[i%len(kinds)]
 			id := fmt.Sprintf("bad-%s-%d", m.name, i)
-			msg := &nats.Msg{Subject: e.prefix + ".bad." + m.name, Data: m.data, Header: nats.Header{jetstream.MsgIDHeader: {id}}}
+			msg := e.badMsg(m, id)
 			for {
 				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				_, err := e.js.PublishMsg(pctx, msg)
