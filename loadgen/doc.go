@@ -25,7 +25,7 @@
 // as acknowledged (or duplicate) after all (JetStream stored it), not
 // failed; Publish waits a while for those of the last events given up
 // before it returns (until ResendSpan(AckWait) has passed since the last
-// give-up). An event
+// give-up of an event with a send still unanswered). An event
 // whose first send JetStream reports as a duplicate (its Nats-Msg-Id,
 // from Run and First, was used before) counts in Result.Duplicate, not
 // Result.Acked.

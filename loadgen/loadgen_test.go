@@ -1645,8 +1645,9 @@ func TestPublisherSendsAHeldResendAtTheReconnect(t *testing.T) {
 // A PubAck that comes after its event was given up counts it acked also
 // for the last events given up: Publish waits for them (awaitGivenUp)
 // rather than return, ending its reply subscription, as soon as they are
-// given up: Sent 20, Acked 15, Failed 5, "publishes not acknowledged by
-// JetStream: 5 of 20", the stream holding all 20. Progress is called
+// given up: without the wait, Acked 0, Failed 20, "publishes not
+// acknowledged by JetStream: 20 of 20", the stream holding all 20 (with
+// MaxPending 5 before 8757982: Acked 15, Failed 5). Progress is called
 // meanwhile, as during an outage, with the count. The test holds every
 // send (AckWait 50 ms: each is given up after its 6 sends) until Progress
 // has been called 3 times with the whole count, which only the wait at
@@ -1860,5 +1861,37 @@ func TestPublisherDoesNotWaitForEventsGivenUpLongBefore(t *testing.T) {
 	if _, kept := p.givenUp[1]; ctx.Err() != nil || !kept || p.result(res).Failed != 1 {
 		t.Errorf("%+v, kept %v (context: %v); want the wait over at once, the event given up %v before still failed",
 			p.result(res), p.givenUp, ctx.Err(), ResendSpan(time.Hour))
+	}
+}
+
+// The end's wait runs from the last give-up, not from Publish's start:
+// counted from the start (keptAt never set), a run longer than
+// ResendSpan(AckWait), 26.5 s by default, waited for nothing at its end,
+// and the last events given up stayed failed though JetStream stored
+// them. The publisher here started 2 hours before; its event, given up
+// now, is acked by a PubAck 200 ms later, within the wait (an hour).
+func TestPublisherWaitsFromTheGiveUpNotTheStart(t *testing.T) {
+	defer func(f func(time.Duration) time.Duration) { givenUpSpan = f }(givenUpSpan)
+	givenUpSpan = func(time.Duration) time.Duration { return time.Hour }
+	e := newJSEnv(t)
+	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "gs", Subjects: 1, MaxPending: 2, AckWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	p.start = p.start.Add(-2 * time.Hour)
+	p.mu.Lock()
+	p.unansweredLocked(1, inFlight{try: maxRetries + 1})
+	p.giveUpLocked(1, false)
+	p.mu.Unlock()
+	time.AfterFunc(200*time.Millisecond, func() {
+		p.onReply(&nats.Msg{Subject: p.prefix + "1_1", Data: []byte(`{"stream":"S","seq":1}`)})
+	})
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	res := Result{Sent: 1}
+	p.awaitGivenUp(ctx, &res)
+	if got := p.result(res); ctx.Err() != nil || got.Acked != 1 || got.Failed != 0 {
+		t.Errorf("%+v (context: %v); want the event acked by its PubAck during the wait", got, ctx.Err())
 	}
 }

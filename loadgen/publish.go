@@ -300,6 +300,11 @@ const (
 	scanEvery  = 10 * time.Millisecond
 )
 
+// publisher.unanswered keeps a bit per try in a uint8: maxRetries + 1
+// tries must fit, or a try's bit would be 0 and its event never kept for
+// a late PubAck (this does not compile when they do not).
+var _ [8 - (maxRetries + 1)]struct{}
+
 // retryWait is a var for tests only: one sets it long to show that a
 // resend held for a reconnect goes out at the reconnect, not retryWait on.
 var retryWait = 250 * time.Millisecond
