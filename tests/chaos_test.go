@@ -211,7 +211,15 @@ func chaosCheckEach(t *testing.T, v verdict, x *expected, bad, pre map[string]st
 		problems = append(problems, oneLetter("undecodable "+id, v.lettersOf["msg:"+id], pipeline.StageDecode, code, "")...)
 	}
 	for id, code := range pre {
-		problems = append(problems, oneLetter("undecodable "+id+", its letter stored before jetsink started", v.lettersOf["msg:"+id], pipeline.StageDecode, code, "")...)
+		what := "undecodable " + id + ", its letter stored before jetsink started"
+		letters := v.lettersOf["msg:"+id]
+		if p := oneLetter(what, letters, pipeline.StageDecode, code, ""); p != nil {
+			problems = append(problems, p...)
+		} else if r := letters[0].get(consumer.HeaderReason); r != preStoredReason {
+			// The one kept must be the test's: else jetsink's letter is the
+			// only one, and the repeat was never put to the test.
+			problems = append(problems, fmt.Sprintf("%s: the letter kept is %q, not the one stored before", what, r))
+		}
 	}
 	t.Logf("checked one by one: %d valid events, %d refused by the CHECK, %d undecodable (%d with their letters stored before)",
 		valid, refused, len(bad)+len(pre), len(pre))
@@ -296,7 +304,7 @@ func (e *env) preStoreLetters(ctx context.Context, x *expected, n int) map[strin
 			consumer.HeaderDelivered: {"1"},
 			consumer.HeaderStage:     {pipeline.StageDecode},
 			consumer.HeaderCode:      {m.code},
-			consumer.HeaderReason:    {"stored by TestChaos before jetsink started"},
+			consumer.HeaderReason:    {preStoredReason},
 		}}
 		dack, err := e.js.PublishMsg(ctx, letter)
 		if err != nil {
@@ -310,6 +318,10 @@ func (e *env) preStoreLetters(ctx context.Context, x *expected, n int) map[strin
 	}
 	return pre
 }
+
+// preStoredReason is the Jetsink-Reason of the letters TestChaos stores
+// before jetsink starts.
+const preStoredReason = "stored by TestChaos before jetsink started"
 
 // chaosLetterID is the Nats-Msg-Id jetsink reading through durable gives
 // the dead letter of stream's event seq, stored at stored. Package

@@ -381,7 +381,7 @@ func gomaxprocsFrom(q cpuQuota, procs int) string {
 			}
 		}
 	}
-	if cmp <= 0 && q.cpus > 0 {
+	if cmp <= 0 && q.cpus > 0 && !q.parent { // the runtime reads no parent's quota: GODEBUG changes nothing then
 		return "the CPUs: GODEBUG containermaxprocs=" + strconv.FormatInt(cmp, 10) + " turns the CPU quota off for it"
 	}
 	// The runtime's rounding: up, and at least 2.

@@ -559,6 +559,8 @@ func TestLogCPU(t *testing.T) {
 			quota: `cpu_quota="1.5 (`, from: `gomaxprocs_from="the CPUs: GODEBUG containermaxprocs=0 turns`},
 		{name: "GODEBUG with a space before the key: the runtime ignores it", files: own, godebug: "panicnil=0, containermaxprocs=0",
 			quota: `cpu_quota="1.5 (`},
+		{name: "a parent's quota and GODEBUG containermaxprocs=0: the parent's note, not GODEBUG's", files: parents,
+			godebug: "containermaxprocs=0", quota: `cpu_quota="1.5 (<root>/sys/fs/cgroup/cpu.max 150000 100000)"`, from: parentFrom},
 		{name: "a parent's quota", files: parents, quota: `cpu_quota="1.5 (<root>/sys/fs/cgroup/cpu.max 150000 100000)"`,
 			from: parentFrom},
 	} {
