@@ -435,11 +435,7 @@ func TestPubAck(t *testing.T) {
 // first send was stored and its PubAck came late) and counts as acked.
 func TestPublisherSettlesDuplicates(t *testing.T) {
 	e := newJSEnv(t)
-	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "sd", Subjects: 1, MaxPending: 10, AckWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
+	p := e.publisher(t, Options{Subject: "sd", Subjects: 1, MaxPending: 10, AckWait: time.Second})
 	dup := []byte(`{"stream":"S","seq":1,"duplicate": true}`)
 	p.pending[1] = inFlight{try: 1}
 	p.pending[2] = inFlight{try: 2}
@@ -1436,16 +1432,23 @@ func (e *jsEnv) watchedConn(t *testing.T, name, prefix string, n, reconnects int
 	return nc, seen
 }
 
+// publisher is a publisher on e's connection, closed when the test ends.
+func (e *jsEnv) publisher(t *testing.T, o Options) *publisher {
+	t.Helper()
+	p, err := newPublisher(e.ctx, e.nc, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	return p
+}
+
 // watchedPublisher is a publisher of one subject under prefix (MaxPending
 // 10, AckWait 1 s, the duplicate window given), closed at the test's end,
 // and a subscription that sees its sends.
 func (e *jsEnv) watchedPublisher(t *testing.T, prefix string, window time.Duration) (*publisher, chan *nats.Msg) {
 	t.Helper()
-	p, err := newPublisher(e.ctx, e.nc, Options{Subject: prefix, Subjects: 1, MaxPending: 10, AckWait: time.Second, DuplicateWindow: window})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.close)
+	p := e.publisher(t, Options{Subject: prefix, Subjects: 1, MaxPending: 10, AckWait: time.Second, DuplicateWindow: window})
 	sends := make(chan *nats.Msg, 10)
 	if _, err := e.nc.ChanSubscribe(prefix+".>", sends); err != nil {
 		t.Fatal(err)
@@ -1569,11 +1572,7 @@ func TestPublishCountsAPubAckAfterTheGiveUp(t *testing.T) {
 // it once; to one forgotten, or never sent (every send refused), nothing.
 func TestPublisherKeepsTheLastGivenUp(t *testing.T) {
 	e := newJSEnv(t)
-	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "kg", Subjects: 1, MaxPending: 2, AckWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
+	p := e.publisher(t, Options{Subject: "kg", Subjects: 1, MaxPending: 2, AckWait: time.Second})
 	p.mu.Lock()
 	for seq := range uint64(3) { // the last send of events 1 to 3 went unanswered
 		p.unansweredLocked(seq+1, inFlight{try: maxRetries + 1})
@@ -1724,11 +1723,7 @@ func TestPublishDoesNotWaitForAnEventWhoseEverySendFailed(t *testing.T) {
 // reconnect): given up later, it is kept for that PubAck.
 func TestPublisherKeepsAnEventInFlightAtADisconnect(t *testing.T) {
 	e := newJSEnv(t)
-	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "kd", Subjects: 1, MaxPending: 2, AckWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
+	p := e.publisher(t, Options{Subject: "kd", Subjects: 1, MaxPending: 2, AckWait: time.Second})
 	p.mu.Lock()
 	p.pending[1] = inFlight{try: maxRetries + 1}
 	p.mu.Unlock()
@@ -1809,11 +1804,7 @@ func TestPublishDoesNotWaitForAGivenUpEventWhoseSendsWereAllAnsweredLate(t *test
 // it is answered.
 func TestPublisherForgetsAGivenUpEventOnceItsSendsAreAnswered(t *testing.T) {
 	e := newJSEnv(t)
-	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "fa", Subjects: 1, MaxPending: 2, AckWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
+	p := e.publisher(t, Options{Subject: "fa", Subjects: 1, MaxPending: 2, AckWait: time.Second})
 	p.mu.Lock()
 	p.unansweredLocked(1, inFlight{try: 5})
 	p.unansweredLocked(1, inFlight{try: 6})
@@ -1844,11 +1835,7 @@ func TestPublisherForgetsAGivenUpEventOnceItsSendsAreAnswered(t *testing.T) {
 // before the test's 20 s context, the event still kept and failed.
 func TestPublisherDoesNotWaitForEventsGivenUpLongBefore(t *testing.T) {
 	e := newJSEnv(t)
-	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "lb", Subjects: 1, MaxPending: 2, AckWait: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
+	p := e.publisher(t, Options{Subject: "lb", Subjects: 1, MaxPending: 2, AckWait: time.Hour})
 	p.mu.Lock()
 	p.unansweredLocked(1, inFlight{try: maxRetries + 1})
 	p.giveUpLocked(1, false)
@@ -1874,11 +1861,7 @@ func TestPublisherWaitsFromTheGiveUpNotTheStart(t *testing.T) {
 	defer func(f func(time.Duration) time.Duration) { givenUpSpan = f }(givenUpSpan)
 	givenUpSpan = func(time.Duration) time.Duration { return time.Hour }
 	e := newJSEnv(t)
-	p, err := newPublisher(e.ctx, e.nc, Options{Subject: "gs", Subjects: 1, MaxPending: 2, AckWait: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
+	p := e.publisher(t, Options{Subject: "gs", Subjects: 1, MaxPending: 2, AckWait: 50 * time.Millisecond})
 	p.start = p.start.Add(-2 * time.Hour)
 	p.mu.Lock()
 	p.unansweredLocked(1, inFlight{try: maxRetries + 1})
