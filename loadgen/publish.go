@@ -1094,7 +1094,7 @@ func (p *publisher) settleLocked(seq uint64, dup bool, try int) {
 // and awaitGivenUp is woken: it need not wait for it. p.mu is held.
 func (p *publisher) answeredLocked(seq uint64, try int, cause error) {
 	b, ok := p.unanswered[seq]
-	if !ok || try < 1 || try > 8 || b&(1<<(try-1)) == 0 {
+	if !ok || try < 1 || try > maxRetries+1 || b&(1<<(try-1)) == 0 {
 		return
 	}
 	p.err = cause

@@ -201,14 +201,19 @@ func unescapeMountPath(s string) string {
 	return b.String()
 }
 
+// readCgroupFile reads a cgroup interface file of one value, trimmed.
+func readCgroupFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return strings.TrimSpace(string(b)), err
+}
+
 // readLimitFile reads a cgroup memory limit file: 0 for none ("max", or
 // cgroupNoLimit and above).
 func readLimitFile(path string) (int64, error) {
-	b, err := os.ReadFile(path)
+	s, err := readCgroupFile(path)
 	if err != nil {
 		return 0, err
 	}
-	s := strings.TrimSpace(string(b))
 	if s == "max" {
 		return 0, nil
 	}
@@ -299,11 +304,10 @@ func readCPUQuotaIn(dir string, v1 bool) (cpuQuota, error) {
 			raw: strconv.FormatInt(quota, 10), period: strconv.FormatInt(period, 10)}, nil
 	}
 	path := filepath.Join(dir, "cpu.max")
-	b, err := os.ReadFile(path)
+	raw, err := readCgroupFile(path)
 	if err != nil {
 		return cpuQuota{}, err
 	}
-	raw := strings.TrimSpace(string(b))
 	q, p, ok := strings.Cut(raw, " ")
 	period, perr := strconv.ParseInt(p, 10, 64)
 	if !ok || perr != nil || period <= 0 {
@@ -322,11 +326,10 @@ func readCPUQuotaIn(dir string, v1 bool) (cpuQuota, error) {
 // readCPUFile reads a cgroup v1 CPU bandwidth file: a number of
 // microseconds.
 func readCPUFile(path string) (int64, error) {
-	b, err := os.ReadFile(path)
+	s, err := readCgroupFile(path)
 	if err != nil {
 		return 0, err
 	}
-	s := strings.TrimSpace(string(b))
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%s: not a number of microseconds: %q", path, s)
