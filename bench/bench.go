@@ -531,37 +531,46 @@ func (b *bencher) exactlyOnce(name string) bool {
 // link, and the resends' work skews the figures.
 const minAckWait = 500 * time.Millisecond
 
+// defaults fills in the defaults and refuses what a run could not do,
+// before any server starts. It names every problem it finds, joined, not
+// the first alone: a command line with two mistakes is mended in one go.
+// (The checks that need the others to hold, the publisher's and the
+// disk's, are made only when those pass.)
 func (o *Options) defaults() error {
+	var errs []error
+	refuse := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...))
+	}
 	if o.Exe == "" {
-		return fmt.Errorf("%w: the jetsink binary is required", ErrInvalidOptions)
+		refuse("the jetsink binary is required")
 	}
 	if o.DuplicateWindow < 0 {
-		return fmt.Errorf("%w: --duplicate-window must not be negative", ErrInvalidOptions)
+		refuse("--duplicate-window must not be negative")
 	}
 	if o.DuplicateWindow > 0 && loadgen.MaxAckWait(o.DuplicateWindow) < minAckWait {
-		return fmt.Errorf("%w: --duplicate-window %v leaves the publisher a PubAck wait of %v, under which it would resend events still on their way, "+
+		refuse("--duplicate-window %v leaves the publisher a PubAck wait of %v, under which it would resend events still on their way, "+
 			"skewing the figures: give at least %v (a PubAck wait of %v), or 0 for the server's default",
-			ErrInvalidOptions, o.DuplicateWindow, loadgen.MaxAckWait(o.DuplicateWindow), loadgen.MinDuplicateWindow(minAckWait), minAckWait)
+			o.DuplicateWindow, loadgen.MaxAckWait(o.DuplicateWindow), loadgen.MinDuplicateWindow(minAckWait), minAckWait)
 	}
 	if o.PostgresRTT < 0 || o.NATSRTT < 0 {
-		return fmt.Errorf("%w: --postgres-rtt and --nats-rtt must not be negative", ErrInvalidOptions)
+		refuse("--postgres-rtt and --nats-rtt must not be negative")
 	}
 	if (o.PostgresRTT > 0 || o.NATSRTT > 0) && !o.Embedded {
-		return fmt.Errorf("%w: --postgres-rtt and --nats-rtt apply to the embedded servers only; against servers on other machines, the network adds its own", ErrInvalidOptions)
+		refuse("--postgres-rtt and --nats-rtt apply to the embedded servers only; against servers on other machines, the network adds its own")
 	}
 	if o.ColdPostgres && !o.Embedded {
-		return fmt.Errorf("%w: --cold-postgres applies to the embedded PostgreSQL only, not to a configured server", ErrInvalidOptions)
+		refuse("--cold-postgres applies to the embedded PostgreSQL only, not to a configured server")
 	}
 	// Subjects and Timeout have no default here: the command's flags give
 	// theirs, and a 0 typed there is refused, not taken for one.
 	if o.Subjects < 1 || o.Subjects > loadgen.MaxSubjects {
-		return fmt.Errorf("%w: --subjects %d: at least 1 and at most %d distinct subjects", ErrInvalidOptions, o.Subjects, loadgen.MaxSubjects)
+		refuse("--subjects %d: at least 1 and at most %d distinct subjects", o.Subjects, loadgen.MaxSubjects)
 	}
 	if o.Timeout <= 0 {
-		return fmt.Errorf("%w: --timeout %v: give one engine's run a positive time to ack everything, e.g. 10m", ErrInvalidOptions, o.Timeout)
+		refuse("--timeout %v: give one engine's run a positive time to ack everything, e.g. 10m", o.Timeout)
 	}
 	if o.Count < 0 {
-		return fmt.Errorf("%w: --count %d: at least 1 repetition", ErrInvalidOptions, o.Count)
+		refuse("--count %d: at least 1 repetition", o.Count)
 	}
 	if o.Count == 0 {
 		o.Count = 1
@@ -572,52 +581,56 @@ func (o *Options) defaults() error {
 	switch o.Scenario {
 	case ScenarioDrain:
 		if o.Events <= 0 {
-			return fmt.Errorf("%w: drain needs --events >= 1", ErrInvalidOptions)
+			refuse("drain needs --events >= 1")
 		}
 	case ScenarioRate:
 		if o.Rate <= 0 || o.Duration <= 0 {
-			return fmt.Errorf("%w: rate needs --rate > 0 and --duration > 0", ErrInvalidOptions)
-		}
-		if o.Rate*o.Duration.Seconds() < 1 {
-			return fmt.Errorf("%w: --rate x --duration publishes no event", ErrInvalidOptions)
+			refuse("rate needs --rate > 0 and --duration > 0")
+		} else if o.Rate*o.Duration.Seconds() < 1 {
+			refuse("--rate x --duration publishes no event")
 		}
 		if o.LockFor != 0 && (o.LockFor < minLockFor || o.LockAt < 0 || o.LockAt >= o.Duration) {
-			return fmt.Errorf("%w: --lock-for must be at least %v and --lock-at within --duration (%v), not negative", ErrInvalidOptions, minLockFor, o.Duration)
+			refuse("--lock-for must be at least %v and --lock-at within --duration (%v), not negative", minLockFor, o.Duration)
 		}
 	default:
-		return fmt.Errorf("%w: --scenario must be %s or %s, not %q", ErrInvalidOptions, ScenarioDrain, ScenarioRate, o.Scenario)
+		refuse("--scenario must be %s or %s, not %q", ScenarioDrain, ScenarioRate, o.Scenario)
 	}
 	if o.LockFor != 0 && o.Scenario != ScenarioRate {
-		return fmt.Errorf("%w: --lock-for needs --scenario rate", ErrInvalidOptions)
+		refuse("--lock-for needs --scenario rate")
 	}
 	if o.EventBytes < 0 {
-		return fmt.Errorf("%w: --event-bytes must not be negative (0: no padding)", ErrInvalidOptions)
+		refuse("--event-bytes must not be negative (0: no padding)")
 	}
 	// The embedded nats-server has the default max_payload; a configured
 	// one's is known once connected (loadgen.Publish checks it then).
 	if limit := loadgen.MaxEventBytes(natsserver.MAX_PAYLOAD_SIZE); o.Embedded && int64(o.EventBytes) > limit {
-		return fmt.Errorf("%w: --event-bytes %d does not fit the embedded nats-server's max_payload (%d bytes, with room for the headers): at most %d",
-			ErrInvalidOptions, o.EventBytes, natsserver.MAX_PAYLOAD_SIZE, limit)
+		refuse("--event-bytes %d does not fit the embedded nats-server's max_payload (%d bytes, with room for the headers): at most %d",
+			o.EventBytes, natsserver.MAX_PAYLOAD_SIZE, limit)
 	}
 	// What loadgen.Publish would refuse (a rate that is not a number, or
-	// too many events), refused before any server starts.
-	if err := o.publishOptions("bench", o.scenarioLoad()).Validate(); err != nil {
-		return fmt.Errorf("%w: the publisher: %w", ErrInvalidOptions, err)
-	}
-	if o.Embedded {
-		if err := o.fitsDisk(os.TempDir()); err != nil {
-			return err
+	// too many events), refused before any server starts, once the
+	// options it is made of hold.
+	if len(errs) == 0 {
+		if err := o.publishOptions("bench", o.scenarioLoad()).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%w: the publisher: %w", ErrInvalidOptions, err))
 		}
 	}
 	for _, v := range o.Variants {
 		cfg, err := o.variantConfig(v)
 		if err != nil {
-			return err
+			errs = append(errs, err)
+			continue
 		}
 		if limit := cfg.Pipeline.MaxEventBytes; limit > 0 && int64(o.EventBytes) > limit {
-			return fmt.Errorf("%w: --event-bytes %d is above pipeline.max_event_bytes %d%s: jetsink would dead-letter every event; "+
-				"raise it (--set pipeline.max_event_bytes=N) or pad less", ErrInvalidOptions, o.EventBytes, limit, variantSuffix(v))
+			refuse("--event-bytes %d is above pipeline.max_event_bytes %d%s: jetsink would dead-letter every event; "+
+				"raise it (--set pipeline.max_event_bytes=N) or pad less", o.EventBytes, limit, variantSuffix(v))
 		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if o.Embedded {
+		return o.fitsDisk(os.TempDir())
 	}
 	return nil
 }

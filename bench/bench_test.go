@@ -882,6 +882,40 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
+// Options with several mistakes are refused naming each of them, each
+// wrapping ErrInvalidOptions, not the first alone; a variant's
+// configuration problems among them, for every variant. (The publisher's
+// and the disk's checks, which need the rest to hold, wait for them.)
+func TestOptionsNameEveryProblem(t *testing.T) {
+	o := Options{Exe: "x", Scenario: ScenarioRate, Rate: 1000, Duration: 0, Subjects: 0, Timeout: time.Minute,
+		EventBytes: -1, DuplicateWindow: -time.Second, ColdPostgres: true, Base: config.Default(),
+		Variants: []Variant{{Name: "a", Set: []string{"pipeline.workers=-1"}}, {Name: "b", Set: []string{"postgres.connections=0"}}}}
+	err := o.defaults()
+	if !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("%v, want ErrInvalidOptions", err)
+	}
+	want := []string{"--duplicate-window must not be negative", "--cold-postgres applies", "--subjects 0",
+		"rate needs --rate > 0 and --duration > 0", "--event-bytes must not be negative",
+		"jetsink's configuration [a]", "jetsink's configuration [b]"}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q does not say %q", err, w)
+		}
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("%v: not a joined error", err)
+	}
+	for _, e := range joined.Unwrap() {
+		if !errors.Is(e, ErrInvalidOptions) {
+			t.Errorf("%v: does not wrap ErrInvalidOptions", e)
+		}
+	}
+	if n := len(joined.Unwrap()); n != len(want) {
+		t.Errorf("%d problems named, want %d: %v", n, len(want), err)
+	}
+}
+
 // --subjects 0 and --timeout 0 are refused, the flag and its value named,
 // as --count 0 is: they were taken for 1000 subjects and 10 minutes, which
 // neither the help nor the README says.
