@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/embedded"
 	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/pipeline"
@@ -938,7 +939,9 @@ func variantSuffix(v Variant) string {
 }
 
 func (b *bencher) createStream(ctx context.Context, stream, prefix string) error {
-	s, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
+	// consumer.CreateStream: a repetition's stream is made just after the one
+	// before was deleted, which nats-server may refuse once (a race it has).
+	s, err := consumer.CreateStream(ctx, b.js, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
 		Storage: jetstream.FileStorage, Duplicates: b.o.DuplicateWindow})
 	if err != nil {
 		return fmt.Errorf("bench: create stream %s: %w", stream, err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsink/jetsink/consumer"
 )
 
 // Servers' clocks. A run's figures subtract timestamps of three clocks:
@@ -143,7 +145,9 @@ func (b *bencher) natsClock(ctx context.Context) (server, sent, back time.Time, 
 	name, subject := b.clockStreamName(), "bench"+b.id+"_clock"
 	if !b.clockStream {
 		b.clockStream = true // deleteClockStream tries, whatever the answer: a lost reply may hide a stream made
-		if err := createAfterDelete(ctx, b.js, jetstream.StreamConfig{Name: name, Subjects: []string{subject},
+		// consumer.CreateStream: made again just after the delete, it may
+		// be refused once by a race in nats-server, which it tries again.
+		if _, err := consumer.CreateStream(ctx, b.js, jetstream.StreamConfig{Name: name, Subjects: []string{subject},
 			Storage: jetstream.FileStorage, MaxMsgs: 1}); err != nil {
 			return server, sent, back, fmt.Errorf("create stream %s: %w", name, err)
 		}
@@ -164,36 +168,6 @@ func (b *bencher) natsClock(ctx context.Context) (server, sent, back time.Time, 
 	}
 	return m.Time, sent, back, nil
 }
-
-// createAfterDelete creates a stream, trying again, a few times, when
-// nats-server answers "error creating store for stream" (err_code 10049).
-// A stream delete in nats-server 2.15 (server/stream.go, (*stream).stop)
-// removes the account's streams folder in a goroutine, a no-op unless the
-// deleted stream was the account's last; a create that lands in between
-// fails so. The clock probe deletes its stream after each estimate and
-// makes it again on the next, and in an account with no other stream this
-// failed about once in 1,000 delete-create pairs here (never in 6,000 with
-// another stream kept): TestClockStreamMadeAgainAfterDelete.
-func createAfterDelete(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	const tries = 5
-	for i := 1; ; i++ {
-		_, err := js.CreateStream(ctx, cfg)
-		var api *jetstream.APIError
-		if err == nil || i == tries || !errors.As(err, &api) || api.ErrorCode != errCodeStreamCreate ||
-			api.Description != "error creating store for stream" {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-// errCodeStreamCreate is nats-server's JSStreamCreateErrF, which nats.go
-// does not name.
-const errCodeStreamCreate jetstream.ErrorCode = 10049
 
 func (b *bencher) clockStreamName() string { return "BENCH_" + b.id + "_CLOCK" }
 

@@ -259,7 +259,7 @@ func TestClocksOfEmbeddedServers(t *testing.T) {
 
 // The probe's stream, deleted after each estimate, is made again on the
 // next, though in an account with no other stream nats-server may refuse a
-// create that follows a delete at once (createAfterDelete). The race struck
+// create that follows a delete at once (consumer.CreateStream). The race struck
 // about once in 1,000 pairs here, and under -race (as make test runs it)
 // once in 30 to 400 (four runs without the tries again: pairs 30, 124,
 // 151, 395), so 1,500 pairs fail it nearly always without them.
@@ -275,6 +275,22 @@ func TestClockStreamMadeAgainAfterDelete(t *testing.T) {
 		if b.deleteClockStream(true); b.clockStream {
 			t.Fatalf("pair %d: the stream was not deleted", i)
 		}
+	}
+}
+
+// A repetition's stream, made just after the one before was deleted (the
+// account's only stream, as on the embedded server), is made: the same
+// race of nats-server's as the clock probe's.
+func TestStreamMadeAgainAfterDelete(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	b := &bencher{js: testenv.NATS(t).JetStream(t), id: "again"}
+	for i := range 1500 {
+		stream := fmt.Sprintf("BENCH_again_%d", i%2) // as a run's names alternate
+		if err := b.createStream(ctx, stream, "benchagain"); err != nil {
+			t.Fatalf("pair %d: %v", i, err)
+		}
+		b.deleteStream(stream)
 	}
 }
 

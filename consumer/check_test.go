@@ -1623,7 +1623,7 @@ func TestCheckStoredSeqAtTheStreamsFirstSeq(t *testing.T) {
 		want  bool
 	}{{5, true}, {6, false}} {
 		_ = js.DeleteStream(ctx, cfg.Stream)
-		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, FirstSeq: tc.first}); err != nil {
+		if _, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, FirstSeq: tc.first}); err != nil { // the account's only stream, just deleted
 			t.Fatal(err)
 		}
 		ps, err := Check(ctx, cfg, testLogger(t, nil))

@@ -1167,7 +1167,7 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 		return nil
 	}
 	sc := c.deadLetterStreamConfig(ctx)
-	if _, err := c.js.CreateStream(ctx, sc); err != nil {
+	if _, err := CreateStream(ctx, c.js, sc); err != nil {
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			// No stream captures the subject, but the name is taken: its
 			// subjects were edited (or another stream has the name).

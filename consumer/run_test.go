@@ -1443,8 +1443,8 @@ func TestStreamWarningsOncePerStream(t *testing.T) {
 	if err := js.DeleteStream(ctx, cfg.Stream); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Retention: jetstream.InterestPolicy,
-		ConsumerLimits: limit}); err != nil {
+	if _, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Retention: jetstream.InterestPolicy,
+		ConsumerLimits: limit}); err != nil { // the account's only stream, just deleted
 		t.Fatal(err)
 	}
 	for range 2 { // as Run does at each re-creation of the consumer

@@ -110,7 +110,7 @@ func (c *Consumer) createStream(ctx context.Context) (jetstream.Stream, error) {
 		}
 		sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, Storage: jetstream.FileStorage, FirstSeq: first,
 			MaxAge: cfg.StreamMaxAge, MaxBytes: cfg.StreamMaxBytes, Replicas: cfg.StreamReplicas, Duplicates: cfg.StreamDuplicateWindow}
-		stream, err := c.js.CreateStream(ctx, sc)
+		stream, err := CreateStream(ctx, c.js, sc)
 		if err == nil {
 			if first > 0 {
 				c.log.Warn("created stream continuing the sequence of the one before", "first_seq", first)
