@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/config"
+	"github.com/jetsink/jetsink/consumer"
 	"github.com/jetsink/jetsink/loadgen"
 	"github.com/jetsink/jetsink/processor"
 	"github.com/jetsink/jetsink/sink"
@@ -73,11 +74,13 @@ func drainRate(b *testing.B, natsURL string, nc *nats.Conn, js jetstream.JetStre
 	defer cancel()
 	n := uniq.Add(1)
 	stream, prefix, table := fmt.Sprintf("TB_%d", n), fmt.Sprintf("tb%d", n), fmt.Sprintf("tbench_%d", n)
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"}}); err != nil {
+	// consumer.CreateStream: the variant before deleted the account's only
+	// streams just now, which nats-server may refuse a create after.
+	if _, err := consumer.CreateStream(ctx, js, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"}}); err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = js.DeleteStream(context.Background(), stream) }()
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: stream + "_DLQ", Subjects: []string{"dlq." + stream}}); err != nil {
+	if _, err := consumer.CreateStream(ctx, js, jetstream.StreamConfig{Name: stream + "_DLQ", Subjects: []string{"dlq." + stream}}); err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = js.DeleteStream(context.Background(), stream+"_DLQ") }()
