@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -585,8 +586,8 @@ func (o *Options) defaults() error {
 			refuse("drain needs --events >= 1")
 		}
 	case ScenarioRate:
-		if o.Rate <= 0 || o.Duration <= 0 {
-			refuse("rate needs --rate > 0 and --duration > 0")
+		if !(o.Rate > 0) || math.IsInf(o.Rate, 0) || o.Duration <= 0 { // NaN too
+			refuse("rate needs a finite --rate > 0 and --duration > 0")
 		} else if o.Rate*o.Duration.Seconds() < 1 {
 			refuse("--rate x --duration publishes no event")
 		}

@@ -797,10 +797,17 @@ func TestOptionsValidate(t *testing.T) {
 		}
 	}
 
+	// A rate that is not a finite number, refused as such (not only by
+	// loadgen's check, which waits for the other options to hold).
+	for _, rate := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		o := Options{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: rate, Duration: time.Second, Base: config.Default()}
+		if err := o.defaults(); !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "rate needs a finite --rate > 0") {
+			t.Errorf("Rate %v: %v, want ErrInvalidOptions asking for a finite rate", rate, err)
+		}
+	}
+
 	// What loadgen.Publish refuses, refused before the servers start.
 	for _, o := range []Options{
-		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: math.NaN(), Duration: time.Second},
-		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: math.Inf(1), Duration: time.Second},
 		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioRate, Rate: 1e12, Duration: 10 * time.Second},
 		{Exe: "x", Subjects: 10, Timeout: time.Minute, Scenario: ScenarioDrain, Events: 10, EventBytes: 64<<20 + 1},
 	} {
@@ -887,7 +894,7 @@ func TestOptionsValidate(t *testing.T) {
 // configuration problems among them, for every variant. (The publisher's
 // and the disk's checks, which need the rest to hold, wait for them.)
 func TestOptionsNameEveryProblem(t *testing.T) {
-	o := Options{Exe: "x", Scenario: ScenarioRate, Rate: 1000, Duration: 0, Subjects: 0, Timeout: time.Minute,
+	o := Options{Exe: "x", Scenario: ScenarioRate, Rate: math.NaN(), Duration: time.Second, Subjects: 0, Timeout: time.Minute,
 		EventBytes: -1, DuplicateWindow: -time.Second, ColdPostgres: true, Base: config.Default(),
 		Variants: []Variant{{Name: "a", Set: []string{"pipeline.workers=-1"}}, {Name: "b", Set: []string{"postgres.connections=0"}}}}
 	err := o.defaults()
@@ -895,7 +902,7 @@ func TestOptionsNameEveryProblem(t *testing.T) {
 		t.Fatalf("%v, want ErrInvalidOptions", err)
 	}
 	want := []string{"--duplicate-window must not be negative", "--cold-postgres applies", "--subjects 0",
-		"rate needs --rate > 0 and --duration > 0", "--event-bytes must not be negative",
+		"rate needs a finite --rate > 0 and --duration > 0", "--event-bytes must not be negative",
 		"jetsink's configuration [a]", "jetsink's configuration [b]"}
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {
