@@ -21,7 +21,10 @@ import (
 
 // hubAndLeaf starts a hub server whose JetStream is domain "hub" and a
 // leaf node of it with a JetStream of its own (domain "leaf"), both on
-// loopback, and waits until the leaf is connected.
+// loopback, and waits until the hub's JetStream answers through the leaf:
+// the link being up is not enough, the hub's API subjects reach the leaf
+// a moment later (New got "no responders" in domain "hub" once in a
+// flake hunt's run under load).
 func hubAndLeaf(t *testing.T) (hub, leaf *server.Server) {
 	t.Helper()
 	port, err := embedded.FreePort()
@@ -35,14 +38,29 @@ func hubAndLeaf(t *testing.T) (hub, leaf *server.Server) {
 	leaf = startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
 		JetStream: true, JetStreamDomain: "leaf", StoreDir: t.TempDir(), ServerName: "leaf",
 		LeafNode: server.LeafNodeOpts{Remotes: []*server.RemoteLeafOpts{{URLs: []*url.URL{remote}}}}})
+	nc, err := nats.Connect(leaf.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.NewWithDomain(nc, "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for leaf.NumLeafNodes() == 0 || hub.NumLeafNodes() == 0 {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			return hub, leaf
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("the leaf node did not connect to the hub")
+			t.Fatalf("the hub's JetStream does not answer through the leaf node (leaf nodes: hub %d, leaf %d): %v",
+				hub.NumLeafNodes(), leaf.NumLeafNodes(), err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return hub, leaf
 }
 
 // With nats.domain, jetsink connected to a leaf node consumes the stream
