@@ -924,7 +924,8 @@ func apiSubjects(cfg Config, rest string) string {
 // -js, or nats.domain. New and check say the same.
 func noJetStreamHint(domain string) string {
 	if domain != "" {
-		return fmt.Sprintf("no JetStream answers in domain %q from this server: check nats.domain", domain)
+		return fmt.Sprintf("no JetStream answers in domain %q from this server: check nats.domain, "+
+			"and, through a leaf node, that its link to the servers of that domain is up (just after it comes up, their JetStream answers a moment later)", domain)
 	}
 	return "no JetStream answers on this server: is it run with -js? If the stream is in another JetStream domain, such as a leaf node's hub, set nats.domain"
 }

@@ -104,7 +104,7 @@ func TestJetStreamUnavailableSaidAsRunSaysIt(t *testing.T) {
 	jsSrv := testenv.NATS(t)
 	for _, tc := range []struct{ url, domain, want string }{
 		{noJS.ClientURL(), "", "is it run with -js?"},
-		{jsSrv.URL(), "nope", `no JetStream answers in domain "nope" from this server: check nats.domain`},
+		{jsSrv.URL(), "nope", `no JetStream answers in domain "nope" from this server: check nats.domain, and, through a leaf node, that its link to the servers of that domain is up`},
 	} {
 		cfg := testConfigURL(t, tc.url)
 		cfg.Domain = tc.domain
