@@ -605,7 +605,9 @@ func (o *Options) defaults() error {
 	}
 	// The embedded nats-server has the default max_payload; a configured
 	// one's is known once connected (loadgen.Publish checks it then).
+	payloadTooBig := false
 	if limit := loadgen.MaxEventBytes(natsserver.MAX_PAYLOAD_SIZE); o.Embedded && int64(o.EventBytes) > limit {
+		payloadTooBig = true
 		refuse("--event-bytes %d does not fit the embedded nats-server's max_payload (%d bytes, with room for the headers): at most %d",
 			o.EventBytes, natsserver.MAX_PAYLOAD_SIZE, limit)
 	}
@@ -617,15 +619,42 @@ func (o *Options) defaults() error {
 			errs = append(errs, fmt.Errorf("%w: the publisher: %w", ErrInvalidOptions, err))
 		}
 	}
-	for _, v := range o.Variants {
+	// A problem every variant has (a --set key jetsink does not know, say)
+	// is named once, not once a variant.
+	problems := make([][]error, len(o.Variants))
+	shared := map[string]int{}
+	for i, v := range o.Variants {
 		cfg, err := o.variantConfig(v)
 		if err != nil {
-			errs = append(errs, err)
+			problems[i] = config.Problems(err)
+			seen := map[string]bool{}
+			for _, p := range problems[i] {
+				if !seen[p.Error()] {
+					seen[p.Error()] = true
+					shared[p.Error()]++
+				}
+			}
 			continue
 		}
-		if limit := cfg.Pipeline.MaxEventBytes; limit > 0 && int64(o.EventBytes) > limit {
+		// Above max_payload, raising max_event_bytes would not help: that
+		// problem is named alone, above.
+		if limit := cfg.Pipeline.MaxEventBytes; limit > 0 && int64(o.EventBytes) > limit && !payloadTooBig {
 			refuse("--event-bytes %d is above pipeline.max_event_bytes %d%s: jetsink would dead-letter every event; "+
 				"raise it (--set pipeline.max_event_bytes=N) or pad less", o.EventBytes, limit, variantSuffix(v))
+		}
+	}
+	named := map[string]bool{}
+	for i, v := range o.Variants {
+		for _, p := range problems[i] {
+			which := variantSuffix(v)
+			if len(o.Variants) > 1 && shared[p.Error()] == len(o.Variants) {
+				if named[p.Error()] {
+					continue
+				}
+				named[p.Error()] = true
+				which = " (every variant)"
+			}
+			errs = append(errs, fmt.Errorf("%w: jetsink's configuration%s: %w", ErrInvalidOptions, which, p))
 		}
 	}
 	if len(errs) > 0 {
@@ -642,8 +671,7 @@ func (o *Options) defaults() error {
 // run's names; the servers' URLs are Base's here), then v's JETSINK_
 // variables, then its --set values, validated. A key or value jetsink would
 // refuse is so refused before any server starts, not after the preload.
-// Its errors wrap ErrInvalidOptions and config.ErrInvalidConfig (or a
-// section's sentinel), one joined for each problem config.Load finds.
+// Its error is config.Parse's or Validate's: config.Problems splits it.
 func (o *Options) variantConfig(v Variant) (config.Config, error) {
 	raw, err := yaml.Marshal(jetsinkConfig(o.Base, newTarget(EngineJetsink, "BENCH_CHECK", "benchcheck", v)))
 	if err != nil {
@@ -654,11 +682,7 @@ func (o *Options) variantConfig(v Variant) (config.Config, error) {
 		err = cfg.Validate()
 	}
 	if err != nil {
-		var errs []error
-		for _, p := range config.Problems(err) {
-			errs = append(errs, fmt.Errorf("%w: jetsink's configuration%s: %w", ErrInvalidOptions, variantSuffix(v), p))
-		}
-		return config.Config{}, errors.Join(errs...)
+		return config.Config{}, err
 	}
 	return cfg, nil
 }

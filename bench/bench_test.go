@@ -923,6 +923,56 @@ func TestOptionsNameEveryProblem(t *testing.T) {
 	}
 }
 
+// A problem every variant has (a --set value shared by all, say) is named
+// once, not once a variant; one of a variant's own keeps its name; and an
+// --event-bytes above the embedded max_payload is not also sent to
+// pipeline.max_event_bytes, which raising could not help.
+func TestOptionsNameASharedProblemOnce(t *testing.T) {
+	o := Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, Subjects: 10, Timeout: time.Minute, Base: config.Default(),
+		Variants: []Variant{
+			{Name: "pipeline.pin=none", Set: []string{"postgres.connections=0", "pipeline.pin=none"}},
+			{Name: "pipeline.pin=thread", Set: []string{"postgres.connections=0", "pipeline.pin=thread", "pipeline.workers=-1"}},
+		}}
+	err := o.defaults()
+	if !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("%v, want ErrInvalidOptions", err)
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, "postgres.connections"); n != 1 {
+		t.Errorf("the shared unknown key named %d times, want once: %v", n, err)
+	}
+	if !strings.Contains(msg, "jetsink's configuration (every variant): ") {
+		t.Errorf("%q does not say the shared problem is every variant's", msg)
+	}
+	if !strings.Contains(msg, "jetsink's configuration [pipeline.pin=thread]: ") || !strings.Contains(msg, "pipeline.workers") {
+		t.Errorf("%q does not name the one variant's own problem with its name", msg)
+	}
+	if n := len(config.Problems(err)); n != 2 {
+		t.Errorf("%d problems named, want 2: %v", n, err)
+	}
+
+	// A key jetsink does not know, in the base --set of a --matrix run:
+	// the loader stops at it, the same for every variant.
+	o = Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, Subjects: 10, Timeout: time.Minute, Base: config.Default(),
+		Variants: []Variant{
+			{Name: "pipeline.pin=none", Set: []string{"postgres.batch_max_rows=0", "pipeline.pin=none"}},
+			{Name: "pipeline.pin=thread", Set: []string{"postgres.batch_max_rows=0", "pipeline.pin=thread"}},
+		}}
+	if err := o.defaults(); err == nil || strings.Count(err.Error(), "batch_max_rows") != 1 {
+		t.Errorf("%v: want the unknown key named once", err)
+	}
+
+	o = Options{Exe: "x", Scenario: ScenarioDrain, Events: 10, Subjects: 10, Timeout: time.Minute, Base: config.Default(),
+		Embedded: true, EventBytes: 2_000_000, Variants: []Variant{{}}}
+	err = o.defaults()
+	if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "max_payload") {
+		t.Fatalf("%v, want the embedded max_payload named", err)
+	}
+	if strings.Contains(err.Error(), "max_event_bytes") {
+		t.Errorf("%q also sends the user to pipeline.max_event_bytes, which cannot help above max_payload", err)
+	}
+}
+
 // --subjects 0 and --timeout 0 are refused, the flag and its value named,
 // as --count 0 is: they were taken for 1000 subjects and 10 minutes, which
 // neither the help nor the README says.
