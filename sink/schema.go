@@ -858,8 +858,7 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 			probs = append(probs, Problem{Kind: ProblemTypeMismatch, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s is %s but the mapping writes %s: binary COPY sends %s's bytes, which a column "+
 					"of another type reads as another value or refuses, %s", col, tname, a.format, want.name, want.name, what),
-				Fix: fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s, or change the column's type in postgres.columns",
-					tname, col, want.name)})
+				Fix: s.retypeFix(c, cts[c.Name], tname)})
 		case a.notNull && c.MayBeNull() && c.From == "payload":
 			// A jsonb payload column is NULL for a NATS KV bucket's delete
 			// and purge markers alone: a warning, as most streams carry
@@ -1755,6 +1754,58 @@ func (s *Sink) uniqueIndexes(ctx context.Context, c *pgx.Conn, rel uint32) ([]un
 		}
 	}
 	return nil, fmt.Errorf("check indexes of %s on %s: %w", s.table.Sanitize(), s.where, err)
+}
+
+// keepsValues lists the changes of a column's type, from its base type's
+// OID to the one a mapping writes, that ALTER COLUMN ... TYPE makes
+// without changing a value the table holds, with the USING each needs
+// (%[1]s: the column). Others convert as PostgreSQL's casts do: a float
+// rounded into an integer or a numeric, a timestamptz cut to a date, text
+// re-read, a timestamp read in the session's TimeZone.
+var keepsValues = map[[2]uint32]string{
+	{21, 23}: "", {21, 20}: "", {21, 1700}: "", {21, 700}: "", {21, 701}: "", // smallint
+	{23, 20}: "", {23, 1700}: "", {23, 701}: "", // integer
+	{20, 1700}:   "",                                    // bigint
+	{1082, 1184}: "%[1]s::timestamp AT TIME ZONE 'UTC'", // a date: its midnight, UTC
+}
+
+// retypeFix says how to make column c's mapping and the table's column,
+// of type ct, agree. A mapping type that writes the column as it is comes
+// first: it leaves the rows there alone. ALTER COLUMN ... TYPE rewrites
+// the table under an ACCESS EXCLUSIVE lock and converts every row it
+// holds: said plainly where that can change them (a user migrating a
+// table of timestamps without a zone, or of floats, would otherwise
+// shift or round its history by following the fix).
+func (s *Sink) retypeFix(c pipeline.Column, ct colType, tname string) string {
+	want := pgTypes[c.Type]
+	col := pgx.Identifier{c.Name}.Sanitize()
+	alter := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", tname, col, want.name)
+	rewrite := "it rewrites the table under an ACCESS EXCLUSIVE lock"
+	var ddl string
+	if using, ok := keepsValues[[2]uint32{ct.base, want.oid}]; ok {
+		if using != "" {
+			alter += " USING " + fmt.Sprintf(using, col)
+		}
+		ddl = fmt.Sprintf("%s, which keeps every value the column holds (%s)", alter, rewrite)
+	} else if ct.base == 1114 && want.oid == 1184 { // timestamp without time zone
+		ddl = fmt.Sprintf("%s USING %s AT TIME ZONE 'UTC' if the times it holds are UTC, else with the zone they were "+
+			"written in (without USING, PostgreSQL reads them in the session's TimeZone and may shift them; %s)", alter, col, rewrite)
+	} else {
+		ddl = fmt.Sprintf("%s USING %s::%s, which converts the rows the table holds as that cast does: it may round, "+
+			"truncate or shift them, or fail (look at them first; %s)", alter, col, want.name, rewrite)
+	}
+	for _, t := range slices.Sorted(maps.Keys(pgTypes)) {
+		if t == c.Type || !pgTypes[t].accepts(ct.base) {
+			continue
+		}
+		other := c
+		other.Type = t
+		if _, err := pipeline.Compile([]pipeline.Column{other}); err != nil {
+			continue // its source cannot fill one (meta:stream_seq as text, say)
+		}
+		return fmt.Sprintf("type: %s for column %s in postgres.columns, which writes the column as it is and leaves its rows alone; or %s", t, c.Name, ddl)
+	}
+	return ddl + "; no type of postgres.columns writes the column as it is"
 }
 
 // writtenUniqueIndexes returns those of idx that can refuse a row only

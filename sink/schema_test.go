@@ -2106,3 +2106,118 @@ func lastProblem(probs []Problem, k ProblemKind) *Problem {
 	}
 	return found
 }
+
+// check's fix for a column of another type than the mapping's must not
+// change the rows the table holds: a mapping type that writes the column
+// as it is comes first, an ALTER is said to keep every value only where it
+// does (run here on rows, in a session whose TimeZone is not UTC), and a
+// timestamp without a zone is converted as UTC, not in the session's zone
+// (a table moved from Telegraf, whose timestamps are UTC).
+func TestCheckRetypeFixKeepsRows(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	pg := testenv.Postgres(t)
+	conn := pg.Conn(t)
+	if _, err := conn.Exec(ctx, "SET TimeZone = 'Europe/Rome'"); err != nil {
+		t.Fatal(err)
+	}
+	table := uniqueName(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec("CREATE TABLE " + table + " (stream text, stream_seq int8, payload jsonb, ts timestamp, amount float8, n int4, d date)")
+	exec("INSERT INTO " + table + " VALUES ('S', 1, '{}', '2026-12-07 12:00:00', 19.99, 2147483647, '2026-12-07')")
+	cols := []pipeline.Column{
+		{Name: "ts", From: "json:ts", Type: pipeline.TypeTimestamptz},
+		{Name: "amount", From: "json:amount", Type: pipeline.TypeInt8},
+		{Name: "n", From: "json:n", Type: pipeline.TypeInt8},
+		{Name: "d", From: "json:d", Type: pipeline.TypeTimestamptz},
+	}
+	check := func(cols []pipeline.Column) map[string]string {
+		t.Helper()
+		cfg := DefaultConfig()
+		cfg.URL, cfg.Table = pg.URL, table
+		s, err := New(ctx, cfg, append(slices.Clone(testCols), cols...), &recDL{}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		probs, err := s.Check(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fixes := map[string]string{}
+		for _, p := range probs {
+			if p.Kind == ProblemTypeMismatch {
+				fixes[p.Column] = p.Fix
+			}
+		}
+		return fixes
+	}
+	fixes := check(cols)
+	if len(fixes) != 4 {
+		t.Fatalf("type mismatches %v, want ts, amount, n and d", fixes)
+	}
+	// The statement a fix gives, up to where its words begin.
+	alter := func(col string) string {
+		t.Helper()
+		f := fixes[col]
+		i := strings.Index(f, "ALTER TABLE")
+		if i < 0 {
+			t.Fatalf("%s: %q gives no ALTER", col, f)
+		}
+		f = f[i:]
+		for _, end := range []string{" if the times", ", which"} {
+			if j := strings.Index(f, end); j >= 0 {
+				f = f[:j]
+			}
+		}
+		return f
+	}
+	for col, want := range map[string]string{"amount": "type: float8 ", "n": "type: int4 ", "d": "type: date "} {
+		if !strings.HasPrefix(fixes[col], want) {
+			t.Errorf("%s: %q does not begin with %q", col, fixes[col], want)
+		}
+	}
+	if strings.Contains(fixes["ts"], "type: ") || !strings.Contains(fixes["ts"], `USING "ts" AT TIME ZONE 'UTC'`) ||
+		!strings.Contains(fixes["ts"], "no type of postgres.columns writes the column as it is") {
+		t.Errorf("ts: %q, want no type (jetsink writes no timestamp) and the ALTER taking the times for UTC", fixes["ts"])
+	}
+	if !strings.Contains(fixes["amount"], "may round") || strings.Contains(fixes["amount"], "keeps every value") {
+		t.Errorf("amount: %q, want the ALTER to a bigint said to round", fixes["amount"])
+	}
+	for _, col := range []string{"n", "d"} {
+		if !strings.Contains(fixes[col], "keeps every value") {
+			t.Errorf("%s: %q, want the ALTER said to keep every value", col, fixes[col])
+		}
+	}
+	// The mapping types the fixes name write the columns as they are.
+	kept := slices.Clone(cols)
+	kept[1].Type, kept[2].Type, kept[3].Type = pipeline.TypeFloat8, pipeline.TypeInt4, pipeline.TypeDate
+	if f := check(kept); len(f) != 1 || f["ts"] == "" {
+		t.Errorf("with the types the fixes name: mismatches %v, want ts's alone", f)
+	}
+	// The ALTERs said to keep every value, and ts's, keep the row's values.
+	for _, col := range []string{"ts", "n", "d"} {
+		exec(alter(col))
+	}
+	var ts, d time.Time
+	var n int64
+	if err := conn.QueryRow(ctx, "SELECT ts, n, d FROM "+table).Scan(&ts, &n, &d); err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC); !ts.Equal(want) {
+		t.Errorf("ts after its fix: %v, want %v", ts, want)
+	}
+	if want := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC); !d.Equal(want) {
+		t.Errorf("d after its fix: %v, want %v", d, want)
+	}
+	if n != 2147483647 {
+		t.Errorf("n after its fix: %d, want 2147483647", n)
+	}
+	if f := check(cols); len(f) != 1 || f["amount"] == "" {
+		t.Errorf("after the ALTERs: mismatches %v, want amount's alone", f)
+	}
+}
