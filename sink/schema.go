@@ -935,27 +935,48 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 	if err != nil {
 		return nil, err
 	}
-	if s.cfg.Mode == AtLeastOnce {
-		names := map[int16]string{}
-		perDelivery := map[string]bool{}
-		for name, a := range attrs {
-			if col, ok := mapped[name]; ok {
-				names[a.num] = name
-				switch col.From {
-				case "meta:received_at", "meta:delivered", "meta:consumer_seq":
-					perDelivery[name] = true
-				}
+	names := map[int16]string{}
+	perDelivery, perEvent := map[string]bool{}, map[string]bool{}
+	for name, a := range attrs {
+		if col, ok := mapped[name]; ok {
+			names[a.num] = name
+			switch col.From {
+			case "meta:received_at", "meta:delivered", "meta:consumer_seq":
+				perDelivery[name] = true
+			case "meta:stream_seq":
+				perEvent[name] = true
 			}
 		}
-		if keys := writtenUniqueIndexes(idx, names, perDelivery); len(keys) > 0 {
-			probs = append(probs, Problem{Kind: ProblemUniqueKey, Warning: true,
-				Message: fmt.Sprintf("%s has unique indexes on columns jetsink writes (%s): in at-least-once mode an event "+
-					"delivered again (after a crash, a lost ack, or a COMMIT whose outcome was lost) fails the key and is "+
-					"dead-lettered (code constraint) although its row is stored, and each such row costs a bisection of its "+
-					"batch (about log2(rows) COPYs)", tname, strings.Join(keys, ", ")),
-				Fix: "use postgres.mode: exactly-once, which skips events stored before by (stream, stream_seq), " +
-					"or drop the unique indexes if duplicate rows are acceptable"})
+	}
+	eventKeys, sharedKeys := writtenUniqueIndexes(idx, names, perDelivery, perEvent)
+	if s.cfg.Mode == AtLeastOnce && len(eventKeys) > 0 {
+		probs = append(probs, Problem{Kind: ProblemUniqueKey, Warning: true,
+			Message: fmt.Sprintf("%s has unique indexes on columns jetsink writes (%s): in at-least-once mode an event "+
+				"delivered again (after a crash, a lost ack, or a COMMIT whose outcome was lost) fails the key and is "+
+				"dead-lettered (code constraint) although its row is stored, and each such row costs a bisection of its "+
+				"batch (about log2(rows) COPYs)", tname, strings.Join(eventKeys, ", ")),
+			Fix: "use postgres.mode: exactly-once, which skips events stored before by (stream, stream_seq), " +
+				"or drop the unique indexes if duplicate rows are acceptable"})
+	}
+	if len(sharedKeys) > 0 {
+		// Not the stream's sequence: two events can hold the same values
+		// (a device, an order id), and jetsink never updates a row. Users
+		// of sinks with an upsert mode (Kafka Connect's JDBC sink, an ON
+		// CONFLICT DO UPDATE) expect the latest row per key.
+		msg := fmt.Sprintf("%s has unique indexes on columns jetsink writes that two events can share (%s): jetsink only "+
+			"inserts, it never updates a row, so an event whose values such an index holds already is refused by the database "+
+			"(SQLSTATE 23505) and dead-lettered (code constraint), each costing a bisection of its batch (about log2(rows) "+
+			"COPYs): the table keeps the first event's row for each key, not the latest", tname, strings.Join(sharedKeys, ", "))
+		fix := "if each event's values are its own (an event id its publisher sets once), nothing: a copy of one is " +
+			"dead-lettered; to keep the latest row per key, drop the index, store every event, and read the latest through " +
+			"a view (SELECT DISTINCT ON (key) ... ORDER BY key, published_at DESC)"
+		if s.cfg.Mode == AtLeastOnce {
+			msg += "; in at-least-once mode an event delivered again fails it too, although its row is stored"
+			fix += "; postgres.mode: exactly-once skips events delivered again, not other events with the same values"
+		} else {
+			msg += "; exactly-once's ON CONFLICT skips only events stored before by (stream, stream_seq)"
 		}
+		probs = append(probs, Problem{Kind: ProblemUniqueKey, Warning: true, Message: msg, Fix: fix})
 	}
 	if s.cfg.Mode == ExactlyOnce {
 		rules, err := s.conflictRules(ctx, c, *oid)
@@ -1808,15 +1829,16 @@ func (s *Sink) retypeFix(c pipeline.Column, ct colType, tname string) string {
 	return ddl + "; no type of postgres.columns writes the column as it is"
 }
 
-// writtenUniqueIndexes returns those of idx that can refuse a row only
-// repeating one stored before, each as "name (col, ...)": those whose
-// columns (key columns, and the columns their expressions and predicate
-// use) are all among written (attnum -> name). An index on a column jetsink
-// leaves to a default (a serial key) or one that differs per delivery
-// (perDelivery: received_at, delivered, consumer_seq) cannot, and is left
-// out.
-func writtenUniqueIndexes(idx []uniqueIndex, written map[int16]string, perDelivery map[string]bool) []string {
-	var out []string
+// writtenUniqueIndexes returns those of idx that can refuse a row for
+// values jetsink wrote, each as "name (col, ...)": those whose columns (key
+// columns, and the columns their expressions and predicate use) are all
+// among written (attnum -> name). An index on a column jetsink leaves to a
+// default (a serial key) or one that differs per delivery (perDelivery:
+// received_at, delivered, consumer_seq) cannot, and is left out. eventKeys
+// are those with a column of the stream's sequence (perEvent), which only
+// the same event delivered again repeats; shared the others, whose values
+// two events can share (a device, an order id).
+func writtenUniqueIndexes(idx []uniqueIndex, written map[int16]string, perDelivery, perEvent map[string]bool) (eventKeys, shared []string) {
 next:
 	for _, u := range idx {
 		var cols []string
@@ -1831,14 +1853,22 @@ next:
 			}
 			cols = append(cols, col)
 		}
+		event := false
+		for _, k := range slices.Concat(u.key, u.used) {
+			event = event || perEvent[written[k]]
+		}
 		for _, k := range u.used {
 			if col, ok := written[k]; !ok || perDelivery[col] {
 				continue next
 			}
 		}
-		out = append(out, u.name+" ("+strings.Join(cols, ", ")+")")
+		if event {
+			eventKeys = append(eventKeys, u.name+" ("+strings.Join(cols, ", ")+")")
+		} else {
+			shared = append(shared, u.name+" ("+strings.Join(cols, ", ")+")")
+		}
 	}
-	return out
+	return eventKeys, shared
 }
 
 // conflictRules returns the names of the rules on rel that stop INSERT ...

@@ -552,8 +552,8 @@ func TestCheckWarnsOfAUniqueKeyInAtLeastOnceMode(t *testing.T) {
 		t.Helper()
 		p := check()
 		if len(p) != 1 || p[0].Kind != ProblemUniqueKey || !p[0].Warning || !strings.Contains(p[0].Message, name) ||
-			!strings.Contains(p[0].Fix, "exactly-once") {
-			t.Fatalf("%s: %+v, want one unique_key warning naming %s and pointing to exactly-once", what, p, name)
+			!strings.Contains(p[0].Fix, "use postgres.mode: exactly-once") || strings.Contains(p[0].Message, "two events can share") {
+			t.Fatalf("%s: %+v, want one unique_key warning of redeliveries naming %s and pointing to exactly-once", what, p, name)
 		}
 	}
 	exec("CREATE UNIQUE INDEX expr_key ON " + tbl + " (stream, (stream_seq + 1))")
@@ -2219,5 +2219,49 @@ func TestCheckRetypeFixKeepsRows(t *testing.T) {
 	}
 	if f := check(cols); len(f) != 1 || f["amount"] == "" {
 		t.Errorf("after the ALTERs: mismatches %v, want amount's alone", f)
+	}
+}
+
+// A unique index on columns jetsink writes that two events can share (a
+// device, not the stream's sequence) keeps the first event's row and
+// dead-letters the others, in either mode (jetsink never updates a row:
+// users of sinks with an upsert mode expect the latest): check warns of it
+// in both modes, and does not send an at-least-once user to exactly-once
+// as the fix for it, which skips only events delivered again.
+func TestCheckWarnsOfAUniqueKeyEventsCanShare(t *testing.T) {
+	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := testCtx(t, 30*time.Second)
+			pg := testenv.Postgres(t)
+			cfg := DefaultConfig()
+			cfg.URL, cfg.Table, cfg.Mode = pg.URL, uniqueName(t), mode
+			cols := append(slices.Clone(testCols), pipeline.Column{Name: "device", From: "json:device", Type: pipeline.TypeText})
+			s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Init(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if probs, err := s.Check(ctx); err != nil || len(probs) != 0 {
+				t.Fatalf("after Init: %+v, %v", probs, err)
+			}
+			if _, err := pg.Conn(t).Exec(ctx, "CREATE UNIQUE INDEX device_key ON "+s.table.Sanitize()+" (device)"); err != nil {
+				t.Fatal(err)
+			}
+			probs, err := s.Check(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(probs) != 1 || probs[0].Kind != ProblemUniqueKey || !probs[0].Warning ||
+				!strings.Contains(probs[0].Message, "device_key (device)") || !strings.Contains(probs[0].Message, "never updates a row") ||
+				!strings.Contains(probs[0].Fix, "DISTINCT ON") {
+				t.Fatalf("%+v, want one unique_key warning naming device_key, saying jetsink never updates a row, with a view for the latest", probs)
+			}
+			if mode == AtLeastOnce && !strings.Contains(probs[0].Fix, "not other events with the same values") {
+				t.Errorf("fix %q does not say exactly-once does not help with other events' values", probs[0].Fix)
+			}
+		})
 	}
 }
