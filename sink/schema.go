@@ -436,11 +436,14 @@ const (
 	// batch (code row_count); in exactly-once mode, only the rows missing
 	// from the table.
 	ProblemRowTrigger ProblemKind = "row_trigger"
-	// ProblemUniqueKey is a warning: in at-least-once mode the table has a
-	// unique index all of whose columns jetsink writes. An event delivered
-	// again (after a crash, a lost ack or a COMMIT whose outcome was lost)
-	// then fails it and is dead-lettered (code constraint) although its row
-	// is stored, each such row found by bisecting its batch.
+	// ProblemUniqueKey is a warning: the table has a unique index all of
+	// whose columns jetsink writes. On the stream's sequence, in
+	// at-least-once mode: an event delivered again (after a crash, a lost
+	// ack or a COMMIT whose outcome was lost) then fails it and is
+	// dead-lettered (code constraint) although its row is stored, each
+	// such row found by bisecting its batch. On values two events can
+	// share (a device), in either mode: jetsink never updates a row, so
+	// the second such event is dead-lettered and the table keeps the first.
 	ProblemUniqueKey ProblemKind = "unique_key"
 	// ProblemPrivilege: jetsink's role lacks a privilege every batch needs:
 	// INSERT on the table; in exactly-once mode also SELECT on it (the
@@ -858,7 +861,7 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 			probs = append(probs, Problem{Kind: ProblemTypeMismatch, Column: c.Name,
 				Message: fmt.Sprintf("column %s of %s is %s but the mapping writes %s: binary COPY sends %s's bytes, which a column "+
 					"of another type reads as another value or refuses, %s", col, tname, a.format, want.name, want.name, what),
-				Fix: s.retypeFix(c, cts[c.Name], tname)})
+				Fix: s.retypeFix(c, cts[c.Name], a.format, tname)})
 		case a.notNull && c.MayBeNull() && c.From == "payload":
 			// A jsonb payload column is NULL for a NATS KV bucket's delete
 			// and purge markers alone: a warning, as most streams carry
@@ -936,19 +939,14 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 		return nil, err
 	}
 	names := map[int16]string{}
-	perDelivery, perEvent := map[string]bool{}, map[string]bool{}
+	sources := map[string]string{}
 	for name, a := range attrs {
 		if col, ok := mapped[name]; ok {
 			names[a.num] = name
-			switch col.From {
-			case "meta:received_at", "meta:delivered", "meta:consumer_seq":
-				perDelivery[name] = true
-			case "meta:stream_seq":
-				perEvent[name] = true
-			}
+			sources[name] = col.From
 		}
 	}
-	eventKeys, sharedKeys := writtenUniqueIndexes(idx, names, perDelivery, perEvent)
+	eventKeys, sharedKeys := writtenUniqueIndexes(idx, names, sources)
 	if s.cfg.Mode == AtLeastOnce && len(eventKeys) > 0 {
 		probs = append(probs, Problem{Kind: ProblemUniqueKey, Warning: true,
 			Message: fmt.Sprintf("%s has unique indexes on columns jetsink writes (%s): in at-least-once mode an event "+
@@ -1743,6 +1741,7 @@ type uniqueIndex struct {
 	key       []int16 // key columns' attnums; 0 for an expression
 	used      []int16 // the columns its expressions and predicate use (pg_depend)
 	plain     bool    // no predicate, no expression: ON CONFLICT (cols) can infer it
+	pred      bool    // a partial index: WHERE ...
 	immediate bool    // not DEFERRABLE
 	con, def  string  // the UNIQUE or PRIMARY KEY constraint behind it and its definition, if any
 	qualified string  // its schema-qualified name, quoted
@@ -1757,7 +1756,7 @@ func (s *Sink) uniqueIndexes(ctx context.Context, c *pgx.Conn, rel uint32) ([]un
 		array(SELECT d.refobjsubid::int2 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
 			AND d.objid = i.indexrelid AND d.refclassid = 'pg_class'::regclass AND d.refobjid = i.indrelid
 			AND d.refobjsubid > 0),
-		i.indpred IS NULL AND i.indexprs IS NULL, i.indimmediate,
+		i.indpred IS NULL AND i.indexprs IS NULL, i.indpred IS NOT NULL, i.indimmediate,
 		coalesce(con.conname::text, ''), coalesce(pg_get_constraintdef(con.oid), ''),
 		quote_ident(n.nspname) || '.' || quote_ident(ic.relname),
 		EXISTS (SELECT FROM pg_collation co WHERE co.oid = ANY (i.indcollation::oid[]) AND NOT co.collisdeterministic)
@@ -1768,7 +1767,7 @@ func (s *Sink) uniqueIndexes(ctx context.Context, c *pgx.Conn, rel uint32) ([]un
 		var out []uniqueIndex
 		if out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (uniqueIndex, error) {
 			var u uniqueIndex
-			err := r.Scan(&u.name, &u.key, &u.used, &u.plain, &u.immediate, &u.con, &u.def, &u.qualified, &u.looseCollation)
+			err := r.Scan(&u.name, &u.key, &u.used, &u.plain, &u.pred, &u.immediate, &u.con, &u.def, &u.qualified, &u.looseCollation)
 			return u, err
 		}); err == nil {
 			return out, nil
@@ -1797,11 +1796,16 @@ var keepsValues = map[[2]uint32]string{
 // holds: said plainly where that can change them (a user migrating a
 // table of timestamps without a zone, or of floats, would otherwise
 // shift or round its history by following the fix).
-func (s *Sink) retypeFix(c pipeline.Column, ct colType, tname string) string {
+func (s *Sink) retypeFix(c pipeline.Column, ct colType, format, tname string) string {
 	want := pgTypes[c.Type]
 	col := pgx.Identifier{c.Name}.Sanitize()
 	alter := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", tname, col, want.name)
 	rewrite := "it rewrites the table under an ACCESS EXCLUSIVE lock"
+	if ct.typ != ct.base {
+		// Of a domain: ALTER ... TYPE leaves it, and its CHECKs, behind.
+		rewrite += fmt.Sprintf(", and the column is no longer of the domain %s: its constraints no longer apply "+
+			"(a domain over %s keeps them)", format, want.name)
+	}
 	var ddl string
 	if using, ok := keepsValues[[2]uint32{ct.base, want.oid}]; ok {
 		if using != "" {
@@ -1816,11 +1820,11 @@ func (s *Sink) retypeFix(c pipeline.Column, ct colType, tname string) string {
 			"truncate or shift them, or fail (look at them first; %s)", alter, col, want.name, rewrite)
 	}
 	for _, t := range slices.Sorted(maps.Keys(pgTypes)) {
-		if t == c.Type || !pgTypes[t].accepts(ct.base) {
-			continue
-		}
 		other := c
 		other.Type = t
+		if t == c.Type || !s.columnReads(other, ct) { // citext reads text's bytes too
+			continue
+		}
 		if _, err := pipeline.Compile([]pipeline.Column{other}); err != nil {
 			continue // its source cannot fill one (meta:stream_seq as text, say)
 		}
@@ -1832,13 +1836,18 @@ func (s *Sink) retypeFix(c pipeline.Column, ct colType, tname string) string {
 // writtenUniqueIndexes returns those of idx that can refuse a row for
 // values jetsink wrote, each as "name (col, ...)": those whose columns (key
 // columns, and the columns their expressions and predicate use) are all
-// among written (attnum -> name). An index on a column jetsink leaves to a
-// default (a serial key) or one that differs per delivery (perDelivery:
-// received_at, delivered, consumer_seq) cannot, and is left out. eventKeys
-// are those with a column of the stream's sequence (perEvent), which only
-// the same event delivered again repeats; shared the others, whose values
-// two events can share (a device, an order id).
-func writtenUniqueIndexes(idx []uniqueIndex, written map[int16]string, perDelivery, perEvent map[string]bool) (eventKeys, shared []string) {
+// among written (attnum -> name), source giving each one's mapping source.
+// An index on a column jetsink leaves to a default (a serial key) or on
+// meta:consumer_seq (one value a delivery) cannot, and is left out.
+// eventKeys are those with the stream's sequence (meta:stream_seq) as a
+// key column, or in an expression of one that is not partial, which only
+// the same event delivered again repeats, and not then with a column that
+// differs a delivery (meta:received_at, meta:delivered). shared are the
+// others, whose values two events can share (a device, an order id; a
+// device with received_at, the time of a read that may bring many events;
+// a sequence in the predicate alone). An expression over the sequence
+// that two sequences share (stream_seq / 1000) is taken for the sequence.
+func writtenUniqueIndexes(idx []uniqueIndex, written map[int16]string, source map[string]string) (eventKeys, shared []string) {
 next:
 	for _, u := range idx {
 		var cols []string
@@ -1847,25 +1856,30 @@ next:
 				cols = append(cols, "expression")
 				continue
 			}
+			cols = append(cols, written[k])
+		}
+		event, delivery := false, false
+		for i, k := range slices.Concat(u.key, u.used) {
 			col, ok := written[k]
-			if !ok || perDelivery[col] {
+			if k == 0 {
+				continue
+			}
+			if !ok || source[col] == "meta:consumer_seq" {
 				continue next
 			}
-			cols = append(cols, col)
-		}
-		event := false
-		for _, k := range slices.Concat(u.key, u.used) {
-			event = event || perEvent[written[k]]
-		}
-		for _, k := range u.used {
-			if col, ok := written[k]; !ok || perDelivery[col] {
-				continue next
+			switch source[col] {
+			case "meta:stream_seq":
+				event = event || i < len(u.key) || !u.pred
+			case "meta:received_at", "meta:delivered":
+				delivery = true
 			}
 		}
-		if event {
-			eventKeys = append(eventKeys, u.name+" ("+strings.Join(cols, ", ")+")")
-		} else {
-			shared = append(shared, u.name+" ("+strings.Join(cols, ", ")+")")
+		name := u.name + " (" + strings.Join(cols, ", ") + ")"
+		switch {
+		case !event:
+			shared = append(shared, name)
+		case !delivery:
+			eventKeys = append(eventKeys, name)
 		}
 	}
 	return eventKeys, shared

@@ -2127,13 +2127,18 @@ func TestCheckRetypeFixKeepsRows(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	exec("CREATE TABLE " + table + " (stream text, stream_seq int8, payload jsonb, ts timestamp, amount float8, n int4, d date)")
-	exec("INSERT INTO " + table + " VALUES ('S', 1, '{}', '2026-12-07 12:00:00', 19.99, 2147483647, '2026-12-07')")
+	exec("CREATE EXTENSION IF NOT EXISTS citext")
+	exec("CREATE DOMAIN " + table + "_pos AS int4 CHECK (VALUE > 0)")
+	exec("CREATE TABLE " + table + " (stream text, stream_seq int8, payload jsonb, ts timestamp, amount float8, n int4, d date, " +
+		"pi " + table + "_pos, ci citext)")
+	exec("INSERT INTO " + table + " VALUES ('S', 1, '{}', '2026-12-07 12:00:00', 19.99, 2147483647, '2026-12-07', 1, 'x')")
 	cols := []pipeline.Column{
 		{Name: "ts", From: "json:ts", Type: pipeline.TypeTimestamptz},
 		{Name: "amount", From: "json:amount", Type: pipeline.TypeInt8},
 		{Name: "n", From: "json:n", Type: pipeline.TypeInt8},
 		{Name: "d", From: "json:d", Type: pipeline.TypeTimestamptz},
+		{Name: "pi", From: "json:pi", Type: pipeline.TypeInt8},
+		{Name: "ci", From: "json:ci", Type: pipeline.TypeInt8},
 	}
 	check := func(cols []pipeline.Column) map[string]string {
 		t.Helper()
@@ -2157,8 +2162,8 @@ func TestCheckRetypeFixKeepsRows(t *testing.T) {
 		return fixes
 	}
 	fixes := check(cols)
-	if len(fixes) != 4 {
-		t.Fatalf("type mismatches %v, want ts, amount, n and d", fixes)
+	if len(fixes) != 6 {
+		t.Fatalf("type mismatches %v, want ts, amount, n, d, pi and ci", fixes)
 	}
 	// The statement a fix gives, up to where its words begin.
 	alter := func(col string) string {
@@ -2176,7 +2181,7 @@ func TestCheckRetypeFixKeepsRows(t *testing.T) {
 		}
 		return f
 	}
-	for col, want := range map[string]string{"amount": "type: float8 ", "n": "type: int4 ", "d": "type: date "} {
+	for col, want := range map[string]string{"amount": "type: float8 ", "n": "type: int4 ", "d": "type: date ", "pi": "type: int4 ", "ci": "type: text "} {
 		if !strings.HasPrefix(fixes[col], want) {
 			t.Errorf("%s: %q does not begin with %q", col, fixes[col], want)
 		}
@@ -2188,14 +2193,20 @@ func TestCheckRetypeFixKeepsRows(t *testing.T) {
 	if !strings.Contains(fixes["amount"], "may round") || strings.Contains(fixes["amount"], "keeps every value") {
 		t.Errorf("amount: %q, want the ALTER to a bigint said to round", fixes["amount"])
 	}
-	for _, col := range []string{"n", "d"} {
+	// A domain's ALTER keeps the values but leaves the domain's CHECK
+	// behind: said.
+	if !strings.Contains(fixes["pi"], "no longer of the domain") || strings.Contains(fixes["n"], "domain") {
+		t.Errorf("pi: %q; n: %q: want the domain's ALTER, alone, to say the domain goes", fixes["pi"], fixes["n"])
+	}
+	for _, col := range []string{"n", "d", "pi"} {
 		if !strings.Contains(fixes[col], "keeps every value") {
 			t.Errorf("%s: %q, want the ALTER said to keep every value", col, fixes[col])
 		}
 	}
 	// The mapping types the fixes name write the columns as they are.
 	kept := slices.Clone(cols)
-	kept[1].Type, kept[2].Type, kept[3].Type = pipeline.TypeFloat8, pipeline.TypeInt4, pipeline.TypeDate
+	kept[1].Type, kept[2].Type, kept[3].Type, kept[4].Type, kept[5].Type = pipeline.TypeFloat8, pipeline.TypeInt4, pipeline.TypeDate,
+		pipeline.TypeInt4, pipeline.TypeText
 	if f := check(kept); len(f) != 1 || f["ts"] == "" {
 		t.Errorf("with the types the fixes name: mismatches %v, want ts's alone", f)
 	}
@@ -2217,7 +2228,7 @@ func TestCheckRetypeFixKeepsRows(t *testing.T) {
 	if n != 2147483647 {
 		t.Errorf("n after its fix: %d, want 2147483647", n)
 	}
-	if f := check(cols); len(f) != 1 || f["amount"] == "" {
+	if f := check(cols[:4]); len(f) != 1 || f["amount"] == "" {
 		t.Errorf("after the ALTERs: mismatches %v, want amount's alone", f)
 	}
 }
@@ -2227,7 +2238,11 @@ func TestCheckRetypeFixKeepsRows(t *testing.T) {
 // dead-letters the others, in either mode (jetsink never updates a row:
 // users of sinks with an upsert mode expect the latest): check warns of it
 // in both modes, and does not send an at-least-once user to exactly-once
-// as the fix for it, which skips only events delivered again.
+// as the fix for it, which skips only events delivered again. So for a
+// sequence in the predicate alone, and beside a receive time (one a read,
+// which may bring many events) or a delivery count; not beside the
+// consumer's sequence (one a delivery), nor for the sequence with a value
+// that differs a delivery (nothing to warn of).
 func TestCheckWarnsOfAUniqueKeyEventsCanShare(t *testing.T) {
 	for _, mode := range []Mode{AtLeastOnce, ExactlyOnce} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -2235,7 +2250,11 @@ func TestCheckWarnsOfAUniqueKeyEventsCanShare(t *testing.T) {
 			pg := testenv.Postgres(t)
 			cfg := DefaultConfig()
 			cfg.URL, cfg.Table, cfg.Mode = pg.URL, uniqueName(t), mode
-			cols := append(slices.Clone(testCols), pipeline.Column{Name: "device", From: "json:device", Type: pipeline.TypeText})
+			cols := append(slices.Clone(testCols),
+				pipeline.Column{Name: "device", From: "json:device", Type: pipeline.TypeText},
+				pipeline.Column{Name: "dl", From: "meta:delivered", Type: pipeline.TypeInt4},
+				pipeline.Column{Name: "received_at", From: "meta:received_at", Type: pipeline.TypeTimestamptz},
+				pipeline.Column{Name: "cs", From: "meta:consumer_seq", Type: pipeline.TypeInt8})
 			s, err := New(ctx, cfg, cols, &recDL{}, testLogger(t))
 			if err != nil {
 				t.Fatal(err)
@@ -2244,20 +2263,39 @@ func TestCheckWarnsOfAUniqueKeyEventsCanShare(t *testing.T) {
 			if err := s.Init(ctx); err != nil {
 				t.Fatal(err)
 			}
+			exec := func(q string) {
+				t.Helper()
+				if _, err := pg.Conn(t).Exec(ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tbl := s.table.Sanitize()
+			exec("CREATE UNIQUE INDEX device_cs ON " + tbl + " (device, cs)")
+			exec("CREATE UNIQUE INDEX seq_at ON " + tbl + " (stream, stream_seq, received_at)")
 			if probs, err := s.Check(ctx); err != nil || len(probs) != 0 {
-				t.Fatalf("after Init: %+v, %v", probs, err)
+				t.Fatalf("unique indexes no two events share: %+v, %v", probs, err)
 			}
-			if _, err := pg.Conn(t).Exec(ctx, "CREATE UNIQUE INDEX device_key ON "+s.table.Sanitize()+" (device)"); err != nil {
-				t.Fatal(err)
-			}
+			exec("CREATE UNIQUE INDEX device_key ON " + tbl + " (device)")
+			exec("CREATE UNIQUE INDEX pred_seq ON " + tbl + " (device) WHERE stream_seq > 0")
+			exec("CREATE UNIQUE INDEX device_dl ON " + tbl + " (device, dl)")
+			exec("CREATE UNIQUE INDEX device_at ON " + tbl + " (device, received_at)")
 			probs, err := s.Check(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(probs) != 1 || probs[0].Kind != ProblemUniqueKey || !probs[0].Warning ||
-				!strings.Contains(probs[0].Message, "device_key (device)") || !strings.Contains(probs[0].Message, "never updates a row") ||
-				!strings.Contains(probs[0].Fix, "DISTINCT ON") {
-				t.Fatalf("%+v, want one unique_key warning naming device_key, saying jetsink never updates a row, with a view for the latest", probs)
+				!strings.Contains(probs[0].Message, "never updates a row") || !strings.Contains(probs[0].Fix, "DISTINCT ON") {
+				t.Fatalf("%+v, want one unique_key warning saying jetsink never updates a row, with a view for the latest", probs)
+			}
+			for _, name := range []string{"device_key (device)", "pred_seq (device)", "device_dl (device, dl)", "device_at (device, received_at)"} {
+				if !strings.Contains(probs[0].Message, name) {
+					t.Errorf("%q does not name %s", probs[0].Message, name)
+				}
+			}
+			for _, name := range []string{"device_cs", "seq_at"} {
+				if strings.Contains(probs[0].Message, name) {
+					t.Errorf("%q names %s, which no two events share", probs[0].Message, name)
+				}
 			}
 			if mode == AtLeastOnce && !strings.Contains(probs[0].Fix, "not other events with the same values") {
 				t.Errorf("fix %q does not say exactly-once does not help with other events' values", probs[0].Fix)
