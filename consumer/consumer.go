@@ -104,6 +104,15 @@ type Consumer struct {
 	// consumed (Run's goroutine only).
 	epochs        pipeline.Epochs
 	streamCreated time.Time
+	// deletedThrough is the highest sequence countDeletedUnread has
+	// counted in the stream created at deletedStream, under deletedMu;
+	// deletedLog bounds its Error line. unfiltered: the last look showed
+	// the consumer without a filter (noteDeletedUnread).
+	deletedMu      sync.Mutex
+	deletedThrough uint64
+	deletedStream  time.Time
+	deletedLog     pipeline.Every
+	unfiltered     atomic.Bool
 
 	// resumeFloor is where Run makes again a consumer that went away while
 	// it ran: past the ack floor (a stream sequence) the server last
@@ -338,6 +347,7 @@ type counters struct {
 	acksRefused       atomic.Uint64
 	markers           atomic.Uint64
 	schedules         atomic.Uint64
+	deletedUnread     atomic.Uint64
 }
 
 // InFlightBytes is what the messages in flight hold of the in-flight byte
@@ -417,6 +427,13 @@ type Stats struct {
 	// on the schedule's target subject when it fires (handed on as any
 	// event).
 	Schedules uint64
+	// DeletedUnread counts the events the stream removed before the
+	// durable delivered them: its limits (max_age, max_msgs, max_bytes,
+	// discard old; max_msgs_per_subject, a message TTL) or a purge or
+	// delete dropped them while they waited, unread (noteDeletedUnread,
+	// noteSkipped). Not under a filter; a lower bound with instances
+	// sharing the durable, or redeliveries among the deliveries.
+	DeletedUnread uint64
 }
 
 // Lag is the durable consumer's backlog as the server reports it.
@@ -1404,6 +1421,7 @@ func (c *Consumer) Stats() Stats {
 		Redelivered:                 s.redelivered.Load(),
 		Markers:                     s.markers.Load(),
 		Schedules:                   s.schedules.Load(),
+		DeletedUnread:               s.deletedUnread.Load(),
 		DeadLettered:                s.deadLettered.Load(),
 		DeadLetterFailed:            s.deadLetterFailed.Load(),
 		MaxDelivered:                s.maxDelivered.Load(),

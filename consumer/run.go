@@ -488,6 +488,10 @@ type session struct {
 	quitOnce sync.Once
 	failed   bool   // delivery goroutine only
 	lastCons uint64 // delivery goroutine only: the last consumer sequence pushed
+	// firstCons and firstStream are the consumer and stream sequences of
+	// the last first delivery pushed (delivery goroutine only), for
+	// noteSkipped.
+	firstCons, firstStream uint64
 	// handling is set while the handler runs (push may wait on a full
 	// pipeline), with nats.go's pulls only: nats.go's heartbeat timer,
 	// which it stops then, "misses" heartbeats when a reconnect starts it
@@ -992,6 +996,9 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 		c.resendAcks(false, s.epoch)
 	}
 	s.lastCons = meta.consSeq
+	if meta.delivered == 1 {
+		c.noteSkipped(s, meta.consSeq, meta.streamSeq)
+	}
 	var (
 		h        map[string][]string
 		msgID    string
@@ -1490,9 +1497,96 @@ func (c *Consumer) floorNow(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	c.unfiltered.Store(false) // until the look below shows it
+	c.deletedMu.Lock()
+	if !c.deletedStream.Equal(c.streamCreated) { // a stream re-created: its sequences anew
+		c.deletedStream, c.deletedThrough = c.streamCreated, 0
+	}
+	c.deletedMu.Unlock()
+	first, firstOK := c.streamFirstSeq(ctx)
 	if ci, err := c.cons.Load().Info(ctx); err == nil {
 		c.noteFloor(ci)
+		c.noteDeletedUnread(first, firstOK, ci) // while jetsink was stopped, say
 	}
+}
+
+// streamFirstSeq looks at the stream the session consumes for its first
+// sequence, for noteDeletedUnread; ok false when it need not (a filter on
+// the consumer) or could not (a failed look, a stream replaced since).
+func (c *Consumer) streamFirstSeq(ctx context.Context) (first uint64, ok bool) {
+	if c.cfg.FilterSubject != "" {
+		return 0, false
+	}
+	stream, err := c.js.Stream(ctx, c.cfg.Stream)
+	if err != nil {
+		return 0, false
+	}
+	info := stream.CachedInfo()
+	if !c.streamCreated.IsZero() && !info.Created.Equal(c.streamCreated) {
+		return 0, false // replaced: the next session looks at the new one
+	}
+	return info.State.FirstSeq, true
+}
+
+// noteDeletedUnread counts the events the stream removed from its head
+// before the durable delivered them (countDeletedUnread): its limits
+// (max_age, max_msgs, max_bytes with discard old) or a purge dropped them
+// while they waited behind a slow or stopped jetsink. first (when firstOK)
+// is the stream's first sequence, looked at before ci, the consumer's
+// info: every sequence after the consumer's last delivered one and before
+// first was gone before the consumer could deliver it (one dropped after
+// the look at the stream waits for the next look, or for noteSkipped).
+// Only for a consumer without a filter, whose delivered sequence passes
+// every message of the stream (under a filter, the messages of other
+// subjects dropped would be counted too): ci says whether it has one
+// (unfiltered), for noteSkipped too. Run's goroutine.
+func (c *Consumer) noteDeletedUnread(first uint64, firstOK bool, ci *jetstream.ConsumerInfo) {
+	unfiltered := c.cfg.FilterSubject == "" && ci.Config.FilterSubject == "" && len(ci.Config.FilterSubjects) == 0
+	c.unfiltered.Store(unfiltered)
+	if !unfiltered || !firstOK || first <= ci.Delivered.Stream+1 {
+		return
+	}
+	c.countDeletedUnread(ci.Delivered.Stream+1, first-1, "first_seq", first, "delivered_stream_seq", ci.Delivered.Stream)
+}
+
+// noteSkipped counts the events the consumer passed over between two
+// first deliveries of session s with consecutive consumer sequences (no
+// other delivery, to this instance or another, came between them): the
+// stream sequences between theirs were gone when the server came to them,
+// removed from its head (noteDeletedUnread, between its looks) or its
+// middle (a message TTL, max_msgs_per_subject, a rollup, a delete). Only
+// once a look has shown the consumer without a filter (unfiltered).
+// Delivery goroutine; a comparison a message.
+func (c *Consumer) noteSkipped(s *session, consSeq, streamSeq uint64) {
+	prevCons, prevStream := s.firstCons, s.firstStream
+	s.firstCons, s.firstStream = consSeq, streamSeq
+	if prevCons == 0 || consSeq != prevCons+1 || streamSeq <= prevStream+1 || !c.unfiltered.Load() {
+		return
+	}
+	c.countDeletedUnread(prevStream+1, streamSeq-1, "delivered_stream_seq", prevStream, "next_delivered_stream_seq", streamSeq)
+}
+
+// countDeletedUnread counts stream sequences lo..hi as events the stream
+// deleted before jetsink read them (Stats.DeletedUnread), those of them
+// not counted before in this process (deletedThrough), and logs them at
+// Error, at most once a minute. Every instance on the durable counts
+// those it sees: the same ones at its looks.
+func (c *Consumer) countDeletedUnread(lo, hi uint64, args ...any) {
+	c.deletedMu.Lock()
+	defer c.deletedMu.Unlock()
+	lo = max(lo, c.deletedThrough+1)
+	if hi < lo {
+		return
+	}
+	c.deletedThrough = hi
+	n := hi - lo + 1
+	total := c.stats.deletedUnread.Add(n)
+	c.deletedLog.Log(context.Background(), c.log, slog.LevelError, time.Minute,
+		"the stream deleted events before jetsink read them: its limits (max_age, max_msgs, max_bytes, discard old, "+
+			"max_msgs_per_subject, a message TTL) or a purge or delete removed them while they waited, and no table will hold them",
+		append([]any{"events", n, "stream_seqs", fmt.Sprintf("%d-%d", lo, hi), "total", total,
+			"fix", "keep events longer than jetsink can fall behind (nats stream edit " + shellWord(c.cfg.Stream) +
+				" --max-age, --max-msgs, --max-bytes), or publish them again from their source"}, args...)...)
 }
 
 // refreshFloor asks the server for the consumer's ack floor (noteFloor),
@@ -1533,10 +1627,12 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
+	first, firstOK := c.streamFirstSeq(ctx) // before the consumer's: see noteDeletedUnread
 	ci, err := c.cons.Load().Info(ctx)
 	if err != nil {
 		return ""
 	}
+	c.noteDeletedUnread(first, firstOK, ci)
 	c.stuck.Store(nil) // the consumer answers (recheck)
 	c.looks.Add(1)
 	c.noteFloor(ci)

@@ -104,7 +104,7 @@ func TestMetricsAfterRun(t *testing.T) {
 		"jetsink_event_latency_seconds_count", "jetsink_batches_committed_total", "jetsink_batch_retries_total",
 		"jetsink_events_redelivered_total", "jetsink_copy_miscounts_total", "jetsink_events_uncounted_total",
 		"jetsink_batch_timeout_splits_total", "jetsink_batch_bisect_copies_total", "jetsink_batch_taken_into_held_total",
-		"jetsink_in_progress_failures_total", "jetsink_events_markers_total", "jetsink_events_schedules_total", "jetsink_dead_letter_waiting", "jetsink_events_given_up_total",
+		"jetsink_in_progress_failures_total", "jetsink_events_markers_total", "jetsink_events_schedules_total", "jetsink_events_deleted_unread_total", "jetsink_dead_letter_waiting", "jetsink_events_given_up_total",
 		"jetsink_events_released_total", "jetsink_postgres_unreachable",
 		"jetsink_consumer_resubscribes_total", "jetsink_consumer_heartbeats_missed_total", "jetsink_consumer_epochs_total",
 		"process_start_time_seconds", "go_goroutines", "jetsink_start_time_seconds",

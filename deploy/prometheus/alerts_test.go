@@ -112,6 +112,20 @@ var scenarios = map[string][]scenario{
 		{"none, with a failed scrape", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x10 stale 3x20`, 21 * time.Minute, false},
 		{"the first after a restart", `jetsink_events_dead_lettered_total{job="jetsink",instance="a",stage="decode",code="invalid_json"} 3x10 0x5 1x10`, 17 * time.Minute, true},
 	},
+	"JetsinkEventsDeletedUnread": {
+		{"deleted while running", `
+			jetsink_events_deleted_unread_total` + labels + ` 0x15 40x10
+			jetsink_start_time_seconds` + labels + ` 0x25`, 18 * time.Minute, true},
+		{"counted at start, before the first scrape", `
+			jetsink_events_deleted_unread_total` + labels + ` 15x5
+			jetsink_start_time_seconds` + labels + ` 0x5`, 3 * time.Minute, true},
+		{"none for a while", `
+			jetsink_events_deleted_unread_total` + labels + ` 15x30
+			jetsink_start_time_seconds` + labels + ` 0x30`, 25 * time.Minute, false},
+		{"none", `
+			jetsink_events_deleted_unread_total` + labels + ` 0x10
+			jetsink_start_time_seconds` + labels + ` 0x10`, 5 * time.Minute, false},
+	},
 	"JetsinkDeadLetterFailing": {
 		{"failing for 5 minutes", `jetsink_dead_letter_failures_total` + labels + ` 0+1x15`, 12 * time.Minute, true},
 		{"one failure that healed", `jetsink_dead_letter_failures_total` + labels + ` 0 0 0 1x12`, 8 * time.Minute, false},
