@@ -659,17 +659,51 @@ func discardingLimits(sc *jetstream.StreamConfig) []string {
 
 // filterProblem is the Problem of a nats.filter_subject that matches none
 // of the subjects stream sc stores: the server takes such a filter, and the
-// consumer then receives nothing, silently. A stream that stores other
-// subjects than it captures (a subject transform), or any subject (a
-// mirror, or one that sources others), is not judged.
+// consumer then receives nothing, silently. A stream with a subject
+// transform stores what its source takes in its destination's form
+// (storedSubjects): a filter on the form captured matches nothing there.
+// A stream that stores any subject (a mirror, or one that sources others)
+// is not judged.
 func filterProblem(cfg *Config, sc *jetstream.StreamConfig) (p Problem, ok bool) {
-	f, subjects := cfg.FilterSubject, sc.Subjects
-	if f == "" || len(subjects) == 0 || sc.SubjectTransform != nil || sc.Mirror != nil || len(sc.Sources) > 0 ||
-		slices.ContainsFunc(subjects, func(s string) bool { return pipeline.SubjectsOverlap(s, f) }) {
+	f := cfg.FilterSubject
+	if f == "" || len(sc.Subjects) == 0 || sc.Mirror != nil || len(sc.Sources) > 0 {
 		return Problem{}, false
 	}
-	return Problem{Config: true, Message: fmt.Sprintf("nats.filter_subject %q matches none of stream %s's subjects (%s): the consumer would receive nothing",
-		f, cfg.Stream, strings.Join(subjects, ", ")), Fix: "set nats.filter_subject to a subject within the stream's, or \"\" for all"}, true
+	stored := storedSubjects(sc)
+	if slices.ContainsFunc(stored, func(s string) bool { return pipeline.SubjectsOverlap(s, f) }) {
+		return Problem{}, false
+	}
+	what := fmt.Sprintf("stream %s's subjects (%s)", cfg.Stream, strings.Join(sc.Subjects, ", "))
+	if t := sc.SubjectTransform; t != nil && t.Destination != "" {
+		what = fmt.Sprintf("the subjects stream %s stores (%s: its subject_transform stores %s as %s)", cfg.Stream,
+			strings.Join(stored, ", "), cmp.Or(t.Source, ">"), t.Destination)
+	}
+	return Problem{Config: true, Message: fmt.Sprintf("nats.filter_subject %q matches none of %s: the consumer would receive nothing", f, what),
+		Fix: "set nats.filter_subject to a subject within the stream's as it stores them, or \"\" for all"}, true
+}
+
+// storedSubjects is the subjects stream sc stores messages under: those
+// it captures, but for what its subject transform's source takes, which it
+// stores in the transform's destination form (transformedPattern; a
+// mapping function's token as "*"). A captured subject wholly within the
+// source is stored only so; one that overlaps it, both ways.
+func storedSubjects(sc *jetstream.StreamConfig) []string {
+	t := sc.SubjectTransform
+	if t == nil || t.Destination == "" {
+		return sc.Subjects
+	}
+	src := cmp.Or(t.Source, ">")
+	var out []string
+	for _, s := range sc.Subjects {
+		if pipeline.SubjectsOverlap(s, src) {
+			out = append(out, transformedPattern(t.Destination, s))
+			if subjectWithin(s, src) {
+				continue
+			}
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // deadLetterStreamProblems judges sc, the stream that captures the

@@ -506,4 +506,39 @@ func TestNewRefusesFilterOutsideTheStream(t *testing.T) {
 		t.Fatalf("New with a filter on a transformed stream's stored subjects: %v", err)
 	}
 	_ = c.Close(context.Background())
+	// A filter on the subjects as captured matches nothing stored: it
+	// was taken, and the consumer received nothing, silently.
+	tcfg.FilterSubject = tcfg.Subjects[0]
+	c, err = New(ctx, tcfg, testLogger(t, nil))
+	if err == nil {
+		_ = c.Close(context.Background())
+		t.Fatal("New took a filter on the subjects a transform stores otherwise")
+	}
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "matches none of the subjects stream") ||
+		!strings.Contains(err.Error(), "v2."+tcfg.Subjects[0]) {
+		t.Fatalf("New = %v, want ErrInvalidConfig naming the subjects stored", err)
+	}
+}
+
+// What a stream with a subject transform stores: what the transform's
+// source takes in its destination's form, the rest as captured.
+func TestStoredSubjects(t *testing.T) {
+	for _, tc := range []struct {
+		subjects []string
+		t        *jetstream.SubjectTransformConfig
+		want     []string
+	}{
+		{[]string{"in.>"}, nil, []string{"in.>"}},
+		{[]string{"in.>"}, &jetstream.SubjectTransformConfig{Source: "in.>", Destination: "v2.in.>"}, []string{"v2.in.>"}},
+		{[]string{"in.>"}, &jetstream.SubjectTransformConfig{Destination: "v2.>"}, []string{"v2.>"}}, // no source: every subject
+		{[]string{"in.>"}, &jetstream.SubjectTransformConfig{Source: "in.a.>", Destination: "v2.a.>"}, []string{"v2.a.>", "in.>"}},
+		{[]string{"in.>"}, &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "v2.{{wildcard(1)}}"}, []string{"v2.*", "in.>"}},
+		{[]string{"in.a", "out.b"}, &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "v2.$1"}, []string{"v2.*", "out.b"}},
+		{[]string{"in.>"}, &jetstream.SubjectTransformConfig{Source: "in.>"}, []string{"in.>"}}, // no destination: none
+	} {
+		sc := &jetstream.StreamConfig{Subjects: tc.subjects, SubjectTransform: tc.t}
+		if got := storedSubjects(sc); !slices.Equal(got, tc.want) {
+			t.Errorf("%v under %+v: %v, want %v", tc.subjects, tc.t, got, tc.want)
+		}
+	}
 }
