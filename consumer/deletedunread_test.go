@@ -21,14 +21,7 @@ import (
 func TestEventsDeletedWhileStoppedAreCounted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	cfg := testConfig(t, srv)
-	cfg.CreateStream = false
-	if _, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, MaxMsgs: 5,
-		Discard: jetstream.DiscardOld}); err != nil {
-		t.Fatal(err)
-	}
+	js, cfg := keepFiveStream(t, ctx, "")
 	c1, log1 := newLoggedConsumer(t, ctx, cfg)
 	r := startRun(t, ctx, c1, 1, 64, 64)
 	publish(t, ctx, js, cfg, 2, 1, 0) // sequences 1 and 2
@@ -98,15 +91,7 @@ func TestEventsDeletedWhileRunningAreCounted(t *testing.T) {
 func TestEventsDeletedUnreadNotCountedUnderAFilter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	cfg := testConfig(t, srv)
-	cfg.CreateStream = false
-	cfg.FilterSubject = "in." + cfg.Stream + ".s0"
-	if _, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, MaxMsgs: 5,
-		Discard: jetstream.DiscardOld}); err != nil {
-		t.Fatal(err)
-	}
+	js, cfg := keepFiveStream(t, ctx, ".s0")
 	c, log := newLoggedConsumer(t, ctx, cfg)
 	c.floorEvery = 50 * time.Millisecond
 	r := startRun(t, ctx, c, 1, 64, 64)
@@ -162,6 +147,26 @@ func TestDeletedUnreadCountedOnce(t *testing.T) {
 	want(31)
 	c.noteSkipped(s, 13, 45) // 41..44; 33..39 not again
 	want(35)
+}
+
+// keepFiveStream makes a stream of the test's own that keeps its last 5
+// messages (max_msgs, discard old) on a server of its own, and returns
+// its config, filtered on the stream's subject prefix and filter when
+// filter is not "".
+func keepFiveStream(t *testing.T, ctx context.Context, filter string) (jetstream.JetStream, Config) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	js := jsFor(t, srv)
+	cfg := testConfig(t, srv)
+	cfg.CreateStream = false
+	if filter != "" {
+		cfg.FilterSubject = "in." + cfg.Stream + filter
+	}
+	if _, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, MaxMsgs: 5,
+		Discard: jetstream.DiscardOld}); err != nil {
+		t.Fatal(err)
+	}
+	return js, cfg
 }
 
 // errorLines returns the lines of log at level ERROR that hold what.

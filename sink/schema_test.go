@@ -1333,8 +1333,15 @@ func checkTableOf(t *testing.T, ddl string, cols ...pipeline.Column) []Problem {
 	if _, err := pg.Conn(t).Exec(ctx, "CREATE TABLE "+table+" (stream text, stream_seq int8, payload jsonb, "+ddl+")"); err != nil {
 		t.Fatal(err)
 	}
+	return checkTableNamed(t, ctx, pg.URL, table, cols...)
+}
+
+// checkTableNamed is what check finds of table on url mapped from testCols
+// and cols.
+func checkTableNamed(t *testing.T, ctx context.Context, url, table string, cols ...pipeline.Column) []Problem {
+	t.Helper()
 	cfg := DefaultConfig()
-	cfg.URL, cfg.Table = pg.URL, table
+	cfg.URL, cfg.Table = url, table
 	s, err := New(ctx, cfg, append(slices.Clone(testCols), cols...), &recDL{}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -2142,19 +2149,8 @@ func TestCheckRetypeFixKeepsRows(t *testing.T) {
 	}
 	check := func(cols []pipeline.Column) map[string]string {
 		t.Helper()
-		cfg := DefaultConfig()
-		cfg.URL, cfg.Table = pg.URL, table
-		s, err := New(ctx, cfg, append(slices.Clone(testCols), cols...), &recDL{}, testLogger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		probs, err := s.Check(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
 		fixes := map[string]string{}
-		for _, p := range probs {
+		for _, p := range checkTableNamed(t, ctx, pg.URL, table, cols...) {
 			if p.Kind == ProblemTypeMismatch {
 				fixes[p.Column] = p.Fix
 			}
