@@ -696,7 +696,7 @@ func storedSubjects(sc *jetstream.StreamConfig) []string {
 	var out []string
 	for _, s := range sc.Subjects {
 		if pipeline.SubjectsOverlap(s, src) {
-			out = append(out, transformedPattern(t.Destination, s))
+			out = append(out, storedPattern(t.Destination))
 			if subjectWithin(s, src) {
 				continue
 			}
@@ -704,6 +704,19 @@ func storedSubjects(sc *jetstream.StreamConfig) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// storedPattern is transformedPattern for a filter's judgement: a token
+// with a split or slice function may make several tokens of one, so from
+// it on the pattern is ">" (too wide a guess only lets a filter pass).
+func storedPattern(dest string) string {
+	tokens := strings.Split(transformedPattern(dest, ""), ".")
+	for i, t := range strings.Split(dest, ".") {
+		if l := strings.ToLower(t); strings.Contains(l, "{{") && (strings.Contains(l, "split") || strings.Contains(l, "slice")) {
+			return strings.Join(append(tokens[:i:i], ">"), ".")
+		}
+	}
+	return strings.Join(tokens, ".")
 }
 
 // deadLetterStreamProblems judges sc, the stream that captures the

@@ -113,6 +113,15 @@ type Consumer struct {
 	deletedStream  time.Time
 	deletedLog     pipeline.Every
 	unfiltered     atomic.Bool
+	// skipFloor is the stream's last sequence when the session began
+	// (floorNow): noteSkipped counts only gaps above it (MaxUint64: none).
+	// selfDeleting: the stream deletes messages of its own that are no
+	// events (subject delete markers with a TTL, fired schedules).
+	// schedulesPurged: it allows message schedules, and purges those that
+	// fire once (skipFloor stays MaxUint64).
+	skipFloor       atomic.Uint64
+	selfDeleting    atomic.Bool
+	schedulesPurged atomic.Bool
 
 	// resumeFloor is where Run makes again a consumer that went away while
 	// it ran: past the ack floor (a stream sequence) the server last
@@ -431,8 +440,8 @@ type Stats struct {
 	// durable delivered them: its limits (max_age, max_msgs, max_bytes,
 	// discard old; max_msgs_per_subject, a message TTL) or a purge or
 	// delete dropped them while they waited, unread (noteDeletedUnread,
-	// noteSkipped). Not under a filter; a lower bound with instances
-	// sharing the durable, or redeliveries among the deliveries.
+	// noteSkipped). Not under a filter, nor from gaps in what the stream
+	// held at the start; each instance counts what it sees.
 	DeletedUnread uint64
 }
 

@@ -535,6 +535,10 @@ func TestStoredSubjects(t *testing.T) {
 		{[]string{"in.>"}, &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "v2.{{wildcard(1)}}"}, []string{"v2.*", "in.>"}},
 		{[]string{"in.a", "out.b"}, &jetstream.SubjectTransformConfig{Source: "in.*", Destination: "v2.$1"}, []string{"v2.*", "out.b"}},
 		{[]string{"in.>"}, &jetstream.SubjectTransformConfig{Source: "in.>"}, []string{"in.>"}}, // no destination: none
+		// A split or slice makes several tokens of one: from it on, any.
+		{[]string{"in.x.*"}, &jetstream.SubjectTransformConfig{Source: "in.x.*", Destination: "out.{{split(1,-)}}"}, []string{"out.>"}},
+		{[]string{"in.x.*"}, &jetstream.SubjectTransformConfig{Source: "in.x.*", Destination: "out.{{SliceFromLeft(1,2)}}.end"}, []string{"out.>"}},
+		{[]string{"in.x.*"}, &jetstream.SubjectTransformConfig{Source: "in.x.*", Destination: "out.{{partition(3,1)}}.$1"}, []string{"out.*.*"}},
 	} {
 		sc := &jetstream.StreamConfig{Subjects: tc.subjects, SubjectTransform: tc.t}
 		if got := storedSubjects(sc); !slices.Equal(got, tc.want) {

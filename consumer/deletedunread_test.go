@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsink/jetsink/tests/testenv"
@@ -66,11 +67,12 @@ func TestEventsDeletedWhileRunningAreCounted(t *testing.T) {
 	c, _ := newLoggedConsumer(t, ctx, cfg)
 	c.floorEvery = time.Hour // no look of serve's: the start's alone
 	r := startRun(t, ctx, c, 1, 64, 64)
-	publish(t, ctx, js, cfg, 5, 1, 0) // sequences 1..5
-	g := r.next(t, ctx)               // event 0, held unacked: 2..5 held back
+	publish(t, ctx, js, cfg, 1, 1, 0) // sequence 1
+	g := r.next(t, ctx)               // event 0, held unacked: the session is up, and holds back
 	if i := bodyIndex(t, &g.ev); i != 0 {
 		t.Fatalf("event %d, want 0", i)
 	}
+	publish(t, ctx, js, cfg, 4, 1, 1) // sequences 2..5
 	stream, err := js.Stream(ctx, cfg.Stream)
 	if err != nil {
 		t.Fatal(err)
@@ -147,6 +149,103 @@ func TestDeletedUnreadCountedOnce(t *testing.T) {
 	want(31)
 	c.noteSkipped(s, 13, 45) // 41..44; 33..39 not again
 	want(35)
+}
+
+// No false counts: a gap the stream had before the durable existed (a
+// new durable's first pass over the stream's history), and a schedule the
+// server purged as it fired while jetsink lagged (its fired copy is the
+// event, delivered) are not events deleted unread. A subject delete marker
+// that expired while jetsink was stopped is counted (a sequence gone is
+// all jetsink sees), and the line says such markers may be among them.
+func TestDeletedUnreadNoFalseCounts(t *testing.T) {
+	t.Run("gap before the durable", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv := testenv.NATS(t)
+		js := jsFor(t, srv)
+		cfg := testConfig(t, srv)
+		cfg.CreateStream = false
+		s, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects})
+		if err != nil {
+			t.Fatal(err)
+		}
+		publish(t, ctx, js, cfg, 5, 1, 0)
+		if err := s.DeleteMsg(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		c, log := newLoggedConsumer(t, ctx, cfg)
+		r := startRun(t, ctx, c, 1, 64, 64)
+		r.ackUntil(t, ctx, 4)
+		r.stopClean(t, ctx)
+		if n := c.Stats().DeletedUnread; n != 0 {
+			t.Fatalf("%d counted: %q", n, errorLines(log.String(), "deleted events"))
+		}
+	})
+	t.Run("schedule fired while lagging", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv := testenv.NATS(t)
+		js := jsFor(t, srv)
+		cfg := testConfig(t, srv)
+		cfg.CreateStream = false
+		cfg.MaxAckPending = 1
+		s, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, AllowMsgSchedules: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, log := newLoggedConsumer(t, ctx, cfg)
+		r := startRun(t, ctx, c, 1, 64, 64)
+		publish(t, ctx, js, cfg, 1, 3, 2) // sequence 1, on s2
+		g := r.next(t, ctx)               // held: the schedule waits
+		m := &nats.Msg{Subject: subjectOf(cfg, 0, 2), Data: []byte("7"), Header: nats.Header{}}
+		m.Header.Set("Nats-Schedule", "@at "+time.Now().Add(time.Second).UTC().Format(time.RFC3339))
+		m.Header.Set("Nats-Schedule-Target", subjectOf(cfg, 1, 2))
+		if _, err := js.PublishMsg(ctx, m); err != nil { // sequence 2; fired: 3, and 2 purged
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, "the schedule fired", func() bool {
+			info, err := s.Info(ctx)
+			return err == nil && info.State.LastSeq == 3 && info.State.Msgs == 2
+		})
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		r.ackUntil(t, ctx, 7)
+		r.stopClean(t, ctx)
+		if n := c.Stats().DeletedUnread; n != 0 {
+			t.Fatalf("%d counted: %q", n, errorLines(log.String(), "deleted events"))
+		}
+	})
+	t.Run("marker expired while stopped", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv := testenv.NATS(t)
+		js := jsFor(t, srv)
+		cfg := testConfig(t, srv)
+		cfg.CreateStream = false
+		s, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: time.Second,
+			AllowMsgTTL: true, SubjectDeleteMarkerTTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c1 := newConsumer(t, ctx, cfg)
+		r1 := startRun(t, ctx, c1, 1, 64, 64)
+		publish(t, ctx, js, cfg, 1, 1, 0)
+		r1.ackUntil(t, ctx, 0)
+		r1.stopClean(t, ctx)
+		_ = c1.Close(ctx)
+		waitFor(t, ctx, "the marker stored and expired", func() bool {
+			info, err := s.Info(ctx)
+			return err == nil && info.State.LastSeq == 2 && info.State.FirstSeq == 3
+		})
+		c, log := newLoggedConsumer(t, ctx, cfg)
+		r := startRun(t, ctx, c, 1, 64, 64)
+		waitFor(t, ctx, "the marker counted", func() bool { return c.Stats().DeletedUnread == 1 })
+		r.stopClean(t, ctx)
+		if lines := errorLines(log.String(), "deleted events"); len(lines) != 1 || !strings.Contains(lines[0], "may_include=") {
+			t.Fatalf("want one Error line saying markers may be among them: %q", lines)
+		}
+	})
 }
 
 // keepFiveStream makes a stream of the test's own that keeps its last 5

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -1503,29 +1504,41 @@ func (c *Consumer) floorNow(ctx context.Context) {
 		c.deletedStream, c.deletedThrough = c.streamCreated, 0
 	}
 	c.deletedMu.Unlock()
-	first, firstOK := c.streamFirstSeq(ctx)
+	c.skipFloor.Store(math.MaxUint64) // until the look below
+	first, last, firstOK := c.streamSeqs(ctx)
+	if firstOK && !c.schedulesPurged.Load() {
+		// Gaps in what the stream held at this start may be older than the
+		// durable (a new one's first pass): only those above are counted.
+		c.skipFloor.Store(last)
+	}
 	if ci, err := c.cons.Load().Info(ctx); err == nil {
 		c.noteFloor(ci)
 		c.noteDeletedUnread(first, firstOK, ci) // while jetsink was stopped, say
 	}
 }
 
-// streamFirstSeq looks at the stream the session consumes for its first
-// sequence, for noteDeletedUnread; ok false when it need not (a filter on
-// the consumer) or could not (a failed look, a stream replaced since).
-func (c *Consumer) streamFirstSeq(ctx context.Context) (first uint64, ok bool) {
+// streamSeqs looks at the stream the session consumes for its first and
+// last sequences, for noteDeletedUnread and noteSkipped; ok false when it
+// need not (a filter on the consumer) or could not (a failed look, a
+// stream replaced since). It notes whether the stream deletes messages of
+// its own that are no events (selfDeleting): subject delete markers with
+// a TTL, schedules that fire once (purged as they fire; noteSkipped counts
+// nothing on such a stream).
+func (c *Consumer) streamSeqs(ctx context.Context) (first, last uint64, ok bool) {
 	if c.cfg.FilterSubject != "" {
-		return 0, false
+		return 0, 0, false
 	}
 	stream, err := c.js.Stream(ctx, c.cfg.Stream)
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	info := stream.CachedInfo()
 	if !c.streamCreated.IsZero() && !info.Created.Equal(c.streamCreated) {
-		return 0, false // replaced: the next session looks at the new one
+		return 0, 0, false // replaced: the next session looks at the new one
 	}
-	return info.State.FirstSeq, true
+	c.selfDeleting.Store(info.Config.SubjectDeleteMarkerTTL > 0 || info.Config.AllowMsgSchedules)
+	c.schedulesPurged.Store(info.Config.AllowMsgSchedules)
+	return info.State.FirstSeq, info.State.LastSeq, true
 }
 
 // noteDeletedUnread counts the events the stream removed from its head
@@ -1555,15 +1568,24 @@ func (c *Consumer) noteDeletedUnread(first uint64, firstOK bool, ci *jetstream.C
 // stream sequences between theirs were gone when the server came to them,
 // removed from its head (noteDeletedUnread, between its looks) or its
 // middle (a message TTL, max_msgs_per_subject, a rollup, a delete). Only
-// once a look has shown the consumer without a filter (unfiltered).
-// Delivery goroutine; a comparison a message.
+// once a look has shown the consumer without a filter (unfiltered), and
+// only above the stream's last sequence at the session's start
+// (skipFloor): the gaps in what the stream held then may be older than
+// the durable (a new one's first pass over a stream's history, a KV
+// bucket's overwritten revisions, a mirror's skipped sequences). Not on a
+// stream that purges its schedules as they fire. Delivery goroutine; a
+// comparison a message.
 func (c *Consumer) noteSkipped(s *session, consSeq, streamSeq uint64) {
 	prevCons, prevStream := s.firstCons, s.firstStream
 	s.firstCons, s.firstStream = consSeq, streamSeq
 	if prevCons == 0 || consSeq != prevCons+1 || streamSeq <= prevStream+1 || !c.unfiltered.Load() {
 		return
 	}
-	c.countDeletedUnread(prevStream+1, streamSeq-1, "delivered_stream_seq", prevStream, "next_delivered_stream_seq", streamSeq)
+	floor := c.skipFloor.Load()
+	if floor == math.MaxUint64 || streamSeq-1 <= floor {
+		return
+	}
+	c.countDeletedUnread(max(prevStream+1, floor+1), streamSeq-1, "delivered_stream_seq", prevStream, "next_delivered_stream_seq", streamSeq)
 }
 
 // countDeletedUnread counts stream sequences lo..hi as events the stream
@@ -1581,6 +1603,9 @@ func (c *Consumer) countDeletedUnread(lo, hi uint64, args ...any) {
 	c.deletedThrough = hi
 	n := hi - lo + 1
 	total := c.stats.deletedUnread.Add(n)
+	if c.selfDeleting.Load() {
+		args = append(args, "may_include", "subject delete markers or fired schedules, which the stream deletes itself and are no events")
+	}
 	c.deletedLog.Log(context.Background(), c.log, slog.LevelError, time.Minute,
 		"the stream deleted events before jetsink read them: its limits (max_age, max_msgs, max_bytes, discard old, "+
 			"max_msgs_per_subject, a message TTL) or a purge or delete removed them while they waited, and no table will hold them",
@@ -1627,7 +1652,7 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	first, firstOK := c.streamFirstSeq(ctx) // before the consumer's: see noteDeletedUnread
+	first, _, firstOK := c.streamSeqs(ctx) // before the consumer's: see noteDeletedUnread
 	ci, err := c.cons.Load().Info(ctx)
 	if err != nil {
 		return ""
