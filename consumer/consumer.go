@@ -117,11 +117,12 @@ type Consumer struct {
 	// (floorNow): noteSkipped counts only gaps above it (MaxUint64: none).
 	// selfDeleting: the stream deletes messages of its own that are no
 	// events (subject delete markers with a TTL, fired schedules).
-	// schedulesPurged: it allows message schedules, and purges those that
-	// fire once (skipFloor stays MaxUint64).
-	skipFloor       atomic.Uint64
-	selfDeleting    atomic.Bool
-	schedulesPurged atomic.Bool
+	// gapsNotEvents: the stream's gaps are no events deleted (it purges
+	// schedules as they fire; a mirror with a filter or transforms skips
+	// the sequences of what it leaves out): noteSkipped counts none.
+	skipFloor     atomic.Uint64
+	selfDeleting  atomic.Bool
+	gapsNotEvents atomic.Bool
 
 	// resumeFloor is where Run makes again a consumer that went away while
 	// it ran: past the ack floor (a stream sequence) the server last

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -201,6 +202,76 @@ func TestDeletedUnreadNoFalseCounts(t *testing.T) {
 		m.Header.Set("Nats-Schedule", "@at "+time.Now().Add(time.Second).UTC().Format(time.RFC3339))
 		m.Header.Set("Nats-Schedule-Target", subjectOf(cfg, 1, 2))
 		if _, err := js.PublishMsg(ctx, m); err != nil { // sequence 2; fired: 3, and 2 purged
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, "the schedule fired", func() bool {
+			info, err := s.Info(ctx)
+			return err == nil && info.State.LastSeq == 3 && info.State.Msgs == 2
+		})
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+		r.ackUntil(t, ctx, 7)
+		r.stopClean(t, ctx)
+		if n := c.Stats().DeletedUnread; n != 0 {
+			t.Fatalf("%d counted: %q", n, errorLines(log.String(), "deleted events"))
+		}
+	})
+	t.Run("filtered mirror", func(t *testing.T) {
+		// A mirror with a filter keeps the origin's sequences and skips
+		// those of the subjects it leaves out: gaps, all the time.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv := testenv.NATS(t)
+		js := jsFor(t, srv)
+		cfg := testConfig(t, srv)
+		cfg.CreateStream = false
+		if _, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: "O" + cfg.Stream, Subjects: cfg.Subjects}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream,
+			Mirror: &jetstream.StreamSource{Name: "O" + cfg.Stream, FilterSubject: subjectOf(cfg, 0, 2)}}); err != nil {
+			t.Fatal(err)
+		}
+		c, log := newLoggedConsumer(t, ctx, cfg)
+		r := startRun(t, ctx, c, 1, 64, 64)
+		waitFor(t, ctx, "the session's look", func() bool { return c.skipFloor.Load() != math.MaxUint64 })
+		publish(t, ctx, js, cfg, 6, 2, 0) // the origin's 1..6; the mirror stores 1, 3, 5
+		r.ackUntil(t, ctx, 4)
+		r.stopClean(t, ctx)
+		if n := c.Stats().DeletedUnread; n != 0 {
+			t.Fatalf("%d counted: %q", n, errorLines(log.String(), "deleted events"))
+		}
+	})
+	t.Run("schedules switched on while running", func(t *testing.T) {
+		// allow_msg_schedules can be switched on, not off: a look while
+		// the session runs sees it.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv := testenv.NATS(t)
+		js := jsFor(t, srv)
+		cfg := testConfig(t, srv)
+		cfg.CreateStream = false
+		cfg.MaxAckPending = 1
+		sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}
+		s, err := CreateStream(ctx, js, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, log := newLoggedConsumer(t, ctx, cfg)
+		c.floorEvery = 50 * time.Millisecond
+		r := startRun(t, ctx, c, 1, 64, 64)
+		publish(t, ctx, js, cfg, 1, 3, 2) // sequence 1, on s2
+		g := r.next(t, ctx)               // held
+		sc.AllowMsgSchedules = true
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, "a look seeing schedules", func() bool { return c.gapsNotEvents.Load() })
+		m := &nats.Msg{Subject: subjectOf(cfg, 0, 2), Data: []byte("7"), Header: nats.Header{}}
+		m.Header.Set("Nats-Schedule", "@at "+time.Now().Add(time.Second).UTC().Format(time.RFC3339))
+		m.Header.Set("Nats-Schedule-Target", subjectOf(cfg, 1, 2))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, ctx, "the schedule fired", func() bool {

@@ -1493,27 +1493,36 @@ const floorEvery = 10 * time.Second
 // info ensureConsumer had, which may be of a stream replaced since. Unless
 // NATS is away; a failure leaves the floor as it was. Run's goroutine.
 func (c *Consumer) floorNow(ctx context.Context) {
-	if !c.nc.IsConnected() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	c.unfiltered.Store(false) // until the look below shows it
+	// Whatever the look finds: what the last session knew, perhaps of a
+	// stream replaced since, does not hold for this one.
+	c.unfiltered.Store(false) // until a look shows it
+	c.skipFloor.Store(math.MaxUint64)
 	c.deletedMu.Lock()
 	if !c.deletedStream.Equal(c.streamCreated) { // a stream re-created: its sequences anew
 		c.deletedStream, c.deletedThrough = c.streamCreated, 0
 	}
 	c.deletedMu.Unlock()
-	c.skipFloor.Store(math.MaxUint64) // until the look below
-	first, last, firstOK := c.streamSeqs(ctx)
-	if firstOK && !c.schedulesPurged.Load() {
-		// Gaps in what the stream held at this start may be older than the
-		// durable (a new one's first pass): only those above are counted.
-		c.skipFloor.Store(last)
+	if !c.nc.IsConnected() {
+		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	first, last, firstOK := c.streamSeqs(ctx)
+	c.noteSkipFloor(last, firstOK)
 	if ci, err := c.cons.Load().Info(ctx); err == nil {
 		c.noteFloor(ci)
 		c.noteDeletedUnread(first, firstOK, ci) // while jetsink was stopped, say
+	}
+}
+
+// noteSkipFloor sets skipFloor to last, the stream's last sequence seen
+// now (when ok), unless it is set for this session already: the gaps in
+// what the stream held then may be older than the durable (a new one's
+// first pass over the stream's history), and only those above it are
+// counted (noteSkipped).
+func (c *Consumer) noteSkipFloor(last uint64, ok bool) {
+	if ok {
+		c.skipFloor.CompareAndSwap(math.MaxUint64, last)
 	}
 }
 
@@ -1521,9 +1530,9 @@ func (c *Consumer) floorNow(ctx context.Context) {
 // last sequences, for noteDeletedUnread and noteSkipped; ok false when it
 // need not (a filter on the consumer) or could not (a failed look, a
 // stream replaced since). It notes whether the stream deletes messages of
-// its own that are no events (selfDeleting): subject delete markers with
-// a TTL, schedules that fire once (purged as they fire; noteSkipped counts
-// nothing on such a stream).
+// its own that are no events (selfDeleting: subject delete markers with a
+// TTL, schedules purged as they fire), and whether its gaps are no events
+// deleted (gapsNotEvents).
 func (c *Consumer) streamSeqs(ctx context.Context) (first, last uint64, ok bool) {
 	if c.cfg.FilterSubject != "" {
 		return 0, 0, false
@@ -1537,7 +1546,10 @@ func (c *Consumer) streamSeqs(ctx context.Context) (first, last uint64, ok bool)
 		return 0, 0, false // replaced: the next session looks at the new one
 	}
 	c.selfDeleting.Store(info.Config.SubjectDeleteMarkerTTL > 0 || info.Config.AllowMsgSchedules)
-	c.schedulesPurged.Store(info.Config.AllowMsgSchedules)
+	// A mirror with a filter or a transform keeps the origin's sequences
+	// and skips those of the messages it leaves out.
+	mi := info.Config.Mirror
+	c.gapsNotEvents.Store(info.Config.AllowMsgSchedules || mi != nil && (mi.FilterSubject != "" || len(mi.SubjectTransforms) > 0))
 	return info.State.FirstSeq, info.State.LastSeq, true
 }
 
@@ -1573,7 +1585,9 @@ func (c *Consumer) noteDeletedUnread(first uint64, firstOK bool, ci *jetstream.C
 // (skipFloor): the gaps in what the stream held then may be older than
 // the durable (a new one's first pass over a stream's history, a KV
 // bucket's overwritten revisions, a mirror's skipped sequences). Not on a
-// stream that purges its schedules as they fire. Delivery goroutine; a
+// stream whose gaps are no events (gapsNotEvents): one that purges its
+// schedules as they fire, a mirror that leaves messages out. Delivery
+// goroutine; a
 // comparison a message.
 func (c *Consumer) noteSkipped(s *session, consSeq, streamSeq uint64) {
 	prevCons, prevStream := s.firstCons, s.firstStream
@@ -1582,7 +1596,7 @@ func (c *Consumer) noteSkipped(s *session, consSeq, streamSeq uint64) {
 		return
 	}
 	floor := c.skipFloor.Load()
-	if floor == math.MaxUint64 || streamSeq-1 <= floor {
+	if floor == math.MaxUint64 || streamSeq-1 <= floor || c.gapsNotEvents.Load() {
 		return
 	}
 	c.countDeletedUnread(max(prevStream+1, floor+1), streamSeq-1, "delivered_stream_seq", prevStream, "next_delivered_stream_seq", streamSeq)
@@ -1652,7 +1666,8 @@ func (c *Consumer) refreshFloor(ctx context.Context) string {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	first, _, firstOK := c.streamSeqs(ctx) // before the consumer's: see noteDeletedUnread
+	first, last, firstOK := c.streamSeqs(ctx) // before the consumer's: see noteDeletedUnread
+	c.noteSkipFloor(last, firstOK)            // if the session's first look failed
 	ci, err := c.cons.Load().Info(ctx)
 	if err != nil {
 		return ""
