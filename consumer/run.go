@@ -998,7 +998,9 @@ func (c *Consumer) push(hard context.Context, out Output, msg delivery, s *sessi
 	}
 	s.lastCons = meta.consSeq
 	if meta.delivered == 1 {
-		c.noteSkipped(s, meta.consSeq, meta.streamSeq)
+		if prev, gap := s.firstDelivery(meta.consSeq, meta.streamSeq); gap {
+			c.noteSkipped(prev, meta.streamSeq)
+		}
 	}
 	var (
 		h        map[string][]string
@@ -1574,10 +1576,22 @@ func (c *Consumer) noteDeletedUnread(first uint64, firstOK bool, ci *jetstream.C
 	c.countDeletedUnread(ci.Delivered.Stream+1, first-1, "first_seq", first, "delivered_stream_seq", ci.Delivered.Stream)
 }
 
+// firstDelivery notes a first delivery of the session at consSeq and
+// streamSeq, and reports whether it follows the session's last at the
+// next consumer sequence but not the next stream sequence (a gap for
+// noteSkipped), and that one's stream sequence. Inlined in push: a
+// comparison a message. Delivery goroutine.
+func (s *session) firstDelivery(consSeq, streamSeq uint64) (prevStream uint64, gap bool) {
+	prevCons, prevStream := s.firstCons, s.firstStream
+	s.firstCons, s.firstStream = consSeq, streamSeq
+	return prevStream, prevCons != 0 && consSeq == prevCons+1 && streamSeq > prevStream+1
+}
+
 // noteSkipped counts the events the consumer passed over between two
-// first deliveries of session s with consecutive consumer sequences (no
-// other delivery, to this instance or another, came between them): the
-// stream sequences between theirs were gone when the server came to them,
+// first deliveries of a session with consecutive consumer sequences (no
+// other delivery, to this instance or another, came between them), at
+// stream sequences prevStream and streamSeq (push makes the test, inline):
+// the stream sequences between theirs were gone when the server came to them,
 // removed from its head (noteDeletedUnread, between its looks) or its
 // middle (a message TTL, max_msgs_per_subject, a rollup, a delete). Only
 // once a look has shown the consumer without a filter (unfiltered), and
@@ -1589,10 +1603,8 @@ func (c *Consumer) noteDeletedUnread(first uint64, firstOK bool, ci *jetstream.C
 // schedules as they fire, a mirror that leaves messages out. Delivery
 // goroutine; a
 // comparison a message.
-func (c *Consumer) noteSkipped(s *session, consSeq, streamSeq uint64) {
-	prevCons, prevStream := s.firstCons, s.firstStream
-	s.firstCons, s.firstStream = consSeq, streamSeq
-	if prevCons == 0 || consSeq != prevCons+1 || streamSeq <= prevStream+1 || !c.unfiltered.Load() {
+func (c *Consumer) noteSkipped(prevStream, streamSeq uint64) {
+	if !c.unfiltered.Load() {
 		return
 	}
 	floor := c.skipFloor.Load()
