@@ -201,23 +201,9 @@ func TestDeletedUnreadNoFalseCounts(t *testing.T) {
 		}
 		c, log := newLoggedConsumer(t, ctx, cfg)
 		r := startRun(t, ctx, c, 1, 64, 64)
-		publish(t, ctx, js, cfg, 1, 3, 2) // sequence 1, on s2
-		g := r.next(t, ctx)               // held: the schedule waits
-		m := &nats.Msg{Subject: subjectOf(cfg, 0, 2), Data: []byte("7"), Header: nats.Header{}}
-		m.Header.Set("Nats-Schedule", "@at "+time.Now().Add(time.Second).UTC().Format(time.RFC3339))
-		m.Header.Set("Nats-Schedule-Target", subjectOf(cfg, 1, 2))
-		if _, err := js.PublishMsg(ctx, m); err != nil { // sequence 2; fired: 3, and 2 purged
-			t.Fatal(err)
-		}
-		waitFor(t, ctx, "the schedule fired", func() bool {
-			info, err := s.Info(ctx)
-			return err == nil && info.State.LastSeq == 3 && info.State.Msgs == 2
-		})
-		if err := g.ev.Msg.Ack(); err != nil {
-			t.Fatal(err)
-		}
-		r.ackUntil(t, ctx, 7)
-		r.stopClean(t, ctx)
+		publish(t, ctx, js, cfg, 1, 3, 2)          // sequence 1, on s2
+		g := r.next(t, ctx)                        // held: the schedule waits
+		fireScheduleHeld(t, ctx, js, s, cfg, r, g) // sequence 2; fired: 3, and 2 purged
 		if n := c.Stats().DeletedUnread; n != 0 {
 			t.Fatalf("%d counted: %q", n, errorLines(log.String(), "deleted events"))
 		}
@@ -273,21 +259,7 @@ func TestDeletedUnreadNoFalseCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, ctx, "a look seeing schedules", func() bool { return c.gapsNotEvents.Load() })
-		m := &nats.Msg{Subject: subjectOf(cfg, 0, 2), Data: []byte("7"), Header: nats.Header{}}
-		m.Header.Set("Nats-Schedule", "@at "+time.Now().Add(time.Second).UTC().Format(time.RFC3339))
-		m.Header.Set("Nats-Schedule-Target", subjectOf(cfg, 1, 2))
-		if _, err := js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, ctx, "the schedule fired", func() bool {
-			info, err := s.Info(ctx)
-			return err == nil && info.State.LastSeq == 3 && info.State.Msgs == 2
-		})
-		if err := g.ev.Msg.Ack(); err != nil {
-			t.Fatal(err)
-		}
-		r.ackUntil(t, ctx, 7)
-		r.stopClean(t, ctx)
+		fireScheduleHeld(t, ctx, js, s, cfg, r, g) // sequence 2; fired: 3, and 2 purged
 		if n := c.Stats().DeletedUnread; n != 0 {
 			t.Fatalf("%d counted: %q", n, errorLines(log.String(), "deleted events"))
 		}
@@ -322,6 +294,30 @@ func TestDeletedUnreadNoFalseCounts(t *testing.T) {
 			t.Fatalf("want one Error line saying markers may be among them: %q", lines)
 		}
 	})
+}
+
+// fireScheduleHeld publishes a schedule that fires a second later as
+// event 7, stream sequence 2 (the server purges it as it fires, and stores
+// the event at 3), while g, sequence 1, is held unacked under
+// max_ack_pending 1; then acks g and what r hands on up to event 7, and
+// stops r.
+func fireScheduleHeld(t *testing.T, ctx context.Context, js jetstream.JetStream, s jetstream.Stream, cfg Config, r *runner, g got) {
+	t.Helper()
+	m := &nats.Msg{Subject: subjectOf(cfg, 0, 2), Data: []byte("7"), Header: nats.Header{}}
+	m.Header.Set("Nats-Schedule", "@at "+time.Now().Add(time.Second).UTC().Format(time.RFC3339))
+	m.Header.Set("Nats-Schedule-Target", subjectOf(cfg, 1, 2))
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the schedule fired", func() bool {
+		info, err := s.Info(ctx)
+		return err == nil && info.State.LastSeq == 3 && info.State.Msgs == 2
+	})
+	if err := g.ev.Msg.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	r.ackUntil(t, ctx, 7)
+	r.stopClean(t, ctx)
 }
 
 // keepFiveStream makes a stream of the test's own that keeps its last 5
