@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -41,7 +42,7 @@ func TestEventsDeletedWhileStoppedAreCounted(t *testing.T) {
 	c2.floorEvery = 20 * time.Millisecond
 	r2 := startRun(t, ctx, c2, 1, 64, 64)
 	waitFor(t, ctx, "15 events counted deleted unread", func() bool { return c2.Stats().DeletedUnread >= 15 })
-	time.Sleep(300 * time.Millisecond) // several looks more
+	waitLooks(t, ctx, c2, 5) // several looks more
 	if n := c2.Stats().DeletedUnread; n != 15 {
 		t.Fatalf("%d counted deleted unread, want 15", n)
 	}
@@ -100,7 +101,7 @@ func TestEventsDeletedUnreadNotCountedUnderAFilter(t *testing.T) {
 	r := startRun(t, ctx, c, 1, 64, 64)
 	publish(t, ctx, js, cfg, 20, 2, 0) // even events on s0, odd on s1: the stream keeps 15..19
 	r.ackUntil(t, ctx, 18)
-	time.Sleep(300 * time.Millisecond) // several looks
+	waitLooks(t, ctx, c, 5)
 	r.stopClean(t, ctx)
 	if n := c.Stats().DeletedUnread; n != 0 || len(errorLines(log.String(), "deleted events")) > 0 {
 		t.Fatalf("%d counted deleted unread under a filter, want 0\n%s", n, log)
@@ -318,6 +319,14 @@ func fireScheduleHeld(t *testing.T, ctx context.Context, js jetstream.JetStream,
 	}
 	r.ackUntil(t, ctx, 7)
 	r.stopClean(t, ctx)
+}
+
+// waitLooks waits until c's session has looked at the durable n times
+// more (refreshFloor).
+func waitLooks(t *testing.T, ctx context.Context, c *Consumer, n uint64) {
+	t.Helper()
+	until := c.looks.Load() + n
+	waitFor(t, ctx, fmt.Sprintf("%d looks more", n), func() bool { return c.looks.Load() >= until })
 }
 
 // keepFiveStream makes a stream of the test's own that keeps its last 5
