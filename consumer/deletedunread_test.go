@@ -24,7 +24,7 @@ import (
 func TestEventsDeletedWhileStoppedAreCounted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	js, cfg := keepFiveStream(t, ctx, "")
+	js, cfg, _ := ownStream(t, ctx, keepFive, nil)
 	c1, log1 := newLoggedConsumer(t, ctx, cfg)
 	r := startRun(t, ctx, c1, 1, 64, 64)
 	publish(t, ctx, js, cfg, 2, 1, 0) // sequences 1 and 2
@@ -62,10 +62,7 @@ func TestEventsDeletedWhileStoppedAreCounted(t *testing.T) {
 func TestEventsDeletedWhileRunningAreCounted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := testenv.NATS(t)
-	js := jsFor(t, srv)
-	cfg := testConfig(t, srv)
-	cfg.MaxAckPending = 1
+	js, cfg, stream := ownStream(t, ctx, jetstream.StreamConfig{}, heldOne)
 	c, _ := newLoggedConsumer(t, ctx, cfg)
 	c.floorEvery = time.Hour // no look of serve's: the start's alone
 	r := startRun(t, ctx, c, 1, 64, 64)
@@ -74,11 +71,7 @@ func TestEventsDeletedWhileRunningAreCounted(t *testing.T) {
 	if i := bodyIndex(t, &g.ev); i != 0 {
 		t.Fatalf("event %d, want 0", i)
 	}
-	publish(t, ctx, js, cfg, 4, 1, 1) // sequences 2..5
-	stream, err := js.Stream(ctx, cfg.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
+	publish(t, ctx, js, cfg, 4, 1, 1)                                         // sequences 2..5
 	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(4)); err != nil { // 1..3 go, 2 and 3 unread
 		t.Fatal(err)
 	}
@@ -95,7 +88,7 @@ func TestEventsDeletedWhileRunningAreCounted(t *testing.T) {
 func TestEventsDeletedUnreadNotCountedUnderAFilter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	js, cfg := keepFiveStream(t, ctx, ".s0")
+	js, cfg, _ := ownStream(t, ctx, keepFive, func(c *Config) { c.FilterSubject = "in." + c.Stream + ".s0" })
 	c, log := newLoggedConsumer(t, ctx, cfg)
 	c.floorEvery = 50 * time.Millisecond
 	r := startRun(t, ctx, c, 1, 64, 64)
@@ -168,14 +161,7 @@ func TestDeletedUnreadNoFalseCounts(t *testing.T) {
 	t.Run("gap before the durable", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		srv := testenv.NATS(t)
-		js := jsFor(t, srv)
-		cfg := testConfig(t, srv)
-		cfg.CreateStream = false
-		s, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects})
-		if err != nil {
-			t.Fatal(err)
-		}
+		js, cfg, s := ownStream(t, ctx, jetstream.StreamConfig{}, nil)
 		publish(t, ctx, js, cfg, 5, 1, 0)
 		if err := s.DeleteMsg(ctx, 3); err != nil {
 			t.Fatal(err)
@@ -191,15 +177,7 @@ func TestDeletedUnreadNoFalseCounts(t *testing.T) {
 	t.Run("schedule fired while lagging", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		srv := testenv.NATS(t)
-		js := jsFor(t, srv)
-		cfg := testConfig(t, srv)
-		cfg.CreateStream = false
-		cfg.MaxAckPending = 1
-		s, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, AllowMsgSchedules: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		js, cfg, s := ownStream(t, ctx, jetstream.StreamConfig{AllowMsgSchedules: true}, heldOne)
 		c, log := newLoggedConsumer(t, ctx, cfg)
 		r := startRun(t, ctx, c, 1, 64, 64)
 		publish(t, ctx, js, cfg, 1, 3, 2)          // sequence 1, on s2
@@ -240,16 +218,8 @@ func TestDeletedUnreadNoFalseCounts(t *testing.T) {
 		// the session runs sees it.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		srv := testenv.NATS(t)
-		js := jsFor(t, srv)
-		cfg := testConfig(t, srv)
-		cfg.CreateStream = false
-		cfg.MaxAckPending = 1
-		sc := jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects}
-		s, err := CreateStream(ctx, js, sc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		js, cfg, s := ownStream(t, ctx, jetstream.StreamConfig{}, heldOne)
+		sc := s.CachedInfo().Config
 		c, log := newLoggedConsumer(t, ctx, cfg)
 		c.floorEvery = 50 * time.Millisecond
 		r := startRun(t, ctx, c, 1, 64, 64)
@@ -268,15 +238,7 @@ func TestDeletedUnreadNoFalseCounts(t *testing.T) {
 	t.Run("marker expired while stopped", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		srv := testenv.NATS(t)
-		js := jsFor(t, srv)
-		cfg := testConfig(t, srv)
-		cfg.CreateStream = false
-		s, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, MaxAge: time.Second,
-			AllowMsgTTL: true, SubjectDeleteMarkerTTL: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		js, cfg, s := ownStream(t, ctx, jetstream.StreamConfig{MaxAge: time.Second, AllowMsgTTL: true, SubjectDeleteMarkerTTL: time.Second}, nil)
 		c1 := newConsumer(t, ctx, cfg)
 		r1 := startRun(t, ctx, c1, 1, 64, 64)
 		publish(t, ctx, js, cfg, 1, 1, 0)
@@ -329,25 +291,32 @@ func waitLooks(t *testing.T, ctx context.Context, c *Consumer, n uint64) {
 	waitFor(t, ctx, fmt.Sprintf("%d looks more", n), func() bool { return c.looks.Load() >= until })
 }
 
-// keepFiveStream makes a stream of the test's own that keeps its last 5
-// messages (max_msgs, discard old) on a server of its own, and returns
-// its config, filtered on the stream's subject prefix and filter when
-// filter is not "".
-func keepFiveStream(t *testing.T, ctx context.Context, filter string) (jetstream.JetStream, Config) {
+// ownStream makes stream sc, named and on subjects as testConfig's, on a
+// server of its own, and returns JetStream, the config (CreateStream off,
+// set applied if not nil) and the stream.
+func ownStream(t *testing.T, ctx context.Context, sc jetstream.StreamConfig, set func(*Config)) (jetstream.JetStream, Config, jetstream.Stream) {
 	t.Helper()
 	srv := testenv.NATS(t)
 	js := jsFor(t, srv)
 	cfg := testConfig(t, srv)
 	cfg.CreateStream = false
-	if filter != "" {
-		cfg.FilterSubject = "in." + cfg.Stream + filter
+	if set != nil {
+		set(&cfg)
 	}
-	if _, err := CreateStream(ctx, js, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects, MaxMsgs: 5,
-		Discard: jetstream.DiscardOld}); err != nil {
+	sc.Name, sc.Subjects = cfg.Stream, cfg.Subjects
+	s, err := CreateStream(ctx, js, sc)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return js, cfg
+	return js, cfg, s
 }
+
+// keepFive keeps a stream's last 5 messages (max_msgs, discard old).
+var keepFive = jetstream.StreamConfig{MaxMsgs: 5, Discard: jetstream.DiscardOld}
+
+// heldOne has the server deliver one message at a time (max_ack_pending
+// 1): the test holds one back by not acking it.
+func heldOne(c *Config) { c.MaxAckPending = 1 }
 
 // errorLines returns the lines of log at level ERROR that hold what.
 func errorLines(log, what string) []string {
