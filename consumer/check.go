@@ -684,7 +684,7 @@ func filterProblem(cfg *Config, sc *jetstream.StreamConfig) (p Problem, ok bool)
 
 // storedSubjects is the subjects stream sc stores messages under: those
 // it captures, but for what its subject transform's source takes, which it
-// stores in the transform's destination form (transformedPattern; a
+// stores in the transform's destination form (storedPattern; a
 // mapping function's token as "*"). A captured subject wholly within the
 // source is stored only so; one that overlaps it, both ways.
 func storedSubjects(sc *jetstream.StreamConfig) []string {
@@ -706,14 +706,21 @@ func storedSubjects(sc *jetstream.StreamConfig) []string {
 	return out
 }
 
-// storedPattern is transformedPattern for a filter's judgement: a token
-// with a split or slice function may make several tokens of one, so from
-// it on the pattern is ">" (too wide a guess only lets a filter pass).
+// storedPattern is the subjects (a pattern) a subject transform to dest
+// stores messages under, for a judgement of what a filter or a dead-letter
+// loop may meet: dest with each token that holds a mapping function or a
+// $n reference taken as "*", and, from a token with a split or slice
+// function on (it may make several tokens of one), ">". Too wide a guess
+// only lets a filter pass or refuses a loop that may be there.
 func storedPattern(dest string) string {
-	tokens := strings.Split(transformedPattern(dest, ""), ".")
-	for i, t := range strings.Split(dest, ".") {
-		if l := strings.ToLower(t); strings.Contains(l, "{{") && (strings.Contains(l, "split") || strings.Contains(l, "slice")) {
+	tokens := strings.Split(dest, ".")
+	for i, t := range tokens {
+		l := strings.ToLower(t)
+		if strings.Contains(l, "{{") && (strings.Contains(l, "split") || strings.Contains(l, "slice")) {
 			return strings.Join(append(tokens[:i:i], ">"), ".")
+		}
+		if strings.Contains(t, "{{") || strings.HasPrefix(t, "$") {
+			tokens[i] = "*"
 		}
 	}
 	return strings.Join(tokens, ".")

@@ -1242,14 +1242,20 @@ func TestSourcedAs(t *testing.T) {
 		src  jetstream.StreamSource
 		want string // "": not sourced
 	}{
-		{jetstream.StreamSource{}, "dlq.x"},
-		{jetstream.StreamSource{FilterSubject: "dlq.>"}, "dlq.x"},
+		{jetstream.StreamSource{}, "dlq.a-b"},
+		{jetstream.StreamSource{FilterSubject: "dlq.>"}, "dlq.a-b"},
 		{jetstream.StreamSource{FilterSubject: "other.>"}, ""},
 		{jetstream.StreamSource{SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "other.>", Destination: "a"}}}, ""},
-		{jetstream.StreamSource{SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "other.>"}, {Source: "dlq.*", Destination: "ev.{{wildcard(1)}}.dl"}}}, "ev.*.dl"},
-		{jetstream.StreamSource{SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "dlq.>"}}}, "dlq.x"},
+		{jetstream.StreamSource{SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "other.>"}, {Source: "dlq.*", Destination: "ev.{{wildcard(1)}}.dl"}}}, "ev.a-b.dl"},
+		{jetstream.StreamSource{SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "dlq.>"}}}, "dlq.a-b"},
+		// A split makes two tokens of one: the letter arrives on ev.a.b,
+		// which a filter ev.*.* takes (ev.* would not say so).
+		{jetstream.StreamSource{SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "dlq.*", Destination: "ev.{{split(1,-)}}"}}}, "ev.a.b"},
+		{jetstream.StreamSource{SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "dlq.*", Destination: "ev.{{partition(4,1)}}.$1"}}}, "ev.3.a-b"}, // the server's hash puts a-b in partition 3,
+		// Drawn at random: any token there.
+		{jetstream.StreamSource{SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: "dlq.*", Destination: "ev.{{random(5)}}"}}}, "ev.*"},
 	} {
-		got, ok := sourcedAs(&tc.src, "dlq.x")
+		got, ok := sourcedAs(&tc.src, "dlq.a-b")
 		if ok != (tc.want != "") || got != tc.want {
 			t.Errorf("sourcedAs(%+v) = %q, %v; want %q", tc.src, got, ok, tc.want)
 		}

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -17,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -531,15 +533,22 @@ func checkNoSourceLoop(sc *jetstream.StreamConfig, dlqStream, dlq, filter string
 	return nil
 }
 
-// sourcedAs is the subject (a pattern: a token a mapping function makes is
-// "*") on which a message published to subject dlq of src's stream arrives
-// in the stream that sources (or mirrors) it, and false when src's filter
-// or transforms leave it out.
+// sourcedAs is the subject on which a message published to subject dlq of
+// src's stream arrives in the stream that sources (or mirrors) it, and
+// false when src's filter or transforms leave it out. Under a transform it
+// is what nats-server's own transform makes of dlq (Transformed), or, where
+// that cannot be known, a pattern for it.
 func sourcedAs(src *jetstream.StreamSource, dlq string) (string, bool) {
 	if len(src.SubjectTransforms) > 0 {
 		for _, t := range src.SubjectTransforms {
 			if t.Source == "" || SubjectMatches(t.Source, dlq) {
-				return transformedPattern(t.Destination, dlq), true
+				if t.Destination == "" {
+					return dlq, true
+				}
+				if s, ok := Transformed(cmp.Or(t.Source, ">"), t.Destination, dlq); ok {
+					return s, true
+				}
+				return storedPattern(t.Destination), true
 			}
 		}
 		return "", false
@@ -550,20 +559,21 @@ func sourcedAs(src *jetstream.StreamSource, dlq string) (string, bool) {
 	return dlq, true
 }
 
-// transformedPattern is the subject a transform to dest makes of subject:
-// dest with each token that holds a mapping function or a $n reference
-// taken as "*"; subject itself when dest is "".
-func transformedPattern(dest, subject string) string {
-	if dest == "" {
-		return subject
+// Transformed is the subject a subject transform from src to dest makes
+// of subject, a literal subject that src matches: nats-server's own
+// transform, so that every mapping function is read as the server reads
+// it. False when the server would not take the transform, or when it
+// draws a token at random (another subject each time).
+func Transformed(src, dest, subject string) (string, bool) {
+	if strings.Contains(strings.ToLower(dest), "random(") {
+		return "", false
 	}
-	tokens := strings.Split(dest, ".")
-	for i, t := range tokens {
-		if strings.Contains(t, "{{") || strings.HasPrefix(t, "$") {
-			tokens[i] = "*"
-		}
+	t, err := server.NewSubjectTransform(src, dest)
+	if err != nil {
+		return "", false
 	}
-	return strings.Join(tokens, ".")
+	s, err := t.Match(subject)
+	return s, err == nil
 }
 
 func validateURLs(list string) error {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -676,16 +675,9 @@ func transformAgain(tr *jetstream.SubjectTransformConfig, subject string) (strin
 	if tr == nil || !consumer.SubjectMatches(tr.Source, subject) {
 		return subject, false
 	}
-	if strings.Contains(tr.Destination, "random(") {
+	again, ok := consumer.Transformed(tr.Source, tr.Destination, subject)
+	if !ok {
 		return "?", true // another subject each time, perhaps this one
-	}
-	t, err := server.NewSubjectTransform(tr.Source, tr.Destination)
-	if err != nil {
-		return "?", true
-	}
-	again, err := t.Match(subject)
-	if err != nil {
-		return "?", true
 	}
 	return again, again != subject
 }
