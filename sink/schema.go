@@ -434,7 +434,9 @@ const (
 	// has enabled BEFORE INSERT row triggers. One that returns NULL leaves
 	// its row out of the COPY, and the sink then dead-letters the whole
 	// batch (code row_count); in exactly-once mode, only the rows missing
-	// from the table.
+	// from the table. Also the warning for a view written through INSTEAD
+	// OF INSERT row triggers: COPY counts each row handed to one as
+	// stored, so a row it stores nowhere is acked and missing.
 	ProblemRowTrigger ProblemKind = "row_trigger"
 	// ProblemUniqueKey is a warning: the table has a unique index all of
 	// whose columns jetsink writes. On the stream's sequence, in
@@ -462,8 +464,9 @@ const (
 	// ProblemRule: in exactly-once mode the table has UPDATE rules (even
 	// disabled ones) or enabled INSERT rules. INSERT ... ON CONFLICT fails
 	// on such a table (SQLSTATE 0A000), except under an INSERT rule DO
-	// INSTEAD NOTHING, where it stores nothing. (COPY, at-least-once, does
-	// not run rules.)
+	// INSTEAD NOTHING, where it stores nothing. In at-least-once mode, a
+	// warning of enabled INSERT rules: COPY does not run them, so they do
+	// nothing for jetsink's rows.
 	ProblemRule ProblemKind = "rule"
 	// ProblemInheritance: in exactly-once mode the table is a plain table
 	// with inheritance children (CREATE TABLE ... INHERITS). Its unique
@@ -774,7 +777,22 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 				Message: fmt.Sprintf("%s is a view without an INSTEAD OF INSERT trigger: COPY cannot write into it (SQLSTATE 42809), "+
 					"so every batch would fail and be retried", tname),
 				Fix: "set postgres.table to the table the view reads, or give the view an INSTEAD OF INSERT trigger"})
+			break
 		}
+		// COPY counts each row it hands an INSTEAD OF trigger as stored,
+		// whatever the trigger does with it: the row count that finds a
+		// row a BEFORE trigger drops (row_count) cannot find this one.
+		triggers, err := s.catalogNames(ctx, c, "triggers", `SELECT tgname::text FROM pg_trigger
+			WHERE tgrelid = $1 AND NOT tgisinternal AND tgtype & 69 = 69 AND tgenabled <> 'D' ORDER BY tgname`, *oid)
+		if err != nil {
+			return nil, err
+		}
+		kindProblem = append(kindProblem, Problem{Kind: ProblemRowTrigger, Warning: true,
+			Message: fmt.Sprintf("%s is a view written through INSTEAD OF INSERT triggers (%s): COPY counts every row it hands "+
+				"them as stored, so a row they store nowhere (RETURN NULL, a branch that inserts nothing) is acked and missing, "+
+				"and jetsink cannot tell", tname, strings.Join(triggers, ", ")),
+			Fix: "make sure the triggers store every row they are given, or write into the table itself (a BEFORE INSERT " +
+				"trigger there can do the view's work: a row it drops is found and dead-lettered, code row_count)"})
 	default:
 		kindProblem = append(kindProblem, Problem{Kind: ProblemRelationKind,
 			Message: fmt.Sprintf("%s is not a table (pg_class.relkind %s): COPY cannot write into it, so every batch would fail and be retried",
@@ -975,6 +993,19 @@ func (s *Sink) checkTable(ctx context.Context, c *pgx.Conn, scan bool) ([]Proble
 			msg += "; exactly-once's ON CONFLICT skips only events stored before by (stream, stream_seq)"
 		}
 		probs = append(probs, Problem{Kind: ProblemUniqueKey, Warning: true, Message: msg, Fix: fix})
+	}
+	if s.cfg.Mode == AtLeastOnce {
+		rules, err := s.catalogNames(ctx, c, "rules", `SELECT rulename::text FROM pg_rewrite
+			WHERE ev_class = $1 AND ev_type = '3' AND ev_enabled IN ('O', 'A') ORDER BY rulename`, *oid)
+		if err != nil {
+			return nil, err
+		}
+		if len(rules) > 0 {
+			probs = append(probs, Problem{Kind: ProblemRule, Warning: true,
+				Message: fmt.Sprintf("%s has INSERT rules (%s), which COPY does not run: jetsink's rows go into %s as they are, "+
+					"and the rules do nothing for them (no DO INSTEAD, no DO ALSO)", tname, strings.Join(rules, ", "), tname),
+				Fix: "do the rules' work in a trigger (COPY runs triggers: an AFTER INSERT one for a DO ALSO), or drop the rules"})
+		}
 	}
 	if s.cfg.Mode == ExactlyOnce {
 		rules, err := s.conflictRules(ctx, c, *oid)

@@ -142,6 +142,59 @@ func TestInitAndCheck(t *testing.T) {
 	}
 }
 
+// INSERT rules in at-least-once mode: COPY does not run them, so a rule
+// routing rows elsewhere (DO INSTEAD) or copying them (DO ALSO) did nothing
+// for jetsink's rows, and check said nothing. It warns now, of enabled
+// INSERT rules only; the rows are stored in the table as they are.
+func TestCheckWarnsOfInsertRulesAtLeastOnce(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pg := testenv.Postgres(t)
+	admin := pg.Conn(t)
+	s, dl := newTestSink(t, ctx, pg.URL, nil)
+	if err := s.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tbl := s.table.Sanitize()
+	logTbl := pgx.Identifier{s.cfg.Table + "_log"}.Sanitize()
+	for _, q := range []string{
+		"CREATE TABLE " + logTbl + " (stream text)",
+		"CREATE RULE off_ins AS ON INSERT TO " + tbl + " DO INSTEAD NOTHING",
+		"ALTER TABLE " + tbl + " DISABLE RULE off_ins",
+		"CREATE RULE on_upd AS ON UPDATE TO " + tbl + " DO INSTEAD NOTHING",
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if probs, err := s.Check(ctx); err != nil || len(probs) != 0 {
+		t.Fatalf("a disabled INSERT rule and an UPDATE rule, which COPY never meets: %v, %v", probs, err)
+	}
+	for _, q := range []string{
+		"CREATE RULE ins_nothing AS ON INSERT TO " + tbl + " WHERE NEW.stream_seq = 2 DO INSTEAD NOTHING",
+		"CREATE RULE ins_also AS ON INSERT TO " + tbl + " DO ALSO INSERT INTO " + logTbl + " VALUES (NEW.stream)",
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	probs, err := s.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(probs) != 1 || probs[0].Kind != ProblemRule || !probs[0].Warning || !strings.Contains(probs[0].Message, "(ins_also, ins_nothing)") {
+		t.Fatalf("INSERT rules in at-least-once mode: %+v, want one rule warning naming ins_also and ins_nothing", probs)
+	}
+	// What the warning says: the rules do nothing for COPY's rows.
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, 3, nil)
+	src.push(t, ctx, rs)
+	finishClean(t, ctx, src, wait, dl, ms)
+	if n, logged := count(t, ctx, admin, s.cfg.Table), count(t, ctx, admin, s.cfg.Table+"_log"); n != 3 || logged != 0 {
+		t.Fatalf("%d rows in the table, %d in the rule's; want 3 and 0 (COPY runs no rule)", n, logged)
+	}
+}
+
 // A BEFORE INSERT row trigger on a partition, not on the partitioned
 // table: check read the table's triggers only, and said nothing of one
 // that returns NULL for some rows, which dead-lettered whole batches

@@ -340,8 +340,14 @@ func TestCheckRelationKind(t *testing.T) {
 		" VALUES (NEW.*); RETURN NEW; END $$; CREATE TRIGGER route INSTEAD OF INSERT ON "+table+" FOR EACH ROW EXECUTE FUNCTION "+fn+"()"); err != nil {
 		t.Fatal(err)
 	}
-	if ks := kinds(); len(ks) != 0 {
-		t.Fatalf("problems of a view with an INSTEAD OF INSERT trigger: %v", ks)
+	// COPY counts each row it hands the trigger as stored: one the
+	// trigger stores nowhere would be acked and missing. Warned, naming it.
+	probs, err := s.Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(probs) != 1 || probs[0].Kind != ProblemRowTrigger || !probs[0].Warning || !strings.Contains(probs[0].Message, "(route)") {
+		t.Fatalf("problems of a view with an INSTEAD OF INSERT trigger: %+v, want one row_trigger warning naming route", probs)
 	}
 }
 
