@@ -143,7 +143,18 @@ type Consumer struct {
 	starting bool
 	// interest: the event stream has interest retention, where deleting
 	// the durable deletes its events (ensureStream; holdFirst).
-	interest atomic.Bool
+	// workQueue: it has work-queue retention, where the server makes a
+	// consumer only to deliver all (resumeAfterFloor). Looked at by each
+	// ensureStream, though the server lets no update change a stream's
+	// retention to or from work-queue: a stream that replaced it may have
+	// another.
+	interest  atomic.Bool
+	workQueue atomic.Bool
+	// goneSaid: resumeAfterFloor has said the consumer went and is made
+	// again; cleared once it is (ensureConsumer), so that a remake the
+	// server refuses, retried every few seconds, says it once a loss.
+	// metaMu held.
+	goneSaid bool
 	// serverPaused: the durable was last seen paused on the server
 	// (nats consumer pause), and that was logged (ensureConsumer,
 	// notePausedOnServer).
@@ -1111,6 +1122,7 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 		}
 	}
 	c.interest.Store(interest)
+	c.workQueue.Store(sc.Retention == jetstream.WorkQueuePolicy)
 	c.noteInactiveLimit(sc.ConsumerLimits.InactiveThreshold)
 	if p, ok := inactiveLimitProblem(sc); ok && !sameTime(c.inactiveLimitNoted.Swap(&created), created) {
 		c.log.Warn(p.Message, "fix", p.Fix)

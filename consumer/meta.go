@@ -401,8 +401,9 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	}
 	if prev == nil {
 		// Made anew: a pause of the one deleted went with it (the next
-		// look would say it is over).
+		// look would say it is over); a loss after this one is said again.
 		c.serverPaused.Store(false)
+		c.goneSaid = false
 	}
 	if info := cons.CachedInfo(); info.Paused && !c.serverPaused.Swap(true) {
 		c.log.Warn("the consumer is paused (nats consumer resume, or its pause time): nothing is delivered until then",
@@ -426,19 +427,35 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 // would: in at-least-once mode that stored every event the stream still
 // held again. Not when the stream was replaced since (floorStream), nor
 // when nothing is known (the first start, a restart after the consumer
-// went). It reports whether it did; an error when it could not look at
-// the stream.
+// went), nor on a work-queue stream: the server refuses there a consumer
+// that does not deliver all ("consumer must be deliver all on workqueue
+// stream"), every retry, for as long as jetsink ran; and needs none, as
+// it deleted the events acked, so delivering all starts past them. It
+// reports whether it did; an error when it could not look at the stream.
+// It says so once a loss of the consumer (goneSaid), not at each retry.
+// metaMu held.
 func (c *Consumer) resumeAfterFloor(ctx context.Context, cc *jetstream.ConsumerConfig) (bool, error) {
 	floor := c.resumeFloor.Load()
 	if floor == 0 {
+		return false, nil
+	}
+	if c.workQueue.Load() {
+		if !c.goneSaid {
+			c.log.Warn("consumer gone; making it again: on a work-queue stream it delivers from the first event not acked, "+
+				"those acked being deleted", "ack_floor", floor)
+			c.goneSaid = true
+		}
 		return false, nil
 	}
 	if same, err := c.floorStream(ctx); err != nil || !same {
 		return false, err
 	}
 	cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
-	c.log.Warn("consumer gone; making it again past its last known ack floor, not from the start of the stream",
-		"start_seq", cc.OptStartSeq, "hint", "to consume the stream from its start again, stop jetsink before deleting the consumer")
+	if !c.goneSaid {
+		c.log.Warn("consumer gone; making it again past its last known ack floor, not from the start of the stream",
+			"start_seq", cc.OptStartSeq, "hint", "to consume the stream from its start again, stop jetsink before deleting the consumer")
+		c.goneSaid = true
+	}
 	return true, nil
 }
 

@@ -358,6 +358,87 @@ func TestRecreatedConsumerResumesPastItsAckFloor(t *testing.T) {
 	r.stopClean(t, ctx)
 }
 
+// A consumer lost while Run runs is made again on a work-queue stream too,
+// delivering all (the server refuses any other start there, and deleted
+// the events acked), and on either stream the loss is said once, not at
+// each refused remake. As measured before: on a work-queue stream the
+// remake past the floor was refused ("consumer must be deliver all on
+// workqueue stream") every 5 s until jetsink restarted, the Warn
+// repeated each time.
+func TestLostConsumerMadeAgainOnceSaid(t *testing.T) {
+	for _, tc := range []struct {
+		retention jetstream.RetentionPolicy
+		said      string // in the loss's Warn
+	}{
+		{jetstream.LimitsPolicy, "start_seq=11"},
+		{jetstream.WorkQueuePolicy, "on a work-queue stream"},
+	} {
+		t.Run(tc.retention.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			js, cfg, _ := ownStream(t, ctx, jetstream.StreamConfig{Retention: tc.retention}, nil)
+			c, log := newLoggedConsumer(t, ctx, cfg)
+			c.floorEvery = 50 * time.Millisecond
+			publish(t, ctx, js, cfg, 10, 2, 0)
+			r := startRun(t, ctx, c, 1, 64, 1000)
+			for range 10 {
+				if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, ctx, "serve to learn the ack floor", func() bool { return c.resumeFloor.Load() == 10 })
+			// Each remake refused a while (the stream's consumer_limits
+			// below jetsink's max_ack_pending), as the work-queue stream
+			// refused every one.
+			if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
+				t.Fatal(err)
+			}
+			sc := streamConfig(t, ctx, js, cfg.Stream)
+			sc.ConsumerLimits.MaxAckPending = 10
+			if _, err := js.UpdateStream(ctx, sc); err != nil {
+				t.Fatal(err)
+			}
+			refused := apiErrors(t, ctx, js)
+			waitFor(t, ctx, "three refused remakes", func() bool { return apiErrors(t, ctx, js) >= refused+3 })
+			sc.ConsumerLimits.MaxAckPending = 0
+			if _, err := js.UpdateStream(ctx, sc); err != nil {
+				t.Fatal(err)
+			}
+			publish(t, ctx, js, cfg, 10, 2, 10)
+			for range 10 {
+				g := r.next(t, ctx)
+				if i := bodyIndex(t, &g.ev); i < 10 {
+					t.Fatalf("event %d, acked before the consumer was deleted, delivered again", i)
+				}
+				if err := g.ev.Msg.Ack(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var gone []string
+			for _, l := range strings.Split(log.String(), "\n") {
+				if strings.Contains(l, "consumer gone") {
+					gone = append(gone, l)
+				}
+			}
+			if len(gone) != 1 || !strings.Contains(gone[0], tc.said) {
+				t.Errorf("want one line saying the consumer went, with %q; got %d:\n%s", tc.said, len(gone), strings.Join(gone, "\n"))
+			}
+			r.stopClean(t, ctx)
+		})
+	}
+}
+
+// apiErrors is how many JetStream API requests of js's account the
+// server has answered with an error.
+func apiErrors(t *testing.T, ctx context.Context, js jetstream.JetStream) uint64 {
+	t.Helper()
+	ai, err := js.AccountInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ai.API.Errors
+}
+
 // A consumer lost before serve's first look (floorEvery) is made again
 // past the ack floor it had when the session began, not from the start
 // of the stream: Run asks for the floor before each session pulls. As
