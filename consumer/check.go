@@ -215,6 +215,9 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			if p, ok := durableReplicaProblem(clusterOf(nc, &cfg), cfg.Stream, limited.Replicas, &cons.CachedInfo().Config); ok {
 				problems = append(problems, p)
 			}
+			if p, ok := memoryDurableProblem(&cfg, &limited, &cons.CachedInfo().Config); ok {
+				problems = append(problems, p)
+			}
 		}
 		if err := checkNoLoop(cfg.Stream, info.Config.Subjects, cfg.DeadLetterSubject); err != nil {
 			problems = append(problems, Problem{Config: true, Message: err.Error()}) // New refuses it: ErrInvalidConfig
@@ -402,6 +405,36 @@ func durableReplicaProblem(cluster, stream string, streamReplicas int, cc *jetst
 			"jetsink consumes nothing, although the stream keeps its quorum, and losing its disk loses the consumer's ack floor (run keeps a durable's replicas)",
 			cc.Durable, cc.Replicas, stream, streamReplicas, cluster),
 		Fix: fmt.Sprintf("nats consumer edit %s %s --replicas %d --force", shellWord(stream), shellWord(cc.Durable), streamReplicas)}, true
+}
+
+// memoryDurableProblem warns of durable cc kept in memory (mem_storage)
+// on cfg's event stream sc, kept on file: a restart of the server holding
+// it (of all of them at once, in a cluster: a host rebooted) loses it,
+// which the stream survives, and the jetsink started after makes it anew
+// from the start of the stream (one running makes it again past the ack
+// floor it last knew), storing again, in at-least-once mode, every event
+// the stream holds; on a stream with interest retention, the events
+// published until then are not stored. run keeps a durable's storage (no
+// update changes it), so the fix is to make it again on file, past its
+// ack floor. Not on a work-queue stream: the events acked are deleted
+// there, and a durable made anew delivers those left.
+func memoryDurableProblem(cfg *Config, sc *jetstream.StreamConfig, cc *jetstream.ConsumerConfig) (Problem, bool) {
+	if !cc.MemoryStorage || sc.Storage != jetstream.FileStorage || sc.Retention == jetstream.WorkQueuePolicy {
+		return Problem{}, false
+	}
+	interest := sc.Retention == jetstream.InterestPolicy
+	msg := fmt.Sprintf("consumer %s keeps its state in memory (mem_storage), its stream %s on file: a restart of its server (in a cluster, "+
+		"of all of them at once) loses the durable and its ack floor, and a jetsink started after that makes it anew from the start of the stream, "+
+		"so in at-least-once mode every event the stream holds is stored again (run keeps a durable's storage: the server lets no update change it)",
+		cfg.Consumer, cfg.Stream)
+	if interest {
+		msg += "; with the stream's interest retention, the events published until the durable is made again are not stored"
+	}
+	return Problem{Warning: true, Message: msg,
+		Fix: fmt.Sprintf("stop jetsink and make the durable again on file past its ack floor%s: nats consumer rm %s %s --force, then %s "+
+			"(natscli makes a consumer on file unless told --memory; jetsink keeps where it starts and sets the rest)%s",
+			floorWhere(cfg, floorPlaceholder), shellWord(cfg.Stream), shellWord(cfg.Consumer),
+			consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, floorPlaceholder), holdFirst(cfg, floorPlaceholder, interest))}, true
 }
 
 // eventStreamLimits warns of the limits under which the event stream sc

@@ -1641,3 +1641,67 @@ func TestCheckStoredSeqAtTheStreamsFirstSeq(t *testing.T) {
 		}
 	}
 }
+
+// A durable kept in memory (mem_storage) beside a stream on file is
+// warned of by check and by New, once, with the remake on file past its
+// ack floor: a restart of its server loses it, which the stream survives,
+// and the next start made it anew from the start of the stream. As
+// measured before: 10 events stored, the lone server restarted, the 10
+// delivered again, with no warning. Not on a work-queue stream, whose
+// acked events are gone.
+func TestMemoryDurableWarned(t *testing.T) {
+	for _, tc := range []struct {
+		retention jetstream.RetentionPolicy
+		warned    bool
+	}{
+		{jetstream.LimitsPolicy, true},
+		{jetstream.InterestPolicy, true},
+		{jetstream.WorkQueuePolicy, false},
+	} {
+		t.Run(tc.retention.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			js, cfg, _ := ownStream(t, ctx, jetstream.StreamConfig{Retention: tc.retention}, nil)
+			if _, err := js.CreateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy,
+				MemoryStorage: true}); err != nil {
+				t.Fatal(err)
+			}
+			const said = "keeps its state in memory (mem_storage)"
+			ps, err := Check(ctx, cfg, testLogger(t, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var found *Problem
+			for i := range ps {
+				if strings.Contains(ps[i].Message, said) {
+					found = &ps[i]
+				}
+			}
+			if (found != nil) != tc.warned {
+				t.Fatalf("check warned of the durable in memory: %v, want %v; problems:\n%s", found != nil, tc.warned, problemsText(ps))
+			}
+			if found != nil {
+				if !found.Warning || !strings.Contains(found.Fix, "nats consumer rm "+cfg.Stream+" "+cfg.Consumer+" --force") ||
+					requireUnattended(t, "check", found.Fix) != 1+boolInt(tc.retention == jetstream.InterestPolicy) {
+					t.Errorf("check's problem is not a warning with the remake on file past the floor (and the hold first on an interest stream): %s", found)
+				}
+			}
+			c, log := newLoggedConsumer(t, ctx, cfg)
+			// Run's re-creation of the consumer says it no more.
+			if err := c.ensureConsumer(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			want := boolInt(tc.warned)
+			if n := strings.Count(log.String(), said); n != want {
+				t.Errorf("New and a re-creation warned of the durable in memory %d times, want %d; log:\n%s", n, want, log.String())
+			}
+		})
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

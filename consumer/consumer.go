@@ -59,8 +59,13 @@ type Consumer struct {
 	leaderWatchDenied atomic.Bool
 	// streamReplicas is the event stream's replicas as ensureStream last
 	// read them; durableReplicasWarned, once its durable's fewer were.
+	// streamStorage is its storage, as ensureStream last read it;
+	// memoryDurableWarned, once its durable's in memory was
+	// (memoryDurableProblem).
 	streamReplicas        atomic.Int64
 	durableReplicasWarned atomic.Bool
+	streamStorage         atomic.Int64
+	memoryDurableWarned   atomic.Bool
 	nc                    *nats.Conn
 	js                    jetstream.JetStream
 	closed                chan struct{} // closed by the connection's closed handler
@@ -1105,6 +1110,7 @@ func (c *Consumer) ensureStream(ctx context.Context) error {
 	}
 	sc := &stream.CachedInfo().Config
 	c.streamReplicas.Store(int64(sc.Replicas))
+	c.streamStorage.Store(int64(sc.Storage))
 	subjects := sc.Subjects
 	p, interest := interestProblem(sc, cfg)
 	// Said once a stream, at the start: Run calls this again at each

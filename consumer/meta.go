@@ -314,6 +314,16 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		if p, ok := durableReplicaProblem(clusterOf(c.nc, cfg), cfg.Stream, int(c.streamReplicas.Load()), prev); ok && !c.durableReplicasWarned.Swap(true) {
 			c.log.Warn(p.Message, "fix", p.Fix) // kept by buildConfig: said once
 		}
+		sc := jetstream.StreamConfig{Storage: jetstream.StorageType(c.streamStorage.Load()), Retention: jetstream.LimitsPolicy}
+		switch {
+		case c.interest.Load():
+			sc.Retention = jetstream.InterestPolicy
+		case c.workQueue.Load():
+			sc.Retention = jetstream.WorkQueuePolicy
+		}
+		if p, ok := memoryDurableProblem(cfg, &sc, prev); ok && !c.memoryDurableWarned.Swap(true) {
+			c.log.Warn(p.Message, "fix", p.Fix) // kept by consumerConfig: said once
+		}
 	}
 	if cfg.Destination != "" {
 		// Recorded for the others of the durable (refreshFloor).
