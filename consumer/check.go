@@ -131,7 +131,8 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := js.AccountInfo(ctx); err != nil {
+	account, err := js.AccountInfo(ctx)
+	if err != nil {
 		where := "JetStream is not available on nats.url"
 		if cfg.Domain != "" {
 			where = fmt.Sprintf("JetStream domain %q (nats.domain) is not available on nats.url", cfg.Domain)
@@ -149,6 +150,9 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	}
 	var problems []Problem
 	if p, ok := clearTextProblem(nc, &cfg); ok {
+		problems = append(problems, p)
+	}
+	if p, ok := accountAckPendingProblem(account.Limits.MaxAckPending, &cfg); ok {
 		problems = append(problems, p)
 	}
 	if p, ok := pullMaxBytesProblem(cfg.PullMaxBytes, nc.MaxPayload()); ok {
@@ -542,6 +546,24 @@ func ackPendingLimitProblem(sc *jetstream.StreamConfig, cfg *Config) (p Problem,
 			sc.Name, limit, want),
 		Fix: fmt.Sprintf("set nats.max_ack_pending to %d or less, or remove the stream's limit (set its consumer_limits.max_ack_pending to 0: "+
 			"%s, or --config <a file of it>)", limit, streamEdit(sc.Name, "--interactive"))}, true
+}
+
+// accountAckPendingProblem is the error when the account's JetStream
+// limit max_ack_pending (limit; 0 or less: none) is below jetsink's: the
+// server refuses the durable as for the stream's (ackPendingLimitProblem).
+// The servers' own jetstream limits refuse it too, but no client request
+// shows them: New's error names them (ackPendingExcessFix).
+func accountAckPendingProblem(limit int, cfg *Config) (p Problem, ok bool) {
+	want := cfg.maxAckPending()
+	if limit <= 0 || want <= 0 || want <= limit {
+		return Problem{}, false
+	}
+	return Problem{
+		Message: fmt.Sprintf("the account's JetStream limit max_ack_pending is %d, below jetsink's max_ack_pending %d: the server refuses to make or update "+
+			"jetsink's durable consumer with it, so run fails at its start, and a run under way cannot make the consumer again (as it does to resubscribe)",
+			limit, want),
+		Fix: fmt.Sprintf("set nats.max_ack_pending to %d or less, or raise the account's limit (max_ack_pending in the account's jetstream block of "+
+			"the server's configuration, or in its JWT)", limit)}, true
 }
 
 // holdSteps says how to keep the events of interest stream cfg.Stream

@@ -1705,3 +1705,64 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// A max_ack_pending limit below jetsink's is named by where it is: the
+// server refuses the durable with one error code (10121) for its own
+// jetstream limits, the account's and the stream's consumer_limits, naming
+// only the number. Before, New blamed the stream's consumer_limits for
+// all three, and check passed the account's and the server's. check sees
+// the account's (account info), not the server's (no client request
+// shows it).
+func TestMaxAckPendingLimitNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		server   int // the servers' jetstream limits
+		account  int // the account's
+		stream   int // the stream's consumer_limits
+		newSays  string
+		checkErr string // "" for none
+	}{
+		{"server", 500, 0, 0, "so it is the server's own: set nats.max_ack_pending, 32768, to 500 or less", ""},
+		{"account", 0, 300, 0, "the account's JetStream limit max_ack_pending is 300: set nats.max_ack_pending, 32768, to 300 or less",
+			"the account's JetStream limit max_ack_pending is 300, below jetsink's max_ack_pending 32768"},
+		{"stream", 0, 0, 10, "consumer_limits.max_ack_pending is 10: set nats.max_ack_pending, 32768, to 10 or less",
+			"has consumer_limits.max_ack_pending 10, below jetsink's max_ack_pending 32768"},
+		{"stream under the server's", 500, 0, 400, "so it is the server's own: set nats.max_ack_pending, 32768, to 400 or less (400: the lowest",
+			"has consumer_limits.max_ack_pending 400"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv := startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: t.TempDir(),
+				JetStreamLimits: server.JSLimitOpts{MaxAckPending: tc.server}})
+			if tc.account > 0 {
+				if err := srv.GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{"": {MaxAckPending: tc.account,
+					MaxMemory: -1, MaxStore: -1, MaxStreams: -1, MaxConsumers: -1}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := testConfigURL(t, srv.ClientURL())
+			if want := cfg.maxAckPending(); want != 32768 {
+				t.Fatalf("jetsink's max_ack_pending %d; the test wants the default 32768", want)
+			}
+			if tc.stream > 0 {
+				cfg.CreateStream = false
+				if _, err := jsAt(t, cfg.URL).CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream, Subjects: cfg.Subjects,
+					ConsumerLimits: jetstream.StreamConsumerLimits{MaxAckPending: tc.stream}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			errs := checkText(t, ctx, cfg, true)
+			if tc.checkErr != "" && !strings.Contains(errs, tc.checkErr) || tc.checkErr == "" && strings.Contains(errs, "max_ack_pending") {
+				t.Errorf("check's errors, want %q:\n%s", tc.checkErr, errs)
+			}
+			c, err := New(ctx, cfg, testLogger(t, nil))
+			if c != nil {
+				_ = c.Close(ctx)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.newSays) {
+				t.Errorf("New = %v; want it to say %q", err, tc.newSays)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"time"
 
@@ -161,6 +162,77 @@ func strandedProblem(v string) Problem {
 // (consumer_limits), the account's or the server's
 // (JSConsumerMaxPendingAckExcessErrF).
 const errCodeMaxAckPendingExcess jetstream.ErrorCode = 10121
+
+// ackPendingExcess says whose limit refused, with errCodeMaxAckPendingExcess
+// (refused), a durable asking max_ack_pending want, and what to do: the
+// server raises that code for its own jetstream limits, the account's and
+// the stream's consumer_limits alike, naming only the number. The stream's
+// and the account's are looked at now (a failed look counts as no limit).
+func (c *Consumer) ackPendingExcess(ctx context.Context, refused *jetstream.APIError, want int) string {
+	ctx, cancel := context.WithTimeout(ctx, metaTimeout)
+	defer cancel()
+	stream, account := 0, 0
+	if limits, ok := c.streamLimits(ctx); ok {
+		stream = limits.MaxAckPending
+	}
+	if ai, err := c.js.AccountInfo(ctx); err == nil {
+		account = ai.Limits.MaxAckPending
+	}
+	return ackPendingExcessFix(&c.cfg, want, refusedLimit(refused), stream, account)
+}
+
+// refusedLimit is the limit an errCodeMaxAckPendingExcess refusal names
+// ("consumer max ack pending exceeds system limit of 500"), 0 when it
+// names none.
+func refusedLimit(refused *jetstream.APIError) int {
+	_, n, ok := strings.Cut(refused.Description, "limit of ")
+	if !ok {
+		return 0
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(n))
+	if err != nil || limit <= 0 {
+		return 0
+	}
+	return limit
+}
+
+// ackPendingExcessFix says whose max_ack_pending limit refused a durable
+// asking want, and how to lift it: limit is the one the refusal named (0:
+// unknown), stream the stream's consumer_limits.max_ack_pending, account
+// the account's JetStream limit (0 or less: none). The server checks its
+// own first, then the account's, then the stream's; so a refusal whose
+// number is neither the stream's nor the account's is the server's, which
+// no client request shows.
+func ackPendingExcessFix(cfg *Config, want, limit, stream, account int) string {
+	below := func(l int) bool { return l > 0 && l < want }
+	is := func(l int) bool { return below(l) && (limit == 0 || l == limit) }
+	// Set to the refusing limit alone, the next refuses in turn.
+	most := limit
+	for _, l := range []int{stream, account} {
+		if below(l) && (most == 0 || l < most) {
+			most = l
+		}
+	}
+	also := ""
+	if most != limit && limit > 0 {
+		also = fmt.Sprintf(" (%d: the lowest limit, of the stream's and the account's, also below jetsink's)", most)
+	}
+	switch {
+	case is(account):
+		return fmt.Sprintf("the account's JetStream limit max_ack_pending is %d: set nats.max_ack_pending, %d, to %d or less%s, or raise "+
+			"the account's limit (max_ack_pending in the account's jetstream block of the server's configuration, or in its JWT)", account, want, most, also)
+	case is(stream):
+		return fmt.Sprintf("stream %s's consumer_limits.max_ack_pending is %d: set nats.max_ack_pending, %d, to %d or less%s, or remove "+
+			"the stream's limit (set its consumer_limits.max_ack_pending to 0: %s, or --config <a file of it>)",
+			cfg.Stream, stream, want, most, also, streamEdit(cfg.Stream, "--interactive"))
+	case limit > 0:
+		return fmt.Sprintf("neither the stream's consumer_limits nor the account's JetStream limits hold it, so it is the server's own: "+
+			"set nats.max_ack_pending, %d, to %d or less%s, or raise max_ack_pending in the limits block of the jetstream block of "+
+			"the servers' configuration", want, most, also)
+	}
+	return fmt.Sprintf("set nats.max_ack_pending, %d, to that limit or less, or raise it: the stream's consumer_limits.max_ack_pending, "+
+		"the account's JetStream limit max_ack_pending, or the servers' jetstream limits", want)
+}
 
 // consumerConfig is the durable consumer as jetsink wants it, with meta as
 // its metadata. Its MaxDeliver is unlimited (durableMaxDeliver) whatever
@@ -378,8 +450,8 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 	}
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, cfg.Stream, cc)
 	if apiErr := (*jetstream.APIError)(nil); errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeMaxAckPendingExcess {
-		return fmt.Errorf("create or update consumer %s on stream %s: %w (set nats.max_ack_pending, %d, to that limit or less, "+
-			"or remove the stream's consumer_limits.max_ack_pending)", cfg.Consumer, cfg.Stream, err, cc.MaxAckPending)
+		return fmt.Errorf("create or update consumer %s on stream %s: %w (%s)", cfg.Consumer, cfg.Stream, err,
+			c.ackPendingExcess(ctx, apiErr, cc.MaxAckPending))
 	}
 	if err != nil {
 		return fmt.Errorf("create or update consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
