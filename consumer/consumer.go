@@ -61,11 +61,13 @@ type Consumer struct {
 	// read them; durableReplicasWarned, once its durable's fewer were.
 	// streamStorage is its storage, as ensureStream last read it;
 	// memoryDurableWarned, once its durable's in memory was
-	// (memoryDurableProblem).
+	// (memoryDurableProblem); maxWaitingWarned, once its durable's low
+	// max_waiting was (maxWaitingProblem).
 	streamReplicas        atomic.Int64
 	durableReplicasWarned atomic.Bool
 	streamStorage         atomic.Int64
 	memoryDurableWarned   atomic.Bool
+	maxWaitingWarned      atomic.Bool
 	nc                    *nats.Conn
 	js                    jetstream.JetStream
 	closed                chan struct{} // closed by the connection's closed handler

@@ -396,6 +396,9 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 		if p, ok := memoryDurableProblem(cfg, &sc, prev); ok && !c.memoryDurableWarned.Swap(true) {
 			c.log.Warn(p.Message, "fix", p.Fix) // kept by consumerConfig: said once
 		}
+		if p, ok := maxWaitingProblem(cfg, sc.Retention, prev); ok && !c.maxWaitingWarned.Swap(true) {
+			c.log.Warn(p.Message, "fix", p.Fix) // kept by consumerConfig: said once
+		}
 	}
 	if cfg.Destination != "" {
 		// Recorded for the others of the durable (refreshFloor).
