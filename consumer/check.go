@@ -131,6 +131,9 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 	if err != nil {
 		return nil, err
 	}
+	// A request the server refuses the user waits out its timeout and
+	// names no permission: check names the subject to allow, as New does.
+	before := nc.LastError()
 	account, err := js.AccountInfo(ctx)
 	if err != nil {
 		where := "JetStream is not available on nats.url"
@@ -146,7 +149,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 			// full store disk or a cluster without a meta leader.
 			where += ": " + jetStreamGone
 		}
-		return nil, fmt.Errorf("%s: %w", where, err)
+		return nil, apiDenialError(nc, &cfg, before, fmt.Errorf("%s: %w", where, err))
 	}
 	var problems []Problem
 	if p, ok := clearTextProblem(nc, &cfg); ok {
@@ -180,7 +183,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		problems = append(problems, Problem{Message: fmt.Sprintf("stream %s does not exist", cfg.Stream),
 			Fix: fmt.Sprintf("create it (nats stream add %s --subjects <the subjects it captures> --defaults) or set nats.create_stream: true", shellWord(cfg.Stream))})
 	case err != nil:
-		return nil, fmt.Errorf("look up stream %s: %w", cfg.Stream, err)
+		return nil, apiDenialError(nc, &cfg, before, fmt.Errorf("look up stream %s: %w", cfg.Stream, err))
 	default:
 		info := stream.CachedInfo()
 		found = &info.Config
@@ -275,7 +278,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		}
 		problems = append(problems, p)
 	} else if err != nil {
-		return nil, fmt.Errorf("look up the stream of nats.dead_letter_subject: %w", err)
+		return nil, apiDenialError(nc, &cfg, before, fmt.Errorf("look up the stream of nats.dead_letter_subject: %w", err))
 	} else {
 		// Its settings need STREAM.INFO on it, which an account that
 		// may only publish dead letters lacks: run only warns of that too

@@ -517,9 +517,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Consumer, error) {
 	if p, ok := clearTextProblem(nc, &c.cfg); ok {
 		log.Warn(p.Message, "fix", p.Fix)
 	}
-	if err := c.setup(ctx); err != nil {
+	// A request the server refuses the user waits out its timeout and
+	// names no permission: New names the subject to allow.
+	before := nc.LastError()
+	sctx, stop := watchAPIDenial(ctx, nc, &c.cfg, before)
+	err = c.setup(sctx)
+	stop()
+	if err != nil {
 		_ = c.Close(ctx)
-		return nil, err
+		return nil, apiDenialError(nc, &c.cfg, before, err)
 	}
 	var budget int64
 	if b := c.budget.Load(); b != nil {

@@ -1,0 +1,105 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// apiDenial is the JetStream API subject the server last refused the NATS
+// user a publish to on nc, when that refusal is nc's last error and not
+// before (the last error when the requests began); "" for none. The
+// server refuses on the connection (an async -ERR), not to the request,
+// which waits out its timeout and fails with "context deadline exceeded"
+// or "JetStream does not answer", naming no permission. On the servers
+// of nats.domain themselves, the server names the $JS.API subject it
+// mapped the domain's to.
+func apiDenial(nc *nats.Conn, cfg *Config, before error) string {
+	last := nc.LastError()
+	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
+		return ""
+	}
+	_, subject, ok := strings.Cut(last.Error(), `Publish to "`)
+	if !ok {
+		return ""
+	}
+	subject, _, _ = strings.Cut(subject, `"`)
+	if !strings.HasPrefix(subject, cfg.APIPrefix()+".") && !strings.HasPrefix(subject, "$JS.API.") {
+		return ""
+	}
+	return subject
+}
+
+// apiDenialError is err, the failure of New's (or check's) JetStream API
+// requests made on nc since before, as a bad configuration
+// (ErrInvalidConfig) naming the subject to allow when the server refused
+// the user one of them (apiDenial) and err is what such a refusal gives:
+// no answer, or the watch's cancel (watchAPIDenial); else err.
+func apiDenialError(nc *nats.Conn, cfg *Config, before, err error) error {
+	subject := apiDenial(nc, cfg, before)
+	if subject == "" || !jetStreamSilent(err) && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: the NATS user may not publish to %s, a JetStream API request jetsink makes (%w); "+
+		"fix: give the user permission to publish to it (or to %s.>)", ErrInvalidConfig, subject, err, cfg.APIPrefix())
+}
+
+// watchAPIDenial returns ctx, cancelled as soon as the server refuses the
+// user a publish to a JetStream API subject on nc (apiDenial; the last
+// error other than before) that New cannot do without (fatalSubject), so
+// that its request fails at once rather than at its timeout; and a
+// function that stops the watch and waits for it to end. Not the others,
+// whose refusal New takes with a warning (the look at the stream's
+// consumers, the dead-letter stream's without create_stream).
+func watchAPIDenial(ctx context.Context, nc *nats.Conn, cfg *Config, before error) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(denialPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if s := apiDenial(nc, cfg, before); s != "" && fatalSubject(cfg, s) {
+				cancel()
+				return
+			}
+		}
+	})
+	return ctx, func() {
+		close(done)
+		wg.Wait()
+		cancel()
+	}
+}
+
+// fatalSubject reports whether New fails without the JetStream API
+// subject s: the account's info, the event stream's create or update, the
+// durable's info, create or update. (Not the stream's info, which the
+// look at the stream's consumers asks for too, and goes on without:
+// refused to ensureStream, it is named once its request times out.)
+func fatalSubject(cfg *Config, s string) bool {
+	for _, prefix := range []string{cfg.APIPrefix() + ".", "$JS.API."} {
+		rest, ok := strings.CutPrefix(s, prefix)
+		if !ok {
+			continue
+		}
+		if rest == "INFO" || rest == "STREAM.CREATE."+cfg.Stream || rest == "STREAM.UPDATE."+cfg.Stream ||
+			rest == "CONSUMER.INFO."+cfg.Stream+"."+cfg.Consumer || strings.HasPrefix(rest, "CONSUMER.CREATE."+cfg.Stream+".") ||
+			rest == "CONSUMER.DURABLE.CREATE."+cfg.Stream+"."+cfg.Consumer {
+			return true
+		}
+	}
+	return false
+}
