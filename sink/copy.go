@@ -922,16 +922,22 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 
 // constraintKey names the CHECK or NOT NULL constraint (ownError: it
 // judges a row alone) that refused a row with err: its SQLSTATE, its
-// name, its column; "" for any other error. Once a commit that started
+// name, its column; or the SQLSTATE of a value refused (class 22); ""
+// for any other error. Once a commit that started
 // after the first refusal by one shows that it takes rows
 // (tableTakesRows), the rows it refuses are the rows' fault, not the
 // table's (see committer.sameConstraint).
 func constraintKey(err error) string {
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	if !ok || !ownError(err) || (pgErr.Code != "23514" && pgErr.Code != "23502") {
+	switch {
+	case !ok || !ownError(err):
 		return ""
+	case pgErr.Code == "23514" || pgErr.Code == "23502":
+		return pgErr.Code + "\x00" + pgErr.SchemaName + "\x00" + pgErr.TableName + "\x00" + pgErr.ConstraintName + "\x00" + pgErr.ColumnName
+	case strings.HasPrefix(pgErr.Code, "22"):
+		return pgErr.Code // which column or expression, PostgreSQL says only in words
 	}
-	return pgErr.Code + "\x00" + pgErr.SchemaName + "\x00" + pgErr.TableName + "\x00" + pgErr.ConstraintName + "\x00" + pgErr.ColumnName
+	return ""
 }
 
 // sameConstraint reports whether err is a refusal by the CHECK or NOT
@@ -1553,16 +1559,16 @@ func (s *Sink) logSuspect(err error) {
 	if !s.firstSeen("suspect " + pgErr.Code) {
 		return
 	}
-	args := []any{"sqlstate", pgErr.Code}
-	if pgErr.Where == "" && !strings.HasPrefix(pgErr.Code, "P0") {
+	args := append([]any{"sqlstate", pgErr.Code}, schemaNames(pgErr)...)
+	if pgErr.Where == "" && !strings.HasPrefix(pgErr.Code, "P0") && !strings.HasPrefix(pgErr.Code, "22") {
 		args = append(args, "err", pgErr.Message)
 		if strings.Contains(pgErr.Message, "wraparound") {
 			args = append(args, "hint", "the server takes no writes until the database is vacuumed: see PostgreSQL's "+
 				"\"Preventing Transaction ID Wraparound Failures\"")
 		}
 	}
-	s.log.Error("the database refuses rows with an error that one row or the table may cause (a CHECK or NOT NULL constraint, a trigger raised, an index limit, "+
-		"an internal error), and no row has committed since to show that the table takes any: retrying them until one commits "+
+	s.log.Error("the database refuses rows with an error that one row or the table may cause (a CHECK or NOT NULL constraint, a value refused: "+
+		"a column narrowed, a cast in a CHECK or a DEFAULT; a trigger raised, an index limit, an internal error), and no row has committed since to show that the table takes any: retrying them until one commits "+
 		"here or elsewhere, or the table is fixed", args...)
 }
 
@@ -2201,13 +2207,34 @@ func (c *committer) stopError() error {
 
 // shownError is err, of class cl, as the log and a batch's span show a
 // failed attempt: a *pgconn.PgError of class suspect or data by its
-// SQLSTATE alone, as its message may quote a row's value (22P02 an enum
-// label, 22021 bytes; see logSuspect), any other error in full.
+// SQLSTATE and the names it gives (schemaNames), as its message may quote
+// a row's value (22P02 an enum label, 22021 bytes; see logSuspect), any
+// other error in full.
 func shownError(err error, cl class) any {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && (cl == classSuspect || cl == classData) {
-		return "SQLSTATE " + pgErr.Code
+		shown := "SQLSTATE " + pgErr.Code
+		names := schemaNames(pgErr)
+		for i := 0; i < len(names); i += 2 {
+			shown += fmt.Sprintf(", %s %s", names[i], names[i+1])
+		}
+		return shown
 	}
 	return err
+}
+
+// schemaNames is what pgErr names of the schema, as log attributes: the
+// table, the column, the constraint and the data type it gives (fields of
+// their own, never a row's value), so that a line on a table that refuses
+// every row says which constraint to look at.
+func schemaNames(pgErr *pgconn.PgError) []any {
+	var names []any
+	for _, kv := range [][2]string{{"table", pgErr.TableName}, {"column", pgErr.ColumnName},
+		{"constraint", pgErr.ConstraintName}, {"data_type", pgErr.DataTypeName}} {
+		if kv[1] != "" {
+			names = append(names, kv[0], kv[1])
+		}
+	}
+	return names
 }
 
 // failuresDealtWith forgets the batch's failed attempts (c.failed,
@@ -2394,6 +2421,8 @@ func (c *committer) deadLetter(ctx context.Context, b *batch, p int, err error) 
 		switch {
 		case pgErr.Code[:2] == "23":
 			dl.Code = pipeline.CodeConstraint
+		case valueRefused(err, pgErr):
+			// data, although suspect (held while every row fails)
 		case c.s.classify(err) == classSuspect:
 			dl.Code = pipeline.CodeRefused
 		}

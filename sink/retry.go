@@ -168,6 +168,20 @@ func classify(err error) class {
 				// a function that fails every row dead-letters none.
 				return classSuspect
 			}
+			if code[:2] == "22" {
+				// A value the statement itself refused: its column's
+				// type (a varchar(n) narrowed below what the events
+				// carry, a numeric(p,s), a character the database's
+				// encoding lacks) or an expression of the table's (a
+				// CHECK's, a DEFAULT's or a generated column's cast).
+				// The row's fault, or the table's when every row meets
+				// it. Dead-lettered at once, every event went to the
+				// dead-letter stream within seconds of such a change,
+				// /readyz ready; suspect, as a CHECK's false: a row
+				// refused alone is dead-lettered once other rows
+				// commit, and a table that refuses every row is held.
+				return classSuspect
+			}
 			return classData
 		case "08", "40", "53", "57", "58":
 			return classTransient
@@ -205,6 +219,19 @@ func classify(err error) class {
 	// Anything else (a protocol surprise, a closed tx) is retried on a new
 	// connection and reported like a configuration error: loudly.
 	return classConfig
+}
+
+// valueRefused reports whether pgErr, err's server error, is a value
+// refused by the statement itself (class 22, not raised in a function):
+// its column's type or a table's expression; dead-lettered with code data.
+// Not 22P03, 22P04 (a column of another type than the mapping's) or
+// 2200H (a sequence that ran out): the table's, mostly.
+func valueRefused(err error, pgErr *pgconn.PgError) bool {
+	switch pgErr.Code {
+	case "22P03", "22P04", "2200H":
+		return false
+	}
+	return strings.HasPrefix(pgErr.Code, "22") && !raisedInFunction(err, pgErr)
 }
 
 // raisedInFunction reports whether pgErr, err's server error, was raised

@@ -116,13 +116,21 @@ func TestClassify(t *testing.T) {
 		{&pgconn.PgError{Code: "23514"}, classSuspect},                       // no partition for the row
 		{&pgconn.PgError{Code: "23502", ColumnName: "stream"}, classSuspect}, // a NOT NULL every row may meet
 		{&pgconn.PgError{Code: "2200H"}, classSuspect},                       // a serial column ran out
-		{&pgconn.PgError{Code: "22001"}, classData},
+		{&pgconn.PgError{Code: "22001"}, classSuspect},
+		{&pgconn.PgError{Code: "23503"}, classData}, // a foreign key: other rows' data
 		{fmt.Errorf("copy: %w", &pgconn.PgError{Code: "23505"}), classData},
 		// Raised inside a function (a trigger's bug fails every row): its
 		// context has the function's line before the COPY's, or any line
 		// for a statement with none of its own; counted, not read.
-		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "22P02", Where: "COPY t, line 3, column a"}}, classData},
-		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "22P02", Where: "tのCOPY、行 3、列 a"}}, classData},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "23505", Where: "tのCOPY、行 3"}}, classData},
+		// A value refused, by its column's type or by a table's expression
+		// (a CHECK's or a DEFAULT's cast, no column named): a row's or the
+		// table's (a varchar(n) narrowed below every event's value).
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "22P02", Where: "COPY t, line 3, column a"}}, classSuspect},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "22P02", Where: "tのCOPY、行 3、列 a"}}, classSuspect},
+		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "22007", Where: "COPY t, line 3"}}, classSuspect},
+		{&fromStagingError{n: 3, err: &pgconn.PgError{Code: "22P02"}}, classSuspect},
+		{&fromStagingError{n: 3, err: &pgconn.PgError{Code: "22001"}}, classSuspect},
 		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "23505", Where: "COPY t, line 3"}}, classData},
 		{&copyStmtError{n: 3, err: &pgconn.PgError{Code: "22012",
 			Where: "SQL statement \"SELECT 1/0\"\nPL/pgSQL function f() line 1 at PERFORM\nCOPY t, line 3"}}, classSuspect},
@@ -680,10 +688,21 @@ func TestLogSuspectQuotesOnlyTheServersOwnMessages(t *testing.T) {
 		Message: `database is not accepting commands that assign new transaction IDs to avoid wraparound data loss in database "db"`}
 	raised := &pgconn.PgError{Severity: "ERROR", Code: "P0001", Message: "row secret-42 refused", Where: "PL/pgSQL function f() line 3 at RAISE"}
 	fromTrigger := &pgconn.PgError{Severity: "ERROR", Code: "XX000", Message: "secret-43", Where: "PL/pgSQL function g() line 1"}
-	for _, err := range []error{wrap, wrap, raised, fromTrigger} {
+	// A CHECK every row fails: named, as the fix starts there.
+	check := &pgconn.PgError{Severity: "ERROR", Code: "23514", Message: `new row for relation "t" violates check constraint "c90"`,
+		Detail: "Failing row contains (secret-44).", TableName: "t", ConstraintName: "c90", Where: "COPY t, line 1"}
+	// A value refused: its message may quote it.
+	cast := &pgconn.PgError{Severity: "ERROR", Code: "22P02", Message: `invalid input syntax for type integer: "secret-45"`}
+	for _, err := range []error{wrap, wrap, raised, fromTrigger, check, cast} {
 		s.logSuspect(fmt.Errorf("copy: %w", err))
 	}
 	out := buf.String()
+	if !strings.Contains(out, "sqlstate=23514 table=t constraint=c90") {
+		t.Errorf("a CHECK's refusal logged without the table and the constraint:\n%s", out)
+	}
+	if got := shownError(check, classSuspect); got != "SQLSTATE 23514, table t, constraint c90" {
+		t.Errorf("shownError = %q", got)
+	}
 	if n := strings.Count(out, "sqlstate=54000"); n != 1 || !strings.Contains(out, "to avoid wraparound") || !strings.Contains(out, "vacuumed") {
 		t.Errorf("54000 logged %d times, want once with its message and the hint:\n%s", n, out)
 	}
@@ -1067,11 +1086,11 @@ func TestStatementErrorOfTheCopy(t *testing.T) {
 			if got := classify(err); got != want {
 				t.Errorf("statement %d, ready %v: an ERROR 08P01 classed %v, want %v", c.at, ready, got, want)
 			}
-			// A value the COPY refuses, under translated lc_messages:
+			// A key the COPY refuses, under translated lc_messages:
 			// the COPY's own one line of context, whether or not the
 			// session went on after it; the INSERT from staging has no
 			// line of its own, so one there is a function's.
-			refused := &pgconn.PgError{Code: "22P02", Where: "tのCOPY、行 3、列 a"}
+			refused := &pgconn.PgError{Code: "23505", Where: "tのCOPY、行 3"}
 			want = classSuspect
 			if c.at == c.q.copyAt {
 				want = classData
