@@ -445,6 +445,17 @@ func finishClean(t *testing.T, ctx context.Context, src source, wait func() erro
 	}
 }
 
+// storeClean runs s over rows 1 to n (rows) until each is acked, and
+// checks that nothing was dead-lettered (finishClean).
+func storeClean(t *testing.T, ctx context.Context, s *Sink, dl *recDL, n int) {
+	t.Helper()
+	src := newSource()
+	wait := runSink(t, ctx, s, src)
+	rs, ms := rows(1, n, nil)
+	src.push(t, ctx, rs)
+	finishClean(t, ctx, src, wait, dl, ms)
+}
+
 // listener is a test's TCP listener on 127.0.0.1. When the test ends it
 // closes the listener and every connection passed to track, then waits for
 // the goroutines started on wg.

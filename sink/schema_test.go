@@ -185,11 +185,7 @@ func TestCheckWarnsOfInsertRulesAtLeastOnce(t *testing.T) {
 		t.Fatalf("INSERT rules in at-least-once mode: %+v, want one rule warning naming ins_also and ins_nothing", probs)
 	}
 	// What the warning says: the rules do nothing for COPY's rows.
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	rs, ms := rows(1, 3, nil)
-	src.push(t, ctx, rs)
-	finishClean(t, ctx, src, wait, dl, ms)
+	storeClean(t, ctx, s, dl, 3)
 	if n, logged := count(t, ctx, admin, s.cfg.Table), count(t, ctx, admin, s.cfg.Table+"_log"); n != 3 || logged != 0 {
 		t.Fatalf("%d rows in the table, %d in the rule's; want 3 and 0 (COPY runs no rule)", n, logged)
 	}
@@ -1704,11 +1700,7 @@ func TestCheckTablesEveryBatchFails(t *testing.T) {
 				t.Errorf("check of table path: %v", p)
 			}
 		}
-		src := newSource()
-		wait := runSink(t, ctx, s, src)
-		rs, ms := rows(1, 5, nil)
-		src.push(t, ctx, rs)
-		finishClean(t, ctx, src, wait, dl, ms)
+		storeClean(t, ctx, s, dl, 5)
 		var stored int
 		if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+schema+".path").Scan(&stored); err != nil || stored != 5 {
 			t.Errorf("%d rows stored in %s.path, %v; want 5", stored, schema, err)

@@ -246,11 +246,7 @@ func TestTextIntoVarcharAndChar(t *testing.T) {
 			if warned != (typ != "varchar") {
 				t.Errorf("%s: warned of its length %v", typ, warned)
 			}
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-			rs, ms := rows(1, 5, nil)
-			src.push(t, ctx, rs)
-			finishClean(t, ctx, src, wait, dl, ms)
+			storeClean(t, ctx, s, dl, 5)
 			var stream string
 			if err := admin.QueryRow(ctx, "SELECT stream::text || '|' FROM "+s.table.Sanitize()+" LIMIT 1").Scan(&stream); err != nil || stream != "S|" {
 				t.Fatalf("stream %q (%v), want S", stream, err)
@@ -415,11 +411,7 @@ func TestAtLeastOnceNeedsOnlyInsert(t *testing.T) {
 	owner, _ := newTestSink(t, ctx, pg.URL, nil) // creates the table
 	_, roleURL := newRole(t, ctx, admin, pg.URL, "GRANT USAGE ON SCHEMA public TO %[1]s", "GRANT INSERT ON "+owner.table.Sanitize()+" TO %[1]s")
 	s, dl := newTestSink(t, ctx, roleURL, func(c *Config) { c.Table, c.CreateTable = owner.cfg.Table, false })
-	src := newSource()
-	wait := runSink(t, ctx, s, src)
-	rs, ms := rows(1, 10, nil)
-	src.push(t, ctx, rs)
-	finishClean(t, ctx, src, wait, dl, ms)
+	storeClean(t, ctx, s, dl, 10)
 	if n := count(t, ctx, admin, s.cfg.Table); n != 10 {
 		t.Fatalf("%d rows stored, want 10", n)
 	}
@@ -1384,11 +1376,7 @@ func TestCheckPinsTheTableRunWrites(t *testing.T) {
 			check("after the shadow")
 			// Rows that the shadow would take, were they written there.
 			execAll(t, ctx, admin, "ALTER TABLE "+shadow+" ALTER COLUMN extra DROP NOT NULL")
-			src := newSource()
-			wait := runSink(t, ctx, s, src)
-			rs, ms := rows(1, 10, nil)
-			src.push(t, ctx, rs)
-			finishClean(t, ctx, src, wait, dl, ms)
+			storeClean(t, ctx, s, dl, 10)
 			var inHome, inShadow int
 			if err := admin.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+home+"), (SELECT count(*) FROM "+shadow+")").Scan(&inHome, &inShadow); err != nil {
 				t.Fatal(err)
