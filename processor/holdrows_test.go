@@ -9,38 +9,42 @@ import (
 	"github.com/jetsink/jetsink/pipeline"
 )
 
-// The sink may take in, while the database stalls, every row the stages
-// before it can hold (rings rounded up as ringq rounds them), or as many
-// as JetStream lets the consumer have unacked; with max_ack_pending -1 (no
-// limit) that is no limit, or rows left in the rings would get no
-// InProgress and come again after ack_wait.
+// The sink may take in, while the database stalls, every row in flight:
+// no limit while the wire client's byte budget bounds what is in flight,
+// whatever max_ack_pending (the stream deleting rows the sink holds lets
+// JetStream deliver past it, and rows left in the rings would get no
+// InProgress and come again after ack_wait, each copy stored); without a
+// byte budget, every row the stages before it can hold (rings rounded up
+// as ringq rounds them), or max_ack_pending, if more.
 func TestHoldRowsCoverWhatIsInFlight(t *testing.T) {
 	cfg := config.Default()
 	cfg.Pipeline.RingSize = 1000 // 1,024 slots
 	cfg.NATS.PullMaxMessages = 500
+	for _, maxAckPending := range []int{0, 3000, 50_000, -1} {
+		cfg.NATS.MaxAckPending = maxAckPending
+		if got := holdRows(&cfg, 2); got != math.MaxInt {
+			t.Errorf("max_ack_pending %d under a byte budget: HoldRows %d, want no limit", maxAckPending, got)
+		}
+	}
+	// No byte budget: memory comes first.
 	for _, c := range []struct {
 		maxAckPending, want int
 	}{
-		{0, 2*2*1024 + 500},
+		{-1, 2*2*1024 + 500},
 		{3000, 2*2*1024 + 500},
 		{50_000, 50_000},
-		{-1, math.MaxInt},
 	} {
-		cfg.NATS.MaxAckPending = c.maxAckPending
-		if got := holdRows(&cfg, 2); got != c.want {
-			t.Errorf("max_ack_pending %d: HoldRows %d, want %d", c.maxAckPending, got, c.want)
-		}
-	}
-	// No limit in messages and none in bytes: memory comes first.
-	cfg.NATS.MaxAckPending = -1
-	for _, set := range []func(*config.Config){
-		func(c *config.Config) { c.NATS.PullClient = consumer.PullClientNATSGo },
-		func(c *config.Config) { c.NATS.MaxInFlightBytes = -1 },
-	} {
-		c := cfg
-		set(&c)
-		if got := holdRows(&c, 2); got != 2*2*1024+500 {
-			t.Errorf("pull client %q, max_in_flight_bytes %d: HoldRows %d, want what the rings and the pull buffer hold", c.NATS.PullClient, c.NATS.MaxInFlightBytes, got)
+		for _, set := range []func(*config.Config){
+			func(c *config.Config) { c.NATS.PullClient = consumer.PullClientNATSGo },
+			func(c *config.Config) { c.NATS.MaxInFlightBytes = -1 },
+		} {
+			cc := cfg
+			cc.NATS.MaxAckPending = c.maxAckPending
+			set(&cc)
+			if got := holdRows(&cc, 2); got != c.want {
+				t.Errorf("pull client %q, max_in_flight_bytes %d, max_ack_pending %d: HoldRows %d, want %d",
+					cc.NATS.PullClient, cc.NATS.MaxInFlightBytes, cc.NATS.MaxAckPending, got, c.want)
+			}
 		}
 	}
 }

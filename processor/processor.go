@@ -160,7 +160,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Processor, 
 		// max_in_flight_bytes: nats.go pulls over a websocket, and after
 		// wire could not connect, with no byte budget, and the rows the
 		// sink took in would be the whole backlog.
-		p.sink.SetHoldLimit(holdLimit(p.consumer.InFlightBytes, boundedHoldRows(&cfg, workers)))
+		p.sink.SetHoldLimit(holdLimit(p.consumer.InFlightBytes, max(boundedHoldRows(&cfg, workers), cfg.NATS.MaxAckPending)))
 	}
 	p.sink.SetAckAll(p.consumer.AckAll) // counts the acks, for Shutdown to confirm
 	p.pipeline, err = pipeline.New(cfg.Pipeline, mapper, dl, log)
@@ -655,20 +655,25 @@ func setRelease(sc *sink.Config, nc *consumer.Config) {
 }
 
 // holdRows is how many rows the sink may take in while the database
-// stalls, so that InProgress reaches every in-flight message: what the
-// rings and the pull buffer hold, or as many as JetStream lets this
-// consumer have unacked, if more. With nats.max_ack_pending -1 (no limit)
-// that is no limit either when nats.max_in_flight_bytes bounds what is in
-// flight (the wire pull client), else rows left in the rings would be
-// delivered again after ack_wait. Without that bound (nats.pull_client
-// nats.go, max_in_flight_bytes -1) memory comes first: what the rings and
-// the pull buffer hold, and those rows may be delivered again.
+// stalls, so that InProgress reaches every in-flight message. No limit
+// when nats.max_in_flight_bytes bounds what is in flight (the wire pull
+// client), whatever nats.max_ack_pending: JetStream's count of unacked
+// messages does not bound what jetsink holds, as the stream deletes
+// messages jetsink holds (max_age, max_msgs, a purge: the server drops
+// them from its pending count and delivers more), and a durable's
+// max_ack_pending on the server may be above this instance's. A limit of
+// max_ack_pending rows then filled during a long stall, the rows after it
+// waited in the rings with no InProgress and came again every ack_wait,
+// and each copy was stored (up to max_age/ack_wait times). Without that
+// bound (nats.pull_client nats.go, max_in_flight_bytes -1) memory comes
+// first: what the rings and the pull buffer hold, or max_ack_pending if
+// more, and rows past it may be delivered again.
 // (That no limit holds only while the wire client pulls: see holdLimit.)
 // A database that cannot be reached at all, for releaseAfter, is not a
 // stall: the sink gives back what it holds, and the consumer pulls no more
 // (sink.Sink.Away).
 func holdRows(cfg *config.Config, workers int) int {
-	if cfg.NATS.MaxAckPending < 0 && cfg.NATS.PullClient != consumer.PullClientNATSGo && cfg.NATS.MaxInFlightBytes >= 0 {
+	if cfg.NATS.PullClient != consumer.PullClientNATSGo && cfg.NATS.MaxInFlightBytes >= 0 {
 		return math.MaxInt
 	}
 	return max(boundedHoldRows(cfg, workers), cfg.NATS.MaxAckPending)
