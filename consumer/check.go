@@ -232,7 +232,7 @@ func Check(ctx context.Context, cfg Config, log *slog.Logger) ([]Problem, error)
 		if p, ok := filterProblem(&cfg, &info.Config); ok {
 			problems = append(problems, p) // New refuses it too
 		}
-		problems = append(problems, checkConsumer(ctx, js, cfg, info.Config.Retention)...)
+		problems = append(problems, checkConsumer(ctx, js, cfg, info.Config.Retention, info.State.FirstSeq)...)
 		if cfg.StoredSeq != nil {
 			stored, err := cfg.StoredSeq(ctx, cfg.Stream)
 			if err == nil && info.State.LastSeq < stored {
@@ -946,8 +946,9 @@ func durableInfo(ctx context.Context, js jetstream.JetStream, stream, name strin
 }
 
 // checkConsumer compares an existing durable consumer with the config;
-// retention is the event stream's (holdFirst, remakeDurable).
-func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, retention jetstream.RetentionPolicy) []Problem {
+// retention is the event stream's (holdFirst, remakeDurable), firstSeq
+// its first sequence (widenedFilterSteps).
+func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, retention jetstream.RetentionPolicy, firstSeq uint64) []Problem {
 	interest := retention == jetstream.InterestPolicy
 	info, err := durableInfo(ctx, js, cfg.Stream, cfg.Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -1008,6 +1009,9 @@ func checkConsumer(ctx context.Context, js jetstream.JetStream, cfg Config, rete
 		if !sameFilter(&cc, cfg.FilterSubject) {
 			p.Fix = "the consumer keeps its place in the stream when its filter changes: events on subjects the new filter adds " +
 				"that lie before that place are not delivered"
+			if filterTakesMore(&cc, cfg.FilterSubject) {
+				p.Fix += " (its place: " + placeText(info) + "); " + widenedFilterSteps(&cfg, interest, firstSeq)
+			}
 		}
 		problems = append(problems, p)
 	}

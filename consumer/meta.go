@@ -432,6 +432,12 @@ func (c *Consumer) ensureConsumer(ctx context.Context, set map[string]string) er
 			// Said: an update that fails, retried every few seconds,
 			// warns from now on (cleared once the update succeeds).
 			c.filterEditSaid = true
+		} else if !c.filterApplied && filterTakesMore(prev, cfg.FilterSubject) {
+			// nats.filter_subject changed between runs, taking subjects
+			// the old filter left out: where the durable is, and how to
+			// take those events; a pure narrowing skips nothing.
+			c.log.Warn(msg+"; "+widenedFilterSteps(cfg, c.interest.Load(), c.streamFirstSeq(ctx)),
+				append(args, widenedFilterPlace(info)...)...)
 		} else {
 			c.log.Warn(msg, args...)
 		}

@@ -1841,10 +1841,16 @@ func (c *Consumer) noteInactiveLimit(d time.Duration) {
 // (floorUnderFilter), not its floor now, which the server moved past the
 // events skipped; or, when none is known, its floor now (floorNowOnly).
 func (c *Consumer) remakeSteps(past string, floor uint64) string {
+	return remakeStepsFor(&c.cfg, c.interest.Load(), past, floor)
+}
+
+// remakeStepsFor is remakeSteps for cfg's durable on an event stream with
+// interest retention or not, for check, which has no Consumer.
+func remakeStepsFor(cfg *Config, interest bool, past string, floor uint64) string {
 	return fmt.Sprintf("stop jetsink and make the consumer again past %s, stream sequence %d "+
 		"(nats consumer rm %s %s --force, then %s; jetsink keeps where it starts and sets the rest), which delivers again what was acked past that floor%s",
-		past, floor, shellWord(c.cfg.Stream), shellWord(c.cfg.Consumer), consumerAdd(c.cfg.Stream, c.cfg.Consumer, c.cfg.FilterSubject, deliverAfter(floor)),
-		holdFirst(&c.cfg, deliverAfter(floor), c.interest.Load()))
+		past, floor, shellWord(cfg.Stream), shellWord(cfg.Consumer), consumerAdd(cfg.Stream, cfg.Consumer, cfg.FilterSubject, deliverAfter(floor)),
+		holdFirst(cfg, deliverAfter(floor), interest))
 }
 
 // editFloor is the ack floor (a stream sequence) to make the durable again
