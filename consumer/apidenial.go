@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -58,28 +56,12 @@ func apiDenialError(nc *nats.Conn, cfg *Config, before, err error) error {
 // consumers, the dead-letter stream's without create_stream).
 func watchAPIDenial(ctx context.Context, nc *nats.Conn, cfg *Config, before error) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(denialPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if s := apiDenial(nc, cfg, before); s != "" && fatalSubject(cfg, s) {
-				cancel()
-				return
-			}
-		}
+	stop := pollDenial(ctx, cancel, func() bool {
+		s := apiDenial(nc, cfg, before)
+		return s != "" && fatalSubject(cfg, s)
 	})
 	return ctx, func() {
-		close(done)
-		wg.Wait()
+		stop()
 		cancel()
 	}
 }

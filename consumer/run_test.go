@@ -333,12 +333,7 @@ func TestRecreatedConsumerResumesPastItsAckFloor(t *testing.T) {
 	js := jsFor(t, srv)
 	publish(t, ctx, js, cfg, 10, 2, 0)
 	r := startRun(t, ctx, c, 1, 64, 1000)
-	for range 10 {
-		if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, ctx, "serve to learn the ack floor", func() bool { return c.resumeFloor.Load() == 10 })
+	ackUntilFloor(t, ctx, r, c, 10)
 	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
 		t.Fatal(err)
 	}
@@ -381,12 +376,7 @@ func TestLostConsumerMadeAgainOnceSaid(t *testing.T) {
 			c.floorEvery = 50 * time.Millisecond
 			publish(t, ctx, js, cfg, 10, 2, 0)
 			r := startRun(t, ctx, c, 1, 64, 1000)
-			for range 10 {
-				if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			waitFor(t, ctx, "serve to learn the ack floor", func() bool { return c.resumeFloor.Load() == 10 })
+			ackUntilFloor(t, ctx, r, c, 10)
 			// Each remake refused a while (the stream's consumer_limits
 			// below jetsink's max_ack_pending), as the work-queue stream
 			// refused every one.
@@ -2492,4 +2482,17 @@ func filterEditSkipsAnEvent(t *testing.T, ctx context.Context) (*Consumer, *sync
 		return ci.AckFloor.Stream > filterEditSkipped
 	})
 	return c, log, js, cfg, ci
+}
+
+// ackUntilFloor acks the next n events r delivers, then waits until serve
+// has learnt the durable's ack floor at n (resumeFloor), as a remake of
+// the durable starts past it.
+func ackUntilFloor(t *testing.T, ctx context.Context, r *runner, c *Consumer, n uint64) {
+	t.Helper()
+	for range n {
+		if err := r.next(t, ctx).ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "serve to learn the ack floor", func() bool { return c.resumeFloor.Load() == n })
 }

@@ -226,6 +226,15 @@ var errLookIncomplete = errors.New("not every consumer answered")
 // which would wait out siblingLookTimeout. The function it returns stops
 // the watch and waits for it to end.
 func watchDenial(ctx context.Context, cancel context.CancelFunc, nc *nats.Conn, cfg *Config, before error) (stop func()) {
+	return pollDenial(ctx, cancel, func() bool {
+		return lookDenial(nc, cfg, before, "STREAM.INFO."+cfg.Stream) != nil || lookDenial(nc, cfg, before, "CONSUMER.LIST."+cfg.Stream) != nil
+	})
+}
+
+// pollDenial calls cancel once denied reports a refusal, checking every
+// denialPoll until ctx ends or the function it returns, which stops the
+// poll and waits for it to end, is called.
+func pollDenial(ctx context.Context, cancel context.CancelFunc, denied func() bool) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -239,7 +248,7 @@ func watchDenial(ctx context.Context, cancel context.CancelFunc, nc *nats.Conn, 
 				return
 			case <-t.C:
 			}
-			if lookDenial(nc, cfg, before, "STREAM.INFO."+cfg.Stream) != nil || lookDenial(nc, cfg, before, "CONSUMER.LIST."+cfg.Stream) != nil {
+			if denied() {
 				cancel()
 				return
 			}
