@@ -1667,16 +1667,7 @@ func TestMemoryDurableWarned(t *testing.T) {
 				t.Fatal(err)
 			}
 			const said = "keeps its state in memory (mem_storage)"
-			ps, err := Check(ctx, cfg, testLogger(t, nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var found *Problem
-			for i := range ps {
-				if strings.Contains(ps[i].Message, said) {
-					found = &ps[i]
-				}
-			}
+			found, ps := checkProblem(t, ctx, cfg, said)
 			if (found != nil) != tc.warned {
 				t.Fatalf("check warned of the durable in memory: %v, want %v; problems:\n%s", found != nil, tc.warned, problemsText(ps))
 			}
@@ -1792,16 +1783,7 @@ func TestMaxWaitingWarned(t *testing.T) {
 				t.Fatal(err)
 			}
 			said := fmt.Sprintf("has max_waiting %d:", tc.maxWaiting)
-			ps, err := Check(ctx, cfg, testLogger(t, nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var found *Problem
-			for i := range ps {
-				if strings.Contains(ps[i].Message, said) {
-					found = &ps[i]
-				}
-			}
+			found, ps := checkProblem(t, ctx, cfg, said)
 			if (found != nil) != (tc.remake != "") {
 				t.Fatalf("check warned of max_waiting %d: %v; problems:\n%s", tc.maxWaiting, found != nil, problemsText(ps))
 			}
@@ -1821,4 +1803,21 @@ func TestMaxWaitingWarned(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkProblem runs Check on cfg and returns the (last) problem whose
+// message holds said, or nil, and every problem.
+func checkProblem(t *testing.T, ctx context.Context, cfg Config, said string) (*Problem, []Problem) {
+	t.Helper()
+	ps, err := Check(ctx, cfg, testLogger(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *Problem
+	for i := range ps {
+		if strings.Contains(ps[i].Message, said) {
+			found = &ps[i]
+		}
+	}
+	return found, ps
 }
