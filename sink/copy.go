@@ -922,8 +922,8 @@ func (c *committer) findPoison(ctx context.Context, b *batch, lo, hi int, last e
 
 // constraintKey names the CHECK or NOT NULL constraint (ownError: it
 // judges a row alone) that refused a row with err: its SQLSTATE, its
-// name, its column; or the SQLSTATE of a value refused (class 22); ""
-// for any other error. Once a commit that started
+// name, its column; or the SQLSTATE of a table's expression that refused
+// a value (tableExpression); "" for any other error. Once a commit that started
 // after the first refusal by one shows that it takes rows
 // (tableTakesRows), the rows it refuses are the rows' fault, not the
 // table's (see committer.sameConstraint).
@@ -934,8 +934,8 @@ func constraintKey(err error) string {
 		return ""
 	case pgErr.Code == "23514" || pgErr.Code == "23502":
 		return pgErr.Code + "\x00" + pgErr.SchemaName + "\x00" + pgErr.TableName + "\x00" + pgErr.ConstraintName + "\x00" + pgErr.ColumnName
-	case strings.HasPrefix(pgErr.Code, "22"):
-		return pgErr.Code // which column or expression, PostgreSQL says only in words
+	case strings.HasPrefix(pgErr.Code, "22") && tableExpression(err, pgErr):
+		return pgErr.Code // which expression, PostgreSQL does not say
 	}
 	return ""
 }
@@ -1567,8 +1567,8 @@ func (s *Sink) logSuspect(err error) {
 				"\"Preventing Transaction ID Wraparound Failures\"")
 		}
 	}
-	s.log.Error("the database refuses rows with an error that one row or the table may cause (a CHECK or NOT NULL constraint, a value refused: "+
-		"a column narrowed, a cast in a CHECK or a DEFAULT; a trigger raised, an index limit, an internal error), and no row has committed since to show that the table takes any: retrying them until one commits "+
+	s.log.Error("the database refuses rows with an error that one row or the table may cause (a CHECK or NOT NULL constraint, a cast that "+
+		"fails in a CHECK or a DEFAULT, a trigger raised, an index limit, an internal error), and no row has committed since to show that the table takes any: retrying them until one commits "+
 		"here or elsewhere, or the table is fixed", args...)
 }
 

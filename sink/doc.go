@@ -252,7 +252,9 @@
 //     status not idle), whose connection is closed;
 //   - data (class 22, 23, raised by the statement itself: a value its
 //     column refuses, a constraint; but a CHECK or NOT NULL violation,
-//     23514 or 23502, which the next class takes): the batch is bisected; good rows are
+//     23514 or 23502, and a class 22 error of an expression of the
+//     table's, a CHECK's or DEFAULT's cast, whose COPY context names no
+//     column, which the next class takes): the batch is bisected; good rows are
 //     committed and acked, each refused row is dead-lettered through the
 //     DeadLetterer (which terms it, or naks it and returns an error, in
 //     which case it is not acked), for its own error: one that names its
@@ -288,7 +290,8 @@
 //     or 23502, which a constraint added while jetsink runs raises for
 //     every row, a CHECK no event passes, added NOT VALID, a NOT NULL on a
 //     column the events leave empty, a domain's CHECK, a partition not
-//     made yet; an index entry too large, 54000; an
+//     made yet; a class 22 error of a table's expression, in at-least-once
+//     mode, dead-lettered with code "data"; an index entry too large, 54000; an
 //     internal error, XX000; any server error outside the classes listed
 //     here and those of the table, the session and the grants, below): the
 //     batch is bisected the same way, but a row that fails alone is

@@ -131,11 +131,6 @@ func (d *recDL) letters() ([]pipeline.DeadLetter, []uint64) {
 // rows makes n rows of stream "S" with sequences from, from+1, ..., encoded
 // by a real pipeline worker (carved).
 func rows(from, n int, payload func(seq int) string) ([]pipeline.Row, []*recMsg) {
-	return rowsOf("S", from, n, payload)
-}
-
-// rowsOf is rows of stream stream.
-func rowsOf(stream string, from, n int, payload func(seq int) string) ([]pipeline.Row, []*recMsg) {
 	evs := make([]pipeline.Event, n)
 	ms := make([]*recMsg, n)
 	for i := range n {
@@ -145,7 +140,7 @@ func rowsOf(stream string, from, n int, payload func(seq int) string) ([]pipelin
 			p = payload(seq)
 		}
 		ms[i] = &recMsg{}
-		evs[i] = pipeline.Event{Msg: ms[i], Stream: stream, StreamSeq: uint64(seq), Subject: "events.x", Data: []byte(p)}
+		evs[i] = pipeline.Event{Msg: ms[i], Stream: "S", StreamSeq: uint64(seq), Subject: "events.x", Data: []byte(p)}
 	}
 	return carved(evs), ms
 }

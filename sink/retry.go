@@ -27,7 +27,8 @@ const (
 	classTransient class = iota
 	// classData: the database refused a row (SQLSTATE class 22 or 23,
 	// raised by the statement, not inside a function it called; but
-	// 23514 and 23502, which a constraint every row meets raises too).
+	// 23514 and 23502, which a constraint every row meets raises too, and
+	// a table's expression's class 22, tableExpression).
 	// Bisect the batch to find it and dead-letter it.
 	classData
 	// classConfig: the table, the session or the permissions do not fit
@@ -45,7 +46,8 @@ const (
 	// (XX000), a feature a value needs (0A000), a CHECK or NOT NULL
 	// violation (23514, 23502), a binary field its column's
 	// type cannot read (an ERROR 08P01 of the COPY statement, copyStmtError;
-	// in class 22, 22P03 and 22P04, see classify), and any class 22 or 23
+	// in class 22, 22P03 and 22P04, see classify; a class 22 error of a
+	// table's expression, tableExpression), and any class 22 or 23
 	// error raised inside a function (raisedInFunction: a trigger's bug,
 	// PERFORM 1/0, fails every row). It may as well come from
 	// the table (a trigger that refuses every row), so such a batch is
@@ -168,18 +170,17 @@ func classify(err error) class {
 				// a function that fails every row dead-letters none.
 				return classSuspect
 			}
-			if code[:2] == "22" {
-				// A value the statement itself refused: its column's
-				// type (a varchar(n) narrowed below what the events
-				// carry, a numeric(p,s), a character the database's
-				// encoding lacks) or an expression of the table's (a
-				// CHECK's, a DEFAULT's or a generated column's cast).
-				// The row's fault, or the table's when every row meets
-				// it. Dead-lettered at once, every event went to the
-				// dead-letter stream within seconds of such a change,
-				// /readyz ready; suspect, as a CHECK's false: a row
-				// refused alone is dead-lettered once other rows
-				// commit, and a table that refuses every row is held.
+			if code[:2] == "22" && tableExpression(err, pgErr) {
+				// A value no column's type refused, but an expression
+				// of the table's: a CHECK's cast (a CHECK added NOT
+				// VALID that fails on every event), a DEFAULT's, a
+				// generated column's. Dead-lettered at once, every row
+				// of such a table went to the dead-letter stream within
+				// seconds (two COPYs a row); suspect, as a CHECK's
+				// false is. A value its column's type refuses (named in
+				// the context) stays the row's: held, a run of such
+				// events (a publisher's bug) would fill the hold and
+				// stall the stream behind it.
 				return classSuspect
 			}
 			return classData
@@ -219,6 +220,22 @@ func classify(err error) class {
 	// Anything else (a protocol surprise, a closed tx) is retried on a new
 	// connection and reported like a configuration error: loudly.
 	return classConfig
+}
+
+// tableExpression reports whether pgErr, err's class 22 server error
+// (raised by the statement, not in a function it called), is an
+// expression of the table's failing rather than a value its column's type
+// refuses: at the COPY, a context that names no column ("COPY t, line 3":
+// a CHECK's, a DEFAULT's, a generated column's, an index expression's
+// cast), against "COPY t, line 3, column a" for the column's own input
+// (binary COPY quotes no value). Read in English only: a context in
+// another language (lc_messages), and exactly-once's INSERT from staging,
+// which has none, are taken for the column's, dead-lettered as before.
+func tableExpression(err error, pgErr *pgconn.PgError) bool {
+	if _, ok := errors.AsType[*copyStmtError](err); !ok {
+		return false
+	}
+	return strings.HasPrefix(pgErr.Where, "COPY ") && !strings.Contains(pgErr.Where, ", column ")
 }
 
 // valueRefused reports whether pgErr, err's server error, is a value
