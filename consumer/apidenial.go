@@ -33,14 +33,49 @@ func apiDenial(nc *nats.Conn, cfg *Config, before error) string {
 	return subject
 }
 
+// inboxDenial is the reply subject the server last refused the NATS user
+// a subscription to on nc (under its inbox prefix, _INBOX by default),
+// when that refusal is nc's last error and not before; "" for none.
+// Without it no request is answered: each waits out its timeout.
+func inboxDenial(nc *nats.Conn, before error) string {
+	last := nc.LastError()
+	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
+		return ""
+	}
+	_, subject, ok := strings.Cut(last.Error(), `Subscription to "`)
+	if !ok {
+		return ""
+	}
+	subject, _, _ = strings.Cut(subject, `"`)
+	if !strings.HasPrefix(subject, inboxPrefix(nc)+".") {
+		return ""
+	}
+	return subject
+}
+
+// inboxPrefix is the prefix of nc's reply subjects.
+func inboxPrefix(nc *nats.Conn) string {
+	if p := nc.Opts.InboxPrefix; p != "" {
+		return p
+	}
+	return "_INBOX"
+}
+
 // apiDenialError is err, the failure of New's (or check's) JetStream API
 // requests made on nc since before, as a bad configuration
 // (ErrInvalidConfig) naming the subject to allow when the server refused
 // the user one of them (apiDenial) and err is what such a refusal gives:
 // no answer, or the watch's cancel (watchAPIDenial); else err.
 func apiDenialError(nc *nats.Conn, cfg *Config, before, err error) error {
+	if !jetStreamSilent(err) && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if inbox := inboxDenial(nc, before); inbox != "" {
+		return fmt.Errorf("%w: the NATS user may not subscribe to %s, where the replies to jetsink's requests come (%w); "+
+			"fix: give the user permission to subscribe to %s.>", ErrInvalidConfig, inbox, err, inboxPrefix(nc))
+	}
 	subject := apiDenial(nc, cfg, before)
-	if subject == "" || !jetStreamSilent(err) && !errors.Is(err, context.Canceled) {
+	if subject == "" {
 		return err
 	}
 	return fmt.Errorf("%w: the NATS user may not publish to %s, a JetStream API request jetsink makes (%w); "+
@@ -58,7 +93,7 @@ func watchAPIDenial(ctx context.Context, nc *nats.Conn, cfg *Config, before erro
 	ctx, cancel := context.WithCancel(ctx)
 	stop := pollDenial(ctx, cancel, func() bool {
 		s := apiDenial(nc, cfg, before)
-		return s != "" && fatalSubject(cfg, s)
+		return s != "" && fatalSubject(cfg, s) || inboxDenial(nc, before) != ""
 	})
 	return ctx, func() {
 		stop()
@@ -84,4 +119,15 @@ func fatalSubject(cfg *Config, s string) bool {
 		}
 	}
 	return false
+}
+
+// withDenial is args, and, when the connection's last error is the server
+// refusing the user a publish to the JetStream API subject rest (its
+// subject after the API prefix: lookDenial), the fix naming it: a look the
+// server refuses waits out its timeout and says only that.
+func withDenial(nc *nats.Conn, cfg *Config, rest string, args ...any) []any {
+	if nc != nil && lookDenial(nc, cfg, nil, rest) != nil {
+		args = append(args, "fix", "give the NATS user permission to publish to "+cfg.APIPrefix()+"."+rest)
+	}
+	return args
 }

@@ -1210,7 +1210,7 @@ func (c *Consumer) ensureDeadLetterStream(ctx context.Context) error {
 	case !errors.Is(err, jetstream.ErrStreamNotFound):
 		err = fmt.Errorf("%w: look up the stream of nats.dead_letter_subject %s: %w", errDeadLetterStream, cfg.DeadLetterSubject, err)
 		if !cfg.CreateStream {
-			c.log.Warn("could not check the dead-letter stream", "err", err)
+			c.log.Warn("could not check the dead-letter stream", withDenial(c.nc, cfg, "STREAM.NAMES", "err", err)...)
 			return nil
 		}
 		return err
@@ -1304,7 +1304,7 @@ func (c *Consumer) deadLetterStreamConfig(ctx context.Context) jetstream.StreamC
 func (c *Consumer) warnDeadLetterStream(ctx context.Context, name string) {
 	s, err := c.js.Stream(ctx, name)
 	if err != nil {
-		c.log.Warn("could not check the dead-letter stream", "dlq_stream", name, "err", err)
+		c.log.Warn("could not check the dead-letter stream", withDenial(c.nc, &c.cfg, "STREAM.INFO."+name, "dlq_stream", name, "err", err)...)
 		return
 	}
 	var events *jetstream.StreamConfig
