@@ -337,16 +337,7 @@ func TestRecreatedConsumerResumesPastItsAckFloor(t *testing.T) {
 	if err := js.DeleteConsumer(ctx, cfg.Stream, cfg.Consumer); err != nil {
 		t.Fatal(err)
 	}
-	publish(t, ctx, js, cfg, 10, 2, 10)
-	for range 10 {
-		g := r.next(t, ctx)
-		if i := bodyIndex(t, &g.ev); i < 10 {
-			t.Fatalf("event %d, acked before the consumer was deleted, delivered again", i)
-		}
-		if err := g.ev.Msg.Ack(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishPastFloor(t, ctx, js, cfg, r)
 	if !strings.Contains(log.String(), "start_seq=11") {
 		t.Errorf("the log does not say where the consumer was made again:\n%s", log.String())
 	}
@@ -394,16 +385,7 @@ func TestLostConsumerMadeAgainOnceSaid(t *testing.T) {
 			if _, err := js.UpdateStream(ctx, sc); err != nil {
 				t.Fatal(err)
 			}
-			publish(t, ctx, js, cfg, 10, 2, 10)
-			for range 10 {
-				g := r.next(t, ctx)
-				if i := bodyIndex(t, &g.ev); i < 10 {
-					t.Fatalf("event %d, acked before the consumer was deleted, delivered again", i)
-				}
-				if err := g.ev.Msg.Ack(); err != nil {
-					t.Fatal(err)
-				}
-			}
+			publishPastFloor(t, ctx, js, cfg, r)
 			var gone []string
 			for _, l := range strings.Split(log.String(), "\n") {
 				if strings.Contains(l, "consumer gone") {
@@ -2482,6 +2464,23 @@ func filterEditSkipsAnEvent(t *testing.T, ctx context.Context) (*Consumer, *sync
 		return ci.AckFloor.Stream > filterEditSkipped
 	})
 	return c, log, js, cfg, ci
+}
+
+// publishPastFloor publishes events 10 to 19 and acks them as r delivers
+// them, failing at any of events 0 to 9 (acked before the durable was
+// lost: ackUntilFloor) delivered again.
+func publishPastFloor(t *testing.T, ctx context.Context, js jetstream.JetStream, cfg Config, r *runner) {
+	t.Helper()
+	publish(t, ctx, js, cfg, 10, 2, 10)
+	for range 10 {
+		g := r.next(t, ctx)
+		if i := bodyIndex(t, &g.ev); i < 10 {
+			t.Fatalf("event %d, acked before the consumer was deleted, delivered again", i)
+		}
+		if err := g.ev.Msg.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // ackUntilFloor acks the next n events r delivers, then waits until serve
